@@ -1,0 +1,42 @@
+# Two commands matter: `make run` (the stack, embedded Redis when REDIS_URL is unset) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-fast lint typecheck check bench clean help
+
+help:
+	@echo "make run        start Redis (embedded if REDIS_URL unset), a worker and the web app; replay examples"
+	@echo "make test       create .venv, install, lint, type-check and run the whole suite"
+	@echo "make bench      benchmarks, as ratios against baselines measured in the same run"
+	@echo "make check      ruff + mypy --strict only"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/agent-signal run
+
+lint: $(STAMP)
+	$(BIN)/ruff check worker producers policies tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck
+
+test: $(STAMP) check
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,12 @@
+"""What apps call: the typed SDK and the event model.
+
+``Producer(settings)`` enqueues straight to Redis and the broker; ``HttpProducer(url)`` goes through
+``POST /v1/events``. Both offer ``enqueue(event)`` and ``enqueue_many(events)`` and raise
+:class:`InvalidEvent` (with ``.error.code/.message/.field``) for bad input, enqueuing nothing.
+The HTTP app and the CLI live in the private modules of this package.
+"""
+
+from producers._client import HttpProducer, Producer
+from producers._models import EnqueueResult, EventError, InvalidEvent, SourceEvent
+
+__all__ = ["EnqueueResult", "EventError", "HttpProducer", "InvalidEvent", "Producer", "SourceEvent"]

@@ -1,0 +1,334 @@
+"""``agent-signal``: the command line. ``agent-signal --help`` lists the commands; each has ``--help``.
+
+Settings come from the environment (README "Settings"). Logs go to stderr; machine-readable output to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+__all__ = ["main"]
+
+
+def _settings() -> Any:
+    from worker.settings import load_settings
+
+    return load_settings()
+
+
+def _producer() -> Any:
+    from producers._client import Producer
+
+    return Producer(_settings())
+
+
+class Progress:
+    """A one-line progress bar on stderr, shown only on a terminal."""
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
+        self.total = max(total, 1)
+        self.stream = stream
+        self.enabled = stream.isatty()
+
+    def update(self, done: int, note: str = "") -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * done / self.total)
+        bar = "#" * filled + "-" * (width - filled)
+        self.stream.write(f"\r[{bar}] {done}/{self.total} {note}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# ---- enqueue -----------------------------------------------------------------------------------------
+
+
+def _read_jsonl(path: str) -> list[tuple[int, Any, str | None]]:
+    """(line number, decoded value or None, error) for every non-blank line."""
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    rows: list[tuple[int, Any, str | None]] = []
+    with stream:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((number, json.loads(line), None))
+            except ValueError as exc:
+                rows.append((number, None, f"not valid JSON ({exc})"))
+    return rows
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    from producers._models import InvalidEvent
+
+    try:
+        rows = _read_jsonl(args.file)
+    except OSError as exc:
+        print(f"agent-signal enqueue: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    summary = {"accepted": 0, "duplicate": 0, "rejected": 0}
+    progress = Progress(len(rows))
+    valid: list[tuple[int, Any]] = []
+    for number, value, error in rows:
+        if error is not None:
+            summary["rejected"] += 1
+            print(f"line {number}: {error} (field: -)", file=sys.stderr)
+        else:
+            valid.append((number, value))
+    done = summary["rejected"]
+    sender = _HttpSender(args.url, args.token) if args.url else _DirectSender()
+    try:
+        for start in range(0, len(valid), args.batch):
+            chunk = valid[start : start + args.batch]
+            for number, status, err in sender.send(chunk):
+                if status is None:
+                    summary["rejected"] += 1
+                    assert err is not None
+                    print(f"line {number}: {err.message} (field: {err.field or '-'})", file=sys.stderr)
+                else:
+                    summary[status] += 1
+            done += len(chunk)
+            progress.update(done, f"accepted={summary['accepted']} duplicate={summary['duplicate']}")
+    except InvalidEvent as exc:  # e.g. 401 from the server: nothing more will pass
+        progress.close()
+        print(f"agent-signal enqueue: {exc}", file=sys.stderr)
+        print(json.dumps(summary))
+        return 1
+    finally:
+        sender.close()
+    progress.close()
+    print(json.dumps(summary))
+    return 1 if summary["rejected"] else 0
+
+
+class _DirectSender:
+    def __init__(self) -> None:
+        self.producer = _producer()
+
+    def send(self, chunk: Sequence[tuple[int, Any]]) -> list[tuple[int, str | None, Any]]:
+        from producers._models import InvalidEvent
+
+        out: list[tuple[int, str | None, Any]] = []
+        prepared = []
+        numbers = []
+        for number, value in chunk:
+            try:
+                prepared.append(self.producer.validate(value))
+                numbers.append(number)
+            except InvalidEvent as exc:
+                out.append((number, None, exc.error))
+        if out:
+            self.producer.store.count_rejected(len(out))
+        for number, result in zip(numbers, self.producer.enqueue_prepared(prepared), strict=True):
+            out.append((number, result.status, None))
+        return sorted(out, key=lambda r: r[0])
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+class _HttpSender:
+    """Batches over HTTP; a 422 names ``events[i]``: that line is rejected and the rest is resent."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        from producers._client import HttpProducer
+
+        self.http = HttpProducer(url, token=token or os.environ.get("AGENT_SIGNAL_API_TOKEN"))
+
+    def send(self, chunk: Sequence[tuple[int, Any]]) -> list[tuple[int, str | None, Any]]:
+        from producers._models import InvalidEvent
+
+        pending = list(chunk)
+        out: list[tuple[int, str | None, Any]] = []
+        while pending:
+            try:
+                results = self.http.enqueue_many([v for _, v in pending])
+            except InvalidEvent as exc:
+                match = re.match(r"events\[(\d+)\]\.?(.*)", exc.error.field or "")
+                if exc.status_code in (401, 403) or match is None:
+                    raise
+                index = int(match.group(1))
+                number, _ = pending.pop(index)
+                field = match.group(2) or None
+                error = exc.error.model_copy(
+                    update={"field": field, "message": exc.error.message.replace(f"events[{index}].", "")}
+                )
+                out.append((number, None, error))
+                continue
+            out.extend((n, r.status, None) for (n, _), r in zip(pending, results, strict=True))
+            pending = []
+        return sorted(out, key=lambda r: r[0])
+
+    def close(self) -> None:
+        self.http.close()
+
+
+# ---- inspect, status, dlq ----------------------------------------------------------------------------
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from producers._inspect import render_chain
+
+    producer = _producer()
+    try:
+        chain = producer.store.get_chain(args.chain_id)
+        if chain is None and not args.chain_id.startswith("chain:"):
+            chain = producer.store.get_chain(f"chain:{args.chain_id}")
+    finally:
+        producer.close()
+    if chain is None:
+        print(
+            f"agent-signal inspect: no chain {args.chain_id!r} (not run yet, or past retention)",
+            file=sys.stderr,
+        )
+        return 1
+    print(json.dumps(chain, indent=2) if args.json else render_chain(chain))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    producer = _producer()
+    try:
+        record = producer.status(args.event_id)
+    finally:
+        producer.close()
+    if record is None:
+        print(f"agent-signal status: no event {args.event_id!r}", file=sys.stderr)
+        return 1
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    from producers._ops import redrive_events
+
+    producer = _producer()
+    try:
+        if args.dlq_command == "list":
+            events = producer.store.dlq_list(offset=args.offset, limit=args.limit)
+            if args.json:
+                print(json.dumps({"events": events, "total": producer.store.dlq_size()}, indent=2))
+            elif not events:
+                print("The dead-letter list is empty.")
+            else:
+                for ev in events:
+                    body = ev["event"]
+                    print(
+                        f"{ev['eventId']}  {body.get('sourceType')}  {body.get('sourceId')}  scope={ev['scopeKey']}  "
+                        f"attempts={ev['attempts']}\n    error: {ev.get('error', '-')}"
+                    )
+            return 0
+        if not args.all and not args.ids:
+            print("agent-signal dlq redrive: give event ids or --all", file=sys.stderr)
+            return 2
+        result = redrive_events(producer, None if args.all else args.ids)
+        print(json.dumps(result))
+        return 1 if result["notDead"] else 0
+    finally:
+        producer.close()
+
+
+# ---- processes ---------------------------------------------------------------------------------------
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from worker.main import run_worker
+
+    return run_worker(_settings(), concurrency=args.concurrency, loglevel=args.loglevel)
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    from producers._serve import serve_web
+
+    return serve_web(_settings())
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from producers._run import run_stack
+
+    return run_stack(examples=args.examples, replay=not args.no_replay)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-signal", description="Agent Signal: out-of-band control signals."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "run", help="the whole stack: embedded Redis (if REDIS_URL unset), a worker, the web app"
+    )
+    p.add_argument("--examples", default="examples/events.jsonl", help="events to replay once at start")
+    p.add_argument("--no-replay", action="store_true", help="do not replay the examples")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("worker", help="one Celery worker process (Procfile: worker)")
+    p.add_argument(
+        "--concurrency", type=int, default=None, help="child processes (AGENT_SIGNAL_WORKER_CONCURRENCY)"
+    )
+    p.add_argument("--loglevel", default="INFO")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("web", help="the HTTP API on HOST:PORT (Procfile: web)")
+    p.set_defaults(func=cmd_web)
+
+    p = sub.add_parser("enqueue", help="enqueue one source event per line of a JSONL file ('-' for stdin)")
+    p.add_argument("file")
+    p.add_argument("--url", help="send through the HTTP API at URL instead of straight to Redis")
+    p.add_argument("--token", help="bearer token for --url (default: AGENT_SIGNAL_API_TOKEN)")
+    p.add_argument("--batch", type=int, default=200, help="events per round trip (default 200)")
+    p.set_defaults(func=cmd_enqueue)
+
+    p = sub.add_parser("inspect", help="a chain in five steps: source, signals, actions, results, edges")
+    p.add_argument("chain_id")
+    p.add_argument("--json", action="store_true", help="the stored chain document as JSON")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("status", help="an event's status record")
+    p.add_argument("event_id")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("dlq", help="the dead-letter list")
+    dsub = p.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
+    d = dsub.add_parser("list", help="dead events with payload, attempts and last error")
+    d.add_argument("--json", action="store_true")
+    d.add_argument("--offset", type=int, default=0)
+    d.add_argument("--limit", type=int, default=100)
+    d = dsub.add_parser("redrive", help="requeue dead events: IDs, or --all")
+    d.add_argument("ids", nargs="*")
+    d.add_argument("--all", action="store_true")
+    p.set_defaults(func=cmd_dlq)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a clear one-line error, never a stack trace, for operator mistakes
+        from worker.settings import SettingsError
+
+        if isinstance(exc, SettingsError | ValueError | ConnectionError | OSError) or type(
+            exc
+        ).__module__.startswith("redis"):
+            print(f"agent-signal {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The Python SDK: ``Producer.enqueue(event)`` / ``enqueue_many(events)``, straight to Redis and the broker,
+and ``HttpProducer`` with the same two methods over ``POST /v1/events``.
+
+Both validate first and enqueue nothing from a batch with an invalid event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from policies.source_types import SourceTypePolicy
+from producers._models import EnqueueResult, EventError, InvalidEvent, SourceEvent, parse_event, prepare
+from worker.redis_client import redis_from_settings
+from worker.settings import Settings
+from worker.store import EventStore, PreparedEvent
+from worker.tasks import publish_drain
+
+__all__ = ["HttpProducer", "Producer"]
+
+EventLike = SourceEvent | Mapping[str, Any]
+
+
+class Producer:
+    """Enqueue source events directly (the app shares the pipeline's Redis and broker)."""
+
+    def __init__(self, settings: Settings, *, celery_app: Any | None = None) -> None:
+        from worker.app import create_app  # the factory checks the settings; no app exists before this call
+
+        self.settings = settings
+        self.types = SourceTypePolicy(
+            allow_unknown=settings.allow_unknown_source_types, extra=settings.extra_source_types
+        )
+        self.store = EventStore(redis_from_settings(settings), settings)
+        self.app = celery_app if celery_app is not None else create_app(settings)
+
+    def validate(self, event: EventLike, *, prefix: str = "") -> PreparedEvent:
+        """Validate and prepare one event, or raise InvalidEvent naming the field."""
+        data = event.model_dump(by_alias=True, exclude_none=True) if isinstance(event, SourceEvent) else event
+        parsed = parse_event(data, self.types, prefix=prefix)
+        size = len(json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        if size > self.settings.max_event_bytes:
+            field = f"{prefix}.payload" if prefix else "payload"
+            raise InvalidEvent(
+                EventError(
+                    code="payload_too_large",
+                    message=f"{field} is {size} bytes; the limit is {self.settings.max_event_bytes}",
+                    field=field,
+                ),
+                status_code=413,
+            )
+        return prepare(parsed)
+
+    def enqueue(self, event: EventLike) -> EnqueueResult:
+        """Enqueue one event: ``accepted`` or ``duplicate``."""
+        return self.enqueue_many([event], _prefix_single=True)[0]
+
+    def enqueue_many(
+        self, events: Iterable[EventLike], *, _prefix_single: bool = False
+    ) -> list[EnqueueResult]:
+        """Validate every event, then enqueue all of them (none when any is invalid)."""
+        items = list(events)
+        if len(items) > self.settings.max_batch_events:
+            raise InvalidEvent(
+                EventError(
+                    code="batch_too_large",
+                    message=f"events has {len(items)} items; the limit is {self.settings.max_batch_events}",
+                    field="events",
+                ),
+                status_code=413,
+            )
+        prepared = [
+            self.validate(e, prefix="" if _prefix_single else f"events[{i}]") for i, e in enumerate(items)
+        ]
+        return self.enqueue_prepared(prepared)
+
+    def enqueue_prepared(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
+        outcomes = self.store.enqueue_many(prepared)
+        scheduled: set[str] = set()
+        for outcome in outcomes:
+            if outcome.schedule and outcome.scope_key not in scheduled:
+                scheduled.add(outcome.scope_key)
+                publish_drain(self.app, outcome.scope_key, queue=self.settings.queue_name)
+        return [EnqueueResult(event_id=o.event_id, source_id=o.source_id, status=o.status) for o in outcomes]
+
+    def status(self, event_id: str) -> dict[str, Any] | None:
+        """The event's status record (``queued``/``processing``/``done``/``dead``), or None."""
+        return self.store.get_event(event_id)
+
+    def close(self) -> None:
+        self.store.client.close()
+
+
+class HttpProducer:
+    """The same SDK over HTTP (``POST /v1/events``), for apps that do not reach Redis."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+
+    def enqueue(self, event: EventLike) -> EnqueueResult:
+        return self._post(_as_json(event))[0]
+
+    def enqueue_many(self, events: Iterable[EventLike]) -> list[EnqueueResult]:
+        return self._post({"events": [_as_json(e) for e in events]})
+
+    def _post(self, body: Any) -> list[EnqueueResult]:
+        response = self.client.post("/v1/events", json=body)
+        if response.status_code in (413, 422, 401, 403):
+            try:
+                error = EventError.model_validate(response.json()["error"])
+            except (ValueError, KeyError):
+                error = EventError(code=f"http_{response.status_code}", message=response.text[:200])
+            raise InvalidEvent(error, status_code=response.status_code)
+        response.raise_for_status()
+        return [EnqueueResult.model_validate(r) for r in response.json()["results"]]
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _as_json(event: EventLike) -> Any:
+    if isinstance(event, SourceEvent):
+        return event.model_dump(by_alias=True, exclude_none=True)
+    return dict(event)

@@ -1,0 +1,143 @@
+"""The SourceEvent that apps send, its validation, and the errors that name the offending field.
+
+Validation happens at the door (SDK, HTTP, CLI alike) with pydantic v2; an invalid event never reaches
+Redis. Errors are :class:`EventError` ``{code, message, field}`` where ``field`` is a JSON path such as
+``payload`` or ``events[3].sourceId``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from policies.dedupe import dedupe_key, event_id_for
+from policies.scope import derive_scope_key
+from policies.source_types import SourceTypePolicy
+from worker.nodes import ChainRef, Source
+from worker.store import PreparedEvent
+
+__all__ = ["EnqueueResult", "EventError", "InvalidEvent", "SourceEvent", "parse_event", "prepare"]
+
+
+class SourceEvent(BaseModel):
+    """What a producer sends. ``scopeKey`` and ``timestamp`` are filled in when absent."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True)
+
+    source_type: str = Field(min_length=1, max_length=200)
+    source_id: str = Field(min_length=1, max_length=1000)
+    payload: dict[str, Any]
+    scope_key: str | None = Field(default=None, min_length=1, max_length=1000)
+    timestamp: int | None = Field(default=None, ge=0)
+    user_id: str | None = None
+    agent_id: str | None = None
+    workspace_id: str | None = None
+
+    @field_validator("source_type")
+    @classmethod
+    def _dotted(cls, value: str) -> str:
+        if value != value.strip() or " " in value:
+            raise ValueError("must not contain spaces")
+        return value
+
+
+class EnqueueResult(BaseModel):
+    """One answer of ``enqueue``: the event's id and whether it was new."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    event_id: str
+    source_id: str
+    status: str
+
+
+class EventError(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class InvalidEvent(ValueError):
+    """An event (or request) was rejected; ``error`` says why and where."""
+
+    def __init__(self, error: EventError, status_code: int = 422) -> None:
+        super().__init__(f"{error.field or 'request'}: {error.message}")
+        self.error = error
+        self.status_code = status_code
+
+
+def _path(loc: tuple[int | str, ...], prefix: str) -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _from_validation_error(exc: ValidationError, prefix: str) -> EventError:
+    first = exc.errors(include_url=False)[0]
+    loc = tuple(first.get("loc", ()))
+    kind = first.get("type", "")
+    field = _path(loc, prefix) or prefix or None
+    if kind == "missing":
+        return EventError(code="missing_field", message=f"{field} is required", field=field)
+    if kind == "extra_forbidden":
+        return EventError(code="unknown_field", message=f"{field} is not a SourceEvent field", field=field)
+    if kind == "model_type" or kind == "dict_type":
+        return EventError(
+            code="invalid_type", message=f"{field or 'event'} must be a JSON object", field=field
+        )
+    msg = first.get("msg", "is invalid")
+    return EventError(code="invalid_field", message=f"{field}: {msg}", field=field)
+
+
+def parse_event(data: Any, types: SourceTypePolicy, *, prefix: str = "") -> SourceEvent:
+    """Validate one decoded JSON value as a SourceEvent, or raise InvalidEvent naming the field."""
+    if not isinstance(data, dict):
+        raise InvalidEvent(
+            EventError(code="invalid_type", message="an event must be a JSON object", field=prefix or None)
+        )
+    try:
+        event = SourceEvent.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidEvent(_from_validation_error(exc, prefix)) from None
+    if not types.accepts(event.source_type):
+        field = _path(("sourceType",), prefix)
+        raise InvalidEvent(
+            EventError(
+                code="unknown_source_type",
+                message=f"{field}: unknown source type {event.source_type!r} "
+                "(declare it in AGENT_SIGNAL_EXTRA_SOURCE_TYPES or set AGENT_SIGNAL_ALLOW_UNKNOWN_SOURCE_TYPES=true)",
+                field=field,
+            )
+        )
+    return event
+
+
+def prepare(event: SourceEvent, *, now_ms: int | None = None) -> PreparedEvent:
+    """Resolve scope and timestamp, derive the ids, and build the Source the worker will run."""
+    scope_key = event.scope_key or derive_scope_key(
+        event.payload, user_id=event.user_id, agent_id=event.agent_id
+    )
+    key = dedupe_key(scope_key, event.source_type, event.source_id)
+    event_id = event_id_for(key)
+    source = Source(
+        source_id=event.source_id,
+        source_type=event.source_type,
+        scope_key=scope_key,
+        timestamp=event.timestamp if event.timestamp is not None else (now_ms or int(time.time() * 1000)),
+        payload=event.payload,
+        chain=ChainRef(chain_id=f"chain:{event.source_id}", root_source_id=event.source_id),
+        user_id=event.user_id,
+        agent_id=event.agent_id,
+        workspace_id=event.workspace_id,
+        event_id=event_id,
+    )
+    body = json.dumps(source.to_json_dict(), separators=(",", ":"), ensure_ascii=False)
+    return PreparedEvent(event_id=event_id, scope_key=scope_key, source_id=event.source_id, body=body)

@@ -1,0 +1,20 @@
+"""Serving the web app with uvicorn (``agent-signal web``)."""
+
+from __future__ import annotations
+
+import logging
+
+from worker.settings import Settings
+
+__all__ = ["serve_web"]
+
+
+def serve_web(settings: Settings) -> int:
+    import uvicorn
+
+    from producers._http import create_web_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings.require_redis_url()
+    uvicorn.run(create_web_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    return 0

@@ -1,0 +1,125 @@
+"""The Celery app factory. No module-level app: ``create_app(settings)`` builds one, registers the tasks and
+connects the worker lifecycle hooks for that app only.
+
+Delivery settings, and why (see docs/decisions.md):
+
+* JSON only (``accept_content=["json"]``): no pickle on the wire.
+* ``task_acks_late`` + ``task_reject_on_worker_lost``: a child killed mid-drain gets its message requeued
+  instead of acked (Celery acks on WorkerLostError otherwise, celery#1628). Requeues are not counted by the
+  broker, so the event record counts deliveries itself and dead-letters a crash-looping event.
+* ``worker_prefetch_multiplier=1``: a worker does not hoard drain messages other workers could run.
+* ``visibility_timeout`` > hard limit > soft limit (checked by worker.settings.check_settings).
+* ``global_keyprefix`` on a Redis broker: the broker's keys live under our prefix too, so a test run (or two
+  deployments on one Redis) never touches anybody else's keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init, worker_ready, worker_shutdown
+
+from worker import _state
+from worker.loading import load_policies
+from worker.pipeline import Pipeline
+from worker.reconcile import reconcile, try_reconcile_lock
+from worker.redis_client import redis_from_settings
+from worker.registry import Registry
+from worker.settings import Settings, check_settings
+from worker.store import EventStore
+from worker.tasks import publish_drain, register_tasks
+
+__all__ = ["build_pipeline", "create_app"]
+
+log = logging.getLogger(__name__)
+
+
+def build_pipeline(settings: Settings) -> Pipeline:
+    """The per-process pipeline: Redis client, store, policies from settings."""
+    store = EventStore(redis_from_settings(settings), settings)
+    registry = Registry.from_policies(load_policies(settings.policies))
+    return Pipeline(store, registry, settings, services={"keys": store.keys})
+
+
+def _is_redis_broker(url: str) -> bool:
+    return url.startswith(("redis://", "rediss://", "redis+socket://", "unix://"))
+
+
+def create_app(settings: Settings) -> Celery:
+    """Build the Celery app for ``settings`` (checked first)."""
+    check_settings(settings)
+    broker_url = settings.effective_broker_url()
+    app = Celery("agent_signal", broker=broker_url, set_as_current=False)
+    transport_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
+    if _is_redis_broker(broker_url):
+        transport_options["global_keyprefix"] = settings.key_prefix + "broker:"
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_ignore_result=True,
+        result_backend=None,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_soft_time_limit=settings.task_soft_time_limit_s,
+        task_time_limit=settings.task_time_limit_s,
+        broker_transport_options=transport_options,
+        visibility_timeout=settings.visibility_timeout_s,
+        task_default_queue=settings.queue_name,
+        task_create_missing_queues=True,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        worker_send_task_events=False,
+        enable_utc=True,
+    )
+    register_tasks(app, settings.queue_name)
+    _state.set_factory(lambda: build_pipeline(settings))
+    _connect_lifecycle(app, settings)
+    return app
+
+
+def _connect_lifecycle(app: Celery, settings: Settings) -> None:
+    stop = threading.Event()
+
+    def on_process_init(**_: Any) -> None:
+        _state.reset()  # never reuse the parent's sockets in a forked child
+
+    def on_ready(sender: Any = None, **_: Any) -> None:
+        if sender is not None and getattr(sender, "app", app) is not app:
+            return
+        thread = threading.Thread(
+            target=_sweep_forever, args=(app, settings, stop), name="reconcile", daemon=True
+        )
+        thread.start()
+
+    def on_shutdown(**_: Any) -> None:
+        stop.set()
+
+    worker_process_init.connect(on_process_init, weak=False)
+    worker_ready.connect(on_ready, weak=False)
+    worker_shutdown.connect(on_shutdown, weak=False)
+
+
+def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event) -> None:
+    store = EventStore(redis_from_settings(settings), settings)
+    interval_ms = int(settings.reconcile_interval_s * 1000)
+    stale_after_ms = int(settings.lease_ttl_s * 1000 * 2)
+    while not stop.wait(settings.reconcile_interval_s):
+        try:
+            if try_reconcile_lock(store, interval_ms):
+                published = reconcile(
+                    store,
+                    lambda scope: publish_drain(app, scope, queue=settings.queue_name),
+                    stale_after_ms=stale_after_ms,
+                )
+                if published:
+                    log.warning("reconcile: re-published drains for %d stranded scope(s)", len(published))
+        except Exception:
+            log.exception("reconcile sweep failed")

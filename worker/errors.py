@@ -1,0 +1,45 @@
+"""Control-flow exceptions of the pipeline.
+
+::
+
+    PipelineError                 root of everything a handler or stage may raise on purpose
+     ├── RetryLater(delay_s)      transient: retry this event after (at least) delay_s, counts an attempt
+     ├── PermanentFailure         the event can never succeed: dead-letter it now, no more attempts
+     ├── SkipEvent                nothing to do: commit the event as done without running further stages
+     └── LeaseLost                our scope lease expired or was taken over; stop before the next effect
+                                  and never commit (the fencing check would reject it anyway)
+
+Any other exception raised by a handler is treated as transient (retried with backoff, then dead-lettered).
+"""
+
+from __future__ import annotations
+
+__all__ = ["LeaseLost", "PermanentFailure", "PipelineError", "RetryLater", "SkipEvent"]
+
+
+class PipelineError(Exception):
+    """Root of the pipeline's own exceptions."""
+
+
+class RetryLater(PipelineError):
+    """Retry the current event after ``delay_s`` seconds (at least; backoff may add more)."""
+
+    def __init__(self, message: str = "retry requested", *, delay_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.delay_s = delay_s
+
+
+class PermanentFailure(PipelineError):
+    """Dead-letter the current event immediately."""
+
+    def __init__(self, message: str, *, code: str = "PERMANENT_FAILURE") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SkipEvent(PipelineError):
+    """Stop processing the event and commit it as done."""
+
+
+class LeaseLost(PipelineError):
+    """The scope lease is no longer ours (expired, or a newer holder has a higher fence)."""

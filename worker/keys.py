@@ -1,0 +1,81 @@
+"""Every Redis key the product writes, built in one place.
+
+Nothing else concatenates key strings. All keys start with the configured prefix (``agent-signal:`` by
+default; tests use a random one so they share a server safely). Keys that belong to one scope carry the
+scope in a hash tag ``{scopeKey}`` so that, on Redis Cluster, a scope's inbox, lease, fence and lanes land on
+one slot and the Lua scripts that touch several of them stay legal.
+
+Key (after the prefix)               Type    TTL                       Why
+-----------------------------------  ------  ------------------------  ------------------------------------------
+ev:<eventId>                         hash    dedupe window, refreshed  the dedupe record *and* the event's state
+inbox:{scope}                        list    none (drained)            per-scope FIFO of eventIds (no drops)
+sched:{scope}                        string  visibility timeout        "a drain task is queued or running"
+lease:{scope}                        string  lease TTL (renewed)       owner token of the scope lease
+fence:{scope}                        string  none                      fencing counter, INCR on every grant
+idem:{scope}:<key>                   string  idempotency TTL           stored ExecutorResult of an applied action
+scopes                               set     none                      scopes with a non-empty inbox (reconcile)
+dlq                                  zset    none                      dead eventIds scored by time of death
+chain:<chainId>                      string  chain retention           the chain's trace (JSON)
+stats                                hash    none                      counters (accepted, duplicate, ...)
+reconcile-lock                       string  reconcile interval        one sweeper per interval across workers
+activity:{scope}                     hash    none                      built-in policy: per-scope activity counts
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Keys"]
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key builder bound to one prefix."""
+
+    prefix: str = "agent-signal:"
+
+    def event(self, event_id: str) -> str:
+        return f"{self.prefix}ev:{event_id}"
+
+    def inbox(self, scope_key: str) -> str:
+        return f"{self.prefix}inbox:{{{scope_key}}}"
+
+    def scheduled(self, scope_key: str) -> str:
+        return f"{self.prefix}sched:{{{scope_key}}}"
+
+    def lease(self, scope_key: str) -> str:
+        return f"{self.prefix}lease:{{{scope_key}}}"
+
+    def fence(self, scope_key: str) -> str:
+        return f"{self.prefix}fence:{{{scope_key}}}"
+
+    def idempotency(self, scope_key: str, key: str) -> str:
+        return f"{self.prefix}idem:{{{scope_key}}}:{key}"
+
+    def chain(self, chain_id: str) -> str:
+        return f"{self.prefix}chain:{chain_id}"
+
+    def activity(self, scope_key: str) -> str:
+        """Per-scope activity counters written by the built-in policy's action."""
+        return f"{self.prefix}activity:{{{scope_key}}}"
+
+    @property
+    def scopes(self) -> str:
+        return f"{self.prefix}scopes"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.prefix}dlq"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.prefix}stats"
+
+    @property
+    def reconcile_lock(self) -> str:
+        return f"{self.prefix}reconcile-lock"
+
+    @property
+    def all_pattern(self) -> str:
+        """A SCAN pattern for every key of this prefix (used by test cleanup, never FLUSHALL)."""
+        return f"{self.prefix}*"

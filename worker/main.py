@@ -1,0 +1,52 @@
+"""Entry point of a worker process (``agent-signal worker``; the Procfile's ``worker``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+from worker.app import create_app
+from worker.settings import Settings
+
+__all__ = ["run_worker"]
+
+
+def run_worker(settings: Settings, *, concurrency: int | None = None, loglevel: str = "INFO") -> int:
+    """Run one Celery worker (prefork) consuming the pipeline queue until stopped."""
+    logging.basicConfig(
+        level=loglevel.upper(), format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"
+    )
+    settings.require_redis_url()
+    app = create_app(settings)
+    logging.getLogger(__name__).info(
+        "worker settings: lease_ttl_s=%s renew=%s max_attempts=%s retry_base_ms=%s retry_cap_ms=%s "
+        "visibility_timeout_s=%s soft/hard=%s/%s policies=%s",
+        settings.lease_ttl_s,
+        settings.lease_renew_interval_s,
+        settings.max_attempts,
+        settings.retry_base_ms,
+        settings.retry_cap_ms,
+        settings.visibility_timeout_s,
+        settings.task_soft_time_limit_s,
+        settings.task_time_limit_s,
+        settings.policies,
+    )
+    argv = [
+        "worker",
+        "--queues",
+        settings.queue_name,
+        "--concurrency",
+        str(concurrency or settings.worker_concurrency),
+        "--pool",
+        "prefork",
+        "--loglevel",
+        loglevel,
+        "--hostname",
+        f"agent-signal-{os.getpid()}@{socket.gethostname()}",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+    app.worker_main(argv)
+    return 0

@@ -1,0 +1,233 @@
+"""The node model: sources, signals, actions and executor results (LobeHub's contracts, in pydantic).
+
+JSON field names are camelCase (``sourceId``), Python attributes snake_case. Ids are deterministic so
+that a replayed event produces the same nodes: a source's chain is ``chain:<sourceId>``, a result signal is
+``<actionId>:result``, and the builders below derive child ids from the parent id and a caller-chosen
+suffix (``<sourceId>:signal:<name>``, ``<signalId>:action:<name>``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "Action",
+    "Attempt",
+    "ChainRef",
+    "Conclude",
+    "Dispatch",
+    "ExecutorError",
+    "ExecutorResult",
+    "HandlerResult",
+    "Node",
+    "Schedule",
+    "Signal",
+    "SignalRef",
+    "Source",
+    "SourceRef",
+    "Wait",
+    "action_from",
+    "result_signal",
+    "signal_from",
+]
+
+ResultStatus = Literal["applied", "skipped", "failed"]
+
+
+class Model(BaseModel):
+    """Base: camelCase JSON, snake_case attributes, unknown fields kept out."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class ChainRef(Model):
+    chain_id: str
+    root_source_id: str
+    parent_node_id: str | None = None
+    parent_signal_id: str | None = None
+    parent_action_id: str | None = None
+
+
+class SourceRef(Model):
+    source_id: str
+    source_type: str
+
+
+class SignalRef(Model):
+    signal_id: str
+    signal_type: str
+
+
+class Source(Model):
+    """An accepted source event, as the worker sees it."""
+
+    source_id: str
+    source_type: str
+    scope_key: str
+    timestamp: int
+    payload: dict[str, Any] = Field(default_factory=dict)
+    chain: ChainRef
+    user_id: str | None = None
+    agent_id: str | None = None
+    workspace_id: str | None = None
+    event_id: str | None = None
+
+    @property
+    def ref(self) -> SourceRef:
+        return SourceRef(source_id=self.source_id, source_type=self.source_type)
+
+
+class Signal(Model):
+    signal_id: str
+    signal_type: str
+    source: SourceRef
+    chain: ChainRef
+    timestamp: int
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class Action(Model):
+    action_id: str
+    action_type: str
+    signal: SignalRef
+    source: SourceRef
+    chain: ChainRef
+    timestamp: int
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class Attempt(Model):
+    current: int
+    max: int | None = None
+    started_at: int
+    completed_at: int | None = None
+    status: Literal["cancelled", "failed", "running", "skipped", "succeeded"]
+
+
+class ExecutorError(Model):
+    code: str
+    message: str
+    retriable: bool = False
+    retry_after_ms: int | None = None
+
+
+class ExecutorResult(Model):
+    action_id: str
+    status: ResultStatus
+    attempt: Attempt
+    detail: str | None = None
+    output: dict[str, Any] | None = None
+    error: ExecutorError | None = None
+
+
+class Dispatch(Model):
+    status: Literal["dispatch"] = "dispatch"
+    signals: list[Signal] = Field(default_factory=list)
+    actions: list[Action] = Field(default_factory=list)
+
+
+class Wait(Model):
+    status: Literal["wait"] = "wait"
+    pending: dict[str, Any] | None = None
+
+
+class Schedule(Model):
+    status: Literal["schedule"] = "schedule"
+    next_hop: dict[str, Any] = Field(default_factory=dict)
+
+
+class Conclude(Model):
+    status: Literal["conclude"] = "conclude"
+    concluded: dict[str, Any] | None = None
+
+
+Node = Source | Signal | Action
+HandlerResult = Dispatch | Wait | Schedule | Conclude | ExecutorResult | None
+Terminal = Wait | Schedule | Conclude
+
+
+def signal_from(
+    parent: Source | Signal, name: str, signal_type: str, payload: dict[str, Any], timestamp: int
+) -> Signal:
+    """A signal produced by ``parent`` with the deterministic id ``<parentId>:signal:<name>``.
+
+    For a parent signal the id is ``<parentSignalId>:<name>`` (LobeHub's ``…:domain:memory`` style).
+    """
+    if isinstance(parent, Source):
+        return Signal(
+            signal_id=f"{parent.source_id}:signal:{name}",
+            signal_type=signal_type,
+            source=parent.ref,
+            chain=ChainRef(
+                chain_id=parent.chain.chain_id,
+                root_source_id=parent.chain.root_source_id,
+                parent_node_id=parent.source_id,
+            ),
+            timestamp=timestamp,
+            payload=payload,
+        )
+    return Signal(
+        signal_id=f"{parent.signal_id}:{name}",
+        signal_type=signal_type,
+        source=parent.source,
+        chain=ChainRef(
+            chain_id=parent.chain.chain_id,
+            root_source_id=parent.chain.root_source_id,
+            parent_node_id=parent.signal_id,
+            parent_signal_id=parent.signal_id,
+        ),
+        timestamp=timestamp,
+        payload=payload,
+    )
+
+
+def action_from(
+    signal: Signal, name: str, action_type: str, payload: dict[str, Any], timestamp: int
+) -> Action:
+    """An action planned from ``signal`` with the deterministic id ``<signalId>:action:<name>``."""
+    return Action(
+        action_id=f"{signal.signal_id}:action:{name}",
+        action_type=action_type,
+        signal=SignalRef(signal_id=signal.signal_id, signal_type=signal.signal_type),
+        source=signal.source,
+        chain=ChainRef(
+            chain_id=signal.chain.chain_id,
+            root_source_id=signal.chain.root_source_id,
+            parent_node_id=signal.signal_id,
+            parent_signal_id=signal.signal_id,
+        ),
+        timestamp=timestamp,
+        payload=payload,
+    )
+
+
+def result_signal(action: Action, result: ExecutorResult, timestamp: int) -> Signal:
+    """The built-in ``signal.action.<status>`` signal for an executor result, id ``<actionId>:result``."""
+    payload: dict[str, Any] = {
+        "actionId": action.action_id,
+        "actionType": action.action_type,
+        "attempt": result.attempt.to_json_dict(),
+    }
+    if result.detail is not None:
+        payload["detail"] = result.detail
+    if result.error is not None:
+        payload["error"] = result.error.to_json_dict()
+    return Signal(
+        signal_id=f"{action.action_id}:result",
+        signal_type=f"signal.action.{result.status}",
+        source=action.source,
+        chain=ChainRef(
+            chain_id=action.chain.chain_id,
+            root_source_id=action.chain.root_source_id,
+            parent_node_id=action.action_id,
+            parent_action_id=action.action_id,
+        ),
+        timestamp=timestamp,
+        payload=payload,
+    )

@@ -1,0 +1,299 @@
+"""Draining a scope: the lease, the per-event stages in their one explicit order, and failure handling.
+
+``Pipeline.drain(scopeKey)`` takes the scope lease, then for each event at the head of the scope's inbox:
+
+    begin      (fenced script) head event → processing, attempts += 1; a head whose previous attempt
+               died with its worker and that has used all attempts goes straight to the dead letters
+    stages     DEFAULT_STAGES, in list order: interpret (source → signals → actions → results, see
+               worker.scheduler) then project (the chain's trace, stored with the commit)
+    commit     (fenced script) done | retry (back to queued with notBefore) | dead (to the DLQ)
+
+and finally releases the lease with the token-checked script that refuses to release while the inbox is
+non-empty, so an event appended during release is drained by us, never stranded. A head waiting for its
+retry time, or a drain that hit ``max_events_per_drain``, hands the scope off: the lease is released and
+the caller publishes the next drain task (with the retry countdown), keeping other scopes moving.
+
+This is the only module that decides stage order. Stages are small callables on :class:`EventWork`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from policies.lease import LeaseGrant, ScopeLease
+from policies.retry import backoff_ms, should_retry
+from worker.errors import LeaseLost, PermanentFailure, RetryLater, SkipEvent
+from worker.nodes import Source
+from worker.registry import Registry
+from worker.scheduler import ChainTrace, run_chain
+from worker.settings import Settings
+from worker.store import Begun, EventStore, RedisActionPort, now_ms
+
+__all__ = ["DEFAULT_STAGES", "DrainOutcome", "EventWork", "Interpret", "Pipeline", "Project", "Stage"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class EventWork:
+    """What the stages of one event share."""
+
+    source: Source
+    begun: Begun
+    grant: LeaseGrant
+    port: RedisActionPort
+    max_attempts: int
+    services: Mapping[str, Any]
+    trace: ChainTrace | None = None
+    chain_json: str = ""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class Stage(Protocol):
+    """One step of an event's processing. May raise the control-flow exceptions of worker.errors."""
+
+    name: str
+
+    def __call__(self, work: EventWork, registry: Registry) -> None: ...
+
+
+class Interpret:
+    """Run the chain: source handlers, breadth-first signals and actions, idempotent executors."""
+
+    name = "interpret"
+
+    def __call__(self, work: EventWork, registry: Registry) -> None:
+        work.trace = run_chain(
+            work.source,
+            registry,
+            work.port,
+            attempt=work.begun.attempts,
+            max_attempts=work.max_attempts,
+            services=work.services,
+        )
+
+
+class Project:
+    """Serialize the chain's trace; the commit stores it with the event's final state."""
+
+    name = "project"
+
+    def __call__(self, work: EventWork, registry: Registry) -> None:
+        if work.trace is not None:
+            work.chain_json = chain_document(work.trace, work.source, attempt=work.begun.attempts)
+
+
+DEFAULT_STAGES: Sequence[Stage] = (Interpret(), Project())
+
+
+def chain_document(trace: ChainTrace, source: Source, *, attempt: int, error: str | None = None) -> str:
+    body = trace.to_json_dict()
+    body.update(
+        {
+            "chainId": source.chain.chain_id,
+            "rootSourceId": source.chain.root_source_id,
+            "eventId": source.event_id,
+            "scopeKey": source.scope_key,
+            "attempt": attempt,
+        }
+    )
+    if error is not None:
+        body["error"] = error
+    return json.dumps(body, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class DrainOutcome:
+    """What the caller (the Celery task) should do next for this scope."""
+
+    processed: int
+    next: Literal["idle", "again", "busy", "lost"]
+    delay_s: float = 0.0
+
+
+class Pipeline:
+    """Drains scopes. One instance per worker process; holds no per-scope state between drains."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        registry: Registry,
+        settings: Settings,
+        *,
+        stages: Sequence[Stage] = DEFAULT_STAGES,
+        services: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.settings = settings
+        self.stages = tuple(stages)
+        self.services = dict(services or {})
+        self.services.setdefault("redis", store.client)
+        self.services.setdefault("settings", settings)
+        self.lease = ScopeLease(
+            store.scripts,
+            store.keys,
+            ttl_s=settings.lease_ttl_s,
+            renew_interval_s=settings.lease_renew_interval_s,
+        )
+
+    def drain(self, scope_key: str) -> DrainOutcome:
+        grant, remaining_ms = self.lease.acquire(scope_key)
+        if grant is None:
+            # Somebody holds the scope. A live holder drains what we were sent for; a dead one's lease
+            # runs out in remaining_ms, so look again then (no spinning, one message per TTL).
+            return DrainOutcome(0, "busy", delay_s=remaining_ms / 1000 + 0.05)
+        try:
+            return self._drain_with(grant)
+        finally:
+            self.lease.stop_renewing()
+
+    def _drain_with(self, grant: LeaseGrant) -> DrainOutcome:
+        scope_key = grant.scope_key
+        processed = 0
+        while True:
+            if grant.lost.is_set():
+                return DrainOutcome(processed, "lost")
+            code, data = self.store.begin(scope_key, grant.fence)
+            if code == -1:
+                grant.lost.set()
+                return DrainOutcome(processed, "lost")
+            if code == 2:
+                continue
+            if code == 0:
+                reply = self.lease.release(grant)
+                if reply == 0:
+                    continue  # an event arrived while we were releasing: it is ours
+                if reply == 3:
+                    return DrainOutcome(processed, "again")  # our lease lapsed with work left
+                return DrainOutcome(processed, "idle")
+            if code == 3:
+                wait_ms = max(int(data[1]) - now_ms(), 0)
+                self.lease.release(grant, handoff=True)
+                return DrainOutcome(processed, "again", delay_s=wait_ms / 1000)
+            begun = Begun(
+                event_id=data[0],
+                body=data[1],
+                attempts=int(data[2]),
+                previous_state=data[3],
+                last_error=data[4],
+            )
+            if not self._process(grant, begun):
+                return DrainOutcome(processed, "lost")
+            processed += 1
+            if processed >= self.settings.max_events_per_drain:
+                if self.lease.release(grant, handoff=True) == -1:
+                    return DrainOutcome(processed, "lost")
+                return DrainOutcome(processed, "again")
+
+    def _process(self, grant: LeaseGrant, begun: Begun) -> bool:
+        """Run one event to a committed outcome. False when the lease was lost (nothing committed)."""
+        max_attempts = self.settings.max_attempts
+        try:
+            source = Source.model_validate_json(begun.body)
+        except ValueError as exc:
+            return self._commit(grant, begun, "dead", error=f"stored event is unreadable: {exc}")
+        if begun.attempts > max_attempts:
+            previous = f" (last error: {begun.last_error})" if begun.last_error else ""
+            return self._commit(
+                grant,
+                begun,
+                "dead",
+                error=f"worker lost while processing; {begun.attempts - 1} deliveries used of {max_attempts}{previous}",
+                source=source,
+            )
+        port = RedisActionPort(self.store, grant.scope_key, grant.fence, grant.lost)
+        work = EventWork(source, begun, grant, port, max_attempts, self.services)
+        try:
+            for stage in self.stages:
+                stage(work, self.registry)
+        except LeaseLost:
+            log.warning("lease lost mid-event; not committing", extra={"eventId": begun.event_id})
+            return False
+        except SkipEvent:
+            return self._commit(grant, begun, "done", source=source, chain_json=work.chain_json)
+        except PermanentFailure as exc:
+            return self._fail(grant, begun, work, source, f"{exc.code}: {exc}", permanent=True)
+        except RetryLater as exc:
+            return self._fail(grant, begun, work, source, f"RetryLater: {exc}", min_delay_s=exc.delay_s)
+        except Exception as exc:
+            return self._fail(grant, begun, work, source, f"{type(exc).__name__}: {exc}")
+        return self._commit(grant, begun, "done", source=source, chain_json=work.chain_json)
+
+    def _fail(
+        self,
+        grant: LeaseGrant,
+        begun: Begun,
+        work: EventWork,
+        source: Source,
+        error: str,
+        *,
+        permanent: bool = False,
+        min_delay_s: float = 0.0,
+    ) -> bool:
+        chain_json = ""
+        if work.trace is not None:
+            chain_json = chain_document(work.trace, source, attempt=begun.attempts, error=error)
+        if permanent or not should_retry(begun.attempts, self.settings.max_attempts):
+            return self._commit(grant, begun, "dead", error=error, source=source, chain_json=chain_json)
+        delay = backoff_ms(
+            begun.attempts, base_ms=self.settings.retry_base_ms, cap_ms=self.settings.retry_cap_ms
+        )
+        delay = max(delay, int(min_delay_s * 1000))
+        return self._commit(
+            grant,
+            begun,
+            "retry",
+            error=error,
+            not_before_ms=now_ms() + delay,
+            source=source,
+            chain_json=chain_json,
+        )
+
+    def _commit(
+        self,
+        grant: LeaseGrant,
+        begun: Begun,
+        outcome: Literal["done", "dead", "retry"],
+        *,
+        error: str = "",
+        not_before_ms: int = 0,
+        source: Source | None = None,
+        chain_json: str = "",
+    ) -> bool:
+        reply = self.store.commit(
+            grant.scope_key,
+            grant.fence,
+            begun.event_id,
+            outcome,
+            error=error,
+            not_before_ms=not_before_ms,
+            chain_id=source.chain.chain_id if source is not None else "",
+            chain_json=chain_json,
+        )
+        if reply == -1:
+            log.warning(
+                "fenced commit rejected (stale lease)",
+                extra={"eventId": begun.event_id, "fence": grant.fence},
+            )
+            grant.lost.set()
+            return False
+        if reply == -2:
+            log.error("commit found another event at the inbox head", extra={"eventId": begun.event_id})
+            return False
+        return True
+
+
+def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll ``predicate`` until true or timeout (used by the CLI and tests)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return bool(predicate())

@@ -1,0 +1,297 @@
+"""The chain scheduler: LobeHub's breadth-first dispatch, in Python, with durable idempotency.
+
+``run_chain(source, registry, port, ...)``:
+
+1. The queue starts with the source. Nodes are taken first-in first-out.
+2. The handlers matching the node's exact type run in registration order, one after another.
+3. A handler's result is applied: ``Dispatch`` appends its signals, then its actions, at the tail;
+   an ``ExecutorResult`` on an action node is recorded and becomes the built-in result signal
+   ``signal.action.<status>`` (id ``<actionId>:result``), appended at the tail; ``Wait``/``Schedule``/
+   ``Conclude`` is remembered as the terminal result if it is the first one, and the queue keeps draining.
+4. A handler exception aborts the chain and propagates (the pipeline retries the whole event; applied
+   actions are not repeated because of step 5).
+5. Before an action handler runs, its idempotency lane is consulted through the :class:`ActionPort`: an
+   action already applied under that key is not run again; its stored result is replayed, so a redelivered
+   event converges on the same trace. An ``applied`` result is committed with the handler's staged effects
+   atomically; ``failed``/``skipped`` results never mark the lane.
+
+Unlike LobeHub, the trace of a chain that ends in ``wait``/``schedule``/``conclude`` is kept whole.
+A ``max_nodes`` budget stops runaway fan-out (LobeHub has none).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.idempotency import idempotency_key_for
+from worker.context import ActionPort, EffectBuffer, HandlerContext
+from worker.errors import PermanentFailure
+from worker.nodes import (
+    Action,
+    Attempt,
+    Conclude,
+    Dispatch,
+    ExecutorResult,
+    Node,
+    Schedule,
+    Signal,
+    Source,
+    Wait,
+    result_signal,
+)
+from worker.registry import HandlerDef, HandlerKind, Registry
+
+__all__ = ["ChainTrace", "HandlerRun", "run_chain"]
+
+DEFAULT_MAX_NODES = 500
+
+
+@dataclass(slots=True)
+class HandlerRun:
+    id: str
+    handler_type: str
+    status: str
+    started_at_ms: int
+    duration_ms: float
+    input_ref_ids: list[str]
+    output_ref_ids: list[str]
+    error: dict[str, str] | None = None
+    attempt: int | None = None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": self.id,
+            "handlerType": self.handler_type,
+            "status": self.status,
+            "startedAt": _iso(self.started_at_ms),
+            "durationMs": round(self.duration_ms, 3),
+            "inputRefIds": self.input_ref_ids,
+            "outputRefIds": self.output_ref_ids,
+        }
+        if self.error is not None:
+            data["error"] = self.error
+        if self.attempt is not None:
+            data["attempt"] = self.attempt
+        return data
+
+
+@dataclass(slots=True)
+class ChainTrace:
+    """Everything one chain produced, in the order it happened."""
+
+    source: Source
+    signals: list[Signal] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    results: list[ExecutorResult] = field(default_factory=list)
+    handler_runs: list[HandlerRun] = field(default_factory=list)
+    terminal: Wait | Schedule | Conclude | None = None
+    started_at_ms: int = 0
+    duration_ms: float = 0.0
+
+    @property
+    def status(self) -> str:
+        return "completed" if self.terminal is None else self.terminal.status
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "source": self.source.to_json_dict(),
+            "signals": [s.to_json_dict() for s in self.signals],
+            "actions": [a.to_json_dict() for a in self.actions],
+            "results": [r.to_json_dict() for r in self.results],
+            "handlerRuns": [h.to_json_dict() for h in self.handler_runs],
+            "terminal": None if self.terminal is None else self.terminal.to_json_dict(),
+            "startedAt": self.started_at_ms,
+            "durationMs": round(self.duration_ms, 3),
+        }
+
+
+def _iso(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
+def _kind_and_type(node: Node) -> tuple[HandlerKind, str, str]:
+    if isinstance(node, Source):
+        return "source", node.source_type, node.source_id
+    if isinstance(node, Signal):
+        return "signal", node.signal_type, node.signal_id
+    return "action", node.action_type, node.action_id
+
+
+def run_chain(
+    source: Source,
+    registry: Registry,
+    port: ActionPort,
+    *,
+    attempt: int = 1,
+    max_attempts: int = 1,
+    services: Mapping[str, Any] | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> ChainTrace:
+    """Run every handler reachable from ``source``; see the module docstring for the algorithm."""
+    trace = ChainTrace(source=source, started_at_ms=int(time.time() * 1000))
+    started = time.perf_counter()
+    queue: deque[Node] = deque([source])
+    seen = 0
+    while queue:
+        node = queue.popleft()
+        seen += 1
+        if seen > max_nodes:
+            raise PermanentFailure(
+                f"chain exceeded {max_nodes} nodes (runaway fan-out?)", code="FANOUT_BUDGET"
+            )
+        if isinstance(node, Signal):
+            trace.signals.append(node)
+        elif isinstance(node, Action):
+            trace.actions.append(node)
+        kind, node_type, node_id = _kind_and_type(node)
+        for handler in registry.match(kind, node_type):
+            ctx = HandlerContext(
+                scope_key=source.scope_key,
+                node_timestamp=getattr(node, "timestamp", source.timestamp),
+                attempt=attempt,
+                max_attempts=max_attempts,
+                services=services or {},
+            )
+            if isinstance(node, Action):
+                outputs = _run_action(node, handler, ctx, port, trace)
+            else:
+                outputs = _run_handler(node, node_id, handler, ctx, trace)
+            queue.extend(outputs)
+    trace.duration_ms = (time.perf_counter() - started) * 1000
+    return trace
+
+
+def _run_handler(
+    node: Node, node_id: str, handler: HandlerDef, ctx: HandlerContext, trace: ChainTrace
+) -> list[Node]:
+    started_ms = int(time.time() * 1000)
+    t0 = time.perf_counter()
+    try:
+        result = handler.handle(node, ctx)
+    except Exception as exc:
+        trace.handler_runs.append(
+            HandlerRun(
+                id=f"{node_id}:{handler.id}",
+                handler_type=handler.id,
+                status="failed",
+                started_at_ms=started_ms,
+                duration_ms=(time.perf_counter() - t0) * 1000,
+                input_ref_ids=[node_id],
+                output_ref_ids=[],
+                error={"message": str(exc), "code": type(exc).__name__},
+            )
+        )
+        raise
+    outputs: list[Node] = []
+    status = "ok"
+    if isinstance(result, Dispatch):
+        outputs = [*result.signals, *result.actions]
+    elif isinstance(result, Wait | Schedule | Conclude):
+        if trace.terminal is None:
+            trace.terminal = result
+    elif result is None:
+        status = "skipped"
+    trace.handler_runs.append(
+        HandlerRun(
+            id=f"{node_id}:{handler.id}",
+            handler_type=handler.id,
+            status=status,
+            started_at_ms=started_ms,
+            duration_ms=(time.perf_counter() - t0) * 1000,
+            input_ref_ids=[node_id],
+            output_ref_ids=[_node_id(n) for n in outputs],
+        )
+    )
+    return outputs
+
+
+def _node_id(node: Node) -> str:
+    return _kind_and_type(node)[2]
+
+
+def _run_action(
+    action: Action, handler: HandlerDef, ctx: HandlerContext, port: ActionPort, trace: ChainTrace
+) -> list[Node]:
+    key = idempotency_key_for(action)
+    ctx.idempotency_key = key
+    started_ms = int(time.time() * 1000)
+    t0 = time.perf_counter()
+    stored = port.lookup(action, key)
+    if stored is not None:
+        result = stored
+    else:
+        port.ensure_live()
+        try:
+            raw = handler.handle(action, ctx)
+        except Exception as exc:
+            trace.handler_runs.append(
+                HandlerRun(
+                    id=f"{action.action_id}:attempt:{ctx.attempt}",
+                    handler_type=handler.id,
+                    status="failed",
+                    started_at_ms=started_ms,
+                    duration_ms=(time.perf_counter() - t0) * 1000,
+                    input_ref_ids=[action.action_id],
+                    output_ref_ids=[],
+                    error={"message": str(exc), "code": type(exc).__name__},
+                    attempt=ctx.attempt,
+                )
+            )
+            raise
+        if not isinstance(raw, ExecutorResult):
+            # An action handler that returns nothing (or a dispatch) is recorded like LobeHub's
+            # non-executor results; it produces no result signal and never marks the lane.
+            trace.handler_runs.append(
+                HandlerRun(
+                    id=f"{action.action_id}:attempt:{ctx.attempt}",
+                    handler_type=handler.id,
+                    status="skipped" if raw is None else "ok",
+                    started_at_ms=started_ms,
+                    duration_ms=(time.perf_counter() - t0) * 1000,
+                    input_ref_ids=[action.action_id],
+                    output_ref_ids=[],
+                    attempt=ctx.attempt,
+                )
+            )
+            return list(raw.signals) + list(raw.actions) if isinstance(raw, Dispatch) else []
+        result = _stamp_attempt(raw, ctx, started_ms)
+        if result.status == "applied":
+            ensure_applied = port.commit(action, key, result, ctx.effects)
+            if not ensure_applied:
+                # Someone else applied it under this key between our lookup and our commit: use theirs.
+                result = port.lookup(action, key) or result
+        ctx.effects = EffectBuffer()
+    trace.results.append(result)
+    error = None if result.error is None else {"code": result.error.code, "message": result.error.message}
+    signal = result_signal(action, result, int(time.time() * 1000))
+    trace.handler_runs.append(
+        HandlerRun(
+            id=f"{action.action_id}:attempt:{result.attempt.current}",
+            handler_type=handler.id,
+            status={"applied": "ok", "skipped": "skipped", "failed": "failed"}[result.status],
+            started_at_ms=started_ms,
+            duration_ms=(time.perf_counter() - t0) * 1000,
+            input_ref_ids=[action.action_id],
+            output_ref_ids=[signal.signal_id],
+            error=error,
+            attempt=result.attempt.current,
+        )
+    )
+    return [signal]
+
+
+def _stamp_attempt(result: ExecutorResult, ctx: HandlerContext, started_ms: int) -> ExecutorResult:
+    status = {"applied": "succeeded", "skipped": "skipped", "failed": "failed"}[result.status]
+    attempt = Attempt(
+        current=ctx.attempt,
+        max=ctx.max_attempts,
+        started_at=result.attempt.started_at or started_ms,
+        completed_at=result.attempt.completed_at or int(time.time() * 1000),
+        status=status,  # type: ignore[arg-type]
+    )
+    return result.model_copy(update={"attempt": attempt})

@@ -1,0 +1,178 @@
+"""The server-side Lua scripts: every multi-key state change of the pipeline is one atomic round trip.
+
+Each script's contract is in the comment above it. Scripts are registered once per Redis client
+(``register_script`` uses EVALSHA and falls back to EVAL after a server restart).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis import Redis
+from redis.commands.core import Script
+
+__all__ = ["Scripts"]
+
+# Enqueue one event: claim the dedupe record or count a duplicate.
+# KEYS: ev, inbox, sched, scopes, stats   ARGV: eventId, scopeKey, eventJson, nowMs, windowS, schedTtlMs
+# -> {1, publish(0|1)} accepted (publish=1: no drain is scheduled for the scope, send one) | {0, 0} duplicate
+ENQUEUE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'duplicates', 1)
+  redis.call('HINCRBY', KEYS[5], 'duplicate', 1)
+  return {0, 0}
+end
+redis.call('HSET', KEYS[1], 'state', 'queued', 'eventId', ARGV[1], 'scopeKey', ARGV[2], 'event', ARGV[3],
+  'enqueuedAt', ARGV[4], 'attempts', 0)
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[2])
+redis.call('HINCRBY', KEYS[5], 'accepted', 1)
+if redis.call('SET', KEYS[3], ARGV[4], 'NX', 'PX', ARGV[6]) then return {1, 1} end
+return {1, 0}
+"""
+
+# Grant the scope lease and issue the next fencing number, atomically.
+# KEYS: lease, fence   ARGV: token, ttlMs   -> fence (>0) | -pttl (<=0) when held by someone else
+ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return -redis.call('PTTL', KEYS[1])
+"""
+
+# Extend the lease only if we still own it.  KEYS: lease  ARGV: token, ttlMs  -> 1 | 0
+RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# Release, never stranding an event appended meanwhile.
+# KEYS: lease, inbox, sched, scopes   ARGV: token, scopeKey, mode ('normal'|'handoff')
+# -> -1 another holder owns it | 0 still ours and work remains (keep draining) | 1 released, scope idle
+#    2 released for hand-off (sched kept; caller publishes the next drain) | 3 lease had expired, work remains
+RELEASE = """
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return -1 end
+if ARGV[3] == 'handoff' then
+  if holder then redis.call('DEL', KEYS[1]) end
+  return 2
+end
+if redis.call('LLEN', KEYS[2]) > 0 then
+  if holder then return 0 end
+  return 3
+end
+if holder then redis.call('DEL', KEYS[1]) end
+redis.call('DEL', KEYS[3])
+redis.call('SREM', KEYS[4], ARGV[2])
+return 1
+"""
+
+# Take the head of the scope's inbox for processing (fenced).
+# KEYS: inbox, fence   ARGV: fence, prefix, nowMs
+# -> {-1} stale fence | {0} inbox empty | {2, id} head was already final or expired (popped)
+#    {3, id, notBefore} head is waiting for its retry time | {1, id, eventJson, attempts, prevState, lastError}
+BEGIN = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {-1} end
+local id = redis.call('LINDEX', KEYS[1], 0)
+if not id then return {0} end
+local ek = ARGV[2] .. 'ev:' .. id
+local rec = redis.call('HMGET', ek, 'state', 'event', 'notBefore', 'error')
+if not rec[2] or rec[1] == 'done' or rec[1] == 'dead' then
+  redis.call('LPOP', KEYS[1])
+  return {2, id}
+end
+local nb = tonumber(rec[3] or '0') or 0
+if nb > tonumber(ARGV[3]) then return {3, id, tostring(nb)} end
+local attempts = redis.call('HINCRBY', ek, 'attempts', 1)
+redis.call('HSET', ek, 'state', 'processing', 'startedAt', ARGV[3], 'fence', ARGV[1])
+return {1, id, rec[2], attempts, rec[1], rec[4] or ''}
+"""
+
+# Commit the head event's outcome (fenced): done, dead (to the DLQ), or back to queued for a retry.
+# KEYS: inbox, fence, ev, dlq, stats, chain
+# ARGV: fence, eventId, outcome, nowMs, windowS, error, notBefore, chainJson, chainTtlS, chainId
+# -> 1 committed | -1 stale fence (rejected and counted) | -2 the head is another event
+COMMIT = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  redis.call('HINCRBY', KEYS[5], 'fenceRejected', 1)
+  return -1
+end
+if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[2] then return -2 end
+if ARGV[8] ~= '' then redis.call('SET', KEYS[6], ARGV[8], 'EX', ARGV[9]) end
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[3], 'chainId', ARGV[10]) end
+if ARGV[3] == 'retry' then
+  redis.call('HSET', KEYS[3], 'state', 'queued', 'error', ARGV[6], 'notBefore', ARGV[7])
+  redis.call('HINCRBY', KEYS[5], 'retried', 1)
+  return 1
+end
+redis.call('LPOP', KEYS[1])
+if ARGV[3] == 'done' then
+  redis.call('HSET', KEYS[3], 'state', 'done', 'doneAt', ARGV[4])
+  redis.call('HDEL', KEYS[3], 'notBefore')
+  redis.call('EXPIRE', KEYS[3], ARGV[5])
+  redis.call('HINCRBY', KEYS[5], 'done', 1)
+else
+  redis.call('HSET', KEYS[3], 'state', 'dead', 'error', ARGV[6], 'deadAt', ARGV[4])
+  redis.call('PERSIST', KEYS[3])
+  redis.call('ZADD', KEYS[4], ARGV[4], ARGV[2])
+  redis.call('HINCRBY', KEYS[5], 'dead', 1)
+end
+return 1
+"""
+
+# Apply an action's staged effects and mark its idempotency lane, once, if our fence is current.
+# KEYS: idem, fence   ARGV: fence, resultJson, ttlS, effectsJson (list of command lists)
+# -> 1 applied | 0 lane already marked (nothing done) | -1 stale fence (nothing done)
+APPLY = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return -1 end
+for _, cmd in ipairs(cjson.decode(ARGV[4])) do redis.call(unpack(cmd)) end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+return 1
+"""
+
+# Put a dead event back at the tail of its scope's inbox.
+# KEYS: ev, inbox, sched, scopes, dlq, stats   ARGV: eventId, scopeKey, nowMs, schedTtlMs, windowS
+# -> {1, publish} requeued | {0, 0} not dead (nothing done)
+REDRIVE = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'dead' then return {0, 0} end
+redis.call('HSET', KEYS[1], 'state', 'queued', 'attempts', 0, 'redrivenAt', ARGV[3])
+redis.call('HDEL', KEYS[1], 'notBefore')
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[2])
+redis.call('HINCRBY', KEYS[6], 'redriven', 1)
+if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[4]) then return {1, 1} end
+return {1, 0}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Scripts:
+    """The scripts, registered on one client."""
+
+    enqueue: Script
+    acquire: Script
+    renew: Script
+    release: Script
+    begin: Script
+    commit: Script
+    apply: Script
+    redrive: Script
+
+    @classmethod
+    def register(cls, client: Redis) -> Scripts:
+        return cls(
+            enqueue=client.register_script(ENQUEUE),
+            acquire=client.register_script(ACQUIRE),
+            renew=client.register_script(RENEW),
+            release=client.register_script(RELEASE),
+            begin=client.register_script(BEGIN),
+            commit=client.register_script(COMMIT),
+            apply=client.register_script(APPLY),
+            redrive=client.register_script(REDRIVE),
+        )

@@ -1,0 +1,296 @@
+"""The event store: enqueue with dedupe, per-scope inboxes, fenced begin/commit, dead letters, reads.
+
+All state lives in Redis under :class:`worker.keys.Keys`; each state change is one Lua script from
+:mod:`worker.scripts`. This module does no Celery work: callers publish drain tasks when
+:meth:`EventStore.enqueue_many` says a scope needs one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from redis import Redis
+
+from worker.context import EffectBuffer
+from worker.errors import LeaseLost
+from worker.keys import Keys
+from worker.nodes import Action, ExecutorResult
+from worker.scripts import Scripts
+from worker.settings import Settings
+
+__all__ = ["Begun", "EnqueueOutcome", "EventStore", "PreparedEvent", "RedisActionPort", "now_ms"]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """A validated event ready to store: its id, scope and canonical JSON (the worker's Source)."""
+
+    event_id: str
+    scope_key: str
+    source_id: str
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOutcome:
+    event_id: str
+    source_id: str
+    scope_key: str
+    status: Literal["accepted", "duplicate"]
+    schedule: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """The head event of a scope, taken for processing."""
+
+    event_id: str
+    body: str
+    attempts: int
+    previous_state: str
+    last_error: str
+
+
+class EventStore:
+    """Redis-backed events, inboxes and dead letters for one key prefix."""
+
+    def __init__(self, client: Redis, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self.scripts = Scripts.register(client)
+
+    @property
+    def schedule_ttl_ms(self) -> int:
+        # A scheduled-drain marker outlives any queued drain message, so a lost publish self-heals.
+        return int(self.settings.visibility_timeout_s * 1000)
+
+    # ---- producers -------------------------------------------------------------------------------
+
+    def enqueue_many(self, events: Sequence[PreparedEvent]) -> list[EnqueueOutcome]:
+        """Claim each event's dedupe record and append it to its scope inbox, in one pipelined round trip."""
+        if not events:
+            return []
+        now = str(now_ms())
+        pipe = self.client.pipeline(transaction=False)
+        for ev in events:
+            self.scripts.enqueue(
+                keys=[
+                    self.keys.event(ev.event_id),
+                    self.keys.inbox(ev.scope_key),
+                    self.keys.scheduled(ev.scope_key),
+                    self.keys.scopes,
+                    self.keys.stats,
+                ],
+                args=[
+                    ev.event_id,
+                    ev.scope_key,
+                    ev.body,
+                    now,
+                    self.settings.dedupe_window_s,
+                    self.schedule_ttl_ms,
+                ],
+                client=pipe,
+            )
+        replies = pipe.execute()
+        outcomes = []
+        for ev, (accepted, publish) in zip(events, replies, strict=True):
+            outcomes.append(
+                EnqueueOutcome(
+                    event_id=ev.event_id,
+                    source_id=ev.source_id,
+                    scope_key=ev.scope_key,
+                    status="accepted" if accepted else "duplicate",
+                    schedule=bool(publish),
+                )
+            )
+        return outcomes
+
+    def count_rejected(self, n: int = 1) -> None:
+        self.client.hincrby(self.keys.stats, "rejected", n)
+
+    # ---- worker ----------------------------------------------------------------------------------
+
+    def begin(self, scope_key: str, fence: int) -> tuple[int, list[str]]:
+        """Take the scope's head event; see ``scripts.BEGIN`` for the reply codes."""
+        reply = self.scripts.begin(
+            keys=[self.keys.inbox(scope_key), self.keys.fence(scope_key)],
+            args=[fence, self.settings.key_prefix, now_ms()],
+        )
+        code = int(reply[0])
+        return code, [str(x) for x in reply[1:]]
+
+    def commit(
+        self,
+        scope_key: str,
+        fence: int,
+        event_id: str,
+        outcome: Literal["done", "dead", "retry"],
+        *,
+        error: str = "",
+        not_before_ms: int = 0,
+        chain_id: str = "",
+        chain_json: str = "",
+    ) -> int:
+        """Fenced commit of the head event; 1 ok, -1 stale fence, -2 the head moved."""
+        return int(
+            self.scripts.commit(
+                keys=[
+                    self.keys.inbox(scope_key),
+                    self.keys.fence(scope_key),
+                    self.keys.event(event_id),
+                    self.keys.dlq,
+                    self.keys.stats,
+                    self.keys.chain(chain_id or "-"),
+                ],
+                args=[
+                    fence,
+                    event_id,
+                    outcome,
+                    now_ms(),
+                    self.settings.dedupe_window_s,
+                    error,
+                    not_before_ms,
+                    chain_json,
+                    self.settings.chain_retention_s,
+                    chain_id,
+                ],
+            )
+        )
+
+    # ---- reads -----------------------------------------------------------------------------------
+
+    def get_event(self, event_id: str) -> dict[str, Any] | None:
+        """The event's public status record, or None when unknown (or expired)."""
+        raw = self.client.hgetall(self.keys.event(event_id))
+        if not raw:
+            return None
+        return _status_record(raw)
+
+    def get_chain(self, chain_id: str) -> dict[str, Any] | None:
+        raw = self.client.get(self.keys.chain(chain_id))
+        return None if raw is None else json.loads(raw)
+
+    def stats(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
+
+    def inbox_depth(self, scope_key: str) -> int:
+        return int(self.client.llen(self.keys.inbox(scope_key)))
+
+    def active_scopes(self) -> list[str]:
+        return sorted(self.client.smembers(self.keys.scopes))
+
+    # ---- dead letters ----------------------------------------------------------------------------
+
+    def dlq_list(self, *, offset: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+        """Dead events, most recent death first, each with payload, attempts and last error."""
+        ids = self.client.zrevrange(self.keys.dlq, offset, offset + limit - 1)
+        pipe = self.client.pipeline(transaction=False)
+        for event_id in ids:
+            pipe.hgetall(self.keys.event(event_id))
+        out = []
+        for raw in pipe.execute():
+            if raw:
+                record = _status_record(raw)
+                record["event"] = json.loads(raw["event"])
+                record["deadAt"] = int(raw.get("deadAt", 0))
+                out.append(record)
+        return out
+
+    def dlq_size(self) -> int:
+        return int(self.client.zcard(self.keys.dlq))
+
+    def dlq_ids(self) -> list[str]:
+        return list(self.client.zrange(self.keys.dlq, 0, -1))
+
+    def redrive(self, event_id: str) -> tuple[bool, str | None, bool]:
+        """Requeue one dead event; returns (requeued, scopeKey, needs a drain task)."""
+        scope_key = self.client.hget(self.keys.event(event_id), "scopeKey")
+        if scope_key is None:
+            return False, None, False
+        ok, publish = self.scripts.redrive(
+            keys=[
+                self.keys.event(event_id),
+                self.keys.inbox(scope_key),
+                self.keys.scheduled(scope_key),
+                self.keys.scopes,
+                self.keys.dlq,
+                self.keys.stats,
+            ],
+            args=[event_id, scope_key, now_ms(), self.schedule_ttl_ms, self.settings.dedupe_window_s],
+        )
+        return bool(ok), scope_key, bool(publish)
+
+
+def _status_record(raw: dict[str, str]) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "eventId": raw.get("eventId"),
+        "status": raw.get("state"),
+        "attempts": int(raw.get("attempts", 0)),
+        "chainId": raw.get("chainId"),
+        "scopeKey": raw.get("scopeKey"),
+        "enqueuedAt": int(raw.get("enqueuedAt", 0)),
+        "duplicates": int(raw.get("duplicates", 0)),
+    }
+    if raw.get("error"):
+        record["error"] = raw["error"]
+    if raw.get("doneAt"):
+        record["doneAt"] = int(raw["doneAt"])
+    if record["chainId"] is None:
+        try:
+            source_id = json.loads(raw["event"])["sourceId"]
+            record["chainId"] = f"chain:{source_id}"
+        except (KeyError, ValueError):
+            record["chainId"] = None
+    return record
+
+
+class RedisActionPort:
+    """Idempotency lanes in Redis, fenced by the current lease (the scheduler's :class:`ActionPort`)."""
+
+    def __init__(self, store: EventStore, scope_key: str, fence: int, lost: Any) -> None:
+        self.store = store
+        self.scope_key = scope_key
+        self.fence = fence
+        self._lost = lost  # threading.Event set by the lease renewer
+
+    def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
+        raw = self.store.client.get(self.store.keys.idempotency(self.scope_key, idempotency_key))
+        return None if raw is None else ExecutorResult.model_validate_json(raw)
+
+    def commit(
+        self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
+    ) -> bool:
+        effects_json = json.dumps(
+            [[str(a) if not isinstance(a, str) else a for a in cmd] for cmd in effects.commands]
+        )
+        reply = int(
+            self.store.scripts.apply(
+                keys=[
+                    self.store.keys.idempotency(self.scope_key, idempotency_key),
+                    self.store.keys.fence(self.scope_key),
+                ],
+                args=[
+                    self.fence,
+                    result.model_dump_json(by_alias=True, exclude_none=True),
+                    self.store.settings.idempotency_ttl_s,
+                    effects_json,
+                ],
+            )
+        )
+        if reply == -1:
+            self.store.client.hincrby(self.store.keys.stats, "fenceRejected", 1)
+            raise LeaseLost(f"scope {self.scope_key}: fence {self.fence} is stale; effect not applied")
+        return reply == 1
+
+    def ensure_live(self) -> None:
+        if self._lost.is_set():
+            raise LeaseLost(f"scope {self.scope_key}: lease lost before the next effect")
