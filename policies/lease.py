@@ -18,10 +18,12 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
 
 from worker.keys import Keys
 from worker.scripts import Scripts
+from worker.store import Head
 
 __all__ = ["LeaseGrant", "ScopeLease"]
 
@@ -46,22 +48,35 @@ class ScopeLease:
         self.keys = keys
         self.ttl_ms = int(ttl_s * 1000)
         self.renew_interval_s = renew_interval_s
-        self._stop: threading.Event | None = None
+        self._current: LeaseGrant | None = None
+        self._guard = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def acquire(self, scope_key: str) -> tuple[LeaseGrant | None, int]:
-        """Try once: (grant, 0) on success, else (None, milliseconds the current holder still has)."""
+    def acquire(
+        self, scope_key: str, *, prefix: str, now_ms: int
+    ) -> tuple[LeaseGrant | None, int, Head | None]:
+        """Try once. Granted: (grant, 0, head), where the same round trip took the inbox's head (and, when the
+        inbox was empty, already released the lease again: head.code == 0, no renewer started).
+        Held by someone else: (None, milliseconds they still have, None)."""
         token = secrets.token_hex(16)
-        reply = int(
-            self.scripts.acquire(
-                keys=[self.keys.lease(scope_key), self.keys.fence(scope_key)], args=[token, self.ttl_ms]
-            )
+        reply = self.scripts.acquire(
+            keys=[
+                self.keys.lease(scope_key),
+                self.keys.fence(scope_key),
+                self.keys.inbox(scope_key),
+                self.keys.scheduled(scope_key),
+                self.keys.scopes,
+            ],
+            args=[token, self.ttl_ms, prefix, now_ms, scope_key],
         )
-        if reply > 0:
-            grant = LeaseGrant(scope_key=scope_key, token=token, fence=reply)
+        fence = int(reply[0])
+        if fence == 0:
+            return None, max(int(reply[1]), 0), None
+        grant = LeaseGrant(scope_key=scope_key, token=token, fence=fence)
+        head = Head.parse(reply[1:])
+        if head.code != 0:
             self._start_renewer(grant)
-            return grant, 0
-        return None, max(-reply, 0)
+        return grant, 0, head
 
     def renew(self, grant: LeaseGrant) -> bool:
         ok = bool(
@@ -72,40 +87,33 @@ class ScopeLease:
         return ok
 
     def _start_renewer(self, grant: LeaseGrant) -> None:
-        stop = threading.Event()
+        """Make ``grant`` the one the process's renewer thread keeps alive (one thread per process, started on
+        first use: a drain holds one lease at a time, and a thread per drain costs more than the drain)."""
+        with self._guard:
+            self._current = grant
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._renew_forever, name="lease-renewer", daemon=True)
+                self._thread.start()
 
-        def loop() -> None:
-            while not stop.wait(self.renew_interval_s):
-                try:
-                    if not self.renew(grant):
-                        log.warning("lease lost", extra={"scopeKey": grant.scope_key, "fence": grant.fence})
-                        return
-                except Exception:  # a Redis hiccup: try again next tick; the TTL covers two misses
-                    log.exception("lease renewal failed")
-
-        self._stop = stop
-        self._thread = threading.Thread(target=loop, name=f"lease-renew:{grant.scope_key}", daemon=True)
-        self._thread.start()
+    def _renew_forever(self) -> None:
+        # Renews at most renew_interval_s after a grant and then every renew_interval_s; a grant taken just
+        # before a tick is renewed early, which is harmless.
+        while True:
+            time.sleep(self.renew_interval_s)
+            with self._guard:
+                grant = self._current
+            if grant is None or grant.lost.is_set():
+                continue
+            try:
+                if not self.renew(grant):
+                    log.warning("lease lost", extra={"scopeKey": grant.scope_key, "fence": grant.fence})
+            except Exception:  # a Redis hiccup: try again next tick; the TTL covers two misses
+                log.exception("lease renewal failed")
 
     def stop_renewing(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.renew_interval_s + 1)
-        self._stop = None
-        self._thread = None
+        with self._guard:
+            self._current = None
 
-    def release(self, grant: LeaseGrant, *, handoff: bool = False) -> int:
-        """Token-checked release; see ``scripts.RELEASE`` for the reply codes (0 means: still ours, keep going)."""
-        reply = int(
-            self.scripts.release(
-                keys=[
-                    self.keys.lease(grant.scope_key),
-                    self.keys.inbox(grant.scope_key),
-                    self.keys.scheduled(grant.scope_key),
-                    self.keys.scopes,
-                ],
-                args=[grant.token, grant.scope_key, "handoff" if handoff else "normal"],
-            )
-        )
-        return reply
+    def hand_off(self, grant: LeaseGrant) -> bool:
+        """Token-checked release that keeps the scope scheduled; False when another holder owns the lease."""
+        return int(self.scripts.release(keys=[self.keys.lease(grant.scope_key)], args=[grant.token])) == 1

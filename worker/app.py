@@ -29,7 +29,7 @@ from worker.reconcile import reconcile, try_reconcile_lock
 from worker.redis_client import redis_from_settings
 from worker.registry import Registry
 from worker.settings import Settings, check_settings
-from worker.store import EventStore
+from worker.store import EventStore, now_ms
 from worker.tasks import publish_drain, register_tasks
 
 __all__ = ["build_pipeline", "create_app"]
@@ -94,25 +94,34 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
     def on_ready(sender: Any = None, **_: Any) -> None:
         if sender is not None and getattr(sender, "app", app) is not app:
             return
+        hostname = str(getattr(sender, "hostname", "worker"))
         thread = threading.Thread(
-            target=_sweep_forever, args=(app, settings, stop), name="reconcile", daemon=True
+            target=_sweep_forever, args=(app, settings, stop, hostname), name="reconcile", daemon=True
         )
         thread.start()
 
-    def on_shutdown(**_: Any) -> None:
+    def on_shutdown(sender: Any = None, **_: Any) -> None:
         stop.set()
+        try:
+            store = EventStore(redis_from_settings(settings), settings)
+            store.client.hdel(store.keys.workers, str(getattr(sender, "hostname", "worker")))
+        except Exception:  # shutting down: best effort
+            log.debug("could not deregister worker", exc_info=True)
 
     worker_process_init.connect(on_process_init, weak=False)
     worker_ready.connect(on_ready, weak=False)
     worker_shutdown.connect(on_shutdown, weak=False)
 
 
-def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event) -> None:
+def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostname: str) -> None:
+    """The worker main process's background loop: heartbeat, then (if this interval is ours) reconcile."""
     store = EventStore(redis_from_settings(settings), settings)
     interval_ms = int(settings.reconcile_interval_s * 1000)
     stale_after_ms = int(settings.lease_ttl_s * 1000 * 2)
+    store.client.hset(store.keys.workers, hostname, now_ms())
     while not stop.wait(settings.reconcile_interval_s):
         try:
+            store.client.hset(store.keys.workers, hostname, now_ms())
             if try_reconcile_lock(store, interval_ms):
                 published = reconcile(
                     store,

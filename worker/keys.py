@@ -18,6 +18,7 @@ dlq                                  zset    none                      dead even
 chain:<chainId>                      string  chain retention           the chain's trace (JSON)
 stats                                hash    none                      counters (accepted, duplicate, ...)
 reconcile-lock                       string  reconcile interval        one sweeper per interval across workers
+workers                              hash    none                      worker hostname -> last heartbeat (ms)
 activity:{scope}                     hash    none                      built-in policy: per-scope activity counts
 """
 
@@ -70,6 +71,10 @@ class Keys:
     @property
     def stats(self) -> str:
         return f"{self.prefix}stats"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}workers"
 
     @property
     def reconcile_lock(self) -> str:

@@ -16,6 +16,7 @@ from pydantic.alias_generators import to_camel
 __all__ = [
     "Action",
     "Attempt",
+    "AttemptStatus",
     "ChainRef",
     "Conclude",
     "Dispatch",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 ResultStatus = Literal["applied", "skipped", "failed"]
+AttemptStatus = Literal["cancelled", "failed", "running", "skipped", "succeeded"]
 
 
 class Model(BaseModel):
@@ -107,7 +109,7 @@ class Attempt(Model):
     max: int | None = None
     started_at: int
     completed_at: int | None = None
-    status: Literal["cancelled", "failed", "running", "skipped", "succeeded"]
+    status: AttemptStatus
 
 
 class ExecutorError(Model):

@@ -32,7 +32,7 @@ from worker.nodes import Source
 from worker.registry import Registry
 from worker.scheduler import ChainTrace, run_chain
 from worker.settings import Settings
-from worker.store import Begun, EventStore, RedisActionPort, now_ms
+from worker.store import Begun, EventStore, Head, RedisActionPort, now_ms
 
 __all__ = ["DEFAULT_STAGES", "DrainOutcome", "EventWork", "Interpret", "Pipeline", "Project", "Stage"]
 
@@ -143,67 +143,56 @@ class Pipeline:
         )
 
     def drain(self, scope_key: str) -> DrainOutcome:
-        grant, remaining_ms = self.lease.acquire(scope_key)
-        if grant is None:
+        grant, remaining_ms, head = self.lease.acquire(
+            scope_key, prefix=self.settings.key_prefix, now_ms=now_ms()
+        )
+        if grant is None or head is None:
             # Somebody holds the scope. A live holder drains what we were sent for; a dead one's lease
             # runs out in remaining_ms, so look again then (no spinning, one message per TTL).
             return DrainOutcome(0, "busy", delay_s=remaining_ms / 1000 + 0.05)
         try:
-            return self._drain_with(grant)
+            return self._drain_with(grant, head)
         finally:
             self.lease.stop_renewing()
 
-    def _drain_with(self, grant: LeaseGrant) -> DrainOutcome:
-        scope_key = grant.scope_key
+    def _drain_with(self, grant: LeaseGrant, head: Head) -> DrainOutcome:
         processed = 0
         while True:
-            if grant.lost.is_set():
-                return DrainOutcome(processed, "lost")
-            code, data = self.store.begin(scope_key, grant.fence)
-            if code == -1:
-                grant.lost.set()
-                return DrainOutcome(processed, "lost")
-            if code == 2:
-                continue
-            if code == 0:
-                reply = self.lease.release(grant)
-                if reply == 0:
-                    continue  # an event arrived while we were releasing: it is ours
-                if reply == 3:
-                    return DrainOutcome(processed, "again")  # our lease lapsed with work left
-                return DrainOutcome(processed, "idle")
-            if code == 3:
-                wait_ms = max(int(data[1]) - now_ms(), 0)
-                self.lease.release(grant, handoff=True)
+            if head.code == 0:
+                return DrainOutcome(processed, "idle")  # the script released the scope
+            if head.code == 3 or head.begun is None:
+                wait_ms = max(head.not_before_ms - now_ms(), 0)
+                if not self.lease.hand_off(grant):
+                    return DrainOutcome(processed, "lost")
                 return DrainOutcome(processed, "again", delay_s=wait_ms / 1000)
-            begun = Begun(
-                event_id=data[0],
-                body=data[1],
-                attempts=int(data[2]),
-                previous_state=data[3],
-                last_error=data[4],
-            )
-            if not self._process(grant, begun):
+            go_on = processed + 1 < self.settings.max_events_per_drain
+            committed, following = self._process(grant, head.begun, go_on=go_on)
+            if not committed:
                 return DrainOutcome(processed, "lost")
             processed += 1
-            if processed >= self.settings.max_events_per_drain:
-                if self.lease.release(grant, handoff=True) == -1:
+            if following is None:
+                # max_events_per_drain reached: hand the scope to a fresh task so other scopes get a turn.
+                if not self.lease.hand_off(grant):
                     return DrainOutcome(processed, "lost")
                 return DrainOutcome(processed, "again")
+            head = following
 
-    def _process(self, grant: LeaseGrant, begun: Begun) -> bool:
-        """Run one event to a committed outcome. False when the lease was lost (nothing committed)."""
+    def _process(self, grant: LeaseGrant, begun: Begun, *, go_on: bool) -> tuple[bool, Head | None]:
+        """Run one event to a committed outcome; (False, None) when the lease was lost (nothing committed).
+
+        With ``go_on`` the commit also takes the next head (returned) or releases the idle scope."""
         max_attempts = self.settings.max_attempts
         try:
             source = Source.model_validate_json(begun.body)
         except ValueError as exc:
-            return self._commit(grant, begun, "dead", error=f"stored event is unreadable: {exc}")
+            return self._commit(grant, begun, "dead", go_on=go_on, error=f"stored event is unreadable: {exc}")
         if begun.attempts > max_attempts:
             previous = f" (last error: {begun.last_error})" if begun.last_error else ""
             return self._commit(
                 grant,
                 begun,
                 "dead",
+                go_on=go_on,
                 error=f"worker lost while processing; {begun.attempts - 1} deliveries used of {max_attempts}{previous}",
                 source=source,
             )
@@ -214,16 +203,18 @@ class Pipeline:
                 stage(work, self.registry)
         except LeaseLost:
             log.warning("lease lost mid-event; not committing", extra={"eventId": begun.event_id})
-            return False
+            return False, None
         except SkipEvent:
-            return self._commit(grant, begun, "done", source=source, chain_json=work.chain_json)
+            return self._commit(grant, begun, "done", go_on=go_on, source=source, chain_json=work.chain_json)
         except PermanentFailure as exc:
-            return self._fail(grant, begun, work, source, f"{exc.code}: {exc}", permanent=True)
+            return self._fail(grant, begun, work, source, f"{exc.code}: {exc}", go_on=go_on, permanent=True)
         except RetryLater as exc:
-            return self._fail(grant, begun, work, source, f"RetryLater: {exc}", min_delay_s=exc.delay_s)
+            return self._fail(
+                grant, begun, work, source, f"RetryLater: {exc}", go_on=go_on, min_delay_s=exc.delay_s
+            )
         except Exception as exc:
-            return self._fail(grant, begun, work, source, f"{type(exc).__name__}: {exc}")
-        return self._commit(grant, begun, "done", source=source, chain_json=work.chain_json)
+            return self._fail(grant, begun, work, source, f"{type(exc).__name__}: {exc}", go_on=go_on)
+        return self._commit(grant, begun, "done", go_on=go_on, source=source, chain_json=work.chain_json)
 
     def _fail(
         self,
@@ -233,14 +224,17 @@ class Pipeline:
         source: Source,
         error: str,
         *,
+        go_on: bool,
         permanent: bool = False,
         min_delay_s: float = 0.0,
-    ) -> bool:
+    ) -> tuple[bool, Head | None]:
         chain_json = ""
         if work.trace is not None:
             chain_json = chain_document(work.trace, source, attempt=begun.attempts, error=error)
         if permanent or not should_retry(begun.attempts, self.settings.max_attempts):
-            return self._commit(grant, begun, "dead", error=error, source=source, chain_json=chain_json)
+            return self._commit(
+                grant, begun, "dead", go_on=go_on, error=error, source=source, chain_json=chain_json
+            )
         delay = backoff_ms(
             begun.attempts, base_ms=self.settings.retry_base_ms, cap_ms=self.settings.retry_cap_ms
         )
@@ -249,6 +243,7 @@ class Pipeline:
             grant,
             begun,
             "retry",
+            go_on=go_on,
             error=error,
             not_before_ms=now_ms() + delay,
             source=source,
@@ -261,16 +256,19 @@ class Pipeline:
         begun: Begun,
         outcome: Literal["done", "dead", "retry"],
         *,
+        go_on: bool,
         error: str = "",
         not_before_ms: int = 0,
         source: Source | None = None,
         chain_json: str = "",
-    ) -> bool:
-        reply = self.store.commit(
+    ) -> tuple[bool, Head | None]:
+        reply, following = self.store.commit(
             grant.scope_key,
             grant.fence,
             begun.event_id,
             outcome,
+            token=grant.token,
+            go_on=go_on,
             error=error,
             not_before_ms=not_before_ms,
             chain_id=source.chain.chain_id if source is not None else "",
@@ -282,11 +280,11 @@ class Pipeline:
                 extra={"eventId": begun.event_id, "fence": grant.fence},
             )
             grant.lost.set()
-            return False
+            return False, None
         if reply == -2:
             log.error("commit found another event at the inbox head", extra={"eventId": begun.event_id})
-            return False
-        return True
+            return False, None
+        return True, following
 
 
 def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:

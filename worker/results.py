@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from worker.context import HandlerContext
-from worker.nodes import Action, Attempt, ExecutorError, ExecutorResult
+from worker.nodes import Action, Attempt, AttemptStatus, ExecutorError, ExecutorResult
 
 __all__ = ["applied", "failed", "skipped"]
 
 
-def _attempt(ctx: HandlerContext, status: str) -> Attempt:
-    return Attempt(current=ctx.attempt, max=ctx.max_attempts, started_at=0, status=status)  # type: ignore[arg-type]
+def _attempt(ctx: HandlerContext, status: AttemptStatus) -> Attempt:
+    return Attempt(current=ctx.attempt, max=ctx.max_attempts, started_at=0, status=status)
 
 
 def applied(

@@ -33,6 +33,7 @@ from worker.errors import PermanentFailure
 from worker.nodes import (
     Action,
     Attempt,
+    AttemptStatus,
     Conclude,
     Dispatch,
     ExecutorResult,
@@ -258,7 +259,9 @@ def _run_action(
                     attempt=ctx.attempt,
                 )
             )
-            return list(raw.signals) + list(raw.actions) if isinstance(raw, Dispatch) else []
+            if isinstance(raw, Dispatch):
+                return [*raw.signals, *raw.actions]
+            return []
         result = _stamp_attempt(raw, ctx, started_ms)
         if result.status == "applied":
             ensure_applied = port.commit(action, key, result, ctx.effects)
@@ -285,13 +288,16 @@ def _run_action(
     return [signal]
 
 
+_ATTEMPT_STATUS: dict[str, AttemptStatus] = {"applied": "succeeded", "skipped": "skipped", "failed": "failed"}
+
+
 def _stamp_attempt(result: ExecutorResult, ctx: HandlerContext, started_ms: int) -> ExecutorResult:
-    status = {"applied": "succeeded", "skipped": "skipped", "failed": "failed"}[result.status]
+    status = _ATTEMPT_STATUS[result.status]
     attempt = Attempt(
         current=ctx.attempt,
         max=ctx.max_attempts,
         started_at=result.attempt.started_at or started_ms,
         completed_at=result.attempt.completed_at or int(time.time() * 1000),
-        status=status,  # type: ignore[arg-type]
+        status=status,
     )
     return result.model_copy(update={"attempt": attempt})

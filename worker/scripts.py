@@ -32,14 +32,54 @@ if redis.call('SET', KEYS[3], ARGV[4], 'NX', 'PX', ARGV[6]) then return {1, 1} e
 return {1, 0}
 """
 
-# Grant the scope lease and issue the next fencing number, atomically.
-# KEYS: lease, fence   ARGV: token, ttlMs   -> fence (>0) | -pttl (<=0) when held by someone else
-ACQUIRE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+# Shared Lua: take the head of a scope's inbox for processing. Heads that are already final (done/dead) or
+# whose record expired are popped and skipped.  Returns {0} inbox empty | {3, id, notBefore} head waits for
+# its retry time | {1, id, eventJson, attempts, prevState, lastError} head taken (state -> processing).
+TAKE_HEAD = """
+local function take_head(inbox, prefix, now, fence)
+  for _ = 1, 1000 do
+    local id = redis.call('LINDEX', inbox, 0)
+    if not id then return {0} end
+    local ek = prefix .. 'ev:' .. id
+    local rec = redis.call('HMGET', ek, 'state', 'event', 'notBefore', 'error')
+    if not rec[2] or rec[1] == 'done' or rec[1] == 'dead' then
+      redis.call('LPOP', inbox)
+    else
+      local nb = tonumber(rec[3] or '0') or 0
+      if nb > tonumber(now) then return {3, id, tostring(nb)} end
+      local attempts = redis.call('HINCRBY', ek, 'attempts', 1)
+      redis.call('HSET', ek, 'state', 'processing', 'startedAt', now, 'fence', fence)
+      return {1, id, rec[2], attempts, rec[1], rec[4] or ''}
+    end
+  end
+  return {3, '', now}
 end
-return -redis.call('PTTL', KEYS[1])
+local function release_if_idle(inbox, lease, sched, scopes, token, scope)
+  if redis.call('LLEN', inbox) > 0 then return false end
+  if redis.call('GET', lease) == token then redis.call('DEL', lease) end
+  redis.call('DEL', sched)
+  redis.call('SREM', scopes, scope)
+  return true
+end
 """
+
+# Grant the scope lease, issue the next fencing number, and take the head event, in one round trip.
+# KEYS: lease, fence, inbox, sched, scopes   ARGV: token, ttlMs, prefix, nowMs, scopeKey
+# -> {0, pttl} held by someone else | {fence, <take_head reply>} granted; when the inbox was empty the
+#    lease is released again in the same script (reply {fence, 0}).
+ACQUIRE = (
+    TAKE_HEAD
+    + """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local fence = redis.call('INCR', KEYS[2])
+local head = take_head(KEYS[3], ARGV[3], ARGV[4], fence)
+if head[1] == 0 then release_if_idle(KEYS[3], KEYS[1], KEYS[4], KEYS[5], ARGV[1], ARGV[5]) end
+table.insert(head, 1, fence)
+return head
+"""
+)
 
 # Extend the lease only if we still own it.  KEYS: lease  ARGV: token, ttlMs  -> 1 | 0
 RENEW = """
@@ -49,79 +89,58 @@ end
 return 0
 """
 
-# Release, never stranding an event appended meanwhile.
-# KEYS: lease, inbox, sched, scopes   ARGV: token, scopeKey, mode ('normal'|'handoff')
-# -> -1 another holder owns it | 0 still ours and work remains (keep draining) | 1 released, scope idle
-#    2 released for hand-off (sched kept; caller publishes the next drain) | 3 lease had expired, work remains
+# Hand the scope off: release our lease but keep the scheduled-drain marker (the caller publishes the next
+# drain). Releasing an idle scope happens inside ACQUIRE/COMMIT, atomically with the empty-inbox check, so
+# an event appended while we release is never stranded.
+# KEYS: lease   ARGV: token   -> -1 another holder owns it | 1 released (or had already expired)
 RELEASE = """
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then return -1 end
-if ARGV[3] == 'handoff' then
-  if holder then redis.call('DEL', KEYS[1]) end
-  return 2
-end
-if redis.call('LLEN', KEYS[2]) > 0 then
-  if holder then return 0 end
-  return 3
-end
 if holder then redis.call('DEL', KEYS[1]) end
-redis.call('DEL', KEYS[3])
-redis.call('SREM', KEYS[4], ARGV[2])
 return 1
 """
 
-# Take the head of the scope's inbox for processing (fenced).
-# KEYS: inbox, fence   ARGV: fence, prefix, nowMs
-# -> {-1} stale fence | {0} inbox empty | {2, id} head was already final or expired (popped)
-#    {3, id, notBefore} head is waiting for its retry time | {1, id, eventJson, attempts, prevState, lastError}
-BEGIN = """
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {-1} end
-local id = redis.call('LINDEX', KEYS[1], 0)
-if not id then return {0} end
-local ek = ARGV[2] .. 'ev:' .. id
-local rec = redis.call('HMGET', ek, 'state', 'event', 'notBefore', 'error')
-if not rec[2] or rec[1] == 'done' or rec[1] == 'dead' then
-  redis.call('LPOP', KEYS[1])
-  return {2, id}
-end
-local nb = tonumber(rec[3] or '0') or 0
-if nb > tonumber(ARGV[3]) then return {3, id, tostring(nb)} end
-local attempts = redis.call('HINCRBY', ek, 'attempts', 1)
-redis.call('HSET', ek, 'state', 'processing', 'startedAt', ARGV[3], 'fence', ARGV[1])
-return {1, id, rec[2], attempts, rec[1], rec[4] or ''}
-"""
-
-# Commit the head event's outcome (fenced): done, dead (to the DLQ), or back to queued for a retry.
-# KEYS: inbox, fence, ev, dlq, stats, chain
-# ARGV: fence, eventId, outcome, nowMs, windowS, error, notBefore, chainJson, chainTtlS, chainId
-# -> 1 committed | -1 stale fence (rejected and counted) | -2 the head is another event
-COMMIT = """
+# Commit the head event's outcome (fenced): done, dead (to the DLQ), or back to queued for a retry; then,
+# when ARGV[14] is '1', go on in the same round trip: take the next head, or release the scope if it is idle.
+# KEYS: inbox, fence, ev, dlq, stats, chain, lease, sched, scopes
+# ARGV: fence, eventId, outcome, nowMs, windowS, error, notBefore, chainJson, chainTtlS, chainId,
+#       token, scopeKey, prefix, continue
+# -> {-1} stale fence (rejected and counted) | {-2} the head is another event | {1} committed, no continuation
+#    | {1, <take_head reply>} committed and continued ({1, 0}: inbox empty, scope released)
+COMMIT = (
+    TAKE_HEAD
+    + """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then
   redis.call('HINCRBY', KEYS[5], 'fenceRejected', 1)
-  return -1
+  return {-1}
 end
-if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[2] then return -2 end
+if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[2] then return {-2} end
 if ARGV[8] ~= '' then redis.call('SET', KEYS[6], ARGV[8], 'EX', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[3], 'chainId', ARGV[10]) end
 if ARGV[3] == 'retry' then
   redis.call('HSET', KEYS[3], 'state', 'queued', 'error', ARGV[6], 'notBefore', ARGV[7])
   redis.call('HINCRBY', KEYS[5], 'retried', 1)
-  return 1
-end
-redis.call('LPOP', KEYS[1])
-if ARGV[3] == 'done' then
-  redis.call('HSET', KEYS[3], 'state', 'done', 'doneAt', ARGV[4])
-  redis.call('HDEL', KEYS[3], 'notBefore')
-  redis.call('EXPIRE', KEYS[3], ARGV[5])
-  redis.call('HINCRBY', KEYS[5], 'done', 1)
 else
-  redis.call('HSET', KEYS[3], 'state', 'dead', 'error', ARGV[6], 'deadAt', ARGV[4])
-  redis.call('PERSIST', KEYS[3])
-  redis.call('ZADD', KEYS[4], ARGV[4], ARGV[2])
-  redis.call('HINCRBY', KEYS[5], 'dead', 1)
+  redis.call('LPOP', KEYS[1])
+  if ARGV[3] == 'done' then
+    redis.call('HSET', KEYS[3], 'state', 'done', 'doneAt', ARGV[4])
+    redis.call('HDEL', KEYS[3], 'notBefore')
+    redis.call('EXPIRE', KEYS[3], ARGV[5])
+    redis.call('HINCRBY', KEYS[5], 'done', 1)
+  else
+    redis.call('HSET', KEYS[3], 'state', 'dead', 'error', ARGV[6], 'deadAt', ARGV[4])
+    redis.call('PERSIST', KEYS[3])
+    redis.call('ZADD', KEYS[4], ARGV[4], ARGV[2])
+    redis.call('HINCRBY', KEYS[5], 'dead', 1)
+  end
 end
-return 1
+if ARGV[14] ~= '1' then return {1} end
+local head = take_head(KEYS[1], ARGV[13], ARGV[4], tonumber(ARGV[1]))
+if head[1] == 0 then release_if_idle(KEYS[1], KEYS[7], KEYS[8], KEYS[9], ARGV[11], ARGV[12]) end
+table.insert(head, 1, 1)
+return head
 """
+)
 
 # Apply an action's staged effects and mark its idempotency lane, once, if our fence is current.
 # KEYS: idem, fence   ARGV: fence, resultJson, ttlS, effectsJson (list of command lists)
@@ -159,7 +178,6 @@ class Scripts:
     acquire: Script
     renew: Script
     release: Script
-    begin: Script
     commit: Script
     apply: Script
     redrive: Script
@@ -171,7 +189,6 @@ class Scripts:
             acquire=client.register_script(ACQUIRE),
             renew=client.register_script(RENEW),
             release=client.register_script(RELEASE),
-            begin=client.register_script(BEGIN),
             commit=client.register_script(COMMIT),
             apply=client.register_script(APPLY),
             redrive=client.register_script(REDRIVE),

@@ -22,11 +22,20 @@ from worker.nodes import Action, ExecutorResult
 from worker.scripts import Scripts
 from worker.settings import Settings
 
-__all__ = ["Begun", "EnqueueOutcome", "EventStore", "PreparedEvent", "RedisActionPort", "now_ms"]
+__all__ = ["Begun", "EnqueueOutcome", "EventStore", "Head", "PreparedEvent", "RedisActionPort", "now_ms"]
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _str(value: Any) -> str:
+    """The clients are built with decode_responses=True; this narrows redis-py's bytes|str for mypy."""
+    return value if isinstance(value, str) else value.decode("utf-8")
+
+
+def _str_dict(raw: Any) -> dict[str, str]:
+    return {_str(k): _str(v) for k, v in raw.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,33 @@ class Begun:
     attempts: int
     previous_state: str
     last_error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What the scripts' ``take_head`` found: 0 inbox empty (scope released), 3 head waits, 1 head taken."""
+
+    code: int
+    begun: Begun | None = None
+    not_before_ms: int = 0
+
+    @classmethod
+    def parse(cls, reply: Sequence[Any]) -> Head:
+        code = int(reply[0])
+        if code == 1:
+            return cls(
+                code,
+                Begun(
+                    event_id=_str(reply[1]),
+                    body=_str(reply[2]),
+                    attempts=int(reply[3]),
+                    previous_state=_str(reply[4]),
+                    last_error=_str(reply[5]),
+                ),
+            )
+        if code == 3:
+            return cls(code, not_before_ms=int(float(_str(reply[2]))))
+        return cls(code)
 
 
 class EventStore:
@@ -119,15 +155,6 @@ class EventStore:
 
     # ---- worker ----------------------------------------------------------------------------------
 
-    def begin(self, scope_key: str, fence: int) -> tuple[int, list[str]]:
-        """Take the scope's head event; see ``scripts.BEGIN`` for the reply codes."""
-        reply = self.scripts.begin(
-            keys=[self.keys.inbox(scope_key), self.keys.fence(scope_key)],
-            args=[fence, self.settings.key_prefix, now_ms()],
-        )
-        code = int(reply[0])
-        return code, [str(x) for x in reply[1:]]
-
     def commit(
         self,
         scope_key: str,
@@ -135,42 +162,54 @@ class EventStore:
         event_id: str,
         outcome: Literal["done", "dead", "retry"],
         *,
+        token: str = "",
+        go_on: bool = False,
         error: str = "",
         not_before_ms: int = 0,
         chain_id: str = "",
         chain_json: str = "",
-    ) -> int:
-        """Fenced commit of the head event; 1 ok, -1 stale fence, -2 the head moved."""
-        return int(
-            self.scripts.commit(
-                keys=[
-                    self.keys.inbox(scope_key),
-                    self.keys.fence(scope_key),
-                    self.keys.event(event_id),
-                    self.keys.dlq,
-                    self.keys.stats,
-                    self.keys.chain(chain_id or "-"),
-                ],
-                args=[
-                    fence,
-                    event_id,
-                    outcome,
-                    now_ms(),
-                    self.settings.dedupe_window_s,
-                    error,
-                    not_before_ms,
-                    chain_json,
-                    self.settings.chain_retention_s,
-                    chain_id,
-                ],
-            )
+    ) -> tuple[int, Head | None]:
+        """Fenced commit of the head event: (1 ok | -1 stale fence | -2 head moved, next head if ``go_on``).
+
+        With ``go_on`` the same round trip takes the next head, or releases the scope when it is idle.
+        """
+        reply = self.scripts.commit(
+            keys=[
+                self.keys.inbox(scope_key),
+                self.keys.fence(scope_key),
+                self.keys.event(event_id),
+                self.keys.dlq,
+                self.keys.stats,
+                self.keys.chain(chain_id or "-"),
+                self.keys.lease(scope_key),
+                self.keys.scheduled(scope_key),
+                self.keys.scopes,
+            ],
+            args=[
+                fence,
+                event_id,
+                outcome,
+                now_ms(),
+                self.settings.dedupe_window_s,
+                error,
+                not_before_ms,
+                chain_json,
+                self.settings.chain_retention_s,
+                chain_id,
+                token,
+                scope_key,
+                self.settings.key_prefix,
+                "1" if go_on else "0",
+            ],
         )
+        code = int(reply[0])
+        return code, (Head.parse(reply[1:]) if len(reply) > 1 else None)
 
     # ---- reads -----------------------------------------------------------------------------------
 
     def get_event(self, event_id: str) -> dict[str, Any] | None:
         """The event's public status record, or None when unknown (or expired)."""
-        raw = self.client.hgetall(self.keys.event(event_id))
+        raw = _str_dict(self.client.hgetall(self.keys.event(event_id)))
         if not raw:
             return None
         return _status_record(raw)
@@ -180,25 +219,26 @@ class EventStore:
         return None if raw is None else json.loads(raw)
 
     def stats(self) -> dict[str, int]:
-        return {k: int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
+        return {k: int(v) for k, v in _str_dict(self.client.hgetall(self.keys.stats)).items()}
 
     def inbox_depth(self, scope_key: str) -> int:
         return int(self.client.llen(self.keys.inbox(scope_key)))
 
     def active_scopes(self) -> list[str]:
-        return sorted(self.client.smembers(self.keys.scopes))
+        return sorted(_str(x) for x in self.client.smembers(self.keys.scopes))
 
     # ---- dead letters ----------------------------------------------------------------------------
 
     def dlq_list(self, *, offset: int = 0, limit: int = 100) -> list[dict[str, Any]]:
         """Dead events, most recent death first, each with payload, attempts and last error."""
-        ids = self.client.zrevrange(self.keys.dlq, offset, offset + limit - 1)
+        ids = [_str(x) for x in self.client.zrevrange(self.keys.dlq, offset, offset + limit - 1)]
         pipe = self.client.pipeline(transaction=False)
         for event_id in ids:
             pipe.hgetall(self.keys.event(event_id))
         out = []
-        for raw in pipe.execute():
-            if raw:
+        for reply in pipe.execute():
+            if reply:
+                raw = _str_dict(reply)
                 record = _status_record(raw)
                 record["event"] = json.loads(raw["event"])
                 record["deadAt"] = int(raw.get("deadAt", 0))
@@ -209,13 +249,14 @@ class EventStore:
         return int(self.client.zcard(self.keys.dlq))
 
     def dlq_ids(self) -> list[str]:
-        return list(self.client.zrange(self.keys.dlq, 0, -1))
+        return [_str(x) for x in self.client.zrange(self.keys.dlq, 0, -1)]
 
     def redrive(self, event_id: str) -> tuple[bool, str | None, bool]:
         """Requeue one dead event; returns (requeued, scopeKey, needs a drain task)."""
-        scope_key = self.client.hget(self.keys.event(event_id), "scopeKey")
-        if scope_key is None:
+        found = self.client.hget(self.keys.event(event_id), "scopeKey")
+        if found is None:
             return False, None, False
+        scope_key = _str(found)
         ok, publish = self.scripts.redrive(
             keys=[
                 self.keys.event(event_id),

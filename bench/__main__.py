@@ -1,0 +1,75 @@
+"""``make bench``: runs every benchmark and prints a table of ratios against same-run baselines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bench import pipeline_bench
+from bench._env import redis_url
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument(
+        "--events", type=int, default=4000, help="events (and no-op tasks) per throughput run"
+    )
+    parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    args = parser.parse_args()
+    rows: list[tuple[str, str, str, str]] = []
+    figures: dict[str, float] = {}
+    with redis_url() as url:
+        print(
+            f"Redis: {url.split('?')[0]}  (2 worker processes; baseline = plain Celery no-op task)",
+            file=sys.stderr,
+        )
+        noop = pipeline_bench.noop_rate(url, args.events)
+        burst, rss = pipeline_bench.pipeline_rate(url, args.events, scopes=8)
+        spread, _ = pipeline_bench.pipeline_rate(url, args.events // 2, scopes=args.events // 2)
+        p50, p99 = pipeline_bench.latency_ms(url, 200)
+        enq_rt, work_rt = pipeline_bench.round_trips_per_event(url, 1000, scopes=10)
+    figures.update(
+        noop_tasks_per_s=noop,
+        pipeline_burst_events_per_s=burst,
+        pipeline_spread_events_per_s=spread,
+        latency_p50_ms=p50,
+        latency_p99_ms=p99,
+        enqueue_round_trips_per_event=enq_rt,
+        worker_round_trips_per_event=work_rt,
+        worker_peak_rss_mib=rss / 1024,
+    )
+    rows.append(("plain Celery no-op task", f"{noop:,.0f} tasks/s", "1.00x", "baseline"))
+    rows.append(
+        (
+            "pipeline, burst (8 scopes)",
+            f"{burst:,.0f} events/s",
+            f"{burst / noop:.2f}x",
+            "goal >= 0.6x, stretch >= 1.0x",
+        )
+    )
+    rows.append(
+        (
+            "pipeline, spread (1 event/scope)",
+            f"{spread:,.0f} events/s",
+            f"{spread / noop:.2f}x",
+            "goal >= 0.6x",
+        )
+    )
+    rows.append(("Redis round trips / event (worker)", f"{work_rt:.2f}", "", "goal <= 6"))
+    rows.append(("Redis round trips / event (enqueue)", f"{enq_rt:.3f}", "", "batched enqueue_many"))
+    rows.append(("enqueue -> done latency, idle worker", f"p50 {p50:.1f} ms / p99 {p99:.1f} ms", "", ""))
+    rows.append(("worker peak RSS (one child)", f"{rss / 1024:.0f} MiB", "", ""))
+    widths = [max(len(r[i]) for r in [*rows, ("benchmark", "value", "ratio", "note")]) for i in range(4)]
+    header = ("benchmark", "value", "ratio", "note")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    if args.json:
+        print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Bench plumbing: a Redis (REDIS_URL or embedded), settings with a private prefix, worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+
+from worker.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def redis_url() -> Iterator[str]:
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    from worker.embedded import start_embedded_redis
+
+    server = start_embedded_redis()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def make_settings(url: str, **overrides: Any) -> Settings:
+    prefix = f"bench-{uuid.uuid4().hex[:8]}:"
+    values: dict[str, Any] = {
+        "redis_url": url,
+        "key_prefix": prefix,
+        "queue_name": prefix.rstrip(":"),
+        "env": "test",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def env_for(settings: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SIGNAL_")}
+    for name, value in settings.model_dump().items():
+        if value is None:
+            continue
+        key = {
+            "redis_url": "REDIS_URL",
+            "broker_url": "BROKER_URL",
+            "port": "PORT",
+            "api_token": "AGENT_SIGNAL_API_TOKEN",
+        }.get(name, f"AGENT_SIGNAL_{name.upper()}")
+        env[key] = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def wait(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark step timed out")
+        time.sleep(interval_s)
+
+
+@contextmanager
+def workers(settings: Settings, count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` worker processes with one child each (so "2 worker processes" means two executing processes)."""
+    client = Redis.from_url(settings.require_redis_url(), decode_responses=True)
+    key = f"{settings.key_prefix}workers"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "producers._cli", "worker", "--concurrency", "1", "--loglevel", "WARNING"],
+            cwd=ROOT,
+            env=env_for(settings),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(count)
+    ]
+    try:
+        wait(lambda: client.hlen(key) >= count, timeout_s=60, interval_s=0.1)
+        yield procs
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        cleanup(client, settings.key_prefix)
+        client.close()
+
+
+def cleanup(client: Redis, prefix: str) -> None:
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i : i + 500])
+
+
+def peak_rss_kib(pids: list[int]) -> int:
+    """Peak resident set (VmHWM) over the given processes and their children."""
+    total = 0
+    for pid in pids:
+        candidates = [pid]
+        try:
+            candidates += [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            pass
+        for c in candidates:
+            try:
+                for line in Path(f"/proc/{c}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        total = max(total, int(line.split()[1]))
+            except OSError:
+                continue
+    return total

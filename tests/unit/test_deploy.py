@@ -1,0 +1,46 @@
+"""deploy/ mirrors the Procfile (there is no Docker engine here, so the files are parsed, not run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _procfile() -> dict[str, str]:
+    entries = {}
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        if line.strip():
+            name, _, command = line.partition(":")
+            entries[name.strip()] = command.strip()
+    return entries
+
+
+def test_procfile_has_web_and_worker() -> None:
+    """The Procfile runs the two contract commands."""
+    assert _procfile() == {"web": "agent-signal web", "worker": "agent-signal worker"}
+
+
+def test_compose_mirrors_procfile() -> None:
+    """compose.yaml has web, worker and redis; web and worker run the Procfile's commands against that redis."""
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
+    services = compose["services"]
+    assert set(services) == {"web", "worker", "redis"}
+    for name, command in _procfile().items():
+        assert " ".join(services[name]["command"]) == command
+        assert services[name]["environment"]["REDIS_URL"] == "redis://redis:6379/0"
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+        assert services[name]["build"]["dockerfile"] == "deploy/Dockerfile"
+    assert "noeviction" in services["redis"]["command"]
+
+
+def test_dockerfile_installs_the_package_and_copies_every_source_folder() -> None:
+    """The image installs the project and contains the three source folders."""
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    lines = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
+    copied = {parts[1] for parts in lines if parts[0] == "COPY"}
+    assert {"worker", "producers", "policies", "pyproject.toml"} <= copied
+    assert ["RUN", "pip", "install", "--no-cache-dir", "."] in lines
+    assert any(parts[0] == "FROM" and parts[1].startswith("python:3.11") for parts in lines)
