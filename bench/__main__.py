@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from bench import pipeline_bench
-from bench._env import redis_url
+from bench import pipeline_bench, routing_bench
+from bench._env import make_settings, redis_url, web
 
 
 def main() -> int:
@@ -29,6 +29,11 @@ def main() -> int:
         spread, _ = pipeline_bench.pipeline_rate(url, args.events // 2, scopes=args.events // 2)
         p50, p99 = pipeline_bench.latency_ms(url, 200)
         enq_rt, work_rt = pipeline_bench.round_trips_per_event(url, 1000, scopes=10)
+        route_us, parse_us, body_bytes = routing_bench.route_vs_json()
+        with web(
+            make_settings(url, router_config=str(routing_bench.CONFIG), route_record_events=False)
+        ) as base:
+            route_rps = routing_bench.http_route_rate(base)
     figures.update(
         noop_tasks_per_s=noop,
         pipeline_burst_events_per_s=burst,
@@ -38,6 +43,9 @@ def main() -> int:
         enqueue_round_trips_per_event=enq_rt,
         worker_round_trips_per_event=work_rt,
         worker_peak_rss_mib=rss / 1024,
+        route_us=route_us,
+        json_loads_us=parse_us,
+        http_route_rps=route_rps,
     )
     rows.append(("plain Celery no-op task", f"{noop:,.0f} tasks/s", "1.00x", "baseline"))
     rows.append(
@@ -60,6 +68,18 @@ def main() -> int:
     rows.append(("Redis round trips / event (enqueue)", f"{enq_rt:.3f}", "", "batched enqueue_many"))
     rows.append(("enqueue -> done latency, idle worker", f"p50 {p50:.1f} ms / p99 {p99:.1f} ms", "", ""))
     rows.append(("worker peak RSS (one child)", f"{rss / 1024:.0f} MiB", "", ""))
+    rows.append(
+        ("json.loads of a 20-message request", f"{parse_us:.1f} us ({body_bytes} B)", "1.00x", "baseline")
+    )
+    rows.append(
+        (
+            "route it (facts + 8 rules + 6 decisions)",
+            f"{route_us:.1f} us",
+            f"{route_us / parse_us:.2f}x",
+            "goal <= 1.0x, stretch <= 0.5x",
+        )
+    )
+    rows.append(("POST /v1/route, one web process", f"{route_rps:,.0f} requests/s", "", "sequential client"))
     widths = [max(len(r[i]) for r in [*rows, ("benchmark", "value", "ratio", "note")]) for i in range(4)]
     header = ("benchmark", "value", "ratio", "note")
     print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))

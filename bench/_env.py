@@ -125,3 +125,43 @@ def peak_rss_kib(pids: list[int]) -> int:
             except OSError:
                 continue
     return total
+
+
+@contextmanager
+def web(settings: Settings) -> Iterator[str]:
+    """One ``agent-signal web`` process on a free port; yields its base URL."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    settings = settings.model_copy(update={"port": port})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "producers._cli", "web"],
+        cwd=ROOT,
+        env=env_for(settings),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(url + "/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait(up, timeout_s=60, interval_s=0.1)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        client = Redis.from_url(settings.require_redis_url(), decode_responses=True)
+        cleanup(client, settings.key_prefix)
+        client.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from policies.conversation import conversation_policies
 from worker.context import HandlerContext
 from worker.errors import PermanentFailure
 from worker.keys import Keys
@@ -59,7 +60,14 @@ def _record_activity(action: Action, ctx: HandlerContext) -> ExecutorResult:
 
 
 def default_policies() -> list[Policy]:
-    """The bundle installed when ``AGENT_SIGNAL_POLICIES`` is not set."""
+    """The bundles installed when ``AGENT_SIGNAL_POLICIES`` is not set: activity, then conversation routing."""
+    return [
+        *_activity(),
+        *conversation_policies(),
+    ]
+
+
+def _activity() -> list[Policy]:
     return [
         Policy(
             "activity",

@@ -260,6 +260,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_stack(examples=args.examples, replay=not args.no_replay)
 
 
+def cmd_route(args: argparse.Namespace) -> int:
+    from producers._route_cli import run_route
+
+    return run_route(args.config, args.request, batch=args.batch, check=args.check, protocol=args.protocol)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-signal", description="Agent Signal: out-of-band control signals."
@@ -289,6 +295,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", help="bearer token for --url (default: AGENT_SIGNAL_API_TOKEN)")
     p.add_argument("--batch", type=int, default=200, help="events per round trip (default 200)")
     p.set_defaults(func=cmd_enqueue)
+
+    p = sub.add_parser(
+        "route", help="route chat requests with a vLLM Semantic Router config (no server needed)"
+    )
+    p.add_argument("--config", required=True, help="the router YAML")
+    p.add_argument(
+        "request",
+        nargs="?",
+        help="REQUEST.json (a chat request or {request, protocol, externalSignals}) or -",
+    )
+    p.add_argument(
+        "--batch", metavar="REQUESTS.jsonl", help="one {request, protocol?, externalSignals?} per line"
+    )
+    p.add_argument(
+        "--check", action="store_true", help="only validate the config (exit 2, one error per line)"
+    )
+    p.add_argument(
+        "--protocol", default="openai-chat", help="protocol when a request does not say (default openai-chat)"
+    )
+    p.set_defaults(func=cmd_route)
 
     p = sub.add_parser("inspect", help="a chain in five steps: source, signals, actions, results, edges")
     p.add_argument("chain_id")

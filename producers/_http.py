@@ -18,7 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from producers import _routes_events, _routes_ops
+from policies.routing import ReloadingRouter
+from producers import _routes_events, _routes_ops, _routes_route
 from producers._client import Producer
 from producers._web_common import error_response
 from worker.settings import Settings
@@ -35,6 +36,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = settings
         app.state.producer = producer or Producer(settings)
+        app.state.router = ReloadingRouter(settings.router_config) if settings.router_config else None
         yield
         if producer is None:
             app.state.producer.close()
@@ -42,6 +44,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     app = FastAPI(title="Agent Signal", version="0.1.0", lifespan=lifespan)
     app.include_router(_routes_events.router)
     app.include_router(_routes_ops.router)
+    app.include_router(_routes_route.router)
     _install_auth(app, settings.api_token)
     _install_error_handlers(app)
     return app

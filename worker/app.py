@@ -22,6 +22,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
+from policies.routing import ReloadingRouter
 from worker import _state
 from worker.loading import load_policies
 from worker.pipeline import Pipeline
@@ -41,7 +42,10 @@ def build_pipeline(settings: Settings) -> Pipeline:
     """The per-process pipeline: Redis client, store, policies from settings."""
     store = EventStore(redis_from_settings(settings), settings)
     registry = Registry.from_policies(load_policies(settings.policies))
-    return Pipeline(store, registry, settings, services={"keys": store.keys})
+    services: dict[str, Any] = {"keys": store.keys}
+    if settings.router_config:
+        services["router"] = ReloadingRouter(settings.router_config)
+    return Pipeline(store, registry, settings, services=services)
 
 
 def _is_redis_broker(url: str) -> bool:

@@ -84,6 +84,10 @@ class Settings(BaseSettings):
     reconcile_interval_s: float = 15.0
     worker_concurrency: int = 2
 
+    # --- routing (conversation signals) ---
+    router_config: str | None = None  # path of a vLLM Semantic Router YAML; reloaded when it changes
+    route_record_events: bool = True  # POST /v1/route also enqueues a chat.request source event
+
     # --- handler bundles ("module:attribute" factories returning a list of Policy) ---
     policies: list[str] = Field(default_factory=lambda: ["policies.builtin:default_policies"])
 
