@@ -22,7 +22,7 @@ run: $(STAMP)
 	$(BIN)/agent-signal run
 
 lint: $(STAMP)
-	$(BIN)/ruff check worker producers policies tests bench
+	$(BIN)/ruff check worker producers policies sessions tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from policies.conversation import conversation_policies
+from policies.dmail import dmail_policies
 from worker.context import HandlerContext
 from worker.errors import PermanentFailure
 from worker.keys import Keys
@@ -60,10 +61,12 @@ def _record_activity(action: Action, ctx: HandlerContext) -> ExecutorResult:
 
 
 def default_policies() -> list[Policy]:
-    """The bundles installed when ``AGENT_SIGNAL_POLICIES`` is not set: activity, then conversation routing."""
+    """The bundles installed when ``AGENT_SIGNAL_POLICIES`` is not set: activity, conversation routing,
+    D-Mail receipts."""
     return [
         *_activity(),
         *conversation_policies(),
+        *dmail_policies(),
     ]
 
 

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from policies.routing import ReloadingRouter
-from producers import _routes_events, _routes_ops, _routes_route
+from producers import _routes_events, _routes_ops, _routes_receipts, _routes_route, _routes_sessions
 from producers._client import Producer
 from producers._web_common import error_response
 from worker.settings import Settings
@@ -45,6 +45,8 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     app.include_router(_routes_events.router)
     app.include_router(_routes_ops.router)
     app.include_router(_routes_route.router)
+    app.include_router(_routes_sessions.router)
+    app.include_router(_routes_receipts.router)
     _install_auth(app, settings.api_token)
     _install_error_handlers(app)
     return app

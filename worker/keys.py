@@ -19,6 +19,12 @@ chain:<chainId>                      string  chain retention           the chain
 stats                                hash    none                      counters (accepted, duplicate, ...)
 reconcile-lock                       string  reconcile interval        one sweeper per interval across workers
 workers                              hash    none                      worker hostname -> last heartbeat (ms)
+session:{session:id}                 hash    none                      agent session settings
+ctx / ctxmeta / ckpt / usage         list/   none                      the session's context store (D-Mail)
+  :{session:id}                      hash/zset
+dmail:{session:id}                   string  none                      the pending D-Mail (one at a time)
+receipt:<id>                         string  receipt retention         a receipt (JSON), append-once by id
+receipts:user:U:agent:A:topic:T      zset    receipt retention         receipt ids by createdAt (LobeHub's index)
 activity:{scope}                     hash    none                      built-in policy: per-scope activity counts
 """
 
@@ -59,6 +65,40 @@ class Keys:
     def activity(self, scope_key: str) -> str:
         """Per-scope activity counters written by the built-in policy's action."""
         return f"{self.prefix}activity:{{{scope_key}}}"
+
+    # --- agent sessions (context store, D-Mail, signal ledgers): scoped by the session's scope key ---
+
+    def session(self, scope_key: str) -> str:
+        """Session settings (dmailEnabled, root, functions, userId, agentId, topicId)."""
+        return f"{self.prefix}session:{{{scope_key}}}"
+
+    def context(self, scope_key: str) -> str:
+        """The session's context records (kimi's JSONL lines, one list item each)."""
+        return f"{self.prefix}ctx:{{{scope_key}}}"
+
+    def context_meta(self, scope_key: str) -> str:
+        """next checkpoint id, token count, message count, event counter."""
+        return f"{self.prefix}ctxmeta:{{{scope_key}}}"
+
+    def checkpoints(self, scope_key: str) -> str:
+        """checkpoint id -> "<list position>:<messages before it>"."""
+        return f"{self.prefix}ckpt:{{{scope_key}}}"
+
+    def usage(self, scope_key: str) -> str:
+        """_usage records: score = list position, member = "<position>:<token count>"."""
+        return f"{self.prefix}usage:{{{scope_key}}}"
+
+    def dmail(self, scope_key: str) -> str:
+        """The one pending D-Mail of the session."""
+        return f"{self.prefix}dmail:{{{scope_key}}}"
+
+    # --- receipts ---
+
+    def receipt(self, receipt_id: str) -> str:
+        return f"{self.prefix}receipt:{receipt_id}"
+
+    def receipt_index(self, user_id: str, agent_id: str, topic_id: str) -> str:
+        return f"{self.prefix}receipts:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
 
     @property
     def scopes(self) -> str:

@@ -76,6 +76,7 @@ class Settings(BaseSettings):
 
     # --- traces ---
     chain_retention_s: int = 3 * 24 * 60 * 60
+    receipt_retention_s: int = 3 * 24 * 60 * 60  # LobeHub receiptTtlSeconds
 
     # --- celery timing ---
     task_soft_time_limit_s: int = 300

@@ -41,6 +41,6 @@ def test_dockerfile_installs_the_package_and_copies_every_source_folder() -> Non
     text = (ROOT / "deploy" / "Dockerfile").read_text()
     lines = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
     copied = {parts[1] for parts in lines if parts[0] == "COPY"}
-    assert {"worker", "producers", "policies", "pyproject.toml"} <= copied
+    assert {"worker", "producers", "policies", "sessions", "pyproject.toml"} <= copied
     assert ["RUN", "pip", "install", "--no-cache-dir", "."] in lines
     assert any(parts[0] == "FROM" and parts[1].startswith("python:3.11") for parts in lines)

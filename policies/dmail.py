@@ -1,0 +1,82 @@
+"""Session events from the D-Mail tool: an applied D-Mail (``agent.context.reverted``) leaves a receipt,
+"Context rewound to checkpoint N", anchored to the message that sent the D-Mail. ``agent.dmail.sent`` and
+``agent.dmail.discarded`` have no handler: they are recorded for traces and metrics only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.context import HandlerContext
+from worker.keys import Keys
+from worker.nodes import Action, Dispatch, ExecutorResult, Signal, Source, action_from, signal_from
+from worker.receipts import receipt_effects
+from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
+from worker.results import applied
+
+__all__ = ["RECEIPT_ACTION", "dmail_policies", "receipt_action_handler"]
+
+RECEIPT_ACTION = "action.receipt.append"
+
+
+def _on_reverted(source: Source, ctx: HandlerContext) -> Dispatch:
+    return Dispatch(
+        signals=[
+            signal_from(
+                source, "context-reverted", "signal.context.reverted", dict(source.payload), ctx.now()
+            )
+        ]
+    )
+
+
+def _plan_receipt(signal: Signal, ctx: HandlerContext) -> Dispatch:
+    p = signal.payload
+    checkpoint = p.get("checkpointId")
+    message = str(p.get("message") or "").strip()
+    receipt: dict[str, Any] = {
+        "id": f"{signal.source.source_id}:context-rewind",
+        "kind": "context",
+        "status": "applied",
+        "title": f"Context rewound to checkpoint {checkpoint}",
+        "detail": message if len(message) <= 280 else message[:277] + "...",
+        "sourceId": signal.source.source_id,
+        "sourceType": signal.source.source_type,
+        "userId": p.get("userId"),
+        "agentId": p.get("agentId"),
+        "topicId": p.get("topicId"),
+        "createdAt": ctx.now(),
+        "metadata": {"sessionId": p.get("sessionId"), "checkpointId": checkpoint},
+    }
+    if p.get("anchorMessageId"):
+        receipt["anchorMessageId"] = p["anchorMessageId"]
+    receipt = {k: v for k, v in receipt.items() if v is not None}
+    return Dispatch(actions=[action_from(signal, "receipt", RECEIPT_ACTION, {"receipt": receipt}, ctx.now())])
+
+
+def receipt_action_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    """Append the receipt in ``payload.receipt`` once (staged: commits with the idempotency mark)."""
+    keys: Keys = ctx.services["keys"]
+    receipt = action.payload["receipt"]
+    ttl_s = int(ctx.services["settings"].receipt_retention_s)
+    for command in receipt_effects(keys, receipt, ttl_s):
+        ctx.effects.call(*command)
+    return applied(
+        action, ctx, detail=f"Receipt {receipt['id']} appended.", output={"receiptId": receipt["id"]}
+    )
+
+
+def dmail_policies() -> list[Policy]:
+    return [
+        Policy(
+            "dmail-receipts",
+            [
+                define_source_handler(
+                    "agent.context.reverted", "agent.context.reverted:receipt", _on_reverted
+                ),
+                define_signal_handler(
+                    "signal.context.reverted", "signal.context-receipt-planner", _plan_receipt
+                ),
+                define_action_handler(RECEIPT_ACTION, "handler.receipt.append", receipt_action_handler),
+            ],
+        )
+    ]

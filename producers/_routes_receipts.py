@@ -1,0 +1,49 @@
+"""``GET /v1/receipts``: receipts of a user/agent/topic, newest first, with a cursor."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from producers._web_common import error_response, producer_of, settings_of
+from worker.receipts import ReceiptStore
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+def receipt_store(request: Request) -> ReceiptStore:
+    store = producer_of(request).store
+    return ReceiptStore(store.client, store.keys, ttl_s=settings_of(request).receipt_retention_s)
+
+
+@router.get("/v1/receipts")
+def get_receipts(
+    request: Request,
+    userId: str | None = None,
+    agentId: str | None = None,
+    topicId: str | None = None,
+    sinceCreatedAt: int | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> JSONResponse:
+    """``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor`` comes from the previous page."""
+    if not userId:
+        return error_response(422, "missing_field", "userId is required", "userId")
+    if not 1 <= limit <= 200:
+        return error_response(422, "invalid_field", "limit must be between 1 and 200", "limit")
+    if cursor is not None and ":" not in cursor:
+        return error_response(422, "invalid_field", "cursor is not one this API returned", "cursor")
+    receipts, next_cursor = receipt_store(request).list(
+        user_id=userId,
+        agent_id=agentId or "-",
+        topic_id=topicId or "-",
+        since_created_at=sinceCreatedAt,
+        limit=limit,
+        cursor=cursor,
+    )
+    body: dict[str, object] = {"receipts": receipts}
+    if next_cursor:
+        body["cursor"] = next_cursor
+    return JSONResponse(body)

@@ -1,0 +1,264 @@
+"""Agent sessions over HTTP: settings, the context store, and D-Mail (kimi-cli semantics; see sessions/)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from producers._web_common import error_response, parse_body, producer_of
+from sessions.dmail import end_step, send_dmail
+from sessions.store import SessionStore, UnknownCheckpoint, session_scope
+
+__all__ = ["router"]
+
+router = APIRouter()
+SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
+
+
+class SettingsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    dmailEnabled: bool | None = None
+    root: bool | None = None
+    functions: list[str] | None = None
+    userId: str | None = None
+    agentId: str | None = None
+    topicId: str | None = None
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str = Field(min_length=1)
+    content: Any = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    @field_validator("role")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value.startswith("_"):
+            raise ValueError("roles starting with '_' are reserved for context records")
+        return value
+
+
+class MessagesBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    messages: list[Message]
+    tokenCount: int | None = Field(default=None, ge=0, strict=True)
+
+
+class RevertBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    checkpointId: int = Field(strict=True)
+
+
+class StepEndBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rejectedWithoutFeedback: bool = Field(default=False, strict=True)
+
+
+class CompactBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    messages: list[Message] = Field(default_factory=list)
+
+
+class EmptyBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _store(request: Request) -> SessionStore:
+    store: SessionStore | None = getattr(request.app.state, "sessions", None)
+    if store is None:
+        producer = producer_of(request)
+        store = SessionStore(producer.store.client, producer.store.keys)
+        request.app.state.sessions = store
+    return store
+
+
+def _bad_session(session_id: str) -> JSONResponse | None:
+    if SESSION_ID.match(session_id):
+        return None
+    return error_response(422, "invalid_field", "sessionId must be 1-200 of A-Z a-z 0-9 . _ : -", "sessionId")
+
+
+def _record(
+    request: Request, session_id: str, source_type: str, source_id: str, payload: dict[str, Any]
+) -> None:
+    """Every tool call that changes the session is also a source event on the session's scope."""
+    settings = _store(request).get_settings(session_id)
+    event: dict[str, Any] = {
+        "sourceType": source_type,
+        "sourceId": source_id,
+        "scopeKey": session_scope(session_id),
+        "payload": {"sessionId": session_id, **payload},
+    }
+    for key, value in (("userId", settings.user_id), ("agentId", settings.agent_id)):
+        if value:
+            event[key] = value
+            event["payload"][key] = value
+    if settings.topic_id:
+        event["payload"]["topicId"] = settings.topic_id
+    producer_of(request).enqueue(event)
+
+
+@router.put("/v1/sessions/{session_id}")
+async def put_session(session_id: str, request: Request) -> JSONResponse:
+    if (bad := _bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, SettingsBody)
+    if isinstance(body, JSONResponse):
+        return body
+    changes = body.model_dump(exclude_none=True)
+    return JSONResponse(_store(request).update_settings(session_id, changes).to_json_dict())
+
+
+@router.get("/v1/sessions/{session_id}")
+def get_session(session_id: str, request: Request) -> JSONResponse:
+    if (bad := _bad_session(session_id)) is not None:
+        return bad
+    return JSONResponse(_store(request).get_settings(session_id).to_json_dict())
+
+
+@router.post("/v1/sessions/{session_id}/context/messages")
+async def post_messages(session_id: str, request: Request) -> JSONResponse:
+    if (bad := _bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, MessagesBody)
+    if isinstance(body, JSONResponse):
+        return body
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    return JSONResponse({"length": _store(request).append(session_id, messages, body.tokenCount)})
+
+
+@router.post("/v1/sessions/{session_id}/context/checkpoint")
+async def post_checkpoint(session_id: str, request: Request) -> JSONResponse:
+    if (bad := _bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, EmptyBody)
+    if isinstance(body, JSONResponse):
+        return body
+    store = _store(request)
+    enabled = store.get_settings(session_id).dmail_enabled
+    return JSONResponse({"checkpointId": store.checkpoint(session_id, add_user_message=enabled)})
+
+
+@router.post("/v1/sessions/{session_id}/context/revert")
+async def post_revert(session_id: str, request: Request) -> JSONResponse:
+    if (bad := _bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, RevertBody)
+    if isinstance(body, JSONResponse):
+        return body
+    try:
+        view = _store(request).revert_to(session_id, body.checkpointId)
+    except UnknownCheckpoint as exc:
+        return error_response(422, "unknown_checkpoint", str(exc), "checkpointId")
+    return JSONResponse(view.to_json_dict())
+
+
+@router.post("/v1/sessions/{session_id}/context/clear")
+async def post_clear(session_id: str, request: Request) -> JSONResponse:
+    """kimi's Context.clear: everything goes, checkpoint ids restart at 0."""
+    if (bad := _bad_session(session_id)) is not None:
+        return bad
+    _store(request).clear(session_id)
+    return JSONResponse(_store(request).read(session_id).to_json_dict())
+
+
+@router.post("/v1/sessions/{session_id}/context/compact")
+async def post_compact(session_id: str, request: Request) -> JSONResponse:
+    """Compaction: clear, checkpoint 0 (with its CHECKPOINT message when D-Mail is on), the compacted messages."""
+    if (bad := _bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, CompactBody)
+    if isinstance(body, JSONResponse):
+        return body
+    store = _store(request)
+    enabled = store.get_settings(session_id).dmail_enabled
+    store.compact(
+        session_id, [m.model_dump(exclude_none=True) for m in body.messages], add_user_message=enabled
+    )
+    return JSONResponse(store.read(session_id).to_json_dict())
+
+
+@router.get("/v1/sessions/{session_id}/context")
+def get_context(session_id: str, request: Request) -> JSONResponse:
+    if (bad := _bad_session(session_id)) is not None:
+        return bad
+    return JSONResponse(_store(request).read(session_id).to_json_dict())
+
+
+@router.post("/v1/sessions/{session_id}/dmail")
+async def post_dmail(session_id: str, request: Request) -> JSONResponse:
+    """The SendDMail tool: ``{"message", "checkpoint_id"}`` → kimi's ToolOk / ToolError."""
+    if (bad := _bad_session(session_id)) is not None:
+        return bad
+    import json
+
+    raw = await request.body()
+    try:
+        arguments = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        result = {
+            "isError": True,
+            "output": "",
+            "message": f"Error parsing JSON arguments: {exc}",
+            "brief": "Invalid arguments",
+        }
+        return JSONResponse(result)
+    outcome = send_dmail(_store(request), session_id, arguments)
+    if not outcome.is_error and outcome.sequence is not None:
+        _record(
+            request,
+            session_id,
+            "agent.dmail.sent",
+            f"dmail:{session_id}:{outcome.sequence}",
+            {"message": arguments["message"], "checkpointId": arguments["checkpoint_id"]},
+        )
+    return JSONResponse(outcome.to_json_dict())
+
+
+def _anchor(store: SessionStore, session_id: str) -> str | None:
+    """The message that sent the D-Mail: the latest assistant message calling SendDMail (its id, else the call's)."""
+    for record in reversed(store.records(session_id, -200)):
+        if record.get("role") != "assistant":
+            continue
+        for call in record.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, dict) else None
+            name = (function or {}).get("name") if isinstance(function, dict) else call.get("name")
+            if name == "SendDMail":
+                anchor = record.get("id") or call.get("id")
+                return str(anchor) if anchor else None
+    return None
+
+
+@router.post("/v1/sessions/{session_id}/steps/end")
+async def post_step_end(session_id: str, request: Request) -> JSONResponse:
+    if (bad := _bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, StepEndBody)
+    if isinstance(body, JSONResponse):
+        return body
+    store = _store(request)
+    anchor = (
+        _anchor(store, session_id)
+        if store.client.exists(store.keys.dmail(session_scope(session_id)))
+        else None
+    )
+    result = end_step(store, session_id, rejected_without_feedback=body.rejectedWithoutFeedback)
+    if result.outcome != "none" and result.dmail is not None:
+        kind: Literal["agent.context.reverted", "agent.dmail.discarded"] = (
+            "agent.context.reverted" if result.outcome == "applied" else "agent.dmail.discarded"
+        )
+        payload: dict[str, Any] = {
+            "message": result.dmail["message"],
+            "checkpointId": result.dmail["checkpoint_id"],
+        }
+        if anchor:
+            payload["anchorMessageId"] = anchor
+        prefix = "revert" if result.outcome == "applied" else "discard"
+        _record(request, session_id, kind, f"{prefix}:{session_id}:{result.sequence}", payload)
+    return JSONResponse(result.to_json_dict())
