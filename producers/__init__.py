@@ -3,10 +3,20 @@
 ``Producer(settings)`` enqueues straight to Redis and the broker; ``HttpProducer(url)`` goes through
 ``POST /v1/events``. Both offer ``enqueue(event)`` and ``enqueue_many(events)`` and raise
 :class:`InvalidEvent` (with ``.error.code/.message/.field``) for bad input, enqueuing nothing.
+``SessionClient(url)`` is the SDK for agent runtimes (the signal tool, D-Mail, context, functions).
 The HTTP app and the CLI live in the private modules of this package.
 """
 
 from producers._client import HttpProducer, Producer
 from producers._models import EnqueueResult, EventError, InvalidEvent, SourceEvent
+from producers._session_client import SessionClient
 
-__all__ = ["EnqueueResult", "EventError", "HttpProducer", "InvalidEvent", "Producer", "SourceEvent"]
+__all__ = [
+    "EnqueueResult",
+    "EventError",
+    "HttpProducer",
+    "InvalidEvent",
+    "Producer",
+    "SessionClient",
+    "SourceEvent",
+]

@@ -266,6 +266,14 @@ def cmd_route(args: argparse.Namespace) -> int:
     return run_route(args.config, args.request, batch=args.batch, check=args.check, protocol=args.protocol)
 
 
+def cmd_functions(args: argparse.Namespace) -> int:
+    from producers._functions_cli import run_check, run_simulate
+
+    if args.functions_command == "check":
+        return run_check(args.directory)
+    return run_simulate(args.functions, args.script)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-signal", description="Agent Signal: out-of-band control signals."
@@ -315,6 +323,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--protocol", default="openai-chat", help="protocol when a request does not say (default openai-chat)"
     )
     p.set_defaults(func=cmd_route)
+
+    p = sub.add_parser(
+        "functions", help="rolebox function definitions: check them, simulate a session offline"
+    )
+    fsub = p.add_subparsers(dest="functions_command", required=True, metavar="SUBCOMMAND")
+    f = fsub.add_parser("check", help="validate every *.md definition in DIR (exit 2, one error per line)")
+    f.add_argument("directory")
+    f = fsub.add_parser("simulate", help="run definitions against STEPS.jsonl; one JSON line per step")
+    f.add_argument("--functions", required=True, metavar="DIR")
+    f.add_argument("--script", required=True, metavar="STEPS.jsonl", help="'-' for stdin")
+    p.set_defaults(func=cmd_functions)
 
     p = sub.add_parser("inspect", help="a chain in five steps: source, signals, actions, results, edges")
     p.add_argument("chain_id")

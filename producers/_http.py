@@ -19,9 +19,17 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from policies.routing import ReloadingRouter
-from producers import _routes_events, _routes_ops, _routes_receipts, _routes_route, _routes_sessions
+from producers import (
+    _routes_events,
+    _routes_functions,
+    _routes_ops,
+    _routes_receipts,
+    _routes_route,
+    _routes_sessions,
+)
 from producers._client import Producer
 from producers._web_common import error_response
+from sessions.functions import load_function_dir
 from worker.settings import Settings
 
 __all__ = ["create_web_app"]
@@ -37,6 +45,10 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
         app.state.settings = settings
         app.state.producer = producer or Producer(settings)
         app.state.router = ReloadingRouter(settings.router_config) if settings.router_config else None
+        # Function definitions are checked at startup: a broken file stops the app with the file and field.
+        app.state.function_defs = (
+            load_function_dir(settings.functions_dir)[0] if settings.functions_dir else {}
+        )
         yield
         if producer is None:
             app.state.producer.close()
@@ -46,6 +58,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     app.include_router(_routes_ops.router)
     app.include_router(_routes_route.router)
     app.include_router(_routes_sessions.router)
+    app.include_router(_routes_functions.router)
     app.include_router(_routes_receipts.router)
     _install_auth(app, settings.api_token)
     _install_error_handlers(app)

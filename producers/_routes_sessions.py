@@ -13,7 +13,7 @@ from producers._web_common import error_response, parse_body, producer_of
 from sessions.dmail import end_step, send_dmail
 from sessions.store import SessionStore, UnknownCheckpoint, session_scope
 
-__all__ = ["router"]
+__all__ = ["bad_session", "record_event", "router"]
 
 router = APIRouter()
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
@@ -78,13 +78,13 @@ def _store(request: Request) -> SessionStore:
     return store
 
 
-def _bad_session(session_id: str) -> JSONResponse | None:
+def bad_session(session_id: str) -> JSONResponse | None:
     if SESSION_ID.match(session_id):
         return None
     return error_response(422, "invalid_field", "sessionId must be 1-200 of A-Z a-z 0-9 . _ : -", "sessionId")
 
 
-def _record(
+def record_event(
     request: Request, session_id: str, source_type: str, source_id: str, payload: dict[str, Any]
 ) -> None:
     """Every tool call that changes the session is also a source event on the session's scope."""
@@ -106,25 +106,30 @@ def _record(
 
 @router.put("/v1/sessions/{session_id}")
 async def put_session(session_id: str, request: Request) -> JSONResponse:
-    if (bad := _bad_session(session_id)) is not None:
+    if (bad := bad_session(session_id)) is not None:
         return bad
     body = await parse_body(request, SettingsBody)
     if isinstance(body, JSONResponse):
         return body
     changes = body.model_dump(exclude_none=True)
+    if body.functions:
+        from producers._routes_functions import activate_locked
+
+        if (problem := activate_locked(request, session_id, body.functions)) is not None:
+            return problem
     return JSONResponse(_store(request).update_settings(session_id, changes).to_json_dict())
 
 
 @router.get("/v1/sessions/{session_id}")
 def get_session(session_id: str, request: Request) -> JSONResponse:
-    if (bad := _bad_session(session_id)) is not None:
+    if (bad := bad_session(session_id)) is not None:
         return bad
     return JSONResponse(_store(request).get_settings(session_id).to_json_dict())
 
 
 @router.post("/v1/sessions/{session_id}/context/messages")
 async def post_messages(session_id: str, request: Request) -> JSONResponse:
-    if (bad := _bad_session(session_id)) is not None:
+    if (bad := bad_session(session_id)) is not None:
         return bad
     body = await parse_body(request, MessagesBody)
     if isinstance(body, JSONResponse):
@@ -135,7 +140,7 @@ async def post_messages(session_id: str, request: Request) -> JSONResponse:
 
 @router.post("/v1/sessions/{session_id}/context/checkpoint")
 async def post_checkpoint(session_id: str, request: Request) -> JSONResponse:
-    if (bad := _bad_session(session_id)) is not None:
+    if (bad := bad_session(session_id)) is not None:
         return bad
     body = await parse_body(request, EmptyBody)
     if isinstance(body, JSONResponse):
@@ -147,7 +152,7 @@ async def post_checkpoint(session_id: str, request: Request) -> JSONResponse:
 
 @router.post("/v1/sessions/{session_id}/context/revert")
 async def post_revert(session_id: str, request: Request) -> JSONResponse:
-    if (bad := _bad_session(session_id)) is not None:
+    if (bad := bad_session(session_id)) is not None:
         return bad
     body = await parse_body(request, RevertBody)
     if isinstance(body, JSONResponse):
@@ -162,7 +167,7 @@ async def post_revert(session_id: str, request: Request) -> JSONResponse:
 @router.post("/v1/sessions/{session_id}/context/clear")
 async def post_clear(session_id: str, request: Request) -> JSONResponse:
     """kimi's Context.clear: everything goes, checkpoint ids restart at 0."""
-    if (bad := _bad_session(session_id)) is not None:
+    if (bad := bad_session(session_id)) is not None:
         return bad
     _store(request).clear(session_id)
     return JSONResponse(_store(request).read(session_id).to_json_dict())
@@ -171,7 +176,7 @@ async def post_clear(session_id: str, request: Request) -> JSONResponse:
 @router.post("/v1/sessions/{session_id}/context/compact")
 async def post_compact(session_id: str, request: Request) -> JSONResponse:
     """Compaction: clear, checkpoint 0 (with its CHECKPOINT message when D-Mail is on), the compacted messages."""
-    if (bad := _bad_session(session_id)) is not None:
+    if (bad := bad_session(session_id)) is not None:
         return bad
     body = await parse_body(request, CompactBody)
     if isinstance(body, JSONResponse):
@@ -186,7 +191,7 @@ async def post_compact(session_id: str, request: Request) -> JSONResponse:
 
 @router.get("/v1/sessions/{session_id}/context")
 def get_context(session_id: str, request: Request) -> JSONResponse:
-    if (bad := _bad_session(session_id)) is not None:
+    if (bad := bad_session(session_id)) is not None:
         return bad
     return JSONResponse(_store(request).read(session_id).to_json_dict())
 
@@ -194,7 +199,7 @@ def get_context(session_id: str, request: Request) -> JSONResponse:
 @router.post("/v1/sessions/{session_id}/dmail")
 async def post_dmail(session_id: str, request: Request) -> JSONResponse:
     """The SendDMail tool: ``{"message", "checkpoint_id"}`` → kimi's ToolOk / ToolError."""
-    if (bad := _bad_session(session_id)) is not None:
+    if (bad := bad_session(session_id)) is not None:
         return bad
     import json
 
@@ -211,7 +216,7 @@ async def post_dmail(session_id: str, request: Request) -> JSONResponse:
         return JSONResponse(result)
     outcome = send_dmail(_store(request), session_id, arguments)
     if not outcome.is_error and outcome.sequence is not None:
-        _record(
+        record_event(
             request,
             session_id,
             "agent.dmail.sent",
@@ -237,7 +242,7 @@ def _anchor(store: SessionStore, session_id: str) -> str | None:
 
 @router.post("/v1/sessions/{session_id}/steps/end")
 async def post_step_end(session_id: str, request: Request) -> JSONResponse:
-    if (bad := _bad_session(session_id)) is not None:
+    if (bad := bad_session(session_id)) is not None:
         return bad
     body = await parse_body(request, StepEndBody)
     if isinstance(body, JSONResponse):
@@ -260,5 +265,5 @@ async def post_step_end(session_id: str, request: Request) -> JSONResponse:
         if anchor:
             payload["anchorMessageId"] = anchor
         prefix = "revert" if result.outcome == "applied" else "discard"
-        _record(request, session_id, kind, f"{prefix}:{session_id}:{result.sequence}", payload)
+        record_event(request, session_id, kind, f"{prefix}:{session_id}:{result.sequence}", payload)
     return JSONResponse(result.to_json_dict())

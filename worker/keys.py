@@ -23,6 +23,7 @@ session:{session:id}                 hash    none                      agent ses
 ctx / ctxmeta / ckpt / usage         list/   none                      the session's context store (D-Mail)
   :{session:id}                      hash/zset
 dmail:{session:id}                   string  none                      the pending D-Mail (one at a time)
+fnstate:{session:id}                 string  none                      rolebox function runtime (JSON, CAS-updated)
 receipt:<id>                         string  receipt retention         a receipt (JSON), append-once by id
 receipts:user:U:agent:A:topic:T      zset    receipt retention         receipt ids by createdAt (LobeHub's index)
 activity:{scope}                     hash    none                      built-in policy: per-scope activity counts
@@ -91,6 +92,10 @@ class Keys:
     def dmail(self, scope_key: str) -> str:
         """The one pending D-Mail of the session."""
         return f"{self.prefix}dmail:{{{scope_key}}}"
+
+    def functions_state(self, scope_key: str) -> str:
+        """The session's function runtime (active set, states, ledgers, artifacts) as one JSON document."""
+        return f"{self.prefix}fnstate:{{{scope_key}}}"
 
     # --- receipts ---
 

@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     router_config: str | None = None  # path of a vLLM Semantic Router YAML; reloaded when it changes
     route_record_events: bool = True  # POST /v1/route also enqueues a chat.request source event
 
+    # --- agent sessions ---
+    functions_dir: str | None = None  # rolebox function definitions (*.md with YAML front matter)
+    functions_workspace_dir: str | None = None  # where plan_incomplete() looks for .rolebox/plans/*.md
+
     # --- handler bundles ("module:attribute" factories returning a list of Policy) ---
     policies: list[str] = Field(default_factory=lambda: ["policies.builtin:default_policies"])
 

@@ -1,0 +1,168 @@
+"""rolebox's condition language (reference rolebox-signals.md §1.6), used by ``gate``, ``continue_until`` and
+``transitions``.
+
+``Condition = str | {"all": [Condition]} | {"any": [Condition]} | {"not": Condition}``; ``None`` is false;
+an object is checked for ``all``, then ``any``, then ``not``; anything else is false. A string is a named
+call ``name(arg)`` (grammar ``^([a-z][a-z0-9_]*)\\(([^)]*)\\)$``, the argument trimmed) or a bare name
+(argument ``""``); an unknown name is false. The nine built-ins are registered on every
+:class:`ConditionRegistry`; ``register`` adds (or, with a warning, replaces) one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from sessions.signals import LEDGER_KEY, js_string
+
+__all__ = [
+    "BUILTIN_CONDITIONS",
+    "CondEnv",
+    "ConditionRegistry",
+    "FnStateView",
+    "evaluate_condition",
+    "parse_call",
+]
+
+log = logging.getLogger(__name__)
+CALL = re.compile(r"^([a-z][a-z0-9_]*)\(([^)]*)\)$")
+UNCHECKED = "- [ ]"
+
+
+class FnStateView(Protocol):
+    """What conditions read of a function's state."""
+
+    kv: dict[str, Any]
+    evidence_observed: dict[str, Any]
+    tools_observed: list[str]
+    current_turn: int
+    activated_at_turn: int
+
+
+@dataclass
+class CondEnv:
+    session_id: str
+    fn_name: str
+    state: FnStateView
+    artifacts: Mapping[str, str]
+    required_evidence: Sequence[str] = ()
+    user_messaged_this_turn: bool = False
+    session_ledger: Mapping[str, Any] = field(default_factory=dict)
+    workspace_dir: Path | None = None
+
+
+ConditionFn = Callable[[str, CondEnv], bool]
+
+
+def parse_call(text: str) -> tuple[str, str]:
+    """(name, argument). A string that is not ``name(arg)`` is looked up whole, with argument ``""``."""
+    match = CALL.match(text)
+    if match is None:
+        return text, ""
+    return match.group(1), match.group(2).strip()
+
+
+def _plan_todos_complete(_: str, env: CondEnv) -> bool:
+    todos = env.state.kv.get("__todos")
+    text = todos if isinstance(todos, str) else env.artifacts.get("plan")
+    return text is not None and UNCHECKED not in text
+
+
+def _signal_observed(arg: str, env: CondEnv) -> bool:
+    raw = env.state.kv.get(LEDGER_KEY)
+    if isinstance(raw, dict) and arg in raw:
+        return True
+    if isinstance(raw, list) and arg in raw:
+        return True
+    return arg in env.session_ledger  # the session-ledger fallback (rolebox 1.2.0)
+
+
+def _turn_count(arg: str, env: CondEnv) -> bool:
+    try:
+        wanted = float(arg) if arg.strip() else 0.0
+    except ValueError:
+        return False  # Number("abc") is NaN: every comparison is false
+    if math.isnan(wanted):
+        return False
+    return env.state.current_turn - env.state.activated_at_turn >= wanted
+
+
+def _state_eq(arg: str, env: CondEnv) -> bool:
+    key, sep, value = arg.partition("=")
+    if not sep:
+        return False
+    rendered = js_string(env.state.kv[key]) if key in env.state.kv else "undefined"  # String(undefined)
+    return rendered == value
+
+
+def _plan_incomplete(arg: str, env: CondEnv) -> bool:
+    if env.workspace_dir is None:
+        return False
+    plans = env.workspace_dir / ".rolebox" / "plans"
+    files = [plans / f"{arg}.md"] if arg else sorted(plans.glob("*.md"))
+    for path in files:
+        try:
+            if UNCHECKED in path.read_text(encoding="utf-8"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+BUILTIN_CONDITIONS: dict[str, ConditionFn] = {
+    "user_approval": lambda _, env: env.user_messaged_this_turn,
+    "artifact_exists": lambda arg, env: arg in env.artifacts,
+    "plan_todos_complete": _plan_todos_complete,
+    "evidence_met": lambda _, env: all(
+        env.state.evidence_observed.get(t) is True for t in env.required_evidence
+    ),
+    "tool_observed": lambda arg, env: arg in env.state.tools_observed,
+    "signal_observed": _signal_observed,
+    "turn_count": _turn_count,
+    "state_eq": _state_eq,
+    "plan_incomplete": _plan_incomplete,
+}
+
+
+class ConditionRegistry:
+    """The named conditions available to function definitions: the nine built-ins plus registered ones."""
+
+    def __init__(self) -> None:
+        self._conditions: dict[str, ConditionFn] = dict(BUILTIN_CONDITIONS)
+
+    def register(self, name: str, fn: ConditionFn) -> None:
+        """Add a named condition; replacing an existing one logs a warning (rolebox overwrites too)."""
+        if name in self._conditions:
+            log.warning("condition %r is already registered; replacing it", name)
+        self._conditions[name] = fn
+
+    def known(self) -> frozenset[str]:
+        return frozenset(self._conditions)
+
+    def evaluate(self, condition: Any, env: CondEnv) -> bool:
+        return evaluate_condition(condition, env, self)
+
+
+def evaluate_condition(condition: Any, env: CondEnv, registry: ConditionRegistry) -> bool:
+    """True when ``condition`` holds in ``env``."""
+    if condition is None:
+        return False
+    if isinstance(condition, str):
+        name, arg = parse_call(condition)
+        fn = registry._conditions.get(name)
+        return bool(fn(arg, env)) if fn is not None else False
+    if isinstance(condition, Mapping):
+        if "all" in condition:
+            items = condition["all"]
+            return isinstance(items, list) and all(evaluate_condition(c, env, registry) for c in items)
+        if "any" in condition:
+            items = condition["any"]
+            return isinstance(items, list) and any(evaluate_condition(c, env, registry) for c in items)
+        if "not" in condition:
+            return not evaluate_condition(condition["not"], env, registry)
+    return False

@@ -1,0 +1,257 @@
+"""The rolebox side of agent sessions over HTTP: the ``signal`` tool, activation, turns, idles, tool
+observation, artifacts, state and the needs-attention list. State changes are compare-and-set on the
+session's function runtime (sessions/function_store.py); each signal is also an ``agent.signal.emitted``
+source event on the session's scope."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from producers._routes_sessions import bad_session, record_event
+from producers._web_common import error_response, parse_body, producer_of, settings_of
+from sessions.fsm import FunctionMachine, SessionRuntime
+from sessions.function_store import ContentionError, FunctionStore
+from sessions.functions import FunctionDef, load_function_dir
+from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating, guard_message
+
+__all__ = ["activate_locked", "machine_for", "router"]
+
+router = APIRouter()
+
+
+class SignalBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(strict=True)
+    payload: dict[str, Any] | None = None
+
+
+class NameBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, strict=True)
+
+
+class TurnBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    userMessaged: bool = Field(default=False, strict=True)
+
+
+class IdleBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    nowMs: int | None = Field(default=None, strict=True, ge=0)
+    lastTwoOutputsIdentical: bool = Field(default=False, strict=True)
+    modelAskedQuestion: bool = Field(default=False, strict=True)
+
+
+class ToolBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, strict=True)
+    args: Any = None
+    output: Any = None
+
+
+class ArtifactBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    content: str = Field(strict=True)
+
+
+def _definitions(request: Request) -> dict[str, FunctionDef]:
+    defs: dict[str, FunctionDef] | None = getattr(request.app.state, "function_defs", None)
+    if defs is None:
+        directory = settings_of(request).functions_dir
+        defs = load_function_dir(directory)[0] if directory else {}
+        request.app.state.function_defs = defs
+    return defs
+
+
+def machine_for(request: Request, session_id: str) -> FunctionMachine:
+    workspace = settings_of(request).functions_workspace_dir
+    return FunctionMachine(
+        _definitions(request), session_id=session_id, workspace_dir=Path(workspace) if workspace else None
+    )
+
+
+def function_store(request: Request) -> FunctionStore:
+    store = producer_of(request).store
+    return FunctionStore(store.client, store.keys)
+
+
+def _state(runtime: SessionRuntime) -> dict[str, Any]:
+    return {
+        "active": runtime.active,
+        "functions": runtime.functions_view(),
+        "artifacts": runtime.artifacts,
+        "attention": _attention(runtime),
+        "sessionLedger": runtime.session_ledger,
+        "terminating": get_terminating(runtime.session_ledger),
+        "hitl": get_hitl_signal(runtime.session_ledger),
+    }
+
+
+def _attention(runtime: SessionRuntime) -> list[dict[str, Any]]:
+    return [{"function": name, **item} for name, item in runtime.attention.items()]
+
+
+def activate_locked(request: Request, session_id: str, names: list[str]) -> JSONResponse | None:
+    """Session settings' ``functions``: activate them, locked (transitions cannot deactivate them)."""
+    machine = machine_for(request, session_id)
+    unknown = [n for n in names if n not in machine.definitions]
+    if unknown:
+        return error_response(
+            422,
+            "unknown_function",
+            f"unknown function {unknown[0]!r} (AGENT_SIGNAL_FUNCTIONS_DIR)",
+            "functions",
+        )
+
+    def change(rt: SessionRuntime) -> None:
+        for name in names:
+            machine.activate(rt, name, locked=True)
+
+    function_store(request).update(session_id, change)
+    return None
+
+
+@router.post("/v1/sessions/{session_id}/signal")
+async def post_signal(session_id: str, request: Request) -> JSONResponse:
+    """rolebox's ``signal`` tool → ``{"output": <the tool's text>}``."""
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, SignalBody)
+    if isinstance(body, JSONResponse):
+        return body
+    if body.type not in ALL_SIGNAL_TYPES:
+        return error_response(422, "invalid_field", guard_message(body.type), "type")
+    machine = machine_for(request, session_id)
+    now = int(time.time() * 1000)
+
+    def change(rt: SessionRuntime) -> tuple[str, int, list[str]]:
+        output = machine.signal(rt, body.type, body.payload, now_ms=now)
+        rt.seq += 1
+        return output, rt.seq, list(rt.active)
+
+    try:
+        (output, seq, active), _ = function_store(request).update(session_id, change)
+    except ContentionError as exc:
+        return error_response(503, "busy", str(exc))
+    payload: dict[str, Any] = {"type": body.type, "output": output, "functions": active}
+    if body.payload is not None:
+        payload["payload"] = body.payload
+    record_event(request, session_id, "agent.signal.emitted", f"signal:{session_id}:{seq}", payload)
+    return JSONResponse({"output": output})
+
+
+@router.post("/v1/sessions/{session_id}/functions/activate")
+async def post_activate(session_id: str, request: Request) -> JSONResponse:
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, NameBody)
+    if isinstance(body, JSONResponse):
+        return body
+    machine = machine_for(request, session_id)
+    if body.name not in machine.definitions:
+        return error_response(422, "unknown_function", f"unknown function {body.name!r}", "name")
+    _, runtime = function_store(request).update(session_id, lambda rt: machine.activate(rt, body.name))
+    return JSONResponse(_state(runtime))
+
+
+@router.post("/v1/sessions/{session_id}/functions/deactivate")
+async def post_deactivate(session_id: str, request: Request) -> JSONResponse:
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, NameBody)
+    if isinstance(body, JSONResponse):
+        return body
+    machine = machine_for(request, session_id)
+    _, runtime = function_store(request).update(session_id, lambda rt: machine.deactivate(rt, body.name))
+    return JSONResponse(_state(runtime))
+
+
+@router.post("/v1/sessions/{session_id}/turn")
+async def post_turn(session_id: str, request: Request) -> JSONResponse:
+    """A model turn: gates and transitions, with ``user_approval`` = ``userMessaged``."""
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, TurnBody)
+    if isinstance(body, JSONResponse):
+        return body
+    machine = machine_for(request, session_id)
+    _, runtime = function_store(request).update(
+        session_id, lambda rt: machine.turn(rt, user_messaged=body.userMessaged)
+    )
+    return JSONResponse(_state(runtime))
+
+
+@router.post("/v1/sessions/{session_id}/idle")
+async def post_idle(session_id: str, request: Request) -> JSONResponse:
+    """End of an assistant turn → the continuation decision (at most one continuation)."""
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, IdleBody)
+    if isinstance(body, JSONResponse):
+        return body
+    machine = machine_for(request, session_id)
+    now = body.nowMs if body.nowMs is not None else int(time.time() * 1000)
+    decision, _ = function_store(request).update(
+        session_id,
+        lambda rt: machine.idle(
+            rt,
+            now_ms=now,
+            last_two_outputs_identical=body.lastTwoOutputsIdentical,
+            model_asked_question=body.modelAskedQuestion,
+        ),
+    )
+    return JSONResponse(decision)
+
+
+@router.post("/v1/sessions/{session_id}/tool")
+async def post_tool(session_id: str, request: Request) -> JSONResponse:
+    """A finished tool call (tool-after): observed tools, evidence, captures → ``{"injects": [...]}``."""
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, ToolBody)
+    if isinstance(body, JSONResponse):
+        return body
+    machine = machine_for(request, session_id)
+    injects, _ = function_store(request).update(
+        session_id, lambda rt: machine.tool_after(rt, body.name, body.args, body.output)
+    )
+    return JSONResponse({"injects": injects})
+
+
+@router.get("/v1/sessions/{session_id}/artifacts")
+def get_artifacts(session_id: str, request: Request) -> JSONResponse:
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    return JSONResponse(function_store(request).load(session_id).artifacts)
+
+
+@router.put("/v1/sessions/{session_id}/artifacts/{name}")
+async def put_artifact(session_id: str, name: str, request: Request) -> JSONResponse:
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    body = await parse_body(request, ArtifactBody)
+    if isinstance(body, JSONResponse):
+        return body
+    function_store(request).update(session_id, lambda rt: rt.artifacts.__setitem__(name, body.content))
+    return JSONResponse({"name": name, "content": body.content})
+
+
+@router.get("/v1/sessions/{session_id}/state")
+def get_state(session_id: str, request: Request) -> JSONResponse:
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    return JSONResponse(_state(function_store(request).load(session_id)))
+
+
+@router.get("/v1/sessions/{session_id}/attention")
+def get_attention(session_id: str, request: Request) -> JSONResponse:
+    """Pausing signals (need_approval, blocked, need_clarification) whose function is still gated."""
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    return JSONResponse({"items": _attention(function_store(request).load(session_id))})

@@ -1,0 +1,461 @@
+"""The function state machine (rolebox, reference §1.3 and §1.7), as pure operations on a SessionRuntime.
+
+* ``signal``: the session ledger first (before the type guard, as later rolebox versions do), then the guard,
+  then every active function with state: ledger write, ``kv.__signal_type``; pausing signals set
+  ``evidence.paused`` and phase ``gated`` (``blocked`` also sets the 2-minute backstop), then payload capture
+  for ``observe`` specs with ``tool: signal`` and ``capture_payload_as``.
+* ``turn``: every function's ``currentTurn`` += 1, then gate and transitions of the active functions (gate
+  re-evaluation overwrites the phase, even a pausing signal's or ``complete``).
+* ``idle``: at most ONE continuation: skip complete; gated ones only pass when the blocked backstop expired;
+  skip unmet ``requires_evidence``; ``continue_until`` true → complete; else the continuation decision.
+* ``tool_after``: observed tools, ``requires_evidence`` auto-marks, observe specs (when_args / when_output
+  filters, set_evidence, capture_payload_as, sync_todos, inject).
+
+Nothing here does I/O: the Redis store and the simulator both drive these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from policies.conditions import CondEnv, ConditionRegistry
+from sessions.functions import FunctionDef, ObserveSpec
+from sessions.signals import (
+    ALL_SIGNAL_TYPES,
+    DEFAULT_BLOCKED_TIMEOUT_MS,
+    LEDGER_KEY,
+    PAUSING_SIGNALS,
+    UnrecognizedSignalType,
+    guard_message,
+    json_stringify,
+    ledger_view,
+    record_signal,
+    result_text,
+)
+
+__all__ = ["FnState", "FunctionMachine", "SessionRuntime"]
+
+GLOBAL_MAX_CONTINUATIONS = 25
+COOLDOWN_RULES: tuple[tuple[int, int], ...] = ((3, 1), (5, 3))  # (atCount, cooldownTurns)
+DEFAULT_REASON = "completion condition not yet met"
+
+
+@dataclass
+class FnState:
+    phase: str = "active"
+    activated_at_turn: int = 0
+    current_turn: int = 0
+    evidence_observed: dict[str, Any] = field(default_factory=dict)
+    tools_observed: list[str] = field(default_factory=list)
+    continuation_count: int = 0
+    cooldown_until_turn: int = 0
+    gate_satisfied: bool = False
+    kv: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = 1
+    blocked_at: int | None = None
+    blocked_timeout_ms: int | None = None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "activatedAtTurn": self.activated_at_turn,
+            "currentTurn": self.current_turn,
+            "evidenceObserved": self.evidence_observed,
+            "toolsObserved": self.tools_observed,
+            "continuationCount": self.continuation_count,
+            "cooldownUntilTurn": self.cooldown_until_turn,
+            "gateSatisfied": self.gate_satisfied,
+            "kv": self.kv,
+            "schemaVersion": self.schema_version,
+            "blockedAt": self.blocked_at,
+            "blockedTimeoutMs": self.blocked_timeout_ms,
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: Mapping[str, Any]) -> FnState:
+        return cls(
+            phase=d.get("phase", "active"),
+            activated_at_turn=int(d.get("activatedAtTurn", 0)),
+            current_turn=int(d.get("currentTurn", 0)),
+            evidence_observed=dict(d.get("evidenceObserved", {})),
+            tools_observed=list(d.get("toolsObserved", [])),
+            continuation_count=int(d.get("continuationCount", 0)),
+            cooldown_until_turn=int(d.get("cooldownUntilTurn", 0)),
+            gate_satisfied=bool(d.get("gateSatisfied", False)),
+            kv=dict(d.get("kv", {})),
+            schema_version=int(d.get("schemaVersion", 1)),
+            blocked_at=d.get("blockedAt"),
+            blocked_timeout_ms=d.get("blockedTimeoutMs"),
+        )
+
+
+@dataclass
+class SessionRuntime:
+    """Everything the machine keeps for one session (persisted as one JSON document)."""
+
+    active: list[str] = field(default_factory=list)  # insertion-ordered set
+    locked: list[str] = field(default_factory=list)  # auto-activated: transitions cannot deactivate them
+    states: dict[str, FnState] = field(default_factory=dict)
+    session_ledger: dict[str, Any] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)
+    attention: dict[str, dict[str, Any]] = field(default_factory=dict)  # pausing signals awaiting a human
+    seq: int = 0  # counts recorded tool calls (source ids of their events)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "active": self.active,
+            "locked": self.locked,
+            "states": {k: v.to_json_dict() for k, v in self.states.items()},
+            "sessionLedger": self.session_ledger,
+            "artifacts": self.artifacts,
+            "attention": self.attention,
+            "seq": self.seq,
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: Mapping[str, Any]) -> SessionRuntime:
+        return cls(
+            active=list(d.get("active", [])),
+            locked=list(d.get("locked", [])),
+            states={k: FnState.from_json_dict(v) for k, v in d.get("states", {}).items()},
+            session_ledger=dict(d.get("sessionLedger", {})),
+            artifacts=dict(d.get("artifacts", {})),
+            attention=dict(d.get("attention", {})),
+            seq=int(d.get("seq", 0)),
+        )
+
+    def functions_view(self) -> dict[str, dict[str, Any]]:
+        """Every function with state (the simulate output's ``functions``)."""
+        return {
+            name: {
+                "phase": st.phase,
+                "active": name in self.active,
+                "ledger": ledger_view(st.kv),
+                "evidence": st.evidence_observed,
+                "continuationCount": st.continuation_count,
+                "currentTurn": st.current_turn,
+            }
+            for name, st in self.states.items()
+        }
+
+
+def _args_match(expected: Mapping[str, Any], args: Mapping[str, Any]) -> list[bool]:
+    return [json_stringify(args.get(k)) == json_stringify(v) for k, v in expected.items()]
+
+
+class FunctionMachine:
+    """The rules, bound to a set of definitions and a condition registry."""
+
+    def __init__(
+        self,
+        definitions: Mapping[str, FunctionDef],
+        *,
+        conditions: ConditionRegistry | None = None,
+        session_id: str = "",
+        workspace_dir: Path | None = None,
+    ) -> None:
+        self.definitions = dict(definitions)
+        self.conditions = conditions or ConditionRegistry()
+        self.session_id = session_id
+        self.workspace_dir = workspace_dir
+
+    def _env(self, rt: SessionRuntime, name: str, st: FnState, *, user_messaged: bool) -> CondEnv:
+        fn = self.definitions.get(name)
+        return CondEnv(
+            session_id=self.session_id,
+            fn_name=name,
+            state=st,
+            artifacts=rt.artifacts,
+            required_evidence=fn.requires_evidence if fn else (),
+            user_messaged_this_turn=user_messaged,
+            session_ledger=rt.session_ledger,
+            workspace_dir=self.workspace_dir,
+        )
+
+    # ---- activation --------------------------------------------------------------------------------
+
+    def activate(self, rt: SessionRuntime, name: str, *, locked: bool = False) -> None:
+        """Add to the active set; keep existing state unless its schema version changed."""
+        fn = self.definitions.get(name)
+        if fn is None:
+            raise KeyError(f"unknown function {name!r}")
+        if name not in rt.active:
+            rt.active.append(name)
+        if locked and name not in rt.locked:
+            rt.locked.append(name)
+        st = rt.states.get(name)
+        if st is None or st.schema_version != fn.state_schema_version:
+            st = FnState(schema_version=fn.state_schema_version)
+            rt.states[name] = st
+        st.activated_at_turn = st.current_turn
+
+    def deactivate(self, rt: SessionRuntime, name: str) -> None:
+        """Remove from the active set; the state (and its ledger) survives."""
+        if name in rt.active:
+            rt.active.remove(name)
+        self._clear_attention(rt)
+
+    # ---- the signal tool ---------------------------------------------------------------------------
+
+    def signal(self, rt: SessionRuntime, signal_type: str, payload: Any = None, *, now_ms: int = 0) -> str:
+        """The ``signal`` tool; raises UnrecognizedSignalType with the guard's message."""
+        rt.session_ledger[signal_type] = payload
+        if signal_type not in ALL_SIGNAL_TYPES:
+            raise UnrecognizedSignalType(guard_message(signal_type))
+        recorded = 0
+        for name in list(rt.active):
+            st = rt.states.get(name)
+            if st is None:
+                continue
+            record_signal(st.kv, signal_type, payload)
+            st.kv["__signal_type"] = signal_type
+            if signal_type in PAUSING_SIGNALS:
+                st.evidence_observed["paused"] = True
+                st.phase = "gated"
+                rt.attention[name] = {"type": signal_type, "payload": payload, "since": now_ms}
+                if signal_type == "blocked":
+                    st.blocked_at = now_ms
+                    if st.blocked_timeout_ms is None:
+                        st.blocked_timeout_ms = DEFAULT_BLOCKED_TIMEOUT_MS
+            recorded += 1
+        if payload is not None and rt.active:
+            for name in rt.active:
+                fn = self.definitions.get(name)
+                for spec in fn.observe if fn else ():
+                    if spec.capture_payload_as and spec.tool == "signal":
+                        rt.artifacts[spec.capture_payload_as] = json_stringify(payload)
+        return result_text(signal_type, payload, active=len(rt.active), recorded_on=recorded)
+
+    # ---- tool-after observe ------------------------------------------------------------------------
+
+    def tool_after(self, rt: SessionRuntime, tool: str, args: Any = None, output: Any = None) -> list[str]:
+        """Observe a finished tool call; returns the ``inject`` texts of the specs that fired."""
+        injects: list[str] = []
+        args_map: Mapping[str, Any] = args if isinstance(args, Mapping) else {}
+        for name in list(rt.active):
+            fn, st = self.definitions.get(name), rt.states.get(name)
+            if fn is None or st is None:
+                continue
+            if tool not in st.tools_observed:
+                st.tools_observed.append(tool)
+            if tool == "signal":
+                _observe_signal_call(rt, st, args_map)
+            for tag in fn.requires_evidence:
+                gated = any(
+                    s.on == "tool_after" and s.tool == tool and s.set_evidence == tag and s.when_output
+                    for s in fn.observe
+                )
+                if not gated and tag == tool:
+                    st.evidence_observed[tag] = True
+            for spec in fn.observe:
+                if spec.on != "tool_after" or (spec.tool and spec.tool != tool):
+                    continue
+                if self._passes_filters(spec.when_output, spec.when_args, args, output):
+                    injects.extend(_apply_spec(rt, st, spec, tool, args_map))
+        return injects
+
+    @staticmethod
+    def _passes_filters(when_output: Any, when_args: Any, args: Any, output: Any) -> bool:
+        if when_output:
+            text = output if isinstance(output, str) else json_stringify(output if output is not None else "")
+            if when_output.get("contains") and str(when_output["contains"]) not in text:
+                return False
+            if when_output.get("not_contains") and str(when_output["not_contains"]) in text:
+                return False
+        if when_args:
+            if args is None:
+                return False
+            given = args if isinstance(args, Mapping) else {}
+            if when_args.get("match") and not all(_args_match(when_args["match"], given)):
+                return False
+            if when_args.get("not_match") and any(_args_match(when_args["not_match"], given)):
+                return False
+        return True
+
+    # ---- per turn ------------------------------------------------------------------------------------
+
+    def turn(self, rt: SessionRuntime, *, user_messaged: bool) -> None:
+        """A model turn: advance every function's turn, then gates and transitions of the active ones."""
+        for state in rt.states.values():
+            state.current_turn += 1
+        for name in list(rt.active):
+            fn, st = self.definitions.get(name), rt.states.get(name)
+            if fn is None or st is None or name not in rt.active:
+                continue
+            env = self._env(rt, name, st, user_messaged=user_messaged)
+            if fn.gate is not None:
+                st.gate_satisfied = self.conditions.evaluate(fn.gate, env)
+                st.phase = "active" if st.gate_satisfied else "gated"
+            to_activate: list[str] = []
+            to_deactivate: list[str] = []
+            for transition in fn.transitions:
+                fired = (
+                    st.gate_satisfied
+                    if transition.when == "gate"
+                    else self.conditions.evaluate(transition.when, env)
+                )
+                if fired:
+                    to_activate.extend(transition.activate)
+                    to_deactivate.extend(transition.deactivate)
+            for target in to_activate:
+                if target in self.definitions:
+                    self.activate(rt, target)
+            for target in to_deactivate:
+                if target == name and name not in rt.locked:
+                    self.deactivate(rt, name)
+        self._clear_attention(rt)
+
+    # ---- per idle ------------------------------------------------------------------------------------
+
+    def idle(
+        self,
+        rt: SessionRuntime,
+        *,
+        now_ms: int,
+        last_two_outputs_identical: bool = False,
+        model_asked_question: bool = False,
+    ) -> dict[str, Any]:
+        """End of an assistant turn: completions, and at most one continuation. Returns the decision."""
+        burst = sum(st.continuation_count for st in rt.states.values())
+        completed: list[str] = []
+        blocked: tuple[str, str] | None = None
+        decision: dict[str, Any] | None = None
+        for name in list(rt.active):
+            fn, st = self.definitions.get(name), rt.states.get(name)
+            if fn is None or st is None or st.phase == "complete":
+                continue
+            if st.phase == "gated":
+                timeout = (
+                    st.blocked_timeout_ms if st.blocked_timeout_ms is not None else DEFAULT_BLOCKED_TIMEOUT_MS
+                )
+                if st.blocked_at is not None and now_ms - st.blocked_at > timeout:
+                    st.phase = "active"
+                    st.evidence_observed["paused"] = False
+                    st.blocked_at = None
+                else:
+                    continue
+            if fn.requires_evidence and not all(
+                st.evidence_observed.get(t) is True for t in fn.requires_evidence
+            ):
+                continue
+            if fn.continue_until is None:
+                continue
+            if self.conditions.evaluate(fn.continue_until, self._env(rt, name, st, user_messaged=False)):
+                st.phase = "complete"
+                completed.append(name)
+                continue
+            reason = _blocking_reason(st, fn, burst, last_two_outputs_identical, model_asked_question)
+            if reason is not None:
+                blocked = blocked or (name, reason)
+                continue
+            decision = {
+                "continued": True,
+                "function": name,
+                "reason": None,
+                "reminder": _continue(st, fn, name),
+            }
+            break
+        self._clear_attention(rt)
+        if decision is None:
+            if blocked is not None:
+                decision = {
+                    "continued": False,
+                    "function": blocked[0],
+                    "reason": blocked[1],
+                    "reminder": None,
+                }
+            else:
+                decision = {
+                    "continued": False,
+                    "function": None,
+                    "reason": "no function needs a continuation",
+                    "reminder": None,
+                }
+        decision["completed"] = completed
+        return decision
+
+    @staticmethod
+    def _clear_attention(rt: SessionRuntime) -> None:
+        """Needs-attention items last while their function stays active and gated."""
+        for name in list(rt.attention):
+            st = rt.states.get(name)
+            if st is None or st.phase != "gated" or name not in rt.active:
+                del rt.attention[name]
+
+    # ---- kv and artifacts ----------------------------------------------------------------------------
+
+    @staticmethod
+    def set_kv(rt: SessionRuntime, key: str, value: Any) -> None:
+        for name in rt.active:
+            st = rt.states.get(name)
+            if st is not None:
+                st.kv[key] = value
+
+
+def _observe_signal_call(rt: SessionRuntime, st: FnState, args: Mapping[str, Any]) -> None:
+    """The observe path for the ``signal`` tool: last type, the legacy list ledger, ``__signal_payload``."""
+    if isinstance(args.get("type"), str):
+        st.kv["__signal_type"] = args["type"]
+        legacy = st.kv.get(LEDGER_KEY)
+        if isinstance(legacy, list) and args["type"] not in legacy:
+            legacy.append(args["type"])  # the legacy string[] writer; a Record ledger is the tool's to write
+    if args.get("payload") is not None:
+        rt.artifacts["__signal_payload"] = json_stringify(args["payload"])
+
+
+def _apply_spec(
+    rt: SessionRuntime, st: FnState, spec: ObserveSpec, tool: str, args: Mapping[str, Any]
+) -> list[str]:
+    if spec.set_evidence:
+        st.evidence_observed[spec.set_evidence] = True
+    if spec.capture_payload_as and args.get("payload") is not None:
+        rt.artifacts[spec.capture_payload_as] = json_stringify(args["payload"])
+    if spec.sync_todos and tool == "todowrite":
+        rendered = _render_todos(args.get("todos"))
+        if rendered:
+            st.kv["__todos"] = rendered
+    return [spec.inject] if spec.inject else []
+
+
+def _blocking_reason(st: FnState, fn: FunctionDef, burst: int, identical: bool, question: bool) -> str | None:
+    if burst >= GLOBAL_MAX_CONTINUATIONS:
+        return "global cap"
+    if st.continuation_count >= fn.continue_max:
+        return "per-fn cap"
+    if identical:
+        return "loop detected"
+    if question:
+        return "model asked a question"
+    if st.current_turn < st.cooldown_until_turn:
+        return "cooldown"
+    return None
+
+
+def _continue(st: FnState, fn: FunctionDef, name: str) -> str:
+    st.continuation_count += 1
+    for at_count, turns in COOLDOWN_RULES:
+        if st.continuation_count == at_count:
+            st.cooldown_until_turn = st.current_turn + turns
+    final = (
+        " This is your FINAL continuation — produce your output NOW, even if incomplete."
+        if st.continuation_count >= fn.continue_max
+        else ""
+    )
+    return (
+        f"<system-reminder>[auto-continue {st.continuation_count}/{fn.continue_max} for {name}: {DEFAULT_REASON}] "
+        f"Continue until this function's completion condition is met. Do not stop yet.{final}</system-reminder>"
+    )
+
+
+def _render_todos(todos: Any) -> str | None:
+    if not isinstance(todos, list) or not todos:
+        return None
+    lines = []
+    for raw in todos:
+        item: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        mark = "x" if item.get("status") == "completed" else " "
+        lines.append(f"- [{mark}] {item.get('content') or ''}")
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+"""rolebox's ``signal`` vocabulary, ledgers and the tool's result text (reference rolebox-signals.md §1.1-1.5).
+
+Eight types in four categories. "Terminating" is only a label: the tool never completes a function; a
+function completes when its ``continue_until`` condition holds at idle (which may reference the signal).
+
+The function ledger lives in ``FnState.kv["__signals_observed"]`` as ``{type: payload | None}`` (latest per
+type; key presence is what counts). A legacy list there is readable by ``signal_observed`` but replaced by
+the first write. The session ledger keeps the latest ``{type: payload}`` of the whole session.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "ALL_SIGNAL_TYPES",
+    "HANDOFF_SIGNALS",
+    "INFO_SIGNALS",
+    "LEDGER_KEY",
+    "PAUSING_SIGNALS",
+    "SIGNAL_TYPES",
+    "TERMINATING_SIGNALS",
+    "TERMINATING_SIGNALS_BY_SEVERITY",
+    "UnrecognizedSignalType",
+    "get_hitl_signal",
+    "get_terminating",
+    "guard_message",
+    "js_string",
+    "json_stringify",
+    "ledger_view",
+    "read_ledger",
+    "record_signal",
+    "result_text",
+]
+
+SIGNAL_TYPES: tuple[str, ...] = (
+    "answer",
+    "need_approval",
+    "blocked",
+    "need_clarification",
+    "handoff",
+    "progress",
+    "revise_needed",
+    "escalate",
+)
+TERMINATING_SIGNALS = frozenset({"answer", "revise_needed", "escalate"})
+PAUSING_SIGNALS = frozenset({"need_approval", "blocked", "need_clarification"})
+HANDOFF_SIGNALS = frozenset({"handoff"})
+INFO_SIGNALS = frozenset({"progress"})
+# The union in insertion order, as it appears in the runtime guard's message.
+ALL_SIGNAL_TYPES: tuple[str, ...] = (
+    "answer",
+    "revise_needed",
+    "escalate",
+    "need_approval",
+    "blocked",
+    "need_clarification",
+    "handoff",
+    "progress",
+)
+TERMINATING_SIGNALS_BY_SEVERITY: tuple[str, ...] = ("escalate", "revise_needed", "answer")
+HITL_SIGNALS_BY_PRECEDENCE: tuple[str, ...] = ("need_approval", "blocked", "need_clarification")
+LEDGER_KEY = "__signals_observed"
+DEFAULT_BLOCKED_TIMEOUT_MS = 120_000
+
+
+class UnrecognizedSignalType(ValueError):
+    """The runtime guard: raised for a type outside the eight (direct calls that bypassed the schema)."""
+
+
+def guard_message(signal_type: str) -> str:
+    """The guard's exact text."""
+    return f'Unrecognized signal type: "{signal_type}". Valid types: {", ".join(ALL_SIGNAL_TYPES)}'
+
+
+def js_string(value: Any) -> str:
+    """JavaScript's ``String(value)`` for JSON values (used where rolebox interpolates a value)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return ",".join("" if v is None else js_string(v) for v in value)
+    return "[object Object]"
+
+
+def json_stringify(value: Any) -> str:
+    """``JSON.stringify`` (compact, non-ASCII kept)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def read_ledger(kv: Mapping[str, Any]) -> dict[str, Any]:
+    """The ledger as a dict: a copy of a plain object, else a fresh ``{}`` (legacy lists are not migrated)."""
+    raw = kv.get(LEDGER_KEY)
+    return dict(raw) if isinstance(raw, dict) else {}
+
+
+def record_signal(kv: dict[str, Any], signal_type: str, payload: Any = None) -> None:
+    """Last write wins per type; ``None`` records "no payload" (the key's presence is what counts)."""
+    ledger = read_ledger(kv)
+    ledger[signal_type] = payload
+    kv[LEDGER_KEY] = ledger
+
+
+def ledger_view(kv: Mapping[str, Any]) -> dict[str, Any]:
+    """For display: the Record ledger, or a legacy list shown as ``{type: None}``."""
+    raw = kv.get(LEDGER_KEY)
+    if isinstance(raw, dict):
+        return dict(raw)
+    if isinstance(raw, list):
+        return {str(t): None for t in raw}
+    return {}
+
+
+def get_terminating(session_ledger: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The most severe terminating signal of the session (escalate > revise_needed > answer)."""
+    for signal_type in TERMINATING_SIGNALS_BY_SEVERITY:
+        if signal_type in session_ledger:
+            return {"type": signal_type, "payload": session_ledger[signal_type]}
+    return None
+
+
+def get_hitl_signal(session_ledger: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The human-in-the-loop signal of the session (need_approval > blocked > need_clarification)."""
+    for signal_type in HITL_SIGNALS_BY_PRECEDENCE:
+        if signal_type in session_ledger:
+            return {"type": signal_type, "payload": session_ledger[signal_type]}
+    return None
+
+
+def result_text(signal_type: str, payload: Any, *, active: int, recorded_on: int) -> str:
+    """The tool's answer. ``active`` is the size of the active set, ``recorded_on`` the functions written."""
+    if active == 0:
+        return f"signal: {signal_type} acknowledged (no active functions)"
+    parts = [f"signal: {signal_type} acknowledged", f"recorded on {recorded_on} function(s)"]
+    if signal_type in PAUSING_SIGNALS:
+        parts.append("→ function paused")
+    elif signal_type in TERMINATING_SIGNALS:
+        parts.append("→ satisfies continue_until condition")
+    elif signal_type in HANDOFF_SIGNALS:
+        target = None
+        if isinstance(payload, dict):
+            target = payload.get("target")
+            if target is None:
+                target = payload.get("subagent")
+        parts.append(f"→ handoff to {'(unspecified)' if target is None else js_string(target)}")
+    else:
+        parts.append("→ informational (no state transition)")
+    return " | ".join(parts)

@@ -1,0 +1,140 @@
+"""``agent-signal functions simulate``: run function definitions against a scripted session, offline.
+
+Each line of the script is one step (CONTRACT.md): ``activate``, ``deactivate``, ``signal``, ``tool``,
+``artifact``, ``turn``, ``idle``, ``set``. Each produces exactly one JSON line
+``{"step", "result", "functions", "artifacts"}``; ``result`` is the signal tool's text for signal steps (the
+runtime guard's message for an unknown type: the script goes on), the continuation decision for idle steps,
+else null. A step that cannot be understood is reported on stderr naming its line, and produces a line
+whose ``result`` is ``{"error": ...}`` so the numbering stays aligned.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from sessions.fsm import FunctionMachine, SessionRuntime
+from sessions.signals import UnrecognizedSignalType
+
+__all__ = ["SimulationError", "run_script"]
+
+
+class SimulationError(ValueError):
+    """A step is malformed; the message names the field."""
+
+
+def _activation(machine: FunctionMachine, rt: SessionRuntime, kind: str, name: Any) -> None:
+    if not isinstance(name, str):
+        raise SimulationError(f"{kind}: must be a function name")
+    if kind == "deactivate":
+        machine.deactivate(rt, name)
+        return
+    try:
+        machine.activate(rt, name)
+    except KeyError:
+        raise SimulationError(f"activate: unknown function {name!r}") from None
+
+
+def _signal(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> str:
+    payload = body.get("payload")
+    if payload is not None and not isinstance(payload, Mapping):
+        raise SimulationError("signal.payload: must be an object")
+    try:
+        return machine.signal(
+            rt,
+            str(body.get("type")),
+            dict(payload) if payload is not None else None,
+            now_ms=int(time.time() * 1000),
+        )
+    except UnrecognizedSignalType as exc:
+        return str(exc)
+
+
+def _tool(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> None:
+    if not isinstance(body.get("name"), str):
+        raise SimulationError("tool.name: is required")
+    machine.tool_after(rt, body["name"], body.get("args"), body.get("output"))
+
+
+def _artifact(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> None:
+    if not isinstance(body.get("name"), str) or not isinstance(body.get("content"), str):
+        raise SimulationError("artifact: needs name and content strings")
+    rt.artifacts[body["name"]] = body["content"]
+
+
+def _turn(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> None:
+    if not isinstance(body.get("userMessaged", False), bool):
+        raise SimulationError("turn.userMessaged: must be true or false")
+    machine.turn(rt, user_messaged=bool(body.get("userMessaged", False)))
+
+
+def _idle(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> dict[str, Any]:
+    now = body.get("nowMs")
+    if now is not None and (isinstance(now, bool) or not isinstance(now, int)):
+        raise SimulationError("idle.nowMs: must be an integer (Unix ms)")
+    return machine.idle(
+        rt,
+        now_ms=int(now) if now is not None else int(time.time() * 1000),
+        last_two_outputs_identical=bool(body.get("lastTwoOutputsIdentical", False)),
+        model_asked_question=bool(body.get("modelAskedQuestion", False)),
+    )
+
+
+def _set(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> None:
+    if not isinstance(body.get("key"), str):
+        raise SimulationError("set.key: is required")
+    machine.set_kv(rt, body["key"], body.get("value"))
+
+
+STEPS: dict[str, Callable[[FunctionMachine, SessionRuntime, Mapping[str, Any]], Any]] = {
+    "signal": _signal,
+    "tool": _tool,
+    "artifact": _artifact,
+    "turn": _turn,
+    "idle": _idle,
+    "set": _set,
+}
+
+
+def _apply(machine: FunctionMachine, rt: SessionRuntime, step: Any) -> Any:
+    if not isinstance(step, Mapping) or len(step) != 1:
+        raise SimulationError(
+            "a step is an object with exactly one of activate, deactivate, signal, tool, artifact, turn, idle, set"
+        )
+    ((kind, body),) = step.items()
+    if kind in ("activate", "deactivate"):
+        _activation(machine, rt, kind, body)
+        return None
+    handler = STEPS.get(kind)
+    if handler is None:
+        raise SimulationError(f"unknown step {kind!r}")
+    if not isinstance(body, Mapping):
+        raise SimulationError(f"{kind}: must be an object")
+    return handler(machine, rt, body)
+
+
+def run_script(machine: FunctionMachine, lines: Iterable[str]) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """Yield (output line, error) for each non-blank script line."""
+    rt = SessionRuntime()
+    index = 0
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        error = None
+        try:
+            result = _apply(machine, rt, json.loads(line))
+        except ValueError as exc:  # JSON errors and SimulationError
+            error = f"line {number}: {exc}"
+            result = {"error": str(exc)}
+        yield (
+            {
+                "step": index,
+                "result": result,
+                "functions": rt.functions_view(),
+                "artifacts": dict(rt.artifacts),
+            },
+            error,
+        )
+        index += 1

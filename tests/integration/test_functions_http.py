@@ -1,0 +1,217 @@
+"""The signal tool and the function state machine over HTTP and the CLI, on a real Redis."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from producers import InvalidEvent, SessionClient
+from producers._http import create_web_app
+from sessions.signals import SIGNAL_TYPES
+from tests.conftest import ROOT, wait_for
+
+pytestmark = pytest.mark.integration
+FUNCTIONS = ROOT / "examples" / "functions"
+
+
+@pytest.fixture
+def client(make_settings: Any) -> Iterator[TestClient]:
+    with TestClient(create_web_app(make_settings(functions_dir=str(FUNCTIONS)))) as c:
+        yield c
+
+
+class TestSignalTool:
+    def test_texts_and_validation(self, client: TestClient) -> None:
+        """The tool answers with rolebox's text; a bad type or payload is a 422 naming the field."""
+        sdk = SessionClient(client=client)
+        assert sdk.signal("s1", "answer") == "signal: answer acknowledged (no active functions)"
+        sdk.configure("s1", functions=["approval"])
+        assert sdk.signal("s1", "handoff", {"subagent": "coder"}) == (
+            "signal: handoff acknowledged | recorded on 1 function(s) | → handoff to coder"
+        )
+        bad = client.post("/v1/sessions/s1/signal", json={"type": "done"})
+        assert bad.status_code == 422
+        assert bad.json()["error"]["message"].startswith(
+            'Unrecognized signal type: "done". Valid types: answer,'
+        )
+        assert bad.json()["error"]["field"] == "type"
+        payload = client.post("/v1/sessions/s1/signal", json={"type": "answer", "payload": [1, 2]})
+        assert payload.status_code == 422 and payload.json()["error"]["field"] == "payload"
+        with pytest.raises(InvalidEvent):
+            sdk.configure("s1", functions=["ghost"])
+
+    def test_concurrent_signals_lose_nothing(self, client: TestClient) -> None:
+        """20 concurrent signals on one session: every one is applied (ledger has every type, 20 recorded calls)."""
+        sdk = SessionClient(client=client)
+        sdk.configure("busy", functions=["approval"])
+        calls = [(SIGNAL_TYPES[i % 8], {"i": i}) for i in range(20)]
+        with ThreadPoolExecutor(20) as pool:
+            list(pool.map(lambda c: sdk.signal("busy", c[0], c[1]), calls))
+        state = sdk.state("busy")
+        ledger = state["functions"]["approval"]["ledger"]
+        assert set(ledger) == set(SIGNAL_TYPES)
+        for signal_type, payload in ledger.items():
+            assert payload["i"] % 8 == SIGNAL_TYPES.index(signal_type)
+        assert set(state["sessionLedger"]) == set(SIGNAL_TYPES)
+        producer = client.app.state.producer  # type: ignore[attr-defined]
+        assert producer.store.stats()["accepted"] == 20  # one agent.signal.emitted event per call, none lost
+        with ThreadPoolExecutor(20) as pool:
+            list(pool.map(lambda i: sdk.turn("busy", user_messaged=False), range(20)))
+        assert (
+            sdk.state("busy")["functions"]["approval"]["currentTurn"] == 20
+        )  # 20 read-modify-writes, none lost
+
+    def test_attention_items(self, client: TestClient) -> None:
+        """A pausing signal is a needs-attention item until the function leaves the gated phase."""
+        sdk = SessionClient(client=client)
+        sdk.configure("att", functions=["approval"])
+        sdk.signal("att", "need_approval", {"plan": "drop a column"})
+        items = client.get("/v1/sessions/att/attention").json()["items"]
+        assert [(i["function"], i["type"], i["payload"]) for i in items] == [
+            ("approval", "need_approval", {"plan": "drop a column"})
+        ]
+        sdk.turn("att", user_messaged=False)
+        assert client.get("/v1/sessions/att/attention").json()["items"] != []
+        sdk.turn("att", user_messaged=True)  # the gate reopens on the user's answer
+        assert client.get("/v1/sessions/att/attention").json()["items"] == []
+        state = sdk.state("att")
+        assert state["hitl"] == {"type": "need_approval", "payload": {"plan": "drop a column"}}
+
+    def test_signal_is_a_source_event(self, make_settings: Any, start_worker: Any) -> None:
+        """Each signal call becomes an agent.signal.emitted chain on the session's scope."""
+        settings = make_settings(functions_dir=str(FUNCTIONS))
+        start_worker(settings)
+        with TestClient(create_web_app(settings)) as client:
+            SessionClient(client=client).signal("ev", "progress", {"pct": 10})
+            producer = client.app.state.producer  # type: ignore[attr-defined]
+            chain = wait_for(lambda: producer.store.get_chain("chain:signal:ev:1"), what="the chain")
+        assert chain["source"]["sourceType"] == "agent.signal.emitted"
+        assert chain["source"]["scopeKey"] == "session:ev"
+        assert chain["source"]["payload"]["output"].startswith("signal: progress acknowledged")
+
+
+class TestApprovalWorkflow:
+    def test_over_http(self, client: TestClient) -> None:
+        """need_approval pauses; the gate reopens on the user's answer; continue_until completes."""
+        sdk = SessionClient(client=client)
+        sdk.configure("flow", functions=["approval"])
+        sdk.turn("flow", user_messaged=True)
+        assert sdk.idle("flow", nowMs=1)["continued"] is True
+        sdk.signal("flow", "need_approval", {"plan": "x"})
+        assert sdk.state("flow")["functions"]["approval"]["phase"] == "gated"
+        assert sdk.idle("flow", nowMs=2)["continued"] is False
+        sdk.turn("flow", user_messaged=True)
+        client.put("/v1/sessions/flow/artifacts/approved_plan", json={"content": "x"})
+        sdk.signal("flow", "answer")
+        decision = sdk.idle("flow", nowMs=3)
+        assert decision["completed"] == ["approval"] and decision["continued"] is False
+        assert client.get("/v1/sessions/flow/artifacts").json()["approval_request"] == '{"plan":"x"}'
+
+    def test_simulate_cli(self) -> None:
+        """The checked-in script runs end to end: one line per step, the approval completes."""
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "producers._cli",
+                "functions",
+                "simulate",
+                "--functions",
+                str(FUNCTIONS),
+                "--script",
+                str(ROOT / "examples" / "approval.steps.jsonl"),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr
+        lines = [json.loads(line) for line in out.stdout.splitlines()]
+        assert [line["step"] for line in lines] == list(range(14))
+        phases = [line["functions"]["approval"]["phase"] for line in lines]
+        assert phases[5] == "gated" and phases[9] == "active" and phases[-1] == "complete"
+        assert (
+            lines[5]["result"]
+            == "signal: need_approval acknowledged | recorded on 1 function(s) | → function paused"
+        )
+        assert lines[3]["result"]["reminder"].startswith("<system-reminder>[auto-continue 1/3 for approval:")
+        assert lines[6]["result"] == {
+            "continued": False,
+            "function": None,
+            "reason": "no function needs a continuation",
+            "reminder": None,
+            "completed": [],
+        }
+        assert lines[-1]["result"]["completed"] == ["approval"]
+        assert lines[-1]["functions"]["approval"]["ledger"] == {
+            "progress": None,
+            "need_approval": {"plan": "drop column users.legacy_flag"},
+            "answer": None,
+        }
+        # Signals without payload capture nothing (with one, any type would overwrite it: rolebox ignores when_args here).
+        assert lines[-1]["artifacts"]["approval_request"] == '{"plan":"drop column users.legacy_flag"}'
+
+    def test_simulate_bad_steps_do_not_stop(self, tmp_path: Any) -> None:
+        """An unknown signal type gives the guard's text; a malformed step is reported with its line."""
+        script = tmp_path / "s.jsonl"
+        script.write_text(
+            '{"activate": "approval"}\n{"signal": {"type": "finished"}}\n{"jump": 1}\n{"signal": {"type": "answer"}}\n'
+        )
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "producers._cli",
+                "functions",
+                "simulate",
+                "--functions",
+                str(FUNCTIONS),
+                "--script",
+                str(script),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        lines = [json.loads(line) for line in out.stdout.splitlines()]
+        assert lines[1]["result"].startswith('Unrecognized signal type: "finished". Valid types:')
+        assert (
+            lines[2]["result"] == {"error": "unknown step 'jump'"}
+            and "line 3: unknown step 'jump'" in out.stderr
+        )
+        assert lines[3]["result"].startswith("signal: answer acknowledged | recorded on 1")
+        assert out.returncode == 1
+
+    def test_check_cli(self, tmp_path: Any) -> None:
+        """functions check: exit 0 for the examples; exit 2 with file and field for a broken file."""
+        ok = subprocess.run(
+            [sys.executable, "-m", "producers._cli", "functions", "check", str(FUNCTIONS)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        (tmp_path / "bad.md").write_text("---\nname: bad\ncontinue_max: lots\n---\n")
+        bad = subprocess.run(
+            [sys.executable, "-m", "producers._cli", "functions", "check", str(tmp_path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert bad.returncode == 2
+        assert bad.stdout.strip() == f"{tmp_path}/bad.md: continue_max: must be an integer >= 0"

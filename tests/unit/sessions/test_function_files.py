@@ -1,0 +1,79 @@
+"""Function definition files: YAML 1.2 front matter, errors that name file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sessions.functions import FunctionLoadError, load_function_dir, parse_function_file
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_examples_load() -> None:
+    """The checked-in examples are valid."""
+    defs, warnings = load_function_dir(ROOT / "examples" / "functions")
+    assert sorted(defs) == ["approval", "escalation"] and warnings == []
+    assert defs["approval"].continue_max == 3
+    assert defs["approval"].observe[0].capture_payload_as == "approval_request"
+
+
+def test_yaml_12_keys() -> None:
+    """`on:` stays the string 'on' (YAML 1.1 would make it True)."""
+    definition, errors, _ = parse_function_file(
+        "---\nname: x\nobserve:\n  - on: tool_after\n    tool: bash\n---\n", "x.md"
+    )
+    assert errors == [] and definition is not None and definition.observe[0].on == "tool_after"
+
+
+@pytest.mark.parametrize(
+    ("front", "message"),
+    [
+        ("description: no name", "f.md: name: is required (a non-empty string)"),
+        ("name: x\ngate: {all: signal_observed(a)}", "f.md: gate.all: must be a list of conditions"),
+        (
+            "name: x\ncontinue_until: {every: [a]}",
+            "f.md: continue_until: must be a condition (a string, or a mapping with one of all / any / not)",
+        ),
+        ("name: x\ncontinue_max: -1", "f.md: continue_max: must be an integer >= 0"),
+        (
+            "name: x\nobserve: [{on: before, tool: bash}]",
+            "f.md: observe[0].on: must be one of tool_after, message, activate (got 'before')",
+        ),
+        (
+            "name: x\nobserve: [{on: tool_after, when_args: {equals: {}}}]",
+            "f.md: observe[0].when_args: must be a mapping with match and/or not_match",
+        ),
+        (
+            "name: x\ntransitions: [{activate: [y]}]",
+            'f.md: transitions[0]: must be a mapping with when (a condition or "gate")',
+        ),
+        ("name: x\nrequires_evidence: tests", "f.md: requires_evidence: must be a list of names"),
+    ],
+)
+def test_errors_name_file_and_field(front: str, message: str) -> None:
+    """Each problem is reported as '<file>: <field>: <problem>'."""
+    definition, errors, _ = parse_function_file(f"---\n{front}\n---\nbody\n", "f.md")
+    assert definition is None and message in errors
+
+
+def test_structure_errors_and_warnings(tmp_path: Path) -> None:
+    """Missing front matter, broken YAML, duplicate names and unknown transition targets are errors; unknown conditions warn."""
+    (tmp_path / "a.md").write_text("no front matter\n")
+    (tmp_path / "b.md").write_text("---\nname: [unclosed\n---\n")
+    (tmp_path / "c.md").write_text(
+        "---\nname: c\ncontinue_until: made_up(x)\ntransitions: [{when: gate, activate: [ghost]}]\n---\n"
+    )
+    (tmp_path / "d.md").write_text("---\nname: c\n---\n")
+    with pytest.raises(FunctionLoadError) as info:
+        load_function_dir(tmp_path)
+    errors = "\n".join(info.value.errors)
+    assert f"{tmp_path}/a.md: the file must start with a '---' line (YAML front matter)" in errors
+    assert f"{tmp_path}/b.md:" in errors and "invalid YAML" in errors
+    assert f"{tmp_path}/d.md: name: 'c' is already defined in {tmp_path}/c.md" in errors
+    assert f"{tmp_path}/c.md: transitions[0]: unknown function 'ghost'" in errors
+    assert (
+        f"{tmp_path}/c.md: continue_until: unknown condition 'made_up(x)' (always false)"
+        in info.value.warnings
+    )
