@@ -49,8 +49,8 @@ def _events(n: int, scopes: int, tag: str) -> list[dict[str, Any]]:
     ]
 
 
-def pipeline_rate(url: str, n: int, scopes: int) -> tuple[float, int]:
-    settings = make_settings(url)
+def pipeline_rate(url: str, n: int, scopes: int, **overrides: Any) -> tuple[float, int]:
+    settings = make_settings(url, **overrides)
     producer = Producer(settings)
     events = _events(n, scopes, "tp")
     with workers(settings, 2) as procs:

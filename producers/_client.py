@@ -7,17 +7,28 @@ Both validate first and enqueue nothing from a batch with an invalid event.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import httpx
+from opentelemetry import trace
 
 from policies.source_types import SourceTypePolicy
-from producers._models import EnqueueResult, EventError, InvalidEvent, SourceEvent, parse_event, prepare
+from producers._models import (
+    EnqueueResult,
+    EventError,
+    InvalidEvent,
+    SourceEvent,
+    parse_event,
+    prepare,
+    with_traceparent,
+)
 from worker.redis_client import redis_from_settings
 from worker.settings import Settings
 from worker.store import EventStore, PreparedEvent
 from worker.tasks import publish_drain
+from worker.telemetry import DISABLED, Telemetry
 
 __all__ = ["HttpProducer", "Producer"]
 
@@ -27,9 +38,12 @@ EventLike = SourceEvent | Mapping[str, Any]
 class Producer:
     """Enqueue source events directly (the app shares the pipeline's Redis and broker)."""
 
-    def __init__(self, settings: Settings, *, celery_app: Any | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, celery_app: Any | None = None, telemetry: Telemetry = DISABLED
+    ) -> None:
         from worker.app import create_app  # the factory checks the settings; no app exists before this call
 
+        self.telemetry = telemetry
         self.settings = settings
         self.types = SourceTypePolicy(
             allow_unknown=settings.allow_unknown_source_types, extra=settings.extra_source_types
@@ -78,6 +92,54 @@ class Producer:
         return self.enqueue_prepared(prepared)
 
     def enqueue_prepared(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
+        """Claim and append, publish the drains; each event gets an ``agent_signal.source_event.generate`` span."""
+        if not self.telemetry.enabled:
+            return self._enqueue(prepared)
+        if not self.telemetry.tracing:
+            started = time.perf_counter()
+            results = self._enqueue(prepared)
+            duration_ms = (time.perf_counter() - started) * 1000
+            for p, result in zip(prepared, results, strict=True):
+                self.telemetry.source_event(
+                    status=result.status, source_type=p.source_type, duration_ms=duration_ms
+                )
+            self.telemetry.flush_measurements()
+            return results
+        started = time.perf_counter()
+        tracer = self.telemetry.tracer
+        spans = [
+            tracer.start_span(
+                "agent_signal.source_event.generate",
+                attributes={
+                    "agent.signal.scope_key": p.scope_key,
+                    "agent.signal.source_id": p.source_id,
+                    "agent.signal.source_type": p.source_type,
+                },
+            )
+            for p in prepared
+        ]
+        carried = []
+        for p, span in zip(prepared, spans, strict=True):
+            with trace.use_span(span, end_on_exit=False):
+                carried.append(with_traceparent(p, self.telemetry.traceparent()))
+        try:
+            results = self._enqueue(carried)
+        except Exception as exc:
+            for p, span in zip(prepared, spans, strict=True):
+                span.record_exception(exc)
+                span.end()
+                self.telemetry.source_event(status="error", source_type=p.source_type, duration_ms=0.0)
+            raise
+        duration_ms = (time.perf_counter() - started) * 1000
+        for p, span, result in zip(prepared, spans, results, strict=True):
+            span.set_attribute("agent.signal.source_event_status", result.status)
+            span.end()
+            self.telemetry.source_event(
+                status=result.status, source_type=p.source_type, duration_ms=duration_ms
+            )
+        return results
+
+    def _enqueue(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
         outcomes = self.store.enqueue_many(prepared)
         scheduled: set[str] = set()
         for outcome in outcomes:

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from opentelemetry.trace import SpanKind
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from policies.routing import ReloadingRouter
@@ -31,6 +32,7 @@ from producers._client import Producer
 from producers._web_common import error_response
 from sessions.functions import load_function_dir
 from worker.settings import Settings
+from worker.telemetry import configure_telemetry
 
 __all__ = ["create_web_app"]
 
@@ -43,7 +45,12 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = settings
-        app.state.producer = producer or Producer(settings)
+        from worker.redis_client import redis_from_settings
+
+        app.state.telemetry = configure_telemetry(
+            settings, service_name="agent-signal-web", redis_client=redis_from_settings(settings)
+        )
+        app.state.producer = producer or Producer(settings, telemetry=app.state.telemetry)
         app.state.router = ReloadingRouter(settings.router_config) if settings.router_config else None
         # Function definitions are checked at startup: a broken file stops the app with the file and field.
         app.state.function_defs = (
@@ -52,6 +59,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
         yield
         if producer is None:
             app.state.producer.close()
+        app.state.telemetry.shutdown()
 
     app = FastAPI(title="Agent Signal", version="0.1.0", lifespan=lifespan)
     app.include_router(_routes_events.router)
@@ -61,6 +69,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     app.include_router(_routes_functions.router)
     app.include_router(_routes_receipts.router)
     _install_auth(app, settings.api_token)
+    _install_tracing(app)
     _install_error_handlers(app)
     return app
 
@@ -75,6 +84,28 @@ def _install_auth(app: FastAPI, token: str | None) -> None:
                     401, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)"
                 )
         return await call_next(request)
+
+
+def _install_tracing(app: FastAPI) -> None:
+    """A SERVER span per /v1 request, continuing the caller's traceparent when it sends one."""
+
+    @app.middleware("http")
+    async def traced(request: Request, call_next: Any) -> Any:
+        telemetry = getattr(request.app.state, "telemetry", None)
+        if telemetry is None or not telemetry.enabled or not request.url.path.startswith("/v1"):
+            return await call_next(request)
+        parent = telemetry.extract(request.headers.get("traceparent"))
+        name = f"{request.method} {request.url.path}"
+        with telemetry.span(
+            name,
+            {"http.request.method": request.method, "url.path": request.url.path},
+            parent=parent,
+            kind=SpanKind.SERVER,
+        ) as span:
+            response = await call_next(request)
+            if span is not None:
+                span.set_attribute("http.response.status_code", response.status_code)
+            return response
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -20,7 +20,15 @@ from policies.source_types import SourceTypePolicy
 from worker.nodes import ChainRef, Source
 from worker.store import PreparedEvent
 
-__all__ = ["EnqueueResult", "EventError", "InvalidEvent", "SourceEvent", "parse_event", "prepare"]
+__all__ = [
+    "EnqueueResult",
+    "EventError",
+    "InvalidEvent",
+    "SourceEvent",
+    "parse_event",
+    "prepare",
+    "with_traceparent",
+]
 
 
 class SourceEvent(BaseModel):
@@ -120,7 +128,9 @@ def parse_event(data: Any, types: SourceTypePolicy, *, prefix: str = "") -> Sour
     return event
 
 
-def prepare(event: SourceEvent, *, now_ms: int | None = None) -> PreparedEvent:
+def prepare(
+    event: SourceEvent, *, now_ms: int | None = None, traceparent: str | None = None
+) -> PreparedEvent:
     """Resolve scope and timestamp, derive the ids, and build the Source the worker will run."""
     scope_key = event.scope_key or derive_scope_key(
         event.payload, user_id=event.user_id, agent_id=event.agent_id
@@ -138,6 +148,25 @@ def prepare(event: SourceEvent, *, now_ms: int | None = None) -> PreparedEvent:
         agent_id=event.agent_id,
         workspace_id=event.workspace_id,
         event_id=event_id,
+        traceparent=traceparent,
     )
     body = json.dumps(source.to_json_dict(), separators=(",", ":"), ensure_ascii=False)
-    return PreparedEvent(event_id=event_id, scope_key=scope_key, source_id=event.source_id, body=body)
+    return PreparedEvent(
+        event_id=event_id,
+        scope_key=scope_key,
+        source_id=event.source_id,
+        body=body,
+        source_type=event.source_type,
+    )
+
+
+def with_traceparent(prepared: PreparedEvent, traceparent: str | None) -> PreparedEvent:
+    """The same event carrying the W3C trace context of its enqueue."""
+    if not traceparent:
+        return prepared
+    data = json.loads(prepared.body)
+    data["traceparent"] = traceparent
+    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return PreparedEvent(
+        prepared.event_id, prepared.scope_key, prepared.source_id, body, prepared.source_type
+    )

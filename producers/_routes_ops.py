@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from producers._client import Producer
 from producers._ops import redrive_events
 from producers._web_common import error_response, producer_of
+from worker.metrics_store import render_prometheus
 
 __all__ = ["router"]
 
@@ -74,7 +75,13 @@ def readyz(request: Request) -> JSONResponse:
 
 @router.get("/metrics")
 def metrics(request: Request) -> PlainTextResponse:
-    return PlainTextResponse(prometheus_text(producer_of(request)), media_type="text/plain; version=0.0.4")
+    """The pipeline's own counters, then every process's OpenTelemetry metrics (aggregated in Redis)."""
+    producer = producer_of(request)
+    telemetry = getattr(request.app.state, "telemetry", None)
+    if telemetry is not None:
+        telemetry.flush()  # this process's deltas first, so a scrape right after an enqueue sees it
+    text = prometheus_text(producer) + render_prometheus(producer.store.client, producer.store.keys.prefix)
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
 def prometheus_text(producer: Producer) -> str:

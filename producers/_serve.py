@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-
+from worker.logs import configure_logging
 from worker.settings import Settings
 
 __all__ = ["serve_web"]
@@ -14,7 +13,7 @@ def serve_web(settings: Settings) -> int:
 
     from producers._http import create_web_app
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(env=settings.env, fmt=settings.log_format)
     settings.require_redis_url()
     uvicorn.run(create_web_app(settings), host=settings.host, port=settings.port, log_level="warning")
     return 0

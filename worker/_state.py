@@ -10,8 +10,9 @@ from __future__ import annotations
 import threading
 
 from worker.pipeline import Pipeline
+from worker.telemetry import Telemetry
 
-__all__ = ["get", "reset", "set_factory"]
+__all__ = ["flush", "get", "instrument_libraries", "reset", "set_factory"]
 
 _lock = threading.Lock()
 _pipeline: Pipeline | None = None
@@ -36,6 +37,31 @@ def get() -> Pipeline:
                 )
             _pipeline = _factory()
         return _pipeline
+
+
+def flush() -> None:
+    """Export pending spans and metric deltas (worker child shutdown)."""
+    with _lock:
+        if _pipeline is not None:
+            _pipeline.telemetry.flush()
+
+
+_instrumented = False
+
+
+def instrument_libraries(telemetry: Telemetry, *, redis_commands: bool) -> None:
+    """opentelemetry-instrumentation-celery (and -redis when asked), once per process."""
+    global _instrumented
+    if _instrumented or not telemetry.enabled:
+        return
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+    CeleryInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)  # type: ignore[no-untyped-call]
+    if redis_commands:
+        from opentelemetry.instrumentation.redis import RedisInstrumentor
+
+        RedisInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+    _instrumented = True
 
 
 def reset() -> None:

@@ -20,11 +20,19 @@ import threading
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_ready, worker_shutdown
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
 from policies.routing import ReloadingRouter
 from worker import _state
 from worker.loading import load_policies
+from worker.logs import bind_event, clear_context, configure_logging
 from worker.pipeline import Pipeline
 from worker.reconcile import reconcile, try_reconcile_lock
 from worker.redis_client import redis_from_settings
@@ -32,20 +40,26 @@ from worker.registry import Registry
 from worker.settings import Settings, check_settings
 from worker.store import EventStore, now_ms
 from worker.tasks import publish_drain, register_tasks
+from worker.telemetry import Telemetry, configure_telemetry
 
 __all__ = ["build_pipeline", "create_app"]
 
 log = logging.getLogger(__name__)
 
 
-def build_pipeline(settings: Settings) -> Pipeline:
-    """The per-process pipeline: Redis client, store, policies from settings."""
+def build_pipeline(settings: Settings, *, telemetry: Telemetry | None = None) -> Pipeline:
+    """The per-process pipeline: Redis client, store, telemetry, policies from settings."""
     store = EventStore(redis_from_settings(settings), settings)
+    if telemetry is None:
+        telemetry = configure_telemetry(
+            settings, service_name="agent-signal-worker", redis_client=store.client
+        )
+        _state.instrument_libraries(telemetry, redis_commands=settings.trace_redis_commands)
     registry = Registry.from_policies(load_policies(settings.policies))
     services: dict[str, Any] = {"keys": store.keys}
     if settings.router_config:
         services["router"] = ReloadingRouter(settings.router_config)
-    return Pipeline(store, registry, settings, services=services)
+    return Pipeline(store, registry, settings, services=services, telemetry=telemetry)
 
 
 def _is_redis_broker(url: str) -> bool:
@@ -94,6 +108,18 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
 
     def on_process_init(**_: Any) -> None:
         _state.reset()  # never reuse the parent's sockets in a forked child
+        configure_logging(env=settings.env, fmt=settings.log_format)
+        _state.get()  # telemetry and instrumentation start inside the child, before its first task
+
+    def on_process_shutdown(**_: Any) -> None:
+        _state.flush()
+
+    def on_task_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
+        clear_context()
+        bind_event(task_id=task_id, task_name=getattr(task, "name", None))
+
+    def on_task_postrun(**_: Any) -> None:
+        clear_context()
 
     def on_ready(sender: Any = None, **_: Any) -> None:
         if sender is not None and getattr(sender, "app", app) is not app:
@@ -113,6 +139,9 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
             log.debug("could not deregister worker", exc_info=True)
 
     worker_process_init.connect(on_process_init, weak=False)
+    worker_process_shutdown.connect(on_process_shutdown, weak=False)
+    task_prerun.connect(on_task_prerun, weak=False)
+    task_postrun.connect(on_task_postrun, weak=False)
     worker_ready.connect(on_ready, weak=False)
     worker_shutdown.connect(on_shutdown, weak=False)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 
+import structlog
+
 from worker.app import create_app
+from worker.logs import configure_logging
 from worker.settings import Settings
 
 __all__ = ["run_worker"]
@@ -14,12 +16,10 @@ __all__ = ["run_worker"]
 
 def run_worker(settings: Settings, *, concurrency: int | None = None, loglevel: str = "INFO") -> int:
     """Run one Celery worker (prefork) consuming the pipeline queue until stopped."""
-    logging.basicConfig(
-        level=loglevel.upper(), format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"
-    )
+    configure_logging(env=settings.env, level=loglevel, fmt=settings.log_format)
     settings.require_redis_url()
     app = create_app(settings)
-    logging.getLogger(__name__).info(
+    structlog.get_logger(__name__).info(
         "worker settings: lease_ttl_s=%s renew=%s max_attempts=%s retry_base_ms=%s retry_cap_ms=%s "
         "visibility_timeout_s=%s soft/hard=%s/%s policies=%s",
         settings.lease_ttl_s,

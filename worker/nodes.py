@@ -79,6 +79,7 @@ class Source(Model):
     agent_id: str | None = None
     workspace_id: str | None = None
     event_id: str | None = None
+    traceparent: str | None = None  # W3C trace context of the enqueue, so the chain joins its trace
 
     @property
     def ref(self) -> SourceRef:

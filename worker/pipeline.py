@@ -28,11 +28,15 @@ from typing import Any, Literal, Protocol
 from policies.lease import LeaseGrant, ScopeLease
 from policies.retry import backoff_ms, should_retry
 from worker.errors import LeaseLost, PermanentFailure, RetryLater, SkipEvent
+from worker.logs import bind_event, clear_context
 from worker.nodes import Source
+from worker.projection import project_chain, trace_events
 from worker.registry import Registry
 from worker.scheduler import ChainTrace, run_chain
 from worker.settings import Settings
+from worker.snapshots import write_snapshot
 from worker.store import Begun, EventStore, Head, RedisActionPort, now_ms
+from worker.telemetry import DISABLED, Telemetry
 
 __all__ = ["DEFAULT_STAGES", "DrainOutcome", "EventWork", "Interpret", "Pipeline", "Project", "Stage"]
 
@@ -49,7 +53,9 @@ class EventWork:
     port: RedisActionPort
     max_attempts: int
     services: Mapping[str, Any]
+    telemetry: Telemetry = DISABLED
     trace: ChainTrace | None = None
+    projection: dict[str, Any] | None = None
     chain_json: str = ""
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -75,36 +81,43 @@ class Interpret:
             attempt=work.begun.attempts,
             max_attempts=work.max_attempts,
             services=work.services,
+            telemetry=work.telemetry,
         )
 
 
 class Project:
-    """Serialize the chain's trace; the commit stores it with the event's final state."""
+    """Project the chain (LobeHub's envelope + record); the commit stores it with the event's final state."""
 
     name = "project"
 
     def __call__(self, work: EventWork, registry: Registry) -> None:
         if work.trace is not None:
-            work.chain_json = chain_document(work.trace, work.source, attempt=work.begun.attempts)
+            work.projection = chain_projection(work.trace, work.source, attempt=work.begun.attempts)
+            work.chain_json = json.dumps(work.projection, separators=(",", ":"), ensure_ascii=False)
 
 
 DEFAULT_STAGES: Sequence[Stage] = (Interpret(), Project())
 
 
-def chain_document(trace: ChainTrace, source: Source, *, attempt: int, error: str | None = None) -> str:
-    body = trace.to_json_dict()
-    body.update(
-        {
-            "chainId": source.chain.chain_id,
-            "rootSourceId": source.chain.root_source_id,
-            "eventId": source.event_id,
-            "scopeKey": source.scope_key,
-            "attempt": attempt,
-        }
-    )
+def chain_projection(
+    trace: ChainTrace, source: Source, *, attempt: int, error: str | None = None
+) -> dict[str, Any]:
+    """The stored chain document: ``{"envelope", "record"}``; our extras sit in ``envelope.metadata``."""
+    trace_id, _ = Telemetry.current_ids()
+    metadata: dict[str, Any] = {"eventId": source.event_id, "attempt": attempt, "status": trace.status}
+    if trace.terminal is not None:
+        metadata["terminal"] = trace.terminal.to_json_dict()
     if error is not None:
-        body["error"] = error
-    return json.dumps(body, separators=(",", ":"))
+        metadata["error"] = error
+    return project_chain(
+        source,
+        trace.signals,
+        trace.actions,
+        trace.results,
+        duration_ms=trace.duration_ms,
+        trace_id=trace_id,
+        metadata=metadata,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +140,10 @@ class Pipeline:
         *,
         stages: Sequence[Stage] = DEFAULT_STAGES,
         services: Mapping[str, Any] | None = None,
+        telemetry: Telemetry = DISABLED,
     ) -> None:
+        self.telemetry = telemetry
+        self._last_status = "error"  # the workflow status of the event being processed (one at a time)
         self.store = store
         self.registry = registry
         self.settings = settings
@@ -151,9 +167,18 @@ class Pipeline:
             # runs out in remaining_ms, so look again then (no spinning, one message per TTL).
             return DrainOutcome(0, "busy", delay_s=remaining_ms / 1000 + 0.05)
         try:
-            return self._drain_with(grant, head)
+            with self.telemetry.span(
+                "agent_signal.scope.drain",
+                {"agent.signal.scope_key": scope_key, "agent.signal.fence": grant.fence},
+            ) as span:
+                outcome = self._drain_with(grant, head)
+                if span is not None:
+                    span.set_attribute("agent.signal.processed", outcome.processed)
+                    span.set_attribute("agent.signal.drain_next", outcome.next)
+                return outcome
         finally:
             self.lease.stop_renewing()
+            self.telemetry.flush_measurements()
 
     def _drain_with(self, grant: LeaseGrant, head: Head) -> DrainOutcome:
         processed = 0
@@ -180,12 +205,50 @@ class Pipeline:
     def _process(self, grant: LeaseGrant, begun: Begun, *, go_on: bool) -> tuple[bool, Head | None]:
         """Run one event to a committed outcome; (False, None) when the lease was lost (nothing committed).
 
-        With ``go_on`` the commit also takes the next head (returned) or releases the idle scope."""
+        With ``go_on`` the commit also takes the next head (returned) or releases the idle scope. The event
+        runs inside an ``agent_signal.workflow.run`` span that continues the trace of its enqueue."""
+        started = time.perf_counter()
+        source_type, traceparent = "unknown", None
+        try:
+            peek = json.loads(begun.body)
+            source_type, traceparent = str(peek.get("sourceType", "unknown")), peek.get("traceparent")
+        except ValueError:
+            pass
+        bind_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)
+        attrs = {
+            "agent.signal.scope_key": grant.scope_key,
+            "agent.signal.event_id": begun.event_id,
+            "agent.signal.attempt": begun.attempts,
+        }
+        try:
+            with self.telemetry.span(
+                "agent_signal.workflow.run", attrs, parent=self.telemetry.extract(traceparent)
+            ):
+                committed, following, status = self._process_event(grant, begun, go_on=go_on)
+        finally:
+            clear_context("eventId", "scopeKey", "attempt", "chainId", "sourceId")
+        if committed:
+            self.telemetry.workflow_run(
+                status=status, source_type=source_type, duration_ms=(time.perf_counter() - started) * 1000
+            )
+        return committed, following
+
+    def _process_event(
+        self, grant: LeaseGrant, begun: Begun, *, go_on: bool
+    ) -> tuple[bool, Head | None, str]:
+        """(committed, next head, workflow status: generated | error | invalid_payload)."""
+        committed, following = self._run_event(grant, begun, go_on=go_on)
+        return committed, following, self._last_status
+
+    def _run_event(self, grant: LeaseGrant, begun: Begun, *, go_on: bool) -> tuple[bool, Head | None]:
+        self._last_status = "error"
         max_attempts = self.settings.max_attempts
         try:
             source = Source.model_validate_json(begun.body)
         except ValueError as exc:
+            self._last_status = "invalid_payload"
             return self._commit(grant, begun, "dead", go_on=go_on, error=f"stored event is unreadable: {exc}")
+        bind_event(chainId=source.chain.chain_id, sourceId=source.source_id)
         if begun.attempts > max_attempts:
             previous = f" (last error: {begun.last_error})" if begun.last_error else ""
             return self._commit(
@@ -197,7 +260,7 @@ class Pipeline:
                 source=source,
             )
         port = RedisActionPort(self.store, grant.scope_key, grant.fence, grant.lost)
-        work = EventWork(source, begun, grant, port, max_attempts, self.services)
+        work = EventWork(source, begun, grant, port, max_attempts, self.services, telemetry=self.telemetry)
         try:
             for stage in self.stages:
                 stage(work, self.registry)
@@ -214,7 +277,28 @@ class Pipeline:
             )
         except Exception as exc:
             return self._fail(grant, begun, work, source, f"{type(exc).__name__}: {exc}", go_on=go_on)
-        return self._commit(grant, begun, "done", go_on=go_on, source=source, chain_json=work.chain_json)
+        committed, following = self._commit(
+            grant, begun, "done", go_on=go_on, source=source, chain_json=work.chain_json
+        )
+        if committed:
+            self._last_status = "generated"
+            self._after_commit(work)
+        return committed, following
+
+    def _after_commit(self, work: EventWork) -> None:
+        """Metrics and the observe span only for committed chains (a rejected commit reports nothing)."""
+        if work.projection is None or work.trace is None:
+            return
+        trace = work.trace
+
+        def events() -> list[dict[str, Any]]:
+            return trace_events(work.source, trace.signals, trace.actions, trace.results)
+
+        self.telemetry.persist_projection(work.projection, events)
+        if self.settings.env == "development":
+            write_snapshot(
+                self.settings.tracing_dir, work.source, work.projection, events(), trace.started_at_ms
+            )
 
     def _fail(
         self,
@@ -230,7 +314,8 @@ class Pipeline:
     ) -> tuple[bool, Head | None]:
         chain_json = ""
         if work.trace is not None:
-            chain_json = chain_document(work.trace, source, attempt=begun.attempts, error=error)
+            projection = chain_projection(work.trace, source, attempt=begun.attempts, error=error)
+            chain_json = json.dumps(projection, separators=(",", ":"), ensure_ascii=False)
         if permanent or not should_retry(begun.attempts, self.settings.max_attempts):
             return self._commit(
                 grant, begun, "dead", go_on=go_on, error=error, source=source, chain_json=chain_json

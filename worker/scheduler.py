@@ -45,6 +45,7 @@ from worker.nodes import (
     result_signal,
 )
 from worker.registry import HandlerDef, HandlerKind, Registry
+from worker.telemetry import DISABLED, Telemetry
 
 __all__ = ["ChainTrace", "HandlerRun", "run_chain"]
 
@@ -132,6 +133,7 @@ def run_chain(
     max_attempts: int = 1,
     services: Mapping[str, Any] | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
+    telemetry: Telemetry = DISABLED,
 ) -> ChainTrace:
     """Run every handler reachable from ``source``; see the module docstring for the algorithm."""
     trace = ChainTrace(source=source, started_at_ms=int(time.time() * 1000))
@@ -158,13 +160,77 @@ def run_chain(
                 max_attempts=max_attempts,
                 services=services or {},
             )
+            outputs = _traced(telemetry, kind, node_type, node, node_id, handler, ctx, port, trace)
+            queue.extend(outputs)
+    trace.duration_ms = (time.perf_counter() - started) * 1000
+    return trace
+
+
+def _result_status(
+    trace: ChainTrace, before_results: int, before_terminal: object, outputs: list[Node]
+) -> str:
+    if len(trace.results) > before_results:
+        return trace.results[-1].status
+    if trace.terminal is not None and trace.terminal is not before_terminal:
+        return trace.terminal.status
+    return "dispatch" if outputs else "void"
+
+
+def _traced(
+    telemetry: Telemetry,
+    kind: HandlerKind,
+    node_type: str,
+    node: Node,
+    node_id: str,
+    handler: HandlerDef,
+    ctx: HandlerContext,
+    port: ActionPort,
+    trace: ChainTrace,
+) -> list[Node]:
+    """Run one handler inside an ``agent_signal.handler.run`` span, with its metrics."""
+    if not telemetry.enabled:
+        if isinstance(node, Action):
+            return _run_action(node, handler, ctx, port, trace)
+        return _run_handler(node, node_id, handler, ctx, trace)
+    attrs = {
+        "agent.signal.handler_id": handler.id,
+        "agent.signal.handler_kind": kind,
+        "agent.signal.node_type": node_type,
+        "agent.signal.scope_key": ctx.scope_key,
+    }
+    started = time.perf_counter()
+    before_results, before_terminal = len(trace.results), trace.terminal
+    status = "ok"
+    try:
+        with telemetry.span("agent_signal.handler.run", attrs) as span:
             if isinstance(node, Action):
                 outputs = _run_action(node, handler, ctx, port, trace)
             else:
                 outputs = _run_handler(node, node_id, handler, ctx, trace)
-            queue.extend(outputs)
-    trace.duration_ms = (time.perf_counter() - started) * 1000
-    return trace
+            result_status = _result_status(trace, before_results, before_terminal, outputs)
+            if span is not None:
+                span.set_attribute("agent.signal.handler_result_status", result_status)
+            if trace.terminal is not None and trace.terminal is not before_terminal:
+                terminal = trace.terminal
+                found = getattr(terminal, "pending", None) or getattr(terminal, "concluded", None) or {}
+                telemetry.terminal(
+                    node_kind=kind,
+                    node_type=node_type,
+                    status=terminal.status,
+                    reason=str(found.get("reason") or terminal.status),
+                )
+            return outputs
+    except BaseException:
+        status = "error"
+        raise
+    finally:
+        telemetry.handler_run(
+            handler_id=handler.id,
+            kind=kind,
+            node_type=node_type,
+            status=status,
+            duration_ms=(time.perf_counter() - started) * 1000,
+        )
 
 
 def _run_handler(

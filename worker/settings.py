@@ -93,6 +93,14 @@ class Settings(BaseSettings):
     functions_dir: str | None = None  # rolebox function definitions (*.md with YAML front matter)
     functions_workspace_dir: str | None = None  # where plan_incomplete() looks for .rolebox/plans/*.md
 
+    # --- telemetry ---
+    telemetry_enabled: bool = True  # OpenTelemetry spans and metrics (off: no cost)
+    trace_redis_commands: bool = False  # opentelemetry-instrumentation-redis: a span per Redis command
+    trace_file: str | None = None  # append finished spans as JSON lines (development, tests)
+    metrics_export_interval_ms: int = 5000  # how often each process adds its metric deltas to Redis
+    tracing_dir: str = ".agent-tracing"  # development snapshots (AGENT_SIGNAL_ENV=development)
+    log_format: Literal["auto", "json", "console"] = "auto"  # auto: console in development, else JSON
+
     # --- handler bundles ("module:attribute" factories returning a list of Policy) ---
     policies: list[str] = Field(default_factory=lambda: ["policies.builtin:default_policies"])
 

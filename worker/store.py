@@ -46,6 +46,7 @@ class PreparedEvent:
     scope_key: str
     source_id: str
     body: str
+    source_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)

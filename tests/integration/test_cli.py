@@ -122,7 +122,7 @@ class TestOperate:
             "agent.user.message -> signal.message.received -> signal.action.applied -> action.activity.record"
             in text
         )
-        assert json.loads(_cli(settings, "inspect", "m1", "--json").stdout)["chainId"] == "chain:m1"
+        assert json.loads(_cli(settings, "inspect", "m1", "--json").stdout)["record"]["chainId"] == "chain:m1"
         assert _cli(settings, "inspect", "chain:none").returncode == 1
 
         human = _cli(settings, "dlq", "list").stdout

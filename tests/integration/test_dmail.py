@@ -381,12 +381,12 @@ class TestEventsAndReceipt:
             chain = wait_for(
                 lambda: producer.store.get_chain(f"chain:{receipt['sourceId']}"), what="the chain"
             )
-            assert chain["source"]["sourceType"] == "agent.context.reverted"
-            assert chain["source"]["scopeKey"] == "session:rx"
+            assert chain["envelope"]["source"]["sourceType"] == "agent.context.reverted"
+            assert chain["envelope"]["source"]["scopeKey"] == "session:rx"
             sent = wait_for(
                 lambda: producer.store.get_chain("chain:dmail:rx:1"), what="the send event's chain"
             )
-            assert sent["source"]["sourceType"] == "agent.dmail.sent"
-            assert json.dumps(sent["source"]["payload"]["message"]) == json.dumps(
+            assert sent["envelope"]["source"]["sourceType"] == "agent.dmail.sent"
+            assert json.dumps(sent["envelope"]["source"]["payload"]["message"]) == json.dumps(
                 "Skip the README, the bug is in foo.py."
             )

@@ -92,9 +92,9 @@ class TestSignalTool:
             SessionClient(client=client).signal("ev", "progress", {"pct": 10})
             producer = client.app.state.producer  # type: ignore[attr-defined]
             chain = wait_for(lambda: producer.store.get_chain("chain:signal:ev:1"), what="the chain")
-        assert chain["source"]["sourceType"] == "agent.signal.emitted"
-        assert chain["source"]["scopeKey"] == "session:ev"
-        assert chain["source"]["payload"]["output"].startswith("signal: progress acknowledged")
+        assert chain["envelope"]["source"]["sourceType"] == "agent.signal.emitted"
+        assert chain["envelope"]["source"]["scopeKey"] == "session:ev"
+        assert chain["envelope"]["source"]["payload"]["output"].startswith("signal: progress acknowledged")
 
 
 class TestApprovalWorkflow:

@@ -179,7 +179,7 @@ class TestCrashes:
         # The action handler itself ran once: the second delivery replayed the stored result.
         assert int(redis_client.get(f"{keys.prefix}test:attempts:late-1") or 0) == 1
         chain = producer.store.get_chain("chain:late-1")
-        assert chain is not None and [r["status"] for r in chain["results"]] == ["applied"]
+        assert chain is not None and [r["status"] for r in chain["envelope"]["results"]] == ["applied"]
         producer.close()
 
     def test_crash_looping_event_ends_dead(

@@ -233,11 +233,13 @@ class TestPipeline:
         )
         chain = producer.store.get_chain("chain:req-1")
         assert chain is not None
-        types = [s["signalType"] for s in chain["signals"]]
+        types = [s["signalType"] for s in chain["envelope"]["signals"]]
         assert "signal.conversation.tool_heavy" in types and types[-1] == "signal.routing.decided"
-        decided = chain["signals"][-1]["payload"]
+        decided = chain["envelope"]["signals"][-1]["payload"]
         assert decided["decision"]["name"] == "agentic_routing" and decided["model"] == "gpt-4o"
-        tool_heavy = next(s for s in chain["signals"] if s["signalType"] == "signal.conversation.tool_heavy")
+        tool_heavy = next(
+            s for s in chain["envelope"]["signals"] if s["signalType"] == "signal.conversation.tool_heavy"
+        )
         assert tool_heavy["payload"] == {
             "rule": "tool_heavy",
             "value": 3.0,

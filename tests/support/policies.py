@@ -12,6 +12,7 @@ ordering, crashes and effects from outside the worker.
   long: the effect is committed, the event is not.
 * ``test.timeline``: the source handler appends ``start`` and ``end`` records (scope, seq, time, pid) to
   ``test:timeline`` with ``payload.sleepMs`` between them.
+* ``test.fail-action``: one action whose result is ``failed`` (retriable), never an exception.
 * ``test.flaky``: raises until the key ``test:fixed`` exists, then increments ``test:flaky-applied``.
 """
 
@@ -25,7 +26,7 @@ from worker.context import HandlerContext
 from worker.keys import Keys
 from worker.nodes import Action, Dispatch, ExecutorResult, Signal, Source, action_from, signal_from
 from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
-from worker.results import applied
+from worker.results import applied, failed
 
 
 def _test_key(ctx: HandlerContext, name: str) -> str:
@@ -92,6 +93,22 @@ def _flaky_apply(action: Action, ctx: HandlerContext) -> ExecutorResult:
     return applied(action, ctx)
 
 
+def _failing_source(source: Source, ctx: HandlerContext) -> Dispatch:
+    sig = signal_from(source, "doomed", "signal.test.doomed", {}, ctx.now())
+    return Dispatch(signals=[sig], actions=[action_from(sig, "write", "action.test.fail", {}, ctx.now())])
+
+
+def _failing_action(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    return failed(
+        action,
+        ctx,
+        "TEST_UPSTREAM_DOWN",
+        "The upstream store is unavailable.",
+        retriable=True,
+        retry_after_ms=500,
+    )
+
+
 def bundle() -> list[Policy]:
     return [
         Policy(
@@ -103,6 +120,8 @@ def bundle() -> list[Policy]:
                 define_signal_handler("signal.action.applied", "test.counter:after-applied", _after_applied),
                 define_source_handler("test.timeline", "test.timeline:source", _timeline),
                 define_source_handler("test.flaky", "test.flaky:source", _flaky),
+                define_source_handler("test.fail-action", "test.fail-action:source", _failing_source),
+                define_action_handler("action.test.fail", "test.fail-action:apply", _failing_action),
                 define_signal_handler("signal.test.flaky", "test.flaky:plan", _flaky_plan),
                 define_action_handler("action.test.flaky", "test.flaky:apply", _flaky_apply),
             ],

@@ -44,3 +44,26 @@ def test_dockerfile_installs_the_package_and_copies_every_source_folder() -> Non
     assert {"worker", "producers", "policies", "sessions", "pyproject.toml"} <= copied
     assert ["RUN", "pip", "install", "--no-cache-dir", "."] in lines
     assert any(parts[0] == "FROM" and parts[1].startswith("python:3.11") for parts in lines)
+
+
+def test_grafana_dashboard_queries_series_we_export() -> None:
+    """Every metric a dashboard panel queries is one the product exports (names from the code)."""
+    import json
+    import re
+
+    from worker.telemetry import _INSTRUMENT_ATTRS
+
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "agent-signal.json").read_text())
+    exported = set(_INSTRUMENT_ATTRS.values()) | {
+        "agent_signal_events_total",
+        "agent_signal_dlq_size",
+        "agent_signal_active_scopes",
+        "agent_signal_fence_rejected_total",
+    }
+    titles = {p["title"] for p in dashboard["panels"]}
+    assert {"Events by status (per second)", "Chain duration (p50 / p99, ms)", "Dead-letter list size"} <= titles
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            for name in re.findall(r"agent_signal_[a-z_]+", re.sub(r"by \([^)]*\)", "", target["expr"])):
+                base = re.sub(r"_(bucket|sum|count)$", "", name)
+                assert base in exported, f"{panel['title']}: {name} is not exported"

@@ -1,0 +1,74 @@
+"""Structured logs (structlog) for every process: JSON lines in production, a console renderer in
+development. Standard-library loggers (ours, Celery's, uvicorn's) go through the same processors, so every
+line inside a chain carries ``trace_id``, ``span_id``, ``chainId``, ``scopeKey``, ``sourceId`` and
+``eventId`` from the context variables bound by the pipeline, and ``task_id``/``task_name`` bound in Celery's
+``task_prerun`` (cleared in ``task_postrun``: prefork children are reused). Payloads are never logged at info.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+from opentelemetry import trace
+
+__all__ = ["bind_event", "clear_context", "configure_logging"]
+
+
+def _add_trace_ids(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    ctx = trace.get_current_span().get_span_context()
+    if ctx.is_valid:
+        event_dict.setdefault("trace_id", f"{ctx.trace_id:032x}")
+        event_dict.setdefault("span_id", f"{ctx.span_id:016x}")
+    return event_dict
+
+
+def configure_logging(*, env: str = "production", level: str = "INFO", fmt: str = "auto") -> None:
+    """Route stdlib logging through structlog's processors; JSON unless development (or ``fmt`` says)."""
+    console = fmt == "console" or (fmt == "auto" and env == "development")
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.PositionalArgumentsFormatter(),
+        _add_trace_ids,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        if console
+        else structlog.processors.JSONRenderer()
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+
+
+def bind_event(**values: Any) -> None:
+    """Bind an event's identifiers for every log line until cleared."""
+    structlog.contextvars.bind_contextvars(**{k: v for k, v in values.items() if v is not None})
+
+
+def clear_context(*keys: str) -> None:
+    if keys:
+        structlog.contextvars.unbind_contextvars(*keys)
+    else:
+        structlog.contextvars.clear_contextvars()

@@ -1,0 +1,410 @@
+"""The one module that owns telemetry: LobeHub's meter and 15 instruments, the tracer and its spans.
+
+Nobody else creates meters or tracers. ``configure_telemetry`` is called in Celery's ``worker_process_init``
+(each prefork child) and at the web app's startup, never at import; with ``AGENT_SIGNAL_TELEMETRY=false``
+it returns :data:`DISABLED`, whose methods return at once (no cost).
+
+Exporters: metric deltas go to Redis for ``GET /metrics`` (worker/metrics_store.py); OTLP (traces and
+metrics) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set; finished spans as JSON lines to
+``AGENT_SIGNAL_TRACE_FILE`` when set (handy in development and used by the end-to-end trace test).
+Trace context crosses the queue as a W3C ``traceparent`` stored on each event (one drain task serves many
+events, so the Celery message's own context is not per event).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from worker.projection import flatten_attributes
+
+__all__ = ["DISABLED", "Telemetry", "configure_telemetry"]
+
+log = logging.getLogger(__name__)
+METER_NAME = "server-services-agent-signal"
+TRACER_NAME = "agent-signal"
+TRACER_VERSION = "0.0.1"
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def _a(**attrs: Any) -> dict[str, Any]:
+    """``agent.signal.<name>`` attributes, None dropped."""
+    return {f"agent.signal.{k}": v for k, v in attrs.items() if v is not None}
+
+
+class Telemetry:
+    """Instruments and spans. A disabled instance (``Telemetry(None, None)``) does nothing."""
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None,
+        meter_provider: MeterProvider | None,
+        *,
+        tracing: bool = True,
+    ) -> None:
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        self.enabled = tracer_provider is not None and meter_provider is not None
+        # Spans are only made when something consumes them (an exporter or a test processor): a span
+        # nobody reads costs more than the work it describes.
+        self.tracing = self.enabled and tracing
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, tuple[tuple[str, Any], ...]], float] = {}
+        self._values: list[tuple[str, float, tuple[tuple[str, Any], ...]]] = []
+        if not self.enabled:
+            return
+        assert tracer_provider is not None and meter_provider is not None
+        self.tracer = tracer_provider.get_tracer(TRACER_NAME, TRACER_VERSION)
+        meter = meter_provider.get_meter(METER_NAME)
+        c, h = meter.create_counter, meter.create_histogram
+        self.source_counter = c("agent_signal_source_occurrences_total", unit="{source}")
+        self.signal_counter = c("agent_signal_signal_occurrences_total", unit="{signal}")
+        self.action_counter = c("agent_signal_action_occurrences_total", unit="{action}")
+        self.action_result_counter = c("agent_signal_action_results_total", unit="{result}")
+        self.chain_counter = c("agent_signal_chains_total", unit="{chain}")
+        self.transition_counter = c("agent_signal_signal_action_transitions_total", unit="{transition}")
+        self.chain_duration = h("agent_signal_chain_duration_ms", unit="ms")
+        self.action_duration = h("agent_signal_action_duration_ms", unit="ms")
+        self.source_event_counter = c("agent_signal_source_events_total", unit="{event}")
+        self.source_event_duration = h("agent_signal_source_event_duration_ms", unit="ms")
+        self.workflow_run_counter = c("agent_signal_workflow_runs_total", unit="{workflow-run}")
+        self.workflow_run_duration = h("agent_signal_workflow_duration_ms", unit="ms")
+        self.handler_counter = c("agent_signal_handler_runs_total", unit="{handler-run}")
+        self.handler_duration = h("agent_signal_handler_duration_ms", unit="ms")
+        self.terminal_counter = c("agent_signal_terminal_results_total", unit="{terminal-result}")
+        # LobeHub adds attributesCommon() (service name + environment) to some series; ours live on the
+        # Resource (service.name, deployment.environment), which every exporter attaches anyway.
+        self.common: dict[str, Any] = {}
+        self._instruments: dict[str, Any] = {
+            name: getattr(self, attr) for attr, name in _INSTRUMENT_ATTRS.items()
+        }
+
+    # ---- context propagation -----------------------------------------------------------------------
+
+    def traceparent(self) -> str | None:
+        """The current span's W3C traceparent, to store on an event."""
+        if not self.tracing:
+            return None
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier)
+        return carrier.get("traceparent")
+
+    @staticmethod
+    def extract(traceparent: str | None) -> otel_context.Context | None:
+        return _PROPAGATOR.extract({"traceparent": traceparent}) if traceparent else None
+
+    # ---- spans -------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def span(
+        self,
+        name: str,
+        attributes: Mapping[str, Any] | None = None,
+        *,
+        parent: otel_context.Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+    ) -> Iterator[Span | None]:
+        """A span made current for the block; exceptions mark it ERROR and propagate."""
+        if not self.tracing:
+            yield None
+            return
+        with self.tracer.start_as_current_span(
+            name, context=parent, kind=kind, attributes=dict(attributes or {})
+        ) as span:
+            yield span
+
+    @staticmethod
+    def current_ids() -> tuple[str | None, str | None]:
+        ctx = trace.get_current_span().get_span_context()
+        if not ctx.is_valid:
+            return None, None
+        return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
+
+    # ---- recorders -----------------------------------------------------------------------------------
+    # Measurements are buffered and handed to the OpenTelemetry instruments by ``flush_measurements`` (end
+    # of each drain and of each enqueue batch): counters with the same attributes are summed first, which
+    # turns a burst's thousands of ``add`` calls into a handful.
+
+    def _add(self, instrument: str, attrs: Mapping[str, Any], value: float = 1) -> None:
+        key = (instrument, tuple(sorted(attrs.items())))
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + value
+
+    def _record(self, instrument: str, value: float, attrs: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._values.append((instrument, value, tuple(sorted(attrs.items()))))
+
+    def flush_measurements(self) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            counts, self._counts = self._counts, {}
+            values, self._values = self._values, []
+        for (name, attrs), total in counts.items():
+            self._instruments[name].add(total, dict(attrs))
+        cache: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+        for name, value, attrs in values:
+            as_dict = cache.get(attrs)
+            if as_dict is None:
+                as_dict = cache[attrs] = dict(attrs)
+            self._instruments[name].record(value, as_dict)
+
+    def source_event(self, *, status: str, source_type: str, duration_ms: float) -> None:
+        if not self.enabled:
+            return
+        attrs = {**_a(source_event_status=status, source_type=source_type), **self.common}
+        self._add("agent_signal_source_events_total", attrs)
+        self._record("agent_signal_source_event_duration_ms", duration_ms, attrs)
+
+    def workflow_run(self, *, status: str, source_type: str, duration_ms: float) -> None:
+        if not self.enabled:
+            return
+        attrs = {**_a(source_type=source_type, workflow_status=status), **self.common}
+        self._add("agent_signal_workflow_runs_total", attrs)
+        self._record("agent_signal_workflow_duration_ms", duration_ms, attrs)
+
+    def handler_run(
+        self, *, handler_id: str, kind: str, node_type: str, status: str, duration_ms: float
+    ) -> None:
+        if not self.enabled:
+            return
+        attrs = {
+            **_a(handler_id=handler_id, handler_kind=kind, node_type=node_type, handler_status=status),
+            **self.common,
+        }
+        self.handler_counter.add(1, attrs)
+        self.handler_duration.record(duration_ms, attrs)
+
+    def terminal(self, *, node_kind: str, node_type: str, status: str, reason: str) -> None:
+        if not self.enabled:
+            return
+        attrs = {
+            **_a(node_kind=node_kind, node_type=node_type, terminal_reason=reason, terminal_status=status),
+            **self.common,
+        }
+        self._add("agent_signal_terminal_results_total", attrs)
+
+    def persist_projection(
+        self, projection: Mapping[str, Any], events: Callable[[], Sequence[Mapping[str, Any]]]
+    ) -> None:
+        """LobeHub's persistAgentSignalObservability: the observe span with its events (built only when traced),
+        then the metrics, in LobeHub's order."""
+        if not self.enabled:
+            return
+        envelope, record = projection["envelope"], projection["record"]
+        source = envelope["source"]
+        if self.tracing:
+            attrs = _a(
+                chain_id=record["chainId"],
+                final_action_type=record.get("finalActionType", "none"),
+                final_status=record.get("finalStatus", "none"),
+                scope_key=source["scopeKey"],
+                source_id=source["sourceId"],
+                source_type=source["sourceType"],
+                agent_id=record.get("agentId"),
+                operation_id=record.get("operationId"),
+                topic_id=record.get("topicId"),
+                total_signals=record["summary"]["totalSignals"],
+                total_actions=record["summary"]["totalActions"],
+                total_attempts=record["summary"]["attemptBreakdown"]["total"],
+            )
+            with self.tracer.start_as_current_span("agent_signal.observe", attributes=attrs) as span:
+                for event in events():
+                    span.add_event(
+                        event["type"],
+                        flatten_attributes(event["attributes"]),
+                        timestamp=int(event["timestamp"]) * 1_000_000,
+                    )
+        source_type = source["sourceType"]
+        self._add("agent_signal_source_occurrences_total", _a(source_type=source_type))
+        for signal in envelope["signals"]:
+            self._add(
+                "agent_signal_signal_occurrences_total", _signal_attrs(signal["signalType"], source_type)
+            )
+        actions = {a["actionId"]: a for a in envelope["actions"]}
+        for action in envelope["actions"]:
+            self._add("agent_signal_action_occurrences_total", _a(action_type=action["actionType"]))
+            self._add(
+                "agent_signal_signal_action_transitions_total",
+                {
+                    **_a(action_type=action["actionType"]),
+                    **_signal_attrs(action["signal"]["signalType"], None),
+                },
+            )
+        for result in envelope["results"]:
+            action = actions.get(result["actionId"])
+            if action is None:
+                continue
+            result_attrs = _a(action_type=action["actionType"], result_status=result["status"])
+            self._add("agent_signal_action_results_total", result_attrs)
+            attempt = result.get("attempt", {})
+            if attempt.get("completedAt") is not None:
+                self._record(
+                    "agent_signal_action_duration_ms",
+                    attempt["completedAt"] - attempt["startedAt"],
+                    result_attrs,
+                )
+        chain_attrs = _a(final_status=record.get("finalStatus", "none"), source_type=source_type)
+        self._add("agent_signal_chains_total", chain_attrs)
+        if isinstance(record.get("durationMs"), int | float):
+            self._record("agent_signal_chain_duration_ms", record["durationMs"], chain_attrs)
+
+    def flush(self) -> None:
+        self.flush_measurements()
+        if self.enabled:
+            assert self.tracer_provider is not None and self.meter_provider is not None
+            self.tracer_provider.force_flush()
+            self.meter_provider.force_flush()
+
+    def shutdown(self) -> None:
+        if self.enabled:
+            assert self.tracer_provider is not None and self.meter_provider is not None
+            self.tracer_provider.shutdown()
+            self.meter_provider.shutdown()
+
+
+def _signal_attrs(signal_type: str, source_type: str | None) -> dict[str, Any]:
+    from worker.projection import signal_domain, signal_outcome
+
+    return _a(
+        signal_domain=signal_domain(signal_type),
+        signal_outcome=signal_outcome(signal_type),
+        signal_type=signal_type,
+        source_type=source_type,
+    )
+
+
+_INSTRUMENT_ATTRS = {
+    "source_counter": "agent_signal_source_occurrences_total",
+    "signal_counter": "agent_signal_signal_occurrences_total",
+    "action_counter": "agent_signal_action_occurrences_total",
+    "action_result_counter": "agent_signal_action_results_total",
+    "chain_counter": "agent_signal_chains_total",
+    "transition_counter": "agent_signal_signal_action_transitions_total",
+    "chain_duration": "agent_signal_chain_duration_ms",
+    "action_duration": "agent_signal_action_duration_ms",
+    "source_event_counter": "agent_signal_source_events_total",
+    "source_event_duration": "agent_signal_source_event_duration_ms",
+    "workflow_run_counter": "agent_signal_workflow_runs_total",
+    "workflow_run_duration": "agent_signal_workflow_duration_ms",
+    "handler_counter": "agent_signal_handler_runs_total",
+    "handler_duration": "agent_signal_handler_duration_ms",
+    "terminal_counter": "agent_signal_terminal_results_total",
+}
+
+DISABLED = Telemetry(None, None)
+
+
+class JsonlSpanExporter(SpanExporter):
+    """Finished spans as JSON lines (name, ids, parent, attributes, events) appended to a file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        lines = []
+        for span in spans:
+            ctx = span.get_span_context()
+            parent = span.parent
+            lines.append(
+                json.dumps(
+                    {
+                        "name": span.name,
+                        "traceId": f"{ctx.trace_id:032x}" if ctx else None,
+                        "spanId": f"{ctx.span_id:016x}" if ctx else None,
+                        "parentSpanId": f"{parent.span_id:016x}" if parent else None,
+                        "attributes": dict(span.attributes or {}),
+                        "events": [
+                            {"name": e.name, "attributes": dict(e.attributes or {})} for e in span.events
+                        ],
+                        "status": span.status.status_code.name,
+                        "pid": os.getpid(),
+                    },
+                    default=str,
+                )
+            )
+        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+def configure_telemetry(
+    settings: Any,
+    *,
+    service_name: str,
+    redis_client: Any = None,
+    span_processors: Sequence[SpanProcessor] = (),
+    metric_readers: Sequence[MetricReader] = (),
+) -> Telemetry:
+    """Build the providers for one process (see module docstring); DISABLED when telemetry is off."""
+    if not getattr(settings, "telemetry_enabled", True):
+        return DISABLED
+    resource = Resource.create(
+        {
+            "service.name": service_name,
+            "service.namespace": "agent-signal",
+            "deployment.environment": getattr(settings, "env", "production"),
+        }
+    )
+    otlp = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    tracing = bool(span_processors) or bool(getattr(settings, "trace_file", None)) or otlp
+    tracer_provider = TracerProvider(resource=resource)
+    for processor in span_processors:
+        tracer_provider.add_span_processor(processor)
+    if getattr(settings, "trace_file", None):
+        tracer_provider.add_span_processor(SimpleSpanProcessor(JsonlSpanExporter(settings.trace_file)))
+    readers = list(metric_readers)
+    if redis_client is not None:
+        from worker.metrics_store import RedisMetricExporter
+
+        readers.append(
+            PeriodicExportingMetricReader(
+                RedisMetricExporter(redis_client, settings.key_prefix),
+                export_interval_millis=settings.metrics_export_interval_ms,
+            )
+        )
+    if otlp:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+    # Exemplars would tie measurements to sampled spans; the per-measurement check is not worth its cost here.
+    meter_provider = MeterProvider(
+        resource=resource, metric_readers=readers, exemplar_filter=AlwaysOffExemplarFilter()
+    )
+    return Telemetry(tracer_provider, meter_provider, tracing=tracing)
+
+
+def mark_error(span: Span | None, exc: BaseException) -> None:
+    if span is not None:
+        span.set_status(Status(StatusCode.ERROR, str(exc)))
+
+
+def now_ms() -> float:
+    return time.perf_counter() * 1000
