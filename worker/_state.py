@@ -52,7 +52,7 @@ _instrumented = False
 def instrument_libraries(telemetry: Telemetry, *, redis_commands: bool) -> None:
     """opentelemetry-instrumentation-celery (and -redis when asked), once per process."""
     global _instrumented
-    if _instrumented or not telemetry.enabled:
+    if _instrumented or not telemetry.tracing:  # instrumenting without a span consumer only costs
         return
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
 

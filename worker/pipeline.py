@@ -178,7 +178,6 @@ class Pipeline:
                 return outcome
         finally:
             self.lease.stop_renewing()
-            self.telemetry.flush_measurements()
 
     def _drain_with(self, grant: LeaseGrant, head: Head) -> DrainOutcome:
         processed = 0

@@ -72,6 +72,10 @@ class Telemetry:
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, tuple[tuple[str, Any], ...]], float] = {}
         self._values: list[tuple[str, float, tuple[tuple[str, Any], ...]]] = []
+        self.flush_every_s = 1.0
+        self._flushed_at = time.monotonic()
+        self._flusher: threading.Thread | None = None
+        self._flusher_pid = 0
         if not self.enabled:
             return
         assert tracer_provider is not None and meter_provider is not None
@@ -142,14 +146,36 @@ class Telemetry:
         return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
 
     # ---- recorders -----------------------------------------------------------------------------------
-    # Measurements are buffered and handed to the OpenTelemetry instruments by ``flush_measurements`` (end
-    # of each drain and of each enqueue batch): counters with the same attributes are summed first, which
-    # turns a burst's thousands of ``add`` calls into a handful.
+    # Measurements are buffered and handed to the OpenTelemetry instruments by ``flush_measurements`` (every
+    # ``flush_every_s`` from a daemon thread, at the end of an enqueue batch, and on flush()): counters with
+    # the same attributes are summed first, which turns thousands of ``add`` calls into a handful.
 
     def _add(self, instrument: str, attrs: Mapping[str, Any], value: float = 1) -> None:
         key = (instrument, tuple(sorted(attrs.items())))
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + value
+        self._ensure_flusher()
+
+    def _ensure_flusher(self) -> None:
+        """A daemon thread that hands the buffer over every ``flush_every_s``, started on first use (after
+        fork, inside the process that records)."""
+        if self._flusher is not None and self._flusher_pid == os.getpid():
+            return
+        with self._lock:
+            if self._flusher is not None and self._flusher_pid == os.getpid():
+                return
+
+            def loop() -> None:
+                while True:
+                    time.sleep(self.flush_every_s)
+                    try:
+                        self.flush_measurements()
+                    except Exception:  # never let telemetry kill the process
+                        log.exception("telemetry flush failed")
+
+            self._flusher_pid = os.getpid()
+            self._flusher = threading.Thread(target=loop, name="telemetry-flush", daemon=True)
+            self._flusher.start()
 
     def _record(self, instrument: str, value: float, attrs: Mapping[str, Any]) -> None:
         with self._lock:
@@ -158,6 +184,7 @@ class Telemetry:
     def flush_measurements(self) -> None:
         if not self.enabled:
             return
+        self._flushed_at = time.monotonic()
         with self._lock:
             counts, self._counts = self._counts, {}
             values, self._values = self._values, []
@@ -398,7 +425,9 @@ def configure_telemetry(
     meter_provider = MeterProvider(
         resource=resource, metric_readers=readers, exemplar_filter=AlwaysOffExemplarFilter()
     )
-    return Telemetry(tracer_provider, meter_provider, tracing=tracing)
+    telemetry = Telemetry(tracer_provider, meter_provider, tracing=tracing)
+    telemetry.flush_every_s = min(1.0, settings.metrics_export_interval_ms / 1000)
+    return telemetry
 
 
 def mark_error(span: Span | None, exc: BaseException) -> None:

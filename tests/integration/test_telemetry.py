@@ -35,6 +35,7 @@ class Rig:
 
     def points(self, name: str) -> list[tuple[dict[str, Any], float]]:
         """(attributes, value or histogram count) for every data point of a metric."""
+        self.telemetry.flush_measurements()
         data = self.metrics.get_metrics_data()
         out: list[tuple[dict[str, Any], float]] = []
         for rm in data.resource_metrics if data else []:
