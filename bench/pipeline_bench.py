@@ -40,7 +40,7 @@ def noop_rate(url: str, n: int) -> float:
 def _events(n: int, scopes: int, tag: str) -> list[dict[str, Any]]:
     return [
         {
-            "sourceType": "agent.user.message",
+            "sourceType": "bot.message.merged",
             "sourceId": f"{tag}-{i}",
             "scopeKey": f"topic:{tag}-{i % scopes}",
             "payload": {"message": "Going forward, I prefer concise answers.", "messageId": f"{tag}-{i}"},

@@ -1,6 +1,6 @@
 """The built-in handler bundle: per-scope activity bookkeeping, plus the tool-outcome payload check.
 
-It exists so a fresh install does something visible end to end (``make run``): every user message and
+It exists so a fresh install does something visible end to end (``make run``): every merged bot message and
 tool outcome becomes a signal, and each signal an idempotent action that counts activity per scope in
 Redis (an effect staged in ``ctx.effects``, so a redelivered event never counts twice). A tool outcome
 without ``tool.identifier`` or ``outcome.status`` can never be processed (LobeHub's tool-outcome procedure
@@ -13,6 +13,7 @@ from typing import Any
 
 from policies.conversation import conversation_policies
 from policies.dmail import dmail_policies
+from policies.self_iteration.bundle import self_iteration_policies
 from worker.context import HandlerContext
 from worker.errors import PermanentFailure
 from worker.keys import Keys
@@ -61,9 +62,10 @@ def _record_activity(action: Action, ctx: HandlerContext) -> ExecutorResult:
 
 
 def default_policies() -> list[Policy]:
-    """The bundles installed when ``AGENT_SIGNAL_POLICIES`` is not set: activity, conversation routing,
-    D-Mail receipts."""
+    """The bundles installed when ``AGENT_SIGNAL_POLICIES`` is not set: LobeHub's self-iteration policies,
+    then activity counts, conversation routing and D-Mail receipts."""
     return [
+        *self_iteration_policies(),
         *_activity(),
         *conversation_policies(),
         *dmail_policies(),
@@ -75,7 +77,7 @@ def _activity() -> list[Policy]:
         Policy(
             "activity",
             [
-                define_source_handler("agent.user.message", "agent.user.message:activity", _on_user_message),
+                define_source_handler("bot.message.merged", "bot.message.merged:activity", _on_user_message),
                 define_source_handler(
                     ("tool.outcome.completed", "tool.outcome.failed"),
                     "source.tool-outcome.activity",

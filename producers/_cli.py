@@ -97,7 +97,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
                     assert err is not None
                     print(f"line {number}: {err.message} (field: {err.field or '-'})", file=sys.stderr)
                 else:
-                    summary[status] += 1
+                    summary[status] = summary.get(status, 0) + 1
             done += len(chunk)
             progress.update(done, f"accepted={summary['accepted']} duplicate={summary['duplicate']}")
     except InvalidEvent as exc:  # e.g. 401 from the server: nothing more will pass

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from opentelemetry import trace
 
+from policies.self_iteration.gate import GATED_SOURCE_TYPES
 from policies.source_types import SourceTypePolicy
 from producers._models import (
     EnqueueResult,
@@ -139,7 +140,36 @@ class Producer:
             )
         return results
 
+    def _gated(self, prepared: Sequence[PreparedEvent]) -> set[int]:
+        """Indexes of self-iteration events whose user has the feature off (checked at the door)."""
+        candidates = [
+            (i, p.user_id)
+            for i, p in enumerate(prepared)
+            if p.source_type in GATED_SOURCE_TYPES and p.user_id
+        ]
+        if not candidates:
+            return set()
+        overrides = self.store.client.hmget(
+            self.store.keys.self_iteration_overrides, [u for _, u in candidates]
+        )
+        gated = set()
+        for (index, _), value in zip(candidates, overrides, strict=True):
+            enabled = self.settings.self_iteration_enabled if value is None else str(value) == "1"
+            if not enabled:
+                gated.add(index)
+        return gated
+
     def _enqueue(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
+        gated = self._gated(prepared)
+        if gated:
+            allowed = [p for i, p in enumerate(prepared) if i not in gated]
+            done = iter(self._enqueue(allowed))
+            return [
+                EnqueueResult(event_id=p.event_id, source_id=p.source_id, status="gated")
+                if i in gated
+                else next(done)
+                for i, p in enumerate(prepared)
+            ]
         outcomes = self.store.enqueue_many(prepared)
         scheduled: set[str] = set()
         for outcome in outcomes:

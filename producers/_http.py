@@ -26,6 +26,7 @@ from producers import (
     _routes_ops,
     _routes_receipts,
     _routes_route,
+    _routes_self_iteration,
     _routes_sessions,
 )
 from producers._client import Producer
@@ -67,6 +68,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     app.include_router(_routes_route.router)
     app.include_router(_routes_sessions.router)
     app.include_router(_routes_functions.router)
+    app.include_router(_routes_self_iteration.router)
     app.include_router(_routes_receipts.router)
     _install_auth(app, settings.api_token)
     _install_tracing(app)

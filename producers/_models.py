@@ -151,12 +151,14 @@ def prepare(
         traceparent=traceparent,
     )
     body = json.dumps(source.to_json_dict(), separators=(",", ":"), ensure_ascii=False)
+    payload_user = event.payload.get("userId")
     return PreparedEvent(
         event_id=event_id,
         scope_key=scope_key,
         source_id=event.source_id,
         body=body,
         source_type=event.source_type,
+        user_id=event.user_id or (payload_user if isinstance(payload_user, str) else None),
     )
 
 
@@ -168,5 +170,10 @@ def with_traceparent(prepared: PreparedEvent, traceparent: str | None) -> Prepar
     data["traceparent"] = traceparent
     body = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return PreparedEvent(
-        prepared.event_id, prepared.scope_key, prepared.source_id, body, prepared.source_type
+        prepared.event_id,
+        prepared.scope_key,
+        prepared.source_id,
+        body,
+        prepared.source_type,
+        prepared.user_id,
     )

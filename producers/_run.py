@@ -106,7 +106,7 @@ def _replay(settings: Any, path: str) -> None:
             summary["rejected"] += 1
             _say(f"  line {number}: rejected: {exc}")
             continue
-        summary[result.status] += 1
+        summary[result.status] = summary.get(result.status, 0) + 1
         if result.status == "accepted":
             ids.append((result.event_id, result.source_id))
     _say(f"  {json.dumps(summary)}")
@@ -125,4 +125,46 @@ def _replay(settings: Any, path: str) -> None:
             line += f"\n             error: {record['error']}"
         _say(line)
     _say(f"  dead letters: {producer.store.dlq_size()}   counters: {producer.store.stats()}")
+    _print_receipts(producer, lines)
     producer.close()
+
+
+def _print_receipts(producer: Any, lines: list[str]) -> None:
+    """Self-iteration receipts of the replayed users/agents/topics (their runs finish a moment later)."""
+    from worker.receipts import ReceiptStore
+
+    owners = set()
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        payload = event.get("payload") or {}
+        user, agent = (
+            event.get("userId") or payload.get("userId"),
+            event.get("agentId") or payload.get("agentId"),
+        )
+        if user and agent:
+            owners.add((user, agent, payload.get("topicId") or event.get("sourceId")))
+    store = ReceiptStore(
+        producer.store.client, producer.store.keys, ttl_s=producer.settings.receipt_retention_s
+    )
+    deadline = time.monotonic() + 20
+    found: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        found = [
+            r
+            for u, a, t in sorted(owners)
+            for r in store.list(user_id=u, agent_id=a, topic_id=str(t), limit=50)[0]
+        ]
+        if {r["kind"] for r in found} >= {"memory", "skill"}:
+            break
+        time.sleep(0.3)
+    _say("\nreceipts (shown next to the message that caused them):")
+    for r in sorted(found, key=lambda r: r["createdAt"]):
+        undo = "  [undo available]" if (r.get("metadata") or {}).get("rollbackStatus") == "available" else ""
+        _say(
+            f"  {r['kind']:<7} {r['status']:<9} {r['title']}  (user {r['userId']}, topic {r['topicId']}){undo}"
+        )
+    if not found:
+        _say("  (none yet)")

@@ -30,6 +30,7 @@ from celery.signals import (
 )
 
 from policies.routing import ReloadingRouter
+from policies.self_iteration.runners import AgentRunner, CeleryRunner, WebhookRunner
 from worker import _state
 from worker.loading import load_policies
 from worker.logs import bind_event, clear_context, configure_logging
@@ -37,7 +38,7 @@ from worker.pipeline import Pipeline
 from worker.reconcile import reconcile, try_reconcile_lock
 from worker.redis_client import redis_from_settings
 from worker.registry import Registry
-from worker.settings import Settings, check_settings
+from worker.settings import Settings, SettingsError, check_settings
 from worker.store import EventStore, now_ms
 from worker.tasks import publish_drain, register_tasks
 from worker.telemetry import Telemetry, configure_telemetry
@@ -47,7 +48,22 @@ __all__ = ["build_pipeline", "create_app"]
 log = logging.getLogger(__name__)
 
 
-def build_pipeline(settings: Settings, *, telemetry: Telemetry | None = None) -> Pipeline:
+def build_runner(settings: Settings, app: Celery | None) -> AgentRunner | None:
+    """The AgentRunner of the settings: reference/celery publish a Celery task, webhook POSTs."""
+    if settings.agent_runner == "webhook":
+        if not settings.agent_runner_url or not settings.agent_runner_secret:
+            raise SettingsError(
+                "AGENT_SIGNAL_AGENT_RUNNER=webhook needs AGENT_SIGNAL_AGENT_RUNNER_URL and _SECRET"
+            )
+        return WebhookRunner(settings.agent_runner_url, settings.agent_runner_secret)
+    if app is None:
+        return None
+    return CeleryRunner(app, settings.agent_runner_queue or settings.queue_name)
+
+
+def build_pipeline(
+    settings: Settings, *, telemetry: Telemetry | None = None, app: Celery | None = None
+) -> Pipeline:
     """The per-process pipeline: Redis client, store, telemetry, policies from settings."""
     store = EventStore(redis_from_settings(settings), settings)
     if telemetry is None:
@@ -57,6 +73,9 @@ def build_pipeline(settings: Settings, *, telemetry: Telemetry | None = None) ->
         _state.instrument_libraries(telemetry, redis_commands=settings.trace_redis_commands)
     registry = Registry.from_policies(load_policies(settings.policies))
     services: dict[str, Any] = {"keys": store.keys}
+    runner = build_runner(settings, app)
+    if runner is not None:
+        services["runner"] = runner
     if settings.router_config:
         services["router"] = ReloadingRouter(settings.router_config)
     return Pipeline(store, registry, settings, services=services, telemetry=telemetry)
@@ -98,7 +117,7 @@ def create_app(settings: Settings) -> Celery:
         enable_utc=True,
     )
     register_tasks(app, settings.queue_name)
-    _state.set_factory(lambda: build_pipeline(settings))
+    _state.set_factory(lambda: build_pipeline(settings, app=app))
     _connect_lifecycle(app, settings)
     return app
 

@@ -26,6 +26,13 @@ dmail:{session:id}                   string  none                      the pendi
 fnstate:{session:id}                 string  none                      rolebox function runtime (JSON, CAS-updated)
 receipt:<id>                         string  receipt retention         a receipt (JSON), append-once by id
 receipts:user:U:agent:A:topic:T      zset    receipt retention         receipt ids by createdAt (LobeHub's index)
+memories:U / skills:U:A /             hash    none                      reference runner's memories and skill documents
+  skill-history:D                                                      (+ previous versions for rollback)
+skill-intent:{scope}                 hash    7 days                    parked skill candidates (LobeHub records)
+skill-candidates:{scope}             list    7 days                    accumulated weak skill candidates
+dedupe:<kind>-guard:<key>            string  3 days                    one self-iteration run per review window
+features:self-iteration              hash    none                      per-user feature-gate overrides
+receipts-feed:user:U:agent:A:topic:T pubsub  -                         new receipt ids for the SSE stream
 activity:{scope}                     hash    none                      built-in policy: per-scope activity counts
 """
 
@@ -96,6 +103,41 @@ class Keys:
     def functions_state(self, scope_key: str) -> str:
         """The session's function runtime (active set, states, ledgers, artifacts) as one JSON document."""
         return f"{self.prefix}fnstate:{{{scope_key}}}"
+
+    # --- self-iteration data (the reference runner's small real store) ---
+
+    def memories(self, user_id: str) -> str:
+        """memory id -> JSON, per user."""
+        return f"{self.prefix}memories:{user_id}"
+
+    def skills(self, user_id: str, agent_id: str) -> str:
+        """skill document id -> JSON (current version), per user and agent."""
+        return f"{self.prefix}skills:{user_id}:{agent_id}"
+
+    def skill_history(self, document_id: str) -> str:
+        """history id -> JSON of a previous version (for CAS rollback)."""
+        return f"{self.prefix}skill-history:{document_id}"
+
+    def skill_intents(self, scope_key: str) -> str:
+        """LobeHub's skill-intent records of a scope (parked skill candidates)."""
+        return f"{self.prefix}skill-intent:{{{scope_key}}}"
+
+    def skill_candidates(self, scope_key: str) -> str:
+        """Accumulated weak skill candidates of a scope (score bucket)."""
+        return f"{self.prefix}skill-candidates:{{{scope_key}}}"
+
+    def review_guard(self, guard_key: str) -> str:
+        """nightly-review-guard:<key> etc.: one run per review window."""
+        return f"{self.prefix}dedupe:{guard_key}"
+
+    @property
+    def self_iteration_overrides(self) -> str:
+        """userId -> "1" | "0": per-user override of the self-iteration feature gate."""
+        return f"{self.prefix}features:self-iteration"
+
+    def receipts_feed(self, user_id: str, agent_id: str, topic_id: str) -> str:
+        """Pub/sub channel announcing new receipt ids of an index (the SSE stream listens here)."""
+        return f"{self.prefix}receipts-feed:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
 
     # --- receipts ---
 

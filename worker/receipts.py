@@ -18,12 +18,16 @@ from worker.keys import Keys
 __all__ = ["ReceiptStore", "receipt_effects"]
 
 
-def _index_key(keys: Keys, receipt: dict[str, Any]) -> str:
-    return keys.receipt_index(
+def _owner(receipt: dict[str, Any]) -> tuple[str, str, str]:
+    return (
         str(receipt.get("userId") or "-"),
         str(receipt.get("agentId") or "-"),
         str(receipt.get("topicId") or "-"),
     )
+
+
+def _index_key(keys: Keys, receipt: dict[str, Any]) -> str:
+    return keys.receipt_index(*_owner(receipt))
 
 
 def receipt_effects(keys: Keys, receipt: dict[str, Any], ttl_s: int) -> list[list[str | int]]:
@@ -34,6 +38,7 @@ def receipt_effects(keys: Keys, receipt: dict[str, Any], ttl_s: int) -> list[lis
         ["SET", keys.receipt(str(receipt["id"])), body, "NX", "EX", ttl_s],
         ["ZADD", index, "NX", int(receipt["createdAt"]), str(receipt["id"])],
         ["EXPIRE", index, ttl_s],
+        ["PUBLISH", keys.receipts_feed(*_owner(receipt)), str(receipt["id"])],
     ]
 
 
@@ -56,6 +61,21 @@ class ReceiptStore:
     def get(self, receipt_id: str) -> dict[str, Any] | None:
         raw = self.client.get(self.keys.receipt(receipt_id))
         return None if raw is None else dict(json.loads(raw))
+
+    def update_metadata(self, receipt_id: str, changes: dict[str, Any]) -> dict[str, Any] | None:
+        """Merge ``changes`` into the receipt's metadata (keeping its TTL); None when it is gone."""
+        key = self.keys.receipt(receipt_id)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.watch(key)  # type: ignore[no-untyped-call]
+            raw = pipe.get(key)
+            if raw is None:
+                return None
+            receipt = dict(json.loads(raw))
+            receipt["metadata"] = {**(receipt.get("metadata") or {}), **changes}
+            pipe.multi()
+            pipe.set(key, json.dumps(receipt, ensure_ascii=False, separators=(",", ":")), keepttl=True)
+            pipe.execute()
+        return receipt
 
     def list(
         self,

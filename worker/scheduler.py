@@ -139,6 +139,7 @@ def run_chain(
     trace = ChainTrace(source=source, started_at_ms=int(time.time() * 1000))
     started = time.perf_counter()
     queue: deque[Node] = deque([source])
+    chain_services: Mapping[str, Any] = {**(services or {}), "source": source}
     seen = 0
     while queue:
         node = queue.popleft()
@@ -158,7 +159,7 @@ def run_chain(
                 node_timestamp=getattr(node, "timestamp", source.timestamp),
                 attempt=attempt,
                 max_attempts=max_attempts,
-                services=services or {},
+                services=chain_services,
             )
             outputs = _traced(telemetry, kind, node_type, node, node_id, handler, ctx, port, trace)
             queue.extend(outputs)

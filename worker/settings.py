@@ -93,6 +93,15 @@ class Settings(BaseSettings):
     functions_dir: str | None = None  # rolebox function definitions (*.md with YAML front matter)
     functions_workspace_dir: str | None = None  # where plan_incomplete() looks for .rolebox/plans/*.md
 
+    # --- self-iteration ---
+    self_iteration_enabled: bool = True  # the feature gate's default (per-user overrides in Redis)
+    agent_runner: Literal["reference", "celery", "webhook"] = "reference"
+    agent_runner_url: str | None = None  # webhook runner: where run requests are POSTed
+    agent_runner_secret: str | None = None  # webhook runner: HMAC-SHA256 key of X-Agent-Signal-Signature
+    agent_runner_queue: str | None = (
+        None  # celery runner: the app's queue (default: our queue, reference agent)
+    )
+
     # --- telemetry ---
     telemetry_enabled: bool = True  # OpenTelemetry spans and metrics (off: no cost)
     trace_redis_commands: bool = False  # opentelemetry-instrumentation-redis: a span per Redis command

@@ -47,6 +47,7 @@ class PreparedEvent:
     source_id: str
     body: str
     source_type: str = ""
+    user_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

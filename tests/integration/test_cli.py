@@ -32,7 +32,7 @@ def _write(path: Path, lines: list[str]) -> Path:
     return path
 
 
-GOOD = '{"sourceType":"agent.user.message","sourceId":"%s","payload":{"topicId":"t1","message":"hi"}}'
+GOOD = '{"sourceType":"bot.message.merged","sourceId":"%s","payload":{"topicId":"t1","message":"hi"}}'
 
 
 class TestEnqueue:
@@ -45,7 +45,7 @@ class TestEnqueue:
                 GOOD % "m1",
                 GOOD % "m2",
                 GOOD % "m1",
-                '{"sourceType":"agent.user.message","payload":{}}',
+                '{"sourceType":"bot.message.merged","payload":{}}',
                 "{not json",
                 "",
                 '{"sourceType":"nope.nope","sourceId":"x","payload":{}}',
@@ -77,7 +77,7 @@ class TestEnqueue:
         _, url = start_web(settings)
         path = _write(
             tmp_path / "e.jsonl",
-            [GOOD % "h1", '{"sourceType":"agent.user.message","sourceId":"h2"}', GOOD % "h3", GOOD % "h1"],
+            [GOOD % "h1", '{"sourceType":"bot.message.merged","sourceId":"h2"}', GOOD % "h3", GOOD % "h1"],
         )
         result = _cli(settings, "enqueue", str(path), "--url", url)
         assert result.returncode == 1
@@ -119,7 +119,7 @@ class TestOperate:
         for heading in ("1. source", "2. signals", "3. actions", "4. results", "5. edges", "dominant path:"):
             assert heading in text
         assert (
-            "agent.user.message -> signal.message.received -> signal.action.applied -> action.activity.record"
+            "bot.message.merged -> signal.message.received -> signal.action.applied -> action.activity.record"
             in text
         )
         assert json.loads(_cli(settings, "inspect", "m1", "--json").stdout)["record"]["chainId"] == "chain:m1"

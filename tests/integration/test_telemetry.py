@@ -72,7 +72,7 @@ def rig(make_settings: Any) -> Iterator[Rig]:
 
 def _msg(source_id: str, scope: str = "topic:t1", **payload: Any) -> dict[str, Any]:
     return {
-        "sourceType": "agent.user.message",
+        "sourceType": "bot.message.merged",
         "sourceId": source_id,
         "scopeKey": scope,
         "payload": {"message": "hi", **payload},
@@ -88,11 +88,11 @@ class TestInstruments:
             rig.total(
                 "agent_signal_source_events_total",
                 source_event_status="accepted",
-                source_type="agent.user.message",
+                source_type="bot.message.merged",
             )
             == 1
         )
-        assert rig.total("agent_signal_source_occurrences_total", source_type="agent.user.message") == 1
+        assert rig.total("agent_signal_source_occurrences_total", source_type="bot.message.merged") == 1
         assert (
             rig.total(
                 "agent_signal_signal_occurrences_total",
@@ -126,7 +126,7 @@ class TestInstruments:
             == 1
         )
         assert (
-            rig.total("agent_signal_chains_total", final_status="applied", source_type="agent.user.message")
+            rig.total("agent_signal_chains_total", final_status="applied", source_type="bot.message.merged")
             == 1
         )
         assert (
@@ -137,7 +137,7 @@ class TestInstruments:
             rig.total(
                 "agent_signal_workflow_runs_total",
                 workflow_status="generated",
-                source_type="agent.user.message",
+                source_type="bot.message.merged",
             )
             == 1
         )
@@ -304,7 +304,7 @@ class TestProjection:
         assert envelope["traceId"] == "op-9" and envelope["version"] == 1
         assert record["id"] == "agent-signal:p1" and record["operationId"] == "op-9"
         assert record["conclusionChain"]["dominantPath"] == [
-            "agent.user.message",
+            "bot.message.merged",
             "signal.message.received",
             "signal.action.applied",
             "action.activity.record",
@@ -347,12 +347,12 @@ def test_metrics_scrape_and_one_trace(
 
     def scraped() -> str | None:
         text = httpx.get(f"{url}/metrics", timeout=10).text
-        needle = 'agent_signal_chains_total{agent_signal_final_status="applied",agent_signal_source_type="agent.user.message"} 12'
+        needle = 'agent_signal_chains_total{agent_signal_final_status="applied",agent_signal_source_type="bot.message.merged"} 12'
         return text if needle in text else None
 
     text = wait_for(scraped, timeout_s=30, what="the worker's metrics in /metrics")
     assert (
-        'agent_signal_source_events_total{agent_signal_source_event_status="accepted",agent_signal_source_type="agent.user.message"'
+        'agent_signal_source_events_total{agent_signal_source_event_status="accepted",agent_signal_source_type="bot.message.merged"'
         in text
     )
     assert "agent_signal_workflow_runs_total{" in text and "agent_signal_chain_duration_ms_bucket{" in text
@@ -395,7 +395,11 @@ def test_development_snapshots(make_settings: Any, tmp_path: Path) -> None:
     files = sorted(p.name for p in (tmp_path / ".agent-tracing").iterdir())
     assert "latest.json" in files and len(files) == 2
     snapshot = json.loads((tmp_path / ".agent-tracing" / "latest.json").read_text())
-    assert snapshot["operationId"] == "op-snap" and snapshot["completionReason"] == "done" and snapshot["totalSteps"] == 1
+    assert (
+        snapshot["operationId"] == "op-snap"
+        and snapshot["completionReason"] == "done"
+        and snapshot["totalSteps"] == 1
+    )
     (step,) = snapshot["steps"]
     assert step["context"]["phase"] == "agent_signal_workflow" and step["stepType"] == "call_tool"
     assert [e["type"] for e in step["events"]][:2] == ["agent_signal.source", "agent_signal.signal"]

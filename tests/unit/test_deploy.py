@@ -61,7 +61,11 @@ def test_grafana_dashboard_queries_series_we_export() -> None:
         "agent_signal_fence_rejected_total",
     }
     titles = {p["title"] for p in dashboard["panels"]}
-    assert {"Events by status (per second)", "Chain duration (p50 / p99, ms)", "Dead-letter list size"} <= titles
+    assert {
+        "Events by status (per second)",
+        "Chain duration (p50 / p99, ms)",
+        "Dead-letter list size",
+    } <= titles
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
             for name in re.findall(r"agent_signal_[a-z_]+", re.sub(r"by \([^)]*\)", "", target["expr"])):

@@ -1,0 +1,131 @@
+"""The self-iteration action handlers (reference §3.5): user memory and skill management. Both hand the work
+to an agent run through the ``AgentRunner`` (``ctx.services["runner"]``) and answer at once:
+"Memory write enqueued." / "Skill write enqueued.". Exact skip and failure texts and error codes are
+LobeHub's.
+
+Difference from LobeHub: the idempotency lane is the runtime's (a redelivered action replays the stored
+result instead of answering "Action idempotency key already applied."), and the run's operation id is
+derived from the idempotency key, so a retried dispatch asks for the same run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from policies.self_iteration.gate import self_iteration_enabled
+from policies.self_iteration.runners import RunnerError, RunRequest, operation_id_for
+from worker.context import HandlerContext
+from worker.nodes import Action, ExecutorResult
+from worker.results import applied, failed, skipped
+
+__all__ = ["UNSAFE_MEMORY", "skill_management_handler", "user_memory_handler"]
+
+UNSAFE_MEMORY = [
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"\bprobably\b",
+        r"\bmaybe\b",
+        r"\bmedical\b",
+        r"\bhealth\b",
+        r"\brelationship\b",
+        r"\bfinance\b",
+    )
+]
+
+
+def _marker(action: Action, kind: str) -> dict[str, Any]:
+    p = action.payload
+    marker = {
+        "kind": kind,
+        "sourceId": p.get("idempotencyKey") or action.action_id,
+        "anchorMessageId": p.get("assistantMessageId"),
+        "topicId": p.get("topicId"),
+        "triggerMessageId": p.get("triggerMessageId") or p.get("messageId"),
+        "agentId": p.get("agentId"),
+    }
+    return {k: v for k, v in marker.items() if v is not None}
+
+
+def _user_id(action: Action, ctx: HandlerContext) -> str:
+    source = ctx.services.get("source")
+    return str(getattr(source, "user_id", None) or action.payload.get("userId") or "-")
+
+
+def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    if action.action_type != "action.user-memory.handle":
+        return skipped(action, ctx, "Unsupported memory action.")
+    message = str(action.payload.get("message") or "").strip()
+    if not message:
+        return skipped(action, ctx, "Missing memory action message.")
+    marker = _marker(action, "memory")
+    if any(p.search(message) for p in UNSAFE_MEMORY):
+        return failed(
+            action, ctx, "USER_MEMORY_EXECUTION_FAILED", "Memory candidate is not safe for automatic write"
+        )
+    agent_id = action.payload.get("agentId")
+    if not agent_id:
+        return skipped(action, ctx, "Missing agentId for memory action.")
+    request = RunRequest(
+        operation_id=operation_id_for("memory", marker["sourceId"]),
+        slug="memory-writer",
+        marker=marker,
+        user_id=_user_id(action, ctx),
+        agent_id=str(agent_id),
+        prompt=message,
+        topic_id=action.payload.get("topicId"),
+        context={
+            "message": message,
+            "feedbackHint": action.payload.get("feedbackHint"),
+            "reason": action.payload.get("reason"),
+        },
+    )
+    try:
+        ctx.services["runner"].dispatch(request)
+    except (RunnerError, KeyError) as exc:
+        return failed(action, ctx, "USER_MEMORY_EXECUTION_FAILED", str(exc))
+    return applied(action, ctx, "Memory write enqueued.", output={"operationId": request.operation_id})
+
+
+def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    if action.action_type != "action.skill-management.handle":
+        return skipped(action, ctx, "Unsupported skill-management action.")
+    settings = ctx.services["settings"]
+    if not self_iteration_enabled(
+        ctx.services["redis"], ctx.services["keys"], settings.self_iteration_enabled, _user_id(action, ctx)
+    ):
+        return skipped(action, ctx, "Self iteration is disabled.")
+    message = str(action.payload.get("message") or "").strip()
+    if not message:
+        return skipped(action, ctx, "Missing skill-management action message.")
+    agent_id = action.payload.get("agentId")
+    if not agent_id:
+        return skipped(action, ctx, "Missing agentId for skill-management action.")
+    marker = _marker(action, "skill")
+    p = action.payload
+    prompt = "\n".join(
+        [
+            f"Agent id: {agent_id}",
+            f"User id: {_user_id(action, ctx)}",
+            f"Source id: {marker['sourceId']}",
+            f"Feedback: {message}",
+            f"Routing reason: {p.get('reason', '')}",
+            f"Turn context: {p.get('serializedContext', '')}",
+            f"Evidence: {p.get('evidence', [])}",
+        ]
+    )
+    request = RunRequest(
+        operation_id=operation_id_for("skill", marker["sourceId"]),
+        slug="skill-management",
+        marker=marker,
+        user_id=_user_id(action, ctx),
+        agent_id=str(agent_id),
+        prompt=prompt,
+        topic_id=p.get("topicId"),
+        context={"message": message, "skillActionIntent": p.get("skillActionIntent")},
+    )
+    try:
+        ctx.services["runner"].dispatch(request)
+    except (RunnerError, KeyError) as exc:
+        return failed(action, ctx, "SKILL_MANAGEMENT_EXECUTION_FAILED", str(exc))
+    return applied(action, ctx, "Skill write enqueued.", output={"operationId": request.operation_id})

@@ -1,0 +1,271 @@
+"""LobeHub's analyzeIntent policy (reference §3.3-3.4): satisfaction judge → domain judge (with skill-intent
+enrichment) → feedback action planner. Deterministic ids as §2.5.
+
+Planner decision table, in order, for each ``signal.feedback.domain.*``:
+1. memory → ``action.user-memory.handle`` (idempotency ``<rootSourceId>:memory:<messageId>``);
+2. prompt → nothing (LobeHub's TODO);
+3. a direct skill decision (route direct_decision, or not satisfied and route not non_skill): on
+   ``client.runtime.start`` the intent is recorded and the chain concludes; on a server-inbound trigger the
+   candidate is parked until ``agent.execution.completed`` (conclude); else ``action.skill-management.handle``;
+4. an accumulating skill (satisfied, weak): the candidate joins the scope's bucket (score 0.6 each); at 2
+   records and score >= 1 ``signal.procedure.bucket.scored`` is dispatched (no action);
+5. none / non_skill → nothing.
+LobeHub's suppression markers and hinted skill documents need its procedure store and message database;
+they are left out (see README).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from policies.self_iteration.judges import (
+    DomainTarget,
+    RuleDomainJudge,
+    RuleSatisfactionJudge,
+    RuleSkillIntentClassifier,
+    SatisfactionVerdict,
+)
+from worker.context import HandlerContext
+from worker.keys import Keys
+from worker.nodes import Conclude, Dispatch, Signal, Source, action_from, signal_from
+
+__all__ = ["CONFLICT_POLICIES", "domain_judge", "feedback_planner", "satisfaction_judge"]
+
+CONFLICT_POLICIES: dict[str, dict[str, Any]] = {
+    "memory": {"forbiddenWith": ["none"], "mode": "fanout", "priority": 100},
+    "none": {"forbiddenWith": ["memory", "prompt", "skill"], "mode": "exclusive", "priority": 0},
+    "prompt": {"forbiddenWith": ["memory", "none", "skill"], "mode": "exclusive", "priority": 90},
+    "skill": {"forbiddenWith": ["none"], "mode": "fanout", "priority": 80},
+}
+SKILL_CANDIDATE_DELTA = 0.6
+SKILL_BUCKET_MIN_RECORDS = 2
+SKILL_BUCKET_THRESHOLD = 1.0
+PROCEDURE_TTL_S = 7 * 24 * 60 * 60
+CLIENT_TRIGGERS = ("client.runtime.start", "client.runtime.complete", "agent_signal")
+
+
+def _judges(ctx: HandlerContext) -> tuple[Any, Any, Any]:
+    return (
+        ctx.services.get("satisfaction_judge") or RuleSatisfactionJudge(),
+        ctx.services.get("domain_judge") or RuleDomainJudge(),
+        ctx.services.get("skill_intent") or RuleSkillIntentClassifier(),
+    )
+
+
+def satisfaction_judge(source: Source, ctx: HandlerContext) -> Dispatch | Conclude | None:
+    """``agent.user.message:feedback-satisfaction-judge`` → ``signal.feedback.satisfaction``."""
+    p = source.payload
+    if p.get("trigger") == "agent_signal":
+        return Conclude(
+            concluded={"reason": "suppressed: message from an Agent Signal run"}
+        )  # recursion guard
+    message = str(p.get("message") or p.get("prompt") or "").strip()
+    if not message:
+        return Conclude(concluded={"reason": "unsupported satisfaction classifier source"})
+    judge = _judges(ctx)[0]
+    try:
+        verdict: SatisfactionVerdict = judge.judge(message, p.get("serializedContext"))
+    except ValueError as exc:  # a malformed model answer: diagnostics, then conclude (as LobeHub)
+        return Conclude(concluded={"reason": "malformed satisfaction classifier output", "error": str(exc)})
+    payload: dict[str, Any] = {
+        "confidence": verdict.confidence,
+        "evidence": verdict.evidence,
+        "message": message,
+        "messageId": str(p.get("messageId") or source.source_id),
+        "reason": verdict.reason,
+        "result": verdict.result,
+        "sourceHints": {k: p[k] for k in ("documentPayload", "intents", "memoryPayload") if k in p},
+    }
+    for key in ("agentId", "anchorMessageId", "serializedContext", "topicId", "trigger", "triggerMessageId"):
+        if p.get(key) is not None:
+            payload[key] = p[key]
+    signal = signal_from(source, "feedback-satisfaction", "signal.feedback.satisfaction", payload, ctx.now())
+    return Dispatch(signals=[signal])
+
+
+def domain_judge(signal: Signal, ctx: HandlerContext) -> Dispatch | Conclude | None:
+    """``signal.feedback-domain-judge``: neutral → nothing; else 1-4 domain signals (skill enriched)."""
+    p = signal.payload
+    if p.get("result") == "neutral":
+        return None
+    _, judge, classifier = _judges(ctx)
+    verdict = SatisfactionVerdict(p["result"], p["confidence"], p["reason"], p.get("evidence", []))
+    try:
+        targets: list[DomainTarget] = judge.judge_domains(p["message"], verdict)
+    except ValueError as exc:
+        return Conclude(concluded={"reason": "malformed domain classifier output", "error": str(exc)})
+    best: dict[str, DomainTarget] = {}
+    for t in targets:
+        if t.target not in best or t.confidence > best[t.target].confidence:
+            best[t.target] = t
+    if not best:
+        return Conclude(concluded={"reason": "no feedback domains classified"})
+    if len(best) > 4:
+        return Conclude(concluded={"reason": "signal fanout budget exceeded"})
+    signals = []
+    for target in best.values():
+        payload: dict[str, Any] = {
+            "confidence": target.confidence,
+            "conflictPolicy": CONFLICT_POLICIES[target.target],
+            "evidence": target.evidence or p.get("evidence", []),
+            "message": p["message"],
+            "messageId": p["messageId"],
+            "reason": target.reason,
+            "satisfactionResult": p["result"],
+            "sourceHints": p.get("sourceHints"),
+            "target": target.target,
+            # Kept on domain signals too, so planned actions carry it (LobeHub drops it here: quirk 13).
+            "serializedContext": p.get("serializedContext"),
+        }
+        for key in ("agentId", "anchorMessageId", "topicId", "trigger", "triggerMessageId"):
+            if p.get(key) is not None:
+                payload[key] = p[key]
+        if target.target == "skill":
+            payload.update(classifier.classify(p["message"], p.get("serializedContext")).to_payload())
+        payload = {k: v for k, v in payload.items() if v is not None}
+        signals.append(
+            signal_from(
+                signal,
+                f"domain:{target.target}",
+                f"signal.feedback.domain.{target.target}",
+                payload,
+                ctx.now(),
+            )
+        )
+    return Dispatch(signals=signals)
+
+
+def _action_payload(signal: Signal, kind: str) -> dict[str, Any]:
+    p = signal.payload
+    root = signal.chain.root_source_id
+    message_id = p["messageId"]
+    assistant = p.get("anchorMessageId")
+    if assistant is None and ":completion:" in signal.source.source_id:
+        assistant = signal.source.source_id.split(":completion:")[0]
+    payload = {
+        "agentId": p.get("agentId"),
+        "assistantMessageId": assistant,
+        "conflictPolicy": p.get("conflictPolicy"),
+        "evidence": p.get("evidence"),
+        "feedbackHint": "satisfied" if p.get("satisfactionResult") == "satisfied" else "not_satisfied",
+        "idempotencyKey": f"{root}:{kind}:{message_id}",
+        "message": p["message"],
+        "messageId": message_id,
+        "reason": p.get("reason"),
+        "serializedContext": p.get("serializedContext"),
+        "sourceHints": p.get("sourceHints"),
+        "topicId": p.get("topicId"),
+        "triggerMessageId": p.get("triggerMessageId") or message_id,
+    }
+    if kind == "skill":
+        for key in ("skillActionIntent", "skillIntentConfidence", "skillIntentExplicitness", "skillRoute"):
+            payload[key] = p.get(key)
+    return {k: v for k, v in payload.items() if v is not None}
+
+
+def _write_intent_record(ctx: HandlerContext, signal: Signal, pending: bool) -> None:
+    keys: Keys = ctx.services["keys"]
+    p = signal.payload
+    record: dict[str, Any] = {
+        "actionIntent": p.get("skillActionIntent"),
+        "confidence": p.get("skillIntentConfidence"),
+        "createdAt": ctx.now(),
+        "explicitness": p.get("skillIntentExplicitness"),
+        "feedbackMessageId": p["messageId"],
+        "reason": p.get("skillIntentReason"),
+        "route": p.get("skillRoute"),
+        "scopeKey": ctx.scope_key,
+        "sourceId": signal.source.source_id,
+    }
+    if pending:
+        record["pendingSynthesis"] = {
+            k: v
+            for k, v in {
+                "agentId": p.get("agentId"),
+                "conflictPolicy": p.get("conflictPolicy"),
+                "evidence": p.get("evidence"),
+                "message": p["message"],
+                "sourceHints": p.get("sourceHints"),
+                "topicId": p.get("topicId"),
+            }.items()
+            if v is not None
+        }
+    key = keys.skill_intents(ctx.scope_key)
+    ctx.services["redis"].hset(
+        key, f"skill-intent-record:{p['messageId']}", json.dumps(record, ensure_ascii=False)
+    )
+    ctx.services["redis"].expire(key, PROCEDURE_TTL_S)
+
+
+def _accumulate(ctx: HandlerContext, signal: Signal) -> Dispatch | None:
+    keys: Keys = ctx.services["keys"]
+    redis = ctx.services["redis"]
+    key = keys.skill_candidates(ctx.scope_key)
+    item = json.dumps(
+        {"recordId": signal.signal_id, "score": SKILL_CANDIDATE_DELTA, "at": int(time.time() * 1000)}
+    )
+    items = [json.loads(x) for x in redis.lrange(key, 0, -1)]
+    if not any(i["recordId"] == signal.signal_id for i in items):
+        redis.rpush(key, item)
+        redis.expire(key, PROCEDURE_TTL_S)
+        items.append(json.loads(item))
+    score = sum(i["score"] for i in items)
+    if len(items) < SKILL_BUCKET_MIN_RECORDS or score < SKILL_BUCKET_THRESHOLD:
+        return None
+    payload = {
+        "aggregateScore": round(score, 3),
+        "bucketKey": f"{ctx.scope_key}:skill",
+        "confidence": min(1.0, score / SKILL_BUCKET_THRESHOLD),
+        "domain": "skill",
+        "itemScores": [
+            {"reasons": ["satisfied_skill_feedback"], "recordId": i["recordId"], "score": i["score"]}
+            for i in items
+        ],
+        "recordIds": [i["recordId"] for i in items],
+        "suggestedActions": ["consider_skill"],
+    }
+    return Dispatch(
+        signals=[
+            signal_from(
+                signal, "signal:procedure-accumulated", "signal.procedure.bucket.scored", payload, ctx.now()
+            )
+        ]
+    )
+
+
+def feedback_planner(signal: Signal, ctx: HandlerContext) -> Dispatch | Conclude | None:
+    """``signal.feedback-action-planner`` (module docstring: the decision table)."""
+    p = signal.payload
+    target = p.get("target")
+    if target == "memory":
+        action = action_from(
+            signal, "memory", "action.user-memory.handle", _action_payload(signal, "memory"), ctx.now()
+        )
+        return Dispatch(actions=[action])
+    if target != "skill":
+        return None  # prompt (no action yet) and none
+    route = p.get("skillRoute")
+    direct = route == "direct_decision" or (
+        p.get("satisfactionResult") != "satisfied" and route != "non_skill"
+    )
+    trigger = p.get("trigger")
+    if direct:
+        if trigger == "client.runtime.start":
+            _write_intent_record(ctx, signal, pending=False)
+            return Conclude(concluded={"reason": "skill intent recorded until client.runtime.complete"})
+        if trigger and trigger not in CLIENT_TRIGGERS:
+            _write_intent_record(ctx, signal, pending=True)
+            return Conclude(concluded={"reason": "skill candidate parked until agent.execution.completed"})
+        action = action_from(
+            signal,
+            "skill-management",
+            "action.skill-management.handle",
+            _action_payload(signal, "skill"),
+            ctx.now(),
+        )
+        return Dispatch(actions=[action])
+    if route == "non_skill":
+        return None
+    return _accumulate(ctx, signal)

@@ -1,0 +1,131 @@
+"""The ``AgentRunner`` port: how an action asks for an agent run (memory writer, skill management, reviews).
+
+A run request carries LobeHub's operation marker ``{kind, sourceId, anchorMessageId?, triggerMessageId?,
+topicId?, agentId?, localDate?, reviewWindow*}``. When the run finishes, the app (or the reference runner)
+reports ``agent.execution.completed`` with the ``selfIteration`` payload; that is what produces receipts.
+
+* ``CeleryRunner`` publishes the request on a Celery queue (``agent_signal.agent_run``) that the app — or our
+  worker, with the reference agent — consumes.
+* ``WebhookRunner`` POSTs it to a URL, signed ``X-Agent-Signal-Signature: sha256=<hmac of the body>``,
+  retried with exponential backoff.
+
+Recursion guard (LobeHub's ``suppressSignal``): every request says ``suppressSignal: true``; a run started
+by Agent Signal must not feed ``agent.user.message`` back (the planner ignores messages whose ``trigger``
+is ``agent_signal``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+__all__ = ["AGENT_RUN_TASK", "AgentRunner", "CeleryRunner", "RunRequest", "RunnerError", "WebhookRunner"]
+
+AGENT_RUN_TASK = "agent_signal.agent_run"
+
+
+class RunnerError(RuntimeError):
+    """The run could not be handed over."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    operation_id: str
+    slug: str  # memory-writer | skill-management | nightly-review | self-reflection | self-feedback-intent
+    marker: dict[str, Any]
+    user_id: str
+    agent_id: str | None
+    prompt: str
+    topic_id: str | None = None
+    context: dict[str, Any] = field(default_factory=dict)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "operationId": self.operation_id,
+            "slug": self.slug,
+            "marker": self.marker,
+            "userId": self.user_id,
+            "agentId": self.agent_id,
+            "prompt": self.prompt,
+            "topicId": self.topic_id,
+            "context": self.context,
+            "trigger": "agent_signal",
+            "suppressSignal": True,
+            "approvalMode": "headless",
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: dict[str, Any]) -> RunRequest:
+        return cls(
+            operation_id=d["operationId"],
+            slug=d["slug"],
+            marker=dict(d["marker"]),
+            user_id=d["userId"],
+            agent_id=d.get("agentId"),
+            prompt=d.get("prompt", ""),
+            topic_id=d.get("topicId"),
+            context=dict(d.get("context") or {}),
+        )
+
+
+def operation_id_for(kind: str, source_id: str) -> str:
+    """Deterministic (LobeHub uses a nanoid): a redelivered action asks for the same run."""
+    return f"agent-signal-{kind}-" + hashlib.sha256(source_id.encode()).hexdigest()[:16]
+
+
+class AgentRunner(Protocol):
+    def dispatch(self, request: RunRequest) -> str:
+        """Hand the run over; returns the operation id. Raises RunnerError."""
+
+
+class CeleryRunner:
+    def __init__(self, app: Any, queue: str) -> None:
+        self.app = app
+        self.queue = queue
+
+    def dispatch(self, request: RunRequest) -> str:
+        try:
+            self.app.send_task(AGENT_RUN_TASK, args=[request.to_json_dict()], queue=self.queue)
+        except Exception as exc:
+            raise RunnerError(f"could not publish the agent run: {exc}") from exc
+        return request.operation_id
+
+
+def sign(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+class WebhookRunner:
+    def __init__(
+        self, url: str, secret: str, *, attempts: int = 3, base_delay_s: float = 0.2, timeout_s: float = 10.0
+    ) -> None:
+        self.url = url
+        self.secret = secret
+        self.attempts = attempts
+        self.base_delay_s = base_delay_s
+        self.timeout_s = timeout_s
+
+    def dispatch(self, request: RunRequest) -> str:
+        body = json.dumps(request.to_json_dict(), separators=(",", ":")).encode()
+        headers = {"content-type": "application/json", "x-agent-signal-signature": sign(self.secret, body)}
+        last = ""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = httpx.post(self.url, content=body, headers=headers, timeout=self.timeout_s)
+                if response.status_code < 300:
+                    return request.operation_id
+                last = f"HTTP {response.status_code}"
+                if 400 <= response.status_code < 500 and response.status_code != 429:
+                    break  # the receiver refused the request itself: retrying will not help
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            if attempt < self.attempts:
+                time.sleep(random.uniform(0, self.base_delay_s * 2 ** (attempt - 1)))
+        raise RunnerError(f"the agent-run webhook failed after {self.attempts} attempts: {last}")

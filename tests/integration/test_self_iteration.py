@@ -1,0 +1,316 @@
+"""Self-iteration end to end through POST /v1/events and real worker processes: LobeHub's worked examples
+A-E (reference §1.5), receipts, rollback, the feature gate and the receipts stream."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from producers._http import create_web_app
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+OWNER = {"userId": "u1", "agentId": "agt_1", "topicId": "tpc_1"}
+
+
+@pytest.fixture
+def stack(make_settings: Any, start_worker: Any) -> Iterator[TestClient]:
+    settings = make_settings()
+    start_worker(settings)
+    with TestClient(create_web_app(settings)) as client:
+        yield client
+
+
+def _user_message(source_id: str, text: str, **payload: Any) -> dict[str, Any]:
+    return {
+        "sourceType": "agent.user.message",
+        "sourceId": source_id,
+        "userId": "u1",
+        "agentId": "agt_1",
+        "payload": {
+            "agentId": "agt_1",
+            "topicId": "tpc_1",
+            "messageId": source_id,
+            "message": text,
+            **payload,
+        },
+    }
+
+
+def _send(client: TestClient, event: dict[str, Any]) -> str:
+    response = client.post("/v1/events", json=event)
+    assert response.status_code == 202, response.text
+    return str(response.json()["results"][0]["eventId"])
+
+
+def _done(client: TestClient, event_id: str) -> dict[str, Any]:
+    return dict(
+        wait_for(
+            lambda: (
+                (r := client.get(f"/v1/events/{event_id}").json()).get("status") in ("done", "dead") and r
+            ),
+            what="the chain",
+        )
+    )
+
+
+def _chain(client: TestClient, chain_id: str) -> dict[str, Any]:
+    return dict(client.get(f"/v1/chains/{chain_id}").json())
+
+
+def _receipts(client: TestClient, **owner: str) -> list[dict[str, Any]]:
+    return list(client.get("/v1/receipts", params=owner or OWNER).json()["receipts"])
+
+
+class TestWorkedExamples:
+    def test_a_memory_preference(self, stack: TestClient) -> None:
+        """A: "Going forward, I prefer concise answers." → memory action → run → receipt under the trigger."""
+        _done(
+            stack,
+            _send(
+                stack,
+                _user_message("msg_u1", "Going forward, I prefer concise answers.", trigger="execAgent"),
+            ),
+        )
+        chain = _chain(stack, "chain:msg_u1")
+        record, envelope = chain["record"], chain["envelope"]
+        assert record["conclusionChain"]["dominantPath"] == [
+            "agent.user.message",
+            "signal.feedback.satisfaction",
+            "signal.feedback.domain.memory",
+            "signal.action.applied",
+            "action.user-memory.handle",
+        ]
+        assert record["conclusionChain"]["compressedSignals"] == {
+            "feedback": {"outcomes": {"satisfaction": 1}, "total": 1},
+            "feedback.domain": {"outcomes": {"memory": 1}, "total": 1},
+            "action": {"outcomes": {"applied": 1}, "total": 1},
+        }
+        assert record["summary"]["statusBreakdown"] == {"applied": 1, "failed": 0, "skipped": 0}
+        assert (
+            record["finalStatus"] == "applied"
+            and record["conclusionChain"]["finalReason"] == "Memory write enqueued."
+        )
+        (action,) = envelope["actions"]
+        assert action["actionId"] == "msg_u1:signal:feedback-satisfaction:domain:memory:action:memory"
+        assert action["payload"]["idempotencyKey"] == "msg_u1:memory:msg_u1"
+        assert (
+            action["payload"]["triggerMessageId"] == "msg_u1"
+            and "assistantMessageId" not in action["payload"]
+        )
+        (receipt,) = wait_for(lambda: _receipts(stack), what="the memory receipt")
+        assert receipt["id"] == "msg_u1:memory:msg_u1:writeMemory:0:memory"
+        assert (receipt["kind"], receipt["status"], receipt["title"]) == (
+            "memory",
+            "applied",
+            "I prefer concise answers.",
+        )
+        assert receipt["triggerMessageId"] == "msg_u1" and "anchorMessageId" not in receipt
+        assert receipt["target"]["memoryLayer"] == "preference"
+        memories = stack.get("/v1/memories", params={"userId": "u1"}).json()["memories"]
+        assert [m["id"] for m in memories] == [receipt["target"]["id"]]
+
+    def test_b_unsafe_memory_fails(self, stack: TestClient) -> None:
+        """B: "maybe" → failed USER_MEMORY_EXECUTION_FAILED, no lane, no run, no receipt."""
+        _done(stack, _send(stack, _user_message("msg_b1", "Going forward maybe keep answers short.")))
+        record = _chain(stack, "chain:msg_b1")["record"]
+        assert record["finalStatus"] == "failed"
+        assert record["conclusionChain"]["finalReason"] == "Memory candidate is not safe for automatic write"
+        result = _chain(stack, "chain:msg_b1")["envelope"]["results"][0]
+        assert result["error"]["code"] == "USER_MEMORY_EXECUTION_FAILED"
+        assert "signal.action.failed" in record["conclusionChain"]["dominantPath"]
+        time.sleep(0.5)
+        assert _receipts(stack) == []
+
+    def test_c_no_op(self, stack: TestClient) -> None:
+        """C: "Thanks." → neutral → one signal, no action, final status none."""
+        _done(stack, _send(stack, _user_message("msg_c1", "Thanks.")))
+        record = _chain(stack, "chain:msg_c1")["record"]
+        assert record["conclusionChain"]["dominantPath"] == [
+            "agent.user.message",
+            "signal.feedback.satisfaction",
+        ]
+        assert "finalStatus" not in record and record["summary"]["totalActions"] == 0
+        assert _chain(stack, "chain:msg_c1")["envelope"]["signals"][0]["payload"]["result"] == "neutral"
+
+    def test_d_duplicate_and_no_drop_on_contention(self, stack: TestClient) -> None:
+        """D: the same event again is a duplicate (even with another timestamp); a second event of the busy scope runs too."""
+        first = _user_message("msg_d1", "Thanks.")
+        assert stack.post("/v1/events", json=first).json()["results"][0]["status"] == "accepted"
+        assert (
+            stack.post("/v1/events", json={**first, "timestamp": 5}).json()["results"][0]["status"]
+            == "duplicate"
+        )
+        other = _send(stack, _user_message("msg_d2", "Thanks."))
+        assert _done(stack, other)["status"] == "done"  # LobeHub would drop it as scope_locked
+
+    def test_e_nightly_review(self, stack: TestClient) -> None:
+        """E: the nightly review dispatches a run and concludes; its completion yields the summary receipt."""
+        source_id = "nightly-review:u1:agt_1:2026-07-31"
+        event = {
+            "sourceType": "agent.nightly_review.requested",
+            "sourceId": source_id,
+            "userId": "u1",
+            "agentId": "agt_1",
+            "payload": {
+                "agentId": "agt_1",
+                "userId": "u1",
+                "localDate": "2026-07-31",
+                "requestedAt": 1,
+                "reviewWindowStart": "2026-07-31T00:00:00Z",
+                "reviewWindowEnd": "2026-08-01T00:00:00Z",
+                "timezone": "UTC",
+            },
+        }
+        _done(stack, _send(stack, event))
+        chain = _chain(stack, f"chain:{source_id}")
+        assert chain["envelope"]["metadata"]["terminal"]["concluded"]["status"] == "dispatched"
+        owner = {"userId": "u1", "agentId": "agt_1", "topicId": source_id}
+        receipts = wait_for(lambda: _receipts(stack, **owner), what="the summary receipt")
+        summary = receipts[0]
+        assert summary["id"] == f"{source_id}:self-iteration-summary"
+        assert (summary["kind"], summary["status"], summary["title"]) == (
+            "review",
+            "completed",
+            "Nightly self-review completed",
+        )
+        assert summary["detail"] == "Captured 1 idea(s) and applied 0 write(s)."
+        assert summary["metadata"]["localDate"] == "2026-07-31"
+        # The guard: the same window again is deduped (a new source id for the same window is refused too).
+        again = {**event, "sourceId": source_id + ":retry"}
+        _done(stack, _send(stack, again))
+        concluded = _chain(stack, f"chain:{source_id}:retry")["envelope"]["metadata"]["terminal"]["concluded"]
+        assert concluded["status"] == "skipped" and concluded["reason"] == "invalid_payload"
+
+
+class TestSkillsAndRollback:
+    def test_skill_receipts_and_undo(self, stack: TestClient) -> None:
+        """An explicit skill request creates a document; an update replaces it (Undo available); rollback and its conflicts."""
+        _done(
+            stack,
+            _send(
+                stack,
+                _user_message(
+                    "msg_s1", 'Please create a skill called "Release checklist": run the tests, tag, publish.'
+                ),
+            ),
+        )
+        created = wait_for(
+            lambda: [r for r in _receipts(stack) if r["kind"] == "skill"], what="the skill receipt"
+        )
+        assert created[0]["title"] == "Release checklist" and "rollbackStatus" not in created[0]["metadata"]
+        _done(
+            stack,
+            _send(
+                stack,
+                _user_message("msg_s2", 'Update the skill "Release checklist": also bump the changelog.'),
+            ),
+        )
+        updated = wait_for(
+            lambda: [
+                r for r in _receipts(stack) if r["kind"] == "skill" and r["metadata"].get("rollbackStatus")
+            ],
+            what="the update receipt",
+        )
+        receipt = updated[0]
+        assert receipt["metadata"]["rollbackStatus"] == "available" and receipt["target"]["type"] == "skill"
+        doc_id = receipt["metadata"]["documentId"]
+        skill = stack.get(f"/v1/skills/{doc_id}", params={"userId": "u1", "agentId": "agt_1"}).json()
+        assert "bump the changelog" in skill["content"] and skill["version"] == 2
+        result = stack.post(f"/v1/receipts/{receipt['id']}/rollback").json()
+        assert (
+            result["status"] == "rolled_back"
+            and result["receipt"]["metadata"]["rollbackStatus"] == "rolled_back"
+        )
+        restored = stack.get(f"/v1/skills/{doc_id}", params={"userId": "u1", "agentId": "agt_1"}).json()
+        assert "bump the changelog" not in restored["content"]
+        # The document moved on: a second undo is a conflict and changes nothing.
+        assert stack.post(f"/v1/receipts/{receipt['id']}/rollback").json()["status"] == "conflict"
+        assert (
+            stack.get(f"/v1/skills/{doc_id}", params={"userId": "u1", "agentId": "agt_1"}).json() == restored
+        )
+        assert stack.post(f"/v1/receipts/{created[0]['id']}/rollback").json()["status"] == "unsupported"
+        assert stack.post("/v1/receipts/nope/rollback").json()["status"] == "not_found"
+
+
+class TestReplayAndGate:
+    def test_replayed_completion_adds_no_receipt(self, stack: TestClient) -> None:
+        """The same completion with another source id (a replay) adds no receipt: ids are deterministic."""
+        _done(stack, _send(stack, _user_message("msg_r1", "From now on, I prefer metric units.")))
+        (receipt,) = wait_for(lambda: _receipts(stack), what="the receipt")
+        chain = next(iter([receipt["operationId"]]))
+        completion = {
+            "sourceType": "agent.execution.completed",
+            "sourceId": f"{chain}:complete:done:replay",
+            "userId": "u1",
+            "agentId": "agt_1",
+            "payload": {
+                "agentId": "agt_1",
+                "operationId": chain,
+                "topicId": "tpc_1",
+                "selfIteration": {
+                    "marker": {
+                        "kind": "memory",
+                        "sourceId": "msg_r1:memory:msg_r1",
+                        "triggerMessageId": "msg_r1",
+                    },
+                    "mutations": [
+                        {
+                            "apiName": "writeMemory",
+                            "kind": "mutation",
+                            "data": {"status": "applied", "summary": "x"},
+                        }
+                    ],
+                    "artifacts": [],
+                    "userId": "u1",
+                },
+            },
+        }
+        _done(stack, _send(stack, completion))
+        assert [r["id"] for r in _receipts(stack)] == [receipt["id"]]
+
+    def test_feature_gate(self, stack: TestClient) -> None:
+        """A user with self-iteration off: feedback events are gated at the door and not enqueued."""
+        assert stack.put("/v1/features/self-iteration/u1", json={"enabled": False}).json() == {
+            "userId": "u1",
+            "enabled": False,
+        }
+        result = stack.post(
+            "/v1/events", json=_user_message("msg_g1", "Going forward, I prefer tables.")
+        ).json()["results"][0]
+        assert result["status"] == "gated"
+        assert stack.get(f"/v1/events/{result['eventId']}").status_code == 404
+        assert stack.put("/v1/features/self-iteration/u1", json={"enabled": None}).json()["enabled"] is True
+
+    def test_receipts_stream(self, make_settings: Any, start_worker: Any, start_web: Any) -> None:
+        """GET /v1/receipts/stream pushes a new receipt once, without polling."""
+        settings = make_settings()
+        start_worker(settings)
+        _, url = start_web(settings)
+        received: list[dict[str, Any]] = []
+
+        def listen() -> None:
+            with httpx.stream("GET", f"{url}/v1/receipts/stream", params=OWNER, timeout=30) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data: "):
+                        received.append(json.loads(line[6:]))
+                        return
+
+        thread = threading.Thread(target=listen, daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        httpx.post(
+            f"{url}/v1/events",
+            json=_user_message("msg_sse", "Going forward, I prefer short bullet lists."),
+            timeout=10,
+        )
+        thread.join(timeout=30)
+        assert [r["id"] for r in received] == ["msg_sse:memory:msg_sse:writeMemory:0:memory"]
