@@ -76,6 +76,16 @@ def build_pipeline(
     runner = build_runner(settings, app)
     if runner is not None:
         services["runner"] = runner
+    if settings.judge_url:
+        from policies.self_iteration.openai_judges import (
+            OpenAIDomainJudge,
+            OpenAIJudgeClient,
+            OpenAISatisfactionJudge,
+        )
+
+        client = OpenAIJudgeClient(settings.judge_url, settings.judge_model, settings.judge_api_key)
+        services["satisfaction_judge"] = OpenAISatisfactionJudge(client)
+        services["domain_judge"] = OpenAIDomainJudge(client)
     if settings.router_config:
         services["router"] = ReloadingRouter(settings.router_config)
     return Pipeline(store, registry, settings, services=services, telemetry=telemetry)

@@ -131,6 +131,11 @@ class Keys:
         return f"{self.prefix}dedupe:{guard_key}"
 
     @property
+    def diagnostics(self) -> str:
+        """Malformed judge answers (newest first), for operators."""
+        return f"{self.prefix}diagnostics"
+
+    @property
     def self_iteration_overrides(self) -> str:
         """userId -> "1" | "0": per-user override of the self-iteration feature gate."""
         return f"{self.prefix}features:self-iteration"

@@ -98,9 +98,10 @@ class Settings(BaseSettings):
     agent_runner: Literal["reference", "celery", "webhook"] = "reference"
     agent_runner_url: str | None = None  # webhook runner: where run requests are POSTed
     agent_runner_secret: str | None = None  # webhook runner: HMAC-SHA256 key of X-Agent-Signal-Signature
-    agent_runner_queue: str | None = (
-        None  # celery runner: the app's queue (default: our queue, reference agent)
-    )
+    agent_runner_queue: str | None = None  # celery runner: the app's queue (default: ours, reference agent)
+    judge_url: str | None = None  # OpenAI-compatible base URL (…/v1); unset: the rule-based judges
+    judge_model: str = "gpt-4o-mini"
+    judge_api_key: str | None = None
 
     # --- telemetry ---
     telemetry_enabled: bool = True  # OpenTelemetry spans and metrics (off: no cost)

@@ -54,6 +54,21 @@ def _judges(ctx: HandlerContext) -> tuple[Any, Any, Any]:
     )
 
 
+def _diagnostic(ctx: HandlerContext, stage: str, source_id: str, exc: Exception) -> None:
+    """ClassifierDiagnosticsService.recordMalformedOutput: kept (newest first, 1,000 at most) for operators."""
+    keys: Keys = ctx.services["keys"]
+    entry = {
+        "stage": stage,
+        "sourceId": source_id,
+        "scopeKey": ctx.scope_key,
+        "error": str(exc)[:480],
+        "at": int(time.time() * 1000),
+    }
+    redis = ctx.services["redis"]
+    redis.lpush(keys.diagnostics, json.dumps(entry, ensure_ascii=False))
+    redis.ltrim(keys.diagnostics, 0, 999)
+
+
 def satisfaction_judge(source: Source, ctx: HandlerContext) -> Dispatch | Conclude | None:
     """``agent.user.message:feedback-satisfaction-judge`` → ``signal.feedback.satisfaction``."""
     p = source.payload
@@ -68,6 +83,7 @@ def satisfaction_judge(source: Source, ctx: HandlerContext) -> Dispatch | Conclu
     try:
         verdict: SatisfactionVerdict = judge.judge(message, p.get("serializedContext"))
     except ValueError as exc:  # a malformed model answer: diagnostics, then conclude (as LobeHub)
+        _diagnostic(ctx, "satisfaction", source.source_id, exc)
         return Conclude(concluded={"reason": "malformed satisfaction classifier output", "error": str(exc)})
     payload: dict[str, Any] = {
         "confidence": verdict.confidence,
@@ -95,6 +111,7 @@ def domain_judge(signal: Signal, ctx: HandlerContext) -> Dispatch | Conclude | N
     try:
         targets: list[DomainTarget] = judge.judge_domains(p["message"], verdict)
     except ValueError as exc:
+        _diagnostic(ctx, "domain", signal.source.source_id, exc)
         return Conclude(concluded={"reason": "malformed domain classifier output", "error": str(exc)})
     best: dict[str, DomainTarget] = {}
     for t in targets:
