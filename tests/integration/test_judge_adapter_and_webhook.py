@@ -25,7 +25,7 @@ class Server:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0)))
                 body = json.loads(raw or b"{}")
                 headers = {k.lower(): v for k, v in self.headers.items()}
