@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint typecheck check bench clean help
+.PHONY: run test test-fast lint typecheck check bench clean help chromium
 
 help:
 	@echo "make run        start Redis (embedded if REDIS_URL unset), a worker and the web app; replay examples"
@@ -29,7 +29,12 @@ typecheck: $(STAMP)
 
 check: lint typecheck
 
-test: $(STAMP) check
+# The browser tests drive Debian's Chromium (never a downloaded browser); install it when it is missing.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { echo "installing chromium with apt"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) check chromium
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)

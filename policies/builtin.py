@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from policies.conversation import conversation_policies
+from policies.conversation_log import conversation_log_policies
 from policies.dmail import dmail_policies
 from policies.self_iteration.bundle import self_iteration_policies
 from worker.context import HandlerContext
@@ -65,6 +66,7 @@ def default_policies() -> list[Policy]:
     """The bundles installed when ``AGENT_SIGNAL_POLICIES`` is not set: LobeHub's self-iteration policies,
     then activity counts, conversation routing and D-Mail receipts."""
     return [
+        *conversation_log_policies(),
         *self_iteration_policies(),
         *_activity(),
         *conversation_policies(),

@@ -28,6 +28,7 @@ from producers import (
     _routes_route,
     _routes_self_iteration,
     _routes_sessions,
+    _routes_ui,
 )
 from producers._client import Producer
 from producers._web_common import error_response
@@ -70,6 +71,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     app.include_router(_routes_functions.router)
     app.include_router(_routes_self_iteration.router)
     app.include_router(_routes_receipts.router)
+    app.include_router(_routes_ui.router)
     _install_auth(app, settings.api_token)
     _install_tracing(app)
     _install_error_handlers(app)

@@ -130,6 +130,20 @@ class Keys:
         """nightly-review-guard:<key> etc.: one run per review window."""
         return f"{self.prefix}dedupe:{guard_key}"
 
+    def conversation(self, user_id: str, agent_id: str, topic_id: str) -> str:
+        """Messages of a conversation as seen in events (JSON list items), for the receipts UI."""
+        return f"{self.prefix}conversation:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
+
+    @property
+    def conversations(self) -> str:
+        """Known conversations: "<userId>\x1f<agentId>\x1f<topicId>" -> last activity (ms)."""
+        return f"{self.prefix}conversations"
+
+    @property
+    def series(self) -> str:
+        """Per-minute throughput and latency: fields "<minute>:done" and "<minute>:latency_ms"."""
+        return f"{self.prefix}series"
+
     @property
     def diagnostics(self) -> str:
         """Malformed judge answers (newest first), for operators."""

@@ -102,7 +102,7 @@ return 1
 
 # Commit the head event's outcome (fenced): done, dead (to the DLQ), or back to queued for a retry; then,
 # when ARGV[14] is '1', go on in the same round trip: take the next head, or release the scope if it is idle.
-# KEYS: inbox, fence, ev, dlq, stats, chain, lease, sched, scopes
+# KEYS: inbox, fence, ev, dlq, stats, chain, lease, sched, scopes, series (per-minute done count and latency)
 # ARGV: fence, eventId, outcome, nowMs, windowS, error, notBefore, chainJson, chainTtlS, chainId,
 #       token, scopeKey, prefix, continue
 # -> {-1} stale fence (rejected and counted) | {-2} the head is another event | {1} committed, no continuation
@@ -127,6 +127,10 @@ else
     redis.call('HDEL', KEYS[3], 'notBefore')
     redis.call('EXPIRE', KEYS[3], ARGV[5])
     redis.call('HINCRBY', KEYS[5], 'done', 1)
+    local minute = math.floor(tonumber(ARGV[4]) / 60000)
+    local enqueued = tonumber(redis.call('HGET', KEYS[3], 'enqueuedAt') or ARGV[4])
+    redis.call('HINCRBY', KEYS[10], minute .. ':done', 1)
+    redis.call('HINCRBY', KEYS[10], minute .. ':latency_ms', tonumber(ARGV[4]) - enqueued)
   else
     redis.call('HSET', KEYS[3], 'state', 'dead', 'error', ARGV[6], 'deadAt', ARGV[4])
     redis.call('PERSIST', KEYS[3])

@@ -186,6 +186,7 @@ class EventStore:
                 self.keys.lease(scope_key),
                 self.keys.scheduled(scope_key),
                 self.keys.scopes,
+                self.keys.series,
             ],
             args=[
                 fence,

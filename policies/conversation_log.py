@@ -1,0 +1,86 @@
+"""The conversation log the receipts UI shows: user messages (``agent.user.message``) and assistant replies
+(``client.runtime.complete`` / ``agent.execution.completed`` carrying ``assistantMessageId`` and
+``assistantContent``), as seen in events. The handlers write the log and return nothing: they add no
+signals, so LobeHub's chains are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from worker.context import HandlerContext
+from worker.keys import Keys
+from worker.nodes import Source
+from worker.registry import Policy, define_source_handler
+
+__all__ = ["conversation_log_policies"]
+
+MAX_MESSAGES = 500
+
+
+def _owner(source: Source) -> tuple[str, str, str] | None:
+    p = source.payload
+    user = source.user_id or p.get("userId")
+    agent = source.agent_id or p.get("agentId")
+    topic = p.get("topicId")
+    if not (isinstance(user, str) and isinstance(agent, str) and isinstance(topic, str)):
+        return None
+    return user, agent, topic
+
+
+def _append(ctx: HandlerContext, owner: tuple[str, str, str], message: dict[str, Any]) -> None:
+    keys: Keys = ctx.services["keys"]
+    redis = ctx.services["redis"]
+    key = keys.conversation(*owner)
+    existing = redis.lrange(key, -50, -1)
+    if any(json.loads(m).get("id") == message["id"] for m in existing):
+        return  # a redelivered event: already logged
+    redis.rpush(key, json.dumps(message, ensure_ascii=False))
+    redis.ltrim(key, -MAX_MESSAGES, -1)
+    redis.zadd(keys.conversations, {"\x1f".join(owner): message["createdAt"]})
+
+
+def _user_message(source: Source, ctx: HandlerContext) -> None:
+    owner = _owner(source)
+    message = source.payload.get("message")
+    if owner is None or not isinstance(message, str) or source.payload.get("trigger") == "agent_signal":
+        return None
+    message_id = str(source.payload.get("messageId") or source.source_id)
+    _append(ctx, owner, {"id": message_id, "role": "user", "content": message, "createdAt": source.timestamp})
+    return None
+
+
+def _assistant_message(source: Source, ctx: HandlerContext) -> None:
+    owner = _owner(source)
+    p = source.payload
+    message_id = p.get("assistantMessageId")
+    if owner is None or not isinstance(message_id, str) or not isinstance(p.get("assistantContent"), str):
+        return None
+    message = {
+        "id": message_id,
+        "role": "assistant",
+        "content": p["assistantContent"],
+        "parentId": p.get("triggerMessageId") or p.get("parentMessageId"),
+        "createdAt": source.timestamp,
+    }
+    _append(ctx, owner, message)
+    return None
+
+
+def conversation_log_policies() -> list[Policy]:
+    return [
+        Policy(
+            "conversation-log",
+            [
+                define_source_handler(
+                    "agent.user.message", "agent.user.message:conversation-log", _user_message
+                ),
+                define_source_handler(
+                    ("client.runtime.complete", "agent.execution.completed"),
+                    "assistant-message:conversation-log",
+                    _assistant_message,
+                ),
+            ],
+        )
+    ]

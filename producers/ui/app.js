@@ -1,0 +1,612 @@
+// Agent Signal UI: receipts next to the messages that caused them, the chain inspector, dead letters and an
+// overview. Plain JavaScript, no dependencies, no CDN. Every API error is shown in the banner.
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const main = () => $("#main");
+// Kind icons are letters in a coloured disc: no icon font or emoji font is needed on the machine.
+const KIND_ICONS = { memory: "M", skill: "S", review: "R", context: "C" };
+const UNDO_LABELS = {
+  pending: "Rolling back",
+  rolled_back: "Reverted",
+  conflict: "Newer version",
+  not_found: "Cannot undo",
+  failed: "Failed",
+  unsupported: "Unsupported",
+};
+// LobeHub's polling backoff when the live stream is unavailable.
+const POLL_INITIAL_MS = 3000;
+const POLL_MAX_MS = 60000;
+const POLL_WINDOW_MS = 5 * 60000;
+
+let teardown = [];
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function showError(message) {
+  const box = $("#error");
+  if (!message) { box.hidden = true; box.textContent = ""; return; }
+  box.textContent = message;
+  box.hidden = false;
+}
+
+function headers() {
+  const token = localStorage.getItem("agentSignalToken");
+  const h = { "content-type": "application/json" };
+  if (token) h.authorization = `Bearer ${token}`;
+  return h;
+}
+
+async function api(path, options = {}) {
+  let response;
+  try {
+    response = await fetch(path, { ...options, headers: headers() });
+  } catch (err) {
+    showError(`Cannot reach the API: ${err.message}`);
+    throw err;
+  }
+  const text = await response.text();
+  let body = null;
+  try { body = text ? JSON.parse(text) : null; } catch { body = null; }
+  if (!response.ok && !(options.allow || []).includes(response.status)) {
+    const message = body && body.error ? `${body.error.message}${body.error.field ? ` (field: ${body.error.field})` : ""}` : `HTTP ${response.status}`;
+    showError(`${options.method || "GET"} ${path}: ${message}`);
+    const error = new Error(message);
+    error.status = response.status;
+    throw error;
+  }
+  return { status: response.status, body };
+}
+
+function fmtTime(ms) {
+  if (!ms) return "";
+  return new Date(ms).toLocaleString();
+}
+
+function qs(params) {
+  return new URLSearchParams(Object.entries(params).filter(([, v]) => v !== undefined && v !== null && v !== "")).toString();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Conversation view
+
+function anchorFor(receipt, messages) {
+  const byId = new Map(messages.map((m) => [m.id, m]));
+  if (receipt.anchorMessageId) return byId.has(receipt.anchorMessageId) ? receipt.anchorMessageId : null;
+  if (receipt.triggerMessageId) {
+    const reply = messages.find((m) => m.role === "assistant" && m.parentId === receipt.triggerMessageId);
+    if (reply) return reply.id;
+    return byId.has(receipt.triggerMessageId) ? receipt.triggerMessageId : null;
+  }
+  return null;
+}
+
+function receiptCard(receipt, owner, state) {
+  const meta = receipt.metadata || {};
+  const actions = el("div", { class: "actions" });
+  const target = receipt.target || {};
+  if (receipt.kind === "memory" || receipt.kind === "skill") {
+    actions.append(el("button", { class: "secondary", type: "button", "aria-label": `Open ${receipt.title}`, onclick: () => openDocument(receipt, owner) }, "Open"));
+  }
+  const rollback = state.undo.get(receipt.id) || meta.rollbackStatus;
+  // Shown when a rollback was ever possible; after one, the persisted state (Reverted, Newer version, …).
+  const undoable = meta.documentId && meta.historyId && (rollback === "available" || UNDO_LABELS[rollback]);
+  if (undoable) {
+    const label = rollback === "available" ? "Undo" : UNDO_LABELS[rollback] || rollback;
+    const button = el("button", { type: "button", "data-testid": "undo", "aria-label": `Undo ${receipt.title}`, disabled: rollback !== "available" }, label);
+    button.addEventListener("click", () => undo(receipt, state));
+    actions.append(button);
+  }
+  return el(
+    "div",
+    { class: "receipt", "data-receipt-id": receipt.id, "data-kind": receipt.kind },
+    el("span", { class: `icon ${receipt.kind}`, "aria-hidden": "true", title: receipt.kind }, KIND_ICONS[receipt.kind] || "•"),
+    el(
+      "div",
+      {},
+      el("div", { class: "title" }, receipt.title, " ", el("span", { class: `badge ${receipt.status}` }, receipt.status)),
+      el("div", {}, receipt.detail || target.summary || ""),
+      el("div", { class: "meta" }, `${receipt.kind} · ${fmtTime(receipt.createdAt)}`),
+    ),
+    actions,
+  );
+}
+
+async function openDocument(receipt, owner) {
+  const target = receipt.target || {};
+  const meta = receipt.metadata || {};
+  let path;
+  if (receipt.kind === "memory") path = `/v1/memories/${encodeURIComponent(target.memoryId || target.id)}?${qs({ userId: receipt.userId || owner.userId })}`;
+  else path = `/v1/skills/${encodeURIComponent(meta.documentId || target.documentId || target.id)}?${qs({ userId: receipt.userId || owner.userId, agentId: receipt.agentId || owner.agentId })}`;
+  const { body } = await api(path);
+  $("#doc-title").textContent = body.title || receipt.title;
+  $("#doc-body").textContent = body.content || body.summary || JSON.stringify(body, null, 2);
+  $("#doc-dialog").showModal();
+}
+
+async function undo(receipt, state) {
+  if (state.undo.get(receipt.id) === "pending") return; // double clicks are ignored while pending
+  state.undo.set(receipt.id, "pending");
+  state.render();
+  try {
+    const { body } = await api(`/v1/receipts/${encodeURIComponent(receipt.id)}/rollback`, { method: "POST", allow: [404] });
+    state.undo.set(receipt.id, body.status);
+    if (body.receipt) state.receipts.set(receipt.id, body.receipt);
+  } catch {
+    state.undo.set(receipt.id, "failed");
+  }
+  state.render();
+}
+
+function conversationPage() {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const saved = JSON.parse(localStorage.getItem("agentSignalOwner") || "{}");
+  const owner = {
+    userId: params.get("userId") || saved.userId || "",
+    agentId: params.get("agentId") || saved.agentId || "",
+    topicId: params.get("topicId") || saved.topicId || "",
+  };
+  const state = { messages: [], receipts: new Map(), undo: new Map(), render: () => {} };
+  const form = el(
+    "form",
+    { class: "bar", "aria-label": "Choose a conversation" },
+    el("label", {}, "User", el("input", { name: "userId", value: owner.userId, required: true })),
+    el("label", {}, "Agent", el("input", { name: "agentId", value: owner.agentId, required: true })),
+    el("label", {}, "Topic", el("input", { name: "topicId", value: owner.topicId, required: true })),
+    el("button", { type: "submit" }, "Show"),
+  );
+  const known = el("label", {}, "Recent conversations", el("select", { "aria-label": "Recent conversations" }, el("option", { value: "" }, "—")));
+  const live = el("span", { class: "live", "aria-live": "polite" });
+  const list = el("div", { class: "messages", "aria-live": "polite" });
+  main().replaceChildren(el("h2", {}, "Conversation"), form, el("div", { class: "bar" }, known, live), list);
+
+  api("/v1/conversations").then(({ body }) => {
+    const select = known.querySelector("select");
+    for (const c of body.conversations) {
+      select.append(el("option", { value: JSON.stringify(c) }, `${c.userId} / ${c.agentId} / ${c.topicId}`));
+    }
+    select.addEventListener("change", () => {
+      if (!select.value) return;
+      const c = JSON.parse(select.value);
+      for (const key of ["userId", "agentId", "topicId"]) form.elements[key].value = c[key];
+      form.requestSubmit();
+    });
+  }).catch(() => {});
+
+  state.render = () => {
+    if (!owner.userId) {
+      list.replaceChildren(emptyState());
+      return;
+    }
+    if (!state.messages.length) {
+      list.replaceChildren(el("div", { class: "empty" }, "No messages in this conversation yet. ", emptyHint(owner)));
+    }
+    const receiptsByAnchor = new Map();
+    for (const r of [...state.receipts.values()].sort((a, b) => a.createdAt - b.createdAt)) {
+      const anchor = anchorFor(r, state.messages);
+      if (!anchor) continue;
+      if (!receiptsByAnchor.has(anchor)) receiptsByAnchor.set(anchor, []);
+      receiptsByAnchor.get(anchor).push(r);
+    }
+    if (state.messages.length) {
+      list.replaceChildren(
+        ...state.messages.map((m) =>
+          el(
+            "article",
+            { class: `msg ${m.role}`, "data-message-id": m.id, "aria-label": `${m.role} message` },
+            el("div", { class: "who" }, `${m.role} · ${fmtTime(m.createdAt)}`),
+            el("div", {}, m.content),
+            receiptsByAnchor.has(m.id) ? el("div", { class: "receipts" }, receiptsByAnchor.get(m.id).map((r) => receiptCard(r, owner, state))) : null,
+          ),
+        ),
+      );
+    }
+  };
+
+  let stopped = false;
+  let pollTimer = null;
+  let source = null;
+  let lastMessageId = null;
+  let newest = 0;
+
+  async function loadMessages() {
+    if (!owner.userId) return;
+    const { body } = await api(`/v1/conversations/messages?${qs(owner)}`);
+    const last = body.messages.length ? body.messages[body.messages.length - 1].id : null;
+    const changed = JSON.stringify(body.messages) !== JSON.stringify(state.messages);
+    state.messages = body.messages;
+    if (last && last !== lastMessageId) {
+      lastMessageId = last;
+      if (!source) startPolling(); // a new message restarts the polling window
+    }
+    if (changed) state.render();
+  }
+
+  async function loadReceipts() {
+    const { body } = await api(`/v1/receipts?${qs({ ...owner, limit: 50, sinceCreatedAt: newest || undefined })}`);
+    let news = 0;
+    for (const r of body.receipts) {
+      if (!state.receipts.has(r.id)) news += 1;
+      state.receipts.set(r.id, r);
+      newest = Math.max(newest, r.createdAt);
+    }
+    if (news) state.render();
+    return news;
+  }
+
+  function startPolling() {
+    clearTimeout(pollTimer);
+    const started = Date.now();
+    let emptyRefreshes = 0;
+    const tick = async () => {
+      if (stopped) return;
+      let news = 0;
+      try { news = await loadReceipts(); } catch { news = 0; }
+      emptyRefreshes = news ? 0 : emptyRefreshes + 1;
+      const remaining = POLL_WINDOW_MS - (Date.now() - started);
+      if (remaining <= 0) { live.textContent = "Polling stopped (no news for 5 minutes)."; return; }
+      const interval = Math.min(POLL_INITIAL_MS * 2 ** Math.max(emptyRefreshes - 1, 0), POLL_MAX_MS, remaining);
+      live.textContent = `Polling every ${Math.round(interval / 1000)} s`;
+      pollTimer = setTimeout(tick, interval);
+    };
+    tick();
+  }
+
+  function startStream() {
+    if (!window.EventSource || localStorage.getItem("agentSignalToken")) { startPolling(); return; }
+    source = new EventSource(`/v1/receipts/stream?${qs(owner)}`);
+    source.addEventListener("open", () => { live.textContent = "Live"; });
+    source.addEventListener("receipt", (event) => {
+      const r = JSON.parse(event.data);
+      state.receipts.set(r.id, r);
+      newest = Math.max(newest, r.createdAt);
+      state.render();
+    });
+    source.addEventListener("error", () => {
+      source.close();
+      source = null;
+      live.textContent = "Live stream unavailable; polling.";
+      startPolling();
+    });
+  }
+
+  async function start() {
+    state.messages = [];
+    state.receipts = new Map();
+    newest = 0;
+    state.render();
+    if (!owner.userId) return;
+    localStorage.setItem("agentSignalOwner", JSON.stringify(owner));
+    try {
+      await loadMessages();
+      await loadReceipts();
+    } catch { /* shown in the banner */ }
+    startStream();
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    for (const key of ["userId", "agentId", "topicId"]) owner[key] = form.elements[key].value.trim();
+    if (source) { source.close(); source = null; }
+    clearTimeout(pollTimer);
+    start();
+  });
+
+  const messageTimer = setInterval(() => { loadMessages().catch(() => {}); }, 1500);
+  teardown.push(() => { stopped = true; clearInterval(messageTimer); clearTimeout(pollTimer); if (source) source.close(); });
+  start();
+}
+
+function emptyHint(owner) {
+  const example = JSON.stringify({
+    sourceType: "agent.user.message",
+    sourceId: "msg_u1",
+    userId: owner.userId || "u1",
+    agentId: owner.agentId || "agt_1",
+    payload: { agentId: owner.agentId || "agt_1", topicId: owner.topicId || "tpc_1", messageId: "msg_u1", message: "Going forward, I prefer concise answers." },
+  });
+  return el("span", {}, "Send a first event: ", el("code", {}, `curl -X POST ${location.origin}/v1/events -H 'content-type: application/json' -d '${example}'`));
+}
+
+function emptyState() {
+  return el("div", { class: "empty" }, el("p", {}, "Choose a user, agent and topic above to see the conversation and its receipts."), emptyHint({}));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Chain inspector
+
+function graphSvg(envelope, record) {
+  const dominant = new Set(record.conclusionChain.dominantPath);
+  const nodes = [];
+  const add = (id, label, type, layer, kind) => nodes.push({ id, label, type, layer, kind });
+  add(envelope.source.sourceId, envelope.source.sourceType, envelope.source.sourceType, 0, "source");
+  const depth = new Map([[envelope.source.sourceId, 0]]);
+  for (const s of envelope.signals) {
+    const parent = (s.chain && s.chain.parentNodeId) || envelope.source.sourceId;
+    const layer = (depth.get(parent) ?? 0) + 1;
+    depth.set(s.signalId, layer);
+    add(s.signalId, s.signalType, s.signalType, layer, "signal");
+  }
+  for (const a of envelope.actions) {
+    const layer = (depth.get(a.signal.signalId) ?? 1) + 1;
+    depth.set(a.actionId, layer);
+    add(a.actionId, a.actionType, a.actionType, layer, "action");
+  }
+  // result signals sit after their action
+  for (const n of nodes) {
+    const s = envelope.signals.find((x) => x.signalId === n.id && x.chain && x.chain.parentActionId);
+    if (s) { n.layer = (depth.get(s.chain.parentActionId) ?? n.layer) + 1; depth.set(n.id, n.layer); }
+  }
+  const finalAction = record.finalActionId;
+  // The dominant path is the source, every signal, and the final action (LobeHub's dominantPath).
+  const isDominant = (n) => n.kind === "source" || n.id === finalAction || (n.kind === "signal" && dominant.has(n.type));
+  const layers = new Map();
+  for (const n of nodes) { if (!layers.has(n.layer)) layers.set(n.layer, []); layers.get(n.layer).push(n); }
+  const W = 230, H = 46, GX = 40, GY = 18;
+  const pos = new Map();
+  for (const [layer, items] of layers) items.forEach((n, i) => pos.set(n.id, { x: 10 + layer * (W + GX), y: 10 + i * (H + GY) }));
+  const width = 20 + (Math.max(...layers.keys()) + 1) * (W + GX);
+  const height = 20 + Math.max(...[...layers.values()].map((l) => l.length)) * (H + GY);
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("width", String(width));
+  svg.setAttribute("height", String(height));
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", "Chain graph; the dominant path is highlighted");
+  for (const e of envelope.edges) {
+    const a = pos.get(e.from), b = pos.get(e.to);
+    if (!a || !b) continue;
+    const line = document.createElementNS(ns, "line");
+    line.setAttribute("x1", String(a.x + W)); line.setAttribute("y1", String(a.y + H / 2));
+    line.setAttribute("x2", String(b.x)); line.setAttribute("y2", String(b.y + H / 2));
+    const from = nodes.find((n) => n.id === e.from), to = nodes.find((n) => n.id === e.to);
+    if (from && to && isDominant(from) && isDominant(to)) line.setAttribute("class", "dominant");
+    svg.append(line);
+  }
+  for (const n of nodes) {
+    const p = pos.get(n.id);
+    const g = document.createElementNS(ns, "g");
+    g.setAttribute("class", `node${isDominant(n) ? " dominant" : ""}`);
+    g.setAttribute("data-node-id", n.id);
+    const rect = document.createElementNS(ns, "rect");
+    rect.setAttribute("x", String(p.x)); rect.setAttribute("y", String(p.y)); rect.setAttribute("width", String(W)); rect.setAttribute("height", String(H)); rect.setAttribute("rx", "6");
+    const text = document.createElementNS(ns, "text");
+    text.setAttribute("x", String(p.x + 8)); text.setAttribute("y", String(p.y + 27));
+    text.textContent = n.label.length > 34 ? `${n.label.slice(0, 33)}…` : n.label;
+    const title = document.createElementNS(ns, "title");
+    title.textContent = n.id;
+    g.append(rect, text, title);
+    svg.append(g);
+  }
+  return svg;
+}
+
+function stepList(title, items) {
+  return el("section", { class: "step" }, el("h3", {}, title), items.length ? el("ul", {}, items.map((t) => el("li", {}, t))) : el("p", {}, "(none)"));
+}
+
+async function resolveChain(query) {
+  if (query.startsWith("evt_")) {
+    const { body } = await api(`/v1/events/${encodeURIComponent(query)}`);
+    return body.chainId;
+  }
+  return query.startsWith("chain:") ? query : `chain:${query}`;
+}
+
+function chainsPage() {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const form = el(
+    "form",
+    { class: "bar", role: "search", "aria-label": "Find a chain" },
+    el("label", {}, "Event id, source id or chain id", el("input", { name: "q", value: params.get("q") || "", required: true, size: 40 })),
+    el("button", { type: "submit" }, "Inspect"),
+  );
+  const out = el("div", { class: "steps" });
+  main().replaceChildren(el("h2", {}, "Chain inspector"), form, out);
+  async function show(query) {
+    showError("");
+    out.replaceChildren(el("p", {}, "Loading…"));
+    try {
+      const chainId = await resolveChain(query.trim());
+      const { body } = await api(`/v1/chains/${encodeURIComponent(chainId)}`);
+      const { envelope, record } = body;
+      const src = envelope.source;
+      out.replaceChildren(
+        el("p", {}, "Dominant path: ", el("span", { class: "path", "data-testid": "dominant-path" }, record.conclusionChain.dominantPath.join(" → "))),
+        el("p", {}, `Final status: ${record.finalStatus || "none"}${record.conclusionChain.finalReason ? ` — ${record.conclusionChain.finalReason}` : ""} · ${record.durationMs ?? "?"} ms`),
+        stepList("1. Source", [`${src.sourceType} · ${src.sourceId} · scope ${src.scopeKey}`]),
+        stepList("2. Signals", envelope.signals.map((s) => `${s.signalType} · ${s.signalId}`)),
+        stepList("3. Actions", envelope.actions.map((a) => `${a.actionType} · ${a.actionId}`)),
+        stepList("4. Results", envelope.results.map((r) => `${r.status} · ${r.actionId}${r.detail ? ` — ${r.detail}` : ""}`)),
+        el("section", { class: "step" }, el("h3", {}, "5. Edges"), el("div", { class: "graph" }, graphSvg(envelope, record))),
+      );
+    } catch (err) {
+      out.replaceChildren(el("div", { class: "empty" }, `No chain found for “${query}”. `, err.message || ""));
+    }
+  }
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const q = form.elements.q.value;
+    history.replaceState(null, "", `#/chains?${qs({ q })}`);
+    show(q);
+  });
+  if (params.get("q")) show(params.get("q"));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Dead letters
+
+function dlqPage() {
+  const LIMIT = 20;
+  let offset = 0;
+  const tableHolder = el("div");
+  const pager = el("div", { class: "pager" });
+  const bulk = el("button", { type: "button", onclick: () => redrive(null) }, "Redrive all");
+  main().replaceChildren(el("h2", {}, "Dead letters"), el("div", { class: "bar" }, bulk), tableHolder, pager);
+  const statuses = new Map();
+
+  async function waitDone(ids) {
+    for (let i = 0; i < 60 && ids.length; i += 1) {
+      await new Promise((r) => setTimeout(r, 500));
+      for (const id of [...ids]) {
+        const { body } = await api(`/v1/events/${encodeURIComponent(id)}`, { allow: [404] });
+        if (body && body.status) statuses.set(id, body.status);
+        if (body && (body.status === "done" || body.status === "dead")) ids.splice(ids.indexOf(id), 1);
+      }
+      render(lastEvents, lastTotal);
+    }
+  }
+
+  async function redrive(id) {
+    const body = id ? { eventIds: [id] } : { all: true };
+    const { body: result } = await api("/v1/dlq/redrive", { method: "POST", body: JSON.stringify(body) });
+    for (const e of result.redriven) statuses.set(e, "queued");
+    render(lastEvents, lastTotal);
+    waitDone([...result.redriven]);
+  }
+
+  let lastEvents = [];
+  let lastTotal = 0;
+  function render(events, total) {
+    lastEvents = events;
+    lastTotal = total;
+    if (!events.length) {
+      tableHolder.replaceChildren(el("div", { class: "empty" }, "The dead-letter list is empty. Events that keep failing land here with their payload and last error."));
+    } else {
+      tableHolder.replaceChildren(
+        el(
+          "table",
+          {},
+          el("thead", {}, el("tr", {}, ["Event", "Source", "Attempts", "Error", "Status", ""].map((h) => el("th", { scope: "col" }, h)))),
+          el(
+            "tbody",
+            {},
+            events.map((e) => {
+              const status = statuses.get(e.eventId) || e.status;
+              return el(
+                "tr",
+                { "data-event-id": e.eventId },
+                el("td", {}, el("a", { href: `#/chains?${qs({ q: e.eventId })}` }, e.eventId)),
+                el("td", {}, `${e.event.sourceType} · ${e.event.sourceId}`),
+                el("td", {}, String(e.attempts)),
+                el("td", { class: "err" }, e.error || ""),
+                el("td", {}, el("span", { class: `badge ${status}`, "data-testid": "dlq-status" }, status)),
+                el("td", {}, el("button", { type: "button", class: "secondary", "aria-label": `Redrive ${e.eventId}`, disabled: status !== "dead", onclick: () => redrive(e.eventId) }, "Redrive")),
+              );
+            }),
+          ),
+        ),
+      );
+    }
+    pager.replaceChildren(
+      el("button", { type: "button", class: "secondary", disabled: offset === 0, onclick: () => { offset = Math.max(0, offset - LIMIT); load(); } }, "Previous"),
+      el("span", {}, total ? `${offset + 1}–${Math.min(offset + LIMIT, total)} of ${total}` : ""),
+      el("button", { type: "button", class: "secondary", disabled: offset + LIMIT >= total, onclick: () => { offset += LIMIT; load(); } }, "Next"),
+    );
+    bulk.disabled = !total;
+  }
+  async function load() {
+    const { body } = await api(`/v1/dlq?${qs({ offset, limit: LIMIT })}`);
+    render(body.events, body.total);
+  }
+  load().catch(() => {});
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Overview
+
+function lineChart(series) {
+  const ns = "http://www.w3.org/2000/svg";
+  const W = 720, H = 180, P = 30;
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("width", "100%");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", "Events done per minute and average latency over the last hour");
+  const maxDone = Math.max(1, ...series.map((p) => p.done));
+  const maxLat = Math.max(1, ...series.map((p) => p.avgLatencyMs || 0));
+  const x = (i) => P + (i * (W - 2 * P)) / Math.max(1, series.length - 1);
+  const path = (values, max) => values.map((v, i) => `${i ? "L" : "M"}${x(i).toFixed(1)},${(H - P - ((v || 0) * (H - 2 * P)) / max).toFixed(1)}`).join(" ");
+  for (const [values, max, color] of [[series.map((p) => p.done), maxDone, "#2f6fde"], [series.map((p) => p.avgLatencyMs), maxLat, "#b86e00"]]) {
+    const p = document.createElementNS(ns, "path");
+    p.setAttribute("d", path(values, max));
+    p.setAttribute("fill", "none");
+    p.setAttribute("stroke", color);
+    p.setAttribute("stroke-width", "2");
+    svg.append(p);
+  }
+  const label = document.createElementNS(ns, "text");
+  label.setAttribute("x", String(P)); label.setAttribute("y", "14"); label.setAttribute("font-size", "12");
+  label.textContent = `blue: events done / min (max ${maxDone}) · orange: avg enqueue→done ms (max ${Math.round(maxLat)})`;
+  svg.append(label);
+  return svg;
+}
+
+function overviewPage() {
+  const holder = el("div");
+  main().replaceChildren(el("h2", {}, "Overview"), holder);
+  async function load() {
+    const { body } = await api("/v1/overview");
+    const s = body.statusCounts;
+    const card = (label, value) => el("div", { class: "card" }, el("div", { class: "num" }, String(value ?? 0)), el("div", {}, label));
+    const types = Object.entries(body.bySourceType).sort();
+    holder.replaceChildren(
+      el("div", { class: "cards" }, card("accepted", s.accepted), card("duplicates", s.duplicate), card("rejected", s.rejected), card("done", s.done), card("dead letters", body.deadLetters), card("workers seen", body.workers.length)),
+      el("h3", {}, "Events by source type and status"),
+      types.length
+        ? el("table", {}, el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Source type"), el("th", { scope: "col" }, "Statuses"))), el("tbody", {}, types.map(([t, st]) => el("tr", {}, el("td", {}, t), el("td", {}, Object.entries(st).map(([k, v]) => `${k}: ${v}`).join(", "))))))
+        : el("div", { class: "empty" }, "No events yet. ", emptyHint({})),
+      el("h3", {}, "Queues"),
+      el("table", {}, el("thead", {}, el("tr", {}, ["Queue", "Messages waiting", "Scopes with work"].map((h) => el("th", { scope: "col" }, h)))), el("tbody", {}, body.queues.map((q) => el("tr", {}, el("td", {}, q.name), el("td", {}, String(q.depth)), el("td", {}, String(q.activeScopes)))))),
+      el("h3", {}, "Workers"),
+      body.workers.length ? el("ul", {}, body.workers.map((w) => el("li", {}, `${w.name} · last seen ${fmtTime(w.lastSeenAt)}`))) : el("p", {}, "No worker has reported yet."),
+      el("h3", {}, "Last hour"),
+      el("div", { class: "chart" }, lineChart(body.series)),
+    );
+  }
+  load().catch(() => {});
+  const timer = setInterval(() => load().catch(() => {}), 10000);
+  teardown.push(() => clearInterval(timer));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+const PAGES = { conversation: conversationPage, chains: chainsPage, dlq: dlqPage, overview: overviewPage };
+
+function route() {
+  for (const fn of teardown) fn();
+  teardown = [];
+  showError("");
+  const name = (location.hash.replace(/^#\//, "").split("?")[0] || "conversation");
+  const page = PAGES[name] ? name : "conversation";
+  for (const a of document.querySelectorAll("nav a")) {
+    if (a.dataset.page === page) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  PAGES[page]();
+  main().focus();
+}
+
+const tokenInput = $("#api-token");
+tokenInput.value = localStorage.getItem("agentSignalToken") || "";
+tokenInput.addEventListener("change", () => {
+  if (tokenInput.value) localStorage.setItem("agentSignalToken", tokenInput.value);
+  else localStorage.removeItem("agentSignalToken");
+  route();
+});
+window.addEventListener("hashchange", route);
+route();
