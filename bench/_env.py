@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from typing import Any
 
 from redis import Redis
 
-from worker.settings import Settings
+from worker.settings import Settings, settings_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,16 +49,7 @@ def make_settings(url: str, **overrides: Any) -> Settings:
 
 def env_for(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SIGNAL_")}
-    for name, value in settings.model_dump().items():
-        if value is None:
-            continue
-        key = {
-            "redis_url": "REDIS_URL",
-            "broker_url": "BROKER_URL",
-            "port": "PORT",
-            "api_token": "AGENT_SIGNAL_API_TOKEN",
-        }.get(name, f"AGENT_SIGNAL_{name.upper()}")
-        env[key] = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    env.update(settings_environment(settings))
     env["PYTHONPATH"] = str(ROOT)
     return env
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from policies.conditions import CondEnv, ConditionRegistry
+from sessions.continuation import blocking_reason, continue_function
 from sessions.functions import FunctionDef, ObserveSpec
 from sessions.signals import (
     ALL_SIGNAL_TYPES,
@@ -37,10 +38,6 @@ from sessions.signals import (
 )
 
 __all__ = ["FnState", "FunctionMachine", "SessionRuntime"]
-
-GLOBAL_MAX_CONTINUATIONS = 25
-COOLDOWN_RULES: tuple[tuple[int, int], ...] = ((3, 1), (5, 3))  # (atCount, cooldownTurns)
-DEFAULT_REASON = "completion condition not yet met"
 
 
 @dataclass
@@ -347,7 +344,7 @@ class FunctionMachine:
                 st.phase = "complete"
                 completed.append(name)
                 continue
-            reason = _blocking_reason(st, fn, burst, last_two_outputs_identical, model_asked_question)
+            reason = blocking_reason(st, fn, burst, last_two_outputs_identical, model_asked_question)
             if reason is not None:
                 blocked = blocked or (name, reason)
                 continue
@@ -355,7 +352,7 @@ class FunctionMachine:
                 "continued": True,
                 "function": name,
                 "reason": None,
-                "reminder": _continue(st, fn, name),
+                "reminder": continue_function(st, fn, name),
             }
             break
         self._clear_attention(rt)
@@ -418,36 +415,6 @@ def _apply_spec(
         if rendered:
             st.kv["__todos"] = rendered
     return [spec.inject] if spec.inject else []
-
-
-def _blocking_reason(st: FnState, fn: FunctionDef, burst: int, identical: bool, question: bool) -> str | None:
-    if burst >= GLOBAL_MAX_CONTINUATIONS:
-        return "global cap"
-    if st.continuation_count >= fn.continue_max:
-        return "per-fn cap"
-    if identical:
-        return "loop detected"
-    if question:
-        return "model asked a question"
-    if st.current_turn < st.cooldown_until_turn:
-        return "cooldown"
-    return None
-
-
-def _continue(st: FnState, fn: FunctionDef, name: str) -> str:
-    st.continuation_count += 1
-    for at_count, turns in COOLDOWN_RULES:
-        if st.continuation_count == at_count:
-            st.cooldown_until_turn = st.current_turn + turns
-    final = (
-        " This is your FINAL continuation — produce your output NOW, even if incomplete."
-        if st.continuation_count >= fn.continue_max
-        else ""
-    )
-    return (
-        f"<system-reminder>[auto-continue {st.continuation_count}/{fn.continue_max} for {name}: {DEFAULT_REASON}] "
-        f"Continue until this function's completion condition is met. Do not stop yet.{final}</system-reminder>"
-    )
 
 
 def _render_todos(todos: Any) -> str | None:

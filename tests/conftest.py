@@ -7,7 +7,6 @@ tests share a server with anything else safely; cleanup deletes the prefix's key
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -24,7 +23,7 @@ import pytest
 from redis import Redis
 
 from worker.keys import Keys
-from worker.settings import Settings
+from worker.settings import Settings, settings_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,16 +103,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SIGNAL_")}
     env.pop("REDIS_URL", None)
     env.pop("BROKER_URL", None)
-    for name, value in settings.model_dump().items():
-        if value is None:
-            continue
-        env_name = {
-            "redis_url": "REDIS_URL",
-            "broker_url": "BROKER_URL",
-            "port": "PORT",
-            "api_token": "AGENT_SIGNAL_API_TOKEN",
-        }.get(name, f"AGENT_SIGNAL_{name.upper()}")
-        env[env_name] = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    env.update(settings_environment(settings))
     env["PYTHONPATH"] = str(ROOT)
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "SettingsError", "check_settings", "load_settings"]
+__all__ = ["Settings", "SettingsError", "check_settings", "load_settings", "settings_environment"]
 
 
 class SettingsError(ValueError):
@@ -174,6 +174,27 @@ def check_settings(settings: Settings) -> None:
         problems.append(f"max_attempts ({settings.max_attempts}) must be >= 1")
     if problems:
         raise SettingsError("refusing to start: " + "; ".join(problems))
+
+
+CONTRACT_ENV_NAMES = {
+    "redis_url": "REDIS_URL",
+    "broker_url": "BROKER_URL",
+    "port": "PORT",
+    "api_token": "AGENT_SIGNAL_API_TOKEN",
+}
+
+
+def settings_environment(settings: Settings) -> dict[str, str]:
+    """The environment variables that reproduce ``settings`` in a child process (lists as JSON)."""
+    import json
+
+    env: dict[str, str] = {}
+    for name, value in settings.model_dump().items():
+        if value is None:
+            continue
+        key = CONTRACT_ENV_NAMES.get(name, f"AGENT_SIGNAL_{name.upper()}")
+        env[key] = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    return env
 
 
 def load_settings(**overrides: object) -> Settings:

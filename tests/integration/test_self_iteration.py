@@ -314,3 +314,54 @@ class TestReplayAndGate:
         )
         thread.join(timeout=30)
         assert [r["id"] for r in received] == ["msg_sse:memory:msg_sse:writeMemory:0:memory"]
+
+
+def test_failed_memory_write_marks_no_lane_and_a_retry_applies_once(make_settings: Any) -> None:
+    """A run that could not be handed over fails the action without marking its lane; the next delivery
+    applies it; a third delivery replays the stored result and dispatches nothing."""
+    from policies.self_iteration.runners import RunnerError
+    from producers import Producer
+    from worker.app import build_pipeline
+    from worker.scheduler import run_chain
+    from worker.store import RedisActionPort
+    from worker.telemetry import DISABLED
+
+    class FlakyRunner:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def dispatch(self, request: Any) -> str:
+            self.calls.append(request.operation_id)
+            if len(self.calls) == 1:
+                raise RunnerError("the agent runtime is unavailable")
+            return str(request.operation_id)
+
+    import threading as _threading
+
+    settings = make_settings()
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED)
+    runner = FlakyRunner()
+    pipeline.services["runner"] = runner
+    from worker.nodes import Source
+
+    event_id = producer.enqueue(_user_message("msg_f1", "Going forward, I prefer tables.")).event_id
+    source = Source.model_validate_json(
+        producer.store.client.hget(producer.store.keys.event(event_id), "event")
+    )
+    port = RedisActionPort(producer.store, source.scope_key, 0, _threading.Event())
+    producer.store.client.set(producer.store.keys.fence(source.scope_key), 0)
+    lane = producer.store.keys.idempotency(source.scope_key, "msg_f1:memory:msg_f1")
+    services = {**pipeline.services}
+    first = run_chain(source, pipeline.registry, port, services=services)
+    assert first.results[-1].status == "failed" and first.results[-1].error is not None
+    assert first.results[-1].error.code == "USER_MEMORY_EXECUTION_FAILED"
+    assert producer.store.client.exists(lane) == 0
+    second = run_chain(source, pipeline.registry, port, attempt=2, services=services)
+    assert second.results[-1].status == "applied" and producer.store.client.exists(lane) == 1
+    third = run_chain(source, pipeline.registry, port, attempt=3, services=services)
+    assert (
+        third.results[-1].status == "applied" and third.results[-1].attempt.current == 2
+    )  # the stored result
+    assert len(runner.calls) == 2 and runner.calls[0] == runner.calls[1]  # same deterministic operation id
+    producer.close()
