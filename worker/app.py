@@ -76,6 +76,10 @@ def build_pipeline(
     runner = build_runner(settings, app)
     if runner is not None:
         services["runner"] = runner
+    if app is not None:
+        from worker.emitter import make_emitter
+
+        services["emit"] = make_emitter(store, app, settings.queue_name)
     if settings.judge_url:
         from policies.self_iteration.openai_judges import (
             OpenAIDomainJudge,

@@ -34,17 +34,13 @@ def run_reference(pipeline: Any, request_json: dict[str, Any], app: Any, queue: 
     """Run the reference agent and enqueue its completion like any producer would (deduped by source id)."""
     from policies.self_iteration.reference_agent import completion_event, run_reference_agent
     from policies.self_iteration.runners import RunRequest
-    from policies.source_types import SourceTypePolicy
-    from producers._models import parse_event, prepare
     from worker.documents import DocumentStore
+    from worker.emitter import make_emitter
 
     store = pipeline.store
     request = RunRequest.from_json_dict(request_json)
     self_iteration = run_reference_agent(DocumentStore(store.client, store.keys), request)
-    event = parse_event(completion_event(request, self_iteration), SourceTypePolicy())
-    for outcome in store.enqueue_many([prepare(event)]):
-        if outcome.schedule:
-            publish_drain(app, outcome.scope_key, queue=queue)
+    make_emitter(store, app, queue)(completion_event(request, self_iteration))
 
 
 def register_tasks(app: Any, queue: str) -> None:

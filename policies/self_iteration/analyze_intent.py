@@ -10,8 +10,9 @@ Planner decision table, in order, for each ``signal.feedback.domain.*``:
 4. an accumulating skill (satisfied, weak): the candidate joins the scope's bucket (score 0.6 each); at 2
    records and score >= 1 ``signal.procedure.bucket.scored`` is dispatched (no action);
 5. none / non_skill → nothing.
-LobeHub's suppression markers and hinted skill documents need its procedure store and message database;
-they are left out (see README).
+Before all of these, step 0 (LobeHub's step 1): an active ``handled`` marker written by the tool-outcome
+procedure for this message suppresses the action (``signal.procedure.bucket.scored``, suggestedActions
+``suppressed``). Hinted skill documents need LobeHub's agent-document receipts and are left out.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from policies.self_iteration.judges import (
     RuleSkillIntentClassifier,
     SatisfactionVerdict,
 )
+from policies.self_iteration.procedure import should_suppress
 from worker.context import HandlerContext
 from worker.keys import Keys
 from worker.nodes import Conclude, Dispatch, Signal, Source, action_from, signal_from
@@ -252,10 +254,45 @@ def _accumulate(ctx: HandlerContext, signal: Signal) -> Dispatch | None:
     )
 
 
+def _suppressed(signal: Signal, ctx: HandlerContext) -> Dispatch | None:
+    """Step 1: a tool already handled this message's intent (an active ``handled`` marker) → no action."""
+    p = signal.payload
+    target = str(p.get("target"))
+    domain_key = {"memory": "memory:user-preference", "skill": "skill"}.get(target, target)
+    primary = "implicit_positive" if p.get("satisfactionResult") == "satisfied" else "unknown"
+    candidates = {
+        "memory": [primary, "explicit_persistence", "unknown"],
+        "skill": [primary, "tool_command", "explicit_persistence", "unknown"],
+    }.get(target, [primary, "unknown"])
+    if not should_suppress(
+        ctx, domain_key=domain_key, candidates=candidates, proc=f"message:{p.get('messageId')}"
+    ):
+        return None
+    payload = {
+        "aggregateScore": 0,
+        "bucketKey": f"{ctx.scope_key}:{target}",
+        "confidence": 1,
+        "domain": target,
+        "itemScores": [],
+        "recordIds": [],
+        "suggestedActions": ["suppressed"],
+    }
+    return Dispatch(
+        signals=[
+            signal_from(
+                signal, "signal:procedure-suppressed", "signal.procedure.bucket.scored", payload, ctx.now()
+            )
+        ]
+    )
+
+
 def feedback_planner(signal: Signal, ctx: HandlerContext) -> Dispatch | Conclude | None:
     """``signal.feedback-action-planner`` (module docstring: the decision table)."""
     p = signal.payload
     target = p.get("target")
+    suppressed = _suppressed(signal, ctx)
+    if suppressed is not None:
+        return suppressed
     if target == "memory":
         action = action_from(
             signal, "memory", "action.user-memory.handle", _action_payload(signal, "memory"), ctx.now()

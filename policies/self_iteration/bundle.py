@@ -5,6 +5,7 @@ from __future__ import annotations
 from policies.self_iteration.actions import skill_management_handler, user_memory_handler
 from policies.self_iteration.analyze_intent import domain_judge, feedback_planner, satisfaction_judge
 from policies.self_iteration.completion import completion_fanout, skill_synthesis
+from policies.self_iteration.procedure import tool_outcome_procedure
 from policies.self_iteration.reviews import nightly_review, self_feedback_intent, self_reflection
 from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
 
@@ -18,6 +19,11 @@ def self_iteration_policies() -> list[Policy]:
         Policy(
             "analyze-intent",
             [
+                define_source_handler(
+                    ("tool.outcome.completed", "tool.outcome.failed"),
+                    "source.tool-outcome.procedure",
+                    tool_outcome_procedure,
+                ),
                 define_source_handler(
                     "agent.user.message", "agent.user.message:feedback-satisfaction-judge", satisfaction_judge
                 ),

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from policies.dedupe import dedupe_key, event_id_for
 from producers._http import create_web_app
 from tests.conftest import wait_for
 
@@ -365,3 +366,72 @@ def test_failed_memory_write_marks_no_lane_and_a_retry_applies_once(make_setting
     )  # the stored result
     assert len(runner.calls) == 2 and runner.calls[0] == runner.calls[1]  # same deterministic operation id
     producer.close()
+
+
+def _tool_outcome(source_id: str, status: str, **payload: Any) -> dict[str, Any]:
+    return {
+        "sourceType": "tool.outcome.failed" if status == "failed" else "tool.outcome.completed",
+        "sourceId": source_id,
+        "userId": "u1",
+        "agentId": "agt_1",
+        "payload": {
+            "agentId": "agt_1",
+            "topicId": "tpc_1",
+            "tool": {"identifier": "lobe-user-memory", "apiName": "addPreferenceMemory"},
+            "outcome": {"status": status},
+            **payload,
+        },
+    }
+
+
+class TestToolOutcomeProcedure:
+    def test_handled_marker_suppresses_the_memory_action_for_that_message(self, stack: TestClient) -> None:
+        """A memory tool already ran for msg_p1 with explicit_persistence → feedback on msg_p1 plans no action."""
+        outcome = _tool_outcome(
+            "tool_p1",
+            "succeeded",
+            domainKey="memory:user-preference",
+            intentClass="explicit_persistence",
+            messageId="msg_p1",
+        )
+        assert _done(stack, _send(stack, outcome))["status"] == "done"
+        _done(stack, _send(stack, _user_message("msg_p1", "Going forward, I prefer concise answers.")))
+        envelope = _chain(stack, "chain:msg_p1")["envelope"]
+        assert envelope["actions"] == []
+        scored = [s for s in envelope["signals"] if s["signalType"] == "signal.procedure.bucket.scored"]
+        assert [s["payload"]["suggestedActions"] for s in scored] == [["suppressed"]]
+        # The same sentence for another message is not covered by the marker and writes memory.
+        _done(stack, _send(stack, _user_message("msg_p2", "Going forward, I prefer concise answers.")))
+        (action,) = _chain(stack, "chain:msg_p2")["envelope"]["actions"]
+        assert action["actionType"] == "action.user-memory.handle"
+
+    def test_failed_outcome_marks_nothing_and_repeated_failures_request_self_reflection(
+        self, stack: TestClient
+    ) -> None:
+        for n in (1, 2):
+            failed = _tool_outcome(
+                f"tool_f{n}",
+                "failed",
+                domainKey="memory:user-preference",
+                intentClass="explicit_persistence",
+                messageId="msg_f1",
+            )
+            assert _done(stack, _send(stack, {**failed, "timestamp": n * 1000}))["status"] == "done"
+        # Two failures of one tool cross failedToolCount and sameToolFailureCount (threshold 2), so the
+        # second outcome enqueues one request per reason, with the window from the first to the second.
+        for reason in ("failedToolCount", "sameToolFailureCount"):
+            source_id = f"self-reflection:u1:agt_1:topic:tpc_1:{reason}:1000:2000"
+            event_id = event_id_for(dedupe_key("topic:tpc_1", "agent.self_reflection.requested", source_id))
+            assert _done(stack, event_id)["status"] == "done"
+        chain = _chain(stack, "chain:self-reflection:u1:agt_1:topic:tpc_1:failedToolCount:1000:2000")
+        assert chain["envelope"]["source"]["payload"]["reason"] == "failedToolCount"
+        # A third failure raises nothing new: each reason is requested once per scope.
+        third = _tool_outcome("tool_f3", "failed", domainKey="memory:user-preference", messageId="msg_f1")
+        _done(stack, _send(stack, {**third, "timestamp": 3000}))
+        stray = "self-reflection:u1:agt_1:topic:tpc_1:failedToolCount:1000:3000"
+        stray_id = event_id_for(dedupe_key("topic:tpc_1", "agent.self_reflection.requested", stray))
+        assert stack.get(f"/v1/events/{stray_id}").status_code == 404
+        # Failed outcomes write no handled marker, so feedback on msg_f1 still plans the memory write.
+        _done(stack, _send(stack, _user_message("msg_f1", "Going forward, I prefer concise answers.")))
+        (action,) = _chain(stack, "chain:msg_f1")["envelope"]["actions"]
+        assert action["actionType"] == "action.user-memory.handle"
