@@ -28,6 +28,7 @@ from opentelemetry.sdk.metrics.export import (
     NumberDataPoint,
 )
 from redis import Redis
+from redis import exceptions as redis_errors
 
 __all__ = ["RedisMetricExporter", "render_prometheus"]
 
@@ -93,6 +94,9 @@ class RedisMetricExporter(MetricExporter):
         if writes or len(pipe):
             try:
                 pipe.execute()
+            except redis_errors.ConnectionError as exc:  # Redis gone (e.g. shutting down): one line, no trace
+                log.warning("metric export to Redis failed: %s", exc)
+                return MetricExportResult.FAILURE
             except Exception:  # metrics must never break the pipeline
                 log.exception("metric export to Redis failed")
                 return MetricExportResult.FAILURE
