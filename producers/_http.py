@@ -32,6 +32,7 @@ from producers import (
 )
 from producers._client import Producer
 from producers._web_common import error_response
+from sessions.function_store import ContentionError
 from sessions.functions import load_function_dir
 from worker.settings import Settings
 from worker.telemetry import configure_telemetry
@@ -122,6 +123,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
         return error_response(422, "invalid_field", f"{field}: {first.get('msg')}", field)
+
+    @app.exception_handler(ContentionError)
+    async def contended(_: Request, exc: ContentionError) -> JSONResponse:
+        return error_response(503, "busy", str(exc))
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

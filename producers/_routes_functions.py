@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -16,13 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from producers._routes_sessions import bad_session, record_event
 from producers._web_common import error_response, parse_body, producer_of, settings_of
 from sessions.fsm import FunctionMachine, SessionRuntime
-from sessions.function_store import ContentionError, FunctionStore
+from sessions.function_store import FunctionStore
 from sessions.functions import FunctionDef, load_function_dir
 from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating, guard_message
 
 __all__ = ["activate_locked", "machine_for", "router"]
 
 router = APIRouter()
+B = TypeVar("B", bound=BaseModel)
 
 
 class SignalBody(BaseModel):
@@ -58,6 +59,13 @@ class ToolBody(BaseModel):
 class ArtifactBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     content: str = Field(strict=True)
+
+
+async def _session_body(session_id: str, request: Request, model: type[B]) -> B | JSONResponse:
+    """A checked session id and a validated body, or the error response naming what is wrong."""
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    return await parse_body(request, model)
 
 
 def _definitions(request: Request) -> dict[str, FunctionDef]:
@@ -120,9 +128,7 @@ def activate_locked(request: Request, session_id: str, names: list[str]) -> JSON
 @router.post("/v1/sessions/{session_id}/signal")
 async def post_signal(session_id: str, request: Request) -> JSONResponse:
     """rolebox's ``signal`` tool → ``{"output": <the tool's text>}``."""
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, SignalBody)
+    body = await _session_body(session_id, request, SignalBody)
     if isinstance(body, JSONResponse):
         return body
     if body.type not in ALL_SIGNAL_TYPES:
@@ -135,10 +141,7 @@ async def post_signal(session_id: str, request: Request) -> JSONResponse:
         rt.seq += 1
         return output, rt.seq, list(rt.active)
 
-    try:
-        (output, seq, active), _ = function_store(request).update(session_id, change)
-    except ContentionError as exc:
-        return error_response(503, "busy", str(exc))
+    (output, seq, active), _ = function_store(request).update(session_id, change)  # contention → 503
     payload: dict[str, Any] = {"type": body.type, "output": output, "functions": active}
     if body.payload is not None:
         payload["payload"] = body.payload
@@ -148,9 +151,7 @@ async def post_signal(session_id: str, request: Request) -> JSONResponse:
 
 @router.post("/v1/sessions/{session_id}/functions/activate")
 async def post_activate(session_id: str, request: Request) -> JSONResponse:
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, NameBody)
+    body = await _session_body(session_id, request, NameBody)
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
@@ -162,9 +163,7 @@ async def post_activate(session_id: str, request: Request) -> JSONResponse:
 
 @router.post("/v1/sessions/{session_id}/functions/deactivate")
 async def post_deactivate(session_id: str, request: Request) -> JSONResponse:
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, NameBody)
+    body = await _session_body(session_id, request, NameBody)
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
@@ -175,9 +174,7 @@ async def post_deactivate(session_id: str, request: Request) -> JSONResponse:
 @router.post("/v1/sessions/{session_id}/turn")
 async def post_turn(session_id: str, request: Request) -> JSONResponse:
     """A model turn: gates and transitions, with ``user_approval`` = ``userMessaged``."""
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, TurnBody)
+    body = await _session_body(session_id, request, TurnBody)
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
@@ -190,9 +187,7 @@ async def post_turn(session_id: str, request: Request) -> JSONResponse:
 @router.post("/v1/sessions/{session_id}/idle")
 async def post_idle(session_id: str, request: Request) -> JSONResponse:
     """End of an assistant turn → the continuation decision (at most one continuation)."""
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, IdleBody)
+    body = await _session_body(session_id, request, IdleBody)
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
@@ -212,9 +207,7 @@ async def post_idle(session_id: str, request: Request) -> JSONResponse:
 @router.post("/v1/sessions/{session_id}/tool")
 async def post_tool(session_id: str, request: Request) -> JSONResponse:
     """A finished tool call (tool-after): observed tools, evidence, captures → ``{"injects": [...]}``."""
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, ToolBody)
+    body = await _session_body(session_id, request, ToolBody)
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
@@ -233,9 +226,7 @@ def get_artifacts(session_id: str, request: Request) -> JSONResponse:
 
 @router.put("/v1/sessions/{session_id}/artifacts/{name}")
 async def put_artifact(session_id: str, name: str, request: Request) -> JSONResponse:
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, ArtifactBody)
+    body = await _session_body(session_id, request, ArtifactBody)
     if isinstance(body, JSONResponse):
         return body
     function_store(request).update(session_id, lambda rt: rt.artifacts.__setitem__(name, body.content))

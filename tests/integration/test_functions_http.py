@@ -215,3 +215,29 @@ class TestApprovalWorkflow:
         )
         assert bad.returncode == 2
         assert bad.stdout.strip() == f"{tmp_path}/bad.md: continue_max: must be an integer >= 0"
+
+
+def test_a_session_that_stays_contended_is_a_503_not_a_stack_trace(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every compare-and-set loses (another writer changes the session inside each attempt) → 503 busy."""
+    from sessions.function_store import FunctionStore
+
+    real_update = FunctionStore.update
+
+    def contended(self: FunctionStore, session_id: str, change: Any) -> Any:
+        self.max_retries = 3
+
+        def change_and_interfere(rt: Any) -> Any:
+            self.client.set(self._key(session_id), self.client.get(self._key(session_id)) or "{}")
+            return change(rt)
+
+        return real_update(self, session_id, change_and_interfere)
+
+    client.post("/v1/sessions/c1/turn", json={})
+    monkeypatch.setattr(FunctionStore, "update", contended)
+    for path, body in (("turn", {}), ("signal", {"type": "answer"}), ("idle", {"nowMs": 1})):
+        response = client.post(f"/v1/sessions/c1/{path}", json=body)
+        assert response.status_code == 503, (path, response.text)
+        assert response.json()["error"]["code"] == "busy"
+        assert "changed under us 3 times" in response.json()["error"]["message"]
