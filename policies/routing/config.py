@@ -20,7 +20,7 @@ every problem at once.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,26 +208,35 @@ def _conversation_rule_error(raw: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _conversation_rules(items: Any, errors: list[str]) -> list[ConversationRule]:
+def _named_entries(
+    items: Any, section: str, item: str, errors: list[str]
+) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
+    """The entries of a list section that are mappings with a unique, non-empty ``name``; every other
+    entry becomes an error naming its index (``<item> [i]: …``)."""
     if items is None:
-        return []
+        return
     if not isinstance(items, list):
-        errors.append("routing.signals.conversation must be a list")
-        return []
-    rules: list[ConversationRule] = []
+        errors.append(f"{section} must be a list")
+        return
     seen: set[str] = set()
     for i, raw in enumerate(items):
         if not isinstance(raw, Mapping):
-            errors.append(f"conversation rule [{i}]: must be a mapping")
+            errors.append(f"{item} [{i}]: must be a mapping")
             continue
         name = raw.get("name")
         if not isinstance(name, str) or not name:
-            errors.append(f"conversation rule [{i}]: name is required")
+            errors.append(f"{item} [{i}]: name is required")
             continue
         if name in seen:
-            errors.append(f'conversation rule [{i}]: duplicate name "{name}"')
+            errors.append(f'{item} [{i}]: duplicate name "{name}"')
             continue
         seen.add(name)
+        yield i, name, raw
+
+
+def _conversation_rules(items: Any, errors: list[str]) -> list[ConversationRule]:
+    rules: list[ConversationRule] = []
+    for i, name, raw in _named_entries(items, "routing.signals.conversation", "conversation rule", errors):
         problem = _conversation_rule_error(raw)
         if problem:
             errors.append(f'conversation rule [{i}] "{name}": {problem}')
@@ -251,25 +260,8 @@ def _conversation_rules(items: Any, errors: list[str]) -> list[ConversationRule]
 
 
 def _keyword_rules(items: Any, errors: list[str]) -> list[KeywordRule]:
-    if items is None:
-        return []
-    if not isinstance(items, list):
-        errors.append("routing.signals.keyword must be a list")
-        return []
     rules: list[KeywordRule] = []
-    seen: set[str] = set()
-    for i, raw in enumerate(items):
-        if not isinstance(raw, Mapping):
-            errors.append(f"keyword rule [{i}]: must be a mapping")
-            continue
-        name = raw.get("name")
-        if not isinstance(name, str) or not name:
-            errors.append(f"keyword rule [{i}]: name is required")
-            continue
-        if name in seen:
-            errors.append(f'keyword rule [{i}]: duplicate name "{name}"')
-            continue
-        seen.add(name)
+    for i, name, raw in _named_entries(items, "routing.signals.keyword", "keyword rule", errors):
         operator = raw.get("operator")
         if operator not in KEYWORD_OPERATORS:
             errors.append(f'unsupported keyword rule operator: "{operator or ""}" for rule "{name}"')
@@ -337,25 +329,8 @@ def _int(value: Any, where: str, errors: list[str]) -> int:
 
 
 def _decisions(items: Any, errors: list[str]) -> list[Decision]:
-    if items is None:
-        return []
-    if not isinstance(items, list):
-        errors.append("routing.decisions must be a list")
-        return []
     decisions: list[Decision] = []
-    seen: set[str] = set()
-    for i, raw in enumerate(items):
-        if not isinstance(raw, Mapping):
-            errors.append(f"decision [{i}]: must be a mapping")
-            continue
-        name = raw.get("name")
-        if not isinstance(name, str) or not name:
-            errors.append(f"decision [{i}]: name is required")
-            continue
-        if name in seen:
-            errors.append(f'decision [{i}]: duplicate name "{name}"')
-            continue
-        seen.add(name)
+    for i, name, raw in _named_entries(items, "routing.decisions", "decision", errors):
         refs = raw.get("modelRefs") or []
         if not isinstance(refs, list) or not all(
             isinstance(r, Mapping) and isinstance(r.get("model"), str) for r in refs
