@@ -40,7 +40,12 @@ class Producer:
     """Enqueue source events directly (the app shares the pipeline's Redis and broker)."""
 
     def __init__(
-        self, settings: Settings, *, celery_app: Any | None = None, telemetry: Telemetry = DISABLED
+        self,
+        settings: Settings,
+        *,
+        celery_app: Any | None = None,
+        telemetry: Telemetry = DISABLED,
+        store: EventStore | None = None,
     ) -> None:
         from worker.app import create_app  # the factory checks the settings; no app exists before this call
 
@@ -49,7 +54,8 @@ class Producer:
         self.types = SourceTypePolicy(
             allow_unknown=settings.allow_unknown_source_types, extra=settings.extra_source_types
         )
-        self.store = EventStore(redis_from_settings(settings), settings)
+        # A worker that enqueues follow-up events passes its own store (one Redis pool per process).
+        self.store = store if store is not None else EventStore(redis_from_settings(settings), settings)
         self.app = celery_app if celery_app is not None else create_app(settings)
 
     def validate(self, event: EventLike, *, prefix: str = "") -> PreparedEvent:

@@ -77,9 +77,11 @@ def build_pipeline(
     if runner is not None:
         services["runner"] = runner
     if app is not None:
-        from worker.emitter import make_emitter
+        # Handlers raise follow-up source events (the reference runner's completion, self-reflection
+        # requests) through the SDK: the same validation, size limit, feature gate and dedupe as any producer.
+        from producers._client import Producer
 
-        services["emit"] = make_emitter(store, app, settings.queue_name)
+        services["emit"] = Producer(settings, celery_app=app, store=store).enqueue
     if settings.judge_url:
         from policies.self_iteration.openai_judges import (
             OpenAIDomainJudge,

@@ -30,17 +30,16 @@ def publish_drain(app: Any, scope_key: str, *, countdown_s: float = 0.0, queue: 
     app.send_task(DRAIN_TASK, args=[scope_key], **options)
 
 
-def run_reference(pipeline: Any, request_json: dict[str, Any], app: Any, queue: str) -> None:
+def run_reference(pipeline: Any, request_json: dict[str, Any]) -> None:
     """Run the reference agent and enqueue its completion like any producer would (deduped by source id)."""
     from policies.self_iteration.reference_agent import completion_event, run_reference_agent
     from policies.self_iteration.runners import RunRequest
     from worker.documents import DocumentStore
-    from worker.emitter import make_emitter
 
     store = pipeline.store
     request = RunRequest.from_json_dict(request_json)
     self_iteration = run_reference_agent(DocumentStore(store.client, store.keys), request)
-    make_emitter(store, app, queue)(completion_event(request, self_iteration))
+    pipeline.services["emit"](completion_event(request, self_iteration))
 
 
 def register_tasks(app: Any, queue: str) -> None:
@@ -62,7 +61,7 @@ def register_tasks(app: Any, queue: str) -> None:
     @app.task(name=AGENT_RUN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
     def agent_run(request: dict[str, Any]) -> None:
         """The reference agent: do the run, then report agent.execution.completed (the app's job otherwise)."""
-        run_reference(_state.get(), request, app, queue)
+        run_reference(_state.get(), request)
 
     @app.task(name=NOOP_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
     def noop(*args: Any) -> None:

@@ -57,11 +57,8 @@ def should_suppress(ctx: HandlerContext, *, domain_key: str, candidates: list[st
     """An active ``handled`` marker for any candidate intent class suppresses the planned action."""
     keys: Keys = ctx.services["keys"]
     redis = ctx.services["redis"]
-    for intent in candidates:
-        raw = redis.get(_marker_key(keys, ctx.scope_key, domain_key, intent, proc))
-        if raw and json.loads(raw).get("markerType") == "handled":
-            return True
-    return False
+    markers = redis.mget([_marker_key(keys, ctx.scope_key, domain_key, i, proc) for i in candidates])
+    return any(raw and json.loads(raw).get("markerType") == "handled" for raw in markers)
 
 
 def _may_mark(domain_key: str, intent: str, status: str) -> bool:
@@ -105,17 +102,15 @@ def tool_outcome_procedure(source: Source, ctx: HandlerContext) -> Dispatch | No
         "createdAt": ctx.now(),
     }
     proc_key = f"{keys.prefix}procedure:{{{ctx.scope_key}}}"
-    redis.hset(proc_key, record_id, json.dumps(record, ensure_ascii=False))
-    redis.expire(proc_key, PROCEDURE_TTL_S)
-    receipts_key = f"{keys.prefix}procedure-receipts:{{{ctx.scope_key}}}"
-    redis.lpush(
-        receipts_key,
-        json.dumps(
-            {"id": f"procedure-receipt:{record_id}", "recordId": record_id, "status": record["status"]}
-        ),
-    )
-    redis.ltrim(receipts_key, 0, MAX_PROCEDURE_RECEIPTS - 1)
+    acc_key = _accumulator_key(keys, ctx.scope_key, p)
     proc = procedure_key(p, source.source_id)
+    # Round trip 1: the record, the marker, and whether this source was seen before (a redelivery must not
+    # push a second receipt or count twice).
+    pipe = redis.pipeline(transaction=False)
+    pipe.hset(proc_key, record_id, json.dumps(record, ensure_ascii=False))
+    pipe.expire(proc_key, PROCEDURE_TTL_S)
+    pipe.hsetnx(acc_key, f"seen:{source.source_id}", "1")
+    pipe.hsetnx(acc_key, "windowStart", str(source.timestamp))
     if _may_mark(domain_key, intent, status):
         marker = {
             "markerType": "handled",
@@ -124,10 +119,11 @@ def tool_outcome_procedure(source: Source, ctx: HandlerContext) -> Dispatch | No
             "procedureKey": proc,
             "expiresAt": int(time.time() * 1000) + PROCEDURE_TTL_S * 1000,
         }
-        redis.set(
+        pipe.set(
             _marker_key(keys, ctx.scope_key, domain_key, intent, proc), json.dumps(marker), ex=PROCEDURE_TTL_S
         )
-    _accumulate_reflection(ctx, source, status, tool)
+    first_time = bool(pipe.execute()[2])
+    _accumulate(ctx, source, acc_key, first_time, record, tool)
     payload = {
         "domainKey": domain_key,
         "intentClass": intent,
@@ -140,31 +136,57 @@ def tool_outcome_procedure(source: Source, ctx: HandlerContext) -> Dispatch | No
     )
 
 
-def _accumulate_reflection(ctx: HandlerContext, source: Source, status: str, tool: dict[str, Any]) -> None:
+def _accumulator_key(keys: Keys, scope_key: str, p: dict[str, Any]) -> str:
+    scope_type, scope_id = _reflection_scope(p, scope_key)
+    return f"{keys.prefix}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
+
+
+def _accumulate(
+    ctx: HandlerContext,
+    source: Source,
+    acc_key: str,
+    first_time: bool,
+    record: dict[str, Any],
+    tool: dict[str, Any],
+) -> None:
+    """Round trip 2: the procedure receipt (first time only), the counters (bumped the first time, read
+    on a redelivery), the window start and which reasons were already raised; then one request per reason
+    that crossed its threshold."""
     keys: Keys = ctx.services["keys"]
     redis = ctx.services["redis"]
     p = source.payload
-    scope_type, scope_id = _reflection_scope(p, ctx.scope_key)
-    key = f"{keys.prefix}self-reflection-accumulator:{{{ctx.scope_key}}}:{scope_type}:{scope_id}"
-    # Count each source once: a redelivered outcome reads the counts instead of bumping them again.
-    step = 1 if redis.hsetnx(key, f"seen:{source.source_id}", "1") else 0
-    counts = {
-        "toolCallCount": redis.hincrby(key, "toolCallCount", step),
-        "receiptCount": redis.hincrby(key, "receiptCount", step),
-    }
-    if status == "failed":
-        counts["failedToolCount"] = redis.hincrby(key, "failedToolCount", step)
-        tool_name = f"{tool.get('identifier', '?')}:{tool.get('apiName', '?')}"
-        counts["sameToolFailureCount"] = redis.hincrby(key, f"failures:{tool_name}", step)
-    redis.expire(key, PROCEDURE_TTL_S)
+    step = 1 if first_time else 0
+    fields = {"toolCallCount": "toolCallCount", "receiptCount": "receiptCount"}  # reason → hash field
+    if record["status"] == "failed":
+        fields["failedToolCount"] = "failedToolCount"
+        fields["sameToolFailureCount"] = f"failures:{tool.get('identifier', '?')}:{tool.get('apiName', '?')}"
+    pipe = redis.pipeline(transaction=False)
+    if first_time:
+        receipts_key = f"{keys.prefix}procedure-receipts:{{{ctx.scope_key}}}"
+        receipt = {
+            "id": f"procedure-receipt:{record['id']}",
+            "recordId": record["id"],
+            "status": record["status"],
+        }
+        pipe.lpush(receipts_key, json.dumps(receipt))
+        pipe.ltrim(receipts_key, 0, MAX_PROCEDURE_RECEIPTS - 1)
+    for field in fields.values():
+        pipe.hincrby(acc_key, field, step)
+    pipe.expire(acc_key, PROCEDURE_TTL_S)
+    pipe.hget(acc_key, "windowStart")
+    pipe.hmget(acc_key, [f"emitted:{reason}" for reason in fields])
+    replies = pipe.execute()
+    *_, window_raw, emitted = replies
+    values = replies[2 if first_time else 0 :][: len(fields)]
+    counts = dict(zip(fields, (int(v) for v in values), strict=True))
     emit = ctx.services.get("emit")
     user, agent = source.user_id or p.get("userId"), source.agent_id or p.get("agentId")
     if emit is None or not user or not agent:
         return
-    redis.hsetnx(key, "windowStart", str(source.timestamp))
-    window_start = int(redis.hget(key, "windowStart") or source.timestamp)
-    for reason, value in counts.items():
-        if value < REFLECTION_THRESHOLDS[reason] or redis.hexists(key, f"emitted:{reason}"):
+    scope_type, scope_id = _reflection_scope(p, ctx.scope_key)
+    window_start = int(window_raw or source.timestamp)
+    for (reason, value), raised in zip(counts.items(), emitted, strict=True):
+        if value < REFLECTION_THRESHOLDS[reason] or raised:
             continue  # below threshold, or this reason was already raised for the scope
         # Emit first, mark after: a crash in between re-emits on redelivery with the same sourceId,
         # which the door dedupes, so the request is neither lost nor doubled.
@@ -186,4 +208,4 @@ def _accumulate_reflection(ctx: HandlerContext, source: Source, status: str, too
             },
         }
         emit(event)
-        redis.hset(key, f"emitted:{reason}", "1")
+        redis.hset(acc_key, f"emitted:{reason}", "1")
