@@ -120,7 +120,7 @@ def round_trips_per_event(url: str, n: int, scopes: int) -> tuple[float, float]:
     pipeline = build_pipeline(settings)
     pipeline.store = EventStore(client, settings)
     pipeline.services["redis"] = client
-    from policies.lease import ScopeLease
+    from worker.lease import ScopeLease
 
     pipeline.lease = ScopeLease(pipeline.store.scripts, pipeline.store.keys, ttl_s=30.0, renew_interval_s=5.0)
     CountingRedis.round_trips = 0

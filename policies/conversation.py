@@ -9,19 +9,48 @@ named; a missing config too (it will not fix itself by retrying).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from policies.routing import ConfigError, NoDecisionsConfigured, ReloadingRouter, validate_route_input
-from worker.context import HandlerContext
-from worker.errors import PermanentFailure
-from worker.nodes import Dispatch, Signal, Source, signal_from
-from worker.registry import Policy, define_source_handler
+from worker.plugin import (
+    Dispatch,
+    HandlerContext,
+    PermanentFailure,
+    Plugin,
+    PluginRuntime,
+    PluginSettings,
+    Policy,
+    Signal,
+    Source,
+    define_source_handler,
+    signal_from,
+)
 
-__all__ = ["conversation_policies"]
+__all__ = ["RoutingDeps", "RoutingSettings", "plugin", "routing_deps"]
+
+
+class RoutingSettings(PluginSettings):
+    """``AGENT_SIGNAL_ROUTER_CONFIG`` and ``AGENT_SIGNAL_ROUTE_RECORD_EVENTS``."""
+
+    router_config: str | None = None  # path of a vLLM Semantic Router YAML; reloaded when it changes
+    route_record_events: bool = True  # POST /v1/route also enqueues a chat.request source event
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingDeps:
+    """The configured router (None without ``AGENT_SIGNAL_ROUTER_CONFIG``)."""
+
+    router: ReloadingRouter | None
+
+
+def routing_deps(runtime: PluginRuntime) -> RoutingDeps:
+    config = runtime.settings_for(RoutingSettings).router_config
+    return RoutingDeps(ReloadingRouter(config) if config else None)
 
 
 def _route(source: Source, ctx: HandlerContext) -> Dispatch:
-    holder: ReloadingRouter | None = ctx.services.get("router")
+    holder = ctx.deps(RoutingDeps).router
     if holder is None:
         raise PermanentFailure(
             "AGENT_SIGNAL_ROUTER_CONFIG is not set; chat.request events need a router config",
@@ -54,7 +83,12 @@ def _route(source: Source, ctx: HandlerContext) -> Dispatch:
     return Dispatch(signals=signals)
 
 
-def conversation_policies() -> list[Policy]:
+def plugin() -> Plugin:
+    """Conversation signals and routing decisions for ``chat.request`` events."""
+    return Plugin("conversation", policies=_policies(), settings=RoutingSettings, services=routing_deps)
+
+
+def _policies() -> list[Policy]:
     return [
         Policy("conversation-routing", [define_source_handler("chat.request", "chat.request:route", _route)])
     ]

@@ -1,20 +1,20 @@
 """The conversation log the receipts UI shows: user messages (``agent.user.message``) and assistant replies
 (``client.runtime.complete`` / ``agent.execution.completed`` carrying ``assistantMessageId`` and
-``assistantContent``), as seen in events. The handlers write the log and return nothing: they add no
-signals, so LobeHub's chains are unchanged.
+``assistantContent``), as seen in events. The handlers stage their writes (applied by the event's fenced
+commit) and return nothing: they add no signals, so LobeHub's chains are unchanged.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from worker.context import HandlerContext
-from worker.keys import Keys
-from worker.nodes import Source
-from worker.registry import Policy, define_source_handler
+from redis import Redis
 
-__all__ = ["conversation_log_policies"]
+from worker.plugin import HandlerContext, Plugin, Policy, Source, define_source_handler
+
+__all__ = ["ConversationLogDeps", "plugin"]
 
 MAX_MESSAGES = 500
 
@@ -29,16 +29,21 @@ def _owner(source: Source) -> tuple[str, str, str] | None:
     return user, agent, topic
 
 
+@dataclass(frozen=True, slots=True)
+class ConversationLogDeps:
+    """Reads: whether a message is already in the log (two events may carry the same assistant message)."""
+
+    redis: Redis
+
+
 def _append(ctx: HandlerContext, owner: tuple[str, str, str], message: dict[str, Any]) -> None:
-    keys: Keys = ctx.services["keys"]
-    redis = ctx.services["redis"]
-    key = keys.conversation(*owner)
-    existing = redis.lrange(key, -50, -1)
+    key = ctx.keys.conversation(*owner)
+    existing = ctx.deps(ConversationLogDeps).redis.lrange(key, -50, -1)
     if any(json.loads(m).get("id") == message["id"] for m in existing):
-        return  # a redelivered event: already logged
-    redis.rpush(key, json.dumps(message, ensure_ascii=False))
-    redis.ltrim(key, -MAX_MESSAGES, -1)
-    redis.zadd(keys.conversations, {"\x1f".join(owner): message["createdAt"]})
+        return  # another event already logged this message
+    ctx.effects.call("RPUSH", key, json.dumps(message, ensure_ascii=False))
+    ctx.effects.call("LTRIM", key, -MAX_MESSAGES, -1)
+    ctx.effects.call("ZADD", ctx.keys.conversations, message["createdAt"], "\x1f".join(owner))
 
 
 def _user_message(source: Source, ctx: HandlerContext) -> None:
@@ -68,7 +73,16 @@ def _assistant_message(source: Source, ctx: HandlerContext) -> None:
     return None
 
 
-def conversation_log_policies() -> list[Policy]:
+def plugin() -> Plugin:
+    """The conversation log the receipts UI reads."""
+    return Plugin(
+        "conversation-log",
+        policies=_policies(),
+        services=lambda runtime: ConversationLogDeps(runtime.redis),
+    )
+
+
+def _policies() -> list[Policy]:
     return [
         Policy(
             "conversation-log",

@@ -5,16 +5,29 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from worker.context import HandlerContext
-from worker.keys import Keys
-from worker.nodes import Action, Dispatch, ExecutorResult, Signal, Source, action_from, signal_from
-from worker.receipts import receipt_effects
-from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
-from worker.results import applied
+from worker.plugin import (
+    Action,
+    Dispatch,
+    ExecutorResult,
+    HandlerContext,
+    Plugin,
+    PluginSettings,
+    Policy,
+    Signal,
+    Source,
+    action_from,
+    applied,
+    define_action_handler,
+    define_signal_handler,
+    define_source_handler,
+    receipt_effects,
+    signal_from,
+)
 
-__all__ = ["RECEIPT_ACTION", "dmail_policies", "receipt_action_handler"]
+__all__ = ["RECEIPT_ACTION", "AgentToolsSettings", "ReceiptDeps", "plugin", "receipt_action_handler"]
 
 RECEIPT_ACTION = "action.receipt.append"
 
@@ -53,19 +66,41 @@ def _plan_receipt(signal: Signal, ctx: HandlerContext) -> Dispatch:
     return Dispatch(actions=[action_from(signal, "receipt", RECEIPT_ACTION, {"receipt": receipt}, ctx.now())])
 
 
+class AgentToolsSettings(PluginSettings):
+    """The synchronous agent tools' options (read by the web app's session routes)."""
+
+    functions_dir: str | None = None  # rolebox function definitions (*.md with YAML front matter)
+    functions_workspace_dir: str | None = None  # where plan_incomplete() looks for .rolebox/plans/*.md
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptDeps:
+    """How long a receipt is kept (``AGENT_SIGNAL_RECEIPT_RETENTION_S``)."""
+
+    ttl_s: int
+
+
 def receipt_action_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
     """Append the receipt in ``payload.receipt`` once (staged: commits with the idempotency mark)."""
-    keys: Keys = ctx.services["keys"]
     receipt = action.payload["receipt"]
-    ttl_s = int(ctx.services["settings"].receipt_retention_s)
-    for command in receipt_effects(keys, receipt, ttl_s):
+    for command in receipt_effects(ctx.keys, receipt, ctx.deps(ReceiptDeps).ttl_s):
         ctx.effects.call(*command)
     return applied(
         action, ctx, detail=f"Receipt {receipt['id']} appended.", output={"receiptId": receipt["id"]}
     )
 
 
-def dmail_policies() -> list[Policy]:
+def plugin() -> Plugin:
+    """D-Mail receipts (and the agent tools' settings)."""
+    return Plugin(
+        "dmail",
+        policies=_policies(),
+        settings=AgentToolsSettings,
+        services=lambda runtime: ReceiptDeps(runtime.settings.receipt_retention_s),
+    )
+
+
+def _policies() -> list[Policy]:
     return [
         Policy(
             "dmail-receipts",

@@ -8,8 +8,8 @@ The HTTP app and the CLI live in the private modules of this package.
 """
 
 from producers._client import HttpProducer, Producer
-from producers._models import EnqueueResult, EventError, InvalidEvent, SourceEvent
 from producers._session_client import SessionClient
+from worker.intake import EnqueueResult, EventError, InvalidEvent, SourceEvent
 
 __all__ = [
     "EnqueueResult",

@@ -70,7 +70,7 @@ def _read_jsonl(path: str) -> list[tuple[int, Any, str | None]]:
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    from producers._models import InvalidEvent
+    from worker.intake import InvalidEvent
 
     try:
         rows = _read_jsonl(args.file)
@@ -117,7 +117,7 @@ class _DirectSender:
         self.producer = _producer()
 
     def send(self, chunk: Sequence[tuple[int, Any]]) -> list[tuple[int, str | None, Any]]:
-        from producers._models import InvalidEvent
+        from worker.intake import InvalidEvent
 
         out: list[tuple[int, str | None, Any]] = []
         prepared = []
@@ -147,7 +147,7 @@ class _HttpSender:
         self.http = HttpProducer(url, token=token or os.environ.get("AGENT_SIGNAL_API_TOKEN"))
 
     def send(self, chunk: Sequence[tuple[int, Any]]) -> list[tuple[int, str | None, Any]]:
-        from producers._models import InvalidEvent
+        from worker.intake import InvalidEvent
 
         pending = list(chunk)
         out: list[tuple[int, str | None, Any]] = []
@@ -279,7 +279,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="agent-signal", description="Agent Signal: out-of-band control signals."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_process_commands(sub)
+    _add_enqueue_command(sub)
+    _add_route_command(sub)
+    _add_functions_command(sub)
+    _add_inspection_commands(sub)
+    return parser
 
+
+def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``run``, ``worker``, ``web``: the long-running processes."""
     p = sub.add_parser(
         "run", help="the whole stack: embedded Redis (if REDIS_URL unset), a worker, the web app"
     )
@@ -297,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("web", help="the HTTP API on HOST:PORT (Procfile: web)")
     p.set_defaults(func=cmd_web)
 
+
+def _add_enqueue_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("enqueue", help="enqueue one source event per line of a JSONL file ('-' for stdin)")
     p.add_argument("file")
     p.add_argument("--url", help="send through the HTTP API at URL instead of straight to Redis")
@@ -304,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=200, help="events per round trip (default 200)")
     p.set_defaults(func=cmd_enqueue)
 
+
+def _add_route_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "route", help="route chat requests with a vLLM Semantic Router config (no server needed)"
     )
@@ -324,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_route)
 
+
+def _add_functions_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``functions check`` and ``functions simulate``."""
     p = sub.add_parser(
         "functions", help="rolebox function definitions: check them, simulate a session offline"
     )
@@ -335,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--script", required=True, metavar="STEPS.jsonl", help="'-' for stdin")
     p.set_defaults(func=cmd_functions)
 
+
+def _add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``inspect``, ``status``, ``dlq list`` and ``dlq redrive``: looking at what the pipeline did."""
     p = sub.add_parser("inspect", help="a chain in five steps: source, signals, actions, results, edges")
     p.add_argument("chain_id")
     p.add_argument("--json", action="store_true", help="the stored chain document as JSON")
@@ -354,7 +373,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("ids", nargs="*")
     d.add_argument("--all", action="store_true")
     p.set_defaults(func=cmd_dlq)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

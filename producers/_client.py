@@ -6,25 +6,24 @@ Both validate first and enqueue nothing from a batch with an invalid event.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import httpx
 from opentelemetry import trace
 
-from policies.self_iteration.gate import GATED_SOURCE_TYPES
-from policies.source_types import SourceTypePolicy
-from producers._models import (
+from worker.context import Deps
+from worker.emitter import EventLike
+from worker.intake import (
     EnqueueResult,
     EventError,
     InvalidEvent,
     SourceEvent,
-    parse_event,
-    prepare,
     with_traceparent,
 )
+from worker.plugin import PluginRuntime
+from worker.plugins import assemble, load_plugins
 from worker.redis_client import redis_from_settings
 from worker.settings import Settings
 from worker.store import EventStore, PreparedEvent
@@ -33,11 +32,12 @@ from worker.telemetry import DISABLED, Telemetry
 
 __all__ = ["HttpProducer", "Producer"]
 
-EventLike = SourceEvent | Mapping[str, Any]
-
 
 class Producer:
-    """Enqueue source events directly (the app shares the pipeline's Redis and broker)."""
+    """Enqueue source events directly (the app shares the pipeline's Redis and broker).
+
+    Validation, size limits and the plugins' admission hooks (the self-iteration gate) are the engine's
+    :class:`~worker.emitter.Emitter`; this class adds the enqueue span and metrics."""
 
     def __init__(
         self,
@@ -51,60 +51,37 @@ class Producer:
 
         self.telemetry = telemetry
         self.settings = settings
-        self.types = SourceTypePolicy(
-            allow_unknown=settings.allow_unknown_source_types, extra=settings.extra_source_types
-        )
-        # A worker that enqueues follow-up events passes its own store (one Redis pool per process).
         self.store = store if store is not None else EventStore(redis_from_settings(settings), settings)
         self.app = celery_app if celery_app is not None else create_app(settings)
+        app = self.app
+
+        def drain(scope_key: str) -> None:
+            publish_drain(app, scope_key, queue=settings.queue_name)
+
+        assembly = assemble(load_plugins(settings), settings, self.store, publish_drain=drain)
+        self.emitter = assembly.emitter
+        self.deps: Deps = assembly.deps
+        self.runtime: PluginRuntime = assembly.runtime
 
     def validate(self, event: EventLike, *, prefix: str = "") -> PreparedEvent:
         """Validate and prepare one event, or raise InvalidEvent naming the field."""
-        data = event.model_dump(by_alias=True, exclude_none=True) if isinstance(event, SourceEvent) else event
-        parsed = parse_event(data, self.types, prefix=prefix)
-        size = len(json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
-        if size > self.settings.max_event_bytes:
-            field = f"{prefix}.payload" if prefix else "payload"
-            raise InvalidEvent(
-                EventError(
-                    code="payload_too_large",
-                    message=f"{field} is {size} bytes; the limit is {self.settings.max_event_bytes}",
-                    field=field,
-                ),
-                status_code=413,
-            )
-        return prepare(parsed)
+        return self.emitter.validate(event, prefix=prefix)
 
     def enqueue(self, event: EventLike) -> EnqueueResult:
-        """Enqueue one event: ``accepted`` or ``duplicate``."""
-        return self.enqueue_many([event], _prefix_single=True)[0]
+        """Enqueue one event: ``accepted``, ``duplicate`` or an admission hook's status (``gated``)."""
+        return self.enqueue_prepared(self.emitter.validate_many([event], single=True))[0]
 
-    def enqueue_many(
-        self, events: Iterable[EventLike], *, _prefix_single: bool = False
-    ) -> list[EnqueueResult]:
+    def enqueue_many(self, events: Iterable[EventLike]) -> list[EnqueueResult]:
         """Validate every event, then enqueue all of them (none when any is invalid)."""
-        items = list(events)
-        if len(items) > self.settings.max_batch_events:
-            raise InvalidEvent(
-                EventError(
-                    code="batch_too_large",
-                    message=f"events has {len(items)} items; the limit is {self.settings.max_batch_events}",
-                    field="events",
-                ),
-                status_code=413,
-            )
-        prepared = [
-            self.validate(e, prefix="" if _prefix_single else f"events[{i}]") for i, e in enumerate(items)
-        ]
-        return self.enqueue_prepared(prepared)
+        return self.enqueue_prepared(self.emitter.validate_many(list(events)))
 
     def enqueue_prepared(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
         """Claim and append, publish the drains; each event gets an ``agent_signal.source_event.generate`` span."""
         if not self.telemetry.enabled:
-            return self._enqueue(prepared)
+            return self.emitter.enqueue(prepared)
         if not self.telemetry.tracing:
             started = time.perf_counter()
-            results = self._enqueue(prepared)
+            results = self.emitter.enqueue(prepared)
             duration_ms = (time.perf_counter() - started) * 1000
             for p, result in zip(prepared, results, strict=True):
                 self.telemetry.source_event(
@@ -112,6 +89,9 @@ class Producer:
                 )
             self.telemetry.flush_measurements()
             return results
+        return self._enqueue_traced(prepared)
+
+    def _enqueue_traced(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
         started = time.perf_counter()
         tracer = self.telemetry.tracer
         spans = [
@@ -130,7 +110,7 @@ class Producer:
             with trace.use_span(span, end_on_exit=False):
                 carried.append(with_traceparent(p, self.telemetry.traceparent()))
         try:
-            results = self._enqueue(carried)
+            results = self.emitter.enqueue(carried)
         except Exception as exc:
             for p, span in zip(prepared, spans, strict=True):
                 span.record_exception(exc)
@@ -145,44 +125,6 @@ class Producer:
                 status=result.status, source_type=p.source_type, duration_ms=duration_ms
             )
         return results
-
-    def _gated(self, prepared: Sequence[PreparedEvent]) -> set[int]:
-        """Indexes of self-iteration events whose user has the feature off (checked at the door)."""
-        candidates = [
-            (i, p.user_id)
-            for i, p in enumerate(prepared)
-            if p.source_type in GATED_SOURCE_TYPES and p.user_id
-        ]
-        if not candidates:
-            return set()
-        overrides = self.store.client.hmget(
-            self.store.keys.self_iteration_overrides, [u for _, u in candidates]
-        )
-        gated = set()
-        for (index, _), value in zip(candidates, overrides, strict=True):
-            enabled = self.settings.self_iteration_enabled if value is None else str(value) == "1"
-            if not enabled:
-                gated.add(index)
-        return gated
-
-    def _enqueue(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
-        gated = self._gated(prepared)
-        if gated:
-            allowed = [p for i, p in enumerate(prepared) if i not in gated]
-            done = iter(self._enqueue(allowed))
-            return [
-                EnqueueResult(event_id=p.event_id, source_id=p.source_id, status="gated")
-                if i in gated
-                else next(done)
-                for i, p in enumerate(prepared)
-            ]
-        outcomes = self.store.enqueue_many(prepared)
-        scheduled: set[str] = set()
-        for outcome in outcomes:
-            if outcome.schedule and outcome.scope_key not in scheduled:
-                scheduled.add(outcome.scope_key)
-                publish_drain(self.app, outcome.scope_key, queue=self.settings.queue_name)
-        return [EnqueueResult(event_id=o.event_id, source_id=o.source_id, status=o.status) for o in outcomes]
 
     def status(self, event_id: str) -> dict[str, Any] | None:
         """The event's status record (``queued``/``processing``/``done``/``dead``), or None."""

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from opentelemetry.trace import SpanKind
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from policies.routing import ReloadingRouter
+from policies.dmail import AgentToolsSettings
 from producers import (
     _routes_events,
     _routes_functions,
@@ -54,11 +54,9 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
             settings, service_name="agent-signal-web", redis_client=redis_from_settings(settings)
         )
         app.state.producer = producer or Producer(settings, telemetry=app.state.telemetry)
-        app.state.router = ReloadingRouter(settings.router_config) if settings.router_config else None
         # Function definitions are checked at startup: a broken file stops the app with the file and field.
-        app.state.function_defs = (
-            load_function_dir(settings.functions_dir)[0] if settings.functions_dir else {}
-        )
+        functions_dir = app.state.producer.runtime.settings_for(AgentToolsSettings).functions_dir
+        app.state.function_defs = load_function_dir(functions_dir)[0] if functions_dir else {}
         yield
         if producer is None:
             app.state.producer.close()

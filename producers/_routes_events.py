@@ -2,35 +2,31 @@
 
 from __future__ import annotations
 
-import json
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from producers._models import EventError, InvalidEvent
-from producers._web_common import error_response, producer_of, settings_of
+from producers._web_common import error_response, producer_of, read_json, settings_of
+from worker.intake import EventError, InvalidEvent
 
 __all__ = ["router"]
 
 router = APIRouter()
 
 
+async def event_body(request: Request) -> Any:
+    """A FastAPI dependency: the decoded body (any JSON value: the SDK's parser names a non-object), or the
+    413 over ``max_request_bytes`` / 422 ``invalid_json`` response."""
+    return await read_json(request, require_object=False, max_bytes=settings_of(request).max_request_bytes)
+
+
 @router.post("/v1/events", status_code=202)
-async def post_events(request: Request) -> JSONResponse:
+def post_events(request: Request, data: Annotated[Any, Depends(event_body)]) -> JSONResponse:
     """One SourceEvent, or ``{"events": [...]}``; all or nothing."""
-    settings = settings_of(request)
+    if isinstance(data, JSONResponse):
+        return data
     producer = producer_of(request)
-    raw = await request.body()
-    if len(raw) > settings.max_request_bytes:
-        return error_response(
-            413,
-            "request_too_large",
-            f"request body is {len(raw)} bytes; the limit is {settings.max_request_bytes}",
-        )
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return error_response(422, "invalid_json", f"request body is not valid JSON: {exc}")
     try:
         if isinstance(data, dict) and "events" in data and "sourceType" not in data:
             events = data["events"]
@@ -45,7 +41,8 @@ async def post_events(request: Request) -> JSONResponse:
             results = [producer.enqueue(data)]
     except InvalidEvent as exc:
         producer.store.count_rejected()
-        return JSONResponse({"error": exc.error.model_dump(exclude_none=True)}, status_code=exc.status_code)
+        error = exc.error
+        return error_response(exc.status_code, error.code, error.message, error.field)
     return JSONResponse({"results": [r.model_dump(by_alias=True) for r in results]}, status_code=202)
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from producers._routes_sessions import bad_session, record_event
-from producers._web_common import error_response, parse_body, producer_of, settings_of
+from policies.dmail import AgentToolsSettings
+from producers._routes_sessions import bad_session, record_event, session_body
+from producers._web_common import error_response, producer_of
 from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.function_store import FunctionStore
 from sessions.functions import FunctionDef, load_function_dir
@@ -23,7 +24,6 @@ from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating,
 __all__ = ["activate_locked", "machine_for", "router"]
 
 router = APIRouter()
-B = TypeVar("B", bound=BaseModel)
 
 
 class SignalBody(BaseModel):
@@ -61,24 +61,29 @@ class ArtifactBody(BaseModel):
     content: str = Field(strict=True)
 
 
-async def _session_body(session_id: str, request: Request, model: type[B]) -> B | JSONResponse:
-    """A checked session id and a validated body, or the error response naming what is wrong."""
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    return await parse_body(request, model)
+SignalIn = Annotated[SignalBody | JSONResponse, Depends(session_body(SignalBody))]
+NameIn = Annotated[NameBody | JSONResponse, Depends(session_body(NameBody))]
+TurnIn = Annotated[TurnBody | JSONResponse, Depends(session_body(TurnBody))]
+IdleIn = Annotated[IdleBody | JSONResponse, Depends(session_body(IdleBody))]
+ToolIn = Annotated[ToolBody | JSONResponse, Depends(session_body(ToolBody))]
+ArtifactIn = Annotated[ArtifactBody | JSONResponse, Depends(session_body(ArtifactBody))]
+
+
+def _agent_tools(request: Request) -> AgentToolsSettings:
+    return producer_of(request).runtime.settings_for(AgentToolsSettings)
 
 
 def _definitions(request: Request) -> dict[str, FunctionDef]:
     defs: dict[str, FunctionDef] | None = getattr(request.app.state, "function_defs", None)
     if defs is None:
-        directory = settings_of(request).functions_dir
+        directory = _agent_tools(request).functions_dir
         defs = load_function_dir(directory)[0] if directory else {}
         request.app.state.function_defs = defs
     return defs
 
 
 def machine_for(request: Request, session_id: str) -> FunctionMachine:
-    workspace = settings_of(request).functions_workspace_dir
+    workspace = _agent_tools(request).functions_workspace_dir
     return FunctionMachine(
         _definitions(request), session_id=session_id, workspace_dir=Path(workspace) if workspace else None
     )
@@ -126,9 +131,8 @@ def activate_locked(request: Request, session_id: str, names: list[str]) -> JSON
 
 
 @router.post("/v1/sessions/{session_id}/signal")
-async def post_signal(session_id: str, request: Request) -> JSONResponse:
+def post_signal(session_id: str, request: Request, body: SignalIn) -> JSONResponse:
     """rolebox's ``signal`` tool → ``{"output": <the tool's text>}``."""
-    body = await _session_body(session_id, request, SignalBody)
     if isinstance(body, JSONResponse):
         return body
     if body.type not in ALL_SIGNAL_TYPES:
@@ -150,8 +154,7 @@ async def post_signal(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v1/sessions/{session_id}/functions/activate")
-async def post_activate(session_id: str, request: Request) -> JSONResponse:
-    body = await _session_body(session_id, request, NameBody)
+def post_activate(session_id: str, request: Request, body: NameIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
@@ -162,8 +165,7 @@ async def post_activate(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v1/sessions/{session_id}/functions/deactivate")
-async def post_deactivate(session_id: str, request: Request) -> JSONResponse:
-    body = await _session_body(session_id, request, NameBody)
+def post_deactivate(session_id: str, request: Request, body: NameIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
@@ -172,9 +174,8 @@ async def post_deactivate(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v1/sessions/{session_id}/turn")
-async def post_turn(session_id: str, request: Request) -> JSONResponse:
+def post_turn(session_id: str, request: Request, body: TurnIn) -> JSONResponse:
     """A model turn: gates and transitions, with ``user_approval`` = ``userMessaged``."""
-    body = await _session_body(session_id, request, TurnBody)
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
@@ -185,9 +186,8 @@ async def post_turn(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v1/sessions/{session_id}/idle")
-async def post_idle(session_id: str, request: Request) -> JSONResponse:
+def post_idle(session_id: str, request: Request, body: IdleIn) -> JSONResponse:
     """End of an assistant turn → the continuation decision (at most one continuation)."""
-    body = await _session_body(session_id, request, IdleBody)
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
@@ -205,9 +205,8 @@ async def post_idle(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v1/sessions/{session_id}/tool")
-async def post_tool(session_id: str, request: Request) -> JSONResponse:
+def post_tool(session_id: str, request: Request, body: ToolIn) -> JSONResponse:
     """A finished tool call (tool-after): observed tools, evidence, captures → ``{"injects": [...]}``."""
-    body = await _session_body(session_id, request, ToolBody)
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
@@ -225,8 +224,7 @@ def get_artifacts(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.put("/v1/sessions/{session_id}/artifacts/{name}")
-async def put_artifact(session_id: str, name: str, request: Request) -> JSONResponse:
-    body = await _session_body(session_id, request, ArtifactBody)
+def put_artifact(session_id: str, name: str, request: Request, body: ArtifactIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     function_store(request).update(session_id, lambda rt: rt.artifacts.__setitem__(name, body.content))

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from producers._client import Producer
 from producers._ops import redrive_events
-from producers._web_common import error_response, producer_of
+from producers._web_common import JsonObject, error_response, producer_of
 from worker.metrics_store import render_prometheus
 
 __all__ = ["router"]
@@ -35,14 +33,12 @@ def get_dlq(request: Request, offset: int = 0, limit: int = 50) -> JSONResponse:
 
 
 @router.post("/v1/dlq/redrive")
-async def post_redrive(request: Request) -> JSONResponse:
+def post_redrive(request: Request, body: JsonObject) -> JSONResponse:
     """``{"eventIds": [...]}`` or ``{"all": true}``."""
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except ValueError as exc:
-        return error_response(422, "invalid_json", f"request body is not valid JSON: {exc}")
-    ids = body.get("eventIds") if isinstance(body, dict) else None
-    redrive_all = isinstance(body, dict) and body.get("all") is True
+    if isinstance(body, JSONResponse):
+        return body
+    ids = body.get("eventIds")
+    redrive_all = body.get("all") is True
     if not redrive_all and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
         return error_response(422, "invalid_field", 'give "eventIds": [..] or "all": true', "eventIds")
     return JSONResponse(redrive_events(producer_of(request), None if redrive_all else ids))
@@ -80,7 +76,7 @@ def metrics(request: Request) -> PlainTextResponse:
     telemetry = getattr(request.app.state, "telemetry", None)
     if telemetry is not None:
         telemetry.flush()  # this process's deltas first, so a scrape right after an enqueue sees it
-    text = prometheus_text(producer) + render_prometheus(producer.store.client, producer.store.keys.prefix)
+    text = prometheus_text(producer) + render_prometheus(producer.store.client, producer.store.keys)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

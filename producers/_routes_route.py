@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import uuid
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from policies.conversation import RoutingDeps, RoutingSettings
 from policies.routing import ConfigError, NoDecisionsConfigured, ReloadingRouter, validate_route_input
-from producers._web_common import error_response, producer_of, settings_of
+from producers._web_common import JsonObject, error_response, producer_of
 
 __all__ = ["router"]
 
@@ -17,25 +18,22 @@ router = APIRouter()
 
 
 def _holder(request: Request) -> ReloadingRouter | None:
-    holder: ReloadingRouter | None = getattr(request.app.state, "router", None)
-    if holder is None and settings_of(request).router_config:
-        holder = ReloadingRouter(settings_of(request).router_config or "")
-        request.app.state.router = holder
-    return holder
+    """The routing plugin's router (one per process, shared with the plugin's handlers)."""
+    return producer_of(request).deps.get(RoutingDeps).router
 
 
 @router.post("/v1/route")
-async def post_route(request: Request) -> JSONResponse:
-    """``{"request", "protocol"?, "externalSignals"?, "requestId"?, "scopeKey"?}`` → RouteResult."""
+def post_route(request: Request, body: JsonObject) -> JSONResponse:
+    """``{"request", "protocol"?, "externalSignals"?, "requestId"?, "scopeKey"?}`` → RouteResult.
+
+    A plain ``def``: routing is CPU work (and a config reload reads a file), so it runs in the threadpool."""
     holder = _holder(request)
     if holder is None:
         return error_response(
             503, "router_not_configured", "set AGENT_SIGNAL_ROUTER_CONFIG to a router YAML file"
         )
-    try:
-        body = json.loads(await request.body())
-    except (ValueError, UnicodeDecodeError) as exc:
-        return error_response(422, "invalid_json", f"request body is not valid JSON: {exc}")
+    if isinstance(body, JSONResponse):
+        return body
     try:
         chat, protocol, external = validate_route_input(body)
     except ValueError as exc:
@@ -47,14 +45,14 @@ async def post_route(request: Request) -> JSONResponse:
         return error_response(503, "router_config_invalid", "; ".join(exc.errors))
     except NoDecisionsConfigured as exc:
         return error_response(503, "no_decisions", str(exc))
-    if settings_of(request).route_record_events:
+    if producer_of(request).runtime.settings_for(RoutingSettings).route_record_events:
         _record(request, body, chat, protocol, external)
     return JSONResponse(result)
 
 
 def _record(
     request: Request,
-    body: dict[str, object],
+    body: dict[str, Any],
     chat: dict[str, object],
     protocol: str,
     external: list[dict[str, object]],

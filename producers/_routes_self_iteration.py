@@ -6,16 +6,20 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from redis.asyncio import Redis as AsyncRedis
 
-from policies.self_iteration.gate import self_iteration_enabled, set_override
+from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.documents import DocumentStore
+from policies.self_iteration.gate import set_override
 from producers._routes_receipts import receipt_store
-from producers._web_common import error_response, parse_body, producer_of, settings_of
-from worker.documents import DocumentStore
+from producers._web_common import error_response, json_body, producer_of, settings_of
+from worker.receipts import ReceiptStore
+from worker.settings import Settings
 
 __all__ = ["router"]
 
@@ -85,41 +89,57 @@ def rollback_receipt(receipt_id: str, request: Request) -> JSONResponse:
 
 
 @router.get("/v1/receipts/stream")
-async def stream_receipts(request: Request, userId: str = "", agentId: str = "-", topicId: str = "-") -> Any:
-    """Server-sent events: ``event: receipt`` with the receipt JSON, once per new receipt; a comment every 15 s."""
+def stream_receipts(request: Request, userId: str = "", agentId: str = "-", topicId: str = "-") -> Response:
+    """Server-sent events: ``event: receipt`` with the receipt JSON, once per new receipt; a comment every 15 s.
+
+    The stream listens with ``redis.asyncio`` on its own connection (a subscription holds one), so waiting
+    for the next message never blocks the event loop; reading a receipt goes through a worker thread."""
     if not userId:
         return error_response(422, "missing_field", "userId is required", "userId")
     store = producer_of(request).store
     channel = store.keys.receipts_feed(userId, agentId or "-", topicId or "-")
-    receipts = receipt_store(request)
+    events = _receipt_events(request, channel, receipt_store(request))
+    return StreamingResponse(events, media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
-    async def events() -> AsyncIterator[bytes]:
-        pubsub = store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        pubsub.subscribe(channel)
-        sent: set[str] = set()
-        idle_s = 0.0
-        try:
-            yield b": connected\n\n"
-            while not await request.is_disconnected():
-                message = await asyncio.to_thread(pubsub.get_message, timeout=0.5)
-                if message is None:
-                    idle_s += 0.5
-                    if idle_s >= 15:
-                        idle_s = 0.0
-                        yield b": keep-alive\n\n"
-                    continue
-                receipt_id = message["data"] if isinstance(message["data"], str) else message["data"].decode()
-                if receipt_id in sent:
-                    continue
-                receipt = receipts.get(receipt_id)
-                if receipt is None:
-                    continue
-                sent.add(receipt_id)
-                yield f"event: receipt\nid: {receipt_id}\ndata: {json.dumps(receipt, ensure_ascii=False)}\n\n".encode()
-        finally:
-            pubsub.close()
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+def _async_redis(settings: Settings) -> AsyncRedis:
+    """An asyncio client like ``redis_from_settings`` builds (decoded strings, bounded connect time)."""
+    return AsyncRedis.from_url(
+        settings.require_redis_url(),
+        decode_responses=True,
+        socket_connect_timeout=5,
+        health_check_interval=30,
+    )
+
+
+async def _receipt_events(request: Request, channel: str, receipts: ReceiptStore) -> AsyncIterator[bytes]:
+    client = _async_redis(settings_of(request))
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    sent: set[str] = set()
+    idle_s = 0.0
+    try:
+        await pubsub.subscribe(channel)
+        yield b": connected\n\n"
+        while not await request.is_disconnected():
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+            if message is None:
+                idle_s += 0.5
+                if idle_s >= 15:
+                    idle_s = 0.0
+                    yield b": keep-alive\n\n"
+                continue
+            receipt_id = str(message["data"])
+            if receipt_id in sent:
+                continue
+            receipt = await asyncio.to_thread(receipts.get, receipt_id)
+            if receipt is None:
+                continue
+            sent.add(receipt_id)
+            data = json.dumps(receipt, ensure_ascii=False)
+            yield f"event: receipt\nid: {receipt_id}\ndata: {data}\n\n".encode()
+    finally:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        await client.aclose()
 
 
 class GateBody(BaseModel):
@@ -128,14 +148,13 @@ class GateBody(BaseModel):
 
 
 @router.put("/v1/features/self-iteration/{user_id}")
-async def put_gate(user_id: str, request: Request) -> JSONResponse:
+def put_gate(
+    user_id: str, request: Request, body: Annotated[GateBody | JSONResponse, Depends(json_body(GateBody))]
+) -> JSONResponse:
     """``{"enabled": true|false}`` overrides the gate for one user; ``null`` removes the override."""
-    body = await parse_body(request, GateBody)
     if isinstance(body, JSONResponse):
         return body
     store = producer_of(request).store
     set_override(store.client, store.keys, user_id, body.enabled)
-    enabled = self_iteration_enabled(
-        store.client, store.keys, settings_of(request).self_iteration_enabled, user_id
-    )
+    enabled = producer_of(request).deps.get(SelfIterationDeps).enabled(user_id)
     return JSONResponse({"userId": user_id, "enabled": enabled})

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from producers._web_common import error_response, parse_body, producer_of
-from sessions.dmail import end_step, send_dmail
+from producers._web_common import InvalidBody, decode_json, error_response, parse_body, producer_of
+from sessions.dmail import ToolResult, end_step, send_dmail
 from sessions.store import SessionStore, UnknownCheckpoint, session_scope
 
-__all__ = ["bad_session", "record_event", "router"]
+__all__ = ["bad_session", "record_event", "router", "session_body"]
 
 router = APIRouter()
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
+B = TypeVar("B", bound=BaseModel)
 
 
 class SettingsBody(BaseModel):
@@ -84,6 +86,37 @@ def bad_session(session_id: str) -> JSONResponse | None:
     return error_response(422, "invalid_field", "sessionId must be 1-200 of A-Z a-z 0-9 . _ : -", "sessionId")
 
 
+def session_body(model: type[B]) -> Callable[[str, Request], Awaitable[B | JSONResponse]]:
+    """A FastAPI dependency: a checked session id, then the body as ``model``; else the 422 naming why."""
+
+    async def checked_session_body(session_id: str, request: Request) -> B | JSONResponse:
+        if (bad := bad_session(session_id)) is not None:
+            return bad
+        return await parse_body(request, model)
+
+    return checked_session_body
+
+
+async def dmail_arguments(session_id: str, request: Request) -> Any:
+    """A FastAPI dependency: the SendDMail arguments (any JSON value), or the response to answer instead:
+    422 for a bad session id, kimi's ToolError ("Error parsing JSON arguments") for a body that is not JSON."""
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    try:
+        return decode_json(await request.body(), require_object=False)
+    except InvalidBody as exc:
+        failed = ToolResult(True, f"Error parsing JSON arguments: {exc.detail}", "Invalid arguments")
+        return JSONResponse(failed.to_json_dict())
+
+
+SettingsIn = Annotated[SettingsBody | JSONResponse, Depends(session_body(SettingsBody))]
+MessagesIn = Annotated[MessagesBody | JSONResponse, Depends(session_body(MessagesBody))]
+EmptyIn = Annotated[EmptyBody | JSONResponse, Depends(session_body(EmptyBody))]
+RevertIn = Annotated[RevertBody | JSONResponse, Depends(session_body(RevertBody))]
+CompactIn = Annotated[CompactBody | JSONResponse, Depends(session_body(CompactBody))]
+StepEndIn = Annotated[StepEndBody | JSONResponse, Depends(session_body(StepEndBody))]
+
+
 def record_event(
     request: Request, session_id: str, source_type: str, source_id: str, payload: dict[str, Any]
 ) -> None:
@@ -105,10 +138,7 @@ def record_event(
 
 
 @router.put("/v1/sessions/{session_id}")
-async def put_session(session_id: str, request: Request) -> JSONResponse:
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, SettingsBody)
+def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     changes = body.model_dump(exclude_none=True)
@@ -128,10 +158,7 @@ def get_session(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v1/sessions/{session_id}/context/messages")
-async def post_messages(session_id: str, request: Request) -> JSONResponse:
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, MessagesBody)
+def post_messages(session_id: str, request: Request, body: MessagesIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
@@ -139,10 +166,7 @@ async def post_messages(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v1/sessions/{session_id}/context/checkpoint")
-async def post_checkpoint(session_id: str, request: Request) -> JSONResponse:
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, EmptyBody)
+def post_checkpoint(session_id: str, request: Request, body: EmptyIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     store = _store(request)
@@ -151,10 +175,7 @@ async def post_checkpoint(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v1/sessions/{session_id}/context/revert")
-async def post_revert(session_id: str, request: Request) -> JSONResponse:
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, RevertBody)
+def post_revert(session_id: str, request: Request, body: RevertIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     try:
@@ -165,7 +186,7 @@ async def post_revert(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v1/sessions/{session_id}/context/clear")
-async def post_clear(session_id: str, request: Request) -> JSONResponse:
+def post_clear(session_id: str, request: Request) -> JSONResponse:
     """kimi's Context.clear: everything goes, checkpoint ids restart at 0."""
     if (bad := bad_session(session_id)) is not None:
         return bad
@@ -174,11 +195,8 @@ async def post_clear(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v1/sessions/{session_id}/context/compact")
-async def post_compact(session_id: str, request: Request) -> JSONResponse:
+def post_compact(session_id: str, request: Request, body: CompactIn) -> JSONResponse:
     """Compaction: clear, checkpoint 0 (with its CHECKPOINT message when D-Mail is on), the compacted messages."""
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, CompactBody)
     if isinstance(body, JSONResponse):
         return body
     store = _store(request)
@@ -197,23 +215,12 @@ def get_context(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v1/sessions/{session_id}/dmail")
-async def post_dmail(session_id: str, request: Request) -> JSONResponse:
+def post_dmail(
+    session_id: str, request: Request, arguments: Annotated[Any, Depends(dmail_arguments)]
+) -> JSONResponse:
     """The SendDMail tool: ``{"message", "checkpoint_id"}`` → kimi's ToolOk / ToolError."""
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    import json
-
-    raw = await request.body()
-    try:
-        arguments = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        result = {
-            "isError": True,
-            "output": "",
-            "message": f"Error parsing JSON arguments: {exc}",
-            "brief": "Invalid arguments",
-        }
-        return JSONResponse(result)
+    if isinstance(arguments, JSONResponse):
+        return arguments
     outcome = send_dmail(_store(request), session_id, arguments)
     if not outcome.is_error and outcome.sequence is not None:
         record_event(
@@ -241,10 +248,7 @@ def _anchor(store: SessionStore, session_id: str) -> str | None:
 
 
 @router.post("/v1/sessions/{session_id}/steps/end")
-async def post_step_end(session_id: str, request: Request) -> JSONResponse:
-    if (bad := bad_session(session_id)) is not None:
-        return bad
-    body = await parse_body(request, StepEndBody)
+def post_step_end(session_id: str, request: Request, body: StepEndIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     store = _store(request)

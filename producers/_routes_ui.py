@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from producers._web_common import error_response, producer_of
+from worker.keys import Keys
 
 __all__ = ["UI_DIR", "router"]
 
@@ -59,8 +60,8 @@ def conversation_messages(
     return JSONResponse({"messages": [json.loads(m) for m in raw]})
 
 
-def _metric_series(client: Any, prefix: str, name: str) -> dict[str, float]:
-    fields = client.hgetall(f"{prefix}metrics:{name}")
+def _metric_series(client: Any, keys: Keys, name: str) -> dict[str, float]:
+    fields = client.hgetall(keys.metric(name))
     out: dict[str, float] = {}
     for raw_field, value in fields.items():
         text = str(raw_field if isinstance(raw_field, str) else raw_field.decode())
@@ -79,7 +80,7 @@ def overview(request: Request) -> JSONResponse:
     now_min = int(time.time() // 60)
     by_type: dict[str, dict[str, float]] = {}
     for labels, value in _metric_series(
-        client, store.keys.prefix, "agent_signal_source_events_total"
+        client, store.keys, "agent_signal_source_events_total"
     ).items():
         attrs = json.loads(labels)
         source_type = attrs.get("agent.signal.source_type", "?")
@@ -110,7 +111,7 @@ def overview(request: Request) -> JSONResponse:
                 "avgLatencyMs": (p.get("latency_ms", 0.0) / done) if done else None,
             }
         )
-    queue_key = f"{store.keys.prefix}broker:{producer.settings.queue_name}"
+    queue_key = store.keys.broker_queue(producer.settings.queue_name)
     workers = {
         (k if isinstance(k, str) else k.decode()): int(v)
         for k, v in client.hgetall(store.keys.workers).items()

@@ -92,7 +92,7 @@ def run_stack(*, examples: str = "examples/events.jsonl", replay: bool = True) -
 
 def _replay(settings: Any, path: str) -> None:
     from producers._client import Producer
-    from producers._models import InvalidEvent
+    from worker.intake import InvalidEvent
 
     producer = Producer(settings)
     lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]

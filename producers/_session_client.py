@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from producers._models import EventError, InvalidEvent
+from worker.intake import EventError, InvalidEvent
 
 __all__ = ["SessionClient"]
 

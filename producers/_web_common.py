@@ -1,28 +1,164 @@
-"""Pieces every HTTP router shares: the error body, and reaching the app's producer and settings."""
+"""Pieces every HTTP router shares: the one error body, the one JSON-body reader, the one mapper from a
+pydantic error to ``{code, message, field}``, and reaching the app's producer and settings.
+
+Routes that touch Redis, the broker, files or the router are plain ``def`` (FastAPI runs them in its
+threadpool, off the event loop). A ``def`` route cannot ``await request.body()``, so the body is read on the
+event loop by the async dependencies made here (:func:`json_body`, :func:`json_object`): they await the body
+and nothing else, and hand the route either the decoded value or the 422 to answer.
+
+Body rules, for every route: an empty body reads as ``{}``; malformed JSON, or a non-object where an object
+is required, is ``422 invalid_json`` with ``field: null``; a pydantic error is a 422 naming the first
+offending field as a dotted path (``messages.0.role``) under an optional prefix (``events[3].sourceId``).
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
-from fastapi import Request
+from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from producers._client import Producer
 from worker.settings import Settings
 
-__all__ = ["error_response", "parse_body", "producer_of", "settings_of"]
+if TYPE_CHECKING:  # the SDK's modules may import this one; no import cycle through the Producer
+    from producers._client import Producer
+
+__all__ = [
+    "FieldError",
+    "InvalidBody",
+    "JsonObject",
+    "decode_json",
+    "error_response",
+    "field_path",
+    "json_body",
+    "json_object",
+    "parse_body",
+    "producer_of",
+    "pydantic_error",
+    "read_json",
+    "request_validation_error",
+    "settings_of",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
 
+class FieldError(NamedTuple):
+    """What is wrong with a request: ``code``, a readable ``message``, and the ``field`` (a path) or None."""
+
+    code: str
+    message: str
+    field: str | None = None
+
+
+class InvalidBody(ValueError):
+    """The body is not JSON (or not an object where one is required); ``detail`` is the decoder's reason."""
+
+    def __init__(self, error: FieldError, detail: str) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.detail = detail
+
+
 def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
-    """``{"error": {"code", "message", "field"?}}`` with the status code."""
-    body: dict[str, Any] = {"code": code, "message": message}
-    if field is not None:
-        body["field"] = field
-    return JSONResponse({"error": body}, status_code=status)
+    """``{"error": {"code", "message", "field"}}`` with the status code; ``field`` is null when no field."""
+    return JSONResponse({"error": {"code": code, "message": message, "field": field}}, status_code=status)
+
+
+def _field_response(error: FieldError, status: int = 422) -> JSONResponse:
+    return error_response(status, error.code, error.message, error.field)
+
+
+def field_path(loc: Iterable[int | str], prefix: str = "") -> str | None:
+    """``("messages", 0, "role")`` → ``messages.0.role``; under ``prefix`` ``events[3]`` → ``events[3].x``."""
+    parts = [prefix] if prefix else []
+    parts += [str(part) for part in loc]
+    return ".".join(parts) or None
+
+
+def pydantic_error(
+    details: Mapping[str, Any], *, prefix: str = "", model_name: str | None = None
+) -> FieldError:
+    """The one mapper from a pydantic error (one item of ``ValidationError.errors()``) to a FieldError."""
+    field = field_path(details.get("loc", ()), prefix)
+    kind = details.get("type", "")
+    if kind == "missing":
+        return FieldError("missing_field", f"{field} is required", field)
+    if kind == "extra_forbidden":
+        where = f"a {model_name} field" if model_name else "a field of this request"
+        return FieldError("unknown_field", f"{field} is not {where}", field)
+    if kind in ("model_type", "dict_type"):
+        return FieldError("invalid_type", f"{field or 'the body'} must be a JSON object", field)
+    return FieldError("invalid_field", f"{field}: {details.get('msg', 'is invalid')}", field)
+
+
+async def request_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    """Exception handler for FastAPI's own parameter checks (query, path): the same 422 as a body error."""
+    first = dict(exc.errors()[0])
+    first["loc"] = tuple(first.get("loc", ()))[1:]  # drop the source: "query", "path", "body"
+    return _field_response(pydantic_error(first))
+
+
+def decode_json(raw: bytes, *, require_object: bool = True) -> Any:
+    """The decoded body (an empty body is ``{}``), or raise InvalidBody (code ``invalid_json``)."""
+    try:
+        data = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        error = FieldError("invalid_json", f"request body is not valid JSON: {exc}")
+        raise InvalidBody(error, str(exc)) from None
+    if require_object and not isinstance(data, dict):
+        error = FieldError("invalid_json", "request body must be a JSON object")
+        raise InvalidBody(error, "must be a JSON object")
+    return data
+
+
+async def read_json(request: Request, *, require_object: bool = True, max_bytes: int | None = None) -> Any:
+    """The decoded body, or the error response to answer (413 over ``max_bytes``, 422 ``invalid_json``).
+
+    A decoded JSON value is never a JSONResponse, so callers tell the two apart with ``isinstance``."""
+    raw = await request.body()
+    if max_bytes is not None and len(raw) > max_bytes:
+        return error_response(
+            413, "request_too_large", f"request body is {len(raw)} bytes; the limit is {max_bytes}"
+        )
+    try:
+        return decode_json(raw, require_object=require_object)
+    except InvalidBody as exc:
+        return _field_response(exc.error)
+
+
+async def parse_body(request: Request, model: type[M]) -> M | JSONResponse:
+    """The body validated as ``model``, or the 422 naming what is wrong (see :func:`pydantic_error`)."""
+    data = await read_json(request)
+    if isinstance(data, JSONResponse):
+        return data
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        return _field_response(pydantic_error(exc.errors(include_url=False)[0]))
+
+
+def json_body(model: type[M]) -> Callable[[Request], Awaitable[M | JSONResponse]]:
+    """A FastAPI dependency: the body as ``model``, or the 422 response (the route returns it as is)."""
+
+    async def body_as_model(request: Request) -> M | JSONResponse:
+        return await parse_body(request, model)
+
+    return body_as_model
+
+
+async def json_object(request: Request) -> dict[str, Any] | JSONResponse:
+    """A FastAPI dependency: the body as a JSON object, or the 422 ``invalid_json`` response."""
+    data: dict[str, Any] | JSONResponse = await read_json(request)
+    return data
+
+
+JsonObject = Annotated[dict[str, Any] | JSONResponse, Depends(json_object)]
+"""A route parameter: the body as a JSON object, or the 422 response to return as is."""
 
 
 def producer_of(request: Request) -> Producer:
@@ -33,23 +169,3 @@ def producer_of(request: Request) -> Producer:
 def settings_of(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
-
-
-async def parse_body(request: Request, model: type[M]) -> M | JSONResponse:
-    """Decode and validate a JSON body; an error response (422 naming the field) instead of raising."""
-    raw = await request.body()
-    try:
-        data = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        return error_response(422, "invalid_json", f"request body is not valid JSON: {exc}")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        field = ".".join(str(p) for p in first.get("loc", ())) or None
-        kind = first.get("type", "")
-        if kind == "missing":
-            return error_response(422, "missing_field", f"{field} is required", field)
-        if kind == "extra_forbidden":
-            return error_response(422, "unknown_field", f"{field} is not a field of this request", field)
-        return error_response(422, "invalid_field", f"{field}: {first.get('msg')}", field)

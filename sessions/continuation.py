@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sessions.fsm import FnState
     from sessions.functions import FunctionDef
+    from sessions.runtime import FnState
 
 __all__ = [
     "COOLDOWN_RULES",

@@ -11,19 +11,20 @@
 * ``tool_after``: observed tools, ``requires_evidence`` auto-marks, observe specs (when_args / when_output
   filters, set_evidence, capture_payload_as, sync_todos, inject).
 
-Nothing here does I/O: the Redis store and the simulator both drive these functions.
+Nothing here does I/O: the Redis store and the simulator both drive these functions. The state they change,
+``FnState`` and ``SessionRuntime``, is defined in sessions/runtime.py and importable from here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from policies.conditions import CondEnv, ConditionRegistry
+from sessions.conditions import CondEnv, ConditionRegistry
 from sessions.continuation import blocking_reason, continue_function
 from sessions.functions import FunctionDef, ObserveSpec
+from sessions.runtime import FnState, SessionRuntime
 from sessions.signals import (
     ALL_SIGNAL_TYPES,
     DEFAULT_BLOCKED_TIMEOUT_MS,
@@ -32,7 +33,6 @@ from sessions.signals import (
     UnrecognizedSignalType,
     guard_message,
     json_stringify,
-    ledger_view,
     record_signal,
     result_text,
 )
@@ -40,107 +40,38 @@ from sessions.signals import (
 __all__ = ["FnState", "FunctionMachine", "SessionRuntime"]
 
 
-@dataclass
-class FnState:
-    phase: str = "active"
-    activated_at_turn: int = 0
-    current_turn: int = 0
-    evidence_observed: dict[str, Any] = field(default_factory=dict)
-    tools_observed: list[str] = field(default_factory=list)
-    continuation_count: int = 0
-    cooldown_until_turn: int = 0
-    gate_satisfied: bool = False
-    kv: dict[str, Any] = field(default_factory=dict)
-    schema_version: int = 1
-    blocked_at: int | None = None
-    blocked_timeout_ms: int | None = None
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "activatedAtTurn": self.activated_at_turn,
-            "currentTurn": self.current_turn,
-            "evidenceObserved": self.evidence_observed,
-            "toolsObserved": self.tools_observed,
-            "continuationCount": self.continuation_count,
-            "cooldownUntilTurn": self.cooldown_until_turn,
-            "gateSatisfied": self.gate_satisfied,
-            "kv": self.kv,
-            "schemaVersion": self.schema_version,
-            "blockedAt": self.blocked_at,
-            "blockedTimeoutMs": self.blocked_timeout_ms,
-        }
-
-    @classmethod
-    def from_json_dict(cls, d: Mapping[str, Any]) -> FnState:
-        return cls(
-            phase=d.get("phase", "active"),
-            activated_at_turn=int(d.get("activatedAtTurn", 0)),
-            current_turn=int(d.get("currentTurn", 0)),
-            evidence_observed=dict(d.get("evidenceObserved", {})),
-            tools_observed=list(d.get("toolsObserved", [])),
-            continuation_count=int(d.get("continuationCount", 0)),
-            cooldown_until_turn=int(d.get("cooldownUntilTurn", 0)),
-            gate_satisfied=bool(d.get("gateSatisfied", False)),
-            kv=dict(d.get("kv", {})),
-            schema_version=int(d.get("schemaVersion", 1)),
-            blocked_at=d.get("blockedAt"),
-            blocked_timeout_ms=d.get("blockedTimeoutMs"),
-        )
-
-
-@dataclass
-class SessionRuntime:
-    """Everything the machine keeps for one session (persisted as one JSON document)."""
-
-    active: list[str] = field(default_factory=list)  # insertion-ordered set
-    locked: list[str] = field(default_factory=list)  # auto-activated: transitions cannot deactivate them
-    states: dict[str, FnState] = field(default_factory=dict)
-    session_ledger: dict[str, Any] = field(default_factory=dict)
-    artifacts: dict[str, str] = field(default_factory=dict)
-    attention: dict[str, dict[str, Any]] = field(default_factory=dict)  # pausing signals awaiting a human
-    seq: int = 0  # counts recorded tool calls (source ids of their events)
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "active": self.active,
-            "locked": self.locked,
-            "states": {k: v.to_json_dict() for k, v in self.states.items()},
-            "sessionLedger": self.session_ledger,
-            "artifacts": self.artifacts,
-            "attention": self.attention,
-            "seq": self.seq,
-        }
-
-    @classmethod
-    def from_json_dict(cls, d: Mapping[str, Any]) -> SessionRuntime:
-        return cls(
-            active=list(d.get("active", [])),
-            locked=list(d.get("locked", [])),
-            states={k: FnState.from_json_dict(v) for k, v in d.get("states", {}).items()},
-            session_ledger=dict(d.get("sessionLedger", {})),
-            artifacts=dict(d.get("artifacts", {})),
-            attention=dict(d.get("attention", {})),
-            seq=int(d.get("seq", 0)),
-        )
-
-    def functions_view(self) -> dict[str, dict[str, Any]]:
-        """Every function with state (the simulate output's ``functions``)."""
-        return {
-            name: {
-                "phase": st.phase,
-                "active": name in self.active,
-                "ledger": ledger_view(st.kv),
-                "evidence": st.evidence_observed,
-                "continuationCount": st.continuation_count,
-                "currentTurn": st.current_turn,
-            }
-            for name, st in self.states.items()
-        }
-
-
 def _args_match(expected: Mapping[str, Any], args: Mapping[str, Any]) -> list[bool]:
     return [json_stringify(args.get(k)) == json_stringify(v) for k, v in expected.items()]
+
+
+def _idle_candidate(fn: FunctionDef, st: FnState, now_ms: int) -> bool:
+    """Whether ``idle`` looks at this function: not complete, not gated (unless its blocked backstop expired,
+    which reactivates it), its ``requires_evidence`` met, and a ``continue_until`` to evaluate."""
+    if st.phase == "complete":
+        return False
+    if st.phase == "gated" and not _release_expired_block(st, now_ms):
+        return False
+    if fn.requires_evidence and not all(st.evidence_observed.get(t) is True for t in fn.requires_evidence):
+        return False
+    return fn.continue_until is not None
+
+
+def _release_expired_block(st: FnState, now_ms: int) -> bool:
+    """A gated function whose ``blocked`` backstop expired becomes active again (True); else it stays gated."""
+    timeout = st.blocked_timeout_ms if st.blocked_timeout_ms is not None else DEFAULT_BLOCKED_TIMEOUT_MS
+    if st.blocked_at is not None and now_ms - st.blocked_at > timeout:
+        st.phase = "active"
+        st.evidence_observed["paused"] = False
+        st.blocked_at = None
+        return True
+    return False
+
+
+def _decision(
+    continued: bool, function: str | None, *, reason: str | None = None, reminder: str | None = None
+) -> dict[str, Any]:
+    """An ``idle`` decision (its ``completed`` list is added by the caller)."""
+    return {"continued": continued, "function": function, "reason": reason, "reminder": reminder}
 
 
 class FunctionMachine:
@@ -322,23 +253,7 @@ class FunctionMachine:
         decision: dict[str, Any] | None = None
         for name in list(rt.active):
             fn, st = self.definitions.get(name), rt.states.get(name)
-            if fn is None or st is None or st.phase == "complete":
-                continue
-            if st.phase == "gated":
-                timeout = (
-                    st.blocked_timeout_ms if st.blocked_timeout_ms is not None else DEFAULT_BLOCKED_TIMEOUT_MS
-                )
-                if st.blocked_at is not None and now_ms - st.blocked_at > timeout:
-                    st.phase = "active"
-                    st.evidence_observed["paused"] = False
-                    st.blocked_at = None
-                else:
-                    continue
-            if fn.requires_evidence and not all(
-                st.evidence_observed.get(t) is True for t in fn.requires_evidence
-            ):
-                continue
-            if fn.continue_until is None:
+            if fn is None or st is None or not _idle_candidate(fn, st, now_ms):
                 continue
             if self.conditions.evaluate(fn.continue_until, self._env(rt, name, st, user_messaged=False)):
                 st.phase = "complete"
@@ -348,29 +263,14 @@ class FunctionMachine:
             if reason is not None:
                 blocked = blocked or (name, reason)
                 continue
-            decision = {
-                "continued": True,
-                "function": name,
-                "reason": None,
-                "reminder": continue_function(st, fn, name),
-            }
+            decision = _decision(True, name, reminder=continue_function(st, fn, name))
             break
         self._clear_attention(rt)
         if decision is None:
             if blocked is not None:
-                decision = {
-                    "continued": False,
-                    "function": blocked[0],
-                    "reason": blocked[1],
-                    "reminder": None,
-                }
+                decision = _decision(False, blocked[0], reason=blocked[1])
             else:
-                decision = {
-                    "continued": False,
-                    "function": None,
-                    "reason": "no function needs a continuation",
-                    "reminder": None,
-                }
+                decision = _decision(False, None, reason="no function needs a continuation")
         decision["completed"] = completed
         return decision
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from policies.conditions import ConditionRegistry, parse_call
+from sessions.conditions import ConditionRegistry, parse_call
 from policies.yaml12 import YAML12Error, load_yaml12
 
 __all__ = [

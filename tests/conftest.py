@@ -38,8 +38,7 @@ FAST = {
     "task_soft_time_limit_s": 60,
     "task_time_limit_s": 70,
     "visibility_timeout_s": 120,
-    "extra_source_types": ["test.counter", "test.timeline", "test.flaky", "test.fail-action"],
-    "policies": ["policies.builtin:default_policies", "tests.support.policies:bundle"],
+    "plugins": ["tests.support.policies:bundle"],
 }
 
 

@@ -29,18 +29,16 @@ from celery.signals import (
     worker_shutdown,
 )
 
-from policies.routing import ReloadingRouter
-from policies.self_iteration.runners import AgentRunner, CeleryRunner, WebhookRunner
 from worker import _state
-from worker.loading import load_policies
+from worker.keys import Keys
 from worker.logs import bind_event, clear_context, configure_logging
 from worker.pipeline import Pipeline
+from worker.plugins import assemble, load_plugins
 from worker.reconcile import reconcile, try_reconcile_lock
 from worker.redis_client import redis_from_settings
-from worker.registry import Registry
-from worker.settings import Settings, SettingsError, check_settings
+from worker.settings import Settings, check_settings
 from worker.store import EventStore, now_ms
-from worker.tasks import publish_drain, register_tasks
+from worker.tasks import publish_drain, publish_task, register_tasks
 from worker.telemetry import Telemetry, configure_telemetry
 
 __all__ = ["build_pipeline", "create_app"]
@@ -48,53 +46,37 @@ __all__ = ["build_pipeline", "create_app"]
 log = logging.getLogger(__name__)
 
 
-def build_runner(settings: Settings, app: Celery | None) -> AgentRunner | None:
-    """The AgentRunner of the settings: reference/celery publish a Celery task, webhook POSTs."""
-    if settings.agent_runner == "webhook":
-        if not settings.agent_runner_url or not settings.agent_runner_secret:
-            raise SettingsError(
-                "AGENT_SIGNAL_AGENT_RUNNER=webhook needs AGENT_SIGNAL_AGENT_RUNNER_URL and _SECRET"
-            )
-        return WebhookRunner(settings.agent_runner_url, settings.agent_runner_secret)
-    if app is None:
-        return None
-    return CeleryRunner(app, settings.agent_runner_queue or settings.queue_name)
-
-
 def build_pipeline(
     settings: Settings, *, telemetry: Telemetry | None = None, app: Celery | None = None
 ) -> Pipeline:
-    """The per-process pipeline: Redis client, store, telemetry, policies from settings."""
+    """The per-process pipeline: Redis client, store, telemetry, and the plugins named in the settings."""
     store = EventStore(redis_from_settings(settings), settings)
     if telemetry is None:
-        telemetry = configure_telemetry(
-            settings, service_name="agent-signal-worker", redis_client=store.client
-        )
+        telemetry = configure_telemetry(settings, service_name="agent-signal-worker", redis_client=store.client)
         _state.instrument_libraries(telemetry, redis_commands=settings.trace_redis_commands)
-    registry = Registry.from_policies(load_policies(settings.policies))
-    services: dict[str, Any] = {"keys": store.keys}
-    runner = build_runner(settings, app)
-    if runner is not None:
-        services["runner"] = runner
-    if app is not None:
-        # Handlers raise follow-up source events (the reference runner's completion, self-reflection
-        # requests) through the SDK: the same validation, size limit, feature gate and dedupe as any producer.
-        from producers._client import Producer
+    if app is None:
+        app = create_app(settings)
+    celery_app = app
 
-        services["emit"] = Producer(settings, celery_app=app, store=store).enqueue
-    if settings.judge_url:
-        from policies.self_iteration.openai_judges import (
-            OpenAIDomainJudge,
-            OpenAIJudgeClient,
-            OpenAISatisfactionJudge,
-        )
+    def drain(scope_key: str) -> None:
+        publish_drain(celery_app, scope_key, queue=settings.queue_name)
 
-        client = OpenAIJudgeClient(settings.judge_url, settings.judge_model, settings.judge_api_key)
-        services["satisfaction_judge"] = OpenAISatisfactionJudge(client)
-        services["domain_judge"] = OpenAIDomainJudge(client)
-    if settings.router_config:
-        services["router"] = ReloadingRouter(settings.router_config)
-    return Pipeline(store, registry, settings, services=services, telemetry=telemetry)
+    def task(name: str, payload: dict[str, Any], queue: str | None) -> None:
+        publish_task(celery_app, name, payload, queue=queue or settings.queue_name)
+
+    assembly = assemble(
+        load_plugins(settings), settings, store, publish_drain=drain, publish_task=task
+    )
+    return Pipeline(
+        store,
+        assembly.registry,
+        settings,
+        deps=assembly.deps,
+        emitter=assembly.emitter,
+        publish_drain=drain,
+        runtime=assembly.runtime,
+        telemetry=telemetry,
+    )
 
 
 def _is_redis_broker(url: str) -> bool:
@@ -108,7 +90,7 @@ def create_app(settings: Settings) -> Celery:
     app = Celery("agent_signal", broker=broker_url, set_as_current=False)
     transport_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
     if _is_redis_broker(broker_url):
-        transport_options["global_keyprefix"] = settings.key_prefix + "broker:"
+        transport_options["global_keyprefix"] = Keys(settings.key_prefix).broker_prefix
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -132,7 +114,8 @@ def create_app(settings: Settings) -> Celery:
         worker_send_task_events=False,
         enable_utc=True,
     )
-    register_tasks(app, settings.queue_name)
+    # The plugins' tasks are registered in every process (their names and code), built lazily per child.
+    register_tasks(app, settings.queue_name, load_plugins(settings))
     _state.set_factory(lambda: build_pipeline(settings, app=app))
     _connect_lifecycle(app, settings)
     return app

@@ -1,29 +1,44 @@
-"""What a handler receives besides its node: the clock, the scope, staged effects and services.
+"""What a handler receives besides its node: the clock, the scope, staged writes, follow-up events and its
+plugin's typed dependencies.
 
-``ctx.effects`` is how an action handler makes a Redis side effect *exactly once*: the commands it stages
-are applied in one server-side script together with the action's idempotency mark, and only if the lane is
-still unmarked and our fencing number is still current. A handler whose effect lives elsewhere (HTTP,
-a database) performs it itself and gets at-least-once semantics, bounded by the idempotency lane (mark
-only after ``applied``), and should pass ``ctx.idempotency_key`` on to that system.
+Every Redis write a handler makes is *staged* and fenced:
+
+* a source or signal handler's ``ctx.effects.call(...)`` and ``ctx.emit(event)`` are collected for the whole
+  chain and applied by the event's fenced commit script, only when the event commits ``done``. A retried
+  attempt starts from exactly the state the first attempt started from; a dead event leaves no trace.
+* an action handler's ``ctx.effects`` are applied in one server-side script together with the action's
+  idempotency mark, only if the lane is still unmarked and our fencing number is still current, so an
+  applied action survives a later failure of the chain and is never applied twice.
+
+A handler whose effect lives outside Redis (HTTP, a database) performs it itself and gets at-least-once
+semantics, bounded by the idempotency lane (marked only after ``applied``); it should pass
+``ctx.idempotency_key`` on to that system.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from worker.keys import Keys
 
 if TYPE_CHECKING:
-    from worker.nodes import Action, ExecutorResult
+    from worker.nodes import Action, ExecutorResult, Source
 
-__all__ = ["ActionPort", "EffectBuffer", "HandlerContext"]
+__all__ = ["ActionPort", "Deps", "EffectBuffer", "HandlerContext", "MissingDependency"]
 
 RedisArg = str | int | float | bytes
+T = TypeVar("T")
+
+
+class MissingDependency(LookupError):
+    """A handler asked for a dependency its plugin did not provide."""
 
 
 @dataclass(slots=True)
 class EffectBuffer:
-    """Redis commands staged by an action handler, applied atomically with the idempotency mark."""
+    """Redis write commands staged by handlers, applied atomically by a fenced script (or not at all)."""
 
     commands: list[list[RedisArg]] = field(default_factory=list)
 
@@ -38,6 +53,32 @@ class EffectBuffer:
 
     def clear(self) -> None:
         self.commands.clear()
+
+    def to_json_list(self) -> list[list[str]]:
+        """The commands as strings (the scripts' ``cjson.decode`` input)."""
+        return [[a if isinstance(a, str) else _text(a) for a in cmd] for cmd in self.commands]
+
+
+def _text(value: RedisArg) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class Deps:
+    """The typed dependencies of the loaded plugins, looked up by their class (one instance per class)."""
+
+    def __init__(self, instances: Mapping[type[Any], object] | None = None) -> None:
+        self._by_type: dict[type[Any], object] = dict(instances or {})
+
+    def add(self, instance: object) -> None:
+        self._by_type[type(instance)] = instance
+
+    def get(self, kind: type[T]) -> T:
+        found = self._by_type.get(kind)
+        if not isinstance(found, kind):
+            raise MissingDependency(
+                f"no {kind.__name__} was provided: is the plugin that builds it loaded (AGENT_SIGNAL_PLUGINS)?"
+            )
+        return found
 
 
 class ActionPort(Protocol):
@@ -55,9 +96,16 @@ class ActionPort(Protocol):
         """Raise LeaseLost when the scope lease is no longer ours."""
 
 
+Emit = Callable[[Mapping[str, Any]], str]
+
+
+def _no_emit(event: Mapping[str, Any]) -> str:
+    raise RuntimeError("this context cannot emit follow-up events")
+
+
 @dataclass(slots=True)
 class HandlerContext:
-    """Per-node context (LobeHub's RuntimeProcessorContext, plus staged effects and services)."""
+    """Per-node context (LobeHub's RuntimeProcessorContext, plus staged writes and typed dependencies)."""
 
     scope_key: str
     node_timestamp: int
@@ -65,8 +113,24 @@ class HandlerContext:
     max_attempts: int = 1
     idempotency_key: str | None = None
     effects: EffectBuffer = field(default_factory=EffectBuffer)
-    services: Mapping[str, Any] = field(default_factory=dict)
+    keys: Keys = field(default_factory=Keys)
+    deps_of: Deps = field(default_factory=Deps)
+    emitter: Emit = _no_emit
+    source: Source | None = None  # the chain's source event (who sent it: userId, agentId, workspaceId)
 
     def now(self) -> int:
         """The node's own timestamp (fixed for every handler of the node), in ms."""
         return self.node_timestamp
+
+    def key(self, name: str) -> str:
+        """A fully qualified key for the plugin's own data in this scope (prefix and hash tag included)."""
+        return self.keys.plugin(self.scope_key, name)
+
+    def deps(self, kind: type[T]) -> T:
+        """The plugin's typed dependencies of class ``kind`` (raises MissingDependency when not provided)."""
+        return self.deps_of.get(kind)
+
+    def emit(self, event: Mapping[str, Any]) -> str:
+        """Stage a follow-up source event (validated now, admitted by the fenced commit); returns its
+        status: ``staged`` or an admission hook's verdict such as ``gated``."""
+        return self.emitter(event)

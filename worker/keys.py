@@ -1,6 +1,8 @@
 """Every Redis key the product writes, built in one place.
 
-Nothing else concatenates key strings. All keys start with the configured prefix (``agent-signal:`` by
+Nothing else builds key strings (``tests/unit/worker/test_keys_home.py`` scans the sources and fails on a
+hand-built one; the Lua scripts receive whole keys, or the event-key prefix :attr:`Keys.event_prefix`, from
+here). All keys start with the configured prefix (``agent-signal:`` by
 default; tests use a random one so they share a server safely). Keys that belong to one scope carry the
 scope in a hash tag ``{scopeKey}`` so that, on Redis Cluster, a scope's inbox, lease, fence and lanes land on
 one slot and the Lua scripts that touch several of them stay legal.
@@ -33,7 +35,15 @@ skill-candidates:{scope}             list    7 days                    accumulat
 dedupe:<kind>-guard:<key>            string  3 days                    one self-iteration run per review window
 features:self-iteration              hash    none                      per-user feature-gate overrides
 receipts-feed:user:U:agent:A:topic:T pubsub  -                         new receipt ids for the SSE stream
-activity:{scope}                     hash    none                      built-in policy: per-scope activity counts
+activity:{scope}                     hash    none                      activity plugin: per-scope activity counts
+procedure:{scope}                    hash    7 days                    tool-outcome procedure records
+procedure-marker:{scope}:D:I:P       string  7 days                    "handled" markers that suppress feedback
+procedure-receipts:{scope}           list    7 days                    the scope's last 8 procedure receipts
+self-reflection-accumulator:{scope}  hash    7 days                    self-reflection counters per reflection scope
+  :<type>:<id>
+plugin:{scope}:<name>                any     plugin's choice           a plugin's own data (ctx.key(name))
+metrics:meta / metrics:<name>        hash    none                      metric series written by every process
+broker:<queue>                       list    -                         the Celery queue when the broker is Redis
 """
 
 from __future__ import annotations
@@ -50,7 +60,12 @@ class Keys:
     prefix: str = "agent-signal:"
 
     def event(self, event_id: str) -> str:
-        return f"{self.prefix}ev:{event_id}"
+        return f"{self.event_prefix}{event_id}"
+
+    @property
+    def event_prefix(self) -> str:
+        """``ev:`` keys are ``event_prefix + eventId``: the scripts that find an inbox head's record use it."""
+        return f"{self.prefix}ev:"
 
     def inbox(self, scope_key: str) -> str:
         return f"{self.prefix}inbox:{{{scope_key}}}"
@@ -73,6 +88,48 @@ class Keys:
     def activity(self, scope_key: str) -> str:
         """Per-scope activity counters written by the built-in policy's action."""
         return f"{self.prefix}activity:{{{scope_key}}}"
+
+    def plugin(self, scope_key: str, name: str) -> str:
+        """A plugin's own key in a scope (``ctx.key(name)``): prefix and hash tag included."""
+        return f"{self.prefix}plugin:{{{scope_key}}}:{name}"
+
+    # --- the tool-outcome procedure (self-iteration plugin) ---
+
+    def procedure(self, scope_key: str) -> str:
+        """record id -> procedure record (JSON)."""
+        return f"{self.prefix}procedure:{{{scope_key}}}"
+
+    def procedure_marker(self, scope_key: str, domain_key: str, intent: str, procedure_key: str) -> str:
+        """A ``handled`` marker: one key (LobeHub double-prefixes it, quirk 10)."""
+        return f"{self.prefix}procedure-marker:{{{scope_key}}}:{domain_key}:{intent}:{procedure_key}"
+
+    def procedure_receipts(self, scope_key: str) -> str:
+        """The scope's last procedure receipts (JSON list items, newest first)."""
+        return f"{self.prefix}procedure-receipts:{{{scope_key}}}"
+
+    def reflection_accumulator(self, scope_key: str, scope_type: str, scope_id: str) -> str:
+        """Self-reflection counters of one reflection scope (task, operation or topic)."""
+        return f"{self.prefix}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
+
+    # --- metrics and the broker ---
+
+    @property
+    def metrics_meta(self) -> str:
+        """instrument name -> {type, unit, description} (JSON)."""
+        return f"{self.prefix}metrics:meta"
+
+    def metric(self, name: str) -> str:
+        """One instrument's series: field "<attributes JSON>" (and bucket fields for histograms)."""
+        return f"{self.prefix}metrics:{name}"
+
+    @property
+    def broker_prefix(self) -> str:
+        """Celery's ``global_keyprefix`` on a Redis broker: the broker's keys live under ours."""
+        return f"{self.prefix}broker:"
+
+    def broker_queue(self, queue_name: str) -> str:
+        """The Redis list that holds a queue's messages (Redis broker only)."""
+        return f"{self.broker_prefix}{queue_name}"
 
     # --- agent sessions (context store, D-Mail, signal ledgers): scoped by the session's scope key ---
 

@@ -21,7 +21,7 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, loglevel: 
     app = create_app(settings)
     structlog.get_logger(__name__).info(
         "worker settings: lease_ttl_s=%s renew=%s max_attempts=%s retry_base_ms=%s retry_cap_ms=%s "
-        "visibility_timeout_s=%s soft/hard=%s/%s policies=%s",
+        "visibility_timeout_s=%s soft/hard=%s/%s plugins=%s",
         settings.lease_ttl_s,
         settings.lease_renew_interval_s,
         settings.max_attempts,
@@ -30,7 +30,7 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, loglevel: 
         settings.visibility_timeout_s,
         settings.task_soft_time_limit_s,
         settings.task_time_limit_s,
-        settings.policies,
+        [*settings.shipped_plugins, *settings.plugins],
     )
     argv = [
         "worker",

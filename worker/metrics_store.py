@@ -30,6 +30,8 @@ from opentelemetry.sdk.metrics.export import (
 from redis import Redis
 from redis import exceptions as redis_errors
 
+from worker.keys import Keys
+
 __all__ = ["RedisMetricExporter", "render_prometheus"]
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ def _labels_key(attributes: Any) -> str:
 class RedisMetricExporter(MetricExporter):
     """Adds each export's deltas to Redis (see module docstring)."""
 
-    def __init__(self, client: Redis, prefix: str) -> None:
+    def __init__(self, client: Redis, keys: Keys) -> None:
         super().__init__(
             preferred_temporality={
                 Counter: AggregationTemporality.DELTA,
@@ -51,7 +53,7 @@ class RedisMetricExporter(MetricExporter):
             }
         )
         self.client = client
-        self.prefix = prefix
+        self.keys = keys
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **_: Any
@@ -61,7 +63,7 @@ class RedisMetricExporter(MetricExporter):
         for resource_metrics in metrics_data.resource_metrics:
             for scope_metrics in resource_metrics.scope_metrics:
                 for metric in scope_metrics.metrics:
-                    key = f"{self.prefix}metrics:{metric.name}"
+                    key = self.keys.metric(metric.name)
                     kind = (
                         "histogram"
                         if isinstance(
@@ -71,7 +73,7 @@ class RedisMetricExporter(MetricExporter):
                         else "counter"
                     )
                     pipe.hset(
-                        f"{self.prefix}metrics:meta",
+                        self.keys.metrics_meta,
                         metric.name,
                         json.dumps(
                             {"type": kind, "unit": metric.unit or "", "description": metric.description or ""}
@@ -129,14 +131,14 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def render_prometheus(client: Redis, prefix: str) -> str:
+def render_prometheus(client: Redis, keys: Keys) -> str:
     """Prometheus text exposition of everything the exporters wrote."""
-    meta_raw = client.hgetall(f"{prefix}metrics:meta")
+    meta_raw = client.hgetall(keys.metrics_meta)
     lines: list[str] = []
     names = sorted((k if isinstance(k, str) else k.decode()) for k in meta_raw)
     pipe = client.pipeline(transaction=False)
     for name in names:
-        pipe.hgetall(f"{prefix}metrics:{name}")
+        pipe.hgetall(keys.metric(name))
     for name, fields in zip(names, pipe.execute(), strict=True):
         meta = json.loads(meta_raw[name])
         prom = _prom_name(name)

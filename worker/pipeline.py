@@ -1,19 +1,23 @@
-"""Draining a scope: the lease, the per-event stages in their one explicit order, and failure handling.
+"""Draining a scope: the lease, then each head event through the explicit list of steps, then release.
 
-``Pipeline.drain(scopeKey)`` takes the scope lease, then for each event at the head of the scope's inbox:
+``Pipeline.drain(scopeKey)`` takes the scope lease (the same round trip takes the inbox's head) and runs
+:meth:`Pipeline.process_event` for each head, in order. ``process_event`` walks :data:`DEFAULT_STEPS`,
+the only place where the order of an event's steps is decided:
 
-    begin      (fenced script) head event → processing, attempts += 1; a head whose previous attempt
-               died with its worker and that has used all attempts goes straight to the dead letters
-    stages     DEFAULT_STAGES, in list order: interpret (source → signals → actions → results, see
-               worker.scheduler) then project (the chain's trace, stored with the commit)
-    commit     (fenced script) done | retry (back to queued with notBefore) | dead (to the DLQ)
+    begin         read the stored event; an unreadable one, or one whose earlier deliveries all died with
+                  their worker, is decided ``dead`` here
+    interpret     run the chain (worker.scheduler); an exception decides ``retry`` (backoff with full jitter)
+                  or ``dead`` (PermanentFailure, or the last attempt); LeaseLost stops the event uncommitted
+    project       build the chain's projection (LobeHub's envelope + record), once, with the error if any
+    commit        the fenced COMMIT script: the outcome, the projection, and (``done`` only) the writes and
+                  follow-up events the source and signal handlers staged; the same round trip takes the next
+                  head, or releases the scope when the inbox is empty
+    after-commit  publish drains for follow-ups' scopes, metrics and the observe span, dev snapshots
 
-and finally releases the lease with the token-checked script that refuses to release while the inbox is
-non-empty, so an event appended during release is drained by us, never stranded. A head waiting for its
-retry time, or a drain that hit ``max_events_per_drain``, hands the scope off: the lease is released and
-the caller publishes the next drain task (with the retry countdown), keeping other scopes moving.
-
-This is the only module that decides stage order. Stages are small callables on :class:`EventWork`.
+A scope is released only inside ACQUIRE or COMMIT, atomically with the empty-inbox check, so an event
+appended meanwhile is drained by us or schedules a new drain: never stranded. A head waiting for its retry
+time, or a drain that reached ``max_events_per_drain``, hands the scope off (token-checked release that
+keeps the scope scheduled); the caller publishes the next drain task.
 """
 
 from __future__ import annotations
@@ -21,51 +25,85 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from policies.lease import LeaseGrant, ScopeLease
-from policies.retry import backoff_ms, should_retry
+from worker.context import Deps, EffectBuffer
+from worker.emitter import Emitter, StagedEmits
 from worker.errors import LeaseLost, PermanentFailure, RetryLater, SkipEvent
+from worker.keys import Keys
+from worker.lease import LeaseGrant, ScopeLease
 from worker.logs import bind_event, clear_context
 from worker.nodes import Source
+from worker.plugin import PluginRuntime
 from worker.projection import project_chain, trace_events
 from worker.registry import Registry
-from worker.scheduler import ChainTrace, run_chain
+from worker.retry import backoff_ms, should_retry
+from worker.scheduler import ChainScope, ChainTrace, run_chain
 from worker.settings import Settings
 from worker.snapshots import write_snapshot
-from worker.store import Begun, EventStore, Head, RedisActionPort, now_ms
+from worker.store import Begun, Commit, CommitReply, EventStore, Head, RedisActionPort, now_ms
 from worker.telemetry import DISABLED, Telemetry
 
-__all__ = ["DEFAULT_STAGES", "DrainOutcome", "EventWork", "Interpret", "Pipeline", "Project", "Stage"]
+__all__ = ["DEFAULT_STEPS", "DrainOutcome", "EventWork", "Pipeline", "Step"]
 
 log = logging.getLogger(__name__)
+
+Outcome = Literal["done", "dead", "retry"]
 
 
 @dataclass(slots=True)
 class EventWork:
-    """What the stages of one event share."""
+    """One event on its way through the steps: what they decided and produced."""
 
-    source: Source
-    begun: Begun
     grant: LeaseGrant
-    port: RedisActionPort
-    max_attempts: int
-    services: Mapping[str, Any]
-    telemetry: Telemetry = DISABLED
+    begun: Begun
+    go_on: bool
+    scope: ChainScope
+    source: Source | None = None
     trace: ChainTrace | None = None
+    outcome: Outcome | None = None
+    error: str = ""
+    not_before_ms: int = 0
+    status: str = "error"  # the workflow status metric: generated | error | invalid_payload
+    lost: bool = False  # the lease was lost: nothing is committed
     projection: dict[str, Any] | None = None
-    chain_json: str = ""
-    extras: dict[str, Any] = field(default_factory=dict)
+    reply: CommitReply | None = None
+    followups: StagedEmits = field(default_factory=lambda: StagedEmits(None))
+
+    def decide(self, outcome: Outcome, error: str = "") -> None:
+        self.outcome, self.error = outcome, error
 
 
-class Stage(Protocol):
-    """One step of an event's processing. May raise the control-flow exceptions of worker.errors."""
+class Step(Protocol):
+    """One step of an event; reads and writes :class:`EventWork`; never raises for the event's own errors."""
 
     name: str
 
-    def __call__(self, work: EventWork, registry: Registry) -> None: ...
+    def __call__(self, work: EventWork, pipeline: Pipeline) -> None: ...
+
+
+class Begin:
+    """Read the stored event; decide ``dead`` when it is unreadable or used up all its deliveries."""
+
+    name = "begin"
+
+    def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
+        try:
+            work.source = Source.model_validate_json(work.begun.body)
+        except ValueError as exc:
+            work.status = "invalid_payload"
+            work.decide("dead", f"stored event is unreadable: {exc}")
+            return
+        bind_event(chainId=work.source.chain.chain_id, sourceId=work.source.source_id)
+        max_attempts = pipeline.settings.max_attempts
+        if work.begun.attempts > max_attempts:
+            previous = f" (last error: {work.begun.last_error})" if work.begun.last_error else ""
+            used = work.begun.attempts - 1
+            work.decide(
+                "dead", f"worker lost while processing; {used} deliveries used of {max_attempts}{previous}"
+            )
 
 
 class Interpret:
@@ -73,30 +111,100 @@ class Interpret:
 
     name = "interpret"
 
-    def __call__(self, work: EventWork, registry: Registry) -> None:
-        work.trace = run_chain(
-            work.source,
-            registry,
-            work.port,
-            attempt=work.begun.attempts,
-            max_attempts=work.max_attempts,
-            services=work.services,
-            telemetry=work.telemetry,
-        )
+    def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
+        if work.outcome is not None or work.source is None:
+            return
+        port = RedisActionPort(pipeline.store, work.grant.scope_key, work.grant.fence, work.grant.lost)
+        try:
+            work.trace = run_chain(
+                work.source, pipeline.registry, port, scope=work.scope, telemetry=pipeline.telemetry
+            )
+        except LeaseLost:
+            log.warning("lease lost mid-event; not committing", extra={"eventId": work.begun.event_id})
+            work.lost = True
+        except SkipEvent:
+            work.decide("done")
+        except PermanentFailure as exc:
+            work.decide("dead", f"{exc.code}: {exc}")
+        except RetryLater as exc:
+            pipeline.retry_or_dead(work, f"RetryLater: {exc}", min_delay_s=exc.delay_s)
+        except Exception as exc:
+            pipeline.retry_or_dead(work, f"{type(exc).__name__}: {exc}")
+        else:
+            work.decide("done")
+            work.status = "generated"
 
 
 class Project:
-    """Project the chain (LobeHub's envelope + record); the commit stores it with the event's final state."""
+    """The chain's projection, built once; the commit stores it with the event's outcome."""
 
     name = "project"
 
-    def __call__(self, work: EventWork, registry: Registry) -> None:
-        if work.trace is not None:
-            work.projection = chain_projection(work.trace, work.source, attempt=work.begun.attempts)
-            work.chain_json = json.dumps(work.projection, separators=(",", ":"), ensure_ascii=False)
+    def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
+        if work.trace is None or work.source is None or work.lost:
+            return
+        work.projection = chain_projection(
+            work.trace, work.source, attempt=work.begun.attempts, error=work.error or None
+        )
 
 
-DEFAULT_STAGES: Sequence[Stage] = (Interpret(), Project())
+class CommitStep:
+    """The fenced commit (and the next head); a stale fence marks the lease lost."""
+
+    name = "commit"
+
+    def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
+        if work.lost or work.outcome is None:
+            return
+        done = work.outcome == "done"
+        commit = Commit(
+            scope_key=work.grant.scope_key,
+            fence=work.grant.fence,
+            token=work.grant.token,
+            event_id=work.begun.event_id,
+            outcome=work.outcome,
+            error=work.error,
+            not_before_ms=work.not_before_ms,
+            chain_id=work.source.chain.chain_id if work.source is not None else "",
+            chain_json="" if work.projection is None else _compact(work.projection),
+            effects=work.scope.effects if done else EffectBuffer(),
+            followups=work.followups.events if done else (),
+        )
+        work.reply = pipeline.store.commit(commit, go_on=work.go_on)
+        if work.reply.code == -1:
+            log.warning("fenced commit rejected (stale lease)", extra={"eventId": work.begun.event_id})
+            work.grant.lost.set()
+            work.lost = True
+        elif work.reply.code == -2:
+            log.error("commit found another event at the inbox head", extra={"eventId": work.begun.event_id})
+            work.lost = True
+
+
+class AfterCommit:
+    """Drains for follow-ups' scopes; metrics and the observe span; development snapshots (done only)."""
+
+    name = "after-commit"
+
+    def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
+        if work.reply is None or work.reply.code != 1:
+            return
+        for scope_key in work.reply.publish:
+            pipeline.publish_drain(scope_key)
+        if work.outcome != "done" or work.projection is None or work.trace is None or work.source is None:
+            return
+        source, trace = work.source, work.trace
+
+        def events() -> list[dict[str, Any]]:
+            return trace_events(source, trace.signals, trace.actions, trace.results)
+
+        pipeline.telemetry.persist_projection(work.projection, events)
+        if pipeline.settings.env == "development":
+            write_snapshot(
+                pipeline.settings.tracing_dir, source, work.projection, events(), trace.started_at_ms
+            )
+
+
+DEFAULT_STEPS: Sequence[Step] = (Begin(), Interpret(), Project(), CommitStep(), AfterCommit())
 
 
 def chain_projection(
@@ -120,6 +228,10 @@ def chain_projection(
     )
 
 
+def _compact(document: dict[str, Any]) -> str:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+
+
 @dataclass(frozen=True, slots=True)
 class DrainOutcome:
     """What the caller (the Celery task) should do next for this scope."""
@@ -138,19 +250,22 @@ class Pipeline:
         registry: Registry,
         settings: Settings,
         *,
-        stages: Sequence[Stage] = DEFAULT_STAGES,
-        services: Mapping[str, Any] | None = None,
+        deps: Deps | None = None,
+        emitter: Emitter | None = None,
+        publish_drain: Callable[[str], None] | None = None,
+        runtime: PluginRuntime | None = None,
+        steps: Sequence[Step] = DEFAULT_STEPS,
         telemetry: Telemetry = DISABLED,
     ) -> None:
-        self.telemetry = telemetry
-        self._last_status = "error"  # the workflow status of the event being processed (one at a time)
         self.store = store
         self.registry = registry
         self.settings = settings
-        self.stages = tuple(stages)
-        self.services = dict(services or {})
-        self.services.setdefault("redis", store.client)
-        self.services.setdefault("settings", settings)
+        self.deps = deps or Deps()
+        self.emitter = emitter
+        self.publish_drain: Callable[[str], None] = publish_drain or (lambda scope_key: None)
+        self.runtime = runtime  # the plugins' runtime of this process (their Celery tasks use it)
+        self.steps = tuple(steps)
+        self.telemetry = telemetry
         self.lease = ScopeLease(
             store.scripts,
             store.keys,
@@ -158,20 +273,20 @@ class Pipeline:
             renew_interval_s=settings.lease_renew_interval_s,
         )
 
+    @property
+    def keys(self) -> Keys:
+        return self.store.keys
+
     def drain(self, scope_key: str) -> DrainOutcome:
-        grant, remaining_ms, head = self.lease.acquire(
-            scope_key, prefix=self.settings.key_prefix, now_ms=now_ms()
-        )
+        grant, remaining_ms, head = self.lease.acquire(scope_key, now_ms=now_ms())
         if grant is None or head is None:
             # Somebody holds the scope. A live holder drains what we were sent for; a dead one's lease
             # runs out in remaining_ms, so look again then (no spinning, one message per TTL).
             return DrainOutcome(0, "busy", delay_s=remaining_ms / 1000 + 0.05)
+        attrs = {"agent.signal.scope_key": scope_key, "agent.signal.fence": grant.fence}
         try:
-            with self.telemetry.span(
-                "agent_signal.scope.drain",
-                {"agent.signal.scope_key": scope_key, "agent.signal.fence": grant.fence},
-            ) as span:
-                outcome = self._drain_with(grant, head)
+            with self.telemetry.span("agent_signal.scope.drain", attrs) as span:
+                outcome = self._drain_heads(grant, head)
                 if span is not None:
                     span.set_attribute("agent.signal.processed", outcome.processed)
                     span.set_attribute("agent.signal.drain_next", outcome.next)
@@ -179,41 +294,39 @@ class Pipeline:
         finally:
             self.lease.stop_renewing()
 
-    def _drain_with(self, grant: LeaseGrant, head: Head) -> DrainOutcome:
+    def _drain_heads(self, grant: LeaseGrant, head: Head) -> DrainOutcome:
         processed = 0
-        while True:
-            if head.code == 0:
-                return DrainOutcome(processed, "idle")  # the script released the scope
-            if head.code == 3 or head.begun is None:
-                wait_ms = max(head.not_before_ms - now_ms(), 0)
-                if not self.lease.hand_off(grant):
-                    return DrainOutcome(processed, "lost")
-                return DrainOutcome(processed, "again", delay_s=wait_ms / 1000)
+        while head.code == 1 and head.begun is not None:
             go_on = processed + 1 < self.settings.max_events_per_drain
-            committed, following = self._process(grant, head.begun, go_on=go_on)
-            if not committed:
+            work = self.process_event(grant, head.begun, go_on=go_on)
+            if work.reply is None or work.reply.code != 1:
                 return DrainOutcome(processed, "lost")
             processed += 1
-            if following is None:
-                # max_events_per_drain reached: hand the scope to a fresh task so other scopes get a turn.
-                if not self.lease.hand_off(grant):
-                    return DrainOutcome(processed, "lost")
-                return DrainOutcome(processed, "again")
-            head = following
+            if work.reply.head is None:  # max_events_per_drain: let other scopes have a turn
+                return self._hand_off(grant, processed, 0)
+            head = work.reply.head
+        if head.code == 0:
+            return DrainOutcome(processed, "idle")  # the script released the scope
+        return self._hand_off(grant, processed, max(head.not_before_ms - now_ms(), 0))
 
-    def _process(self, grant: LeaseGrant, begun: Begun, *, go_on: bool) -> tuple[bool, Head | None]:
-        """Run one event to a committed outcome; (False, None) when the lease was lost (nothing committed).
+    def _hand_off(self, grant: LeaseGrant, processed: int, wait_ms: int) -> DrainOutcome:
+        if not self.lease.hand_off(grant):
+            return DrainOutcome(processed, "lost")
+        return DrainOutcome(processed, "again", delay_s=wait_ms / 1000)
 
-        With ``go_on`` the commit also takes the next head (returned) or releases the idle scope. The event
-        runs inside an ``agent_signal.workflow.run`` span that continues the trace of its enqueue."""
+    def process_event(self, grant: LeaseGrant, begun: Begun, *, go_on: bool) -> EventWork:
+        """Walk the steps for one event inside an ``agent_signal.workflow.run`` span that continues the
+        trace of its enqueue; returns what they did (``work.reply`` is None when nothing was committed)."""
         started = time.perf_counter()
-        source_type, traceparent = "unknown", None
-        try:
-            peek = json.loads(begun.body)
-            source_type, traceparent = str(peek.get("sourceType", "unknown")), peek.get("traceparent")
-        except ValueError:
-            pass
+        source_type, traceparent = _peek(begun.body)
         bind_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)
+        scope = ChainScope(
+            attempt=begun.attempts, max_attempts=self.settings.max_attempts, keys=self.keys, deps=self.deps
+        )
+        work = EventWork(
+            grant=grant, begun=begun, go_on=go_on, scope=scope, followups=StagedEmits(self.emitter)
+        )
+        scope.emit = work.followups
         attrs = {
             "agent.signal.scope_key": grant.scope_key,
             "agent.signal.event_id": begun.event_id,
@@ -223,159 +336,33 @@ class Pipeline:
             with self.telemetry.span(
                 "agent_signal.workflow.run", attrs, parent=self.telemetry.extract(traceparent)
             ):
-                committed, following, status = self._process_event(grant, begun, go_on=go_on)
+                for step in self.steps:
+                    step(work, self)
         finally:
             clear_context("eventId", "scopeKey", "attempt", "chainId", "sourceId")
-        if committed:
-            self.telemetry.workflow_run(
-                status=status, source_type=source_type, duration_ms=(time.perf_counter() - started) * 1000
-            )
-        return committed, following
+        if work.reply is not None and work.reply.code == 1:
+            duration_ms = (time.perf_counter() - started) * 1000
+            self.telemetry.workflow_run(status=work.status, source_type=source_type, duration_ms=duration_ms)
+        return work
 
-    def _process_event(
-        self, grant: LeaseGrant, begun: Begun, *, go_on: bool
-    ) -> tuple[bool, Head | None, str]:
-        """(committed, next head, workflow status: generated | error | invalid_payload)."""
-        committed, following = self._run_event(grant, begun, go_on=go_on)
-        return committed, following, self._last_status
-
-    def _run_event(self, grant: LeaseGrant, begun: Begun, *, go_on: bool) -> tuple[bool, Head | None]:
-        self._last_status = "error"
-        max_attempts = self.settings.max_attempts
-        try:
-            source = Source.model_validate_json(begun.body)
-        except ValueError as exc:
-            self._last_status = "invalid_payload"
-            return self._commit(grant, begun, "dead", go_on=go_on, error=f"stored event is unreadable: {exc}")
-        bind_event(chainId=source.chain.chain_id, sourceId=source.source_id)
-        if begun.attempts > max_attempts:
-            previous = f" (last error: {begun.last_error})" if begun.last_error else ""
-            return self._commit(
-                grant,
-                begun,
-                "dead",
-                go_on=go_on,
-                error=f"worker lost while processing; {begun.attempts - 1} deliveries used of {max_attempts}{previous}",
-                source=source,
-            )
-        port = RedisActionPort(self.store, grant.scope_key, grant.fence, grant.lost)
-        work = EventWork(source, begun, grant, port, max_attempts, self.services, telemetry=self.telemetry)
-        try:
-            for stage in self.stages:
-                stage(work, self.registry)
-        except LeaseLost:
-            log.warning("lease lost mid-event; not committing", extra={"eventId": begun.event_id})
-            return False, None
-        except SkipEvent:
-            return self._commit(grant, begun, "done", go_on=go_on, source=source, chain_json=work.chain_json)
-        except PermanentFailure as exc:
-            return self._fail(grant, begun, work, source, f"{exc.code}: {exc}", go_on=go_on, permanent=True)
-        except RetryLater as exc:
-            return self._fail(
-                grant, begun, work, source, f"RetryLater: {exc}", go_on=go_on, min_delay_s=exc.delay_s
-            )
-        except Exception as exc:
-            return self._fail(grant, begun, work, source, f"{type(exc).__name__}: {exc}", go_on=go_on)
-        committed, following = self._commit(
-            grant, begun, "done", go_on=go_on, source=source, chain_json=work.chain_json
-        )
-        if committed:
-            self._last_status = "generated"
-            self._after_commit(work)
-        return committed, following
-
-    def _after_commit(self, work: EventWork) -> None:
-        """Metrics and the observe span only for committed chains (a rejected commit reports nothing)."""
-        if work.projection is None or work.trace is None:
+    def retry_or_dead(self, work: EventWork, error: str, *, min_delay_s: float = 0.0) -> None:
+        """Decide ``retry`` (full-jitter backoff, at least ``min_delay_s``) or, on the last attempt, ``dead``."""
+        if not should_retry(work.begun.attempts, self.settings.max_attempts):
+            work.decide("dead", error)
             return
-        trace = work.trace
-
-        def events() -> list[dict[str, Any]]:
-            return trace_events(work.source, trace.signals, trace.actions, trace.results)
-
-        self.telemetry.persist_projection(work.projection, events)
-        if self.settings.env == "development":
-            write_snapshot(
-                self.settings.tracing_dir, work.source, work.projection, events(), trace.started_at_ms
-            )
-
-    def _fail(
-        self,
-        grant: LeaseGrant,
-        begun: Begun,
-        work: EventWork,
-        source: Source,
-        error: str,
-        *,
-        go_on: bool,
-        permanent: bool = False,
-        min_delay_s: float = 0.0,
-    ) -> tuple[bool, Head | None]:
-        chain_json = ""
-        if work.trace is not None:
-            projection = chain_projection(work.trace, source, attempt=begun.attempts, error=error)
-            chain_json = json.dumps(projection, separators=(",", ":"), ensure_ascii=False)
-        if permanent or not should_retry(begun.attempts, self.settings.max_attempts):
-            return self._commit(
-                grant, begun, "dead", go_on=go_on, error=error, source=source, chain_json=chain_json
-            )
-        delay = backoff_ms(
-            begun.attempts, base_ms=self.settings.retry_base_ms, cap_ms=self.settings.retry_cap_ms
+        delay_ms = backoff_ms(
+            work.begun.attempts, base_ms=self.settings.retry_base_ms, cap_ms=self.settings.retry_cap_ms
         )
-        delay = max(delay, int(min_delay_s * 1000))
-        return self._commit(
-            grant,
-            begun,
-            "retry",
-            go_on=go_on,
-            error=error,
-            not_before_ms=now_ms() + delay,
-            source=source,
-            chain_json=chain_json,
-        )
-
-    def _commit(
-        self,
-        grant: LeaseGrant,
-        begun: Begun,
-        outcome: Literal["done", "dead", "retry"],
-        *,
-        go_on: bool,
-        error: str = "",
-        not_before_ms: int = 0,
-        source: Source | None = None,
-        chain_json: str = "",
-    ) -> tuple[bool, Head | None]:
-        reply, following = self.store.commit(
-            grant.scope_key,
-            grant.fence,
-            begun.event_id,
-            outcome,
-            token=grant.token,
-            go_on=go_on,
-            error=error,
-            not_before_ms=not_before_ms,
-            chain_id=source.chain.chain_id if source is not None else "",
-            chain_json=chain_json,
-        )
-        if reply == -1:
-            log.warning(
-                "fenced commit rejected (stale lease)",
-                extra={"eventId": begun.event_id, "fence": grant.fence},
-            )
-            grant.lost.set()
-            return False, None
-        if reply == -2:
-            log.error("commit found another event at the inbox head", extra={"eventId": begun.event_id})
-            return False, None
-        return True, following
+        work.decide("retry", error)
+        work.not_before_ms = now_ms() + max(delay_ms, int(min_delay_s * 1000))
 
 
-def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:
-    """Poll ``predicate`` until true or timeout (used by the CLI and tests)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return bool(predicate())
+def _peek(body: str) -> tuple[str, str | None]:
+    """The source type and W3C traceparent of a stored event, without validating it."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return "unknown", None
+    if not isinstance(data, dict):
+        return "unknown", None
+    return str(data.get("sourceType", "unknown")), data.get("traceparent")

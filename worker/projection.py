@@ -130,12 +130,23 @@ def project_chain(
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``{"envelope": AgentSignalTraceEnvelope, "record": AgentSignalTelemetryRecord}``."""
-    chain_id = source.chain.chain_id or source.chain.root_source_id
-    operation_id = _payload_str(source, "operationId")
-    agent_id = _payload_str(source, "agentId")
-    topic_id = _payload_str(source, "topicId")
-    final_action = actions[-1] if actions else None
-    final_result = _result_for(final_action, results) if final_action else None
+    ids = {
+        "agentId": _payload_str(source, "agentId"),
+        "operationId": _payload_str(source, "operationId"),
+        "topicId": _payload_str(source, "topicId"),
+    }
+    record = _record(source, signals, actions, results, ids, duration_ms=duration_ms, trace_id=trace_id)
+    envelope = _envelope(source, signals, actions, results, ids, trace_id=trace_id, metadata=metadata)
+    return {"envelope": envelope, "record": record}
+
+
+def _conclusion(
+    source: Source,
+    signals: Sequence[Signal],
+    final_action: Action | None,
+    final_result: ExecutorResult | None,
+) -> dict[str, Any]:
+    """The record's ``conclusionChain``: compressed signals, the dominant path, the final reason if any."""
     dominant = [source.source_type, *(s.signal_type for s in signals)]
     if final_action is not None:
         dominant.append(final_action.action_type)
@@ -148,9 +159,25 @@ def project_chain(
         )
         if reason is not None:
             conclusion["finalReason"] = reason
+    return conclusion
+
+
+def _record(
+    source: Source,
+    signals: Sequence[Signal],
+    actions: Sequence[Action],
+    results: Sequence[ExecutorResult],
+    ids: dict[str, str | None],
+    *,
+    duration_ms: float | None,
+    trace_id: str | None,
+) -> dict[str, Any]:
+    """The AgentSignalTelemetryRecord; ``ids`` holds the source payload's agentId, operationId and topicId."""
+    final_action = actions[-1] if actions else None
+    final_result = _result_for(final_action, results) if final_action else None
     record: dict[str, Any] = {
-        "chainId": chain_id,
-        "conclusionChain": conclusion,
+        "chainId": source.chain.chain_id or source.chain.root_source_id,
+        "conclusionChain": _conclusion(source, signals, final_action, final_result),
         "createdAt": to_iso(source.timestamp),
         "id": f"agent-signal:{source.source_id}",
         "rootSourceId": source.chain.root_source_id,
@@ -166,22 +193,29 @@ def project_chain(
         record["finalStatus"] = final_result.status
     if duration_ms is not None:
         record["durationMs"] = round(duration_ms, 3)
-    for key, value in (
-        ("agentId", agent_id),
-        ("operationId", operation_id),
-        ("topicId", topic_id),
-        ("traceId", trace_id),
-    ):
+    for key, value in (*ids.items(), ("traceId", trace_id)):
         if value is not None:
             record[key] = value
+    return record
+
+
+def _envelope(
+    source: Source,
+    signals: Sequence[Signal],
+    actions: Sequence[Action],
+    results: Sequence[ExecutorResult],
+    ids: dict[str, str | None],
+    *,
+    trace_id: str | None,
+    metadata: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The AgentSignalTraceEnvelope; ``ids`` as for :func:`_record`."""
     envelope_meta: dict[str, Any] = {"scopeKey": source.scope_key}
-    for key, value in (("agentId", agent_id), ("operationId", operation_id), ("topicId", topic_id)):
-        if value is not None:
-            envelope_meta[key] = value
+    envelope_meta.update((key, value) for key, value in ids.items() if value is not None)
     envelope_meta.update(metadata or {})
     envelope: dict[str, Any] = {
         "actions": [a.to_json_dict() for a in actions],
-        "chainId": chain_id,
+        "chainId": source.chain.chain_id or source.chain.root_source_id,
         "edges": _edges(source, signals, actions, results),
         "handlerRuns": _handler_runs(actions, results),
         "metadata": envelope_meta,
@@ -191,9 +225,10 @@ def project_chain(
         "source": source.to_json_dict(),
         "version": 1,
     }
+    operation_id = ids["operationId"]
     if operation_id is not None or trace_id is not None:
         envelope["traceId"] = operation_id or trace_id
-    return {"envelope": envelope, "record": record}
+    return envelope
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -204,76 +239,82 @@ def trace_events(
     source: Source, signals: Sequence[Signal], actions: Sequence[Action], results: Sequence[ExecutorResult]
 ) -> list[dict[str, Any]]:
     """LobeHub's toAgentSignalTraceEvents: source, signals, actions, results, in that fixed order."""
-    events: list[dict[str, Any]] = [
-        {
-            "type": "agent_signal.source",
-            "timestamp": source.timestamp,
-            "attributes": {
-                "chainId": source.chain.chain_id,
-                "rootSourceId": source.chain.root_source_id,
-                "scopeKey": source.scope_key,
-                "sourceId": source.source_id,
-                "sourceType": source.source_type,
-            },
-        }
-    ]
-    for s in signals:
-        p = s.payload
-        events.append(
-            {
-                "type": "agent_signal.signal",
-                "timestamp": s.timestamp,
-                "attributes": _drop_none(
-                    {
-                        "classifierConfidence": p.get("skillIntentConfidence"),
-                        "classifierError": p.get("skillIntentError"),
-                        "classifierReason": p.get("skillIntentReason"),
-                        "confidence": p.get("confidence"),
-                        "parentNodeId": s.chain.parent_node_id,
-                        "reason": p.get("reason"),
-                        "satisfactionResult": p.get("satisfactionResult", p.get("result")),
-                        "signalId": s.signal_id,
-                        "signalType": s.signal_type,
-                        "sourceId": s.source.source_id,
-                        "skillActionIntent": p.get("skillActionIntent"),
-                        "skillIntentExplicitness": p.get("skillIntentExplicitness"),
-                        "skillRoute": p.get("skillRoute"),
-                        "target": p.get("target"),
-                    }
-                ),
-            }
-        )
-    for a in actions:
-        events.append(
-            {
-                "type": "agent_signal.action",
-                "timestamp": a.timestamp,
-                "attributes": {
-                    "actionId": a.action_id,
-                    "actionType": a.action_type,
-                    "parentNodeId": a.chain.parent_node_id,
-                    "signalId": a.signal.signal_id,
-                },
-            }
-        )
+    events = [_source_event(source), *(_signal_event(s) for s in signals), *map(_action_event, actions)]
     by_id = {a.action_id: a for a in actions}
     for index, r in enumerate(results):
         action = by_id.get(r.action_id)
         ts = action.timestamp if action else source.timestamp + len(signals) + len(actions) + index + 1
-        attrs: dict[str, Any] = {
-            "actionId": r.action_id,
-            "attemptCurrent": r.attempt.current,
-            "attemptStatus": r.attempt.status,
-            "detail": r.detail,
-            "status": r.status,
-        }
-        if r.status == "failed" and r.error is not None:
-            attrs["errorCode"] = r.error.code
-            attrs["errorMessage"] = r.error.message
-        if isinstance(r.output, dict) and isinstance(r.output.get("decision"), dict):
-            attrs["outputDecision"] = r.output["decision"]
-        events.append({"type": "agent_signal.result", "timestamp": ts, "attributes": _drop_none(attrs)})
+        events.append(_result_event(r, ts))
     return events
+
+
+def _source_event(source: Source) -> dict[str, Any]:
+    return {
+        "type": "agent_signal.source",
+        "timestamp": source.timestamp,
+        "attributes": {
+            "chainId": source.chain.chain_id,
+            "rootSourceId": source.chain.root_source_id,
+            "scopeKey": source.scope_key,
+            "sourceId": source.source_id,
+            "sourceType": source.source_type,
+        },
+    }
+
+
+def _signal_event(s: Signal) -> dict[str, Any]:
+    p = s.payload
+    return {
+        "type": "agent_signal.signal",
+        "timestamp": s.timestamp,
+        "attributes": _drop_none(
+            {
+                "classifierConfidence": p.get("skillIntentConfidence"),
+                "classifierError": p.get("skillIntentError"),
+                "classifierReason": p.get("skillIntentReason"),
+                "confidence": p.get("confidence"),
+                "parentNodeId": s.chain.parent_node_id,
+                "reason": p.get("reason"),
+                "satisfactionResult": p.get("satisfactionResult", p.get("result")),
+                "signalId": s.signal_id,
+                "signalType": s.signal_type,
+                "sourceId": s.source.source_id,
+                "skillActionIntent": p.get("skillActionIntent"),
+                "skillIntentExplicitness": p.get("skillIntentExplicitness"),
+                "skillRoute": p.get("skillRoute"),
+                "target": p.get("target"),
+            }
+        ),
+    }
+
+
+def _action_event(a: Action) -> dict[str, Any]:
+    return {
+        "type": "agent_signal.action",
+        "timestamp": a.timestamp,
+        "attributes": {
+            "actionId": a.action_id,
+            "actionType": a.action_type,
+            "parentNodeId": a.chain.parent_node_id,
+            "signalId": a.signal.signal_id,
+        },
+    }
+
+
+def _result_event(r: ExecutorResult, ts: int) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "actionId": r.action_id,
+        "attemptCurrent": r.attempt.current,
+        "attemptStatus": r.attempt.status,
+        "detail": r.detail,
+        "status": r.status,
+    }
+    if r.status == "failed" and r.error is not None:
+        attrs["errorCode"] = r.error.code
+        attrs["errorMessage"] = r.error.message
+    if isinstance(r.output, dict) and isinstance(r.output.get("decision"), dict):
+        attrs["outputDecision"] = r.output["decision"]
+    return {"type": "agent_signal.result", "timestamp": ts, "attributes": _drop_none(attrs)}
 
 
 def flatten_attributes(attributes: dict[str, Any]) -> dict[str, str | int | float | bool]:

@@ -14,6 +14,8 @@
    action already applied under that key is not run again; its stored result is replayed, so a redelivered
    event converges on the same trace. An ``applied`` result is committed with the handler's staged effects
    atomically; ``failed``/``skipped`` results never mark the lane.
+6. Source and signal handlers share the chain's :class:`ChainScope`: their staged writes and follow-up
+   events are applied by the pipeline's fenced commit when the event is done, never before.
 
 Unlike LobeHub, the trace of a chain that ends in ``wait``/``schedule``/``conclude`` is kept whole.
 A ``max_nodes`` budget stops runaway fan-out (LobeHub has none).
@@ -23,13 +25,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.idempotency import idempotency_key_for
-from worker.context import ActionPort, EffectBuffer, HandlerContext
+from worker.context import ActionPort, Deps, EffectBuffer, Emit, HandlerContext
 from worker.errors import PermanentFailure
+from worker.idempotency import idempotency_key_for
+from worker.keys import Keys
 from worker.nodes import (
     Action,
     Attempt,
@@ -47,38 +49,9 @@ from worker.nodes import (
 from worker.registry import HandlerDef, HandlerKind, Registry
 from worker.telemetry import DISABLED, Telemetry
 
-__all__ = ["ChainTrace", "HandlerRun", "run_chain"]
+__all__ = ["ChainScope", "ChainTrace", "run_chain"]
 
 DEFAULT_MAX_NODES = 500
-
-
-@dataclass(slots=True)
-class HandlerRun:
-    id: str
-    handler_type: str
-    status: str
-    started_at_ms: int
-    duration_ms: float
-    input_ref_ids: list[str]
-    output_ref_ids: list[str]
-    error: dict[str, str] | None = None
-    attempt: int | None = None
-
-    def to_json_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "id": self.id,
-            "handlerType": self.handler_type,
-            "status": self.status,
-            "startedAt": _iso(self.started_at_ms),
-            "durationMs": round(self.duration_ms, 3),
-            "inputRefIds": self.input_ref_ids,
-            "outputRefIds": self.output_ref_ids,
-        }
-        if self.error is not None:
-            data["error"] = self.error
-        if self.attempt is not None:
-            data["attempt"] = self.attempt
-        return data
 
 
 @dataclass(slots=True)
@@ -89,7 +62,6 @@ class ChainTrace:
     signals: list[Signal] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
     results: list[ExecutorResult] = field(default_factory=list)
-    handler_runs: list[HandlerRun] = field(default_factory=list)
     terminal: Wait | Schedule | Conclude | None = None
     started_at_ms: int = 0
     duration_ms: float = 0.0
@@ -105,15 +77,10 @@ class ChainTrace:
             "signals": [s.to_json_dict() for s in self.signals],
             "actions": [a.to_json_dict() for a in self.actions],
             "results": [r.to_json_dict() for r in self.results],
-            "handlerRuns": [h.to_json_dict() for h in self.handler_runs],
             "terminal": None if self.terminal is None else self.terminal.to_json_dict(),
             "startedAt": self.started_at_ms,
             "durationMs": round(self.duration_ms, 3),
         }
-
-
-def _iso(ms: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
 
 
 def _kind_and_type(node: Node) -> tuple[HandlerKind, str, str]:
@@ -124,22 +91,51 @@ def _kind_and_type(node: Node) -> tuple[HandlerKind, str, str]:
     return "action", node.action_type, node.action_id
 
 
+@dataclass(slots=True)
+class ChainScope:
+    """What every handler of one chain shares: the clock-free context fields, the chain's staged writes and
+    follow-up events (committed with the event), and the plugins' typed dependencies."""
+
+    attempt: int = 1
+    max_attempts: int = 1
+    keys: Keys = field(default_factory=Keys)
+    deps: Deps = field(default_factory=Deps)
+    effects: EffectBuffer = field(default_factory=EffectBuffer)
+    emit: Emit | None = None
+
+    def context(self, source: Source, node: Node) -> HandlerContext:
+        """A fresh context for one handler of ``node``: source and signal handlers stage into the chain's
+        buffer; an action handler gets its own (applied with its idempotency mark)."""
+        ctx = HandlerContext(
+            scope_key=source.scope_key,
+            node_timestamp=getattr(node, "timestamp", source.timestamp),
+            attempt=self.attempt,
+            max_attempts=self.max_attempts,
+            keys=self.keys,
+            deps_of=self.deps,
+            source=source,
+        )
+        if not isinstance(node, Action):
+            ctx.effects = self.effects
+            if self.emit is not None:
+                ctx.emitter = self.emit
+        return ctx
+
+
 def run_chain(
     source: Source,
     registry: Registry,
     port: ActionPort,
     *,
-    attempt: int = 1,
-    max_attempts: int = 1,
-    services: Mapping[str, Any] | None = None,
+    scope: ChainScope | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
     telemetry: Telemetry = DISABLED,
 ) -> ChainTrace:
     """Run every handler reachable from ``source``; see the module docstring for the algorithm."""
+    scope = scope or ChainScope()
     trace = ChainTrace(source=source, started_at_ms=int(time.time() * 1000))
     started = time.perf_counter()
     queue: deque[Node] = deque([source])
-    chain_services: Mapping[str, Any] = {**(services or {}), "source": source}
     seen = 0
     while queue:
         node = queue.popleft()
@@ -152,17 +148,10 @@ def run_chain(
             trace.signals.append(node)
         elif isinstance(node, Action):
             trace.actions.append(node)
-        kind, node_type, node_id = _kind_and_type(node)
+        kind, node_type, _ = _kind_and_type(node)
         for handler in registry.match(kind, node_type):
-            ctx = HandlerContext(
-                scope_key=source.scope_key,
-                node_timestamp=getattr(node, "timestamp", source.timestamp),
-                attempt=attempt,
-                max_attempts=max_attempts,
-                services=chain_services,
-            )
-            outputs = _traced(telemetry, kind, node_type, node, node_id, handler, ctx, port, trace)
-            queue.extend(outputs)
+            ctx = scope.context(source, node)
+            queue.extend(_traced(telemetry, kind, node_type, node, handler, ctx, port, trace))
     trace.duration_ms = (time.perf_counter() - started) * 1000
     return trace
 
@@ -182,7 +171,6 @@ def _traced(
     kind: HandlerKind,
     node_type: str,
     node: Node,
-    node_id: str,
     handler: HandlerDef,
     ctx: HandlerContext,
     port: ActionPort,
@@ -192,7 +180,7 @@ def _traced(
     if not telemetry.enabled:
         if isinstance(node, Action):
             return _run_action(node, handler, ctx, port, trace)
-        return _run_handler(node, node_id, handler, ctx, trace)
+        return _run_handler(node, handler, ctx, trace)
     attrs = {
         "agent.signal.handler_id": handler.id,
         "agent.signal.handler_kind": kind,
@@ -207,7 +195,7 @@ def _traced(
             if isinstance(node, Action):
                 outputs = _run_action(node, handler, ctx, port, trace)
             else:
-                outputs = _run_handler(node, node_id, handler, ctx, trace)
+                outputs = _run_handler(node, handler, ctx, trace)
             result_status = _result_status(trace, before_results, before_terminal, outputs)
             if span is not None:
                 span.set_attribute("agent.signal.handler_result_status", result_status)
@@ -234,52 +222,13 @@ def _traced(
         )
 
 
-def _run_handler(
-    node: Node, node_id: str, handler: HandlerDef, ctx: HandlerContext, trace: ChainTrace
-) -> list[Node]:
-    started_ms = int(time.time() * 1000)
-    t0 = time.perf_counter()
-    try:
-        result = handler.handle(node, ctx)
-    except Exception as exc:
-        trace.handler_runs.append(
-            HandlerRun(
-                id=f"{node_id}:{handler.id}",
-                handler_type=handler.id,
-                status="failed",
-                started_at_ms=started_ms,
-                duration_ms=(time.perf_counter() - t0) * 1000,
-                input_ref_ids=[node_id],
-                output_ref_ids=[],
-                error={"message": str(exc), "code": type(exc).__name__},
-            )
-        )
-        raise
-    outputs: list[Node] = []
-    status = "ok"
+def _run_handler(node: Node, handler: HandlerDef, ctx: HandlerContext, trace: ChainTrace) -> list[Node]:
+    result = handler.handle(node, ctx)
     if isinstance(result, Dispatch):
-        outputs = [*result.signals, *result.actions]
-    elif isinstance(result, Wait | Schedule | Conclude):
-        if trace.terminal is None:
-            trace.terminal = result
-    elif result is None:
-        status = "skipped"
-    trace.handler_runs.append(
-        HandlerRun(
-            id=f"{node_id}:{handler.id}",
-            handler_type=handler.id,
-            status=status,
-            started_at_ms=started_ms,
-            duration_ms=(time.perf_counter() - t0) * 1000,
-            input_ref_ids=[node_id],
-            output_ref_ids=[_node_id(n) for n in outputs],
-        )
-    )
-    return outputs
-
-
-def _node_id(node: Node) -> str:
-    return _kind_and_type(node)[2]
+        return [*result.signals, *result.actions]
+    if isinstance(result, Wait | Schedule | Conclude) and trace.terminal is None:
+        trace.terminal = result
+    return []
 
 
 def _run_action(
@@ -287,72 +236,21 @@ def _run_action(
 ) -> list[Node]:
     key = idempotency_key_for(action)
     ctx.idempotency_key = key
-    started_ms = int(time.time() * 1000)
-    t0 = time.perf_counter()
-    stored = port.lookup(action, key)
-    if stored is not None:
-        result = stored
-    else:
+    result = port.lookup(action, key)
+    if result is None:
         port.ensure_live()
-        try:
-            raw = handler.handle(action, ctx)
-        except Exception as exc:
-            trace.handler_runs.append(
-                HandlerRun(
-                    id=f"{action.action_id}:attempt:{ctx.attempt}",
-                    handler_type=handler.id,
-                    status="failed",
-                    started_at_ms=started_ms,
-                    duration_ms=(time.perf_counter() - t0) * 1000,
-                    input_ref_ids=[action.action_id],
-                    output_ref_ids=[],
-                    error={"message": str(exc), "code": type(exc).__name__},
-                    attempt=ctx.attempt,
-                )
-            )
-            raise
+        started_ms = int(time.time() * 1000)
+        raw = handler.handle(action, ctx)
         if not isinstance(raw, ExecutorResult):
             # An action handler that returns nothing (or a dispatch) is recorded like LobeHub's
             # non-executor results; it produces no result signal and never marks the lane.
-            trace.handler_runs.append(
-                HandlerRun(
-                    id=f"{action.action_id}:attempt:{ctx.attempt}",
-                    handler_type=handler.id,
-                    status="skipped" if raw is None else "ok",
-                    started_at_ms=started_ms,
-                    duration_ms=(time.perf_counter() - t0) * 1000,
-                    input_ref_ids=[action.action_id],
-                    output_ref_ids=[],
-                    attempt=ctx.attempt,
-                )
-            )
-            if isinstance(raw, Dispatch):
-                return [*raw.signals, *raw.actions]
-            return []
+            return [*raw.signals, *raw.actions] if isinstance(raw, Dispatch) else []
         result = _stamp_attempt(raw, ctx, started_ms)
-        if result.status == "applied":
-            ensure_applied = port.commit(action, key, result, ctx.effects)
-            if not ensure_applied:
-                # Someone else applied it under this key between our lookup and our commit: use theirs.
-                result = port.lookup(action, key) or result
-        ctx.effects = EffectBuffer()
+        if result.status == "applied" and not port.commit(action, key, result, ctx.effects):
+            # Someone else applied it under this key between our lookup and our commit: use theirs.
+            result = port.lookup(action, key) or result
     trace.results.append(result)
-    error = None if result.error is None else {"code": result.error.code, "message": result.error.message}
-    signal = result_signal(action, result, int(time.time() * 1000))
-    trace.handler_runs.append(
-        HandlerRun(
-            id=f"{action.action_id}:attempt:{result.attempt.current}",
-            handler_type=handler.id,
-            status={"applied": "ok", "skipped": "skipped", "failed": "failed"}[result.status],
-            started_at_ms=started_ms,
-            duration_ms=(time.perf_counter() - t0) * 1000,
-            input_ref_ids=[action.action_id],
-            output_ref_ids=[signal.signal_id],
-            error=error,
-            attempt=result.attempt.current,
-        )
-    )
-    return [signal]
+    return [result_signal(action, result, int(time.time() * 1000))]
 
 
 _ATTEMPT_STATUS: dict[str, AttemptStatus] = {"applied": "succeeded", "skipped": "skipped", "failed": "failed"}

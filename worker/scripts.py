@@ -13,34 +13,47 @@ from redis.commands.core import Script
 
 __all__ = ["Scripts"]
 
-# Enqueue one event: claim the dedupe record or count a duplicate.
-# KEYS: ev, inbox, sched, scopes, stats   ARGV: eventId, scopeKey, eventJson, nowMs, windowS, schedTtlMs
-# -> {1, publish(0|1)} accepted (publish=1: no drain is scheduled for the scope, send one) | {0, 0} duplicate
-ENQUEUE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], 'duplicates', 1)
-  redis.call('HINCRBY', KEYS[5], 'duplicate', 1)
-  return {0, 0}
+# Shared Lua: admit one event: claim its dedupe record (the event hash) and append it to its scope inbox,
+# or count a duplicate. -> {1, publish(0|1)} accepted (publish=1: no drain is scheduled for the scope, send
+# one) | {0, 0} duplicate. Used by ENQUEUE (producers) and COMMIT (follow-up events a chain emitted).
+ADMIT = """
+local function admit(ev, inbox, sched, scopes, stats, id, scope, body, now, window, sched_ttl)
+  if redis.call('EXISTS', ev) == 1 then
+    redis.call('HINCRBY', ev, 'duplicates', 1)
+    redis.call('HINCRBY', stats, 'duplicate', 1)
+    return {0, 0}
+  end
+  redis.call('HSET', ev, 'state', 'queued', 'eventId', id, 'scopeKey', scope, 'event', body,
+    'enqueuedAt', now, 'attempts', 0)
+  redis.call('EXPIRE', ev, window)
+  redis.call('RPUSH', inbox, id)
+  redis.call('SADD', scopes, scope)
+  redis.call('HINCRBY', stats, 'accepted', 1)
+  if redis.call('SET', sched, now, 'NX', 'PX', sched_ttl) then return {1, 1} end
+  return {1, 0}
 end
-redis.call('HSET', KEYS[1], 'state', 'queued', 'eventId', ARGV[1], 'scopeKey', ARGV[2], 'event', ARGV[3],
-  'enqueuedAt', ARGV[4], 'attempts', 0)
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-redis.call('RPUSH', KEYS[2], ARGV[1])
-redis.call('SADD', KEYS[4], ARGV[2])
-redis.call('HINCRBY', KEYS[5], 'accepted', 1)
-if redis.call('SET', KEYS[3], ARGV[4], 'NX', 'PX', ARGV[6]) then return {1, 1} end
-return {1, 0}
 """
 
+# Enqueue one event (see ADMIT).
+# KEYS: ev, inbox, sched, scopes, stats   ARGV: eventId, scopeKey, eventJson, nowMs, windowS, schedTtlMs
+ENQUEUE = (
+    ADMIT
+    + """
+return admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+"""
+)
+
 # Shared Lua: take the head of a scope's inbox for processing. Heads that are already final (done/dead) or
-# whose record expired are popped and skipped.  Returns {0} inbox empty | {3, id, notBefore} head waits for
+# whose record expired are popped and skipped. ``ev_prefix`` is Keys.event_prefix (an event's key is the
+# prefix followed by its id: the one key the scripts complete themselves, because the head's id is only
+# known inside the script).  Returns {0} inbox empty | {3, id, notBefore} head waits for
 # its retry time | {1, id, eventJson, attempts, prevState, lastError} head taken (state -> processing).
 TAKE_HEAD = """
-local function take_head(inbox, prefix, now, fence)
+local function take_head(inbox, ev_prefix, now, fence)
   for _ = 1, 1000 do
     local id = redis.call('LINDEX', inbox, 0)
     if not id then return {0} end
-    local ek = prefix .. 'ev:' .. id
+    local ek = ev_prefix .. id
     local rec = redis.call('HMGET', ek, 'state', 'event', 'notBefore', 'error')
     if not rec[2] or rec[1] == 'done' or rec[1] == 'dead' then
       redis.call('LPOP', inbox)
@@ -64,7 +77,7 @@ end
 """
 
 # Grant the scope lease, issue the next fencing number, and take the head event, in one round trip.
-# KEYS: lease, fence, inbox, sched, scopes   ARGV: token, ttlMs, prefix, nowMs, scopeKey
+# KEYS: lease, fence, inbox, sched, scopes   ARGV: token, ttlMs, evPrefix, nowMs, scopeKey
 # -> {0, pttl} held by someone else | {fence, <take_head reply>} granted; when the inbox was empty the
 #    lease is released again in the same script (reply {fence, 0}).
 ACQUIRE = (
@@ -102,13 +115,18 @@ return 1
 
 # Commit the head event's outcome (fenced): done, dead (to the DLQ), or back to queued for a retry; then,
 # when ARGV[14] is '1', go on in the same round trip: take the next head, or release the scope if it is idle.
+# Only a 'done' commit applies what the chain's source and signal handlers staged: their Redis commands
+# (ARGV[15], a JSON list of command lists) and the follow-up events they emitted (ARGV[16], a JSON list of
+# [evKey, inboxKey, schedKey, eventId, scopeKey, eventJson]). A retried or dead event leaves no trace of them.
 # KEYS: inbox, fence, ev, dlq, stats, chain, lease, sched, scopes, series (per-minute done count and latency)
 # ARGV: fence, eventId, outcome, nowMs, windowS, error, notBefore, chainJson, chainTtlS, chainId,
-#       token, scopeKey, prefix, continue
-# -> {-1} stale fence (rejected and counted) | {-2} the head is another event | {1} committed, no continuation
-#    | {1, <take_head reply>} committed and continued ({1, 0}: inbox empty, scope released)
+#       token, scopeKey, evPrefix, continue, effectsJson, followupsJson, schedTtlMs
+# -> {-1} stale fence (rejected and counted) | {-2} the head is another event
+#    | {1, {scopes that need a drain message}, <take_head reply>?} committed (no take_head reply without
+#    continuation; {0}: inbox empty, scope released)
 COMMIT = (
     TAKE_HEAD
+    + ADMIT
     + """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then
   redis.call('HINCRBY', KEYS[5], 'fenceRejected', 1)
@@ -117,12 +135,18 @@ end
 if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[2] then return {-2} end
 if ARGV[8] ~= '' then redis.call('SET', KEYS[6], ARGV[8], 'EX', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[3], 'chainId', ARGV[10]) end
+local publish = {}
 if ARGV[3] == 'retry' then
   redis.call('HSET', KEYS[3], 'state', 'queued', 'error', ARGV[6], 'notBefore', ARGV[7])
   redis.call('HINCRBY', KEYS[5], 'retried', 1)
 else
   redis.call('LPOP', KEYS[1])
   if ARGV[3] == 'done' then
+    for _, cmd in ipairs(cjson.decode(ARGV[15])) do redis.call(unpack(cmd)) end
+    for _, f in ipairs(cjson.decode(ARGV[16])) do
+      local r = admit(f[1], f[2], f[3], KEYS[9], KEYS[5], f[4], f[5], f[6], ARGV[4], ARGV[5], ARGV[17])
+      if r[2] == 1 then table.insert(publish, f[5]) end
+    end
     redis.call('HSET', KEYS[3], 'state', 'done', 'doneAt', ARGV[4])
     redis.call('HDEL', KEYS[3], 'notBefore')
     redis.call('EXPIRE', KEYS[3], ARGV[5])
@@ -138,9 +162,10 @@ else
     redis.call('HINCRBY', KEYS[5], 'dead', 1)
   end
 end
-if ARGV[14] ~= '1' then return {1} end
+if ARGV[14] ~= '1' then return {1, publish} end
 local head = take_head(KEYS[1], ARGV[13], ARGV[4], tonumber(ARGV[1]))
 if head[1] == 0 then release_if_idle(KEYS[1], KEYS[7], KEYS[8], KEYS[9], ARGV[11], ARGV[12]) end
+table.insert(head, 1, publish)
 table.insert(head, 1, 1)
 return head
 """

@@ -1,7 +1,11 @@
-"""Every setting of Agent Signal, in one pydantic-settings model.
+"""The engine's settings (one pydantic-settings model) and the base of every plugin's settings.
 
 Values come from the environment (prefix-less names for the four contract settings, ``AGENT_SIGNAL_*`` for
-the rest); nothing is read at import time: call :func:`load_settings`. Durations carry their unit in the
+the rest); nothing is read at import time: call :func:`load_settings`. Each plugin declares its own options
+in a :class:`PluginSettings` model (its section of ``AGENT_SIGNAL_*``), validated at boot; keyword
+arguments that belong to a plugin may be given to :class:`Settings` too (they are kept as extras and handed
+to the plugin's model). An ``AGENT_SIGNAL_*`` variable that neither the engine nor a loaded plugin declares
+stops the process at boot with the closest valid name (:func:`check_environment`). Durations carry their unit in the
 name (``lease_ttl_s``, ``retry_base_ms``).
 
 The timeout inequalities that keep Celery-on-Redis from running a task twice are checked by
@@ -18,12 +22,30 @@ the settings involved. Why each one matters:
 
 from __future__ import annotations
 
-from typing import Literal
+import difflib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import Literal, TypeVar
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "SettingsError", "check_settings", "load_settings", "settings_environment"]
+__all__ = [
+    "PluginSettings",
+    "Settings",
+    "SettingsError",
+    "check_environment",
+    "check_settings",
+    "env_names",
+    "load_settings",
+    "plugin_settings",
+    "settings_environment",
+]
+
+ENV_PREFIX = "AGENT_SIGNAL_"
+# Read by the CLI and the test harness, not by a settings model.
+OTHER_ENV_NAMES = frozenset({"AGENT_SIGNAL_URL", "AGENT_SIGNAL_TOKEN"})
 
 
 class SettingsError(ValueError):
@@ -37,7 +59,7 @@ def _env(name: str) -> AliasChoices:
 class Settings(BaseSettings):
     """Process settings. See README "Settings" for the table of environment variables."""
 
-    model_config = SettingsConfigDict(env_prefix="AGENT_SIGNAL_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="allow", populate_by_name=True)
 
     # --- connections (contract names, no prefix) ---
     redis_url: str | None = Field(default=None, validation_alias=_env("REDIS_URL"))
@@ -85,24 +107,6 @@ class Settings(BaseSettings):
     reconcile_interval_s: float = 15.0
     worker_concurrency: int = 2
 
-    # --- routing (conversation signals) ---
-    router_config: str | None = None  # path of a vLLM Semantic Router YAML; reloaded when it changes
-    route_record_events: bool = True  # POST /v1/route also enqueues a chat.request source event
-
-    # --- agent sessions ---
-    functions_dir: str | None = None  # rolebox function definitions (*.md with YAML front matter)
-    functions_workspace_dir: str | None = None  # where plan_incomplete() looks for .rolebox/plans/*.md
-
-    # --- self-iteration ---
-    self_iteration_enabled: bool = True  # the feature gate's default (per-user overrides in Redis)
-    agent_runner: Literal["reference", "celery", "webhook"] = "reference"
-    agent_runner_url: str | None = None  # webhook runner: where run requests are POSTed
-    agent_runner_secret: str | None = None  # webhook runner: HMAC-SHA256 key of X-Agent-Signal-Signature
-    agent_runner_queue: str | None = None  # celery runner: the app's queue (default: ours, reference agent)
-    judge_url: str | None = None  # OpenAI-compatible base URL (…/v1); unset: the rule-based judges
-    judge_model: str = "gpt-4o-mini"
-    judge_api_key: str | None = None
-
     # --- telemetry ---
     telemetry_enabled: bool = True  # OpenTelemetry spans and metrics (off: no cost)
     trace_redis_commands: bool = False  # opentelemetry-instrumentation-redis: a span per Redis command
@@ -111,8 +115,17 @@ class Settings(BaseSettings):
     tracing_dir: str = ".agent-tracing"  # development snapshots (AGENT_SIGNAL_ENV=development)
     log_format: Literal["auto", "json", "console"] = "auto"  # auto: console in development, else JSON
 
-    # --- handler bundles ("module:attribute" factories returning a list of Policy) ---
-    policies: list[str] = Field(default_factory=lambda: ["policies.builtin:default_policies"])
+    # --- plugins ("module:factory" returning a Plugin or a list of Policy), loaded in this order ---
+    shipped_plugins: list[str] = Field(
+        default_factory=lambda: [
+            "policies.conversation_log:plugin",
+            "policies.self_iteration.plugin:plugin",
+            "policies.activity:plugin",
+            "policies.conversation:plugin",
+            "policies.dmail:plugin",
+        ]
+    )
+    plugins: list[str] = Field(default_factory=list)  # yours, loaded after the shipped ones
 
     def effective_broker_url(self) -> str:
         """The broker URL: ``BROKER_URL``, else the Redis URL in kombu's spelling."""
@@ -185,9 +198,7 @@ CONTRACT_ENV_NAMES = {
 
 
 def settings_environment(settings: Settings) -> dict[str, str]:
-    """The environment variables that reproduce ``settings`` in a child process (lists as JSON)."""
-    import json
-
+    """The environment variables that reproduce ``settings`` (plugin extras included) in a child process."""
     env: dict[str, str] = {}
     for name, value in settings.model_dump().items():
         if value is None:
@@ -202,3 +213,63 @@ def load_settings(**overrides: object) -> Settings:
     settings = Settings(**overrides)  # type: ignore[arg-type]
     check_settings(settings)
     return settings
+
+
+class PluginSettings(BaseSettings):
+    """Base of a plugin's settings: ``AGENT_SIGNAL_<FIELD>`` variables; unknown keyword arguments fail."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+
+
+P = TypeVar("P", bound=PluginSettings)
+
+
+def plugin_settings(model: type[P], settings: Settings) -> P:
+    """Validate ``model`` from the environment plus the plugin's extras given to ``settings``."""
+    extras = settings.model_extra or {}
+    mine = {name: value for name, value in extras.items() if name in model.model_fields}
+    try:
+        return model(**mine)
+    except ValidationError as exc:
+        raise SettingsError(f"refusing to start: {model.__name__}: {exc}") from None
+
+
+def env_names(model: type[BaseSettings]) -> set[str]:
+    """The environment variables a settings model reads."""
+    names: set[str] = set()
+    for name, info in model.model_fields.items():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.update(str(choice) for choice in alias.choices)
+        else:
+            names.add(f"{ENV_PREFIX}{name.upper()}")
+    return names
+
+
+def _closest(name: str, known: Iterable[str]) -> str:
+    match = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean {match[0]}?" if match else ""
+
+
+def check_environment(
+    settings: Settings,
+    models: Iterable[type[BaseSettings]],
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Refuse ``AGENT_SIGNAL_*`` variables and keyword extras that no loaded settings model declares."""
+    models = [Settings, *models]
+    known = set(OTHER_ENV_NAMES).union(*(env_names(m) for m in models))
+    env = os.environ if environ is None else environ
+    problems = [
+        f"unknown setting {name}{_closest(name, known)}"
+        for name in sorted(env)
+        if name.startswith(ENV_PREFIX) and name not in known
+    ]
+    fields = set().union(*(m.model_fields for m in models))
+    problems += [
+        f"unknown setting {name!r}{_closest(name, fields)}"
+        for name in sorted(settings.model_extra or {})
+        if name not in fields
+    ]
+    if problems:
+        raise SettingsError("refusing to start: " + "; ".join(problems))

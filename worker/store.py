@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from redis import Redis
@@ -22,7 +22,17 @@ from worker.nodes import Action, ExecutorResult
 from worker.scripts import Scripts
 from worker.settings import Settings
 
-__all__ = ["Begun", "EnqueueOutcome", "EventStore", "Head", "PreparedEvent", "RedisActionPort", "now_ms"]
+__all__ = [
+    "Begun",
+    "Commit",
+    "CommitReply",
+    "EnqueueOutcome",
+    "EventStore",
+    "Head",
+    "PreparedEvent",
+    "RedisActionPort",
+    "now_ms",
+]
 
 
 def now_ms() -> int:
@@ -57,6 +67,34 @@ class EnqueueOutcome:
     scope_key: str
     status: Literal["accepted", "duplicate"]
     schedule: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One event's outcome for the fenced COMMIT script. Only ``done`` applies ``effects`` (the chain's staged
+    source/signal writes) and admits ``followups`` (the events its handlers emitted)."""
+
+    scope_key: str
+    fence: int
+    token: str
+    event_id: str
+    outcome: Literal["done", "dead", "retry"]
+    error: str = ""
+    not_before_ms: int = 0
+    chain_id: str = ""
+    chain_json: str = ""
+    effects: EffectBuffer = field(default_factory=EffectBuffer)
+    followups: Sequence[PreparedEvent] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CommitReply:
+    """1 committed | -1 stale fence | -2 the head is another event; scopes whose drain must be published
+    (follow-ups that found none scheduled); the next head when the commit went on."""
+
+    code: int
+    publish: list[str] = field(default_factory=list)
+    head: Head | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,56 +195,60 @@ class EventStore:
 
     # ---- worker ----------------------------------------------------------------------------------
 
-    def commit(
-        self,
-        scope_key: str,
-        fence: int,
-        event_id: str,
-        outcome: Literal["done", "dead", "retry"],
-        *,
-        token: str = "",
-        go_on: bool = False,
-        error: str = "",
-        not_before_ms: int = 0,
-        chain_id: str = "",
-        chain_json: str = "",
-    ) -> tuple[int, Head | None]:
-        """Fenced commit of the head event: (1 ok | -1 stale fence | -2 head moved, next head if ``go_on``).
-
-        With ``go_on`` the same round trip takes the next head, or releases the scope when it is idle.
-        """
+    def commit(self, commit: Commit, *, go_on: bool = False) -> CommitReply:
+        """Fenced commit of the head event (see :class:`Commit`); with ``go_on`` the same round trip takes
+        the next head, or releases the scope when it is idle."""
+        k = self.keys
+        followups = [
+            [
+                k.event(f.event_id),
+                k.inbox(f.scope_key),
+                k.scheduled(f.scope_key),
+                f.event_id,
+                f.scope_key,
+                f.body,
+            ]
+            for f in commit.followups
+        ]
         reply = self.scripts.commit(
             keys=[
-                self.keys.inbox(scope_key),
-                self.keys.fence(scope_key),
-                self.keys.event(event_id),
-                self.keys.dlq,
-                self.keys.stats,
-                self.keys.chain(chain_id or "-"),
-                self.keys.lease(scope_key),
-                self.keys.scheduled(scope_key),
-                self.keys.scopes,
-                self.keys.series,
+                k.inbox(commit.scope_key),
+                k.fence(commit.scope_key),
+                k.event(commit.event_id),
+                k.dlq,
+                k.stats,
+                k.chain(commit.chain_id or "-"),
+                k.lease(commit.scope_key),
+                k.scheduled(commit.scope_key),
+                k.scopes,
+                k.series,
             ],
             args=[
-                fence,
-                event_id,
-                outcome,
+                commit.fence,
+                commit.event_id,
+                commit.outcome,
                 now_ms(),
                 self.settings.dedupe_window_s,
-                error,
-                not_before_ms,
-                chain_json,
+                commit.error,
+                commit.not_before_ms,
+                commit.chain_json,
                 self.settings.chain_retention_s,
-                chain_id,
-                token,
-                scope_key,
-                self.settings.key_prefix,
+                commit.chain_id,
+                commit.token,
+                commit.scope_key,
+                k.event_prefix,
                 "1" if go_on else "0",
+                json.dumps(commit.effects.to_json_list()),
+                json.dumps(followups, ensure_ascii=False),
+                self.schedule_ttl_ms,
             ],
         )
         code = int(reply[0])
-        return code, (Head.parse(reply[1:]) if len(reply) > 1 else None)
+        if code != 1:
+            return CommitReply(code)
+        publish = [_str(x) for x in reply[1]] if len(reply) > 1 and isinstance(reply[1], list) else []
+        head = Head.parse(reply[2:]) if len(reply) > 2 else None
+        return CommitReply(code, publish, head)
 
     # ---- reads -----------------------------------------------------------------------------------
 
@@ -313,9 +355,7 @@ class RedisActionPort:
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
     ) -> bool:
-        effects_json = json.dumps(
-            [[str(a) if not isinstance(a, str) else a for a in cmd] for cmd in effects.commands]
-        )
+        effects_json = json.dumps(effects.to_json_list())
         reply = int(
             self.store.scripts.apply(
                 keys=[

@@ -1,18 +1,20 @@
 """The Celery tasks: thin wrappers that parse arguments, call plain functions, and publish follow-ups.
 
-``agent_signal.drain(scopeKey)`` drains one scope (worker.pipeline); ``agent_signal.agent_run`` runs the
-reference agent for a self-iteration run request; ``agent_signal.noop`` is the benchmark baseline. Tasks return None: nobody consumes results.
+``agent_signal.drain(scopeKey)`` drains one scope (worker.pipeline); each loaded plugin's
+:class:`~worker.plugin.PluginTask` becomes a task of its own name that calls ``run(runtime, payload)``;
+``agent_signal.noop`` is the benchmark baseline. Tasks return None: nobody consumes results.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
-from policies.self_iteration.runners import AGENT_RUN_TASK
 from worker import _state
+from worker.plugin import Plugin, PluginTask
 
-__all__ = ["DRAIN_TASK", "NOOP_TASK", "publish_drain", "register_tasks"]
+__all__ = ["DRAIN_TASK", "NOOP_TASK", "publish_drain", "publish_task", "register_tasks"]
 
 DRAIN_TASK = "agent_signal.drain"
 NOOP_TASK = "agent_signal.noop"
@@ -30,20 +32,27 @@ def publish_drain(app: Any, scope_key: str, *, countdown_s: float = 0.0, queue: 
     app.send_task(DRAIN_TASK, args=[scope_key], **options)
 
 
-def run_reference(pipeline: Any, request_json: dict[str, Any]) -> None:
-    """Run the reference agent and enqueue its completion like any producer would (deduped by source id)."""
-    from policies.self_iteration.reference_agent import completion_event, run_reference_agent
-    from policies.self_iteration.runners import RunRequest
-    from worker.documents import DocumentStore
-
-    store = pipeline.store
-    request = RunRequest.from_json_dict(request_json)
-    self_iteration = run_reference_agent(DocumentStore(store.client, store.keys), request)
-    pipeline.services["emit"](completion_event(request, self_iteration))
+def publish_task(app: Any, name: str, payload: dict[str, Any], *, queue: str) -> None:
+    """Send one plugin task (its payload is one JSON object)."""
+    app.send_task(name, args=[payload], queue=queue)
 
 
-def register_tasks(app: Any, queue: str) -> None:
-    """Register the tasks on ``app`` (called by the factory, never at import)."""
+def _register_plugin_task(app: Any, task: PluginTask) -> None:
+    def run(payload: dict[str, Any]) -> None:
+        if not isinstance(payload, dict):
+            log.error("task %s called without a JSON object: %r", task.name, payload)
+            return
+        runtime = _state.get().runtime
+        if runtime is None:
+            raise RuntimeError("the worker's pipeline was built without a plugin runtime")
+        task.run(runtime, payload)
+
+    run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
+    app.task(name=task.name, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(run)
+
+
+def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None:
+    """Register the engine's tasks and the plugins' on ``app`` (called by the factory, never at import)."""
 
     @app.task(name=DRAIN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
     def drain(scope_key: str) -> None:
@@ -58,10 +67,9 @@ def register_tasks(app: Any, queue: str) -> None:
             # it; if nobody does, this follow-up will, once the holder's lease has run out.
             publish_drain(app, scope_key, countdown_s=1.0, queue=queue)
 
-    @app.task(name=AGENT_RUN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
-    def agent_run(request: dict[str, Any]) -> None:
-        """The reference agent: do the run, then report agent.execution.completed (the app's job otherwise)."""
-        run_reference(_state.get(), request)
+    for plugin in plugins:
+        for task in plugin.tasks:
+            _register_plugin_task(app, task)
 
     @app.task(name=NOOP_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
     def noop(*args: Any) -> None:

@@ -1,6 +1,8 @@
 """The one module that owns telemetry: LobeHub's meter and 15 instruments, the tracer and its spans.
 
-Nobody else creates meters or tracers. ``configure_telemetry`` is called in Celery's ``worker_process_init``
+Nobody else creates meters or tracers (its helpers: instrument names and attribute builders in
+worker/telemetry_instruments.py, the measurement buffer in worker/telemetry_buffer.py, the JSON-lines span
+exporter in worker/telemetry_jsonl.py; import them from here). ``configure_telemetry`` is called in Celery's ``worker_process_init``
 (each prefork child) and at the web app's startup, never at import; with ``AGENT_SIGNAL_TELEMETRY=false``
 it returns :data:`DISABLED`, whose methods return at once (no cost).
 
@@ -14,10 +16,7 @@ events, so the Celery message's own context is not per event).
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -27,33 +26,25 @@ from opentelemetry import trace
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    SimpleSpanProcessor,
-    SpanExporter,
-    SpanExportResult,
-)
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from worker.projection import flatten_attributes
+from worker.telemetry_buffer import MeasurementBuffer
+from worker.telemetry_instruments import INSTRUMENT_ATTRS as _INSTRUMENT_ATTRS
+from worker.telemetry_instruments import METER_NAME, TRACER_NAME, TRACER_VERSION
+from worker.telemetry_instruments import agent_signal_attrs as _a
+from worker.telemetry_instruments import signal_type_attrs as _signal_attrs
+from worker.telemetry_jsonl import JsonlSpanExporter
 
 __all__ = ["DISABLED", "Telemetry", "configure_telemetry"]
 
-log = logging.getLogger(__name__)
-METER_NAME = "server-services-agent-signal"
-TRACER_NAME = "agent-signal"
-TRACER_VERSION = "0.0.1"
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
-def _a(**attrs: Any) -> dict[str, Any]:
-    """``agent.signal.<name>`` attributes, None dropped."""
-    return {f"agent.signal.{k}": v for k, v in attrs.items() if v is not None}
-
-
-class Telemetry:
+class Telemetry(MeasurementBuffer):
     """Instruments and spans. A disabled instance (``Telemetry(None, None)``) does nothing."""
 
     def __init__(
@@ -69,13 +60,7 @@ class Telemetry:
         # Spans are only made when something consumes them (an exporter or a test processor): a span
         # nobody reads costs more than the work it describes.
         self.tracing = self.enabled and tracing
-        self._lock = threading.Lock()
-        self._counts: dict[tuple[str, tuple[tuple[str, Any], ...]], float] = {}
-        self._values: list[tuple[str, float, tuple[tuple[str, Any], ...]]] = []
-        self.flush_every_s = 1.0
-        self._flushed_at = time.monotonic()
-        self._flusher: threading.Thread | None = None
-        self._flusher_pid = 0
+        super().__init__()
         if not self.enabled:
             return
         assert tracer_provider is not None and meter_provider is not None
@@ -100,9 +85,7 @@ class Telemetry:
         # LobeHub adds attributesCommon() (service name + environment) to some series; ours live on the
         # Resource (service.name, deployment.environment), which every exporter attaches anyway.
         self.common: dict[str, Any] = {}
-        self._instruments: dict[str, Any] = {
-            name: getattr(self, attr) for attr, name in _INSTRUMENT_ATTRS.items()
-        }
+        self._instruments = {name: getattr(self, attr) for attr, name in _INSTRUMENT_ATTRS.items()}
 
     # ---- context propagation -----------------------------------------------------------------------
 
@@ -146,56 +129,7 @@ class Telemetry:
         return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
 
     # ---- recorders -----------------------------------------------------------------------------------
-    # Measurements are buffered and handed to the OpenTelemetry instruments by ``flush_measurements`` (every
-    # ``flush_every_s`` from a daemon thread, at the end of an enqueue batch, and on flush()): counters with
-    # the same attributes are summed first, which turns thousands of ``add`` calls into a handful.
-
-    def _add(self, instrument: str, attrs: Mapping[str, Any], value: float = 1) -> None:
-        key = (instrument, tuple(sorted(attrs.items())))
-        with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + value
-        self._ensure_flusher()
-
-    def _ensure_flusher(self) -> None:
-        """A daemon thread that hands the buffer over every ``flush_every_s``, started on first use (after
-        fork, inside the process that records)."""
-        if self._flusher is not None and self._flusher_pid == os.getpid():
-            return
-        with self._lock:
-            if self._flusher is not None and self._flusher_pid == os.getpid():
-                return
-
-            def loop() -> None:
-                while True:
-                    time.sleep(self.flush_every_s)
-                    try:
-                        self.flush_measurements()
-                    except Exception:  # never let telemetry kill the process
-                        log.exception("telemetry flush failed")
-
-            self._flusher_pid = os.getpid()
-            self._flusher = threading.Thread(target=loop, name="telemetry-flush", daemon=True)
-            self._flusher.start()
-
-    def _record(self, instrument: str, value: float, attrs: Mapping[str, Any]) -> None:
-        with self._lock:
-            self._values.append((instrument, value, tuple(sorted(attrs.items()))))
-
-    def flush_measurements(self) -> None:
-        if not self.enabled:
-            return
-        self._flushed_at = time.monotonic()
-        with self._lock:
-            counts, self._counts = self._counts, {}
-            values, self._values = self._values, []
-        for (name, attrs), total in counts.items():
-            self._instruments[name].add(total, dict(attrs))
-        cache: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
-        for name, value, attrs in values:
-            as_dict = cache.get(attrs)
-            if as_dict is None:
-                as_dict = cache[attrs] = dict(attrs)
-            self._instruments[name].record(value, as_dict)
+    # Buffered (worker/telemetry_buffer.py): ``_add`` and ``_record`` queue, ``flush_measurements`` hands over.
 
     def source_event(self, *, status: str, source_type: str, duration_ms: float) -> None:
         if not self.enabled:
@@ -240,30 +174,42 @@ class Telemetry:
         if not self.enabled:
             return
         envelope, record = projection["envelope"], projection["record"]
-        source = envelope["source"]
         if self.tracing:
-            attrs = _a(
-                chain_id=record["chainId"],
-                final_action_type=record.get("finalActionType", "none"),
-                final_status=record.get("finalStatus", "none"),
-                scope_key=source["scopeKey"],
-                source_id=source["sourceId"],
-                source_type=source["sourceType"],
-                agent_id=record.get("agentId"),
-                operation_id=record.get("operationId"),
-                topic_id=record.get("topicId"),
-                total_signals=record["summary"]["totalSignals"],
-                total_actions=record["summary"]["totalActions"],
-                total_attempts=record["summary"]["attemptBreakdown"]["total"],
-            )
-            with self.tracer.start_as_current_span("agent_signal.observe", attributes=attrs) as span:
-                for event in events():
-                    span.add_event(
-                        event["type"],
-                        flatten_attributes(event["attributes"]),
-                        timestamp=int(event["timestamp"]) * 1_000_000,
-                    )
-        source_type = source["sourceType"]
+            self._observe_span(envelope["source"], record, events)
+        self._count_projection(envelope, record)
+
+    def _observe_span(
+        self,
+        source: Mapping[str, Any],
+        record: Mapping[str, Any],
+        events: Callable[[], Sequence[Mapping[str, Any]]],
+    ) -> None:
+        """The ``agent_signal.observe`` span, with the chain's trace events as span events."""
+        attrs = _a(
+            chain_id=record["chainId"],
+            final_action_type=record.get("finalActionType", "none"),
+            final_status=record.get("finalStatus", "none"),
+            scope_key=source["scopeKey"],
+            source_id=source["sourceId"],
+            source_type=source["sourceType"],
+            agent_id=record.get("agentId"),
+            operation_id=record.get("operationId"),
+            topic_id=record.get("topicId"),
+            total_signals=record["summary"]["totalSignals"],
+            total_actions=record["summary"]["totalActions"],
+            total_attempts=record["summary"]["attemptBreakdown"]["total"],
+        )
+        with self.tracer.start_as_current_span("agent_signal.observe", attributes=attrs) as span:
+            for event in events():
+                span.add_event(
+                    event["type"],
+                    flatten_attributes(event["attributes"]),
+                    timestamp=int(event["timestamp"]) * 1_000_000,
+                )
+
+    def _count_projection(self, envelope: Mapping[str, Any], record: Mapping[str, Any]) -> None:
+        """The chain's metrics, in LobeHub's order: source, signals, actions and transitions, results, chain."""
+        source_type = envelope["source"]["sourceType"]
         self._add("agent_signal_source_occurrences_total", _a(source_type=source_type))
         for signal in envelope["signals"]:
             self._add(
@@ -311,73 +257,7 @@ class Telemetry:
             self.meter_provider.shutdown()
 
 
-def _signal_attrs(signal_type: str, source_type: str | None) -> dict[str, Any]:
-    from worker.projection import signal_domain, signal_outcome
-
-    return _a(
-        signal_domain=signal_domain(signal_type),
-        signal_outcome=signal_outcome(signal_type),
-        signal_type=signal_type,
-        source_type=source_type,
-    )
-
-
-_INSTRUMENT_ATTRS = {
-    "source_counter": "agent_signal_source_occurrences_total",
-    "signal_counter": "agent_signal_signal_occurrences_total",
-    "action_counter": "agent_signal_action_occurrences_total",
-    "action_result_counter": "agent_signal_action_results_total",
-    "chain_counter": "agent_signal_chains_total",
-    "transition_counter": "agent_signal_signal_action_transitions_total",
-    "chain_duration": "agent_signal_chain_duration_ms",
-    "action_duration": "agent_signal_action_duration_ms",
-    "source_event_counter": "agent_signal_source_events_total",
-    "source_event_duration": "agent_signal_source_event_duration_ms",
-    "workflow_run_counter": "agent_signal_workflow_runs_total",
-    "workflow_run_duration": "agent_signal_workflow_duration_ms",
-    "handler_counter": "agent_signal_handler_runs_total",
-    "handler_duration": "agent_signal_handler_duration_ms",
-    "terminal_counter": "agent_signal_terminal_results_total",
-}
-
 DISABLED = Telemetry(None, None)
-
-
-class JsonlSpanExporter(SpanExporter):
-    """Finished spans as JSON lines (name, ids, parent, attributes, events) appended to a file."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = []
-        for span in spans:
-            ctx = span.get_span_context()
-            parent = span.parent
-            lines.append(
-                json.dumps(
-                    {
-                        "name": span.name,
-                        "traceId": f"{ctx.trace_id:032x}" if ctx else None,
-                        "spanId": f"{ctx.span_id:016x}" if ctx else None,
-                        "parentSpanId": f"{parent.span_id:016x}" if parent else None,
-                        "attributes": dict(span.attributes or {}),
-                        "events": [
-                            {"name": e.name, "attributes": dict(e.attributes or {})} for e in span.events
-                        ],
-                        "status": span.status.status_code.name,
-                        "pid": os.getpid(),
-                    },
-                    default=str,
-                )
-            )
-        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        return None
 
 
 def configure_telemetry(
@@ -407,11 +287,12 @@ def configure_telemetry(
         tracer_provider.add_span_processor(SimpleSpanProcessor(JsonlSpanExporter(settings.trace_file)))
     readers = list(metric_readers)
     if redis_client is not None:
+        from worker.keys import Keys
         from worker.metrics_store import RedisMetricExporter
 
         readers.append(
             PeriodicExportingMetricReader(
-                RedisMetricExporter(redis_client, settings.key_prefix),
+                RedisMetricExporter(redis_client, Keys(settings.key_prefix)),
                 export_interval_millis=settings.metrics_export_interval_ms,
             )
         )

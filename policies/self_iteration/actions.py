@@ -1,5 +1,5 @@
 """The self-iteration action handlers (reference §3.5): user memory and skill management. Both hand the work
-to an agent run through the ``AgentRunner`` (``ctx.services["runner"]``) and answer at once:
+to an agent run through the ``AgentRunner`` (``ctx.deps(SelfIterationDeps).runner``) and answer at once:
 "Memory write enqueued." / "Skill write enqueued.". Exact skip and failure texts and error codes are
 LobeHub's.
 
@@ -13,11 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from policies.self_iteration.gate import self_iteration_enabled
+from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.runners import RunnerError, RunRequest, operation_id_for
-from worker.context import HandlerContext
-from worker.nodes import Action, ExecutorResult
-from worker.results import applied, failed, skipped
+from worker.plugin import Action, ExecutorResult, HandlerContext, applied, failed, skipped
 
 __all__ = ["UNSAFE_MEMORY", "skill_management_handler", "user_memory_handler"]
 
@@ -48,8 +46,8 @@ def _marker(action: Action, kind: str) -> dict[str, Any]:
 
 
 def _user_id(action: Action, ctx: HandlerContext) -> str:
-    source = ctx.services.get("source")
-    return str(getattr(source, "user_id", None) or action.payload.get("userId") or "-")
+    user = ctx.source.user_id if ctx.source is not None else None
+    return str(user or action.payload.get("userId") or "-")
 
 
 def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
@@ -81,8 +79,8 @@ def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
         },
     )
     try:
-        ctx.services["runner"].dispatch(request)
-    except (RunnerError, KeyError) as exc:
+        _dispatch(ctx, request)
+    except RunnerError as exc:
         return failed(action, ctx, "USER_MEMORY_EXECUTION_FAILED", str(exc))
     return applied(action, ctx, "Memory write enqueued.", output={"operationId": request.operation_id})
 
@@ -90,10 +88,7 @@ def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
 def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
     if action.action_type != "action.skill-management.handle":
         return skipped(action, ctx, "Unsupported skill-management action.")
-    settings = ctx.services["settings"]
-    if not self_iteration_enabled(
-        ctx.services["redis"], ctx.services["keys"], settings.self_iteration_enabled, _user_id(action, ctx)
-    ):
+    if not ctx.deps(SelfIterationDeps).enabled(_user_id(action, ctx)):
         return skipped(action, ctx, "Self iteration is disabled.")
     message = str(action.payload.get("message") or "").strip()
     if not message:
@@ -125,7 +120,14 @@ def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorRes
         context={"message": message, "skillActionIntent": p.get("skillActionIntent")},
     )
     try:
-        ctx.services["runner"].dispatch(request)
-    except (RunnerError, KeyError) as exc:
+        _dispatch(ctx, request)
+    except RunnerError as exc:
         return failed(action, ctx, "SKILL_MANAGEMENT_EXECUTION_FAILED", str(exc))
     return applied(action, ctx, "Skill write enqueued.", output={"operationId": request.operation_id})
+
+
+def _dispatch(ctx: HandlerContext, request: RunRequest) -> None:
+    runner = ctx.deps(SelfIterationDeps).runner
+    if runner is None:
+        raise RunnerError("no agent runner is configured in this process")
+    runner.dispatch(request)

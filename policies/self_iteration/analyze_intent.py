@@ -21,17 +21,10 @@ import json
 import time
 from typing import Any
 
-from policies.self_iteration.judges import (
-    DomainTarget,
-    RuleDomainJudge,
-    RuleSatisfactionJudge,
-    RuleSkillIntentClassifier,
-    SatisfactionVerdict,
-)
+from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.judges import DomainTarget, SatisfactionVerdict
 from policies.self_iteration.procedure import should_suppress
-from worker.context import HandlerContext
-from worker.keys import Keys
-from worker.nodes import Conclude, Dispatch, Signal, Source, action_from, signal_from
+from worker.plugin import Conclude, Dispatch, HandlerContext, Signal, Source, action_from, signal_from
 
 __all__ = ["CONFLICT_POLICIES", "domain_judge", "feedback_planner", "satisfaction_judge"]
 
@@ -48,17 +41,8 @@ PROCEDURE_TTL_S = 7 * 24 * 60 * 60
 CLIENT_TRIGGERS = ("client.runtime.start", "client.runtime.complete", "agent_signal")
 
 
-def _judges(ctx: HandlerContext) -> tuple[Any, Any, Any]:
-    return (
-        ctx.services.get("satisfaction_judge") or RuleSatisfactionJudge(),
-        ctx.services.get("domain_judge") or RuleDomainJudge(),
-        ctx.services.get("skill_intent") or RuleSkillIntentClassifier(),
-    )
-
-
 def _diagnostic(ctx: HandlerContext, stage: str, source_id: str, exc: Exception) -> None:
     """ClassifierDiagnosticsService.recordMalformedOutput: kept (newest first, 1,000 at most) for operators."""
-    keys: Keys = ctx.services["keys"]
     entry = {
         "stage": stage,
         "sourceId": source_id,
@@ -66,9 +50,8 @@ def _diagnostic(ctx: HandlerContext, stage: str, source_id: str, exc: Exception)
         "error": str(exc)[:480],
         "at": int(time.time() * 1000),
     }
-    redis = ctx.services["redis"]
-    redis.lpush(keys.diagnostics, json.dumps(entry, ensure_ascii=False))
-    redis.ltrim(keys.diagnostics, 0, 999)
+    ctx.effects.call("LPUSH", ctx.keys.diagnostics, json.dumps(entry, ensure_ascii=False))
+    ctx.effects.call("LTRIM", ctx.keys.diagnostics, 0, 999)
 
 
 def satisfaction_judge(source: Source, ctx: HandlerContext) -> Dispatch | Conclude | None:
@@ -81,7 +64,7 @@ def satisfaction_judge(source: Source, ctx: HandlerContext) -> Dispatch | Conclu
     message = str(p.get("message") or p.get("prompt") or "").strip()
     if not message:
         return Conclude(concluded={"reason": "unsupported satisfaction classifier source"})
-    judge = _judges(ctx)[0]
+    judge = ctx.deps(SelfIterationDeps).satisfaction_judge
     try:
         verdict: SatisfactionVerdict = judge.judge(message, p.get("serializedContext"))
     except ValueError as exc:  # a malformed model answer: diagnostics, then conclude (as LobeHub)
@@ -108,7 +91,8 @@ def domain_judge(signal: Signal, ctx: HandlerContext) -> Dispatch | Conclude | N
     p = signal.payload
     if p.get("result") == "neutral":
         return None
-    _, judge, classifier = _judges(ctx)
+    deps = ctx.deps(SelfIterationDeps)
+    judge, classifier = deps.domain_judge, deps.skill_intent
     verdict = SatisfactionVerdict(p["result"], p["confidence"], p["reason"], p.get("evidence", []))
     try:
         targets: list[DomainTarget] = judge.judge_domains(p["message"], verdict)
@@ -185,7 +169,6 @@ def _action_payload(signal: Signal, kind: str) -> dict[str, Any]:
 
 
 def _write_intent_record(ctx: HandlerContext, signal: Signal, pending: bool) -> None:
-    keys: Keys = ctx.services["keys"]
     p = signal.payload
     record: dict[str, Any] = {
         "actionIntent": p.get("skillActionIntent"),
@@ -211,24 +194,22 @@ def _write_intent_record(ctx: HandlerContext, signal: Signal, pending: bool) -> 
             }.items()
             if v is not None
         }
-    key = keys.skill_intents(ctx.scope_key)
-    ctx.services["redis"].hset(
-        key, f"skill-intent-record:{p['messageId']}", json.dumps(record, ensure_ascii=False)
+    key = ctx.keys.skill_intents(ctx.scope_key)
+    ctx.effects.call(
+        "HSET", key, f"skill-intent-record:{p['messageId']}", json.dumps(record, ensure_ascii=False)
     )
-    ctx.services["redis"].expire(key, PROCEDURE_TTL_S)
+    ctx.effects.call("EXPIRE", key, PROCEDURE_TTL_S)
 
 
 def _accumulate(ctx: HandlerContext, signal: Signal) -> Dispatch | None:
-    keys: Keys = ctx.services["keys"]
-    redis = ctx.services["redis"]
-    key = keys.skill_candidates(ctx.scope_key)
+    key = ctx.keys.skill_candidates(ctx.scope_key)
     item = json.dumps(
         {"recordId": signal.signal_id, "score": SKILL_CANDIDATE_DELTA, "at": int(time.time() * 1000)}
     )
-    items = [json.loads(x) for x in redis.lrange(key, 0, -1)]
+    items = [json.loads(x) for x in ctx.deps(SelfIterationDeps).redis.lrange(key, 0, -1)]
     if not any(i["recordId"] == signal.signal_id for i in items):
-        redis.rpush(key, item)
-        redis.expire(key, PROCEDURE_TTL_S)
+        ctx.effects.call("RPUSH", key, item)
+        ctx.effects.call("EXPIRE", key, PROCEDURE_TTL_S)
         items.append(json.loads(item))
     score = sum(i["score"] for i in items)
     if len(items) < SKILL_BUCKET_MIN_RECORDS or score < SKILL_BUCKET_THRESHOLD:

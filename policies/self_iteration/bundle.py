@@ -7,7 +7,7 @@ from policies.self_iteration.analyze_intent import domain_judge, feedback_planne
 from policies.self_iteration.completion import completion_fanout, skill_synthesis
 from policies.self_iteration.procedure import tool_outcome_procedure
 from policies.self_iteration.reviews import nightly_review, self_feedback_intent, self_reflection
-from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
+from worker.plugin import Policy, define_action_handler, define_signal_handler, define_source_handler
 
 __all__ = ["self_iteration_policies"]
 

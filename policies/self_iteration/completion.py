@@ -12,11 +12,18 @@ import json
 from typing import Any
 
 from policies.dmail import RECEIPT_ACTION
-from policies.self_iteration.gate import self_iteration_enabled
+from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.receipts import build_self_iteration_receipts
-from worker.context import HandlerContext
-from worker.keys import Keys
-from worker.nodes import Action, ChainRef, Dispatch, SignalRef, Source, action_from, signal_from
+from worker.plugin import (
+    Action,
+    ChainRef,
+    Dispatch,
+    HandlerContext,
+    SignalRef,
+    Source,
+    action_from,
+    signal_from,
+)
 
 __all__ = ["completion_fanout", "skill_synthesis"]
 
@@ -73,25 +80,25 @@ def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
     p = source.payload
     if p.get("selfIteration") or p.get("reason") in WAITING_REASONS:
         return None
-    settings = ctx.services["settings"]
-    keys: Keys = ctx.services["keys"]
-    redis = ctx.services["redis"]
-    if not self_iteration_enabled(redis, keys, settings.self_iteration_enabled, source.user_id):
+    deps = ctx.deps(SelfIterationDeps)
+    if not deps.enabled(source.user_id):
         return None
     assistant = p.get("assistantMessageId") or p.get("anchorMessageId")
     user_message = p.get("triggerMessageId")
     if not assistant or not user_message or not p.get("topicId"):
         return None
     field = f"skill-intent-record:{user_message}"
-    raw = redis.hget(keys.skill_intents(ctx.scope_key), field)
+    intents_key = ctx.keys.skill_intents(ctx.scope_key)
+    raw = deps.redis.hget(intents_key, field)
     record = json.loads(raw) if raw else None
     if not record or not record.get("pendingSynthesis"):
         return None
     pending = record["pendingSynthesis"]
-    # Consumed once: the record loses its pendingSynthesis now; a failed action leaves the chain retried
-    # from the stored event, which rebuilds the same deterministic action (LobeHub consumes after success).
+    # Consumed once: the record loses its pendingSynthesis in the event's fenced commit, so a failed action
+    # leaves it parked and the retried chain rebuilds the same deterministic action (whose idempotency lane
+    # makes it apply once); LobeHub also consumes only after success.
     record.pop("pendingSynthesis")
-    redis.hset(keys.skill_intents(ctx.scope_key), field, json.dumps(record, ensure_ascii=False))
+    ctx.effects.call("HSET", intents_key, field, json.dumps(record, ensure_ascii=False))
     action_id = f"{assistant}:completion:{user_message}:skill-management"
     signal_ref = SignalRef(
         signal_id=f"{user_message}:skill-synthesis", signal_type="signal.feedback.domain.skill"

@@ -1,16 +1,17 @@
 """The self-iteration feature gate: ``AGENT_SIGNAL_SELF_ITERATION_ENABLED`` (default on) with a per-user
-override in Redis (``PUT /v1/features/self-iteration/{userId}``). Checked at the door (gated events are not
-enqueued: ``status: "gated"``) and in the worker (skill actions skip "Self iteration is disabled.",
+override in Redis (``PUT /v1/features/self-iteration/{userId}``). Checked at the door by the plugin's
+admission hook (gated events are not enqueued: ``status: "gated"``) and in the worker (skill actions skip "Self iteration is disabled.",
 self-iteration sources skip ``gate_disabled``, deferred synthesis does nothing). LobeHub only checks it at
 emit/enqueue time (reference §0.6)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from worker.keys import Keys
+from worker.plugin import Keys
 
-__all__ = ["GATED_SOURCE_TYPES", "self_iteration_enabled", "set_override"]
+__all__ = ["GATED_SOURCE_TYPES", "enabled_for", "set_override"]
 
 GATED_SOURCE_TYPES = frozenset(
     {
@@ -24,17 +25,25 @@ GATED_SOURCE_TYPES = frozenset(
 )
 
 
-def self_iteration_enabled(client: Any, keys: Keys, default: bool, user_id: str | None) -> bool:
-    """The user's override when there is one, else the setting. Errors mean disabled (as LobeHub)."""
-    if not user_id:
-        return default
+def enabled_for(client: Any, keys: Keys, default: bool, user_ids: Sequence[str | None]) -> list[bool]:
+    """Each user's override when there is one, else the setting, in one round trip. A store error means
+    disabled (as LobeHub), at the door and in the worker alike."""
+    known = [u for u in user_ids if u]
+    if not known:
+        return [default for _ in user_ids]
     try:
-        value = client.hget(keys.self_iteration_overrides, user_id)
+        values = dict(zip(known, client.hmget(keys.self_iteration_overrides, known), strict=True))
     except Exception:
-        return False
-    if value is None:
-        return default
-    return str(value.decode() if isinstance(value, bytes) else value) == "1"
+        return [False for _ in user_ids]
+    out = []
+    for user in user_ids:
+        value = values.get(user) if user else None
+        out.append(default if value is None else _text(value) == "1")
+    return out
+
+
+def _text(value: Any) -> str:
+    return str(value.decode() if isinstance(value, bytes) else value)
 
 
 def set_override(client: Any, keys: Keys, user_id: str, enabled: bool | None) -> None:

@@ -75,6 +75,10 @@ class DomainJudge(Protocol):
     def judge_domains(self, message: str, verdict: SatisfactionVerdict) -> list[DomainTarget]: ...
 
 
+class SkillIntentClassifier(Protocol):
+    def classify(self, message: str, serialized_context: str | None) -> SkillIntent: ...
+
+
 def _rx(*patterns: str) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
 

@@ -19,9 +19,8 @@ import json
 import time
 from typing import Any
 
-from worker.context import HandlerContext
-from worker.keys import Keys
-from worker.nodes import Dispatch, Source, signal_from
+from policies.self_iteration.deps import SelfIterationDeps
+from worker.plugin import Dispatch, HandlerContext, Source, signal_from
 
 __all__ = ["REFLECTION_THRESHOLDS", "procedure_key", "should_suppress", "tool_outcome_procedure"]
 
@@ -49,15 +48,10 @@ def procedure_key(payload: dict[str, Any], source_id: str) -> str:
     return f"root-source:{source_id}"
 
 
-def _marker_key(keys: Keys, scope: str, domain: str, intent: str, proc: str) -> str:
-    return f"{keys.prefix}procedure-marker:{{{scope}}}:{domain}:{intent}:{proc}"
-
-
 def should_suppress(ctx: HandlerContext, *, domain_key: str, candidates: list[str], proc: str) -> bool:
     """An active ``handled`` marker for any candidate intent class suppresses the planned action."""
-    keys: Keys = ctx.services["keys"]
-    redis = ctx.services["redis"]
-    markers = redis.mget([_marker_key(keys, ctx.scope_key, domain_key, i, proc) for i in candidates])
+    keys = [ctx.keys.procedure_marker(ctx.scope_key, domain_key, i, proc) for i in candidates]
+    markers = ctx.deps(SelfIterationDeps).redis.mget(keys)
     return any(raw and json.loads(raw).get("markerType") == "handled" for raw in markers)
 
 
@@ -79,20 +73,19 @@ def _reflection_scope(p: dict[str, Any], scope_key: str) -> tuple[str, str]:
 
 
 def tool_outcome_procedure(source: Source, ctx: HandlerContext) -> Dispatch | None:
+    """Stage the procedure record, receipt and marker; feed the accumulator; dispatch ``signal.tool.procedure``.
+    Every write is staged: a tool outcome that is retried or goes dead leaves no procedure state."""
     p = source.payload
     raw_outcome = p.get("outcome")
     outcome: dict[str, Any] = raw_outcome if isinstance(raw_outcome, dict) else {}
     domain_key, status = p.get("domainKey"), outcome.get("status")
     if not isinstance(domain_key, str) or not isinstance(status, str):
         return None
-    keys: Keys = ctx.services["keys"]
-    redis = ctx.services["redis"]
     intent = str(p.get("intentClass") or "unknown")
     raw_tool = p.get("tool")
     tool: dict[str, Any] = raw_tool if isinstance(raw_tool, dict) else {}
-    record_id = f"procedure-record:{source.source_id}"
     record = {
-        "id": record_id,
+        "id": f"procedure-record:{source.source_id}",
         "accumulatorRole": "context",
         "cheapScoreDelta": 0,
         "domainKey": domain_key,
@@ -101,34 +94,13 @@ def tool_outcome_procedure(source: Source, ctx: HandlerContext) -> Dispatch | No
         "tool": tool,
         "createdAt": ctx.now(),
     }
-    proc_key = f"{keys.prefix}procedure:{{{ctx.scope_key}}}"
-    acc_key = _accumulator_key(keys, ctx.scope_key, p)
-    proc = procedure_key(p, source.source_id)
-    # Round trip 1: the record, the marker, and whether this source was seen before (a redelivery must not
-    # push a second receipt or count twice).
-    pipe = redis.pipeline(transaction=False)
-    pipe.hset(proc_key, record_id, json.dumps(record, ensure_ascii=False))
-    pipe.expire(proc_key, PROCEDURE_TTL_S)
-    pipe.hsetnx(acc_key, f"seen:{source.source_id}", "1")
-    pipe.hsetnx(acc_key, "windowStart", str(source.timestamp))
-    if _may_mark(domain_key, intent, status):
-        marker = {
-            "markerType": "handled",
-            "domainKey": domain_key,
-            "intentClass": intent,
-            "procedureKey": proc,
-            "expiresAt": int(time.time() * 1000) + PROCEDURE_TTL_S * 1000,
-        }
-        pipe.set(
-            _marker_key(keys, ctx.scope_key, domain_key, intent, proc), json.dumps(marker), ex=PROCEDURE_TTL_S
-        )
-    first_time = bool(pipe.execute()[2])
-    _accumulate(ctx, source, acc_key, first_time, record, tool)
+    _stage_record(ctx, record, p, source.source_id, status)
+    _accumulate(ctx, source, record, tool)
     payload = {
         "domainKey": domain_key,
         "intentClass": intent,
         "status": status,
-        "recordId": record_id,
+        "recordId": record["id"],
         "tool": tool,
     }
     return Dispatch(
@@ -136,76 +108,96 @@ def tool_outcome_procedure(source: Source, ctx: HandlerContext) -> Dispatch | No
     )
 
 
-def _accumulator_key(keys: Keys, scope_key: str, p: dict[str, Any]) -> str:
-    scope_type, scope_id = _reflection_scope(p, scope_key)
-    return f"{keys.prefix}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
-
-
-def _accumulate(
-    ctx: HandlerContext,
-    source: Source,
-    acc_key: str,
-    first_time: bool,
-    record: dict[str, Any],
-    tool: dict[str, Any],
+def _stage_record(
+    ctx: HandlerContext, record: dict[str, Any], p: dict[str, Any], source_id: str, status: str
 ) -> None:
-    """Round trip 2: the procedure receipt (first time only), the counters (bumped the first time, read
-    on a redelivery), the window start and which reasons were already raised; then one request per reason
-    that crossed its threshold."""
-    keys: Keys = ctx.services["keys"]
-    redis = ctx.services["redis"]
-    p = source.payload
-    step = 1 if first_time else 0
-    fields = {"toolCallCount": "toolCallCount", "receiptCount": "receiptCount"}  # reason → hash field
+    """The procedure record, the scope's last procedure receipts and (when allowed) the handled marker."""
+    proc_key = ctx.keys.procedure(ctx.scope_key)
+    ctx.effects.call("HSET", proc_key, record["id"], json.dumps(record, ensure_ascii=False))
+    ctx.effects.call("EXPIRE", proc_key, PROCEDURE_TTL_S)
+    receipts_key = ctx.keys.procedure_receipts(ctx.scope_key)
+    receipt = {
+        "id": f"procedure-receipt:{record['id']}",
+        "recordId": record["id"],
+        "status": record["status"],
+    }
+    ctx.effects.call("LPUSH", receipts_key, json.dumps(receipt))
+    ctx.effects.call("LTRIM", receipts_key, 0, MAX_PROCEDURE_RECEIPTS - 1)
+    ctx.effects.call("EXPIRE", receipts_key, PROCEDURE_TTL_S)
+    domain_key, intent = record["domainKey"], record["intentClass"]
+    if not _may_mark(domain_key, intent, status):
+        return
+    proc = procedure_key(p, source_id)
+    marker = {
+        "markerType": "handled",
+        "domainKey": domain_key,
+        "intentClass": intent,
+        "procedureKey": proc,
+        "expiresAt": int(time.time() * 1000) + PROCEDURE_TTL_S * 1000,
+    }
+    key = ctx.keys.procedure_marker(ctx.scope_key, domain_key, intent, proc)
+    ctx.effects.call("SET", key, json.dumps(marker), "EX", PROCEDURE_TTL_S)
+
+
+def _counted_fields(record: dict[str, Any], tool: dict[str, Any]) -> dict[str, str]:
+    """reason → accumulator hash field, for the reasons this outcome counts towards."""
+    fields = {"toolCallCount": "toolCallCount", "receiptCount": "receiptCount"}
     if record["status"] == "failed":
         fields["failedToolCount"] = "failedToolCount"
         fields["sameToolFailureCount"] = f"failures:{tool.get('identifier', '?')}:{tool.get('apiName', '?')}"
-    pipe = redis.pipeline(transaction=False)
-    if first_time:
-        receipts_key = f"{keys.prefix}procedure-receipts:{{{ctx.scope_key}}}"
-        receipt = {
-            "id": f"procedure-receipt:{record['id']}",
-            "recordId": record["id"],
-            "status": record["status"],
-        }
-        pipe.lpush(receipts_key, json.dumps(receipt))
-        pipe.ltrim(receipts_key, 0, MAX_PROCEDURE_RECEIPTS - 1)
-    for field in fields.values():
-        pipe.hincrby(acc_key, field, step)
-    pipe.expire(acc_key, PROCEDURE_TTL_S)
-    pipe.hget(acc_key, "windowStart")
-    pipe.hmget(acc_key, [f"emitted:{reason}" for reason in fields])
-    replies = pipe.execute()
-    *_, window_raw, emitted = replies
-    values = replies[2 if first_time else 0 :][: len(fields)]
-    counts = dict(zip(fields, (int(v) for v in values), strict=True))
-    emit = ctx.services.get("emit")
-    user, agent = source.user_id or p.get("userId"), source.agent_id or p.get("agentId")
-    if emit is None or not user or not agent:
-        return
+    return fields
+
+
+def _accumulate(ctx: HandlerContext, source: Source, record: dict[str, Any], tool: dict[str, Any]) -> None:
+    """One read (the counters, the window start, which reasons were raised), then staged increments, and
+    one ``agent.self_reflection.requested`` follow-up per reason that crosses its threshold now (the
+    follow-up and its ``emitted`` flag commit together with this event, or neither)."""
+    p = source.payload
     scope_type, scope_id = _reflection_scope(p, ctx.scope_key)
+    acc_key = ctx.keys.reflection_accumulator(ctx.scope_key, scope_type, scope_id)
+    fields = _counted_fields(record, tool)
+    read = [*fields.values(), "windowStart", *(f"emitted:{reason}" for reason in fields)]
+    values = ctx.deps(SelfIterationDeps).redis.hmget(acc_key, read)
+    counts = {reason: int(v or 0) + 1 for reason, v in zip(fields, values, strict=False)}
+    window_raw, emitted = values[len(fields)], values[len(fields) + 1 :]
+    for field in fields.values():
+        ctx.effects.call("HINCRBY", acc_key, field, 1)
     window_start = int(window_raw or source.timestamp)
+    if window_raw is None:
+        ctx.effects.call("HSET", acc_key, "windowStart", str(window_start))
+    ctx.effects.call("EXPIRE", acc_key, PROCEDURE_TTL_S)
+    user, agent = source.user_id or p.get("userId"), source.agent_id or p.get("agentId")
+    if not user or not agent:
+        return
     for (reason, value), raised in zip(counts.items(), emitted, strict=True):
         if value < REFLECTION_THRESHOLDS[reason] or raised:
             continue  # below threshold, or this reason was already raised for the scope
-        # Emit first, mark after: a crash in between re-emits on redelivery with the same sourceId,
-        # which the door dedupes, so the request is neither lost nor doubled.
-        window_end = source.timestamp
-        event = {
-            "sourceType": "agent.self_reflection.requested",
-            "sourceId": f"self-reflection:{user}:{agent}:{scope_type}:{scope_id}:{reason}:{window_start}:{window_end}",
-            "userId": user,
+        event = _reflection_request(
+            source, str(user), str(agent), reason, (scope_type, scope_id), window_start
+        )
+        if ctx.emit(event) == "staged":
+            ctx.effects.call("HSET", acc_key, f"emitted:{reason}", "1")
+
+
+def _reflection_request(
+    source: Source, user: str, agent: str, reason: str, scope: tuple[str, str], window_start: int
+) -> dict[str, Any]:
+    scope_type, scope_id = scope
+    window_end = source.timestamp
+    source_id = f"self-reflection:{user}:{agent}:{scope_type}:{scope_id}:{reason}:{window_start}:{window_end}"
+    return {
+        "sourceType": "agent.self_reflection.requested",
+        "sourceId": source_id,
+        "userId": user,
+        "agentId": agent,
+        "payload": {
             "agentId": agent,
-            "payload": {
-                "agentId": agent,
-                "userId": user,
-                "reason": reason,
-                "scopeId": scope_id,
-                "scopeType": scope_type,
-                "topicId": p.get("topicId"),
-                "windowStart": window_start,
-                "windowEnd": window_end,
-            },
-        }
-        emit(event)
-        redis.hset(acc_key, f"emitted:{reason}", "1")
+            "userId": user,
+            "reason": reason,
+            "scopeId": scope_id,
+            "scopeType": scope_type,
+            "topicId": source.payload.get("topicId"),
+            "windowStart": window_start,
+            "windowEnd": window_end,
+        },
+    }

@@ -58,60 +58,11 @@ def build_self_iteration_receipts(
         }
     )
     kind = marker.get("kind")
-    receipts: list[dict[str, Any]] = []
-    applied = 0
-    for index, mutation in enumerate(m for m in mutations if m.get("apiName")):
-        api = str(mutation["apiName"])
-        data = mutation.get("data") or {}
-        receipt_kind, status, default_title = API_KINDS.get(api, ("review", "applied", "Agent Signal action"))
-        if str(data.get("status", "")).startswith("skipped"):
-            status = "skipped"
-        target = data.get("target") or {}
-        title = target.get("title") or data.get("summary") or default_title
-        summary = data.get("summary")
-        receipt: dict[str, Any] = {
-            **base,
-            "id": f"{source_id}:{mutation.get('toolCallId') or f'{api}:{index}'}:{receipt_kind}",
-            "kind": receipt_kind,
-            "status": status,
-            "title": title,
-            "detail": summary or title,
-        }
-        if receipt_kind != "review":
-            receipt["target"] = _clean(
-                {
-                    "agentDocumentId": data.get("agentDocumentId"),
-                    "documentId": data.get("documentId") if receipt_kind == "skill" else None,
-                    "id": target.get("id") or data.get("resourceId"),
-                    "memoryId": target.get("memoryId"),
-                    "memoryLayer": target.get("memoryLayer") if receipt_kind == "memory" else None,
-                    "summary": target.get("summary"),
-                    "title": title,
-                    "type": receipt_kind,
-                }
-            )
-        metadata = _clean(
-            {
-                "agentDocumentId": data.get("agentDocumentId"),
-                "documentId": data.get("documentId"),
-                "expectedCurrentDocumentUpdatedAt": data.get("expectedCurrentDocumentUpdatedAt"),
-                "historyId": data.get("historyId"),
-                "localDate": marker.get("localDate"),
-                "sourceType": source_type,
-            }
-        )
-        if (
-            api == "replaceSkillContentCAS"
-            and status == "applied"
-            and data.get("documentId")
-            and data.get("expectedCurrentDocumentUpdatedAt") is not None
-            and data.get("historyId")
-        ):
-            metadata["rollbackStatus"] = "available"
-        receipt["metadata"] = metadata
-        receipts.append(receipt)
-        if status == "applied":
-            applied += 1
+    receipts = [
+        _mutation_receipt(base, index, mutation, marker, source_id, source_type)
+        for index, mutation in enumerate(m for m in mutations if m.get("apiName"))
+    ]
+    applied = sum(1 for receipt in receipts if receipt["status"] == "applied")
     if kind not in ("memory", "skill"):
         summary_receipt = {
             **base,
@@ -126,3 +77,77 @@ def build_self_iteration_receipts(
         }
         return [summary_receipt, *receipts]
     return receipts
+
+
+def _mutation_receipt(
+    base: dict[str, Any],
+    index: int,
+    mutation: dict[str, Any],
+    marker: dict[str, Any],
+    source_id: str,
+    source_type: str,
+) -> dict[str, Any]:
+    """The receipt of one mutation (the ``index``-th with an ``apiName``)."""
+    api = str(mutation["apiName"])
+    data = mutation.get("data") or {}
+    receipt_kind, status, default_title = API_KINDS.get(api, ("review", "applied", "Agent Signal action"))
+    if str(data.get("status", "")).startswith("skipped"):
+        status = "skipped"
+    target = data.get("target") or {}
+    title = target.get("title") or data.get("summary") or default_title
+    summary = data.get("summary")
+    receipt: dict[str, Any] = {
+        **base,
+        "id": f"{source_id}:{mutation.get('toolCallId') or f'{api}:{index}'}:{receipt_kind}",
+        "kind": receipt_kind,
+        "status": status,
+        "title": title,
+        "detail": summary or title,
+    }
+    if receipt_kind != "review":
+        receipt["target"] = _receipt_target(receipt_kind, data, target, title)
+    receipt["metadata"] = _receipt_metadata(api, status, data, marker, source_type)
+    return receipt
+
+
+def _receipt_target(
+    receipt_kind: str, data: dict[str, Any], target: dict[str, Any], title: Any
+) -> dict[str, Any]:
+    """A memory or skill receipt's ``target``."""
+    return _clean(
+        {
+            "agentDocumentId": data.get("agentDocumentId"),
+            "documentId": data.get("documentId") if receipt_kind == "skill" else None,
+            "id": target.get("id") or data.get("resourceId"),
+            "memoryId": target.get("memoryId"),
+            "memoryLayer": target.get("memoryLayer") if receipt_kind == "memory" else None,
+            "summary": target.get("summary"),
+            "title": title,
+            "type": receipt_kind,
+        }
+    )
+
+
+def _receipt_metadata(
+    api: str, status: str, data: dict[str, Any], marker: dict[str, Any], source_type: str
+) -> dict[str, Any]:
+    """A mutation receipt's ``metadata``; a CAS skill replacement with its history is marked rollback-able."""
+    metadata = _clean(
+        {
+            "agentDocumentId": data.get("agentDocumentId"),
+            "documentId": data.get("documentId"),
+            "expectedCurrentDocumentUpdatedAt": data.get("expectedCurrentDocumentUpdatedAt"),
+            "historyId": data.get("historyId"),
+            "localDate": marker.get("localDate"),
+            "sourceType": source_type,
+        }
+    )
+    if (
+        api == "replaceSkillContentCAS"
+        and status == "applied"
+        and data.get("documentId")
+        and data.get("expectedCurrentDocumentUpdatedAt") is not None
+        and data.get("historyId")
+    ):
+        metadata["rollbackStatus"] = "available"
+    return metadata

@@ -9,11 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from policies.self_iteration.gate import self_iteration_enabled
+from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.runners import RunnerError, RunRequest, operation_id_for
-from worker.context import HandlerContext
-from worker.keys import Keys
-from worker.nodes import Conclude, Source
+from worker.plugin import Conclude, HandlerContext, Source
 
 __all__ = ["nightly_review", "self_feedback_intent", "self_reflection"]
 
@@ -49,11 +47,11 @@ def _run(
         return Conclude(
             concluded={"status": "skipped", "reason": "invalid_payload", "detail": f"sourceId must be {key}"}
         )
-    settings, keys, redis = ctx.services["settings"], ctx.services["keys"], ctx.services["redis"]
-    if not self_iteration_enabled(redis, keys, settings.self_iteration_enabled, str(p["userId"])):
+    deps = ctx.deps(SelfIterationDeps)
+    if not deps.enabled(str(p["userId"])):
         return Conclude(concluded={"status": "skipped", "reason": "gate_disabled"})
-    guard = Keys.review_guard(keys, f"{kind}-guard:{key}")
-    if redis.exists(guard):
+    guard = ctx.keys.review_guard(f"{kind}-guard:{key}")
+    if deps.redis.exists(guard):
         return Conclude(concluded={"status": "deduped", "reason": "guard_held", "guardKey": key})
     marker = {"kind": kind, "sourceId": source.source_id, "agentId": p["agentId"]}
     marker.update({f: p[f] for f in marker_fields if p.get(f) is not None})
@@ -69,10 +67,13 @@ def _run(
         context={"kind": kind},
     )
     try:
-        ctx.services["runner"].dispatch(request)
-    except (RunnerError, KeyError) as exc:
+        if deps.runner is None:
+            raise RunnerError("no agent runner is configured in this process")
+        deps.runner.dispatch(request)
+    except RunnerError as exc:
         raise RuntimeError(f"{kind} dispatch failed: {exc}") from exc  # retried with backoff
-    redis.set(guard, "1", ex=GUARD_TTL_S)  # after the dispatch: a failed dispatch leaves the window open
+    # Staged: the guard commits with the event (a failed dispatch, or a retried event, leaves it open).
+    ctx.effects.call("SET", guard, "1", "EX", GUARD_TTL_S)
     return Conclude(concluded={"status": "dispatched", "operationId": request.operation_id, "guardKey": key})
 
 

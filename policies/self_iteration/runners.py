@@ -4,10 +4,10 @@ A run request carries LobeHub's operation marker ``{kind, sourceId, anchorMessag
 topicId?, agentId?, localDate?, reviewWindow*}``. When the run finishes, the app (or the reference runner)
 reports ``agent.execution.completed`` with the ``selfIteration`` payload; that is what produces receipts.
 
-* ``CeleryRunner`` publishes the request on a Celery queue (``agent_signal.agent_run``) that the app — or our
-  worker, with the reference agent — consumes.
+* ``TaskRunner`` publishes the request as the plugin task ``agent_signal.agent_run`` (through the engine's
+  ``runtime.publish``) that the app — or our worker, with the reference agent — consumes.
 * ``WebhookRunner`` POSTs it to a URL, signed ``X-Agent-Signal-Signature: sha256=<hmac of the body>``,
-  retried with exponential backoff.
+  retried with exponential backoff and full jitter (tenacity).
 
 Recursion guard (LobeHub's ``suppressSignal``): every request says ``suppressSignal: true``; a run started
 by Agent Signal must not feed ``agent.user.message`` back (the planner ignores messages whose ``trigger``
@@ -19,14 +19,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import random
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-__all__ = ["AGENT_RUN_TASK", "AgentRunner", "CeleryRunner", "RunRequest", "RunnerError", "WebhookRunner"]
+__all__ = ["AGENT_RUN_TASK", "AgentRunner", "RunRequest", "RunnerError", "TaskRunner", "WebhookRunner"]
 
 AGENT_RUN_TASK = "agent_signal.agent_run"
 
@@ -85,14 +85,16 @@ class AgentRunner(Protocol):
         """Hand the run over; returns the operation id. Raises RunnerError."""
 
 
-class CeleryRunner:
-    def __init__(self, app: Any, queue: str) -> None:
-        self.app = app
+class TaskRunner:
+    """Publish run requests as the ``agent_signal.agent_run`` task (``queue`` None: the engine's queue)."""
+
+    def __init__(self, publish: Callable[[str, dict[str, Any], str | None], None], queue: str | None) -> None:
+        self.publish = publish
         self.queue = queue
 
     def dispatch(self, request: RunRequest) -> str:
         try:
-            self.app.send_task(AGENT_RUN_TASK, args=[request.to_json_dict()], queue=self.queue)
+            self.publish(AGENT_RUN_TASK, request.to_json_dict(), self.queue)
         except Exception as exc:
             raise RunnerError(f"could not publish the agent run: {exc}") from exc
         return request.operation_id
@@ -115,17 +117,35 @@ class WebhookRunner:
     def dispatch(self, request: RunRequest) -> str:
         body = json.dumps(request.to_json_dict(), separators=(",", ":")).encode()
         headers = {"content-type": "application/json", "x-agent-signal-signature": sign(self.secret, body)}
-        last = ""
-        for attempt in range(1, self.attempts + 1):
-            try:
-                response = httpx.post(self.url, content=body, headers=headers, timeout=self.timeout_s)
-                if response.status_code < 300:
-                    return request.operation_id
-                last = f"HTTP {response.status_code}"
-                if 400 <= response.status_code < 500 and response.status_code != 429:
-                    break  # the receiver refused the request itself: retrying will not help
-            except httpx.HTTPError as exc:
-                last = type(exc).__name__
-            if attempt < self.attempts:
-                time.sleep(random.uniform(0, self.base_delay_s * 2 ** (attempt - 1)))
-        raise RunnerError(f"the agent-run webhook failed after {self.attempts} attempts: {last}")
+        retrying = Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_random_exponential(multiplier=self.base_delay_s, max=30),
+            retry=retry_if_exception(_transient),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    response = httpx.post(self.url, content=body, headers=headers, timeout=self.timeout_s)
+                    if response.status_code >= 300:
+                        raise _HttpStatus(response.status_code)
+        except _HttpStatus as exc:
+            raise RunnerError(f"the agent-run webhook failed: HTTP {exc.status_code}") from None
+        except httpx.HTTPError as exc:
+            raise RunnerError(
+                f"the agent-run webhook failed after {self.attempts} attempts: {type(exc).__name__}"
+            ) from None
+        return request.operation_id
+
+
+class _HttpStatus(Exception):
+    def __init__(self, status_code: int) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+
+
+def _transient(exc: BaseException) -> bool:
+    """Retry transport errors, 429 and 5xx; a 4xx means the receiver refused the request itself."""
+    if isinstance(exc, _HttpStatus):
+        return exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(exc, httpx.HTTPError)

@@ -7,7 +7,6 @@ import json
 import multiprocessing
 import os
 import signal
-import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,6 +16,7 @@ from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
+from tests.support.waiting import drain_marker, marker_pid
 from worker.keys import Keys
 from worker.settings import Settings
 
@@ -101,10 +101,12 @@ class TestScopeSerialization:
             _event("test.timeline", f"tl-{seq}", f"topic:scope-{seq % 5}", seq=seq, sleepMs=5)
             for seq in range(200)
         ]
+        # Both workers are up before the first event: the test is about how they share the work, not
+        # about which one boots first.
+        start_worker(settings)
+        start_worker(settings)
         results = producer.enqueue_many(events)
         assert all(r.status == "accepted" for r in results)
-        start_worker(settings)
-        start_worker(settings)
         wait_for(
             lambda: all(_status(producer, r.event_id) == "done" for r in results),
             timeout_s=90,
@@ -238,10 +240,12 @@ class TestDeadLetters:
         wait_for(lambda: _status(producer, ev.event_id) == "done", what="the redriven event")
         assert redis_client.get(f"{keys.prefix}test:flaky-applied") == "1"
         assert producer.store.dlq_size() == 0
-        # Redriving a done event does nothing.
+        # Redriving a done event does nothing: had it requeued the event, the scope would run it before a
+        # marker enqueued after it, so once the marker is done the effect count is final.
         assert redrive_events(producer, [ev.event_id]) == {"redriven": [], "notDead": [ev.event_id]}
-        time.sleep(0.3)
+        drain_marker(producer, redis_client, keys, "topic:flaky", "marker-after-redrive")
         assert redis_client.get(f"{keys.prefix}test:flaky-applied") == "1"
+        assert _status(producer, ev.event_id) == "done"
         producer.close()
 
     def test_permanent_failure_is_dead_on_first_attempt(self, make_settings: Any, start_worker: Any) -> None:
@@ -269,7 +273,7 @@ class TestFencing:
         settings = make_settings()
         counter = f"{keys.prefix}test:fence-counter"
         producer = Producer(settings)
-        first = start_worker(settings)
+        first = start_worker(settings)  # concurrency 1: one pool process, which runs tasks one at a time
         ev = producer.enqueue(
             _event("test.counter", "fence-1", "topic:fence", counterKey=counter, sleepMs=800)
         )
@@ -278,7 +282,7 @@ class TestFencing:
         redis_client.delete(marker)
         os.kill(paused, signal.SIGSTOP)
         try:
-            start_worker(settings)  # the sweeper of either worker re-publishes the stranded scope
+            second = start_worker(settings)  # the sweeper of either worker re-publishes the stranded scope
             wait_for(lambda: _status(producer, ev.event_id) == "done", timeout_s=60, what="the takeover")
             assert redis_client.get(counter) == "1"
             assert producer.store.stats().get("fenceRejected", 0) == 0
@@ -289,7 +293,11 @@ class TestFencing:
             timeout_s=30,
             what="the stale write to be refused",
         )
-        time.sleep(0.5)
+        # Wait for the refused drain to end before asserting that it changed nothing: with the second
+        # worker gone, a marker on the scope can only run in the resumed process, after its refused drain.
+        second.stop()
+        drain_marker(producer, redis_client, keys, "topic:fence", "fence-marker")
+        assert marker_pid(redis_client, keys, "fence-marker") == paused
         assert redis_client.get(counter) == "1"
         assert _status(producer, ev.event_id) == "done"
         assert first.popen.poll() is None

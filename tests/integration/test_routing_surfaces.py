@@ -4,11 +4,11 @@ events through real workers."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,7 +87,9 @@ class TestHttp:
         result = client.post("/v1/route", json=body).json()
         assert result["decision"]["name"] == "urgent" and result["decision"]["confidence"] == 0.5
 
-    def test_config_reloads_on_change(self, client: TestClient, config_path: Path) -> None:
+    def test_config_reloads_on_change(
+        self, client: TestClient, config_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """Editing the config file changes answers without restarting; a broken edit keeps the last good one."""
         assert client.post("/v1/route", json={"request": TOOL_LOOP}).json()["model"] == "gpt-4o"
         config_path.write_text(config_path.read_text().replace("model: gpt-4o", "model: gpt-5"))
@@ -95,8 +97,20 @@ class TestHttp:
             lambda: client.post("/v1/route", json={"request": TOOL_LOOP}).json()["model"] == "gpt-5",
             timeout_s=10,
         )
+        caplog.set_level(logging.ERROR)
         config_path.write_text("routing: [broken\n")
-        time.sleep(0.7)
+        # Wait until the app has read the broken version and refused it (it logs the refusal with the
+        # file's path), then check it kept serving the last good one; every answer on the way too.
+        models: list[str] = []
+
+        def refused() -> bool:
+            models.append(client.post("/v1/route", json={"request": TOOL_LOOP}).json()["model"])
+            return any(
+                str(config_path) in r.getMessage() and "rejected" in r.getMessage() for r in caplog.records
+            )
+
+        wait_for(refused, timeout_s=10, interval_s=0.1, what="the broken config to be refused")
+        assert set(models) == {"gpt-5"}
         assert client.post("/v1/route", json={"request": TOOL_LOOP}).json()["model"] == "gpt-5"
 
     def test_not_configured(self, make_settings: Any) -> None:

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from redis import Redis
 
-from policies.dedupe import dedupe_key, event_id_for
 from producers._http import create_web_app
 from tests.conftest import wait_for
+from worker.dedupe import dedupe_key, event_id_for
+from worker.keys import Keys
 
 pytestmark = pytest.mark.integration
 
@@ -128,8 +129,14 @@ class TestWorkedExamples:
         result = _chain(stack, "chain:msg_b1")["envelope"]["results"][0]
         assert result["error"]["code"] == "USER_MEMORY_EXECUTION_FAILED"
         assert "signal.action.failed" in record["conclusionChain"]["dominantPath"]
-        time.sleep(0.5)
-        assert _receipts(stack) == []
+        # A receipt comes from a run that ends in a completion event on the topic's scope. A marker message
+        # sent after msg_b1 on the same topic goes the same way, in order (the scope drains in order; one
+        # worker with one process runs the runs in publish order): once the marker's receipt is there, a
+        # receipt for msg_b1 would be there too.
+        _done(stack, _send(stack, _user_message("msg_b2", "Going forward, I prefer short bullet lists.")))
+        marker = "msg_b2:memory:msg_b2:writeMemory:0:memory"
+        receipts = wait_for(lambda: _receipts(stack), what="the marker's receipt")
+        assert [r["id"] for r in receipts] == [marker]
 
     def test_c_no_op(self, stack: TestClient) -> None:
         """C: "Thanks." → neutral → one signal, no action, final status none."""
@@ -291,23 +298,33 @@ class TestReplayAndGate:
         assert stack.get(f"/v1/events/{result['eventId']}").status_code == 404
         assert stack.put("/v1/features/self-iteration/u1", json={"enabled": None}).json()["enabled"] is True
 
-    def test_receipts_stream(self, make_settings: Any, start_worker: Any, start_web: Any) -> None:
+    def test_receipts_stream(
+        self, make_settings: Any, start_worker: Any, start_web: Any, redis_client: Redis, keys: Keys
+    ) -> None:
         """GET /v1/receipts/stream pushes a new receipt once, without polling."""
         settings = make_settings()
         start_worker(settings)
         _, url = start_web(settings)
         received: list[dict[str, Any]] = []
+        subscribed = threading.Event()
 
         def listen() -> None:
             with httpx.stream("GET", f"{url}/v1/receipts/stream", params=OWNER, timeout=30) as response:
                 for line in response.iter_lines():
-                    if line.startswith("data: "):
+                    if line == ": connected":  # sent once the server has subscribed to the feed
+                        subscribed.set()
+                    elif line.startswith("data: "):
                         received.append(json.loads(line[6:]))
                         return
 
         thread = threading.Thread(target=listen, daemon=True)
         thread.start()
-        time.sleep(0.5)
+        assert subscribed.wait(timeout=30), "the receipts stream never said it was connected"
+        channel = keys.receipts_feed(OWNER["userId"], OWNER["agentId"], OWNER["topicId"])
+        wait_for(
+            lambda: dict(redis_client.pubsub_numsub(channel)).get(channel, 0) >= 1,
+            what="the stream's subscription to the receipts feed",
+        )
         httpx.post(
             f"{url}/v1/events",
             json=_user_message("msg_sse", "Going forward, I prefer short bullet lists."),

@@ -1,8 +1,10 @@
-"""Handler bundle used by the integration tests, loaded by real worker processes through
-``AGENT_SIGNAL_POLICIES=...,tests.support.policies:bundle``.
+"""The test plugin of the integration tests, loaded by real worker processes through
+``AGENT_SIGNAL_PLUGINS=["tests.support.policies:bundle"]``; like any outside plugin it imports only
+``worker.plugin``.
 
-These are real handlers, not stand-ins: they write to the same Redis the pipeline uses, so tests can observe
-ordering, crashes and effects from outside the worker.
+These are real handlers, not stand-ins. Their *effects* are staged (``ctx.effects``) like any plugin's; what
+they write directly through the ``Probe`` (pids, attempt counts, timelines) is test instrumentation that
+must be visible while the event is still running, so tests can observe ordering and crashes from outside.
 
 * ``test.counter``: source → signal → action whose *effect* increments ``payload.counterKey`` (staged, so it
   is exactly-once); before returning, the action records its pid under ``test:inaction:<sourceId>`` and
@@ -22,16 +24,41 @@ import json
 import os
 import time
 
-from worker.context import HandlerContext
-from worker.keys import Keys
-from worker.nodes import Action, Dispatch, ExecutorResult, Signal, Source, action_from, signal_from
-from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
-from worker.results import applied, failed
+from dataclasses import dataclass
+
+from redis import Redis
+
+from worker.plugin import (
+    Action,
+    Dispatch,
+    ExecutorResult,
+    HandlerContext,
+    Plugin,
+    PluginRuntime,
+    Policy,
+    Signal,
+    Source,
+    action_from,
+    applied,
+    define_action_handler,
+    define_signal_handler,
+    define_source_handler,
+    failed,
+    signal_from,
+)
+
+SOURCE_TYPES = ("test.counter", "test.timeline", "test.flaky", "test.fail-action")
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """Direct Redis access for test instrumentation (never for effects)."""
+
+    redis: Redis
 
 
 def _test_key(ctx: HandlerContext, name: str) -> str:
-    keys: Keys = ctx.services["keys"]
-    return f"{keys.prefix}test:{name}"
+    return f"{ctx.keys.prefix}test:{name}"
 
 
 def _counter_source(source: Source, ctx: HandlerContext) -> Dispatch:
@@ -47,7 +74,7 @@ def _counter_plan(signal: Signal, ctx: HandlerContext) -> Dispatch:
 
 
 def _counter_apply(action: Action, ctx: HandlerContext) -> ExecutorResult:
-    redis = ctx.services["redis"]
+    redis = ctx.deps(Probe).redis
     redis.set(_test_key(ctx, f"inaction:{action.source.source_id}"), os.getpid())
     redis.incr(_test_key(ctx, f"attempts:{action.source.source_id}"))
     time.sleep(int(action.payload.get("sleepMs", 0)) / 1000)
@@ -60,17 +87,17 @@ def _after_applied(signal: Signal, ctx: HandlerContext) -> None:
     sleep_ms = int(
         (
             signal.payload.get("detail") == "incremented"
-            and ctx.services["redis"].get(_test_key(ctx, f"sleep-after:{signal.source.source_id}"))
+            and ctx.deps(Probe).redis.get(_test_key(ctx, f"sleep-after:{signal.source.source_id}"))
         )
         or 0
     )
     if sleep_ms:
-        ctx.services["redis"].set(_test_key(ctx, f"afteraction:{signal.source.source_id}"), os.getpid())
+        ctx.deps(Probe).redis.set(_test_key(ctx, f"afteraction:{signal.source.source_id}"), os.getpid())
         time.sleep(sleep_ms / 1000)
 
 
 def _timeline(source: Source, ctx: HandlerContext) -> None:
-    redis = ctx.services["redis"]
+    redis = ctx.deps(Probe).redis
     key = _test_key(ctx, "timeline")
     base = {"scope": source.scope_key, "seq": source.payload.get("seq"), "pid": os.getpid()}
     redis.rpush(key, json.dumps({**base, "phase": "start", "t": time.time()}))
@@ -79,7 +106,7 @@ def _timeline(source: Source, ctx: HandlerContext) -> None:
 
 
 def _flaky(source: Source, ctx: HandlerContext) -> Dispatch:
-    if not ctx.services["redis"].exists(_test_key(ctx, "fixed")):
+    if not ctx.deps(Probe).redis.exists(_test_key(ctx, "fixed")):
         raise RuntimeError("flaky handler is broken")
     return Dispatch(signals=[signal_from(source, "flaky", "signal.test.flaky", {}, ctx.now())])
 
@@ -109,7 +136,16 @@ def _failing_action(action: Action, ctx: HandlerContext) -> ExecutorResult:
     )
 
 
-def bundle() -> list[Policy]:
+def _probe(runtime: PluginRuntime) -> Probe:
+    return Probe(runtime.redis)
+
+
+def bundle() -> Plugin:
+    """The test plugin: its policies, its probe, and its source types admitted at the door."""
+    return Plugin("tests", policies=_policies(), services=_probe, source_types=SOURCE_TYPES)
+
+
+def _policies() -> list[Policy]:
     return [
         Policy(
             "tests",

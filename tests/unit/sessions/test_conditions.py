@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from policies.conditions import CondEnv, ConditionRegistry, parse_call
+from sessions.conditions import CondEnv, ConditionRegistry, parse_call
 from sessions.fsm import FnState
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.scope import derive_scope_key
+from worker.scope import derive_scope_key
 
 
 @pytest.mark.parametrize(

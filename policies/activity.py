@@ -1,4 +1,4 @@
-"""The built-in handler bundle: per-scope activity bookkeeping, plus the tool-outcome payload check.
+"""The activity plugin: per-scope activity bookkeeping, plus the tool-outcome payload check.
 
 It exists so a fresh install does something visible end to end (``make run``): every merged bot message and
 tool outcome becomes a signal, and each signal an idempotent action that counts activity per scope in
@@ -11,18 +11,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.conversation import conversation_policies
-from policies.conversation_log import conversation_log_policies
-from policies.dmail import dmail_policies
-from policies.self_iteration.bundle import self_iteration_policies
-from worker.context import HandlerContext
-from worker.errors import PermanentFailure
-from worker.keys import Keys
-from worker.nodes import Action, Dispatch, ExecutorResult, Signal, Source, action_from, signal_from
-from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
-from worker.results import applied
+from worker.plugin import (
+    Action,
+    Dispatch,
+    ExecutorResult,
+    HandlerContext,
+    PermanentFailure,
+    Plugin,
+    Policy,
+    Signal,
+    Source,
+    action_from,
+    applied,
+    define_action_handler,
+    define_signal_handler,
+    define_source_handler,
+    signal_from,
+)
 
-__all__ = ["default_policies"]
+__all__ = ["ACTIVITY_ACTION", "plugin"]
 
 ACTIVITY_ACTION = "action.activity.record"
 
@@ -56,25 +63,17 @@ def _plan_activity(signal: Signal, ctx: HandlerContext) -> Dispatch:
 
 
 def _record_activity(action: Action, ctx: HandlerContext) -> ExecutorResult:
-    keys: Keys = ctx.services["keys"]
     field = str(action.payload.get("field", "events"))
-    ctx.effects.call("HINCRBY", keys.activity(ctx.scope_key), field, 1)
+    ctx.effects.call("HINCRBY", ctx.keys.activity(ctx.scope_key), field, 1)
     return applied(action, ctx, detail=f"Counted one {field[:-1]} for {ctx.scope_key}.")
 
 
-def default_policies() -> list[Policy]:
-    """The bundles installed when ``AGENT_SIGNAL_POLICIES`` is not set: LobeHub's self-iteration policies,
-    then activity counts, conversation routing and D-Mail receipts."""
-    return [
-        *conversation_log_policies(),
-        *self_iteration_policies(),
-        *_activity(),
-        *conversation_policies(),
-        *dmail_policies(),
-    ]
+def plugin() -> Plugin:
+    """Every merged bot message and tool outcome counts once per scope."""
+    return Plugin("activity", policies=_policies())
 
 
-def _activity() -> list[Policy]:
+def _policies() -> list[Policy]:
     return [
         Policy(
             "activity",

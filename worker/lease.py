@@ -52,9 +52,7 @@ class ScopeLease:
         self._guard = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def acquire(
-        self, scope_key: str, *, prefix: str, now_ms: int
-    ) -> tuple[LeaseGrant | None, int, Head | None]:
+    def acquire(self, scope_key: str, *, now_ms: int) -> tuple[LeaseGrant | None, int, Head | None]:
         """Try once. Granted: (grant, 0, head), where the same round trip took the inbox's head (and, when the
         inbox was empty, already released the lease again: head.code == 0, no renewer started).
         Held by someone else: (None, milliseconds they still have, None)."""
@@ -67,7 +65,7 @@ class ScopeLease:
                 self.keys.scheduled(scope_key),
                 self.keys.scopes,
             ],
-            args=[token, self.ttl_ms, prefix, now_ms, scope_key],
+            args=[token, self.ttl_ms, self.keys.event_prefix, now_ms, scope_key],
         )
         fence = int(reply[0])
         if fence == 0:

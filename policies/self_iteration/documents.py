@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from redis import Redis
 
-from worker.keys import Keys
+from worker.plugin import Keys
 
 __all__ = ["DocumentStore", "RollbackStatus"]
 

@@ -1,7 +1,9 @@
-"""The SourceEvent that apps send, its validation, and the errors that name the offending field.
+"""The event model at the door: the SourceEvent that apps (and handlers' follow-ups) send, its validation,
+and the errors that name the offending field.
 
-Validation happens at the door (SDK, HTTP, CLI alike) with pydantic v2; an invalid event never reaches
-Redis. Errors are :class:`EventError` ``{code, message, field}`` where ``field`` is a JSON path such as
+Validation happens before anything is stored (SDK, HTTP, CLI and the engine's emitter alike) with pydantic
+v2; an invalid event never reaches Redis. :func:`field_error` is the one mapper from a pydantic
+``ValidationError`` to an :class:`EventError`. Errors are :class:`EventError` ``{code, message, field}`` where ``field`` is a JSON path such as
 ``payload`` or ``events[3].sourceId``.
 """
 
@@ -14,10 +16,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from policies.dedupe import dedupe_key, event_id_for
-from policies.scope import derive_scope_key
-from policies.source_types import SourceTypePolicy
+from worker.dedupe import dedupe_key, event_id_for
 from worker.nodes import ChainRef, Source
+from worker.scope import derive_scope_key
+from worker.source_types import SourceTypePolicy
 from worker.store import PreparedEvent
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "EventError",
     "InvalidEvent",
     "SourceEvent",
+    "field_error",
     "parse_event",
     "prepare",
     "with_traceparent",
@@ -88,7 +91,8 @@ def _path(loc: tuple[int | str, ...], prefix: str) -> str:
     return out
 
 
-def _from_validation_error(exc: ValidationError, prefix: str) -> EventError:
+def field_error(exc: ValidationError, prefix: str = "", *, model_name: str = "SourceEvent") -> EventError:
+    """The first error of ``exc`` as ``{code, message, field}``, ``field`` a JSON path under ``prefix``."""
     first = exc.errors(include_url=False)[0]
     loc = tuple(first.get("loc", ()))
     kind = first.get("type", "")
@@ -96,7 +100,7 @@ def _from_validation_error(exc: ValidationError, prefix: str) -> EventError:
     if kind == "missing":
         return EventError(code="missing_field", message=f"{field} is required", field=field)
     if kind == "extra_forbidden":
-        return EventError(code="unknown_field", message=f"{field} is not a SourceEvent field", field=field)
+        return EventError(code="unknown_field", message=f"{field} is not a {model_name} field", field=field)
     if kind == "model_type" or kind == "dict_type":
         return EventError(
             code="invalid_type", message=f"{field or 'event'} must be a JSON object", field=field
@@ -114,14 +118,14 @@ def parse_event(data: Any, types: SourceTypePolicy, *, prefix: str = "") -> Sour
     try:
         event = SourceEvent.model_validate(data)
     except ValidationError as exc:
-        raise InvalidEvent(_from_validation_error(exc, prefix)) from None
+        raise InvalidEvent(field_error(exc, prefix)) from None
     if not types.accepts(event.source_type):
         field = _path(("sourceType",), prefix)
         raise InvalidEvent(
             EventError(
                 code="unknown_source_type",
                 message=f"{field}: unknown source type {event.source_type!r} "
-                "(declare it in AGENT_SIGNAL_EXTRA_SOURCE_TYPES or set AGENT_SIGNAL_ALLOW_UNKNOWN_SOURCE_TYPES=true)",
+                "(a loaded plugin declares it, or list it in AGENT_SIGNAL_EXTRA_SOURCE_TYPES, or set AGENT_SIGNAL_ALLOW_UNKNOWN_SOURCE_TYPES=true)",
                 field=field,
             )
         )

@@ -1,0 +1,53 @@
+"""The self-iteration plugin's settings and the typed dependencies its handlers get with
+``ctx.deps(SelfIterationDeps)`` (built by :mod:`policies.self_iteration.plugin`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from redis import Redis
+
+from policies.self_iteration.gate import enabled_for
+from policies.self_iteration.judges import (
+    DomainJudge,
+    RuleDomainJudge,
+    RuleSatisfactionJudge,
+    RuleSkillIntentClassifier,
+    SatisfactionJudge,
+    SkillIntentClassifier,
+)
+from policies.self_iteration.runners import AgentRunner
+from worker.plugin import Keys, PluginSettings
+
+__all__ = ["SelfIterationDeps", "SelfIterationSettings"]
+
+
+class SelfIterationSettings(PluginSettings):
+    """The self-iteration section of ``AGENT_SIGNAL_*``."""
+
+    self_iteration_enabled: bool = True  # the feature gate's default (per-user overrides in Redis)
+    agent_runner: Literal["reference", "celery", "webhook"] = "reference"
+    agent_runner_url: str | None = None  # webhook runner: where run requests are POSTed
+    agent_runner_secret: str | None = None  # webhook runner: HMAC-SHA256 key of X-Agent-Signal-Signature
+    agent_runner_queue: str | None = None  # celery runner: the app's queue (default: ours, reference agent)
+    judge_url: str | None = None  # OpenAI-compatible base URL (…/v1); unset: the rule-based judges
+    judge_model: str = "gpt-4o-mini"
+    judge_api_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SelfIterationDeps:
+    """What the self-iteration handlers use besides their node and context."""
+
+    redis: Redis  # reads only: writes are staged through ctx.effects
+    keys: Keys
+    enabled_by_default: bool
+    runner: AgentRunner | None
+    satisfaction_judge: SatisfactionJudge = field(default_factory=RuleSatisfactionJudge)
+    domain_judge: DomainJudge = field(default_factory=RuleDomainJudge)
+    skill_intent: SkillIntentClassifier = field(default_factory=RuleSkillIntentClassifier)
+
+    def enabled(self, user_id: str | None) -> bool:
+        """The feature gate for one user (override in Redis, else the setting)."""
+        return enabled_for(self.redis, self.keys, self.enabled_by_default, [user_id])[0]

@@ -1,0 +1,107 @@
+"""The self-iteration plugin object: its settings, typed dependencies, Celery task and door check.
+
+Settings (``AGENT_SIGNAL_SELF_ITERATION_ENABLED``, ``AGENT_SIGNAL_AGENT_RUNNER*``, ``AGENT_SIGNAL_JUDGE_*``)
+are validated at boot. Handlers reach Redis reads, the runner and the judges through
+``ctx.deps(SelfIterationDeps)``; their writes go through ``ctx.effects`` and ``ctx.emit``. The feature gate
+is one admission hook at the door (gated events answer ``status: "gated"`` and are not stored) and the same
+:func:`~policies.self_iteration.gate.enabled_for` check in the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from policies.self_iteration.bundle import self_iteration_policies
+from policies.self_iteration.deps import SelfIterationDeps, SelfIterationSettings
+from policies.self_iteration.documents import DocumentStore
+from policies.self_iteration.gate import GATED_SOURCE_TYPES, enabled_for
+from policies.self_iteration.reference_agent import completion_event, run_reference_agent
+from policies.self_iteration.runners import (
+    AGENT_RUN_TASK,
+    AgentRunner,
+    RunRequest,
+    TaskRunner,
+    WebhookRunner,
+)
+from worker.plugin import AdmissionHook, Plugin, PluginRuntime, PluginTask, PreparedEvent
+
+__all__ = ["plugin"]
+
+
+def _runner(settings: SelfIterationSettings, runtime: PluginRuntime) -> AgentRunner | None:
+    if settings.agent_runner == "webhook":
+        if not settings.agent_runner_url or not settings.agent_runner_secret:
+            raise ValueError(
+                "AGENT_SIGNAL_AGENT_RUNNER=webhook needs AGENT_SIGNAL_AGENT_RUNNER_URL and _SECRET"
+            )
+        return WebhookRunner(settings.agent_runner_url, settings.agent_runner_secret)
+    if runtime.publish is None:
+        return None  # the web process runs no handlers
+    return TaskRunner(runtime.publish, settings.agent_runner_queue)
+
+
+def _deps(runtime: PluginRuntime) -> SelfIterationDeps:
+    settings = runtime.settings_for(SelfIterationSettings)
+    deps = SelfIterationDeps(
+        redis=runtime.redis,
+        keys=runtime.keys,
+        enabled_by_default=settings.self_iteration_enabled,
+        runner=_runner(settings, runtime),
+    )
+    if not settings.judge_url:
+        return deps
+    from policies.self_iteration.openai_judges import (
+        OpenAIDomainJudge,
+        OpenAIJudgeClient,
+        OpenAISatisfactionJudge,
+    )
+
+    client = OpenAIJudgeClient(settings.judge_url, settings.judge_model, settings.judge_api_key)
+    return SelfIterationDeps(
+        redis=deps.redis,
+        keys=deps.keys,
+        enabled_by_default=deps.enabled_by_default,
+        runner=deps.runner,
+        satisfaction_judge=OpenAISatisfactionJudge(client),
+        domain_judge=OpenAIDomainJudge(client),
+    )
+
+
+def _gate(runtime: PluginRuntime) -> AdmissionHook:
+    default = runtime.settings_for(SelfIterationSettings).self_iteration_enabled
+
+    def gate(events: Sequence[PreparedEvent]) -> Mapping[int, str]:
+        """Self-iteration events whose user has the feature off are answered ``gated`` and not stored."""
+        candidates = [
+            (i, e.user_id) for i, e in enumerate(events) if e.source_type in GATED_SOURCE_TYPES and e.user_id
+        ]
+        if not candidates:
+            return {}
+        verdicts = enabled_for(runtime.redis, runtime.keys, default, [u for _, u in candidates])
+        return {
+            index: "gated" for (index, _), enabled in zip(candidates, verdicts, strict=True) if not enabled
+        }
+
+    return gate
+
+
+def _agent_run(runtime: PluginRuntime, payload: dict[str, Any]) -> None:
+    """The reference agent: do the run, then report ``agent.execution.completed`` (the app's job otherwise)."""
+    request = RunRequest.from_json_dict(payload)
+    self_iteration = run_reference_agent(DocumentStore(runtime.redis, runtime.keys), request)
+    if runtime.emitter is None:
+        raise RuntimeError("the reference agent needs the engine's emitter")
+    runtime.emitter.emit(completion_event(request, self_iteration))
+
+
+def plugin() -> Plugin:
+    """LobeHub's self-iteration: feedback → memory and skill runs → receipts, reviews, the feature gate."""
+    return Plugin(
+        "self-iteration",
+        policies=self_iteration_policies(),
+        settings=SelfIterationSettings,
+        services=_deps,
+        tasks=[PluginTask(AGENT_RUN_TASK, _agent_run)],
+        admission=_gate,
+    )

@@ -1,0 +1,128 @@
+"""The engine's way in: validate events, ask the plugins' admission hooks, store them, publish drains.
+
+Every event enters through an :class:`Emitter`: the SDK ``Producer`` (and so ``POST /v1/events`` and the
+CLI) wraps one, plugin tasks outside a chain use ``runtime.emitter``, and handlers inside a chain use
+``ctx.emit``, which validates and admits the event at once but stages it for the event's fenced commit.
+One implementation of validation, the size limits and the admission hooks serves them all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from worker.intake import EnqueueResult, EventError, InvalidEvent, SourceEvent, parse_event, prepare
+from worker.settings import Settings
+from worker.source_types import SourceTypePolicy
+from worker.store import EventStore, PreparedEvent
+
+__all__ = ["AdmissionHook", "Emitter", "EventLike", "StagedEmits"]
+
+EventLike = SourceEvent | Mapping[str, Any]
+AdmissionHook = Callable[[Sequence[PreparedEvent]], Mapping[int, str]]
+"""Called with a validated batch; answers ``{index: status}`` for the events it refuses (e.g. ``gated``)."""
+
+
+class Emitter:
+    """Validate, admit and enqueue source events for one store; ``publish(scopeKey)`` sends a drain task."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: EventStore,
+        publish: Callable[[str], None],
+        *,
+        source_types: Iterable[str] = (),
+        admission: Sequence[AdmissionHook] = (),
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.publish = publish
+        self.types = SourceTypePolicy(
+            allow_unknown=settings.allow_unknown_source_types,
+            extra=[*settings.extra_source_types, *source_types],
+        )
+        self.admission = tuple(admission)
+
+    def validate(self, event: EventLike, *, prefix: str = "") -> PreparedEvent:
+        """Validate and prepare one event, or raise InvalidEvent naming the field."""
+        data = event.model_dump(by_alias=True, exclude_none=True) if isinstance(event, SourceEvent) else event
+        parsed = parse_event(data, self.types, prefix=prefix)
+        size = len(json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        if size > self.settings.max_event_bytes:
+            field = f"{prefix}.payload" if prefix else "payload"
+            raise InvalidEvent(
+                EventError(
+                    code="payload_too_large",
+                    message=f"{field} is {size} bytes; the limit is {self.settings.max_event_bytes}",
+                    field=field,
+                ),
+                status_code=413,
+            )
+        return prepare(parsed)
+
+    def validate_many(self, events: Sequence[EventLike], *, single: bool = False) -> list[PreparedEvent]:
+        """Validate a batch (all or nothing): InvalidEvent names ``events[i].field`` (``field`` when single)."""
+        if len(events) > self.settings.max_batch_events:
+            raise InvalidEvent(
+                EventError(
+                    code="batch_too_large",
+                    message=f"events has {len(events)} items; the limit is {self.settings.max_batch_events}",
+                    field="events",
+                ),
+                status_code=413,
+            )
+        return [self.validate(e, prefix="" if single else f"events[{i}]") for i, e in enumerate(events)]
+
+    def verdicts(self, prepared: Sequence[PreparedEvent]) -> dict[int, str]:
+        """What the admission hooks refuse: ``{index: status}`` (the first hook to refuse an event wins)."""
+        refused: dict[int, str] = {}
+        for hook in self.admission:
+            for index, status in hook(prepared).items():
+                refused.setdefault(index, status)
+        return refused
+
+    def enqueue(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
+        """Admit, claim and append each event, then publish one drain per scope that needs one."""
+        refused = self.verdicts(prepared)
+        allowed = [p for i, p in enumerate(prepared) if i not in refused]
+        outcomes = iter(self.store.enqueue_many(allowed))
+        results: list[EnqueueResult] = []
+        scheduled: set[str] = set()
+        for index, event in enumerate(prepared):
+            if index in refused:
+                results.append(
+                    EnqueueResult(event_id=event.event_id, source_id=event.source_id, status=refused[index])
+                )
+                continue
+            outcome = next(outcomes)
+            if outcome.schedule and outcome.scope_key not in scheduled:
+                scheduled.add(outcome.scope_key)
+                self.publish(outcome.scope_key)
+            results.append(
+                EnqueueResult(event_id=outcome.event_id, source_id=outcome.source_id, status=outcome.status)
+            )
+        return results
+
+    def emit(self, event: EventLike) -> EnqueueResult:
+        """Validate and enqueue one event now (plugin tasks outside a chain)."""
+        return self.enqueue([self.validate(event)])[0]
+
+
+class StagedEmits:
+    """The follow-up events of one chain: validated and admitted when emitted, stored by the fenced commit."""
+
+    def __init__(self, emitter: Emitter | None) -> None:
+        self.emitter = emitter
+        self.events: list[PreparedEvent] = []
+
+    def __call__(self, event: Mapping[str, Any]) -> str:
+        if self.emitter is None:
+            raise RuntimeError("this pipeline has no emitter: follow-up events cannot be staged")
+        prepared = self.emitter.validate(event)
+        refused = self.emitter.verdicts([prepared])
+        if refused:
+            return refused[0]
+        self.events.append(prepared)
+        return "staged"

@@ -1,0 +1,141 @@
+"""The plugin API: the one module that plugin code (shipped or yours) imports from the engine.
+
+A :class:`Plugin` is one object that owns everything the engine does for one concern:
+
+* ``policies``: its handler bundles (a list of :class:`Policy`, or a function of the :class:`PluginRuntime`
+  that returns them), installed in plugin order, then in list order;
+* ``settings``: its :class:`PluginSettings` model (its section of ``AGENT_SIGNAL_*``), validated at boot;
+* ``services``: a function of the runtime that returns its typed dependencies object; handlers get it back
+  with ``ctx.deps(ThatClass)``;
+* ``tasks``: its Celery tasks, as plain functions of ``(runtime, payload)``; ``runtime.publish`` sends one;
+* ``admission``: its checks at the door, a function of the runtime returning an :data:`AdmissionHook`;
+* ``source_types``: the source types its handlers listen to, admitted at the door.
+
+``AGENT_SIGNAL_PLUGINS`` lists ``module:factory`` strings loaded after the shipped plugins; a factory
+returns a :class:`Plugin` or a list of :class:`Policy`. This module's ``__all__`` is the whole supported
+surface and stays stable across internal refactors (``tests/unit/test_exported_members.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from redis import Redis
+
+from worker.context import EffectBuffer, HandlerContext, MissingDependency
+from worker.emitter import AdmissionHook, Emitter
+from worker.errors import PermanentFailure, RetryLater
+from worker.intake import EnqueueResult
+from worker.keys import Keys
+from worker.nodes import (
+    Action,
+    ChainRef,
+    Conclude,
+    Dispatch,
+    ExecutorResult,
+    Schedule,
+    Signal,
+    SignalRef,
+    Source,
+    Wait,
+    action_from,
+    signal_from,
+)
+from worker.receipts import ReceiptStore, receipt_effects
+from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
+from worker.results import applied, failed, skipped
+from worker.settings import PluginSettings, Settings, plugin_settings
+from worker.store import PreparedEvent
+
+__all__ = [
+    "Action",
+    "AdmissionHook",
+    "ChainRef",
+    "Conclude",
+    "Dispatch",
+    "EffectBuffer",
+    "EnqueueResult",
+    "ExecutorResult",
+    "HandlerContext",
+    "Keys",
+    "MissingDependency",
+    "PermanentFailure",
+    "Plugin",
+    "PluginRuntime",
+    "PluginSettings",
+    "PluginTask",
+    "Policy",
+    "PreparedEvent",
+    "ReceiptStore",
+    "RetryLater",
+    "Schedule",
+    "Settings",
+    "Signal",
+    "SignalRef",
+    "Source",
+    "Wait",
+    "action_from",
+    "applied",
+    "define_action_handler",
+    "define_signal_handler",
+    "define_source_handler",
+    "failed",
+    "receipt_effects",
+    "signal_from",
+    "skipped",
+]
+
+S = TypeVar("S", bound=PluginSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginRuntime:
+    """What the engine hands a plugin when it builds its policies, services, hooks and tasks (per process).
+
+    ``redis`` is for reads (handlers write through ``ctx.effects``); ``emitter`` enqueues now (for tasks
+    that run outside a chain; handlers use ``ctx.emit``); ``publish(task, payload)`` sends one of the
+    plugins' tasks (None in the web process)."""
+
+    settings: Settings
+    redis: Redis
+    keys: Keys
+    emitter: Emitter | None = None
+    publish: Callable[[str, dict[str, Any], str | None], None] | None = None
+
+    def settings_for(self, model: type[S]) -> S:
+        """The plugin's validated settings."""
+        return plugin_settings(model, self.settings)
+
+    def receipts(self) -> ReceiptStore:
+        """The receipts store (append-once by id, indexed by user, agent and topic)."""
+        return ReceiptStore(self.redis, self.keys, ttl_s=self.settings.receipt_retention_s)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginTask:
+    """A Celery task owned by a plugin: ``run(runtime, payload)``; delivered at least once (acks late)."""
+
+    name: str
+    run: Callable[[PluginRuntime, dict[str, Any]], None]
+
+
+PoliciesSpec = Sequence[Policy] | Callable[[PluginRuntime], Sequence[Policy]]
+
+
+@dataclass(frozen=True, slots=True)
+class Plugin:
+    """One concern's policies, settings, typed services, tasks and door checks (see the module docstring)."""
+
+    name: str
+    policies: PoliciesSpec = ()
+    settings: type[PluginSettings] | None = None
+    services: Callable[[PluginRuntime], object] | None = None
+    tasks: Sequence[PluginTask] = ()
+    admission: Callable[[PluginRuntime], AdmissionHook] | None = None
+    source_types: Sequence[str] = field(default_factory=tuple)
+
+    def build_policies(self, runtime: PluginRuntime) -> list[Policy]:
+        """The plugin's policies for this process."""
+        return list(self.policies(runtime) if callable(self.policies) else self.policies)

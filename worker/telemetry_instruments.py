@@ -1,0 +1,59 @@
+"""The names telemetry publishes under: the meter, tracer and instrument names, and the attribute builders.
+
+``INSTRUMENT_ATTRS`` is the table of LobeHub's 15 instruments (the :class:`worker.telemetry.Telemetry`
+attribute that holds each one → its metric name; the Grafana dashboard test reads the names from it).
+:func:`agent_signal_attrs` builds the ``agent.signal.*`` attribute set every series carries, None dropped, and
+:func:`signal_type_attrs` the attributes of a signal-type series. Nothing here creates meters or tracers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.projection import signal_domain, signal_outcome
+
+__all__ = [
+    "INSTRUMENT_ATTRS",
+    "METER_NAME",
+    "TRACER_NAME",
+    "TRACER_VERSION",
+    "agent_signal_attrs",
+    "signal_type_attrs",
+]
+
+METER_NAME = "server-services-agent-signal"
+TRACER_NAME = "agent-signal"
+TRACER_VERSION = "0.0.1"
+
+INSTRUMENT_ATTRS = {
+    "source_counter": "agent_signal_source_occurrences_total",
+    "signal_counter": "agent_signal_signal_occurrences_total",
+    "action_counter": "agent_signal_action_occurrences_total",
+    "action_result_counter": "agent_signal_action_results_total",
+    "chain_counter": "agent_signal_chains_total",
+    "transition_counter": "agent_signal_signal_action_transitions_total",
+    "chain_duration": "agent_signal_chain_duration_ms",
+    "action_duration": "agent_signal_action_duration_ms",
+    "source_event_counter": "agent_signal_source_events_total",
+    "source_event_duration": "agent_signal_source_event_duration_ms",
+    "workflow_run_counter": "agent_signal_workflow_runs_total",
+    "workflow_run_duration": "agent_signal_workflow_duration_ms",
+    "handler_counter": "agent_signal_handler_runs_total",
+    "handler_duration": "agent_signal_handler_duration_ms",
+    "terminal_counter": "agent_signal_terminal_results_total",
+}
+
+
+def agent_signal_attrs(**attrs: Any) -> dict[str, Any]:
+    """``agent.signal.<name>`` attributes, None dropped."""
+    return {f"agent.signal.{k}": v for k, v in attrs.items() if v is not None}
+
+
+def signal_type_attrs(signal_type: str, source_type: str | None) -> dict[str, Any]:
+    """The attributes of a signal-type series: its domain, outcome and type (and the source type if given)."""
+    return agent_signal_attrs(
+        signal_domain=signal_domain(signal_type),
+        signal_outcome=signal_outcome(signal_type),
+        signal_type=signal_type,
+        source_type=source_type,
+    )
