@@ -4,13 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint typecheck check bench clean help chromium
+.PHONY: run test test-fast lint typecheck imports check bench clean help chromium
 
 help:
 	@echo "make run        start Redis (embedded if REDIS_URL unset), a worker and the web app; replay examples"
 	@echo "make test       create .venv, install, lint, type-check and run the whole suite"
 	@echo "make bench      benchmarks, as ratios against baselines measured in the same run"
-	@echo "make check      ruff + mypy --strict only"
+	@echo "make check      ruff + mypy --strict + import-linter contracts only"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-check: lint typecheck
+# Architecture contracts (pyproject [tool.importlinter]): imports point one way, plugins see worker.plugin only.
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
+check: lint typecheck imports
 
 # The browser tests drive Debian's Chromium (never a downloaded browser); install it when it is missing.
 chromium:

@@ -11,14 +11,15 @@ from redis import Redis
 from bench._env import make_settings, peak_rss_kib, wait, workers
 from producers import Producer
 from worker.app import build_pipeline
+from worker.keys import Keys
 from worker.tasks import NOOP_TASK
 
 
 def _queue_empty(client: Redis, settings: Any) -> bool:
-    prefix = f"{settings.key_prefix}broker:"
+    keys = Keys(settings.key_prefix)
     pipe = client.pipeline(transaction=False)
-    pipe.llen(prefix + settings.queue_name)
-    pipe.hlen(prefix + "unacked")
+    pipe.llen(keys.broker_queue(settings.queue_name))
+    pipe.hlen(keys.broker_queue("unacked"))
     depth, unacked = pipe.execute()
     return bool(depth == 0 and unacked == 0)
 
@@ -112,14 +113,13 @@ def round_trips_per_event(url: str, n: int, scopes: int) -> tuple[float, float]:
     settings = make_settings(url, lease_renew_interval_s=5.0, lease_ttl_s=30.0)
     client = CountingRedis.from_url(url, decode_responses=True)
     producer = Producer(settings)
-    producer.store = EventStore(client, settings)
+    producer.store = producer.emitter.store = EventStore(client, settings)
     events = _events(n, scopes, "rt")
     CountingRedis.round_trips = 0
     producer.enqueue_many(events)
     enqueue_rt = CountingRedis.round_trips / n
     pipeline = build_pipeline(settings)
     pipeline.store = EventStore(client, settings)
-    pipeline.services["redis"] = client
     from worker.lease import ScopeLease
 
     pipeline.lease = ScopeLease(pipeline.store.scripts, pipeline.store.keys, ttl_s=30.0, renew_interval_s=5.0)

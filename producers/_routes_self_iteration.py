@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -138,8 +139,9 @@ async def _receipt_events(request: Request, channel: str, receipts: ReceiptStore
             data = json.dumps(receipt, ensure_ascii=False)
             yield f"event: receipt\nid: {receipt_id}\ndata: {data}\n\n".encode()
     finally:
-        await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-        await client.aclose()
+        with anyio.CancelScope(shield=True):  # a client that goes away cancels the stream; still close
+            await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            await client.aclose()
 
 
 class GateBody(BaseModel):

@@ -79,9 +79,7 @@ def overview(request: Request) -> JSONResponse:
     client = store.client
     now_min = int(time.time() // 60)
     by_type: dict[str, dict[str, float]] = {}
-    for labels, value in _metric_series(
-        client, store.keys, "agent_signal_source_events_total"
-    ).items():
+    for labels, value in _metric_series(client, store.keys, "agent_signal_source_events_total").items():
         attrs = json.loads(labels)
         source_type = attrs.get("agent.signal.source_type", "?")
         status = attrs.get("agent.signal.source_event_status", "?")

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from worker.settings import Settings
 
-if TYPE_CHECKING:  # the SDK's modules may import this one; no import cycle through the Producer
+if TYPE_CHECKING:  # annotations only: producers/_client.py may import this module without a cycle
     from producers._client import Producer
 
 __all__ = [

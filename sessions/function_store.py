@@ -9,7 +9,6 @@ changes committed before it (the session's changes are serialized).
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -19,6 +18,7 @@ from redis import Redis, WatchError
 from sessions.fsm import SessionRuntime
 from sessions.store import session_scope
 from worker.keys import Keys
+from worker.retry import backoff_ms
 
 __all__ = ["ContentionError", "FunctionStore"]
 
@@ -61,5 +61,5 @@ class FunctionStore:
                     pipe.execute()
                     return result, runtime
                 except WatchError:
-                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
+                    time.sleep(backoff_ms(attempt + 1, base_ms=1, cap_ms=50) / 1000)  # the one backoff
         raise ContentionError(f"session {session_id!r} changed under us {self.max_retries} times; try again")

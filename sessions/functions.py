@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sessions.conditions import ConditionRegistry, parse_call
 from policies.yaml12 import YAML12Error, load_yaml12
+from sessions.conditions import ConditionRegistry, parse_call
 
 __all__ = [
     "FunctionDef",

@@ -24,8 +24,10 @@ from typing import Any, TypeVar
 
 from redis import Redis
 
+from worker import emitter as _emitter
+from worker import settings as _settings
 from worker.context import EffectBuffer, HandlerContext, MissingDependency
-from worker.emitter import AdmissionHook, Emitter
+from worker.emitter import AdmissionHook
 from worker.errors import PermanentFailure, RetryLater
 from worker.intake import EnqueueResult
 from worker.keys import Keys
@@ -46,7 +48,7 @@ from worker.nodes import (
 from worker.receipts import ReceiptStore, receipt_effects
 from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
 from worker.results import applied, failed, skipped
-from worker.settings import PluginSettings, Settings, plugin_settings
+from worker.settings import PluginSettings, Settings
 from worker.store import PreparedEvent
 
 __all__ = [
@@ -101,12 +103,12 @@ class PluginRuntime:
     settings: Settings
     redis: Redis
     keys: Keys
-    emitter: Emitter | None = None
+    emitter: _emitter.Emitter | None = None
     publish: Callable[[str, dict[str, Any], str | None], None] | None = None
 
     def settings_for(self, model: type[S]) -> S:
         """The plugin's validated settings."""
-        return plugin_settings(model, self.settings)
+        return _settings.plugin_settings(model, self.settings)
 
     def receipts(self) -> ReceiptStore:
         """The receipts store (append-once by id, indexed by user, agent and topic)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from policies.self_iteration.completion import consume_pending_synthesis
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.runners import RunnerError, RunRequest, operation_id_for
 from worker.plugin import Action, ExecutorResult, HandlerContext, applied, failed, skipped
@@ -123,6 +124,8 @@ def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorRes
         _dispatch(ctx, request)
     except RunnerError as exc:
         return failed(action, ctx, "SKILL_MANAGEMENT_EXECUTION_FAILED", str(exc))
+    if isinstance(p.get("pendingSynthesisOf"), str):
+        consume_pending_synthesis(ctx, p["pendingSynthesisOf"])
     return applied(action, ctx, "Skill write enqueued.", output={"operationId": request.operation_id})
 
 

@@ -3,7 +3,8 @@ self-iteration run into receipts (one ``action.receipt.append`` per receipt: app
 completion adds none), and deferred skill synthesis consumes a parked skill candidate once.
 
 Our events keep the completion payload whole (LobeHub's renderer drops anchorMessageId, assistantMessageId,
-reason and triggerMessageId: quirk 1), so synthesis sees the anchor it needs.
+reason and triggerMessageId: quirk 1), so synthesis sees the anchor it needs. A parked candidate is
+consumed by the skill-management action when it applies (``consume_pending_synthesis``), never before.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from worker.plugin import (
     signal_from,
 )
 
-__all__ = ["completion_fanout", "skill_synthesis"]
+__all__ = ["completion_fanout", "consume_pending_synthesis", "skill_synthesis"]
 
 WAITING_REASONS = ("waiting_for_async_tool", "waiting_for_human")
 
@@ -94,11 +95,9 @@ def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
     if not record or not record.get("pendingSynthesis"):
         return None
     pending = record["pendingSynthesis"]
-    # Consumed once: the record loses its pendingSynthesis in the event's fenced commit, so a failed action
-    # leaves it parked and the retried chain rebuilds the same deterministic action (whose idempotency lane
-    # makes it apply once); LobeHub also consumes only after success.
-    record.pop("pendingSynthesis")
-    ctx.effects.call("HSET", intents_key, field, json.dumps(record, ensure_ascii=False))
+    # Consumed once, and only by success: the skill-management action clears pendingSynthesis in the same
+    # fenced script that marks its idempotency lane (LobeHub consumes after success too). A failed action
+    # leaves the candidate parked; a retried chain rebuilds the same deterministic action.
     action_id = f"{assistant}:completion:{user_message}:skill-management"
     signal_ref = SignalRef(
         signal_id=f"{user_message}:skill-synthesis", signal_type="signal.feedback.domain.skill"
@@ -115,6 +114,7 @@ def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
         "messageId": user_message,
         "topicId": p.get("topicId"),
         "triggerMessageId": user_message,
+        "pendingSynthesisOf": user_message,
     }
     action = Action(
         action_id=action_id,
@@ -128,3 +128,15 @@ def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
         payload={k: v for k, v in payload.items() if v is not None},
     )
     return Dispatch(actions=[action])
+
+
+def consume_pending_synthesis(ctx: HandlerContext, user_message: str) -> None:
+    """Stage the removal of a parked candidate's ``pendingSynthesis`` (applied with the action's lane)."""
+    key = ctx.keys.skill_intents(ctx.scope_key)
+    field = f"skill-intent-record:{user_message}"
+    raw = ctx.deps(SelfIterationDeps).redis.hget(key, field)
+    record = json.loads(raw) if raw else None
+    if not record or "pendingSynthesis" not in record:
+        return
+    record.pop("pendingSynthesis")
+    ctx.effects.call("HSET", key, field, json.dumps(record, ensure_ascii=False))

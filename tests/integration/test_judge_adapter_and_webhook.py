@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.runners import RunnerError, RunRequest, WebhookRunner, sign
 from producers import Producer
 from worker.app import build_pipeline
@@ -80,7 +82,8 @@ def test_judge_adapter(make_settings: Any, judge_server: Server) -> None:
     settings = make_settings(judge_url=judge_server.url + "/v1", judge_api_key="sk-test", judge_model="tiny")
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED)
-    pipeline.services["runner"] = type("Runner", (), {"dispatch": lambda self, r: r.operation_id})()
+    runner = type("Runner", (), {"dispatch": lambda self, r: r.operation_id})()
+    pipeline.deps.add(replace(pipeline.deps.get(SelfIterationDeps), runner=runner))
     base = {
         "sourceType": "agent.user.message",
         "userId": "u1",

@@ -360,8 +360,13 @@ def test_failed_memory_write_marks_no_lane_and_a_retry_applies_once(make_setting
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED)
     runner = FlakyRunner()
-    pipeline.services["runner"] = runner
+    from dataclasses import replace
+
+    from policies.self_iteration.deps import SelfIterationDeps
     from worker.nodes import Source
+    from worker.scheduler import ChainScope
+
+    pipeline.deps.add(replace(pipeline.deps.get(SelfIterationDeps), runner=runner))
 
     event_id = producer.enqueue(_user_message("msg_f1", "Going forward, I prefer tables.")).event_id
     source = Source.model_validate_json(
@@ -370,14 +375,16 @@ def test_failed_memory_write_marks_no_lane_and_a_retry_applies_once(make_setting
     port = RedisActionPort(producer.store, source.scope_key, 0, _threading.Event())
     producer.store.client.set(producer.store.keys.fence(source.scope_key), 0)
     lane = producer.store.keys.idempotency(source.scope_key, "msg_f1:memory:msg_f1")
-    services = {**pipeline.services}
-    first = run_chain(source, pipeline.registry, port, services=services)
+    def scope(attempt: int) -> ChainScope:
+        return ChainScope(attempt=attempt, keys=pipeline.keys, deps=pipeline.deps)
+
+    first = run_chain(source, pipeline.registry, port, scope=scope(1))
     assert first.results[-1].status == "failed" and first.results[-1].error is not None
     assert first.results[-1].error.code == "USER_MEMORY_EXECUTION_FAILED"
     assert producer.store.client.exists(lane) == 0
-    second = run_chain(source, pipeline.registry, port, attempt=2, services=services)
+    second = run_chain(source, pipeline.registry, port, scope=scope(2))
     assert second.results[-1].status == "applied" and producer.store.client.exists(lane) == 1
-    third = run_chain(source, pipeline.registry, port, attempt=3, services=services)
+    third = run_chain(source, pipeline.registry, port, scope=scope(3))
     assert (
         third.results[-1].status == "applied" and third.results[-1].attempt.current == 2
     )  # the stored result

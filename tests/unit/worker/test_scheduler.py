@@ -29,7 +29,7 @@ from worker.registry import (
     define_source_handler,
 )
 from worker.results import applied, failed, skipped
-from worker.scheduler import run_chain
+from worker.scheduler import ChainScope, run_chain
 
 
 class MemoryPort:
@@ -210,8 +210,8 @@ class TestActions:
         counter: list[int] = []
         port = MemoryPort()
         registry = self._registry("applied", counter)
-        first = run_chain(_source(), registry, port, attempt=1, max_attempts=3)
-        second = run_chain(_source(), registry, port, attempt=2, max_attempts=3)
+        first = run_chain(_source(), registry, port, scope=ChainScope(attempt=1, max_attempts=3))
+        second = run_chain(_source(), registry, port, scope=ChainScope(attempt=2, max_attempts=3))
         assert len(counter) == 1
         assert port.effects == [["INCRBY", "effect", 1]]
         assert first.results == second.results

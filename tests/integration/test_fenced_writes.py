@@ -1,0 +1,164 @@
+"""Every handler write is fenced: source and signal handlers' writes commit with the event, or not at all.
+
+Regression tests for the writes that used to escape the fenced commit (on real Redis; the SIGKILL case on
+real worker processes):
+* a failing skill-management action followed by a retry still synthesizes the parked skill once;
+* a tool outcome that goes dead leaves no procedure state;
+* a worker SIGKILLed between a signal handler's write and the commit leaves no trace of that write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from policies.self_iteration.deps import SelfIterationDeps
+from producers import Producer
+from tests.conftest import wait_for
+from worker.app import build_pipeline
+from worker.keys import Keys
+from worker.pipeline import Pipeline
+from worker.telemetry import DISABLED
+
+pytestmark = pytest.mark.integration
+
+OWNER = {"userId": "u1", "agentId": "agt_1"}
+
+
+class CrashOnceRunner:
+    """An agent runner whose first hand-over blows up (an unexpected error: the event is retried)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.handed_over: list[str] = []
+
+    def dispatch(self, request: Any) -> str:
+        self.calls.append(request.slug)
+        if len(self.calls) == 1:
+            raise ConnectionError("the broker connection dropped")
+        self.handed_over.append(request.operation_id)
+        return str(request.operation_id)
+
+
+def _drain_until_final(pipeline: Pipeline, producer: Producer, scope: str, event_id: str) -> dict[str, Any]:
+    def final() -> dict[str, Any] | None:
+        pipeline.drain(scope)
+        record = producer.status(event_id)
+        return record if record is not None and record["status"] in ("done", "dead") else None
+
+    return dict(wait_for(final, timeout_s=30, what=f"event {event_id} to finish"))
+
+
+def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_settings: Any) -> None:
+    """The completion's skill synthesis survives a failed attempt: the retry hands the run over exactly once."""
+    settings = make_settings()
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED)
+    runner = CrashOnceRunner()
+    pipeline.deps.add(replace(pipeline.deps.get(SelfIterationDeps), runner=runner))
+    parked = producer.enqueue(
+        {
+            "sourceType": "agent.user.message",
+            "sourceId": "msg_p1",
+            **OWNER,
+            "payload": {
+                "agentId": "agt_1",
+                "topicId": "tpc_p",
+                "messageId": "msg_p1",
+                "trigger": "bot.inbound",
+                "message": 'Please create a skill called "Deploy notes": build, tag, announce.',
+            },
+        }
+    )
+    assert _drain_until_final(pipeline, producer, "topic:tpc_p", parked.event_id)["status"] == "done"
+    intents = producer.store.keys.skill_intents("topic:tpc_p")
+    record = json.loads(producer.store.client.hget(intents, "skill-intent-record:msg_p1") or "{}")
+    assert "pendingSynthesis" in record, "the skill candidate should be parked until the run completes"
+    assert runner.calls == []
+    completed = producer.enqueue(
+        {
+            "sourceType": "agent.execution.completed",
+            "sourceId": "op_p1",
+            **OWNER,
+            "payload": {
+                "agentId": "agt_1",
+                "topicId": "tpc_p",
+                "assistantMessageId": "ast_p1",
+                "triggerMessageId": "msg_p1",
+                "operationId": "op_p1",
+            },
+        }
+    )
+    final = _drain_until_final(pipeline, producer, "topic:tpc_p", completed.event_id)
+    assert final["status"] == "done" and final["attempts"] == 2
+    assert runner.calls == ["skill-management", "skill-management"]
+    assert len(runner.handed_over) == 1
+    consumed = json.loads(producer.store.client.hget(intents, "skill-intent-record:msg_p1") or "{}")
+    assert "pendingSynthesis" not in consumed and consumed["feedbackMessageId"] == "msg_p1"
+    producer.close()
+
+
+def test_dead_tool_outcome_leaves_no_procedure_state(
+    make_settings: Any, redis_client: Redis, keys: Keys
+) -> None:
+    """A tool outcome that can never be processed is dead-lettered and nothing the procedure staged remains."""
+    settings = make_settings()
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED)
+    event = {
+        "sourceType": "tool.outcome.failed",
+        "sourceId": "tool_dead_1",
+        **OWNER,
+        "payload": {
+            "agentId": "agt_1",
+            "topicId": "tpc_t",
+            "domainKey": "memory:user-preference",
+            "intentClass": "explicit_persistence",
+            "outcome": {"status": "failed"},
+            "tool": {"apiName": "write"},  # no identifier: the activity plugin dead-letters it
+        },
+    }
+    result = producer.enqueue(event)
+    final = _drain_until_final(pipeline, producer, "topic:tpc_t", result.event_id)
+    assert final["status"] == "dead" and "INVALID_TOOL_OUTCOME" in final["error"]
+    leftovers = [
+        k
+        for pattern in ("procedure*", "self-reflection-accumulator*", "diagnostics")
+        for k in redis_client.scan_iter(match=f"{keys.prefix}{pattern}")
+    ]
+    assert leftovers == []
+    producer.close()
+
+
+def test_sigkill_between_a_signal_handlers_write_and_the_commit_leaves_no_trace(
+    make_settings: Any, start_worker: Any, redis_client: Redis
+) -> None:
+    """The worker dies after the signal handler staged its write: the redelivered event writes it once."""
+    settings = make_settings(plugins=["tests.plugins.ledger:plugin"], extra_source_types=["ledger.entry"])
+    start_worker(settings)
+    producer = Producer(settings)
+    scope = "topic:ledger-kill"
+    ctx_keys = Keys(settings.key_prefix)
+    accepted = producer.enqueue(
+        {"sourceType": "ledger.entry", "sourceId": "l1", "scopeKey": scope, "payload": {"sleepMs": 30_000}}
+    )
+    pid = int(wait_for(lambda: redis_client.get(ctx_keys.plugin(scope, "probe")), what="the signal handler"))
+    assert redis_client.hgetall(ctx_keys.plugin(scope, "ledger")) == {}, (
+        "nothing is written before the commit"
+    )
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: producer.status(accepted.event_id)["status"] == "done", timeout_s=60, what="recovery")
+    record = producer.status(accepted.event_id)
+    assert record is not None and record["attempts"] == 2
+    assert redis_client.hgetall(ctx_keys.plugin(scope, "ledger")) == {
+        "source": "1",
+        "signal": "1",
+        "action": "1",
+    }
+    producer.close()

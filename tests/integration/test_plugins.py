@@ -1,0 +1,44 @@
+"""An outside plugin (tests/plugins/ledger.py, importing only worker.plugin) loaded through
+AGENT_SIGNAL_PLUGINS runs end to end on a real worker; its source type is admitted only when
+AGENT_SIGNAL_EXTRA_SOURCE_TYPES lists it. (Its staged effects across a SIGKILL: test_fenced_writes.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from producers import InvalidEvent, Producer
+from tests.conftest import wait_for
+from worker.keys import Keys
+
+pytestmark = pytest.mark.integration
+
+PLUGIN = ["tests.plugins.ledger:plugin"]
+
+
+def _entry(source_id: str) -> dict[str, Any]:
+    return {"sourceType": "ledger.entry", "sourceId": source_id, "scopeKey": "topic:ledger", "payload": {}}
+
+
+def test_the_door_refuses_the_plugins_source_type_until_it_is_listed(make_settings: Any) -> None:
+    """Loading a plugin does not by itself admit a source type it does not declare."""
+    producer = Producer(make_settings(plugins=PLUGIN))
+    with pytest.raises(InvalidEvent) as caught:
+        producer.enqueue(_entry("nope"))
+    assert caught.value.error.code == "unknown_source_type" and caught.value.error.field == "sourceType"
+    producer.close()
+
+
+def test_an_outside_plugin_runs_end_to_end(make_settings: Any, start_worker: Any, redis_client: Redis) -> None:
+    """Source, signal and action handlers of the plugin each apply their staged write once."""
+    settings = make_settings(plugins=PLUGIN, extra_source_types=["ledger.entry"])
+    start_worker(settings)
+    producer = Producer(settings)
+    results = producer.enqueue_many([_entry("e1"), _entry("e2")])
+    assert [r.status for r in results] == ["accepted", "accepted"]
+    wait_for(lambda: all(producer.status(r.event_id)["status"] == "done" for r in results), what="two entries")
+    ledger = Keys(settings.key_prefix).plugin("topic:ledger", "ledger")
+    assert redis_client.hgetall(ledger) == {"source": "2", "signal": "2", "action": "2"}
+    producer.close()
