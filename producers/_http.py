@@ -1,6 +1,6 @@
 """The HTTP app (FastAPI), built by ``create_web_app(settings)``: the routers, auth, and error shapes.
 
-Every error answers ``{"error": {"code", "message", "field"?}}``, never a stack trace. When
+Every error answers ``{"error": {"code", "message", "field"}}`` (``field`` null when no one field is at fault), never a stack trace. When
 ``AGENT_SIGNAL_API_TOKEN`` is set, every ``/v1`` call needs ``Authorization: Bearer <token>``.
 The producer (Redis and broker connections) opens at startup, not at import.
 """
@@ -31,7 +31,7 @@ from producers import (
     _routes_ui,
 )
 from producers._client import Producer
-from producers._web_common import error_response
+from producers._web_common import error_response, request_validation_error
 from sessions.function_store import ContentionError
 from sessions.functions import load_function_dir
 from worker.settings import Settings
@@ -116,11 +116,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(exc.status_code, f"http_{exc.status_code}", str(exc.detail))
 
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
-        return error_response(422, "invalid_field", f"{field}: {first.get('msg')}", field)
+    app.add_exception_handler(RequestValidationError, request_validation_error)  # type: ignore[arg-type]
 
     @app.exception_handler(ContentionError)
     async def contended(_: Request, exc: ContentionError) -> JSONResponse:

@@ -12,7 +12,6 @@ import anyio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from redis.asyncio import Redis as AsyncRedis
 
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.documents import DocumentStore
@@ -20,7 +19,7 @@ from policies.self_iteration.gate import set_override
 from producers._routes_receipts import receipt_store
 from producers._web_common import error_response, json_body, producer_of, settings_of
 from worker.receipts import ReceiptStore
-from worker.settings import Settings
+from worker.redis_client import async_redis_from_settings
 
 __all__ = ["router"]
 
@@ -103,18 +102,8 @@ def stream_receipts(request: Request, userId: str = "", agentId: str = "-", topi
     return StreamingResponse(events, media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
 
-def _async_redis(settings: Settings) -> AsyncRedis:
-    """An asyncio client like ``redis_from_settings`` builds (decoded strings, bounded connect time)."""
-    return AsyncRedis.from_url(
-        settings.require_redis_url(),
-        decode_responses=True,
-        socket_connect_timeout=5,
-        health_check_interval=30,
-    )
-
-
 async def _receipt_events(request: Request, channel: str, receipts: ReceiptStore) -> AsyncIterator[bytes]:
-    client = _async_redis(settings_of(request))
+    client = async_redis_from_settings(settings_of(request))
     pubsub = client.pubsub(ignore_subscribe_messages=True)
     sent: set[str] = set()
     idle_s = 0.0

@@ -14,7 +14,7 @@ offending field as a dotted path (``messages.0.role``) under an optional prefix 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
 from fastapi import Depends, Request
@@ -22,6 +22,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from worker.intake import field_path
+from worker.intake import pydantic_error as intake_pydantic_error
 from worker.settings import Settings
 
 if TYPE_CHECKING:  # annotations only: producers/_client.py may import this module without a cycle
@@ -73,27 +75,12 @@ def _field_response(error: FieldError, status: int = 422) -> JSONResponse:
     return error_response(status, error.code, error.message, error.field)
 
 
-def field_path(loc: Iterable[int | str], prefix: str = "") -> str | None:
-    """``("messages", 0, "role")`` → ``messages.0.role``; under ``prefix`` ``events[3]`` → ``events[3].x``."""
-    parts = [prefix] if prefix else []
-    parts += [str(part) for part in loc]
-    return ".".join(parts) or None
-
-
 def pydantic_error(
     details: Mapping[str, Any], *, prefix: str = "", model_name: str | None = None
 ) -> FieldError:
-    """The one mapper from a pydantic error (one item of ``ValidationError.errors()``) to a FieldError."""
-    field = field_path(details.get("loc", ()), prefix)
-    kind = details.get("type", "")
-    if kind == "missing":
-        return FieldError("missing_field", f"{field} is required", field)
-    if kind == "extra_forbidden":
-        where = f"a {model_name} field" if model_name else "a field of this request"
-        return FieldError("unknown_field", f"{field} is not {where}", field)
-    if kind in ("model_type", "dict_type"):
-        return FieldError("invalid_type", f"{field or 'the body'} must be a JSON object", field)
-    return FieldError("invalid_field", f"{field}: {details.get('msg', 'is invalid')}", field)
+    """The engine's one mapper (:func:`worker.intake.pydantic_error`), as a FieldError."""
+    error = intake_pydantic_error(details, prefix=prefix, model_name=model_name)
+    return FieldError(error.code, error.message, error.field)
 
 
 async def request_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -28,8 +29,10 @@ __all__ = [
     "InvalidEvent",
     "SourceEvent",
     "field_error",
+    "field_path",
     "parse_event",
     "prepare",
+    "pydantic_error",
     "with_traceparent",
 ]
 
@@ -81,32 +84,34 @@ class InvalidEvent(ValueError):
         self.status_code = status_code
 
 
-def _path(loc: tuple[int | str, ...], prefix: str) -> str:
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
+def field_path(loc: Iterable[int | str], prefix: str = "") -> str | None:
+    """``("messages", 0, "role")`` → ``messages.0.role``; under ``prefix`` ``events[3]`` → ``events[3].x``."""
+    parts = [prefix] if prefix else []
+    parts += [str(part) for part in loc]
+    return ".".join(parts) or None
 
 
-def field_error(exc: ValidationError, prefix: str = "", *, model_name: str = "SourceEvent") -> EventError:
-    """The first error of ``exc`` as ``{code, message, field}``, ``field`` a JSON path under ``prefix``."""
-    first = exc.errors(include_url=False)[0]
-    loc = tuple(first.get("loc", ()))
-    kind = first.get("type", "")
-    field = _path(loc, prefix) or prefix or None
+def pydantic_error(
+    details: Mapping[str, Any], *, prefix: str = "", model_name: str | None = None, subject: str = "the body"
+) -> EventError:
+    """The one mapper from a pydantic error (one item of ``ValidationError.errors()``) to an EventError,
+    used by the door for events and by every HTTP route for its body and parameters."""
+    field = field_path(details.get("loc", ()), prefix)
+    kind = details.get("type", "")
     if kind == "missing":
         return EventError(code="missing_field", message=f"{field} is required", field=field)
     if kind == "extra_forbidden":
-        return EventError(code="unknown_field", message=f"{field} is not a {model_name} field", field=field)
-    if kind == "model_type" or kind == "dict_type":
-        return EventError(
-            code="invalid_type", message=f"{field or 'event'} must be a JSON object", field=field
-        )
-    msg = first.get("msg", "is invalid")
-    return EventError(code="invalid_field", message=f"{field}: {msg}", field=field)
+        where = f"a {model_name} field" if model_name else "a field of this request"
+        return EventError(code="unknown_field", message=f"{field} is not {where}", field=field)
+    if kind in ("model_type", "dict_type"):
+        return EventError(code="invalid_type", message=f"{field or subject} must be a JSON object", field=field)
+    return EventError(code="invalid_field", message=f"{field}: {details.get('msg', 'is invalid')}", field=field)
+
+
+def field_error(exc: ValidationError, prefix: str = "") -> EventError:
+    """The first error of a SourceEvent validation as ``{code, message, field}`` under ``prefix``."""
+    first = exc.errors(include_url=False)[0]
+    return pydantic_error(first, prefix=prefix, model_name="SourceEvent", subject="event")
 
 
 def parse_event(data: Any, types: SourceTypePolicy, *, prefix: str = "") -> SourceEvent:
@@ -120,7 +125,7 @@ def parse_event(data: Any, types: SourceTypePolicy, *, prefix: str = "") -> Sour
     except ValidationError as exc:
         raise InvalidEvent(field_error(exc, prefix)) from None
     if not types.accepts(event.source_type):
-        field = _path(("sourceType",), prefix)
+        field = field_path(("sourceType",), prefix) or "sourceType"
         raise InvalidEvent(
             EventError(
                 code="unknown_source_type",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from worker.settings import Settings
 
-__all__ = ["redis_from_settings"]
+__all__ = ["async_redis_from_settings", "redis_from_settings"]
 
 
 def redis_from_settings(settings: Settings) -> Redis:
@@ -18,4 +19,14 @@ def redis_from_settings(settings: Settings) -> Redis:
         socket_connect_timeout=5,
         health_check_interval=30,
         retry_on_timeout=True,
+    )
+
+
+def async_redis_from_settings(settings: Settings) -> AsyncRedis:
+    """An asyncio client for streams (decoded strings, bounded connect time); connects lazily."""
+    return AsyncRedis.from_url(
+        settings.require_redis_url(),
+        decode_responses=True,
+        socket_connect_timeout=5,
+        health_check_interval=30,
     )
