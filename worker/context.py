@@ -5,10 +5,15 @@ Every Redis write a handler makes is *staged* and fenced:
 
 * a source or signal handler's ``ctx.effects.call(...)`` and ``ctx.emit(event)`` are collected for the whole
   chain and applied by the event's fenced commit script, only when the event commits ``done``. A retried
-  attempt starts from exactly the state the first attempt started from; a dead event leaves no trace.
+  attempt sees none of them; a dead event leaves no trace of them.
 * an action handler's ``ctx.effects`` are applied in one server-side script together with the action's
   idempotency mark, only if the lane is still unmarked and our fencing number is still current, so an
-  applied action survives a later failure of the chain and is never applied twice.
+  applied action survives a later failure of the chain and is never applied twice. A retried attempt
+  therefore starts from the first attempt's state *plus* the effects of the actions that applied (whose
+  results it replays instead of running them again). Action handlers cannot emit follow-up events.
+
+Staged commands are checked when staged (:data:`STAGEABLE` commands on the deployment's own, non-engine
+keys) and again by the script (the key's type) before anything is written.
 
 A handler whose effect lives outside Redis (HTTP, a database) performs it itself and gets at-least-once
 semantics, bounded by the idempotency lane (marked only after ``applied``); it should pass
@@ -21,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from worker.errors import PermanentFailure
 from worker.keys import Keys
 
 if TYPE_CHECKING:
@@ -36,17 +42,38 @@ class MissingDependency(LookupError):
     """A handler asked for a dependency its plugin did not provide."""
 
 
+# The write commands a handler may stage (the scripts' STAGED allow-list), each on one key: args[1].
+STAGEABLE = frozenset(
+    "SET SETNX INCR INCRBY DECRBY HSET HSETNX HDEL HINCRBY HINCRBYFLOAT RPUSH LPUSH LTRIM LREM SADD SREM "
+    "ZADD ZREM ZINCRBY DEL EXPIRE PEXPIRE PERSIST PUBLISH".split()
+)
+
+
 @dataclass(slots=True)
 class EffectBuffer:
-    """Redis write commands staged by handlers, applied atomically by a fenced script (or not at all)."""
+    """Redis write commands staged by handlers, applied atomically by a fenced script (or not at all).
+
+    A command is checked when staged: one of :data:`STAGEABLE`, on one key of this deployment's prefix that
+    is not the engine's own state; a refused command is a PermanentFailure (it can never succeed)."""
 
     commands: list[list[RedisArg]] = field(default_factory=list)
+    keys: Keys | None = None
 
     def call(self, *args: RedisArg) -> None:
-        """Stage one Redis command (``ctx.effects.call("HSET", key, "f", "v")``); the first key is ``args[1]``."""
+        """Stage one Redis command (``ctx.effects.call("HSET", key, "f", "v")``); the key is ``args[1]``."""
         if len(args) < 2:
-            raise ValueError("an effect needs a command and a key")
-        self.commands.append(list(args))
+            raise PermanentFailure("an effect needs a command and a key", code="INVALID_EFFECT")
+        command, key = str(args[0]).upper(), _text(args[1])
+        if command not in STAGEABLE:
+            raise PermanentFailure(
+                f"{command} cannot be staged (allowed: {', '.join(sorted(STAGEABLE))})", code="INVALID_EFFECT"
+            )
+        if self.keys is not None and (not key.startswith(self.keys.prefix) or self.keys.is_engine_key(key)):
+            raise PermanentFailure(
+                f"{command} {key!r}: a handler writes only its own keys (ctx.key(name) or Keys), never the engine's",
+                code="INVALID_EFFECT",
+            )
+        self.commands.append([command, *args[1:]])
 
     def incr(self, key: str, amount: int = 1) -> None:
         self.call("INCRBY", key, amount)
@@ -100,7 +127,10 @@ Emit = Callable[[Mapping[str, Any]], str]
 
 
 def _no_emit(event: Mapping[str, Any]) -> str:
-    raise RuntimeError("this context cannot emit follow-up events")
+    raise PermanentFailure(
+        "only source and signal handlers emit follow-up events (an action's effects commit with its lane)",
+        code="EMIT_NOT_ALLOWED",
+    )
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from worker.errors import PermanentFailure
 from worker.intake import EnqueueResult, EventError, InvalidEvent, SourceEvent, parse_event, prepare
 from worker.settings import Settings
 from worker.source_types import SourceTypePolicy
@@ -120,7 +121,10 @@ class StagedEmits:
     def __call__(self, event: Mapping[str, Any]) -> str:
         if self.emitter is None:
             raise RuntimeError("this pipeline has no emitter: follow-up events cannot be staged")
-        prepared = self.emitter.validate(event)
+        try:
+            prepared = self.emitter.validate(event)
+        except InvalidEvent as exc:  # a follow-up that can never be stored: retrying will not fix it
+            raise PermanentFailure(f"follow-up event rejected: {exc}", code="INVALID_FOLLOWUP") from None
         refused = self.emitter.verdicts([prepared])
         if refused:
             return refused[0]

@@ -4,8 +4,9 @@ Nothing else builds key strings (``tests/unit/worker/test_keys_home.py`` scans t
 hand-built one; the Lua scripts receive whole keys, or the event-key prefix :attr:`Keys.event_prefix`, from
 here). All keys start with the configured prefix (``agent-signal:`` by
 default; tests use a random one so they share a server safely). Keys that belong to one scope carry the
-scope in a hash tag ``{scopeKey}`` so that, on Redis Cluster, a scope's inbox, lease, fence and lanes land on
-one slot and the Lua scripts that touch several of them stay legal.
+scope in a hash tag ``{scopeKey}`` so that a scope's inbox, lease, fence and lanes share one slot. Redis
+Cluster is not supported yet: COMMIT also touches global keys and the keys of staged writes and follow-up
+events, which live in other slots (the scale-out work moves those behind an outbox).
 
 Key (after the prefix)               Type    TTL                       Why
 -----------------------------------  ------  ------------------------  ------------------------------------------
@@ -50,7 +51,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Keys"]
+__all__ = ["ENGINE_FAMILIES", "Keys"]
+
+# Key families only the engine writes; a handler's staged write to one of them is refused.
+ENGINE_FAMILIES = ("ev:", "inbox:", "sched:", "lease:", "fence:", "idem:", "chain:", "broker:", "metrics:")
+ENGINE_SINGLETONS = ("scopes", "dlq", "stats", "workers", "reconcile-lock", "series")
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +247,13 @@ class Keys:
     @property
     def reconcile_lock(self) -> str:
         return f"{self.prefix}reconcile-lock"
+
+    def is_engine_key(self, key: str) -> bool:
+        """True for keys of the engine's own state (events, inboxes, leases, fences, lanes, counters…)."""
+        if not key.startswith(self.prefix):
+            return False
+        rest = key[len(self.prefix) :]
+        return rest in ENGINE_SINGLETONS or rest.startswith(ENGINE_FAMILIES)
 
     @property
     def all_pattern(self) -> str:

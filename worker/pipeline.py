@@ -8,7 +8,7 @@ the only place where the order of an event's steps is decided:
                   their worker, is decided ``dead`` here
     interpret     run the chain (worker.scheduler); an exception decides ``retry`` (backoff with full jitter)
                   or ``dead`` (PermanentFailure, or the last attempt); LeaseLost stops the event uncommitted
-    project       build the chain's projection (LobeHub's envelope + record), once, with the error if any
+    project       build the chain's projection (LobeHub's envelope + record), once, when the chain finished
     commit        the fenced COMMIT script: the outcome, the projection, and (``done`` only) the writes and
                   follow-up events the source and signal handlers staged; the same round trip takes the next
                   head, or releases the scope when the inbox is empty
@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+from redis.exceptions import RedisError
 
 from worker.context import Deps, EffectBuffer
 from worker.emitter import Emitter, StagedEmits
@@ -122,8 +124,11 @@ class Interpret:
         except LeaseLost:
             log.warning("lease lost mid-event; not committing", extra={"eventId": work.begun.event_id})
             work.lost = True
-        except SkipEvent:
+        except SkipEvent:  # nothing to do: commit done without what was staged before the skip
+            work.scope.effects.clear()
+            work.followups.events.clear()
             work.decide("done")
+            work.status = "generated"
         except PermanentFailure as exc:
             work.decide("dead", f"{exc.code}: {exc}")
         except RetryLater as exc:
@@ -136,41 +141,41 @@ class Interpret:
 
 
 class Project:
-    """The chain's projection, built once; the commit stores it with the event's outcome."""
+    """The chain's projection, built once when the chain ran to its end; the commit stores it."""
 
     name = "project"
 
     def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
         if work.trace is None or work.source is None or work.lost:
             return
-        work.projection = chain_projection(
-            work.trace, work.source, attempt=work.begun.attempts, error=work.error or None
-        )
+        work.projection = chain_projection(work.trace, work.source, attempt=work.begun.attempts)
 
 
 class CommitStep:
-    """The fenced commit (and the next head); a stale fence marks the lease lost."""
+    """The fenced commit (and the next head). A stale fence marks the lease lost; a staged write the script
+    refuses makes the event dead (committed again without its staged writes); a store error leaves the event
+    uncommitted at its inbox head (the next drain after the lease runs out takes it, counting an attempt)."""
 
     name = "commit"
 
     def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
         if work.lost or work.outcome is None:
             return
-        done = work.outcome == "done"
-        commit = Commit(
-            scope_key=work.grant.scope_key,
-            fence=work.grant.fence,
-            token=work.grant.token,
-            event_id=work.begun.event_id,
-            outcome=work.outcome,
-            error=work.error,
-            not_before_ms=work.not_before_ms,
-            chain_id=work.source.chain.chain_id if work.source is not None else "",
-            chain_json="" if work.projection is None else _compact(work.projection),
-            effects=work.scope.effects if done else EffectBuffer(),
-            followups=work.followups.events if done else (),
-        )
-        work.reply = pipeline.store.commit(commit, go_on=work.go_on)
+        try:
+            work.reply = pipeline.store.commit(self._commit(work), go_on=work.go_on)
+            if work.reply.code == -3:
+                log.error(
+                    "staged write refused: %s", work.reply.error, extra={"eventId": work.begun.event_id}
+                )
+                work.status = "error"
+                work.decide("dead", work.reply.error)
+                work.reply = pipeline.store.commit(self._commit(work), go_on=work.go_on)
+        except RedisError:
+            log.exception(
+                "commit failed; the event stays at its inbox head", extra={"eventId": work.begun.event_id}
+            )
+            work.lost = True
+            return
         if work.reply.code == -1:
             log.warning("fenced commit rejected (stale lease)", extra={"eventId": work.begun.event_id})
             work.grant.lost.set()
@@ -178,6 +183,23 @@ class CommitStep:
         elif work.reply.code == -2:
             log.error("commit found another event at the inbox head", extra={"eventId": work.begun.event_id})
             work.lost = True
+
+    @staticmethod
+    def _commit(work: EventWork) -> Commit:
+        done = work.outcome == "done"
+        return Commit(
+            scope_key=work.grant.scope_key,
+            fence=work.grant.fence,
+            token=work.grant.token,
+            event_id=work.begun.event_id,
+            outcome=work.outcome or "dead",
+            error=work.error,
+            not_before_ms=work.not_before_ms,
+            chain_id=work.source.chain.chain_id if work.source is not None else "",
+            chain_json="" if work.projection is None else _compact(work.projection),
+            effects=work.scope.effects if done else EffectBuffer(),
+            followups=work.followups.events if done else (),
+        )
 
 
 class AfterCommit:
@@ -207,16 +229,12 @@ class AfterCommit:
 DEFAULT_STEPS: Sequence[Step] = (Begin(), Interpret(), Project(), CommitStep(), AfterCommit())
 
 
-def chain_projection(
-    trace: ChainTrace, source: Source, *, attempt: int, error: str | None = None
-) -> dict[str, Any]:
+def chain_projection(trace: ChainTrace, source: Source, *, attempt: int) -> dict[str, Any]:
     """The stored chain document: ``{"envelope", "record"}``; our extras sit in ``envelope.metadata``."""
     trace_id, _ = Telemetry.current_ids()
     metadata: dict[str, Any] = {"eventId": source.event_id, "attempt": attempt, "status": trace.status}
     if trace.terminal is not None:
         metadata["terminal"] = trace.terminal.to_json_dict()
-    if error is not None:
-        metadata["error"] = error
     return project_chain(
         source,
         trace.signals,

@@ -13,7 +13,7 @@ A :class:`Plugin` is one object that owns everything the engine does for one con
 
 ``AGENT_SIGNAL_PLUGINS`` lists ``module:factory`` strings loaded after the shipped plugins; a factory
 returns a :class:`Plugin` or a list of :class:`Policy`. This module's ``__all__`` is the whole supported
-surface and stays stable across internal refactors (``tests/unit/test_exported_members.py``).
+surface and stays stable across internal refactors (``tests/unit/worker/test_plugin_api.py``).
 """
 
 from __future__ import annotations

@@ -179,7 +179,7 @@ def _record(
         "chainId": source.chain.chain_id or source.chain.root_source_id,
         "conclusionChain": _conclusion(source, signals, final_action, final_result),
         "createdAt": to_iso(source.timestamp),
-        "id": f"agent-signal:{source.source_id}",
+        "id": f"agent-signal:{source.source_id}",  # not a key: LobeHub's TelemetryRecord id
         "rootSourceId": source.chain.root_source_id,
         "scopeKey": source.scope_key,
         "sourceId": source.source_id,

@@ -103,6 +103,10 @@ class ChainScope:
     effects: EffectBuffer = field(default_factory=EffectBuffer)
     emit: Emit | None = None
 
+    def __post_init__(self) -> None:
+        if self.effects.keys is None:
+            self.effects.keys = self.keys
+
     def context(self, source: Source, node: Node) -> HandlerContext:
         """A fresh context for one handler of ``node``: source and signal handlers stage into the chain's
         buffer; an action handler gets its own (applied with its idempotency mark)."""
@@ -111,6 +115,7 @@ class ChainScope:
             node_timestamp=getattr(node, "timestamp", source.timestamp),
             attempt=self.attempt,
             max_attempts=self.max_attempts,
+            effects=EffectBuffer(keys=self.keys),
             keys=self.keys,
             deps_of=self.deps,
             source=source,
@@ -244,6 +249,11 @@ def _run_action(
         if not isinstance(raw, ExecutorResult):
             # An action handler that returns nothing (or a dispatch) is recorded like LobeHub's
             # non-executor results; it produces no result signal and never marks the lane.
+            if ctx.effects.commands:
+                raise PermanentFailure(
+                    f"{handler.id} staged writes but returned no ExecutorResult: they would never apply",
+                    code="INVALID_EFFECT",
+                )
             return [*raw.signals, *raw.actions] if isinstance(raw, Dispatch) else []
         result = _stamp_attempt(raw, ctx, started_ms)
         if result.status == "applied" and not port.commit(action, key, result, ctx.effects):

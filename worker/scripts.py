@@ -34,6 +34,38 @@ local function admit(ev, inbox, sched, scopes, stats, id, scope, body, now, wind
 end
 """
 
+# Shared Lua: the Redis commands handlers stage (worker.context.EffectBuffer), checked before anything is
+# written and applied with pcall. check_staged -> nil | {index, reason}: a command outside the allow-list or a
+# key of another type than the command needs; apply_staged -> nil | {index, error} (a runtime error such as
+# HINCRBY on a non-integer field: the commands before it stay applied, the caller commits nothing else).
+STAGED = """
+local WRITE_TYPES = {SET='string', SETNX='string', INCR='string', INCRBY='string', DECRBY='string',
+  HSET='hash', HSETNX='hash', HDEL='hash', HINCRBY='hash', HINCRBYFLOAT='hash',
+  RPUSH='list', LPUSH='list', LTRIM='list', LREM='list', SADD='set', SREM='set',
+  ZADD='zset', ZREM='zset', ZINCRBY='zset', DEL=false, EXPIRE=false, PEXPIRE=false, PERSIST=false,
+  PUBLISH=false}
+local function check_staged(cmds)
+  for i, cmd in ipairs(cmds) do
+    local expected = WRITE_TYPES[string.upper(cmd[1])]
+    if expected == nil then return {i, 'command not allowed: ' .. cmd[1]} end
+    if expected then
+      local found = redis.call('TYPE', cmd[2]).ok
+      if found ~= 'none' and found ~= expected then
+        return {i, 'WRONGTYPE: ' .. cmd[1] .. ' needs a ' .. expected .. ' but ' .. cmd[2] .. ' holds a ' .. found}
+      end
+    end
+  end
+  return nil
+end
+local function apply_staged(cmds)
+  for i, cmd in ipairs(cmds) do
+    local reply = redis.pcall(unpack(cmd))
+    if type(reply) == 'table' and reply.err then return {i, reply.err} end
+  end
+  return nil
+end
+"""
+
 # Enqueue one event (see ADMIT).
 # KEYS: ev, inbox, sched, scopes, stats   ARGV: eventId, scopeKey, eventJson, nowMs, windowS, schedTtlMs
 ENQUEUE = (
@@ -121,18 +153,29 @@ return 1
 # KEYS: inbox, fence, ev, dlq, stats, chain, lease, sched, scopes, series (per-minute done count and latency)
 # ARGV: fence, eventId, outcome, nowMs, windowS, error, notBefore, chainJson, chainTtlS, chainId,
 #       token, scopeKey, evPrefix, continue, effectsJson, followupsJson, schedTtlMs
-# -> {-1} stale fence (rejected and counted) | {-2} the head is another event
-#    | {1, {scopes that need a drain message}, <take_head reply>?} committed (no take_head reply without
+# -> {-1} stale fence (rejected and counted) | {-2} the head is another event | {-3, index, reason} a staged
+#    command was refused (checked before any write) or failed (see STAGED): the event is left at the head,
+#    still processing, for the caller to commit dead | {1, {scopes that need a drain message},
+#    <take_head reply>?} committed (no take_head reply without
 #    continuation; {0}: inbox empty, scope released)
 COMMIT = (
     TAKE_HEAD
     + ADMIT
+    + STAGED
     + """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then
   redis.call('HINCRBY', KEYS[5], 'fenceRejected', 1)
   return {-1}
 end
 if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[2] then return {-2} end
+local staged = {}
+if ARGV[3] == 'done' then
+  staged = cjson.decode(ARGV[15])
+  local refused = check_staged(staged)
+  if refused then return {-3, refused[1], refused[2]} end
+  local broken = apply_staged(staged)
+  if broken then return {-3, broken[1], broken[2]} end
+end
 if ARGV[8] ~= '' then redis.call('SET', KEYS[6], ARGV[8], 'EX', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[3], 'chainId', ARGV[10]) end
 local publish = {}
@@ -142,7 +185,6 @@ if ARGV[3] == 'retry' then
 else
   redis.call('LPOP', KEYS[1])
   if ARGV[3] == 'done' then
-    for _, cmd in ipairs(cjson.decode(ARGV[15])) do redis.call(unpack(cmd)) end
     for _, f in ipairs(cjson.decode(ARGV[16])) do
       local r = admit(f[1], f[2], f[3], KEYS[9], KEYS[5], f[4], f[5], f[6], ARGV[4], ARGV[5], ARGV[17])
       if r[2] == 1 then table.insert(publish, f[5]) end
@@ -173,14 +215,22 @@ return head
 
 # Apply an action's staged effects and mark its idempotency lane, once, if our fence is current.
 # KEYS: idem, fence   ARGV: fence, resultJson, ttlS, effectsJson (list of command lists)
-# -> 1 applied | 0 lane already marked (nothing done) | -1 stale fence (nothing done)
-APPLY = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return -1 end
-for _, cmd in ipairs(cjson.decode(ARGV[4])) do redis.call(unpack(cmd)) end
+# -> {1} applied | {0} lane already marked (nothing done) | {-1} stale fence (nothing done)
+#    | {-3, index, reason} a staged command was refused or failed (see STAGED); the lane stays unmarked
+APPLY = (
+    STAGED
+    + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {-1} end
+local staged = cjson.decode(ARGV[4])
+local refused = check_staged(staged)
+if refused then return {-3, refused[1], refused[2]} end
+local broken = apply_staged(staged)
+if broken then return {-3, broken[1], broken[2]} end
 redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
-return 1
+return {1}
 """
+)
 
 # Put a dead event back at the tail of its scope's inbox.
 # KEYS: ev, inbox, sched, scopes, dlq, stats   ARGV: eventId, scopeKey, nowMs, schedTtlMs, windowS

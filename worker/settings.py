@@ -44,8 +44,11 @@ __all__ = [
 ]
 
 ENV_PREFIX = "AGENT_SIGNAL_"
-# Read by the CLI and the test harness, not by a settings model.
-OTHER_ENV_NAMES = frozenset({"AGENT_SIGNAL_URL", "AGENT_SIGNAL_TOKEN"})
+# Names no settings model reads yet: the CLI's (AGENT_SIGNAL_URL, AGENT_SIGNAL_TOKEN) and the contract's
+# auth and limit settings (CONTRACT.md §Auth), so a deployment that sets them is not refused at boot.
+OTHER_ENV_NAMES = frozenset(
+    {"AGENT_SIGNAL_URL", "AGENT_SIGNAL_TOKEN", "AGENT_SIGNAL_BOOTSTRAP_KEY", "AGENT_SIGNAL_RATE_LIMIT_PER_S"}
+)
 
 
 class SettingsError(ValueError):
@@ -260,10 +263,11 @@ def check_environment(
     models = [Settings, *models]
     known = set(OTHER_ENV_NAMES).union(*(env_names(m) for m in models))
     env = os.environ if environ is None else environ
+    # pydantic-settings matches names case-insensitively, so the check does too.
     problems = [
-        f"unknown setting {name}{_closest(name, known)}"
+        f"unknown setting {name}{_closest(name.upper(), known)}"
         for name in sorted(env)
-        if name.startswith(ENV_PREFIX) and name not in known
+        if name.upper().startswith(ENV_PREFIX) and name.upper() not in known
     ]
     fields = set().union(*(m.model_fields for m in models))
     problems += [

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from redis import Redis
 
 from worker.context import EffectBuffer
-from worker.errors import LeaseLost
+from worker.errors import LeaseLost, PermanentFailure
 from worker.keys import Keys
 from worker.nodes import Action, ExecutorResult
 from worker.scripts import Scripts
@@ -89,12 +89,13 @@ class Commit:
 
 @dataclass(frozen=True, slots=True)
 class CommitReply:
-    """1 committed | -1 stale fence | -2 the head is another event; scopes whose drain must be published
+    """1 committed | -1 stale fence | -2 the head is another event | -3 a staged write was refused; scopes whose drain must be published
     (follow-ups that found none scheduled); the next head when the commit went on."""
 
     code: int
     publish: list[str] = field(default_factory=list)
     head: Head | None = None
+    error: str = ""  # code -3: which staged write was refused or failed, and why
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +245,8 @@ class EventStore:
             ],
         )
         code = int(reply[0])
+        if code == -3:
+            return CommitReply(code, error=_staged_error(reply))
         if code != 1:
             return CommitReply(code)
         publish = [_str(x) for x in reply[1]] if len(reply) > 1 and isinstance(reply[1], list) else []
@@ -316,6 +319,10 @@ class EventStore:
         return bool(ok), scope_key, bool(publish)
 
 
+def _staged_error(reply: Sequence[Any]) -> str:
+    return f"staged write #{int(reply[1])} was not applied: {_str(reply[2])}"
+
+
 def _status_record(raw: dict[str, str]) -> dict[str, Any]:
     record: dict[str, Any] = {
         "eventId": raw.get("eventId"),
@@ -356,24 +363,27 @@ class RedisActionPort:
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
     ) -> bool:
         effects_json = json.dumps(effects.to_json_list())
-        reply = int(
-            self.store.scripts.apply(
-                keys=[
-                    self.store.keys.idempotency(self.scope_key, idempotency_key),
-                    self.store.keys.fence(self.scope_key),
-                ],
-                args=[
-                    self.fence,
-                    result.model_dump_json(by_alias=True, exclude_none=True),
-                    self.store.settings.idempotency_ttl_s,
-                    effects_json,
-                ],
-            )
+        reply = self.store.scripts.apply(
+            keys=[
+                self.store.keys.idempotency(self.scope_key, idempotency_key),
+                self.store.keys.fence(self.scope_key),
+            ],
+            args=[
+                self.fence,
+                result.model_dump_json(by_alias=True, exclude_none=True),
+                self.store.settings.idempotency_ttl_s,
+                effects_json,
+            ],
         )
-        if reply == -1:
+        code = int(reply[0])
+        if code == -1:
             self.store.client.hincrby(self.store.keys.stats, "fenceRejected", 1)
             raise LeaseLost(f"scope {self.scope_key}: fence {self.fence} is stale; effect not applied")
-        return reply == 1
+        if code == -3:
+            raise PermanentFailure(
+                f"action {action.action_id}: {_staged_error(reply)}", code="INVALID_EFFECT"
+            )
+        return code == 1
 
     def ensure_live(self) -> None:
         if self._lost.is_set():

@@ -3,7 +3,7 @@
 Nobody else creates meters or tracers (its helpers: instrument names and attribute builders in
 worker/telemetry_instruments.py, the measurement buffer in worker/telemetry_buffer.py, the JSON-lines span
 exporter in worker/telemetry_jsonl.py; import them from here). ``configure_telemetry`` is called in Celery's ``worker_process_init``
-(each prefork child) and at the web app's startup, never at import; with ``AGENT_SIGNAL_TELEMETRY=false``
+(each prefork child) and at the web app's startup, never at import; with ``AGENT_SIGNAL_TELEMETRY_ENABLED=false``
 it returns :data:`DISABLED`, whose methods return at once (no cost).
 
 Exporters: metric deltas go to Redis for ``GET /metrics`` (worker/metrics_store.py); OTLP (traces and

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import model_validator
 from redis import Redis
 
 from policies.self_iteration.gate import enabled_for
@@ -34,6 +35,12 @@ class SelfIterationSettings(PluginSettings):
     judge_url: str | None = None  # OpenAI-compatible base URL (…/v1); unset: the rule-based judges
     judge_model: str = "gpt-4o-mini"
     judge_api_key: str | None = None
+
+    @model_validator(mode="after")
+    def _webhook_needs_a_target(self) -> SelfIterationSettings:
+        if self.agent_runner == "webhook" and not (self.agent_runner_url and self.agent_runner_secret):
+            raise ValueError("AGENT_SIGNAL_AGENT_RUNNER=webhook needs AGENT_SIGNAL_AGENT_RUNNER_URL and _SECRET")
+        return self
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,12 +30,8 @@ __all__ = ["plugin"]
 
 
 def _runner(settings: SelfIterationSettings, runtime: PluginRuntime) -> AgentRunner | None:
-    if settings.agent_runner == "webhook":
-        if not settings.agent_runner_url or not settings.agent_runner_secret:
-            raise ValueError(
-                "AGENT_SIGNAL_AGENT_RUNNER=webhook needs AGENT_SIGNAL_AGENT_RUNNER_URL and _SECRET"
-            )
-        return WebhookRunner(settings.agent_runner_url, settings.agent_runner_secret)
+    if settings.agent_runner == "webhook":  # the settings model checked URL and secret at boot
+        return WebhookRunner(settings.agent_runner_url or "", settings.agent_runner_secret or "")
     if runtime.publish is None:
         return None  # the web process runs no handlers
     return TaskRunner(runtime.publish, settings.agent_runner_queue)

@@ -2,6 +2,11 @@
 handler runs gate → guard → collect → dispatch → conclude and always concludes with
 ``{status: dispatched | skipped | deduped, reason}``; our projection keeps the whole trace (LobeHub's is
 empty for concluded chains: quirk 2).
+
+The hand-over to the agent runner is an external effect made from a source handler: at least once, with a
+deterministic operation id (``operation_id_for``) that the runner and the reference agent's completion
+(deduped by its sourceId) converge on. The review guard is staged and commits with the event, so a crash
+before the commit hands the same operation over again rather than losing it.
 """
 
 from __future__ import annotations

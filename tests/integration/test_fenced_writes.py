@@ -124,6 +124,9 @@ def test_dead_tool_outcome_leaves_no_procedure_state(
             "tool": {"apiName": "write"},  # no identifier: the activity plugin dead-letters it
         },
     }
+    # The procedure handler stages its writes before the activity handler dead-letters the event.
+    handlers = [h.id for h in pipeline.registry.match("source", "tool.outcome.failed")]
+    assert handlers.index("source.tool-outcome.procedure") < handlers.index("source.tool-outcome.activity")
     result = producer.enqueue(event)
     final = _drain_until_final(pipeline, producer, "topic:tpc_t", result.event_id)
     assert final["status"] == "dead" and "INVALID_TOOL_OUTCOME" in final["error"]

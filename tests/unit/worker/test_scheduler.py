@@ -191,7 +191,7 @@ class TestActions:
 
         def act(a: Action, ctx: HandlerContext) -> ExecutorResult:
             counter.append(1)
-            ctx.effects.incr("effect")
+            ctx.effects.incr("agent-signal:effect")
             if result == "applied":
                 return applied(a, ctx, "Memory write enqueued.")
             if result == "skipped":
@@ -213,7 +213,7 @@ class TestActions:
         first = run_chain(_source(), registry, port, scope=ChainScope(attempt=1, max_attempts=3))
         second = run_chain(_source(), registry, port, scope=ChainScope(attempt=2, max_attempts=3))
         assert len(counter) == 1
-        assert port.effects == [["INCRBY", "effect", 1]]
+        assert port.effects == [["INCRBY", "agent-signal:effect", 1]]
         assert first.results == second.results
         assert first.results[0].attempt.current == 1 and first.results[0].attempt.max == 3
         assert first.results[0].attempt.status == "succeeded"
@@ -258,3 +258,40 @@ class TestRegistration:
         assert registry.match("signal", "signal.a") == [h]
         assert registry.match("signal", "signal.c") == [h]
         assert registry.match("signal", "signal.a.b") == []
+
+
+class TestChainScope:
+    def test_source_and_signal_handlers_share_the_chain_buffer_and_actions_get_their_own(self) -> None:
+        """Staged writes of source/signal handlers go to the event's commit; an action's to its own APPLY."""
+        from worker.errors import PermanentFailure
+        from worker.keys import Keys
+        from worker.nodes import action_from, signal_from
+
+        keys = Keys("t:")
+        emitted: list[object] = []
+        scope = ChainScope(keys=keys, emit=lambda event: emitted.append(event) or "staged")
+        source = _source()
+        signal = signal_from(source, "s", "signal.x", {}, 1)
+        action = action_from(signal, "a", "action.x", {}, 1)
+        for node in (source, signal):
+            ctx: HandlerContext = scope.context(source, node)
+            assert ctx.effects is scope.effects and ctx.emit({"e": 1}) == "staged"
+        action_ctx = scope.context(source, action)
+        assert action_ctx.effects is not scope.effects and action_ctx.effects.keys == keys
+        with pytest.raises(PermanentFailure, match="only source and signal handlers emit"):
+            action_ctx.emit({"e": 2})
+        assert len(emitted) == 2
+
+    def test_staging_refuses_engine_keys_foreign_keys_and_reads(self) -> None:
+        """A handler may stage only allow-listed writes on its deployment's own, non-engine keys."""
+        from worker.context import EffectBuffer
+        from worker.errors import PermanentFailure
+        from worker.keys import Keys
+
+        keys = Keys("t:")
+        buffer = EffectBuffer(keys=keys)
+        buffer.call("hset", keys.plugin("s", "x"), "f", "v")
+        assert buffer.commands == [["HSET", "t:plugin:{s}:x", "f", "v"]]
+        for bad in (("FLUSHALL", "t:x"), ("GET", "t:x"), ("DEL", keys.event("e1")), ("SET", "other:x", "1")):
+            with pytest.raises(PermanentFailure):
+                buffer.call(*bad)
