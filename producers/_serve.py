@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from worker.logs import configure_logging
+from worker.plugins import load_plugins
 from worker.settings import Settings
 
 __all__ = ["serve_web"]
@@ -15,5 +16,6 @@ def serve_web(settings: Settings) -> int:
 
     configure_logging(env=settings.env, fmt=settings.log_format)
     settings.require_redis_url()
+    load_plugins(settings)  # unknown settings and broken plugins stop here, as one line, before serving
     uvicorn.run(create_web_app(settings), host=settings.host, port=settings.port, log_level="warning")
     return 0

@@ -213,9 +213,20 @@ def settings_environment(settings: Settings) -> dict[str, str]:
 
 def load_settings(**overrides: object) -> Settings:
     """Read the environment (plus explicit overrides) and check the invariants."""
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    try:
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:  # one line naming the variable, not pydantic's report
+        problems = "; ".join(f"{_env_name(e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise SettingsError(f"refusing to start: {problems}") from None
     check_settings(settings)
     return settings
+
+
+def _env_name(loc: tuple[int | str, ...]) -> str:
+    name = str(loc[0]) if loc else "?"
+    if name.upper() in ("REDIS_URL", "BROKER_URL", "PORT") or name.startswith(ENV_PREFIX):
+        return name.upper()
+    return CONTRACT_ENV_NAMES.get(name, f"{ENV_PREFIX}{name.upper()}")
 
 
 class PluginSettings(BaseSettings):
@@ -234,7 +245,10 @@ def plugin_settings(model: type[P], settings: Settings) -> P:
     try:
         return model(**mine)
     except ValidationError as exc:
-        raise SettingsError(f"refusing to start: {model.__name__}: {exc}") from None
+        problems = "; ".join(
+            f"{_env_name(e['loc'])}: {e['msg']}" if e["loc"] else str(e["msg"]) for e in exc.errors()
+        )
+        raise SettingsError(f"refusing to start: {model.__name__}: {problems}") from None
 
 
 def env_names(model: type[BaseSettings]) -> set[str]:

@@ -111,3 +111,30 @@ class TestUnknownSettings:
         )
         assert out.returncode != 0
         assert "did you mean AGENT_SIGNAL_MAX_ATTEMPTS" in out.stderr + out.stdout
+
+
+class TestBadValues:
+    def test_an_engine_value_error_names_the_variable_in_one_line(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """AGENT_SIGNAL_LEASE_TTL_S=abc is refused naming the variable, not with pydantic's report."""
+        from worker.settings import load_settings
+
+        monkeypatch.setenv("AGENT_SIGNAL_LEASE_TTL_S", "abc")
+        with pytest.raises(
+            SettingsError, match=r"^refusing to start: AGENT_SIGNAL_LEASE_TTL_S: .*number"
+        ) as caught:
+            load_settings()
+        assert "\n" not in str(caught.value)
+
+    def test_a_plugin_value_error_names_its_model_and_variable(self) -> None:
+        """A plugin setting with a bad value stops the boot with the plugin model and the variable."""
+        from policies.self_iteration.deps import SelfIterationSettings
+        from worker.settings import plugin_settings
+
+        with pytest.raises(
+            SettingsError, match="SelfIterationSettings: AGENT_SIGNAL_AGENT_RUNNER: Input should be"
+        ):
+            plugin_settings(SelfIterationSettings, Settings(agent_runner="bogus"))
+        with pytest.raises(SettingsError, match="webhook needs AGENT_SIGNAL_AGENT_RUNNER_URL"):
+            plugin_settings(SelfIterationSettings, Settings(agent_runner="webhook"))
