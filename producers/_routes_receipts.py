@@ -11,6 +11,7 @@ from worker.receipts import ReceiptStore
 __all__ = ["router"]
 
 router = APIRouter()
+MAX_LIMIT = 50
 
 
 def receipt_store(request: Request) -> ReceiptStore:
@@ -25,14 +26,15 @@ def get_receipts(
     agentId: str | None = None,
     topicId: str | None = None,
     sinceCreatedAt: int | None = None,
-    limit: int = 50,
+    limit: int = 20,
     cursor: str | None = None,
 ) -> JSONResponse:
-    """``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor`` comes from the previous page."""
+    """``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor`` comes from the previous page; ``limit``
+    is 1..50, default 20 (LobeHub's ``listReceipts``)."""
     if not userId:
         return error_response(422, "missing_field", "userId is required", "userId")
-    if not 1 <= limit <= 200:
-        return error_response(422, "invalid_field", "limit must be between 1 and 200", "limit")
+    if not 1 <= limit <= MAX_LIMIT:
+        return error_response(422, "invalid_field", f"limit must be between 1 and {MAX_LIMIT}", "limit")
     if cursor is not None and ":" not in cursor:
         return error_response(422, "invalid_field", "cursor is not one this API returned", "cursor")
     receipts, next_cursor = receipt_store(request).list(

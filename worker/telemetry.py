@@ -34,7 +34,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from worker.projection import flatten_attributes
 from worker.telemetry_buffer import MeasurementBuffer
 from worker.telemetry_instruments import INSTRUMENT_ATTRS as _INSTRUMENT_ATTRS
-from worker.telemetry_instruments import METER_NAME, TRACER_NAME, TRACER_VERSION
+from worker.telemetry_instruments import METER_NAME, TRACER_NAME, TRACER_VERSION, DescribedInstruments
 from worker.telemetry_instruments import agent_signal_attrs as _a
 from worker.telemetry_instruments import signal_type_attrs as _signal_attrs
 from worker.telemetry_jsonl import JsonlSpanExporter
@@ -66,7 +66,8 @@ class Telemetry(MeasurementBuffer):
         assert tracer_provider is not None and meter_provider is not None
         self.tracer = tracer_provider.get_tracer(TRACER_NAME, TRACER_VERSION)
         meter = meter_provider.get_meter(METER_NAME)
-        c, h = meter.create_counter, meter.create_histogram
+        described = DescribedInstruments(meter)  # LobeHub's descriptions, the HELP lines of /metrics
+        c, h = described.counter, described.histogram
         self.source_counter = c("agent_signal_source_occurrences_total", unit="{source}")
         self.signal_counter = c("agent_signal_signal_occurrences_total", unit="{signal}")
         self.action_counter = c("agent_signal_action_occurrences_total", unit="{action}")

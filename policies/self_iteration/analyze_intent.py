@@ -7,8 +7,10 @@ Planner decision table, in order, for each ``signal.feedback.domain.*``:
 3. a direct skill decision (route direct_decision, or not satisfied and route not non_skill): on
    ``client.runtime.start`` the intent is recorded and the chain concludes; on a server-inbound trigger the
    candidate is parked until ``agent.execution.completed`` (conclude); else ``action.skill-management.handle``;
-4. an accumulating skill (satisfied, weak): the candidate joins the scope's bucket (score 0.6 each); at 2
-   records and score >= 1 ``signal.procedure.bucket.scored`` is dispatched (no action);
+4. an accumulating skill (satisfied, weak): the observation record
+   ``procedure-record:<signalId>:skill-observation-record`` joins the scope's bucket (score 0.6 each); at 2
+   records and score >= 1 ``signal.procedure.bucket.scored`` is dispatched (suggestedActions ``maintain``, as
+   LobeHub's batch scorer) with an ``accumulated`` marker, and no action;
 5. none / non_skill → nothing.
 Before all of these, step 0 (LobeHub's step 1): an active ``handled`` marker written by the tool-outcome
 procedure for this message suppresses the action (``signal.procedure.bucket.scored``, suggestedActions
@@ -201,38 +203,81 @@ def _write_intent_record(ctx: HandlerContext, signal: Signal, pending: bool) -> 
     ctx.effects.call("EXPIRE", key, PROCEDURE_TTL_S)
 
 
+def _observation_record(ctx: HandlerContext, signal: Signal) -> dict[str, Any]:
+    """LobeHub's skill observation record (processors/procedure.ts ``accumulateSignal``): a scored candidate."""
+    p = signal.payload
+    return {
+        "accumulatorRole": "candidate",
+        "cheapScoreDelta": SKILL_CANDIDATE_DELTA,
+        "createdAt": ctx.now(),
+        "domainKey": "skill",
+        "id": f"procedure-record:{signal.signal_id}:skill-observation-record",
+        "intentClass": "implicit_positive",
+        "refs": {"signalIds": [signal.signal_id], "sourceIds": [signal.source.source_id]},
+        "scopeKey": ctx.scope_key,
+        "status": "observed",
+        "summary": p.get("reason") or p.get("message"),
+    }
+
+
 def _accumulate(ctx: HandlerContext, signal: Signal) -> Dispatch | None:
+    """Record the observation; at 2 records scoring >= 1 dispatch LobeHub's batch score (``maintain``)."""
+    record = _observation_record(ctx, signal)
+    records_key = ctx.keys.procedure(ctx.scope_key)
+    ctx.effects.call("HSET", records_key, record["id"], json.dumps(record, ensure_ascii=False))
+    ctx.effects.call("EXPIRE", records_key, PROCEDURE_TTL_S)
     key = ctx.keys.skill_candidates(ctx.scope_key)
     item = json.dumps(
-        {"recordId": signal.signal_id, "score": SKILL_CANDIDATE_DELTA, "at": int(time.time() * 1000)}
+        {"recordId": record["id"], "score": SKILL_CANDIDATE_DELTA, "at": int(time.time() * 1000)}
     )
     items = [json.loads(x) for x in ctx.deps(SelfIterationDeps).redis.lrange(key, 0, -1)]
-    if not any(i["recordId"] == signal.signal_id for i in items):
+    if not any(i["recordId"] == record["id"] for i in items):
         ctx.effects.call("RPUSH", key, item)
         ctx.effects.call("EXPIRE", key, PROCEDURE_TTL_S)
         items.append(json.loads(item))
     score = sum(i["score"] for i in items)
     if len(items) < SKILL_BUCKET_MIN_RECORDS or score < SKILL_BUCKET_THRESHOLD:
         return None
+    # LobeHub's batchScorer: each observed record suggests `maintain`, confidence 0.7 for a non-empty bucket.
     payload = {
-        "aggregateScore": round(score, 3),
+        "aggregateScore": score,
         "bucketKey": f"{ctx.scope_key}:skill",
-        "confidence": min(1.0, score / SKILL_BUCKET_THRESHOLD),
+        "confidence": 0.7,
         "domain": "skill",
         "itemScores": [
-            {"reasons": ["satisfied_skill_feedback"], "recordId": i["recordId"], "score": i["score"]}
+            {
+                "reasons": ["observed-record"],
+                "recordId": i["recordId"],
+                "score": i["score"],
+                "suggestedAction": "maintain",
+            }
             for i in items
         ],
         "recordIds": [i["recordId"] for i in items],
-        "suggestedActions": ["consider_skill"],
+        "suggestedActions": ["maintain"],
     }
-    return Dispatch(
-        signals=[
-            signal_from(
-                signal, "signal:procedure-accumulated", "signal.procedure.bucket.scored", payload, ctx.now()
-            )
-        ]
+    scored = signal_from(
+        signal, "signal:procedure-accumulated", "signal.procedure.bucket.scored", payload, ctx.now()
     )
+    _mark_accumulated(ctx, signal, scored.signal_id, record["id"])
+    return Dispatch(signals=[scored])
+
+
+def _mark_accumulated(ctx: HandlerContext, signal: Signal, scored_id: str, record_id: str) -> None:
+    """LobeHub's ``accumulated`` marker (never suppresses: only ``handled`` markers do)."""
+    proc = f"message:{signal.payload['messageId']}"
+    marker = {
+        "markerType": "accumulated",
+        "domainKey": "skill",
+        "intentClass": "implicit_positive",
+        "procedureKey": proc,
+        "recordId": record_id,
+        "signalId": scored_id,
+        "sourceId": signal.source.source_id,
+        "expiresAt": int(time.time() * 1000) + PROCEDURE_TTL_S * 1000,
+    }
+    key = ctx.keys.procedure_marker(ctx.scope_key, "skill", "implicit_positive", proc)
+    ctx.effects.call("SET", key, json.dumps(marker), "EX", PROCEDURE_TTL_S)
 
 
 def _suppressed(signal: Signal, ctx: HandlerContext) -> Dispatch | None:

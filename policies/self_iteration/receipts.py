@@ -1,6 +1,13 @@
-"""LobeHub's buildSelfIterationReceipts (reference §7.1): one receipt per mutation, plus a summary receipt for
-review kinds. Ids are deterministic: ``<sourceId>:<toolCallId ?? apiName:index>:<kind>`` and
-``<sourceId>:self-iteration-summary``."""
+"""LobeHub's buildSelfIterationReceipts (reference §7.1): one receipt per mutation with an ``apiName``, plus a
+summary receipt for review kinds. Ids are deterministic: ``<sourceId>:<toolCallId ?? apiName:index>:<kind>``
+(``index`` counts every mutation, named or not) and ``<sourceId>:self-iteration-summary``; the summary counts
+every mutation as a write, as LobeHub's does.
+
+A target's ``summary`` is the tool result's ``data.summary``; a skill target's ``agentDocumentId`` and
+``documentId`` come from ``data.target``, the metadata's from the top level of ``data`` (the rollback refs).
+Text fields count only when they are non-empty strings. One deliberate difference:
+``expectedCurrentDocumentUpdatedAt`` may also be a number (our documents keep ``updatedAt`` in ms; LobeHub's
+are ISO strings)."""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ API_KINDS: dict[str, tuple[str, str, str]] = {
     "supersedeSelfReviewProposal": ("review", "applied", "Self-review proposal superseded"),
     "closeSelfReviewProposal": ("review", "applied", "Self-review proposal closed"),
 }
+MEMORY_LAYERS = ("activity", "context", "experience", "identity", "preference")  # LobeHub's LayersEnum
 SUMMARY_TITLES = {
     "memory": "Memory write completed",
     "nightly-review": "Nightly self-review completed",
@@ -28,6 +36,16 @@ SUMMARY_TITLES = {
 
 def _clean(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
+
+
+def _str(value: Any) -> str | None:
+    """LobeHub's ``str()``: a non-empty string, else None."""
+    return value if isinstance(value, str) and value else None
+
+
+def _record(value: Any) -> dict[str, Any]:
+    """LobeHub's ``isRecord`` guard: a dict, else an empty one."""
+    return value if isinstance(value, dict) else {}
 
 
 def build_self_iteration_receipts(
@@ -60,9 +78,10 @@ def build_self_iteration_receipts(
     kind = marker.get("kind")
     receipts = [
         _mutation_receipt(base, index, mutation, marker, source_id, source_type)
-        for index, mutation in enumerate(m for m in mutations if m.get("apiName"))
+        for index, mutation in enumerate(mutations)
+        if mutation.get("apiName")
     ]
-    applied = sum(1 for receipt in receipts if receipt["status"] == "applied")
+    writes = len(mutations)
     if kind not in ("memory", "skill"):
         summary_receipt = {
             **base,
@@ -70,9 +89,9 @@ def build_self_iteration_receipts(
             "kind": "review",
             "status": "completed",
             "title": SUMMARY_TITLES.get(str(kind), "Self-review completed"),
-            "detail": f"Captured {len(artifacts)} idea(s) and applied {applied} write(s).",
+            "detail": f"Captured {len(artifacts)} idea(s) and applied {writes} write(s).",
             "metadata": _clean(
-                {"actionCount": applied, "localDate": marker.get("localDate"), "sourceType": source_type}
+                {"actionCount": writes, "localDate": marker.get("localDate"), "sourceType": source_type}
             ),
         }
         return [summary_receipt, *receipts]
@@ -87,15 +106,15 @@ def _mutation_receipt(
     source_id: str,
     source_type: str,
 ) -> dict[str, Any]:
-    """The receipt of one mutation (the ``index``-th with an ``apiName``)."""
+    """The receipt of one mutation (the ``index``-th of the run's mutations)."""
     api = str(mutation["apiName"])
-    data = mutation.get("data") or {}
+    data = _record(mutation.get("data"))
     receipt_kind, status, default_title = API_KINDS.get(api, ("review", "applied", "Agent Signal action"))
     if str(data.get("status", "")).startswith("skipped"):
         status = "skipped"
-    target = data.get("target") or {}
-    title = target.get("title") or data.get("summary") or default_title
-    summary = data.get("summary")
+    target = _record(data.get("target"))
+    summary = _str(data.get("summary"))
+    title = _str(target.get("title")) or summary or default_title
     receipt: dict[str, Any] = {
         **base,
         "id": f"{source_id}:{mutation.get('toolCallId') or f'{api}:{index}'}:{receipt_kind}",
@@ -111,17 +130,19 @@ def _mutation_receipt(
 
 
 def _receipt_target(
-    receipt_kind: str, data: dict[str, Any], target: dict[str, Any], title: Any
+    receipt_kind: str, data: dict[str, Any], target: dict[str, Any], title: str
 ) -> dict[str, Any]:
-    """A memory or skill receipt's ``target``."""
+    """A memory or skill receipt's ``target``: document refs (skill) from ``data.target``, summary from ``data``."""
+    skill, memory = receipt_kind == "skill", receipt_kind == "memory"
+    layer = target.get("memoryLayer")
     return _clean(
         {
-            "agentDocumentId": data.get("agentDocumentId"),
-            "documentId": data.get("documentId") if receipt_kind == "skill" else None,
-            "id": target.get("id") or data.get("resourceId"),
-            "memoryId": target.get("memoryId"),
-            "memoryLayer": target.get("memoryLayer") if receipt_kind == "memory" else None,
-            "summary": target.get("summary"),
+            "agentDocumentId": _str(target.get("agentDocumentId")) if skill else None,
+            "documentId": _str(target.get("documentId")) if skill else None,
+            "id": _str(target.get("id")) or _str(data.get("resourceId")),
+            "memoryId": _str(target.get("memoryId")) if memory else None,
+            "memoryLayer": layer if memory and layer in MEMORY_LAYERS else None,
+            "summary": _str(data.get("summary")),
             "title": title,
             "type": receipt_kind,
         }
@@ -132,12 +153,15 @@ def _receipt_metadata(
     api: str, status: str, data: dict[str, Any], marker: dict[str, Any], source_type: str
 ) -> dict[str, Any]:
     """A mutation receipt's ``metadata``; a CAS skill replacement with its history is marked rollback-able."""
+    expected = data.get("expectedCurrentDocumentUpdatedAt")
+    if not (_str(expected) or (isinstance(expected, int | float) and not isinstance(expected, bool))):
+        expected = None
     metadata = _clean(
         {
-            "agentDocumentId": data.get("agentDocumentId"),
-            "documentId": data.get("documentId"),
-            "expectedCurrentDocumentUpdatedAt": data.get("expectedCurrentDocumentUpdatedAt"),
-            "historyId": data.get("historyId"),
+            "agentDocumentId": _str(data.get("agentDocumentId")),
+            "documentId": _str(data.get("documentId")),
+            "expectedCurrentDocumentUpdatedAt": expected,
+            "historyId": _str(data.get("historyId")),
             "localDate": marker.get("localDate"),
             "sourceType": source_type,
         }
@@ -145,9 +169,9 @@ def _receipt_metadata(
     if (
         api == "replaceSkillContentCAS"
         and status == "applied"
-        and data.get("documentId")
-        and data.get("expectedCurrentDocumentUpdatedAt") is not None
-        and data.get("historyId")
+        and "documentId" in metadata
+        and expected is not None
+        and "historyId" in metadata
     ):
         metadata["rollbackStatus"] = "available"
     return metadata

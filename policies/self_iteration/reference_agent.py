@@ -76,7 +76,13 @@ def _skill(store: DocumentStore, request: RunRequest) -> list[dict[str, Any]]:
         "summary": f"{'Created' if history_id is None else 'Updated'} skill {title}",
         "documentId": doc["id"],
         "agentDocumentId": doc["agentDocumentId"],
-        "target": {"title": title, "id": doc["id"]},
+        "target": {
+            "agentDocumentId": doc["agentDocumentId"],
+            "documentId": doc["id"],
+            "id": doc["id"],
+            "title": title,
+            "type": "skill",
+        },
         "resourceId": doc["id"],
     }
     if history_id is not None:

@@ -70,10 +70,12 @@ def test_titles_status_and_ids() -> None:
         triggerMessageId="m1",
     )
     assert [r["id"] for r in receipts] == ["src:call_7:skill", "src:writeMemory:1:memory"]
+    # A top-level documentId is a metadata (rollback) ref; the target's comes from data.target (LobeHub).
     assert (
         receipts[0]["title"] == "T"
         and receipts[0]["detail"] == "S"
-        and receipts[0]["target"]["documentId"] == "d1"
+        and receipts[0]["metadata"]["documentId"] == "d1"
+        and "documentId" not in receipts[0]["target"]
     )
     assert receipts[1]["status"] == "skipped" and receipts[1]["title"] == "only summary"
     assert (
@@ -105,7 +107,7 @@ def test_rollback_availability() -> None:
     ],
 )
 def test_summary_receipt_for_review_kinds(kind: str, title: str) -> None:
-    """Review kinds get a summary first, counting ideas and applied writes; memory/skill kinds do not."""
+    """Review kinds get a summary first, counting ideas and every mutation (as LobeHub); memory/skill kinds do not."""
     receipts = _build(
         kind,
         [
@@ -118,9 +120,9 @@ def test_summary_receipt_for_review_kinds(kind: str, title: str) -> None:
     summary = receipts[0]
     assert summary["id"] == "src:self-iteration-summary" and summary["title"] == title
     assert (summary["kind"], summary["status"]) == ("review", "completed")
-    assert summary["detail"] == "Captured 2 idea(s) and applied 1 write(s)."
+    assert summary["detail"] == "Captured 2 idea(s) and applied 2 write(s)."
     assert summary["metadata"] == {
-        "actionCount": 1,
+        "actionCount": 2,
         "localDate": "2026-07-31",
         "sourceType": "agent.execution.completed",
     }
