@@ -2,14 +2,15 @@
 
 ``Producer(settings)`` enqueues straight to Redis and the broker; ``HttpProducer(url)`` goes through
 ``POST /v1/events``. Both offer ``enqueue(event)`` and ``enqueue_many(events)`` and raise
-:class:`InvalidEvent` (with ``.error.code/.message/.field``) for bad input, enqueuing nothing.
+:class:`InvalidEvent` (with ``.error.code/.message/.field``) for bad input, enqueuing nothing, and
+:class:`StoreUnavailable` when Redis is full or unreachable (a refused batch is stored not at all; retry later).
 ``SessionClient(url)`` is the SDK for agent runtimes (the signal tool, D-Mail, context, functions).
 The HTTP app and the CLI live in the private modules of this package.
 """
 
 from producers._client import HttpProducer, Producer
 from producers._session_client import SessionClient
-from worker.intake import EnqueueResult, EventError, InvalidEvent, SourceEvent
+from worker.intake import EnqueueResult, EventError, InvalidEvent, SourceEvent, StoreUnavailable
 
 __all__ = [
     "EnqueueResult",
@@ -19,4 +20,5 @@ __all__ = [
     "Producer",
     "SessionClient",
     "SourceEvent",
+    "StoreUnavailable",
 ]

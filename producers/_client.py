@@ -1,7 +1,8 @@
 """The Python SDK: ``Producer.enqueue(event)`` / ``enqueue_many(events)``, straight to Redis and the broker,
 and ``HttpProducer`` with the same two methods over ``POST /v1/events``.
 
-Both validate first and enqueue nothing from a batch with an invalid event.
+Both validate first and enqueue nothing from a batch with an invalid event; both raise
+:class:`~worker.intake.StoreUnavailable` when the store refuses a batch (none of it stored) or cannot be reached.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from worker.intake import (
     EventError,
     InvalidEvent,
     SourceEvent,
+    StoreUnavailable,
     with_traceparent,
 )
 from worker.plugin import PluginRuntime
@@ -155,11 +157,28 @@ class HttpProducer:
             except (ValueError, KeyError):
                 error = EventError(code=f"http_{response.status_code}", message=response.text[:200])
             raise InvalidEvent(error, status_code=response.status_code)
+        if response.status_code == 503:
+            _raise_store_unavailable(response)
         response.raise_for_status()
         return [EnqueueResult.model_validate(r) for r in response.json()["results"]]
 
     def close(self) -> None:
         self.client.close()
+
+
+def _raise_store_unavailable(response: httpx.Response) -> None:
+    """A ``503 store_unavailable`` becomes :class:`StoreUnavailable` (any other 503 stays an HTTP error)."""
+    try:
+        error = response.json()["error"]
+    except (ValueError, KeyError, TypeError):
+        return
+    if not isinstance(error, dict) or error.get("code") != "store_unavailable":
+        return
+    retry_after = response.headers.get("retry-after", "")
+    raise StoreUnavailable(
+        str(error.get("message") or "the store is unavailable; retry later"),
+        retry_after_s=int(retry_after) if retry_after.isdigit() else 5,
+    )
 
 
 def _as_json(event: EventLike) -> Any:

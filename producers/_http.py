@@ -1,8 +1,10 @@
 """The HTTP app (FastAPI), built by ``create_web_app(settings)``: the routers, auth, and error shapes.
 
-Every error answers ``{"error": {"code", "message", "field"}}`` (``field`` null when no one field is at fault), never a stack trace. When
+Every error answers ``{"error": {"code", "message", "field"}}`` (``field`` null when no one field is at fault), never a stack trace;
+a store failure (Redis full, read-only or unreachable) is ``503 store_unavailable`` with ``Retry-After``. When
 ``AGENT_SIGNAL_API_TOKEN`` is set, every ``/v1`` call needs ``Authorization: Bearer <token>``.
-The producer (Redis and broker connections) opens at startup, not at import.
+The producer (Redis and broker connections) opens at startup, not at import; startup first checks the Redis
+configuration (worker/store_safety.py) and refuses an evicting policy.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from opentelemetry.trace import SpanKind
+from redis.exceptions import RedisError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from policies.dmail import AgentToolsSettings
@@ -34,7 +38,9 @@ from producers._client import Producer
 from producers._web_common import error_response, request_validation_error
 from sessions.function_store import ContentionError
 from sessions.functions import load_function_dir
+from worker.intake import StoreUnavailable
 from worker.settings import Settings
+from worker.store_safety import check_at_boot, note_store_failure, store_error_reason
 from worker.telemetry import configure_telemetry
 
 __all__ = ["create_web_app"]
@@ -50,6 +56,12 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
         app.state.settings = settings
         from worker.redis_client import redis_from_settings
 
+        # An evicting Redis stops the app here (UnsafeStore names the policy and the fix); see store_safety.
+        boot_client = redis_from_settings(settings)
+        try:
+            app.state.store_safety = check_at_boot(boot_client, settings, component="web")
+        finally:
+            boot_client.close()
         app.state.telemetry = configure_telemetry(
             settings, service_name="agent-signal-web", redis_client=redis_from_settings(settings)
         )
@@ -122,7 +134,29 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def contended(_: Request, exc: ContentionError) -> JSONResponse:
         return error_response(503, "busy", str(exc))
 
+    @app.exception_handler(StoreUnavailable)
+    async def store_unavailable(_: Request, exc: StoreUnavailable) -> JSONResponse:
+        return _store_unavailable(exc.error.message, exc.retry_after_s)
+
+    @app.exception_handler(RedisError)
+    async def store_failed(request: Request, exc: RedisError) -> JSONResponse:
+        """Any route whose store call failed answers 503 (never 500): Redis full, read-only or unreachable."""
+        producer = getattr(request.app.state, "producer", None)
+        where = f"{request.method} {request.url.path}"
+        if producer is not None:  # off the event loop: an unreachable Redis may take its timeout to say so
+            store = producer.store
+            await run_in_threadpool(note_store_failure, store.client, store.keys.stats, exc, where)
+        retry_after = request.app.state.settings.store_retry_after_s
+        message = f"the store is unavailable ({store_error_reason(exc)}); retry later"
+        return _store_unavailable(message, retry_after)
+
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
         return error_response(500, "internal", f"internal error ({type(exc).__name__}); see the server log")
+
+
+def _store_unavailable(message: str, retry_after_s: int) -> JSONResponse:
+    response = error_response(503, "store_unavailable", message)
+    response.headers["Retry-After"] = str(retry_after_s)
+    return response

@@ -9,6 +9,7 @@ from producers._client import Producer
 from producers._ops import redrive_events
 from producers._web_common import JsonObject, error_response, producer_of
 from worker.metrics_store import render_prometheus
+from worker.store_safety import current_safety, safety_gauges
 
 __all__ = ["router"]
 
@@ -51,7 +52,8 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 def readyz(request: Request) -> JSONResponse:
-    """Ready when Redis answers PING and the broker accepts a connection."""
+    """Ready when Redis answers PING, the broker accepts a connection and no store check is an ``error``
+    (an evicting policy nobody accepted). ``persistence`` and ``memory`` entries are warnings (still 200)."""
     producer = producer_of(request)
     checks: dict[str, str] = {}
     try:
@@ -65,7 +67,9 @@ def readyz(request: Request) -> JSONResponse:
         checks["broker"] = "ok"
     except Exception as exc:
         checks["broker"] = f"error: {type(exc).__name__}"
-    ready = all(v == "ok" for v in checks.values())
+    if checks["redis"] == "ok":  # eviction, persistence, memory: entries only when there is something to say
+        checks.update(current_safety(producer.store.client, producer.settings).checks)
+    ready = not any(v.startswith("error") for v in checks.values())
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
 
@@ -99,5 +103,9 @@ def prometheus_text(producer: Producer) -> str:
         "# HELP agent_signal_active_scopes Scopes with queued events.",
         "# TYPE agent_signal_active_scopes gauge",
         f"agent_signal_active_scopes {len(store.active_scopes())}",
+        "# HELP agent_signal_store_unavailable_total Store failures at the door and in the worker's drains.",
+        "# TYPE agent_signal_store_unavailable_total counter",
+        f"agent_signal_store_unavailable_total {stats.get('storeUnavailable', 0)}",
+        *safety_gauges(current_safety(store.client, producer.settings)),
     ]
     return "\n".join(lines) + "\n"

@@ -9,16 +9,30 @@ One implementation of validation, the size limits and the admission hooks serves
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from worker.errors import PermanentFailure
-from worker.intake import EnqueueResult, EventError, InvalidEvent, SourceEvent, parse_event, prepare
+from worker.intake import (
+    EnqueueResult,
+    EventError,
+    InvalidEvent,
+    SourceEvent,
+    StoreUnavailable,
+    parse_event,
+    prepare,
+)
 from worker.settings import Settings
 from worker.source_types import SourceTypePolicy
 from worker.store import EventStore, PreparedEvent
+from worker.store_safety import describe_store_error, note_store_failure
 
 __all__ = ["AdmissionHook", "Emitter", "EventLike", "StagedEmits"]
+
+log = logging.getLogger(__name__)
 
 EventLike = SourceEvent | Mapping[str, Any]
 AdmissionHook = Callable[[Sequence[PreparedEvent]], Mapping[int, str]]
@@ -85,10 +99,16 @@ class Emitter:
         return refused
 
     def enqueue(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
-        """Admit, claim and append each event, then publish one drain per scope that needs one."""
+        """Admit, claim and append each event, then publish one drain per scope that needs one; a store error
+        raises :class:`StoreUnavailable` (worded by :func:`worker.store_safety.describe_store_error`)."""
         refused = self.verdicts(prepared)
         allowed = [p for i, p in enumerate(prepared) if i not in refused]
-        outcomes = iter(self.store.enqueue_many(allowed))
+        try:
+            outcomes = iter(self.store.enqueue_many(allowed))
+        except RedisError as exc:  # one script per batch: a refused batch stored none of it
+            note_store_failure(self.store.client, self.store.keys.stats, exc, "enqueue")
+            message = describe_store_error(exc, "the batch")
+            raise StoreUnavailable(message, retry_after_s=self.settings.store_retry_after_s) from exc
         results: list[EnqueueResult] = []
         scheduled: set[str] = set()
         for index, event in enumerate(prepared):
@@ -100,11 +120,24 @@ class Emitter:
             outcome = next(outcomes)
             if outcome.schedule and outcome.scope_key not in scheduled:
                 scheduled.add(outcome.scope_key)
-                self.publish(outcome.scope_key)
+                self._publish(outcome.scope_key)
             results.append(
                 EnqueueResult(event_id=outcome.event_id, source_id=outcome.source_id, status=outcome.status)
             )
         return results
+
+    def _publish(self, scope_key: str) -> None:
+        """Send the scope's drain. The events are stored by now, so a broker failure must not fail the call:
+        the scope keeps its ``sched`` marker and the reconcile sweep re-publishes its drain."""
+        try:
+            self.publish(scope_key)
+        except Exception as exc:
+            log.warning(
+                "drain for scope %s not published (%s: %s); the reconcile sweep will re-publish it",
+                scope_key,
+                type(exc).__name__,
+                exc,
+            )
 
     def emit(self, event: EventLike) -> EnqueueResult:
         """Validate and enqueue one event now (plugin tasks outside a chain)."""

@@ -28,6 +28,7 @@ __all__ = [
     "EventError",
     "InvalidEvent",
     "SourceEvent",
+    "StoreUnavailable",
     "field_error",
     "field_path",
     "parse_event",
@@ -82,6 +83,18 @@ class InvalidEvent(ValueError):
         super().__init__(f"{error.field or 'request'}: {error.message}")
         self.error = error
         self.status_code = status_code
+
+
+class StoreUnavailable(RuntimeError):
+    """The store (Redis) refused or could not take the events: full (out of memory), read-only, or unreachable.
+    The message says whether anything was stored (a refused batch stores none of it) and to retry later;
+    ``retry_after_s`` is the suggested wait. HTTP answers it as ``503 store_unavailable`` with Retry-After."""
+
+    def __init__(self, message: str, *, retry_after_s: int = 5) -> None:
+        super().__init__(message)
+        self.error = EventError(code="store_unavailable", message=message)
+        self.retry_after_s = retry_after_s
+        self.status_code = 503
 
 
 def field_path(loc: Iterable[int | str], prefix: str = "") -> str | None:

@@ -15,7 +15,7 @@ __all__ = ["Scripts"]
 
 # Shared Lua: admit one event: claim its dedupe record (the event hash) and append it to its scope inbox,
 # or count a duplicate. -> {1, publish(0|1)} accepted (publish=1: no drain is scheduled for the scope, send
-# one) | {0, 0} duplicate. Used by ENQUEUE (producers) and COMMIT (follow-up events a chain emitted).
+# one) | {0, 0} duplicate. Used by ENQUEUE_BATCH (producers) and COMMIT (follow-up events a chain emitted).
 ADMIT = """
 local function admit(ev, inbox, sched, scopes, stats, id, scope, body, now, window, sched_ttl)
   if redis.call('EXISTS', ev) == 1 then
@@ -66,12 +66,21 @@ local function apply_staged(cmds)
 end
 """
 
-# Enqueue one event (see ADMIT).
-# KEYS: ev, inbox, sched, scopes, stats   ARGV: eventId, scopeKey, eventJson, nowMs, windowS, schedTtlMs
-ENQUEUE = (
+# Enqueue a batch (see ADMIT) in one script, so it is stored whole or not at all: a Redis that is full
+# (noeviction) refuses the script's first write, before anything was written, and the script stops there.
+# KEYS: scopes, stats, then per event: ev, inbox, sched
+# ARGV: nowMs, windowS, schedTtlMs, then per event: eventId, scopeKey, eventJson
+# -> one {accepted(1|0), publish(1|0)} per event, in order (a repeat inside the batch is a duplicate)
+ENQUEUE_BATCH = (
     ADMIT
     + """
-return admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+local out = {}
+for i = 0, (#KEYS - 2) / 3 - 1 do
+  local k, a = 3 + i * 3, 4 + i * 3
+  out[i + 1] = admit(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1], ARGV[a + 2],
+    ARGV[1], ARGV[2], ARGV[3])
+end
+return out
 """
 )
 
@@ -232,12 +241,15 @@ return {1}
 """
 )
 
-# Put a dead event back at the tail of its scope's inbox.
+# Put a dead event back at the tail of its scope's inbox (the order decision: docs/decisions.md). Marks it
+# redriven (redrivenAt, redrives): it now runs after every event of its scope enqueued before the redrive,
+# including those enqueued after it the first time (the status record says outOfOrder).
 # KEYS: ev, inbox, sched, scopes, dlq, stats   ARGV: eventId, scopeKey, nowMs, schedTtlMs, windowS
 # -> {1, publish} requeued | {0, 0} not dead (nothing done)
 REDRIVE = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'dead' then return {0, 0} end
 redis.call('HSET', KEYS[1], 'state', 'queued', 'attempts', 0, 'redrivenAt', ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'redrives', 1)
 redis.call('HDEL', KEYS[1], 'notBefore')
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('ZREM', KEYS[5], ARGV[1])
@@ -253,7 +265,7 @@ return {1, 0}
 class Scripts:
     """The scripts, registered on one client."""
 
-    enqueue: Script
+    enqueue_batch: Script
     acquire: Script
     renew: Script
     release: Script
@@ -264,7 +276,7 @@ class Scripts:
     @classmethod
     def register(cls, client: Redis) -> Scripts:
         return cls(
-            enqueue=client.register_script(ENQUEUE),
+            enqueue_batch=client.register_script(ENQUEUE_BATCH),
             acquire=client.register_script(ACQUIRE),
             renew=client.register_script(RENEW),
             release=client.register_script(RELEASE),

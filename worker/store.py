@@ -153,43 +153,23 @@ class EventStore:
     # ---- producers -------------------------------------------------------------------------------
 
     def enqueue_many(self, events: Sequence[PreparedEvent]) -> list[EnqueueOutcome]:
-        """Claim each event's dedupe record and append it to its scope inbox, in one pipelined round trip."""
+        """Claim each event's dedupe record and append it to its scope inbox: the whole batch is one
+        ENQUEUE_BATCH script, so a store error (out of memory: refused before any write) stores none of it."""
         if not events:
             return []
-        now = str(now_ms())
-        pipe = self.client.pipeline(transaction=False)
+        k = self.keys
+        keys = [k.scopes, k.stats]
+        args: list[Any] = [now_ms(), self.settings.dedupe_window_s, self.schedule_ttl_ms]
         for ev in events:
-            self.scripts.enqueue(
-                keys=[
-                    self.keys.event(ev.event_id),
-                    self.keys.inbox(ev.scope_key),
-                    self.keys.scheduled(ev.scope_key),
-                    self.keys.scopes,
-                    self.keys.stats,
-                ],
-                args=[
-                    ev.event_id,
-                    ev.scope_key,
-                    ev.body,
-                    now,
-                    self.settings.dedupe_window_s,
-                    self.schedule_ttl_ms,
-                ],
-                client=pipe,
+            keys += [k.event(ev.event_id), k.inbox(ev.scope_key), k.scheduled(ev.scope_key)]
+            args += [ev.event_id, ev.scope_key, ev.body]
+        replies = self.scripts.enqueue_batch(keys=keys, args=args)
+        return [
+            EnqueueOutcome(
+                ev.event_id, ev.source_id, ev.scope_key, "accepted" if ok else "duplicate", bool(publish)
             )
-        replies = pipe.execute()
-        outcomes = []
-        for ev, (accepted, publish) in zip(events, replies, strict=True):
-            outcomes.append(
-                EnqueueOutcome(
-                    event_id=ev.event_id,
-                    source_id=ev.source_id,
-                    scope_key=ev.scope_key,
-                    status="accepted" if accepted else "duplicate",
-                    schedule=bool(publish),
-                )
-            )
-        return outcomes
+            for ev, (ok, publish) in zip(events, replies, strict=True)
+        ]
 
     def count_rejected(self, n: int = 1) -> None:
         self.client.hincrby(self.keys.stats, "rejected", n)
@@ -337,6 +317,10 @@ def _status_record(raw: dict[str, str]) -> dict[str, Any]:
         record["error"] = raw["error"]
     if raw.get("doneAt"):
         record["doneAt"] = int(raw["doneAt"])
+    if raw.get("redrivenAt"):  # back at its scope's tail: events enqueued before the redrive ran first
+        record.update(
+            redrivenAt=int(raw["redrivenAt"]), redrives=int(raw.get("redrives", 1)), outOfOrder=True
+        )
     if record["chainId"] is None:
         try:
             source_id = json.loads(raw["event"])["sourceId"]

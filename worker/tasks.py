@@ -11,8 +11,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from worker import _state
 from worker.plugin import Plugin, PluginTask
+from worker.store_safety import note_store_failure
 
 __all__ = ["DRAIN_TASK", "NOOP_TASK", "publish_drain", "publish_task", "register_tasks"]
 
@@ -59,7 +62,12 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
         if not isinstance(scope_key, str) or not scope_key:
             log.error("drain called without a scope key: %r", scope_key)
             return
-        outcome = _state.get().drain(scope_key)
+        pipeline = _state.get()
+        try:
+            outcome = pipeline.drain(scope_key)
+        except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
+            note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, f"drain {scope_key}")
+            return
         if outcome.next in ("again", "busy"):
             publish_drain(app, scope_key, countdown_s=outcome.delay_s, queue=queue)
         elif outcome.next == "lost":
