@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from producers._web_common import error_response, producer_of, read_json, settings_of
 from worker.intake import EventError, InvalidEvent
+from worker.outbox import records_of_event
 
 __all__ = ["router"]
 
@@ -48,9 +49,13 @@ def post_events(request: Request, data: Annotated[Any, Depends(event_body)]) -> 
 
 @router.get("/v1/events/{event_id}")
 def get_event(event_id: str, request: Request) -> JSONResponse:
-    record = producer_of(request).status(event_id)
+    producer = producer_of(request)
+    record = producer.status(event_id)
     if record is None:
         return error_response(
             404, "not_found", f"no event {event_id!r} (unknown, or older than the dedupe window)"
         )
+    outbox = records_of_event(producer.store, str(record.get("scopeKey") or ""), event_id)
+    if outbox:
+        record["outbox"] = outbox  # its outbound calls: state, attempts, last error
     return JSONResponse(record)

@@ -32,6 +32,7 @@ from celery.signals import (
 from worker import _state
 from worker.keys import Keys
 from worker.logs import bind_event, clear_context, configure_logging
+from worker.outbox import OutboxRelay
 from worker.pipeline import Pipeline
 from worker.plugins import assemble, load_plugins
 from worker.reconcile import reconcile, try_reconcile_lock
@@ -41,7 +42,7 @@ from worker.store import EventStore, now_ms
 from worker.tasks import publish_drain, publish_task, register_tasks
 from worker.telemetry import Telemetry, configure_telemetry
 
-__all__ = ["build_pipeline", "create_app"]
+__all__ = ["build_pipeline", "build_relay", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,8 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
             target=_sweep_forever, args=(app, settings, stop, hostname), name="reconcile", daemon=True
         )
         thread.start()
+        relay = threading.Thread(target=_relay_forever, args=(app, settings, stop), name="outbox", daemon=True)
+        relay.start()
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:
         stop.set()
@@ -162,6 +165,37 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
     task_postrun.connect(on_task_postrun, weak=False)
     worker_ready.connect(on_ready, weak=False)
     worker_shutdown.connect(on_shutdown, weak=False)
+
+
+def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
+    """The outbox relay of one process, with the loaded plugins' deliverers."""
+    store = EventStore(redis_from_settings(settings), settings)
+
+    def drain(scope_key: str) -> None:
+        publish_drain(app, scope_key, queue=settings.queue_name)
+
+    def task(name: str, payload: dict[str, Any], queue: str | None) -> None:
+        publish_task(app, name, payload, queue=queue or settings.queue_name)
+
+    assembly = assemble(load_plugins(settings), settings, store, publish_drain=drain, publish_task=task)
+    return OutboxRelay(
+        store,
+        assembly.deliverers,
+        max_attempts=settings.outbox_max_attempts,
+        lease_ms=settings.outbox_lease_ms,
+        base_ms=settings.outbox_retry_base_ms,
+        cap_ms=settings.outbox_retry_cap_ms,
+    )
+
+
+def _relay_forever(app: Celery, settings: Settings, stop: threading.Event) -> None:
+    """The worker main process's outbox relay (every worker runs one; claims keep them apart)."""
+    try:
+        relay = build_relay(settings, app)
+    except Exception:
+        log.exception("outbox relay could not start")
+        return
+    relay.run_forever(stop, settings.outbox_poll_interval_s)
 
 
 def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostname: str) -> None:

@@ -75,6 +75,10 @@ class EffectBuffer:
             )
         self.commands.append([command, *args[1:]])
 
+    def stage_engine_write(self, command: list[str | int]) -> None:
+        """The engine's own staged writes (the outbox): not subject to the handlers' key rule."""
+        self.commands.append(list(command))
+
     def incr(self, key: str, amount: int = 1) -> None:
         self.call("INCRBY", key, amount)
 
@@ -147,6 +151,7 @@ class HandlerContext:
     deps_of: Deps = field(default_factory=Deps)
     emitter: Emit = _no_emit
     source: Source | None = None  # the chain's source event (who sent it: userId, agentId, workspaceId)
+    outbox_retention_s: int = 7 * 24 * 60 * 60
 
     def now(self) -> int:
         """The node's own timestamp (fixed for every handler of the node), in ms."""
@@ -159,6 +164,29 @@ class HandlerContext:
     def deps(self, kind: type[T]) -> T:
         """The plugin's typed dependencies of class ``kind`` (raises MissingDependency when not provided)."""
         return self.deps_of.get(kind)
+
+    def outbox(self, kind: str, payload: Mapping[str, Any], *, key: str | None = None) -> str:
+        """Stage an outbound call (delivered by the relay, at least once, with ``key`` passed on as its
+        idempotency key; default: the action's idempotency key). Committed with this handler's writes, so a
+        refused commit leaves none. Returns the record id."""
+        from worker.outbox import OutboxRecord, outbox_commands  # the outbox module imports the store
+
+        idem = key or self.idempotency_key
+        if not idem:
+            raise PermanentFailure("ctx.outbox needs key= outside an action handler", code="INVALID_EFFECT")
+        event_id = self.source.event_id if self.source is not None and self.source.event_id else ""
+        record = OutboxRecord(
+            id=f"{kind}:{idem}",
+            kind=kind,
+            key=idem,
+            payload=dict(payload),
+            scope_key=self.scope_key,
+            event_id=event_id or "",
+            created_at=self.node_timestamp,
+        )
+        for command in outbox_commands(self.keys, record, self.outbox_retention_s):
+            self.effects.stage_engine_write(command)
+        return record.id
 
     def emit(self, event: Mapping[str, Any]) -> str:
         """Stage a follow-up source event (validated now, admitted by the fenced commit); returns its

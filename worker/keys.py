@@ -43,6 +43,8 @@ procedure-receipts:{scope}           list    7 days                    the scope
 self-reflection-accumulator:{scope}  hash    7 days                    self-reflection counters per reflection scope
   :<type>:<id>
 plugin:{scope}:<name>                any     plugin's choice           a plugin's own data (ctx.key(name))
+outbox:{scope}                       hash    outbox retention          outbound calls staged by handlers (JSON)
+outbox-due                           zset    none                      "<scope>\x1f<id>" by next delivery time
 metrics:meta / metrics:<name>        hash    none                      metric series written by every process
 broker:<queue>                       list    -                         the Celery queue when the broker is Redis
 """
@@ -54,8 +56,19 @@ from dataclasses import dataclass
 __all__ = ["ENGINE_FAMILIES", "Keys"]
 
 # Key families only the engine writes; a handler's staged write to one of them is refused.
-ENGINE_FAMILIES = ("ev:", "inbox:", "sched:", "lease:", "fence:", "idem:", "chain:", "broker:", "metrics:")
-ENGINE_SINGLETONS = ("scopes", "dlq", "stats", "workers", "reconcile-lock", "series")
+ENGINE_FAMILIES = (
+    "ev:",
+    "inbox:",
+    "sched:",
+    "lease:",
+    "fence:",
+    "idem:",
+    "chain:",
+    "broker:",
+    "metrics:",
+    "outbox:",
+)
+ENGINE_SINGLETONS = ("scopes", "dlq", "stats", "workers", "reconcile-lock", "series", "outbox-due")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +110,17 @@ class Keys:
     def plugin(self, scope_key: str, name: str) -> str:
         """A plugin's own key in a scope (``ctx.key(name)``): prefix and hash tag included."""
         return f"{self.prefix}plugin:{{{scope_key}}}:{name}"
+
+    # --- the outbox: outbound calls committed with the event, delivered by the relay ---
+
+    def outbox(self, scope_key: str) -> str:
+        """record id -> outbox record (JSON: kind, payload, key, eventId, state, attempts, lastError)."""
+        return f"{self.prefix}outbox:{{{scope_key}}}"
+
+    @property
+    def outbox_due(self) -> str:
+        """Pending outbox records, member "<scopeKey>\x1f<recordId>", score = when to (re)try, in ms."""
+        return f"{self.prefix}outbox-due"
 
     # --- the tool-outcome procedure (self-iteration plugin) ---
 

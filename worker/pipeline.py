@@ -339,7 +339,11 @@ class Pipeline:
         source_type, traceparent = _peek(begun.body)
         bind_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)
         scope = ChainScope(
-            attempt=begun.attempts, max_attempts=self.settings.max_attempts, keys=self.keys, deps=self.deps
+            attempt=begun.attempts,
+            max_attempts=self.settings.max_attempts,
+            keys=self.keys,
+            deps=self.deps,
+            outbox_retention_s=self.settings.outbox_retention_s,
         )
         work = EventWork(
             grant=grant, begun=begun, go_on=go_on, scope=scope, followups=StagedEmits(self.emitter)

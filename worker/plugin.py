@@ -9,7 +9,10 @@ A :class:`Plugin` is one object that owns everything the engine does for one con
   with ``ctx.deps(ThatClass)``;
 * ``tasks``: its Celery tasks, as plain functions of ``(runtime, payload)``; ``runtime.publish`` sends one;
 * ``admission``: its checks at the door, a function of the runtime returning an :data:`AdmissionHook`;
-* ``source_types``: the source types its handlers listen to, admitted at the door.
+* ``source_types``: the source types its handlers listen to, admitted at the door;
+* ``deliverers``: ``{kind: runtime → deliverer}`` for the outbound calls its handlers stage with
+  ``ctx.outbox(kind, payload, key=…)``; the outbox relay calls ``deliverer(record)`` at least once per
+  record and the deliverer passes ``record.key`` on as the idempotency key.
 
 ``AGENT_SIGNAL_PLUGINS`` lists ``module:factory`` strings loaded after the shipped plugins; a factory
 returns a :class:`Plugin` or a list of :class:`Policy`. This module's ``__all__`` is the whole supported
@@ -18,7 +21,7 @@ surface and stays stable across internal refactors (``tests/unit/worker/test_plu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -26,7 +29,7 @@ from redis import Redis
 
 from worker import emitter as _emitter
 from worker import settings as _settings
-from worker.context import EffectBuffer, HandlerContext, MissingDependency
+from worker.context import Deps, EffectBuffer, HandlerContext, MissingDependency
 from worker.emitter import AdmissionHook
 from worker.errors import PermanentFailure, RetryLater
 from worker.intake import EnqueueResult
@@ -45,6 +48,7 @@ from worker.nodes import (
     action_from,
     signal_from,
 )
+from worker.outbox import Deliverer, OutboxRecord
 from worker.receipts import ReceiptStore, receipt_effects
 from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
 from worker.results import applied, failed, skipped
@@ -56,6 +60,8 @@ __all__ = [
     "AdmissionHook",
     "ChainRef",
     "Conclude",
+    "Deliverer",
+    "Deps",
     "Dispatch",
     "EffectBuffer",
     "EnqueueResult",
@@ -63,6 +69,7 @@ __all__ = [
     "HandlerContext",
     "Keys",
     "MissingDependency",
+    "OutboxRecord",
     "PermanentFailure",
     "Plugin",
     "PluginRuntime",
@@ -105,6 +112,7 @@ class PluginRuntime:
     keys: Keys
     emitter: _emitter.Emitter | None = None
     publish: Callable[[str, dict[str, Any], str | None], None] | None = None
+    deps: Deps = field(default_factory=Deps)  # every loaded plugin's typed dependencies (for deliverers)
 
     def settings_for(self, model: type[S]) -> S:
         """The plugin's validated settings."""
@@ -137,6 +145,7 @@ class Plugin:
     tasks: Sequence[PluginTask] = ()
     admission: Callable[[PluginRuntime], AdmissionHook] | None = None
     source_types: Sequence[str] = field(default_factory=tuple)
+    deliverers: Mapping[str, Callable[[PluginRuntime], Deliverer]] = field(default_factory=dict)
 
     def build_policies(self, runtime: PluginRuntime) -> list[Policy]:
         """The plugin's policies for this process."""

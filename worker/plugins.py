@@ -10,7 +10,7 @@ handler registry. From then on everything is objects: nothing below looks a name
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,6 +18,7 @@ from redis import Redis
 
 from worker.context import Deps
 from worker.emitter import Emitter
+from worker.outbox import Deliverer
 from worker.plugin import Plugin, PluginRuntime, PluginTask
 from worker.registry import Policy, Registry
 from worker.settings import Settings, SettingsError, check_environment, plugin_settings
@@ -71,6 +72,7 @@ class Assembly:
     deps: Deps
     registry: Registry
     tasks: Sequence[PluginTask]
+    deliverers: Mapping[str, Deliverer]
 
 
 def assemble(
@@ -87,11 +89,12 @@ def assemble(
     hooks = [p.admission(base) for p in plugins if p.admission is not None]
     source_types = [t for p in plugins for t in p.source_types]
     emitter = Emitter(settings, store, publish_drain, source_types=source_types, admission=hooks)
-    runtime = replace(base, emitter=emitter)
     deps = Deps()
+    runtime = replace(base, emitter=emitter, deps=deps)
     for plugin in plugins:
         if plugin.services is not None:
             deps.add(plugin.services(runtime))
     registry = Registry.from_policies([policy for p in plugins for policy in p.build_policies(runtime)])
     tasks = [task for p in plugins for task in p.tasks]
-    return Assembly(plugins, runtime, emitter, deps, registry, tasks)
+    deliverers = {kind: build(runtime) for p in plugins for kind, build in p.deliverers.items()}
+    return Assembly(plugins, runtime, emitter, deps, registry, tasks, deliverers)

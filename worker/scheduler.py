@@ -102,6 +102,7 @@ class ChainScope:
     deps: Deps = field(default_factory=Deps)
     effects: EffectBuffer = field(default_factory=EffectBuffer)
     emit: Emit | None = None
+    outbox_retention_s: int = 7 * 24 * 60 * 60
 
     def __post_init__(self) -> None:
         if self.effects.keys is None:
@@ -119,6 +120,7 @@ class ChainScope:
             keys=self.keys,
             deps_of=self.deps,
             source=source,
+            outbox_retention_s=self.outbox_retention_s,
         )
         if not isinstance(node, Action):
             ctx.effects = self.effects

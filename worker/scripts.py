@@ -261,6 +261,18 @@ return {1, 0}
 """
 
 
+# Claim the outbox records due now: their due time moves one lease ahead, so another relay does not take
+# them while this one delivers (a relay that dies leaves them due again when the lease runs out).
+# KEYS: outbox-due   ARGV: nowMs, leaseMs, limit   -> the claimed members ("<scope>\x1f<id>")
+OUTBOX_CLAIM = """
+local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+for _, m in ipairs(members) do
+  redis.call('ZADD', KEYS[1], 'XX', tonumber(ARGV[1]) + tonumber(ARGV[2]), m)
+end
+return members
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Scripts:
     """The scripts, registered on one client."""
@@ -272,6 +284,7 @@ class Scripts:
     commit: Script
     apply: Script
     redrive: Script
+    outbox_claim: Script
 
     @classmethod
     def register(cls, client: Redis) -> Scripts:
@@ -283,4 +296,5 @@ class Scripts:
             commit=client.register_script(COMMIT),
             apply=client.register_script(APPLY),
             redrive=client.register_script(REDRIVE),
+            outbox_claim=client.register_script(OUTBOX_CLAIM),
         )

@@ -104,6 +104,14 @@ class Settings(BaseSettings):
     # --- idempotency ---
     idempotency_ttl_s: int = 7 * 24 * 60 * 60
 
+    # --- outbox (outbound calls staged by handlers, delivered by the relay in each worker) ---
+    outbox_poll_interval_s: float = 0.2  # how often the relay looks for due records
+    outbox_max_attempts: int = 10  # deliveries before a record is dead (kept, visible in the run detail)
+    outbox_retry_base_ms: int = 500  # full-jitter backoff between deliveries
+    outbox_retry_cap_ms: int = 60_000
+    outbox_lease_ms: int = 60_000  # a claimed record is not claimed again for this long
+    outbox_retention_s: int = 7 * 24 * 60 * 60
+
     # --- traces ---
     chain_retention_s: int = 3 * 24 * 60 * 60
     receipt_retention_s: int = 3 * 24 * 60 * 60  # LobeHub receiptTtlSeconds

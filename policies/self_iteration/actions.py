@@ -1,6 +1,8 @@
 """The self-iteration action handlers (reference §3.5): user memory and skill management. Both hand the work
-to an agent run through the ``AgentRunner`` (``ctx.deps(SelfIterationDeps).runner``) and answer at once:
-"Memory write enqueued." / "Skill write enqueued.". Exact skip and failure texts and error codes are
+to an agent run and answer at once: "Memory write enqueued." / "Skill write enqueued.". The run request is
+staged in the outbox (``ctx.outbox("agent-run", …)``, committed with the action's idempotency mark) and
+handed to the ``AgentRunner`` by the outbox relay, at least once, keyed by its deterministic operation id;
+a hand-over that fails is retried by the relay, not by the chain. Exact skip and failure texts and error codes are
 LobeHub's.
 
 Difference from LobeHub: the idempotency lane is the runtime's (a redelivered action replays the stored
@@ -15,7 +17,7 @@ from typing import Any
 
 from policies.self_iteration.completion import consume_pending_synthesis
 from policies.self_iteration.deps import SelfIterationDeps
-from policies.self_iteration.runners import RunnerError, RunRequest, operation_id_for
+from policies.self_iteration.runners import AGENT_RUN_OUTBOX, RunRequest, operation_id_for
 from worker.plugin import Action, ExecutorResult, HandlerContext, applied, failed, skipped
 
 __all__ = ["UNSAFE_MEMORY", "skill_management_handler", "user_memory_handler"]
@@ -79,10 +81,7 @@ def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
             "reason": action.payload.get("reason"),
         },
     )
-    try:
-        _dispatch(ctx, request)
-    except RunnerError as exc:
-        return failed(action, ctx, "USER_MEMORY_EXECUTION_FAILED", str(exc))
+    ctx.outbox(AGENT_RUN_OUTBOX, request.to_json_dict(), key=request.operation_id)
     return applied(action, ctx, "Memory write enqueued.", output={"operationId": request.operation_id})
 
 
@@ -120,17 +119,7 @@ def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorRes
         topic_id=p.get("topicId"),
         context={"message": message, "skillActionIntent": p.get("skillActionIntent")},
     )
-    try:
-        _dispatch(ctx, request)
-    except RunnerError as exc:
-        return failed(action, ctx, "SKILL_MANAGEMENT_EXECUTION_FAILED", str(exc))
+    ctx.outbox(AGENT_RUN_OUTBOX, request.to_json_dict(), key=request.operation_id)
     if isinstance(p.get("pendingSynthesisOf"), str):
         consume_pending_synthesis(ctx, p["pendingSynthesisOf"])
     return applied(action, ctx, "Skill write enqueued.", output={"operationId": request.operation_id})
-
-
-def _dispatch(ctx: HandlerContext, request: RunRequest) -> None:
-    runner = ctx.deps(SelfIterationDeps).runner
-    if runner is None:
-        raise RunnerError("no agent runner is configured in this process")
-    runner.dispatch(request)

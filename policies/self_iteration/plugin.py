@@ -18,13 +18,23 @@ from policies.self_iteration.documents import DocumentStore
 from policies.self_iteration.gate import GATED_SOURCE_TYPES, enabled_for
 from policies.self_iteration.reference_agent import completion_event, run_reference_agent
 from policies.self_iteration.runners import (
+    AGENT_RUN_OUTBOX,
     AGENT_RUN_TASK,
     AgentRunner,
+    RunnerError,
     RunRequest,
     TaskRunner,
     WebhookRunner,
 )
-from worker.plugin import AdmissionHook, Plugin, PluginRuntime, PluginTask, PreparedEvent
+from worker.plugin import (
+    AdmissionHook,
+    Deliverer,
+    OutboxRecord,
+    Plugin,
+    PluginRuntime,
+    PluginTask,
+    PreparedEvent,
+)
 
 __all__ = ["plugin"]
 
@@ -82,6 +92,18 @@ def _gate(runtime: PluginRuntime) -> AdmissionHook:
     return gate
 
 
+def _run_deliverer(runtime: PluginRuntime) -> Deliverer:
+    """Hands an outboxed run request to the configured runner (the process's SelfIterationDeps)."""
+
+    def deliver(record: OutboxRecord) -> None:
+        runner = runtime.deps.get(SelfIterationDeps).runner
+        if runner is None:
+            raise RunnerError("no agent runner is configured in this process")
+        runner.dispatch(RunRequest.from_json_dict(record.payload))
+
+    return deliver
+
+
 def _agent_run(runtime: PluginRuntime, payload: dict[str, Any]) -> None:
     """The reference agent: do the run, then report ``agent.execution.completed`` (the app's job otherwise)."""
     request = RunRequest.from_json_dict(payload)
@@ -100,4 +122,5 @@ def plugin() -> Plugin:
         services=_deps,
         tasks=[PluginTask(AGENT_RUN_TASK, _agent_run)],
         admission=_gate,
+        deliverers={AGENT_RUN_OUTBOX: _run_deliverer},
     )

@@ -3,10 +3,9 @@ handler runs gate → guard → collect → dispatch → conclude and always con
 ``{status: dispatched | skipped | deduped, reason}``; our projection keeps the whole trace (LobeHub's is
 empty for concluded chains: quirk 2).
 
-The hand-over to the agent runner is an external effect made from a source handler: at least once, with a
-deterministic operation id (``operation_id_for``) that the runner and the reference agent's completion
-(deduped by its sourceId) converge on. The review guard is staged and commits with the event, so a crash
-before the commit hands the same operation over again rather than losing it.
+The hand-over to the agent runner goes through the outbox: the run request and the review guard are staged
+and commit with the event (or neither), and the relay delivers the request at least once, keyed by its
+deterministic operation id (``operation_id_for``).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from policies.self_iteration.deps import SelfIterationDeps
-from policies.self_iteration.runners import RunnerError, RunRequest, operation_id_for
+from policies.self_iteration.runners import AGENT_RUN_OUTBOX, RunRequest, operation_id_for
 from worker.plugin import Conclude, HandlerContext, Source
 
 __all__ = ["nightly_review", "self_feedback_intent", "self_reflection"]
@@ -71,13 +70,8 @@ def _run(
         topic_id=p.get("topicId"),
         context={"kind": kind},
     )
-    try:
-        if deps.runner is None:
-            raise RunnerError("no agent runner is configured in this process")
-        deps.runner.dispatch(request)
-    except RunnerError as exc:
-        raise RuntimeError(f"{kind} dispatch failed: {exc}") from exc  # retried with backoff
-    # Staged: the guard commits with the event (a failed dispatch, or a retried event, leaves it open).
+    # Both staged: the run request (the outbox relay hands it over) and the guard commit with the event.
+    ctx.outbox(AGENT_RUN_OUTBOX, request.to_json_dict(), key=request.operation_id)
     ctx.effects.call("SET", guard, "1", "EX", GUARD_TTL_S)
     return Conclude(concluded={"status": "dispatched", "operationId": request.operation_id, "guardKey": key})
 

@@ -26,9 +26,10 @@ from typing import Any, Protocol
 import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-__all__ = ["AGENT_RUN_TASK", "AgentRunner", "RunRequest", "RunnerError", "TaskRunner", "WebhookRunner"]
+__all__ = ["AGENT_RUN_OUTBOX", "AGENT_RUN_TASK", "AgentRunner", "RunRequest", "RunnerError", "TaskRunner", "WebhookRunner"]
 
 AGENT_RUN_TASK = "agent_signal.agent_run"
+AGENT_RUN_OUTBOX = "agent-run"  # the outbox kind of run requests (delivered by the plugin's deliverer)
 
 
 class RunnerError(RuntimeError):
@@ -116,7 +117,13 @@ class WebhookRunner:
 
     def dispatch(self, request: RunRequest) -> str:
         body = json.dumps(request.to_json_dict(), separators=(",", ":")).encode()
-        headers = {"content-type": "application/json", "x-agent-signal-signature": sign(self.secret, body)}
+        headers = {
+            "content-type": "application/json",
+            "x-agent-signal-signature": sign(self.secret, body),
+            # The receiver dedupes on these: a request can arrive more than once (the outbox is at least once).
+            "idempotency-key": request.operation_id,
+            "webhook-id": request.operation_id,
+        }
         retrying = Retrying(
             stop=stop_after_attempt(self.attempts),
             wait=wait_random_exponential(multiplier=self.base_delay_s, max=30),

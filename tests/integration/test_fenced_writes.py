@@ -21,6 +21,7 @@ from redis import Redis
 from policies.self_iteration.deps import SelfIterationDeps
 from producers import Producer
 from tests.conftest import wait_for
+from tests.support.waiting import relay_for
 from worker.app import build_pipeline
 from worker.keys import Keys
 from worker.pipeline import Pipeline
@@ -31,19 +32,33 @@ pytestmark = pytest.mark.integration
 OWNER = {"userId": "u1", "agentId": "agt_1"}
 
 
-class CrashOnceRunner:
-    """An agent runner whose first hand-over blows up (an unexpected error: the event is retried)."""
+class RecordingRunner:
+    """An agent runner that records the operations handed over to it."""
 
     def __init__(self) -> None:
-        self.calls: list[str] = []
         self.handed_over: list[str] = []
 
     def dispatch(self, request: Any) -> str:
-        self.calls.append(request.slug)
-        if len(self.calls) == 1:
-            raise ConnectionError("the broker connection dropped")
-        self.handed_over.append(request.operation_id)
+        self.handed_over.append(f"{request.slug}:{request.operation_id}")
         return str(request.operation_id)
+
+
+class OnceBrokenReads:
+    """The plugin's Redis for reads, except that the ``n``-th read of one hash field raises once (a Redis
+    hiccup inside the skill-management action: the event is retried)."""
+
+    def __init__(self, real: Redis, field: str, n: int) -> None:
+        self.real, self.field, self.n, self.seen = real, field, n, 0
+
+    def hget(self, key: str, field: str) -> Any:
+        if field == self.field:
+            self.seen += 1
+            if self.seen == self.n:
+                raise ConnectionError("Redis went away for a moment")
+        return self.real.hget(key, field)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
 
 
 def _drain_until_final(pipeline: Pipeline, producer: Producer, scope: str, event_id: str) -> dict[str, Any]:
@@ -56,12 +71,16 @@ def _drain_until_final(pipeline: Pipeline, producer: Producer, scope: str, event
 
 
 def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_settings: Any) -> None:
-    """The completion's skill synthesis survives a failed attempt: the retry hands the run over exactly once."""
+    """The skill-management action fails on its first attempt (after the completion planned it); the retried
+    event plans it again from the still-parked candidate, it applies once, and the relay hands it over once."""
     settings = make_settings()
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED)
-    runner = CrashOnceRunner()
-    pipeline.deps.add(replace(pipeline.deps.get(SelfIterationDeps), runner=runner))
+    runner = RecordingRunner()
+    deps = pipeline.deps.get(SelfIterationDeps)
+    # Reads of the parked record: 1 the completion's synthesis, 2 the action's consume (broken once), 3, 4 retry.
+    flaky = OnceBrokenReads(deps.redis, "skill-intent-record:msg_p1", n=2)
+    pipeline.deps.add(replace(deps, runner=runner, redis=flaky))
     parked = producer.enqueue(
         {
             "sourceType": "agent.user.message",
@@ -80,7 +99,6 @@ def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_s
     intents = producer.store.keys.skill_intents("topic:tpc_p")
     record = json.loads(producer.store.client.hget(intents, "skill-intent-record:msg_p1") or "{}")
     assert "pendingSynthesis" in record, "the skill candidate should be parked until the run completes"
-    assert runner.calls == []
     completed = producer.enqueue(
         {
             "sourceType": "agent.execution.completed",
@@ -96,11 +114,13 @@ def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_s
         }
     )
     final = _drain_until_final(pipeline, producer, "topic:tpc_p", completed.event_id)
-    assert final["status"] == "done" and final["attempts"] == 2
-    assert runner.calls == ["skill-management", "skill-management"]
-    assert len(runner.handed_over) == 1
+    assert final["status"] == "done" and final["attempts"] == 2, final
+    assert flaky.seen >= 3, "the action's first attempt failed and the retry planned it again"
     consumed = json.loads(producer.store.client.hget(intents, "skill-intent-record:msg_p1") or "{}")
     assert "pendingSynthesis" not in consumed and consumed["feedbackMessageId"] == "msg_p1"
+    relay = relay_for(pipeline, settings)
+    wait_for(lambda: relay.run_once() == 0 and len(runner.handed_over) >= 1, what="the hand-over")
+    assert [h.split(":")[0] for h in runner.handed_over] == ["skill-management"]
     producer.close()
 
 

@@ -334,14 +334,16 @@ class TestReplayAndGate:
         assert [r["id"] for r in received] == ["msg_sse:memory:msg_sse:writeMemory:0:memory"]
 
 
-def test_failed_memory_write_marks_no_lane_and_a_retry_applies_once(make_settings: Any) -> None:
-    """A run that could not be handed over fails the action without marking its lane; the next delivery
-    applies it; a third delivery replays the stored result and dispatches nothing."""
+def test_a_failed_hand_over_is_retried_by_the_outbox_and_the_action_applies_once(make_settings: Any) -> None:
+    """The memory action stages its run request in the outbox and applies once; the relay's first hand-over
+    fails, its retry succeeds with the same operation id, and the record ends delivered."""
+    from dataclasses import replace
+
+    from policies.self_iteration.deps import SelfIterationDeps
     from policies.self_iteration.runners import RunnerError
     from producers import Producer
+    from tests.support.waiting import relay_for
     from worker.app import build_pipeline
-    from worker.scheduler import run_chain
-    from worker.store import RedisActionPort
     from worker.telemetry import DISABLED
 
     class FlakyRunner:
@@ -354,41 +356,25 @@ def test_failed_memory_write_marks_no_lane_and_a_retry_applies_once(make_setting
                 raise RunnerError("the agent runtime is unavailable")
             return str(request.operation_id)
 
-    import threading as _threading
-
-    settings = make_settings()
+    settings = make_settings(outbox_retry_base_ms=1, outbox_retry_cap_ms=1)
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED)
     runner = FlakyRunner()
-    from dataclasses import replace
-
-    from policies.self_iteration.deps import SelfIterationDeps
-    from worker.nodes import Source
-    from worker.scheduler import ChainScope
-
     pipeline.deps.add(replace(pipeline.deps.get(SelfIterationDeps), runner=runner))
-
     event_id = producer.enqueue(_user_message("msg_f1", "Going forward, I prefer tables.")).event_id
-    source = Source.model_validate_json(
-        producer.store.client.hget(producer.store.keys.event(event_id), "event")
-    )
-    port = RedisActionPort(producer.store, source.scope_key, 0, _threading.Event())
-    producer.store.client.set(producer.store.keys.fence(source.scope_key), 0)
-    lane = producer.store.keys.idempotency(source.scope_key, "msg_f1:memory:msg_f1")
-    def scope(attempt: int) -> ChainScope:
-        return ChainScope(attempt=attempt, keys=pipeline.keys, deps=pipeline.deps)
-
-    first = run_chain(source, pipeline.registry, port, scope=scope(1))
-    assert first.results[-1].status == "failed" and first.results[-1].error is not None
-    assert first.results[-1].error.code == "USER_MEMORY_EXECUTION_FAILED"
-    assert producer.store.client.exists(lane) == 0
-    second = run_chain(source, pipeline.registry, port, scope=scope(2))
-    assert second.results[-1].status == "applied" and producer.store.client.exists(lane) == 1
-    third = run_chain(source, pipeline.registry, port, scope=scope(3))
-    assert (
-        third.results[-1].status == "applied" and third.results[-1].attempt.current == 2
-    )  # the stored result
-    assert len(runner.calls) == 2 and runner.calls[0] == runner.calls[1]  # same deterministic operation id
+    pipeline.drain("topic:tpc_1")
+    record = producer.status(event_id)
+    assert record is not None and record["status"] == "done"
+    chain = producer.store.get_chain("chain:msg_f1")
+    assert chain is not None and chain["envelope"]["results"][-1]["status"] == "applied"
+    lane = producer.store.keys.idempotency("topic:tpc_1", "msg_f1:memory:msg_f1")
+    assert producer.store.client.exists(lane) == 1
+    relay = relay_for(pipeline, settings)
+    wait_for(lambda: relay.run_once() or len(runner.calls) >= 2, what="the relay's retry")
+    assert len(runner.calls) == 2 and runner.calls[0] == runner.calls[1]  # the same deterministic operation
+    outbox = producer.store.client.hvals(producer.store.keys.outbox("topic:tpc_1"))
+    assert [json.loads(r)["state"] for r in outbox] == ["delivered"]
+    assert [json.loads(r)["attempts"] for r in outbox] == [2]
     producer.close()
 
 

@@ -84,3 +84,21 @@ def marker_pid(redis: Redis, keys: Keys, source_id: str) -> int:
         if record.get("seq") == source_id and record.get("phase") == "end":
             return int(record["pid"])
     raise AssertionError(f"the marker {source_id} left no timeline record")
+
+
+def relay_for(pipeline: Any, settings: Any) -> Any:
+    """An outbox relay for an in-process pipeline: the loaded plugins' deliverers over its own runtime (so a
+    dependency a test replaced in ``pipeline.deps`` is the one the deliverer uses)."""
+    from worker.outbox import OutboxRelay
+    from worker.plugins import load_plugins
+
+    deliverers = {
+        kind: build(pipeline.runtime) for plugin in load_plugins(settings) for kind, build in plugin.deliverers.items()
+    }
+    return OutboxRelay(
+        pipeline.store,
+        deliverers,
+        max_attempts=settings.outbox_max_attempts,
+        base_ms=settings.outbox_retry_base_ms,
+        cap_ms=settings.outbox_retry_cap_ms,
+    )

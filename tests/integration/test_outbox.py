@@ -1,0 +1,165 @@
+"""External effects leave through the outbox: exactly one effect per idempotency key at a receiver that
+dedupes, even when the lease holder is paused past its TTL or partitioned from Redis mid-action; a delivery
+that keeps failing is retried with backoff and ends ``dead``, visible in the event's run detail."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from redis import Redis
+
+from producers import Producer
+from tests.chaos.harness import TcpProxy
+from tests.conftest import wait_for
+from tests.support.private_redis import private_redis
+from worker.keys import Keys
+
+pytestmark = pytest.mark.integration
+
+PLUGINS = ["tests.support.policies:bundle", "tests.plugins.notify:plugin"]
+SCOPE = "topic:notify"
+
+
+class Receiver:
+    """A webhook receiver that dedupes on Idempotency-Key: counts deliveries and effects per key."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        self.deliveries: Counter[str] = Counter()
+        self.effects: Counter[str] = Counter()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                key = self.headers.get("Idempotency-Key", "")
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                receiver.deliveries[key] += 1
+                if not fail and receiver.effects[key] == 0:
+                    receiver.effects[key] += 1
+                self.send_response(500 if fail else 200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.server.shutdown()
+
+
+def _settings(make_settings: Any, **overrides: Any) -> Any:
+    return make_settings(plugins=PLUGINS, extra_source_types=["notify.send"], **overrides)
+
+
+def _send(producer: Producer, url: str, source_id: str, **payload: Any) -> str:
+    event = {
+        "sourceType": "notify.send",
+        "sourceId": source_id,
+        "scopeKey": SCOPE,
+        "payload": {"url": url, **payload},
+    }
+    return producer.enqueue(event).event_id
+
+
+def _settled(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
+    """The scope's outbox records once none is pending any more (the relay can deliver nothing else)."""
+    records = [json.loads(r) for r in redis.hvals(keys.outbox(SCOPE))]
+    if not records or redis.zcard(keys.outbox_due) or any(r["state"] == "pending" for r in records):
+        return []
+    return records
+
+
+def test_a_paused_lease_holder_causes_no_second_effect(
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys, receiver: Receiver
+) -> None:
+    """SIGSTOP the holder mid-action past its TTL; another worker takes over; on SIGCONT its late action
+    stages nothing that commits: one outbox record, one delivery, one effect."""
+    settings = _settings(make_settings)
+    producer = Producer(settings)
+    start_worker(settings)
+    event_id = _send(producer, receiver.url, "n-pause", sleepMs=3000)
+    paused = int(wait_for(lambda: redis_client.get(keys.plugin(SCOPE, "probe")), what="the action"))
+    os.kill(paused, signal.SIGSTOP)
+    try:
+        start_worker(settings)
+        wait_for(lambda: producer.status(event_id)["status"] == "done", timeout_s=60, what="the takeover")
+    finally:
+        os.kill(paused, signal.SIGCONT)
+    wait_for(
+        lambda: producer.store.stats().get("fenceRejected", 0) >= 1, timeout_s=30, what="the late commit"
+    )
+    records = wait_for(lambda: _settled(redis_client, keys), timeout_s=30, what="the delivery")
+    assert [r["state"] for r in records] == ["delivered"]
+    assert dict(receiver.effects) == {records[0]["key"]: 1}
+    assert dict(receiver.deliveries) == {records[0]["key"]: 1}
+    producer.close()
+
+
+def test_a_partitioned_worker_causes_no_second_effect(
+    make_settings: Any, start_worker: Any, tmp_path: Path, receiver: Receiver
+) -> None:
+    """A worker cut off from Redis mid-action loses the scope to another; when the partition heals, its
+    action commits nothing: one outbox record, one effect per key."""
+    with private_redis(tmp_path) as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        proxy = TcpProxy(port)
+        direct = _settings(make_settings, redis_url=url)
+        keys, admin = Keys(direct.key_prefix), Redis.from_url(url, decode_responses=True)
+        producer = Producer(direct)
+        try:
+            start_worker(direct.model_copy(update={"redis_url": proxy.url}), wait=False)
+            wait_for(lambda: admin.hlen(keys.workers) >= 1, timeout_s=60, what="the proxied worker")
+            event_id = _send(producer, receiver.url, "n-split", sleepMs=4000)
+            wait_for(lambda: admin.get(keys.plugin(SCOPE, "probe")), what="the action")
+            proxy.cut(hard=False)
+            start_worker(direct, wait=False)
+            wait_for(lambda: producer.status(event_id)["status"] == "done", timeout_s=60, what="the takeover")
+            proxy.restore()
+            records = wait_for(lambda: _settled(admin, keys), timeout_s=60, what="the delivery")
+            assert len(records) == 1 and records[0]["state"] == "delivered"
+            assert dict(receiver.effects) == {records[0]["key"]: 1}
+        finally:
+            proxy.close()
+            producer.close()
+            admin.close()
+
+
+def test_a_failing_delivery_is_retried_then_dead_and_shown_in_the_run_detail(
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys, start_web: Any
+) -> None:
+    """A receiver that always fails: the relay retries with backoff, the record ends dead after
+    outbox_max_attempts, and GET /v1/events/{id} shows it with its attempts and last error."""
+    failing = Receiver(fail=True)
+    try:
+        settings = _settings(
+            make_settings, outbox_max_attempts=3, outbox_retry_base_ms=10, outbox_retry_cap_ms=50
+        )
+        start_worker(settings)
+        _, base = start_web(settings)
+        producer = Producer(settings)
+        event_id = _send(producer, failing.url, "n-fail")
+        records = wait_for(lambda: _settled(redis_client, keys), timeout_s=60, what="the record to die")
+        assert [(r["state"], r["attempts"]) for r in records] == [("dead", 3)]
+        assert sum(failing.deliveries.values()) == 3 and not failing.effects
+        detail = httpx.get(f"{base}/v1/events/{event_id}").json()
+        (shown,) = detail["outbox"]
+        assert shown["state"] == "dead" and shown["attempts"] == 3 and "500" in shown["lastError"]
+        producer.close()
+    finally:
+        failing.server.shutdown()
