@@ -4,13 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint typecheck imports check bench clean help chromium
+.PHONY: run test test-fast lint typecheck imports check bench chaos clean help chromium
 
 help:
 	@echo "make run        start Redis (embedded if REDIS_URL unset), a worker and the web app; replay examples"
 	@echo "make test       create .venv, install, lint, type-check and run the whole suite"
 	@echo "make bench      benchmarks, as ratios against baselines measured in the same run"
 	@echo "make check      ruff + mypy --strict + import-linter contracts only"
+	@echo "make chaos      the fault battery (minutes): 9 scenarios on private Redis servers, a history table"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +47,11 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The fault battery: minutes long, so not part of `make test`, which runs its short variants instead
+# (tests/integration/test_chaos_short.py: one child kill, one pause, one Redis restart with AOF).
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

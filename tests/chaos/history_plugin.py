@@ -1,0 +1,159 @@
+"""The chaos battery's workload plugin: handlers that leave a history the checker can audit.
+
+Like any outside plugin it imports only ``worker.plugin`` (loaded with
+``plugins=["tests.chaos.history_plugin:plugin"]``; its source types are admitted through
+``extra_source_types``). Every event runs source → signal → action:
+
+* the **source** handler stages (applied by the fenced COMMIT, only when the event commits ``done``)
+  ``HINCRBY chaos:committed <sourceId> 1`` and ``RPUSH chaos:commit-order:<scope> "<seq>:<fence>"``, where
+  ``fence`` is the fencing number the attempt started under (read from the event record);
+* the **action** stages (applied by APPLY with the action's idempotency mark) ``HINCRBY chaos:applied
+  <sourceId> 1`` and ``RPUSH chaos:order:<scope> <seq>``; it first sleeps ``payload.sleepMs``.
+
+Written directly, as instrumentation: one JSON record per attempt in ``chaos:attempts`` and, while an action
+sleeps, ``chaos:busy`` (pid → scope, source id, sleep) so a scenario can find a process that holds a lease.
+
+``payload.poison`` makes the source handler always raise (a crash loop); source type ``test.flaky`` raises
+until the key ``<prefix>test:fixed`` exists (a retry storm).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+
+from redis import Redis
+
+from worker.plugin import (
+    Action,
+    Dispatch,
+    ExecutorResult,
+    HandlerContext,
+    Plugin,
+    PluginRuntime,
+    Policy,
+    Signal,
+    Source,
+    action_from,
+    applied,
+    define_action_handler,
+    define_signal_handler,
+    define_source_handler,
+    signal_from,
+)
+
+__all__ = ["FLAKY_TYPE", "OP_TYPE", "SOURCE_TYPES", "HistoryKeys", "plugin"]
+
+OP_TYPE = "chaos.op"
+FLAKY_TYPE = "test.flaky"
+SOURCE_TYPES = (OP_TYPE, FLAKY_TYPE)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryKeys:
+    """The history's keys under one deployment prefix (shared by the plugin and the checker)."""
+
+    prefix: str
+
+    @property
+    def applied(self) -> str:
+        """sourceId → how many times the action's effect was applied."""
+        return f"{self.prefix}chaos:applied"
+
+    @property
+    def committed(self) -> str:
+        """sourceId → how many times a ``done`` commit applied the source handler's effect."""
+        return f"{self.prefix}chaos:committed"
+
+    def order(self, scope_key: str) -> str:
+        """The scope's seqs in the order their actions applied."""
+        return f"{self.prefix}chaos:order:{scope_key}"
+
+    def commit_order(self, scope_key: str) -> str:
+        """The scope's ``<seq>:<fence>`` in the order their events committed."""
+        return f"{self.prefix}chaos:commit-order:{scope_key}"
+
+    @property
+    def attempts(self) -> str:
+        """Probe: one JSON record per attempt (written directly)."""
+        return f"{self.prefix}chaos:attempts"
+
+    @property
+    def busy(self) -> str:
+        """Probe: pid → JSON of the action it is sleeping in (written directly)."""
+        return f"{self.prefix}chaos:busy"
+
+    @property
+    def fixed(self) -> str:
+        """When this key exists, ``test.flaky`` stops failing."""
+        return f"{self.prefix}test:fixed"
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryProbe:
+    """Direct Redis access for instrumentation (never for the history itself)."""
+
+    redis: Redis
+
+
+def _history(ctx: HandlerContext) -> HistoryKeys:
+    return HistoryKeys(ctx.keys.prefix)
+
+
+def _on_source(source: Source, ctx: HandlerContext) -> Dispatch:
+    redis = ctx.deps(HistoryProbe).redis
+    history = _history(ctx)
+    fence = str(redis.hget(ctx.keys.event(source.event_id or ""), "fence") or "0")
+    seq = int(source.payload.get("seq", 0))
+    record = {"sid": source.source_id, "scope": source.scope_key, "seq": seq, "attempt": ctx.attempt}
+    redis.rpush(
+        history.attempts, json.dumps({**record, "fence": fence, "pid": os.getpid(), "t": time.time()})
+    )
+    if source.payload.get("poison"):
+        raise RuntimeError("poisoned event")
+    if source.source_type == FLAKY_TYPE and not redis.exists(history.fixed):
+        raise RuntimeError("flaky handler is broken")
+    ctx.effects.call("HINCRBY", history.committed, source.source_id, 1)
+    ctx.effects.call("RPUSH", history.commit_order(source.scope_key), f"{seq}:{fence}")
+    return Dispatch(signals=[signal_from(source, "op", "signal.chaos.op", dict(source.payload), ctx.now())])
+
+
+def _plan(signal: Signal, ctx: HandlerContext) -> Dispatch:
+    return Dispatch(
+        actions=[action_from(signal, "record", "action.chaos.record", dict(signal.payload), ctx.now())]
+    )
+
+
+def _record(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    redis = ctx.deps(HistoryProbe).redis
+    history = _history(ctx)
+    sleep_ms = int(action.payload.get("sleepMs", 0))
+    sid = action.source.source_id
+    if sleep_ms:
+        busy = {"scope": ctx.scope_key, "sid": sid, "sleepMs": sleep_ms, "t": time.time()}
+        redis.hset(history.busy, str(os.getpid()), json.dumps(busy))
+        time.sleep(sleep_ms / 1000)
+        redis.hdel(history.busy, str(os.getpid()))
+    ctx.effects.call("HINCRBY", history.applied, sid, 1)
+    ctx.effects.call("RPUSH", history.order(ctx.scope_key), int(action.payload.get("seq", 0)))
+    return applied(action, ctx, detail="recorded")
+
+
+def _probe(runtime: PluginRuntime) -> HistoryProbe:
+    return HistoryProbe(runtime.redis)
+
+
+def plugin() -> Plugin:
+    """The history plugin (no ``source_types``: the battery admits them with ``extra_source_types``)."""
+    policy = Policy(
+        "chaos-history",
+        [
+            define_source_handler(OP_TYPE, "chaos.op:source", _on_source),
+            define_source_handler(FLAKY_TYPE, "chaos.flaky:source", _on_source),
+            define_signal_handler("signal.chaos.op", "chaos.op:plan", _plan),
+            define_action_handler("action.chaos.record", "chaos.op:record", _record),
+        ],
+    )
+    return Plugin("chaos-history", policies=[policy], services=_probe)
