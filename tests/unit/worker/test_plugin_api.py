@@ -25,6 +25,7 @@ def test_plugin_module_all_is_its_public_surface() -> None:
     typing_helpers = {
         "Any",
         "Callable",
+        "Mapping",
         "Sequence",
         "TypeVar",
         "dataclass",
