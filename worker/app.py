@@ -189,13 +189,17 @@ def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
 
 
 def _relay_forever(app: Celery, settings: Settings, stop: threading.Event) -> None:
-    """The worker main process's outbox relay (every worker runs one; claims keep them apart)."""
-    try:
-        relay = build_relay(settings, app)
-    except Exception:
-        log.exception("outbox relay could not start")
+    """The worker main process's outbox relay (every worker runs one; claims keep them apart). Building it
+    needs Redis: until that works, try again every few seconds."""
+    while not stop.is_set():
+        try:
+            relay = build_relay(settings, app)
+        except Exception as exc:
+            log.warning("outbox relay not started yet: %s: %s", type(exc).__name__, exc)
+            stop.wait(5.0)
+            continue
+        relay.run_forever(stop, settings.outbox_poll_interval_s)
         return
-    relay.run_forever(stop, settings.outbox_poll_interval_s)
 
 
 def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostname: str) -> None:

@@ -58,6 +58,9 @@ class EffectBuffer:
 
     commands: list[list[RedisArg]] = field(default_factory=list)
     keys: Keys | None = None
+    # The engine's own staged writes (the outbox): applied after every handler command succeeded.
+    _engine: list[list[RedisArg]] = field(default_factory=list)
+    _outbox_ids: set[str] = field(default_factory=set)
 
     def call(self, *args: RedisArg) -> None:
         """Stage one Redis command (``ctx.effects.call("HSET", key, "f", "v")``); the key is ``args[1]``."""
@@ -75,19 +78,32 @@ class EffectBuffer:
             )
         self.commands.append([command, *args[1:]])
 
-    def stage_engine_write(self, command: list[str | int]) -> None:
-        """The engine's own staged writes (the outbox): not subject to the handlers' key rule."""
-        self.commands.append(list(command))
+    def _stage_outbox(self, record_id: str, commands: list[list[str | int]]) -> None:
+        if record_id in self._outbox_ids:
+            raise PermanentFailure(
+                f"outbox record {record_id!r} staged twice: give each call its own key=",
+                code="INVALID_EFFECT",
+            )
+        self._outbox_ids.add(record_id)
+        self._engine.extend(list(c) for c in commands)
 
     def incr(self, key: str, amount: int = 1) -> None:
         self.call("INCRBY", key, amount)
 
     def clear(self) -> None:
         self.commands.clear()
+        self._engine.clear()
+        self._outbox_ids.clear()
 
     def to_json_list(self) -> list[list[str]]:
-        """The commands as strings (the scripts' ``cjson.decode`` input)."""
-        return [[a if isinstance(a, str) else _text(a) for a in cmd] for cmd in self.commands]
+        """The commands as strings (the scripts' ``cjson.decode`` input): the handlers', then the engine's, so
+        an outbox record is written only after every handler write applied."""
+        return [
+            [a if isinstance(a, str) else _text(a) for a in cmd] for cmd in [*self.commands, *self._engine]
+        ]
+
+    def __bool__(self) -> bool:
+        return bool(self.commands or self._engine)
 
 
 def _text(value: RedisArg) -> str:
@@ -170,6 +186,7 @@ class HandlerContext:
         idempotency key; default: the action's idempotency key). Committed with this handler's writes, so a
         refused commit leaves none. Returns the record id."""
         from worker.outbox import OutboxRecord, outbox_commands  # the outbox module imports the store
+        from worker.store import now_ms
 
         idem = key or self.idempotency_key
         if not idem:
@@ -182,10 +199,9 @@ class HandlerContext:
             payload=dict(payload),
             scope_key=self.scope_key,
             event_id=event_id or "",
-            created_at=self.node_timestamp,
+            created_at=now_ms(),  # the worker's clock: a producer's timestamp must not postpone a delivery
         )
-        for command in outbox_commands(self.keys, record, self.outbox_retention_s):
-            self.effects.stage_engine_write(command)
+        self.effects._stage_outbox(record.id, outbox_commands(self.keys, record, self.outbox_retention_s))
         return record.id
 
     def emit(self, event: Mapping[str, Any]) -> str:

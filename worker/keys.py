@@ -43,7 +43,8 @@ procedure-receipts:{scope}           list    7 days                    the scope
 self-reflection-accumulator:{scope}  hash    7 days                    self-reflection counters per reflection scope
   :<type>:<id>
 plugin:{scope}:<name>                any     plugin's choice           a plugin's own data (ctx.key(name))
-outbox:{scope}                       hash    outbox retention          outbound calls staged by handlers (JSON)
+outbox:{scope}:<recordId>            string  outbox retention          one outbound call staged by a handler (JSON)
+outbox-of:{scope}:<eventId>          set     outbox retention          the outbox record ids an event staged
 outbox-due                           zset    none                      "<scope>\x1f<id>" by next delivery time
 metrics:meta / metrics:<name>        hash    none                      metric series written by every process
 broker:<queue>                       list    -                         the Celery queue when the broker is Redis
@@ -67,6 +68,7 @@ ENGINE_FAMILIES = (
     "broker:",
     "metrics:",
     "outbox:",
+    "outbox-of:",
 )
 ENGINE_SINGLETONS = ("scopes", "dlq", "stats", "workers", "reconcile-lock", "series", "outbox-due")
 
@@ -113,9 +115,13 @@ class Keys:
 
     # --- the outbox: outbound calls committed with the event, delivered by the relay ---
 
-    def outbox(self, scope_key: str) -> str:
-        """record id -> outbox record (JSON: kind, payload, key, eventId, state, attempts, lastError)."""
-        return f"{self.prefix}outbox:{{{scope_key}}}"
+    def outbox_record(self, scope_key: str, record_id: str) -> str:
+        """One outbox record (JSON: kind, payload, key, eventId, state, attempts, lastError), with a TTL."""
+        return f"{self.prefix}outbox:{{{scope_key}}}:{record_id}"
+
+    def outbox_of_event(self, scope_key: str, event_id: str) -> str:
+        """The ids of the outbox records one event staged (its run detail lists them)."""
+        return f"{self.prefix}outbox-of:{{{scope_key}}}:{event_id}"
 
     @property
     def outbox_due(self) -> str:

@@ -1,15 +1,18 @@
 """The outbox: outbound calls (webhooks, agent runs) committed with the event, delivered by a relay.
 
 A handler never calls another system itself. ``ctx.outbox(kind, payload, key=…)`` stages an
-:class:`OutboxRecord` as two writes in the handler's effect buffer: ``HSETNX outbox:{scope} <id> <json>``
+:class:`OutboxRecord` as writes in the handler's effect buffer, after all of the handler's own writes:
+``SET NX outbox:{scope}:<id> <json> EX <retention>``, its id in the event's index ``outbox-of:{scope}:<event>``,
 and ``ZADD NX outbox-due <now> "<scope>\\x1f<id>"``. They land with the action's idempotency mark (APPLY) or
 with the event's ``done`` commit (COMMIT), fenced like every staged write, so a paused or partitioned lease
 holder whose commit is refused leaves no record, and one idempotency key makes one record.
 
-The :class:`OutboxRelay` (a thread in every worker's main process) claims due records with one script
-(OUTBOX_CLAIM moves their due time one lease ahead, so two relays do not take the same record at once),
-hands each to the deliverer its plugin registered for the record's ``kind``, and settles it: ``delivered``;
-or retried with full-jitter backoff (``worker/retry.py``); or ``dead`` after ``outbox_max_attempts``.
+The :class:`OutboxRelay` (a thread in every worker's main process) claims one due record at a time with
+OUTBOX_CLAIM (its due time moves one lease ahead, on Redis's clock: that deadline is the claim), counts the
+attempt, hands the record to the deliverer its plugin registered for its ``kind``, and settles it with
+OUTBOX_SETTLE only while its claim still holds: ``delivered``; or retried with full-jitter backoff
+(``worker/retry.py``); or ``dead`` after ``outbox_max_attempts``. A delivery slower than the lease can be
+repeated by another relay, which the idempotency key covers; it can no longer overwrite the other's result.
 Delivery is at least once, so every record carries its idempotency ``key`` (the deliverer passes it on as
 ``Idempotency-Key`` / ``webhook-id``) and a receiver that dedupes sees each effect once.
 """
@@ -98,23 +101,30 @@ Deliverer = Callable[[OutboxRecord], None]
 
 def outbox_commands(keys: Keys, record: OutboxRecord, retention_s: int) -> list[list[str | int]]:
     """The staged writes that put ``record`` in the outbox once (a second staging changes nothing)."""
+    member = f"{record.scope_key}{SEPARATOR}{record.id}"
+    index = keys.outbox_of_event(record.scope_key, record.event_id or "-")
     return [
-        ["HSETNX", keys.outbox(record.scope_key), record.id, record.to_json()],
-        ["EXPIRE", keys.outbox(record.scope_key), retention_s],
-        ["ZADD", keys.outbox_due, "NX", record.created_at, f"{record.scope_key}{SEPARATOR}{record.id}"],
+        ["SET", keys.outbox_record(record.scope_key, record.id), record.to_json(), "NX", "EX", retention_s],
+        ["SADD", index, record.id],
+        ["EXPIRE", index, retention_s],
+        ["ZADD", keys.outbox_due, "NX", record.created_at, member],
     ]
 
 
 def records_of_event(store: EventStore, scope_key: str, event_id: str) -> list[dict[str, Any]]:
     """The outbox records an event staged, for its run detail (oldest first)."""
-    raw = store.client.hvals(store.keys.outbox(scope_key))
-    records = [OutboxRecord.from_json(r) for r in raw]
-    return [r.to_public() for r in sorted(records, key=lambda r: r.created_at) if r.event_id == event_id]
+    keys = store.keys
+    ids = sorted(str(i) for i in store.client.smembers(keys.outbox_of_event(scope_key, event_id)))
+    if not ids:
+        return []
+    raw = store.client.mget([keys.outbox_record(scope_key, i) for i in ids])
+    records = [OutboxRecord.from_json(r) for r in raw if r is not None]
+    return [r.to_public() for r in sorted(records, key=lambda r: r.created_at)]
 
 
 @dataclass
 class OutboxRelay:
-    """Claims due records and delivers them (see the module docstring)."""
+    """Claims due records one at a time and delivers them (see the module docstring)."""
 
     store: EventStore
     deliverers: Mapping[str, Deliverer]
@@ -126,64 +136,98 @@ class OutboxRelay:
     delivered: int = field(default=0, init=False)
 
     def run_once(self) -> int:
-        """Deliver every record due now; returns how many were delivered."""
-        members = self.store.scripts.outbox_claim(
-            keys=[self.store.keys.outbox_due], args=[now_ms(), self.lease_ms, self.batch]
-        )
+        """Deliver up to ``batch`` records due now, each under its own claim; returns how many were delivered."""
         done = 0
-        for member in members:
-            scope_key, _, record_id = str(member).partition(SEPARATOR)
-            done += self._deliver(scope_key, record_id, str(member))
+        for _ in range(self.batch):
+            claimed = self.store.scripts.outbox_claim(keys=[self.store.keys.outbox_due], args=[self.lease_ms])
+            if not claimed:
+                break
+            member, deadline = str(claimed[0]), int(claimed[1])
+            try:
+                done += self._deliver(member, deadline)
+            except Exception:  # one bad record must not hold up the others: it is due again after its lease
+                log.exception("outbox record %r could not be handled", member)
         return done
 
     def run_forever(self, stop: threading.Event, interval_s: float) -> None:
-        while not stop.wait(interval_s):
+        """Poll every ``interval_s``; while the store fails, back off up to 5 s (one log line per failure)."""
+        wait_s = interval_s
+        while not stop.wait(wait_s):
             try:
                 while self.run_once() and not stop.is_set():
                     pass
-            except Exception:
-                log.exception("outbox relay pass failed")
+                wait_s = interval_s
+            except Exception as exc:
+                log.warning("outbox relay pass failed: %s: %s", type(exc).__name__, exc)
+                wait_s = min(max(wait_s * 2, interval_s), 5.0)
 
-    def _deliver(self, scope_key: str, record_id: str, member: str) -> int:
-        client, keys = self.store.client, self.store.keys
-        raw = client.hget(keys.outbox(scope_key), record_id)
-        if raw is None or OutboxRecord.from_json(raw).state != "pending":
-            client.zrem(keys.outbox_due, member)  # expired or already settled
+    def _deliver(self, member: str, deadline: int) -> int:
+        scope_key, _, record_id = member.partition(SEPARATOR)
+        key = self.store.keys.outbox_record(scope_key, record_id)
+        raw = self.store.client.get(key)
+        if raw is None:
+            log.error("outbox record %s expired before it was delivered", record_id)
+            self.store.client.zrem(self.store.keys.outbox_due, member)
             return 0
         record = OutboxRecord.from_json(raw)
+        if record.state != "pending":
+            self.store.client.zrem(self.store.keys.outbox_due, member)
+            return 0
         deliver = self.deliverers.get(record.kind)
-        record.attempts += 1
+        if deliver is None:  # e.g. a rolling deploy: another worker may know the kind; not counted
+            log.warning(
+                "no deliverer for outbox kind %r here; leaving %s to another worker", record.kind, record.id
+            )
+            return 0
+        record.attempts += 1  # counted before the call: a relay that dies mid-delivery still used an attempt
+        if not self._settle(key, member, deadline, record, keep_claim=True):
+            return 0  # another relay took it over meanwhile
         try:
-            if deliver is None:
-                raise LookupError(f"no deliverer for outbox kind {record.kind!r} (is its plugin loaded?)")
             deliver(record)
         except Exception as exc:
             record.last_error = f"{type(exc).__name__}: {exc}"[:500]
-            self._retry_or_dead(record, member)
+            self._retry_or_dead(key, member, deadline, record)
             return 0
         record.state, record.delivered_at, record.last_error = "delivered", now_ms(), ""
-        self._settle(record, member, None)
-        self.delivered += 1
+        if self._settle(key, member, deadline, record, retry_at_ms=None):
+            self.delivered += 1
         return 1
 
-    def _retry_or_dead(self, record: OutboxRecord, member: str) -> None:
+    def _retry_or_dead(self, key: str, member: str, deadline: int, record: OutboxRecord) -> None:
         if record.attempts >= self.max_attempts:
             record.state = "dead"
-            log.error("outbox record %s is dead after %d attempts: %s", record.id, record.attempts, record.last_error)
-            self._settle(record, member, None)
+            log.error(
+                "outbox record %s is dead after %d attempts: %s",
+                record.id,
+                record.attempts,
+                record.last_error,
+            )
+            self._settle(key, member, deadline, record, retry_at_ms=None)
             return
         delay = backoff_ms(record.attempts, base_ms=self.base_ms, cap_ms=self.cap_ms)
         log.warning("outbox record %s failed (attempt %d): %s", record.id, record.attempts, record.last_error)
-        self._settle(record, member, now_ms() + delay)
+        self._settle(key, member, deadline, record, retry_at_ms=now_ms() + delay)
 
-    def _settle(self, record: OutboxRecord, member: str, retry_at_ms: int | None) -> None:
-        pipe = self.store.client.pipeline(transaction=True)
-        pipe.hset(self.store.keys.outbox(record.scope_key), record.id, record.to_json())
-        if retry_at_ms is None:
-            pipe.zrem(self.store.keys.outbox_due, member)
-        else:
-            pipe.zadd(self.store.keys.outbox_due, {member: retry_at_ms}, xx=True)
-        pipe.execute()
+    def _settle(
+        self,
+        key: str,
+        member: str,
+        deadline: int,
+        record: OutboxRecord,
+        *,
+        retry_at_ms: int | None = None,
+        keep_claim: bool = False,
+    ) -> bool:
+        """Write the record and its next due time, only while our claim (its due time) still holds."""
+        next_due = str(deadline) if keep_claim else ("" if retry_at_ms is None else str(retry_at_ms))
+        reply = self.store.scripts.outbox_settle(
+            keys=[self.store.keys.outbox_due, key], args=[member, deadline, record.to_json(), next_due]
+        )
+        if not int(reply):
+            log.warning(
+                "outbox record %s was claimed again by another relay; not settling it here", record.id
+            )
+        return bool(int(reply))
 
 
 def wait_delivered(relay: OutboxRelay, predicate: Callable[[], bool], timeout_s: float) -> bool:

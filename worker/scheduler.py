@@ -251,7 +251,7 @@ def _run_action(
         if not isinstance(raw, ExecutorResult):
             # An action handler that returns nothing (or a dispatch) is recorded like LobeHub's
             # non-executor results; it produces no result signal and never marks the lane.
-            if ctx.effects.commands:
+            if ctx.effects:
                 raise PermanentFailure(
                     f"{handler.id} staged writes but returned no ExecutorResult: they would never apply",
                     code="INVALID_EFFECT",

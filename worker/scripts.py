@@ -17,6 +17,17 @@ __all__ = ["Scripts"]
 # or count a duplicate. -> {1, publish(0|1)} accepted (publish=1: no drain is scheduled for the scope, send
 # one) | {0, 0} duplicate. Used by ENQUEUE_BATCH (producers) and COMMIT (follow-up events a chain emitted).
 ADMIT = """
+local function wrong_type(key, want)
+  local found = redis.call('TYPE', key).ok
+  return found ~= 'none' and found ~= want
+end
+-- Checked before a script writes anything: nil, or why admitting into these keys would fail midway.
+local function admit_refusal(ev, inbox, sched)
+  if wrong_type(ev, 'hash') then return ev .. ' is not a hash' end
+  if wrong_type(inbox, 'list') then return inbox .. ' is not a list' end
+  if wrong_type(sched, 'string') then return sched .. ' is not a string' end
+  return nil
+end
 local function admit(ev, inbox, sched, scopes, stats, id, scope, body, now, window, sched_ttl)
   if redis.call('EXISTS', ev) == 1 then
     redis.call('HINCRBY', ev, 'duplicates', 1)
@@ -67,13 +78,22 @@ end
 """
 
 # Enqueue a batch (see ADMIT) in one script, so it is stored whole or not at all: a Redis that is full
-# (noeviction) refuses the script's first write, before anything was written, and the script stops there.
+# (noeviction) refuses the script's first write, before anything was written, and the script stops there;
+# a key of the wrong type is found before the first write too (a "REFUSED …" error, nothing written).
 # KEYS: scopes, stats, then per event: ev, inbox, sched
 # ARGV: nowMs, windowS, schedTtlMs, then per event: eventId, scopeKey, eventJson
 # -> one {accepted(1|0), publish(1|0)} per event, in order (a repeat inside the batch is a duplicate)
 ENQUEUE_BATCH = (
     ADMIT
     + """
+if wrong_type(KEYS[1], 'set') or wrong_type(KEYS[2], 'hash') then
+  return redis.error_reply('REFUSED WRONGTYPE: the scopes set or the stats hash')
+end
+for i = 0, (#KEYS - 2) / 3 - 1 do
+  local k = 3 + i * 3
+  local refusal = admit_refusal(KEYS[k], KEYS[k + 1], KEYS[k + 2])
+  if refusal then return redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
+end
 local out = {}
 for i = 0, (#KEYS - 2) / 3 - 1 do
   local k, a = 3 + i * 3, 4 + i * 3
@@ -182,6 +202,10 @@ if ARGV[3] == 'done' then
   staged = cjson.decode(ARGV[15])
   local refused = check_staged(staged)
   if refused then return {-3, refused[1], refused[2]} end
+  for i, f in ipairs(cjson.decode(ARGV[16])) do
+    local refusal = admit_refusal(f[1], f[2], f[3])
+    if refusal then return {-3, #staged + i, 'WRONGTYPE: follow-up ' .. refusal} end
+  end
   local broken = apply_staged(staged)
   if broken then return {-3, broken[1], broken[2]} end
 end
@@ -261,15 +285,28 @@ return {1, 0}
 """
 
 
-# Claim the outbox records due now: their due time moves one lease ahead, so another relay does not take
-# them while this one delivers (a relay that dies leaves them due again when the lease runs out).
-# KEYS: outbox-due   ARGV: nowMs, leaseMs, limit   -> the claimed members ("<scope>\x1f<id>")
+# Claim the next outbox record due now (Redis's clock): its due time moves one lease ahead, and that deadline
+# is the claim (a relay that dies leaves it due again when the lease runs out).
+# KEYS: outbox-due   ARGV: leaseMs   -> {} nothing due | {member, deadline}
 OUTBOX_CLAIM = """
-local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
-for _, m in ipairs(members) do
-  redis.call('ZADD', KEYS[1], 'XX', tonumber(ARGV[1]) + tonumber(ARGV[2]), m)
-end
-return members
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 1)
+if #due == 0 then return {} end
+local deadline = now + tonumber(ARGV[1])
+redis.call('ZADD', KEYS[1], 'XX', deadline, due[1])
+return {due[1], deadline}
+"""
+
+# Settle a claimed outbox record, only while the claim holds (its due time is still our deadline).
+# KEYS: outbox-due, record   ARGV: member, deadline, recordJson, nextDue ('' = done: leave outbox-due)
+# -> 1 settled | 0 the claim was lost (another relay took the record; nothing written)
+OUTBOX_SETTLE = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) ~= tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[2], ARGV[3], 'KEEPTTL')
+if ARGV[4] == '' then redis.call('ZREM', KEYS[1], ARGV[1]) else redis.call('ZADD', KEYS[1], 'XX', ARGV[4], ARGV[1]) end
+return 1
 """
 
 
@@ -285,6 +322,7 @@ class Scripts:
     apply: Script
     redrive: Script
     outbox_claim: Script
+    outbox_settle: Script
 
     @classmethod
     def register(cls, client: Redis) -> Scripts:
@@ -297,4 +335,5 @@ class Scripts:
             apply=client.register_script(APPLY),
             redrive=client.register_script(REDRIVE),
             outbox_claim=client.register_script(OUTBOX_CLAIM),
+            outbox_settle=client.register_script(OUTBOX_SETTLE),
         )

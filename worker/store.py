@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from worker.context import EffectBuffer
 from worker.errors import LeaseLost, PermanentFailure
@@ -172,7 +173,11 @@ class EventStore:
         ]
 
     def count_rejected(self, n: int = 1) -> None:
-        self.client.hincrby(self.keys.stats, "rejected", n)
+        """Best effort: a full store must not turn a 422 for bad input into a 503."""
+        try:
+            self.client.hincrby(self.keys.stats, "rejected", n)
+        except RedisError:
+            return
 
     # ---- worker ----------------------------------------------------------------------------------
 

@@ -198,7 +198,8 @@ def store_refused(exc: RedisError) -> bool:
     nothing of the write happened. False for connection errors and timeouts (it may have run)."""
     if isinstance(exc, OutOfMemoryError | ReadOnlyError):
         return True
-    return isinstance(exc, ResponseError) and str(exc).startswith(("OOM", "MISCONF", "READONLY"))
+    # "REFUSED": our own scripts' checks, made before their first write (worker/scripts.py).
+    return isinstance(exc, ResponseError) and str(exc).startswith(("OOM", "MISCONF", "READONLY", "REFUSED"))
 
 
 def store_error_reason(exc: RedisError) -> str:

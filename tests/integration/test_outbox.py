@@ -4,7 +4,6 @@ that keeps failing is retried with backoff and ends ``dead``, visible in the eve
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -23,6 +22,7 @@ from tests.chaos.harness import TcpProxy
 from tests.conftest import wait_for
 from tests.support.private_redis import private_redis
 from worker.keys import Keys
+from worker.outbox import records_of_event
 
 pytestmark = pytest.mark.integration
 
@@ -77,12 +77,12 @@ def _send(producer: Producer, url: str, source_id: str, **payload: Any) -> str:
     return producer.enqueue(event).event_id
 
 
-def _settled(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
-    """The scope's outbox records once none is pending any more (the relay can deliver nothing else)."""
-    records = [json.loads(r) for r in redis.hvals(keys.outbox(SCOPE))]
-    if not records or redis.zcard(keys.outbox_due) or any(r["state"] == "pending" for r in records):
+def _settled(producer: Producer, event_id: str) -> list[dict[str, Any]]:
+    """The event's outbox records once none is pending and nothing is due (the relay can deliver nothing else)."""
+    records = records_of_event(producer.store, SCOPE, event_id)
+    if not records or producer.store.client.zcard(producer.store.keys.outbox_due):
         return []
-    return records
+    return [] if any(r["state"] == "pending" for r in records) else records
 
 
 def test_a_paused_lease_holder_causes_no_second_effect(
@@ -104,7 +104,7 @@ def test_a_paused_lease_holder_causes_no_second_effect(
     wait_for(
         lambda: producer.store.stats().get("fenceRejected", 0) >= 1, timeout_s=30, what="the late commit"
     )
-    records = wait_for(lambda: _settled(redis_client, keys), timeout_s=30, what="the delivery")
+    records = wait_for(lambda: _settled(producer, event_id), timeout_s=30, what="the delivery")
     assert [r["state"] for r in records] == ["delivered"]
     assert dict(receiver.effects) == {records[0]["key"]: 1}
     assert dict(receiver.deliveries) == {records[0]["key"]: 1}
@@ -131,9 +131,10 @@ def test_a_partitioned_worker_causes_no_second_effect(
             start_worker(direct, wait=False)
             wait_for(lambda: producer.status(event_id)["status"] == "done", timeout_s=60, what="the takeover")
             proxy.restore()
-            records = wait_for(lambda: _settled(admin, keys), timeout_s=60, what="the delivery")
+            records = wait_for(lambda: _settled(producer, event_id), timeout_s=60, what="the delivery")
             assert len(records) == 1 and records[0]["state"] == "delivered"
             assert dict(receiver.effects) == {records[0]["key"]: 1}
+            assert dict(receiver.deliveries) == {records[0]["key"]: records[0]["attempts"]}
         finally:
             proxy.close()
             producer.close()
@@ -154,7 +155,7 @@ def test_a_failing_delivery_is_retried_then_dead_and_shown_in_the_run_detail(
         _, base = start_web(settings)
         producer = Producer(settings)
         event_id = _send(producer, failing.url, "n-fail")
-        records = wait_for(lambda: _settled(redis_client, keys), timeout_s=60, what="the record to die")
+        records = wait_for(lambda: _settled(producer, event_id), timeout_s=60, what="the record to die")
         assert [(r["state"], r["attempts"]) for r in records] == [("dead", 3)]
         assert sum(failing.deliveries.values()) == 3 and not failing.effects
         detail = httpx.get(f"{base}/v1/events/{event_id}").json()

@@ -372,9 +372,10 @@ def test_a_failed_hand_over_is_retried_by_the_outbox_and_the_action_applies_once
     relay = relay_for(pipeline, settings)
     wait_for(lambda: relay.run_once() or len(runner.calls) >= 2, what="the relay's retry")
     assert len(runner.calls) == 2 and runner.calls[0] == runner.calls[1]  # the same deterministic operation
-    outbox = producer.store.client.hvals(producer.store.keys.outbox("topic:tpc_1"))
-    assert [json.loads(r)["state"] for r in outbox] == ["delivered"]
-    assert [json.loads(r)["attempts"] for r in outbox] == [2]
+    from worker.outbox import records_of_event
+
+    outbox = records_of_event(producer.store, "topic:tpc_1", event_id)
+    assert [(r["state"], r["attempts"]) for r in outbox] == [("delivered", 2)]
     producer.close()
 
 

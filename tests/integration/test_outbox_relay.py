@@ -1,0 +1,95 @@
+"""The outbox relay and staging on a real Redis: records are written after the handler's own writes,
+claimed one at a time on Redis's clock, settled only under their claim; a batch with a key of the wrong type
+is refused before anything is written."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from producers import Producer
+from worker.context import EffectBuffer, HandlerContext
+from worker.errors import PermanentFailure
+from worker.intake import StoreUnavailable
+from worker.keys import Keys
+from worker.outbox import OutboxRecord, OutboxRelay
+from worker.store import EventStore
+
+pytestmark = pytest.mark.integration
+
+SCOPE = "topic:relay"
+
+
+def _stage(keys: Keys, buffer: EffectBuffer, key: str = "k1", **kw: Any) -> str:
+    ctx = HandlerContext(scope_key=SCOPE, node_timestamp=kw.pop("ts", 1), keys=keys, effects=buffer)
+    return ctx.outbox("probe", {"n": 1}, key=key)
+
+
+def _apply(store: EventStore, buffer: EffectBuffer) -> list[Any]:
+    """Run the staged commands the way the scripts do (through COMMIT's STAGED functions)."""
+    pipe = store.client.pipeline(transaction=True)
+    for command in buffer.to_json_list():
+        pipe.execute_command(*command)
+    return list(pipe.execute(raise_on_error=False))
+
+
+def test_a_record_is_written_after_the_handlers_own_writes_and_due_now(
+    make_settings: Any, redis_client: Redis, keys: Keys
+) -> None:
+    """Staging order puts the outbox last, and a producer's far-future timestamp does not postpone it."""
+    buffer = EffectBuffer(keys=keys)
+    record_id = _stage(keys, buffer, ts=int(time.time() * 1000) + 10**10)
+    buffer.call("HSET", keys.plugin(SCOPE, "mine"), "f", "v")
+    assert [c[0] for c in buffer.to_json_list()] == ["HSET", "SET", "SADD", "EXPIRE", "ZADD"]
+    score = float(buffer.to_json_list()[-1][3])
+    assert abs(score - time.time() * 1000) < 60_000, "due on the worker's clock, not the producer's"
+    with pytest.raises(PermanentFailure, match="staged twice"):
+        _stage(keys, buffer)
+    assert record_id == "probe:k1"
+
+
+def test_a_slow_relay_cannot_overwrite_the_result_of_the_relay_that_took_over(
+    make_settings: Any, redis_client: Redis, keys: Keys
+) -> None:
+    """Relay A's claim lapses mid-delivery; relay B claims and delivers; A's late failure settles nothing."""
+    store = EventStore(redis_client, make_settings())
+    buffer = EffectBuffer(keys=keys)
+    _stage(keys, buffer)
+    _apply(store, buffer)
+    calls: list[str] = []
+    late: dict[str, Any] = {}
+
+    def slow_then_fail(record: OutboxRecord) -> None:
+        calls.append("a")
+        # A's claim lapses (as if the delivery outlived the lease): the record is due again now.
+        redis_client.zadd(keys.outbox_due, {f"{SCOPE}\x1fprobe:k1": 0}, xx=True)
+        late["b"] = OutboxRelay(store, {"probe": lambda r: calls.append("b")}, lease_ms=60_000)
+        assert late["b"].run_once() == 1  # B takes over while A is still "delivering"
+        raise ConnectionError("A timed out")
+
+    relay_a = OutboxRelay(store, {"probe": slow_then_fail}, lease_ms=60_000)
+    relay_a.run_once()
+    assert calls == ["a", "b"]
+    raw = redis_client.get(keys.outbox_record(SCOPE, "probe:k1"))
+    assert raw is not None and OutboxRecord.from_json(raw).state == "delivered"
+    assert redis_client.zcard(keys.outbox_due) == 0
+
+
+def test_a_batch_with_a_wrong_type_key_is_refused_and_nothing_is_stored(
+    make_settings: Any, redis_client: Redis, keys: Keys
+) -> None:
+    """One event's inbox holds a string: the whole batch is refused before any write (StoreUnavailable)."""
+    producer = Producer(make_settings())
+    redis_client.set(keys.inbox("topic:b3"), "not a list")
+    events = [
+        {"sourceType": "bot.message.merged", "sourceId": f"b{i}", "scopeKey": f"topic:b{i}", "payload": {}}
+        for i in (1, 2, 3)
+    ]
+    with pytest.raises(StoreUnavailable, match="nothing of it was stored"):
+        producer.enqueue_many(events)
+    assert redis_client.exists(keys.inbox("topic:b1"), keys.inbox("topic:b2")) == 0
+    assert list(redis_client.scan_iter(match=f"{keys.prefix}ev:*")) == []
+    producer.close()
