@@ -13,6 +13,7 @@ Key (after the prefix)               Type    TTL                       Why
 ev:<eventId>                         hash    dedupe window, refreshed  the dedupe record *and* the event's state
 inbox:{scope}                        list    none (drained)            per-scope FIFO of eventIds (no drops)
 sched:{scope}                        string  visibility timeout        "a drain task is queued or running"
+seq:{scope}                          string  none                      the scope's enqueue counter (event field seq)
 lease:{scope}                        string  lease TTL (renewed)       owner token of the scope lease
 fence:{scope}                        string  none                      fencing counter, INCR on every grant
 idem:{scope}:<key>                   string  idempotency TTL           stored ExecutorResult of an applied action
@@ -59,6 +60,7 @@ __all__ = ["ENGINE_FAMILIES", "Keys"]
 # Key families only the engine writes; a handler's staged write to one of them is refused.
 ENGINE_FAMILIES = (
     "ev:",
+    "seq:",
     "inbox:",
     "sched:",
     "lease:",
@@ -92,6 +94,10 @@ class Keys:
 
     def scheduled(self, scope_key: str) -> str:
         return f"{self.prefix}sched:{{{scope_key}}}"
+
+    def enqueue_seq(self, scope_key: str) -> str:
+        """The scope's enqueue counter: each event keeps its number, so a redrive knows if later ones exist."""
+        return f"{self.prefix}seq:{{{scope_key}}}"
 
     def lease(self, scope_key: str) -> str:
         return f"{self.prefix}lease:{{{scope_key}}}"

@@ -22,20 +22,23 @@ local function wrong_type(key, want)
   return found ~= 'none' and found ~= want
 end
 -- Checked before a script writes anything: nil, or why admitting into these keys would fail midway.
-local function admit_refusal(ev, inbox, sched)
+local function admit_refusal(ev, inbox, sched, seq)
   if wrong_type(ev, 'hash') then return ev .. ' is not a hash' end
   if wrong_type(inbox, 'list') then return inbox .. ' is not a list' end
   if wrong_type(sched, 'string') then return sched .. ' is not a string' end
+  if wrong_type(seq, 'string') then return seq .. ' is not a string' end
   return nil
 end
-local function admit(ev, inbox, sched, scopes, stats, id, scope, body, now, window, sched_ttl)
+-- seq: the scope's enqueue counter; the event keeps its number ('seq'), so a redrive can tell whether later
+-- events of its scope were enqueued after it (and so ran before it).
+local function admit(ev, inbox, sched, seq, scopes, stats, id, scope, body, now, window, sched_ttl)
   if redis.call('EXISTS', ev) == 1 then
     redis.call('HINCRBY', ev, 'duplicates', 1)
     redis.call('HINCRBY', stats, 'duplicate', 1)
     return {0, 0}
   end
   redis.call('HSET', ev, 'state', 'queued', 'eventId', id, 'scopeKey', scope, 'event', body,
-    'enqueuedAt', now, 'attempts', 0)
+    'enqueuedAt', now, 'attempts', 0, 'seq', redis.call('INCR', seq))
   redis.call('EXPIRE', ev, window)
   redis.call('RPUSH', inbox, id)
   redis.call('SADD', scopes, scope)
@@ -80,7 +83,7 @@ end
 # Enqueue a batch (see ADMIT) in one script, so it is stored whole or not at all: a Redis that is full
 # (noeviction) refuses the script's first write, before anything was written, and the script stops there;
 # a key of the wrong type is found before the first write too (a "REFUSED …" error, nothing written).
-# KEYS: scopes, stats, then per event: ev, inbox, sched
+# KEYS: scopes, stats, then per event: ev, inbox, sched, seq
 # ARGV: nowMs, windowS, schedTtlMs, then per event: eventId, scopeKey, eventJson
 # -> one {accepted(1|0), publish(1|0)} per event, in order (a repeat inside the batch is a duplicate)
 ENQUEUE_BATCH = (
@@ -89,16 +92,16 @@ ENQUEUE_BATCH = (
 if wrong_type(KEYS[1], 'set') or wrong_type(KEYS[2], 'hash') then
   return redis.error_reply('REFUSED WRONGTYPE: the scopes set or the stats hash')
 end
-for i = 0, (#KEYS - 2) / 3 - 1 do
-  local k = 3 + i * 3
-  local refusal = admit_refusal(KEYS[k], KEYS[k + 1], KEYS[k + 2])
+for i = 0, (#KEYS - 2) / 4 - 1 do
+  local k = 3 + i * 4
+  local refusal = admit_refusal(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3])
   if refusal then return redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
 end
 local out = {}
-for i = 0, (#KEYS - 2) / 3 - 1 do
-  local k, a = 3 + i * 3, 4 + i * 3
-  out[i + 1] = admit(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1], ARGV[a + 2],
-    ARGV[1], ARGV[2], ARGV[3])
+for i = 0, (#KEYS - 2) / 4 - 1 do
+  local k, a = 3 + i * 4, 4 + i * 3
+  out[i + 1] = admit(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1],
+    ARGV[a + 2], ARGV[1], ARGV[2], ARGV[3])
 end
 return out
 """
@@ -178,7 +181,7 @@ return 1
 # when ARGV[14] is '1', go on in the same round trip: take the next head, or release the scope if it is idle.
 # Only a 'done' commit applies what the chain's source and signal handlers staged: their Redis commands
 # (ARGV[15], a JSON list of command lists) and the follow-up events they emitted (ARGV[16], a JSON list of
-# [evKey, inboxKey, schedKey, eventId, scopeKey, eventJson]). A retried or dead event leaves no trace of them.
+# [evKey, inboxKey, schedKey, seqKey, eventId, scopeKey, eventJson]). A retried or dead event leaves no trace of them.
 # KEYS: inbox, fence, ev, dlq, stats, chain, lease, sched, scopes, series (per-minute done count and latency)
 # ARGV: fence, eventId, outcome, nowMs, windowS, error, notBefore, chainJson, chainTtlS, chainId,
 #       token, scopeKey, evPrefix, continue, effectsJson, followupsJson, schedTtlMs
@@ -203,7 +206,7 @@ if ARGV[3] == 'done' then
   local refused = check_staged(staged)
   if refused then return {-3, refused[1], refused[2]} end
   for i, f in ipairs(cjson.decode(ARGV[16])) do
-    local refusal = admit_refusal(f[1], f[2], f[3])
+    local refusal = admit_refusal(f[1], f[2], f[3], f[4])
     if refusal then return {-3, #staged + i, 'WRONGTYPE: follow-up ' .. refusal} end
   end
   local broken = apply_staged(staged)
@@ -219,8 +222,8 @@ else
   redis.call('LPOP', KEYS[1])
   if ARGV[3] == 'done' then
     for _, f in ipairs(cjson.decode(ARGV[16])) do
-      local r = admit(f[1], f[2], f[3], KEYS[9], KEYS[5], f[4], f[5], f[6], ARGV[4], ARGV[5], ARGV[17])
-      if r[2] == 1 then table.insert(publish, f[5]) end
+      local r = admit(f[1], f[2], f[3], f[4], KEYS[9], KEYS[5], f[5], f[6], f[7], ARGV[4], ARGV[5], ARGV[17])
+      if r[2] == 1 then table.insert(publish, f[6]) end
     end
     redis.call('HSET', KEYS[3], 'state', 'done', 'doneAt', ARGV[4])
     redis.call('HDEL', KEYS[3], 'notBefore')
@@ -268,11 +271,15 @@ return {1}
 # Put a dead event back at the tail of its scope's inbox (the order decision: docs/decisions.md). Marks it
 # redriven (redrivenAt, redrives): it now runs after every event of its scope enqueued before the redrive,
 # including those enqueued after it the first time (the status record says outOfOrder).
-# KEYS: ev, inbox, sched, scopes, dlq, stats   ARGV: eventId, scopeKey, nowMs, schedTtlMs, windowS
+# KEYS: ev, inbox, sched, scopes, dlq, stats, seq   ARGV: eventId, scopeKey, nowMs, schedTtlMs, windowS
 # -> {1, publish} requeued | {0, 0} not dead (nothing done)
 REDRIVE = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'dead' then return {0, 0} end
 redis.call('HSET', KEYS[1], 'state', 'queued', 'attempts', 0, 'redrivenAt', ARGV[3])
+-- Later events of the scope (a higher enqueue number) have run, or wait ahead of it: it runs after them.
+if tonumber(redis.call('GET', KEYS[7]) or '0') > tonumber(redis.call('HGET', KEYS[1], 'seq') or '0') then
+  redis.call('HSET', KEYS[1], 'outOfOrder', 1)
+end
 redis.call('HINCRBY', KEYS[1], 'redrives', 1)
 redis.call('HDEL', KEYS[1], 'notBefore')
 redis.call('EXPIRE', KEYS[1], ARGV[5])

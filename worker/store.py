@@ -162,7 +162,12 @@ class EventStore:
         keys = [k.scopes, k.stats]
         args: list[Any] = [now_ms(), self.settings.dedupe_window_s, self.schedule_ttl_ms]
         for ev in events:
-            keys += [k.event(ev.event_id), k.inbox(ev.scope_key), k.scheduled(ev.scope_key)]
+            keys += [
+                k.event(ev.event_id),
+                k.inbox(ev.scope_key),
+                k.scheduled(ev.scope_key),
+                k.enqueue_seq(ev.scope_key),
+            ]
             args += [ev.event_id, ev.scope_key, ev.body]
         replies = self.scripts.enqueue_batch(keys=keys, args=args)
         return [
@@ -190,6 +195,7 @@ class EventStore:
                 k.event(f.event_id),
                 k.inbox(f.scope_key),
                 k.scheduled(f.scope_key),
+                k.enqueue_seq(f.scope_key),
                 f.event_id,
                 f.scope_key,
                 f.body,
@@ -298,6 +304,7 @@ class EventStore:
                 self.keys.scopes,
                 self.keys.dlq,
                 self.keys.stats,
+                self.keys.enqueue_seq(scope_key),
             ],
             args=[event_id, scope_key, now_ms(), self.schedule_ttl_ms, self.settings.dedupe_window_s],
         )
@@ -322,10 +329,10 @@ def _status_record(raw: dict[str, str]) -> dict[str, Any]:
         record["error"] = raw["error"]
     if raw.get("doneAt"):
         record["doneAt"] = int(raw["doneAt"])
-    if raw.get("redrivenAt"):  # back at its scope's tail: events enqueued before the redrive ran first
-        record.update(
-            redrivenAt=int(raw["redrivenAt"]), redrives=int(raw.get("redrives", 1)), outOfOrder=True
-        )
+    if raw.get("redrivenAt"):  # back at its scope's tail
+        record.update(redrivenAt=int(raw["redrivenAt"]), redrives=int(raw.get("redrives", 1)))
+        # True when later events of its scope were enqueued before the redrive: they ran (or run) first.
+        record["outOfOrder"] = raw.get("outOfOrder") == "1"
     if record["chainId"] is None:
         try:
             source_id = json.loads(raw["event"])["sourceId"]

@@ -56,3 +56,21 @@ def test_redriven_event_runs_after_later_events_and_says_so(
     assert "outOfOrder" not in after and "redrivenAt" not in after
     producer.close()
     pipeline.store.client.close()
+
+
+def test_a_redriven_event_with_no_later_events_is_in_order(
+    make_settings: Any, redis_client: Redis, keys: Keys
+) -> None:
+    """The scope's only event, dead then redriven, runs after nothing newer: outOfOrder is false."""
+    settings = make_settings(max_attempts=1)
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    only = producer.enqueue(_event("test.flaky", "only"))
+    assert pipeline.drain(SCOPE).next == "idle"
+    redis_client.set(f"{keys.prefix}test:fixed", "1")
+    assert redrive_events(producer, [only.event_id])["redriven"] == [only.event_id]
+    assert pipeline.drain(SCOPE).next == "idle"
+    record = producer.status(only.event_id)
+    assert record is not None and record["status"] == "done" and record["outOfOrder"] is False
+    producer.close()
+    pipeline.store.client.close()
