@@ -2,7 +2,8 @@
 
 Runs every long scenario (or the named ones) one after the other, prints each row as it finishes (stderr)
 and the whole table at the end (stdout); exits 1 when any scenario lost an event, applied one twice, broke
-a scope's order, let a stale commit land, or missed its own expectation.
+a scope's order, let a stale commit land, dead-lettered a healthy event (or kept a poisoned one alive), lost
+an external effect or applied one twice at the receiver, or missed its own expectation.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"chaos: FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1
-    print(f"chaos: {len(rows)} scenario(s) held: nothing lost, nothing applied twice, order kept")
+    print(
+        f"chaos: {len(rows)} scenario(s) held: nothing lost, nothing applied twice, order kept, only the"
+        " poisoned dead, each effect once"
+    )
     return 0
 
 

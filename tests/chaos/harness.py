@@ -2,7 +2,9 @@
 
 Nothing here touches a shared server: every run starts its own ``redis-server`` on a free loopback port
 (``--appendonly yes --appendfsync always`` in a private directory, so a SIGKILLed server restarts with every
-acknowledged write), and workers reach it directly or through a :class:`TcpProxy` the scenario can cut.
+acknowledged write), and workers reach it directly or through a :class:`TcpProxy` the scenario can cut. The
+workload's external effects (its outbox records) go to a :class:`Receiver`, an HTTP server in this process
+that no fault touches and that dedupes on ``Idempotency-Key``.
 """
 
 from __future__ import annotations
@@ -19,21 +21,27 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 from redis import Redis
 from redis.exceptions import RedisError
 
-from tests.chaos.history_plugin import OP_TYPE, SOURCE_TYPES, HistoryKeys
+from tests.chaos.history_plugin import OP_TYPE, RECEIVER_ENV, SOURCE_TYPES, HistoryKeys
 from worker.keys import Keys
+from worker.outbox import records_of_event
 from worker.settings import Settings, settings_environment
 
 __all__ = [
     "ChaosRun",
     "History",
+    "Receipts",
+    "Receiver",
     "RedisServer",
     "TcpProxy",
     "WorkerProc",
@@ -41,6 +49,7 @@ __all__ = [
     "format_table",
     "free_port",
     "op_events",
+    "wait_until",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +70,11 @@ CHAOS_SETTINGS: dict[str, Any] = {
     "extra_source_types": list(SOURCE_TYPES),
     "env": "test",
     "max_events_per_drain": 25,
+    # A relay killed mid-delivery leaves its claim for outbox_lease_ms: keep that (and the backoff) short.
+    "outbox_poll_interval_s": 0.1,
+    "outbox_lease_ms": 3000,
+    "outbox_retry_base_ms": 50,
+    "outbox_retry_cap_ms": 500,
 }
 
 
@@ -239,6 +253,62 @@ class TcpProxy:
             _close(s)
 
 
+@dataclass(frozen=True)
+class Receipts:
+    """What the receiver saw: deliveries and effects per idempotency key, and the source id of each key."""
+
+    deliveries: dict[str, int] = field(default_factory=dict)
+    effects: dict[str, int] = field(default_factory=dict)
+    sid_of: dict[str, str] = field(default_factory=dict)
+
+
+class Receiver:
+    """The workload's outside world: an HTTP endpoint that dedupes on ``Idempotency-Key``.
+
+    Every POST counts as a delivery; the first one of a key applies the effect (counted per key, with the
+    source id from the body). A second effect of one event can only show up under a second key."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._deliveries: Counter[str] = Counter()
+        self._effects: Counter[str] = Counter()
+        self._sid_of: dict[str, str] = {}
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                key = self.headers.get("Idempotency-Key", "")
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                receiver._receive(key, str(body.get("sid", "")))
+                self.send_response(200 if key else 400)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="receiver", daemon=True)
+        self._thread.start()
+
+    def _receive(self, key: str, sid: str) -> None:
+        with self._lock:
+            self._deliveries[key] += 1
+            if key and self._effects[key] == 0:
+                self._effects[key] = 1
+                self._sid_of[key] = sid
+
+    def receipts(self) -> Receipts:
+        with self._lock:
+            return Receipts(dict(self._deliveries), dict(self._effects), dict(self._sid_of))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def _close(s: socket.socket) -> None:
     try:
         s.shutdown(socket.SHUT_RDWR)
@@ -338,38 +408,75 @@ class History:
     events: int = 0
     done: int = 0
     dead: int = 0
+    expected_dead: int = 0  # the poisoned events: exactly these, and only these, must end dead
+    dead_mismatch: int = 0  # healthy events that died, plus poisoned ones that did not
     lost: int = 0
     applied_twice: int = 0
     order_violations: int = 0
     fence_rejections: int = 0
     stale_commits: int = 0
+    effects_lost: int = 0  # done events whose effect never reached the receiver (or was not delivered)
+    effects_twice: int = 0  # events with more than one effect at the receiver (one key twice, or two keys)
+    deliveries: int = 0  # raw deliveries (at least once: may exceed the effects)
     problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.applied_twice or self.order_violations or self.stale_commits)
+        return not (
+            self.lost
+            or self.applied_twice
+            or self.order_violations
+            or self.stale_commits
+            or self.dead_mismatch
+            or self.effects_lost
+            or self.effects_twice
+        )
 
 
-def check_history(redis: Redis, prefix: str, accepted: dict[str, Accepted]) -> History:
-    """Audit the history of the ``accepted`` events on the run's Redis.
+def check_history(
+    redis: Redis,
+    prefix: str,
+    accepted: dict[str, Accepted],
+    *,
+    poisoned: Collection[str] = (),
+    receipts: Receipts | None = None,
+) -> History:
+    """Audit the history of the ``accepted`` events on the run's Redis (and, given ``receipts``, their effects).
 
-    lost: accepted, not dead, and not (done with its action applied); applied twice: an effect counter above
-    1; order: adjacent entries of a scope's applied-order (or commit-order) list whose seq does not grow;
-    stale commits: a done commit whose fence is not the number its event was last taken with, or lower than
-    a commit before it on the same scope; fence rejections: the engine's ``fenceRejected`` counter."""
+    dead: must be exactly the ``poisoned`` source ids (none elsewhere); lost: accepted, not dead, and not
+    (done with its action applied); applied twice: an effect counter above 1; order: adjacent entries of a
+    scope's applied-order (or commit-order) list whose seq does not grow; stale commits: a done commit whose
+    fence is not the number its event was last taken with, or lower than a commit before it on the same
+    scope; fence rejections: the engine's ``fenceRejected`` counter; effects lost: a done event without
+    exactly one delivered outbox record and one effect at the receiver; effects twice: an event with more
+    than one effect at the receiver."""
     keys, history = Keys(prefix), HistoryKeys(prefix)
     found = History(events=len(accepted))
-    applied = {str(k): int(v) for k, v in redis.hgetall(history.applied).items()}
-    committed = {str(k): int(v) for k, v in redis.hgetall(history.committed).items()}
     ids = list(accepted)
     pipe = redis.pipeline(transaction=False)
     for event_id in ids:
         pipe.hmget(keys.event(event_id), "state", "fence")
     records = dict(zip(ids, pipe.execute(), strict=True))
-    final_fence: dict[str, str] = {}
-    for event_id, (sid, _scope, _seq) in accepted.items():
-        state, fence = records[event_id]
-        final_fence[sid] = fence or ""
+    states = {sid: records[event_id][0] for event_id, (sid, _, _) in accepted.items()}
+    final_fence = {sid: records[event_id][1] or "" for event_id, (sid, _, _) in accepted.items()}
+    _check_final(redis, history, states, set(poisoned), found)
+    _check_order_and_fences(redis, history, accepted, final_fence, found)
+    found.fence_rejections = int(redis.hget(keys.stats, "fenceRejected") or 0)
+    if receipts is not None:
+        _check_effects(redis, keys, accepted, states, receipts, found)
+    return found
+
+
+def _check_final(
+    redis: Redis, history: HistoryKeys, states: dict[str, str | None], poisoned: set[str], found: History
+) -> None:
+    applied = {str(k): int(v) for k, v in redis.hgetall(history.applied).items()}
+    committed = {str(k): int(v) for k, v in redis.hgetall(history.committed).items()}
+    found.expected_dead = len(poisoned & set(states))
+    for sid, state in states.items():
+        if (state == "dead") != (sid in poisoned):
+            found.dead_mismatch += 1
+            found.problems.append(f"{'poisoned' if sid in poisoned else 'healthy'} {sid} ended {state}")
         if state == "dead":
             found.dead += 1
             continue
@@ -377,11 +484,19 @@ def check_history(redis: Redis, prefix: str, accepted: dict[str, Accepted]) -> H
             found.done += 1
         if state != "done" or applied.get(sid, 0) < 1 or committed.get(sid, 0) < 1:
             found.lost += 1
-            if len(found.problems) < 5:
-                found.problems.append(f"lost {sid}: state={state} applied={applied.get(sid, 0)}")
+            found.problems.append(f"lost {sid}: state={state} applied={applied.get(sid, 0)}")
     twice = {sid for sid, n in applied.items() if n > 1} | {sid for sid, n in committed.items() if n > 1}
     found.applied_twice = len(twice)
-    found.problems += [f"applied twice: {sid}" for sid in sorted(twice)[:5]]
+    found.problems += [f"applied twice: {sid}" for sid in sorted(twice)]
+
+
+def _check_order_and_fences(
+    redis: Redis,
+    history: HistoryKeys,
+    accepted: dict[str, Accepted],
+    final_fence: dict[str, str],
+    found: History,
+) -> None:
     sid_of = {(scope, seq): sid for sid, scope, seq in accepted.values()}
     for scope in sorted({scope for _, scope, _ in accepted.values()}):
         seqs = [int(x) for x in redis.lrange(history.order(scope), 0, -1)]
@@ -389,7 +504,7 @@ def check_history(redis: Redis, prefix: str, accepted: dict[str, Accepted]) -> H
         for series in (seqs, [int(seq) for seq, _ in commits]):
             bad = sum(1 for a, b in itertools.pairwise(series) if b <= a)
             found.order_violations += bad
-            if bad and len(found.problems) < 10:
+            if bad:
                 found.problems.append(f"order {scope}: {series}")
         highest = 0
         for seq, fence in commits:
@@ -398,8 +513,37 @@ def check_history(redis: Redis, prefix: str, accepted: dict[str, Accepted]) -> H
             if stale:
                 found.stale_commits += 1
                 found.problems.append(f"stale commit {scope} seq={seq} fence={fence}")
-    found.fence_rejections = int(redis.hget(keys.stats, "fenceRejected") or 0)
-    return found
+
+
+def _check_effects(
+    redis: Redis,
+    keys: Keys,
+    accepted: dict[str, Accepted],
+    states: dict[str, str | None],
+    receipts: Receipts,
+    found: History,
+) -> None:
+    """Invariant 8: one effect per event at the deduping receiver, however often it was delivered. The
+    event's outbox records are read as its run detail reads them (``records_of_event``), not by layout."""
+    store = cast(Any, SimpleNamespace(client=redis, keys=keys))
+    effects: Counter[str] = Counter()
+    for key, n in receipts.effects.items():
+        effects[receipts.sid_of.get(key, "")] += n
+        if n > 1:
+            found.effects_twice += 1
+            found.problems.append(f"effect applied {n} times under key {key}")
+    found.deliveries = sum(receipts.deliveries.values())
+    for event_id, (sid, scope, _) in accepted.items():
+        if states[sid] == "done":
+            records = [str(r.get("state")) for r in records_of_event(store, scope, event_id)]
+            if effects[sid] < 1 or not records or any(r != "delivered" for r in records):
+                found.effects_lost += 1
+                found.problems.append(
+                    f"effect lost {sid}: records {records or 'none'}, effects {effects[sid]}"
+                )
+        if effects[sid] > 1:
+            found.effects_twice += 1
+            found.problems.append(f"effect applied {effects[sid]} times for {sid}")
 
 
 @dataclass
@@ -419,12 +563,15 @@ class Row:
 COLUMNS = (
     "scenario",
     "events",
-    "dead",
+    "dead/poisoned",
     "lost",
     "applied twice",
     "order violations",
     "fence rejections",
     "stale commits",
+    "effects lost",
+    "effects twice",
+    "deliveries",
     "seconds",
 )
 
@@ -435,12 +582,15 @@ def format_table(rows: Sequence[Row]) -> str:
         [
             r.scenario,
             str(r.history.events),
-            str(r.history.dead),
+            f"{r.history.dead}/{r.history.expected_dead}",
             str(r.history.lost),
             str(r.history.applied_twice),
             str(r.history.order_violations),
             str(r.history.fence_rejections),
             str(r.history.stale_commits),
+            str(r.history.effects_lost),
+            str(r.history.effects_twice),
+            str(r.history.deliveries),
             f"{r.seconds:.1f}",
         ]
         for r in rows
@@ -470,10 +620,12 @@ class ChaosRun:
         self.started = time.monotonic()
         self._producer: Any = None
         self._admin: Redis | None = None
+        self.receiver: Receiver | None = None
         self.keep = False
 
     def __enter__(self) -> ChaosRun:
         self.redis_server.start()
+        self.receiver = Receiver()
         self.started = time.monotonic()
         return self
 
@@ -536,6 +688,8 @@ class ChaosRun:
         env.update(settings_environment(settings))
         env["PYTHONPATH"] = str(ROOT)
         env["PYTHONUNBUFFERED"] = "1"
+        if self.receiver is not None:
+            env[RECEIVER_ENV] = self.receiver.url
         name = f"w{len(self.workers)}"
         log_path = self.directory / f"worker-{name}.log"
         with log_path.open("wb") as log:
@@ -606,6 +760,27 @@ class ChaosRun:
     def all_children(self) -> list[int]:
         return [pid for w in self.live_workers() for pid in w.children()]
 
+    def attempts(self, source_id: str | None = None) -> list[dict[str, Any]]:
+        """The probe's attempt records (of one source id when given), oldest first."""
+        records = (json.loads(raw) for raw in self.admin.lrange(self.history.attempts, 0, -1))
+        return [r for r in records if source_id is None or r["sid"] == source_id]
+
+    def taken_over(self, source_id: str, victim: int, attempt: int) -> bool:
+        """Another process started ``source_id`` at a later attempt than ``victim``'s: it acquired the scope
+        (so its fence moved past the victim's) while the event was not yet done."""
+        return any(r["pid"] != victim and r["attempt"] > attempt for r in self.attempts(source_id))
+
+    def fence_rejections(self) -> int:
+        return int(self.admin.hget(self.keys.stats, "fenceRejected") or 0)
+
+    def wait_fence_rejections(self, at_least: int, timeout_s: float = 30) -> bool:
+        """Wait (bounded) until the engine counted ``at_least`` refused (stale-fence) commits."""
+        try:
+            wait_until(lambda: self.fence_rejections() >= at_least, timeout_s, "refused commits")
+            return True
+        except AssertionError:
+            return False
+
     # --- the workload ---
 
     def enqueue(self, events: Sequence[dict[str, Any]], *, batch: int = 50, retry_s: float = 60) -> None:
@@ -665,17 +840,39 @@ class ChaosRun:
         except AssertionError:
             return False
 
-    def check(self, *, timeout_s: float) -> Row:
-        """Wait for the end (bounded), stop the workers, and audit the history."""
+    def wait_outbox_settled(self, *, stall_s: float, cap_s: float) -> bool:
+        """Wait until no outbox record is due; give up when the due count has not dropped for ``stall_s``
+        (the relays stopped making progress) or after ``cap_s`` in all. A long run leaves a backlog the
+        relays drain at their own pace, so progress, not a fixed time, decides."""
+        deadline = time.monotonic() + cap_s
+        best, best_at = self.admin.zcard(self.keys.outbox_due), time.monotonic()
+        while best:
+            now = time.monotonic()
+            if now - best_at > stall_s or now > deadline:
+                return False
+            time.sleep(0.2)
+            due = self.admin.zcard(self.keys.outbox_due)
+            if due < best:
+                best, best_at = due, time.monotonic()
+        return True
+
+    def check(self, *, timeout_s: float, poisoned: Collection[str] = ()) -> Row:
+        """Wait (bounded) for the end: every event final, then every outbox record settled (the relays run in
+        the workers); stop the workers; audit the history and the receiver's effects."""
         finished = self.wait_final(timeout_s)
+        settled = finished and self.wait_outbox_settled(stall_s=30, cap_s=timeout_s)
         for worker in self.workers:
             worker.stop()
-        history = check_history(self.admin, self.prefix, self.accepted)
+        receipts = self.receiver.receipts() if self.receiver is not None else Receipts()
+        history = check_history(self.admin, self.prefix, self.accepted, poisoned=poisoned, receipts=receipts)
         row = Row(self.name, history, time.monotonic() - self.started)
         if not finished:
             row.expectations.append(
                 f"not every event was final after {timeout_s:g}s (logs: {self.directory})"
             )
+        elif not settled:
+            due = self.admin.zcard(self.keys.outbox_due)
+            row.expectations.append(f"{due} outbox record(s) still due (logs: {self.directory})")
         return row
 
     def elapsed(self) -> float:
@@ -693,6 +890,8 @@ class ChaosRun:
                 pass
         if self._admin is not None:
             self._admin.close()
+        if self.receiver is not None:
+            self.receiver.close()
         self.redis_server.stop()
         if not self.keep and not os.environ.get("CHAOS_KEEP"):
             shutil.rmtree(self.directory, ignore_errors=True)

@@ -8,10 +8,15 @@ Like any outside plugin it imports only ``worker.plugin`` (loaded with
   ``HINCRBY chaos:committed <sourceId> 1`` and ``RPUSH chaos:commit-order:<scope> "<seq>:<fence>"``, where
   ``fence`` is the fencing number the attempt started under (read from the event record);
 * the **action** stages (applied by APPLY with the action's idempotency mark) ``HINCRBY chaos:applied
-  <sourceId> 1`` and ``RPUSH chaos:order:<scope> <seq>``; it first sleeps ``payload.sleepMs``.
+  <sourceId> 1`` and ``RPUSH chaos:order:<scope> <seq>``, and an outbox record of kind ``chaos-hook``
+  (``ctx.outbox``, keyed by the action's idempotency key) carrying the source id; it first sleeps
+  ``payload.sleepMs``. The plugin's deliverer POSTs each record to the battery's deduping receiver (the URL in
+  ``CHAOS_RECEIVER_URL``, set by the harness) with the record's key as ``Idempotency-Key``.
 
 Written directly, as instrumentation: one JSON record per attempt in ``chaos:attempts`` and, while an action
-sleeps, ``chaos:busy`` (pid → scope, source id, sleep) so a scenario can find a process that holds a lease.
+sleeps, ``chaos:busy`` (pid → scope, source id, attempt, sleep) so a scenario can find a process that holds a
+lease (a process killed mid-action leaves its entry behind: that is how a scenario knows where its kill
+landed).
 
 ``payload.poison`` makes the source handler always raise (a crash loop); source type ``test.flaky`` raises
 until the key ``<prefix>test:fixed`` exists (a retry storm).
@@ -24,13 +29,16 @@ import os
 import time
 from dataclasses import dataclass
 
+import httpx
 from redis import Redis
 
 from worker.plugin import (
     Action,
+    Deliverer,
     Dispatch,
     ExecutorResult,
     HandlerContext,
+    OutboxRecord,
     Plugin,
     PluginRuntime,
     Policy,
@@ -44,11 +52,13 @@ from worker.plugin import (
     signal_from,
 )
 
-__all__ = ["FLAKY_TYPE", "OP_TYPE", "SOURCE_TYPES", "HistoryKeys", "plugin"]
+__all__ = ["FLAKY_TYPE", "HOOK_KIND", "OP_TYPE", "RECEIVER_ENV", "SOURCE_TYPES", "HistoryKeys", "plugin"]
 
 OP_TYPE = "chaos.op"
 FLAKY_TYPE = "test.flaky"
 SOURCE_TYPES = (OP_TYPE, FLAKY_TYPE)
+HOOK_KIND = "chaos-hook"  # the outbox kind every action stages
+RECEIVER_ENV = "CHAOS_RECEIVER_URL"  # where the deliverer POSTs (the harness's deduping receiver)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +142,35 @@ def _record(action: Action, ctx: HandlerContext) -> ExecutorResult:
     sleep_ms = int(action.payload.get("sleepMs", 0))
     sid = action.source.source_id
     if sleep_ms:
-        busy = {"scope": ctx.scope_key, "sid": sid, "sleepMs": sleep_ms, "t": time.time()}
+        busy = {
+            "scope": ctx.scope_key,
+            "sid": sid,
+            "attempt": ctx.attempt,
+            "sleepMs": sleep_ms,
+            "t": time.time(),
+        }
         redis.hset(history.busy, str(os.getpid()), json.dumps(busy))
         time.sleep(sleep_ms / 1000)
         redis.hdel(history.busy, str(os.getpid()))
     ctx.effects.call("HINCRBY", history.applied, sid, 1)
     ctx.effects.call("RPUSH", history.order(ctx.scope_key), int(action.payload.get("seq", 0)))
+    ctx.outbox(HOOK_KIND, {"sid": sid, "seq": int(action.payload.get("seq", 0))})
     return applied(action, ctx, detail="recorded")
+
+
+def _hook_deliverer(runtime: PluginRuntime) -> Deliverer:
+    """POST the record to the receiver with its key as ``Idempotency-Key`` (raises, so it is retried, when
+    the receiver is unset or answers an error)."""
+    url = os.environ.get(RECEIVER_ENV, "")
+    client = httpx.Client(timeout=5)  # one per relay: a client per call costs more than the call
+
+    def deliver(record: OutboxRecord) -> None:
+        if not url:
+            raise RuntimeError(f"{RECEIVER_ENV} is not set: nowhere to deliver {record.id}")
+        body = {"sid": record.payload.get("sid"), "seq": record.payload.get("seq")}
+        client.post(url, json=body, headers={"Idempotency-Key": record.key}).raise_for_status()
+
+    return deliver
 
 
 def _probe(runtime: PluginRuntime) -> HistoryProbe:
@@ -156,4 +188,6 @@ def plugin() -> Plugin:
             define_action_handler("action.chaos.record", "chaos.op:record", _record),
         ],
     )
-    return Plugin("chaos-history", policies=[policy], services=_probe)
+    return Plugin(
+        "chaos-history", policies=[policy], services=_probe, deliverers={HOOK_KIND: _hook_deliverer}
+    )

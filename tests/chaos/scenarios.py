@@ -2,21 +2,24 @@
 
 Every scenario starts a private Redis with AOF and real worker processes (:class:`ChaosRun`), enqueues a
 known ``chaos.op`` workload through ``producers.Producer``, injects its fault, waits (bounded) until every
-accepted event is done or dead, and audits the history (:func:`check_history`). Short variants inject one
-fault on a small workload; long ones repeat the fault under a steady feed.
+accepted event is done or dead and every outbox record settled, and audits the history and the receiver's
+effects (:func:`check_history`). Short variants inject one fault on a small workload; long ones repeat the
+fault under a steady feed. Every wait is bounded and ends on a signal (a busy probe, a takeover, a refused
+commit, an attempt count), never on a fixed sleep before asserting that something did not happen.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 from typing import Any
 
-from tests.chaos.harness import ChaosRun, History, Row, op_events
+from tests.chaos.harness import ChaosRun, History, Row, op_events, wait_until
 from tests.chaos.history_plugin import FLAKY_TYPE
 
 __all__ = ["SCENARIOS", "run_scenario"]
@@ -25,6 +28,8 @@ Scenario = Callable[..., Row]
 
 SHORT_TIMEOUT_S = 60.0
 LONG_TIMEOUT_S = 240.0
+TAKEOVER_TIMEOUT_S = 30.0  # a faulted holder's lease (2 s) runs out and another process takes the event
+PARTITION_TIMEOUT_S = 15.0  # under the workers' socket timeout (10 s, retried once): the cut-off side waits
 
 
 def _timeout(long: bool) -> float:
@@ -36,22 +41,45 @@ def _every(n: int, **fields: Any) -> Callable[[int], dict[str, Any]]:
     return lambda seq: dict(fields) if seq % n == n - 1 else {}
 
 
-def _attempts_of(run: ChaosRun, source_id: str) -> list[dict[str, Any]]:
-    records = (json.loads(raw) for raw in run.admin.lrange(run.history.attempts, 0, -1))
-    return [r for r in records if r["sid"] == source_id]
-
-
-def _expect_takeover(run: ChaosRun, row: Row, source_id: str, victim: int) -> None:
+def _expect_takeover(run: ChaosRun, row: Row, source_id: str, victim: int, attempt: int) -> None:
     """The event a faulted process held was started again by another process (the fault mattered)."""
-    if not any(r["pid"] != victim and r["attempt"] >= 2 for r in _attempts_of(run, source_id)):
+    if not run.taken_over(source_id, victim, attempt):
         row.expectations.append(f"nobody took {source_id} over from the faulted process {victim}")
 
 
-def _expect_redelivery(run: ChaosRun, row: Row) -> None:
-    """Some event was started a second time (the killed process's event was redelivered)."""
-    records = (json.loads(raw) for raw in run.admin.lrange(run.history.attempts, 0, -1))
-    if not any(r["attempt"] >= 2 for r in records):
-        row.expectations.append("no event was delivered twice: the fault hit nothing")
+def _wait_takeover(run: ChaosRun, source_id: str, victim: int, attempt: int, timeout_s: float) -> bool:
+    """Wait (bounded) until another process started ``source_id`` again: its scope's fence has moved past
+    the one ``victim`` holds, so the victim's late commit must be refused."""
+    try:
+        wait_until(
+            lambda: run.taken_over(source_id, victim, attempt), timeout_s, f"a takeover of {source_id}"
+        )
+        return True
+    except AssertionError:
+        return False
+
+
+def _gone(pid: int) -> bool:
+    """The process is dead (reaped, or a zombie waiting for its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith(("Z", "X"))
+    except (OSError, IndexError):
+        return True
+
+
+def _kill_mid_action(
+    run: ChaosRun, among: Callable[[], list[int]], kill: Callable[[int], None], *, min_left_s: float
+) -> tuple[int, dict[str, Any]]:
+    """Kill (``kill(pid)``) a process sleeping in a long action and confirm the kill landed mid-action: a
+    process killed in its sleep never removes its ``chaos:busy`` entry. Tries another target when it did
+    not land (bounded: 5 tries); returns the victim's pid and busy record."""
+    for _ in range(5):
+        pid, record = run.wait_busy(among, min_left_s=min_left_s)
+        kill(pid)
+        wait_until(partial(_gone, pid), 10, f"process {pid} to die")
+        if run.admin.hexists(run.history.busy, str(pid)):
+            return pid, record
+    raise AssertionError("5 kills in a row landed outside an action")
 
 
 def _load(run: ChaosRun, tag: str, long: bool, *, scopes: int, **options: Any) -> Callable[[], None]:
@@ -64,42 +92,59 @@ def _load(run: ChaosRun, tag: str, long: bool, *, scopes: int, **options: Any) -
 
 
 def child_kill(*, long: bool) -> Row:
-    """1. SIGKILL a pool child in the middle of an action, under load."""
+    """1. SIGKILL a pool child in the middle of a (long) action, under load; another process redoes it."""
     with ChaosRun("child-kill") as run:
         workers = [run.start_worker(concurrency=2, wait=False) for _ in range(2 if long else 1)]
         for worker in workers:
             run.wait_registered(worker, 2)
-        if long:
-            finish = run.stream("ck", 16, batch=32, gap_s=0.5, sleep_ms=40)
-            for _ in range(10):
-                pid, _ = run.wait_busy(run.all_children, min_left_s=0.01)
-                os.kill(pid, signal.SIGKILL)
-                time.sleep(1.0)
-            finish()
-        else:
-            run.enqueue(op_events(40, 4, tag="ck", sleep_ms=100))
-            pid, _ = run.wait_busy(run.all_children, min_left_s=0.02)
+        victims: list[tuple[int, dict[str, Any]]] = []
+
+        def sigkill(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
+
+        if long:
+            finish = run.stream("ck", 16, batch=32, gap_s=0.5, sleep_ms=20, payload=_every(67, sleepMs=1000))
+        else:
+            run.enqueue(op_events(40, 4, tag="ck", sleep_ms=30, payload=_every(9, sleepMs=1500)))
+            finish = lambda: None  # noqa: E731
+        for _ in range(10 if long else 1):
+            pid, record = _kill_mid_action(run, run.all_children, sigkill, min_left_s=0.5)
+            victims.append((pid, record))
+            _wait_takeover(run, record["sid"], pid, record["attempt"], TAKEOVER_TIMEOUT_S)
+        finish()
         row = run.check(timeout_s=_timeout(long))
-        _expect_redelivery(run, row)
+        for pid, record in victims:
+            _expect_takeover(run, row, record["sid"], pid, record["attempt"])
         return row
 
 
 def worker_kill(*, long: bool) -> Row:
-    """2. SIGKILL a whole worker (master and children) that holds a lease, then start a replacement."""
+    """2. SIGKILL a whole worker (master and children) mid-action, then start a replacement."""
     with ChaosRun("worker-kill") as run:
         workers = [run.start_worker(concurrency=2, wait=False) for _ in range(3 if long else 2)]
         for worker in workers:
             run.wait_registered(worker, 2)
-        finish = _load(run, "wk", long, scopes=12 if long else 4, sleep_ms=40 if long else 100)
+        finish = _load(
+            run,
+            "wk",
+            long,
+            scopes=12 if long else 4,
+            sleep_ms=20 if long else 30,
+            payload=_every(49 if long else 9, sleepMs=1000 if long else 1500),
+        )
+        victims: list[tuple[int, dict[str, Any]]] = []
+
+        def kill_worker(pid: int) -> None:
+            next(w for w in run.live_workers() if pid in w.children()).kill_all()
+
         for _ in range(3 if long else 1):
-            pid, _ = run.wait_busy(run.all_children, min_left_s=0.02)
-            victim = next(w for w in run.live_workers() if pid in w.children())
-            victim.kill_all()
+            pid, record = _kill_mid_action(run, run.all_children, kill_worker, min_left_s=0.5)
+            victims.append((pid, record))
             run.start_worker(concurrency=2)
         finish()
         row = run.check(timeout_s=_timeout(long))
-        _expect_redelivery(run, row)
+        for pid, record in victims:
+            _expect_takeover(run, row, record["sid"], pid, record["attempt"])
         return row
 
 
@@ -136,8 +181,17 @@ def redis_restart(*, long: bool) -> Row:
         return run.check(timeout_s=_timeout(long))
 
 
+def _expect_refused(run: ChaosRun, notes: list[str], victims: int) -> None:
+    """Each faulted holder whose event was taken over had its late commit refused: once it runs again its
+    next fenced write (APPLY of the action, or the event's COMMIT when the new holder applied the action
+    first) carries the old fence, which the takeover's ACQUIRE moved on; so wait (bounded) for the count."""
+    if not run.wait_fence_rejections(victims):
+        notes.append(f"{run.fence_rejections()} refused commit(s) for {victims} faulted holder(s)")
+
+
 def paused_holder(*, long: bool) -> Row:
-    """5. SIGSTOP a child that holds a lease mid-action for 4 lease TTLs, then SIGCONT it."""
+    """5. SIGSTOP a child that holds a lease mid-action until another process took its event over, then
+    SIGCONT it: its late commit must be refused (one fence rejection per pause)."""
     with ChaosRun("paused-holder") as run:
         workers = [run.start_worker(concurrency=2, wait=False) for _ in range(2 if long else 1)]
         for worker in workers:
@@ -150,24 +204,31 @@ def paused_holder(*, long: bool) -> Row:
             sleep_ms=30,
             payload=_every(40 if long else 10, sleepMs=1500),
         )
-        victims: list[tuple[str, int]] = []
+        victims: list[tuple[int, dict[str, Any]]] = []
+        notes: list[str] = []
+        owed = 0  # late commits that must have been refused so far
         for _ in range(3 if long else 1):
             pid, record = run.wait_busy(run.all_children, min_left_s=0.8)
             os.kill(pid, signal.SIGSTOP)
             try:
-                time.sleep(4 * run.settings().lease_ttl_s)
+                took = _wait_takeover(run, record["sid"], pid, record["attempt"], TAKEOVER_TIMEOUT_S)
             finally:
                 os.kill(pid, signal.SIGCONT)
-            victims.append((record["sid"], pid))
+            victims.append((pid, record))
+            owed += took  # a victim nobody took over is reported by _expect_takeover below
+            if took:
+                _expect_refused(run, notes, owed)
         finish()
         row = run.check(timeout_s=_timeout(long))
-        for source_id, pid in victims:
-            _expect_takeover(run, row, source_id, pid)
+        row.expectations += notes
+        for pid, record in victims:
+            _expect_takeover(run, row, record["sid"], pid, record["attempt"])
         return row
 
 
 def partitioned_worker(*, long: bool) -> Row:
-    """6. Partition one worker from Redis (a proxy stops moving bytes) past the lease TTL, then heal it."""
+    """6. Partition one worker from Redis (a proxy stops moving bytes) mid-action until another worker took
+    its event over, then heal it: its late commit must be refused (one fence rejection per partition)."""
     with ChaosRun("partition") as run:
         proxy = run.proxy()
         direct = run.start_worker(concurrency=2, wait=False)
@@ -182,20 +243,25 @@ def partitioned_worker(*, long: bool) -> Row:
             sleep_ms=30,
             payload=_every(32 if long else 8, sleepMs=1500),
         )
-        victims: list[tuple[str, int]] = []
+        victims: list[tuple[int, dict[str, Any]]] = []
+        notes: list[str] = []
+        owed = 0  # late commits that must have been refused so far
         for _ in range(3 if long else 1):
             pid, record = run.wait_busy(cut_off.children, min_left_s=0.8)
             proxy.cut(hard=False)
             try:
-                time.sleep(4 * run.settings().lease_ttl_s)
+                took = _wait_takeover(run, record["sid"], pid, record["attempt"], PARTITION_TIMEOUT_S)
             finally:
                 proxy.restore()
-            victims.append((record["sid"], pid))
-            time.sleep(1.0)
+            victims.append((pid, record))
+            owed += took  # a victim nobody took over is reported by _expect_takeover below
+            if took:
+                _expect_refused(run, notes, owed)
         finish()
         row = run.check(timeout_s=_timeout(long))
-        for source_id, pid in victims:
-            _expect_takeover(run, row, source_id, pid)
+        row.expectations += notes
+        for pid, record in victims:
+            _expect_takeover(run, row, record["sid"], pid, record["attempt"])
         return row
 
 
@@ -237,7 +303,7 @@ def crash_loop(*, long: bool) -> Row:
         )
         poisoned = {e["sourceId"] for e in events if e["payload"].get("poison")}
         run.enqueue(events)
-        row = run.check(timeout_s=_timeout(long))
+        row = run.check(timeout_s=_timeout(long), poisoned=poisoned)
         _expect_dead_exactly(run, row, poisoned)
         return row
 
@@ -259,7 +325,8 @@ def _expect_dead_exactly(run: ChaosRun, row: Row, poisoned: set[str]) -> None:
 
 
 def retry_storm(*, long: bool) -> Row:
-    """9. Many events fail transiently for 20 s (``test.flaky`` until ``test:fixed``), then all recover."""
+    """9. Many events fail transiently (``test.flaky`` until ``test:fixed``): the storm lasts until every
+    flaky scope's head failed ``N`` times and every healthy event is done, then all recover, none dead."""
     with ChaosRun("retry-storm", retry_base_ms=500, retry_cap_ms=4000, max_attempts=60) as run:
         workers = [run.start_worker(concurrency=2, wait=False) for _ in range(2 if long else 1)]
         for worker in workers:
@@ -269,15 +336,30 @@ def retry_storm(*, long: bool) -> Row:
         )
         healthy = op_events(100 if long else 10, 10 if long else 2, tag="rsh", sleep_ms=10)
         run.enqueue(flaky + healthy)
-        storm_s = 20.0 if long else 5.0
-        time.sleep(storm_s)
-        failures = run.admin.llen(run.history.attempts)
+        failures_each = 5 if long else 3
+        flaky_scopes = {e["scopeKey"] for e in flaky}
+        healthy_ids = [eid for eid, (sid, _, _) in run.accepted.items() if sid.startswith("rsh-")]
+
+        def stormed() -> bool:
+            """Every flaky scope's head was attempted ``failures_each`` times (all failed: not fixed yet),
+            and the healthy scopes beside them finished."""
+            worst = {scope: 0 for scope in flaky_scopes}
+            for r in run.attempts():
+                if r["scope"] in worst:
+                    worst[r["scope"]] = max(worst[r["scope"]], r["attempt"])
+            states = [run.admin.hget(run.keys.event(eid), "state") for eid in healthy_ids]
+            return min(worst.values()) >= failures_each and all(state == "done" for state in states)
+
+        storm = ""
+        try:
+            wait_until(stormed, _timeout(long) / 2, "the storm", interval_s=0.2)
+        except AssertionError as exc:
+            storm = f"no storm: {exc}"
+        failures = sum(1 for r in run.attempts() if r["sid"].startswith("rsf-"))
         run.admin.set(run.history.fixed, "1")
         row = run.check(timeout_s=_timeout(long))
-        if failures <= len(flaky):
-            row.expectations.append(f"no storm: {failures} attempts in {storm_s:g}s")
-        if row.history.dead:
-            row.expectations.append(f"{row.history.dead} events died in the storm")
+        if storm:
+            row.expectations.append(f"{storm} ({failures} flaky attempts)")
         return row
 
 
