@@ -149,15 +149,23 @@ def _print_receipts(producer: Any, lines: list[str]) -> None:
     store = ReceiptStore(
         producer.store.client, producer.store.keys, ttl_s=producer.settings.receipt_retention_s
     )
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     found: list[dict[str, Any]] = []
+    quiet_since, last_count = time.monotonic(), -1
     while time.monotonic() < deadline:
         found = [
             r
             for u, a, t in sorted(owners)
             for r in store.list(user_id=u, agent_id=a, topic_id=str(t), limit=50)[0]
         ]
-        if {r["kind"] for r in found} >= {"memory", "skill"}:
+        if len(found) != last_count:
+            quiet_since, last_count = time.monotonic(), len(found)
+        # Settled: no scope has work, no outbound call is due, and no new receipt for a second and a half
+        # (an agent run handed over by the outbox reports its completion a moment later).
+        idle = not producer.store.active_scopes() and not producer.store.client.zcard(
+            producer.store.keys.outbox_due
+        )
+        if found and idle and time.monotonic() - quiet_since >= 1.5:
             break
         time.sleep(0.3)
     _say("\nreceipts (shown next to the message that caused them):")
