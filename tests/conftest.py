@@ -144,6 +144,20 @@ class Proc:
                 pass
 
 
+def worker_argv(concurrency: int) -> list[str]:
+    """The command line of one real ``agent-signal worker`` process (tests and the chaos battery)."""
+    return [
+        sys.executable,
+        "-m",
+        "producers._cli",
+        "worker",
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+    ]
+
+
 def wait_for(
     predicate: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.05, what: str = ""
 ) -> Any:
@@ -168,16 +182,7 @@ def start_worker(tmp_path: Path, redis_client: Redis, keys: Keys) -> Iterator[Ca
         log_path = tmp_path / f"worker-{len(procs)}.log"
         before = set(redis_client.hkeys(keys.workers))
         popen = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "producers._cli",
-                "worker",
-                "--concurrency",
-                str(concurrency),
-                "--loglevel",
-                "INFO",
-            ],
+            worker_argv(concurrency),
             cwd=ROOT,
             env=settings_env(settings),
             stdout=log_path.open("wb"),
@@ -196,7 +201,7 @@ def start_worker(tmp_path: Path, redis_client: Redis, keys: Keys) -> Iterator[Ca
                 raise AssertionError("worker did not start:\n" + proc.log()) from None
             if popen.poll() is not None:
                 raise AssertionError("worker exited:\n" + proc.log())
-            proc.hostname_hint = next(iter(set(redis_client.hkeys(keys.workers)) - before))
+            proc.hostname_hint = str(next(iter(set(redis_client.hkeys(keys.workers)) - before)))
         return proc
 
     yield start

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tests.chaos.harness import Row, format_table
+from tests.chaos.checker import Row, format_table
 from tests.chaos.scenarios import SCENARIOS, run_scenario
 
 

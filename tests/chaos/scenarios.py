@@ -14,13 +14,15 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.harness import ChaosRun, History, Row, op_events, wait_until
+from tests.chaos.checker import History, Row
+from tests.chaos.harness import ChaosRun, op_events
 from tests.chaos.history_plugin import FLAKY_TYPE
+from tests.chaos.processes import wait_until
 
 __all__ = ["SCENARIOS", "run_scenario"]
 
@@ -189,6 +191,40 @@ def _expect_refused(run: ChaosRun, notes: list[str], victims: int) -> None:
         notes.append(f"{run.fence_rejections()} refused commit(s) for {victims} faulted holder(s)")
 
 
+def _faults_until_takeover(
+    run: ChaosRun,
+    finish: Callable[[], None],
+    *,
+    long: bool,
+    busy_in: Callable[[], Sequence[int]],
+    inject: Callable[[int], None],
+    heal: Callable[[int], None],
+    takeover_timeout_s: float,
+) -> Row:
+    """Fault a busy lease holder (``inject(pid)``) until another process took its event over, then
+    ``heal(pid)``: each late commit must be refused. Then finish the workload and check the run."""
+    victims: list[tuple[int, dict[str, Any]]] = []
+    notes: list[str] = []
+    owed = 0  # late commits that must have been refused so far
+    for _ in range(3 if long else 1):
+        pid, record = run.wait_busy(busy_in, min_left_s=0.8)
+        inject(pid)
+        try:
+            took = _wait_takeover(run, record["sid"], pid, record["attempt"], takeover_timeout_s)
+        finally:
+            heal(pid)
+        victims.append((pid, record))
+        owed += took  # a victim nobody took over is reported by _expect_takeover below
+        if took:
+            _expect_refused(run, notes, owed)
+    finish()
+    row = run.check(timeout_s=_timeout(long))
+    row.expectations += notes
+    for pid, record in victims:
+        _expect_takeover(run, row, record["sid"], pid, record["attempt"])
+    return row
+
+
 def paused_holder(*, long: bool) -> Row:
     """5. SIGSTOP a child that holds a lease mid-action until another process took its event over, then
     SIGCONT it: its late commit must be refused (one fence rejection per pause)."""
@@ -196,34 +232,17 @@ def paused_holder(*, long: bool) -> Row:
         workers = [run.start_worker(concurrency=2, wait=False) for _ in range(2 if long else 1)]
         for worker in workers:
             run.wait_registered(worker, 2)
-        finish = _load(
+        payload = _every(40 if long else 10, sleepMs=1500)
+        finish = _load(run, "ph", long, scopes=8 if long else 3, sleep_ms=30, payload=payload)
+        return _faults_until_takeover(
             run,
-            "ph",
-            long,
-            scopes=8 if long else 3,
-            sleep_ms=30,
-            payload=_every(40 if long else 10, sleepMs=1500),
+            finish,
+            long=long,
+            busy_in=run.all_children,
+            inject=lambda pid: os.kill(pid, signal.SIGSTOP),
+            heal=lambda pid: os.kill(pid, signal.SIGCONT),
+            takeover_timeout_s=TAKEOVER_TIMEOUT_S,
         )
-        victims: list[tuple[int, dict[str, Any]]] = []
-        notes: list[str] = []
-        owed = 0  # late commits that must have been refused so far
-        for _ in range(3 if long else 1):
-            pid, record = run.wait_busy(run.all_children, min_left_s=0.8)
-            os.kill(pid, signal.SIGSTOP)
-            try:
-                took = _wait_takeover(run, record["sid"], pid, record["attempt"], TAKEOVER_TIMEOUT_S)
-            finally:
-                os.kill(pid, signal.SIGCONT)
-            victims.append((pid, record))
-            owed += took  # a victim nobody took over is reported by _expect_takeover below
-            if took:
-                _expect_refused(run, notes, owed)
-        finish()
-        row = run.check(timeout_s=_timeout(long))
-        row.expectations += notes
-        for pid, record in victims:
-            _expect_takeover(run, row, record["sid"], pid, record["attempt"])
-        return row
 
 
 def partitioned_worker(*, long: bool) -> Row:
@@ -235,34 +254,17 @@ def partitioned_worker(*, long: bool) -> Row:
         cut_off = run.start_worker(concurrency=2, via=proxy, wait=False)
         for worker in (direct, cut_off):
             run.wait_registered(worker, 2)
-        finish = _load(
+        payload = _every(32 if long else 8, sleepMs=1500)
+        finish = _load(run, "pt", long, scopes=8 if long else 3, sleep_ms=30, payload=payload)
+        return _faults_until_takeover(
             run,
-            "pt",
-            long,
-            scopes=8 if long else 3,
-            sleep_ms=30,
-            payload=_every(32 if long else 8, sleepMs=1500),
+            finish,
+            long=long,
+            busy_in=cut_off.children,
+            inject=lambda pid: proxy.cut(hard=False),
+            heal=lambda pid: proxy.restore(),
+            takeover_timeout_s=PARTITION_TIMEOUT_S,
         )
-        victims: list[tuple[int, dict[str, Any]]] = []
-        notes: list[str] = []
-        owed = 0  # late commits that must have been refused so far
-        for _ in range(3 if long else 1):
-            pid, record = run.wait_busy(cut_off.children, min_left_s=0.8)
-            proxy.cut(hard=False)
-            try:
-                took = _wait_takeover(run, record["sid"], pid, record["attempt"], PARTITION_TIMEOUT_S)
-            finally:
-                proxy.restore()
-            victims.append((pid, record))
-            owed += took  # a victim nobody took over is reported by _expect_takeover below
-            if took:
-                _expect_refused(run, notes, owed)
-        finish()
-        row = run.check(timeout_s=_timeout(long))
-        row.expectations += notes
-        for pid, record in victims:
-            _expect_takeover(run, row, record["sid"], pid, record["attempt"])
-        return row
 
 
 def broker_cut(*, long: bool) -> Row:

@@ -15,8 +15,10 @@ from typing import Literal
 import pytest
 from redis import Redis
 
-from tests.chaos.harness import Receipts, RedisServer, Row, check_history
+from tests.chaos.checker import Row, check_history
 from tests.chaos.history_plugin import HistoryKeys
+from tests.chaos.processes import RedisServer
+from tests.chaos.receiver import Receipts
 from tests.chaos.scenarios import child_kill, paused_holder, redis_restart
 from worker.keys import Keys
 from worker.outbox import OutboxRecord, outbox_commands

@@ -18,7 +18,7 @@ import pytest
 from redis import Redis
 
 from producers import Producer
-from tests.chaos.harness import TcpProxy
+from tests.chaos.processes import TcpProxy
 from tests.conftest import wait_for
 from tests.support.private_redis import private_redis
 from worker.keys import Keys
