@@ -53,9 +53,18 @@ broker:<queue>                       list    -                         the Celer
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-__all__ = ["ENGINE_FAMILIES", "Keys"]
+__all__ = [
+    "DEFAULT_TENANT",
+    "ENGINE_FAMILIES",
+    "BadTenant",
+    "Keys",
+    "check_tenant",
+    "scope_ref",
+    "split_scope_ref",
+]
 
 # Key families only the engine writes; a handler's staged write to one of them is refused.
 ENGINE_FAMILIES = (
@@ -71,15 +80,107 @@ ENGINE_FAMILIES = (
     "metrics:",
     "outbox:",
     "outbox-of:",
+    "apikey:",
+    "ratelimit:",
 )
-ENGINE_SINGLETONS = ("scopes", "dlq", "stats", "workers", "reconcile-lock", "series", "outbox-due")
+ENGINE_SINGLETONS = (
+    "scopes",
+    "dlq",
+    "stats",
+    "workers",
+    "reconcile-lock",
+    "series",
+    "outbox-due",
+    "tenants",
+    "apikeys",
+    "audit",
+)
+
+
+TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+DEFAULT_TENANT = "default"
+SCOPE_REF_SEPARATOR = "/"
+
+
+class BadTenant(ValueError):
+    """A tenant name outside ``[a-z0-9][a-z0-9_-]{0,62}``."""
+
+
+def check_tenant(tenant: str) -> str:
+    if not isinstance(tenant, str) or not TENANT_PATTERN.match(tenant):
+        raise BadTenant(f"tenant must match {TENANT_PATTERN.pattern} (got {tenant!r})")
+    return tenant
+
+
+def scope_ref(tenant: str, scope_key: str) -> str:
+    """The engine-wide name of a tenant's scope: ``<tenant>/<scopeKey>`` (drain tasks, ``scopes``, outbox-due).
+
+    A tenant name holds no ``/``, so the first ``/`` splits it back (scope keys may contain ``/``)."""
+    return f"{tenant}{SCOPE_REF_SEPARATOR}{scope_key}"
+
+
+def split_scope_ref(ref: str) -> tuple[str, str]:
+    """``(tenant, scopeKey)`` of a scope ref; raises BadTenant when it does not start with a tenant."""
+    tenant, sep, scope_key = ref.partition(SCOPE_REF_SEPARATOR)
+    if not sep or not scope_key:
+        raise BadTenant(f"not a scope ref (<tenant>/<scopeKey>): {ref!r}")
+    return check_tenant(tenant), scope_key
 
 
 @dataclass(frozen=True, slots=True)
 class Keys:
-    """Key builder bound to one prefix."""
+    """Key builder bound to one prefix and one tenant.
+
+    Tenant-owned keys start with :attr:`own` (``<prefix>t:<tenant>:``), so everything a tenant stores is found
+    by one SCAN pattern (:attr:`tenant_pattern`); engine-wide keys (workers, the broker, metrics, the scopes
+    and outbox-due registries whose members are scope refs, credentials, rate buckets) start with the prefix
+    alone. ``for_tenant`` gives the same builder for another tenant."""
 
     prefix: str = "agent-signal:"
+    tenant: str = DEFAULT_TENANT
+
+    def for_tenant(self, tenant: str) -> Keys:
+        if tenant == self.tenant:
+            return self
+        return Keys(self.prefix, check_tenant(tenant))
+
+    @property
+    def own(self) -> str:
+        """The prefix of every key this tenant owns."""
+        return f"{self.prefix}t:{self.tenant}:"
+
+    @property
+    def tenant_pattern(self) -> str:
+        """A SCAN pattern for every key of this tenant (erasure checks and tenant export use it)."""
+        return f"{self.own}*"
+
+    def scope_ref(self, scope_key: str) -> str:
+        return scope_ref(self.tenant, scope_key)
+
+    # --- engine-wide: tenants, credentials, rate limits ---
+
+    @property
+    def tenants(self) -> str:
+        """Set of tenants that have stored anything (the reconcile sweep and fair share walk it)."""
+        return f"{self.prefix}tenants"
+
+    def api_key(self, key_id: str) -> str:
+        """One API key: hash {tenant, role, name, hash, createdAt, revokedAt?}; the secret is never stored."""
+        return f"{self.prefix}apikey:{key_id}"
+
+    @property
+    def api_keys(self) -> str:
+        """Set of every API key id (``keys list``)."""
+        return f"{self.prefix}apikeys"
+
+    def rate_bucket(self, credential_id: str) -> str:
+        """A credential's token bucket (hash {tokens, at}), expiring when idle."""
+        return f"{self.prefix}ratelimit:{credential_id}"
+
+    @property
+    def audit(self) -> str:
+        """The tenant's audit trail (stream): key changes, erasures, discards."""
+        return f"{self.own}audit"
 
     def event(self, event_id: str) -> str:
         return f"{self.event_prefix}{event_id}"
@@ -87,47 +188,47 @@ class Keys:
     @property
     def event_prefix(self) -> str:
         """``ev:`` keys are ``event_prefix + eventId``: the scripts that find an inbox head's record use it."""
-        return f"{self.prefix}ev:"
+        return f"{self.own}ev:"
 
     def inbox(self, scope_key: str) -> str:
-        return f"{self.prefix}inbox:{{{scope_key}}}"
+        return f"{self.own}inbox:{{{scope_key}}}"
 
     def scheduled(self, scope_key: str) -> str:
-        return f"{self.prefix}sched:{{{scope_key}}}"
+        return f"{self.own}sched:{{{scope_key}}}"
 
     def enqueue_seq(self, scope_key: str) -> str:
         """The scope's enqueue counter: each event keeps its number, so a redrive knows if later ones exist."""
-        return f"{self.prefix}seq:{{{scope_key}}}"
+        return f"{self.own}seq:{{{scope_key}}}"
 
     def lease(self, scope_key: str) -> str:
-        return f"{self.prefix}lease:{{{scope_key}}}"
+        return f"{self.own}lease:{{{scope_key}}}"
 
     def fence(self, scope_key: str) -> str:
-        return f"{self.prefix}fence:{{{scope_key}}}"
+        return f"{self.own}fence:{{{scope_key}}}"
 
     def idempotency(self, scope_key: str, key: str) -> str:
-        return f"{self.prefix}idem:{{{scope_key}}}:{key}"
+        return f"{self.own}idem:{{{scope_key}}}:{key}"
 
     def chain(self, chain_id: str) -> str:
-        return f"{self.prefix}chain:{chain_id}"
+        return f"{self.own}chain:{chain_id}"
 
     def activity(self, scope_key: str) -> str:
         """Per-scope activity counters written by the built-in policy's action."""
-        return f"{self.prefix}activity:{{{scope_key}}}"
+        return f"{self.own}activity:{{{scope_key}}}"
 
     def plugin(self, scope_key: str, name: str) -> str:
         """A plugin's own key in a scope (``ctx.key(name)``): prefix and hash tag included."""
-        return f"{self.prefix}plugin:{{{scope_key}}}:{name}"
+        return f"{self.own}plugin:{{{scope_key}}}:{name}"
 
     # --- the outbox: outbound calls committed with the event, delivered by the relay ---
 
     def outbox_record(self, scope_key: str, record_id: str) -> str:
         """One outbox record (JSON: kind, payload, key, eventId, state, attempts, lastError), with a TTL."""
-        return f"{self.prefix}outbox:{{{scope_key}}}:{record_id}"
+        return f"{self.own}outbox:{{{scope_key}}}:{record_id}"
 
     def outbox_of_event(self, scope_key: str, event_id: str) -> str:
         """The ids of the outbox records one event staged (its run detail lists them)."""
-        return f"{self.prefix}outbox-of:{{{scope_key}}}:{event_id}"
+        return f"{self.own}outbox-of:{{{scope_key}}}:{event_id}"
 
     @property
     def outbox_due(self) -> str:
@@ -138,19 +239,19 @@ class Keys:
 
     def procedure(self, scope_key: str) -> str:
         """record id -> procedure record (JSON)."""
-        return f"{self.prefix}procedure:{{{scope_key}}}"
+        return f"{self.own}procedure:{{{scope_key}}}"
 
     def procedure_marker(self, scope_key: str, domain_key: str, intent: str, procedure_key: str) -> str:
         """A ``handled`` marker: one key (LobeHub double-prefixes it, quirk 10)."""
-        return f"{self.prefix}procedure-marker:{{{scope_key}}}:{domain_key}:{intent}:{procedure_key}"
+        return f"{self.own}procedure-marker:{{{scope_key}}}:{domain_key}:{intent}:{procedure_key}"
 
     def procedure_receipts(self, scope_key: str) -> str:
         """The scope's last procedure receipts (JSON list items, newest first)."""
-        return f"{self.prefix}procedure-receipts:{{{scope_key}}}"
+        return f"{self.own}procedure-receipts:{{{scope_key}}}"
 
     def reflection_accumulator(self, scope_key: str, scope_type: str, scope_id: str) -> str:
         """Self-reflection counters of one reflection scope (task, operation or topic)."""
-        return f"{self.prefix}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
+        return f"{self.own}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
 
     # --- metrics and the broker ---
 
@@ -176,93 +277,93 @@ class Keys:
 
     def session(self, scope_key: str) -> str:
         """Session settings (dmailEnabled, root, functions, userId, agentId, topicId)."""
-        return f"{self.prefix}session:{{{scope_key}}}"
+        return f"{self.own}session:{{{scope_key}}}"
 
     def context(self, scope_key: str) -> str:
         """The session's context records (kimi's JSONL lines, one list item each)."""
-        return f"{self.prefix}ctx:{{{scope_key}}}"
+        return f"{self.own}ctx:{{{scope_key}}}"
 
     def context_meta(self, scope_key: str) -> str:
         """next checkpoint id, token count, message count, event counter."""
-        return f"{self.prefix}ctxmeta:{{{scope_key}}}"
+        return f"{self.own}ctxmeta:{{{scope_key}}}"
 
     def checkpoints(self, scope_key: str) -> str:
         """checkpoint id -> "<list position>:<messages before it>"."""
-        return f"{self.prefix}ckpt:{{{scope_key}}}"
+        return f"{self.own}ckpt:{{{scope_key}}}"
 
     def usage(self, scope_key: str) -> str:
         """_usage records: score = list position, member = "<position>:<token count>"."""
-        return f"{self.prefix}usage:{{{scope_key}}}"
+        return f"{self.own}usage:{{{scope_key}}}"
 
     def dmail(self, scope_key: str) -> str:
         """The one pending D-Mail of the session."""
-        return f"{self.prefix}dmail:{{{scope_key}}}"
+        return f"{self.own}dmail:{{{scope_key}}}"
 
     def functions_state(self, scope_key: str) -> str:
         """The session's function runtime (active set, states, ledgers, artifacts) as one JSON document."""
-        return f"{self.prefix}fnstate:{{{scope_key}}}"
+        return f"{self.own}fnstate:{{{scope_key}}}"
 
     # --- self-iteration data (the reference runner's small real store) ---
 
     def memories(self, user_id: str) -> str:
         """memory id -> JSON, per user."""
-        return f"{self.prefix}memories:{user_id}"
+        return f"{self.own}memories:{user_id}"
 
     def skills(self, user_id: str, agent_id: str) -> str:
         """skill document id -> JSON (current version), per user and agent."""
-        return f"{self.prefix}skills:{user_id}:{agent_id}"
+        return f"{self.own}skills:{user_id}:{agent_id}"
 
     def skill_history(self, document_id: str) -> str:
         """history id -> JSON of a previous version (for CAS rollback)."""
-        return f"{self.prefix}skill-history:{document_id}"
+        return f"{self.own}skill-history:{document_id}"
 
     def skill_intents(self, scope_key: str) -> str:
         """LobeHub's skill-intent records of a scope (parked skill candidates)."""
-        return f"{self.prefix}skill-intent:{{{scope_key}}}"
+        return f"{self.own}skill-intent:{{{scope_key}}}"
 
     def skill_candidates(self, scope_key: str) -> str:
         """Accumulated weak skill candidates of a scope (score bucket)."""
-        return f"{self.prefix}skill-candidates:{{{scope_key}}}"
+        return f"{self.own}skill-candidates:{{{scope_key}}}"
 
     def review_guard(self, guard_key: str) -> str:
         """nightly-review-guard:<key> etc.: one run per review window."""
-        return f"{self.prefix}dedupe:{guard_key}"
+        return f"{self.own}dedupe:{guard_key}"
 
     def conversation(self, user_id: str, agent_id: str, topic_id: str) -> str:
         """Messages of a conversation as seen in events (JSON list items), for the receipts UI."""
-        return f"{self.prefix}conversation:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
+        return f"{self.own}conversation:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
 
     @property
     def conversations(self) -> str:
         """Known conversations: "<userId>\x1f<agentId>\x1f<topicId>" -> last activity (ms)."""
-        return f"{self.prefix}conversations"
+        return f"{self.own}conversations"
 
     @property
     def series(self) -> str:
         """Per-minute throughput and latency: fields "<minute>:done" and "<minute>:latency_ms"."""
-        return f"{self.prefix}series"
+        return f"{self.own}series"
 
     @property
     def diagnostics(self) -> str:
         """Malformed judge answers (newest first), for operators."""
-        return f"{self.prefix}diagnostics"
+        return f"{self.own}diagnostics"
 
     @property
     def self_iteration_overrides(self) -> str:
         """userId -> "1" | "0": per-user override of the self-iteration feature gate."""
-        return f"{self.prefix}features:self-iteration"
+        return f"{self.own}features:self-iteration"
 
     def receipts_feed(self, user_id: str, agent_id: str, topic_id: str) -> str:
         """Pub/sub channel announcing new receipt ids of an index (the SSE stream listens here)."""
-        return f"{self.prefix}receipts-feed:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
+        return f"{self.own}receipts-feed:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
 
     # --- receipts ---
 
     def receipt(self, receipt_id: str) -> str:
-        return f"{self.prefix}receipt:{receipt_id}"
+        return f"{self.own}receipt:{receipt_id}"
 
     def receipt_index(self, user_id: str, agent_id: str, topic_id: str) -> str:
-        return f"{self.prefix}receipts:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
+        return f"{self.own}receipts:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
 
     @property
     def scopes(self) -> str:
@@ -270,11 +371,11 @@ class Keys:
 
     @property
     def dlq(self) -> str:
-        return f"{self.prefix}dlq"
+        return f"{self.own}dlq"
 
     @property
     def stats(self) -> str:
-        return f"{self.prefix}stats"
+        return f"{self.own}stats"
 
     @property
     def workers(self) -> str:
@@ -286,9 +387,14 @@ class Keys:
 
     def is_engine_key(self, key: str) -> bool:
         """True for keys of the engine's own state (events, inboxes, leases, fences, lanes, counters…)."""
-        if not key.startswith(self.prefix):
+        if key.startswith(self.own):
+            rest = key[len(self.own) :]
+        elif key.startswith(self.prefix):
+            rest = key[len(self.prefix) :]
+            if rest.startswith("t:"):  # another tenant's key is never a handler's to write
+                return True
+        else:
             return False
-        rest = key[len(self.prefix) :]
         return rest in ENGINE_SINGLETONS or rest.startswith(ENGINE_FAMILIES)
 
     @property
