@@ -125,7 +125,7 @@ def round_trips_per_event(url: str, n: int, scopes: int) -> tuple[float, float]:
     pipeline.lease = ScopeLease(pipeline.store.scripts, pipeline.store.keys, ttl_s=30.0, renew_interval_s=5.0)
     CountingRedis.round_trips = 0
     for s in range(scopes):
-        pipeline.drain(f"topic:rt-{s}")
+        pipeline.drain_scope(f"topic:rt-{s}")
     worker_rt = CountingRedis.round_trips / n
     from bench._env import cleanup
 

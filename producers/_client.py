@@ -7,6 +7,7 @@ Both validate first and enqueue nothing from a batch with an invalid event; both
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -64,6 +65,23 @@ class Producer:
         self.emitter = assembly.emitter
         self.deps: Deps = assembly.deps
         self.runtime: PluginRuntime = assembly.runtime
+        self._views: dict[str, Producer] = {}
+
+    @property
+    def tenant(self) -> str:
+        return self.store.tenant
+
+    def for_tenant(self, tenant: str) -> Producer:
+        """The same producer for ``tenant``: its events, reads and keys are that tenant's (shared connections)."""
+        if tenant == self.store.tenant:
+            return self
+        view = self._views.get(tenant)
+        if view is None:
+            view = copy.copy(self)
+            view.store = self.store.for_tenant(tenant)
+            view.emitter = self.emitter.for_tenant(tenant)
+            self._views[tenant] = view
+        return view
 
     def validate(self, event: EventLike, *, prefix: str = "") -> PreparedEvent:
         """Validate and prepare one event, or raise InvalidEvent naming the field."""

@@ -71,9 +71,10 @@ class EffectBuffer:
             raise PermanentFailure(
                 f"{command} cannot be staged (allowed: {', '.join(sorted(STAGEABLE))})", code="INVALID_EFFECT"
             )
-        if self.keys is not None and (not key.startswith(self.keys.prefix) or self.keys.is_engine_key(key)):
+        if self.keys is not None and (not key.startswith(self.keys.own) or self.keys.is_engine_key(key)):
             raise PermanentFailure(
-                f"{command} {key!r}: a handler writes only its own keys (ctx.key(name) or Keys), never the engine's",
+                f"{command} {key!r}: a handler writes only its own tenant's keys (ctx.key(name) or ctx.keys), "
+                "never the engine's",
                 code="INVALID_EFFECT",
             )
         self.commands.append([command, *args[1:]])
@@ -173,8 +174,14 @@ class HandlerContext:
         """The node's own timestamp (fixed for every handler of the node), in ms."""
         return self.node_timestamp
 
+    @property
+    def tenant(self) -> str:
+        """The tenant whose event this is (every key from ``ctx.keys`` / ``ctx.key`` is that tenant's)."""
+        return self.keys.tenant
+
     def key(self, name: str) -> str:
-        """A fully qualified key for the plugin's own data in this scope (prefix and hash tag included)."""
+        """A fully qualified key for the plugin's own data in this scope (tenant, prefix and hash tag
+        included)."""
         return self.keys.plugin(self.scope_key, name)
 
     def deps(self, kind: type[T]) -> T:
@@ -200,6 +207,7 @@ class HandlerContext:
             scope_key=self.scope_key,
             event_id=event_id or "",
             created_at=now_ms(),  # the worker's clock: a producer's timestamp must not postpone a delivery
+            tenant=self.keys.tenant,
         )
         self.effects._stage_outbox(record.id, outbox_commands(self.keys, record, self.outbox_retention_s))
         return record.id

@@ -20,6 +20,8 @@ def dedupe_key(scope_key: str, source_type: str, source_id: str) -> str:
     return f"{scope_key}:{source_type}:{source_id}"
 
 
-def event_id_for(key: str) -> str:
-    """``evt_`` + 24 hex digits of SHA-256 of the dedupe key: deterministic and path-safe."""
-    return "evt_" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
+def event_id_for(key: str, tenant: str = "default") -> str:
+    """``evt_`` + 24 hex digits of SHA-256 of the tenant and the dedupe key: deterministic, path-safe, and
+    never the same for two tenants (the ``default`` tenant hashes the key alone, as before tenants)."""
+    material = key if tenant == "default" else f"{tenant}/{key}"
+    return "evt_" + hashlib.sha256(material.encode("utf-8")).hexdigest()[:24]

@@ -8,6 +8,7 @@ One implementation of validation, the size limits and the admission hooks serves
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,7 +41,8 @@ AdmissionHook = Callable[[Sequence[PreparedEvent]], Mapping[int, str]]
 
 
 class Emitter:
-    """Validate, admit and enqueue source events for one store; ``publish(scopeKey)`` sends a drain task."""
+    """Validate, admit and enqueue source events for one store (one tenant: ``for_tenant`` for another);
+    ``publish(scopeRef)`` sends a drain task."""
 
     def __init__(
         self,
@@ -60,6 +62,18 @@ class Emitter:
         )
         self.admission = tuple(admission)
 
+    @property
+    def tenant(self) -> str:
+        return self.store.tenant
+
+    def for_tenant(self, tenant: str) -> Emitter:
+        """The same emitter storing into ``tenant`` (its events' ids, keys and scope refs are that tenant's)."""
+        if tenant == self.store.tenant:
+            return self
+        other = copy.copy(self)
+        other.store = self.store.for_tenant(tenant)
+        return other
+
     def validate(self, event: EventLike, *, prefix: str = "") -> PreparedEvent:
         """Validate and prepare one event, or raise InvalidEvent naming the field."""
         data = event.model_dump(by_alias=True, exclude_none=True) if isinstance(event, SourceEvent) else event
@@ -75,7 +89,7 @@ class Emitter:
                 ),
                 status_code=413,
             )
-        return prepare(parsed)
+        return prepare(parsed, tenant=self.store.tenant)
 
     def validate_many(self, events: Sequence[EventLike], *, single: bool = False) -> list[PreparedEvent]:
         """Validate a batch (all or nothing): InvalidEvent names ``events[i].field`` (``field`` when single)."""
@@ -120,14 +134,14 @@ class Emitter:
             outcome = next(outcomes)
             if outcome.schedule and outcome.scope_key not in scheduled:
                 scheduled.add(outcome.scope_key)
-                self._publish(outcome.scope_key)
+                self._publish(self.store.keys.scope_ref(outcome.scope_key))
             results.append(
                 EnqueueResult(event_id=outcome.event_id, source_id=outcome.source_id, status=outcome.status)
             )
         return results
 
     def _publish(self, scope_key: str) -> None:
-        """Send the scope's drain. The events are stored by now, so a broker failure must not fail the call:
+        """Send the scope's drain (``scope_key`` is its scope ref). The events are stored by now, so a broker failure must not fail the call:
         the scope keeps its ``sched`` marker and the reconcile sweep re-publishes its drain."""
         try:
             self.publish(scope_key)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from worker.dedupe import dedupe_key, event_id_for
+from worker.ids import Id, payload_id_errors
 from worker.nodes import ChainRef, Source
 from worker.scope import derive_scope_key
 from worker.source_types import SourceTypePolicy
@@ -44,19 +45,28 @@ class SourceEvent(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True)
 
     source_type: str = Field(min_length=1, max_length=200)
-    source_id: str = Field(min_length=1, max_length=1000)
+    source_id: Id  # ids follow one rule (worker/ids.py): 1-256 of letters, digits and _ . : @ / + = - #
     payload: dict[str, Any]
-    scope_key: str | None = Field(default=None, min_length=1, max_length=1000)
+    scope_key: Id | None = None
     timestamp: int | None = Field(default=None, ge=0)
-    user_id: str | None = None
-    agent_id: str | None = None
-    workspace_id: str | None = None
+    user_id: Id | None = None
+    agent_id: Id | None = None
+    workspace_id: Id | None = None
 
     @field_validator("source_type")
     @classmethod
     def _dotted(cls, value: str) -> str:
         if value != value.strip() or " " in value:
             raise ValueError("must not contain spaces")
+        return value
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_ids(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """The payload's own userId/agentId/workspaceId/topicId follow the id rule (a 422 names payload.<id>)."""
+        errors = payload_id_errors(value)
+        if errors:
+            raise ValidationError.from_exception_data("SourceEvent", errors)
         return value
 
 
@@ -151,14 +161,18 @@ def parse_event(data: Any, types: SourceTypePolicy, *, prefix: str = "") -> Sour
 
 
 def prepare(
-    event: SourceEvent, *, now_ms: int | None = None, traceparent: str | None = None
+    event: SourceEvent,
+    *,
+    now_ms: int | None = None,
+    traceparent: str | None = None,
+    tenant: str = "default",
 ) -> PreparedEvent:
     """Resolve scope and timestamp, derive the ids, and build the Source the worker will run."""
     scope_key = event.scope_key or derive_scope_key(
         event.payload, user_id=event.user_id, agent_id=event.agent_id
     )
     key = dedupe_key(scope_key, event.source_type, event.source_id)
-    event_id = event_id_for(key)
+    event_id = event_id_for(key, tenant)
     source = Source(
         source_id=event.source_id,
         source_type=event.source_type,
@@ -181,6 +195,7 @@ def prepare(
         body=body,
         source_type=event.source_type,
         user_id=event.user_id or (payload_user if isinstance(payload_user, str) else None),
+        tenant=tenant,
     )
 
 
@@ -198,4 +213,5 @@ def with_traceparent(prepared: PreparedEvent, traceparent: str | None) -> Prepar
         body,
         prepared.source_type,
         prepared.user_id,
+        prepared.tenant,
     )

@@ -53,8 +53,15 @@ broker:<queue>                       list    -                         the Celer
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from worker.tenancy import (
+    DEFAULT_TENANT,
+    BadTenant,
+    check_tenant,
+    scope_ref,
+    split_scope_ref,
+)
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -94,37 +101,8 @@ ENGINE_SINGLETONS = (
     "tenants",
     "apikeys",
     "audit",
+    "token-secret",
 )
-
-
-TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-DEFAULT_TENANT = "default"
-SCOPE_REF_SEPARATOR = "/"
-
-
-class BadTenant(ValueError):
-    """A tenant name outside ``[a-z0-9][a-z0-9_-]{0,62}``."""
-
-
-def check_tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or not TENANT_PATTERN.match(tenant):
-        raise BadTenant(f"tenant must match {TENANT_PATTERN.pattern} (got {tenant!r})")
-    return tenant
-
-
-def scope_ref(tenant: str, scope_key: str) -> str:
-    """The engine-wide name of a tenant's scope: ``<tenant>/<scopeKey>`` (drain tasks, ``scopes``, outbox-due).
-
-    A tenant name holds no ``/``, so the first ``/`` splits it back (scope keys may contain ``/``)."""
-    return f"{tenant}{SCOPE_REF_SEPARATOR}{scope_key}"
-
-
-def split_scope_ref(ref: str) -> tuple[str, str]:
-    """``(tenant, scopeKey)`` of a scope ref; raises BadTenant when it does not start with a tenant."""
-    tenant, sep, scope_key = ref.partition(SCOPE_REF_SEPARATOR)
-    if not sep or not scope_key:
-        raise BadTenant(f"not a scope ref (<tenant>/<scopeKey>): {ref!r}")
-    return check_tenant(tenant), scope_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +150,11 @@ class Keys:
     def api_keys(self) -> str:
         """Set of every API key id (``keys list``)."""
         return f"{self.prefix}apikeys"
+
+    @property
+    def token_secret(self) -> str:
+        """The user-token signing secret (string, SET NX once) unless AGENT_SIGNAL_TOKEN_SECRET is set."""
+        return f"{self.prefix}token-secret"
 
     def rate_bucket(self, credential_id: str) -> str:
         """A credential's token bucket (hash {tokens, at}), expiring when idle."""

@@ -65,7 +65,7 @@ class ScopeLease:
                 self.keys.scheduled(scope_key),
                 self.keys.scopes,
             ],
-            args=[token, self.ttl_ms, self.keys.event_prefix, now_ms, scope_key],
+            args=[token, self.ttl_ms, self.keys.event_prefix, now_ms, self.keys.scope_ref(scope_key)],
         )
         fence = int(reply[0])
         if fence == 0:

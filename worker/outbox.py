@@ -3,7 +3,7 @@
 A handler never calls another system itself. ``ctx.outbox(kind, payload, key=…)`` stages an
 :class:`OutboxRecord` as writes in the handler's effect buffer, after all of the handler's own writes:
 ``SET NX outbox:{scope}:<id> <json> EX <retention>``, its id in the event's index ``outbox-of:{scope}:<event>``,
-and ``ZADD NX outbox-due <now> "<scope>\\x1f<id>"``. They land with the action's idempotency mark (APPLY) or
+and ``ZADD NX outbox-due <now> "<tenant>/<scope>\\x1f<id>"`` (one registry for every tenant). They land with the action's idempotency mark (APPLY) or
 with the event's ``done`` commit (COMMIT), fenced like every staged write, so a paused or partitioned lease
 holder whose commit is refused leaves no record, and one idempotency key makes one record.
 
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from worker.keys import Keys
+from worker.keys import Keys, split_scope_ref
 from worker.retry import backoff_ms
 from worker.store import EventStore, now_ms
 
@@ -54,6 +54,7 @@ class OutboxRecord:
     attempts: int = 0
     last_error: str = ""
     delivered_at: int = 0
+    tenant: str = "default"
 
     def to_json(self) -> str:
         data = {
@@ -68,6 +69,7 @@ class OutboxRecord:
             "attempts": self.attempts,
             "lastError": self.last_error,
             "deliveredAt": self.delivered_at,
+            "tenant": self.tenant,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -92,6 +94,7 @@ class OutboxRecord:
             attempts=int(d.get("attempts", 0)),
             last_error=d.get("lastError", ""),
             delivered_at=int(d.get("deliveredAt", 0)),
+            tenant=str(d.get("tenant", "default")),
         )
 
 
@@ -101,7 +104,7 @@ Deliverer = Callable[[OutboxRecord], None]
 
 def outbox_commands(keys: Keys, record: OutboxRecord, retention_s: int) -> list[list[str | int]]:
     """The staged writes that put ``record`` in the outbox once (a second staging changes nothing)."""
-    member = f"{record.scope_key}{SEPARATOR}{record.id}"
+    member = f"{keys.scope_ref(record.scope_key)}{SEPARATOR}{record.id}"
     index = keys.outbox_of_event(record.scope_key, record.event_id or "-")
     return [
         ["SET", keys.outbox_record(record.scope_key, record.id), record.to_json(), "NX", "EX", retention_s],
@@ -162,8 +165,9 @@ class OutboxRelay:
                 wait_s = min(max(wait_s * 2, interval_s), 5.0)
 
     def _deliver(self, member: str, deadline: int) -> int:
-        scope_key, _, record_id = member.partition(SEPARATOR)
-        key = self.store.keys.outbox_record(scope_key, record_id)
+        ref, _, record_id = member.partition(SEPARATOR)
+        tenant, scope_key = split_scope_ref(ref)
+        key = self.store.keys.for_tenant(tenant).outbox_record(scope_key, record_id)
         raw = self.store.client.get(key)
         if raw is None:
             log.error("outbox record %s expired before it was delivered", record_id)

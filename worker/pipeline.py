@@ -22,6 +22,7 @@ keeps the scope scheduled); the caller publishes the next drain task.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -31,21 +32,23 @@ from typing import Any, Literal, Protocol
 
 from redis.exceptions import RedisError
 
+from worker.action_port import RedisActionPort
+from worker.chain_document import chain_projection, compact_json
 from worker.context import Deps, EffectBuffer
 from worker.emitter import Emitter, StagedEmits
 from worker.errors import LeaseLost, PermanentFailure, RetryLater, SkipEvent
-from worker.keys import Keys
+from worker.keys import Keys, split_scope_ref
 from worker.lease import LeaseGrant, ScopeLease
 from worker.logs import bind_event, clear_context
 from worker.nodes import Source
 from worker.plugin import PluginRuntime
-from worker.projection import project_chain, trace_events
+from worker.projection import trace_events
 from worker.registry import Registry
 from worker.retry import backoff_ms, should_retry
 from worker.scheduler import ChainScope, ChainTrace, run_chain
 from worker.settings import Settings
 from worker.snapshots import write_snapshot
-from worker.store import Begun, Commit, CommitReply, EventStore, Head, RedisActionPort, now_ms
+from worker.store import Begun, Commit, CommitReply, EventStore, Head, now_ms
 from worker.telemetry import DISABLED, Telemetry
 
 __all__ = ["DEFAULT_STEPS", "DrainOutcome", "EventWork", "Pipeline", "Step"]
@@ -196,7 +199,7 @@ class CommitStep:
             error=work.error,
             not_before_ms=work.not_before_ms,
             chain_id=work.source.chain.chain_id if work.source is not None else "",
-            chain_json="" if work.projection is None else _compact(work.projection),
+            chain_json="" if work.projection is None else compact_json(work.projection),
             effects=work.scope.effects if done else EffectBuffer(),
             followups=work.followups.events if done else (),
         )
@@ -227,27 +230,6 @@ class AfterCommit:
 
 
 DEFAULT_STEPS: Sequence[Step] = (Begin(), Interpret(), Project(), CommitStep(), AfterCommit())
-
-
-def chain_projection(trace: ChainTrace, source: Source, *, attempt: int) -> dict[str, Any]:
-    """The stored chain document: ``{"envelope", "record"}``; our extras sit in ``envelope.metadata``."""
-    trace_id, _ = Telemetry.current_ids()
-    metadata: dict[str, Any] = {"eventId": source.event_id, "attempt": attempt, "status": trace.status}
-    if trace.terminal is not None:
-        metadata["terminal"] = trace.terminal.to_json_dict()
-    return project_chain(
-        source,
-        trace.signals,
-        trace.actions,
-        trace.results,
-        duration_ms=trace.duration_ms,
-        trace_id=trace_id,
-        metadata=metadata,
-    )
-
-
-def _compact(document: dict[str, Any]) -> str:
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,12 +272,37 @@ class Pipeline:
             ttl_s=settings.lease_ttl_s,
             renew_interval_s=settings.lease_renew_interval_s,
         )
+        self._views: dict[str, Pipeline] = {}
 
     @property
     def keys(self) -> Keys:
         return self.store.keys
 
-    def drain(self, scope_key: str) -> DrainOutcome:
+    def for_tenant(self, tenant: str) -> Pipeline:
+        """This pipeline bound to ``tenant``: its store, lease, emitter and handlers' keys are that tenant's."""
+        if tenant == self.store.tenant:
+            return self
+        view = self._views.get(tenant)
+        if view is None:
+            view = copy.copy(self)
+            view.store = self.store.for_tenant(tenant)
+            view.emitter = self.emitter.for_tenant(tenant) if self.emitter is not None else None
+            view.lease = ScopeLease(
+                view.store.scripts,
+                view.store.keys,
+                ttl_s=self.settings.lease_ttl_s,
+                renew_interval_s=self.settings.lease_renew_interval_s,
+            )
+            view._views = self._views
+            self._views[tenant] = view
+        return view
+
+    def drain(self, ref: str) -> DrainOutcome:
+        """Drain the scope named by the scope ref ``<tenant>/<scopeKey>`` (what drain tasks carry)."""
+        tenant, scope_key = split_scope_ref(ref)
+        return self.for_tenant(tenant).drain_scope(scope_key)
+
+    def drain_scope(self, scope_key: str) -> DrainOutcome:
         grant, remaining_ms, head = self.lease.acquire(scope_key, now_ms=now_ms())
         if grant is None or head is None:
             # Somebody holds the scope. A live holder drains what we were sent for; a dead one's lease

@@ -12,17 +12,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from worker.keys import BadTenant, split_scope_ref
 from worker.store import EventStore, now_ms
 
 __all__ = ["reconcile"]
 
 
 def reconcile(store: EventStore, publish: Callable[[str], None], *, stale_after_ms: int) -> list[str]:
-    """Publish a drain for each stranded scope; returns the scopes it published for."""
-    client, keys = store.client, store.keys
+    """Publish a drain for each stranded scope of every tenant; returns the scope refs it published for."""
+    client = store.client
     published: list[str] = []
     now = now_ms()
-    for scope_key in store.active_scopes():
+    for ref in store.active_scope_refs():
+        try:
+            tenant, scope_key = split_scope_ref(ref)
+        except BadTenant:  # a member from before tenants, or foreign: it names no scope we can drain
+            client.srem(store.keys.scopes, ref)
+            continue
+        keys = store.keys.for_tenant(tenant)
         pipe = client.pipeline(transaction=False)
         pipe.llen(keys.inbox(scope_key))
         pipe.exists(keys.lease(scope_key))
@@ -33,8 +40,8 @@ def reconcile(store: EventStore, publish: Callable[[str], None], *, stale_after_
         if scheduled_at is not None and now - int(scheduled_at) < stale_after_ms:
             continue
         client.set(keys.scheduled(scope_key), now, px=store.schedule_ttl_ms)
-        publish(scope_key)
-        published.append(scope_key)
+        publish(ref)
+        published.append(ref)
     return published
 
 

@@ -31,17 +31,19 @@ local function admit_refusal(ev, inbox, sched, seq)
 end
 -- seq: the scope's enqueue counter; the event keeps its number ('seq'), so a redrive can tell whether later
 -- events of its scope were enqueued after it (and so ran before it).
-local function admit(ev, inbox, sched, seq, scopes, stats, id, scope, body, now, window, sched_ttl)
+-- ref: the scope ref "<tenant>/<scopeKey>" (the scopes registry holds refs; the event keeps the bare key).
+local function admit(ev, inbox, sched, seq, scopes, stats, id, ref, body, now, window, sched_ttl)
   if redis.call('EXISTS', ev) == 1 then
     redis.call('HINCRBY', ev, 'duplicates', 1)
     redis.call('HINCRBY', stats, 'duplicate', 1)
     return {0, 0}
   end
+  local scope = string.sub(ref, (string.find(ref, '/', 1, true) or 0) + 1)
   redis.call('HSET', ev, 'state', 'queued', 'eventId', id, 'scopeKey', scope, 'event', body,
     'enqueuedAt', now, 'attempts', 0, 'seq', redis.call('INCR', seq))
   redis.call('EXPIRE', ev, window)
   redis.call('RPUSH', inbox, id)
-  redis.call('SADD', scopes, scope)
+  redis.call('SADD', scopes, ref)
   redis.call('HINCRBY', stats, 'accepted', 1)
   if redis.call('SET', sched, now, 'NX', 'PX', sched_ttl) then return {1, 1} end
   return {1, 0}
@@ -84,7 +86,7 @@ end
 # (noeviction) refuses the script's first write, before anything was written, and the script stops there;
 # a key of the wrong type is found before the first write too (a "REFUSED …" error, nothing written).
 # KEYS: scopes, stats, then per event: ev, inbox, sched, seq
-# ARGV: nowMs, windowS, schedTtlMs, then per event: eventId, scopeKey, eventJson
+# ARGV: nowMs, windowS, schedTtlMs, then per event: eventId, scopeRef (<tenant>/<scopeKey>), eventJson
 # -> one {accepted(1|0), publish(1|0)} per event, in order (a repeat inside the batch is a duplicate)
 ENQUEUE_BATCH = (
     ADMIT
@@ -141,7 +143,7 @@ end
 """
 
 # Grant the scope lease, issue the next fencing number, and take the head event, in one round trip.
-# KEYS: lease, fence, inbox, sched, scopes   ARGV: token, ttlMs, evPrefix, nowMs, scopeKey
+# KEYS: lease, fence, inbox, sched, scopes   ARGV: token, ttlMs, evPrefix, nowMs, scopeRef
 # -> {0, pttl} held by someone else | {fence, <take_head reply>} granted; when the inbox was empty the
 #    lease is released again in the same script (reply {fence, 0}).
 ACQUIRE = (
@@ -181,10 +183,10 @@ return 1
 # when ARGV[14] is '1', go on in the same round trip: take the next head, or release the scope if it is idle.
 # Only a 'done' commit applies what the chain's source and signal handlers staged: their Redis commands
 # (ARGV[15], a JSON list of command lists) and the follow-up events they emitted (ARGV[16], a JSON list of
-# [evKey, inboxKey, schedKey, seqKey, eventId, scopeKey, eventJson]). A retried or dead event leaves no trace of them.
+# [evKey, inboxKey, schedKey, seqKey, eventId, scopeRef, eventJson]). A retried or dead event leaves no trace of them.
 # KEYS: inbox, fence, ev, dlq, stats, chain, lease, sched, scopes, series (per-minute done count and latency)
 # ARGV: fence, eventId, outcome, nowMs, windowS, error, notBefore, chainJson, chainTtlS, chainId,
-#       token, scopeKey, evPrefix, continue, effectsJson, followupsJson, schedTtlMs
+#       token, scopeRef, evPrefix, continue, effectsJson, followupsJson, schedTtlMs
 # -> {-1} stale fence (rejected and counted) | {-2} the head is another event | {-3, index, reason} a staged
 #    command was refused (checked before any write) or failed (see STAGED): the event is left at the head,
 #    still processing, for the caller to commit dead | {1, {scopes that need a drain message},
@@ -271,7 +273,7 @@ return {1}
 # Put a dead event back at the tail of its scope's inbox (the order decision: docs/decisions.md). Marks it
 # redriven (redrivenAt, redrives): it now runs after every event of its scope enqueued before the redrive,
 # including those enqueued after it the first time (the status record says outOfOrder).
-# KEYS: ev, inbox, sched, scopes, dlq, stats, seq   ARGV: eventId, scopeKey, nowMs, schedTtlMs, windowS
+# KEYS: ev, inbox, sched, scopes, dlq, stats, seq   ARGV: eventId, scopeRef, nowMs, schedTtlMs, windowS
 # -> {1, publish} requeued | {0, 0} not dead (nothing done)
 REDRIVE = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'dead' then return {0, 0} end

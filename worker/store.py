@@ -7,6 +7,7 @@ All state lives in Redis under :class:`worker.keys.Keys`; each state change is o
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Sequence
@@ -17,9 +18,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from worker.context import EffectBuffer
-from worker.errors import LeaseLost, PermanentFailure
 from worker.keys import Keys
-from worker.nodes import Action, ExecutorResult
 from worker.scripts import Scripts
 from worker.settings import Settings
 
@@ -31,8 +30,8 @@ __all__ = [
     "EventStore",
     "Head",
     "PreparedEvent",
-    "RedisActionPort",
     "now_ms",
+    "staged_error",
 ]
 
 
@@ -59,6 +58,7 @@ class PreparedEvent:
     body: str
     source_type: str = ""
     user_id: str | None = None
+    tenant: str = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +138,25 @@ class Head:
 
 
 class EventStore:
-    """Redis-backed events, inboxes and dead letters for one key prefix."""
+    """Redis-backed events, inboxes and dead letters for one key prefix and one tenant (``for_tenant``
+    gives the same store for another: same client and scripts, keys bound to that tenant)."""
 
-    def __init__(self, client: Redis, settings: Settings) -> None:
+    def __init__(self, client: Redis, settings: Settings, *, tenant: str = "default") -> None:
         self.client = client
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys(settings.key_prefix, tenant)
         self.scripts = Scripts.register(client)
+
+    @property
+    def tenant(self) -> str:
+        return self.keys.tenant
+
+    def for_tenant(self, tenant: str) -> EventStore:
+        if tenant == self.keys.tenant:
+            return self
+        other = copy.copy(self)
+        other.keys = self.keys.for_tenant(tenant)
+        return other
 
     @property
     def schedule_ttl_ms(self) -> int:
@@ -168,7 +180,7 @@ class EventStore:
                 k.scheduled(ev.scope_key),
                 k.enqueue_seq(ev.scope_key),
             ]
-            args += [ev.event_id, ev.scope_key, ev.body]
+            args += [ev.event_id, k.scope_ref(ev.scope_key), ev.body]
         replies = self.scripts.enqueue_batch(keys=keys, args=args)
         return [
             EnqueueOutcome(
@@ -197,7 +209,7 @@ class EventStore:
                 k.scheduled(f.scope_key),
                 k.enqueue_seq(f.scope_key),
                 f.event_id,
-                f.scope_key,
+                k.scope_ref(f.scope_key),
                 f.body,
             ]
             for f in commit.followups
@@ -227,7 +239,7 @@ class EventStore:
                 self.settings.chain_retention_s,
                 commit.chain_id,
                 commit.token,
-                commit.scope_key,
+                k.scope_ref(commit.scope_key),
                 k.event_prefix,
                 "1" if go_on else "0",
                 json.dumps(commit.effects.to_json_list()),
@@ -237,7 +249,7 @@ class EventStore:
         )
         code = int(reply[0])
         if code == -3:
-            return CommitReply(code, error=_staged_error(reply))
+            return CommitReply(code, error=staged_error(reply))
         if code != 1:
             return CommitReply(code)
         publish = [_str(x) for x in reply[1]] if len(reply) > 1 and isinstance(reply[1], list) else []
@@ -264,6 +276,12 @@ class EventStore:
         return int(self.client.llen(self.keys.inbox(scope_key)))
 
     def active_scopes(self) -> list[str]:
+        """This tenant's scopes with queued work (bare scope keys)."""
+        mine = self.keys.scope_ref("")
+        return sorted(ref[len(mine) :] for ref in self.active_scope_refs() if ref.startswith(mine))
+
+    def active_scope_refs(self) -> list[str]:
+        """Every tenant's scopes with queued work, as scope refs ``<tenant>/<scopeKey>``."""
         return sorted(_str(x) for x in self.client.smembers(self.keys.scopes))
 
     # ---- dead letters ----------------------------------------------------------------------------
@@ -306,12 +324,18 @@ class EventStore:
                 self.keys.stats,
                 self.keys.enqueue_seq(scope_key),
             ],
-            args=[event_id, scope_key, now_ms(), self.schedule_ttl_ms, self.settings.dedupe_window_s],
+            args=[
+                event_id,
+                self.keys.scope_ref(scope_key),
+                now_ms(),
+                self.schedule_ttl_ms,
+                self.settings.dedupe_window_s,
+            ],
         )
         return bool(ok), scope_key, bool(publish)
 
 
-def _staged_error(reply: Sequence[Any]) -> str:
+def staged_error(reply: Sequence[Any]) -> str:
     return f"staged write #{int(reply[1])} was not applied: {_str(reply[2])}"
 
 
@@ -340,47 +364,3 @@ def _status_record(raw: dict[str, str]) -> dict[str, Any]:
         except (KeyError, ValueError):
             record["chainId"] = None
     return record
-
-
-class RedisActionPort:
-    """Idempotency lanes in Redis, fenced by the current lease (the scheduler's :class:`ActionPort`)."""
-
-    def __init__(self, store: EventStore, scope_key: str, fence: int, lost: Any) -> None:
-        self.store = store
-        self.scope_key = scope_key
-        self.fence = fence
-        self._lost = lost  # threading.Event set by the lease renewer
-
-    def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
-        raw = self.store.client.get(self.store.keys.idempotency(self.scope_key, idempotency_key))
-        return None if raw is None else ExecutorResult.model_validate_json(raw)
-
-    def commit(
-        self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
-    ) -> bool:
-        effects_json = json.dumps(effects.to_json_list())
-        reply = self.store.scripts.apply(
-            keys=[
-                self.store.keys.idempotency(self.scope_key, idempotency_key),
-                self.store.keys.fence(self.scope_key),
-            ],
-            args=[
-                self.fence,
-                result.model_dump_json(by_alias=True, exclude_none=True),
-                self.store.settings.idempotency_ttl_s,
-                effects_json,
-            ],
-        )
-        code = int(reply[0])
-        if code == -1:
-            self.store.client.hincrby(self.store.keys.stats, "fenceRejected", 1)
-            raise LeaseLost(f"scope {self.scope_key}: fence {self.fence} is stale; effect not applied")
-        if code == -3:
-            raise PermanentFailure(
-                f"action {action.action_id}: {_staged_error(reply)}", code="INVALID_EFFECT"
-            )
-        return code == 1
-
-    def ensure_live(self) -> None:
-        if self._lost.is_set():
-            raise LeaseLost(f"scope {self.scope_key}: lease lost before the next effect")

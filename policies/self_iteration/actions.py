@@ -88,7 +88,7 @@ def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
 def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
     if action.action_type != "action.skill-management.handle":
         return skipped(action, ctx, "Unsupported skill-management action.")
-    if not ctx.deps(SelfIterationDeps).enabled(_user_id(action, ctx)):
+    if not ctx.deps(SelfIterationDeps).enabled(_user_id(action, ctx), ctx.keys):
         return skipped(action, ctx, "Self iteration is disabled.")
     message = str(action.payload.get("message") or "").strip()
     if not message:

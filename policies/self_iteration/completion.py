@@ -82,7 +82,7 @@ def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
     if p.get("selfIteration") or p.get("reason") in WAITING_REASONS:
         return None
     deps = ctx.deps(SelfIterationDeps)
-    if not deps.enabled(source.user_id):
+    if not deps.enabled(source.user_id, ctx.keys):
         return None
     assistant = p.get("assistantMessageId") or p.get("anchorMessageId")
     user_message = p.get("triggerMessageId")

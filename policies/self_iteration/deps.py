@@ -30,7 +30,7 @@ class SelfIterationSettings(PluginSettings):
     self_iteration_enabled: bool = True  # the feature gate's default (per-user overrides in Redis)
     agent_runner: Literal["reference", "celery", "webhook"] = "reference"
     agent_runner_url: str | None = None  # webhook runner: where run requests are POSTed
-    agent_runner_secret: str | None = None  # webhook runner: HMAC-SHA256 key of X-Agent-Signal-Signature
+    agent_runner_secret: str | None = None  # webhook runner: Standard Webhooks secret (whsec_… or any string)
     agent_runner_queue: str | None = None  # celery runner: the app's queue (default: ours, reference agent)
     judge_url: str | None = None  # OpenAI-compatible base URL (…/v1); unset: the rule-based judges
     judge_model: str = "gpt-4o-mini"
@@ -55,6 +55,7 @@ class SelfIterationDeps:
     domain_judge: DomainJudge = field(default_factory=RuleDomainJudge)
     skill_intent: SkillIntentClassifier = field(default_factory=RuleSkillIntentClassifier)
 
-    def enabled(self, user_id: str | None) -> bool:
-        """The feature gate for one user (override in Redis, else the setting)."""
-        return enabled_for(self.redis, self.keys, self.enabled_by_default, [user_id])[0]
+    def enabled(self, user_id: str | None, keys: Keys | None = None) -> bool:
+        """The feature gate for one user of the tenant of ``keys`` (override in Redis, else the setting);
+        handlers pass ``ctx.keys`` so the override read is their event's tenant's."""
+        return enabled_for(self.redis, keys or self.keys, self.enabled_by_default, [user_id])[0]

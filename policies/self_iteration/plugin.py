@@ -84,10 +84,15 @@ def _gate(runtime: PluginRuntime) -> AdmissionHook:
         ]
         if not candidates:
             return {}
-        verdicts = enabled_for(runtime.redis, runtime.keys, default, [u for _, u in candidates])
-        return {
-            index: "gated" for (index, _), enabled in zip(candidates, verdicts, strict=True) if not enabled
-        }
+        refused: dict[int, str] = {}
+        for tenant in {events[i].tenant for i, _ in candidates}:
+            mine = [(i, u) for i, u in candidates if events[i].tenant == tenant]
+            keys = runtime.keys.for_tenant(tenant)
+            verdicts = enabled_for(runtime.redis, keys, default, [u for _, u in mine])
+            refused.update(
+                {index: "gated" for (index, _), enabled in zip(mine, verdicts, strict=True) if not enabled}
+            )
+        return refused
 
     return gate
 
@@ -99,7 +104,8 @@ def _run_deliverer(runtime: PluginRuntime) -> Deliverer:
         runner = runtime.deps.get(SelfIterationDeps).runner
         if runner is None:
             raise RunnerError("no agent runner is configured in this process")
-        runner.dispatch(RunRequest.from_json_dict(record.payload))
+        # The record's tenant is the engine's, not the handler's payload: a run cannot cross tenants.
+        runner.dispatch(RunRequest.from_json_dict({**record.payload, "tenant": record.tenant}))
 
     return deliver
 
@@ -107,10 +113,11 @@ def _run_deliverer(runtime: PluginRuntime) -> Deliverer:
 def _agent_run(runtime: PluginRuntime, payload: dict[str, Any]) -> None:
     """The reference agent: do the run, then report ``agent.execution.completed`` (the app's job otherwise)."""
     request = RunRequest.from_json_dict(payload)
-    self_iteration = run_reference_agent(DocumentStore(runtime.redis, runtime.keys), request)
+    keys = runtime.keys.for_tenant(request.tenant)
+    self_iteration = run_reference_agent(DocumentStore(runtime.redis, keys), request)
     if runtime.emitter is None:
         raise RuntimeError("the reference agent needs the engine's emitter")
-    runtime.emitter.emit(completion_event(request, self_iteration))
+    runtime.emitter.for_tenant(request.tenant).emit(completion_event(request, self_iteration))
 
 
 def plugin() -> Plugin:

@@ -52,7 +52,7 @@ def _run(
             concluded={"status": "skipped", "reason": "invalid_payload", "detail": f"sourceId must be {key}"}
         )
     deps = ctx.deps(SelfIterationDeps)
-    if not deps.enabled(str(p["userId"])):
+    if not deps.enabled(str(p["userId"]), ctx.keys):
         return Conclude(concluded={"status": "skipped", "reason": "gate_disabled"})
     guard = ctx.keys.review_guard(f"{kind}-guard:{key}")
     if deps.redis.exists(guard):

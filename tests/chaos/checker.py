@@ -69,7 +69,8 @@ def check_history(
     scope; fence rejections: the engine's ``fenceRejected`` counter; effects lost: a done event without
     exactly one delivered outbox record and one effect at the receiver; effects twice: an event with more
     than one effect at the receiver."""
-    keys, history = Keys(prefix), HistoryKeys(prefix)
+    keys = Keys(prefix)
+    history = HistoryKeys(keys.own)
     found = History(events=len(accepted))
     ids = list(accepted)
     pipe = redis.pipeline(transaction=False)

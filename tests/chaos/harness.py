@@ -134,7 +134,7 @@ class ChaosRun:
 
     @property
     def history(self) -> HistoryKeys:
-        return HistoryKeys(self.prefix)
+        return HistoryKeys(Keys(self.prefix).own)
 
     @property
     def keys(self) -> Keys:

@@ -109,7 +109,7 @@ class HistoryProbe:
 
 
 def _history(ctx: HandlerContext) -> HistoryKeys:
-    return HistoryKeys(ctx.keys.prefix)
+    return HistoryKeys(ctx.keys.own)
 
 
 def _on_source(source: Source, ctx: HandlerContext) -> Dispatch:

@@ -77,7 +77,8 @@ def test_checker_counts_what_it_is_shown(private_redis: Redis) -> None:
     """The checker finds a lost event, a double application, an order inversion, a stale commit, a healthy
     event dead and a poisoned one alive, a lost effect and an effect applied twice."""
     prefix = "chk:"
-    keys, history = Keys(prefix), HistoryKeys(prefix)
+    keys = Keys(prefix)
+    history = HistoryKeys(keys.own)
     accepted = {f"e{i}": (f"s-{i}", "topic:a", i) for i in range(6)}
     for i in range(6):
         private_redis.hset(keys.event(f"e{i}"), mapping={"state": "done", "fence": "2"})

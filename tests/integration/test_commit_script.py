@@ -80,7 +80,7 @@ class TestOnlyDoneApplies:
         effects.call("HINCRBY", keys.plugin(SCOPE, "probe"), "n", 1)
         follow = producer.validate(_event("f2", scope="topic:follow"))
         reply = store.commit(_commit(grant, event_id, "done", effects, follow))
-        assert reply.code == 1 and reply.publish == ["topic:follow"]
+        assert reply.code == 1 and reply.publish == ["default/topic:follow"]  # scope refs: <tenant>/<scopeKey>
         assert redis_client.hget(keys.plugin(SCOPE, "probe"), "n") == "1"
         assert redis_client.hget(keys.event(follow.event_id), "state") == "queued"
         assert redis_client.lrange(keys.inbox("topic:follow"), 0, -1) == [follow.event_id]
@@ -120,7 +120,7 @@ def test_the_pipeline_dead_letters_an_event_whose_write_is_refused(
     pipeline = build_pipeline(settings, telemetry=DISABLED)
     redis_client.set(keys.activity(SCOPE), "corrupt")
     accepted = producer.enqueue(_event("c4"))
-    pipeline.drain(SCOPE)
+    pipeline.drain_scope(SCOPE)
     record = producer.status(accepted.event_id)
     assert record is not None and record["status"] == "dead"
     assert "INVALID_EFFECT" in record["error"] and "WRONGTYPE" in record["error"]

@@ -63,7 +63,7 @@ class OnceBrokenReads:
 
 def _drain_until_final(pipeline: Pipeline, producer: Producer, scope: str, event_id: str) -> dict[str, Any]:
     def final() -> dict[str, Any] | None:
-        pipeline.drain(scope)
+        pipeline.drain_scope(scope)
         record = producer.status(event_id)
         return record if record is not None and record["status"] in ("done", "dead") else None
 

@@ -65,7 +65,7 @@ def test_a_slow_relay_cannot_overwrite_the_result_of_the_relay_that_took_over(
     def slow_then_fail(record: OutboxRecord) -> None:
         calls.append("a")
         # A's claim lapses (as if the delivery outlived the lease): the record is due again now.
-        redis_client.zadd(keys.outbox_due, {f"{SCOPE}\x1fprobe:k1": 0}, xx=True)
+        redis_client.zadd(keys.outbox_due, {f"{keys.scope_ref(SCOPE)}\x1fprobe:k1": 0}, xx=True)
         late["b"] = OutboxRelay(store, {"probe": lambda r: calls.append("b")}, lease_ms=60_000)
         assert late["b"].run_once() == 1  # B takes over while A is still "delivering"
         raise ConnectionError("A timed out")
@@ -91,5 +91,5 @@ def test_a_batch_with_a_wrong_type_key_is_refused_and_nothing_is_stored(
     with pytest.raises(StoreUnavailable, match="nothing of it was stored"):
         producer.enqueue_many(events)
     assert redis_client.exists(keys.inbox("topic:b1"), keys.inbox("topic:b2")) == 0
-    assert list(redis_client.scan_iter(match=f"{keys.prefix}ev:*")) == []
+    assert list(redis_client.scan_iter(match=f"{keys.own}ev:*")) == []
     producer.close()

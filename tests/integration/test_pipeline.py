@@ -51,7 +51,7 @@ class TestDedupe:
     ) -> None:
         """1,000 enqueues of one event from 8 threads in each of 2 processes: one accepted, 999 duplicates, one effect."""
         settings = make_settings()
-        counter = f"{keys.prefix}test:storm-counter"
+        counter = f"{keys.own}test:storm-counter"
         event = _event("test.counter", "storm-1", "topic:storm", counterKey=counter)
         ctx = multiprocessing.get_context("spawn")
         out = ctx.Queue()
@@ -112,7 +112,7 @@ class TestScopeSerialization:
             timeout_s=90,
             what="200 events",
         )
-        timeline = [json.loads(x) for x in redis_client.lrange(f"{keys.prefix}test:timeline", 0, -1)]
+        timeline = [json.loads(x) for x in redis_client.lrange(f"{keys.own}test:timeline", 0, -1)]
         assert len(timeline) == 400
         spans: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
         starts: dict[int, float] = {}
@@ -142,12 +142,12 @@ class TestCrashes:
         """SIGKILL of the worker child during an action: the event ends done and the counter moved once."""
         settings = make_settings()
         start_worker(settings)
-        counter = f"{keys.prefix}test:kill-counter"
+        counter = f"{keys.own}test:kill-counter"
         producer = Producer(settings)
         first = producer.enqueue(
             _event("test.counter", "kill-1", "topic:kill", counterKey=counter, sleepMs=1500)
         )
-        marker = f"{keys.prefix}test:inaction:kill-1"
+        marker = f"{keys.own}test:inaction:kill-1"
         pid = int(wait_for(lambda: redis_client.get(marker), what="the action to start"))
         redis_client.delete(marker)
         os.kill(pid, signal.SIGKILL)
@@ -155,7 +155,7 @@ class TestCrashes:
         assert redis_client.get(counter) == "1"
         record = producer.status(first.event_id)
         assert record is not None and record["attempts"] == 2
-        assert int(redis_client.get(f"{keys.prefix}test:attempts:kill-1") or 0) == 2
+        assert int(redis_client.get(f"{keys.own}test:attempts:kill-1") or 0) == 2
         producer.close()
 
     def test_sigkill_after_the_effect_does_not_repeat_it(
@@ -164,22 +164,22 @@ class TestCrashes:
         """Killed after the effect committed but before the event did: the redelivery skips the applied action."""
         settings = make_settings()
         start_worker(settings)
-        counter = f"{keys.prefix}test:late-kill-counter"
-        redis_client.set(f"{keys.prefix}test:sleep-after:late-1", 1500)
+        counter = f"{keys.own}test:late-kill-counter"
+        redis_client.set(f"{keys.own}test:sleep-after:late-1", 1500)
         producer = Producer(settings)
         ev = producer.enqueue(_event("test.counter", "late-1", "topic:late", counterKey=counter))
         pid = int(
-            wait_for(lambda: redis_client.get(f"{keys.prefix}test:afteraction:late-1"), what="the effect")
+            wait_for(lambda: redis_client.get(f"{keys.own}test:afteraction:late-1"), what="the effect")
         )
         assert redis_client.get(counter) == "1"
         assert _status(producer, ev.event_id) == "processing"
-        redis_client.delete(f"{keys.prefix}test:sleep-after:late-1")
+        redis_client.delete(f"{keys.own}test:sleep-after:late-1")
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: _status(producer, ev.event_id) == "done", timeout_s=60, what="recovery")
         assert redis_client.get(counter) == "1"
         assert producer.status(ev.event_id)["attempts"] == 2  # type: ignore[index]
         # The action handler itself ran once: the second delivery replayed the stored result.
-        assert int(redis_client.get(f"{keys.prefix}test:attempts:late-1") or 0) == 1
+        assert int(redis_client.get(f"{keys.own}test:attempts:late-1") or 0) == 1
         chain = producer.store.get_chain("chain:late-1")
         assert chain is not None and [r["status"] for r in chain["envelope"]["results"]] == ["applied"]
         producer.close()
@@ -190,12 +190,12 @@ class TestCrashes:
         """An event whose worker dies on every delivery is dead-lettered after max_attempts deliveries."""
         settings = make_settings(max_attempts=2)
         start_worker(settings)
-        counter = f"{keys.prefix}test:loop-counter"
+        counter = f"{keys.own}test:loop-counter"
         producer = Producer(settings)
         ev = producer.enqueue(
             _event("test.counter", "loop-1", "topic:loop", counterKey=counter, sleepMs=3000)
         )
-        marker = f"{keys.prefix}test:inaction:loop-1"
+        marker = f"{keys.own}test:inaction:loop-1"
         for _ in range(2):
             pid = int(wait_for(lambda: redis_client.get(marker), timeout_s=60, what="the action"))
             redis_client.delete(marker)
@@ -218,7 +218,7 @@ class TestDeadLetters:
         producer = Producer(settings)
         ev = producer.enqueue(_event("test.flaky", "flaky-1", "topic:flaky"))
         after = producer.enqueue(
-            _event("test.counter", "after-flaky", "topic:flaky", counterKey=f"{keys.prefix}test:c")
+            _event("test.counter", "after-flaky", "topic:flaky", counterKey=f"{keys.own}test:c")
         )
         wait_for(lambda: _status(producer, ev.event_id) == "dead", timeout_s=60, what="the dead letter")
         record = producer.status(ev.event_id)
@@ -233,18 +233,18 @@ class TestDeadLetters:
         # A producer sending it again does not resurrect it.
         assert producer.enqueue(_event("test.flaky", "flaky-1", "topic:flaky")).status == "duplicate"
 
-        redis_client.set(f"{keys.prefix}test:fixed", "1")
+        redis_client.set(f"{keys.own}test:fixed", "1")
         from producers._ops import redrive_events
 
         assert redrive_events(producer, [ev.event_id]) == {"redriven": [ev.event_id], "notDead": []}
         wait_for(lambda: _status(producer, ev.event_id) == "done", what="the redriven event")
-        assert redis_client.get(f"{keys.prefix}test:flaky-applied") == "1"
+        assert redis_client.get(f"{keys.own}test:flaky-applied") == "1"
         assert producer.store.dlq_size() == 0
         # Redriving a done event does nothing: had it requeued the event, the scope would run it before a
         # marker enqueued after it, so once the marker is done the effect count is final.
         assert redrive_events(producer, [ev.event_id]) == {"redriven": [], "notDead": [ev.event_id]}
         drain_marker(producer, redis_client, keys, "topic:flaky", "marker-after-redrive")
-        assert redis_client.get(f"{keys.prefix}test:flaky-applied") == "1"
+        assert redis_client.get(f"{keys.own}test:flaky-applied") == "1"
         assert _status(producer, ev.event_id) == "done"
         producer.close()
 
@@ -271,13 +271,13 @@ class TestFencing:
     ) -> None:
         """SIGSTOP a lease holder past its TTL; another worker takes the scope; the late commit is rejected."""
         settings = make_settings()
-        counter = f"{keys.prefix}test:fence-counter"
+        counter = f"{keys.own}test:fence-counter"
         producer = Producer(settings)
         first = start_worker(settings)  # concurrency 1: one pool process, which runs tasks one at a time
         ev = producer.enqueue(
             _event("test.counter", "fence-1", "topic:fence", counterKey=counter, sleepMs=800)
         )
-        marker = f"{keys.prefix}test:inaction:fence-1"
+        marker = f"{keys.own}test:inaction:fence-1"
         paused = int(wait_for(lambda: redis_client.get(marker), what="the action"))
         redis_client.delete(marker)
         os.kill(paused, signal.SIGSTOP)

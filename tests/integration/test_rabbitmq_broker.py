@@ -35,7 +35,7 @@ def test_pipeline_over_rabbitmq(
     settings = make_settings(broker_url=AMQP_URL)
     start_worker(settings)
     producer = Producer(settings)
-    counter = f"{keys.prefix}test:amqp"
+    counter = f"{keys.own}test:amqp"
     results = producer.enqueue_many(
         [
             {

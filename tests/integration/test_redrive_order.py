@@ -37,15 +37,15 @@ def test_redriven_event_runs_after_later_events_and_says_so(
     pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
     first = producer.enqueue(_event("test.flaky", "first"))
     later = producer.enqueue(_event("test.timeline", "later"))
-    assert pipeline.drain(SCOPE).next == "idle"
+    assert pipeline.drain_scope(SCOPE).next == "idle"
     assert producer.status(first.event_id)["status"] == "dead"  # type: ignore[index]
     assert producer.status(later.event_id)["status"] == "done"  # type: ignore[index]
 
-    redis_client.set(f"{keys.prefix}test:fixed", "1")
+    redis_client.set(f"{keys.own}test:fixed", "1")
     assert redrive_events(producer, [first.event_id])["redriven"] == [first.event_id]
     queued = producer.status(first.event_id)
     assert queued is not None and queued["status"] == "queued" and queued["outOfOrder"] is True
-    assert pipeline.drain(SCOPE).next == "idle"
+    assert pipeline.drain_scope(SCOPE).next == "idle"
 
     record = producer.status(first.event_id)
     after = producer.status(later.event_id)
@@ -66,10 +66,10 @@ def test_a_redriven_event_with_no_later_events_is_in_order(
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
     only = producer.enqueue(_event("test.flaky", "only"))
-    assert pipeline.drain(SCOPE).next == "idle"
-    redis_client.set(f"{keys.prefix}test:fixed", "1")
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    redis_client.set(f"{keys.own}test:fixed", "1")
     assert redrive_events(producer, [only.event_id])["redriven"] == [only.event_id]
-    assert pipeline.drain(SCOPE).next == "idle"
+    assert pipeline.drain_scope(SCOPE).next == "idle"
     record = producer.status(only.event_id)
     assert record is not None and record["status"] == "done" and record["outOfOrder"] is False
     producer.close()

@@ -362,7 +362,7 @@ def test_a_failed_hand_over_is_retried_by_the_outbox_and_the_action_applies_once
     runner = FlakyRunner()
     pipeline.deps.add(replace(pipeline.deps.get(SelfIterationDeps), runner=runner))
     event_id = producer.enqueue(_user_message("msg_f1", "Going forward, I prefer tables.")).event_id
-    pipeline.drain("topic:tpc_1")
+    pipeline.drain_scope("topic:tpc_1")
     record = producer.status(event_id)
     assert record is not None and record["status"] == "done"
     chain = producer.store.get_chain("chain:msg_f1")

@@ -83,7 +83,7 @@ class TestInstruments:
     def test_happy_chain(self, rig: Rig) -> None:
         """Source, signal, action, result, transition, chain (with duration), workflow run and handler metrics."""
         rig.producer.enqueue(_msg("m1", operationId="op-1", agentId="agt_1", topicId="tpc_1"))
-        rig.pipeline.drain("topic:t1")
+        rig.pipeline.drain_scope("topic:t1")
         assert (
             rig.total(
                 "agent_signal_source_events_total",
@@ -204,7 +204,7 @@ class TestInstruments:
         rig.producer.enqueue(
             {"sourceType": "test.fail-action", "sourceId": "f1", "scopeKey": "topic:t2", "payload": {}}
         )
-        rig.pipeline.drain("topic:t2")
+        rig.pipeline.drain_scope("topic:t2")
         assert (
             rig.total(
                 "agent_signal_action_results_total", action_type="action.test.fail", result_status="failed"
@@ -235,7 +235,7 @@ class TestInstruments:
         rig.producer.enqueue(
             {"sourceType": "tool.outcome.failed", "sourceId": "bad", "scopeKey": "topic:t3", "payload": {}}
         )
-        rig.pipeline.drain("topic:t3")
+        rig.pipeline.drain_scope("topic:t3")
         assert (
             rig.total("agent_signal_handler_runs_total", handler_status="error", handler_kind="source") == 1
         )
@@ -252,7 +252,7 @@ class TestInstruments:
         """A duplicate enqueue is counted as 'duplicate' and runs no chain."""
         rig.producer.enqueue(_msg("d1", scope="topic:t4"))
         rig.producer.enqueue(_msg("d1", scope="topic:t4"))
-        rig.pipeline.drain("topic:t4")
+        rig.pipeline.drain_scope("topic:t4")
         assert rig.total("agent_signal_source_events_total", source_event_status="duplicate") == 1
         assert rig.total("agent_signal_source_events_total", source_event_status="accepted") == 1
         assert rig.total("agent_signal_chains_total") == 1
@@ -266,10 +266,10 @@ class TestInstruments:
         grant, _, _ = lease.acquire("topic:t5", now_ms=int(time.time() * 1000))
         assert grant is not None
         rig.producer.enqueue(_msg("c2", scope="topic:t5"))
-        assert rig.pipeline.drain("topic:t5").next == "busy"
+        assert rig.pipeline.drain_scope("topic:t5").next == "busy"
         lease.stop_renewing()
         assert lease.hand_off(grant)
-        rig.pipeline.drain("topic:t5")
+        rig.pipeline.drain_scope("topic:t5")
         assert rig.total("agent_signal_source_events_total", source_event_status="scope_locked") == 0
         assert rig.total("agent_signal_source_events_total", source_event_status="accepted") == 2
         assert rig.total("agent_signal_chains_total") == 2
@@ -279,7 +279,7 @@ class TestProjection:
     def test_envelope_and_record(self, rig: Rig) -> None:
         """GET-shaped chain document: LobeHub's edges, handler runs, breakdowns, dominant path; durationMs set."""
         rig.producer.enqueue(_msg("p1", scope="topic:t6", operationId="op-9"))
-        rig.pipeline.drain("topic:t6")
+        rig.pipeline.drain_scope("topic:t6")
         chain = rig.producer.store.get_chain("chain:p1")
         assert chain is not None
         envelope, record = chain["envelope"], chain["record"]
@@ -389,7 +389,7 @@ def test_development_snapshots(make_settings: Any, tmp_path: Path) -> None:
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=configure_telemetry(settings, service_name="test"))
     producer.enqueue(_msg("snap-1", scope="topic:snap", operationId="op-snap"))
-    pipeline.drain("topic:snap")
+    pipeline.drain_scope("topic:snap")
     files = sorted(p.name for p in (tmp_path / ".agent-tracing").iterdir())
     assert "latest.json" in files and len(files) == 2
     snapshot = json.loads((tmp_path / ".agent-tracing" / "latest.json").read_text())

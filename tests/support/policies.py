@@ -57,7 +57,7 @@ class Probe:
 
 
 def _test_key(ctx: HandlerContext, name: str) -> str:
-    return f"{ctx.keys.prefix}test:{name}"
+    return f"{ctx.keys.own}test:{name}"
 
 
 def _counter_source(source: Source, ctx: HandlerContext) -> Dispatch:

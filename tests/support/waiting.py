@@ -79,7 +79,7 @@ def drain_marker(
 
 def marker_pid(redis: Redis, keys: Keys, source_id: str) -> int:
     """The pid of the worker process that ran the marker ``source_id`` (from its ``test:timeline`` records)."""
-    for raw in redis.lrange(f"{keys.prefix}test:timeline", 0, -1):
+    for raw in redis.lrange(f"{keys.own}test:timeline", 0, -1):
         record = json.loads(raw)
         if record.get("seq") == source_id and record.get("phase") == "end":
             return int(record["pid"])

@@ -1,0 +1,58 @@
+"""Idempotency lanes in Redis, fenced by the scope's lease: the scheduler's :class:`ActionPort` for one drain.
+
+``lookup`` reads an applied action's stored result; ``commit`` is the APPLY script (the lane, the action's
+staged writes and the fence check in one round trip)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from worker.context import EffectBuffer
+from worker.errors import LeaseLost, PermanentFailure
+from worker.nodes import Action, ExecutorResult
+from worker.store import EventStore, staged_error
+
+__all__ = ["RedisActionPort"]
+
+
+class RedisActionPort:
+    """Idempotency lanes in Redis, fenced by the current lease (the scheduler's :class:`ActionPort`)."""
+
+    def __init__(self, store: EventStore, scope_key: str, fence: int, lost: Any) -> None:
+        self.store = store
+        self.scope_key = scope_key
+        self.fence = fence
+        self._lost = lost  # threading.Event set by the lease renewer
+
+    def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
+        raw = self.store.client.get(self.store.keys.idempotency(self.scope_key, idempotency_key))
+        return None if raw is None else ExecutorResult.model_validate_json(raw)
+
+    def commit(
+        self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
+    ) -> bool:
+        effects_json = json.dumps(effects.to_json_list())
+        reply = self.store.scripts.apply(
+            keys=[
+                self.store.keys.idempotency(self.scope_key, idempotency_key),
+                self.store.keys.fence(self.scope_key),
+            ],
+            args=[
+                self.fence,
+                result.model_dump_json(by_alias=True, exclude_none=True),
+                self.store.settings.idempotency_ttl_s,
+                effects_json,
+            ],
+        )
+        code = int(reply[0])
+        if code == -1:
+            self.store.client.hincrby(self.store.keys.stats, "fenceRejected", 1)
+            raise LeaseLost(f"scope {self.scope_key}: fence {self.fence} is stale; effect not applied")
+        if code == -3:
+            raise PermanentFailure(f"action {action.action_id}: {staged_error(reply)}", code="INVALID_EFFECT")
+        return code == 1
+
+    def ensure_live(self) -> None:
+        if self._lost.is_set():
+            raise LeaseLost(f"scope {self.scope_key}: lease lost before the next effect")

@@ -1,0 +1,34 @@
+"""The stored chain document of one run: LobeHub's ``{"envelope", "record"}`` plus our metadata."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from worker.nodes import Source
+from worker.projection import project_chain
+from worker.scheduler import ChainTrace
+from worker.telemetry import Telemetry
+
+__all__ = ["chain_projection", "compact_json"]
+
+
+def chain_projection(trace: ChainTrace, source: Source, *, attempt: int) -> dict[str, Any]:
+    """The stored chain document: ``{"envelope", "record"}``; our extras sit in ``envelope.metadata``."""
+    trace_id, _ = Telemetry.current_ids()
+    metadata: dict[str, Any] = {"eventId": source.event_id, "attempt": attempt, "status": trace.status}
+    if trace.terminal is not None:
+        metadata["terminal"] = trace.terminal.to_json_dict()
+    return project_chain(
+        source,
+        trace.signals,
+        trace.actions,
+        trace.results,
+        duration_ms=trace.duration_ms,
+        trace_id=trace_id,
+        metadata=metadata,
+    )
+
+
+def compact_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
