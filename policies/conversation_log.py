@@ -44,6 +44,7 @@ def _append(ctx: HandlerContext, owner: tuple[str, str, str], message: dict[str,
     ctx.effects.call("RPUSH", key, json.dumps(message, ensure_ascii=False))
     ctx.effects.call("LTRIM", key, -MAX_MESSAGES, -1)
     ctx.effects.call("ZADD", ctx.keys.conversations, message["createdAt"], "\x1f".join(owner))
+    ctx.effects.call("ZADD", ctx.keys.user_conversations(owner[0]), message["createdAt"], "\x1f".join(owner))
 
 
 def _user_message(source: Source, ctx: HandlerContext) -> None:

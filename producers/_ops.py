@@ -30,5 +30,5 @@ def redrive_events(producer: Producer, event_ids: Sequence[str] | None) -> dict[
         redriven.append(event_id)
         if publish and scope_key not in scheduled:
             scheduled.add(scope_key)
-            publish_drain(producer.app, scope_key, queue=producer.settings.queue_name)
+            publish_drain(producer.app, store.keys.scope_ref(scope_key), queue=producer.settings.queue_name)
     return {"redriven": redriven, "notDead": not_dead}

@@ -23,9 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from fastapi import Request
+
+from producers._web_common import producer_of
+
+if TYPE_CHECKING:
+    from producers._client import Producer
 
 __all__ = [
     "GRANTS",
@@ -36,9 +41,11 @@ __all__ = [
     "Principal",
     "Role",
     "Unauthenticated",
+    "check_user",
     "principal_of",
     "public",
     "require",
+    "tenant_producer",
 ]
 
 Role = Literal["ingest", "read", "operate", "admin", "user"]
@@ -101,21 +108,37 @@ def principal_of(request: Request) -> Principal:
     return principal
 
 
-def require(grant: Grant) -> Callable[[Request], Principal]:
+def require(grant: Grant, *, users: bool = False) -> Callable[[Request], Principal]:
     """A route dependency: the caller's Principal when it holds ``grant``; else 401 or 403.
 
-    The returned callable carries ``grant`` as ``__agent_signal_grant__`` so the security walk can read
-    every route's requirement from the route table."""
+    ``users``: whether user tokens may call the route at all (routes over one user's data: the route then
+    checks :meth:`Principal.owns_user`). The returned callable carries ``grant`` as
+    ``__agent_signal_grant__`` (and ``users`` as ``__agent_signal_users__``) so the security walk reads every
+    route's requirement from the route table."""
 
     def guard(request: Request) -> Principal:
         principal = principal_of(request)
         if not principal.has(grant):
             raise Forbidden(f"this credential (role {principal.role}) lacks the {grant!r} grant")
+        if principal.is_user and not users:
+            raise Forbidden("a user token reaches only its own user's receipts, memories, skills and sessions")
         return principal
 
     guard.__agent_signal_grant__ = grant  # type: ignore[attr-defined]
+    guard.__agent_signal_users__ = users  # type: ignore[attr-defined]
     guard.__name__ = f"require_{grant}"
     return guard
+
+
+def check_user(principal: Principal, user_id: str | None, what: str) -> None:
+    """404 (never 403: existence is not revealed) when a user token asks for another user's ``what``."""
+    if not principal.owns_user(user_id):
+        raise NotFound(f"no {what} for user {user_id!r}")
+
+
+def tenant_producer(request: Request) -> Producer:
+    """The app's producer bound to the caller's tenant (its store, keys and emitter are that tenant's)."""
+    return producer_of(request).for_tenant(principal_of(request).tenant)
 
 
 def public() -> None:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from producers._principal import Principal, require
 from producers._web_common import error_response, producer_of, read_json, settings_of
 from worker.intake import EventError, InvalidEvent
 from worker.outbox import records_of_event
@@ -23,11 +24,16 @@ async def event_body(request: Request) -> Any:
 
 
 @router.post("/v1/events", status_code=202)
-def post_events(request: Request, data: Annotated[Any, Depends(event_body)]) -> JSONResponse:
-    """One SourceEvent, or ``{"events": [...]}``; all or nothing."""
+def post_events(
+    request: Request,
+    data: Annotated[Any, Depends(event_body)],
+    principal: Annotated[Principal, Depends(require("ingest", users=True))],
+) -> JSONResponse:
+    """One SourceEvent, or ``{"events": [...]}``; all or nothing. The tenant is the credential's; a user
+    token's events are stamped with its userId (an event naming another user is refused)."""
     if isinstance(data, JSONResponse):
         return data
-    producer = producer_of(request)
+    producer = producer_of(request).for_tenant(principal.tenant)
     try:
         if isinstance(data, dict) and "events" in data and "sourceType" not in data:
             events = data["events"]
@@ -37,9 +43,9 @@ def post_events(request: Request, data: Annotated[Any, Depends(event_body)]) -> 
                         code="invalid_field", message="events must be a non-empty array", field="events"
                     )
                 )
-            results = producer.enqueue_many(events)
+            results = producer.enqueue_many(_stamped(events, principal, batch=True))
         else:
-            results = [producer.enqueue(data)]
+            results = [producer.enqueue(_stamped([data], principal, batch=False)[0])]
     except InvalidEvent as exc:
         producer.store.count_rejected()
         error = exc.error
@@ -47,9 +53,42 @@ def post_events(request: Request, data: Annotated[Any, Depends(event_body)]) -> 
     return JSONResponse({"results": [r.model_dump(by_alias=True) for r in results]}, status_code=202)
 
 
+def _stamped(events: list[Any], principal: Principal, *, batch: bool) -> list[Any]:
+    """A user token's events carry its userId (top level and payload); another userId is a 422 naming it."""
+    if principal.user_id is None:
+        return events
+    out: list[Any] = []
+    for index, event in enumerate(events):
+        if not isinstance(event, dict):
+            out.append(event)  # the parser names what is wrong with it
+            continue
+        where = f"events[{index}]." if batch else ""
+        payload = event.get("payload")
+        for field, given in (("userId", event.get("userId")), ("payload.userId", _get(payload, "userId"))):
+            if given is not None and given != principal.user_id:
+                raise InvalidEvent(
+                    EventError(
+                        code="forbidden_user",
+                        message=f"{where}{field} must be this token's user or absent",
+                        field=f"{where}{field}",
+                    )
+                )
+        stamped = {**event, "userId": principal.user_id}
+        if isinstance(payload, dict):
+            stamped["payload"] = {**payload, "userId": principal.user_id}
+        out.append(stamped)
+    return out
+
+
+def _get(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
+
+
 @router.get("/v1/events/{event_id}")
-def get_event(event_id: str, request: Request) -> JSONResponse:
-    producer = producer_of(request)
+def get_event(
+    event_id: str, request: Request, principal: Annotated[Principal, Depends(require("read"))]
+) -> JSONResponse:
+    producer = producer_of(request).for_tenant(principal.tenant)
     record = producer.status(event_id)
     if record is None:
         return error_response(

@@ -15,15 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from policies.dmail import AgentToolsSettings
 from producers._routes_sessions import bad_session, record_event, session_body
+from producers._session_access import function_store, session_access
 from producers._web_common import error_response, producer_of
 from sessions.fsm import FunctionMachine, SessionRuntime
-from sessions.function_store import FunctionStore
 from sessions.functions import FunctionDef, load_function_dir
 from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating, guard_message
 
 __all__ = ["activate_locked", "machine_for", "router"]
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(session_access)])
 
 
 class SignalBody(BaseModel):
@@ -87,11 +87,6 @@ def machine_for(request: Request, session_id: str) -> FunctionMachine:
     return FunctionMachine(
         _definitions(request), session_id=session_id, workspace_dir=Path(workspace) if workspace else None
     )
-
-
-def function_store(request: Request) -> FunctionStore:
-    store = producer_of(request).store
-    return FunctionStore(store.client, store.keys)
 
 
 def _state(runtime: SessionRuntime) -> dict[str, Any]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from producers._client import Producer
 from producers._ops import redrive_events
+from producers._principal import Principal, require, tenant_producer
 from producers._web_common import JsonObject, error_response, producer_of
 from worker.metrics_store import render_prometheus
 from worker.store_safety import current_safety, safety_gauges
@@ -17,16 +20,18 @@ router = APIRouter()
 
 
 @router.get("/v1/chains/{chain_id:path}")
-def get_chain(chain_id: str, request: Request) -> JSONResponse:
-    chain = producer_of(request).store.get_chain(chain_id)
+def get_chain(chain_id: str, request: Request, _: Annotated[Principal, Depends(require("read"))]) -> JSONResponse:
+    chain = tenant_producer(request).store.get_chain(chain_id)
     if chain is None:
         return error_response(404, "not_found", f"no chain {chain_id!r} (not run yet, or past retention)")
     return JSONResponse(chain)
 
 
 @router.get("/v1/dlq")
-def get_dlq(request: Request, offset: int = 0, limit: int = 50) -> JSONResponse:
-    store = producer_of(request).store
+def get_dlq(
+    request: Request, _: Annotated[Principal, Depends(require("read"))], offset: int = 0, limit: int = 50
+) -> JSONResponse:
+    store = tenant_producer(request).store
     limit = max(1, min(limit, 500))
     return JSONResponse(
         {"events": store.dlq_list(offset=max(offset, 0), limit=limit), "total": store.dlq_size()}
@@ -34,7 +39,9 @@ def get_dlq(request: Request, offset: int = 0, limit: int = 50) -> JSONResponse:
 
 
 @router.post("/v1/dlq/redrive")
-def post_redrive(request: Request, body: JsonObject) -> JSONResponse:
+def post_redrive(
+    request: Request, body: JsonObject, _: Annotated[Principal, Depends(require("operate"))]
+) -> JSONResponse:
     """``{"eventIds": [...]}`` or ``{"all": true}``."""
     if isinstance(body, JSONResponse):
         return body
@@ -42,7 +49,7 @@ def post_redrive(request: Request, body: JsonObject) -> JSONResponse:
     redrive_all = body.get("all") is True
     if not redrive_all and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
         return error_response(422, "invalid_field", 'give "eventIds": [..] or "all": true', "eventIds")
-    return JSONResponse(redrive_events(producer_of(request), None if redrive_all else ids))
+    return JSONResponse(redrive_events(tenant_producer(request), None if redrive_all else ids))
 
 
 @router.get("/healthz")
@@ -84,28 +91,47 @@ def metrics(request: Request) -> PlainTextResponse:
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
+_FAMILIES = (
+    ("agent_signal_events_total", "counter", "Source events by outcome at the door and in the worker."),
+    (
+        "agent_signal_fence_rejected_total",
+        "counter",
+        "Commits or effects refused because the lease's fence was stale.",
+    ),
+    ("agent_signal_dlq_size", "gauge", "Events in the dead-letter list."),
+    ("agent_signal_active_scopes", "gauge", "Scopes with queued events."),
+    (
+        "agent_signal_store_unavailable_total",
+        "counter",
+        "Store failures at the door and in the worker's drains.",
+    ),
+)
+
+
 def prometheus_text(producer: Producer) -> str:
-    store = producer.store
-    stats = store.stats()
-    lines = [
-        "# HELP agent_signal_events_total Source events by outcome at the door and in the worker.",
-        "# TYPE agent_signal_events_total counter",
-    ]
-    for status in ("accepted", "duplicate", "rejected", "done", "dead", "retried", "redriven"):
-        lines.append(f'agent_signal_events_total{{status="{status}"}} {stats.get(status, 0)}')
-    lines += [
-        "# HELP agent_signal_fence_rejected_total Commits or effects refused because the lease's fence was stale.",
-        "# TYPE agent_signal_fence_rejected_total counter",
-        f"agent_signal_fence_rejected_total {stats.get('fenceRejected', 0)}",
-        "# HELP agent_signal_dlq_size Events in the dead-letter list.",
-        "# TYPE agent_signal_dlq_size gauge",
-        f"agent_signal_dlq_size {store.dlq_size()}",
-        "# HELP agent_signal_active_scopes Scopes with queued events.",
-        "# TYPE agent_signal_active_scopes gauge",
-        f"agent_signal_active_scopes {len(store.active_scopes())}",
-        "# HELP agent_signal_store_unavailable_total Store failures at the door and in the worker's drains.",
-        "# TYPE agent_signal_store_unavailable_total counter",
-        f"agent_signal_store_unavailable_total {stats.get('storeUnavailable', 0)}",
-        *safety_gauges(current_safety(store.client, producer.settings)),
-    ]
+    """The engine's counters, one series per tenant (label ``tenant``), then the store's safety gauges."""
+    samples: dict[str, list[str]] = {name: [] for name, _, _ in _FAMILIES}
+    tenants = producer.store.known_tenants() or [producer.store.tenant]
+    for tenant in tenants:
+        store = producer.store.for_tenant(tenant)
+        stats = store.stats()
+        label = f'tenant="{tenant}"'
+        for status in ("accepted", "duplicate", "rejected", "done", "dead", "retried", "redriven"):
+            samples["agent_signal_events_total"].append(
+                f'agent_signal_events_total{{{label},status="{status}"}} {stats.get(status, 0)}'
+            )
+        samples["agent_signal_fence_rejected_total"].append(
+            f"agent_signal_fence_rejected_total{{{label}}} {stats.get('fenceRejected', 0)}"
+        )
+        samples["agent_signal_dlq_size"].append(f"agent_signal_dlq_size{{{label}}} {store.dlq_size()}")
+        samples["agent_signal_active_scopes"].append(
+            f"agent_signal_active_scopes{{{label}}} {len(store.active_scopes())}"
+        )
+        samples["agent_signal_store_unavailable_total"].append(
+            f"agent_signal_store_unavailable_total{{{label}}} {stats.get('storeUnavailable', 0)}"
+        )
+    lines: list[str] = []
+    for name, kind, help_text in _FAMILIES:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]
+    lines += safety_gauges(current_safety(producer.store.client, producer.settings))
     return "\n".join(lines) + "\n"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from producers._web_common import error_response, producer_of, settings_of
+from producers._principal import Principal, check_user, require, tenant_producer
+from producers._web_common import error_response, settings_of
 from worker.receipts import ReceiptStore
 
 __all__ = ["router"]
@@ -15,13 +18,15 @@ MAX_LIMIT = 50
 
 
 def receipt_store(request: Request) -> ReceiptStore:
-    store = producer_of(request).store
+    """The caller's tenant's receipts."""
+    store = tenant_producer(request).store
     return ReceiptStore(store.client, store.keys, ttl_s=settings_of(request).receipt_retention_s)
 
 
 @router.get("/v1/receipts")
 def get_receipts(
     request: Request,
+    principal: Annotated[Principal, Depends(require("read", users=True))],
     userId: str | None = None,
     agentId: str | None = None,
     topicId: str | None = None,
@@ -33,6 +38,7 @@ def get_receipts(
     is 1..50, default 20 (LobeHub's ``listReceipts``)."""
     if not userId:
         return error_response(422, "missing_field", "userId is required", "userId")
+    check_user(principal, userId, "receipts")
     if not 1 <= limit <= MAX_LIMIT:
         return error_response(422, "invalid_field", f"limit must be between 1 and {MAX_LIMIT}", "limit")
     if cursor is not None and ":" not in cursor:

@@ -10,13 +10,15 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from producers._web_common import InvalidBody, decode_json, error_response, parse_body, producer_of
+from producers._principal import principal_of, tenant_producer
+from producers._session_access import session_access, session_store
+from producers._web_common import InvalidBody, decode_json, error_response, parse_body
 from sessions.dmail import ToolResult, end_step, send_dmail
 from sessions.store import SessionStore, UnknownCheckpoint, session_scope
 
 __all__ = ["bad_session", "record_event", "router", "session_body"]
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(session_access)])
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
 B = TypeVar("B", bound=BaseModel)
 
@@ -71,15 +73,6 @@ class EmptyBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _store(request: Request) -> SessionStore:
-    store: SessionStore | None = getattr(request.app.state, "sessions", None)
-    if store is None:
-        producer = producer_of(request)
-        store = SessionStore(producer.store.client, producer.store.keys)
-        request.app.state.sessions = store
-    return store
-
-
 def bad_session(session_id: str) -> JSONResponse | None:
     if SESSION_ID.match(session_id):
         return None
@@ -121,7 +114,7 @@ def record_event(
     request: Request, session_id: str, source_type: str, source_id: str, payload: dict[str, Any]
 ) -> None:
     """Every tool call that changes the session is also a source event on the session's scope."""
-    settings = _store(request).get_settings(session_id)
+    settings = session_store(request).get_settings(session_id)
     event: dict[str, Any] = {
         "sourceType": source_type,
         "sourceId": source_id,
@@ -134,7 +127,7 @@ def record_event(
             event["payload"][key] = value
     if settings.topic_id:
         event["payload"]["topicId"] = settings.topic_id
-    producer_of(request).enqueue(event)
+    tenant_producer(request).enqueue(event)
 
 
 @router.put("/v1/sessions/{session_id}")
@@ -142,19 +135,24 @@ def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResp
     if isinstance(body, JSONResponse):
         return body
     changes = body.model_dump(exclude_none=True)
+    caller = principal_of(request)
+    if caller.user_id is not None:  # a user token's session is its user's (session_access checked the owner)
+        if body.userId not in (None, caller.user_id):
+            return error_response(422, "forbidden_user", "userId must be this token's user or absent", "userId")
+        changes["userId"] = caller.user_id
     if body.functions:
         from producers._routes_functions import activate_locked
 
         if (problem := activate_locked(request, session_id, body.functions)) is not None:
             return problem
-    return JSONResponse(_store(request).update_settings(session_id, changes).to_json_dict())
+    return JSONResponse(session_store(request).update_settings(session_id, changes).to_json_dict())
 
 
 @router.get("/v1/sessions/{session_id}")
 def get_session(session_id: str, request: Request) -> JSONResponse:
     if (bad := bad_session(session_id)) is not None:
         return bad
-    return JSONResponse(_store(request).get_settings(session_id).to_json_dict())
+    return JSONResponse(session_store(request).get_settings(session_id).to_json_dict())
 
 
 @router.post("/v1/sessions/{session_id}/context/messages")
@@ -162,14 +160,14 @@ def post_messages(session_id: str, request: Request, body: MessagesIn) -> JSONRe
     if isinstance(body, JSONResponse):
         return body
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
-    return JSONResponse({"length": _store(request).append(session_id, messages, body.tokenCount)})
+    return JSONResponse({"length": session_store(request).append(session_id, messages, body.tokenCount)})
 
 
 @router.post("/v1/sessions/{session_id}/context/checkpoint")
 def post_checkpoint(session_id: str, request: Request, body: EmptyIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
-    store = _store(request)
+    store = session_store(request)
     enabled = store.get_settings(session_id).dmail_enabled
     return JSONResponse({"checkpointId": store.checkpoint(session_id, add_user_message=enabled)})
 
@@ -179,7 +177,7 @@ def post_revert(session_id: str, request: Request, body: RevertIn) -> JSONRespon
     if isinstance(body, JSONResponse):
         return body
     try:
-        view = _store(request).revert_to(session_id, body.checkpointId)
+        view = session_store(request).revert_to(session_id, body.checkpointId)
     except UnknownCheckpoint as exc:
         return error_response(422, "unknown_checkpoint", str(exc), "checkpointId")
     return JSONResponse(view.to_json_dict())
@@ -190,8 +188,8 @@ def post_clear(session_id: str, request: Request) -> JSONResponse:
     """kimi's Context.clear: everything goes, checkpoint ids restart at 0."""
     if (bad := bad_session(session_id)) is not None:
         return bad
-    _store(request).clear(session_id)
-    return JSONResponse(_store(request).read(session_id).to_json_dict())
+    session_store(request).clear(session_id)
+    return JSONResponse(session_store(request).read(session_id).to_json_dict())
 
 
 @router.post("/v1/sessions/{session_id}/context/compact")
@@ -199,7 +197,7 @@ def post_compact(session_id: str, request: Request, body: CompactIn) -> JSONResp
     """Compaction: clear, checkpoint 0 (with its CHECKPOINT message when D-Mail is on), the compacted messages."""
     if isinstance(body, JSONResponse):
         return body
-    store = _store(request)
+    store = session_store(request)
     enabled = store.get_settings(session_id).dmail_enabled
     store.compact(
         session_id, [m.model_dump(exclude_none=True) for m in body.messages], add_user_message=enabled
@@ -211,7 +209,7 @@ def post_compact(session_id: str, request: Request, body: CompactIn) -> JSONResp
 def get_context(session_id: str, request: Request) -> JSONResponse:
     if (bad := bad_session(session_id)) is not None:
         return bad
-    return JSONResponse(_store(request).read(session_id).to_json_dict())
+    return JSONResponse(session_store(request).read(session_id).to_json_dict())
 
 
 @router.post("/v1/sessions/{session_id}/dmail")
@@ -221,7 +219,7 @@ def post_dmail(
     """The SendDMail tool: ``{"message", "checkpoint_id"}`` → kimi's ToolOk / ToolError."""
     if isinstance(arguments, JSONResponse):
         return arguments
-    outcome = send_dmail(_store(request), session_id, arguments)
+    outcome = send_dmail(session_store(request), session_id, arguments)
     if not outcome.is_error and outcome.sequence is not None:
         record_event(
             request,
@@ -251,7 +249,7 @@ def _anchor(store: SessionStore, session_id: str) -> str | None:
 def post_step_end(session_id: str, request: Request, body: StepEndIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
-    store = _store(request)
+    store = session_store(request)
     anchor = (
         _anchor(store, session_id)
         if store.client.exists(store.keys.dmail(session_scope(session_id)))

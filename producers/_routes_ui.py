@@ -6,27 +6,29 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from producers._web_common import error_response, producer_of
+from producers._principal import Principal, check_user, public, require, tenant_producer
+from producers._web_common import error_response
 from worker.keys import Keys
 
 __all__ = ["UI_DIR", "router"]
 
 router = APIRouter()
+Reader = Annotated[Principal, Depends(require("read", users=True))]
 UI_DIR = Path(__file__).resolve().parent / "ui"
 UI_FILES = {"app.js": "text/javascript", "app.css": "text/css"}
 
 
-@router.get("/", include_in_schema=False)
+@router.get("/", include_in_schema=False, dependencies=[Depends(public)])
 def index() -> FileResponse:
     return FileResponse(UI_DIR / "index.html", media_type="text/html")
 
 
-@router.get("/ui/{name}", include_in_schema=False)
+@router.get("/ui/{name}", include_in_schema=False, dependencies=[Depends(public)])
 def asset(name: str) -> Response:
     if name not in UI_FILES:
         return error_response(404, "not_found", f"no UI file {name!r}")
@@ -34,28 +36,36 @@ def asset(name: str) -> Response:
 
 
 @router.get("/v1/conversations")
-def list_conversations(request: Request, limit: int = 50) -> JSONResponse:
-    """Conversations seen in events, most recent first: ``{"conversations": [{userId, agentId, topicId, lastAt}]}``."""
-    store = producer_of(request).store
-    rows: list[Any] = list(
-        store.client.zrevrange(store.keys.conversations, 0, max(1, min(limit, 500)) - 1, withscores=True)
+def list_conversations(request: Request, principal: Reader, limit: int = 50) -> JSONResponse:
+    """Conversations seen in events, most recent first: ``{"conversations": [{userId, agentId, topicId, lastAt}]}``
+    (a user token sees its own user's only)."""
+    store = tenant_producer(request).store
+    index = (
+        store.keys.conversations
+        if principal.user_id is None
+        else store.keys.user_conversations(principal.user_id)
     )
+    rows: list[Any] = list(store.client.zrevrange(index, 0, max(1, min(limit, 500)) - 1, withscores=True))
     out = []
     for row in rows:
         member, score = row[0], float(row[1])
         text = str(member if isinstance(member, str) else member.decode())
-        user, agent, topic = text.split("\x1f")
+        parts = text.split("\x1f")
+        if len(parts) != 3:  # written before ids were checked: skip it rather than fail the whole list
+            continue
+        user, agent, topic = parts
         out.append({"userId": user, "agentId": agent, "topicId": topic, "lastAt": int(score)})
     return JSONResponse({"conversations": out})
 
 
 @router.get("/v1/conversations/messages")
 def conversation_messages(
-    request: Request, userId: str = "", agentId: str = "", topicId: str = ""
+    request: Request, principal: Reader, userId: str = "", agentId: str = "", topicId: str = ""
 ) -> JSONResponse:
     if not (userId and agentId and topicId):
         return error_response(422, "missing_field", "userId, agentId and topicId are required", "userId")
-    store = producer_of(request).store
+    check_user(principal, userId, "conversation")
+    store = tenant_producer(request).store
     raw = store.client.lrange(store.keys.conversation(userId, agentId, topicId), 0, -1)
     return JSONResponse({"messages": [json.loads(m) for m in raw]})
 
@@ -72,9 +82,9 @@ def _metric_series(client: Any, keys: Keys, name: str) -> dict[str, float]:
 
 
 @router.get("/v1/overview")
-def overview(request: Request) -> JSONResponse:
+def overview(request: Request, caller: Annotated[Principal, Depends(require("read"))]) -> JSONResponse:
     """Counts by source type and status, queue depth, workers seen, and the last hour per minute."""
-    producer = producer_of(request)
+    producer = tenant_producer(request)
     store = producer.store
     client = store.client
     now_min = int(time.time() // 60)

@@ -89,6 +89,9 @@ ENGINE_FAMILIES = (
     "outbox-of:",
     "apikey:",
     "ratelimit:",
+    "events-of:",
+    "scope-users:",
+    "sessions-of:",
 )
 ENGINE_SINGLETONS = (
     "scopes",
@@ -315,6 +318,22 @@ class Keys:
     def conversation(self, user_id: str, agent_id: str, topic_id: str) -> str:
         """Messages of a conversation as seen in events (JSON list items), for the receipts UI."""
         return f"{self.own}conversation:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
+
+    def user_events(self, user_id: str) -> str:
+        """One user's event ids by enqueue time (zset, dedupe window): erasure and the runs explorer use it."""
+        return f"{self.own}events-of:user:{user_id}"
+
+    def scope_users(self, scope_key: str) -> str:
+        """The users whose events a scope holds (set): erasure drops a scope whole only when it is one user's."""
+        return f"{self.own}scope-users:{{{scope_key}}}"
+
+    def user_sessions(self, user_id: str) -> str:
+        """The sessions whose settings name a user (set): erasure finds a user's sessions here."""
+        return f"{self.own}sessions-of:user:{user_id}"
+
+    def user_conversations(self, user_id: str) -> str:
+        """One user's conversations (same members as ``conversations``): user tokens list these; erasure drops it."""
+        return f"{self.own}conversations:user:{user_id}"
 
     @property
     def conversations(self) -> str:

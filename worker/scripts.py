@@ -32,7 +32,10 @@ end
 -- seq: the scope's enqueue counter; the event keeps its number ('seq'), so a redrive can tell whether later
 -- events of its scope were enqueued after it (and so ran before it).
 -- ref: the scope ref "<tenant>/<scopeKey>" (the scopes registry holds refs; the event keeps the bare key).
-local function admit(ev, inbox, sched, seq, scopes, stats, id, ref, body, now, window, sched_ttl)
+-- uidx/user: the user's event index (erasure and the runs explorer find a user's events there); user '' = none.
+-- susers: the users whose events the scope holds (erasure drops a scope whole only when it is one user's).
+local function admit(ev, inbox, sched, seq, scopes, stats, id, ref, body, now, window, sched_ttl, uidx, user,
+    susers)
   if redis.call('EXISTS', ev) == 1 then
     redis.call('HINCRBY', ev, 'duplicates', 1)
     redis.call('HINCRBY', stats, 'duplicate', 1)
@@ -44,6 +47,12 @@ local function admit(ev, inbox, sched, seq, scopes, stats, id, ref, body, now, w
   redis.call('EXPIRE', ev, window)
   redis.call('RPUSH', inbox, id)
   redis.call('SADD', scopes, ref)
+  if user ~= '' then
+    redis.call('HSET', ev, 'userId', user)
+    redis.call('ZADD', uidx, now, id)
+    redis.call('EXPIRE', uidx, window)
+    redis.call('SADD', susers, user)
+  end
   redis.call('HINCRBY', stats, 'accepted', 1)
   if redis.call('SET', sched, now, 'NX', 'PX', sched_ttl) then return {1, 1} end
   return {1, 0}
@@ -85,25 +94,27 @@ end
 # Enqueue a batch (see ADMIT) in one script, so it is stored whole or not at all: a Redis that is full
 # (noeviction) refuses the script's first write, before anything was written, and the script stops there;
 # a key of the wrong type is found before the first write too (a "REFUSED …" error, nothing written).
-# KEYS: scopes, stats, then per event: ev, inbox, sched, seq
-# ARGV: nowMs, windowS, schedTtlMs, then per event: eventId, scopeRef (<tenant>/<scopeKey>), eventJson
+# KEYS: scopes, stats, tenants, then per event: ev, inbox, sched, seq, user index, scope users
+# ARGV: nowMs, windowS, schedTtlMs, tenant, then per event: eventId, scopeRef (<tenant>/<scopeKey>), eventJson,
+#       userId ('' when none)
 # -> one {accepted(1|0), publish(1|0)} per event, in order (a repeat inside the batch is a duplicate)
 ENQUEUE_BATCH = (
     ADMIT
     + """
-if wrong_type(KEYS[1], 'set') or wrong_type(KEYS[2], 'hash') then
-  return redis.error_reply('REFUSED WRONGTYPE: the scopes set or the stats hash')
+if wrong_type(KEYS[1], 'set') or wrong_type(KEYS[2], 'hash') or wrong_type(KEYS[3], 'set') then
+  return redis.error_reply('REFUSED WRONGTYPE: the scopes set, the stats hash or the tenants set')
 end
-for i = 0, (#KEYS - 2) / 4 - 1 do
-  local k = 3 + i * 4
+for i = 0, (#KEYS - 3) / 6 - 1 do
+  local k = 4 + i * 6
   local refusal = admit_refusal(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3])
   if refusal then return redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
 end
+redis.call('SADD', KEYS[3], ARGV[4])
 local out = {}
-for i = 0, (#KEYS - 2) / 4 - 1 do
-  local k, a = 3 + i * 4, 4 + i * 3
+for i = 0, (#KEYS - 3) / 6 - 1 do
+  local k, a = 4 + i * 6, 5 + i * 4
   out[i + 1] = admit(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1],
-    ARGV[a + 2], ARGV[1], ARGV[2], ARGV[3])
+    ARGV[a + 2], ARGV[1], ARGV[2], ARGV[3], KEYS[k + 4], ARGV[a + 3], KEYS[k + 5])
 end
 return out
 """
@@ -142,7 +153,8 @@ local function release_if_idle(inbox, lease, sched, scopes, token, scope)
 end
 """
 
-# Grant the scope lease, issue the next fencing number, and take the head event, in one round trip.
+# Grant the scope lease, issue the next fencing number, and take the head event, in one round trip. Fencing
+# numbers are compared for equality by every fenced write; they start at Redis's clock (see below).
 # KEYS: lease, fence, inbox, sched, scopes   ARGV: token, ttlMs, evPrefix, nowMs, scopeRef
 # -> {0, pttl} held by someone else | {fence, <take_head reply>} granted; when the inbox was empty the
 #    lease is released again in the same script (reply {fence, 0}).
@@ -153,6 +165,13 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local fence = redis.call('INCR', KEYS[2])
+if fence == 1 then
+  -- A new (or erased) fence starts at Redis's clock in ms, above any number an earlier incarnation of this
+  -- scope's fence handed out, so a holder paused across an erasure can never match it.
+  local t = redis.call('TIME')
+  fence = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('SET', KEYS[2], fence)
+end
 local head = take_head(KEYS[3], ARGV[3], ARGV[4], fence)
 if head[1] == 0 then release_if_idle(KEYS[3], KEYS[1], KEYS[4], KEYS[5], ARGV[1], ARGV[5]) end
 table.insert(head, 1, fence)
@@ -183,7 +202,7 @@ return 1
 # when ARGV[14] is '1', go on in the same round trip: take the next head, or release the scope if it is idle.
 # Only a 'done' commit applies what the chain's source and signal handlers staged: their Redis commands
 # (ARGV[15], a JSON list of command lists) and the follow-up events they emitted (ARGV[16], a JSON list of
-# [evKey, inboxKey, schedKey, seqKey, eventId, scopeRef, eventJson]). A retried or dead event leaves no trace of them.
+# [evKey, inboxKey, schedKey, seqKey, userIndexKey, scopeUsersKey, eventId, scopeRef, eventJson, userId]). A retried or dead event leaves no trace of them.
 # KEYS: inbox, fence, ev, dlq, stats, chain, lease, sched, scopes, series (per-minute done count and latency)
 # ARGV: fence, eventId, outcome, nowMs, windowS, error, notBefore, chainJson, chainTtlS, chainId,
 #       token, scopeRef, evPrefix, continue, effectsJson, followupsJson, schedTtlMs
@@ -224,8 +243,9 @@ else
   redis.call('LPOP', KEYS[1])
   if ARGV[3] == 'done' then
     for _, f in ipairs(cjson.decode(ARGV[16])) do
-      local r = admit(f[1], f[2], f[3], f[4], KEYS[9], KEYS[5], f[5], f[6], f[7], ARGV[4], ARGV[5], ARGV[17])
-      if r[2] == 1 then table.insert(publish, f[6]) end
+      local r = admit(f[1], f[2], f[3], f[4], KEYS[9], KEYS[5], f[7], f[8], f[9], ARGV[4], ARGV[5], ARGV[17],
+        f[5], f[10], f[6])
+      if r[2] == 1 then table.insert(publish, f[8]) end
     end
     redis.call('HSET', KEYS[3], 'state', 'done', 'doneAt', ARGV[4])
     redis.call('HDEL', KEYS[3], 'notBefore')

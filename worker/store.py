@@ -171,16 +171,18 @@ class EventStore:
         if not events:
             return []
         k = self.keys
-        keys = [k.scopes, k.stats]
-        args: list[Any] = [now_ms(), self.settings.dedupe_window_s, self.schedule_ttl_ms]
+        keys = [k.scopes, k.stats, k.tenants]
+        args: list[Any] = [now_ms(), self.settings.dedupe_window_s, self.schedule_ttl_ms, k.tenant]
         for ev in events:
             keys += [
                 k.event(ev.event_id),
                 k.inbox(ev.scope_key),
                 k.scheduled(ev.scope_key),
                 k.enqueue_seq(ev.scope_key),
+                k.user_events(ev.user_id or ""),
+                k.scope_users(ev.scope_key),
             ]
-            args += [ev.event_id, k.scope_ref(ev.scope_key), ev.body]
+            args += [ev.event_id, k.scope_ref(ev.scope_key), ev.body, ev.user_id or ""]
         replies = self.scripts.enqueue_batch(keys=keys, args=args)
         return [
             EnqueueOutcome(
@@ -208,9 +210,12 @@ class EventStore:
                 k.inbox(f.scope_key),
                 k.scheduled(f.scope_key),
                 k.enqueue_seq(f.scope_key),
+                k.user_events(f.user_id or ""),
+                k.scope_users(f.scope_key),
                 f.event_id,
                 k.scope_ref(f.scope_key),
                 f.body,
+                f.user_id or "",
             ]
             for f in commit.followups
         ]
@@ -279,6 +284,10 @@ class EventStore:
         """This tenant's scopes with queued work (bare scope keys)."""
         mine = self.keys.scope_ref("")
         return sorted(ref[len(mine) :] for ref in self.active_scope_refs() if ref.startswith(mine))
+
+    def known_tenants(self) -> list[str]:
+        """Every tenant that has enqueued an event (metrics label each tenant's counters)."""
+        return sorted(_str(x) for x in self.client.smembers(self.keys.tenants))
 
     def active_scope_refs(self) -> list[str]:
         """Every tenant's scopes with queued work, as scope refs ``<tenant>/<scopeKey>``."""
@@ -349,6 +358,10 @@ def _status_record(raw: dict[str, str]) -> dict[str, Any]:
         "enqueuedAt": int(raw.get("enqueuedAt", 0)),
         "duplicates": int(raw.get("duplicates", 0)),
     }
+    if raw.get("userId"):
+        record["userId"] = raw["userId"]
+    if raw.get("erasedAt"):  # its user was erased: the payload is gone, the ids and status stay (a tombstone)
+        record["erasedAt"] = int(raw["erasedAt"])
     if raw.get("error"):
         record["error"] = raw["error"]
     if raw.get("doneAt"):
@@ -357,7 +370,9 @@ def _status_record(raw: dict[str, str]) -> dict[str, Any]:
         record.update(redrivenAt=int(raw["redrivenAt"]), redrives=int(raw.get("redrives", 1)))
         # True when later events of its scope were enqueued before the redrive: they ran (or run) first.
         record["outOfOrder"] = raw.get("outOfOrder") == "1"
-    if record["chainId"] is None:
+    if record["chainId"] is None and raw.get("sourceId"):
+        record["chainId"] = f"chain:{raw['sourceId']}"
+    elif record["chainId"] is None:
         try:
             source_id = json.loads(raw["event"])["sourceId"]
             record["chainId"] = f"chain:{source_id}"

@@ -165,5 +165,5 @@ class TestReadiness:
         client.post("/v1/events", json=GOOD)
         client.post("/v1/events", json=GOOD)
         text = client.get("/metrics").text
-        assert 'agent_signal_events_total{status="accepted"} 1' in text
-        assert 'agent_signal_events_total{status="duplicate"} 1' in text
+        assert 'agent_signal_events_total{tenant="default",status="accepted"} 1' in text
+        assert 'agent_signal_events_total{tenant="default",status="duplicate"} 1' in text

@@ -354,7 +354,7 @@ def test_metrics_scrape_and_one_trace(
         in text
     )
     assert "agent_signal_workflow_runs_total{" in text and "agent_signal_chain_duration_ms_bucket{" in text
-    assert 'agent_signal_events_total{status="done"} 12' in text
+    assert 'agent_signal_events_total{tenant="default",status="done"} 12' in text
 
     def spans() -> list[dict[str, Any]]:
         return (

@@ -1,0 +1,30 @@
+"""``DELETE /v1/users/{userId}``: erase everything the caller's tenant stores about one user (worker/erasure.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from producers._principal import Principal, check_user, require, tenant_producer
+from sessions.store import session_scope
+from worker.erasure import erase_user
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.delete("/v1/users/{user_id}")
+def delete_user(
+    user_id: str,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("operate", users=True))],
+) -> JSONResponse:
+    """Erase the user (idempotent): ``{"userId", "removed": {kind: n}, "busyScopes": n}``. A scope with an
+    event running right now is left for the next call (``busyScopes`` > 0: call again); the answer is 200
+    either way. A user token may erase its own user only."""
+    check_user(principal, user_id, "user")
+    report = erase_user(tenant_producer(request).store, user_id, session_scope=session_scope)
+    return JSONResponse(report.to_json_dict())

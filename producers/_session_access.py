@@ -1,0 +1,54 @@
+"""Who may touch an agent session: the router-level guard of every ``/v1/sessions/{sessionId}`` route.
+
+Reads (GET) need ``read``, everything else ``operate``. Keys reach every session of their tenant (the stores
+are bound to the caller's tenant, so another tenant's session id simply does not exist here). A user token
+reaches only sessions whose settings name its user: ``PUT /v1/sessions/{id}`` stamps that user on a new
+session, and any other session answers 404 (its existence is not revealed).
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from producers._principal import Forbidden, Grant, NotFound, Principal, principal_of
+from producers._web_common import producer_of
+from sessions.function_store import FunctionStore
+from sessions.store import SessionStore
+
+__all__ = ["function_store", "session_access", "session_store"]
+
+
+def session_store(request: Request) -> SessionStore:
+    """The caller's tenant's session store (one per tenant per process, built on first use)."""
+    principal = principal_of(request)
+    stores: dict[str, SessionStore] | None = getattr(request.app.state, "session_stores", None)
+    if stores is None:
+        stores = request.app.state.session_stores = {}
+    store = stores.get(principal.tenant)
+    if store is None:
+        base = producer_of(request).store.for_tenant(principal.tenant)
+        store = stores[principal.tenant] = SessionStore(base.client, base.keys)
+    return store
+
+
+def function_store(request: Request) -> FunctionStore:
+    base = producer_of(request).store.for_tenant(principal_of(request).tenant)
+    return FunctionStore(base.client, base.keys)
+
+
+def session_access(request: Request, session_id: str) -> Principal:
+    """The router dependency: the grant the method needs, and a user token's ownership of the session."""
+    principal = principal_of(request)
+    grant: Grant = "read" if request.method in ("GET", "HEAD") else "operate"
+    if not principal.has(grant):
+        raise Forbidden(f"this credential (role {principal.role}) lacks the {grant!r} grant")
+    if principal.user_id is None:
+        return principal
+    owner = session_store(request).get_settings(session_id).user_id
+    if owner == principal.user_id or (owner is None and request.method == "PUT"):
+        return principal
+    raise NotFound(f"no session {session_id!r}")
+
+
+session_access.__agent_signal_grant__ = "session"  # type: ignore[attr-defined]
+session_access.__agent_signal_users__ = True  # type: ignore[attr-defined]

@@ -1,0 +1,271 @@
+"""Erasure: remove everything a tenant stores about one user (``DELETE /v1/users/{userId}``).
+
+Every key that holds a user's data is found from the tenant and the user, by design (``worker/keys.py``):
+
+* user-keyed families: memories, skills (and each document's version history), receipts (index and bodies),
+  conversations, the user's conversation and session indexes, the feature override, review guards naming
+  the user;
+* the user's events, from their index ``events-of:user:U`` (written with each event): each event becomes a
+  tombstone that keeps its id (so a replay of it is still a duplicate), status, attempts and times, and
+  loses its payload, user, scope and source ids; its chain document and outbox records go;
+* the scopes those events ran in and the user's sessions' scopes: a scope whose events were all this
+  user's (``scope-users:{scope}``) is dropped whole (inbox, lease/fence counters, idempotency lanes,
+  plugin data, procedure records, outbox…); a scope shared with other users keeps its data, loses the
+  user's queued events and the user's name.
+
+A scope whose lease is held right now is left alone and reported in ``busyScopes``: an event of it is
+running and would write again after us. Erasure is idempotent, so the caller repeats it until
+``busyScopes`` is 0. Each run is audited in the tenant's audit stream under a hash of the user id (the
+audit itself must not keep the id).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.store import EventStore, now_ms
+
+__all__ = ["ErasureReport", "erase_user", "user_hash"]
+
+SCAN_COUNT = 500
+TOMBSTONE_DROPS = ("event", "userId", "scopeKey", "sourceId", "error", "chainId", "lastError")
+
+
+@dataclass(slots=True)
+class ErasureReport:
+    user_id: str
+    removed: Counter[str] = field(default_factory=Counter)
+    busy_scopes: list[str] = field(default_factory=list)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "userId": self.user_id,
+            "removed": dict(sorted(self.removed.items())),
+            "busyScopes": len(self.busy_scopes),
+        }
+
+
+def user_hash(user_id: str) -> str:
+    """How the audit names an erased user (the id itself must not survive erasure)."""
+    return "sha256:" + hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:16]
+
+
+def _s(value: Any) -> str:
+    return value if isinstance(value, str) else value.decode("utf-8")
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def erase_user(
+    store: EventStore,
+    user_id: str,
+    *,
+    session_scope: Callable[[str], str],
+    audit_maxlen: int = 10_000,
+) -> ErasureReport:
+    """Erase ``user_id`` in the store's tenant (see the module docstring); returns what was removed."""
+    report = ErasureReport(user_id)
+    events = _user_events(store, user_id)
+    sessions = sorted(_s(x) for x in store.client.smembers(store.keys.user_sessions(user_id)))
+    scopes = {e["scopeKey"] for e in events if e.get("scopeKey")} | {session_scope(s) for s in sessions}
+    whole, shared = _classify(store, user_id, scopes, report)
+    skipped = set(report.busy_scopes)
+    mine = [e for e in events if e.get("scopeKey") not in skipped]
+    _tombstone(store, user_id, mine, shared, report)
+    _drop_user_keyed(store, user_id, report)
+    _drop_scopes(store, whole, report)
+    _drop_diagnostics(store, user_id, scopes - skipped, report)
+    if not report.busy_scopes:
+        store.client.delete(store.keys.user_events(user_id), store.keys.user_sessions(user_id))
+    store.client.xadd(
+        store.keys.audit,
+        {
+            "action": "erase-user",
+            "user": user_hash(user_id),
+            "at": str(now_ms()),
+            "removed": json.dumps(report.to_json_dict()["removed"]),
+        },
+        maxlen=audit_maxlen,
+        approximate=True,
+    )
+    return report
+
+
+def _user_events(store: EventStore, user_id: str) -> list[dict[str, str]]:
+    """The user's events still stored: id, scope, chain, user (read from each event's record)."""
+    ids = [_s(x) for x in store.client.zrange(store.keys.user_events(user_id), 0, -1)]
+    pipe = store.client.pipeline(transaction=False)
+    for event_id in ids:
+        pipe.hmget(store.keys.event(event_id), "scopeKey", "chainId", "userId", "state", "sourceId")
+    out = []
+    for event_id, (scope, chain, owner, state, source_id) in zip(ids, pipe.execute(), strict=True):
+        if state is None:
+            continue  # expired past the dedupe window: nothing left
+        out.append(
+            {
+                "eventId": event_id,
+                "scopeKey": _s(scope) if scope else "",
+                "chainId": _s(chain) if chain else (f"chain:{_s(source_id)}" if source_id else ""),
+                "userId": _s(owner) if owner else "",
+                "state": _s(state),
+            }
+        )
+    return out
+
+
+def _classify(
+    store: EventStore, user_id: str, scopes: Iterable[str], report: ErasureReport
+) -> tuple[list[str], list[str]]:
+    """(scopes that are only this user's, scopes shared with others); busy ones go to the report."""
+    whole: list[str] = []
+    shared: list[str] = []
+    for scope in sorted(scopes):
+        pipe = store.client.pipeline(transaction=False)
+        pipe.exists(store.keys.lease(scope))
+        pipe.smembers(store.keys.scope_users(scope))
+        leased, users = pipe.execute()
+        if leased:
+            report.busy_scopes.append(scope)
+        elif {_s(u) for u in users} <= {user_id}:
+            whole.append(scope)
+        else:
+            shared.append(scope)
+    return whole, shared
+
+
+def _tombstone(
+    store: EventStore, user_id: str, events: list[dict[str, str]], shared: list[str], report: ErasureReport
+) -> None:
+    """Events keep id, status, attempts and times; payload, user, scope and source ids go. Their chain
+    documents (when the chain is this user's) and outbox records go; queued ones leave shared inboxes."""
+    k, client = store.keys, store.client
+    shared_set = set(shared)
+    at = now_ms()
+    for event in events:
+        event_id, scope = event["eventId"], event["scopeKey"]
+        pipe = client.pipeline(transaction=True)
+        pipe.hdel(k.event(event_id), *TOMBSTONE_DROPS)
+        pipe.hset(k.event(event_id), "erasedAt", at)
+        if event["state"] in ("queued", "processing"):
+            pipe.hset(k.event(event_id), "state", "erased")
+        if scope in shared_set:
+            pipe.lrem(k.inbox(scope), 0, event_id)
+        pipe.zrem(k.dlq, event_id)
+        pipe.execute()
+        report.removed["eventPayloads"] += 1
+        if event["chainId"] and _chain_is_events(store, event["chainId"], event_id):
+            report.removed["chains"] += int(client.delete(k.chain(event["chainId"])))
+        if scope:
+            _drop_outbox_of(store, scope, event_id, report)
+    for scope in shared:
+        client.srem(k.scope_users(scope), user_id)
+
+
+def _chain_is_events(store: EventStore, chain_id: str, event_id: str) -> bool:
+    """Chain ids are ``chain:<sourceId>``: another scope's event with the same source id may own it now."""
+    raw = store.client.get(store.keys.chain(chain_id))
+    if raw is None:
+        return False
+    try:
+        metadata = json.loads(raw)["envelope"]["metadata"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return isinstance(metadata, dict) and metadata.get("eventId") == event_id
+
+
+def _drop_outbox_of(store: EventStore, scope: str, event_id: str, report: ErasureReport) -> None:
+    k, client = store.keys, store.client
+    index = k.outbox_of_event(scope, event_id)
+    ids = [_s(x) for x in client.smembers(index)]
+    if not ids:
+        return
+    ref = k.scope_ref(scope)
+    pipe = client.pipeline(transaction=False)
+    for record_id in ids:
+        pipe.delete(k.outbox_record(scope, record_id))
+        pipe.zrem(k.outbox_due, f"{ref}\x1f{record_id}")
+    pipe.delete(index)
+    pipe.execute()
+    report.removed["outboxRecords"] += len(ids)
+
+
+def _drop_user_keyed(store: EventStore, user_id: str, report: ErasureReport) -> None:
+    """Memories, skills and their histories, receipts, conversations, the override, review guards."""
+    k, client = store.keys, store.client
+    report.removed["memories"] += int(client.hlen(k.memories(user_id)))
+    client.delete(k.memories(user_id))
+    for key in client.scan_iter(match=_glob_escape(k.skills(user_id, "")) + "*", count=SCAN_COUNT):
+        doc_ids = [_s(d) for d in client.hkeys(key)]
+        report.removed["skills"] += len(doc_ids)
+        if doc_ids:
+            report.removed["skillVersions"] += int(client.delete(*[k.skill_history(d) for d in doc_ids]))
+        client.delete(key)
+    index_pattern = _glob_escape(k.receipt_index(user_id, "", "")).replace(":agent::topic:", ":agent:*:topic:*")
+    for index in client.scan_iter(match=index_pattern, count=SCAN_COUNT):
+        ids = [_s(x) for x in client.zrange(index, 0, -1)]
+        if ids:
+            report.removed["receipts"] += int(client.delete(*[k.receipt(i) for i in ids]))
+        client.delete(index)
+    owners = [_s(m) for m in client.zrange(k.user_conversations(user_id), 0, -1)]
+    for member in owners:
+        user, agent, topic = [*member.split("\x1f"), "", "", ""][:3]
+        report.removed["conversations"] += int(client.delete(k.conversation(user, agent, topic)))
+        client.zrem(k.conversations, member)
+    client.delete(k.user_conversations(user_id))
+    report.removed["featureOverrides"] += int(client.hdel(k.self_iteration_overrides, user_id))
+    for key in client.scan_iter(match=_glob_escape(k.review_guard("")) + "*", count=SCAN_COUNT):
+        if f":{user_id}:" in _s(key) or _s(key).endswith(f":{user_id}"):
+            report.removed["reviewGuards"] += int(client.delete(key))
+
+
+def _drop_scopes(store: EventStore, scopes: list[str], report: ErasureReport) -> None:
+    """Every key of these scopes (one SCAN over the tenant), their registry entries and due outbox calls."""
+    if not scopes:
+        return
+    k, client = store.keys, store.client
+    tags = [f"{{{scope}}}" for scope in scopes]
+    doomed: list[str] = []
+    for raw in client.scan_iter(match=k.tenant_pattern, count=SCAN_COUNT):
+        key = _s(raw)
+        if any(tag in key for tag in tags):
+            doomed.append(key)
+    for start in range(0, len(doomed), 500):
+        client.delete(*doomed[start : start + 500])
+    report.removed["scopeKeys"] += len(doomed)
+    report.removed["scopes"] += len(scopes)
+    for scope in scopes:
+        ref = k.scope_ref(scope)
+        client.srem(k.scopes, ref)
+        for member, _ in client.zscan_iter(k.outbox_due, match=_glob_escape(f"{ref}\x1f") + "*"):
+            client.zrem(k.outbox_due, member)
+
+
+def _drop_diagnostics(store: EventStore, user_id: str, scopes: set[str], report: ErasureReport) -> None:
+    """Judge diagnostics of the user's scopes (they quote the user's messages)."""
+    key = store.keys.diagnostics
+    entries = [_s(e) for e in store.client.lrange(key, 0, -1)]
+    keep = [e for e in entries if not _mentions(e, user_id, scopes)]
+    if len(keep) == len(entries):
+        return
+    pipe = store.client.pipeline(transaction=True)
+    pipe.delete(key)
+    if keep:
+        pipe.rpush(key, *keep)
+    pipe.execute()
+    report.removed["diagnostics"] += len(entries) - len(keep)
+
+
+def _mentions(entry: str, user_id: str, scopes: set[str]) -> bool:
+    try:
+        data = json.loads(entry)
+    except ValueError:
+        return user_id in entry
+    return data.get("scopeKey") in scopes or data.get("userId") == user_id or user_id in entry
+
