@@ -30,7 +30,6 @@ from worker.plugins import assemble, load_plugins
 from worker.redis_client import redis_from_settings
 from worker.settings import Settings
 from worker.store import EventStore, PreparedEvent
-from worker.tasks import publish_drain
 from worker.telemetry import DISABLED, Telemetry
 
 __all__ = ["HttpProducer", "Producer"]
@@ -56,13 +55,12 @@ class Producer:
         self.settings = settings
         self.store = store if store is not None else EventStore(redis_from_settings(settings), settings)
         self.app = celery_app if celery_app is not None else create_app(settings)
-        app = self.app
+        from worker.app import fair_queue
 
-        def drain(scope_key: str) -> None:
-            publish_drain(app, scope_key, queue=settings.queue_name)
-
-        assembly = assemble(load_plugins(settings), settings, self.store, publish_drain=drain)
+        self.fair = fair_queue(settings, self.store, self.app)
+        assembly = assemble(load_plugins(settings), settings, self.store, publish_drain=self.fair.publish)
         self.emitter = assembly.emitter
+        self.emitter.enforce_limits = True  # this is the door: inbox and tenant limits apply
         self.deps: Deps = assembly.deps
         self.runtime: PluginRuntime = assembly.runtime
         self._views: dict[str, Producer] = {}

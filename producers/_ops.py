@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from producers._client import Producer
-from worker.tasks import publish_drain
 
 __all__ = ["redrive_events"]
 
@@ -30,5 +29,5 @@ def redrive_events(producer: Producer, event_ids: Sequence[str] | None) -> dict[
         redriven.append(event_id)
         if publish and scope_key not in scheduled:
             scheduled.add(scope_key)
-            publish_drain(producer.app, store.keys.scope_ref(scope_key), queue=producer.settings.queue_name)
+            producer.fair.publish(store.keys.scope_ref(scope_key))
     return {"redriven": redriven, "notDead": not_dead}

@@ -30,6 +30,7 @@ from celery.signals import (
 )
 
 from worker import _state
+from worker.fair import FairQueue
 from worker.keys import Keys
 from worker.logs import bind_event, clear_context, configure_logging
 from worker.outbox import OutboxRelay
@@ -39,10 +40,10 @@ from worker.reconcile import reconcile, try_reconcile_lock
 from worker.redis_client import redis_from_settings
 from worker.settings import Settings, check_settings
 from worker.store import EventStore, now_ms
-from worker.tasks import publish_drain, publish_task, register_tasks
+from worker.tasks import publish_task, register_tasks
 from worker.telemetry import Telemetry, configure_telemetry
 
-__all__ = ["build_pipeline", "build_relay", "create_app"]
+__all__ = ["build_pipeline", "build_relay", "create_app", "fair_queue"]
 
 log = logging.getLogger(__name__)
 
@@ -53,31 +54,38 @@ def build_pipeline(
     """The per-process pipeline: Redis client, store, telemetry, and the plugins named in the settings."""
     store = EventStore(redis_from_settings(settings), settings)
     if telemetry is None:
-        telemetry = configure_telemetry(settings, service_name="agent-signal-worker", redis_client=store.client)
+        telemetry = configure_telemetry(
+            settings, service_name="agent-signal-worker", redis_client=store.client
+        )
         _state.instrument_libraries(telemetry, redis_commands=settings.trace_redis_commands)
     if app is None:
         app = create_app(settings)
     celery_app = app
-
-    def drain(scope_key: str) -> None:
-        publish_drain(celery_app, scope_key, queue=settings.queue_name)
+    fair = fair_queue(settings, store, celery_app)
 
     def task(name: str, payload: dict[str, Any], queue: str | None) -> None:
         publish_task(celery_app, name, payload, queue=queue or settings.queue_name)
 
     assembly = assemble(
-        load_plugins(settings), settings, store, publish_drain=drain, publish_task=task
+        load_plugins(settings), settings, store, publish_drain=fair.publish, publish_task=task
     )
-    return Pipeline(
+    pipeline = Pipeline(
         store,
         assembly.registry,
         settings,
         deps=assembly.deps,
         emitter=assembly.emitter,
-        publish_drain=drain,
+        publish_drain=fair.publish,
         runtime=assembly.runtime,
         telemetry=telemetry,
     )
+    pipeline.fair = fair
+    return pipeline
+
+
+def fair_queue(settings: Settings, store: EventStore, app: Celery) -> FairQueue:
+    """How this process publishes drains (round-robin across tenants unless ``fair_share`` is off)."""
+    return FairQueue(store.client, store.keys, app, settings.queue_name, enabled=settings.fair_share)
 
 
 def _is_redis_broker(url: str) -> bool:
@@ -148,7 +156,9 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
             target=_sweep_forever, args=(app, settings, stop, hostname), name="reconcile", daemon=True
         )
         thread.start()
-        relay = threading.Thread(target=_relay_forever, args=(app, settings, stop), name="outbox", daemon=True)
+        relay = threading.Thread(
+            target=_relay_forever, args=(app, settings, stop), name="outbox", daemon=True
+        )
         relay.start()
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:
@@ -170,14 +180,14 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
 def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
     """The outbox relay of one process, with the loaded plugins' deliverers."""
     store = EventStore(redis_from_settings(settings), settings)
-
-    def drain(scope_key: str) -> None:
-        publish_drain(app, scope_key, queue=settings.queue_name)
+    fair = fair_queue(settings, store, app)
 
     def task(name: str, payload: dict[str, Any], queue: str | None) -> None:
         publish_task(app, name, payload, queue=queue or settings.queue_name)
 
-    assembly = assemble(load_plugins(settings), settings, store, publish_drain=drain, publish_task=task)
+    assembly = assemble(
+        load_plugins(settings), settings, store, publish_drain=fair.publish, publish_task=task
+    )
     return OutboxRelay(
         store,
         assembly.deliverers,
@@ -213,9 +223,7 @@ def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostn
             store.client.hset(store.keys.workers, hostname, now_ms())
             if try_reconcile_lock(store, interval_ms):
                 published = reconcile(
-                    store,
-                    lambda scope: publish_drain(app, scope, queue=settings.queue_name),
-                    stale_after_ms=stale_after_ms,
+                    store, fair_queue(settings, store, app).publish, stale_after_ms=stale_after_ms
                 )
                 if published:
                     log.warning("reconcile: re-published drains for %d stranded scope(s)", len(published))

@@ -61,6 +61,9 @@ class Emitter:
             extra=[*settings.extra_source_types, *source_types],
         )
         self.admission = tuple(admission)
+        # The door (SDK, HTTP, CLI) enforces the inbox and tenant limits; the engine's own emits (plugin
+        # tasks reporting a run) do not: refusing those would lose what a run already did.
+        self.enforce_limits = False
 
     @property
     def tenant(self) -> str:
@@ -118,7 +121,7 @@ class Emitter:
         refused = self.verdicts(prepared)
         allowed = [p for i, p in enumerate(prepared) if i not in refused]
         try:
-            outcomes = iter(self.store.enqueue_many(allowed))
+            outcomes = iter(self.store.enqueue_many(allowed, enforce_limits=self.enforce_limits))
         except RedisError as exc:  # one script per batch: a refused batch stored none of it
             note_store_failure(self.store.client, self.store.keys.stats, exc, "enqueue")
             message = describe_store_error(exc, "the batch")

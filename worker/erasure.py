@@ -155,6 +155,7 @@ def _tombstone(
         pipe.hset(k.event(event_id), "erasedAt", at)
         if event["state"] in ("queued", "processing"):
             pipe.hset(k.event(event_id), "state", "erased")
+            pipe.hincrby(k.stats, "queued", -1)  # it will never run: out of the tenant's queue quota
         if scope in shared_set:
             pipe.lrem(k.inbox(scope), 0, event_id)
         pipe.zrem(k.dlq, event_id)

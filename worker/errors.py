@@ -14,7 +14,7 @@ Any other exception raised by a handler is treated as transient (retried with ba
 
 from __future__ import annotations
 
-__all__ = ["LeaseLost", "PermanentFailure", "PipelineError", "RetryLater", "SkipEvent"]
+__all__ = ["LeaseLost", "OverLimit", "PermanentFailure", "PipelineError", "RetryLater", "SkipEvent"]
 
 
 class PipelineError(Exception):
@@ -43,3 +43,28 @@ class SkipEvent(PipelineError):
 
 class LeaseLost(PipelineError):
     """The scope lease is no longer ours (expired, or a newer holder has a higher fence)."""
+
+
+class OverLimit(Exception):
+    """An admission limit refused a whole batch before anything was stored (the door answers 429).
+
+    ``what``: ``inbox`` (one scope's queued events at ``max_inbox_depth``) or ``tenant`` (the tenant's queued
+    events at ``tenant_max_queued``); ``retry_after_s``: when trying again may succeed."""
+
+    def __init__(self, what: str, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.what = what
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    @classmethod
+    def from_reply(cls, reply: str, *, max_inbox: int, max_queued: int, retry_after_s: int) -> OverLimit:
+        """From the script's ``OVERLIMIT inbox <scopeRef> <depth>`` / ``OVERLIMIT tenant <queued>``."""
+        parts = reply.split(" ")
+        if len(parts) >= 4 and parts[1] == "inbox":
+            scope = " ".join(parts[2:-1]).partition("/")[2]
+            message = f"scope {scope!r} already holds {parts[-1]} queued events (limit {max_inbox}); retry later"
+            return cls("inbox", message, retry_after_s=retry_after_s)
+        queued = parts[2] if len(parts) > 2 else "?"
+        message = f"this tenant already has {queued} queued events (limit {max_queued}); retry later"
+        return cls("tenant", message, retry_after_s=retry_after_s)

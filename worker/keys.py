@@ -90,6 +90,7 @@ ENGINE_FAMILIES = (
     "apikey:",
     "ratelimit:",
     "events-of:",
+    "ready:",
     "scope-users:",
     "sessions-of:",
 )
@@ -105,6 +106,7 @@ ENGINE_SINGLETONS = (
     "apikeys",
     "audit",
     "token-secret",
+    "ready-tenants",
 )
 
 
@@ -144,6 +146,20 @@ class Keys:
     def tenants(self) -> str:
         """Set of tenants that have stored anything (the reconcile sweep and fair share walk it)."""
         return f"{self.prefix}tenants"
+
+    @property
+    def ready_tenants(self) -> str:
+        """Fair share: the ring of tenants with ready scopes (list, rotated by READY_POP)."""
+        return f"{self.prefix}ready-tenants"
+
+    @property
+    def ready_prefix(self) -> str:
+        """``ready_prefix + tenant`` is that tenant's ready list (READY_POP builds it from the ring)."""
+        return f"{self.prefix}ready:"
+
+    def ready(self, tenant: str) -> str:
+        """Fair share: one tenant's scope refs ready to drain (list, FIFO)."""
+        return f"{self.ready_prefix}{tenant}"
 
     def api_key(self, key_id: str) -> str:
         """One API key: hash {tenant, role, name, hash, createdAt, revokedAt?}; the secret is never stored."""

@@ -37,6 +37,7 @@ from worker.chain_document import chain_projection, compact_json
 from worker.context import Deps, EffectBuffer
 from worker.emitter import Emitter, StagedEmits
 from worker.errors import LeaseLost, PermanentFailure, RetryLater, SkipEvent
+from worker.fair import FairQueue
 from worker.keys import Keys, split_scope_ref
 from worker.lease import LeaseGrant, ScopeLease
 from worker.logs import bind_event, clear_context
@@ -263,6 +264,7 @@ class Pipeline:
         self.deps = deps or Deps()
         self.emitter = emitter
         self.publish_drain: Callable[[str], None] = publish_drain or (lambda scope_key: None)
+        self.fair: FairQueue | None = None  # set by build_pipeline: drain_next pops here, re-publishes go here
         self.runtime = runtime  # the plugins' runtime of this process (their Celery tasks use it)
         self.steps = tuple(steps)
         self.telemetry = telemetry

@@ -54,6 +54,7 @@ local function admit(ev, inbox, sched, seq, scopes, stats, id, ref, body, now, w
     redis.call('SADD', susers, user)
   end
   redis.call('HINCRBY', stats, 'accepted', 1)
+  redis.call('HINCRBY', stats, 'queued', 1)  -- the tenant's events not yet done or dead (its quota)
   if redis.call('SET', sched, now, 'NX', 'PX', sched_ttl) then return {1, 1} end
   return {1, 0}
 end
@@ -95,8 +96,11 @@ end
 # (noeviction) refuses the script's first write, before anything was written, and the script stops there;
 # a key of the wrong type is found before the first write too (a "REFUSED …" error, nothing written).
 # KEYS: scopes, stats, tenants, then per event: ev, inbox, sched, seq, user index, scope users
-# ARGV: nowMs, windowS, schedTtlMs, tenant, then per event: eventId, scopeRef (<tenant>/<scopeKey>), eventJson,
-#       userId ('' when none)
+# ARGV: nowMs, windowS, schedTtlMs, tenant, maxInboxDepth, maxTenantQueued (0: no limit), then per event:
+#       eventId, scopeRef (<tenant>/<scopeKey>), eventJson, userId ('' when none)
+# A batch that would take a scope's inbox past maxInboxDepth, or the tenant's queued events past
+# maxTenantQueued, is refused whole before any write: "OVERLIMIT inbox <scopeRef> <depth>" or
+# "OVERLIMIT tenant <queued>" (the door answers 429).
 # -> one {accepted(1|0), publish(1|0)} per event, in order (a repeat inside the batch is a duplicate)
 ENQUEUE_BATCH = (
     ADMIT
@@ -109,10 +113,26 @@ for i = 0, (#KEYS - 3) / 6 - 1 do
   local refusal = admit_refusal(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3])
   if refusal then return redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
 end
+local n = (#KEYS - 3) / 6
+local max_inbox, max_queued = tonumber(ARGV[5]), tonumber(ARGV[6])
+if max_queued > 0 then
+  local queued = tonumber(redis.call('HGET', KEYS[2], 'queued') or '0')
+  if queued + n > max_queued then return redis.error_reply('OVERLIMIT tenant ' .. queued) end
+end
+if max_inbox > 0 then
+  local adding = {}
+  for i = 0, n - 1 do
+    local inbox = KEYS[4 + i * 6 + 1]
+    adding[inbox] = (adding[inbox] or redis.call('LLEN', inbox)) + 1
+    if adding[inbox] > max_inbox then
+      return redis.error_reply('OVERLIMIT inbox ' .. ARGV[7 + i * 4 + 1] .. ' ' .. (adding[inbox] - 1))
+    end
+  end
+end
 redis.call('SADD', KEYS[3], ARGV[4])
 local out = {}
-for i = 0, (#KEYS - 3) / 6 - 1 do
-  local k, a = 4 + i * 6, 5 + i * 4
+for i = 0, n - 1 do
+  local k, a = 4 + i * 6, 7 + i * 4
   out[i + 1] = admit(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1],
     ARGV[a + 2], ARGV[1], ARGV[2], ARGV[3], KEYS[k + 4], ARGV[a + 3], KEYS[k + 5])
 end
@@ -241,6 +261,7 @@ if ARGV[3] == 'retry' then
   redis.call('HINCRBY', KEYS[5], 'retried', 1)
 else
   redis.call('LPOP', KEYS[1])
+  redis.call('HINCRBY', KEYS[5], 'queued', -1)
   if ARGV[3] == 'done' then
     for _, f in ipairs(cjson.decode(ARGV[16])) do
       local r = admit(f[1], f[2], f[3], f[4], KEYS[9], KEYS[5], f[7], f[8], f[9], ARGV[4], ARGV[5], ARGV[17],
@@ -309,6 +330,7 @@ redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[2])
 redis.call('HINCRBY', KEYS[6], 'redriven', 1)
+redis.call('HINCRBY', KEYS[6], 'queued', 1)
 if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[4]) then return {1, 1} end
 return {1, 0}
 """

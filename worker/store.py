@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from redis import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from worker.context import EffectBuffer
+from worker.errors import OverLimit
 from worker.keys import Keys
 from worker.scripts import Scripts
 from worker.settings import Settings
@@ -165,14 +166,23 @@ class EventStore:
 
     # ---- producers -------------------------------------------------------------------------------
 
-    def enqueue_many(self, events: Sequence[PreparedEvent]) -> list[EnqueueOutcome]:
+    def enqueue_many(
+        self, events: Sequence[PreparedEvent], *, enforce_limits: bool = False
+    ) -> list[EnqueueOutcome]:
         """Claim each event's dedupe record and append it to its scope inbox: the whole batch is one
         ENQUEUE_BATCH script, so a store error (out of memory: refused before any write) stores none of it."""
         if not events:
             return []
         k = self.keys
         keys = [k.scopes, k.stats, k.tenants]
-        args: list[Any] = [now_ms(), self.settings.dedupe_window_s, self.schedule_ttl_ms, k.tenant]
+        args: list[Any] = [
+            now_ms(),
+            self.settings.dedupe_window_s,
+            self.schedule_ttl_ms,
+            k.tenant,
+            self.settings.max_inbox_depth if enforce_limits else 0,
+            self.settings.tenant_max_queued if enforce_limits else 0,
+        ]
         for ev in events:
             keys += [
                 k.event(ev.event_id),
@@ -183,7 +193,17 @@ class EventStore:
                 k.scope_users(ev.scope_key),
             ]
             args += [ev.event_id, k.scope_ref(ev.scope_key), ev.body, ev.user_id or ""]
-        replies = self.scripts.enqueue_batch(keys=keys, args=args)
+        try:
+            replies = self.scripts.enqueue_batch(keys=keys, args=args)
+        except ResponseError as exc:
+            if str(exc).startswith("OVERLIMIT"):
+                raise OverLimit.from_reply(
+                    str(exc),
+                    max_inbox=self.settings.max_inbox_depth,
+                    max_queued=self.settings.tenant_max_queued,
+                    retry_after_s=self.settings.store_retry_after_s,
+                ) from None
+            raise
         return [
             EnqueueOutcome(
                 ev.event_id, ev.source_id, ev.scope_key, "accepted" if ok else "duplicate", bool(publish)

@@ -14,25 +14,33 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from worker import _state
+from worker.fair import DRAIN_NEXT_TASK, DRAIN_TASK, FairQueue
 from worker.plugin import Plugin, PluginTask
 from worker.store_safety import note_store_failure
 
-__all__ = ["DRAIN_TASK", "NOOP_TASK", "publish_drain", "publish_task", "register_tasks"]
+__all__ = ["DRAIN_TASK", "NOOP_TASK", "FairQueue", "publish_drain", "publish_task", "register_tasks"]
 
-DRAIN_TASK = "agent_signal.drain"
 NOOP_TASK = "agent_signal.noop"
 
 log = logging.getLogger(__name__)
 
 
 def publish_drain(app: Any, scope_key: str, *, countdown_s: float = 0.0, queue: str | None = None) -> None:
-    """Ask a worker to drain ``scope_key`` (one small JSON message)."""
+    """Ask a worker to drain the scope ref ``scope_key`` now, outside the fair-share ring (one small JSON
+    message). Engine code publishes through :class:`worker.fair.FairQueue`; this stays for tools and tests."""
     options: dict[str, Any] = {}
     if countdown_s > 0:
         options["countdown"] = countdown_s
     if queue:
         options["queue"] = queue
     app.send_task(DRAIN_TASK, args=[scope_key], **options)
+
+
+def _direct(app: Any, queue: str) -> Any:
+    def publish(ref: str, *, countdown_s: float = 0.0) -> None:
+        publish_drain(app, ref, countdown_s=countdown_s, queue=queue)
+
+    return publish
 
 
 def publish_task(app: Any, name: str, payload: dict[str, Any], *, queue: str) -> None:
@@ -60,20 +68,36 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
     @app.task(name=DRAIN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
     def drain(scope_key: str) -> None:
         if not isinstance(scope_key, str) or not scope_key:
-            log.error("drain called without a scope key: %r", scope_key)
+            log.error("drain called without a scope ref: %r", scope_key)
             return
+        _drain_ref(scope_key)
+
+    @app.task(name=DRAIN_NEXT_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
+    def drain_next() -> None:
+        """Fair share: drain the next ready scope, the tenants taking turns (worker/fair.py)."""
         pipeline = _state.get()
         try:
-            outcome = pipeline.drain(scope_key)
-        except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
-            note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, f"drain {scope_key}")
+            ref = pipeline.fair.pop() if pipeline.fair is not None else None
+        except RedisError as exc:
+            note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, "drain_next")
             return
+        if ref is not None:
+            _drain_ref(ref)
+
+    def _drain_ref(ref: str) -> None:
+        pipeline = _state.get()
+        try:
+            outcome = pipeline.drain(ref)
+        except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
+            note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, f"drain {ref}")
+            return
+        republish = pipeline.fair.publish if pipeline.fair is not None else _direct(app, queue)
         if outcome.next in ("again", "busy"):
-            publish_drain(app, scope_key, countdown_s=outcome.delay_s, queue=queue)
+            republish(ref, countdown_s=outcome.delay_s)
         elif outcome.next == "lost":
             # Our lease lapsed (paused past its TTL, or Redis lost it). Whoever holds the scope now drains
             # it; if nobody does, this follow-up will, once the holder's lease has run out.
-            publish_drain(app, scope_key, countdown_s=1.0, queue=queue)
+            republish(ref, countdown_s=1.0)
 
     for plugin in plugins:
         for task in plugin.tasks:

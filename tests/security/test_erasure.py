@@ -1,0 +1,137 @@
+"""Erasure (``DELETE /v1/users/{userId}``) on a real Redis and real workers: after a user's events, memories,
+skills, receipts and sessions exist, no key or value anywhere under the deployment's prefix holds the user's
+id or content, another user's data is untouched, and a replay of an erased event is still a duplicate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from producers._http import create_web_app
+from tests.conftest import wait_for
+from worker.keys import Keys
+
+pytestmark = pytest.mark.integration
+
+GONE, KEPT = "u-erase-7f3q", "u-keep-91cz"
+MARK = {GONE: "zebra-quartz", KEPT: "otter-basalt"}
+
+
+@pytest.fixture
+def stack(make_settings: Any, start_worker: Any) -> Iterator[TestClient]:
+    settings = make_settings()
+    start_worker(settings)
+    with TestClient(create_web_app(settings)) as client:
+        yield client
+
+
+def _message(user: str, source_id: str, text: str, *, topic: bool = True) -> dict[str, Any]:
+    payload: dict[str, Any] = {"agentId": "agt_1", "messageId": source_id, "message": text}
+    if topic:
+        payload["topicId"] = f"tpc-{user}"
+    return {
+        "sourceType": "agent.user.message",
+        "sourceId": source_id,
+        "userId": user,
+        "agentId": "agt_1",
+        "payload": payload,
+    }
+
+
+def _send(client: TestClient, event: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/v1/events", json=event)
+    assert response.status_code == 202, response.text
+    return dict(response.json()["results"][0])
+
+
+def _populate(client: TestClient, user: str) -> list[dict[str, Any]]:
+    """Memories, a skill (and a second version), receipts, a session with context, events in a topic scope
+    and in the user-derived scope ``agent:agt_1:user:<user>``."""
+    mark = MARK[user]
+    sent = [
+        _send(client, _message(user, f"{user}-m1", f"Going forward, I prefer {mark} answers.")),
+        _send(client, _message(user, f"{user}-s1", f'Please create a skill called "{mark} list": run, tag.')),
+        _send(client, _message(user, f"{user}-s2", f'Update the skill "{mark} list": also bump.')),
+        _send(client, _message(user, f"{user}-m2", f"Going forward, I prefer {mark} tables.", topic=False)),
+    ]
+    session = f"sess-{user}"
+    assert client.put(f"/v1/sessions/{session}", json={"userId": user, "dmailEnabled": True}).status_code == 200
+    body = {"messages": [{"role": "user", "content": f"my {mark} secret"}], "tokenCount": 7}
+    assert client.post(f"/v1/sessions/{session}/context/messages", json=body).status_code == 200
+    assert client.post(f"/v1/sessions/{session}/context/checkpoint", json={}).status_code == 200
+    return sent
+
+
+def _settled(client: TestClient, redis_client: Redis, keys: Keys, user: str) -> bool:
+    memories = client.get("/v1/memories", params={"userId": user}).json()["memories"]
+    receipts = client.get(
+        "/v1/receipts", params={"userId": user, "agentId": "agt_1", "topicId": f"tpc-{user}"}
+    ).json()["receipts"]
+    skills = [r for r in receipts if r["kind"] == "skill"]
+    idle = not redis_client.scard(keys.scopes) and not redis_client.zcard(keys.outbox_due)
+    return len(memories) >= 2 and len(skills) >= 2 and idle
+
+
+def _dump(redis_client: Redis, keys: Keys) -> list[tuple[str, str]]:
+    """Every key under the deployment's prefix (the broker's too) with its whole value as text."""
+    out = []
+    for key in redis_client.scan_iter(match=keys.all_pattern, count=1000):
+        kind = redis_client.type(key)
+        if kind == "string":
+            value: Any = redis_client.get(key)
+        elif kind == "hash":
+            value = redis_client.hgetall(key)
+        elif kind == "list":
+            value = redis_client.lrange(key, 0, -1)
+        elif kind == "set":
+            value = sorted(redis_client.smembers(key))
+        elif kind == "zset":
+            value = redis_client.zrange(key, 0, -1, withscores=True)
+        elif kind == "stream":
+            value = redis_client.xrange(key)
+        else:
+            value = ""
+        out.append((str(key), repr(value)))
+    return out
+
+
+def _mentions(dump: list[tuple[str, str]], *needles: str) -> list[str]:
+    return [key for key, value in dump if any(n in key or n in value for n in needles)]
+
+
+def test_erasure_leaves_nothing_of_the_user_and_everything_of_others(
+    stack: TestClient, redis_client: Redis, keys: Keys
+) -> None:
+    gone_events = _populate(stack, GONE)
+    _populate(stack, KEPT)
+    for user in (GONE, KEPT):
+        wait_for(lambda u=user: _settled(stack, redis_client, keys, u), timeout_s=90, what=f"{user}'s data")
+    before = _dump(redis_client, keys)
+    assert _mentions(before, GONE, MARK[GONE]), "the test must start with the user's data present"
+    kept_before = sorted(_mentions(before, KEPT, MARK[KEPT]))
+
+    answer = wait_for(
+        lambda: (r := stack.delete(f"/v1/users/{GONE}").json())["busyScopes"] == 0 and r,
+        what="an erasure with no busy scope",
+    )
+    assert answer["userId"] == GONE
+    assert answer["removed"]["memories"] >= 2 and answer["removed"]["receipts"] >= 2
+    assert answer["removed"]["skills"] >= 1 and answer["removed"]["eventPayloads"] >= len(gone_events)
+
+    after = _dump(redis_client, keys)
+    assert _mentions(after, GONE, MARK[GONE]) == []
+    assert sorted(_mentions(after, KEPT, MARK[KEPT])) == kept_before  # the other user's keys all remain
+    assert len(stack.get("/v1/memories", params={"userId": KEPT}).json()["memories"]) >= 2
+    assert stack.get("/v1/sessions/sess-" + KEPT + "/context").json()["messages"]
+
+    # Tombstones: ids and statuses stay, so a replay is still recognised; nothing comes back.
+    status = stack.get(f"/v1/events/{gone_events[0]['eventId']}").json()
+    assert status["status"] == "done" and "erasedAt" in status
+    replay = _send(stack, _message(GONE, f"{GONE}-m1", f"Going forward, I prefer {MARK[GONE]} answers."))
+    assert replay["status"] == "duplicate"
+    assert stack.delete(f"/v1/users/{GONE}").json()["removed"].get("memories", 0) == 0  # idempotent
+    assert _mentions(_dump(redis_client, keys), MARK[GONE]) == []

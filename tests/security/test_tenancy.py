@@ -1,0 +1,115 @@
+"""Tenants in the engine, on a real Redis and real ``celery worker`` processes: one tenant's events, dedupe
+records, scopes and limits never touch another's, and a flood from one tenant does not starve another."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from producers import Producer
+from tests.conftest import wait_for
+from worker.errors import OverLimit
+from worker.keys import Keys
+
+pytestmark = pytest.mark.integration
+
+NOOP = "test.noop"  # admitted (extra source type), handled by no policy: the cheapest real run
+
+
+def _event(source_id: str, scope: str, **payload: Any) -> dict[str, Any]:
+    return {"sourceType": NOOP, "sourceId": source_id, "scopeKey": scope, "payload": payload}
+
+
+def _done(producer: Producer, event_ids: list[str]) -> int:
+    pipe = producer.store.client.pipeline(transaction=False)
+    for event_id in event_ids:
+        pipe.hget(producer.store.keys.event(event_id), "state")
+    return sum(1 for state in pipe.execute() if state == "done")
+
+
+def test_pre_squatting_another_tenants_next_source_id_does_not_affect_it(
+    make_settings: Any, start_worker: Any
+) -> None:
+    """Tenant B sends tenant A's next sourceId first: A's real event is still accepted and runs."""
+    settings = make_settings(extra_source_types=[NOOP])
+    producer = Producer(settings)
+    tenant_a, tenant_b = producer.for_tenant("tenant-a"), producer.for_tenant("tenant-b")
+    squat = tenant_b.enqueue(_event("msg_next", "topic:shared"))
+    real = tenant_a.enqueue(_event("msg_next", "topic:shared"))
+    assert (squat.status, real.status) == ("accepted", "accepted")
+    assert squat.event_id != real.event_id
+    start_worker(settings)
+    wait_for(lambda: _done(tenant_a, [real.event_id]) == 1, what="tenant A's event to run")
+    assert tenant_a.status(real.event_id)["duplicates"] == 0  # type: ignore[index]
+    assert tenant_a.status(squat.event_id) is None  # B's event does not exist for A
+    assert tenant_b.enqueue(_event("msg_next", "topic:shared")).status == "duplicate"  # B dedupes its own
+
+
+def test_every_key_a_tenant_writes_is_under_its_own_prefix(
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+) -> None:
+    """Events, scopes, leases, fences, lanes, chains of tenant B live under ``t:tenant-b:``; A's are not touched."""
+    settings = make_settings(extra_source_types=[NOOP])
+    producer = Producer(settings)
+    tenant_b = producer.for_tenant("tenant-b")
+    ids = [tenant_b.enqueue(_event(f"e{i}", f"topic:t{i % 3}")).event_id for i in range(6)]
+    start_worker(settings)
+    wait_for(lambda: _done(tenant_b, ids) == 6, what="tenant B's events")
+    written = [str(k) for k in redis_client.scan_iter(match=keys.all_pattern)]
+    own_b = keys.for_tenant("tenant-b").own
+    tenant_keys = [k for k in written if k.startswith(f"{keys.prefix}t:")]
+    assert tenant_keys and all(k.startswith(own_b) for k in tenant_keys)
+    assert not [k for k in written if k.startswith(keys.for_tenant("tenant-a").own)]
+
+
+def test_inbox_and_tenant_limits_refuse_a_whole_batch_before_writing(
+    make_settings: Any, redis_client: Redis, keys: Keys
+) -> None:
+    """Past a scope's inbox depth or the tenant's queued total: OverLimit, and nothing of the batch stored."""
+    settings = make_settings(extra_source_types=[NOOP], max_inbox_depth=3, tenant_max_queued=5)
+    producer = Producer(settings).for_tenant("tenant-a")
+    producer.enqueue_many([_event(f"a{i}", "topic:deep") for i in range(3)])
+    with pytest.raises(OverLimit) as inbox:
+        producer.enqueue_many([_event("ok-1", "topic:other"), _event("a3", "topic:deep")])
+    assert inbox.value.what == "inbox" and "topic:deep" in inbox.value.message
+    assert producer.status(producer.validate(_event("ok-1", "topic:other")).event_id) is None  # none stored
+    producer.enqueue_many([_event("b0", "topic:b0"), _event("b1", "topic:b1")])  # 5 queued now
+    with pytest.raises(OverLimit) as tenant:
+        producer.enqueue(_event("b2", "topic:b2"))
+    assert tenant.value.what == "tenant"
+    other = Producer(settings).for_tenant("tenant-b")  # another tenant's quota is its own
+    assert other.enqueue(_event("b2", "topic:b2")).status == "accepted"
+
+
+def _flood_then_trickle(
+    settings: Any, start_worker: Any, *, a_events: int, a_scopes: int, b_events: int
+) -> tuple[int, int]:
+    """Tenant A queues its backlog first, then B its events; workers start after both. Returns (A's events
+    done at the moment B's last one was seen done, A's total)."""
+    producer = Producer(settings)
+    tenant_a, tenant_b = producer.for_tenant("tenant-a"), producer.for_tenant("tenant-b")
+    a_ids: list[str] = []
+    backlog = [_event(f"a{i}", f"topic:a{i % a_scopes}") for i in range(a_events)]
+    for start in range(0, len(backlog), 1000):
+        a_ids += [r.event_id for r in tenant_a.enqueue_many(backlog[start : start + 1000])]
+    b_ids = [tenant_b.enqueue(_event(f"b{i}", f"topic:b{i}")).event_id for i in range(b_events)]
+    start_worker(settings, concurrency=2)
+    wait_for(lambda: _done(tenant_b, b_ids) == b_events, timeout_s=240, what="tenant B's events")
+    return _done(tenant_a, a_ids), len(a_ids)
+
+
+def test_fair_share_serves_a_small_tenant_while_a_flood_waits(make_settings: Any, start_worker: Any) -> None:
+    """A's 5,000 events (in 500 scopes) are queued first; B's 20 all finish while over half of A's still wait."""
+    settings = make_settings(extra_source_types=[NOOP])
+    a_done, a_total = _flood_then_trickle(settings, start_worker, a_events=5000, a_scopes=500, b_events=20)
+    assert a_total == 5000
+    assert a_done < a_total / 2, f"{a_done} of tenant A's events ran before tenant B's 20 finished"
+
+
+def test_without_fair_share_the_flood_goes_first(make_settings: Any, start_worker: Any) -> None:
+    """The control: in the broker's arrival order, B waits behind A's whole backlog (so the test above can fail)."""
+    settings = make_settings(extra_source_types=[NOOP], fair_share=False)
+    a_done, a_total = _flood_then_trickle(settings, start_worker, a_events=600, a_scopes=200, b_events=5)
+    assert a_done > a_total / 2, f"only {a_done} of {a_total} ran first: this control no longer discriminates"
