@@ -103,7 +103,10 @@ class Producer:
             duration_ms = (time.perf_counter() - started) * 1000
             for p, result in zip(prepared, results, strict=True):
                 self.telemetry.source_event(
-                    status=result.status, source_type=p.source_type, duration_ms=duration_ms
+                    status=result.status,
+                    source_type=p.source_type,
+                    duration_ms=duration_ms,
+                    tenant=self.store.tenant,
                 )
             self.telemetry.flush_measurements()
             return results
@@ -133,14 +136,19 @@ class Producer:
             for p, span in zip(prepared, spans, strict=True):
                 span.record_exception(exc)
                 span.end()
-                self.telemetry.source_event(status="error", source_type=p.source_type, duration_ms=0.0)
+                self.telemetry.source_event(
+                    status="error", source_type=p.source_type, duration_ms=0.0, tenant=self.store.tenant
+                )
             raise
         duration_ms = (time.perf_counter() - started) * 1000
         for p, span, result in zip(prepared, spans, results, strict=True):
             span.set_attribute("agent.signal.source_event_status", result.status)
             span.end()
             self.telemetry.source_event(
-                status=result.status, source_type=p.source_type, duration_ms=duration_ms
+                status=result.status,
+                source_type=p.source_type,
+                duration_ms=duration_ms,
+                tenant=self.store.tenant,
             )
         return results
 

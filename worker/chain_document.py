@@ -10,7 +10,7 @@ from worker.projection import project_chain
 from worker.scheduler import ChainTrace
 from worker.telemetry import Telemetry
 
-__all__ = ["chain_projection", "compact_json"]
+__all__ = ["chain_projection", "compact_json", "peek_event"]
 
 
 def chain_projection(trace: ChainTrace, source: Source, *, attempt: int) -> dict[str, Any]:
@@ -32,3 +32,14 @@ def chain_projection(trace: ChainTrace, source: Source, *, attempt: int) -> dict
 
 def compact_json(document: dict[str, Any]) -> str:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+
+
+def peek_event(body: str) -> tuple[str, str | None]:
+    """The source type and W3C traceparent of a stored event, without validating it."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return "unknown", None
+    if not isinstance(data, dict):
+        return "unknown", None
+    return str(data.get("sourceType", "unknown")), data.get("traceparent")

@@ -1,54 +1,14 @@
 """Every Redis key the product writes, built in one place.
 
 Nothing else builds key strings (``tests/unit/worker/test_keys_home.py`` scans the sources and fails on a
-hand-built one; the Lua scripts receive whole keys, or the event-key prefix :attr:`Keys.event_prefix`, from
-here). All keys start with the configured prefix (``agent-signal:`` by
-default; tests use a random one so they share a server safely). Keys that belong to one scope carry the
-scope in a hash tag ``{scopeKey}`` so that a scope's inbox, lease, fence and lanes share one slot. Redis
-Cluster is not supported yet: COMMIT also touches global keys and the keys of staged writes and follow-up
-events, which live in other slots (the scale-out work moves those behind an outbox).
-
-Key (after the prefix)               Type    TTL                       Why
------------------------------------  ------  ------------------------  ------------------------------------------
-ev:<eventId>                         hash    dedupe window, refreshed  the dedupe record *and* the event's state
-inbox:{scope}                        list    none (drained)            per-scope FIFO of eventIds (no drops)
-sched:{scope}                        string  visibility timeout        "a drain task is queued or running"
-seq:{scope}                          string  none                      the scope's enqueue counter (event field seq)
-lease:{scope}                        string  lease TTL (renewed)       owner token of the scope lease
-fence:{scope}                        string  none                      fencing counter, INCR on every grant
-idem:{scope}:<key>                   string  idempotency TTL           stored ExecutorResult of an applied action
-scopes                               set     none                      scopes with a non-empty inbox (reconcile)
-dlq                                  zset    none                      dead eventIds scored by time of death
-chain:<chainId>                      string  chain retention           the chain's trace (JSON)
-stats                                hash    none                      counters (accepted, duplicate, ...)
-reconcile-lock                       string  reconcile interval        one sweeper per interval across workers
-workers                              hash    none                      worker hostname -> last heartbeat (ms)
-session:{session:id}                 hash    none                      agent session settings
-ctx / ctxmeta / ckpt / usage         list/   none                      the session's context store (D-Mail)
-  :{session:id}                      hash/zset
-dmail:{session:id}                   string  none                      the pending D-Mail (one at a time)
-fnstate:{session:id}                 string  none                      rolebox function runtime (JSON, CAS-updated)
-receipt:<id>                         string  receipt retention         a receipt (JSON), append-once by id
-receipts:user:U:agent:A:topic:T      zset    receipt retention         receipt ids by createdAt (LobeHub's index)
-memories:U / skills:U:A /             hash    none                      reference runner's memories and skill documents
-  skill-history:D                                                      (+ previous versions for rollback)
-skill-intent:{scope}                 hash    7 days                    parked skill candidates (LobeHub records)
-skill-candidates:{scope}             list    7 days                    accumulated weak skill candidates
-dedupe:<kind>-guard:<key>            string  3 days                    one self-iteration run per review window
-features:self-iteration              hash    none                      per-user feature-gate overrides
-receipts-feed:user:U:agent:A:topic:T pubsub  -                         new receipt ids for the SSE stream
-activity:{scope}                     hash    none                      activity plugin: per-scope activity counts
-procedure:{scope}                    hash    7 days                    tool-outcome procedure records
-procedure-marker:{scope}:D:I:P       string  7 days                    "handled" markers that suppress feedback
-procedure-receipts:{scope}           list    7 days                    the scope's last 8 procedure receipts
-self-reflection-accumulator:{scope}  hash    7 days                    self-reflection counters per reflection scope
-  :<type>:<id>
-plugin:{scope}:<name>                any     plugin's choice           a plugin's own data (ctx.key(name))
-outbox:{scope}:<recordId>            string  outbox retention          one outbound call staged by a handler (JSON)
-outbox-of:{scope}:<eventId>          set     outbox retention          the outbox record ids an event staged
-outbox-due                           zset    none                      "<scope>\x1f<id>" by next delivery time
-metrics:meta / metrics:<name>        hash    none                      metric series written by every process
-broker:<queue>                       list    -                         the Celery queue when the broker is Redis
+hand-built one; the Lua scripts receive whole keys, or a prefix such as :attr:`Keys.event_prefix`, from here).
+All keys start with the configured prefix (``agent-signal:`` by default; tests use a random one). A tenant's
+keys then start with ``t:<tenant>:`` (:attr:`Keys.own`), so one SCAN pattern finds all a tenant stores;
+engine-wide keys (workers, the broker, metrics, credentials, rate buckets, the ``scopes``/``outbox-due``/
+fair-share registries whose members are scope refs ``<tenant>/<scopeKey>``) do not. Keys of one scope carry
+the scope in a hash tag ``{scopeKey}``. Keys holding one user's data carry the user id in a fixed place, and the
+user's events, sessions and conversations are indexed by user, so erasure finds them by design
+(``worker/erasure.py``). The full table, with types, TTLs and reasons: ``docs/keys.md``.
 """
 
 from __future__ import annotations

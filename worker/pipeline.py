@@ -23,7 +23,6 @@ keeps the scope scheduled); the caller publishes the next drain task.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +32,7 @@ from typing import Any, Literal, Protocol
 from redis.exceptions import RedisError
 
 from worker.action_port import RedisActionPort
-from worker.chain_document import chain_projection, compact_json
+from worker.chain_document import chain_projection, compact_json, peek_event
 from worker.context import Deps, EffectBuffer
 from worker.emitter import Emitter, StagedEmits
 from worker.errors import LeaseLost, PermanentFailure, RetryLater, SkipEvent
@@ -264,7 +263,9 @@ class Pipeline:
         self.deps = deps or Deps()
         self.emitter = emitter
         self.publish_drain: Callable[[str], None] = publish_drain or (lambda scope_key: None)
-        self.fair: FairQueue | None = None  # set by build_pipeline: drain_next pops here, re-publishes go here
+        self.fair: FairQueue | None = (
+            None  # set by build_pipeline: drain_next pops here, re-publishes go here
+        )
         self.runtime = runtime  # the plugins' runtime of this process (their Celery tasks use it)
         self.steps = tuple(steps)
         self.telemetry = telemetry
@@ -345,7 +346,7 @@ class Pipeline:
         """Walk the steps for one event inside an ``agent_signal.workflow.run`` span that continues the
         trace of its enqueue; returns what they did (``work.reply`` is None when nothing was committed)."""
         started = time.perf_counter()
-        source_type, traceparent = _peek(begun.body)
+        source_type, traceparent = peek_event(begun.body)
         bind_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)
         scope = ChainScope(
             attempt=begun.attempts,
@@ -373,7 +374,9 @@ class Pipeline:
             clear_context("eventId", "scopeKey", "attempt", "chainId", "sourceId")
         if work.reply is not None and work.reply.code == 1:
             duration_ms = (time.perf_counter() - started) * 1000
-            self.telemetry.workflow_run(status=work.status, source_type=source_type, duration_ms=duration_ms)
+            self.telemetry.workflow_run(
+                status=work.status, source_type=source_type, duration_ms=duration_ms, tenant=self.store.tenant
+            )
         return work
 
     def retry_or_dead(self, work: EventWork, error: str, *, min_delay_s: float = 0.0) -> None:
@@ -386,14 +389,3 @@ class Pipeline:
         )
         work.decide("retry", error)
         work.not_before_ms = now_ms() + max(delay_ms, int(min_delay_s * 1000))
-
-
-def _peek(body: str) -> tuple[str, str | None]:
-    """The source type and W3C traceparent of a stored event, without validating it."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return "unknown", None
-    if not isinstance(data, dict):
-        return "unknown", None
-    return str(data.get("sourceType", "unknown")), data.get("traceparent")

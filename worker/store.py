@@ -19,6 +19,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from worker.context import EffectBuffer
 from worker.errors import OverLimit
+from worker.event_records import status_record
 from worker.keys import Keys
 from worker.scripts import Scripts
 from worker.settings import Settings
@@ -288,7 +289,7 @@ class EventStore:
         raw = _str_dict(self.client.hgetall(self.keys.event(event_id)))
         if not raw:
             return None
-        return _status_record(raw)
+        return status_record(raw)
 
     def get_chain(self, chain_id: str) -> dict[str, Any] | None:
         raw = self.client.get(self.keys.chain(chain_id))
@@ -325,7 +326,7 @@ class EventStore:
         for reply in pipe.execute():
             if reply:
                 raw = _str_dict(reply)
-                record = _status_record(raw)
+                record = status_record(raw)
                 record["event"] = json.loads(raw["event"])
                 record["deadAt"] = int(raw.get("deadAt", 0))
                 out.append(record)
@@ -366,36 +367,3 @@ class EventStore:
 
 def staged_error(reply: Sequence[Any]) -> str:
     return f"staged write #{int(reply[1])} was not applied: {_str(reply[2])}"
-
-
-def _status_record(raw: dict[str, str]) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "eventId": raw.get("eventId"),
-        "status": raw.get("state"),
-        "attempts": int(raw.get("attempts", 0)),
-        "chainId": raw.get("chainId"),
-        "scopeKey": raw.get("scopeKey"),
-        "enqueuedAt": int(raw.get("enqueuedAt", 0)),
-        "duplicates": int(raw.get("duplicates", 0)),
-    }
-    if raw.get("userId"):
-        record["userId"] = raw["userId"]
-    if raw.get("erasedAt"):  # its user was erased: the payload is gone, the ids and status stay (a tombstone)
-        record["erasedAt"] = int(raw["erasedAt"])
-    if raw.get("error"):
-        record["error"] = raw["error"]
-    if raw.get("doneAt"):
-        record["doneAt"] = int(raw["doneAt"])
-    if raw.get("redrivenAt"):  # back at its scope's tail
-        record.update(redrivenAt=int(raw["redrivenAt"]), redrives=int(raw.get("redrives", 1)))
-        # True when later events of its scope were enqueued before the redrive: they ran (or run) first.
-        record["outOfOrder"] = raw.get("outOfOrder") == "1"
-    if record["chainId"] is None and raw.get("sourceId"):
-        record["chainId"] = f"chain:{raw['sourceId']}"
-    elif record["chainId"] is None:
-        try:
-            source_id = json.loads(raw["event"])["sourceId"]
-            record["chainId"] = f"chain:{source_id}"
-        except (KeyError, ValueError):
-            record["chainId"] = None
-    return record

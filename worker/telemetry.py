@@ -132,17 +132,21 @@ class Telemetry(MeasurementBuffer):
     # ---- recorders -----------------------------------------------------------------------------------
     # Buffered (worker/telemetry_buffer.py): ``_add`` and ``_record`` queue, ``flush_measurements`` hands over.
 
-    def source_event(self, *, status: str, source_type: str, duration_ms: float) -> None:
+    def source_event(
+        self, *, status: str, source_type: str, duration_ms: float, tenant: str = "default"
+    ) -> None:
         if not self.enabled:
             return
-        attrs = {**_a(source_event_status=status, source_type=source_type), **self.common}
+        attrs = {**_a(source_event_status=status, source_type=source_type), **self.common, "tenant": tenant}
         self._add("agent_signal_source_events_total", attrs)
         self._record("agent_signal_source_event_duration_ms", duration_ms, attrs)
 
-    def workflow_run(self, *, status: str, source_type: str, duration_ms: float) -> None:
+    def workflow_run(
+        self, *, status: str, source_type: str, duration_ms: float, tenant: str = "default"
+    ) -> None:
         if not self.enabled:
             return
-        attrs = {**_a(source_type=source_type, workflow_status=status), **self.common}
+        attrs = {**_a(source_type=source_type, workflow_status=status), **self.common, "tenant": tenant}
         self._add("agent_signal_workflow_runs_total", attrs)
         self._record("agent_signal_workflow_duration_ms", duration_ms, attrs)
 

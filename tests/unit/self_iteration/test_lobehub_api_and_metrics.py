@@ -6,6 +6,7 @@ packages/observability-otel/src/modules/agent-signal/index.ts."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -15,6 +16,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from redis import Redis
 
+from producers._principal import LOCAL_PRINCIPAL
 from producers._routes_receipts import router
 from worker.keys import Keys
 from worker.metrics_store import RedisMetricExporter, render_prometheus
@@ -29,7 +31,15 @@ OWNER = {"userId": "u1", "agentId": "agt_1", "topicId": "tpc_1"}
 def client(redis_client: Redis, keys: Keys) -> TestClient:
     app = FastAPI()
     app.include_router(router)
-    app.state.producer = SimpleNamespace(store=SimpleNamespace(client=redis_client, keys=keys))
+
+    @app.middleware("http")
+    async def local(request: Any, call_next: Any) -> Any:  # the caller auth resolves with no credential set
+        request.state.principal = LOCAL_PRINCIPAL
+        return await call_next(request)
+
+    producer = SimpleNamespace(store=SimpleNamespace(client=redis_client, keys=keys))
+    producer.for_tenant = lambda tenant: producer
+    app.state.producer = producer
     app.state.settings = SimpleNamespace(receipt_retention_s=60)
     store = ReceiptStore(redis_client, keys, ttl_s=60)
     for i in range(60):
