@@ -7,7 +7,7 @@ import json
 import statistics
 import sys
 
-from bench import pipeline_bench, routing_bench
+from bench import ingest_bench, pipeline_bench, routing_bench
 from bench._env import make_settings, redis_url, web
 
 
@@ -55,6 +55,7 @@ def main() -> int:
             make_settings(url, router_config=str(routing_bench.CONFIG), route_record_events=False)
         ) as base:
             route_rps = routing_bench.http_route_rate(base)
+        ingest_off, ingest_on = ingest_bench.ingest_auth_rates(url, rounds=args.rounds)
     figures.update(
         noop_tasks_per_s=noop,
         pipeline_burst_events_per_s=burst,
@@ -69,6 +70,8 @@ def main() -> int:
         route_us=route_us,
         json_loads_us=parse_us,
         http_route_rps=route_rps,
+        ingest_auth_off_events_per_s=ingest_off,
+        ingest_auth_on_events_per_s=ingest_on,
     )
     rows.append(("plain Celery no-op task", f"{noop:,.0f} tasks/s", "1.00x", "baseline"))
     rows.append(
@@ -120,6 +123,22 @@ def main() -> int:
         )
     )
     rows.append(("POST /v1/route, one web process", f"{route_rps:,.0f} requests/s", "", "sequential client"))
+    rows.append(
+        (
+            "POST /v1/events, auth off (loopback)",
+            f"{ingest_off:,.0f} events/s",
+            "1.00x",
+            "baseline, 1 event/request",
+        )
+    )
+    rows.append(
+        (
+            "POST /v1/events, API key + rate bucket",
+            f"{ingest_on:,.0f} events/s",
+            f"{ingest_on / ingest_off:.2f}x",
+            f"auth costs {(ingest_off - ingest_on) / ingest_off * 100:+.1f}% (goal <= 5%)",
+        )
+    )
     widths = [max(len(r[i]) for r in [*rows, ("benchmark", "value", "ratio", "note")]) for i in range(4)]
     header = ("benchmark", "value", "ratio", "note")
     print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))

@@ -3,6 +3,10 @@
 
 The loader is PyYAML's SafeLoader with the 1.1 boolean resolver replaced by the 1.2 core-schema one, and the
 1.1 sexagesimal / underscore number forms left as strings.
+
+Anchors and aliases (``&a`` / ``*a``) are refused where the parser meets the first one, before anything is
+built: our files (function definitions, router configs) have no use for them, and nested aliases expand
+exponentially (the "billion laughs" alias bomb: a few hundred bytes that build gigabytes).
 """
 
 from __future__ import annotations
@@ -20,7 +24,18 @@ class YAML12Error(ValueError):
 
 
 class _Loader(yaml.SafeLoader):
-    pass
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        """Refuse an alias, or a node that declares an anchor, before composing it."""
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"anchors and aliases are not allowed (found {'*' if isinstance(event, yaml.AliasEvent) else '&'}"
+                f"{event.anchor})",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
 
 
 _Loader.yaml_implicit_resolvers = {

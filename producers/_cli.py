@@ -13,6 +13,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from producers._inspect_cli import add_inspection_commands, tenant_option
+from producers._keys_cli import add_keys_command
+
 __all__ = ["main"]
 
 
@@ -22,10 +25,11 @@ def _settings() -> Any:
     return load_settings()
 
 
-def _producer() -> Any:
+def _producer(tenant: str = "default") -> Any:
+    """A producer on the stack's Redis, bound to ``tenant`` (``--tenant``; direct access is the operator's)."""
     from producers._client import Producer
 
-    return Producer(_settings())
+    return Producer(_settings()).for_tenant(tenant)
 
 
 class Progress:
@@ -87,7 +91,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         else:
             valid.append((number, value))
     done = summary["rejected"]
-    sender = _HttpSender(args.url, args.token) if args.url else _DirectSender()
+    sender = _HttpSender(args.url, args.token) if args.url else _DirectSender(args.tenant)
     try:
         for start in range(0, len(valid), args.batch):
             chunk = valid[start : start + args.batch]
@@ -113,8 +117,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 class _DirectSender:
-    def __init__(self) -> None:
-        self.producer = _producer()
+    def __init__(self, tenant: str = "default") -> None:
+        self.producer = _producer(tenant)
 
     def send(self, chunk: Sequence[tuple[int, Any]]) -> list[tuple[int, str | None, Any]]:
         from worker.intake import InvalidEvent
@@ -177,71 +181,6 @@ class _HttpSender:
 # ---- inspect, status, dlq ----------------------------------------------------------------------------
 
 
-def cmd_inspect(args: argparse.Namespace) -> int:
-    from producers._inspect import render_chain
-
-    producer = _producer()
-    try:
-        chain = producer.store.get_chain(args.chain_id)
-        if chain is None and not args.chain_id.startswith("chain:"):
-            chain = producer.store.get_chain(f"chain:{args.chain_id}")
-    finally:
-        producer.close()
-    if chain is None:
-        print(
-            f"agent-signal inspect: no chain {args.chain_id!r} (not run yet, or past retention)",
-            file=sys.stderr,
-        )
-        return 1
-    print(json.dumps(chain, indent=2) if args.json else render_chain(chain))
-    return 0
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    producer = _producer()
-    try:
-        record = producer.status(args.event_id)
-    finally:
-        producer.close()
-    if record is None:
-        print(f"agent-signal status: no event {args.event_id!r}", file=sys.stderr)
-        return 1
-    print(json.dumps(record, indent=2))
-    return 0
-
-
-def cmd_dlq(args: argparse.Namespace) -> int:
-    from producers._ops import redrive_events
-
-    producer = _producer()
-    try:
-        if args.dlq_command == "list":
-            events = producer.store.dlq_list(offset=args.offset, limit=args.limit)
-            if args.json:
-                print(json.dumps({"events": events, "total": producer.store.dlq_size()}, indent=2))
-            elif not events:
-                print("The dead-letter list is empty.")
-            else:
-                for ev in events:
-                    body = ev["event"]
-                    print(
-                        f"{ev['eventId']}  {body.get('sourceType')}  {body.get('sourceId')}  scope={ev['scopeKey']}  "
-                        f"attempts={ev['attempts']}\n    error: {ev.get('error', '-')}"
-                    )
-            return 0
-        if not args.all and not args.ids:
-            print("agent-signal dlq redrive: give event ids or --all", file=sys.stderr)
-            return 2
-        result = redrive_events(producer, None if args.all else args.ids)
-        print(json.dumps(result))
-        return 1 if result["notDead"] else 0
-    finally:
-        producer.close()
-
-
-# ---- processes ---------------------------------------------------------------------------------------
-
-
 def cmd_worker(args: argparse.Namespace) -> int:
     from worker.main import run_worker
 
@@ -283,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_enqueue_command(sub)
     _add_route_command(sub)
     _add_functions_command(sub)
-    _add_inspection_commands(sub)
+    add_inspection_commands(sub)
+    add_keys_command(sub)
     return parser
 
 
@@ -313,6 +253,7 @@ def _add_enqueue_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--url", help="send through the HTTP API at URL instead of straight to Redis")
     p.add_argument("--token", help="bearer token for --url (default: AGENT_SIGNAL_API_TOKEN)")
     p.add_argument("--batch", type=int, default=200, help="events per round trip (default 200)")
+    tenant_option(p)
     p.set_defaults(func=cmd_enqueue)
 
 
@@ -350,29 +291,6 @@ def _add_functions_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
     f.add_argument("--functions", required=True, metavar="DIR")
     f.add_argument("--script", required=True, metavar="STEPS.jsonl", help="'-' for stdin")
     p.set_defaults(func=cmd_functions)
-
-
-def _add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``inspect``, ``status``, ``dlq list`` and ``dlq redrive``: looking at what the pipeline did."""
-    p = sub.add_parser("inspect", help="a chain in five steps: source, signals, actions, results, edges")
-    p.add_argument("chain_id")
-    p.add_argument("--json", action="store_true", help="the stored chain document as JSON")
-    p.set_defaults(func=cmd_inspect)
-
-    p = sub.add_parser("status", help="an event's status record")
-    p.add_argument("event_id")
-    p.set_defaults(func=cmd_status)
-
-    p = sub.add_parser("dlq", help="the dead-letter list")
-    dsub = p.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
-    d = dsub.add_parser("list", help="dead events with payload, attempts and last error")
-    d.add_argument("--json", action="store_true")
-    d.add_argument("--offset", type=int, default=0)
-    d.add_argument("--limit", type=int, default=100)
-    d = dsub.add_parser("redrive", help="requeue dead events: IDs, or --all")
-    d.add_argument("ids", nargs="*")
-    d.add_argument("--all", action="store_true")
-    p.set_defaults(func=cmd_dlq)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

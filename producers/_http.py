@@ -1,15 +1,14 @@
 """The HTTP app (FastAPI), built by ``create_web_app(settings)``: the routers, auth, and error shapes.
 
 Every error answers ``{"error": {"code", "message", "field"}}`` (``field`` null when no one field is at fault), never a stack trace;
-a store failure (Redis full, read-only or unreachable) is ``503 store_unavailable`` with ``Retry-After``. When
-``AGENT_SIGNAL_API_TOKEN`` is set, every ``/v1`` call needs ``Authorization: Bearer <token>``.
+a store failure (Redis full, read-only or unreachable) is ``503 store_unavailable`` with ``Retry-After``.
+Credentials, principals and rate limits: producers/_auth.py (README "Security").
 The producer (Redis and broker connections) opens at startup, not at import; startup first checks the Redis
 configuration (worker/store_safety.py) and refuses an evicting policy.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,17 +26,23 @@ from policies.dmail import AgentToolsSettings
 from producers import (
     _routes_events,
     _routes_functions,
+    _routes_keys,
     _routes_ops,
     _routes_receipts,
     _routes_route,
     _routes_self_iteration,
     _routes_sessions,
     _routes_ui,
+    _routes_users,
 )
+from producers._auth import install_auth
 from producers._client import Producer
+from producers._door import install_door
+from producers._feed import Feed
 from producers._web_common import error_response, request_validation_error
 from sessions.function_store import ContentionError
 from sessions.functions import load_function_dir
+from worker.errors import OverLimit
 from worker.intake import StoreUnavailable
 from worker.settings import Settings
 from worker.store_safety import check_at_boot, note_store_failure, store_error_reason
@@ -69,7 +74,9 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
         # Function definitions are checked at startup: a broken file stops the app with the file and field.
         functions_dir = app.state.producer.runtime.settings_for(AgentToolsSettings).functions_dir
         app.state.function_defs = load_function_dir(functions_dir)[0] if functions_dir else {}
+        app.state.feed = Feed.from_settings(settings)  # one Redis subscriber for every receipts stream
         yield
+        await app.state.feed.aclose()
         if producer is None:
             app.state.producer.close()
         app.state.telemetry.shutdown()
@@ -83,22 +90,15 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     app.include_router(_routes_self_iteration.router)
     app.include_router(_routes_receipts.router)
     app.include_router(_routes_ui.router)
-    _install_auth(app, settings.api_token)
+    app.include_router(_routes_keys.router)
+    app.include_router(_routes_users.router)
+    install_auth(app, settings)  # producers/_auth.py: principal per request, 401/403/404, rate limits
     _install_tracing(app)
     _install_error_handlers(app)
+    install_door(
+        app, settings
+    )  # added last, so it runs first: body limit, content type, Host, Origin, headers
     return app
-
-
-def _install_auth(app: FastAPI, token: str | None) -> None:
-    @app.middleware("http")
-    async def auth(request: Request, call_next: Any) -> Any:
-        if token and request.url.path.startswith("/v1"):
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return error_response(
-                    401, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)"
-                )
-        return await call_next(request)
 
 
 def _install_tracing(app: FastAPI) -> None:
@@ -133,6 +133,14 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ContentionError)
     async def contended(_: Request, exc: ContentionError) -> JSONResponse:
         return error_response(503, "busy", str(exc))
+
+    @app.exception_handler(OverLimit)
+    async def over_limit(_: Request, exc: OverLimit) -> JSONResponse:
+        """A scope's inbox or the tenant's queue is at its limit: nothing from the request was stored."""
+        code = "inbox_full" if exc.what == "inbox" else "tenant_queue_full"
+        response = error_response(429, code, exc.message)
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
 
     @app.exception_handler(StoreUnavailable)
     async def store_unavailable(_: Request, exc: StoreUnavailable) -> JSONResponse:

@@ -121,7 +121,9 @@ def require(grant: Grant, *, users: bool = False) -> Callable[[Request], Princip
         if not principal.has(grant):
             raise Forbidden(f"this credential (role {principal.role}) lacks the {grant!r} grant")
         if principal.is_user and not users:
-            raise Forbidden("a user token reaches only its own user's receipts, memories, skills and sessions")
+            raise Forbidden(
+                "a user token reaches only its own user's receipts, memories, skills and sessions"
+            )
         return principal
 
     guard.__agent_signal_grant__ = grant  # type: ignore[attr-defined]

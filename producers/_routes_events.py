@@ -11,6 +11,7 @@ from producers._principal import Principal, require
 from producers._web_common import error_response, producer_of, read_json, settings_of
 from worker.intake import EventError, InvalidEvent
 from worker.outbox import records_of_event
+from worker.rate_limit import RateLimiter
 
 __all__ = ["router"]
 
@@ -43,8 +44,13 @@ def post_events(
                         code="invalid_field", message="events must be a non-empty array", field="events"
                     )
                 )
-            results = producer.enqueue_many(_stamped(events, principal, batch=True))
+            batch = _stamped(events, principal, batch=True)
+            if (refused := _over_tenant_rate(request, principal.tenant, len(batch))) is not None:
+                return refused
+            results = producer.enqueue_many(batch)
         else:
+            if (refused := _over_tenant_rate(request, principal.tenant, 1)) is not None:
+                return refused
             results = [producer.enqueue(_stamped([data], principal, batch=False)[0])]
     except InvalidEvent as exc:
         producer.store.count_rejected()
@@ -78,6 +84,27 @@ def _stamped(events: list[Any], principal: Principal, *, batch: bool) -> list[An
             stamped["payload"] = {**payload, "userId": principal.user_id}
         out.append(stamped)
     return out
+
+
+def _over_tenant_rate(request: Request, tenant: str, n: int) -> JSONResponse | None:
+    """The tenant's events/s quota (``AGENT_SIGNAL_TENANT_EVENTS_PER_S``): a 429 for the whole request, or None."""
+    settings = settings_of(request)
+    if settings.tenant_events_per_s <= 0:
+        return None
+    limiter: RateLimiter | None = getattr(request.app.state, "tenant_limiter", None)
+    producer = producer_of(request)
+    if limiter is None:
+        limiter = request.app.state.tenant_limiter = RateLimiter(
+            producer.store.keys, settings.tenant_events_per_s
+        )
+    decision = limiter.take(producer.store.client, f"tenant:{tenant}", n)
+    if decision.allowed:
+        return None
+    response = error_response(
+        429, "tenant_rate_limited", f"tenant {tenant!r} is over {settings.tenant_events_per_s:g} events/s"
+    )
+    response.headers["Retry-After"] = str(decision.retry_after_s)
+    return response
 
 
 def _get(value: Any, key: str) -> Any:

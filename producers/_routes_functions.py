@@ -14,12 +14,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.dmail import AgentToolsSettings
-from producers._routes_sessions import bad_session, record_event, session_body
+from producers._routes_sessions import bad_session, record_event, session_body, session_full
 from producers._session_access import function_store, session_access
 from producers._web_common import error_response, producer_of
 from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.functions import FunctionDef, load_function_dir
 from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating, guard_message
+from sessions.store import SessionFull
 
 __all__ = ["activate_locked", "machine_for", "router"]
 
@@ -140,7 +141,10 @@ def post_signal(session_id: str, request: Request, body: SignalIn) -> JSONRespon
         rt.seq += 1
         return output, rt.seq, list(rt.active)
 
-    (output, seq, active), _ = function_store(request).update(session_id, change)  # contention → 503
+    try:  # contention → 503
+        (output, seq, active), _ = function_store(request).update(session_id, change)
+    except SessionFull as exc:
+        return session_full(exc, "payload")
     payload: dict[str, Any] = {"type": body.type, "output": output, "functions": active}
     if body.payload is not None:
         payload["payload"] = body.payload
@@ -205,9 +209,12 @@ def post_tool(session_id: str, request: Request, body: ToolIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
-    injects, _ = function_store(request).update(
-        session_id, lambda rt: machine.tool_after(rt, body.name, body.args, body.output)
-    )
+    try:
+        injects, _ = function_store(request).update(
+            session_id, lambda rt: machine.tool_after(rt, body.name, body.args, body.output)
+        )
+    except SessionFull as exc:
+        return session_full(exc)
     return JSONResponse({"injects": injects})
 
 
@@ -222,7 +229,10 @@ def get_artifacts(session_id: str, request: Request) -> JSONResponse:
 def put_artifact(session_id: str, name: str, request: Request, body: ArtifactIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
-    function_store(request).update(session_id, lambda rt: rt.artifacts.__setitem__(name, body.content))
+    try:
+        function_store(request).put_artifact(session_id, name, body.content)
+    except SessionFull as exc:
+        return session_full(exc, "content")
     return JSONResponse({"name": name, "content": body.content})
 
 

@@ -7,9 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from producers._auth import ops_access
 from producers._client import Producer
 from producers._ops import redrive_events
-from producers._principal import Principal, require, tenant_producer
+from producers._principal import Principal, public, require, tenant_producer
 from producers._web_common import JsonObject, error_response, producer_of
 from worker.metrics_store import render_prometheus
 from worker.store_safety import current_safety, safety_gauges
@@ -20,7 +21,9 @@ router = APIRouter()
 
 
 @router.get("/v1/chains/{chain_id:path}")
-def get_chain(chain_id: str, request: Request, _: Annotated[Principal, Depends(require("read"))]) -> JSONResponse:
+def get_chain(
+    chain_id: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+) -> JSONResponse:
     chain = tenant_producer(request).store.get_chain(chain_id)
     if chain is None:
         return error_response(404, "not_found", f"no chain {chain_id!r} (not run yet, or past retention)")
@@ -52,12 +55,12 @@ def post_redrive(
     return JSONResponse(redrive_events(tenant_producer(request), None if redrive_all else ids))
 
 
-@router.get("/healthz")
+@router.get("/healthz", dependencies=[Depends(public)])
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", dependencies=[Depends(ops_access)])
 def readyz(request: Request) -> JSONResponse:
     """Ready when Redis answers PING, the broker accepts a connection and no store check is an ``error``
     (an evicting policy nobody accepted). ``persistence`` and ``memory`` entries are warnings (still 200)."""
@@ -80,7 +83,7 @@ def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", dependencies=[Depends(ops_access)])
 def metrics(request: Request) -> PlainTextResponse:
     """The pipeline's own counters, then every process's OpenTelemetry metrics (aggregated in Redis)."""
     producer = producer_of(request)

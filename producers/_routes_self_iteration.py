@@ -3,43 +3,52 @@ stream (server-sent events) and the per-user feature gate."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
+from sse_starlette import ServerSentEvent
 
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.documents import DocumentStore
 from policies.self_iteration.gate import set_override
+from producers._feed import FeedResponse, Listener, Resync, feed_of
+from producers._principal import Principal, check_user, require, tenant_producer
 from producers._routes_receipts import receipt_store
 from producers._web_common import error_response, json_body, producer_of, settings_of
 from worker.receipts import ReceiptStore
-from worker.redis_client import async_redis_from_settings
 
 __all__ = ["router"]
 
 router = APIRouter()
 
 
+Reader = Annotated[Principal, Depends(require("read", users=True))]
+Operator = Annotated[Principal, Depends(require("operate", users=True))]
+
+
 def _docs(request: Request) -> DocumentStore:
-    store = producer_of(request).store
+    store = tenant_producer(request).store
     return DocumentStore(store.client, store.keys)
 
 
 @router.get("/v1/memories")
-def list_memories(request: Request, userId: str = "") -> JSONResponse:
+def list_memories(request: Request, principal: Reader, userId: str = "") -> JSONResponse:
     if not userId:
         return error_response(422, "missing_field", "userId is required", "userId")
+    check_user(principal, userId, "memories")
     return JSONResponse({"memories": _docs(request).list_memories(userId)})
 
 
 @router.get("/v1/memories/{memory_id}")
-def get_memory(memory_id: str, request: Request, userId: str = "") -> JSONResponse:
+def get_memory(memory_id: str, request: Request, principal: Reader, userId: str = "") -> JSONResponse:
+    check_user(principal, userId, "memory")
     memory = _docs(request).get_memory(userId, memory_id) if userId else None
     if memory is None:
         return error_response(404, "not_found", f"no memory {memory_id!r} for user {userId!r}")
@@ -47,16 +56,20 @@ def get_memory(memory_id: str, request: Request, userId: str = "") -> JSONRespon
 
 
 @router.get("/v1/skills")
-def list_skills(request: Request, userId: str = "", agentId: str = "") -> JSONResponse:
+def list_skills(request: Request, principal: Reader, userId: str = "", agentId: str = "") -> JSONResponse:
     if not userId or not agentId:
         return error_response(
             422, "missing_field", "userId and agentId are required", "userId" if not userId else "agentId"
         )
+    check_user(principal, userId, "skills")
     return JSONResponse({"skills": _docs(request).list_skills(userId, agentId)})
 
 
 @router.get("/v1/skills/{document_id}")
-def get_skill(document_id: str, request: Request, userId: str = "", agentId: str = "") -> JSONResponse:
+def get_skill(
+    document_id: str, request: Request, principal: Reader, userId: str = "", agentId: str = ""
+) -> JSONResponse:
+    check_user(principal, userId, "skill document")
     doc = _docs(request).get_skill(userId, agentId, document_id) if userId and agentId else None
     if doc is None:
         return error_response(404, "not_found", f"no skill document {document_id!r}")
@@ -64,11 +77,11 @@ def get_skill(document_id: str, request: Request, userId: str = "", agentId: str
 
 
 @router.post("/v1/receipts/{receipt_id:path}/rollback")
-def rollback_receipt(receipt_id: str, request: Request) -> JSONResponse:
+def rollback_receipt(receipt_id: str, request: Request, principal: Operator) -> JSONResponse:
     """Undo a skill-document receipt: rolled_back | conflict | not_found | failed | unsupported (kept on the receipt)."""
     receipts = receipt_store(request)
     receipt = receipts.get(receipt_id)
-    if receipt is None:
+    if receipt is None or not principal.owns_user(str(receipt.get("userId"))):
         return JSONResponse({"status": "not_found"}, status_code=404)
     metadata = receipt.get("metadata") or {}
     status: str
@@ -89,48 +102,63 @@ def rollback_receipt(receipt_id: str, request: Request) -> JSONResponse:
 
 
 @router.get("/v1/receipts/stream")
-def stream_receipts(request: Request, userId: str = "", agentId: str = "-", topicId: str = "-") -> Response:
-    """Server-sent events: ``event: receipt`` with the receipt JSON, once per new receipt; a comment every 15 s.
+def stream_receipts(
+    request: Request, principal: Reader, userId: str = "", agentId: str = "-", topicId: str = "-"
+) -> Response:
+    """Server-sent events: ``: connected`` once the subscription is live, then ``event: receipt`` with the
+    receipt JSON once per new receipt, ``event: resync`` when the client fell behind or the server lost its
+    Redis connection (re-read ``GET /v1/receipts``), and a ``: keep-alive`` comment every 15 s.
 
-    The stream listens with ``redis.asyncio`` on its own connection (a subscription holds one), so waiting
-    for the next message never blocks the event loop; reading a receipt goes through a worker thread."""
+    Every stream of the process shares one Redis subscriber (producers/_feed.py); open streams are capped
+    per credential and per process (429 ``too_many_streams`` with Retry-After, answered by FeedResponse when
+    it starts). A user token streams only its own user's receipts (another userId answers 404)."""
     if not userId:
         return error_response(422, "missing_field", "userId is required", "userId")
-    store = producer_of(request).store
-    channel = store.keys.receipts_feed(userId, agentId or "-", topicId or "-")
-    events = _receipt_events(request, channel, receipt_store(request))
-    return StreamingResponse(events, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+    check_user(principal, userId, "receipts stream")
+    keys = producer_of(request).store.keys.for_tenant(principal.tenant)
+    settings = settings_of(request)
+    receipts = ReceiptStore(producer_of(request).store.client, keys, ttl_s=settings.receipt_retention_s)
+    return FeedResponse(
+        feed_of(request),
+        keys.receipts_feed(userId, agentId or "-", topicId or "-"),
+        principal.credential_id,
+        partial(_receipt_events, receipts=receipts),
+        unavailable_retry_after_s=settings.store_retry_after_s,
+        headers={"cache-control": "no-cache"},
+        ping=15,
+        sep="\n",
+        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive", sep="\n"),
+    )
 
 
-async def _receipt_events(request: Request, channel: str, receipts: ReceiptStore) -> AsyncIterator[bytes]:
-    client = async_redis_from_settings(settings_of(request))
-    pubsub = client.pubsub(ignore_subscribe_messages=True)
-    sent: set[str] = set()
-    idle_s = 0.0
+async def _receipt_events(listener: Listener, receipts: ReceiptStore) -> AsyncIterator[bytes]:
+    """The stream's frames; a receipt is read once however many streams announce it at the same time."""
+    sent: dict[str, None] = {}  # the last ids sent (insertion-ordered, bounded): Redis may repeat one
     try:
-        await pubsub.subscribe(channel)
         yield b": connected\n\n"
-        while not await request.is_disconnected():
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
-            if message is None:
-                idle_s += 0.5
-                if idle_s >= 15:
-                    idle_s = 0.0
-                    yield b": keep-alive\n\n"
+        async for item in listener:
+            if isinstance(item, Resync):
+                yield b"event: resync\ndata: {}\n\n"
                 continue
-            receipt_id = str(message["data"])
-            if receipt_id in sent:
+            if item in sent:
                 continue
-            receipt = await asyncio.to_thread(receipts.get, receipt_id)
+            try:
+                receipt = await listener.feed.once(
+                    receipts.keys.receipt(item), partial(anyio.to_thread.run_sync, receipts.get, item)
+                )
+            except RedisError:  # the client re-reads the list when the store is back
+                yield b"event: resync\ndata: {}\n\n"
+                continue
             if receipt is None:
                 continue
-            sent.add(receipt_id)
+            sent[item] = None
+            if len(sent) > 1024:
+                del sent[next(iter(sent))]
             data = json.dumps(receipt, ensure_ascii=False)
-            yield f"event: receipt\nid: {receipt_id}\ndata: {data}\n\n".encode()
+            yield f"event: receipt\nid: {item}\ndata: {data}\n\n".encode()
     finally:
-        with anyio.CancelScope(shield=True):  # a client that goes away cancels the stream; still close
-            await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-            await client.aclose()
+        with anyio.CancelScope(shield=True):  # a client that goes away cancels the stream; still release
+            await listener.aclose()
 
 
 class GateBody(BaseModel):
@@ -140,12 +168,16 @@ class GateBody(BaseModel):
 
 @router.put("/v1/features/self-iteration/{user_id}")
 def put_gate(
-    user_id: str, request: Request, body: Annotated[GateBody | JSONResponse, Depends(json_body(GateBody))]
+    user_id: str,
+    request: Request,
+    body: Annotated[GateBody | JSONResponse, Depends(json_body(GateBody))],
+    principal: Operator,
 ) -> JSONResponse:
     """``{"enabled": true|false}`` overrides the gate for one user; ``null`` removes the override."""
+    check_user(principal, user_id, "feature gate")  # before the body: another user's gate is simply not there
     if isinstance(body, JSONResponse):
         return body
-    store = producer_of(request).store
+    store = tenant_producer(request).store
     set_override(store.client, store.keys, user_id, body.enabled)
-    enabled = producer_of(request).deps.get(SelfIterationDeps).enabled(user_id)
+    enabled = producer_of(request).deps.get(SelfIterationDeps).enabled(user_id, store.keys)
     return JSONResponse({"userId": user_id, "enabled": enabled})

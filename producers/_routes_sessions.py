@@ -14,9 +14,9 @@ from producers._principal import principal_of, tenant_producer
 from producers._session_access import session_access, session_store
 from producers._web_common import InvalidBody, decode_json, error_response, parse_body
 from sessions.dmail import ToolResult, end_step, send_dmail
-from sessions.store import SessionStore, UnknownCheckpoint, session_scope
+from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, session_scope
 
-__all__ = ["bad_session", "record_event", "router", "session_body"]
+__all__ = ["bad_session", "record_event", "router", "session_body", "session_full"]
 
 router = APIRouter(dependencies=[Depends(session_access)])
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
@@ -71,6 +71,12 @@ class CompactBody(BaseModel):
 
 class EmptyBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
+    """A write over one of the session's caps (nothing of it was stored): 413 naming the field (the store's,
+    else the route's ``field``)."""
+    return error_response(413, "session_full", str(exc), exc.field or field)
 
 
 def bad_session(session_id: str) -> JSONResponse | None:
@@ -138,7 +144,9 @@ def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResp
     caller = principal_of(request)
     if caller.user_id is not None:  # a user token's session is its user's (session_access checked the owner)
         if body.userId not in (None, caller.user_id):
-            return error_response(422, "forbidden_user", "userId must be this token's user or absent", "userId")
+            return error_response(
+                422, "forbidden_user", "userId must be this token's user or absent", "userId"
+            )
         changes["userId"] = caller.user_id
     if body.functions:
         from producers._routes_functions import activate_locked
@@ -160,7 +168,10 @@ def post_messages(session_id: str, request: Request, body: MessagesIn) -> JSONRe
     if isinstance(body, JSONResponse):
         return body
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
-    return JSONResponse({"length": session_store(request).append(session_id, messages, body.tokenCount)})
+    try:
+        return JSONResponse({"length": session_store(request).append(session_id, messages, body.tokenCount)})
+    except SessionFull as exc:
+        return session_full(exc)
 
 
 @router.post("/v1/sessions/{session_id}/context/checkpoint")
@@ -169,7 +180,10 @@ def post_checkpoint(session_id: str, request: Request, body: EmptyIn) -> JSONRes
         return body
     store = session_store(request)
     enabled = store.get_settings(session_id).dmail_enabled
-    return JSONResponse({"checkpointId": store.checkpoint(session_id, add_user_message=enabled)})
+    try:
+        return JSONResponse({"checkpointId": store.checkpoint(session_id, add_user_message=enabled)})
+    except SessionFull as exc:
+        return session_full(exc)
 
 
 @router.post("/v1/sessions/{session_id}/context/revert")
@@ -199,9 +213,12 @@ def post_compact(session_id: str, request: Request, body: CompactIn) -> JSONResp
         return body
     store = session_store(request)
     enabled = store.get_settings(session_id).dmail_enabled
-    store.compact(
-        session_id, [m.model_dump(exclude_none=True) for m in body.messages], add_user_message=enabled
-    )
+    try:
+        store.compact(
+            session_id, [m.model_dump(exclude_none=True) for m in body.messages], add_user_message=enabled
+        )
+    except SessionFull as exc:
+        return session_full(exc)
     return JSONResponse(store.read(session_id).to_json_dict())
 
 
@@ -219,7 +236,10 @@ def post_dmail(
     """The SendDMail tool: ``{"message", "checkpoint_id"}`` → kimi's ToolOk / ToolError."""
     if isinstance(arguments, JSONResponse):
         return arguments
-    outcome = send_dmail(session_store(request), session_id, arguments)
+    try:
+        outcome = send_dmail(session_store(request), session_id, arguments)
+    except SessionFull as exc:
+        return session_full(exc)
     if not outcome.is_error and outcome.sequence is not None:
         record_event(
             request,

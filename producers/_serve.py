@@ -1,4 +1,9 @@
-"""Serving the web app with uvicorn (``agent-signal web``)."""
+"""Serving the web app with uvicorn (``agent-signal web``).
+
+Secure by default: on a non-loopback ``AGENT_SIGNAL_HOST`` without any credential configured (no
+``AGENT_SIGNAL_BOOTSTRAP_KEY``, no key created) the command stops before serving, with one line naming the
+fix; the app's lifespan checks the same for other ASGI servers (producers/_auth.py).
+"""
 
 from __future__ import annotations
 
@@ -17,5 +22,21 @@ def serve_web(settings: Settings) -> int:
     configure_logging(env=settings.env, fmt=settings.log_format)
     settings.require_redis_url()
     load_plugins(settings)  # unknown settings and broken plugins stop here, as one line, before serving
+    check_credentials(settings)
     uvicorn.run(create_web_app(settings), host=settings.host, port=settings.port, log_level="warning")
     return 0
+
+
+def check_credentials(settings: Settings) -> None:
+    """Raise SettingsError when the web app must not serve with these settings (see the module doc)."""
+    from producers._auth import bootstrap_key_of, check_can_serve
+    from worker.credentials import CredentialStore
+    from worker.keys import Keys
+    from worker.redis_client import redis_from_settings
+
+    client = redis_from_settings(settings)
+    try:
+        store = CredentialStore(client, Keys(settings.key_prefix), bootstrap_key=bootstrap_key_of(settings))
+        check_can_serve(settings, store)
+    finally:
+        client.close()

@@ -13,7 +13,7 @@ from fastapi import Request
 from producers._principal import Forbidden, Grant, NotFound, Principal, principal_of
 from producers._web_common import producer_of
 from sessions.function_store import FunctionStore
-from sessions.store import SessionStore
+from sessions.store import SessionLimits, SessionStore
 
 __all__ = ["function_store", "session_access", "session_store"]
 
@@ -27,13 +27,14 @@ def session_store(request: Request) -> SessionStore:
     store = stores.get(principal.tenant)
     if store is None:
         base = producer_of(request).store.for_tenant(principal.tenant)
-        store = stores[principal.tenant] = SessionStore(base.client, base.keys)
+        limits = SessionLimits.from_settings(base.settings)
+        store = stores[principal.tenant] = SessionStore(base.client, base.keys, limits)
     return store
 
 
 def function_store(request: Request) -> FunctionStore:
     base = producer_of(request).store.for_tenant(principal_of(request).tenant)
-    return FunctionStore(base.client, base.keys)
+    return FunctionStore(base.client, base.keys, limits=SessionLimits.from_settings(base.settings))
 
 
 def session_access(request: Request, session_id: str) -> Principal:

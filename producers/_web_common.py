@@ -14,6 +14,7 @@ offending field as a dotted path (``messages.0.role``) under an optional prefix 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
@@ -38,6 +39,7 @@ __all__ = [
     "field_path",
     "json_body",
     "json_object",
+    "nested_deeper_than",
     "parse_body",
     "producer_of",
     "pydantic_error",
@@ -47,6 +49,11 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=BaseModel)
+
+MAX_JSON_DEPTH = 64  # arrays and objects inside each other; chat requests and events use about ten
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKETS = bytes.maketrans(b"{}", b"[]")
 
 
 class FieldError(NamedTuple):
@@ -90,11 +97,30 @@ async def request_validation_error(_: Request, exc: RequestValidationError) -> J
     return _field_response(pydantic_error(first))
 
 
+def nested_deeper_than(raw: bytes, limit: int) -> bool:
+    """True when ``raw``'s arrays and objects nest deeper than ``limit``, found without decoding or recursing:
+    strings are cut out by one regex and the brackets kept (as ``[``/``]``), then each pass of
+    ``replace(b"[]", b"")`` removes exactly the innermost level, all in C loops, at most ``limit`` passes:
+    whatever is left then is nested deeper. Brackets that do not pair up are left to the decoder to name."""
+    structure = _JSON_STRING.sub(b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
+    for _ in range(limit):
+        inner_removed = structure.replace(b"[]", b"")
+        if len(inner_removed) == len(structure):
+            return False  # nothing left, or unbalanced (not JSON)
+        structure = inner_removed
+    return bool(structure)
+
+
 def decode_json(raw: bytes, *, require_object: bool = True) -> Any:
-    """The decoded body (an empty body is ``{}``), or raise InvalidBody (code ``invalid_json``)."""
+    """The decoded body (an empty body is ``{}``), or raise InvalidBody (code ``invalid_json``); nesting
+    deeper than ``MAX_JSON_DEPTH`` is refused before decoding (the decoder recurses, and would fail with a
+    RecursionError at about a thousand levels)."""
+    if nested_deeper_than(raw, MAX_JSON_DEPTH):
+        detail = f"nested deeper than {MAX_JSON_DEPTH} levels"
+        raise InvalidBody(FieldError("invalid_json", f"request body is {detail}"), detail)
     try:
         data = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         error = FieldError("invalid_json", f"request body is not valid JSON: {exc}")
         raise InvalidBody(error, str(exc)) from None
     if require_object and not isinstance(data, dict):

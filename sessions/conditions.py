@@ -27,6 +27,8 @@ __all__ = [
     "FnStateView",
     "evaluate_condition",
     "parse_call",
+    "plan_file",
+    "plan_name_problem",
 ]
 
 log = logging.getLogger(__name__)
@@ -100,12 +102,37 @@ def _state_eq(arg: str, env: CondEnv) -> bool:
     return rendered == value
 
 
+def plan_name_problem(name: str) -> str | None:
+    """Why ``plan_incomplete(name)`` names no file inside the plans directory, or None: a plan name is a path
+    relative to ``.rolebox/plans`` (without ``.md``) that stays inside it."""
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return f"plan name {name!r} is an absolute path"
+    if ".." in parts or "\x00" in name:
+        return f"plan name {name!r} leaves the plans directory"
+    return None
+
+
+def plan_file(plans: Path, name: str) -> Path | None:
+    """``plans/<name>.md`` when it resolves (symlinks followed) inside ``plans``, else None."""
+    if plan_name_problem(name) is not None:
+        return None
+    path = (plans / f"{name}.md").resolve()
+    return path if path.is_relative_to(plans.resolve()) else None
+
+
 def _plan_incomplete(arg: str, env: CondEnv) -> bool:
+    """Some plan file (``arg``'s, or any) has an unchecked item. A name, or a file (symlink), that leaves the
+    plans directory is never read: the condition is false and a warning names it (load time refuses it)."""
     if env.workspace_dir is None:
         return False
     plans = env.workspace_dir / ".rolebox" / "plans"
-    files = [plans / f"{arg}.md"] if arg else sorted(plans.glob("*.md"))
-    for path in files:
+    names = [arg] if arg else sorted(path.name[:-3] for path in plans.glob("*.md"))
+    for name in names:
+        path = plan_file(plans, name)
+        if path is None:
+            log.warning("plan_incomplete(%r) in %s: the plan leaves %s; not read", name, env.fn_name, plans)
+            continue
         try:
             if UNCHECKED in path.read_text(encoding="utf-8"):
                 return True

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sessions.store import SessionStore
+from sessions.store import SessionFull, SessionStore
 
 __all__ = [
     "DMAIL_PREFIX",
@@ -81,17 +81,22 @@ class ToolResult:
 
 
 def send_dmail(store: SessionStore, session_id: str, arguments: Any) -> ToolResult:
-    """The SendDMail tool call, with kimi's checks and texts."""
+    """The SendDMail tool call, with kimi's checks and texts; SessionFull for a message over max_message_bytes."""
     if not store.get_settings(session_id).dmail_enabled:
         return ToolResult(True, "Tool `SendDMail` not found", "Tool `SendDMail` not found")
     try:
         dmail = DMail.model_validate(arguments)
     except ValidationError as exc:
         return ToolResult(True, f"Error validating JSON arguments: {exc}", "Invalid arguments")
+    limit = store.limits.max_message_bytes
+    if (size := len(dmail.message.encode("utf-8"))) > limit:
+        raise SessionFull(
+            "message", limit, f"message: a D-Mail may be at most {limit} bytes; this one is {size}"
+        )
     stored = json.dumps(
         {"message": dmail.message, "checkpoint_id": dmail.checkpoint_id, "text": dmail.message.strip()}
     )
-    code, value = store.scripts.send(keys=store._keys(session_id), args=[stored, dmail.checkpoint_id])
+    code, value = store.run(store.scripts.send, session_id, stored, dmail.checkpoint_id)
     if int(code) != 0:
         error = value if isinstance(value, str) else value.decode("utf-8")
         return ToolResult(True, f"Failed to send D-Mail. Error: {error}", "Failed to send D-Mail")
@@ -117,14 +122,13 @@ class StepEnd:
 def end_step(store: SessionStore, session_id: str, *, rejected_without_feedback: bool) -> StepEnd:
     """Discard (root + rejected without feedback), apply, or do nothing with the pending D-Mail."""
     settings = store.get_settings(session_id)
-    reply = store.scripts.step_end(
-        keys=store._keys(session_id),
-        args=[
-            "1" if rejected_without_feedback else "0",
-            "1" if settings.root else "0",
-            "1" if settings.dmail_enabled else "0",
-            DMAIL_PREFIX,
-        ],
+    reply = store.run(
+        store.scripts.step_end,
+        session_id,
+        "1" if rejected_without_feedback else "0",
+        "1" if settings.root else "0",
+        "1" if settings.dmail_enabled else "0",
+        DMAIL_PREFIX,
     )
     outcome = reply[0] if isinstance(reply[0], str) else reply[0].decode()
     if outcome == "none":

@@ -4,6 +4,10 @@ The state machine is Python (it evaluates conditions), so a change is read → a
 if anybody else changed the session in between, ``EXEC`` fails and the change is re-applied to the fresh
 state. Concurrent signals on one session therefore never lose an update, and every change sees all the
 changes committed before it (the session's changes are serialized).
+
+Bounds (sessions/store.py ``SessionLimits``): a change that grows the document past ``max_session_bytes`` and
+an artifact over ``max_message_bytes`` raise ``SessionFull`` and store nothing; every write refreshes the TTL
+of all of the session's keys in the same transaction.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import TypeVar
 from redis import Redis, WatchError
 
 from sessions.fsm import SessionRuntime
-from sessions.store import session_scope
+from sessions.store import SessionFull, SessionLimits, session_keys, session_scope
 from worker.keys import Keys
 from worker.retry import backoff_ms
 
@@ -30,10 +34,13 @@ class ContentionError(RuntimeError):
 
 
 class FunctionStore:
-    def __init__(self, client: Redis, keys: Keys, *, max_retries: int = 200) -> None:
+    def __init__(
+        self, client: Redis, keys: Keys, *, max_retries: int = 200, limits: SessionLimits | None = None
+    ) -> None:
         self.client = client
         self.keys = keys
         self.max_retries = max_retries
+        self.limits = limits or SessionLimits()
 
     def _key(self, session_id: str) -> str:
         return self.keys.functions_state(session_scope(session_id))
@@ -42,24 +49,48 @@ class FunctionStore:
         raw = self.client.get(self._key(session_id))
         return SessionRuntime() if raw is None else SessionRuntime.from_json_dict(json.loads(raw))
 
+    def _check_size(self, document: str, before: str | bytes | None) -> None:
+        """Refuse growth past the cap (a change that does not grow an oversized document still passes)."""
+        limit, size = self.limits.max_session_bytes, len(document.encode("utf-8"))
+        if size > limit and size > len(before or b""):
+            message = (
+                f"the session's function state may be at most {limit} bytes; this change makes it {size}"
+            )
+            raise SessionFull(None, limit, message)
+
     def update(self, session_id: str, change: Callable[[SessionRuntime], T]) -> tuple[T, SessionRuntime]:
-        """Apply ``change`` atomically; it may be called more than once (it must only touch the runtime)."""
+        """Apply ``change`` atomically; it may be called more than once (it must only touch the runtime).
+
+        SessionFull (field None: the route names its own) when the document would grow past
+        ``max_session_bytes``; nothing is stored then."""
         key = self._key(session_id)
         for attempt in range(self.max_retries):
             with self.client.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(key)  # type: ignore[no-untyped-call]
                     raw = pipe.get(key)
+                    user = pipe.hget(self.keys.session(session_scope(session_id)), "userId")
                     runtime = (
                         SessionRuntime() if raw is None else SessionRuntime.from_json_dict(json.loads(raw))
                     )
                     result = change(runtime)
+                    document = json.dumps(runtime.to_json_dict(), ensure_ascii=False, separators=(",", ":"))
+                    self._check_size(document, raw.encode("utf-8") if isinstance(raw, str) else raw)
                     pipe.multi()
-                    pipe.set(
-                        key, json.dumps(runtime.to_json_dict(), ensure_ascii=False, separators=(",", ":"))
-                    )
+                    pipe.set(key, document)
+                    for session_key in session_keys(self.keys, session_id, user):
+                        pipe.expire(session_key, self.limits.session_ttl_s)
                     pipe.execute()
                     return result, runtime
                 except WatchError:
                     time.sleep(backoff_ms(attempt + 1, base_ms=1, cap_ms=50) / 1000)  # the one backoff
         raise ContentionError(f"session {session_id!r} changed under us {self.max_retries} times; try again")
+
+    def put_artifact(self, session_id: str, name: str, content: str) -> SessionRuntime:
+        """Store one artifact; SessionFull naming ``content`` over ``max_message_bytes`` (or the state's cap)."""
+        limit, size = self.limits.max_message_bytes, len(content.encode("utf-8"))
+        if size > limit:
+            raise SessionFull(
+                "content", limit, f"content: an artifact may be at most {limit} bytes; this one is {size}"
+            )
+        return self.update(session_id, lambda rt: rt.artifacts.__setitem__(name, content))[1]

@@ -1,5 +1,7 @@
 """Function definitions: Markdown files with YAML front matter in rolebox's format (reference §1.9), read as
-YAML 1.2, validated with errors that name the file and the field.
+YAML 1.2, validated with errors that name the file and the field. YAML anchors and aliases are refused
+(policies/yaml12.py: an alias bomb fails at its first anchor), and so is a ``plan_incomplete(name)`` whose name
+leaves the plans directory (``../x``, an absolute path).
 
     ---
     name: synthesize
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from policies.yaml12 import YAML12Error, load_yaml12
-from sessions.conditions import ConditionRegistry, parse_call
+from sessions.conditions import ConditionRegistry, parse_call, plan_name_problem
 
 __all__ = [
     "FunctionDef",
@@ -106,9 +108,12 @@ def _check_condition(
     value: Any, where: str, errors: list[str], warnings: list[str], known: frozenset[str]
 ) -> None:
     if isinstance(value, str):
-        name, _ = parse_call(value)
+        name, arg = parse_call(value)
         if name not in known:
             warnings.append(f"{where}: unknown condition {value!r} (always false)")
+        problem = plan_name_problem(arg) if name == "plan_incomplete" else None
+        if problem is not None:
+            errors.append(f"{where}: {problem}")
         return
     if isinstance(value, Mapping) and len(value) == 1:
         ((key, inner),) = value.items()

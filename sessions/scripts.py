@@ -1,8 +1,14 @@
 """Lua for the context store and the D-Mail mailbox: every operation is one atomic script.
 
 Context records are kimi's JSONL lines, one list item each: messages, ``{"role":"_checkpoint","id":n}`` and
-``{"role":"_usage","token_count":n}``. ``ckpt`` maps a checkpoint id to its list position and the number of
-messages before it, so a revert is an LTRIM, not a scan.
+``{"role":"_usage","token_count":n}``. ``ckpt`` maps a checkpoint id to its list position, the number of
+messages and the bytes of records before it, so a revert is an LTRIM, not a scan.
+
+Bounds (sessions/store.py ``SessionLimits``): every script gets the session TTL and the caps as ARGV[1..3];
+a script that adds records checks the caps *before* writing anything and answers ``{'full', 'records'|'bytes'}``
+instead, so concurrent appends cannot pass a cap together. ``ctxmeta.bytes`` is the byte count of the context
+records, kept by every script that changes the list. Every script ends by refreshing the TTL of all of the
+session's keys (KEYS), so a session expires as a whole, ``session_ttl_s`` after its last write.
 """
 
 from __future__ import annotations
@@ -14,122 +20,181 @@ from redis.commands.core import Script
 
 __all__ = ["SessionScripts"]
 
-# KEYS for every script: ctx, ctxmeta, ckpt, usage, dmail
+# KEYS for every script: ctx, ctxmeta, ckpt, usage, dmail, then the session's other keys (settings, function
+# state, the user's session index) whose TTL is refreshed with them.
+# ARGV[1..3] for every script: ttlSeconds, maxRecords, maxBytes; the script's own arguments follow (ARGV[4]...).
 LIB = """
 local ctx, meta, ckpt, usage, dmail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local ttl, max_records, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local function done(reply)
+  for _, key in ipairs(KEYS) do redis.call('EXPIRE', key, ttl) end
+  return reply
+end
+local function count_bytes()
+  local n = 0
+  for _, record in ipairs(redis.call('LRANGE', ctx, 0, -1)) do n = n + #record end
+  return n
+end
+local function stored_bytes()
+  local n = redis.call('HGET', meta, 'bytes')
+  if n then return tonumber(n) end
+  return count_bytes()  -- a session stored before the counter existed
+end
+local function push(record)
+  redis.call('RPUSH', ctx, record)
+  redis.call('HINCRBY', meta, 'bytes', #record)
+end
+local function room(records, bytes, base_records, base_bytes)
+  if base_records + records > max_records then return 'records' end
+  if base_bytes + bytes > max_bytes then return 'bytes' end
+  return nil
+end
+local function checkpoint_records(id, add_message)
+  local out = {cjson.encode({role = '_checkpoint', id = id})}
+  if add_message == '1' then
+    out[2] = cjson.encode({role = 'user', content = '<system>CHECKPOINT ' .. id .. '</system>'})
+  end
+  return out
+end
+local function size(records)
+  local n = 0
+  for _, record in ipairs(records) do n = n + #record end
+  return n
+end
 local function checkpoint(add_message)
   local id = tonumber(redis.call('HGET', meta, 'next') or '0')
   local pos = redis.call('LLEN', ctx)
   local msgs = tonumber(redis.call('HGET', meta, 'messages') or '0')
-  redis.call('RPUSH', ctx, cjson.encode({role = '_checkpoint', id = id}))
-  redis.call('HSET', ckpt, id, pos .. ':' .. msgs)
+  redis.call('HSET', meta, 'bytes', stored_bytes())
+  redis.call('HSET', ckpt, id, pos .. ':' .. msgs .. ':' .. stored_bytes())
   redis.call('HSET', meta, 'next', id + 1)
-  if add_message == '1' then
-    redis.call('RPUSH', ctx, cjson.encode({role = 'user', content = '<system>CHECKPOINT ' .. id .. '</system>'}))
-    redis.call('HINCRBY', meta, 'messages', 1)
-  end
+  local records = checkpoint_records(id, add_message)
+  for _, record in ipairs(records) do push(record) end
+  redis.call('HINCRBY', meta, 'messages', #records - 1)
   return id
 end
 local function revert(id)
   local n = tonumber(redis.call('HGET', meta, 'next') or '0')
   if id < 0 or id >= n then return false end
-  local at = redis.call('HGET', ckpt, id)
-  local sep = string.find(at, ':', 1, true)
-  local pos = tonumber(string.sub(at, 1, sep - 1))
-  local msgs = tonumber(string.sub(at, sep + 1))
+  local at = {}
+  for part in string.gmatch(redis.call('HGET', ckpt, id), '[^:]+') do at[#at + 1] = tonumber(part) end
+  local pos, msgs, bytes = at[1], at[2], at[3]
   if pos == 0 then redis.call('DEL', ctx) else redis.call('LTRIM', ctx, 0, pos - 1) end
   for k = id, n - 1 do redis.call('HDEL', ckpt, k) end
   redis.call('ZREMRANGEBYSCORE', usage, pos, '+inf')
   local last = redis.call('ZRANGE', usage, -1, -1)
   local tokens = 0
   if last[1] then tokens = tonumber(string.sub(last[1], string.find(last[1], ':', 1, true) + 1)) end
-  redis.call('HSET', meta, 'next', id, 'messages', msgs, 'tokenCount', tokens)
+  redis.call('HSET', meta, 'next', id, 'messages', msgs, 'tokenCount', tokens, 'bytes', bytes or count_bytes())
   return true
 end
 """
 
-# ARGV: messagesJson (array of already-encoded records), tokenCount ('' = none)  -> number of messages
+# ARGV[4..]: messagesJson (array of already-encoded records), tokenCount ('' = none)
+# -> {'ok', number of messages} | {'full', 'records'|'bytes'} (nothing written)
 APPEND = (
     LIB
     + """
-local records = cjson.decode(ARGV[1])
-for _, record in ipairs(records) do redis.call('RPUSH', ctx, record) end
-local total = redis.call('HINCRBY', meta, 'messages', #records)
-if ARGV[2] ~= '' then
-  local pos = redis.call('LLEN', ctx)
-  redis.call('RPUSH', ctx, cjson.encode({role = '_usage', token_count = tonumber(ARGV[2])}))
-  redis.call('ZADD', usage, pos, pos .. ':' .. ARGV[2])
-  redis.call('HSET', meta, 'tokenCount', ARGV[2])
+local records = cjson.decode(ARGV[4])
+if ARGV[5] ~= '' then
+  records[#records + 1] = cjson.encode({role = '_usage', token_count = tonumber(ARGV[5])})
 end
-return total
+local full = room(#records, size(records), redis.call('LLEN', ctx), stored_bytes())
+if full then return done({'full', full}) end
+redis.call('HSET', meta, 'bytes', stored_bytes())
+local n = #records
+if ARGV[5] ~= '' then n = n - 1 end
+for i = 1, n do push(records[i]) end
+local total = redis.call('HINCRBY', meta, 'messages', n)
+if ARGV[5] ~= '' then
+  local pos = redis.call('LLEN', ctx)
+  push(records[#records])
+  redis.call('ZADD', usage, pos, pos .. ':' .. ARGV[5])
+  redis.call('HSET', meta, 'tokenCount', ARGV[5])
+end
+return done({'ok', total})
 """
 )
 
-# ARGV: addMessage ('1'|'0')  -> the new checkpoint id
-CHECKPOINT = LIB + "\nreturn checkpoint(ARGV[1])\n"
+# ARGV[4]: addMessage ('1'|'0')  -> {'ok', the new checkpoint id} | {'full', 'records'|'bytes'}
+CHECKPOINT = (
+    LIB
+    + """
+local planned = checkpoint_records(tonumber(redis.call('HGET', meta, 'next') or '0'), ARGV[4])
+local full = room(#planned, size(planned), redis.call('LLEN', ctx), stored_bytes())
+if full then return done({'full', full}) end
+return done({'ok', checkpoint(ARGV[4])})
+"""
+)
 
-# ARGV: checkpointId  -> 1 reverted | 0 no such checkpoint
-REVERT = LIB + "\nif revert(tonumber(ARGV[1])) then return 1 end\nreturn 0\n"
+# ARGV[4]: checkpointId  -> 1 reverted | 0 no such checkpoint
+REVERT = LIB + "\nif revert(tonumber(ARGV[4])) then return done(1) end\nreturn done(0)\n"
 
-# Reset ids to 0 and drop everything (kimi's Context.clear); with ARGV[1] == '1' (compaction) create
-# checkpoint 0 at once and append the compacted messages (ARGV[3], encoded records) after it.
-# ARGV: compact ('1'|'0'), addMessage ('1'|'0'), messagesJson
+# Reset ids to 0 and drop everything (kimi's Context.clear); with ARGV[4] == '1' (compaction) create
+# checkpoint 0 at once and append the compacted messages (ARGV[6], encoded records) after it; a compaction
+# that would not fit the caps changes nothing.
+# ARGV[4..]: compact ('1'|'0'), addMessage ('1'|'0'), messagesJson  -> {'ok', next} | {'full', what}
 CLEAR = (
     LIB
     + """
+local records = {}
+if ARGV[4] == '1' then
+  records = cjson.decode(ARGV[6])
+  local planned = checkpoint_records(0, ARGV[5])
+  local full = room(#planned + #records, size(planned) + size(records), 0, 0)
+  if full then return done({'full', full}) end
+end
 redis.call('DEL', ctx, ckpt, usage)
-redis.call('HSET', meta, 'next', 0, 'messages', 0, 'tokenCount', 0)
-if ARGV[1] == '1' then
-  checkpoint(ARGV[2])
-  local records = cjson.decode(ARGV[3])
-  for _, record in ipairs(records) do redis.call('RPUSH', ctx, record) end
+redis.call('HSET', meta, 'next', 0, 'messages', 0, 'tokenCount', 0, 'bytes', 0)
+if ARGV[4] == '1' then
+  checkpoint(ARGV[5])
+  for _, record in ipairs(records) do push(record) end
   redis.call('HINCRBY', meta, 'messages', #records)
 end
-return redis.call('HGET', meta, 'next')
+return done({'ok', redis.call('HGET', meta, 'next')})
 """
 )
 
-# kimi's DenwaRenji.send_dmail checks, in order.  ARGV: dmailJson, checkpointId
+# kimi's DenwaRenji.send_dmail checks, in order.  ARGV[4..]: dmailJson, checkpointId
 # -> {0, seq} stored | {1, error text}
 SEND = (
     LIB
     + """
-if redis.call('EXISTS', dmail) == 1 then return {1, 'Only one D-Mail can be sent at a time'} end
-local id = tonumber(ARGV[2])
-if id < 0 then return {1, 'The checkpoint ID can not be negative'} end
+if redis.call('EXISTS', dmail) == 1 then return done({1, 'Only one D-Mail can be sent at a time'}) end
+local id = tonumber(ARGV[5])
+if id < 0 then return done({1, 'The checkpoint ID can not be negative'}) end
 if id >= tonumber(redis.call('HGET', meta, 'next') or '0') then
-  return {1, 'There is no checkpoint with the given ID'}
+  return done({1, 'There is no checkpoint with the given ID'})
 end
-redis.call('SET', dmail, ARGV[1])
-return {0, redis.call('HINCRBY', meta, 'events', 1)}
+redis.call('SET', dmail, ARGV[4])
+return done({0, redis.call('HINCRBY', meta, 'events', 1)})
 """
 )
 
-# End of a step. ARGV: rejectedWithoutFeedback ('1'|'0'), root ('1'|'0'), addCheckpointMessage ('1'|'0'),
+# End of a step. ARGV[4..]: rejectedWithoutFeedback ('1'|'0'), root ('1'|'0'), addCheckpointMessage ('1'|'0'),
 # dmailMessagePrefix
 # -> {'none'} | {'discarded', dmailJson, seq} | {'applied', dmailJson, seq, checkpointId, firstNewPosition}
+# Applying reverts first, so the context grows past its caps by at most the one D-Mail (max_message_bytes).
 STEP_END = (
     LIB
     + """
 local pending = redis.call('GET', dmail)
-if ARGV[1] == '1' and ARGV[2] == '1' then
-  if not pending then return {'none'} end
-  redis.call('DEL', dmail)
-  return {'discarded', pending, redis.call('HINCRBY', meta, 'events', 1)}
-end
-if not pending then return {'none'} end
+if not pending then return done({'none'}) end
 redis.call('DEL', dmail)
+if ARGV[4] == '1' and ARGV[5] == '1' then
+  return done({'discarded', pending, redis.call('HINCRBY', meta, 'events', 1)})
+end
 local mail = cjson.decode(pending)
 local id = tonumber(mail.checkpoint_id)
 if not revert(id) then
-  return {'discarded', pending, redis.call('HINCRBY', meta, 'events', 1)}
+  return done({'discarded', pending, redis.call('HINCRBY', meta, 'events', 1)})
 end
 local first = redis.call('LLEN', ctx)
-checkpoint(ARGV[3])
-local text = ARGV[4] .. mail.text
-redis.call('RPUSH', ctx, cjson.encode({role = 'user', content = '<system>' .. text .. '</system>'}))
+checkpoint(ARGV[6])
+local text = ARGV[7] .. mail.text
+push(cjson.encode({role = 'user', content = '<system>' .. text .. '</system>'}))
 redis.call('HINCRBY', meta, 'messages', 1)
-return {'applied', pending, redis.call('HINCRBY', meta, 'events', 1), id, first}
+return done({'applied', pending, redis.call('HINCRBY', meta, 'events', 1), id, first})
 """
 )
 

@@ -7,6 +7,11 @@ Semantics follow kimi-cli's ``Context`` (reference kimi-dmail.md §2.3, §2.5):
 * ``revert_to(id)`` keeps exactly what came before the target's ``_checkpoint`` record; the token count is
   the last ``_usage`` record kept; ``Checkpoint {id} does not exist`` for an id not yet issued;
 * ``clear`` (and compaction, which clears, checkpoints 0 and appends the summary) resets ids to 0.
+
+Bounds (:class:`SessionLimits`, from the settings ``session_ttl_s``, ``max_session_messages``,
+``max_session_bytes``, ``max_message_bytes``): a write that would pass a cap raises :class:`SessionFull` and
+stores nothing (the scripts check before writing, so concurrent appends cannot pass a cap together); every write
+refreshes the TTL of all of the session's keys (:func:`session_keys`) in the same script or transaction.
 """
 
 from __future__ import annotations
@@ -17,11 +22,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
+from redis.commands.core import Script
 
 from sessions.scripts import SessionScripts
 from worker.keys import Keys
+from worker.settings import Settings
 
-__all__ = ["ContextView", "SessionSettings", "SessionStore", "UnknownCheckpoint", "session_scope"]
+__all__ = [
+    "ContextView",
+    "SessionFull",
+    "SessionLimits",
+    "SessionSettings",
+    "SessionStore",
+    "UnknownCheckpoint",
+    "session_keys",
+    "session_scope",
+]
 
 RECORD_ROLES = ("_checkpoint", "_usage", "_system_prompt")
 
@@ -29,6 +45,58 @@ RECORD_ROLES = ("_checkpoint", "_usage", "_system_prompt")
 def session_scope(session_id: str) -> str:
     """The scope key of a session: its events and its state serialize together."""
     return f"session:{session_id}"
+
+
+def session_keys(keys: Keys, session_id: str, user_id: str | bytes | None) -> list[str]:
+    """Every key of one session, in the scripts' KEYS order: context, meta, checkpoints, usage, D-Mail, settings,
+    function state, and the user's session index when the session names a user (it lives as long as the
+    longest-lived of the user's sessions, so erasure always finds them)."""
+    scope = session_scope(session_id)
+    found = [
+        keys.context(scope),
+        keys.context_meta(scope),
+        keys.checkpoints(scope),
+        keys.usage(scope),
+        keys.dmail(scope),
+        keys.session(scope),
+        keys.functions_state(scope),
+    ]
+    if user_id:
+        found.append(keys.user_sessions(_s(user_id)))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """The bounds of one session's state; the defaults are the settings' defaults."""
+
+    session_ttl_s: int = 30 * 24 * 60 * 60
+    max_session_messages: int = 10_000  # records in the context list (messages, checkpoint and usage records)
+    max_session_bytes: int = 8 * 1024 * 1024  # the context records together; the function-state document
+    max_message_bytes: int = 256 * 1024  # one message, D-Mail or artifact
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SessionLimits:
+        return cls(
+            session_ttl_s=settings.session_ttl_s,
+            max_session_messages=settings.max_session_messages,
+            max_session_bytes=settings.max_session_bytes,
+            max_message_bytes=settings.max_message_bytes,
+        )
+
+    def script_args(self) -> list[int]:
+        """ARGV[1..3] of every session script."""
+        return [self.session_ttl_s, self.max_session_messages, self.max_session_bytes]
+
+
+class SessionFull(ValueError):
+    """A write would pass one of the session's caps; nothing of it was stored. ``field`` names the request
+    field to blame (``messages``, ``messages.3.content``, ``content``) or is None; ``limit`` is the cap."""
+
+    def __init__(self, field: str | None, limit: int, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.limit = limit
 
 
 class UnknownCheckpoint(ValueError):
@@ -74,23 +142,51 @@ def _s(value: Any) -> str:
     return value if isinstance(value, str) else value.decode("utf-8")
 
 
-class SessionStore:
-    """All session state of one key prefix."""
+def _encode(messages: Sequence[dict[str, Any]]) -> list[str]:
+    return [json.dumps(m, ensure_ascii=False, separators=(",", ":")) for m in messages]
 
-    def __init__(self, client: Redis, keys: Keys) -> None:
+
+def _check_messages(records: list[str], messages: Sequence[dict[str, Any]], limit: int) -> None:
+    """One message over ``max_message_bytes`` → SessionFull naming it (and its largest field)."""
+    for index, (record, message) in enumerate(zip(records, messages, strict=True)):
+        size = len(record.encode("utf-8"))
+        if size > limit:
+            biggest = max(
+                message, key=lambda k: len(json.dumps(message[k], ensure_ascii=False)), default=None
+            )
+            field = f"messages.{index}" + ("" if biggest is None else f".{biggest}")
+            raise SessionFull(
+                field, limit, f"{field}: one message may be at most {limit} bytes; this one is {size}"
+            )
+
+
+class SessionStore:
+    """All session state of one key prefix, bounded by ``limits``."""
+
+    def __init__(self, client: Redis, keys: Keys, limits: SessionLimits | None = None) -> None:
         self.client = client
         self.keys = keys
+        self.limits = limits or SessionLimits()
         self.scripts = SessionScripts.register(client)
 
     def _keys(self, session_id: str) -> list[str]:
-        scope = session_scope(session_id)
-        return [
-            self.keys.context(scope),
-            self.keys.context_meta(scope),
-            self.keys.checkpoints(scope),
-            self.keys.usage(scope),
-            self.keys.dmail(scope),
-        ]
+        user = self.client.hget(self.keys.session(session_scope(session_id)), "userId")
+        return session_keys(self.keys, session_id, user)
+
+    def run(self, script: Script, session_id: str, *args: Any) -> Any:
+        """Run one session script: the session's keys, the TTL and caps, then the script's own arguments."""
+        return script(keys=self._keys(session_id), args=[*self.limits.script_args(), *args])
+
+    def _admitted(self, reply: Any, field: str | None) -> int:
+        """The script's ``{'ok', value}``, or SessionFull for its ``{'full', 'records'|'bytes'}``."""
+        if _s(reply[0]) != "full":
+            return int(reply[1])
+        if _s(reply[1]) == "records":
+            limit, unit = self.limits.max_session_messages, "records"
+        else:
+            limit, unit = self.limits.max_session_bytes, "bytes"
+        where = f"{field}: " if field else ""
+        raise SessionFull(field, limit, f"{where}the session's context may hold at most {limit} {unit}")
 
     # ---- settings ----------------------------------------------------------------------------------
 
@@ -117,7 +213,16 @@ class SessionStore:
             else:
                 mapping[key] = str(value)
         if mapping:
-            self.client.hset(self.keys.session(session_scope(session_id)), mapping=mapping)
+            before = self.get_settings(session_id).user_id
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(self.keys.session(session_scope(session_id)), mapping=mapping)
+            if "userId" in mapping:  # the user's session index: erasure finds the user's sessions by design
+                if before and before != mapping["userId"]:
+                    pipe.srem(self.keys.user_sessions(before), session_id)
+                pipe.sadd(self.keys.user_sessions(mapping["userId"]), session_id)
+            for key in session_keys(self.keys, session_id, mapping.get("userId", before)):
+                pipe.expire(key, self.limits.session_ttl_s)
+            pipe.execute()
         return self.get_settings(session_id)
 
     # ---- context -----------------------------------------------------------------------------------
@@ -125,31 +230,35 @@ class SessionStore:
     def append(
         self, session_id: str, messages: Sequence[dict[str, Any]], token_count: int | None = None
     ) -> int:
-        """Append messages (and a ``_usage`` record when ``token_count`` is given); returns the message count."""
-        records = json.dumps([json.dumps(m, ensure_ascii=False, separators=(",", ":")) for m in messages])
-        return int(
-            self.scripts.append(
-                keys=self._keys(session_id), args=[records, "" if token_count is None else token_count]
-            )
+        """Append messages (and a ``_usage`` record when ``token_count`` is given); returns the message count.
+
+        Raises SessionFull (nothing appended) when a message or the context would pass its cap."""
+        records = _encode(messages)
+        _check_messages(records, messages, self.limits.max_message_bytes)
+        usage = "" if token_count is None else token_count
+        return self._admitted(
+            self.run(self.scripts.append, session_id, json.dumps(records), usage), "messages"
         )
 
     def checkpoint(self, session_id: str, *, add_user_message: bool) -> int:
-        return int(
-            self.scripts.checkpoint(keys=self._keys(session_id), args=["1" if add_user_message else "0"])
-        )
+        """A new checkpoint; SessionFull (field None) when the context has no room for its records."""
+        reply = self.run(self.scripts.checkpoint, session_id, "1" if add_user_message else "0")
+        return self._admitted(reply, None)
 
     def revert_to(self, session_id: str, checkpoint_id: int) -> ContextView:
-        if not int(self.scripts.revert(keys=self._keys(session_id), args=[checkpoint_id])):
+        if not int(self.run(self.scripts.revert, session_id, checkpoint_id)):
             raise UnknownCheckpoint(checkpoint_id)
         return self.read(session_id)
 
     def clear(self, session_id: str) -> None:
-        self.scripts.clear(keys=self._keys(session_id), args=["0", "0", "[]"])
+        self.run(self.scripts.clear, session_id, "0", "0", "[]")
 
     def compact(self, session_id: str, messages: Sequence[dict[str, Any]], *, add_user_message: bool) -> None:
-        """kimi's compaction: clear, checkpoint 0, then the compacted messages."""
-        records = json.dumps([json.dumps(m, ensure_ascii=False, separators=(",", ":")) for m in messages])
-        self.scripts.clear(keys=self._keys(session_id), args=["1", "1" if add_user_message else "0", records])
+        """kimi's compaction: clear, checkpoint 0, then the compacted messages (SessionFull: nothing changes)."""
+        records = _encode(messages)
+        _check_messages(records, messages, self.limits.max_message_bytes)
+        flag = "1" if add_user_message else "0"
+        self._admitted(self.run(self.scripts.clear, session_id, "1", flag, json.dumps(records)), "messages")
 
     def records(self, session_id: str, start: int = 0) -> list[dict[str, Any]]:
         return [

@@ -89,6 +89,9 @@ def make_settings(redis_url: str, prefix: str, redis_client: Redis) -> SettingsF
             "key_prefix": prefix,
             "queue_name": prefix.rstrip(":"),
             "env": "test",
+            "allowed_hosts": [
+                "testserver"
+            ],  # starlette's TestClient sends Host: testserver (the door's allow-list)
             **FAST,
         }
         values.update(overrides)

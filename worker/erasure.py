@@ -208,7 +208,9 @@ def _drop_user_keyed(store: EventStore, user_id: str, report: ErasureReport) -> 
         if doc_ids:
             report.removed["skillVersions"] += int(client.delete(*[k.skill_history(d) for d in doc_ids]))
         client.delete(key)
-    index_pattern = _glob_escape(k.receipt_index(user_id, "", "")).replace(":agent::topic:", ":agent:*:topic:*")
+    index_pattern = _glob_escape(k.receipt_index(user_id, "", "")).replace(
+        ":agent::topic:", ":agent:*:topic:*"
+    )
     for index in client.scan_iter(match=index_pattern, count=SCAN_COUNT):
         ids = [_s(x) for x in client.zrange(index, 0, -1)]
         if ids:
@@ -269,4 +271,3 @@ def _mentions(entry: str, user_id: str, scopes: set[str]) -> bool:
     except ValueError:
         return user_id in entry
     return data.get("scopeKey") in scopes or data.get("userId") == user_id or user_id in entry
-

@@ -63,7 +63,9 @@ class OverLimit(Exception):
         parts = reply.split(" ")
         if len(parts) >= 4 and parts[1] == "inbox":
             scope = " ".join(parts[2:-1]).partition("/")[2]
-            message = f"scope {scope!r} already holds {parts[-1]} queued events (limit {max_inbox}); retry later"
+            message = (
+                f"scope {scope!r} already holds {parts[-1]} queued events (limit {max_inbox}); retry later"
+            )
             return cls("inbox", message, retry_after_s=retry_after_s)
         queued = parts[2] if len(parts) > 2 else "?"
         message = f"this tenant already has {queued} queued events (limit {max_queued}); retry later"

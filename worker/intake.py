@@ -127,8 +127,12 @@ def pydantic_error(
         where = f"a {model_name} field" if model_name else "a field of this request"
         return EventError(code="unknown_field", message=f"{field} is not {where}", field=field)
     if kind in ("model_type", "dict_type"):
-        return EventError(code="invalid_type", message=f"{field or subject} must be a JSON object", field=field)
-    return EventError(code="invalid_field", message=f"{field}: {details.get('msg', 'is invalid')}", field=field)
+        return EventError(
+            code="invalid_type", message=f"{field or subject} must be a JSON object", field=field
+        )
+    return EventError(
+        code="invalid_field", message=f"{field}: {details.get('msg', 'is invalid')}", field=field
+    )
 
 
 def field_error(exc: ValidationError, prefix: str = "") -> EventError:

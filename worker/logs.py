@@ -3,6 +3,8 @@ development. Standard-library loggers (ours, Celery's, uvicorn's) go through the
 line inside a chain carries ``trace_id``, ``span_id``, ``chainId``, ``scopeKey``, ``sourceId`` and
 ``eventId`` from the context variables bound by the pipeline, and ``task_id``/``task_name`` bound in Celery's
 ``task_prerun`` (cleared in ``task_postrun``: prefork children are reused). Payloads are never logged at info.
+``httpx`` and ``httpcore`` log at WARNING whatever the level: at INFO httpx logs every request's full URL, and
+outbound URLs may carry secrets in their query (webhook and judge endpoints).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from typing import Any
 import structlog
 from opentelemetry import trace
 
-__all__ = ["bind_event", "clear_context", "configure_logging"]
+__all__ = ["QUIET_LOGGERS", "bind_event", "clear_context", "configure_logging"]
+
+QUIET_LOGGERS = ("httpx", "httpcore")  # request lines carry full URLs (query secrets included)
 
 
 def _add_trace_ids(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -54,6 +58,8 @@ def configure_logging(*, env: str = "production", level: str = "INFO", fmt: str 
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),

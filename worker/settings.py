@@ -28,7 +28,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Literal, TypeVar
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -44,11 +44,9 @@ __all__ = [
 ]
 
 ENV_PREFIX = "AGENT_SIGNAL_"
-# Names no settings model reads yet: the CLI's (AGENT_SIGNAL_URL, AGENT_SIGNAL_TOKEN) and the contract's
-# auth and limit settings (CONTRACT.md §Auth), so a deployment that sets them is not refused at boot.
-OTHER_ENV_NAMES = frozenset(
-    {"AGENT_SIGNAL_URL", "AGENT_SIGNAL_TOKEN", "AGENT_SIGNAL_BOOTSTRAP_KEY", "AGENT_SIGNAL_RATE_LIMIT_PER_S"}
-)
+# Names no settings model reads: the CLI's (AGENT_SIGNAL_URL, AGENT_SIGNAL_TOKEN), so a deployment that sets
+# them is not refused at boot.
+OTHER_ENV_NAMES = frozenset({"AGENT_SIGNAL_URL", "AGENT_SIGNAL_TOKEN"})
 
 
 class SettingsError(ValueError):
@@ -68,9 +66,17 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(default=None, validation_alias=_env("REDIS_URL"))
     broker_url: str | None = Field(default=None, validation_alias=_env("BROKER_URL"))
     api_token: str | None = Field(default=None, validation_alias=AliasChoices("AGENT_SIGNAL_API_TOKEN"))
+    # ^ deprecated alias of bootstrap_key (used only when AGENT_SIGNAL_BOOTSTRAP_KEY is unset)
     port: int = Field(default=8000, validation_alias=_env("PORT"))
     host: str = "127.0.0.1"
     env: Literal["production", "development", "test"] = "production"
+
+    # --- credentials (worker/credentials.py, producers/_auth.py; README "Security") ---
+    bootstrap_key: SecretStr | None = None  # admin key of tenant "default" (>= 16 characters)
+    token_secret: SecretStr | None = None  # user-token signing secret (>= 32 chars); unset: one kept in Redis
+    rate_limit_per_s: float | None = Field(default=None, ge=0)  # per credential; unset: 100 with credentials
+    auth_cache_s: float = Field(default=2.0, ge=0)  # verified keys are cached this long (a revoke's delay)
+    ops_open: Literal["loopback", "always", "never"] = "loopback"  # /metrics, /docs, /readyz without a key
 
     # --- naming / isolation ---
     key_prefix: str = "agent-signal:"
@@ -79,9 +85,21 @@ class Settings(BaseSettings):
     # --- ingress ---
     max_event_bytes: int = 256 * 1024  # one event's serialized payload; larger -> 413
     max_request_bytes: int = 8 * 1024 * 1024  # one HTTP request body; larger -> 413
+    # Host names served besides the loopback names and `host` (unless 0.0.0.0): DNS rebinding. "*": any.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Origins allowed besides the request's own (scheme://host[:port]); a browser request from any other -> 403.
+    allowed_origins: list[str] = Field(default_factory=list)
     max_batch_events: int = 1000
     allow_unknown_source_types: bool = False
     extra_source_types: list[str] = Field(default_factory=list)
+    max_streams: int = Field(default=1000, ge=1)  # open receipts streams per web process; more -> 429
+    max_streams_per_credential: int = Field(default=50, ge=1)  # the same, per credential; more -> 429
+
+    # --- agent sessions (sessions/store.py SessionLimits): over a cap -> 413 session_full, nothing stored ---
+    session_ttl_s: int = Field(default=30 * 24 * 60 * 60, ge=1)  # idle session state expires; writes refresh
+    max_session_messages: int = Field(default=10_000, ge=1)  # records in one session's context list
+    max_session_bytes: int = Field(default=8 * 1024 * 1024, ge=1)  # its context records; its function state
+    max_message_bytes: int = Field(default=256 * 1024, ge=1)  # one context message, D-Mail or artifact
 
     # --- the store's safety (worker/store_safety.py) ---
     allow_evicting_redis: bool = False  # accept a maxmemory-policy other than noeviction (events may be lost)
@@ -95,6 +113,14 @@ class Settings(BaseSettings):
     lease_ttl_s: float = 30.0
     lease_renew_interval_s: float = 10.0
     max_events_per_drain: int = 200
+    max_inbox_depth: int = Field(default=10_000, ge=0)  # one scope's queued events; past it -> 429 (0: none)
+    tenant_max_queued: int = Field(
+        default=500_000, ge=0
+    )  # a tenant's queued events; past it -> 429 (0: none)
+    tenant_events_per_s: float = Field(
+        default=5000, ge=0
+    )  # a tenant's events/s at the door, bursts alike (0: none)
+    fair_share: bool = True  # drains take turns across tenants (worker/fair.py); off: broker arrival order
 
     # --- retries and dead letters ---
     max_attempts: int = 5
@@ -220,6 +246,8 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         if value is None:
             continue
         key = CONTRACT_ENV_NAMES.get(name, f"AGENT_SIGNAL_{name.upper()}")
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
         env[key] = json.dumps(value) if isinstance(value, list | dict) else str(value)
     return env
 

@@ -39,7 +39,9 @@ class SelfIterationSettings(PluginSettings):
     @model_validator(mode="after")
     def _webhook_needs_a_target(self) -> SelfIterationSettings:
         if self.agent_runner == "webhook" and not (self.agent_runner_url and self.agent_runner_secret):
-            raise ValueError("AGENT_SIGNAL_AGENT_RUNNER=webhook needs AGENT_SIGNAL_AGENT_RUNNER_URL and _SECRET")
+            raise ValueError(
+                "AGENT_SIGNAL_AGENT_RUNNER=webhook needs AGENT_SIGNAL_AGENT_RUNNER_URL and _SECRET"
+            )
         return self
 
 

@@ -6,8 +6,9 @@ reports ``agent.execution.completed`` with the ``selfIteration`` payload; that i
 
 * ``TaskRunner`` publishes the request as the plugin task ``agent_signal.agent_run`` (through the engine's
   ``runtime.publish``) that the app — or our worker, with the reference agent — consumes.
-* ``WebhookRunner`` POSTs it to a URL, signed ``X-Agent-Signal-Signature: sha256=<hmac of the body>``,
-  retried with exponential backoff and full jitter (tenacity).
+* ``WebhookRunner`` POSTs it to a URL, signed per Standard Webhooks (``webhook-id`` = the operation id,
+  ``webhook-timestamp``, ``webhook-signature`` over id, timestamp and body: policies/webhook_signing.py),
+  retried with exponential backoff and full jitter (tenacity); each attempt is signed at its own time.
 
 Recursion guard (LobeHub's ``suppressSignal``): every request says ``suppressSignal: true``; a run started
 by Agent Signal must not feed ``agent.user.message`` back (the planner ignores messages whose ``trigger``
@@ -17,7 +18,6 @@ is ``agent_signal``).
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +26,17 @@ from typing import Any, Protocol
 import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-__all__ = ["AGENT_RUN_OUTBOX", "AGENT_RUN_TASK", "AgentRunner", "RunRequest", "RunnerError", "TaskRunner", "WebhookRunner"]
+from policies.webhook_signing import webhook_headers
+
+__all__ = [
+    "AGENT_RUN_OUTBOX",
+    "AGENT_RUN_TASK",
+    "AgentRunner",
+    "RunRequest",
+    "RunnerError",
+    "TaskRunner",
+    "WebhookRunner",
+]
 
 AGENT_RUN_TASK = "agent_signal.agent_run"
 AGENT_RUN_OUTBOX = "agent-run"  # the outbox kind of run requests (delivered by the plugin's deliverer)
@@ -46,6 +56,7 @@ class RunRequest:
     prompt: str
     topic_id: str | None = None
     context: dict[str, Any] = field(default_factory=dict)
+    tenant: str = "default"  # whose run: set from the outbox record, never from a handler's payload
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +68,7 @@ class RunRequest:
             "prompt": self.prompt,
             "topicId": self.topic_id,
             "context": self.context,
+            "tenant": self.tenant,
             "trigger": "agent_signal",
             "suppressSignal": True,
             "approvalMode": "headless",
@@ -73,6 +85,7 @@ class RunRequest:
             prompt=d.get("prompt", ""),
             topic_id=d.get("topicId"),
             context=dict(d.get("context") or {}),
+            tenant=str(d.get("tenant") or "default"),
         )
 
 
@@ -101,10 +114,6 @@ class TaskRunner:
         return request.operation_id
 
 
-def sign(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
 class WebhookRunner:
     def __init__(
         self, url: str, secret: str, *, attempts: int = 3, base_delay_s: float = 0.2, timeout_s: float = 10.0
@@ -117,13 +126,9 @@ class WebhookRunner:
 
     def dispatch(self, request: RunRequest) -> str:
         body = json.dumps(request.to_json_dict(), separators=(",", ":")).encode()
-        headers = {
-            "content-type": "application/json",
-            "x-agent-signal-signature": sign(self.secret, body),
-            # The receiver dedupes on these: a request can arrive more than once (the outbox is at least once).
-            "idempotency-key": request.operation_id,
-            "webhook-id": request.operation_id,
-        }
+        # The receiver dedupes on the operation id (Idempotency-Key and webhook-id): a request can arrive more
+        # than once (the outbox is at least once).
+        headers = {"content-type": "application/json", "idempotency-key": request.operation_id}
         retrying = Retrying(
             stop=stop_after_attempt(self.attempts),
             wait=wait_random_exponential(multiplier=self.base_delay_s, max=30),
@@ -133,7 +138,8 @@ class WebhookRunner:
         try:
             for attempt in retrying:
                 with attempt:
-                    response = httpx.post(self.url, content=body, headers=headers, timeout=self.timeout_s)
+                    signed = headers | webhook_headers(self.secret, request.operation_id, body)
+                    response = httpx.post(self.url, content=body, headers=signed, timeout=self.timeout_s)
                     if response.status_code >= 300:
                         raise _HttpStatus(response.status_code)
         except _HttpStatus as exc:

@@ -18,6 +18,12 @@ const UNDO_LABELS = {
 const POLL_INITIAL_MS = 3000;
 const POLL_MAX_MS = 60000;
 const POLL_WINDOW_MS = 5 * 60000;
+// The live stream reconnects after 1 s, 2 s, 4 s … (at most 30 s); after this many attempts in a row that
+// never opened, the page stays on polling. 401, 403 and 404 go to polling at once (retrying cannot help).
+const STREAM_RETRY_INITIAL_MS = 1000;
+const STREAM_RETRY_MAX_MS = 30000;
+const STREAM_MAX_FAILURES = 5;
+const TOKEN_KEY = "agentSignalToken";
 
 let teardown = [];
 
@@ -43,11 +49,88 @@ function showError(message) {
   box.hidden = false;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// The credential. A user token handed over in the page's fragment (`/#token=…`, or `&token=…` after a page's
+// query) never reaches the server: it is moved to sessionStorage and removed from the address bar before
+// anything else runs. A key typed into the "API token" field is kept in localStorage. Requests carry it in
+// the Authorization header only, never in a URL (URLs end up in logs).
+
+function adoptFragmentToken() {
+  const hash = location.hash.slice(1);
+  const [route, query] = hash.startsWith("token=") ? ["", hash] : [hash.split("?")[0], hash.split("?").slice(1).join("?")];
+  const params = new URLSearchParams(query);
+  const token = params.get("token");
+  if (token === null) return;
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  params.delete("token");
+  const rest = route + (params.toString() ? `?${params}` : "");
+  history.replaceState(null, "", `${location.pathname}${location.search}${rest ? `#${rest}` : ""}`);
+}
+
+function currentToken() {
+  return sessionStorage.getItem(TOKEN_KEY) || localStorage.getItem(TOKEN_KEY) || "";
+}
+
 function headers() {
-  const token = localStorage.getItem("agentSignalToken");
+  const token = currentToken();
   const h = { "content-type": "application/json" };
   if (token) h.authorization = `Bearer ${token}`;
   return h;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Server-sent events over fetch() (EventSource cannot send an Authorization header).
+
+// A parser for a text/event-stream body: feed it text as it arrives; it calls onEvent(type, data, id) once per
+// complete event (the SSE rules: lines end in \r\n, \n or \r; a blank line ends an event; ":" starts a comment;
+// the value after "field:" loses one leading space; several data lines are joined with \n).
+function sseParser(onEvent) {
+  let buffer = "";
+  let type = "";
+  let data = [];
+  let id = null;
+  const line = (text) => {
+    if (text === "") {
+      if (data.length) onEvent(type || "message", data.join("\n"), id);
+      type = ""; data = [];
+      return;
+    }
+    if (text.startsWith(":")) return;
+    const colon = text.indexOf(":");
+    const field = colon === -1 ? text : text.slice(0, colon);
+    let value = colon === -1 ? "" : text.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (field === "event") type = value;
+    else if (field === "data") data.push(value);
+    else if (field === "id") id = value;
+  };
+  return (chunk) => {
+    buffer += chunk;
+    const lines = buffer.split(/\r\n|\n|\r/);
+    buffer = lines.pop();
+    for (const text of lines) line(text);
+  };
+}
+
+// Reads one stream until it ends; rejects with error.status (and error.retryAfterS) when it is refused.
+async function readEventStream(path, signal, { open, event }) {
+  const response = await fetch(path, { headers: { ...headers(), accept: "text/event-stream" }, signal, cache: "no-store" });
+  const type = response.headers.get("content-type") || "";
+  if (!response.ok || !response.body || !type.startsWith("text/event-stream")) {
+    const error = new Error(`stream answered HTTP ${response.status}`);
+    error.status = response.status;
+    error.retryAfterS = Number(response.headers.get("retry-after")) || 0;
+    throw error;
+  }
+  open();
+  const parse = sseParser(event);
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    parse(decoder.decode(value, { stream: true }));
+  }
 }
 
 async function api(path, options = {}) {
@@ -218,7 +301,8 @@ function conversationPage() {
 
   let stopped = false;
   let pollTimer = null;
-  let source = null;
+  let pollRound = 0; // a tick of an older polling round does not reschedule itself
+  let stream = null; // { controller, timer, open } while the page streams (or waits to reconnect)
   let lastMessageId = null;
   let newest = 0;
 
@@ -230,7 +314,7 @@ function conversationPage() {
     state.messages = body.messages;
     if (last && last !== lastMessageId) {
       lastMessageId = last;
-      if (!source) startPolling(); // a new message restarts the polling window
+      if (!(stream && stream.open)) startPolling(); // a new message restarts the polling window
     }
     if (changed) state.render();
   }
@@ -247,14 +331,21 @@ function conversationPage() {
     return news;
   }
 
-  function startPolling() {
+  function stopPolling() {
+    pollRound += 1;
     clearTimeout(pollTimer);
+  }
+
+  function startPolling() {
+    stopPolling();
+    const round = pollRound;
     const started = Date.now();
     let emptyRefreshes = 0;
     const tick = async () => {
-      if (stopped) return;
+      if (stopped || round !== pollRound) return;
       let news = 0;
       try { news = await loadReceipts(); } catch { news = 0; }
+      if (stopped || round !== pollRound) return;
       emptyRefreshes = news ? 0 : emptyRefreshes + 1;
       const remaining = POLL_WINDOW_MS - (Date.now() - started);
       if (remaining <= 0) { live.textContent = "Polling stopped (no news for 5 minutes)."; return; }
@@ -265,22 +356,66 @@ function conversationPage() {
     tick();
   }
 
-  function startStream() {
-    if (!window.EventSource || localStorage.getItem("agentSignalToken")) { startPolling(); return; }
-    source = new EventSource(`/v1/receipts/stream?${qs(owner)}`);
-    source.addEventListener("open", () => { live.textContent = "Live"; });
-    source.addEventListener("receipt", (event) => {
-      const r = JSON.parse(event.data);
+  function onStreamEvent(type, data) {
+    if (type === "receipt") {
+      const r = JSON.parse(data);
       state.receipts.set(r.id, r);
       newest = Math.max(newest, r.createdAt);
       state.render();
-    });
-    source.addEventListener("error", () => {
-      source.close();
-      source = null;
-      live.textContent = "Live stream unavailable; polling.";
+    } else if (type === "resync") {
+      loadReceipts().catch(() => {}); // the server dropped some announcements: re-read the list
+    }
+  }
+
+  // The live stream: fetch() with the Authorization header, reconnecting with backoff; polling covers the
+  // gaps and takes over for good when the stream keeps failing or is refused.
+  function startStream() {
+    stopStream();
+    if (!window.fetch || !window.ReadableStream || !window.TextDecoder) { startPolling(); return; }
+    const current = { controller: new AbortController(), timer: null, open: false, failures: 0 };
+    stream = current;
+    const connect = async () => {
+      let retryAfterS = 0;
+      try {
+        await readEventStream(`/v1/receipts/stream?${qs(owner)}`, current.controller.signal, {
+          open: () => {
+            current.open = true;
+            current.failures = 0;
+            live.textContent = "Live";
+            stopPolling();
+            loadReceipts().catch(() => {}); // whatever arrived while the stream was down
+          },
+          event: onStreamEvent,
+        });
+      } catch (err) {
+        if (current.controller.signal.aborted) return;
+        if ([401, 403, 404].includes(err.status)) { fallBack(current); return; }
+        retryAfterS = err.retryAfterS || 0;
+      }
+      if (stopped || stream !== current) return;
+      current.open = false;
+      current.failures += 1;
+      if (current.failures > STREAM_MAX_FAILURES) { fallBack(current); return; }
+      const delay = Math.max(retryAfterS * 1000, Math.min(STREAM_RETRY_INITIAL_MS * 2 ** (current.failures - 1), STREAM_RETRY_MAX_MS));
       startPolling();
-    });
+      live.textContent = `Live stream interrupted; polling, reconnecting in ${Math.round(delay / 1000)} s.`;
+      current.timer = setTimeout(connect, delay);
+    };
+    connect();
+  }
+
+  function fallBack(current) {
+    if (stream !== current) return;
+    stopStream();
+    live.textContent = "Live stream unavailable; polling.";
+    startPolling();
+  }
+
+  function stopStream() {
+    if (!stream) return;
+    clearTimeout(stream.timer);
+    stream.controller.abort();
+    stream = null;
   }
 
   async function start() {
@@ -300,13 +435,13 @@ function conversationPage() {
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     for (const key of ["userId", "agentId", "topicId"]) owner[key] = form.elements[key].value.trim();
-    if (source) { source.close(); source = null; }
-    clearTimeout(pollTimer);
+    stopStream();
+    stopPolling();
     start();
   });
 
   const messageTimer = setInterval(() => { loadMessages().catch(() => {}); }, 1500);
-  teardown.push(() => { stopped = true; clearInterval(messageTimer); clearTimeout(pollTimer); if (source) source.close(); });
+  teardown.push(() => { stopped = true; clearInterval(messageTimer); stopPolling(); stopStream(); });
   start();
 }
 
@@ -601,12 +736,18 @@ function route() {
   main().focus();
 }
 
+adoptFragmentToken();
 const tokenInput = $("#api-token");
-tokenInput.value = localStorage.getItem("agentSignalToken") || "";
+tokenInput.value = currentToken();
 tokenInput.addEventListener("change", () => {
-  if (tokenInput.value) localStorage.setItem("agentSignalToken", tokenInput.value);
-  else localStorage.removeItem("agentSignalToken");
+  sessionStorage.removeItem(TOKEN_KEY); // what the user types replaces a token handed over in the URL
+  if (tokenInput.value) localStorage.setItem(TOKEN_KEY, tokenInput.value);
+  else localStorage.removeItem(TOKEN_KEY);
   route();
 });
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", () => {
+  adoptFragmentToken();
+  tokenInput.value = currentToken();
+  route();
+});
 route();

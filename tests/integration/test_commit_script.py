@@ -80,7 +80,9 @@ class TestOnlyDoneApplies:
         effects.call("HINCRBY", keys.plugin(SCOPE, "probe"), "n", 1)
         follow = producer.validate(_event("f2", scope="topic:follow"))
         reply = store.commit(_commit(grant, event_id, "done", effects, follow))
-        assert reply.code == 1 and reply.publish == ["default/topic:follow"]  # scope refs: <tenant>/<scopeKey>
+        assert reply.code == 1 and reply.publish == [
+            "default/topic:follow"
+        ]  # scope refs: <tenant>/<scopeKey>
         assert redis_client.hget(keys.plugin(SCOPE, "probe"), "n") == "1"
         assert redis_client.hget(keys.event(follow.event_id), "state") == "queued"
         assert redis_client.lrange(keys.inbox("topic:follow"), 0, -1) == [follow.event_id]

@@ -1,5 +1,6 @@
 """The OpenAI-compatible judge adapter and the webhook runner, against small HTTP servers the tests start
-(no mock library): valid answers, a malformed answer recorded as a diagnostic, HMAC signatures, retries."""
+(no mock library): valid answers, a malformed answer recorded as a diagnostic, Standard Webhooks signatures,
+retries."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 import pytest
 
 from policies.self_iteration.deps import SelfIterationDeps
-from policies.self_iteration.runners import RunnerError, RunRequest, WebhookRunner, sign
+from policies.self_iteration.runners import RunnerError, RunRequest, WebhookRunner
+from policies.webhook_signing import verify_webhook
 from producers import Producer
 from worker.app import build_pipeline
 from worker.telemetry import DISABLED
@@ -94,7 +96,7 @@ def test_judge_adapter(make_settings: Any, judge_server: Server) -> None:
     producer.enqueue(
         {**base, "sourceId": "bad1", "payload": {**base["payload"], "message": "garbled please"}}
     )
-    pipeline.drain("topic:j")
+    pipeline.drain_scope("topic:j")
     body, headers, _ = judge_server.requests[0]
     assert headers["authorization"] == "Bearer sk-test" and body["model"] == "tiny"
     assert body["response_format"]["json_schema"]["strict"] is True
@@ -122,7 +124,7 @@ def test_judge_adapter(make_settings: Any, judge_server: Server) -> None:
 
 
 def test_webhook_runner_signs_and_retries() -> None:
-    """Requests carry an HMAC-SHA256 signature of the body; 5xx is retried, 4xx is not."""
+    """Requests carry a Standard Webhooks signature (id, timestamp, body); 5xx is retried, 4xx is not."""
     calls = {"n": 0}
 
     def respond(body: dict[str, Any], headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
@@ -140,7 +142,8 @@ def test_webhook_runner_signs_and_retries() -> None:
         assert runner.dispatch(request) == "op-1"
         assert calls["n"] == 3
         body, headers, raw = server.requests[-1]
-        assert headers["x-agent-signal-signature"] == sign("s3cret", raw)
+        verify_webhook("s3cret", raw, headers)  # raises unless id, timestamp and body are signed
+        assert headers["webhook-id"] == headers["idempotency-key"] == "op-1"
         assert body["suppressSignal"] is True and body["marker"] == {"kind": "memory", "sourceId": "s"}
         refuse = RunRequest("op-2", "refuse", {"kind": "memory"}, "u1", "a1", "p")
         before = calls["n"]

@@ -168,9 +168,7 @@ class TestCrashes:
         redis_client.set(f"{keys.own}test:sleep-after:late-1", 1500)
         producer = Producer(settings)
         ev = producer.enqueue(_event("test.counter", "late-1", "topic:late", counterKey=counter))
-        pid = int(
-            wait_for(lambda: redis_client.get(f"{keys.own}test:afteraction:late-1"), what="the effect")
-        )
+        pid = int(wait_for(lambda: redis_client.get(f"{keys.own}test:afteraction:late-1"), what="the effect"))
         assert redis_client.get(counter) == "1"
         assert _status(producer, ev.event_id) == "processing"
         redis_client.delete(f"{keys.own}test:sleep-after:late-1")

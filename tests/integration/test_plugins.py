@@ -31,14 +31,18 @@ def test_the_door_refuses_the_plugins_source_type_until_it_is_listed(make_settin
     producer.close()
 
 
-def test_an_outside_plugin_runs_end_to_end(make_settings: Any, start_worker: Any, redis_client: Redis) -> None:
+def test_an_outside_plugin_runs_end_to_end(
+    make_settings: Any, start_worker: Any, redis_client: Redis
+) -> None:
     """Source, signal and action handlers of the plugin each apply their staged write once."""
     settings = make_settings(plugins=PLUGIN, extra_source_types=["ledger.entry"])
     start_worker(settings)
     producer = Producer(settings)
     results = producer.enqueue_many([_entry("e1"), _entry("e2")])
     assert [r.status for r in results] == ["accepted", "accepted"]
-    wait_for(lambda: all(producer.status(r.event_id)["status"] == "done" for r in results), what="two entries")
+    wait_for(
+        lambda: all(producer.status(r.event_id)["status"] == "done" for r in results), what="two entries"
+    )
     ledger = Keys(settings.key_prefix).plugin("topic:ledger", "ledger")
     assert redis_client.hgetall(ledger) == {"source": "2", "signal": "2", "action": "2"}
     producer.close()

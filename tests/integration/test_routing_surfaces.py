@@ -20,6 +20,7 @@ from policies.routing import load_router
 from producers import Producer
 from producers._http import create_web_app
 from tests.conftest import ROOT, wait_for
+from worker.keys import Keys
 
 pytestmark = pytest.mark.integration
 
@@ -283,4 +284,4 @@ class TestPipeline:
             c.post("/v1/route", json={"request": TOOL_LOOP, "requestId": "rq-9", "scopeKey": "session:s9"})
             status = c.app.state.producer.store.stats()  # type: ignore[attr-defined]
         assert status["accepted"] == 1
-        assert redis_client.llen(f"{settings.key_prefix}inbox:{{session:s9}}") == 1
+        assert redis_client.llen(Keys(settings.key_prefix).inbox("session:s9")) == 1

@@ -59,7 +59,9 @@ def _populate(client: TestClient, user: str) -> list[dict[str, Any]]:
         _send(client, _message(user, f"{user}-m2", f"Going forward, I prefer {mark} tables.", topic=False)),
     ]
     session = f"sess-{user}"
-    assert client.put(f"/v1/sessions/{session}", json={"userId": user, "dmailEnabled": True}).status_code == 200
+    assert (
+        client.put(f"/v1/sessions/{session}", json={"userId": user, "dmailEnabled": True}).status_code == 200
+    )
     body = {"messages": [{"role": "user", "content": f"my {mark} secret"}], "tokenCount": 7}
     assert client.post(f"/v1/sessions/{session}/context/messages", json=body).status_code == 200
     assert client.post(f"/v1/sessions/{session}/context/checkpoint", json={}).status_code == 200

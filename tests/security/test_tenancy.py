@@ -113,3 +113,38 @@ def test_without_fair_share_the_flood_goes_first(make_settings: Any, start_worke
     settings = make_settings(extra_source_types=[NOOP], fair_share=False)
     a_done, a_total = _flood_then_trickle(settings, start_worker, a_events=600, a_scopes=200, b_events=5)
     assert a_done > a_total / 2, f"only {a_done} of {a_total} ran first: this control no longer discriminates"
+
+
+def test_a_tenants_event_rate_answers_429_for_the_whole_batch(make_settings: Any) -> None:
+    """Over the tenant's events/s: 429 with Retry-After, nothing of that request stored; another tenant
+    still sends."""
+    from fastapi.testclient import TestClient
+
+    from producers._http import create_web_app
+
+    boot = {"Authorization": "Bearer bootstrap-key-for-tenant-rates-0123"}
+    settings = make_settings(
+        bootstrap_key="bootstrap-key-for-tenant-rates-0123",
+        auth_cache_s=0,
+        rate_limit_per_s=0,
+        tenant_events_per_s=3,
+        extra_source_types=[NOOP],
+    )
+    with TestClient(create_web_app(settings)) as client:
+        keys = {
+            t: {
+                "Authorization": "Bearer "
+                + client.post("/v1/keys", json={"tenant": t, "role": "ingest"}, headers=boot).json()["key"]
+            }
+            for t in ("tenant-a", "tenant-b")
+        }
+        batch = {"events": [_event(f"r{i}", "topic:r") for i in range(3)]}
+        assert client.post("/v1/events", json=batch, headers=keys["tenant-a"]).status_code == 202
+        refused = client.post(
+            "/v1/events", json={"events": [_event("r9", "topic:r")]}, headers=keys["tenant-a"]
+        )
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+        assert refused.json()["error"]["code"] == "tenant_rate_limited"
+        assert client.post("/v1/events", json=batch, headers=keys["tenant-b"]).status_code == 202
+        producer = Producer(settings).for_tenant("tenant-a")
+        assert producer.status(producer.validate(_event("r9", "topic:r")).event_id) is None

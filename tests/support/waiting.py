@@ -93,7 +93,9 @@ def relay_for(pipeline: Any, settings: Any) -> Any:
     from worker.plugins import load_plugins
 
     deliverers = {
-        kind: build(pipeline.runtime) for plugin in load_plugins(settings) for kind, build in plugin.deliverers.items()
+        kind: build(pipeline.runtime)
+        for plugin in load_plugins(settings)
+        for kind, build in plugin.deliverers.items()
     }
     return OutboxRelay(
         pipeline.store,

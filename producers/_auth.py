@@ -1,0 +1,358 @@
+"""The front door's authentication: ``install_auth(app, settings)``.
+
+A pure ASGI middleware resolves ``Authorization: Bearer …`` once per request into a
+:class:`~producers._principal.Principal` on ``request.state.principal`` (``scope["state"]``) and charges the
+credential's rate bucket; routes declare what they need with ``Depends(require(GRANT))``. What a bearer may be:
+the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/credentials.py.
+
+* No credential configured at all (no bootstrap key, no key ever created): every caller is
+  :data:`LOCAL_PRINCIPAL` (admin of ``default``), and the app refuses to start on a non-loopback host.
+* Credentials configured: a ``/v1`` request without a credential is 401 at the door (defence in depth: the
+  route guards say the same), an unknown, revoked, expired or malformed credential is 401 everywhere.
+* Operations surfaces (``/metrics``, ``/readyz``, the OpenAPI document and the docs pages) follow
+  ``AGENT_SIGNAL_OPS_OPEN``: ``loopback`` (default) opens them when the app binds a loopback host, ``always``,
+  or ``never`` (then a key with the ``read`` grant is needed; user tokens never see them).
+* Over the rate: 429 ``rate_limited`` with ``Retry-After``.
+
+Redis work on the hot path is one async round trip (the rate bucket); verified keys, the "configured" state and
+the token secret are cached in the process (``AGENT_SIGNAL_AUTH_CACHE_S``), and a cache miss is read in the
+threadpool, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import RedisError
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from producers._principal import (
+    LOCAL_PRINCIPAL,
+    ROLES,
+    Forbidden,
+    NotFound,
+    Principal,
+    Unauthenticated,
+)
+from producers._web_common import error_response
+from worker.credentials import (
+    BOOTSTRAP_ID,
+    LOCAL_ID,
+    MIN_BOOTSTRAP_KEY_CHARS,
+    MIN_TOKEN_SECRET_CHARS,
+    CredentialStore,
+    NeedsIO,
+)
+from worker.keys import Keys
+from worker.rate_limit import RateLimiter
+from worker.redis_client import async_redis_from_settings, redis_from_settings
+from worker.settings import Settings, SettingsError
+
+__all__ = [
+    "DEFAULT_RATE_LIMIT_PER_S",
+    "Authenticator",
+    "bootstrap_key_of",
+    "check_can_serve",
+    "credentials_of",
+    "install_auth",
+    "is_loopback",
+    "is_root",
+    "ops_access",
+    "ops_open",
+]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_RATE_LIMIT_PER_S = 100.0  # per credential, when credentials are configured and the setting is unset
+OPS_ROUTES = ("/metrics", "/readyz")
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def ops_open(settings: Settings) -> bool:
+    """True when the operations surfaces answer without a credential (``AGENT_SIGNAL_OPS_OPEN``)."""
+    if settings.ops_open == "always":
+        return True
+    return settings.ops_open == "loopback" and is_loopback(settings.host)
+
+
+def bootstrap_key_of(settings: Settings) -> str | None:
+    """``AGENT_SIGNAL_BOOTSTRAP_KEY``, else the deprecated ``AGENT_SIGNAL_API_TOKEN``, else None."""
+    if settings.bootstrap_key is not None and settings.bootstrap_key.get_secret_value():
+        return settings.bootstrap_key.get_secret_value()
+    return settings.api_token or None
+
+
+def check_credential_settings(settings: Settings) -> None:
+    """Refuse a bootstrap key or token secret too short to be one (names the variable, never the value)."""
+    key = settings.bootstrap_key.get_secret_value() if settings.bootstrap_key is not None else ""
+    if settings.bootstrap_key is not None and len(key) < MIN_BOOTSTRAP_KEY_CHARS:
+        raise SettingsError(
+            f"refusing to start: AGENT_SIGNAL_BOOTSTRAP_KEY must be at least {MIN_BOOTSTRAP_KEY_CHARS} "
+            f"characters (it is {len(key)})"
+        )
+    secret = settings.token_secret.get_secret_value() if settings.token_secret is not None else ""
+    if settings.token_secret is not None and len(secret) < MIN_TOKEN_SECRET_CHARS:
+        raise SettingsError(
+            f"refusing to start: AGENT_SIGNAL_TOKEN_SECRET must be at least {MIN_TOKEN_SECRET_CHARS} characters"
+        )
+    if not key and settings.api_token:
+        log.warning("AGENT_SIGNAL_API_TOKEN is deprecated: set AGENT_SIGNAL_BOOTSTRAP_KEY instead")
+
+
+def check_can_serve(settings: Settings, store: CredentialStore) -> None:
+    """Refuse to serve on a non-loopback host without any credential (one line naming the fix)."""
+    check_credential_settings(settings)
+    if not is_loopback(settings.host) and not store.configured():
+        raise SettingsError(
+            f"refusing to start: AGENT_SIGNAL_HOST={settings.host} is not a loopback address and no credential "
+            "is configured; set AGENT_SIGNAL_BOOTSTRAP_KEY (an admin key, at least 16 characters) or create a "
+            "key with `agent-signal keys create`"
+        )
+
+
+def is_root(principal: Principal) -> bool:
+    """The operator's own credentials (the bootstrap key; the local caller when none is configured): they
+    manage keys of every tenant, so a platform can onboard tenants."""
+    return principal.credential_id in (BOOTSTRAP_ID, LOCAL_ID) and principal.role == "admin"
+
+
+def credentials_of(request: Request) -> CredentialStore:
+    """The app's credential store (the one the middleware verifies with)."""
+    auth: Authenticator = request.app.state.auth
+    return auth.store
+
+
+def _check_ops(principal: Principal | None, settings: Settings) -> None:
+    if ops_open(settings):
+        return
+    if principal is None:
+        raise Unauthenticated("this operations endpoint needs a credential with the read grant")
+    if not principal.has("read") or principal.is_user:
+        raise Forbidden("this operations endpoint needs a key with the read grant")
+
+
+def ops_access(request: Request) -> Principal | None:
+    """A route dependency for operations surfaces: open per ``AGENT_SIGNAL_OPS_OPEN``, else a ``read`` key."""
+    principal = getattr(request.state, "principal", None)
+    settings: Settings = request.app.state.auth.settings
+    _check_ops(principal, settings)
+    return principal
+
+
+ops_access.__agent_signal_grant__ = "ops"  # type: ignore[attr-defined]
+
+
+class Authenticator:
+    """Resolves bearers to principals and charges rate buckets; owns its Redis clients (made lazily)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self._client: Redis | None = None
+        self._store: CredentialStore | None = None
+        self._async: tuple[asyncio.AbstractEventLoop, AsyncRedis] | None = None
+        self._limiters: dict[float, RateLimiter] = {}
+
+    @property
+    def store(self) -> CredentialStore:
+        if self._store is None:
+            token_secret = self.settings.token_secret
+            self._client = redis_from_settings(self.settings)
+            self._store = CredentialStore(
+                self._client,
+                self.keys,
+                bootstrap_key=bootstrap_key_of(self.settings),
+                token_secret=token_secret.get_secret_value() if token_secret is not None else None,
+                cache_s=self.settings.auth_cache_s,
+            )
+        return self._store
+
+    async def _call(self, fn: Callable[[bool], T]) -> T:
+        """``fn(allow_io=False)`` from the cache, else ``fn(True)`` in the threadpool (blocking Redis)."""
+        try:
+            return fn(False)
+        except NeedsIO:
+            return await run_in_threadpool(fn, True)
+
+    async def resolve(self, bearer: str | None) -> Principal | None:
+        """The caller; None when no credential was given and credentials are configured.
+
+        Raises Unauthenticated for a credential that does not verify."""
+        store = self.store
+        if bearer is None:
+            configured = await self._call(lambda io: store.configured(allow_io=io))
+            return None if configured else LOCAL_PRINCIPAL
+        record = await self._call(lambda io: store.verify(bearer, allow_io=io))
+        if record is not None:
+            if record.role not in ROLES:  # written by hand into Redis, not by CredentialStore.create
+                raise Unauthenticated("unrecognised credential")
+            return Principal(tenant=record.tenant, role=record.role, credential_id=record.id)
+        if bearer.count(".") == 2:
+            token = await self._call(lambda io: store.verify_user_token(bearer, allow_io=io))
+            if token is not None:
+                return Principal(token.tenant, "user", f"{token.issuer}:{token.user_id}", token.user_id)
+        raise Unauthenticated("unknown, revoked or expired credential")
+
+    def _limiter(self, configured: bool) -> RateLimiter | None:
+        rate = self.settings.rate_limit_per_s
+        if rate is None:
+            rate = DEFAULT_RATE_LIMIT_PER_S if configured else 0.0
+        if rate <= 0:
+            return None
+        limiter = self._limiters.get(rate)
+        if limiter is None:
+            limiter = self._limiters[rate] = RateLimiter(self.keys, rate)
+        return limiter
+
+    async def retry_after_s(self, principal: Principal) -> int:
+        """0 when the request may proceed, else the seconds until the credential's bucket has a token."""
+        store = self.store
+        limiter = self._limiter(await self._call(lambda io: store.configured(allow_io=io)))
+        if limiter is None:
+            return 0
+        decision = await limiter.acheck(self._async_client(), principal.credential_id)
+        return 0 if decision.allowed else decision.retry_after_s
+
+    def _async_client(self) -> AsyncRedis:
+        loop = asyncio.get_running_loop()
+        if self._async is None or self._async[0] is not loop:
+            self._async = (loop, async_redis_from_settings(self.settings))
+        return self._async[1]
+
+    async def aclose(self) -> None:
+        if self._async is not None and self._async[0] is asyncio.get_running_loop():
+            await self._async[1].aclose()
+        self._async = None
+        if self._client is not None:
+            self._client.close()
+
+
+def _bearer(scope: Scope) -> str | None:
+    """The credential of ``Authorization: Bearer …``; raises Unauthenticated for another scheme."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            text: str = value.decode("latin-1")
+            scheme, _, credential = text.strip().partition(" ")
+            if scheme.lower() != "bearer" or not credential.strip():
+                raise Unauthenticated("use Authorization: Bearer <key or token>")
+            return credential.strip()
+    return None
+
+
+def _unauthorized(message: str) -> JSONResponse:
+    response = error_response(401, "unauthorized", message)
+    response.headers["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+class AuthMiddleware:
+    """Pure ASGI (streams pass through untouched): principal on ``scope["state"]``, 401/403/429/503 early."""
+
+    def __init__(self, app: ASGIApp, auth: Authenticator, ops_paths: frozenset[str]) -> None:
+        self.app = app
+        self.auth = auth
+        self.ops_paths = ops_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        response = await self._admit(scope)
+        if response is not None and scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # policy violation
+            return
+        if response is not None:
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _admit(self, scope: Scope) -> JSONResponse | None:
+        """None to let the request in (principal set), else the response that refuses it."""
+        path: str = scope.get("path", "")
+        try:
+            principal = await self.auth.resolve(_bearer(scope))
+            if path in self.ops_paths:
+                _check_ops(principal, self.auth.settings)
+            elif principal is None and path.startswith("/v1"):
+                raise Unauthenticated("missing bearer credential (Authorization: Bearer <key or token>)")
+            retry_after = await self.auth.retry_after_s(principal) if principal is not None else 0
+        except Unauthenticated as exc:
+            return _unauthorized(str(exc))
+        except Forbidden as exc:
+            return error_response(403, "forbidden", str(exc))
+        except RedisError as exc:
+            log.warning("auth: the store is unavailable (%s)", type(exc).__name__)
+            response = error_response(503, "store_unavailable", "the store is unavailable; retry later")
+            response.headers["Retry-After"] = str(self.auth.settings.store_retry_after_s)
+            return response
+        if retry_after:
+            response = error_response(
+                429, "rate_limited", f"over this credential's rate; retry in {retry_after}s"
+            )
+            response.headers["Retry-After"] = str(retry_after)
+            return response
+        scope.setdefault("state", {})["principal"] = principal
+        return None
+
+
+def install_auth(app: FastAPI, settings: Settings) -> Authenticator:
+    """The middleware, the 401/403/404 handlers, and the startup refusal (wrapping the app's lifespan)."""
+    auth = Authenticator(settings)
+    app.state.auth = auth
+    ops_paths = {
+        *OPS_ROUTES,
+        app.openapi_url,
+        app.docs_url,
+        app.redoc_url,
+        app.swagger_ui_oauth2_redirect_url,
+    }
+    app.add_middleware(AuthMiddleware, auth=auth, ops_paths=frozenset(p for p in ops_paths if p))
+    _install_handlers(app)
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(asgi_app: Any) -> AsyncIterator[Any]:
+        try:
+            await run_in_threadpool(check_can_serve, settings, auth.store)
+            async with inner(asgi_app) as state:
+                yield state
+        finally:
+            await auth.aclose()
+
+    app.router.lifespan_context = lifespan
+    return auth
+
+
+def _install_handlers(app: FastAPI) -> None:
+    async def unauthenticated(_: Request, exc: Exception) -> JSONResponse:
+        return _unauthorized(str(exc))
+
+    async def forbidden(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(403, "forbidden", str(exc))
+
+    async def not_found(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(404, "not_found", str(exc) or "not found")
+
+    app.add_exception_handler(Unauthenticated, unauthenticated)
+    app.add_exception_handler(Forbidden, forbidden)
+    app.add_exception_handler(NotFound, not_found)

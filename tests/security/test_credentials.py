@@ -1,0 +1,404 @@
+"""Credentials (issue 12): API keys over the CLI and HTTP, user tokens, roles, rate limits, secure by default.
+
+Every test runs on a real Redis under its own key prefix (tests/conftest.py). Revocation is checked with the
+verification cache off (``auth_cache_s=0``) or with a stopped clock, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
+
+import jwt
+import pytest
+from fastapi import Depends, FastAPI
+from fastapi.testclient import TestClient
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from producers._auth import is_loopback
+from producers._http import create_web_app
+from producers._principal import Principal, require
+from tests.conftest import ROOT, SettingsFactory, settings_env
+from worker.credentials import CredentialStore, hash_secret
+from worker.keys import Keys
+from worker.rate_limit import RateLimiter
+from worker.settings import Settings, SettingsError
+
+pytestmark = pytest.mark.integration
+
+BOOT = "bootstrap-key-for-tests-0123456789"
+ROOT_AUTH = {"Authorization": f"Bearer {BOOT}"}
+
+
+def bearer(credential: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {credential}"}
+
+
+def with_whoami(app: FastAPI) -> FastAPI:
+    """A probe route (this test's app only) that shows the principal a credential resolved to."""
+
+    @app.get("/v1/test-whoami")
+    def whoami(principal: Annotated[Principal, Depends(require("read", users=True))]) -> dict[str, Any]:
+        return {"tenant": principal.tenant, "role": principal.role, "userId": principal.user_id}
+
+    return app
+
+
+@pytest.fixture
+def open_app(make_settings: SettingsFactory) -> Iterator[Callable[..., TestClient]]:
+    """Factory: a started TestClient of ``create_web_app`` (bootstrap key set, no verification cache)."""
+    clients: list[TestClient] = []
+
+    def start(**overrides: Any) -> TestClient:
+        values: dict[str, Any] = {"bootstrap_key": BOOT, "auth_cache_s": 0, **overrides}
+        client = TestClient(with_whoami(create_web_app(make_settings(**values))))
+        clients.append(client)
+        return client.__enter__()
+
+    yield start
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(open_app: Callable[..., TestClient]) -> TestClient:
+    return open_app()
+
+
+def create_key(
+    client: TestClient, role: str, tenant: str = "default", auth: dict[str, str] = ROOT_AUTH
+) -> str:
+    response = client.post("/v1/keys", json={"tenant": tenant, "role": role, "name": "t"}, headers=auth)
+    assert response.status_code == 201, response.text
+    return str(response.json()["key"])
+
+
+def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "producers._cli", *args],
+        cwd=ROOT,
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+class TestKeysFromTheCli:
+    def test_create_list_revoke(
+        self, make_settings: SettingsFactory, open_app: Callable[..., TestClient]
+    ) -> None:
+        """`keys create` prints {id, tenant, role, key} once; `keys list` shows no secret; a revoked key is 401."""
+        settings = make_settings(auth_cache_s=0)
+        created = cli(settings, "keys", "create", "--tenant", "acme", "--role", "read", "--name", "ci")
+        assert created.returncode == 0, created.stderr
+        key = json.loads(created.stdout)
+        assert set(key) == {"id", "tenant", "role", "key"}
+        assert (key["tenant"], key["role"]) == ("acme", "read") and key["key"].startswith("as_")
+        listed = cli(settings, "keys", "list", "--tenant", "acme")
+        assert listed.returncode == 0, listed.stderr
+        (entry,) = json.loads(listed.stdout)
+        assert entry["id"] == key["id"] and entry["name"] == "ci"
+        assert key["key"] not in listed.stdout and "hash" not in entry
+        client = open_app()
+        assert client.get("/v1/test-whoami", headers=bearer(key["key"])).json()["tenant"] == "acme"
+        revoked = cli(settings, "keys", "revoke", key["id"])
+        assert revoked.returncode == 0 and "revokedAt" in json.loads(revoked.stdout)
+        assert client.get("/v1/test-whoami", headers=bearer(key["key"])).status_code == 401
+        assert cli(settings, "keys", "revoke", "key_0000000000000000").returncode == 1
+
+    def test_bad_role_is_one_line(self, make_settings: SettingsFactory) -> None:
+        """An unknown role or tenant is refused with a one-line error, never a traceback."""
+        result = cli(make_settings(), "keys", "create", "--tenant", "Bad Tenant", "--role", "read")
+        assert result.returncode == 2 and "tenant must match" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+class TestKeysOverHttp:
+    def test_create_list_revoke(self, client: TestClient) -> None:
+        """An admin key creates, lists (no secrets) and revokes keys of its own tenant."""
+        admin = create_key(client, "admin", tenant="acme")
+        response = client.post("/v1/keys", json={"role": "ingest"}, headers=bearer(admin))
+        assert response.status_code == 201
+        created = response.json()
+        assert set(created) == {"id", "tenant", "role", "key", "name"} and created["tenant"] == "acme"
+        listed = client.get("/v1/keys", headers=bearer(admin))
+        assert {k["id"] for k in listed.json()["keys"]} >= {created["id"]}
+        assert created["key"] not in listed.text and "sha256" not in listed.text
+        gone = client.delete(f"/v1/keys/{created['id']}", headers=bearer(admin))
+        assert gone.status_code == 200 and "revokedAt" in gone.json()
+        assert client.get("/v1/test-whoami", headers=bearer(created["key"])).status_code == 401
+
+    def test_secret_is_stored_only_as_a_hash(
+        self, client: TestClient, redis_client: Redis, keys: Keys
+    ) -> None:
+        """No key or value under the prefix contains the secret (or its random part); its SHA-256 is there."""
+        secret = create_key(client, "read")
+        random_part = secret.rsplit("_", 1)[1]
+        found_hash = False
+        for name in redis_client.scan_iter(match=f"{keys.prefix}*"):
+            assert random_part not in name
+            kind = redis_client.type(name)
+            if kind == "hash":
+                values = list(redis_client.hgetall(name).values())
+            elif kind == "stream":
+                values = [json.dumps(fields) for _, fields in redis_client.xrange(name) or []]
+            elif kind == "string":
+                values = [redis_client.get(name) or ""]
+            else:
+                continue
+            assert not any(random_part in v for v in values), name
+            found_hash = found_hash or hash_secret(secret) in values
+        assert found_hash
+
+    def test_create_and_revoke_are_audited(self, client: TestClient, redis_client: Redis, keys: Keys) -> None:
+        """The tenant's audit stream records who created and revoked which key, without the secret."""
+        created = client.post("/v1/keys", json={"tenant": "acme", "role": "read"}, headers=ROOT_AUTH).json()
+        client.delete(f"/v1/keys/{created['id']}", headers=ROOT_AUTH)
+        entries = [
+            dict(fields or {}) for _, fields in redis_client.xrange(keys.for_tenant("acme").audit) or []
+        ]
+        assert [(e["action"], e["keyId"], e["actor"]) for e in entries] == [
+            ("key.create", created["id"], "bootstrap"),
+            ("key.revoke", created["id"], "bootstrap"),
+        ]
+        assert created["key"] not in json.dumps(entries)
+
+
+class TestRoles:
+    def test_no_credential_is_401_with_www_authenticate(self, client: TestClient) -> None:
+        """No credential, a wrong one or another scheme: 401 unauthorized with WWW-Authenticate: Bearer."""
+        for headers in ({}, bearer("as_0000000000000000_" + "x" * 43), {"Authorization": f"Basic {BOOT}"}):
+            response = client.get("/v1/keys", headers=headers)
+            assert response.status_code == 401
+            assert response.json()["error"]["code"] == "unauthorized"
+            assert response.headers["www-authenticate"] == "Bearer"
+
+    def test_missing_role_is_403(self, client: TestClient) -> None:
+        """A read key cannot manage keys; an ingest key cannot mint tokens."""
+        reader, ingester = create_key(client, "read"), create_key(client, "ingest")
+        response = client.post("/v1/keys", json={"role": "read"}, headers=bearer(reader))
+        assert response.status_code == 403 and response.json()["error"]["code"] == "forbidden"
+        assert client.post("/v1/tokens", json={"userId": "u1"}, headers=bearer(ingester)).status_code == 403
+
+    def test_an_admin_stays_in_its_tenant(self, client: TestClient) -> None:
+        """Another tenant's keys: 403 to create or list, 404 to revoke; the bootstrap key onboards any tenant."""
+        acme_admin = create_key(client, "admin", tenant="acme")
+        other = client.post("/v1/keys", json={"tenant": "globex", "role": "read"}, headers=ROOT_AUTH)
+        assert other.status_code == 201
+        assert (
+            client.post("/v1/keys", json={"tenant": "globex", "role": "read"}, headers=bearer(acme_admin))
+        ).status_code == 403
+        assert client.get("/v1/keys?tenant=globex", headers=bearer(acme_admin)).status_code == 403
+        response = client.delete(f"/v1/keys/{other.json()['id']}", headers=bearer(acme_admin))
+        assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+        assert other.json()["key"] not in client.get("/v1/keys", headers=bearer(acme_admin)).text
+
+
+class TestUserTokens:
+    def test_mint_and_use(self, client: TestClient) -> None:
+        """An operate key mints a token for one user of its tenant; the token speaks for that user only."""
+        operator = create_key(client, "operate", tenant="acme")
+        response = client.post("/v1/tokens", json={"userId": "u1", "ttlS": 60}, headers=bearer(operator))
+        assert response.status_code == 200
+        body = response.json()
+        assert 0 < body["expiresAt"] - time.time() * 1000 <= 60_000
+        me = client.get("/v1/test-whoami", headers=bearer(body["token"])).json()
+        assert me == {"tenant": "acme", "role": "user", "userId": "u1"}
+        minted = client.post("/v1/tokens", json={"userId": "u2"}, headers=bearer(body["token"]))
+        assert minted.status_code == 403  # user tokens cannot mint
+
+    def test_ttl_and_user_id_are_checked(self, client: TestClient) -> None:
+        """ttlS outside 1..86400 and a userId outside the id rule are 422s naming the field."""
+        for body, field in (
+            ({"userId": "u1", "ttlS": 0}, "ttlS"),
+            ({"userId": "u1", "ttlS": 86401}, "ttlS"),
+            ({"userId": "u\x1fx"}, "userId"),
+        ):
+            response = client.post("/v1/tokens", json=body, headers=ROOT_AUTH)
+            assert response.status_code == 422 and response.json()["error"]["field"] == field
+
+    def test_expired_and_forged_tokens_are_401(
+        self, client: TestClient, make_settings: SettingsFactory, redis_client: Redis, keys: Keys
+    ) -> None:
+        """A token whose exp has passed, or one signed with another secret, is 401."""
+        client.post("/v1/tokens", json={"userId": "u1"}, headers=ROOT_AUTH)  # creates the shared secret
+        secret = CredentialStore(redis_client, keys).signing_secret()
+        past = int(time.time()) - 10
+        claims = {
+            "tenant": "default",
+            "sub": "u1",
+            "iat": past - 60,
+            "exp": past,
+            "jti": "j",
+            "kid": "bootstrap",
+        }
+        expired = jwt.encode(claims, secret, algorithm="HS256")
+        forged = jwt.encode({**claims, "exp": past + 3600}, "x" * 64, algorithm="HS256")
+        for token in (expired, forged):
+            assert client.get("/v1/test-whoami", headers=bearer(token)).status_code == 401
+
+    def test_tokens_of_a_revoked_issuer_are_401(self, client: TestClient) -> None:
+        """Revoking the key that minted a token ends the token too."""
+        created = client.post("/v1/keys", json={"role": "operate"}, headers=ROOT_AUTH).json()
+        token = client.post("/v1/tokens", json={"userId": "u1"}, headers=bearer(created["key"])).json()[
+            "token"
+        ]
+        assert client.get("/v1/test-whoami", headers=bearer(token)).status_code == 200
+        client.delete(f"/v1/keys/{created['id']}", headers=ROOT_AUTH)
+        assert client.get("/v1/test-whoami", headers=bearer(token)).status_code == 401
+
+    def test_a_revoke_takes_effect_within_the_cache_window(self, redis_client: Redis, keys: Keys) -> None:
+        """A verifying process trusts a cached key for ``cache_s`` (by its monotonic clock) and no longer."""
+        clock = [1000.0]
+        web = CredentialStore(redis_client, keys, cache_s=2.0)
+        web_clock = pytest.MonkeyPatch()
+        web_clock.setattr("worker.credentials.time.monotonic", lambda: clock[0])
+        try:
+            record, secret = CredentialStore(redis_client, keys).create("default", "read")
+            assert web.verify(secret) is not None
+            CredentialStore(redis_client, keys).revoke(record.id)
+            clock[0] += 1.9
+            assert web.verify(secret) is not None  # still cached
+            clock[0] += 0.2
+            assert web.verify(secret) is None
+        finally:
+            web_clock.undo()
+
+
+class TestRateLimit:
+    def test_over_the_rate_is_429_with_retry_after(
+        self, open_app: Callable[..., TestClient], redis_client: Redis, keys: Keys
+    ) -> None:
+        """One request per 5 s (burst 1): the second within the window is 429 with Retry-After in 1..5;
+        another credential has its own bucket."""
+        client = open_app(rate_limit_per_s=0.2)
+        store = CredentialStore(redis_client, keys)
+        reader, other = store.create("default", "read")[1], store.create("default", "read")[1]
+        assert client.get("/v1/test-whoami", headers=bearer(reader)).status_code == 200
+        response = client.get("/v1/test-whoami", headers=bearer(reader))
+        assert response.status_code == 429 and response.json()["error"]["code"] == "rate_limited"
+        assert 1 <= int(response.headers["retry-after"]) <= 5
+        assert client.get("/v1/test-whoami", headers=bearer(other)).status_code == 200
+
+    def test_tokens_taken_in_chunks_never_exceed_the_bucket(self, redis_url: str, keys: Keys) -> None:
+        """The web's limiter takes tokens a chunk at a time, yet over a burst lets through no more than the
+        bucket held plus what refilled meanwhile (and at least the bucket)."""
+        limiter = RateLimiter(keys, 50.0)  # burst 50, chunks of 5
+
+        async def burst() -> tuple[int, float]:
+            client = AsyncRedis.from_url(redis_url, decode_responses=True)
+            try:
+                started = time.monotonic()
+                decisions = [await limiter.acheck(client, "key_x") for _ in range(200)]
+                return sum(d.allowed for d in decisions), time.monotonic() - started
+            finally:
+                await client.aclose()
+
+        allowed, elapsed_s = asyncio.run(burst())
+        assert limiter.chunk == 5
+        assert 50 <= allowed <= 50 + math.ceil(50 * elapsed_s) + limiter.chunk
+
+    def test_without_credentials_there_is_no_default_limit(self, make_settings: SettingsFactory) -> None:
+        """Local single-tenant use (no credential configured) is not rate limited unless the setting says so."""
+        with TestClient(with_whoami(create_web_app(make_settings()))) as client:
+            statuses = {client.get("/v1/test-whoami").status_code for _ in range(150)}
+        assert statuses == {200}
+
+
+class TestSecureByDefault:
+    def test_refuses_a_public_host_without_credentials(self, make_settings: SettingsFactory) -> None:
+        """On 0.0.0.0 with no credential, the app's startup and `agent-signal web` refuse, naming the key."""
+        settings = make_settings(host="0.0.0.0")
+        with pytest.raises(SettingsError, match="AGENT_SIGNAL_BOOTSTRAP_KEY"):
+            with TestClient(create_web_app(settings)):
+                pass
+        result = cli(settings, "web")
+        assert result.returncode == 2
+        (line,) = result.stderr.strip().splitlines()
+        assert "0.0.0.0 is not a loopback address" in line and "AGENT_SIGNAL_BOOTSTRAP_KEY" in line
+
+    def test_refuses_a_short_bootstrap_key(self, make_settings: SettingsFactory) -> None:
+        """A bootstrap key under 16 characters stops the app, naming the variable and not the value."""
+        with pytest.raises(SettingsError, match="AGENT_SIGNAL_BOOTSTRAP_KEY must be at least 16") as info:
+            with TestClient(create_web_app(make_settings(bootstrap_key="short-key"))):
+                pass
+        assert "short-key" not in str(info.value)
+
+    def test_a_stored_key_is_a_credential(
+        self, make_settings: SettingsFactory, redis_client: Redis, keys: Keys
+    ) -> None:
+        """A created key lets the app serve on 0.0.0.0; revoking it does not turn auth back off."""
+        record, secret = CredentialStore(redis_client, keys).create("default", "read")
+        CredentialStore(redis_client, keys).revoke(record.id)
+        app = with_whoami(create_web_app(make_settings(host="0.0.0.0", auth_cache_s=0)))
+        with TestClient(app) as client:
+            assert client.get("/v1/test-whoami").status_code == 401
+            assert client.get("/v1/test-whoami", headers=bearer(secret)).status_code == 401
+
+    def test_deprecated_api_token_is_the_bootstrap_key(self, make_settings: SettingsFactory) -> None:
+        """AGENT_SIGNAL_API_TOKEN still works, as an admin key of tenant default."""
+        with TestClient(with_whoami(create_web_app(make_settings(api_token="legacy")))) as client:
+            assert client.get("/v1/test-whoami").status_code == 401
+            me = client.get("/v1/test-whoami", headers=bearer("legacy")).json()
+            assert me == {"tenant": "default", "role": "admin", "userId": None}
+
+
+class TestTheDoor:
+    def test_v1_needs_a_credential_even_where_a_route_forgot_its_guard(
+        self, open_app: Callable[..., TestClient]
+    ) -> None:
+        """With credentials configured, a /v1 route without require(...) is still 401 without a credential."""
+        client = open_app()
+        client.app.get("/v1/test-unguarded")(lambda: {"ok": True})  # type: ignore[attr-defined]
+        assert client.get("/v1/test-unguarded").status_code == 401
+        assert client.get("/v1/test-unguarded", headers=ROOT_AUTH).json() == {"ok": True}
+
+    def test_a_sent_credential_is_always_checked(self, make_settings: SettingsFactory) -> None:
+        """Without credentials configured a caller is the local admin, but a wrong credential is still 401."""
+        with TestClient(with_whoami(create_web_app(make_settings()))) as client:
+            assert client.get("/v1/test-whoami").json()["role"] == "admin"
+            assert client.get("/v1/test-whoami", headers=bearer("not-a-key")).status_code == 401
+
+    @pytest.mark.parametrize(
+        ("host", "loopback"),
+        [
+            *[("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True), ("localhost", True)],
+            *[("0.0.0.0", False), ("::", False), ("10.0.0.5", False), ("example.com", False)],
+        ],
+    )
+    def test_loopback_hosts(self, host: str, loopback: bool) -> None:
+        """Which bind addresses count as loopback (ops surfaces open, no credential needed to start)."""
+        assert is_loopback(host) is loopback
+
+
+class TestOperationsSurfaces:
+    OPS = ("/metrics", "/openapi.json", "/docs", "/redoc", "/readyz")
+
+    @pytest.fixture
+    def public(self, open_app: Callable[..., TestClient]) -> Iterator[TestClient]:
+        yield open_app(host="0.0.0.0")
+
+    def test_protected_off_loopback(self, public: TestClient) -> None:
+        """Bound to 0.0.0.0: no credential 401, an ingest key or a user token 403, a read key 200."""
+        reader, ingester = create_key(public, "read"), create_key(public, "ingest")
+        token = public.post("/v1/tokens", json={"userId": "u1"}, headers=ROOT_AUTH).json()["token"]
+        for path in self.OPS:
+            assert public.get(path).status_code == 401, path
+            assert public.get(path, headers=bearer(ingester)).status_code == 403, path
+            assert public.get(path, headers=bearer(token)).status_code == 403, path
+            assert public.get(path, headers=bearer(reader)).status_code in (200, 503), path
+
+    def test_open_on_loopback_or_when_told(self, open_app: Callable[..., TestClient]) -> None:
+        """On loopback (the default ops_open) and with ops_open=always they answer without a credential."""
+        for client in (open_app(), open_app(host="0.0.0.0", ops_open="always")):
+            for path in ("/metrics", "/openapi.json", "/docs"):
+                assert client.get(path).status_code == 200, path
+        assert open_app(ops_open="never").get("/metrics").status_code == 401

@@ -1,0 +1,93 @@
+"""The id rule: what a ``userId``, ``agentId``, ``workspaceId``, ``topicId``, ``scopeKey``, ``sourceId`` (and a
+session id) may look like, checked at the door with a 422 naming the field.
+
+An id is 1 to 256 characters from a safe printable ASCII set: letters, digits and ``_ . : @ / + = - #``. That
+admits every id seen in real traffic (``msg_u1``, ``agt_1``, ``topic:tpc_1``, ``user@example.com``,
+``tool-outcome:lobe-user-memory:addPreferenceMemory:succeeded:call_1``, base64 and URL-ish ids) and refuses
+whitespace, control characters (``\\x1f`` is our own separator inside Redis members), quotes, backslashes,
+brackets and non-ASCII look-alikes: ids end up in Redis keys and members, log lines, URLs and the UI.
+
+Two forms of the same rule: :func:`id_problem` (a plain check naming the rule that failed) and :data:`Id`, a
+pydantic ``Annotated`` str for models and FastAPI query or path parameters. A payload's own ``userId``,
+``agentId``, ``workspaceId`` and ``topicId`` (which derive scope keys and conversation members) are checked by
+:func:`payload_id_errors`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, NamedTuple
+
+from pydantic import AfterValidator, WithJsonSchema
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+__all__ = [
+    "ID_ALLOWED",
+    "ID_MAX_LENGTH",
+    "PAYLOAD_ID_FIELDS",
+    "Id",
+    "IdProblem",
+    "check_id",
+    "id_problem",
+    "payload_id_errors",
+]
+
+ID_MAX_LENGTH = 256
+ID_ALLOWED = "letters, digits and _ . : @ / + = - #"
+_ID = re.compile(r"[A-Za-z0-9_.:@/+=#-]+")
+_BAD = re.compile(r"[^A-Za-z0-9_.:@/+=#-]")
+PAYLOAD_ID_FIELDS = ("userId", "agentId", "workspaceId", "topicId")
+
+
+class IdProblem(NamedTuple):
+    """Which rule an id broke (``length`` or ``characters``) and a readable message."""
+
+    rule: Literal["length", "characters"]
+    message: str
+
+
+def id_problem(value: str) -> IdProblem | None:
+    """None when ``value`` is a valid id, else the rule it broke."""
+    if not value:
+        return IdProblem("length", "must not be empty")
+    if len(value) > ID_MAX_LENGTH:
+        return IdProblem("length", f"must be at most {ID_MAX_LENGTH} characters (got {len(value)})")
+    if _ID.fullmatch(value) is None:
+        bad = _BAD.search(value)
+        shown = repr(bad.group(0)) if bad else "a character"
+        return IdProblem("characters", f"must not contain {shown} (allowed: {ID_ALLOWED})")
+    return None
+
+
+def check_id(value: str) -> str:
+    """``value`` when valid; else raise pydantic's ``invalid_id`` error (a 422 naming the field)."""
+    problem = id_problem(value)
+    if problem is not None:
+        raise PydanticCustomError(
+            "invalid_id", "{message}", {"message": problem.message, "rule": problem.rule}
+        )
+    return value
+
+
+Id = Annotated[
+    str,
+    AfterValidator(check_id),
+    WithJsonSchema(
+        {"type": "string", "minLength": 1, "maxLength": ID_MAX_LENGTH, "pattern": "^[A-Za-z0-9_.:@/+=#-]+$"}
+    ),
+]
+"""A str that follows the id rule (a model field, or a FastAPI query or path parameter)."""
+
+
+def payload_id_errors(payload: Mapping[str, Any]) -> list[InitErrorDetails]:
+    """The id errors of a payload's own id fields (string values only), located under the payload."""
+    errors: list[InitErrorDetails] = []
+    for name in PAYLOAD_ID_FIELDS:
+        value = payload.get(name)
+        # An empty string reads as absent (as scope derivation does); other types are not ids to check.
+        problem = id_problem(value) if isinstance(value, str) and value else None
+        if problem is not None:
+            error = PydanticCustomError("invalid_id", "{message}", {"message": problem.message})
+            errors.append(InitErrorDetails(type=error, loc=(name,), input=value))
+    return errors
