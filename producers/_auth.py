@@ -53,10 +53,11 @@ from worker.credentials import (
     CredentialStore,
     NeedsIO,
 )
-from worker.keys import Keys
+from worker.keys import DEFAULT_TENANT, Keys
 from worker.rate_limit import RateLimiter
 from worker.redis_client import async_redis_from_settings, redis_from_settings
 from worker.settings import Settings, SettingsError
+from worker.store_safety import store_error_reason
 
 __all__ = [
     "DEFAULT_RATE_LIMIT_PER_S",
@@ -149,6 +150,8 @@ def _check_ops(principal: Principal | None, settings: Settings) -> None:
         raise Unauthenticated("this operations endpoint needs a credential with the read grant")
     if not principal.has("read") or principal.is_user:
         raise Forbidden("this operations endpoint needs a key with the read grant")
+    if principal.tenant != DEFAULT_TENANT:  # deployment-wide figures name every tenant: the operator's only
+        raise Forbidden("this operations endpoint is the operator's: it needs a key of the default tenant")
 
 
 def ops_access(request: Request) -> Principal | None:
@@ -302,7 +305,8 @@ class AuthMiddleware:
             return error_response(403, "forbidden", str(exc))
         except RedisError as exc:
             log.warning("auth: the store is unavailable (%s)", type(exc).__name__)
-            response = error_response(503, "store_unavailable", "the store is unavailable; retry later")
+            message = f"the store is unavailable ({store_error_reason(exc)}); retry later"
+            response = error_response(503, "store_unavailable", message)
             response.headers["Retry-After"] = str(self.auth.settings.store_retry_after_s)
             return response
         if retry_after:

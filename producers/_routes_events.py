@@ -6,12 +6,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
 
 from producers._principal import Principal, require
 from producers._web_common import error_response, producer_of, read_json, settings_of
 from worker.intake import EventError, InvalidEvent
 from worker.outbox import records_of_event
 from worker.rate_limit import RateLimiter
+from worker.scope import derive_scope_key
 
 __all__ = ["router"]
 
@@ -44,14 +46,13 @@ def post_events(
                         code="invalid_field", message="events must be a non-empty array", field="events"
                     )
                 )
-            batch = _stamped(events, principal, batch=True)
-            if (refused := _over_tenant_rate(request, principal.tenant, len(batch))) is not None:
-                return refused
-            results = producer.enqueue_many(batch)
+            prepared = producer.emitter.validate_many(_stamped(events, principal, batch=True))
         else:
-            if (refused := _over_tenant_rate(request, principal.tenant, 1)) is not None:
-                return refused
-            results = [producer.enqueue(_stamped([data], principal, batch=False)[0])]
+            prepared = producer.emitter.validate_many(_stamped([data], principal, batch=False), single=True)
+        # Valid input only takes from the tenant's quota (a rejected request stores nothing at all).
+        if (refused := _over_tenant_rate(request, principal.tenant, len(prepared))) is not None:
+            return refused
+        results = producer.enqueue_prepared(prepared)
     except InvalidEvent as exc:
         producer.store.count_rejected()
         error = exc.error
@@ -82,8 +83,28 @@ def _stamped(events: list[Any], principal: Principal, *, batch: bool) -> list[An
         stamped = {**event, "userId": principal.user_id}
         if isinstance(payload, dict):
             stamped["payload"] = {**payload, "userId": principal.user_id}
-        out.append(stamped)
+        out.append(_own_scope(stamped, principal.user_id))
     return out
+
+
+def _own_scope(event: dict[str, Any], user_id: str) -> dict[str, Any]:
+    """A user token's event runs in its user's own scope: one it names or derives (``topic:…``) that is not the
+    user's (``user:<id>``, ``agent:<a>:user:<id>``) is put under ``user:<id>/``. So another user's scope, inbox
+    and dedupe identities are out of reach (no squatting their next sourceId, no filling their inbox)."""
+    given = event.get("scopeKey")
+    payload = event.get("payload")
+    if given is not None and not isinstance(given, str):
+        return event  # the parser names what is wrong with it
+    scope = given or derive_scope_key(
+        payload if isinstance(payload, dict) else {}, user_id=user_id, agent_id=_text(event.get("agentId"))
+    )
+    if scope == f"user:{user_id}" or (scope.startswith("agent:") and scope.endswith(f":user:{user_id}")):
+        return {**event, "scopeKey": scope}
+    return {**event, "scopeKey": f"user:{user_id}/{scope}"}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _over_tenant_rate(request: Request, tenant: str, n: int) -> JSONResponse | None:
@@ -97,7 +118,10 @@ def _over_tenant_rate(request: Request, tenant: str, n: int) -> JSONResponse | N
         limiter = request.app.state.tenant_limiter = RateLimiter(
             producer.store.keys, settings.tenant_events_per_s
         )
-    decision = limiter.take(producer.store.client, f"tenant:{tenant}", n)
+    try:
+        decision = limiter.take(producer.store.client, f"tenant:{tenant}", n)
+    except RedisError:
+        return None  # a full or unreachable store: the enqueue itself answers why (503, nothing stored)
     if decision.allowed:
         return None
     response = error_response(

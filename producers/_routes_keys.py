@@ -18,7 +18,7 @@ from producers._auth import credentials_of, is_root
 from producers._principal import Forbidden, NotFound, Principal, require
 from producers._web_common import error_response
 from worker.credentials import DEFAULT_TOKEN_TTL_S, MAX_TOKEN_TTL_S, CredentialError
-from worker.ids import Id
+from worker.ids import NameId
 
 __all__ = ["router"]
 
@@ -50,7 +50,7 @@ class TokenRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    user_id: Id = Field(alias="userId")
+    user_id: NameId = Field(alias="userId")
     ttl_s: StrictInt = Field(default=DEFAULT_TOKEN_TTL_S, alias="ttlS", ge=1, le=MAX_TOKEN_TTL_S)
 
 

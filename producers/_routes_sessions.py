@@ -15,6 +15,7 @@ from producers._session_access import session_access, session_store
 from producers._web_common import InvalidBody, decode_json, error_response, parse_body
 from sessions.dmail import ToolResult, end_step, send_dmail
 from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, session_scope
+from worker.ids import NameId
 
 __all__ = ["bad_session", "record_event", "router", "session_body", "session_full"]
 
@@ -28,9 +29,9 @@ class SettingsBody(BaseModel):
     dmailEnabled: bool | None = None
     root: bool | None = None
     functions: list[str] | None = None
-    userId: str | None = None
-    agentId: str | None = None
-    topicId: str | None = None
+    userId: NameId | None = None
+    agentId: NameId | None = None
+    topicId: NameId | None = None
 
 
 class Message(BaseModel):

@@ -91,6 +91,8 @@ def overview(request: Request, caller: Annotated[Principal, Depends(require("rea
     by_type: dict[str, dict[str, float]] = {}
     for labels, value in _metric_series(client, store.keys, "agent_signal_source_events_total").items():
         attrs = json.loads(labels)
+        if attrs.get("tenant", "default") != store.tenant:  # the series is deployment-wide: this tenant's part
+            continue
         source_type = attrs.get("agent.signal.source_type", "?")
         status = attrs.get("agent.signal.source_event_status", "?")
         by_type.setdefault(source_type, {})[status] = by_type.get(source_type, {}).get(status, 0) + value

@@ -2,8 +2,9 @@
 
 Reads (GET) need ``read``, everything else ``operate``. Keys reach every session of their tenant (the stores
 are bound to the caller's tenant, so another tenant's session id simply does not exist here). A user token
-reaches only sessions whose settings name its user: ``PUT /v1/sessions/{id}`` stamps that user on a new
-session, and any other session answers 404 (its existence is not revealed).
+reaches only sessions whose settings name its user: ``PUT /v1/sessions/{id}`` claims a session that does not
+exist yet for that user (atomically: of two tokens racing, one wins), and any other session (another user's,
+or one a key created without a user) answers 404, its existence not revealed.
 """
 
 from __future__ import annotations
@@ -45,8 +46,11 @@ def session_access(request: Request, session_id: str) -> Principal:
         raise Forbidden(f"this credential (role {principal.role}) lacks the {grant!r} grant")
     if principal.user_id is None:
         return principal
-    owner = session_store(request).get_settings(session_id).user_id
-    if owner == principal.user_id or (owner is None and request.method == "PUT"):
+    store = session_store(request)
+    owner = store.get_settings(session_id).user_id
+    if owner is None and request.method == "PUT" and store.claim(session_id, principal.user_id):
+        owner = principal.user_id  # a new session: this user's from its first write on
+    if owner == principal.user_id:
         return principal
     raise NotFound(f"no session {session_id!r}")
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
+import anyio
 from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -49,6 +51,8 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+OFF_LOOP_BYTES = 64 * 1024  # bodies larger than this are decoded and validated in the threadpool
 
 MAX_JSON_DEPTH = 64  # arrays and objects inside each other; chat requests and events use about ten
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
@@ -139,9 +143,17 @@ async def read_json(request: Request, *, require_object: bool = True, max_bytes:
             413, "request_too_large", f"request body is {len(raw)} bytes; the limit is {max_bytes}"
         )
     try:
-        return decode_json(raw, require_object=require_object)
+        return await _off_loop(raw, partial(decode_json, raw, require_object=require_object))
     except InvalidBody as exc:
         return _field_response(exc.error)
+
+
+async def _off_loop(raw: bytes, work: Callable[[], T]) -> T:
+    """``work()`` on the event loop for a small body, in the threadpool for a large one: decoding and
+    checking megabytes of JSON must not stall every other request of the process."""
+    if len(raw) <= OFF_LOOP_BYTES:
+        return work()
+    return await anyio.to_thread.run_sync(work)
 
 
 async def parse_body(request: Request, model: type[M]) -> M | JSONResponse:
@@ -150,7 +162,7 @@ async def parse_body(request: Request, model: type[M]) -> M | JSONResponse:
     if isinstance(data, JSONResponse):
         return data
     try:
-        return model.model_validate(data)
+        return await _off_loop(await request.body(), partial(model.model_validate, data))
     except ValidationError as exc:
         return _field_response(pydantic_error(exc.errors(include_url=False)[0]))
 

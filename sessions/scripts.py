@@ -199,8 +199,25 @@ return done({'applied', pending, redis.call('HINCRBY', meta, 'events', 1), id, f
 )
 
 
+# A user token's first write makes a session its user's, only if the session has no key at all (so a session a
+# key created, or another user's, is never taken over; of two racing tokens one wins).
+# KEYS: the 7 session keys (session_keys order; settings is KEYS[6]), the user's session index
+# ARGV: userId, ttlS, sessionId  -> 1 claimed | 0 the session exists
+CLAIM = """
+for i = 1, 7 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end
+end
+redis.call('HSET', KEYS[6], 'userId', ARGV[1])
+redis.call('EXPIRE', KEYS[6], ARGV[2])
+redis.call('SADD', KEYS[8], ARGV[3])
+redis.call('EXPIRE', KEYS[8], ARGV[2])
+return 1
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class SessionScripts:
+    claim: Script
     append: Script
     checkpoint: Script
     revert: Script
@@ -211,6 +228,7 @@ class SessionScripts:
     @classmethod
     def register(cls, client: Redis) -> SessionScripts:
         return cls(
+            claim=client.register_script(CLAIM),
             append=client.register_script(APPEND),
             checkpoint=client.register_script(CHECKPOINT),
             revert=client.register_script(REVERT),

@@ -202,6 +202,11 @@ class SessionStore:
             topic_id=data.get("topicId"),
         )
 
+    def claim(self, session_id: str, user_id: str) -> bool:
+        """Make a session that does not exist yet (no key at all) ``user_id``'s; False when it exists."""
+        keys = session_keys(self.keys, session_id, user_id)
+        return bool(self.scripts.claim(keys=keys, args=[user_id, self.limits.session_ttl_s, session_id]))
+
     def update_settings(self, session_id: str, changes: dict[str, Any]) -> SessionSettings:
         """Merge ``changes`` (camelCase keys, already validated) into the stored settings."""
         mapping: dict[Any, Any] = {}

@@ -71,7 +71,10 @@ class EffectBuffer:
             raise PermanentFailure(
                 f"{command} cannot be staged (allowed: {', '.join(sorted(STAGEABLE))})", code="INVALID_EFFECT"
             )
-        if self.keys is not None and (not key.startswith(self.keys.own) or self.keys.is_engine_key(key)):
+        touched = [_text(a) for a in args[1:]] if command == "DEL" else [key]  # DEL takes many keys
+        if self.keys is not None and any(
+            not k.startswith(self.keys.own) or self.keys.is_engine_key(k) for k in touched
+        ):
             raise PermanentFailure(
                 f"{command} {key!r}: a handler writes only its own tenant's keys (ctx.key(name) or ctx.keys), "
                 "never the engine's",

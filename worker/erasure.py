@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -223,9 +224,19 @@ def _drop_user_keyed(store: EventStore, user_id: str, report: ErasureReport) -> 
         client.zrem(k.conversations, member)
     client.delete(k.user_conversations(user_id))
     report.removed["featureOverrides"] += int(client.hdel(k.self_iteration_overrides, user_id))
+    # Review guards are "<kind>-guard:<kind>:<userId>:…" (policies/self_iteration/reviews.py): the user is the
+    # third segment, matched exactly (user ids hold no ':').
+    guard = re.compile(
+        re.escape(k.review_guard("")) + r"[a-z-]+-guard:[a-z-]+:" + re.escape(user_id) + "(:|$)"
+    )
     for key in client.scan_iter(match=_glob_escape(k.review_guard("")) + "*", count=SCAN_COUNT):
-        if f":{user_id}:" in _s(key) or _s(key).endswith(f":{user_id}"):
+        if guard.match(_s(key)):
             report.removed["reviewGuards"] += int(client.delete(key))
+    # A user token's rate bucket is named "<issuer>:<userId>" (engine-wide, short-lived): drop it now.
+    for key in client.scan_iter(
+        match=_glob_escape(k.rate_bucket("")) + "*:" + _glob_escape(user_id), count=SCAN_COUNT
+    ):
+        client.delete(key)
 
 
 def _drop_scopes(store: EventStore, scopes: list[str], report: ErasureReport) -> None:

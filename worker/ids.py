@@ -28,16 +28,20 @@ __all__ = [
     "PAYLOAD_ID_FIELDS",
     "Id",
     "IdProblem",
+    "NameId",
     "check_id",
+    "check_name_id",
     "id_problem",
     "payload_id_errors",
 ]
 
 ID_MAX_LENGTH = 256
 ID_ALLOWED = "letters, digits and _ . : @ / + = - #"
+NAME_ID_ALLOWED = "letters, digits and _ . @ / + = - #"
 _ID = re.compile(r"[A-Za-z0-9_.:@/+=#-]+")
 _BAD = re.compile(r"[^A-Za-z0-9_.:@/+=#-]")
 PAYLOAD_ID_FIELDS = ("userId", "agentId", "workspaceId", "topicId")
+PAYLOAD_SCOPE_FIELDS = ("taskId", "platform", "applicationId", "platformThreadId")  # derive bot:/task: scopes
 
 
 class IdProblem(NamedTuple):
@@ -47,8 +51,10 @@ class IdProblem(NamedTuple):
     message: str
 
 
-def id_problem(value: str) -> IdProblem | None:
-    """None when ``value`` is a valid id, else the rule it broke."""
+def id_problem(value: str, *, name: bool = False) -> IdProblem | None:
+    """None when ``value`` is a valid id, else the rule it broke. ``name``: the stricter rule of a user,
+    agent, workspace or topic id, which also refuses ``:`` (those ids sit between ``:`` separators inside
+    keys such as ``skills:<user>:<agent>``, so ``u1`` + ``x:a`` must never read as ``u1:x`` + ``a``)."""
     if not value:
         return IdProblem("length", "must not be empty")
     if len(value) > ID_MAX_LENGTH:
@@ -57,6 +63,8 @@ def id_problem(value: str) -> IdProblem | None:
         bad = _BAD.search(value)
         shown = repr(bad.group(0)) if bad else "a character"
         return IdProblem("characters", f"must not contain {shown} (allowed: {ID_ALLOWED})")
+    if name and ":" in value:
+        return IdProblem("characters", f"must not contain ':' (allowed: {NAME_ID_ALLOWED})")
     return None
 
 
@@ -70,6 +78,25 @@ def check_id(value: str) -> str:
     return value
 
 
+def check_name_id(value: str) -> str:
+    """``value`` when it is a valid user, agent, workspace or topic id (no ``:``); else ``invalid_id``."""
+    problem = id_problem(value, name=True)
+    if problem is not None:
+        raise PydanticCustomError(
+            "invalid_id", "{message}", {"message": problem.message, "rule": problem.rule}
+        )
+    return value
+
+
+NameId = Annotated[
+    str,
+    AfterValidator(check_name_id),
+    WithJsonSchema(
+        {"type": "string", "minLength": 1, "maxLength": ID_MAX_LENGTH, "pattern": "^[A-Za-z0-9_.@/+=#-]+$"}
+    ),
+]
+"""A user, agent, workspace or topic id: the id rule without ``:``."""
+
 Id = Annotated[
     str,
     AfterValidator(check_id),
@@ -81,12 +108,14 @@ Id = Annotated[
 
 
 def payload_id_errors(payload: Mapping[str, Any]) -> list[InitErrorDetails]:
-    """The id errors of a payload's own id fields (string values only), located under the payload."""
+    """The id errors of a payload's own id fields (string values only), located under the payload: the
+    user/agent/workspace/topic ids (no ``:``), and the ids a scope key is derived from."""
     errors: list[InitErrorDetails] = []
-    for name in PAYLOAD_ID_FIELDS:
+    for name in (*PAYLOAD_ID_FIELDS, *PAYLOAD_SCOPE_FIELDS):
         value = payload.get(name)
         # An empty string reads as absent (as scope derivation does); other types are not ids to check.
-        problem = id_problem(value) if isinstance(value, str) and value else None
+        named = name in PAYLOAD_ID_FIELDS
+        problem = id_problem(value, name=named) if isinstance(value, str) and value else None
         if problem is not None:
             error = PydanticCustomError("invalid_id", "{message}", {"message": problem.message})
             errors.append(InitErrorDetails(type=error, loc=(name,), input=value))

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from worker.dedupe import dedupe_key, event_id_for
-from worker.ids import Id, payload_id_errors
+from worker.ids import Id, NameId, payload_id_errors
 from worker.nodes import ChainRef, Source
 from worker.scope import derive_scope_key
 from worker.source_types import SourceTypePolicy
@@ -49,9 +49,9 @@ class SourceEvent(BaseModel):
     payload: dict[str, Any]
     scope_key: Id | None = None
     timestamp: int | None = Field(default=None, ge=0)
-    user_id: Id | None = None
-    agent_id: Id | None = None
-    workspace_id: Id | None = None
+    user_id: NameId | None = None  # user, agent and workspace ids: the id rule without ':' (worker/ids.py)
+    agent_id: NameId | None = None
+    workspace_id: NameId | None = None
 
     @field_validator("source_type")
     @classmethod

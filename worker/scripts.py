@@ -52,6 +52,8 @@ local function admit(ev, inbox, sched, seq, scopes, stats, id, ref, body, now, w
     redis.call('ZADD', uidx, now, id)
     redis.call('EXPIRE', uidx, window)
     redis.call('SADD', susers, user)
+  else
+    redis.call('SADD', susers, '*')  -- an event of nobody in particular: the scope is never one user's alone
   end
   redis.call('HINCRBY', stats, 'accepted', 1)
   redis.call('HINCRBY', stats, 'queued', 1)  -- the tenant's events not yet done or dead (its quota)

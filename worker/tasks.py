@@ -17,6 +17,7 @@ from worker import _state
 from worker.fair import DRAIN_NEXT_TASK, DRAIN_TASK, FairQueue
 from worker.plugin import Plugin, PluginTask
 from worker.store_safety import note_store_failure
+from worker.tenancy import BadTenant
 
 __all__ = ["DRAIN_TASK", "NOOP_TASK", "FairQueue", "publish_drain", "publish_task", "register_tasks"]
 
@@ -62,6 +63,26 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
     app.task(name=task.name, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(run)
 
 
+def drain_ref(app: Any, queue: str, ref: str) -> None:
+    """Drain the scope ``ref`` in this worker's pipeline, then re-publish it when it has more (or was lost)."""
+    pipeline = _state.get()
+    try:
+        outcome = pipeline.drain(ref)
+    except BadTenant as exc:  # not "<tenant>/<scopeKey>": a message from before tenants, or forged
+        log.error("drain of a malformed scope ref dropped: %s", exc)
+        return
+    except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
+        note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, f"drain {ref}")
+        return
+    republish = pipeline.fair.publish if pipeline.fair is not None else _direct(app, queue)
+    if outcome.next in ("again", "busy"):
+        republish(ref, countdown_s=outcome.delay_s)
+    elif outcome.next == "lost":
+        # Our lease lapsed (paused past its TTL, or Redis lost it). Whoever holds the scope now drains
+        # it; if nobody does, this follow-up will, once the holder's lease has run out.
+        republish(ref, countdown_s=1.0)
+
+
 def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None:
     """Register the engine's tasks and the plugins' on ``app`` (called by the factory, never at import)."""
 
@@ -70,7 +91,7 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
         if not isinstance(scope_key, str) or not scope_key:
             log.error("drain called without a scope ref: %r", scope_key)
             return
-        _drain_ref(scope_key)
+        drain_ref(app, queue, scope_key)
 
     @app.task(name=DRAIN_NEXT_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
     def drain_next() -> None:
@@ -82,22 +103,7 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
             note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, "drain_next")
             return
         if ref is not None:
-            _drain_ref(ref)
-
-    def _drain_ref(ref: str) -> None:
-        pipeline = _state.get()
-        try:
-            outcome = pipeline.drain(ref)
-        except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
-            note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, f"drain {ref}")
-            return
-        republish = pipeline.fair.publish if pipeline.fair is not None else _direct(app, queue)
-        if outcome.next in ("again", "busy"):
-            republish(ref, countdown_s=outcome.delay_s)
-        elif outcome.next == "lost":
-            # Our lease lapsed (paused past its TTL, or Redis lost it). Whoever holds the scope now drains
-            # it; if nobody does, this follow-up will, once the holder's lease has run out.
-            republish(ref, countdown_s=1.0)
+            drain_ref(app, queue, ref)
 
     for plugin in plugins:
         for task in plugin.tasks:

@@ -15,6 +15,7 @@ A marker is keyed by (scope, domainKey, intentClass, procedureKey) with procedur
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Any
@@ -23,6 +24,8 @@ from policies.self_iteration.deps import SelfIterationDeps
 from worker.plugin import Dispatch, HandlerContext, Source, signal_from
 
 __all__ = ["REFLECTION_THRESHOLDS", "procedure_key", "should_suppress", "tool_outcome_procedure"]
+
+MAX_SOURCE_ID = 256  # the id rule of the door (worker/ids.py): a follow-up must pass it too
 
 PROCEDURE_TTL_S = 7 * 24 * 60 * 60
 MAX_PROCEDURE_RECEIPTS = 8
@@ -185,6 +188,10 @@ def _reflection_request(
     scope_type, scope_id = scope
     window_end = source.timestamp
     source_id = f"self-reflection:{user}:{agent}:{scope_type}:{scope_id}:{reason}:{window_start}:{window_end}"
+    if (
+        len(source_id) > MAX_SOURCE_ID
+    ):  # long user/agent/scope ids: LobeHub's shape no longer fits the id rule
+        source_id = "self-reflection:sha256:" + hashlib.sha256(source_id.encode("utf-8")).hexdigest()
     return {
         "sourceType": "agent.self_reflection.requested",
         "sourceId": source_id,

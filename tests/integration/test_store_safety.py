@@ -166,12 +166,12 @@ class TestFullRedis:
             drain = producer.app.tasks[DRAIN_TASK]
             _fill(url)
             with caplog.at_level(logging.ERROR):
-                drain("topic:a")
+                drain("default/topic:a")
             lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("store unavailable")]
-            assert len(lines) == 1 and "drain topic:a: OutOfMemoryError" in lines[0]
+            assert len(lines) == 1 and "drain default/topic:a: OutOfMemoryError" in lines[0]
             assert producer.status(event.event_id)["status"] == "queued"  # type: ignore[index]
             Redis.from_url(url).delete("fill:pad")
-            drain("topic:a")
+            drain("default/topic:a")
             assert producer.status(event.event_id)["status"] == "done"  # type: ignore[index]
             producer.close()
 

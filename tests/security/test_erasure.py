@@ -137,3 +137,34 @@ def test_erasure_leaves_nothing_of_the_user_and_everything_of_others(
     assert replay["status"] == "duplicate"
     assert stack.delete(f"/v1/users/{GONE}").json()["removed"].get("memories", 0) == 0  # idempotent
     assert _mentions(_dump(redis_client, keys), MARK[GONE]) == []
+
+
+def test_erasure_keeps_a_scope_that_also_holds_events_of_nobody_in_particular(
+    make_settings: Any, redis_client: Redis, keys: Keys
+) -> None:
+    """A scope with the user's event and a userless one is shared: only the user's event becomes a tombstone
+    and leaves the inbox; the other stays queued, and the scope's keys stay."""
+    from producers import Producer
+    from sessions.store import session_scope
+    from worker.erasure import erase_user
+
+    producer = Producer(make_settings(extra_source_types=["test.noop"]))
+    mine = producer.enqueue(
+        {
+            "sourceType": "test.noop",
+            "sourceId": "m1",
+            "scopeKey": "topic:mixed",
+            "userId": GONE,
+            "payload": {},
+        }
+    )
+    theirs = producer.enqueue(
+        {"sourceType": "test.noop", "sourceId": "n1", "scopeKey": "topic:mixed", "payload": {}}
+    )
+    report = erase_user(producer.store, GONE, session_scope=session_scope)
+    assert report.removed["eventPayloads"] == 1 and report.removed.get("scopes", 0) == 0
+    inbox = redis_client.lrange(keys.inbox("topic:mixed"), 0, -1)
+    assert inbox == [theirs.event_id]
+    assert producer.status(theirs.event_id)["status"] == "queued"  # type: ignore[index]
+    assert producer.status(mine.event_id)["status"] == "erased"  # type: ignore[index]
+    assert int(producer.store.stats()["queued"]) == 1

@@ -121,3 +121,55 @@ def test_another_users_session_cannot_be_attached_to(door: tuple[TestClient, dic
         assert "secret plan" not in answer.text
     context = client.get("/v1/sessions/s-victim/context", headers=victim).json()
     assert [m["content"] for m in context["messages"]] == ["victim's secret plan"]
+
+
+def test_a_user_token_cannot_take_over_a_session_a_key_created(
+    door: tuple[TestClient, dict[str, str]],
+) -> None:
+    """A session written by a key (no userId) is not claimable by a user token: PUT and reads answer 404."""
+    client, creds = door
+    operate, mallory = _bearer(creds["operate"]), _bearer(creds[MALLORY])
+    body = {"messages": [{"role": "user", "content": "platform-only notes"}]}
+    assert client.post("/v1/sessions/s-keyed/context/messages", json=body, headers=operate).status_code == 200
+    assert client.put("/v1/sessions/s-keyed", json={}, headers=mallory).status_code == 404
+    answer = client.get("/v1/sessions/s-keyed/context", headers=mallory)
+    assert answer.status_code == 404 and "platform-only" not in answer.text
+    assert client.get("/v1/sessions/s-keyed", headers=operate).json().get("userId") is None
+
+
+def test_a_user_token_cannot_squat_another_users_next_source_id(
+    door: tuple[TestClient, dict[str, str]],
+) -> None:
+    """Same tenant: mallory sends the victim's next sourceId in the victim's topic first; the victim's real
+    event is still accepted (a user token's events run in its own user's scopes)."""
+    client, creds = door
+    squat = _message(None, "msg_next")
+    squat["payload"]["topicId"] = "tpc-victim"
+    first = client.post("/v1/events", json=squat, headers=_bearer(creds[MALLORY]))
+    assert first.status_code == 202 and first.json()["results"][0]["status"] == "accepted"
+    real = _message(VICTIM, "msg_next")
+    real["payload"]["topicId"] = "tpc-victim"
+    answer = client.post("/v1/events", json=real, headers=_bearer(creds["operate"]))
+    assert answer.json()["results"][0]["status"] == "accepted"
+    status = client.get(
+        f"/v1/events/{first.json()['results'][0]['eventId']}", headers=_bearer(creds["operate"])
+    )
+    assert status.json()["scopeKey"] == f"user:{MALLORY}/topic:tpc-victim"
+
+
+def test_ids_with_a_colon_cannot_alias_another_users_keys(door: tuple[TestClient, dict[str, str]]) -> None:
+    """``u1`` + agent ``x:a`` must never read as user ``u1:x`` + agent ``a``: user, agent, workspace and topic
+    ids refuse ':' wherever they enter (events, payloads, sessions, user tokens)."""
+    client, creds = door
+    operate = _bearer(creds["operate"])
+    assert client.post("/v1/tokens", json={"userId": "victim-1:x"}, headers=operate).status_code == 422
+    for event, field in (
+        ({**_message("a:b", "c1")}, "userId"),
+        ({**_message(None, "c2"), "agentId": "x:agt"}, "agentId"),
+        ({**_message(None, "c3"), "payload": {"topicId": "t:1"}}, "payload.topicId"),
+        ({**_message(None, "c4"), "payload": {"taskId": "a\x1fb"}}, "payload.taskId"),
+    ):
+        answer = client.post("/v1/events", json=event, headers=operate)
+        assert answer.status_code == 422 and answer.json()["error"]["field"] == field, answer.text
+    answer = client.put("/v1/sessions/s-colon", json={"userId": "u:1"}, headers=operate)
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == "userId"

@@ -300,6 +300,8 @@ class TestChainScope:
             ("SET", "other:x", "1"),
             ("SET", "t:x", "1"),  # the deployment's prefix but no tenant's key
             ("HSET", other_tenant, "f", "v"),  # another tenant's key
+            ("DEL", keys.plugin("s", "x"), other_tenant),  # DEL takes many keys: every one is checked
+            ("DEL", keys.plugin("s", "x"), keys.event("e1")),
         ):
             with pytest.raises(PermanentFailure):
                 buffer.call(*bad)
