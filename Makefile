@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint typecheck imports check bench chaos clean help chromium
+.PHONY: run test test-fast lint typecheck imports check bench chaos clean help chromium screenshots
 
 help:
 	@echo "make run        start Redis (embedded if REDIS_URL unset), a worker and the web app; replay examples"
@@ -12,6 +12,7 @@ help:
 	@echo "make bench      benchmarks, as ratios against baselines measured in the same run"
 	@echo "make check      ruff + mypy --strict + import-linter contracts only"
 	@echo "make chaos      the fault battery (minutes): 9 scenarios on private Redis servers, a history table"
+	@echo "make screenshots  refresh the README's UI screenshots (docs/screenshots/) from the browser tests"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +45,10 @@ test: $(STAMP) check chromium
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
+
+# Refresh the README's screenshots (docs/screenshots/) from the browser tests; a plain test run never writes them.
+screenshots: $(STAMP) chromium
+	UPDATE_README_SCREENSHOTS=1 $(BIN)/python -m pytest tests/browser -q
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from producers._inspect_cli import add_inspection_commands, tenant_option
+import httpx
+
+from producers._http_cli import CliError, HttpSender, add_target_options, resolve_target
+from producers._inspect_cli import add_inspection_commands
 from producers._keys_cli import add_keys_command
 
 __all__ = ["main"]
@@ -74,15 +75,13 @@ def _read_jsonl(path: str) -> list[tuple[int, Any, str | None]]:
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    from worker.intake import InvalidEvent
-
     try:
         rows = _read_jsonl(args.file)
     except OSError as exc:
         print(f"agent-signal enqueue: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return 2
+    target = resolve_target(args)
     summary = {"accepted": 0, "duplicate": 0, "rejected": 0}
-    progress = Progress(len(rows))
     valid: list[tuple[int, Any]] = []
     for number, value, error in rows:
         if error is not None:
@@ -90,25 +89,15 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             print(f"line {number}: {error} (field: -)", file=sys.stderr)
         else:
             valid.append((number, value))
-    done = summary["rejected"]
-    sender = _HttpSender(args.url, args.token) if args.url else _DirectSender(args.tenant)
+    sender = HttpSender(target) if target.http else _DirectSender(args.tenant or "default")
+    progress = Progress(len(rows))
     try:
-        for start in range(0, len(valid), args.batch):
-            chunk = valid[start : start + args.batch]
-            for number, status, err in sender.send(chunk):
-                if status is None:
-                    summary["rejected"] += 1
-                    assert err is not None
-                    print(f"line {number}: {err.message} (field: {err.field or '-'})", file=sys.stderr)
-                else:
-                    summary[status] = summary.get(status, 0) + 1
-            done += len(chunk)
-            progress.update(done, f"accepted={summary['accepted']} duplicate={summary['duplicate']}")
-    except InvalidEvent as exc:  # e.g. 401 from the server: nothing more will pass
+        _send_all(sender, valid, args, summary, progress, done=summary["rejected"])
+    except CliError as exc:  # e.g. a 401, or the server went away: nothing more will pass
         progress.close()
         print(f"agent-signal enqueue: {exc}", file=sys.stderr)
         print(json.dumps(summary))
-        return 1
+        return exc.exit_code
     finally:
         sender.close()
     progress.close()
@@ -116,14 +105,42 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     return 1 if summary["rejected"] else 0
 
 
+def _send_all(
+    sender: _DirectSender | HttpSender,
+    valid: list[tuple[int, Any]],
+    args: argparse.Namespace,
+    summary: dict[str, int],
+    progress: Progress,
+    done: int,
+) -> None:
+    """Send ``valid`` in batches; rejections go to stderr, ``--ids`` lines to stdout, counts to ``summary``."""
+    for start in range(0, len(valid), args.batch):
+        chunk = valid[start : start + args.batch]
+        for number, result, err in sender.send(chunk):
+            if result is None:
+                summary["rejected"] += 1
+                assert err is not None
+                print(f"line {number}: {err.message} (field: {err.field or '-'})", file=sys.stderr)
+                continue
+            summary[result.status] = summary.get(result.status, 0) + 1
+            if args.ids:
+                line = {"line": number, "eventId": result.event_id, "sourceId": result.source_id}
+                print(json.dumps({**line, "status": result.status}), flush=True)
+        done += len(chunk)
+        progress.update(done, f"accepted={summary['accepted']} duplicate={summary['duplicate']}")
+
+
+Sent = tuple[int, Any, Any]  # (line number, EnqueueResult or None, EventError or None): HttpSender's too
+
+
 class _DirectSender:
     def __init__(self, tenant: str = "default") -> None:
         self.producer = _producer(tenant)
 
-    def send(self, chunk: Sequence[tuple[int, Any]]) -> list[tuple[int, str | None, Any]]:
+    def send(self, chunk: Sequence[tuple[int, Any]]) -> list[Sent]:
         from worker.intake import InvalidEvent
 
-        out: list[tuple[int, str | None, Any]] = []
+        out: list[Sent] = []
         prepared = []
         numbers = []
         for number, value in chunk:
@@ -135,47 +152,11 @@ class _DirectSender:
         if out:
             self.producer.store.count_rejected(len(out))
         for number, result in zip(numbers, self.producer.enqueue_prepared(prepared), strict=True):
-            out.append((number, result.status, None))
+            out.append((number, result, None))
         return sorted(out, key=lambda r: r[0])
 
     def close(self) -> None:
         self.producer.close()
-
-
-class _HttpSender:
-    """Batches over HTTP; a 422 names ``events[i]``: that line is rejected and the rest is resent."""
-
-    def __init__(self, url: str, token: str | None) -> None:
-        from producers._client import HttpProducer
-
-        self.http = HttpProducer(url, token=token or os.environ.get("AGENT_SIGNAL_API_TOKEN"))
-
-    def send(self, chunk: Sequence[tuple[int, Any]]) -> list[tuple[int, str | None, Any]]:
-        from worker.intake import InvalidEvent
-
-        pending = list(chunk)
-        out: list[tuple[int, str | None, Any]] = []
-        while pending:
-            try:
-                results = self.http.enqueue_many([v for _, v in pending])
-            except InvalidEvent as exc:
-                match = re.match(r"events\[(\d+)\]\.?(.*)", exc.error.field or "")
-                if exc.status_code in (401, 403) or match is None:
-                    raise
-                index = int(match.group(1))
-                number, _ = pending.pop(index)
-                field = match.group(2) or None
-                error = exc.error.model_copy(
-                    update={"field": field, "message": exc.error.message.replace(f"events[{index}].", "")}
-                )
-                out.append((number, None, error))
-                continue
-            out.extend((n, r.status, None) for (n, _), r in zip(pending, results, strict=True))
-            pending = []
-        return sorted(out, key=lambda r: r[0])
-
-    def close(self) -> None:
-        self.http.close()
 
 
 # ---- inspect, status, dlq ----------------------------------------------------------------------------
@@ -184,7 +165,9 @@ class _HttpSender:
 def cmd_worker(args: argparse.Namespace) -> int:
     from worker.main import run_worker
 
-    return run_worker(_settings(), concurrency=args.concurrency, loglevel=args.loglevel)
+    return run_worker(
+        _settings(), concurrency=args.concurrency, loglevel=args.loglevel, extra_argv=args.celery_flags
+    )
 
 
 def cmd_web(args: argparse.Namespace) -> int:
@@ -241,6 +224,12 @@ def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
         "--concurrency", type=int, default=None, help="child processes (AGENT_SIGNAL_WORKER_CONCURRENCY)"
     )
     p.add_argument("--loglevel", default="INFO")
+    p.add_argument(
+        "celery_flags",
+        nargs="*",
+        metavar="-- CELERY_FLAGS",
+        help="`celery worker` flags after `--`, added last so they win (e.g. -- --concurrency 3 -E -n w1@%%h)",
+    )
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("web", help="the HTTP API on HOST:PORT (Procfile: web)")
@@ -250,10 +239,13 @@ def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
 def _add_enqueue_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("enqueue", help="enqueue one source event per line of a JSONL file ('-' for stdin)")
     p.add_argument("file")
-    p.add_argument("--url", help="send through the HTTP API at URL instead of straight to Redis")
-    p.add_argument("--token", help="bearer token for --url (default: AGENT_SIGNAL_API_TOKEN)")
     p.add_argument("--batch", type=int, default=200, help="events per round trip (default 200)")
-    tenant_option(p)
+    p.add_argument(
+        "--ids",
+        action="store_true",
+        help='print {"line","eventId","sourceId","status"} per enqueued event before the summary',
+    )
+    add_target_options(p)
     p.set_defaults(func=cmd_enqueue)
 
 
@@ -296,17 +288,31 @@ def _add_functions_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    verb = " ".join(
+        v
+        for v in (args.command, getattr(args, "dlq_command", None), getattr(args, "keys_command", None))
+        if v
+    )
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
         return 130
+    except CliError as exc:
+        print(f"agent-signal {verb}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except httpx.TransportError as exc:  # a request outside the verbs' own handling: still one line
+        print(
+            f"agent-signal {verb}: cannot reach the server ({exc}); is the stack running? (make run)",
+            file=sys.stderr,
+        )
+        return 2
     except Exception as exc:  # a clear one-line error, never a stack trace, for operator mistakes
         from worker.settings import SettingsError
 
         if isinstance(exc, SettingsError | ValueError | ConnectionError | OSError) or type(
             exc
         ).__module__.startswith("redis"):
-            print(f"agent-signal {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(f"agent-signal {verb}: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
         raise
 

@@ -165,6 +165,7 @@ class HttpProducer:
 
     def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 30.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.has_token = bool(token)
         self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
 
     def enqueue(self, event: EventLike) -> EnqueueResult:

@@ -47,11 +47,9 @@ __all__ = [
 
 API_CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
 # Swagger UI and ReDoc (FastAPI's docs pages) load their bundles from jsdelivr and start with an inline script.
-DOCS_CSP = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
-    "font-src 'self' https://fonts.gstatic.com; img-src 'self' data: https://fastapi.tiangolo.com "
-    "https://cdn.redoc.ly; worker-src 'self' blob:; frame-ancestors 'none'; base-uri 'none'; "
+DOCS_CSP = (  # the docs pages load only the packaged Swagger UI and ReDoc (producers/docs_assets/): no CDN
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; worker-src 'self' blob:; frame-ancestors 'none'; base-uri 'none'; "
     "form-action 'self'; object-src 'none'"
 )
 FIXED_HEADERS = (

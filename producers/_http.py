@@ -30,13 +30,17 @@ from producers import (
     _routes_ops,
     _routes_receipts,
     _routes_route,
+    _routes_scopes,
     _routes_self_iteration,
     _routes_sessions,
     _routes_ui,
     _routes_users,
 )
+from producers._access_log import install_access_log
+from producers._api_models import SHARED_ERRORS
 from producers._auth import install_auth
 from producers._client import Producer
+from producers._docs_assets import install_docs
 from producers._door import install_door
 from producers._feed import Feed
 from producers._web_common import error_response, request_validation_error
@@ -81,9 +85,19 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
             app.state.producer.close()
         app.state.telemetry.shutdown()
 
-    app = FastAPI(title="Agent Signal", version="0.1.0", lifespan=lifespan)
-    app.include_router(_routes_events.router)
-    app.include_router(_routes_ops.router)
+    app = FastAPI(
+        title="Agent Signal",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,  # FastAPI's pages load from a CDN; ours from packaged files (producers/_docs_assets.py)
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
+    )
+    install_docs(app)  # /docs, /redoc, /docs-assets/*; before install_auth and install_door read its paths
+    # Routers declaring no error answers of their own get the shared ones (their own win): the OpenAPI document.
+    app.include_router(_routes_events.router, responses=SHARED_ERRORS)
+    app.include_router(_routes_ops.router, responses=SHARED_ERRORS)
+    app.include_router(_routes_scopes.router, responses=SHARED_ERRORS)
     app.include_router(_routes_route.router)
     app.include_router(_routes_sessions.router)
     app.include_router(_routes_functions.router)
@@ -98,6 +112,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     install_door(
         app, settings
     )  # added last, so it runs first: body limit, content type, Host, Origin, headers
+    install_access_log(app)  # outermost: one line per request, the door's refusals included
     return app
 
 

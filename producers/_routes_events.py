@@ -1,19 +1,23 @@
-"""``POST /v1/events`` and ``GET /v1/events/{eventId}``."""
+"""``POST /v1/events``, ``GET /v1/events`` (the runs explorer), ``GET /v1/events/{eventId}`` (an event id, or a
+source id unambiguous within the tenant) and ``POST /v1/events/{eventId}/cancel``."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from producers._principal import Principal, require
+from producers._principal import Principal, require, tenant_producer
 from producers._web_common import error_response, producer_of, read_json, settings_of
 from worker.intake import EventError, InvalidEvent
 from worker.outbox import records_of_event
 from worker.rate_limit import RateLimiter
+from worker.runs import BadCursor, RunQuery, event_detail, find_by_source, list_runs
 from worker.scope import derive_scope_key
+from worker.scope_control import cancel_event
+from worker.store import EventStore
 
 __all__ = ["router"]
 
@@ -135,17 +139,95 @@ def _get(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, dict) else None
 
 
+Status = Literal["queued", "processing", "done", "dead", "cancelled", "discarded", "erased"]
+
+
+@router.get("/v1/events")
+def list_events(
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
+    status: Status | None = None,
+    source_type: Annotated[str | None, Query(alias="sourceType", max_length=200)] = None,
+    scope_key: Annotated[str | None, Query(alias="scopeKey", max_length=512)] = None,
+    user_id: Annotated[str | None, Query(alias="userId", max_length=256)] = None,
+    since: Annotated[int | None, Query(ge=0)] = None,
+    until: Annotated[int | None, Query(ge=0)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(max_length=2048)] = None,
+) -> JSONResponse:
+    """Events newest first (enqueue time, then id), filters combined; ``cursor`` continues a listing. Each is
+    the status record of ``GET /v1/events/{eventId}`` with sourceType, sourceId, scopeKey, userId, enqueuedAt,
+    finishedAt. A page may hold fewer than ``limit`` events and still carry a cursor (worker/runs.py)."""
+    query = RunQuery(status, source_type, scope_key, user_id, since, until, limit, cursor or None)
+    try:
+        page = list_runs(tenant_producer(request).store, query)
+    except BadCursor as exc:
+        return error_response(422, "invalid_cursor", str(exc), "cursor")
+    body: dict[str, Any] = {"events": page.events}
+    if page.cursor is not None:
+        body["cursor"] = page.cursor
+    return JSONResponse(body)
+
+
+def resolve_event(store: EventStore, event_id: str) -> str | JSONResponse:
+    """The event id for ``event_id`` (an event id, or a source id that names one event of the tenant), or the
+    404 (unknown) / 409 (a source id of several events: the candidates are listed) to answer."""
+    if store.client.exists(store.keys.event(event_id)):
+        return event_id
+    candidates = find_by_source(store, event_id)
+    if len(candidates) == 1:
+        return str(candidates[0]["eventId"])
+    if not candidates:
+        return error_response(
+            404, "not_found", f"no event {event_id!r} (unknown, or older than the dedupe window)", "eventId"
+        )
+    names = ", ".join(f"{c['eventId']} ({c.get('sourceType')} in {c.get('scopeKey')})" for c in candidates)
+    message = f"source id {event_id!r} names several events: {names}"
+    listed = [{k: c.get(k) for k in ("eventId", "sourceType", "scopeKey", "status")} for c in candidates]
+    # error_response's body, plus the candidates (so a client picks one without parsing the message)
+    return JSONResponse(
+        {
+            "error": {"code": "ambiguous_source_id", "message": message, "field": "eventId"},
+            "candidates": listed,
+        },
+        status_code=409,
+    )
+
+
 @router.get("/v1/events/{event_id}")
 def get_event(
     event_id: str, request: Request, principal: Annotated[Principal, Depends(require("read"))]
 ) -> JSONResponse:
+    """The event's status record with its ``attemptsHistory`` and the stored ``event`` (its payload); a source
+    id works when it names one event."""
     producer = producer_of(request).for_tenant(principal.tenant)
-    record = producer.status(event_id)
+    found = resolve_event(producer.store, event_id)
+    if isinstance(found, JSONResponse):
+        return found
+    record = event_detail(producer.store, found)
     if record is None:
-        return error_response(
-            404, "not_found", f"no event {event_id!r} (unknown, or older than the dedupe window)"
-        )
-    outbox = records_of_event(producer.store, str(record.get("scopeKey") or ""), event_id)
+        return error_response(404, "not_found", f"no event {event_id!r}", "eventId")
+    outbox = records_of_event(producer.store, str(record.get("scopeKey") or ""), found)
     if outbox:
         record["outbox"] = outbox  # its outbound calls: state, attempts, last error
     return JSONResponse(record)
+
+
+@router.post("/v1/events/{event_id}/cancel")
+def post_cancel(
+    event_id: str, request: Request, _: Annotated[Principal, Depends(require("operate"))]
+) -> JSONResponse:
+    """A queued event is cancelled now and never runs; a running one stops before its next action and is
+    committed ``cancelled`` with none of its chain's staged writes (``status`` stays processing until then)."""
+    store = tenant_producer(request).store
+    found = resolve_event(store, event_id)
+    if isinstance(found, JSONResponse):
+        return found
+    result = cancel_event(store, found)
+    if result.code == 0:
+        return error_response(404, "not_found", f"no event {event_id!r}", "eventId")
+    if result.code == 3:
+        return error_response(
+            409, "not_cancellable", f"event {found} is {result.state}: only queued or running events cancel"
+        )
+    return JSONResponse({"eventId": found, "status": result.state, "cancelRequested": result.code == 2})

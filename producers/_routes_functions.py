@@ -11,9 +11,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from policies.dmail import AgentToolsSettings
+from producers._api_models import API_ERRORS, body_route
 from producers._routes_sessions import bad_session, record_event, session_body, session_full
 from producers._session_access import function_store, session_access
 from producers._web_common import error_response, producer_of
@@ -24,12 +25,12 @@ from sessions.store import SessionFull
 
 __all__ = ["activate_locked", "machine_for", "router"]
 
-router = APIRouter(dependencies=[Depends(session_access)])
+router = APIRouter(dependencies=[Depends(session_access)], responses=API_ERRORS, tags=["sessions"])
 
 
 class SignalBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    type: str = Field(strict=True)
+    type: str = Field(strict=True, json_schema_extra={"enum": list[JsonValue](sorted(ALL_SIGNAL_TYPES))})
     payload: dict[str, Any] | None = None
 
 
@@ -60,6 +61,67 @@ class ToolBody(BaseModel):
 class ArtifactBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     content: str = Field(strict=True)
+
+
+class SignalOutput(BaseModel):
+    output: str = Field(description="The signal tool's text.")
+
+
+class FunctionView(BaseModel):
+    phase: str
+    active: bool
+    ledger: dict[str, Any]
+    evidence: dict[str, Any]
+    continuationCount: int
+    currentTurn: int
+
+
+class SignalRef(BaseModel):
+    type: str
+    payload: Any = None
+
+
+class AttentionItem(BaseModel):
+    """A pausing signal (need_approval, blocked, need_clarification) whose function is still gated."""
+
+    model_config = ConfigDict(extra="allow")
+    function: str
+    type: str
+    payload: Any = None
+    since: int = Field(description="Unix milliseconds.")
+
+
+class FunctionsState(BaseModel):
+    """The session's function runtime: active functions, every function with state, artifacts, attention."""
+
+    active: list[str]
+    functions: dict[str, FunctionView]
+    artifacts: dict[str, str]
+    attention: list[AttentionItem]
+    sessionLedger: dict[str, Any]
+    terminating: SignalRef | None
+    hitl: SignalRef | None
+
+
+class IdleDecision(BaseModel):
+    continued: bool = Field(description="Whether a continuation is sent (at most one).")
+    function: str | None
+    reason: str | None = Field(description="Why not, when not continued.")
+    reminder: str | None = Field(description="The continuation's text, when continued.")
+    completed: list[str]
+
+
+class Injects(BaseModel):
+    injects: list[str]
+
+
+class AttentionList(BaseModel):
+    items: list[AttentionItem]
+
+
+class Artifact(BaseModel):
+    name: str
+    content: str
 
 
 SignalIn = Annotated[SignalBody | JSONResponse, Depends(session_body(SignalBody))]
@@ -126,7 +188,7 @@ def activate_locked(request: Request, session_id: str, names: list[str]) -> JSON
     return None
 
 
-@router.post("/v1/sessions/{session_id}/signal")
+@router.post("/v1/sessions/{session_id}/signal", response_model=SignalOutput, **body_route(SignalBody))
 def post_signal(session_id: str, request: Request, body: SignalIn) -> JSONResponse:
     """rolebox's ``signal`` tool → ``{"output": <the tool's text>}``."""
     if isinstance(body, JSONResponse):
@@ -152,7 +214,9 @@ def post_signal(session_id: str, request: Request, body: SignalIn) -> JSONRespon
     return JSONResponse({"output": output})
 
 
-@router.post("/v1/sessions/{session_id}/functions/activate")
+@router.post(
+    "/v1/sessions/{session_id}/functions/activate", response_model=FunctionsState, **body_route(NameBody)
+)
 def post_activate(session_id: str, request: Request, body: NameIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
@@ -163,7 +227,9 @@ def post_activate(session_id: str, request: Request, body: NameIn) -> JSONRespon
     return JSONResponse(_state(runtime))
 
 
-@router.post("/v1/sessions/{session_id}/functions/deactivate")
+@router.post(
+    "/v1/sessions/{session_id}/functions/deactivate", response_model=FunctionsState, **body_route(NameBody)
+)
 def post_deactivate(session_id: str, request: Request, body: NameIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
@@ -172,7 +238,7 @@ def post_deactivate(session_id: str, request: Request, body: NameIn) -> JSONResp
     return JSONResponse(_state(runtime))
 
 
-@router.post("/v1/sessions/{session_id}/turn")
+@router.post("/v1/sessions/{session_id}/turn", response_model=FunctionsState, **body_route(TurnBody))
 def post_turn(session_id: str, request: Request, body: TurnIn) -> JSONResponse:
     """A model turn: gates and transitions, with ``user_approval`` = ``userMessaged``."""
     if isinstance(body, JSONResponse):
@@ -184,7 +250,7 @@ def post_turn(session_id: str, request: Request, body: TurnIn) -> JSONResponse:
     return JSONResponse(_state(runtime))
 
 
-@router.post("/v1/sessions/{session_id}/idle")
+@router.post("/v1/sessions/{session_id}/idle", response_model=IdleDecision, **body_route(IdleBody))
 def post_idle(session_id: str, request: Request, body: IdleIn) -> JSONResponse:
     """End of an assistant turn → the continuation decision (at most one continuation)."""
     if isinstance(body, JSONResponse):
@@ -203,7 +269,7 @@ def post_idle(session_id: str, request: Request, body: IdleIn) -> JSONResponse:
     return JSONResponse(decision)
 
 
-@router.post("/v1/sessions/{session_id}/tool")
+@router.post("/v1/sessions/{session_id}/tool", response_model=Injects, **body_route(ToolBody))
 def post_tool(session_id: str, request: Request, body: ToolIn) -> JSONResponse:
     """A finished tool call (tool-after): observed tools, evidence, captures → ``{"injects": [...]}``."""
     if isinstance(body, JSONResponse):
@@ -218,14 +284,14 @@ def post_tool(session_id: str, request: Request, body: ToolIn) -> JSONResponse:
     return JSONResponse({"injects": injects})
 
 
-@router.get("/v1/sessions/{session_id}/artifacts")
+@router.get("/v1/sessions/{session_id}/artifacts", response_model=dict[str, str])
 def get_artifacts(session_id: str, request: Request) -> JSONResponse:
     if (bad := bad_session(session_id)) is not None:
         return bad
     return JSONResponse(function_store(request).load(session_id).artifacts)
 
 
-@router.put("/v1/sessions/{session_id}/artifacts/{name}")
+@router.put("/v1/sessions/{session_id}/artifacts/{name}", response_model=Artifact, **body_route(ArtifactBody))
 def put_artifact(session_id: str, name: str, request: Request, body: ArtifactIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
@@ -236,14 +302,14 @@ def put_artifact(session_id: str, name: str, request: Request, body: ArtifactIn)
     return JSONResponse({"name": name, "content": body.content})
 
 
-@router.get("/v1/sessions/{session_id}/state")
+@router.get("/v1/sessions/{session_id}/state", response_model=FunctionsState)
 def get_state(session_id: str, request: Request) -> JSONResponse:
     if (bad := bad_session(session_id)) is not None:
         return bad
     return JSONResponse(_state(function_store(request).load(session_id)))
 
 
-@router.get("/v1/sessions/{session_id}/attention")
+@router.get("/v1/sessions/{session_id}/attention", response_model=AttentionList)
 def get_attention(session_id: str, request: Request) -> JSONResponse:
     """Pausing signals (need_approval, blocked, need_clarification) whose function is still gated."""
     if (bad := bad_session(session_id)) is not None:

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from producers._api_models import API_ERRORS, BODY_ERRORS
 from producers._auth import credentials_of, is_root
 from producers._principal import Forbidden, NotFound, Principal, require
 from producers._web_common import error_response
@@ -22,7 +23,7 @@ from worker.ids import NameId
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["credentials"])
+router = APIRouter(tags=["credentials"], responses=API_ERRORS)
 
 
 class KeyRequest(BaseModel):
@@ -43,6 +44,21 @@ class CreatedKey(BaseModel):
     role: str
     key: str
     name: str
+
+
+class KeyRecord(BaseModel):
+    """A key as listed (no secret, no hash)."""
+
+    id: str
+    tenant: str
+    role: str
+    name: str
+    createdAt: int = Field(description="Unix milliseconds.")
+    revokedAt: int | None = Field(default=None, description="Unix milliseconds, once revoked.")
+
+
+class KeyList(BaseModel):
+    keys: list[KeyRecord]
 
 
 class TokenRequest(BaseModel):
@@ -67,7 +83,7 @@ def _tenant_for(principal: Principal, tenant: str | None) -> str:
     return wanted
 
 
-@router.post("/v1/keys", status_code=201, response_model=CreatedKey)
+@router.post("/v1/keys", status_code=201, response_model=CreatedKey, responses=BODY_ERRORS)
 def create_key(
     request: Request, body: KeyRequest, principal: Annotated[Principal, Depends(require("admin"))]
 ) -> JSONResponse:
@@ -82,7 +98,7 @@ def create_key(
     return JSONResponse(created.model_dump(), status_code=201)
 
 
-@router.get("/v1/keys")
+@router.get("/v1/keys", response_model=KeyList)
 def list_keys(
     request: Request,
     principal: Annotated[Principal, Depends(require("admin"))],
@@ -93,7 +109,7 @@ def list_keys(
     return JSONResponse({"keys": [r.public() for r in credentials_of(request).list(wanted)]})
 
 
-@router.delete("/v1/keys/{key_id}")
+@router.delete("/v1/keys/{key_id}", response_model=KeyRecord)
 def revoke_key(
     key_id: str, request: Request, principal: Annotated[Principal, Depends(require("admin"))]
 ) -> JSONResponse:
@@ -107,7 +123,7 @@ def revoke_key(
     return JSONResponse(revoked.public())
 
 
-@router.post("/v1/tokens", response_model=MintedToken)
+@router.post("/v1/tokens", response_model=MintedToken, responses=BODY_ERRORS)
 def mint_token(
     request: Request, body: TokenRequest, principal: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:

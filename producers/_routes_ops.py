@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from producers._auth import ops_access
 from producers._client import Producer
-from producers._ops import redrive_events
+from producers._ops import discard_events, edited_bodies, redrive_events
 from producers._principal import Principal, public, require, tenant_producer
 from producers._web_common import JsonObject, error_response, producer_of
+from worker.intake import InvalidEvent
 from worker.metrics_store import render_prometheus
+from worker.runs import list_discarded
 from worker.store_safety import current_safety, safety_gauges
 
 __all__ = ["router"]
@@ -32,27 +34,91 @@ def get_chain(
 
 @router.get("/v1/dlq")
 def get_dlq(
-    request: Request, _: Annotated[Principal, Depends(require("read"))], offset: int = 0, limit: int = 50
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
+    offset: int = 0,
+    limit: int = 50,
+    state: Literal["dead", "discarded"] = "dead",
 ) -> JSONResponse:
+    """Dead events (latest death first), or with ``state=discarded`` the discarded ones (latest discard first,
+    each with its ``reason`` and ``at``); ``limit`` is held to 1..500."""
     store = tenant_producer(request).store
-    limit = max(1, min(limit, 500))
-    return JSONResponse(
-        {"events": store.dlq_list(offset=max(offset, 0), limit=limit), "total": store.dlq_size()}
-    )
+    offset, limit = max(offset, 0), max(1, min(limit, 500))
+    if state == "discarded":
+        events = list_discarded(store, offset=offset, limit=limit)
+        return JSONResponse(
+            {"events": events, "total": int(store.client.zcard(store.keys.runs("discarded-at")))}
+        )
+    return JSONResponse({"events": store.dlq_list(offset=offset, limit=limit), "total": store.dlq_size()})
+
+
+def _ids_or_all(body: dict[str, Any]) -> list[str] | JSONResponse | None:
+    """``eventIds`` (strings), None for ``"all": true``, or the 422 naming ``eventIds``."""
+    ids = body.get("eventIds")
+    if body.get("all") is True:
+        return None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        return error_response(422, "invalid_field", 'give "eventIds": [..] or "all": true', "eventIds")
+    return ids
 
 
 @router.post("/v1/dlq/redrive")
 def post_redrive(
     request: Request, body: JsonObject, _: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:
-    """``{"eventIds": [...]}`` or ``{"all": true}``."""
+    """``{"eventIds": [...]}``, ``{"all": true}``, or ``{"events": [{"eventId", "payload"}...]}`` to redrive
+    with edited payloads (each validated like a new event's: a 422 names ``events[i].payload.<field>`` and
+    nothing is redriven)."""
     if isinstance(body, JSONResponse):
         return body
-    ids = body.get("eventIds")
-    redrive_all = body.get("all") is True
-    if not redrive_all and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
-        return error_response(422, "invalid_field", 'give "eventIds": [..] or "all": true', "eventIds")
-    return JSONResponse(redrive_events(tenant_producer(request), None if redrive_all else ids))
+    producer = tenant_producer(request)
+    if "events" in body:
+        edits = _edits(body["events"])
+        if isinstance(edits, JSONResponse):
+            return edits
+        try:
+            bodies = edited_bodies(producer, edits)
+        except InvalidEvent as exc:
+            return error_response(exc.status_code, exc.error.code, exc.error.message, exc.error.field)
+        return JSONResponse(redrive_events(producer, [event_id for event_id, _ in edits], bodies=bodies))
+    ids = _ids_or_all(body)
+    if isinstance(ids, JSONResponse):
+        return ids
+    return JSONResponse(redrive_events(producer, ids))
+
+
+def _edits(events: Any) -> list[tuple[str, Any]] | JSONResponse:
+    if not isinstance(events, list) or not events:
+        return error_response(422, "invalid_field", "events must be a non-empty array", "events")
+    edits: list[tuple[str, Any]] = []
+    for index, item in enumerate(events):
+        if not isinstance(item, dict) or not isinstance(item.get("eventId"), str) or not item["eventId"]:
+            field = f"events[{index}].eventId"
+            return error_response(422, "invalid_field", f"{field} must be an event id", field)
+        if "payload" not in item:
+            field = f"events[{index}].payload"
+            return error_response(422, "missing_field", f"{field} is required", field)
+        edits.append((item["eventId"], item["payload"]))
+    return edits
+
+
+@router.post("/v1/dlq/discard")
+def post_discard(
+    request: Request, body: JsonObject, _: Annotated[Principal, Depends(require("operate"))]
+) -> JSONResponse:
+    """``{"eventIds": [...], "reason"?}`` or ``{"all": true, "reason"?}``: dead events leave the DLQ and stay
+    as audit records (status ``discarded``, reason, time; ``GET /v1/dlq?state=discarded``)."""
+    if isinstance(body, JSONResponse):
+        return body
+    reason = body.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > 1000:
+        return error_response(
+            422, "invalid_field", "reason must be a string of at most 1000 characters", "reason"
+        )
+    ids = _ids_or_all(body)
+    if isinstance(ids, JSONResponse):
+        return ids
+    return JSONResponse(discard_events(tenant_producer(request), ids, reason))
 
 
 @router.get("/healthz", dependencies=[Depends(public)])
@@ -83,7 +149,7 @@ def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
 
-@router.get("/metrics", dependencies=[Depends(ops_access)])
+@router.get("/metrics", dependencies=[Depends(ops_access)], response_class=PlainTextResponse)
 def metrics(request: Request) -> PlainTextResponse:
     """The pipeline's own counters, then every process's OpenTelemetry metrics (aggregated in Redis)."""
     producer = producer_of(request)

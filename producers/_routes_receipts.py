@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
+from producers._api_models import API_ERRORS, ReceiptPage
 from producers._principal import Principal, check_user, require, tenant_producer
 from producers._web_common import error_response, settings_of
 from worker.receipts import ReceiptStore
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(responses=API_ERRORS, tags=["receipts"])
 MAX_LIMIT = 50
+CURSOR = re.compile(r"-?[0-9]{1,18}:.+", re.DOTALL)  # "<createdAt>:<id>", as list() returns it
 
 
 def receipt_store(request: Request) -> ReceiptStore:
@@ -23,16 +26,16 @@ def receipt_store(request: Request) -> ReceiptStore:
     return ReceiptStore(store.client, store.keys, ttl_s=settings_of(request).receipt_retention_s)
 
 
-@router.get("/v1/receipts")
+@router.get("/v1/receipts", response_model=ReceiptPage)
 def get_receipts(
     request: Request,
     principal: Annotated[Principal, Depends(require("read", users=True))],
-    userId: str | None = None,
+    userId: str,
     agentId: str | None = None,
     topicId: str | None = None,
     sinceCreatedAt: int | None = None,
-    limit: int = 20,
-    cursor: str | None = None,
+    limit: Annotated[int, Query(json_schema_extra={"minimum": 1, "maximum": MAX_LIMIT})] = 20,
+    cursor: Annotated[str | None, Query(description="The previous page's ``cursor``.")] = None,
 ) -> JSONResponse:
     """``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor`` comes from the previous page; ``limit``
     is 1..50, default 20 (LobeHub's ``listReceipts``)."""
@@ -41,7 +44,7 @@ def get_receipts(
     check_user(principal, userId, "receipts")
     if not 1 <= limit <= MAX_LIMIT:
         return error_response(422, "invalid_field", f"limit must be between 1 and {MAX_LIMIT}", "limit")
-    if cursor is not None and ":" not in cursor:
+    if cursor is not None and CURSOR.fullmatch(cursor) is None:
         return error_response(422, "invalid_field", "cursor is not one this API returned", "cursor")
     receipts, next_cursor = receipt_store(request).list(
         user_id=userId,

@@ -13,24 +13,61 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 from policies.conversation import RoutingDeps, RoutingSettings
 from policies.routing import ConfigError, NoDecisionsConfigured, ReloadingRouter, validate_route_input
+from producers._api_models import API_ERRORS, RouteResult, body_route
 from producers._principal import Principal, require, tenant_producer
 from producers._web_common import JsonObject, error_response, producer_of
-from worker.ids import ID_MAX_LENGTH, id_problem
+from worker.ids import ID_MAX_LENGTH, Id, id_problem
 from worker.intake import InvalidEvent
 
 __all__ = ["RECORD_ERROR_HEADER", "router"]
 
 log = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(responses=API_ERRORS, tags=["routing"])
 RECORD_ERROR_HEADER = "Agent-Signal-Record-Error"
 CALLER_IDS = ("requestId", "scopeKey", "userId", "agentId", "workspaceId")
+_RECORD_ERROR_DOC = {
+    "description": "Routed, but its chat.request record was skipped: the reason's code.",
+    "schema": {"type": "string"},
+}
+
+
+class ExternalSignal(BaseModel):
+    """A signal computed by the caller: matched unless it carries ``error``."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(min_length=1, pattern=r"\S")
+    name: str = Field(min_length=1, pattern=r"\S")
+    confidence: float | None = Field(default=None, description="1.0 when absent.")
+    value: float | None = Field(default=None, description="Feeds predicate leaves.")
+    error: str | None = Field(default=None, description="Feeds ``on_error``; the signal is then not matched.")
+
+
+class ChatRequest(BaseModel):
+    """The chat request in the protocol's own shape (``messages``, ``input``, ``tools``, …)."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = Field(default=None, description='Absent or ``"auto"``: the decision\'s model.')
+
+
+class RouteRequest(BaseModel):
+    """``POST /v1/route`` (read by :func:`policies.routing.validate_route_input`, which names the field)."""
+
+    request: ChatRequest
+    protocol: Literal["openai-chat", "anthropic-messages", "openai-responses"] = "openai-chat"
+    externalSignals: list[ExternalSignal] = Field(default_factory=list)
+    requestId: Id | None = Field(default=None, description="The chat.request event's sourceId.")
+    scopeKey: Id | None = Field(default=None, description="The record's scope (default: one of its own).")
+    userId: Id | None = None
+    agentId: Id | None = None
+    workspaceId: Id | None = None
 
 
 def _holder(request: Request) -> ReloadingRouter | None:
@@ -38,7 +75,11 @@ def _holder(request: Request) -> ReloadingRouter | None:
     return producer_of(request).deps.get(RoutingDeps).router
 
 
-@router.post("/v1/route")
+@router.post(
+    "/v1/route",
+    response_model=RouteResult,
+    **body_route(RouteRequest, responses={200: {"headers": {RECORD_ERROR_HEADER: _RECORD_ERROR_DOC}}}),
+)
 def post_route(
     request: Request, body: JsonObject, _: Annotated[Principal, Depends(require("ingest"))]
 ) -> JSONResponse:
@@ -57,9 +98,9 @@ def post_route(
     except ValueError as exc:
         field, message = exc.args
         return error_response(422, "invalid_field", message, field)
-    bad_id = _caller_id_error(body)
-    if bad_id is not None:
-        return bad_id
+    bad_input = _model_error(chat) or _caller_id_error(body)
+    if bad_input is not None:
+        return bad_input
     try:
         result = holder.get().route(chat, protocol, external)
     except ConfigError as exc:
@@ -72,6 +113,14 @@ def post_route(
         if failure is not None:
             response.headers[RECORD_ERROR_HEADER] = failure
     return response
+
+
+def _model_error(chat: dict[str, Any]) -> JSONResponse | None:
+    """The 422 for a ``request.model`` that is not a string (it would come back as the answer's ``model``)."""
+    model = chat.get("model")
+    if model is None or isinstance(model, str):
+        return None
+    return error_response(422, "invalid_field", "request.model: must be a string", "request.model")
 
 
 def _caller_id_error(body: dict[str, Any]) -> JSONResponse | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import Annotated
+from typing import Annotated, Literal
 
 import anyio
 from fastapi import APIRouter, Depends, Request
@@ -18,6 +18,7 @@ from sse_starlette import ServerSentEvent
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.documents import DocumentStore
 from policies.self_iteration.gate import set_override
+from producers._api_models import API_ERRORS, ErrorBody, Receipt, body_route, error_responses
 from producers._feed import FeedResponse, Listener, Resync, feed_of
 from producers._principal import Principal, check_user, require, tenant_producer
 from producers._routes_receipts import receipt_store
@@ -26,7 +27,55 @@ from worker.receipts import ReceiptStore
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(responses=API_ERRORS, tags=["self-iteration"])
+
+
+class Memory(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    layer: str
+    title: str
+    summary: str
+    sourceId: str
+    createdAt: int = Field(description="Unix milliseconds.")
+
+
+class MemoryList(BaseModel):
+    memories: list[Memory] = Field(description="Newest first.")
+
+
+class SkillDocument(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    agentDocumentId: str
+    title: str
+    content: str
+    createdAt: int = Field(description="Unix milliseconds.")
+    updatedAt: int = Field(description="Unix milliseconds.")
+    version: int
+    sourceId: str
+    restoredFrom: str | None = Field(default=None, description="The history id a rollback restored.")
+
+
+class SkillList(BaseModel):
+    skills: list[SkillDocument] = Field(description="Most recently updated first.")
+
+
+RollbackStatus = Literal["rolled_back", "conflict", "not_found", "failed", "unsupported"]
+
+
+class Rollback(BaseModel):
+    status: RollbackStatus
+    receipt: Receipt | None = Field(default=None, description="The receipt, with its ``rollbackStatus``.")
+
+
+class RollbackNotFound(BaseModel):
+    status: Literal["not_found"]
+
+
+class GateState(BaseModel):
+    userId: str
+    enabled: bool = Field(description="Whether self-iteration runs for the user (override, else default).")
 
 
 Reader = Annotated[Principal, Depends(require("read", users=True))]
@@ -38,15 +87,15 @@ def _docs(request: Request) -> DocumentStore:
     return DocumentStore(store.client, store.keys)
 
 
-@router.get("/v1/memories")
-def list_memories(request: Request, principal: Reader, userId: str = "") -> JSONResponse:
+@router.get("/v1/memories", response_model=MemoryList)
+def list_memories(request: Request, principal: Reader, userId: str) -> JSONResponse:
     if not userId:
         return error_response(422, "missing_field", "userId is required", "userId")
     check_user(principal, userId, "memories")
     return JSONResponse({"memories": _docs(request).list_memories(userId)})
 
 
-@router.get("/v1/memories/{memory_id}")
+@router.get("/v1/memories/{memory_id}", response_model=Memory)
 def get_memory(memory_id: str, request: Request, principal: Reader, userId: str = "") -> JSONResponse:
     check_user(principal, userId, "memory")
     memory = _docs(request).get_memory(userId, memory_id) if userId else None
@@ -55,7 +104,7 @@ def get_memory(memory_id: str, request: Request, principal: Reader, userId: str 
     return JSONResponse(memory)
 
 
-@router.get("/v1/skills")
+@router.get("/v1/skills", response_model=SkillList)
 def list_skills(request: Request, principal: Reader, userId: str = "", agentId: str = "") -> JSONResponse:
     if not userId or not agentId:
         return error_response(
@@ -65,7 +114,7 @@ def list_skills(request: Request, principal: Reader, userId: str = "", agentId: 
     return JSONResponse({"skills": _docs(request).list_skills(userId, agentId)})
 
 
-@router.get("/v1/skills/{document_id}")
+@router.get("/v1/skills/{document_id}", response_model=SkillDocument)
 def get_skill(
     document_id: str, request: Request, principal: Reader, userId: str = "", agentId: str = ""
 ) -> JSONResponse:
@@ -76,7 +125,16 @@ def get_skill(
     return JSONResponse(doc)
 
 
-@router.post("/v1/receipts/{receipt_id:path}/rollback")
+@router.post(
+    "/v1/receipts/{receipt_id:path}/rollback",
+    response_model=Rollback,
+    responses={
+        404: {
+            "model": RollbackNotFound | ErrorBody,
+            "description": "No such receipt, or not the caller's (``status``); or no such path (the error body).",
+        }
+    },
+)
 def rollback_receipt(receipt_id: str, request: Request, principal: Operator) -> JSONResponse:
     """Undo a skill-document receipt: rolled_back | conflict | not_found | failed | unsupported (kept on the receipt)."""
     receipts = receipt_store(request)
@@ -101,9 +159,19 @@ def rollback_receipt(receipt_id: str, request: Request, principal: Operator) -> 
     return JSONResponse({"status": status, "receipt": updated})
 
 
-@router.get("/v1/receipts/stream")
+@router.get(
+    "/v1/receipts/stream",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Server-sent events",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **error_responses(429),
+    },
+)
 def stream_receipts(
-    request: Request, principal: Reader, userId: str = "", agentId: str = "-", topicId: str = "-"
+    request: Request, principal: Reader, userId: str, agentId: str = "-", topicId: str = "-"
 ) -> Response:
     """Server-sent events: ``: connected`` once the subscription is live, then ``event: receipt`` with the
     receipt JSON once per new receipt, ``event: resync`` when the client fell behind or the server lost its
@@ -166,7 +234,7 @@ class GateBody(BaseModel):
     enabled: bool | None = Field(strict=True)
 
 
-@router.put("/v1/features/self-iteration/{user_id}")
+@router.put("/v1/features/self-iteration/{user_id}", response_model=GateState, **body_route(GateBody))
 def put_gate(
     user_id: str,
     request: Request,

@@ -10,16 +10,17 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from producers._api_models import API_ERRORS, ContextView, SessionSettings, body_route
 from producers._principal import principal_of, tenant_producer
 from producers._session_access import session_access, session_store
 from producers._web_common import InvalidBody, decode_json, error_response, parse_body
-from sessions.dmail import ToolResult, end_step, send_dmail
+from sessions.dmail import DMail, ToolResult, end_step, send_dmail
 from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, session_scope
 from worker.ids import NameId
 
 __all__ = ["bad_session", "record_event", "router", "session_body", "session_full"]
 
-router = APIRouter(dependencies=[Depends(session_access)])
+router = APIRouter(dependencies=[Depends(session_access)], responses=API_ERRORS, tags=["sessions"])
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
 B = TypeVar("B", bound=BaseModel)
 
@@ -36,7 +37,7 @@ class SettingsBody(BaseModel):
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="allow")
-    role: str = Field(min_length=1)
+    role: str = Field(min_length=1, json_schema_extra={"pattern": "^[^_]"})  # the validator's rule
     content: Any = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
@@ -72,6 +73,29 @@ class CompactBody(BaseModel):
 
 class EmptyBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class ContextLength(BaseModel):
+    length: int = Field(description="Messages in the context after the append.")
+
+
+class CheckpointCreated(BaseModel):
+    checkpointId: int
+
+
+class DMailResult(BaseModel):
+    """kimi's ToolOk / ToolError: a refused D-Mail is ``isError`` (still 200)."""
+
+    isError: bool
+    output: str
+    message: str
+    brief: str
+
+
+class StepEndResult(BaseModel):
+    outcome: Literal["applied", "discarded", "none"]
+    checkpointId: int | None = Field(default=None, description="When applied: the checkpoint reverted to.")
+    messages: list[dict[str, Any]] | None = Field(default=None, description="When applied: the context.")
 
 
 def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
@@ -137,7 +161,7 @@ def record_event(
     tenant_producer(request).enqueue(event)
 
 
-@router.put("/v1/sessions/{session_id}")
+@router.put("/v1/sessions/{session_id}", response_model=SessionSettings, **body_route(SettingsBody))
 def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
@@ -157,14 +181,16 @@ def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResp
     return JSONResponse(session_store(request).update_settings(session_id, changes).to_json_dict())
 
 
-@router.get("/v1/sessions/{session_id}")
+@router.get("/v1/sessions/{session_id}", response_model=SessionSettings)
 def get_session(session_id: str, request: Request) -> JSONResponse:
     if (bad := bad_session(session_id)) is not None:
         return bad
     return JSONResponse(session_store(request).get_settings(session_id).to_json_dict())
 
 
-@router.post("/v1/sessions/{session_id}/context/messages")
+@router.post(
+    "/v1/sessions/{session_id}/context/messages", response_model=ContextLength, **body_route(MessagesBody)
+)
 def post_messages(session_id: str, request: Request, body: MessagesIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
@@ -175,7 +201,9 @@ def post_messages(session_id: str, request: Request, body: MessagesIn) -> JSONRe
         return session_full(exc)
 
 
-@router.post("/v1/sessions/{session_id}/context/checkpoint")
+@router.post(
+    "/v1/sessions/{session_id}/context/checkpoint", response_model=CheckpointCreated, **body_route(EmptyBody)
+)
 def post_checkpoint(session_id: str, request: Request, body: EmptyIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
@@ -187,7 +215,7 @@ def post_checkpoint(session_id: str, request: Request, body: EmptyIn) -> JSONRes
         return session_full(exc)
 
 
-@router.post("/v1/sessions/{session_id}/context/revert")
+@router.post("/v1/sessions/{session_id}/context/revert", response_model=ContextView, **body_route(RevertBody))
 def post_revert(session_id: str, request: Request, body: RevertIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
@@ -198,7 +226,7 @@ def post_revert(session_id: str, request: Request, body: RevertIn) -> JSONRespon
     return JSONResponse(view.to_json_dict())
 
 
-@router.post("/v1/sessions/{session_id}/context/clear")
+@router.post("/v1/sessions/{session_id}/context/clear", response_model=ContextView)
 def post_clear(session_id: str, request: Request) -> JSONResponse:
     """kimi's Context.clear: everything goes, checkpoint ids restart at 0."""
     if (bad := bad_session(session_id)) is not None:
@@ -207,7 +235,9 @@ def post_clear(session_id: str, request: Request) -> JSONResponse:
     return JSONResponse(session_store(request).read(session_id).to_json_dict())
 
 
-@router.post("/v1/sessions/{session_id}/context/compact")
+@router.post(
+    "/v1/sessions/{session_id}/context/compact", response_model=ContextView, **body_route(CompactBody)
+)
 def post_compact(session_id: str, request: Request, body: CompactIn) -> JSONResponse:
     """Compaction: clear, checkpoint 0 (with its CHECKPOINT message when D-Mail is on), the compacted messages."""
     if isinstance(body, JSONResponse):
@@ -223,14 +253,18 @@ def post_compact(session_id: str, request: Request, body: CompactIn) -> JSONResp
     return JSONResponse(store.read(session_id).to_json_dict())
 
 
-@router.get("/v1/sessions/{session_id}/context")
+@router.get("/v1/sessions/{session_id}/context", response_model=ContextView)
 def get_context(session_id: str, request: Request) -> JSONResponse:
     if (bad := bad_session(session_id)) is not None:
         return bad
     return JSONResponse(session_store(request).read(session_id).to_json_dict())
 
 
-@router.post("/v1/sessions/{session_id}/dmail")
+@router.post(
+    "/v1/sessions/{session_id}/dmail",
+    response_model=DMailResult,
+    **body_route(DMail, "The SendDMail tool's arguments (any JSON: what is not valid is a ToolError)."),
+)
 def post_dmail(
     session_id: str, request: Request, arguments: Annotated[Any, Depends(dmail_arguments)]
 ) -> JSONResponse:
@@ -266,7 +300,7 @@ def _anchor(store: SessionStore, session_id: str) -> str | None:
     return None
 
 
-@router.post("/v1/sessions/{session_id}/steps/end")
+@router.post("/v1/sessions/{session_id}/steps/end", response_model=StepEndResult, **body_route(StepEndBody))
 def post_step_end(session_id: str, request: Request, body: StepEndIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body

@@ -6,17 +6,27 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 
+from producers._api_models import API_ERRORS
 from producers._principal import Principal, check_user, require, tenant_producer
 from sessions.store import session_scope
 from worker.erasure import erase_user
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(responses=API_ERRORS, tags=["users"])
 
 
-@router.delete("/v1/users/{user_id}")
+class Erasure(BaseModel):
+    userId: str
+    removed: dict[str, int] = Field(description="How many of each kind of record were erased.")
+    busyScopes: int = Field(
+        description="Scopes with an event running now, left for the next call (call again)."
+    )
+
+
+@router.delete("/v1/users/{user_id}", response_model=Erasure)
 def delete_user(
     user_id: str,
     request: Request,

@@ -23,7 +23,13 @@ def serve_web(settings: Settings) -> int:
     settings.require_redis_url()
     load_plugins(settings)  # unknown settings and broken plugins stop here, as one line, before serving
     check_credentials(settings)
-    uvicorn.run(create_web_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    uvicorn.run(
+        create_web_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+    )  # ours: producers/_access_log.py
     return 0
 
 

@@ -11,6 +11,9 @@ Delivery settings, and why (see docs/decisions.md):
 * ``visibility_timeout`` > hard limit > soft limit (checked by worker.settings.check_settings).
 * ``global_keyprefix`` on a Redis broker: the broker's keys live under our prefix too, so a test run (or two
   deployments on one Redis) never touches anybody else's keys.
+* ``worker_send_task_events`` follows ``AGENT_SIGNAL_TASK_EVENTS`` (default on): Flower and ``celery events``
+  see every task. The cost is three small pub/sub messages per task from the worker's main process (measured
+  in docs/decisions.md); nothing is stored. ``worker.celery_app`` is the module-level app for ``celery -A``.
 """
 
 from __future__ import annotations
@@ -120,7 +123,9 @@ def create_app(settings: Settings) -> Celery:
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
         worker_cancel_long_running_tasks_on_connection_loss=True,
-        worker_send_task_events=False,
+        # Task events (Flower, `celery events`); `task-sent` would cost every publisher a message: off.
+        worker_send_task_events=settings.task_events,
+        task_send_sent_event=False,
         enable_utc=True,
     )
     # The plugins' tasks are registered in every process (their names and code), built lazily per child.

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
 from worker.errors import PermanentFailure
@@ -23,8 +24,10 @@ from worker.intake import (
     InvalidEvent,
     SourceEvent,
     StoreUnavailable,
+    field_path,
     parse_event,
     prepare,
+    pydantic_error,
 )
 from worker.settings import Settings
 from worker.source_types import SourceTypePolicy
@@ -52,6 +55,7 @@ class Emitter:
         *,
         source_types: Iterable[str] = (),
         admission: Sequence[AdmissionHook] = (),
+        payload_schemas: Iterable[tuple[str, type[BaseModel]]] = (),
     ) -> None:
         self.settings = settings
         self.store = store
@@ -61,6 +65,12 @@ class Emitter:
             extra=[*settings.extra_source_types, *source_types],
         )
         self.admission = tuple(admission)
+        self.payload_schemas: dict[str, list[type[BaseModel]]] = {}
+        for (
+            source_type,
+            model,
+        ) in payload_schemas:  # the plugins' payload models, each must accept the payload
+            self.payload_schemas.setdefault(source_type, []).append(model)
         # The door (SDK, HTTP, CLI) enforces the inbox and tenant limits; the engine's own emits (plugin
         # tasks reporting a run) do not: refusing those would lose what a run already did.
         self.enforce_limits = False
@@ -81,6 +91,7 @@ class Emitter:
         """Validate and prepare one event, or raise InvalidEvent naming the field."""
         data = event.model_dump(by_alias=True, exclude_none=True) if isinstance(event, SourceEvent) else event
         parsed = parse_event(data, self.types, prefix=prefix)
+        self.check_payload(parsed.source_type, parsed.payload, prefix=prefix)
         size = len(json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
         if size > self.settings.max_event_bytes:
             field = f"{prefix}.payload" if prefix else "payload"
@@ -93,6 +104,18 @@ class Emitter:
                 status_code=413,
             )
         return prepare(parsed, tenant=self.store.tenant)
+
+    def check_payload(self, source_type: str, payload: Mapping[str, Any], *, prefix: str = "") -> None:
+        """Raise InvalidEvent naming ``payload.<field>`` when a plugin's payload model for ``source_type``
+        refuses ``payload`` (the 422 the door answers, instead of an event that dies in the worker)."""
+        for model in self.payload_schemas.get(source_type, ()):
+            try:
+                model.model_validate(payload)
+            except ValidationError as exc:
+                first = exc.errors(include_url=False)[0]
+                where = field_path(("payload",), prefix) or "payload"
+                error = pydantic_error(first, prefix=where, model_name=f"{source_type} payload")
+                raise InvalidEvent(error) from None
 
     def validate_many(self, events: Sequence[EventLike], *, single: bool = False) -> list[PreparedEvent]:
         """Validate a batch (all or nothing): InvalidEvent names ``events[i].field`` (``field`` when single)."""

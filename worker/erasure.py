@@ -34,7 +34,17 @@ from worker.store import EventStore, now_ms
 __all__ = ["ErasureReport", "erase_user", "user_hash"]
 
 SCAN_COUNT = 500
-TOMBSTONE_DROPS = ("event", "userId", "scopeKey", "sourceId", "error", "chainId", "lastError")
+TOMBSTONE_DROPS = (
+    "event",
+    "userId",
+    "scopeKey",
+    "sourceId",
+    "error",
+    "chainId",
+    "lastError",
+    "history",  # attempts: their errors may quote the payload
+    "discardReason",
+)
 
 
 @dataclass(slots=True)
@@ -254,6 +264,7 @@ def _drop_scopes(store: EventStore, scopes: list[str], report: ErasureReport) ->
         client.delete(*doomed[start : start + 500])
     report.removed["scopeKeys"] += len(doomed)
     report.removed["scopes"] += len(scopes)
+    client.hdel(k.runs("paused"), *scopes)  # a paused scope's key may name the user
     for scope in scopes:
         ref = k.scope_ref(scope)
         client.srem(k.scopes, ref)

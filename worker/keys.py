@@ -53,6 +53,8 @@ ENGINE_FAMILIES = (
     "ready:",
     "scope-users:",
     "sessions-of:",
+    "runs:",
+    "by-source:",
 )
 ENGINE_SINGLETONS = (
     "scopes",
@@ -298,6 +300,18 @@ class Keys:
     def user_events(self, user_id: str) -> str:
         """One user's event ids by enqueue time (zset, dedupe window): erasure and the runs explorer use it."""
         return f"{self.own}events-of:user:{user_id}"
+
+    def runs(self, *parts: str) -> str:
+        """Runs explorer indexes (zsets of event ids by enqueue time: ``all``, ``status:<s>``, ``type:<t>``),
+        ``discarded-at`` (by discard time) and ``paused`` (hash scope -> pausedAt): worker/runs.py."""
+        return f"{self.own}runs:{':'.join(parts)}"
+
+    def runs_of_scope(self, scope_key: str) -> str:
+        return f"{self.own}runs:scope:{{{scope_key}}}"
+
+    def events_of_source(self, digest: str) -> str:
+        """One of 256 buckets (zset of "<digest>:<eventId>" by enqueue time) of event_records.source_digest."""
+        return f"{self.own}by-source:{digest[:2]}"
 
     def scope_users(self, scope_key: str) -> str:
         """The users whose events a scope holds (set): erasure drops a scope whole only when it is one user's."""

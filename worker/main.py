@@ -1,9 +1,28 @@
-"""Entry point of a worker process (``agent-signal worker``; the Procfile's ``worker``)."""
+"""Entry point of a worker process (``agent-signal worker``; the Procfile's ``worker``).
+
+The Celery command line we build, and why each flag:
+
+* ``--queues``, ``--concurrency``, ``--pool prefork``, ``--hostname agent-signal-<pid>@<host>``: ours.
+* ``--task-events`` when ``AGENT_SIGNAL_TASK_EVENTS`` is on (the app's ``worker_send_task_events`` says the
+  same; the flag makes it visible in ``ps``).
+* Worker heartbeats stay on (no ``--without-heartbeat``): Flower and ``celery events`` mark a worker online by
+  them, and they keep the event dispatcher alive, so ``celery control enable_events`` works even with task
+  events off. One small pub/sub message every 2 s per worker.
+* ``--without-gossip``: gossip makes every worker consume every other worker's event stream (N² messages)
+  for leader election and clock sync, which nothing here uses (our own heartbeat hash and reconcile lock do
+  that job).
+* ``--without-mingle``: mingle asks the other workers for revoked ids and clocks at start (a broadcast and a
+  wait); we do not revoke tasks.
+
+``extra_argv`` (``agent-signal worker -- <celery worker flags>``) is appended last, so a flag given there
+wins over ours (``--concurrency 3``, ``-n w1@%h``, ``--without-heartbeat``, ``-O fair``...).
+"""
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 
 import structlog
 
@@ -13,11 +32,18 @@ from worker.redis_client import redis_from_settings
 from worker.settings import Settings
 from worker.store_safety import check_at_boot
 
-__all__ = ["run_worker"]
+__all__ = ["celery_worker_argv", "run_worker"]
 
 
-def run_worker(settings: Settings, *, concurrency: int | None = None, loglevel: str = "INFO") -> int:
-    """Run one Celery worker (prefork) consuming the pipeline queue until stopped; refuse an evicting Redis."""
+def run_worker(
+    settings: Settings,
+    *,
+    concurrency: int | None = None,
+    loglevel: str = "INFO",
+    extra_argv: Sequence[str] = (),
+) -> int:
+    """Run one Celery worker (prefork) consuming the pipeline queue until stopped; refuse an evicting Redis.
+    ``extra_argv`` are ``celery worker`` flags added after ours."""
     configure_logging(env=settings.env, level=loglevel, fmt=settings.log_format)
     settings.require_redis_url()
     app = create_app(settings)
@@ -28,7 +54,7 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, loglevel: 
         client.close()
     structlog.get_logger(__name__).info(
         "worker settings: lease_ttl_s=%s renew=%s max_attempts=%s retry_base_ms=%s retry_cap_ms=%s "
-        "visibility_timeout_s=%s soft/hard=%s/%s plugins=%s",
+        "visibility_timeout_s=%s soft/hard=%s/%s task_events=%s plugins=%s",
         settings.lease_ttl_s,
         settings.lease_renew_interval_s,
         settings.max_attempts,
@@ -37,8 +63,22 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, loglevel: 
         settings.visibility_timeout_s,
         settings.task_soft_time_limit_s,
         settings.task_time_limit_s,
+        settings.task_events,
         [*settings.shipped_plugins, *settings.plugins],
     )
+    argv = celery_worker_argv(settings, concurrency=concurrency, loglevel=loglevel, extra_argv=extra_argv)
+    app.worker_main(argv)
+    return 0
+
+
+def celery_worker_argv(
+    settings: Settings,
+    *,
+    concurrency: int | None = None,
+    loglevel: str = "INFO",
+    extra_argv: Sequence[str] = (),
+) -> list[str]:
+    """The ``celery worker`` command line for ``settings`` (see the module docstring), ``extra_argv`` last."""
     argv = [
         "worker",
         "--queues",
@@ -53,7 +93,7 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, loglevel: 
         f"agent-signal-{os.getpid()}@{socket.gethostname()}",
         "--without-gossip",
         "--without-mingle",
-        "--without-heartbeat",
     ]
-    app.worker_main(argv)
-    return 0
+    if settings.task_events:
+        argv.append("--task-events")
+    return [*argv, *extra_argv]

@@ -7,7 +7,8 @@ the only place where the order of an event's steps is decided:
     begin         read the stored event; an unreadable one, or one whose earlier deliveries all died with
                   their worker, is decided ``dead`` here
     interpret     run the chain (worker.scheduler); an exception decides ``retry`` (backoff with full jitter)
-                  or ``dead`` (PermanentFailure, or the last attempt); LeaseLost stops the event uncommitted
+                  or ``dead`` (PermanentFailure, or the last attempt); LeaseLost stops the event uncommitted;
+                  an operator's cancel (worker/scope_control.py) stops it before its next action: ``cancelled``
     project       build the chain's projection (LobeHub's envelope + record), once, when the chain finished
     commit        the fenced COMMIT script: the outcome, the projection, and (``done`` only) the writes and
                   follow-up events the source and signal handlers staged; the same round trip takes the next
@@ -31,7 +32,6 @@ from typing import Any, Literal, Protocol
 
 from redis.exceptions import RedisError
 
-from worker.action_port import RedisActionPort
 from worker.chain_document import chain_projection, compact_json, peek_event
 from worker.context import Deps, EffectBuffer
 from worker.emitter import Emitter, StagedEmits
@@ -46,6 +46,7 @@ from worker.projection import trace_events
 from worker.registry import Registry
 from worker.retry import backoff_ms, should_retry
 from worker.scheduler import ChainScope, ChainTrace, run_chain
+from worker.scope_control import CancellablePort, EventCancelled
 from worker.settings import Settings
 from worker.snapshots import write_snapshot
 from worker.store import Begun, Commit, CommitReply, EventStore, Head, now_ms
@@ -55,7 +56,7 @@ __all__ = ["DEFAULT_STEPS", "DrainOutcome", "EventWork", "Pipeline", "Step"]
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["done", "dead", "retry"]
+Outcome = Literal["done", "dead", "retry", "cancelled"]
 
 
 @dataclass(slots=True)
@@ -119,7 +120,8 @@ class Interpret:
     def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
         if work.outcome is not None or work.source is None:
             return
-        port = RedisActionPort(pipeline.store, work.grant.scope_key, work.grant.fence, work.grant.lost)
+        grant = work.grant
+        port = CancellablePort(pipeline.store, grant.scope_key, grant.fence, grant.lost, work.begun.event_id)
         try:
             work.trace = run_chain(
                 work.source, pipeline.registry, port, scope=work.scope, telemetry=pipeline.telemetry
@@ -127,6 +129,8 @@ class Interpret:
         except LeaseLost:
             log.warning("lease lost mid-event; not committing", extra={"eventId": work.begun.event_id})
             work.lost = True
+        except EventCancelled:  # an operator cancelled it: nothing staged is committed (CommitStep)
+            work.decide("cancelled")
         except SkipEvent:  # nothing to do: commit done without what was staged before the skip
             work.scope.effects.clear()
             work.followups.events.clear()
@@ -179,7 +183,9 @@ class CommitStep:
             )
             work.lost = True
             return
-        if work.reply.code == -1:
+        if work.reply.code == 1 and work.reply.outcome == "cancelled":  # cancelled while it ran
+            work.outcome = "cancelled"
+        elif work.reply.code == -1:
             log.warning("fenced commit rejected (stale lease)", extra={"eventId": work.begun.event_id})
             work.grant.lost.set()
             work.lost = True

@@ -10,6 +10,9 @@ A :class:`Plugin` is one object that owns everything the engine does for one con
 * ``tasks``: its Celery tasks, as plain functions of ``(runtime, payload)``; ``runtime.publish`` sends one;
 * ``admission``: its checks at the door, a function of the runtime returning an :data:`AdmissionHook`;
 * ``source_types``: the source types its handlers listen to, admitted at the door;
+* ``payload_schemas``: ``{source_type: pydantic model}``, the payload its handlers require: checked at the door
+  (a 422 naming ``payload.<field>``), for follow-up events, and for a redrive's edited payload, so an event its
+  handlers can never process is refused instead of dying in the worker (every plugin's model must accept it);
 * ``deliverers``: ``{kind: runtime → deliverer}`` for the outbound calls its handlers stage with
   ``ctx.outbox(kind, payload, key=…)``; the outbox relay calls ``deliverer(record)`` at least once per
   record and the deliverer passes ``record.key`` on as the idempotency key.
@@ -25,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from pydantic import BaseModel as _BaseModel  # payload schemas are pydantic models (not re-exported)
 from redis import Redis
 
 from worker import emitter as _emitter
@@ -145,6 +149,7 @@ class Plugin:
     tasks: Sequence[PluginTask] = ()
     admission: Callable[[PluginRuntime], AdmissionHook] | None = None
     source_types: Sequence[str] = field(default_factory=tuple)
+    payload_schemas: Mapping[str, type[_BaseModel]] = field(default_factory=dict)
     deliverers: Mapping[str, Callable[[PluginRuntime], Deliverer]] = field(default_factory=dict)
 
     def build_policies(self, runtime: PluginRuntime) -> list[Policy]:

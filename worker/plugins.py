@@ -88,7 +88,10 @@ def assemble(
     base = PluginRuntime(settings=settings, redis=client, keys=store.keys, publish=publish_task)
     hooks = [p.admission(base) for p in plugins if p.admission is not None]
     source_types = [t for p in plugins for t in p.source_types]
-    emitter = Emitter(settings, store, publish_drain, source_types=source_types, admission=hooks)
+    schemas = [(t, model) for p in plugins for t, model in p.payload_schemas.items()]
+    emitter = Emitter(
+        settings, store, publish_drain, source_types=source_types, admission=hooks, payload_schemas=schemas
+    )
     deps = Deps()
     runtime = replace(base, emitter=emitter, deps=deps)
     for plugin in plugins:

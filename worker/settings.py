@@ -108,6 +108,7 @@ class Settings(BaseSettings):
 
     # --- dedupe ---
     dedupe_window_s: int = 24 * 60 * 60
+    run_index_max: int = Field(default=10_000, ge=0)  # events kept per runs-explorer index (0: window only)
 
     # --- scope lease ---
     lease_ttl_s: float = 30.0
@@ -148,6 +149,10 @@ class Settings(BaseSettings):
     visibility_timeout_s: int = 3600
     reconcile_interval_s: float = 15.0
     worker_concurrency: int = 2
+    # Celery task events (task-received/started/succeeded/failed on the broker's event channel), which Flower
+    # and `celery events` need to see tasks. On: Flower works out of the box. Off: the worker still sends its
+    # heartbeats, so `celery control enable_events` can turn them on at run time.
+    task_events: bool = True
 
     # --- telemetry ---
     telemetry_enabled: bool = True  # OpenTelemetry spans and metrics (off: no cost)

@@ -19,7 +19,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from worker.context import EffectBuffer
 from worker.errors import OverLimit
-from worker.event_records import status_record
+from worker.event_records import source_digest, status_record
 from worker.keys import Keys
 from worker.scripts import Scripts
 from worker.settings import Settings
@@ -81,7 +81,7 @@ class Commit:
     fence: int
     token: str
     event_id: str
-    outcome: Literal["done", "dead", "retry"]
+    outcome: Literal["done", "dead", "retry", "cancelled"]
     error: str = ""
     not_before_ms: int = 0
     chain_id: str = ""
@@ -92,12 +92,14 @@ class Commit:
 
 @dataclass(frozen=True, slots=True)
 class CommitReply:
-    """1 committed | -1 stale fence | -2 the head is another event | -3 a staged write was refused; scopes whose drain must be published
-    (follow-ups that found none scheduled); the next head when the commit went on."""
+    """1 committed | -1 stale fence | -2 the head is another event | -3 a staged write was refused; scopes whose
+    drain must be published (follow-ups that found none scheduled); the outcome committed (``cancelled`` when a
+    cancel was requested while the event ran); the next head when the commit went on."""
 
     code: int
     publish: list[str] = field(default_factory=list)
     head: Head | None = None
+    outcome: str = ""
     error: str = ""  # code -3: which staged write was refused or failed, and why
 
 
@@ -147,7 +149,7 @@ class EventStore:
         self.client = client
         self.settings = settings
         self.keys = Keys(settings.key_prefix, tenant)
-        self.scripts = Scripts.register(client)
+        self.scripts = Scripts.register(client).for_tenant(self.keys)
 
     @property
     def tenant(self) -> str:
@@ -158,6 +160,7 @@ class EventStore:
             return self
         other = copy.copy(self)
         other.keys = self.keys.for_tenant(tenant)
+        other.scripts = self.scripts.for_tenant(other.keys)
         return other
 
     @property
@@ -175,7 +178,7 @@ class EventStore:
         if not events:
             return []
         k = self.keys
-        keys = [k.scopes, k.stats, k.tenants]
+        keys = [k.scopes, k.stats, k.tenants, k.runs("paused"), k.runs("all"), k.runs("status", "active")]
         args: list[Any] = [
             now_ms(),
             self.settings.dedupe_window_s,
@@ -183,17 +186,12 @@ class EventStore:
             k.tenant,
             self.settings.max_inbox_depth if enforce_limits else 0,
             self.settings.tenant_max_queued if enforce_limits else 0,
+            self.settings.run_index_max,
         ]
         for ev in events:
-            keys += [
-                k.event(ev.event_id),
-                k.inbox(ev.scope_key),
-                k.scheduled(ev.scope_key),
-                k.enqueue_seq(ev.scope_key),
-                k.user_events(ev.user_id or ""),
-                k.scope_users(ev.scope_key),
-            ]
-            args += [ev.event_id, k.scope_ref(ev.scope_key), ev.body, ev.user_id or ""]
+            ev_keys, ev_args = self._admission(ev)
+            keys += ev_keys
+            args += ev_args
         try:
             replies = self.scripts.enqueue_batch(keys=keys, args=args)
         except ResponseError as exc:
@@ -212,6 +210,26 @@ class EventStore:
             for ev, (ok, publish) in zip(events, replies, strict=True)
         ]
 
+    def _admission(self, ev: PreparedEvent) -> tuple[list[str], list[str]]:
+        """One event's keys and arguments as ENQUEUE_BATCH and COMMIT (follow-ups) admit it: its record, inbox,
+        drain marker, counter, user index, scope users, source type and scope indexes and source-id bucket;
+        its id, scope ref, body, user, source type and id, and its member in the bucket."""
+        k, digest = self.keys, source_digest(ev.source_id)
+        keys = [
+            k.event(ev.event_id),
+            k.inbox(ev.scope_key),
+            k.scheduled(ev.scope_key),
+            k.enqueue_seq(ev.scope_key),
+            k.user_events(ev.user_id or ""),
+            k.scope_users(ev.scope_key),
+            k.runs("type", ev.source_type),
+            k.runs_of_scope(ev.scope_key),
+            k.events_of_source(digest),
+        ]
+        user = ev.user_id or ""
+        args = [ev.event_id, k.scope_ref(ev.scope_key), ev.body, user, ev.source_type, ev.source_id]
+        return keys, [*args, f"{digest}:{ev.event_id}"]
+
     def count_rejected(self, n: int = 1) -> None:
         """Best effort: a full store must not turn a 422 for bad input into a 503."""
         try:
@@ -225,21 +243,7 @@ class EventStore:
         """Fenced commit of the head event (see :class:`Commit`); with ``go_on`` the same round trip takes
         the next head, or releases the scope when it is idle."""
         k = self.keys
-        followups = [
-            [
-                k.event(f.event_id),
-                k.inbox(f.scope_key),
-                k.scheduled(f.scope_key),
-                k.enqueue_seq(f.scope_key),
-                k.user_events(f.user_id or ""),
-                k.scope_users(f.scope_key),
-                f.event_id,
-                k.scope_ref(f.scope_key),
-                f.body,
-                f.user_id or "",
-            ]
-            for f in commit.followups
-        ]
+        followups = [[*keys, *args] for keys, args in map(self._admission, commit.followups)]
         reply = self.scripts.commit(
             keys=[
                 k.inbox(commit.scope_key),
@@ -252,6 +256,9 @@ class EventStore:
                 k.scheduled(commit.scope_key),
                 k.scopes,
                 k.series,
+                k.runs("paused"),
+                k.runs("all"),
+                *(k.runs("status", s) for s in ("active", "done", "dead", "cancelled")),
             ],
             args=[
                 commit.fence,
@@ -271,6 +278,7 @@ class EventStore:
                 json.dumps(commit.effects.to_json_list()),
                 json.dumps(followups, ensure_ascii=False),
                 self.schedule_ttl_ms,
+                self.settings.run_index_max,
             ],
         )
         code = int(reply[0])
@@ -278,9 +286,9 @@ class EventStore:
             return CommitReply(code, error=staged_error(reply))
         if code != 1:
             return CommitReply(code)
-        publish = [_str(x) for x in reply[1]] if len(reply) > 1 and isinstance(reply[1], list) else []
-        head = Head.parse(reply[2:]) if len(reply) > 2 else None
-        return CommitReply(code, publish, head)
+        publish = [_str(x) for x in reply[1]] if isinstance(reply[1], list) else []
+        head = Head.parse(reply[3:]) if len(reply) > 3 else None
+        return CommitReply(code, publish, head, _str(reply[2]))
 
     # ---- reads -----------------------------------------------------------------------------------
 
@@ -338,8 +346,9 @@ class EventStore:
     def dlq_ids(self) -> list[str]:
         return [_str(x) for x in self.client.zrange(self.keys.dlq, 0, -1)]
 
-    def redrive(self, event_id: str) -> tuple[bool, str | None, bool]:
-        """Requeue one dead event; returns (requeued, scopeKey, needs a drain task)."""
+    def redrive(self, event_id: str, *, body: str = "") -> tuple[bool, str | None, bool]:
+        """Requeue one dead event (with ``body`` replacing the stored event, when given); returns (requeued,
+        scopeKey, needs a drain task)."""
         found = self.client.hget(self.keys.event(event_id), "scopeKey")
         if found is None:
             return False, None, False
@@ -353,6 +362,9 @@ class EventStore:
                 self.keys.dlq,
                 self.keys.stats,
                 self.keys.enqueue_seq(scope_key),
+                self.keys.runs("paused"),
+                self.keys.runs("status", "dead"),
+                self.keys.runs("status", "active"),
             ],
             args=[
                 event_id,
@@ -360,6 +372,9 @@ class EventStore:
                 now_ms(),
                 self.schedule_ttl_ms,
                 self.settings.dedupe_window_s,
+                body,
+                scope_key,
+                self.settings.run_index_max,
             ],
         )
         return bool(ok), scope_key, bool(publish)

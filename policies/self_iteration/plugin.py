@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from policies.self_iteration.bundle import self_iteration_policies
 from policies.self_iteration.deps import SelfIterationDeps, SelfIterationSettings
 from policies.self_iteration.documents import DocumentStore
@@ -36,7 +38,17 @@ from worker.plugin import (
     PreparedEvent,
 )
 
-__all__ = ["plugin"]
+__all__ = ["ToolOutcomePayload", "plugin"]
+
+
+class ToolOutcomePayload(BaseModel):
+    """What the tool-outcome handlers need before anything else: an ``outcome`` object (a 422 naming
+    ``payload.outcome`` at the door); ``outcome.status`` and ``tool.identifier`` are still checked by them."""
+
+    model_config = ConfigDict(extra="allow")
+
+    outcome: dict[str, Any]
+    tool: dict[str, Any] | None = None
 
 
 def _runner(settings: SelfIterationSettings, runtime: PluginRuntime) -> AgentRunner | None:
@@ -130,4 +142,5 @@ def plugin() -> Plugin:
         tasks=[PluginTask(AGENT_RUN_TASK, _agent_run)],
         admission=_gate,
         deliverers={AGENT_RUN_OUTBOX: _run_deliverer},
+        payload_schemas={t: ToolOutcomePayload for t in ("tool.outcome.completed", "tool.outcome.failed")},
     )

@@ -1,5 +1,8 @@
-// Agent Signal UI: receipts next to the messages that caused them, the chain inspector, dead letters and an
-// overview. Plain JavaScript, no dependencies, no CDN. Every API error is shown in the banner.
+// Agent Signal UI: receipts next to the messages that caused them, and the operator's console (runs and their
+// detail, dead letters, send and replay, scopes and workers, overview). Plain JavaScript, no dependencies, no
+// CDN. This file holds the shared helpers, the Conversation page and the router, and is loaded last; each
+// other page is a file of its own (runs.js, dlq.js, send.js, scopes.js, overview.js, examples.js) that only
+// defines functions. Every API error is shown in the banner.
 "use strict";
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -35,7 +38,7 @@ function el(tag, attrs = {}, ...children) {
     else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
     else node.setAttribute(key, value === true ? "" : value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -200,12 +203,20 @@ function receiptCard(receipt, owner, state) {
     el(
       "div",
       {},
-      el("div", { class: "title" }, receipt.title, " ", el("span", { class: `badge ${receipt.status}` }, receipt.status)),
+      el("div", { class: "title" }, receipt.title, " ", receiptBadge(receipt, rollback)),
       el("div", {}, receipt.detail || target.summary || ""),
       el("div", { class: "meta" }, `${receipt.kind} · ${fmtTime(receipt.createdAt)}`),
     ),
     actions,
   );
+}
+
+// The receipt's state as it is now: after an Undo the badge says what the rollback did, not "applied".
+const ROLLBACK_BADGES = { pending: "reverting", rolled_back: "reverted", conflict: "conflict", failed: "undo failed" };
+
+function receiptBadge(receipt, rollback) {
+  const status = String(ROLLBACK_BADGES[rollback] || receipt.status || "");
+  return el("span", { class: `badge ${status.replace(/\s+/g, "-")}`, "data-testid": "receipt-status", hidden: !status }, status);
 }
 
 async function openDocument(receipt, owner) {
@@ -460,279 +471,111 @@ function emptyState() {
   return el("div", { class: "empty" }, el("p", {}, "Choose a user, agent and topic above to see the conversation and its receipts."), emptyHint({}));
 }
 
+
 // ---------------------------------------------------------------------------------------------------------
-// Chain inspector
+// Helpers the operator pages share (runs.js, dlq.js, send.js, scopes.js, overview.js).
 
-function graphSvg(envelope, record) {
-  const dominant = new Set(record.conclusionChain.dominantPath);
-  const nodes = [];
-  const add = (id, label, type, layer, kind) => nodes.push({ id, label, type, layer, kind });
-  add(envelope.source.sourceId, envelope.source.sourceType, envelope.source.sourceType, 0, "source");
-  const depth = new Map([[envelope.source.sourceId, 0]]);
-  for (const s of envelope.signals) {
-    const parent = (s.chain && s.chain.parentNodeId) || envelope.source.sourceId;
-    const layer = (depth.get(parent) ?? 0) + 1;
-    depth.set(s.signalId, layer);
-    add(s.signalId, s.signalType, s.signalType, layer, "signal");
-  }
-  for (const a of envelope.actions) {
-    const layer = (depth.get(a.signal.signalId) ?? 1) + 1;
-    depth.set(a.actionId, layer);
-    add(a.actionId, a.actionType, a.actionType, layer, "action");
-  }
-  // result signals sit after their action
-  for (const n of nodes) {
-    const s = envelope.signals.find((x) => x.signalId === n.id && x.chain && x.chain.parentActionId);
-    if (s) { n.layer = (depth.get(s.chain.parentActionId) ?? n.layer) + 1; depth.set(n.id, n.layer); }
-  }
-  const finalAction = record.finalActionId;
-  // The dominant path is the source, every signal, and the final action (LobeHub's dominantPath).
-  const isDominant = (n) => n.kind === "source" || n.id === finalAction || (n.kind === "signal" && dominant.has(n.type));
-  const layers = new Map();
-  for (const n of nodes) { if (!layers.has(n.layer)) layers.set(n.layer, []); layers.get(n.layer).push(n); }
-  const W = 230, H = 46, GX = 40, GY = 18;
-  const pos = new Map();
-  for (const [layer, items] of layers) items.forEach((n, i) => pos.set(n.id, { x: 10 + layer * (W + GX), y: 10 + i * (H + GY) }));
-  const width = 20 + (Math.max(...layers.keys()) + 1) * (W + GX);
-  const height = 20 + Math.max(...[...layers.values()].map((l) => l.length)) * (H + GY);
-  const ns = "http://www.w3.org/2000/svg";
-  const svg = document.createElementNS(ns, "svg");
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  svg.setAttribute("width", String(width));
-  svg.setAttribute("height", String(height));
-  svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", "Chain graph; the dominant path is highlighted");
-  for (const e of envelope.edges) {
-    const a = pos.get(e.from), b = pos.get(e.to);
-    if (!a || !b) continue;
-    const line = document.createElementNS(ns, "line");
-    line.setAttribute("x1", String(a.x + W)); line.setAttribute("y1", String(a.y + H / 2));
-    line.setAttribute("x2", String(b.x)); line.setAttribute("y2", String(b.y + H / 2));
-    const from = nodes.find((n) => n.id === e.from), to = nodes.find((n) => n.id === e.to);
-    if (from && to && isDominant(from) && isDominant(to)) line.setAttribute("class", "dominant");
-    svg.append(line);
-  }
-  for (const n of nodes) {
-    const p = pos.get(n.id);
-    const g = document.createElementNS(ns, "g");
-    g.setAttribute("class", `node${isDominant(n) ? " dominant" : ""}`);
-    g.setAttribute("data-node-id", n.id);
-    const rect = document.createElementNS(ns, "rect");
-    rect.setAttribute("x", String(p.x)); rect.setAttribute("y", String(p.y)); rect.setAttribute("width", String(W)); rect.setAttribute("height", String(H)); rect.setAttribute("rx", "6");
-    const text = document.createElementNS(ns, "text");
-    text.setAttribute("x", String(p.x + 8)); text.setAttribute("y", String(p.y + 27));
-    text.textContent = n.label.length > 34 ? `${n.label.slice(0, 33)}…` : n.label;
-    const title = document.createElementNS(ns, "title");
-    title.textContent = n.id;
-    g.append(rect, text, title);
-    svg.append(g);
-  }
-  return svg;
+// Statuses after which an event does not change by itself.
+const TERMINAL = new Set(["done", "dead", "cancelled", "discarded"]);
+const LIVE_MS = 2000; // the operator pages re-read their data every 2 s (and right after an action)
+
+function postJson(path, body, options = {}) {
+  return api(path, { ...options, method: "POST", body: JSON.stringify(body) });
 }
 
-function stepList(title, items) {
-  return el("section", { class: "step" }, el("h3", {}, title), items.length ? el("ul", {}, items.map((t) => el("li", {}, t))) : el("p", {}, "(none)"));
+function fmtAge(ms) {
+  if (ms === undefined || ms === null || Number.isNaN(ms)) return "";
+  const s = Math.max(0, ms) / 1000;
+  if (s < 1) return `${Math.round(ms)} ms`;
+  if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+  return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
 }
 
-async function resolveChain(query) {
-  if (query.startsWith("evt_")) {
-    const { body } = await api(`/v1/events/${encodeURIComponent(query)}`);
-    return body.chainId;
+function badge(status, attrs = {}) {
+  return el("span", { class: `badge ${status || "unknown"}`, ...attrs }, status || "unknown");
+}
+
+function pretty(value) {
+  if (typeof value === "string") {
+    try { return JSON.stringify(JSON.parse(value), null, 2); } catch { return value; }
   }
-  return query.startsWith("chain:") ? query : `chain:${query}`;
+  return JSON.stringify(value, null, 2);
 }
 
-function chainsPage() {
-  const params = new URLSearchParams(location.hash.split("?")[1] || "");
-  const form = el(
-    "form",
-    { class: "bar", role: "search", "aria-label": "Find a chain" },
-    el("label", {}, "Event id, source id or chain id", el("input", { name: "q", value: params.get("q") || "", required: true, size: 40 })),
-    el("button", { type: "submit" }, "Inspect"),
+// The page's query (after "?" in the fragment) as an object, and a way to change it without a reload.
+function hashParams() {
+  return Object.fromEntries(new URLSearchParams(location.hash.split("?").slice(1).join("?")));
+}
+
+function replaceHashQuery(params) {
+  const base = location.hash.split("?")[0] || "#/";
+  const query = qs(params);
+  history.replaceState(null, "", `${location.pathname}${location.search}${base}${query ? `?${query}` : ""}`);
+}
+
+// Calls fn now and then every `ms` until the page changes; `poke()` runs it at once (after an action).
+// A round never overlaps the previous one.
+function livePoll(fn, ms = LIVE_MS) {
+  let timer = null;
+  let stopped = false;
+  let running = false;
+  const tick = async () => {
+    if (stopped || running) return;
+    running = true;
+    clearTimeout(timer);
+    try { await fn(); } catch { /* shown in the banner */ }
+    running = false;
+    if (!stopped) timer = setTimeout(tick, ms);
+  };
+  teardown.push(() => { stopped = true; clearTimeout(timer); });
+  tick();
+  return { poke: () => { if (!running) tick(); } };
+}
+
+// A line that says what the last action did (screen readers hear it too).
+function outcomeLine(attrs = {}) {
+  const node = el("p", { class: "outcome", role: "status", "aria-live": "polite", ...attrs });
+  node.say = (text, kind = "ok") => { node.textContent = text; node.className = `outcome ${kind}`; };
+  return node;
+}
+
+function runLink(eventId, text) {
+  return el("a", { href: `#/runs/${encodeURIComponent(eventId)}` }, text || eventId);
+}
+
+function table(headings, rows, attrs = {}) {
+  return el(
+    "div",
+    { class: "table-wrap" },
+    el("table", attrs, el("thead", {}, el("tr", {}, headings.map((h) => el("th", { scope: "col" }, h)))), el("tbody", {}, rows)),
   );
-  const out = el("div", { class: "steps" });
-  main().replaceChildren(el("h2", {}, "Chain inspector"), form, out);
-  async function show(query) {
-    showError("");
-    out.replaceChildren(el("p", {}, "Loading…"));
-    try {
-      const chainId = await resolveChain(query.trim());
-      const { body } = await api(`/v1/chains/${encodeURIComponent(chainId)}`);
-      const { envelope, record } = body;
-      const src = envelope.source;
-      out.replaceChildren(
-        el("p", {}, "Dominant path: ", el("span", { class: "path", "data-testid": "dominant-path" }, record.conclusionChain.dominantPath.join(" → "))),
-        el("p", {}, `Final status: ${record.finalStatus || "none"}${record.conclusionChain.finalReason ? ` — ${record.conclusionChain.finalReason}` : ""} · ${record.durationMs ?? "?"} ms`),
-        stepList("1. Source", [`${src.sourceType} · ${src.sourceId} · scope ${src.scopeKey}`]),
-        stepList("2. Signals", envelope.signals.map((s) => `${s.signalType} · ${s.signalId}`)),
-        stepList("3. Actions", envelope.actions.map((a) => `${a.actionType} · ${a.actionId}`)),
-        stepList("4. Results", envelope.results.map((r) => `${r.status} · ${r.actionId}${r.detail ? ` — ${r.detail}` : ""}`)),
-        el("section", { class: "step" }, el("h3", {}, "5. Edges"), el("div", { class: "graph" }, graphSvg(envelope, record))),
-      );
-    } catch (err) {
-      out.replaceChildren(el("div", { class: "empty" }, `No chain found for “${query}”. `, err.message || ""));
-    }
-  }
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const q = form.elements.q.value;
-    history.replaceState(null, "", `#/chains?${qs({ q })}`);
-    show(q);
-  });
-  if (params.get("q")) show(params.get("q"));
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Dead letters
-
-function dlqPage() {
-  const LIMIT = 20;
-  let offset = 0;
-  const tableHolder = el("div");
-  const pager = el("div", { class: "pager" });
-  const bulk = el("button", { type: "button", onclick: () => redrive(null) }, "Redrive all");
-  main().replaceChildren(el("h2", {}, "Dead letters"), el("div", { class: "bar" }, bulk), tableHolder, pager);
-  const statuses = new Map();
-
-  async function waitDone(ids) {
-    for (let i = 0; i < 60 && ids.length; i += 1) {
-      await new Promise((r) => setTimeout(r, 500));
-      for (const id of [...ids]) {
-        const { body } = await api(`/v1/events/${encodeURIComponent(id)}`, { allow: [404] });
-        if (body && body.status) statuses.set(id, body.status);
-        if (body && (body.status === "done" || body.status === "dead")) ids.splice(ids.indexOf(id), 1);
-      }
-      render(lastEvents, lastTotal);
-    }
-  }
-
-  async function redrive(id) {
-    const body = id ? { eventIds: [id] } : { all: true };
-    const { body: result } = await api("/v1/dlq/redrive", { method: "POST", body: JSON.stringify(body) });
-    for (const e of result.redriven) statuses.set(e, "queued");
-    render(lastEvents, lastTotal);
-    waitDone([...result.redriven]);
-  }
-
-  let lastEvents = [];
-  let lastTotal = 0;
-  function render(events, total) {
-    lastEvents = events;
-    lastTotal = total;
-    if (!events.length) {
-      tableHolder.replaceChildren(el("div", { class: "empty" }, "The dead-letter list is empty. Events that keep failing land here with their payload and last error."));
-    } else {
-      tableHolder.replaceChildren(
-        el(
-          "table",
-          {},
-          el("thead", {}, el("tr", {}, ["Event", "Source", "Attempts", "Error", "Status", ""].map((h) => el("th", { scope: "col" }, h)))),
-          el(
-            "tbody",
-            {},
-            events.map((e) => {
-              const status = statuses.get(e.eventId) || e.status;
-              return el(
-                "tr",
-                { "data-event-id": e.eventId },
-                el("td", {}, el("a", { href: `#/chains?${qs({ q: e.eventId })}` }, e.eventId)),
-                el("td", {}, `${e.event.sourceType} · ${e.event.sourceId}`),
-                el("td", {}, String(e.attempts)),
-                el("td", { class: "err" }, e.error || ""),
-                el("td", {}, el("span", { class: `badge ${status}`, "data-testid": "dlq-status" }, status)),
-                el("td", {}, el("button", { type: "button", class: "secondary", "aria-label": `Redrive ${e.eventId}`, disabled: status !== "dead", onclick: () => redrive(e.eventId) }, "Redrive")),
-              );
-            }),
-          ),
-        ),
-      );
-    }
-    pager.replaceChildren(
-      el("button", { type: "button", class: "secondary", disabled: offset === 0, onclick: () => { offset = Math.max(0, offset - LIMIT); load(); } }, "Previous"),
-      el("span", {}, total ? `${offset + 1}–${Math.min(offset + LIMIT, total)} of ${total}` : ""),
-      el("button", { type: "button", class: "secondary", disabled: offset + LIMIT >= total, onclick: () => { offset += LIMIT; load(); } }, "Next"),
-    );
-    bulk.disabled = !total;
-  }
-  async function load() {
-    const { body } = await api(`/v1/dlq?${qs({ offset, limit: LIMIT })}`);
-    render(body.events, body.total);
-  }
-  load().catch(() => {});
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Overview
-
-function lineChart(series) {
-  const ns = "http://www.w3.org/2000/svg";
-  const W = 720, H = 180, P = 30;
-  const svg = document.createElementNS(ns, "svg");
-  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  svg.setAttribute("width", "100%");
-  svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", "Events done per minute and average latency over the last hour");
-  const maxDone = Math.max(1, ...series.map((p) => p.done));
-  const maxLat = Math.max(1, ...series.map((p) => p.avgLatencyMs || 0));
-  const x = (i) => P + (i * (W - 2 * P)) / Math.max(1, series.length - 1);
-  const path = (values, max) => values.map((v, i) => `${i ? "L" : "M"}${x(i).toFixed(1)},${(H - P - ((v || 0) * (H - 2 * P)) / max).toFixed(1)}`).join(" ");
-  for (const [values, max, color] of [[series.map((p) => p.done), maxDone, "#2f6fde"], [series.map((p) => p.avgLatencyMs), maxLat, "#b86e00"]]) {
-    const p = document.createElementNS(ns, "path");
-    p.setAttribute("d", path(values, max));
-    p.setAttribute("fill", "none");
-    p.setAttribute("stroke", color);
-    p.setAttribute("stroke-width", "2");
-    svg.append(p);
-  }
-  const label = document.createElementNS(ns, "text");
-  label.setAttribute("x", String(P)); label.setAttribute("y", "14"); label.setAttribute("font-size", "12");
-  label.textContent = `blue: events done / min (max ${maxDone}) · orange: avg enqueue→done ms (max ${Math.round(maxLat)})`;
-  svg.append(label);
-  return svg;
-}
-
-function overviewPage() {
-  const holder = el("div");
-  main().replaceChildren(el("h2", {}, "Overview"), holder);
-  async function load() {
-    const { body } = await api("/v1/overview");
-    const s = body.statusCounts;
-    const card = (label, value) => el("div", { class: "card" }, el("div", { class: "num" }, String(value ?? 0)), el("div", {}, label));
-    const types = Object.entries(body.bySourceType).sort();
-    holder.replaceChildren(
-      el("div", { class: "cards" }, card("accepted", s.accepted), card("duplicates", s.duplicate), card("rejected", s.rejected), card("done", s.done), card("dead letters", body.deadLetters), card("workers seen", body.workers.length)),
-      el("h3", {}, "Events by source type and status"),
-      types.length
-        ? el("table", {}, el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Source type"), el("th", { scope: "col" }, "Statuses"))), el("tbody", {}, types.map(([t, st]) => el("tr", {}, el("td", {}, t), el("td", {}, Object.entries(st).map(([k, v]) => `${k}: ${v}`).join(", "))))))
-        : el("div", { class: "empty" }, "No events yet. ", emptyHint({})),
-      el("h3", {}, "Queues"),
-      el("table", {}, el("thead", {}, el("tr", {}, ["Queue", "Messages waiting", "Scopes with work"].map((h) => el("th", { scope: "col" }, h)))), el("tbody", {}, body.queues.map((q) => el("tr", {}, el("td", {}, q.name), el("td", {}, String(q.depth)), el("td", {}, String(q.activeScopes)))))),
-      el("h3", {}, "Workers"),
-      body.workers.length ? el("ul", {}, body.workers.map((w) => el("li", {}, `${w.name} · last seen ${fmtTime(w.lastSeenAt)}`))) : el("p", {}, "No worker has reported yet."),
-      el("h3", {}, "Last hour"),
-      el("div", { class: "chart" }, lineChart(body.series)),
-    );
-  }
-  load().catch(() => {});
-  const timer = setInterval(() => load().catch(() => {}), 10000);
-  teardown.push(() => clearInterval(timer));
 }
 
 // ---------------------------------------------------------------------------------------------------------
 
-const PAGES = { conversation: conversationPage, chains: chainsPage, dlq: dlqPage, overview: overviewPage };
+const PAGES = {
+  runs: runsPage,
+  dlq: dlqPage,
+  send: sendPage,
+  scopes: scopesPage,
+  overview: overviewPage,
+  conversation: conversationPage,
+  chains: chainsPage,
+};
 
 function route() {
   for (const fn of teardown) fn();
   teardown = [];
   showError("");
-  const name = (location.hash.replace(/^#\//, "").split("?")[0] || "conversation");
-  const page = PAGES[name] ? name : "conversation";
+  const path = location.hash.replace(/^#\/?/, "").split("?")[0];
+  const [name, ...rest] = path.split("/");
+  const page = PAGES[name] ? name : "runs";
   for (const a of document.querySelectorAll("nav a")) {
     if (a.dataset.page === page) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
-  PAGES[page]();
+  PAGES[page](rest.map(decodeURIComponent).join("/"));
   main().focus();
 }
 

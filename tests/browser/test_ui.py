@@ -4,6 +4,7 @@ dominant path, and a dead event is redriven from the DLQ page. Screenshots go to
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,8 @@ import httpx
 import pytest
 
 pytestmark = pytest.mark.integration
+
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -100,6 +103,9 @@ def test_receipts_undo_chain_and_dlq(
     assert "I prefer concise answers." in receipt.inner_text()
     assert page.locator('[data-message-id="msg_a1"] .receipt').count() == 0
     page.screenshot(path=str(tmp_path / "conversation.png"), full_page=True)
+    if os.environ.get("UPDATE_README_SCREENSHOTS"):  # `make screenshots` refreshes the README's tour
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tmp_path / "conversation.png", SHOTS / "conversation.png")
 
     # 2. Undo on a skill receipt → Reverted.
     _post(
@@ -114,6 +120,9 @@ def test_receipts_undo_chain_and_dlq(
     page.wait_for_selector(
         '[data-message-id="msg_s2"] button[data-testid="undo"]:has-text("Reverted")', timeout=15_000
     )
+    # the receipt's badge says what happened to it now, not "applied"
+    badge = page.locator('[data-message-id="msg_s2"] [data-testid="receipt-status"]')
+    assert badge.inner_text() == "reverted"
     page.screenshot(path=str(tmp_path / "undo.png"), full_page=True)
 
     # 3. The chain inspector shows the dominant path.

@@ -233,7 +233,13 @@ class TestInstruments:
     def test_handler_exception_is_an_error_run(self, rig: Rig) -> None:
         """A handler that raises: handler status 'error', workflow 'error', no chain counted, span status ERROR."""
         rig.producer.enqueue(
-            {"sourceType": "tool.outcome.failed", "sourceId": "bad", "scopeKey": "topic:t3", "payload": {}}
+            # an outcome object passes the door's schema; the activity handler still raises on its content
+            {
+                "sourceType": "tool.outcome.failed",
+                "sourceId": "bad",
+                "scopeKey": "topic:t3",
+                "payload": {"outcome": {}},
+            }
         )
         rig.pipeline.drain_scope("topic:t3")
         assert (

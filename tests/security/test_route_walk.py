@@ -9,7 +9,7 @@ context. The routes' grants are read from their dependencies' ``__agent_signal_g
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 
 from producers._http import create_web_app
 from tests.conftest import wait_for
+from tests.support.routes import flat_routes
 
 pytestmark = pytest.mark.integration
 
@@ -124,6 +125,7 @@ def _populate(world: World, key_ids: dict[str, str]) -> World:
         "user_id": USER,
         "key_id": key_ids[f"{TENANT_A}:read"],
         "name": "notes",
+        "scope_key": f"topic:{TOPIC}",
     }
     return world
 
@@ -142,17 +144,6 @@ def _grant(route: BaseRoute) -> tuple[str | None, bool]:
     return None, False
 
 
-def _flat(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
-    """The app's routes with included routers opened (FastAPI keeps an included router as one entry)."""
-    for route in routes:
-        included = getattr(route, "original_router", None)
-        nested = included.routes if included is not None else getattr(route, "routes", None)
-        if nested is not None:
-            yield from _flat(nested)
-        else:
-            yield route
-
-
 def _names_user(route: BaseRoute) -> bool:
     """Whether the route addresses one user: a ``userId`` query parameter, or a user or session in its path."""
     if not isinstance(route, APIRoute):
@@ -164,7 +155,7 @@ def _names_user(route: BaseRoute) -> bool:
 def _calls(world: World) -> Iterator[tuple[str, str, str, str | None, bool, bool]]:
     """(method, url, route path, grant, users, names a user) for every route, parameters filled in."""
     query = f"?userId={USER}&agentId={AGENT}&topicId={TOPIC}"
-    for route in _flat(world.client.app.routes):  # type: ignore[attr-defined]
+    for route in flat_routes(world.client.app.routes):  # type: ignore[attr-defined]
         if not isinstance(route, Route):
             continue
         grant, users = _grant(route)

@@ -15,7 +15,11 @@ must be visible while the event is still running, so tests can observe ordering 
 * ``test.timeline``: the source handler appends ``start`` and ``end`` records (scope, seq, time, pid) to
   ``test:timeline`` with ``payload.sleepMs`` between them.
 * ``test.fail-action``: one action whose result is ``failed`` (retriable), never an exception.
-* ``test.flaky``: raises until the key ``test:fixed`` exists, then increments ``test:flaky-applied``.
+* ``test.flaky``: raises until the key ``test:fixed`` exists (or, given ``payload.failTimes``, on its first
+  that many attempts), then increments ``test:flaky-applied``.
+* ``test.two-step``: the source handler stages ``test:two-step-chain:<sourceId>`` += 1 and dispatches two actions.
+  The first records ``test:two-step-started:<sourceId>``, waits (up to 60 s) for ``test:two-step-go:<sourceId>``,
+  and stages ``test:two-step-first:<sourceId>`` += 1; the second stages ``test:two-step-second:<sourceId>`` += 1.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from worker.plugin import (
     signal_from,
 )
 
-SOURCE_TYPES = ("test.counter", "test.timeline", "test.flaky", "test.fail-action")
+SOURCE_TYPES = ("test.counter", "test.timeline", "test.flaky", "test.fail-action", "test.two-step")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +109,12 @@ def _timeline(source: Source, ctx: HandlerContext) -> None:
 
 
 def _flaky(source: Source, ctx: HandlerContext) -> Dispatch:
-    if not ctx.deps(Probe).redis.exists(_test_key(ctx, "fixed")):
+    fail_times = source.payload.get("failTimes")
+    if fail_times is not None:
+        broken = ctx.attempt <= int(fail_times)
+    else:
+        broken = not ctx.deps(Probe).redis.exists(_test_key(ctx, "fixed"))
+    if broken:
         raise RuntimeError("flaky handler is broken")
     return Dispatch(signals=[signal_from(source, "flaky", "signal.test.flaky", {}, ctx.now())])
 
@@ -135,6 +144,31 @@ def _failing_action(action: Action, ctx: HandlerContext) -> ExecutorResult:
     )
 
 
+def _two_step_source(source: Source, ctx: HandlerContext) -> Dispatch:
+    ctx.effects.incr(_test_key(ctx, f"two-step-chain:{source.source_id}"))
+    sig = signal_from(source, "two-step", "signal.test.two-step", {}, ctx.now())
+    first = action_from(sig, "first", "action.test.two-step-first", {}, ctx.now())
+    return Dispatch(
+        signals=[sig],
+        actions=[first, action_from(sig, "second", "action.test.two-step-second", {}, ctx.now())],
+    )
+
+
+def _two_step_first(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    redis, source_id = ctx.deps(Probe).redis, action.source.source_id
+    redis.set(_test_key(ctx, f"two-step-started:{source_id}"), os.getpid())
+    deadline = time.monotonic() + 60
+    while not redis.exists(_test_key(ctx, f"two-step-go:{source_id}")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    ctx.effects.incr(_test_key(ctx, f"two-step-first:{source_id}"))
+    return applied(action, ctx, detail="first")
+
+
+def _two_step_second(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    ctx.effects.incr(_test_key(ctx, f"two-step-second:{action.source.source_id}"))
+    return applied(action, ctx, detail="second")
+
+
 def _probe(runtime: PluginRuntime) -> Probe:
     return Probe(runtime.redis)
 
@@ -159,6 +193,11 @@ def _policies() -> list[Policy]:
                 define_action_handler("action.test.fail", "test.fail-action:apply", _failing_action),
                 define_signal_handler("signal.test.flaky", "test.flaky:plan", _flaky_plan),
                 define_action_handler("action.test.flaky", "test.flaky:apply", _flaky_apply),
+                define_source_handler("test.two-step", "test.two-step:source", _two_step_source),
+                define_action_handler("action.test.two-step-first", "test.two-step:first", _two_step_first),
+                define_action_handler(
+                    "action.test.two-step-second", "test.two-step:second", _two_step_second
+                ),
             ],
         )
     ]

@@ -12,13 +12,12 @@ from typing import Any
 from starlette.routing import BaseRoute
 
 from producers._http import create_web_app
+from tests.support.routes import flat_routes
 
 ASYNC_ALLOWED = {
-    # FastAPI's documentation pages: they render the OpenAPI schema (or fixed HTML) from memory.
+    # FastAPI's OpenAPI document: rendered from memory. (/docs and /redoc are ours, plain defs:
+    # producers/_docs_assets.py.)
     "fastapi.applications.FastAPI.setup.<locals>.openapi",
-    "fastapi.applications.FastAPI.setup.<locals>.swagger_ui_html",
-    "fastapi.applications.FastAPI.setup.<locals>.swagger_ui_redirect",
-    "fastapi.applications.FastAPI.setup.<locals>.redoc_html",
     # Body readers (dependencies of def routes): ``await request.body()``, then json.loads and pydantic
     # validation in memory; they hand the route the value or the 422 to return.
     "producers._web_common.json_object",
@@ -32,17 +31,6 @@ ASYNC_ALLOWED = {
 }
 
 
-def _flat(routes: Sequence[BaseRoute]) -> Iterator[BaseRoute]:
-    """Every route, with included routers opened (FastAPI >= 0.16x keeps them as ``_IncludedRouter``)."""
-    for route in routes:
-        included = getattr(route, "original_router", None)
-        nested = included.routes if included is not None else getattr(route, "routes", None)
-        if nested is not None:
-            yield from _flat(nested)
-        else:
-            yield route
-
-
 def _dependencies(dependant: Any) -> Iterator[Callable[..., Any]]:
     for sub in dependant.dependencies:
         if sub.call is not None:
@@ -52,7 +40,7 @@ def _dependencies(dependant: Any) -> Iterator[Callable[..., Any]]:
 
 def _callables(routes: Sequence[BaseRoute]) -> Iterator[tuple[str, Callable[..., Any]]]:
     """(route path, callable) for every endpoint and every dependency FastAPI will call."""
-    for route in _flat(routes):
+    for route in flat_routes(routes):
         path = str(getattr(route, "path", route))
         endpoint = getattr(route, "endpoint", None)
         if endpoint is not None:

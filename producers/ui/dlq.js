@@ -1,0 +1,273 @@
+// Dead letters: the workbench (#/dlq) lists dead events with their error; each row opens its payload in a
+// JSON-checked editor to redrive as is or edited, or to discard with a reason; rows can be picked by hand
+// or by filter for bulk redrive and discard. Every action says what it did, and a row that was acted on
+// stays in the list and follows its event live (queued, processing, then done or dead again).
+// #/dlq?state=discarded lists discarded events with the reason and time (their audit record).
+"use strict";
+
+const DLQ_FETCH_LIMIT = 500;
+
+function dlqTabs(current) {
+  const tab = (state, label) => el("a", { href: state ? `#/dlq?state=${state}` : "#/dlq", class: "tab", "aria-current": current === state ? "page" : null }, label);
+  return el("nav", { class: "tabs", "aria-label": "Dead-letter lists" }, tab("", "Dead"), tab("discarded", "Discarded"));
+}
+
+function eventOf(record) {
+  let event = record.event;
+  if (typeof event === "string") { try { event = JSON.parse(event); } catch { event = null; } }
+  return event && typeof event === "object" ? event : { sourceType: record.sourceType, sourceId: record.sourceId, payload: record.payload };
+}
+
+function dlqPage() {
+  if (hashParams().state === "discarded") { discardedPage(); return; }
+  const typeFilter = el("select", { "aria-label": "Source type" }, el("option", { value: "" }, "any"));
+  const errorFilter = el("input", { type: "search", placeholder: "text in the error", "aria-label": "Error contains" });
+  const selectAll = el("input", { type: "checkbox", "aria-label": "Select every row shown" });
+  const reason = el("input", { type: "text", placeholder: "why they are dropped", "aria-label": "Reason for bulk discard" });
+  const redriveSel = el("button", { type: "button" }, "Redrive selected");
+  const discardSel = el("button", { type: "button", class: "danger" }, "Discard selected");
+  const redriveAll = el("button", { type: "button", class: "secondary" }, "Redrive all");
+  const discardAll = el("button", { type: "button", class: "secondary danger" }, "Discard all");
+  const bulkOutcome = outcomeLine({ "data-testid": "dlq-outcome" });
+  const count = el("span", { class: "live" });
+  const tbody = el("tbody");
+  const tableEl = el(
+    "table",
+    { class: "dlq" },
+    el("thead", {}, el("tr", {}, el("th", { scope: "col" }, selectAll), ["Event", "Source", "Attempts", "Error", "Died", "Status", "Outcome", ""].map((h) => el("th", { scope: "col" }, h)))),
+    tbody,
+  );
+  const empty = el("div", { class: "empty", hidden: true }, "The dead-letter list is empty. Events that keep failing land here with their payload and last error.");
+  main().replaceChildren(
+    el("h2", {}, "Dead letters"),
+    dlqTabs(""),
+    el("div", { class: "bar", role: "search", "aria-label": "Filter dead letters" }, el("label", {}, "Source type", typeFilter), el("label", {}, "Error contains", errorFilter), count),
+    el("div", { class: "bar" }, redriveSel, el("label", {}, "Reason", reason), discardSel, redriveAll, discardAll),
+    bulkOutcome,
+    el("div", { class: "table-wrap" }, tableEl),
+    empty,
+  );
+
+  let dead = new Map(); // eventId → its DLQ record (the last list read)
+  let total = 0;
+  const tracked = new Map(); // eventId → { record, status, outcome } for rows acted on here
+  const rows = new Map(); // eventId → the row's elements
+  const selected = new Set();
+  const open = new Set();
+
+  function statusOf(id) {
+    const t = tracked.get(id);
+    return t && t.status ? t.status : "dead";
+  }
+
+  function matches(record) {
+    const event = eventOf(record);
+    const type = typeFilter.value;
+    const text = errorFilter.value.trim().toLowerCase();
+    return (!type || event.sourceType === type) && (!text || String(record.error || "").toLowerCase().includes(text));
+  }
+
+  function shownIds() {
+    const records = new Map(dead);
+    for (const [id, t] of tracked) if (!records.has(id)) records.set(id, t.record);
+    return [...records.values()].filter(matches).sort((a, b) => (b.deadAt || 0) - (a.deadAt || 0)).map((r) => r.eventId);
+  }
+
+  function recordOf(id) {
+    return dead.get(id) || tracked.get(id).record;
+  }
+
+  function makeRow(id) {
+    const record = recordOf(id);
+    const event = eventOf(record);
+    const check = el("input", { type: "checkbox", "aria-label": `Select ${id}` });
+    check.addEventListener("change", () => { if (check.checked) selected.add(id); else selected.delete(id); syncBulk(); });
+    const status = el("td");
+    const outcome = el("td", { class: "outcome-cell", "aria-live": "polite" });
+    const toggle = el("button", { type: "button", class: "secondary", "aria-expanded": "false", "aria-label": `Payload of ${id}` }, "Payload");
+    const redrive = el("button", { type: "button", "aria-label": `Redrive ${id}` }, "Redrive");
+    const tr = el(
+      "tr",
+      { "data-event-id": id },
+      el("td", {}, check),
+      el("td", { class: "id" }, runLink(id)),
+      el("td", {}, `${event.sourceType || "?"} · ${event.sourceId || "?"}`),
+      el("td", {}, String(record.attempts ?? "")),
+      el("td", { class: "err" }, record.error || ""),
+      el("td", {}, fmtTime(record.deadAt)),
+      status,
+      outcome,
+      el("td", { class: "row-actions" }, toggle, redrive),
+    );
+    const detail = el("tr", { class: "detail", "data-detail-for": id, hidden: true }, el("td", { colspan: 9 }));
+    toggle.addEventListener("click", () => {
+      if (open.has(id)) open.delete(id); else open.add(id);
+      toggle.setAttribute("aria-expanded", String(open.has(id)));
+      detail.hidden = !open.has(id);
+      if (open.has(id) && !detail.firstChild.firstChild) {
+        detail.firstChild.append(event.payload === undefined
+          ? el("p", { class: "muted" }, "No payload stored (erased with its user's data).")
+          : payloadEditor(id, event.payload, { redrive: (payload) => act([id], payload), discard: (why) => drop([id], why) }));
+      }
+    });
+    redrive.addEventListener("click", () => act([id]));
+    return { tr, detail, check, status, outcome, redrive };
+  }
+
+  function sync() {
+    const ids = shownIds();
+    for (const id of ids) if (!rows.has(id)) rows.set(id, makeRow(id));
+    for (const [id, row] of rows) {
+      if (!ids.includes(id) && !tracked.has(id)) { row.tr.remove(); row.detail.remove(); rows.delete(id); selected.delete(id); open.delete(id); }
+    }
+    for (const id of ids) {
+      const row = rows.get(id);
+      const status = statusOf(id);
+      if (row.status.textContent !== status) row.status.replaceChildren(badge(status, { "data-testid": "dlq-status" }));
+      const t = tracked.get(id);
+      if (t && row.outcome.textContent !== t.outcome) row.outcome.textContent = t.outcome;
+      row.redrive.disabled = status !== "dead";
+      row.check.disabled = status !== "dead";
+      if (status !== "dead") { row.check.checked = false; selected.delete(id); }
+    }
+    // Put the rows in order without touching those already in place (an open editor keeps its focus).
+    const current = [...tbody.children].filter((tr) => tr.dataset.eventId).map((tr) => tr.dataset.eventId);
+    const hidden = [...rows.keys()].filter((id) => !ids.includes(id));
+    for (const id of hidden) { rows.get(id).tr.remove(); rows.get(id).detail.remove(); }
+    if (current.join("\n") !== ids.join("\n")) {
+      for (const id of ids) tbody.append(rows.get(id).tr, rows.get(id).detail);
+    }
+    empty.hidden = ids.length > 0;
+    tableEl.hidden = ids.length === 0;
+    const types = new Set([...dead.values()].map((r) => eventOf(r).sourceType).filter(Boolean));
+    const have = new Set([...typeFilter.options].map((o) => o.value));
+    for (const t of [...types].sort()) if (!have.has(t)) typeFilter.append(el("option", { value: t }, t));
+    const followed = [...tracked.values()].filter((t) => t.status !== "dead").length;
+    const filtered = typeFilter.value || errorFilter.value.trim();
+    count.textContent = `${total} dead${filtered ? ` · ${ids.filter((id) => statusOf(id) === "dead").length} match` : ""}${followed ? ` · ${followed} acted on here` : ""} · live every ${LIVE_MS / 1000} s`;
+    syncBulk();
+  }
+
+  function syncBulk() {
+    const n = selected.size;
+    redriveSel.textContent = `Redrive selected (${n})`;
+    discardSel.textContent = `Discard selected (${n})`;
+    redriveSel.disabled = discardSel.disabled = n === 0;
+    redriveAll.disabled = discardAll.disabled = total === 0;
+    const selectable = shownIds().filter((id) => statusOf(id) === "dead");
+    selectAll.checked = selectable.length > 0 && selectable.every((id) => selected.has(id));
+  }
+
+  async function refresh() {
+    const { body } = await api(`/v1/dlq?${qs({ limit: DLQ_FETCH_LIMIT })}`);
+    dead = new Map(body.events.map((e) => [e.eventId, e]));
+    total = body.total;
+    for (const [id, t] of tracked) {
+      if (t.status === "dead" && dead.has(id)) continue;
+      if (TERMINAL.has(t.status) && t.settled) continue;
+      const { body: rec } = await api(`/v1/events/${encodeURIComponent(id)}`, { allow: [404] });
+      if (rec && rec.status) {
+        t.status = rec.status;
+        t.settled = TERMINAL.has(rec.status);
+        if (rec.status === "done") t.outcome = `${t.outcome.split(" → ")[0]} → done`;
+        if (rec.status === "dead") { t.outcome = `${t.outcome.split(" → ")[0]} → dead again`; t.record = { ...t.record, ...rec }; }
+      }
+    }
+    sync();
+  }
+
+  async function act(ids, editedPayload) {
+    const body = ids === "all" ? { all: true }
+      : editedPayload !== undefined ? { events: [{ eventId: ids[0], payload: editedPayload }] }
+      : { eventIds: ids };
+    setBusy(true);
+    try {
+      const { body: result } = await postJson("/v1/dlq/redrive", body);
+      const how = editedPayload !== undefined ? "redriven with edited payload" : "redriven";
+      for (const id of result.redriven || []) follow(id, "queued", how);
+      for (const id of result.notDead || []) follow(id, undefined, "not dead: nothing to redrive");
+      bulkOutcome.say(`Redriven: ${(result.redriven || []).length}${(result.notDead || []).length ? `; no longer dead: ${result.notDead.length}` : ""}.`);
+    } catch (err) {
+      bulkOutcome.say(`Redrive failed: ${err.message}`, "bad");
+    } finally { setBusy(false); }
+    poll.poke();
+  }
+
+  async function drop(ids, why) {
+    const body = ids === "all" ? { all: true } : { eventIds: ids };
+    if (why) body.reason = why;
+    setBusy(true);
+    try {
+      const { body: result } = await postJson("/v1/dlq/discard", body);
+      for (const id of result.discarded || []) follow(id, "discarded", `discarded${why ? `: ${why}` : ""}`, true);
+      for (const id of result.notDead || []) follow(id, undefined, "not dead: nothing to discard");
+      bulkOutcome.say(`Discarded: ${(result.discarded || []).length}${(result.notDead || []).length ? `; no longer dead: ${result.notDead.length}` : ""}. They are listed under Discarded.`);
+    } catch (err) {
+      bulkOutcome.say(`Discard failed: ${err.message}`, "bad");
+    } finally { setBusy(false); }
+    poll.poke();
+  }
+
+  function follow(id, status, outcome, settled = false) {
+    const record = dead.get(id) || (tracked.get(id) || {}).record || { eventId: id };
+    const t = tracked.get(id) || { record };
+    if (status) t.status = status;
+    t.outcome = outcome;
+    t.settled = settled;
+    tracked.set(id, t);
+    selected.delete(id);
+    if (rows.has(id)) rows.get(id).check.checked = false;
+    sync();
+  }
+
+  function setBusy(busy) {
+    for (const b of [redriveSel, discardSel, redriveAll, discardAll]) b.disabled = busy;
+    if (!busy) syncBulk();
+  }
+
+  selectAll.addEventListener("change", () => {
+    for (const id of shownIds()) {
+      if (statusOf(id) !== "dead") continue;
+      if (selectAll.checked) selected.add(id); else selected.delete(id);
+      rows.get(id).check.checked = selectAll.checked;
+    }
+    syncBulk();
+  });
+  redriveSel.addEventListener("click", () => act([...selected]));
+  discardSel.addEventListener("click", () => drop([...selected], reason.value.trim()));
+  redriveAll.addEventListener("click", () => act("all"));
+  discardAll.addEventListener("click", () => drop("all", reason.value.trim()));
+  typeFilter.addEventListener("change", sync);
+  errorFilter.addEventListener("input", sync);
+  const poll = livePoll(refresh);
+}
+
+function discardedPage() {
+  const holder = el("div");
+  const count = el("span", { class: "live" });
+  main().replaceChildren(el("h2", {}, "Dead letters"), dlqTabs("discarded"), el("div", { class: "bar" }, count), holder);
+  let shown = "";
+  livePoll(async () => {
+    const { body } = await api(`/v1/dlq?${qs({ state: "discarded", limit: DLQ_FETCH_LIMIT })}`);
+    const events = body.events || [];
+    count.textContent = `${body.total ?? events.length} discarded · live every ${LIVE_MS / 1000} s`;
+    const key = JSON.stringify(events);
+    if (key === shown) return;
+    shown = key;
+    holder.replaceChildren(events.length
+      ? table(["Event", "Source", "Attempts", "Last error", "Reason", "Discarded"], events.map((e) => {
+        const event = eventOf(e);
+        return el(
+          "tr",
+          { "data-event-id": e.eventId },
+          el("td", {}, runLink(e.eventId)),
+          el("td", {}, `${event.sourceType || "?"} · ${event.sourceId || "?"}`),
+          el("td", {}, String(e.attempts ?? "")),
+          el("td", { class: "err" }, e.error || ""),
+          el("td", { "data-testid": "discard-reason" }, e.reason || "(no reason given)"),
+          el("td", {}, fmtTime(e.at || e.discardedAt)),
+        );
+      }), { class: "discarded" })
+      : el("div", { class: "empty" }, "Nothing was discarded. A discarded event keeps an audit record here: who knows why it was dropped, and when."));
+  });
+}

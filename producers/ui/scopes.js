@@ -1,0 +1,136 @@
+// Scopes and workers (#/scopes): busy, waiting, stuck and paused scopes (inbox depth, lease holder, age of
+// the head) with pause and resume; the queued and running events with Cancel; the workers and their
+// heartbeats. Everything re-reads every 2 s and right after an action.
+"use strict";
+
+const SCOPE_STATES = ["busy", "waiting", "stuck", "paused"];
+const WORKER_SILENT_MS = 60000; // a worker whose heartbeat is older than this is shown as silent
+
+function scopePath(scopeKey, verb) {
+  return `/v1/scopes/${encodeURIComponent(scopeKey)}/${verb}`;
+}
+
+function scopesPage() {
+  const outcome = outcomeLine({ "data-testid": "scopes-outcome" });
+  const keyInput = el("input", { name: "scopeKey", required: true, placeholder: "topic:tpc_1", autocomplete: "off" });
+  const form = el(
+    "form",
+    { class: "bar", "aria-label": "Pause or resume a scope by key" },
+    el("label", {}, "Scope key", keyInput),
+    el("button", { type: "submit", value: "pause" }, "Pause"),
+    el("button", { type: "submit", value: "resume", class: "secondary" }, "Resume"),
+  );
+  const stateFilter = el("select", { "aria-label": "Show scopes that are" }, el("option", { value: "" }, "any state"), SCOPE_STATES.map((s) => el("option", { value: s }, s)));
+  const scopesBox = el("div", { "data-testid": "scopes" });
+  const eventsBox = el("div", { "data-testid": "inflight" });
+  const workersBox = el("div", { "data-testid": "workers" });
+  const live = el("span", { class: "live" });
+  main().replaceChildren(
+    el("h2", {}, "Scopes and workers"),
+    el("p", { class: "muted" }, "A scope runs its events one at a time, in order. A paused scope keeps accepting events and runs none of them until it is resumed; other scopes are not held up."),
+    form, outcome,
+    el("h3", {}, "Scopes"),
+    el("div", { class: "bar" }, el("label", {}, "State", stateFilter), live),
+    scopesBox,
+    el("h3", {}, "Queued and running events"),
+    eventsBox,
+    el("h3", {}, "Workers"),
+    workersBox,
+  );
+
+  async function pauseOrResume(scopeKey, verb) {
+    try {
+      await postJson(scopePath(scopeKey, verb), {});
+      outcome.say(`${verb === "pause" ? "Paused" : "Resumed"} ${scopeKey}.${verb === "pause" ? " Its events wait until it is resumed." : ""}`);
+    } catch (err) {
+      outcome.say(`Could not ${verb} ${scopeKey}: ${err.message}`, "bad");
+    }
+    poll.poke();
+  }
+
+  async function cancel(eventId) {
+    try {
+      const { body } = await postJson(`/v1/events/${encodeURIComponent(eventId)}/cancel`, {});
+      outcome.say(`Cancel requested for ${eventId}: ${body && body.status ? body.status : "cancelled"}.`);
+    } catch (err) {
+      outcome.say(`Could not cancel ${eventId}: ${err.message}`, "bad");
+    }
+    poll.poke();
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = keyInput.value.trim();
+    if (key) pauseOrResume(key, event.submitter && event.submitter.value === "resume" ? "resume" : "pause");
+  });
+  stateFilter.addEventListener("change", () => poll.poke());
+
+  async function loadScopes() {
+    const { body } = await api(`/v1/scopes?${qs({ state: stateFilter.value })}`);
+    const merged = new Map();
+    for (const s of body.scopes || []) {
+      const states = [s.state || stateFilter.value].filter(Boolean);
+      if (s.paused && !states.includes("paused")) states.push("paused");
+      merged.set(s.scopeKey, { ...s, states });
+    }
+    const list = [...merged.values()].sort((a, b) => (b.headAgeMs || 0) - (a.headAgeMs || 0) || a.scopeKey.localeCompare(b.scopeKey));
+    scopesBox.replaceChildren(list.length
+      ? table(["Scope", "State", "Inbox depth", "Lease holder", "Head age", ""], list.map((s) => el(
+        "tr",
+        { "data-scope-key": s.scopeKey },
+        el("td", { class: "id" }, el("a", { href: `#/runs?${qs({ scopeKey: s.scopeKey })}` }, s.scopeKey)),
+        el("td", {}, s.states.map((st) => badge(st, { "data-testid": "scope-state" }))),
+        el("td", {}, String(s.inboxDepth ?? "")),
+        el("td", { class: "id" }, s.leaseHolder || ""),
+        el("td", {}, s.headAgeMs !== undefined && s.headAgeMs !== null ? fmtAge(s.headAgeMs) : ""),
+        el("td", {}, s.paused
+          ? el("button", { type: "button", class: "secondary", onclick: () => pauseOrResume(s.scopeKey, "resume") }, "Resume")
+          : el("button", { type: "button", class: "secondary", onclick: () => pauseOrResume(s.scopeKey, "pause") }, "Pause")),
+      )), { class: "scopes" })
+      : el("div", { class: "empty" }, stateFilter.value ? `No ${stateFilter.value} scope.` : "No scope has work, and none is paused."));
+  }
+
+  async function loadEvents() {
+    const [queued, running] = await Promise.all(["queued", "processing"].map((status) => api(`/v1/events?${qs({ status, limit: 50 })}`).then(({ body }) => body.events)));
+    const list = [...running, ...queued];
+    const now = Date.now();
+    eventsBox.replaceChildren(list.length
+      ? table(["Event", "Status", "Source type", "Scope", "Waiting", ""], list.map((e) => el(
+        "tr",
+        { "data-event-id": e.eventId },
+        el("td", {}, runLink(e.eventId)),
+        el("td", {}, badge(e.status, { "data-testid": "run-status" })),
+        el("td", {}, e.sourceType || ""),
+        el("td", { class: "id" }, e.scopeKey || ""),
+        el("td", {}, e.enqueuedAt ? fmtAge(now - e.enqueuedAt) : ""),
+        el("td", {}, el("button", { type: "button", class: "danger", "aria-label": `Cancel ${e.eventId}`, onclick: () => cancel(e.eventId) }, "Cancel")),
+      )))
+      : el("div", { class: "empty" }, "Nothing is queued or running."));
+  }
+
+  async function loadWorkers() {
+    const { body } = await api("/v1/overview");
+    const now = Date.now();
+    const workers = body.workers || [];
+    workersBox.replaceChildren(workers.length
+      ? table(["Worker", "Heartbeat", "Concurrency", "In-flight drains"], workers.map((w) => {
+        const age = now - (w.lastSeenAt || 0);
+        return el(
+          "tr",
+          { "data-worker": w.name },
+          el("td", { class: "id" }, w.name),
+          el("td", {}, badge(age > WORKER_SILENT_MS ? "silent" : "alive"), ` ${fmtAge(age)} ago`),
+          el("td", {}, w.concurrency !== undefined ? String(w.concurrency) : "—"),
+          el("td", {}, w.inFlight !== undefined ? String(w.inFlight) : "—"),
+        );
+      }))
+      : el("div", { class: "empty" }, "No worker has reported. Start one with `agent-signal worker`."));
+  }
+
+  const poll = livePoll(async () => {
+    const results = await Promise.allSettled([loadScopes(), loadEvents(), loadWorkers()]);
+    live.textContent = `Live · every ${LIVE_MS / 1000} s · updated ${new Date().toLocaleTimeString()}`;
+    const failed = results.find((r) => r.status === "rejected");
+    if (failed) throw failed.reason;
+  });
+}

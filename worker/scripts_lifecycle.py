@@ -1,0 +1,345 @@
+"""The Lua of an event's life: admit (with its runs-explorer indexes), take the head (with its attempt record),
+acquire a scope, commit an outcome. :mod:`worker.scripts` registers them; each contract is above its script.
+
+The shared pieces ``RUN_INDEX`` (the runs explorer's indexes) and ``HISTORY`` (attempt records) are in
+:mod:`worker.scripts_ops`.
+"""
+
+from __future__ import annotations
+
+from worker.scripts_ops import HISTORY, RUN_INDEX
+
+__all__ = ["ACQUIRE", "ADMIT", "COMMIT", "ENQUEUE_BATCH", "STAGED", "TAKE_HEAD"]
+
+# Shared Lua: admit one event: claim its dedupe record (the event hash), append it to its scope inbox and
+# index it, or count a duplicate. -> {1, publish(0|1)} accepted (publish=1: no drain is scheduled for the scope,
+# send one) | {0, 0} duplicate. Used by ENQUEUE_BATCH (producers) and COMMIT (follow-up events a chain emitted).
+# ix: {all, active, type, scope, src, smember, paused, max, stype, sid}: the runs indexes, the source-id bucket
+# and the event's member there ("<digest>:<eventId>", trimmed by the window only), the tenant's paused scopes (an event for a paused scope waits in its inbox: no drain until it is resumed).
+ADMIT = """
+local function wrong_type(key, want)
+  local found = redis.call('TYPE', key).ok
+  return found ~= 'none' and found ~= want
+end
+-- Checked before a script writes anything: nil, or why admitting into these keys would fail midway.
+local function admit_refusal(ev, inbox, sched, seq)
+  if wrong_type(ev, 'hash') then return ev .. ' is not a hash' end
+  if wrong_type(inbox, 'list') then return inbox .. ' is not a list' end
+  if wrong_type(sched, 'string') then return sched .. ' is not a string' end
+  if wrong_type(seq, 'string') then return seq .. ' is not a string' end
+  return nil
+end
+-- seq: the scope's enqueue counter; the event keeps its number ('seq'), so a redrive can tell whether later
+-- events of its scope were enqueued after it (and so ran before it).
+-- ref: the scope ref "<tenant>/<scopeKey>" (the scopes registry holds refs; the event keeps the bare key).
+-- uidx/user: the user's event index (erasure and the runs explorer find a user's events there); user '' = none.
+-- susers: the users whose events the scope holds (erasure drops a scope whole only when it is one user's).
+local function admit(ev, inbox, sched, seq, scopes, stats, id, ref, body, now, window, sched_ttl, uidx, user,
+    susers, ix)
+  if redis.call('EXISTS', ev) == 1 then
+    redis.call('HINCRBY', ev, 'duplicates', 1)
+    redis.call('HINCRBY', stats, 'duplicate', 1)
+    return {0, 0}
+  end
+  local scope = string.sub(ref, (string.find(ref, '/', 1, true) or 0) + 1)
+  local t = tonumber(now)
+  redis.call('HSET', ev, 'state', 'queued', 'eventId', id, 'scopeKey', scope, 'event', body,
+    'enqueuedAt', now, 'attempts', 0, 'seq', redis.call('INCR', seq), 'sourceType', ix.stype, 'sourceId', ix.sid)
+  redis.call('EXPIRE', ev, window)
+  redis.call('RPUSH', inbox, id)
+  for _, key in ipairs({ix.all, ix.type, ix.scope}) do index_add(key, t, id, ix.max) end
+  -- queued and running events: bounded by the tenant's queue limit, so a backlog is listed whole
+  index_add(ix.active, t, id, 0)
+  index_add(ix.src, t, ix.smember, 0)
+  if user ~= '' then
+    redis.call('HSET', ev, 'userId', user)
+    redis.call('ZADD', uidx, now, id)
+    redis.call('EXPIRE', uidx, window)
+    redis.call('SADD', susers, user)
+  else
+    redis.call('SADD', susers, '*')  -- an event of nobody in particular: the scope is never one user's alone
+  end
+  redis.call('HINCRBY', stats, 'accepted', 1)
+  redis.call('HINCRBY', stats, 'queued', 1)  -- the tenant's events not yet done or dead (its quota)
+  if redis.call('HEXISTS', ix.paused, scope) == 1 then return {1, 0} end
+  redis.call('SADD', scopes, ref)
+  if redis.call('SET', sched, now, 'NX', 'PX', sched_ttl) then return {1, 1} end
+  return {1, 0}
+end
+"""
+
+# Shared Lua: the Redis commands handlers stage (worker.context.EffectBuffer), checked before anything is
+# written and applied with pcall. check_staged -> nil | {index, reason}: a command outside the allow-list or a
+# key of another type than the command needs; apply_staged -> nil | {index, error} (a runtime error such as
+# HINCRBY on a non-integer field: the commands before it stay applied, the caller commits nothing else).
+STAGED = """
+local WRITE_TYPES = {SET='string', SETNX='string', INCR='string', INCRBY='string', DECRBY='string',
+  HSET='hash', HSETNX='hash', HDEL='hash', HINCRBY='hash', HINCRBYFLOAT='hash',
+  RPUSH='list', LPUSH='list', LTRIM='list', LREM='list', SADD='set', SREM='set',
+  ZADD='zset', ZREM='zset', ZINCRBY='zset', DEL=false, EXPIRE=false, PEXPIRE=false, PERSIST=false,
+  PUBLISH=false}
+local function check_staged(cmds)
+  for i, cmd in ipairs(cmds) do
+    local expected = WRITE_TYPES[string.upper(cmd[1])]
+    if expected == nil then return {i, 'command not allowed: ' .. cmd[1]} end
+    if expected then
+      local found = redis.call('TYPE', cmd[2]).ok
+      if found ~= 'none' and found ~= expected then
+        return {i, 'WRONGTYPE: ' .. cmd[1] .. ' needs a ' .. expected .. ' but ' .. cmd[2] .. ' holds a ' .. found}
+      end
+    end
+  end
+  return nil
+end
+local function apply_staged(cmds)
+  for i, cmd in ipairs(cmds) do
+    local reply = redis.pcall(unpack(cmd))
+    if type(reply) == 'table' and reply.err then return {i, reply.err} end
+  end
+  return nil
+end
+"""
+
+# Enqueue a batch (see ADMIT) in one script, so it is stored whole or not at all: a Redis that is full
+# (noeviction) refuses the script's first write, before anything was written, and the script stops there;
+# a key of the wrong type is found before the first write too (a "REFUSED …" error, nothing written).
+# KEYS: scopes, stats, tenants, paused, runs:all, runs:status:active, then per event: ev, inbox, sched, seq,
+#       user index, scope users, runs:type:<t>, runs:scope:{s}, by-source:<bucket>
+# ARGV: nowMs, windowS, schedTtlMs, tenant, maxInboxDepth, maxTenantQueued (0: no limit), runIndexMax, then per
+#       event: eventId, scopeRef (<tenant>/<scopeKey>), eventJson, userId ('' when none), sourceType, sourceId,
+#       sourceMember (<digest>:<eventId>)
+# A batch that would take a scope's inbox past maxInboxDepth, or the tenant's queued events past
+# maxTenantQueued, is refused whole before any write: "OVERLIMIT inbox <scopeRef> <depth>" or
+# "OVERLIMIT tenant <queued>" (the door answers 429).
+# -> one {accepted(1|0), publish(1|0)} per event, in order (a repeat inside the batch is a duplicate)
+ENQUEUE_BATCH = (
+    RUN_INDEX
+    + ADMIT
+    + """
+if wrong_type(KEYS[1], 'set') or wrong_type(KEYS[2], 'hash') or wrong_type(KEYS[3], 'set') then
+  return redis.error_reply('REFUSED WRONGTYPE: the scopes set, the stats hash or the tenants set')
+end
+local K, A = 9, 7
+local n = (#KEYS - 6) / K
+for i = 0, n - 1 do
+  local k = 7 + i * K
+  local refusal = admit_refusal(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3])
+  if refusal then return redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
+end
+local max_inbox, max_queued = tonumber(ARGV[5]), tonumber(ARGV[6])
+if max_queued > 0 then
+  local queued = tonumber(redis.call('HGET', KEYS[2], 'queued') or '0')
+  if queued + n > max_queued then return redis.error_reply('OVERLIMIT tenant ' .. queued) end
+end
+if max_inbox > 0 then
+  local adding = {}
+  for i = 0, n - 1 do
+    local inbox = KEYS[7 + i * K + 1]
+    adding[inbox] = (adding[inbox] or redis.call('LLEN', inbox)) + 1
+    if adding[inbox] > max_inbox then
+      return redis.error_reply('OVERLIMIT inbox ' .. ARGV[8 + i * A + 1] .. ' ' .. (adding[inbox] - 1))
+    end
+  end
+end
+redis.call('SADD', KEYS[3], ARGV[4])
+local out = {}
+for i = 0, n - 1 do
+  local k, a = 7 + i * K, 8 + i * A
+  local ix = {all = KEYS[5], active = KEYS[6], type = KEYS[k + 6], scope = KEYS[k + 7], src = KEYS[k + 8],
+    smember = ARGV[a + 6], paused = KEYS[4], max = tonumber(ARGV[7]), stype = ARGV[a + 4], sid = ARGV[a + 5]}
+  out[i + 1] = admit(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1],
+    ARGV[a + 2], ARGV[1], ARGV[2], ARGV[3], KEYS[k + 4], ARGV[a + 3], KEYS[k + 5], ix)
+end
+index_trim(ARGV[1], ARGV[2])
+return out
+"""
+)
+
+# Shared Lua: take the head of a scope's inbox for processing. Heads that are already final (done, dead,
+# cancelled, discarded, erased) or whose record expired are popped and skipped; a head whose cancel was
+# requested while it ran (its worker is gone) is committed cancelled and popped. ``ev_prefix`` is
+# Keys.event_prefix (an event's key is the prefix followed by its id: the one key the scripts complete
+# themselves, because the head's id is only known inside the script). ix: {paused, stats, active, cancelled}
+# (paused nil: no pause check).  Returns {0} inbox empty | {4} the scope is paused (nothing taken) |
+# {3, id, notBefore} head waits for its retry time | {1, id, eventJson, attempts, prevState, lastError} head
+# taken (state -> processing, an attempt record started).
+TAKE_HEAD = (
+    RUN_INDEX
+    + HISTORY
+    + """
+local FINAL = {done = true, dead = true, cancelled = true, discarded = true, erased = true}
+local function take_head(inbox, ev_prefix, now, fence, ix, scope)
+  if ix.paused and redis.call('HEXISTS', ix.paused, scope) == 1 then return {4} end
+  for _ = 1, 1000 do
+    local id = redis.call('LINDEX', inbox, 0)
+    if not id then return {0} end
+    local ek = ev_prefix .. id
+    local rec = redis.call('HMGET', ek, 'state', 'event', 'notBefore', 'error', 'cancelRequested', 'history',
+      'redrives')
+    if not rec[2] or FINAL[rec[1]] then
+      redis.call('LPOP', inbox)
+    elseif rec[5] and ix.stats then
+      redis.call('LPOP', inbox)
+      mark_cancelled(ek, id, now, ix)
+    else
+      local nb = tonumber(rec[3] or '0') or 0
+      if nb > tonumber(now) then return {3, id, tostring(nb)} end
+      local attempts = redis.call('HINCRBY', ek, 'attempts', 1)
+      redis.call('HSET', ek, 'state', 'processing', 'startedAt', now, 'fence', fence)
+      history_start(ek, rec[6], attempts, now, tonumber(rec[7] or '0'))
+      return {1, id, rec[2], attempts, rec[1], rec[4] or ''}
+    end
+  end
+  return {3, '', now}
+end
+local function release_if_idle(inbox, lease, sched, scopes, token, scope)
+  if redis.call('LLEN', inbox) > 0 then return false end
+  if redis.call('GET', lease) == token then redis.call('DEL', lease) end
+  redis.call('DEL', sched)
+  redis.call('SREM', scopes, scope)
+  return true
+end
+-- A paused scope: release it whatever its inbox holds; resume (worker/scope_control.py) schedules it again.
+local function park(lease, sched, scopes, token, ref)
+  if redis.call('GET', lease) == token then redis.call('DEL', lease) end
+  redis.call('DEL', sched)
+  redis.call('SREM', scopes, ref)
+end
+local function scope_of(ref)
+  return string.sub(ref, (string.find(ref, '/', 1, true) or 0) + 1)
+end
+"""
+)
+
+# Grant the scope lease, issue the next fencing number, and take the head event, in one round trip. Fencing
+# numbers are compared for equality by every fenced write; they start at Redis's clock (see below).
+# KEYS: lease, fence, inbox, sched, scopes[, paused, stats, runs:status:active, runs:status:cancelled]
+# ARGV: token, ttlMs, evPrefix, nowMs, scopeRef
+# (worker.scripts.Scripts.acquire appends the tenant's keys in brackets.)
+# -> {0, pttl} held by someone else | {fence, <take_head reply>} granted; when the inbox was empty, or the scope
+#    is paused, the lease is released again in the same script (reply {fence, 0}).
+ACQUIRE = (
+    TAKE_HEAD
+    + """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local fence = redis.call('INCR', KEYS[2])
+if fence == 1 then
+  -- A new (or erased) fence starts at Redis's clock in ms, above any number an earlier incarnation of this
+  -- scope's fence handed out, so a holder paused across an erasure can never match it.
+  local t = redis.call('TIME')
+  fence = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('SET', KEYS[2], fence)
+end
+local ix = {paused = KEYS[6], stats = KEYS[7], active = KEYS[8], cancelled = KEYS[9]}
+local head = take_head(KEYS[3], ARGV[3], ARGV[4], fence, ix, scope_of(ARGV[5]))
+if head[1] == 4 then
+  park(KEYS[1], KEYS[4], KEYS[5], ARGV[1], ARGV[5])
+  head = {0}
+elseif head[1] == 0 then
+  release_if_idle(KEYS[3], KEYS[1], KEYS[4], KEYS[5], ARGV[1], ARGV[5])
+end
+table.insert(head, 1, fence)
+return head
+"""
+)
+
+# Commit the head event's outcome (fenced): done, dead (to the DLQ), back to queued for a retry, or cancelled
+# (asked by the pipeline, or found: a cancel requested while it ran turns any outcome into cancelled); then,
+# when ARGV[14] is '1', go on in the same round trip: take the next head, or release the scope if it is idle
+# (or paused). Only a 'done' commit applies what the chain's source and signal handlers staged: their Redis
+# commands (ARGV[15], a JSON list of command lists) and the follow-up events they emitted (ARGV[16], a JSON
+# list of one event's 9 keys then 7 arguments, as ENQUEUE_BATCH takes them per event). A retried, dead or cancelled event
+# leaves no trace of them.
+# KEYS: inbox, fence, ev, dlq, stats, chain, lease, sched, scopes, series (per-minute done count and latency),
+#       paused, runs:all, runs:status:active, runs:status:done, runs:status:dead, runs:status:cancelled
+# ARGV: fence, eventId, outcome, nowMs, windowS, error, notBefore, chainJson, chainTtlS, chainId,
+#       token, scopeRef, evPrefix, continue, effectsJson, followupsJson, schedTtlMs, runIndexMax
+# -> {-1} stale fence (rejected and counted) | {-2} the head is another event | {-3, index, reason} a staged
+#    command was refused (checked before any write) or failed (see STAGED): the event is left at the head,
+#    still processing, for the caller to commit dead | {1, {scopes that need a drain message}, outcome,
+#    <take_head reply>?} committed (no take_head reply without continuation; {0}: inbox empty or scope
+#    paused, scope released)
+COMMIT = (
+    TAKE_HEAD
+    + ADMIT
+    + STAGED
+    + """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  redis.call('HINCRBY', KEYS[5], 'fenceRejected', 1)
+  return {-1}
+end
+if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[2] then return {-2} end
+local outcome = ARGV[3]
+if redis.call('HEXISTS', KEYS[3], 'cancelRequested') == 1 then outcome = 'cancelled' end
+local now, window, imax = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[18])
+local ix = {paused = KEYS[11], stats = KEYS[5], active = KEYS[13], cancelled = KEYS[16], max = imax}
+local followups = {}
+if outcome == 'done' then
+  local staged = cjson.decode(ARGV[15])
+  followups = cjson.decode(ARGV[16])
+  local refused = check_staged(staged)
+  if refused then return {-3, refused[1], refused[2]} end
+  for i, f in ipairs(followups) do
+    local refusal = admit_refusal(f[1], f[2], f[3], f[4])
+    if refusal then return {-3, #staged + i, 'WRONGTYPE: follow-up ' .. refusal} end
+  end
+  local broken = apply_staged(staged)
+  if broken then return {-3, broken[1], broken[2]} end
+end
+if ARGV[8] ~= '' and outcome ~= 'cancelled' then redis.call('SET', KEYS[6], ARGV[8], 'EX', ARGV[9]) end
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[3], 'chainId', ARGV[10]) end
+local publish = {}
+if outcome == 'retry' then
+  redis.call('HSET', KEYS[3], 'state', 'queued', 'error', ARGV[6], 'notBefore', ARGV[7])
+  redis.call('HINCRBY', KEYS[5], 'retried', 1)
+  history_end(KEYS[3], now, 'failed', ARGV[6])
+elseif outcome == 'cancelled' then
+  redis.call('LPOP', KEYS[1])
+  mark_cancelled(KEYS[3], ARGV[2], ARGV[4], ix)
+else
+  redis.call('LPOP', KEYS[1])
+  redis.call('HINCRBY', KEYS[5], 'queued', -1)
+  if outcome == 'done' then
+    for _, f in ipairs(followups) do
+      local fx = {all = KEYS[12], active = KEYS[13], type = f[7], scope = f[8], src = f[9], smember = f[16],
+        paused = KEYS[11], max = imax, stype = f[14], sid = f[15]}
+      local r = admit(f[1], f[2], f[3], f[4], KEYS[9], KEYS[5], f[10], f[11], f[12], ARGV[4], ARGV[5], ARGV[17],
+        f[5], f[13], f[6], fx)
+      if r[2] == 1 then table.insert(publish, f[11]) end
+    end
+    redis.call('HSET', KEYS[3], 'state', 'done', 'doneAt', ARGV[4])
+    redis.call('HDEL', KEYS[3], 'notBefore')
+    redis.call('EXPIRE', KEYS[3], ARGV[5])
+    redis.call('HINCRBY', KEYS[5], 'done', 1)
+    index_move(KEYS[13], KEYS[14], ARGV[2], KEYS[3], imax)
+    history_end(KEYS[3], now, 'succeeded', '')
+    local minute = math.floor(now / 60000)
+    local enqueued = tonumber(redis.call('HGET', KEYS[3], 'enqueuedAt') or ARGV[4])
+    redis.call('HINCRBY', KEYS[10], minute .. ':done', 1)
+    redis.call('HINCRBY', KEYS[10], minute .. ':latency_ms', now - enqueued)
+  else
+    redis.call('HSET', KEYS[3], 'state', 'dead', 'error', ARGV[6], 'deadAt', ARGV[4])
+    redis.call('PERSIST', KEYS[3])
+    redis.call('ZADD', KEYS[4], ARGV[4], ARGV[2])
+    redis.call('HINCRBY', KEYS[5], 'dead', 1)
+    index_move(KEYS[13], KEYS[15], ARGV[2], KEYS[3], imax)
+    history_end(KEYS[3], now, 'failed', ARGV[6])
+  end
+end
+local reply = {1, publish, outcome}
+if ARGV[14] == '1' then
+  local head = take_head(KEYS[1], ARGV[13], ARGV[4], tonumber(ARGV[1]), ix, scope_of(ARGV[12]))
+  if head[1] == 4 then
+    park(KEYS[7], KEYS[8], KEYS[9], ARGV[11], ARGV[12])
+    head = {0}
+  elseif head[1] == 0 then
+    release_if_idle(KEYS[1], KEYS[7], KEYS[8], KEYS[9], ARGV[11], ARGV[12])
+  end
+  for _, part in ipairs(head) do reply[#reply + 1] = part end
+end
+index_trim(ARGV[4], ARGV[5])
+return reply
+"""
+)
