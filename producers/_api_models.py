@@ -10,13 +10,13 @@ Request bodies: most routes read their body through a dependency that hands them
 answer (producers/_web_common.py ``json_body``, ``JsonObject``; producers/_routes_sessions.py
 ``session_body``), so FastAPI never sees the model. :func:`body_route` declares it for OpenAPI instead: the
 model's JSON schema (its ``$defs`` inlined, so the document needs no extra components) as the operation's
-``requestBody``, plus the 413/415 answers the door gives any body. Validation, and its 422 naming the field,
-stays with the dependency.
+``requestBody``, plus the 413/415 answers the door gives any body; given several models (a body that is one of
+several shapes), a ``oneOf`` of them. Validation, and its 422 naming the field, stays with the dependency.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,9 +24,12 @@ __all__ = [
     "API_ERRORS",
     "BODY_ERRORS",
     "SHARED_ERRORS",
+    "AttemptRecord",
     "ContextView",
     "ErrorBody",
     "ErrorDetail",
+    "EventState",
+    "EventStatus",
     "Receipt",
     "ReceiptPage",
     "RouteResult",
@@ -109,13 +112,23 @@ def _inline(node: Any, defs: dict[str, Any], depth: int = 0) -> Any:
     return out
 
 
-def json_request_body(model: type[BaseModel], description: str | None = None) -> dict[str, Any]:
-    """An OpenAPI ``requestBody`` for ``model`` (JSON); required when ``{}`` would not do."""
+def _inlined_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema()
     inlined: dict[str, Any] = _inline(schema, schema.get("$defs", {}))
+    return inlined
+
+
+def json_request_body(
+    model: type[BaseModel] | tuple[type[BaseModel], ...], description: str | None = None
+) -> dict[str, Any]:
+    """An OpenAPI ``requestBody`` for ``model`` (JSON), or for exactly one of several models (``oneOf``: they
+    must not overlap); required when ``{}`` would not do."""
+    models = model if isinstance(model, tuple) else (model,)
+    schemas = [_inlined_schema(m) for m in models]
+    schema = schemas[0] if len(schemas) == 1 else {"oneOf": schemas}
     body: dict[str, Any] = {
-        "required": bool(inlined.get("required")),
-        "content": {"application/json": {"schema": inlined}},
+        "required": all(bool(s.get("required")) for s in schemas),
+        "content": {"application/json": {"schema": schema}},
     }
     if description:
         body["description"] = description
@@ -123,12 +136,12 @@ def json_request_body(model: type[BaseModel], description: str | None = None) ->
 
 
 def body_route(
-    model: type[BaseModel],
+    model: type[BaseModel] | tuple[type[BaseModel], ...],
     description: str | None = None,
     responses: dict[int | str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Route decorator keywords for a route reading ``model`` itself: ``openapi_extra`` with its
-    ``requestBody``, and ``responses`` with the door's 413/415 answers added."""
+    """Route decorator keywords for a route reading ``model`` (or one of several models) itself:
+    ``openapi_extra`` with its ``requestBody``, and ``responses`` with the door's 413/415 answers added."""
     return {
         "openapi_extra": {"requestBody": json_request_body(model, description)},
         "responses": {**BODY_ERRORS, **(responses or {})},
@@ -227,3 +240,54 @@ class RouteResult(BaseModel):
     signals: dict[str, RouteSignal] = Field(description='Keyed ``"<type>:<name>"``.')
     decision: RouteDecision | None
     model: str | None
+
+
+# ---- events: the status record (runs explorer, run detail, the dead-letter list) ------------------------
+
+EventState = Literal["queued", "processing", "done", "dead", "cancelled", "discarded", "erased"]
+"""An event's status: ``erased`` is a queued or running event whose user was erased (it never runs)."""
+
+
+class AttemptRecord(BaseModel):
+    """One attempt of an event, oldest first."""
+
+    attempt: int = Field(description="1, 2, … within its run.")
+    run: int = Field(description="0, then one more per redrive.")
+    startedAt: int = Field(description="Unix milliseconds.")
+    finishedAt: int | None = Field(default=None, description="Unix milliseconds; absent while it runs.")
+    status: str = Field(
+        description="``running``, ``succeeded``, ``failed``, ``cancelled``, or ``lost`` (its worker vanished)."
+    )
+    error: str | None = Field(default=None, description="Why the attempt failed.")
+
+
+class EventStatus(BaseModel):
+    """An event's status record (worker/event_records.py). ``scopeKey`` and ``chainId`` are null on an erased
+    user's tombstone; the times are Unix milliseconds."""
+
+    eventId: str
+    status: EventState
+    attempts: int
+    chainId: str | None = Field(description="The chain document's id (``GET /v1/chains/{chainId}``).")
+    scopeKey: str | None
+    enqueuedAt: int
+    duplicates: int = Field(description="Later sends with the same dedupe key (answered ``duplicate``).")
+    sourceType: str | None = None
+    sourceId: str | None = None
+    userId: str | None = None
+    error: str | None = Field(default=None, description="The last attempt's error.")
+    finishedAt: int | None = Field(default=None, description="When it reached done, dead, cancelled.")
+    doneAt: int | None = None
+    deadAt: int | None = None
+    cancelledAt: int | None = None
+    cancelRequestedAt: int | None = Field(default=None, description="A running event asked to stop.")
+    discardedAt: int | None = None
+    discardReason: str | None = None
+    editedAt: int | None = Field(default=None, description="Its payload was edited by a redrive.")
+    erasedAt: int | None = Field(default=None, description="Its user was erased: a tombstone, no payload.")
+    redrivenAt: int | None = None
+    redrives: int | None = None
+    outOfOrder: bool | None = Field(
+        default=None, description="Redriven after later events of its scope: they ran (or run) first."
+    )
+    attemptsHistory: list[AttemptRecord] | None = Field(default=None, description="Oldest first.")

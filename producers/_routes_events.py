@@ -3,15 +3,17 @@ source id unambiguous within the tenant) and ``POST /v1/events/{eventId}/cancel`
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
+from producers._api_models import AttemptRecord, ErrorDetail, EventState, EventStatus, body_route
 from producers._principal import Principal, require, tenant_producer
 from producers._web_common import error_response, producer_of, read_json, settings_of
-from worker.intake import EventError, InvalidEvent
+from worker.intake import EventError, InvalidEvent, SourceEvent
 from worker.outbox import records_of_event
 from worker.rate_limit import RateLimiter
 from worker.runs import BadCursor, RunQuery, event_detail, find_by_source, list_runs
@@ -21,7 +23,74 @@ from worker.store import EventStore
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(tags=["events"])
+
+
+class EventBatch(BaseModel):
+    """Several SourceEvents, all or nothing (at most ``AGENT_SIGNAL_MAX_BATCH_EVENTS``, else 413)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[SourceEvent] = Field(min_length=1)
+
+
+class IngestResult(BaseModel):
+    eventId: str
+    sourceId: str
+    status: str = Field(
+        description="``accepted``, ``duplicate`` (its dedupe key was seen), or an admission check's verdict."
+    )
+
+
+class IngestResults(BaseModel):
+    """One result per event, in the request's order."""
+
+    results: list[IngestResult]
+
+
+class EventPage(BaseModel):
+    """Newest first; ``cursor`` (when present) continues the listing (a page may be short and still have one)."""
+
+    events: list[EventStatus]
+    cursor: str | None = None
+
+
+class EventDetail(EventStatus):
+    """The status record with its attempts, the stored event and its outbound calls."""
+
+    attemptsHistory: list[AttemptRecord] = Field(description="Oldest first.")
+    event: dict[str, Any] | None = Field(
+        default=None, description="The stored SourceEvent (absent on an erased user's tombstone)."
+    )
+    outbox: list[dict[str, Any]] | None = Field(
+        default=None, description="Its outbound calls: kind, key, state, attempts, last error."
+    )
+
+
+class Candidate(BaseModel):
+    eventId: str
+    sourceType: str | None
+    scopeKey: str | None
+    status: EventState
+
+
+class Conflict(BaseModel):
+    """409: ``ambiguous_source_id`` (a source id of several events: ``candidates`` lists them) or
+    ``not_cancellable``."""
+
+    error: ErrorDetail
+    candidates: list[Candidate] | None = None
+
+
+class Cancelled(BaseModel):
+    eventId: str
+    status: EventState = Field(description="``cancelled``, or ``processing`` until a running event stops.")
+    cancelRequested: bool = Field(description="True for a running event: it stops before its next action.")
+
+
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": Conflict, "description": "A source id of several events, or an event that cannot cancel."}
+}
 
 
 async def event_body(request: Request) -> Any:
@@ -30,7 +99,12 @@ async def event_body(request: Request) -> Any:
     return await read_json(request, require_object=False, max_bytes=settings_of(request).max_request_bytes)
 
 
-@router.post("/v1/events", status_code=202)
+@router.post(
+    "/v1/events",
+    status_code=202,
+    response_model=IngestResults,
+    **body_route((SourceEvent, EventBatch), 'One SourceEvent, or ``{"events": [SourceEvent, …]}``.'),
+)
 def post_events(
     request: Request,
     data: Annotated[Any, Depends(event_body)],
@@ -139,14 +213,11 @@ def _get(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, dict) else None
 
 
-Status = Literal["queued", "processing", "done", "dead", "cancelled", "discarded", "erased"]
-
-
-@router.get("/v1/events")
+@router.get("/v1/events", response_model=EventPage)
 def list_events(
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
-    status: Status | None = None,
+    status: EventState | None = None,
     source_type: Annotated[str | None, Query(alias="sourceType", max_length=200)] = None,
     scope_key: Annotated[str | None, Query(alias="scopeKey", max_length=512)] = None,
     user_id: Annotated[str | None, Query(alias="userId", max_length=256)] = None,
@@ -194,7 +265,7 @@ def resolve_event(store: EventStore, event_id: str) -> str | JSONResponse:
     )
 
 
-@router.get("/v1/events/{event_id}")
+@router.get("/v1/events/{event_id}", response_model=EventDetail, responses=_CONFLICT)
 def get_event(
     event_id: str, request: Request, principal: Annotated[Principal, Depends(require("read"))]
 ) -> JSONResponse:
@@ -213,7 +284,7 @@ def get_event(
     return JSONResponse(record)
 
 
-@router.post("/v1/events/{event_id}/cancel")
+@router.post("/v1/events/{event_id}/cancel", response_model=Cancelled, responses=_CONFLICT)
 def post_cancel(
     event_id: str, request: Request, _: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:

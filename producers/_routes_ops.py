@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field
 
+from producers._api_models import ErrorBody, EventStatus, body_route
 from producers._auth import ops_access
 from producers._client import Producer
 from producers._ops import discard_events, edited_bodies, redrive_events
@@ -19,10 +21,108 @@ from worker.store_safety import current_safety, safety_gauges
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(tags=["operations"])
+
+MAX_DLQ_OFFSET = 1_000_000
+MAX_DLQ_LIMIT = 500
 
 
-@router.get("/v1/chains/{chain_id:path}")
+class ChainDocument(BaseModel):
+    """LobeHub's ``{"envelope": TraceEnvelope, "record": TelemetryRecord}`` (our extras in
+    ``envelope.metadata``: eventId, attempt, status, terminal)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    envelope: dict[str, Any]
+    record: dict[str, Any]
+
+
+class DlqEvent(EventStatus):
+    """A dead event (with ``deadAt``), or with ``state=discarded`` a discarded one (with ``reason`` and ``at``);
+    ``event`` is the stored SourceEvent while it is kept."""
+
+    event: dict[str, Any] | None = None
+    reason: str | None = Field(default=None, description="Why it was discarded (``state=discarded``).")
+    at: int | None = Field(default=None, description="When it was discarded (``state=discarded``).")
+
+
+class DlqPage(BaseModel):
+    events: list[DlqEvent] = Field(description="Latest death (or discard) first.")
+    total: int = Field(description="Events in the list (dead, or discarded).")
+
+
+class RedriveIds(BaseModel):
+    """Redrive these dead events (ids that are not dead are answered ``notDead``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    eventIds: list[str]
+
+
+class RedriveAll(BaseModel):
+    """Redrive every dead event of the tenant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    all: Literal[True]
+
+
+class EditedEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    eventId: str = Field(min_length=1)
+    payload: dict[str, Any] = Field(description="The new payload, validated like a new event's.")
+
+
+class RedriveEdited(BaseModel):
+    """Redrive dead events with edited payloads: all or nothing (a 422 names ``events[i].payload.<field>``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[EditedEvent] = Field(min_length=1)
+
+
+class Redriven(BaseModel):
+    redriven: list[str] = Field(description="Requeued, each at its scope's tail.")
+    notDead: list[str] = Field(description="Unknown, or not dead: nothing done.")
+
+
+class DiscardIds(BaseModel):
+    """Discard these dead events (ids that are not dead are answered ``notDead``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    eventIds: list[str]
+    reason: str = Field(default="", max_length=1000)
+
+
+class DiscardAll(BaseModel):
+    """Discard every dead event of the tenant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    all: Literal[True]
+    reason: str = Field(default="", max_length=1000)
+
+
+class Discarded(BaseModel):
+    discarded: list[str] = Field(description="Out of the DLQ, kept as audit records.")
+    notDead: list[str] = Field(description="Unknown, or not dead: nothing done.")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    """``checks``: ``redis`` and ``broker`` (``ok`` or ``error: <kind>``), and store checks when there is
+    something to say (``eviction``, ``persistence``, ``memory``: ``error…`` fails readiness, others warn)."""
+
+    ready: bool
+    checks: dict[str, str]
+
+
+@router.get("/v1/chains/{chain_id:path}", response_model=ChainDocument)
 def get_chain(
     chain_id: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> JSONResponse:
@@ -32,18 +132,17 @@ def get_chain(
     return JSONResponse(chain)
 
 
-@router.get("/v1/dlq")
+@router.get("/v1/dlq", response_model=DlqPage)
 def get_dlq(
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
-    offset: int = 0,
-    limit: int = 50,
+    offset: Annotated[int, Query(ge=0, le=MAX_DLQ_OFFSET)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_DLQ_LIMIT)] = 50,
     state: Literal["dead", "discarded"] = "dead",
 ) -> JSONResponse:
     """Dead events (latest death first), or with ``state=discarded`` the discarded ones (latest discard first,
-    each with its ``reason`` and ``at``); ``limit`` is held to 1..500."""
+    each with its ``reason`` and ``at``); ``offset`` 0..1,000,000 and ``limit`` 1..500 (else 422 naming it)."""
     store = tenant_producer(request).store
-    offset, limit = max(offset, 0), max(1, min(limit, 500))
     if state == "discarded":
         events = list_discarded(store, offset=offset, limit=limit)
         return JSONResponse(
@@ -62,7 +161,14 @@ def _ids_or_all(body: dict[str, Any]) -> list[str] | JSONResponse | None:
     return ids
 
 
-@router.post("/v1/dlq/redrive")
+@router.post(
+    "/v1/dlq/redrive",
+    response_model=Redriven,
+    **body_route(
+        (RedriveIds, RedriveAll, RedriveEdited),
+        '``{"eventIds": [...]}``, ``{"all": true}``, or ``{"events": [{"eventId", "payload"}...]}``.',
+    ),
+)
 def post_redrive(
     request: Request, body: JsonObject, _: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:
@@ -102,7 +208,13 @@ def _edits(events: Any) -> list[tuple[str, Any]] | JSONResponse:
     return edits
 
 
-@router.post("/v1/dlq/discard")
+@router.post(
+    "/v1/dlq/discard",
+    response_model=Discarded,
+    **body_route(
+        (DiscardIds, DiscardAll), '``{"eventIds": [...], "reason"?}`` or ``{"all": true, "reason"?}``.'
+    ),
+)
 def post_discard(
     request: Request, body: JsonObject, _: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:
@@ -121,12 +233,22 @@ def post_discard(
     return JSONResponse(discard_events(tenant_producer(request), ids, reason))
 
 
-@router.get("/healthz", dependencies=[Depends(public)])
+@router.get("/healthz", dependencies=[Depends(public)], response_model=Health)
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", dependencies=[Depends(ops_access)])
+@router.get(
+    "/readyz",
+    dependencies=[Depends(ops_access)],
+    response_model=Readiness,
+    responses={
+        503: {
+            "model": Readiness | ErrorBody,
+            "description": "Not ready (a check failed: ``ready`` false), or the door's store error.",
+        }
+    },
+)
 def readyz(request: Request) -> JSONResponse:
     """Ready when Redis answers PING, the broker accepts a connection and no store check is an ``error``
     (an evicting policy nobody accepted). ``persistence`` and ``memory`` entries are warnings (still 200)."""

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 
 from producers._principal import Principal, require, tenant_producer
 from producers._web_common import error_response
@@ -15,14 +16,41 @@ from worker.scope_control import list_scopes, pause_scope, resume_scope
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(tags=["scopes"])
+
+ScopeState = Literal["busy", "waiting", "stuck", "paused"]
 
 
-@router.get("/v1/scopes")
+class ScopeRow(BaseModel):
+    scopeKey: str
+    state: ScopeState = Field(
+        description="``paused``; ``busy`` (a worker holds its lease); ``waiting`` (queued, its drain scheduled); "
+        "``stuck`` (queued events and no live drain scheduled)."
+    )
+    inboxDepth: int = Field(description="Events waiting in its inbox.")
+    paused: bool
+    leaseHolder: str | None = Field(default=None, description="The worker holding its lease, while one does.")
+    headAgeMs: int | None = Field(default=None, description="How long its oldest queued event has waited.")
+    pausedAt: int | None = Field(default=None, description="Unix milliseconds, while paused.")
+
+
+class ScopeList(BaseModel):
+    scopes: list[ScopeRow]
+
+
+class ScopeControl(BaseModel):
+    """The scope's paused flag now; ``changed`` is false when it already was."""
+
+    scopeKey: str
+    paused: bool
+    changed: bool
+
+
+@router.get("/v1/scopes", response_model=ScopeList)
 def get_scopes(
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
-    state: Literal["busy", "waiting", "stuck", "paused"] | None = None,
+    state: ScopeState | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> JSONResponse:
     """The tenant's scopes with queued events, and its paused ones: ``scopeKey``, ``state``, ``inboxDepth``,
@@ -38,7 +66,7 @@ def _checked(scope_key: str) -> JSONResponse | None:
     return error_response(422, "invalid_field", f"scopeKey {problem.message}", "scopeKey")
 
 
-@router.post("/v1/scopes/{scope_key:path}/pause")
+@router.post("/v1/scopes/{scope_key:path}/pause", response_model=ScopeControl)
 def post_pause(
     scope_key: str, request: Request, _: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:
@@ -49,7 +77,7 @@ def post_pause(
     return JSONResponse({"scopeKey": scope_key, "paused": True, "changed": changed})
 
 
-@router.post("/v1/scopes/{scope_key:path}/resume")
+@router.post("/v1/scopes/{scope_key:path}/resume", response_model=ScopeControl)
 def post_resume(
     scope_key: str, request: Request, _: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:

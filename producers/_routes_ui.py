@@ -16,6 +16,7 @@ from producers._api_models import API_ERRORS
 from producers._principal import Principal, check_user, public, require, tenant_producer
 from producers._web_common import error_response
 from worker.keys import Keys
+from worker.workers_view import workers_seen
 
 __all__ = ["UI_DIR", "router"]
 
@@ -58,6 +59,8 @@ class QueueDepth(BaseModel):
 class WorkerSeen(BaseModel):
     name: str
     lastSeenAt: int = Field(description="Unix milliseconds.")
+    inFlight: int = Field(description="Drains of this tenant's scopes the worker holds now.")
+    concurrency: int | None = Field(default=None, description="Child processes (when the worker said).")
 
 
 class MinutePoint(BaseModel):
@@ -183,10 +186,6 @@ def overview(request: Request, caller: Annotated[Principal, Depends(require("rea
             }
         )
     queue_key = store.keys.broker_queue(producer.settings.queue_name)
-    workers = {
-        (k if isinstance(k, str) else k.decode()): int(v)
-        for k, v in client.hgetall(store.keys.workers).items()
-    }
     return JSONResponse(
         {
             "statusCounts": store.stats(),
@@ -199,7 +198,7 @@ def overview(request: Request, caller: Annotated[Principal, Depends(require("rea
                 }
             ],
             "deadLetters": store.dlq_size(),
-            "workers": [{"name": k, "lastSeenAt": v} for k, v in sorted(workers.items())],
+            "workers": workers_seen(store),
             "series": series,
         }
     )

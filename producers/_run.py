@@ -295,10 +295,15 @@ def _print_receipts(producer: Any, lines: list[str]) -> None:
         ]
         if len(found) != last_count:
             quiet_since, last_count = time.monotonic(), len(found)
-        # Settled: no scope has work, no outbound call is due, and no new receipt for a second and a half
-        # (an agent run handed over by the outbox reports its completion a moment later).
-        idle = not producer.store.active_scopes() and not producer.store.client.zcard(
-            producer.store.keys.outbox_due
+        # Settled: no scope has work, no outbound call is due, no task waits in the broker or runs unacked
+        # (an agent run handed over by the outbox is a task that reports its completion as a new event), and
+        # no new receipt for a second and a half.
+        keys, client = producer.store.keys, producer.store.client
+        idle = (
+            not producer.store.active_scopes()
+            and not client.zcard(keys.outbox_due)
+            and not client.llen(keys.broker_queue(producer.settings.queue_name))
+            and not client.hlen(keys.broker_unacked)
         )
         if found and idle and time.monotonic() - quiet_since >= 1.5:
             break

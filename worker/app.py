@@ -18,7 +18,9 @@ Delivery settings, and why (see docs/decisions.md):
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 from typing import Any
 
@@ -31,6 +33,7 @@ from celery.signals import (
     worker_ready,
     worker_shutdown,
 )
+from redis.exceptions import RedisError
 
 from worker import _state
 from worker.fair import FairQueue
@@ -157,6 +160,8 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
         if sender is not None and getattr(sender, "app", app) is not app:
             return
         hostname = str(getattr(sender, "hostname", "worker"))
+        controller = getattr(sender, "controller", sender)  # worker_ready's sender is the consumer
+        _announce(settings, hostname, getattr(controller, "concurrency", None))
         thread = threading.Thread(
             target=_sweep_forever, args=(app, settings, stop, hostname), name="reconcile", daemon=True
         )
@@ -215,6 +220,18 @@ def _relay_forever(app: Celery, settings: Settings, stop: threading.Event) -> No
             continue
         relay.run_forever(stop, settings.outbox_poll_interval_s)
         return
+
+
+def _announce(settings: Settings, hostname: str, concurrency: Any) -> None:
+    """What this worker runs with, for the operators' view (worker/workers_view.py); best effort."""
+    store = EventStore(redis_from_settings(settings), settings)
+    info = {"concurrency": concurrency if isinstance(concurrency, int) else None, "pid": os.getpid()}
+    try:
+        store.client.hset(store.keys.worker_info, hostname, json.dumps({**info, "startedAt": now_ms()}))
+    except RedisError as exc:
+        log.warning("worker info not written: %s", exc)
+    finally:
+        store.client.close()
 
 
 def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostname: str) -> None:

@@ -34,41 +34,13 @@ __all__ = [
 ]
 
 # Key families only the engine writes; a handler's staged write to one of them is refused.
-ENGINE_FAMILIES = (
-    "ev:",
-    "seq:",
-    "inbox:",
-    "sched:",
-    "lease:",
-    "fence:",
-    "idem:",
-    "chain:",
-    "broker:",
-    "metrics:",
-    "outbox:",
-    "outbox-of:",
-    "apikey:",
-    "ratelimit:",
-    "events-of:",
-    "ready:",
-    "scope-users:",
-    "sessions-of:",
-    "runs:",
-    "by-source:",
+ENGINE_FAMILIES = tuple(
+    "ev: seq: inbox: sched: lease: fence: idem: chain: broker: metrics: outbox: outbox-of: apikey: "
+    "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source:".split()
 )
-ENGINE_SINGLETONS = (
-    "scopes",
-    "dlq",
-    "stats",
-    "workers",
-    "reconcile-lock",
-    "series",
-    "outbox-due",
-    "tenants",
-    "apikeys",
-    "audit",
-    "token-secret",
-    "ready-tenants",
+ENGINE_SINGLETONS = tuple(
+    "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret "
+    "ready-tenants worker-info".split()
 )
 
 
@@ -233,6 +205,11 @@ class Keys:
         """Celery's ``global_keyprefix`` on a Redis broker: the broker's keys live under ours."""
         return f"{self.prefix}broker:"
 
+    @property
+    def broker_unacked(self) -> str:
+        """Kombu's Redis transport: messages a worker has taken and not acknowledged yet (hash)."""
+        return f"{self.broker_prefix}unacked"
+
     def broker_queue(self, queue_name: str) -> str:
         """The Redis list that holds a queue's messages (Redis broker only)."""
         return f"{self.broker_prefix}{queue_name}"
@@ -372,6 +349,11 @@ class Keys:
     @property
     def workers(self) -> str:
         return f"{self.prefix}workers"
+
+    @property
+    def worker_info(self) -> str:
+        """node -> JSON {concurrency, pid, startedAt}: what each worker runs with (written when it is ready)."""
+        return f"{self.prefix}worker-info"
 
     @property
     def reconcile_lock(self) -> str:

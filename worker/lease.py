@@ -27,6 +27,8 @@ from worker.store import Head
 
 __all__ = ["LeaseGrant", "ScopeLease"]
 
+HOLDER_SEPARATOR = "|"  # lease token = "<worker node name>|<random>" (worker/scope_control.py shows the name)
+
 log = logging.getLogger(__name__)
 
 
@@ -52,11 +54,14 @@ class ScopeLease:
         self._guard = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def acquire(self, scope_key: str, *, now_ms: int) -> tuple[LeaseGrant | None, int, Head | None]:
+    def acquire(
+        self, scope_key: str, *, now_ms: int, holder: str = ""
+    ) -> tuple[LeaseGrant | None, int, Head | None]:
         """Try once. Granted: (grant, 0, head), where the same round trip took the inbox's head (and, when the
         inbox was empty, already released the lease again: head.code == 0, no renewer started).
-        Held by someone else: (None, milliseconds they still have, None)."""
-        token = secrets.token_hex(16)
+        Held by someone else: (None, milliseconds they still have, None). ``holder`` (the worker's node name)
+        prefixes the lease token, so operators see who holds a scope (``holder|random``)."""
+        token = f"{holder}{HOLDER_SEPARATOR}{secrets.token_hex(12)}" if holder else secrets.token_hex(16)
         reply = self.scripts.acquire(
             keys=[
                 self.keys.lease(scope_key),

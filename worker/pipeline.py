@@ -306,13 +306,13 @@ class Pipeline:
             self._views[tenant] = view
         return view
 
-    def drain(self, ref: str) -> DrainOutcome:
+    def drain(self, ref: str, *, holder: str = "") -> DrainOutcome:
         """Drain the scope named by the scope ref ``<tenant>/<scopeKey>`` (what drain tasks carry)."""
         tenant, scope_key = split_scope_ref(ref)
-        return self.for_tenant(tenant).drain_scope(scope_key)
+        return self.for_tenant(tenant).drain_scope(scope_key, holder=holder)
 
-    def drain_scope(self, scope_key: str) -> DrainOutcome:
-        grant, remaining_ms, head = self.lease.acquire(scope_key, now_ms=now_ms())
+    def drain_scope(self, scope_key: str, *, holder: str = "") -> DrainOutcome:
+        grant, remaining_ms, head = self.lease.acquire(scope_key, now_ms=now_ms(), holder=holder)
         if grant is None or head is None:
             # Somebody holds the scope. A live holder drains what we were sent for; a dead one's lease
             # runs out in remaining_ms, so look again then (no spinning, one message per TTL).

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from worker.action_port import RedisActionPort
 from worker.errors import PipelineError
+from worker.lease import HOLDER_SEPARATOR
 from worker.nodes import Action, ExecutorResult
 from worker.store import EventStore, now_ms
 
@@ -142,7 +143,7 @@ def list_scopes(
             "paused": scope in paused,
         }
         if holder is not None:
-            row["leaseHolder"] = str(holder)
+            row["leaseHolder"] = str(holder).rpartition(HOLDER_SEPARATOR)[0] or str(holder)  # the worker
         if enqueued_at is not None:
             row["headAgeMs"] = max(now - enqueued_at, 0)
         if scope in paused:

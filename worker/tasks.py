@@ -63,11 +63,17 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
     app.task(name=task.name, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(run)
 
 
-def drain_ref(app: Any, queue: str, ref: str) -> None:
+def _node(task: Any) -> str:
+    """The worker node running this task (its lease tokens name it; none when called outside a worker)."""
+    hostname = getattr(getattr(task, "request", None), "hostname", None)
+    return hostname if isinstance(hostname, str) else ""
+
+
+def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
     """Drain the scope ``ref`` in this worker's pipeline, then re-publish it when it has more (or was lost)."""
     pipeline = _state.get()
     try:
-        outcome = pipeline.drain(ref)
+        outcome = pipeline.drain(ref, holder=holder)
     except BadTenant as exc:  # not "<tenant>/<scopeKey>": a message from before tenants, or forged
         log.error("drain of a malformed scope ref dropped: %s", exc)
         return
@@ -86,15 +92,15 @@ def drain_ref(app: Any, queue: str, ref: str) -> None:
 def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None:
     """Register the engine's tasks and the plugins' on ``app`` (called by the factory, never at import)."""
 
-    @app.task(name=DRAIN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
-    def drain(scope_key: str) -> None:
+    @app.task(name=DRAIN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
+    def drain(self: Any, scope_key: str) -> None:
         if not isinstance(scope_key, str) or not scope_key:
             log.error("drain called without a scope ref: %r", scope_key)
             return
-        drain_ref(app, queue, scope_key)
+        drain_ref(app, queue, scope_key, _node(self))
 
-    @app.task(name=DRAIN_NEXT_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
-    def drain_next() -> None:
+    @app.task(name=DRAIN_NEXT_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
+    def drain_next(self: Any) -> None:
         """Fair share: drain the next ready scope, the tenants taking turns (worker/fair.py)."""
         pipeline = _state.get()
         try:
@@ -103,7 +109,7 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
             note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, "drain_next")
             return
         if ref is not None:
-            drain_ref(app, queue, ref)
+            drain_ref(app, queue, ref, _node(self))
 
     for plugin in plugins:
         for task in plugin.tasks:
