@@ -96,7 +96,7 @@ def test_flower_sees_the_queue_the_worker_and_its_tasks(
 ) -> None:
     """Messages waiting in our (prefixed) queue show in Flower's queue lengths; once a worker runs, Flower
     lists it alive with its pool and our queue, and lists the drain tasks it ran as SUCCESS on that worker."""
-    settings = make_settings()
+    settings = make_settings(task_events=True)  # Flower lists tasks from task events (off by default)
     flower = start_flower(settings)
     producer = Producer(settings)
     request.addfinalizer(producer.close)
