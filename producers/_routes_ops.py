@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -303,6 +304,8 @@ def prometheus_text(producer: Producer) -> str:
     """The engine's counters, one series per tenant (label ``tenant``), then the store's safety gauges."""
     samples: dict[str, list[str]] = {name: [] for name, _, _ in _FAMILIES}
     tenants = producer.store.known_tenants() or [producer.store.tenant]
+    # One read of the engine-wide scopes registry, counted per tenant (its members are "<tenant>/<scope>").
+    active = Counter(ref.partition("/")[0] for ref in producer.store.active_scope_refs())
     for tenant in tenants:
         store = producer.store.for_tenant(tenant)
         stats = store.stats()
@@ -316,7 +319,7 @@ def prometheus_text(producer: Producer) -> str:
         )
         samples["agent_signal_dlq_size"].append(f"agent_signal_dlq_size{{{label}}} {store.dlq_size()}")
         samples["agent_signal_active_scopes"].append(
-            f"agent_signal_active_scopes{{{label}}} {len(store.active_scopes())}"
+            f"agent_signal_active_scopes{{{label}}} {active.get(tenant, 0)}"
         )
         samples["agent_signal_store_unavailable_total"].append(
             f"agent_signal_store_unavailable_total{{{label}}} {stats.get('storeUnavailable', 0)}"

@@ -6,39 +6,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.browser.pages import post
+
 pytestmark = pytest.mark.integration
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: `make test` installs it with apt (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield instance
-        instance.close()
 
 
 @pytest.fixture
@@ -47,12 +25,6 @@ def stack(make_settings: Any, start_worker: Any, start_web: Any) -> str:
     start_worker(settings)
     _, url = start_web(settings)
     return str(url)
-
-
-def _post(url: str, event: dict[str, Any]) -> str:
-    response = httpx.post(f"{url}/v1/events", json=event, timeout=10)
-    assert response.status_code == 202, response.text
-    return str(response.json()["results"][0]["eventId"])
 
 
 def _message(source_id: str, text: str) -> dict[str, Any]:
@@ -94,9 +66,9 @@ def test_receipts_undo_chain_and_dlq(
     page.wait_for_selector("text=No messages in this conversation yet")
 
     # 1. a feedback event through the API → the memory receipt appears under the assistant reply, live.
-    _post(stack, _reply("msg_a1", "msg_u0", "Here is a long, detailed answer."))
-    _post(stack, _message("msg_u1", "Going forward, I prefer concise answers."))
-    _post(stack, _reply("msg_a2", "msg_u1", "Understood, I will keep it short."))
+    post(stack, _reply("msg_a1", "msg_u0", "Here is a long, detailed answer."))
+    post(stack, _message("msg_u1", "Going forward, I prefer concise answers."))
+    post(stack, _reply("msg_a2", "msg_u1", "Understood, I will keep it short."))
     receipt = page.wait_for_selector(
         '[data-message-id="msg_a2"] .receipt[data-kind="memory"]', timeout=30_000
     )
@@ -108,11 +80,11 @@ def test_receipts_undo_chain_and_dlq(
         shutil.copyfile(tmp_path / "conversation.png", SHOTS / "conversation.png")
 
     # 2. Undo on a skill receipt → Reverted.
-    _post(
+    post(
         stack,
         _message("msg_s1", 'Please create a skill called "Release checklist": run tests, tag, publish.'),
     )
-    _post(stack, _message("msg_s2", 'Update the skill "Release checklist": also bump the changelog.'))
+    post(stack, _message("msg_s2", 'Update the skill "Release checklist": also bump the changelog.'))
     undo = page.locator('[data-message-id="msg_s2"] button[data-testid="undo"]')
     undo.wait_for(timeout=30_000)
     assert undo.inner_text() == "Undo"
@@ -135,7 +107,7 @@ def test_receipts_undo_chain_and_dlq(
     page.screenshot(path=str(tmp_path / "chain.png"), full_page=True)
 
     # 4. Redrive a dead event from the DLQ page and see it done (its handler is fixed in between).
-    dead = _post(
+    dead = post(
         stack, {"sourceType": "test.flaky", "sourceId": "flaky-ui", "scopeKey": "topic:dlq", "payload": {}}
     )
     for _ in range(120):

@@ -22,12 +22,11 @@ import pytest
 from producers._access_log import ACCESS_LOGGER
 from producers._docs_assets import ASSETS, ASSETS_DIR
 from tests.conftest import wait_for
+from tests.support.browser import chromium
 from worker.credentials import BOOTSTRAP_ID
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 CDNS = ("cdn.jsdelivr.net", "unpkg", "cdnjs", "fonts.googleapis", "fonts.gstatic", "cdn.redoc.ly")
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".png": "image/png"}
 
@@ -90,14 +89,8 @@ def test_only_the_listed_assets_are_served(web_url: str) -> None:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: `make test` installs it with apt (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+    with chromium() as instance:
         yield instance
-        instance.close()
 
 
 def _offline_page(browser: Any, web_url: str) -> tuple[Any, list[str], list[str]]:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import select
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from html.parser import HTMLParser
 from typing import Any
 
 import anyio
 import pytest
-from fastapi.testclient import TestClient
 from redis import Redis
 from starlette.types import Message, Scope
 
@@ -25,6 +24,7 @@ from producers._http import create_web_app
 from producers._routes_route import RECORD_ERROR_HEADER
 from producers._web_common import MAX_JSON_DEPTH, decode_json
 from tests.conftest import ROOT, Proc, SettingsFactory
+from tests.security.conftest import ClientFactory
 from worker.ids import id_problem
 from worker.keys import Keys
 from worker.settings import Settings
@@ -37,22 +37,6 @@ GOOD: dict[str, Any] = {
     "payload": {"topicId": "tpc_1", "message": "hi"},
 }
 CHAT: dict[str, Any] = {"model": "auto", "messages": [{"role": "user", "content": "hi"}]}
-ClientFactory = Callable[..., TestClient]
-
-
-@pytest.fixture
-def app_client(make_settings: SettingsFactory) -> Iterator[ClientFactory]:
-    """Factory: a started TestClient of ``create_web_app(make_settings(**overrides))``."""
-    clients: list[TestClient] = []
-
-    def start(**overrides: Any) -> TestClient:
-        client = TestClient(create_web_app(make_settings(**overrides)))
-        clients.append(client)
-        return client.__enter__()
-
-    yield start
-    for client in clients:
-        client.__exit__(None, None, None)
 
 
 def _stored(redis_client: Redis, keys: Keys) -> list[str]:

@@ -10,40 +10,22 @@ own key prefix), without credentials: the caller is the local admin of tenant ``
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from httpx import Response
 from redis import Redis
 
-from producers._http import create_web_app
 from sessions.store import session_scope
-from tests.conftest import ROOT, SettingsFactory
+from tests.conftest import ROOT
+from tests.security.conftest import ClientFactory
 from worker.keys import Keys
 
 pytestmark = pytest.mark.integration
 
 FUNCTIONS = ROOT / "examples" / "functions"
 MiB = 1024 * 1024
-ClientFactory = Callable[..., TestClient]
-
-
-@pytest.fixture
-def app_client(make_settings: SettingsFactory) -> Iterator[ClientFactory]:
-    """Factory: a started TestClient of ``create_web_app(make_settings(**overrides))``."""
-    clients: list[TestClient] = []
-
-    def start(**overrides: Any) -> TestClient:
-        client = TestClient(create_web_app(make_settings(**overrides)))
-        clients.append(client)
-        return client.__enter__()
-
-    yield start
-    for client in clients:
-        client.__exit__(None, None, None)
 
 
 def U(text: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from redis import Redis
 from producers._feed import RESYNC, Feed, Listener, Resync
 from producers._http import create_web_app
 from tests.conftest import wait_for
+from tests.support.browser import chromium
 from worker.keys import Keys
 from worker.receipts import ReceiptStore
 from worker.settings import Settings, kombu_url_for
@@ -361,9 +362,6 @@ def test_the_feed_resubscribes_after_redis_drops_it(
 
 # --- the browser UI: the token stays out of URLs, and the stream carries it in a header -------------------
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
-
 
 def test_the_ui_streams_with_a_token_from_the_page_fragment(
     make_settings: Any, start_web: Any, redis_client: Redis, keys: Keys
@@ -379,10 +377,7 @@ def test_the_ui_streams_with_a_token_from_the_page_fragment(
     token = minted.json()["token"]
     message = {"id": "msg_1", "role": "assistant", "content": "Short answers it is.", "createdAt": 1}
     redis_client.rpush(keys.conversation("u1", "a1", "t1"), json.dumps(message))
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    with chromium() as browser:
         page = browser.new_page()
         errors: list[str] = []
         seen: list[tuple[str, str | None]] = []
@@ -398,7 +393,6 @@ def test_the_ui_streams_with_a_token_from_the_page_fragment(
             '[data-message-id="msg_1"] .receipt[data-receipt-id="rcpt_ui"]', timeout=15_000
         )
         assert page.locator(".live").inner_text() == "Live"  # it came through the stream, not by polling
-        browser.close()
     api_calls = [(address, auth) for address, auth in seen if "/v1/" in address]
     assert [auth for address, auth in api_calls if STREAM_PATH in address][:1] == [f"Bearer {token}"]
     assert all(auth == f"Bearer {token}" for _, auth in api_calls), api_calls

@@ -1,0 +1,129 @@
+"""The dead-letter workbench in a real browser: a dead event's payload and attempts, edited and redriven to done;
+discard with a reason, and bulk redrive by filter. Waits on page content or the API, never a fixed sleep."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.browser.pages import event_record, flaky, new_page, post, settled, shot, status_in
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_dead_event_is_edited_and_redriven_to_done(
+    browser: Any,
+    start_stack: Callable[..., str],
+    tmp_path: Path,
+    redis_client: Any,
+    keys: Any,
+    page_errors: list[str],
+) -> None:
+    """A dead event's page shows its payload and both failed attempts (no dead end without a chain); in the
+    workbench its payload is edited (JSON checked before sending) and redriven, and the row reaches done."""
+    from playwright.sync_api import expect
+
+    # Given an event that died after two attempts
+    stack = start_stack(max_attempts=2)
+    dead = post(stack, flaky("flaky-edit", {"note": "as sent"}))
+    settled(stack, dead, "dead")
+    page = new_page(browser, page_errors)
+
+    # When it is found among the dead runs and opened
+    page.goto(f"{stack}/#/runs?status=dead")
+    page.locator(f'tr[data-event-id="{dead}"] a').click()
+
+    # Then its payload, its two attempts with their error, and why there is no chain are shown
+    attempts = page.locator('[data-testid="attempts"] tbody tr')
+    expect(attempts).to_have_count(2)
+    expect(attempts.nth(0)).to_contain_text("flaky handler is broken")
+    expect(page.get_by_test_id("payload-editor")).to_have_value(re.compile("as sent"))
+    expect(page.get_by_test_id("no-chain")).to_be_visible()
+    assert page.locator("text=No chain found").count() == 0
+    shot(page, tmp_path, "run-dead")
+
+    # When its payload is edited in the dead-letter workbench (invalid JSON is refused first) and redriven
+    page.goto(f"{stack}/#/dlq")
+    row = page.locator(f'tr[data-event-id="{dead}"]')
+    expect(row).to_contain_text("flaky handler is broken")
+    row.get_by_role("button", name=f"Payload of {dead}").click()
+    detail = page.locator(f'tr[data-detail-for="{dead}"]')
+    editor = detail.get_by_role("textbox", name=f"Payload of {dead}")
+    editor.fill('{"note": ')
+    expect(detail.locator(".check")).to_contain_text("Not valid")
+    expect(detail.get_by_role("button", name="Redrive with this payload")).to_be_disabled()
+    editor.fill('{"note": "edited in the workbench"}')
+    shot(page, tmp_path, "dlq")
+    redis_client.set(f"{keys.own}test:fixed", "1")
+    detail.get_by_role("button", name="Redrive with this payload").click()
+
+    # Then the row follows it to done, and the run used the edited payload
+    status_in(page, f'tr[data-event-id="{dead}"]', "done", "dlq-status")
+    expect(row).to_contain_text("redriven with edited payload")
+    shot(page, tmp_path, "dlq-redriven")
+    chain = httpx.get(f"{stack}/v1/chains/chain:flaky-edit", timeout=10).json()
+    assert chain["envelope"]["source"]["payload"] == {"note": "edited in the workbench"}
+    page.goto(f"{stack}/#/runs/{dead}")
+    status_in(page, "main", "done")
+    expect(page.locator('[data-testid="attempts"] tbody tr')).to_have_count(3)
+    expect(page.get_by_test_id("payload")).to_contain_text("edited in the workbench")
+    assert page_errors == []
+
+
+def test_discard_with_a_reason_and_bulk_redrive_by_filter(
+    browser: Any,
+    start_stack: Callable[..., str],
+    tmp_path: Path,
+    redis_client: Any,
+    keys: Any,
+    page_errors: list[str],
+) -> None:
+    """One dead event is discarded with a reason (its row says so, and it is listed under Discarded with the
+    reason); the others are picked by an error filter and redriven together, and each row reaches done."""
+    from playwright.sync_api import expect
+
+    stack = start_stack(max_attempts=1)
+    ids = [post(stack, flaky(f"flaky-bulk-{i}", {"n": i})) for i in range(3)]
+    for event_id in ids:
+        settled(stack, event_id, "dead")
+    dropped, kept = ids[0], ids[1:]
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/dlq")
+    for event_id in ids:
+        page.wait_for_selector(f'tr[data-event-id="{event_id}"]')
+
+    # When one is discarded with a reason
+    page.locator(f'tr[data-event-id="{dropped}"]').get_by_role("button", name=f"Payload of {dropped}").click()
+    detail = page.locator(f'tr[data-detail-for="{dropped}"]')
+    detail.get_by_test_id("discard-reason").fill("superseded by order 43")
+    detail.get_by_role("button", name="Discard", exact=True).click()
+
+    # Then its row says so
+    status_in(page, f'tr[data-event-id="{dropped}"]', "discarded", "dlq-status")
+    expect(page.locator(f'tr[data-event-id="{dropped}"]')).to_contain_text("superseded by order 43")
+
+    # When the others are picked by filter and redriven in bulk
+    page.get_by_label("Error contains").fill("broken")
+    page.get_by_label("Select every row shown").check()
+    bulk = page.get_by_role("button", name="Redrive selected (2)")
+    expect(bulk).to_be_enabled()
+    redis_client.set(f"{keys.own}test:fixed", "1")
+    bulk.click()
+
+    # Then each row reaches done, and the discarded one is listed with its reason
+    for event_id in kept:
+        status_in(page, f'tr[data-event-id="{event_id}"]', "done", "dlq-status")
+    expect(page.get_by_test_id("dlq-outcome")).to_contain_text("Redriven: 2")
+    page.get_by_role("link", name="Discarded").click()
+    row = page.locator(f'tr[data-event-id="{dropped}"]')
+    expect(row.get_by_test_id("discard-reason")).to_have_text("superseded by order 43")
+    shot(page, tmp_path, "dlq-discarded")
+    listed = httpx.get(f"{stack}/v1/dlq", params={"state": "discarded"}, timeout=10).json()["events"]
+    assert [(e["eventId"], e["reason"]) for e in listed] == [(dropped, "superseded by order 43")]
+    assert event_record(stack, dropped)["status"] == "discarded"
+    assert page_errors == []

@@ -1,0 +1,125 @@
+"""The Runs page and a run's detail in a real browser (Debian's Chromium, Playwright), against real web and worker
+processes: find a run by filter and open it; the run graph fully visible at 390 px and 1280 px. Every wait is on
+page content or the API, never a fixed sleep; screenshots go to the test's temp dir (and to docs/screenshots/
+under `make screenshots`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.pages import message, new_page, post, settled, shot, status_in
+
+pytestmark = pytest.mark.integration
+
+
+def test_find_a_run_by_filter_and_open_it(
+    browser: Any, start_stack: Callable[..., str], tmp_path: Path, page_errors: list[str]
+) -> None:
+    """The Runs page lists runs newest first; the filters (type, user, status, time) narrow it, "Load more"
+    follows the cursor, and a row opens the run: payload, attempts and the chain's dominant path."""
+    # Given three runs of one user (each finished before the next is sent) and one of another user
+    stack = start_stack()
+    mine = []
+    for i in range(3):
+        mine.append(post(stack, message(f"msg_find{i}", "u_find", f"Question number {i}")))
+        settled(stack, mine[-1], "done")
+    other = post(stack, message("msg_other", "u_other", "Something else"))
+    settled(stack, other, "done")
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/runs")
+    page.wait_for_selector(f'tr[data-event-id="{other}"]')
+
+    # When the filters are set in the form
+    form = page.locator('form[aria-label="Filter runs"]')
+    form.locator('[name="sourceType"]').fill("agent.user.message")
+    form.locator('[name="userId"]').fill("u_find")
+    form.locator('[name="status"]').select_option("done")
+    form.get_by_role("button", name="Apply").click()
+
+    # Then only that user's runs are listed, newest first, and the filters are in the address
+    from playwright.sync_api import expect
+
+    rows = page.locator("table.runs tbody tr")
+    expect(rows).to_have_count(3)
+    assert [rows.nth(i).get_attribute("data-event-id") for i in range(3)] == mine[::-1]
+    assert "userId=u_find" in page.url and "status=done" in page.url
+    shot(page, tmp_path, "runs")
+
+    # "Load more" follows the cursor; a time range in the future matches nothing
+    page.goto(f"{stack}/#/runs?userId=u_find&limit=2")
+    expect(rows).to_have_count(2)
+    page.get_by_role("button", name="Load more").click()
+    expect(rows).to_have_count(3)
+    expect(page.get_by_role("button", name="Load more")).to_be_hidden()
+    page.goto(f"{stack}/#/runs?userId=u_find&since={int(time.time() * 1000) + 3_600_000}")
+    page.wait_for_selector("text=No run matches these filters.")
+
+    # When a row is opened
+    page.goto(f"{stack}/#/runs?userId=u_find")
+    page.locator(f'tr[data-event-id="{mine[1]}"] a').click()
+
+    # Then its page shows the payload, its attempt and its chain
+    page.wait_for_url(re.compile(f"#/runs/{mine[1]}$"))
+    status_in(page, "main", "done")
+    expect(page.get_by_test_id("payload")).to_contain_text("Question number 1")
+    expect(page.locator('[data-testid="attempts"] tbody tr')).to_have_count(1)
+    expect(page.locator('[data-testid="attempts"] tbody tr')).to_contain_text("succeeded")
+    expect(page.get_by_test_id("dominant-path")).to_contain_text("agent.user.message")
+    shot(page, tmp_path, "run-detail")
+    assert page_errors == []
+
+
+GEOMETRY = """() => {
+  const box = document.querySelector('[data-testid="chain-graph"]');
+  const svg = box.querySelector('svg');
+  const inner = window.innerWidth;
+  const b = box.getBoundingClientRect(), s = svg.getBoundingClientRect();
+  const nodes = [...svg.querySelectorAll('.node rect')].map((r) => r.getBoundingClientRect());
+  const name = (e) => `${e.tagName.toLowerCase()}.${e.getAttribute('class') || ''}#${e.id}`;
+  return {
+    inner, boxLeft: b.left, boxRight: b.right, svgLeft: s.left, svgRight: s.right,
+    scrolls: box.scrollWidth > box.clientWidth && getComputedStyle(box).overflowX === 'auto',
+    pageScrolls: document.documentElement.scrollWidth > inner + 1,
+    nodes: nodes.length,
+    nodesInside: nodes.every((n) => n.left >= b.left - 1 && n.right <= b.right + 1),
+    dominant: svg.querySelectorAll('.node.dominant').length,
+    tooWide: [...document.querySelectorAll('body *')]
+      .filter((e) => e.getBoundingClientRect().right > inner + 1 ||
+        (e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0 && getComputedStyle(e).overflowX === 'visible'))
+      .slice(0, 5).map(name),
+  };
+}"""
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_run_graph_is_fully_visible(
+    browser: Any,
+    start_stack: Callable[..., str],
+    tmp_path: Path,
+    page_errors: list[str],
+    width: int,
+) -> None:
+    """At phone and desktop width the chain graph fits its page (or its own box scrolls): every node can be
+    seen, and the page itself never scrolls sideways."""
+    stack = start_stack()
+    event_id = post(stack, message("msg_graph", "u_graph", "Going forward, I prefer concise answers."))
+    settled(stack, event_id, "done")
+    page = new_page(browser, page_errors, width=width, height=900)
+    page.goto(f"{stack}/#/runs/{event_id}")
+    page.wait_for_selector('[data-testid="chain-graph"] svg .node')
+    geometry = page.evaluate(GEOMETRY)
+    shown = json.dumps(geometry)
+    assert not geometry["pageScrolls"], shown
+    assert geometry["boxLeft"] >= 0 and geometry["boxRight"] <= geometry["inner"], shown
+    fits = geometry["svgLeft"] >= 0 and geometry["svgRight"] <= geometry["inner"] and geometry["nodesInside"]
+    assert fits or geometry["scrolls"], shown
+    assert geometry["nodes"] >= 5 and geometry["dominant"] >= 4, shown
+    shot(page, tmp_path, f"graph-{width}")
+    assert page_errors == []

@@ -1,0 +1,149 @@
+"""Sending and controlling runs in a real browser: the send form's examples are the example file; send a test
+event, replay it as a new run and see the Overview count it; pause a scope, see its events wait while another
+scope's run finishes, cancel one, resume. Waits on page content or the API, never a fixed sleep."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.browser.pages import event_record, message, new_page, post, settled, shot, status_in
+from tests.conftest import ROOT, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_send_form_examples_are_the_example_file() -> None:
+    """examples.js holds the first event of each source type in examples/events.jsonl, unchanged."""
+    first: dict[str, Any] = {}
+    for line in (ROOT / "examples" / "events.jsonl").read_text().splitlines():
+        if line.strip():
+            event = json.loads(line)
+            first.setdefault(event["sourceType"], event)
+    text = (ROOT / "producers" / "ui" / "examples.js").read_text()
+    embedded = re.search(r"const SOURCE_EXAMPLES = (\{.*?\n\});", text, re.S)
+    assert embedded, "examples.js must define SOURCE_EXAMPLES as one JSON object"
+    assert json.loads(embedded.group(1)) == first
+
+
+def test_send_from_the_form_then_replay_as_a_new_run(
+    browser: Any, start_stack: Callable[..., str], tmp_path: Path, page_errors: list[str]
+) -> None:
+    """The Send form fills in each source type's example, refuses a payload that is not JSON, sends, and
+    follows the run to done; its page replays it as a new run of the same payload; the Overview counts both
+    in its by-type table and draws a chart with labelled axes."""
+    from playwright.sync_api import expect
+
+    stack = start_stack()
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/send")
+    payload = page.locator('textarea[name="payload"]')
+    expect(payload).to_have_value(re.compile("Going forward, I prefer concise answers."))
+
+    # Picking another source type fills in its example; invalid JSON is refused before sending
+    source_type = page.locator('input[name="sourceType"]')
+    source_type.fill("bot.message.merged")
+    source_type.dispatch_event("change")
+    expect(payload).to_have_value(re.compile("Can someone look at build 42"))
+    source_type.fill("agent.user.message")
+    source_type.dispatch_event("change")
+    expect(payload).to_have_value(re.compile("Going forward"))
+    payload.fill("{not json")
+    page.get_by_role("button", name="Send", exact=True).click()
+    expect(page.get_by_test_id("payload-check")).to_contain_text("not valid")
+    expect(page.get_by_test_id("send-result")).to_be_empty()
+    page.get_by_role("button", name="Reset to the example").click()
+
+    # When it is sent, the run is followed to done
+    page.get_by_role("button", name="Send", exact=True).click()
+    status_in(page, '[data-testid="send-result"]', "done", "sent-status")
+    shot(page, tmp_path, "send")
+    sent = page.get_by_test_id("send-result").locator("a").inner_text()
+    original = event_record(stack, sent)
+    assert original["sourceType"] == "agent.user.message" and original["userId"] == "u1"
+
+    # When it is replayed from its page, a new run with a new sourceId and the same payload reaches done
+    page.get_by_test_id("send-result").locator("a").click()
+    status_in(page, "main", "done")
+    page.get_by_role("button", name="Replay as new run").click()
+    page.wait_for_url(re.compile(r"#/runs/(?!" + re.escape(sent) + r"$)"))
+    status_in(page, "main", "done")
+    replay = page.url.rsplit("/", 1)[1]
+    record = event_record(stack, replay)
+    assert record["sourceId"].startswith(f"{original['sourceId']}.replay-")
+    chains = [
+        httpx.get(f"{stack}/v1/chains/chain:{sid}", timeout=10).json()["envelope"]["source"]
+        for sid in (original["sourceId"], record["sourceId"])
+    ]
+    assert chains[0]["payload"] == chains[1]["payload"]
+
+    # The Overview's by-type table counts both runs as done; its chart names its axes
+    page.goto(f"{stack}/#/overview")
+    row = page.locator('tr[data-source-type="agent.user.message"]')
+    expect(row).to_contain_text("2")
+    chart = page.locator(".chart svg")
+    for label in ("events done / min", "avg latency (ms)", "time (minutes ago"):
+        expect(chart).to_contain_text(label)
+    shot(page, tmp_path, "overview")
+    assert page_errors == []
+
+
+def test_pause_a_scope_its_events_wait_then_resume(
+    browser: Any, start_stack: Callable[..., str], tmp_path: Path, page_errors: list[str]
+) -> None:
+    """A paused scope keeps its events queued while another scope's run finishes; a queued event cancelled
+    there never runs; after Resume the other one reaches done. Workers show their heartbeat."""
+    from playwright.sync_api import expect
+
+    stack = start_stack()
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/scopes")
+    expect(page.get_by_test_id("workers").locator("tbody tr")).to_have_count(1)
+    expect(page.get_by_test_id("workers")).to_contain_text("alive")
+
+    # Given a paused scope with two events in it, and an event in another scope
+    page.get_by_label("Scope key").fill("topic:held")
+    page.get_by_role("button", name="Pause", exact=True).click()
+    expect(page.get_by_test_id("scopes-outcome")).to_contain_text("Paused topic:held")
+    held = post(stack, message("msg_held", "u_scope", "Held back", scope="topic:held"))
+    doomed = post(stack, message("msg_doomed", "u_scope", "Never runs", scope="topic:held"))
+    free = post(stack, message("msg_free", "u_scope", "Runs at once", scope="topic:free"))
+
+    # Then the other scope's event is done while the paused scope's wait
+    settled(stack, free, "done")
+    assert event_record(stack, held)["status"] == "queued"
+    scope_row = page.locator('tr[data-scope-key="topic:held"]')
+    expect(scope_row.get_by_test_id("scope-state").filter(has_text="paused")).to_have_count(1)
+    expect(scope_row).to_contain_text("2")  # inbox depth
+    status_in(page, f'[data-testid="inflight"] tr[data-event-id="{held}"]', "queued")
+
+    # When a queued event of the paused scope is cancelled
+    page.get_by_role("button", name=f"Cancel {doomed}").click()
+    expect(page.locator(f'[data-testid="inflight"] tr[data-event-id="{doomed}"]')).to_have_count(0)
+    assert event_record(stack, doomed)["status"] == "cancelled"
+    shot(page, tmp_path, "scopes")
+
+    # When the scope is resumed, its waiting event runs to done and the cancelled one never runs
+    scope_row.get_by_role("button", name="Resume").click()
+    page.goto(f"{stack}/#/runs/{held}")
+    status_in(page, "main", "done")
+    wait_for(
+        lambda: all(
+            s["scopeKey"] != "topic:held"
+            for s in httpx.get(f"{stack}/v1/scopes", timeout=10).json()["scopes"]
+        ),
+        timeout_s=30,
+        what="topic:held to drain",
+    )
+    assert event_record(stack, doomed)["status"] == "cancelled"
+    assert httpx.get(f"{stack}/v1/chains/chain:msg_doomed", timeout=10).status_code == 404
+    assert page_errors == []
+
+
+# Where the graph and its box are against the viewport; what sticks out, to say why when it does.
