@@ -76,7 +76,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_RATE_LIMIT_PER_S = 100.0  # per credential, when credentials are configured and the setting is unset
-OPS_ROUTES = ("/metrics", "/readyz")
+OPS_ROUTES = ("/metrics", "/metrics/state", "/v1/backlog", "/readyz")
 
 
 def is_loopback(host: str) -> bool:

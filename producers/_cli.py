@@ -150,7 +150,7 @@ class _DirectSender:
             except InvalidEvent as exc:
                 out.append((number, None, exc.error))
         if out:
-            self.producer.store.count_rejected(len(out))
+            self.producer.count_rejected(len(out))
         for number, result in zip(numbers, self.producer.enqueue_prepared(prepared), strict=True):
             out.append((number, result, None))
         return sorted(out, key=lambda r: r[0])

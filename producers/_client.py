@@ -85,6 +85,11 @@ class Producer:
         """Validate and prepare one event, or raise InvalidEvent naming the field."""
         return self.emitter.validate(event, prefix=prefix)
 
+    def count_rejected(self, count: int = 1) -> None:
+        """Events refused as invalid: the tenant's stats (best effort) and this process's counter."""
+        self.store.count_rejected(count)
+        self.telemetry.rejected(count, tenant=self.store.tenant)
+
     def enqueue(self, event: EventLike) -> EnqueueResult:
         """Enqueue one event: ``accepted``, ``duplicate`` or an admission hook's status (``gated``)."""
         return self.enqueue_prepared(self.emitter.validate_many([event], single=True))[0]

@@ -71,9 +71,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
             app.state.store_safety = check_at_boot(boot_client, settings, component="web")
         finally:
             boot_client.close()
-        app.state.telemetry = configure_telemetry(
-            settings, service_name="agent-signal-web", redis_client=redis_from_settings(settings)
-        )
+        app.state.telemetry = configure_telemetry(settings, service_name="agent-signal-web")
         app.state.producer = producer or Producer(settings, telemetry=app.state.telemetry)
         # Function definitions are checked at startup: a broken file stops the app with the file and field.
         functions_dir = app.state.producer.runtime.settings_for(AgentToolsSettings).functions_dir

@@ -132,7 +132,7 @@ def post_events(
             return refused
         results = producer.enqueue_prepared(prepared)
     except InvalidEvent as exc:
-        producer.store.count_rejected()
+        producer.count_rejected()
         error = exc.error
         return error_response(exc.status_code, error.code, error.message, error.field)
     return JSONResponse({"results": [r.model_dump(by_alias=True) for r in results]}, status_code=202)

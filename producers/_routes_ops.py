@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from producers._api_models import ErrorBody, EventStatus, body_route
 from producers._auth import ops_access
-from producers._client import Producer
 from producers._ops import discard_events, edited_bodies, redrive_events
 from producers._principal import Principal, public, require, tenant_producer
 from producers._web_common import JsonObject, error_response, producer_of
 from worker.intake import InvalidEvent
-from worker.metrics_store import render_prometheus
+from worker.process_metrics import CONTENT_TYPE, exposition
 from worker.runs import list_discarded
-from worker.store_safety import current_safety, safety_gauges
+from worker.state_metrics import backlog, state_exposition
+from worker.store_safety import current_safety
 
 __all__ = ["router"]
 
@@ -45,6 +44,11 @@ class DlqEvent(EventStatus):
     event: dict[str, Any] | None = None
     reason: str | None = Field(default=None, description="Why it was discarded (``state=discarded``).")
     at: int | None = Field(default=None, description="When it was discarded (``state=discarded``).")
+
+
+class Backlog(BaseModel):
+    eventsWaiting: int = Field(description="Events accepted and not yet done or dead, all tenants.")
+    byTenant: dict[str, int] = Field(description="The same, per tenant.")
 
 
 class DlqPage(BaseModel):
@@ -273,59 +277,26 @@ def readyz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics", dependencies=[Depends(ops_access)], response_class=PlainTextResponse)
-def metrics(request: Request) -> PlainTextResponse:
-    """The pipeline's own counters, then every process's OpenTelemetry metrics (aggregated in Redis)."""
-    producer = producer_of(request)
+def metrics(request: Request) -> Response:
+    """This process's metrics (Prometheus text): what *this* web process did. Scrape every replica and sum;
+    workers serve their own on ``AGENT_SIGNAL_WORKER_METRICS_PORT``; engine-wide state is ``/metrics/state``."""
     telemetry = getattr(request.app.state, "telemetry", None)
     if telemetry is not None:
-        telemetry.flush()  # this process's deltas first, so a scrape right after an enqueue sees it
-    text = prometheus_text(producer) + render_prometheus(producer.store.client, producer.store.keys)
-    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+        telemetry.flush_measurements()  # this process's buffered measurements first
+    return Response(exposition(), media_type=CONTENT_TYPE)
 
 
-_FAMILIES = (
-    ("agent_signal_events_total", "counter", "Source events by outcome at the door and in the worker."),
-    (
-        "agent_signal_fence_rejected_total",
-        "counter",
-        "Commits or effects refused because the lease's fence was stale.",
-    ),
-    ("agent_signal_dlq_size", "gauge", "Events in the dead-letter list."),
-    ("agent_signal_active_scopes", "gauge", "Scopes with queued events."),
-    (
-        "agent_signal_store_unavailable_total",
-        "counter",
-        "Store failures at the door and in the worker's drains.",
-    ),
-)
+@router.get("/metrics/state", dependencies=[Depends(ops_access)], response_class=PlainTextResponse)
+def metrics_state(request: Request) -> Response:
+    """Engine-wide state gauges read from Redis now (backlog, stuck scopes, DLQ, active scopes, store safety).
+    Every replica answers the same figures: scrape it once (through the Service), not per pod."""
+    producer = producer_of(request)
+    return Response(state_exposition(producer.store, producer.settings.queue_name), media_type=CONTENT_TYPE)
 
 
-def prometheus_text(producer: Producer) -> str:
-    """The engine's counters, one series per tenant (label ``tenant``), then the store's safety gauges."""
-    samples: dict[str, list[str]] = {name: [] for name, _, _ in _FAMILIES}
-    tenants = producer.store.known_tenants() or [producer.store.tenant]
-    # One read of the engine-wide scopes registry, counted per tenant (its members are "<tenant>/<scope>").
-    active = Counter(ref.partition("/")[0] for ref in producer.store.active_scope_refs())
-    for tenant in tenants:
-        store = producer.store.for_tenant(tenant)
-        stats = store.stats()
-        label = f'tenant="{tenant}"'
-        for status in ("accepted", "duplicate", "rejected", "done", "dead", "retried", "redriven"):
-            samples["agent_signal_events_total"].append(
-                f'agent_signal_events_total{{{label},status="{status}"}} {stats.get(status, 0)}'
-            )
-        samples["agent_signal_fence_rejected_total"].append(
-            f"agent_signal_fence_rejected_total{{{label}}} {stats.get('fenceRejected', 0)}"
-        )
-        samples["agent_signal_dlq_size"].append(f"agent_signal_dlq_size{{{label}}} {store.dlq_size()}")
-        samples["agent_signal_active_scopes"].append(
-            f"agent_signal_active_scopes{{{label}}} {active.get(tenant, 0)}"
-        )
-        samples["agent_signal_store_unavailable_total"].append(
-            f"agent_signal_store_unavailable_total{{{label}}} {stats.get('storeUnavailable', 0)}"
-        )
-    lines: list[str] = []
-    for name, kind, help_text in _FAMILIES:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]
-    lines += safety_gauges(current_safety(producer.store.client, producer.settings))
-    return "\n".join(lines) + "\n"
+@router.get("/v1/backlog", dependencies=[Depends(ops_access)], response_model=Backlog)
+def get_backlog(request: Request) -> dict[str, Any]:
+    """Events accepted and not yet done or dead, in all and per tenant: what the worker autoscaler (KEDA's
+    metrics-api trigger, ``valueLocation: eventsWaiting``) scales on."""
+    by_tenant = backlog(producer_of(request).store)
+    return {"eventsWaiting": sum(by_tenant.values()), "byTenant": by_tenant}

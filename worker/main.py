@@ -11,6 +11,9 @@ The Celery command line we build, and why each flag:
 * ``--without-gossip``: gossip makes every worker consume every other worker's event stream (N² messages)
   for leader election and clock sync, which nothing here uses (our own heartbeat hash and reconcile lock do
   that job).
+* Metrics: every process of the worker writes its measurements to files in one directory
+  (``PROMETHEUS_MULTIPROC_DIR``, set here before the children fork); the main process serves their sum on
+  ``AGENT_SIGNAL_WORKER_METRICS_PORT`` when set (worker/process_metrics.py).
 * ``--without-mingle``: mingle asks the other workers for revoked ids and clocks at start (a broadcast and a
   wait); we do not revoke tasks.
 
@@ -21,13 +24,16 @@ wins over ours (``--concurrency 3``, ``-n w1@%h``, ``--without-heartbeat``, ``-O
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 from collections.abc import Sequence
 
 import structlog
 
 from worker.app import create_app
 from worker.logs import configure_logging
+from worker.process_metrics import serve, use_multiprocess_dir
 from worker.redis_client import redis_from_settings
 from worker.settings import Settings
 from worker.store_safety import check_at_boot
@@ -46,6 +52,9 @@ def run_worker(
     ``extra_argv`` are ``celery worker`` flags added after ours."""
     configure_logging(env=settings.env, level=loglevel, fmt=settings.log_format)
     settings.require_redis_url()
+    # Metric files of this worker's processes; set before any metric exists (the children inherit it).
+    owned_dir = None if settings.metrics_dir else tempfile.mkdtemp(prefix="agent-signal-metrics-")
+    use_multiprocess_dir(settings.metrics_dir or str(owned_dir))
     app = create_app(settings)
     client = redis_from_settings(settings)
     try:  # an evicting Redis stops the worker here (UnsafeStore names the policy and the fix)
@@ -66,8 +75,19 @@ def run_worker(
         settings.task_events,
         [*settings.shipped_plugins, *settings.plugins],
     )
+    if settings.worker_metrics_port:
+        try:
+            serve(settings.worker_metrics_port, settings.worker_metrics_host)
+        except OSError as exc:
+            raise SystemExit(
+                f"AGENT_SIGNAL_WORKER_METRICS_PORT={settings.worker_metrics_port}: cannot listen ({exc.strerror})"
+            ) from None
     argv = celery_worker_argv(settings, concurrency=concurrency, loglevel=loglevel, extra_argv=extra_argv)
-    app.worker_main(argv)
+    try:
+        app.worker_main(argv)
+    finally:
+        if owned_dir is not None:
+            shutil.rmtree(owned_dir, ignore_errors=True)
     return 0
 
 

@@ -380,9 +380,15 @@ class Pipeline:
             clear_context("eventId", "scopeKey", "attempt", "chainId", "sourceId")
         if work.reply is not None and work.reply.code == 1:
             duration_ms = (time.perf_counter() - started) * 1000
+            tenant = self.store.tenant
             self.telemetry.workflow_run(
-                status=work.status, source_type=source_type, duration_ms=duration_ms, tenant=self.store.tenant
+                status=work.status, source_type=source_type, duration_ms=duration_ms, tenant=tenant
             )
+            self.telemetry.event_committed(
+                outcome=work.reply.outcome, tenant=tenant, latency_ms=work.reply.latency_ms
+            )
+        elif work.reply is not None and work.reply.code == -1:
+            self.telemetry.fence_rejected(tenant=self.store.tenant)
         return work
 
     def retry_or_dead(self, work: EventWork, error: str, *, min_delay_s: float = 0.0) -> None:

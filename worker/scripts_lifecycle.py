@@ -259,7 +259,7 @@ return head
 # -> {-1} stale fence (rejected and counted) | {-2} the head is another event | {-3, index, reason} a staged
 #    command was refused (checked before any write) or failed (see STAGED): the event is left at the head,
 #    still processing, for the caller to commit dead | {1, {scopes that need a drain message}, outcome,
-#    <take_head reply>?} committed (no take_head reply without continuation; {0}: inbox empty or scope
+#    latencyMs (enqueue to done; -1 unless done), <take_head reply>?} committed (no take_head reply without continuation; {0}: inbox empty or scope
 #    paused, scope released)
 COMMIT = (
     TAKE_HEAD
@@ -291,6 +291,7 @@ end
 if ARGV[8] ~= '' and outcome ~= 'cancelled' then redis.call('SET', KEYS[6], ARGV[8], 'EX', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[3], 'chainId', ARGV[10]) end
 local publish = {}
+local latency = -1
 if outcome == 'retry' then
   redis.call('HSET', KEYS[3], 'state', 'queued', 'error', ARGV[6], 'notBefore', ARGV[7])
   redis.call('HINCRBY', KEYS[5], 'retried', 1)
@@ -318,7 +319,8 @@ else
     local minute = math.floor(now / 60000)
     local enqueued = tonumber(redis.call('HGET', KEYS[3], 'enqueuedAt') or ARGV[4])
     redis.call('HINCRBY', KEYS[10], minute .. ':done', 1)
-    redis.call('HINCRBY', KEYS[10], minute .. ':latency_ms', now - enqueued)
+    latency = now - enqueued
+    redis.call('HINCRBY', KEYS[10], minute .. ':latency_ms', latency)
   else
     redis.call('HSET', KEYS[3], 'state', 'dead', 'error', ARGV[6], 'deadAt', ARGV[4])
     redis.call('PERSIST', KEYS[3])
@@ -328,7 +330,7 @@ else
     history_end(KEYS[3], now, 'failed', ARGV[6])
   end
 end
-local reply = {1, publish, outcome}
+local reply = {1, publish, outcome, latency}
 if ARGV[14] == '1' then
   local head = take_head(KEYS[1], ARGV[13], ARGV[4], tonumber(ARGV[1]), ix, scope_of(ARGV[12]))
   if head[1] == 4 then

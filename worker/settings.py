@@ -159,7 +159,13 @@ class Settings(BaseSettings):
     telemetry_enabled: bool = True  # OpenTelemetry spans and metrics (off: no cost)
     trace_redis_commands: bool = False  # opentelemetry-instrumentation-redis: a span per Redis command
     trace_file: str | None = None  # append finished spans as JSON lines (development, tests)
-    metrics_export_interval_ms: int = 5000  # how often each process adds its metric deltas to Redis
+    # OTLP's export interval; buffered measurements reach the process's metrics every min(1 s, this).
+    metrics_export_interval_ms: int = 5000
+    # A worker's own Prometheus port (its prefork children's metrics, summed; 0: none). k8s sets 9808.
+    worker_metrics_port: int = Field(default=0, ge=0, le=65535)
+    worker_metrics_host: str = "0.0.0.0"  # the metrics port is scraped from other pods
+    # Where a worker's processes keep their metric files (emptied at start; default: a new temporary dir).
+    metrics_dir: str | None = None
     tracing_dir: str = ".agent-tracing"  # development snapshots (AGENT_SIGNAL_ENV=development)
     log_format: Literal["auto", "json", "console"] = "auto"  # auto: console in development, else JSON
 

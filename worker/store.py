@@ -101,6 +101,7 @@ class CommitReply:
     head: Head | None = None
     outcome: str = ""
     error: str = ""  # code -3: which staged write was refused or failed, and why
+    latency_ms: int | None = None  # done: enqueue to done, by Redis's clock at admission and commit
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,8 +288,11 @@ class EventStore:
         if code != 1:
             return CommitReply(code)
         publish = [_str(x) for x in reply[1]] if isinstance(reply[1], list) else []
-        head = Head.parse(reply[3:]) if len(reply) > 3 else None
-        return CommitReply(code, publish, head, _str(reply[2]))
+        head = Head.parse(reply[4:]) if len(reply) > 4 else None
+        latency_ms = int(reply[3])
+        return CommitReply(
+            code, publish, head, _str(reply[2]), latency_ms=None if latency_ms < 0 else latency_ms
+        )
 
     # ---- reads -----------------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from worker.process_metrics import process_metrics
 from worker.settings import Settings, SettingsError
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
     "describe_store_error",
     "note_store_failure",
     "read_store_config",
-    "safety_gauges",
     "store_error_reason",
     "store_refused",
 ]
@@ -235,6 +235,7 @@ def note_store_failure(client: Redis, stats_key: str, exc: RedisError, where: st
     a full or unreachable Redis refuses it too, so it is carried over and added by the next attempt."""
     global _pending
     log.error("store unavailable: %s: %s: %s", where, type(exc).__name__, str(exc)[:200])
+    process_metrics().add("agent_signal_store_unavailable_total", {"where": where.split(" ", 1)[0]})
     with _pending_lock:
         _pending += 1
         count = _pending
@@ -244,21 +245,3 @@ def note_store_failure(client: Redis, stats_key: str, exc: RedisError, where: st
         return
     with _pending_lock:
         _pending -= count
-
-
-def safety_gauges(safety: StoreSafety) -> list[str]:
-    """Prometheus lines for ``agent_signal_store_persistent`` and ``agent_signal_store_memory_ratio``."""
-    lines: list[str] = []
-    if safety.persistent is not None:
-        lines += [
-            "# HELP agent_signal_store_persistent 1 when Redis persists (appendonly or save points), else 0.",
-            "# TYPE agent_signal_store_persistent gauge",
-            f"agent_signal_store_persistent {int(safety.persistent)}",
-        ]
-    if safety.memory_ratio is not None:
-        lines += [
-            "# HELP agent_signal_store_memory_ratio Redis used_memory / maxmemory.",
-            "# TYPE agent_signal_store_memory_ratio gauge",
-            f"agent_signal_store_memory_ratio {safety.memory_ratio:.4f}",
-        ]
-    return lines

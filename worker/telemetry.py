@@ -6,9 +6,10 @@ exporter in worker/telemetry_jsonl.py; import them from here). ``configure_telem
 (each prefork child) and at the web app's startup, never at import; with ``AGENT_SIGNAL_TELEMETRY_ENABLED=false``
 it returns :data:`DISABLED`, whose methods return at once (no cost).
 
-Exporters: metric deltas go to Redis for ``GET /metrics`` (worker/metrics_store.py); OTLP (traces and
-metrics) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set; finished spans as JSON lines to
-``AGENT_SIGNAL_TRACE_FILE`` when set (handy in development and used by the end-to-end trace test).
+Exporters: metrics go to this process's Prometheus instruments (worker/process_metrics.py: the web app's
+``/metrics``, a worker's own metrics port); OTLP (traces and metrics) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set;
+finished spans as JSON lines to ``AGENT_SIGNAL_TRACE_FILE`` when set (handy in development and used by the
+end-to-end trace test). No OpenTelemetry meter is built unless something reads it (OTLP or a test's reader).
 Trace context crosses the queue as a W3C ``traceparent`` stored on each event (one drain task serves many
 events, so the Celery message's own context is not per event).
 """
@@ -31,6 +32,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from worker.process_metrics import ProcessMetrics, process_metrics
 from worker.projection import flatten_attributes
 from worker.telemetry_buffer import MeasurementBuffer
 from worker.telemetry_instruments import INSTRUMENT_ATTRS as _INSTRUMENT_ATTRS
@@ -45,7 +47,10 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 
 class Telemetry(MeasurementBuffer):
-    """Instruments and spans. A disabled instance (``Telemetry(None, None)``) does nothing."""
+    """Instruments and spans. A disabled instance (``Telemetry(None, None)``) does nothing.
+
+    Measurements go to ``metrics`` (this process's Prometheus instruments) and, when a meter provider is given
+    (OTLP, a test's reader), to LobeHub's OpenTelemetry instruments as well."""
 
     def __init__(
         self,
@@ -53,18 +58,23 @@ class Telemetry(MeasurementBuffer):
         meter_provider: MeterProvider | None,
         *,
         tracing: bool = True,
+        metrics: ProcessMetrics | None = None,
     ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
-        self.enabled = tracer_provider is not None and meter_provider is not None
+        self.enabled = tracer_provider is not None and (meter_provider is not None or metrics is not None)
         # Spans are only made when something consumes them (an exporter or a test processor): a span
         # nobody reads costs more than the work it describes.
         self.tracing = self.enabled and tracing
         super().__init__()
+        self._sink = metrics
         if not self.enabled:
             return
-        assert tracer_provider is not None and meter_provider is not None
+        assert tracer_provider is not None
         self.tracer = tracer_provider.get_tracer(TRACER_NAME, TRACER_VERSION)
+        if meter_provider is None:
+            self.common: dict[str, Any] = {}
+            return
         meter = meter_provider.get_meter(METER_NAME)
         described = DescribedInstruments(meter)  # LobeHub's descriptions, the HELP lines of /metrics
         c, h = described.counter, described.histogram
@@ -85,7 +95,7 @@ class Telemetry(MeasurementBuffer):
         self.terminal_counter = c("agent_signal_terminal_results_total", unit="{terminal-result}")
         # LobeHub adds attributesCommon() (service name + environment) to some series; ours live on the
         # Resource (service.name, deployment.environment), which every exporter attaches anyway.
-        self.common: dict[str, Any] = {}
+        self.common = {}
         self._instruments = {name: getattr(self, attr) for attr, name in _INSTRUMENT_ATTRS.items()}
 
     # ---- context propagation -----------------------------------------------------------------------
@@ -140,6 +150,8 @@ class Telemetry(MeasurementBuffer):
         attrs = {**_a(source_event_status=status, source_type=source_type), **self.common, "tenant": tenant}
         self._add("agent_signal_source_events_total", attrs)
         self._record("agent_signal_source_event_duration_ms", duration_ms, attrs)
+        if status in ("accepted", "duplicate"):
+            self._add("agent_signal_events_total", {"tenant": tenant, "status": status})
 
     def workflow_run(
         self, *, status: str, source_type: str, duration_ms: float, tenant: str = "default"
@@ -159,8 +171,27 @@ class Telemetry(MeasurementBuffer):
             **_a(handler_id=handler_id, handler_kind=kind, node_type=node_type, handler_status=status),
             **self.common,
         }
-        self.handler_counter.add(1, attrs)
-        self.handler_duration.record(duration_ms, attrs)
+        self._add("agent_signal_handler_runs_total", attrs)
+        self._record("agent_signal_handler_duration_ms", duration_ms, attrs)
+
+    def event_committed(self, *, outcome: str, tenant: str, latency_ms: float | None) -> None:
+        """The engine's count of an event this worker committed (``retry`` is counted as ``retried``) and, when
+        done, its enqueue-to-done latency."""
+        if not self.enabled:
+            return
+        status = "retried" if outcome == "retry" else outcome
+        self._add("agent_signal_events_total", {"tenant": tenant, "status": status})
+        if latency_ms is not None:
+            self._record("agent_signal_event_latency_ms", latency_ms, {"tenant": tenant})
+
+    def fence_rejected(self, *, tenant: str) -> None:
+        if self.enabled:
+            self._add("agent_signal_fence_rejected_total", {"tenant": tenant})
+
+    def rejected(self, count: int, *, tenant: str) -> None:
+        """Events refused at the door as invalid (the engine's ``rejected`` count)."""
+        if self.enabled and count:
+            self._add("agent_signal_events_total", {"tenant": tenant, "status": "rejected"}, count)
 
     def terminal(self, *, node_kind: str, node_type: str, status: str, reason: str) -> None:
         if not self.enabled:
@@ -251,15 +282,17 @@ class Telemetry(MeasurementBuffer):
     def flush(self) -> None:
         self.flush_measurements()
         if self.enabled:
-            assert self.tracer_provider is not None and self.meter_provider is not None
+            assert self.tracer_provider is not None
             self.tracer_provider.force_flush()
-            self.meter_provider.force_flush()
+            if self.meter_provider is not None:
+                self.meter_provider.force_flush()
 
     def shutdown(self) -> None:
         if self.enabled:
-            assert self.tracer_provider is not None and self.meter_provider is not None
+            assert self.tracer_provider is not None
             self.tracer_provider.shutdown()
-            self.meter_provider.shutdown()
+            if self.meter_provider is not None:
+                self.meter_provider.shutdown()
 
 
 DISABLED = Telemetry(None, None)
@@ -269,7 +302,6 @@ def configure_telemetry(
     settings: Any,
     *,
     service_name: str,
-    redis_client: Any = None,
     span_processors: Sequence[SpanProcessor] = (),
     metric_readers: Sequence[MetricReader] = (),
 ) -> Telemetry:
@@ -291,27 +323,23 @@ def configure_telemetry(
     if getattr(settings, "trace_file", None):
         tracer_provider.add_span_processor(SimpleSpanProcessor(JsonlSpanExporter(settings.trace_file)))
     readers = list(metric_readers)
-    if redis_client is not None:
-        from worker.keys import Keys
-        from worker.metrics_store import RedisMetricExporter
-
-        readers.append(
-            PeriodicExportingMetricReader(
-                RedisMetricExporter(redis_client, Keys(settings.key_prefix)),
-                export_interval_millis=settings.metrics_export_interval_ms,
-            )
-        )
     if otlp:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
-    # Exemplars would tie measurements to sampled spans; the per-measurement check is not worth its cost here.
-    meter_provider = MeterProvider(
-        resource=resource, metric_readers=readers, exemplar_filter=AlwaysOffExemplarFilter()
-    )
-    telemetry = Telemetry(tracer_provider, meter_provider, tracing=tracing)
+        readers.append(
+            PeriodicExportingMetricReader(
+                OTLPMetricExporter(), export_interval_millis=settings.metrics_export_interval_ms
+            )
+        )
+    meter_provider = None
+    if readers:
+        # Exemplars would tie measurements to sampled spans; the per-measurement check is not worth its cost.
+        meter_provider = MeterProvider(
+            resource=resource, metric_readers=readers, exemplar_filter=AlwaysOffExemplarFilter()
+        )
+    telemetry = Telemetry(tracer_provider, meter_provider, tracing=tracing, metrics=process_metrics())
     telemetry.flush_every_s = min(1.0, settings.metrics_export_interval_ms / 1000)
     return telemetry
 

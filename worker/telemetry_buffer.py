@@ -1,8 +1,9 @@
 """The measurement buffer behind :class:`worker.telemetry.Telemetry`'s recorders: counter increments and
-histogram values are buffered and handed to the OpenTelemetry instruments by ``flush_measurements`` (every
-``flush_every_s`` from a daemon thread started on first use in the recording process, at the end of an
-enqueue batch, and on ``flush()``); counters with the same attributes are summed first, which turns
-thousands of ``add`` calls into a handful.
+histogram values are buffered and handed to this process's Prometheus instruments (and to the OpenTelemetry
+instruments, when a meter is configured) by ``flush_measurements`` (every ``flush_every_s`` from a daemon
+thread started on first use in the recording process, at the end of an enqueue batch, after each drain, and on
+``flush()``); counters with the same attributes are summed first and histogram values grouped by attributes,
+which turns thousands of calls into a handful.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ log = logging.getLogger("worker.telemetry")
 
 
 class MeasurementBuffer:
-    """Buffered measurements, flushed into ``_instruments`` (metric name → instrument) when ``enabled``."""
+    """Buffered measurements, flushed into ``_sink`` (Prometheus) and ``_instruments`` (metric name → OpenTelemetry
+    instrument, LobeHub's 15 only; empty without a meter) when ``enabled``."""
 
     enabled: bool
-    _instruments: dict[str, Any]
+    _sink: Any
 
     def __init__(self) -> None:
+        self._instruments: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, tuple[tuple[str, Any], ...]], float] = {}
         self._values: list[tuple[str, float, tuple[tuple[str, Any], ...]]] = []
@@ -72,11 +75,21 @@ class MeasurementBuffer:
         with self._lock:
             counts, self._counts = self._counts, {}
             values, self._values = self._values, []
+        sink, instruments = self._sink, self._instruments
         for (name, attrs), total in counts.items():
-            self._instruments[name].add(total, dict(attrs))
-        cache: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+            as_dict = dict(attrs)
+            if sink is not None:
+                sink.add(name, as_dict, total)
+            if name in instruments:
+                instruments[name].add(total, as_dict)
+        grouped: dict[tuple[str, tuple[tuple[str, Any], ...]], list[float]] = {}
         for name, value, attrs in values:
-            as_dict = cache.get(attrs)
-            if as_dict is None:
-                as_dict = cache[attrs] = dict(attrs)
-            self._instruments[name].record(value, as_dict)
+            grouped.setdefault((name, attrs), []).append(value)
+        for (name, attrs), observed in grouped.items():
+            as_dict = dict(attrs)
+            if sink is not None:
+                sink.observe(name, as_dict, observed)
+            instrument = instruments.get(name)
+            if instrument is not None:
+                for value in observed:
+                    instrument.record(value, as_dict)

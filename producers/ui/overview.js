@@ -100,7 +100,7 @@ function overviewPage() {
         )), { class: "by-type" })
         : el("div", { class: "empty" }, "No events yet. ", emptyHint({})),
       el("h3", {}, "Queues"),
-      table(["Queue", "Messages waiting", "Scopes with work"], (body.queues || []).map((q) => el("tr", {}, el("td", {}, q.name), el("td", {}, String(q.depth)), el("td", {}, String(q.activeScopes))))),
+      table(["Queue", "Events waiting or running", "Scopes with work"], (body.queues || []).map((q) => el("tr", {}, el("td", {}, q.name), el("td", {}, String(q.eventsWaiting)), el("td", {}, String(q.activeScopes))))),
       el("h3", {}, "Workers"),
       (body.workers || []).length
         ? el("ul", {}, body.workers.map((w) => el("li", {}, `${w.name} · heartbeat ${fmtAge(Date.now() - w.lastSeenAt)} ago`)))

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from producers._http import create_web_app
+from tests.support.prom import parse, total
 from worker.keys import Keys
 
 pytestmark = pytest.mark.integration
@@ -160,10 +161,22 @@ class TestAuth:
 
 class TestReadiness:
     def test_ready_and_metrics(self, client: TestClient) -> None:
-        """/readyz checks Redis and the broker; /metrics is Prometheus text with the door's counters."""
+        """/readyz checks Redis and the broker; /metrics is this process's Prometheus text with the door's
+        counters (the process's counters outlive one test: compared before and after); /metrics/state and
+        /v1/backlog say one event waits."""
         assert client.get("/readyz").json() == {"ready": True, "checks": {"redis": "ok", "broker": "ok"}}
+
+        def counts() -> tuple[float, float]:
+            samples = parse(client.get("/metrics").text)
+            return tuple(  # type: ignore[return-value]
+                total(samples, "agent_signal_events_total", tenant="default", status=s)
+                for s in ("accepted", "duplicate")
+            )
+
+        accepted, duplicate = counts()
         client.post("/v1/events", json=GOOD)
         client.post("/v1/events", json=GOOD)
-        text = client.get("/metrics").text
-        assert 'agent_signal_events_total{tenant="default",status="accepted"} 1' in text
-        assert 'agent_signal_events_total{tenant="default",status="duplicate"} 1' in text
+        assert counts() == (accepted + 1, duplicate + 1)
+        state = parse(client.get("/metrics/state").text)
+        assert total(state, "agent_signal_backlog_events", tenant="default") == 1
+        assert client.get("/v1/backlog").json() == {"eventsWaiting": 1, "byTenant": {"default": 1}}

@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from producers import Producer
-from tests.conftest import wait_for
+from tests.conftest import free_port, wait_for
+from tests.support.prom import Sample, parse, total
 from worker.app import build_pipeline
 from worker.pipeline import Pipeline
 from worker.telemetry import Telemetry, configure_telemetry
@@ -334,11 +335,14 @@ class TestProjection:
 def test_metrics_scrape_and_one_trace(
     make_settings: Any, start_worker: Any, start_web: Any, tmp_path: Path
 ) -> None:
-    """After a burst through web + worker, /metrics shows the counters moved; one trace id links the HTTP
-    enqueue span to the action handler's span."""
+    """After a burst through web + worker, the web's /metrics shows what its door accepted and the worker's own
+    metrics port what the worker did; one trace id links the HTTP enqueue span to the action handler's span."""
     trace_file = tmp_path / "spans.jsonl"
+    metrics_port = free_port()
     settings = make_settings(metrics_export_interval_ms=200, trace_file=str(trace_file))
-    start_worker(settings)
+    start_worker(
+        settings.model_copy(update={"worker_metrics_port": metrics_port, "worker_metrics_host": "127.0.0.1"})
+    )
     _, url = start_web(settings)
     events = [_msg(f"b{i}", scope=f"topic:burst-{i % 3}") for i in range(12)]
     response = httpx.post(f"{url}/v1/events", json={"events": events}, timeout=10)
@@ -348,19 +352,32 @@ def test_metrics_scrape_and_one_trace(
         lambda: all(httpx.get(f"{url}/v1/events/{i}").json()["status"] == "done" for i in ids),
         what="the burst",
     )
-
-    def scraped() -> str | None:
-        text = httpx.get(f"{url}/metrics", timeout=10).text
-        needle = 'agent_signal_chains_total{agent_signal_final_status="applied",agent_signal_source_type="bot.message.merged"} 12'
-        return text if needle in text else None
-
-    text = wait_for(scraped, timeout_s=30, what="the worker's metrics in /metrics")
+    door = parse(httpx.get(f"{url}/metrics", timeout=10).text)
     assert (
-        'agent_signal_source_events_total{agent_signal_source_event_status="accepted",agent_signal_source_type="bot.message.merged"'
-        in text
+        total(
+            door,
+            "agent_signal_source_events_total",
+            agent_signal_source_event_status="accepted",
+            agent_signal_source_type="bot.message.merged",
+        )
+        == 12
     )
-    assert "agent_signal_workflow_runs_total{" in text and "agent_signal_chain_duration_ms_bucket{" in text
-    assert 'agent_signal_events_total{tenant="default",status="done"} 12' in text
+    assert total(door, "agent_signal_events_total", tenant="default", status="accepted") == 12
+
+    def worker_done() -> list[Sample] | None:
+        samples = parse(httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text)
+        done = total(
+            samples,
+            "agent_signal_chains_total",
+            agent_signal_final_status="applied",
+            agent_signal_source_type="bot.message.merged",
+        )
+        return samples if done == 12 else None
+
+    worker = wait_for(worker_done, timeout_s=30, what="the worker's metrics on its own port")
+    assert total(worker, "agent_signal_events_total", tenant="default", status="done") == 12
+    assert total(worker, "agent_signal_workflow_runs_total") == 12
+    assert total(worker, "agent_signal_chain_duration_ms_count") == 12
 
     def spans() -> list[dict[str, Any]]:
         return (

@@ -152,6 +152,8 @@ def test_run_replays_examples_and_serves(start_run: Any) -> None:
     where = out.split("Where to look:\n", 1)[1].splitlines()
     assert where[0].split()[0] == f"http://127.0.0.1:{stack.port}/"
     assert where[1].split()[0] == f"http://127.0.0.1:{stack.port}/docs"
+    worker_metrics = next(line.split()[0] for line in where if "worker's own metrics" in line)
+    assert "agent_signal_events_total" in httpx.get(worker_metrics, timeout=5).text
     assert "agent-signal status" in out and "agent-signal inspect" in out
     assert httpx.get(f"http://127.0.0.1:{stack.port}/readyz", timeout=5).json()["ready"] is True
     assert stack.info()["url"] == f"http://127.0.0.1:{stack.port}"

@@ -19,7 +19,7 @@ from redis import Redis
 from producers._principal import LOCAL_PRINCIPAL
 from producers._routes_receipts import router
 from worker.keys import Keys
-from worker.metrics_store import RedisMetricExporter, render_prometheus
+from worker.process_metrics import ProcessMetrics
 from worker.receipts import ReceiptStore
 from worker.telemetry import Telemetry
 from worker.telemetry_instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS
@@ -86,16 +86,14 @@ def test_every_instrument_has_lobehub_description() -> None:
     )
 
 
-def test_metrics_help_lines_print_the_description(redis_client: Redis, keys: Keys) -> None:
+def test_metrics_help_lines_print_the_description() -> None:
     """observability-otel/src/modules/agent-signal/index.ts: /metrics HELP lines carry the description, not the name."""
-    reader = InMemoryMetricReader()
-    telemetry = Telemetry(TracerProvider(), MeterProvider(metric_readers=[reader]))
-    telemetry.chain_counter.add(1)
-    telemetry.action_duration.record(5)
-    data = reader.get_metrics_data()
-    assert data is not None
-    RedisMetricExporter(redis_client, keys).export(data)
-    text = render_prometheus(redis_client, keys)
+    from prometheus_client import generate_latest
+
+    metrics = ProcessMetrics(INSTRUMENT_DESCRIPTIONS)
+    metrics.add("agent_signal_chains_total", {})
+    metrics.observe("agent_signal_action_duration_ms", {}, [5.0])
+    text = generate_latest(metrics.registry).decode()
     help_lines = [line for line in text.splitlines() if line.startswith("# HELP")]
     assert len(help_lines) == 2
     assert any(

@@ -18,7 +18,6 @@ from worker.store_safety import (
     assess,
     describe_store_error,
     note_store_failure,
-    safety_gauges,
     store_refused,
 )
 
@@ -96,13 +95,6 @@ def test_disabled_config_skips_eviction_and_persistence() -> None:
     """CONFIG renamed away: policy and persistence unknown, so nothing is refused or warned about them."""
     safety = assess(_config(policy=None, appendonly=None, save=None), _settings(env="production"))
     assert safety.refusal is None and safety.checks == {} and safety.persistent is None
-
-
-def test_gauges_render_only_what_is_known() -> None:
-    """The persistence gauge needs CONFIG; the memory ratio gauge needs a maxmemory."""
-    assert safety_gauges(assess(_config(policy=None, appendonly=None, save=None), _settings())) == []
-    lines = safety_gauges(assess(_config(appendonly=False, maxmemory=1000, used_memory=250), _settings()))
-    assert "agent_signal_store_persistent 0" in lines and "agent_signal_store_memory_ratio 0.2500" in lines
 
 
 def test_errors_say_whether_anything_was_stored() -> None:

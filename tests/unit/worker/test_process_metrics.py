@@ -1,0 +1,97 @@
+"""Per-process Prometheus metrics: every recorder's attributes have labels, histograms are cumulative, and
+processes writing to one multiprocess directory are summed by the collector."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import generate_latest
+
+from tests.support.prom import buckets, parse, total
+from worker.process_metrics import BUCKETS_MS, LABELS, ProcessMetrics
+from worker.telemetry import Telemetry
+from worker.telemetry_instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS
+
+
+def _telemetry() -> tuple[Telemetry, ProcessMetrics]:
+    metrics = ProcessMetrics(INSTRUMENT_DESCRIPTIONS)
+    return Telemetry(TracerProvider(), None, tracing=False, metrics=metrics), metrics
+
+
+def test_every_lobehub_instrument_has_labels() -> None:
+    """The label table covers LobeHub's 15 instruments (and the engine's own)."""
+    assert set(INSTRUMENT_ATTRS.values()) <= set(LABELS)
+
+
+def test_every_recorder_lands_in_prometheus() -> None:
+    """Each recorder's attributes fit its instrument's labels (a missing label would raise at flush)."""
+    telemetry, metrics = _telemetry()
+    telemetry.source_event(status="accepted", source_type="t", duration_ms=3, tenant="a")
+    telemetry.workflow_run(status="completed", source_type="t", duration_ms=30, tenant="a")
+    telemetry.handler_run(handler_id="h", kind="signal", node_type="n", status="succeeded", duration_ms=7)
+    telemetry.terminal(node_kind="action", node_type="n", status="done", reason="r")
+    telemetry.event_committed(outcome="done", tenant="a", latency_ms=12)
+    telemetry.event_committed(outcome="retry", tenant="a", latency_ms=None)
+    telemetry.fence_rejected(tenant="a")
+    telemetry.rejected(2, tenant="a")
+    telemetry.flush_measurements()
+    samples = parse(generate_latest(metrics.registry).decode())
+    assert total(samples, "agent_signal_events_total", tenant="a", status="accepted") == 1
+    assert total(samples, "agent_signal_events_total", tenant="a", status="done") == 1
+    assert total(samples, "agent_signal_events_total", tenant="a", status="retried") == 1
+    assert total(samples, "agent_signal_events_total", tenant="a", status="rejected") == 2
+    assert total(samples, "agent_signal_fence_rejected_total", tenant="a") == 1
+    assert total(samples, "agent_signal_handler_runs_total", agent_signal_handler_id="h") == 1
+    assert total(samples, "agent_signal_event_latency_ms_count", tenant="a") == 1
+    assert total(samples, "agent_signal_workflow_duration_ms_sum", tenant="a") == 30
+
+
+def test_an_attribute_without_a_label_is_refused() -> None:
+    metrics = ProcessMetrics({})
+    with pytest.raises(ValueError, match="no label for attribute"):
+        metrics.add("agent_signal_chains_total", {"agent.signal.nope": "x"})
+
+
+def test_histogram_buckets_are_cumulative() -> None:
+    """The defect this replaced: empty buckets never written, so le=5 could exceed le=25."""
+    metrics = ProcessMetrics({})
+    metrics.observe("agent_signal_event_latency_ms", {"tenant": "a"}, [1, 1, 1, 30, 30, 9000])
+    cumulative = buckets(parse(generate_latest(metrics.registry).decode()), "agent_signal_event_latency_ms")
+    assert [le for le, _ in cumulative] == [*BUCKETS_MS, float("inf")]
+    counts = [c for _, c in cumulative]
+    assert counts == sorted(counts) and counts[-1] == 6
+    assert dict(cumulative)[5.0] == 3 and dict(cumulative)[50.0] == 5
+
+
+CHILD = """
+import sys
+from worker.process_metrics import process_metrics
+process_metrics().add("agent_signal_events_total", {"tenant": "a", "status": "done"}, float(sys.argv[1]))
+process_metrics().observe("agent_signal_event_latency_ms", {"tenant": "a"}, [float(sys.argv[1])])
+"""
+
+
+def test_processes_sharing_a_directory_are_summed(tmp_path: Path) -> None:
+    """Two processes (as a worker's prefork children) write to one directory; the collector sums them."""
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for value in ("3", "4"):
+        subprocess.run([sys.executable, "-c", CHILD, value], cwd=root, env=env, check=True, timeout=60)
+    reader = "import os\nfrom worker.process_metrics import exposition\nprint(exposition().decode())"
+    text = subprocess.run(
+        [sys.executable, "-c", reader],
+        cwd=root,
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    ).stdout
+    samples = parse(text)
+    assert total(samples, "agent_signal_events_total", tenant="a", status="done") == 7
+    assert total(samples, "agent_signal_event_latency_ms_count", tenant="a") == 2
