@@ -14,7 +14,17 @@ Any other exception raised by a handler is treated as transient (retried with ba
 
 from __future__ import annotations
 
-__all__ = ["LeaseLost", "OverLimit", "PermanentFailure", "PipelineError", "RetryLater", "SkipEvent"]
+from redis.exceptions import RedisError
+
+__all__ = [
+    "LeaseLost",
+    "NotReplicated",
+    "OverLimit",
+    "PermanentFailure",
+    "PipelineError",
+    "RetryLater",
+    "SkipEvent",
+]
 
 
 class PipelineError(Exception):
@@ -70,3 +80,13 @@ class OverLimit(Exception):
         queued = parts[2] if len(parts) > 2 else "?"
         message = f"this tenant already has {queued} queued events (limit {max_queued}); retry later"
         return cls("tenant", message, retry_after_s=retry_after_s)
+
+
+class NotReplicated(RedisError):
+    """A write the primary applied but fewer replicas than ``AGENT_SIGNAL_WAIT_REPLICAS`` confirmed in time
+    (Redis ``WAIT``): it is not acknowledged, since a failover now could lose it. Retrying is safe (events are
+    deduplicated; a commit that did replicate is found done)."""
+
+    def __init__(self, wanted: int, acked: int, timeout_ms: int) -> None:
+        super().__init__(f"{acked} of {wanted} replica(s) confirmed the write within {timeout_ms} ms")
+        self.wanted, self.acked = wanted, acked

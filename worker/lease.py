@@ -19,7 +19,11 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from redis.commands.core import Script
 
 from worker.keys import Keys
 from worker.scripts import Scripts
@@ -45,8 +49,19 @@ class LeaseGrant:
 class ScopeLease:
     """Acquire, renew (in a daemon thread) and release the lease of one scope."""
 
-    def __init__(self, scripts: Scripts, keys: Keys, *, ttl_s: float, renew_interval_s: float) -> None:
+    def __init__(
+        self,
+        scripts: Scripts,
+        keys: Keys,
+        *,
+        ttl_s: float,
+        renew_interval_s: float,
+        run: Callable[[Script, Sequence[str], Sequence[Any]], Any] | None = None,
+    ) -> None:
+        """``run`` runs ACQUIRE (``EventStore.durable``: waits for replicas when configured, so a fencing number
+        a failover could hand out again is never used)."""
         self.scripts = scripts
+        self.run = run
         self.keys = keys
         self.ttl_ms = int(ttl_s * 1000)
         self.renew_interval_s = renew_interval_s
@@ -62,16 +77,18 @@ class ScopeLease:
         Held by someone else: (None, milliseconds they still have, None). ``holder`` (the worker's node name)
         prefixes the lease token, so operators see who holds a scope (``holder|random``)."""
         token = f"{holder}{HOLDER_SEPARATOR}{secrets.token_hex(12)}" if holder else secrets.token_hex(16)
-        reply = self.scripts.acquire(
-            keys=[
-                self.keys.lease(scope_key),
-                self.keys.fence(scope_key),
-                self.keys.inbox(scope_key),
-                self.keys.scheduled(scope_key),
-                self.keys.scopes,
-            ],
-            args=[token, self.ttl_ms, self.keys.event_prefix, now_ms, self.keys.scope_ref(scope_key)],
-        )
+        keys = [
+            self.keys.lease(scope_key),
+            self.keys.fence(scope_key),
+            self.keys.inbox(scope_key),
+            self.keys.scheduled(scope_key),
+            self.keys.scopes,
+        ]
+        args = [token, self.ttl_ms, self.keys.event_prefix, now_ms, self.keys.scope_ref(scope_key)]
+        if self.run is None:
+            reply = self.scripts.acquire(keys=keys, args=args)
+        else:
+            reply = self.run(self.scripts.acquire_script, [*keys, *self.scripts.acquire_keys], args)
         fence = int(reply[0])
         if fence == 0:
             return None, max(int(reply[1]), 0), None

@@ -35,7 +35,7 @@ from redis.exceptions import RedisError
 from worker.chain_document import chain_projection, compact_json, peek_event
 from worker.context import Deps, EffectBuffer
 from worker.emitter import Emitter, StagedEmits
-from worker.errors import LeaseLost, PermanentFailure, RetryLater, SkipEvent
+from worker.errors import LeaseLost, NotReplicated, PermanentFailure, RetryLater, SkipEvent
 from worker.fair import FairQueue
 from worker.keys import Keys, split_scope_ref
 from worker.lease import LeaseGrant, ScopeLease
@@ -177,6 +177,10 @@ class CommitStep:
                 work.status = "error"
                 work.decide("dead", work.reply.error)
                 work.reply = pipeline.store.commit(self._commit(work), go_on=work.go_on)
+        except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
+            log.warning("commit not confirmed by replicas (%s)", exc, extra={"eventId": work.begun.event_id})
+            work.lost = True
+            return
         except RedisError:
             log.exception(
                 "commit failed; the event stays at its inbox head", extra={"eventId": work.begun.event_id}
@@ -280,6 +284,7 @@ class Pipeline:
             store.keys,
             ttl_s=settings.lease_ttl_s,
             renew_interval_s=settings.lease_renew_interval_s,
+            run=store.durable,
         )
         self._views: dict[str, Pipeline] = {}
 
@@ -301,6 +306,7 @@ class Pipeline:
                 view.store.keys,
                 ttl_s=self.settings.lease_ttl_s,
                 renew_interval_s=self.settings.lease_renew_interval_s,
+                run=view.store.durable,
             )
             view._views = self._views
             self._views[tenant] = view

@@ -143,6 +143,11 @@ class Settings(BaseSettings):
     chain_retention_s: int = 3 * 24 * 60 * 60
     receipt_retention_s: int = 3 * 24 * 60 * 60  # LobeHub receiptTtlSeconds
 
+    # Durability across a failover: each admission and each commit waits (Redis WAIT) until this many replicas
+    # have it, else it is not acknowledged (503 at the door; the worker leaves the event for a later drain).
+    wait_replicas: int = Field(default=0, ge=0)
+    wait_replicas_timeout_ms: int = Field(default=1000, ge=1)
+
     # --- celery timing ---
     task_soft_time_limit_s: int = 300
     task_time_limit_s: int = 330

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from redis import Redis
+from redis.commands.core import Script
 from redis.exceptions import RedisError, ResponseError
 
 from worker.context import EffectBuffer
-from worker.errors import OverLimit
+from worker.errors import NotReplicated, OverLimit
 from worker.event_records import source_digest, status_record
 from worker.keys import Keys
 from worker.scripts import Scripts
@@ -194,7 +195,7 @@ class EventStore:
             keys += ev_keys
             args += ev_args
         try:
-            replies = self.scripts.enqueue_batch(keys=keys, args=args)
+            replies = self.durable(self.scripts.enqueue_batch, keys, args)
         except ResponseError as exc:
             if str(exc).startswith("OVERLIMIT"):
                 raise OverLimit.from_reply(
@@ -240,13 +241,29 @@ class EventStore:
 
     # ---- worker ----------------------------------------------------------------------------------
 
+    def durable(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run ``script``; with ``wait_replicas`` set, ``WAIT`` on the same connection (one pipeline) for that
+        many replicas, and raise :class:`NotReplicated` when fewer confirmed: the write is not acknowledged."""
+        wanted = self.settings.wait_replicas
+        if not wanted:
+            return script(keys=list(keys), args=list(args))
+        timeout_ms = self.settings.wait_replicas_timeout_ms
+        pipe = self.client.pipeline(transaction=False)
+        script(keys=list(keys), args=list(args), client=pipe)
+        pipe.execute_command("WAIT", wanted, timeout_ms)  # type: ignore[no-untyped-call]
+        reply, acked = pipe.execute()
+        if int(acked) < wanted:
+            raise NotReplicated(wanted, int(acked), timeout_ms)
+        return reply
+
     def commit(self, commit: Commit, *, go_on: bool = False) -> CommitReply:
         """Fenced commit of the head event (see :class:`Commit`); with ``go_on`` the same round trip takes
         the next head, or releases the scope when it is idle."""
         k = self.keys
         followups = [[*keys, *args] for keys, args in map(self._admission, commit.followups)]
-        reply = self.scripts.commit(
-            keys=[
+        reply = self.durable(
+            self.scripts.commit,
+            [
                 k.inbox(commit.scope_key),
                 k.fence(commit.scope_key),
                 k.event(commit.event_id),
@@ -261,7 +278,7 @@ class EventStore:
                 k.runs("all"),
                 *(k.runs("status", s) for s in ("active", "done", "dead", "cancelled")),
             ],
-            args=[
+            [
                 commit.fence,
                 commit.event_id,
                 commit.outcome,

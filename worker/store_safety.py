@@ -34,6 +34,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from worker.errors import NotReplicated
 from worker.process_metrics import process_metrics
 from worker.settings import Settings, SettingsError
 
@@ -217,6 +218,11 @@ def describe_store_error(exc: RedisError, what: str = "the batch") -> str:
     reason = store_error_reason(exc)
     if store_refused(exc):
         return f"the store refused {what} ({reason}); nothing of it was stored; retry later"
+    if isinstance(exc, NotReplicated):
+        return (
+            f"the store applied {what} but not enough replicas confirmed it in time ({exc}), so a failover "
+            "could lose it; retrying is safe (events are deduplicated)"
+        )
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return (
             f"the store could not be reached ({type(exc).__name__}); {what} may not have been stored; "

@@ -1,0 +1,137 @@
+"""Durability across a failover (``AGENT_SIGNAL_WAIT_REPLICAS``): a primary and its replica, the primary killed
+with SIGKILL and the replica promoted. Without the setting, writes the replica had not received are lost although
+they were acknowledged (the test reports how many); with ``WAIT 1`` on every admission, lease grant and commit,
+every acknowledged event survives, no effect is applied twice when the promoted replica finishes the work, and a
+write no replica confirms is refused instead of acknowledged."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from producers import Producer
+from tests.conftest import free_port, wait_for
+from tests.support.private_redis import private_redis
+from worker.app import build_pipeline
+from worker.emitter import StoreUnavailable
+from worker.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+SCOPES = ["topic:wait-a", "topic:wait-b", "topic:wait-c"]
+
+
+def _event(i: int) -> dict[str, Any]:
+    return {
+        "sourceType": "bot.message.merged",
+        "sourceId": f"w{i}",
+        "scopeKey": SCOPES[i % len(SCOPES)],
+        "payload": {"message": f"hello {i}"},
+    }
+
+
+@contextmanager
+def _primary_and_replica(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    with private_redis(tmp_path) as primary:
+        port = primary.rsplit(":", 1)[1].split("/")[0]
+        replica_dir = tmp_path / "replica"
+        replica_dir.mkdir()
+        with private_redis(replica_dir, "--replicaof", "127.0.0.1", port) as replica:
+            client = Redis.from_url(replica, decode_responses=True)
+            wait_for(
+                lambda: client.info("replication").get("master_link_status") == "up",
+                what="the replica's link to its primary",
+            )
+            yield primary, replica
+
+
+def _pid(url: str) -> int:
+    return int(Redis.from_url(url).info("server")["process_id"])
+
+
+def _fail_over(primary: str, replica: str) -> Redis:
+    """SIGKILL the primary, promote the replica; return a client of the new primary."""
+    os.kill(_pid(primary), signal.SIGKILL)
+    promoted = Redis.from_url(replica, decode_responses=True)
+    promoted.execute_command("REPLICAOF", "NO", "ONE")  # type: ignore[no-untyped-call]
+    return promoted
+
+
+def _settings(make_settings: Any, url: str, wait: int) -> Settings:
+    settings: Settings = make_settings(
+        redis_url=url, telemetry_enabled=False, wait_replicas=wait, wait_replicas_timeout_ms=500
+    )
+    return settings
+
+
+def test_without_wait_acknowledged_events_can_be_lost(tmp_path: Path, make_settings: Any) -> None:
+    """The replica loses its link (pointed at a port nobody serves) while events are acknowledged: after the
+    failover they are gone."""
+    with _primary_and_replica(tmp_path) as (primary, replica):
+        producer = Producer(_settings(make_settings, primary, wait=0))
+        lagging = Redis.from_url(replica, decode_responses=True)
+        lagging.execute_command("REPLICAOF", "127.0.0.1", str(free_port()))  # type: ignore[no-untyped-call]
+        results = producer.enqueue_many([_event(i) for i in range(9)])
+        assert [r.status for r in results] == ["accepted"] * 9
+        promoted = _fail_over(primary, replica)
+        keys = producer.store.keys
+        lost = [r.event_id for r in results if not promoted.exists(keys.event(r.event_id))]
+        print(f"without WAIT: {len(lost)} of {len(results)} acknowledged events lost in the failover")
+        assert lost, "the replica was stopped: it cannot have received these writes"
+        producer.close()
+
+
+def test_with_wait_nothing_acknowledged_is_lost_and_nothing_runs_twice(
+    tmp_path: Path, make_settings: Any
+) -> None:
+    with _primary_and_replica(tmp_path) as (primary, replica):
+        settings = _settings(make_settings, primary, wait=1)
+        producer = Producer(settings)
+        pipeline = build_pipeline(settings)
+        results = producer.enqueue_many([_event(i) for i in range(12)])
+        assert [r.status for r in results] == ["accepted"] * 12
+        pipeline.drain_scope(SCOPES[0])  # its four events done (commits waited for the replica)
+        keys = producer.store.keys
+        before = {
+            s: producer.store.client.hgetall(keys.activity(s)) for s in SCOPES
+        }  # the activity plugin's per-scope effect counters
+        promoted = _fail_over(primary, replica)
+
+        missing = [r.event_id for r in results if not promoted.exists(keys.event(r.event_id))]
+        assert missing == [], f"acknowledged events lost in the failover: {missing}"
+        states = [promoted.hget(keys.event(r.event_id), "state") for r in results]
+        assert states.count("done") == 4
+        assert promoted.hgetall(keys.activity(SCOPES[0])) == before[SCOPES[0]]
+
+        # The promoted replica finishes the rest: every effect exactly once.
+        after_settings = _settings(make_settings, replica, wait=0)
+        survivor = build_pipeline(after_settings)
+        for scope in SCOPES:
+            survivor.drain_scope(scope)
+        states = [promoted.hget(keys.event(r.event_id), "state") for r in results]
+        assert states == ["done"] * 12
+        counts = [promoted.hgetall(keys.activity(s)) for s in SCOPES]
+        assert counts[0] == before[SCOPES[0]]
+        assert all(c == counts[0] for c in counts), counts  # four events per scope, each counted once
+        producer.close()
+
+
+def test_a_write_no_replica_confirms_is_not_acknowledged(tmp_path: Path, make_settings: Any) -> None:
+    """With the replica stopped, WAIT 1 times out: the door answers an error (503) instead of accepting."""
+    with _primary_and_replica(tmp_path) as (primary, replica):
+        producer = Producer(_settings(make_settings, primary, wait=1))
+        replica_pid = _pid(replica)
+        os.kill(replica_pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable, match="not enough replicas confirmed it"):
+                producer.enqueue(_event(0))
+        finally:
+            os.kill(replica_pid, signal.SIGCONT)
+        producer.close()
