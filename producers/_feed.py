@@ -281,7 +281,7 @@ class Feed:
             delay = min(delay * 2, BACKOFF_CAP_S)
 
     async def _session(self) -> None:
-        client = async_redis_from_settings(self.settings)
+        client = async_redis_from_settings(self.settings, pubsub=True)
         pubsub = client.pubsub()
         try:
             await pubsub.connect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated

@@ -170,6 +170,9 @@ class CredentialStore:
         key_id = f"{KEY_ID_PREFIX}{hex_id}"
         secret = f"{SECRET_PREFIX}{hex_id}_{secrets.token_urlsafe(32)}"
         record = KeyRecord(key_id, tenant, role, name, _now_ms(), secret_hash=hash_secret(secret))
+        # The audit entry first: it lives in the tenant's slot, the key in {credentials}, so they cannot share a
+        # transaction on a cluster; a crash between the two leaves an entry for a key never made, never the reverse.
+        self._audit(tenant, "key.create", key_id, role=role, name=name, actor=actor)
         pipe = self.client.pipeline(transaction=True)
         pipe.hset(
             self.keys.api_key(key_id),
@@ -182,7 +185,6 @@ class CredentialStore:
             },
         )
         pipe.sadd(self.keys.api_keys, key_id)
-        self._audit(pipe, tenant, "key.create", key_id, role=role, name=name, actor=actor)
         pipe.execute()
         self._configured = True
         return record, secret
@@ -219,10 +221,10 @@ class CredentialStore:
             return None
         if record.active:
             at = _now_ms()
+            self._audit(record.tenant, "key.revoke", key_id, role=record.role, actor=actor)
             pipe = self.client.pipeline(transaction=True)
             pipe.hsetnx(self.keys.api_key(key_id), "revokedAt", str(at))
             pipe.hdel(self.keys.api_key(key_id), "hash")
-            self._audit(pipe, record.tenant, "key.revoke", key_id, role=record.role, actor=actor)
             pipe.execute()
         self._cache.pop(key_id, None)
         return self.read(key_id)
@@ -329,9 +331,9 @@ class CredentialStore:
         self._cache.pop(key_id, None)
         return _record(key_id, self.client.hgetall(self.keys.api_key(key_id)))
 
-    def _audit(self, pipe: Any, tenant: str, action: str, key_id: str, **fields: str) -> None:
-        entry = {"action": action, "keyId": key_id, "at": str(_now_ms()), **fields}
-        pipe.xadd(self.keys.for_tenant(tenant).audit, entry, maxlen=AUDIT_MAXLEN, approximate=True)
+    def _audit(self, tenant: str, action: str, key_id: str, **fields: str) -> None:
+        entry: dict[Any, Any] = {"action": action, "keyId": key_id, "at": str(_now_ms()), **fields}
+        self.client.xadd(self.keys.for_tenant(tenant).audit, entry, maxlen=AUDIT_MAXLEN, approximate=True)
 
 
 def _check_key_request(tenant: str, role: str, name: str) -> None:

@@ -3,10 +3,11 @@
 Nothing else builds key strings (``tests/unit/worker/test_keys_home.py`` scans the sources and fails on a
 hand-built one; the Lua scripts receive whole keys, or a prefix such as :attr:`Keys.event_prefix`, from here).
 All keys start with the configured prefix (``agent-signal:`` by default; tests use a random one). A tenant's
-keys then start with ``t:<tenant>:`` (:attr:`Keys.own`), so one SCAN pattern finds all a tenant stores;
-engine-wide keys (workers, the broker, credentials, rate buckets, the ``scopes``/``outbox-due``/
-fair-share registries whose members are scope refs ``<tenant>/<scopeKey>``) do not. Keys of one scope carry
-the scope in a hash tag ``{scopeKey}``. Keys holding one user's data carry the user id in a fixed place, and the
+keys then start with ``t:{<tenant>}:`` (:attr:`Keys.own`), so one SCAN pattern finds all a tenant stores, and
+the tenant is the hash tag: on a Redis Cluster every key one script touches is in the tenant's slot (the
+``scopes`` and ``outbox-due`` registries are the tenant's own; their members are scope refs
+``<tenant>/<scopeKey>``). Engine-wide keys (workers, the broker, the tenants set, rate buckets) do not start
+with ``t:``; the few written together share a tag of their own (``{credentials}``, ``{fair}``). Keys holding one user's data carry the user id in a fixed place, and the
 user's events, sessions and conversations are indexed by user, so erasure finds them by design
 (``worker/erasure.py``). The full table, with types, TTLs and reasons: ``docs/keys.md``.
 """
@@ -64,7 +65,7 @@ class Keys:
     @property
     def own(self) -> str:
         """The prefix of every key this tenant owns."""
-        return f"{self.prefix}t:{self.tenant}:"
+        return f"{self.prefix}t:{{{self.tenant}}}:"
 
     @property
     def tenant_pattern(self) -> str:
@@ -84,12 +85,12 @@ class Keys:
     @property
     def ready_tenants(self) -> str:
         """Fair share: the ring of tenants with ready scopes (list, rotated by READY_POP)."""
-        return f"{self.prefix}ready-tenants"
+        return f"{self.prefix}{{fair}}:ready-tenants"
 
     @property
     def ready_prefix(self) -> str:
         """``ready_prefix + tenant`` is that tenant's ready list (READY_POP builds it from the ring)."""
-        return f"{self.prefix}ready:"
+        return f"{self.prefix}{{fair}}:ready:"
 
     def ready(self, tenant: str) -> str:
         """Fair share: one tenant's scope refs ready to drain (list, FIFO)."""
@@ -97,12 +98,12 @@ class Keys:
 
     def api_key(self, key_id: str) -> str:
         """One API key: hash {tenant, role, name, hash, createdAt, revokedAt?}; the secret is never stored."""
-        return f"{self.prefix}apikey:{key_id}"
+        return f"{self.prefix}{{credentials}}:apikey:{key_id}"
 
     @property
     def api_keys(self) -> str:
         """Set of every API key id (``keys list``)."""
-        return f"{self.prefix}apikeys"
+        return f"{self.prefix}{{credentials}}:apikeys"
 
     @property
     def token_secret(self) -> str:
@@ -168,8 +169,8 @@ class Keys:
 
     @property
     def outbox_due(self) -> str:
-        """Pending outbox records, member "<scopeKey>\x1f<recordId>", score = when to (re)try, in ms."""
-        return f"{self.prefix}outbox-due"
+        """The tenant's pending outbox records, member "<scopeRef>\x1f<recordId>", score = when to (re)try (ms)."""
+        return f"{self.own}outbox-due"
 
     # --- the tool-outcome procedure (self-iteration plugin) ---
 
@@ -327,7 +328,8 @@ class Keys:
 
     @property
     def scopes(self) -> str:
-        return f"{self.prefix}scopes"
+        """The tenant's scopes with queued work (scope refs): the sweep and the scopes page walk it."""
+        return f"{self.own}scopes"
 
     @property
     def dlq(self) -> str:

@@ -140,16 +140,19 @@ class OutboxRelay:
 
     def run_once(self) -> int:
         """Deliver up to ``batch`` records due now, each under its own claim; returns how many were delivered."""
-        done = 0
-        for _ in range(self.batch):
-            claimed = self.store.scripts.outbox_claim(keys=[self.store.keys.outbox_due], args=[self.lease_ms])
-            if not claimed:
-                break
-            member, deadline = str(claimed[0]), int(claimed[1])
-            try:
-                done += self._deliver(member, deadline)
-            except Exception:  # one bad record must not hold up the others: it is due again after its lease
-                log.exception("outbox record %r could not be handled", member)
+        done, budget = 0, self.batch
+        for tenant in self.store.known_tenants() or [self.store.tenant]:
+            due = self.store.keys.for_tenant(tenant).outbox_due  # each tenant's own (its slot on a cluster)
+            while budget > 0:
+                claimed = self.store.scripts.outbox_claim(keys=[due], args=[self.lease_ms])
+                if not claimed:
+                    break
+                budget -= 1
+                member, deadline = str(claimed[0]), int(claimed[1])
+                try:
+                    done += self._deliver(due, member, deadline)
+                except Exception:  # one bad record must not hold up the others: due again after its lease
+                    log.exception("outbox record %r could not be handled", member)
         return done
 
     def run_forever(self, stop: threading.Event, interval_s: float) -> None:
@@ -164,18 +167,18 @@ class OutboxRelay:
                 log.warning("outbox relay pass failed: %s: %s", type(exc).__name__, exc)
                 wait_s = min(max(wait_s * 2, interval_s), 5.0)
 
-    def _deliver(self, member: str, deadline: int) -> int:
+    def _deliver(self, due: str, member: str, deadline: int) -> int:
         ref, _, record_id = member.partition(SEPARATOR)
         tenant, scope_key = split_scope_ref(ref)
         key = self.store.keys.for_tenant(tenant).outbox_record(scope_key, record_id)
         raw = self.store.client.get(key)
         if raw is None:
             log.error("outbox record %s expired before it was delivered", record_id)
-            self.store.client.zrem(self.store.keys.outbox_due, member)
+            self.store.client.zrem(due, member)
             return 0
         record = OutboxRecord.from_json(raw)
         if record.state != "pending":
-            self.store.client.zrem(self.store.keys.outbox_due, member)
+            self.store.client.zrem(due, member)
             return 0
         deliver = self.deliverers.get(record.kind)
         if deliver is None:  # e.g. a rolling deploy: another worker may know the kind; not counted
@@ -184,20 +187,20 @@ class OutboxRelay:
             )
             return 0
         record.attempts += 1  # counted before the call: a relay that dies mid-delivery still used an attempt
-        if not self._settle(key, member, deadline, record, keep_claim=True):
+        if not self._settle(due, key, member, deadline, record, keep_claim=True):
             return 0  # another relay took it over meanwhile
         try:
             deliver(record)
         except Exception as exc:
             record.last_error = f"{type(exc).__name__}: {exc}"[:500]
-            self._retry_or_dead(key, member, deadline, record)
+            self._retry_or_dead(due, key, member, deadline, record)
             return 0
         record.state, record.delivered_at, record.last_error = "delivered", now_ms(), ""
-        if self._settle(key, member, deadline, record, retry_at_ms=None):
+        if self._settle(due, key, member, deadline, record, retry_at_ms=None):
             self.delivered += 1
         return 1
 
-    def _retry_or_dead(self, key: str, member: str, deadline: int, record: OutboxRecord) -> None:
+    def _retry_or_dead(self, due: str, key: str, member: str, deadline: int, record: OutboxRecord) -> None:
         if record.attempts >= self.max_attempts:
             record.state = "dead"
             log.error(
@@ -206,14 +209,15 @@ class OutboxRelay:
                 record.attempts,
                 record.last_error,
             )
-            self._settle(key, member, deadline, record, retry_at_ms=None)
+            self._settle(due, key, member, deadline, record, retry_at_ms=None)
             return
         delay = backoff_ms(record.attempts, base_ms=self.base_ms, cap_ms=self.cap_ms)
         log.warning("outbox record %s failed (attempt %d): %s", record.id, record.attempts, record.last_error)
-        self._settle(key, member, deadline, record, retry_at_ms=now_ms() + delay)
+        self._settle(due, key, member, deadline, record, retry_at_ms=now_ms() + delay)
 
     def _settle(
         self,
+        due: str,
         key: str,
         member: str,
         deadline: int,
@@ -225,7 +229,7 @@ class OutboxRelay:
         """Write the record and its next due time, only while our claim (its due time) still holds."""
         next_due = str(deadline) if keep_claim else ("" if retry_at_ms is None else str(retry_at_ms))
         reply = self.store.scripts.outbox_settle(
-            keys=[self.store.keys.outbox_due, key], args=[member, deadline, record.to_json(), next_due]
+            keys=[due, key], args=[member, deadline, record.to_json(), next_due]
         )
         if not int(reply):
             log.warning(

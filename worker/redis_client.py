@@ -1,17 +1,41 @@
-"""Building Redis clients from settings (decoded strings, health checks, bounded timeouts)."""
+"""Building Redis clients from settings (decoded strings, health checks, bounded timeouts).
+
+With ``REDIS_CLUSTER_URL`` the state store is a Redis Cluster (``redis.cluster.RedisCluster``): every key a
+script touches is in one tenant's slot (``worker/keys.py``), so the same scripts run there unchanged. The
+engine uses the command surface both clients share; the cluster client is typed as ``Redis`` for that reason.
+Receipt streams subscribe through one node (classic pub/sub reaches every node of a cluster). The Celery
+broker is never the cluster (``BROKER_URL``: RabbitMQ or a plain Redis).
+"""
 
 from __future__ import annotations
 
+from typing import cast
+
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
 
 from worker.settings import Settings
 
-__all__ = ["async_redis_from_settings", "redis_from_settings"]
+__all__ = ["async_redis_from_settings", "is_cluster", "redis_from_settings"]
+
+
+def is_cluster(client: object) -> bool:
+    return isinstance(client, RedisCluster | AsyncRedisCluster)
 
 
 def redis_from_settings(settings: Settings) -> Redis:
     """A client for the state store; connects lazily."""
+    if settings.redis_cluster_url:
+        cluster = RedisCluster.from_url(
+            settings.redis_cluster_url,
+            decode_responses=True,
+            socket_timeout=10,
+            socket_connect_timeout=5,
+            health_check_interval=30,
+        )
+        return cast(Redis, cluster)
     return Redis.from_url(
         settings.require_redis_url(),
         decode_responses=True,
@@ -22,10 +46,16 @@ def redis_from_settings(settings: Settings) -> Redis:
     )
 
 
-def async_redis_from_settings(settings: Settings) -> AsyncRedis:
-    """An asyncio client for streams (decoded strings, bounded connect time); connects lazily."""
+def async_redis_from_settings(settings: Settings, *, pubsub: bool = False) -> AsyncRedis:
+    """An asyncio client (decoded strings, bounded connect time); connects lazily. ``pubsub``: a client of one
+    node, for SUBSCRIBE (on a cluster, any node hears every PUBLISH)."""
+    if settings.redis_cluster_url and not pubsub:
+        cluster = AsyncRedisCluster.from_url(
+            settings.redis_cluster_url, decode_responses=True, socket_connect_timeout=5
+        )
+        return cast(AsyncRedis, cluster)
     return AsyncRedis.from_url(
-        settings.require_redis_url(),
+        settings.redis_cluster_url or settings.require_redis_url(),
         decode_responses=True,
         socket_connect_timeout=5,
         health_check_interval=30,

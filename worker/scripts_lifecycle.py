@@ -103,8 +103,8 @@ end
 # Enqueue a batch (see ADMIT) in one script, so it is stored whole or not at all: a Redis that is full
 # (noeviction) refuses the script's first write, before anything was written, and the script stops there;
 # a key of the wrong type is found before the first write too (a "REFUSED …" error, nothing written).
-# KEYS: scopes, stats, tenants, paused, runs:all, runs:status:active, then per event: ev, inbox, sched, seq,
-#       user index, scope users, runs:type:<t>, runs:scope:{s}, by-source:<bucket>
+# KEYS: scopes, stats, paused, runs:all, runs:status:active, then per event: ev, inbox, sched, seq,
+#       user index, scope users, runs:type:<t>, runs:scope:{s}, by-source:<bucket> (all the tenant's: one slot)
 # ARGV: nowMs, windowS, schedTtlMs, tenant, maxInboxDepth, maxTenantQueued (0: no limit), runIndexMax, then per
 #       event: eventId, scopeRef (<tenant>/<scopeKey>), eventJson, userId ('' when none), sourceType, sourceId,
 #       sourceMember (<digest>:<eventId>)
@@ -116,13 +116,13 @@ ENQUEUE_BATCH = (
     RUN_INDEX
     + ADMIT
     + """
-if wrong_type(KEYS[1], 'set') or wrong_type(KEYS[2], 'hash') or wrong_type(KEYS[3], 'set') then
-  return redis.error_reply('REFUSED WRONGTYPE: the scopes set, the stats hash or the tenants set')
+if wrong_type(KEYS[1], 'set') or wrong_type(KEYS[2], 'hash') then
+  return redis.error_reply('REFUSED WRONGTYPE: the scopes set or the stats hash')
 end
 local K, A = 9, 7
-local n = (#KEYS - 6) / K
+local n = (#KEYS - 5) / K
 for i = 0, n - 1 do
-  local k = 7 + i * K
+  local k = 6 + i * K
   local refusal = admit_refusal(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3])
   if refusal then return redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
 end
@@ -134,19 +134,18 @@ end
 if max_inbox > 0 then
   local adding = {}
   for i = 0, n - 1 do
-    local inbox = KEYS[7 + i * K + 1]
+    local inbox = KEYS[6 + i * K + 1]
     adding[inbox] = (adding[inbox] or redis.call('LLEN', inbox)) + 1
     if adding[inbox] > max_inbox then
       return redis.error_reply('OVERLIMIT inbox ' .. ARGV[8 + i * A + 1] .. ' ' .. (adding[inbox] - 1))
     end
   end
 end
-redis.call('SADD', KEYS[3], ARGV[4])
 local out = {}
 for i = 0, n - 1 do
-  local k, a = 7 + i * K, 8 + i * A
-  local ix = {all = KEYS[5], active = KEYS[6], type = KEYS[k + 6], scope = KEYS[k + 7], src = KEYS[k + 8],
-    smember = ARGV[a + 6], paused = KEYS[4], max = tonumber(ARGV[7]), stype = ARGV[a + 4], sid = ARGV[a + 5]}
+  local k, a = 6 + i * K, 8 + i * A
+  local ix = {all = KEYS[4], active = KEYS[5], type = KEYS[k + 6], scope = KEYS[k + 7], src = KEYS[k + 8],
+    smember = ARGV[a + 6], paused = KEYS[3], max = tonumber(ARGV[7]), stype = ARGV[a + 4], sid = ARGV[a + 5]}
   out[i + 1] = admit(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1],
     ARGV[a + 2], ARGV[1], ARGV[2], ARGV[3], KEYS[k + 4], ARGV[a + 3], KEYS[k + 5], ix)
 end

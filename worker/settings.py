@@ -65,6 +65,8 @@ class Settings(BaseSettings):
     # --- connections (contract names, no prefix) ---
     redis_url: str | None = Field(default=None, validation_alias=_env("REDIS_URL"))
     broker_url: str | None = Field(default=None, validation_alias=_env("BROKER_URL"))
+    # A Redis Cluster for state (redis://host:port of any node); the broker is then BROKER_URL (never the cluster).
+    redis_cluster_url: str | None = Field(default=None, validation_alias=_env("REDIS_CLUSTER_URL"))
     api_token: str | None = Field(default=None, validation_alias=AliasChoices("AGENT_SIGNAL_API_TOKEN"))
     # ^ deprecated alias of bootstrap_key (used only when AGENT_SIGNAL_BOOTSTRAP_KEY is unset)
     port: int = Field(default=8000, validation_alias=_env("PORT"))
@@ -159,6 +161,12 @@ class Settings(BaseSettings):
     # throughput of one-event scopes (make bench). The worker still sends its heartbeats, so Flower sees the
     # workers and `celery control enable_events` turns task events on at run time.
     task_events: bool = False
+    # RabbitMQ only (BROKER_URL amqp://): declare the task queues as quorum queues (x-queue-type: quorum) on
+    # topic exchanges, so countdown retries use Celery's native delayed delivery (worker/app.py).
+    quorum_queues: bool = False
+
+    # --- deployment probes (worker/heartbeat_file.py; docs/operations.md) ---
+    heartbeat_file: str | None = None  # the worker beats here (unset: off): `agent-signal probe worker`
 
     # --- telemetry ---
     telemetry_enabled: bool = True  # OpenTelemetry spans and metrics (off: no cost)
@@ -190,10 +198,18 @@ class Settings(BaseSettings):
         """The broker URL: ``BROKER_URL``, else the Redis URL in kombu's spelling."""
         if self.broker_url:
             return self.broker_url
+        if self.redis_cluster_url:
+            raise SettingsError(
+                "REDIS_CLUSTER_URL is set but BROKER_URL is not: Celery cannot use a Redis Cluster as its broker; "
+                "set BROKER_URL to RabbitMQ (amqp://…) or a plain Redis"
+            )
         return kombu_url_for(self.require_redis_url())
 
     def require_redis_url(self) -> str:
-        """The Redis URL, or a clear error when none was configured or started."""
+        """The Redis URL (the cluster's seed node when REDIS_CLUSTER_URL is set), or a clear error when none was
+        configured or started."""
+        if self.redis_cluster_url:
+            return self.redis_cluster_url
         if not self.redis_url:
             raise SettingsError("REDIS_URL is not set and no embedded Redis was started")
         return self.redis_url
@@ -251,6 +267,7 @@ def check_settings(settings: Settings) -> None:
 CONTRACT_ENV_NAMES = {
     "redis_url": "REDIS_URL",
     "broker_url": "BROKER_URL",
+    "redis_cluster_url": "REDIS_CLUSTER_URL",
     "port": "PORT",
     "api_token": "AGENT_SIGNAL_API_TOKEN",
 }

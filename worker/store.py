@@ -9,21 +9,31 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, cast
 
 from redis import Redis
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ConnectionError, RedisError, ResponseError, TimeoutError
 
-from worker.context import EffectBuffer
 from worker.errors import NotReplicated, OverLimit
 from worker.event_records import source_digest, status_record
 from worker.keys import Keys
+from worker.redis_client import is_cluster
 from worker.scripts import Scripts
 from worker.settings import Settings
+from worker.store_records import (
+    Begun,
+    Commit,
+    CommitReply,
+    EnqueueOutcome,
+    Head,
+    PreparedEvent,
+    now_ms,
+    staged_error,
+    to_str,
+)
 
 __all__ = [
     "Begun",
@@ -38,109 +48,12 @@ __all__ = [
 ]
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _str(value: Any) -> str:
-    """The clients are built with decode_responses=True; this narrows redis-py's bytes|str for mypy."""
-    return value if isinstance(value, str) else value.decode("utf-8")
+    return to_str(value)
 
 
 def _str_dict(raw: Any) -> dict[str, str]:
     return {_str(k): _str(v) for k, v in raw.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedEvent:
-    """A validated event ready to store: its id, scope and canonical JSON (the worker's Source)."""
-
-    event_id: str
-    scope_key: str
-    source_id: str
-    body: str
-    source_type: str = ""
-    user_id: str | None = None
-    tenant: str = "default"
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueOutcome:
-    event_id: str
-    source_id: str
-    scope_key: str
-    status: Literal["accepted", "duplicate"]
-    schedule: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """One event's outcome for the fenced COMMIT script. Only ``done`` applies ``effects`` (the chain's staged
-    source/signal writes) and admits ``followups`` (the events its handlers emitted)."""
-
-    scope_key: str
-    fence: int
-    token: str
-    event_id: str
-    outcome: Literal["done", "dead", "retry", "cancelled"]
-    error: str = ""
-    not_before_ms: int = 0
-    chain_id: str = ""
-    chain_json: str = ""
-    effects: EffectBuffer = field(default_factory=EffectBuffer)
-    followups: Sequence[PreparedEvent] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class CommitReply:
-    """1 committed | -1 stale fence | -2 the head is another event | -3 a staged write was refused; scopes whose
-    drain must be published (follow-ups that found none scheduled); the outcome committed (``cancelled`` when a
-    cancel was requested while the event ran); the next head when the commit went on."""
-
-    code: int
-    publish: list[str] = field(default_factory=list)
-    head: Head | None = None
-    outcome: str = ""
-    error: str = ""  # code -3: which staged write was refused or failed, and why
-    latency_ms: int | None = None  # done: enqueue to done, by Redis's clock at admission and commit
-
-
-@dataclass(frozen=True, slots=True)
-class Begun:
-    """The head event of a scope, taken for processing."""
-
-    event_id: str
-    body: str
-    attempts: int
-    previous_state: str
-    last_error: str
-
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """What the scripts' ``take_head`` found: 0 inbox empty (scope released), 3 head waits, 1 head taken."""
-
-    code: int
-    begun: Begun | None = None
-    not_before_ms: int = 0
-
-    @classmethod
-    def parse(cls, reply: Sequence[Any]) -> Head:
-        code = int(reply[0])
-        if code == 1:
-            return cls(
-                code,
-                Begun(
-                    event_id=_str(reply[1]),
-                    body=_str(reply[2]),
-                    attempts=int(reply[3]),
-                    previous_state=_str(reply[4]),
-                    last_error=_str(reply[5]),
-                ),
-            )
-        if code == 3:
-            return cls(code, not_before_ms=int(float(_str(reply[2]))))
-        return cls(code)
 
 
 class EventStore:
@@ -152,6 +65,7 @@ class EventStore:
         self.settings = settings
         self.keys = Keys(settings.key_prefix, tenant)
         self.scripts = Scripts.register(client).for_tenant(self.keys)
+        self._registered: set[str] = set()  # tenants this process has added to the tenants set (all views)
 
     @property
     def tenant(self) -> str:
@@ -180,7 +94,8 @@ class EventStore:
         if not events:
             return []
         k = self.keys
-        keys = [k.scopes, k.stats, k.tenants, k.runs("paused"), k.runs("all"), k.runs("status", "active")]
+        self.register_tenant()
+        keys = [k.scopes, k.stats, k.runs("paused"), k.runs("all"), k.runs("status", "active")]
         args: list[Any] = [
             now_ms(),
             self.settings.dedupe_window_s,
@@ -248,10 +163,21 @@ class EventStore:
         if not wanted:
             return script(keys=list(keys), args=list(args))
         timeout_ms = self.settings.wait_replicas_timeout_ms
-        pipe = self.client.pipeline(transaction=False)
+        target = self.client
+        cluster = cast(RedisCluster, self.client) if is_cluster(self.client) else None
+        if cluster is not None:  # WAIT counts one connection's writes: the node of the tenant's slot
+            target = cluster.get_node_from_key(keys[0]).redis_connection  # type: ignore[no-untyped-call]
+        pipe = target.pipeline(transaction=False)
         script(keys=list(keys), args=list(args), client=pipe)
         pipe.execute_command("WAIT", wanted, timeout_ms)  # type: ignore[no-untyped-call]
-        reply, acked = pipe.execute()
+        try:
+            reply, acked = pipe.execute()
+        except (ConnectionError, TimeoutError, ResponseError) as exc:
+            # Past the cluster client's own redirects: a failover (or MOVED) means the slot map is stale.
+            stale = not isinstance(exc, ResponseError) or str(exc).startswith("MOVED")
+            if cluster is not None and stale:
+                cluster.nodes_manager.initialize()
+            raise
         if int(acked) < wanted:
             raise NotReplicated(wanted, int(acked), timeout_ms)
         return reply
@@ -333,15 +259,28 @@ class EventStore:
     def active_scopes(self) -> list[str]:
         """This tenant's scopes with queued work (bare scope keys)."""
         mine = self.keys.scope_ref("")
-        return sorted(ref[len(mine) :] for ref in self.active_scope_refs() if ref.startswith(mine))
+        refs = (_str(x) for x in self.client.smembers(self.keys.scopes))
+        return sorted(ref[len(mine) :] for ref in refs if ref.startswith(mine))
+
+    def register_tenant(self) -> None:
+        """Add this tenant to the engine-wide tenants set, once per process, before its first admission (the
+        set is in no tenant's slot, so the admission script cannot write it)."""
+        if self.keys.tenant not in self._registered:
+            self.client.sadd(self.keys.tenants, self.keys.tenant)
+            self._registered.add(self.keys.tenant)
 
     def known_tenants(self) -> list[str]:
         """Every tenant that has enqueued an event (metrics label each tenant's counters)."""
         return sorted(_str(x) for x in self.client.smembers(self.keys.tenants))
 
     def active_scope_refs(self) -> list[str]:
-        """Every tenant's scopes with queued work, as scope refs ``<tenant>/<scopeKey>``."""
-        return sorted(_str(x) for x in self.client.smembers(self.keys.scopes))
+        """Every tenant's scopes with queued work, as scope refs ``<tenant>/<scopeKey>`` (each tenant's own
+        registry, read in one pipeline)."""
+        tenants = sorted({*self.known_tenants(), self.keys.tenant})
+        pipe = self.client.pipeline(transaction=False)
+        for tenant in tenants:
+            pipe.smembers(self.keys.for_tenant(tenant).scopes)
+        return sorted(_str(x) for members in pipe.execute() for x in members)
 
     # ---- dead letters ----------------------------------------------------------------------------
 
@@ -399,7 +338,3 @@ class EventStore:
             ],
         )
         return bool(ok), scope_key, bool(publish)
-
-
-def staged_error(reply: Sequence[Any]) -> str:
-    return f"staged write #{int(reply[1])} was not applied: {_str(reply[2])}"

@@ -100,7 +100,29 @@ class StoreSafety:
 
 def read_store_config(client: Redis) -> StoreConfig:
     """``CONFIG GET`` the four settings and ``INFO memory``, in one round trip. A disabled (renamed or
-    forbidden) CONFIG gives None fields; a connection error is raised."""
+    forbidden) CONFIG gives None fields; a connection error is raised. On a Redis Cluster every primary is
+    read and the least safe answer wins (an evicting node, a node without persistence, the fullest node)."""
+    primaries = getattr(client, "get_primaries", None)
+    if primaries is not None:
+        return _least_safe([_read_node(node.redis_connection) for node in primaries()])
+    return _read_node(client)
+
+
+def _least_safe(configs: list[StoreConfig]) -> StoreConfig:
+    policies = [c.policy for c in configs]
+    evicting = next((p for p in policies if p not in (None, "noeviction")), None)
+    fullest = max(configs, key=lambda c: c.used_memory / c.maxmemory if c.maxmemory else 0.0)
+    known = [c for c in configs if c.appendonly is not None]
+    return StoreConfig(
+        policy=evicting or (None if None in policies else "noeviction"),
+        appendonly=None if len(known) < len(configs) else all(c.appendonly for c in known),
+        save=None if any(c.save is None for c in configs) else min((c.save or "" for c in configs), key=len),
+        maxmemory=fullest.maxmemory,
+        used_memory=fullest.used_memory,
+    )
+
+
+def _read_node(client: Redis) -> StoreConfig:
     pipe = client.pipeline(transaction=False)
     for name in ("maxmemory-policy", "appendonly", "save", "maxmemory"):
         pipe.config_get(name)

@@ -191,7 +191,7 @@ class TestActions:
 
         def act(a: Action, ctx: HandlerContext) -> ExecutorResult:
             counter.append(1)
-            ctx.effects.incr("agent-signal:t:default:effect")
+            ctx.effects.incr("agent-signal:t:{default}:effect")
             if result == "applied":
                 return applied(a, ctx, "Memory write enqueued.")
             if result == "skipped":
@@ -213,7 +213,7 @@ class TestActions:
         first = run_chain(_source(), registry, port, scope=ChainScope(attempt=1, max_attempts=3))
         second = run_chain(_source(), registry, port, scope=ChainScope(attempt=2, max_attempts=3))
         assert len(counter) == 1
-        assert port.effects == [["INCRBY", "agent-signal:t:default:effect", 1]]
+        assert port.effects == [["INCRBY", "agent-signal:t:{default}:effect", 1]]
         assert first.results == second.results
         assert first.results[0].attempt.current == 1 and first.results[0].attempt.max == 3
         assert first.results[0].attempt.status == "succeeded"
@@ -291,7 +291,7 @@ class TestChainScope:
         keys = Keys("t:")
         buffer = EffectBuffer(keys=keys)
         buffer.call("hset", keys.plugin("s", "x"), "f", "v")
-        assert buffer.commands == [["HSET", "t:t:default:plugin:{s}:x", "f", "v"]]
+        assert buffer.commands == [["HSET", "t:t:{default}:plugin:{s}:x", "f", "v"]]
         other_tenant = keys.for_tenant("acme").plugin("s", "x")
         for bad in (
             ("FLUSHALL", "t:x"),

@@ -1,0 +1,162 @@
+"""The pipeline's invariants on a real three-master Redis Cluster (with a replica each) as the state store and
+RabbitMQ as the broker: the *same* tests as tests/integration/test_pipeline.py (dedupe storm, per-scope order,
+SIGKILL exactly-once, dead letters, fencing), collected again here with the store fixtures pointed at the
+cluster. Then a master is killed mid-run and its replica takes over: with ``AGENT_SIGNAL_WAIT_REPLICAS=1``
+nothing acknowledged is lost and no effect is applied twice."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from redis import Redis
+from redis.crc import key_slot
+
+from producers import Producer
+from tests.conftest import SettingsFactory, wait_for
+from tests.integration.test_pipeline import TestCrashes as TestClusterCrashes
+from tests.integration.test_pipeline import TestDeadLetters as TestClusterDeadLetters
+from tests.integration.test_pipeline import TestDedupe as TestClusterDedupe
+from tests.integration.test_pipeline import TestFencing as TestClusterFencing
+from tests.integration.test_pipeline import TestScopeSerialization as TestClusterScopeSerialization
+from tests.support.redis_cluster import RedisClusterProcesses
+from worker.keys import Keys
+from worker.settings import Settings
+
+pytest_plugins = ["tests.support.cluster_fixtures"]
+pytestmark = pytest.mark.integration
+
+__all__ = [
+    "TestClusterCrashes",
+    "TestClusterDeadLetters",
+    "TestClusterDedupe",
+    "TestClusterFencing",
+    "TestClusterScopeSerialization",
+]
+
+
+@pytest.fixture
+def redis_client(redis_cluster: RedisClusterProcesses, prefix: str) -> Iterator[Redis]:
+    """The cluster, as the tests' store client (the engine types its cluster client as Redis too)."""
+    client: Any = redis_cluster.client()
+    yield client
+    for key in list(client.scan_iter(match=f"{prefix}*", count=1000)):
+        client.delete(key)
+    client.close()
+
+
+@pytest.fixture
+def make_settings(
+    redis_url: str, prefix: str, redis_cluster: RedisClusterProcesses, rabbitmq_url: str
+) -> SettingsFactory:
+    """Settings of the cluster (state) and the private RabbitMQ vhost (broker), fast timings as elsewhere."""
+    from tests.conftest import FAST
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "redis_url": redis_url,
+            "redis_cluster_url": redis_cluster.url,
+            "broker_url": rabbitmq_url,
+            "key_prefix": prefix,
+            "queue_name": prefix.rstrip(":"),
+            "env": "test",
+            "allowed_hosts": ["testserver"],
+            **FAST,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+def _event(i: int, scope: str, counter: str) -> dict[str, Any]:
+    return {
+        "sourceType": "test.counter",
+        "sourceId": f"fo-{i}",
+        "scopeKey": scope,
+        "payload": {"counterKey": counter, "seq": i},
+    }
+
+
+def test_tenants_spread_across_masters(redis_cluster: RedisClusterProcesses, prefix: str) -> None:
+    """Each tenant's keys share one slot (its hash tag); different tenants land on different masters."""
+    slots = {key_slot(Keys(prefix, f"t{i}").own.encode()) for i in range(30)}
+    owners = {
+        m.port
+        for m in redis_cluster.masters()
+        for first, last in redis_cluster.slots_of(m)
+        if any(first <= s <= last for s in slots)
+    }
+    assert len(owners) == 3
+    k = Keys(prefix, "acme")
+    one_tenant = {k.inbox("s"), k.event("e"), k.dlq, k.scopes, k.outbox_due, k.runs("all"), k.stats}
+    assert len({key_slot(key.encode()) for key in one_tenant}) == 1
+
+
+@pytest.mark.timeout(300)
+def test_failover_with_wait_loses_nothing_acknowledged(
+    redis_cluster: RedisClusterProcesses,
+    make_settings: SettingsFactory,
+    start_worker: Callable[..., Any],
+    redis_client: Redis,
+    keys: Keys,
+) -> None:
+    """Events stream in while workers drain; the master holding the tenant's slot is SIGKILLed and its replica
+    promoted. Every event the producer saw acknowledged is there afterwards and ends done, and each one's
+    effect (a counter per event) is applied exactly once."""
+    settings = make_settings(wait_replicas=1, wait_replicas_timeout_ms=1000)
+    start_worker(settings, concurrency=2)
+    producer = Producer(settings)
+    owner = next(
+        m
+        for m in redis_cluster.masters()
+        for first, last in redis_cluster.slots_of(m)
+        if first <= key_slot(keys.own.encode()) <= last
+    )
+    acknowledged: list[tuple[str, str]] = []
+    refused: list[str] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        i = 0
+        while not stop.is_set():
+            counter = f"{keys.own}test:fo:{i}"
+            try:
+                result = producer.enqueue(_event(i, f"topic:fo-{i % 8}", counter))
+                acknowledged.append((result.event_id, counter))
+            except Exception as exc:  # the door's 503 during the failover: not acknowledged, nothing promised
+                refused.append(f"{type(exc).__name__}: {exc}")
+            i += 1
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    wait_for(lambda: len(acknowledged) >= 60, what="events acknowledged before the kill")
+    redis_cluster.kill_master(owner)
+    redis_cluster.wait_failover(owner)
+    # The promoted replica has no replica of its own: WAIT 1 refuses every write until the old master is back
+    # (as its replica), which is what an operator restores. Then more events are acknowledged.
+    redis_cluster.restart(owner)
+    after_restart = len(acknowledged)
+    wait_for(lambda: len(acknowledged) >= after_restart + 40, timeout_s=60, what="events after the failover")
+    stop.set()
+    thread.join(timeout=60)
+    report = f"{len(acknowledged)} acknowledged, {len(refused)} refused during the failover"
+    print(report)
+
+    def all_done() -> bool:
+        pipe = redis_client.pipeline(transaction=False)
+        for event_id, _ in acknowledged:
+            pipe.hget(keys.event(event_id), "state")
+        return all(state == "done" for state in pipe.execute())
+
+    wait_for(all_done, timeout_s=120, what=f"every acknowledged event done ({report})")
+    pipe = redis_client.pipeline(transaction=False)
+    for _, counter in acknowledged:
+        pipe.get(counter)
+    counts = pipe.execute()
+    lost = [c for c, n in zip(acknowledged, counts, strict=True) if n is None]
+    twice = [c for c, n in zip(acknowledged, counts, strict=True) if n is not None and n != "1"]
+    assert not lost and not twice, f"lost {len(lost)}, applied twice {len(twice)} ({report})"
+    producer.close()
