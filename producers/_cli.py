@@ -16,6 +16,7 @@ import httpx
 from producers._http_cli import CliError, HttpSender, add_target_options, resolve_target
 from producers._inspect_cli import add_inspection_commands
 from producers._keys_cli import add_keys_command
+from producers._probe_cli import add_probe_commands
 
 __all__ = ["main"]
 
@@ -207,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_functions_command(sub)
     add_inspection_commands(sub)
     add_keys_command(sub)
+    add_probe_commands(sub)
     return parser
 
 
@@ -290,7 +292,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     verb = " ".join(
         v
-        for v in (args.command, getattr(args, "dlq_command", None), getattr(args, "keys_command", None))
+        for v in (
+            args.command,
+            getattr(args, "dlq_command", None),
+            getattr(args, "keys_command", None),
+            getattr(args, "probe_target", None),
+        )
         if v
     )
     try:

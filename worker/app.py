@@ -35,7 +35,7 @@ from celery.signals import (
 )
 from redis.exceptions import RedisError
 
-from worker import _state
+from worker import _state, heartbeat_file
 from worker.fair import FairQueue
 from worker.keys import Keys
 from worker.logs import bind_event, clear_context, configure_logging
@@ -44,7 +44,7 @@ from worker.pipeline import Pipeline
 from worker.plugins import assemble, load_plugins
 from worker.reconcile import reconcile, try_reconcile_lock
 from worker.redis_client import redis_from_settings
-from worker.settings import Settings, check_settings
+from worker.settings import Settings, SettingsError, check_settings
 from worker.store import EventStore, now_ms
 from worker.tasks import publish_task, register_tasks
 from worker.telemetry import Telemetry, configure_telemetry
@@ -128,12 +128,35 @@ def create_app(settings: Settings) -> Celery:
         worker_send_task_events=settings.task_events,
         task_send_sent_event=False,
         enable_utc=True,
+        **quorum_queue_conf(settings, broker_url),
     )
     # The plugins' tasks are registered in every process (their names and code), built lazily per child.
     register_tasks(app, settings.queue_name, load_plugins(settings))
     _state.set_factory(lambda: build_pipeline(settings, app=app))
     _connect_lifecycle(app, settings)
     return app
+
+
+def quorum_queue_conf(settings: Settings, broker_url: str) -> dict[str, Any]:
+    """Celery settings for RabbitMQ quorum queues (``AGENT_SIGNAL_QUORUM_QUEUES``; none when off).
+
+    Queues are declared with ``x-queue-type: quorum`` (replicated, fsynced; RabbitMQ's advice for anything
+    that must not be lost), the task queue and any queue a plugin names. Their exchanges are ``topic``:
+    quorum queues have no per-channel (global) prefetch, so Celery runs countdowns (our retries) through its
+    native delayed delivery, which cannot route through a direct exchange."""
+    if not settings.quorum_queues:
+        return {}
+    if not broker_url.startswith(("amqp://", "amqps://", "pyamqp://")):
+        raise SettingsError(
+            "refusing to start: AGENT_SIGNAL_QUORUM_QUEUES needs a RabbitMQ broker (BROKER_URL=amqp://...)"
+        )
+    return {
+        "task_default_queue_type": "quorum",
+        "task_create_missing_queue_type": "quorum",
+        "task_default_exchange_type": "topic",
+        "task_create_missing_queue_exchange_type": "topic",
+        "worker_detect_quorum_queues": True,
+    }
 
 
 def _connect_lifecycle(app: Celery, settings: Settings) -> None:
@@ -237,8 +260,13 @@ def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostn
     store = EventStore(redis_from_settings(settings), settings)
     interval_ms = int(settings.reconcile_interval_s * 1000)
     stale_after_ms = int(settings.lease_ttl_s * 1000 * 2)
+    beat_file = settings.heartbeat_file  # for probes that must not need Redis (worker/heartbeat_file.py)
+    if beat_file:
+        _beat(beat_file, hostname, first=True)
     store.client.hset(store.keys.workers, hostname, now_ms())
     while not stop.wait(settings.reconcile_interval_s):
+        if beat_file:
+            _beat(beat_file, hostname)
         try:
             store.client.hset(store.keys.workers, hostname, now_ms())
             if try_reconcile_lock(store, interval_ms):
@@ -249,3 +277,12 @@ def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostn
                     log.warning("reconcile: re-published drains for %d stranded scope(s)", len(published))
         except Exception:
             log.exception("reconcile sweep failed")
+
+
+def _beat(path: str, hostname: str, *, first: bool = False) -> None:
+    """Write this process's heartbeat file (the first beat also clears an old drain flag); never raises."""
+    beat = heartbeat_file.Beat(hostname, os.getpid(), now_ms())
+    try:
+        (heartbeat_file.start if first else heartbeat_file.write)(path, beat)
+    except OSError as exc:  # a full or read-only disk: the probe will say so by the beat's age
+        log.warning("heartbeat file not written: %s", exc)

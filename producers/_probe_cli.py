@@ -1,0 +1,166 @@
+"""``agent-signal probe worker|web`` and ``agent-signal drain``: what Kubernetes and compose run inside a pod.
+
+* ``probe worker [--max-age-s N] [--liveness]``: reads the heartbeat file the worker's main process writes
+  (``AGENT_SIGNAL_HEARTBEAT_FILE``, worker/heartbeat_file.py); no broker, no Redis. Exit 0 when the beat is
+  fresh and, unless ``--liveness``, the worker is not draining; else 1. One line on stderr either way.
+* ``probe web [--timeout-s N]``: ``GET /readyz`` on this pod's own port over loopback. The web app opens its
+  operations routes without a key only when it *binds* a loopback host (``AGENT_SIGNAL_OPS_OPEN=loopback``
+  looks at ``AGENT_SIGNAL_HOST``, not at the caller), and a pod binds 0.0.0.0, so the probe sends a bearer:
+  ``AGENT_SIGNAL_TOKEN``, else the bootstrap key of its own environment (an exec probe sees the container's
+  environment; an httpGet probe could not read a Secret). Exit 0 on 200, else 1.
+* ``drain [--timeout-s N]``: the worker's preStop hook. Sets the drain flag (readiness goes false at once),
+  then asks this worker's node, named in its heartbeat file, to cancel its consumer of the task queue
+  (Celery remote control through the broker), so it takes no new drain while the SIGTERM that follows lets
+  the running ones finish (Celery's warm shutdown). Exit 0 when the node confirmed (or is not consuming
+  yet), 1 when it did not answer: Kubernetes then sends SIGTERM anyway, which stops consuming too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from worker import heartbeat_file
+
+__all__ = ["add_probe_commands", "drain", "probe_web", "probe_worker", "readyz_url"]
+
+Cancel = Callable[[str, str], list[dict[str, Any]]]  # (queue, node) -> Celery's control replies
+
+
+def probe_worker(
+    path: str | None, max_age_s: float, now_s: float, *, liveness: bool = False
+) -> tuple[int, str]:
+    """(exit code, line) for the heartbeat file at ``path``."""
+    if not path:
+        return 1, "AGENT_SIGNAL_HEARTBEAT_FILE is not set: the worker writes no heartbeat to probe"
+    verdict = heartbeat_file.check(path, max_age_s, now_s, ready=not liveness)
+    return (0 if verdict.ok else 1), verdict.reason
+
+
+def readyz_url(host: str, port: int) -> str:
+    """This pod's own ``/readyz``: 127.0.0.1 when the app binds every address, else the host it binds."""
+    if host.strip("[]") in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}/readyz"
+
+
+def probe_web(
+    url: str, token: str | None, timeout_s: float, transport: httpx.BaseTransport | None = None
+) -> tuple[int, str]:
+    """(exit code, line) for ``GET url`` with ``token`` as the bearer."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with httpx.Client(timeout=timeout_s, transport=transport) as client:
+            response = client.get(url, headers=headers)
+    except httpx.HTTPError as exc:
+        return 1, f"{url}: {type(exc).__name__}: {exc}"
+    if response.status_code == 200:
+        return 0, f"{url}: ready"
+    try:
+        body = response.json()
+    except ValueError:
+        body = response.text[:200]
+    detail = (body.get("checks") or body.get("error")) if isinstance(body, dict) else body
+    return 1, f"{url}: {response.status_code} {detail}"
+
+
+def drain(path: str | None, queue: str, cancel: Cancel) -> tuple[int, str]:
+    """Set the drain flag beside the heartbeat file ``path``, then ``cancel(queue, node)`` for its node."""
+    if not path:
+        return 1, "AGENT_SIGNAL_HEARTBEAT_FILE is not set: nothing names this pod's worker"
+    heartbeat_file.mark_draining(path)
+    try:
+        beat = heartbeat_file.read(path)
+    except (OSError, ValueError) as exc:
+        return 1, f"drain flag set; {exc}"
+    if beat is None:
+        return 0, "drain flag set; no heartbeat yet, so the worker is not consuming"
+    replies = cancel(queue, beat.node)
+    for reply in replies:
+        answer = reply.get(beat.node)
+        if isinstance(answer, dict) and "ok" in answer:
+            return 0, f"{beat.node}: {answer['ok']}"
+        if isinstance(answer, dict) and "error" in answer:
+            return 1, f"{beat.node}: {answer['error']}"
+    return 1, f"drain flag set; {beat.node} did not confirm cancelling its consumer of {queue!r}"
+
+
+def _celery_cancel(settings: Any, timeout_s: float) -> Cancel:
+    def cancel(queue: str, node: str) -> list[dict[str, Any]]:
+        from worker.app import create_app
+
+        app = create_app(settings)
+        try:
+            replies = app.control.cancel_consumer(queue, destination=[node], reply=True, timeout=timeout_s)
+            return list(replies or [])
+        finally:
+            app.close()
+
+    return cancel
+
+
+def _token(settings: Any) -> str | None:
+    """``AGENT_SIGNAL_TOKEN``, else the bootstrap key (or its deprecated alias) of this environment."""
+    token = os.environ.get("AGENT_SIGNAL_TOKEN")
+    if token:
+        return token
+    if settings.bootstrap_key is not None and settings.bootstrap_key.get_secret_value():
+        return str(settings.bootstrap_key.get_secret_value())
+    return settings.api_token or None
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from worker.settings import load_settings
+
+    settings = load_settings()
+    if args.probe_target == "worker":
+        max_age_s = args.max_age_s or heartbeat_file.default_max_age_s(settings.reconcile_interval_s)
+        code, line = probe_worker(settings.heartbeat_file, max_age_s, time.time(), liveness=args.liveness)
+    else:
+        code, line = probe_web(readyz_url(settings.host, settings.port), _token(settings), args.timeout_s)
+    _say(line)
+    return code
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    from worker.settings import load_settings
+
+    settings = load_settings()
+    code, line = drain(settings.heartbeat_file, settings.queue_name, _celery_cancel(settings, args.timeout_s))
+    _say(line)
+    return code
+
+
+def add_probe_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``probe worker``, ``probe web`` and ``drain``."""
+    p = sub.add_parser("probe", help="health probes run inside a pod or container (exit 0 healthy, 1 not)")
+    psub = p.add_subparsers(dest="probe_target", required=True, metavar="TARGET")
+    w = psub.add_parser("worker", help="the worker's heartbeat file (AGENT_SIGNAL_HEARTBEAT_FILE); no broker")
+    w.add_argument(
+        "--max-age-s",
+        type=float,
+        default=None,
+        help="oldest acceptable beat (default: 4 x AGENT_SIGNAL_RECONCILE_INTERVAL_S, the beat's period)",
+    )
+    w.add_argument("--liveness", action="store_true", help="a draining worker still counts as healthy")
+    web = psub.add_parser("web", help="GET /readyz on this host's PORT over loopback")
+    web.add_argument("--timeout-s", type=float, default=3.0)
+    p.set_defaults(func=cmd_probe)
+
+    d = sub.add_parser(
+        "drain", help="preStop: readiness false, and this pod's worker stops taking new drains"
+    )
+    d.add_argument("--timeout-s", type=float, default=5.0, help="how long to wait for the worker's answer")
+    d.set_defaults(func=cmd_drain)

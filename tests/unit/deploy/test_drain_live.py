@@ -1,0 +1,43 @@
+"""The preStop against a real worker: ``drain`` flips readiness and the node stops consuming, then it drains.
+
+A real ``agent-signal worker`` process on the test Redis (embedded when REDIS_URL is unset); a few seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from producers._probe_cli import _celery_cancel, drain, probe_worker
+from tests.conftest import wait_for
+from worker import heartbeat_file as hb
+from worker.app import create_app
+
+pytestmark = pytest.mark.integration
+
+
+def test_drain_cancels_the_consumer_of_a_running_worker(
+    make_settings: Any, start_worker: Any, tmp_path: Path
+) -> None:
+    """The worker beats into its file; drain is answered by its node; readiness fails, liveness holds."""
+    path = tmp_path / "hb" / "heartbeat.json"
+    settings = make_settings(heartbeat_file=str(path))
+    worker = start_worker(settings)
+    beat = wait_for(lambda: hb.read(path), timeout_s=30, what="the first heartbeat")
+    assert beat.node == worker.hostname_hint
+    assert probe_worker(str(path), 60, time.time())[0] == 0
+
+    code, line = drain(str(path), settings.queue_name, _celery_cancel(settings, 10.0))
+    assert code == 0, line
+    assert f"no longer consuming from {settings.queue_name}" in line
+    assert probe_worker(str(path), 60, time.time())[0] == 1
+    assert probe_worker(str(path), 60, time.time(), liveness=True)[0] == 0
+    app = create_app(settings)
+    try:  # the node itself says it consumes nothing now
+        active = app.control.inspect(destination=[beat.node], timeout=10).active_queues() or {}
+    finally:
+        app.close()
+    assert active.get(beat.node) == []
