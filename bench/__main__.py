@@ -1,4 +1,9 @@
-"""``make bench``: runs every benchmark and prints a table of ratios against same-run baselines."""
+"""``make bench``: runs every benchmark and prints a table of ratios against same-run baselines.
+
+Sections (``--only``/``--skip`` pick them): ``pipeline`` (no-op baseline, burst and spread with telemetry on
+and off, latency, round trips, RSS), ``routing``, ``ingest``, ``scaling`` (1, 2 and 4 worker processes) and
+``memory`` (Redis bytes per retained event, on a private Redis).
+"""
 
 from __future__ import annotations
 
@@ -6,57 +11,47 @@ import argparse
 import json
 import statistics
 import sys
+import time
+from collections.abc import Callable
 
-from bench import ingest_bench, pipeline_bench, routing_bench
+from bench import ingest_bench, memory_bench, pipeline_bench, routing_bench, scaling_bench
 from bench._env import make_settings, redis_url, web
 
+Row = tuple[str, str, str, str]
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument(
-        "--events", type=int, default=4000, help="events (and no-op tasks) per throughput run"
-    )
-    parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="alternating rounds per throughput figure (median)"
-    )
-    args = parser.parse_args()
-    rows: list[tuple[str, str, str, str]] = []
-    figures: dict[str, float] = {}
-    with redis_url() as url:
-        print(
-            f"Redis: {url.split('?')[0]}  (2 worker processes; baseline = plain Celery no-op task)",
-            file=sys.stderr,
+
+class Report:
+    """What the sections add: table rows, ``--json`` figures, footnotes, and each section's wall time."""
+
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+        self.figures: dict[str, float] = {}
+        self.notes: list[str] = []
+        self.times_s: dict[str, float] = {}
+
+
+def pipeline_section(url: str, args: argparse.Namespace, out: Report) -> None:
+    noop = pipeline_bench.noop_rate(url, args.events)
+    # Telemetry on and off alternate, and each figure is the median of its rounds: this machine is
+    # shared and one run can differ from the next by a third.
+    burst_runs, burst_off_runs, spread_runs, spread_off_runs, rss = [], [], [], [], 0
+    for _ in range(args.rounds):
+        rate, rss = pipeline_bench.pipeline_rate(url, args.events, scopes=8)
+        burst_runs.append(rate)
+        burst_off_runs.append(
+            pipeline_bench.pipeline_rate(url, args.events, scopes=8, telemetry_enabled=False)[0]
         )
-        noop = pipeline_bench.noop_rate(url, args.events)
-        # Telemetry on and off alternate, and each figure is the median of its rounds: this machine is
-        # shared and one run can differ from the next by a third.
-        burst_runs, burst_off_runs, spread_runs, spread_off_runs, rss = [], [], [], [], 0
-        for _ in range(args.rounds):
-            rate, rss = pipeline_bench.pipeline_rate(url, args.events, scopes=8)
-            burst_runs.append(rate)
-            burst_off_runs.append(
-                pipeline_bench.pipeline_rate(url, args.events, scopes=8, telemetry_enabled=False)[0]
-            )
-            spread_runs.append(
-                pipeline_bench.pipeline_rate(url, args.events // 2, scopes=args.events // 2)[0]
-            )
-            spread_off_runs.append(
-                pipeline_bench.pipeline_rate(
-                    url, args.events // 2, scopes=args.events // 2, telemetry_enabled=False
-                )[0]
-            )
-        burst, burst_off = statistics.median(burst_runs), statistics.median(burst_off_runs)
-        spread, spread_off = statistics.median(spread_runs), statistics.median(spread_off_runs)
-        p50, p99 = pipeline_bench.latency_ms(url, 200)
-        enq_rt, work_rt = pipeline_bench.round_trips_per_event(url, 1000, scopes=10)
-        route_us, parse_us, body_bytes = routing_bench.route_vs_json()
-        with web(
-            make_settings(url, router_config=str(routing_bench.CONFIG), route_record_events=False)
-        ) as base:
-            route_rps = routing_bench.http_route_rate(base)
-        ingest_off, ingest_on = ingest_bench.ingest_auth_rates(url, rounds=args.rounds)
-    figures.update(
+        spread_runs.append(pipeline_bench.pipeline_rate(url, args.events // 2, scopes=args.events // 2)[0])
+        spread_off_runs.append(
+            pipeline_bench.pipeline_rate(
+                url, args.events // 2, scopes=args.events // 2, telemetry_enabled=False
+            )[0]
+        )
+    burst, burst_off = statistics.median(burst_runs), statistics.median(burst_off_runs)
+    spread, spread_off = statistics.median(spread_runs), statistics.median(spread_off_runs)
+    p50, p99 = pipeline_bench.latency_ms(url, 200)
+    enq_rt, work_rt = pipeline_bench.round_trips_per_event(url, 1000, scopes=10)
+    out.figures.update(
         noop_tasks_per_s=noop,
         pipeline_burst_events_per_s=burst,
         pipeline_burst_telemetry_off_events_per_s=burst_off,
@@ -67,86 +62,158 @@ def main() -> int:
         enqueue_round_trips_per_event=enq_rt,
         worker_round_trips_per_event=work_rt,
         worker_peak_rss_mib=rss / 1024,
-        route_us=route_us,
-        json_loads_us=parse_us,
-        http_route_rps=route_rps,
-        ingest_auth_off_events_per_s=ingest_off,
-        ingest_auth_on_events_per_s=ingest_on,
     )
-    rows.append(("plain Celery no-op task", f"{noop:,.0f} tasks/s", "1.00x", "baseline"))
-    rows.append(
+    out.rows += [
+        ("plain Celery no-op task", f"{noop:,.0f} tasks/s", "1.00x", "baseline"),
         (
             "pipeline, burst (8 scopes)",
             f"{burst:,.0f} events/s",
             f"{burst / noop:.2f}x",
             "goal >= 0.6x, stretch >= 1.0x",
-        )
-    )
-    overhead = (burst_off - burst) / burst_off * 100
-    rows.append(
+        ),
         (
             "pipeline, burst, telemetry off",
             f"{burst_off:,.0f} events/s",
             f"{burst_off / noop:.2f}x",
-            f"telemetry costs {overhead:+.1f}% (goal <= 10%)",
-        )
-    )
-    rows.append(
+            f"telemetry costs {(burst_off - burst) / burst_off * 100:+.1f}% (goal <= 10%)",
+        ),
         (
             "pipeline, spread (1 event/scope)",
             f"{spread:,.0f} events/s",
             f"{spread / noop:.2f}x",
             "goal >= 0.6x",
-        )
-    )
-    rows.append(
+        ),
         (
             "pipeline, spread, telemetry off",
             f"{spread_off:,.0f} events/s",
             f"{spread_off / noop:.2f}x",
             f"telemetry costs {(spread_off - spread) / spread_off * 100:+.1f}%",
-        )
-    )
-    rows.append(("Redis round trips / event (worker)", f"{work_rt:.2f}", "", "goal <= 6"))
-    rows.append(("Redis round trips / event (enqueue)", f"{enq_rt:.3f}", "", "batched enqueue_many"))
-    rows.append(("enqueue -> done latency, idle worker", f"p50 {p50:.1f} ms / p99 {p99:.1f} ms", "", ""))
-    rows.append(("worker peak RSS (one child)", f"{rss / 1024:.0f} MiB", "", ""))
-    rows.append(
-        ("json.loads of a 20-message request", f"{parse_us:.1f} us ({body_bytes} B)", "1.00x", "baseline")
-    )
-    rows.append(
+        ),
+        ("Redis round trips / event (worker)", f"{work_rt:.2f}", "", "goal <= 6"),
+        ("Redis round trips / event (enqueue)", f"{enq_rt:.3f}", "", "batched enqueue_many"),
+        ("enqueue -> done latency, idle worker", f"p50 {p50:.1f} ms / p99 {p99:.1f} ms", "", ""),
+        ("worker peak RSS (one child)", f"{rss / 1024:.0f} MiB", "", ""),
+    ]
+
+
+def routing_section(url: str, args: argparse.Namespace, out: Report) -> None:
+    route_us, parse_us, body_bytes = routing_bench.route_vs_json()
+    with web(make_settings(url, router_config=str(routing_bench.CONFIG), route_record_events=False)) as base:
+        route_rps = routing_bench.http_route_rate(base)
+    out.figures.update(route_us=route_us, json_loads_us=parse_us, http_route_rps=route_rps)
+    out.rows += [
+        ("json.loads of a 20-message request", f"{parse_us:.1f} us ({body_bytes} B)", "1.00x", "baseline"),
         (
             "route it (facts + 8 rules + 6 decisions)",
             f"{route_us:.1f} us",
             f"{route_us / parse_us:.2f}x",
             "goal <= 1.0x, stretch <= 0.5x",
-        )
-    )
-    rows.append(("POST /v1/route, one web process", f"{route_rps:,.0f} requests/s", "", "sequential client"))
-    rows.append(
+        ),
+        ("POST /v1/route, one web process", f"{route_rps:,.0f} requests/s", "", "sequential client"),
+    ]
+
+
+def ingest_section(url: str, args: argparse.Namespace, out: Report) -> None:
+    ingest_off, ingest_on = ingest_bench.ingest_auth_rates(url, rounds=args.rounds)
+    out.figures.update(ingest_auth_off_events_per_s=ingest_off, ingest_auth_on_events_per_s=ingest_on)
+    out.rows += [
         (
             "POST /v1/events, auth off (loopback)",
             f"{ingest_off:,.0f} events/s",
             "1.00x",
             "baseline, 1 event/request",
-        )
-    )
-    rows.append(
+        ),
         (
             "POST /v1/events, API key + rate bucket",
             f"{ingest_on:,.0f} events/s",
             f"{ingest_on / ingest_off:.2f}x",
             f"auth costs {(ingest_off - ingest_on) / ingest_off * 100:+.1f}% (goal <= 5%)",
-        )
+        ),
+    ]
+
+
+def scaling_section(url: str, args: argparse.Namespace, out: Report) -> None:
+    scaling = scaling_bench.scaling_rates(url, args.events, rounds=args.rounds)
+    out.rows += scaling.rows()
+    out.figures.update(scaling.figures())
+    out.notes += scaling.notes()
+
+
+def memory_section(url: str, args: argparse.Namespace, out: Report) -> None:
+    events = args.memory_events
+    memory = memory_bench.retained_memory(events, scopes=max(1, events // 10))  # its own Redis, not url
+    out.rows += memory.rows()
+    out.figures.update(memory.figures())
+
+
+SECTIONS: dict[str, Callable[[str, argparse.Namespace, Report], None]] = {
+    "pipeline": pipeline_section,
+    "routing": routing_section,
+    "ingest": ingest_section,
+    "scaling": scaling_section,
+    "memory": memory_section,
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument(
+        "--events", type=int, default=4000, help="events (and no-op tasks) per throughput run"
     )
-    widths = [max(len(r[i]) for r in [*rows, ("benchmark", "value", "ratio", "note")]) for i in range(4)]
+    parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds per throughput figure (median)"
+    )
+    parser.add_argument(
+        "--memory-events",
+        type=int,
+        default=10_000,
+        help="events retained for the memory figure, over a tenth as many scopes (default 10,000)",
+    )
+    parser.add_argument(
+        "--only", action="append", choices=list(SECTIONS), help="run only this section (repeatable)"
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        choices=list(SECTIONS),
+        default=[],
+        help="leave this section out (repeatable)",
+    )
+    return parser.parse_args(argv)
+
+
+def print_table(out: Report) -> None:
     header = ("benchmark", "value", "ratio", "note")
+    widths = [max(len(r[i]) for r in [*out.rows, header]) for i in range(4)]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    for row in out.rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    for note in out.notes:
+        print(f"* {note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    chosen = [name for name in (args.only or SECTIONS) if name not in args.skip]
+    out = Report()
+    with redis_url() as url:
+        print(
+            f"Redis: {url.split('?')[0]}  ({pipeline_bench.WORKER_PROCESSES} worker processes unless a row "
+            "says otherwise; baseline = plain Celery no-op task)",
+            file=sys.stderr,
+        )
+        for name in chosen:
+            t0 = time.perf_counter()
+            SECTIONS[name](url, args, out)
+            out.times_s[name] = time.perf_counter() - t0
+    print_table(out)
+    print(
+        "section wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in out.times_s.items()), file=sys.stderr
+    )
     if args.json:
-        print(json.dumps(figures))
+        print(json.dumps(out.figures))
     return 0
 
 

@@ -26,6 +26,14 @@ def redis_url() -> Iterator[str]:
     if url:
         yield url
         return
+    with private_redis_url() as embedded:
+        yield embedded
+
+
+@contextmanager
+def private_redis_url() -> Iterator[str]:
+    """An embedded Redis of our own even when REDIS_URL is set: for measurements (memory) that another
+    writer on the same server would falsify."""
     from worker.embedded import start_embedded_redis
 
     server = start_embedded_redis()

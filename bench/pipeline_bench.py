@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from redis import Redis
@@ -14,8 +16,11 @@ from worker.app import build_pipeline
 from worker.keys import Keys
 from worker.tasks import NOOP_TASK
 
+WORKER_PROCESSES = 2  # the throughput rows' worker processes (one child each); the scaling rows vary it
 
-def _queue_empty(client: Redis, settings: Any) -> bool:
+
+def queue_empty(client: Redis, settings: Any) -> bool:
+    """No message waits in the broker queue and none is taken and unacknowledged."""
     keys = Keys(settings.key_prefix)
     pipe = client.pipeline(transaction=False)
     pipe.llen(keys.broker_queue(settings.queue_name))
@@ -24,21 +29,22 @@ def _queue_empty(client: Redis, settings: Any) -> bool:
     return bool(depth == 0 and unacked == 0)
 
 
-def noop_rate(url: str, n: int) -> float:
+def noop_rate(url: str, n: int, *, processes: int = WORKER_PROCESSES) -> float:
     settings = make_settings(url)
     client = Redis.from_url(url, decode_responses=True)
     producer = Producer(settings)
-    with workers(settings, 2):
+    with workers(settings, processes):
         t0 = time.perf_counter()
         for _ in range(n):
             producer.app.send_task(NOOP_TASK, queue=settings.queue_name)
-        wait(lambda: _queue_empty(client, settings), timeout_s=600)
+        wait(lambda: queue_empty(client, settings), timeout_s=600)
         elapsed = time.perf_counter() - t0
     producer.close()
     return n / elapsed
 
 
-def _events(n: int, scopes: int, tag: str) -> list[dict[str, Any]]:
+def bench_events(n: int, scopes: int, tag: str) -> list[dict[str, Any]]:
+    """``n`` source events spread round-robin over ``scopes`` scopes (``tag`` keeps source ids unique)."""
     return [
         {
             "sourceType": "bot.message.merged",
@@ -50,19 +56,38 @@ def _events(n: int, scopes: int, tag: str) -> list[dict[str, Any]]:
     ]
 
 
-def pipeline_rate(url: str, n: int, scopes: int, **overrides: Any) -> tuple[float, int]:
+def pipeline_rate(
+    url: str, n: int, scopes: int, *, processes: int = WORKER_PROCESSES, **overrides: Any
+) -> tuple[float, int]:
+    """(events/s for ``n`` events over ``scopes`` scopes, peak worker RSS in KiB) on fresh worker processes."""
+    rates, rss = pipeline_rates(url, [(n, scopes)], processes=processes, **overrides)
+    return rates[0], rss
+
+
+def pipeline_rates(
+    url: str, shapes: Sequence[tuple[int, int]], *, processes: int = WORKER_PROCESSES, **overrides: Any
+) -> tuple[list[float], int]:
+    """Events/s for each ``(events, scopes)`` workload, run one after the other on the same ``processes``
+    worker processes (started once: the scaling rows measure two shapes per start), and their peak RSS."""
     settings = make_settings(url, **overrides)
     producer = Producer(settings)
-    events = _events(n, scopes, "tp")
-    with workers(settings, 2) as procs:
-        t0 = time.perf_counter()
-        for i in range(0, n, 500):
-            producer.enqueue_many(events[i : i + 500])
-        wait(lambda: producer.store.stats().get("done", 0) >= n, timeout_s=600, interval_s=0.02)
-        elapsed = time.perf_counter() - t0
+    rates: list[float] = []
+    with workers(settings, processes) as procs:
+        for shape, (n, scopes) in enumerate(shapes):
+            rates.append(n / drain_time_s(producer, bench_events(n, scopes, f"tp{shape}")))
         rss = peak_rss_kib([p.pid for p in procs])
     producer.close()
-    return n / elapsed, rss
+    return rates, rss
+
+
+def drain_time_s(producer: Producer, events: list[dict[str, Any]]) -> float:
+    """Seconds from the first enqueue until the tenant's ``done`` counter has grown by ``len(events)``."""
+    target = producer.store.stats().get("done", 0) + len(events)
+    t0 = time.perf_counter()
+    for i in range(0, len(events), 500):
+        producer.enqueue_many(events[i : i + 500])
+    wait(lambda: producer.store.stats().get("done", 0) >= target, timeout_s=600, interval_s=0.02)
+    return time.perf_counter() - t0
 
 
 def latency_ms(url: str, samples: int) -> tuple[float, float]:
@@ -70,19 +95,18 @@ def latency_ms(url: str, samples: int) -> tuple[float, float]:
     producer = Producer(settings)
     lat: list[float] = []
     with workers(settings, 1):
-        for ev in _events(samples, samples, "lat"):
+        for ev in bench_events(samples, samples, "lat"):
             t0 = time.perf_counter()
             event_id = producer.enqueue(ev).event_id
-            key = producer.store.keys.event(event_id)
-            wait(
-                lambda key=key: producer.store.client.hget(key, "state") == "done",
-                timeout_s=30,
-                interval_s=0.0005,
-            )
+            wait(partial(_is_done, producer, producer.store.keys.event(event_id)), 30, interval_s=0.0005)
             lat.append((time.perf_counter() - t0) * 1000)
     producer.close()
     lat.sort()
     return statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
+
+
+def _is_done(producer: Producer, event_key: str) -> bool:
+    return bool(producer.store.client.hget(event_key, "state") == "done")
 
 
 class CountingRedis(Redis):
@@ -92,7 +116,7 @@ class CountingRedis(Redis):
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         CountingRedis.round_trips += 1
-        return super().execute_command(*args, **options)
+        return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
         pipe = super().pipeline(transaction, shard_hint)
@@ -114,7 +138,7 @@ def round_trips_per_event(url: str, n: int, scopes: int) -> tuple[float, float]:
     client = CountingRedis.from_url(url, decode_responses=True)
     producer = Producer(settings)
     producer.store = producer.emitter.store = EventStore(client, settings)
-    events = _events(n, scopes, "rt")
+    events = bench_events(n, scopes, "rt")
     CountingRedis.round_trips = 0
     producer.enqueue_many(events)
     enqueue_rt = CountingRedis.round_trips / n
