@@ -20,6 +20,7 @@ from pathlib import Path
 from celery import Celery
 
 from worker.app import create_app
+from worker.embedded import pid_alive
 from worker.settings import Settings, SettingsError, load_settings
 
 __all__ = ["STACK_FILE", "app", "load_tool_settings", "stack_redis_url"]
@@ -41,22 +42,13 @@ def stack_redis_url(start: Path | None = None) -> str | None:
             continue
         except ValueError:
             return None
-        if not isinstance(document, dict) or not _alive(document.get("pid")):
+        pid = document.get("pid") if isinstance(document, dict) else None
+        if not isinstance(pid, int) or not pid_alive(pid):
             return None
         url = document.get("redisUrl")
         return url if isinstance(url, str) and url else None
     return None
 
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 

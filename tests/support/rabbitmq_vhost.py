@@ -19,6 +19,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from worker.embedded import pid_alive
+
 __all__ = ["VHOST_PREFIX", "private_vhost", "rabbitmq_reachable", "sweep_stale_vhosts", "vhost_names"]
 
 HOST = "127.0.0.1"
@@ -47,20 +49,12 @@ def vhost_names() -> list[str]:
     """Every vhost on the broker."""
     return _rabbitmqctl("list_vhosts", "--quiet", "--no-table-headers").split()
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
 def sweep_stale_vhosts() -> list[str]:
     """Delete the test vhosts whose creating process is gone; returns their names."""
-    stale = [name for name in vhost_names() if (m := _OURS.match(name)) and not _pid_alive(int(m[1]))]
+    stale = [name for name in vhost_names() if (m := _OURS.match(name)) and not pid_alive(int(m[1]))]
     for name in stale:
         _rabbitmqctl("delete_vhost", name)
     return stale
