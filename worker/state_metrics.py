@@ -11,7 +11,6 @@ per process, so no replica counts it again.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,7 +43,6 @@ class _StateCollector:
 
         store = self.store
         waiting = backlog(store)
-        active = Counter(ref.partition("/")[0] for ref in store.active_scope_refs())
         backlog_g = GaugeMetricFamily(
             "agent_signal_backlog_events",
             "Events accepted and not yet done or dead (queued, waiting for a retry, or running).",
@@ -64,10 +62,11 @@ class _StateCollector:
         for tenant in sorted(waiting):
             view = store.for_tenant(tenant)
             backlog_g.add_metric([self.queue, tenant], waiting[tenant])
-            stuck = list_scopes(view, "stuck", limit=STUCK_SCAN_MAX) if active.get(tenant) else []
-            stuck_g.add_metric([tenant], len(stuck))
+            # One walk of the tenant's scopes gives both: those with work, and those of them left stranded.
+            states = [row["state"] for row in list_scopes(view, limit=STUCK_SCAN_MAX)]
+            stuck_g.add_metric([tenant], states.count("stuck"))
             dlq_g.add_metric([tenant], view.dlq_size())
-            active_g.add_metric([tenant], active.get(tenant, 0))
+            active_g.add_metric([tenant], sum(state != "paused" for state in states))
         yield from (backlog_g, stuck_g, dlq_g, active_g)
         safety = current_safety(store.client, store.settings)
         if safety.persistent is not None:

@@ -15,7 +15,9 @@ from typing import Any, cast
 from redis import Redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import ConnectionError, RedisError, ResponseError, TimeoutError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.errors import NotReplicated, OverLimit
 from worker.event_records import source_digest, status_record
@@ -172,7 +174,7 @@ class EventStore:
         pipe.execute_command("WAIT", wanted, timeout_ms)  # type: ignore[no-untyped-call]
         try:
             reply, acked = pipe.execute()
-        except (ConnectionError, TimeoutError, ResponseError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
             # Past the cluster client's own redirects: a failover (or MOVED) means the slot map is stale.
             stale = not isinstance(exc, ResponseError) or str(exc).startswith("MOVED")
             if cluster is not None and stale:

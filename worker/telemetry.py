@@ -68,12 +68,14 @@ class Telemetry(MeasurementBuffer):
         self.tracing = self.enabled and tracing
         super().__init__()
         self._sink = metrics
+        # LobeHub adds attributesCommon() (service name + environment) to some series; ours live on the
+        # Resource (service.name, deployment.environment), which every exporter attaches anyway.
+        self.common: dict[str, Any] = {}
         if not self.enabled:
             return
         assert tracer_provider is not None
         self.tracer = tracer_provider.get_tracer(TRACER_NAME, TRACER_VERSION)
         if meter_provider is None:
-            self.common: dict[str, Any] = {}
             return
         meter = meter_provider.get_meter(METER_NAME)
         described = DescribedInstruments(meter)  # LobeHub's descriptions, the HELP lines of /metrics
@@ -93,9 +95,6 @@ class Telemetry(MeasurementBuffer):
         self.handler_counter = c("agent_signal_handler_runs_total", unit="{handler-run}")
         self.handler_duration = h("agent_signal_handler_duration_ms", unit="ms")
         self.terminal_counter = c("agent_signal_terminal_results_total", unit="{terminal-result}")
-        # LobeHub adds attributesCommon() (service name + environment) to some series; ours live on the
-        # Resource (service.name, deployment.environment), which every exporter attaches anyway.
-        self.common = {}
         self._instruments = {name: getattr(self, attr) for attr, name in _INSTRUMENT_ATTRS.items()}
 
     # ---- context propagation -----------------------------------------------------------------------
