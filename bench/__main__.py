@@ -1,7 +1,9 @@
 """``make bench``: runs every benchmark and prints a table of ratios against same-run baselines.
 
 Sections (``--only``/``--skip`` pick them): ``pipeline`` (no-op baseline, burst and spread with telemetry on
-and off, latency, round trips, RSS), ``routing``, ``ingest``, ``scaling`` (1, 2 and 4 worker processes) and
+and off, latency, round trips, RSS), ``peer`` (the same burst and spread on the one-task-per-event Celery app a
+user would write instead, bench/peer_app.py, and ours as ratios to it), ``routing``, ``ingest``, ``scaling``
+(1, 2 and 4 worker processes), ``scopes`` (the same workload while 100, 10,000 and 100,000 scopes exist) and
 ``memory`` (Redis bytes per retained event, on a private Redis).
 """
 
@@ -14,7 +16,15 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import ingest_bench, memory_bench, pipeline_bench, routing_bench, scaling_bench
+from bench import (
+    ingest_bench,
+    memory_bench,
+    peer_bench,
+    pipeline_bench,
+    routing_bench,
+    scaling_bench,
+    scopes_bench,
+)
 from bench._env import make_settings, redis_url, web
 
 Row = tuple[str, str, str, str]
@@ -96,6 +106,13 @@ def pipeline_section(url: str, args: argparse.Namespace, out: Report) -> None:
     ]
 
 
+def peer_section(url: str, args: argparse.Namespace, out: Report) -> None:
+    peer = peer_bench.compare_with_peer(url, args.events, rounds=args.rounds)
+    out.rows += peer.rows()
+    out.figures.update(peer.figures())
+    out.notes += peer.notes()
+
+
 def routing_section(url: str, args: argparse.Namespace, out: Report) -> None:
     route_us, parse_us, body_bytes = routing_bench.route_vs_json()
     with web(make_settings(url, router_config=str(routing_bench.CONFIG), route_record_events=False)) as base:
@@ -139,6 +156,13 @@ def scaling_section(url: str, args: argparse.Namespace, out: Report) -> None:
     out.notes += scaling.notes()
 
 
+def scopes_section(url: str, args: argparse.Namespace, out: Report) -> None:
+    growth = scopes_bench.scope_growth(url, args.events, args.scope_counts)
+    out.rows += growth.rows()
+    out.figures.update(growth.figures())
+    out.notes += growth.notes()
+
+
 def memory_section(url: str, args: argparse.Namespace, out: Report) -> None:
     events = args.memory_events
     memory = memory_bench.retained_memory(events, scopes=max(1, events // 10))  # its own Redis, not url
@@ -148,11 +172,21 @@ def memory_section(url: str, args: argparse.Namespace, out: Report) -> None:
 
 SECTIONS: dict[str, Callable[[str, argparse.Namespace, Report], None]] = {
     "pipeline": pipeline_section,
+    "peer": peer_section,
     "routing": routing_section,
     "ingest": ingest_section,
     "scaling": scaling_section,
+    "scopes": scopes_section,
     "memory": memory_section,
 }
+
+
+def scope_counts(text: str) -> tuple[int, ...]:
+    """``--scope-counts``: :func:`bench.scopes_bench.parse_scope_counts`, its complaint as argparse's."""
+    try:
+        return scopes_bench.parse_scope_counts(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -169,6 +203,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=10_000,
         help="events retained for the memory figure, over a tenth as many scopes (default 10,000)",
+    )
+    parser.add_argument(
+        "--scope-counts",
+        type=scope_counts,
+        default=scopes_bench.DEFAULT_SCOPE_COUNTS,
+        metavar="N,N,...",
+        help="the scopes rows' scope counts, rising (default 100,10000,100000); the first is the window's",
     )
     parser.add_argument(
         "--only", action="append", choices=list(SECTIONS), help="run only this section (repeatable)"
