@@ -20,8 +20,8 @@ Running it (the bench does this, :func:`bench.peer_bench.peer_workers`)::
 
 :func:`main` reads the two variables and hands the rest of the command line to ``celery worker``
 (``app.worker_main``, the same entry our own worker uses). The Redis is both the broker and the tasks' store. Importing this module reads no environment and
-opens no connection; :func:`create_peer_app` builds the app, and each worker child opens its own Redis client
-on its first task. Every key, the broker's included (``global_keyprefix``), is under the prefix, so the
+opens no connection; :func:`create_peer_app` builds the app (connecting no signal), each worker child opens
+its own Redis client on its first task, and :func:`main` alone adds the bench's readiness announcement. Every key, the broker's included (``global_keyprefix``), is under the prefix, so the
 bench deletes them by prefix afterwards.
 """
 
@@ -37,7 +37,7 @@ from enum import Enum
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import worker_ready
 from redis import Redis
 from redis.lock import Lock
 
@@ -143,19 +143,18 @@ def apply_event(client: Redis, keys: PeerKeys, event_id: str, scope: str, claim:
 
 
 class _ChildClient:
-    """One Redis client per worker child, opened on its first task (never inherited across the fork)."""
+    """One Redis client per process, opened on its first task: a prefork child never uses its parent's."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.client: Redis | None = None
+        self.pid = 0
 
     def get(self) -> Redis:
-        if self.client is None:
+        if self.client is None or self.pid != os.getpid():
             self.client = Redis.from_url(self.url, decode_responses=True)
+            self.pid = os.getpid()
         return self.client
-
-    def reset(self, **_: Any) -> None:
-        self.client = None
 
 
 def create_peer_app(redis_url: str, prefix: str) -> Celery:
@@ -183,20 +182,21 @@ def create_peer_app(redis_url: str, prefix: str) -> Celery:
         if apply_event(child.get(), keys, event_id, scope, self.request.id) is Outcome.BUSY:
             raise self.retry(countdown=BUSY_RETRY_COUNTDOWN_S, max_retries=None)
 
-    def on_ready(**_: Any) -> None:
-        with Redis.from_url(redis_url) as client:
-            client.incr(keys.ready)
-
     app.task(name=PEER_TASK, bind=True, acks_late=True, ignore_result=True, max_retries=None)(run)
-    worker_process_init.connect(child.reset, weak=False)
-    worker_ready.connect(on_ready, weak=False)
     return app
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bench.peer_app worker <celery worker flags>``: the app from the environment, then Celery."""
     args = list(sys.argv[1:] if argv is None else argv)
-    app = create_peer_app(os.environ[REDIS_URL_ENV], os.environ[PREFIX_ENV])
+    redis_url, keys = os.environ[REDIS_URL_ENV], PeerKeys(os.environ[PREFIX_ENV])
+    app = create_peer_app(redis_url, keys.prefix)
+
+    def announce_ready(**_: Any) -> None:  # the bench waits for one per worker process (PeerKeys.ready)
+        with Redis.from_url(redis_url) as client:
+            client.incr(keys.ready)
+
+    worker_ready.connect(announce_ready, weak=False)
     app.worker_main(args)
     return 0
 
