@@ -58,7 +58,13 @@ class Producer:
         from worker.app import fair_queue
 
         self.fair = fair_queue(settings, self.store, self.app)
-        assembly = assemble(load_plugins(settings), settings, self.store, publish_drain=self.fair.publish)
+        assembly = assemble(
+            load_plugins(settings),
+            settings,
+            self.store,
+            publish_drain=self.fair.publish,
+            publish_drains=self.fair.publish_many,
+        )
         self.emitter = assembly.emitter
         self.emitter.enforce_limits = True  # this is the door: inbox and tenant limits apply
         self.deps: Deps = assembly.deps

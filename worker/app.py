@@ -71,7 +71,12 @@ def build_pipeline(
         publish_task(celery_app, name, payload, queue=queue or settings.queue_name)
 
     assembly = assemble(
-        load_plugins(settings), settings, store, publish_drain=fair.publish, publish_task=task
+        load_plugins(settings),
+        settings,
+        store,
+        publish_drain=fair.publish,
+        publish_drains=fair.publish_many,
+        publish_task=task,
     )
     pipeline = Pipeline(
         store,
@@ -89,7 +94,15 @@ def build_pipeline(
 
 def fair_queue(settings: Settings, store: EventStore, app: Celery) -> FairQueue:
     """How this process publishes drains (round-robin across tenants unless ``fair_share`` is off)."""
-    return FairQueue(store.client, store.keys, app, settings.queue_name, enabled=settings.fair_share)
+    return FairQueue(
+        store.client,
+        store.keys,
+        app,
+        settings.queue_name,
+        enabled=settings.fair_share,
+        messages_max=settings.drain_messages_max,
+        ticket_ttl_ms=int(settings.lease_ttl_s * 1000),
+    )
 
 
 def _is_redis_broker(url: str) -> bool:
@@ -217,7 +230,12 @@ def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
         publish_task(app, name, payload, queue=queue or settings.queue_name)
 
     assembly = assemble(
-        load_plugins(settings), settings, store, publish_drain=fair.publish, publish_task=task
+        load_plugins(settings),
+        settings,
+        store,
+        publish_drain=fair.publish,
+        publish_drains=fair.publish_many,
+        publish_task=task,
     )
     return OutboxRelay(
         store,

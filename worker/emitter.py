@@ -53,6 +53,7 @@ class Emitter:
         store: EventStore,
         publish: Callable[[str], None],
         *,
+        publish_many: Callable[[Sequence[str]], None] | None = None,
         source_types: Iterable[str] = (),
         admission: Sequence[AdmissionHook] = (),
         payload_schemas: Iterable[tuple[str, type[BaseModel]]] = (),
@@ -60,6 +61,8 @@ class Emitter:
         self.settings = settings
         self.store = store
         self.publish = publish
+        # Many scopes' drains at once (one round trip): FairQueue.publish_many; else one publish each.
+        self.publish_many = publish_many
         self.types = SourceTypePolicy(
             allow_unknown=settings.allow_unknown_source_types,
             extra=[*settings.extra_source_types, *source_types],
@@ -150,7 +153,7 @@ class Emitter:
             message = describe_store_error(exc, "the batch")
             raise StoreUnavailable(message, retry_after_s=self.settings.store_retry_after_s) from exc
         results: list[EnqueueResult] = []
-        scheduled: set[str] = set()
+        scheduled: dict[str, None] = {}  # scope keys to drain, in first-seen order
         for index, event in enumerate(prepared):
             if index in refused:
                 results.append(
@@ -158,23 +161,31 @@ class Emitter:
                 )
                 continue
             outcome = next(outcomes)
-            if outcome.schedule and outcome.scope_key not in scheduled:
-                scheduled.add(outcome.scope_key)
-                self._publish(self.store.keys.scope_ref(outcome.scope_key))
+            if outcome.schedule:
+                scheduled.setdefault(outcome.scope_key)
             results.append(
                 EnqueueResult(event_id=outcome.event_id, source_id=outcome.source_id, status=outcome.status)
             )
+        self._publish([self.store.keys.scope_ref(scope_key) for scope_key in scheduled])
         return results
 
-    def _publish(self, scope_key: str) -> None:
-        """Send the scope's drain (``scope_key`` is its scope ref). The events are stored by now, so a broker failure must not fail the call:
-        the scope keeps its ``sched`` marker and the reconcile sweep re-publishes its drain."""
+    def _publish(self, refs: list[str]) -> None:
+        """Send the scopes' drains. The events are stored by now, so a broker failure must not fail the call:
+        each scope keeps its ``sched`` marker and the reconcile sweep re-publishes its drain."""
+        if not refs:
+            return
         try:
-            self.publish(scope_key)
+            if self.publish_many is not None:
+                self.publish_many(refs)
+            else:
+                for ref in refs:
+                    self.publish(ref)
         except Exception as exc:
             log.warning(
-                "drain for scope %s not published (%s: %s); the reconcile sweep will re-publish it",
-                scope_key,
+                "drains for %d scope(s) (first %s) not published (%s: %s); the reconcile sweep will "
+                "re-publish them",
+                len(refs),
+                refs[0],
                 type(exc).__name__,
                 exc,
             )

@@ -1,24 +1,43 @@
-"""Fair share: tenants take turns for the workers, instead of the broker's arrival order.
+"""Fair share and shared drain messages: tenants take turns for the workers, and one message drains many scopes.
 
 Without it, each scope with work is one drain message in the broker's FIFO queue, so a tenant that queued
-5,000 scopes first makes every other tenant wait behind all of them. With it, making a scope ready pushes its
-ref onto its tenant's ready list (``ready:<tenant>``), puts the tenant on the ring of tenants with ready
-scopes (``ready-tenants``), and sends one argument-less ``agent_signal.drain_next`` message. A worker that
-takes such a message pops the next scope from the next tenant in the ring (READY_POP rotates the ring), so
-the messages stay one per ready scope while the order is round-robin across tenants.
+5,000 scopes first makes every other tenant wait behind all of them, and every one-event scope pays a whole
+broker message (publish, deliver, ack, the task's own bookkeeping) on top of its lease and commit. With it,
+making a scope ready pushes its ref onto its tenant's ready list (``ready:<tenant>``) and puts the tenant on
+the ring of tenants with ready scopes (``ready-tenants``). A worker that takes an argument-less
+``agent_signal.drain_next`` message pops the next scope from the next tenant in the ring (READY_POP rotates
+the ring), drains it, and pops again: up to ``scopes_per_drain`` scopes, or until its time budget is spent,
+per message. So the order is round-robin across tenants, and a message's fixed cost is shared by many scopes.
+
+How many messages: a counter of drain tickets (``{fair}:drain-tickets``) holds the number of
+``drain_next`` messages sent and not yet retired. READY_PUSH sends one more only while fewer than
+``drain_messages_max`` are out, so an idle worker slot always finds one (keep it at or above the fleet's
+total concurrency) and a burst of 2,000 scopes costs a few dozen messages, not 2,000. A message retires its
+ticket in the same script that finds every ready list empty: a scope pushed after that sees the lower count
+and sends a message of its own, so no ready scope is ever left without a message that will pop it. A
+message that stops at its scope or time limit hands its ticket on to a new message (nothing counted twice).
+
+What heals a miscount: the counter expires ``ticket_ttl_ms`` after the last push or pop that touched it (a
+message lost by the broker cannot keep it high forever), never goes below zero, and a failed send gives its
+ticket back. Too many messages is harmless (one finds the lists empty and retires); too few is healed by
+the expiry and by the reconcile sweep (worker/reconcile.py), which re-publishes any scope with work and no
+recent drain. A hot scope cannot starve cold ones: it drains at most ``max_events_per_drain`` events per
+turn, then hands off to the back of its tenant's ready list, behind every scope that became ready meanwhile.
 
 Delayed drains (a retry's backoff, a busy scope's wait) keep their own ``agent_signal.drain(ref)`` message
-with a countdown: their timing is the scope's, not a turn in the ring. A lost message or a failed push is
-healed by the reconcile sweep, which re-publishes any scope with work and no recent drain; a ref that is
-ready twice only makes a second drain find the scope idle or busy (the lease decides).
+with a countdown: their timing is the scope's, not a turn in the ring. A ref that is ready twice only makes
+a second drain find the scope idle or busy (the lease decides).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
+from redis.exceptions import RedisError
 
 from worker.keys import Keys
 from worker.tenancy import split_scope_ref
@@ -28,26 +47,46 @@ __all__ = ["DRAIN_NEXT_TASK", "DRAIN_TASK", "FairQueue"]
 DRAIN_TASK = "agent_signal.drain"
 DRAIN_NEXT_TASK = "agent_signal.drain_next"
 
-# KEYS: ready-tenants, ready:<tenant>   ARGV: tenant, scopeRef
+# Push a ready scope, and take a drain ticket when fewer than the cap are out (1: send a drain_next message).
+# KEYS: ready-tenants, ready:<tenant>, drain-tickets   ARGV: tenant, scopeRef, ticketsMax, ticketTtlMs
 READY_PUSH = """
 redis.call('RPUSH', KEYS[2], ARGV[2])
 if not redis.call('LPOS', KEYS[1], ARGV[1]) then redis.call('LPUSH', KEYS[1], ARGV[1]) end
-return 1
+local out = tonumber(redis.call('GET', KEYS[3]) or '0')
+if out < tonumber(ARGV[3]) then
+  redis.call('SET', KEYS[3], math.max(out, 0) + 1, 'PX', ARGV[4])
+  return 1
+end
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+return 0
 """
 
 # Rotate the ring and pop the next ready scope of the tenant at its tail; tenants whose list ran empty
-# leave the ring.  KEYS: ready-tenants   ARGV: the ready-list prefix (Keys.ready_prefix)  -> ref | false
+# leave the ring. With nothing ready the caller's ticket is retired here, atomically with finding nothing.
+# KEYS: ready-tenants, drain-tickets   ARGV: the ready-list prefix (Keys.ready_prefix), ticketTtlMs -> ref | false
 READY_POP = """
 local n = redis.call('LLEN', KEYS[1])
 for _ = 1, n do
   local tenant = redis.call('RPOPLPUSH', KEYS[1], KEYS[1])
-  if not tenant then return false end
+  if not tenant then break end
   local ready = ARGV[1] .. tenant
   local ref = redis.call('LPOP', ready)
   if redis.call('LLEN', ready) == 0 then redis.call('LREM', KEYS[1], 0, tenant) end
-  if ref then return ref end
+  if ref then
+    redis.call('PEXPIRE', KEYS[2], ARGV[2])
+    return ref
+  end
 end
+local out = tonumber(redis.call('GET', KEYS[2]) or '0')
+if out > 1 then redis.call('SET', KEYS[2], out - 1, 'PX', ARGV[2]) else redis.call('DEL', KEYS[2]) end
 return false
+"""
+
+# A failed send gives its ticket back.   KEYS: drain-tickets
+TICKET_RETURN = """
+local out = tonumber(redis.call('GET', KEYS[1]) or '0')
+if out > 1 then redis.call('DECR', KEYS[1]) else redis.call('DEL', KEYS[1]) end
+return 1
 """
 
 
@@ -60,10 +99,13 @@ class FairQueue:
     app: Any  # the Celery app
     queue: str
     enabled: bool = True
+    messages_max: int = 64  # drain_next messages out at once (Settings.drain_messages_max)
+    ticket_ttl_ms: int = 30_000  # the ticket count expires this long after it was last touched
 
     def __post_init__(self) -> None:
         self._push = self.client.register_script(READY_PUSH)
         self._pop = self.client.register_script(READY_POP)
+        self._return = self.client.register_script(TICKET_RETURN)
 
     def publish(self, ref: str, *, countdown_s: float = 0.0) -> None:
         """Make the scope ``ref`` (``<tenant>/<scopeKey>``) drain: now in its tenant's turn, or after the delay."""
@@ -73,13 +115,56 @@ class FairQueue:
                 options["countdown"] = countdown_s
             self.app.send_task(DRAIN_TASK, args=[ref], **options)
             return
-        tenant, _ = split_scope_ref(ref)
-        self._push(keys=[self.keys.ready_tenants, self.keys.ready(tenant)], args=[tenant, ref])
-        self.app.send_task(DRAIN_NEXT_TASK, args=[], queue=self.queue)
+        self.publish_many([ref])
+
+    def publish_many(self, refs: Sequence[str]) -> None:
+        """Make each scope ready now (one round trip for all of them), and send the drain_next messages
+        their tickets allow."""
+        if not refs:
+            return
+        if not self.enabled:
+            for ref in refs:
+                self.publish(ref)
+            return
+        pipe = self.client.pipeline(transaction=False)
+        # One ref: one call. A cluster pipeline cannot load scripts: one call each there too.
+        batched = len(refs) > 1 and isinstance(pipe, Pipeline)
+        sent = []
+        for ref in refs:
+            tenant, _ = split_scope_ref(ref)
+            sent.append(
+                self._push(
+                    keys=[self.keys.ready_tenants, self.keys.ready(tenant), self.keys.drain_tickets],
+                    args=[tenant, ref, self.messages_max, self.ticket_ttl_ms],
+                    client=pipe if batched else None,
+                )
+            )
+        if batched:
+            sent = pipe.execute()
+        for _ in range(sum(1 for one in sent if one)):
+            self._send_next()
 
     def pop(self) -> str | None:
-        """The next ready scope ref, the tenants taking turns; None when nothing is ready."""
-        ref = self._pop(keys=[self.keys.ready_tenants], args=[self.keys.ready_prefix])
+        """The next ready scope ref, the tenants taking turns. None when nothing is ready: the caller's
+        drain ticket is retired then, so call this only from a drain_next message."""
+        ref = self._pop(
+            keys=[self.keys.ready_tenants, self.keys.drain_tickets],
+            args=[self.keys.ready_prefix, self.ticket_ttl_ms],
+        )
         if not ref:
             return None
         return ref if isinstance(ref, str) else bytes(ref).decode("utf-8")
+
+    def hand_on(self) -> None:
+        """A drain_next message that stops before the lists are empty passes its ticket to a new message."""
+        self._send_next()
+
+    def _send_next(self) -> None:
+        try:
+            self.app.send_task(DRAIN_NEXT_TASK, args=[], queue=self.queue)
+        except Exception:
+            try:
+                self._return(keys=[self.keys.drain_tickets])
+            except RedisError:
+                pass  # the count expires on its own (ticket_ttl_ms)
+            raise

@@ -96,6 +96,11 @@ class Keys:
         """Fair share: one tenant's scope refs ready to drain (list, FIFO)."""
         return f"{self.ready_prefix}{tenant}"
 
+    @property
+    def drain_tickets(self) -> str:
+        """Fair share: how many drain_next messages are out (string counter with a TTL; worker/fair.py)."""
+        return f"{self.prefix}{{fair}}:drain-tickets"
+
     def api_key(self, key_id: str) -> str:
         """One API key: hash {tenant, role, name, hash, createdAt, revokedAt?}; the secret is never stored."""
         return f"{self.prefix}{{credentials}}:apikey:{key_id}"

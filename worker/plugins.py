@@ -81,6 +81,7 @@ def assemble(
     store: EventStore,
     *,
     publish_drain: Callable[[str], None],
+    publish_drains: Callable[[Sequence[str]], None] | None = None,
     publish_task: Callable[[str, dict[str, Any], str | None], None] | None = None,
 ) -> Assembly:
     """Build everything the plugins contribute, for the process that owns ``store``."""
@@ -90,7 +91,13 @@ def assemble(
     source_types = [t for p in plugins for t in p.source_types]
     schemas = [(t, model) for p in plugins for t, model in p.payload_schemas.items()]
     emitter = Emitter(
-        settings, store, publish_drain, source_types=source_types, admission=hooks, payload_schemas=schemas
+        settings,
+        store,
+        publish_drain,
+        publish_many=publish_drains,
+        source_types=source_types,
+        admission=hooks,
+        payload_schemas=schemas,
     )
     deps = Deps()
     runtime = replace(base, emitter=emitter, deps=deps)

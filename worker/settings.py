@@ -124,6 +124,12 @@ class Settings(BaseSettings):
         default=5000, ge=0
     )  # a tenant's events/s at the door, bursts alike (0: none)
     fair_share: bool = True  # drains take turns across tenants (worker/fair.py); off: broker arrival order
+    # Shared drain messages (worker/fair.py, fair share on): one drain_next message drains up to this many
+    # ready scopes, one after another, and claims no new one after drain_message_budget_s; at most
+    # drain_messages_max such messages are out at once (keep it at or above the fleet's total concurrency).
+    scopes_per_drain: int = Field(default=32, ge=1)
+    drain_message_budget_s: float = Field(default=5.0, gt=0)
+    drain_messages_max: int = Field(default=64, ge=1)
 
     # --- retries and dead letters ---
     max_attempts: int = 5

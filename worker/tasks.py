@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -89,6 +90,36 @@ def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
         republish(ref, countdown_s=1.0)
 
 
+def drain_ready(app: Any, queue: str, holder: str = "") -> int:
+    """One drain_next message: pop and drain ready scopes until none is ready (the pop retires this
+    message's ticket), ``scopes_per_drain`` are done, or the time budget is spent (the ticket is handed on
+    to a new message). Returns how many scopes it drained."""
+    pipeline = _state.get()
+    fair = pipeline.fair
+    if fair is None:
+        return 0
+    settings = pipeline.settings
+    deadline = time.monotonic() + settings.drain_message_budget_s
+    for drained in range(settings.scopes_per_drain):
+        if drained and time.monotonic() >= deadline:
+            break
+        try:
+            ref = fair.pop()
+        except RedisError as exc:  # the ticket stays counted until it expires; the sweep heals the scopes
+            note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, "drain_next")
+            return drained
+        if ref is None:
+            return drained
+        drain_ref(app, queue, ref, holder)
+    else:
+        drained = settings.scopes_per_drain
+    try:
+        fair.hand_on()
+    except Exception as exc:  # broker down: the ticket was given back, the sweep re-publishes the scopes
+        log.warning("drain_next not handed on (%s: %s)", type(exc).__name__, exc)
+    return drained
+
+
 def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None:
     """Register the engine's tasks and the plugins' on ``app`` (called by the factory, never at import)."""
 
@@ -101,15 +132,8 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
 
     @app.task(name=DRAIN_NEXT_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
     def drain_next(self: Any) -> None:
-        """Fair share: drain the next ready scope, the tenants taking turns (worker/fair.py)."""
-        pipeline = _state.get()
-        try:
-            ref = pipeline.fair.pop() if pipeline.fair is not None else None
-        except RedisError as exc:
-            note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, "drain_next")
-            return
-        if ref is not None:
-            drain_ref(app, queue, ref, _node(self))
+        """Fair share: drain ready scopes, the tenants taking turns, many per message (worker/fair.py)."""
+        drain_ready(app, queue, _node(self))
 
     for plugin in plugins:
         for task in plugin.tasks:
