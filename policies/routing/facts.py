@@ -22,7 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["PROTOCOLS", "Facts", "extract_facts", "is_workflow_tool_call_id", "resolve_tool_choice"]
+__all__ = [
+    "PROTOCOLS",
+    "Facts",
+    "extract_facts",
+    "is_workflow_tool_call_id",
+    "resolve_tool_choice",
+    "scan_request",
+]
 
 PROTOCOLS = ("openai-chat", "anthropic-messages", "openai-responses")
 
@@ -153,8 +160,12 @@ def _count_openai_images(content: Any) -> int:
     return n
 
 
-def _walk_chat(messages: Sequence[Any], facts: Facts, *, count_images: bool) -> None:
-    """Counts over every message, then the tail flags from the last two messages.
+def _walk_chat(
+    messages: Sequence[Any], facts: Facts, *, count_images: bool
+) -> tuple[dict[str, Any] | None, bool]:
+    """Counts over every message, then the tail flags from the last two messages. Returns the latest user
+    message and whether every message was a plain dict (the walk skips anything else, while
+    :func:`policies.routing.engine.latest_user_text` accepts any mapping, so only then do the two agree).
 
     Equivalent to resetting the flags at every message (the reference's walk): a flag set by an earlier
     message is always reset by a later one, so only the last message (and, for LastUserAfterToolResult,
@@ -164,12 +175,16 @@ def _walk_chat(messages: Sequence[Any], facts: Facts, *, count_images: bool) -> 
     developer = facts.has_developer_message
     last: dict[str, Any] | None = None
     before_last: dict[str, Any] | None = None
+    last_user: dict[str, Any] | None = None
+    plain = True
     for message in messages:
         if type(message) is not dict:
+            plain = False
             continue
         role = message.get("role")
         if role == "user":
             users += 1
+            last_user = message
             if count_images:
                 content = message.get("content")
                 if type(content) is list:
@@ -196,6 +211,7 @@ def _walk_chat(messages: Sequence[Any], facts: Facts, *, count_images: bool) -> 
     facts.has_developer_message = developer
     if last is not None:
         _tail_flags(last, before_last, facts)
+    return last_user, plain
 
 
 def _tail_flags(last: dict[str, Any], before_last: dict[str, Any] | None, facts: Facts) -> None:
@@ -290,10 +306,23 @@ def _responses_to_chat(request: Mapping[str, Any]) -> tuple[list[dict[str, Any]]
 
 def extract_facts(request: Mapping[str, Any], protocol: str = "openai-chat") -> Facts:
     """The request's facts; ``protocol`` is one of :data:`PROTOCOLS`."""
+    return scan_request(request, protocol)[0]
+
+
+def scan_request(
+    request: Mapping[str, Any], protocol: str = "openai-chat"
+) -> tuple[Facts, dict[str, Any] | None, bool]:
+    """The facts and, from the same walk, ``(latest user message or None, True)`` for an ``openai-chat``
+    request whose messages are all plain dicts; ``(None, False)`` otherwise (the caller looks it up)."""
     facts = Facts()
+    latest_user: dict[str, Any] | None = None
+    seen = False
     if protocol == "openai-chat":
         messages = request.get("messages")
-        _walk_chat(messages if isinstance(messages, list) else (), facts, count_images=True)
+        if isinstance(messages, list):
+            latest_user, seen = _walk_chat(messages, facts, count_images=True)
+        else:
+            seen = True  # no messages: no user message either
         facts.tool_definition_count = _len(request.get("tools")) + _len(request.get("functions"))
     elif protocol == "anthropic-messages":
         _walk_anthropic(request, facts)
@@ -305,4 +334,4 @@ def extract_facts(request: Mapping[str, Any], protocol: str = "openai-chat") -> 
     else:
         raise ValueError(f"unsupported protocol {protocol!r}; valid protocols: {', '.join(PROTOCOLS)}")
     facts.tool_choice_required, facts.tool_choice_none = resolve_tool_choice(request, protocol)
-    return facts
+    return facts, latest_user, seen
