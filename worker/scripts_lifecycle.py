@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from worker.scripts_ops import HISTORY, RUN_INDEX
 
-__all__ = ["ACQUIRE", "ADMIT", "COMMIT", "ENQUEUE_BATCH", "STAGED", "TAKE_HEAD"]
+__all__ = ["ACQUIRE", "ADMIT", "COMMIT", "COMMIT_BODY", "ENQUEUE_BATCH", "STAGED", "TAKE_HEAD"]
 
 # Shared Lua: admit one event: claim its dedupe record (the event hash), append it to its scope inbox and
 # index it, or count a duplicate. -> {1, publish(0|1)} accepted (publish=1: no drain is scheduled for the scope,
@@ -260,11 +260,8 @@ return head
 #    still processing, for the caller to commit dead | {1, {scopes that need a drain message}, outcome,
 #    latencyMs (enqueue to done; -1 unless done), <take_head reply>?} committed (no take_head reply without continuation; {0}: inbox empty or scope
 #    paused, scope released)
-COMMIT = (
-    TAKE_HEAD
-    + ADMIT
-    + STAGED
-    + """
+# COMMIT's body alone: COMMIT_BATCH (worker/scripts_batch.py) wraps it in a function of (KEYS, ARGV).
+COMMIT_BODY = """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then
   redis.call('HINCRBY', KEYS[5], 'fenceRejected', 1)
   return {-1}
@@ -343,4 +340,4 @@ end
 index_trim(ARGV[4], ARGV[5])
 return reply
 """
-)
+COMMIT = TAKE_HEAD + ADMIT + STAGED + COMMIT_BODY

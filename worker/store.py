@@ -187,10 +187,14 @@ class EventStore:
     def commit(self, commit: Commit, *, go_on: bool = False) -> CommitReply:
         """Fenced commit of the head event (see :class:`Commit`); with ``go_on`` the same round trip takes
         the next head, or releases the scope when it is idle."""
+        keys, args = self.commit_call(commit, go_on=go_on)
+        return self.commit_reply(self.durable(self.scripts.commit, keys, args))
+
+    def commit_call(self, commit: Commit, *, go_on: bool) -> tuple[list[str], list[Any]]:
+        """COMMIT's keys and arguments for ``commit`` (COMMIT_BATCH takes them per event, in the same order)."""
         k = self.keys
         followups = [[*keys, *args] for keys, args in map(self._admission, commit.followups)]
-        reply = self.durable(
-            self.scripts.commit,
+        return (
             [
                 k.inbox(commit.scope_key),
                 k.fence(commit.scope_key),
@@ -227,6 +231,10 @@ class EventStore:
                 self.settings.run_index_max,
             ],
         )
+
+    @staticmethod
+    def commit_reply(reply: Sequence[Any]) -> CommitReply:
+        """COMMIT's reply as a :class:`CommitReply`."""
         code = int(reply[0])
         if code == -3:
             return CommitReply(code, error=staged_error(reply))
