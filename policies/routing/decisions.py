@@ -19,16 +19,24 @@ from collections.abc import Callable, Iterable
 from policies.routing.config import Decision, RouterConfig, RuleNode
 from policies.routing.signals import SignalPlan, SignalState
 
-__all__ = ["MAX_TABLE_RULES", "NO_MATCH", "DecisionPlan", "Match", "compile_rule", "leaves", "reads_values"]
+__all__ = [
+    "MAX_TABLE_EVALUATIONS",
+    "NO_MATCH",
+    "DecisionPlan",
+    "Match",
+    "compile_rule",
+    "leaves",
+    "reads_values",
+]
 
 Match = tuple[bool, float, list[str]]
 NO_MATCH: Match = (False, 0.0, [])
 Evaluate = Callable[[SignalState], Match]
 Chosen = tuple[Decision, Match]
 
-# A config referencing at most this many rules gets an answer for every matched mask (2**10 = 1024 tree
-# evaluations, a few milliseconds, when the config is loaded).
-MAX_TABLE_RULES = 10
+# The whole table costs (2 ** referenced rules) x decisions tree evaluations when the config is loaded; above
+# this many (about 10 ms), only the no-match entry is precomputed. The benchmark config needs 512 x 6.
+MAX_TABLE_EVALUATIONS = 16_384
 
 
 def leaves(node: RuleNode) -> Iterable[RuleNode]:
@@ -130,8 +138,8 @@ class DecisionPlan:
     """Every decision of a config, compiled; ``decide`` picks the winner (or None) for a signal state.
 
     ``by_mask`` holds answers computed once, by matched mask, for requests without external signals: for
-    every mask when the config references at most :data:`MAX_TABLE_RULES` rules, else for the empty mask
-    only (the fast path of a request that matched no rule). It is empty when some leaf reads values."""
+    every mask when that costs at most :data:`MAX_TABLE_EVALUATIONS` tree evaluations, else for the empty
+    mask only (the fast path of a request that matched no rule). It is empty when some leaf reads values."""
 
     def __init__(self, config: RouterConfig, signals: SignalPlan) -> None:
         self.strategy = config.strategy
@@ -149,8 +157,8 @@ class DecisionPlan:
             self.groups = (tuple(compiled),)
         self.by_mask: dict[int, Chosen | None] = {}
         if not reads_values(config):
-            n = len(signals.bits)
-            masks = range(1 << n) if n <= MAX_TABLE_RULES else range(1)
+            whole = (len(config.decisions) << len(signals.bits)) <= MAX_TABLE_EVALUATIONS
+            masks = range(1 << len(signals.bits)) if whole else range(1)
             self.by_mask = {mask: self.decide(signals.state(mask, {})) for mask in masks}
 
     def decide(self, sig: SignalState) -> Chosen | None:

@@ -138,40 +138,27 @@ def compile_keyword(keyword: str, case_sensitive: bool) -> re.Pattern[str]:
     return re.compile(pattern, 0 if case_sensitive else re.IGNORECASE)
 
 
-class _Keyword:
-    """One compiled keyword: ``hit(text, lowered_ascii)`` is ``pattern.search(text) is not None``."""
-
-    __slots__ = ("ascii_needle", "needle", "pattern")
-
-    def __init__(self, keyword: str, case_sensitive: bool) -> None:
-        self.pattern = compile_keyword(keyword, case_sensitive)
-        self.needle = keyword if case_sensitive else None
-        self.ascii_needle = keyword.lower() if not case_sensitive and keyword.isascii() else None
-
-    def hit(self, text: str, lowered_ascii: str | None) -> bool:
-        if self.needle is not None and self.needle not in text:
-            return False
-        if (
-            self.ascii_needle is not None
-            and lowered_ascii is not None
-            and self.ascii_needle not in lowered_ascii
-        ):
-            return False
-        return self.pattern.search(text) is not None
+Keyword = tuple[str, bool, re.Pattern[str]]
 
 
-def _keyword_matched(operator: str, keywords: tuple[_Keyword, ...], text: str, lowered: str | None) -> bool:
-    if operator == "AND":
-        for k in keywords:
-            if not k.hit(text, lowered):
-                return False
-        return True
-    hit = False
-    for k in keywords:
-        if k.hit(text, lowered):
-            hit = True
-            break
-    return hit if operator == "OR" else not hit  # NOR
+def _keyword(keyword: str, case_sensitive: bool) -> Keyword:
+    """(needle, needle is lower-cased, pattern): the regex can only match where the needle occurs, in the
+    text, or in its lower-cased form when the text is ASCII; an empty needle occurs everywhere."""
+    if case_sensitive:
+        return keyword, False, compile_keyword(keyword, True)
+    if keyword.isascii():
+        return keyword.lower(), True, compile_keyword(keyword, False)
+    return "", False, compile_keyword(keyword, False)
+
+
+def _hits(keywords: tuple[Keyword, ...], text: str, lowered: str | None, want_all: bool) -> bool:
+    """All keywords hit (``want_all``), or any does; stops at the first one that decides."""
+    for needle, in_lowered, pattern in keywords:
+        haystack = lowered if in_lowered else text
+        hit = (haystack is None or needle in haystack) and pattern.search(text) is not None
+        if hit is not want_all:
+            return hit
+    return want_all
 
 
 class SignalPlan:
@@ -197,8 +184,9 @@ class SignalPlan:
             (
                 f"keyword:{r.name}",
                 1 << (first + j),
-                r.operator,
-                tuple(_Keyword(k, r.case_sensitive) for k in r.keywords),
+                r.operator == "AND",
+                r.operator == "NOR",
+                tuple(_keyword(k, r.case_sensitive) for k in r.keywords),
             )
             for j, r in enumerate(keyword)
         )
@@ -225,8 +213,8 @@ class SignalPlan:
                 values[key] = value
         if self.keyword:
             lowered = text.lower() if text.isascii() else None
-            for key, bit, operator, keywords in self.keyword:
-                matched = _keyword_matched(operator, keywords, text, lowered)
+            for key, bit, want_all, negate, keywords in self.keyword:
+                matched = _hits(keywords, text, lowered, want_all) is not negate
                 value = 1.0 if matched else 0.0
                 if matched:
                     mask |= bit

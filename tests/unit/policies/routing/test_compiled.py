@@ -2,9 +2,9 @@
 text) answers exactly what a straightforward full evaluation answers, over generated configs and requests.
 
 Property-style with a seeded generator (reproducible: a failure names its seed). The generated configs mix
-what each shortcut depends on: predicate leaves (no table), external signals (no table lookup), more rules
-than :data:`MAX_TABLE_RULES` (only the no-match entry), catch-all and NOT decisions (answers when nothing
-matched), ties, tiers and both strategies; requests cover the three protocols and keyword texts that are
+what each shortcut depends on: predicate leaves (no table), external signals (no table lookup), too many
+referenced rules for the whole table (only the no-match entry), catch-all and NOT decisions (answers when
+nothing matched), empty nodes inside trees, ties, tiers and both strategies; requests cover the three protocols and keyword texts that are
 ASCII, non-ASCII and case-folded (the substring prefilter).
 """
 
@@ -18,7 +18,6 @@ import pytest
 
 from policies.routing import Router, parse_router_config
 from policies.routing.config import SOURCE_TYPES
-from policies.routing.decisions import MAX_TABLE_RULES
 from tests.unit.policies.routing import reference_router
 
 WORDS = [
@@ -85,8 +84,8 @@ def _tree(rng: random.Random, names: dict[str, list[str]], depth: int, predicate
 
 
 def generated_config(rng: random.Random) -> dict[str, Any]:
-    many = rng.random() < 0.15
-    n_conv = rng.randint(MAX_TABLE_RULES, MAX_TABLE_RULES + 4) if many else rng.randint(0, 6)
+    many = rng.random() < 0.15  # too many referenced rules for the whole table: only the no-match entry
+    n_conv = rng.randint(14, 16) if many else rng.randint(0, 6)
     conversation = [_conversation_rule(rng, f"c{i}") for i in range(n_conv)]
     keyword = [_keyword_rule(rng, f"k{i}") for i in range(rng.randint(0, 3))]
     names = {"conversation": [r["name"] for r in conversation], "keyword": [r["name"] for r in keyword]}
@@ -104,6 +103,9 @@ def generated_config(rng: random.Random) -> dict[str, Any]:
         if rng.random() < 0.85:
             decision["rules"] = _tree(rng, names, 3, predicates)
         decisions.append(decision)
+    if many:
+        every = [{"type": "conversation", "name": r["name"]} for r in conversation]
+        decisions.append({"name": "every", "priority": 1, "rules": {"operator": "AND", "conditions": every}})
     return {
         "routing": {
             "strategy": rng.choice(["priority", "confidence"]),
@@ -201,19 +203,18 @@ def test_compiled_router_agrees_with_the_full_evaluation(seed: int) -> None:
 def _path(router: Router, request: dict[str, Any], protocol: str, external: list[dict[str, Any]]) -> str:
     """Which way route() decides: the precomputed table, its no-match entry, or tree evaluation."""
     signals = router.route(request, protocol, external)["signals"]
-    internal = [
-        v for k, v in signals.items() if k.startswith(("conversation:", "keyword:")) and "error" not in v
-    ]
-    plan = router._decisions.by_mask
-    if external or not plan:
+    internal = [v for k, v in signals.items() if k.startswith(("conversation:", "keyword:"))]
+    table = router._decisions.by_mask
+    if external or not table:
         return "trees"
     if not any(v["matched"] for v in internal):
-        return "no-match fast path"
-    return "table" if len(plan) > 1 else "trees"
+        return "no match, whole table" if len(table) > 1 else "no match, only that entry"
+    return "table" if len(table) > 1 else "trees"
 
 
 def test_the_generated_cases_exercise_every_path() -> None:
-    """The property above covers the table, the no-match fast path and tree evaluation, each many times."""
+    """The property above covers the table, the no-match entry (with and without the whole table) and tree
+    evaluation, each many times."""
     paths: Counter[str] = Counter()
     for seed in SEEDS:
         rng = random.Random(seed)
@@ -222,7 +223,7 @@ def test_the_generated_cases_exercise_every_path() -> None:
         for _ in range(12):
             request, protocol = generated_request(rng)
             paths[_path(router, request, protocol, generated_external(rng, data))] += 1
-    assert min(paths["table"], paths["no-match fast path"], paths["trees"]) >= 300, paths
+    assert len(paths) == 4 and min(paths.values()) >= 100, paths
 
 
 class TestFastPath:
