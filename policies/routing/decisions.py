@@ -157,8 +157,8 @@ class DecisionPlan:
             self.groups = (tuple(compiled),)
         self.by_mask: dict[int, Chosen | None] = {}
         if not reads_values(config):
-            whole = (len(config.decisions) << len(signals.bits)) <= MAX_TABLE_EVALUATIONS
-            masks = range(1 << len(signals.bits)) if whole else range(1)
+            whole = (len(config.decisions) << signals.rule_count) <= MAX_TABLE_EVALUATIONS
+            masks = range(1 << signals.rule_count) if whole else range(1)
             self.by_mask = {mask: self.decide(signals.state(mask, {})) for mask in masks}
 
     def decide(self, sig: SignalState) -> Chosen | None:

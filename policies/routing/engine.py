@@ -2,8 +2,8 @@
 
 ``Router(config).route(request, protocol, external_signals)`` is a pure function of its arguments: it
 extracts the facts, evaluates the conversation and keyword rules that some decision references (values are
-published even when a rule does not match), folds in externally supplied signals, evaluates every decision's
-rule tree and picks one:
+published even when a rule does not match), folds in externally supplied signals, and picks the decision a
+full evaluation of every decision's rule tree would pick:
 
 * leaf: with a ``predicate``, the signal's *value* must satisfy it (confidence 1.0; NaN/±Inf never match),
   or, when the value is missing and the signal reported an error, ``on_error: match`` matches; without a
@@ -19,7 +19,8 @@ rule tree and picks one:
 * compiled once per config (:mod:`policies.routing.signals`, :mod:`policies.routing.decisions`): one walk
   over the messages gives the facts and the latest user message, the referenced rules give the published
   signals and a matched mask, and a request without external signals looks its decision up by that mask
-  (precomputed when the config is loaded; always for the mask of a request that matched no rule).
+  (answers precomputed when the config is loaded: for every mask while that is cheap, else for the mask of
+  a request that matched no rule; none when some leaf has a predicate). Otherwise the trees are evaluated.
 * model: a request whose ``model`` is absent or ``"auto"`` gets the decision's first modelRef, or
   ``providers.defaults.default_model`` when the decision has none or nothing matched; any other model is kept.
 """

@@ -164,9 +164,8 @@ def _hits(keywords: tuple[Keyword, ...], text: str, lowered: str | None, want_al
 class SignalPlan:
     """The referenced conversation and keyword rules of a config, compiled (see the module docstring).
 
-    Each rule owns one bit of the *matched mask* (conversation rules first, in config order, then keyword
-    rules); ``bits`` names them as ``(type, name)``, and :meth:`state` turns a mask back into the state
-    decision leaves read."""
+    Each of the ``rule_count`` rules owns one bit of the *matched mask* (conversation rules first, in config
+    order, then keyword rules); :meth:`state` turns a mask back into the state decision leaves read."""
 
     def __init__(
         self,
@@ -190,10 +189,9 @@ class SignalPlan:
             )
             for j, r in enumerate(keyword)
         )
-        self.bits: tuple[tuple[str, str], ...] = (
-            *(("conversation", r.name) for r in conversation),
-            *(("keyword", r.name) for r in keyword),
-        )
+        self.rule_count = len(conversation) + len(keyword)
+        self._conversation_bits = tuple((1 << i, r.name) for i, r in enumerate(conversation))
+        self._keyword_bits = tuple((1 << (first + j), r.name) for j, r in enumerate(keyword))
         self.record_values = record_values
 
     def evaluate(self, facts: Facts, text: str) -> tuple[dict[str, dict[str, Any]], int, dict[str, float]]:
@@ -225,11 +223,9 @@ class SignalPlan:
 
     def state(self, mask: int, values: dict[str, float]) -> SignalState:
         """The signal state of a matched mask (internal matches need no confidence: leaves default to 1.0)."""
-        matched: dict[str, set[str]] = {"conversation": set(), "keyword": set()}
-        for i, (kind, name) in enumerate(self.bits):
-            if mask >> i & 1:
-                matched[kind].add(name)
-        return SignalState(matched, values)
+        conversation = {name for bit, name in self._conversation_bits if mask & bit}
+        keyword = {name for bit, name in self._keyword_bits if mask & bit}
+        return SignalState({"conversation": conversation, "keyword": keyword}, values)
 
 
 def merge_external(
