@@ -1,5 +1,7 @@
 """Routing cost vs parsing: facts + rules + decision for a 20-message request, against json.loads of the
-same body, in the same run; and requests/s of POST /v1/route on one web process."""
+same body, in the same run (also for a first-turn request that matches no rule, and for the 20-message
+request with an external signal, which makes the router evaluate its decision trees); and requests/s of
+POST /v1/route on one web process."""
 
 from __future__ import annotations
 
@@ -79,6 +81,48 @@ def route_vs_json() -> tuple[float, float, int]:
     parse_us = _median_us(lambda: json.loads(body))
     route_us = _median_us(lambda: router.route(request))
     return route_us, parse_us, len(body)
+
+
+def first_turn_request() -> dict[str, Any]:
+    """A conversation's first request: instructions and one user message, no tools. It matches none of the
+    config's rules (one user turn, no developer message, no tools, no image, no urgent word), so the router
+    answers from its no-match entry: the fallback decision."""
+    return {
+        "model": "auto",
+        "messages": [
+            {
+                "role": "system",
+                "content": "You are a careful coding agent. Follow the repository conventions.",
+            },
+            {
+                "role": "user",
+                "content": "Please explain what this function does and suggest a clearer name:\n"
+                + "def f(x):\n    return x + 1\n" * 8,
+            },
+        ],
+    }
+
+
+def _route_and_parse(request: dict[str, Any], external: list[dict[str, Any]]) -> tuple[float, float, int]:
+    router = load_router(CONFIG)
+    body = json.dumps({"request": request, "externalSignals": external} if external else request)
+    router.route(request, "openai-chat", external)
+    parse_us = _median_us(lambda: json.loads(body))
+    route_us = _median_us(lambda: router.route(request, "openai-chat", external))
+    return route_us, parse_us, len(body)
+
+
+def route_no_match_vs_json() -> tuple[float, float, int]:
+    """(route_us, json_loads_us, body bytes) for :func:`first_turn_request` (the no-match fast path)."""
+    request = first_turn_request()
+    assert load_router(CONFIG).route(request)["decision"]["name"] == "fallback"
+    return _route_and_parse(request, [])
+
+
+def route_with_external_vs_json() -> tuple[float, float, int]:
+    """(route_us, json_loads_us, body bytes) for the 20-message request with one external signal, which the
+    decisions do not reference: the decision trees are evaluated per request instead of looked up."""
+    return _route_and_parse(twenty_message_request(), [{"type": "domain", "name": "code", "confidence": 0.8}])
 
 
 def http_route_rate(url: str, seconds: float = 3.0) -> float:
