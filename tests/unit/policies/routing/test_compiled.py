@@ -316,3 +316,21 @@ class TestKeywordPrefilter:
             "matched"
         ]
         assert matched is reference_router.keyword_hit(keyword, case_sensitive, text)
+
+
+def test_keyword_text_from_a_message_the_walk_skips() -> None:
+    """A latest user message that is a mapping but not a plain dict is skipped by the facts walk yet still
+    gives the keyword text, as the lookup did before the walk also found it."""
+    from collections import OrderedDict
+
+    data = {
+        "routing": {
+            "signals": {"keyword": [{"name": "k", "operator": "OR", "keywords": ["urgent"]}]},
+            "decisions": [{"name": "d", "rules": {"type": "keyword", "name": "k"}}],
+        }
+    }
+    config = parse_router_config(data)
+    request = {"messages": [{"role": "user", "content": "calm"}, OrderedDict(role="user", content="urgent")]}
+    result = Router(config).route(request)
+    assert result == reference_router.route(config, request)
+    assert result["decision"]["name"] == "d" and result["facts"]["userMessageCount"] == 1
