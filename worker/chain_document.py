@@ -1,4 +1,5 @@
-"""The stored chain document of one run: LobeHub's ``{"envelope", "record"}`` plus our metadata."""
+"""The stored chain document of one run: LobeHub's ``{"envelope", "record"}`` plus our metadata (its stored form,
+compressed: :mod:`worker.chain_codec`)."""
 
 from __future__ import annotations
 

@@ -182,11 +182,9 @@ def _tombstone(
 
 def _chain_is_events(store: EventStore, chain_id: str, event_id: str) -> bool:
     """Chain ids are ``chain:<sourceId>``: another scope's event with the same source id may own it now."""
-    raw = store.client.get(store.keys.chain(chain_id))
-    if raw is None:
-        return False
     try:
-        metadata = json.loads(raw)["envelope"]["metadata"]
+        chain = store.get_chain(chain_id)
+        metadata = None if chain is None else chain["envelope"]["metadata"]
     except (ValueError, KeyError, TypeError):
         return False
     return isinstance(metadata, dict) and metadata.get("eventId") == event_id

@@ -38,9 +38,11 @@ _TIMES = ("erasedAt", "doneAt", "deadAt", "cancelledAt", "discardedAt", "editedA
 _FINISHED = {"done": "doneAt", "dead": "deadAt", "cancelled": "cancelledAt", "discarded": "deadAt"}
 
 
-def status_record(raw: dict[str, str]) -> dict[str, Any]:
+def status_record(raw: dict[str, str], event_id: str | None = None) -> dict[str, Any]:
+    """The public record from the stored hash ``raw`` of the event ``event_id`` (its key's suffix: the hash no
+    longer stores its own id; hashes written before that still carry an ``eventId`` field)."""
     record: dict[str, Any] = {
-        "eventId": raw.get("eventId"),
+        "eventId": raw.get("eventId", event_id),
         "status": raw.get("state"),
         "attempts": int(raw.get("attempts", 0)),
         "chainId": raw.get("chainId"),

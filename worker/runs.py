@@ -144,9 +144,10 @@ def _records(store: EventStore, entries: Sequence[tuple[str, int]]) -> list[dict
     for member, _ in entries:
         pipe.hmget(store.keys.event(member), list(LIST_FIELDS))
     out: list[dict[str, Any] | None] = []
-    for values in pipe.execute():
+    for (member, _), values in zip(entries, pipe.execute(), strict=True):
         raw = {name: str(v) for name, v in zip(LIST_FIELDS, values, strict=True) if v is not None}
-        out.append(status_record(raw) if raw.get("state") else None)  # expired: the index entry is stale
+        # no state: expired, the index entry is stale
+        out.append(status_record(raw, member) if raw.get("state") else None)
     return out
 
 
@@ -156,7 +157,7 @@ def event_detail(store: EventStore, event_id: str) -> dict[str, Any] | None:
     raw = {str(k): str(v) for k, v in store.client.hgetall(store.keys.event(event_id)).items()}
     if not raw:
         return None
-    record = status_record(raw)
+    record = status_record(raw, event_id)
     record.setdefault("attemptsHistory", [])
     if raw.get("event"):
         record["event"] = json.loads(raw["event"])
@@ -204,11 +205,11 @@ def list_discarded(store: EventStore, *, offset: int = 0, limit: int = 50) -> li
     for event_id in ids:
         pipe.hgetall(store.keys.event(event_id))
     out: list[dict[str, Any]] = []
-    for reply in pipe.execute():
+    for event_id, reply in zip(ids, pipe.execute(), strict=True):
         raw = {str(k): str(v) for k, v in reply.items()}
         if raw.get("state") != "discarded":
             continue  # expired, or since replayed by its producer as a new event
-        record = status_record(raw)
+        record = status_record(raw, event_id)
         record.pop("attemptsHistory", None)
         record.update(reason=raw.get("discardReason", ""), at=int(raw.get("discardedAt", 0)))
         if raw.get("event"):

@@ -43,7 +43,8 @@ local function admit(ev, inbox, sched, seq, scopes, stats, id, ref, body, now, w
   end
   local scope = string.sub(ref, (string.find(ref, '/', 1, true) or 0) + 1)
   local t = tonumber(now)
-  redis.call('HSET', ev, 'state', 'queued', 'eventId', id, 'scopeKey', scope, 'event', body,
+  -- no 'eventId' field: the id is the key's suffix (readers pass it to status_record)
+  redis.call('HSET', ev, 'state', 'queued', 'scopeKey', scope, 'event', body,
     'enqueuedAt', now, 'attempts', 0, 'seq', redis.call('INCR', seq), 'sourceType', ix.stype, 'sourceId', ix.sid)
   redis.call('EXPIRE', ev, window)
   redis.call('RPUSH', inbox, id)
@@ -184,7 +185,7 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
       local nb = tonumber(rec[3] or '0') or 0
       if nb > tonumber(now) then return {3, id, tostring(nb)} end
       local attempts = redis.call('HINCRBY', ek, 'attempts', 1)
-      redis.call('HSET', ek, 'state', 'processing', 'startedAt', now, 'fence', fence)
+      redis.call('HSET', ek, 'state', 'processing', 'fence', fence)  -- the start time is in the history
       history_start(ek, rec[6], attempts, now, tonumber(rec[7] or '0'))
       return {1, id, rec[2], attempts, rec[1], rec[4] or ''}
     end

@@ -19,6 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from worker.chain_codec import decode_chain, encode_chain
 from worker.errors import NotReplicated, OverLimit
 from worker.event_records import source_digest, status_record
 from worker.keys import Keys
@@ -218,7 +219,7 @@ class EventStore:
                 self.settings.dedupe_window_s,
                 commit.error,
                 commit.not_before_ms,
-                commit.chain_json,
+                encode_chain(commit.chain_json) if commit.chain_json else "",
                 self.settings.chain_retention_s,
                 commit.chain_id,
                 commit.token,
@@ -254,11 +255,15 @@ class EventStore:
         raw = _str_dict(self.client.hgetall(self.keys.event(event_id)))
         if not raw:
             return None
-        return status_record(raw)
+        return status_record(raw, event_id)
 
     def get_chain(self, chain_id: str) -> dict[str, Any] | None:
-        raw = self.client.get(self.keys.chain(chain_id))
-        return None if raw is None else json.loads(raw)
+        """The chain document, or None when unknown (or expired). The stored form is bytes (see
+        :mod:`worker.chain_document`): read with ``NEVER_DECODE``, so this decoding client hands them over
+        untouched (no second client, no base64 in Redis)."""
+        key = self.keys.chain(chain_id)
+        raw = self.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        return None if raw is None else decode_chain(raw)
 
     def stats(self) -> dict[str, int]:
         return {k: int(v) for k, v in _str_dict(self.client.hgetall(self.keys.stats)).items()}
@@ -301,10 +306,10 @@ class EventStore:
         for event_id in ids:
             pipe.hgetall(self.keys.event(event_id))
         out = []
-        for reply in pipe.execute():
+        for event_id, reply in zip(ids, pipe.execute(), strict=True):
             if reply:
                 raw = _str_dict(reply)
-                record = status_record(raw)
+                record = status_record(raw, event_id)
                 record["event"] = json.loads(raw["event"])
                 record["deadAt"] = int(raw.get("deadAt", 0))
                 out.append(record)

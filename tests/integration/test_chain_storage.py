@@ -1,0 +1,133 @@
+"""Compact storage against a real Redis and a real worker: the chain document is stored compressed (format byte
+0x01), the event hash no longer stores its own id or start time, and what the API answers is the same JSON
+shape as before (``GET /v1/chains/{id}``, ``GET /v1/events/{id}``, the listing); a chain stored in the old
+plain-JSON form still reads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from producers._http import create_web_app
+from tests.conftest import wait_for
+from worker.chain_codec import DEFLATE_V1, decode_chain
+from worker.keys import Keys
+
+pytestmark = pytest.mark.integration
+
+ENVELOPE_FIELDS = {
+    "actions",
+    "chainId",
+    "edges",
+    "handlerRuns",
+    "metadata",
+    "results",
+    "rootSourceId",
+    "signals",
+    "source",
+    "version",
+}
+RECORD_FIELDS = {"chainId", "conclusionChain", "createdAt", "id", "rootSourceId", "scopeKey", "sourceId"}
+RECORD_FIELDS |= {"sourceType", "summary"}
+
+
+@pytest.fixture
+def api(make_settings: Any, start_worker: Any) -> Iterator[TestClient]:
+    settings = make_settings(max_attempts=1)
+    start_worker(settings)
+    with TestClient(create_web_app(settings)) as client:
+        yield client
+
+
+@pytest.fixture
+def raw_redis(redis_url: str) -> Iterator[Redis]:
+    """A client that does not decode replies: the stored bytes as they are."""
+    client = Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def _done(api: TestClient, keys: Keys, source_id: str) -> dict[str, Any]:
+    """Send one test.counter event (a signal, an action, its result) and wait until it is done."""
+    payload = {"counterKey": f"{keys.own}test:compact-counter"}
+    answer = api.post(
+        "/v1/events",
+        json={
+            "sourceType": "test.counter",
+            "sourceId": source_id,
+            "scopeKey": "topic:compact",
+            "payload": payload,
+        },
+    )
+    assert answer.status_code == 202, answer.text
+    event_id = answer.json()["results"][0]["eventId"]
+    return dict(
+        wait_for(
+            lambda: (s := api.get(f"/v1/events/{event_id}").json())["status"] == "done" and s,
+            timeout_s=60,
+            what=f"{event_id} to be done",
+        )
+    )
+
+
+class TestCompactChain:
+    def test_the_chain_is_stored_compressed_and_answered_as_before(
+        self, api: TestClient, raw_redis: Redis, keys: Keys
+    ) -> None:
+        """The stored value starts with the format byte; GET /v1/chains/{id} is LobeHub's shape, decoded."""
+        status = _done(api, keys, "compact-1")
+        stored = raw_redis.get(keys.chain(status["chainId"]))
+        assert isinstance(stored, bytes) and stored[0] == DEFLATE_V1
+        document = decode_chain(stored)
+        assert len(stored) < len(json.dumps(document, separators=(",", ":"))) / 2
+        answer = api.get(f"/v1/chains/{status['chainId']}")
+        assert answer.status_code == 200, answer.text
+        chain = answer.json()
+        assert chain == document
+        assert set(chain) == {"envelope", "record"}
+        assert ENVELOPE_FIELDS <= set(chain["envelope"]) and RECORD_FIELDS <= set(chain["record"])
+        assert chain["envelope"]["source"]["sourceId"] == "compact-1"
+        assert chain["envelope"]["metadata"]["eventId"] == status["eventId"]
+
+    def test_a_chain_in_the_old_plain_json_form_still_reads(
+        self, api: TestClient, redis_client: Redis, keys: Keys
+    ) -> None:
+        """A document written before the format byte (plain JSON) is answered unchanged."""
+        status = _done(api, keys, "compact-old")
+        chain = api.get(f"/v1/chains/{status['chainId']}").json()
+        redis_client.set(keys.chain(status["chainId"]), json.dumps(chain, separators=(",", ":")))
+        again = api.get(f"/v1/chains/{status['chainId']}")
+        assert again.status_code == 200 and again.json() == chain
+
+
+class TestTrimmedEventHash:
+    def test_the_status_shape_is_unchanged_without_the_duplicated_fields(
+        self, api: TestClient, redis_client: Redis, keys: Keys
+    ) -> None:
+        """The hash has no eventId and no startedAt (the key and the history hold them); the status record,
+        the run detail and the listing still answer eventId, chainId and the attempt's start."""
+        status = _done(api, keys, "compact-2")
+        stored = redis_client.hgetall(keys.event(status["eventId"]))
+        assert "eventId" not in stored and "startedAt" not in stored
+        assert status["chainId"] == "chain:compact-2"
+        assert {"eventId", "status", "attempts", "chainId", "scopeKey", "enqueuedAt", "finishedAt"} <= set(
+            status
+        )
+        assert status["attemptsHistory"][0]["startedAt"] > 0
+        listed = api.get("/v1/events", params={"scopeKey": "topic:compact"}).json()["events"]
+        assert [e["eventId"] for e in listed] == [status["eventId"]]
+        assert listed[0]["chainId"] == "chain:compact-2" and listed[0]["sourceId"] == "compact-2"
+
+    def test_an_old_hash_with_its_own_id_still_reads(
+        self, api: TestClient, redis_client: Redis, keys: Keys
+    ) -> None:
+        """A hash written before the trim (with eventId and startedAt fields) answers the same record."""
+        status = _done(api, keys, "compact-3")
+        key = keys.event(status["eventId"])
+        redis_client.hset(key, mapping={"eventId": status["eventId"], "startedAt": "1"})
+        assert api.get(f"/v1/events/{status['eventId']}").json() == status

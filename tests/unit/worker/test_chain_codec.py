@@ -1,0 +1,80 @@
+"""The chain document's stored form (worker/chain_codec.py): compressed with a frozen dictionary, and the plain
+JSON documents written before it still read."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from worker.chain_codec import DEFLATE_V1, DICTIONARY_V1, decode_chain, encode_chain
+from worker.chain_document import compact_json
+from worker.event_records import status_record
+
+
+def _document() -> dict[str, Any]:
+    """A chain document as the projection writes it: one source, a signal, an action and its result."""
+    source_id, action_id = "msg-42", "msg-42:signal:received:action:note"
+    chain = {"chainId": f"chain:{source_id}", "rootSourceId": source_id}
+    attempt = {"current": 1, "max": 5, "startedAt": 1796145192559, "completedAt": 1796145192561}
+    return {
+        "envelope": {
+            "actions": [{"actionId": action_id, "actionType": "action.note.write", "chain": chain}],
+            "chainId": chain["chainId"],
+            "edges": [{"from": source_id, "relation": "produced", "to": f"{source_id}:signal:received"}],
+            "handlerRuns": [{"attempt": {**attempt, "status": "succeeded"}, "status": "ok", "durationMs": 2}],
+            "metadata": {"scopeKey": "topic:t-1", "eventId": "evt_0123456789abcdef01234567", "attempt": 1},
+            "results": [{"actionId": action_id, "status": "applied", "detail": "Noted: café ☕ 注意"}],
+            "rootSourceId": source_id,
+            "signals": [],
+            "source": {"sourceId": source_id, "payload": {"message": "naïve → ok", "n": 1.5, "x": None}},
+            "version": 1,
+        },
+        "record": {"chainId": chain["chainId"], "durationMs": 1.144, "summary": {"totalSignals": 0}},
+    }
+
+
+class TestRoundTrip:
+    def test_a_document_decodes_to_what_was_encoded(self) -> None:
+        """Encoding the compact JSON and decoding it gives the same document (unicode, floats, null kept)."""
+        document = _document()
+        stored = encode_chain(compact_json(document))
+        assert stored[0] == DEFLATE_V1
+        assert decode_chain(stored) == document
+
+    def test_the_stored_form_is_much_smaller_than_the_json(self) -> None:
+        """The point of it: a small chain stores in well under half its JSON (the dictionary's field names)."""
+        text = compact_json(_document())
+        assert len(encode_chain(text)) < len(text.encode("utf-8")) / 2
+
+    def test_the_dictionary_is_frozen(self) -> None:
+        """Documents written with format 0x01 must decode for their whole retention: a changed dictionary
+        needs a new format byte, not an edit of this one."""
+        digest = hashlib.sha256(DICTIONARY_V1).hexdigest()
+        assert digest == "0eef77ebb039088a8f9c708229e27aa59c5888526207e9981775fe7d669378e5"
+
+
+class TestOldDocuments:
+    def test_a_plain_json_document_still_reads(self) -> None:
+        """A document stored before the format byte (plain JSON) decodes, as bytes or as a decoded str."""
+        document = _document()
+        old = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+        assert decode_chain(old.encode("utf-8")) == document
+        assert decode_chain(old) == document
+
+    def test_unknown_or_broken_forms_are_value_errors(self) -> None:
+        """An unknown format byte, a truncated stream or a non-object is a ValueError, never garbage."""
+        stored = encode_chain(compact_json(_document()))
+        for bad in (b"\x7fxyz", stored[:20], b"[1,2]", b"\x01" + b"\x00" * 5):
+            with pytest.raises(ValueError):
+                decode_chain(bad)
+
+
+class TestEventRecordId:
+    def test_the_id_comes_from_the_key_when_the_hash_does_not_store_it(self) -> None:
+        """New hashes have no eventId field (it is their key's suffix); old ones still carry it."""
+        assert status_record({"state": "done"}, "evt_1")["eventId"] == "evt_1"
+        assert status_record({"state": "done", "eventId": "evt_old"}, "evt_old")["eventId"] == "evt_old"
+        assert status_record({"state": "done", "sourceId": "s1"}, "evt_1")["chainId"] == "chain:s1"
