@@ -198,6 +198,7 @@ class SignalPlan:
         """(published signals, matched mask, values; values only when ``record_values``)."""
         published: dict[str, dict[str, Any]] = {}
         values: dict[str, float] = {}
+        record = self.record_values
         mask = 0
         for key, bit, raw_of_facts, exists, gte, gt, lte, lt in self.conversation:
             raw = raw_of_facts(facts)
@@ -207,7 +208,7 @@ class SignalPlan:
                 published[key] = {"value": value, "matched": True, "confidence": 1.0}
             else:
                 published[key] = {"value": value, "matched": False, "confidence": 0.0}
-            if self.record_values:
+            if record:
                 values[key] = value
         if self.keyword:
             lowered = text.lower() if text.isascii() else None
@@ -217,7 +218,7 @@ class SignalPlan:
                 if matched:
                     mask |= bit
                 published[key] = {"value": value, "matched": matched, "confidence": value}
-                if self.record_values:
+                if record:
                     values[key] = value
         return published, mask, values
 
