@@ -8,6 +8,11 @@ scopes are enqueued, and once the tenant's ``done`` counter has grown by N and t
 the per-family sums say which family dominates, and what they do not cover (the keyspace's own hash tables,
 expiry entries, allocator rounding) is shown as "not in any key".
 
+Then "memory per receipt": the bench's events write no receipts, so N/10 receipts of the D-Mail shape
+(policies/dmail.py) are appended the way a receipt action stages them (:func:`worker.receipts.receipt_effects`:
+``SET NX EX`` of the body, its ``ZADD`` in LobeHub's user/agent/topic index, 10 receipts per index), and the
+``used_memory`` growth is divided by their number.
+
 A key's family is the part after the tenant prefix ``<prefix>t:<tenant>:`` up to the next ``:`` (``ev``,
 ``chain``, ``runs``, ``inbox``, ``receipts``, ...; ``docs/keys.md`` has the layout); engine-wide keys (after the
 prefix alone: ``broker``, ``metrics``, ``workers``, ...) are marked ``(engine)``.
@@ -18,16 +23,20 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from redis import Redis
 
 from bench._env import make_settings, private_redis_url, wait, workers
 from bench.pipeline_bench import WORKER_PROCESSES, bench_events, drain_time_s, queue_empty
 from producers import Producer
+from worker.keys import Keys
+from worker.receipts import ReceiptStore
 
-__all__ = ["Family", "RetainedMemory", "family_of", "retained_memory"]
+__all__ = ["Family", "ReceiptMemory", "RetainedMemory", "family_of", "receipt_memory", "retained_memory"]
 
 TOP_FAMILIES = 5  # rows printed; --json has every family
+RECEIPTS_PER_INDEX = 10  # receipts per user/agent/topic index in the receipt measurement
 USAGE_BATCH = 1000  # MEMORY USAGE commands per pipeline round trip
 
 Row = tuple[str, str, str, str]
@@ -43,6 +52,23 @@ class Family:
 
 
 @dataclass(frozen=True)
+class ReceiptMemory:
+    """``used_memory`` growth over ``receipts`` appended receipts (bodies and their indexes)."""
+
+    receipts: int
+    used_memory_delta: int
+
+    @property
+    def per_receipt(self) -> float:
+        return self.used_memory_delta / self.receipts
+
+    def row(self) -> Row:
+        indexes = max(1, self.receipts // RECEIPTS_PER_INDEX)
+        note = f"used_memory delta, {self.receipts:,} receipts (D-Mail shape) in {indexes:,} indexes"
+        return ("memory per receipt", f"{self.per_receipt:,.0f} bytes", "", note)
+
+
+@dataclass(frozen=True)
 class RetainedMemory:
     """``used_memory`` growth over ``events`` retained events, and the families' share of it."""
 
@@ -50,6 +76,7 @@ class RetainedMemory:
     scopes: int
     used_memory_delta: int
     families: list[Family]  # largest growth first
+    receipts: ReceiptMemory | None = None
 
     @property
     def per_event(self) -> float:
@@ -79,6 +106,8 @@ class RetainedMemory:
                 "keyspace tables, expiry entries, allocator rounding",
             )
         )
+        if self.receipts is not None:
+            rows.append(self.receipts.row())
         return rows
 
     def _share(self, f: Family) -> str:
@@ -95,6 +124,9 @@ class RetainedMemory:
         for f in self.families:
             name = re.sub(r"[^a-z0-9]+", "_", f.name).strip("_")  # "metrics: (engine)" -> metrics_engine
             out[f"memory_family_{name}_bytes_per_event"] = f.bytes / self.events
+        if self.receipts is not None:
+            out["memory_per_receipt_bytes"] = self.receipts.per_receipt
+            out["memory_receipts"] = float(self.receipts.receipts)
         return out
 
 
@@ -131,6 +163,34 @@ def used_memory(client: Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
 
+def sample_receipt(i: int, created_at: int) -> dict[str, Any]:
+    """A receipt as the D-Mail policy writes it (policies/dmail.py ``_plan_receipt``)."""
+    return {
+        "id": f"rx-{i}:context-rewind",
+        "kind": "context",
+        "status": "applied",
+        "title": f"Context rewound to checkpoint {i % 7}",
+        "detail": "Going forward, I prefer concise answers.",
+        "sourceId": f"rx-{i}",
+        "sourceType": "agent.dmail.sent",
+        "userId": f"user-{i // RECEIPTS_PER_INDEX}",
+        "agentId": "agent-1",
+        "topicId": f"topic-{i // RECEIPTS_PER_INDEX}",
+        "createdAt": created_at + i,
+        "metadata": {"sessionId": f"session-{i // RECEIPTS_PER_INDEX}", "checkpointId": i % 7},
+        "anchorMessageId": f"msg-{i}",
+    }
+
+
+def receipt_memory(client: Redis, prefix: str, receipts: int, *, ttl_s: int) -> ReceiptMemory:
+    """Append ``receipts`` sample receipts under ``prefix`` and measure the ``used_memory`` growth."""
+    store = ReceiptStore(client, Keys(prefix), ttl_s=ttl_s)
+    before = used_memory(client)
+    for i in range(receipts):
+        store.append(sample_receipt(i, 1_796_000_000_000))
+    return ReceiptMemory(receipts, used_memory(client) - before)
+
+
 def retained_memory(events: int, scopes: int) -> RetainedMemory:
     """Measure ``events`` events over ``scopes`` scopes on a private Redis (see the module docstring)."""
     with private_redis_url() as url:
@@ -146,6 +206,9 @@ def retained_memory(events: int, scopes: int) -> RetainedMemory:
             wait(lambda: queue_empty(client, settings), timeout_s=600)
             after_bytes = used_memory(client)
             after = family_usage(client, settings.key_prefix)
+        receipts = receipt_memory(
+            client, settings.key_prefix, max(1, events // 10), ttl_s=settings.receipt_retention_s
+        )
         producer.close()
         client.close()
     keys: Counter[str] = Counter()
@@ -158,4 +221,4 @@ def retained_memory(events: int, scopes: int) -> RetainedMemory:
         size[name] -= used
     families = [Family(name, keys[name], size[name]) for name in size if size[name] or keys[name]]
     families.sort(key=lambda f: f.bytes, reverse=True)
-    return RetainedMemory(events, scopes, after_bytes - before_bytes, families)
+    return RetainedMemory(events, scopes, after_bytes - before_bytes, families, receipts)

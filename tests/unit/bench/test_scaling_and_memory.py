@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.__main__ import SECTIONS, parse_args
-from bench.memory_bench import Family, RetainedMemory, family_of
+from bench.memory_bench import Family, ReceiptMemory, RetainedMemory, family_of, sample_receipt
 from bench.scaling_bench import Scaling
 from worker.keys import Keys
 
@@ -45,6 +45,20 @@ class TestRetainedMemory:
         assert figures["memory_per_retained_event_bytes"] == 5000
         assert figures["memory_family_chain_bytes_per_event"] == 3000
 
+    def test_receipts_get_their_own_row_and_figure(self) -> None:
+        """Memory per receipt is the receipts' delta over their number, printed after the event rows."""
+        memory = RetainedMemory(100, 10, 500_000, [], ReceiptMemory(receipts=10, used_memory_delta=4_000))
+        assert memory.rows()[-1][:2] == ("memory per receipt", "400 bytes")
+        assert "10 receipts" in memory.rows()[-1][3]
+        assert memory.figures()["memory_per_receipt_bytes"] == 400
+
+    def test_sample_receipts_share_an_index_ten_at_a_time(self) -> None:
+        """The sample receipts have distinct ids and LobeHub's owner fields, ten per user/agent/topic."""
+        first, tenth, eleventh = (sample_receipt(i, 0) for i in (0, 9, 10))
+        assert len({first["id"], tenth["id"], eleventh["id"]}) == 3
+        assert (first["userId"], first["topicId"]) == (tenth["userId"], tenth["topicId"])
+        assert first["userId"] != eleventh["userId"]
+
     def test_engine_families_get_json_safe_names(self) -> None:
         """``by-source:`` and ``metrics: (engine)`` become identifier-like figure names."""
         memory = RetainedMemory(1, 1, 10, [Family("by-source:", 1, 4), Family("metrics: (engine)", 1, 2)])
@@ -79,4 +93,4 @@ class TestSectionSelection:
         args = parse_args(["--only", "scaling", "--only", "memory", "--memory-events", "500"])
         assert args.only == ["scaling", "memory"] and args.memory_events == 500
         assert parse_args(["--skip", "scaling"]).skip == ["scaling"]
-        assert set(SECTIONS) == {"pipeline", "routing", "ingest", "scaling", "memory"}
+        assert {"pipeline", "routing", "ingest", "scaling", "memory"} <= set(SECTIONS)  # and newer ones
