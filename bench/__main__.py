@@ -40,10 +40,11 @@ class Report:
         self.times_s: dict[str, float] = {}
 
 
-def pipeline_section(url: str, args: argparse.Namespace, out: Report) -> None:
-    noop = pipeline_bench.noop_rate(url, args.events)
-    # Telemetry on and off alternate, and each figure is the median of its rounds: this machine is
-    # shared and one run can differ from the next by a third.
+def pipeline_medians(url: str, args: argparse.Namespace) -> tuple[float, float, float, float, int]:
+    """(burst, burst telemetry off, spread, spread telemetry off) events/s, medians, and the peak RSS (KiB).
+
+    Telemetry on and off alternate, and each figure is the median of its rounds: this machine is shared and
+    one run can differ from the next by a third."""
     burst_runs, burst_off_runs, spread_runs, spread_off_runs, rss = [], [], [], [], 0
     for _ in range(args.rounds):
         rate, rss = pipeline_bench.pipeline_rate(url, args.events, scopes=8)
@@ -57,8 +58,13 @@ def pipeline_section(url: str, args: argparse.Namespace, out: Report) -> None:
                 url, args.events // 2, scopes=args.events // 2, telemetry_enabled=False
             )[0]
         )
-    burst, burst_off = statistics.median(burst_runs), statistics.median(burst_off_runs)
-    spread, spread_off = statistics.median(spread_runs), statistics.median(spread_off_runs)
+    medians = [statistics.median(runs) for runs in (burst_runs, burst_off_runs, spread_runs, spread_off_runs)]
+    return medians[0], medians[1], medians[2], medians[3], rss
+
+
+def pipeline_section(url: str, args: argparse.Namespace, out: Report) -> None:
+    noop = pipeline_bench.noop_rate(url, args.events)
+    burst, burst_off, spread, spread_off, rss = pipeline_medians(url, args)
     p50, p99 = pipeline_bench.latency_ms(url, 200)
     enq_rt, work_rt = pipeline_bench.round_trips_per_event(url, 1000, scopes=10)
     out.figures.update(

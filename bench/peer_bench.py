@@ -55,6 +55,7 @@ class PeerComparison:
     sent: int
     applied: int
     busy_retries: int
+    send_share: float  # the peer's send_task loops / its measured wall time, all runs
 
     @property
     def exactly_once(self) -> bool:
@@ -97,13 +98,16 @@ class PeerComparison:
             "peer_effects_sent": float(self.sent),
             "peer_effects_applied": float(self.applied),
             "peer_lock_busy_retries": float(self.busy_retries),
+            "peer_send_share": self.send_share,
         }
 
     def notes(self) -> list[str]:
         notes = [
             f"peer rows: one Celery task per event on {WORKER_PROCESSES} `celery worker` processes like ours "
             "(bench/peer_app.py): SET NX dedupe key, redis-py Lock per scope (busy: self.retry(countdown=0.05)), "
-            "HINCRBY + receipt SET EX + LPUSH index in one MULTI, unlock."
+            "HINCRBY + receipt SET EX + LPUSH index in one MULTI, unlock. Its events are sent with one send_task "
+            f"each (ours: enqueue_many, 500 a batch); the bench process's send loop took {self.send_share:.0%} "
+            "of the peer's measured time, the workers draining meanwhile."
         ]
         if not self.exactly_once:
             notes.append(f"PEER MISMATCH: {self.applied:,} effects applied for {self.sent:,} events sent")
@@ -122,6 +126,8 @@ class PeerRun:
     client: Redis
     keys: PeerKeys
     sent: int = 0
+    send_s: float = 0.0  # of which the send_task loop
+    total_s: float = 0.0
 
     def drain_time_s(self, n: int, scopes: int, tag: str) -> float:
         """Seconds from the first of ``n`` tasks (round-robin over ``scopes``) until ``done`` grew by ``n``."""
@@ -129,9 +135,11 @@ class PeerRun:
         t0 = time.perf_counter()
         for i in range(n):
             self.app.send_task(PEER_TASK, args=[f"{tag}-{i}", f"topic:{tag}-{i % scopes}"], queue=self.keys.queue)
-        self.sent += n
+        sent_at = time.perf_counter()
         wait(lambda: int(self.client.get(self.keys.done) or 0) >= target, timeout_s=600, interval_s=0.02)
-        return time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        self.sent, self.send_s, self.total_s = self.sent + n, self.send_s + sent_at - t0, self.total_s + elapsed
+        return elapsed
 
     def tally(self) -> tuple[int, int]:
         """(effects applied: the activity counters' sum, lock-busy retries)."""
@@ -198,6 +206,7 @@ def compare_with_peer(url: str, events: int, *, rounds: int) -> PeerComparison:
     ours: list[list[float]] = []
     peer: list[list[float]] = []
     sent = applied = busy = 0
+    send_s = total_s = 0.0
     for r in range(rounds):
         for side in ("ours", "peer") if r % 2 == 0 else ("peer", "ours"):
             if side == "ours":
@@ -207,6 +216,7 @@ def compare_with_peer(url: str, events: int, *, rounds: int) -> PeerComparison:
                 peer.append([n / run.drain_time_s(n, s, f"r{r}s{k}") for k, (n, s) in enumerate(shapes)])
                 run_applied, run_busy = run.tally()
                 sent, applied, busy = sent + run.sent, applied + run_applied, busy + run_busy
+                send_s, total_s = send_s + run.send_s, total_s + run.total_s
     return PeerComparison(
         burst_events=events,
         spread_events=spread_n,
@@ -217,4 +227,5 @@ def compare_with_peer(url: str, events: int, *, rounds: int) -> PeerComparison:
         sent=sent,
         applied=applied,
         busy_retries=busy,
+        send_share=send_s / total_s,
     )

@@ -102,6 +102,7 @@ def comparison(applied: int = 3000) -> PeerComparison:
         sent=3000,
         applied=applied,
         busy_retries=4,
+        send_share=0.5,
     )
 
 
@@ -122,6 +123,7 @@ class TestPeerComparison:
         assert not result.exactly_once
         assert "MISMATCH" in result.rows()[-1][3]
         assert any("MISMATCH" in note for note in result.notes())
+        assert "took 50% of the peer's measured time" in result.notes()[0]
 
     def test_figures_carry_both_sides_and_the_ratios(self) -> None:
         figures = comparison().figures()
@@ -131,22 +133,26 @@ class TestPeerComparison:
 
 
 class TestScopeShapes:
-    def test_fills_bring_the_tenant_to_each_count_with_the_windows_scopes(self) -> None:
-        """Default counts: window, fill 9,800, window, fill 89,900, window -> 100,000 distinct scopes."""
+    def test_fills_and_after_fill_windows_bring_the_tenant_to_each_count(self) -> None:
+        """Default counts: window; fill, after-fill, window -> 10,000; again -> exactly 100,000 scopes."""
         shapes = scope_shapes(4000, DEFAULT_SCOPE_COUNTS)
         assert shapes == [
             ("window", (4000, 100)),
-            ("fill", (9800, 9800)),
+            ("fill", (9700, 9700)),
+            ("after-fill", (4000, 100)),
             ("window", (4000, 100)),
-            ("fill", (89_900, 89_900)),
+            ("fill", (89_800, 89_800)),
+            ("after-fill", (4000, 100)),
             ("window", (4000, 100)),
         ]
         assert sum(scopes for _kind, (_n, scopes) in shapes) == 100_000
 
-    def test_counts_parse_and_must_rise_by_a_window(self) -> None:
+    def test_counts_parse_and_must_rise_by_two_windows(self) -> None:
+        """Room for the after-fill window and the row's own, each over the first count's scopes."""
         assert parse_scope_counts("100,10_000, 100000") == (100, 10_000, 100_000)
-        with pytest.raises(ValueError, match="at least 100"):
-            parse_scope_counts("100,150")
+        assert parse_scope_counts("100,300") == (100, 300)
+        with pytest.raises(ValueError, match="at least 200"):
+            parse_scope_counts("100,250")
         with pytest.raises(ValueError, match="positive"):
             parse_scope_counts("0,100")
 
@@ -157,15 +163,18 @@ class TestScopeGrowth:
             events=4000,
             counts=(100, 10_000),
             windows={100: 2000.0, 10_000: 1900.0},
-            fills=[(100, 9900, 1000.0)],
+            after_fill={10_000: 1000.0},
+            fills=[(100, 9800, 1000.0)],
         )
         rows = {label: (value, ratio, note) for label, value, ratio, note in growth.rows()}
         assert rows["pipeline, 100 scopes"][:2] == ("2,000 events/s", "1.00x")
         assert "40/scope" in rows["pipeline, 100 scopes"][2]
         assert rows["pipeline, 10,000 scopes"][1] == "0.95x"
         assert "the last of 10,000" in rows["pipeline, 10,000 scopes"][2]
-        assert rows["pipeline, fill 100 -> 9,900 scopes"][1:] == ("1.00x", "baseline, 9,800 events, 1 event/scope")
+        assert "right after the fill: 1,000 events/s (0.50x)" in rows["pipeline, 10,000 scopes"][2]
+        assert rows["pipeline, fill 100 -> 9,800 scopes"][1:] == ("1.00x", "baseline, 9,700 events, 1 event/scope")
         assert growth.figures()["scopes_10000_ratio"] == 0.95
+        assert growth.figures()["scopes_10000_after_fill_events_per_s"] == 1000.0
 
 
 class TestArguments:
@@ -178,5 +187,5 @@ class TestArguments:
 
     def test_bad_scope_counts_are_an_argument_error(self, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
-            parse_args(["--scope-counts", "100,150"])
-        assert "at least 100" in capsys.readouterr().err
+            parse_args(["--scope-counts", "100,250"])
+        assert "at least 200" in capsys.readouterr().err
