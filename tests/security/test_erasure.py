@@ -13,6 +13,7 @@ from redis import Redis
 
 from producers._http import create_web_app
 from tests.conftest import wait_for
+from worker.chain_codec import DEFLATE_V1, decode_chain
 from worker.keys import Keys
 
 pytestmark = pytest.mark.integration
@@ -83,8 +84,9 @@ def _dump(redis_client: Redis, keys: Keys) -> list[tuple[str, str]]:
     out = []
     for key in redis_client.scan_iter(match=keys.all_pattern, count=1000):
         kind = redis_client.type(key)
-        if kind == "string":
-            value: Any = redis_client.get(key)
+        if kind == "string":  # chain documents are stored compressed: their text is what they decode to
+            raw = redis_client.execute_command("GET", key, NEVER_DECODE=[])
+            value: Any = decode_chain(raw) if raw[:1] == bytes([DEFLATE_V1]) else raw.decode("utf-8")
         elif kind == "hash":
             value = redis_client.hgetall(key)
         elif kind == "list":
