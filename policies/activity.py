@@ -78,18 +78,25 @@ def _policies() -> list[Policy]:
         Policy(
             "activity",
             [
-                define_source_handler("bot.message.merged", "bot.message.merged:activity", _on_user_message),
+                # Batch-safe (worker/batch.py): they read nothing and only stage their one HINCRBY.
+                define_source_handler(
+                    "bot.message.merged", "bot.message.merged:activity", _on_user_message, batch_safe=True
+                ),
                 define_source_handler(
                     ("tool.outcome.completed", "tool.outcome.failed"),
                     "source.tool-outcome.activity",
                     _on_tool_outcome,
+                    batch_safe=True,
                 ),
                 define_signal_handler(
                     ("signal.message.received", "signal.tool.outcome"),
                     "signal.activity-planner",
                     _plan_activity,
+                    batch_safe=True,
                 ),
-                define_action_handler(ACTIVITY_ACTION, "handler.activity.record", _record_activity),
+                define_action_handler(
+                    ACTIVITY_ACTION, "handler.activity.record", _record_activity, batch_safe=True
+                ),
             ],
         )
     ]

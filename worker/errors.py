@@ -6,6 +6,7 @@
      ├── RetryLater(delay_s)      transient: retry this event after (at least) delay_s, counts an attempt
      ├── PermanentFailure         the event can never succeed: dead-letter it now, no more attempts
      ├── SkipEvent                nothing to do: commit the event as done without running further stages
+     ├── NotBatchable             (engine only) a batch's chain reached a handler that is not batch-safe
      └── LeaseLost                our scope lease expired or was taken over; stop before the next effect
                                   and never commit (the fencing check would reject it anyway)
 
@@ -18,6 +19,7 @@ from redis.exceptions import RedisError
 
 __all__ = [
     "LeaseLost",
+    "NotBatchable",
     "NotReplicated",
     "OverLimit",
     "PermanentFailure",
@@ -49,6 +51,10 @@ class PermanentFailure(PipelineError):
 
 class SkipEvent(PipelineError):
     """Stop processing the event and commit it as done."""
+
+
+class NotBatchable(PipelineError):
+    """A chain run for a batch reached a handler that is not batch-safe: run the event on its own instead."""
 
 
 class LeaseLost(PipelineError):

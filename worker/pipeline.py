@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from worker.batch import drain_in_batches
 from worker.chain_document import peek_event
 from worker.context import Deps
 from worker.emitter import Emitter, StagedEmits
@@ -97,6 +98,8 @@ class Pipeline:
             run=store.durable,
         )
         self._views: dict[str, Pipeline] = {}
+        # Source types whose chains met a handler that is not batch-safe: they are not batched again.
+        self.unbatchable: set[str] = set()
 
     @property
     def keys(self) -> Keys:
@@ -145,6 +148,8 @@ class Pipeline:
             self.lease.stop_renewing()
 
     def _drain_heads(self, grant: LeaseGrant, head: Head) -> DrainOutcome:
+        if self.settings.commit_batch_max > 1:
+            return drain_in_batches(self, grant, head)
         processed = 0
         while head.code == 1 and head.begun is not None:
             go_on = processed + 1 < self.settings.max_events_per_drain
@@ -159,14 +164,21 @@ class Pipeline:
             return DrainOutcome(processed, "idle")  # the script released the scope
         return self._hand_off(grant, processed, max(head.not_before_ms - now_ms(), 0))
 
+    def hand_off(self, grant: LeaseGrant, processed: int, wait_ms: int) -> DrainOutcome:
+        """Release the scope but keep it scheduled: the caller publishes its next drain after ``wait_ms``."""
+        return self._hand_off(grant, processed, wait_ms)
+
     def _hand_off(self, grant: LeaseGrant, processed: int, wait_ms: int) -> DrainOutcome:
         if not self.lease.hand_off(grant):
             return DrainOutcome(processed, "lost")
         return DrainOutcome(processed, "again", delay_s=wait_ms / 1000)
 
-    def process_event(self, grant: LeaseGrant, begun: Begun, *, go_on: bool) -> EventWork:
+    def process_event(
+        self, grant: LeaseGrant, begun: Begun, *, go_on: bool, batch: bool = False
+    ) -> EventWork:
         """Walk the steps for one event inside an ``agent_signal.workflow.run`` span that continues the
-        trace of its enqueue; returns what they did (``work.reply`` is None when nothing was committed)."""
+        trace of its enqueue; returns what they did (``work.reply`` is None when nothing was committed).
+        With ``batch`` the chain runs for a batch commit (worker/batch.py), which commits it later."""
         started = time.perf_counter()
         source_type, traceparent = peek_event(begun.body)
         bind_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)
@@ -178,8 +190,16 @@ class Pipeline:
             outbox_retention_s=self.settings.outbox_retention_s,
         )
         work = EventWork(
-            grant=grant, begun=begun, go_on=go_on, scope=scope, followups=StagedEmits(self.emitter)
+            grant=grant,
+            begun=begun,
+            go_on=go_on,
+            scope=scope,
+            followups=StagedEmits(self.emitter),
+            source_type=source_type,
+            started_s=started,
         )
+        if batch:
+            scope.batch, work.lanes = True, []
         scope.emit = work.followups
         attrs = {
             "agent.signal.scope_key": grant.scope_key,
@@ -194,18 +214,29 @@ class Pipeline:
                     step(work, self)
         finally:
             clear_context("eventId", "scopeKey", "attempt", "chainId", "sourceId")
+        self.record(work)
+        return work
+
+    def after_commit(self, work: EventWork) -> None:
+        """What follows a batch commit for one of its events: the steps after ``commit``, then its metrics."""
+        names = [step.name for step in self.steps]
+        for step in self.steps[names.index("commit") + 1 :] if "commit" in names else ():
+            step(work, self)
+        self.record(work)
+
+    def record(self, work: EventWork) -> None:
+        """The event's metrics, once it committed (or was refused by the fence)."""
         if work.reply is not None and work.reply.code == 1:
-            duration_ms = (time.perf_counter() - started) * 1000
+            duration_ms = (time.perf_counter() - work.started_s) * 1000
             tenant = self.store.tenant
             self.telemetry.workflow_run(
-                status=work.status, source_type=source_type, duration_ms=duration_ms, tenant=tenant
+                status=work.status, source_type=work.source_type, duration_ms=duration_ms, tenant=tenant
             )
             self.telemetry.event_committed(
                 outcome=work.reply.outcome, tenant=tenant, latency_ms=work.reply.latency_ms
             )
         elif work.reply is not None and work.reply.code == -1:
             self.telemetry.fence_rejected(tenant=self.store.tenant)
-        return work
 
     def retry_or_dead(self, work: EventWork, error: str, *, min_delay_s: float = 0.0) -> None:
         """Decide ``retry`` (full-jitter backoff, at least ``min_delay_s``) or, on the last attempt, ``dead``."""

@@ -39,36 +39,53 @@ class HandlerDef:
     listen: tuple[str, ...]
     id: str
     handle: HandlerFn
+    # Batch-safe: the handler reads nothing that an earlier event of its scope writes, and its only effects
+    # are staged (ctx.effects, the outbox). Chains made only of such handlers commit in batches (worker/batch.py).
+    batch_safe: bool = False
 
 
-def _define(kind: HandlerKind, listen: str | Iterable[str], id: str, handle: HandlerFn | None) -> HandlerDef:
+def _define(
+    kind: HandlerKind, listen: str | Iterable[str], id: str, handle: HandlerFn | None, batch_safe: bool
+) -> HandlerDef:
     if handle is None or not callable(handle):
         raise TypeError(f"Missing handler function for define_{kind}_handler call.")
     types = (listen,) if isinstance(listen, str) else tuple(listen)
     if not types:
         raise ValueError(f"define_{kind}_handler({id!r}) listens to no type")
-    return HandlerDef(kind=kind, listen=types, id=id, handle=handle)
+    return HandlerDef(kind=kind, listen=types, id=id, handle=handle, batch_safe=batch_safe)
 
 
 def define_source_handler(
-    listen: str | Iterable[str], id: str, handle: Callable[[Source, HandlerContext], HandlerResult]
+    listen: str | Iterable[str],
+    id: str,
+    handle: Callable[[Source, HandlerContext], HandlerResult],
+    *,
+    batch_safe: bool = False,
 ) -> HandlerDef:
-    """Register a handler for source events of the listed types."""
-    return _define("source", listen, id, handle)
+    """Register a handler for source events of the listed types (``batch_safe``: see :class:`HandlerDef`)."""
+    return _define("source", listen, id, handle, batch_safe)
 
 
 def define_signal_handler(
-    listen: str | Iterable[str], id: str, handle: Callable[[Signal, HandlerContext], HandlerResult]
+    listen: str | Iterable[str],
+    id: str,
+    handle: Callable[[Signal, HandlerContext], HandlerResult],
+    *,
+    batch_safe: bool = False,
 ) -> HandlerDef:
-    """Register a handler for signals of the listed types."""
-    return _define("signal", listen, id, handle)
+    """Register a handler for signals of the listed types (``batch_safe``: see :class:`HandlerDef`)."""
+    return _define("signal", listen, id, handle, batch_safe)
 
 
 def define_action_handler(
-    listen: str | Iterable[str], id: str, handle: Callable[[Action, HandlerContext], HandlerResult]
+    listen: str | Iterable[str],
+    id: str,
+    handle: Callable[[Action, HandlerContext], HandlerResult],
+    *,
+    batch_safe: bool = False,
 ) -> HandlerDef:
     """Register an action handler; it should return an ExecutorResult (runs once per idempotency key)."""
-    return _define("action", listen, id, handle)
+    return _define("action", listen, id, handle, batch_safe)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.context import ActionPort, Deps, EffectBuffer, Emit, HandlerContext
-from worker.errors import PermanentFailure
+from worker.errors import NotBatchable, PermanentFailure
 from worker.idempotency import idempotency_key_for
 from worker.keys import Keys
 from worker.nodes import (
@@ -103,6 +103,7 @@ class ChainScope:
     effects: EffectBuffer = field(default_factory=EffectBuffer)
     emit: Emit | None = None
     outbox_retention_s: int = 7 * 24 * 60 * 60
+    batch: bool = False  # run for a batch commit: a handler that is not batch-safe raises NotBatchable
 
     def __post_init__(self) -> None:
         if self.effects.keys is None:
@@ -157,6 +158,8 @@ def run_chain(
             trace.actions.append(node)
         kind, node_type, _ = _kind_and_type(node)
         for handler in registry.match(kind, node_type):
+            if scope.batch and not handler.batch_safe:
+                raise NotBatchable(f"{handler.id} is not batch-safe")
             ctx = scope.context(source, node)
             queue.extend(_traced(telemetry, kind, node_type, node, handler, ctx, port, trace))
     trace.duration_ms = (time.perf_counter() - started) * 1000

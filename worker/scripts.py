@@ -15,6 +15,7 @@ from redis import Redis
 from redis.commands.core import Script
 
 from worker.keys import Keys
+from worker.scripts_batch import COMMIT_BATCH, PEEK_FRESH
 from worker.scripts_lifecycle import ACQUIRE, COMMIT, ENQUEUE_BATCH, STAGED
 from worker.scripts_ops import CANCEL, DISCARD, REDRIVE, RESUME, RUNS_PAGE
 
@@ -102,6 +103,8 @@ class Scripts:
     cancel: Script
     resume: Script
     runs_page: Script
+    commit_batch: Script
+    peek_fresh: Script
     acquire_keys: tuple[str, ...] = ()
 
     @classmethod
@@ -120,6 +123,8 @@ class Scripts:
             cancel=client.register_script(CANCEL),
             resume=client.register_script(RESUME),
             runs_page=client.register_script(RUNS_PAGE),
+            commit_batch=client.register_script(COMMIT_BATCH),
+            peek_fresh=client.register_script(PEEK_FRESH),
         )
 
     def for_tenant(self, keys: Keys) -> Scripts:

@@ -10,10 +10,18 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from redis.exceptions import RedisError
 
+from worker.batch_port import BatchPort, Lane
 from worker.chain_document import chain_projection, compact_json
-from worker.context import EffectBuffer
+from worker.context import ActionPort, EffectBuffer
 from worker.emitter import StagedEmits
-from worker.errors import LeaseLost, NotReplicated, PermanentFailure, RetryLater, SkipEvent
+from worker.errors import (
+    LeaseLost,
+    NotBatchable,
+    NotReplicated,
+    PermanentFailure,
+    RetryLater,
+    SkipEvent,
+)
 from worker.lease import LeaseGrant
 from worker.logs import bind_event
 from worker.nodes import Source
@@ -62,6 +70,10 @@ class EventWork:
     projection: dict[str, Any] | None = None
     reply: CommitReply | None = None
     followups: StagedEmits = field(default_factory=lambda: StagedEmits(None))
+    source_type: str = "unknown"
+    started_s: float = 0.0  # perf_counter when its steps began (the workflow-run duration)
+    lanes: list[Lane] | None = None  # run for a batch (worker/batch.py): its actions' lanes, committed there
+    unbatchable: bool = False  # the batch's chain met a handler that is not batch-safe: nothing was decided
 
     def decide(self, outcome: Outcome, error: str = "") -> None:
         self.outcome, self.error = outcome, error
@@ -106,11 +118,19 @@ class Interpret:
         if work.outcome is not None or work.source is None:
             return
         grant = work.grant
-        port = CancellablePort(pipeline.store, grant.scope_key, grant.fence, grant.lost, work.begun.event_id)
+        port: ActionPort
+        if work.lanes is not None:
+            port = BatchPort(pipeline.keys, grant.scope_key, grant.lost, work.lanes)
+        else:
+            port = CancellablePort(
+                pipeline.store, grant.scope_key, grant.fence, grant.lost, work.begun.event_id
+            )
         try:
             work.trace = run_chain(
                 work.source, pipeline.registry, port, scope=work.scope, telemetry=pipeline.telemetry
             )
+        except NotBatchable:  # pure so far (batch-safe handlers only): run it again on its own
+            work.unbatchable = True
         except LeaseLost:
             log.warning("lease lost mid-event; not committing", extra={"eventId": work.begun.event_id})
             work.lost = True
@@ -151,7 +171,7 @@ class CommitStep:
     name = "commit"
 
     def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
-        if work.lost or work.outcome is None:
+        if work.lost or work.outcome is None or work.lanes is not None:  # a batch commits its own
             return
         try:
             work.reply = pipeline.store.commit(self._commit(work), go_on=work.go_on)
@@ -181,6 +201,11 @@ class CommitStep:
         elif work.reply.code == -2:
             log.error("commit found another event at the inbox head", extra={"eventId": work.begun.event_id})
             work.lost = True
+
+    @staticmethod
+    def commit_of(work: EventWork) -> Commit:
+        """What the fenced commit of ``work`` stores (a batch commit takes the same, per event)."""
+        return CommitStep._commit(work)
 
     @staticmethod
     def _commit(work: EventWork) -> Commit:

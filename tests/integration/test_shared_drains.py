@@ -66,7 +66,12 @@ def test_a_hot_scope_hands_off_to_cold_scopes(
     settings = make_settings(max_events_per_drain=5, scopes_per_drain=4)
     producer = Producer(settings)
     hot = [
-        {"sourceType": "test.timeline", "sourceId": f"hot-{i}", "scopeKey": "topic:hot", "payload": {"seq": i}}
+        {
+            "sourceType": "test.timeline",
+            "sourceId": f"hot-{i}",
+            "scopeKey": "topic:hot",
+            "payload": {"seq": i},
+        }
         for i in range(60)
     ]
     cold = [

@@ -17,6 +17,11 @@ must be visible while the event is still running, so tests can observe ordering 
 * ``test.fail-action``: one action whose result is ``failed`` (retriable), never an exception.
 * ``test.flaky``: raises until the key ``test:fixed`` exists (or, given ``payload.failTimes``, on its first
   that many attempts), then increments ``test:flaky-applied``.
+* ``test.batch``: batch-safe (worker/batch.py) source → signal → action; the source handler counts its runs
+  under ``test:batch-runs:<sourceId>`` (instrumentation: speculative runs count too), records its pid under
+  ``test:inbatch:<sourceId>`` and sleeps ``payload.sleepMs``; the action stages ``payload.counterKey`` += 1
+  and an RPUSH of the source id onto ``test:batch-order`` (the order events committed in). With
+  ``payload.idempotencyKey`` set, the action's lane is that key (two events can share it).
 * ``test.two-step``: the source handler stages ``test:two-step-chain:<sourceId>`` += 1 and dispatches two actions.
   The first records ``test:two-step-started:<sourceId>``, waits (up to 60 s) for ``test:two-step-go:<sourceId>``,
   and stages ``test:two-step-first:<sourceId>`` += 1; the second stages ``test:two-step-second:<sourceId>`` += 1.
@@ -50,7 +55,14 @@ from worker.plugin import (
     signal_from,
 )
 
-SOURCE_TYPES = ("test.counter", "test.timeline", "test.flaky", "test.fail-action", "test.two-step")
+SOURCE_TYPES = (
+    "test.counter",
+    "test.timeline",
+    "test.flaky",
+    "test.fail-action",
+    "test.two-step",
+    "test.batch",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +181,27 @@ def _two_step_second(action: Action, ctx: HandlerContext) -> ExecutorResult:
     return applied(action, ctx, detail="second")
 
 
+def _batch_source(source: Source, ctx: HandlerContext) -> Dispatch:
+    redis = ctx.deps(Probe).redis
+    redis.incr(_test_key(ctx, f"batch-runs:{source.source_id}"))
+    redis.set(_test_key(ctx, f"inbatch:{source.source_id}"), os.getpid())
+    time.sleep(int(source.payload.get("sleepMs", 0)) / 1000)
+    return Dispatch(
+        signals=[signal_from(source, "batch", "signal.test.batch", dict(source.payload), ctx.now())]
+    )
+
+
+def _batch_plan(signal: Signal, ctx: HandlerContext) -> Dispatch:
+    payload = {k: v for k, v in signal.payload.items() if k in ("counterKey", "idempotencyKey")}
+    return Dispatch(actions=[action_from(signal, "count", "action.test.batch", payload, ctx.now())])
+
+
+def _batch_apply(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    ctx.effects.incr(str(action.payload["counterKey"]))
+    ctx.effects.call("RPUSH", _test_key(ctx, "batch-order"), action.source.source_id)
+    return applied(action, ctx, detail="batched")
+
+
 def _probe(runtime: PluginRuntime) -> Probe:
     return Probe(runtime.redis)
 
@@ -186,7 +219,14 @@ def _policies() -> list[Policy]:
                 define_source_handler("test.counter", "test.counter:source", _counter_source),
                 define_signal_handler("signal.test.counter", "test.counter:plan", _counter_plan),
                 define_action_handler("action.test.increment", "test.counter:apply", _counter_apply),
-                define_signal_handler("signal.action.applied", "test.counter:after-applied", _after_applied),
+                # Batch-safe: it only sleeps when a test asks it to (test:sleep-after), for test.counter
+                # events, which are never batched.
+                define_signal_handler(
+                    "signal.action.applied", "test.counter:after-applied", _after_applied, batch_safe=True
+                ),
+                define_source_handler("test.batch", "test.batch:source", _batch_source, batch_safe=True),
+                define_signal_handler("signal.test.batch", "test.batch:plan", _batch_plan, batch_safe=True),
+                define_action_handler("action.test.batch", "test.batch:apply", _batch_apply, batch_safe=True),
                 define_source_handler("test.timeline", "test.timeline:source", _timeline),
                 define_source_handler("test.flaky", "test.flaky:source", _flaky),
                 define_source_handler("test.fail-action", "test.fail-action:source", _failing_source),

@@ -1,0 +1,61 @@
+"""The action port of a chain run for a batch commit (worker/batch.py): no round trip per action.
+
+On the slow path each action costs two round trips: the idempotency lookup (with the cancel flag) and APPLY.
+An event in a batch has never been delivered, so no earlier delivery can have marked its lanes; its actions
+run straight away and their results and staged effects wait here as :class:`Lane` records, which
+COMMIT_BATCH applies right before it commits the event. A lane that another event marked meanwhile (two
+events sharing an idempotency key) makes COMMIT_BATCH stop before that event, which then runs again on the
+slow path and replays the stored result; a cancel asked for the event meanwhile makes the commit
+``cancelled`` without applying its lanes, as if the cancel came before its first action.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+
+from worker.context import EffectBuffer
+from worker.errors import LeaseLost
+from worker.keys import Keys
+from worker.nodes import Action, ExecutorResult
+
+__all__ = ["BatchPort", "Lane"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """One applied action of a batched event: its idempotency lane key, stored result and staged effects."""
+
+    key: str
+    result_json: str
+    effects_json: str
+
+
+class BatchPort:
+    """The scheduler's :class:`~worker.context.ActionPort` for a batched event: lanes are collected, not written."""
+
+    def __init__(self, keys: Keys, scope_key: str, lost: threading.Event, lanes: list[Lane]) -> None:
+        self.keys = keys
+        self.scope_key = scope_key
+        self._lost = lost
+        self.lanes = lanes
+
+    def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
+        return None  # never delivered before: nothing of this event is applied yet
+
+    def commit(
+        self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
+    ) -> bool:
+        self.lanes.append(
+            Lane(
+                key=self.keys.idempotency(self.scope_key, idempotency_key),
+                result_json=result.model_dump_json(by_alias=True, exclude_none=True),
+                effects_json=json.dumps(effects.to_json_list()),
+            )
+        )
+        return True
+
+    def ensure_live(self) -> None:
+        if self._lost.is_set():
+            raise LeaseLost(f"scope {self.scope_key}: lease lost before the next effect")

@@ -1,0 +1,109 @@
+"""Batch commits (worker/batch.py): several head events of one scope committed in one script.
+
+COMMIT_BATCH runs COMMIT's own body (``COMMIT_BODY``, wrapped in a Lua function of ``(KEYS, ARGV)``) once per
+event, in inbox order, so each event is committed exactly as a lone COMMIT would commit it: fenced, at the
+head, with its outcome, chain, staged writes and follow-ups. Before each event it applies the idempotency
+lanes of the actions the event's chain ran (what APPLY does one by one on the slow path) when the event is
+still our head and no cancel was asked for it. Every event's COMMIT goes on (``continue`` = 1) and so takes
+the next head, which begins the next event of the batch; an event that is not the head that commit took ends
+the batch there. After the last commit, PEEK_FRESH's loop lists the next fresh events for the next batch.
+"""
+
+from __future__ import annotations
+
+from worker.scripts_lifecycle import ADMIT, COMMIT_BODY, STAGED, TAKE_HEAD
+
+__all__ = ["COMMIT_ARGS", "COMMIT_BATCH", "COMMIT_KEYS", "PEEK_FRESH"]
+
+COMMIT_KEYS = 16  # EventStore.commit_call: keys per event
+COMMIT_ARGS = 18  # and arguments per event
+
+# Shared Lua: the events queued right behind the head that have never been delivered (no attempt, no retry
+# time, no cancel): a batch may run them before they are begun. -> {id, eventJson, id, eventJson, ...}
+PEEK = """
+local function peek_fresh(inbox, ev_prefix, now, count)
+  local out = {}
+  if count <= 0 then return out end
+  for _, id in ipairs(redis.call('LRANGE', inbox, 1, count)) do
+    local rec = redis.call('HMGET', ev_prefix .. id, 'state', 'event', 'attempts', 'notBefore', 'cancelRequested')
+    if rec[1] ~= 'queued' or not rec[2] or (tonumber(rec[3] or '0') or 0) > 0 or rec[5] then break end
+    if rec[4] and (tonumber(rec[4]) or 0) > tonumber(now) then break end
+    out[#out + 1] = id
+    out[#out + 1] = rec[2]
+  end
+  return out
+end
+"""
+
+# The fresh events behind our head (fenced, and only while the head is the one we hold).
+# KEYS: inbox, fence   ARGV: fence, evPrefix, nowMs, headId, count   -> {} | {id, eventJson, ...}
+PEEK_FRESH = (
+    PEEK
+    + """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] or redis.call('LINDEX', KEYS[1], 0) ~= ARGV[4] then return {} end
+return peek_fresh(KEYS[1], ARGV[2], ARGV[3], tonumber(ARGV[5]))
+"""
+)
+
+# KEYS: per event: its 16 COMMIT keys, then one idempotency lane key per action it applied
+# ARGV: n, laneTtlS, peekCount, then per event: laneCount, its 18 COMMIT arguments, then per lane:
+#       resultJson, effectsJson
+# A batch of more than one event that committed whole is counted in the tenant's stats (batchCommits,
+# batchedEvents).
+# -> {code, {COMMIT reply per event tried}, peek}:
+#    1 all committed (peek: the fresh events behind the new head) | 2 the batch ended before event #replies+1,
+#    which is not the head now (a retry, or the scope released): nothing wrong | -4 event #replies+1 was not
+#    committed: a lane was already marked, or its staged writes would be refused (redo it one by one) |
+#    -5 event #replies+1: a lane's staged write failed midway (commit it dead) | -1, -2, -3: the last reply's
+#    COMMIT code (stale fence, another head, a refused staged write)
+COMMIT_BATCH = (
+    TAKE_HEAD
+    + ADMIT
+    + STAGED
+    + PEEK
+    + "local function commit_event(KEYS, ARGV)\n"
+    + COMMIT_BODY
+    + "\nend\n"
+    + """
+local n, lane_ttl, peek_n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local kp, ap = 1, 4
+local out = {}
+local inbox, ev_prefix, now = nil, '', 0
+for i = 1, n do
+  local lanes_n = tonumber(ARGV[ap])
+  ap = ap + 1
+  local ck = {unpack(KEYS, kp, kp + 15)}
+  local ca = {unpack(ARGV, ap, ap + 17)}
+  kp, ap = kp + 16, ap + 18
+  inbox, ev_prefix, now = ck[1], ca[13], ca[4]
+  local lanes = {}
+  for j = 1, lanes_n do
+    lanes[j] = {KEYS[kp], ARGV[ap], cjson.decode(ARGV[ap + 1])}
+    kp, ap = kp + 1, ap + 2
+  end
+  local at_head = redis.call('LINDEX', ck[1], 0) == ca[2]
+  if i > 1 and not (at_head and redis.call('HGET', ck[3], 'state') == 'processing') then return {2, out, {}} end
+  if lanes_n > 0 and at_head and redis.call('GET', ck[2]) == ca[1]
+      and redis.call('HEXISTS', ck[3], 'cancelRequested') == 0 then
+    for _, lane in ipairs(lanes) do
+      if redis.call('EXISTS', lane[1]) == 1 or check_staged(lane[3]) then return {-4, out, {}} end
+    end
+    for _, lane in ipairs(lanes) do
+      if apply_staged(lane[3]) then return {-5, out, {}} end
+      redis.call('SET', lane[1], lane[2], 'EX', lane_ttl)
+    end
+  end
+  local r = commit_event(ck, ca)
+  out[#out + 1] = r
+  if r[1] ~= 1 then return {r[1], out, {}} end
+end
+if n > 1 then
+  redis.call('HINCRBY', KEYS[5], 'batchCommits', 1)
+  redis.call('HINCRBY', KEYS[5], 'batchedEvents', #out)
+end
+local last = out[#out]
+local peek = {}
+if last and last[5] == 1 then peek = peek_fresh(inbox, ev_prefix, now, peek_n) end
+return {1, out, peek}
+"""
+)
