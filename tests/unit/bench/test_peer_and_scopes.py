@@ -37,7 +37,9 @@ class TestApplyEvent:
         assert redis_client.get(keys.done) == "1"
         assert not redis_client.exists(keys.lock("topic:a"))
 
-    def test_a_second_delivery_of_the_same_event_writes_nothing(self, redis_client: Redis, prefix: str) -> None:
+    def test_a_second_delivery_of_the_same_event_writes_nothing(
+        self, redis_client: Redis, prefix: str
+    ) -> None:
         """The SET NX claim is taken: DUPLICATE, and the counter stays at one."""
         keys = PeerKeys(prefix)
         apply_event(redis_client, keys, "e1", "topic:a", "task-1")
@@ -133,48 +135,53 @@ class TestPeerComparison:
 
 
 class TestScopeShapes:
-    def test_fills_and_after_fill_windows_bring_the_tenant_to_each_count(self) -> None:
-        """Default counts: window; fill, after-fill, window -> 10,000; again -> exactly 100,000 scopes."""
+    def test_fills_and_windows_bring_the_tenant_to_each_count(self) -> None:
+        """Default counts: before + window (100); fill, before, window -> 10,000; again -> exactly 100,000."""
         shapes = scope_shapes(4000, DEFAULT_SCOPE_COUNTS)
         assert shapes == [
-            ("window", (4000, 100)),
-            ("fill", (9700, 9700)),
-            ("after-fill", (4000, 100)),
-            ("window", (4000, 100)),
-            ("fill", (89_800, 89_800)),
-            ("after-fill", (4000, 100)),
-            ("window", (4000, 100)),
+            ("before", (4000, 50)),
+            ("window", (4000, 50)),
+            ("fill", (9800, 9800)),
+            ("before", (4000, 50)),
+            ("window", (4000, 50)),
+            ("fill", (89_900, 89_900)),
+            ("before", (4000, 50)),
+            ("window", (4000, 50)),
         ]
         assert sum(scopes for _kind, (_n, scopes) in shapes) == 100_000
 
     def test_counts_parse_and_must_rise_by_two_windows(self) -> None:
-        """Room for the after-fill window and the row's own, each over the first count's scopes."""
+        """The first count is even (two windows' scopes); each next one leaves room for both windows."""
         assert parse_scope_counts("100,10_000, 100000") == (100, 10_000, 100_000)
-        assert parse_scope_counts("100,300") == (100, 300)
-        with pytest.raises(ValueError, match="at least 200"):
-            parse_scope_counts("100,250")
-        with pytest.raises(ValueError, match="positive"):
-            parse_scope_counts("0,100")
+        assert parse_scope_counts("100,200") == (100, 200)
+        with pytest.raises(ValueError, match="at least 100"):
+            parse_scope_counts("100,150")
+        with pytest.raises(ValueError, match="even"):
+            parse_scope_counts("101,1000")
 
 
 class TestScopeGrowth:
     def test_windows_are_ratios_to_the_first_and_fills_to_the_first_fill(self) -> None:
+        """Each row's note gives the window before it, as a ratio to the baseline too."""
         growth = ScopeGrowth(
             events=4000,
             counts=(100, 10_000),
             windows={100: 2000.0, 10_000: 1900.0},
-            after_fill={10_000: 1000.0},
-            fills=[(100, 9800, 1000.0)],
+            before={100: 1800.0, 10_000: 1000.0},
+            fills=[(100, 9900, 1000.0)],
         )
         rows = {label: (value, ratio, note) for label, value, ratio, note in growth.rows()}
         assert rows["pipeline, 100 scopes"][:2] == ("2,000 events/s", "1.00x")
-        assert "40/scope" in rows["pipeline, 100 scopes"][2]
+        assert "over 50 fresh scopes (80/scope), the last of 100" in rows["pipeline, 100 scopes"][2]
+        assert "the first on fresh workers: 1,800 events/s (0.90x)" in rows["pipeline, 100 scopes"][2]
         assert rows["pipeline, 10,000 scopes"][1] == "0.95x"
-        assert "the last of 10,000" in rows["pipeline, 10,000 scopes"][2]
         assert "right after the fill: 1,000 events/s (0.50x)" in rows["pipeline, 10,000 scopes"][2]
-        assert rows["pipeline, fill 100 -> 9,800 scopes"][1:] == ("1.00x", "baseline, 9,700 events, 1 event/scope")
+        assert rows["pipeline, fill 100 -> 9,900 scopes"][1:] == (
+            "1.00x",
+            "baseline, 9,800 events, 1 event/scope",
+        )
         assert growth.figures()["scopes_10000_ratio"] == 0.95
-        assert growth.figures()["scopes_10000_after_fill_events_per_s"] == 1000.0
+        assert growth.figures()["scopes_10000_window_before_events_per_s"] == 1000.0
 
 
 class TestArguments:
@@ -187,5 +194,5 @@ class TestArguments:
 
     def test_bad_scope_counts_are_an_argument_error(self, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
-            parse_args(["--scope-counts", "100,250"])
-        assert "at least 200" in capsys.readouterr().err
+            parse_args(["--scope-counts", "100,150"])
+        assert "at least 100" in capsys.readouterr().err
