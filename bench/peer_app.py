@@ -44,7 +44,7 @@ from redis.lock import Lock
 from worker.settings import kombu_url_for
 
 __all__ = [
-        "PEER_TASK",
+    "PEER_TASK",
     "PREFIX_ENV",
     "REDIS_URL_ENV",
     "Outcome",
@@ -170,7 +170,10 @@ def create_peer_app(redis_url: str, prefix: str) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S, "global_keyprefix": keys.broker_prefix},
+        broker_transport_options={
+            "visibility_timeout": VISIBILITY_TIMEOUT_S,
+            "global_keyprefix": keys.broker_prefix,
+        },
         task_default_queue=keys.queue,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,

@@ -134,11 +134,17 @@ class PeerRun:
         target = int(self.client.get(self.keys.done) or 0) + n
         t0 = time.perf_counter()
         for i in range(n):
-            self.app.send_task(PEER_TASK, args=[f"{tag}-{i}", f"topic:{tag}-{i % scopes}"], queue=self.keys.queue)
+            self.app.send_task(
+                PEER_TASK, args=[f"{tag}-{i}", f"topic:{tag}-{i % scopes}"], queue=self.keys.queue
+            )
         sent_at = time.perf_counter()
         wait(lambda: int(self.client.get(self.keys.done) or 0) >= target, timeout_s=600, interval_s=0.02)
         elapsed = time.perf_counter() - t0
-        self.sent, self.send_s, self.total_s = self.sent + n, self.send_s + sent_at - t0, self.total_s + elapsed
+        self.sent, self.send_s, self.total_s = (
+            self.sent + n,
+            self.send_s + sent_at - t0,
+            self.total_s + elapsed,
+        )
         return elapsed
 
     def tally(self) -> tuple[int, int]:

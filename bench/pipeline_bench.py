@@ -105,6 +105,26 @@ def latency_ms(url: str, samples: int) -> tuple[float, float]:
     return statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
 
 
+def noop_latency_ms(url: str, samples: int) -> tuple[float, float]:
+    """(p50, p99) of the plain no-op task from send to its marker write, on one idle worker process: the
+    baseline of :func:`latency_ms`, measured in the same run."""
+    settings = make_settings(url)
+    producer = Producer(settings)
+    client = producer.store.client
+    lat: list[float] = []
+    with workers(settings, 1):
+        for i in range(samples):
+            marker = f"lat-{i}"
+            t0 = time.perf_counter()
+            producer.app.send_task(NOOP_TASK, args=[marker], queue=settings.queue_name)
+            key = producer.store.keys.noop_marker(marker)
+            wait(partial(client.exists, key), 30, interval_s=0.0005)
+            lat.append((time.perf_counter() - t0) * 1000)
+    producer.close()
+    lat.sort()
+    return statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
+
+
 def _is_done(producer: Producer, event_key: str) -> bool:
     return bool(producer.store.client.hget(event_key, "state") == "done")
 

@@ -101,8 +101,11 @@ def _batchable(pipeline: Pipeline, begun: Begun) -> bool:
 
 
 def _peek(pipeline: Pipeline, grant: LeaseGrant, head: Head | None, count: int) -> list[Begun]:
-    """The fresh events right behind the head we hold (none when the head itself is not batchable)."""
-    if head is None or head.begun is None or count <= 0 or not _batchable(pipeline, head.begun):
+    """The fresh events right behind the head we hold (none when the head itself is not batchable, or
+    ACQUIRE saw nothing behind it)."""
+    if head is None or head.begun is None or count <= 0 or head.behind == 0:
+        return []
+    if not _batchable(pipeline, head.begun):
         return []
     k = pipeline.keys
     reply = pipeline.store.scripts.peek_fresh(

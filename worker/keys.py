@@ -353,6 +353,10 @@ class Keys:
         """node -> JSON {concurrency, pid, startedAt}: what each worker runs with (written when it is ready)."""
         return f"{self.prefix}worker-info"
 
+    def noop_marker(self, name: str) -> str:
+        """Set by the benchmark's no-op task when it is given a marker (its latency baseline)."""
+        return f"{self.prefix}noop:{name}"
+
     @property
     def reconcile_lock(self) -> str:
         return f"{self.prefix}reconcile-lock"

@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redis.commands.core import Script
@@ -93,7 +93,9 @@ class ScopeLease:
         if fence == 0:
             return None, max(int(reply[1]), 0), None
         grant = LeaseGrant(scope_key=scope_key, token=token, fence=fence)
-        head = Head.parse(reply[1:])
+        head = Head.parse(reply[1:-1])
+        if head.code == 1:
+            head = replace(head, behind=max(int(reply[-1]) - 1, 0))
         if head.code != 0:
             self._start_renewer(grant)
         return grant, 0, head

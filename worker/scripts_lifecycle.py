@@ -216,8 +216,9 @@ end
 # KEYS: lease, fence, inbox, sched, scopes[, paused, stats, runs:status:active, runs:status:cancelled]
 # ARGV: token, ttlMs, evPrefix, nowMs, scopeRef
 # (worker.scripts.Scripts.acquire appends the tenant's keys in brackets.)
-# -> {0, pttl} held by someone else | {fence, <take_head reply>} granted; when the inbox was empty, or the scope
-#    is paused, the lease is released again in the same script (reply {fence, 0}).
+# -> {0, pttl} held by someone else | {fence, <take_head reply>, inbox length} granted (the length counts the
+#    head: a batch looks behind it only when more wait); when the inbox was empty, or the scope is paused,
+#    the lease is released again in the same script (reply {fence, 0, length}).
 ACQUIRE = (
     TAKE_HEAD
     + """
@@ -241,6 +242,7 @@ elseif head[1] == 0 then
   release_if_idle(KEYS[3], KEYS[1], KEYS[4], KEYS[5], ARGV[1], ARGV[5])
 end
 table.insert(head, 1, fence)
+head[#head + 1] = redis.call('LLEN', KEYS[3])
 return head
 """
 )

@@ -105,6 +105,7 @@ class Head:
     code: int
     begun: Begun | None = None
     not_before_ms: int = 0
+    behind: int = -1  # events queued behind the head when ACQUIRE took it (-1: not known)
 
     @classmethod
     def parse(cls, reply: Sequence[Any]) -> Head:

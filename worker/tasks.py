@@ -23,6 +23,7 @@ from worker.tenancy import BadTenant
 __all__ = ["DRAIN_TASK", "NOOP_TASK", "FairQueue", "publish_drain", "publish_task", "register_tasks"]
 
 NOOP_TASK = "agent_signal.noop"
+NOOP_MARKER_TTL_S = 60
 
 log = logging.getLogger(__name__)
 
@@ -141,4 +142,9 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
 
     @app.task(name=NOOP_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
     def noop(*args: Any) -> None:
+        """The benchmark's baseline task. Given a marker name, it also says it ran (one SET with a TTL), so
+        the latency baseline can see when it finished."""
+        if args and isinstance(args[0], str) and args[0]:
+            pipeline = _state.get()
+            pipeline.store.client.set(pipeline.keys.noop_marker(args[0]), "1", ex=NOOP_MARKER_TTL_S)
         return None
