@@ -186,38 +186,30 @@ def _traced(
     port: ActionPort,
     trace: ChainTrace,
 ) -> list[Node]:
-    """Run one handler inside an ``agent_signal.handler.run`` span, with its metrics."""
+    """Run one handler with its metrics, inside an ``agent_signal.handler.run`` span when spans are read."""
     if not telemetry.enabled:
-        if isinstance(node, Action):
-            return _run_action(node, handler, ctx, port, trace)
-        return _run_handler(node, handler, ctx, trace)
-    attrs = {
-        "agent.signal.handler_id": handler.id,
-        "agent.signal.handler_kind": kind,
-        "agent.signal.node_type": node_type,
-        "agent.signal.scope_key": ctx.scope_key,
-    }
+        return _run_node(node, handler, ctx, port, trace)
     started = time.perf_counter()
-    before_results, before_terminal = len(trace.results), trace.terminal
     status = "ok"
     try:
+        if not telemetry.tracing:  # no span nobody reads: just the handler and its terminal count
+            before_terminal = trace.terminal
+            outputs = _run_node(node, handler, ctx, port, trace)
+            _note_terminal(telemetry, kind, node_type, trace, before_terminal)
+            return outputs
+        attrs = {
+            "agent.signal.handler_id": handler.id,
+            "agent.signal.handler_kind": kind,
+            "agent.signal.node_type": node_type,
+            "agent.signal.scope_key": ctx.scope_key,
+        }
         with telemetry.span("agent_signal.handler.run", attrs) as span:
-            if isinstance(node, Action):
-                outputs = _run_action(node, handler, ctx, port, trace)
-            else:
-                outputs = _run_handler(node, handler, ctx, trace)
-            result_status = _result_status(trace, before_results, before_terminal, outputs)
+            before_results, before_terminal = len(trace.results), trace.terminal
+            outputs = _run_node(node, handler, ctx, port, trace)
             if span is not None:
+                result_status = _result_status(trace, before_results, before_terminal, outputs)
                 span.set_attribute("agent.signal.handler_result_status", result_status)
-            if trace.terminal is not None and trace.terminal is not before_terminal:
-                terminal = trace.terminal
-                found = getattr(terminal, "pending", None) or getattr(terminal, "concluded", None) or {}
-                telemetry.terminal(
-                    node_kind=kind,
-                    node_type=node_type,
-                    status=terminal.status,
-                    reason=str(found.get("reason") or terminal.status),
-                )
+            _note_terminal(telemetry, kind, node_type, trace, before_terminal)
             return outputs
     except BaseException:
         status = "error"
@@ -229,6 +221,29 @@ def _traced(
             node_type=node_type,
             status=status,
             duration_ms=(time.perf_counter() - started) * 1000,
+        )
+
+
+def _run_node(
+    node: Node, handler: HandlerDef, ctx: HandlerContext, port: ActionPort, trace: ChainTrace
+) -> list[Node]:
+    if isinstance(node, Action):
+        return _run_action(node, handler, ctx, port, trace)
+    return _run_handler(node, handler, ctx, trace)
+
+
+def _note_terminal(
+    telemetry: Telemetry, kind: HandlerKind, node_type: str, trace: ChainTrace, before: object
+) -> None:
+    """Count the terminal result this handler produced, if it produced one."""
+    if trace.terminal is not None and trace.terminal is not before:
+        terminal = trace.terminal
+        found = getattr(terminal, "pending", None) or getattr(terminal, "concluded", None) or {}
+        telemetry.terminal(
+            node_kind=kind,
+            node_type=node_type,
+            status=terminal.status,
+            reason=str(found.get("reason") or terminal.status),
         )
 
 

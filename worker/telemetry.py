@@ -34,7 +34,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from worker.process_metrics import ProcessMetrics, process_metrics
 from worker.projection import flatten_attributes
-from worker.telemetry_buffer import MeasurementBuffer
+from worker.telemetry_buffer import MEMO_MAX, AttrsKey, MeasurementBuffer
 from worker.telemetry_instruments import INSTRUMENT_ATTRS as _INSTRUMENT_ATTRS
 from worker.telemetry_instruments import METER_NAME, TRACER_NAME, TRACER_VERSION, DescribedInstruments
 from worker.telemetry_instruments import agent_signal_attrs as _a
@@ -71,6 +71,8 @@ class Telemetry(MeasurementBuffer):
         # LobeHub adds attributesCommon() (service name + environment) to some series; ours live on the
         # Resource (service.name, deployment.environment), which every exporter attaches anyway.
         self.common: dict[str, Any] = {}
+        # Chain shape -> the series it counts (_count_projection); bounded: cleared when full.
+        self._shapes: dict[tuple[Any, ...], tuple[list[tuple[str, AttrsKey]], list[AttrsKey], AttrsKey]] = {}
         if not self.enabled:
             return
         assert tracer_provider is not None
@@ -157,21 +159,27 @@ class Telemetry(MeasurementBuffer):
     ) -> None:
         if not self.enabled:
             return
-        attrs = {**_a(source_type=source_type, workflow_status=status), **self.common, "tenant": tenant}
-        self._add("agent_signal_workflow_runs_total", attrs)
-        self._record("agent_signal_workflow_duration_ms", duration_ms, attrs)
+        key = self._frozen(
+            ("workflow", source_type, status, tenant),
+            lambda: {**_a(source_type=source_type, workflow_status=status), **self.common, "tenant": tenant},
+        )
+        self._add_key("agent_signal_workflow_runs_total", key)
+        self._record_key("agent_signal_workflow_duration_ms", duration_ms, key)
 
     def handler_run(
         self, *, handler_id: str, kind: str, node_type: str, status: str, duration_ms: float
     ) -> None:
         if not self.enabled:
             return
-        attrs = {
-            **_a(handler_id=handler_id, handler_kind=kind, node_type=node_type, handler_status=status),
-            **self.common,
-        }
-        self._add("agent_signal_handler_runs_total", attrs)
-        self._record("agent_signal_handler_duration_ms", duration_ms, attrs)
+        key = self._frozen(
+            ("handler", handler_id, kind, node_type, status),
+            lambda: {
+                **_a(handler_id=handler_id, handler_kind=kind, node_type=node_type, handler_status=status),
+                **self.common,
+            },
+        )
+        self._add_key("agent_signal_handler_runs_total", key)
+        self._record_key("agent_signal_handler_duration_ms", duration_ms, key)
 
     def event_committed(self, *, outcome: str, tenant: str, latency_ms: float | None) -> None:
         """The engine's count of an event this worker committed (``retry`` is counted as ``retried``) and, when
@@ -179,9 +187,13 @@ class Telemetry(MeasurementBuffer):
         if not self.enabled:
             return
         status = "retried" if outcome == "retry" else outcome
-        self._add("agent_signal_events_total", {"tenant": tenant, "status": status})
+        self._add_key(
+            "agent_signal_events_total",
+            self._frozen(("events", tenant, status), lambda: {"tenant": tenant, "status": status}),
+        )
         if latency_ms is not None:
-            self._record("agent_signal_event_latency_ms", latency_ms, {"tenant": tenant})
+            key = self._frozen(("tenant", tenant), lambda: {"tenant": tenant})
+            self._record_key("agent_signal_event_latency_ms", latency_ms, key)
 
     def fence_rejected(self, *, tenant: str) -> None:
         if self.enabled:
@@ -243,40 +255,60 @@ class Telemetry(MeasurementBuffer):
                 )
 
     def _count_projection(self, envelope: Mapping[str, Any], record: Mapping[str, Any]) -> None:
-        """The chain's metrics, in LobeHub's order: source, signals, actions and transitions, results, chain."""
+        """The chain's metrics, in LobeHub's order: source, signals, actions and transitions, results, chain.
+        The series a chain of this shape counts are built once per shape (``_projection_series``)."""
         source_type = envelope["source"]["sourceType"]
-        self._add("agent_signal_source_occurrences_total", _a(source_type=source_type))
-        for signal in envelope["signals"]:
-            self._add(
-                "agent_signal_signal_occurrences_total", _signal_attrs(signal["signalType"], source_type)
-            )
         actions = {a["actionId"]: a for a in envelope["actions"]}
-        for action in envelope["actions"]:
-            self._add("agent_signal_action_occurrences_total", _a(action_type=action["actionType"]))
-            self._add(
-                "agent_signal_signal_action_transitions_total",
-                {
-                    **_a(action_type=action["actionType"]),
-                    **_signal_attrs(action["signal"]["signalType"], None),
-                },
-            )
-        for result in envelope["results"]:
-            action = actions.get(result["actionId"])
-            if action is None:
-                continue
-            result_attrs = _a(action_type=action["actionType"], result_status=result["status"])
-            self._add("agent_signal_action_results_total", result_attrs)
+        results = [(actions[r["actionId"]], r) for r in envelope["results"] if r["actionId"] in actions]
+        shape = (
+            source_type,
+            tuple(s["signalType"] for s in envelope["signals"]),
+            tuple((a["actionType"], a["signal"]["signalType"]) for a in envelope["actions"]),
+            tuple((a["actionType"], r["status"]) for a, r in results),
+            record.get("finalStatus", "none"),
+        )
+        series = self._shapes.get(shape)
+        if series is None:
+            if len(self._shapes) >= MEMO_MAX:
+                self._shapes.clear()
+            series = self._shapes[shape] = self._projection_series(*shape)
+        counted, result_keys, chain_key = series
+        self._add_keys(counted)
+        for (_, result), key in zip(results, result_keys, strict=True):
             attempt = result.get("attempt", {})
             if attempt.get("completedAt") is not None:
-                self._record(
-                    "agent_signal_action_duration_ms",
-                    attempt["completedAt"] - attempt["startedAt"],
-                    result_attrs,
-                )
-        chain_attrs = _a(final_status=record.get("finalStatus", "none"), source_type=source_type)
-        self._add("agent_signal_chains_total", chain_attrs)
+                duration = attempt["completedAt"] - attempt["startedAt"]
+                self._record_key("agent_signal_action_duration_ms", duration, key)
         if isinstance(record.get("durationMs"), int | float):
-            self._record("agent_signal_chain_duration_ms", record["durationMs"], chain_attrs)
+            self._record_key("agent_signal_chain_duration_ms", record["durationMs"], chain_key)
+
+    def _projection_series(
+        self,
+        source_type: str,
+        signal_types: tuple[str, ...],
+        actions: tuple[tuple[str, str], ...],
+        results: tuple[tuple[str, str], ...],
+        final_status: str,
+    ) -> tuple[list[tuple[str, AttrsKey]], list[AttrsKey], AttrsKey]:
+        """(the counted series in LobeHub's order, each result's attributes, the chain's attributes)."""
+
+        def frozen(attrs: Mapping[str, Any]) -> AttrsKey:
+            return tuple(sorted(attrs.items()))
+
+        counted = [("agent_signal_source_occurrences_total", frozen(_a(source_type=source_type)))]
+        counted += [
+            ("agent_signal_signal_occurrences_total", frozen(_signal_attrs(t, source_type)))
+            for t in signal_types
+        ]
+        for action_type, signal_type in actions:
+            counted.append(("agent_signal_action_occurrences_total", frozen(_a(action_type=action_type))))
+            transition = {**_a(action_type=action_type), **_signal_attrs(signal_type, None)}
+            counted.append(("agent_signal_signal_action_transitions_total", frozen(transition)))
+        result_keys = [frozen(_a(action_type=a, result_status=status)) for a, status in results]
+        counted += [("agent_signal_action_results_total", key) for key in result_keys]
+        chain_key = frozen(_a(final_status=final_status, source_type=source_type))
+        counted.append(("agent_signal_chains_total", chain_key))
+        return counted, result_keys, chain_key
 
     def flush(self) -> None:
         self.flush_measurements()

@@ -12,10 +12,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["MeasurementBuffer"]
+__all__ = ["AttrsKey", "MeasurementBuffer"]
+
+AttrsKey = tuple[tuple[str, Any], ...]  # a series' attributes, sorted and frozen
+MEMO_MAX = 10_000  # frozen attribute sets kept (cleared when full)
 
 log = logging.getLogger("worker.telemetry")
 
@@ -30,23 +33,46 @@ class MeasurementBuffer:
     def __init__(self) -> None:
         self._instruments: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, tuple[tuple[str, Any], ...]], float] = {}
-        self._values: list[tuple[str, float, tuple[tuple[str, Any], ...]]] = []
+        self._counts: dict[tuple[str, AttrsKey], float] = {}
+        self._values: list[tuple[str, float, AttrsKey]] = []
         self.flush_every_s = 1.0
         self._flushed_at = time.monotonic()
         self._flusher: threading.Thread | None = None
         self._flusher_pid = 0
+        self._memo: dict[tuple[Any, ...], AttrsKey] = {}
 
     def _add(self, instrument: str, attrs: Mapping[str, Any], value: float = 1) -> None:
-        key = (instrument, tuple(sorted(attrs.items())))
+        self._add_key(instrument, tuple(sorted(attrs.items())), value)
+
+    def _add_key(self, instrument: str, key: AttrsKey, value: float = 1) -> None:
+        """``_add`` with the attributes already frozen (:meth:`_frozen`)."""
         with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + value
+            self._counts[(instrument, key)] = self._counts.get((instrument, key), 0) + value
         self._ensure_flusher()
+
+    def _add_keys(self, pairs: Sequence[tuple[str, AttrsKey]]) -> None:
+        """One count each for (instrument, frozen attributes) pairs, under one lock."""
+        with self._lock:
+            counts = self._counts
+            for pair in pairs:
+                counts[pair] = counts.get(pair, 0) + 1
+        self._ensure_flusher()
+
+    def _frozen(self, memo: tuple[Any, ...], build: Callable[[], Mapping[str, Any]]) -> AttrsKey:
+        """The frozen attributes that ``build()`` gives for ``memo`` (the recorder's own arguments), built once:
+        the hot path then makes no attribute dicts. Bounded like the series themselves (label values)."""
+        key = self._memo.get(memo)
+        if key is None:
+            if len(self._memo) >= MEMO_MAX:
+                self._memo.clear()
+            key = self._memo[memo] = tuple(sorted(build().items()))
+        return key
 
     def _ensure_flusher(self) -> None:
         """A daemon thread that hands the buffer over every ``flush_every_s``, started on first use (after
-        fork, inside the process that records)."""
-        if self._flusher is not None and self._flusher_pid == os.getpid():
+        fork, inside the process that records: a forked child sees the parent's thread as not alive)."""
+        flusher = self._flusher
+        if flusher is not None and flusher.is_alive():  # no getpid per measurement
             return
         with self._lock:
             if self._flusher is not None and self._flusher_pid == os.getpid():
@@ -65,8 +91,11 @@ class MeasurementBuffer:
             self._flusher.start()
 
     def _record(self, instrument: str, value: float, attrs: Mapping[str, Any]) -> None:
+        self._record_key(instrument, value, tuple(sorted(attrs.items())))
+
+    def _record_key(self, instrument: str, value: float, key: AttrsKey) -> None:
         with self._lock:
-            self._values.append((instrument, value, tuple(sorted(attrs.items()))))
+            self._values.append((instrument, value, key))
 
     def flush_measurements(self) -> None:
         if not self.enabled:
