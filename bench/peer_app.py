@@ -185,7 +185,9 @@ def create_peer_app(redis_url: str, prefix: str) -> Celery:
         if apply_event(child.get(), keys, event_id, scope, self.request.id) is Outcome.BUSY:
             raise self.retry(countdown=BUSY_RETRY_COUNTDOWN_S, max_retries=None)
 
-    app.task(name=PEER_TASK, bind=True, acks_late=True, ignore_result=True, max_retries=None)(run)
+    app.task(name=PEER_TASK, shared=False, bind=True, acks_late=True, ignore_result=True, max_retries=None)(
+        run
+    )
     return app
 
 

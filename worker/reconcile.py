@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from worker.keys import BadTenant, split_scope_ref
+from worker.keys import BadTenant, Keys, split_scope_ref
 from worker.store import EventStore, now_ms
 
 __all__ = ["reconcile"]
+
+
+SWEEP_BATCH = 500  # scopes read per round trip (a backlog of 50,000 queued scopes is 100 round trips)
 
 
 def reconcile(store: EventStore, publish: Callable[[str], None], *, stale_after_ms: int) -> list[str]:
@@ -23,25 +26,31 @@ def reconcile(store: EventStore, publish: Callable[[str], None], *, stale_after_
     client = store.client
     published: list[str] = []
     now = now_ms()
+    scopes: list[tuple[str, Keys, str]] = []
     for ref in store.active_scope_refs():
         try:
             tenant, scope_key = split_scope_ref(ref)
         except BadTenant:  # a member from before tenants, or foreign: it names no scope we can drain
             client.srem(store.keys.scopes, ref)
             continue
-        keys = store.keys.for_tenant(tenant)
+        scopes.append((ref, store.keys.for_tenant(tenant), scope_key))
+    for start in range(0, len(scopes), SWEEP_BATCH):
+        chunk = scopes[start : start + SWEEP_BATCH]
         pipe = client.pipeline(transaction=False)
-        pipe.llen(keys.inbox(scope_key))
-        pipe.exists(keys.lease(scope_key))
-        pipe.get(keys.scheduled(scope_key))
-        depth, leased, scheduled_at = pipe.execute()
-        if depth == 0 or leased:
-            continue
-        if scheduled_at is not None and now - int(scheduled_at) < stale_after_ms:
-            continue
-        client.set(keys.scheduled(scope_key), now, px=store.schedule_ttl_ms)
-        publish(ref)
-        published.append(ref)
+        for _, keys, scope_key in chunk:
+            pipe.llen(keys.inbox(scope_key))
+            pipe.exists(keys.lease(scope_key))
+            pipe.get(keys.scheduled(scope_key))
+        replies = pipe.execute()
+        for i, (ref, keys, scope_key) in enumerate(chunk):
+            depth, leased, scheduled_at = replies[3 * i : 3 * i + 3]
+            if depth == 0 or leased:
+                continue
+            if scheduled_at is not None and now - int(scheduled_at) < stale_after_ms:
+                continue
+            client.set(keys.scheduled(scope_key), now, px=store.schedule_ttl_ms)
+            publish(ref)
+            published.append(ref)
     return published
 
 

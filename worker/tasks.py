@@ -62,7 +62,9 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
         task.run(runtime, payload)
 
     run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
-    app.task(name=task.name, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(run)
+    app.task(name=task.name, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(
+        run
+    )
 
 
 def _node(task: Any) -> str:
@@ -124,14 +126,28 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
 def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None:
     """Register the engine's tasks and the plugins' on ``app`` (called by the factory, never at import)."""
 
-    @app.task(name=DRAIN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
+    @app.task(
+        name=DRAIN_TASK,
+        shared=False,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+    )  # type: ignore[untyped-decorator]
     def drain(self: Any, scope_key: str) -> None:
         if not isinstance(scope_key, str) or not scope_key:
             log.error("drain called without a scope ref: %r", scope_key)
             return
         drain_ref(app, queue, scope_key, _node(self))
 
-    @app.task(name=DRAIN_NEXT_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
+    @app.task(
+        name=DRAIN_NEXT_TASK,
+        shared=False,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+    )  # type: ignore[untyped-decorator]
     def drain_next(self: Any) -> None:
         """Fair share: drain ready scopes, the tenants taking turns, many per message (worker/fair.py)."""
         drain_ready(app, queue, _node(self))
@@ -140,7 +156,7 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
         for task in plugin.tasks:
             _register_plugin_task(app, task)
 
-    @app.task(name=NOOP_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
+    @app.task(name=NOOP_TASK, shared=False, ignore_result=True)  # type: ignore[untyped-decorator]
     def noop(*args: Any) -> None:
         """The benchmark's baseline task. Given a marker name, it also says it ran (one SET with a TTL), so
         the latency baseline can see when it finished."""
