@@ -289,7 +289,7 @@ def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostn
             store.client.hset(store.keys.workers, hostname, now_ms())
             if try_reconcile_lock(store, interval_ms):
                 published = reconcile(
-                    store, fair_queue(settings, store, app).publish, stale_after_ms=stale_after_ms
+                    store, fair_queue(settings, store, app).publish_stranded, stale_after_ms=stale_after_ms
                 )
                 if published:
                     log.warning("reconcile: re-published drains for %d stranded scope(s)", len(published))

@@ -20,8 +20,9 @@ What keeps every guarantee:
   or an action's staged write that would be refused, stops the batch before that event, which then runs on
   its own on the slow path (and finds the stored result, or is dead-lettered as it would have been).
 * **A poison event.** Only the head counts an attempt when a worker dies; the events peeked behind it do
-  not. After a crash the head is no longer fresh and runs on its own, so a crash-looping event reaches the
-  head within one batch and is dead-lettered after ``max_attempts`` of its own deliveries.
+  not. The drain after a lost delivery (its head was still ``processing``) runs one event at a time, so a
+  crash-looping event reaches the head in that drain and is dead-lettered after ``max_attempts`` of its own
+  deliveries; the head pays one attempt. With ``max_attempts`` 1 there are no batches.
 * **Handlers that are not batch-safe.** A chain that reaches one stops (NotBatchable) before that handler
   runs; what ran before is pure, so the event runs again on the slow path after the batch before it
   commits, and its source type is not batched again in this process.
@@ -38,8 +39,9 @@ from redis.exceptions import RedisError
 from worker.chain_document import peek_event
 from worker.errors import NotReplicated
 from worker.lease import LeaseGrant
+from worker.scripts_batch import COMMIT_ARGS, COMMIT_KEYS
 from worker.steps import CommitStep, EventWork
-from worker.store import Begun, Head, now_ms
+from worker.store import Begun, Head, now_ms, staged_error
 from worker.store_records import to_str
 
 if TYPE_CHECKING:
@@ -66,12 +68,20 @@ def drain_in_batches(pipeline: Pipeline, grant: LeaseGrant, head: Head) -> Drain
     """The scope drain of :meth:`Pipeline._drain_heads`, in batches where the events allow."""
     from worker.pipeline import DrainOutcome
 
-    limit = pipeline.settings.max_events_per_drain
+    limit, batch_max = pipeline.settings.max_events_per_drain, pipeline.settings.commit_batch_max
+    # After a lost delivery (the head was processing when its worker died) the whole drain runs one by one,
+    # so whichever event killed the worker reaches the head and counts its own attempts; with one attempt
+    # allowed, a batch's crash would dead-letter its head for another event's fault: no batches at all.
+    lost_delivery = head.begun is not None and head.begun.previous_state == "processing"
+    unbatched = lost_delivery or pipeline.settings.max_attempts <= 1
     processed, slow = 0, False
-    followers = _peek(pipeline, grant, head, limit - 1)
+    followers = [] if unbatched else _peek(pipeline, grant, head, min(limit, batch_max) - 1)
     while head.code == 1 and head.begun is not None:
-        room = min(pipeline.settings.commit_batch_max, limit - processed)
-        works = [] if slow else _speculate(pipeline, grant, [head.begun, *followers[: room - 1]])
+        room = min(batch_max, limit - processed)
+        if room <= 0:  # max_events_per_drain: let other scopes have a turn
+            return pipeline.hand_off(grant, processed, 0)
+        run_alone = slow or unbatched
+        works = [] if run_alone else _speculate(pipeline, grant, [head.begun, *followers[: room - 1]])
         if works is None:
             return DrainOutcome(processed, "lost")
         if works:
@@ -86,7 +96,8 @@ def drain_in_batches(pipeline: Pipeline, grant: LeaseGrant, head: Head) -> Drain
                 return DrainOutcome(processed, "lost")
             processed += 1
             next_head, slow = work.reply.head, False
-            followers = _peek(pipeline, grant, next_head, min(limit - processed, room) - 1)
+            count = min(limit - processed, batch_max) - 1
+            followers = [] if unbatched else _peek(pipeline, grant, next_head, count)
         if next_head is None:  # max_events_per_drain: let other scopes have a turn
             return pipeline.hand_off(grant, processed, 0)
         head = next_head
@@ -132,6 +143,10 @@ def _speculate(pipeline: Pipeline, grant: LeaseGrant, events: list[Begun]) -> li
             return None
         if work.unbatchable:
             pipeline.unbatchable.add(work.source_type)
+            log.info(
+                "source type %s is not batched here: its chain met a handler that is not batch-safe",
+                work.source_type,
+            )
             break
         works.append(work)
         if work.outcome != "done":
@@ -149,9 +164,10 @@ def _commit(pipeline: Pipeline, works: list[EventWork], *, go_on: bool) -> Batch
         pipeline.settings.commit_batch_max - 1,
     ]
     for i, work in enumerate(works):
-        commit_keys, commit_args = store.commit_call(
-            CommitStep.commit_of(work), go_on=go_on or i < len(works) - 1
-        )
+        work.go_on = go_on or i < len(works) - 1
+        commit_keys, commit_args = store.commit_call(CommitStep.commit_of(work), go_on=work.go_on)
+        if len(commit_keys) != COMMIT_KEYS or len(commit_args) != COMMIT_ARGS:  # COMMIT_BATCH's fixed stride
+            raise RuntimeError("COMMIT's keys or arguments changed: update worker/scripts_batch.py")
         lanes = work.lanes or []
         keys += commit_keys + [lane.key for lane in lanes]
         args += [len(lanes), *commit_args]
@@ -159,11 +175,12 @@ def _commit(pipeline: Pipeline, works: list[EventWork], *, go_on: bool) -> Batch
             args += [lane.result_json, lane.effects_json]
     try:
         reply = store.durable(store.scripts.commit_batch, keys, args)
-    except (
-        NotReplicated,
-        RedisError,
-    ) as exc:  # as CommitStep: nothing acknowledged, the next drain redoes it
-        log.warning("batch commit failed (%s: %s); its events stay queued", type(exc).__name__, exc)
+    except (NotReplicated, RedisError) as exc:  # as CommitStep: not acknowledged; the next drain finds out
+        log.warning(
+            "batch commit not acknowledged (%s: %s): the scope's next drain takes what it did not commit",
+            type(exc).__name__,
+            exc,
+        )
         return Batched(lost=True)
     return _settle(pipeline, works, reply)
 
@@ -188,7 +205,10 @@ def _settle(pipeline: Pipeline, works: list[EventWork], reply: Any) -> Batched:
         out.slow = True
     elif code in (-3, -5):  # a staged write refused, or one that failed midway: that event is dead
         failing = works[out.committed]
-        error = failing.reply.error if code == -3 and failing.reply else "an action's staged write failed"
+        if code == -3 and failing.reply is not None:
+            error = failing.reply.error
+        else:
+            error = f"INVALID_EFFECT: {staged_error([-3, *list(reply)[3:5]])}"
         _commit_dead(pipeline, failing, error)
         if failing.reply is None or failing.reply.code != 1:
             out.lost = True

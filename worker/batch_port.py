@@ -42,7 +42,13 @@ class BatchPort:
         self.lanes = lanes
 
     def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
-        return None  # never delivered before: nothing of this event is applied yet
+        """Never delivered before, so nothing of this event is applied yet, except an earlier action of this
+        same chain under the same key: its result is replayed, as the slow path's lookup would."""
+        key = self.keys.idempotency(self.scope_key, idempotency_key)
+        for lane in self.lanes:
+            if lane.key == key:
+                return ExecutorResult.model_validate_json(lane.result_json)
+        return None
 
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer

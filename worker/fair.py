@@ -17,11 +17,12 @@ ticket in the same script that finds every ready list empty: a scope pushed afte
 and sends a message of its own, so no ready scope is ever left without a message that will pop it. A
 message that stops at its scope or time limit hands its ticket on to a new message (nothing counted twice).
 
-What heals a miscount: the counter expires ``ticket_ttl_ms`` after the last push or pop that touched it (a
-message lost by the broker cannot keep it high forever), never goes below zero, and a failed send gives its
-ticket back. Too many messages is harmless (one finds the lists empty and retires); too few is healed by
-the expiry and by the reconcile sweep (worker/reconcile.py), which re-publishes any scope with work and no
-recent drain. A hot scope cannot starve cold ones: it drains at most ``max_events_per_drain`` events per
+What heals a miscount: the counter expires ``ticket_ttl_ms`` after the last ticket was taken (so tickets of
+messages the broker lost cannot keep it high under steady traffic), never goes below zero, failed sends
+give their tickets back, and a drain_next task that fails hands its ticket on. Too many messages is harmless
+(one finds the lists empty and retires); too few is healed by the expiry and by the reconcile sweep
+(worker/reconcile.py), which re-publishes any scope with work and no recent drain and always sends at least
+one message for them, past the cap if need be. A hot scope cannot starve cold ones: it drains at most ``max_events_per_drain`` events per
 turn, then hands off to the back of its tenant's ready list, behind every scope that became ready meanwhile.
 
 Delayed drains (a retry's backoff, a busy scope's wait) keep their own ``agent_signal.drain(ref)`` message
@@ -57,7 +58,6 @@ if out < tonumber(ARGV[3]) then
   redis.call('SET', KEYS[3], math.max(out, 0) + 1, 'PX', ARGV[4])
   return 1
 end
-redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return 0
 """
 
@@ -72,20 +72,24 @@ for _ = 1, n do
   local ready = ARGV[1] .. tenant
   local ref = redis.call('LPOP', ready)
   if redis.call('LLEN', ready) == 0 then redis.call('LREM', KEYS[1], 0, tenant) end
-  if ref then
-    redis.call('PEXPIRE', KEYS[2], ARGV[2])
-    return ref
-  end
+  if ref then return ref end
 end
 local out = tonumber(redis.call('GET', KEYS[2]) or '0')
 if out > 1 then redis.call('SET', KEYS[2], out - 1, 'PX', ARGV[2]) else redis.call('DEL', KEYS[2]) end
 return false
 """
 
-# A failed send gives its ticket back.   KEYS: drain-tickets
+# Failed sends give their tickets back.   KEYS: drain-tickets   ARGV: how many
 TICKET_RETURN = """
-local out = tonumber(redis.call('GET', KEYS[1]) or '0')
-if out > 1 then redis.call('DECR', KEYS[1]) else redis.call('DEL', KEYS[1]) end
+local out = tonumber(redis.call('GET', KEYS[1]) or '0') - tonumber(ARGV[1])
+if out > 0 then redis.call('SET', KEYS[1], out, 'KEEPTTL') else redis.call('DEL', KEYS[1]) end
+return 1
+"""
+
+# The sweep's own message, past the cap: a count inflated by lost messages must not keep stranded scopes
+# waiting for the expiry.   KEYS: drain-tickets   ARGV: ticketTtlMs
+TICKET_FORCE = """
+redis.call('SET', KEYS[1], math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), 0) + 1, 'PX', ARGV[1])
 return 1
 """
 
@@ -106,6 +110,7 @@ class FairQueue:
         self._push = self.client.register_script(READY_PUSH)
         self._pop = self.client.register_script(READY_POP)
         self._return = self.client.register_script(TICKET_RETURN)
+        self._force = self.client.register_script(TICKET_FORCE)
 
     def publish(self, ref: str, *, countdown_s: float = 0.0) -> None:
         """Make the scope ``ref`` (``<tenant>/<scopeKey>``) drain: now in its tenant's turn, or after the delay."""
@@ -126,6 +131,24 @@ class FairQueue:
             for ref in refs:
                 self.publish(ref)
             return
+        self._send_next(self._push_all(refs))
+
+    def publish_stranded(self, refs: Sequence[str]) -> None:
+        """The reconcile sweep's publish: the scopes made ready, and one more message than the cap allows
+        when the tickets gave none (a count left high by lost messages heals in one sweep, not one expiry)."""
+        if not refs:
+            return
+        if not self.enabled:
+            self.publish_many(refs)
+            return
+        count = self._push_all(refs)
+        if count == 0:
+            self._force(keys=[self.keys.drain_tickets], args=[self.ticket_ttl_ms])
+            count = 1
+        self._send_next(count)
+
+    def _push_all(self, refs: Sequence[str]) -> int:
+        """READY_PUSH each ref; how many tickets they took."""
         pipe = self.client.pipeline(transaction=False)
         # One ref: one call. A cluster pipeline cannot load scripts: one call each there too.
         batched = len(refs) > 1 and isinstance(pipe, Pipeline)
@@ -141,8 +164,7 @@ class FairQueue:
             )
         if batched:
             sent = pipe.execute()
-        for _ in range(sum(1 for one in sent if one)):
-            self._send_next()
+        return sum(1 for one in sent if one)
 
     def pop(self) -> str | None:
         """The next ready scope ref, the tenants taking turns. None when nothing is ready: the caller's
@@ -159,12 +181,14 @@ class FairQueue:
         """A drain_next message that stops before the lists are empty passes its ticket to a new message."""
         self._send_next()
 
-    def _send_next(self) -> None:
-        try:
-            self.app.send_task(DRAIN_NEXT_TASK, args=[], queue=self.queue)
-        except Exception:
+    def _send_next(self, count: int = 1) -> None:
+        """Send ``count`` drain_next messages, one ticket each; a failed send gives back every unsent ticket."""
+        for sent in range(count):
             try:
-                self._return(keys=[self.keys.drain_tickets])
-            except RedisError:
-                pass  # the count expires on its own (ticket_ttl_ms)
-            raise
+                self.app.send_task(DRAIN_NEXT_TASK, args=[], queue=self.queue)
+            except Exception:
+                try:
+                    self._return(keys=[self.keys.drain_tickets], args=[count - sent])
+                except RedisError:
+                    pass  # the count expires on its own (ticket_ttl_ms)
+                raise

@@ -212,6 +212,8 @@ class Pipeline:
             ):
                 for step in self.steps:
                     step(work, self)
+                    if batch and step.name == "commit":  # the batch commits; after_commit runs the rest
+                        break
         finally:
             clear_context("eventId", "scopeKey", "attempt", "chainId", "sourceId")
         self.record(work)

@@ -10,7 +10,7 @@ the lease held or the inbox empty.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from worker.keys import BadTenant, Keys, split_scope_ref
 from worker.store import EventStore, now_ms
@@ -21,8 +21,11 @@ __all__ = ["reconcile"]
 SWEEP_BATCH = 500  # scopes read per round trip (a backlog of 50,000 queued scopes is 100 round trips)
 
 
-def reconcile(store: EventStore, publish: Callable[[str], None], *, stale_after_ms: int) -> list[str]:
-    """Publish a drain for each stranded scope of every tenant; returns the scope refs it published for."""
+def reconcile(
+    store: EventStore, publish: Callable[[Sequence[str]], None], *, stale_after_ms: int
+) -> list[str]:
+    """Publish drains for the stranded scopes of every tenant (``publish`` takes them all at once:
+    FairQueue.publish_stranded); returns their scope refs."""
     client = store.client
     published: list[str] = []
     now = now_ms()
@@ -42,15 +45,23 @@ def reconcile(store: EventStore, publish: Callable[[str], None], *, stale_after_
             pipe.exists(keys.lease(scope_key))
             pipe.get(keys.scheduled(scope_key))
         replies = pipe.execute()
+        stranded = []
         for i, (ref, keys, scope_key) in enumerate(chunk):
             depth, leased, scheduled_at = replies[3 * i : 3 * i + 3]
             if depth == 0 or leased:
                 continue
             if scheduled_at is not None and now - int(scheduled_at) < stale_after_ms:
                 continue
-            client.set(keys.scheduled(scope_key), now, px=store.schedule_ttl_ms)
-            publish(ref)
-            published.append(ref)
+            stranded.append((ref, keys, scope_key))
+        if not stranded:
+            continue
+        pipe = client.pipeline(transaction=False)
+        for _, keys, scope_key in stranded:
+            pipe.set(keys.scheduled(scope_key), now, px=store.schedule_ttl_ms)
+        pipe.execute()
+        refs = [ref for ref, _, _ in stranded]
+        publish(refs)
+        published += refs
     return published
 
 

@@ -25,8 +25,10 @@ local function peek_fresh(inbox, ev_prefix, now, count)
   local out = {}
   if count <= 0 then return out end
   for _, id in ipairs(redis.call('LRANGE', inbox, 1, count)) do
-    local rec = redis.call('HMGET', ev_prefix .. id, 'state', 'event', 'attempts', 'notBefore', 'cancelRequested')
-    if rec[1] ~= 'queued' or not rec[2] or (tonumber(rec[3] or '0') or 0) > 0 or rec[5] then break end
+    local rec = redis.call('HMGET', ev_prefix .. id, 'state', 'event', 'attempts', 'notBefore', 'cancelRequested',
+      'redrives')
+    -- a redriven event has been delivered before (its lanes may be marked): not fresh
+    if rec[1] ~= 'queued' or not rec[2] or (tonumber(rec[3] or '0') or 0) > 0 or rec[5] or rec[6] then break end
     if rec[4] and (tonumber(rec[4]) or 0) > tonumber(now) then break end
     out[#out + 1] = id
     out[#out + 1] = rec[2]
@@ -54,7 +56,7 @@ return peek_fresh(KEYS[1], ARGV[2], ARGV[3], tonumber(ARGV[5]))
 #    1 all committed (peek: the fresh events behind the new head) | 2 the batch ended before event #replies+1,
 #    which is not the head now (a retry, or the scope released): nothing wrong | -4 event #replies+1 was not
 #    committed: a lane was already marked, or its staged writes would be refused (redo it one by one) |
-#    -5 event #replies+1: a lane's staged write failed midway (commit it dead) | -1, -2, -3: the last reply's
+#    -5 event #replies+1: a lane's staged write failed midway (commit it dead; index and reason follow the peek) | -1, -2, -3: the last reply's
 #    COMMIT code (stale fence, another head, a refused staged write)
 COMMIT_BATCH = (
     TAKE_HEAD
@@ -85,11 +87,16 @@ for i = 1, n do
   if i > 1 and not (at_head and redis.call('HGET', ck[3], 'state') == 'processing') then return {2, out, {}} end
   if lanes_n > 0 and at_head and redis.call('GET', ck[2]) == ca[1]
       and redis.call('HEXISTS', ck[3], 'cancelRequested') == 0 then
+    local seen = {}
     for _, lane in ipairs(lanes) do
-      if redis.call('EXISTS', lane[1]) == 1 or check_staged(lane[3]) then return {-4, out, {}} end
+      if seen[lane[1]] or redis.call('EXISTS', lane[1]) == 1 or check_staged(lane[3]) then
+        return {-4, out, {}}
+      end
+      seen[lane[1]] = true
     end
     for _, lane in ipairs(lanes) do
-      if apply_staged(lane[3]) then return {-5, out, {}} end
+      local broken = apply_staged(lane[3])
+      if broken then return {-5, out, {}, broken[1], broken[2]} end
       redis.call('SET', lane[1], lane[2], 'EX', lane_ttl)
     end
   end

@@ -188,7 +188,8 @@ class CommitStep:
             return
         except RedisError:
             log.exception(
-                "commit failed; the event stays at its inbox head", extra={"eventId": work.begun.event_id}
+                "commit not acknowledged; the next drain finds out what it applied",
+                extra={"eventId": work.begun.event_id},
             )
             work.lost = True
             return

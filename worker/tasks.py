@@ -95,31 +95,33 @@ def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
 
 def drain_ready(app: Any, queue: str, holder: str = "") -> int:
     """One drain_next message: pop and drain ready scopes until none is ready (the pop retires this
-    message's ticket), ``scopes_per_drain`` are done, or the time budget is spent (the ticket is handed on
-    to a new message). Returns how many scopes it drained."""
+    message's ticket), ``scopes_per_drain`` are done, or the time budget is spent. The limits, or an exception
+    from a drain, hand the ticket on to a new message, so a ticket is not left counted without one (a store
+    error leaves it to expire instead of spinning). Returns how many scopes it drained."""
     pipeline = _state.get()
     fair = pipeline.fair
     if fair is None:
         return 0
     settings = pipeline.settings
     deadline = time.monotonic() + settings.drain_message_budget_s
-    for drained in range(settings.scopes_per_drain):
-        if drained and time.monotonic() >= deadline:
-            break
-        try:
-            ref = fair.pop()
-        except RedisError as exc:  # the ticket stays counted until it expires; the sweep heals the scopes
-            note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, "drain_next")
-            return drained
-        if ref is None:
-            return drained
-        drain_ref(app, queue, ref, holder)
-    else:
-        drained = settings.scopes_per_drain
+    drained, retired = 0, False
     try:
-        fair.hand_on()
-    except Exception as exc:  # broker down: the ticket was given back, the sweep re-publishes the scopes
-        log.warning("drain_next not handed on (%s: %s)", type(exc).__name__, exc)
+        while drained < settings.scopes_per_drain and not (drained and time.monotonic() >= deadline):
+            ref = fair.pop()
+            if ref is None:
+                retired = True
+                break
+            drain_ref(app, queue, ref, holder)
+            drained += 1
+    except RedisError as exc:  # store down: no message to hand on to (it would spin); the count expires and
+        note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, "drain_next")
+        retired = True  # the sweep sends one message for the stranded scopes once Redis answers again
+    finally:
+        if not retired:
+            try:
+                fair.hand_on()
+            except Exception as exc:  # broker down: the ticket was given back (or expires)
+                log.warning("drain_next not handed on (%s: %s)", type(exc).__name__, exc)
     return drained
 
 

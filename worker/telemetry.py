@@ -20,6 +20,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -34,7 +35,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from worker.process_metrics import ProcessMetrics, process_metrics
 from worker.projection import flatten_attributes
-from worker.telemetry_buffer import MEMO_MAX, AttrsKey, MeasurementBuffer
+from worker.telemetry_buffer import AttrsKey, MeasurementBuffer
 from worker.telemetry_instruments import INSTRUMENT_ATTRS as _INSTRUMENT_ATTRS
 from worker.telemetry_instruments import METER_NAME, TRACER_NAME, TRACER_VERSION, DescribedInstruments
 from worker.telemetry_instruments import agent_signal_attrs as _a
@@ -44,6 +45,7 @@ from worker.telemetry_jsonl import JsonlSpanExporter
 __all__ = ["DISABLED", "Telemetry", "configure_telemetry"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+SHAPES_MAX = 1_000  # chain shapes whose series are kept built (each holds a list the size of its chain)
 
 
 class Telemetry(MeasurementBuffer):
@@ -70,11 +72,13 @@ class Telemetry(MeasurementBuffer):
         self._sink = metrics
         # LobeHub adds attributesCommon() (service name + environment) to some series; ours live on the
         # Resource (service.name, deployment.environment), which every exporter attaches anyway.
-        self.common: dict[str, Any] = {}
+        # Read-only: the recorders freeze their series' attributes once (_frozen), so these can never change.
+        self.common: Mapping[str, Any] = MappingProxyType({})
         # Chain shape -> the series it counts (_count_projection); bounded: cleared when full.
         self._shapes: dict[tuple[Any, ...], tuple[list[tuple[str, AttrsKey]], list[AttrsKey], AttrsKey]] = {}
         if not self.enabled:
             return
+        self.reset_in_forked_children()
         assert tracer_provider is not None
         self.tracer = tracer_provider.get_tracer(TRACER_NAME, TRACER_VERSION)
         if meter_provider is None:
@@ -269,7 +273,7 @@ class Telemetry(MeasurementBuffer):
         )
         series = self._shapes.get(shape)
         if series is None:
-            if len(self._shapes) >= MEMO_MAX:
+            if len(self._shapes) >= SHAPES_MAX:
                 self._shapes.clear()
             series = self._shapes[shape] = self._projection_series(*shape)
         counted, result_keys, chain_key = series

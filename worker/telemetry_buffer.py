@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +41,19 @@ class MeasurementBuffer:
         self._flusher: threading.Thread | None = None
         self._flusher_pid = 0
         self._memo: dict[tuple[Any, ...], AttrsKey] = {}
+
+    def reset_in_forked_children(self) -> None:
+        """A forked child starts with an unlocked lock, empty buffers (its parent flushes what it recorded)
+        and no flusher. Called once by an enabled Telemetry; the hook holds the buffer weakly."""
+        buffer = weakref.ref(self)
+
+        def reset() -> None:
+            alive = buffer()
+            if alive is not None:
+                alive._lock = threading.Lock()
+                alive._counts, alive._values, alive._flusher = {}, [], None
+
+        os.register_at_fork(after_in_child=reset)
 
     def _add(self, instrument: str, attrs: Mapping[str, Any], value: float = 1) -> None:
         self._add_key(instrument, tuple(sorted(attrs.items())), value)

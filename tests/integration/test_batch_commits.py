@@ -59,18 +59,20 @@ def test_sigkill_in_the_middle_of_a_batch_redoes_nothing_committed(
     make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
 ) -> None:
     """Batch 1 (events 0-15) commits; the worker child is killed while batch 2 runs event 19's chain. The
-    committed events never run again, events 16-19 run again, every effect applies once, order is kept, and
-    only batch 2's head (event 16) counts a second delivery."""
+    committed events never run again, events 16-19 run again (the drain after a lost delivery goes one by
+    one), every effect applies once, order is kept, and only batch 2's head (event 16) counts a second
+    delivery."""
     settings = make_settings(commit_batch_max=16)
     producer = Producer(settings)
     events = [_batch_event(keys, i) for i in range(30)]
-    events[19]["payload"]["sleepMs"] = 3000
+    events[19]["payload"]["waitGo"] = True
     ids = [r.event_id for r in producer.enqueue_many(events)]
     start_worker(settings)
     marker = f"{keys.own}test:inbatch:b-19"
     pid = int(wait_for(lambda: redis_client.get(marker), timeout_s=60, what="event 19's chain"))
     assert [(producer.status(e) or {}).get("status") for e in ids[:16]] == ["done"] * 16
     os.kill(pid, signal.SIGKILL)
+    redis_client.set(f"{keys.own}test:batch-go:b-19", 1)  # the redelivery runs it to the end
     wait_for(lambda: _done(producer, ids), timeout_s=90, what="recovery of the scope")
     assert redis_client.lrange(f"{keys.own}test:batch-order", 0, -1) == [f"b-{i}" for i in range(30)]
     assert redis_client.get(f"{keys.own}test:batch-counter") == "30"
@@ -110,6 +112,7 @@ def test_handlers_that_are_not_batch_safe_run_one_by_one_in_order(
     batched = [f"b-{i}" for i in range(40) if i % 5 != 4]
     assert redis_client.lrange(f"{keys.own}test:batch-order", 0, -1) == batched
     assert redis_client.get(f"{keys.own}test:batch-counter") == str(len(batched))
+    assert producer.store.stats().get("batchCommits", 0) > 0, "the batch-safe runs were never batched"
     producer.close()
 
 
@@ -132,4 +135,26 @@ def test_two_events_sharing_a_lane_apply_it_once(
     chain = producer.store.get_chain("chain:b-4")
     assert chain is not None
     assert [r["status"] for r in chain["envelope"]["results"]] == ["applied"]
+    # The batch stopped before event 4 (its lane was taken): 4 ran again alone, and 5-9, which had run in
+    # that batch but not committed, ran again in the next one.
+    assert _ints(redis_client, keys, "batch-runs", 10) == [1] * 4 + [2] * 6
+    producer.close()
+
+
+def test_two_actions_of_one_event_sharing_a_lane_apply_it_once(
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+) -> None:
+    """In a batched event, a second action under the same idempotency key replays the first one's result
+    (as the slow path's lookup would): the effect applies once per event."""
+    settings = make_settings(commit_batch_max=16)
+    producer = Producer(settings)
+    events = [_batch_event(keys, i, idempotencyKey=f"twin-{i}", twinActions=True) for i in range(6)]
+    ids = [r.event_id for r in producer.enqueue_many(events)]
+    start_worker(settings)
+    wait_for(lambda: _done(producer, ids), timeout_s=90, what="the scope")
+    assert redis_client.get(f"{keys.own}test:batch-counter") == "6"
+    assert producer.store.stats().get("batchCommits", 0) > 0
+    chain = producer.store.get_chain("chain:b-0")
+    assert chain is not None
+    assert [r["status"] for r in chain["envelope"]["results"]] == ["applied", "applied"]
     producer.close()

@@ -44,7 +44,8 @@ def test_many_one_event_scopes_share_a_few_drain_messages(
 ) -> None:
     """120 one-event scopes queued with drain_messages_max=3 send exactly 3 messages, which drain them all;
     each effect applies once, and the last message retires the last ticket."""
-    settings = make_settings(drain_messages_max=3, scopes_per_drain=200)
+    # A ticket TTL (the lease TTL) far beyond the test: the tickets must retire by READY_POP, not expire.
+    settings = make_settings(drain_messages_max=3, scopes_per_drain=200, lease_ttl_s=60.0)
     producer = Producer(settings)
     results = producer.enqueue_many(_counter_events(keys, 120))
     assert {r.status for r in results} == {"accepted"}

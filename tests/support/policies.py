@@ -19,9 +19,10 @@ must be visible while the event is still running, so tests can observe ordering 
   that many attempts), then increments ``test:flaky-applied``.
 * ``test.batch``: batch-safe (worker/batch.py) source → signal → action; the source handler counts its runs
   under ``test:batch-runs:<sourceId>`` (instrumentation: speculative runs count too), records its pid under
-  ``test:inbatch:<sourceId>`` and sleeps ``payload.sleepMs``; the action stages ``payload.counterKey`` += 1
-  and an RPUSH of the source id onto ``test:batch-order`` (the order events committed in). With
-  ``payload.idempotencyKey`` set, the action's lane is that key (two events can share it).
+  ``test:inbatch:<sourceId>`` and, with ``payload.waitGo``, waits (up to 60 s) for ``test:batch-go:<sourceId>``;
+  the action stages ``payload.counterKey`` += 1 and an RPUSH of the source id onto ``test:batch-order`` (the
+  order events committed in). With ``payload.idempotencyKey`` set, the action's lane is that key (two events,
+  or with ``payload.twinActions`` two actions of one event, share it).
 * ``test.two-step``: the source handler stages ``test:two-step-chain:<sourceId>`` += 1 and dispatches two actions.
   The first records ``test:two-step-started:<sourceId>``, waits (up to 60 s) for ``test:two-step-go:<sourceId>``,
   and stages ``test:two-step-first:<sourceId>`` += 1; the second stages ``test:two-step-second:<sourceId>`` += 1.
@@ -182,10 +183,13 @@ def _two_step_second(action: Action, ctx: HandlerContext) -> ExecutorResult:
 
 
 def _batch_source(source: Source, ctx: HandlerContext) -> Dispatch:
-    redis = ctx.deps(Probe).redis
-    redis.incr(_test_key(ctx, f"batch-runs:{source.source_id}"))
-    redis.set(_test_key(ctx, f"inbatch:{source.source_id}"), os.getpid())
-    time.sleep(int(source.payload.get("sleepMs", 0)) / 1000)
+    redis, source_id = ctx.deps(Probe).redis, source.source_id
+    redis.incr(_test_key(ctx, f"batch-runs:{source_id}"))
+    redis.set(_test_key(ctx, f"inbatch:{source_id}"), os.getpid())
+    if source.payload.get("waitGo"):
+        deadline = time.monotonic() + 60
+        while not redis.exists(_test_key(ctx, f"batch-go:{source_id}")) and time.monotonic() < deadline:
+            time.sleep(0.02)
     return Dispatch(
         signals=[signal_from(source, "batch", "signal.test.batch", dict(source.payload), ctx.now())]
     )
@@ -193,7 +197,8 @@ def _batch_source(source: Source, ctx: HandlerContext) -> Dispatch:
 
 def _batch_plan(signal: Signal, ctx: HandlerContext) -> Dispatch:
     payload = {k: v for k, v in signal.payload.items() if k in ("counterKey", "idempotencyKey")}
-    return Dispatch(actions=[action_from(signal, "count", "action.test.batch", payload, ctx.now())])
+    names = ("count", "count-again") if signal.payload.get("twinActions") else ("count",)
+    return Dispatch(actions=[action_from(signal, n, "action.test.batch", payload, ctx.now()) for n in names])
 
 
 def _batch_apply(action: Action, ctx: HandlerContext) -> ExecutorResult:
@@ -219,8 +224,8 @@ def _policies() -> list[Policy]:
                 define_source_handler("test.counter", "test.counter:source", _counter_source),
                 define_signal_handler("signal.test.counter", "test.counter:plan", _counter_plan),
                 define_action_handler("action.test.increment", "test.counter:apply", _counter_apply),
-                # Batch-safe: it only sleeps when a test asks it to (test:sleep-after), for test.counter
-                # events, which are never batched.
+                # Declared batch-safe so that test.batch chains (whose applied actions reach it) can batch:
+                # it only reads test:sleep-after, which tests set for test.counter events (never batched).
                 define_signal_handler(
                     "signal.action.applied", "test.counter:after-applied", _after_applied, batch_safe=True
                 ),

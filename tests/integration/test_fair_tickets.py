@@ -1,0 +1,90 @@
+"""Drain tickets (worker/fair.py) on a real Redis: how many drain_next messages are out, and what heals a
+miscount. The Celery app is replaced by a recorder of sent messages (and, where a test says so, a broker
+that fails), since what is tested is the count in Redis next to what was sent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from worker.fair import DRAIN_NEXT_TASK, FairQueue
+from worker.keys import Keys
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Broker:
+    """Records ``send_task`` calls; the ``fail_from``-th call (1-based) and every later one raise."""
+
+    fail_from: int = 0
+    sent: list[str] = field(default_factory=list)
+
+    def send_task(self, name: str, args: Any = (), **options: Any) -> None:
+        if self.fail_from and len(self.sent) + 1 >= self.fail_from:
+            raise ConnectionError("broker down")
+        self.sent.append(name)
+
+
+def _queue(redis_client: Redis, keys: Keys, broker: Broker, messages_max: int = 5) -> FairQueue:
+    return FairQueue(redis_client, keys, broker, "q", messages_max=messages_max, ticket_ttl_ms=60_000)
+
+
+def _refs(n: int) -> list[str]:
+    return [f"t1/topic:{i}" for i in range(n)]
+
+
+def test_tickets_cap_the_messages_and_the_last_pop_retires_them(redis_client: Redis, keys: Keys) -> None:
+    """12 scopes made ready with a cap of 5: 5 messages; popping them all, then once more, leaves no ticket."""
+    broker = Broker()
+    fair = _queue(redis_client, keys, broker)
+    fair.publish_many(_refs(12))
+    assert broker.sent == [DRAIN_NEXT_TASK] * 5
+    assert redis_client.get(keys.drain_tickets) == "5"
+    popped = [fair.pop() for _ in range(12)]
+    assert sorted(popped) == sorted(_refs(12))  # type: ignore[type-var]
+    assert redis_client.get(keys.drain_tickets) == "5"  # no message has found the lists empty yet
+    assert fair.pop() is None
+    assert redis_client.get(keys.drain_tickets) == "4"
+    for _ in range(4):
+        assert fair.pop() is None
+    assert not redis_client.exists(keys.drain_tickets)
+
+
+def test_a_failed_send_gives_back_every_unsent_ticket(redis_client: Redis, keys: Keys) -> None:
+    """The third of five sends fails: the two sent keep their tickets, the three unsent are given back."""
+    broker = Broker(fail_from=3)
+    fair = _queue(redis_client, keys, broker)
+    with pytest.raises(ConnectionError):
+        fair.publish_many(_refs(5))
+    assert len(broker.sent) == 2
+    assert redis_client.get(keys.drain_tickets) == "2"
+    assert redis_client.llen(keys.ready("t1")) == 5  # the scopes are ready: the two messages will pop them
+
+
+def test_the_sweep_sends_one_message_past_a_count_left_high(redis_client: Redis, keys: Keys) -> None:
+    """Tickets counted for messages the broker lost (the count at its cap, nothing out): a publish sends
+    nothing, the sweep's publish still sends one message."""
+    fair = _queue(redis_client, keys, Broker())
+    fair.publish_many(_refs(5))  # 5 tickets taken; pretend their messages were lost
+    broker = Broker()
+    fair = _queue(redis_client, keys, broker)
+    fair.publish_many(["t1/topic:stranded"])
+    assert broker.sent == []
+    fair.publish_stranded(["t1/topic:stranded"])
+    assert broker.sent == [DRAIN_NEXT_TASK]
+    assert redis_client.get(keys.drain_tickets) == "6"
+
+
+def test_a_count_expires_after_the_last_ticket_taken(redis_client: Redis, keys: Keys) -> None:
+    """Pushes that take no ticket and pops do not keep the count alive: its TTL is the last ticket's."""
+    fair = _queue(redis_client, keys, Broker(), messages_max=1)
+    fair.publish_many(["t1/topic:a"])
+    redis_client.pexpire(keys.drain_tickets, 5_000)  # as if that ticket was taken 55 s ago (TTL 60 s)
+    fair.publish_many(["t1/topic:b"])  # at the cap: no ticket taken
+    assert fair.pop() is not None
+    ttl_ms = int(redis_client.pttl(keys.drain_tickets))
+    assert 0 < ttl_ms <= 5_000, f"the count was kept alive: {ttl_ms} ms left"
