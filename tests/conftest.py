@@ -132,15 +132,22 @@ class Proc:
         except OSError:
             return []
 
-    def stop(self) -> None:
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Stop the process with ``sig`` (SIGTERM: a worker's warm shutdown), SIGKILL after 20 s."""
+        children = self.children()
         if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
+            self.popen.send_signal(sig)
+        self.wait_stopped(children)
+
+    def wait_stopped(self, children: list[int] | None = None) -> None:
+        children = self.children() if children is None else children
+        if self.popen.poll() is None:
             try:
                 self.popen.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(timeout=10)
-        for child in self.children():
+        for child in children:
             try:
                 os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
@@ -208,8 +215,14 @@ def start_worker(tmp_path: Path, redis_client: Redis, keys: Keys) -> Iterator[Ca
         return proc
 
     yield start
+    # Teardown: the test is over, so a cold shutdown (SIGQUIT: no waiting for the consumer to wind down, a
+    # second faster than a warm one) of every worker at once; tests that need a graceful stop call stop().
+    children = [proc.children() for proc in procs]
     for proc in procs:
-        proc.stop()
+        if proc.popen.poll() is None:
+            proc.popen.send_signal(signal.SIGQUIT)
+    for proc, kids in zip(procs, children, strict=True):
+        proc.wait_stopped(kids)
 
 
 def free_port() -> int:

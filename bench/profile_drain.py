@@ -1,0 +1,92 @@
+"""Where a worker's time goes: drain a burst in this process and print a cProfile table, or compare the
+worker CPU per event with telemetry on and off.
+
+``python -m bench.profile_drain`` (3,000 events over 8 scopes, top 30 functions by own time);
+``--scopes 3000`` for one event per scope; ``--telemetry`` alternates telemetry on and off three times and
+prints the worker's CPU per event (``time.process_time``: this process only, so the shared machine's other
+load and Redis's own CPU are left out). Redis is REDIS_URL or an embedded one; keys live under a private
+prefix that is deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+
+from bench._env import cleanup, make_settings, redis_url
+from bench.pipeline_bench import bench_events
+from producers import Producer
+from worker.app import build_pipeline
+
+ENQUEUE_BATCH = 500
+
+
+def drain_burst(
+    url: str, events: int, scopes: int, *, telemetry: bool, around: Callable[[], AbstractContextManager[None]]
+) -> float:
+    """Enqueue ``events`` over ``scopes`` scopes, then drain them all in this process inside ``around``
+    (a context manager factory); returns the process CPU seconds per event the drain took."""
+    settings = make_settings(url, telemetry_enabled=telemetry)
+    producer = Producer(settings)
+    batch = bench_events(events, scopes, "prof")
+    for start in range(0, events, ENQUEUE_BATCH):
+        producer.enqueue_many(batch[start : start + ENQUEUE_BATCH])
+    pipeline = build_pipeline(settings)
+    started = time.process_time()
+    with around():
+        for scope in range(scopes):
+            while pipeline.drain_scope(f"topic:prof-{scope}").next == "again":
+                pass
+    cpu_s = time.process_time() - started
+    cleanup(producer.store.client, settings.key_prefix)
+    producer.close()
+    return cpu_s / events
+
+
+class _Profiled(AbstractContextManager[None]):
+    def __init__(self) -> None:
+        self.profile = cProfile.Profile()
+
+    def __enter__(self) -> None:
+        self.profile.enable()
+
+    def __exit__(self, *exc: object) -> None:
+        self.profile.disable()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile_drain")
+    parser.add_argument("--events", type=int, default=3000)
+    parser.add_argument("--scopes", type=int, default=8)
+    parser.add_argument("--top", type=int, default=30, help="functions printed, by own time")
+    parser.add_argument(
+        "--telemetry", action="store_true", help="compare CPU/event with telemetry on and off"
+    )
+    args = parser.parse_args(argv)
+    with redis_url() as url:
+        if args.telemetry:
+            for _ in range(3):
+                on = drain_burst(url, args.events, args.scopes, telemetry=True, around=nullcontext)
+                off = drain_burst(url, args.events, args.scopes, telemetry=False, around=nullcontext)
+                print(
+                    f"worker CPU per event: telemetry on {on * 1e6:.0f} us, off {off * 1e6:.0f} us "
+                    f"(telemetry costs {(on - off) / off * 100:+.1f}%)"
+                )
+            return 0
+        profiled = _Profiled()
+        per_event = drain_burst(url, args.events, args.scopes, telemetry=True, around=lambda: profiled)
+        print(
+            f"{per_event * 1e6:.0f} us of CPU per event under the profiler ({args.events} events, "
+            f"{args.scopes} scopes)"
+        )
+        pstats.Stats(profiled.profile, stream=sys.stdout).sort_stats("tottime").print_stats(args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
