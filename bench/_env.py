@@ -89,15 +89,20 @@ def workers(settings: Settings, count: int) -> Iterator[list[subprocess.Popen[by
         wait(lambda: client.hlen(key) >= count, timeout_s=60, interval_s=0.1)
         yield procs
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         cleanup(client, settings.key_prefix)
         client.close()
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM all of them at once, then wait for each (SIGKILL after 20 s)."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def cleanup(client: Redis, prefix: str) -> None:

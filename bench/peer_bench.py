@@ -17,7 +17,6 @@ sent, exactly (:attr:`PeerComparison.exactly_once`).
 from __future__ import annotations
 
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from typing import Any
 
 from redis import Redis
 
-from bench._env import ROOT, cleanup, wait
+from bench._env import ROOT, cleanup, stop_processes, wait
 from bench.peer_app import PEER_TASK, PREFIX_ENV, REDIS_URL_ENV, PeerKeys, create_peer_app
 from bench.pipeline_bench import WORKER_PROCESSES, pipeline_rates
 
@@ -193,13 +192,7 @@ def peer_workers(url: str, count: int = WORKER_PROCESSES) -> Iterator[PeerRun]:
         wait(lambda: int(client.get(keys.ready) or 0) >= count, timeout_s=60, interval_s=0.1)
         yield PeerRun(app, client, keys)
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         app.close()
         cleanup(client, keys.prefix)
         client.close()

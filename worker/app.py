@@ -41,7 +41,7 @@ from worker.keys import Keys
 from worker.logs import bind_event, clear_context, configure_logging
 from worker.outbox import OutboxRelay
 from worker.pipeline import Pipeline
-from worker.plugins import assemble, load_plugins
+from worker.plugins import Assembly, assemble, load_plugins
 from worker.reconcile import reconcile, try_reconcile_lock
 from worker.redis_client import redis_from_settings
 from worker.settings import Settings, SettingsError, check_settings
@@ -64,20 +64,8 @@ def build_pipeline(
         _state.instrument_libraries(telemetry, redis_commands=settings.trace_redis_commands)
     if app is None:
         app = create_app(settings)
-    celery_app = app
-    fair = fair_queue(settings, store, celery_app)
-
-    def task(name: str, payload: dict[str, Any], queue: str | None) -> None:
-        publish_task(celery_app, name, payload, queue=queue or settings.queue_name)
-
-    assembly = assemble(
-        load_plugins(settings),
-        settings,
-        store,
-        publish_drain=fair.publish,
-        publish_drains=fair.publish_many,
-        publish_task=task,
-    )
+    fair = fair_queue(settings, store, app)
+    assembly = _assemble(settings, store, app, fair)
     pipeline = Pipeline(
         store,
         assembly.registry,
@@ -90,6 +78,23 @@ def build_pipeline(
     )
     pipeline.fair = fair
     return pipeline
+
+
+def _assemble(settings: Settings, store: EventStore, app: Celery, fair: FairQueue) -> Assembly:
+    """The plugins' contributions for a worker process: drains published through ``fair``, plugin tasks
+    sent on ``app``."""
+
+    def task(name: str, payload: dict[str, Any], queue: str | None) -> None:
+        publish_task(app, name, payload, queue=queue or settings.queue_name)
+
+    return assemble(
+        load_plugins(settings),
+        settings,
+        store,
+        publish_drain=fair.publish,
+        publish_drains=fair.publish_many,
+        publish_task=task,
+    )
 
 
 def fair_queue(settings: Settings, store: EventStore, app: Celery) -> FairQueue:
@@ -224,19 +229,7 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
 def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
     """The outbox relay of one process, with the loaded plugins' deliverers."""
     store = EventStore(redis_from_settings(settings), settings)
-    fair = fair_queue(settings, store, app)
-
-    def task(name: str, payload: dict[str, Any], queue: str | None) -> None:
-        publish_task(app, name, payload, queue=queue or settings.queue_name)
-
-    assembly = assemble(
-        load_plugins(settings),
-        settings,
-        store,
-        publish_drain=fair.publish,
-        publish_drains=fair.publish_many,
-        publish_task=task,
-    )
+    assembly = _assemble(settings, store, app, fair_queue(settings, store, app))
     return OutboxRelay(
         store,
         assembly.deliverers,

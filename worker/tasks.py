@@ -23,6 +23,15 @@ from worker.tenancy import BadTenant
 __all__ = ["DRAIN_TASK", "NOOP_TASK", "FairQueue", "publish_drain", "publish_task", "register_tasks"]
 
 NOOP_TASK = "agent_signal.noop"
+# Both drain tasks: acked after they ran (a killed child's message is redelivered), registered on this app
+# only (another Celery app built in the same process must not replay them), the task itself passed in.
+DRAIN_TASK_OPTIONS: dict[str, Any] = {
+    "shared": False,
+    "bind": True,
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "ignore_result": True,
+}
 NOOP_MARKER_TTL_S = 60
 
 log = logging.getLogger(__name__)
@@ -128,28 +137,14 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
 def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None:
     """Register the engine's tasks and the plugins' on ``app`` (called by the factory, never at import)."""
 
-    @app.task(
-        name=DRAIN_TASK,
-        shared=False,
-        bind=True,
-        acks_late=True,
-        reject_on_worker_lost=True,
-        ignore_result=True,
-    )  # type: ignore[untyped-decorator]
+    @app.task(name=DRAIN_TASK, **DRAIN_TASK_OPTIONS)  # type: ignore[untyped-decorator]
     def drain(self: Any, scope_key: str) -> None:
         if not isinstance(scope_key, str) or not scope_key:
             log.error("drain called without a scope ref: %r", scope_key)
             return
         drain_ref(app, queue, scope_key, _node(self))
 
-    @app.task(
-        name=DRAIN_NEXT_TASK,
-        shared=False,
-        bind=True,
-        acks_late=True,
-        reject_on_worker_lost=True,
-        ignore_result=True,
-    )  # type: ignore[untyped-decorator]
+    @app.task(name=DRAIN_NEXT_TASK, **DRAIN_TASK_OPTIONS)  # type: ignore[untyped-decorator]
     def drain_next(self: Any) -> None:
         """Fair share: drain ready scopes, the tenants taking turns, many per message (worker/fair.py)."""
         drain_ready(app, queue, _node(self))
