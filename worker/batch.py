@@ -108,7 +108,9 @@ def drain_in_batches(pipeline: Pipeline, grant: LeaseGrant, head: Head) -> Drain
 
 def _batchable(pipeline: Pipeline, begun: Begun) -> bool:
     """A first delivery, of a source type whose chains have met only batch-safe handlers so far."""
-    return begun.attempts == 1 and peek_event(begun.body)[0] not in pipeline.unbatchable
+    if begun.attempts != 1:
+        return False
+    return not pipeline.unbatchable or peek_event(begun.body)[0] not in pipeline.unbatchable
 
 
 def _peek(pipeline: Pipeline, grant: LeaseGrant, head: Head | None, count: int) -> list[Begun]:

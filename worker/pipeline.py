@@ -89,6 +89,9 @@ class Pipeline:
         )
         self.runtime = runtime  # the plugins' runtime of this process (their Celery tasks use it)
         self.steps = tuple(steps)
+        names = [step.name for step in self.steps]
+        # The steps a batch commit runs for each of its events once committed (worker/batch.py).
+        self._after_commit_steps = self.steps[names.index("commit") + 1 :] if "commit" in names else ()
         self.telemetry = telemetry
         self.lease = ScopeLease(
             store.scripts,
@@ -158,17 +161,14 @@ class Pipeline:
                 return DrainOutcome(processed, "lost")
             processed += 1
             if work.reply.head is None:  # max_events_per_drain: let other scopes have a turn
-                return self._hand_off(grant, processed, 0)
+                return self.hand_off(grant, processed, 0)
             head = work.reply.head
         if head.code == 0:
             return DrainOutcome(processed, "idle")  # the script released the scope
-        return self._hand_off(grant, processed, max(head.not_before_ms - now_ms(), 0))
+        return self.hand_off(grant, processed, max(head.not_before_ms - now_ms(), 0))
 
     def hand_off(self, grant: LeaseGrant, processed: int, wait_ms: int) -> DrainOutcome:
         """Release the scope but keep it scheduled: the caller publishes its next drain after ``wait_ms``."""
-        return self._hand_off(grant, processed, wait_ms)
-
-    def _hand_off(self, grant: LeaseGrant, processed: int, wait_ms: int) -> DrainOutcome:
         if not self.lease.hand_off(grant):
             return DrainOutcome(processed, "lost")
         return DrainOutcome(processed, "again", delay_s=wait_ms / 1000)
@@ -221,8 +221,7 @@ class Pipeline:
 
     def after_commit(self, work: EventWork) -> None:
         """What follows a batch commit for one of its events: the steps after ``commit``, then its metrics."""
-        names = [step.name for step in self.steps]
-        for step in self.steps[names.index("commit") + 1 :] if "commit" in names else ():
+        for step in self._after_commit_steps:
             step(work, self)
         self.record(work)
 

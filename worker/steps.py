@@ -174,14 +174,14 @@ class CommitStep:
         if work.lost or work.outcome is None or work.lanes is not None:  # a batch commits its own
             return
         try:
-            work.reply = pipeline.store.commit(self._commit(work), go_on=work.go_on)
+            work.reply = pipeline.store.commit(self.commit_of(work), go_on=work.go_on)
             if work.reply.code == -3:
                 log.error(
                     "staged write refused: %s", work.reply.error, extra={"eventId": work.begun.event_id}
                 )
                 work.status = "error"
                 work.decide("dead", work.reply.error)
-                work.reply = pipeline.store.commit(self._commit(work), go_on=work.go_on)
+                work.reply = pipeline.store.commit(self.commit_of(work), go_on=work.go_on)
         except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
             log.warning("commit not confirmed by replicas (%s)", exc, extra={"eventId": work.begun.event_id})
             work.lost = True
@@ -206,10 +206,6 @@ class CommitStep:
     @staticmethod
     def commit_of(work: EventWork) -> Commit:
         """What the fenced commit of ``work`` stores (a batch commit takes the same, per event)."""
-        return CommitStep._commit(work)
-
-    @staticmethod
-    def _commit(work: EventWork) -> Commit:
         done = work.outcome == "done"
         return Commit(
             scope_key=work.grant.scope_key,
