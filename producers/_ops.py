@@ -3,11 +3,11 @@ payload), discarding them."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from producers._client import Producer
+from worker.event_body import body_of, stored_body
 from worker.intake import EventError, InvalidEvent
 from worker.runs import discard
 
@@ -51,10 +51,11 @@ def edited_bodies(producer: Producer, edits: Sequence[tuple[str, Any]]) -> dict[
     store = producer.store
     bodies: dict[str, str] = {}
     for index, (event_id, payload) in enumerate(edits):
-        raw = store.client.hget(store.keys.event(event_id), "event")
-        if raw is None:
+        fields = ("event", "scopeKey", "sourceType", "sourceId")
+        found = store.client.hmget(store.keys.event(event_id), fields)
+        stored = body_of({f: str(v) for f, v in zip(fields, found, strict=True) if v is not None}, event_id)
+        if stored is None:
             continue
-        stored = json.loads(raw)
         data = {name: stored[name] for name in _EVENT_FIELDS if stored.get(name) is not None}
         prepared = producer.emitter.validate({**data, "payload": payload}, prefix=f"events[{index}]")
         if (
@@ -67,9 +68,7 @@ def edited_bodies(producer: Producer, edits: Sequence[tuple[str, Any]]) -> dict[
                     field=f"events[{index}]",
                 )
             )
-        bodies[event_id] = json.dumps(
-            {**stored, "payload": payload}, separators=(",", ":"), ensure_ascii=False
-        )
+        bodies[event_id] = stored_body({**stored, "payload": payload})
     return bodies
 
 

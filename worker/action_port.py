@@ -10,6 +10,7 @@ from typing import Any
 
 from worker.context import EffectBuffer
 from worker.errors import LeaseLost, PermanentFailure
+from worker.lane_codec import decode_lane, encode_lane
 from worker.nodes import Action, ExecutorResult
 from worker.store import EventStore, staged_error
 
@@ -26,8 +27,9 @@ class RedisActionPort:
         self._lost = lost  # threading.Event set by the lease renewer
 
     def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
-        raw = self.store.client.get(self.store.keys.idempotency(self.scope_key, idempotency_key))
-        return None if raw is None else ExecutorResult.model_validate_json(raw)
+        key = self.store.keys.idempotency(self.scope_key, idempotency_key)
+        raw = self.store.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        return None if raw is None else ExecutorResult.model_validate_json(decode_lane(raw))
 
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
@@ -40,7 +42,7 @@ class RedisActionPort:
             ],
             args=[
                 self.fence,
-                result.model_dump_json(by_alias=True, exclude_none=True),
+                encode_lane(result.model_dump_json(by_alias=True, exclude_none=True)),
                 self.store.settings.idempotency_ttl_s,
                 effects_json,
             ],

@@ -38,6 +38,7 @@ from redis.exceptions import RedisError
 
 from worker.chain_document import peek_event
 from worker.errors import NotReplicated
+from worker.lane_codec import encode_lane
 from worker.lease import LeaseGrant
 from worker.scripts_batch import COMMIT_ARGS, COMMIT_KEYS
 from worker.steps import CommitStep, EventWork
@@ -110,7 +111,12 @@ def _batchable(pipeline: Pipeline, begun: Begun) -> bool:
     """A first delivery, of a source type whose chains have met only batch-safe handlers so far."""
     if begun.attempts != 1:
         return False
-    return not pipeline.unbatchable or peek_event(begun.body)[0] not in pipeline.unbatchable
+    return not pipeline.unbatchable or _source_type(begun) not in pipeline.unbatchable
+
+
+def _source_type(begun: Begun) -> str:
+    """The event's source type: from its hash (ACQUIRE and PEEK_FRESH return it), else from an old body."""
+    return begun.source_type or peek_event(begun.body)[0]
 
 
 def _peek(pipeline: Pipeline, grant: LeaseGrant, head: Head | None, count: int) -> list[Begun]:
@@ -130,7 +136,10 @@ def _peek(pipeline: Pipeline, grant: LeaseGrant, head: Head | None, count: int) 
 
 def _begun_list(flat: Any) -> list[Begun]:
     items = [to_str(x) for x in flat] if isinstance(flat, list) else []
-    return [Begun(items[i], items[i + 1], 1, "queued", "") for i in range(0, len(items) - 1, 2)]
+    return [
+        Begun(items[i], items[i + 1], 1, "queued", "", items[i + 2], items[i + 3])
+        for i in range(0, len(items) - 3, 4)
+    ]
 
 
 def _speculate(pipeline: Pipeline, grant: LeaseGrant, events: list[Begun]) -> list[EventWork] | None:
@@ -174,7 +183,7 @@ def _commit(pipeline: Pipeline, works: list[EventWork], *, go_on: bool) -> Batch
         keys += commit_keys + [lane.key for lane in lanes]
         args += [len(lanes), *commit_args]
         for lane in lanes:
-            args += [lane.result_json, lane.effects_json]
+            args += [encode_lane(lane.result_json), lane.effects_json]
     try:
         reply = store.durable(store.scripts.commit_batch, keys, args)
     except (NotReplicated, RedisError) as exc:  # as CommitStep: not acknowledged; the next drain finds out

@@ -20,7 +20,7 @@ import json
 import zlib
 from typing import Any
 
-__all__ = ["DEFLATE_V1", "DICTIONARY_V1", "decode_chain", "encode_chain"]
+__all__ = ["DEFLATE_V1", "DICTIONARY_V1", "decode_chain", "deflate_json", "encode_chain", "inflate_json"]
 
 DEFLATE_V1 = 0x01  # format byte: raw deflate of the compact JSON with DICTIONARY_V1
 _LEVEL = 6  # level 9 compresses a chain no smaller and costs more CPU
@@ -54,25 +54,36 @@ DICTIONARY_V1 = (
 )
 
 
+def deflate_json(text: str, dictionary: bytes) -> bytes:
+    """``text`` as the format byte ``0x01`` and its raw deflate with ``dictionary`` (chains here, and the
+    idempotency lanes' results in :mod:`worker.lane_codec`)."""
+    deflate = zlib.compressobj(_LEVEL, zlib.DEFLATED, -15, zdict=dictionary)
+    return bytes([DEFLATE_V1]) + deflate.compress(text.encode("utf-8")) + deflate.flush()
+
+
+def inflate_json(raw: bytes | str, dictionary: bytes, what: str) -> str | bytes:
+    """The JSON text of a stored value: format byte ``0x01``, or plain JSON (written before the format byte,
+    and what a decoding client hands over for it). ValueError naming ``what`` for anything else."""
+    if isinstance(raw, str) or raw[:1] == b"{":
+        return raw
+    if raw[:1] == bytes([DEFLATE_V1]):
+        inflate = zlib.decompressobj(-15, zdict=dictionary)
+        try:
+            return inflate.decompress(raw[1:]) + inflate.flush()
+        except zlib.error as exc:
+            raise ValueError(f"{what} does not inflate: {exc}") from None
+    raise ValueError(f"{what} of unknown format {raw[:1]!r}")
+
+
 def encode_chain(document_json: str) -> bytes:
     """The stored form of a chain document given as its compact JSON (see the module docstring)."""
-    deflate = zlib.compressobj(_LEVEL, zlib.DEFLATED, -15, zdict=DICTIONARY_V1)
-    return bytes([DEFLATE_V1]) + deflate.compress(document_json.encode("utf-8")) + deflate.flush()
+    return deflate_json(document_json, DICTIONARY_V1)
 
 
 def decode_chain(raw: bytes | str) -> dict[str, Any]:
     """The chain document from its stored form: format byte ``0x01``, or plain JSON (documents written before
     the format byte; also what a decoding client hands over for them). ValueError for anything else."""
-    if isinstance(raw, str) or raw[:1] == b"{":
-        document = json.loads(raw)
-    elif raw[:1] == bytes([DEFLATE_V1]):
-        inflate = zlib.decompressobj(-15, zdict=DICTIONARY_V1)
-        try:
-            document = json.loads(inflate.decompress(raw[1:]) + inflate.flush())
-        except zlib.error as exc:
-            raise ValueError(f"chain document does not inflate: {exc}") from None
-    else:
-        raise ValueError(f"chain document of unknown format {raw[:1]!r}")
+    document = json.loads(inflate_json(raw, DICTIONARY_V1, "chain document"))
     if not isinstance(document, dict):
         raise ValueError("chain document is not a JSON object")
     return document

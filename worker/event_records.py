@@ -61,7 +61,8 @@ def status_record(raw: dict[str, str], event_id: str | None = None) -> dict[str,
     if raw.get("cancelRequested") and raw.get("state") == "processing":
         record["cancelRequestedAt"] = int(raw["cancelRequested"])
     if "history" in raw:
-        record["attemptsHistory"] = attempts_history(raw["history"])
+        done_at = raw.get("doneAt")
+        record["attemptsHistory"] = attempts_history(raw["history"], int(done_at) if done_at else None)
     if raw.get("redrivenAt"):  # back at its scope's tail
         record.update(redrivenAt=int(raw["redrivenAt"]), redrives=int(raw.get("redrives", 1)))
         # True when later events of its scope were enqueued before the redrive: they ran (or run) first.
@@ -83,9 +84,14 @@ def source_digest(source_id: str) -> str:
     return hashlib.sha256(source_id.encode("utf-8")).hexdigest()[:24]
 
 
-def attempts_history(raw: str) -> list[dict[str, Any]]:
+def attempts_history(raw: str, done_at: int | None = None) -> list[dict[str, Any]]:
     """The stored attempt records (worker/scripts_ops.py HISTORY), oldest first, in the contract's shape:
-    ``{"attempt", "startedAt", "finishedAt"?, "status", "error"?}`` plus ``run`` (0, then one per redrive)."""
+    ``{"attempt", "startedAt", "finishedAt"?, "status", "error"?}`` plus ``run`` (0, then one per redrive).
+    A history stored as a start time alone is one first attempt that succeeded at ``done_at``."""
+    if raw.isdigit():
+        started = int(raw)
+        only = {"attempt": 1, "run": 0, "startedAt": started, "status": "succeeded"}
+        return [{**only, "finishedAt": done_at if done_at is not None else started}]
     try:
         entries = json.loads(raw)
     except ValueError:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from worker.dedupe import dedupe_key, event_id_for
+from worker.event_body import stored_body
 from worker.ids import Id, NameId, payload_id_errors
 from worker.nodes import ChainRef, Source
 from worker.scope import derive_scope_key
@@ -190,7 +191,7 @@ def prepare(
         event_id=event_id,
         traceparent=traceparent,
     )
-    body = json.dumps(source.to_json_dict(), separators=(",", ":"), ensure_ascii=False)
+    body = stored_body(source.to_json_dict())  # without what the event's hash holds (worker/event_body.py)
     payload_user = event.payload.get("userId")
     return PreparedEvent(
         event_id=event_id,

@@ -180,7 +180,8 @@ class Pipeline:
         trace of its enqueue; returns what they did (``work.reply`` is None when nothing was committed).
         With ``batch`` the chain runs for a batch commit (worker/batch.py), which commits it later."""
         started = time.perf_counter()
-        source_type, traceparent = peek_event(begun.body)
+        peeked_type, traceparent = peek_event(begun.body)
+        source_type = begun.source_type or peeked_type
         bind_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)
         scope = ChainScope(
             attempt=begun.attempts,

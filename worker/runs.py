@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from worker.event_body import body_of
 from worker.event_records import LIST_FIELDS, source_digest, status_record
 from worker.keys import Keys
 from worker.store import EventStore, now_ms
@@ -159,8 +160,9 @@ def event_detail(store: EventStore, event_id: str) -> dict[str, Any] | None:
         return None
     record = status_record(raw, event_id)
     record.setdefault("attemptsHistory", [])
-    if raw.get("event"):
-        record["event"] = json.loads(raw["event"])
+    body = body_of(raw, event_id)
+    if body is not None:
+        record["event"] = body
     return record
 
 
@@ -212,7 +214,8 @@ def list_discarded(store: EventStore, *, offset: int = 0, limit: int = 50) -> li
         record = status_record(raw, event_id)
         record.pop("attemptsHistory", None)
         record.update(reason=raw.get("discardReason", ""), at=int(raw.get("discardedAt", 0)))
-        if raw.get("event"):
-            record["event"] = json.loads(raw["event"])
+        body = body_of(raw, event_id)
+        if body is not None:
+            record["event"] = body
         out.append(record)
     return out

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from worker.action_port import RedisActionPort
 from worker.errors import PipelineError
+from worker.lane_codec import decode_lane
 from worker.lease import HOLDER_SEPARATOR
 from worker.nodes import Action, ExecutorResult
 from worker.store import EventStore, now_ms
@@ -57,11 +58,12 @@ class CancellablePort(RedisActionPort):
 
     def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
         pipe = self.store.client.pipeline(transaction=False)
-        pipe.get(self.store.keys.idempotency(self.scope_key, idempotency_key))
+        key = self.store.keys.idempotency(self.scope_key, idempotency_key)
+        pipe.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
         pipe.hexists(self.store.keys.event(self.event_id), "cancelRequested")
         raw, cancelled = pipe.execute()
         self._cancelled = bool(cancelled)
-        return None if raw is None else ExecutorResult.model_validate_json(raw)
+        return None if raw is None else ExecutorResult.model_validate_json(decode_lane(raw))
 
     def ensure_live(self) -> None:
         super().ensure_live()

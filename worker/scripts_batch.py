@@ -19,26 +19,29 @@ COMMIT_KEYS = 16  # EventStore.commit_call: keys per event
 COMMIT_ARGS = 18  # and arguments per event
 
 # Shared Lua: the events queued right behind the head that have never been delivered (no attempt, no retry
-# time, no cancel): a batch may run them before they are begun. -> {id, eventJson, id, eventJson, ...}
+# time, no cancel): a batch may run them before they are begun.
+# -> {id, eventJson, sourceType, sourceId, id, ...}
 PEEK = """
 local function peek_fresh(inbox, ev_prefix, now, count)
   local out = {}
   if count <= 0 then return out end
   for _, id in ipairs(redis.call('LRANGE', inbox, 1, count)) do
     local rec = redis.call('HMGET', ev_prefix .. id, 'state', 'event', 'attempts', 'notBefore', 'cancelRequested',
-      'redrives')
+      'redrives', 'sourceType', 'sourceId')
     -- a redriven event has been delivered before (its lanes may be marked): not fresh
     if rec[1] ~= 'queued' or not rec[2] or (tonumber(rec[3] or '0') or 0) > 0 or rec[5] or rec[6] then break end
     if rec[4] and (tonumber(rec[4]) or 0) > tonumber(now) then break end
     out[#out + 1] = id
     out[#out + 1] = rec[2]
+    out[#out + 1] = rec[7] or ''
+    out[#out + 1] = rec[8] or ''
   end
   return out
 end
 """
 
 # The fresh events behind our head (fenced, and only while the head is the one we hold).
-# KEYS: inbox, fence   ARGV: fence, evPrefix, nowMs, headId, count   -> {} | {id, eventJson, ...}
+# KEYS: inbox, fence   ARGV: fence, evPrefix, nowMs, headId, count   -> {} | {id, eventJson, sourceType, sourceId, ...}
 PEEK_FRESH = (
     PEEK
     + """

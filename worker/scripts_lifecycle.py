@@ -161,8 +161,9 @@ return out
 # Keys.event_prefix (an event's key is the prefix followed by its id: the one key the scripts complete
 # themselves, because the head's id is only known inside the script). ix: {paused, stats, active, cancelled}
 # (paused nil: no pause check).  Returns {0} inbox empty | {4} the scope is paused (nothing taken) |
-# {3, id, notBefore} head waits for its retry time | {1, id, eventJson, attempts, prevState, lastError} head
-# taken (state -> processing, an attempt record started).
+# {3, id, notBefore} head waits for its retry time | {1, id, eventJson, attempts, prevState, lastError,
+# sourceType, sourceId} head taken (state -> processing, an attempt record started; eventJson is the stored
+# form of worker/event_body.py).
 TAKE_HEAD = (
     RUN_INDEX
     + HISTORY
@@ -175,7 +176,7 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
     if not id then return {0} end
     local ek = ev_prefix .. id
     local rec = redis.call('HMGET', ek, 'state', 'event', 'notBefore', 'error', 'cancelRequested', 'history',
-      'redrives')
+      'redrives', 'sourceType', 'sourceId')
     if not rec[2] or FINAL[rec[1]] then
       redis.call('LPOP', inbox)
     elseif rec[5] and ix.stats then
@@ -187,7 +188,7 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
       local attempts = redis.call('HINCRBY', ek, 'attempts', 1)
       redis.call('HSET', ek, 'state', 'processing', 'fence', fence)  -- the start time is in the history
       history_start(ek, rec[6], attempts, now, tonumber(rec[7] or '0'))
-      return {1, id, rec[2], attempts, rec[1], rec[4] or ''}
+      return {1, id, rec[2], attempts, rec[1], rec[4] or '', rec[8] or '', rec[9] or ''}
     end
   end
   return {3, '', now}

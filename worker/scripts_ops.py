@@ -14,7 +14,9 @@ Shared pieces, concatenated into the scripts that use them:
 * ``HISTORY``: the event's attempts, one JSON list in its hash (field ``history``, the last 20 attempts, so it
   expires with the event): take_head appends ``{attempt, run, startedAt, status: running}``, COMMIT sets
   ``finishedAt``, ``status`` (succeeded | failed | cancelled) and ``error``; an attempt that never ended (its
-  worker died) is marked ``lost`` when the next one starts.
+  worker died) is marked ``lost`` when the next one starts. The common case, one first attempt of the first
+  run that succeeded, is stored as its start time alone (a number; it finished at the event's ``doneAt``):
+  70 bytes less per retained event.
 """
 
 from __future__ import annotations
@@ -45,9 +47,14 @@ end
 
 HISTORY = """
 local MAX_HISTORY = 20
+local function history_of(raw)
+  if not raw then return {} end
+  local h = cjson.decode(raw)
+  if type(h) == 'number' then return {{attempt = 1, run = 0, startedAt = h, status = 'succeeded'}} end
+  return h
+end
 local function history_start(ek, raw, attempt, now, run)
-  local h = {}
-  if raw then h = cjson.decode(raw) end
+  local h = history_of(raw)
   local last = h[#h]
   if last and last['finishedAt'] == nil then last['status'] = 'lost' end
   h[#h + 1] = {attempt = attempt, run = run, startedAt = tonumber(now), status = 'running'}
@@ -57,9 +64,14 @@ end
 local function history_end(ek, now, status, err)
   local raw = redis.call('HGET', ek, 'history')
   if not raw then return end
-  local h = cjson.decode(raw)
+  local h = history_of(raw)
   local last = h[#h]
   if not last or last['finishedAt'] ~= nil then return end
+  if status == 'succeeded' and #h == 1 and last['attempt'] == 1 and last['run'] == 0 then
+    -- the common case, stored as its start time alone (it finished at doneAt)
+    redis.call('HSET', ek, 'history', string.format('%d', last['startedAt']))
+    return
+  end
   last['finishedAt'] = tonumber(now)
   last['status'] = status
   if err and err ~= '' then last['error'] = string.sub(err, 1, 1000) end

@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from worker.batch_port import BatchPort, Lane
 from worker.chain_document import chain_projection, compact_json
+from worker.chain_storage import stored_chain
 from worker.context import ActionPort, EffectBuffer
 from worker.emitter import StagedEmits
 from worker.errors import (
@@ -94,7 +95,7 @@ class Begin:
 
     def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
         try:
-            work.source = Source.model_validate_json(work.begun.body)
+            work.source = Source.model_validate_json(work.begun.source_json(work.grant.scope_key))
         except ValueError as exc:
             work.status = "invalid_payload"
             work.decide("dead", f"stored event is unreadable: {exc}")
@@ -216,7 +217,8 @@ class CommitStep:
             error=work.error,
             not_before_ms=work.not_before_ms,
             chain_id=work.source.chain.chain_id if work.source is not None else "",
-            chain_json="" if work.projection is None else compact_json(work.projection),
+            chain_json="" if work.projection is None else compact_json(stored_chain(work.projection)),
+            source_id=work.source.source_id if work.source is not None else "",
             effects=work.scope.effects if done else EffectBuffer(),
             followups=work.followups.events if done else (),
         )

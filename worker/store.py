@@ -20,7 +20,9 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.chain_codec import decode_chain, encode_chain
+from worker.chain_storage import rebuilt_chain
 from worker.errors import NotReplicated, OverLimit
+from worker.event_body import body_of
 from worker.event_records import source_digest, status_record
 from worker.keys import Keys
 from worker.redis_client import is_cluster
@@ -221,7 +223,7 @@ class EventStore:
                 commit.not_before_ms,
                 encode_chain(commit.chain_json) if commit.chain_json else "",
                 self.settings.chain_retention_s,
-                commit.chain_id,
+                "" if commit.chain_id == f"chain:{commit.source_id}" else commit.chain_id,
                 commit.token,
                 k.scope_ref(commit.scope_key),
                 k.event_prefix,
@@ -263,7 +265,7 @@ class EventStore:
         untouched (no second client, no base64 in Redis)."""
         key = self.keys.chain(chain_id)
         raw = self.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
-        return None if raw is None else decode_chain(raw)
+        return None if raw is None else rebuilt_chain(decode_chain(raw))
 
     def stats(self) -> dict[str, int]:
         return {k: int(v) for k, v in _str_dict(self.client.hgetall(self.keys.stats)).items()}
@@ -310,7 +312,7 @@ class EventStore:
             if reply:
                 raw = _str_dict(reply)
                 record = status_record(raw, event_id)
-                record["event"] = json.loads(raw["event"])
+                record["event"] = body_of(raw, event_id)
                 record["deadAt"] = int(raw.get("deadAt", 0))
                 out.append(record)
         return out

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from worker.context import EffectBuffer
+from worker.event_body import full_body
 
 __all__ = [
     "Begun",
@@ -69,6 +70,7 @@ class Commit:
     not_before_ms: int = 0
     chain_id: str = ""
     chain_json: str = ""
+    source_id: str = ""  # the hash keeps chainId only when it is not the default chain:<sourceId>
     effects: EffectBuffer = field(default_factory=EffectBuffer)
     followups: Sequence[PreparedEvent] = ()
 
@@ -89,13 +91,26 @@ class CommitReply:
 
 @dataclass(frozen=True, slots=True)
 class Begun:
-    """The head event of a scope, taken for processing."""
+    """The head event of a scope, taken for processing. ``body`` is the stored form (worker/event_body.py);
+    :meth:`source_json` is the whole Source."""
 
     event_id: str
     body: str
     attempts: int
     previous_state: str
     last_error: str
+    source_type: str = ""
+    source_id: str = ""
+
+    def source_json(self, scope_key: str) -> str:
+        """The whole Source JSON: the stored body with the identity its hash holds."""
+        return full_body(
+            self.body,
+            event_id=self.event_id,
+            scope_key=scope_key,
+            source_type=self.source_type,
+            source_id=self.source_id,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +134,8 @@ class Head:
                     attempts=int(reply[3]),
                     previous_state=to_str(reply[4]),
                     last_error=to_str(reply[5]),
+                    source_type=to_str(reply[6]) if len(reply) > 7 else "",
+                    source_id=to_str(reply[7]) if len(reply) > 7 else "",
                 ),
             )
         if code == 3:

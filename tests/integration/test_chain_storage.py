@@ -16,6 +16,7 @@ from redis import Redis
 from producers._http import create_web_app
 from tests.conftest import wait_for
 from worker.chain_codec import DEFLATE_V1, decode_chain
+from worker.chain_storage import rebuilt_chain
 from worker.keys import Keys
 
 pytestmark = pytest.mark.integration
@@ -79,12 +80,15 @@ class TestCompactChain:
     def test_the_chain_is_stored_compressed_and_answered_as_before(
         self, api: TestClient, raw_redis: Redis, keys: Keys
     ) -> None:
-        """The stored value starts with the format byte; GET /v1/chains/{id} is LobeHub's shape, decoded."""
+        """The stored value starts with the format byte and holds the projection's inputs only; GET
+        /v1/chains/{id} is LobeHub's shape, projected again from them."""
         status = _done(api, keys, "compact-1")
         stored = raw_redis.get(keys.chain(status["chainId"]))
         assert isinstance(stored, bytes) and stored[0] == DEFLATE_V1
-        document = decode_chain(stored)
-        assert len(stored) < len(json.dumps(document, separators=(",", ":"))) / 2
+        inputs = decode_chain(stored)
+        assert set(inputs) <= {"inputs", "durationMs", "traceId"} and "edges" not in inputs["inputs"]
+        document = rebuilt_chain(inputs)
+        assert len(stored) < len(json.dumps(document, separators=(",", ":"))) / 4
         answer = api.get(f"/v1/chains/{status['chainId']}")
         assert answer.status_code == 200, answer.text
         chain = answer.json()
@@ -114,6 +118,14 @@ class TestTrimmedEventHash:
         status = _done(api, keys, "compact-2")
         stored = redis_client.hgetall(keys.event(status["eventId"]))
         assert "eventId" not in stored and "startedAt" not in stored
+        # nor does the body repeat the fields, the default chain, or the one successful attempt's record
+        assert not {"sourceId", "sourceType", "scopeKey", "eventId", "chain"} & set(
+            json.loads(stored["event"])
+        )
+        assert "chainId" not in stored and stored["history"].isdigit()
+        detail = api.get(f"/v1/events/{status['eventId']}").json()
+        assert detail["event"]["sourceId"] == "compact-2" and detail["event"]["eventId"] == status["eventId"]
+        assert detail["event"]["chain"] == {"chainId": "chain:compact-2", "rootSourceId": "compact-2"}
         assert status["chainId"] == "chain:compact-2"
         assert {"eventId", "status", "attempts", "chainId", "scopeKey", "enqueuedAt", "finishedAt"} <= set(
             status

@@ -15,6 +15,7 @@ from producers._http import create_web_app
 from tests.conftest import wait_for
 from worker.chain_codec import DEFLATE_V1, decode_chain
 from worker.keys import Keys
+from worker.lane_codec import decode_lane
 
 pytestmark = pytest.mark.integration
 
@@ -84,9 +85,11 @@ def _dump(redis_client: Redis, keys: Keys) -> list[tuple[str, str]]:
     out = []
     for key in redis_client.scan_iter(match=keys.all_pattern, count=1000):
         kind = redis_client.type(key)
-        if kind == "string":  # chain documents are stored compressed: their text is what they decode to
+        if kind == "string":  # chains and lanes are stored compressed: their text is what they decode to
             raw = redis_client.execute_command("GET", key, NEVER_DECODE=[])
-            value: Any = decode_chain(raw) if raw[:1] == bytes([DEFLATE_V1]) else raw.decode("utf-8")
+            value: Any = raw.decode("utf-8") if raw[:1] != bytes([DEFLATE_V1]) else None
+            if value is None:
+                value = decode_lane(raw) if ":idem:{" in key else decode_chain(raw)
         elif kind == "hash":
             value = redis_client.hgetall(key)
         elif kind == "list":

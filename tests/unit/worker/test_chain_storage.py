@@ -1,0 +1,136 @@
+"""The chain's stored form (worker/chain_storage.py): only the projection's inputs are kept, and a read projects
+them again. What is read must be exactly what was projected when the chain ran, for chains of every outcome:
+applied, failed (retriable or not), skipped, several actions, follow-up parents, a trace and an operation id,
+terminal metadata. Compared as JSON text, so key order counts too."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from worker.chain_storage import rebuilt_chain, stored_chain
+from worker.nodes import Action, ExecutorResult, Signal, Source
+from worker.projection import project_chain
+
+T0 = 1_796_000_000_000
+
+
+def _source(payload: dict[str, Any], *, follow_up: bool = False) -> Source:
+    chain: dict[str, Any] = {"chainId": "chain:s1", "rootSourceId": "s1"}
+    if follow_up:
+        chain = {"chainId": "chain:root", "rootSourceId": "root", "parentNodeId": "root:a1"}
+    return Source.model_validate(
+        {
+            "sourceId": "s1",
+            "sourceType": "agent.user.message",
+            "scopeKey": "topic:t1",
+            "timestamp": T0,
+            "payload": payload,
+            "chain": chain,
+            "eventId": "evt_0123456789abcdef01234567",
+            "userId": "u1",
+        }
+    )
+
+
+def _signal(i: int, kind: str = "signal.message.received") -> Signal:
+    return Signal.model_validate(
+        {
+            "signalId": f"s1:signal:{i}",
+            "signalType": kind,
+            "source": {"sourceId": "s1", "sourceType": "agent.user.message"},
+            "chain": {"chainId": "chain:s1", "rootSourceId": "s1", "parentNodeId": "s1"},
+            "timestamp": T0 + i,
+            "payload": {"n": i, "ratio": 0.5, "tags": ["a", "b"], "nested": {"x": None}},
+        }
+    )
+
+
+def _action(i: int) -> Action:
+    return Action.model_validate(
+        {
+            "actionId": f"s1:signal:{i}:action:{i}",
+            "actionType": f"action.kind.{i}",
+            "signal": {"signalId": f"s1:signal:{i}", "signalType": "signal.message.received"},
+            "source": {"sourceId": "s1", "sourceType": "agent.user.message"},
+            "chain": {"chainId": "chain:s1", "rootSourceId": "s1", "parentNodeId": f"s1:signal:{i}"},
+            "timestamp": T0 + 10 + i,
+            "payload": {"field": "messages"},
+        }
+    )
+
+
+def _result(i: int, status: str) -> ExecutorResult:
+    data: dict[str, Any] = {
+        "actionId": f"s1:signal:{i}:action:{i}",
+        "status": status,
+        "attempt": {
+            "current": 1 + i % 2,
+            "max": 5,
+            "startedAt": T0 + 20,
+            "completedAt": T0 + 27,
+            "status": {"applied": "succeeded", "failed": "failed", "skipped": "skipped"}[status],
+        },
+    }
+    if status == "failed":
+        data["error"] = {"code": "BOOM", "message": "it broke", "retriable": i % 2 == 0, "retryAfterMs": 50}
+    else:
+        data["detail"] = f"done {i}"
+        data["output"] = {"written": i}
+    return ExecutorResult.model_validate(data)
+
+
+CASES = {
+    "applied": ({"message": "hi"}, 1, ["applied"], None, None, {"status": "completed"}),
+    "failed and skipped": (
+        {},
+        3,
+        ["applied", "failed", "skipped"],
+        12.3456,
+        "0af7651916cd43dd8448eb211c80319c",
+        {},
+    ),
+    "operation id": (
+        {"operationId": "op_1", "agentId": "a1", "topicId": "t1"},
+        2,
+        ["applied", "applied"],
+        3.0,
+        "0af7651916cd43dd8448eb211c80319c",
+        {"terminal": {"kind": "conclude", "reason": "r"}},
+    ),
+    "no actions": ({"message": "x"}, 0, [], 0.5, None, {"status": "completed"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("follow_up", [False, True])
+def test_a_stored_chain_reads_back_as_it_was_projected(case: str, follow_up: bool) -> None:
+    payload, n, statuses, duration_ms, trace_id, extra = CASES[case]
+    signals = [_signal(i) for i in range(max(n, 1))]
+    actions = [_action(i) for i in range(n)]
+    results = [_result(i, s) for i, s in enumerate(statuses)]
+    metadata = {"eventId": "evt_0123456789abcdef01234567", "attempt": 2, **extra}
+    projection = project_chain(
+        _source(payload, follow_up=follow_up),
+        signals,
+        actions,
+        results,
+        duration_ms=duration_ms,
+        trace_id=trace_id,
+        metadata=metadata,
+    )
+    text = json.dumps(stored_chain(projection), separators=(",", ":"))
+    assert "edges" not in text and "handlerRuns" not in text and '"record"' not in text
+    assert json.dumps(rebuilt_chain(json.loads(text))) == json.dumps(projection)
+
+
+def test_a_whole_document_of_before_reads_as_it_is() -> None:
+    whole = {"envelope": {"chainId": "chain:x"}, "record": {"chainId": "chain:x"}}
+    assert rebuilt_chain(whole) == whole
+
+
+def test_inputs_that_are_not_a_chain_name_the_problem() -> None:
+    with pytest.raises(ValueError, match="stored chain inputs do not rebuild"):
+        rebuilt_chain({"inputs": {"source": {"sourceId": "s"}}})

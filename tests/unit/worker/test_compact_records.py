@@ -1,0 +1,116 @@
+"""The compact stored forms of an event's body (worker/event_body.py) and of an idempotency lane's result
+(worker/lane_codec.py): nothing the hash already holds is stored twice, what a reader gets is the whole
+thing, and values written before these forms still read."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from worker.chain_codec import DEFLATE_V1
+from worker.event_body import body_of, full_body, stored_body
+from worker.event_records import attempts_history
+from worker.lane_codec import LANE_DICTIONARY_V1, decode_lane, encode_lane
+from worker.nodes import ChainRef, Source
+
+EVENT_ID = "evt_0123456789abcdef01234567"
+
+
+def _source(*, chain: ChainRef | None = None, **extra: str) -> Source:
+    return Source(
+        source_id="msg-1",
+        source_type="agent.user.message",
+        scope_key="topic:t-1",
+        timestamp=1_796_000_000_000,
+        payload={"message": "naïve → ok", "sourceId": "not the identity", "n": 1.5},
+        chain=chain or ChainRef(chain_id="chain:msg-1", root_source_id="msg-1"),
+        event_id=EVENT_ID,
+        **extra,
+    )
+
+
+def _hash(stored: str) -> dict[str, str]:
+    return {"event": stored, "scopeKey": "topic:t-1", "sourceType": "agent.user.message", "sourceId": "msg-1"}
+
+
+class TestEventBody:
+    @pytest.mark.parametrize(
+        "source",
+        [
+            _source(),
+            _source(user_id="u1", traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            _source(chain=ChainRef(chain_id="chain:root", root_source_id="root", parent_node_id="root:a")),
+        ],
+        ids=["root", "user and trace", "follow-up chain"],
+    )
+    def test_the_stored_body_reads_back_whole(self, source: Source) -> None:
+        """What the worker validates and what readers answer is the Source as it was admitted."""
+        stored = stored_body(source.to_json_dict())
+        for name in ("sourceType", "scopeKey", "eventId"):
+            assert f'"{name}":' not in stored
+        whole = full_body(
+            stored,
+            event_id=EVENT_ID,
+            scope_key="topic:t-1",
+            source_type="agent.user.message",
+            source_id="msg-1",
+        )
+        assert Source.model_validate_json(whole) == source
+        assert body_of(_hash(stored), EVENT_ID) == source.to_json_dict()
+
+    def test_the_default_chain_is_not_stored_and_a_follow_ups_is(self) -> None:
+        assert '"chain"' not in stored_body(_source().to_json_dict())
+        follow_up = _source(chain=ChainRef(chain_id="chain:root", root_source_id="root", parent_node_id="p"))
+        assert stored_body(follow_up.to_json_dict()).startswith('{"chain":')
+
+    def test_a_whole_body_written_before_reads_unchanged(self) -> None:
+        old = json.dumps(_source().to_json_dict(), separators=(",", ":"))
+        assert body_of(_hash(old), EVENT_ID) == _source().to_json_dict()
+        assert full_body(old, event_id=EVENT_ID, scope_key="x", source_type="y", source_id="msg-1") == old
+
+    def test_an_erased_body_reads_as_none(self) -> None:
+        assert body_of({**_hash(""), "event": ""}, EVENT_ID) is None
+
+
+class TestCompactHistory:
+    def test_one_first_attempt_that_succeeded_is_its_start_time(self) -> None:
+        assert attempts_history("1796000000010", 1796000000020) == [
+            {
+                "attempt": 1,
+                "run": 0,
+                "startedAt": 1796000000010,
+                "status": "succeeded",
+                "finishedAt": 1796000000020,
+            }
+        ]
+
+    def test_the_json_list_still_reads(self) -> None:
+        raw = '[{"attempt":1,"run":0,"startedAt":5,"status":"failed","finishedAt":6,"error":"boom"}]'
+        assert attempts_history(raw, 9)[0]["error"] == "boom"
+
+
+class TestLane:
+    RESULT = (
+        '{"actionId":"msg-1:signal:received:action:note","status":"applied","attempt":{"current":1,"max":5,'
+        '"startedAt":1796000000010,"completedAt":1796000000011,"status":"succeeded"},"detail":"Noted: café"}'
+    )
+
+    def test_a_lane_reads_back_what_was_stored_and_is_smaller(self) -> None:
+        stored = encode_lane(self.RESULT)
+        assert stored[0] == DEFLATE_V1 and len(stored) < len(self.RESULT.encode("utf-8")) / 2
+        assert json.loads(decode_lane(stored)) == json.loads(self.RESULT)
+
+    def test_a_plain_json_lane_written_before_still_reads(self) -> None:
+        assert decode_lane(self.RESULT.encode("utf-8")) == self.RESULT.encode("utf-8")
+        assert decode_lane(self.RESULT) == self.RESULT
+
+    def test_an_unknown_form_is_refused_by_name(self) -> None:
+        with pytest.raises(ValueError, match="idempotency lane of unknown format"):
+            decode_lane(b"\x07abc")
+
+    def test_the_dictionary_is_frozen(self) -> None:
+        """Lanes written with format 0x01 must decode for the idempotency TTL: a new dictionary is a new byte."""
+        digest = hashlib.sha256(LANE_DICTIONARY_V1).hexdigest()
+        assert digest == "cb028c055c3ad352076ff716a829b0d6bd078d450a367391ee600ed2838484e5"
