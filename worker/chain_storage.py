@@ -9,7 +9,13 @@ operation id or that trace id); a read projects them again with the same functio
 so what is read is what was projected when the chain ran (a unit test checks that on chains of every
 outcome). A chain keeps 330 of its 490 compressed bytes.
 
-A document written before (it has a ``record``) reads as it is.
+A document written before (it has a ``record``) reads as it is. The stored inputs are the node models' JSON
+(worker/nodes.py), so those models must keep reading what they wrote for as long as chains are retained, as
+for any stored data; erasure reads the event id straight from the stored form (:func:`stored_event_id`), so a
+chain that no longer rebuilds is still erased.
+
+Upgrading: a worker or web process of before this form cannot read it (nor the compact event bodies and lanes
+of worker/event_body.py and worker/lane_codec.py), so a deployment moves to it in one step (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 from worker.nodes import Action, ExecutorResult, Signal, Source
 from worker.projection import project_chain
 
-__all__ = ["rebuilt_chain", "stored_chain"]
+__all__ = ["rebuilt_chain", "stored_chain", "stored_event_id"]
 
 _DERIVED = frozenset({"edges", "handlerRuns", "chainId", "rootSourceId", "version", "traceId"})
 _RECORD_OWN = ("durationMs", "traceId")  # the record's fields that are not derived from the inputs
@@ -33,6 +39,15 @@ def stored_chain(projection: dict[str, Any]) -> dict[str, Any]:
     record = projection["record"]
     stored.update((name, record[name]) for name in _RECORD_OWN if name in record)
     return stored
+
+
+def stored_event_id(stored: dict[str, Any]) -> str | None:
+    """The id of the event whose run wrote a stored chain (its metadata), without projecting it again:
+    erasure asks this of every chain it may delete, and must not depend on the inputs still rebuilding."""
+    holder = stored.get("inputs") if "inputs" in stored else stored.get("envelope")
+    metadata = holder.get("metadata") if isinstance(holder, dict) else None
+    found = metadata.get("eventId") if isinstance(metadata, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def rebuilt_chain(stored: dict[str, Any]) -> dict[str, Any]:

@@ -182,12 +182,7 @@ def _tombstone(
 
 def _chain_is_events(store: EventStore, chain_id: str, event_id: str) -> bool:
     """Chain ids are ``chain:<sourceId>``: another scope's event with the same source id may own it now."""
-    try:
-        chain = store.get_chain(chain_id)
-        metadata = None if chain is None else chain["envelope"]["metadata"]
-    except (ValueError, KeyError, TypeError):
-        return False
-    return isinstance(metadata, dict) and metadata.get("eventId") == event_id
+    return store.chain_event_id(chain_id) == event_id
 
 
 def _drop_outbox_of(store: EventStore, scope: str, event_id: str, report: ErasureReport) -> None:

@@ -3,9 +3,9 @@
 The hash keeps ``sourceType``, ``sourceId`` and ``scopeKey`` as fields of their own (listings read them
 without the body), and the event id is the key's suffix. So the stored body leaves those four out, and it
 leaves out ``chain`` when the chain is the default one of a root event (``chain:<sourceId>`` rooted at the
-source itself, which :func:`worker.intake.prepare` gives every event from the door). A follow-up's chain
-(parent node, parent signal) is kept, first, so the stored form always starts with ``{"chain":`` or with a
-field that is never an identity field: :func:`full_body` tells the forms apart without parsing.
+source itself, which :func:`worker.intake.prepare` gives every event, follow-ups included). Any other chain is
+kept, first, so the stored form always starts with ``{"chain":`` or ``{"timestamp":``, never with an identity
+field: :func:`full_body` tells the forms apart without parsing.
 
 A body stored before this form (the whole Source, starting ``{"sourceId":``) still reads: :func:`full_body`
 returns such a body as it is. Nothing in Lua reads a body; the scripts store and return it as an opaque

@@ -8,6 +8,8 @@ import hashlib
 import json
 from typing import Any
 
+from worker.event_body import body_of
+
 __all__ = ["LIST_FIELDS", "attempts_history", "source_digest", "status_record"]
 
 LIST_FIELDS = (
@@ -69,12 +71,13 @@ def status_record(raw: dict[str, str], event_id: str | None = None) -> dict[str,
         record["outOfOrder"] = raw.get("outOfOrder") == "1"
     if record["chainId"] is None and raw.get("sourceId"):
         record["chainId"] = f"chain:{raw['sourceId']}"
-    elif record["chainId"] is None:
+    elif record["chainId"] is None:  # a hash of before the sourceId field: its body is whole
         try:
-            source_id = json.loads(raw["event"])["sourceId"]
-            record["chainId"] = f"chain:{source_id}"
-        except (KeyError, ValueError):
-            record["chainId"] = None
+            body = body_of(raw, str(record["eventId"]))
+        except ValueError:
+            body = None
+        source_id = None if body is None else body.get("sourceId")
+        record["chainId"] = f"chain:{source_id}" if source_id else None
     return record
 
 

@@ -47,14 +47,18 @@ end
 
 HISTORY = """
 local MAX_HISTORY = 20
-local function history_of(raw)
+-- A compact history (one first attempt that succeeded: its start time) read back whole.
+local function history_of(ek, raw)
   if not raw then return {} end
   local h = cjson.decode(raw)
-  if type(h) == 'number' then return {{attempt = 1, run = 0, startedAt = h, status = 'succeeded'}} end
+  if type(h) == 'number' then
+    local done = tonumber(redis.call('HGET', ek, 'doneAt') or '') or h
+    return {{attempt = 1, run = 0, startedAt = h, finishedAt = done, status = 'succeeded'}}
+  end
   return h
 end
 local function history_start(ek, raw, attempt, now, run)
-  local h = history_of(raw)
+  local h = history_of(ek, raw)
   local last = h[#h]
   if last and last['finishedAt'] == nil then last['status'] = 'lost' end
   h[#h + 1] = {attempt = attempt, run = run, startedAt = tonumber(now), status = 'running'}
@@ -64,7 +68,7 @@ end
 local function history_end(ek, now, status, err)
   local raw = redis.call('HGET', ek, 'history')
   if not raw then return end
-  local h = history_of(raw)
+  local h = history_of(ek, raw)
   local last = h[#h]
   if not last or last['finishedAt'] ~= nil then return end
   if status == 'succeeded' and #h == 1 and last['attempt'] == 1 and last['run'] == 0 then

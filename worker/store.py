@@ -20,7 +20,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.chain_codec import decode_chain, encode_chain
-from worker.chain_storage import rebuilt_chain
+from worker.chain_storage import rebuilt_chain, stored_event_id
 from worker.errors import NotReplicated, OverLimit
 from worker.event_body import body_of
 from worker.event_records import source_digest, status_record
@@ -266,6 +266,14 @@ class EventStore:
         key = self.keys.chain(chain_id)
         raw = self.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
         return None if raw is None else rebuilt_chain(decode_chain(raw))
+
+    def chain_event_id(self, chain_id: str) -> str | None:
+        """The id of the event whose run wrote the stored chain (None: no chain, or none readable)."""
+        raw = self.client.execute_command("GET", self.keys.chain(chain_id), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        try:
+            return None if raw is None else stored_event_id(decode_chain(raw))
+        except ValueError:
+            return None
 
     def stats(self) -> dict[str, int]:
         return {k: int(v) for k, v in _str_dict(self.client.hgetall(self.keys.stats)).items()}

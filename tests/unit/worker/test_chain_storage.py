@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from worker.chain_storage import rebuilt_chain, stored_chain
+from worker.chain_storage import rebuilt_chain, stored_chain, stored_event_id
 from worker.nodes import Action, ExecutorResult, Signal, Source
 from worker.projection import project_chain
 
@@ -134,3 +134,13 @@ def test_a_whole_document_of_before_reads_as_it_is() -> None:
 def test_inputs_that_are_not_a_chain_name_the_problem() -> None:
     with pytest.raises(ValueError, match="stored chain inputs do not rebuild"):
         rebuilt_chain({"inputs": {"source": {"sourceId": "s"}}})
+
+
+def test_the_event_id_is_read_from_either_form_without_rebuilding() -> None:
+    """Erasure asks whose chain it is: answered from the stored metadata, even when the inputs would not
+    rebuild, and for a whole document of before."""
+    broken = {"inputs": {"metadata": {"eventId": "evt_1"}, "source": {"sourceId": "s"}}}
+    assert stored_event_id(broken) == "evt_1"
+    assert stored_event_id({"envelope": {"metadata": {"eventId": "evt_2"}}, "record": {}}) == "evt_2"
+    assert stored_event_id({"inputs": {"metadata": {"eventId": 7}}}) is None
+    assert stored_event_id({"something": "else"}) is None
