@@ -24,6 +24,7 @@ import functools
 import os
 import shutil
 import threading
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -182,9 +183,31 @@ class ProcessMetrics:
         self._metric(name).labels(*self._values(name, attrs)).inc(value)
 
     def observe(self, name: str, attrs: Mapping[str, Any], values: Iterable[float]) -> None:
-        child = self._metric(name).labels(*self._values(name, attrs))
-        for value in values:
-            child.observe(value)
+        """Add a flush's ``values`` to one histogram series, pre-aggregated (see :func:`observe_many`)."""
+        observe_many(self._metric(name).labels(*self._values(name, attrs)), values)
+
+
+def observe_many(child: Any, values: Iterable[float]) -> None:
+    """``child.observe(v)`` for every value, as one write per touched bucket and one to the sum.
+
+    ``Histogram.observe`` writes the sum and one bucket per value, and each write in multiprocess mode is a
+    locked store into a memory-mapped file: 2.3 µs a value, about 7 values per event. A flush groups a
+    second's values, so the buckets are counted here first (``bisect_left`` finds the bucket ``observe``'s
+    ``value <= bound`` loop finds) and written once each. This reads three attributes prometheus_client does not
+    document (``_upper_bounds``, ``_buckets``, ``_sum``: the ones its own ``observe`` uses); a unit test checks
+    the exposition equals the one of observing the values one by one, so an upgrade that moves them fails
+    there, not in production."""
+    bounds = child._upper_bounds
+    counts = [0] * len(bounds)
+    total = 0.0
+    for value in values:
+        total += value
+        if value == value:  # a NaN goes to the sum and no bucket, as in observe
+            counts[bisect_left(bounds, value)] += 1
+    child._sum.inc(total)
+    for bucket, count in zip(child._buckets, counts, strict=True):
+        if count:
+            bucket.inc(count)
 
 
 @functools.cache

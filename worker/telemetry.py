@@ -167,8 +167,9 @@ class Telemetry(MeasurementBuffer):
             ("workflow", source_type, status, tenant),
             lambda: {**_a(source_type=source_type, workflow_status=status), **self.common, "tenant": tenant},
         )
-        self._add_key("agent_signal_workflow_runs_total", key)
-        self._record_key("agent_signal_workflow_duration_ms", duration_ms, key)
+        self._count_and_record(
+            "agent_signal_workflow_runs_total", "agent_signal_workflow_duration_ms", key, duration_ms
+        )
 
     def handler_run(
         self, *, handler_id: str, kind: str, node_type: str, status: str, duration_ms: float
@@ -182,8 +183,9 @@ class Telemetry(MeasurementBuffer):
                 **self.common,
             },
         )
-        self._add_key("agent_signal_handler_runs_total", key)
-        self._record_key("agent_signal_handler_duration_ms", duration_ms, key)
+        self._count_and_record(
+            "agent_signal_handler_runs_total", "agent_signal_handler_duration_ms", key, duration_ms
+        )
 
     def event_committed(self, *, outcome: str, tenant: str, latency_ms: float | None) -> None:
         """The engine's count of an event this worker committed (``retry`` is counted as ``retried``) and, when

@@ -95,3 +95,39 @@ def test_processes_sharing_a_directory_are_summed(tmp_path: Path) -> None:
     samples = parse(text)
     assert total(samples, "agent_signal_events_total", tenant="a", status="done") == 7
     assert total(samples, "agent_signal_event_latency_ms_count", tenant="a") == 2
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0.0, 0.5, 1.0, 1.0001, 7, 250, 10**9, -3],
+        [float("nan"), 2.0, float("inf")],
+        [],
+    ],
+    ids=["edges of buckets", "nan and inf", "nothing"],
+)
+def test_a_pre_aggregated_flush_exposes_what_observing_one_by_one_does(values: list[float]) -> None:
+    """observe_many reads prometheus_client's own bucket fields: the exposition must equal the one of calling
+    ``observe`` per value, bucket for bucket, count and sum (an upgrade that moves the fields fails here)."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from worker.process_metrics import observe_many
+
+    texts = []
+    for aggregated in (False, True):
+        registry = CollectorRegistry()
+        child = Histogram("agent_signal_x_ms", "x", ["k"], registry=registry, buckets=BUCKETS_MS).labels("v")
+        if aggregated:
+            observe_many(child, values)
+        else:
+            for value in values:
+                child.observe(value)
+        texts.append(
+            "\n".join(
+                line for line in generate_latest(registry).decode().splitlines() if "_created" not in line
+            )
+        )
+    assert texts[0] == texts[1]
+    assert ("agent_signal_x_ms_count" in texts[1]) and texts[1].count("_bucket{") == len(BUCKETS_MS) + (
+        0 if BUCKETS_MS[-1] == float("inf") else 1
+    )
