@@ -14,7 +14,12 @@ from worker.lane_codec import decode_lane, encode_lane
 from worker.nodes import Action, ExecutorResult
 from worker.store import EventStore, staged_error
 
-__all__ = ["RedisActionPort"]
+__all__ = ["RedisActionPort", "lane_result"]
+
+
+def lane_result(raw: bytes | None) -> ExecutorResult | None:
+    """The applied action's result stored in an idempotency lane (worker/lane_codec.py), or None: unmarked."""
+    return None if raw is None else ExecutorResult.model_validate_json(decode_lane(raw))
 
 
 class RedisActionPort:
@@ -27,9 +32,7 @@ class RedisActionPort:
         self._lost = lost  # threading.Event set by the lease renewer
 
     def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
-        key = self.store.keys.idempotency(self.scope_key, idempotency_key)
-        raw = self.store.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
-        return None if raw is None else ExecutorResult.model_validate_json(decode_lane(raw))
+        return lane_result(self.store.get_bytes(self.store.keys.idempotency(self.scope_key, idempotency_key)))
 
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer

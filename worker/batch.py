@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from worker.chain_document import peek_event
+from worker.chain_document import event_head
 from worker.errors import NotReplicated
 from worker.lane_codec import encode_lane
 from worker.lease import LeaseGrant
@@ -111,12 +111,9 @@ def _batchable(pipeline: Pipeline, begun: Begun) -> bool:
     """A first delivery, of a source type whose chains have met only batch-safe handlers so far."""
     if begun.attempts != 1:
         return False
-    return not pipeline.unbatchable or _source_type(begun) not in pipeline.unbatchable
-
-
-def _source_type(begun: Begun) -> str:
-    """The event's source type: from its hash (ACQUIRE and PEEK_FRESH return it), else from an old body."""
-    return begun.source_type or peek_event(begun.body)[0]
+    return (
+        not pipeline.unbatchable or event_head(begun.body, begun.source_type)[0] not in pipeline.unbatchable
+    )
 
 
 def _peek(pipeline: Pipeline, grant: LeaseGrant, head: Head | None, count: int) -> list[Begun]:

@@ -11,7 +11,7 @@ from worker.projection import project_chain
 from worker.scheduler import ChainTrace
 from worker.telemetry import Telemetry
 
-__all__ = ["chain_projection", "compact_json", "peek_event"]
+__all__ = ["chain_projection", "compact_json", "event_head", "peek_event"]
 
 
 def chain_projection(trace: ChainTrace, source: Source, *, attempt: int) -> dict[str, Any]:
@@ -44,3 +44,12 @@ def peek_event(body: str) -> tuple[str, str | None]:
     if not isinstance(data, dict):
         return "unknown", None
     return str(data.get("sourceType", "unknown")), data.get("traceparent")
+
+
+def event_head(body: str, source_type: str) -> tuple[str, str | None]:
+    """A taken event's source type (its hash's, else its body's) and traceparent: the stored body is parsed
+    only when it may hold a traceparent or the hash had no source type (an event stored before that field)."""
+    if source_type and '"traceparent"' not in body:
+        return source_type, None
+    peeked, traceparent = peek_event(body)
+    return source_type or peeked, traceparent

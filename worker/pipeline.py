@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from worker.batch import drain_in_batches
-from worker.chain_document import peek_event
+from worker.chain_document import event_head
 from worker.context import Deps
 from worker.emitter import Emitter, StagedEmits
 from worker.fair import FairQueue
@@ -180,8 +180,7 @@ class Pipeline:
         trace of its enqueue; returns what they did (``work.reply`` is None when nothing was committed).
         With ``batch`` the chain runs for a batch commit (worker/batch.py), which commits it later."""
         started = time.perf_counter()
-        peeked_type, traceparent = peek_event(begun.body)
-        source_type = begun.source_type or peeked_type
+        source_type, traceparent = event_head(begun.body, begun.source_type)
         bind_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)
         scope = ChainScope(
             attempt=begun.attempts,

@@ -20,9 +20,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from worker.action_port import RedisActionPort
+from worker.action_port import RedisActionPort, lane_result
 from worker.errors import PipelineError
-from worker.lane_codec import decode_lane
 from worker.lease import HOLDER_SEPARATOR
 from worker.nodes import Action, ExecutorResult
 from worker.store import EventStore, now_ms
@@ -63,7 +62,7 @@ class CancellablePort(RedisActionPort):
         pipe.hexists(self.store.keys.event(self.event_id), "cancelRequested")
         raw, cancelled = pipe.execute()
         self._cancelled = bool(cancelled)
-        return None if raw is None else ExecutorResult.model_validate_json(decode_lane(raw))
+        return lane_result(raw)
 
     def ensure_live(self) -> None:
         super().ensure_live()

@@ -263,13 +263,17 @@ class EventStore:
         """The chain document, or None when unknown (or expired). The stored form is bytes (see
         :mod:`worker.chain_document`): read with ``NEVER_DECODE``, so this decoding client hands them over
         untouched (no second client, no base64 in Redis)."""
-        key = self.keys.chain(chain_id)
-        raw = self.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        raw = self.get_bytes(self.keys.chain(chain_id))
         return None if raw is None else rebuilt_chain(decode_chain(raw))
+
+    def get_bytes(self, key: str) -> bytes | None:
+        """A string value as stored (chains and lanes are binary): ``NEVER_DECODE`` on this decoding client."""
+        raw: bytes | None = self.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        return raw
 
     def chain_event_id(self, chain_id: str) -> str | None:
         """The id of the event whose run wrote the stored chain (None: no chain, or none readable)."""
-        raw = self.client.execute_command("GET", self.keys.chain(chain_id), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        raw = self.get_bytes(self.keys.chain(chain_id))
         try:
             return None if raw is None else stored_event_id(decode_chain(raw))
         except ValueError:
