@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pytest-xdist processes for `make test` (0: one process). Tests wait on workers and Redis more than they compute.
+TEST_WORKERS ?= 2
 
 .PHONY: run test test-fast lint typecheck imports check bench chaos clean help chromium screenshots
 
@@ -41,7 +43,7 @@ chromium:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 test: $(STAMP) check chromium
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit

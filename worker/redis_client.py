@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from redis import Redis
+from redis import BlockingConnectionPool, Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
@@ -26,7 +26,7 @@ def is_cluster(client: object) -> bool:
 
 
 def redis_from_settings(settings: Settings) -> Redis:
-    """A client for the state store; connects lazily."""
+    """A client for the state store; connects lazily. Its pool holds at most ``redis_max_connections``."""
     if settings.redis_cluster_url:
         cluster = RedisCluster.from_url(
             settings.redis_cluster_url,
@@ -36,14 +36,19 @@ def redis_from_settings(settings: Settings) -> Redis:
             health_check_interval=30,
         )
         return cast(Redis, cluster)
-    return Redis.from_url(
+    # A bounded pool: a thread past `redis_max_connections` waits up to `redis_pool_timeout_s` for a free
+    # connection (then ConnectionError, a 503 at the door) instead of opening one more socket per thread.
+    pool = BlockingConnectionPool.from_url(
         settings.require_redis_url(),
+        max_connections=settings.redis_max_connections,
+        timeout=settings.redis_pool_timeout_s,
         decode_responses=True,
         socket_timeout=10,
         socket_connect_timeout=5,
         health_check_interval=30,
         retry_on_timeout=True,
     )
+    return Redis.from_pool(pool)  # the client owns the pool: close() disconnects it
 
 
 def async_redis_from_settings(settings: Settings, *, pubsub: bool = False) -> AsyncRedis:

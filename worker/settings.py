@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     broker_url: str | None = Field(default=None, validation_alias=_env("BROKER_URL"))
     # A Redis Cluster for state (redis://host:port of any node); the broker is then BROKER_URL (never the cluster).
     redis_cluster_url: str | None = Field(default=None, validation_alias=_env("REDIS_CLUSTER_URL"))
+    # Connections per state-store client pool (a web process has two: the door's and the credentials'); a thread
+    # past the cap waits redis_pool_timeout_s for a free one, then gets a 503. Not applied to a cluster client.
+    redis_max_connections: int = Field(default=20, ge=1)
+    redis_pool_timeout_s: float = Field(default=5.0, gt=0)
     api_token: str | None = Field(default=None, validation_alias=AliasChoices("AGENT_SIGNAL_API_TOKEN"))
     # ^ deprecated alias of bootstrap_key (used only when AGENT_SIGNAL_BOOTSTRAP_KEY is unset)
     port: int = Field(default=8000, validation_alias=_env("PORT"))
