@@ -6,29 +6,82 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from worker.nodes import Source
-from worker.projection import project_chain
+from worker.chain_storage import stored_inputs
+from worker.nodes import Action, ExecutorResult, Signal, Source
+from worker.projection import project_chain, trace_events
 from worker.scheduler import ChainTrace
 from worker.telemetry import Telemetry
 
-__all__ = ["chain_projection", "compact_json", "event_head", "peek_event"]
+__all__ = ["ChainRun", "compact_json", "event_head", "peek_event"]
 
 
-def chain_projection(trace: ChainTrace, source: Source, *, attempt: int) -> dict[str, Any]:
-    """The stored chain document: ``{"envelope", "record"}``; our extras sit in ``envelope.metadata``."""
-    trace_id, _ = Telemetry.current_ids()
-    metadata: dict[str, Any] = {"eventId": source.event_id, "attempt": attempt, "status": trace.status}
-    if trace.terminal is not None:
-        metadata["terminal"] = trace.terminal.to_json_dict()
-    return project_chain(
-        source,
-        trace.signals,
-        trace.actions,
-        trace.results,
-        duration_ms=trace.duration_ms,
-        trace_id=trace_id,
-        metadata=metadata,
-    )
+class ChainRun:
+    """A finished chain's document, built as far as it is read: every commit stores the projection's inputs
+    (:func:`~worker.chain_storage.stored_inputs`, a third of the work of projecting), and the whole
+    ``{"envelope", "record"}`` (our extras in ``envelope.metadata``) is projected once, only when something
+    asks for it: the observe span of a traced chain, a development snapshot. Metrics count from the nodes."""
+
+    __slots__ = ("_projection", "attempt", "metadata", "source", "trace", "trace_id")
+
+    def __init__(self, trace: ChainTrace, source: Source, *, attempt: int) -> None:
+        self.trace, self.source, self.attempt = trace, source, attempt
+        self.trace_id, _ = Telemetry.current_ids()
+        self.metadata: dict[str, Any] = {
+            "eventId": source.event_id,
+            "attempt": attempt,
+            "status": trace.status,
+        }
+        if trace.terminal is not None:
+            self.metadata["terminal"] = trace.terminal.to_json_dict()
+        self._projection: dict[str, Any] | None = None
+
+    @property
+    def signals(self) -> list[Signal]:
+        return self.trace.signals
+
+    @property
+    def actions(self) -> list[Action]:
+        return self.trace.actions
+
+    @property
+    def results(self) -> list[ExecutorResult]:
+        return self.trace.results
+
+    @property
+    def duration_ms(self) -> float:
+        return self.trace.duration_ms
+
+    def stored(self) -> dict[str, Any]:
+        """What the commit stores (its JSON is deflated by the store)."""
+        t = self.trace
+        return stored_inputs(
+            self.source,
+            t.signals,
+            t.actions,
+            t.results,
+            duration_ms=t.duration_ms,
+            trace_id=self.trace_id,
+            metadata=self.metadata,
+        )
+
+    def projection(self) -> dict[str, Any]:
+        """LobeHub's ``{"envelope", "record"}``, projected on the first call."""
+        if self._projection is None:
+            t = self.trace
+            self._projection = project_chain(
+                self.source,
+                t.signals,
+                t.actions,
+                t.results,
+                duration_ms=t.duration_ms,
+                trace_id=self.trace_id,
+                metadata=self.metadata,
+            )
+        return self._projection
+
+    def events(self) -> list[dict[str, Any]]:
+        """LobeHub's trace events of the chain (the observe span's events, a snapshot's)."""
+        return trace_events(self.source, self.trace.signals, self.trace.actions, self.trace.results)
 
 
 def compact_json(document: dict[str, Any]) -> str:

@@ -20,12 +20,13 @@ of worker/event_body.py and worker/lane_codec.py), so a deployment moves to it i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from worker.nodes import Action, ExecutorResult, Signal, Source
-from worker.projection import project_chain
+from worker.projection import envelope_metadata, payload_ids, project_chain
 
-__all__ = ["rebuilt_chain", "stored_chain", "stored_event_id"]
+__all__ = ["rebuilt_chain", "stored_chain", "stored_event_id", "stored_inputs"]
 
 _DERIVED = frozenset({"edges", "handlerRuns", "chainId", "rootSourceId", "version", "traceId"})
 _RECORD_OWN = ("durationMs", "traceId")  # the record's fields that are not derived from the inputs
@@ -38,6 +39,34 @@ def stored_chain(projection: dict[str, Any]) -> dict[str, Any]:
     }
     record = projection["record"]
     stored.update((name, record[name]) for name in _RECORD_OWN if name in record)
+    return stored
+
+
+def stored_inputs(
+    source: Source,
+    signals: Sequence[Signal],
+    actions: Sequence[Action],
+    results: Sequence[ExecutorResult],
+    *,
+    duration_ms: float | None,
+    trace_id: str | None,
+    metadata: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """``stored_chain(project_chain(...))`` of the same arguments, without projecting: what a commit stores
+    (a unit test compares the two as JSON text). Keys in the envelope's order, so the texts are equal."""
+    stored: dict[str, Any] = {
+        "inputs": {
+            "actions": [a.to_json_dict() for a in actions],
+            "metadata": envelope_metadata(source, payload_ids(source), metadata),
+            "results": [r.to_json_dict() for r in results],
+            "signals": [s.to_json_dict() for s in signals],
+            "source": source.to_json_dict(),
+        }
+    }
+    if duration_ms is not None:
+        stored["durationMs"] = round(duration_ms, 3)
+    if trace_id is not None:
+        stored["traceId"] = trace_id
     return stored
 
 

@@ -9,7 +9,8 @@ the only place where the order of an event's steps is decided:
     interpret     run the chain (worker.scheduler); an exception decides ``retry`` (backoff with full jitter)
                   or ``dead`` (PermanentFailure, or the last attempt); LeaseLost stops the event uncommitted;
                   an operator's cancel (worker/scope_control.py) stops it before its next action: ``cancelled``
-    project       build the chain's projection (LobeHub's envelope + record), once, when the chain finished
+    project       the chain's document, once the chain finished: its projection's inputs (the whole
+                  envelope + record only when traced or in development)
     commit        the fenced COMMIT script: the outcome, the projection, and (``done`` only) the writes and
                   follow-up events the source and signal handlers staged; the same round trip takes the next
                   head, or releases the scope when the inbox is empty

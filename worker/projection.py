@@ -14,7 +14,15 @@ from typing import Any
 
 from worker.nodes import Action, ExecutorResult, Signal, Source
 
-__all__ = ["project_chain", "signal_domain", "signal_outcome", "to_iso", "trace_events"]
+__all__ = [
+    "envelope_metadata",
+    "payload_ids",
+    "project_chain",
+    "signal_domain",
+    "signal_outcome",
+    "to_iso",
+    "trace_events",
+]
 
 
 def to_iso(ms: int) -> str:
@@ -130,14 +138,29 @@ def project_chain(
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``{"envelope": AgentSignalTraceEnvelope, "record": AgentSignalTelemetryRecord}``."""
-    ids = {
+    ids = payload_ids(source)
+    record = _record(source, signals, actions, results, ids, duration_ms=duration_ms, trace_id=trace_id)
+    envelope = _envelope(source, signals, actions, results, ids, trace_id=trace_id, metadata=metadata)
+    return {"envelope": envelope, "record": record}
+
+
+def payload_ids(source: Source) -> dict[str, str | None]:
+    """The source payload's ``agentId``, ``operationId`` and ``topicId`` (None when absent or not a string)."""
+    return {
         "agentId": _payload_str(source, "agentId"),
         "operationId": _payload_str(source, "operationId"),
         "topicId": _payload_str(source, "topicId"),
     }
-    record = _record(source, signals, actions, results, ids, duration_ms=duration_ms, trace_id=trace_id)
-    envelope = _envelope(source, signals, actions, results, ids, trace_id=trace_id, metadata=metadata)
-    return {"envelope": envelope, "record": record}
+
+
+def envelope_metadata(
+    source: Source, ids: dict[str, str | None], metadata: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The envelope's ``metadata``: the scope key, the payload ids present, then ours (``metadata``)."""
+    envelope_meta: dict[str, Any] = {"scopeKey": source.scope_key}
+    envelope_meta.update((key, value) for key, value in ids.items() if value is not None)
+    envelope_meta.update(metadata or {})
+    return envelope_meta
 
 
 def _conclusion(
@@ -210,9 +233,7 @@ def _envelope(
     metadata: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The AgentSignalTraceEnvelope; ``ids`` as for :func:`_record`."""
-    envelope_meta: dict[str, Any] = {"scopeKey": source.scope_key}
-    envelope_meta.update((key, value) for key, value in ids.items() if value is not None)
-    envelope_meta.update(metadata or {})
+    envelope_meta = envelope_metadata(source, ids, metadata)
     envelope: dict[str, Any] = {
         "actions": [a.to_json_dict() for a in actions],
         "chainId": source.chain.chain_id or source.chain.root_source_id,

@@ -6,13 +6,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from redis.exceptions import RedisError
 
 from worker.batch_port import BatchPort, Lane
-from worker.chain_document import chain_projection, compact_json
-from worker.chain_storage import stored_chain
+from worker.chain_document import ChainRun, compact_json
 from worker.context import ActionPort, EffectBuffer
 from worker.emitter import StagedEmits
 from worker.errors import (
@@ -26,7 +25,6 @@ from worker.errors import (
 from worker.lease import LeaseGrant
 from worker.logs import bind_event
 from worker.nodes import Source
-from worker.projection import trace_events
 from worker.scheduler import ChainScope, ChainTrace, run_chain
 from worker.scope_control import CancellablePort, EventCancelled
 from worker.snapshots import write_snapshot
@@ -68,7 +66,7 @@ class EventWork:
     not_before_ms: int = 0
     status: str = "error"  # the workflow status metric: generated | error | invalid_payload
     lost: bool = False  # the lease was lost: nothing is committed
-    projection: dict[str, Any] | None = None
+    chain: ChainRun | None = None  # the finished chain's document (Project), read by the commit and after
     reply: CommitReply | None = None
     followups: StagedEmits = field(default_factory=lambda: StagedEmits(None))
     source_type: str = "unknown"
@@ -154,14 +152,15 @@ class Interpret:
 
 
 class Project:
-    """The chain's projection, built once when the chain ran to its end; the commit stores it."""
+    """The chain's document, once the chain ran to its end: the commit stores its inputs; the whole projection
+    is built only if the observe span or a development snapshot reads it (worker/chain_document.py)."""
 
     name = "project"
 
     def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
         if work.trace is None or work.source is None or work.lost:
             return
-        work.projection = chain_projection(work.trace, work.source, attempt=work.begun.attempts)
+        work.chain = ChainRun(work.trace, work.source, attempt=work.begun.attempts)
 
 
 class CommitStep:
@@ -217,7 +216,7 @@ class CommitStep:
             error=work.error,
             not_before_ms=work.not_before_ms,
             chain_id=work.source.chain.chain_id if work.source is not None else "",
-            chain_json="" if work.projection is None else compact_json(stored_chain(work.projection)),
+            chain_json="" if work.chain is None else compact_json(work.chain.stored()),
             source_id=work.source.source_id if work.source is not None else "",
             effects=work.scope.effects if done else EffectBuffer(),
             followups=work.followups.events if done else (),
@@ -234,17 +233,17 @@ class AfterCommit:
             return
         for scope_key in work.reply.publish:
             pipeline.publish_drain(scope_key)
-        if work.outcome != "done" or work.projection is None or work.trace is None or work.source is None:
+        chain = work.chain
+        if work.outcome != "done" or chain is None:
             return
-        source, trace = work.source, work.trace
-
-        def events() -> list[dict[str, Any]]:
-            return trace_events(source, trace.signals, trace.actions, trace.results)
-
-        pipeline.telemetry.persist_projection(work.projection, events)
+        pipeline.telemetry.persist_chain(chain)
         if pipeline.settings.env == "development":
             write_snapshot(
-                pipeline.settings.tracing_dir, source, work.projection, events(), trace.started_at_ms
+                pipeline.settings.tracing_dir,
+                chain.source,
+                chain.projection(),
+                chain.events(),
+                chain.trace.started_at_ms,
             )
 
 

@@ -33,13 +33,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from worker.chain_metrics import ChainShape, FinishedChain, Series, chain_series, chain_shape
 from worker.process_metrics import ProcessMetrics, process_metrics
 from worker.projection import flatten_attributes
-from worker.telemetry_buffer import AttrsKey, MeasurementBuffer
+from worker.telemetry_buffer import MeasurementBuffer
 from worker.telemetry_instruments import INSTRUMENT_ATTRS as _INSTRUMENT_ATTRS
 from worker.telemetry_instruments import METER_NAME, TRACER_NAME, TRACER_VERSION, DescribedInstruments
 from worker.telemetry_instruments import agent_signal_attrs as _a
-from worker.telemetry_instruments import signal_type_attrs as _signal_attrs
 from worker.telemetry_jsonl import JsonlSpanExporter
 
 __all__ = ["DISABLED", "Telemetry", "configure_telemetry"]
@@ -75,7 +75,7 @@ class Telemetry(MeasurementBuffer):
         # Read-only: the recorders freeze their series' attributes once (_frozen), so these can never change.
         self.common: Mapping[str, Any] = MappingProxyType({})
         # Chain shape -> the series it counts (_count_projection); bounded: cleared when full.
-        self._shapes: dict[tuple[Any, ...], tuple[list[tuple[str, AttrsKey]], list[AttrsKey], AttrsKey]] = {}
+        self._shapes: dict[ChainShape, Series] = {}
         if not self.enabled:
             return
         self.reset_in_forked_children()
@@ -219,17 +219,15 @@ class Telemetry(MeasurementBuffer):
         }
         self._add("agent_signal_terminal_results_total", attrs)
 
-    def persist_projection(
-        self, projection: Mapping[str, Any], events: Callable[[], Sequence[Mapping[str, Any]]]
-    ) -> None:
-        """LobeHub's persistAgentSignalObservability: the observe span with its events (built only when traced),
-        then the metrics, in LobeHub's order."""
+    def persist_chain(self, chain: FinishedChain) -> None:
+        """LobeHub's persistAgentSignalObservability: the observe span with its events (the projection and the
+        events built only when traced), then the metrics, in LobeHub's order."""
         if not self.enabled:
             return
-        envelope, record = projection["envelope"], projection["record"]
         if self.tracing:
-            self._observe_span(envelope["source"], record, events)
-        self._count_projection(envelope, record)
+            projection = chain.projection()
+            self._observe_span(projection["envelope"]["source"], projection["record"], chain.events)
+        self._count_chain(chain)
 
     def _observe_span(
         self,
@@ -260,61 +258,21 @@ class Telemetry(MeasurementBuffer):
                     timestamp=int(event["timestamp"]) * 1_000_000,
                 )
 
-    def _count_projection(self, envelope: Mapping[str, Any], record: Mapping[str, Any]) -> None:
-        """The chain's metrics, in LobeHub's order: source, signals, actions and transitions, results, chain.
-        The series a chain of this shape counts are built once per shape (``_projection_series``)."""
-        source_type = envelope["source"]["sourceType"]
-        actions = {a["actionId"]: a for a in envelope["actions"]}
-        results = [(actions[r["actionId"]], r) for r in envelope["results"] if r["actionId"] in actions]
-        shape = (
-            source_type,
-            tuple(s["signalType"] for s in envelope["signals"]),
-            tuple((a["actionType"], a["signal"]["signalType"]) for a in envelope["actions"]),
-            tuple((a["actionType"], r["status"]) for a, r in results),
-            record.get("finalStatus", "none"),
-        )
+    def _count_chain(self, chain: FinishedChain) -> None:
+        """The chain's metrics, in LobeHub's order (worker/chain_metrics.py); a shape's series built once."""
+        shape, results = chain_shape(chain)
         series = self._shapes.get(shape)
         if series is None:
             if len(self._shapes) >= SHAPES_MAX:
                 self._shapes.clear()
-            series = self._shapes[shape] = self._projection_series(*shape)
+            series = self._shapes[shape] = chain_series(shape)
         counted, result_keys, chain_key = series
         self._add_keys(counted)
-        for (_, result), key in zip(results, result_keys, strict=True):
-            attempt = result.get("attempt", {})
-            if attempt.get("completedAt") is not None:
-                duration = attempt["completedAt"] - attempt["startedAt"]
+        for result, key in zip(results, result_keys, strict=True):
+            if result.attempt.completed_at is not None:
+                duration = result.attempt.completed_at - result.attempt.started_at
                 self._record_key("agent_signal_action_duration_ms", duration, key)
-        if isinstance(record.get("durationMs"), int | float):
-            self._record_key("agent_signal_chain_duration_ms", record["durationMs"], chain_key)
-
-    def _projection_series(
-        self,
-        source_type: str,
-        signal_types: tuple[str, ...],
-        actions: tuple[tuple[str, str], ...],
-        results: tuple[tuple[str, str], ...],
-        final_status: str,
-    ) -> tuple[list[tuple[str, AttrsKey]], list[AttrsKey], AttrsKey]:
-        """(the counted series in LobeHub's order, each result's attributes, the chain's attributes)."""
-
-        def frozen(attrs: Mapping[str, Any]) -> AttrsKey:
-            return tuple(sorted(attrs.items()))
-
-        counted = [("agent_signal_source_occurrences_total", frozen(_a(source_type=source_type)))]
-        counted += [
-            ("agent_signal_signal_occurrences_total", frozen(_signal_attrs(t, source_type)))
-            for t in signal_types
-        ]
-        for action_type, signal_type in actions:
-            counted.append(("agent_signal_action_occurrences_total", frozen(_a(action_type=action_type))))
-            transition = {**_a(action_type=action_type), **_signal_attrs(signal_type, None)}
-            counted.append(("agent_signal_signal_action_transitions_total", frozen(transition)))
-        result_keys = [frozen(_a(action_type=a, result_status=status)) for a, status in results]
-        counted += [("agent_signal_action_results_total", key) for key in result_keys]
-        chain_key = frozen(_a(final_status=final_status, source_type=source_type))
-        counted.append(("agent_signal_chains_total", chain_key))
-        return counted, result_keys, chain_key
+        self._record_key("agent_signal_chain_duration_ms", round(chain.duration_ms, 3), chain_key)
 
     def flush(self) -> None:
         self.flush_measurements()

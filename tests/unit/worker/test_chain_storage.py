@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from worker.chain_storage import rebuilt_chain, stored_chain, stored_event_id
+from worker.chain_storage import rebuilt_chain, stored_chain, stored_event_id, stored_inputs
 from worker.nodes import Action, ExecutorResult, Signal, Source
 from worker.projection import project_chain
 
@@ -122,6 +122,17 @@ def test_a_stored_chain_reads_back_as_it_was_projected(case: str, follow_up: boo
         metadata=metadata,
     )
     text = json.dumps(stored_chain(projection), separators=(",", ":"))
+    # What a commit stores is built from the nodes without projecting: the same text.
+    direct = stored_inputs(
+        _source(payload, follow_up=follow_up),
+        signals,
+        actions,
+        results,
+        duration_ms=duration_ms,
+        trace_id=trace_id,
+        metadata=metadata,
+    )
+    assert json.dumps(direct, separators=(",", ":")) == text
     assert "edges" not in text and "handlerRuns" not in text and '"record"' not in text
     assert json.dumps(rebuilt_chain(json.loads(text))) == json.dumps(projection)
 

@@ -1,0 +1,105 @@
+"""A finished chain's metrics are counted from its nodes (worker/telemetry.py ``_count_chain``) and its
+projection is built only when read (worker/chain_document.py ``ChainRun``). Counting from the nodes must give
+what the projection states: for chains of every outcome, each counted series and value is checked against the
+projection's envelope and record."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from tests.unit.worker.test_chain_storage import CASES, _action, _result, _signal, _source
+from worker.chain_document import ChainRun
+from worker.projection import project_chain
+from worker.scheduler import ChainTrace
+from worker.settings import Settings
+from worker.telemetry import Telemetry, configure_telemetry
+
+
+def _points(
+    telemetry: Telemetry, reader: InMemoryMetricReader
+) -> dict[str, list[tuple[dict[str, Any], Any]]]:
+    telemetry.flush_measurements()
+    data = reader.get_metrics_data()
+    out: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+    for rm in data.resource_metrics if data else []:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out.setdefault(metric.name, []).extend(
+                    (dict(p.attributes or {}), p) for p in metric.data.data_points
+                )
+    return out
+
+
+def _chain(case: str) -> ChainRun:
+    payload, n, statuses, duration_ms, _, _ = CASES[case]
+    trace = ChainTrace(
+        source=_source(payload),
+        signals=[_signal(i) for i in range(max(n, 1))],
+        actions=[_action(i) for i in range(n)],
+        results=[_result(i, s) for i, s in enumerate(statuses)],
+        duration_ms=duration_ms or 0.0,
+    )
+    return ChainRun(trace, trace.source, attempt=1)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_counting_from_the_nodes_states_what_the_projection_says(case: str) -> None:
+    reader = InMemoryMetricReader()
+    telemetry = configure_telemetry(Settings(), service_name="test", metric_readers=[reader])
+    chain = _chain(case)
+    telemetry.persist_chain(chain)
+    points = _points(telemetry, reader)
+    telemetry.shutdown()
+
+    projection = project_chain(
+        chain.source, chain.signals, chain.actions, chain.results, duration_ms=chain.duration_ms
+    )
+    envelope, record = projection["envelope"], projection["record"]
+    final_status = record.get("finalStatus", "none")
+
+    ((chain_attrs, chains),) = points["agent_signal_chains_total"]
+    assert chain_attrs["agent.signal.final_status"] == final_status and chains.value == 1
+    ((_, duration),) = points["agent_signal_chain_duration_ms"]
+    assert duration.count == 1 and duration.sum == pytest.approx(record["durationMs"])
+
+    actions = {a["actionId"]: a for a in envelope["actions"]}
+    expected_results = Counter(
+        (actions[r["actionId"]]["actionType"], r["status"]) for r in envelope["results"]
+    )
+    counted = Counter(
+        {
+            (a["agent.signal.action_type"], a["agent.signal.result_status"]): p.value
+            for a, p in points.get("agent_signal_action_results_total", [])
+        }
+    )
+    assert counted == expected_results
+    durations = sum(
+        r["attempt"]["completedAt"] - r["attempt"]["startedAt"]
+        for r in envelope["results"]
+        if r["attempt"].get("completedAt") is not None
+    )
+    assert sum(p.sum for _, p in points.get("agent_signal_action_duration_ms", [])) == durations
+    signals = Counter(s["signalType"] for s in envelope["signals"])
+    assert (
+        Counter(
+            {
+                a["agent.signal.signal_type"]: p.value
+                for a, p in points["agent_signal_signal_occurrences_total"]
+            }
+        )
+        == signals
+    )
+
+
+def test_the_projection_is_built_once_and_only_when_read() -> None:
+    chain = _chain("failed and skipped")
+    assert chain._projection is None  # storing and counting never projected it
+    chain.stored()
+    assert chain._projection is None
+    first = chain.projection()
+    assert chain.projection() is first
+    assert first["record"]["summary"]["totalActions"] == 3

@@ -1,0 +1,80 @@
+"""What a finished chain counts, in LobeHub's order (persistAgentSignalObservability's metrics): its source,
+its signals, each action and its signal → action transition, each result, the chain. Counted from the chain's
+nodes as its projection would state them (``finalStatus``: the status of the last action's result, ``none``
+without one), so a commit never has to project the chain to count it (a unit test compares the two)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from worker.nodes import Action, ExecutorResult, Signal, Source
+from worker.telemetry_buffer import AttrsKey
+from worker.telemetry_instruments import agent_signal_attrs as _a
+from worker.telemetry_instruments import signal_type_attrs as _signal_attrs
+
+__all__ = ["ChainShape", "FinishedChain", "Series", "chain_series", "chain_shape"]
+
+# (source type, signal types, (action type, its signal's type) per action, (action type, result status) per
+# result of a known action, final status): two chains of one shape count the same series.
+ChainShape = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], str]
+# (the counted series in LobeHub's order, each result's attributes, the chain's attributes)
+Series = tuple[list[tuple[str, AttrsKey]], list[AttrsKey], AttrsKey]
+
+
+class FinishedChain(Protocol):
+    """A chain that ran to its end, as the telemetry reads it (worker/chain_document.py's ChainRun)."""
+
+    @property
+    def source(self) -> Source: ...
+    @property
+    def signals(self) -> Sequence[Signal]: ...
+    @property
+    def actions(self) -> Sequence[Action]: ...
+    @property
+    def results(self) -> Sequence[ExecutorResult]: ...
+    @property
+    def duration_ms(self) -> float: ...
+    def projection(self) -> Mapping[str, Any]: ...
+    def events(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+def chain_shape(chain: FinishedChain) -> tuple[ChainShape, list[ExecutorResult]]:
+    """The chain's shape and its results of known actions, in order (the action-duration samples)."""
+    by_id = {a.action_id: a for a in chain.actions}
+    pairs = [(by_id[r.action_id], r) for r in chain.results if r.action_id in by_id]
+    final_status = "none"
+    if chain.actions:
+        last_id = chain.actions[-1].action_id
+        final = next((r for r in chain.results if r.action_id == last_id), None)
+        final_status = "none" if final is None else final.status
+    shape = (
+        chain.source.source_type,
+        tuple(s.signal_type for s in chain.signals),
+        tuple((a.action_type, a.signal.signal_type) for a in chain.actions),
+        tuple((a.action_type, r.status) for a, r in pairs),
+        final_status,
+    )
+    return shape, [r for _, r in pairs]
+
+
+def chain_series(shape: ChainShape) -> Series:
+    """The series a chain of ``shape`` counts."""
+    source_type, signal_types, actions, results, final_status = shape
+
+    def frozen(attrs: Mapping[str, Any]) -> AttrsKey:
+        return tuple(sorted(attrs.items()))
+
+    counted = [("agent_signal_source_occurrences_total", frozen(_a(source_type=source_type)))]
+    counted += [
+        ("agent_signal_signal_occurrences_total", frozen(_signal_attrs(t, source_type))) for t in signal_types
+    ]
+    for action_type, signal_type in actions:
+        counted.append(("agent_signal_action_occurrences_total", frozen(_a(action_type=action_type))))
+        transition = {**_a(action_type=action_type), **_signal_attrs(signal_type, None)}
+        counted.append(("agent_signal_signal_action_transitions_total", frozen(transition)))
+    result_keys = [frozen(_a(action_type=a, result_status=status)) for a, status in results]
+    counted += [("agent_signal_action_results_total", key) for key in result_keys]
+    chain_key = frozen(_a(final_status=final_status, source_type=source_type))
+    counted.append(("agent_signal_chains_total", chain_key))
+    return counted, result_keys, chain_key
