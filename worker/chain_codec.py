@@ -54,11 +54,12 @@ DICTIONARY_V1 = (
 )
 
 
-def deflate_json(text: str, dictionary: bytes) -> bytes:
+def deflate_json(text: str | bytes, dictionary: bytes) -> bytes:
     """``text`` as the format byte ``0x01`` and its raw deflate with ``dictionary`` (chains here, and the
     idempotency lanes' results in :mod:`worker.lane_codec`)."""
     deflate = zlib.compressobj(_LEVEL, zlib.DEFLATED, -15, zdict=dictionary)
-    return bytes([DEFLATE_V1]) + deflate.compress(text.encode("utf-8")) + deflate.flush()
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return bytes([DEFLATE_V1]) + deflate.compress(data) + deflate.flush()
 
 
 def inflate_json(raw: bytes | str, dictionary: bytes, what: str) -> str | bytes:
@@ -75,7 +76,7 @@ def inflate_json(raw: bytes | str, dictionary: bytes, what: str) -> str | bytes:
     raise ValueError(f"{what} of unknown format {raw[:1]!r}")
 
 
-def encode_chain(document_json: str) -> bytes:
+def encode_chain(document_json: str | bytes) -> bytes:
     """The stored form of a chain document given as its compact JSON (see the module docstring)."""
     return deflate_json(document_json, DICTIONARY_V1)
 

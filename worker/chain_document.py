@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from worker.chain_storage import stored_inputs
+from worker.chain_storage import stored_inputs_json
 from worker.nodes import Action, ExecutorResult, Signal, Source
 from worker.projection import project_chain, trace_events
 from worker.scheduler import ChainTrace
@@ -17,7 +17,7 @@ __all__ = ["ChainRun", "compact_json", "event_head", "peek_event"]
 
 class ChainRun:
     """A finished chain's document, built as far as it is read: every commit stores the projection's inputs
-    (:func:`~worker.chain_storage.stored_inputs`, a third of the work of projecting), and the whole
+    (:func:`~worker.chain_storage.stored_inputs_json`, a tenth of the work of projecting and encoding), and the whole
     ``{"envelope", "record"}`` (our extras in ``envelope.metadata``) is projected once, only when something
     asks for it: the observe span of a traced chain, a development snapshot. Metrics count from the nodes."""
 
@@ -51,10 +51,10 @@ class ChainRun:
     def duration_ms(self) -> float:
         return self.trace.duration_ms
 
-    def stored(self) -> dict[str, Any]:
-        """What the commit stores (its JSON is deflated by the store)."""
+    def stored_json(self) -> bytes:
+        """What the commit stores, as compact JSON (the store deflates it)."""
         t = self.trace
-        return stored_inputs(
+        return stored_inputs_json(
             self.source,
             t.signals,
             t.actions,

@@ -23,10 +23,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic_core import to_json
+
 from worker.nodes import Action, ExecutorResult, Signal, Source
 from worker.projection import envelope_metadata, payload_ids, project_chain
 
-__all__ = ["rebuilt_chain", "stored_chain", "stored_event_id", "stored_inputs"]
+__all__ = ["rebuilt_chain", "stored_chain", "stored_event_id", "stored_inputs_json"]
 
 _DERIVED = frozenset({"edges", "handlerRuns", "chainId", "rootSourceId", "version", "traceId"})
 _RECORD_OWN = ("durationMs", "traceId")  # the record's fields that are not derived from the inputs
@@ -42,7 +44,7 @@ def stored_chain(projection: dict[str, Any]) -> dict[str, Any]:
     return stored
 
 
-def stored_inputs(
+def stored_inputs_json(
     source: Source,
     signals: Sequence[Signal],
     actions: Sequence[Action],
@@ -51,23 +53,25 @@ def stored_inputs(
     duration_ms: float | None,
     trace_id: str | None,
     metadata: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """``stored_chain(project_chain(...))`` of the same arguments, without projecting: what a commit stores
-    (a unit test compares the two as JSON text). Keys in the envelope's order, so the texts are equal."""
+) -> bytes:
+    """The compact JSON of ``stored_chain(project_chain(...))`` of the same arguments, without projecting: what
+    a commit stores. The nodes are serialised by pydantic-core in one pass (their ``to_json_dict`` form: camelCase,
+    no None fields; plain dicts inside kept whole), keys in the envelope's order: a unit test compares the text
+    with the projection's for chains of every outcome."""
     stored: dict[str, Any] = {
         "inputs": {
-            "actions": [a.to_json_dict() for a in actions],
+            "actions": actions,
             "metadata": envelope_metadata(source, payload_ids(source), metadata),
-            "results": [r.to_json_dict() for r in results],
-            "signals": [s.to_json_dict() for s in signals],
-            "source": source.to_json_dict(),
+            "results": results,
+            "signals": signals,
+            "source": source,
         }
     }
     if duration_ms is not None:
         stored["durationMs"] = round(duration_ms, 3)
     if trace_id is not None:
         stored["traceId"] = trace_id
-    return stored
+    return to_json(stored, by_alias=True, exclude_none=True)
 
 
 def stored_event_id(stored: dict[str, Any]) -> str | None:

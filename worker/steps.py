@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from redis.exceptions import RedisError
 
 from worker.batch_port import BatchPort, Lane
-from worker.chain_document import ChainRun, compact_json
+from worker.chain_document import ChainRun
 from worker.context import ActionPort, EffectBuffer
 from worker.emitter import StagedEmits
 from worker.errors import (
@@ -216,7 +216,7 @@ class CommitStep:
             error=work.error,
             not_before_ms=work.not_before_ms,
             chain_id=work.source.chain.chain_id if work.source is not None else "",
-            chain_json="" if work.chain is None else compact_json(work.chain.stored()),
+            chain_json=b"" if work.chain is None else work.chain.stored_json(),
             source_id=work.source.source_id if work.source is not None else "",
             effects=work.scope.effects if done else EffectBuffer(),
             followups=work.followups.events if done else (),

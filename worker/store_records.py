@@ -69,7 +69,7 @@ class Commit:
     error: str = ""
     not_before_ms: int = 0
     chain_id: str = ""
-    chain_json: str = ""
+    chain_json: bytes = b""  # the chain's stored form as compact JSON (worker/chain_storage.py)
     source_id: str = ""  # the hash keeps chainId only when it is not the default chain:<sourceId>
     effects: EffectBuffer = field(default_factory=EffectBuffer)
     followups: Sequence[PreparedEvent] = ()

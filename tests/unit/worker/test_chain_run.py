@@ -98,7 +98,7 @@ def test_counting_from_the_nodes_states_what_the_projection_says(case: str) -> N
 def test_the_projection_is_built_once_and_only_when_read() -> None:
     chain = _chain("failed and skipped")
     assert chain._projection is None  # storing and counting never projected it
-    chain.stored()
+    chain.stored_json()
     assert chain._projection is None
     first = chain.projection()
     assert chain.projection() is first
