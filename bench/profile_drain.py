@@ -4,7 +4,9 @@ worker CPU per event with telemetry on and off.
 ``python -m bench.profile_drain`` (3,000 events over 8 scopes, top 30 functions by own time);
 ``--scopes 3000`` for one event per scope; ``--telemetry`` alternates telemetry on and off three times and
 prints the worker's CPU per event (``time.process_time``: this process only, so the shared machine's other
-load and Redis's own CPU are left out). Redis is REDIS_URL or an embedded one; keys live under a private
+load and Redis's own CPU are left out); ``--split`` prints, per event, the CPU of each side of a burst: the
+producer's enqueue and Redis's admission scripts, the drain's Python and Redis's commit scripts (Redis's
+from ``INFO cpu``, so run it on a private Redis: the default). Redis is REDIS_URL or an embedded one; keys live under a private
 prefix that is deleted afterwards.
 """
 
@@ -18,6 +20,8 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
+from redis import Redis
+
 from bench._env import cleanup, make_settings, redis_url
 from bench.pipeline_bench import bench_events
 from producers import Producer
@@ -26,26 +30,47 @@ from worker.app import build_pipeline
 ENQUEUE_BATCH = 500
 
 
-def drain_burst(
+def _redis_cpu_s(client: Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def drain_split(
     url: str, events: int, scopes: int, *, telemetry: bool, around: Callable[[], AbstractContextManager[None]]
-) -> float:
+) -> dict[str, float]:
     """Enqueue ``events`` over ``scopes`` scopes, then drain them all in this process inside ``around``
-    (a context manager factory); returns the process CPU seconds per event the drain took."""
+    (a context manager factory); the CPU seconds per event of each side (see the module docstring)."""
     settings = make_settings(url, telemetry_enabled=telemetry)
     producer = Producer(settings)
+    client = Redis.from_url(url)
     batch = bench_events(events, scopes, "prof")
+    redis_before, started = _redis_cpu_s(client), time.process_time()
     for start in range(0, events, ENQUEUE_BATCH):
         producer.enqueue_many(batch[start : start + ENQUEUE_BATCH])
+    enqueued, redis_enqueued = time.process_time(), _redis_cpu_s(client)
     pipeline = build_pipeline(settings)
-    started = time.process_time()
+    drain_started = time.process_time()
     with around():
         for scope in range(scopes):
             while pipeline.drain_scope(f"topic:prof-{scope}").next == "again":
                 pass
-    cpu_s = time.process_time() - started
+    drained, redis_drained = time.process_time(), _redis_cpu_s(client)
     cleanup(producer.store.client, settings.key_prefix)
     producer.close()
-    return cpu_s / events
+    client.close()
+    return {
+        "enqueue": (enqueued - started) / events,
+        "enqueue redis": (redis_enqueued - redis_before) / events,
+        "drain": (drained - drain_started) / events,
+        "drain redis": (redis_drained - redis_enqueued) / events,
+    }
+
+
+def drain_burst(
+    url: str, events: int, scopes: int, *, telemetry: bool, around: Callable[[], AbstractContextManager[None]]
+) -> float:
+    """The process CPU seconds per event the drain of :func:`drain_split` took."""
+    return drain_split(url, events, scopes, telemetry=telemetry, around=around)["drain"]
 
 
 class _Profiled(AbstractContextManager[None]):
@@ -67,8 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--telemetry", action="store_true", help="compare CPU/event with telemetry on and off"
     )
+    parser.add_argument("--split", action="store_true", help="CPU/event of enqueue, drain and Redis (x3)")
     args = parser.parse_args(argv)
     with redis_url() as url:
+        if args.split:
+            for _ in range(3):
+                parts = drain_split(url, args.events, args.scopes, telemetry=True, around=nullcontext)
+                print("CPU per event: " + ", ".join(f"{name} {s * 1e6:.0f} us" for name, s in parts.items()))
+            return 0
         if args.telemetry:
             for _ in range(3):
                 on = drain_burst(url, args.events, args.scopes, telemetry=True, around=nullcontext)
