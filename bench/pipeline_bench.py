@@ -90,39 +90,33 @@ def drain_time_s(producer: Producer, events: list[dict[str, Any]]) -> float:
     return time.perf_counter() - t0
 
 
-def latency_ms(url: str, samples: int) -> tuple[float, float]:
-    settings = make_settings(url)
-    producer = Producer(settings)
-    lat: list[float] = []
-    with workers(settings, 1):
-        for ev in bench_events(samples, samples, "lat"):
-            t0 = time.perf_counter()
-            event_id = producer.enqueue(ev).event_id
-            wait(partial(_is_done, producer, producer.store.keys.event(event_id)), 30, interval_s=0.0005)
-            lat.append((time.perf_counter() - t0) * 1000)
-    producer.close()
-    lat.sort()
-    return statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
-
-
-def noop_latency_ms(url: str, samples: int) -> tuple[float, float]:
-    """(p50, p99) of the plain no-op task from send to its marker write, on one idle worker process: the
-    baseline of :func:`latency_ms`, measured in the same run."""
+def latency_pair_ms(url: str, samples: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((p50, p99) of the plain no-op task from send to its marker write, (p50, p99) of an event from enqueue
+    to done), on one idle worker process serving both, the samples alternating one by one: both see the same
+    worker and the same moments of this shared machine, whose load moves within seconds."""
     settings = make_settings(url)
     producer = Producer(settings)
     client = producer.store.client
-    lat: list[float] = []
+    noop: list[float] = []
+    ours: list[float] = []
     with workers(settings, 1):
-        for i in range(samples):
+        for i, ev in enumerate(bench_events(samples, samples, "lat")):
             marker = f"lat-{i}"
             t0 = time.perf_counter()
             producer.app.send_task(NOOP_TASK, args=[marker], queue=settings.queue_name)
-            key = producer.store.keys.noop_marker(marker)
-            wait(partial(client.exists, key), 30, interval_s=0.0005)
-            lat.append((time.perf_counter() - t0) * 1000)
+            wait(partial(client.exists, producer.store.keys.noop_marker(marker)), 30, interval_s=0.0005)
+            noop.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            event_id = producer.enqueue(ev).event_id
+            wait(partial(_is_done, producer, producer.store.keys.event(event_id)), 30, interval_s=0.0005)
+            ours.append((time.perf_counter() - t0) * 1000)
     producer.close()
-    lat.sort()
-    return statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
+    return _p50_p99(noop), _p50_p99(ours)
+
+
+def _p50_p99(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[int(len(ordered) * 0.99) - 1]
 
 
 def _is_done(producer: Producer, event_key: str) -> bool:

@@ -19,7 +19,10 @@ class ChainRun:
     """A finished chain's document, built as far as it is read: every commit stores the projection's inputs
     (:func:`~worker.chain_storage.stored_inputs_json`, a tenth of the work of projecting and encoding), and the whole
     ``{"envelope", "record"}`` (our extras in ``envelope.metadata``) is projected once, only when something
-    asks for it: the observe span of a traced chain, a development snapshot. Metrics count from the nodes."""
+    asks for it: the observe span of a traced chain, a development snapshot. Metrics count from the nodes.
+
+    Both are built after the chain ended, at its commit (in a batch, after later events' chains ran): a node,
+    its payload included, must not change once its chain has ended. Handlers build new nodes; none edits one."""
 
     __slots__ = ("_projection", "attempt", "metadata", "source", "trace", "trace_id")
 

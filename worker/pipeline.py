@@ -11,7 +11,7 @@ the only place where the order of an event's steps is decided:
                   an operator's cancel (worker/scope_control.py) stops it before its next action: ``cancelled``
     project       the chain's document, once the chain finished: its projection's inputs (the whole
                   envelope + record only when traced or in development)
-    commit        the fenced COMMIT script: the outcome, the projection, and (``done`` only) the writes and
+    commit        the fenced COMMIT script: the outcome, the chain's inputs, and (``done`` only) the writes and
                   follow-up events the source and signal handlers staged; the same round trip takes the next
                   head, or releases the scope when the inbox is empty
     after-commit  publish drains for follow-ups' scopes, metrics and the observe span, dev snapshots

@@ -9,16 +9,39 @@ broker is never the cluster (``BROKER_URL``: RabbitMQ or a plain Redis).
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from redis import BlockingConnectionPool, Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+from redis.connection import Connection
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from worker.settings import Settings
 
-__all__ = ["async_redis_from_settings", "is_cluster", "redis_from_settings"]
+__all__ = ["PoolExhausted", "async_redis_from_settings", "is_cluster", "redis_from_settings"]
+
+
+class PoolExhausted(RedisConnectionError):
+    """Every connection of a bounded pool stayed busy for ``redis_pool_timeout_s``: nothing was sent to Redis.
+    A ConnectionError (so every store-error path handles it), told apart so best-effort writes do not wait on
+    the same full pool and the door can say the store is busy rather than unreachable."""
+
+
+class _BoundedPool(BlockingConnectionPool):
+    """redis-py's BlockingConnectionPool, raising :class:`PoolExhausted` when its wait for a connection ends."""
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Connection:
+        try:
+            return cast(Connection, super().get_connection(*args, **kwargs))  # type: ignore[no-untyped-call]
+        except RedisConnectionError as exc:
+            # redis-py's own words for an empty queue after the timeout (tests pin them)
+            if type(exc) is RedisConnectionError and str(exc) == "No connection available.":
+                raise PoolExhausted(
+                    f"all {self.max_connections} connections of the pool stayed busy for {self.timeout} s"
+                ) from None
+            raise
 
 
 def is_cluster(client: object) -> bool:
@@ -37,8 +60,8 @@ def redis_from_settings(settings: Settings) -> Redis:
         )
         return cast(Redis, cluster)
     # A bounded pool: a thread past `redis_max_connections` waits up to `redis_pool_timeout_s` for a free
-    # connection (then ConnectionError, a 503 at the door) instead of opening one more socket per thread.
-    pool = BlockingConnectionPool.from_url(
+    # connection (then PoolExhausted, a 503 at the door) instead of opening one more socket per thread.
+    pool = _BoundedPool.from_url(
         settings.require_redis_url(),
         max_connections=settings.redis_max_connections,
         timeout=settings.redis_pool_timeout_s,

@@ -36,6 +36,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.errors import NotReplicated
 from worker.process_metrics import process_metrics
+from worker.redis_client import PoolExhausted
 from worker.settings import Settings, SettingsError
 
 __all__ = [
@@ -229,6 +230,8 @@ def store_error_reason(exc: RedisError) -> str:
     """A few words on why the store failed: ``out of memory``, ``unreachable (ConnectionError)``, …"""
     if isinstance(exc, OutOfMemoryError) or str(exc).startswith("OOM"):
         return "out of memory"
+    if isinstance(exc, PoolExhausted):
+        return "busy: every connection of this process to it was in use"
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return f"unreachable ({type(exc).__name__})"
     return f"{type(exc).__name__}: {str(exc)[:120]}"
@@ -240,6 +243,8 @@ def describe_store_error(exc: RedisError, what: str = "the batch") -> str:
     reason = store_error_reason(exc)
     if store_refused(exc):
         return f"the store refused {what} ({reason}); nothing of it was stored; retry later"
+    if isinstance(exc, PoolExhausted):  # nothing was sent
+        return f"the store is {reason}; nothing of {what} was stored; retry later"
     if isinstance(exc, NotReplicated):
         return (
             f"the store applied {what} but not enough replicas confirmed it in time ({exc}), so a failover "
@@ -267,6 +272,8 @@ def note_store_failure(client: Redis, stats_key: str, exc: RedisError, where: st
     with _pending_lock:
         _pending += 1
         count = _pending
+    if isinstance(exc, PoolExhausted):  # the same full pool would keep this thread waiting: carry it over
+        return
     try:
         client.hincrby(stats_key, "storeUnavailable", count)
     except RedisError:

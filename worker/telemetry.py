@@ -74,7 +74,7 @@ class Telemetry(MeasurementBuffer):
         # Resource (service.name, deployment.environment), which every exporter attaches anyway.
         # Read-only: the recorders freeze their series' attributes once (_frozen), so these can never change.
         self.common: Mapping[str, Any] = MappingProxyType({})
-        # Chain shape -> the series it counts (_count_projection); bounded: cleared when full.
+        # Chain shape -> the series it counts (_count_chain); bounded: cleared when full.
         self._shapes: dict[ChainShape, Series] = {}
         if not self.enabled:
             return

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from worker.redis_client import redis_from_settings
+from worker.redis_client import PoolExhausted, redis_from_settings
+from worker.store_safety import describe_store_error, note_store_failure, store_error_reason
 
 
 def test_a_thread_past_the_cap_waits_for_a_free_connection(make_settings: Any) -> None:
@@ -36,13 +37,28 @@ def test_a_thread_past_the_cap_waits_for_a_free_connection(make_settings: Any) -
     assert len(pool._connections) == 2  # the waiter took the released one: no third socket was opened
 
 
-def test_past_the_timeout_the_caller_gets_a_connection_error(make_settings: Any) -> None:
-    client = redis_from_settings(make_settings(redis_max_connections=1, redis_pool_timeout_s=0.2))
+class _NoCalls:
+    """A client that fails the test if anything is asked of it."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the client was used ({name}) while its pool was full")
+
+
+def test_past_the_timeout_the_caller_gets_pool_exhausted(make_settings: Any) -> None:
+    """A ConnectionError (every store-error path handles it) of its own kind: nothing was sent, and the store
+    failure is counted later rather than waiting on the same full pool."""
+    settings = make_settings(redis_max_connections=1, redis_pool_timeout_s=0.2)
+    client = redis_from_settings(settings)
     pool = client.connection_pool
     held = pool.get_connection()
     try:
-        with pytest.raises(RedisConnectionError, match="No connection available"):
+        with pytest.raises(PoolExhausted, match=r"all 1 connections of the pool stayed busy for 0\.2 s") as caught:
             client.ping()
+        assert isinstance(caught.value, RedisConnectionError)
+        assert "busy" in store_error_reason(caught.value)
+        assert "nothing of the batch was stored" in describe_store_error(caught.value)
+        # The failure count does not touch the full pool (it would wait there): it is carried to the next one.
+        note_store_failure(_NoCalls(), "unused-stats-key", caught.value, "POST /v1/events")
     finally:
         pool.release(held)
     assert client.ping() is True

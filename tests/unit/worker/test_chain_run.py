@@ -13,6 +13,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tests.unit.worker.test_chain_storage import CASES, _action, _result, _signal, _source
 from worker.chain_document import ChainRun
+from worker.nodes import ExecutorResult
 from worker.projection import project_chain
 from worker.scheduler import ChainTrace
 from worker.settings import Settings
@@ -34,24 +35,60 @@ def _points(
     return out
 
 
+def _unfinished(result: ExecutorResult) -> ExecutorResult:
+    return result.model_copy(update={"attempt": result.attempt.model_copy(update={"completed_at": None})})
+
+
+def _orphan(i: int) -> ExecutorResult:
+    """A result whose action is not in the chain: counted nowhere (its action is unknown)."""
+    return _result(i, "applied").model_copy(update={"action_id": f"elsewhere:action:{i}"})
+
+
+# Shapes where the final status, the filter on unknown actions and the duration samples can go wrong: the last
+# action has no result while earlier ones do; a result of an unknown action; a result that never completed;
+# two results of one action (the first is the action's result, as in the projection).
+SHAPES: dict[str, tuple[int, list[ExecutorResult]]] = {
+    **{case: (CASES[case][1], [_result(i, s) for i, s in enumerate(CASES[case][2])]) for case in CASES},
+    "last action without a result": (3, [_result(0, "applied"), _result(1, "failed")]),
+    "a result of an unknown action": (2, [_result(0, "skipped"), _orphan(7), _result(1, "applied")]),
+    "a result that never completed": (2, [_result(0, "applied"), _unfinished(_result(1, "failed"))]),
+    "two results of the last action": (
+        2,
+        [_result(0, "applied"), _result(1, "failed"), _result(1, "applied")],
+    ),
+}
+
+
 def _chain(case: str) -> ChainRun:
-    payload, n, statuses, duration_ms, _, _ = CASES[case]
+    n, results = SHAPES[case]
+    payload, duration_ms = (CASES[case][0], CASES[case][3]) if case in CASES else ({"message": "m"}, 2.5)
     trace = ChainTrace(
         source=_source(payload),
         signals=[_signal(i) for i in range(max(n, 1))],
         actions=[_action(i) for i in range(n)],
-        results=[_result(i, s) for i, s in enumerate(statuses)],
+        results=results,
         duration_ms=duration_ms or 0.0,
     )
     return ChainRun(trace, trace.source, attempt=1)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_counting_from_the_nodes_states_what_the_projection_says(case: str) -> None:
+def _telemetry(reader: InMemoryMetricReader, monkeypatch: pytest.MonkeyPatch) -> Telemetry:
+    """Metrics only, whatever the developer's environment says (no OTLP endpoint, no trace file: no spans)."""
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    telemetry = configure_telemetry(Settings(trace_file=None), service_name="test", metric_readers=[reader])
+    assert not telemetry.tracing
+    return telemetry
+
+
+@pytest.mark.parametrize("case", sorted(SHAPES))
+def test_counting_from_the_nodes_states_what_the_projection_says(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reader = InMemoryMetricReader()
-    telemetry = configure_telemetry(Settings(), service_name="test", metric_readers=[reader])
+    telemetry = _telemetry(reader, monkeypatch)
     chain = _chain(case)
     telemetry.persist_chain(chain)
+    assert chain._projection is None  # counting never projected it
     points = _points(telemetry, reader)
     telemetry.shutdown()
 
@@ -67,9 +104,8 @@ def test_counting_from_the_nodes_states_what_the_projection_says(case: str) -> N
     assert duration.count == 1 and duration.sum == pytest.approx(record["durationMs"])
 
     actions = {a["actionId"]: a for a in envelope["actions"]}
-    expected_results = Counter(
-        (actions[r["actionId"]]["actionType"], r["status"]) for r in envelope["results"]
-    )
+    known = [r for r in envelope["results"] if r["actionId"] in actions]  # of an action of this chain
+    expected_results = Counter((actions[r["actionId"]]["actionType"], r["status"]) for r in known)
     counted = Counter(
         {
             (a["agent.signal.action_type"], a["agent.signal.result_status"]): p.value
@@ -79,7 +115,7 @@ def test_counting_from_the_nodes_states_what_the_projection_says(case: str) -> N
     assert counted == expected_results
     durations = sum(
         r["attempt"]["completedAt"] - r["attempt"]["startedAt"]
-        for r in envelope["results"]
+        for r in known
         if r["attempt"].get("completedAt") is not None
     )
     assert sum(p.sum for _, p in points.get("agent_signal_action_duration_ms", [])) == durations
@@ -97,9 +133,8 @@ def test_counting_from_the_nodes_states_what_the_projection_says(case: str) -> N
 
 def test_the_projection_is_built_once_and_only_when_read() -> None:
     chain = _chain("failed and skipped")
-    assert chain._projection is None  # storing and counting never projected it
     chain.stored_json()
-    assert chain._projection is None
+    assert chain._projection is None  # storing never projected it (nor counting: the test above)
     first = chain.projection()
     assert chain.projection() is first
     assert first["record"]["summary"]["totalActions"] == 3
