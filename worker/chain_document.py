@@ -54,32 +54,25 @@ class ChainRun:
     def duration_ms(self) -> float:
         return self.trace.duration_ms
 
+    def _inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The projection's arguments, the same for the stored form and for the whole projection."""
+        t = self.trace
+        return (self.source, t.signals, t.actions, t.results), {
+            "duration_ms": t.duration_ms,
+            "trace_id": self.trace_id,
+            "metadata": self.metadata,
+        }
+
     def stored_json(self) -> bytes:
         """What the commit stores, as compact JSON (the store deflates it)."""
-        t = self.trace
-        return stored_inputs_json(
-            self.source,
-            t.signals,
-            t.actions,
-            t.results,
-            duration_ms=t.duration_ms,
-            trace_id=self.trace_id,
-            metadata=self.metadata,
-        )
+        args, kwargs = self._inputs()
+        return stored_inputs_json(*args, **kwargs)
 
     def projection(self) -> dict[str, Any]:
         """LobeHub's ``{"envelope", "record"}``, projected on the first call."""
         if self._projection is None:
-            t = self.trace
-            self._projection = project_chain(
-                self.source,
-                t.signals,
-                t.actions,
-                t.results,
-                duration_ms=t.duration_ms,
-                trace_id=self.trace_id,
-                metadata=self.metadata,
-            )
+            args, kwargs = self._inputs()
+            self._projection = project_chain(*args, **kwargs)
         return self._projection
 
     def events(self) -> list[dict[str, Any]]:

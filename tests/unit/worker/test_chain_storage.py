@@ -112,26 +112,12 @@ def test_a_stored_chain_reads_back_as_it_was_projected(case: str, follow_up: boo
     actions = [_action(i) for i in range(n)]
     results = [_result(i, s) for i, s in enumerate(statuses)]
     metadata = {"eventId": "evt_0123456789abcdef01234567", "attempt": 2, **extra}
-    projection = project_chain(
-        _source(payload, follow_up=follow_up),
-        signals,
-        actions,
-        results,
-        duration_ms=duration_ms,
-        trace_id=trace_id,
-        metadata=metadata,
-    )
+    args = (_source(payload, follow_up=follow_up), signals, actions, results)
+    kwargs: dict[str, Any] = {"duration_ms": duration_ms, "trace_id": trace_id, "metadata": metadata}
+    projection = project_chain(*args, **kwargs)
     text = json.dumps(stored_chain(projection), separators=(",", ":"), ensure_ascii=False)
     # What a commit stores is serialised from the nodes without projecting: the same text.
-    direct = stored_inputs_json(
-        _source(payload, follow_up=follow_up),
-        signals,
-        actions,
-        results,
-        duration_ms=duration_ms,
-        trace_id=trace_id,
-        metadata=metadata,
-    )
+    direct = stored_inputs_json(*args, **kwargs)
     # Equal as text once parsed and printed the same way (pydantic-core spells 1.5e-07 as 1.5e-7): same keys,
     # same order, same values.
     assert json.dumps(json.loads(direct), separators=(",", ":"), ensure_ascii=False) == text
