@@ -12,7 +12,7 @@ from worker.projection import project_chain, trace_events
 from worker.scheduler import ChainTrace
 from worker.telemetry import Telemetry
 
-__all__ = ["ChainRun", "compact_json", "event_head", "peek_event"]
+__all__ = ["ChainRun", "event_head", "peek_event"]
 
 
 class ChainRun:
@@ -77,11 +77,7 @@ class ChainRun:
 
     def events(self) -> list[dict[str, Any]]:
         """LobeHub's trace events of the chain (the observe span's events, a snapshot's)."""
-        return trace_events(self.source, self.trace.signals, self.trace.actions, self.trace.results)
-
-
-def compact_json(document: dict[str, Any]) -> str:
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+        return trace_events(self.source, self.signals, self.actions, self.results)
 
 
 def peek_event(body: str) -> tuple[str, str | None]:

@@ -28,20 +28,7 @@ from pydantic_core import to_json
 from worker.nodes import Action, ExecutorResult, Signal, Source
 from worker.projection import envelope_metadata, payload_ids, project_chain
 
-__all__ = ["rebuilt_chain", "stored_chain", "stored_event_id", "stored_inputs_json"]
-
-_DERIVED = frozenset({"edges", "handlerRuns", "chainId", "rootSourceId", "version", "traceId"})
-_RECORD_OWN = ("durationMs", "traceId")  # the record's fields that are not derived from the inputs
-
-
-def stored_chain(projection: dict[str, Any]) -> dict[str, Any]:
-    """The stored form of a chain's projection (``{"envelope", "record"}``)."""
-    stored: dict[str, Any] = {
-        "inputs": {k: v for k, v in projection["envelope"].items() if k not in _DERIVED}
-    }
-    record = projection["record"]
-    stored.update((name, record[name]) for name in _RECORD_OWN if name in record)
-    return stored
+__all__ = ["rebuilt_chain", "stored_event_id", "stored_inputs_json"]
 
 
 def stored_inputs_json(
@@ -54,8 +41,8 @@ def stored_inputs_json(
     trace_id: str | None,
     metadata: dict[str, Any] | None,
 ) -> bytes:
-    """The compact JSON of ``stored_chain(project_chain(...))`` of the same arguments, without projecting: what
-    a commit stores. The nodes are serialised by pydantic-core in one pass (their ``to_json_dict`` form: camelCase,
+    """The compact JSON of the stored form (the module docstring) of the chain ``project_chain`` would project
+    from the same arguments, without projecting: what a commit stores. The nodes are serialised by pydantic-core in one pass (their ``to_json_dict`` form: camelCase,
     no None fields; plain dicts inside kept whole), keys in the envelope's order: a unit test compares the text
     with the projection's for chains of every outcome."""
     stored: dict[str, Any] = {

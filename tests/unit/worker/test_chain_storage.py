@@ -10,11 +10,25 @@ from typing import Any
 
 import pytest
 
-from worker.chain_storage import rebuilt_chain, stored_chain, stored_event_id, stored_inputs_json
+from worker.chain_storage import rebuilt_chain, stored_event_id, stored_inputs_json
 from worker.nodes import Action, ExecutorResult, Signal, Source
 from worker.projection import project_chain
 
 T0 = 1_796_000_000_000
+
+_DERIVED = frozenset({"edges", "handlerRuns", "chainId", "rootSourceId", "version", "traceId"})
+_RECORD_OWN = ("durationMs", "traceId")  # the record's fields that are not derived from the inputs
+
+
+def stored_chain(projection: dict[str, Any]) -> dict[str, Any]:
+    """The stored form as defined by the projection (worker/chain_storage.py's docstring): the envelope without
+    what is derived, under ``inputs``, and the record's own fields. What a commit stores must equal it."""
+    stored: dict[str, Any] = {
+        "inputs": {k: v for k, v in projection["envelope"].items() if k not in _DERIVED}
+    }
+    record = projection["record"]
+    stored.update((name, record[name]) for name in _RECORD_OWN if name in record)
+    return stored
 
 
 def _source(payload: dict[str, Any], *, follow_up: bool = False) -> Source:
@@ -83,7 +97,14 @@ def _result(i: int, status: str) -> ExecutorResult:
 
 
 CASES = {
-    "applied": ({"message": "hi, ça va ✓", "n": 1.5e-7, "big": 12345678901234567890}, 1, ["applied"], None, None, {"status": "completed"}),
+    "applied": (
+        {"message": "hi, ça va ✓", "n": 1.5e-7, "big": 12345678901234567890},
+        1,
+        ["applied"],
+        None,
+        None,
+        {"status": "completed"},
+    ),
     "failed and skipped": (
         {},
         3,
