@@ -311,11 +311,10 @@ def _print_receipts(producer: Any, lines: list[str]) -> None:
             for u, a, t in sorted(owners)
             for r in store.list(user_id=u, agent_id=a, topic_id=str(t), limit=50)[0]
         ]
-        if len(found) != last_count:
-            quiet_since, last_count = time.monotonic(), len(found)
         # Settled: no scope has work, no outbound call is due, no task waits in the broker or runs unacked
-        # (an agent run handed over by the outbox is a task that reports its completion as a new event), and
-        # no new receipt for a second and a half.
+        # (an agent run handed over by the outbox is a task that reports its completion as a new event), all
+        # of it without a break and with no new receipt for a second and a half (one idle sample could fall
+        # between a task's pop and its unacked entry).
         keys, client = producer.store.keys, producer.store.client
         idle = (
             not producer.store.active_scopes()
@@ -323,7 +322,9 @@ def _print_receipts(producer: Any, lines: list[str]) -> None:
             and not client.llen(keys.broker_queue(producer.settings.queue_name))
             and not client.hlen(keys.broker_unacked)
         )
-        if found and idle and time.monotonic() - quiet_since >= 1.5:
+        if len(found) != last_count or not idle:
+            quiet_since, last_count = time.monotonic(), len(found)
+        if found and time.monotonic() - quiet_since >= 1.5:
             break
         time.sleep(0.3)
     _say("\nreceipts (shown next to the message that caused them):")

@@ -10,19 +10,32 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from redis import Redis
+from redis.client import Pipeline
+from redis.exceptions import WatchError
 
 from worker.plugin import Keys
 
 __all__ = ["DocumentStore", "RollbackStatus"]
 
+UPSERT_ATTEMPTS = 50  # optimistic retries when another run changes the agent's skills meanwhile
 RollbackStatus = Literal["rolled_back", "conflict", "not_found", "failed", "unsupported"]
 
 
 def _id(prefix: str, *parts: str) -> str:
     return prefix + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
+
+
+def _find(raw_docs: Iterable[Any], title: str) -> dict[str, Any] | None:
+    """The skill document titled ``title`` (case-insensitive) among the stored JSON values."""
+    for raw in raw_docs:
+        doc = json.loads(raw)
+        if doc["title"].lower() == title.lower():
+            return dict(doc)
+    return None
 
 
 class DocumentStore:
@@ -58,11 +71,7 @@ class DocumentStore:
     # ---- skills ------------------------------------------------------------------------------------
 
     def find_skill(self, user_id: str, agent_id: str, title: str) -> dict[str, Any] | None:
-        for raw in self.client.hvals(self.keys.skills(user_id, agent_id)):
-            doc = json.loads(raw)
-            if doc["title"].lower() == title.lower():
-                return dict(doc)
-        return None
+        return _find(self.client.hvals(self.keys.skills(user_id, agent_id)), title)
 
     def get_skill(self, user_id: str, agent_id: str, document_id: str) -> dict[str, Any] | None:
         raw = self.client.hget(self.keys.skills(user_id, agent_id), document_id)
@@ -75,10 +84,32 @@ class DocumentStore:
     def upsert_skill(
         self, user_id: str, agent_id: str, *, title: str, content: str, source_id: str
     ) -> tuple[str, dict[str, Any], str | None]:
-        """createSkillIfAbsent or replaceSkillContentCAS: (api name, new document, history id of the old one)."""
+        """createSkillIfAbsent or replaceSkillContentCAS: (api name, new document, history id of the old one).
+
+        Compare-and-set under WATCH: two runs for one skill (two pool children) serialise, one creating and
+        the other replacing with a history entry, where a read-then-write lost one of them. A run delivered
+        again (the outbox and the task are at least once) finds its own ``sourceId`` on the current version and
+        answers what the first delivery did, without a second version."""
         key = self.keys.skills(user_id, agent_id)
+        for _ in range(UPSERT_ATTEMPTS):
+            with self.client.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    return self._upsert_watched(pipe, (user_id, agent_id), title, content, source_id)
+                except WatchError:
+                    continue
+        raise RuntimeError(f"skill {title!r} kept changing under {UPSERT_ATTEMPTS} attempts to replace it")
+
+    def _upsert_watched(
+        self, pipe: Pipeline, owner: tuple[str, str], title: str, content: str, source_id: str
+    ) -> tuple[str, dict[str, Any], str | None]:
+        user_id, agent_id = owner
+        key = self.keys.skills(user_id, agent_id)
+        existing = _find(pipe.hvals(key), title)
         now = int(time.time() * 1000)
-        existing = self.find_skill(user_id, agent_id, title)
+        if existing is not None and existing.get("sourceId") == source_id:
+            replaced = existing.get("replacedHistoryId")
+            return ("replaceSkillContentCAS" if replaced else "createSkillIfAbsent"), existing, replaced
         if existing is None:
             doc: dict[str, Any] = {
                 "id": _id("skill_", user_id, agent_id, title.lower()),
@@ -90,20 +121,25 @@ class DocumentStore:
                 "version": 1,
                 "sourceId": source_id,
             }
-            self.client.hset(key, doc["id"], json.dumps(doc, ensure_ascii=False))
+            pipe.multi()
+            pipe.hset(key, doc["id"], json.dumps(doc, ensure_ascii=False))
+            pipe.execute()
             return "createSkillIfAbsent", doc, None
         history_id = _id("hist_", existing["id"], str(existing["updatedAt"]))
-        self.client.hset(
-            self.keys.skill_history(existing["id"]), history_id, json.dumps(existing, ensure_ascii=False)
-        )
         doc = {
             **existing,
             "content": content,
             "updatedAt": max(now, existing["updatedAt"] + 1),
             "version": existing["version"] + 1,
             "sourceId": source_id,
+            "replacedHistoryId": history_id,
         }
-        self.client.hset(key, doc["id"], json.dumps(doc, ensure_ascii=False))
+        pipe.multi()
+        pipe.hset(
+            self.keys.skill_history(existing["id"]), history_id, json.dumps(existing, ensure_ascii=False)
+        )
+        pipe.hset(key, doc["id"], json.dumps(doc, ensure_ascii=False))
+        pipe.execute()
         return "replaceSkillContentCAS", doc, history_id
 
     def rollback(
