@@ -28,6 +28,7 @@ from producers import Producer
 from worker.app import build_pipeline
 
 ENQUEUE_BATCH = 500
+FOREVER_S = 10**9.0
 
 
 def _redis_cpu_s(client: Redis) -> float:
@@ -36,10 +37,18 @@ def _redis_cpu_s(client: Redis) -> float:
 
 
 def drain_split(
-    url: str, events: int, scopes: int, *, telemetry: bool, around: Callable[[], AbstractContextManager[None]]
+    url: str,
+    events: int,
+    scopes: int,
+    *,
+    telemetry: bool,
+    around: Callable[[], AbstractContextManager[None]],
+    flush_at_end: bool = False,
 ) -> dict[str, float]:
     """Enqueue ``events`` over ``scopes`` scopes, then drain them all in this process inside ``around``
-    (a context manager factory); the CPU seconds per event of each side (see the module docstring)."""
+    (a context manager factory); the CPU seconds per event of each side (see the module docstring).
+    ``flush_at_end``: no periodic telemetry flush, one at the end inside ``around`` (under a slow profiler a
+    once-a-second flush would run many times more often per event than in a real worker)."""
     settings = make_settings(url, telemetry_enabled=telemetry)
     producer = Producer(settings)
     client = Redis.from_url(url)
@@ -49,11 +58,15 @@ def drain_split(
         producer.enqueue_many(batch[start : start + ENQUEUE_BATCH])
     enqueued, redis_enqueued = time.process_time(), _redis_cpu_s(client)
     pipeline = build_pipeline(settings)
+    if flush_at_end:
+        pipeline.telemetry.flush_every_s = FOREVER_S
     drain_started = time.process_time()
     with around():
         for scope in range(scopes):
             while pipeline.drain_scope(f"topic:prof-{scope}").next == "again":
                 pass
+        if flush_at_end:
+            pipeline.telemetry.flush_measurements()
     drained, redis_drained = time.process_time(), _redis_cpu_s(client)
     cleanup(producer.store.client, settings.key_prefix)
     producer.close()

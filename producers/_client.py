@@ -111,14 +111,11 @@ class Producer:
         if not self.telemetry.tracing:
             started = time.perf_counter()
             results = self.emitter.enqueue(prepared)
-            duration_ms = (time.perf_counter() - started) * 1000
-            for p, result in zip(prepared, results, strict=True):
-                self.telemetry.source_event(
-                    status=result.status,
-                    source_type=p.source_type,
-                    duration_ms=duration_ms,
-                    tenant=self.store.tenant,
-                )
+            self.telemetry.source_events(
+                [(r.status, p.source_type) for p, r in zip(prepared, results, strict=True)],
+                duration_ms=(time.perf_counter() - started) * 1000,
+                tenant=self.store.tenant,
+            )
             self.telemetry.flush_measurements()
             return results
         return self._enqueue_traced(prepared)

@@ -40,22 +40,32 @@ class FinishedChain(Protocol):
 
 
 def chain_shape(chain: FinishedChain) -> tuple[ChainShape, list[ExecutorResult]]:
-    """The chain's shape and its results of known actions, in order (the action-duration samples)."""
-    by_id = {a.action_id: a for a in chain.actions}
-    pairs = [(by_id[r.action_id], r) for r in chain.results if r.action_id in by_id]
+    """The chain's shape and its results of known actions, in order (the action-duration samples). Runs once
+    per committed event: plain loops and list-built tuples, no generators."""
+    actions, results = chain.actions, chain.results
+    by_id = {a.action_id: a for a in actions}
+    known: list[ExecutorResult] = []
+    statuses: list[tuple[str, str]] = []
+    for result in results:
+        action = by_id.get(result.action_id)
+        if action is not None:
+            known.append(result)
+            statuses.append((action.action_type, result.status))
     final_status = "none"
-    if chain.actions:
-        last_id = chain.actions[-1].action_id
-        final = next((r for r in chain.results if r.action_id == last_id), None)
-        final_status = "none" if final is None else final.status
+    if actions:
+        last_id = actions[-1].action_id
+        for result in results:
+            if result.action_id == last_id:
+                final_status = result.status
+                break
     shape = (
         chain.source.source_type,
-        tuple(s.signal_type for s in chain.signals),
-        tuple((a.action_type, a.signal.signal_type) for a in chain.actions),
-        tuple((a.action_type, r.status) for a, r in pairs),
+        tuple([s.signal_type for s in chain.signals]),
+        tuple([(a.action_type, a.signal.signal_type) for a in actions]),
+        tuple(statuses),
         final_status,
     )
-    return shape, [r for _, r in pairs]
+    return shape, known
 
 
 def chain_series(shape: ChainShape) -> Series:

@@ -202,23 +202,29 @@ class Pipeline:
         if batch:
             scope.batch, work.lanes = True, []
         scope.emit = work.followups
-        attrs = {
-            "agent.signal.scope_key": grant.scope_key,
-            "agent.signal.event_id": begun.event_id,
-            "agent.signal.attempt": begun.attempts,
-        }
         try:
-            with self.telemetry.span(
-                "agent_signal.workflow.run", attrs, parent=self.telemetry.extract(traceparent)
-            ):
-                for step in self.steps:
-                    step(work, self)
-                    if batch and step.name == "commit":  # the batch commits; after_commit runs the rest
-                        break
+            if self.telemetry.tracing:
+                attrs = {
+                    "agent.signal.scope_key": grant.scope_key,
+                    "agent.signal.event_id": begun.event_id,
+                    "agent.signal.attempt": begun.attempts,
+                }
+                with self.telemetry.span(
+                    "agent_signal.workflow.run", attrs, parent=self.telemetry.extract(traceparent)
+                ):
+                    self._walk(work, batch)
+            else:  # no span: not even an empty context manager per event
+                self._walk(work, batch)
         finally:
             clear_context("eventId", "scopeKey", "attempt", "chainId", "sourceId")
         self.record(work)
         return work
+
+    def _walk(self, work: EventWork, batch: bool) -> None:
+        for step in self.steps:
+            step(work, self)
+            if batch and step.name == "commit":  # the batch commits; after_commit runs the rest
+                break
 
     def after_commit(self, work: EventWork) -> None:
         """What follows a batch commit for one of its events: the steps after ``commit``, then its metrics."""
@@ -227,18 +233,23 @@ class Pipeline:
         self.record(work)
 
     def record(self, work: EventWork) -> None:
-        """The event's metrics, once it committed (or was refused by the fence)."""
-        if work.reply is not None and work.reply.code == 1:
-            duration_ms = (time.perf_counter() - work.started_s) * 1000
-            tenant = self.store.tenant
-            self.telemetry.workflow_run(
-                status=work.status, source_type=work.source_type, duration_ms=duration_ms, tenant=tenant
-            )
+        """The event's metrics in one call, once it committed (or was refused by the fence): its handler runs,
+        its chain's series when done, its workflow run, its count and latency. An attempt that committed
+        nothing (a lost lease, a store error) is counted by the attempt that commits."""
+        reply = work.reply
+        if reply is not None and reply.code == 1:
             self.telemetry.event_committed(
-                outcome=work.reply.outcome, tenant=tenant, latency_ms=work.reply.latency_ms
+                tenant=self.store.tenant,
+                source_type=work.source_type,
+                workflow_status=work.status,
+                outcome=reply.outcome,
+                duration_ms=(time.perf_counter() - work.started_s) * 1000,
+                latency_ms=reply.latency_ms,
+                runs=work.scope.runs,
+                chain=work.chain if work.outcome == "done" else None,
             )
-        elif work.reply is not None and work.reply.code == -1:
-            self.telemetry.fence_rejected(tenant=self.store.tenant)
+        elif reply is not None and reply.code == -1:
+            self.telemetry.fence_rejected(tenant=self.store.tenant, runs=work.scope.runs)
 
     def retry_or_dead(self, work: EventWork, error: str, *, min_delay_s: float = 0.0) -> None:
         """Decide ``retry`` (full-jitter backoff, at least ``min_delay_s``) or, on the last attempt, ``dead``."""

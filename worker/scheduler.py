@@ -48,6 +48,7 @@ from worker.nodes import (
 )
 from worker.registry import HandlerDef, HandlerKind, Registry
 from worker.telemetry import DISABLED, Telemetry
+from worker.telemetry_plan import HandlerRuns
 
 __all__ = ["ChainScope", "ChainTrace", "run_chain"]
 
@@ -104,6 +105,7 @@ class ChainScope:
     emit: Emit | None = None
     outbox_retention_s: int = 7 * 24 * 60 * 60
     batch: bool = False  # run for a batch commit: a handler that is not batch-safe raises NotBatchable
+    runs: HandlerRuns = field(default_factory=HandlerRuns)  # what ran, for the event's metrics
 
     def __post_init__(self) -> None:
         if self.effects.keys is None:
@@ -161,7 +163,7 @@ def run_chain(
             if scope.batch and not handler.batch_safe:
                 raise NotBatchable(f"{handler.id} is not batch-safe")
             ctx = scope.context(source, node)
-            queue.extend(_traced(telemetry, kind, node_type, node, handler, ctx, port, trace))
+            queue.extend(_traced(telemetry, kind, node_type, node, handler, ctx, port, trace, scope.runs))
     trace.duration_ms = (time.perf_counter() - started) * 1000
     return trace
 
@@ -185,8 +187,10 @@ def _traced(
     ctx: HandlerContext,
     port: ActionPort,
     trace: ChainTrace,
+    runs: HandlerRuns,
 ) -> list[Node]:
-    """Run one handler with its metrics, inside an ``agent_signal.handler.run`` span when spans are read."""
+    """Run one handler with its metrics (noted in ``runs``), inside an ``agent_signal.handler.run`` span when
+    spans are read."""
     if not telemetry.enabled:
         return _run_node(node, handler, ctx, port, trace)
     started = time.perf_counter()
@@ -214,14 +218,8 @@ def _traced(
     except BaseException:
         status = "error"
         raise
-    finally:
-        telemetry.handler_run(
-            handler_id=handler.id,
-            kind=kind,
-            node_type=node_type,
-            status=status,
-            duration_ms=(time.perf_counter() - started) * 1000,
-        )
+    finally:  # counted with the event (Telemetry.event_committed), from the chain's scope
+        runs.add((handler.id, kind, node_type, status), (time.perf_counter() - started) * 1000)
 
 
 def _run_node(

@@ -236,7 +236,7 @@ class AfterCommit:
         chain = work.chain
         if work.outcome != "done" or chain is None:
             return
-        pipeline.telemetry.persist_chain(chain)
+        pipeline.telemetry.observe_chain(chain)  # the span; its metrics are counted with the event's
         if pipeline.settings.env == "development":
             write_snapshot(
                 pipeline.settings.tracing_dir,

@@ -19,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -33,19 +34,21 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from worker.chain_metrics import ChainShape, FinishedChain, Series, chain_series, chain_shape
+from worker.chain_metrics import ChainShape, FinishedChain, chain_shape
+from worker.nodes import ExecutorResult
 from worker.process_metrics import ProcessMetrics, process_metrics
 from worker.projection import flatten_attributes
-from worker.telemetry_buffer import MeasurementBuffer
+from worker.telemetry_buffer import MeasurementBuffer, PlanValues
 from worker.telemetry_instruments import INSTRUMENT_ATTRS as _INSTRUMENT_ATTRS
 from worker.telemetry_instruments import METER_NAME, TRACER_NAME, TRACER_VERSION, DescribedInstruments
 from worker.telemetry_instruments import agent_signal_attrs as _a
 from worker.telemetry_jsonl import JsonlSpanExporter
+from worker.telemetry_plan import FENCE_REJECTED, EventPlan, HandlerRuns, PlanKey, build_plan
 
 __all__ = ["DISABLED", "Telemetry", "configure_telemetry"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-SHAPES_MAX = 1_000  # chain shapes whose series are kept built (each holds a list the size of its chain)
+PLANS_MAX = 1_000  # event plans kept built (each holds a tuple the size of its chain)
 
 
 class Telemetry(MeasurementBuffer):
@@ -72,10 +75,10 @@ class Telemetry(MeasurementBuffer):
         self._sink = metrics
         # LobeHub adds attributesCommon() (service name + environment) to some series; ours live on the
         # Resource (service.name, deployment.environment), which every exporter attaches anyway.
-        # Read-only: the recorders freeze their series' attributes once (_frozen), so these can never change.
+        # Read-only and empty: an event plan (worker/telemetry_plan.py) is built once and never sees a change.
         self.common: Mapping[str, Any] = MappingProxyType({})
-        # Chain shape -> the series it counts (_count_chain); bounded: cleared when full.
-        self._shapes: dict[ChainShape, Series] = {}
+        # Event plans by key (event_committed); bounded: cleared when full.
+        self._plans: dict[PlanKey, EventPlan] = {}
         if not self.enabled:
             return
         self.reset_in_forked_children()
@@ -152,58 +155,78 @@ class Telemetry(MeasurementBuffer):
     ) -> None:
         if not self.enabled:
             return
-        attrs = {**_a(source_event_status=status, source_type=source_type), **self.common, "tenant": tenant}
-        self._add("agent_signal_source_events_total", attrs)
-        self._record("agent_signal_source_event_duration_ms", duration_ms, attrs)
-        if status in ("accepted", "duplicate"):
-            self._add("agent_signal_events_total", {"tenant": tenant, "status": status})
+        self.source_events([(status, source_type)], duration_ms=duration_ms, tenant=tenant)
 
-    def workflow_run(
-        self, *, status: str, source_type: str, duration_ms: float, tenant: str = "default"
+    def source_events(
+        self, outcomes: Iterable[tuple[str, str]], *, duration_ms: float, tenant: str = "default"
     ) -> None:
+        """An enqueue batch's events, as (status, source type) each, that took ``duration_ms`` together:
+        counted per distinct pair (a batch is mostly one), not per event."""
         if not self.enabled:
             return
-        key = self._frozen(
-            ("workflow", source_type, status, tenant),
-            lambda: {**_a(source_type=source_type, workflow_status=status), **self.common, "tenant": tenant},
-        )
-        self._count_and_record(
-            "agent_signal_workflow_runs_total", "agent_signal_workflow_duration_ms", key, duration_ms
-        )
-
-    def handler_run(
-        self, *, handler_id: str, kind: str, node_type: str, status: str, duration_ms: float
-    ) -> None:
-        if not self.enabled:
-            return
-        key = self._frozen(
-            ("handler", handler_id, kind, node_type, status),
-            lambda: {
-                **_a(handler_id=handler_id, handler_kind=kind, node_type=node_type, handler_status=status),
+        for (status, source_type), count in Counter(outcomes).items():
+            attrs = {
+                **_a(source_event_status=status, source_type=source_type),
                 **self.common,
-            },
-        )
-        self._count_and_record(
-            "agent_signal_handler_runs_total", "agent_signal_handler_duration_ms", key, duration_ms
-        )
+                "tenant": tenant,
+            }
+            self._add("agent_signal_source_events_total", attrs, count)
+            self._record_many("agent_signal_source_event_duration_ms", [duration_ms] * count, attrs)
+            if status in ("accepted", "duplicate"):
+                self._add("agent_signal_events_total", {"tenant": tenant, "status": status}, count)
 
-    def event_committed(self, *, outcome: str, tenant: str, latency_ms: float | None) -> None:
-        """The engine's count of an event this worker committed (``retry`` is counted as ``retried``) and, when
-        done, its enqueue-to-done latency."""
+    def event_committed(
+        self,
+        *,
+        tenant: str,
+        source_type: str,
+        workflow_status: str,
+        outcome: str,
+        duration_ms: float,
+        latency_ms: float | None,
+        runs: HandlerRuns,
+        chain: FinishedChain | None = None,
+    ) -> None:
+        """Everything an event this worker committed counts, in one call: its handler runs, its chain's series
+        when it is done (LobeHub's persistAgentSignalObservability metrics), its workflow run, the engine's
+        count (``retry`` is counted as ``retried``) and, when done, its enqueue-to-done latency. One plan per
+        shape of event (worker/telemetry_plan.py); the values follow the plan's ``observed`` order."""
         if not self.enabled:
             return
         status = "retried" if outcome == "retry" else outcome
-        self._add_key(
-            "agent_signal_events_total",
-            self._frozen(("events", tenant, status), lambda: {"tenant": tenant, "status": status}),
-        )
+        shape: ChainShape | None = None
+        results: list[ExecutorResult] = []
+        if chain is not None:
+            shape, results = chain_shape(chain)
+        key = (tenant, source_type, workflow_status, status, latency_ms is not None, shape, tuple(runs.ids))
+        plan = self._plans.get(key) or self._plan(key)
+        values: PlanValues = [*runs.ms]
+        for result in results:
+            done_at = result.attempt.completed_at
+            values.append(None if done_at is None else done_at - result.attempt.started_at)
+        if chain is not None:
+            values.append(round(chain.duration_ms, 3))
+        values.append(duration_ms)
         if latency_ms is not None:
-            key = self._frozen(("tenant", tenant), lambda: {"tenant": tenant})
-            self._record_key("agent_signal_event_latency_ms", latency_ms, key)
+            values.append(latency_ms)
+        self._add_plan(plan, values)
 
-    def fence_rejected(self, *, tenant: str) -> None:
-        if self.enabled:
-            self._add("agent_signal_fence_rejected_total", {"tenant": tenant})
+    def fence_rejected(self, *, tenant: str, runs: HandlerRuns | None = None) -> None:
+        """A commit the fence refused (a stale lease), with the handler runs of the chain it would have
+        committed."""
+        if not self.enabled:
+            return
+        ids = tuple(runs.ids) if runs is not None else ()
+        key = (tenant, "", "", FENCE_REJECTED, False, None, ids)
+        plan = self._plans.get(key) or self._plan(key)
+        self._add_plan(plan, list(runs.ms) if runs is not None else [])
+
+    def _plan(self, key: PlanKey) -> EventPlan:
+        """Build and keep the plan of ``key`` (bounded like the series: cleared when full)."""
+        if len(self._plans) >= PLANS_MAX:
+            self._plans.clear()
+        plan = self._plans[key] = build_plan(key)
+        return plan
 
     def rejected(self, count: int, *, tenant: str) -> None:
         """Events refused at the door as invalid (the engine's ``rejected`` count)."""
@@ -219,15 +242,14 @@ class Telemetry(MeasurementBuffer):
         }
         self._add("agent_signal_terminal_results_total", attrs)
 
-    def persist_chain(self, chain: FinishedChain) -> None:
-        """LobeHub's persistAgentSignalObservability: the observe span with its events (the projection and the
-        events built only when traced), then the metrics, in LobeHub's order."""
-        if not self.enabled:
+    def observe_chain(self, chain: FinishedChain) -> None:
+        """LobeHub's persistAgentSignalObservability span: ``agent_signal.observe`` with the chain's events
+        (the projection and the events built only when spans are read; its metrics are counted with the
+        event's, by :meth:`event_committed`)."""
+        if not self.tracing:
             return
-        if self.tracing:
-            projection = chain.projection()
-            self._observe_span(projection["envelope"]["source"], projection["record"], chain.events)
-        self._count_chain(chain)
+        projection = chain.projection()
+        self._observe_span(projection["envelope"]["source"], projection["record"], chain.events)
 
     def _observe_span(
         self,
@@ -257,22 +279,6 @@ class Telemetry(MeasurementBuffer):
                     flatten_attributes(event["attributes"]),
                     timestamp=int(event["timestamp"]) * 1_000_000,
                 )
-
-    def _count_chain(self, chain: FinishedChain) -> None:
-        """The chain's metrics, in LobeHub's order (worker/chain_metrics.py); a shape's series built once."""
-        shape, results = chain_shape(chain)
-        series = self._shapes.get(shape)
-        if series is None:
-            if len(self._shapes) >= SHAPES_MAX:
-                self._shapes.clear()
-            series = self._shapes[shape] = chain_series(shape)
-        counted, result_keys, chain_key = series
-        self._add_keys(counted)
-        for result, key in zip(results, result_keys, strict=True):
-            if result.attempt.completed_at is not None:
-                duration = result.attempt.completed_at - result.attempt.started_at
-                self._record_key("agent_signal_action_duration_ms", duration, key)
-        self._record_key("agent_signal_chain_duration_ms", round(chain.duration_ms, 3), chain_key)
 
     def flush(self) -> None:
         self.flush_measurements()

@@ -3,7 +3,8 @@ histogram values are buffered and handed to this process's Prometheus instrument
 instruments, when a meter is configured) by ``flush_measurements`` (every ``flush_every_s`` from a daemon
 thread started on first use in the recording process, at the end of an enqueue batch, after each drain, and on
 ``flush()``); counters with the same attributes are summed first and histogram values grouped by attributes,
-which turns thousands of calls into a handful.
+which turns thousands of calls into a handful. A committed event is buffered as its plan and its values
+(``_add_plan``, worker/telemetry_plan.py), expanded into series only here.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from worker.telemetry_plan import EventPlan
 
 __all__ = ["AttrsKey", "MeasurementBuffer"]
 
 AttrsKey = tuple[tuple[str, Any], ...]  # a series' attributes, sorted and frozen
-MEMO_MAX = 10_000  # frozen attribute sets kept (cleared when full)
+PlanValues = list[float | None]  # one event's values, in its plan's ``observed`` order (None: not observed)
 
 log = logging.getLogger("worker.telemetry")
 
@@ -39,7 +43,8 @@ class MeasurementBuffer:
         self.flush_every_s = 1.0
         self._flushed_at = time.monotonic()
         self._flusher: threading.Thread | None = None
-        self._memo: dict[tuple[Any, ...], AttrsKey] = {}
+        # Events recorded by plan (worker/telemetry_plan.py): each event's values, by plan (their count too).
+        self._plan_values: dict[EventPlan, list[PlanValues]] = {}
 
     def reset_in_forked_children(self) -> None:
         """A forked child starts with an unlocked lock, empty buffers (its parent flushes what it recorded)
@@ -51,6 +56,7 @@ class MeasurementBuffer:
             if alive is not None:
                 alive._lock = threading.Lock()
                 alive._counts, alive._values, alive._flusher = {}, [], None
+                alive._plan_values = {}
 
         os.register_at_fork(after_in_child=reset)
 
@@ -58,35 +64,19 @@ class MeasurementBuffer:
         self._add_key(instrument, tuple(sorted(attrs.items())), value)
 
     def _add_key(self, instrument: str, key: AttrsKey, value: float = 1) -> None:
-        """``_add`` with the attributes already frozen (:meth:`_frozen`)."""
         with self._lock:
             self._counts[(instrument, key)] = self._counts.get((instrument, key), 0) + value
         self._ensure_flusher()
 
-    def _add_keys(self, pairs: Sequence[tuple[str, AttrsKey]]) -> None:
-        """One count each for (instrument, frozen attributes) pairs, under one lock."""
+    def _add_plan(self, plan: EventPlan, values: PlanValues) -> None:
+        """One event of ``plan`` with its ``values``: one lock and one append (expanded at flush)."""
         with self._lock:
-            counts = self._counts
-            for pair in pairs:
-                counts[pair] = counts.get(pair, 0) + 1
+            rows = self._plan_values.get(plan)
+            if rows is None:
+                self._plan_values[plan] = [values]
+            else:
+                rows.append(values)
         self._ensure_flusher()
-
-    def _count_and_record(self, counter: str, histogram: str, key: AttrsKey, value: float) -> None:
-        """One count of ``counter`` and one ``value`` of ``histogram`` for the same series, under one lock."""
-        with self._lock:
-            self._counts[(counter, key)] = self._counts.get((counter, key), 0) + 1
-            self._values.append((histogram, value, key))
-        self._ensure_flusher()
-
-    def _frozen(self, memo: tuple[Any, ...], build: Callable[[], Mapping[str, Any]]) -> AttrsKey:
-        """The frozen attributes that ``build()`` gives for ``memo`` (the recorder's own arguments), built once:
-        the hot path then makes no attribute dicts. Bounded like the series themselves (label values)."""
-        key = self._memo.get(memo)
-        if key is None:
-            if len(self._memo) >= MEMO_MAX:
-                self._memo.clear()
-            key = self._memo[memo] = tuple(sorted(build().items()))
-        return key
 
     def _ensure_flusher(self) -> None:
         """A daemon thread that hands the buffer over every ``flush_every_s``, started on first use (after
@@ -117,6 +107,11 @@ class MeasurementBuffer:
         with self._lock:
             self._values.append((instrument, value, key))
 
+    def _record_many(self, instrument: str, values: list[float], attrs: Mapping[str, Any]) -> None:
+        key = tuple(sorted(attrs.items()))
+        with self._lock:
+            self._values.extend([(instrument, value, key) for value in values])
+
     def flush_measurements(self) -> None:
         if not self.enabled:
             return
@@ -124,6 +119,19 @@ class MeasurementBuffer:
         with self._lock:
             counts, self._counts = self._counts, {}
             values, self._values = self._values, []
+            plans, self._plan_values = self._plan_values, {}
+        grouped: dict[tuple[str, AttrsKey], list[float]] = {}
+        for name, value, attrs in values:
+            grouped.setdefault((name, attrs), []).append(value)
+        for plan, rows in plans.items():  # a plan's events: each series counted once per row
+            for series in plan.counted:
+                counts[series] = counts.get(series, 0) + len(rows)
+            for series, column in zip(plan.observed, zip(*rows, strict=True), strict=True):
+                grouped.setdefault(series, []).extend([v for v in column if v is not None])
+        self._hand_over_counts(counts)
+        self._hand_over_values(grouped)
+
+    def _hand_over_counts(self, counts: Mapping[tuple[str, AttrsKey], float]) -> None:
         sink, instruments = self._sink, self._instruments
         for (name, attrs), total in counts.items():
             as_dict = dict(attrs)
@@ -131,9 +139,9 @@ class MeasurementBuffer:
                 sink.add(name, as_dict, total)
             if name in instruments:
                 instruments[name].add(total, as_dict)
-        grouped: dict[tuple[str, tuple[tuple[str, Any], ...]], list[float]] = {}
-        for name, value, attrs in values:
-            grouped.setdefault((name, attrs), []).append(value)
+
+    def _hand_over_values(self, grouped: Mapping[tuple[str, AttrsKey], list[float]]) -> None:
+        sink, instruments = self._sink, self._instruments
         for (name, attrs), observed in grouped.items():
             as_dict = dict(attrs)
             if sink is not None:

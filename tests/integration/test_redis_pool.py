@@ -52,7 +52,9 @@ def test_past_the_timeout_the_caller_gets_pool_exhausted(make_settings: Any) -> 
     pool = client.connection_pool
     held = pool.get_connection()
     try:
-        with pytest.raises(PoolExhausted, match=r"all 1 connections of the pool stayed busy for 0\.2 s") as caught:
+        with pytest.raises(
+            PoolExhausted, match=r"all 1 connections of the pool stayed busy for 0\.2 s"
+        ) as caught:
             client.ping()
         assert isinstance(caught.value, RedisConnectionError)
         assert "busy" in store_error_reason(caught.value)

@@ -1,4 +1,4 @@
-"""A finished chain's metrics are counted from its nodes (worker/telemetry.py ``_count_chain``) and its
+"""A finished chain's metrics are counted from its nodes (worker/telemetry.py ``event_committed``) and its
 projection is built only when read (worker/chain_document.py ``ChainRun``). Counting from the nodes must give
 what the projection states: for chains of every outcome, each counted series and value is checked against the
 projection's envelope and record."""
@@ -18,6 +18,7 @@ from worker.projection import project_chain
 from worker.scheduler import ChainTrace
 from worker.settings import Settings
 from worker.telemetry import Telemetry, configure_telemetry
+from worker.telemetry_plan import HandlerRuns
 
 
 def _points(
@@ -87,7 +88,16 @@ def test_counting_from_the_nodes_states_what_the_projection_says(
     reader = InMemoryMetricReader()
     telemetry = _telemetry(reader, monkeypatch)
     chain = _chain(case)
-    telemetry.persist_chain(chain)
+    telemetry.event_committed(
+        tenant="t",
+        source_type=chain.source.source_type,
+        workflow_status="generated",
+        outcome="done",
+        duration_ms=1.0,
+        latency_ms=None,
+        runs=HandlerRuns(),
+        chain=chain,
+    )
     assert chain._projection is None  # counting never projected it
     points = _points(telemetry, reader)
     telemetry.shutdown()

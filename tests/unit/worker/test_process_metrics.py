@@ -16,6 +16,7 @@ from tests.support.prom import buckets, parse, total
 from worker.process_metrics import BUCKETS_MS, LABELS, ProcessMetrics
 from worker.telemetry import Telemetry
 from worker.telemetry_instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS
+from worker.telemetry_plan import HandlerRuns
 
 
 def _telemetry() -> tuple[Telemetry, ProcessMetrics]:
@@ -32,12 +33,15 @@ def test_every_recorder_lands_in_prometheus() -> None:
     """Each recorder's attributes fit its instrument's labels (a missing label would raise at flush)."""
     telemetry, metrics = _telemetry()
     telemetry.source_event(status="accepted", source_type="t", duration_ms=3, tenant="a")
-    telemetry.workflow_run(status="completed", source_type="t", duration_ms=30, tenant="a")
-    telemetry.handler_run(handler_id="h", kind="signal", node_type="n", status="succeeded", duration_ms=7)
+    runs = HandlerRuns()
+    runs.add(("h", "signal", "n", "succeeded"), 7)
+    committed = {"tenant": "a", "source_type": "t", "workflow_status": "completed"}
+    telemetry.event_committed(**committed, outcome="done", duration_ms=30, latency_ms=12, runs=runs)
+    telemetry.event_committed(
+        **committed, outcome="retry", duration_ms=20, latency_ms=None, runs=HandlerRuns()
+    )
     telemetry.terminal(node_kind="action", node_type="n", status="done", reason="r")
-    telemetry.event_committed(outcome="done", tenant="a", latency_ms=12)
-    telemetry.event_committed(outcome="retry", tenant="a", latency_ms=None)
-    telemetry.fence_rejected(tenant="a")
+    telemetry.fence_rejected(tenant="a", runs=runs)
     telemetry.rejected(2, tenant="a")
     telemetry.flush_measurements()
     samples = parse(generate_latest(metrics.registry).decode())
@@ -46,9 +50,11 @@ def test_every_recorder_lands_in_prometheus() -> None:
     assert total(samples, "agent_signal_events_total", tenant="a", status="retried") == 1
     assert total(samples, "agent_signal_events_total", tenant="a", status="rejected") == 2
     assert total(samples, "agent_signal_fence_rejected_total", tenant="a") == 1
-    assert total(samples, "agent_signal_handler_runs_total", agent_signal_handler_id="h") == 1
+    assert total(samples, "agent_signal_handler_runs_total", agent_signal_handler_id="h") == 2
+    assert total(samples, "agent_signal_handler_duration_ms_sum", agent_signal_handler_id="h") == 14
     assert total(samples, "agent_signal_event_latency_ms_count", tenant="a") == 1
-    assert total(samples, "agent_signal_workflow_duration_ms_sum", tenant="a") == 30
+    assert total(samples, "agent_signal_workflow_duration_ms_sum", tenant="a") == 50
+    assert total(samples, "agent_signal_workflow_runs_total", tenant="a") == 2
 
 
 def test_an_attribute_without_a_label_is_refused() -> None:

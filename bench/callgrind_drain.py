@@ -1,0 +1,97 @@
+"""Instructions per drained event, counted by callgrind: repeatable where this shared machine's timings are
+not (they swing ±20% minutes apart).
+
+``python -m bench.callgrind_drain`` runs :mod:`bench.profile_drain`'s burst drain under
+``valgrind --tool=callgrind --instr-atstart=no`` with instrumentation switched on only around the drain
+(``callgrind_control -i on``/``off`` on its own pid), for a small and a large burst, with telemetry on and
+off; the difference between the two bursts divided by the difference in events is the drain's instructions
+per event, free of start-up and of the first event's imports. Telemetry is flushed once, at the end of the
+drain: under valgrind a once-a-second flush would come fifty times as often per event as in a real worker, so
+what is counted is each event's share of the flush, not the flush's fixed cost. Redis runs outside valgrind (its own process),
+so these are the worker's Python and C only. Needs ``valgrind``; takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench._env import ROOT, redis_url
+
+TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
+
+
+@contextmanager
+def instrumented() -> Iterator[None]:
+    """Callgrind's instrumentation on for the block (this process runs under valgrind)."""
+    subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["callgrind_control", "-i", "off", str(os.getpid())], check=True, capture_output=True)
+
+
+def _child(events: int, scopes: int, telemetry: bool) -> None:
+    from bench.profile_drain import drain_split
+
+    with redis_url() as url:
+        drain_split(url, events, scopes, telemetry=telemetry, around=instrumented, flush_at_end=True)
+
+
+def instructions(events: int, scopes: int, *, telemetry: bool, url: str) -> int:
+    """The instructions callgrind counted while draining ``events`` (one valgrind run)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        argv = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-m",
+            "bench.callgrind_drain",
+            "--child",
+            str(events),
+            str(scopes),
+            "1" if telemetry else "0",
+        ]
+        env = {**os.environ, "REDIS_URL": url, "PYTHONPATH": str(ROOT)}
+        subprocess.run(argv, check=True, env=env, capture_output=True)
+        found = TOTALS.search(out.read_bytes())
+        if found is None:
+            raise RuntimeError(f"callgrind wrote no totals to {out}")
+        return int(found.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.callgrind_drain")
+    parser.add_argument("--small", type=int, default=100, help="events in the small burst")
+    parser.add_argument("--large", type=int, default=500, help="events in the large burst")
+    parser.add_argument("--scopes", type=int, default=8)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(int(args.child[0]), int(args.child[1]), args.child[2] == "1")
+        return 0
+    per_event: dict[bool, float] = {}
+    with redis_url() as url:
+        for telemetry in (False, True):
+            small = instructions(args.small, args.scopes, telemetry=telemetry, url=url)
+            large = instructions(args.large, args.scopes, telemetry=telemetry, url=url)
+            per_event[telemetry] = (large - small) / (args.large - args.small)
+            state = "on" if telemetry else "off"
+            print(f"telemetry {state}: {per_event[telemetry] / 1000:,.0f} k instructions per drained event")
+    cost = (per_event[True] - per_event[False]) / per_event[False] * 100
+    print(f"telemetry costs {cost:+.1f}% of the drain's instructions")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""One event's measurements as one plan: every series an event of one shape counts and observes, built once.
+
+A worker records an event's metrics in one call (``Telemetry.event_committed``): its handler runs, its chain's
+series (worker/chain_metrics.py), its workflow run, the engine's count and the latency. They depend on a
+handful of strings only (tenant, source type, statuses, the chain's shape, which handlers ran), so the
+recorder looks up the :class:`EventPlan` for that key and buffers the plan (one count) with the event's
+values (durations, in the plan's order); the buffer expands plans into series when it flushes, a second's
+events at a time. The hot path makes no attribute tuples and takes one lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.chain_metrics import ChainShape, chain_series
+from worker.telemetry_buffer import AttrsKey
+from worker.telemetry_instruments import agent_signal_attrs as _a
+
+__all__ = ["FENCE_REJECTED", "EventPlan", "HandlerRuns", "PlanKey", "SeriesId", "build_plan"]
+
+# (handler id, handler kind, node type, handler status) of one handler run
+RunId = tuple[str, str, str, str]
+FENCE_REJECTED = "fence-rejected"  # the engine status of an event whose commit the fence refused
+# (tenant, source type, workflow status, engine status, has latency, chain shape or None, handler runs)
+PlanKey = tuple[str, str, str, str, bool, ChainShape | None, tuple[RunId, ...]]
+
+
+@dataclass(slots=True)
+class HandlerRuns:
+    """The handler runs of one event's chain, in order: what ran (``ids``) and how long (``ms``). Kept on the
+    chain's scope, so a chain that raised still reports the runs before the error."""
+
+    ids: list[RunId] = field(default_factory=list)
+    ms: list[float] = field(default_factory=list)
+
+    def add(self, run: RunId, duration_ms: float) -> None:
+        self.ids.append(run)
+        self.ms.append(duration_ms)
+
+
+SeriesId = tuple[str, AttrsKey]  # (instrument, frozen attributes): one series
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EventPlan:
+    """(Hashed by identity: the buffer keys its rows by plan.) What one event of a shape records: ``counted`` once each (a series may repeat), and one value for each
+    of ``observed`` (handler durations, action durations, the chain's, the workflow's, the latency: the order
+    of :meth:`worker.telemetry.Telemetry.event_committed`'s values)."""
+
+    counted: tuple[SeriesId, ...]
+    observed: tuple[SeriesId, ...]
+
+
+def _frozen(attrs: Mapping[str, Any]) -> AttrsKey:
+    return tuple(sorted(attrs.items()))
+
+
+def build_plan(key: PlanKey) -> EventPlan:
+    """The plan of events with ``key``."""
+    tenant, source_type, workflow_status, status, has_latency, shape, runs = key
+    counted: list[SeriesId] = []
+    observed: list[SeriesId] = []
+    for handler_id, kind, node_type, handler_status in runs:
+        attrs = _frozen(
+            _a(handler_id=handler_id, handler_kind=kind, node_type=node_type, handler_status=handler_status)
+        )
+        counted.append(("agent_signal_handler_runs_total", attrs))
+        observed.append(("agent_signal_handler_duration_ms", attrs))
+    if status == FENCE_REJECTED:  # nothing committed: the runs and the refusal only
+        counted.append(("agent_signal_fence_rejected_total", _frozen({"tenant": tenant})))
+        return EventPlan(tuple(counted), tuple(observed))
+    if shape is not None:
+        chain_counted, result_keys, chain_key = chain_series(shape)
+        counted += chain_counted
+        observed += [("agent_signal_action_duration_ms", attrs) for attrs in result_keys]
+        observed.append(("agent_signal_chain_duration_ms", chain_key))
+    workflow = _frozen({**_a(source_type=source_type, workflow_status=workflow_status), "tenant": tenant})
+    counted.append(("agent_signal_workflow_runs_total", workflow))
+    observed.append(("agent_signal_workflow_duration_ms", workflow))
+    counted.append(("agent_signal_events_total", _frozen({"tenant": tenant, "status": status})))
+    if has_latency:
+        observed.append(("agent_signal_event_latency_ms", _frozen({"tenant": tenant})))
+    return EventPlan(tuple(counted), tuple(observed))
