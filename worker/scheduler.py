@@ -199,7 +199,8 @@ def _traced(
         if not telemetry.tracing:  # no span nobody reads: just the handler and its terminal count
             before_terminal = trace.terminal
             outputs = _run_node(node, handler, ctx, port, trace)
-            _note_terminal(telemetry, kind, node_type, trace, before_terminal)
+            if trace.terminal is not before_terminal:
+                _note_terminal(telemetry, kind, node_type, trace, before_terminal)
             return outputs
         attrs = {
             "agent.signal.handler_id": handler.id,
