@@ -40,13 +40,17 @@ class Report:
         self.times_s: dict[str, float] = {}
 
 
-def pipeline_medians(url: str, args: argparse.Namespace) -> tuple[float, float, float, float, int]:
-    """(burst, burst telemetry off, spread, spread telemetry off) events/s, medians, and the peak RSS (KiB).
+def pipeline_medians(url: str, args: argparse.Namespace) -> tuple[float, float, float, float, float, int]:
+    """(no-op tasks/s, burst, burst telemetry off, spread, spread telemetry off events/s), medians, and the peak
+    RSS (KiB).
 
-    Telemetry on and off alternate, and each figure is the median of its rounds: this machine is shared and
-    one run can differ from the next by a third."""
+    Every round measures the no-op baseline too, then telemetry on and off alternate, and each figure is the
+    median of its rounds: this machine is shared and one run can differ from the next by a third, so a
+    baseline measured once, minutes before the rows it divides, would carry that moment into every ratio."""
+    noop_runs: list[float] = []
     burst_runs, burst_off_runs, spread_runs, spread_off_runs, rss = [], [], [], [], 0
     for _ in range(args.rounds):
+        noop_runs.append(pipeline_bench.noop_rate(url, args.events))
         rate, rss = pipeline_bench.pipeline_rate(url, args.events, scopes=8)
         burst_runs.append(rate)
         burst_off_runs.append(
@@ -58,13 +62,13 @@ def pipeline_medians(url: str, args: argparse.Namespace) -> tuple[float, float, 
                 url, args.events // 2, scopes=args.events // 2, telemetry_enabled=False
             )[0]
         )
-    medians = [statistics.median(runs) for runs in (burst_runs, burst_off_runs, spread_runs, spread_off_runs)]
-    return medians[0], medians[1], medians[2], medians[3], rss
+    all_runs = (noop_runs, burst_runs, burst_off_runs, spread_runs, spread_off_runs)
+    medians = [statistics.median(runs) for runs in all_runs]
+    return medians[0], medians[1], medians[2], medians[3], medians[4], rss
 
 
 def pipeline_section(url: str, args: argparse.Namespace, out: Report) -> None:
-    noop = pipeline_bench.noop_rate(url, args.events)
-    burst, burst_off, spread, spread_off, rss = pipeline_medians(url, args)
+    noop, burst, burst_off, spread, spread_off, rss = pipeline_medians(url, args)
     enq_rt, work_rt = pipeline_bench.round_trips_per_event(url, 1000, scopes=10)
     out.figures.update(
         noop_tasks_per_s=noop,
@@ -77,7 +81,7 @@ def pipeline_section(url: str, args: argparse.Namespace, out: Report) -> None:
         worker_peak_rss_mib=rss / 1024,
     )
     out.rows += [
-        ("plain Celery no-op task", f"{noop:,.0f} tasks/s", "1.00x", "baseline"),
+        ("plain Celery no-op task", f"{noop:,.0f} tasks/s", "1.00x", "baseline, median of the rounds"),
         (
             "pipeline, burst (8 scopes)",
             f"{burst:,.0f} events/s",
