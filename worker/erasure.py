@@ -212,6 +212,8 @@ def _drop_user_keyed(store: EventStore, user_id: str, report: ErasureReport) -> 
         if doc_ids:
             report.removed["skillVersions"] += int(client.delete(*[k.skill_history(d) for d in doc_ids]))
         client.delete(key)
+    for key in client.scan_iter(match=_glob_escape(k.skill_runs(user_id, "")) + "*", count=SCAN_COUNT):
+        client.delete(key)  # what each skill run did (its answer to a redelivery)
     index_pattern = _glob_escape(k.receipt_index(user_id, "", "")).replace(
         ":agent::topic:", ":agent:*:topic:*"
     )

@@ -251,6 +251,10 @@ class Keys:
         """skill document id -> JSON (current version), per user and agent."""
         return f"{self.own}skills:{user_id}:{agent_id}"
 
+    def skill_runs(self, user_id: str, agent_id: str) -> str:
+        """run source id -> JSON of what that run did to the agent's skills (a redelivered run answers it)."""
+        return f"{self.own}skill-runs:{user_id}:{agent_id}"
+
     def skill_history(self, document_id: str) -> str:
         """history id -> JSON of a previous version (for CAS rollback)."""
         return f"{self.own}skill-history:{document_id}"

@@ -14,7 +14,8 @@ the only place where the order of an event's steps is decided:
     commit        the fenced COMMIT script: the outcome, the chain's inputs, and (``done`` only) the writes and
                   follow-up events the source and signal handlers staged; the same round trip takes the next
                   head, or releases the scope when the inbox is empty
-    after-commit  publish drains for follow-ups' scopes, metrics and the observe span, dev snapshots
+    after-commit  publish drains for follow-ups' scopes, the observe span, dev snapshots (the event's metrics
+                  follow in ``Pipeline.record``; its handler runs are counted when its walk ends, whatever ended it)
 
 A scope is released only inside ACQUIRE or COMMIT, atomically with the empty-inbox check, so an event
 appended meanwhile is drained by us or schedules a new drain: never stranded. A head waiting for its retry
@@ -215,7 +216,8 @@ class Pipeline:
                     self._walk(work, batch)
             else:  # no span: not even an empty context manager per event
                 self._walk(work, batch)
-        finally:
+        finally:  # every handler run is counted, committed or not (a lost lease, a store error, a re-run)
+            self.telemetry.handler_runs(scope.runs)
             clear_context("eventId", "scopeKey", "attempt", "chainId", "sourceId")
         self.record(work)
         return work
@@ -233,9 +235,9 @@ class Pipeline:
         self.record(work)
 
     def record(self, work: EventWork) -> None:
-        """The event's metrics in one call, once it committed (or was refused by the fence): its handler runs,
-        its chain's series when done, its workflow run, its count and latency. An attempt that committed
-        nothing (a lost lease, a store error) is counted by the attempt that commits."""
+        """The event's metrics in one call, once it committed (or was refused by the fence): its chain's
+        series when done, its workflow run, its count and latency (its handler runs were counted when its
+        steps ended, in :meth:`process_event`)."""
         reply = work.reply
         if reply is not None and reply.code == 1:
             self.telemetry.event_committed(
@@ -245,11 +247,10 @@ class Pipeline:
                 outcome=reply.outcome,
                 duration_ms=(time.perf_counter() - work.started_s) * 1000,
                 latency_ms=reply.latency_ms,
-                runs=work.scope.runs,
                 chain=work.chain if work.outcome == "done" else None,
             )
         elif reply is not None and reply.code == -1:
-            self.telemetry.fence_rejected(tenant=self.store.tenant, runs=work.scope.runs)
+            self.telemetry.fence_rejected(tenant=self.store.tenant)
 
     def retry_or_dead(self, work: EventWork, error: str, *, min_delay_s: float = 0.0) -> None:
         """Decide ``retry`` (full-jitter backoff, at least ``min_delay_s``) or, on the last attempt, ``dead``."""

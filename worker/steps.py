@@ -224,7 +224,8 @@ class CommitStep:
 
 
 class AfterCommit:
-    """Drains for follow-ups' scopes; metrics and the observe span; development snapshots (done only)."""
+    """Drains for follow-ups' scopes; the observe span; development snapshots (done only). The event's metrics
+    follow in Pipeline.record."""
 
     name = "after-commit"
 

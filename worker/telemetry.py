@@ -43,12 +43,12 @@ from worker.telemetry_instruments import INSTRUMENT_ATTRS as _INSTRUMENT_ATTRS
 from worker.telemetry_instruments import METER_NAME, TRACER_NAME, TRACER_VERSION, DescribedInstruments
 from worker.telemetry_instruments import agent_signal_attrs as _a
 from worker.telemetry_jsonl import JsonlSpanExporter
-from worker.telemetry_plan import FENCE_REJECTED, EventPlan, HandlerRuns, PlanKey, build_plan
+from worker.telemetry_plan import HANDLER_RUNS, EventPlan, HandlerRuns, PlanKey, build_plan
 
 __all__ = ["DISABLED", "Telemetry", "configure_telemetry"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-PLANS_MAX = 1_000  # event plans kept built (each holds a tuple the size of its chain)
+PLANS_MAX = 10_000  # event plans kept built (each holds a tuple the size of its chain)
 
 
 class Telemetry(MeasurementBuffer):
@@ -184,13 +184,12 @@ class Telemetry(MeasurementBuffer):
         outcome: str,
         duration_ms: float,
         latency_ms: float | None,
-        runs: HandlerRuns,
         chain: FinishedChain | None = None,
     ) -> None:
-        """Everything an event this worker committed counts, in one call: its handler runs, its chain's series
-        when it is done (LobeHub's persistAgentSignalObservability metrics), its workflow run, the engine's
-        count (``retry`` is counted as ``retried``) and, when done, its enqueue-to-done latency. One plan per
-        shape of event (worker/telemetry_plan.py); the values follow the plan's ``observed`` order."""
+        """Everything an event this worker committed counts, in one call: its chain's series when it is done
+        (LobeHub's persistAgentSignalObservability metrics), its workflow run, the engine's count (``retry``
+        is counted as ``retried``) and, when done, its enqueue-to-done latency. One plan per shape of event
+        (worker/telemetry_plan.py); the values follow the plan's ``observed`` order."""
         if not self.enabled:
             return
         status = "retried" if outcome == "retry" else outcome
@@ -198,9 +197,9 @@ class Telemetry(MeasurementBuffer):
         results: list[ExecutorResult] = []
         if chain is not None:
             shape, results = chain_shape(chain)
-        key = (tenant, source_type, workflow_status, status, latency_ms is not None, shape, tuple(runs.ids))
+        key = (tenant, source_type, workflow_status, status, latency_ms is not None, shape, ())
         plan = self._plans.get(key) or self._plan(key)
-        values: PlanValues = [*runs.ms]
+        values: PlanValues = []
         for result in results:
             done_at = result.attempt.completed_at
             values.append(None if done_at is None else done_at - result.attempt.started_at)
@@ -211,15 +210,19 @@ class Telemetry(MeasurementBuffer):
             values.append(latency_ms)
         self._add_plan(plan, values)
 
-    def fence_rejected(self, *, tenant: str, runs: HandlerRuns | None = None) -> None:
-        """A commit the fence refused (a stale lease), with the handler runs of the chain it would have
-        committed."""
-        if not self.enabled:
+    def handler_runs(self, runs: HandlerRuns) -> None:
+        """The handler runs of one walk of an event's steps, counted when it ends whatever ended it: a
+        commit, a lost lease, a store error, a batch's speculation that is run again alone."""
+        if not self.enabled or not runs.ids:
             return
-        ids = tuple(runs.ids) if runs is not None else ()
-        key = (tenant, "", "", FENCE_REJECTED, False, None, ids)
+        key = ("", "", "", HANDLER_RUNS, False, None, tuple(runs.ids))
         plan = self._plans.get(key) or self._plan(key)
-        self._add_plan(plan, list(runs.ms) if runs is not None else [])
+        self._add_plan(plan, list(runs.ms))
+
+    def fence_rejected(self, *, tenant: str) -> None:
+        """A commit the fence refused (a stale lease)."""
+        if self.enabled:
+            self._add("agent_signal_fence_rejected_total", {"tenant": tenant})
 
     def _plan(self, key: PlanKey) -> EventPlan:
         """Build and keep the plan of ``key`` (bounded like the series: cleared when full)."""

@@ -1,10 +1,11 @@
 """The measurement buffer behind :class:`worker.telemetry.Telemetry`'s recorders: counter increments and
 histogram values are buffered and handed to this process's Prometheus instruments (and to the OpenTelemetry
-instruments, when a meter is configured) by ``flush_measurements`` (every ``flush_every_s`` from a daemon
-thread started on first use in the recording process, at the end of an enqueue batch, after each drain, and on
-``flush()``); counters with the same attributes are summed first and histogram values grouped by attributes,
-which turns thousands of calls into a handful. A committed event is buffered as its plan and its values
-(``_add_plan``, worker/telemetry_plan.py), expanded into series only here.
+instruments, when a meter is configured) by ``flush_measurements``: every ``flush_every_s`` from a daemon
+thread started on first use in the recording process, at the end of an enqueue batch (the SDK), and on
+``flush()`` (a worker's shutdown). Counters with the same attributes are summed first and histogram values
+grouped by attributes, which turns thousands of calls into a handful. A committed event, and each walk's
+handler runs, is buffered as its plan and its values (``_add_plan``, worker/telemetry_plan.py), expanded
+into series only here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """One event's measurements as one plan: every series an event of one shape counts and observes, built once.
 
-A worker records an event's metrics in one call (``Telemetry.event_committed``): its handler runs, its chain's
-series (worker/chain_metrics.py), its workflow run, the engine's count and the latency. They depend on a
+A worker records a committed event's metrics in one call (``Telemetry.event_committed``): its chain's series
+(worker/chain_metrics.py), its workflow run, the engine's count and the latency; and the handler runs of each
+walk of its steps in another (``Telemetry.handler_runs``), when the walk ends, committed or not. They depend on a
 handful of strings only (tenant, source type, statuses, the chain's shape, which handlers ran), so the
 recorder looks up the :class:`EventPlan` for that key and buffers the plan (one count) with the event's
 values (durations, in the plan's order); the buffer expands plans into series when it flushes, a second's
@@ -18,19 +19,19 @@ from worker.chain_metrics import ChainShape, chain_series
 from worker.telemetry_buffer import AttrsKey
 from worker.telemetry_instruments import agent_signal_attrs as _a
 
-__all__ = ["FENCE_REJECTED", "EventPlan", "HandlerRuns", "PlanKey", "SeriesId", "build_plan"]
+__all__ = ["HANDLER_RUNS", "EventPlan", "HandlerRuns", "PlanKey", "SeriesId", "build_plan"]
 
 # (handler id, handler kind, node type, handler status) of one handler run
 RunId = tuple[str, str, str, str]
-FENCE_REJECTED = "fence-rejected"  # the engine status of an event whose commit the fence refused
+HANDLER_RUNS = "handler-runs"  # the key's status of a plan that counts handler runs only
 # (tenant, source type, workflow status, engine status, has latency, chain shape or None, handler runs)
 PlanKey = tuple[str, str, str, str, bool, ChainShape | None, tuple[RunId, ...]]
 
 
 @dataclass(slots=True)
 class HandlerRuns:
-    """The handler runs of one event's chain, in order: what ran (``ids``) and how long (``ms``). Kept on the
-    chain's scope, so a chain that raised still reports the runs before the error."""
+    """The handler runs of one walk of an event's chain, in order: what ran (``ids``) and how long (``ms``).
+    Kept on the chain's scope, so a chain that raised still reports the runs before the error."""
 
     ids: list[RunId] = field(default_factory=list)
     ms: list[float] = field(default_factory=list)
@@ -68,8 +69,7 @@ def build_plan(key: PlanKey) -> EventPlan:
         )
         counted.append(("agent_signal_handler_runs_total", attrs))
         observed.append(("agent_signal_handler_duration_ms", attrs))
-    if status == FENCE_REJECTED:  # nothing committed: the runs and the refusal only
-        counted.append(("agent_signal_fence_rejected_total", _frozen({"tenant": tenant})))
+    if status == HANDLER_RUNS:  # a walk's handler runs, counted when it ends
         return EventPlan(tuple(counted), tuple(observed))
     if shape is not None:
         chain_counted, result_keys, chain_key = chain_series(shape)

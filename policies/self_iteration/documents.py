@@ -87,14 +87,19 @@ class DocumentStore:
         """createSkillIfAbsent or replaceSkillContentCAS: (api name, new document, history id of the old one).
 
         Compare-and-set under WATCH: two runs for one skill (two pool children) serialise, one creating and
-        the other replacing with a history entry, where a read-then-write lost one of them. A run delivered
-        again (the outbox and the task are at least once) finds its own ``sourceId`` on the current version and
-        answers what the first delivery did, without a second version."""
-        key = self.keys.skills(user_id, agent_id)
+        the other replacing with a history entry, where a read-then-write lost one of them. Each run's answer
+        is kept under its ``source_id`` (``skill-runs``), so a run delivered again (the outbox and the task are
+        at least once) answers what its first delivery did and writes nothing: not a second version, and not
+        over a later run or an undo."""
+        skills, runs = self.keys.skills(user_id, agent_id), self.keys.skill_runs(user_id, agent_id)
         for _ in range(UPSERT_ATTEMPTS):
             with self.client.pipeline(transaction=True) as pipe:
                 try:
-                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    pipe.watch(skills, runs)  # type: ignore[no-untyped-call]
+                    done = pipe.hget(runs, source_id)
+                    if done is not None:
+                        api, doc, history_id = json.loads(done)
+                        return str(api), dict(doc), history_id
                     return self._upsert_watched(pipe, (user_id, agent_id), title, content, source_id)
                 except WatchError:
                     continue
@@ -107,10 +112,9 @@ class DocumentStore:
         key = self.keys.skills(user_id, agent_id)
         existing = _find(pipe.hvals(key), title)
         now = int(time.time() * 1000)
-        if existing is not None and existing.get("sourceId") == source_id:
-            replaced = existing.get("replacedHistoryId")
-            return ("replaceSkillContentCAS" if replaced else "createSkillIfAbsent"), existing, replaced
+        history_id: str | None = None
         if existing is None:
+            api = "createSkillIfAbsent"
             doc: dict[str, Any] = {
                 "id": _id("skill_", user_id, agent_id, title.lower()),
                 "agentDocumentId": _id("adoc_", user_id, agent_id, title.lower()),
@@ -121,26 +125,26 @@ class DocumentStore:
                 "version": 1,
                 "sourceId": source_id,
             }
-            pipe.multi()
-            pipe.hset(key, doc["id"], json.dumps(doc, ensure_ascii=False))
-            pipe.execute()
-            return "createSkillIfAbsent", doc, None
-        history_id = _id("hist_", existing["id"], str(existing["updatedAt"]))
-        doc = {
-            **existing,
-            "content": content,
-            "updatedAt": max(now, existing["updatedAt"] + 1),
-            "version": existing["version"] + 1,
-            "sourceId": source_id,
-            "replacedHistoryId": history_id,
-        }
+        else:
+            api = "replaceSkillContentCAS"
+            history_id = _id("hist_", existing["id"], str(existing["updatedAt"]))
+            doc = {
+                **existing,
+                "content": content,
+                "updatedAt": max(now, existing["updatedAt"] + 1),
+                "version": existing["version"] + 1,
+                "sourceId": source_id,
+            }
         pipe.multi()
-        pipe.hset(
-            self.keys.skill_history(existing["id"]), history_id, json.dumps(existing, ensure_ascii=False)
-        )
+        if existing is not None and history_id is not None:
+            pipe.hset(
+                self.keys.skill_history(existing["id"]), history_id, json.dumps(existing, ensure_ascii=False)
+            )
         pipe.hset(key, doc["id"], json.dumps(doc, ensure_ascii=False))
+        answer = json.dumps([api, doc, history_id], ensure_ascii=False)
+        pipe.hset(self.keys.skill_runs(user_id, agent_id), source_id, answer)
         pipe.execute()
-        return "replaceSkillContentCAS", doc, history_id
+        return api, doc, history_id
 
     def rollback(
         self, user_id: str, agent_id: str, document_id: str, history_id: str, expected_updated_at: int

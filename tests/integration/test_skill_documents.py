@@ -71,3 +71,26 @@ def test_a_run_delivered_again_answers_what_it_did_without_a_second_version(
     (current,) = store.list_skills("u1", "agt_1")
     assert current["version"] == 2 and current["content"] == "b"
     assert len(redis_client.hgetall(keys.skill_history(current["id"]))) == 1
+
+
+def test_a_run_delivered_again_after_a_later_run_or_an_undo_writes_nothing(
+    redis_client: Redis, keys: Keys
+) -> None:
+    """op_1 creates, op_2 replaces, op_1 comes again: it answers its create. After an undo of op_2, op_2 coming
+    again does not replace the restored version."""
+    store = DocumentStore(redis_client, keys)
+    created = store.upsert_skill("u1", "agt_1", title="Release checklist", content="a", source_id="op_1")
+    replaced = store.upsert_skill("u1", "agt_1", title="Release checklist", content="b", source_id="op_2")
+    assert (
+        store.upsert_skill("u1", "agt_1", title="Release checklist", content="a", source_id="op_1") == created
+    )
+    _, doc, history_id = replaced
+    assert history_id is not None
+    assert store.rollback("u1", "agt_1", doc["id"], history_id, doc["updatedAt"]) == "rolled_back"
+    assert (
+        store.upsert_skill("u1", "agt_1", title="Release checklist", content="b", source_id="op_2")
+        == replaced
+    )
+    (current,) = store.list_skills("u1", "agt_1")
+    assert current["content"] == "a" and current["restoredFrom"] == history_id
+    assert len(redis_client.hgetall(keys.skill_history(current["id"]))) == 1

@@ -18,7 +18,6 @@ from worker.projection import project_chain
 from worker.scheduler import ChainTrace
 from worker.settings import Settings
 from worker.telemetry import Telemetry, configure_telemetry
-from worker.telemetry_plan import HandlerRuns
 
 
 def _points(
@@ -95,7 +94,6 @@ def test_counting_from_the_nodes_states_what_the_projection_says(
         outcome="done",
         duration_ms=1.0,
         latency_ms=None,
-        runs=HandlerRuns(),
         chain=chain,
     )
     assert chain._projection is None  # counting never projected it

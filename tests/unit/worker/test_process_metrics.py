@@ -36,12 +36,12 @@ def test_every_recorder_lands_in_prometheus() -> None:
     runs = HandlerRuns()
     runs.add(("h", "signal", "n", "succeeded"), 7)
     committed = {"tenant": "a", "source_type": "t", "workflow_status": "completed"}
-    telemetry.event_committed(**committed, outcome="done", duration_ms=30, latency_ms=12, runs=runs)
-    telemetry.event_committed(
-        **committed, outcome="retry", duration_ms=20, latency_ms=None, runs=HandlerRuns()
-    )
+    telemetry.event_committed(**committed, outcome="done", duration_ms=30, latency_ms=12)
+    telemetry.event_committed(**committed, outcome="retry", duration_ms=20, latency_ms=None)
+    telemetry.handler_runs(runs)
+    telemetry.handler_runs(runs)
     telemetry.terminal(node_kind="action", node_type="n", status="done", reason="r")
-    telemetry.fence_rejected(tenant="a", runs=runs)
+    telemetry.fence_rejected(tenant="a")
     telemetry.rejected(2, tenant="a")
     telemetry.flush_measurements()
     samples = parse(generate_latest(metrics.registry).decode())

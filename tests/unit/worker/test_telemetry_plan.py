@@ -31,6 +31,8 @@ def _runs(*statuses: str) -> HandlerRuns:
 
 
 def _commit(telemetry: Telemetry, chain: ChainRun | None, runs: HandlerRuns, **overrides: Any) -> None:
+    """One walk's handler runs, then its commit (as Pipeline.process_event and Pipeline.record do)."""
+    telemetry.handler_runs(runs)
     values: dict[str, Any] = {
         "tenant": "a",
         "source_type": "agent.user.message",
@@ -38,7 +40,6 @@ def _commit(telemetry: Telemetry, chain: ChainRun | None, runs: HandlerRuns, **o
         "outcome": "done",
         "duration_ms": 10.0,
         "latency_ms": 4.0,
-        "runs": runs,
         "chain": chain,
         **overrides,
     }
@@ -58,7 +59,7 @@ def test_events_of_one_shape_share_a_plan_and_every_event_is_counted() -> None:
     for _ in range(2):
         _commit(telemetry, unfinished, _runs("ok", "error"), latency_ms=None, duration_ms=20.0)
     _commit(telemetry, None, _runs("error"), outcome="retry", workflow_status="error", latency_ms=None)
-    assert len(telemetry._plans) == 3
+    assert len(telemetry._plans) == 6  # three event plans, three of handler runs
     samples = _scrape(telemetry, metrics)
     assert total(samples, "agent_signal_chains_total") == 7
     assert total(samples, "agent_signal_workflow_runs_total") == 8
@@ -77,12 +78,15 @@ def test_events_of_one_shape_share_a_plan_and_every_event_is_counted() -> None:
     )
 
 
-def test_flushes_add_up_and_a_fence_refusal_counts_its_runs_only() -> None:
+def test_flushes_add_up_and_runs_without_a_commit_are_counted() -> None:
+    """A walk that committed nothing (a lost lease, a refused fence, a store error) still counts its runs."""
     telemetry, metrics = _telemetry()
     _commit(telemetry, _chain("applied"), _runs("ok"))
     telemetry.flush_measurements()
     _commit(telemetry, _chain("applied"), _runs("ok"))
-    telemetry.fence_rejected(tenant="a", runs=_runs("ok"))
+    telemetry.handler_runs(_runs("ok"))
+    telemetry.fence_rejected(tenant="a")
+    telemetry.handler_runs(HandlerRuns())  # a walk that ran no handler counts nothing
     samples = _scrape(telemetry, metrics)
     assert total(samples, "agent_signal_chains_total") == 2
     assert total(samples, "agent_signal_handler_runs_total") == 3
@@ -102,4 +106,4 @@ def test_a_forked_child_starts_with_an_empty_buffer() -> None:
     os.close(write)
     os.waitpid(pid, 0)
     assert os.read(read, 16) == b"0"
-    assert len(telemetry._plan_values) == 1
+    assert len(telemetry._plan_values) == 2  # the parent keeps its handler-run and event plans
