@@ -43,7 +43,7 @@ from worker.telemetry_instruments import INSTRUMENT_ATTRS as _INSTRUMENT_ATTRS
 from worker.telemetry_instruments import METER_NAME, TRACER_NAME, TRACER_VERSION, DescribedInstruments
 from worker.telemetry_instruments import agent_signal_attrs as _a
 from worker.telemetry_jsonl import JsonlSpanExporter
-from worker.telemetry_plan import HANDLER_RUNS, EventPlan, HandlerRuns, PlanKey, build_plan
+from worker.telemetry_plan import EventKey, EventPlan, HandlerRuns, RunIds, event_plan, runs_plan
 
 __all__ = ["DISABLED", "Telemetry", "configure_telemetry"]
 
@@ -78,7 +78,8 @@ class Telemetry(MeasurementBuffer):
         # Read-only and empty: an event plan (worker/telemetry_plan.py) is built once and never sees a change.
         self.common: Mapping[str, Any] = MappingProxyType({})
         # Event plans by key (event_committed); bounded: cleared when full.
-        self._plans: dict[PlanKey, EventPlan] = {}
+        self._plans: dict[EventKey, EventPlan] = {}
+        self._run_plans: dict[RunIds, EventPlan] = {}
         if not self.enabled:
             return
         self.reset_in_forked_children()
@@ -197,8 +198,8 @@ class Telemetry(MeasurementBuffer):
         results: list[ExecutorResult] = []
         if chain is not None:
             shape, results = chain_shape(chain)
-        key = (tenant, source_type, workflow_status, status, latency_ms is not None, shape, ())
-        plan = self._plans.get(key) or self._plan(key)
+        key = (tenant, source_type, workflow_status, status, latency_ms is not None, shape)
+        plan = self._plans.get(key) or _keep(self._plans, key, event_plan(key))
         values: PlanValues = []
         for result in results:
             done_at = result.attempt.completed_at
@@ -215,21 +216,14 @@ class Telemetry(MeasurementBuffer):
         commit, a lost lease, a store error, a batch's speculation that is run again alone."""
         if not self.enabled or not runs.ids:
             return
-        key = ("", "", "", HANDLER_RUNS, False, None, tuple(runs.ids))
-        plan = self._plans.get(key) or self._plan(key)
+        key = tuple(runs.ids)
+        plan = self._run_plans.get(key) or _keep(self._run_plans, key, runs_plan(key))
         self._add_plan(plan, list(runs.ms))
 
     def fence_rejected(self, *, tenant: str) -> None:
         """A commit the fence refused (a stale lease)."""
         if self.enabled:
             self._add("agent_signal_fence_rejected_total", {"tenant": tenant})
-
-    def _plan(self, key: PlanKey) -> EventPlan:
-        """Build and keep the plan of ``key`` (bounded like the series: cleared when full)."""
-        if len(self._plans) >= PLANS_MAX:
-            self._plans.clear()
-        plan = self._plans[key] = build_plan(key)
-        return plan
 
     def rejected(self, count: int, *, tenant: str) -> None:
         """Events refused at the door as invalid (the engine's ``rejected`` count)."""
@@ -300,6 +294,14 @@ class Telemetry(MeasurementBuffer):
 
 
 DISABLED = Telemetry(None, None)
+
+
+def _keep(plans: dict[Any, EventPlan], key: Any, plan: EventPlan) -> EventPlan:
+    """Keep ``plan`` under ``key`` (bounded like the series: cleared when full)."""
+    if len(plans) >= PLANS_MAX:
+        plans.clear()
+    plans[key] = plan
+    return plan
 
 
 def configure_telemetry(

@@ -62,9 +62,7 @@ class MeasurementBuffer:
         os.register_at_fork(after_in_child=reset)
 
     def _add(self, instrument: str, attrs: Mapping[str, Any], value: float = 1) -> None:
-        self._add_key(instrument, tuple(sorted(attrs.items())), value)
-
-    def _add_key(self, instrument: str, key: AttrsKey, value: float = 1) -> None:
+        key = tuple(sorted(attrs.items()))
         with self._lock:
             self._counts[(instrument, key)] = self._counts.get((instrument, key), 0) + value
         self._ensure_flusher()
@@ -100,13 +98,6 @@ class MeasurementBuffer:
 
             self._flusher = threading.Thread(target=loop, name="telemetry-flush", daemon=True)
             self._flusher.start()
-
-    def _record(self, instrument: str, value: float, attrs: Mapping[str, Any]) -> None:
-        self._record_key(instrument, value, tuple(sorted(attrs.items())))
-
-    def _record_key(self, instrument: str, value: float, key: AttrsKey) -> None:
-        with self._lock:
-            self._values.append((instrument, value, key))
 
     def _record_many(self, instrument: str, values: list[float], attrs: Mapping[str, Any]) -> None:
         key = tuple(sorted(attrs.items()))

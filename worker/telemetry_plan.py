@@ -3,8 +3,8 @@
 A worker records a committed event's metrics in one call (``Telemetry.event_committed``): its chain's series
 (worker/chain_metrics.py), its workflow run, the engine's count and the latency; and the handler runs of each
 walk of its steps in another (``Telemetry.handler_runs``), when the walk ends, committed or not. They depend on a
-handful of strings only (tenant, source type, statuses, the chain's shape, which handlers ran), so the
-recorder looks up the :class:`EventPlan` for that key and buffers the plan (one count) with the event's
+handful of strings only (an :data:`EventKey`: tenant, source type, statuses, the chain's shape; or the walk's
+:data:`RunIds`), so the recorder looks up the :class:`EventPlan` for that key and buffers the plan with the
 values (durations, in the plan's order); the buffer expands plans into series when it flushes, a second's
 events at a time. The hot path makes no attribute tuples and takes one lock.
 """
@@ -19,13 +19,13 @@ from worker.chain_metrics import ChainShape, chain_series
 from worker.telemetry_buffer import AttrsKey
 from worker.telemetry_instruments import agent_signal_attrs as _a
 
-__all__ = ["HANDLER_RUNS", "EventPlan", "HandlerRuns", "PlanKey", "SeriesId", "build_plan"]
+__all__ = ["EventKey", "EventPlan", "HandlerRuns", "RunIds", "SeriesId", "event_plan", "runs_plan"]
 
 # (handler id, handler kind, node type, handler status) of one handler run
 RunId = tuple[str, str, str, str]
-HANDLER_RUNS = "handler-runs"  # the key's status of a plan that counts handler runs only
-# (tenant, source type, workflow status, engine status, has latency, chain shape or None, handler runs)
-PlanKey = tuple[str, str, str, str, bool, ChainShape | None, tuple[RunId, ...]]
+RunIds = tuple[RunId, ...]  # one walk's handler runs, in order: the key of its plan
+# (tenant, source type, workflow status, engine status, has latency, chain shape or None)
+EventKey = tuple[str, str, str, str, bool, ChainShape | None]
 
 
 @dataclass(slots=True)
@@ -58,9 +58,8 @@ def _frozen(attrs: Mapping[str, Any]) -> AttrsKey:
     return tuple(sorted(attrs.items()))
 
 
-def build_plan(key: PlanKey) -> EventPlan:
-    """The plan of events with ``key``."""
-    tenant, source_type, workflow_status, status, has_latency, shape, runs = key
+def runs_plan(runs: RunIds) -> EventPlan:
+    """The plan of a walk whose handler runs are ``runs``: one count and one duration per run."""
     counted: list[SeriesId] = []
     observed: list[SeriesId] = []
     for handler_id, kind, node_type, handler_status in runs:
@@ -69,8 +68,14 @@ def build_plan(key: PlanKey) -> EventPlan:
         )
         counted.append(("agent_signal_handler_runs_total", attrs))
         observed.append(("agent_signal_handler_duration_ms", attrs))
-    if status == HANDLER_RUNS:  # a walk's handler runs, counted when it ends
-        return EventPlan(tuple(counted), tuple(observed))
+    return EventPlan(tuple(counted), tuple(observed))
+
+
+def event_plan(key: EventKey) -> EventPlan:
+    """The plan of committed events with ``key``."""
+    tenant, source_type, workflow_status, status, has_latency, shape = key
+    counted: list[SeriesId] = []
+    observed: list[SeriesId] = []
     if shape is not None:
         chain_counted, result_keys, chain_key = chain_series(shape)
         counted += chain_counted

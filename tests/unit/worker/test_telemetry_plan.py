@@ -59,7 +59,7 @@ def test_events_of_one_shape_share_a_plan_and_every_event_is_counted() -> None:
     for _ in range(2):
         _commit(telemetry, unfinished, _runs("ok", "error"), latency_ms=None, duration_ms=20.0)
     _commit(telemetry, None, _runs("error"), outcome="retry", workflow_status="error", latency_ms=None)
-    assert len(telemetry._plans) == 6  # three event plans, three of handler runs
+    assert (len(telemetry._plans), len(telemetry._run_plans)) == (3, 3)  # event plans, handler-run plans
     samples = _scrape(telemetry, metrics)
     assert total(samples, "agent_signal_chains_total") == 7
     assert total(samples, "agent_signal_workflow_runs_total") == 8
