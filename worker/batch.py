@@ -165,20 +165,24 @@ def _speculate(pipeline: Pipeline, grant: LeaseGrant, events: list[Begun]) -> li
 def _commit(pipeline: Pipeline, works: list[EventWork], *, go_on: bool) -> Batched:
     """COMMIT_BATCH for ``works``; then what follows each committed event's commit."""
     store = pipeline.store
-    keys: list[str] = []
+    commits = [CommitStep.commit_of(work) for work in works]
+    keys, shared_args = store.commit_shared(commits[0], now_ms())
     args: list[Any] = [
         len(works),
         pipeline.settings.idempotency_ttl_s,
         pipeline.settings.commit_batch_max - 1,
     ]
-    for i, work in enumerate(works):
+    args += shared_args
+    if len(keys) != COMMIT_KEYS or len(shared_args) != COMMIT_ARGS:  # COMMIT_BATCH's fixed layout
+        raise RuntimeError("COMMIT's keys or arguments changed: update worker/scripts_batch.py")
+    for i, (work, commit) in enumerate(zip(works, commits, strict=True)):
         work.go_on = go_on or i < len(works) - 1
-        commit_keys, commit_args = store.commit_call(CommitStep.commit_of(work), go_on=work.go_on)
-        if len(commit_keys) != COMMIT_KEYS or len(commit_args) != COMMIT_ARGS:  # COMMIT_BATCH's fixed stride
-            raise RuntimeError("COMMIT's keys or arguments changed: update worker/scripts_batch.py")
+        own_keys, own_args = store.commit_own(commit, go_on=work.go_on)
         lanes = work.lanes or []
-        keys += commit_keys + [lane.key for lane in lanes]
-        args += [len(lanes), *commit_args]
+        keys += own_keys
+        keys += [lane.key for lane in lanes]
+        args.append(len(lanes))
+        args += own_args
         for lane in lanes:
             args += [encode_lane(lane.result_json), lane.effects_json]
     try:

@@ -13,10 +13,21 @@ from __future__ import annotations
 
 from worker.scripts_lifecycle import ADMIT, COMMIT_BODY, STAGED, TAKE_HEAD
 
-__all__ = ["COMMIT_ARGS", "COMMIT_BATCH", "COMMIT_KEYS", "PEEK_FRESH"]
+__all__ = ["COMMIT_ARGS", "COMMIT_BATCH", "COMMIT_KEYS", "EVENT_ARGS", "EVENT_KEYS", "PEEK_FRESH"]
 
-COMMIT_KEYS = 16  # EventStore.commit_call: keys per event
-COMMIT_ARGS = 18  # and arguments per event
+COMMIT_KEYS = 16  # EventStore.commit_call: COMMIT's keys
+COMMIT_ARGS = 18  # and arguments
+# The positions (1-based, as in Lua) of COMMIT's keys and arguments that are each event's own: its event hash
+# and chain; its id, outcome, error, notBefore, chain, chainId, continue, staged writes and follow-ups. The
+# others are the scope's and the tenant's, the same for every event of a batch, which sends them once
+# (EventStore.commit_shared / commit_own): 38 arguments an event became 11.
+EVENT_KEYS = (3, 6)
+EVENT_ARGS = (2, 3, 6, 7, 8, 10, 14, 15, 16)
+
+
+def _lua_list(positions: tuple[int, ...]) -> str:
+    return "{" + ", ".join(map(str, positions)) + "}"
+
 
 # Shared Lua: the events queued right behind the head that have never been delivered (no attempt, no retry
 # time, no cancel): a batch may run them before they are begun.
@@ -50,9 +61,10 @@ return peek_fresh(KEYS[1], ARGV[2], ARGV[3], tonumber(ARGV[5]))
 """
 )
 
-# KEYS: per event: its 16 COMMIT keys, then one idempotency lane key per action it applied
-# ARGV: n, laneTtlS, peekCount, then per event: laneCount, its 18 COMMIT arguments, then per lane:
-#       resultJson, effectsJson
+# KEYS: COMMIT's 16 keys as the scope's events share them, then per event: its EVENT_KEYS, then one
+#       idempotency lane key per action it applied
+# ARGV: n, laneTtlS, peekCount, COMMIT's 18 arguments as the scope's events share them (one nowMs for the
+#       batch), then per event: laneCount, its EVENT_ARGS, then per lane: resultJson, effectsJson
 # A batch of more than one event that committed whole is counted in the tenant's stats (batchCommits,
 # batchedEvents).
 # -> {code, {COMMIT reply per event tried}, peek}:
@@ -66,20 +78,23 @@ COMMIT_BATCH = (
     + ADMIT
     + STAGED
     + PEEK
+    + f"local EVENT_KEYS, EVENT_ARGS = {_lua_list(EVENT_KEYS)}, {_lua_list(EVENT_ARGS)}\n"
     + "local function commit_event(KEYS, ARGV)\n"
     + COMMIT_BODY
     + "\nend\n"
     + """
 local n, lane_ttl, peek_n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-local kp, ap = 1, 4
+local shared_keys, shared_args = {unpack(KEYS, 1, 16)}, {unpack(ARGV, 4, 21)}
+local kp, ap = 17, 22
 local out = {}
 local inbox, ev_prefix, now = nil, '', 0
 for i = 1, n do
   local lanes_n = tonumber(ARGV[ap])
   ap = ap + 1
-  local ck = {unpack(KEYS, kp, kp + 15)}
-  local ca = {unpack(ARGV, ap, ap + 17)}
-  kp, ap = kp + 16, ap + 18
+  local ck, ca = {unpack(shared_keys)}, {unpack(shared_args)}
+  for j, pos in ipairs(EVENT_KEYS) do ck[pos] = KEYS[kp + j - 1] end
+  for j, pos in ipairs(EVENT_ARGS) do ca[pos] = ARGV[ap + j - 1] end
+  kp, ap = kp + #EVENT_KEYS, ap + #EVENT_ARGS
   inbox, ev_prefix, now = ck[1], ca[13], ca[4]
   local lanes = {}
   for j = 1, lanes_n do

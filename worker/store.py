@@ -27,6 +27,7 @@ from worker.event_records import source_digest, status_record
 from worker.keys import Keys
 from worker.redis_client import is_cluster
 from worker.scripts import Scripts
+from worker.scripts_batch import EVENT_ARGS, EVENT_KEYS
 from worker.settings import Settings
 from worker.store_records import (
     Begun,
@@ -194,44 +195,57 @@ class EventStore:
         return self.commit_reply(self.durable(self.scripts.commit, keys, args))
 
     def commit_call(self, commit: Commit, *, go_on: bool) -> tuple[list[str], list[Any]]:
-        """COMMIT's keys and arguments for ``commit`` (COMMIT_BATCH takes them per event, in the same order)."""
+        """COMMIT's keys and arguments for ``commit``: :meth:`commit_shared` with :meth:`commit_own` in their
+        places (:data:`~worker.scripts_batch.EVENT_KEYS` and :data:`~worker.scripts_batch.EVENT_ARGS`)."""
+        keys, args = self.commit_shared(commit, now_ms())
+        own_keys, own_args = self.commit_own(commit, go_on=go_on)
+        for pos, key in zip(EVENT_KEYS, own_keys, strict=True):
+            keys[pos - 1] = key
+        for pos, arg in zip(EVENT_ARGS, own_args, strict=True):
+            args[pos - 1] = arg
+        return keys, args
+
+    def commit_shared(self, commit: Commit, at_ms: int) -> tuple[list[str], list[Any]]:
+        """COMMIT's keys and arguments that every event of ``commit``'s scope shares (its inbox, lease, fence,
+        the tenant's indexes, the time), with ``""`` where :meth:`commit_own` goes: COMMIT_BATCH sends them once
+        per batch."""
+        k, scope, own = self.keys, commit.scope_key, ""  # own: commit_own's places
+        statuses = (k.runs("status", s) for s in ("active", "done", "dead", "cancelled"))
+        keys = [k.inbox(scope), k.fence(scope), own, k.dlq, k.stats, own, k.lease(scope), k.scheduled(scope)]
+        keys += [k.scopes, k.series, k.runs("paused"), k.runs("all"), *statuses]
+        settings = self.settings
+        args: list[Any] = [commit.fence, own, own, at_ms, settings.dedupe_window_s, own, own, own]
+        args += [
+            settings.chain_retention_s,
+            own,
+            commit.token,
+            k.scope_ref(scope),
+            k.event_prefix,
+            own,
+            own,
+            own,
+        ]
+        args += [self.schedule_ttl_ms, settings.run_index_max]
+        return keys, args
+
+    def commit_own(self, commit: Commit, *, go_on: bool) -> tuple[list[str], list[Any]]:
+        """COMMIT's keys and arguments that are ``commit``'s own (its event, chain, outcome, staged writes and
+        follow-ups), in the order of :data:`~worker.scripts_batch.EVENT_KEYS` and ``EVENT_ARGS``."""
         k = self.keys
         followups = [[*keys, *args] for keys, args in map(self._admission, commit.followups)]
+        effects = commit.effects.to_json_list() if commit.effects else []
         return (
+            [k.event(commit.event_id), k.chain(commit.chain_id or "-")],
             [
-                k.inbox(commit.scope_key),
-                k.fence(commit.scope_key),
-                k.event(commit.event_id),
-                k.dlq,
-                k.stats,
-                k.chain(commit.chain_id or "-"),
-                k.lease(commit.scope_key),
-                k.scheduled(commit.scope_key),
-                k.scopes,
-                k.series,
-                k.runs("paused"),
-                k.runs("all"),
-                *(k.runs("status", s) for s in ("active", "done", "dead", "cancelled")),
-            ],
-            [
-                commit.fence,
                 commit.event_id,
                 commit.outcome,
-                now_ms(),
-                self.settings.dedupe_window_s,
                 commit.error,
                 commit.not_before_ms,
                 encode_chain(commit.chain_json) if commit.chain_json else "",
-                self.settings.chain_retention_s,
                 "" if commit.chain_id == f"chain:{commit.source_id}" else commit.chain_id,
-                commit.token,
-                k.scope_ref(commit.scope_key),
-                k.event_prefix,
                 "1" if go_on else "0",
-                json.dumps(commit.effects.to_json_list()),
-                json.dumps(followups, ensure_ascii=False),
-                self.schedule_ttl_ms,
-                self.settings.run_index_max,
+                json.dumps(effects) if effects else "[]",
+                json.dumps(followups, ensure_ascii=False) if followups else "[]",
             ],
         )
 
