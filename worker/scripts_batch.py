@@ -86,49 +86,56 @@ COMMIT_BATCH = (
 local n, lane_ttl, peek_n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local shared_keys, shared_args = {unpack(KEYS, 1, 16)}, {unpack(ARGV, 4, 21)}
 local kp, ap = 17, 22
-local out = {}
-local inbox, ev_prefix, now = nil, '', 0
-for i = 1, n do
-  local lanes_n = tonumber(ARGV[ap])
-  ap = ap + 1
-  local ck, ca = {unpack(shared_keys)}, {unpack(shared_args)}
-  for j, pos in ipairs(EVENT_KEYS) do ck[pos] = KEYS[kp + j - 1] end
-  for j, pos in ipairs(EVENT_ARGS) do ca[pos] = ARGV[ap + j - 1] end
-  kp, ap = kp + #EVENT_KEYS, ap + #EVENT_ARGS
-  inbox, ev_prefix, now = ck[1], ca[13], ca[4]
-  local lanes = {}
-  for j = 1, lanes_n do
-    lanes[j] = {KEYS[kp], ARGV[ap], cjson.decode(ARGV[ap + 1])}
-    kp, ap = kp + 1, ap + 2
-  end
-  local at_head = redis.call('LINDEX', ck[1], 0) == ca[2]
-  if i > 1 and not (at_head and redis.call('HGET', ck[3], 'state') == 'processing') then return {2, out, {}} end
-  if lanes_n > 0 and at_head and redis.call('GET', ck[2]) == ca[1]
-      and redis.call('HEXISTS', ck[3], 'cancelRequested') == 0 then
-    local seen = {}
-    for _, lane in ipairs(lanes) do
-      if seen[lane[1]] or redis.call('EXISTS', lane[1]) == 1 or check_staged(lane[3]) then
-        return {-4, out, {}}
+BATCHED = true
+local function run_batch()
+  local out = {}
+  local inbox, ev_prefix, now = nil, '', 0
+  for i = 1, n do
+    local lanes_n = tonumber(ARGV[ap])
+    ap = ap + 1
+    local ck, ca = {unpack(shared_keys)}, {unpack(shared_args)}
+    for j, pos in ipairs(EVENT_KEYS) do ck[pos] = KEYS[kp + j - 1] end
+    for j, pos in ipairs(EVENT_ARGS) do ca[pos] = ARGV[ap + j - 1] end
+    kp, ap = kp + #EVENT_KEYS, ap + #EVENT_ARGS
+    inbox, ev_prefix, now = ck[1], ca[13], ca[4]
+    local lanes = {}
+    for j = 1, lanes_n do
+      lanes[j] = {KEYS[kp], ARGV[ap], cjson.decode(ARGV[ap + 1])}
+      kp, ap = kp + 1, ap + 2
+    end
+    local at_head = redis.call('LINDEX', ck[1], 0) == ca[2]
+    if i > 1 and not (at_head and redis.call('HGET', ck[3], 'state') == 'processing') then return {2, out, {}} end
+    if lanes_n > 0 and at_head and redis.call('GET', ck[2]) == ca[1]
+        and redis.call('HEXISTS', ck[3], 'cancelRequested') == 0 then
+      local seen = {}
+      for _, lane in ipairs(lanes) do
+        if seen[lane[1]] or redis.call('EXISTS', lane[1]) == 1 or check_staged(lane[3]) then
+          return {-4, out, {}}
+        end
+        seen[lane[1]] = true
       end
-      seen[lane[1]] = true
+      for _, lane in ipairs(lanes) do
+        local broken = apply_staged(lane[3])
+        if broken then return {-5, out, {}, broken[1], broken[2]} end
+        redis.call('SET', lane[1], lane[2], 'EX', lane_ttl)
+      end
     end
-    for _, lane in ipairs(lanes) do
-      local broken = apply_staged(lane[3])
-      if broken then return {-5, out, {}, broken[1], broken[2]} end
-      redis.call('SET', lane[1], lane[2], 'EX', lane_ttl)
-    end
+    local r = commit_event(ck, ca)
+    out[#out + 1] = r
+    if r[1] ~= 1 then return {r[1], out, {}} end
   end
-  local r = commit_event(ck, ca)
-  out[#out + 1] = r
-  if r[1] ~= 1 then return {r[1], out, {}} end
+  if n > 1 then
+    count(KEYS[5], 'batchCommits', 1)
+    count(KEYS[5], 'batchedEvents', #out)
+  end
+  local last = out[#out]
+  local peek = {}
+  if last and last[5] == 1 then peek = peek_fresh(inbox, ev_prefix, now, peek_n) end
+  return {1, out, peek}
 end
-if n > 1 then
-  redis.call('HINCRBY', KEYS[5], 'batchCommits', 1)
-  redis.call('HINCRBY', KEYS[5], 'batchedEvents', #out)
-end
-local last = out[#out]
-local peek = {}
-if last and last[5] == 1 then peek = peek_fresh(inbox, ev_prefix, now, peek_n) end
-return {1, out, peek}
+local reply = run_batch()
+index_trim(shared_args[4], shared_args[5])
+counts_flush()
+return reply
 """
 )

@@ -38,7 +38,7 @@ local function admit(ev, inbox, sched, seq, scopes, stats, id, ref, body, now, w
     susers, ix)
   if redis.call('EXISTS', ev) == 1 then
     redis.call('HINCRBY', ev, 'duplicates', 1)
-    redis.call('HINCRBY', stats, 'duplicate', 1)
+    count(stats, 'duplicate', 1)
     return {0, 0}
   end
   local scope = string.sub(ref, (string.find(ref, '/', 1, true) or 0) + 1)
@@ -60,8 +60,8 @@ local function admit(ev, inbox, sched, seq, scopes, stats, id, ref, body, now, w
   else
     redis.call('SADD', susers, '*')  -- an event of nobody in particular: the scope is never one user's alone
   end
-  redis.call('HINCRBY', stats, 'accepted', 1)
-  redis.call('HINCRBY', stats, 'queued', 1)  -- the tenant's events not yet done or dead (its quota)
+  count(stats, 'accepted', 1)
+  count(stats, 'queued', 1)  -- the tenant's events not yet done or dead (its quota)
   if redis.call('HEXISTS', ix.paused, scope) == 1 then return {1, 0} end
   redis.call('SADD', scopes, ref)
   if redis.call('SET', sched, now, 'NX', 'PX', sched_ttl) then return {1, 1} end
@@ -151,6 +151,7 @@ for i = 0, n - 1 do
     ARGV[a + 2], ARGV[1], ARGV[2], ARGV[3], KEYS[k + 4], ARGV[a + 3], KEYS[k + 5], ix)
 end
 index_trim(ARGV[1], ARGV[2])
+counts_flush()
 return out
 """
 )
@@ -301,7 +302,7 @@ elseif outcome == 'cancelled' then
   mark_cancelled(KEYS[3], ARGV[2], ARGV[4], ix)
 else
   redis.call('LPOP', KEYS[1])
-  redis.call('HINCRBY', KEYS[5], 'queued', -1)
+  count(KEYS[5], 'queued', -1)
   if outcome == 'done' then
     for _, f in ipairs(followups) do
       local fx = {all = KEYS[12], active = KEYS[13], type = f[7], scope = f[8], src = f[9], smember = f[16],
@@ -313,19 +314,18 @@ else
     redis.call('HSET', KEYS[3], 'state', 'done', 'doneAt', ARGV[4])
     redis.call('HDEL', KEYS[3], 'notBefore')
     redis.call('EXPIRE', KEYS[3], ARGV[5])
-    redis.call('HINCRBY', KEYS[5], 'done', 1)
-    index_move(KEYS[13], KEYS[14], ARGV[2], KEYS[3], imax)
+    count(KEYS[5], 'done', 1)
+    local enqueued = index_move(KEYS[13], KEYS[14], ARGV[2], KEYS[3], imax) or now
     history_end(KEYS[3], now, 'succeeded', '')
     local minute = math.floor(now / 60000)
-    local enqueued = tonumber(redis.call('HGET', KEYS[3], 'enqueuedAt') or ARGV[4])
-    redis.call('HINCRBY', KEYS[10], minute .. ':done', 1)
+    count(KEYS[10], minute .. ':done', 1)
     latency = now - enqueued
-    redis.call('HINCRBY', KEYS[10], minute .. ':latency_ms', latency)
+    count(KEYS[10], minute .. ':latency_ms', latency)
   else
     redis.call('HSET', KEYS[3], 'state', 'dead', 'error', ARGV[6], 'deadAt', ARGV[4])
     redis.call('PERSIST', KEYS[3])
     redis.call('ZADD', KEYS[4], ARGV[4], ARGV[2])
-    redis.call('HINCRBY', KEYS[5], 'dead', 1)
+    count(KEYS[5], 'dead', 1)
     index_move(KEYS[13], KEYS[15], ARGV[2], KEYS[3], imax)
     history_end(KEYS[3], now, 'failed', ARGV[6])
   end
@@ -341,7 +341,10 @@ if ARGV[14] == '1' then
   end
   for _, part in ipairs(head) do reply[#reply + 1] = part end
 end
-index_trim(ARGV[4], ARGV[5])
+if not BATCHED then  -- COMMIT_BATCH trims and writes the counters once, after its last event
+  index_trim(ARGV[4], ARGV[5])
+  counts_flush()
+end
 return reply
 """
 COMMIT = TAKE_HEAD + ADMIT + STAGED + COMMIT_BODY

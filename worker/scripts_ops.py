@@ -30,9 +30,31 @@ local function index_add(key, score, member, max)
   touched[key] = max or 0
 end
 -- Move an event from one status index to another (score: its enqueue time).
+-- Returns the event's enqueue time (nil when its hash has none).
 local function index_move(from, to, id, ev, max)
   redis.call('ZREM', from, id)
-  index_add(to, tonumber(redis.call('HGET', ev, 'enqueuedAt') or '0'), id, max)
+  local enqueued = tonumber(redis.call('HGET', ev, 'enqueuedAt') or '')
+  index_add(to, enqueued or 0, id, max)
+  return enqueued
+end
+-- Counters (stats, series) summed in the script and written once per key and field when it ends
+-- (counts_flush): a batch of events pays one HINCRBY per field, not one per event. A script whose path
+-- counted must call counts_flush before it returns.
+local counted = {}
+local BATCHED = false  -- COMMIT_BATCH sets it: its COMMITs leave trimming and counters to it
+local function count(key, field, n)
+  local fields = counted[key]
+  if not fields then
+    fields = {}
+    counted[key] = fields
+  end
+  fields[field] = (fields[field] or 0) + n
+end
+local function counts_flush()
+  for key, fields in pairs(counted) do
+    for field, n in pairs(fields) do redis.call('HINCRBY', key, field, n) end
+  end
+  counted = {}
 end
 local function index_trim(now, window)
   local cutoff = '(' .. string.format('%d', tonumber(now) - tonumber(window) * 1000)
