@@ -108,9 +108,12 @@ def test_processes_sharing_a_directory_are_summed(tmp_path: Path) -> None:
     [
         [0.0, 0.5, 1.0, 1.0001, 7, 250, 10**9, -3],
         [float("nan"), 2.0, float("inf")],
+        [float("inf"), -float("inf"), 3.0],
+        [2.0, float("inf"), 2.0, 0.0],
+        [(i * 7919 % 1000) / 7.0 for i in range(500)] + [float(b) for b in BUCKETS_MS if b != float("inf")],
         [],
     ],
-    ids=["edges of buckets", "nan and inf", "nothing"],
+    ids=["edges of buckets", "nan and inf", "both infinities", "inf and repeats", "many", "nothing"],
 )
 def test_a_pre_aggregated_flush_exposes_what_observing_one_by_one_does(values: list[float]) -> None:
     """observe_many reads prometheus_client's own bucket fields: the exposition must equal the one of calling
