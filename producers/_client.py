@@ -64,6 +64,7 @@ class Producer:
             self.store,
             publish_drain=self.fair.publish,
             publish_drains=self.fair.publish_many,
+            ready=self.fair,
         )
         self.emitter = assembly.emitter
         self.emitter.enforce_limits = True  # this is the door: inbox and tenant limits apply

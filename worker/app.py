@@ -93,6 +93,7 @@ def _assemble(settings: Settings, store: EventStore, app: Celery, fair: FairQueu
         store,
         publish_drain=fair.publish,
         publish_drains=fair.publish_many,
+        ready=fair,
         publish_task=task,
     )
 

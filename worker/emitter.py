@@ -12,7 +12,7 @@ import copy
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
@@ -34,13 +34,23 @@ from worker.source_types import SourceTypePolicy
 from worker.store import EventStore, PreparedEvent
 from worker.store_safety import describe_store_error, note_store_failure
 
-__all__ = ["AdmissionHook", "Emitter", "EventLike", "StagedEmits"]
+__all__ = ["AdmissionHook", "Emitter", "EventLike", "ReadyQueue", "StagedEmits"]
 
 log = logging.getLogger(__name__)
 
 EventLike = SourceEvent | Mapping[str, Any]
 AdmissionHook = Callable[[Sequence[PreparedEvent]], Mapping[int, str]]
 """Called with a validated batch; answers ``{index: status}`` for the events it refuses (e.g. ``gated``)."""
+
+
+class ReadyQueue(Protocol):
+    """Making scopes ready inside the enqueue script, where the store allows it (worker.fair.FairQueue)."""
+
+    def admission_push(self, client: Any, tenant: str) -> tuple[list[str], list[Any]] | None:
+        """ENQUEUE_PUSH's ready-list keys and arguments for ``tenant``, or None: publish after the enqueue."""
+
+    def send(self, count: int) -> None:
+        """Send ``count`` drain_next messages (tickets ENQUEUE_PUSH took)."""
 
 
 class Emitter:
@@ -54,6 +64,7 @@ class Emitter:
         publish: Callable[[str], None],
         *,
         publish_many: Callable[[Sequence[str]], None] | None = None,
+        ready: ReadyQueue | None = None,
         source_types: Iterable[str] = (),
         admission: Sequence[AdmissionHook] = (),
         payload_schemas: Iterable[tuple[str, type[BaseModel]]] = (),
@@ -63,6 +74,8 @@ class Emitter:
         self.publish = publish
         # Many scopes' drains at once (one round trip): FairQueue.publish_many; else one publish each.
         self.publish_many = publish_many
+        # Where the store is one Redis, the enqueue script makes the scopes ready itself (ENQUEUE_PUSH).
+        self.ready = ready
         self.types = SourceTypePolicy(
             allow_unknown=settings.allow_unknown_source_types,
             extra=[*settings.extra_source_types, *source_types],
@@ -146,10 +159,16 @@ class Emitter:
         raises :class:`StoreUnavailable` (worded by :func:`worker.store_safety.describe_store_error`)."""
         refused = self.verdicts(prepared)
         allowed = [p for i, p in enumerate(prepared) if i not in refused]
+        store, limits = self.store, self.enforce_limits
+        push = self.ready.admission_push(store.client, store.tenant) if self.ready and allowed else None
         try:
-            outcomes = iter(self.store.enqueue_many(allowed, enforce_limits=self.enforce_limits))
+            if push is None:
+                stored, tickets = store.enqueue_many(allowed, enforce_limits=limits), 0
+            else:
+                stored, tickets = store.enqueue_and_push(allowed, push, enforce_limits=limits)
+            outcomes = iter(stored)
         except RedisError as exc:  # one script per batch: a refused batch stored none of it
-            note_store_failure(self.store.client, self.store.keys.stats, exc, "enqueue")
+            note_store_failure(store.client, store.keys.stats, exc, "enqueue")
             message = describe_store_error(exc, "the batch")
             raise StoreUnavailable(message, retry_after_s=self.settings.store_retry_after_s) from exc
         results: list[EnqueueResult] = []
@@ -167,7 +186,24 @@ class Emitter:
                 EnqueueResult(event_id=outcome.event_id, source_id=outcome.source_id, status=outcome.status)
             )
         self._publish([self.store.keys.scope_ref(scope_key) for scope_key in scheduled])
+        if tickets:
+            self._send(tickets)
         return results
+
+    def _send(self, tickets: int) -> None:
+        """The drain_next messages of the tickets ENQUEUE_PUSH took (the scopes are on the ready lists by
+        now): a broker failure is logged, as in :meth:`_publish`, and the sweep sends for them."""
+        if self.ready is None:  # tickets come only from ENQUEUE_PUSH
+            return
+        try:
+            self.ready.send(tickets)
+        except Exception as exc:
+            log.warning(
+                "%d drain message(s) not sent (%s: %s); the reconcile sweep will send for the ready scopes",
+                tickets,
+                type(exc).__name__,
+                exc,
+            )
 
     def _publish(self, refs: list[str]) -> None:
         """Send the scopes' drains. The events are stored by now, so a broker failure must not fail the call:

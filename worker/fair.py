@@ -41,25 +41,34 @@ from redis.client import Pipeline
 from redis.exceptions import RedisError
 
 from worker.keys import Keys
+from worker.redis_client import is_cluster
 from worker.tenancy import split_scope_ref
 
-__all__ = ["DRAIN_NEXT_TASK", "DRAIN_TASK", "FairQueue"]
+__all__ = ["DRAIN_NEXT_TASK", "DRAIN_TASK", "READY_PUSH_FN", "FairQueue"]
 
 DRAIN_TASK = "agent_signal.drain"
 DRAIN_NEXT_TASK = "agent_signal.drain_next"
 
-# Push a ready scope, and take a drain ticket when fewer than the cap are out (1: send a drain_next message).
-# KEYS: ready-tenants, ready:<tenant>, drain-tickets   ARGV: tenant, scopeRef, ticketsMax, ticketTtlMs
-READY_PUSH = """
-redis.call('RPUSH', KEYS[2], ARGV[2])
-if not redis.call('LPOS', KEYS[1], ARGV[1]) then redis.call('LPUSH', KEYS[1], ARGV[1]) end
-local out = tonumber(redis.call('GET', KEYS[3]) or '0')
-if out < tonumber(ARGV[3]) then
-  redis.call('SET', KEYS[3], math.max(out, 0) + 1, 'PX', ARGV[4])
-  return 1
+# Shared Lua: push a ready scope, and take a drain ticket when fewer than the cap are out -> 1 (send a
+# drain_next message) | 0. Used by READY_PUSH, and by ENQUEUE_PUSH (worker/scripts_lifecycle.py), which admits
+# a batch and makes its scopes ready in one script where the store is one Redis.
+READY_PUSH_FN = """
+local function ready_push(ring, ready, tickets, tenant, ref, max, ttl)
+  redis.call('RPUSH', ready, ref)
+  if not redis.call('LPOS', ring, tenant) then redis.call('LPUSH', ring, tenant) end
+  local out = tonumber(redis.call('GET', tickets) or '0')
+  if out < tonumber(max) then
+    redis.call('SET', tickets, math.max(out, 0) + 1, 'PX', ttl)
+    return 1
+  end
+  return 0
 end
-return 0
 """
+
+# KEYS: ready-tenants, ready:<tenant>, drain-tickets   ARGV: tenant, scopeRef, ticketsMax, ticketTtlMs -> 1 | 0
+READY_PUSH = (
+    READY_PUSH_FN + "return ready_push(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n"
+)
 
 # Rotate the ring and pop the next ready scope of the tenant at its tail; tenants whose list ran empty
 # leave the ring. With nothing ready the caller's ticket is retired here, atomically with finding nothing.
@@ -132,6 +141,20 @@ class FairQueue:
                 self.publish(ref)
             return
         self._send_next(self._push_all(refs))
+
+    def admission_push(self, client: Redis, tenant: str) -> tuple[list[str], list[Any]] | None:
+        """The keys and arguments with which an enqueue through ``client`` makes ``tenant``'s scopes ready in
+        its own script (ENQUEUE_PUSH), or None where it cannot: fair share off, another Redis than ours, or a
+        Redis Cluster (the ready lists live in the ``{fair}`` slot, the tenant's keys in its own)."""
+        if not self.enabled or client is not self.client or is_cluster(client):
+            return None
+        keys = [self.keys.ready_tenants, self.keys.ready(tenant), self.keys.drain_tickets]
+        return keys, [self.messages_max, self.ticket_ttl_ms]
+
+    def send(self, count: int) -> None:
+        """Send ``count`` drain_next messages for tickets taken by ENQUEUE_PUSH (see :meth:`_send_next`)."""
+        if count > 0:
+            self._send_next(count)
 
     def publish_stranded(self, refs: Sequence[str]) -> None:
         """The reconcile sweep's publish: the scopes made ready, and one more message than the cap allows

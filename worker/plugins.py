@@ -17,7 +17,7 @@ from typing import Any
 from redis import Redis
 
 from worker.context import Deps
-from worker.emitter import Emitter
+from worker.emitter import Emitter, ReadyQueue
 from worker.outbox import Deliverer
 from worker.plugin import Plugin, PluginRuntime, PluginTask
 from worker.registry import Policy, Registry
@@ -82,6 +82,7 @@ def assemble(
     *,
     publish_drain: Callable[[str], None],
     publish_drains: Callable[[Sequence[str]], None] | None = None,
+    ready: ReadyQueue | None = None,
     publish_task: Callable[[str, dict[str, Any], str | None], None] | None = None,
 ) -> Assembly:
     """Build everything the plugins contribute, for the process that owns ``store``."""
@@ -95,6 +96,7 @@ def assemble(
         store,
         publish_drain,
         publish_many=publish_drains,
+        ready=ready,
         source_types=source_types,
         admission=hooks,
         payload_schemas=schemas,

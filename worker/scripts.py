@@ -16,7 +16,7 @@ from redis.commands.core import Script
 
 from worker.keys import Keys
 from worker.scripts_batch import COMMIT_BATCH, PEEK_FRESH
-from worker.scripts_lifecycle import ACQUIRE, COMMIT, ENQUEUE_BATCH, STAGED
+from worker.scripts_lifecycle import ACQUIRE, COMMIT, ENQUEUE_BATCH, ENQUEUE_PUSH, STAGED
 from worker.scripts_ops import CANCEL, DISCARD, REDRIVE, RESUME, RUNS_PAGE
 
 __all__ = ["Scripts"]
@@ -91,6 +91,7 @@ class Scripts:
     built on ``store.scripts`` passes the scope's keys only."""
 
     enqueue_batch: Script
+    enqueue_push: Script
     acquire_script: Script
     renew: Script
     release: Script
@@ -111,6 +112,7 @@ class Scripts:
     def register(cls, client: Redis) -> Scripts:
         return cls(
             enqueue_batch=client.register_script(ENQUEUE_BATCH),
+            enqueue_push=client.register_script(ENQUEUE_PUSH),
             acquire_script=client.register_script(ACQUIRE),
             renew=client.register_script(RENEW),
             release=client.register_script(RELEASE),

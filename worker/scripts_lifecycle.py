@@ -7,9 +7,19 @@ The shared pieces ``RUN_INDEX`` (the runs explorer's indexes) and ``HISTORY`` (a
 
 from __future__ import annotations
 
+from worker.fair import READY_PUSH_FN
 from worker.scripts_ops import HISTORY, RUN_INDEX
 
-__all__ = ["ACQUIRE", "ADMIT", "COMMIT", "COMMIT_BODY", "ENQUEUE_BATCH", "STAGED", "TAKE_HEAD"]
+__all__ = [
+    "ACQUIRE",
+    "ADMIT",
+    "COMMIT",
+    "COMMIT_BODY",
+    "ENQUEUE_BATCH",
+    "ENQUEUE_PUSH",
+    "STAGED",
+    "TAKE_HEAD",
+]
 
 # Shared Lua: admit one event: claim its dedupe record (the event hash), append it to its scope inbox and
 # index it, or count a duplicate. -> {1, publish(0|1)} accepted (publish=1: no drain is scheduled for the scope,
@@ -113,17 +123,14 @@ end
 # maxTenantQueued, is refused whole before any write: "OVERLIMIT inbox <scopeRef> <depth>" or
 # "OVERLIMIT tenant <queued>" (the door answers 429).
 # -> one {accepted(1|0), publish(1|0)} per event, in order (a repeat inside the batch is a duplicate)
-ENQUEUE_BATCH = (
-    RUN_INDEX
-    + ADMIT
-    + """
+_ENQUEUE = """
 if wrong_type(KEYS[1], 'set') or wrong_type(KEYS[2], 'hash') then
   return redis.error_reply('REFUSED WRONGTYPE: the scopes set or the stats hash')
 end
-local K, A = 9, 7
-local n = (#KEYS - 5) / K
+local K, A, KH, AH = 9, 7, {kh}, {ah}  -- per event, and the header before the events
+local n = (#KEYS - KH) / K
 for i = 0, n - 1 do
-  local k = 6 + i * K
+  local k = KH + 1 + i * K
   local refusal = admit_refusal(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3])
   if refusal then return redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
 end
@@ -133,27 +140,54 @@ if max_queued > 0 then
   if queued + n > max_queued then return redis.error_reply('OVERLIMIT tenant ' .. queued) end
 end
 if max_inbox > 0 then
-  local adding = {}
+  local adding = {{}}
   for i = 0, n - 1 do
-    local inbox = KEYS[6 + i * K + 1]
+    local inbox = KEYS[KH + 1 + i * K + 1]
     adding[inbox] = (adding[inbox] or redis.call('LLEN', inbox)) + 1
     if adding[inbox] > max_inbox then
-      return redis.error_reply('OVERLIMIT inbox ' .. ARGV[8 + i * A + 1] .. ' ' .. (adding[inbox] - 1))
+      return redis.error_reply('OVERLIMIT inbox ' .. ARGV[AH + 1 + i * A + 1] .. ' ' .. (adding[inbox] - 1))
     end
   end
 end
-local out = {}
+local out = {{}}
 for i = 0, n - 1 do
-  local k, a = 6 + i * K, 8 + i * A
-  local ix = {all = KEYS[4], active = KEYS[5], type = KEYS[k + 6], scope = KEYS[k + 7], src = KEYS[k + 8],
-    smember = ARGV[a + 6], paused = KEYS[3], max = tonumber(ARGV[7]), stype = ARGV[a + 4], sid = ARGV[a + 5]}
+  local k, a = KH + 1 + i * K, AH + 1 + i * A
+  local ix = {{all = KEYS[4], active = KEYS[5], type = KEYS[k + 6], scope = KEYS[k + 7], src = KEYS[k + 8],
+    smember = ARGV[a + 6], paused = KEYS[3], max = tonumber(ARGV[7]), stype = ARGV[a + 4], sid = ARGV[a + 5]}}
   out[i + 1] = admit(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1],
     ARGV[a + 2], ARGV[1], ARGV[2], ARGV[3], KEYS[k + 4], ARGV[a + 3], KEYS[k + 5], ix)
 end
 index_trim(ARGV[1], ARGV[2])
 counts_flush()
-return out
+{push}return out
 """
+ENQUEUE_BATCH = RUN_INDEX + ADMIT + _ENQUEUE.format(kh=5, ah=7, push="")
+
+# ENQUEUE_BATCH, then each scope it made ready is pushed as READY_PUSH would (worker/fair.py), in the same
+# script: one round trip for an enqueue instead of two, and no moment when a scope has its drain marker but
+# is on no ready list. Only where the store is one Redis (worker.fair.FairQueue.admission_push): on a Redis
+# Cluster the ready lists live in another slot than the tenant's keys.
+# KEYS: ENQUEUE_BATCH's first 5, ready-tenants, ready:<tenant>, drain-tickets, then per event as there
+# ARGV: ENQUEUE_BATCH's first 7, ticketsMax, ticketTtlMs, then per event as there
+# -> ENQUEUE_BATCH's replies (publish 0: pushed here), then the number of drain tickets taken
+ENQUEUE_PUSH = (
+    RUN_INDEX
+    + ADMIT
+    + READY_PUSH_FN
+    + _ENQUEUE.format(
+        kh=8,
+        ah=9,
+        push="""local tickets = 0
+for i = 0, n - 1 do
+  if out[i + 1][1] == 1 and out[i + 1][2] == 1 then
+    local ref = ARGV[AH + 1 + i * A + 1]
+    tickets = tickets + ready_push(KEYS[6], KEYS[7], KEYS[8], ARGV[4], ref, ARGV[8], ARGV[9])
+    out[i + 1][2] = 0
+  end
+end
+out[n + 1] = tickets
+""",
+    )
 )
 
 # Shared Lua: take the head of a scope's inbox for processing. Heads that are already final (done, dead,

@@ -97,8 +97,20 @@ class EventStore:
     ) -> list[EnqueueOutcome]:
         """Claim each event's dedupe record and append it to its scope inbox: the whole batch is one
         ENQUEUE_BATCH script, so a store error (out of memory: refused before any write) stores none of it."""
+        return self._enqueue(events, enforce_limits, None)[0]
+
+    def enqueue_and_push(
+        self, events: Sequence[PreparedEvent], push: tuple[list[str], list[Any]], *, enforce_limits: bool
+    ) -> tuple[list[EnqueueOutcome], int]:
+        """:meth:`enqueue_many` and, in the same script (ENQUEUE_PUSH), the scopes it made ready pushed as
+        ``push`` (FairQueue.admission_push) says: the outcomes and the drain tickets taken (messages to send)."""
+        return self._enqueue(events, enforce_limits, push)
+
+    def _enqueue(
+        self, events: Sequence[PreparedEvent], enforce_limits: bool, push: tuple[list[str], list[Any]] | None
+    ) -> tuple[list[EnqueueOutcome], int]:
         if not events:
-            return []
+            return [], 0
         k = self.keys
         self.register_tenant()
         keys = [k.scopes, k.stats, k.runs("paused"), k.runs("all"), k.runs("status", "active")]
@@ -111,12 +123,15 @@ class EventStore:
             self.settings.tenant_max_queued if enforce_limits else 0,
             self.settings.run_index_max,
         ]
+        if push is not None:  # ENQUEUE_PUSH's header: the ready lists' keys, the tickets' cap and TTL
+            keys, args = keys + push[0], args + push[1]
         for ev in events:
             ev_keys, ev_args = self._admission(ev)
             keys += ev_keys
             args += ev_args
+        script = self.scripts.enqueue_batch if push is None else self.scripts.enqueue_push
         try:
-            replies = self.durable(self.scripts.enqueue_batch, keys, args)
+            replies = self.durable(script, keys, args)
         except ResponseError as exc:
             if str(exc).startswith("OVERLIMIT"):
                 raise OverLimit.from_reply(
@@ -126,12 +141,13 @@ class EventStore:
                     retry_after_s=self.settings.store_retry_after_s,
                 ) from None
             raise
-        return [
+        outcomes = [
             EnqueueOutcome(
                 ev.event_id, ev.source_id, ev.scope_key, "accepted" if ok else "duplicate", bool(publish)
             )
-            for ev, (ok, publish) in zip(events, replies, strict=True)
+            for ev, (ok, publish) in zip(events, replies[: len(events)], strict=True)
         ]
+        return outcomes, int(replies[len(events)]) if push is not None else 0
 
     def _admission(self, ev: PreparedEvent) -> tuple[list[str], list[str]]:
         """One event's keys and arguments as ENQUEUE_BATCH and COMMIT (follow-ups) admit it: its record, inbox,
