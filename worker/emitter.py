@@ -160,7 +160,10 @@ class Emitter:
         refused = self.verdicts(prepared)
         allowed = [p for i, p in enumerate(prepared) if i not in refused]
         store, limits = self.store, self.enforce_limits
-        push = self.ready.admission_push(store.client, store.tenant) if self.ready and allowed else None
+        # Not while writes wait for replicas: a WAIT that fails after the script would leave its tickets taken
+        # and unsent (NotReplicated is raised once the script has run).
+        pushing = self.ready is not None and allowed and not self.settings.wait_replicas
+        push = self.ready.admission_push(store.client, store.tenant) if pushing and self.ready else None
         try:
             if push is None:
                 stored, tickets = store.enqueue_many(allowed, enforce_limits=limits), 0

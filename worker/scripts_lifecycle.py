@@ -127,7 +127,7 @@ _ENQUEUE = """
 if wrong_type(KEYS[1], 'set') or wrong_type(KEYS[2], 'hash') then
   return redis.error_reply('REFUSED WRONGTYPE: the scopes set or the stats hash')
 end
-local K, A, KH, AH = 9, 7, {kh}, {ah}  -- per event, and the header before the events
+{check}local K, A, KH, AH = 9, 7, {kh}, {ah}  -- per event, and the header before the events
 local n = (#KEYS - KH) / K
 for i = 0, n - 1 do
   local k = KH + 1 + i * K
@@ -161,7 +161,7 @@ index_trim(ARGV[1], ARGV[2])
 counts_flush()
 {push}return out
 """
-ENQUEUE_BATCH = RUN_INDEX + ADMIT + _ENQUEUE.format(kh=5, ah=7, push="")
+ENQUEUE_BATCH = RUN_INDEX + ADMIT + _ENQUEUE.format(kh=5, ah=7, check="", push="")
 
 # ENQUEUE_BATCH, then each scope it made ready is pushed as READY_PUSH would (worker/fair.py), in the same
 # script: one round trip for an enqueue instead of two, and no moment when a scope has its drain marker but
@@ -177,6 +177,10 @@ ENQUEUE_PUSH = (
     + _ENQUEUE.format(
         kh=8,
         ah=9,
+        check="""if wrong_type(KEYS[6], 'list') or wrong_type(KEYS[7], 'list') or wrong_type(KEYS[8], 'string') then
+  return redis.error_reply('REFUSED WRONGTYPE: the ready lists or the drain tickets')
+end
+""",
         push="""local tickets = 0
 for i = 0, n - 1 do
   if out[i + 1][1] == 1 and out[i + 1][2] == 1 then

@@ -12,6 +12,7 @@ from redis import Redis
 
 from tests.conftest import SettingsFactory
 from worker.emitter import Emitter
+from worker.errors import OverLimit
 from worker.fair import DRAIN_NEXT_TASK, FairQueue
 from worker.keys import Keys
 from worker.store import EventStore
@@ -64,15 +65,15 @@ def test_one_script_makes_the_same_scopes_ready_as_two(
     """Twelve events over six scopes, cap 5: each scope once on its tenant's ready list, 5 tickets, 5
     messages, with no READY_PUSH call; the two-step path (no ready queue) ends in the same state."""
     states = []
+    pushes: list[Any] = []
+    monkeypatch.setattr(FairQueue, "_push_all", _recording(pushes, FairQueue._push_all))
     for ready in (True, False):
         settings = make_settings(key_prefix=f"{keys.prefix}{int(ready)}:")
         store = EventStore(redis_client, settings)
         broker = Broker()
         emitter = _emitter(store, broker, ready=ready)
-        if ready:
-            monkeypatch.setattr(FairQueue, "_push_all", _no_second_round_trip)
         results = emitter.enqueue([emitter.validate(e) for e in _events("p")])
-        monkeypatch.undo()
+        assert len(pushes) == (0 if ready else 1)  # READY_PUSH's own round trip only on the two-step path
         assert [r.status for r in results] == ["accepted"] * 12
         assert broker.sent == [DRAIN_NEXT_TASK] * 5
         ready_list, tickets, ring = _ready_state(redis_client, store.keys, store.tenant)
@@ -82,8 +83,41 @@ def test_one_script_makes_the_same_scopes_ready_as_two(
     assert states[0] == states[1]
 
 
-def _no_second_round_trip(self: FairQueue, refs: Any) -> int:
-    raise AssertionError("the enqueue script should have pushed the scopes itself")
+def _recording(calls: list[Any], push_all: Any) -> Any:
+    def record(self: FairQueue, refs: Any) -> int:
+        calls.append(list(refs))
+        return int(push_all(self, refs))
+
+    return record
+
+
+def test_a_refused_batch_pushes_nothing(redis_client: Redis, make_settings: SettingsFactory) -> None:
+    """A batch over a scope's inbox limit is refused whole (429 at the door): no event, no ready scope, no
+    ticket, no message."""
+    store = EventStore(redis_client, make_settings(max_inbox_depth=2))
+    broker = Broker()
+    emitter = _emitter(store, broker, ready=True)
+    emitter.enforce_limits = True
+    events = [
+        {"sourceType": "bot.message.merged", "sourceId": f"o{i}", "scopeKey": "topic:o", "payload": {}}
+        for i in range(3)
+    ]
+    with pytest.raises(OverLimit):
+        emitter.enqueue([emitter.validate(e) for e in events])
+    assert not redis_client.exists(store.keys.ready(store.tenant), store.keys.drain_tickets)
+    assert broker.sent == [] and redis_client.llen(store.keys.inbox("topic:o")) == 0
+
+
+def test_another_tenants_enqueue_pushes_onto_that_tenants_ready_list(
+    redis_client: Redis, make_settings: SettingsFactory
+) -> None:
+    """An emitter for another tenant (for_tenant) pushes that tenant's scope refs onto that tenant's list."""
+    store = EventStore(redis_client, make_settings())
+    emitter = _emitter(store, Broker(), ready=True).for_tenant("acme")
+    event = {"sourceType": "bot.message.merged", "sourceId": "t1", "scopeKey": "topic:t", "payload": {}}
+    emitter.enqueue([emitter.validate(event)])
+    assert redis_client.lrange(store.keys.ready("acme"), 0, -1) == ["acme/topic:t"]
+    assert not redis_client.exists(store.keys.ready(store.tenant))
 
 
 def test_a_scope_already_scheduled_or_paused_is_not_pushed_again(
