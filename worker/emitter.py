@@ -162,8 +162,8 @@ class Emitter:
         store, limits = self.store, self.enforce_limits
         # Not while writes wait for replicas: a WAIT that fails after the script would leave its tickets taken
         # and unsent (NotReplicated is raised once the script has run).
-        pushing = self.ready is not None and allowed and not self.settings.wait_replicas
-        push = self.ready.admission_push(store.client, store.tenant) if pushing and self.ready else None
+        ready = self.ready if allowed and not self.settings.wait_replicas else None
+        push = ready.admission_push(store.client, store.tenant) if ready is not None else None
         try:
             if push is None:
                 stored, tickets = store.enqueue_many(allowed, enforce_limits=limits), 0
@@ -188,43 +188,33 @@ class Emitter:
             results.append(
                 EnqueueResult(event_id=outcome.event_id, source_id=outcome.source_id, status=outcome.status)
             )
-        self._publish([self.store.keys.scope_ref(scope_key) for scope_key in scheduled])
-        if tickets:
-            self._send(tickets)
+        self._publish([self.store.keys.scope_ref(scope_key) for scope_key in scheduled], tickets)
         return results
 
-    def _send(self, tickets: int) -> None:
-        """The drain_next messages of the tickets ENQUEUE_PUSH took (the scopes are on the ready lists by
-        now): a broker failure is logged, as in :meth:`_publish`, and the sweep sends for them."""
-        if self.ready is None:  # tickets come only from ENQUEUE_PUSH
+    def _publish(self, refs: list[str], tickets: int = 0) -> None:
+        """Send the drains: of ``refs``, the scopes this enqueue made ready, and ``tickets`` drain_next messages
+        for those ENQUEUE_PUSH made ready itself. The events are stored by now, so a broker failure must not
+        fail the call: each scope keeps its ``sched`` marker (and its place on the ready list), and the
+        reconcile sweep sends for it."""
+        if not refs and not tickets:
             return
         try:
-            self.ready.send(tickets)
-        except Exception as exc:
-            log.warning(
-                "%d drain message(s) not sent (%s: %s); the reconcile sweep will send for the ready scopes",
-                tickets,
-                type(exc).__name__,
-                exc,
-            )
-
-    def _publish(self, refs: list[str]) -> None:
-        """Send the scopes' drains. The events are stored by now, so a broker failure must not fail the call:
-        each scope keeps its ``sched`` marker and the reconcile sweep re-publishes its drain."""
-        if not refs:
-            return
-        try:
-            if self.publish_many is not None:
+            if tickets and self.ready is not None:
+                self.ready.send(tickets)
+            if refs and self.publish_many is not None:
                 self.publish_many(refs)
             else:
                 for ref in refs:
                     self.publish(ref)
         except Exception as exc:
+            what = (
+                f"drains for {len(refs)} scope(s) (first {refs[0]})"
+                if refs
+                else f"{tickets} drain message(s)"
+            )
             log.warning(
-                "drains for %d scope(s) (first %s) not published (%s: %s); the reconcile sweep will "
-                "re-publish them",
-                len(refs),
-                refs[0],
+                "%s not sent (%s: %s); the reconcile sweep will send for their scopes",
+                what,
                 type(exc).__name__,
                 exc,
             )
