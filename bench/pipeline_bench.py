@@ -108,7 +108,11 @@ def latency_pair_ms(url: str, samples: int) -> tuple[tuple[float, float], tuple[
             noop.append((time.perf_counter() - t0) * 1000)
             t0 = time.perf_counter()
             event_id = producer.enqueue(ev).event_id
-            wait(partial(_is_done, producer, producer.store.keys.event(event_id)), 30, interval_s=0.0005)
+            wait(
+                partial(_is_done, producer, producer.store.locate(event_id).event(event_id)),
+                30,
+                interval_s=0.0005,
+            )
             ours.append((time.perf_counter() - t0) * 1000)
     producer.close()
     return _p50_p99(noop), _p50_p99(ours)

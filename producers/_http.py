@@ -166,7 +166,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         where = f"{request.method} {request.url.path}"
         if producer is not None:  # off the event loop: an unreachable Redis may take its timeout to say so
             store = producer.store
-            await run_in_threadpool(note_store_failure, store.client, store.keys.stats, exc, where)
+            await run_in_threadpool(note_store_failure, store.client, store.keys.tenant_stats, exc, where)
         retry_after = request.app.state.settings.store_retry_after_s
         message = f"the store is unavailable ({store_error_reason(exc)}); retry later"
         return _store_unavailable(message, retry_after)

@@ -52,7 +52,7 @@ def edited_bodies(producer: Producer, edits: Sequence[tuple[str, Any]]) -> dict[
     bodies: dict[str, str] = {}
     for index, (event_id, payload) in enumerate(edits):
         fields = ("event", "scopeKey", "sourceType", "sourceId")
-        found = store.client.hmget(store.keys.event(event_id), fields)
+        found = store.client.hmget(store.locate(event_id).event(event_id), fields)
         stored = body_of({f: str(v) for f, v in zip(fields, found, strict=True) if v is not None}, event_id)
         if stored is None:
             continue

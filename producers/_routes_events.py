@@ -243,7 +243,7 @@ def list_events(
 def resolve_event(store: EventStore, event_id: str) -> str | JSONResponse:
     """The event id for ``event_id`` (an event id, or a source id that names one event of the tenant), or the
     404 (unknown) / 409 (a source id of several events: the candidates are listed) to answer."""
-    if store.client.exists(store.keys.event(event_id)):
+    if store.client.exists(store.locate(event_id).event(event_id)):
         return event_id
     candidates = find_by_source(store, event_id)
     if len(candidates) == 1:

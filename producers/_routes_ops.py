@@ -151,7 +151,10 @@ def get_dlq(
     if state == "discarded":
         events = list_discarded(store, offset=offset, limit=limit)
         return JSONResponse(
-            {"events": events, "total": int(store.client.zcard(store.keys.runs("discarded-at")))}
+            {
+                "events": events,
+                "total": sum(int(store.client.zcard(k.runs("discarded-at"))) for k in store.buckets()),
+            }
         )
     return JSONResponse({"events": store.dlq_list(offset=offset, limit=limit), "total": store.dlq_size()})
 

@@ -136,17 +136,18 @@ def _runs_by_type(client: Any, keys: Keys) -> dict[str, dict[str, float]]:
     newest ``run_index_max`` within the dedupe window), so the table agrees with the Runs page. Cost: one
     ZRANGE and one pipelined HMGET of two fields per 1,000 runs (10,000 runs, the default bound: 60-100 ms in
     all, measured against the embedded Redis; the UI asks every 10 s)."""
-    index = keys.runs("all")
     out: dict[str, dict[str, float]] = {}
-    for start in range(0, int(client.zcard(index)), _RUNS_CHUNK):
-        pipe = client.pipeline(transaction=False)
-        for event_id in client.zrevrange(index, start, start + _RUNS_CHUNK - 1):
-            pipe.hmget(keys.event(_text(event_id)), "state", "sourceType")
-        for state, source_type in pipe.execute():
-            if state is None:  # expired: its index entry is stale
-                continue
-            counts = out.setdefault("unknown" if source_type is None else _text(source_type), {})
-            counts[_text(state)] = counts.get(_text(state), 0) + 1
+    for bucket in keys.every_bucket():  # with scope buckets, each bucket's index
+        index = bucket.runs("all")
+        for start in range(0, int(client.zcard(index)), _RUNS_CHUNK):
+            pipe = client.pipeline(transaction=False)
+            for event_id in client.zrevrange(index, start, start + _RUNS_CHUNK - 1):
+                pipe.hmget(bucket.event(_text(event_id)), "state", "sourceType")
+            for state, source_type in pipe.execute():
+                if state is None:  # expired: its index entry is stale
+                    continue
+                counts = out.setdefault("unknown" if source_type is None else _text(source_type), {})
+                counts[_text(state)] = counts.get(_text(state), 0) + 1
     return out
 
 
@@ -163,20 +164,20 @@ def overview(request: Request, caller: Annotated[Principal, Depends(require("rea
     client = store.client
     now_min = int(time.time() // 60)
     by_type = _runs_by_type(client, store.keys)  # the store's runs, not this process's telemetry
-    series_raw = client.hgetall(store.keys.series)
-    stale = []
     points: dict[int, dict[str, float]] = {}
-    for raw_field, raw_value in series_raw.items():
-        field = str(raw_field if isinstance(raw_field, str) else raw_field.decode())
-        value = float(raw_value)
-        minute_text, _, kind = field.partition(":")
-        minute = int(minute_text)
-        if minute < now_min - 60:
-            stale.append(field)
-            continue
-        points.setdefault(minute, {})[kind] = value
-    if stale:
-        client.hdel(store.keys.series, *stale)
+    for bucket in store.buckets():  # with scope buckets, each bucket's series, summed
+        stale = []
+        for raw_field, raw_value in client.hgetall(bucket.series).items():
+            field = str(raw_field if isinstance(raw_field, str) else raw_field.decode())
+            minute_text, _, kind = field.partition(":")
+            minute = int(minute_text)
+            if minute < now_min - 60:
+                stale.append(field)
+                continue
+            point = points.setdefault(minute, {})
+            point[kind] = point.get(kind, 0.0) + float(raw_value)
+        if stale:
+            client.hdel(bucket.series, *stale)
     series = []
     for minute in range(now_min - 59, now_min + 1):
         p = points.get(minute, {})

@@ -10,6 +10,7 @@ from typing import Any
 
 from worker.context import EffectBuffer
 from worker.errors import LeaseLost, PermanentFailure
+from worker.journal import journaled
 from worker.lane_codec import decode_lane, encode_lane
 from worker.nodes import Action, ExecutorResult
 from worker.store import EventStore, staged_error
@@ -37,7 +38,17 @@ class RedisActionPort:
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
     ) -> bool:
-        effects_json = json.dumps(effects.to_json_list())
+        store = self.store
+        effects_json = json.dumps(
+            journaled(
+                store.keys,
+                self.scope_key,
+                "",
+                idempotency_key,
+                effects.to_json_list(),
+                store.settings.outbox_retention_s,
+            )
+        )
         reply = self.store.scripts.apply(
             keys=[
                 self.store.keys.idempotency(self.scope_key, idempotency_key),
@@ -52,7 +63,7 @@ class RedisActionPort:
         )
         code = int(reply[0])
         if code == -1:
-            self.store.client.hincrby(self.store.keys.stats, "fenceRejected", 1)
+            self.store.client.hincrby(self.store.keys.for_scope(self.scope_key).stats, "fenceRejected", 1)
             raise LeaseLost(f"scope {self.scope_key}: fence {self.fence} is stale; effect not applied")
         if code == -3:
             raise PermanentFailure(f"action {action.action_id}: {staged_error(reply)}", code="INVALID_EFFECT")

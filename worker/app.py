@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 
 from worker import _state, heartbeat_file
 from worker.fair import FairQueue
+from worker.journal import journal_deliverers
 from worker.keys import Keys
 from worker.logs import bind_event, clear_context, configure_logging
 from worker.outbox import OutboxRelay
@@ -231,9 +232,10 @@ def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
     """The outbox relay of one process, with the loaded plugins' deliverers."""
     store = EventStore(redis_from_settings(settings), settings)
     assembly = _assemble(settings, store, app, fair_queue(settings, store, app))
+    journal = journal_deliverers(store, assembly.emitter, settings.outbox_retention_s)
     return OutboxRelay(
         store,
-        assembly.deliverers,
+        {**assembly.deliverers, **journal},
         max_attempts=settings.outbox_max_attempts,
         lease_ms=settings.outbox_lease_ms,
         base_ms=settings.outbox_retry_base_ms,

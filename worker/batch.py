@@ -123,7 +123,7 @@ def _peek(pipeline: Pipeline, grant: LeaseGrant, head: Head | None, count: int) 
         return []
     if not _batchable(pipeline, head.begun):
         return []
-    k = pipeline.keys
+    k = pipeline.keys.for_scope(grant.scope_key)
     reply = pipeline.store.scripts.peek_fresh(
         keys=[k.inbox(grant.scope_key), k.fence(grant.scope_key)],
         args=[grant.fence, k.event_prefix, now_ms(), head.begun.event_id, count],

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from worker.context import EffectBuffer
 from worker.errors import LeaseLost
+from worker.journal import journaled
 from worker.keys import Keys
 from worker.nodes import Action, ExecutorResult
 
@@ -35,8 +36,11 @@ class Lane:
 class BatchPort:
     """The scheduler's :class:`~worker.context.ActionPort` for a batched event: lanes are collected, not written."""
 
-    def __init__(self, keys: Keys, scope_key: str, lost: threading.Event, lanes: list[Lane]) -> None:
+    def __init__(
+        self, keys: Keys, scope_key: str, lost: threading.Event, lanes: list[Lane], *, retention_s: int
+    ) -> None:
         self.keys = keys
+        self.retention_s = retention_s  # journal records' (worker/journal.py)
         self.scope_key = scope_key
         self._lost = lost
         self.lanes = lanes
@@ -57,7 +61,16 @@ class BatchPort:
             Lane(
                 key=self.keys.idempotency(self.scope_key, idempotency_key),
                 result_json=result.model_dump_json(by_alias=True, exclude_none=True),
-                effects_json=json.dumps(effects.to_json_list()),
+                effects_json=json.dumps(
+                    journaled(
+                        self.keys,
+                        self.scope_key,
+                        "",
+                        idempotency_key,
+                        effects.to_json_list(),
+                        self.retention_s,
+                    )
+                ),
             )
         )
         return True

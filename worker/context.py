@@ -73,7 +73,7 @@ class EffectBuffer:
             )
         touched = [_text(a) for a in args[1:]] if command == "DEL" else [key]  # DEL takes many keys
         if self.keys is not None and any(
-            not k.startswith(self.keys.own) or self.keys.is_engine_key(k) for k in touched
+            not self.keys.owns(k) or self.keys.is_engine_key(k) for k in touched
         ):
             raise PermanentFailure(
                 f"{command} {key!r}: a handler writes only its own tenant's keys (ctx.key(name) or ctx.keys), "
@@ -195,7 +195,7 @@ class HandlerContext:
         """Stage an outbound call (delivered by the relay, at least once, with ``key`` passed on as its
         idempotency key; default: the action's idempotency key). Committed with this handler's writes, so a
         refused commit leaves none. Returns the record id."""
-        from worker.outbox import OutboxRecord, outbox_commands  # the outbox module imports the store
+        from worker.outbox_records import OutboxRecord, outbox_commands  # imports the key builder
         from worker.store import now_ms
 
         idem = key or self.idempotency_key

@@ -31,7 +31,7 @@ from worker.intake import (
 )
 from worker.settings import Settings
 from worker.source_types import SourceTypePolicy
-from worker.store import EventStore, PreparedEvent
+from worker.store import EnqueueOutcome, EventStore, PreparedEvent
 from worker.store_safety import describe_store_error, note_store_failure
 
 __all__ = ["AdmissionHook", "Emitter", "EventLike", "ReadyQueue", "StagedEmits"]
@@ -171,7 +171,7 @@ class Emitter:
                 stored, tickets = store.enqueue_and_push(allowed, push, enforce_limits=limits)
             outcomes = iter(stored)
         except RedisError as exc:  # one script per batch: a refused batch stored none of it
-            note_store_failure(store.client, store.keys.stats, exc, "enqueue")
+            note_store_failure(store.client, store.keys.tenant_stats, exc, "enqueue")
             message = describe_store_error(exc, "the batch")
             raise StoreUnavailable(message, retry_after_s=self.settings.store_retry_after_s) from exc
         results: list[EnqueueResult] = []
@@ -190,6 +190,14 @@ class Emitter:
             )
         self._publish([self.store.keys.scope_ref(scope_key) for scope_key in scheduled], tickets)
         return results
+
+    def admit(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueOutcome]:
+        """Store events their chain already admitted (a follow-up journaled to its own bucket,
+        worker/journal.py): no admission hooks and no limits, as the commit would have stored them; drains
+        sent for the scopes that need one."""
+        stored = self.store.enqueue_many(prepared)
+        self._publish([self.store.keys.scope_ref(o.scope_key) for o in stored if o.schedule])
+        return stored
 
     def _publish(self, refs: list[str], tickets: int = 0) -> None:
         """Send the drains: of ``refs``, the scopes this enqueue made ready, and ``tickets`` drain_next messages

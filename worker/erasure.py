@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.chain_codec import decode_chain
+from worker.chain_storage import stored_event_id
 from worker.store import EventStore, now_ms
 
 __all__ = ["ErasureReport", "erase_user", "user_hash"]
@@ -94,7 +96,8 @@ def erase_user(
     _drop_scopes(store, whole, report)
     _drop_diagnostics(store, user_id, scopes - skipped, report)
     if not report.busy_scopes:
-        store.client.delete(store.keys.user_events(user_id), store.keys.user_sessions(user_id))
+        indexes = [k.user_events(user_id) for k in store.buckets()]
+        store.client.delete(*indexes, store.keys.user_sessions(user_id))
     store.client.xadd(
         store.keys.audit,
         {
@@ -110,13 +113,18 @@ def erase_user(
 
 
 def _user_events(store: EventStore, user_id: str) -> list[dict[str, str]]:
-    """The user's events still stored: id, scope, chain, user (read from each event's record)."""
-    ids = [_s(x) for x in store.client.zrange(store.keys.user_events(user_id), 0, -1)]
+    """The user's events still stored: id, scope, chain, user, and the bucket that holds it (read from each
+    event's record; each bucket's user index, with scope buckets)."""
+    every = store.buckets()
     pipe = store.client.pipeline(transaction=False)
-    for event_id in ids:
-        pipe.hmget(store.keys.event(event_id), "scopeKey", "chainId", "userId", "state", "sourceId")
+    for k in every:
+        pipe.zrange(k.user_events(user_id), 0, -1)
+    ids = [(_s(x), b) for b, found in enumerate(pipe.execute()) for x in found]
+    pipe = store.client.pipeline(transaction=False)
+    for event_id, b in ids:
+        pipe.hmget(every[b].event(event_id), "scopeKey", "chainId", "userId", "state", "sourceId")
     out = []
-    for event_id, (scope, chain, owner, state, source_id) in zip(ids, pipe.execute(), strict=True):
+    for (event_id, b), (scope, chain, owner, state, source_id) in zip(ids, pipe.execute(), strict=True):
         if state is None:
             continue  # expired past the dedupe window: nothing left
         out.append(
@@ -126,6 +134,7 @@ def _user_events(store: EventStore, user_id: str) -> list[dict[str, str]]:
                 "chainId": _s(chain) if chain else (f"chain:{_s(source_id)}" if source_id else ""),
                 "userId": _s(owner) if owner else "",
                 "state": _s(state),
+                "bucket": str(b),
             }
         )
     return out
@@ -156,11 +165,12 @@ def _tombstone(
 ) -> None:
     """Events keep id, status, attempts and times; payload, user, scope and source ids go. Their chain
     documents (when the chain is this user's) and outbox records go; queued ones leave shared inboxes."""
-    k, client = store.keys, store.client
+    client, every = store.client, store.buckets()
     shared_set = set(shared)
     at = now_ms()
     for event in events:
         event_id, scope = event["eventId"], event["scopeKey"]
+        k = every[int(event["bucket"])]
         pipe = client.pipeline(transaction=True)
         pipe.hdel(k.event(event_id), *TOMBSTONE_DROPS)
         pipe.hset(k.event(event_id), "erasedAt", at)
@@ -172,21 +182,25 @@ def _tombstone(
         pipe.zrem(k.dlq, event_id)
         pipe.execute()
         report.removed["eventPayloads"] += 1
-        if event["chainId"] and _chain_is_events(store, event["chainId"], event_id):
+        if event["chainId"] and _chain_is_events(store, k.chain(event["chainId"]), event_id):
             report.removed["chains"] += int(client.delete(k.chain(event["chainId"])))
         if scope:
             _drop_outbox_of(store, scope, event_id, report)
     for scope in shared:
-        client.srem(k.scope_users(scope), user_id)
+        client.srem(store.keys.scope_users(scope), user_id)
 
 
-def _chain_is_events(store: EventStore, chain_id: str, event_id: str) -> bool:
+def _chain_is_events(store: EventStore, chain_key: str, event_id: str) -> bool:
     """Chain ids are ``chain:<sourceId>``: another scope's event with the same source id may own it now."""
-    return store.chain_event_id(chain_id) == event_id
+    raw = store.get_bytes(chain_key)
+    try:
+        return raw is not None and stored_event_id(decode_chain(raw)) == event_id
+    except ValueError:
+        return False
 
 
 def _drop_outbox_of(store: EventStore, scope: str, event_id: str, report: ErasureReport) -> None:
-    k, client = store.keys, store.client
+    k, client = store.keys.for_scope(scope), store.client
     index = k.outbox_of_event(scope, event_id)
     ids = [_s(x) for x in client.smembers(index)]
     if not ids:
@@ -259,8 +273,9 @@ def _drop_scopes(store: EventStore, scopes: list[str], report: ErasureReport) ->
         client.delete(*doomed[start : start + 500])
     report.removed["scopeKeys"] += len(doomed)
     report.removed["scopes"] += len(scopes)
-    client.hdel(k.runs("paused"), *scopes)  # a paused scope's key may name the user
     for scope in scopes:
+        k = store.keys.for_scope(scope)
+        client.hdel(k.runs("paused"), scope)  # a paused scope's key may name the user
         ref = k.scope_ref(scope)
         client.srem(k.scopes, ref)
         for member, _ in client.zscan_iter(k.outbox_due, match=_glob_escape(f"{ref}\x1f") + "*"):

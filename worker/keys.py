@@ -14,8 +14,9 @@ user's events, sessions and conversations are indexed by user, so erasure finds 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from worker.key_buckets import TenantSlots, UnboundBucket
 from worker.tenancy import (
     DEFAULT_TENANT,
     BadTenant,
@@ -29,6 +30,7 @@ __all__ = [
     "ENGINE_FAMILIES",
     "BadTenant",
     "Keys",
+    "UnboundBucket",
     "check_tenant",
     "scope_ref",
     "split_scope_ref",
@@ -37,7 +39,7 @@ __all__ = [
 # Key families only the engine writes; a handler's staged write to one of them is refused.
 ENGINE_FAMILIES = tuple(
     "ev: seq: inbox: sched: lease: fence: idem: chain: broker: outbox: outbox-of: apikey: "
-    "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source:".split()
+    "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source: applied:".split()
 )
 ENGINE_SINGLETONS = tuple(
     "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret "
@@ -46,32 +48,13 @@ ENGINE_SINGLETONS = tuple(
 
 
 @dataclass(frozen=True, slots=True)
-class Keys:
+class Keys(TenantSlots):
     """Key builder bound to one prefix and one tenant.
 
-    Tenant-owned keys start with :attr:`own` (``<prefix>t:<tenant>:``), so everything a tenant stores is found
-    by one SCAN pattern (:attr:`tenant_pattern`); engine-wide keys (workers, the broker, the scopes
-    and outbox-due registries whose members are scope refs, credentials, rate buckets) start with the prefix
-    alone. ``for_tenant`` gives the same builder for another tenant."""
-
-    prefix: str = "agent-signal:"
-    tenant: str = DEFAULT_TENANT
-    # The prefix of every key this tenant owns (``<prefix>t:{<tenant>}:``), built once: every key of an event's
-    # commit starts with it (about two dozen per event on the drain's hot path).
-    own: str = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "own", f"{self.prefix}t:{{{self.tenant}}}:")
-
-    def for_tenant(self, tenant: str) -> Keys:
-        if tenant == self.tenant:
-            return self
-        return Keys(self.prefix, check_tenant(tenant))
-
-    @property
-    def tenant_pattern(self) -> str:
-        """A SCAN pattern for every key of this tenant (erasure checks and tenant export use it)."""
-        return f"{self.own}*"
+    Tenant-owned keys start with the tenant's prefixes (:class:`~worker.key_buckets.TenantSlots`: ``home``
+    for user data, the scope's bucket's for a scope's keys, ``own`` for the bound bucket's indexes), so
+    everything a tenant stores is found by one SCAN pattern (:attr:`tenant_pattern`); engine-wide keys
+    (workers, the broker, credentials, rate buckets) start with the prefix alone."""
 
     def scope_ref(self, scope_key: str) -> str:
         return scope_ref(self.tenant, scope_key)
@@ -123,7 +106,12 @@ class Keys:
     @property
     def audit(self) -> str:
         """The tenant's audit trail (stream): key changes, erasures, discards."""
-        return f"{self.own}audit"
+        return f"{self.home}audit"
+
+    @property
+    def bucket_audit(self) -> str:
+        """The bucket's audit stream (discards: their script runs in the bucket's slot; one bucket: ``audit``)."""
+        return f"{self.bound}audit"
 
     def event(self, event_id: str) -> str:
         return f"{self.event_prefix}{event_id}"
@@ -131,70 +119,72 @@ class Keys:
     @property
     def event_prefix(self) -> str:
         """``ev:`` keys are ``event_prefix + eventId``: the scripts that find an inbox head's record use it."""
-        return f"{self.own}ev:"
+        return f"{self.bound}ev:"
 
     def inbox(self, scope_key: str) -> str:
-        return f"{self.own}inbox:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}inbox:{{{scope_key}}}"
 
     def scheduled(self, scope_key: str) -> str:
-        return f"{self.own}sched:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}sched:{{{scope_key}}}"
 
     def enqueue_seq(self, scope_key: str) -> str:
         """The scope's enqueue counter: each event keeps its number, so a redrive knows if later ones exist."""
-        return f"{self.own}seq:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}seq:{{{scope_key}}}"
 
     def lease(self, scope_key: str) -> str:
-        return f"{self.own}lease:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}lease:{{{scope_key}}}"
 
     def fence(self, scope_key: str) -> str:
-        return f"{self.own}fence:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}fence:{{{scope_key}}}"
 
     def idempotency(self, scope_key: str, key: str) -> str:
-        return f"{self.own}idem:{{{scope_key}}}:{key}"
+        return f"{self.of_scope(scope_key)}idem:{{{scope_key}}}:{key}"
 
     def chain(self, chain_id: str) -> str:
-        return f"{self.own}chain:{chain_id}"
+        return f"{self.bound}chain:{chain_id}"
 
     def activity(self, scope_key: str) -> str:
         """Per-scope activity counters written by the built-in policy's action."""
-        return f"{self.own}activity:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}activity:{{{scope_key}}}"
 
     def plugin(self, scope_key: str, name: str) -> str:
         """A plugin's own key in a scope (``ctx.key(name)``): prefix and hash tag included."""
-        return f"{self.own}plugin:{{{scope_key}}}:{name}"
+        return f"{self.of_scope(scope_key)}plugin:{{{scope_key}}}:{name}"
 
     # --- the outbox: outbound calls committed with the event, delivered by the relay ---
 
     def outbox_record(self, scope_key: str, record_id: str) -> str:
         """One outbox record (JSON: kind, payload, key, eventId, state, attempts, lastError), with a TTL."""
-        return f"{self.own}outbox:{{{scope_key}}}:{record_id}"
+        return f"{self.of_scope(scope_key)}outbox:{{{scope_key}}}:{record_id}"
 
     def outbox_of_event(self, scope_key: str, event_id: str) -> str:
         """The ids of the outbox records one event staged (its run detail lists them)."""
-        return f"{self.own}outbox-of:{{{scope_key}}}:{event_id}"
+        return f"{self.of_scope(scope_key)}outbox-of:{{{scope_key}}}:{event_id}"
 
     @property
     def outbox_due(self) -> str:
         """The tenant's pending outbox records, member "<scopeRef>\x1f<recordId>", score = when to (re)try (ms)."""
-        return f"{self.own}outbox-due"
+        return f"{self.bound}outbox-due"
 
     # --- the tool-outcome procedure (self-iteration plugin) ---
 
     def procedure(self, scope_key: str) -> str:
         """record id -> procedure record (JSON)."""
-        return f"{self.own}procedure:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}procedure:{{{scope_key}}}"
 
     def procedure_marker(self, scope_key: str, domain_key: str, intent: str, procedure_key: str) -> str:
         """A ``handled`` marker: one key (LobeHub double-prefixes it, quirk 10)."""
-        return f"{self.own}procedure-marker:{{{scope_key}}}:{domain_key}:{intent}:{procedure_key}"
+        return f"{self.of_scope(scope_key)}procedure-marker:{{{scope_key}}}:{domain_key}:{intent}:{procedure_key}"
 
     def procedure_receipts(self, scope_key: str) -> str:
         """The scope's last procedure receipts (JSON list items, newest first)."""
-        return f"{self.own}procedure-receipts:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}procedure-receipts:{{{scope_key}}}"
 
     def reflection_accumulator(self, scope_key: str, scope_type: str, scope_id: str) -> str:
         """Self-reflection counters of one reflection scope (task, operation or topic)."""
-        return f"{self.own}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
+        return (
+            f"{self.of_scope(scope_key)}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
+        )
 
     # --- the broker ---
 
@@ -216,138 +206,143 @@ class Keys:
 
     def session(self, scope_key: str) -> str:
         """Session settings (dmailEnabled, root, functions, userId, agentId, topicId)."""
-        return f"{self.own}session:{{{scope_key}}}"
+        return f"{self.home}session:{{{scope_key}}}"
 
     def context(self, scope_key: str) -> str:
         """The session's context records (kimi's JSONL lines, one list item each)."""
-        return f"{self.own}ctx:{{{scope_key}}}"
+        return f"{self.home}ctx:{{{scope_key}}}"
 
     def context_meta(self, scope_key: str) -> str:
         """next checkpoint id, token count, message count, event counter."""
-        return f"{self.own}ctxmeta:{{{scope_key}}}"
+        return f"{self.home}ctxmeta:{{{scope_key}}}"
 
     def checkpoints(self, scope_key: str) -> str:
         """checkpoint id -> "<list position>:<messages before it>"."""
-        return f"{self.own}ckpt:{{{scope_key}}}"
+        return f"{self.home}ckpt:{{{scope_key}}}"
 
     def usage(self, scope_key: str) -> str:
         """_usage records: score = list position, member = "<position>:<token count>"."""
-        return f"{self.own}usage:{{{scope_key}}}"
+        return f"{self.home}usage:{{{scope_key}}}"
 
     def dmail(self, scope_key: str) -> str:
         """The one pending D-Mail of the session."""
-        return f"{self.own}dmail:{{{scope_key}}}"
+        return f"{self.home}dmail:{{{scope_key}}}"
 
     def functions_state(self, scope_key: str) -> str:
         """The session's function runtime (active set, states, ledgers, artifacts) as one JSON document."""
-        return f"{self.own}fnstate:{{{scope_key}}}"
+        return f"{self.home}fnstate:{{{scope_key}}}"
 
     # --- self-iteration data (the reference runner's small real store) ---
 
     def memories(self, user_id: str) -> str:
         """memory id -> JSON, per user."""
-        return f"{self.own}memories:{user_id}"
+        return f"{self.home}memories:{user_id}"
 
     def skills(self, user_id: str, agent_id: str) -> str:
         """skill document id -> JSON (current version), per user and agent."""
-        return f"{self.own}skills:{user_id}:{agent_id}"
+        return f"{self.home}skills:{user_id}:{agent_id}"
 
     def skill_runs(self, user_id: str, agent_id: str) -> str:
         """run source id -> JSON of what that run did to the agent's skills (a redelivered run answers it)."""
-        return f"{self.own}skill-runs:{user_id}:{agent_id}"
+        return f"{self.home}skill-runs:{user_id}:{agent_id}"
 
     def skill_history(self, document_id: str) -> str:
         """history id -> JSON of a previous version (for CAS rollback)."""
-        return f"{self.own}skill-history:{document_id}"
+        return f"{self.home}skill-history:{document_id}"
 
     def skill_intents(self, scope_key: str) -> str:
         """LobeHub's skill-intent records of a scope (parked skill candidates)."""
-        return f"{self.own}skill-intent:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}skill-intent:{{{scope_key}}}"
 
     def skill_candidates(self, scope_key: str) -> str:
         """Accumulated weak skill candidates of a scope (score bucket)."""
-        return f"{self.own}skill-candidates:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}skill-candidates:{{{scope_key}}}"
 
     def review_guard(self, guard_key: str) -> str:
         """nightly-review-guard:<key> etc.: one run per review window."""
-        return f"{self.own}dedupe:{guard_key}"
+        return f"{self.home}dedupe:{guard_key}"
 
     def conversation(self, user_id: str, agent_id: str, topic_id: str) -> str:
         """Messages of a conversation as seen in events (JSON list items), for the receipts UI."""
-        return f"{self.own}conversation:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
+        return f"{self.home}conversation:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
 
     def user_events(self, user_id: str) -> str:
         """One user's event ids by enqueue time (zset, dedupe window): erasure and the runs explorer use it."""
-        return f"{self.own}events-of:user:{user_id}"
+        return f"{self.bound}events-of:user:{user_id}"
 
     def runs(self, *parts: str) -> str:
         """Runs explorer indexes (zsets of event ids by enqueue time: ``all``, ``status:<s>``, ``type:<t>``),
         ``discarded-at`` (by discard time) and ``paused`` (hash scope -> pausedAt): worker/runs.py."""
-        return f"{self.own}runs:{':'.join(parts)}"
+        return f"{self.bound}runs:{':'.join(parts)}"
 
     def runs_of_scope(self, scope_key: str) -> str:
-        return f"{self.own}runs:scope:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}runs:scope:{{{scope_key}}}"
 
     def events_of_source(self, digest: str) -> str:
         """One of 256 buckets (zset of "<digest>:<eventId>" by enqueue time) of event_records.source_digest."""
-        return f"{self.own}by-source:{digest[:2]}"
+        return f"{self.bound}by-source:{digest[:2]}"
 
     def scope_users(self, scope_key: str) -> str:
         """The users whose events a scope holds (set): erasure drops a scope whole only when it is one user's."""
-        return f"{self.own}scope-users:{{{scope_key}}}"
+        return f"{self.of_scope(scope_key)}scope-users:{{{scope_key}}}"
 
     def user_sessions(self, user_id: str) -> str:
         """The sessions whose settings name a user (set): erasure finds a user's sessions here."""
-        return f"{self.own}sessions-of:user:{user_id}"
+        return f"{self.home}sessions-of:user:{user_id}"
 
     def user_conversations(self, user_id: str) -> str:
         """One user's conversations (same members as ``conversations``): user tokens list these; erasure drops it."""
-        return f"{self.own}conversations:user:{user_id}"
+        return f"{self.home}conversations:user:{user_id}"
 
     @property
     def conversations(self) -> str:
         """Known conversations: "<userId>\x1f<agentId>\x1f<topicId>" -> last activity (ms)."""
-        return f"{self.own}conversations"
+        return f"{self.home}conversations"
 
     @property
     def series(self) -> str:
         """Per-minute throughput and latency: fields "<minute>:done" and "<minute>:latency_ms"."""
-        return f"{self.own}series"
+        return f"{self.bound}series"
 
     @property
     def diagnostics(self) -> str:
         """Malformed judge answers (newest first), for operators."""
-        return f"{self.own}diagnostics"
+        return f"{self.home}diagnostics"
 
     @property
     def self_iteration_overrides(self) -> str:
         """userId -> "1" | "0": per-user override of the self-iteration feature gate."""
-        return f"{self.own}features:self-iteration"
+        return f"{self.home}features:self-iteration"
 
     def receipts_feed(self, user_id: str, agent_id: str, topic_id: str) -> str:
         """Pub/sub channel announcing new receipt ids of an index (the SSE stream listens here)."""
-        return f"{self.own}receipts-feed:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
+        return f"{self.home}receipts-feed:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
 
     # --- receipts ---
 
     def receipt(self, receipt_id: str) -> str:
-        return f"{self.own}receipt:{receipt_id}"
+        return f"{self.home}receipt:{receipt_id}"
 
     def receipt_index(self, user_id: str, agent_id: str, topic_id: str) -> str:
-        return f"{self.own}receipts:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
+        return f"{self.home}receipts:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
 
     @property
     def scopes(self) -> str:
         """The tenant's scopes with queued work (scope refs): the sweep and the scopes page walk it."""
-        return f"{self.own}scopes"
+        return f"{self.bound}scopes"
 
     @property
     def dlq(self) -> str:
-        return f"{self.own}dlq"
+        return f"{self.bound}dlq"
+
+    @property
+    def tenant_stats(self) -> str:
+        """Where counts of no scope go (rejected events, store failures): the bound or else the first bucket's."""
+        return f"{self.own or self._prefixes[0]}stats"
 
     @property
     def stats(self) -> str:
-        return f"{self.own}stats"
+        return f"{self.bound}stats"
 
     @property
     def workers(self) -> str:
@@ -368,8 +363,9 @@ class Keys:
 
     def is_engine_key(self, key: str) -> bool:
         """True for keys of the engine's own state (events, inboxes, leases, fences, lanes, counters…)."""
-        if key.startswith(self.own):
-            rest = key[len(self.own) :]
+        mine = next((p for p in (self.home, *self._prefixes) if key.startswith(p)), None)
+        if mine is not None:
+            rest = key[len(mine) :]
         elif key.startswith(self.prefix):
             rest = key[len(self.prefix) :]
             if rest.startswith("t:"):  # another tenant's key is never a handler's to write

@@ -26,7 +26,7 @@ from typing import Any
 from redis.commands.core import Script
 
 from worker.keys import Keys
-from worker.scripts import Scripts
+from worker.scripts import Scripts, acquire_keys_of
 from worker.store import Head
 
 __all__ = ["LeaseGrant", "ScopeLease"]
@@ -77,18 +77,14 @@ class ScopeLease:
         Held by someone else: (None, milliseconds they still have, None). ``holder`` (the worker's node name)
         prefixes the lease token, so operators see who holds a scope (``holder|random``)."""
         token = f"{holder}{HOLDER_SEPARATOR}{secrets.token_hex(12)}" if holder else secrets.token_hex(16)
-        keys = [
-            self.keys.lease(scope_key),
-            self.keys.fence(scope_key),
-            self.keys.inbox(scope_key),
-            self.keys.scheduled(scope_key),
-            self.keys.scopes,
-        ]
-        args = [token, self.ttl_ms, self.keys.event_prefix, now_ms, self.keys.scope_ref(scope_key)]
+        k = self.keys.for_scope(scope_key)  # with scope buckets: the scope's bucket's indexes
+        keys = [k.lease(scope_key), k.fence(scope_key), k.inbox(scope_key), k.scheduled(scope_key), k.scopes]
+        keys += self.scripts.acquire_keys or acquire_keys_of(k)
+        args: list[str | int] = [token, self.ttl_ms, k.event_prefix, now_ms, k.scope_ref(scope_key)]
         if self.run is None:
-            reply = self.scripts.acquire(keys=keys, args=args)
+            reply = self.scripts.acquire_script(keys=keys, args=args)
         else:
-            reply = self.run(self.scripts.acquire_script, [*keys, *self.scripts.acquire_keys], args)
+            reply = self.run(self.scripts.acquire_script, keys, args)
         fence = int(reply[0])
         if fence == 0:
             return None, max(int(reply[1]), 0), None

@@ -19,99 +19,21 @@ Delivery is at least once, so every record carries its idempotency ``key`` (the 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from worker.keys import Keys, split_scope_ref
+from worker.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
 from worker.retry import backoff_ms
 from worker.store import EventStore, now_ms
 
 __all__ = ["Deliverer", "OutboxRecord", "OutboxRelay", "outbox_commands", "records_of_event"]
 
 log = logging.getLogger(__name__)
-
-SEPARATOR = "\x1f"
-OutboxState = Literal["pending", "delivered", "dead"]
-
-
-@dataclass(slots=True)
-class OutboxRecord:
-    """One outbound call: ``kind`` names the deliverer, ``key`` is the idempotency key it passes on."""
-
-    id: str
-    kind: str
-    key: str
-    payload: dict[str, Any]
-    scope_key: str
-    event_id: str
-    created_at: int
-    state: OutboxState = "pending"
-    attempts: int = 0
-    last_error: str = ""
-    delivered_at: int = 0
-    tenant: str = "default"
-
-    def to_json(self) -> str:
-        data = {
-            "id": self.id,
-            "kind": self.kind,
-            "key": self.key,
-            "payload": self.payload,
-            "scopeKey": self.scope_key,
-            "eventId": self.event_id,
-            "createdAt": self.created_at,
-            "state": self.state,
-            "attempts": self.attempts,
-            "lastError": self.last_error,
-            "deliveredAt": self.delivered_at,
-            "tenant": self.tenant,
-        }
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-
-    def to_public(self) -> dict[str, Any]:
-        """The record as the run detail shows it (without the payload)."""
-        data = json.loads(self.to_json())
-        data.pop("payload")
-        return {k: v for k, v in data.items() if v not in ("", 0) or k == "attempts"}
-
-    @classmethod
-    def from_json(cls, raw: str | bytes) -> OutboxRecord:
-        d = json.loads(raw)
-        return cls(
-            id=d["id"],
-            kind=d["kind"],
-            key=d["key"],
-            payload=dict(d.get("payload") or {}),
-            scope_key=d["scopeKey"],
-            event_id=d.get("eventId", ""),
-            created_at=int(d.get("createdAt", 0)),
-            state=d.get("state", "pending"),
-            attempts=int(d.get("attempts", 0)),
-            last_error=d.get("lastError", ""),
-            delivered_at=int(d.get("deliveredAt", 0)),
-            tenant=str(d.get("tenant", "default")),
-        )
-
-
-Deliverer = Callable[[OutboxRecord], None]
-"""Performs one delivery; raises to have it retried. Passes ``record.key`` on as the idempotency key."""
-
-
-def outbox_commands(keys: Keys, record: OutboxRecord, retention_s: int) -> list[list[str | int]]:
-    """The staged writes that put ``record`` in the outbox once (a second staging changes nothing)."""
-    member = f"{keys.scope_ref(record.scope_key)}{SEPARATOR}{record.id}"
-    index = keys.outbox_of_event(record.scope_key, record.event_id or "-")
-    return [
-        ["SET", keys.outbox_record(record.scope_key, record.id), record.to_json(), "NX", "EX", retention_s],
-        ["SADD", index, record.id],
-        ["EXPIRE", index, retention_s],
-        ["ZADD", keys.outbox_due, "NX", record.created_at, member],
-    ]
 
 
 def records_of_event(store: EventStore, scope_key: str, event_id: str) -> list[dict[str, Any]]:
@@ -141,8 +63,9 @@ class OutboxRelay:
     def run_once(self) -> int:
         """Deliver up to ``batch`` records due now, each under its own claim; returns how many were delivered."""
         done, budget = 0, self.batch
-        for tenant in self.store.known_tenants() or [self.store.tenant]:
-            due = self.store.keys.for_tenant(tenant).outbox_due  # each tenant's own (its slot on a cluster)
+        every = [k for t in self.store.known_tenants() or [self.store.tenant] for k in self._buckets(t)]
+        for keys in every:
+            due = keys.outbox_due  # each tenant's own, each bucket's own (its slot on a cluster)
             while budget > 0:
                 claimed = self.store.scripts.outbox_claim(keys=[due], args=[self.lease_ms])
                 if not claimed:
@@ -154,6 +77,9 @@ class OutboxRelay:
                 except Exception:  # one bad record must not hold up the others: due again after its lease
                     log.exception("outbox record %r could not be handled", member)
         return done
+
+    def _buckets(self, tenant: str) -> list[Keys]:
+        return self.store.keys.for_tenant(tenant).every_bucket()
 
     def run_forever(self, stop: threading.Event, interval_s: float) -> None:
         """Poll every ``interval_s``; while the store fails, back off up to 5 s (one log line per failure)."""

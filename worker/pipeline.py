@@ -187,7 +187,7 @@ class Pipeline:
         scope = ChainScope(
             attempt=begun.attempts,
             max_attempts=self.settings.max_attempts,
-            keys=self.keys,
+            keys=self.keys.for_scope(grant.scope_key),  # with scope buckets, its bucket's indexes
             deps=self.deps,
             outbox_retention_s=self.settings.outbox_retention_s,
         )

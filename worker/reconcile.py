@@ -34,7 +34,8 @@ def reconcile(
         try:
             tenant, scope_key = split_scope_ref(ref)
         except BadTenant:  # a member from before tenants, or foreign: it names no scope we can drain
-            client.srem(store.keys.scopes, ref)
+            for k in store.buckets():
+                client.srem(k.scopes, ref)
             continue
         scopes.append((ref, store.keys.for_tenant(tenant), scope_key))
     for start in range(0, len(scopes), SWEEP_BATCH):

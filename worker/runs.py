@@ -111,8 +111,9 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
 
 
 def list_runs(store: EventStore, query: RunQuery) -> RunPage:
-    """One page of events matching ``query``, newest first (see the module docstring)."""
-    index = query.index(store.keys)
+    """One page of events matching ``query``, newest first (see the module docstring). With scope buckets
+    the index is walked in every bucket at once and the pages merged in order."""
+    indexes = [(k, query.index(k)) for k in store.buckets()]
     if query.cursor:
         top, after = decode_cursor(query.cursor)
         max_score = str(top)
@@ -123,29 +124,58 @@ def list_runs(store: EventStore, query: RunQuery) -> RunPage:
     found: list[dict[str, Any]] = []
     examined = 0
     while examined < MAX_EXAMINED:
-        flat = store.scripts.runs_page(keys=[index], args=[max_score, after, min_score, page_size])
-        entries = [(str(flat[i]), int(float(flat[i + 1]))) for i in range(0, len(flat), 2)]
-        for position, (record, (member, score)) in enumerate(
+        pipe = store.client.pipeline(transaction=False)
+        for _, index in indexes:
+            store.scripts.runs_page(keys=[index], args=[max_score, after, min_score, page_size], client=pipe)
+        entries, full = _merged(indexes, pipe.execute(), page_size)
+        for position, (record, (member, score, _)) in enumerate(
             zip(_records(store, entries), entries, strict=True)
         ):
             examined += 1
             if record is not None and query.matches(record):
                 found.append(record)
             if len(found) == query.limit:
-                more = position + 1 < len(entries) or len(entries) == page_size
+                more = position + 1 < len(entries) or full
                 return RunPage(found, encode_cursor(score, member) if more else None)
-        if len(entries) < page_size:
+        if not full or not entries:
             return RunPage(found, None)
         max_score, after = str(entries[-1][1]), entries[-1][0]
     return RunPage(found, encode_cursor(int(max_score), after))
 
 
-def _records(store: EventStore, entries: Sequence[tuple[str, int]]) -> list[dict[str, Any] | None]:
+Entry = tuple[str, int, Keys]  # (event id, enqueue time, the key builder of its bucket)
+
+
+def _order(member: str, score: int) -> tuple[int, tuple[int, ...]]:
+    """Newest first; within one time, the larger id first (ZREVRANGE's order)."""
+    return -score, (*(-b for b in member.encode("utf-8")), 1)
+
+
+def _merged(
+    indexes: Sequence[tuple[Keys, str]], pages: Sequence[Any], page_size: int
+) -> tuple[list[Entry], bool]:
+    """The buckets' pages merged in order, cut where a full page ends (entries past that point may still be
+    missing from it), and whether any page was full (there is more to walk)."""
+    merged: list[Entry] = []
+    cut: tuple[int, tuple[int, ...]] | None = None
+    for (k, _), flat in zip(indexes, pages, strict=True):
+        entries = [(str(flat[i]), int(float(flat[i + 1])), k) for i in range(0, len(flat), 2)]
+        merged += entries
+        if len(entries) == page_size:
+            last = _order(entries[-1][0], entries[-1][1])
+            cut = last if cut is None or last < cut else cut
+    merged.sort(key=lambda e: _order(e[0], e[1]))
+    if cut is not None:
+        merged = [e for e in merged if _order(e[0], e[1]) <= cut]
+    return merged, cut is not None
+
+
+def _records(store: EventStore, entries: Sequence[Entry]) -> list[dict[str, Any] | None]:
     pipe = store.client.pipeline(transaction=False)
-    for member, _ in entries:
-        pipe.hmget(store.keys.event(member), list(LIST_FIELDS))
+    for member, _, k in entries:
+        pipe.hmget(k.event(member), list(LIST_FIELDS))
     out: list[dict[str, Any] | None] = []
-    for (member, _), values in zip(entries, pipe.execute(), strict=True):
+    for (member, _, _), values in zip(entries, pipe.execute(), strict=True):
         raw = {name: str(v) for name, v in zip(LIST_FIELDS, values, strict=True) if v is not None}
         # no state: expired, the index entry is stale
         out.append(status_record(raw, member) if raw.get("state") else None)
@@ -155,7 +185,7 @@ def _records(store: EventStore, entries: Sequence[tuple[str, int]]) -> list[dict
 def event_detail(store: EventStore, event_id: str) -> dict[str, Any] | None:
     """The status record with the attempts history and the stored event (``event``: type, ids, payload), or
     None when unknown; an erased event's tombstone has no ``event``."""
-    raw = {str(k): str(v) for k, v in store.client.hgetall(store.keys.event(event_id)).items()}
+    raw = {str(k): str(v) for k, v in store.client.hgetall(store.locate(event_id).event(event_id)).items()}
     if not raw:
         return None
     record = status_record(raw, event_id)
@@ -169,18 +199,22 @@ def event_detail(store: EventStore, event_id: str) -> dict[str, Any] | None:
 def find_by_source(store: EventStore, source_id: str) -> list[dict[str, Any]]:
     """The tenant's stored events with this source id (any scope, any source type), newest first."""
     digest = source_digest(source_id)
-    bucket = store.client.zscan_iter(store.keys.events_of_source(digest), match=f"{digest}:*", count=500)
-    ids = sorted({str(member).partition(":")[2] for member, _ in bucket})
-    records = _records(store, [(event_id, 0) for event_id in ids])
+    entries: list[Entry] = []
+    for k in store.buckets():
+        index = store.client.zscan_iter(k.events_of_source(digest), match=f"{digest}:*", count=500)
+        ids = sorted({str(member).partition(":")[2] for member, _ in index})
+        entries += [(event_id, 0, k) for event_id in ids]
+    records = _records(store, entries)
     found = [r for r in records if r is not None and r.get("sourceId") == source_id]
     return sorted(found, key=lambda r: (r["enqueuedAt"], r["eventId"]), reverse=True)
 
 
 def discard(store: EventStore, event_ids: Sequence[str], reason: str) -> tuple[list[str], list[str]]:
     """Discard dead events (see DISCARD in worker/scripts_ops.py); returns (discarded, not dead)."""
-    k, settings = store.keys, store.settings
+    settings = store.settings
+    located = [store.locate(event_id) for event_id in event_ids]
     pipe = store.client.pipeline(transaction=False)
-    for event_id in event_ids:
+    for event_id, k in zip(event_ids, located, strict=True):
         store.scripts.discard(
             keys=[
                 k.event(event_id),
@@ -189,7 +223,7 @@ def discard(store: EventStore, event_ids: Sequence[str], reason: str) -> tuple[l
                 k.runs("status", "dead"),
                 k.runs("status", "discarded"),
                 k.runs("discarded-at"),
-                k.audit,
+                k.bucket_audit,
             ],
             args=[event_id, reason, now_ms(), settings.dedupe_window_s, AUDIT_MAXLEN, settings.run_index_max],
             client=pipe,
@@ -201,13 +235,23 @@ def discard(store: EventStore, event_ids: Sequence[str], reason: str) -> tuple[l
 
 def list_discarded(store: EventStore, *, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
     """Discarded events, latest discard first, each with ``reason`` and ``at`` (and its payload while kept)."""
-    key = store.keys.runs("discarded-at")
-    ids = [str(x) for x in store.client.zrevrange(key, offset, offset + limit - 1)]
+    every = store.buckets()
     pipe = store.client.pipeline(transaction=False)
-    for event_id in ids:
-        pipe.hgetall(store.keys.event(event_id))
+    for k in every:
+        pipe.zrevrange(k.runs("discarded-at"), 0, offset + limit - 1, withscores=True)
+    latest = sorted(
+        (
+            (int(float(at)), str(m), k)
+            for k, reply in zip(every, pipe.execute(), strict=True)
+            for m, at in reply
+        ),
+        key=lambda e: _order(e[1], e[0]),
+    )[offset : offset + limit]
+    pipe = store.client.pipeline(transaction=False)
+    for _, event_id, k in latest:
+        pipe.hgetall(k.event(event_id))
     out: list[dict[str, Any]] = []
-    for event_id, reply in zip(ids, pipe.execute(), strict=True):
+    for (_, event_id, _), reply in zip(latest, pipe.execute(), strict=True):
         raw = {str(k): str(v) for k, v in reply.items()}
         if raw.get("state") != "discarded":
             continue  # expired, or since replayed by its producer as a new event

@@ -59,7 +59,7 @@ class CancellablePort(RedisActionPort):
         pipe = self.store.client.pipeline(transaction=False)
         key = self.store.keys.idempotency(self.scope_key, idempotency_key)
         pipe.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
-        pipe.hexists(self.store.keys.event(self.event_id), "cancelRequested")
+        pipe.hexists(self.store.keys.for_scope(self.scope_key).event(self.event_id), "cancelRequested")
         raw, cancelled = pipe.execute()
         self._cancelled = bool(cancelled)
         return lane_result(raw)
@@ -72,13 +72,13 @@ class CancellablePort(RedisActionPort):
 
 def pause_scope(store: EventStore, scope_key: str) -> bool:
     """Pause the scope; False when it already was."""
-    return bool(store.client.hsetnx(store.keys.runs("paused"), scope_key, now_ms()))
+    return bool(store.client.hsetnx(store.keys.for_scope(scope_key).runs("paused"), scope_key, now_ms()))
 
 
 def resume_scope(store: EventStore, scope_key: str, publish: Any) -> bool:
     """Resume the scope and, when it has queued events and no drain scheduled, ``publish(scopeRef)`` one;
     False when it was not paused."""
-    k = store.keys
+    k = store.keys.for_scope(scope_key)
     was, schedule = store.scripts.resume(
         keys=[k.runs("paused"), k.inbox(scope_key), k.scopes, k.scheduled(scope_key)],
         args=[scope_key, k.scope_ref(scope_key), now_ms(), store.schedule_ttl_ms],
@@ -97,7 +97,7 @@ class CancelResult:
 
 
 def cancel_event(store: EventStore, event_id: str) -> CancelResult:
-    k = store.keys
+    k = store.locate(event_id)
     code, state = store.scripts.cancel(
         keys=[k.event(event_id), k.stats, k.runs("status", "active"), k.runs("status", "cancelled")],
         args=[event_id, now_ms(), store.settings.dedupe_window_s, store.settings.run_index_max],
@@ -110,7 +110,10 @@ def list_scopes(
 ) -> list[dict[str, Any]]:
     """The tenant's scopes with queued events, and its paused ones, in ``state`` (all when None)."""
     k, client = store.keys, store.client
-    paused = {str(s): int(at) for s, at in client.hgetall(k.runs("paused")).items()}
+    pipe = client.pipeline(transaction=False)
+    for bucket in store.buckets():
+        pipe.hgetall(bucket.runs("paused"))
+    paused = {str(s): int(at) for reply in pipe.execute() for s, at in reply.items()}
     scopes = sorted(set(store.active_scopes()) | set(paused))
     pipe = client.pipeline(transaction=False)
     for scope in scopes:
@@ -120,7 +123,7 @@ def list_scopes(
         pipe.lindex(k.inbox(scope), 0)
     replies = pipe.execute()
     rows = [(scope, *replies[i * 4 : i * 4 + 4]) for i, scope in enumerate(scopes)]
-    heads = _heads(store, [str(head) for *_, head in rows if head is not None])
+    heads = _heads(store, [(scope, str(head)) for scope, *_, head in rows if head is not None])
     now, ttl_ms = now_ms(), int(store.settings.lease_ttl_s * 1000)
     out: list[dict[str, Any]] = []
     for scope, depth, holder, sched, head in rows:
@@ -155,13 +158,13 @@ def list_scopes(
     return out
 
 
-def _heads(store: EventStore, event_ids: list[str]) -> dict[str, tuple[int, int]]:
-    """event id -> (enqueuedAt, notBefore) of the scopes' head events."""
+def _heads(store: EventStore, heads: list[tuple[str, str]]) -> dict[str, tuple[int, int]]:
+    """event id -> (enqueuedAt, notBefore) of the scopes' head events (``heads``: (scope, event id) pairs)."""
     pipe = store.client.pipeline(transaction=False)
-    for event_id in event_ids:
-        pipe.hmget(store.keys.event(event_id), ["enqueuedAt", "notBefore"])
+    for scope, event_id in heads:
+        pipe.hmget(store.keys.for_scope(scope).event(event_id), ["enqueuedAt", "notBefore"])
     out: dict[str, tuple[int, int]] = {}
-    for event_id, (enqueued, not_before) in zip(event_ids, pipe.execute(), strict=True):
+    for (_, event_id), (enqueued, not_before) in zip(heads, pipe.execute(), strict=True):
         if enqueued is not None:
             out[event_id] = (int(enqueued), int(float(not_before or 0)))
     return out

@@ -14,6 +14,7 @@ from typing import Any
 from redis import Redis
 from redis.commands.core import Script
 
+from worker.journal import JOURNAL_APPLY_SCRIPT
 from worker.keys import Keys
 from worker.scripts_batch import COMMIT_BATCH, PEEK_FRESH
 from worker.scripts_lifecycle import ACQUIRE, COMMIT, ENQUEUE_BATCH, ENQUEUE_PUSH, STAGED
@@ -106,6 +107,7 @@ class Scripts:
     runs_page: Script
     commit_batch: Script
     peek_fresh: Script
+    journal_apply: Script
     acquire_keys: tuple[str, ...] = ()
 
     @classmethod
@@ -127,18 +129,21 @@ class Scripts:
             runs_page=client.register_script(RUNS_PAGE),
             commit_batch=client.register_script(COMMIT_BATCH),
             peek_fresh=client.register_script(PEEK_FRESH),
+            journal_apply=client.register_script(STAGED + JOURNAL_APPLY_SCRIPT),
         )
 
     def for_tenant(self, keys: Keys) -> Scripts:
-        """The same scripts, ACQUIRE bound to ``keys``' tenant."""
-        bound = (
-            keys.runs("paused"),
-            keys.stats,
-            keys.runs("status", "active"),
-            keys.runs("status", "cancelled"),
-        )
+        """The same scripts, ACQUIRE bound to ``keys``' tenant (to nothing with scope buckets: each scope's
+        bucket has its own, see :func:`acquire_keys_of`)."""
+        bound = acquire_keys_of(keys) if keys.own else ()
         return self if bound == self.acquire_keys else replace(self, acquire_keys=bound)
 
     def acquire(self, *, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """ACQUIRE with the scope's ``keys`` (lease, fence, inbox, sched, scopes) and the tenant's bound ones."""
         return self.acquire_script(keys=[*keys, *self.acquire_keys], args=list(args))
+
+
+def acquire_keys_of(keys: Keys) -> tuple[str, ...]:
+    """ACQUIRE's index keys of the bucket ``keys`` is bound to: paused, stats, runs:status:active and
+    runs:status:cancelled."""
+    return (keys.runs("paused"), keys.stats, keys.runs("status", "active"), keys.runs("status", "cancelled"))

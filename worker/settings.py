@@ -162,6 +162,9 @@ class Settings(BaseSettings):
     # have it, else it is not acknowledged (503 at the door; the worker leaves the event for a later drain).
     wait_replicas: int = Field(default=0, ge=0)
     wait_replicas_timeout_ms: int = Field(default=1000, ge=1)
+    # Redis Cluster: spread each tenant over this many hash slots by scope (worker/key_buckets.py). Fixed for a
+    # deployment's life: changing it moves every scope's keys.
+    scope_buckets: int = Field(default=1, ge=1, le=256)
 
     # --- celery timing ---
     task_soft_time_limit_s: int = 300

@@ -26,10 +26,14 @@ STUCK_SCAN_MAX = 100_000  # scopes per tenant looked at for the stuck gauge at o
 def backlog(store: EventStore) -> dict[str, int]:
     """tenant -> events waiting or running (the ``queued`` count of its stats), one pipelined read."""
     tenants = store.known_tenants() or [store.tenant]
+    every = [(t, k) for t in tenants for k in store.keys.for_tenant(t).every_bucket()]  # scope buckets: each
     pipe = store.client.pipeline(transaction=False)
-    for tenant in tenants:
-        pipe.hget(store.keys.for_tenant(tenant).stats, "queued")
-    return {t: max(int(v or 0), 0) for t, v in zip(tenants, pipe.execute(), strict=True)}
+    for _, k in every:
+        pipe.hget(k.stats, "queued")
+    total = dict.fromkeys(tenants, 0)
+    for (tenant, _), v in zip(every, pipe.execute(), strict=True):
+        total[tenant] += int(v or 0)
+    return {t: max(n, 0) for t, n in total.items()}
 
 
 class _StateCollector:

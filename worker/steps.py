@@ -119,7 +119,13 @@ class Interpret:
         grant = work.grant
         port: ActionPort
         if work.lanes is not None:
-            port = BatchPort(pipeline.keys, grant.scope_key, grant.lost, work.lanes)
+            port = BatchPort(
+                pipeline.keys,
+                grant.scope_key,
+                grant.lost,
+                work.lanes,
+                retention_s=pipeline.settings.outbox_retention_s,
+            )
         else:
             port = CancellablePort(
                 pipeline.store, grant.scope_key, grant.fence, grant.lost, work.begun.event_id

@@ -19,16 +19,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from worker.chain_codec import decode_chain, encode_chain
-from worker.chain_storage import rebuilt_chain, stored_event_id
+from worker.chain_codec import encode_chain
 from worker.errors import NotReplicated, OverLimit
-from worker.event_body import body_of
-from worker.event_records import source_digest, status_record
+from worker.event_records import source_digest
+from worker.journal import journal_followups, journaled
 from worker.keys import Keys
 from worker.redis_client import is_cluster
 from worker.scripts import Scripts
 from worker.scripts_batch import EVENT_ARGS, EVENT_KEYS
 from worker.settings import Settings
+from worker.store_reads import StoreReads
 from worker.store_records import (
     Begun,
     Commit,
@@ -58,18 +58,14 @@ def _str(value: Any) -> str:
     return to_str(value)
 
 
-def _str_dict(raw: Any) -> dict[str, str]:
-    return {_str(k): _str(v) for k, v in raw.items()}
-
-
-class EventStore:
+class EventStore(StoreReads):
     """Redis-backed events, inboxes and dead letters for one key prefix and one tenant (``for_tenant``
     gives the same store for another: same client and scripts, keys bound to that tenant)."""
 
     def __init__(self, client: Redis, settings: Settings, *, tenant: str = "default") -> None:
         self.client = client
         self.settings = settings
-        self.keys = Keys(settings.key_prefix, tenant)
+        self.keys = Keys(settings.key_prefix, tenant, settings.scope_buckets)
         self.scripts = Scripts.register(client).for_tenant(self.keys)
         self._registered: set[str] = set()  # tenants this process has added to the tenants set (all views)
 
@@ -111,8 +107,37 @@ class EventStore:
     ) -> tuple[list[EnqueueOutcome], int]:
         if not events:
             return [], 0
-        k = self.keys
         self.register_tenant()
+        if self.keys.buckets <= 1:
+            return self._enqueue_bucket(self.keys, events, enforce_limits, push, enforce_limits)
+        # Scope buckets: one script per bucket (each is whole or nothing; the batch no longer is), the tenant's
+        # queue quota checked against the buckets' sum first (concurrent batches may pass it together).
+        groups: dict[int, list[int]] = {}
+        for i, ev in enumerate(events):
+            groups.setdefault(self.keys.for_scope(ev.scope_key).bucket or 0, []).append(i)
+        if enforce_limits and self.settings.tenant_max_queued:
+            queued = self.stats().get("queued", 0)
+            if queued + len(events) > self.settings.tenant_max_queued:
+                raise self._over_limit(f"OVERLIMIT tenant {queued}")
+        outcomes: list[EnqueueOutcome | None] = [None] * len(events)
+        tickets = 0
+        for bucket, positions in groups.items():
+            done, taken = self._enqueue_bucket(
+                self.keys.for_bucket(bucket), [events[i] for i in positions], enforce_limits, push, False
+            )
+            tickets += taken
+            for i, outcome in zip(positions, done, strict=True):
+                outcomes[i] = outcome
+        return [o for o in outcomes if o is not None], tickets
+
+    def _enqueue_bucket(
+        self,
+        k: Keys,
+        events: Sequence[PreparedEvent],
+        enforce_limits: bool,
+        push: tuple[list[str], list[Any]] | None,
+        tenant_quota: bool,
+    ) -> tuple[list[EnqueueOutcome], int]:
         keys = [k.scopes, k.stats, k.runs("paused"), k.runs("all"), k.runs("status", "active")]
         args: list[Any] = [
             now_ms(),
@@ -120,7 +145,7 @@ class EventStore:
             self.schedule_ttl_ms,
             k.tenant,
             self.settings.max_inbox_depth if enforce_limits else 0,
-            self.settings.tenant_max_queued if enforce_limits else 0,
+            self.settings.tenant_max_queued if tenant_quota else 0,
             self.settings.run_index_max,
         ]
         if push is not None:  # ENQUEUE_PUSH's header: the ready lists' keys, the tickets' cap and TTL
@@ -134,12 +159,7 @@ class EventStore:
             replies = self.durable(script, keys, args)
         except ResponseError as exc:
             if str(exc).startswith("OVERLIMIT"):
-                raise OverLimit.from_reply(
-                    str(exc),
-                    max_inbox=self.settings.max_inbox_depth,
-                    max_queued=self.settings.tenant_max_queued,
-                    retry_after_s=self.settings.store_retry_after_s,
-                ) from None
+                raise self._over_limit(str(exc)) from None
             raise
         outcomes = [
             EnqueueOutcome(
@@ -149,11 +169,19 @@ class EventStore:
         ]
         return outcomes, int(replies[len(events)]) if push is not None else 0
 
+    def _over_limit(self, reply: str) -> OverLimit:
+        return OverLimit.from_reply(
+            reply,
+            max_inbox=self.settings.max_inbox_depth,
+            max_queued=self.settings.tenant_max_queued,
+            retry_after_s=self.settings.store_retry_after_s,
+        )
+
     def _admission(self, ev: PreparedEvent) -> tuple[list[str], list[str]]:
         """One event's keys and arguments as ENQUEUE_BATCH and COMMIT (follow-ups) admit it: its record, inbox,
         drain marker, counter, user index, scope users, source type and scope indexes and source-id bucket;
         its id, scope ref, body, user, source type and id, and its member in the bucket."""
-        k, digest = self.keys, source_digest(ev.source_id)
+        k, digest = self.keys.for_scope(ev.scope_key), source_digest(ev.source_id)
         keys = [
             k.event(ev.event_id),
             k.inbox(ev.scope_key),
@@ -172,7 +200,7 @@ class EventStore:
     def count_rejected(self, n: int = 1) -> None:
         """Best effort: a full store must not turn a 422 for bad input into a 503."""
         try:
-            self.client.hincrby(self.keys.stats, "rejected", n)
+            self.client.hincrby(self.keys.tenant_stats, "rejected", n)
         except RedisError:
             return
 
@@ -225,7 +253,11 @@ class EventStore:
         """COMMIT's keys and arguments that every event of ``commit``'s scope shares (its inbox, lease, fence,
         the tenant's indexes, the time), with ``""`` where :meth:`commit_own` goes: COMMIT_BATCH sends them once
         per batch."""
-        k, scope, own = self.keys, commit.scope_key, ""  # own: commit_own's places
+        k, scope, own = (
+            self.keys.for_scope(commit.scope_key),
+            commit.scope_key,
+            "",
+        )  # own: commit_own's places
         statuses = (k.runs("status", s) for s in ("active", "done", "dead", "cancelled"))
         keys = [k.inbox(scope), k.fence(scope), own, k.dlq, k.stats, own, k.lease(scope), k.scheduled(scope)]
         keys += [k.scopes, k.series, k.runs("paused"), k.runs("all"), *statuses]
@@ -247,9 +279,18 @@ class EventStore:
     def commit_own(self, commit: Commit, *, go_on: bool) -> tuple[list[str], list[Any]]:
         """COMMIT's keys and arguments that are ``commit``'s own (its event, chain, outcome, staged writes and
         follow-ups), in the order of :data:`~worker.scripts_batch.EVENT_KEYS` and ``EVENT_ARGS``."""
-        k = self.keys
-        followups = [[*keys, *args] for keys, args in map(self._admission, commit.followups)]
+        k, scope, retention_s = (
+            self.keys.for_scope(commit.scope_key),
+            commit.scope_key,
+            self.settings.outbox_retention_s,
+        )
+        # with scope buckets, what belongs to another slot is journaled (worker/journal.py)
+        own_followups, journal = journal_followups(k, scope, commit.event_id, commit.followups, retention_s)
+        followups = [[*keys, *args] for keys, args in map(self._admission, own_followups)]
         effects = commit.effects.to_json_list() if commit.effects else []
+        effects = (
+            journaled(k, scope, commit.event_id, f"{commit.event_id}:commit", effects, retention_s) + journal
+        )
         return (
             [k.event(commit.event_id), k.chain(commit.chain_id or "-")],
             [
@@ -280,46 +321,7 @@ class EventStore:
             code, publish, head, _str(reply[2]), latency_ms=None if latency_ms < 0 else latency_ms
         )
 
-    # ---- reads -----------------------------------------------------------------------------------
-
-    def get_event(self, event_id: str) -> dict[str, Any] | None:
-        """The event's public status record, or None when unknown (or expired)."""
-        raw = _str_dict(self.client.hgetall(self.keys.event(event_id)))
-        if not raw:
-            return None
-        return status_record(raw, event_id)
-
-    def get_chain(self, chain_id: str) -> dict[str, Any] | None:
-        """The chain document, or None when unknown (or expired). The stored form is bytes (see
-        :mod:`worker.chain_document`): read with ``NEVER_DECODE``, so this decoding client hands them over
-        untouched (no second client, no base64 in Redis)."""
-        raw = self.get_bytes(self.keys.chain(chain_id))
-        return None if raw is None else rebuilt_chain(decode_chain(raw))
-
-    def get_bytes(self, key: str) -> bytes | None:
-        """A string value as stored (chains and lanes are binary): ``NEVER_DECODE`` on this decoding client."""
-        raw: bytes | None = self.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
-        return raw
-
-    def chain_event_id(self, chain_id: str) -> str | None:
-        """The id of the event whose run wrote the stored chain (None: no chain, or none readable)."""
-        raw = self.get_bytes(self.keys.chain(chain_id))
-        try:
-            return None if raw is None else stored_event_id(decode_chain(raw))
-        except ValueError:
-            return None
-
-    def stats(self) -> dict[str, int]:
-        return {k: int(v) for k, v in _str_dict(self.client.hgetall(self.keys.stats)).items()}
-
-    def inbox_depth(self, scope_key: str) -> int:
-        return int(self.client.llen(self.keys.inbox(scope_key)))
-
-    def active_scopes(self) -> list[str]:
-        """This tenant's scopes with queued work (bare scope keys)."""
-        mine = self.keys.scope_ref("")
-        refs = (_str(x) for x in self.client.smembers(self.keys.scopes))
-        return sorted(ref[len(mine) :] for ref in refs if ref.startswith(mine))
+    # ---- reads (and worker/store_reads.py) ------------------------------------------------------
 
     def register_tenant(self) -> None:
         """Add this tenant to the engine-wide tenants set, once per process, before its first admission (the
@@ -336,54 +338,30 @@ class EventStore:
         """Every tenant's scopes with queued work, as scope refs ``<tenant>/<scopeKey>`` (each tenant's own
         registry, read in one pipeline)."""
         tenants = sorted({*self.known_tenants(), self.keys.tenant})
-        pipe = self.client.pipeline(transaction=False)
-        for tenant in tenants:
-            pipe.smembers(self.keys.for_tenant(tenant).scopes)
-        return sorted(_str(x) for members in pipe.execute() for x in members)
+        return sorted(ref for t in tenants for ref in self.scope_refs_of(self.keys.for_tenant(t)))
 
-    # ---- dead letters ----------------------------------------------------------------------------
-
-    def dlq_list(self, *, offset: int = 0, limit: int = 100) -> list[dict[str, Any]]:
-        """Dead events, most recent death first, each with payload, attempts and last error."""
-        ids = [_str(x) for x in self.client.zrevrange(self.keys.dlq, offset, offset + limit - 1)]
-        pipe = self.client.pipeline(transaction=False)
-        for event_id in ids:
-            pipe.hgetall(self.keys.event(event_id))
-        out = []
-        for event_id, reply in zip(ids, pipe.execute(), strict=True):
-            if reply:
-                raw = _str_dict(reply)
-                record = status_record(raw, event_id)
-                record["event"] = body_of(raw, event_id)
-                record["deadAt"] = int(raw.get("deadAt", 0))
-                out.append(record)
-        return out
-
-    def dlq_size(self) -> int:
-        return int(self.client.zcard(self.keys.dlq))
-
-    def dlq_ids(self) -> list[str]:
-        return [_str(x) for x in self.client.zrange(self.keys.dlq, 0, -1)]
+    # ---- dead letters (listed by worker/store_reads.py) -------------------------------------------
 
     def redrive(self, event_id: str, *, body: str = "") -> tuple[bool, str | None, bool]:
         """Requeue one dead event (with ``body`` replacing the stored event, when given); returns (requeued,
         scopeKey, needs a drain task)."""
-        found = self.client.hget(self.keys.event(event_id), "scopeKey")
+        k = self.locate(event_id)
+        found = self.client.hget(k.event(event_id), "scopeKey")
         if found is None:
             return False, None, False
         scope_key = _str(found)
         ok, publish = self.scripts.redrive(
             keys=[
-                self.keys.event(event_id),
-                self.keys.inbox(scope_key),
-                self.keys.scheduled(scope_key),
-                self.keys.scopes,
-                self.keys.dlq,
-                self.keys.stats,
-                self.keys.enqueue_seq(scope_key),
-                self.keys.runs("paused"),
-                self.keys.runs("status", "dead"),
-                self.keys.runs("status", "active"),
+                k.event(event_id),
+                k.inbox(scope_key),
+                k.scheduled(scope_key),
+                k.scopes,
+                k.dlq,
+                k.stats,
+                k.enqueue_seq(scope_key),
+                k.runs("paused"),
+                k.runs("status", "dead"),
+                k.runs("status", "active"),
             ],
             args=[
                 event_id,

@@ -91,7 +91,7 @@ def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
         log.error("drain of a malformed scope ref dropped: %s", exc)
         return
     except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
-        note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, f"drain {ref}")
+        note_store_failure(pipeline.store.client, pipeline.keys.tenant_stats, exc, f"drain {ref}")
         return
     republish = pipeline.fair.publish if pipeline.fair is not None else _direct(app, queue)
     if outcome.next in ("again", "busy"):
@@ -123,7 +123,7 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
             drain_ref(app, queue, ref, holder)
             drained += 1
     except RedisError as exc:  # store down: no message to hand on to (it would spin); the count expires and
-        note_store_failure(pipeline.store.client, pipeline.keys.stats, exc, "drain_next")
+        note_store_failure(pipeline.store.client, pipeline.keys.tenant_stats, exc, "drain_next")
         retired = True  # the sweep sends one message for the stranded scopes once Redis answers again
     finally:
         if not retired:

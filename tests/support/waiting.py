@@ -97,6 +97,9 @@ def relay_for(pipeline: Any, settings: Any) -> Any:
         for plugin in load_plugins(settings)
         for kind, build in plugin.deliverers.items()
     }
+    from worker.journal import journal_deliverers
+
+    deliverers |= journal_deliverers(pipeline.store, pipeline.emitter, settings.outbox_retention_s)
     return OutboxRelay(
         pipeline.store,
         deliverers,

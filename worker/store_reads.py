@@ -1,0 +1,155 @@
+"""The event store's reads: events, chains, counters, scopes and dead letters of one tenant.
+
+With scope buckets (worker/key_buckets.py) a tenant's indexes are per bucket, so each read here fans out over
+the buckets in one pipelined round trip (a cluster client groups it by node) and merges: counters are
+summed, scopes united, dead letters merged by death time. An event or chain found by its id alone is looked up
+in every bucket (:meth:`StoreReads.locate`). With one bucket each read is the single command it always was.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from redis import Redis
+
+from worker.chain_codec import decode_chain
+from worker.chain_storage import rebuilt_chain, stored_event_id
+from worker.event_body import body_of
+from worker.event_records import status_record
+from worker.keys import Keys
+from worker.settings import Settings
+from worker.store_records import to_str
+
+__all__ = ["StoreReads", "str_dict"]
+
+
+def str_dict(raw: Any) -> dict[str, str]:
+    return {to_str(k): to_str(v) for k, v in raw.items()}
+
+
+class StoreReads:
+    """Reads of :class:`worker.store.EventStore` (a mixin: the store gives ``client``, ``settings``, ``keys``)."""
+
+    client: Redis
+    settings: Settings
+    keys: Keys
+
+    def buckets(self) -> list[Keys]:
+        """One key builder per bucket of this tenant (one, bound to the tenant, without buckets)."""
+        return self.keys.every_bucket()
+
+    def locate(self, event_id: str) -> Keys:
+        """The key builder of the bucket that holds ``event_id`` (the first bucket when none does)."""
+        every = self.buckets()
+        if len(every) == 1:
+            return every[0]
+        pipe = self.client.pipeline(transaction=False)
+        for k in every:
+            pipe.exists(k.event(event_id))
+        found = [k for k, n in zip(every, pipe.execute(), strict=True) if int(n)]
+        return found[0] if found else every[0]
+
+    def get_event(self, event_id: str) -> dict[str, Any] | None:
+        """The event's public status record, or None when unknown (or expired)."""
+        raw = str_dict(self.client.hgetall(self.locate(event_id).event(event_id)))
+        if not raw:
+            return None
+        return status_record(raw, event_id)
+
+    def get_chain(self, chain_id: str) -> dict[str, Any] | None:
+        """The chain document, or None when unknown (or expired). The stored form is bytes (see
+        :mod:`worker.chain_document`): read with ``NEVER_DECODE``, so this decoding client hands them over
+        untouched (no second client, no base64 in Redis)."""
+        raw = self._chain_bytes(chain_id)
+        return None if raw is None else rebuilt_chain(decode_chain(raw))
+
+    def _chain_bytes(self, chain_id: str) -> bytes | None:
+        for k in self.buckets():
+            raw = self.get_bytes(k.chain(chain_id))
+            if raw is not None:
+                return raw
+        return None
+
+    def get_bytes(self, key: str) -> bytes | None:
+        """A string value as stored (chains and lanes are binary): ``NEVER_DECODE`` on this decoding client."""
+        raw: bytes | None = self.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        return raw
+
+    def chain_event_id(self, chain_id: str) -> str | None:
+        """The id of the event whose run wrote the stored chain (None: no chain, or none readable)."""
+        raw = self._chain_bytes(chain_id)
+        try:
+            return None if raw is None else stored_event_id(decode_chain(raw))
+        except ValueError:
+            return None
+
+    def stats(self) -> dict[str, int]:
+        """The tenant's counters (summed over its buckets)."""
+        pipe = self.client.pipeline(transaction=False)
+        for k in self.buckets():
+            pipe.hgetall(k.stats)
+        total: dict[str, int] = {}
+        for reply in pipe.execute():
+            for name, value in str_dict(reply).items():
+                total[name] = total.get(name, 0) + int(value)
+        return total
+
+    def inbox_depth(self, scope_key: str) -> int:
+        return int(self.client.llen(self.keys.inbox(scope_key)))
+
+    def active_scopes(self) -> list[str]:
+        """This tenant's scopes with queued work (bare scope keys)."""
+        mine = self.keys.scope_ref("")
+        return sorted(ref[len(mine) :] for ref in self.scope_refs_of(self.keys) if ref.startswith(mine))
+
+    def scope_refs_of(self, keys: Keys) -> list[str]:
+        """The scope refs in ``keys``' tenant's scopes registries (every bucket's)."""
+        pipe = self.client.pipeline(transaction=False)
+        for k in keys.every_bucket():
+            pipe.smembers(k.scopes)
+        return [to_str(x) for members in pipe.execute() for x in members]
+
+    def dlq_list(self, *, offset: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+        """Dead events, most recent death first, each with payload, attempts and last error."""
+        pipe = self.client.pipeline(transaction=False)
+        every = self.buckets()
+        for k in every:
+            pipe.zrevrange(k.dlq, 0, offset + limit - 1, withscores=True)
+        # newest death first over every bucket (ties: the larger id first, as ZREVRANGE orders one bucket)
+        merged = heapq.merge(
+            *(
+                [(-float(score), _desc(to_str(m)), to_str(m), k) for m, score in reply]
+                for k, reply in zip(every, pipe.execute(), strict=True)
+            )
+        )
+        page = list(merged)[offset : offset + limit]
+        pipe = self.client.pipeline(transaction=False)
+        for *_, event_id, k in page:
+            pipe.hgetall(k.event(event_id))
+        out = []
+        for (*_, event_id, _k), reply in zip(page, pipe.execute(), strict=True):
+            if reply:
+                raw = str_dict(reply)
+                record = status_record(raw, event_id)
+                record["event"] = body_of(raw, event_id)
+                record["deadAt"] = int(raw.get("deadAt", 0))
+                out.append(record)
+        return out
+
+    def dlq_size(self) -> int:
+        pipe = self.client.pipeline(transaction=False)
+        for k in self.buckets():
+            pipe.zcard(k.dlq)
+        return sum(int(n) for n in pipe.execute())
+
+    def dlq_ids(self) -> list[str]:
+        pipe = self.client.pipeline(transaction=False)
+        for k in self.buckets():
+            pipe.zrange(k.dlq, 0, -1)
+        return [to_str(x) for ids in pipe.execute() for x in ids]
+
+
+def _desc(member: str) -> tuple[int, ...]:
+    """A sort key that orders members descending under an ascending merge."""
+    return (*tuple(-b for b in member.encode("utf-8")), 1)
