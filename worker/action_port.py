@@ -26,9 +26,10 @@ def lane_result(raw: bytes | None) -> ExecutorResult | None:
 class RedisActionPort:
     """Idempotency lanes in Redis, fenced by the current lease (the scheduler's :class:`ActionPort`)."""
 
-    def __init__(self, store: EventStore, scope_key: str, fence: int, lost: Any) -> None:
+    def __init__(self, store: EventStore, scope_key: str, fence: int, lost: Any, event_id: str = "") -> None:
         self.store = store
         self.scope_key = scope_key
+        self.event_id = event_id  # what a journaled write is indexed under (erasure finds it by the event)
         self.fence = fence
         self._lost = lost  # threading.Event set by the lease renewer
 
@@ -43,7 +44,7 @@ class RedisActionPort:
             journaled(
                 store.keys,
                 self.scope_key,
-                "",
+                self.event_id,
                 idempotency_key,
                 effects.to_json_list(),
                 store.settings.outbox_retention_s,

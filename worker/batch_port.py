@@ -37,9 +37,17 @@ class BatchPort:
     """The scheduler's :class:`~worker.context.ActionPort` for a batched event: lanes are collected, not written."""
 
     def __init__(
-        self, keys: Keys, scope_key: str, lost: threading.Event, lanes: list[Lane], *, retention_s: int
+        self,
+        keys: Keys,
+        scope_key: str,
+        lost: threading.Event,
+        lanes: list[Lane],
+        *,
+        retention_s: int,
+        event_id: str = "",
     ) -> None:
         self.keys = keys
+        self.event_id = event_id
         self.retention_s = retention_s  # journal records' (worker/journal.py)
         self.scope_key = scope_key
         self._lost = lost
@@ -65,7 +73,7 @@ class BatchPort:
                     journaled(
                         self.keys,
                         self.scope_key,
-                        "",
+                        self.event_id,
                         idempotency_key,
                         effects.to_json_list(),
                         self.retention_s,

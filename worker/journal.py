@@ -148,7 +148,8 @@ def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
         keys = store.keys.for_tenant(record.tenant)
         marker = keys.applied_marker(commands[0][1], record.id)
         touched = list(dict.fromkeys(c[1] for c in commands if c[0].upper() != "PUBLISH"))
-        store.scripts.journal_apply(keys=[marker, *touched], args=[marker_ttl_s, json.dumps(commands)])
+        # durable: with AGENT_SIGNAL_WAIT_REPLICAS, delivered only once a replica has the writes
+        store.durable(store.scripts.journal_apply, [marker, *touched], [marker_ttl_s, json.dumps(commands)])
 
     return deliver
 

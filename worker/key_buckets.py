@@ -14,6 +14,7 @@ deployment's life (changing it moves every scope: export and import). Tenant nam
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -128,7 +129,8 @@ class TenantSlots:
         """The once-marker of a journal record, in the slot of ``beside`` (one of this tenant's keys)."""
         for p in (self.home, *self._prefixes):
             if beside.startswith(p):
-                return f"{p}applied:{record_id}"
+                # hashed: a record id names an idempotency key, which may name a user (erasure)
+                return f"{p}applied:{hashlib.sha256(record_id.encode('utf-8')).hexdigest()[:32]}"
         raise ValueError(f"{beside!r} is not a key of tenant {self.tenant}")
 
     @property

@@ -7,7 +7,9 @@ keys then start with ``t:{<tenant>}:`` (:attr:`Keys.own`), so one SCAN pattern f
 the tenant is the hash tag: on a Redis Cluster every key one script touches is in the tenant's slot (the
 ``scopes`` and ``outbox-due`` registries are the tenant's own; their members are scope refs
 ``<tenant>/<scopeKey>``). Engine-wide keys (workers, the broker, the tenants set, rate buckets) do not start
-with ``t:``; the few written together share a tag of their own (``{credentials}``, ``{fair}``). Keys holding one user's data carry the user id in a fixed place, and the
+with ``t:``; the few written together share a tag of their own (``{credentials}``, ``{fair}``). With scope
+buckets (``AGENT_SIGNAL_SCOPE_BUCKETS``, worker/key_buckets.py) a scope's keys and the indexes its scripts
+write carry the tag ``{<tenant>.<bb>}`` instead, and user data stays under ``{<tenant>}``. Keys holding one user's data carry the user id in a fixed place, and the
 user's events, sessions and conversations are indexed by user, so erasure finds them by design
 (``worker/erasure.py``). The full table, with types, TTLs and reasons: ``docs/keys.md``.
 """

@@ -51,8 +51,7 @@ class CancellablePort(RedisActionPort):
     def __init__(
         self, store: EventStore, scope_key: str, fence: int, lost: threading.Event, event_id: str
     ) -> None:
-        super().__init__(store, scope_key, fence, lost)
-        self.event_id = event_id
+        super().__init__(store, scope_key, fence, lost, event_id)
         self._cancelled = False
 
     def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:

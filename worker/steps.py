@@ -125,6 +125,7 @@ class Interpret:
                 grant.lost,
                 work.lanes,
                 retention_s=pipeline.settings.outbox_retention_s,
+                event_id=work.begun.event_id,
             )
         else:
             port = CancellablePort(

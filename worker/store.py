@@ -16,7 +16,7 @@ from redis import Redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import MovedError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.chain_codec import encode_chain
@@ -115,10 +115,8 @@ class EventStore(StoreReads):
         groups: dict[int, list[int]] = {}
         for i, ev in enumerate(events):
             groups.setdefault(self.keys.for_scope(ev.scope_key).bucket or 0, []).append(i)
-        if enforce_limits and self.settings.tenant_max_queued:
-            queued = self.stats().get("queued", 0)
-            if queued + len(events) > self.settings.tenant_max_queued:
-                raise self._over_limit(f"OVERLIMIT tenant {queued}")
+        if enforce_limits:
+            self._check_limits(events)
         outcomes: list[EnqueueOutcome | None] = [None] * len(events)
         tickets = 0
         for bucket, positions in groups.items():
@@ -168,6 +166,25 @@ class EventStore(StoreReads):
             for ev, (ok, publish) in zip(events, replies[: len(events)], strict=True)
         ]
         return outcomes, int(replies[len(events)]) if push is not None else 0
+
+    def _check_limits(self, events: Sequence[PreparedEvent]) -> None:
+        """With scope buckets, the batch's limits read before any bucket's script writes (each script checks
+        its own inboxes again): the tenant's queued events summed over the buckets, each inbox's depth."""
+        settings = self.settings
+        if settings.tenant_max_queued:
+            queued = self.stats().get("queued", 0)
+            if queued + len(events) > settings.tenant_max_queued:
+                raise self._over_limit(f"OVERLIMIT tenant {queued}")
+        if settings.max_inbox_depth:
+            adding: dict[str, int] = {}
+            for ev in events:
+                adding[ev.scope_key] = adding.get(ev.scope_key, 0) + 1
+            pipe = self.client.pipeline(transaction=False)
+            for scope in adding:
+                pipe.llen(self.keys.inbox(scope))
+            for (scope, n), depth in zip(adding.items(), pipe.execute(), strict=True):
+                if int(depth) + n > settings.max_inbox_depth:
+                    raise self._over_limit(f"OVERLIMIT inbox {self.keys.scope_ref(scope)} {depth}")
 
     def _over_limit(self, reply: str) -> OverLimit:
         return OverLimit.from_reply(
@@ -224,7 +241,12 @@ class EventStore(StoreReads):
             reply, acked = pipe.execute()
         except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
             # Past the cluster client's own redirects: a failover (or MOVED) means the slot map is stale.
-            stale = not isinstance(exc, ResponseError) or str(exc).startswith("MOVED")
+            # (a MovedError inside a pipeline reads "Command # n (...) of pipeline caused error: <slot> <node>")
+            stale = (
+                not isinstance(exc, ResponseError)
+                or isinstance(exc, MovedError)
+                or str(exc).startswith("MOVED")
+            )
             if cluster is not None and stale:
                 cluster.nodes_manager.initialize()
             raise

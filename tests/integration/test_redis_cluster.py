@@ -7,6 +7,7 @@ nothing acknowledged is lost and no effect is applied twice."""
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -104,14 +105,30 @@ def test_failover_with_wait_loses_nothing_acknowledged(
     """Events stream in while workers drain; the master holding the tenant's slot is SIGKILLed and its replica
     promoted. Every event the producer saw acknowledged is there afterwards and ends done, and each one's
     effect (a counter per event) is applied exactly once."""
-    settings = make_settings(wait_replicas=1, wait_replicas_timeout_ms=1000)
+    # max_attempts: the writes WAIT refuses while the slot has no replica make drains fail, and each failed
+    # drain counts an attempt; the crash-loop guard (TestCrashes) must not end an event dead here.
+    settings = make_settings(wait_replicas=1, wait_replicas_timeout_ms=1000, max_attempts=50)
+    failover_run(redis_cluster, settings, start_worker, redis_client, key_slot(keys.own.encode()))
+
+
+def failover_run(
+    redis_cluster: RedisClusterProcesses,
+    settings: Settings,
+    start_worker: Callable[..., Any],
+    redis_client: Redis,
+    slot: int,
+) -> None:
+    """Stream events over 8 scopes while two worker processes drain them; SIGKILL the master owning
+    ``slot``, let its replica take over, restart it; then every acknowledged event must end done with its
+    counter (in the tenant's home slot) at exactly 1."""
     start_worker(settings, concurrency=2)
     producer = Producer(settings)
+    keys = producer.store.keys
     owner = next(
         m
         for m in redis_cluster.masters()
         for first, last in redis_cluster.slots_of(m)
-        if first <= key_slot(keys.own.encode()) <= last
+        if first <= slot <= last
     )
     acknowledged: list[tuple[str, str]] = []
     refused: list[str] = []
@@ -120,7 +137,7 @@ def test_failover_with_wait_loses_nothing_acknowledged(
     def produce() -> None:
         i = 0
         while not stop.is_set():
-            counter = f"{keys.own}test:fo:{i}"
+            counter = f"{keys.home}test:fo:{i}"
             try:
                 result = producer.enqueue(_event(i, f"topic:fo-{i % 8}", counter))
                 acknowledged.append((result.event_id, counter))
@@ -143,13 +160,28 @@ def test_failover_with_wait_loses_nothing_acknowledged(
     report = f"{len(acknowledged)} acknowledged, {len(refused)} refused during the failover"
     print(report)
 
-    def all_done() -> bool:
-        pipe = redis_client.pipeline(transaction=False)
-        for event_id, _ in acknowledged:
-            pipe.hget(keys.event(event_id), "state")
-        return all(state == "done" for state in pipe.execute())
+    seen: dict[str, Any] = {}
 
-    wait_for(all_done, timeout_s=120, what=f"every acknowledged event done ({report})")
+    def all_done() -> bool:
+        records = [producer.status(event_id) for event_id, _ in acknowledged]
+        seen["statuses"] = Counter("missing" if r is None else r["status"] for r in records)
+        seen["outbox due"] = sum(redis_client.zcard(k.outbox_due) for k in keys.every_bucket())
+        stuck = {str(r["scopeKey"]) for r in records if r is not None and r["status"] != "done"}
+        seen["stuck scopes"] = {
+            s: (
+                redis_client.llen(keys.inbox(s)),
+                redis_client.get(keys.lease(s)),
+                redis_client.get(keys.scheduled(s)),
+                s in producer.store.active_scopes(),
+            )
+            for s in sorted(stuck)
+        }
+        return seen["statuses"] == Counter(done=len(records)) and not seen["outbox due"]
+
+    try:
+        wait_for(all_done, timeout_s=120, what=f"every acknowledged event done ({report})")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen: {seen}") from None
     pipe = redis_client.pipeline(transaction=False)
     for _, counter in acknowledged:
         pipe.get(counter)

@@ -26,6 +26,10 @@ must be visible while the event is still running, so tests can observe ordering 
 * ``test.two-step``: the source handler stages ``test:two-step-chain:<sourceId>`` += 1 and dispatches two actions.
   The first records ``test:two-step-started:<sourceId>``, waits (up to 60 s) for ``test:two-step-go:<sourceId>``,
   and stages ``test:two-step-first:<sourceId>`` += 1; the second stages ``test:two-step-second:<sourceId>`` += 1.
+* ``test.fanout``: the source handler stages ``test:fanout-home`` += 1 (the tenant's home slot) and its scope's
+  own ``fanout-local`` (``ctx.key``) += 1, and emits one ``test.counter`` follow-up to each scope of
+  ``payload.to`` (source id ``<sourceId>:<scope>``, counter ``test:fanout:<sourceId>:<scope>``): with scope
+  buckets, the first write and the follow-ups of other buckets are journaled (worker/journal.py).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ SOURCE_TYPES = (
     "test.fail-action",
     "test.two-step",
     "test.batch",
+    "test.fanout",
 )
 
 
@@ -74,7 +79,8 @@ class Probe:
 
 
 def _test_key(ctx: HandlerContext, name: str) -> str:
-    return f"{ctx.keys.own}test:{name}"
+    """``test:<name>`` in the tenant's home slot (with scope buckets a staged write there is journaled)."""
+    return f"{ctx.keys.home}test:{name}"
 
 
 def _counter_source(source: Source, ctx: HandlerContext) -> Dispatch:
@@ -119,6 +125,19 @@ def _timeline(source: Source, ctx: HandlerContext) -> None:
     redis.rpush(key, json.dumps({**base, "phase": "start", "t": time.time()}))
     time.sleep(int(source.payload.get("sleepMs", 0)) / 1000)
     redis.rpush(key, json.dumps({**base, "phase": "end", "t": time.time()}))
+
+
+def _fanout(source: Source, ctx: HandlerContext) -> None:
+    ctx.effects.incr(_test_key(ctx, "fanout-home"))
+    ctx.effects.incr(ctx.key("fanout-local"))
+    for scope in source.payload.get("to", []):
+        counter = _test_key(ctx, f"fanout:{source.source_id}:{scope}")
+        follow_up = {
+            "sourceId": f"{source.source_id}:{scope}",
+            "scopeKey": scope,
+            "payload": {"counterKey": counter},
+        }
+        ctx.emit({"sourceType": "test.counter", **follow_up})
 
 
 def _flaky(source: Source, ctx: HandlerContext) -> Dispatch:
@@ -233,6 +252,7 @@ def _policies() -> list[Policy]:
                 define_signal_handler("signal.test.batch", "test.batch:plan", _batch_plan, batch_safe=True),
                 define_action_handler("action.test.batch", "test.batch:apply", _batch_apply, batch_safe=True),
                 define_source_handler("test.timeline", "test.timeline:source", _timeline),
+                define_source_handler("test.fanout", "test.fanout:source", _fanout),
                 define_source_handler("test.flaky", "test.flaky:source", _flaky),
                 define_source_handler("test.fail-action", "test.fail-action:source", _failing_source),
                 define_action_handler("action.test.fail", "test.fail-action:apply", _failing_action),

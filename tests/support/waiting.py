@@ -36,6 +36,8 @@ class _Enqueued(Protocol):
 
 
 class _Producer(Protocol):
+    store: Any
+
     def enqueue(self, event: Any, /) -> _Enqueued: ...
 
 
@@ -72,7 +74,9 @@ def drain_marker(
     marker = {"sourceType": "test.timeline", "sourceId": source_id, "scopeKey": scope_key}
     result = producer.enqueue({**marker, "payload": {"seq": source_id}})
     assert result.status == "accepted", f"marker {source_id} was {result.status}: pick an unused source id"
-    state = wait_final(redis, keys, result.event_id, timeout_s=timeout_s, what=f"the marker {source_id}")
+    store_keys = producer.store.keys  # with scope buckets, the marker is in its scope's bucket
+    bucket = keys if store_keys.buckets <= 1 else store_keys.for_scope(scope_key)
+    state = wait_final(redis, bucket, result.event_id, timeout_s=timeout_s, what=f"the marker {source_id}")
     assert state == "done", f"the marker {source_id} on {scope_key} ended {state}"
     return result.event_id
 
@@ -84,6 +88,12 @@ def marker_pid(redis: Redis, keys: Keys, source_id: str) -> int:
         if record.get("seq") == source_id and record.get("phase") == "end":
             return int(record["pid"])
     raise AssertionError(f"the marker {source_id} left no timeline record")
+
+
+def outbox_settled(store: Any) -> bool:
+    """True when no outbox record of the store's tenant waits (in any scope bucket): every journaled write
+    and follow-up (worker/journal.py) has been delivered."""
+    return not any(store.client.zcard(k.outbox_due) for k in store.buckets())
 
 
 def relay_for(pipeline: Any, settings: Any) -> Any:
