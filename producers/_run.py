@@ -318,7 +318,9 @@ def _print_receipts(producer: Any, lines: list[str]) -> None:
         keys, client = producer.store.keys, producer.store.client
         idle = (
             not producer.store.active_scopes()
-            and not any(client.zcard(k.outbox_due) for k in keys.every_bucket())
+            and not any(
+                client.zcard(k.outbox_due) or client.zcard(k.journal_due) for k in keys.every_bucket()
+            )
             and not client.llen(keys.broker_queue(producer.settings.queue_name))
             and not client.hlen(keys.broker_unacked)
         )

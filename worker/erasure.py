@@ -210,6 +210,7 @@ def _drop_outbox_of(store: EventStore, scope: str, event_id: str, report: Erasur
     for record_id in ids:
         pipe.delete(k.outbox_record(scope, record_id))
         pipe.zrem(k.outbox_due, f"{ref}\x1f{record_id}")
+        pipe.zrem(k.journal_due, f"{ref}\x1f{record_id}")
     pipe.delete(index)
     pipe.execute()
     report.removed["outboxRecords"] += len(ids)
@@ -278,8 +279,9 @@ def _drop_scopes(store: EventStore, scopes: list[str], report: ErasureReport) ->
         client.hdel(k.runs("paused"), scope)  # a paused scope's key may name the user
         ref = k.scope_ref(scope)
         client.srem(k.scopes, ref)
-        for member, _ in client.zscan_iter(k.outbox_due, match=_glob_escape(f"{ref}\x1f") + "*"):
-            client.zrem(k.outbox_due, member)
+        for due in (k.outbox_due, k.journal_due):
+            for member, _ in client.zscan_iter(due, match=_glob_escape(f"{ref}\x1f") + "*"):
+                client.zrem(due, member)
 
 
 def _drop_diagnostics(store: EventStore, user_id: str, scopes: set[str], report: ErasureReport) -> None:

@@ -4,22 +4,25 @@ With ``AGENT_SIGNAL_SCOPE_BUCKETS`` above 1 (worker/key_buckets.py) a commit's s
 bucket slot, and may not touch a key of another slot. Two things of a commit can: a handler's staged write to
 the tenant's user data (a receipt, a memory, a skill, a conversation line: ``{<tenant>}``) or to another
 scope's keys, and a follow-up event of a scope in another bucket. Both are journaled: the commit (or the
-action's lane) writes, in its own slot and atomically with itself, an outbox record per other slot, and the
-outbox relay (worker/outbox.py) delivers it there:
+action's lane) writes, in its own slot and atomically with itself, an outbox record per other slot, applied
+there by the outbox relay (worker/outbox.py):
 
 * ``engine.apply``: the staged writes of one slot, applied by JOURNAL_APPLY, which first sets a once-marker
   (``applied:<recordId>``) in that slot: a record delivered twice (a relay whose claim ran out) applies once.
 * ``engine.enqueue``: a follow-up event, admitted in its own bucket like any event (its id is its dedupe
   identity, so a second delivery is a duplicate) and made ready to drain.
 
-So nothing a commit decided is lost or applied twice; what changes is when the other slot sees it: after the
-relay's next pass (``AGENT_SIGNAL_OUTBOX_POLL_INTERVAL_S``), not in the commit's own instant. With one bucket
-every key of a tenant is in one slot and nothing is journaled.
+The records wait on the bucket's journal (``Keys.journal_due``), scored by when the commit staged them, and
+the relay applies them one at a time in that order (worker/journal_pump.py), so a scope's writes to the
+home slot land in commit order. Nothing a commit decided is lost or applied twice; what changes is when the
+other slot sees it: after the relay's next pass (``AGENT_SIGNAL_OUTBOX_POLL_INTERVAL_S``), not in the
+commit's own instant. With one bucket every key of a tenant is in one slot and nothing is journaled.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -62,6 +65,12 @@ return 1
 Command = list[str]
 
 
+def _now_us() -> int:
+    """The journal's order: when the commit staged the record (µs; a scope's commits are serialized by its
+    lease, so its records are in commit order, by the committing workers' clocks)."""
+    return time.time_ns() // 1000
+
+
 def _split(keys: Keys, commands: Sequence[Command]) -> tuple[list[Command], dict[str, list[Command]]]:
     """The commands of the bound bucket's slot, and the others by slot tag (a multi-key DEL is split)."""
     here = slot_tag(keys.bound)
@@ -99,7 +108,10 @@ def journaled(
             created_at=at,
             tenant=keys.tenant,
         )
-        local += [[str(a) for a in c] for c in outbox_commands(bound, record, retention_s)]
+        local += [
+            [str(a) for a in c]
+            for c in outbox_commands(bound, record, retention_s, journal_score_us=_now_us())
+        ]
     return local
 
 
@@ -136,7 +148,10 @@ def journal_followups(
             created_at=at,
             tenant=keys.tenant,
         )
-        commands += [[str(a) for a in c] for c in outbox_commands(bound, record, retention_s)]
+        commands += [
+            [str(a) for a in c]
+            for c in outbox_commands(bound, record, retention_s, journal_score_us=_now_us())
+        ]
     return own, commands
 
 

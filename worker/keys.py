@@ -45,7 +45,7 @@ ENGINE_FAMILIES = tuple(
 )
 ENGINE_SINGLETONS = tuple(
     "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret "
-    "ready-tenants worker-info".split()
+    "ready-tenants worker-info journal-due journal-lock".split()
 )
 
 
@@ -167,6 +167,17 @@ class Keys(TenantSlots):
     def outbox_due(self) -> str:
         """The tenant's pending outbox records, member "<scopeRef>\x1f<recordId>", score = when to (re)try (ms)."""
         return f"{self.bound}outbox-due"
+
+    @property
+    def journal_due(self) -> str:
+        """The bucket's journal records to apply (worker/journal.py), in commit order: member as ``outbox_due``,
+        score = when the commit staged it (µs); the relay applies them one at a time (worker/journal_pump.py)."""
+        return f"{self.bound}journal-due"
+
+    @property
+    def journal_lock(self) -> str:
+        """Who applies the bucket's journal now (a relay's token, PX its lease; or a backoff after a failure)."""
+        return f"{self.bound}journal-lock"
 
     # --- the tool-outcome procedure (self-iteration plugin) ---
 

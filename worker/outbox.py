@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.journal_pump import pump_journal
 from worker.keys import Keys, split_scope_ref
 from worker.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
 from worker.retry import backoff_ms
@@ -61,7 +62,8 @@ class OutboxRelay:
     delivered: int = field(default=0, init=False)
 
     def run_once(self) -> int:
-        """Deliver up to ``batch`` records due now, each under its own claim; returns how many were delivered."""
+        """Deliver up to ``batch`` records due now, each under its own claim, and (with scope buckets) up to
+        ``batch`` journal records in order; returns how many were delivered."""
         done, budget = 0, self.batch
         every = [k for t in self.store.known_tenants() or [self.store.tenant] for k in self._buckets(t)]
         for keys in every:
@@ -76,6 +78,32 @@ class OutboxRelay:
                     done += self._deliver(due, member, deadline)
                 except Exception:  # one bad record must not hold up the others: due again after its lease
                     log.exception("outbox record %r could not be handled", member)
+        if self.store.keys.buckets > 1:
+            journaled = self._pump_journals(every, self.batch)
+            self.delivered += journaled
+            done += journaled
+        return done
+
+    def _pump_journals(self, every: list[Keys], budget: int) -> int:
+        """Scope buckets: each bucket's journal in commit order (worker/journal_pump.py), the non-empty ones."""
+        pipe = self.store.client.pipeline(transaction=False)
+        for keys in every:
+            pipe.zcard(keys.journal_due)
+        waiting = [keys for keys, n in zip(every, pipe.execute(), strict=True) if int(n)]
+        done = 0
+        for keys in waiting:
+            if done >= budget:
+                break
+            done += pump_journal(
+                self.store,
+                keys,
+                self.deliverers,
+                budget=budget - done,
+                lease_ms=self.lease_ms,
+                max_attempts=self.max_attempts,
+                base_ms=self.base_ms,
+                cap_ms=self.cap_ms,
+            )
         return done
 
     def _buckets(self, tenant: str) -> list[Keys]:

@@ -80,9 +80,11 @@ Deliverer = Callable[[OutboxRecord], None]
 """Performs one delivery; raises to have it retried. Passes ``record.key`` on as the idempotency key."""
 
 
-def outbox_commands(keys: Keys, record: OutboxRecord, retention_s: int) -> list[list[str | int]]:
+def outbox_commands(
+    keys: Keys, record: OutboxRecord, retention_s: int, *, journal_score_us: int | None = None
+) -> list[list[str | int]]:
     """The staged writes that put ``record`` in the outbox once (a second staging changes nothing), in the
-    slot of its scope's bucket."""
+    slot of its scope's bucket; with ``journal_score_us``, on the bucket's journal (applied in that order)."""
     keys = keys.for_scope(record.scope_key)
     member = f"{keys.scope_ref(record.scope_key)}{SEPARATOR}{record.id}"
     index = keys.outbox_of_event(record.scope_key, record.event_id or "-")
@@ -90,5 +92,7 @@ def outbox_commands(keys: Keys, record: OutboxRecord, retention_s: int) -> list[
         ["SET", keys.outbox_record(record.scope_key, record.id), record.to_json(), "NX", "EX", retention_s],
         ["SADD", index, record.id],
         ["EXPIRE", index, retention_s],
-        ["ZADD", keys.outbox_due, "NX", record.created_at, member],
+        ["ZADD", keys.outbox_due, "NX", record.created_at, member]
+        if journal_score_us is None
+        else ["ZADD", keys.journal_due, "NX", journal_score_us, member],  # worker/journal_pump.py
     ]

@@ -165,7 +165,9 @@ def failover_run(
     def all_done() -> bool:
         records = [producer.status(event_id) for event_id, _ in acknowledged]
         seen["statuses"] = Counter("missing" if r is None else r["status"] for r in records)
-        seen["outbox due"] = sum(redis_client.zcard(k.outbox_due) for k in keys.every_bucket())
+        seen["outbox due"] = sum(
+            redis_client.zcard(k.outbox_due) + redis_client.zcard(k.journal_due) for k in keys.every_bucket()
+        )
         stuck = {str(r["scopeKey"]) for r in records if r is not None and r["status"] != "done"}
         seen["stuck scopes"] = {
             s: (

@@ -207,3 +207,40 @@ def test_reads_fan_out_over_the_buckets(
     assert slot_tag(k.memories("u")) == keys.tenant  # user data stays in the tenant's home slot
     assert json.loads(json.dumps(store.dlq_list())) == []
     producer.close()
+
+
+def test_journaled_writes_land_in_commit_order(
+    make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: Keys
+) -> None:
+    """120 events of one scope, committed in batches by two worker processes (each with its relay): their
+    actions' RPUSH onto a list in the home slot is journaled, and the list ends in enqueue order, each once.
+    Two scopes in different buckets interleave on another list; each scope's own entries keep their order."""
+    settings = make_settings(scope_buckets=8, commit_batch_max=16)
+    producer = Producer(settings)
+    home = keys.home
+    scopes = ["topic:order-a", "topic:order-b"]
+    assert bucket_of(scopes[0], 8) != bucket_of(scopes[1], 8)
+
+    def event(scope: str, i: int) -> dict[str, Any]:
+        return {
+            "sourceType": "test.batch",
+            "sourceId": f"o-{scope[-1]}-{i}",
+            "scopeKey": scope,
+            "payload": {"counterKey": f"{home}test:order-counter"},
+        }
+
+    results = producer.enqueue_many([event(s, i) for i in range(60) for s in scopes])
+    assert [r.status for r in results] == ["accepted"] * 120
+    start_worker(settings)
+    start_worker(settings)
+
+    def settled() -> bool:
+        return producer.store.stats().get("done", 0) == 120 and outbox_settled(producer.store)
+
+    wait_for(settled, timeout_s=120, what="120 events done and the journal applied")
+    order = redis_client.lrange(f"{home}test:batch-order", 0, -1)
+    for scope in scopes:
+        mine = [x for x in order if x.startswith(f"o-{scope[-1]}-")]
+        assert mine == [f"o-{scope[-1]}-{i}" for i in range(60)], f"{scope}: {mine[:12]}…"
+    assert redis_client.get(f"{home}test:order-counter") == "120"
+    producer.close()

@@ -93,7 +93,9 @@ def marker_pid(redis: Redis, keys: Keys, source_id: str) -> int:
 def outbox_settled(store: Any) -> bool:
     """True when no outbox record of the store's tenant waits (in any scope bucket): every journaled write
     and follow-up (worker/journal.py) has been delivered."""
-    return not any(store.client.zcard(k.outbox_due) for k in store.buckets())
+    return not any(
+        store.client.zcard(k.outbox_due) or store.client.zcard(k.journal_due) for k in store.buckets()
+    )
 
 
 def relay_for(pipeline: Any, settings: Any) -> Any:
