@@ -45,7 +45,7 @@ class RedisActionPort:
                 store.keys,
                 self.scope_key,
                 self.event_id,
-                idempotency_key,
+                f"{idempotency_key}:{self.fence}",
                 effects.to_json_list(),
                 store.settings.outbox_retention_s,
             )

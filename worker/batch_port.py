@@ -45,8 +45,10 @@ class BatchPort:
         *,
         retention_s: int,
         event_id: str = "",
+        fence: int = 0,
     ) -> None:
         self.keys = keys
+        self.fence = fence
         self.event_id = event_id
         self.retention_s = retention_s  # journal records' (worker/journal.py)
         self.scope_key = scope_key
@@ -74,7 +76,7 @@ class BatchPort:
                         self.keys,
                         self.scope_key,
                         self.event_id,
-                        idempotency_key,
+                        f"{idempotency_key}:{self.fence}",
                         effects.to_json_list(),
                         self.retention_s,
                     )

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from worker.key_buckets import slot_tag
 from worker.keys import Keys
-from worker.outbox_records import Deliverer, OutboxRecord, outbox_commands
+from worker.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
 from worker.store_records import PreparedEvent, now_ms
 
 if TYPE_CHECKING:  # the store imports this module
@@ -51,14 +51,22 @@ JOURNAL_ENQUEUE = "engine.enqueue"
 
 # KEYS: the once-marker, then every key the commands write (all in one slot)
 # ARGV: markerTtlS, commandsJson   -> 1 applied | 0 applied before | error "REFUSED <reason>" (nothing written)
+#       | error "PARTIAL …" (a command failed midway, the marker keeps why: every later delivery fails too)
 JOURNAL_APPLY_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local done = redis.call('GET', KEYS[1])
+if done == '1' then return 0 end
+if done then return redis.error_reply('PARTIAL earlier: ' .. done) end
 local cmds = cjson.decode(ARGV[2])
 local bad = check_staged(cmds)
 if bad then return redis.error_reply('REFUSED ' .. bad[2]) end
-redis.call('SET', KEYS[1], '1', 'EX', ARGV[1])
 local broken = apply_staged(cmds)
-if broken then return redis.error_reply('PARTIAL command ' .. broken[1] .. ': ' .. broken[2]) end
+if broken then
+  -- what came before the failure stays applied: never again, and the record ends dead, not delivered
+  local why = 'command ' .. broken[1] .. ': ' .. broken[2]
+  redis.call('SET', KEYS[1], why, 'EX', ARGV[1])
+  return redis.error_reply('PARTIAL ' .. why)
+end
+redis.call('SET', KEYS[1], '1', 'EX', ARGV[1])
 return 1
 """
 
@@ -88,7 +96,9 @@ def journaled(
     keys: Keys, scope_key: str, event_id: str, label: str, commands: list[Command], retention_s: int
 ) -> list[Command]:
     """``commands`` as a script in the scope's slot may run them: its own slot's, then one ``engine.apply``
-    record per other slot (``label`` names the commit or the lane, so each record id is written once)."""
+    record per other slot. ``label`` names the commit or the lane and its fence (an event id or an
+    idempotency key comes back after the dedupe window; a fencing number never does), so each record id is
+    written once."""
     if keys.buckets <= 1 or not commands:
         return commands
     bound = keys.for_scope(scope_key)
@@ -116,10 +126,15 @@ def journaled(
 
 
 def journal_followups(
-    keys: Keys, scope_key: str, event_id: str, followups: Sequence[PreparedEvent], retention_s: int
+    keys: Keys,
+    scope_key: str,
+    event_id: str,
+    label: str,
+    followups: Sequence[PreparedEvent],
+    retention_s: int,
 ) -> tuple[list[PreparedEvent], list[Command]]:
     """The follow-ups the commit admits itself (its own bucket's), and the outbox commands that journal the
-    others (one ``engine.enqueue`` record each)."""
+    others (one ``engine.enqueue`` record each; ``label`` names the commit, as in :func:`journaled`)."""
     if keys.buckets <= 1 or not followups:
         return list(followups), []
     bound = keys.for_scope(scope_key)
@@ -130,7 +145,7 @@ def journal_followups(
         if keys.for_scope(ev.scope_key).bucket == here:
             own.append(ev)
             continue
-        record_id = f"follow-up:{ev.event_id}"
+        record_id = f"follow-up:{label}:{ev.event_id}"
         record = OutboxRecord(
             id=record_id,
             kind=JOURNAL_ENQUEUE,
@@ -161,7 +176,10 @@ def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
     def deliver(record: OutboxRecord) -> None:
         commands: list[Command] = record.payload["commands"]
         keys = store.keys.for_tenant(record.tenant)
-        marker = keys.applied_marker(commands[0][1], record.id)
+        # the scope too: two scopes' lanes may share an idempotency key (their records are each scope's own)
+        marker = keys.applied_marker(
+            commands[0][1], f"{keys.scope_ref(record.scope_key)}{SEPARATOR}{record.id}"
+        )
         touched = list(dict.fromkeys(c[1] for c in commands if c[0].upper() != "PUBLISH"))
         # durable: with AGENT_SIGNAL_WAIT_REPLICAS, delivered only once a replica has the writes
         store.durable(store.scripts.journal_apply, [marker, *touched], [marker_ttl_s, json.dumps(commands)])

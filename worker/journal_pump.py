@@ -71,7 +71,9 @@ def pump_journal(
                     client.set(record_key, record.to_json(), keepttl=True)
                     delay_ms = backoff_ms(record.attempts, base_ms=base_ms, cap_ms=cap_ms)
                     log.warning("journal record %s failed (attempt %d): %s", record.id, record.attempts, exc)
-                    client.set(lock, token, xx=True, px=max(delay_ms, 1))  # nothing overtakes it meanwhile
+                    scripts.renew(
+                        keys=[lock], args=[token, max(delay_ms, 1)]
+                    )  # nothing overtakes it meanwhile
                     release = False
                     break
                 record.state = "dead"

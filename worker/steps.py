@@ -126,6 +126,7 @@ class Interpret:
                 work.lanes,
                 retention_s=pipeline.settings.outbox_retention_s,
                 event_id=work.begun.event_id,
+                fence=grant.fence,
             )
         else:
             port = CancellablePort(

@@ -307,12 +307,13 @@ class EventStore(StoreReads):
             self.settings.outbox_retention_s,
         )
         # with scope buckets, what belongs to another slot is journaled (worker/journal.py)
-        own_followups, journal = journal_followups(k, scope, commit.event_id, commit.followups, retention_s)
+        label = f"{commit.event_id}:{commit.fence}"
+        own_followups, journal = journal_followups(
+            k, scope, commit.event_id, label, commit.followups, retention_s
+        )
         followups = [[*keys, *args] for keys, args in map(self._admission, own_followups)]
         effects = commit.effects.to_json_list() if commit.effects else []
-        effects = (
-            journaled(k, scope, commit.event_id, f"{commit.event_id}:commit", effects, retention_s) + journal
-        )
+        effects = journaled(k, scope, commit.event_id, f"{label}:commit", effects, retention_s) + journal
         return (
             [k.event(commit.event_id), k.chain(commit.chain_id or "-")],
             [

@@ -65,11 +65,21 @@ class StoreReads:
         return None if raw is None else rebuilt_chain(decode_chain(raw))
 
     def _chain_bytes(self, chain_id: str) -> bytes | None:
-        for k in self.buckets():
-            raw = self.get_bytes(k.chain(chain_id))
-            if raw is not None:
-                return raw
-        return None
+        """The stored chain; with scope buckets, of the bucket whose event wrote it last (a chain id,
+        ``chain:<sourceId>``, may name runs of scopes in several buckets: one key would hold the last)."""
+        copies = [(k, raw) for k in self.buckets() if (raw := self.get_bytes(k.chain(chain_id))) is not None]
+        if len(copies) <= 1:
+            return copies[0][1] if copies else None
+
+        def written_at(copy: tuple[Keys, bytes]) -> int:
+            try:
+                event_id = stored_event_id(decode_chain(copy[1]))
+            except ValueError:
+                return -1
+            at = self.client.hget(copy[0].event(event_id), "doneAt") if event_id else None
+            return int(at or 0)
+
+        return max(copies, key=written_at)[1]
 
     def get_bytes(self, key: str) -> bytes | None:
         """A string value as stored (chains and lanes are binary): ``NEVER_DECODE`` on this decoding client."""

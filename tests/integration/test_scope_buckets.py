@@ -114,6 +114,20 @@ def test_a_journal_record_delivered_twice_applies_once(
     with pytest.raises(Exception, match="WRONGTYPE"):
         deliver(bad)
     assert redis_client.get(f"{home}j:a") == "1", "a refused record wrote part of itself"
+    # The same record id staged by another scope (two scopes' lanes can share an idempotency key) applies too.
+    deliver(replace(record, scope_key="topic:other"))
+    assert redis_client.get(f"{home}j:a") == "2"
+    # A command that fails midway (INCR of a non-number passes the type check): what came before it stays,
+    # and every later delivery fails too, so the record ends dead instead of being taken as delivered.
+    broken = replace(
+        record,
+        id="journal:e3:commit:default",
+        payload={"commands": [["INCR", f"{home}j:a"], ["INCR", f"{home}j:c"]]},
+    )
+    for _ in range(2):
+        with pytest.raises(Exception, match="PARTIAL"):
+            deliver(broken)
+    assert redis_client.get(f"{home}j:a") == "3"
     prepared = producer.emitter.validate(
         {
             "sourceType": "test.counter",
