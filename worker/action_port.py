@@ -40,16 +40,12 @@ class RedisActionPort:
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
     ) -> bool:
         store = self.store
-        effects_json = json.dumps(
-            journaled(
-                store.keys,
-                self.scope_key,
-                self.event_id,
-                f"{idempotency_key}:{self.fence}",
-                effects.to_json_list(),
-                store.settings.outbox_retention_s,
-            )
-        )
+        commands = effects.to_json_list()
+        if store.keys.buckets > 1:  # writes to other slots are journaled (worker/journal.py)
+            label = f"{idempotency_key}:{self.fence}"
+            retention_s = store.settings.outbox_retention_s
+            commands = journaled(store.keys, self.scope_key, self.event_id, label, commands, retention_s)
+        effects_json = json.dumps(commands)
         reply = self.store.scripts.apply(
             keys=[
                 self.store.keys.idempotency(self.scope_key, idempotency_key),

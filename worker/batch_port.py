@@ -67,20 +67,15 @@ class BatchPort:
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
     ) -> bool:
+        commands = effects.to_json_list()
+        if self.keys.buckets > 1:  # writes to other slots are journaled (worker/journal.py)
+            label = f"{idempotency_key}:{self.fence}"
+            commands = journaled(self.keys, self.scope_key, self.event_id, label, commands, self.retention_s)
         self.lanes.append(
             Lane(
                 key=self.keys.idempotency(self.scope_key, idempotency_key),
                 result_json=result.model_dump_json(by_alias=True, exclude_none=True),
-                effects_json=json.dumps(
-                    journaled(
-                        self.keys,
-                        self.scope_key,
-                        self.event_id,
-                        f"{idempotency_key}:{self.fence}",
-                        effects.to_json_list(),
-                        self.retention_s,
-                    )
-                ),
+                effects_json=json.dumps(commands),
             )
         )
         return True

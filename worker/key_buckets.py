@@ -80,6 +80,8 @@ class TenantSlots:
     # Built once: every key of an event's commit starts with one of them (two dozen per event on the hot path).
     home: str = field(init=False, repr=False, compare=False)  # ``<prefix>t:{<tenant>}:``: user data
     own: str = field(init=False, repr=False, compare=False)  # the bound bucket's prefix ('' when unbound)
+    # The tenant's one prefix when there is one bucket, else '': ``single or of_scope(...)`` skips a call per key.
+    single: str = field(init=False, repr=False, compare=False)
     _prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -88,6 +90,7 @@ class TenantSlots:
         object.__setattr__(self, "home", home_prefix(self.prefix, self.tenant))
         own = prefixes[0] if self.buckets <= 1 else ("" if self.bucket is None else prefixes[self.bucket])
         object.__setattr__(self, "own", own)
+        object.__setattr__(self, "single", prefixes[0] if self.buckets <= 1 else "")
 
     def for_tenant(self, tenant: str) -> Self:
         if tenant == self.tenant and self.bucket is None:

@@ -113,7 +113,7 @@ class Keys(TenantSlots):
     @property
     def bucket_audit(self) -> str:
         """The bucket's audit stream (discards: their script runs in the bucket's slot; one bucket: ``audit``)."""
-        return f"{self.bound}audit"
+        return f"{self.own or self.bound}audit"
 
     def event(self, event_id: str) -> str:
         return f"{self.event_prefix}{event_id}"
@@ -121,83 +121,81 @@ class Keys(TenantSlots):
     @property
     def event_prefix(self) -> str:
         """``ev:`` keys are ``event_prefix + eventId``: the scripts that find an inbox head's record use it."""
-        return f"{self.bound}ev:"
+        return f"{self.own or self.bound}ev:"
 
     def inbox(self, scope_key: str) -> str:
-        return f"{self.of_scope(scope_key)}inbox:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}inbox:{{{scope_key}}}"
 
     def scheduled(self, scope_key: str) -> str:
-        return f"{self.of_scope(scope_key)}sched:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}sched:{{{scope_key}}}"
 
     def enqueue_seq(self, scope_key: str) -> str:
         """The scope's enqueue counter: each event keeps its number, so a redrive knows if later ones exist."""
-        return f"{self.of_scope(scope_key)}seq:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}seq:{{{scope_key}}}"
 
     def lease(self, scope_key: str) -> str:
-        return f"{self.of_scope(scope_key)}lease:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}lease:{{{scope_key}}}"
 
     def fence(self, scope_key: str) -> str:
-        return f"{self.of_scope(scope_key)}fence:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}fence:{{{scope_key}}}"
 
     def idempotency(self, scope_key: str, key: str) -> str:
-        return f"{self.of_scope(scope_key)}idem:{{{scope_key}}}:{key}"
+        return f"{self.single or self.of_scope(scope_key)}idem:{{{scope_key}}}:{key}"
 
     def chain(self, chain_id: str) -> str:
-        return f"{self.bound}chain:{chain_id}"
+        return f"{self.own or self.bound}chain:{chain_id}"
 
     def activity(self, scope_key: str) -> str:
         """Per-scope activity counters written by the built-in policy's action."""
-        return f"{self.of_scope(scope_key)}activity:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}activity:{{{scope_key}}}"
 
     def plugin(self, scope_key: str, name: str) -> str:
         """A plugin's own key in a scope (``ctx.key(name)``): prefix and hash tag included."""
-        return f"{self.of_scope(scope_key)}plugin:{{{scope_key}}}:{name}"
+        return f"{self.single or self.of_scope(scope_key)}plugin:{{{scope_key}}}:{name}"
 
     # --- the outbox: outbound calls committed with the event, delivered by the relay ---
 
     def outbox_record(self, scope_key: str, record_id: str) -> str:
         """One outbox record (JSON: kind, payload, key, eventId, state, attempts, lastError), with a TTL."""
-        return f"{self.of_scope(scope_key)}outbox:{{{scope_key}}}:{record_id}"
+        return f"{self.single or self.of_scope(scope_key)}outbox:{{{scope_key}}}:{record_id}"
 
     def outbox_of_event(self, scope_key: str, event_id: str) -> str:
         """The ids of the outbox records one event staged (its run detail lists them)."""
-        return f"{self.of_scope(scope_key)}outbox-of:{{{scope_key}}}:{event_id}"
+        return f"{self.single or self.of_scope(scope_key)}outbox-of:{{{scope_key}}}:{event_id}"
 
     @property
     def outbox_due(self) -> str:
         """The tenant's pending outbox records, member "<scopeRef>\x1f<recordId>", score = when to (re)try (ms)."""
-        return f"{self.bound}outbox-due"
+        return f"{self.own or self.bound}outbox-due"
 
     @property
     def journal_due(self) -> str:
         """The bucket's journal records to apply (worker/journal.py), in commit order: member as ``outbox_due``,
         score = when the commit staged it (µs); the relay applies them one at a time (worker/journal_pump.py)."""
-        return f"{self.bound}journal-due"
+        return f"{self.own or self.bound}journal-due"
 
     @property
     def journal_lock(self) -> str:
         """Who applies the bucket's journal now (a relay's token, PX its lease; or a backoff after a failure)."""
-        return f"{self.bound}journal-lock"
+        return f"{self.own or self.bound}journal-lock"
 
     # --- the tool-outcome procedure (self-iteration plugin) ---
 
     def procedure(self, scope_key: str) -> str:
         """record id -> procedure record (JSON)."""
-        return f"{self.of_scope(scope_key)}procedure:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}procedure:{{{scope_key}}}"
 
     def procedure_marker(self, scope_key: str, domain_key: str, intent: str, procedure_key: str) -> str:
         """A ``handled`` marker: one key (LobeHub double-prefixes it, quirk 10)."""
-        return f"{self.of_scope(scope_key)}procedure-marker:{{{scope_key}}}:{domain_key}:{intent}:{procedure_key}"
+        return f"{self.single or self.of_scope(scope_key)}procedure-marker:{{{scope_key}}}:{domain_key}:{intent}:{procedure_key}"
 
     def procedure_receipts(self, scope_key: str) -> str:
         """The scope's last procedure receipts (JSON list items, newest first)."""
-        return f"{self.of_scope(scope_key)}procedure-receipts:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}procedure-receipts:{{{scope_key}}}"
 
     def reflection_accumulator(self, scope_key: str, scope_type: str, scope_id: str) -> str:
         """Self-reflection counters of one reflection scope (task, operation or topic)."""
-        return (
-            f"{self.of_scope(scope_key)}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
-        )
+        return f"{self.single or self.of_scope(scope_key)}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
 
     # --- the broker ---
 
@@ -265,11 +263,11 @@ class Keys(TenantSlots):
 
     def skill_intents(self, scope_key: str) -> str:
         """LobeHub's skill-intent records of a scope (parked skill candidates)."""
-        return f"{self.of_scope(scope_key)}skill-intent:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}skill-intent:{{{scope_key}}}"
 
     def skill_candidates(self, scope_key: str) -> str:
         """Accumulated weak skill candidates of a scope (score bucket)."""
-        return f"{self.of_scope(scope_key)}skill-candidates:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}skill-candidates:{{{scope_key}}}"
 
     def review_guard(self, guard_key: str) -> str:
         """nightly-review-guard:<key> etc.: one run per review window."""
@@ -281,23 +279,23 @@ class Keys(TenantSlots):
 
     def user_events(self, user_id: str) -> str:
         """One user's event ids by enqueue time (zset, dedupe window): erasure and the runs explorer use it."""
-        return f"{self.bound}events-of:user:{user_id}"
+        return f"{self.own or self.bound}events-of:user:{user_id}"
 
     def runs(self, *parts: str) -> str:
         """Runs explorer indexes (zsets of event ids by enqueue time: ``all``, ``status:<s>``, ``type:<t>``),
         ``discarded-at`` (by discard time) and ``paused`` (hash scope -> pausedAt): worker/runs.py."""
-        return f"{self.bound}runs:{':'.join(parts)}"
+        return f"{self.own or self.bound}runs:{':'.join(parts)}"
 
     def runs_of_scope(self, scope_key: str) -> str:
-        return f"{self.of_scope(scope_key)}runs:scope:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}runs:scope:{{{scope_key}}}"
 
     def events_of_source(self, digest: str) -> str:
         """One of 256 buckets (zset of "<digest>:<eventId>" by enqueue time) of event_records.source_digest."""
-        return f"{self.bound}by-source:{digest[:2]}"
+        return f"{self.own or self.bound}by-source:{digest[:2]}"
 
     def scope_users(self, scope_key: str) -> str:
         """The users whose events a scope holds (set): erasure drops a scope whole only when it is one user's."""
-        return f"{self.of_scope(scope_key)}scope-users:{{{scope_key}}}"
+        return f"{self.single or self.of_scope(scope_key)}scope-users:{{{scope_key}}}"
 
     def user_sessions(self, user_id: str) -> str:
         """The sessions whose settings name a user (set): erasure finds a user's sessions here."""
@@ -315,7 +313,7 @@ class Keys(TenantSlots):
     @property
     def series(self) -> str:
         """Per-minute throughput and latency: fields "<minute>:done" and "<minute>:latency_ms"."""
-        return f"{self.bound}series"
+        return f"{self.own or self.bound}series"
 
     @property
     def diagnostics(self) -> str:
@@ -342,11 +340,11 @@ class Keys(TenantSlots):
     @property
     def scopes(self) -> str:
         """The tenant's scopes with queued work (scope refs): the sweep and the scopes page walk it."""
-        return f"{self.bound}scopes"
+        return f"{self.own or self.bound}scopes"
 
     @property
     def dlq(self) -> str:
-        return f"{self.bound}dlq"
+        return f"{self.own or self.bound}dlq"
 
     @property
     def tenant_stats(self) -> str:
@@ -355,7 +353,7 @@ class Keys(TenantSlots):
 
     @property
     def stats(self) -> str:
-        return f"{self.bound}stats"
+        return f"{self.own or self.bound}stats"
 
     @property
     def workers(self) -> str:
@@ -376,7 +374,10 @@ class Keys(TenantSlots):
 
     def is_engine_key(self, key: str) -> bool:
         """True for keys of the engine's own state (events, inboxes, leases, fences, lanes, counters…)."""
-        mine = next((p for p in (self.home, *self._prefixes) if key.startswith(p)), None)
+        if key.startswith(self.home):  # one test, not a search, for the tenant's home (all of it, one bucket)
+            mine: str | None = self.home
+        else:
+            mine = next((p for p in self._prefixes if key.startswith(p)), None) if self.buckets > 1 else None
         if mine is not None:
             rest = key[len(mine) :]
         elif key.startswith(self.prefix):

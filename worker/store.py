@@ -301,19 +301,17 @@ class EventStore(StoreReads):
     def commit_own(self, commit: Commit, *, go_on: bool) -> tuple[list[str], list[Any]]:
         """COMMIT's keys and arguments that are ``commit``'s own (its event, chain, outcome, staged writes and
         follow-ups), in the order of :data:`~worker.scripts_batch.EVENT_KEYS` and ``EVENT_ARGS``."""
-        k, scope, retention_s = (
-            self.keys.for_scope(commit.scope_key),
-            commit.scope_key,
-            self.settings.outbox_retention_s,
-        )
-        # with scope buckets, what belongs to another slot is journaled (worker/journal.py)
-        label = f"{commit.event_id}:{commit.fence}"
-        own_followups, journal = journal_followups(
-            k, scope, commit.event_id, label, commit.followups, retention_s
-        )
-        followups = [[*keys, *args] for keys, args in map(self._admission, own_followups)]
+        k, scope = self.keys.for_scope(commit.scope_key), commit.scope_key
+        retention_s = self.settings.outbox_retention_s
+        own_followups = commit.followups
         effects = commit.effects.to_json_list() if commit.effects else []
-        effects = journaled(k, scope, commit.event_id, f"{label}:commit", effects, retention_s) + journal
+        if k.buckets > 1:  # what belongs to another slot is journaled (worker/journal.py)
+            label = f"{commit.event_id}:{commit.fence}"
+            own_followups, journal = journal_followups(
+                k, scope, commit.event_id, label, commit.followups, retention_s
+            )
+            effects = journaled(k, scope, commit.event_id, f"{label}:commit", effects, retention_s) + journal
+        followups = [[*keys, *args] for keys, args in map(self._admission, own_followups)]
         return (
             [k.event(commit.event_id), k.chain(commit.chain_id or "-")],
             [
