@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from worker.key_buckets import slot_tag
 from worker.keys import Keys
@@ -105,24 +105,39 @@ def journaled(
     local, other = _split(bound, commands)
     if not other:
         return commands
-    at = now_ms()
     for tag, group in sorted(other.items()):
         record_id = f"journal:{label}:{tag}"
-        record = OutboxRecord(
-            id=record_id,
-            kind=JOURNAL_APPLY,
-            key=record_id,
-            payload={"commands": group},
-            scope_key=scope_key,
-            event_id=event_id,
-            created_at=at,
-            tenant=keys.tenant,
+        payload: dict[str, Any] = {"commands": group}
+        local += _staged(
+            bound, JOURNAL_APPLY, record_id, record_id, payload, scope_key, event_id, retention_s
         )
-        local += [
-            [str(a) for a in c]
-            for c in outbox_commands(bound, record, retention_s, journal_score_us=_now_us())
-        ]
     return local
+
+
+def _staged(
+    bound: Keys,
+    kind: str,
+    record_id: str,
+    key: str,
+    payload: dict[str, Any],
+    scope_key: str,
+    event_id: str,
+    retention_s: int,
+) -> list[Command]:
+    """The staged writes of one journal record on the bucket's journal (now, in µs, is its place)."""
+    record = OutboxRecord(
+        id=record_id,
+        kind=kind,
+        key=key,
+        payload=payload,
+        scope_key=scope_key,
+        event_id=event_id,
+        created_at=now_ms(),
+        tenant=bound.tenant,
+    )
+    return [
+        [str(a) for a in c] for c in outbox_commands(bound, record, retention_s, journal_score_us=_now_us())
+    ]
 
 
 def journal_followups(
@@ -138,7 +153,7 @@ def journal_followups(
     if keys.buckets <= 1 or not followups:
         return list(followups), []
     bound = keys.for_scope(scope_key)
-    here, at = bound.bucket, now_ms()
+    here = bound.bucket
     own: list[PreparedEvent] = []
     commands: list[Command] = []
     for ev in followups:
@@ -146,27 +161,17 @@ def journal_followups(
             own.append(ev)
             continue
         record_id = f"follow-up:{label}:{ev.event_id}"
-        record = OutboxRecord(
-            id=record_id,
-            kind=JOURNAL_ENQUEUE,
-            key=ev.event_id,
-            payload={
-                "eventId": ev.event_id,
-                "scopeKey": ev.scope_key,
-                "sourceId": ev.source_id,
-                "body": ev.body,
-                "sourceType": ev.source_type,
-                "userId": ev.user_id,
-            },
-            scope_key=scope_key,
-            event_id=event_id,
-            created_at=at,
-            tenant=keys.tenant,
+        payload = {
+            "eventId": ev.event_id,
+            "scopeKey": ev.scope_key,
+            "sourceId": ev.source_id,
+            "body": ev.body,
+            "sourceType": ev.source_type,
+            "userId": ev.user_id,
+        }
+        commands += _staged(
+            bound, JOURNAL_ENQUEUE, record_id, ev.event_id, payload, scope_key, event_id, retention_s
         )
-        commands += [
-            [str(a) for a in c]
-            for c in outbox_commands(bound, record, retention_s, journal_score_us=_now_us())
-        ]
     return own, commands
 
 

@@ -51,6 +51,13 @@ def make_settings(
     redis_url: str, prefix: str, redis_cluster: RedisClusterProcesses, rabbitmq_url: str
 ) -> SettingsFactory:
     """Settings of the cluster (state) and the private RabbitMQ vhost (broker), fast timings as elsewhere."""
+    return cluster_settings(redis_url, prefix, redis_cluster, rabbitmq_url)
+
+
+def cluster_settings(
+    redis_url: str, prefix: str, redis_cluster: RedisClusterProcesses, rabbitmq_url: str, **defaults: Any
+) -> SettingsFactory:
+    """A settings factory for the cluster and the vhost, with ``defaults`` under the test's own overrides."""
     from tests.conftest import FAST
 
     def make(**overrides: Any) -> Settings:
@@ -63,6 +70,7 @@ def make_settings(
             "env": "test",
             "allowed_hosts": ["testserver"],
             **FAST,
+            **defaults,
         }
         values.update(overrides)
         return Settings(**values)

@@ -6,7 +6,7 @@ A script touching two slots would fail here (CROSSSLOT), where a single Redis wo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,12 +19,14 @@ from tests.integration.test_pipeline import TestCrashes as TestBucketCrashes
 from tests.integration.test_pipeline import TestDedupe as TestBucketDedupe
 from tests.integration.test_pipeline import TestFencing as TestBucketFencing
 from tests.integration.test_pipeline import TestScopeSerialization as TestBucketScopeSerialization
-from tests.integration.test_redis_cluster import failover_run
+from tests.integration.test_redis_cluster import cluster_settings, failover_run
+from tests.integration.test_redis_cluster import (
+    redis_client as redis_client,
+)  # the cluster as the store client
 from tests.support.redis_cluster import RedisClusterProcesses
 from tests.support.waiting import outbox_settled
 from worker.key_buckets import bucket_of
 from worker.keys import Keys
-from worker.settings import Settings
 
 pytest_plugins = ["tests.support.cluster_fixtures"]
 pytestmark = pytest.mark.integration
@@ -40,38 +42,11 @@ __all__ = [
 
 
 @pytest.fixture
-def redis_client(redis_cluster: RedisClusterProcesses, prefix: str) -> Iterator[Redis]:
-    """The cluster, as the tests' store client."""
-    client: Any = redis_cluster.client()
-    yield client
-    for key in list(client.scan_iter(match=f"{prefix}*", count=1000)):
-        client.delete(key)
-    client.close()
-
-
-@pytest.fixture
 def make_settings(
     redis_url: str, prefix: str, redis_cluster: RedisClusterProcesses, rabbitmq_url: str
 ) -> SettingsFactory:
     """The cluster (state, 8 scope buckets per tenant) and the private RabbitMQ vhost (broker)."""
-    from tests.conftest import FAST
-
-    def make(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {
-            "redis_url": redis_url,
-            "redis_cluster_url": redis_cluster.url,
-            "broker_url": rabbitmq_url,
-            "key_prefix": prefix,
-            "queue_name": prefix.rstrip(":"),
-            "env": "test",
-            "allowed_hosts": ["testserver"],
-            "scope_buckets": BUCKETS,
-            **FAST,
-        }
-        values.update(overrides)
-        return Settings(**values)
-
-    return make
+    return cluster_settings(redis_url, prefix, redis_cluster, rabbitmq_url, scope_buckets=BUCKETS)
 
 
 def _master_of(redis_cluster: RedisClusterProcesses, slot: int) -> int:

@@ -1,0 +1,56 @@
+"""Scope buckets' key arithmetic (worker/key_buckets.py): which slot each key lands in."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from redis.crc import key_slot
+
+from worker.key_buckets import UnboundBucket, bucket_of, slot_tag
+from worker.keys import Keys
+
+
+def test_one_bucket_keeps_every_key_where_it_was() -> None:
+    k = Keys("p:", "acme")
+    assert (k.home, k.own, k.single) == ("p:t:{acme}:",) * 3
+    assert k.for_scope("topic:a") is k and k.every_bucket() == [k]
+    assert k.inbox("topic:a") == "p:t:{acme}:inbox:{topic:a}" and k.dlq == "p:t:{acme}:dlq"
+    assert k.bucket_audit == k.audit
+
+
+def test_a_scope_and_its_bucket_s_indexes_share_a_slot_and_user_data_stays_home() -> None:
+    k = Keys("p:", "acme", 8)
+    scope = "topic:x"
+    b = k.for_scope(scope)
+    assert b.bucket == zlib.crc32(scope.encode()) % 8 == bucket_of(scope, 8)
+    tags = {slot_tag(x) for x in (b.inbox(scope), b.lease(scope), b.plugin(scope, "n"), b.event("e"), b.dlq)}
+    assert tags == {f"acme.{b.bucket:02x}"}
+    assert k.inbox(scope) == b.inbox(scope)  # scope-keyed keys need no binding
+    assert slot_tag(b.memories("u")) == slot_tag(b.receipt("r")) == "acme"
+    assert len({key_slot(k.for_bucket(i).stats.encode()) for i in range(8)}) == 8
+
+
+def test_an_index_key_of_an_unbound_builder_is_refused() -> None:
+    with pytest.raises(UnboundBucket, match="for_scope"):
+        _ = Keys("p:", "acme", 4).dlq
+
+
+def test_the_tenant_pattern_and_ownership_cover_home_and_buckets_only() -> None:
+    import fnmatch
+
+    k = Keys("p:", "acme", 4)
+    mine = [k.home + "memories:u", k.for_bucket(3).stats, k.inbox("topic:z")]
+    others = ["p:t:{acme-2}:dlq", "p:t:{acme-2.01}:dlq", "p:workers"]
+    assert all(fnmatch.fnmatchcase(key, k.tenant_pattern) and k.owns(key) for key in mine)
+    assert not any(fnmatch.fnmatchcase(key, k.tenant_pattern) or k.owns(key) for key in others)
+    assert k.is_engine_key(k.inbox("topic:z")) and not k.is_engine_key(k.home + "memories:u")
+
+
+def test_the_once_marker_sits_in_the_written_slot_and_names_no_user() -> None:
+    k = Keys("p:", "acme", 4)
+    marker = k.applied_marker(k.home + "memories:user-42", "journal:user-42:1:acme")
+    assert slot_tag(marker) == "acme" and "user-42" not in marker
+    assert slot_tag(k.applied_marker(k.for_bucket(2).dlq, "r")) == "acme.02"
+    with pytest.raises(ValueError):
+        k.applied_marker("p:t:{other}:x", "r")
