@@ -164,11 +164,17 @@ class Emitter:
         # and unsent (NotReplicated is raised once the script has run).
         ready = self.ready if allowed and not self.settings.wait_replicas else None
         push = ready.admission_push(store.client, store.tenant) if ready is not None else None
+
+        def partly(done: list[EnqueueOutcome], taken: int) -> None:  # scope buckets: a later bucket failed
+            self._publish([store.keys.scope_ref(o.scope_key) for o in done if o.schedule], taken)
+
         try:
             if push is None:
-                stored, tickets = store.enqueue_many(allowed, enforce_limits=limits), 0
+                stored, tickets = store.enqueue_many(allowed, enforce_limits=limits, on_stored=partly), 0
             else:
-                stored, tickets = store.enqueue_and_push(allowed, push, enforce_limits=limits)
+                stored, tickets = store.enqueue_and_push(
+                    allowed, push, enforce_limits=limits, on_stored=partly
+                )
             outcomes = iter(stored)
         except RedisError as exc:  # one script per batch: a refused batch stored none of it
             note_store_failure(store.client, store.keys.tenant_stats, exc, "enqueue")

@@ -35,6 +35,7 @@ from worker.store_records import (
     CommitReply,
     EnqueueOutcome,
     Head,
+    OnStored,
     PreparedEvent,
     now_ms,
     staged_error,
@@ -89,21 +90,34 @@ class EventStore(StoreReads):
     # ---- producers -------------------------------------------------------------------------------
 
     def enqueue_many(
-        self, events: Sequence[PreparedEvent], *, enforce_limits: bool = False
+        self,
+        events: Sequence[PreparedEvent],
+        *,
+        enforce_limits: bool = False,
+        on_stored: OnStored | None = None,
     ) -> list[EnqueueOutcome]:
         """Claim each event's dedupe record and append it to its scope inbox: the whole batch is one
         ENQUEUE_BATCH script, so a store error (out of memory: refused before any write) stores none of it."""
-        return self._enqueue(events, enforce_limits, None)[0]
+        return self._enqueue(events, enforce_limits, None, on_stored)[0]
 
     def enqueue_and_push(
-        self, events: Sequence[PreparedEvent], push: tuple[list[str], list[Any]], *, enforce_limits: bool
+        self,
+        events: Sequence[PreparedEvent],
+        push: tuple[list[str], list[Any]],
+        *,
+        enforce_limits: bool,
+        on_stored: OnStored | None = None,
     ) -> tuple[list[EnqueueOutcome], int]:
         """:meth:`enqueue_many` and, in the same script (ENQUEUE_PUSH), the scopes it made ready pushed as
         ``push`` (FairQueue.admission_push) says: the outcomes and the drain tickets taken (messages to send)."""
-        return self._enqueue(events, enforce_limits, push)
+        return self._enqueue(events, enforce_limits, push, on_stored)
 
     def _enqueue(
-        self, events: Sequence[PreparedEvent], enforce_limits: bool, push: tuple[list[str], list[Any]] | None
+        self,
+        events: Sequence[PreparedEvent],
+        enforce_limits: bool,
+        push: tuple[list[str], list[Any]] | None,
+        on_stored: OnStored | None = None,
     ) -> tuple[list[EnqueueOutcome], int]:
         if not events:
             return [], 0
@@ -115,17 +129,23 @@ class EventStore(StoreReads):
         groups: dict[int, list[int]] = {}
         for i, ev in enumerate(events):
             groups.setdefault(self.keys.for_scope(ev.scope_key).bucket or 0, []).append(i)
-        if enforce_limits:
-            self._check_limits(events)
+        refusal = self.limits_refusal(events) if enforce_limits else None
+        if refusal is not None:
+            raise self._over_limit(refusal)
         outcomes: list[EnqueueOutcome | None] = [None] * len(events)
         tickets = 0
-        for bucket, positions in groups.items():
-            done, taken = self._enqueue_bucket(
-                self.keys.for_bucket(bucket), [events[i] for i in positions], enforce_limits, push, False
-            )
-            tickets += taken
-            for i, outcome in zip(positions, done, strict=True):
-                outcomes[i] = outcome
+        try:
+            for bucket, positions in groups.items():
+                done, taken = self._enqueue_bucket(
+                    self.keys.for_bucket(bucket), [events[i] for i in positions], enforce_limits, push, False
+                )
+                tickets += taken
+                for i, outcome in zip(positions, done, strict=True):
+                    outcomes[i] = outcome
+        except Exception:
+            if on_stored is not None:  # what the buckets before the failure stored still needs its drains
+                on_stored([o for o in outcomes if o is not None], tickets)
+            raise
         return [o for o in outcomes if o is not None], tickets
 
     def _enqueue_bucket(
@@ -166,25 +186,6 @@ class EventStore(StoreReads):
             for ev, (ok, publish) in zip(events, replies[: len(events)], strict=True)
         ]
         return outcomes, int(replies[len(events)]) if push is not None else 0
-
-    def _check_limits(self, events: Sequence[PreparedEvent]) -> None:
-        """With scope buckets, the batch's limits read before any bucket's script writes (each script checks
-        its own inboxes again): the tenant's queued events summed over the buckets, each inbox's depth."""
-        settings = self.settings
-        if settings.tenant_max_queued:
-            queued = self.stats().get("queued", 0)
-            if queued + len(events) > settings.tenant_max_queued:
-                raise self._over_limit(f"OVERLIMIT tenant {queued}")
-        if settings.max_inbox_depth:
-            adding: dict[str, int] = {}
-            for ev in events:
-                adding[ev.scope_key] = adding.get(ev.scope_key, 0) + 1
-            pipe = self.client.pipeline(transaction=False)
-            for scope in adding:
-                pipe.llen(self.keys.inbox(scope))
-            for (scope, n), depth in zip(adding.items(), pipe.execute(), strict=True):
-                if int(depth) + n > settings.max_inbox_depth:
-                    raise self._over_limit(f"OVERLIMIT inbox {self.keys.scope_ref(scope)} {depth}")
 
     def _over_limit(self, reply: str) -> OverLimit:
         return OverLimit.from_reply(

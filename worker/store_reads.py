@@ -9,6 +9,7 @@ in every bucket (:meth:`StoreReads.locate`). With one bucket each read is the si
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
@@ -19,7 +20,7 @@ from worker.event_body import body_of
 from worker.event_records import status_record
 from worker.keys import Keys
 from worker.settings import Settings
-from worker.store_records import to_str
+from worker.store_records import PreparedEvent, to_str
 
 __all__ = ["StoreReads", "str_dict"]
 
@@ -104,6 +105,27 @@ class StoreReads:
             for name, value in str_dict(reply).items():
                 total[name] = total.get(name, 0) + int(value)
         return total
+
+    def limits_refusal(self, events: Sequence[PreparedEvent]) -> str | None:
+        """With scope buckets, a batch's limits read before any bucket's script writes (each script checks its
+        own inboxes again): the OVERLIMIT reply the scripts would give, or None. The tenant's queued events are
+        summed over the buckets; each inbox's depth is read."""
+        settings = self.settings
+        if settings.tenant_max_queued:
+            queued = self.stats().get("queued", 0)
+            if queued + len(events) > settings.tenant_max_queued:
+                return f"OVERLIMIT tenant {queued}"
+        if settings.max_inbox_depth:
+            adding: dict[str, int] = {}
+            for ev in events:
+                adding[ev.scope_key] = adding.get(ev.scope_key, 0) + 1
+            pipe = self.client.pipeline(transaction=False)
+            for scope in adding:
+                pipe.llen(self.keys.inbox(scope))
+            for (scope, n), depth in zip(adding.items(), pipe.execute(), strict=True):
+                if int(depth) + n > settings.max_inbox_depth:
+                    return f"OVERLIMIT inbox {self.keys.scope_ref(scope)} {depth}"
+        return None
 
     def inbox_depth(self, scope_key: str) -> int:
         return int(self.client.llen(self.keys.inbox(scope_key)))

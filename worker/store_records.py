@@ -5,7 +5,7 @@ Plain records (no I/O); :mod:`worker.store` re-exports them."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,6 +18,7 @@ __all__ = [
     "CommitReply",
     "EnqueueOutcome",
     "Head",
+    "OnStored",
     "PreparedEvent",
     "now_ms",
     "staged_error",
@@ -54,6 +55,10 @@ class EnqueueOutcome:
     scope_key: str
     status: Literal["accepted", "duplicate"]
     schedule: bool
+
+
+OnStored = Callable[[list[EnqueueOutcome], int], None]
+"""With scope buckets, told what a batch stored before one bucket's script failed (outcomes, drain tickets)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,3 +258,35 @@ def test_journaled_writes_land_in_commit_order(
         assert mine == [f"o-{scope[-1]}-{i}" for i in range(60)], f"{scope}: {mine[:12]}…"
     assert redis_client.get(f"{home}test:order-counter") == "120"
     producer.close()
+
+
+def test_a_batch_whose_later_bucket_fails_still_sends_the_earlier_buckets_drains(
+    make_settings: SettingsFactory, redis_client: Redis, keys: Keys
+) -> None:
+    """Two scopes in two buckets, the second bucket's scopes registry of the wrong type: its script refuses,
+    the call fails, and the first bucket's event, already stored, has its drain message sent now (not left
+    to the reconcile sweep)."""
+    from worker.intake import StoreUnavailable
+
+    settings = make_settings(scope_buckets=8)
+    producer = Producer(settings)
+    first, second = "topic:part-a", "topic:part-c"
+    bucketed = Keys(keys.prefix, keys.tenant, 8)
+    assert bucketed.for_scope(first).bucket != bucketed.for_scope(second).bucket
+    redis_client.set(bucketed.for_scope(second).scopes, "not a set")
+    queue = keys.broker_queue(settings.queue_name)
+    assert redis_client.llen(queue) == 0
+    events = [
+        {
+            "sourceType": "test.counter",
+            "sourceId": f"part-{i}",
+            "scopeKey": scope,
+            "payload": {"counterKey": "x"},
+        }
+        for i, scope in enumerate((first, second))
+    ]
+    with pytest.raises(StoreUnavailable):
+        producer.enqueue_many(events)
+    assert producer.store.stats().get("accepted") == 1
+    assert redis_client.llen(queue) >= 1, "the stored event's drain was not sent"
+    producer.close()
