@@ -29,9 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.chain_codec import decode_chain
-from worker.chain_storage import stored_event_id
 from worker.store import EventStore, now_ms
+from worker.store_reads import chain_owner
 
 __all__ = ["ErasureReport", "erase_user", "user_hash"]
 
@@ -182,21 +181,13 @@ def _tombstone(
         pipe.zrem(k.dlq, event_id)
         pipe.execute()
         report.removed["eventPayloads"] += 1
-        if event["chainId"] and _chain_is_events(store, k.chain(event["chainId"]), event_id):
+        # chain ids are chain:<sourceId>: another scope's event with the same source id may own it now
+        if event["chainId"] and chain_owner(store.get_bytes(k.chain(event["chainId"]))) == event_id:
             report.removed["chains"] += int(client.delete(k.chain(event["chainId"])))
         if scope:
             _drop_outbox_of(store, scope, event_id, report)
     for scope in shared:
         client.srem(store.keys.scope_users(scope), user_id)
-
-
-def _chain_is_events(store: EventStore, chain_key: str, event_id: str) -> bool:
-    """Chain ids are ``chain:<sourceId>``: another scope's event with the same source id may own it now."""
-    raw = store.get_bytes(chain_key)
-    try:
-        return raw is not None and stored_event_id(decode_chain(raw)) == event_id
-    except ValueError:
-        return False
 
 
 def _drop_outbox_of(store: EventStore, scope: str, event_id: str, report: ErasureReport) -> None:

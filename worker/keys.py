@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.key_buckets import TenantSlots, UnboundBucket
+from worker.key_buckets import TenantSlots, UnboundBucket, bucket_of
 from worker.tenancy import (
     DEFAULT_TENANT,
     BadTenant,
@@ -33,6 +33,7 @@ __all__ = [
     "BadTenant",
     "Keys",
     "UnboundBucket",
+    "bucket_of",
     "check_tenant",
     "scope_ref",
     "split_scope_ref",

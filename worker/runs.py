@@ -25,6 +25,7 @@ from worker.event_body import body_of
 from worker.event_records import LIST_FIELDS, source_digest, status_record
 from worker.keys import Keys
 from worker.store import EventStore, now_ms
+from worker.store_reads import newest_first
 
 __all__ = [
     "MAX_EXAMINED",
@@ -146,27 +147,22 @@ def list_runs(store: EventStore, query: RunQuery) -> RunPage:
 Entry = tuple[str, int, Keys]  # (event id, enqueue time, the key builder of its bucket)
 
 
-def _order(member: str, score: int) -> tuple[int, tuple[int, ...]]:
-    """Newest first; within one time, the larger id first (ZREVRANGE's order)."""
-    return -score, (*(-b for b in member.encode("utf-8")), 1)
-
-
 def _merged(
     indexes: Sequence[tuple[Keys, str]], pages: Sequence[Any], page_size: int
 ) -> tuple[list[Entry], bool]:
     """The buckets' pages merged in order, cut where a full page ends (entries past that point may still be
     missing from it), and whether any page was full (there is more to walk)."""
     merged: list[Entry] = []
-    cut: tuple[int, tuple[int, ...]] | None = None
+    cut: tuple[float, tuple[int, ...]] | None = None
     for (k, _), flat in zip(indexes, pages, strict=True):
         entries = [(str(flat[i]), int(float(flat[i + 1])), k) for i in range(0, len(flat), 2)]
         merged += entries
         if len(entries) == page_size:
-            last = _order(entries[-1][0], entries[-1][1])
+            last = newest_first(entries[-1][0], entries[-1][1])
             cut = last if cut is None or last < cut else cut
-    merged.sort(key=lambda e: _order(e[0], e[1]))
+    merged.sort(key=lambda e: newest_first(e[0], e[1]))
     if cut is not None:
-        merged = [e for e in merged if _order(e[0], e[1]) <= cut]
+        merged = [e for e in merged if newest_first(e[0], e[1]) <= cut]
     return merged, cut is not None
 
 
@@ -235,23 +231,12 @@ def discard(store: EventStore, event_ids: Sequence[str], reason: str) -> tuple[l
 
 def list_discarded(store: EventStore, *, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
     """Discarded events, latest discard first, each with ``reason`` and ``at`` (and its payload while kept)."""
-    every = store.buckets()
+    latest = store.newest_of(lambda k: k.runs("discarded-at"), offset, limit)
     pipe = store.client.pipeline(transaction=False)
-    for k in every:
-        pipe.zrevrange(k.runs("discarded-at"), 0, offset + limit - 1, withscores=True)
-    latest = sorted(
-        (
-            (int(float(at)), str(m), k)
-            for k, reply in zip(every, pipe.execute(), strict=True)
-            for m, at in reply
-        ),
-        key=lambda e: _order(e[1], e[0]),
-    )[offset : offset + limit]
-    pipe = store.client.pipeline(transaction=False)
-    for _, event_id, k in latest:
+    for event_id, _, k in latest:
         pipe.hgetall(k.event(event_id))
     out: list[dict[str, Any]] = []
-    for (_, event_id, _), reply in zip(latest, pipe.execute(), strict=True):
+    for (event_id, _, _), reply in zip(latest, pipe.execute(), strict=True):
         raw = {str(k): str(v) for k, v in reply.items()}
         if raw.get("state") != "discarded":
             continue  # expired, or since replayed by its producer as a new event

@@ -23,7 +23,7 @@ from worker.chain_codec import encode_chain
 from worker.errors import NotReplicated, OverLimit
 from worker.event_records import source_digest
 from worker.journal import journal_followups, journaled
-from worker.keys import Keys
+from worker.keys import Keys, bucket_of
 from worker.redis_client import is_cluster
 from worker.scripts import Scripts
 from worker.scripts_batch import EVENT_ARGS, EVENT_KEYS
@@ -128,7 +128,7 @@ class EventStore(StoreReads):
         # queue quota checked against the buckets' sum first (concurrent batches may pass it together).
         groups: dict[int, list[int]] = {}
         for i, ev in enumerate(events):
-            groups.setdefault(self.keys.for_scope(ev.scope_key).bucket or 0, []).append(i)
+            groups.setdefault(bucket_of(ev.scope_key, self.keys.buckets), []).append(i)
         refusal = self.limits_refusal(events) if enforce_limits else None
         if refusal is not None:
             raise self._over_limit(refusal)

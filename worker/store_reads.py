@@ -8,8 +8,7 @@ in every bucket (:meth:`StoreReads.locate`). With one bucket each read is the si
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis import Redis
@@ -22,7 +21,7 @@ from worker.keys import Keys
 from worker.settings import Settings
 from worker.store_records import PreparedEvent, to_str
 
-__all__ = ["StoreReads", "str_dict"]
+__all__ = ["StoreReads", "chain_owner", "newest_first", "str_dict"]
 
 
 def str_dict(raw: Any) -> dict[str, str]:
@@ -68,19 +67,22 @@ class StoreReads:
     def _chain_bytes(self, chain_id: str) -> bytes | None:
         """The stored chain; with scope buckets, of the bucket whose event wrote it last (a chain id,
         ``chain:<sourceId>``, may name runs of scopes in several buckets: one key would hold the last)."""
-        copies = [(k, raw) for k in self.buckets() if (raw := self.get_bytes(k.chain(chain_id))) is not None]
+        every = self.buckets()
+        if len(every) == 1:
+            return self.get_bytes(every[0].chain(chain_id))
+        pipe = self.client.pipeline(transaction=False)
+        for k in every:
+            pipe.execute_command("GET", k.chain(chain_id), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        copies = [(k, raw) for k, raw in zip(every, pipe.execute(), strict=True) if raw is not None]
         if len(copies) <= 1:
             return copies[0][1] if copies else None
 
         def written_at(copy: tuple[Keys, bytes]) -> int:
-            try:
-                event_id = stored_event_id(decode_chain(copy[1]))
-            except ValueError:
-                return -1
-            at = self.client.hget(copy[0].event(event_id), "doneAt") if event_id else None
-            return int(at or 0)
+            event_id = chain_owner(copy[1])
+            return int(self.client.hget(copy[0].event(event_id), "doneAt") or 0) if event_id else -1
 
-        return max(copies, key=written_at)[1]
+        newest: bytes = max(copies, key=written_at)[1]
+        return newest
 
     def get_bytes(self, key: str) -> bytes | None:
         """A string value as stored (chains and lanes are binary): ``NEVER_DECODE`` on this decoding client."""
@@ -89,11 +91,7 @@ class StoreReads:
 
     def chain_event_id(self, chain_id: str) -> str | None:
         """The id of the event whose run wrote the stored chain (None: no chain, or none readable)."""
-        raw = self._chain_bytes(chain_id)
-        try:
-            return None if raw is None else stored_event_id(decode_chain(raw))
-        except ValueError:
-            return None
+        return chain_owner(self._chain_bytes(chain_id))
 
     def stats(self) -> dict[str, int]:
         """The tenant's counters (summed over its buckets)."""
@@ -142,25 +140,33 @@ class StoreReads:
             pipe.smembers(k.scopes)
         return [to_str(x) for members in pipe.execute() for x in members]
 
+    def newest_of(
+        self, index: Callable[[Keys], str], offset: int, limit: int
+    ) -> list[tuple[str, float, Keys]]:
+        """One page of a per-bucket index (a zset scored by time), newest first over every bucket: (member,
+        score, the bucket's key builder). With one bucket, that page of the one index."""
+        every = self.buckets()
+        start = offset if len(every) == 1 else 0
+        pipe = self.client.pipeline(transaction=False)
+        for k in every:
+            pipe.zrevrange(index(k), start, offset + limit - 1, withscores=True)
+        found = [
+            (to_str(m), float(at), k)
+            for k, reply in zip(every, pipe.execute(), strict=True)
+            for m, at in reply
+        ]
+        if len(every) == 1:
+            return found
+        return sorted(found, key=lambda e: newest_first(e[0], e[1]))[offset : offset + limit]
+
     def dlq_list(self, *, offset: int = 0, limit: int = 100) -> list[dict[str, Any]]:
         """Dead events, most recent death first, each with payload, attempts and last error."""
+        page = self.newest_of(lambda k: k.dlq, offset, limit)
         pipe = self.client.pipeline(transaction=False)
-        every = self.buckets()
-        for k in every:
-            pipe.zrevrange(k.dlq, 0, offset + limit - 1, withscores=True)
-        # newest death first over every bucket (ties: the larger id first, as ZREVRANGE orders one bucket)
-        merged = heapq.merge(
-            *(
-                [(-float(score), _desc(to_str(m)), to_str(m), k) for m, score in reply]
-                for k, reply in zip(every, pipe.execute(), strict=True)
-            )
-        )
-        page = list(merged)[offset : offset + limit]
-        pipe = self.client.pipeline(transaction=False)
-        for *_, event_id, k in page:
+        for event_id, _, k in page:
             pipe.hgetall(k.event(event_id))
         out = []
-        for (*_, event_id, _k), reply in zip(page, pipe.execute(), strict=True):
+        for (event_id, _, _), reply in zip(page, pipe.execute(), strict=True):
             if reply:
                 raw = str_dict(reply)
                 record = status_record(raw, event_id)
@@ -182,6 +188,15 @@ class StoreReads:
         return [to_str(x) for ids in pipe.execute() for x in ids]
 
 
-def _desc(member: str) -> tuple[int, ...]:
-    """A sort key that orders members descending under an ascending merge."""
-    return (*tuple(-b for b in member.encode("utf-8")), 1)
+def newest_first(member: str, score: float) -> tuple[float, tuple[int, ...]]:
+    """A sort key over entries of several zsets: the highest score first and, within one score, the larger
+    member first (one zset's ZREVRANGE order)."""
+    return -score, (*(-b for b in member.encode("utf-8")), 1)
+
+
+def chain_owner(raw: bytes | None) -> str | None:
+    """The id of the event whose run wrote a stored chain (None: no chain, or none readable)."""
+    try:
+        return None if raw is None else stored_event_id(decode_chain(raw))
+    except ValueError:
+        return None
