@@ -82,8 +82,12 @@ class ReceiptDeps:
 
 def receipt_action_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
     """Append the receipt in ``payload.receipt`` once (staged: commits with the idempotency mark)."""
-    receipt = action.payload["receipt"]
-    for command in receipt_effects(ctx.keys, receipt, ctx.deps(ReceiptDeps).ttl_s):
+    receipt = dict(action.payload["receipt"])
+    source = ctx.source
+    if source is not None and source.user_id:  # a receipt is its event's user's, whatever a payload says
+        receipt["userId"] = source.user_id
+    event_id = source.event_id if source is not None else None
+    for command in receipt_effects(ctx.keys, receipt, ctx.deps(ReceiptDeps).ttl_s, event_id=event_id):
         ctx.effects.call(*command)
     return applied(
         action, ctx, detail=f"Receipt {receipt['id']} appended.", output={"receiptId": receipt["id"]}

@@ -16,6 +16,7 @@ import httpx
 from producers._http_cli import CliError, HttpSender, add_target_options, resolve_target
 from producers._inspect_cli import add_inspection_commands
 from producers._keys_cli import add_keys_command
+from producers._migrate_cli import add_migrate_command
 from producers._probe_cli import add_probe_commands
 
 __all__ = ["main"]
@@ -209,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspection_commands(sub)
     add_keys_command(sub)
     add_probe_commands(sub)
+    add_migrate_command(sub)
     return parser
 
 
@@ -297,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             getattr(args, "dlq_command", None),
             getattr(args, "keys_command", None),
             getattr(args, "probe_target", None),
+            getattr(args, "migrate_command", None),
         )
         if v
     )

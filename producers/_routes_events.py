@@ -10,12 +10,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
-from producers._api_models import AttemptRecord, ErrorDetail, EventState, EventStatus, body_route
+from producers._api_models import AttemptRecord, ErrorDetail, EventState, EventStatus, Receipt, body_route
 from producers._principal import Principal, require, tenant_producer
 from producers._web_common import error_response, producer_of, read_json, settings_of
 from worker.intake import EventError, InvalidEvent, SourceEvent
 from worker.outbox import records_of_event
 from worker.rate_limit import RateLimiter
+from worker.receipts import NO_USER, ReceiptStore
 from worker.runs import BadCursor, RunQuery, event_detail, find_by_source, list_runs
 from worker.scope import derive_scope_key
 from worker.scope_control import cancel_event
@@ -64,6 +65,11 @@ class EventDetail(EventStatus):
     )
     outbox: list[dict[str, Any]] | None = Field(
         default=None, description="Its outbound calls: kind, key, state, attempts, last error."
+    )
+    receipts: list[Receipt] = Field(
+        default_factory=list,
+        description="The receipts its run produced: appended by its chain, or reported by the agent runs it "
+        "started (their outbound calls' keys are the runs' operation ids). Newest first; its user's only.",
     )
 
 
@@ -281,6 +287,9 @@ def get_event(
     outbox = records_of_event(producer.store, str(record.get("scopeKey") or ""), found)
     if outbox:
         record["outbox"] = outbox  # its outbound calls: state, attempts, last error
+    runs = [found, *(str(call["key"]) for call in outbox if call.get("key"))]
+    receipts = ReceiptStore(producer.store.client, producer.store.keys, ttl_s=0)
+    record["receipts"] = receipts.produced_by(str(record.get("userId") or NO_USER), runs)
     return JSONResponse(record)
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from producers._api_models import ErrorBody, EventStatus, body_route
+from producers._api_models import ErrorBody, ErrorDetail, EventStatus, body_route
 from producers._auth import ops_access
 from producers._ops import discard_events, edited_bodies, redrive_events
 from producers._principal import Principal, public, require, tenant_producer
@@ -17,6 +17,7 @@ from worker.intake import InvalidEvent
 from worker.process_metrics import CONTENT_TYPE, exposition
 from worker.runs import list_discarded
 from worker.state_metrics import backlog, state_exposition
+from worker.store_reads import EVENT_ID
 from worker.store_safety import current_safety
 
 __all__ = ["router"]
@@ -127,11 +128,57 @@ class Readiness(BaseModel):
     checks: dict[str, str]
 
 
-@router.get("/v1/chains/{chain_id:path}", response_model=ChainDocument)
+class ChainRun(BaseModel):
+    eventId: str
+    userId: str | None = None
+    scopeKey: str | None = None
+    sourceType: str | None = None
+    status: str | None = None
+
+
+class ChainConflict(BaseModel):
+    """409 ``ambiguous_chain_id``: LobeHub's chain id names the runs of several events (one source id sent by
+    two users, or in two scopes); ``candidates`` lists them: ask again with an ``eventId`` (or ``userId``)."""
+
+    error: ErrorDetail
+    candidates: list[ChainRun]
+
+
+@router.get(
+    "/v1/chains/{chain_id:path}",
+    response_model=ChainDocument,
+    responses={409: {"model": ChainConflict, "description": "A chain id of several runs."}},
+)
 def get_chain(
-    chain_id: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+    chain_id: str,
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
+    user_id: Annotated[str | None, Query(alias="userId", max_length=256)] = None,
 ) -> JSONResponse:
-    chain = tenant_producer(request).store.get_chain(chain_id)
+    """The trace of one run. ``chain_id`` is an event id (that event's run) or LobeHub's chain id
+    ``chain:<sourceId>``, which names the run of every event with that source id: ``userId`` keeps one user's;
+    when several runs with a trace remain, the answer is 409 ``ambiguous_chain_id`` listing them."""
+    store = tenant_producer(request).store
+    if not EVENT_ID.fullmatch(chain_id):
+        runs = store.chain_runs(chain_id, user_id=user_id)
+        traced = [
+            r for r in runs if store.client.exists(store.locate(str(r["eventId"])).chain(str(r["eventId"])))
+        ]
+        if len(traced) > 1:
+            listed = [{k: r.get(k) for k in ChainRun.model_fields} for r in traced]
+            message = (
+                f"chain id {chain_id!r} names {len(traced)} runs: ask for one by its eventId (or userId)"
+            )
+            return JSONResponse(
+                {
+                    "error": {"code": "ambiguous_chain_id", "message": message, "field": "chainId"},
+                    "candidates": listed,
+                },
+                status_code=409,
+            )
+        if len(traced) == 1:
+            chain_id = str(traced[0]["eventId"])
+    chain = store.get_chain(chain_id, user_id=user_id)
     if chain is None:
         return error_response(404, "not_found", f"no chain {chain_id!r} (not run yet, or past retention)")
     return JSONResponse(chain)

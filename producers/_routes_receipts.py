@@ -1,4 +1,5 @@
-"""``GET /v1/receipts``: receipts of a user/agent/topic, newest first, with a cursor."""
+"""``GET /v1/receipts``: one user's receipts (across agents and topics, or one agent's, or one topic's),
+newest first, with a cursor."""
 
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ def get_receipts(
     limit: Annotated[int, Query(json_schema_extra={"minimum": 1, "maximum": MAX_LIMIT})] = 20,
     cursor: Annotated[str | None, Query(description="The previous page's ``cursor``.")] = None,
 ) -> JSONResponse:
-    """``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor`` comes from the previous page; ``limit``
-    is 1..50, default 20 (LobeHub's ``listReceipts``)."""
+    """The user's receipts, newest first: ``userId`` alone lists every agent's and topic's; ``agentId`` and
+    ``topicId`` narrow them (both: LobeHub's ``listReceipts``). A user token reads only its own user's.
+    ``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor`` comes from the previous page; ``limit``
+    is 1..50, default 20."""
     if not userId:
         return error_response(422, "missing_field", "userId is required", "userId")
     check_user(principal, userId, "receipts")
@@ -48,8 +51,8 @@ def get_receipts(
         return error_response(422, "invalid_field", "cursor is not one this API returned", "cursor")
     receipts, next_cursor = receipt_store(request).list(
         user_id=userId,
-        agent_id=agentId or "-",
-        topic_id=topicId or "-",
+        agent_id=agentId or None,
+        topic_id=topicId or None,
         since_created_at=sinceCreatedAt,
         limit=limit,
         cursor=cursor,

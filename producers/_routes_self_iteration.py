@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Literal
 
@@ -23,7 +24,7 @@ from producers._feed import FeedResponse, Listener, Resync, feed_of
 from producers._principal import Principal, check_user, require, tenant_producer
 from producers._routes_receipts import receipt_store
 from producers._web_common import error_response, json_body, producer_of, settings_of
-from worker.receipts import ReceiptStore
+from worker.receipts import ReceiptStore, matches
 
 __all__ = ["router"]
 
@@ -135,11 +136,24 @@ def get_skill(
         }
     },
 )
-def rollback_receipt(receipt_id: str, request: Request, principal: Operator) -> JSONResponse:
-    """Undo a skill-document receipt: rolled_back | conflict | not_found | failed | unsupported (kept on the receipt)."""
+def rollback_receipt(
+    receipt_id: str, request: Request, principal: Operator, userId: str | None = None
+) -> JSONResponse:
+    """Undo a skill-document receipt: rolled_back | conflict | not_found | failed | unsupported (kept on the
+    receipt). A receipt is one user's: a user token's own, else ``userId``'s (a key that names no user is
+    answered when exactly one user has a receipt with this id; give ``userId``, it is cheaper)."""
     receipts = receipt_store(request)
-    receipt = receipts.get(receipt_id)
-    if receipt is None or not principal.owns_user(str(receipt.get("userId"))):
+    user = principal.user_id or userId
+    if user is None:
+        owners = receipts.owners_of(receipt_id)
+        if len(owners) > 1:
+            message = f"receipt {receipt_id!r} exists for {len(owners)} users: give userId"
+            return error_response(409, "ambiguous_receipt_id", message, "userId")
+        user = owners[0] if owners else None
+    if user is None or not principal.owns_user(user):
+        return JSONResponse({"status": "not_found"}, status_code=404)
+    receipt = receipts.get(user, receipt_id)
+    if receipt is None:
         return JSONResponse({"status": "not_found"}, status_code=404)
     metadata = receipt.get("metadata") or {}
     status: str
@@ -155,7 +169,7 @@ def rollback_receipt(receipt_id: str, request: Request, principal: Operator) -> 
             str(metadata["historyId"]),
             int(metadata["expectedCurrentDocumentUpdatedAt"]),
         )
-    updated = receipts.update_metadata(receipt_id, {"rollbackStatus": status})
+    updated = receipts.update_metadata(user, receipt_id, {"rollbackStatus": status})
     return JSONResponse({"status": status, "receipt": updated})
 
 
@@ -186,11 +200,12 @@ def stream_receipts(
     keys = producer_of(request).store.keys.for_tenant(principal.tenant)
     settings = settings_of(request)
     receipts = ReceiptStore(producer_of(request).store.client, keys, ttl_s=settings.receipt_retention_s)
+    wanted = ReceiptFilter(userId, _narrowing(agentId), _narrowing(topicId))
     return FeedResponse(
         feed_of(request),
-        keys.receipts_feed(userId, agentId or "-", topicId or "-"),
+        keys.receipts_feed(userId),
         principal.credential_id,
-        partial(_receipt_events, receipts=receipts),
+        partial(_receipt_events, receipts=receipts, wanted=wanted),
         unavailable_retry_after_s=settings.store_retry_after_s,
         headers={"cache-control": "no-cache"},
         ping=15,
@@ -199,8 +214,25 @@ def stream_receipts(
     )
 
 
-async def _receipt_events(listener: Listener, receipts: ReceiptStore) -> AsyncIterator[bytes]:
-    """The stream's frames; a receipt is read once however many streams announce it at the same time."""
+@dataclass(frozen=True, slots=True)
+class ReceiptFilter:
+    """Which of the user's receipts a stream sends: every one, or one agent's and/or one topic's."""
+
+    user_id: str
+    agent_id: str | None
+    topic_id: str | None
+
+
+def _narrowing(value: str) -> str | None:
+    """A stream's ``agentId``/``topicId``: ``-`` or empty (the default) is every agent's / topic's."""
+    return None if value in ("", "-") else value
+
+
+async def _receipt_events(
+    listener: Listener, receipts: ReceiptStore, wanted: ReceiptFilter
+) -> AsyncIterator[bytes]:
+    """The stream's frames: the user's new receipts that match ``wanted``; a receipt is read once however many
+    streams announce it at the same time."""
     sent: dict[str, None] = {}  # the last ids sent (insertion-ordered, bounded): Redis may repeat one
     try:
         yield b": connected\n\n"
@@ -212,12 +244,13 @@ async def _receipt_events(listener: Listener, receipts: ReceiptStore) -> AsyncIt
                 continue
             try:
                 receipt = await listener.feed.once(
-                    receipts.keys.receipt(item), partial(anyio.to_thread.run_sync, receipts.get, item)
+                    receipts.keys.receipt(wanted.user_id, item),
+                    partial(anyio.to_thread.run_sync, receipts.get, wanted.user_id, item),
                 )
             except RedisError:  # the client re-reads the list when the store is back
                 yield b"event: resync\ndata: {}\n\n"
                 continue
-            if receipt is None:
+            if receipt is None or not matches(receipt, wanted.user_id, wanted.agent_id, wanted.topic_id):
                 continue
             sent[item] = None
             if len(sent) > 1024:

@@ -28,6 +28,7 @@ from worker.intake import (
     parse_event,
     prepare,
     pydantic_error,
+    resolve_user,
 )
 from worker.settings import Settings
 from worker.source_types import SourceTypePolicy
@@ -68,6 +69,7 @@ class Emitter:
         source_types: Iterable[str] = (),
         admission: Sequence[AdmissionHook] = (),
         payload_schemas: Iterable[tuple[str, type[BaseModel]]] = (),
+        user_fields: Iterable[tuple[str, Sequence[str]]] = (),
     ) -> None:
         self.settings = settings
         self.store = store
@@ -87,6 +89,10 @@ class Emitter:
             model,
         ) in payload_schemas:  # the plugins' payload models, each must accept the payload
             self.payload_schemas.setdefault(source_type, []).append(model)
+        # Where the plugins' handlers read a user in a payload (besides its userId): each must name the event's.
+        self.user_fields: dict[str, list[str]] = {}
+        for source_type, paths in user_fields:
+            self.user_fields.setdefault(source_type, []).extend(paths)
         # The door (SDK, HTTP, CLI) enforces the inbox and tenant limits; the engine's own emits (plugin
         # tasks reporting a run) do not: refusing those would lose what a run already did.
         self.enforce_limits = False
@@ -108,6 +114,7 @@ class Emitter:
         data = event.model_dump(by_alias=True, exclude_none=True) if isinstance(event, SourceEvent) else event
         parsed = parse_event(data, self.types, prefix=prefix)
         self.check_payload(parsed.source_type, parsed.payload, prefix=prefix)
+        user = resolve_user(parsed, self.user_fields.get(parsed.source_type, ()), prefix=prefix)
         size = len(json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
         if size > self.settings.max_event_bytes:
             field = f"{prefix}.payload" if prefix else "payload"
@@ -119,7 +126,7 @@ class Emitter:
                 ),
                 status_code=413,
             )
-        return prepare(parsed, tenant=self.store.tenant)
+        return prepare(parsed, tenant=self.store.tenant, user_id=user)
 
     def check_payload(self, source_type: str, payload: Mapping[str, Any], *, prefix: str = "") -> None:
         """Raise InvalidEvent naming ``payload.<field>`` when a plugin's payload model for ``source_type``

@@ -2,7 +2,7 @@
 
 Every key that holds a user's data is found from the tenant and the user, by design (``worker/keys.py``):
 
-* user-keyed families: memories, skills (and each document's version history), receipts (index and bodies),
+* user-keyed families: memories, skills (and each document's version history), receipts (bodies and indexes),
   conversations, the user's conversation and session indexes, the feature override, review guards naming
   the user;
 * the user's events, from their index ``events-of:user:U`` (written with each event): each event becomes a
@@ -181,7 +181,8 @@ def _tombstone(
         pipe.zrem(k.dlq, event_id)
         pipe.execute()
         report.removed["eventPayloads"] += 1
-        # chain ids are chain:<sourceId>: another scope's event with the same source id may own it now
+        report.removed["chains"] += int(client.delete(k.chain(event_id)))  # its run's own trace
+        # a chain stored under its chain id before chains were kept per event: only when this event wrote it
         if event["chainId"] and chain_owner(store.get_bytes(k.chain(event["chainId"]))) == event_id:
             report.removed["chains"] += int(client.delete(k.chain(event["chainId"])))
         if scope:
@@ -220,14 +221,18 @@ def _drop_user_keyed(store: EventStore, user_id: str, report: ErasureReport) -> 
         client.delete(key)
     for key in client.scan_iter(match=_glob_escape(k.skill_runs(user_id, "")) + "*", count=SCAN_COUNT):
         client.delete(key)  # what each skill run did (its answer to a redelivery)
-    index_pattern = _glob_escape(k.receipt_index(user_id, "", "")).replace(
-        ":agent::topic:", ":agent:*:topic:*"
-    )
-    for index in client.scan_iter(match=index_pattern, count=SCAN_COUNT):
-        ids = [_s(x) for x in client.zrange(index, 0, -1)]
-        if ids:
-            report.removed["receipts"] += int(client.delete(*[k.receipt(i) for i in ids]))
+    # Receipts: every one the user has is in the user's own index; the per-agent/topic and per-run indexes
+    # are the keys under it.
+    ids = [_s(x) for x in client.zrange(k.user_receipts(user_id), 0, -1)]
+    for start in range(0, len(ids), 500):
+        report.removed["receipts"] += int(
+            client.delete(*[k.receipt(user_id, i) for i in ids[start : start + 500]])
+        )
+    for index in client.scan_iter(match=_glob_escape(k.user_receipts(user_id)) + ":*", count=SCAN_COUNT):
         client.delete(index)
+    client.delete(k.user_receipts(user_id))
+    for key in client.scan_iter(match=_glob_escape(k.receipt(user_id, "")) + "*", count=SCAN_COUNT):
+        report.removed["receipts"] += int(client.delete(key))  # one its indexes no longer name
     owners = [_s(m) for m in client.zrange(k.user_conversations(user_id), 0, -1)]
     for member in owners:
         user, agent, topic = [*member.split("\x1f"), "", "", ""][:3]

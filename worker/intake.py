@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -36,6 +36,7 @@ __all__ = [
     "parse_event",
     "prepare",
     "pydantic_error",
+    "resolve_user",
     "with_traceparent",
 ]
 
@@ -165,14 +166,55 @@ def parse_event(data: Any, types: SourceTypePolicy, *, prefix: str = "") -> Sour
     return event
 
 
+USER_FIELD = "userId"  # the event's own user field, and the payload's (read by handlers of every type)
+
+
+def resolve_user(event: SourceEvent, user_fields: Sequence[str] = (), *, prefix: str = "") -> str | None:
+    """The event's user: its ``userId``, else the payload's ``userId``, else the first of ``user_fields`` (dotted
+    payload paths where a plugin's handlers read a user, e.g. ``selfIteration.userId``) that names one. Every
+    other of those fields that names a user must name the same one: else InvalidEvent (422
+    ``user_mismatch`` naming the field), so no handler ever reads a user other than the one the credential
+    stamped (or the event names)."""
+    found: list[tuple[str, object]] = [(USER_FIELD, event.user_id)]
+    for path in (USER_FIELD, *user_fields):
+        found.append((f"payload.{path}", _at(event.payload, path.split("."))))
+    user: str | None = None
+    for field, value in found:
+        if value is None:
+            continue
+        where = field_path((field,), prefix) or field
+        if not isinstance(value, str) or not value:
+            message = f"{where} must be a user id (a non-empty string)"
+            raise InvalidEvent(EventError(code="invalid_field", message=message, field=where))
+        if user is None:
+            user = value
+        elif value != user:
+            message = f"{where} names user {value!r}; the event's user is {user!r} (give one user or none)"
+            raise InvalidEvent(EventError(code="user_mismatch", message=message, field=where))
+    return user
+
+
+def _at(data: Mapping[str, Any], path: Sequence[str]) -> object:
+    """The value at ``path`` in nested objects, or None where the path ends early."""
+    value: object = data
+    for part in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
 def prepare(
     event: SourceEvent,
     *,
     now_ms: int | None = None,
     traceparent: str | None = None,
     tenant: str = "default",
+    user_id: str | None = None,
 ) -> PreparedEvent:
-    """Resolve scope and timestamp, derive the ids, and build the Source the worker will run."""
+    """Resolve scope and timestamp, derive the ids, and build the Source the worker will run. ``user_id`` is
+    the event's user (:func:`resolve_user`): the Source carries it, whichever field named it."""
+    user_id = user_id or event.user_id
     scope_key = event.scope_key or derive_scope_key(
         event.payload, user_id=event.user_id, agent_id=event.agent_id
     )
@@ -185,21 +227,20 @@ def prepare(
         timestamp=event.timestamp if event.timestamp is not None else (now_ms or int(time.time() * 1000)),
         payload=event.payload,
         chain=ChainRef(chain_id=f"chain:{event.source_id}", root_source_id=event.source_id),
-        user_id=event.user_id,
+        user_id=user_id,
         agent_id=event.agent_id,
         workspace_id=event.workspace_id,
         event_id=event_id,
         traceparent=traceparent,
     )
     body = stored_body(source.to_json_dict())  # without what the event's hash holds (worker/event_body.py)
-    payload_user = event.payload.get("userId")
     return PreparedEvent(
         event_id=event_id,
         scope_key=scope_key,
         source_id=event.source_id,
         body=body,
         source_type=event.source_type,
-        user_id=event.user_id or (payload_user if isinstance(payload_user, str) else None),
+        user_id=user_id,
         tenant=tenant,
     )
 

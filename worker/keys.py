@@ -143,8 +143,11 @@ class Keys(TenantSlots):
     def idempotency(self, scope_key: str, key: str) -> str:
         return f"{self.single or self.of_scope(scope_key)}idem:{{{scope_key}}}:{key}"
 
-    def chain(self, chain_id: str) -> str:
-        return f"{self.own or self.bound}chain:{chain_id}"
+    def chain(self, event_id: str) -> str:
+        """The chain document of one event's run (its id is the event's: two events with one source id, say
+        two users' ``msg_1``, share LobeHub's chain id ``chain:msg_1`` and never one document). A key named by a
+        chain id (``chain:chain:<sourceId>``) is a document stored before that (read, never written)."""
+        return f"{self.own or self.bound}chain:{event_id}"
 
     def activity(self, scope_key: str) -> str:
         """Per-scope activity counters written by the built-in policy's action."""
@@ -326,17 +329,33 @@ class Keys(TenantSlots):
         """userId -> "1" | "0": per-user override of the self-iteration feature gate."""
         return f"{self.home}features:self-iteration"
 
-    def receipts_feed(self, user_id: str, agent_id: str, topic_id: str) -> str:
-        """Pub/sub channel announcing new receipt ids of an index (the SSE stream listens here)."""
-        return f"{self.home}receipts-feed:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
+    def receipts_feed(self, user_id: str) -> str:
+        """Pub/sub channel announcing one user's new receipt ids (the SSE stream listens here and filters)."""
+        return f"{self.home}receipts-feed:user:{user_id}"
 
-    # --- receipts ---
+    # --- receipts: a receipt belongs to one user; its id (LobeHub's, from a source id) is unique per user ---
 
-    def receipt(self, receipt_id: str) -> str:
-        return f"{self.home}receipt:{receipt_id}"
+    def receipt(self, user_id: str, receipt_id: str) -> str:
+        """One receipt (JSON). The user is part of the key: two users' receipts of one source id (the same
+        LobeHub id) are two receipts (user ids hold no ``:``)."""
+        return f"{self.receipt_prefix}{user_id}:{receipt_id}"
+
+    @property
+    def receipt_prefix(self) -> str:
+        """``receipt_prefix + "<userId>:<receiptId>"`` is a receipt (a SCAN for a receipt id of any user)."""
+        return f"{self.home}receipt:"
+
+    def user_receipts(self, user_id: str) -> str:
+        """Every receipt id of one user by ``createdAt`` (zset): ``GET /v1/receipts?userId=U`` walks it."""
+        return f"{self.home}receipts:user:{user_id}"
 
     def receipt_index(self, user_id: str, agent_id: str, topic_id: str) -> str:
+        """LobeHub's index of one user's receipts in one agent's topic (zset by ``createdAt``)."""
         return f"{self.home}receipts:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
+
+    def operation_receipts(self, user_id: str, operation_id: str) -> str:
+        """The receipts one agent run (operation) produced (set): a run's detail lists them."""
+        return f"{self.home}receipts:user:{user_id}:operation:{operation_id}"
 
     @property
     def scopes(self) -> str:

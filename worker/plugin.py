@@ -13,6 +13,10 @@ A :class:`Plugin` is one object that owns everything the engine does for one con
 * ``payload_schemas``: ``{source_type: pydantic model}``, the payload its handlers require: checked at the door
   (a 422 naming ``payload.<field>``), for follow-up events, and for a redrive's edited payload, so an event its
   handlers can never process is refused instead of dying in the worker (every plugin's model must accept it);
+* ``user_fields``: ``{source_type: ["selfIteration.userId", …]}``, the payload fields (dotted paths) where its
+  handlers read a user besides ``payload.userId``: each must name the event's user (the user a user token
+  stamped, or the event's ``userId``), else the door refuses the event with a 422 naming the field; handlers
+  read the user from ``ctx.source.user_id``;
 * ``deliverers``: ``{kind: runtime → deliverer}`` for the outbound calls its handlers stage with
   ``ctx.outbox(kind, payload, key=…)``; the outbox relay calls ``deliverer(record)`` at least once per
   record and the deliverer passes ``record.key`` on as the idempotency key.
@@ -151,6 +155,7 @@ class Plugin:
     source_types: Sequence[str] = field(default_factory=tuple)
     payload_schemas: Mapping[str, type[_BaseModel]] = field(default_factory=dict)
     deliverers: Mapping[str, Callable[[PluginRuntime], Deliverer]] = field(default_factory=dict)
+    user_fields: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def build_policies(self, runtime: PluginRuntime) -> list[Policy]:
         """The plugin's policies for this process."""

@@ -91,6 +91,7 @@ def assemble(
     hooks = [p.admission(base) for p in plugins if p.admission is not None]
     source_types = [t for p in plugins for t in p.source_types]
     schemas = [(t, model) for p in plugins for t, model in p.payload_schemas.items()]
+    user_fields = [(t, paths) for p in plugins for t, paths in p.user_fields.items()]
     emitter = Emitter(
         settings,
         store,
@@ -100,6 +101,7 @@ def assemble(
         source_types=source_types,
         admission=hooks,
         payload_schemas=schemas,
+        user_fields=user_fields,
     )
     deps = Deps()
     runtime = replace(base, emitter=emitter, deps=deps)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.event_body import body_of
-from worker.event_records import LIST_FIELDS, source_digest, status_record
+from worker.event_records import status_record
 from worker.keys import Keys
 from worker.store import EventStore, now_ms
 from worker.store_reads import newest_first
@@ -167,15 +167,7 @@ def _merged(
 
 
 def _records(store: EventStore, entries: Sequence[Entry]) -> list[dict[str, Any] | None]:
-    pipe = store.client.pipeline(transaction=False)
-    for member, _, k in entries:
-        pipe.hmget(k.event(member), list(LIST_FIELDS))
-    out: list[dict[str, Any] | None] = []
-    for (member, _, _), values in zip(entries, pipe.execute(), strict=True):
-        raw = {name: str(v) for name, v in zip(LIST_FIELDS, values, strict=True) if v is not None}
-        # no state: expired, the index entry is stale
-        out.append(status_record(raw, member) if raw.get("state") else None)
-    return out
+    return store.records([(member, k) for member, _, k in entries])
 
 
 def event_detail(store: EventStore, event_id: str) -> dict[str, Any] | None:
@@ -194,15 +186,7 @@ def event_detail(store: EventStore, event_id: str) -> dict[str, Any] | None:
 
 def find_by_source(store: EventStore, source_id: str) -> list[dict[str, Any]]:
     """The tenant's stored events with this source id (any scope, any source type), newest first."""
-    digest = source_digest(source_id)
-    entries: list[Entry] = []
-    for k in store.buckets():
-        index = store.client.zscan_iter(k.events_of_source(digest), match=f"{digest}:*", count=500)
-        ids = sorted({str(member).partition(":")[2] for member, _ in index})
-        entries += [(event_id, 0, k) for event_id in ids]
-    records = _records(store, entries)
-    found = [r for r in records if r is not None and r.get("sourceId") == source_id]
-    return sorted(found, key=lambda r: (r["enqueuedAt"], r["eventId"]), reverse=True)
+    return store.find_by_source(source_id)
 
 
 def discard(store: EventStore, event_ids: Sequence[str], reason: str) -> tuple[list[str], list[str]]:

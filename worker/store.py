@@ -314,7 +314,7 @@ class EventStore(StoreReads):
             effects = journaled(k, scope, commit.event_id, f"{label}:commit", effects, retention_s) + journal
         followups = [[*keys, *args] for keys, args in map(self._admission, own_followups)]
         return (
-            [k.event(commit.event_id), k.chain(commit.chain_id or "-")],
+            [k.event(commit.event_id), k.chain(commit.event_id)],  # one run's trace: never another's
             [
                 commit.event_id,
                 commit.outcome,

@@ -8,6 +8,7 @@ in every bucket (:meth:`StoreReads.locate`). With one bucket each read is the si
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,12 +17,15 @@ from redis import Redis
 from worker.chain_codec import decode_chain
 from worker.chain_storage import rebuilt_chain, stored_event_id
 from worker.event_body import body_of
-from worker.event_records import status_record
+from worker.event_records import LIST_FIELDS, source_digest, status_record
 from worker.keys import Keys
 from worker.settings import Settings
 from worker.store_records import PreparedEvent, to_str
 
-__all__ = ["StoreReads", "chain_owner", "newest_first", "str_dict"]
+__all__ = ["CHAIN_ID_PREFIX", "EVENT_ID", "StoreReads", "chain_owner", "newest_first", "str_dict"]
+
+CHAIN_ID_PREFIX = "chain:"  # LobeHub's chain id of a root event: chain:<sourceId>
+EVENT_ID = re.compile(r"evt_[0-9a-f]{24}")  # worker/dedupe.py event_id_for
 
 
 def str_dict(raw: Any) -> dict[str, str]:
@@ -57,19 +61,40 @@ class StoreReads:
             return None
         return status_record(raw, event_id)
 
-    def get_chain(self, chain_id: str) -> dict[str, Any] | None:
-        """The chain document, or None when unknown (or expired). The stored form is bytes (see
-        :mod:`worker.chain_document`): read with ``NEVER_DECODE``, so this decoding client hands them over
-        untouched (no second client, no base64 in Redis)."""
-        raw = self._chain_bytes(chain_id)
+    def chain_of(self, event_id: str) -> dict[str, Any] | None:
+        """The chain document of one event's run, or None (not run yet, or past retention). The stored form
+        is bytes (see :mod:`worker.chain_document`): read with ``NEVER_DECODE``, so this decoding client hands
+        them over untouched (no second client, no base64 in Redis)."""
+        raw = self.get_bytes(self.locate(event_id).chain(event_id))
         return None if raw is None else rebuilt_chain(decode_chain(raw))
 
-    def _chain_bytes(self, chain_id: str) -> bytes | None:
-        """The stored chain; with scope buckets, of the bucket whose event wrote it last (a chain id,
-        ``chain:<sourceId>``, may name runs of scopes in several buckets: one key would hold the last)."""
+    def chain_runs(self, chain_id: str, *, user_id: str | None = None) -> list[dict[str, Any]]:
+        """The status records of the events whose run is LobeHub's chain ``chain_id`` (``chain:<sourceId>``:
+        every event of that source id, in any scope, of any user), newest first; ``user_id`` narrows them to
+        one user's."""
+        source_id = chain_id.removeprefix(CHAIN_ID_PREFIX)
+        if source_id == chain_id or not source_id:
+            return []
+        runs = [r for r in self.find_by_source(source_id) if r.get("chainId") == chain_id]
+        return [r for r in runs if user_id is None or r.get("userId") == user_id]
+
+    def get_chain(self, chain_id: str, *, user_id: str | None = None) -> dict[str, Any] | None:
+        """The chain document of the newest run of ``chain_id`` (``user_id``'s when given), or of the event
+        when ``chain_id`` is an event id; None when unknown (or expired). A chain stored before chains were
+        kept per event (under its chain id) is still read."""
+        if EVENT_ID.fullmatch(chain_id):
+            return self.chain_of(chain_id)
+        for run in self.chain_runs(chain_id, user_id=user_id):
+            found = self.chain_of(str(run["eventId"]))
+            if found is not None:
+                return found
+        raw = None if user_id is not None else self._legacy_chain_bytes(chain_id)
+        return None if raw is None else rebuilt_chain(decode_chain(raw))
+
+    def _legacy_chain_bytes(self, chain_id: str) -> bytes | None:
+        """A chain stored under its chain id before chains were kept per event (the upgrade path,
+        docs/operations.md); with scope buckets, the bucket's whose event wrote it last."""
         every = self.buckets()
-        if len(every) == 1:
-            return self.get_bytes(every[0].chain(chain_id))
         pipe = self.client.pipeline(transaction=False)
         for k in every:
             pipe.execute_command("GET", k.chain(chain_id), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
@@ -89,9 +114,28 @@ class StoreReads:
         raw: bytes | None = self.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
         return raw
 
-    def chain_event_id(self, chain_id: str) -> str | None:
-        """The id of the event whose run wrote the stored chain (None: no chain, or none readable)."""
-        return chain_owner(self._chain_bytes(chain_id))
+    def records(self, entries: Sequence[tuple[str, Keys]]) -> list[dict[str, Any] | None]:
+        """The listing records (:data:`~worker.event_records.LIST_FIELDS`) of ``(eventId, its bucket)`` pairs,
+        in one pipelined round trip; None for an entry whose event expired (a stale index entry)."""
+        pipe = self.client.pipeline(transaction=False)
+        for member, k in entries:
+            pipe.hmget(k.event(member), list(LIST_FIELDS))
+        out: list[dict[str, Any] | None] = []
+        for (member, _), values in zip(entries, pipe.execute(), strict=True):
+            raw = {name: to_str(v) for name, v in zip(LIST_FIELDS, values, strict=True) if v is not None}
+            out.append(status_record(raw, member) if raw.get("state") else None)
+        return out
+
+    def find_by_source(self, source_id: str) -> list[dict[str, Any]]:
+        """The tenant's stored events with this source id (any scope, any source type), newest first."""
+        digest = source_digest(source_id)
+        entries: list[tuple[str, Keys]] = []
+        for k in self.buckets():
+            index = self.client.zscan_iter(k.events_of_source(digest), match=f"{digest}:*", count=500)
+            ids = sorted({to_str(member).partition(":")[2] for member, _ in index})
+            entries += [(event_id, k) for event_id in ids]
+        found = [r for r in self.records(entries) if r is not None and r.get("sourceId") == source_id]
+        return sorted(found, key=lambda r: (r["enqueuedAt"], r["eventId"]), reverse=True)
 
     def stats(self) -> dict[str, int]:
         """The tenant's counters (summed over its buckets)."""
@@ -124,9 +168,6 @@ class StoreReads:
                 if int(depth) + n > settings.max_inbox_depth:
                     return f"OVERLIMIT inbox {self.keys.scope_ref(scope)} {depth}"
         return None
-
-    def inbox_depth(self, scope_key: str) -> int:
-        return int(self.client.llen(self.keys.inbox(scope_key)))
 
     def active_scopes(self) -> list[str]:
         """This tenant's scopes with queued work (bare scope keys)."""

@@ -49,6 +49,8 @@ def _marker(action: Action, kind: str) -> dict[str, Any]:
 
 
 def _user_id(action: Action, ctx: HandlerContext) -> str:
+    """The run's user: the event's (the one its credential stamped); the action's payload only when the event
+    names none."""
     user = ctx.source.user_id if ctx.source is not None else None
     return str(user or action.payload.get("userId") or "-")
 
@@ -68,13 +70,16 @@ def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
     if not agent_id:
         return skipped(action, ctx, "Missing agentId for memory action.")
     request = RunRequest(
-        operation_id=operation_id_for("memory", marker["sourceId"]),
+        operation_id=operation_id_for(
+            "memory", marker["sourceId"], tenant=ctx.tenant, user_id=_user_id(action, ctx)
+        ),
         slug="memory-writer",
         marker=marker,
         user_id=_user_id(action, ctx),
         agent_id=str(agent_id),
         prompt=message,
         topic_id=action.payload.get("topicId"),
+        scope_key=ctx.scope_key,
         context={
             "message": message,
             "feedbackHint": action.payload.get("feedbackHint"),
@@ -110,13 +115,16 @@ def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorRes
         ]
     )
     request = RunRequest(
-        operation_id=operation_id_for("skill", marker["sourceId"]),
+        operation_id=operation_id_for(
+            "skill", marker["sourceId"], tenant=ctx.tenant, user_id=_user_id(action, ctx)
+        ),
         slug="skill-management",
         marker=marker,
         user_id=_user_id(action, ctx),
         agent_id=str(agent_id),
         prompt=prompt,
         topic_id=p.get("topicId"),
+        scope_key=ctx.scope_key,
         context={"message": message, "skillActionIntent": p.get("skillActionIntent")},
     )
     ctx.outbox(AGENT_RUN_OUTBOX, request.to_json_dict(), key=request.operation_id)

@@ -52,7 +52,8 @@ def completion_fanout(source: Source, ctx: HandlerContext) -> Dispatch | None:
         source_id=source_id,
         source_type="agent.execution.completed",
         topic_id=topic_id,
-        user_id=str(self_iteration.get("userId") or source.user_id or "-"),
+        # The event's user (the door made selfIteration.userId agree with it), never the payload's own.
+        user_id=source.user_id or "-",
     )
     if not receipts:
         return None
@@ -68,7 +69,7 @@ def completion_fanout(source: Source, ctx: HandlerContext) -> Dispatch | None:
             signal,
             f"receipt:{i}",
             RECEIPT_ACTION,
-            {"receipt": r, "idempotencyKey": f"receipt:{r['id']}"},
+            {"receipt": r, "idempotencyKey": f"receipt:{r['userId']}:{r['id']}"},
             ctx.now(),
         )
         for i, r in enumerate(receipts)

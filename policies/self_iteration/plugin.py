@@ -143,4 +143,6 @@ def plugin() -> Plugin:
         admission=_gate,
         deliverers={AGENT_RUN_OUTBOX: _run_deliverer},
         payload_schemas={t: ToolOutcomePayload for t in ("tool.outcome.completed", "tool.outcome.failed")},
+        # the completion fan-out reads the run's user there: it must be the event's (the credential's) user
+        user_fields={"agent.execution.completed": ["selfIteration.userId"]},
     )

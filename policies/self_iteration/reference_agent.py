@@ -141,6 +141,8 @@ def completion_event(request: RunRequest, self_iteration: dict[str, Any]) -> dic
         "userId": request.user_id,
         "payload": {k: v for k, v in payload.items() if v is not None},
     }
+    if request.scope_key:  # where the run was asked for: never another user's scope
+        event["scopeKey"] = request.scope_key
     if request.agent_id:
         event["agentId"] = request.agent_id
     return event

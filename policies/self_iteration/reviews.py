@@ -60,7 +60,7 @@ def _run(
     marker = {"kind": kind, "sourceId": source.source_id, "agentId": p["agentId"]}
     marker.update({f: p[f] for f in marker_fields if p.get(f) is not None})
     request = RunRequest(
-        operation_id=operation_id_for(kind, source.source_id),
+        operation_id=operation_id_for(kind, source.source_id, tenant=ctx.tenant, user_id=str(p["userId"])),
         slug=kind,
         marker=marker,
         user_id=str(p["userId"]),
@@ -68,6 +68,7 @@ def _run(
         prompt=f"Mode: {'review' if kind == 'nightly-review' else 'reflection' if kind == 'self-reflection' else 'feedback'}\n"
         f"Source id: {source.source_id}",
         topic_id=p.get("topicId"),
+        scope_key=ctx.scope_key,
         context={"kind": kind},
     )
     # Both staged: the run request (the outbox relay hands it over) and the guard commit with the event.

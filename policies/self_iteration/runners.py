@@ -57,6 +57,7 @@ class RunRequest:
     topic_id: str | None = None
     context: dict[str, Any] = field(default_factory=dict)
     tenant: str = "default"  # whose run: set from the outbox record, never from a handler's payload
+    scope_key: str | None = None  # the scope of the event that asked for the run: its completion runs there
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +70,7 @@ class RunRequest:
             "topicId": self.topic_id,
             "context": self.context,
             "tenant": self.tenant,
+            "scopeKey": self.scope_key,
             "trigger": "agent_signal",
             "suppressSignal": True,
             "approvalMode": "headless",
@@ -86,12 +88,16 @@ class RunRequest:
             topic_id=d.get("topicId"),
             context=dict(d.get("context") or {}),
             tenant=str(d.get("tenant") or "default"),
+            scope_key=d.get("scopeKey") if isinstance(d.get("scopeKey"), str) else None,
         )
 
 
-def operation_id_for(kind: str, source_id: str) -> str:
-    """Deterministic (LobeHub uses a nanoid): a redelivered action asks for the same run."""
-    return f"agent-signal-{kind}-" + hashlib.sha256(source_id.encode()).hexdigest()[:16]
+def operation_id_for(kind: str, source_id: str, *, tenant: str, user_id: str) -> str:
+    """Deterministic (LobeHub uses a nanoid), so a redelivered action asks for the same run, and distinct per
+    tenant and user: it is the ``webhook-id``/``Idempotency-Key`` a receiver dedupes on and the completion's
+    source id, so two tenants' (or two users') runs of one source id must never share it."""
+    material = "\x1f".join((tenant, user_id, kind, source_id)).encode()
+    return f"agent-signal-{kind}-" + hashlib.sha256(material).hexdigest()[:16]
 
 
 class AgentRunner(Protocol):

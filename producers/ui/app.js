@@ -236,7 +236,7 @@ async function undo(receipt, state) {
   state.undo.set(receipt.id, "pending");
   state.render();
   try {
-    const { body } = await api(`/v1/receipts/${encodeURIComponent(receipt.id)}/rollback`, { method: "POST", allow: [404] });
+    const { body } = await api(`/v1/receipts/${encodeURIComponent(receipt.id)}/rollback?${qs({ userId: receipt.userId })}`, { method: "POST", allow: [404] });
     state.undo.set(receipt.id, body.status);
     if (body.receipt) state.receipts.set(receipt.id, body.receipt);
   } catch {

@@ -277,7 +277,7 @@ function runDetailPage(eventId) {
   let payloadState = "";
   let drawnChain = "";
   // Undo on a receipt here works as on the Conversation page: pending, then the state the API answers.
-  const receiptState = { undo: new Map(), render: () => { renderReceipts().catch(() => {}); } };
+  const receiptState = { undo: new Map(), receipts: new Map(), render: () => { renderReceipts().catch(() => {}); } };
   const poll = livePoll(refresh);
 
   async function refresh() {
@@ -297,7 +297,8 @@ function runDetailPage(eventId) {
     rec = body;
     const stamp = `${rec.status}|${rec.attempts}|${rec.finishedAt || rec.doneAt || ""}`;
     if (chainLoadedFor !== stamp) {
-      const found = rec.chainId ? await api(`/v1/chains/${encodeURIComponent(rec.chainId)}`, { allow: [404] }) : { status: 404 };
+      // this run's own trace (a chain id may name several runs: one source id of two users)
+      const found = rec.chainId ? await api(`/v1/chains/${encodeURIComponent(eventId)}`, { allow: [404] }) : { status: 404 };
       chain = found.status === 404 ? null : found.body;
       if (found.status !== 404 || TERMINAL.has(rec.status)) chainLoadedFor = stamp;
       known = await knownEvent(rec, chain);
@@ -393,17 +394,16 @@ function runDetailPage(eventId) {
       : el("p", { class: "muted" }, "No outbound calls."));
   }
 
+  // The receipts its run produced, as the API lists them: appended by its chain, or reported by the agent
+  // runs it started (memory and skill writes land a moment after the run itself is done).
   async function renderReceipts() {
-    const p = known.payload || {};
+    const mine = rec.receipts || [];
     const userId = rec.userId || known.userId;
-    const agentId = p.agentId || known.agentId;
-    const topicId = p.topicId;
-    if (!userId || !known.sourceId) { receiptsBox.replaceChildren(el("p", { class: "muted" }, "None (receipts belong to a user's conversation).")); return; }
-    const { body } = await api(`/v1/receipts?${qs({ userId, agentId, topicId, limit: 50 })}`, { allow: [403, 404, 422] });
-    const mine = ((body && body.receipts) || []).filter((r) => r.sourceId === known.sourceId);
-    receiptsBox.replaceChildren(mine.length
-      ? el("div", { class: "receipts" }, mine.map((r) => receiptCard(r, { userId, agentId, topicId }, receiptState)))
-      : el("p", { class: "muted" }, "None."));
+    if (!mine.length) {
+      receiptsBox.replaceChildren(el("p", { class: "muted" }, userId ? "None." : "None (receipts belong to a user's conversation)."));
+      return;
+    }
+    receiptsBox.replaceChildren(el("div", { class: "receipts" }, mine.map((r) => receiptCard(r, { userId: r.userId, agentId: r.agentId, topicId: r.topicId }, receiptState))));
   }
 
   async function renderNeighbours() {

@@ -83,7 +83,7 @@ class TestCompactChain:
         """The stored value starts with the format byte and holds the projection's inputs only; GET
         /v1/chains/{id} is LobeHub's shape, projected again from them."""
         status = _done(api, keys, "compact-1")
-        stored = raw_redis.get(keys.chain(status["chainId"]))
+        stored = raw_redis.get(keys.chain(status["eventId"]))
         assert isinstance(stored, bytes) and stored[0] == DEFLATE_V1
         inputs = decode_chain(stored)
         assert set(inputs) <= {"inputs", "durationMs", "traceId"} and "edges" not in inputs["inputs"]
@@ -104,7 +104,7 @@ class TestCompactChain:
         """A document written before the format byte (plain JSON) is answered unchanged."""
         status = _done(api, keys, "compact-old")
         chain = api.get(f"/v1/chains/{status['chainId']}").json()
-        redis_client.set(keys.chain(status["chainId"]), json.dumps(chain, separators=(",", ":")))
+        redis_client.set(keys.chain(status["eventId"]), json.dumps(chain, separators=(",", ":")))
         again = api.get(f"/v1/chains/{status['chainId']}")
         assert again.status_code == 200 and again.json() == chain
 

@@ -320,7 +320,7 @@ class TestReplayAndGate:
         thread = threading.Thread(target=listen, daemon=True)
         thread.start()
         assert subscribed.wait(timeout=30), "the receipts stream never said it was connected"
-        channel = keys.receipts_feed(OWNER["userId"], OWNER["agentId"], OWNER["topicId"])
+        channel = keys.receipts_feed(OWNER["userId"])
         wait_for(
             lambda: dict(redis_client.pubsub_numsub(channel)).get(channel, 0) >= 1,
             what="the stream's subscription to the receipts feed",

@@ -267,7 +267,7 @@ def test_streams_share_one_subscription_and_stay_in_their_tenant(
     """Three streams of one channel hold one Redis subscription (none once they close); a receipt of
     tenant acme reaches acme's stream and not the default tenant's stream of the same user."""
     client = app_with()
-    channel = keys.receipts_feed("u1", "a1", "t1")
+    channel = keys.receipts_feed("u1")
     mine, acme = _key(client), _key(client, tenant="acme")
     with (
         client.stream("GET", STREAM_PATH, params=OWNER, headers=mine) as a,

@@ -100,7 +100,7 @@ def test_another_users_skill_receipt_cannot_be_rolled_back(
     receipts.append(receipt)
     undo = client.post("/v1/receipts/r-skill-1/rollback", headers=_bearer(creds[MALLORY]))
     assert undo.status_code == 404
-    assert "rollbackStatus" not in (receipts.get("r-skill-1") or {}).get("metadata", {})
+    assert "rollbackStatus" not in (receipts.get(VICTIM, "r-skill-1") or {}).get("metadata", {})
     assert client.post("/v1/receipts/r-skill-1/rollback", headers=_bearer(creds[VICTIM])).status_code == 200
 
 

@@ -1,5 +1,7 @@
-"""Code shape, the acceptance rule for worker/, policies/, sessions/ and producers/: no module over 400 lines,
-no function or method over 60 lines outside declarative tables.
+"""Code shape, a backstop for worker/, policies/, sessions/ and producers/: no module over 600 lines, no function
+or method over 80 lines outside declarative tables. It is not how modules are cut: a module holds one concept
+and a concept that grows becomes a subpackage (STYLE.md); a 400-line gauge obeyed to the line cut concepts
+into size-driven siblings that imported each other in circles.
 
 Every ``.py`` file is parsed with :mod:`ast`; a module's size is its line count, a function's is from its
 ``def`` line to its last line (decorators excluded, nested functions counted in their own right as well as
@@ -14,8 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("worker", "policies", "sessions", "producers")
-MAX_MODULE_LINES = 400
-MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
 
 # (path relative to the repository root, qualified name) → why the function is a declarative table. Only a
 # function whose body is a single ``return`` of a literal list/tuple/dict qualifies; keep this list short.

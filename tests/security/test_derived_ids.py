@@ -1,0 +1,201 @@
+"""Ids the service derives from a ``sourceId`` are distinct per tenant and user (issue 26, findings 2-5), on a
+real Redis, real ``celery worker`` processes and real HTTP (an app with a bootstrap key). Two tenants, ``acme``
+and ``globex``; user tokens for ``alice`` and ``bob`` of ``acme``. Each test is named after its finding."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from producers._http import create_web_app
+from tests.conftest import wait_for
+from worker.keys import Keys
+
+pytestmark = pytest.mark.integration
+
+BOOT = "bootstrap-key-for-derived-ids-0123456789"
+ALICE, BOB = "alice", "bob"
+
+
+def _bearer(credential: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {credential}"}
+
+
+@dataclass
+class Door:
+    client: TestClient
+    creds: dict[str, dict[str, str]]  # "acme", "globex" (operate keys), "alice", "bob" (acme's user tokens)
+
+    def send(self, who: str, event: dict[str, Any]) -> str:
+        answer = self.client.post("/v1/events", json=event, headers=self.creds[who])
+        assert answer.status_code == 202, answer.text
+        return str(answer.json()["results"][0]["eventId"])
+
+    def done(self, who: str, event_id: str) -> dict[str, Any]:
+        """The event's record once done or dead, read with its tenant's key (user tokens read no runs)."""
+        reader = self.creds["globex" if who == "globex" else "acme"]
+
+        def finished() -> dict[str, Any] | None:
+            record = self.client.get(f"/v1/events/{event_id}", headers=reader).json()
+            return record if record.get("status") in ("done", "dead") else None
+
+        return dict(wait_for(finished, what=f"event {event_id}"))
+
+    def receipts(self, who: str, user: str, **narrow: str) -> list[dict[str, Any]]:
+        answer = self.client.get("/v1/receipts", params={"userId": user, **narrow}, headers=self.creds[who])
+        assert answer.status_code == 200, answer.text
+        return list(answer.json()["receipts"])
+
+
+@pytest.fixture
+def door(make_settings: Any, start_worker: Any) -> Iterator[Door]:
+    settings = make_settings(bootstrap_key=BOOT, auth_cache_s=0, rate_limit_per_s=0)
+    start_worker(settings, concurrency=2)
+    with TestClient(create_web_app(settings)) as client:
+        creds: dict[str, dict[str, str]] = {}
+        for tenant in ("acme", "globex"):
+            made = client.post("/v1/keys", json={"tenant": tenant, "role": "operate"}, headers=_bearer(BOOT))
+            assert made.status_code == 201, made.text
+            creds[tenant] = _bearer(made.json()["key"])
+        for user in (ALICE, BOB):
+            minted = client.post("/v1/tokens", json={"userId": user}, headers=creds["acme"])
+            assert minted.status_code == 200, minted.text
+            creds[user] = _bearer(minted.json()["token"])
+        yield Door(client, creds)
+
+
+def _completion(operation_id: str, user: str | None, summary: str) -> dict[str, Any]:
+    """A finished memory run reported as the app reports it (``agent.execution.completed``)."""
+    mutation = {
+        "apiName": "writeMemory",
+        "kind": "mutation",
+        "data": {"kind": "mutation", "status": "applied", "summary": summary, "resourceId": "mem_1"},
+    }
+    self_iteration: dict[str, Any] = {
+        "marker": {"kind": "memory", "sourceId": "msg_1:memory:msg_1", "triggerMessageId": "msg_1"},
+        "mutations": [mutation],
+        "artifacts": [],
+    }
+    if user is not None:
+        self_iteration["userId"] = user
+    return {
+        "sourceType": "agent.execution.completed",
+        "sourceId": f"{operation_id}:complete:done",
+        "payload": {
+            "agentId": "agt_1",
+            "operationId": operation_id,
+            "topicId": "tpc_1",
+            "selfIteration": self_iteration,
+        },
+    }
+
+
+def _feedback(source_id: str, text: str) -> dict[str, Any]:
+    """A user message whose feedback plans a memory run (worked example A)."""
+    return {
+        "sourceType": "agent.user.message",
+        "sourceId": source_id,
+        "agentId": "agt_1",
+        "payload": {"agentId": "agt_1", "topicId": "tpc_1", "messageId": source_id, "message": text},
+    }
+
+
+def test_finding_2_a_user_reads_only_their_own_receipts(door: Door) -> None:
+    """Alice and Bob each report a run of one source id (LobeHub's receipt ids come from it alone): each reads
+    exactly their own receipt, by LobeHub's index and by ``userId`` alone, and never the other's text."""
+    door.done(ALICE, door.send(ALICE, _completion("op_1", None, "alice likes tea")))
+    door.done(BOB, door.send(BOB, _completion("op_1", None, "bob likes coffee")))
+    owners = ((ALICE, "alice likes tea", "bob"), (BOB, "bob likes coffee", "alice"))
+    # LobeHub's index first (where one shared receipt id leaked the other user's text), then userId alone
+    lists = [(u, t, o, door.receipts(u, u, agentId="agt_1", topicId="tpc_1")) for u, t, o in owners]
+    lists += [(u, t, o, door.receipts(w, u)) for u, t, o in owners for w in (u, "acme")]
+    for user, text, other, listed in lists:
+        assert [r["id"] for r in listed] == ["msg_1:memory:msg_1:writeMemory:0:memory"], (user, listed)
+        assert listed[0]["userId"] == user and listed[0]["detail"] == text, (user, listed)
+        assert other not in str(listed)
+    assert (
+        door.client.get("/v1/receipts", params={"userId": BOB}, headers=door.creds[ALICE]).status_code == 404
+    )
+
+
+def test_finding_3_a_payload_naming_another_user_plants_no_receipt(
+    door: Door, redis_client: Redis, keys: Keys
+) -> None:
+    """Alice's completion that names Bob in ``payload.selfIteration.userId`` is refused (422 naming the field):
+    nothing lands in Bob's receipts. A service key's event that names two users is refused the same way."""
+    planted = door.client.post(
+        "/v1/events", json=_completion("op_p", BOB, "planted"), headers=door.creds[ALICE]
+    )
+    assert planted.status_code == 422, planted.text
+    assert planted.json()["error"]["field"] == "payload.selfIteration.userId"
+    mixed = {**_completion("op_m", BOB, "mixed"), "userId": ALICE}
+    refused = door.client.post("/v1/events", json=mixed, headers=door.creds["acme"])
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "payload.selfIteration.userId"
+    own = door.send(ALICE, _completion("op_a", ALICE, "alice's own"))
+    door.done(ALICE, own)
+    assert door.receipts("acme", BOB) == []
+    assert [r["userId"] for r in door.receipts("acme", ALICE)] == [ALICE]
+    assert not list(redis_client.scan_iter(match=keys.for_tenant("acme").receipt(BOB, "*")))
+
+
+def _operation_ids(door: Door, who: str, event_id: str) -> list[str]:
+    record = door.done(who, event_id)
+    assert record["status"] == "done", record
+    keys = [str(call["key"]) for call in record.get("outbox") or [] if call["kind"] == "agent-run"]
+    assert len(keys) == 1, record
+    return keys
+
+
+def test_finding_4_operation_ids_differ_per_tenant_and_user(door: Door) -> None:
+    """One sourceId's memory run in two tenants, and for two users of one tenant: four operation ids (the
+    ``webhook-id``/``Idempotency-Key`` a receiver dedupes on), four completions, four receipts, and each
+    completion runs in its own user's scope (none becomes shared)."""
+    text = "Going forward, I prefer concise answers."
+    sent = {
+        who: door.send(
+            who, {**_feedback("msg_same", text), **({"userId": "carol"} if who in ("acme", "globex") else {})}
+        )
+        for who in ("acme", "globex", ALICE, BOB)
+    }
+    operations = {who: _operation_ids(door, who, event_id) for who, event_id in sent.items()}
+    assert len({op for ops in operations.values() for op in ops}) == 4, operations
+    for who, user in ((ALICE, ALICE), (BOB, BOB)):
+        (receipt,) = wait_for(lambda u=user, w=who: door.receipts(w, u), what=f"{user}'s receipt")
+        assert receipt["operationId"] == operations[who][0] and receipt["userId"] == user
+        runs = door.client.get(
+            "/v1/events",
+            params={"sourceType": "agent.execution.completed", "userId": user},
+            headers=door.creds["acme"],
+        ).json()["events"]
+        assert [r["scopeKey"] for r in runs] == [f"user:{user}/topic:tpc_1"]
+        detail = door.client.get(f"/v1/events/{sent[who]}", headers=door.creds["acme"]).json()
+        assert [r["id"] for r in detail["receipts"]] == [receipt["id"]]  # the run's detail lists its receipts
+    carol = wait_for(lambda: door.receipts("acme", "carol"), what="carol's receipt in acme")
+    assert wait_for(lambda: door.receipts("globex", "carol"), what="carol's receipt in globex")
+    assert carol[0]["operationId"] == operations["acme"][0]
+
+
+def test_finding_5_one_users_event_never_overwrites_another_users_run_trace(door: Door) -> None:
+    """Alice's and Bob's events of one source id keep two run traces: each event's chain is its own, LobeHub's
+    chain id with ``userId`` picks one user's, and without it the answer lists both (409)."""
+    mine = door.send(ALICE, _feedback("msg_trace", "Going forward, I prefer tea."))
+    theirs = door.send(BOB, _feedback("msg_trace", "Going forward, I prefer coffee."))
+    for who, event_id, text in ((ALICE, mine, "tea"), (BOB, theirs, "coffee")):
+        record = door.done(who, event_id)
+        assert record["chainId"] == "chain:msg_trace"  # LobeHub's chain id, as LobeHub makes it
+        chain = door.client.get(f"/v1/chains/{event_id}", headers=door.creds["acme"])
+        assert chain.status_code == 200, chain.text
+        source = chain.json()["envelope"]["source"]
+        assert source["userId"] == who and text in source["payload"]["message"]
+        by_user = door.client.get(
+            "/v1/chains/chain:msg_trace", params={"userId": who}, headers=door.creds["acme"]
+        )
+        assert by_user.json()["envelope"]["source"]["userId"] == who
+    both = door.client.get("/v1/chains/chain:msg_trace", headers=door.creds["acme"])
+    assert both.status_code == 409 and both.json()["error"]["code"] == "ambiguous_chain_id"
+    assert {c["eventId"] for c in both.json()["candidates"]} == {mine, theirs}
