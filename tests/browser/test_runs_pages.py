@@ -76,6 +76,24 @@ def test_find_a_run_by_filter_and_open_it(
     assert page_errors == []
 
 
+def test_a_runs_page_lists_the_receipts_its_run_produced(
+    browser: Any, start_stack: Callable[..., str], page_errors: list[str]
+) -> None:
+    """A feedback message's run plans a memory run; the receipt that run reports shows on the message's run
+    page under "Receipts it produced" (it lands after the run itself is done, and the page picks it up)."""
+    stack = start_stack()
+    event_id = post(stack, message("msg_rcpt", "u_rcpt", "Going forward, I prefer concise answers."))
+    settled(stack, event_id, "done")
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/runs/{event_id}")
+    receipts = page.locator("section.panel", has=page.locator("h3", has_text="Receipts it produced"))
+    from playwright.sync_api import expect
+
+    expect(receipts.locator('.receipt[data-kind="memory"]')).to_have_count(1, timeout=30_000)
+    expect(receipts).to_contain_text("I prefer concise answers.")
+    assert page_errors == []
+
+
 GEOMETRY = """() => {
   const box = document.querySelector('[data-testid="chain-graph"]');
   const svg = box.querySelector('svg');
