@@ -1,0 +1,42 @@
+export type FetchLike = (input: string, init: RequestInit) => Promise<Response>;
+export type QueryValue = string | number | boolean | null | undefined;
+export interface RequestOptions {
+    /** Aborts the call, including a wait between retries. */
+    signal?: AbortSignal | undefined;
+}
+export interface CallOptions extends RequestOptions {
+    query?: Record<string, QueryValue> | undefined;
+    body?: unknown;
+    accept?: string;
+}
+/** The longest `Retry-After` the client waits by itself, in seconds. */
+export declare const MAX_RETRY_AFTER_S = 60;
+export interface HttpOptions {
+    baseUrl: string;
+    token?: string | undefined;
+    fetch?: FetchLike | undefined;
+    maxRetries?: number | undefined;
+}
+export declare class Http {
+    #private;
+    readonly baseUrl: string;
+    readonly maxRetries: number;
+    constructor(options: HttpOptions);
+    url(path: string, query?: Record<string, QueryValue>): string;
+    /** The decoded JSON answer of a successful call. */
+    json<T>(method: string, path: string, options?: CallOptions): Promise<T>;
+    /** The successful response (body unread), after retries; an AgentSignalError for any other answer. */
+    send(method: string, path: string, options?: CallOptions): Promise<Response>;
+}
+/** `Retry-After` in seconds: a number of seconds, or an HTTP date; undefined when absent or unreadable. */
+export declare function parseRetryAfter(value: string | null, nowMs?: number): number | undefined;
+/** Exponential backoff with jitter: half of the step is fixed, half random. */
+export declare function backoffMs(attempt: number): number;
+/** Resolves after `ms`; rejects with the signal's reason as soon as it aborts. */
+export declare function sleep(ms: number, signal?: AbortSignal): Promise<void>;
+export declare function isAbortError(error: unknown): boolean;
+/**
+ * A path segment: ids may hold `/`, `:`, `#`, `+` and the like, all percent-encoded. An id of `.` or `..` is
+ * refused: URL parsing removes such a segment even percent-encoded, so the call would reach another route.
+ */
+export declare function segment(value: string): string;

@@ -1,0 +1,7 @@
+/**
+ * `@agent-signal/client`: the TypeScript client of Agent Signal (ESM with types; Node >= 18, browsers and edge
+ * runtimes; no dependency beyond `fetch`). See README.md.
+ */
+export { AgentSignal } from "./client.js";
+export { AgentSignalError } from "./errors.js";
+export { enqueueAgentSignalSourceEvent, resolveSourceScopeKey, } from "./lobehub.js";

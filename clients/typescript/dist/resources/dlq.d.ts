@@ -1,0 +1,21 @@
+/** `client.dlq`: the dead-letter list, redrive (as they were, or with edited payloads) and discard. */
+import type { Http, RequestOptions } from "../http.js";
+import type { Discarded, DlqPage, DlqQuery, Redriven, RedriveEdit } from "../types.js";
+/** Every dead event at once, instead of a list of ids. */
+export interface AllDead {
+    all: true;
+}
+export declare class Dlq {
+    #private;
+    constructor(http: Http);
+    /** Dead events, latest death first (`state: "discarded"`: the discarded ones, with reason and time). */
+    list(query?: DlqQuery, options?: RequestOptions): Promise<DlqPage>;
+    /**
+     * Requeue dead events at their scope's tail: ids (`["ev_1", …]`), edits (`[{eventId, payload}, …]`: each
+     * payload is validated like a new event's, and a 422 names `events[i].payload.<field>`), or `{all: true}`.
+     * Ids that are unknown or not dead come back in `notDead`.
+     */
+    redrive(target: readonly string[] | readonly RedriveEdit[] | AllDead, options?: RequestOptions): Promise<Redriven>;
+    /** Take dead events out of the DLQ, kept as audit records with `reason` (`GET /v1/dlq?state=discarded`). */
+    discard(target: readonly string[] | AllDead, reason?: string, options?: RequestOptions): Promise<Discarded>;
+}

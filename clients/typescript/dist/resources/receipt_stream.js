@@ -1,0 +1,193 @@
+/**
+ * `client.receipts.stream(...)`: `GET /v1/receipts/stream` as an `AsyncIterable<Receipt>`.
+ *
+ * The server sends `: connected` once its subscription is live, `event: receipt` (the receipt's JSON, `id:` its
+ * id) per new receipt, `event: resync` when this client fell behind or the server lost its store, and
+ * `: keep-alive` comments. A resync, and a connection that drops (then reconnects, at most `maxRetries` times in
+ * a row), are caught up by listing the receipts created since the newest one seen (`sinceCreatedAt`, inclusive;
+ * ids already yielded are skipped), so the iterable neither misses nor repeats a receipt. It ends, without an
+ * error, when the options' `signal` aborts or the consumer stops iterating.
+ */
+import { AgentSignalError } from "../errors.js";
+import { backoffMs, sleep } from "../http.js";
+import { readSse } from "../sse.js";
+const SEEN_IDS = 1024; // ids remembered to drop repeats (the server's own window is the same size)
+const CATCH_UP_PAGES = 20; // at most 20 pages of 50 read after a resync or a reconnect
+export class ReceiptStream {
+    /**
+     * Resolves once the server has subscribed (receipts written from then on arrive); rejects if it refused, or
+     * with `stream_ended` if the stream ended (an abort) before it opened.
+     */
+    opened;
+    #http;
+    #options;
+    #list;
+    #seen = new Map();
+    #open;
+    #openedMs; // when the stream first opened, by the server's clock when it says
+    #newestMs; // createdAt of the newest receipt yielded
+    #iterated = false;
+    constructor(http, options, list) {
+        if (!options || typeof options.userId !== "string" || options.userId === "") {
+            throw new TypeError("AgentSignal: receipts.stream needs a userId");
+        }
+        this.#http = http;
+        this.#options = options;
+        this.#list = list;
+        this.opened = new Promise((resolve, reject) => {
+            this.#open = { resolve, reject };
+        });
+        this.opened.catch(() => undefined); // awaiting it is optional: no unhandled rejection when nobody does
+    }
+    [Symbol.asyncIterator]() {
+        if (this.#iterated)
+            throw new TypeError("AgentSignal: a receipt stream can be iterated once");
+        this.#iterated = true;
+        return this.#run();
+    }
+    async *#run() {
+        const outer = this.#options.signal;
+        const controller = new AbortController();
+        const onAbort = () => controller.abort(outer?.reason);
+        if (outer?.aborted)
+            controller.abort(outer.reason);
+        else
+            outer?.addEventListener("abort", onAbort, { once: true });
+        const { signal } = controller;
+        try {
+            for (let drops = 0;;) {
+                const response = await this.#connect(signal);
+                if (response === undefined)
+                    return;
+                let caughtUp = drops === 0; // after a reconnect, read what was written while away
+                const items = readSse(response.body);
+                try {
+                    for (;;) {
+                        let next;
+                        try {
+                            next = await items.next();
+                        }
+                        catch {
+                            if (signal.aborted)
+                                return;
+                            break; // the connection dropped
+                        }
+                        if (next.done)
+                            break;
+                        this.#open.resolve();
+                        if (!caughtUp) {
+                            caughtUp = true;
+                            drops = 0;
+                            yield* this.#catchUp(signal);
+                        }
+                        const item = next.value;
+                        if (item.kind === "event" && item.event === "receipt") {
+                            const receipt = parseReceipt(item.data);
+                            if (receipt && this.#remember(receipt))
+                                yield receipt;
+                        }
+                        else if (item.kind === "event" && item.event === "resync") {
+                            yield* this.#catchUp(signal);
+                        }
+                    }
+                }
+                finally {
+                    await items.return(undefined);
+                }
+                if (signal.aborted)
+                    return;
+                drops += 1;
+                if (drops > this.#http.maxRetries) {
+                    throw new AgentSignalError({
+                        status: 0,
+                        code: "stream_closed",
+                        message: `the receipts stream closed ${drops} times in a row`,
+                    });
+                }
+                try {
+                    await sleep(backoffMs(drops - 1), signal);
+                }
+                catch {
+                    return;
+                }
+            }
+        }
+        finally {
+            outer?.removeEventListener("abort", onAbort);
+            controller.abort();
+            this.#open.reject(new AgentSignalError({ status: 0, code: "stream_ended", message: "the stream ended" }));
+        }
+    }
+    /** The stream's response, or undefined when `signal` aborted first; the first failure rejects `opened`. */
+    async #connect(signal) {
+        const { userId, agentId, topicId } = this.#options;
+        try {
+            const response = await this.#http.send("GET", "/v1/receipts/stream", {
+                query: { userId, agentId, topicId },
+                signal,
+                accept: "text/event-stream",
+            });
+            if (!response.body) {
+                throw new AgentSignalError({ status: response.status, code: "no_body", message: "the stream answered without a body" });
+            }
+            // A catch-up before any receipt starts from when the stream opened (the Date header has whole seconds).
+            const date = Date.parse(response.headers.get("date") ?? "");
+            this.#openedMs ??= (Number.isNaN(date) ? Date.now() : date) - 1000;
+            return response;
+        }
+        catch (error) {
+            if (signal.aborted)
+                return undefined;
+            this.#open.reject(error);
+            throw error;
+        }
+    }
+    /** The receipts created since the newest one seen that were not yielded yet, oldest first (none once aborted). */
+    async *#catchUp(signal) {
+        const { userId, agentId, topicId } = this.#options;
+        const sinceCreatedAt = this.#newestMs ?? this.#openedMs;
+        const found = [];
+        let cursor;
+        for (let page = 0; page < CATCH_UP_PAGES; page += 1) {
+            let answer;
+            try {
+                answer = await this.#list({ userId, agentId, topicId, sinceCreatedAt, limit: 50, cursor }, signal);
+            }
+            catch (error) {
+                if (signal.aborted)
+                    return; // the loop then ends quietly
+                throw error;
+            }
+            found.push(...answer.receipts);
+            if (!answer.cursor)
+                break;
+            cursor = answer.cursor;
+        }
+        for (const receipt of found.reverse()) {
+            if (this.#remember(receipt))
+                yield receipt;
+        }
+    }
+    /** False for a receipt already yielded; otherwise notes it (and its time) and answers true. */
+    #remember(receipt) {
+        if (this.#seen.has(receipt.id))
+            return false;
+        this.#seen.set(receipt.id, true);
+        if (this.#seen.size > SEEN_IDS)
+            this.#seen.delete(this.#seen.keys().next().value);
+        if (typeof receipt.createdAt === "number")
+            this.#newestMs = Math.max(this.#newestMs ?? 0, receipt.createdAt);
+        return true;
+    }
+}
+function parseReceipt(data) {
+    try {
+        const value = JSON.parse(data);
+        return typeof value === "object" && value !== null && typeof value.id === "string"
+            ? value
+            : undefined;
+    }
+    catch {
+        return undefined;
+    }
+}

@@ -1,0 +1,35 @@
+/** `new AgentSignal({ baseUrl, token?, fetch?, maxRetries? })`: one object per server and credential. */
+import { Http, type FetchLike } from "./http.js";
+import { Dlq } from "./resources/dlq.js";
+import { Events } from "./resources/events.js";
+import { Receipts } from "./resources/receipts.js";
+import { Scopes } from "./resources/scopes.js";
+import { Tokens } from "./resources/tokens.js";
+
+export interface AgentSignalOptions {
+  /** The server's root URL, for example `http://127.0.0.1:8000`. */
+  baseUrl: string;
+  /** An API key or a user token, sent as `Authorization: Bearer …` (none for a server without credentials). */
+  token?: string | undefined;
+  /** The fetch to use (default: the global one); also how tests and proxies step in. */
+  fetch?: FetchLike | undefined;
+  /** Retries after a 429/503 or a network failure (default 3; 0 turns retrying off). */
+  maxRetries?: number | undefined;
+}
+
+export class AgentSignal {
+  readonly events: Events;
+  readonly receipts: Receipts;
+  readonly dlq: Dlq;
+  readonly scopes: Scopes;
+  readonly tokens: Tokens;
+
+  constructor(options: AgentSignalOptions) {
+    const http = new Http(options);
+    this.events = new Events(http);
+    this.receipts = new Receipts(http);
+    this.dlq = new Dlq(http);
+    this.scopes = new Scopes(http);
+    this.tokens = new Tokens(http);
+  }
+}

@@ -1,0 +1,73 @@
+/**
+ * The one error type the client throws for an answer it could not use.
+ *
+ * The server answers every error as `{"error": {"code", "message", "field"}}`; those three are copied here with
+ * the HTTP status and, when the server sent `Retry-After`, the seconds it asked to wait. A failure before any
+ * answer (the network, DNS, a refused connection) has `status` 0 and `code` `"network_error"`, with the
+ * original error as `cause`. An aborted call rejects with the signal's own reason (an `AbortError`), not this.
+ */
+export class AgentSignalError extends Error {
+  /** The HTTP status, or 0 when no answer came. */
+  readonly status: number;
+  /** The server's stable, machine-readable reason (`invalid_field`, `not_found`, `rate_limited`, …). */
+  readonly code: string;
+  /** The offending field as a dotted path (`events[1].sourceId`), when the server named one. */
+  readonly field?: string;
+  /** The server's `Retry-After`, in seconds, when it sent one. */
+  readonly retryAfterS?: number;
+  /** The whole decoded body, for extras such as the `candidates` of a 409 `ambiguous_source_id`. */
+  readonly body?: unknown;
+
+  constructor(init: {
+    status: number;
+    code: string;
+    message: string;
+    field?: string | null | undefined;
+    retryAfterS?: number | undefined;
+    body?: unknown;
+    cause?: unknown;
+  }) {
+    super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
+    this.name = "AgentSignalError";
+    this.status = init.status;
+    this.code = init.code;
+    if (init.field != null) this.field = init.field;
+    if (init.retryAfterS !== undefined) this.retryAfterS = init.retryAfterS;
+    if (init.body !== undefined) this.body = init.body;
+  }
+}
+
+/** The error for a non-2xx `response` (its body is read here). */
+export async function errorFromResponse(response: Response, retryAfterS: number | undefined): Promise<AgentSignalError> {
+  const text = await response.text().catch(() => "");
+  let body: unknown;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    body = undefined;
+  }
+  const error = isRecord(body) && isRecord(body.error) ? body.error : undefined;
+  if (error && typeof error.code === "string" && typeof error.message === "string") {
+    return new AgentSignalError({
+      status: response.status,
+      code: error.code,
+      message: error.message,
+      field: typeof error.field === "string" ? error.field : undefined,
+      retryAfterS,
+      body,
+    });
+  }
+  // Not the server's error shape (a proxy's page, an empty body): keep the status and a short excerpt.
+  const excerpt = text.trim().slice(0, 200);
+  return new AgentSignalError({
+    status: response.status,
+    code: `http_${response.status}`,
+    message: `HTTP ${response.status}${response.statusText ? ` ${response.statusText}` : ""}${excerpt ? `: ${excerpt}` : ""}`,
+    retryAfterS,
+    body: body ?? (text || undefined),
+  });
+}
+
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}

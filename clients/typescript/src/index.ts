@@ -1,0 +1,22 @@
+/**
+ * `@agent-signal/client`: the TypeScript client of Agent Signal (ESM with types; Node >= 18, browsers and edge
+ * runtimes; no dependency beyond `fetch`). See README.md.
+ */
+export { AgentSignal, type AgentSignalOptions } from "./client.js";
+export { AgentSignalError } from "./errors.js";
+export type { FetchLike, RequestOptions } from "./http.js";
+export {
+  enqueueAgentSignalSourceEvent,
+  resolveSourceScopeKey,
+  type AgentSignalEnqueueContext,
+  type AgentSignalSourceEventInput,
+  type QueuedAgentSignalEmissionResult,
+} from "./lobehub.js";
+export type { AllDead, Dlq } from "./resources/dlq.js";
+export type { EventIterator, Events } from "./resources/events.js";
+export type { ReceiptStream, ReceiptStreamOptions } from "./resources/receipt_stream.js";
+export type { Receipts } from "./resources/receipts.js";
+export type { Scopes } from "./resources/scopes.js";
+export type { TokenCreate, Tokens } from "./resources/tokens.js";
+export type * from "./types.js";
+export type { components, operations, paths } from "./generated/openapi.js";

@@ -1,0 +1,73 @@
+/** `client.events`: send (one or a batch), get, list, iterate every page, cancel. */
+import { AgentSignalError } from "../errors.js";
+import { segment, type Http, type RequestOptions } from "../http.js";
+import type { Cancelled, EventDetail, EventFilters, EventPage, EventStatus, IngestResults, SourceEvent } from "../types.js";
+
+export class Events {
+  readonly #http: Http;
+
+  constructor(http: Http) {
+    this.#http = http;
+  }
+
+  /**
+   * Send one event, or several as one all-or-nothing batch (`{"events": [...]}` on the wire). One result per
+   * event, in order: `status` is `accepted`, `duplicate` (its dedupe key was seen: `eventId` is the first
+   * event's), or an admission check's verdict such as `gated`. Retried on 429/503 (safe: the server dedupes).
+   */
+  async send(event: SourceEvent | readonly SourceEvent[], options?: RequestOptions): Promise<IngestResults> {
+    const body = Array.isArray(event) ? { events: event } : event;
+    return this.#http.json<IngestResults>("POST", "/v1/events", { body, signal: options?.signal });
+  }
+
+  /** The event's status record with its attempts and stored event; a source id works when it names one event. */
+  async get(idOrSourceId: string, options?: RequestOptions): Promise<EventDetail> {
+    return this.#http.json<EventDetail>("GET", `/v1/events/${segment(idOrSourceId)}`, { signal: options?.signal });
+  }
+
+  /** One page, newest first; pass the answer's `cursor` back to continue (a short page may still have one). */
+  async list(filters: EventFilters = {}, options?: RequestOptions): Promise<EventPage> {
+    return this.#http.json<EventPage>("GET", "/v1/events", { query: { ...filters }, signal: options?.signal });
+  }
+
+  /** Every event matching `filters`, page after page; `.pages()` walks the pages themselves. */
+  iterate(filters: EventFilters = {}, options?: RequestOptions): EventIterator {
+    return new EventIterator((page) => this.list(page, options), filters);
+  }
+
+  /** A queued event is cancelled now; a running one stops before its next action (`cancelRequested`). */
+  async cancel(eventId: string, options?: RequestOptions): Promise<Cancelled> {
+    return this.#http.json<Cancelled>("POST", `/v1/events/${segment(eventId)}/cancel`, { signal: options?.signal });
+  }
+}
+
+/** An async iterable over every event of a listing, fetching the next page only when it is needed. */
+export class EventIterator implements AsyncIterable<EventStatus> {
+  readonly #list: (filters: EventFilters) => Promise<EventPage>;
+  readonly #filters: EventFilters;
+
+  constructor(list: (filters: EventFilters) => Promise<EventPage>, filters: EventFilters) {
+    this.#list = list;
+    this.#filters = filters;
+  }
+
+  /** Each page in turn, until one comes without a cursor. */
+  async *pages(): AsyncGenerator<EventPage, void, undefined> {
+    const seen = new Set<string>();
+    let cursor = this.#filters.cursor ?? undefined;
+    for (;;) {
+      const page = await this.#list({ ...this.#filters, cursor });
+      yield page;
+      if (!page.cursor) return;
+      if (seen.has(page.cursor)) {
+        throw new AgentSignalError({ status: 0, code: "cursor_loop", message: `the server repeated cursor ${page.cursor}` });
+      }
+      seen.add(page.cursor);
+      cursor = page.cursor;
+    }
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<EventStatus, void, undefined> {
+    for await (const page of this.pages()) yield* page.events;
+  }
+}

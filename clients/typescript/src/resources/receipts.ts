@@ -1,0 +1,29 @@
+/** `client.receipts`: list a user's receipts, and stream new ones live over server-sent events. */
+import type { Http, RequestOptions } from "../http.js";
+import type { Receipt, ReceiptPage, ReceiptQuery } from "../types.js";
+import { ReceiptStream, type ReceiptStreamOptions } from "./receipt_stream.js";
+
+export class Receipts {
+  readonly #http: Http;
+
+  constructor(http: Http) {
+    this.#http = http;
+  }
+
+  /** Receipts newest first (`limit` 1..50, default 20); pass the answer's `cursor` back for the next page. */
+  async list(query: ReceiptQuery, options?: RequestOptions): Promise<ReceiptPage> {
+    return this.#http.json<ReceiptPage>("GET", "/v1/receipts", { query: { ...query }, signal: options?.signal });
+  }
+
+  /**
+   * New receipts as they are written, until `signal` aborts (the loop then ends without an error) or the
+   * consumer stops iterating. The connection opens when iteration starts; `opened` resolves once the server has
+   * subscribed. A `resync` from the server (it fell behind, or lost its store) and a dropped connection are
+   * caught up with `GET /v1/receipts`, so no receipt is missed or repeated.
+   */
+  stream(options: ReceiptStreamOptions): ReceiptStream {
+    return new ReceiptStream(this.#http, options, (query, signal) => this.list(query, { signal }));
+  }
+}
+
+export type { Receipt, ReceiptStream, ReceiptStreamOptions };

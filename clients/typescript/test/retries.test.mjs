@@ -1,0 +1,161 @@
+// Retries and request shape, against a local stub server started here (no stack needed).
+import assert from "node:assert/strict";
+import { after, describe, test } from "node:test";
+
+import { AgentSignal, AgentSignalError } from "@agent-signal/client";
+import { errorBody, json, startStub } from "./stub.mjs";
+
+const EVENT = { sourceType: "agent.user.message", sourceId: "s-1", payload: { message: "hi" } };
+const ACCEPTED = { results: [{ eventId: "evt_1", sourceId: "s-1", status: "accepted" }] };
+
+/** A stub answering the listed `[status, body, headers]` in turn (the last one again after that). */
+async function scripted(answers) {
+  let n = 0;
+  const stub = await startStub((_, response) => {
+    const [status, body, headers] = answers[Math.min(n, answers.length - 1)];
+    n += 1;
+    json(response, status, body, headers);
+  });
+  after(stub.close);
+  return stub;
+}
+
+describe("retries", () => {
+  test("503 with Retry-After twice, then 202: the send succeeds, waiting as asked, with the same body", async () => {
+    const busy = [503, errorBody("store_unavailable", "the store is busy"), { "retry-after": "1" }];
+    const stub = await scripted([busy, busy, [202, ACCEPTED]]);
+    const api = new AgentSignal({ baseUrl: stub.url, token: "key-1" });
+    const batch = [EVENT, { ...EVENT, sourceId: "s-2" }];
+    assert.deepEqual(await api.events.send(batch), ACCEPTED);
+    assert.equal(stub.requests.length, 3);
+    for (const request of stub.requests) {
+      assert.equal(request.method, "POST");
+      assert.equal(request.url, "/v1/events");
+      assert.deepEqual(JSON.parse(request.body), { events: batch });
+      assert.equal(request.headers.authorization, "Bearer key-1");
+      assert.equal(request.headers["content-type"], "application/json");
+    }
+    // Retry-After: 1 is honoured: each retry came at least a second after the answer that asked for it.
+    const [a, b, c] = stub.requests.map((r) => r.at);
+    assert.ok(b - a >= 990 && c - b >= 990, `gaps ${b - a} ms and ${c - b} ms`);
+  });
+
+  test("maxRetries caps the retries: the last answer becomes the error, with retryAfterS", async () => {
+    const stub = await scripted([[503, errorBody("store_unavailable", "the store is busy"), { "retry-after": "0" }]]);
+    const api = new AgentSignal({ baseUrl: stub.url, maxRetries: 1 });
+    await assert.rejects(api.events.send(EVENT), (error) => {
+      assert.ok(error instanceof AgentSignalError);
+      assert.deepEqual([error.status, error.code, error.retryAfterS], [503, "store_unavailable", 0]);
+      return true;
+    });
+    assert.equal(stub.requests.length, 2);
+  });
+
+  test("429 rate_limited with Retry-After is retried; 429 without one (a quota) is not", async () => {
+    const limited = await scripted([[429, errorBody("rate_limited", "slow down"), { "retry-after": "0" }], [202, ACCEPTED]]);
+    assert.deepEqual(await new AgentSignal({ baseUrl: limited.url }).events.send(EVENT), ACCEPTED);
+    assert.equal(limited.requests.length, 2);
+
+    const quota = await scripted([[429, errorBody("quota_exceeded", "over the storage quota")]]);
+    await assert.rejects(new AgentSignal({ baseUrl: quota.url }).events.send(EVENT), (error) => {
+      assert.deepEqual([error.status, error.code, error.retryAfterS], [429, "quota_exceeded", undefined]);
+      return true;
+    });
+    assert.equal(quota.requests.length, 1);
+  });
+
+  test("a Retry-After over 60 s is not waited for: the error carries it", async () => {
+    const stub = await scripted([[429, errorBody("too_many_streams", "too many"), { "retry-after": "120" }]]);
+    await assert.rejects(new AgentSignal({ baseUrl: stub.url }).scopes.list(), (error) => error.retryAfterS === 120);
+    assert.equal(stub.requests.length, 1);
+  });
+
+  test("other errors are not retried, and a body that is not the error shape keeps its status", async () => {
+    const stub = await scripted([[422, errorBody("invalid_field", "sourceId is bad", "sourceId")]]);
+    await assert.rejects(new AgentSignal({ baseUrl: stub.url }).events.send(EVENT), (error) => error.field === "sourceId");
+    assert.equal(stub.requests.length, 1);
+
+    const proxy = await startStub((_, response) => {
+      response.writeHead(502, { "content-type": "text/html" });
+      response.end("<html>bad gateway</html>");
+    });
+    after(proxy.close);
+    await assert.rejects(new AgentSignal({ baseUrl: proxy.url }).dlq.list(), (error) => {
+      assert.deepEqual([error.status, error.code, error.field], [502, "http_502", undefined]);
+      assert.match(error.message, /bad gateway/);
+      return true;
+    });
+  });
+
+  test("no answer at all (connection refused) is a network_error after the retries", async () => {
+    const stub = await scripted([[200, {}]]);
+    await stub.close();
+    const api = new AgentSignal({ baseUrl: stub.url, maxRetries: 1 });
+    await assert.rejects(api.events.get("evt_1"), (error) => {
+      assert.deepEqual([error.status, error.code], [0, "network_error"]);
+      assert.ok(error.cause);
+      return true;
+    });
+  });
+
+  test("an aborted call rejects with the abort, also while waiting to retry", async () => {
+    const stub = await scripted([[503, errorBody("store_unavailable", "busy"), { "retry-after": "30" }]]);
+    const controller = new AbortController();
+    const call = new AgentSignal({ baseUrl: stub.url }).events.send(EVENT, { signal: controller.signal });
+    while (stub.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    controller.abort();
+    await assert.rejects(call, (error) => error.name === "AbortError");
+    assert.equal(stub.requests.length, 1);
+  });
+});
+
+describe("request shape", () => {
+  test("path segments are URL-encoded and filters become the query", async () => {
+    const stub = await startStub((request, response) => json(response, 200, request.url.includes("/v1/events?") ? { events: [] } : {}));
+    after(stub.close);
+    const api = new AgentSignal({ baseUrl: `${stub.url}/` });
+    await api.events.get("a/b:c#d e");
+    await api.events.cancel("evt/1");
+    await api.scopes.pause("user:u1/topic:t#1");
+    await api.scopes.resume("user:u1/topic:t#1");
+    await api.events.list({ userId: "u 1", status: "dead", limit: 5, cursor: undefined });
+    await api.scopes.list("paused");
+    await api.dlq.redrive(["evt_1"]);
+    await api.dlq.redrive([{ eventId: "evt_2", payload: { message: "fixed" } }]);
+    await api.dlq.redrive({ all: true });
+    await api.dlq.discard(["evt_3"], "not needed");
+    await api.tokens.create({ userId: "u1" });
+    assert.deepEqual(
+      stub.requests.map((r) => `${r.method} ${r.url}${r.body ? ` ${r.body}` : ""}`),
+      [
+        "GET /v1/events/a%2Fb%3Ac%23d%20e",
+        "POST /v1/events/evt%2F1/cancel",
+        "POST /v1/scopes/user%3Au1%2Ftopic%3At%231/pause",
+        "POST /v1/scopes/user%3Au1%2Ftopic%3At%231/resume",
+        "GET /v1/events?userId=u+1&status=dead&limit=5",
+        "GET /v1/scopes?state=paused",
+        'POST /v1/dlq/redrive {"eventIds":["evt_1"]}',
+        'POST /v1/dlq/redrive {"events":[{"eventId":"evt_2","payload":{"message":"fixed"}}]}',
+        'POST /v1/dlq/redrive {"all":true}',
+        'POST /v1/dlq/discard {"eventIds":["evt_3"],"reason":"not needed"}',
+        'POST /v1/tokens {"userId":"u1"}',
+      ],
+    );
+    assert.equal(stub.requests[0].headers.authorization, undefined);
+  });
+
+  test("an id of '.' or '..' is refused before anything is sent (URL parsing would drop the segment)", async () => {
+    const stub = await startStub((_, response) => json(response, 200, {}));
+    after(stub.close);
+    const api = new AgentSignal({ baseUrl: stub.url });
+    await assert.rejects(api.events.cancel(".."), TypeError);
+    await assert.rejects(api.scopes.pause("."), TypeError);
+    await assert.rejects(api.events.get(""), TypeError);
+    assert.equal(stub.requests.length, 0);
+  });
+
+  test("a bad baseUrl or maxRetries fails at construction, naming the option", () => {
+    assert.throws(() => new AgentSignal({ baseUrl: "localhost:8000/x y" }), /baseUrl/);
+    assert.throws(() => new AgentSignal({ baseUrl: "http://127.0.0.1:1", maxRetries: -1 }), /maxRetries/);
+  });
+});

@@ -1,0 +1,135 @@
+// The SSE parser, and the receipt stream's catch-up on resync and reconnect, against a local stub server.
+import assert from "node:assert/strict";
+import { after, describe, test } from "node:test";
+
+import { AgentSignal } from "@agent-signal/client";
+import { SseParser } from "../dist/sse.js";
+import { errorBody, json, startStub } from "./stub.mjs";
+
+function parseAll(pieces) {
+  const parser = new SseParser();
+  const items = [];
+  pieces.forEach((piece, i) => items.push(...parser.push(piece, i === pieces.length - 1)));
+  return items;
+}
+
+describe("SSE parser", () => {
+  const text =
+    "\ufeff: connected\r\n\r\nevent: receipt\r\nid: r1\r\ndata: {\"id\":\"r1\"}\r\n\r\n" +
+    "event: resync\rdata: {}\r\r: keep-alive\n\ndata: line one\ndata:line two\nretry: 10\nunknown\n\n" +
+    "event: empty\n\nevent: receipt\ndata: last";
+
+  const expected = [
+    { kind: "comment", text: "connected" },
+    { kind: "event", event: "receipt", data: '{"id":"r1"}', id: "r1" },
+    { kind: "event", event: "resync", data: "{}", id: "r1" },
+    { kind: "comment", text: "keep-alive" },
+    { kind: "event", event: "message", data: "line one\nline two", id: "r1" },
+  ];
+
+  test("frames, comments, CRLF/CR/LF line ends; an unfinished last frame is not dispatched", () => {
+    assert.deepEqual(parseAll([text]), expected);
+  });
+
+  test("the same items whatever the chunking, down to one character at a time", () => {
+    assert.deepEqual(parseAll([...text]), expected);
+    for (const size of [2, 3, 5, 7, 13]) {
+      const pieces = [];
+      for (let i = 0; i < text.length; i += size) pieces.push(text.slice(i, i + size));
+      assert.deepEqual(parseAll(pieces), expected, `chunks of ${size}`);
+    }
+  });
+});
+
+function receipt(id, createdAt) {
+  return { id, kind: "memory", status: "applied", title: id, createdAt, userId: "u1", agentId: "a1", topicId: "t1" };
+}
+
+function frame(response, r) {
+  response.write(`event: receipt\nid: ${r.id}\ndata: ${JSON.stringify(r)}\n\n`);
+}
+
+describe("receipt stream against a stub", () => {
+  test("resync and a dropped connection are caught up from the list, without repeats, until abort", async () => {
+    const written = [receipt("r1", 1000)]; // what GET /v1/receipts answers (newest first)
+    let first; // the first stream's response
+    const stub = await startStub((request, response) => {
+      const url = new URL(request.url, "http://stub");
+      if (url.pathname === "/v1/receipts") {
+        json(response, 200, { receipts: [...written].reverse() });
+        if (first) {
+          written.push(receipt("r3", 3000)); // written after the catch-up read, while the connection drops
+          first.end();
+          first = undefined;
+        }
+        return;
+      }
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n");
+      if (written.length === 1) {
+        first = response;
+        frame(response, written[0]);
+        written.push(receipt("r2", 2000));
+        response.write("event: resync\ndata: {}\n\n"); // r2 is only in the list
+      } else {
+        frame(response, written[2]); // a repeat of r3, already caught up
+        written.push(receipt("r4", 4000));
+        frame(response, written[3]);
+      }
+    });
+    after(stub.close);
+    const controller = new AbortController();
+    const api = new AgentSignal({ baseUrl: stub.url, token: "t0k" });
+    const ids = [];
+    for await (const r of api.receipts.stream({ userId: "u1", agentId: "a1", topicId: "t1", signal: controller.signal })) {
+      ids.push(r.id);
+      if (r.id === "r4") controller.abort();
+    }
+    assert.deepEqual(ids, ["r1", "r2", "r3", "r4"]);
+    const streams = stub.requests.filter((r) => r.url.startsWith("/v1/receipts/stream"));
+    assert.equal(streams.length, 2);
+    assert.equal(streams[0].url, "/v1/receipts/stream?userId=u1&agentId=a1&topicId=t1");
+    assert.equal(streams[0].headers.authorization, "Bearer t0k");
+    assert.equal(streams[0].headers.accept, "text/event-stream");
+    const lists = stub.requests.filter((r) => r.url.startsWith("/v1/receipts?"));
+    assert.equal(lists.length, 2);
+    assert.match(lists[0].url, /sinceCreatedAt=1000&/); // the newest seen at the resync
+    assert.match(lists[1].url, /sinceCreatedAt=2000&/); // the newest seen before the drop
+  });
+
+  test("a 429 too_many_streams with Retry-After is retried before the stream opens; leaving closes it", async () => {
+    let closed = 0;
+    const stub = await startStub((request, response, raw) => {
+      if (stub.requests.length === 1) {
+        json(response, 429, errorBody("too_many_streams", "too many open streams"), { "retry-after": "0" });
+        return;
+      }
+      raw.socket.on("close", () => (closed += 1));
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n");
+      frame(response, receipt("only", 1));
+    });
+    after(stub.close);
+    const stream = new AgentSignal({ baseUrl: stub.url }).receipts.stream({ userId: "u1" });
+    for await (const r of stream) {
+      assert.equal(r.id, "only");
+      break;
+    }
+    await stream.opened;
+    assert.equal(stub.requests.length, 2);
+    while (closed === 0) await new Promise((resolve) => setTimeout(resolve, 5)); // the server sees the client go
+  });
+
+  test("a stream the server refuses rejects the loop and `opened` with the error", async () => {
+    const stub = await startStub((_, response) => json(response, 404, errorBody("not_found", "not yours", "userId")));
+    after(stub.close);
+    const stream = new AgentSignal({ baseUrl: stub.url }).receipts.stream({ userId: "u2" });
+    await assert.rejects(
+      (async () => {
+        for await (const _ of stream);
+      })(),
+      (error) => error.status === 404 && error.field === "userId",
+    );
+    await assert.rejects(stream.opened, (error) => error.code === "not_found");
+  });
+});
