@@ -174,7 +174,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_web(args: argparse.Namespace) -> int:
     from producers._serve import serve_web
 
-    return serve_web(_settings())
+    return serve_web(_settings(), loglevel=args.loglevel)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -235,6 +235,7 @@ def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("web", help="the HTTP API on HOST:PORT (Procfile: web)")
+    p.add_argument("--loglevel", default="INFO")
     p.set_defaults(func=cmd_web)
 
 

@@ -184,7 +184,9 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
 
     def on_process_init(**_: Any) -> None:
         _state.reset()  # never reuse the parent's sockets in a forked child
-        configure_logging(env=settings.env, fmt=settings.log_format)
+        # The child keeps the level its parent was started with (``agent-signal worker --loglevel``).
+        level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+        configure_logging(env=settings.env, level=level, fmt=settings.log_format)
         _state.get()  # telemetry and instrumentation start inside the child, before its first task
 
     def on_process_shutdown(**_: Any) -> None:
