@@ -17,6 +17,7 @@ from producers._http_cli import CliError, HttpSender, add_target_options, resolv
 from producers._inspect_cli import add_inspection_commands
 from producers._keys_cli import add_keys_command
 from producers._probe_cli import add_probe_commands
+from producers._pseudonym_cli import add_pseudonym_command
 
 __all__ = ["main"]
 
@@ -209,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspection_commands(sub)
     add_keys_command(sub)
     add_probe_commands(sub)
+    add_pseudonym_command(sub)
     return parser
 
 
