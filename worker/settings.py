@@ -195,7 +195,9 @@ class Settings(BaseSettings):
     metrics_export_interval_ms: int = 5000
     # A worker's own Prometheus port (its prefork children's metrics, summed; 0: none). k8s sets 9808.
     worker_metrics_port: int = Field(default=0, ge=0, le=65535)
-    worker_metrics_host: str = "0.0.0.0"  # the metrics port is scraped from other pods
+    # Where it listens: loopback unless a deployment opens it (k8s: the pod's IP, behind a NetworkPolicy that
+    # admits only the monitoring namespace); its series are labelled by tenant and it has no credential check.
+    worker_metrics_host: str = "127.0.0.1"
     # Where a worker's processes keep their metric files (emptied at start; default: a new temporary dir).
     metrics_dir: str | None = None
     tracing_dir: str = ".agent-tracing"  # development snapshots (AGENT_SIGNAL_ENV=development)
