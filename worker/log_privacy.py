@@ -53,6 +53,7 @@ DESCRIBED_ERRORS: tuple[type[BaseException], ...] = (
     redis_errors.TimeoutError,
     redis_errors.OutOfMemoryError,
     redis_errors.ReadOnlyError,
+    redis_errors.NoPermissionError,  # names the command or says "keys"/"channels", never which
     NotReplicated,
 )
 # Celery/kombu templates that print a task message (body, arguments or headers); matched by their start.
