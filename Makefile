@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest-xdist processes for `make test` (0: one process). Tests wait on workers and Redis more than they compute.
 TEST_WORKERS ?= 2
 
-.PHONY: run test test-fast lint typecheck imports check bench chaos clean help chromium screenshots
+.PHONY: run test test-fast lint typecheck imports check bench chaos clean help chromium screenshots lock
 
 help:
 	@echo "make run        start Redis (embedded if REDIS_URL unset), a worker and the web app; replay examples"
@@ -15,6 +15,7 @@ help:
 	@echo "make check      ruff + mypy --strict + import-linter contracts only"
 	@echo "make chaos      the fault battery (minutes): 9 scenarios on private Redis servers, a history table"
 	@echo "make screenshots  refresh the README's UI screenshots (docs/screenshots/) from the browser tests"
+	@echo "make lock       regenerate deploy/requirements.lock (the image's pinned, hashed dependencies) from pyproject.toml"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +60,16 @@ bench: $(STAMP)
 # (tests/integration/test_chaos_short.py: one child kill, one pause, one Redis restart with AOF).
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos
+
+# The image's dependencies (deploy/Dockerfile installs only these): every [project] dependency and the build
+# backend, pinned with the hashes of every file PyPI has for them, resolved for Python 3.11 (the image's).
+# Run it after changing pyproject.toml's dependencies (tests/unit/deploy checks the lock still satisfies them).
+# The public index only: the machine's own pip configuration (local indexes, find-links) stays out of it.
+lock: $(STAMP)
+	$(BIN)/python -m pip install --quiet "pip-tools>=7.4"
+	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile --quiet \
+	  --generate-hashes --strip-extras --allow-unsafe --build-deps-for wheel --no-emit-index-url \
+	  --no-emit-find-links --output-file deploy/requirements.lock pyproject.toml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

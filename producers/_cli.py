@@ -18,6 +18,7 @@ from producers._inspect_cli import add_inspection_commands
 from producers._keys_cli import add_keys_command
 from producers._migrate_cli import add_migrate_command
 from producers._probe_cli import add_probe_commands
+from producers._pseudonym_cli import add_pseudonym_command
 
 __all__ = ["main"]
 
@@ -175,7 +176,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_web(args: argparse.Namespace) -> int:
     from producers._serve import serve_web
 
-    return serve_web(_settings())
+    return serve_web(_settings(), loglevel=args.loglevel)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -211,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_keys_command(sub)
     add_probe_commands(sub)
     add_migrate_command(sub)
+    add_pseudonym_command(sub)
     return parser
 
 
@@ -237,6 +239,7 @@ def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("web", help="the HTTP API on HOST:PORT (Procfile: web)")
+    p.add_argument("--loglevel", default="INFO")
     p.set_defaults(func=cmd_web)
 
 

@@ -39,6 +39,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from producers._web_common import error_response
+from worker.log_privacy import describe_error
 from worker.redis_client import async_redis_from_settings
 from worker.settings import Settings
 
@@ -251,7 +252,7 @@ class Feed:
         try:
             await connection.send_command(*command, check_health=False)
         except (RedisError, OSError) as exc:  # the reader sees the broken connection and reconnects
-            log.warning("receipts feed: %s failed: %s", command[0], exc)
+            log.warning("receipts feed: %s failed: %s", command[0], describe_error(exc))
             return
         if command[0] == "SUBSCRIBE":
             self._pending.update(command[1:])

@@ -48,6 +48,7 @@ from sessions.function_store import ContentionError
 from sessions.functions import load_function_dir
 from worker.errors import OverLimit
 from worker.intake import StoreUnavailable
+from worker.logs import install_pseudonyms
 from worker.settings import Settings
 from worker.store_safety import check_at_boot, note_store_failure, store_error_reason
 from worker.telemetry import configure_telemetry
@@ -69,6 +70,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
         boot_client = redis_from_settings(settings)
         try:
             app.state.store_safety = check_at_boot(boot_client, settings, component="web")
+            install_pseudonyms(boot_client, settings)  # how this process's log lines name users
         finally:
             boot_client.close()
         app.state.telemetry = configure_telemetry(settings, service_name="agent-signal-web")

@@ -14,12 +14,12 @@ from worker.settings import Settings
 __all__ = ["serve_web"]
 
 
-def serve_web(settings: Settings) -> int:
+def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
     import uvicorn
 
     from producers._http import create_web_app
 
-    configure_logging(env=settings.env, fmt=settings.log_format)
+    configure_logging(env=settings.env, level=loglevel, fmt=settings.log_format)
     settings.require_redis_url()
     load_plugins(settings)  # unknown settings and broken plugins stop here, as one line, before serving
     check_credentials(settings)

@@ -154,7 +154,7 @@ class Proc:
                 pass
 
 
-def worker_argv(concurrency: int) -> list[str]:
+def worker_argv(concurrency: int, loglevel: str = "INFO") -> list[str]:
     """The command line of one real ``agent-signal worker`` process (tests and the chaos battery)."""
     return [
         sys.executable,
@@ -164,7 +164,7 @@ def worker_argv(concurrency: int) -> list[str]:
         "--concurrency",
         str(concurrency),
         "--loglevel",
-        "INFO",
+        loglevel,
     ]
 
 
@@ -188,11 +188,11 @@ def start_worker(tmp_path: Path, redis_client: Redis, keys: Keys) -> Iterator[Ca
     """Factory: start a real ``agent-signal worker`` process; waits until it has registered."""
     procs: list[Proc] = []
 
-    def start(settings: Settings, *, concurrency: int = 1, wait: bool = True) -> Proc:
+    def start(settings: Settings, *, concurrency: int = 1, wait: bool = True, loglevel: str = "INFO") -> Proc:
         log_path = tmp_path / f"worker-{len(procs)}.log"
         before = set(redis_client.hkeys(keys.workers))
         popen = subprocess.Popen(
-            worker_argv(concurrency),
+            worker_argv(concurrency, loglevel),
             cwd=ROOT,
             env=settings_env(settings),
             stdout=log_path.open("wb"),
@@ -232,18 +232,18 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def start_web(tmp_path: Path) -> Iterator[Callable[[Settings], tuple[Proc, str]]]:
+def start_web(tmp_path: Path) -> Iterator[Callable[..., tuple[Proc, str]]]:
     """Factory: start a real ``agent-signal web`` process on a free port; returns (proc, base URL)."""
     procs: list[Proc] = []
 
-    def start(settings: Settings) -> tuple[Proc, str]:
+    def start(settings: Settings, *, loglevel: str = "INFO") -> tuple[Proc, str]:
         import httpx
 
         port = free_port()
         settings = settings.model_copy(update={"port": port})
         log_path = tmp_path / f"web-{len(procs)}.log"
         popen = subprocess.Popen(
-            [sys.executable, "-m", "producers._cli", "web"],
+            [sys.executable, "-m", "producers._cli", "web", "--loglevel", loglevel],
             cwd=ROOT,
             env=settings_env(settings),
             stdout=log_path.open("wb"),

@@ -39,6 +39,7 @@ from worker import _state, heartbeat_file
 from worker.fair import FairQueue
 from worker.journal import journal_deliverers
 from worker.keys import Keys
+from worker.log_privacy import describe_error
 from worker.logs import bind_event, clear_context, configure_logging
 from worker.outbox import OutboxRelay
 from worker.pipeline import Pipeline
@@ -184,7 +185,9 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
 
     def on_process_init(**_: Any) -> None:
         _state.reset()  # never reuse the parent's sockets in a forked child
-        configure_logging(env=settings.env, fmt=settings.log_format)
+        # The child keeps the level its parent was started with (``agent-signal worker --loglevel``).
+        level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+        configure_logging(env=settings.env, level=level, fmt=settings.log_format)
         _state.get()  # telemetry and instrumentation start inside the child, before its first task
 
     def on_process_shutdown(**_: Any) -> None:
@@ -250,7 +253,7 @@ def _relay_forever(app: Celery, settings: Settings, stop: threading.Event) -> No
         try:
             relay = build_relay(settings, app)
         except Exception as exc:
-            log.warning("outbox relay not started yet: %s: %s", type(exc).__name__, exc)
+            log.warning("outbox relay not started yet: %s", describe_error(exc))
             stop.wait(5.0)
             continue
         relay.run_forever(stop, settings.outbox_poll_interval_s)
@@ -264,7 +267,7 @@ def _announce(settings: Settings, hostname: str, concurrency: Any) -> None:
     try:
         store.client.hset(store.keys.worker_info, hostname, json.dumps({**info, "startedAt": now_ms()}))
     except RedisError as exc:
-        log.warning("worker info not written: %s", exc)
+        log.warning("worker info not written: %s", describe_error(exc))
     finally:
         store.client.close()
 
@@ -299,4 +302,4 @@ def _beat(path: str, hostname: str, *, first: bool = False) -> None:
     try:
         (heartbeat_file.start if first else heartbeat_file.write)(path, beat)
     except OSError as exc:  # a full or read-only disk: the probe will say so by the beat's age
-        log.warning("heartbeat file not written: %s", exc)
+        log.warning("heartbeat file not written: %s", describe_error(exc))

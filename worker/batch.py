@@ -40,6 +40,7 @@ from worker.chain_document import event_head
 from worker.errors import NotReplicated
 from worker.lane_codec import encode_lane
 from worker.lease import LeaseGrant
+from worker.log_privacy import describe_error, refusal_kind
 from worker.scripts_batch import COMMIT_ARGS, COMMIT_KEYS
 from worker.steps import CommitStep, EventWork
 from worker.store import Begun, Head, now_ms, staged_error
@@ -189,9 +190,8 @@ def _commit(pipeline: Pipeline, works: list[EventWork], *, go_on: bool) -> Batch
         reply = store.durable(store.scripts.commit_batch, keys, args)
     except (NotReplicated, RedisError) as exc:  # as CommitStep: not acknowledged; the next drain finds out
         log.warning(
-            "batch commit not acknowledged (%s: %s): the scope's next drain takes what it did not commit",
-            type(exc).__name__,
-            exc,
+            "batch commit not acknowledged (%s): the scope's next drain takes what it did not commit",
+            describe_error(exc),
         )
         return Batched(lost=True)
     return _settle(pipeline, works, reply)
@@ -240,7 +240,7 @@ def _settle(pipeline: Pipeline, works: list[EventWork], reply: Any) -> Batched:
 
 def _commit_dead(pipeline: Pipeline, work: EventWork, error: str) -> None:
     """Commit ``work`` dead on its own, without what its chain staged (CommitStep's rule for a refused write)."""
-    log.error("staged write refused: %s", error, extra={"eventId": work.begun.event_id})
+    log.error("staged write refused (%s)", refusal_kind(error), extra={"eventId": work.begun.event_id})
     work.lanes, work.reply, work.status = None, None, "error"
     work.decide("dead", error)
     CommitStep()(work, pipeline)

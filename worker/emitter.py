@@ -30,6 +30,7 @@ from worker.intake import (
     pydantic_error,
     resolve_user,
 )
+from worker.log_privacy import describe_error
 from worker.settings import Settings
 from worker.source_types import SourceTypePolicy
 from worker.store import EnqueueOutcome, EventStore, PreparedEvent
@@ -228,16 +229,12 @@ class Emitter:
                 for ref in refs:
                     self.publish(ref)
         except Exception as exc:
-            what = (
-                f"drains for {len(refs)} scope(s) (first {refs[0]})"
-                if refs
-                else f"{tickets} drain message(s)"
-            )
+            what = f"drains for {len(refs)} scope(s)" if refs else f"{tickets} drain message(s)"
             log.warning(
-                "%s not sent (%s: %s); the reconcile sweep will send for their scopes",
+                "%s not sent (%s); the reconcile sweep will send for their scopes",
                 what,
-                type(exc).__name__,
-                exc,
+                describe_error(exc),
+                extra={"scopeRef": refs[0]} if refs else None,
             )
 
     def emit(self, event: EventLike) -> EnqueueResult:

@@ -15,13 +15,12 @@ Every key that holds a user's data is found from the tenant and the user, by des
 
 A scope whose lease is held right now is left alone and reported in ``busyScopes``: an event of it is
 running and would write again after us. Erasure is idempotent, so the caller repeats it until
-``busyScopes`` is 0. Each run is audited in the tenant's audit stream under a hash of the user id (the
-audit itself must not keep the id).
+``busyScopes`` is 0. Each run is audited in the tenant's audit stream under the user's pseudonym, a keyed
+hash (worker/pseudonyms.py): the audit must not keep the id, nor a hash anyone could compute from a guess.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections import Counter
@@ -29,10 +28,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.pseudonyms import load_pseudonyms
 from worker.store import EventStore, now_ms
 from worker.store_reads import chain_owner
 
-__all__ = ["ErasureReport", "erase_user", "user_hash"]
+__all__ = ["ErasureReport", "erase_user"]
 
 SCAN_COUNT = 500
 TOMBSTONE_DROPS = (
@@ -60,11 +60,6 @@ class ErasureReport:
             "removed": dict(sorted(self.removed.items())),
             "busyScopes": len(self.busy_scopes),
         }
-
-
-def user_hash(user_id: str) -> str:
-    """How the audit names an erased user (the id itself must not survive erasure)."""
-    return "sha256:" + hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:16]
 
 
 def _s(value: Any) -> str:
@@ -101,7 +96,7 @@ def erase_user(
         store.keys.audit,
         {
             "action": "erase-user",
-            "user": user_hash(user_id),
+            "user": load_pseudonyms(store.client, store.settings).of(user_id),
             "at": str(now_ms()),
             "removed": json.dumps(report.to_json_dict()["removed"]),
         },

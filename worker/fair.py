@@ -41,6 +41,7 @@ from redis.client import Pipeline
 from redis.exceptions import RedisError
 
 from worker.keys import Keys
+from worker.log_privacy import HIDDEN_TASK_ARGS
 from worker.redis_client import is_cluster
 from worker.tenancy import split_scope_ref
 
@@ -127,7 +128,7 @@ class FairQueue:
             options: dict[str, Any] = {"queue": self.queue}
             if countdown_s > 0:
                 options["countdown"] = countdown_s
-            self.app.send_task(DRAIN_TASK, args=[ref], **options)
+            self.app.send_task(DRAIN_TASK, args=[ref], **options, **HIDDEN_TASK_ARGS)
             return
         self.publish_many([ref])
 
@@ -208,7 +209,7 @@ class FairQueue:
         """Send ``count`` drain_next messages, one ticket each; a failed send gives back every unsent ticket."""
         for sent in range(count):
             try:
-                self.app.send_task(DRAIN_NEXT_TASK, args=[], queue=self.queue)
+                self.app.send_task(DRAIN_NEXT_TASK, args=[], queue=self.queue, **HIDDEN_TASK_ARGS)
             except Exception:
                 try:
                     self._return(keys=[self.keys.drain_tickets], args=[count - sent])

@@ -18,6 +18,7 @@ import secrets
 from collections.abc import Mapping
 
 from worker.keys import Keys, split_scope_ref
+from worker.log_privacy import describe_error
 from worker.outbox_records import SEPARATOR, Deliverer, OutboxRecord
 from worker.retry import backoff_ms
 from worker.store import EventStore, now_ms
@@ -70,14 +71,24 @@ def pump_journal(
                 if record.attempts < max_attempts:
                     client.set(record_key, record.to_json(), keepttl=True)
                     delay_ms = backoff_ms(record.attempts, base_ms=base_ms, cap_ms=cap_ms)
-                    log.warning("journal record %s failed (attempt %d): %s", record.id, record.attempts, exc)
+                    log.warning(
+                        "journal record failed (attempt %d): %s",
+                        record.attempts,
+                        describe_error(exc),
+                        extra={"outboxRecord": record.id},
+                    )
                     scripts.renew(
                         keys=[lock], args=[token, max(delay_ms, 1)]
                     )  # nothing overtakes it meanwhile
                     release = False
                     break
                 record.state = "dead"
-                log.error("journal record %s is dead after %d attempts: %s", record.id, record.attempts, exc)
+                log.error(
+                    "journal record is dead after %d attempts: %s",
+                    record.attempts,
+                    describe_error(exc),
+                    extra={"outboxRecord": record.id},
+                )
             else:
                 record.state, record.delivered_at, record.last_error = "delivered", now_ms(), ""
                 applied += 1

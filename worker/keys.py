@@ -45,7 +45,7 @@ ENGINE_FAMILIES = tuple(
     "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source: applied:".split()
 )
 ENGINE_SINGLETONS = tuple(
-    "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret "
+    "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret pseudonym-secret "
     "ready-tenants worker-info journal-due journal-lock".split()
 )
 
@@ -101,6 +101,12 @@ class Keys(TenantSlots):
     def token_secret(self) -> str:
         """The user-token signing secret (string, SET NX once) unless AGENT_SIGNAL_TOKEN_SECRET is set."""
         return f"{self.prefix}token-secret"
+
+    @property
+    def pseudonym_secret(self) -> str:
+        """The key of the pseudonyms logs and the audit trail use (string, SET NX once; worker/pseudonyms.py)
+        unless AGENT_SIGNAL_PSEUDONYM_SECRET is set."""
+        return f"{self.prefix}pseudonym-secret"
 
     def rate_bucket(self, credential_id: str) -> str:
         """A credential's token bucket (hash {tokens, at}), expiring when idle."""

@@ -2,7 +2,10 @@
 development. Standard-library loggers (ours, Celery's, uvicorn's) go through the same processors, so every
 line inside a chain carries ``trace_id``, ``span_id``, ``chainId``, ``scopeKey``, ``sourceId`` and
 ``eventId`` from the context variables bound by the pipeline, and ``task_id``/``task_name`` bound in Celery's
-``task_prerun`` (cleared in ``task_postrun``: prefork children are reused). Payloads are never logged at info.
+``task_prerun`` (cleared in ``task_postrun``: prefork children are reused). No line carries user content at any
+level: the last processor (worker/log_privacy.py) turns user, scope, source and chain ids into pseudonyms
+(worker/pseudonyms.py; :func:`use_pseudonyms` gives the key once a process has read it, ``(hidden)`` until
+then), drops Celery's task arguments and message dumps, and keeps tracebacks' frames without their messages.
 ``httpx`` and ``httpcore`` log at WARNING whatever the level: at INFO httpx logs every request's full URL, and
 outbound URLs may carry secrets in their query (webhook and judge endpoints).
 """
@@ -15,10 +18,26 @@ from typing import Any
 
 import structlog
 from opentelemetry import trace
+from redis import Redis
+from redis.exceptions import RedisError
 
-__all__ = ["QUIET_LOGGERS", "bind_event", "clear_context", "configure_logging"]
+from worker.log_privacy import LogPrivacy, describe_error
+from worker.pseudonyms import Pseudonyms, load_pseudonyms
+from worker.settings import Settings
+
+__all__ = [
+    "QUIET_LOGGERS",
+    "bind_event",
+    "clear_context",
+    "configure_logging",
+    "install_pseudonyms",
+    "use_pseudonyms",
+]
 
 QUIET_LOGGERS = ("httpx", "httpcore")  # request lines carry full URLs (query secrets included)
+# The process's one privacy processor (logging is process-wide): configure_logging installs it, and
+# use_pseudonyms gives it the key once the process has read it from the settings or Redis.
+_PRIVACY = LogPrivacy()
 
 
 def _add_trace_ids(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +65,7 @@ def configure_logging(*, env: str = "production", level: str = "INFO", fmt: str 
         else structlog.processors.JSONRenderer()
     )
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), _PRIVACY],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
@@ -61,11 +80,27 @@ def configure_logging(*, env: str = "production", level: str = "INFO", fmt: str 
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=[*shared, _PRIVACY, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
+
+
+def use_pseudonyms(pseudonyms: Pseudonyms | None) -> None:
+    """Name ids in this process's log lines by these pseudonyms (None: ``(hidden)``)."""
+    _PRIVACY.use(pseudonyms)
+
+
+def install_pseudonyms(client: Redis, settings: Settings) -> None:
+    """Read the deployment's pseudonym key (the setting, else Redis; worker/pseudonyms.py) for this process's
+    log lines; at boot, once Redis answers. When it cannot be read, ids stay ``(hidden)``."""
+    try:
+        use_pseudonyms(load_pseudonyms(client, settings))
+    except (RedisError, ValueError) as exc:
+        logging.getLogger(__name__).warning(
+            "pseudonym key not read (%s): ids in logs are hidden", describe_error(exc)
+        )
 
 
 def bind_event(**values: Any) -> None:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import structlog
 
 from worker.app import create_app
-from worker.logs import configure_logging
+from worker.logs import configure_logging, install_pseudonyms
 from worker.process_metrics import serve, use_multiprocess_dir
 from worker.redis_client import redis_from_settings
 from worker.settings import Settings
@@ -59,6 +59,7 @@ def run_worker(
     client = redis_from_settings(settings)
     try:  # an evicting Redis stops the worker here (UnsafeStore names the policy and the fix)
         check_at_boot(client, settings, component="worker")
+        install_pseudonyms(client, settings)  # before the children fork: they inherit it
     finally:
         client.close()
     structlog.get_logger(__name__).info(

@@ -28,6 +28,7 @@ from typing import Any
 
 from worker.journal_pump import pump_journal
 from worker.keys import Keys, split_scope_ref
+from worker.log_privacy import describe_error
 from worker.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
 from worker.retry import backoff_ms
 from worker.store import EventStore, now_ms
@@ -77,7 +78,7 @@ class OutboxRelay:
                 try:
                     done += self._deliver(due, member, deadline)
                 except Exception:  # one bad record must not hold up the others: due again after its lease
-                    log.exception("outbox record %r could not be handled", member)
+                    log.exception("outbox record could not be handled", extra={"outboxRecord": member})
         if self.store.keys.buckets > 1:
             journaled = self._pump_journals(every, self.batch)
             self.delivered += journaled
@@ -118,7 +119,7 @@ class OutboxRelay:
                     pass
                 wait_s = interval_s
             except Exception as exc:
-                log.warning("outbox relay pass failed: %s: %s", type(exc).__name__, exc)
+                log.warning("outbox relay pass failed: %s", describe_error(exc))
                 wait_s = min(max(wait_s * 2, interval_s), 5.0)
 
     def _deliver(self, due: str, member: str, deadline: int) -> int:
@@ -127,7 +128,7 @@ class OutboxRelay:
         key = self.store.keys.for_tenant(tenant).outbox_record(scope_key, record_id)
         raw = self.store.client.get(key)
         if raw is None:
-            log.error("outbox record %s expired before it was delivered", record_id)
+            log.error("outbox record expired before it was delivered", extra={"outboxRecord": record_id})
             self.store.client.zrem(due, member)
             return 0
         record = OutboxRecord.from_json(raw)
@@ -137,7 +138,9 @@ class OutboxRelay:
         deliver = self.deliverers.get(record.kind)
         if deliver is None:  # e.g. a rolling deploy: another worker may know the kind; not counted
             log.warning(
-                "no deliverer for outbox kind %r here; leaving %s to another worker", record.kind, record.id
+                "no deliverer for outbox kind %r here; leaving the record to another worker",
+                record.kind,
+                extra={"outboxRecord": record.id, "eventId": record.event_id or None},
             )
             return 0
         record.attempts += 1  # counted before the call: a relay that dies mid-delivery still used an attempt
@@ -146,27 +149,25 @@ class OutboxRelay:
         try:
             deliver(record)
         except Exception as exc:
-            record.last_error = f"{type(exc).__name__}: {exc}"[:500]
-            self._retry_or_dead(due, key, member, deadline, record)
+            record.last_error = f"{type(exc).__name__}: {exc}"[:500]  # in the record: erasure removes it
+            self._retry_or_dead(due, key, member, deadline, record, describe_error(exc))
             return 0
         record.state, record.delivered_at, record.last_error = "delivered", now_ms(), ""
         if self._settle(due, key, member, deadline, record, retry_at_ms=None):
             self.delivered += 1
         return 1
 
-    def _retry_or_dead(self, due: str, key: str, member: str, deadline: int, record: OutboxRecord) -> None:
+    def _retry_or_dead(
+        self, due: str, key: str, member: str, deadline: int, record: OutboxRecord, error: str
+    ) -> None:
+        where = {"outboxRecord": record.id, "eventId": record.event_id or None}
         if record.attempts >= self.max_attempts:
             record.state = "dead"
-            log.error(
-                "outbox record %s is dead after %d attempts: %s",
-                record.id,
-                record.attempts,
-                record.last_error,
-            )
+            log.error("outbox record is dead after %d attempts: %s", record.attempts, error, extra=where)
             self._settle(due, key, member, deadline, record, retry_at_ms=None)
             return
         delay = backoff_ms(record.attempts, base_ms=self.base_ms, cap_ms=self.cap_ms)
-        log.warning("outbox record %s failed (attempt %d): %s", record.id, record.attempts, record.last_error)
+        log.warning("outbox record failed (attempt %d): %s", record.attempts, error, extra=where)
         self._settle(due, key, member, deadline, record, retry_at_ms=now_ms() + delay)
 
     def _settle(

@@ -257,7 +257,7 @@ def exposition() -> bytes:
     return bytes(generate_latest(_registry()))
 
 
-def serve(port: int, host: str = "0.0.0.0") -> Any:
+def serve(port: int, host: str = "127.0.0.1") -> Any:
     """Serve :func:`exposition` on ``host:port`` from a daemon thread (a worker's own ``/metrics``)."""
     from prometheus_client import start_http_server
 

@@ -151,7 +151,8 @@ return {1, 0}
 
 # Give up on a dead event: it leaves the DLQ and becomes an audit record (state discarded, discardReason,
 # discardedAt; the hash now expires after the dedupe window), listed by discard time in runs:discarded-at
-# (trimmed like the runs indexes) and written to the tenant's audit stream.
+# (trimmed like the runs indexes) and written to the tenant's audit stream: event id and time, not the reason,
+# which is free text that may quote the payload and stays on the event (erasure and expiry reach it there).
 # KEYS: ev, dlq, stats, runs:status:dead, runs:status:discarded, runs:discarded-at, audit
 # ARGV: eventId, reason, nowMs, windowS, auditMaxLen, runIndexMax   -> 1 discarded | 0 not dead (nothing done)
 DISCARD = (
@@ -166,8 +167,7 @@ index_move(KEYS[4], KEYS[5], ARGV[1], KEYS[1], tonumber(ARGV[6]))
 index_add(KEYS[6], now, ARGV[1], tonumber(ARGV[6]))
 index_trim(now, window)
 redis.call('HINCRBY', KEYS[3], 'discarded', 1)
-redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], '*', 'action', 'discard', 'eventId', ARGV[1],
-  'reason', ARGV[2], 'at', ARGV[3])
+redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], '*', 'action', 'discard', 'eventId', ARGV[1], 'at', ARGV[3])
 return 1
 """
 )

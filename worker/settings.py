@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     rate_limit_per_s: float | None = Field(default=None, ge=0)  # per credential; unset: 100 with credentials
     auth_cache_s: float = Field(default=2.0, ge=0)  # verified keys are cached this long (a revoke's delay)
     ops_open: Literal["loopback", "always", "never"] = "loopback"  # /metrics, /docs, /readyz without a key
+    # The key of the pseudonyms (HMAC) naming users, scopes, sources and chains in logs and the audit trail
+    # (>= 32 chars; worker/pseudonyms.py); unset: one random secret kept in Redis, shared by every process.
+    pseudonym_secret: SecretStr | None = None
 
     # --- naming / isolation ---
     key_prefix: str = "agent-signal:"
@@ -192,7 +195,9 @@ class Settings(BaseSettings):
     metrics_export_interval_ms: int = 5000
     # A worker's own Prometheus port (its prefork children's metrics, summed; 0: none). k8s sets 9808.
     worker_metrics_port: int = Field(default=0, ge=0, le=65535)
-    worker_metrics_host: str = "0.0.0.0"  # the metrics port is scraped from other pods
+    # Where it listens: loopback unless a deployment opens it (k8s: the pod's IP, behind a NetworkPolicy that
+    # admits only the monitoring namespace); its series are labelled by tenant and it has no credential check.
+    worker_metrics_host: str = "127.0.0.1"
     # Where a worker's processes keep their metric files (emptied at start; default: a new temporary dir).
     metrics_dir: str | None = None
     tracing_dir: str = ".agent-tracing"  # development snapshots (AGENT_SIGNAL_ENV=development)
@@ -276,6 +281,9 @@ def check_settings(settings: Settings) -> None:
         )
     if settings.max_attempts < 1:
         problems.append(f"max_attempts ({settings.max_attempts}) must be >= 1")
+    secret = settings.pseudonym_secret
+    if secret is not None and len(secret.get_secret_value()) < 32:  # worker/pseudonyms.py; never the value
+        problems.append("AGENT_SIGNAL_PSEUDONYM_SECRET must be at least 32 characters")
     if problems:
         raise SettingsError("refusing to start: " + "; ".join(problems))
 

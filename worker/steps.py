@@ -23,6 +23,7 @@ from worker.errors import (
     SkipEvent,
 )
 from worker.lease import LeaseGrant
+from worker.log_privacy import describe_error, refusal_kind
 from worker.logs import bind_event
 from worker.nodes import Source
 from worker.scheduler import ChainScope, ChainTrace, run_chain
@@ -185,13 +186,19 @@ class CommitStep:
             work.reply = pipeline.store.commit(self.commit_of(work), go_on=work.go_on)
             if work.reply.code == -3:
                 log.error(
-                    "staged write refused: %s", work.reply.error, extra={"eventId": work.begun.event_id}
+                    "staged write refused (%s)",
+                    refusal_kind(work.reply.error),
+                    extra={"eventId": work.begun.event_id},
                 )
                 work.status = "error"
                 work.decide("dead", work.reply.error)
                 work.reply = pipeline.store.commit(self.commit_of(work), go_on=work.go_on)
         except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
-            log.warning("commit not confirmed by replicas (%s)", exc, extra={"eventId": work.begun.event_id})
+            log.warning(
+                "commit not confirmed by replicas (%s)",
+                describe_error(exc),
+                extra={"eventId": work.begun.event_id},
+            )
             work.lost = True
             return
         except RedisError:

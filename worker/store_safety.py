@@ -35,6 +35,7 @@ from redis.exceptions import (
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.errors import NotReplicated
+from worker.log_privacy import describe_error
 from worker.process_metrics import process_metrics
 from worker.redis_client import PoolExhausted
 from worker.settings import Settings, SettingsError
@@ -189,9 +190,7 @@ def check_at_boot(client: Redis, settings: Settings, *, component: str) -> Store
     try:
         config = read_store_config(client)
     except RedisError as exc:
-        log.warning(
-            "%s: could not check the Redis configuration (%s: %s)", component, type(exc).__name__, exc
-        )
+        log.warning("%s: could not check the Redis configuration (%s)", component, describe_error(exc))
         return StoreSafety()
     if config.policy is None:
         log.warning(

