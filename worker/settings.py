@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     # --- ingress ---
     max_event_bytes: int = 256 * 1024  # one event's serialized payload; larger -> 413
     max_request_bytes: int = 8 * 1024 * 1024  # one HTTP request body; larger -> 413
+    # One web process's connections (producers/_connections.py): more open at once -> 503 and closed; a request's
+    # head must arrive within header_timeout_s (else 408, closed), its body within body_timeout_s of the head.
+    max_connections: int = Field(default=2000, ge=1)
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=60.0, gt=0)
     # Host names served besides the loopback names and `host` (unless 0.0.0.0): DNS rebinding. "*": any.
     allowed_hosts: list[str] = Field(default_factory=list)
     # Origins allowed besides the request's own (scheme://host[:port]); a browser request from any other -> 403.

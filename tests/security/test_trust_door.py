@@ -9,18 +9,27 @@ server (connection caps, header and body deadlines, what is read before authenti
 from __future__ import annotations
 
 import json
+import select
+import socket
+from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 from redis import Redis
+from starlette.types import Message, Receive, Scope, Send
 
+from producers._http import create_web_app
 from producers._web_common import MAX_JSON_DEPTH
+from tests.conftest import Proc, SettingsFactory, wait_for
 from tests.security.conftest import ClientFactory
 from worker.keys import Keys
+from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
 
 BOOT = "bootstrap-key-for-the-door-0123456789"
+WebFactory = Callable[[Settings], tuple[Proc, str]]
 EVENT: dict[str, Any] = {
     "sourceType": "agent.user.message",
     "sourceId": "msg_door_1",
@@ -122,3 +131,184 @@ def test_lone_surrogates_nan_and_infinity_are_422(
         ).status_code
         == 202
     )
+
+
+# --- finding 6: memory before auth, no header timeout, no connection cap -----------------------------------
+
+
+def _asgi_post(app: Any, path: str, headers: list[tuple[bytes, bytes]], chunk: bytes) -> tuple[int, int]:
+    """POST a chunked body that never ends (``chunk`` per receive) straight to the ASGI app; returns (status,
+    body bytes the app took)."""
+    taken = 0
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        nonlocal taken
+        taken += len(chunk)
+        return {"type": "http.request", "body": chunk, "more_body": True}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"content-type", b"application/json"),
+            (b"transfer-encoding", b"chunked"),
+            *headers,
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+
+    async def run() -> None:
+        async with app.router.lifespan_context(app):
+            await app(scope, receive, send)
+
+    anyio.run(run)
+    return int(sent[0]["status"]), taken
+
+
+def test_no_body_is_read_before_authentication(make_settings: SettingsFactory) -> None:
+    """Without a credential a chunked body that never ends is answered 401 before one byte of it is taken
+    (the body limit read up to 8 MiB of it first); with one, it is counted up to the limit and refused 413."""
+    app = create_web_app(make_settings(bootstrap_key=BOOT, max_request_bytes=1024 * 1024))
+    chunk = b"[" + b"0," * 8191 + b"0]"
+    assert _asgi_post(app, "/v1/events", [], chunk) == (401, 0)
+    status, taken = _asgi_post(app, "/v1/events", [(b"authorization", f"Bearer {BOOT}".encode())], chunk)
+    assert status == 413 and taken <= 1024 * 1024 + len(chunk)
+
+
+def test_a_body_read_before_a_caller_is_known_stops_at_64_kib() -> None:
+    """The door's own backstop: an app that reads a body with no principal set is cut at 64 KiB (413)."""
+    from producers._door import UNAUTHENTICATED_BYTES, BodyLimit  # the limit is new: the old door had none
+
+    async def reads_everything(scope: Scope, receive: Receive, send: Send) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    limited = BodyLimit(reads_everything, max_bytes=8 * 1024 * 1024)
+    taken = 0
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        nonlocal taken
+        taken += 4096
+        return {"type": "http.request", "body": b"x" * 4096, "more_body": True}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope: Scope = {"type": "http", "method": "POST", "path": "/x", "headers": [], "state": {}}
+    anyio.run(limited, scope, receive, send)
+    assert sent[0]["status"] == 413 and taken <= UNAUTHENTICATED_BYTES + 4096
+
+
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.settimeout(30)  # waiting for something that must happen; a hang fails here
+    return sock
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything until the server closes the connection."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def _status(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1]) if answer else 0
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def test_unauthenticated_chunked_bodies_are_answered_while_still_sent(
+    make_settings: SettingsFactory, start_web: WebFactory
+) -> None:
+    """64 held connections each sending a chunked body without a credential: each is answered 401 at once,
+    long before its body could end (the server read each one up to 8 MiB first)."""
+    _, url = start_web(make_settings(bootstrap_key=BOOT))
+    chunk = b"[" + b"0," * 8191 + b"0]"
+    socks = [_connect(_port(url)) for _ in range(64)]
+    try:
+        for sock in socks:
+            head = "POST /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            sock.sendall((head + "Transfer-Encoding: chunked\r\n\r\n").encode())
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        for sock in socks:
+            answer = sock.recv(65536)
+            assert _status(answer) == 401, answer[:200]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_a_request_head_or_body_that_does_not_arrive_in_time_is_cut_off(
+    make_settings: SettingsFactory, start_web: WebFactory
+) -> None:
+    """A head that never completes gets 408 and the connection closes; so does a head trickled a byte at a time
+    (bytes do not extend the deadline); a connection that sends nothing is closed; a body that stops coming
+    is cut off. uvicorn alone held all four open forever."""
+    _, url = start_web(make_settings(bootstrap_key=BOOT, header_timeout_s=1, body_timeout_s=2))
+    port = _port(url)
+    with _connect(port) as sock:
+        sock.sendall(b"POST /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        answer = _read_all(sock)
+        assert _status(answer) == 408 and b"request_timeout" in answer, answer
+    with _connect(port) as sock:
+        assert _read_all(sock) == b""
+    with _connect(port) as sock:
+        sent = 0
+        head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 1000
+        try:
+            while not select.select([sock], [], [], 0.2)[0] and sent < len(head):
+                sock.sendall(head[sent : sent + 1])
+                sent += 1
+            answer = _read_all(sock)
+        except ConnectionResetError:  # closed while we were still sending
+            answer = b""
+        assert sent < len(head) and _status(answer) in (0, 408), (sent, answer)
+    with _connect(port) as sock:
+        post = f"POST /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {BOOT}\r\n"
+        sock.sendall((post + "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{").encode())
+        assert _read_all(sock) == b""  # closed, unanswered: the route saw its client leave
+
+
+def test_connections_over_the_cap_are_refused_and_the_process_keeps_answering(
+    make_settings: SettingsFactory, start_web: WebFactory
+) -> None:
+    """With the cap held by idle connections, the next one is answered 503 too_many_connections and closed at
+    once (no file handle kept for it); once they go, /healthz answers again."""
+    _, url = start_web(make_settings(max_connections=20, header_timeout_s=60))
+    port = _port(url)
+    idle = [_connect(port) for _ in range(20)]
+    try:
+        with _connect(port) as sock:
+            answer = _read_all(sock)
+        assert _status(answer) == 503 and b"too_many_connections" in answer, answer
+        assert b"retry-after: 1" in answer.lower()
+    finally:
+        for sock in idle:
+            sock.close()
+
+    def healthy() -> bool:
+        with _connect(port) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            return _status(_read_all(sock)) == 200
+
+    wait_for(healthy, timeout_s=30, what="/healthz after the idle connections closed")
