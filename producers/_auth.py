@@ -36,6 +36,7 @@ from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from producers._auth_throttle import FailedAuthThrottle, Throttled
 from producers._principal import (
     LOCAL_PRINCIPAL,
     ROLES,
@@ -175,6 +176,7 @@ class Authenticator:
         self._store: CredentialStore | None = None
         self._async: tuple[asyncio.AbstractEventLoop, AsyncRedis] | None = None
         self._limiters: dict[float, RateLimiter] = {}
+        self.throttle = FailedAuthThrottle(settings.auth_failures_per_s, settings.auth_failure_burst)
 
     @property
     def store(self) -> CredentialStore:
@@ -197,23 +199,34 @@ class Authenticator:
         except NeedsIO:
             return await run_in_threadpool(fn, True)
 
-    async def resolve(self, bearer: str | None) -> Principal | None:
+    async def _lookup(self, fn: Callable[[bool], T], client: str | None) -> T:
+        """:meth:`_call` for a bearer's verification: a lookup (cache miss) first passes the client address's
+        failed-authentication throttle (producers/_auth_throttle.py), which raises Throttled."""
+        try:
+            return fn(False)
+        except NeedsIO:
+            self.throttle.check(client)
+            return await run_in_threadpool(fn, True)
+
+    async def resolve(self, bearer: str | None, client: str | None = None) -> Principal | None:
         """The caller; None when no credential was given and credentials are configured.
 
-        Raises Unauthenticated for a credential that does not verify."""
+        Raises Unauthenticated for a credential that does not verify (a failure counted against ``client``'s
+        address), Throttled when that address may not cost another lookup now."""
         store = self.store
         if bearer is None:
             configured = await self._call(lambda io: store.configured(allow_io=io))
             return None if configured else LOCAL_PRINCIPAL
-        record = await self._call(lambda io: store.verify(bearer, allow_io=io))
+        record = await self._lookup(lambda io: store.verify(bearer, allow_io=io), client)
         if record is not None:
             if record.role not in ROLES:  # written by hand into Redis, not by CredentialStore.create
                 raise Unauthenticated("unrecognised credential")
             return Principal(tenant=record.tenant, role=record.role, credential_id=record.id)
         if bearer.count(".") == 2:
-            token = await self._call(lambda io: store.verify_user_token(bearer, allow_io=io))
+            token = await self._lookup(lambda io: store.verify_user_token(bearer, allow_io=io), client)
             if token is not None:
                 return Principal(token.tenant, "user", f"{token.issuer}:{token.user_id}", token.user_id)
+        self.throttle.failed(client)
         raise Unauthenticated("unknown, revoked or expired credential")
 
     def _limiter(self, configured: bool) -> RateLimiter | None:
@@ -293,7 +306,8 @@ class AuthMiddleware:
         """None to let the request in (principal set), else the response that refuses it."""
         path: str = scope.get("path", "")
         try:
-            principal = await self.auth.resolve(_bearer(scope))
+            client = scope.get("client")
+            principal = await self.auth.resolve(_bearer(scope), client[0] if client else None)
             if path in self.ops_paths:
                 _check_ops(principal, self.auth.settings)
             elif principal is None and path.startswith("/v1"):
@@ -301,6 +315,10 @@ class AuthMiddleware:
             retry_after = await self.auth.retry_after_s(principal) if principal is not None else 0
         except Unauthenticated as exc:
             return _unauthorized(str(exc))
+        except Throttled as exc:
+            response = error_response(429, "rate_limited", str(exc))
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+            return response
         except Forbidden as exc:
             return error_response(403, "forbidden", str(exc))
         except RedisError as exc:

@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     token_secret: SecretStr | None = None  # user-token signing secret (>= 32 chars); unset: one kept in Redis
     rate_limit_per_s: float | None = Field(default=None, ge=0)  # per credential; unset: 100 with credentials
     auth_cache_s: float = Field(default=2.0, ge=0)  # verified keys are cached this long (a revoke's delay)
+    # Failed authentications per client address and web process (producers/_auth_throttle.py): a bucket of
+    # auth_failure_burst refilled at auth_failures_per_s; empty -> 429 before any lookup. 0: off.
+    auth_failures_per_s: float = Field(default=1.0, ge=0)
+    auth_failure_burst: int = Field(default=20, ge=1)
     ops_open: Literal["loopback", "always", "never"] = "loopback"  # /metrics, /docs, /readyz without a key
 
     # --- naming / isolation ---

@@ -9,13 +9,16 @@ server (connection caps, header and body deadlines, what is read before authenti
 from __future__ import annotations
 
 import json
+import secrets
 import select
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from fastapi.testclient import TestClient
 from redis import Redis
 from starlette.types import Message, Receive, Scope, Send
 
@@ -23,6 +26,7 @@ from producers._http import create_web_app
 from producers._web_common import MAX_JSON_DEPTH
 from tests.conftest import Proc, SettingsFactory, wait_for
 from tests.security.conftest import ClientFactory
+from tests.support.private_redis import private_redis
 from worker.keys import Keys
 from worker.settings import Settings
 
@@ -312,3 +316,42 @@ def test_connections_over_the_cap_are_refused_and_the_process_keeps_answering(
             return _status(_read_all(sock)) == 200
 
     wait_for(healthy, timeout_s=30, what="/healthz after the idle connections closed")
+
+
+def _random_key() -> str:
+    """A bearer in an API key's shape that names no key: verifying it needs a lookup."""
+    return f"as_{secrets.token_hex(8)}_{secrets.token_urlsafe(32)}"
+
+
+def test_failed_authentications_are_throttled_before_the_lookup(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """Random bearers from one address cost a Redis lookup each only until the address's failure budget is
+    spent; then they are 429 rate_limited with Retry-After and cost none (counted with Redis's own command
+    statistics on a private server). The bootstrap key from that address, and random bearers from another
+    address, are unaffected."""
+    with private_redis(tmp_path) as url:
+        settings = make_settings(
+            redis_url=url, bootstrap_key=BOOT, auth_cache_s=0, auth_failures_per_s=0.001, auth_failure_burst=5
+        )
+        app = create_web_app(settings)
+        lookups = Redis.from_url(url)
+
+        def hgetall_calls() -> int:
+            stats = lookups.info("commandstats").get("cmdstat_hgetall", {})
+            return int(stats.get("calls", 0)) if isinstance(stats, dict) else 0
+
+        with TestClient(app, client=("203.0.113.7", 40000)) as attacker:
+            before = hgetall_calls()
+            answers = [attacker.get("/v1/events", headers=_bearer(_random_key())) for _ in range(100)]
+            assert hgetall_calls() - before <= 5
+            assert [a.status_code for a in answers[:5]] == [401] * 5
+            throttled = answers[-1]
+            assert throttled.status_code == 429 and throttled.json()["error"]["code"] == "rate_limited"
+            assert int(throttled.headers["retry-after"]) >= 1
+            assert {a.status_code for a in answers[5:]} == {429}
+            assert attacker.get("/v1/events", headers=_bearer(BOOT)).status_code == 200
+        with TestClient(app, client=("198.51.100.9", 40000)) as other:
+            bearer = _random_key()
+            assert other.get("/v1/events", headers=_bearer(bearer)).status_code == 401
+        lookups.close()
