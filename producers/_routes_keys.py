@@ -32,7 +32,7 @@ class KeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tenant: str | None = None
-    role: Literal["ingest", "read", "operate", "admin"]
+    role: Literal["ingest", "read", "operate", "admin", "metrics"]
     name: str = Field(default="", max_length=100)
 
 

@@ -28,7 +28,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Literal, TypeVar
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -86,7 +86,9 @@ class Settings(BaseSettings):
     # auth_failure_burst refilled at auth_failures_per_s; empty -> 429 before any lookup. 0: off.
     auth_failures_per_s: float = Field(default=1.0, ge=0)
     auth_failure_burst: int = Field(default=20, ge=1)
-    ops_open: Literal["loopback", "always", "never"] = "loopback"  # /metrics, /docs, /readyz without a key
+    # /metrics, /metrics/state, /v1/backlog, /docs, /openapi.json without a credential: "always" (make run) or
+    # "never"; nothing is decided by the bind address or a caller's address ("loopback" is refused at boot).
+    ops_open: Literal["always", "never"] = "never"
 
     # --- naming / isolation ---
     key_prefix: str = "agent-signal:"
@@ -229,6 +231,16 @@ class Settings(BaseSettings):
                 "set BROKER_URL to RabbitMQ (amqp://…) or a plain Redis"
             )
         return kombu_url_for(self.require_redis_url())
+
+    @field_validator("ops_open", mode="before")
+    @classmethod
+    def _no_loopback(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() == "loopback":
+            raise ValueError(
+                "'loopback' was removed: behind a proxy on the same host every caller is loopback; set always "
+                "(a development machine) or never (the default: the ops surfaces need a credential)"
+            )
+        return value
 
     def require_redis_url(self) -> str:
         """The Redis URL (the cluster's seed node when REDIS_CLUSTER_URL is set), or a clear error when none was

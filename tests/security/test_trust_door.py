@@ -9,26 +9,31 @@ server (connection caps, header and body deadlines, what is read before authenti
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import select
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from redis import Redis
 from starlette.types import Message, Receive, Scope, Send
 
 from producers._http import create_web_app
 from producers._web_common import MAX_JSON_DEPTH
-from tests.conftest import Proc, SettingsFactory, wait_for
+from tests.conftest import ROOT, Proc, SettingsFactory, settings_env, wait_for
 from tests.security.conftest import ClientFactory
 from tests.support.private_redis import private_redis
+from tests.support.routes import flat_routes
 from worker.keys import Keys
-from worker.settings import Settings
+from worker.settings import Settings, SettingsError, load_settings
 
 pytestmark = pytest.mark.integration
 
@@ -355,3 +360,126 @@ def test_failed_authentications_are_throttled_before_the_lookup(
             bearer = _random_key()
             assert other.get("/v1/events", headers=_bearer(bearer)).status_code == 401
         lookups.close()
+
+
+# --- finding 10 (the code half): ops surfaces followed the bind address -------------------------------------
+
+OPS_SURFACES = ("/metrics", "/metrics/state", "/v1/backlog", "/openapi.json", "/docs", "/redoc")
+# A valid value for every path parameter a route declares (the walk fails on a name it has no value for).
+PATH_VALUES = {
+    "event_id": "evt_0123456789abcdef01234567",
+    "chain_id": "chain:msg_1",
+    "receipt_id": "msg_1:memory:msg_1",
+    "memory_id": "mem_1",
+    "document_id": "doc_1",
+    "session_id": "s1",
+    "user_id": "u1",
+    "key_id": "key_0123456789abcdef",
+    "name": "notes",
+    "scope_key": "topic:tpc_1",
+}
+
+
+def _make_key(client: TestClient, role: str, tenant: str = "default") -> str:
+    answer = client.post("/v1/keys", json={"tenant": tenant, "role": role}, headers=_bearer(BOOT))
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["key"])
+
+
+def test_ops_surfaces_need_a_credential_by_default(app_client: ClientFactory) -> None:
+    """With credentials configured and the default settings (bound to 127.0.0.1), every ops surface is 401
+    without a credential: behind a reverse proxy on the same host every caller is loopback, and the old
+    default opened them by the bind address."""
+    client = app_client(bootstrap_key=BOOT)
+    for path in OPS_SURFACES:
+        answer = client.get(path)
+        assert answer.status_code == 401, (path, answer.status_code)
+    reader = _make_key(client, "read")
+    assert client.get("/v1/backlog", headers=_bearer(reader)).status_code == 200
+
+
+def test_ops_open_loopback_is_refused_at_boot() -> None:
+    """``AGENT_SIGNAL_OPS_OPEN=loopback`` stops the process with one line naming the setting and the values."""
+    with pytest.raises(SettingsError) as refused:
+        load_settings(ops_open="loopback")
+    message = str(refused.value)
+    assert "AGENT_SIGNAL_OPS_OPEN" in message and "always" in message and "never" in message
+    assert load_settings().ops_open == "never"
+
+
+def _grant_of(route: APIRoute) -> str | None:
+    stack = list(route.dependant.dependencies)
+    while stack:
+        dep = stack.pop()
+        if (grant := getattr(dep.call, "__agent_signal_grant__", None)) is not None:
+            return str(grant)
+        stack += dep.dependencies
+    return None
+
+
+def test_a_metrics_key_reads_only_the_ops_surfaces(app_client: ClientFactory) -> None:
+    """A ``metrics`` key (made over HTTP) reads every ops surface and /readyz's detail; every other route of
+    the route table answers it 403; a metrics key of another tenant reads none of them (they name every
+    tenant)."""
+    client = app_client(bootstrap_key=BOOT, rate_limit_per_s=0)
+    metrics = _bearer(_make_key(client, "metrics"))
+    for path in OPS_SURFACES:
+        assert client.get(path, headers=metrics).status_code == 200, path
+    assert "checks" in client.get("/readyz", headers=metrics).json()
+    walked = 0
+    for route in flat_routes(client.app.routes):  # type: ignore[attr-defined]
+        if not isinstance(route, APIRoute) or _grant_of(route) in ("public", "ops"):
+            continue
+        url = route.path
+        for name in re.findall(r"{([a-zA-Z_]+)(?::path)?}", route.path):
+            url = re.sub("{" + name + "(?::path)?}", PATH_VALUES[name], url)
+        for method in sorted((route.methods or {"GET"}) - {"HEAD"}):
+            body: dict[str, Any] | None = {} if method in ("POST", "PUT", "PATCH") else None
+            answer = client.request(
+                method, url + "?userId=u1&agentId=a1&topicId=t1", json=body, headers=metrics
+            )
+            assert answer.status_code == 403, (method, route.path, answer.status_code, answer.text[:200])
+            walked += 1
+    assert walked > 40
+    other = _bearer(_make_key(client, "metrics", tenant="acme"))
+    assert client.get("/v1/backlog", headers=other).status_code == 403
+
+
+def test_a_metrics_key_from_the_cli(make_settings: SettingsFactory) -> None:
+    """``agent-signal keys create --role metrics`` makes one."""
+    settings = make_settings(bootstrap_key=BOOT)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "producers._cli",
+            "keys",
+            "create",
+            "--tenant",
+            "default",
+            "--role",
+            "metrics",
+        ],
+        cwd=ROOT,
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    key = json.loads(made.stdout.strip().splitlines()[-1])
+    assert key["role"] == "metrics"
+    with TestClient(create_web_app(settings)) as client:
+        assert client.get("/metrics/state", headers=_bearer(key["key"])).status_code == 200
+        assert client.get("/v1/events", headers=_bearer(key["key"])).status_code == 403
+
+
+def test_readyz_answers_probes_without_detail(app_client: ClientFactory) -> None:
+    """Kubernetes probes carry no credential: /readyz answers them ``{"ready"}`` and its status code only; the
+    checks (the store's state) go to a key that may read the ops surfaces, not to an ingest key."""
+    client = app_client(bootstrap_key=BOOT)
+    bare = client.get("/readyz")
+    assert bare.status_code == 200 and bare.json() == {"ready": True}
+    assert client.get("/readyz", headers=_bearer(_make_key(client, "ingest"))).json() == {"ready": True}
+    detailed = client.get("/readyz", headers=_bearer(_make_key(client, "read"))).json()
+    assert detailed["ready"] is True and detailed["checks"]["redis"] == "ok"
