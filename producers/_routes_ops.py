@@ -13,6 +13,7 @@ from producers._auth import ops_access, ops_detail
 from producers._ops import discard_events, edited_bodies, redrive_events
 from producers._principal import Principal, public, require, tenant_producer
 from producers._web_common import JsonObject, error_response, producer_of
+from worker.ids import Id
 from worker.intake import InvalidEvent
 from worker.process_metrics import CONTENT_TYPE, exposition
 from worker.runs import list_discarded
@@ -132,7 +133,7 @@ class Readiness(BaseModel):
 
 @router.get("/v1/chains/{chain_id:path}", response_model=ChainDocument)
 def get_chain(
-    chain_id: str, request: Request, _: Annotated[Principal, Depends(require("read"))]
+    chain_id: Id, request: Request, _: Annotated[Principal, Depends(require("read"))]
 ) -> JSONResponse:
     chain = tenant_producer(request).store.get_chain(chain_id)
     if chain is None:

@@ -23,6 +23,7 @@ from producers._feed import FeedResponse, Listener, Resync, feed_of
 from producers._principal import Principal, check_user, require, tenant_producer
 from producers._routes_receipts import receipt_store
 from producers._web_common import error_response, json_body, producer_of, settings_of
+from worker.ids import Id, NameId
 from worker.receipts import ReceiptStore
 
 __all__ = ["router"]
@@ -96,7 +97,7 @@ def list_memories(request: Request, principal: Reader, userId: str) -> JSONRespo
 
 
 @router.get("/v1/memories/{memory_id}", response_model=Memory)
-def get_memory(memory_id: str, request: Request, principal: Reader, userId: str = "") -> JSONResponse:
+def get_memory(memory_id: Id, request: Request, principal: Reader, userId: str = "") -> JSONResponse:
     check_user(principal, userId, "memory")
     memory = _docs(request).get_memory(userId, memory_id) if userId else None
     if memory is None:
@@ -116,7 +117,7 @@ def list_skills(request: Request, principal: Reader, userId: str = "", agentId: 
 
 @router.get("/v1/skills/{document_id}", response_model=SkillDocument)
 def get_skill(
-    document_id: str, request: Request, principal: Reader, userId: str = "", agentId: str = ""
+    document_id: Id, request: Request, principal: Reader, userId: str = "", agentId: str = ""
 ) -> JSONResponse:
     check_user(principal, userId, "skill document")
     doc = _docs(request).get_skill(userId, agentId, document_id) if userId and agentId else None
@@ -135,7 +136,7 @@ def get_skill(
         }
     },
 )
-def rollback_receipt(receipt_id: str, request: Request, principal: Operator) -> JSONResponse:
+def rollback_receipt(receipt_id: Id, request: Request, principal: Operator) -> JSONResponse:
     """Undo a skill-document receipt: rolled_back | conflict | not_found | failed | unsupported (kept on the receipt)."""
     receipts = receipt_store(request)
     receipt = receipts.get(receipt_id)
@@ -236,7 +237,7 @@ class GateBody(BaseModel):
 
 @router.put("/v1/features/self-iteration/{user_id}", response_model=GateState, **body_route(GateBody))
 def put_gate(
-    user_id: str,
+    user_id: NameId,
     request: Request,
     body: Annotated[GateBody | JSONResponse, Depends(json_body(GateBody))],
     principal: Operator,

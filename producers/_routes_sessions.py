@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -12,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from producers._api_models import API_ERRORS, ContextView, SessionSettings, body_route
 from producers._principal import principal_of, tenant_producer
-from producers._session_access import session_access, session_store
+from producers._session_access import SESSION_ID, SESSION_ID_RULE, session_access, session_store
 from producers._web_common import (
     InvalidBody,
     NotStrictBody,
@@ -28,7 +27,6 @@ from worker.ids import NameId
 __all__ = ["bad_session", "record_event", "router", "session_body", "session_full"]
 
 router = APIRouter(dependencies=[Depends(session_access)], responses=API_ERRORS, tags=["sessions"])
-SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
 B = TypeVar("B", bound=BaseModel)
 
 
@@ -114,7 +112,7 @@ def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
 def bad_session(session_id: str) -> JSONResponse | None:
     if SESSION_ID.match(session_id):
         return None
-    return error_response(422, "invalid_field", "sessionId must be 1-200 of A-Z a-z 0-9 . _ : -", "sessionId")
+    return error_response(422, "invalid_field", f"sessionId must be {SESSION_ID_RULE}", "sessionId")
 
 
 def session_body(model: type[B]) -> Callable[[str, Request], Awaitable[B | JSONResponse]]:

@@ -97,10 +97,19 @@ def pydantic_error(
 
 
 async def request_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-    """Exception handler for FastAPI's own parameter checks (query, path): the same 422 as a body error."""
+    """Exception handler for FastAPI's own parameter checks (query, path): the same 422 as a body error. A
+    path parameter is named as the API names it (``user_id`` in ``/v1/users/{user_id}`` is ``userId``)."""
     first = dict(exc.errors()[0])
-    first["loc"] = tuple(first.get("loc", ()))[1:]  # drop the source: "query", "path", "body"
+    source, *loc = tuple(first.get("loc", ()))  # the source: "query", "path", "body"
+    if source == "path" and loc and isinstance(loc[0], str):
+        loc[0] = _camel(loc[0])
+    first["loc"] = tuple(loc)
     return field_response(pydantic_error(first))
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def decode_json(raw: bytes, *, require_object: bool = True) -> Any:

@@ -483,3 +483,78 @@ def test_readyz_answers_probes_without_detail(app_client: ClientFactory) -> None
     assert client.get("/readyz", headers=_bearer(_make_key(client, "ingest"))).json() == {"ready": True}
     detailed = client.get("/readyz", headers=_bearer(_make_key(client, "read"))).json()
     assert detailed["ready"] is True and detailed["checks"]["redis"] == "ok"
+
+
+# --- finding 11: ids in paths, session claims ----------------------------------------------------------------
+
+# Ids the id rules refuse, percent-encoded for a URL; user ids also refuse ':' (alice:agt_1 aliased alice's keys).
+BAD_IDS = {"name_ids": ("alice:agt_1", "bad%20id", "x%1Fy"), "ids": ("bad%20id", "x%1Fy", "a" * 257)}
+NAME_ID_PARAMS = frozenset({"user_id"})
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _snapshot(redis_client: Redis, keys: Keys) -> dict[str, Any]:
+    """Every data key under the test's prefix with its content (counters and the rate buckets left out)."""
+    found: dict[str, Any] = {}
+    for key in redis_client.scan_iter(match=f"{keys.prefix}*"):
+        if key.endswith(("stats", "metrics")) or ":rate:" in key or ":broker:" in key:
+            continue
+        kind = redis_client.type(key)
+        found[key] = redis_client.dump(key) if kind != "stream" else redis_client.xlen(key)
+    return found
+
+
+def test_every_id_in_a_path_is_checked_before_any_side_effect(
+    app_client: ClientFactory, redis_client: Redis, keys: Keys
+) -> None:
+    """Every route with a path parameter (read from the route table) answers a refused id with a 422 naming
+    the parameter as the API names it (``userId``), and nothing in Redis changes: ``DELETE
+    /v1/users/alice:agt_1`` ran an erasure for an id that aliases alice's keys, and ``PUT
+    /v1/features/self-iteration/{id}`` stored an override under any string."""
+    client = app_client(bootstrap_key=BOOT, rate_limit_per_s=0)
+    operator = _bearer(BOOT)
+    client.put("/v1/features/self-iteration/alice", json={"enabled": False}, headers=operator)
+    before = _snapshot(redis_client, keys)
+    walked = 0
+    for route in flat_routes(client.app.routes):  # type: ignore[attr-defined]
+        if not isinstance(route, APIRoute) or _grant_of(route) == "public":
+            continue
+        names = re.findall(r"{([a-zA-Z_]+)(?::path)?}", route.path)
+        for bad_name in names:
+            kind = "name_ids" if bad_name in NAME_ID_PARAMS else "ids"
+            for bad in BAD_IDS[kind]:
+                url = route.path
+                for name in names:
+                    value = bad if name == bad_name else PATH_VALUES[name]
+                    url = re.sub("{" + name + "(?::path)?}", value, url)
+                for method in sorted((route.methods or {"GET"}) - {"HEAD"}):
+                    body: dict[str, Any] | None = {"enabled": True} if method in ("POST", "PUT") else None
+                    answer = client.request(
+                        method, url + "?userId=u1&agentId=a1", json=body, headers=operator
+                    )
+                    where = (method, route.path, bad)
+                    assert answer.status_code == 422, (*where, answer.status_code, answer.text[:200])
+                    assert answer.json()["error"]["field"] == _camel(bad_name), (*where, answer.text[:200])
+                    walked += 1
+    assert walked > 60
+    assert _snapshot(redis_client, keys) == before
+
+
+def test_a_session_is_claimed_only_after_its_id_is_checked(
+    app_client: ClientFactory, redis_client: Redis, keys: Keys
+) -> None:
+    """A user token's PUT of a session id the routes refuse is a 422 naming sessionId and claims nothing (the
+    claim used to be written before the id was checked, leaving a session record for an id nobody can use)."""
+    client = app_client(bootstrap_key=BOOT, rate_limit_per_s=0)
+    token = client.post("/v1/tokens", json={"userId": "u1"}, headers=_bearer(BOOT)).json()["token"]
+    before = _snapshot(redis_client, keys)
+    for bad in ("bad%20id", "a" * 201, "x%21y"):
+        answer = client.put(f"/v1/sessions/{bad}", json={}, headers=_bearer(token))
+        assert answer.status_code == 422 and answer.json()["error"]["field"] == "sessionId", answer.text
+    assert _snapshot(redis_client, keys) == before
+    good = client.put("/v1/sessions/s-ok", json={}, headers=_bearer(token))
+    assert good.status_code == 200 and good.json()["userId"] == "u1"
