@@ -558,3 +558,32 @@ def test_a_session_is_claimed_only_after_its_id_is_checked(
     assert _snapshot(redis_client, keys) == before
     good = client.put("/v1/sessions/s-ok", json={}, headers=_bearer(token))
     assert good.status_code == 200 and good.json()["userId"] == "u1"
+
+
+def test_the_ui_keeps_a_typed_key_for_the_tab_only(
+    make_settings: SettingsFactory, start_web: WebFactory
+) -> None:
+    """A key typed into the UI is kept in sessionStorage (the tab's life), never in localStorage (no expiry),
+    and API calls carry it; a key an older version left in localStorage is removed when the page loads."""
+    from tests.support.browser import chromium
+
+    _, url = start_web(make_settings(bootstrap_key=BOOT))
+    with chromium() as browser:
+        page = browser.new_page()
+        errors: list[str] = []
+        sent: list[str | None] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{url}/")
+        page.evaluate("localStorage.setItem('agentSignalToken', 'left-by-an-older-version')")
+        page.reload()
+        page.wait_for_selector("#api-token", state="attached")  # reload() waited for load: app.js has run
+        assert page.evaluate("localStorage.getItem('agentSignalToken')") is None
+        page.on("request", lambda r: sent.append(r.headers.get("authorization")) if "/v1/" in r.url else None)
+        page.click("details.token > summary")
+        page.fill("#api-token", BOOT)
+        page.dispatch_event("#api-token", "change")
+        page.wait_for_function("() => sessionStorage.getItem('agentSignalToken') !== null")
+        assert page.evaluate("sessionStorage.getItem('agentSignalToken')") == BOOT
+        assert page.evaluate("localStorage.getItem('agentSignalToken')") is None
+        wait_for(lambda: f"Bearer {BOOT}" in sent, timeout_s=15, what="an API call with the typed key")
+    assert errors == []
