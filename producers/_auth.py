@@ -10,11 +10,7 @@ the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/c
 * Credentials configured: a ``/v1`` request without a credential is 401 at the door (defence in depth: the
   route guards say the same), an unknown, revoked, expired or malformed credential is 401 everywhere.
 * Operations surfaces (``/metrics``, ``/metrics/state``, ``/v1/backlog``, the OpenAPI document and the docs
-  pages) follow ``AGENT_SIGNAL_OPS_OPEN``: ``never`` (the default) needs a key of the ``default`` tenant with
-  the ``metrics`` role or the ``read`` grant (user tokens never see them); ``always`` (``make run``) opens them.
-  Nothing is decided by the bind address or a caller's address: behind a proxy on the same host every caller
-  is loopback. ``/readyz`` answers anyone ``{"ready"}`` and its status (Kubernetes probes carry no
-  credential), and its ``checks`` only to a caller that may read the operations surfaces.
+  pages) follow ``AGENT_SIGNAL_OPS_OPEN`` (producers/_ops_access.py).
 * Over the rate: 429 ``rate_limited`` with ``Retry-After``.
 
 Redis work on the hot path is one async round trip (the rate bucket); verified keys, the "configured" state and
@@ -40,6 +36,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from producers._auth_throttle import FailedAuthThrottle, Throttled
+from producers._ops_access import OPS_ROUTES, check_ops
 from producers._principal import (
     LOCAL_PRINCIPAL,
     ROLES,
@@ -57,7 +54,7 @@ from worker.credentials import (
     CredentialStore,
     NeedsIO,
 )
-from worker.keys import DEFAULT_TENANT, Keys
+from worker.keys import Keys
 from worker.rate_limit import RateLimiter
 from worker.redis_client import async_redis_from_settings, redis_from_settings
 from worker.settings import Settings, SettingsError
@@ -72,17 +69,12 @@ __all__ = [
     "install_auth",
     "is_loopback",
     "is_root",
-    "may_read_ops",
-    "ops_access",
-    "ops_detail",
-    "ops_open",
 ]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_RATE_LIMIT_PER_S = 100.0  # per credential, when credentials are configured and the setting is unset
-OPS_ROUTES = ("/metrics", "/metrics/state", "/v1/backlog")
 
 
 def is_loopback(host: str) -> bool:
@@ -93,11 +85,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def ops_open(settings: Settings) -> bool:
-    """True when the operations surfaces answer without a credential (``AGENT_SIGNAL_OPS_OPEN=always``)."""
-    return settings.ops_open == "always"
 
 
 def bootstrap_key_of(settings: Settings) -> str | None:
@@ -145,44 +132,6 @@ def credentials_of(request: Request) -> CredentialStore:
     """The app's credential store (the one the middleware verifies with)."""
     auth: Authenticator = request.app.state.auth
     return auth.store
-
-
-def _check_ops(principal: Principal | None, settings: Settings) -> None:
-    if ops_open(settings):
-        return
-    if principal is None:
-        raise Unauthenticated("this operations endpoint needs a credential (a metrics key, or a read key)")
-    if principal.is_user or not (principal.role == "metrics" or principal.has("read")):
-        raise Forbidden("this operations endpoint needs a metrics key or a key with the read grant")
-    if principal.tenant != DEFAULT_TENANT:  # deployment-wide figures name every tenant: the operator's only
-        raise Forbidden("this operations endpoint is the operator's: it needs a key of the default tenant")
-
-
-def may_read_ops(principal: Principal | None, settings: Settings) -> bool:
-    """Whether ``principal`` (None: no credential) may read the operations surfaces."""
-    try:
-        _check_ops(principal, settings)
-    except (Unauthenticated, Forbidden):
-        return False
-    return True
-
-
-def ops_access(request: Request) -> Principal | None:
-    """A route dependency for operations surfaces: open per ``AGENT_SIGNAL_OPS_OPEN``, else a metrics or read
-    key of the default tenant."""
-    principal = getattr(request.state, "principal", None)
-    settings: Settings = request.app.state.auth.settings
-    _check_ops(principal, settings)
-    return principal
-
-
-def ops_detail(request: Request) -> bool:
-    """A route dependency for ``/readyz``, open to anyone: whether the caller may see the detail."""
-    return may_read_ops(getattr(request.state, "principal", None), request.app.state.auth.settings)
-
-
-ops_detail.__agent_signal_grant__ = "public"  # type: ignore[attr-defined]
-ops_access.__agent_signal_grant__ = "ops"  # type: ignore[attr-defined]
 
 
 class Authenticator:
@@ -328,7 +277,7 @@ class AuthMiddleware:
             client = scope.get("client")
             principal = await self.auth.resolve(_bearer(scope), client[0] if client else None)
             if path in self.ops_paths:
-                _check_ops(principal, self.auth.settings)
+                check_ops(principal, self.auth.settings)
             elif principal is None and path.startswith("/v1"):
                 raise Unauthenticated("missing bearer credential (Authorization: Bearer <key or token>)")
             retry_after = await self.auth.retry_after_s(principal) if principal is not None else 0

@@ -9,8 +9,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from producers._api_models import ErrorBody, EventStatus, body_route
-from producers._auth import ops_access, ops_detail
 from producers._ops import discard_events, edited_bodies, redrive_events
+from producers._ops_access import ops_access, ops_detail
 from producers._principal import Principal, public, require, tenant_producer
 from producers._web_common import JsonObject, error_response, producer_of
 from worker.ids import Id

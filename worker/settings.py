@@ -82,13 +82,9 @@ class Settings(BaseSettings):
     token_secret: SecretStr | None = None  # user-token signing secret (>= 32 chars); unset: one kept in Redis
     rate_limit_per_s: float | None = Field(default=None, ge=0)  # per credential; unset: 100 with credentials
     auth_cache_s: float = Field(default=2.0, ge=0)  # verified keys are cached this long (a revoke's delay)
-    # Failed authentications per client address and web process (producers/_auth_throttle.py): a bucket of
-    # auth_failure_burst refilled at auth_failures_per_s; empty -> 429 before any lookup. 0: off.
-    auth_failures_per_s: float = Field(default=1.0, ge=0)
-    auth_failure_burst: int = Field(default=20, ge=1)
-    # /metrics, /metrics/state, /v1/backlog, /docs, /openapi.json without a credential: "always" (make run) or
-    # "never"; nothing is decided by the bind address or a caller's address ("loopback" is refused at boot).
-    ops_open: Literal["always", "never"] = "never"
+    auth_failures_per_s: float = Field(default=1.0, ge=0)  # failed auths refilled per client address; 0: off
+    auth_failure_burst: int = Field(default=20, ge=1)  # failed auths before 429 (producers/_auth_throttle.py)
+    ops_open: Literal["always", "never"] = "never"  # ops surfaces without a credential (make run: always)
 
     # --- naming / isolation ---
     key_prefix: str = "agent-signal:"
@@ -97,11 +93,9 @@ class Settings(BaseSettings):
     # --- ingress ---
     max_event_bytes: int = 256 * 1024  # one event's serialized payload; larger -> 413
     max_request_bytes: int = 8 * 1024 * 1024  # one HTTP request body; larger -> 413
-    # One web process's connections (producers/_connections.py): more open at once -> 503 and closed; a request's
-    # head must arrive within header_timeout_s (else 408, closed), its body within body_timeout_s of the head.
-    max_connections: int = Field(default=2000, ge=1)
-    header_timeout_s: float = Field(default=10.0, gt=0)
-    body_timeout_s: float = Field(default=60.0, gt=0)
+    max_connections: int = Field(default=2000, ge=1)  # per web process, else 503 (producers/_connections.py)
+    header_timeout_s: float = Field(default=10.0, gt=0)  # a request's head must arrive within this, else 408
+    body_timeout_s: float = Field(default=60.0, gt=0)  # its body within this of the head, else closed
     # Host names served besides the loopback names and `host` (unless 0.0.0.0): DNS rebinding. "*": any.
     allowed_hosts: list[str] = Field(default_factory=list)
     # Origins allowed besides the request's own (scheme://host[:port]); a browser request from any other -> 403.
@@ -237,8 +231,7 @@ class Settings(BaseSettings):
     def _no_loopback(cls, value: object) -> object:
         if isinstance(value, str) and value.strip().lower() == "loopback":
             raise ValueError(
-                "'loopback' was removed: behind a proxy on the same host every caller is loopback; set always "
-                "(a development machine) or never (the default: the ops surfaces need a credential)"
+                "'loopback' was removed (behind a proxy every caller is loopback): use always or never"
             )
         return value
 
