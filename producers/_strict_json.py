@@ -18,7 +18,8 @@ none of them is JSON (RFC 8259) and the stored event would not round-trip. A ``\
 lone surrogate, which cannot be encoded as UTF-8, so storing it failed with a 500. Both are refused as
 :class:`NotStrictJson` naming the field (a dotted path, ``payload.score``). Raw bytes are decoded strictly
 (``json.loads`` would let UTF-8-encoded surrogates through with ``surrogatepass``), so a lone surrogate can
-only come from an escape: the decoded value is searched for one only when the text holds such an escape.
+only come from an escape: the decoded value is searched for one only when the text holds an escape of a
+surrogate without its pair (so emoji written as escaped pairs, as ``json.dumps`` does, cost nothing more).
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ __all__ = ["DepthScan", "NotStrictJson", "loads_strict", "nested_deeper_than", "
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
 _BRACES_AS_BRACKETS = bytes.maketrans(b"{}", b"[]")
 _STRING = re.compile(rb'"[^"]*"')  # linear: see the module docstring
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # \uD800-\uDFFF, the only way to write a surrogate
+# A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or the reverse: the only way to write a lone
+# surrogate (fixed-width lookarounds: linear). An escaped backslash before "u" may match too; the walk decides.
+_LONE_SURROGATE_ESCAPE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json pairs high+low into one code point: any left is lone
 
 
@@ -102,7 +108,7 @@ def loads_strict(raw: bytes) -> Any:
         data = _STRICT.decode(text)
     except _NonFinite as exc:
         raise _non_finite(text, str(exc)) from None
-    if _SURROGATE_ESCAPE.search(text) is not None:
+    if _LONE_SURROGATE_ESCAPE.search(text) is not None:
         path = _first_path(data, lambda v: isinstance(v, str) and _LONE_SURROGATE.search(v) is not None)
         if path is not None:
             field = _dotted(path)
