@@ -213,8 +213,10 @@ class _CountedBody:
         self.cut = False  # answered 413, or the client left before its body ended
 
     async def receive(self) -> Message:
+        if self.cut:
+            return {"type": "http.disconnect"}  # nothing more is read of a body that was cut
         message = await self._receive()
-        if self.ended or self.cut:
+        if self.ended:
             return message
         if message["type"] != "http.request":
             self.cut = True  # the client left mid-body: nobody is left to answer
