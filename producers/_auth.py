@@ -9,9 +9,8 @@ the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/c
   :data:`LOCAL_PRINCIPAL` (admin of ``default``), and the app refuses to start on a non-loopback host.
 * Credentials configured: a ``/v1`` request without a credential is 401 at the door (defence in depth: the
   route guards say the same), an unknown, revoked, expired or malformed credential is 401 everywhere.
-* Operations surfaces (``/metrics``, ``/readyz``, the OpenAPI document and the docs pages) follow
-  ``AGENT_SIGNAL_OPS_OPEN``: ``loopback`` (default) opens them when the app binds a loopback host, ``always``,
-  or ``never`` (then a key with the ``read`` grant is needed; user tokens never see them).
+* Operations surfaces (``/metrics``, ``/metrics/state``, ``/v1/backlog``, the OpenAPI document and the docs
+  pages) follow ``AGENT_SIGNAL_OPS_OPEN`` (producers/_ops_access.py).
 * Over the rate: 429 ``rate_limited`` with ``Retry-After``.
 
 Redis work on the hot path is one async round trip (the rate bucket); verified keys, the "configured" state and
@@ -36,6 +35,8 @@ from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from producers._auth_throttle import FailedAuthThrottle, Throttled
+from producers._ops_access import OPS_ROUTES, check_ops
 from producers._principal import (
     LOCAL_PRINCIPAL,
     ROLES,
@@ -53,7 +54,7 @@ from worker.credentials import (
     CredentialStore,
     NeedsIO,
 )
-from worker.keys import DEFAULT_TENANT, Keys
+from worker.keys import Keys
 from worker.rate_limit import RateLimiter
 from worker.redis_client import async_redis_from_settings, redis_from_settings
 from worker.settings import Settings, SettingsError
@@ -68,15 +69,12 @@ __all__ = [
     "install_auth",
     "is_loopback",
     "is_root",
-    "ops_access",
-    "ops_open",
 ]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_RATE_LIMIT_PER_S = 100.0  # per credential, when credentials are configured and the setting is unset
-OPS_ROUTES = ("/metrics", "/metrics/state", "/v1/backlog", "/readyz")
 
 
 def is_loopback(host: str) -> bool:
@@ -87,13 +85,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def ops_open(settings: Settings) -> bool:
-    """True when the operations surfaces answer without a credential (``AGENT_SIGNAL_OPS_OPEN``)."""
-    if settings.ops_open == "always":
-        return True
-    return settings.ops_open == "loopback" and is_loopback(settings.host)
 
 
 def bootstrap_key_of(settings: Settings) -> str | None:
@@ -143,28 +134,6 @@ def credentials_of(request: Request) -> CredentialStore:
     return auth.store
 
 
-def _check_ops(principal: Principal | None, settings: Settings) -> None:
-    if ops_open(settings):
-        return
-    if principal is None:
-        raise Unauthenticated("this operations endpoint needs a credential with the read grant")
-    if not principal.has("read") or principal.is_user:
-        raise Forbidden("this operations endpoint needs a key with the read grant")
-    if principal.tenant != DEFAULT_TENANT:  # deployment-wide figures name every tenant: the operator's only
-        raise Forbidden("this operations endpoint is the operator's: it needs a key of the default tenant")
-
-
-def ops_access(request: Request) -> Principal | None:
-    """A route dependency for operations surfaces: open per ``AGENT_SIGNAL_OPS_OPEN``, else a ``read`` key."""
-    principal = getattr(request.state, "principal", None)
-    settings: Settings = request.app.state.auth.settings
-    _check_ops(principal, settings)
-    return principal
-
-
-ops_access.__agent_signal_grant__ = "ops"  # type: ignore[attr-defined]
-
-
 class Authenticator:
     """Resolves bearers to principals and charges rate buckets; owns its Redis clients (made lazily)."""
 
@@ -175,6 +144,7 @@ class Authenticator:
         self._store: CredentialStore | None = None
         self._async: tuple[asyncio.AbstractEventLoop, AsyncRedis] | None = None
         self._limiters: dict[float, RateLimiter] = {}
+        self.throttle = FailedAuthThrottle(settings.auth_failures_per_s, settings.auth_failure_burst)
 
     @property
     def store(self) -> CredentialStore:
@@ -197,23 +167,34 @@ class Authenticator:
         except NeedsIO:
             return await run_in_threadpool(fn, True)
 
-    async def resolve(self, bearer: str | None) -> Principal | None:
+    async def _lookup(self, fn: Callable[[bool], T], client: str | None) -> T:
+        """:meth:`_call` for a bearer's verification: a lookup (cache miss) first passes the client address's
+        failed-authentication throttle (producers/_auth_throttle.py), which raises Throttled."""
+        try:
+            return fn(False)
+        except NeedsIO:
+            self.throttle.check(client)
+            return await run_in_threadpool(fn, True)
+
+    async def resolve(self, bearer: str | None, client: str | None = None) -> Principal | None:
         """The caller; None when no credential was given and credentials are configured.
 
-        Raises Unauthenticated for a credential that does not verify."""
+        Raises Unauthenticated for a credential that does not verify (a failure counted against ``client``'s
+        address), Throttled when that address may not cost another lookup now."""
         store = self.store
         if bearer is None:
             configured = await self._call(lambda io: store.configured(allow_io=io))
             return None if configured else LOCAL_PRINCIPAL
-        record = await self._call(lambda io: store.verify(bearer, allow_io=io))
+        record = await self._lookup(lambda io: store.verify(bearer, allow_io=io), client)
         if record is not None:
             if record.role not in ROLES:  # written by hand into Redis, not by CredentialStore.create
                 raise Unauthenticated("unrecognised credential")
             return Principal(tenant=record.tenant, role=record.role, credential_id=record.id)
         if bearer.count(".") == 2:
-            token = await self._call(lambda io: store.verify_user_token(bearer, allow_io=io))
+            token = await self._lookup(lambda io: store.verify_user_token(bearer, allow_io=io), client)
             if token is not None:
                 return Principal(token.tenant, "user", f"{token.issuer}:{token.user_id}", token.user_id)
+        self.throttle.failed(client)
         raise Unauthenticated("unknown, revoked or expired credential")
 
     def _limiter(self, configured: bool) -> RateLimiter | None:
@@ -293,14 +274,19 @@ class AuthMiddleware:
         """None to let the request in (principal set), else the response that refuses it."""
         path: str = scope.get("path", "")
         try:
-            principal = await self.auth.resolve(_bearer(scope))
+            client = scope.get("client")
+            principal = await self.auth.resolve(_bearer(scope), client[0] if client else None)
             if path in self.ops_paths:
-                _check_ops(principal, self.auth.settings)
+                check_ops(principal, self.auth.settings)
             elif principal is None and path.startswith("/v1"):
                 raise Unauthenticated("missing bearer credential (Authorization: Bearer <key or token>)")
             retry_after = await self.auth.retry_after_s(principal) if principal is not None else 0
         except Unauthenticated as exc:
             return _unauthorized(str(exc))
+        except Throttled as exc:
+            response = error_response(429, "rate_limited", str(exc))
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+            return response
         except Forbidden as exc:
             return error_response(403, "forbidden", str(exc))
         except RedisError as exc:

@@ -5,7 +5,7 @@ major versions FastAPI loads from jsdelivr; versions, checksums and licences in 
 ``install_docs(app)`` expects an app built with ``docs_url=None, redoc_url=None`` (FastAPI's CDN pages off)
 and registers:
 
-* ``/docs`` and ``/redoc``: the pages, behind :func:`producers._auth.ops_access` (open per
+* ``/docs`` and ``/redoc``: the pages, behind :func:`producers._ops_access.ops_access` (open per
   ``AGENT_SIGNAL_OPS_OPEN``, else a ``read`` key), like ``/openapi.json`` which they load.
 * ``/docs-assets/{name}``: the vendored files, public (they are the same for everybody and hold no data), so
   the pages work whenever they are reachable.
@@ -23,7 +23,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from producers._auth import ops_access
+from producers._ops_access import ops_access
 from producers._principal import public
 from producers._web_common import error_response
 

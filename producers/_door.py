@@ -17,8 +17,10 @@ Outermost first, each one job, each answering with the one error body (``produce
    ``text/plain`` POST (a "simple" request a web page can send without a CORS preflight).
 5. :class:`BodyLimit` caps every request body at ``AGENT_SIGNAL_MAX_REQUEST_BYTES``: a declared
    ``Content-Length`` above it is ``413 request_too_large`` before a byte is read; a body without one
-   (chunked) is counted while it is read and answered 413 as soon as the count passes the limit, so the
-   route never sees (or parses) any of it.
+   (chunked) is counted while the route reads it and answered 413 as soon as the count passes the limit.
+   It reads nothing ahead: authentication (inside the door) answers before any body byte is read, and a
+   body read before a caller is known stops at 64 KiB. The server reads at most its own buffer (uvicorn's
+   64 KiB high-water mark) of a body nobody reads; producers/_connections.py bounds how long that may take.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from worker.settings import Settings
 __all__ = [
     "API_CSP",
     "DOCS_CSP",
+    "UNAUTHENTICATED_BYTES",
     "BodyLimit",
     "HostGuard",
     "JsonContentType",
@@ -61,6 +64,7 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "[::]"})
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
+UNAUTHENTICATED_BYTES = 64 * 1024  # the most of a body read before the caller is known (contract §Trust)
 
 
 class SecurityHeaders:
@@ -155,68 +159,91 @@ class JsonContentType:
 
 class BodyLimit:
     """``413 request_too_large`` for a body over ``max_bytes``: by its Content-Length before reading, or by
-    counting a body without one while reading it (the route then gets the whole body at once)."""
+    counting a body without one while the route reads it (nothing is read ahead or buffered here: a request
+    answered before its body is read, a 401 at the auth middleware, never has its body read at all). Until a
+    principal is known (``scope["state"]["principal"]``, set by the auth middleware) at most
+    ``unauthenticated_bytes`` are handed over: no credential means no body is read past 64 KiB."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_bytes: int, unauthenticated_bytes: int = UNAUTHENTICATED_BYTES
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.unauthenticated_bytes = min(unauthenticated_bytes, max_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         declared = Headers(scope=scope).get("content-length")
-        if declared is not None and declared.isdigit():
-            if int(declared) > self.max_bytes:
-                message = f"request body is {declared} bytes; the limit is {self.max_bytes}"
-                await error_response(413, "request_too_large", message)(scope, receive, send)
-                return
-            await self.app(scope, receive, send)  # the server delivers no more than it declared
-            return
-        try:
-            body = await self._read_counted(receive)
-        except _ClientGone:
-            return  # nobody is left to answer
-        if body is None:
-            message = f"request body is over the limit of {self.max_bytes} bytes"
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            message = f"request body is {declared} bytes; the limit is {self.max_bytes}"
             await error_response(413, "request_too_large", message)(scope, receive, send)
             return
-        await self.app(scope, _replay(body, receive), send)
+        body = _CountedBody(scope, receive, send, self)
+        try:
+            await self.app(scope, body.receive, body.send)
+        except Exception:
+            if not body.cut:
+                raise
+            # The body was cut (answered 413, or its client left): whatever the app made of the disconnect it
+            # was handed (Starlette's ClientDisconnect, possibly inside a middleware's exception group) is moot.
 
-    async def _read_counted(self, receive: Receive) -> bytes | None:
-        """The whole body, or None as soon as it passes the limit (the rest is never read)."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                raise _ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
+    def limit_for(self, scope: Scope) -> int:
+        """The caller's limit: ``max_bytes`` once a principal is known, else ``unauthenticated_bytes``."""
+        state = scope.get("state")
+        known = isinstance(state, dict) and state.get("principal") is not None
+        return self.max_bytes if known else self.unauthenticated_bytes
 
 
-class _ClientGone(Exception):
-    """The client disconnected before its body ended."""
+class _CountedBody:
+    """One request's ``receive`` and ``send`` for :class:`BodyLimit`: the body's bytes are counted as the app
+    reads them; past the limit the 413 is answered here and the app is handed ``http.disconnect`` (so it stops
+    reading) and its own answer is dropped. Nothing is raised through the app's middlewares, which may wrap
+    exceptions in groups of their own."""
 
+    def __init__(self, scope: Scope, receive: Receive, send: Send, limit: BodyLimit) -> None:
+        self.scope = scope
+        self._receive = receive
+        self._send = send
+        self.limit = limit
+        self.size = 0
+        self.ended = False  # the whole body was handed over: later messages pass through as they are
+        self.started = False  # a response has started
+        self.cut = False  # answered 413, or the client left before its body ended
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that hands over ``body`` in one message, then the server's own (disconnect) messages."""
-    delivered = False
+    async def receive(self) -> Message:
+        if self.cut:
+            return {"type": "http.disconnect"}  # nothing more is read of a body that was cut
+        message = await self._receive()
+        if self.ended:
+            return message
+        if message["type"] != "http.request":
+            self.cut = True  # the client left mid-body: nobody is left to answer
+            return message
+        self.size += len(message.get("body", b""))
+        limit = self.limit.limit_for(self.scope)
+        if self.size > limit:
+            await self._refuse(limit)
+            return {"type": "http.disconnect"}
+        self.ended = not message.get("more_body", False)
+        return message
 
-    async def replay() -> Message:
-        nonlocal delivered
-        if delivered:
-            return await receive()
-        delivered = True
-        return {"type": "http.request", "body": body, "more_body": False}
+    async def send(self, message: Message) -> None:
+        if self.cut:
+            return
+        self.started = self.started or message["type"] == "http.response.start"
+        await self._send(message)
 
-    return replay
+    async def _refuse(self, limit: int) -> None:
+        self.cut = True
+        if self.started:  # pragma: no cover - every route reads its body before it answers
+            return
+        known = limit == self.limit.max_bytes
+        message = f"request body is over the limit of {limit} bytes" + (
+            "" if known else " before authentication"
+        )
+        await error_response(413, "request_too_large", message)(self.scope, self._receive, self._send)
 
 
 def _host_name(host: str) -> str:

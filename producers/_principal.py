@@ -15,6 +15,10 @@ grant       who
 ``admin``   ``admin`` keys (keys of their own tenant)
 ==========  =====================================================================================
 
+A ``metrics`` key holds none of them: it reads only the operations surfaces (``/metrics``,
+``/metrics/state``, ``/v1/backlog``, the OpenAPI document and the docs pages, ``/readyz``'s detail; see
+producers/_ops_access.py), and every other route answers it 403.
+
 A route that serves user-owned data (receipts, memories, skills, conversations, sessions) also calls
 :meth:`Principal.owns_user` / :func:`user_of` so that a user token reaches only its own user.
 """
@@ -48,15 +52,16 @@ __all__ = [
     "tenant_producer",
 ]
 
-Role = Literal["ingest", "read", "operate", "admin", "user"]
+Role = Literal["ingest", "read", "operate", "admin", "metrics", "user"]
 Grant = Literal["ingest", "read", "operate", "admin"]
-ROLES: tuple[Role, ...] = ("ingest", "read", "operate", "admin")
+ROLES: tuple[Role, ...] = ("ingest", "read", "operate", "admin", "metrics")
 
 GRANTS: dict[Role, frozenset[Grant]] = {
     "ingest": frozenset({"ingest"}),
     "read": frozenset({"read"}),
     "operate": frozenset({"ingest", "read", "operate"}),
     "admin": frozenset({"ingest", "read", "operate", "admin"}),
+    "metrics": frozenset(),  # the operations surfaces only (producers/_ops_access.py)
     "user": frozenset({"ingest", "read", "operate"}),
 }
 

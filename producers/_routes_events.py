@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 from producers._api_models import AttemptRecord, ErrorDetail, EventState, EventStatus, Receipt, body_route
 from producers._principal import Principal, require, tenant_producer
 from producers._web_common import error_response, producer_of, read_json, settings_of
+from worker.ids import Id
 from worker.intake import EventError, InvalidEvent, SourceEvent
 from worker.outbox import records_of_event
 from worker.rate_limit import RateLimiter
@@ -273,7 +274,7 @@ def resolve_event(store: EventStore, event_id: str) -> str | JSONResponse:
 
 @router.get("/v1/events/{event_id}", response_model=EventDetail, responses=_CONFLICT)
 def get_event(
-    event_id: str, request: Request, principal: Annotated[Principal, Depends(require("read"))]
+    event_id: Id, request: Request, principal: Annotated[Principal, Depends(require("read"))]
 ) -> JSONResponse:
     """The event's status record with its ``attemptsHistory`` and the stored ``event`` (its payload); a source
     id works when it names one event."""
@@ -295,7 +296,7 @@ def get_event(
 
 @router.post("/v1/events/{event_id}/cancel", response_model=Cancelled, responses=_CONFLICT)
 def post_cancel(
-    event_id: str, request: Request, _: Annotated[Principal, Depends(require("operate"))]
+    event_id: Id, request: Request, _: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:
     """A queued event is cancelled now and never runs; a running one stops before its next action and is
     committed ``cancelled`` with none of its chain's staged writes (``status`` stays processing until then)."""

@@ -22,6 +22,7 @@ from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.functions import FunctionDef, load_function_dir
 from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating, guard_message
 from sessions.store import SessionFull
+from worker.ids import Id
 
 __all__ = ["activate_locked", "machine_for", "router"]
 
@@ -292,7 +293,7 @@ def get_artifacts(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.put("/v1/sessions/{session_id}/artifacts/{name}", response_model=Artifact, **body_route(ArtifactBody))
-def put_artifact(session_id: str, name: str, request: Request, body: ArtifactIn) -> JSONResponse:
+def put_artifact(session_id: str, name: Id, request: Request, body: ArtifactIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     try:

@@ -19,7 +19,7 @@ from producers._auth import credentials_of, is_root
 from producers._principal import Forbidden, NotFound, Principal, require
 from producers._web_common import error_response
 from worker.credentials import DEFAULT_TOKEN_TTL_S, MAX_TOKEN_TTL_S, CredentialError
-from worker.ids import NameId
+from worker.ids import Id, NameId
 
 __all__ = ["router"]
 
@@ -32,7 +32,7 @@ class KeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tenant: str | None = None
-    role: Literal["ingest", "read", "operate", "admin"]
+    role: Literal["ingest", "read", "operate", "admin", "metrics"]
     name: str = Field(default="", max_length=100)
 
 
@@ -111,7 +111,7 @@ def list_keys(
 
 @router.delete("/v1/keys/{key_id}", response_model=KeyRecord)
 def revoke_key(
-    key_id: str, request: Request, principal: Annotated[Principal, Depends(require("admin"))]
+    key_id: Id, request: Request, principal: Annotated[Principal, Depends(require("admin"))]
 ) -> JSONResponse:
     """Revoke a key of the caller's tenant (idempotent); its user tokens stop working too."""
     store = credentials_of(request)

@@ -9,10 +9,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from producers._api_models import ErrorBody, ErrorDetail, EventStatus, body_route
-from producers._auth import ops_access
 from producers._ops import discard_events, edited_bodies, redrive_events
+from producers._ops_access import ops_access, ops_detail
 from producers._principal import Principal, public, require, tenant_producer
 from producers._web_common import JsonObject, error_response, producer_of
+from worker.ids import Id
 from worker.intake import InvalidEvent
 from worker.process_metrics import CONTENT_TYPE, exposition
 from worker.runs import list_discarded
@@ -122,10 +123,13 @@ class Health(BaseModel):
 
 class Readiness(BaseModel):
     """``checks``: ``redis`` and ``broker`` (``ok`` or ``error: <kind>``), and store checks when there is
-    something to say (``eviction``, ``persistence``, ``memory``: ``error…`` fails readiness, others warn)."""
+    something to say (``eviction``, ``persistence``, ``memory``: ``error…`` fails readiness, others warn).
+    Only a caller that may read the operations surfaces gets ``checks``; anyone gets ``ready`` and the status."""
 
     ready: bool
-    checks: dict[str, str]
+    checks: dict[str, str] | None = Field(
+        default=None, description="Only for a metrics or read key of the default tenant (or ops_open=always)."
+    )
 
 
 class ChainRun(BaseModel):
@@ -150,7 +154,7 @@ class ChainConflict(BaseModel):
     responses={409: {"model": ChainConflict, "description": "A chain id of several runs."}},
 )
 def get_chain(
-    chain_id: str,
+    chain_id: Id,
     request: Request,
     _: Annotated[Principal, Depends(require("read"))],
     user_id: Annotated[str | None, Query(alias="userId", max_length=256)] = None,
@@ -295,7 +299,6 @@ def healthz() -> dict[str, str]:
 
 @router.get(
     "/readyz",
-    dependencies=[Depends(ops_access)],
     response_model=Readiness,
     responses={
         503: {
@@ -304,9 +307,11 @@ def healthz() -> dict[str, str]:
         }
     },
 )
-def readyz(request: Request) -> JSONResponse:
+def readyz(request: Request, detail: Annotated[bool, Depends(ops_detail)]) -> JSONResponse:
     """Ready when Redis answers PING, the broker accepts a connection and no store check is an ``error``
-    (an evicting policy nobody accepted). ``persistence`` and ``memory`` entries are warnings (still 200)."""
+    (an evicting policy nobody accepted). ``persistence`` and ``memory`` entries are warnings (still 200).
+    Kubernetes probes carry no credential: they get ``{"ready"}`` and the status code; the ``checks`` (which
+    name the store's state) go only to a caller that may read the operations surfaces."""
     producer = producer_of(request)
     checks: dict[str, str] = {}
     try:
@@ -323,7 +328,8 @@ def readyz(request: Request) -> JSONResponse:
     if checks["redis"] == "ok":  # eviction, persistence, memory: entries only when there is something to say
         checks.update(current_safety(producer.store.client, producer.settings).checks)
     ready = not any(v.startswith("error") for v in checks.values())
-    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+    answer = {"ready": ready, "checks": checks} if detail else {"ready": ready}
+    return JSONResponse(answer, status_code=200 if ready else 503)
 
 
 @router.get("/metrics", dependencies=[Depends(ops_access)], response_class=PlainTextResponse)

@@ -24,6 +24,7 @@ from producers._feed import FeedResponse, Listener, Resync, feed_of
 from producers._principal import Principal, check_user, require, tenant_producer
 from producers._routes_receipts import receipt_store
 from producers._web_common import error_response, json_body, producer_of, settings_of
+from worker.ids import Id, NameId
 from worker.receipts import ReceiptStore, matches
 
 __all__ = ["router"]
@@ -97,7 +98,7 @@ def list_memories(request: Request, principal: Reader, userId: str) -> JSONRespo
 
 
 @router.get("/v1/memories/{memory_id}", response_model=Memory)
-def get_memory(memory_id: str, request: Request, principal: Reader, userId: str = "") -> JSONResponse:
+def get_memory(memory_id: Id, request: Request, principal: Reader, userId: str = "") -> JSONResponse:
     check_user(principal, userId, "memory")
     memory = _docs(request).get_memory(userId, memory_id) if userId else None
     if memory is None:
@@ -117,7 +118,7 @@ def list_skills(request: Request, principal: Reader, userId: str = "", agentId: 
 
 @router.get("/v1/skills/{document_id}", response_model=SkillDocument)
 def get_skill(
-    document_id: str, request: Request, principal: Reader, userId: str = "", agentId: str = ""
+    document_id: Id, request: Request, principal: Reader, userId: str = "", agentId: str = ""
 ) -> JSONResponse:
     check_user(principal, userId, "skill document")
     doc = _docs(request).get_skill(userId, agentId, document_id) if userId and agentId else None
@@ -137,7 +138,7 @@ def get_skill(
     },
 )
 def rollback_receipt(
-    receipt_id: str, request: Request, principal: Operator, userId: str | None = None
+    receipt_id: Id, request: Request, principal: Operator, userId: str | None = None
 ) -> JSONResponse:
     """Undo a skill-document receipt: rolled_back | conflict | not_found | failed | unsupported (kept on the
     receipt). A receipt is one user's: a user token's own, else ``userId``'s (a key that names no user is
@@ -269,7 +270,7 @@ class GateBody(BaseModel):
 
 @router.put("/v1/features/self-iteration/{user_id}", response_model=GateState, **body_route(GateBody))
 def put_gate(
-    user_id: str,
+    user_id: NameId,
     request: Request,
     body: Annotated[GateBody | JSONResponse, Depends(json_body(GateBody))],
     principal: Operator,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -12,8 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from producers._api_models import API_ERRORS, ContextView, SessionSettings, body_route
 from producers._principal import principal_of, tenant_producer
-from producers._session_access import session_access, session_store
-from producers._web_common import InvalidBody, decode_json, error_response, parse_body
+from producers._session_access import SESSION_ID, SESSION_ID_RULE, session_access, session_store
+from producers._web_common import (
+    InvalidBody,
+    NotStrictBody,
+    decode_json,
+    error_response,
+    field_response,
+    parse_body,
+)
 from sessions.dmail import DMail, ToolResult, end_step, send_dmail
 from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, session_scope
 from worker.ids import NameId
@@ -21,7 +27,6 @@ from worker.ids import NameId
 __all__ = ["bad_session", "record_event", "router", "session_body", "session_full"]
 
 router = APIRouter(dependencies=[Depends(session_access)], responses=API_ERRORS, tags=["sessions"])
-SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
 B = TypeVar("B", bound=BaseModel)
 
 
@@ -107,7 +112,7 @@ def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
 def bad_session(session_id: str) -> JSONResponse | None:
     if SESSION_ID.match(session_id):
         return None
-    return error_response(422, "invalid_field", "sessionId must be 1-200 of A-Z a-z 0-9 . _ : -", "sessionId")
+    return error_response(422, "invalid_field", f"sessionId must be {SESSION_ID_RULE}", "sessionId")
 
 
 def session_body(model: type[B]) -> Callable[[str, Request], Awaitable[B | JSONResponse]]:
@@ -123,11 +128,14 @@ def session_body(model: type[B]) -> Callable[[str, Request], Awaitable[B | JSONR
 
 async def dmail_arguments(session_id: str, request: Request) -> Any:
     """A FastAPI dependency: the SendDMail arguments (any JSON value), or the response to answer instead:
-    422 for a bad session id, kimi's ToolError ("Error parsing JSON arguments") for a body that is not JSON."""
+    422 for a bad session id, kimi's ToolError ("Error parsing JSON arguments") for a body that is not JSON, and
+    the door's 422 for one that is not strict JSON (NaN, Infinity, a lone surrogate: nothing may store those)."""
     if (bad := bad_session(session_id)) is not None:
         return bad
     try:
         return decode_json(await request.body(), require_object=False)
+    except NotStrictBody as exc:
+        return field_response(exc.error)
     except InvalidBody as exc:
         failed = ToolResult(True, f"Error parsing JSON arguments: {exc.detail}", "Invalid arguments")
         return JSONResponse(failed.to_json_dict())

@@ -12,6 +12,7 @@ from producers._api_models import API_ERRORS
 from producers._principal import Principal, check_user, require, tenant_producer
 from sessions.store import session_scope
 from worker.erasure import erase_user
+from worker.ids import NameId
 
 __all__ = ["router"]
 
@@ -28,7 +29,7 @@ class Erasure(BaseModel):
 
 @router.delete("/v1/users/{user_id}", response_model=Erasure)
 def delete_user(
-    user_id: str,
+    user_id: NameId,
     request: Request,
     principal: Annotated[Principal, Depends(require("operate", users=True))],
 ) -> JSONResponse:

@@ -98,6 +98,9 @@ class _Stack:
         from worker.settings import load_settings
 
         env = dict(os.environ)
+        # A development stack: its metrics, backlog and API docs open without a key (README "Security"); a
+        # deployment keeps the default, never. An explicit AGENT_SIGNAL_OPS_OPEN wins.
+        env.setdefault("AGENT_SIGNAL_OPS_OPEN", "always")
         if not env.get("REDIS_URL"):
             self.embedded = start_embedded_redis()
             env["REDIS_URL"] = self.embedded.url

@@ -2,7 +2,8 @@
 
 Secure by default: on a non-loopback ``AGENT_SIGNAL_HOST`` without any credential configured (no
 ``AGENT_SIGNAL_BOOTSTRAP_KEY``, no key created) the command stops before serving, with one line naming the
-fix; the app's lifespan checks the same for other ASGI servers (producers/_auth.py).
+fix; the app's lifespan checks the same for other ASGI servers (producers/_auth.py). Connections are capped and
+a request's head and body have deadlines (producers/_connections.py: uvicorn's own settings have neither).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = ["serve_web"]
 def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
     import uvicorn
 
+    from producers._connections import ConnectionLimits, door_protocol
     from producers._http import create_web_app
 
     configure_logging(env=settings.env, level=loglevel, fmt=settings.log_format)
@@ -27,9 +29,10 @@ def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
         create_web_app(settings),
         host=settings.host,
         port=settings.port,
+        http=door_protocol(ConnectionLimits.from_settings(settings)),
         log_level="warning",
-        access_log=False,
-    )  # ours: producers/_access_log.py
+        access_log=False,  # ours: producers/_access_log.py
+    )
     return 0
 
 

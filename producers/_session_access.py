@@ -9,14 +9,37 @@ or one a key created without a user) answers 404, its existence not revealed.
 
 from __future__ import annotations
 
+import re
+from typing import Annotated
+
 from fastapi import Request
+from pydantic import AfterValidator, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from producers._principal import Forbidden, Grant, NotFound, Principal, principal_of
 from producers._web_common import producer_of
 from sessions.function_store import FunctionStore
 from sessions.store import SessionLimits, SessionStore
 
-__all__ = ["function_store", "session_access", "session_store"]
+__all__ = ["SESSION_ID", "SESSION_ID_RULE", "SessionId", "function_store", "session_access", "session_store"]
+
+SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
+SESSION_ID_RULE = "1-200 of A-Z a-z 0-9 . _ : -"
+
+
+def check_session_id(value: str) -> str:
+    """``value`` when it is a session id; else pydantic's ``invalid_id`` (a 422 naming ``sessionId``)."""
+    if SESSION_ID.match(value) is None:
+        raise PydanticCustomError("invalid_id", "must be {rule}", {"rule": SESSION_ID_RULE})
+    return value
+
+
+SessionId = Annotated[
+    str,
+    AfterValidator(check_session_id),
+    WithJsonSchema({"type": "string", "pattern": SESSION_ID.pattern}),
+]
+"""A session id as a path parameter: checked before any guard, claim or store call runs."""
 
 
 def session_store(request: Request) -> SessionStore:
@@ -38,8 +61,9 @@ def function_store(request: Request) -> FunctionStore:
     return FunctionStore(base.client, base.keys, limits=SessionLimits.from_settings(base.settings))
 
 
-def session_access(request: Request, session_id: str) -> Principal:
-    """The router dependency: the grant the method needs, and a user token's ownership of the session."""
+def session_access(request: Request, session_id: SessionId) -> Principal:
+    """The router dependency: the grant the method needs, and a user token's ownership of the session. FastAPI
+    checks ``session_id`` before calling it, so a claim is never written for an id the routes would refuse."""
     principal = principal_of(request)
     grant: Grant = "read" if request.method in ("GET", "HEAD") else "operate"
     if not principal.has(grant):

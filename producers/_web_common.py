@@ -13,8 +13,6 @@ offending field as a dotted path (``messages.0.role``) under an optional prefix 
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
@@ -25,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from producers._strict_json import NotStrictJson, loads_strict, nested_deeper_than
 from worker.intake import field_path
 from worker.intake import pydantic_error as intake_pydantic_error
 from worker.settings import Settings
@@ -36,9 +35,11 @@ __all__ = [
     "FieldError",
     "InvalidBody",
     "JsonObject",
+    "NotStrictBody",
     "decode_json",
     "error_response",
     "field_path",
+    "field_response",
     "json_body",
     "json_object",
     "nested_deeper_than",
@@ -55,9 +56,6 @@ T = TypeVar("T")
 OFF_LOOP_BYTES = 64 * 1024  # bodies larger than this are decoded and validated in the threadpool
 
 MAX_JSON_DEPTH = 64  # arrays and objects inside each other; chat requests and events use about ten
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_BRACKETS = bytes.maketrans(b"{}", b"[]")
 
 
 class FieldError(NamedTuple):
@@ -77,12 +75,16 @@ class InvalidBody(ValueError):
         self.detail = detail
 
 
+class NotStrictBody(InvalidBody):
+    """The body is JSON to Python but not to RFC 8259: ``NaN``, ``Infinity`` or a lone surrogate (always 422)."""
+
+
 def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
     """``{"error": {"code", "message", "field"}}`` with the status code; ``field`` is null when no field."""
     return JSONResponse({"error": {"code": code, "message": message, "field": field}}, status_code=status)
 
 
-def _field_response(error: FieldError, status: int = 422) -> JSONResponse:
+def field_response(error: FieldError, status: int = 422) -> JSONResponse:
     return error_response(status, error.code, error.message, error.field)
 
 
@@ -95,35 +97,33 @@ def pydantic_error(
 
 
 async def request_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-    """Exception handler for FastAPI's own parameter checks (query, path): the same 422 as a body error."""
+    """Exception handler for FastAPI's own parameter checks (query, path): the same 422 as a body error. A
+    path parameter is named as the API names it (``user_id`` in ``/v1/users/{user_id}`` is ``userId``)."""
     first = dict(exc.errors()[0])
-    first["loc"] = tuple(first.get("loc", ()))[1:]  # drop the source: "query", "path", "body"
-    return _field_response(pydantic_error(first))
+    source, *loc = tuple(first.get("loc", ()))  # the source: "query", "path", "body"
+    if source == "path" and loc and isinstance(loc[0], str):
+        loc[0] = _camel(loc[0])
+    first["loc"] = tuple(loc)
+    return field_response(pydantic_error(first))
 
 
-def nested_deeper_than(raw: bytes, limit: int) -> bool:
-    """True when ``raw``'s arrays and objects nest deeper than ``limit``, found without decoding or recursing:
-    strings are cut out by one regex and the brackets kept (as ``[``/``]``), then each pass of
-    ``replace(b"[]", b"")`` removes exactly the innermost level, all in C loops, at most ``limit`` passes:
-    whatever is left then is nested deeper. Brackets that do not pair up are left to the decoder to name."""
-    structure = _JSON_STRING.sub(b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
-    for _ in range(limit):
-        inner_removed = structure.replace(b"[]", b"")
-        if len(inner_removed) == len(structure):
-            return False  # nothing left, or unbalanced (not JSON)
-        structure = inner_removed
-    return bool(structure)
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def decode_json(raw: bytes, *, require_object: bool = True) -> Any:
     """The decoded body (an empty body is ``{}``), or raise InvalidBody (code ``invalid_json``); nesting
     deeper than ``MAX_JSON_DEPTH`` is refused before decoding (the decoder recurses, and would fail with a
-    RecursionError at about a thousand levels)."""
+    RecursionError at about a thousand levels), and ``NaN``, ``Infinity`` and lone surrogates after it, naming
+    their field (producers/_strict_json.py: all of it linear in the body)."""
     if nested_deeper_than(raw, MAX_JSON_DEPTH):
         detail = f"nested deeper than {MAX_JSON_DEPTH} levels"
         raise InvalidBody(FieldError("invalid_json", f"request body is {detail}"), detail)
     try:
-        data = json.loads(raw or b"{}")
+        data = loads_strict(raw or b"{}")
+    except NotStrictJson as exc:
+        raise NotStrictBody(FieldError("invalid_json", str(exc), exc.field), str(exc)) from None
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         error = FieldError("invalid_json", f"request body is not valid JSON: {exc}")
         raise InvalidBody(error, str(exc)) from None
@@ -145,7 +145,7 @@ async def read_json(request: Request, *, require_object: bool = True, max_bytes:
     try:
         return await _off_loop(raw, partial(decode_json, raw, require_object=require_object))
     except InvalidBody as exc:
-        return _field_response(exc.error)
+        return field_response(exc.error)
 
 
 async def _off_loop(raw: bytes, work: Callable[[], T]) -> T:
@@ -164,7 +164,7 @@ async def parse_body(request: Request, model: type[M]) -> M | JSONResponse:
     try:
         return await _off_loop(await request.body(), partial(model.model_validate, data))
     except ValidationError as exc:
-        return _field_response(pydantic_error(exc.errors(include_url=False)[0]))
+        return field_response(pydantic_error(exc.errors(include_url=False)[0]))
 
 
 def json_body(model: type[M]) -> Callable[[Request], Awaitable[M | JSONResponse]]:

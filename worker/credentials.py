@@ -53,7 +53,7 @@ __all__ = [
     "key_id_of",
 ]
 
-ROLES = ("ingest", "read", "operate", "admin")
+ROLES = ("ingest", "read", "operate", "admin", "metrics")  # metrics: the operations surfaces only
 KEY_ID_PREFIX = "key_"
 SECRET_PREFIX = "as_"
 BOOTSTRAP_ID = "bootstrap"  # the bootstrap key's credential id (and the kid of the tokens it mints)

@@ -28,7 +28,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Literal, TypeVar
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -82,7 +82,9 @@ class Settings(BaseSettings):
     token_secret: SecretStr | None = None  # user-token signing secret (>= 32 chars); unset: one kept in Redis
     rate_limit_per_s: float | None = Field(default=None, ge=0)  # per credential; unset: 100 with credentials
     auth_cache_s: float = Field(default=2.0, ge=0)  # verified keys are cached this long (a revoke's delay)
-    ops_open: Literal["loopback", "always", "never"] = "loopback"  # /metrics, /docs, /readyz without a key
+    auth_failures_per_s: float = Field(default=1.0, ge=0)  # failed auths refilled per client address; 0: off
+    auth_failure_burst: int = Field(default=20, ge=1)  # failed auths before 429 (producers/_auth_throttle.py)
+    ops_open: Literal["always", "never"] = "never"  # ops surfaces without a credential (make run: always)
     # The key of the pseudonyms (HMAC) naming users, scopes, sources and chains in logs and the audit trail
     # (>= 32 chars; worker/pseudonyms.py); unset: one random secret kept in Redis, shared by every process.
     pseudonym_secret: SecretStr | None = None
@@ -94,6 +96,9 @@ class Settings(BaseSettings):
     # --- ingress ---
     max_event_bytes: int = 256 * 1024  # one event's serialized payload; larger -> 413
     max_request_bytes: int = 8 * 1024 * 1024  # one HTTP request body; larger -> 413
+    max_connections: int = Field(default=2000, ge=1)  # per web process, else 503 (producers/_connections.py)
+    header_timeout_s: float = Field(default=10.0, gt=0)  # a request's head must arrive within this, else 408
+    body_timeout_s: float = Field(default=60.0, gt=0)  # its body within this of the head, else closed
     # Host names served besides the loopback names and `host` (unless 0.0.0.0): DNS rebinding. "*": any.
     allowed_hosts: list[str] = Field(default_factory=list)
     # Origins allowed besides the request's own (scheme://host[:port]); a browser request from any other -> 403.
@@ -225,6 +230,15 @@ class Settings(BaseSettings):
                 "set BROKER_URL to RabbitMQ (amqp://…) or a plain Redis"
             )
         return kombu_url_for(self.require_redis_url())
+
+    @field_validator("ops_open", mode="before")
+    @classmethod
+    def _no_loopback(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() == "loopback":
+            raise ValueError(
+                "'loopback' was removed (behind a proxy every caller is loopback): use always or never"
+            )
+        return value
 
     def require_redis_url(self) -> str:
         """The Redis URL (the cluster's seed node when REDIS_CLUSTER_URL is set), or a clear error when none was

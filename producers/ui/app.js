@@ -55,8 +55,10 @@ function showError(message) {
 // ---------------------------------------------------------------------------------------------------------
 // The credential. A user token handed over in the page's fragment (`/#token=…`, or `&token=…` after a page's
 // query) never reaches the server: it is moved to sessionStorage and removed from the address bar before
-// anything else runs. A key typed into the "API token" field is kept in localStorage. Requests carry it in
-// the Authorization header only, never in a URL (URLs end up in logs).
+// anything else runs. A key typed into the "API token" field is kept in sessionStorage too, never in
+// localStorage: it lasts as long as the tab, and closing the tab forgets it (a key kept in localStorage by an
+// older version is removed at load). Requests carry it in the Authorization header only, never in a URL (URLs
+// end up in logs).
 
 function adoptFragmentToken() {
   const hash = location.hash.slice(1);
@@ -71,7 +73,7 @@ function adoptFragmentToken() {
 }
 
 function currentToken() {
-  return sessionStorage.getItem(TOKEN_KEY) || localStorage.getItem(TOKEN_KEY) || "";
+  return sessionStorage.getItem(TOKEN_KEY) || "";
 }
 
 function headers() {
@@ -579,13 +581,14 @@ function route() {
   main().focus();
 }
 
+localStorage.removeItem(TOKEN_KEY); // kept without expiry by older versions: forget it
 adoptFragmentToken();
 const tokenInput = $("#api-token");
 tokenInput.value = currentToken();
 tokenInput.addEventListener("change", () => {
-  sessionStorage.removeItem(TOKEN_KEY); // what the user types replaces a token handed over in the URL
-  if (tokenInput.value) localStorage.setItem(TOKEN_KEY, tokenInput.value);
-  else localStorage.removeItem(TOKEN_KEY);
+  // what the user types replaces a token handed over in the URL; it lives as long as this tab
+  if (tokenInput.value) sessionStorage.setItem(TOKEN_KEY, tokenInput.value);
+  else sessionStorage.removeItem(TOKEN_KEY);
   route();
 });
 window.addEventListener("hashchange", () => {

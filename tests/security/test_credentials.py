@@ -375,30 +375,31 @@ class TestTheDoor:
         ],
     )
     def test_loopback_hosts(self, host: str, loopback: bool) -> None:
-        """Which bind addresses count as loopback (ops surfaces open, no credential needed to start)."""
+        """Which bind addresses count as loopback (no credential needed to start)."""
         assert is_loopback(host) is loopback
 
 
 class TestOperationsSurfaces:
-    OPS = ("/metrics", "/openapi.json", "/docs", "/redoc", "/readyz")
+    OPS = ("/metrics", "/metrics/state", "/v1/backlog", "/openapi.json", "/docs", "/redoc")
 
     @pytest.fixture
     def public(self, open_app: Callable[..., TestClient]) -> Iterator[TestClient]:
         yield open_app(host="0.0.0.0")
 
-    def test_protected_off_loopback(self, public: TestClient) -> None:
-        """Bound to 0.0.0.0: no credential 401, an ingest key or a user token 403, a read key 200."""
-        reader, ingester = create_key(public, "read"), create_key(public, "ingest")
-        token = public.post("/v1/tokens", json={"userId": "u1"}, headers=ROOT_AUTH).json()["token"]
-        for path in self.OPS:
-            assert public.get(path).status_code == 401, path
-            assert public.get(path, headers=bearer(ingester)).status_code == 403, path
-            assert public.get(path, headers=bearer(token)).status_code == 403, path
-            assert public.get(path, headers=bearer(reader)).status_code in (200, 503), path
+    def test_protected_by_default(self, client: TestClient, public: TestClient) -> None:
+        """On loopback as off it (no value decides by the bind address): no credential 401, an ingest key or a
+        user token 403, a read key 200."""
+        for app in (client, public):
+            reader, ingester = create_key(app, "read"), create_key(app, "ingest")
+            token = app.post("/v1/tokens", json={"userId": "u1"}, headers=ROOT_AUTH).json()["token"]
+            for path in self.OPS:
+                assert app.get(path).status_code == 401, path
+                assert app.get(path, headers=bearer(ingester)).status_code == 403, path
+                assert app.get(path, headers=bearer(token)).status_code == 403, path
+                assert app.get(path, headers=bearer(reader)).status_code in (200, 503), path
 
-    def test_open_on_loopback_or_when_told(self, open_app: Callable[..., TestClient]) -> None:
-        """On loopback (the default ops_open) and with ops_open=always they answer without a credential."""
-        for client in (open_app(), open_app(host="0.0.0.0", ops_open="always")):
-            for path in ("/metrics", "/openapi.json", "/docs"):
-                assert client.get(path).status_code == 200, path
-        assert open_app(ops_open="never").get("/metrics").status_code == 401
+    def test_open_when_told(self, open_app: Callable[..., TestClient]) -> None:
+        """With ops_open=always they answer without a credential (make run sets it)."""
+        client = open_app(host="0.0.0.0", ops_open="always")
+        for path in ("/metrics", "/openapi.json", "/docs"):
+            assert client.get(path).status_code == 200, path

@@ -86,7 +86,7 @@ def start_run(tmp_path: Path) -> Iterator[Any]:
     """Factory: `agent-signal run ARGS` with REDIS_URL unset, in its own checkout and session."""
     started: list[RunningStack] = []
 
-    def start(*args: str) -> RunningStack:
+    def start(*args: str, extra_env: dict[str, str] | None = None) -> RunningStack:
         checkout = tmp_path / f"checkout-{len(started)}"
         checkout.mkdir()
         (checkout / "pyproject.toml").write_text("")
@@ -102,6 +102,7 @@ def start_run(tmp_path: Path) -> Iterator[Any]:
                 "PYTHONPATH": str(ROOT),
                 "PYTHONUNBUFFERED": "1",
                 "AGENT_SIGNAL_RETRY_BASE_MS": "50",
+                **(extra_env or {}),
             }
         )
         log = tmp_path / f"run-{len(started)}.log"
@@ -161,6 +162,21 @@ def test_run_replays_examples_and_serves(start_run: Any) -> None:
     stack.proc.send_signal(signal.SIGINT)
     assert stack.proc.wait(timeout=60) == 0, stack.output()
     assert not stack.stack_file.exists()
+
+
+def test_run_opens_the_ops_surfaces_of_a_development_stack(start_run: Any) -> None:
+    """`make run` sets AGENT_SIGNAL_OPS_OPEN=always: with a bootstrap key configured, the backlog, metrics and
+    API docs it points at still answer without a credential (a deployment's default is never)."""
+    boot = "bootstrap-key-for-the-run-0123456789"
+    stack = start_run("--no-replay", extra_env={"AGENT_SIGNAL_BOOTSTRAP_KEY": boot})
+    stack.wait_ready()
+    stack.info()
+    base = f"http://127.0.0.1:{stack.port}"
+    for path in ("/v1/backlog", "/metrics/state", "/docs"):
+        assert httpx.get(base + path, timeout=5).status_code == 200, path
+    assert httpx.get(base + "/v1/events", timeout=5).status_code == 401  # the API itself still needs a key
+    stack.proc.send_signal(signal.SIGINT)
+    assert stack.proc.wait(timeout=60) == 0, stack.output()
 
 
 def test_sigterm_leaves_no_process_no_temp_directory_and_no_stack_file(start_run: Any) -> None:

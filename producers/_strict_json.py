@@ -1,0 +1,163 @@
+"""What a JSON request body may be, checked in time linear in its size: no deeper than a limit, no ``NaN`` or
+``Infinity`` (nor a number too large for a float), no lone surrogate.
+
+**Depth, without decoding.** The decoder recurses, so nesting is checked before it runs, by C loops only
+(:func:`scan_depth`): escaped backslashes are removed, then escaped quotes, which leaves exactly the quotes that
+open and close strings; every byte but quotes and brackets is dropped; the strings (now ``"`` + brackets + ``"``)
+are cut out; then each pass of ``replace(b"[]", b"")`` removes the innermost level, at most ``limit`` passes.
+Each step is one pass over its input, which is never longer than the body, so the work is at most
+``(limit + 5) * len(body)`` byte visits (:class:`DepthScan` counts them; the regression test checks the count
+for bodies of growing size). The string cut is the regular expression ``"[^"]*"``: once escapes are gone a
+string cannot hold a quote, so each match ends at the next quote and no position is scanned more than twice
+(the one unterminated string a broken body may end with is scanned forward once and back once). The previous
+check cut strings out with an escape-aware expression that rescanned to the end from every quote of an
+unterminated string, quadratic in the body (issue 26, finding 1).
+
+**Numbers and text.** ``json`` accepts ``NaN``, ``Infinity``, ``-Infinity`` and turns ``1e999`` into infinity;
+none of them is JSON (RFC 8259) and the stored event would not round-trip. A ``\\ud800`` escape decodes to a
+lone surrogate, which cannot be encoded as UTF-8, so storing it failed with a 500. Both are refused as
+:class:`NotStrictJson` naming the field (a dotted path, ``payload.score``). Raw bytes are decoded strictly
+(``json.loads`` would let UTF-8-encoded surrogates through with ``surrogatepass``), so a lone surrogate can
+only come from an escape: the decoded value is searched for one only when the text holds an escape of a
+surrogate without its pair (so emoji written as escaped pairs, as ``json.dumps`` does, cost nothing more).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+__all__ = ["DepthScan", "NotStrictJson", "loads_strict", "nested_deeper_than", "scan_depth"]
+
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+_BRACES_AS_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_STRING = re.compile(rb'"[^"]*"')  # linear: see the module docstring
+# A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or the reverse: the only way to write a lone
+# surrogate (fixed-width lookarounds: linear). An escaped backslash before "u" may match too; the walk decides.
+_LONE_SURROGATE_ESCAPE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json pairs high+low into one code point: any left is lone
+
+
+class DepthScan(NamedTuple):
+    """The answer of :func:`scan_depth` and the work it took: bytes visited by its C loops, summed."""
+
+    deeper: bool
+    bytes_scanned: int
+
+
+def scan_depth(raw: bytes, limit: int) -> DepthScan:
+    """Whether ``raw``'s arrays and objects nest deeper than ``limit`` (see the module docstring). Brackets that
+    do not pair up are left to the decoder to name (the answer is then False)."""
+    unescaped = raw.replace(b"\\\\", b"")
+    delimiting = unescaped.replace(b'\\"', b"")
+    kept = delimiting.translate(_BRACES_AS_BRACKETS, _NOT_STRUCTURE)
+    structure = _STRING.sub(b"", kept)
+    scanned = len(raw) + len(unescaped) + len(delimiting) + 2 * len(kept)
+    for _ in range(limit):
+        scanned += len(structure)
+        inner_removed = structure.replace(b"[]", b"")
+        if len(inner_removed) == len(structure):
+            return DepthScan(False, scanned)  # nothing left, or unbalanced (not JSON)
+        structure = inner_removed
+    return DepthScan(bool(structure), scanned)
+
+
+def nested_deeper_than(raw: bytes, limit: int) -> bool:
+    """True when ``raw``'s arrays and objects nest deeper than ``limit`` (:func:`scan_depth`)."""
+    return scan_depth(raw, limit).deeper
+
+
+class NotStrictJson(ValueError):
+    """``NaN``, ``Infinity``, a float overflow or a lone surrogate; ``field`` is its dotted path (None: the body
+    itself)."""
+
+    def __init__(self, message: str, field: str | None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class _NonFinite(ValueError):
+    """Raised inside the decoder at the first non-finite number (its path is found afterwards)."""
+
+
+def _refuse_constant(text: str) -> Any:
+    raise _NonFinite(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NonFinite(text)
+    return value
+
+
+_STRICT = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+def loads_strict(raw: bytes) -> Any:
+    """``raw`` decoded (UTF-8, or UTF-16/32 as ``json.loads`` detects them); ValueError when it is not JSON,
+    :class:`NotStrictJson` for a non-finite number or a lone surrogate."""
+    text = raw.decode(json.detect_encoding(raw))  # strict: no surrogatepass, unlike json.loads
+    try:
+        data = _STRICT.decode(text)
+    except _NonFinite as exc:
+        raise _non_finite(text, str(exc)) from None
+    if _LONE_SURROGATE_ESCAPE.search(text) is not None:
+        path = _first_path(data, lambda v: isinstance(v, str) and _LONE_SURROGATE.search(v) is not None)
+        if path is not None:
+            field = _dotted(path)
+            where = f"{field} holds" if field else "the body is"
+            raise NotStrictJson(
+                f"{where} a lone surrogate (\\ud800-\\udfff without its pair): not text", field
+            )
+    return data
+
+
+_MARK = object()
+
+
+def _non_finite(text: str, literal: str) -> NotStrictJson:
+    """The error for the first non-finite number, its path found by decoding again with a marker."""
+    marker = json.JSONDecoder(parse_constant=lambda _: _MARK, parse_float=_float_or_mark)
+    path = _first_path(marker.decode(text), lambda v: v is _MARK)
+    field = _dotted(path) if path is not None else None
+    where = f"{field} is" if field else "the body holds"
+    return NotStrictJson(f"{where} {literal[:40]}: JSON numbers must be finite (no NaN or Infinity)", field)
+
+
+def _float_or_mark(text: str) -> Any:
+    value = float(text)
+    return _MARK if math.isinf(value) else value
+
+
+def _first_path(data: Any, bad: Callable[[Any], bool]) -> list[str | int] | None:
+    """The path of the first value (or object key) in document order for which ``bad`` holds; iterative (the
+    depth was checked, but no recursion is needed)."""
+    stack: list[tuple[list[str | int], Any]] = [([], data)]
+    while stack:
+        path, value = stack.pop()
+        if bad(value):
+            return path
+        children: list[tuple[list[str | int], Any]] = []
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if bad(key):
+                    return [*path, key]
+                children.append(([*path, key], item))
+        elif isinstance(value, list):
+            children = [([*path, index], item) for index, item in enumerate(value)]
+        stack.extend(reversed(children))
+    return None
+
+
+def _dotted(path: list[str | int]) -> str | None:
+    """``["payload", "tags", 2]`` → ``payload.tags.2`` (the body rule's field paths); a lone surrogate in a key
+    is shown escaped."""
+    shown = (str(part).encode("utf-8", "backslashreplace").decode("utf-8") for part in path)
+    return ".".join(shown) or None
