@@ -105,7 +105,11 @@ end
 local function apply_staged(cmds)
   for i, cmd in ipairs(cmds) do
     local reply = redis.pcall(unpack(cmd))
-    if type(reply) == 'table' and reply.err then return {i, reply.err} end
+    if type(reply) == 'table' and reply.err then
+      -- a full store is not a broken write: the same call again raises its OOM error and ends the script
+      if string.find(reply.err, 'OOM', 1, true) == 1 then redis.call(unpack(cmd)) end
+      return {i, reply.err}
+    end
   end
   return nil
 end
