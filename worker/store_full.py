@@ -69,7 +69,9 @@ class FullStoreWait:
             return False
         if self.pauses == 0:
             log.warning(
-                "store full (%s): %s backs off until there is room", type(exc).__name__ if exc else "OOM", self.where
+                "store full (%s): %s backs off until there is room",
+                type(exc).__name__ if exc else "OOM",
+                self.where,
             )
         self.pauses += 1
         process_metrics().add("agent_signal_store_full_backoffs_total", {"where": self.where})

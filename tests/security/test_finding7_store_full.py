@@ -67,7 +67,9 @@ def test_a_full_store_pauses_work_and_kills_no_worker_and_no_event(
         time.sleep(FULL_FOR_S)  # the fault's length: the store stays full while the worker runs
         client.delete("fill:pad")
         states = wait_for(
-            lambda: _final([client.hget(keys.event(i), "state") for i in ids]) or worker.popen.poll() is not None,
+            lambda: (
+                _final([client.hget(keys.event(i), "state") for i in ids]) or worker.popen.poll() is not None
+            ),
             timeout_s=120,
             what="every event final (or the worker gone)",
         )

@@ -23,7 +23,9 @@ def test_oom_replies_are_a_full_store_and_other_errors_are_not() -> None:
     """OutOfMemoryError and an OOM text in a script's error reply are; a connection error or WRONGTYPE is not."""
     assert is_store_full(OutOfMemoryError("command not allowed when used memory > 'maxmemory'."))
     assert is_store_full(ResponseError("OOM command not allowed when used memory > 'maxmemory'. script: x"))
-    assert not is_store_full(ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
+    assert not is_store_full(
+        ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
+    )
     assert not is_store_full(RedisConnectionError("gone"))
 
 
