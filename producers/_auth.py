@@ -12,9 +12,11 @@ the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/c
 * Operations surfaces (``/metrics``, ``/readyz``, the OpenAPI document and the docs pages) follow
   ``AGENT_SIGNAL_OPS_OPEN``: ``loopback`` (default) opens them when the app binds a loopback host, ``always``,
   or ``never`` (then a key with the ``read`` grant is needed; user tokens never see them).
-* Over the rate: 429 ``rate_limited`` with ``Retry-After``.
+* Over the rate: 429 ``rate_limited`` with ``Retry-After``. A request is charged to its credential's bucket
+  (``AGENT_SIGNAL_RATE_LIMIT_PER_S``) and its tenant's (``AGENT_SIGNAL_TENANT_RATE_LIMIT_PER_S``: all the
+  tenant's keys and the user tokens they minted together) in one script; the message says whose was empty.
 
-Redis work on the hot path is one async round trip (the rate bucket); verified keys, the "configured" state and
+Redis work on the hot path is one async round trip (both rate buckets, a chunk of tokens at a time); verified keys, the "configured" state and
 the token secret are cached in the process (``AGENT_SIGNAL_AUTH_CACHE_S``), and a cache miss is read in the
 threadpool, never on the event loop.
 """
@@ -54,13 +56,14 @@ from worker.credentials import (
     NeedsIO,
 )
 from worker.keys import DEFAULT_TENANT, Keys
-from worker.rate_limit import RateLimiter
+from worker.rate_limit import RateDecision, RateLimiter
 from worker.redis_client import async_redis_from_settings, redis_from_settings
 from worker.settings import Settings, SettingsError
 from worker.store_safety import store_error_reason
 
 __all__ = [
     "DEFAULT_RATE_LIMIT_PER_S",
+    "DEFAULT_TENANT_RATE_LIMIT_PER_S",
     "Authenticator",
     "bootstrap_key_of",
     "check_can_serve",
@@ -74,8 +77,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+ALLOWED = RateDecision(True)
 
 DEFAULT_RATE_LIMIT_PER_S = 100.0  # per credential, when credentials are configured and the setting is unset
+# All of a tenant's credentials together (keys and the user tokens they mint), likewise: five credentials at
+# their full rate, about what one web process serves of reads; raise it with the web replicas.
+DEFAULT_TENANT_RATE_LIMIT_PER_S = 500.0
 OPS_ROUTES = ("/metrics", "/metrics/state", "/v1/backlog", "/readyz")
 
 
@@ -174,7 +181,7 @@ class Authenticator:
         self._client: Redis | None = None
         self._store: CredentialStore | None = None
         self._async: tuple[asyncio.AbstractEventLoop, AsyncRedis] | None = None
-        self._limiters: dict[float, RateLimiter] = {}
+        self._limiters: dict[tuple[float | None, float | None], RateLimiter] = {}
 
     @property
     def store(self) -> CredentialStore:
@@ -217,23 +224,29 @@ class Authenticator:
         raise Unauthenticated("unknown, revoked or expired credential")
 
     def _limiter(self, configured: bool) -> RateLimiter | None:
-        rate = self.settings.rate_limit_per_s
-        if rate is None:
-            rate = DEFAULT_RATE_LIMIT_PER_S if configured else 0.0
-        if rate <= 0:
+        """The credential's and the tenant's buckets (each unset: its default with credentials, else none)."""
+        settings = self.settings
+        rate = _rate(settings.rate_limit_per_s, DEFAULT_RATE_LIMIT_PER_S, configured)
+        tenant_rate = _rate(settings.tenant_rate_limit_per_s, DEFAULT_TENANT_RATE_LIMIT_PER_S, configured)
+        if rate is None and tenant_rate is None:
             return None
-        limiter = self._limiters.get(rate)
+        limiter = self._limiters.get((rate, tenant_rate))
         if limiter is None:
-            limiter = self._limiters[rate] = RateLimiter(self.keys, rate)
+            limiter = RateLimiter(self.keys, rate, tenant_rate_per_s=tenant_rate)
+            self._limiters[(rate, tenant_rate)] = limiter
         return limiter
 
-    async def retry_after_s(self, principal: Principal) -> int:
-        """0 when the request may proceed, else the seconds until the credential's bucket has a token."""
+    async def rate_decision(self, principal: Principal) -> RateDecision:
+        """Charge the credential's and its tenant's buckets (one round trip, or a token held in the process)."""
         store = self.store
         limiter = self._limiter(await self._call(lambda io: store.configured(allow_io=io)))
         if limiter is None:
-            return 0
-        decision = await limiter.acheck(self._async_client(), principal.credential_id)
+            return ALLOWED
+        return await limiter.acheck(self._async_client(), principal.credential_id, principal.tenant)
+
+    async def retry_after_s(self, principal: Principal) -> int:
+        """0 when the request may proceed, else the seconds until both buckets have a token."""
+        decision = await self.rate_decision(principal)
         return 0 if decision.allowed else decision.retry_after_s
 
     def _async_client(self) -> AsyncRedis:
@@ -248,6 +261,12 @@ class Authenticator:
         self._async = None
         if self._client is not None:
             self._client.close()
+
+
+def _rate(setting: float | None, default: float, configured: bool) -> float | None:
+    """A rate setting: unset is ``default`` with credentials configured and none without; 0 is none."""
+    rate = setting if setting is not None else (default if configured else 0.0)
+    return rate if rate > 0 else None
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -298,7 +317,7 @@ class AuthMiddleware:
                 _check_ops(principal, self.auth.settings)
             elif principal is None and path.startswith("/v1"):
                 raise Unauthenticated("missing bearer credential (Authorization: Bearer <key or token>)")
-            retry_after = await self.auth.retry_after_s(principal) if principal is not None else 0
+            decision = await self.auth.rate_decision(principal) if principal is not None else ALLOWED
         except Unauthenticated as exc:
             return _unauthorized(str(exc))
         except Forbidden as exc:
@@ -309,10 +328,10 @@ class AuthMiddleware:
             response = error_response(503, "store_unavailable", message)
             response.headers["Retry-After"] = str(self.auth.settings.store_retry_after_s)
             return response
-        if retry_after:
-            response = error_response(
-                429, "rate_limited", f"over this credential's rate; retry in {retry_after}s"
-            )
+        if not decision.allowed:
+            whose = "this tenant's" if decision.refused_by == "tenant" else "this credential's"
+            retry_after = decision.retry_after_s
+            response = error_response(429, "rate_limited", f"over {whose} rate; retry in {retry_after}s")
             response.headers["Retry-After"] = str(retry_after)
             return response
         scope.setdefault("state", {})["principal"] = principal

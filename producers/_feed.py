@@ -7,7 +7,8 @@ connections and every route answered 500. Now a :class:`Feed` owns one ``redis.a
   arrives, UNSUBSCRIBE when its last listener leaves;
 * each listener (one per open stream) has a bounded queue; a slow client loses its *oldest* messages and
   gets a :data:`RESYNC` hint (the browser re-reads the list) instead of holding up anyone else;
-* open streams are capped per credential and in total (:class:`TooManyStreams`, answered as 429);
+* open streams are capped per credential and in total (:class:`TooManyStreams`, answered as 429), and per
+  tenant across every web process (producers/_stream_slots.py, ``AGENT_SIGNAL_TENANT_MAX_STREAMS``);
 * the reader reconnects with capped exponential backoff (a plain loop, no library) when Redis drops and
   resubscribes every channel that has listeners; they get a RESYNC hint (messages sent meanwhile are gone);
 * concurrent lookups of one record (500 streams of a channel reading one receipt) run once (:meth:`Feed.once`).
@@ -38,6 +39,7 @@ from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from producers._stream_slots import StreamSlots, TenantStreamsFull
 from producers._web_common import error_response
 from worker.redis_client import async_redis_from_settings
 from worker.settings import Settings
@@ -86,6 +88,9 @@ class Listener:
         self.feed = feed
         self.channel = channel
         self.credential_id = credential_id
+        self.slot: tuple[str, str] | None = (
+            None  # (tenant, member) of its tenant-wide slot, when it holds one
+        )
         self._queue: asyncio.Queue[str | Resync | None] = asyncio.Queue(maxsize=max(queue_size, 2))
         self._closed = False
 
@@ -127,12 +132,14 @@ class Feed:
         *,
         max_streams: int,
         max_streams_per_credential: int,
+        tenant_max_streams: int = 0,
         queue_size: int = QUEUE_SIZE,
         subscribe_timeout_s: float = SUBSCRIBE_TIMEOUT_S,
     ) -> None:
         self.settings = settings
         self.max_streams = max_streams
         self.max_streams_per_credential = max_streams_per_credential
+        self.slots = StreamSlots(settings, tenant_max_streams)
         self.queue_size = queue_size
         self.subscribe_timeout_s = subscribe_timeout_s
         self.sessions = 0  # connections made (a reconnect makes one more)
@@ -154,6 +161,7 @@ class Feed:
             settings,
             max_streams=settings.max_streams,
             max_streams_per_credential=settings.max_streams_per_credential,
+            tenant_max_streams=settings.tenant_max_streams,
         )
 
     @property
@@ -162,13 +170,24 @@ class Feed:
 
     # --- listeners ---
 
-    async def listen(self, channel: str, credential_id: str) -> Listener:
-        """A listener on ``channel`` once Redis confirmed the subscription; TooManyStreams over a cap,
-        FeedUnavailable when Redis does not confirm within ``subscribe_timeout_s``."""
+    async def listen(self, channel: str, credential_id: str, tenant: str | None = None) -> Listener:
+        """A listener on ``channel`` once Redis confirmed the subscription; TooManyStreams over a cap (the
+        tenant's, across processes, when ``tenant`` is given), FeedUnavailable when Redis does not confirm
+        within ``subscribe_timeout_s``."""
         if self._stop.is_set():
             raise FeedUnavailable("the server is shutting down")
         self._reserve(credential_id)
         listener = Listener(self, channel, credential_id, self.queue_size)
+        if tenant is not None and self.slots.enabled:
+            try:
+                listener.slot = (tenant, await self.slots.take(tenant))
+            except BaseException as exc:
+                await listener.aclose()
+                if isinstance(exc, TenantStreamsFull):
+                    raise TooManyStreams(str(exc)) from None
+                if isinstance(exc, RedisError):
+                    raise FeedUnavailable("the store did not answer; retry later") from None
+                raise
         try:
             self._start()
             listeners = self._listeners.setdefault(channel, set())
@@ -203,6 +222,9 @@ class Feed:
         self._per_credential[listener.credential_id] -= 1
         if self._per_credential[listener.credential_id] <= 0:
             del self._per_credential[listener.credential_id]
+        if listener.slot is not None:
+            with anyio.CancelScope(shield=True):
+                await self.slots.give_back(*listener.slot)
         listeners = self._listeners.get(listener.channel)
         if listeners is None or listener not in listeners:
             return
@@ -338,6 +360,7 @@ class Feed:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.slots.aclose()
 
 
 def _connection_of(pubsub: PubSub) -> AbstractConnection | None:
@@ -366,19 +389,21 @@ class FeedResponse(Response):
         events: Callable[[Listener], AsyncIterator[bytes]],
         *,
         unavailable_retry_after_s: int,
+        tenant: str | None = None,
         **options: Any,
     ) -> None:
         super().__init__(media_type="text/event-stream")
         self.feed = feed
         self.channel = channel
         self.credential_id = credential_id
+        self.tenant = tenant
         self.events = events
         self.unavailable_retry_after_s = unavailable_retry_after_s
         self.options = options
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            listener = await self.feed.listen(self.channel, self.credential_id)
+            listener = await self.feed.listen(self.channel, self.credential_id, self.tenant)
         except TooManyStreams as exc:
             refused = error_response(429, "too_many_streams", str(exc))
             refused.headers["Retry-After"] = str(exc.retry_after_s)

@@ -46,7 +46,7 @@ ENGINE_FAMILIES = tuple(
 )
 ENGINE_SINGLETONS = tuple(
     "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret "
-    "ready-tenants worker-info journal-due journal-lock".split()
+    "ready-tenants worker-info journal-due journal-lock open-streams".split()
 )
 
 
@@ -103,8 +103,20 @@ class Keys(TenantSlots):
         return f"{self.prefix}token-secret"
 
     def rate_bucket(self, credential_id: str) -> str:
-        """A credential's token bucket (hash {tokens, at}), expiring when idle."""
-        return f"{self.prefix}ratelimit:{credential_id}"
+        """A credential of this tenant: its token bucket (hash {tokens, at}), expiring when idle. The tenant is
+        the hash tag, so the credential's and the tenant's buckets are charged by one script on a cluster."""
+        return f"{self.prefix}ratelimit:{{{self.tenant}}}:{credential_id}"
+
+    @property
+    def tenant_rate_bucket(self) -> str:
+        """The tenant's token bucket over all its credentials and user tokens (hash {tokens, at})."""
+        return f"{self.prefix}ratelimit:{{{self.tenant}}}"
+
+    @property
+    def open_streams(self) -> str:
+        """The tenant's open receipt streams across web processes (zset: stream id -> lease end, ms); a process
+        renews its streams' leases, so a crashed one's streams drop out when their lease ends."""
+        return f"{self.home}open-streams"
 
     @property
     def audit(self) -> str:
