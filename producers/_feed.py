@@ -28,23 +28,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, TypeVar, cast
 
 import anyio
-from fastapi import Request
 from redis.asyncio.client import PubSub
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from sse_starlette import EventSourceResponse
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 from producers._stream_slots import StreamSlots, TenantStreamsFull
-from producers._web_common import error_response
 from worker.redis_client import async_redis_from_settings
 from worker.settings import Settings
 
-__all__ = ["RESYNC", "Feed", "FeedResponse", "FeedUnavailable", "Listener", "TooManyStreams", "feed_of"]
+__all__ = ["RESYNC", "Feed", "FeedUnavailable", "Listener", "TooManyStreams"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -88,9 +83,7 @@ class Listener:
         self.feed = feed
         self.channel = channel
         self.credential_id = credential_id
-        self.slot: tuple[str, str] | None = (
-            None  # (tenant, member) of its tenant-wide slot, when it holds one
-        )
+        self.slot: tuple[str, str] | None = None  # (tenant, member): its slot in the tenant's count
         self._queue: asyncio.Queue[str | Resync | None] = asyncio.Queue(maxsize=max(queue_size, 2))
         self._closed = False
 
@@ -178,17 +171,9 @@ class Feed:
             raise FeedUnavailable("the server is shutting down")
         self._reserve(credential_id)
         listener = Listener(self, channel, credential_id, self.queue_size)
-        if tenant is not None and self.slots.enabled:
-            try:
-                listener.slot = (tenant, await self.slots.take(tenant))
-            except BaseException as exc:
-                await listener.aclose()
-                if isinstance(exc, TenantStreamsFull):
-                    raise TooManyStreams(str(exc)) from None
-                if isinstance(exc, RedisError):
-                    raise FeedUnavailable("the store did not answer; retry later") from None
-                raise
         try:
+            if tenant is not None and self.slots.enabled:
+                listener.slot = (tenant, await self.slots.take(tenant))
             self._start()
             listeners = self._listeners.setdefault(channel, set())
             listeners.add(listener)
@@ -197,8 +182,10 @@ class Feed:
                 await self._send("SUBSCRIBE", channel)
             with anyio.fail_after(self.subscribe_timeout_s):
                 await live.wait()
-        except TimeoutError:
+        except (TimeoutError, RedisError, TenantStreamsFull) as exc:
             await listener.aclose()
+            if isinstance(exc, TenantStreamsFull):
+                raise TooManyStreams(str(exc)) from None
             raise FeedUnavailable("the store did not confirm the subscription; retry later") from None
         except BaseException:
             await listener.aclose()
@@ -366,56 +353,3 @@ class Feed:
 def _connection_of(pubsub: PubSub) -> AbstractConnection | None:
     """The PubSub's connection (redis-py leaves the attribute unannotated)."""
     return cast("AbstractConnection | None", pubsub.connection)
-
-
-def feed_of(request: Request) -> Feed:
-    """The app's Feed (made in the lifespan of ``create_web_app``)."""
-    feed: Feed = request.app.state.feed
-    return feed
-
-
-class FeedResponse(Response):
-    """The SSE response of a stream over the feed. It takes its listener when it starts (so the route stays a
-    plain ``def``, like every route that is not allow-listed as async): over a cap it answers 429
-    ``too_many_streams`` with Retry-After, when Redis does not confirm the subscription 503
-    ``store_unavailable``; otherwise it streams ``events(listener)`` with sse-starlette (``options`` go to
-    EventSourceResponse) and gives the listener's slot back however the response ends."""
-
-    def __init__(
-        self,
-        feed: Feed,
-        channel: str,
-        credential_id: str,
-        events: Callable[[Listener], AsyncIterator[bytes]],
-        *,
-        unavailable_retry_after_s: int,
-        tenant: str | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(media_type="text/event-stream")
-        self.feed = feed
-        self.channel = channel
-        self.credential_id = credential_id
-        self.tenant = tenant
-        self.events = events
-        self.unavailable_retry_after_s = unavailable_retry_after_s
-        self.options = options
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            listener = await self.feed.listen(self.channel, self.credential_id, self.tenant)
-        except TooManyStreams as exc:
-            refused = error_response(429, "too_many_streams", str(exc))
-            refused.headers["Retry-After"] = str(exc.retry_after_s)
-            await refused(scope, receive, send)
-            return
-        except FeedUnavailable as exc:
-            refused = error_response(503, "store_unavailable", str(exc))
-            refused.headers["Retry-After"] = str(self.unavailable_retry_after_s)
-            await refused(scope, receive, send)
-            return
-        try:
-            await EventSourceResponse(self.events(listener), **self.options)(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await listener.aclose()

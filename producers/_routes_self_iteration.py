@@ -19,7 +19,8 @@ from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.documents import DocumentStore
 from policies.self_iteration.gate import set_override
 from producers._api_models import API_ERRORS, ErrorBody, Receipt, body_route, error_responses
-from producers._feed import FeedResponse, Listener, Resync, feed_of
+from producers._feed import Listener, Resync
+from producers._feed_response import FeedResponse, feed_of
 from producers._principal import LOCAL_PRINCIPAL, Principal, check_user, require, tenant_producer
 from producers._routes_receipts import receipt_store
 from producers._web_common import error_response, json_body, producer_of, settings_of

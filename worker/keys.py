@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.key_buckets import TenantSlots, UnboundBucket, bucket_of
+from worker.key_buckets import UnboundBucket, bucket_of
+from worker.key_limits import LimitKeys
 from worker.tenancy import (
     DEFAULT_TENANT,
     BadTenant,
@@ -46,13 +47,13 @@ ENGINE_FAMILIES = tuple(
 )
 ENGINE_SINGLETONS = tuple(
     "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret "
-    "ready-tenants worker-info journal-due journal-lock open-streams".split()
+    "ready-tenants worker-info journal-due journal-lock open-streams retained-events".split()
 )
 
 
 @dataclass(frozen=True, slots=True)
-class Keys(TenantSlots):
-    """Key builder bound to one prefix and one tenant.
+class Keys(LimitKeys):
+    """Key builder bound to one prefix and one tenant (the limits' and quotas' keys: worker/key_limits.py).
 
     Tenant-owned keys start with the tenant's prefixes (:class:`~worker.key_buckets.TenantSlots`: ``home``
     for user data, the scope's bucket's for a scope's keys, ``own`` for the bound bucket's indexes), so
@@ -101,22 +102,6 @@ class Keys(TenantSlots):
     def token_secret(self) -> str:
         """The user-token signing secret (string, SET NX once) unless AGENT_SIGNAL_TOKEN_SECRET is set."""
         return f"{self.prefix}token-secret"
-
-    def rate_bucket(self, credential_id: str) -> str:
-        """A credential of this tenant: its token bucket (hash {tokens, at}), expiring when idle. The tenant is
-        the hash tag, so the credential's and the tenant's buckets are charged by one script on a cluster."""
-        return f"{self.prefix}ratelimit:{{{self.tenant}}}:{credential_id}"
-
-    @property
-    def tenant_rate_bucket(self) -> str:
-        """The tenant's token bucket over all its credentials and user tokens (hash {tokens, at})."""
-        return f"{self.prefix}ratelimit:{{{self.tenant}}}"
-
-    @property
-    def open_streams(self) -> str:
-        """The tenant's open receipt streams across web processes (zset: stream id -> lease end, ms); a process
-        renews its streams' leases, so a crashed one's streams drop out when their lease ends."""
-        return f"{self.home}open-streams"
 
     @property
     def audit(self) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from redis import Redis
 
 from worker.keys import Keys
+from worker.quotas import receipt_bytes_effects
 
 __all__ = ["ReceiptStore", "receipt_effects"]
 
@@ -39,6 +40,7 @@ def receipt_effects(keys: Keys, receipt: dict[str, Any], ttl_s: int) -> list[lis
         ["ZADD", index, "NX", int(receipt["createdAt"]), str(receipt["id"])],
         ["EXPIRE", index, ttl_s],
         ["PUBLISH", keys.receipts_feed(*_owner(receipt)), str(receipt["id"])],
+        *receipt_bytes_effects(keys, receipt, body, ttl_s),  # the user's storage quota (worker/quotas.py)
     ]
 
 
