@@ -48,7 +48,7 @@ from worker.scheduler import ChainScope
 from worker.settings import Settings
 from worker.steps import DEFAULT_STEPS, EventWork, Step
 from worker.store import Begun, EventStore, Head, now_ms
-from worker.store_full import FullStoreWait
+from worker.store_full import FullStoreWait, StoreFullAgain
 from worker.telemetry import DISABLED, Telemetry
 
 __all__ = ["DEFAULT_STEPS", "DrainOutcome", "EventWork", "Pipeline", "Step"]
@@ -191,15 +191,20 @@ class Pipeline:
         A chain that met a full store decided nothing: after a pause it runs again, in the same delivery (no
         attempt spent; its applied actions are found in their lanes). Past the wait's budget, or with the lease
         lost, the event is left uncommitted at its head, as after any store error."""
-        full: FullStoreWait | None = None
-        while True:
+
+        def walk() -> EventWork:
             work = self._process(grant, begun, go_on=go_on, batch=batch)
-            if not work.store_full:
-                return work
-            full = full or self.full_wait("chain", grant.lost)
-            if not full.pause():
-                work.lost = True
-                return work
+            if work.store_full:
+                raise StoreFullAgain(work)
+            return work
+
+        try:
+            return self.full_wait("chain", grant.lost).call(walk)
+        except StoreFullAgain as exc:
+            if not isinstance(exc.value, EventWork):
+                raise
+            exc.value.lost = True
+            return exc.value
 
     def _process(self, grant: LeaseGrant, begun: Begun, *, go_on: bool, batch: bool) -> EventWork:
         started = time.perf_counter()
