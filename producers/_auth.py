@@ -244,11 +244,6 @@ class Authenticator:
             return ALLOWED
         return await limiter.acheck(self._async_client(), principal.credential_id, principal.tenant)
 
-    async def retry_after_s(self, principal: Principal) -> int:
-        """0 when the request may proceed, else the seconds until both buckets have a token."""
-        decision = await self.rate_decision(principal)
-        return 0 if decision.allowed else decision.retry_after_s
-
     def _async_client(self) -> AsyncRedis:
         loop = asyncio.get_running_loop()
         if self._async is None or self._async[0] is not loop:
