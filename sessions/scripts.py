@@ -39,14 +39,17 @@ local ubytes, max_user_bytes = KEYS[9], tonumber(ARGV[4])
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local uday = 'd' .. math.floor((now_ms + ttl * 1000) / DAY_MS)  -- the context expires a TTL after this write
+local ustale = {}  -- the user's ended days, forgotten once the script is done
 local function done(reply)
   for i = 1, math.min(#KEYS, 8) do redis.call('EXPIRE', KEYS[i], ttl) end
+  if ubytes then forget_fields(ubytes, ustale) end
   return reply
 end
 -- nil, or the reply refusing a write because the user's data is at its quota
 local function user_full()
   if not ubytes or max_user_bytes <= 0 then return nil end
-  local used, earliest = user_bytes(ubytes, now_ms)
+  local used, earliest
+  used, earliest, ustale = user_bytes(ubytes, now_ms)
   if used < max_user_bytes then return nil end
   return {'quota', used, user_bytes_retry_s(earliest, now_ms)}
 end

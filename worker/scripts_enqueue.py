@@ -47,8 +47,10 @@ if max_queued > 0 then
 end
 local now, max_events, slot_ms, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[8]), tonumber(ARGV[9]),
   tonumber(ARGV[10])
+local retained_stale, users_stale = {{}}, {{}}
 if max_events > 0 and slot_ms > 0 then
-  local held, oldest = retained_count(KEYS[6], now, slot_ms)
+  local held, oldest
+  held, oldest, retained_stale = retained_count(KEYS[6], now, slot_ms)
   local fresh = n
   if held + n > max_events then  -- a duplicate stores nothing: count only the new events
     for i = 0, n - 1 do fresh = fresh - redis.call('EXISTS', KEYS[KH + 1 + i * K]) end
@@ -60,7 +62,8 @@ if max_events > 0 and slot_ms > 0 then
 end
 if max_bytes > 0 then
   for u = 1, n_users do
-    local used, earliest = user_bytes(KEYS[#KEYS - n_users + u], now)
+    local used, earliest, stale = user_bytes(KEYS[#KEYS - n_users + u], now)
+    users_stale[u] = stale
     if used >= max_bytes then
       return redis.error_reply('OVERLIMIT user ' .. u .. ' ' .. used .. ' ' .. user_bytes_retry_s(earliest, now))
     end
@@ -86,7 +89,9 @@ for i = 0, n - 1 do
     ARGV[a + 2], ARGV[1], ARGV[2], ARGV[3], KEYS[k + 4], ARGV[a + 3], KEYS[k + 5], ix)
   accepted = accepted + out[i + 1][1]
 end
-if slot_ms > 0 and accepted > 0 then retained_add(KEYS[6], now, slot_ms, accepted) end
+-- after the first write: forgetting first would let a script on a full store write (worker/store_full.py)
+if slot_ms > 0 and accepted > 0 then retained_add(KEYS[6], now, slot_ms, accepted, retained_stale) end
+for u, stale in pairs(users_stale) do forget_fields(KEYS[#KEYS - n_users + u], stale) end
 index_trim(ARGV[1], ARGV[2])
 counts_flush()
 {push}return out

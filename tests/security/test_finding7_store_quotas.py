@@ -210,3 +210,25 @@ def test_receipts_memories_and_skills_are_counted_for_their_user(redis_client: R
         for v in redis_client.hvals(k)
     )
     assert kept == sum(len(v.encode()) for values in stored for v in values) + history
+
+
+def test_counts_of_ended_windows_and_days_are_not_counted_and_are_forgotten(
+    make_settings: SettingsFactory, redis_client: Redis, keys: Keys
+) -> None:
+    """A retained-events slot older than the dedupe window and a user's byte count of a day that has ended
+    neither count toward a quota nor stay: the next admission deletes them."""
+    import time
+
+    from producers import Producer
+    from worker.quotas import retained_slot_ms
+
+    settings = make_settings(tenant_max_events=3, user_max_bytes=100)
+    slot = int(time.time() * 1000) // retained_slot_ms(settings.dedupe_window_s)
+    redis_client.hset(keys.retained_events, mapping={str(slot - 30): 1000, str(slot - 1): 1})
+    redis_client.hset(keys.user_bytes("dave"), mapping={"d1": 5000, "keep": 10})
+    producer = Producer(settings)
+    done = producer.enqueue_many([_event("old-1", userId="dave"), _event("old-2", userId="dave")])
+    assert [r.status for r in done] == ["accepted", "accepted"]
+    assert redis_client.hgetall(keys.retained_events) == {str(slot - 1): "1", str(slot): "2"}
+    assert redis_client.hgetall(keys.user_bytes("dave")) == {"keep": "10"}
+    producer.close()
