@@ -136,7 +136,7 @@ class Settings(BaseSettings):
     # Storage quotas (worker/quotas.py), checked at the door before anything is stored; over one -> 429
     # quota_exceeded. Events a tenant admitted within the dedupe window (0: none); one user's stored bytes
     # (memories, skills, receipts, conversations, session context; 0: none).
-    tenant_max_events: int = Field(default=1_000_000, ge=0)
+    tenant_max_events: int = Field(default=500_000, ge=0)
     user_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     fair_share: bool = True  # drains take turns across tenants (worker/fair.py); off: broker arrival order
     # Shared drain messages (worker/fair.py, fair share on): one drain_next message drains up to this many
