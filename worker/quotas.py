@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis import Redis
@@ -152,7 +152,7 @@ def user_bytes_effects(
     return [["HINCRBY", keys.user_bytes(user_id), user_bytes_field(ttl_s), n_bytes]]
 
 
-def receipt_bytes_effects(keys: Keys, receipt: dict[str, Any], body: str, ttl_s: int) -> list[list[Any]]:
+def receipt_bytes_effects(keys: Keys, receipt: Mapping[str, Any], body: str, ttl_s: int) -> list[list[Any]]:
     """A receipt's stored bytes counted for its user until it expires (receipt_effects stages this)."""
     user = receipt.get("userId")
     return user_bytes_effects(
