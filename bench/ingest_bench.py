@@ -1,9 +1,13 @@
-"""Ingest through the front door, authentication on vs off (issue 12's goal: auth costs <= 5%).
+"""Ingest through the front door, authentication, tenant limits and quotas on vs off (issues 12 and 26: they
+cost <= 5%).
 
-Two ``agent-signal web`` processes on the same Redis: one with no credential configured (the loopback default),
-one with a bootstrap key whose tenant ``bench`` sends with an ``ingest`` API key (verified, cached, rate-bucket
-charged: the rate is set far above what one client reaches, so the bucket is exercised but never refuses).
-A sequential client posts one event per request, the two servers alternating rounds; each figure is the median.
+Two ``agent-signal web`` processes on the same Redis: one with no credential configured (the loopback default)
+and the storage quotas off, one with a bootstrap key whose tenant ``bench`` sends with an ``ingest`` API key
+(verified, cached, its own and its tenant's rate buckets charged in one script: the rates are set far above
+what one client reaches, so the buckets are exercised but never refuse) and the storage quotas on (the
+tenant's retained events and the user's stored bytes read and counted by the enqueue script). Events name one
+of 16 users. A sequential client posts one event per request, the two servers alternating rounds; each figure
+is the median.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ def _post_for(client: httpx.Client, headers: dict[str, str], seconds: float, tag
             "sourceType": "agent.user.message",
             "sourceId": f"{tag}-{n}",
             "scopeKey": f"topic:bench-{n % 64}",
+            "userId": f"bench-user-{n % 16}",
             "payload": {"message": "hello"},
         }
         response = client.post("/v1/events", json=event, headers=headers)
@@ -41,8 +46,10 @@ def _post_for(client: httpx.Client, headers: dict[str, str], seconds: float, tag
 
 def ingest_auth_rates(url: str, *, rounds: int = 3, seconds: float = 2.0) -> tuple[float, float]:
     """(events/s with auth off, events/s with auth on), medians of alternating rounds."""
-    off_settings = make_settings(url)
-    on_settings = make_settings(url, bootstrap_key=BOOT, rate_limit_per_s=1_000_000)
+    off_settings = make_settings(url, tenant_max_events=0, user_max_bytes=0)
+    on_settings = make_settings(
+        url, bootstrap_key=BOOT, rate_limit_per_s=1_000_000, tenant_rate_limit_per_s=1_000_000
+    )
     off_runs: list[float] = []
     on_runs: list[float] = []
     with web(off_settings) as off_url, web(on_settings) as on_url:

@@ -12,7 +12,7 @@ from typing import Any
 
 from redis import Redis
 
-from worker.plugin import HandlerContext, Plugin, Policy, Source, define_source_handler
+from worker.plugin import HandlerContext, Plugin, Policy, Source, define_source_handler, user_bytes_effects
 
 __all__ = ["ConversationLogDeps", "plugin"]
 
@@ -38,11 +38,20 @@ class ConversationLogDeps:
 
 def _append(ctx: HandlerContext, owner: tuple[str, str, str], message: dict[str, Any]) -> None:
     key = ctx.keys.conversation(*owner)
-    existing = ctx.deps(ConversationLogDeps).redis.lrange(key, -50, -1)
+    pipe = ctx.deps(ConversationLogDeps).redis.pipeline(transaction=False)
+    pipe.lrange(key, -50, -1)
+    pipe.llen(key)
+    pipe.lindex(key, 0)
+    existing, length, first = pipe.execute()
     if any(json.loads(m).get("id") == message["id"] for m in existing):
         return  # another event already logged this message
-    ctx.effects.call("RPUSH", key, json.dumps(message, ensure_ascii=False))
+    line = json.dumps(message, ensure_ascii=False)
+    ctx.effects.call("RPUSH", key, line)
     ctx.effects.call("LTRIM", key, -MAX_MESSAGES, -1)
+    # the user's storage quota follows the trimmed list: the message it adds, less the one the trim drops
+    dropped = len(first.encode("utf-8")) if first is not None and int(length) >= MAX_MESSAGES else 0
+    for command in user_bytes_effects(ctx.keys, owner[0], len(line.encode("utf-8")) - dropped):
+        ctx.effects.call(*command)
     ctx.effects.call("ZADD", ctx.keys.conversations, message["createdAt"], "\x1f".join(owner))
     ctx.effects.call("ZADD", ctx.keys.user_conversations(owner[0]), message["createdAt"], "\x1f".join(owner))
 

@@ -11,11 +11,13 @@ the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/c
   route guards say the same), an unknown, revoked, expired or malformed credential is 401 everywhere.
 * Operations surfaces (``/metrics``, ``/metrics/state``, ``/v1/backlog``, the OpenAPI document and the docs
   pages) follow ``AGENT_SIGNAL_OPS_OPEN`` (producers/_ops_access.py).
-* Over the rate: 429 ``rate_limited`` with ``Retry-After``.
+* Over the rate: 429 ``rate_limited`` with ``Retry-After``. A request is charged to its credential's bucket
+  (``AGENT_SIGNAL_RATE_LIMIT_PER_S``) and its tenant's (``AGENT_SIGNAL_TENANT_RATE_LIMIT_PER_S``: all the
+  tenant's keys and the user tokens they minted together) in one script; the message says whose was empty.
 
-Redis work on the hot path is one async round trip (the rate bucket); verified keys, the "configured" state and
-the token secret are cached in the process (``AGENT_SIGNAL_AUTH_CACHE_S``), and a cache miss is read in the
-threadpool, never on the event loop.
+Redis work on the hot path is one async round trip (both rate buckets, a chunk of tokens at a time); verified
+keys, the "configured" state and the token secret are cached in the process (``AGENT_SIGNAL_AUTH_CACHE_S``),
+and a cache miss is read in the threadpool, never on the event loop.
 """
 
 from __future__ import annotations
@@ -55,13 +57,14 @@ from worker.credentials import (
     NeedsIO,
 )
 from worker.keys import Keys
-from worker.rate_limit import RateLimiter
+from worker.rate_limit import RateDecision, RateLimiter
 from worker.redis_client import async_redis_from_settings, redis_from_settings
 from worker.settings import Settings, SettingsError
 from worker.store_safety import store_error_reason
 
 __all__ = [
     "DEFAULT_RATE_LIMIT_PER_S",
+    "DEFAULT_TENANT_RATE_LIMIT_PER_S",
     "Authenticator",
     "bootstrap_key_of",
     "check_can_serve",
@@ -73,8 +76,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+ALLOWED = RateDecision(True)
 
 DEFAULT_RATE_LIMIT_PER_S = 100.0  # per credential, when credentials are configured and the setting is unset
+# All of a tenant's credentials together (keys and the user tokens they mint), likewise: five credentials at
+# their full rate, about what one web process serves of reads; raise it with the web replicas.
+DEFAULT_TENANT_RATE_LIMIT_PER_S = 500.0
 
 
 def is_loopback(host: str) -> bool:
@@ -143,7 +150,7 @@ class Authenticator:
         self._client: Redis | None = None
         self._store: CredentialStore | None = None
         self._async: tuple[asyncio.AbstractEventLoop, AsyncRedis] | None = None
-        self._limiters: dict[float, RateLimiter] = {}
+        self._limiters: dict[tuple[float | None, float | None], RateLimiter] = {}
         self.throttle = FailedAuthThrottle(settings.auth_failures_per_s, settings.auth_failure_burst)
 
     @property
@@ -198,24 +205,25 @@ class Authenticator:
         raise Unauthenticated("unknown, revoked or expired credential")
 
     def _limiter(self, configured: bool) -> RateLimiter | None:
-        rate = self.settings.rate_limit_per_s
-        if rate is None:
-            rate = DEFAULT_RATE_LIMIT_PER_S if configured else 0.0
-        if rate <= 0:
+        """The credential's and the tenant's buckets (each unset: its default with credentials, else none)."""
+        settings = self.settings
+        rate = _rate(settings.rate_limit_per_s, DEFAULT_RATE_LIMIT_PER_S, configured)
+        tenant_rate = _rate(settings.tenant_rate_limit_per_s, DEFAULT_TENANT_RATE_LIMIT_PER_S, configured)
+        if rate is None and tenant_rate is None:
             return None
-        limiter = self._limiters.get(rate)
+        limiter = self._limiters.get((rate, tenant_rate))
         if limiter is None:
-            limiter = self._limiters[rate] = RateLimiter(self.keys, rate)
+            limiter = RateLimiter(self.keys, rate, tenant_rate_per_s=tenant_rate)
+            self._limiters[(rate, tenant_rate)] = limiter
         return limiter
 
-    async def retry_after_s(self, principal: Principal) -> int:
-        """0 when the request may proceed, else the seconds until the credential's bucket has a token."""
+    async def rate_decision(self, principal: Principal) -> RateDecision:
+        """Charge the credential's and its tenant's buckets (one round trip, or a token held in the process)."""
         store = self.store
         limiter = self._limiter(await self._call(lambda io: store.configured(allow_io=io)))
         if limiter is None:
-            return 0
-        decision = await limiter.acheck(self._async_client(), principal.credential_id)
-        return 0 if decision.allowed else decision.retry_after_s
+            return ALLOWED
+        return await limiter.acheck(self._async_client(), principal.credential_id, principal.tenant)
 
     def _async_client(self) -> AsyncRedis:
         loop = asyncio.get_running_loop()
@@ -229,6 +237,12 @@ class Authenticator:
         self._async = None
         if self._client is not None:
             self._client.close()
+
+
+def _rate(setting: float | None, default: float, configured: bool) -> float | None:
+    """A rate setting: unset is ``default`` with credentials configured and none without; 0 is none."""
+    rate = setting if setting is not None else (default if configured else 0.0)
+    return rate if rate > 0 else None
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -280,7 +294,7 @@ class AuthMiddleware:
                 check_ops(principal, self.auth.settings)
             elif principal is None and path.startswith("/v1"):
                 raise Unauthenticated("missing bearer credential (Authorization: Bearer <key or token>)")
-            retry_after = await self.auth.retry_after_s(principal) if principal is not None else 0
+            decision = await self.auth.rate_decision(principal) if principal is not None else ALLOWED
         except Unauthenticated as exc:
             return _unauthorized(str(exc))
         except Throttled as exc:
@@ -295,10 +309,10 @@ class AuthMiddleware:
             response = error_response(503, "store_unavailable", message)
             response.headers["Retry-After"] = str(self.auth.settings.store_retry_after_s)
             return response
-        if retry_after:
-            response = error_response(
-                429, "rate_limited", f"over this credential's rate; retry in {retry_after}s"
-            )
+        if not decision.allowed:
+            whose = "this tenant's" if decision.refused_by == "tenant" else "this credential's"
+            retry_after = decision.retry_after_s
+            response = error_response(429, "rate_limited", f"over {whose} rate; retry in {retry_after}s")
             response.headers["Retry-After"] = str(retry_after)
             return response
         scope.setdefault("state", {})["principal"] = principal

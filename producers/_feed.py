@@ -7,7 +7,8 @@ connections and every route answered 500. Now a :class:`Feed` owns one ``redis.a
   arrives, UNSUBSCRIBE when its last listener leaves;
 * each listener (one per open stream) has a bounded queue; a slow client loses its *oldest* messages and
   gets a :data:`RESYNC` hint (the browser re-reads the list) instead of holding up anyone else;
-* open streams are capped per credential and in total (:class:`TooManyStreams`, answered as 429);
+* open streams are capped per credential and in total (:class:`TooManyStreams`, answered as 429), and per
+  tenant across every web process (producers/_stream_slots.py, ``AGENT_SIGNAL_TENANT_MAX_STREAMS``);
 * the reader reconnects with capped exponential backoff (a plain loop, no library) when Redis drops and
   resubscribes every channel that has listeners; they get a RESYNC hint (messages sent meanwhile are gone);
 * concurrent lookups of one record (500 streams of a channel reading one receipt) run once (:meth:`Feed.once`).
@@ -27,23 +28,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, TypeVar, cast
 
 import anyio
-from fastapi import Request
 from redis.asyncio.client import PubSub
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from sse_starlette import EventSourceResponse
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
-from producers._web_common import error_response
+from producers._stream_slots import StreamSlots, TenantStreamsFull
 from worker.log_privacy import describe_error
 from worker.redis_client import async_redis_from_settings
 from worker.settings import Settings
 
-__all__ = ["RESYNC", "Feed", "FeedResponse", "FeedUnavailable", "Listener", "TooManyStreams", "feed_of"]
+__all__ = ["RESYNC", "Feed", "FeedUnavailable", "Listener", "TooManyStreams"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -87,6 +84,7 @@ class Listener:
         self.feed = feed
         self.channel = channel
         self.credential_id = credential_id
+        self.slot: tuple[str, str] | None = None  # (tenant, member): its slot in the tenant's count
         self._queue: asyncio.Queue[str | Resync | None] = asyncio.Queue(maxsize=max(queue_size, 2))
         self._closed = False
 
@@ -128,12 +126,14 @@ class Feed:
         *,
         max_streams: int,
         max_streams_per_credential: int,
+        tenant_max_streams: int = 0,
         queue_size: int = QUEUE_SIZE,
         subscribe_timeout_s: float = SUBSCRIBE_TIMEOUT_S,
     ) -> None:
         self.settings = settings
         self.max_streams = max_streams
         self.max_streams_per_credential = max_streams_per_credential
+        self.slots = StreamSlots(settings, tenant_max_streams)
         self.queue_size = queue_size
         self.subscribe_timeout_s = subscribe_timeout_s
         self.sessions = 0  # connections made (a reconnect makes one more)
@@ -155,6 +155,7 @@ class Feed:
             settings,
             max_streams=settings.max_streams,
             max_streams_per_credential=settings.max_streams_per_credential,
+            tenant_max_streams=settings.tenant_max_streams,
         )
 
     @property
@@ -163,14 +164,17 @@ class Feed:
 
     # --- listeners ---
 
-    async def listen(self, channel: str, credential_id: str) -> Listener:
-        """A listener on ``channel`` once Redis confirmed the subscription; TooManyStreams over a cap,
-        FeedUnavailable when Redis does not confirm within ``subscribe_timeout_s``."""
+    async def listen(self, channel: str, credential_id: str, tenant: str | None = None) -> Listener:
+        """A listener on ``channel`` once Redis confirmed the subscription; TooManyStreams over a cap (the
+        tenant's, across processes, when ``tenant`` is given), FeedUnavailable when Redis does not confirm
+        within ``subscribe_timeout_s``."""
         if self._stop.is_set():
             raise FeedUnavailable("the server is shutting down")
         self._reserve(credential_id)
         listener = Listener(self, channel, credential_id, self.queue_size)
         try:
+            if tenant is not None and self.slots.enabled:
+                listener.slot = (tenant, await self.slots.take(tenant))
             self._start()
             listeners = self._listeners.setdefault(channel, set())
             listeners.add(listener)
@@ -179,8 +183,10 @@ class Feed:
                 await self._send("SUBSCRIBE", channel)
             with anyio.fail_after(self.subscribe_timeout_s):
                 await live.wait()
-        except TimeoutError:
+        except (TimeoutError, RedisError, TenantStreamsFull) as exc:
             await listener.aclose()
+            if isinstance(exc, TenantStreamsFull):
+                raise TooManyStreams(str(exc)) from None
             raise FeedUnavailable("the store did not confirm the subscription; retry later") from None
         except BaseException:
             await listener.aclose()
@@ -204,6 +210,9 @@ class Feed:
         self._per_credential[listener.credential_id] -= 1
         if self._per_credential[listener.credential_id] <= 0:
             del self._per_credential[listener.credential_id]
+        if listener.slot is not None:
+            with anyio.CancelScope(shield=True):
+                await self.slots.give_back(*listener.slot)
         listeners = self._listeners.get(listener.channel)
         if listeners is None or listener not in listeners:
             return
@@ -339,59 +348,9 @@ class Feed:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.slots.aclose()
 
 
 def _connection_of(pubsub: PubSub) -> AbstractConnection | None:
     """The PubSub's connection (redis-py leaves the attribute unannotated)."""
     return cast("AbstractConnection | None", pubsub.connection)
-
-
-def feed_of(request: Request) -> Feed:
-    """The app's Feed (made in the lifespan of ``create_web_app``)."""
-    feed: Feed = request.app.state.feed
-    return feed
-
-
-class FeedResponse(Response):
-    """The SSE response of a stream over the feed. It takes its listener when it starts (so the route stays a
-    plain ``def``, like every route that is not allow-listed as async): over a cap it answers 429
-    ``too_many_streams`` with Retry-After, when Redis does not confirm the subscription 503
-    ``store_unavailable``; otherwise it streams ``events(listener)`` with sse-starlette (``options`` go to
-    EventSourceResponse) and gives the listener's slot back however the response ends."""
-
-    def __init__(
-        self,
-        feed: Feed,
-        channel: str,
-        credential_id: str,
-        events: Callable[[Listener], AsyncIterator[bytes]],
-        *,
-        unavailable_retry_after_s: int,
-        **options: Any,
-    ) -> None:
-        super().__init__(media_type="text/event-stream")
-        self.feed = feed
-        self.channel = channel
-        self.credential_id = credential_id
-        self.events = events
-        self.unavailable_retry_after_s = unavailable_retry_after_s
-        self.options = options
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            listener = await self.feed.listen(self.channel, self.credential_id)
-        except TooManyStreams as exc:
-            refused = error_response(429, "too_many_streams", str(exc))
-            refused.headers["Retry-After"] = str(exc.retry_after_s)
-            await refused(scope, receive, send)
-            return
-        except FeedUnavailable as exc:
-            refused = error_response(503, "store_unavailable", str(exc))
-            refused.headers["Retry-After"] = str(self.unavailable_retry_after_s)
-            await refused(scope, receive, send)
-            return
-        try:
-            await EventSourceResponse(self.events(listener), **self.options)(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await listener.aclose()

@@ -57,6 +57,14 @@ __all__ = ["create_web_app"]
 
 log = logging.getLogger(__name__)
 
+# OverLimit.what -> the 429's error code
+OVER_LIMIT_CODES = {
+    "inbox": "inbox_full",
+    "tenant": "tenant_queue_full",
+    "events": "quota_exceeded",
+    "user_bytes": "quota_exceeded",
+}
+
 
 def create_web_app(settings: Settings, *, producer: Producer | None = None) -> FastAPI:
     """The ASGI app for ``settings``; pass ``producer`` to share one (tests, embedding)."""
@@ -151,10 +159,12 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(OverLimit)
     async def over_limit(_: Request, exc: OverLimit) -> JSONResponse:
-        """A scope's inbox or the tenant's queue is at its limit: nothing from the request was stored."""
-        code = "inbox_full" if exc.what == "inbox" else "tenant_queue_full"
-        response = error_response(429, code, exc.message)
-        response.headers["Retry-After"] = str(exc.retry_after_s)
+        """A scope's inbox, the tenant's queue or a storage quota is at its limit: nothing of the request was
+        stored. Retry-After says when waiting may help (none when only freeing data does)."""
+        code = OVER_LIMIT_CODES.get(exc.what, "tenant_queue_full")
+        response = error_response(429, code, exc.message, exc.field)
+        if exc.retry_after_s > 0:
+            response.headers["Retry-After"] = str(exc.retry_after_s)
         return response
 
     @app.exception_handler(StoreUnavailable)

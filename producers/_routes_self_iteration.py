@@ -20,8 +20,9 @@ from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.documents import DocumentStore
 from policies.self_iteration.gate import set_override
 from producers._api_models import API_ERRORS, ErrorBody, Receipt, body_route, error_responses
-from producers._feed import FeedResponse, Listener, Resync, feed_of
-from producers._principal import Principal, check_user, require, tenant_producer
+from producers._feed import Listener, Resync
+from producers._feed_response import FeedResponse, feed_of
+from producers._principal import LOCAL_PRINCIPAL, Principal, check_user, require, tenant_producer
 from producers._routes_receipts import receipt_store
 from producers._web_common import error_response, json_body, producer_of, settings_of
 from worker.ids import Id, NameId
@@ -193,8 +194,9 @@ def stream_receipts(
     Redis connection (re-read ``GET /v1/receipts``), and a ``: keep-alive`` comment every 15 s.
 
     Every stream of the process shares one Redis subscriber (producers/_feed.py); open streams are capped
-    per credential and per process (429 ``too_many_streams`` with Retry-After, answered by FeedResponse when
-    it starts). A user token streams only its own user's receipts (another userId answers 404)."""
+    per credential, per process and per tenant across processes (429 ``too_many_streams`` with Retry-After,
+    answered by FeedResponse when it starts). A user token streams only its own user's receipts (another
+    userId answers 404)."""
     if not userId:
         return error_response(422, "missing_field", "userId is required", "userId")
     check_user(principal, userId, "receipts stream")
@@ -208,6 +210,8 @@ def stream_receipts(
         principal.credential_id,
         partial(_receipt_events, receipts=receipts, wanted=wanted),
         unavailable_retry_after_s=settings.store_retry_after_s,
+        # counted per tenant across processes (AGENT_SIGNAL_TENANT_MAX_STREAMS) once credentials exist
+        tenant=None if principal == LOCAL_PRINCIPAL else principal.tenant,
         headers={"cache-control": "no-cache"},
         ping=15,
         sep="\n",

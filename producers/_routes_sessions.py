@@ -21,7 +21,7 @@ from producers._web_common import (
     parse_body,
 )
 from sessions.dmail import DMail, ToolResult, end_step, send_dmail
-from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, session_scope
+from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, UserQuotaExceeded, session_scope
 from worker.ids import NameId
 
 __all__ = ["bad_session", "record_event", "router", "session_body", "session_full"]
@@ -105,7 +105,13 @@ class StepEndResult(BaseModel):
 
 def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
     """A write over one of the session's caps (nothing of it was stored): 413 naming the field (the store's,
-    else the route's ``field``)."""
+    else the route's ``field``); over the user's storage quota, 429 ``quota_exceeded`` (Retry-After when some
+    of the user's data expires)."""
+    if isinstance(exc, UserQuotaExceeded):
+        response = error_response(429, "quota_exceeded", str(exc), None)
+        if exc.retry_after_s:
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
     return error_response(413, "session_full", str(exc), exc.field or field)
 
 

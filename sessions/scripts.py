@@ -4,9 +4,12 @@ Context records are kimi's JSONL lines, one list item each: messages, ``{"role":
 ``{"role":"_usage","token_count":n}``. ``ckpt`` maps a checkpoint id to its list position, the number of
 messages and the bytes of records before it, so a revert is an LTRIM, not a scan.
 
-Bounds (sessions/store.py ``SessionLimits``): every script gets the session TTL and the caps as ARGV[1..3];
+Bounds (sessions/store.py ``SessionLimits``): every script gets the session TTL and the caps as ARGV[1..4];
 a script that adds records checks the caps *before* writing anything and answers ``{'full', 'records'|'bytes'}``
-instead, so concurrent appends cannot pass a cap together. ``ctxmeta.bytes`` is the byte count of the context
+instead, so concurrent appends cannot pass a cap together. A session that names a user also gets that user's
+``bytes:user:<userId>`` as KEYS[9] (worker/quotas.py): every record added is counted there until the session's
+TTL as of the write, and a script that adds records answers ``{'quota', bytes, retryAfterS}`` (nothing
+written) when the user's data is already at ``AGENT_SIGNAL_USER_MAX_BYTES``. ``ctxmeta.bytes`` is the byte count of the context
 records, kept by every script that changes the list. Every script ends by refreshing the TTL of all of the
 session's keys (KEYS), so a session expires as a whole, ``session_ttl_s`` after its last write.
 """
@@ -18,17 +21,37 @@ from dataclasses import dataclass
 from redis import Redis
 from redis.commands.core import Script
 
+from worker.quotas import USER_BYTES_FN
+
 __all__ = ["SessionScripts"]
 
 # KEYS for every script: ctx, ctxmeta, ckpt, usage, dmail, then the session's other keys (settings, function
 # state, the user's session index) whose TTL is refreshed with them.
-# ARGV[1..3] for every script: ttlSeconds, maxRecords, maxBytes; the script's own arguments follow (ARGV[4]...).
-LIB = """
+# ARGV[1..4] for every script: ttlSeconds, maxRecords, maxBytes, maxUserBytes (0: none); the script's own
+# arguments follow (ARGV[5]...).
+LIB = (
+    USER_BYTES_FN
+    + """
 local ctx, meta, ckpt, usage, dmail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ttl, max_records, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+-- the session's user's stored bytes (worker/quotas.py): KEYS[9] when the session names a user, else nil
+local ubytes, max_user_bytes = KEYS[9], tonumber(ARGV[4])
+local clock = redis.call('TIME')
+local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local uday = 'd' .. math.floor((now_ms + ttl * 1000) / DAY_MS)  -- the context expires a TTL after this write
+local ustale = {}  -- the user's ended days, forgotten once the script is done
 local function done(reply)
-  for _, key in ipairs(KEYS) do redis.call('EXPIRE', key, ttl) end
+  for i = 1, math.min(#KEYS, 8) do redis.call('EXPIRE', KEYS[i], ttl) end
+  if ubytes then forget_fields(ubytes, ustale) end
   return reply
+end
+-- nil, or the reply refusing a write because the user's data is at its quota
+local function user_full()
+  if not ubytes or max_user_bytes <= 0 then return nil end
+  local used, earliest
+  used, earliest, ustale = user_bytes(ubytes, now_ms)
+  if used < max_user_bytes then return nil end
+  return {'quota', used, user_bytes_retry_s(earliest, now_ms)}
 end
 local function count_bytes()
   local n = 0
@@ -43,6 +66,7 @@ end
 local function push(record)
   redis.call('RPUSH', ctx, record)
   redis.call('HINCRBY', meta, 'bytes', #record)
+  if ubytes then redis.call('HINCRBY', ubytes, uday, #record) end
 end
 local function room(records, bytes, base_records, base_bytes)
   if base_records + records > max_records then return 'records' end
@@ -89,65 +113,72 @@ local function revert(id)
   return true
 end
 """
+)
 
-# ARGV[4..]: messagesJson (array of already-encoded records), tokenCount ('' = none)
-# -> {'ok', number of messages} | {'full', 'records'|'bytes'} (nothing written)
+# ARGV[5..]: messagesJson (array of already-encoded records), tokenCount ('' = none)
+# -> {'ok', number of messages} | {'full', 'records'|'bytes'} | {'quota', bytes, retryAfterS} (nothing written)
 APPEND = (
     LIB
     + """
-local records = cjson.decode(ARGV[4])
-if ARGV[5] ~= '' then
-  records[#records + 1] = cjson.encode({role = '_usage', token_count = tonumber(ARGV[5])})
+local records = cjson.decode(ARGV[5])
+if ARGV[6] ~= '' then
+  records[#records + 1] = cjson.encode({role = '_usage', token_count = tonumber(ARGV[6])})
 end
 local full = room(#records, size(records), redis.call('LLEN', ctx), stored_bytes())
 if full then return done({'full', full}) end
+local over = user_full()
+if over then return done(over) end
 redis.call('HSET', meta, 'bytes', stored_bytes())
 local n = #records
-if ARGV[5] ~= '' then n = n - 1 end
+if ARGV[6] ~= '' then n = n - 1 end
 for i = 1, n do push(records[i]) end
 local total = redis.call('HINCRBY', meta, 'messages', n)
-if ARGV[5] ~= '' then
+if ARGV[6] ~= '' then
   local pos = redis.call('LLEN', ctx)
   push(records[#records])
-  redis.call('ZADD', usage, pos, pos .. ':' .. ARGV[5])
-  redis.call('HSET', meta, 'tokenCount', ARGV[5])
+  redis.call('ZADD', usage, pos, pos .. ':' .. ARGV[6])
+  redis.call('HSET', meta, 'tokenCount', ARGV[6])
 end
 return done({'ok', total})
 """
 )
 
-# ARGV[4]: addMessage ('1'|'0')  -> {'ok', the new checkpoint id} | {'full', 'records'|'bytes'}
+# ARGV[5]: addMessage ('1'|'0')  -> {'ok', the new checkpoint id} | {'full', 'records'|'bytes'}
 CHECKPOINT = (
     LIB
     + """
-local planned = checkpoint_records(tonumber(redis.call('HGET', meta, 'next') or '0'), ARGV[4])
+local planned = checkpoint_records(tonumber(redis.call('HGET', meta, 'next') or '0'), ARGV[5])
 local full = room(#planned, size(planned), redis.call('LLEN', ctx), stored_bytes())
 if full then return done({'full', full}) end
-return done({'ok', checkpoint(ARGV[4])})
+local over = user_full()
+if over then return done(over) end
+return done({'ok', checkpoint(ARGV[5])})
 """
 )
 
-# ARGV[4]: checkpointId  -> 1 reverted | 0 no such checkpoint
-REVERT = LIB + "\nif revert(tonumber(ARGV[4])) then return done(1) end\nreturn done(0)\n"
+# ARGV[5]: checkpointId  -> 1 reverted | 0 no such checkpoint
+REVERT = LIB + "\nif revert(tonumber(ARGV[5])) then return done(1) end\nreturn done(0)\n"
 
-# Reset ids to 0 and drop everything (kimi's Context.clear); with ARGV[4] == '1' (compaction) create
-# checkpoint 0 at once and append the compacted messages (ARGV[6], encoded records) after it; a compaction
+# Reset ids to 0 and drop everything (kimi's Context.clear); with ARGV[5] == '1' (compaction) create
+# checkpoint 0 at once and append the compacted messages (ARGV[7], encoded records) after it; a compaction
 # that would not fit the caps changes nothing.
-# ARGV[4..]: compact ('1'|'0'), addMessage ('1'|'0'), messagesJson  -> {'ok', next} | {'full', what}
+# ARGV[5..]: compact ('1'|'0'), addMessage ('1'|'0'), messagesJson  -> {'ok', next} | {'full', what}
 CLEAR = (
     LIB
     + """
 local records = {}
-if ARGV[4] == '1' then
-  records = cjson.decode(ARGV[6])
-  local planned = checkpoint_records(0, ARGV[5])
+if ARGV[5] == '1' then
+  records = cjson.decode(ARGV[7])
+  local planned = checkpoint_records(0, ARGV[6])
   local full = room(#planned + #records, size(planned) + size(records), 0, 0)
   if full then return done({'full', full}) end
+  local over = user_full()
+  if over then return done(over) end
 end
 redis.call('DEL', ctx, ckpt, usage)
 redis.call('HSET', meta, 'next', 0, 'messages', 0, 'tokenCount', 0, 'bytes', 0)
-if ARGV[4] == '1' then
-  checkpoint(ARGV[5])
+if ARGV[5] == '1' then
+  checkpoint(ARGV[6])
   for _, record in ipairs(records) do push(record) end
   redis.call('HINCRBY', meta, 'messages', #records)
 end
@@ -155,23 +186,23 @@ return done({'ok', redis.call('HGET', meta, 'next')})
 """
 )
 
-# kimi's DenwaRenji.send_dmail checks, in order.  ARGV[4..]: dmailJson, checkpointId
+# kimi's DenwaRenji.send_dmail checks, in order.  ARGV[5..]: dmailJson, checkpointId
 # -> {0, seq} stored | {1, error text}
 SEND = (
     LIB
     + """
 if redis.call('EXISTS', dmail) == 1 then return done({1, 'Only one D-Mail can be sent at a time'}) end
-local id = tonumber(ARGV[5])
+local id = tonumber(ARGV[6])
 if id < 0 then return done({1, 'The checkpoint ID can not be negative'}) end
 if id >= tonumber(redis.call('HGET', meta, 'next') or '0') then
   return done({1, 'There is no checkpoint with the given ID'})
 end
-redis.call('SET', dmail, ARGV[4])
+redis.call('SET', dmail, ARGV[5])
 return done({0, redis.call('HINCRBY', meta, 'events', 1)})
 """
 )
 
-# End of a step. ARGV[4..]: rejectedWithoutFeedback ('1'|'0'), root ('1'|'0'), addCheckpointMessage ('1'|'0'),
+# End of a step. ARGV[5..]: rejectedWithoutFeedback ('1'|'0'), root ('1'|'0'), addCheckpointMessage ('1'|'0'),
 # dmailMessagePrefix
 # -> {'none'} | {'discarded', dmailJson, seq} | {'applied', dmailJson, seq, checkpointId, firstNewPosition}
 # Applying reverts first, so the context grows past its caps by at most the one D-Mail (max_message_bytes).
@@ -181,7 +212,7 @@ STEP_END = (
 local pending = redis.call('GET', dmail)
 if not pending then return done({'none'}) end
 redis.call('DEL', dmail)
-if ARGV[4] == '1' and ARGV[5] == '1' then
+if ARGV[5] == '1' and ARGV[6] == '1' then
   return done({'discarded', pending, redis.call('HINCRBY', meta, 'events', 1)})
 end
 local mail = cjson.decode(pending)
@@ -190,8 +221,8 @@ if not revert(id) then
   return done({'discarded', pending, redis.call('HINCRBY', meta, 'events', 1)})
 end
 local first = redis.call('LLEN', ctx)
-checkpoint(ARGV[6])
-local text = ARGV[7] .. mail.text
+checkpoint(ARGV[7])
+local text = ARGV[8] .. mail.text
 push(cjson.encode({role = 'user', content = '<system>' .. text .. '</system>'}))
 redis.call('HINCRBY', meta, 'messages', 1)
 return done({'applied', pending, redis.call('HINCRBY', meta, 'events', 1), id, first})

@@ -35,6 +35,7 @@ __all__ = [
     "SessionSettings",
     "SessionStore",
     "UnknownCheckpoint",
+    "UserQuotaExceeded",
     "session_keys",
     "session_scope",
 ]
@@ -74,6 +75,7 @@ class SessionLimits:
     max_session_messages: int = 10_000  # records in the context list (messages, checkpoint and usage records)
     max_session_bytes: int = 8 * 1024 * 1024  # the context records together; the function-state document
     max_message_bytes: int = 256 * 1024  # one message, D-Mail or artifact
+    max_user_bytes: int = 0  # the session's user's stored data (AGENT_SIGNAL_USER_MAX_BYTES; 0: no quota)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SessionLimits:
@@ -82,11 +84,12 @@ class SessionLimits:
             max_session_messages=settings.max_session_messages,
             max_session_bytes=settings.max_session_bytes,
             max_message_bytes=settings.max_message_bytes,
+            max_user_bytes=settings.user_max_bytes,
         )
 
     def script_args(self) -> list[int]:
-        """ARGV[1..3] of every session script."""
-        return [self.session_ttl_s, self.max_session_messages, self.max_session_bytes]
+        """ARGV[1..4] of every session script."""
+        return [self.session_ttl_s, self.max_session_messages, self.max_session_bytes, self.max_user_bytes]
 
 
 class SessionFull(ValueError):
@@ -97,6 +100,22 @@ class SessionFull(ValueError):
         super().__init__(message)
         self.field = field
         self.limit = limit
+
+
+class UserQuotaExceeded(SessionFull):
+    """The session's user already stores ``used`` bytes, at ``AGENT_SIGNAL_USER_MAX_BYTES``; nothing was
+    written. ``retry_after_s``: when some of it expires (0: it does not by itself). Answered 429."""
+
+    def __init__(self, used: int, limit: int, retry_after_s: int) -> None:
+        when = "retry once some of it expires" if retry_after_s else "erase or delete some of it first"
+        super().__init__(
+            None,
+            limit,
+            f"this session's user already stores {used} bytes (the quota is {limit}, AGENT_SIGNAL_USER_MAX_BYTES); "
+            f"{when}",
+        )
+        self.used = used
+        self.retry_after_s = retry_after_s
 
 
 class UnknownCheckpoint(ValueError):
@@ -170,15 +189,20 @@ class SessionStore:
         self.scripts = SessionScripts.register(client)
 
     def _keys(self, session_id: str) -> list[str]:
+        """The session's keys, then its user's stored-bytes count (KEYS[9]) when it names a user."""
         user = self.client.hget(self.keys.session(session_scope(session_id)), "userId")
-        return session_keys(self.keys, session_id, user)
+        found = session_keys(self.keys, session_id, user)
+        return [*found, self.keys.user_bytes(_s(user))] if user else found
 
     def run(self, script: Script, session_id: str, *args: Any) -> Any:
         """Run one session script: the session's keys, the TTL and caps, then the script's own arguments."""
         return script(keys=self._keys(session_id), args=[*self.limits.script_args(), *args])
 
     def _admitted(self, reply: Any, field: str | None) -> int:
-        """The script's ``{'ok', value}``, or SessionFull for its ``{'full', 'records'|'bytes'}``."""
+        """The script's ``{'ok', value}``, or SessionFull for its ``{'full', 'records'|'bytes'}`` (its
+        UserQuotaExceeded for ``{'quota', bytes, retryAfterS}``)."""
+        if _s(reply[0]) == "quota":
+            raise UserQuotaExceeded(int(reply[1]), self.limits.max_user_bytes, int(reply[2]))
         if _s(reply[0]) != "full":
             return int(reply[1])
         if _s(reply[1]) == "records":

@@ -142,6 +142,9 @@ def create_app(settings: Settings) -> Celery:
         task_default_queue=settings.queue_name,
         task_create_missing_queues=True,
         broker_connection_retry_on_startup=True,
+        # A broker error reply (an OOM refusing an ack when the broker is a full Redis) reconnects the consumer
+        # instead of ending the worker ("Unrecoverable error"): a full store pauses work (worker/store_full.py).
+        broker_channel_error_retry=True,
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
         worker_cancel_long_running_tasks_on_connection_loss=True,

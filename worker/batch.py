@@ -186,8 +186,9 @@ def _commit(pipeline: Pipeline, works: list[EventWork], *, go_on: bool) -> Batch
         args += own_args
         for lane in lanes:
             args += [encode_lane(lane.result_json), lane.effects_json]
+    full = pipeline.full_wait("commit", works[0].grant.lost)
     try:
-        reply = store.durable(store.scripts.commit_batch, keys, args)
+        reply = full.call(lambda: store.durable(store.scripts.commit_batch, keys, args))
     except (NotReplicated, RedisError) as exc:  # as CommitStep: not acknowledged; the next drain finds out
         log.warning(
             "batch commit not acknowledged (%s): the scope's next drain takes what it did not commit",

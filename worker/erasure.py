@@ -4,7 +4,7 @@ Every key that holds a user's data is found from the tenant and the user, by des
 
 * user-keyed families: memories, skills (and each document's version history), receipts (bodies and indexes),
   conversations, the user's conversation and session indexes, the feature override, review guards naming
-  the user;
+  the user, and the count of their stored bytes (worker/quotas.py: their storage quota starts again at 0);
 * the user's events, from their index ``events-of:user:U`` (written with each event): each event becomes a
   tombstone that keeps its id (so a replay of it is still a duplicate), status, attempts and times, and
   loses its payload, user, scope and source ids; its chain document and outbox records go;
@@ -235,6 +235,7 @@ def _drop_user_keyed(store: EventStore, user_id: str, report: ErasureReport) -> 
         client.zrem(k.conversations, member)
     client.delete(k.user_conversations(user_id))
     report.removed["featureOverrides"] += int(client.hdel(k.self_iteration_overrides, user_id))
+    client.delete(k.user_bytes(user_id))  # the storage quota's count: nothing of the user is left to count
     # Review guards are "<kind>-guard:<kind>:<userId>:…" (policies/self_iteration/reviews.py): the user is the
     # third segment, matched exactly (user ids hold no ':').
     guard = re.compile(

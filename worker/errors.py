@@ -15,7 +15,11 @@ Any other exception raised by a handler is treated as transient (retried with ba
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from redis.exceptions import RedisError
+
+from worker.settings import Settings
 
 __all__ = [
     "LeaseLost",
@@ -64,18 +68,28 @@ class LeaseLost(PipelineError):
 class OverLimit(Exception):
     """An admission limit refused a whole batch before anything was stored (the door answers 429).
 
-    ``what``: ``inbox`` (one scope's queued events at ``max_inbox_depth``) or ``tenant`` (the tenant's queued
-    events at ``tenant_max_queued``); ``retry_after_s``: when trying again may succeed."""
+    ``what``: ``inbox`` (one scope's queued events at ``max_inbox_depth``), ``tenant`` (the tenant's queued
+    events at ``tenant_max_queued``), ``events`` (its retained events at ``tenant_max_events``) or
+    ``user_bytes`` (a user's stored data at ``user_max_bytes``); ``retry_after_s``: when trying again may
+    succeed (0: not by waiting); ``field``: the request field to blame, when one is."""
 
-    def __init__(self, what: str, message: str, *, retry_after_s: int) -> None:
+    def __init__(self, what: str, message: str, *, retry_after_s: int, field: str | None = None) -> None:
         super().__init__(message)
         self.what = what
         self.message = message
         self.retry_after_s = retry_after_s
+        self.field = field
 
     @classmethod
-    def from_reply(cls, reply: str, *, max_inbox: int, max_queued: int, retry_after_s: int) -> OverLimit:
-        """From the script's ``OVERLIMIT inbox <scopeRef> <depth>`` / ``OVERLIMIT tenant <queued>``."""
+    def from_reply(cls, reply: str, settings: Settings, users: Sequence[str] = ()) -> OverLimit:
+        """From the script's ``OVERLIMIT inbox <scopeRef> <depth>`` / ``OVERLIMIT tenant <queued>`` /
+        ``OVERLIMIT events <retained> <retryAfterS>`` / ``OVERLIMIT user <n-th of users> <bytes> <retryAfterS>``."""
+        max_inbox, max_queued, retry_after_s = (
+            settings.max_inbox_depth,
+            settings.tenant_max_queued,
+            settings.store_retry_after_s,
+        )
+        max_events, max_user_bytes = settings.tenant_max_events, settings.user_max_bytes
         parts = reply.split(" ")
         if len(parts) >= 4 and parts[1] == "inbox":
             scope = " ".join(parts[2:-1]).partition("/")[2]
@@ -83,6 +97,22 @@ class OverLimit(Exception):
                 f"scope {scope!r} already holds {parts[-1]} queued events (limit {max_inbox}); retry later"
             )
             return cls("inbox", message, retry_after_s=retry_after_s)
+        if len(parts) == 4 and parts[1] == "events":
+            message = (
+                f"this tenant already keeps {parts[2]} events of its dedupe window (its quota is {max_events}, "
+                f"AGENT_SIGNAL_TENANT_MAX_EVENTS); retry once older ones expire"
+            )
+            return cls("events", message, retry_after_s=int(parts[3]))
+        if len(parts) == 5 and parts[1] == "user":
+            index = int(parts[2]) - 1
+            user = users[index] if 0 <= index < len(users) else "?"
+            wait = int(parts[4])
+            when = "retry once some of it expires" if wait else "erase or delete some of it first"
+            message = (
+                f"user {user!r} already stores {parts[3]} bytes (the quota is {max_user_bytes}, "
+                f"AGENT_SIGNAL_USER_MAX_BYTES); {when}"
+            )
+            return cls("user_bytes", message, retry_after_s=wait, field="userId")
         queued = parts[2] if len(parts) > 2 else "?"
         message = f"this tenant already has {queued} queued events (limit {max_queued}); retry later"
         return cls("tenant", message, retry_after_s=retry_after_s)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.key_buckets import TenantSlots, UnboundBucket, bucket_of
+from worker.key_buckets import UnboundBucket, bucket_of
+from worker.key_limits import LimitKeys
 from worker.tenancy import (
     DEFAULT_TENANT,
     BadTenant,
@@ -46,13 +47,13 @@ ENGINE_FAMILIES = tuple(
 )
 ENGINE_SINGLETONS = tuple(
     "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret pseudonym-secret "
-    "ready-tenants worker-info journal-due journal-lock".split()
+    "ready-tenants worker-info journal-due journal-lock open-streams retained-events".split()
 )
 
 
 @dataclass(frozen=True, slots=True)
-class Keys(TenantSlots):
-    """Key builder bound to one prefix and one tenant.
+class Keys(LimitKeys):
+    """Key builder bound to one prefix and one tenant (the limits' and quotas' keys: worker/key_limits.py).
 
     Tenant-owned keys start with the tenant's prefixes (:class:`~worker.key_buckets.TenantSlots`: ``home``
     for user data, the scope's bucket's for a scope's keys, ``own`` for the bound bucket's indexes), so
@@ -107,10 +108,6 @@ class Keys(TenantSlots):
         """The key of the pseudonyms logs and the audit trail use (string, SET NX once; worker/pseudonyms.py)
         unless AGENT_SIGNAL_PSEUDONYM_SECRET is set."""
         return f"{self.prefix}pseudonym-secret"
-
-    def rate_bucket(self, credential_id: str) -> str:
-        """A credential's token bucket (hash {tokens, at}), expiring when idle."""
-        return f"{self.prefix}ratelimit:{credential_id}"
 
     @property
     def audit(self) -> str:

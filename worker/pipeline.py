@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from worker.scheduler import ChainScope
 from worker.settings import Settings
 from worker.steps import DEFAULT_STEPS, EventWork, Step
 from worker.store import Begun, EventStore, Head, now_ms
+from worker.store_full import FullStoreWait, StoreFullAgain
 from worker.telemetry import DISABLED, Telemetry
 
 __all__ = ["DEFAULT_STEPS", "DrainOutcome", "EventWork", "Pipeline", "Step"]
@@ -175,12 +177,36 @@ class Pipeline:
             return DrainOutcome(processed, "lost")
         return DrainOutcome(processed, "again", delay_s=wait_ms / 1000)
 
+    def full_wait(self, where: str, lost: threading.Event | None = None) -> FullStoreWait:
+        """How this process waits out a full store (worker/store_full.py): a quarter of a task's soft limit."""
+        return FullStoreWait(where, budget_s=self.settings.task_soft_time_limit_s / 4, lost=lost)
+
     def process_event(
         self, grant: LeaseGrant, begun: Begun, *, go_on: bool, batch: bool = False
     ) -> EventWork:
         """Walk the steps for one event inside an ``agent_signal.workflow.run`` span that continues the
         trace of its enqueue; returns what they did (``work.reply`` is None when nothing was committed).
-        With ``batch`` the chain runs for a batch commit (worker/batch.py), which commits it later."""
+        With ``batch`` the chain runs for a batch commit (worker/batch.py), which commits it later.
+
+        A chain that met a full store decided nothing: after a pause it runs again, in the same delivery (no
+        attempt spent; its applied actions are found in their lanes). Past the wait's budget, or with the lease
+        lost, the event is left uncommitted at its head, as after any store error."""
+
+        def walk() -> EventWork:
+            work = self._process(grant, begun, go_on=go_on, batch=batch)
+            if work.store_full:
+                raise StoreFullAgain(work)
+            return work
+
+        try:
+            return self.full_wait("chain", grant.lost).call(walk)
+        except StoreFullAgain as exc:
+            if not isinstance(exc.value, EventWork):
+                raise
+            exc.value.lost = True
+            return exc.value
+
+    def _process(self, grant: LeaseGrant, begun: Begun, *, go_on: bool, batch: bool) -> EventWork:
         started = time.perf_counter()
         source_type, traceparent = event_head(begun.body, begun.source_type)
         bind_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)

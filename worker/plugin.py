@@ -21,6 +21,10 @@ A :class:`Plugin` is one object that owns everything the engine does for one con
   ``ctx.outbox(kind, payload, key=…)``; the outbox relay calls ``deliverer(record)`` at least once per
   record and the deliverer passes ``record.key`` on as the idempotency key.
 
+A plugin that stores a user's data counts its bytes toward the user's storage quota
+(``AGENT_SIGNAL_USER_MAX_BYTES``): :func:`user_bytes_effects` gives the staged command, :func:`add_user_bytes`
+counts now (worker/quotas.py).
+
 ``AGENT_SIGNAL_PLUGINS`` lists ``module:factory`` strings loaded after the shipped plugins; a factory
 returns a :class:`Plugin` or a list of :class:`Policy`. This module's ``__all__`` is the whole supported
 surface and stays stable across internal refactors (``tests/unit/worker/test_plugin_api.py``).
@@ -57,6 +61,7 @@ from worker.nodes import (
     signal_from,
 )
 from worker.outbox import Deliverer, OutboxRecord
+from worker.quotas import add_user_bytes, user_bytes_effects
 from worker.receipts import ReceiptStore, receipt_effects
 from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
 from worker.results import applied, failed, skipped
@@ -94,6 +99,7 @@ __all__ = [
     "Source",
     "Wait",
     "action_from",
+    "add_user_bytes",
     "applied",
     "define_action_handler",
     "define_signal_handler",
@@ -102,6 +108,7 @@ __all__ = [
     "receipt_effects",
     "signal_from",
     "skipped",
+    "user_bytes_effects",
 ]
 
 S = TypeVar("S", bound=PluginSettings)

@@ -112,6 +112,7 @@ LABELS: dict[str, tuple[str, ...]] = {
     "agent_signal_fence_rejected_total": ("tenant",),
     "agent_signal_event_latency_ms": ("tenant",),
     "agent_signal_store_unavailable_total": ("where",),
+    "agent_signal_store_full_backoffs_total": ("where",),
 }
 
 ENGINE_DESCRIPTIONS = {
@@ -122,6 +123,10 @@ ENGINE_DESCRIPTIONS = {
     "agent_signal_fence_rejected_total": "Commits refused because the lease's fence was stale.",
     "agent_signal_event_latency_ms": "Enqueue to done, per event (ms), recorded by the worker that committed it.",
     "agent_signal_store_unavailable_total": "Store failures of this process (where: enqueue, drain, drain_next).",
+    "agent_signal_store_full_backoffs_total": (
+        "Pauses of this process's work while Redis was full (where: acquire, pop, chain, commit, task): the work "
+        "waited and went on without counting an attempt (worker/store_full.py)."
+    ),
 }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from redis import Redis
 
 from worker.keys import Keys
+from worker.quotas import receipt_bytes_effects
 
 __all__ = [
     "NO_USER",
@@ -75,6 +76,9 @@ def receipt_effects(
         index = keys.operation_receipts(user, run)
         commands += [["SADD", index, receipt_id], ["EXPIRE", index, ttl_s]]
     commands.append(["PUBLISH", keys.receipts_feed(user), receipt_id])
+    commands += receipt_bytes_effects(
+        keys, receipt, body, ttl_s
+    )  # the user's storage quota (worker/quotas.py)
     return commands
 
 

@@ -17,7 +17,8 @@ from redis.commands.core import Script
 from worker.journal import JOURNAL_APPLY_SCRIPT
 from worker.keys import Keys
 from worker.scripts_batch import COMMIT_BATCH, PEEK_FRESH
-from worker.scripts_lifecycle import ACQUIRE, COMMIT, ENQUEUE_BATCH, ENQUEUE_PUSH, STAGED
+from worker.scripts_enqueue import ENQUEUE_BATCH, ENQUEUE_PUSH
+from worker.scripts_lifecycle import ACQUIRE, COMMIT, STAGED
 from worker.scripts_ops import CANCEL, DISCARD, REDRIVE, RESUME, RUNS_PAGE
 
 __all__ = ["Scripts"]

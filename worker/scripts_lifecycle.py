@@ -1,5 +1,5 @@
-"""The Lua of an event's life: admit (with its runs-explorer indexes), take the head (with its attempt record),
-acquire a scope, commit an outcome. :mod:`worker.scripts` registers them; each contract is above its script.
+"""The Lua of an event's life: admit (with its runs-explorer indexes; the door's batch scripts are in
+:mod:`worker.scripts_enqueue`), take the head (with its attempt record), acquire a scope, commit an outcome. :mod:`worker.scripts` registers them; each contract is above its script.
 
 The shared pieces ``RUN_INDEX`` (the runs explorer's indexes) and ``HISTORY`` (attempt records) are in
 :mod:`worker.scripts_ops`.
@@ -7,7 +7,6 @@ The shared pieces ``RUN_INDEX`` (the runs explorer's indexes) and ``HISTORY`` (a
 
 from __future__ import annotations
 
-from worker.fair import READY_PUSH_FN
 from worker.scripts_ops import HISTORY, RUN_INDEX
 
 __all__ = [
@@ -15,8 +14,6 @@ __all__ = [
     "ADMIT",
     "COMMIT",
     "COMMIT_BODY",
-    "ENQUEUE_BATCH",
-    "ENQUEUE_PUSH",
     "STAGED",
     "TAKE_HEAD",
 ]
@@ -105,94 +102,15 @@ end
 local function apply_staged(cmds)
   for i, cmd in ipairs(cmds) do
     local reply = redis.pcall(unpack(cmd))
-    if type(reply) == 'table' and reply.err then return {i, reply.err} end
+    if type(reply) == 'table' and reply.err then
+      -- a full store is not a broken write: the same call again raises its OOM error and ends the script
+      if string.find(reply.err, 'OOM', 1, true) == 1 then redis.call(unpack(cmd)) end
+      return {i, reply.err}
+    end
   end
   return nil
 end
 """
-
-# Enqueue a batch (see ADMIT) in one script, so it is stored whole or not at all: a Redis that is full
-# (noeviction) refuses the script's first write, before anything was written, and the script stops there;
-# a key of the wrong type is found before the first write too (a "REFUSED …" error, nothing written).
-# KEYS: scopes, stats, paused, runs:all, runs:status:active, then per event: ev, inbox, sched, seq,
-#       user index, scope users, runs:type:<t>, runs:scope:{s}, by-source:<bucket> (all the tenant's: one slot)
-# ARGV: nowMs, windowS, schedTtlMs, tenant, maxInboxDepth, maxTenantQueued (0: no limit), runIndexMax, then per
-#       event: eventId, scopeRef (<tenant>/<scopeKey>), eventJson, userId ('' when none), sourceType, sourceId,
-#       sourceMember (<digest>:<eventId>)
-# A batch that would take a scope's inbox past maxInboxDepth, or the tenant's queued events past
-# maxTenantQueued, is refused whole before any write: "OVERLIMIT inbox <scopeRef> <depth>" or
-# "OVERLIMIT tenant <queued>" (the door answers 429).
-# -> one {accepted(1|0), publish(1|0)} per event, in order (a repeat inside the batch is a duplicate)
-_ENQUEUE = """
-if wrong_type(KEYS[1], 'set') or wrong_type(KEYS[2], 'hash') then
-  return redis.error_reply('REFUSED WRONGTYPE: the scopes set or the stats hash')
-end
-{check}local K, A, KH, AH = 9, 7, {kh}, {ah}  -- per event, and the header before the events
-local n = (#KEYS - KH) / K
-for i = 0, n - 1 do
-  local k = KH + 1 + i * K
-  local refusal = admit_refusal(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3])
-  if refusal then return redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
-end
-local max_inbox, max_queued = tonumber(ARGV[5]), tonumber(ARGV[6])
-if max_queued > 0 then
-  local queued = tonumber(redis.call('HGET', KEYS[2], 'queued') or '0')
-  if queued + n > max_queued then return redis.error_reply('OVERLIMIT tenant ' .. queued) end
-end
-if max_inbox > 0 then
-  local adding = {{}}
-  for i = 0, n - 1 do
-    local inbox = KEYS[KH + 1 + i * K + 1]
-    adding[inbox] = (adding[inbox] or redis.call('LLEN', inbox)) + 1
-    if adding[inbox] > max_inbox then
-      return redis.error_reply('OVERLIMIT inbox ' .. ARGV[AH + 1 + i * A + 1] .. ' ' .. (adding[inbox] - 1))
-    end
-  end
-end
-local out = {{}}
-for i = 0, n - 1 do
-  local k, a = KH + 1 + i * K, AH + 1 + i * A
-  local ix = {{all = KEYS[4], active = KEYS[5], type = KEYS[k + 6], scope = KEYS[k + 7], src = KEYS[k + 8],
-    smember = ARGV[a + 6], paused = KEYS[3], max = tonumber(ARGV[7]), stype = ARGV[a + 4], sid = ARGV[a + 5]}}
-  out[i + 1] = admit(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1],
-    ARGV[a + 2], ARGV[1], ARGV[2], ARGV[3], KEYS[k + 4], ARGV[a + 3], KEYS[k + 5], ix)
-end
-index_trim(ARGV[1], ARGV[2])
-counts_flush()
-{push}return out
-"""
-ENQUEUE_BATCH = RUN_INDEX + ADMIT + _ENQUEUE.format(kh=5, ah=7, check="", push="")
-
-# ENQUEUE_BATCH, then each scope it made ready is pushed as READY_PUSH would (worker/fair.py), in the same
-# script: one round trip for an enqueue instead of two, and no moment when a scope has its drain marker but
-# is on no ready list. Only where the store is one Redis (worker.fair.FairQueue.admission_push): on a Redis
-# Cluster the ready lists live in another slot than the tenant's keys.
-# KEYS: ENQUEUE_BATCH's first 5, ready-tenants, ready:<tenant>, drain-tickets, then per event as there
-# ARGV: ENQUEUE_BATCH's first 7, ticketsMax, ticketTtlMs, then per event as there
-# -> ENQUEUE_BATCH's replies (publish 0: pushed here), then the number of drain tickets taken
-ENQUEUE_PUSH = (
-    RUN_INDEX
-    + ADMIT
-    + READY_PUSH_FN
-    + _ENQUEUE.format(
-        kh=8,
-        ah=9,
-        check="""if wrong_type(KEYS[6], 'list') or wrong_type(KEYS[7], 'list') or wrong_type(KEYS[8], 'string') then
-  return redis.error_reply('REFUSED WRONGTYPE: the ready lists or the drain tickets')
-end
-""",
-        push="""local tickets = 0
-for i = 0, n - 1 do
-  if out[i + 1][1] == 1 and out[i + 1][2] == 1 then
-    local ref = ARGV[AH + 1 + i * A + 1]
-    tickets = tickets + ready_push(KEYS[6], KEYS[7], KEYS[8], ARGV[4], ref, ARGV[8], ARGV[9])
-    out[i + 1][2] = 0
-  end
-end
-out[n + 1] = tickets
-""",
-    )
-)
 
 # Shared Lua: take the head of a scope's inbox for processing. Heads that are already final (done, dead,
 # cancelled, discarded, erased) or whose record expired are popped and skipped; a head whose cancel was

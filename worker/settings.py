@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     bootstrap_key: SecretStr | None = None  # admin key of tenant "default" (>= 16 characters)
     token_secret: SecretStr | None = None  # user-token signing secret (>= 32 chars); unset: one kept in Redis
     rate_limit_per_s: float | None = Field(default=None, ge=0)  # per credential; unset: 100 with credentials
+    # All of a tenant's credentials and user tokens together, charged with the credential's bucket in one
+    # script (worker/rate_limit.py); unset: 500 with credentials (DEFAULT_TENANT_RATE_LIMIT_PER_S), 0: none.
+    tenant_rate_limit_per_s: float | None = Field(default=None, ge=0)
     auth_cache_s: float = Field(default=2.0, ge=0)  # verified keys are cached this long (a revoke's delay)
     auth_failures_per_s: float = Field(default=1.0, ge=0)  # failed auths refilled per client address; 0: off
     auth_failure_burst: int = Field(default=20, ge=1)  # failed auths before 429 (producers/_auth_throttle.py)
@@ -108,6 +111,9 @@ class Settings(BaseSettings):
     extra_source_types: list[str] = Field(default_factory=list)
     max_streams: int = Field(default=1000, ge=1)  # open receipts streams per web process; more -> 429
     max_streams_per_credential: int = Field(default=50, ge=1)  # the same, per credential; more -> 429
+    tenant_max_streams: int = Field(
+        default=500, ge=0
+    )  # one tenant's open streams, all web processes (0: none)
 
     # --- agent sessions (sessions/store.py SessionLimits): over a cap -> 413 session_full, nothing stored ---
     session_ttl_s: int = Field(default=30 * 24 * 60 * 60, ge=1)  # idle session state expires; writes refresh
@@ -135,6 +141,11 @@ class Settings(BaseSettings):
     tenant_events_per_s: float = Field(
         default=5000, ge=0
     )  # a tenant's events/s at the door, bursts alike (0: none)
+    # Storage quotas (worker/quotas.py), checked at the door before anything is stored; over one -> 429
+    # quota_exceeded. Events a tenant admitted within the dedupe window (0: none); one user's stored bytes
+    # (memories, skills, receipts, conversations, session context; 0: none).
+    tenant_max_events: int = Field(default=500_000, ge=0)
+    user_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     fair_share: bool = True  # drains take turns across tenants (worker/fair.py); off: broker arrival order
     # Shared drain messages (worker/fair.py, fair share on): one drain_next message drains up to this many
     # ready scopes, one after another, and claims no new one after drain_message_budget_s; at most

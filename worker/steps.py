@@ -30,6 +30,7 @@ from worker.scheduler import ChainScope, ChainTrace, run_chain
 from worker.scope_control import CancellablePort, EventCancelled
 from worker.snapshots import write_snapshot
 from worker.store import Begun, Commit, CommitReply
+from worker.store_full import is_store_full
 
 if TYPE_CHECKING:
     from worker.pipeline import Pipeline
@@ -74,6 +75,7 @@ class EventWork:
     started_s: float = 0.0  # perf_counter when its steps began (the workflow-run duration)
     lanes: list[Lane] | None = None  # run for a batch (worker/batch.py): its actions' lanes, committed there
     unbatchable: bool = False  # the batch's chain met a handler that is not batch-safe: nothing was decided
+    store_full: bool = False  # the chain met a full store: nothing was decided, the pipeline runs it again
 
     def decide(self, outcome: Outcome, error: str = "") -> None:
         self.outcome, self.error = outcome, error
@@ -154,6 +156,9 @@ class Interpret:
         except RetryLater as exc:
             pipeline.retry_or_dead(work, f"RetryLater: {exc}", min_delay_s=exc.delay_s)
         except Exception as exc:
+            if is_store_full(exc) or (exc.__cause__ is not None and is_store_full(exc.__cause__)):
+                work.store_full = True  # not the event's fault: no attempt spent (Pipeline.process_event)
+                return
             pipeline.retry_or_dead(work, f"{type(exc).__name__}: {exc}")
         else:
             work.decide("done")
@@ -174,16 +179,18 @@ class Project:
 
 class CommitStep:
     """The fenced commit (and the next head). A stale fence marks the lease lost; a staged write the script
-    refuses makes the event dead (committed again without its staged writes); a store error leaves the event
-    uncommitted at its inbox head (the next drain after the lease runs out takes it, counting an attempt)."""
+    refuses makes the event dead (committed again without its staged writes); a full store is waited out (the
+    same commit again, worker/store_full.py); any other store error leaves the event uncommitted at its inbox
+    head (the next drain after the lease runs out takes it, counting an attempt)."""
 
     name = "commit"
 
     def __call__(self, work: EventWork, pipeline: Pipeline) -> None:
         if work.lost or work.outcome is None or work.lanes is not None:  # a batch commits its own
             return
+        store, full = pipeline.store, pipeline.full_wait("commit", work.grant.lost)
         try:
-            work.reply = pipeline.store.commit(self.commit_of(work), go_on=work.go_on)
+            work.reply = full.call(lambda: store.commit(self.commit_of(work), go_on=work.go_on))
             if work.reply.code == -3:
                 log.error(
                     "staged write refused (%s)",
@@ -192,7 +199,7 @@ class CommitStep:
                 )
                 work.status = "error"
                 work.decide("dead", work.reply.error)
-                work.reply = pipeline.store.commit(self.commit_of(work), go_on=work.go_on)
+                work.reply = full.call(lambda: store.commit(self.commit_of(work), go_on=work.go_on))
         except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
             log.warning(
                 "commit not confirmed by replicas (%s)",

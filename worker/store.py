@@ -24,6 +24,7 @@ from worker.errors import NotReplicated, OverLimit
 from worker.event_records import source_digest
 from worker.journal import journal_followups, journaled
 from worker.keys import Keys, bucket_of
+from worker.quotas import quota_args
 from worker.redis_client import is_cluster
 from worker.scripts import Scripts
 from worker.scripts_batch import EVENT_ARGS, EVENT_KEYS
@@ -131,7 +132,7 @@ class EventStore(StoreReads):
             groups.setdefault(bucket_of(ev.scope_key, self.keys.buckets), []).append(i)
         refusal = self.limits_refusal(events) if enforce_limits else None
         if refusal is not None:
-            raise self._over_limit(refusal)
+            raise self._over_limit(refusal, self.users_of(events))
         outcomes: list[EnqueueOutcome | None] = [None] * len(events)
         tickets = 0
         try:
@@ -157,6 +158,8 @@ class EventStore(StoreReads):
         tenant_quota: bool,
     ) -> tuple[list[EnqueueOutcome], int]:
         keys = [k.scopes, k.stats, k.runs("paused"), k.runs("all"), k.runs("status", "active")]
+        keys.append(k.retained_events)
+        users = self.users_of(events) if tenant_quota else []  # read by the script: one slot with one bucket
         args: list[Any] = [
             now_ms(),
             self.settings.dedupe_window_s,
@@ -165,6 +168,7 @@ class EventStore(StoreReads):
             self.settings.max_inbox_depth if enforce_limits else 0,
             self.settings.tenant_max_queued if tenant_quota else 0,
             self.settings.run_index_max,
+            *quota_args(self.settings, tenant_quota, users),
         ]
         if push is not None:  # ENQUEUE_PUSH's header: the ready lists' keys, the tickets' cap and TTL
             keys, args = keys + push[0], args + push[1]
@@ -172,12 +176,13 @@ class EventStore(StoreReads):
             ev_keys, ev_args = self._admission(ev)
             keys += ev_keys
             args += ev_args
+        keys += [self.keys.user_bytes(user) for user in users]
         script = self.scripts.enqueue_batch if push is None else self.scripts.enqueue_push
         try:
             replies = self.durable(script, keys, args)
         except ResponseError as exc:
             if str(exc).startswith("OVERLIMIT"):
-                raise self._over_limit(str(exc)) from None
+                raise self._over_limit(str(exc), users) from None
             raise
         outcomes = [
             EnqueueOutcome(
@@ -187,13 +192,8 @@ class EventStore(StoreReads):
         ]
         return outcomes, int(replies[len(events)]) if push is not None else 0
 
-    def _over_limit(self, reply: str) -> OverLimit:
-        return OverLimit.from_reply(
-            reply,
-            max_inbox=self.settings.max_inbox_depth,
-            max_queued=self.settings.tenant_max_queued,
-            retry_after_s=self.settings.store_retry_after_s,
-        )
+    def _over_limit(self, reply: str, users: Sequence[str] = ()) -> OverLimit:
+        return OverLimit.from_reply(reply, self.settings, users)
 
     def _admission(self, ev: PreparedEvent) -> tuple[list[str], list[str]]:
         """One event's keys and arguments as ENQUEUE_BATCH and COMMIT (follow-ups) admit it: its record, inbox,

@@ -19,6 +19,7 @@ from worker.chain_storage import rebuilt_chain, stored_event_id
 from worker.event_body import body_of
 from worker.event_records import LIST_FIELDS, source_digest, status_record
 from worker.keys import Keys
+from worker.quotas import retained_refusal, user_bytes_refusal
 from worker.settings import Settings
 from worker.store_records import PreparedEvent, to_str
 
@@ -151,12 +152,25 @@ class StoreReads:
     def limits_refusal(self, events: Sequence[PreparedEvent]) -> str | None:
         """With scope buckets, a batch's limits read before any bucket's script writes (each script checks its
         own inboxes again): the OVERLIMIT reply the scripts would give, or None. The tenant's queued events are
-        summed over the buckets; each inbox's depth is read."""
+        summed over the buckets, and so are its retained events; the users' stored bytes are read from their home
+        slot; each inbox's depth is read."""
         settings = self.settings
         if settings.tenant_max_queued:
             queued = self.stats().get("queued", 0)
             if queued + len(events) > settings.tenant_max_queued:
                 return f"OVERLIMIT tenant {queued}"
+        if settings.tenant_max_events:
+            quota, window_s, every = settings.tenant_max_events, settings.dedupe_window_s, self.buckets()
+            refusal = retained_refusal(self.client, every, len(events), quota, window_s)
+            if refusal is not None:  # a duplicate stores nothing: count only the new events
+                refusal = retained_refusal(self.client, every, self._fresh(events), quota, window_s)
+            if refusal is not None:
+                return refusal
+        users = self.users_of(events)
+        if settings.user_max_bytes and users:
+            refusal = user_bytes_refusal(self.client, self.keys, users, settings.user_max_bytes)
+            if refusal is not None:
+                return refusal
         if settings.max_inbox_depth:
             adding: dict[str, int] = {}
             for ev in events:
@@ -168,6 +182,18 @@ class StoreReads:
                 if int(depth) + n > settings.max_inbox_depth:
                     return f"OVERLIMIT inbox {self.keys.scope_ref(scope)} {depth}"
         return None
+
+    def _fresh(self, events: Sequence[PreparedEvent]) -> int:
+        """How many of ``events`` are not stored yet (each looked up in its scope's bucket)."""
+        pipe = self.client.pipeline(transaction=False)
+        for ev in events:
+            pipe.exists(self.keys.for_scope(ev.scope_key).event(ev.event_id))
+        return len(events) - sum(int(n) for n in pipe.execute())
+
+    @staticmethod
+    def users_of(events: Sequence[PreparedEvent]) -> list[str]:
+        """The distinct users a batch names, in the order the quota checks read them."""
+        return sorted({ev.user_id for ev in events if ev.user_id})
 
     def active_scopes(self) -> list[str]:
         """This tenant's scopes with queued work (bare scope keys)."""

@@ -9,7 +9,8 @@
   ``agent_signal_store_persistent 0``.
 * **Memory.** ``used_memory / maxmemory`` at or above ``AGENT_SIGNAL_REDIS_MEMORY_WARN_RATIO`` shows as a
   ``memory`` entry on ``/readyz`` (still 200); ``agent_signal_store_memory_ratio`` is always exported when a
-  ``maxmemory`` is set. At 100% a ``noeviction`` Redis refuses writes: the door answers 503.
+  ``maxmemory`` is set. At 100% a ``noeviction`` Redis refuses writes: the door answers 503, workers back off
+  until there is room (worker/store_full.py), and the entry reads ``full: …``.
 * **CONFIG disabled** (renamed on managed Redis): said once in the log; eviction and persistence are skipped,
   never refused. The memory ratio then comes from ``INFO memory``.
 
@@ -175,7 +176,13 @@ def assess(config: StoreConfig, settings: Settings) -> StoreSafety:
         )
         checks["persistence"] = NO_PERSISTENCE
     ratio = config.memory_ratio
-    if ratio is not None and ratio >= settings.redis_memory_warn_ratio:
+    if ratio is not None and ratio >= 1:
+        checks["memory"] = (
+            f"full: {ratio:.0%} of maxmemory used; the store refuses new events (503) and workers back off "
+            "until there is room (agent_signal_store_full_backoffs_total)"
+        )
+        warnings.append(f"Redis memory {checks['memory']}")
+    elif ratio is not None and ratio >= settings.redis_memory_warn_ratio:
         checks["memory"] = (
             f"high: {ratio:.0%} of maxmemory used (warn at {settings.redis_memory_warn_ratio:.0%}); "
             "at 100% the store refuses new events (503)"

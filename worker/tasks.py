@@ -91,10 +91,12 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
         if not isinstance(payload, dict):
             log.error("task %s called without a JSON object (%s)", task.name, type(payload).__name__)
             return
-        runtime = _state.get().runtime
+        pipeline = _state.get()
+        runtime = pipeline.runtime
         if runtime is None:
             raise RuntimeError("the worker's pipeline was built without a plugin runtime")
-        _quietly(task.name, lambda: task.run(runtime, payload))
+        # At least once anyway: a run that met a full store runs again after a pause (worker/store_full.py).
+        _quietly(task.name, lambda: pipeline.full_wait("task").call(lambda: task.run(runtime, payload)))
 
     run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
     app.task(name=task.name, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(
@@ -109,10 +111,11 @@ def _node(task: Any) -> str:
 
 
 def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
-    """Drain the scope ``ref`` in this worker's pipeline, then re-publish it when it has more (or was lost)."""
+    """Drain the scope ``ref`` in this worker's pipeline, then re-publish it when it has more (or was lost). A
+    full store refuses the lease grant before it writes anything: the grant is asked again after a pause."""
     pipeline = _state.get()
     try:
-        outcome = pipeline.drain(ref, holder=holder)
+        outcome = pipeline.full_wait("acquire").call(lambda: pipeline.drain(ref, holder=holder))
     except BadTenant:  # not "<tenant>/<scopeKey>": a message from before tenants, or forged
         log.error("drain of a malformed scope ref dropped", extra={"scopeRef": ref})
         return
@@ -142,7 +145,7 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
     drained, retired = 0, False
     try:
         while drained < settings.scopes_per_drain and not (drained and time.monotonic() >= deadline):
-            ref = fair.pop()
+            ref = pipeline.full_wait("pop").call(fair.pop)  # a full store refuses the pop before it writes
             if ref is None:
                 retired = True
                 break

@@ -17,7 +17,7 @@ from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import WatchError
 
-from worker.plugin import Keys
+from worker.plugin import Keys, add_user_bytes
 
 __all__ = ["DocumentStore", "RollbackStatus"]
 
@@ -27,6 +27,10 @@ RollbackStatus = Literal["rolled_back", "conflict", "not_found", "failed", "unsu
 
 def _id(prefix: str, *parts: str) -> str:
     return prefix + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
+
+
+def _size(text: str | bytes) -> int:
+    return len(text) if isinstance(text, bytes) else len(text.encode("utf-8"))
 
 
 def _find(raw_docs: Iterable[Any], title: str) -> dict[str, Any] | None:
@@ -57,7 +61,9 @@ class DocumentStore:
             "sourceId": source_id,
             "createdAt": int(time.time() * 1000),
         }
-        self.client.hsetnx(self.keys.memories(user_id), memory["id"], json.dumps(memory, ensure_ascii=False))
+        stored = json.dumps(memory, ensure_ascii=False)
+        if self.client.hsetnx(self.keys.memories(user_id), memory["id"], stored):
+            add_user_bytes(self.client, self.keys, user_id, _size(stored))  # the user's storage quota
         return self.get_memory(user_id, memory["id"]) or memory
 
     def get_memory(self, user_id: str, memory_id: str) -> dict[str, Any] | None:
@@ -135,14 +141,19 @@ class DocumentStore:
                 "version": existing["version"] + 1,
                 "sourceId": source_id,
             }
+        stored, answer = (
+            json.dumps(doc, ensure_ascii=False),
+            json.dumps([api, doc, history_id], ensure_ascii=False),
+        )
+        added = _size(stored) + _size(answer)  # the new version replaces the old one, which moves to history
         pipe.multi()
         if existing is not None and history_id is not None:
             pipe.hset(
                 self.keys.skill_history(existing["id"]), history_id, json.dumps(existing, ensure_ascii=False)
             )
-        pipe.hset(key, doc["id"], json.dumps(doc, ensure_ascii=False))
-        answer = json.dumps([api, doc, history_id], ensure_ascii=False)
+        pipe.hset(key, doc["id"], stored)
         pipe.hset(self.keys.skill_runs(user_id, agent_id), source_id, answer)
+        add_user_bytes(pipe, self.keys, user_id, added)  # the user's storage quota, in the same transaction
         pipe.execute()
         return api, doc, history_id
 
@@ -168,8 +179,10 @@ class DocumentStore:
                     "updatedAt": int(time.time() * 1000),
                     "restoredFrom": history_id,
                 }
+                stored = json.dumps(restored, ensure_ascii=False)
                 pipe.multi()
-                pipe.hset(key, document_id, json.dumps(restored, ensure_ascii=False))
+                pipe.hset(key, document_id, stored)
+                add_user_bytes(pipe, self.keys, user_id, _size(stored) - _size(raw))  # replaces the current
                 pipe.execute()
                 return "rolled_back"
             except Exception:

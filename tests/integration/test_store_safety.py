@@ -145,7 +145,7 @@ class TestFullRedis:
             assert error["code"] == "store_unavailable" and error["field"] is None
             assert "nothing of it was stored" in error["message"]
             assert raised.value.retry_after_s == 5
-            assert ready["ready"] is True and ready["checks"]["memory"].startswith("high: ")
+            assert ready["ready"] is True and ready["checks"]["memory"].startswith("full: ")
             client_ = Redis.from_url(url, decode_responses=True)
             assert client_.exists(*[keys.event(i) for i in ids]) == 0
             assert client_.llen(keys.inbox("topic:a")) == client_.llen(keys.inbox("topic:b")) == 0

@@ -47,6 +47,7 @@ def test_no_key_is_built_outside_worker_keys() -> None:
             if path in (
                 ROOT / "worker" / "keys.py",
                 ROOT / "worker" / "key_buckets.py",
+                ROOT / "worker" / "key_limits.py",
                 ROOT / "worker" / "settings.py",
             ):
                 continue  # the key builder (and its tenant prefixes), and where the default prefix is declared
