@@ -46,7 +46,11 @@ def client(make_settings: Any) -> Iterator[TestClient]:
 
 
 def _stored(redis_client: Redis, keys: Keys) -> list[str]:
-    return [k for k in redis_client.scan_iter(match=f"{keys.prefix}*") if ":broker:" not in k]
+    return [
+        k
+        for k in redis_client.scan_iter(match=f"{keys.prefix}*")
+        if ":broker:" not in k and not k.endswith("-secret")
+    ]
 
 
 def _send(client: TestClient, method: str, path: str, content: bytes) -> Any:

@@ -44,7 +44,7 @@ def _stored(redis_client: Redis, keys: Keys) -> list[str]:
     return [
         k
         for k in redis_client.scan_iter(match=f"{keys.prefix}*")
-        if ":broker:" not in k and not k.endswith(("stats", "metrics"))
+        if ":broker:" not in k and not k.endswith("-secret") and not k.endswith(("stats", "metrics"))
     ]
 
 

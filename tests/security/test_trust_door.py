@@ -501,7 +501,7 @@ def _snapshot(redis_client: Redis, keys: Keys) -> dict[str, Any]:
     """Every data key under the test's prefix with its content (counters and the rate buckets left out)."""
     found: dict[str, Any] = {}
     for key in redis_client.scan_iter(match=f"{keys.prefix}*"):
-        if key.endswith(("stats", "metrics")) or ":rate:" in key or ":broker:" in key:
+        if key.endswith(("stats", "metrics")) or ":ratelimit:" in key or ":broker:" in key:
             continue
         kind = redis_client.type(key)
         found[key] = redis_client.dump(key) if kind != "stream" else redis_client.xlen(key)

@@ -58,7 +58,6 @@ describe("user tokens and receipts by user", live, () => {
 
   test(
     "receipts listed by userId alone, across agents and topics",
-    { todo: "GET /v1/receipts?userId=U alone (CONTRACT §Trust) lands in another branch" },
     async () => {
       const page = await asUser.receipts.list({ userId: user });
       assert.ok(page.receipts.some((r) => r.triggerMessageId === `memory-${RUN}`));

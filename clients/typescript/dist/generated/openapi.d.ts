@@ -79,7 +79,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get Chain */
+        /**
+         * Get Chain
+         * @description The trace of one run. ``chain_id`` is an event id (that event's run) or LobeHub's chain id
+         *     ``chain:<sourceId>``, which names the run of every event with that source id: ``userId`` keeps one user's;
+         *     when several runs with a trace remain, the answer is 409 ``ambiguous_chain_id`` listing them.
+         */
         get: operations["get_chain_v1_chains__chain_id__get"];
         put?: never;
         post?: never;
@@ -181,6 +186,8 @@ export interface paths {
          * Readyz
          * @description Ready when Redis answers PING, the broker accepts a connection and no store check is an ``error``
          *     (an evicting policy nobody accepted). ``persistence`` and ``memory`` entries are warnings (still 200).
+         *     Kubernetes probes carry no credential: they get ``{"ready"}`` and the status code; the ``checks`` (which
+         *     name the store's state) go only to a caller that may read the operations surfaces.
          */
         get: operations["readyz_readyz_get"];
         put?: never;
@@ -764,7 +771,9 @@ export interface paths {
         put?: never;
         /**
          * Rollback Receipt
-         * @description Undo a skill-document receipt: rolled_back | conflict | not_found | failed | unsupported (kept on the receipt).
+         * @description Undo a skill-document receipt: rolled_back | conflict | not_found | failed | unsupported (kept on the
+         *     receipt). A receipt is one user's: a user token's own, else ``userId``'s (a key that names no user is
+         *     answered when exactly one user has a receipt with this id; give ``userId``, it is cheaper).
          */
         post: operations["rollback_receipt_v1_receipts__receipt_id__rollback_post"];
         delete?: never;
@@ -787,8 +796,9 @@ export interface paths {
          *     Redis connection (re-read ``GET /v1/receipts``), and a ``: keep-alive`` comment every 15 s.
          *
          *     Every stream of the process shares one Redis subscriber (producers/_feed.py); open streams are capped
-         *     per credential and per process (429 ``too_many_streams`` with Retry-After, answered by FeedResponse when
-         *     it starts). A user token streams only its own user's receipts (another userId answers 404).
+         *     per credential, per process and per tenant across processes (429 ``too_many_streams`` with Retry-After,
+         *     answered by FeedResponse when it starts). A user token streams only its own user's receipts (another
+         *     userId answers 404).
          */
         get: operations["stream_receipts_v1_receipts_stream_get"];
         put?: never;
@@ -828,8 +838,10 @@ export interface paths {
         };
         /**
          * Get Receipts
-         * @description ``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor`` comes from the previous page; ``limit``
-         *     is 1..50, default 20 (LobeHub's ``listReceipts``).
+         * @description The user's receipts, newest first: ``userId`` alone lists every agent's and topic's; ``agentId`` and
+         *     ``topicId`` narrow them (both: LobeHub's ``listReceipts``). A user token reads only its own user's.
+         *     ``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor`` comes from the previous page; ``limit``
+         *     is 1..50, default 20.
          */
         get: operations["get_receipts_v1_receipts_get"];
         put?: never;
@@ -1099,6 +1111,16 @@ export interface components {
             status: "queued" | "processing" | "done" | "dead" | "cancelled" | "discarded" | "erased";
         };
         /**
+         * ChainConflict
+         * @description 409 ``ambiguous_chain_id``: LobeHub's chain id names the runs of several events (one source id sent by
+         *     two users, or in two scopes); ``candidates`` lists them: ask again with an ``eventId`` (or ``userId``).
+         */
+        ChainConflict: {
+            error: components["schemas"]["ErrorDetail"];
+            /** Candidates */
+            candidates: components["schemas"]["ChainRun"][];
+        };
+        /**
          * ChainDocument
          * @description LobeHub's ``{"envelope": TraceEnvelope, "record": TelemetryRecord}`` (our extras in
          *     ``envelope.metadata``: eventId, attempt, status, terminal).
@@ -1114,6 +1136,19 @@ export interface components {
             };
         } & {
             [key: string]: unknown;
+        };
+        /** ChainRun */
+        ChainRun: {
+            /** Eventid */
+            eventId: string;
+            /** Userid */
+            userId?: string | null;
+            /** Scopekey */
+            scopeKey?: string | null;
+            /** Sourcetype */
+            sourceType?: string | null;
+            /** Status */
+            status?: string | null;
         };
         /** CheckpointCreated */
         CheckpointCreated: {
@@ -1476,6 +1511,11 @@ export interface components {
             outbox?: {
                 [key: string]: unknown;
             }[] | null;
+            /**
+             * Receipts
+             * @description The receipts its run produced: appended by its chain, or reported by the agent runs it started (their outbound calls' keys are the runs' operation ids). Newest first; its user's only.
+             */
+            receipts?: components["schemas"]["Receipt"][];
         };
         /**
          * EventPage
@@ -1720,7 +1760,7 @@ export interface components {
              * Role
              * @enum {string}
              */
-            role: "ingest" | "read" | "operate" | "admin";
+            role: "ingest" | "read" | "operate" | "admin" | "metrics";
             /**
              * Name
              * @default
@@ -1817,14 +1857,18 @@ export interface components {
          * Readiness
          * @description ``checks``: ``redis`` and ``broker`` (``ok`` or ``error: <kind>``), and store checks when there is
          *     something to say (``eviction``, ``persistence``, ``memory``: ``error…`` fails readiness, others warn).
+         *     Only a caller that may read the operations surfaces gets ``checks``; anyone gets ``ready`` and the status.
          */
         Readiness: {
             /** Ready */
             ready: boolean;
-            /** Checks */
-            checks: {
+            /**
+             * Checks
+             * @description Only for a metrics or read key of the default tenant (or ops_open=always).
+             */
+            checks?: {
                 [key: string]: string;
-            };
+            } | null;
         };
         /**
          * Receipt
@@ -2686,7 +2730,9 @@ export interface operations {
     };
     get_chain_v1_chains__chain_id__get: {
         parameters: {
-            query?: never;
+            query?: {
+                userId?: string | null;
+            };
             header?: never;
             path: {
                 chain_id: string;
@@ -2738,6 +2784,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A chain id of several runs. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ChainConflict"];
                 };
             };
             /** @description The body is over ``AGENT_SIGNAL_MAX_REQUEST_BYTES``, or over one of a session's caps. */
@@ -6745,7 +6800,9 @@ export interface operations {
     };
     rollback_receipt_v1_receipts__receipt_id__rollback_post: {
         parameters: {
-            query?: never;
+            query?: {
+                userId?: string | null;
+            };
             header?: never;
             path: {
                 receipt_id: string;
