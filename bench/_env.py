@@ -34,7 +34,7 @@ def redis_url() -> Iterator[str]:
 def private_redis_url() -> Iterator[str]:
     """An embedded Redis of our own even when REDIS_URL is set: for measurements (memory) that another
     writer on the same server would falsify."""
-    from worker.embedded import start_embedded_redis
+    from worker.runtime.embedded import start_embedded_redis
 
     server = start_embedded_redis()
     try:

@@ -9,7 +9,7 @@ the per-family sums say which family dominates, and what they do not cover (the 
 expiry entries, allocator rounding) is shown as "not in any key".
 
 Then "memory per receipt": the bench's events write no receipts, so N/10 receipts of the D-Mail shape
-(policies/dmail.py) are appended the way a receipt action stages them (:func:`worker.receipts.receipt_effects`:
+(policies/dmail.py) are appended the way a receipt action stages them (:func:`worker.store.receipts.receipt_effects`:
 ``SET NX EX`` of the body, its ``ZADD`` in LobeHub's user/agent/topic index, 10 receipts per index), and the
 ``used_memory`` growth is divided by their number.
 
@@ -30,8 +30,8 @@ from redis import Redis
 from bench._env import make_settings, private_redis_url, wait, workers
 from bench.pipeline_bench import WORKER_PROCESSES, bench_events, drain_time_s, queue_empty
 from producers import Producer
-from worker.keys import Keys
-from worker.receipts import ReceiptStore
+from worker.keys.layout import Keys
+from worker.store.receipts import ReceiptStore
 
 __all__ = ["Family", "ReceiptMemory", "RetainedMemory", "family_of", "receipt_memory", "retained_memory"]
 

@@ -159,7 +159,7 @@ def peer_env(url: str, prefix: str) -> dict[str, str]:
 
 
 def worker_argv(keys: PeerKeys, index: int) -> list[str]:
-    """One peer ``celery worker``: our workers' flags (bench._env.workers, worker/main.py)."""
+    """One peer ``celery worker``: our workers' flags (bench._env.workers, worker/runtime/main.py)."""
     return [
         sys.executable, "-m", "bench.peer_app", "worker",
         "--queues", keys.queue,

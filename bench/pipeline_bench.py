@@ -12,9 +12,9 @@ from redis import Redis
 
 from bench._env import make_settings, peak_rss_kib, wait, workers
 from producers import Producer
-from worker.app import build_pipeline
-from worker.keys import Keys
-from worker.tasks import NOOP_TASK
+from worker.keys.layout import Keys
+from worker.runtime.app import build_pipeline
+from worker.runtime.tasks import NOOP_TASK
 
 WORKER_PROCESSES = 2  # the throughput rows' worker processes (one child each); the scaling rows vary it
 
@@ -150,7 +150,7 @@ class CountingRedis(Redis):
 
 def round_trips_per_event(url: str, n: int, scopes: int) -> tuple[float, float]:
     """(enqueue round trips per event, worker round trips per event), measured in-process."""
-    from worker.store import EventStore
+    from worker.store.events import EventStore
 
     settings = make_settings(url, lease_renew_interval_s=5.0, lease_ttl_s=30.0)
     client = CountingRedis.from_url(url, decode_responses=True)
@@ -162,7 +162,7 @@ def round_trips_per_event(url: str, n: int, scopes: int) -> tuple[float, float]:
     enqueue_rt = CountingRedis.round_trips / n
     pipeline = build_pipeline(settings)
     pipeline.store = EventStore(client, settings)
-    from worker.lease import ScopeLease
+    from worker.drain.lease import ScopeLease
 
     pipeline.lease = ScopeLease(pipeline.store.scripts, pipeline.store.keys, ttl_s=30.0, renew_interval_s=5.0)
     CountingRedis.round_trips = 0

@@ -25,7 +25,7 @@ from redis import Redis
 from bench._env import cleanup, make_settings, redis_url
 from bench.pipeline_bench import bench_events
 from producers import Producer
-from worker.app import build_pipeline
+from worker.runtime.app import build_pipeline
 
 ENQUEUE_BATCH = 500
 FOREVER_S = 10**9.0

@@ -78,7 +78,7 @@ def _policies() -> list[Policy]:
         Policy(
             "activity",
             [
-                # Batch-safe (worker/batch.py): they read nothing and only stage their one HINCRBY.
+                # Batch-safe (worker/drain/batch.py): they read nothing and only stage their one HINCRBY.
                 define_source_handler(
                     "bot.message.merged", "bot.message.merged:activity", _on_user_message, batch_safe=True
                 ),

@@ -10,7 +10,7 @@ The HTTP app and the CLI live in the private modules of this package.
 
 from producers._client import HttpProducer, Producer
 from producers._session_client import SessionClient
-from worker.intake import EnqueueResult, EventError, InvalidEvent, SourceEvent, StoreUnavailable
+from worker.intake.source_event import EnqueueResult, EventError, InvalidEvent, SourceEvent, StoreUnavailable
 
 __all__ = [
     "EnqueueResult",

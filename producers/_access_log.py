@@ -12,7 +12,7 @@ installed outermost so it sees every answer, the door's refusals included. Each 
   ``local``, and for a user token the id of the key that minted it), ``null`` when the request had none or was
   refused before auth. The ``Authorization`` header is never read here.
 * ``userId`` is a user token's user; the log's privacy processor writes it as a pseudonym
-  (worker/log_privacy.py), as every line names a user.
+  (worker/telemetry/log_privacy.py), as every line names a user.
 * ``status`` is 500 when the app raised before answering (the exception propagates unchanged).
 
 uvicorn's own access log stays off (``agent-signal web`` runs uvicorn at ``warning``): it would print the raw

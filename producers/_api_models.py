@@ -262,7 +262,7 @@ class AttemptRecord(BaseModel):
 
 
 class EventStatus(BaseModel):
-    """An event's status record (worker/event_records.py). ``scopeKey`` and ``chainId`` are null on an erased
+    """An event's status record (worker/documents/event_records.py). ``scopeKey`` and ``chainId`` are null on an erased
     user's tombstone; the times are Unix milliseconds."""
 
     eventId: str

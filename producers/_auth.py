@@ -3,7 +3,7 @@
 A pure ASGI middleware resolves ``Authorization: Bearer …`` once per request into a
 :class:`~producers._principal.Principal` on ``request.state.principal`` (``scope["state"]``) and charges the
 credential's rate bucket; routes declare what they need with ``Depends(require(GRANT))``. What a bearer may be:
-the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/credentials.py.
+the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/ops/credentials.py.
 
 * No credential configured at all (no bootstrap key, no key ever created): every caller is
   :data:`LOCAL_PRINCIPAL` (admin of ``default``), and the app refuses to start on a non-loopback host.
@@ -48,7 +48,8 @@ from producers._principal import (
     Unauthenticated,
 )
 from producers._web_common import error_response
-from worker.credentials import (
+from worker.keys.layout import Keys
+from worker.ops.credentials import (
     BOOTSTRAP_ID,
     LOCAL_ID,
     MIN_BOOTSTRAP_KEY_CHARS,
@@ -56,11 +57,10 @@ from worker.credentials import (
     CredentialStore,
     NeedsIO,
 )
-from worker.keys import Keys
-from worker.rate_limit import RateDecision, RateLimiter
-from worker.redis_client import async_redis_from_settings, redis_from_settings
+from worker.ops.rate_limit import RateDecision, RateLimiter
 from worker.settings import Settings, SettingsError
-from worker.store_safety import store_error_reason
+from worker.store.client import async_redis_from_settings, redis_from_settings
+from worker.store.safety import store_error_reason
 
 __all__ = [
     "DEFAULT_RATE_LIMIT_PER_S",

@@ -141,7 +141,7 @@ class _DirectSender:
         self.producer = _producer(tenant)
 
     def send(self, chunk: Sequence[tuple[int, Any]]) -> list[Sent]:
-        from worker.intake import InvalidEvent
+        from worker.intake.source_event import InvalidEvent
 
         out: list[Sent] = []
         prepared = []
@@ -166,7 +166,7 @@ class _DirectSender:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from worker.main import run_worker
+    from worker.runtime.main import run_worker
 
     return run_worker(
         _settings(), concurrency=args.concurrency, loglevel=args.loglevel, extra_argv=args.celery_flags

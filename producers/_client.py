@@ -2,7 +2,7 @@
 and ``HttpProducer`` with the same two methods over ``POST /v1/events``.
 
 Both validate first and enqueue nothing from a batch with an invalid event; both raise
-:class:`~worker.intake.StoreUnavailable` when the store refuses a batch (none of it stored) or cannot be reached.
+:class:`~worker.intake.source_event.StoreUnavailable` when the store refuses a batch (none of it stored) or cannot be reached.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 from opentelemetry import trace
 
-from worker.context import Deps
-from worker.emitter import EventLike
-from worker.intake import (
+from worker.chain.context import Deps
+from worker.intake.emitter import EventLike
+from worker.intake.source_event import (
     EnqueueResult,
     EventError,
     InvalidEvent,
@@ -26,11 +26,11 @@ from worker.intake import (
     with_traceparent,
 )
 from worker.plugin import PluginRuntime
-from worker.plugins import assemble, load_plugins
-from worker.redis_client import redis_from_settings
+from worker.runtime.plugins import assemble, load_plugins
 from worker.settings import Settings
-from worker.store import EventStore, PreparedEvent
-from worker.telemetry import DISABLED, Telemetry
+from worker.store.client import redis_from_settings
+from worker.store.events import EventStore, PreparedEvent
+from worker.telemetry.recorder import DISABLED, Telemetry
 
 __all__ = ["HttpProducer", "Producer"]
 
@@ -39,7 +39,7 @@ class Producer:
     """Enqueue source events directly (the app shares the pipeline's Redis and broker).
 
     Validation, size limits and the plugins' admission hooks (the self-iteration gate) are the engine's
-    :class:`~worker.emitter.Emitter`; this class adds the enqueue span and metrics."""
+    :class:`~worker.intake.emitter.Emitter`; this class adds the enqueue span and metrics."""
 
     def __init__(
         self,
@@ -49,13 +49,15 @@ class Producer:
         telemetry: Telemetry = DISABLED,
         store: EventStore | None = None,
     ) -> None:
-        from worker.app import create_app  # the factory checks the settings; no app exists before this call
+        from worker.runtime.app import (
+            create_app,  # the factory checks the settings; no app exists before this call
+        )
 
         self.telemetry = telemetry
         self.settings = settings
         self.store = store if store is not None else EventStore(redis_from_settings(settings), settings)
         self.app = celery_app if celery_app is not None else create_app(settings)
-        from worker.app import fair_queue
+        from worker.runtime.app import fair_queue
 
         self.fair = fair_queue(settings, self.store, self.app)
         assembly = assemble(

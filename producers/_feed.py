@@ -36,9 +36,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from producers._stream_slots import StreamSlots, TenantStreamsFull
-from worker.log_privacy import describe_error
-from worker.redis_client import async_redis_from_settings
 from worker.settings import Settings
+from worker.store.client import async_redis_from_settings
+from worker.telemetry.log_privacy import describe_error
 
 __all__ = ["RESYNC", "Feed", "FeedUnavailable", "Listener", "TooManyStreams"]
 

@@ -4,7 +4,7 @@ Every error answers ``{"error": {"code", "message", "field"}}`` (``field`` null 
 a store failure (Redis full, read-only or unreachable) is ``503 store_unavailable`` with ``Retry-After``.
 Credentials, principals and rate limits: producers/_auth.py (README "Security").
 The producer (Redis and broker connections) opens at startup, not at import; startup first checks the Redis
-configuration (worker/store_safety.py) and refuses an evicting policy.
+configuration (worker/store/safety.py) and refuses an evicting policy.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from producers._feed import Feed
 from producers._web_common import error_response, request_validation_error
 from sessions.function_store import ContentionError
 from sessions.functions import load_function_dir
-from worker.errors import OverLimit
-from worker.intake import StoreUnavailable
-from worker.logs import install_pseudonyms
+from worker.core.errors import OverLimit
+from worker.intake.source_event import StoreUnavailable
 from worker.settings import Settings
-from worker.store_safety import check_at_boot, note_store_failure, store_error_reason
-from worker.telemetry import configure_telemetry
+from worker.store.safety import check_at_boot, note_store_failure, store_error_reason
+from worker.telemetry.logs import install_pseudonyms
+from worker.telemetry.recorder import configure_telemetry
 
 __all__ = ["create_web_app"]
 
@@ -72,7 +72,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = settings
-        from worker.redis_client import redis_from_settings
+        from worker.store.client import redis_from_settings
 
         # An evicting Redis stops the app here (UnsafeStore names the policy and the fix); see store_safety.
         boot_client = redis_from_settings(settings)

@@ -251,7 +251,7 @@ class HttpSender:
         self, events: list[Any], pending: list[tuple[int, Any]], out: list[tuple[int, Any, Any]]
     ) -> list[Any] | None:
         """The batch's results; None after moving the line a 422 names from ``pending`` to ``out``."""
-        from worker.intake import InvalidEvent, StoreUnavailable
+        from worker.intake.source_event import InvalidEvent, StoreUnavailable
 
         try:
             return self.http.enqueue_many(events)

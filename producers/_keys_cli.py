@@ -21,10 +21,10 @@ __all__ = ["add_keys_command"]
 
 
 def _store() -> Any:
-    from worker.credentials import CredentialStore
-    from worker.keys import Keys
-    from worker.redis_client import redis_from_settings
+    from worker.keys.layout import Keys
+    from worker.ops.credentials import CredentialStore
     from worker.settings import load_settings
+    from worker.store.client import redis_from_settings
 
     settings = load_settings()
     return CredentialStore(redis_from_settings(settings), Keys(settings.key_prefix))
@@ -79,7 +79,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 def add_keys_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``keys create``, ``keys list`` and ``keys revoke``."""
-    from worker.credentials import ROLES
+    from worker.ops.credentials import ROLES
 
     p = sub.add_parser("keys", help="API keys: create (the secret is shown once), list, revoke")
     ksub = p.add_subparsers(dest="keys_command", required=True, metavar="SUBCOMMAND")

@@ -16,10 +16,10 @@ __all__ = ["add_migrate_command"]
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from worker.keys import DEFAULT_TENANT, Keys
-    from worker.receipts import migrate_legacy_receipts
-    from worker.redis_client import redis_from_settings
+    from worker.keys.layout import DEFAULT_TENANT, Keys
     from worker.settings import load_settings
+    from worker.store.client import redis_from_settings
+    from worker.store.receipts import migrate_legacy_receipts
 
     settings = load_settings()
     client = redis_from_settings(settings)

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from producers._client import Producer
-from worker.event_body import body_of, stored_body
-from worker.intake import EventError, InvalidEvent
-from worker.runs import discard
+from worker.documents.event_body import body_of, stored_body
+from worker.intake.source_event import EventError, InvalidEvent
+from worker.ops.runs import discard
 
 __all__ = ["discard_events", "edited_bodies", "redrive_events"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from fastapi import Request
 
 from producers._principal import Forbidden, Principal, Unauthenticated
-from worker.keys import DEFAULT_TENANT
+from worker.keys.layout import DEFAULT_TENANT
 from worker.settings import Settings
 
 __all__ = ["OPS_ROUTES", "check_ops", "may_read_ops", "ops_access", "ops_detail", "ops_open"]

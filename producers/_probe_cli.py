@@ -1,7 +1,7 @@
 """``agent-signal probe worker|web`` and ``agent-signal drain``: what Kubernetes and compose run inside a pod.
 
 * ``probe worker [--max-age-s N] [--liveness]``: reads the heartbeat file the worker's main process writes
-  (``AGENT_SIGNAL_HEARTBEAT_FILE``, worker/heartbeat_file.py); no broker, no Redis. Exit 0 when the beat is
+  (``AGENT_SIGNAL_HEARTBEAT_FILE``, worker/runtime/heartbeat_file.py); no broker, no Redis. Exit 0 when the beat is
   fresh and, unless ``--liveness``, the worker is not draining; else 1. One line on stderr either way.
 * ``probe web [--timeout-s N]``: ``GET /readyz`` on this pod's own port over loopback. The web app opens its
   operations routes without a key only when it *binds* a loopback host (``AGENT_SIGNAL_OPS_OPEN=loopback``
@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from worker import heartbeat_file
+from worker.runtime import heartbeat_file
 
 __all__ = ["add_probe_commands", "drain", "probe_web", "probe_worker", "readyz_url"]
 
@@ -95,7 +95,7 @@ def drain(path: str | None, queue: str, cancel: Cancel) -> tuple[int, str]:
 
 def _celery_cancel(settings: Any, timeout_s: float) -> Cancel:
     def cancel(queue: str, node: str) -> list[dict[str, Any]]:
-        from worker.app import create_app
+        from worker.runtime.app import create_app
 
         app = create_app(settings)
         try:

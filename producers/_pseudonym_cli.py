@@ -1,4 +1,4 @@
-"""``agent-signal pseudonym ID…``: how the logs and the audit trail name each id (worker/pseudonyms.py).
+"""``agent-signal pseudonym ID…``: how the logs and the audit trail name each id (worker/telemetry/pseudonyms.py).
 
 Log lines and the audit trail never hold a user id (or a scope key, source or chain id), only its pseudonym, a
 keyed hash of the deployment. To follow one user through the logs, print theirs and search for it. The key is
@@ -17,9 +17,9 @@ __all__ = ["add_pseudonym_command"]
 
 
 def cmd_pseudonym(args: argparse.Namespace) -> int:
-    from worker.pseudonyms import load_pseudonyms
-    from worker.redis_client import redis_from_settings
     from worker.settings import load_settings
+    from worker.store.client import redis_from_settings
+    from worker.telemetry.pseudonyms import load_pseudonyms
 
     settings = load_settings()
     if not (settings.redis_url or settings.redis_cluster_url or settings.pseudonym_secret):

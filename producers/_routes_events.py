@@ -13,15 +13,15 @@ from redis.exceptions import RedisError
 from producers._api_models import AttemptRecord, ErrorDetail, EventState, EventStatus, Receipt, body_route
 from producers._principal import Principal, require, tenant_producer
 from producers._web_common import error_response, producer_of, read_json, settings_of
-from worker.ids import Id
-from worker.intake import EventError, InvalidEvent, SourceEvent
-from worker.outbox import records_of_event
-from worker.rate_limit import RateLimiter
-from worker.receipts import NO_USER, ReceiptStore
-from worker.runs import BadCursor, RunQuery, event_detail, find_by_source, list_runs
-from worker.scope import derive_scope_key
-from worker.scope_control import cancel_event
-from worker.store import EventStore
+from worker.core.ids import Id
+from worker.core.scope import derive_scope_key
+from worker.intake.source_event import EventError, InvalidEvent, SourceEvent
+from worker.ops.rate_limit import RateLimiter
+from worker.ops.runs import BadCursor, RunQuery, event_detail, find_by_source, list_runs
+from worker.ops.scope_control import cancel_event
+from worker.outbox.relay import records_of_event
+from worker.store.events import EventStore
+from worker.store.receipts import NO_USER, ReceiptStore
 
 __all__ = ["router"]
 
@@ -235,7 +235,7 @@ def list_events(
 ) -> JSONResponse:
     """Events newest first (enqueue time, then id), filters combined; ``cursor`` continues a listing. Each is
     the status record of ``GET /v1/events/{eventId}`` with sourceType, sourceId, scopeKey, userId, enqueuedAt,
-    finishedAt. A page may hold fewer than ``limit`` events and still carry a cursor (worker/runs.py)."""
+    finishedAt. A page may hold fewer than ``limit`` events and still carry a cursor (worker/ops/runs.py)."""
     query = RunQuery(status, source_type, scope_key, user_id, since, until, limit, cursor or None)
     try:
         page = list_runs(tenant_producer(request).store, query)

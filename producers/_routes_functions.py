@@ -22,7 +22,7 @@ from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.functions import FunctionDef, load_function_dir
 from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating, guard_message
 from sessions.store import SessionFull
-from worker.ids import Id
+from worker.core.ids import Id
 
 __all__ = ["activate_locked", "machine_for", "router"]
 

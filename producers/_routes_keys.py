@@ -18,8 +18,8 @@ from producers._api_models import API_ERRORS, BODY_ERRORS
 from producers._auth import credentials_of, is_root
 from producers._principal import Forbidden, NotFound, Principal, require
 from producers._web_common import error_response
-from worker.credentials import DEFAULT_TOKEN_TTL_S, MAX_TOKEN_TTL_S, CredentialError
-from worker.ids import Id, NameId
+from worker.core.ids import Id, NameId
+from worker.ops.credentials import DEFAULT_TOKEN_TTL_S, MAX_TOKEN_TTL_S, CredentialError
 
 __all__ = ["router"]
 

@@ -13,13 +13,13 @@ from producers._ops import discard_events, edited_bodies, redrive_events
 from producers._ops_access import ops_access, ops_detail
 from producers._principal import Principal, public, require, tenant_producer
 from producers._web_common import JsonObject, error_response, producer_of
-from worker.ids import Id
-from worker.intake import InvalidEvent
-from worker.process_metrics import CONTENT_TYPE, exposition
-from worker.runs import list_discarded
-from worker.state_metrics import backlog, state_exposition
-from worker.store_reads import EVENT_ID
-from worker.store_safety import current_safety
+from worker.core.ids import Id
+from worker.intake.source_event import InvalidEvent
+from worker.ops.runs import list_discarded
+from worker.ops.state_metrics import backlog, state_exposition
+from worker.store.reads import EVENT_ID
+from worker.store.safety import current_safety
+from worker.telemetry.process_metrics import CONTENT_TYPE, exposition
 
 __all__ = ["router"]
 

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from producers._api_models import API_ERRORS, ReceiptPage
 from producers._principal import Principal, check_user, require, tenant_producer
 from producers._web_common import error_response, settings_of
-from worker.receipts import ReceiptStore
+from worker.store.receipts import ReceiptStore
 
 __all__ = ["router"]
 

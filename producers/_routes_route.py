@@ -2,7 +2,7 @@
 
 The record never turns a routed request into an error after the fact. The caller's own ids (``requestId``,
 which becomes the event's ``sourceId``, and ``scopeKey``, ``userId``, ``agentId``, ``workspaceId``) follow
-the id rule (worker/ids.py) and are checked before routing: a bad one is a 422 naming it, and nothing is
+the id rule (worker/core/ids.py) and are checked before routing: a bad one is a 422 naming it, and nothing is
 routed or recorded. Anything else the record may hit (a payload over ``AGENT_SIGNAL_MAX_EVENT_BYTES``, a
 source type the deployment does not admit) is not the caller's mistake: the route is still answered, the
 record is skipped, and the answer says so in ``Agent-Signal-Record-Error`` (and the log names the reason).
@@ -24,8 +24,8 @@ from policies.routing import ConfigError, NoDecisionsConfigured, ReloadingRouter
 from producers._api_models import API_ERRORS, RouteResult, body_route
 from producers._principal import Principal, require, tenant_producer
 from producers._web_common import JsonObject, error_response, producer_of
-from worker.ids import ID_MAX_LENGTH, Id, id_problem
-from worker.intake import InvalidEvent
+from worker.core.ids import ID_MAX_LENGTH, Id, id_problem
+from worker.intake.source_event import InvalidEvent
 
 __all__ = ["RECORD_ERROR_HEADER", "router"]
 

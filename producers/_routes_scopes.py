@@ -1,5 +1,5 @@
 """Scopes: ``GET /v1/scopes?state=busy|waiting|stuck|paused`` and ``POST /v1/scopes/{scopeKey}/pause`` /
-``resume`` (worker/scope_control.py). Scope keys hold ``:`` and may hold ``/``, so the path takes the rest."""
+``resume`` (worker/ops/scope_control.py). Scope keys hold ``:`` and may hold ``/``, so the path takes the rest."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field
 
 from producers._principal import Principal, require, tenant_producer
 from producers._web_common import error_response
-from worker.ids import id_problem
-from worker.scope_control import list_scopes, pause_scope, resume_scope
+from worker.core.ids import id_problem
+from worker.ops.scope_control import list_scopes, pause_scope, resume_scope
 
 __all__ = ["router"]
 
@@ -59,7 +59,7 @@ def get_scopes(
 
 
 def _checked(scope_key: str) -> JSONResponse | None:
-    """The 422 for a scope key outside the id rule (worker/ids.py), or None."""
+    """The 422 for a scope key outside the id rule (worker/core/ids.py), or None."""
     problem = id_problem(scope_key)
     if problem is None:
         return None

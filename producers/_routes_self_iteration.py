@@ -25,8 +25,8 @@ from producers._feed_response import FeedResponse, feed_of
 from producers._principal import LOCAL_PRINCIPAL, Principal, check_user, require, tenant_producer
 from producers._routes_receipts import receipt_store
 from producers._web_common import error_response, json_body, producer_of, settings_of
-from worker.ids import Id, NameId
-from worker.receipts import ReceiptStore, matches
+from worker.core.ids import Id, NameId
+from worker.store.receipts import ReceiptStore, matches
 
 __all__ = ["router"]
 

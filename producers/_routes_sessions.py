@@ -22,7 +22,7 @@ from producers._web_common import (
 )
 from sessions.dmail import DMail, ToolResult, end_step, send_dmail
 from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, UserQuotaExceeded, session_scope
-from worker.ids import NameId
+from worker.core.ids import NameId
 
 __all__ = ["bad_session", "record_event", "router", "session_body", "session_full"]
 

@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field
 from producers._api_models import API_ERRORS
 from producers._principal import Principal, check_user, public, require, tenant_producer
 from producers._web_common import error_response
-from worker.keys import Keys
-from worker.workers_view import workers_seen
+from worker.keys.layout import Keys
+from worker.ops.workers_view import workers_seen
 
 __all__ = ["UI_DIR", "router"]
 

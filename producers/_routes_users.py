@@ -1,4 +1,4 @@
-"""``DELETE /v1/users/{userId}``: erase everything the caller's tenant stores about one user (worker/erasure.py)."""
+"""``DELETE /v1/users/{userId}``: erase everything the caller's tenant stores about one user (worker/ops/erasure.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field
 from producers._api_models import API_ERRORS
 from producers._principal import Principal, check_user, require, tenant_producer
 from sessions.store import session_scope
-from worker.erasure import erase_user
-from worker.ids import NameId
+from worker.core.ids import NameId
+from worker.ops.erasure import erase_user
 
 __all__ = ["router"]
 

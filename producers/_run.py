@@ -94,7 +94,7 @@ class _Stack:
 
     def start(self) -> tuple[Any, str, dict[str, str]]:
         """The embedded Redis (if REDIS_URL is unset), a worker and the web app; returns (settings, url, env)."""
-        from worker.embedded import start_embedded_redis
+        from worker.runtime.embedded import start_embedded_redis
         from worker.settings import load_settings
 
         env = dict(os.environ)
@@ -248,7 +248,7 @@ def _kill(pid: int, started: int) -> None:
 
 def _replay(settings: Any, path: str) -> None:
     from producers._client import Producer
-    from worker.intake import InvalidEvent
+    from worker.intake.source_event import InvalidEvent
 
     producer = Producer(settings)
     lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -287,7 +287,7 @@ def _replay(settings: Any, path: str) -> None:
 
 def _print_receipts(producer: Any, lines: list[str]) -> None:
     """Self-iteration receipts of the replayed users/agents/topics (their runs finish a moment later)."""
-    from worker.receipts import ReceiptStore
+    from worker.store.receipts import ReceiptStore
 
     users = set()
     for line in lines:

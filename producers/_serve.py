@@ -8,9 +8,9 @@ a request's head and body have deadlines (producers/_connections.py: uvicorn's o
 
 from __future__ import annotations
 
-from worker.logs import configure_logging
-from worker.plugins import load_plugins
+from worker.runtime.plugins import load_plugins
 from worker.settings import Settings
+from worker.telemetry.logs import configure_logging
 
 __all__ = ["serve_web"]
 
@@ -39,9 +39,9 @@ def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
 def check_credentials(settings: Settings) -> None:
     """Raise SettingsError when the web app must not serve with these settings (see the module doc)."""
     from producers._auth import bootstrap_key_of, check_can_serve
-    from worker.credentials import CredentialStore
-    from worker.keys import Keys
-    from worker.redis_client import redis_from_settings
+    from worker.keys.layout import Keys
+    from worker.ops.credentials import CredentialStore
+    from worker.store.client import redis_from_settings
 
     client = redis_from_settings(settings)
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from worker.intake import EventError, InvalidEvent
+from worker.intake.source_event import EventError, InvalidEvent
 
 __all__ = ["SessionClient"]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worker.embedded import pid_alive
+from worker.runtime.embedded import pid_alive
 
 __all__ = [
     "STACK_FILE",

@@ -22,9 +22,9 @@ from typing import Any
 
 from redis.asyncio import Redis as AsyncRedis
 
-from worker.keys import Keys
-from worker.redis_client import async_redis_from_settings
+from worker.keys.layout import Keys
 from worker.settings import Settings
+from worker.store.client import async_redis_from_settings
 
 __all__ = ["StreamSlots", "TenantStreamsFull"]
 

@@ -24,8 +24,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from producers._strict_json import NotStrictJson, loads_strict, nested_deeper_than
-from worker.intake import field_path
-from worker.intake import pydantic_error as intake_pydantic_error
+from worker.intake.source_event import field_path
+from worker.intake.source_event import pydantic_error as intake_pydantic_error
 from worker.settings import Settings
 
 if TYPE_CHECKING:  # annotations only: producers/_client.py may import this module without a cycle
@@ -91,7 +91,7 @@ def field_response(error: FieldError, status: int = 422) -> JSONResponse:
 def pydantic_error(
     details: Mapping[str, Any], *, prefix: str = "", model_name: str | None = None
 ) -> FieldError:
-    """The engine's one mapper (:func:`worker.intake.pydantic_error`), as a FieldError."""
+    """The engine's one mapper (:func:`worker.intake.source_event.pydantic_error`), as a FieldError."""
     error = intake_pydantic_error(details, prefix=prefix, model_name=model_name)
     return FieldError(error.code, error.message, error.field)
 

@@ -21,8 +21,8 @@ from redis import Redis, WatchError
 
 from sessions.fsm import SessionRuntime
 from sessions.store import SessionFull, SessionLimits, session_keys, session_scope
-from worker.keys import Keys
-from worker.retry import backoff_ms
+from worker.core.retry import backoff_ms
+from worker.keys.layout import Keys
 
 __all__ = ["ContentionError", "FunctionStore"]
 

@@ -7,7 +7,7 @@ messages and the bytes of records before it, so a revert is an LTRIM, not a scan
 Bounds (sessions/store.py ``SessionLimits``): every script gets the session TTL and the caps as ARGV[1..4];
 a script that adds records checks the caps *before* writing anything and answers ``{'full', 'records'|'bytes'}``
 instead, so concurrent appends cannot pass a cap together. A session that names a user also gets that user's
-``bytes:user:<userId>`` as KEYS[9] (worker/quotas.py): every record added is counted there until the session's
+``bytes:user:<userId>`` as KEYS[9] (worker/store/quotas.py): every record added is counted there until the session's
 TTL as of the write, and a script that adds records answers ``{'quota', bytes, retryAfterS}`` (nothing
 written) when the user's data is already at ``AGENT_SIGNAL_USER_MAX_BYTES``. ``ctxmeta.bytes`` is the byte count of the context
 records, kept by every script that changes the list. Every script ends by refreshing the TTL of all of the
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from redis import Redis
 from redis.commands.core import Script
 
-from worker.quotas import USER_BYTES_FN
+from worker.store.quotas import USER_BYTES_FN
 
 __all__ = ["SessionScripts"]
 
@@ -34,7 +34,7 @@ LIB = (
     + """
 local ctx, meta, ckpt, usage, dmail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ttl, max_records, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
--- the session's user's stored bytes (worker/quotas.py): KEYS[9] when the session names a user, else nil
+-- the session's user's stored bytes (worker/store/quotas.py): KEYS[9] when the session names a user, else nil
 local ubytes, max_user_bytes = KEYS[9], tonumber(ARGV[4])
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)

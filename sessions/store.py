@@ -25,7 +25,7 @@ from redis import Redis
 from redis.commands.core import Script
 
 from sessions.scripts import SessionScripts
-from worker.keys import Keys
+from worker.keys.layout import Keys
 from worker.settings import Settings
 
 __all__ = [

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from worker.keys import Keys
+from worker.keys.layout import Keys
 from worker.settings import Settings, settings_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +49,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if url:
         yield url
         return
-    from worker.embedded import start_embedded_redis
+    from worker.runtime.embedded import start_embedded_redis
 
     server = start_embedded_redis(str(tmp_path_factory.mktemp("redis")))
     try:

@@ -23,7 +23,7 @@ A :class:`Plugin` is one object that owns everything the engine does for one con
 
 A plugin that stores a user's data counts its bytes toward the user's storage quota
 (``AGENT_SIGNAL_USER_MAX_BYTES``): :func:`user_bytes_effects` gives the staged command, :func:`add_user_bytes`
-counts now (worker/quotas.py).
+counts now (worker/store/quotas.py).
 
 ``AGENT_SIGNAL_PLUGINS`` lists ``module:factory`` strings loaded after the shipped plugins; a factory
 returns a :class:`Plugin` or a list of :class:`Policy`. This module's ``__all__`` is the whole supported
@@ -39,14 +39,12 @@ from typing import Any, TypeVar
 from pydantic import BaseModel as _BaseModel  # payload schemas are pydantic models (not re-exported)
 from redis import Redis
 
-from worker import emitter as _emitter
 from worker import settings as _settings
-from worker.context import Deps, EffectBuffer, HandlerContext, MissingDependency
-from worker.emitter import AdmissionHook
-from worker.errors import PermanentFailure, RetryLater
-from worker.intake import EnqueueResult
-from worker.keys import Keys
-from worker.nodes import (
+from worker.chain.context import Deps, EffectBuffer, HandlerContext, MissingDependency
+from worker.chain.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
+from worker.chain.results import applied, failed, skipped
+from worker.core.errors import PermanentFailure, RetryLater
+from worker.core.nodes import (
     Action,
     ChainRef,
     Conclude,
@@ -60,13 +58,15 @@ from worker.nodes import (
     action_from,
     signal_from,
 )
-from worker.outbox import Deliverer, OutboxRecord
-from worker.quotas import add_user_bytes, user_bytes_effects
-from worker.receipts import ReceiptStore, receipt_effects
-from worker.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
-from worker.results import applied, failed, skipped
+from worker.intake import emitter as _emitter
+from worker.intake.emitter import AdmissionHook
+from worker.intake.source_event import EnqueueResult
+from worker.keys.layout import Keys
+from worker.outbox.relay import Deliverer, OutboxRecord
 from worker.settings import PluginSettings, Settings
-from worker.store import PreparedEvent
+from worker.store.events import PreparedEvent
+from worker.store.quotas import add_user_bytes, user_bytes_effects
+from worker.store.receipts import ReceiptStore, receipt_effects
 
 __all__ = [
     "Action",

@@ -77,19 +77,19 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     env: Literal["production", "development", "test"] = "production"
 
-    # --- credentials (worker/credentials.py, producers/_auth.py; README "Security") ---
+    # --- credentials (worker/ops/credentials.py, producers/_auth.py; README "Security") ---
     bootstrap_key: SecretStr | None = None  # admin key of tenant "default" (>= 16 characters)
     token_secret: SecretStr | None = None  # user-token signing secret (>= 32 chars); unset: one kept in Redis
     rate_limit_per_s: float | None = Field(default=None, ge=0)  # per credential; unset: 100 with credentials
     # All of a tenant's credentials and user tokens together, charged with the credential's bucket in one
-    # script (worker/rate_limit.py); unset: 500 with credentials (DEFAULT_TENANT_RATE_LIMIT_PER_S), 0: none.
+    # script (worker/ops/rate_limit.py); unset: 500 with credentials (DEFAULT_TENANT_RATE_LIMIT_PER_S), 0: none.
     tenant_rate_limit_per_s: float | None = Field(default=None, ge=0)
     auth_cache_s: float = Field(default=2.0, ge=0)  # verified keys are cached this long (a revoke's delay)
     auth_failures_per_s: float = Field(default=1.0, ge=0)  # failed auths refilled per client address; 0: off
     auth_failure_burst: int = Field(default=20, ge=1)  # failed auths before 429 (producers/_auth_throttle.py)
     ops_open: Literal["always", "never"] = "never"  # ops surfaces without a credential (make run: always)
     # The key of the pseudonyms (HMAC) naming users, scopes, sources and chains in logs and the audit trail
-    # (>= 32 chars; worker/pseudonyms.py); unset: one random secret kept in Redis, shared by every process.
+    # (>= 32 chars; worker/telemetry/pseudonyms.py); unset: one random secret kept in Redis, shared by every process.
     pseudonym_secret: SecretStr | None = None
 
     # --- naming / isolation ---
@@ -121,7 +121,7 @@ class Settings(BaseSettings):
     max_session_bytes: int = Field(default=8 * 1024 * 1024, ge=1)  # its context records; its function state
     max_message_bytes: int = Field(default=256 * 1024, ge=1)  # one context message, D-Mail or artifact
 
-    # --- the store's safety (worker/store_safety.py) ---
+    # --- the store's safety (worker/store/safety.py) ---
     allow_evicting_redis: bool = False  # accept a maxmemory-policy other than noeviction (events may be lost)
     redis_memory_warn_ratio: float = Field(default=0.9, gt=0, le=1)  # used/maxmemory shown on /readyz at this
     store_retry_after_s: int = Field(default=5, ge=1)  # Retry-After of a 503 store_unavailable
@@ -141,19 +141,21 @@ class Settings(BaseSettings):
     tenant_events_per_s: float = Field(
         default=5000, ge=0
     )  # a tenant's events/s at the door, bursts alike (0: none)
-    # Storage quotas (worker/quotas.py), checked at the door before anything is stored; over one -> 429
+    # Storage quotas (worker/store/quotas.py), checked at the door before anything is stored; over one -> 429
     # quota_exceeded. Events a tenant admitted within the dedupe window (0: none); one user's stored bytes
     # (memories, skills, receipts, conversations, session context; 0: none).
     tenant_max_events: int = Field(default=500_000, ge=0)
     user_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
-    fair_share: bool = True  # drains take turns across tenants (worker/fair.py); off: broker arrival order
-    # Shared drain messages (worker/fair.py, fair share on): one drain_next message drains up to this many
+    fair_share: bool = (
+        True  # drains take turns across tenants (worker/runtime/fair.py); off: broker arrival order
+    )
+    # Shared drain messages (worker/runtime/fair.py, fair share on): one drain_next message drains up to this many
     # ready scopes, one after another, and claims no new one after drain_message_budget_s; at most
     # drain_messages_max such messages are out at once (keep it at or above the fleet's total concurrency).
     scopes_per_drain: int = Field(default=32, ge=1)
     drain_message_budget_s: float = Field(default=5.0, gt=0)
     drain_messages_max: int = Field(default=64, ge=1)
-    # Batch commits (worker/batch.py): up to this many never-delivered head events of a scope whose chains
+    # Batch commits (worker/drain/batch.py): up to this many never-delivered head events of a scope whose chains
     # meet only batch-safe handlers run back to back and commit in one script (1: one commit per event).
     commit_batch_max: int = Field(default=16, ge=1)
 
@@ -181,7 +183,7 @@ class Settings(BaseSettings):
     # have it, else it is not acknowledged (503 at the door; the worker leaves the event for a later drain).
     wait_replicas: int = Field(default=0, ge=0)
     wait_replicas_timeout_ms: int = Field(default=1000, ge=1)
-    # Redis Cluster: spread each tenant over this many hash slots by scope (worker/key_buckets.py). Fixed for a
+    # Redis Cluster: spread each tenant over this many hash slots by scope (worker/keys/buckets.py). Fixed for a
     # deployment's life: changing it moves every scope's keys.
     scope_buckets: int = Field(default=1, ge=1, le=256)
 
@@ -197,10 +199,10 @@ class Settings(BaseSettings):
     # workers and `celery control enable_events` turns task events on at run time.
     task_events: bool = False
     # RabbitMQ only (BROKER_URL amqp://): declare the task queues as quorum queues (x-queue-type: quorum) on
-    # topic exchanges, so countdown retries use Celery's native delayed delivery (worker/app.py).
+    # topic exchanges, so countdown retries use Celery's native delayed delivery (worker/runtime/app.py).
     quorum_queues: bool = False
 
-    # --- deployment probes (worker/heartbeat_file.py; docs/operations.md) ---
+    # --- deployment probes (worker/runtime/heartbeat_file.py; docs/operations.md) ---
     heartbeat_file: str | None = None  # the worker beats here (unset: off): `agent-signal probe worker`
 
     # --- telemetry ---
@@ -307,7 +309,9 @@ def check_settings(settings: Settings) -> None:
     if settings.max_attempts < 1:
         problems.append(f"max_attempts ({settings.max_attempts}) must be >= 1")
     secret = settings.pseudonym_secret
-    if secret is not None and len(secret.get_secret_value()) < 32:  # worker/pseudonyms.py; never the value
+    if (
+        secret is not None and len(secret.get_secret_value()) < 32
+    ):  # worker/telemetry/pseudonyms.py; never the value
         problems.append("AGENT_SIGNAL_PSEUDONYM_SECRET must be at least 32 characters")
     if problems:
         raise SettingsError("refusing to start: " + "; ".join(problems))

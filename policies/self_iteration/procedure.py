@@ -25,7 +25,7 @@ from worker.plugin import Dispatch, HandlerContext, Source, signal_from
 
 __all__ = ["REFLECTION_THRESHOLDS", "procedure_key", "should_suppress", "tool_outcome_procedure"]
 
-MAX_SOURCE_ID = 256  # the id rule of the door (worker/ids.py): a follow-up must pass it too
+MAX_SOURCE_ID = 256  # the id rule of the door (worker/core/ids.py): a follow-up must pass it too
 
 PROCEDURE_TTL_S = 7 * 24 * 60 * 60
 MAX_PROCEDURE_RECEIPTS = 8

@@ -91,7 +91,7 @@ const SOURCE_EXAMPLES = {
   }
 };
 
-// The declared source types (worker/source_types.py); the form's picker offers these and accepts any other.
+// The declared source types (worker/core/source_types.py); the form's picker offers these and accepts any other.
 const DECLARED_SOURCE_TYPES = [
   "agent.context.reverted", "agent.dmail.discarded", "agent.dmail.sent", "agent.execution.completed",
   "agent.execution.failed", "agent.nightly_review.requested", "agent.self_feedback_intent.declared",

@@ -14,8 +14,8 @@ from redis import Redis
 
 from tests.chaos.history_plugin import HistoryKeys
 from tests.chaos.receiver import Receipts
-from worker.keys import Keys
-from worker.outbox import records_of_event
+from worker.keys.layout import Keys
+from worker.outbox.relay import records_of_event
 
 Accepted = tuple[str, str, int]  # (sourceId, scope, seq) of an accepted event
 

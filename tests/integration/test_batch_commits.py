@@ -1,4 +1,4 @@
-"""Batch commits (worker/batch.py) on a real Redis with real worker processes: a burst commits in batches,
+"""Batch commits (worker/drain/batch.py) on a real Redis with real worker processes: a burst commits in batches,
 in order, each effect once; a worker killed in the middle of a batch redoes nothing that committed; events
 whose handlers are not batch-safe, and two events sharing an idempotency lane, still run one by one."""
 
@@ -13,7 +13,7 @@ from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
-from worker.keys import Keys
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 

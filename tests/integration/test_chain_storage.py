@@ -15,9 +15,9 @@ from redis import Redis
 
 from producers._http import create_web_app
 from tests.conftest import wait_for
-from worker.chain_codec import DEFLATE_V1, decode_chain
-from worker.chain_storage import rebuilt_chain
-from worker.keys import Keys
+from worker.documents.chain_codec import DEFLATE_V1, decode_chain
+from worker.documents.chain_storage import rebuilt_chain
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from tests.chaos.history_plugin import HistoryKeys
 from tests.chaos.processes import RedisServer
 from tests.chaos.receiver import Receipts
 from tests.chaos.scenarios import child_kill, paused_holder, redis_restart
-from worker.keys import Keys
-from worker.outbox import OutboxRecord, outbox_commands
+from worker.keys.layout import Keys
+from worker.outbox.relay import OutboxRecord, outbox_commands
 
 pytestmark = [
     pytest.mark.integration,

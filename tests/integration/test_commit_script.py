@@ -10,10 +10,10 @@ import pytest
 from redis import Redis
 
 from producers import Producer
-from worker.context import EffectBuffer
-from worker.keys import Keys
-from worker.lease import LeaseGrant, ScopeLease
-from worker.store import Commit, EventStore, PreparedEvent
+from worker.chain.context import EffectBuffer
+from worker.drain.lease import LeaseGrant, ScopeLease
+from worker.keys.layout import Keys
+from worker.store.events import Commit, EventStore, PreparedEvent
 
 pytestmark = pytest.mark.integration
 
@@ -114,8 +114,8 @@ def test_the_pipeline_dead_letters_an_event_whose_write_is_refused(
 ) -> None:
     """End to end in-process: the activity plugin's counter key holds a string, so its HINCRBY is refused
     by APPLY; the event ends dead with the reason, and nothing else was written."""
-    from worker.app import build_pipeline
-    from worker.telemetry import DISABLED
+    from worker.runtime.app import build_pipeline
+    from worker.telemetry.recorder import DISABLED
 
     settings = make_settings()
     producer = Producer(settings)

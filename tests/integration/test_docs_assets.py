@@ -23,7 +23,7 @@ from producers._access_log import ACCESS_LOGGER
 from producers._docs_assets import ASSETS, ASSETS_DIR
 from tests.conftest import wait_for
 from tests.support.browser import chromium
-from worker.credentials import BOOTSTRAP_ID
+from worker.ops.credentials import BOOTSTRAP_ID
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""An enqueue makes its scopes ready in its own script where the store is one Redis (ENQUEUE_PUSH, worker/fair.py):
+"""An enqueue makes its scopes ready in its own script where the store is one Redis (ENQUEUE_PUSH, worker/runtime/fair.py):
 the same ready lists, tickets and drain_next messages as ENQUEUE_BATCH followed by READY_PUSH, in one round
 trip. The Celery app is a recorder of sent messages: what is tested is Redis next to what was sent."""
 
@@ -11,11 +11,11 @@ import pytest
 from redis import Redis
 
 from tests.conftest import SettingsFactory
-from worker.emitter import Emitter
-from worker.errors import OverLimit
-from worker.fair import DRAIN_NEXT_TASK, FairQueue
-from worker.keys import Keys
-from worker.store import EventStore
+from worker.core.errors import OverLimit
+from worker.intake.emitter import Emitter
+from worker.keys.layout import Keys
+from worker.runtime.fair import DRAIN_NEXT_TASK, FairQueue
+from worker.store.events import EventStore
 
 pytestmark = pytest.mark.integration
 

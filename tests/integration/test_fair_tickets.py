@@ -1,4 +1,4 @@
-"""Drain tickets (worker/fair.py) on a real Redis: how many drain_next messages are out, and what heals a
+"""Drain tickets (worker/runtime/fair.py) on a real Redis: how many drain_next messages are out, and what heals a
 miscount. The Celery app is replaced by a recorder of sent messages (and, where a test says so, a broker
 that fails), since what is tested is the count in Redis next to what was sent."""
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from worker.fair import DRAIN_NEXT_TASK, FairQueue
-from worker.keys import Keys
+from worker.keys.layout import Keys
+from worker.runtime.fair import DRAIN_NEXT_TASK, FairQueue
 
 pytestmark = pytest.mark.integration
 

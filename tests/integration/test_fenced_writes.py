@@ -22,10 +22,10 @@ from policies.self_iteration.deps import SelfIterationDeps
 from producers import Producer
 from tests.conftest import wait_for
 from tests.support.waiting import relay_for
-from worker.app import build_pipeline
-from worker.keys import Keys
-from worker.pipeline import Pipeline
-from worker.telemetry import DISABLED
+from worker.drain.pipeline import Pipeline
+from worker.keys.layout import Keys
+from worker.runtime.app import build_pipeline
+from worker.telemetry.recorder import DISABLED
 
 pytestmark = pytest.mark.integration
 

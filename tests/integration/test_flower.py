@@ -1,5 +1,5 @@
 """Celery's own tools see our workers: a real ``agent-signal worker`` and a real Flower
-(``celery -A worker.celery_app flower``, the dev extra) on the test's Redis and key prefix.
+(``celery -A worker.runtime.celery_app flower``, the dev extra) on the test's Redis and key prefix.
 
 Flower learns about workers and tasks from Celery's events (heartbeats, task-received/started/succeeded) on
 the broker's event channel, and reads queue lengths from the broker's lists; all of those live under our
@@ -23,8 +23,8 @@ import pytest
 
 from producers import Producer
 from tests.conftest import ROOT, Proc, free_port, settings_env, wait_for, worker_argv
+from worker.runtime.tasks import NOOP_TASK
 from worker.settings import Settings
-from worker.tasks import NOOP_TASK
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,7 @@ class Flower:
 
 @pytest.fixture
 def start_flower(tmp_path: Path) -> Iterator[Callable[[Settings], Flower]]:
-    """Factory: ``celery -A worker.celery_app flower`` with the test's settings in its environment."""
+    """Factory: ``celery -A worker.runtime.celery_app flower`` with the test's settings in its environment."""
     procs: list[Proc] = []
 
     def start(settings: Settings) -> Flower:
@@ -60,7 +60,7 @@ def start_flower(tmp_path: Path) -> Iterator[Callable[[Settings], Flower]]:
             "-m",
             "celery",
             "-A",
-            "worker.celery_app",
+            "worker.runtime.celery_app",
             "flower",
             f"--broker={settings.effective_broker_url()}",
             "--address=127.0.0.1",
@@ -142,7 +142,7 @@ def test_flower_sees_the_queue_the_worker_and_its_tasks(
 
 def _celery(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "worker.celery_app", *argv],
+        [sys.executable, "-m", "celery", "-A", "worker.runtime.celery_app", *argv],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -155,7 +155,7 @@ def test_worker_flags_pass_through_and_celery_tools_find_the_worker(
     make_settings: Any, redis_client: Any, keys: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """``agent-signal worker -- --concurrency 3 -n NAME@%h`` starts a worker with those flags;
-    ``celery -A worker.celery_app inspect`` finds it with the environment's settings, or, with REDIS_URL unset,
+    ``celery -A worker.runtime.celery_app inspect`` finds it with the environment's settings, or, with REDIS_URL unset,
     through the running ``make run`` stack file; with neither it fails naming REDIS_URL."""
     settings = make_settings()
     env = settings_env(settings)

@@ -17,8 +17,8 @@ from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.runners import RunnerError, RunRequest, WebhookRunner
 from policies.webhook_signing import verify_webhook
 from producers import Producer
-from worker.app import build_pipeline
-from worker.telemetry import DISABLED
+from worker.runtime.app import build_pipeline
+from worker.telemetry.recorder import DISABLED
 
 pytestmark = pytest.mark.integration
 

@@ -25,8 +25,8 @@ from tests.support.prom import (
     parse,
     total,
 )
-from worker.keys import Keys
-from worker.process_metrics import BUCKETS_MS
+from worker.keys.layout import Keys
+from worker.telemetry.process_metrics import BUCKETS_MS
 
 pytestmark = pytest.mark.integration
 

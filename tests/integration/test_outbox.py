@@ -21,8 +21,8 @@ from producers import Producer
 from tests.chaos.processes import TcpProxy
 from tests.conftest import wait_for
 from tests.support.private_redis import private_redis
-from worker.keys import Keys
-from worker.outbox import records_of_event
+from worker.keys.layout import Keys
+from worker.outbox.relay import records_of_event
 
 pytestmark = pytest.mark.integration
 

@@ -11,12 +11,12 @@ import pytest
 from redis import Redis
 
 from producers import Producer
-from worker.context import EffectBuffer, HandlerContext
-from worker.errors import PermanentFailure
-from worker.intake import StoreUnavailable
-from worker.keys import Keys
-from worker.outbox import OutboxRecord, OutboxRelay
-from worker.store import EventStore
+from worker.chain.context import EffectBuffer, HandlerContext
+from worker.core.errors import PermanentFailure
+from worker.intake.source_event import StoreUnavailable
+from worker.keys.layout import Keys
+from worker.outbox.relay import OutboxRecord, OutboxRelay
+from worker.store.events import EventStore
 
 pytestmark = pytest.mark.integration
 

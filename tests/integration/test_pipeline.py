@@ -17,7 +17,7 @@ from redis import Redis
 from producers import Producer
 from tests.conftest import wait_for
 from tests.support.waiting import drain_marker, marker_pid, outbox_settled
-from worker.keys import Keys
+from worker.keys.layout import Keys
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from redis import Redis
 
 from producers import InvalidEvent, Producer
 from tests.conftest import wait_for
-from worker.keys import Keys
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 

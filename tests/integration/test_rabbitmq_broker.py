@@ -10,7 +10,7 @@ from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
-from worker.keys import Keys
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from redis import Redis
 
 from tests.conftest import ROOT, wait_for
 from tests.support.private_redis import private_redis
-from worker.app import create_app
-from worker.keys import Keys
+from worker.keys.layout import Keys
+from worker.runtime.app import create_app
 
 pytestmark = pytest.mark.integration
 

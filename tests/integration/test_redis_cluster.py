@@ -22,7 +22,7 @@ from tests.integration.test_pipeline import TestDedupe as TestClusterDedupe
 from tests.integration.test_pipeline import TestFencing as TestClusterFencing
 from tests.integration.test_pipeline import TestScopeSerialization as TestClusterScopeSerialization
 from tests.support.redis_cluster import RedisClusterProcesses
-from worker.keys import Keys
+from worker.keys.layout import Keys
 from worker.settings import Settings
 
 pytest_plugins = ["tests.support.cluster_fixtures"]

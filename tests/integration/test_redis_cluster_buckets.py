@@ -25,8 +25,8 @@ from tests.integration.test_redis_cluster import (
 )  # the cluster as the store client
 from tests.support.redis_cluster import RedisClusterProcesses
 from tests.support.waiting import outbox_settled
-from worker.key_buckets import bucket_of
-from worker.keys import Keys
+from worker.keys.buckets import bucket_of
+from worker.keys.layout import Keys
 
 pytest_plugins = ["tests.support.cluster_fixtures"]
 pytestmark = pytest.mark.integration

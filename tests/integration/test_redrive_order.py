@@ -10,9 +10,9 @@ from redis import Redis
 
 from producers import Producer
 from producers._ops import redrive_events
-from worker.app import build_pipeline
-from worker.keys import Keys
-from worker.telemetry import DISABLED
+from worker.keys.layout import Keys
+from worker.runtime.app import build_pipeline
+from worker.telemetry.recorder import DISABLED
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from redis import Redis
 from producers import Producer
 from tests.conftest import free_port, wait_for
 from tests.support.private_redis import private_redis
-from worker.app import build_pipeline
-from worker.emitter import StoreUnavailable
+from worker.intake.emitter import StoreUnavailable
+from worker.runtime.app import build_pipeline
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration

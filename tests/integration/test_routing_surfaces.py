@@ -20,7 +20,7 @@ from policies.routing import load_router
 from producers import Producer
 from producers._http import create_web_app
 from tests.conftest import ROOT, wait_for
-from worker.keys import Keys
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 

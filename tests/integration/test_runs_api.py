@@ -14,7 +14,7 @@ from redis import Redis
 
 from producers._http import create_web_app
 from tests.conftest import wait_for
-from worker.keys import Keys
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Scope buckets (``AGENT_SIGNAL_SCOPE_BUCKETS``, worker/key_buckets.py) on a real Redis with real workers.
+"""Scope buckets (``AGENT_SIGNAL_SCOPE_BUCKETS``, worker/keys/buckets.py) on a real Redis with real workers.
 
 A tenant spread over buckets must behave exactly as a tenant in one slot: the same events end done, every
 staged write is applied once (those journaled to the home slot and the follow-ups journaled to other
@@ -19,12 +19,12 @@ from redis import Redis
 from producers import Producer
 from tests.conftest import SettingsFactory, wait_for
 from tests.support.waiting import outbox_settled
-from worker.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE, apply_deliverer, enqueue_deliverer
-from worker.key_buckets import bucket_of, slot_tag
-from worker.keys import Keys
-from worker.outbox_records import OutboxRecord
-from worker.runs import RunQuery, list_runs
-from worker.scope_control import list_scopes, pause_scope
+from worker.chain.outbox_records import OutboxRecord
+from worker.keys.buckets import bucket_of, slot_tag
+from worker.keys.layout import Keys
+from worker.ops.runs import RunQuery, list_runs
+from worker.ops.scope_control import list_scopes, pause_scope
+from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE, apply_deliverer, enqueue_deliverer
 
 pytestmark = pytest.mark.integration
 
@@ -266,7 +266,7 @@ def test_a_batch_whose_later_bucket_fails_still_sends_the_earlier_buckets_drains
     """Two scopes in two buckets, the second bucket's scopes registry of the wrong type: its script refuses,
     the call fails, and the first bucket's event, already stored, has its drain message sent now (not left
     to the reconcile sweep)."""
-    from worker.intake import StoreUnavailable
+    from worker.intake.source_event import StoreUnavailable
 
     settings = make_settings(scope_buckets=8)
     producer = Producer(settings)

@@ -15,8 +15,8 @@ from redis import Redis
 
 from producers._http import create_web_app
 from tests.conftest import wait_for
-from worker.dedupe import dedupe_key, event_id_for
-from worker.keys import Keys
+from worker.core.dedupe import dedupe_key, event_id_for
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 
@@ -343,8 +343,8 @@ def test_a_failed_hand_over_is_retried_by_the_outbox_and_the_action_applies_once
     from policies.self_iteration.runners import RunnerError
     from producers import Producer
     from tests.support.waiting import relay_for
-    from worker.app import build_pipeline
-    from worker.telemetry import DISABLED
+    from worker.runtime.app import build_pipeline
+    from worker.telemetry.recorder import DISABLED
 
     class FlakyRunner:
         def __init__(self) -> None:
@@ -372,7 +372,7 @@ def test_a_failed_hand_over_is_retried_by_the_outbox_and_the_action_applies_once
     relay = relay_for(pipeline, settings)
     wait_for(lambda: relay.run_once() or len(runner.calls) >= 2, what="the relay's retry")
     assert len(runner.calls) == 2 and runner.calls[0] == runner.calls[1]  # the same deterministic operation
-    from worker.outbox import records_of_event
+    from worker.outbox.relay import records_of_event
 
     outbox = records_of_event(producer.store, "topic:tpc_1", event_id)
     assert [(r["state"], r["attempts"]) for r in outbox] == [("delivered", 2)]

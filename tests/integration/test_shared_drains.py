@@ -1,4 +1,4 @@
-"""One drain message drains many scopes (worker/fair.py), on a real Redis with real worker processes: few
+"""One drain message drains many scopes (worker/runtime/fair.py), on a real Redis with real worker processes: few
 messages for many one-event scopes, a hot scope that cannot starve cold ones, and a worker killed in the
 middle of a multi-scope drain losing nothing and applying nothing twice."""
 
@@ -14,7 +14,7 @@ from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
-from worker.keys import Keys
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 

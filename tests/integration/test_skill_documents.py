@@ -11,7 +11,7 @@ import pytest
 from redis import Redis
 
 from policies.self_iteration.documents import DocumentStore
-from worker.keys import Keys
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 

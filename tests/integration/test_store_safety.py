@@ -21,9 +21,9 @@ from producers._http import create_web_app
 from tests.conftest import ROOT, settings_env
 from tests.support.private_redis import private_redis
 from tests.support.prom import parse, total
-from worker.keys import Keys
-from worker.store_safety import NO_PERSISTENCE, UnsafeStore
-from worker.tasks import DRAIN_TASK
+from worker.keys.layout import Keys
+from worker.runtime.tasks import DRAIN_TASK
+from worker.store.safety import NO_PERSISTENCE, UnsafeStore
 
 pytestmark = pytest.mark.integration
 
@@ -171,7 +171,7 @@ class TestFullRedis:
                 drain("default/topic:a")
             lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("store unavailable")]
             assert len(lines) == 1 and "drain: OutOfMemoryError" in lines[0]
-            # a scope names users: never in a message (worker/log_privacy.py)
+            # a scope names users: never in a message (worker/telemetry/log_privacy.py)
             assert "topic:a" not in lines[0]
             assert producer.status(event.event_id)["status"] == "queued"  # type: ignore[index]
             Redis.from_url(url).delete("fill:pad")

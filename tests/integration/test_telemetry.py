@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from producers import Producer
 from tests.conftest import free_port, wait_for
 from tests.support.prom import Sample, parse, total
-from worker.app import build_pipeline
-from worker.pipeline import Pipeline
-from worker.telemetry import Telemetry, configure_telemetry
+from worker.drain.pipeline import Pipeline
+from worker.runtime.app import build_pipeline
+from worker.telemetry.recorder import Telemetry, configure_telemetry
 
 pytestmark = pytest.mark.integration
 
@@ -266,7 +266,7 @@ class TestInstruments:
 
     def test_contended_scope_loses_nothing(self, rig: Rig) -> None:
         """Two events on a scope whose lease is held: both accepted (no 'scope_locked'), both run after release."""
-        from worker.lease import ScopeLease
+        from worker.drain.lease import ScopeLease
 
         lease = ScopeLease(rig.pipeline.store.scripts, rig.pipeline.store.keys, ttl_s=5, renew_interval_s=1)
         rig.producer.enqueue(_msg("c1", scope="topic:t5"))

@@ -26,9 +26,9 @@ from producers._auth import is_loopback
 from producers._http import create_web_app
 from producers._principal import Principal, require
 from tests.conftest import ROOT, SettingsFactory, settings_env
-from worker.credentials import CredentialStore, hash_secret
-from worker.keys import Keys
-from worker.rate_limit import RateLimiter
+from worker.keys.layout import Keys
+from worker.ops.credentials import CredentialStore, hash_secret
+from worker.ops.rate_limit import RateLimiter
 from worker.settings import Settings, SettingsError
 
 pytestmark = pytest.mark.integration
@@ -260,7 +260,7 @@ class TestUserTokens:
         clock = [1000.0]
         web = CredentialStore(redis_client, keys, cache_s=2.0)
         web_clock = pytest.MonkeyPatch()
-        web_clock.setattr("worker.credentials.time.monotonic", lambda: clock[0])
+        web_clock.setattr("worker.ops.credentials.time.monotonic", lambda: clock[0])
         try:
             record, secret = CredentialStore(redis_client, keys).create("default", "read")
             assert web.verify(secret) is not None

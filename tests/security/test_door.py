@@ -25,8 +25,8 @@ from producers._routes_route import RECORD_ERROR_HEADER
 from producers._web_common import MAX_JSON_DEPTH, decode_json
 from tests.conftest import ROOT, Proc, SettingsFactory
 from tests.security.conftest import ClientFactory
-from worker.ids import id_problem
-from worker.keys import Keys
+from worker.core.ids import id_problem
+from worker.keys.layout import Keys
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration

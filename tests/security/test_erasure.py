@@ -13,9 +13,9 @@ from redis import Redis
 
 from producers._http import create_web_app
 from tests.conftest import wait_for
-from worker.chain_codec import DEFLATE_V1, decode_chain
-from worker.keys import Keys
-from worker.lane_codec import decode_lane
+from worker.documents.chain_codec import DEFLATE_V1, decode_chain
+from worker.documents.lane_codec import decode_lane
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 
@@ -151,7 +151,7 @@ def test_erasure_keeps_a_scope_that_also_holds_events_of_nobody_in_particular(
     and leaves the inbox; the other stays queued, and the scope's keys stay."""
     from producers import Producer
     from sessions.store import session_scope
-    from worker.erasure import erase_user
+    from worker.ops.erasure import erase_user
 
     producer = Producer(make_settings(extra_source_types=["test.noop"]))
     mine = producer.enqueue(

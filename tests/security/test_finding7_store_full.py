@@ -19,7 +19,7 @@ from producers import Producer
 from producers._http import create_web_app
 from tests.conftest import wait_for
 from tests.support.private_redis import private_redis
-from worker.keys import Keys
+from worker.keys.layout import Keys
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -15,9 +15,9 @@ from redis import Redis
 
 from tests.conftest import SettingsFactory, wait_for
 from tests.security.conftest import ClientFactory
-from worker.credentials import CredentialStore
-from worker.keys import Keys
-from worker.receipts import ReceiptStore
+from worker.keys.layout import Keys
+from worker.ops.credentials import CredentialStore
+from worker.store.receipts import ReceiptStore
 
 pytestmark = pytest.mark.integration
 
@@ -141,7 +141,7 @@ class TestUserBytes:
         """A real worker logs alice's messages into her conversation; once her stored bytes reach the quota her
         next event is refused at the door, while bob's is accepted."""
         from producers import Producer
-        from worker.errors import OverLimit
+        from worker.core.errors import OverLimit
 
         settings = make_settings(user_max_bytes=1500)
         start_worker(settings)
@@ -181,7 +181,7 @@ class TestUserBytes:
 def test_receipts_memories_and_skills_are_counted_for_their_user(redis_client: Redis, keys: Keys) -> None:
     """A receipt counts its body until it expires; a memory and a skill count their JSON (kept)."""
     from policies.self_iteration.documents import DocumentStore
-    from worker.quotas import user_bytes_field
+    from worker.store.quotas import user_bytes_field
 
     receipts = ReceiptStore(redis_client, keys, ttl_s=3600)
     receipt = {
@@ -220,7 +220,7 @@ def test_counts_of_ended_windows_and_days_are_not_counted_and_are_forgotten(
     import time
 
     from producers import Producer
-    from worker.quotas import retained_slot_ms
+    from worker.store.quotas import retained_slot_ms
 
     settings = make_settings(tenant_max_events=3, user_max_bytes=100)
     slot = int(time.time() * 1000) // retained_slot_ms(settings.dedupe_window_s)

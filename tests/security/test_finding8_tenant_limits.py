@@ -18,8 +18,8 @@ from redis import Redis
 
 from tests.conftest import Proc, SettingsFactory
 from tests.security.conftest import ClientFactory
-from worker.credentials import CredentialStore
-from worker.keys import Keys
+from worker.keys.layout import Keys
+from worker.ops.credentials import CredentialStore
 
 pytestmark = pytest.mark.integration
 

@@ -20,10 +20,10 @@ from redis import Redis
 
 from tests.conftest import Proc, wait_for
 from tests.support.policies import EXPLODE_TASK
-from worker.app import create_app
-from worker.keys import Keys
+from worker.keys.layout import Keys
+from worker.runtime.app import create_app
+from worker.runtime.tasks import publish_task
 from worker.settings import Settings
-from worker.tasks import publish_task
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +153,7 @@ def test_user_text_in_logs(
     assert sum(f"Task {EXPLODE_TASK}[" in line and "raised" in line for line in lines) >= 2, "no task failed"
     leaks = [line for line in lines if MARK in line]
     assert leaks == [], f"{len(leaks)} log lines hold user content, e.g.:\n" + "\n".join(leaks[:8])
-    from worker.pseudonyms import load_pseudonyms  # here: the leak check above runs on any version
+    from worker.telemetry.pseudonyms import load_pseudonyms  # here: the leak check above runs on any version
 
     pseudonym = load_pseudonyms(redis_client, settings).of(USER)
     assert any(pseudonym in line for line in lines), "the user's requests are not logged under a pseudonym"

@@ -28,7 +28,7 @@ from sessions.conditions import CondEnv, ConditionRegistry
 from sessions.fsm import FnState
 from sessions.functions import FunctionLoadError, load_function_dir
 from tests.conftest import ROOT
-from worker.logs import configure_logging
+from worker.telemetry.logs import configure_logging
 
 
 class Receiver:

@@ -20,7 +20,7 @@ from redis import Redis
 from sessions.store import session_scope
 from tests.conftest import ROOT
 from tests.security.conftest import ClientFactory
-from worker.keys import Keys
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 

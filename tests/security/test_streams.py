@@ -29,9 +29,9 @@ from producers._feed import RESYNC, Feed, Listener, Resync
 from producers._http import create_web_app
 from tests.conftest import wait_for
 from tests.support.browser import chromium
-from worker.keys import Keys
-from worker.receipts import ReceiptStore
+from worker.keys.layout import Keys
 from worker.settings import Settings, kombu_url_for
+from worker.store.receipts import ReceiptStore
 
 pytestmark = pytest.mark.integration
 

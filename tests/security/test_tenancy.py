@@ -10,8 +10,8 @@ from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
-from worker.errors import OverLimit
-from worker.keys import Keys
+from worker.core.errors import OverLimit
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 

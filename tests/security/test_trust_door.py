@@ -32,7 +32,7 @@ from tests.conftest import ROOT, Proc, SettingsFactory, settings_env, wait_for
 from tests.security.conftest import ClientFactory
 from tests.support.private_redis import private_redis
 from tests.support.routes import flat_routes
-from worker.keys import Keys
+from worker.keys.layout import Keys
 from worker.settings import Settings, SettingsError, load_settings
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from producers._http import create_web_app
-from worker.keys import Keys
-from worker.receipts import ReceiptStore
+from worker.keys.layout import Keys
+from worker.store.receipts import ReceiptStore
 
 pytestmark = pytest.mark.integration
 

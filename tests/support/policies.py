@@ -17,7 +17,7 @@ must be visible while the event is still running, so tests can observe ordering 
 * ``test.fail-action``: one action whose result is ``failed`` (retriable), never an exception.
 * ``test.flaky``: raises until the key ``test:fixed`` exists (or, given ``payload.failTimes``, on its first
   that many attempts), then increments ``test:flaky-applied``; the error quotes ``payload.errorText``.
-* ``test.batch``: batch-safe (worker/batch.py) source → signal → action; the source handler counts its runs
+* ``test.batch``: batch-safe (worker/drain/batch.py) source → signal → action; the source handler counts its runs
   under ``test:batch-runs:<sourceId>`` (instrumentation: speculative runs count too), records its pid under
   ``test:inbatch:<sourceId>`` and, with ``payload.waitGo``, waits (up to 60 s) for ``test:batch-go:<sourceId>``;
   the action stages ``payload.counterKey`` += 1 and an RPUSH of the source id onto ``test:batch-order`` (the
@@ -31,7 +31,7 @@ must be visible while the event is still running, so tests can observe ordering 
 * ``test.fanout``: the source handler stages ``test:fanout-home`` += 1 (the tenant's home slot) and its scope's
   own ``fanout-local`` (``ctx.key``) += 1, and emits one ``test.counter`` follow-up to each scope of
   ``payload.to`` (source id ``<sourceId>:<scope>``, counter ``test:fanout:<sourceId>:<scope>``): with scope
-  buckets, the first write and the follow-ups of other buckets are journaled (worker/journal.py).
+  buckets, the first write and the follow-ups of other buckets are journaled (worker/store/journal.py).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from worker.embedded import pid_alive
+from worker.runtime.embedded import pid_alive
 
 __all__ = ["VHOST_PREFIX", "private_vhost", "rabbitmq_reachable", "sweep_stale_vhosts", "vhost_names"]
 

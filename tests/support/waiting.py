@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from redis import Redis
 
 from tests.conftest import wait_for
-from worker.keys import Keys
+from worker.keys.layout import Keys
 
 __all__ = ["FINAL_STATES", "drain_marker", "event_state", "marker_pid", "wait_final"]
 
@@ -92,7 +92,7 @@ def marker_pid(redis: Redis, keys: Keys, source_id: str) -> int:
 
 def outbox_settled(store: Any) -> bool:
     """True when no outbox record of the store's tenant waits (in any scope bucket): every journaled write
-    and follow-up (worker/journal.py) has been delivered."""
+    and follow-up (worker/store/journal.py) has been delivered."""
     return not any(
         store.client.zcard(k.outbox_due) or store.client.zcard(k.journal_due) for k in store.buckets()
     )
@@ -101,15 +101,15 @@ def outbox_settled(store: Any) -> bool:
 def relay_for(pipeline: Any, settings: Any) -> Any:
     """An outbox relay for an in-process pipeline: the loaded plugins' deliverers over its own runtime (so a
     dependency a test replaced in ``pipeline.deps`` is the one the deliverer uses)."""
-    from worker.outbox import OutboxRelay
-    from worker.plugins import load_plugins
+    from worker.outbox.relay import OutboxRelay
+    from worker.runtime.plugins import load_plugins
 
     deliverers = {
         kind: build(pipeline.runtime)
         for plugin in load_plugins(settings)
         for kind, build in plugin.deliverers.items()
     }
-    from worker.journal import journal_deliverers
+    from worker.store.journal import journal_deliverers
 
     deliverers |= journal_deliverers(pipeline.store, pipeline.emitter, settings.outbox_retention_s)
     return OutboxRelay(

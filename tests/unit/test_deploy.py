@@ -51,10 +51,10 @@ def test_grafana_dashboard_queries_series_we_export() -> None:
     import json
     import re
 
-    from worker.process_metrics import LABELS
+    from worker.telemetry.process_metrics import LABELS
 
     dashboard = json.loads((ROOT / "deploy" / "grafana" / "agent-signal.json").read_text())
-    state = (ROOT / "worker" / "state_metrics.py").read_text()
+    state = (ROOT / "worker" / "ops" / "state_metrics.py").read_text()
     exported = set(LABELS) | set(re.findall(r'"(agent_signal_[a-z_]+)"', state))
     titles = {p["title"] for p in dashboard["panels"]}
     assert {

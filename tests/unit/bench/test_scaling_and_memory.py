@@ -5,7 +5,7 @@ from __future__ import annotations
 from bench.__main__ import SECTIONS, parse_args
 from bench.memory_bench import Family, ReceiptMemory, RetainedMemory, family_of, sample_receipt
 from bench.scaling_bench import Scaling
-from worker.keys import Keys
+from worker.keys.layout import Keys
 
 PREFIX = "bench-test:"
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from producers._cli import build_parser
-from worker.embedded import start_embedded_redis
+from worker.runtime.embedded import start_embedded_redis
 from worker.settings import Settings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[3]

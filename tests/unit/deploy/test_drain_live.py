@@ -13,8 +13,8 @@ import pytest
 
 from producers._probe_cli import _celery_cancel, drain, probe_worker
 from tests.conftest import wait_for
-from worker import heartbeat_file as hb
-from worker.app import create_app
+from worker.runtime import heartbeat_file as hb
+from worker.runtime.app import create_app
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""worker/heartbeat_file.py: the worker's beat on disk, atomic writes, and what a probe concludes from it."""
+"""worker/runtime/heartbeat_file.py: the worker's beat on disk, atomic writes, and what a probe concludes from it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from worker import heartbeat_file as hb
-from worker.app import _sweep_forever
+from worker.runtime import heartbeat_file as hb
+from worker.runtime.app import _sweep_forever
 
 BEAT = hb.Beat(node="agent-signal-1@pod-a", pid=1, at_ms=1_000_000)
 

@@ -30,10 +30,10 @@ from tests.unit.deploy.conftest import (
     pod_spec,
     render,
 )
-from worker.heartbeat_file import default_max_age_s
-from worker.intake import parse_event
+from worker.core.source_types import SourceTypePolicy
+from worker.intake.source_event import parse_event
+from worker.runtime.heartbeat_file import default_max_age_s
 from worker.settings import OTHER_ENV_NAMES, Settings, check_environment, env_names, load_settings
-from worker.source_types import SourceTypePolicy
 
 # The oldest Kubernetes we support (CronJob timeZone is GA in 1.27) and the newest the package knows.
 K8S_VERSIONS = ("1.29", kubernetes_validate.latest_version())

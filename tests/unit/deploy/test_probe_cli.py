@@ -11,7 +11,7 @@ import pytest
 
 from producers._cli import main
 from producers._probe_cli import drain, probe_web, probe_worker, readyz_url
-from worker import heartbeat_file as hb
+from worker.runtime import heartbeat_file as hb
 
 
 def _beat(path: Path, age_s: float = 0.0) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from celery.utils.quorum_queues import detect_quorum_queues
 
-from worker.app import create_app, quorum_queue_conf
+from worker.runtime.app import create_app, quorum_queue_conf
 from worker.settings import Settings, SettingsError
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672//"

@@ -18,11 +18,11 @@ from redis import Redis
 
 from producers._principal import LOCAL_PRINCIPAL
 from producers._routes_receipts import router
-from worker.keys import Keys
-from worker.process_metrics import ProcessMetrics
-from worker.receipts import ReceiptStore
-from worker.telemetry import Telemetry
-from worker.telemetry_instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS
+from worker.keys.layout import Keys
+from worker.store.receipts import ReceiptStore
+from worker.telemetry.instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS
+from worker.telemetry.process_metrics import ProcessMetrics
+from worker.telemetry.recorder import Telemetry
 
 OWNER = {"userId": "u1", "agentId": "agt_1", "topicId": "tpc_1"}
 

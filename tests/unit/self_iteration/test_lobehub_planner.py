@@ -16,9 +16,9 @@ from redis import Redis
 
 from policies.self_iteration.analyze_intent import CONFLICT_POLICIES, feedback_planner
 from policies.self_iteration.deps import SelfIterationDeps
-from worker.context import Deps, EffectBuffer, HandlerContext
-from worker.keys import Keys
-from worker.nodes import ChainRef, Conclude, Dispatch, Signal, SourceRef
+from worker.chain.context import Deps, EffectBuffer, HandlerContext
+from worker.core.nodes import ChainRef, Conclude, Dispatch, Signal, SourceRef
+from worker.keys.layout import Keys
 
 SCOPE = "topic:thread_1"
 CONTEXT = "<feedback_analysis_context><message>context</message></feedback_analysis_context>"

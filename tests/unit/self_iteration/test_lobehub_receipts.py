@@ -11,10 +11,10 @@ from redis import Redis
 
 from policies.self_iteration.completion import completion_fanout
 from policies.self_iteration.receipts import build_self_iteration_receipts
-from worker.context import HandlerContext
-from worker.keys import Keys
-from worker.nodes import ChainRef, Source
-from worker.receipts import ReceiptStore
+from worker.chain.context import HandlerContext
+from worker.core.nodes import ChainRef, Source
+from worker.keys.layout import Keys
+from worker.store.receipts import ReceiptStore
 
 BUILD_TEST = "buildSelfIterationReceipts.test.ts"
 LOOP_TEST = "completionLoop.integration.test.ts"

@@ -1,4 +1,4 @@
-"""The chain document's stored form (worker/chain_codec.py): compressed with a frozen dictionary, and the plain
+"""The chain document's stored form (worker/documents/chain_codec.py): compressed with a frozen dictionary, and the plain
 JSON documents written before it still read."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from worker.chain_codec import DEFLATE_V1, DICTIONARY_V1, decode_chain, deflate_json, encode_chain
-from worker.event_records import status_record
-from worker.lane_codec import LANE_DICTIONARY_V1
+from worker.documents.chain_codec import DEFLATE_V1, DICTIONARY_V1, decode_chain, deflate_json, encode_chain
+from worker.documents.event_records import status_record
+from worker.documents.lane_codec import LANE_DICTIONARY_V1
 
 
 def _compact(document: dict[str, Any]) -> str:

@@ -1,5 +1,5 @@
-"""A finished chain's metrics are counted from its nodes (worker/telemetry.py ``event_committed``) and its
-projection is built only when read (worker/chain_document.py ``ChainRun``). Counting from the nodes must give
+"""A finished chain's metrics are counted from its nodes (worker/telemetry/recorder.py ``event_committed``) and its
+projection is built only when read (worker/chain/chain_document.py ``ChainRun``). Counting from the nodes must give
 what the projection states: for chains of every outcome, each counted series and value is checked against the
 projection's envelope and record."""
 
@@ -12,12 +12,12 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tests.unit.worker.test_chain_storage import CASES, _action, _result, _signal, _source
-from worker.chain_document import ChainRun
-from worker.nodes import ExecutorResult
-from worker.projection import project_chain
-from worker.scheduler import ChainTrace
+from worker.chain.chain_document import ChainRun
+from worker.chain.scheduler import ChainTrace
+from worker.core.nodes import ExecutorResult
+from worker.documents.projection import project_chain
 from worker.settings import Settings
-from worker.telemetry import Telemetry, configure_telemetry
+from worker.telemetry.recorder import Telemetry, configure_telemetry
 
 
 def _points(

@@ -1,4 +1,4 @@
-"""The chain's stored form (worker/chain_storage.py): only the projection's inputs are kept, and a read projects
+"""The chain's stored form (worker/documents/chain_storage.py): only the projection's inputs are kept, and a read projects
 them again. What is read must be exactly what was projected when the chain ran, for chains of every outcome:
 applied, failed (retriable or not), skipped, several actions, follow-up parents, a trace and an operation id,
 terminal metadata. Compared as JSON text, so key order counts too."""
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from worker.chain_storage import rebuilt_chain, stored_event_id, stored_inputs_json
-from worker.nodes import Action, ExecutorResult, Signal, Source
-from worker.projection import project_chain
+from worker.core.nodes import Action, ExecutorResult, Signal, Source
+from worker.documents.chain_storage import rebuilt_chain, stored_event_id, stored_inputs_json
+from worker.documents.projection import project_chain
 
 T0 = 1_796_000_000_000
 
@@ -21,7 +21,7 @@ _RECORD_OWN = ("durationMs", "traceId")  # the record's fields that are not deri
 
 
 def stored_chain(projection: dict[str, Any]) -> dict[str, Any]:
-    """The stored form as defined by the projection (worker/chain_storage.py's docstring): the envelope without
+    """The stored form as defined by the projection (worker/documents/chain_storage.py's docstring): the envelope without
     what is derived, under ``inputs``, and the record's own fields. What a commit stores must equal it."""
     stored: dict[str, Any] = {
         "inputs": {k: v for k, v in projection["envelope"].items() if k not in _DERIVED}

@@ -1,5 +1,5 @@
-"""The compact stored forms of an event's body (worker/event_body.py) and of an idempotency lane's result
-(worker/lane_codec.py): nothing the hash already holds is stored twice, what a reader gets is the whole
+"""The compact stored forms of an event's body (worker/documents/event_body.py) and of an idempotency lane's result
+(worker/documents/lane_codec.py): nothing the hash already holds is stored twice, what a reader gets is the whole
 thing, and values written before these forms still read."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from worker.chain_codec import DEFLATE_V1
-from worker.event_body import body_of, full_body, stored_body
-from worker.event_records import attempts_history
-from worker.lane_codec import LANE_DICTIONARY_V1, decode_lane, encode_lane
-from worker.nodes import ChainRef, Source
+from worker.core.nodes import ChainRef, Source
+from worker.documents.chain_codec import DEFLATE_V1
+from worker.documents.event_body import body_of, full_body, stored_body
+from worker.documents.event_records import attempts_history
+from worker.documents.lane_codec import LANE_DICTIONARY_V1, decode_lane, encode_lane
 
 EVENT_ID = "evt_0123456789abcdef01234567"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.dedupe import dedupe_key, event_id_for
+from worker.core.dedupe import dedupe_key, event_id_for
 
 
 def test_key_has_no_timestamp() -> None:

@@ -1,4 +1,4 @@
-"""An event's user (worker/intake.py ``resolve_user``): named by its ``userId``, its payload's ``userId`` or a
+"""An event's user (worker/intake/source_event.py ``resolve_user``): named by its ``userId``, its payload's ``userId`` or a
 field a plugin's handlers read a user from; every one of them that names a user must name the same one."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from worker.intake import InvalidEvent, SourceEvent, resolve_user
+from worker.intake.source_event import InvalidEvent, SourceEvent, resolve_user
 
 PATHS = ["selfIteration.userId"]
 

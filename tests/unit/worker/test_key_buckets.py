@@ -1,4 +1,4 @@
-"""Scope buckets' key arithmetic (worker/key_buckets.py): which slot each key lands in."""
+"""Scope buckets' key arithmetic (worker/keys/buckets.py): which slot each key lands in."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import zlib
 import pytest
 from redis.crc import key_slot
 
-from worker.key_buckets import UnboundBucket, bucket_of, slot_tag
-from worker.keys import Keys
+from worker.keys.buckets import UnboundBucket, bucket_of, slot_tag
+from worker.keys.layout import Keys
 
 
 def test_one_bucket_keeps_every_key_where_it_was() -> None:

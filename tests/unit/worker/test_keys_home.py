@@ -1,4 +1,4 @@
-"""`worker.keys.Keys` builds every Redis key: a test that fails on a key string built anywhere else.
+"""`worker.keys.layout.Keys` builds every Redis key: a test that fails on a key string built anywhere else.
 
 It scans the sources of the four packages for the ways a key gets built by hand: an f-string or a
 concatenation that starts from the configured prefix (``keys.prefix``, ``settings.key_prefix``), and Lua
@@ -40,14 +40,14 @@ def _hand_built(tree: ast.AST) -> list[int]:
 
 
 def test_no_key_is_built_outside_worker_keys() -> None:
-    """Every key string comes from worker.keys.Keys (file:line of each offender otherwise)."""
+    """Every key string comes from worker.keys.layout.Keys (file:line of each offender otherwise)."""
     offenders = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             if path in (
-                ROOT / "worker" / "keys.py",
-                ROOT / "worker" / "key_buckets.py",
-                ROOT / "worker" / "key_limits.py",
+                ROOT / "worker" / "keys" / "layout.py",
+                ROOT / "worker" / "keys" / "buckets.py",
+                ROOT / "worker" / "keys" / "limits.py",
                 ROOT / "worker" / "settings.py",
             ):
                 continue  # the key builder (and its tenant prefixes), and where the default prefix is declared

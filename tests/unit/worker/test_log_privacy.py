@@ -1,4 +1,4 @@
-"""worker/log_privacy.py: the processor every log line passes, and the rules our own log calls follow.
+"""worker/telemetry/log_privacy.py: the processor every log line passes, and the rules our own log calls follow.
 
 Records are real ``logging.LogRecord`` objects rendered by the formatter ``configure_logging`` installs, so
 these tests see exactly the JSON line a process would write (Celery's own templates included)."""
@@ -18,9 +18,9 @@ from celery.app.trace import LOG_FAILURE, LOG_RECEIVED
 from celery.worker.consumer.consumer import INVALID_TASK_ERROR
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from worker.log_privacy import HIDDEN, describe_error, traceback_without_messages
-from worker.logs import configure_logging, use_pseudonyms
-from worker.pseudonyms import Pseudonyms
+from worker.telemetry.log_privacy import HIDDEN, describe_error, traceback_without_messages
+from worker.telemetry.logs import configure_logging, use_pseudonyms
+from worker.telemetry.pseudonyms import Pseudonyms
 
 ROOT = Path(__file__).resolve().parents[3]
 SECRET = "quartz-user-text"  # what must never reach a line

@@ -48,10 +48,13 @@ def test_the_contract_names_are_exported() -> None:
 
 def test_importing_the_engine_imports_nothing_above_it() -> None:
     """`import worker` (and every engine module) loads no module of policies, sessions or producers."""
-    engine = sorted(p.stem for p in (ROOT / "worker").glob("*.py") if p.stem != "__init__")
+    engine = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in (ROOT / "worker").rglob("*.py")
+    )
     code = (
         "import importlib, sys\n"
-        f"for m in {engine!r}: importlib.import_module('worker.' + m)\n"
+        f"for m in {engine!r}: importlib.import_module(m)\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('policies', 'sessions', 'producers'))\n"
         "print(','.join(bad))\n"
     )

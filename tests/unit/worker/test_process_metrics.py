@@ -13,10 +13,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import generate_latest
 
 from tests.support.prom import buckets, parse, total
-from worker.process_metrics import BUCKETS_MS, LABELS, ProcessMetrics
-from worker.telemetry import Telemetry
-from worker.telemetry_instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS
-from worker.telemetry_plan import HandlerRuns
+from worker.telemetry.instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS
+from worker.telemetry.plan import HandlerRuns
+from worker.telemetry.process_metrics import BUCKETS_MS, LABELS, ProcessMetrics
+from worker.telemetry.recorder import Telemetry
 
 
 def _telemetry() -> tuple[Telemetry, ProcessMetrics]:
@@ -76,7 +76,7 @@ def test_histogram_buckets_are_cumulative() -> None:
 
 CHILD = """
 import sys
-from worker.process_metrics import process_metrics
+from worker.telemetry.process_metrics import process_metrics
 process_metrics().add("agent_signal_events_total", {"tenant": "a", "status": "done"}, float(sys.argv[1]))
 process_metrics().observe("agent_signal_event_latency_ms", {"tenant": "a"}, [float(sys.argv[1])])
 """
@@ -88,7 +88,9 @@ def test_processes_sharing_a_directory_are_summed(tmp_path: Path) -> None:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     for value in ("3", "4"):
         subprocess.run([sys.executable, "-c", CHILD, value], cwd=root, env=env, check=True, timeout=60)
-    reader = "import os\nfrom worker.process_metrics import exposition\nprint(exposition().decode())"
+    reader = (
+        "import os\nfrom worker.telemetry.process_metrics import exposition\nprint(exposition().decode())"
+    )
     text = subprocess.run(
         [sys.executable, "-c", reader],
         cwd=root,
@@ -120,7 +122,7 @@ def test_a_pre_aggregated_flush_exposes_what_observing_one_by_one_does(values: l
     ``observe`` per value, bucket for bucket, count and sum (an upgrade that moves the fields fails here)."""
     from prometheus_client import CollectorRegistry, Histogram
 
-    from worker.process_metrics import observe_many
+    from worker.telemetry.process_metrics import observe_many
 
     texts = []
     for aggregated in (False, True):

@@ -1,4 +1,4 @@
-"""worker/pseudonyms.py: one key per deployment, from the setting or created once in Redis."""
+"""worker/telemetry/pseudonyms.py: one key per deployment, from the setting or created once in Redis."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from redis import Redis
 
 from producers._cli import main
 from tests.conftest import SettingsFactory
-from worker.keys import Keys
-from worker.pseudonyms import load_pseudonyms
+from worker.keys.layout import Keys
 from worker.settings import SettingsError, check_settings
+from worker.telemetry.pseudonyms import load_pseudonyms
 
 
 def test_without_the_setting_every_process_shares_the_secret_kept_in_redis(

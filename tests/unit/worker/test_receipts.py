@@ -1,4 +1,4 @@
-"""Receipts belong to one user (worker/receipts.py): keys, listing across agents and topics, the runs that
+"""Receipts belong to one user (worker/store/receipts.py): keys, listing across agents and topics, the runs that
 produced them, and the move of receipts stored before they were keyed by user. Real Redis."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 from redis import Redis
 
-from worker.keys import Keys
-from worker.receipts import ReceiptStore, migrate_legacy_receipts
+from worker.keys.layout import Keys
+from worker.store.receipts import ReceiptStore, migrate_legacy_receipts
 
 
 def _receipt(

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from worker.retry import backoff_ms, should_retry
+from worker.core.retry import backoff_ms, should_retry
 
 
 def test_full_jitter_stays_under_the_exponential_ceiling() -> None:

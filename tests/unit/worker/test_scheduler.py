@@ -7,9 +7,18 @@ from typing import Any
 
 import pytest
 
-from worker.context import EffectBuffer, HandlerContext
-from worker.errors import LeaseLost, PermanentFailure
-from worker.nodes import (
+from worker.chain.context import EffectBuffer, HandlerContext
+from worker.chain.registry import (
+    Policy,
+    Registry,
+    define_action_handler,
+    define_signal_handler,
+    define_source_handler,
+)
+from worker.chain.results import applied, failed, skipped
+from worker.chain.scheduler import ChainScope, run_chain
+from worker.core.errors import LeaseLost, PermanentFailure
+from worker.core.nodes import (
     Action,
     ChainRef,
     Conclude,
@@ -21,15 +30,6 @@ from worker.nodes import (
     action_from,
     signal_from,
 )
-from worker.registry import (
-    Policy,
-    Registry,
-    define_action_handler,
-    define_signal_handler,
-    define_source_handler,
-)
-from worker.results import applied, failed, skipped
-from worker.scheduler import ChainScope, run_chain
 
 
 class MemoryPort:
@@ -263,9 +263,9 @@ class TestRegistration:
 class TestChainScope:
     def test_source_and_signal_handlers_share_the_chain_buffer_and_actions_get_their_own(self) -> None:
         """Staged writes of source/signal handlers go to the event's commit; an action's to its own APPLY."""
-        from worker.errors import PermanentFailure
-        from worker.keys import Keys
-        from worker.nodes import action_from, signal_from
+        from worker.core.errors import PermanentFailure
+        from worker.core.nodes import action_from, signal_from
+        from worker.keys.layout import Keys
 
         keys = Keys("t:")
         emitted: list[object] = []
@@ -284,9 +284,9 @@ class TestChainScope:
 
     def test_staging_refuses_engine_keys_foreign_keys_and_reads(self) -> None:
         """A handler may stage only allow-listed writes on its deployment's own, non-engine keys."""
-        from worker.context import EffectBuffer
-        from worker.errors import PermanentFailure
-        from worker.keys import Keys
+        from worker.chain.context import EffectBuffer
+        from worker.core.errors import PermanentFailure
+        from worker.keys.layout import Keys
 
         keys = Keys("t:")
         buffer = EffectBuffer(keys=keys)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.scope import derive_scope_key
+from worker.core.scope import derive_scope_key
 
 
 @pytest.mark.parametrize(

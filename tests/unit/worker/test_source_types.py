@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.source_types import AGENT_SIGNAL_SOURCE_TYPES, LOBEHUB_SOURCE_TYPES, SourceTypePolicy
+from worker.core.source_types import AGENT_SIGNAL_SOURCE_TYPES, LOBEHUB_SOURCE_TYPES, SourceTypePolicy
 
 
 def test_lobehub_has_seventeen() -> None:

@@ -1,4 +1,4 @@
-"""The store-safety decision (worker/store_safety.py) without a server: eviction, persistence, memory,
+"""The store-safety decision (worker/store/safety.py) without a server: eviction, persistence, memory,
 a disabled CONFIG, and how store errors are worded and counted."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from worker import store_safety
 from worker.settings import Settings
-from worker.store_safety import (
+from worker.store import safety as store_safety
+from worker.store.safety import (
     NO_PERSISTENCE,
     StoreConfig,
     assess,

@@ -1,4 +1,4 @@
-"""One call per committed event (worker/telemetry_plan.py): events of one shape share a plan, the buffer
+"""One call per committed event (worker/telemetry/plan.py): events of one shape share a plan, the buffer
 expands plans at flush, and what reaches Prometheus equals recording every series of every event one by one."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from prometheus_client import generate_latest
 
 from tests.support.prom import parse, total
 from tests.unit.worker.test_chain_run import _chain
-from worker.chain_document import ChainRun
-from worker.process_metrics import ProcessMetrics
-from worker.telemetry import Telemetry
-from worker.telemetry_instruments import INSTRUMENT_DESCRIPTIONS
-from worker.telemetry_plan import HandlerRuns
+from worker.chain.chain_document import ChainRun
+from worker.telemetry.instruments import INSTRUMENT_DESCRIPTIONS
+from worker.telemetry.plan import HandlerRuns
+from worker.telemetry.process_metrics import ProcessMetrics
+from worker.telemetry.recorder import Telemetry
 
 
 def _telemetry() -> tuple[Telemetry, ProcessMetrics]:

@@ -1,0 +1,121 @@
+"""Handler registration: ``define_source_handler`` & co., policies as ordered bundles, exact-type registries.
+
+A handler is a plain function ``(node, ctx) -> HandlerResult``; it never touches Celery. A :class:`Policy`
+is an ordered bundle of handler definitions; the runtime installs a list of policies in list order, and
+for each node type runs the matching handlers in that registration order (LobeHub's
+``runtime/middleware.ts``). Matching is by exact type string: no wildcards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from worker.core.nodes import Action, HandlerResult, Signal, Source
+
+if TYPE_CHECKING:
+    from worker.chain.context import HandlerContext
+
+__all__ = [
+    "HandlerDef",
+    "Policy",
+    "Registry",
+    "define_action_handler",
+    "define_signal_handler",
+    "define_source_handler",
+]
+
+HandlerKind = Literal["source", "signal", "action"]
+N = TypeVar("N", Source, Signal, Action)
+HandlerFn = Callable[[Any, "HandlerContext"], HandlerResult]
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerDef:
+    """One registered handler: what it listens to, its id, and the function."""
+
+    kind: HandlerKind
+    listen: tuple[str, ...]
+    id: str
+    handle: HandlerFn
+    # Batch-safe: the handler reads nothing that an earlier event of its scope writes, and its only effects
+    # are staged (ctx.effects, the outbox). Chains made only of such handlers commit in batches (worker/drain/batch.py).
+    batch_safe: bool = False
+
+
+def _define(
+    kind: HandlerKind, listen: str | Iterable[str], id: str, handle: HandlerFn | None, batch_safe: bool
+) -> HandlerDef:
+    if handle is None or not callable(handle):
+        raise TypeError(f"Missing handler function for define_{kind}_handler call.")
+    types = (listen,) if isinstance(listen, str) else tuple(listen)
+    if not types:
+        raise ValueError(f"define_{kind}_handler({id!r}) listens to no type")
+    return HandlerDef(kind=kind, listen=types, id=id, handle=handle, batch_safe=batch_safe)
+
+
+def define_source_handler(
+    listen: str | Iterable[str],
+    id: str,
+    handle: Callable[[Source, HandlerContext], HandlerResult],
+    *,
+    batch_safe: bool = False,
+) -> HandlerDef:
+    """Register a handler for source events of the listed types (``batch_safe``: see :class:`HandlerDef`)."""
+    return _define("source", listen, id, handle, batch_safe)
+
+
+def define_signal_handler(
+    listen: str | Iterable[str],
+    id: str,
+    handle: Callable[[Signal, HandlerContext], HandlerResult],
+    *,
+    batch_safe: bool = False,
+) -> HandlerDef:
+    """Register a handler for signals of the listed types (``batch_safe``: see :class:`HandlerDef`)."""
+    return _define("signal", listen, id, handle, batch_safe)
+
+
+def define_action_handler(
+    listen: str | Iterable[str],
+    id: str,
+    handle: Callable[[Action, HandlerContext], HandlerResult],
+    *,
+    batch_safe: bool = False,
+) -> HandlerDef:
+    """Register an action handler; it should return an ExecutorResult (runs once per idempotency key)."""
+    return _define("action", listen, id, handle, batch_safe)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A named, ordered bundle of handlers."""
+
+    name: str
+    handlers: Sequence[HandlerDef]
+
+
+@dataclass(slots=True)
+class Registry:
+    """Three maps from exact type to handlers, in registration order."""
+
+    source: dict[str, list[HandlerDef]] = field(default_factory=dict)
+    signal: dict[str, list[HandlerDef]] = field(default_factory=dict)
+    action: dict[str, list[HandlerDef]] = field(default_factory=dict)
+
+    @classmethod
+    def from_policies(cls, policies: Sequence[Policy]) -> Registry:
+        registry = cls()
+        for policy in policies:
+            for handler in policy.handlers:
+                registry.register(handler)
+        return registry
+
+    def register(self, handler: HandlerDef) -> None:
+        table = getattr(self, handler.kind)
+        for node_type in handler.listen:
+            table.setdefault(node_type, []).append(handler)
+
+    def match(self, kind: HandlerKind, node_type: str) -> list[HandlerDef]:
+        return list(getattr(self, kind).get(node_type, ()))

@@ -1,0 +1,297 @@
+"""The chain scheduler: LobeHub's breadth-first dispatch, in Python, with durable idempotency.
+
+``run_chain(source, registry, port, ...)``:
+
+1. The queue starts with the source. Nodes are taken first-in first-out.
+2. The handlers matching the node's exact type run in registration order, one after another.
+3. A handler's result is applied: ``Dispatch`` appends its signals, then its actions, at the tail;
+   an ``ExecutorResult`` on an action node is recorded and becomes the built-in result signal
+   ``signal.action.<status>`` (id ``<actionId>:result``), appended at the tail; ``Wait``/``Schedule``/
+   ``Conclude`` is remembered as the terminal result if it is the first one, and the queue keeps draining.
+4. A handler exception aborts the chain and propagates (the pipeline retries the whole event; applied
+   actions are not repeated because of step 5).
+5. Before an action handler runs, its idempotency lane is consulted through the :class:`ActionPort`: an
+   action already applied under that key is not run again; its stored result is replayed, so a redelivered
+   event converges on the same trace. An ``applied`` result is committed with the handler's staged effects
+   atomically; ``failed``/``skipped`` results never mark the lane.
+6. Source and signal handlers share the chain's :class:`ChainScope`: their staged writes and follow-up
+   events are applied by the pipeline's fenced commit when the event is done, never before.
+
+Unlike LobeHub, the trace of a chain that ends in ``wait``/``schedule``/``conclude`` is kept whole.
+A ``max_nodes`` budget stops runaway fan-out (LobeHub has none).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.chain.context import ActionPort, Deps, EffectBuffer, Emit, HandlerContext
+from worker.chain.registry import HandlerDef, HandlerKind, Registry
+from worker.core.errors import NotBatchable, PermanentFailure
+from worker.core.idempotency import idempotency_key_for
+from worker.core.nodes import (
+    Action,
+    Attempt,
+    AttemptStatus,
+    Conclude,
+    Dispatch,
+    ExecutorResult,
+    Node,
+    Schedule,
+    Signal,
+    Source,
+    Wait,
+    result_signal,
+)
+from worker.keys.layout import Keys
+from worker.telemetry.plan import HandlerRuns
+from worker.telemetry.recorder import DISABLED, Telemetry
+
+__all__ = ["ChainScope", "ChainTrace", "run_chain"]
+
+DEFAULT_MAX_NODES = 500
+
+
+@dataclass(slots=True)
+class ChainTrace:
+    """Everything one chain produced, in the order it happened."""
+
+    source: Source
+    signals: list[Signal] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    results: list[ExecutorResult] = field(default_factory=list)
+    terminal: Wait | Schedule | Conclude | None = None
+    started_at_ms: int = 0
+    duration_ms: float = 0.0
+
+    @property
+    def status(self) -> str:
+        return "completed" if self.terminal is None else self.terminal.status
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "source": self.source.to_json_dict(),
+            "signals": [s.to_json_dict() for s in self.signals],
+            "actions": [a.to_json_dict() for a in self.actions],
+            "results": [r.to_json_dict() for r in self.results],
+            "terminal": None if self.terminal is None else self.terminal.to_json_dict(),
+            "startedAt": self.started_at_ms,
+            "durationMs": round(self.duration_ms, 3),
+        }
+
+
+def _kind_and_type(node: Node) -> tuple[HandlerKind, str, str]:
+    if isinstance(node, Source):
+        return "source", node.source_type, node.source_id
+    if isinstance(node, Signal):
+        return "signal", node.signal_type, node.signal_id
+    return "action", node.action_type, node.action_id
+
+
+@dataclass(slots=True)
+class ChainScope:
+    """What every handler of one chain shares: the clock-free context fields, the chain's staged writes and
+    follow-up events (committed with the event), and the plugins' typed dependencies."""
+
+    attempt: int = 1
+    max_attempts: int = 1
+    keys: Keys = field(default_factory=Keys)
+    deps: Deps = field(default_factory=Deps)
+    effects: EffectBuffer = field(default_factory=EffectBuffer)
+    emit: Emit | None = None
+    outbox_retention_s: int = 7 * 24 * 60 * 60
+    batch: bool = False  # run for a batch commit: a handler that is not batch-safe raises NotBatchable
+    runs: HandlerRuns = field(default_factory=HandlerRuns)  # what ran, for the event's metrics
+
+    def __post_init__(self) -> None:
+        if self.effects.keys is None:
+            self.effects.keys = self.keys
+
+    def context(self, source: Source, node: Node) -> HandlerContext:
+        """A fresh context for one handler of ``node``: source and signal handlers stage into the chain's
+        buffer; an action handler gets its own (applied with its idempotency mark)."""
+        ctx = HandlerContext(
+            scope_key=source.scope_key,
+            node_timestamp=getattr(node, "timestamp", source.timestamp),
+            attempt=self.attempt,
+            max_attempts=self.max_attempts,
+            effects=EffectBuffer(keys=self.keys),
+            keys=self.keys,
+            deps_of=self.deps,
+            source=source,
+            outbox_retention_s=self.outbox_retention_s,
+        )
+        if not isinstance(node, Action):
+            ctx.effects = self.effects
+            if self.emit is not None:
+                ctx.emitter = self.emit
+        return ctx
+
+
+def run_chain(
+    source: Source,
+    registry: Registry,
+    port: ActionPort,
+    *,
+    scope: ChainScope | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+    telemetry: Telemetry = DISABLED,
+) -> ChainTrace:
+    """Run every handler reachable from ``source``; see the module docstring for the algorithm."""
+    scope = scope or ChainScope()
+    trace = ChainTrace(source=source, started_at_ms=int(time.time() * 1000))
+    started = time.perf_counter()
+    queue: deque[Node] = deque([source])
+    seen = 0
+    while queue:
+        node = queue.popleft()
+        seen += 1
+        if seen > max_nodes:
+            raise PermanentFailure(
+                f"chain exceeded {max_nodes} nodes (runaway fan-out?)", code="FANOUT_BUDGET"
+            )
+        if isinstance(node, Signal):
+            trace.signals.append(node)
+        elif isinstance(node, Action):
+            trace.actions.append(node)
+        kind, node_type, _ = _kind_and_type(node)
+        for handler in registry.match(kind, node_type):
+            if scope.batch and not handler.batch_safe:
+                raise NotBatchable(f"{handler.id} is not batch-safe")
+            ctx = scope.context(source, node)
+            queue.extend(_traced(telemetry, kind, node_type, node, handler, ctx, port, trace, scope.runs))
+    trace.duration_ms = (time.perf_counter() - started) * 1000
+    return trace
+
+
+def _result_status(
+    trace: ChainTrace, before_results: int, before_terminal: object, outputs: list[Node]
+) -> str:
+    if len(trace.results) > before_results:
+        return trace.results[-1].status
+    if trace.terminal is not None and trace.terminal is not before_terminal:
+        return trace.terminal.status
+    return "dispatch" if outputs else "void"
+
+
+def _traced(
+    telemetry: Telemetry,
+    kind: HandlerKind,
+    node_type: str,
+    node: Node,
+    handler: HandlerDef,
+    ctx: HandlerContext,
+    port: ActionPort,
+    trace: ChainTrace,
+    runs: HandlerRuns,
+) -> list[Node]:
+    """Run one handler with its metrics (noted in ``runs``), inside an ``agent_signal.handler.run`` span when
+    spans are read."""
+    if not telemetry.enabled:
+        return _run_node(node, handler, ctx, port, trace)
+    started = time.perf_counter()
+    status = "ok"
+    try:
+        if not telemetry.tracing:  # no span nobody reads: just the handler and its terminal count
+            before_terminal = trace.terminal
+            outputs = _run_node(node, handler, ctx, port, trace)
+            if trace.terminal is not before_terminal:
+                _note_terminal(telemetry, kind, node_type, trace, before_terminal)
+            return outputs
+        attrs = {
+            "agent.signal.handler_id": handler.id,
+            "agent.signal.handler_kind": kind,
+            "agent.signal.node_type": node_type,
+            "agent.signal.scope_key": ctx.scope_key,
+        }
+        with telemetry.span("agent_signal.handler.run", attrs) as span:
+            before_results, before_terminal = len(trace.results), trace.terminal
+            outputs = _run_node(node, handler, ctx, port, trace)
+            if span is not None:
+                result_status = _result_status(trace, before_results, before_terminal, outputs)
+                span.set_attribute("agent.signal.handler_result_status", result_status)
+            _note_terminal(telemetry, kind, node_type, trace, before_terminal)
+            return outputs
+    except BaseException:
+        status = "error"
+        raise
+    finally:  # counted with the event (Telemetry.event_committed), from the chain's scope
+        runs.add((handler.id, kind, node_type, status), (time.perf_counter() - started) * 1000)
+
+
+def _run_node(
+    node: Node, handler: HandlerDef, ctx: HandlerContext, port: ActionPort, trace: ChainTrace
+) -> list[Node]:
+    if isinstance(node, Action):
+        return _run_action(node, handler, ctx, port, trace)
+    return _run_handler(node, handler, ctx, trace)
+
+
+def _note_terminal(
+    telemetry: Telemetry, kind: HandlerKind, node_type: str, trace: ChainTrace, before: object
+) -> None:
+    """Count the terminal result this handler produced, if it produced one."""
+    if trace.terminal is not None and trace.terminal is not before:
+        terminal = trace.terminal
+        found = getattr(terminal, "pending", None) or getattr(terminal, "concluded", None) or {}
+        telemetry.terminal(
+            node_kind=kind,
+            node_type=node_type,
+            status=terminal.status,
+            reason=str(found.get("reason") or terminal.status),
+        )
+
+
+def _run_handler(node: Node, handler: HandlerDef, ctx: HandlerContext, trace: ChainTrace) -> list[Node]:
+    result = handler.handle(node, ctx)
+    if isinstance(result, Dispatch):
+        return [*result.signals, *result.actions]
+    if isinstance(result, Wait | Schedule | Conclude) and trace.terminal is None:
+        trace.terminal = result
+    return []
+
+
+def _run_action(
+    action: Action, handler: HandlerDef, ctx: HandlerContext, port: ActionPort, trace: ChainTrace
+) -> list[Node]:
+    key = idempotency_key_for(action)
+    ctx.idempotency_key = key
+    result = port.lookup(action, key)
+    if result is None:
+        port.ensure_live()
+        started_ms = int(time.time() * 1000)
+        raw = handler.handle(action, ctx)
+        if not isinstance(raw, ExecutorResult):
+            # An action handler that returns nothing (or a dispatch) is recorded like LobeHub's
+            # non-executor results; it produces no result signal and never marks the lane.
+            if ctx.effects:
+                raise PermanentFailure(
+                    f"{handler.id} staged writes but returned no ExecutorResult: they would never apply",
+                    code="INVALID_EFFECT",
+                )
+            return [*raw.signals, *raw.actions] if isinstance(raw, Dispatch) else []
+        result = _stamp_attempt(raw, ctx, started_ms)
+        if result.status == "applied" and not port.commit(action, key, result, ctx.effects):
+            # Someone else applied it under this key between our lookup and our commit: use theirs.
+            result = port.lookup(action, key) or result
+    trace.results.append(result)
+    return [result_signal(action, result, int(time.time() * 1000))]
+
+
+_ATTEMPT_STATUS: dict[str, AttemptStatus] = {"applied": "succeeded", "skipped": "skipped", "failed": "failed"}
+
+
+def _stamp_attempt(result: ExecutorResult, ctx: HandlerContext, started_ms: int) -> ExecutorResult:
+    status = _ATTEMPT_STATUS[result.status]
+    attempt = Attempt(
+        current=ctx.attempt,
+        max=ctx.max_attempts,
+        started_at=result.attempt.started_at or started_ms,
+        completed_at=result.attempt.completed_at or int(time.time() * 1000),
+        status=status,
+    )
+    return result.model_copy(update={"attempt": attempt})

@@ -1,0 +1,42 @@
+"""Tenant names and scope refs.
+
+A tenant is the unit of isolation (one agent platform or workspace). Its name comes from the caller's
+credential, never from a request body, and is part of every key it owns (``worker/keys/layout.py``). The engine names a
+tenant's scope by a *scope ref*, ``<tenant>/<scopeKey>``: drain tasks carry it, and the engine-wide registries
+(``scopes``, ``outbox-due``) hold it, so one worker fleet serves every tenant.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["DEFAULT_TENANT", "TENANT_PATTERN", "BadTenant", "check_tenant", "scope_ref", "split_scope_ref"]
+
+TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+DEFAULT_TENANT = "default"
+SCOPE_REF_SEPARATOR = "/"
+
+
+class BadTenant(ValueError):
+    """A tenant name outside ``[a-z0-9][a-z0-9_-]{0,62}``."""
+
+
+def check_tenant(tenant: str) -> str:
+    if not isinstance(tenant, str) or not TENANT_PATTERN.match(tenant):
+        raise BadTenant(f"tenant must match {TENANT_PATTERN.pattern} (got {tenant!r})")
+    return tenant
+
+
+def scope_ref(tenant: str, scope_key: str) -> str:
+    """The engine-wide name of a tenant's scope: ``<tenant>/<scopeKey>`` (drain tasks, ``scopes``, outbox-due).
+
+    A tenant name holds no ``/``, so the first ``/`` splits it back (scope keys may contain ``/``)."""
+    return f"{tenant}{SCOPE_REF_SEPARATOR}{scope_key}"
+
+
+def split_scope_ref(ref: str) -> tuple[str, str]:
+    """``(tenant, scopeKey)`` of a scope ref; raises BadTenant when it does not start with a tenant."""
+    tenant, sep, scope_key = ref.partition(SCOPE_REF_SEPARATOR)
+    if not sep or not scope_key:
+        raise BadTenant(f"not a scope ref (<tenant>/<scopeKey>): {ref!r}")
+    return check_tenant(tenant), scope_key

@@ -1,0 +1,1 @@
+"""Draining one scope: the lease, each head event through its steps, the fenced commit."""

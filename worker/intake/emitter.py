@@ -1,0 +1,263 @@
+"""The engine's way in: validate events, ask the plugins' admission hooks, store them, publish drains.
+
+Every event enters through an :class:`Emitter`: the SDK ``Producer`` (and so ``POST /v1/events`` and the
+CLI) wraps one, plugin tasks outside a chain use ``runtime.emitter``, and handlers inside a chain use
+``ctx.emit``, which validates and admits the event at once but stages it for the event's fenced commit.
+One implementation of validation, the size limits and the admission hooks serves them all.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ValidationError
+from redis.exceptions import RedisError
+
+from worker.core.errors import PermanentFailure
+from worker.core.source_types import SourceTypePolicy
+from worker.intake.source_event import (
+    EnqueueResult,
+    EventError,
+    InvalidEvent,
+    SourceEvent,
+    StoreUnavailable,
+    field_path,
+    parse_event,
+    prepare,
+    pydantic_error,
+    resolve_user,
+)
+from worker.settings import Settings
+from worker.store.events import EnqueueOutcome, EventStore, PreparedEvent
+from worker.store.safety import describe_store_error, note_store_failure
+from worker.telemetry.log_privacy import describe_error
+
+__all__ = ["AdmissionHook", "Emitter", "EventLike", "ReadyQueue", "StagedEmits"]
+
+log = logging.getLogger(__name__)
+
+EventLike = SourceEvent | Mapping[str, Any]
+AdmissionHook = Callable[[Sequence[PreparedEvent]], Mapping[int, str]]
+"""Called with a validated batch; answers ``{index: status}`` for the events it refuses (e.g. ``gated``)."""
+
+
+class ReadyQueue(Protocol):
+    """Making scopes ready inside the enqueue script, where the store allows it (worker.runtime.fair.FairQueue)."""
+
+    def admission_push(self, client: Any, tenant: str) -> tuple[list[str], list[Any]] | None:
+        """ENQUEUE_PUSH's ready-list keys and arguments for ``tenant``, or None: publish after the enqueue."""
+
+    def send(self, count: int) -> None:
+        """Send ``count`` drain_next messages (tickets ENQUEUE_PUSH took)."""
+
+
+class Emitter:
+    """Validate, admit and enqueue source events for one store (one tenant: ``for_tenant`` for another);
+    ``publish(scopeRef)`` sends a drain task."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: EventStore,
+        publish: Callable[[str], None],
+        *,
+        publish_many: Callable[[Sequence[str]], None] | None = None,
+        ready: ReadyQueue | None = None,
+        source_types: Iterable[str] = (),
+        admission: Sequence[AdmissionHook] = (),
+        payload_schemas: Iterable[tuple[str, type[BaseModel]]] = (),
+        user_fields: Iterable[tuple[str, Sequence[str]]] = (),
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.publish = publish
+        # Many scopes' drains at once (one round trip): FairQueue.publish_many; else one publish each.
+        self.publish_many = publish_many
+        # Where the store is one Redis, the enqueue script makes the scopes ready itself (ENQUEUE_PUSH).
+        self.ready = ready
+        self.types = SourceTypePolicy(
+            allow_unknown=settings.allow_unknown_source_types,
+            extra=[*settings.extra_source_types, *source_types],
+        )
+        self.admission = tuple(admission)
+        self.payload_schemas: dict[str, list[type[BaseModel]]] = {}
+        for (
+            source_type,
+            model,
+        ) in payload_schemas:  # the plugins' payload models, each must accept the payload
+            self.payload_schemas.setdefault(source_type, []).append(model)
+        # Where the plugins' handlers read a user in a payload (besides its userId): each must name the event's.
+        self.user_fields: dict[str, list[str]] = {}
+        for source_type, paths in user_fields:
+            self.user_fields.setdefault(source_type, []).extend(paths)
+        # The door (SDK, HTTP, CLI) enforces the inbox and tenant limits; the engine's own emits (plugin
+        # tasks reporting a run) do not: refusing those would lose what a run already did.
+        self.enforce_limits = False
+
+    @property
+    def tenant(self) -> str:
+        return self.store.tenant
+
+    def for_tenant(self, tenant: str) -> Emitter:
+        """The same emitter storing into ``tenant`` (its events' ids, keys and scope refs are that tenant's)."""
+        if tenant == self.store.tenant:
+            return self
+        other = copy.copy(self)
+        other.store = self.store.for_tenant(tenant)
+        return other
+
+    def validate(self, event: EventLike, *, prefix: str = "") -> PreparedEvent:
+        """Validate and prepare one event, or raise InvalidEvent naming the field."""
+        data = event.model_dump(by_alias=True, exclude_none=True) if isinstance(event, SourceEvent) else event
+        parsed = parse_event(data, self.types, prefix=prefix)
+        self.check_payload(parsed.source_type, parsed.payload, prefix=prefix)
+        user = resolve_user(parsed, self.user_fields.get(parsed.source_type, ()), prefix=prefix)
+        size = len(json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        if size > self.settings.max_event_bytes:
+            field = f"{prefix}.payload" if prefix else "payload"
+            raise InvalidEvent(
+                EventError(
+                    code="payload_too_large",
+                    message=f"{field} is {size} bytes; the limit is {self.settings.max_event_bytes}",
+                    field=field,
+                ),
+                status_code=413,
+            )
+        return prepare(parsed, tenant=self.store.tenant, user_id=user)
+
+    def check_payload(self, source_type: str, payload: Mapping[str, Any], *, prefix: str = "") -> None:
+        """Raise InvalidEvent naming ``payload.<field>`` when a plugin's payload model for ``source_type``
+        refuses ``payload`` (the 422 the door answers, instead of an event that dies in the worker)."""
+        for model in self.payload_schemas.get(source_type, ()):
+            try:
+                model.model_validate(payload)
+            except ValidationError as exc:
+                first = exc.errors(include_url=False)[0]
+                where = field_path(("payload",), prefix) or "payload"
+                error = pydantic_error(first, prefix=where, model_name=f"{source_type} payload")
+                raise InvalidEvent(error) from None
+
+    def validate_many(self, events: Sequence[EventLike], *, single: bool = False) -> list[PreparedEvent]:
+        """Validate a batch (all or nothing): InvalidEvent names ``events[i].field`` (``field`` when single)."""
+        if len(events) > self.settings.max_batch_events:
+            raise InvalidEvent(
+                EventError(
+                    code="batch_too_large",
+                    message=f"events has {len(events)} items; the limit is {self.settings.max_batch_events}",
+                    field="events",
+                ),
+                status_code=413,
+            )
+        return [self.validate(e, prefix="" if single else f"events[{i}]") for i, e in enumerate(events)]
+
+    def verdicts(self, prepared: Sequence[PreparedEvent]) -> dict[int, str]:
+        """What the admission hooks refuse: ``{index: status}`` (the first hook to refuse an event wins)."""
+        refused: dict[int, str] = {}
+        for hook in self.admission:
+            for index, status in hook(prepared).items():
+                refused.setdefault(index, status)
+        return refused
+
+    def enqueue(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
+        """Admit, claim and append each event, then publish one drain per scope that needs one; a store error
+        raises :class:`StoreUnavailable` (worded by :func:`worker.store.safety.describe_store_error`)."""
+        refused = self.verdicts(prepared)
+        allowed = [p for i, p in enumerate(prepared) if i not in refused]
+        store, limits = self.store, self.enforce_limits
+        # Not while writes wait for replicas: a WAIT that fails after the script would leave its tickets taken
+        # and unsent (NotReplicated is raised once the script has run).
+        ready = self.ready if allowed and not self.settings.wait_replicas else None
+        push = ready.admission_push(store.client, store.tenant) if ready is not None else None
+
+        def partly(done: list[EnqueueOutcome], taken: int) -> None:  # scope buckets: a later bucket failed
+            self._publish([store.keys.scope_ref(o.scope_key) for o in done if o.schedule], taken)
+
+        try:
+            if push is None:
+                stored, tickets = store.enqueue_many(allowed, enforce_limits=limits, on_stored=partly), 0
+            else:
+                stored, tickets = store.enqueue_and_push(
+                    allowed, push, enforce_limits=limits, on_stored=partly
+                )
+            outcomes = iter(stored)
+        except RedisError as exc:  # one script per batch: a refused batch stored none of it
+            note_store_failure(store.client, store.keys.tenant_stats, exc, "enqueue")
+            message = describe_store_error(exc, "the batch")
+            raise StoreUnavailable(message, retry_after_s=self.settings.store_retry_after_s) from exc
+        results: list[EnqueueResult] = []
+        scheduled: dict[str, None] = {}  # scope keys to drain, in first-seen order
+        for index, event in enumerate(prepared):
+            if index in refused:
+                results.append(
+                    EnqueueResult(event_id=event.event_id, source_id=event.source_id, status=refused[index])
+                )
+                continue
+            outcome = next(outcomes)
+            if outcome.schedule:
+                scheduled.setdefault(outcome.scope_key)
+            results.append(
+                EnqueueResult(event_id=outcome.event_id, source_id=outcome.source_id, status=outcome.status)
+            )
+        self._publish([self.store.keys.scope_ref(scope_key) for scope_key in scheduled], tickets)
+        return results
+
+    def admit(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueOutcome]:
+        """Store events their chain already admitted (a follow-up journaled to its own bucket,
+        worker/store/journal.py): no admission hooks and no limits, as the commit would have stored them; drains
+        sent for the scopes that need one."""
+        stored = self.store.enqueue_many(prepared)
+        self._publish([self.store.keys.scope_ref(o.scope_key) for o in stored if o.schedule])
+        return stored
+
+    def _publish(self, refs: list[str], tickets: int = 0) -> None:
+        """Send the drains: of ``refs``, the scopes this enqueue made ready, and ``tickets`` drain_next messages
+        for those ENQUEUE_PUSH made ready itself. The events are stored by now, so a broker failure must not
+        fail the call: each scope keeps its ``sched`` marker (and its place on the ready list), and the
+        reconcile sweep sends for it."""
+        if not refs and not tickets:
+            return
+        try:
+            if tickets and self.ready is not None:
+                self.ready.send(tickets)
+            if refs and self.publish_many is not None:
+                self.publish_many(refs)
+            else:
+                for ref in refs:
+                    self.publish(ref)
+        except Exception as exc:
+            what = f"drains for {len(refs)} scope(s)" if refs else f"{tickets} drain message(s)"
+            log.warning(
+                "%s not sent (%s); the reconcile sweep will send for their scopes",
+                what,
+                describe_error(exc),
+                extra={"scopeRef": refs[0]} if refs else None,
+            )
+
+    def emit(self, event: EventLike) -> EnqueueResult:
+        """Validate and enqueue one event now (plugin tasks outside a chain)."""
+        return self.enqueue([self.validate(event)])[0]
+
+
+class StagedEmits:
+    """The follow-up events of one chain: validated and admitted when emitted, stored by the fenced commit."""
+
+    def __init__(self, emitter: Emitter | None) -> None:
+        self.emitter = emitter
+        self.events: list[PreparedEvent] = []
+
+    def __call__(self, event: Mapping[str, Any]) -> str:
+        if self.emitter is None:
+            raise RuntimeError("this pipeline has no emitter: follow-up events cannot be staged")
+        try:
+            prepared = self.emitter.validate(event)
+        except InvalidEvent as exc:  # a follow-up that can never be stored: retrying will not fix it
+            raise PermanentFailure(f"follow-up event rejected: {exc}", code="INVALID_FOLLOWUP") from None
+        refused = self.emitter.verdicts([prepared])
+        if refused:
+            return refused[0]
+        self.events.append(prepared)
+        return "staged"

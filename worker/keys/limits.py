@@ -1,0 +1,42 @@
+"""The keys of the rate limits and quotas: a part of :class:`worker.keys.layout.Keys` (which inherits it), kept apart
+by concept. Like every key, they are built here and nowhere else (``tests/unit/worker/test_keys_home.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.keys.buckets import TenantSlots
+
+__all__ = ["LimitKeys"]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitKeys(TenantSlots):
+    """Rate buckets (engine-wide, tagged with the tenant: a credential's and its tenant's share a cluster slot,
+    so one script charges both), open streams, retained events and users' stored bytes (worker/store/quotas.py)."""
+
+    def rate_bucket(self, credential_id: str) -> str:
+        """A credential of this tenant: its token bucket (hash {tokens, at}), expiring when idle."""
+        return f"{self.prefix}ratelimit:{{{self.tenant}}}:{credential_id}"
+
+    @property
+    def tenant_rate_bucket(self) -> str:
+        """The tenant's token bucket over all its credentials and user tokens (hash {tokens, at})."""
+        return f"{self.prefix}ratelimit:{{{self.tenant}}}"
+
+    @property
+    def open_streams(self) -> str:
+        """The tenant's open receipt streams across web processes (zset: stream id -> lease end, ms); a process
+        renews its streams' leases, so a crashed one's streams drop out when their lease ends."""
+        return f"{self.home}open-streams"
+
+    @property
+    def retained_events(self) -> str:
+        """Events the bucket admitted, per slot of a 24th of the dedupe window (hash slot -> count): the
+        tenant's retained-events quota."""
+        return f"{self.own or self.bound}retained-events"
+
+    def user_bytes(self, user_id: str) -> str:
+        """The bytes one user's data takes (hash ``keep`` / ``d<day>`` -> bytes): their storage quota. Handlers
+        that write user data count it here; erasure deletes it."""
+        return f"{self.home}bytes:user:{user_id}"

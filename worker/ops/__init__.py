@@ -1,0 +1,1 @@
+"""What operators and the door read and change: scopes, runs, erasure, credentials, rate limits, workers, gauges."""

@@ -1,0 +1,367 @@
+"""Credentials: API keys and user tokens, stored in Redis and shared by the CLI, the web app and tests.
+
+**API keys.** A key's id is ``key_<16 hex>`` and its secret ``as_<the same 16 hex>_<32 random bytes, urlsafe>``,
+so the id is read from the secret and verifying is one ``HGETALL`` (cached), never a scan. Only SHA-256 of the
+secret is stored (hash ``Keys.api_key(id)``: tenant, role, name, hash, createdAt, revokedAt), compared with
+:func:`hmac.compare_digest`. The secrets carry 256 random bits, so a slow password hash (bcrypt, argon2) would
+add latency to every request and no resistance to guessing (docs/decisions.md "Credentials"). A revoked key
+keeps its record (without the hash) and its id in ``Keys.api_keys``, so "credentials are configured" never turns
+back off by revoking the last key. Creating and revoking a key appends to the tenant's audit stream.
+
+**The bootstrap key** (``AGENT_SIGNAL_BOOTSTRAP_KEY``, or the deprecated ``AGENT_SIGNAL_API_TOKEN``) is an
+``admin`` key of tenant ``default`` with the id ``bootstrap``, compared in constant time; it is never stored.
+
+**User tokens** are JWTs (HS256, PyJWT): claims ``tenant``, ``sub`` (the userId), ``iat``, ``exp``, ``jti`` and
+``kid`` (the issuing key's id, also in the header). A token is valid while its issuer is: a revoked key's
+tokens stop working (within the cache window). The signing secret is ``AGENT_SIGNAL_TOKEN_SECRET`` when set,
+else one random secret created in Redis with ``SET NX`` (``Keys.token_secret``) so every web replica shares it.
+
+Verification may read Redis. Pass ``allow_io=False`` (the web's event loop does) to get :class:`NeedsIO` instead
+of a blocking call when the answer is not in the in-process cache; then call again off the loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jwt
+from redis import Redis
+
+from worker.core.ids import IdProblem, id_problem
+from worker.keys.layout import DEFAULT_TENANT, BadTenant, Keys, check_tenant
+
+__all__ = [
+    "BOOTSTRAP_ID",
+    "DEFAULT_TOKEN_TTL_S",
+    "LOCAL_ID",
+    "MAX_TOKEN_TTL_S",
+    "ROLES",
+    "CredentialError",
+    "CredentialStore",
+    "KeyRecord",
+    "NeedsIO",
+    "UserToken",
+    "hash_secret",
+    "key_id_of",
+]
+
+ROLES = ("ingest", "read", "operate", "admin", "metrics")  # metrics: the operations surfaces only
+KEY_ID_PREFIX = "key_"
+SECRET_PREFIX = "as_"
+BOOTSTRAP_ID = "bootstrap"  # the bootstrap key's credential id (and the kid of the tokens it mints)
+LOCAL_ID = "local"  # the credential id of the caller when no credential is configured (loopback only)
+DEFAULT_TOKEN_TTL_S = 3600
+MAX_TOKEN_TTL_S = 86400
+MIN_BOOTSTRAP_KEY_CHARS = 16
+MIN_TOKEN_SECRET_CHARS = 32  # HS256 wants a key of at least 256 bits (RFC 7518 §3.2)
+AUDIT_MAXLEN = 10_000  # audit entries kept per tenant (XADD MAXLEN ~)
+CACHE_MAX_ENTRIES = 10_000  # the in-process cache is dropped whole past this (random ids cannot grow it)
+MAX_NAME_CHARS = 100
+ALGORITHM = "HS256"
+_SECRET_SHAPE = re.compile(r"^as_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$")
+
+
+class CredentialError(ValueError):
+    """A request for a credential that cannot be honoured; ``field`` names the input at fault."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class NeedsIO(Exception):
+    """Raised with ``allow_io=False`` when the answer needs Redis: call again where blocking is allowed."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """One API key (or the bootstrap key), never with its secret."""
+
+    id: str
+    tenant: str
+    role: str
+    name: str
+    created_at_ms: int
+    revoked_at_ms: int | None = None
+    secret_hash: str = field(default="", repr=False)
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at_ms is None
+
+    def public(self) -> dict[str, Any]:
+        """The JSON shape of ``keys list`` and ``GET /v1/keys`` (no secret, no hash)."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "tenant": self.tenant,
+            "role": self.role,
+            "name": self.name,
+            "createdAt": self.created_at_ms,
+        }
+        if self.revoked_at_ms is not None:
+            out["revokedAt"] = self.revoked_at_ms
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class UserToken:
+    """A verified user token: the one user of one tenant it speaks for, and the key that minted it."""
+
+    tenant: str
+    user_id: str
+    issuer: str
+    expires_at_ms: int
+    jti: str
+
+
+def key_id_of(secret: str) -> str | None:
+    """The key id a secret names (``as_<hex>_…`` → ``key_<hex>``), or None when it is not a key's shape."""
+    match = _SECRET_SHAPE.match(secret)
+    return f"{KEY_ID_PREFIX}{match.group(1)}" if match else None
+
+
+def hash_secret(secret: str) -> str:
+    """What is stored for a secret: ``sha256:<hex>``."""
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class CredentialStore:
+    """API keys, the bootstrap key and user tokens over one Redis client.
+
+    ``cache_s`` is how long a key record read from Redis is trusted in this process (the web uses
+    ``AGENT_SIGNAL_AUTH_CACHE_S``; the CLI 0): a revoke takes effect everywhere within it."""
+
+    def __init__(
+        self,
+        client: Redis,
+        keys: Keys,
+        *,
+        bootstrap_key: str | None = None,
+        token_secret: str | None = None,
+        cache_s: float = 0.0,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.bootstrap_key = bootstrap_key or None
+        self.cache_s = cache_s
+        self._signing_secret = token_secret or None
+        self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+        self._configured_until = 0.0  # "no key stored" is trusted until then; True is latched
+        self._configured = self.bootstrap_key is not None
+
+    # --- API keys ---
+
+    def create(self, tenant: str, role: str, name: str = "", *, actor: str = "cli") -> tuple[KeyRecord, str]:
+        """A new key of ``tenant`` with ``role``: ``(record, secret)``; the secret exists only in the answer."""
+        _check_key_request(tenant, role, name)
+        hex_id = secrets.token_hex(8)
+        key_id = f"{KEY_ID_PREFIX}{hex_id}"
+        secret = f"{SECRET_PREFIX}{hex_id}_{secrets.token_urlsafe(32)}"
+        record = KeyRecord(key_id, tenant, role, name, _now_ms(), secret_hash=hash_secret(secret))
+        # The audit entry first: it lives in the tenant's slot, the key in {credentials}, so they cannot share a
+        # transaction on a cluster; a crash between the two leaves an entry for a key never made, never the reverse.
+        self._audit(tenant, "key.create", key_id, role=role, name=name, actor=actor)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(
+            self.keys.api_key(key_id),
+            mapping={
+                "tenant": tenant,
+                "role": role,
+                "name": name,
+                "hash": record.secret_hash,
+                "createdAt": record.created_at_ms,
+            },
+        )
+        pipe.sadd(self.keys.api_keys, key_id)
+        pipe.execute()
+        self._configured = True
+        return record, secret
+
+    def get(self, key_id: str, *, allow_io: bool = True) -> KeyRecord | None:
+        """The stored record of ``key_id`` (revoked ones too), through the cache."""
+        now = time.monotonic()
+        cached = self._cache.get(key_id)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        if not allow_io:
+            raise NeedsIO(key_id)
+        record = _record(key_id, self.client.hgetall(self.keys.api_key(key_id)))
+        if self.cache_s > 0:
+            if len(self._cache) >= CACHE_MAX_ENTRIES:
+                self._cache.clear()
+            self._cache[key_id] = (now + self.cache_s, record)
+        return record
+
+    def list(self, tenant: str | None = None) -> list[KeyRecord]:
+        """Every stored key (of ``tenant`` when given), oldest first, without secrets."""
+        ids = sorted(_text(i) for i in self.client.smembers(self.keys.api_keys))
+        pipe = self.client.pipeline(transaction=False)
+        for key_id in ids:
+            pipe.hgetall(self.keys.api_key(key_id))
+        records = [_record(key_id, fields) for key_id, fields in zip(ids, pipe.execute(), strict=True)]
+        found = [r for r in records if r is not None and (tenant is None or r.tenant == tenant)]
+        return sorted(found, key=lambda r: (r.created_at_ms, r.id))
+
+    def revoke(self, key_id: str, *, actor: str = "cli") -> KeyRecord | None:
+        """Revoke ``key_id`` (idempotent): its hash is dropped and ``revokedAt`` set; None when unknown."""
+        record = self.read(key_id)
+        if record is None:
+            return None
+        if record.active:
+            at = _now_ms()
+            self._audit(record.tenant, "key.revoke", key_id, role=record.role, actor=actor)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hsetnx(self.keys.api_key(key_id), "revokedAt", str(at))
+            pipe.hdel(self.keys.api_key(key_id), "hash")
+            pipe.execute()
+        self._cache.pop(key_id, None)
+        return self.read(key_id)
+
+    def verify(self, secret: str, *, allow_io: bool = True) -> KeyRecord | None:
+        """The active key whose secret this is (the bootstrap key included), else None."""
+        bootstrap = self.bootstrap_key
+        if bootstrap is not None and hmac.compare_digest(secret.encode(), bootstrap.encode()):
+            return self.bootstrap_record()
+        key_id = key_id_of(secret)
+        if key_id is None:
+            return None
+        record = self.get(key_id, allow_io=allow_io)
+        if record is None or not record.active or not record.secret_hash:
+            return None
+        return record if hmac.compare_digest(record.secret_hash, hash_secret(secret)) else None
+
+    def bootstrap_record(self) -> KeyRecord:
+        return KeyRecord(BOOTSTRAP_ID, DEFAULT_TENANT, "admin", "AGENT_SIGNAL_BOOTSTRAP_KEY", 0)
+
+    def configured(self, *, allow_io: bool = True) -> bool:
+        """True when any credential exists: the bootstrap key, or a key ever created (revoked ones count).
+
+        Once True it stays True in this process; False is re-checked after ``cache_s``."""
+        if self._configured:
+            return True
+        now = time.monotonic()
+        if now < self._configured_until:
+            return False
+        if not allow_io:
+            raise NeedsIO("configured")
+        self._configured = bool(self.client.scard(self.keys.api_keys))
+        self._configured_until = now + self.cache_s
+        return self._configured
+
+    # --- user tokens ---
+
+    def mint_user_token(
+        self, tenant: str, user_id: str, ttl_s: int = DEFAULT_TOKEN_TTL_S, issuer_key_id: str = BOOTSTRAP_ID
+    ) -> tuple[str, int]:
+        """A signed token for ``user_id`` of ``tenant``: ``(token, expiresAt in ms)``."""
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or not 1 <= ttl_s <= MAX_TOKEN_TTL_S:
+            raise CredentialError(f"ttlS must be an integer from 1 to {MAX_TOKEN_TTL_S} seconds", "ttlS")
+        problem = (
+            id_problem(user_id) if isinstance(user_id, str) else IdProblem("characters", "must be a string")
+        )
+        if problem is not None:
+            raise CredentialError(f"userId {problem.message}", "userId")
+        check_tenant(tenant)
+        issued = int(time.time())
+        claims = {
+            "tenant": tenant,
+            "sub": user_id,
+            "iat": issued,
+            "exp": issued + ttl_s,
+            "jti": uuid.uuid4().hex,
+            "kid": issuer_key_id,
+        }
+        token = jwt.encode(claims, self.signing_secret(), algorithm=ALGORITHM, headers={"kid": issuer_key_id})
+        return token, (issued + ttl_s) * 1000
+
+    def verify_user_token(self, token: str, *, allow_io: bool = True) -> UserToken | None:
+        """The token's user when its signature, expiry and issuer are all valid, else None."""
+        if self._signing_secret is None and not allow_io:
+            raise NeedsIO("token secret")
+        try:
+            claims = jwt.decode(
+                token,
+                self.signing_secret(),
+                algorithms=[ALGORITHM],
+                options={"require": ["exp", "iat", "sub", "jti", "tenant", "kid"]},
+            )
+        except jwt.InvalidTokenError:
+            return None
+        tenant, user_id, issuer = claims["tenant"], claims["sub"], claims["kid"]
+        if not all(isinstance(v, str) for v in (tenant, user_id, issuer, claims["jti"])):
+            return None
+        if not self._issuer_valid(issuer, tenant, allow_io=allow_io):
+            return None
+        return UserToken(tenant, user_id, issuer, int(claims["exp"]) * 1000, claims["jti"])
+
+    def _issuer_valid(self, issuer: str, tenant: str, *, allow_io: bool) -> bool:
+        if issuer == BOOTSTRAP_ID:
+            return self.bootstrap_key is not None and tenant == DEFAULT_TENANT
+        if issuer == LOCAL_ID:  # minted while no credential existed: void once one does
+            return tenant == DEFAULT_TENANT and not self.configured(allow_io=allow_io)
+        record = self.get(issuer, allow_io=allow_io) if issuer.startswith(KEY_ID_PREFIX) else None
+        return record is not None and record.active and record.tenant == tenant
+
+    def signing_secret(self) -> str:
+        """The HS256 secret: the setting, else the shared one in Redis (created once with SET NX)."""
+        if self._signing_secret is None:
+            self.client.set(self.keys.token_secret, secrets.token_urlsafe(48), nx=True)
+            stored = self.client.get(self.keys.token_secret)
+            if not isinstance(stored, str) or len(stored) < MIN_TOKEN_SECRET_CHARS:
+                raise CredentialError("the stored token secret is missing or too short")
+            self._signing_secret = stored
+        return self._signing_secret
+
+    # --- helpers ---
+
+    def read(self, key_id: str) -> KeyRecord | None:
+        """The stored record of ``key_id``, bypassing (and dropping) the cache entry."""
+        self._cache.pop(key_id, None)
+        return _record(key_id, self.client.hgetall(self.keys.api_key(key_id)))
+
+    def _audit(self, tenant: str, action: str, key_id: str, **fields: str) -> None:
+        entry: dict[Any, Any] = {"action": action, "keyId": key_id, "at": str(_now_ms()), **fields}
+        self.client.xadd(self.keys.for_tenant(tenant).audit, entry, maxlen=AUDIT_MAXLEN, approximate=True)
+
+
+def _check_key_request(tenant: str, role: str, name: str) -> None:
+    try:
+        check_tenant(tenant)
+    except BadTenant as exc:
+        raise CredentialError(str(exc), "tenant") from None
+    if role not in ROLES:
+        raise CredentialError(f"role must be one of {', '.join(ROLES)} (got {role!r})", "role")
+    if len(name) > MAX_NAME_CHARS or not name.isprintable():
+        raise CredentialError(f"name must be at most {MAX_NAME_CHARS} printable characters", "name")
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _record(key_id: str, raw: Mapping[Any, Any]) -> KeyRecord | None:
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    if "tenant" not in fields or "role" not in fields:
+        return None
+    revoked = fields.get("revokedAt")
+    return KeyRecord(
+        id=key_id,
+        tenant=fields["tenant"],
+        role=fields["role"],
+        name=fields.get("name", ""),
+        created_at_ms=int(fields.get("createdAt") or 0),
+        revoked_at_ms=int(revoked) if revoked else None,
+        secret_hash=fields.get("hash", ""),
+    )

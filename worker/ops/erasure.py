@@ -1,0 +1,299 @@
+"""Erasure: remove everything a tenant stores about one user (``DELETE /v1/users/{userId}``).
+
+Every key that holds a user's data is found from the tenant and the user, by design (``worker/keys/layout.py``):
+
+* user-keyed families: memories, skills (and each document's version history), receipts (bodies and indexes),
+  conversations, the user's conversation and session indexes, the feature override, review guards naming
+  the user, and the count of their stored bytes (worker/store/quotas.py: their storage quota starts again at 0);
+* the user's events, from their index ``events-of:user:U`` (written with each event): each event becomes a
+  tombstone that keeps its id (so a replay of it is still a duplicate), status, attempts and times, and
+  loses its payload, user, scope and source ids; its chain document and outbox records go;
+* the scopes those events ran in and the user's sessions' scopes: a scope whose events were all this
+  user's (``scope-users:{scope}``) is dropped whole (inbox, lease/fence counters, idempotency lanes,
+  plugin data, procedure records, outbox…); a scope shared with other users keeps its data, loses the
+  user's queued events and the user's name.
+
+A scope whose lease is held right now is left alone and reported in ``busyScopes``: an event of it is
+running and would write again after us. Erasure is idempotent, so the caller repeats it until
+``busyScopes`` is 0. Each run is audited in the tenant's audit stream under the user's pseudonym, a keyed
+hash (worker/telemetry/pseudonyms.py): the audit must not keep the id, nor a hash anyone could compute from a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.store.events import EventStore, now_ms
+from worker.store.reads import chain_owner
+from worker.telemetry.pseudonyms import load_pseudonyms
+
+__all__ = ["ErasureReport", "erase_user"]
+
+SCAN_COUNT = 500
+TOMBSTONE_DROPS = (
+    "event",
+    "userId",
+    "scopeKey",
+    "sourceId",
+    "error",
+    "chainId",
+    "lastError",
+    "history",  # attempts: their errors may quote the payload
+    "discardReason",
+)
+
+
+@dataclass(slots=True)
+class ErasureReport:
+    user_id: str
+    removed: Counter[str] = field(default_factory=Counter)
+    busy_scopes: list[str] = field(default_factory=list)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "userId": self.user_id,
+            "removed": dict(sorted(self.removed.items())),
+            "busyScopes": len(self.busy_scopes),
+        }
+
+
+def _s(value: Any) -> str:
+    return value if isinstance(value, str) else value.decode("utf-8")
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def erase_user(
+    store: EventStore,
+    user_id: str,
+    *,
+    session_scope: Callable[[str], str],
+    audit_maxlen: int = 10_000,
+) -> ErasureReport:
+    """Erase ``user_id`` in the store's tenant (see the module docstring); returns what was removed."""
+    report = ErasureReport(user_id)
+    events = _user_events(store, user_id)
+    sessions = sorted(_s(x) for x in store.client.smembers(store.keys.user_sessions(user_id)))
+    scopes = {e["scopeKey"] for e in events if e.get("scopeKey")} | {session_scope(s) for s in sessions}
+    whole, shared = _classify(store, user_id, scopes, report)
+    skipped = set(report.busy_scopes)
+    mine = [e for e in events if e.get("scopeKey") not in skipped]
+    _tombstone(store, user_id, mine, shared, report)
+    _drop_user_keyed(store, user_id, report)
+    _drop_scopes(store, whole, report)
+    _drop_diagnostics(store, user_id, scopes - skipped, report)
+    if not report.busy_scopes:
+        indexes = [k.user_events(user_id) for k in store.buckets()]
+        store.client.delete(*indexes, store.keys.user_sessions(user_id))
+    store.client.xadd(
+        store.keys.audit,
+        {
+            "action": "erase-user",
+            "user": load_pseudonyms(store.client, store.settings).of(user_id),
+            "at": str(now_ms()),
+            "removed": json.dumps(report.to_json_dict()["removed"]),
+        },
+        maxlen=audit_maxlen,
+        approximate=True,
+    )
+    return report
+
+
+def _user_events(store: EventStore, user_id: str) -> list[dict[str, str]]:
+    """The user's events still stored: id, scope, chain, user, and the bucket that holds it (read from each
+    event's record; each bucket's user index, with scope buckets)."""
+    every = store.buckets()
+    pipe = store.client.pipeline(transaction=False)
+    for k in every:
+        pipe.zrange(k.user_events(user_id), 0, -1)
+    ids = [(_s(x), b) for b, found in enumerate(pipe.execute()) for x in found]
+    pipe = store.client.pipeline(transaction=False)
+    for event_id, b in ids:
+        pipe.hmget(every[b].event(event_id), "scopeKey", "chainId", "userId", "state", "sourceId")
+    out = []
+    for (event_id, b), (scope, chain, owner, state, source_id) in zip(ids, pipe.execute(), strict=True):
+        if state is None:
+            continue  # expired past the dedupe window: nothing left
+        out.append(
+            {
+                "eventId": event_id,
+                "scopeKey": _s(scope) if scope else "",
+                "chainId": _s(chain) if chain else (f"chain:{_s(source_id)}" if source_id else ""),
+                "userId": _s(owner) if owner else "",
+                "state": _s(state),
+                "bucket": str(b),
+            }
+        )
+    return out
+
+
+def _classify(
+    store: EventStore, user_id: str, scopes: Iterable[str], report: ErasureReport
+) -> tuple[list[str], list[str]]:
+    """(scopes that are only this user's, scopes shared with others); busy ones go to the report."""
+    whole: list[str] = []
+    shared: list[str] = []
+    for scope in sorted(scopes):
+        pipe = store.client.pipeline(transaction=False)
+        pipe.exists(store.keys.lease(scope))
+        pipe.smembers(store.keys.scope_users(scope))
+        leased, users = pipe.execute()
+        if leased:
+            report.busy_scopes.append(scope)
+        elif {_s(u) for u in users} <= {user_id}:
+            whole.append(scope)
+        else:
+            shared.append(scope)
+    return whole, shared
+
+
+def _tombstone(
+    store: EventStore, user_id: str, events: list[dict[str, str]], shared: list[str], report: ErasureReport
+) -> None:
+    """Events keep id, status, attempts and times; payload, user, scope and source ids go. Their chain
+    documents (when the chain is this user's) and outbox records go; queued ones leave shared inboxes."""
+    client, every = store.client, store.buckets()
+    shared_set = set(shared)
+    at = now_ms()
+    for event in events:
+        event_id, scope = event["eventId"], event["scopeKey"]
+        k = every[int(event["bucket"])]
+        pipe = client.pipeline(transaction=True)
+        pipe.hdel(k.event(event_id), *TOMBSTONE_DROPS)
+        pipe.hset(k.event(event_id), "erasedAt", at)
+        if event["state"] in ("queued", "processing"):
+            pipe.hset(k.event(event_id), "state", "erased")
+            pipe.hincrby(k.stats, "queued", -1)  # it will never run: out of the tenant's queue quota
+        if scope in shared_set:
+            pipe.lrem(k.inbox(scope), 0, event_id)
+        pipe.zrem(k.dlq, event_id)
+        pipe.execute()
+        report.removed["eventPayloads"] += 1
+        report.removed["chains"] += int(client.delete(k.chain(event_id)))  # its run's own trace
+        # a chain stored under its chain id before chains were kept per event: only when this event wrote it
+        if event["chainId"] and chain_owner(store.get_bytes(k.chain(event["chainId"]))) == event_id:
+            report.removed["chains"] += int(client.delete(k.chain(event["chainId"])))
+        if scope:
+            _drop_outbox_of(store, scope, event_id, report)
+    for scope in shared:
+        client.srem(store.keys.scope_users(scope), user_id)
+
+
+def _drop_outbox_of(store: EventStore, scope: str, event_id: str, report: ErasureReport) -> None:
+    k, client = store.keys.for_scope(scope), store.client
+    index = k.outbox_of_event(scope, event_id)
+    ids = [_s(x) for x in client.smembers(index)]
+    if not ids:
+        return
+    ref = k.scope_ref(scope)
+    pipe = client.pipeline(transaction=False)
+    for record_id in ids:
+        pipe.delete(k.outbox_record(scope, record_id))
+        pipe.zrem(k.outbox_due, f"{ref}\x1f{record_id}")
+        pipe.zrem(k.journal_due, f"{ref}\x1f{record_id}")
+    pipe.delete(index)
+    pipe.execute()
+    report.removed["outboxRecords"] += len(ids)
+
+
+def _drop_user_keyed(store: EventStore, user_id: str, report: ErasureReport) -> None:
+    """Memories, skills and their histories, receipts, conversations, the override, review guards."""
+    k, client = store.keys, store.client
+    report.removed["memories"] += int(client.hlen(k.memories(user_id)))
+    client.delete(k.memories(user_id))
+    for key in client.scan_iter(match=_glob_escape(k.skills(user_id, "")) + "*", count=SCAN_COUNT):
+        doc_ids = [_s(d) for d in client.hkeys(key)]
+        report.removed["skills"] += len(doc_ids)
+        if doc_ids:
+            report.removed["skillVersions"] += int(client.delete(*[k.skill_history(d) for d in doc_ids]))
+        client.delete(key)
+    for key in client.scan_iter(match=_glob_escape(k.skill_runs(user_id, "")) + "*", count=SCAN_COUNT):
+        client.delete(key)  # what each skill run did (its answer to a redelivery)
+    # Receipts: every one the user has is in the user's own index; the per-agent/topic and per-run indexes
+    # are the keys under it.
+    ids = [_s(x) for x in client.zrange(k.user_receipts(user_id), 0, -1)]
+    for start in range(0, len(ids), 500):
+        report.removed["receipts"] += int(
+            client.delete(*[k.receipt(user_id, i) for i in ids[start : start + 500]])
+        )
+    for index in client.scan_iter(match=_glob_escape(k.user_receipts(user_id)) + ":*", count=SCAN_COUNT):
+        client.delete(index)
+    client.delete(k.user_receipts(user_id))
+    for key in client.scan_iter(match=_glob_escape(k.receipt(user_id, "")) + "*", count=SCAN_COUNT):
+        report.removed["receipts"] += int(client.delete(key))  # one its indexes no longer name
+    owners = [_s(m) for m in client.zrange(k.user_conversations(user_id), 0, -1)]
+    for member in owners:
+        user, agent, topic = [*member.split("\x1f"), "", "", ""][:3]
+        report.removed["conversations"] += int(client.delete(k.conversation(user, agent, topic)))
+        client.zrem(k.conversations, member)
+    client.delete(k.user_conversations(user_id))
+    report.removed["featureOverrides"] += int(client.hdel(k.self_iteration_overrides, user_id))
+    client.delete(k.user_bytes(user_id))  # the storage quota's count: nothing of the user is left to count
+    # Review guards are "<kind>-guard:<kind>:<userId>:…" (policies/self_iteration/reviews.py): the user is the
+    # third segment, matched exactly (user ids hold no ':').
+    guard = re.compile(
+        re.escape(k.review_guard("")) + r"[a-z-]+-guard:[a-z-]+:" + re.escape(user_id) + "(:|$)"
+    )
+    for key in client.scan_iter(match=_glob_escape(k.review_guard("")) + "*", count=SCAN_COUNT):
+        if guard.match(_s(key)):
+            report.removed["reviewGuards"] += int(client.delete(key))
+    # A user token's rate bucket is named "<issuer>:<userId>" (engine-wide, short-lived): drop it now.
+    for key in client.scan_iter(
+        match=_glob_escape(k.rate_bucket("")) + "*:" + _glob_escape(user_id), count=SCAN_COUNT
+    ):
+        client.delete(key)
+
+
+def _drop_scopes(store: EventStore, scopes: list[str], report: ErasureReport) -> None:
+    """Every key of these scopes (one SCAN over the tenant), their registry entries and due outbox calls."""
+    if not scopes:
+        return
+    k, client = store.keys, store.client
+    tags = [f"{{{scope}}}" for scope in scopes]
+    doomed: list[str] = []
+    for raw in client.scan_iter(match=k.tenant_pattern, count=SCAN_COUNT):
+        key = _s(raw)
+        if any(tag in key for tag in tags):
+            doomed.append(key)
+    for start in range(0, len(doomed), 500):
+        client.delete(*doomed[start : start + 500])
+    report.removed["scopeKeys"] += len(doomed)
+    report.removed["scopes"] += len(scopes)
+    for scope in scopes:
+        k = store.keys.for_scope(scope)
+        client.hdel(k.runs("paused"), scope)  # a paused scope's key may name the user
+        ref = k.scope_ref(scope)
+        client.srem(k.scopes, ref)
+        for due in (k.outbox_due, k.journal_due):
+            for member, _ in client.zscan_iter(due, match=_glob_escape(f"{ref}\x1f") + "*"):
+                client.zrem(due, member)
+
+
+def _drop_diagnostics(store: EventStore, user_id: str, scopes: set[str], report: ErasureReport) -> None:
+    """Judge diagnostics of the user's scopes (they quote the user's messages)."""
+    key = store.keys.diagnostics
+    entries = [_s(e) for e in store.client.lrange(key, 0, -1)]
+    keep = [e for e in entries if not _mentions(e, user_id, scopes)]
+    if len(keep) == len(entries):
+        return
+    pipe = store.client.pipeline(transaction=True)
+    pipe.delete(key)
+    if keep:
+        pipe.rpush(key, *keep)
+    pipe.execute()
+    report.removed["diagnostics"] += len(entries) - len(keep)
+
+
+def _mentions(entry: str, user_id: str, scopes: set[str]) -> bool:
+    try:
+        data = json.loads(entry)
+    except ValueError:
+        return user_id in entry
+    return data.get("scopeKey") in scopes or data.get("userId") == user_id or user_id in entry

@@ -1,0 +1,234 @@
+"""The runs explorer: find events by status, source type, scope, user and enqueue time, newest first; find an
+event by its source id; the dead letters operators discarded.
+
+The indexes (``Keys.runs``, written by the state-changing scripts, see worker/store/scripts_ops.py ``RUN_INDEX``)
+are zsets of event ids scored by enqueue time, each bounded by ``AGENT_SIGNAL_RUN_INDEX_MAX`` and the dedupe
+window. A query walks ONE index, the most selective its filters name (scope, then user, then source type,
+then status, else all events), newest first, one page per round trip (RUNS_PAGE), reads each page's records
+(HMGET of :data:`~worker.documents.event_records.LIST_FIELDS`, one pipelined round trip) and keeps those that match every
+other filter: the intersection is done here, over bounded pages. A query examines at most
+:data:`MAX_EXAMINED` index entries; when it stops there (or at ``limit``), the cursor resumes after the last
+entry examined, so a page may hold fewer than ``limit`` events and still have a cursor. Order is (enqueue
+time, event id) descending, stable across pages while events arrive.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from worker.documents.event_body import body_of
+from worker.documents.event_records import status_record
+from worker.keys.layout import Keys
+from worker.store.events import EventStore, now_ms
+from worker.store.reads import newest_first
+
+__all__ = [
+    "MAX_EXAMINED",
+    "STATUSES",
+    "BadCursor",
+    "RunPage",
+    "RunQuery",
+    "discard",
+    "event_detail",
+    "find_by_source",
+    "list_discarded",
+    "list_runs",
+]
+
+STATUSES = ("queued", "processing", "done", "dead", "cancelled", "discarded", "erased")
+_STATUS_INDEX = {"queued": "active", "processing": "active", "done": "done", "dead": "dead"}
+_STATUS_INDEX |= {"cancelled": "cancelled", "discarded": "discarded"}
+MAX_EXAMINED = 2000
+AUDIT_MAXLEN = 10_000
+
+
+class BadCursor(ValueError):
+    """The cursor is not one this API handed out."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    status: str | None = None
+    source_type: str | None = None
+    scope_key: str | None = None
+    user_id: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+    def index(self, keys: Keys) -> str:
+        """The index this query walks: the most selective one its filters name."""
+        if self.scope_key is not None:
+            return keys.runs_of_scope(self.scope_key)
+        if self.user_id is not None:
+            return keys.user_events(self.user_id)
+        if self.source_type is not None:
+            return keys.runs("type", self.source_type)
+        if self.status in _STATUS_INDEX:
+            return keys.runs("status", _STATUS_INDEX[self.status])
+        return keys.runs("all")
+
+    def matches(self, record: dict[str, Any]) -> bool:
+        checks = (
+            (self.status, record.get("status")),
+            (self.source_type, record.get("sourceType")),
+            (self.scope_key, record.get("scopeKey")),
+            (self.user_id, record.get("userId")),
+        )
+        if any(wanted is not None and wanted != found for wanted, found in checks):
+            return False
+        at = int(record.get("enqueuedAt", 0))
+        return (self.since_ms is None or at >= self.since_ms) and (
+            self.until_ms is None or at <= self.until_ms
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    events: list[dict[str, Any]]
+    cursor: str | None
+
+
+def encode_cursor(score: int, member: str) -> str:
+    raw = json.dumps([score, member], separators=(",", ":")).encode("utf-8")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        score, member = json.loads(raw)
+    except (ValueError, TypeError, binascii.Error):
+        raise BadCursor(f"cursor {cursor[:40]!r} is not one this API handed out") from None
+    if not isinstance(score, int) or not isinstance(member, str) or not member:
+        raise BadCursor(f"cursor {cursor[:40]!r} is not one this API handed out")
+    return score, member
+
+
+def list_runs(store: EventStore, query: RunQuery) -> RunPage:
+    """One page of events matching ``query``, newest first (see the module docstring). With scope buckets
+    the index is walked in every bucket at once and the pages merged in order."""
+    indexes = [(k, query.index(k)) for k in store.buckets()]
+    if query.cursor:
+        top, after = decode_cursor(query.cursor)
+        max_score = str(top)
+    else:
+        max_score, after = ("+inf" if query.until_ms is None else str(query.until_ms)), ""
+    min_score = "-inf" if query.since_ms is None else str(query.since_ms)
+    page_size = max(query.limit, 50)
+    found: list[dict[str, Any]] = []
+    examined = 0
+    while examined < MAX_EXAMINED:
+        pipe = store.client.pipeline(transaction=False)
+        for _, index in indexes:
+            store.scripts.runs_page(keys=[index], args=[max_score, after, min_score, page_size], client=pipe)
+        entries, full = _merged(indexes, pipe.execute(), page_size)
+        for position, (record, (member, score, _)) in enumerate(
+            zip(_records(store, entries), entries, strict=True)
+        ):
+            examined += 1
+            if record is not None and query.matches(record):
+                found.append(record)
+            if len(found) == query.limit:
+                more = position + 1 < len(entries) or full
+                return RunPage(found, encode_cursor(score, member) if more else None)
+        if not full or not entries:
+            return RunPage(found, None)
+        max_score, after = str(entries[-1][1]), entries[-1][0]
+    return RunPage(found, encode_cursor(int(max_score), after))
+
+
+Entry = tuple[str, int, Keys]  # (event id, enqueue time, the key builder of its bucket)
+
+
+def _merged(
+    indexes: Sequence[tuple[Keys, str]], pages: Sequence[Any], page_size: int
+) -> tuple[list[Entry], bool]:
+    """The buckets' pages merged in order, cut where a full page ends (entries past that point may still be
+    missing from it), and whether any page was full (there is more to walk)."""
+    merged: list[Entry] = []
+    cut: tuple[float, tuple[int, ...]] | None = None
+    for (k, _), flat in zip(indexes, pages, strict=True):
+        entries = [(str(flat[i]), int(float(flat[i + 1])), k) for i in range(0, len(flat), 2)]
+        merged += entries
+        if len(entries) == page_size:
+            last = newest_first(entries[-1][0], entries[-1][1])
+            cut = last if cut is None or last < cut else cut
+    merged.sort(key=lambda e: newest_first(e[0], e[1]))
+    if cut is not None:
+        merged = [e for e in merged if newest_first(e[0], e[1]) <= cut]
+    return merged, cut is not None
+
+
+def _records(store: EventStore, entries: Sequence[Entry]) -> list[dict[str, Any] | None]:
+    return store.records([(member, k) for member, _, k in entries])
+
+
+def event_detail(store: EventStore, event_id: str) -> dict[str, Any] | None:
+    """The status record with the attempts history and the stored event (``event``: type, ids, payload), or
+    None when unknown; an erased event's tombstone has no ``event``."""
+    raw = {str(k): str(v) for k, v in store.client.hgetall(store.locate(event_id).event(event_id)).items()}
+    if not raw:
+        return None
+    record = status_record(raw, event_id)
+    record.setdefault("attemptsHistory", [])
+    body = body_of(raw, event_id)
+    if body is not None:
+        record["event"] = body
+    return record
+
+
+def find_by_source(store: EventStore, source_id: str) -> list[dict[str, Any]]:
+    """The tenant's stored events with this source id (any scope, any source type), newest first."""
+    return store.find_by_source(source_id)
+
+
+def discard(store: EventStore, event_ids: Sequence[str], reason: str) -> tuple[list[str], list[str]]:
+    """Discard dead events (see DISCARD in worker/store/scripts_ops.py); returns (discarded, not dead)."""
+    settings = store.settings
+    located = [store.locate(event_id) for event_id in event_ids]
+    pipe = store.client.pipeline(transaction=False)
+    for event_id, k in zip(event_ids, located, strict=True):
+        store.scripts.discard(
+            keys=[
+                k.event(event_id),
+                k.dlq,
+                k.stats,
+                k.runs("status", "dead"),
+                k.runs("status", "discarded"),
+                k.runs("discarded-at"),
+                k.bucket_audit,
+            ],
+            args=[event_id, reason, now_ms(), settings.dedupe_window_s, AUDIT_MAXLEN, settings.run_index_max],
+            client=pipe,
+        )
+    replies = pipe.execute() if event_ids else []
+    discarded = [e for e, ok in zip(event_ids, replies, strict=True) if int(ok) == 1]
+    return discarded, [e for e, ok in zip(event_ids, replies, strict=True) if int(ok) != 1]
+
+
+def list_discarded(store: EventStore, *, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
+    """Discarded events, latest discard first, each with ``reason`` and ``at`` (and its payload while kept)."""
+    latest = store.newest_of(lambda k: k.runs("discarded-at"), offset, limit)
+    pipe = store.client.pipeline(transaction=False)
+    for event_id, _, k in latest:
+        pipe.hgetall(k.event(event_id))
+    out: list[dict[str, Any]] = []
+    for (event_id, _, _), reply in zip(latest, pipe.execute(), strict=True):
+        raw = {str(k): str(v) for k, v in reply.items()}
+        if raw.get("state") != "discarded":
+            continue  # expired, or since replayed by its producer as a new event
+        record = status_record(raw, event_id)
+        record.pop("attemptsHistory", None)
+        record.update(reason=raw.get("discardReason", ""), at=int(raw.get("discardedAt", 0)))
+        body = body_of(raw, event_id)
+        if body is not None:
+            record["event"] = body
+        out.append(record)
+    return out

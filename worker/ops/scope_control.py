@@ -1,0 +1,169 @@
+"""Operators' control of scopes and events: pause and resume a scope, cancel an event, list scopes by state.
+
+* **Pause** marks the scope in the tenant's ``runs:paused`` hash. Its next drain takes the lease and stops
+  without taking the head (ACQUIRE, or COMMIT's continuation after the event in flight), releasing the scope:
+  its events wait in its inbox, and new ones are appended without scheduling a drain. **Resume** forgets the
+  mark and, when the inbox holds events, schedules the drain again through the fair queue (worker/runtime/fair.py).
+* **Cancel** (CANCEL in worker/store/scripts_ops.py): a queued event is cancelled at once and never runs (the drain
+  pops it); a running one gets ``cancelRequested``: :class:`CancellablePort` reads that flag in the same round
+  trip as each action's idempotency lookup and raises :class:`EventCancelled` before the next action runs, and
+  COMMIT turns the event ``cancelled`` without its chain's staged writes or follow-ups (actions already applied
+  stay applied: they committed with their own lanes).
+* **Scopes by state**: ``busy`` (lease held), ``paused``, ``stuck`` (queued, no lease, and no scheduled drain,
+  or a drain marker older than the lease TTL while the head is not waiting for a retry time), ``waiting``
+  (queued, no lease, otherwise).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from worker.core.errors import PipelineError
+from worker.core.nodes import Action, ExecutorResult
+from worker.drain.action_port import RedisActionPort, lane_result
+from worker.drain.lease import HOLDER_SEPARATOR
+from worker.store.events import EventStore, now_ms
+
+__all__ = [
+    "SCOPE_STATES",
+    "CancelResult",
+    "CancellablePort",
+    "EventCancelled",
+    "cancel_event",
+    "list_scopes",
+    "pause_scope",
+    "resume_scope",
+]
+
+ScopeState = Literal["busy", "waiting", "stuck", "paused"]
+SCOPE_STATES: tuple[ScopeState, ...] = ("busy", "waiting", "stuck", "paused")
+
+
+class EventCancelled(PipelineError):
+    """An operator cancelled the running event: stop before the next action and commit it ``cancelled``."""
+
+
+class CancellablePort(RedisActionPort):
+    """The drain's action port, with the event's cancel flag read in the same round trip as each lookup."""
+
+    def __init__(
+        self, store: EventStore, scope_key: str, fence: int, lost: threading.Event, event_id: str
+    ) -> None:
+        super().__init__(store, scope_key, fence, lost, event_id)
+        self._cancelled = False
+
+    def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
+        pipe = self.store.client.pipeline(transaction=False)
+        key = self.store.keys.idempotency(self.scope_key, idempotency_key)
+        pipe.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        pipe.hexists(self.store.keys.for_scope(self.scope_key).event(self.event_id), "cancelRequested")
+        raw, cancelled = pipe.execute()
+        self._cancelled = bool(cancelled)
+        return lane_result(raw)
+
+    def ensure_live(self) -> None:
+        super().ensure_live()
+        if self._cancelled:
+            raise EventCancelled(f"event {self.event_id} was cancelled before its next action")
+
+
+def pause_scope(store: EventStore, scope_key: str) -> bool:
+    """Pause the scope; False when it already was."""
+    return bool(store.client.hsetnx(store.keys.for_scope(scope_key).runs("paused"), scope_key, now_ms()))
+
+
+def resume_scope(store: EventStore, scope_key: str, publish: Any) -> bool:
+    """Resume the scope and, when it has queued events and no drain scheduled, ``publish(scopeRef)`` one;
+    False when it was not paused."""
+    k = store.keys.for_scope(scope_key)
+    was, schedule = store.scripts.resume(
+        keys=[k.runs("paused"), k.inbox(scope_key), k.scopes, k.scheduled(scope_key)],
+        args=[scope_key, k.scope_ref(scope_key), now_ms(), store.schedule_ttl_ms],
+    )
+    if int(schedule):
+        publish(k.scope_ref(scope_key))
+    return bool(int(was))
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """``code``: 1 cancelled | 2 cancel requested (it is running) | 3 already final | 0 unknown."""
+
+    code: int
+    state: str
+
+
+def cancel_event(store: EventStore, event_id: str) -> CancelResult:
+    k = store.locate(event_id)
+    code, state = store.scripts.cancel(
+        keys=[k.event(event_id), k.stats, k.runs("status", "active"), k.runs("status", "cancelled")],
+        args=[event_id, now_ms(), store.settings.dedupe_window_s, store.settings.run_index_max],
+    )
+    return CancelResult(int(code), str(state))
+
+
+def list_scopes(
+    store: EventStore, state: ScopeState | None = None, *, limit: int = 200
+) -> list[dict[str, Any]]:
+    """The tenant's scopes with queued events, and its paused ones, in ``state`` (all when None)."""
+    k, client = store.keys, store.client
+    pipe = client.pipeline(transaction=False)
+    for bucket in store.buckets():
+        pipe.hgetall(bucket.runs("paused"))
+    paused = {str(s): int(at) for reply in pipe.execute() for s, at in reply.items()}
+    scopes = sorted(set(store.active_scopes()) | set(paused))
+    pipe = client.pipeline(transaction=False)
+    for scope in scopes:
+        pipe.llen(k.inbox(scope))
+        pipe.get(k.lease(scope))
+        pipe.get(k.scheduled(scope))
+        pipe.lindex(k.inbox(scope), 0)
+    replies = pipe.execute()
+    rows = [(scope, *replies[i * 4 : i * 4 + 4]) for i, scope in enumerate(scopes)]
+    heads = _heads(store, [(scope, str(head)) for scope, *_, head in rows if head is not None])
+    now, ttl_ms = now_ms(), int(store.settings.lease_ttl_s * 1000)
+    out: list[dict[str, Any]] = []
+    for scope, depth, holder, sched, head in rows:
+        enqueued_at, not_before = heads.get(str(head), (None, 0)) if head is not None else (None, 0)
+        stale = sched is None or (now - int(sched) > ttl_ms and not_before <= now)
+        found: ScopeState
+        if scope in paused:
+            found = "paused"
+        elif holder is not None:
+            found = "busy"
+        elif int(depth) == 0:
+            continue  # drained since it was listed
+        else:
+            found = "stuck" if stale else "waiting"
+        if state is not None and found != state:
+            continue
+        row: dict[str, Any] = {
+            "scopeKey": scope,
+            "state": found,
+            "inboxDepth": int(depth),
+            "paused": scope in paused,
+        }
+        if holder is not None:
+            row["leaseHolder"] = str(holder).rpartition(HOLDER_SEPARATOR)[0] or str(holder)  # the worker
+        if enqueued_at is not None:
+            row["headAgeMs"] = max(now - enqueued_at, 0)
+        if scope in paused:
+            row["pausedAt"] = paused[scope]
+        out.append(row)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _heads(store: EventStore, heads: list[tuple[str, str]]) -> dict[str, tuple[int, int]]:
+    """event id -> (enqueuedAt, notBefore) of the scopes' head events (``heads``: (scope, event id) pairs)."""
+    pipe = store.client.pipeline(transaction=False)
+    for scope, event_id in heads:
+        pipe.hmget(store.keys.for_scope(scope).event(event_id), ["enqueuedAt", "notBefore"])
+    out: dict[str, tuple[int, int]] = {}
+    for (_, event_id), (enqueued, not_before) in zip(heads, pipe.execute(), strict=True):
+        if enqueued is not None:
+            out[event_id] = (int(enqueued), int(float(not_before or 0)))
+    return out

@@ -1,0 +1,94 @@
+"""Engine-wide state as Prometheus gauges, read from Redis when scraped: served once (``/metrics/state``), not
+per process, so no replica counts it again.
+
+* ``agent_signal_backlog_events{queue,tenant}``: events accepted and not yet done or dead (queued, waiting for
+  a retry, or running): the number to scale workers on (KEDA reads the same figure at ``GET /v1/backlog``).
+  The broker holds one drain message per scope, not per event, so its queue length is not the backlog.
+* ``agent_signal_stuck_scopes{tenant}``: scopes with queued events, no lease and no live drain scheduled (the
+  reconcile sweep re-publishes them; a non-zero value that stays is worth a look: ``GET /v1/scopes?state=stuck``).
+* ``agent_signal_dlq_size{tenant}``, ``agent_signal_active_scopes{tenant}``, and the store's safety gauges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from worker.ops.scope_control import list_scopes
+from worker.store.events import EventStore
+from worker.store.safety import current_safety
+
+__all__ = ["backlog", "state_exposition"]
+
+STUCK_SCAN_MAX = 100_000  # scopes per tenant looked at for the stuck gauge at one scrape
+
+
+def backlog(store: EventStore) -> dict[str, int]:
+    """tenant -> events waiting or running (the ``queued`` count of its stats), one pipelined read."""
+    tenants = store.known_tenants() or [store.tenant]
+    every = [(t, k) for t in tenants for k in store.keys.for_tenant(t).every_bucket()]  # scope buckets: each
+    pipe = store.client.pipeline(transaction=False)
+    for _, k in every:
+        pipe.hget(k.stats, "queued")
+    total = dict.fromkeys(tenants, 0)
+    for (tenant, _), v in zip(every, pipe.execute(), strict=True):
+        total[tenant] += int(v or 0)
+    return {t: max(n, 0) for t, n in total.items()}
+
+
+class _StateCollector:
+    """A prometheus_client collector over one store (built per scrape)."""
+
+    def __init__(self, store: EventStore, queue: str) -> None:
+        self.store, self.queue = store, queue
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        store = self.store
+        waiting = backlog(store)
+        backlog_g = GaugeMetricFamily(
+            "agent_signal_backlog_events",
+            "Events accepted and not yet done or dead (queued, waiting for a retry, or running).",
+            labels=["queue", "tenant"],
+        )
+        stuck_g = GaugeMetricFamily(
+            "agent_signal_stuck_scopes",
+            "Scopes with queued events, no lease and no live drain scheduled.",
+            labels=["tenant"],
+        )
+        dlq_g = GaugeMetricFamily(
+            "agent_signal_dlq_size", "Events in the dead-letter list.", labels=["tenant"]
+        )
+        active_g = GaugeMetricFamily(
+            "agent_signal_active_scopes", "Scopes with queued events.", labels=["tenant"]
+        )
+        for tenant in sorted(waiting):
+            view = store.for_tenant(tenant)
+            backlog_g.add_metric([self.queue, tenant], waiting[tenant])
+            # One walk of the tenant's scopes gives both: those with work, and those of them left stranded.
+            states = [row["state"] for row in list_scopes(view, limit=STUCK_SCAN_MAX)]
+            stuck_g.add_metric([tenant], states.count("stuck"))
+            dlq_g.add_metric([tenant], view.dlq_size())
+            active_g.add_metric([tenant], sum(state != "paused" for state in states))
+        yield from (backlog_g, stuck_g, dlq_g, active_g)
+        safety = current_safety(store.client, store.settings)
+        if safety.persistent is not None:
+            yield GaugeMetricFamily(
+                "agent_signal_store_persistent",
+                "1 when Redis persists (appendonly or save points), else 0.",
+                value=int(safety.persistent),
+            )
+        if safety.memory_ratio is not None:
+            yield GaugeMetricFamily(
+                "agent_signal_store_memory_ratio", "Redis used_memory / maxmemory.", value=safety.memory_ratio
+            )
+
+
+def state_exposition(store: EventStore, queue: str) -> bytes:
+    """Prometheus text of the engine-wide state gauges (see module docstring)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_StateCollector(store, queue))
+    return bytes(generate_latest(registry))

@@ -1,0 +1,53 @@
+"""The workers an operator sees: heartbeat, concurrency and the drains each is running now.
+
+Each worker's main process writes its heartbeat (``workers``: node -> ms) and, once ready, what it runs with
+(``worker-info``: node -> JSON ``{"concurrency", "pid", "startedAt"}``). A drain's lease token starts with the
+node name of the worker holding it (``worker/drain/lease.py``), so the in-flight drains of a worker are the leases of
+the tenant's active scopes that name it (at most ``MAX_SCOPES`` looked at per call)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from worker.drain.lease import HOLDER_SEPARATOR
+from worker.store.events import EventStore
+
+__all__ = ["MAX_SCOPES", "workers_seen"]
+
+MAX_SCOPES = 1000
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else bytes(value).decode("utf-8")
+
+
+def workers_seen(store: EventStore) -> list[dict[str, Any]]:
+    """``[{"name", "lastSeenAt", "concurrency"?, "inFlight"}]`` sorted by name, for the store's tenant."""
+    client, keys = store.client, store.keys
+    beats = {_text(k): int(v) for k, v in client.hgetall(keys.workers).items()}
+    info = {_text(k): _json(v) for k, v in client.hgetall(keys.worker_info).items()}
+    scopes = store.active_scopes()[:MAX_SCOPES]
+    pipe = client.pipeline(transaction=False)
+    for scope in scopes:
+        pipe.get(keys.lease(scope))
+    holders = Counter(
+        _text(token).rpartition(HOLDER_SEPARATOR)[0] for token in (pipe.execute() if scopes else []) if token
+    )
+    out = []
+    for name, at in sorted(beats.items()):
+        row: dict[str, Any] = {"name": name, "lastSeenAt": at, "inFlight": holders.get(name, 0)}
+        concurrency = info.get(name, {}).get("concurrency")
+        if isinstance(concurrency, int):
+            row["concurrency"] = concurrency
+        out.append(row)
+    return out
+
+
+def _json(raw: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

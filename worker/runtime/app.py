@@ -1,0 +1,311 @@
+"""The Celery app factory. No module-level app: ``create_app(settings)`` builds one, registers the tasks and
+connects the worker lifecycle hooks for that app only.
+
+Delivery settings, and why (see docs/decisions.md):
+
+* JSON only (``accept_content=["json"]``): no pickle on the wire.
+* ``task_acks_late`` + ``task_reject_on_worker_lost``: a child killed mid-drain gets its message requeued
+  instead of acked (Celery acks on WorkerLostError otherwise, celery#1628). Requeues are not counted by the
+  broker, so the event record counts deliveries itself and dead-letters a crash-looping event.
+* ``worker_prefetch_multiplier=1``: a worker does not hoard drain messages other workers could run.
+* ``visibility_timeout`` > hard limit > soft limit (checked by worker.settings.check_settings).
+* ``global_keyprefix`` on a Redis broker: the broker's keys live under our prefix too, so a test run (or two
+  deployments on one Redis) never touches anybody else's keys.
+* ``worker_send_task_events`` follows ``AGENT_SIGNAL_TASK_EVENTS`` (default on): Flower and ``celery events``
+  see every task. The cost is three small pub/sub messages per task from the worker's main process (measured
+  in docs/decisions.md); nothing is stored. ``worker.runtime.celery_app`` is the module-level app for ``celery -A``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from typing import Any
+
+from celery import Celery
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
+from redis.exceptions import RedisError
+
+from worker.drain.pipeline import Pipeline
+from worker.keys.layout import Keys
+from worker.outbox.relay import OutboxRelay
+from worker.runtime import heartbeat_file
+from worker.runtime import state as _state
+from worker.runtime.fair import FairQueue
+from worker.runtime.plugins import Assembly, assemble, load_plugins
+from worker.runtime.reconcile import reconcile, try_reconcile_lock
+from worker.runtime.tasks import publish_task, register_tasks
+from worker.settings import Settings, SettingsError, check_settings
+from worker.store.client import redis_from_settings
+from worker.store.events import EventStore, now_ms
+from worker.store.journal import journal_deliverers
+from worker.telemetry.log_privacy import describe_error
+from worker.telemetry.logs import bind_event, clear_context, configure_logging
+from worker.telemetry.recorder import Telemetry, configure_telemetry
+
+__all__ = ["build_pipeline", "build_relay", "create_app", "fair_queue"]
+
+log = logging.getLogger(__name__)
+
+
+def build_pipeline(
+    settings: Settings, *, telemetry: Telemetry | None = None, app: Celery | None = None
+) -> Pipeline:
+    """The per-process pipeline: Redis client, store, telemetry, and the plugins named in the settings."""
+    store = EventStore(redis_from_settings(settings), settings)
+    if telemetry is None:
+        telemetry = configure_telemetry(settings, service_name="agent-signal-worker")
+        _state.instrument_libraries(telemetry, redis_commands=settings.trace_redis_commands)
+    if app is None:
+        app = create_app(settings)
+    fair = fair_queue(settings, store, app)
+    assembly = _assemble(settings, store, app, fair)
+    pipeline = Pipeline(
+        store,
+        assembly.registry,
+        settings,
+        deps=assembly.deps,
+        emitter=assembly.emitter,
+        publish_drain=fair.publish,
+        runtime=assembly.runtime,
+        telemetry=telemetry,
+    )
+    pipeline.fair = fair
+    return pipeline
+
+
+def _assemble(settings: Settings, store: EventStore, app: Celery, fair: FairQueue) -> Assembly:
+    """The plugins' contributions for a worker process: drains published through ``fair``, plugin tasks
+    sent on ``app``."""
+
+    def task(name: str, payload: dict[str, Any], queue: str | None) -> None:
+        publish_task(app, name, payload, queue=queue or settings.queue_name)
+
+    return assemble(
+        load_plugins(settings),
+        settings,
+        store,
+        publish_drain=fair.publish,
+        publish_drains=fair.publish_many,
+        ready=fair,
+        publish_task=task,
+    )
+
+
+def fair_queue(settings: Settings, store: EventStore, app: Celery) -> FairQueue:
+    """How this process publishes drains (round-robin across tenants unless ``fair_share`` is off)."""
+    return FairQueue(
+        store.client,
+        store.keys,
+        app,
+        settings.queue_name,
+        enabled=settings.fair_share,
+        messages_max=settings.drain_messages_max,
+        ticket_ttl_ms=int(settings.lease_ttl_s * 1000),
+    )
+
+
+def _is_redis_broker(url: str) -> bool:
+    return url.startswith(("redis://", "rediss://", "redis+socket://", "unix://"))
+
+
+def create_app(settings: Settings) -> Celery:
+    """Build the Celery app for ``settings`` (checked first)."""
+    check_settings(settings)
+    broker_url = settings.effective_broker_url()
+    app = Celery("agent_signal", broker=broker_url, set_as_current=False)
+    transport_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
+    if _is_redis_broker(broker_url):
+        transport_options["global_keyprefix"] = Keys(settings.key_prefix).broker_prefix
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_ignore_result=True,
+        result_backend=None,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_soft_time_limit=settings.task_soft_time_limit_s,
+        task_time_limit=settings.task_time_limit_s,
+        broker_transport_options=transport_options,
+        visibility_timeout=settings.visibility_timeout_s,
+        task_default_queue=settings.queue_name,
+        task_create_missing_queues=True,
+        broker_connection_retry_on_startup=True,
+        # A broker error reply (an OOM refusing an ack when the broker is a full Redis) reconnects the consumer
+        # instead of ending the worker ("Unrecoverable error"): a full store pauses work (worker/store/full.py).
+        broker_channel_error_retry=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # Task events (Flower, `celery events`); `task-sent` would cost every publisher a message: off.
+        worker_send_task_events=settings.task_events,
+        task_send_sent_event=False,
+        enable_utc=True,
+        **quorum_queue_conf(settings, broker_url),
+    )
+    # The plugins' tasks are registered in every process (their names and code), built lazily per child.
+    register_tasks(app, settings.queue_name, load_plugins(settings))
+    _state.set_factory(lambda: build_pipeline(settings, app=app))
+    _connect_lifecycle(app, settings)
+    return app
+
+
+def quorum_queue_conf(settings: Settings, broker_url: str) -> dict[str, Any]:
+    """Celery settings for RabbitMQ quorum queues (``AGENT_SIGNAL_QUORUM_QUEUES``; none when off).
+
+    Queues are declared with ``x-queue-type: quorum`` (replicated, fsynced; RabbitMQ's advice for anything
+    that must not be lost), the task queue and any queue a plugin names. Their exchanges are ``topic``:
+    quorum queues have no per-channel (global) prefetch, so Celery runs countdowns (our retries) through its
+    native delayed delivery, which cannot route through a direct exchange."""
+    if not settings.quorum_queues:
+        return {}
+    if not broker_url.startswith(("amqp://", "amqps://", "pyamqp://")):
+        raise SettingsError(
+            "refusing to start: AGENT_SIGNAL_QUORUM_QUEUES needs a RabbitMQ broker (BROKER_URL=amqp://...)"
+        )
+    return {
+        "task_default_queue_type": "quorum",
+        "task_create_missing_queue_type": "quorum",
+        "task_default_exchange_type": "topic",
+        "task_create_missing_queue_exchange_type": "topic",
+        "worker_detect_quorum_queues": True,
+    }
+
+
+def _connect_lifecycle(app: Celery, settings: Settings) -> None:
+    stop = threading.Event()
+
+    def on_process_init(**_: Any) -> None:
+        _state.reset()  # never reuse the parent's sockets in a forked child
+        # The child keeps the level its parent was started with (``agent-signal worker --loglevel``).
+        level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+        configure_logging(env=settings.env, level=level, fmt=settings.log_format)
+        _state.get()  # telemetry and instrumentation start inside the child, before its first task
+
+    def on_process_shutdown(**_: Any) -> None:
+        _state.flush()
+
+    def on_task_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
+        clear_context()
+        bind_event(task_id=task_id, task_name=getattr(task, "name", None))
+
+    def on_task_postrun(**_: Any) -> None:
+        clear_context()
+
+    def on_ready(sender: Any = None, **_: Any) -> None:
+        if sender is not None and getattr(sender, "app", app) is not app:
+            return
+        hostname = str(getattr(sender, "hostname", "worker"))
+        controller = getattr(sender, "controller", sender)  # worker_ready's sender is the consumer
+        _announce(settings, hostname, getattr(controller, "concurrency", None))
+        thread = threading.Thread(
+            target=_sweep_forever, args=(app, settings, stop, hostname), name="reconcile", daemon=True
+        )
+        thread.start()
+        relay = threading.Thread(
+            target=_relay_forever, args=(app, settings, stop), name="outbox", daemon=True
+        )
+        relay.start()
+
+    def on_shutdown(sender: Any = None, **_: Any) -> None:
+        stop.set()
+        try:
+            store = EventStore(redis_from_settings(settings), settings)
+            store.client.hdel(store.keys.workers, str(getattr(sender, "hostname", "worker")))
+        except Exception:  # shutting down: best effort
+            log.debug("could not deregister worker", exc_info=True)
+
+    worker_process_init.connect(on_process_init, weak=False)
+    worker_process_shutdown.connect(on_process_shutdown, weak=False)
+    task_prerun.connect(on_task_prerun, weak=False)
+    task_postrun.connect(on_task_postrun, weak=False)
+    worker_ready.connect(on_ready, weak=False)
+    worker_shutdown.connect(on_shutdown, weak=False)
+
+
+def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
+    """The outbox relay of one process, with the loaded plugins' deliverers."""
+    store = EventStore(redis_from_settings(settings), settings)
+    assembly = _assemble(settings, store, app, fair_queue(settings, store, app))
+    journal = journal_deliverers(store, assembly.emitter, settings.outbox_retention_s)
+    return OutboxRelay(
+        store,
+        {**assembly.deliverers, **journal},
+        max_attempts=settings.outbox_max_attempts,
+        lease_ms=settings.outbox_lease_ms,
+        base_ms=settings.outbox_retry_base_ms,
+        cap_ms=settings.outbox_retry_cap_ms,
+    )
+
+
+def _relay_forever(app: Celery, settings: Settings, stop: threading.Event) -> None:
+    """The worker main process's outbox relay (every worker runs one; claims keep them apart). Building it
+    needs Redis: until that works, try again every few seconds."""
+    while not stop.is_set():
+        try:
+            relay = build_relay(settings, app)
+        except Exception as exc:
+            log.warning("outbox relay not started yet: %s", describe_error(exc))
+            stop.wait(5.0)
+            continue
+        relay.run_forever(stop, settings.outbox_poll_interval_s)
+        return
+
+
+def _announce(settings: Settings, hostname: str, concurrency: Any) -> None:
+    """What this worker runs with, for the operators' view (worker/ops/workers_view.py); best effort."""
+    store = EventStore(redis_from_settings(settings), settings)
+    info = {"concurrency": concurrency if isinstance(concurrency, int) else None, "pid": os.getpid()}
+    try:
+        store.client.hset(store.keys.worker_info, hostname, json.dumps({**info, "startedAt": now_ms()}))
+    except RedisError as exc:
+        log.warning("worker info not written: %s", describe_error(exc))
+    finally:
+        store.client.close()
+
+
+def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostname: str) -> None:
+    """The worker main process's background loop: heartbeat, then (if this interval is ours) reconcile."""
+    store = EventStore(redis_from_settings(settings), settings)
+    interval_ms = int(settings.reconcile_interval_s * 1000)
+    stale_after_ms = int(settings.lease_ttl_s * 1000 * 2)
+    beat_file = (
+        settings.heartbeat_file
+    )  # for probes that must not need Redis (worker/runtime/heartbeat_file.py)
+    if beat_file:
+        _beat(beat_file, hostname, first=True)
+    store.client.hset(store.keys.workers, hostname, now_ms())
+    while not stop.wait(settings.reconcile_interval_s):
+        if beat_file:
+            _beat(beat_file, hostname)
+        try:
+            store.client.hset(store.keys.workers, hostname, now_ms())
+            if try_reconcile_lock(store, interval_ms):
+                published = reconcile(
+                    store, fair_queue(settings, store, app).publish_stranded, stale_after_ms=stale_after_ms
+                )
+                if published:
+                    log.warning("reconcile: re-published drains for %d stranded scope(s)", len(published))
+        except Exception:
+            log.exception("reconcile sweep failed")
+
+
+def _beat(path: str, hostname: str, *, first: bool = False) -> None:
+    """Write this process's heartbeat file (the first beat also clears an old drain flag); never raises."""
+    beat = heartbeat_file.Beat(hostname, os.getpid(), now_ms())
+    try:
+        (heartbeat_file.start if first else heartbeat_file.write)(path, beat)
+    except OSError as exc:  # a full or read-only disk: the probe will say so by the beat's age
+        log.warning("heartbeat file not written: %s", describe_error(exc))

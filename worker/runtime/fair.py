@@ -1,0 +1,218 @@
+"""Fair share and shared drain messages: tenants take turns for the workers, and one message drains many scopes.
+
+Without it, each scope with work is one drain message in the broker's FIFO queue, so a tenant that queued
+5,000 scopes first makes every other tenant wait behind all of them, and every one-event scope pays a whole
+broker message (publish, deliver, ack, the task's own bookkeeping) on top of its lease and commit. With it,
+making a scope ready pushes its ref onto its tenant's ready list (``ready:<tenant>``) and puts the tenant on
+the ring of tenants with ready scopes (``ready-tenants``). A worker that takes an argument-less
+``agent_signal.drain_next`` message pops the next scope from the next tenant in the ring (READY_POP rotates
+the ring), drains it, and pops again: up to ``scopes_per_drain`` scopes, or until its time budget is spent,
+per message. So the order is round-robin across tenants, and a message's fixed cost is shared by many scopes.
+
+How many messages: a counter of drain tickets (``{fair}:drain-tickets``) holds the number of
+``drain_next`` messages sent and not yet retired. READY_PUSH sends one more only while fewer than
+``drain_messages_max`` are out, so an idle worker slot always finds one (keep it at or above the fleet's
+total concurrency) and a burst of 2,000 scopes costs a few dozen messages, not 2,000. A message retires its
+ticket in the same script that finds every ready list empty: a scope pushed after that sees the lower count
+and sends a message of its own, so no ready scope is ever left without a message that will pop it. A
+message that stops at its scope or time limit hands its ticket on to a new message (nothing counted twice).
+
+What heals a miscount: the counter expires ``ticket_ttl_ms`` after the last ticket was taken (so tickets of
+messages the broker lost cannot keep it high under steady traffic), never goes below zero, failed sends
+give their tickets back, and a drain_next task that fails hands its ticket on. Too many messages is harmless
+(one finds the lists empty and retires); too few is healed by the expiry and by the reconcile sweep
+(worker/runtime/reconcile.py), which re-publishes any scope with work and no recent drain and always sends at least
+one message for them, past the cap if need be. A hot scope cannot starve cold ones: it drains at most ``max_events_per_drain`` events per
+turn, then hands off to the back of its tenant's ready list, behind every scope that became ready meanwhile.
+
+Delayed drains (a retry's backoff, a busy scope's wait) keep their own ``agent_signal.drain(ref)`` message
+with a countdown: their timing is the scope's, not a turn in the ring. A ref that is ready twice only makes
+a second drain find the scope idle or busy (the lease decides).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+from redis.client import Pipeline
+from redis.exceptions import RedisError
+
+from worker.core.tenancy import split_scope_ref
+from worker.keys.layout import Keys
+from worker.store.client import is_cluster
+from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS
+
+__all__ = ["DRAIN_NEXT_TASK", "DRAIN_TASK", "READY_PUSH_FN", "FairQueue"]
+
+DRAIN_TASK = "agent_signal.drain"
+DRAIN_NEXT_TASK = "agent_signal.drain_next"
+
+# Shared Lua: push a ready scope, and take a drain ticket when fewer than the cap are out -> 1 (send a
+# drain_next message) | 0. Used by READY_PUSH, and by ENQUEUE_PUSH (worker/store/scripts_lifecycle.py), which admits
+# a batch and makes its scopes ready in one script where the store is one Redis.
+READY_PUSH_FN = """
+local function ready_push(ring, ready, tickets, tenant, ref, max, ttl)
+  redis.call('RPUSH', ready, ref)
+  if not redis.call('LPOS', ring, tenant) then redis.call('LPUSH', ring, tenant) end
+  local out = tonumber(redis.call('GET', tickets) or '0')
+  if out < tonumber(max) then
+    redis.call('SET', tickets, math.max(out, 0) + 1, 'PX', ttl)
+    return 1
+  end
+  return 0
+end
+"""
+
+# KEYS: ready-tenants, ready:<tenant>, drain-tickets   ARGV: tenant, scopeRef, ticketsMax, ticketTtlMs -> 1 | 0
+READY_PUSH = (
+    READY_PUSH_FN + "return ready_push(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n"
+)
+
+# Rotate the ring and pop the next ready scope of the tenant at its tail; tenants whose list ran empty
+# leave the ring. With nothing ready the caller's ticket is retired here, atomically with finding nothing.
+# KEYS: ready-tenants, drain-tickets   ARGV: the ready-list prefix (Keys.ready_prefix), ticketTtlMs -> ref | false
+READY_POP = """
+local n = redis.call('LLEN', KEYS[1])
+for _ = 1, n do
+  local tenant = redis.call('RPOPLPUSH', KEYS[1], KEYS[1])
+  if not tenant then break end
+  local ready = ARGV[1] .. tenant
+  local ref = redis.call('LPOP', ready)
+  if redis.call('LLEN', ready) == 0 then redis.call('LREM', KEYS[1], 0, tenant) end
+  if ref then return ref end
+end
+local out = tonumber(redis.call('GET', KEYS[2]) or '0')
+if out > 1 then redis.call('SET', KEYS[2], out - 1, 'PX', ARGV[2]) else redis.call('DEL', KEYS[2]) end
+return false
+"""
+
+# Failed sends give their tickets back.   KEYS: drain-tickets   ARGV: how many
+TICKET_RETURN = """
+local out = tonumber(redis.call('GET', KEYS[1]) or '0') - tonumber(ARGV[1])
+if out > 0 then redis.call('SET', KEYS[1], out, 'KEEPTTL') else redis.call('DEL', KEYS[1]) end
+return 1
+"""
+
+# The sweep's own message, past the cap: a count inflated by lost messages must not keep stranded scopes
+# waiting for the expiry.   KEYS: drain-tickets   ARGV: ticketTtlMs
+TICKET_FORCE = """
+redis.call('SET', KEYS[1], math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), 0) + 1, 'PX', ARGV[1])
+return 1
+"""
+
+
+@dataclass
+class FairQueue:
+    """Publishes drains of scope refs (round-robin across tenants when ``enabled``) and pops them."""
+
+    client: Redis
+    keys: Keys
+    app: Any  # the Celery app
+    queue: str
+    enabled: bool = True
+    messages_max: int = 64  # drain_next messages out at once (Settings.drain_messages_max)
+    ticket_ttl_ms: int = 30_000  # the ticket count expires this long after it was last touched
+
+    def __post_init__(self) -> None:
+        self._push = self.client.register_script(READY_PUSH)
+        self._pop = self.client.register_script(READY_POP)
+        self._return = self.client.register_script(TICKET_RETURN)
+        self._force = self.client.register_script(TICKET_FORCE)
+
+    def publish(self, ref: str, *, countdown_s: float = 0.0) -> None:
+        """Make the scope ``ref`` (``<tenant>/<scopeKey>``) drain: now in its tenant's turn, or after the delay."""
+        if countdown_s > 0 or not self.enabled:
+            options: dict[str, Any] = {"queue": self.queue}
+            if countdown_s > 0:
+                options["countdown"] = countdown_s
+            self.app.send_task(DRAIN_TASK, args=[ref], **options, **HIDDEN_TASK_ARGS)
+            return
+        self.publish_many([ref])
+
+    def publish_many(self, refs: Sequence[str]) -> None:
+        """Make each scope ready now (one round trip for all of them), and send the drain_next messages
+        their tickets allow."""
+        if not refs:
+            return
+        if not self.enabled:
+            for ref in refs:
+                self.publish(ref)
+            return
+        self._send_next(self._push_all(refs))
+
+    def admission_push(self, client: Redis, tenant: str) -> tuple[list[str], list[Any]] | None:
+        """The keys and arguments with which an enqueue through ``client`` makes ``tenant``'s scopes ready in
+        its own script (ENQUEUE_PUSH), or None where it cannot: fair share off, another Redis than ours, or a
+        Redis Cluster (the ready lists live in the ``{fair}`` slot, the tenant's keys in its own)."""
+        if not self.enabled or client is not self.client or is_cluster(client):
+            return None
+        keys = [self.keys.ready_tenants, self.keys.ready(tenant), self.keys.drain_tickets]
+        return keys, [self.messages_max, self.ticket_ttl_ms]
+
+    def send(self, count: int) -> None:
+        """Send ``count`` drain_next messages for tickets taken by ENQUEUE_PUSH (see :meth:`_send_next`)."""
+        if count > 0:
+            self._send_next(count)
+
+    def publish_stranded(self, refs: Sequence[str]) -> None:
+        """The reconcile sweep's publish: the scopes made ready, and one more message than the cap allows
+        when the tickets gave none (a count left high by lost messages heals in one sweep, not one expiry)."""
+        if not refs:
+            return
+        if not self.enabled:
+            self.publish_many(refs)
+            return
+        count = self._push_all(refs)
+        if count == 0:
+            self._force(keys=[self.keys.drain_tickets], args=[self.ticket_ttl_ms])
+            count = 1
+        self._send_next(count)
+
+    def _push_all(self, refs: Sequence[str]) -> int:
+        """READY_PUSH each ref; how many tickets they took."""
+        pipe = self.client.pipeline(transaction=False)
+        # One ref: one call. A cluster pipeline cannot load scripts: one call each there too.
+        batched = len(refs) > 1 and isinstance(pipe, Pipeline)
+        sent = []
+        for ref in refs:
+            tenant, _ = split_scope_ref(ref)
+            sent.append(
+                self._push(
+                    keys=[self.keys.ready_tenants, self.keys.ready(tenant), self.keys.drain_tickets],
+                    args=[tenant, ref, self.messages_max, self.ticket_ttl_ms],
+                    client=pipe if batched else None,
+                )
+            )
+        if batched:
+            sent = pipe.execute()
+        return sum(1 for one in sent if one)
+
+    def pop(self) -> str | None:
+        """The next ready scope ref, the tenants taking turns. None when nothing is ready: the caller's
+        drain ticket is retired then, so call this only from a drain_next message."""
+        ref = self._pop(
+            keys=[self.keys.ready_tenants, self.keys.drain_tickets],
+            args=[self.keys.ready_prefix, self.ticket_ttl_ms],
+        )
+        if not ref:
+            return None
+        return ref if isinstance(ref, str) else bytes(ref).decode("utf-8")
+
+    def hand_on(self) -> None:
+        """A drain_next message that stops before the lists are empty passes its ticket to a new message."""
+        self._send_next()
+
+    def _send_next(self, count: int = 1) -> None:
+        """Send ``count`` drain_next messages, one ticket each; a failed send gives back every unsent ticket."""
+        for sent in range(count):
+            try:
+                self.app.send_task(DRAIN_NEXT_TASK, args=[], queue=self.queue, **HIDDEN_TASK_ARGS)
+            except Exception:
+                try:
+                    self._return(keys=[self.keys.drain_tickets], args=[count - sent])
+                except RedisError:
+                    pass  # the count expires on its own (ticket_ttl_ms)
+                raise

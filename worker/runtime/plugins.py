@@ -1,0 +1,114 @@
+"""Loading plugins by name and assembling them for one process.
+
+Settings name code across process boundaries, so plugins are ``module:factory`` strings
+(``shipped_plugins``, then ``AGENT_SIGNAL_PLUGINS``). :func:`load_plugins` imports and calls each factory
+once per process and checks the environment against the engine's and the plugins' settings models;
+:func:`assemble` builds, in this order, the admission hooks, the emitter, the typed services and the
+handler registry. From then on everything is objects: nothing below looks a name up again.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from redis import Redis
+
+from worker.chain.context import Deps
+from worker.chain.registry import Policy, Registry
+from worker.intake.emitter import Emitter, ReadyQueue
+from worker.outbox.relay import Deliverer
+from worker.plugin import Plugin, PluginRuntime, PluginTask
+from worker.settings import Settings, SettingsError, check_environment, plugin_settings
+from worker.store.events import EventStore
+
+__all__ = ["Assembly", "PluginLoadError", "assemble", "load_plugins"]
+
+
+class PluginLoadError(SettingsError):
+    """A configured plugin factory cannot be imported or does not return a Plugin or a list of Policy."""
+
+
+def _import(spec: str) -> Plugin:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise PluginLoadError(f"plugin {spec!r} must look like 'package.module:factory'")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise PluginLoadError(f"plugin {spec!r}: {exc}") from exc
+    produced = factory() if callable(factory) and not isinstance(factory, Plugin) else factory
+    if isinstance(produced, Plugin):
+        return produced
+    if isinstance(produced, list) and all(isinstance(p, Policy) for p in produced):
+        return Plugin(name=spec, policies=produced)
+    raise PluginLoadError(f"plugin {spec!r} must return a Plugin or a list of Policy")
+
+
+def load_plugins(settings: Settings, *, check_env: bool = True) -> list[Plugin]:
+    """The shipped plugins, then ``AGENT_SIGNAL_PLUGINS``, in order; their settings validated at boot."""
+    plugins = [_import(spec) for spec in [*settings.shipped_plugins, *settings.plugins]]
+    names = [p.name for p in plugins]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise PluginLoadError(f"plugins loaded twice: {', '.join(duplicates)}")
+    models = [p.settings for p in plugins if p.settings is not None]
+    if check_env:
+        check_environment(settings, models)
+    for model in models:
+        plugin_settings(model, settings)  # raises SettingsError naming the model and the field
+    return plugins
+
+
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    """The plugins of one process, built: runtime, emitter, typed services, registry and tasks."""
+
+    plugins: Sequence[Plugin]
+    runtime: PluginRuntime
+    emitter: Emitter
+    deps: Deps
+    registry: Registry
+    tasks: Sequence[PluginTask]
+    deliverers: Mapping[str, Deliverer]
+
+
+def assemble(
+    plugins: Sequence[Plugin],
+    settings: Settings,
+    store: EventStore,
+    *,
+    publish_drain: Callable[[str], None],
+    publish_drains: Callable[[Sequence[str]], None] | None = None,
+    ready: ReadyQueue | None = None,
+    publish_task: Callable[[str, dict[str, Any], str | None], None] | None = None,
+) -> Assembly:
+    """Build everything the plugins contribute, for the process that owns ``store``."""
+    client: Redis = store.client
+    base = PluginRuntime(settings=settings, redis=client, keys=store.keys, publish=publish_task)
+    hooks = [p.admission(base) for p in plugins if p.admission is not None]
+    source_types = [t for p in plugins for t in p.source_types]
+    schemas = [(t, model) for p in plugins for t, model in p.payload_schemas.items()]
+    user_fields = [(t, paths) for p in plugins for t, paths in p.user_fields.items()]
+    emitter = Emitter(
+        settings,
+        store,
+        publish_drain,
+        publish_many=publish_drains,
+        ready=ready,
+        source_types=source_types,
+        admission=hooks,
+        payload_schemas=schemas,
+        user_fields=user_fields,
+    )
+    deps = Deps()
+    runtime = replace(base, emitter=emitter, deps=deps)
+    for plugin in plugins:
+        if plugin.services is not None:
+            deps.add(plugin.services(runtime))
+    registry = Registry.from_policies([policy for p in plugins for policy in p.build_policies(runtime)])
+    tasks = [task for p in plugins for task in p.tasks]
+    deliverers = {kind: build(runtime) for p in plugins for kind, build in p.deliverers.items()}
+    return Assembly(plugins, runtime, emitter, deps, registry, tasks, deliverers)

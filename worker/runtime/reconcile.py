@@ -1,0 +1,71 @@
+"""The sweeper: scopes with queued events but no live lease and no recent drain get a drain task.
+
+Normally every scope with work has exactly one drain scheduled (the ``sched:{scope}`` marker). Three things
+can break that, and this is the liveness device for all of them: a producer that died between storing an
+event and publishing its drain; a lease holder paused (SIGSTOP, GC, VM freeze) past its TTL while holding
+the only drain message; a broker that lost a message. Every worker process's main thread runs it every
+``reconcile_interval_s`` and one of them wins the interval's lock. A duplicate drain is harmless: it finds
+the lease held or the inbox empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from worker.keys.layout import BadTenant, Keys, split_scope_ref
+from worker.store.events import EventStore, now_ms
+
+__all__ = ["reconcile"]
+
+
+SWEEP_BATCH = 500  # scopes read per round trip (a backlog of 50,000 queued scopes is 100 round trips)
+
+
+def reconcile(
+    store: EventStore, publish: Callable[[Sequence[str]], None], *, stale_after_ms: int
+) -> list[str]:
+    """Publish drains for the stranded scopes of every tenant (``publish`` takes them all at once:
+    FairQueue.publish_stranded); returns their scope refs."""
+    client = store.client
+    published: list[str] = []
+    now = now_ms()
+    scopes: list[tuple[str, Keys, str]] = []
+    for ref in store.active_scope_refs():
+        try:
+            tenant, scope_key = split_scope_ref(ref)
+        except BadTenant:  # a member from before tenants, or foreign: it names no scope we can drain
+            for k in store.buckets():
+                client.srem(k.scopes, ref)
+            continue
+        scopes.append((ref, store.keys.for_tenant(tenant), scope_key))
+    for start in range(0, len(scopes), SWEEP_BATCH):
+        chunk = scopes[start : start + SWEEP_BATCH]
+        pipe = client.pipeline(transaction=False)
+        for _, keys, scope_key in chunk:
+            pipe.llen(keys.inbox(scope_key))
+            pipe.exists(keys.lease(scope_key))
+            pipe.get(keys.scheduled(scope_key))
+        replies = pipe.execute()
+        stranded = []
+        for i, (ref, keys, scope_key) in enumerate(chunk):
+            depth, leased, scheduled_at = replies[3 * i : 3 * i + 3]
+            if depth == 0 or leased:
+                continue
+            if scheduled_at is not None and now - int(scheduled_at) < stale_after_ms:
+                continue
+            stranded.append((ref, keys, scope_key))
+        if not stranded:
+            continue
+        pipe = client.pipeline(transaction=False)
+        for _, keys, scope_key in stranded:
+            pipe.set(keys.scheduled(scope_key), now, px=store.schedule_ttl_ms)
+        pipe.execute()
+        refs = [ref for ref, _, _ in stranded]
+        publish(refs)
+        published += refs
+    return published
+
+
+def try_reconcile_lock(store: EventStore, interval_ms: int) -> bool:
+    """One sweeper per interval across all workers."""
+    return bool(store.client.set(store.keys.reconcile_lock, "1", nx=True, px=max(interval_ms - 50, 50)))

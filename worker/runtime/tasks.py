@@ -1,0 +1,192 @@
+"""The Celery tasks: thin wrappers that parse arguments, call plain functions, and publish follow-ups.
+
+``agent_signal.drain(scopeKey)`` drains one scope (worker.drain.pipeline); each loaded plugin's
+:class:`~worker.plugin.PluginTask` becomes a task of its own name that calls ``run(runtime, payload)``;
+``agent_signal.noop`` is the benchmark baseline. Tasks return None: nobody consumes results.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded, TaskPredicate
+from redis.exceptions import RedisError
+
+from worker.core.tenancy import BadTenant
+from worker.plugin import Plugin, PluginTask
+from worker.runtime import state as _state
+from worker.runtime.fair import DRAIN_NEXT_TASK, DRAIN_TASK, FairQueue
+from worker.store.safety import note_store_failure
+from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS, describe_error
+
+__all__ = [
+    "DRAIN_TASK",
+    "NOOP_TASK",
+    "FairQueue",
+    "TaskFailed",
+    "publish_drain",
+    "publish_task",
+    "register_tasks",
+]
+
+NOOP_TASK = "agent_signal.noop"
+# Both drain tasks: acked after they ran (a killed child's message is redelivered), registered on this app
+# only (another Celery app built in the same process must not replay them), the task itself passed in.
+DRAIN_TASK_OPTIONS: dict[str, Any] = {
+    "shared": False,
+    "bind": True,
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "ignore_result": True,
+}
+NOOP_MARKER_TTL_S = 60
+
+log = logging.getLogger(__name__)
+
+
+def publish_drain(app: Any, scope_key: str, *, countdown_s: float = 0.0, queue: str | None = None) -> None:
+    """Ask a worker to drain the scope ref ``scope_key`` now, outside the fair-share ring (one small JSON
+    message). Engine code publishes through :class:`worker.runtime.fair.FairQueue`; this stays for tools and tests."""
+    options: dict[str, Any] = {}
+    if countdown_s > 0:
+        options["countdown"] = countdown_s
+    if queue:
+        options["queue"] = queue
+    app.send_task(DRAIN_TASK, args=[scope_key], **options, **HIDDEN_TASK_ARGS)
+
+
+def _direct(app: Any, queue: str) -> Any:
+    def publish(ref: str, *, countdown_s: float = 0.0) -> None:
+        publish_drain(app, ref, countdown_s=countdown_s, queue=queue)
+
+    return publish
+
+
+def publish_task(app: Any, name: str, payload: dict[str, Any], *, queue: str) -> None:
+    """Send one plugin task (its payload is one JSON object, never shown: worker/telemetry/log_privacy.py)."""
+    app.send_task(name, args=[payload], queue=queue, **HIDDEN_TASK_ARGS)
+
+
+class TaskFailed(Exception):
+    """A task's own exception, told to Celery without its message (its message may quote the task's payload:
+    worker/telemetry/log_privacy.py); the exception itself is logged first, frames and type only."""
+
+
+def _quietly(name: str, call: Callable[[], object]) -> None:
+    """Run a task's body; an exception other than Celery's control flow becomes :class:`TaskFailed`."""
+    try:
+        call()
+    except (TaskPredicate, SoftTimeLimitExceeded):
+        raise
+    except Exception as exc:
+        log.error("task %s failed: %s", name, describe_error(exc), exc_info=exc)
+        raise TaskFailed(f"{name} failed: {describe_error(exc)}") from None
+
+
+def _register_plugin_task(app: Any, task: PluginTask) -> None:
+    def run(payload: dict[str, Any]) -> None:
+        if not isinstance(payload, dict):
+            log.error("task %s called without a JSON object (%s)", task.name, type(payload).__name__)
+            return
+        pipeline = _state.get()
+        runtime = pipeline.runtime
+        if runtime is None:
+            raise RuntimeError("the worker's pipeline was built without a plugin runtime")
+        # At least once anyway: a run that met a full store runs again after a pause (worker/store/full.py).
+        _quietly(task.name, lambda: pipeline.full_wait("task").call(lambda: task.run(runtime, payload)))
+
+    run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
+    app.task(name=task.name, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(
+        run
+    )
+
+
+def _node(task: Any) -> str:
+    """The worker node running this task (its lease tokens name it; none when called outside a worker)."""
+    hostname = getattr(getattr(task, "request", None), "hostname", None)
+    return hostname if isinstance(hostname, str) else ""
+
+
+def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
+    """Drain the scope ``ref`` in this worker's pipeline, then re-publish it when it has more (or was lost). A
+    full store refuses the lease grant before it writes anything: the grant is asked again after a pause."""
+    pipeline = _state.get()
+    try:
+        outcome = pipeline.full_wait("acquire").call(lambda: pipeline.drain(ref, holder=holder))
+    except BadTenant:  # not "<tenant>/<scopeKey>": a message from before tenants, or forged
+        log.error("drain of a malformed scope ref dropped", extra={"scopeRef": ref})
+        return
+    except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
+        note_store_failure(pipeline.store.client, pipeline.keys.tenant_stats, exc, "drain")
+        return
+    republish = pipeline.fair.publish if pipeline.fair is not None else _direct(app, queue)
+    if outcome.next in ("again", "busy"):
+        republish(ref, countdown_s=outcome.delay_s)
+    elif outcome.next == "lost":
+        # Our lease lapsed (paused past its TTL, or Redis lost it). Whoever holds the scope now drains
+        # it; if nobody does, this follow-up will, once the holder's lease has run out.
+        republish(ref, countdown_s=1.0)
+
+
+def drain_ready(app: Any, queue: str, holder: str = "") -> int:
+    """One drain_next message: pop and drain ready scopes until none is ready (the pop retires this
+    message's ticket), ``scopes_per_drain`` are done, or the time budget is spent. The limits, or an exception
+    from a drain, hand the ticket on to a new message, so a ticket is not left counted without one (a store
+    error leaves it to expire instead of spinning). Returns how many scopes it drained."""
+    pipeline = _state.get()
+    fair = pipeline.fair
+    if fair is None:
+        return 0
+    settings = pipeline.settings
+    deadline = time.monotonic() + settings.drain_message_budget_s
+    drained, retired = 0, False
+    try:
+        while drained < settings.scopes_per_drain and not (drained and time.monotonic() >= deadline):
+            ref = pipeline.full_wait("pop").call(fair.pop)  # a full store refuses the pop before it writes
+            if ref is None:
+                retired = True
+                break
+            drain_ref(app, queue, ref, holder)
+            drained += 1
+    except RedisError as exc:  # store down: no message to hand on to (it would spin); the count expires and
+        note_store_failure(pipeline.store.client, pipeline.keys.tenant_stats, exc, "drain_next")
+        retired = True  # the sweep sends one message for the stranded scopes once Redis answers again
+    finally:
+        if not retired:
+            try:
+                fair.hand_on()
+            except Exception as exc:  # broker down: the ticket was given back (or expires)
+                log.warning("drain_next not handed on (%s)", describe_error(exc))
+    return drained
+
+
+def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None:
+    """Register the engine's tasks and the plugins' on ``app`` (called by the factory, never at import)."""
+
+    @app.task(name=DRAIN_TASK, **DRAIN_TASK_OPTIONS)  # type: ignore[untyped-decorator]
+    def drain(self: Any, scope_key: str) -> None:
+        if not isinstance(scope_key, str) or not scope_key:
+            log.error("drain called without a scope ref (%s)", type(scope_key).__name__)
+            return
+        _quietly(DRAIN_TASK, lambda: drain_ref(app, queue, scope_key, _node(self)))
+
+    @app.task(name=DRAIN_NEXT_TASK, **DRAIN_TASK_OPTIONS)  # type: ignore[untyped-decorator]
+    def drain_next(self: Any) -> None:
+        """Fair share: drain ready scopes, the tenants taking turns, many per message (worker/runtime/fair.py)."""
+        _quietly(DRAIN_NEXT_TASK, lambda: drain_ready(app, queue, _node(self)))
+
+    for plugin in plugins:
+        for task in plugin.tasks:
+            _register_plugin_task(app, task)
+
+    @app.task(name=NOOP_TASK, shared=False, ignore_result=True)  # type: ignore[untyped-decorator]
+    def noop(*args: Any) -> None:
+        """The benchmark's baseline task. Given a marker name, it also says it ran (one SET with a TTL), so
+        the latency baseline can see when it finished."""
+        if args and isinstance(args[0], str) and args[0]:
+            pipeline = _state.get()
+            pipeline.store.client.set(pipeline.keys.noop_marker(args[0]), "1", ex=NOOP_MARKER_TTL_S)
+        return None

@@ -1,0 +1,1 @@
+"""State in Redis: the client, the Lua scripts, the event store (enqueue, commit, reads), receipts, quotas, store safety."""

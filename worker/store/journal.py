@@ -1,0 +1,217 @@
+"""The journal: what a commit writes outside its scope's slot, when a tenant is spread over scope buckets.
+
+With ``AGENT_SIGNAL_SCOPE_BUCKETS`` above 1 (worker/keys/buckets.py) a commit's script runs in its scope's
+bucket slot, and may not touch a key of another slot. Two things of a commit can: a handler's staged write to
+the tenant's user data (a receipt, a memory, a skill, a conversation line: ``{<tenant>}``) or to another
+scope's keys, and a follow-up event of a scope in another bucket. Both are journaled: the commit (or the
+action's lane) writes, in its own slot and atomically with itself, an outbox record per other slot, applied
+there by the outbox relay (worker/outbox/relay.py):
+
+* ``engine.apply``: the staged writes of one slot, applied by JOURNAL_APPLY, which first sets a once-marker
+  (``applied:<recordId>``) in that slot: a record delivered twice (a relay whose claim ran out) applies once.
+* ``engine.enqueue``: a follow-up event, admitted in its own bucket like any event (its id is its dedupe
+  identity, so a second delivery is a duplicate) and made ready to drain.
+
+The records wait on the bucket's journal (``Keys.journal_due``), scored by when the commit staged them, and
+the relay applies them one at a time in that order (worker/outbox/journal_pump.py), so a scope's writes to the
+home slot land in commit order. Nothing a commit decided is lost or applied twice; what changes is when the
+other slot sees it: after the relay's next pass (``AGENT_SIGNAL_OUTBOX_POLL_INTERVAL_S``), not in the
+commit's own instant. With one bucket every key of a tenant is in one slot and nothing is journaled.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
+from worker.keys.buckets import slot_tag
+from worker.keys.layout import Keys
+from worker.store.records import PreparedEvent, now_ms
+
+if TYPE_CHECKING:  # the store imports this module
+    from worker.intake.emitter import Emitter
+    from worker.store.events import EventStore
+
+__all__ = [
+    "JOURNAL_APPLY",
+    "JOURNAL_APPLY_SCRIPT",
+    "JOURNAL_ENQUEUE",
+    "apply_deliverer",
+    "enqueue_deliverer",
+    "journal_deliverers",
+    "journal_followups",
+    "journaled",
+]
+
+JOURNAL_APPLY = "engine.apply"
+JOURNAL_ENQUEUE = "engine.enqueue"
+
+# KEYS: the once-marker, then every key the commands write (all in one slot)
+# ARGV: markerTtlS, commandsJson   -> 1 applied | 0 applied before | error "REFUSED <reason>" (nothing written)
+#       | error "PARTIAL …" (a command failed midway, the marker keeps why: every later delivery fails too)
+JOURNAL_APPLY_SCRIPT = """
+local done = redis.call('GET', KEYS[1])
+if done == '1' then return 0 end
+if done then return redis.error_reply('PARTIAL earlier: ' .. done) end
+local cmds = cjson.decode(ARGV[2])
+local bad = check_staged(cmds)
+if bad then return redis.error_reply('REFUSED ' .. bad[2]) end
+local broken = apply_staged(cmds)
+if broken then
+  -- what came before the failure stays applied: never again, and the record ends dead, not delivered
+  local why = 'command ' .. broken[1] .. ': ' .. broken[2]
+  redis.call('SET', KEYS[1], why, 'EX', ARGV[1])
+  return redis.error_reply('PARTIAL ' .. why)
+end
+redis.call('SET', KEYS[1], '1', 'EX', ARGV[1])
+return 1
+"""
+
+Command = list[str]
+
+
+def _now_us() -> int:
+    """The journal's order: when the commit staged the record (µs; a scope's commits are serialized by its
+    lease, so its records are in commit order, by the committing workers' clocks)."""
+    return time.time_ns() // 1000
+
+
+def _split(keys: Keys, commands: Sequence[Command]) -> tuple[list[Command], dict[str, list[Command]]]:
+    """The commands of the bound bucket's slot, and the others by slot tag (a multi-key DEL is split)."""
+    here = slot_tag(keys.bound)
+    local: list[Command] = []
+    other: dict[str, list[Command]] = {}
+    for cmd in commands:
+        parts = [["DEL", k] for k in cmd[1:]] if cmd[0].upper() == "DEL" and len(cmd) > 2 else [cmd]
+        for part in parts:
+            tag = slot_tag(part[1])
+            (local if tag == here else other.setdefault(tag, [])).append(part)
+    return local, other
+
+
+def journaled(
+    keys: Keys, scope_key: str, event_id: str, label: str, commands: list[Command], retention_s: int
+) -> list[Command]:
+    """``commands`` as a script in the scope's slot may run them: its own slot's, then one ``engine.apply``
+    record per other slot. ``label`` names the commit or the lane and its fence (an event id or an
+    idempotency key comes back after the dedupe window; a fencing number never does), so each record id is
+    written once."""
+    if keys.buckets <= 1 or not commands:
+        return commands
+    bound = keys.for_scope(scope_key)
+    local, other = _split(bound, commands)
+    if not other:
+        return commands
+    for tag, group in sorted(other.items()):
+        record_id = f"journal:{label}:{tag}"
+        payload: dict[str, Any] = {"commands": group}
+        local += _staged(
+            bound, JOURNAL_APPLY, record_id, record_id, payload, scope_key, event_id, retention_s
+        )
+    return local
+
+
+def _staged(
+    bound: Keys,
+    kind: str,
+    record_id: str,
+    key: str,
+    payload: dict[str, Any],
+    scope_key: str,
+    event_id: str,
+    retention_s: int,
+) -> list[Command]:
+    """The staged writes of one journal record on the bucket's journal (now, in µs, is its place)."""
+    record = OutboxRecord(
+        id=record_id,
+        kind=kind,
+        key=key,
+        payload=payload,
+        scope_key=scope_key,
+        event_id=event_id,
+        created_at=now_ms(),
+        tenant=bound.tenant,
+    )
+    return [
+        [str(a) for a in c] for c in outbox_commands(bound, record, retention_s, journal_score_us=_now_us())
+    ]
+
+
+def journal_followups(
+    keys: Keys,
+    scope_key: str,
+    event_id: str,
+    label: str,
+    followups: Sequence[PreparedEvent],
+    retention_s: int,
+) -> tuple[list[PreparedEvent], list[Command]]:
+    """The follow-ups the commit admits itself (its own bucket's), and the outbox commands that journal the
+    others (one ``engine.enqueue`` record each; ``label`` names the commit, as in :func:`journaled`)."""
+    if keys.buckets <= 1 or not followups:
+        return list(followups), []
+    bound = keys.for_scope(scope_key)
+    here = bound.bucket
+    own: list[PreparedEvent] = []
+    commands: list[Command] = []
+    for ev in followups:
+        if keys.for_scope(ev.scope_key).bucket == here:
+            own.append(ev)
+            continue
+        record_id = f"follow-up:{label}:{ev.event_id}"
+        payload = {
+            "eventId": ev.event_id,
+            "scopeKey": ev.scope_key,
+            "sourceId": ev.source_id,
+            "body": ev.body,
+            "sourceType": ev.source_type,
+            "userId": ev.user_id,
+        }
+        commands += _staged(
+            bound, JOURNAL_ENQUEUE, record_id, ev.event_id, payload, scope_key, event_id, retention_s
+        )
+    return own, commands
+
+
+def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
+    """Delivers ``engine.apply`` records: JOURNAL_APPLY in the records' slot (raises to be retried)."""
+
+    def deliver(record: OutboxRecord) -> None:
+        commands: list[Command] = record.payload["commands"]
+        keys = store.keys.for_tenant(record.tenant)
+        # the scope too: two scopes' lanes may share an idempotency key (their records are each scope's own)
+        marker = keys.applied_marker(
+            commands[0][1], f"{keys.scope_ref(record.scope_key)}{SEPARATOR}{record.id}"
+        )
+        touched = list(dict.fromkeys(c[1] for c in commands if c[0].upper() != "PUBLISH"))
+        # durable: with AGENT_SIGNAL_WAIT_REPLICAS, delivered only once a replica has the writes
+        store.durable(store.scripts.journal_apply, [marker, *touched], [marker_ttl_s, json.dumps(commands)])
+
+    return deliver
+
+
+def enqueue_deliverer(emitter: Emitter) -> Deliverer:
+    """Delivers ``engine.enqueue`` records: the follow-up stored in its bucket and its drain sent
+    (:meth:`~worker.intake.emitter.Emitter.admit`; a second delivery finds it stored: a duplicate)."""
+
+    def deliver(record: OutboxRecord) -> None:
+        p = record.payload
+        event = PreparedEvent(
+            event_id=str(p["eventId"]),
+            scope_key=str(p["scopeKey"]),
+            source_id=str(p["sourceId"]),
+            body=str(p["body"]),
+            source_type=str(p.get("sourceType") or ""),
+            user_id=p.get("userId"),
+            tenant=record.tenant,
+        )
+        emitter.for_tenant(record.tenant).admit([event])
+
+    return deliver
+
+
+def journal_deliverers(store: EventStore, emitter: Emitter, marker_ttl_s: int) -> dict[str, Deliverer]:
+    """The relay's deliverers of the journal's two kinds."""
+    return {JOURNAL_APPLY: apply_deliverer(store, marker_ttl_s), JOURNAL_ENQUEUE: enqueue_deliverer(emitter)}

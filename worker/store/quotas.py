@@ -1,0 +1,212 @@
+"""Storage quotas: a tenant's retained events (``AGENT_SIGNAL_TENANT_MAX_EVENTS``) and one user's stored bytes
+(``AGENT_SIGNAL_USER_MAX_BYTES``), counted where data is written and checked at the door before anything is
+stored (over one: 429 ``quota_exceeded``). Both counts are kept in O(1) memory, so they are approximate; what
+each one misses is said below.
+
+**Retained events.** An event's record lives a dedupe window after its admission (a done event a window after
+it finished; a dead one until it is redriven or discarded). Each bucket's ``retained-events`` hash counts the
+events its admissions accepted per time slot of a 24th of the window (:func:`retained_slot_ms`); the slots of
+the last window and one slot more are summed (:data:`RETAINED_FN`). The enqueue script checks the sum against
+the quota and adds its accepted events, in the same script. A refusal's Retry-After is when the oldest counted
+slot drops out. Not counted: follow-up events a chain emits (admitted by the worker's commit), dead events
+past their window, and what an erasure or a discard frees before the window ends.
+
+**A user's bytes.** ``bytes:user:<userId>`` (a hash) holds the bytes the user's memories, skills (documents,
+their history, the runs' answers), conversation messages, receipts and session context take, counted by the
+code that writes them: ``keep`` for data without an expiry, ``d<day>`` (the day its TTL ends, in days since the
+epoch) for data that expires, so a day's bytes stop counting once it has passed (:data:`USER_BYTES_FN`).
+Erasure deletes the hash. A conversation's count follows its trimmed list (a trimmed message is subtracted);
+skills and memories count their JSON; receipts and session context count the bytes written, until their TTL as
+of the write (a session that a later write keeps alive stops counting its older bytes after one TTL; a
+reverted or cleared context still counts until then). The door refuses a user's events and context writes once
+the user is at or over the quota; a write in progress (a run the worker already has) is not refused, so a user
+can end somewhat over it. Retry-After is the end of the earliest counted day when something expires, else
+there is none (only erasure, or deleting memories and skills, frees the rest).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from redis import Redis
+
+from worker.keys.layout import Keys
+from worker.settings import Settings
+
+__all__ = [
+    "DAY_MS",
+    "RETAINED_FN",
+    "RETAINED_SLOTS",
+    "USER_BYTES_FN",
+    "add_user_bytes",
+    "quota_args",
+    "receipt_bytes_effects",
+    "retained_refusal",
+    "retained_slot_ms",
+    "user_bytes_effects",
+    "user_bytes_field",
+    "user_bytes_refusal",
+]
+
+DAY_MS = 24 * 60 * 60 * 1000
+RETAINED_SLOTS = 24  # a window is counted in this many slots (and one more, the current one)
+KEEP = "keep"
+
+# Shared Lua. retained_count(key, now, slot_ms) -> events counted, oldest counted slot (nil: none), the slots
+# past the window (to forget). retained_add(key, now, slot_ms, n, stale) counts n more in the current slot and
+# deletes the slot that just left the window and ``stale``: after the add, so a script on a full store is still
+# refused at its first write (a delete before it would let the rest through; worker/store/full.py).
+RETAINED_FN = f"""
+local RETAINED_SLOTS = {RETAINED_SLOTS}
+local function retained_count(key, now, slot_ms)
+  local current = math.floor(now / slot_ms)
+  local raw = redis.call('HGETALL', key)
+  local total, oldest, stale = 0, nil, {{}}
+  for i = 1, #raw, 2 do
+    local slot = tonumber(raw[i])
+    if slot == nil or current - slot > RETAINED_SLOTS then
+      stale[#stale + 1] = raw[i]
+    else
+      total = total + (tonumber(raw[i + 1]) or 0)
+      if oldest == nil or slot < oldest then oldest = slot end
+    end
+  end
+  return total, oldest, stale
+end
+local function retained_add(key, now, slot_ms, n, stale)
+  local current = math.floor(now / slot_ms)
+  redis.call('HINCRBY', key, current, n)
+  redis.call('HDEL', key, current - RETAINED_SLOTS - 1, unpack(stale))
+  redis.call('PEXPIRE', key, (RETAINED_SLOTS + 2) * slot_ms)
+end
+"""
+
+# Shared Lua. user_bytes(key, now) -> bytes counted, the earliest day still counted (nil: only kept data), the
+# fields of days that have ended (forget_fields deletes them once the script has written).
+USER_BYTES_FN = f"""
+local DAY_MS = {DAY_MS}
+local function user_bytes(key, now)
+  local today = math.floor(now / DAY_MS)
+  local raw = redis.call('HGETALL', key)
+  local total, earliest, stale = 0, nil, {{}}
+  for i = 1, #raw, 2 do
+    local field, n = raw[i], tonumber(raw[i + 1]) or 0
+    if field == '{KEEP}' then
+      total = total + n
+    else
+      local day = tonumber(string.sub(field, 2))
+      if day == nil or day < today then
+        stale[#stale + 1] = field
+      else
+        total = total + n
+        if earliest == nil or day < earliest then earliest = day end
+      end
+    end
+  end
+  return total, earliest, stale
+end
+local function user_bytes_retry_s(earliest, now)
+  if earliest == nil then return 0 end
+  return math.max(1, math.ceil(((earliest + 1) * DAY_MS - now) / 1000))
+end
+local function forget_fields(key, fields)
+  if #fields > 0 then redis.call('HDEL', key, unpack(fields)) end
+end
+"""
+
+
+def retained_slot_ms(window_s: int) -> int:
+    """One slot of the retained-events count: a 24th of the dedupe window, at least a second."""
+    return max(1000, window_s * 1000 // RETAINED_SLOTS)
+
+
+def quota_args(settings: Settings, check: bool, users: Sequence[str]) -> list[int]:
+    """ENQUEUE's quota arguments: maxTenantEvents (checked only with ``check``), retainedSlotMs (counted
+    whenever the quota is on), maxUserBytes and how many users' keys follow the events'."""
+    counting = settings.tenant_max_events > 0
+    return [
+        settings.tenant_max_events if check else 0,
+        retained_slot_ms(settings.dedupe_window_s) if counting else 0,
+        settings.user_max_bytes if users else 0,
+        len(users),
+    ]
+
+
+def user_bytes_field(ttl_s: int | None, now_ms: int | None = None) -> str:
+    """The field of ``bytes:user:<u>`` that data expiring ``ttl_s`` from now is counted in (None: kept)."""
+    if ttl_s is None:
+        return KEEP
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return f"d{(now + ttl_s * 1000) // DAY_MS}"
+
+
+def user_bytes_effects(
+    keys: Keys, user_id: str | None, n_bytes: int, *, ttl_s: int | None = None
+) -> list[list[Any]]:
+    """The staged command that counts ``n_bytes`` more (or fewer) of ``user_id``'s data (none for no user)."""
+    if not user_id or user_id == "-" or n_bytes == 0:
+        return []
+    return [["HINCRBY", keys.user_bytes(user_id), user_bytes_field(ttl_s), n_bytes]]
+
+
+def receipt_bytes_effects(keys: Keys, receipt: Mapping[str, Any], body: str, ttl_s: int) -> list[list[Any]]:
+    """A receipt's stored bytes counted for its user until it expires (receipt_effects stages this)."""
+    user = receipt.get("userId")
+    return user_bytes_effects(
+        keys, user if isinstance(user, str) else None, len(body.encode("utf-8")), ttl_s=ttl_s
+    )
+
+
+def add_user_bytes(client: Any, keys: Keys, user_id: str, n_bytes: int, *, ttl_s: int | None = None) -> None:
+    """Count ``n_bytes`` of ``user_id``'s data now (``client`` may be a pipeline: queued in it)."""
+    for command in user_bytes_effects(keys, user_id, n_bytes, ttl_s=ttl_s):
+        client.hincrby(command[1], command[2], command[3])
+
+
+def retained_refusal(
+    client: Redis, every: Sequence[Keys], adding: int, max_events: int, window_s: int
+) -> str | None:
+    """With scope buckets, the tenant's retained events summed over its buckets (each script counts its own):
+    the OVERLIMIT reply ENQUEUE would give, or None."""
+    slot_ms = retained_slot_ms(window_s)
+    pipe = client.pipeline(transaction=False)
+    for k in every:
+        pipe.hgetall(k.retained_events)
+    now = int(time.time() * 1000)
+    current = now // slot_ms
+    total, oldest = 0, None
+    for raw in pipe.execute():
+        for slot_text, n in raw.items():
+            slot = int(slot_text)
+            if current - slot <= RETAINED_SLOTS:
+                total += int(n)
+                oldest = slot if oldest is None else min(oldest, slot)
+    if total + adding <= max_events or oldest is None:
+        return None
+    retry_s = max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
+    return f"OVERLIMIT events {total} {retry_s}"
+
+
+def user_bytes_refusal(client: Redis, keys: Keys, users: Sequence[str], max_bytes: int) -> str | None:
+    """The users' stored bytes read from their home slot (scope buckets: the enqueue scripts cannot): the
+    OVERLIMIT reply ENQUEUE would give for the first user at or over ``max_bytes``, or None."""
+    pipe = client.pipeline(transaction=False)
+    for user in users:
+        pipe.hgetall(keys.user_bytes(user))
+    now = int(time.time() * 1000)
+    today = now // DAY_MS
+    for index, raw in enumerate(pipe.execute(), start=1):
+        total, earliest = 0, None
+        for field, n in raw.items():
+            if field == KEEP:
+                total += int(n)
+            elif field[1:].isdigit() and int(field[1:]) >= today:
+                total += int(n)
+                earliest = int(field[1:]) if earliest is None else min(earliest, int(field[1:]))
+        if total >= max_bytes:
+            retry_s = 0 if earliest is None else max(1, math.ceil(((earliest + 1) * DAY_MS - now) / 1000))
+            return f"OVERLIMIT user {index} {total} {retry_s}"
+    return None

@@ -1,0 +1,269 @@
+"""The event store's reads: events, chains, counters, scopes and dead letters of one tenant.
+
+With scope buckets (worker/keys/buckets.py) a tenant's indexes are per bucket, so each read here fans out over
+the buckets in one pipelined round trip (a cluster client groups it by node) and merges: counters are
+summed, scopes united, dead letters merged by death time. An event or chain found by its id alone is looked up
+in every bucket (:meth:`StoreReads.locate`). With one bucket each read is the single command it always was.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis import Redis
+
+from worker.documents.chain_codec import decode_chain
+from worker.documents.chain_storage import rebuilt_chain, stored_event_id
+from worker.documents.event_body import body_of
+from worker.documents.event_records import LIST_FIELDS, source_digest, status_record
+from worker.keys.layout import Keys
+from worker.settings import Settings
+from worker.store.quotas import retained_refusal, user_bytes_refusal
+from worker.store.records import PreparedEvent, to_str
+
+__all__ = ["CHAIN_ID_PREFIX", "EVENT_ID", "StoreReads", "chain_owner", "newest_first", "str_dict"]
+
+CHAIN_ID_PREFIX = "chain:"  # LobeHub's chain id of a root event: chain:<sourceId>
+EVENT_ID = re.compile(r"evt_[0-9a-f]{24}")  # worker/core/dedupe.py event_id_for
+
+
+def str_dict(raw: Any) -> dict[str, str]:
+    return {to_str(k): to_str(v) for k, v in raw.items()}
+
+
+class StoreReads:
+    """Reads of :class:`worker.store.events.EventStore` (a mixin: the store gives ``client``, ``settings``, ``keys``)."""
+
+    client: Redis
+    settings: Settings
+    keys: Keys
+
+    def buckets(self) -> list[Keys]:
+        """One key builder per bucket of this tenant (one, bound to the tenant, without buckets)."""
+        return self.keys.every_bucket()
+
+    def locate(self, event_id: str) -> Keys:
+        """The key builder of the bucket that holds ``event_id`` (the first bucket when none does)."""
+        every = self.buckets()
+        if len(every) == 1:
+            return every[0]
+        pipe = self.client.pipeline(transaction=False)
+        for k in every:
+            pipe.exists(k.event(event_id))
+        found = [k for k, n in zip(every, pipe.execute(), strict=True) if int(n)]
+        return found[0] if found else every[0]
+
+    def get_event(self, event_id: str) -> dict[str, Any] | None:
+        """The event's public status record, or None when unknown (or expired)."""
+        raw = str_dict(self.client.hgetall(self.locate(event_id).event(event_id)))
+        if not raw:
+            return None
+        return status_record(raw, event_id)
+
+    def chain_of(self, event_id: str) -> dict[str, Any] | None:
+        """The chain document of one event's run, or None (not run yet, or past retention). The stored form
+        is bytes (see :mod:`worker.chain.chain_document`): read with ``NEVER_DECODE``, so this decoding client hands
+        them over untouched (no second client, no base64 in Redis)."""
+        raw = self.get_bytes(self.locate(event_id).chain(event_id))
+        return None if raw is None else rebuilt_chain(decode_chain(raw))
+
+    def chain_runs(self, chain_id: str, *, user_id: str | None = None) -> list[dict[str, Any]]:
+        """The status records of the events whose run is LobeHub's chain ``chain_id`` (``chain:<sourceId>``:
+        every event of that source id, in any scope, of any user), newest first; ``user_id`` narrows them to
+        one user's."""
+        source_id = chain_id.removeprefix(CHAIN_ID_PREFIX)
+        if source_id == chain_id or not source_id:
+            return []
+        runs = [r for r in self.find_by_source(source_id) if r.get("chainId") == chain_id]
+        return [r for r in runs if user_id is None or r.get("userId") == user_id]
+
+    def get_chain(self, chain_id: str, *, user_id: str | None = None) -> dict[str, Any] | None:
+        """The chain document of the newest run of ``chain_id`` (``user_id``'s when given), or of the event
+        when ``chain_id`` is an event id; None when unknown (or expired). A chain stored before chains were
+        kept per event (under its chain id) is still read."""
+        if EVENT_ID.fullmatch(chain_id):
+            return self.chain_of(chain_id)
+        for run in self.chain_runs(chain_id, user_id=user_id):
+            found = self.chain_of(str(run["eventId"]))
+            if found is not None:
+                return found
+        raw = None if user_id is not None else self._legacy_chain_bytes(chain_id)
+        return None if raw is None else rebuilt_chain(decode_chain(raw))
+
+    def _legacy_chain_bytes(self, chain_id: str) -> bytes | None:
+        """A chain stored under its chain id before chains were kept per event (the upgrade path,
+        docs/operations.md); with scope buckets, the bucket's whose event wrote it last."""
+        every = self.buckets()
+        pipe = self.client.pipeline(transaction=False)
+        for k in every:
+            pipe.execute_command("GET", k.chain(chain_id), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        copies = [(k, raw) for k, raw in zip(every, pipe.execute(), strict=True) if raw is not None]
+        if len(copies) <= 1:
+            return copies[0][1] if copies else None
+
+        def written_at(copy: tuple[Keys, bytes]) -> int:
+            event_id = chain_owner(copy[1])
+            return int(self.client.hget(copy[0].event(event_id), "doneAt") or 0) if event_id else -1
+
+        newest: bytes = max(copies, key=written_at)[1]
+        return newest
+
+    def get_bytes(self, key: str) -> bytes | None:
+        """A string value as stored (chains and lanes are binary): ``NEVER_DECODE`` on this decoding client."""
+        raw: bytes | None = self.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        return raw
+
+    def records(self, entries: Sequence[tuple[str, Keys]]) -> list[dict[str, Any] | None]:
+        """The listing records (:data:`~worker.documents.event_records.LIST_FIELDS`) of ``(eventId, its bucket)`` pairs,
+        in one pipelined round trip; None for an entry whose event expired (a stale index entry)."""
+        pipe = self.client.pipeline(transaction=False)
+        for member, k in entries:
+            pipe.hmget(k.event(member), list(LIST_FIELDS))
+        out: list[dict[str, Any] | None] = []
+        for (member, _), values in zip(entries, pipe.execute(), strict=True):
+            raw = {name: to_str(v) for name, v in zip(LIST_FIELDS, values, strict=True) if v is not None}
+            out.append(status_record(raw, member) if raw.get("state") else None)
+        return out
+
+    def find_by_source(self, source_id: str) -> list[dict[str, Any]]:
+        """The tenant's stored events with this source id (any scope, any source type), newest first."""
+        digest = source_digest(source_id)
+        entries: list[tuple[str, Keys]] = []
+        for k in self.buckets():
+            index = self.client.zscan_iter(k.events_of_source(digest), match=f"{digest}:*", count=500)
+            ids = sorted({to_str(member).partition(":")[2] for member, _ in index})
+            entries += [(event_id, k) for event_id in ids]
+        found = [r for r in self.records(entries) if r is not None and r.get("sourceId") == source_id]
+        return sorted(found, key=lambda r: (r["enqueuedAt"], r["eventId"]), reverse=True)
+
+    def stats(self) -> dict[str, int]:
+        """The tenant's counters (summed over its buckets)."""
+        pipe = self.client.pipeline(transaction=False)
+        for k in self.buckets():
+            pipe.hgetall(k.stats)
+        total: dict[str, int] = {}
+        for reply in pipe.execute():
+            for name, value in str_dict(reply).items():
+                total[name] = total.get(name, 0) + int(value)
+        return total
+
+    def limits_refusal(self, events: Sequence[PreparedEvent]) -> str | None:
+        """With scope buckets, a batch's limits read before any bucket's script writes (each script checks its
+        own inboxes again): the OVERLIMIT reply the scripts would give, or None. The tenant's queued events are
+        summed over the buckets, and so are its retained events; the users' stored bytes are read from their home
+        slot; each inbox's depth is read."""
+        settings = self.settings
+        if settings.tenant_max_queued:
+            queued = self.stats().get("queued", 0)
+            if queued + len(events) > settings.tenant_max_queued:
+                return f"OVERLIMIT tenant {queued}"
+        if settings.tenant_max_events:
+            quota, window_s, every = settings.tenant_max_events, settings.dedupe_window_s, self.buckets()
+            refusal = retained_refusal(self.client, every, len(events), quota, window_s)
+            if refusal is not None:  # a duplicate stores nothing: count only the new events
+                refusal = retained_refusal(self.client, every, self._fresh(events), quota, window_s)
+            if refusal is not None:
+                return refusal
+        users = self.users_of(events)
+        if settings.user_max_bytes and users:
+            refusal = user_bytes_refusal(self.client, self.keys, users, settings.user_max_bytes)
+            if refusal is not None:
+                return refusal
+        if settings.max_inbox_depth:
+            adding: dict[str, int] = {}
+            for ev in events:
+                adding[ev.scope_key] = adding.get(ev.scope_key, 0) + 1
+            pipe = self.client.pipeline(transaction=False)
+            for scope in adding:
+                pipe.llen(self.keys.inbox(scope))
+            for (scope, n), depth in zip(adding.items(), pipe.execute(), strict=True):
+                if int(depth) + n > settings.max_inbox_depth:
+                    return f"OVERLIMIT inbox {self.keys.scope_ref(scope)} {depth}"
+        return None
+
+    def _fresh(self, events: Sequence[PreparedEvent]) -> int:
+        """How many of ``events`` are not stored yet (each looked up in its scope's bucket)."""
+        pipe = self.client.pipeline(transaction=False)
+        for ev in events:
+            pipe.exists(self.keys.for_scope(ev.scope_key).event(ev.event_id))
+        return len(events) - sum(int(n) for n in pipe.execute())
+
+    @staticmethod
+    def users_of(events: Sequence[PreparedEvent]) -> list[str]:
+        """The distinct users a batch names, in the order the quota checks read them."""
+        return sorted({ev.user_id for ev in events if ev.user_id})
+
+    def active_scopes(self) -> list[str]:
+        """This tenant's scopes with queued work (bare scope keys)."""
+        mine = self.keys.scope_ref("")
+        return sorted(ref[len(mine) :] for ref in self.scope_refs_of(self.keys) if ref.startswith(mine))
+
+    def scope_refs_of(self, keys: Keys) -> list[str]:
+        """The scope refs in ``keys``' tenant's scopes registries (every bucket's)."""
+        pipe = self.client.pipeline(transaction=False)
+        for k in keys.every_bucket():
+            pipe.smembers(k.scopes)
+        return [to_str(x) for members in pipe.execute() for x in members]
+
+    def newest_of(
+        self, index: Callable[[Keys], str], offset: int, limit: int
+    ) -> list[tuple[str, float, Keys]]:
+        """One page of a per-bucket index (a zset scored by time), newest first over every bucket: (member,
+        score, the bucket's key builder). With one bucket, that page of the one index."""
+        every = self.buckets()
+        start = offset if len(every) == 1 else 0
+        pipe = self.client.pipeline(transaction=False)
+        for k in every:
+            pipe.zrevrange(index(k), start, offset + limit - 1, withscores=True)
+        found = [
+            (to_str(m), float(at), k)
+            for k, reply in zip(every, pipe.execute(), strict=True)
+            for m, at in reply
+        ]
+        if len(every) == 1:
+            return found
+        return sorted(found, key=lambda e: newest_first(e[0], e[1]))[offset : offset + limit]
+
+    def dlq_list(self, *, offset: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+        """Dead events, most recent death first, each with payload, attempts and last error."""
+        page = self.newest_of(lambda k: k.dlq, offset, limit)
+        pipe = self.client.pipeline(transaction=False)
+        for event_id, _, k in page:
+            pipe.hgetall(k.event(event_id))
+        out = []
+        for (event_id, _, _), reply in zip(page, pipe.execute(), strict=True):
+            if reply:
+                raw = str_dict(reply)
+                record = status_record(raw, event_id)
+                record["event"] = body_of(raw, event_id)
+                record["deadAt"] = int(raw.get("deadAt", 0))
+                out.append(record)
+        return out
+
+    def dlq_size(self) -> int:
+        pipe = self.client.pipeline(transaction=False)
+        for k in self.buckets():
+            pipe.zcard(k.dlq)
+        return sum(int(n) for n in pipe.execute())
+
+    def dlq_ids(self) -> list[str]:
+        pipe = self.client.pipeline(transaction=False)
+        for k in self.buckets():
+            pipe.zrange(k.dlq, 0, -1)
+        return [to_str(x) for ids in pipe.execute() for x in ids]
+
+
+def newest_first(member: str, score: float) -> tuple[float, tuple[int, ...]]:
+    """A sort key over entries of several zsets: the highest score first and, within one score, the larger
+    member first (one zset's ZREVRANGE order)."""
+    return -score, (*(-b for b in member.encode("utf-8")), 1)
+
+
+def chain_owner(raw: bytes | None) -> str | None:
+    """The id of the event whose run wrote a stored chain (None: no chain, or none readable)."""
+    try:
+        return None if raw is None else stored_event_id(decode_chain(raw))
+    except ValueError:
+        return None
