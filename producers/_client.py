@@ -26,7 +26,7 @@ from worker.intake.source_event import (
     with_traceparent,
 )
 from worker.plugin import PluginRuntime
-from worker.runtime.plugins import assemble, load_plugins
+from worker.runtime.assembly import assemble, load_plugins
 from worker.settings import Settings
 from worker.store.client import redis_from_settings
 from worker.store.events import EventStore, PreparedEvent

@@ -8,7 +8,7 @@ a request's head and body have deadlines (producers/_connections.py: uvicorn's o
 
 from __future__ import annotations
 
-from worker.runtime.plugins import load_plugins
+from worker.runtime.assembly import load_plugins
 from worker.settings import Settings
 from worker.telemetry.logs import configure_logging
 

@@ -24,7 +24,8 @@ from worker.keys.buckets import bucket_of, slot_tag
 from worker.keys.layout import Keys
 from worker.ops.runs import RunQuery, list_runs
 from worker.ops.scope_control import list_scopes, pause_scope
-from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE, apply_deliverer, enqueue_deliverer
+from worker.outbox.journal_delivery import apply_deliverer, enqueue_deliverer
+from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE
 
 pytestmark = pytest.mark.integration
 

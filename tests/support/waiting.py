@@ -102,14 +102,14 @@ def relay_for(pipeline: Any, settings: Any) -> Any:
     """An outbox relay for an in-process pipeline: the loaded plugins' deliverers over its own runtime (so a
     dependency a test replaced in ``pipeline.deps`` is the one the deliverer uses)."""
     from worker.outbox.relay import OutboxRelay
-    from worker.runtime.plugins import load_plugins
+    from worker.runtime.assembly import load_plugins
 
     deliverers = {
         kind: build(pipeline.runtime)
         for plugin in load_plugins(settings)
         for kind, build in plugin.deliverers.items()
     }
-    from worker.store.journal import journal_deliverers
+    from worker.outbox.journal_delivery import journal_deliverers
 
     deliverers |= journal_deliverers(pipeline.store, pipeline.emitter, settings.outbox_retention_s)
     return OutboxRelay(

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from worker.chain.outbox_records import OutboxRecord, outbox_commands
+from worker.core.clock import now_ms
 from worker.core.errors import PermanentFailure
 from worker.keys.layout import Keys
 
@@ -195,8 +197,6 @@ class HandlerContext:
         """Stage an outbound call (delivered by the relay, at least once, with ``key`` passed on as its
         idempotency key; default: the action's idempotency key). Committed with this handler's writes, so a
         refused commit leaves none. Returns the record id."""
-        from worker.chain.outbox_records import OutboxRecord, outbox_commands  # imports the key builder
-        from worker.store.events import now_ms
 
         idem = key or self.idempotency_key
         if not idem:

@@ -37,11 +37,12 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from worker.chain.chain_document import event_head
+from worker.core.clock import now_ms
 from worker.core.errors import NotReplicated
 from worker.documents.lane_codec import encode_lane
 from worker.drain.lease import LeaseGrant
 from worker.drain.steps import CommitStep, EventWork
-from worker.store.events import Begun, Head, now_ms, staged_error
+from worker.store.events import Begun, Head, staged_error
 from worker.store.records import to_str
 from worker.store.scripts_batch import COMMIT_ARGS, COMMIT_KEYS
 from worker.telemetry.log_privacy import describe_error, refusal_kind

@@ -25,15 +25,11 @@ from typing import Any
 
 from redis.commands.core import Script
 
-from worker.keys.layout import Keys
+from worker.keys.layout import HOLDER_SEPARATOR, Keys
 from worker.store.events import Head
 from worker.store.scripts import Scripts, acquire_keys_of
 
 __all__ = ["LeaseGrant", "ScopeLease"]
-
-HOLDER_SEPARATOR = (
-    "|"  # lease token = "<worker node name>|<random>" (worker/ops/scope_control.py shows the name)
-)
 
 log = logging.getLogger(__name__)
 

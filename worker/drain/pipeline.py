@@ -37,16 +37,15 @@ from worker.chain.chain_document import event_head
 from worker.chain.context import Deps
 from worker.chain.registry import Registry
 from worker.chain.scheduler import ChainScope
+from worker.core.clock import now_ms
 from worker.core.retry import backoff_ms, should_retry
 from worker.drain.batch import drain_in_batches
 from worker.drain.lease import LeaseGrant, ScopeLease
 from worker.drain.steps import DEFAULT_STEPS, EventWork, Step
 from worker.intake.emitter import Emitter, StagedEmits
 from worker.keys.layout import Keys, split_scope_ref
-from worker.plugin import PluginRuntime
-from worker.runtime.fair import FairQueue
 from worker.settings import Settings
-from worker.store.events import Begun, EventStore, Head, now_ms
+from worker.store.events import Begun, EventStore, Head
 from worker.store.full import FullStoreWait, StoreFullAgain
 from worker.telemetry.logs import bind_event, clear_context
 from worker.telemetry.recorder import DISABLED, Telemetry
@@ -78,7 +77,6 @@ class Pipeline:
         deps: Deps | None = None,
         emitter: Emitter | None = None,
         publish_drain: Callable[[str], None] | None = None,
-        runtime: PluginRuntime | None = None,
         steps: Sequence[Step] = DEFAULT_STEPS,
         telemetry: Telemetry = DISABLED,
     ) -> None:
@@ -88,10 +86,6 @@ class Pipeline:
         self.deps = deps or Deps()
         self.emitter = emitter
         self.publish_drain: Callable[[str], None] = publish_drain or (lambda scope_key: None)
-        self.fair: FairQueue | None = (
-            None  # set by build_pipeline: drain_next pops here, re-publishes go here
-        )
-        self.runtime = runtime  # the plugins' runtime of this process (their Celery tasks use it)
         self.steps = tuple(steps)
         names = [step.name for step in self.steps]
         # The steps a batch commit runs for each of its events once committed (worker/drain/batch.py).

@@ -23,10 +23,10 @@ from worker.core.errors import (
 )
 from worker.core.nodes import Source
 from worker.documents.snapshots import write_snapshot
+from worker.drain.action_port import CancellablePort, EventCancelled
 from worker.drain.batch_port import BatchPort, Lane
 from worker.drain.lease import LeaseGrant
 from worker.intake.emitter import StagedEmits
-from worker.ops.scope_control import CancellablePort, EventCancelled
 from worker.store.events import Begun, Commit, CommitReply
 from worker.store.full import is_store_full
 from worker.telemetry.log_privacy import describe_error, refusal_kind

@@ -31,6 +31,7 @@ from worker.keys.limits import LimitKeys
 __all__ = [
     "DEFAULT_TENANT",
     "ENGINE_FAMILIES",
+    "HOLDER_SEPARATOR",
     "BadTenant",
     "Keys",
     "UnboundBucket",
@@ -39,6 +40,8 @@ __all__ = [
     "scope_ref",
     "split_scope_ref",
 ]
+
+HOLDER_SEPARATOR = "|"  # a lease token is "<worker node name>|<random>" (operators see who holds a scope)
 
 # Key families only the engine writes; a handler's staged write to one of them is refused.
 ENGINE_FAMILIES = tuple(
@@ -138,6 +141,7 @@ class Keys(LimitKeys):
         return f"{self.single or self.of_scope(scope_key)}seq:{{{scope_key}}}"
 
     def lease(self, scope_key: str) -> str:
+        """The scope's lease: its holder's token, ``<worker node name>|<random>`` (:data:`HOLDER_SEPARATOR`)."""
         return f"{self.single or self.of_scope(scope_key)}lease:{{{scope_key}}}"
 
     def fence(self, scope_key: str) -> str:

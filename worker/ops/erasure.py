@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.store.events import EventStore, now_ms
+from worker.core.clock import now_ms
+from worker.store.events import EventStore
 from worker.store.reads import chain_owner
 from worker.telemetry.pseudonyms import load_pseudonyms
 

@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from worker.core.clock import now_ms
 from worker.documents.event_body import body_of
 from worker.documents.event_records import status_record
 from worker.keys.layout import Keys
-from worker.store.events import EventStore, now_ms
+from worker.store.events import EventStore
 from worker.store.reads import newest_first
 
 __all__ = [

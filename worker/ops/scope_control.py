@@ -5,7 +5,7 @@
   its events wait in its inbox, and new ones are appended without scheduling a drain. **Resume** forgets the
   mark and, when the inbox holds events, schedules the drain again through the fair queue (worker/runtime/fair.py).
 * **Cancel** (CANCEL in worker/store/scripts_ops.py): a queued event is cancelled at once and never runs (the drain
-  pops it); a running one gets ``cancelRequested``: :class:`CancellablePort` reads that flag in the same round
+  pops it); a running one gets ``cancelRequested``: the drain's action port (worker/drain/action_port.py) reads that flag in the same round
   trip as each action's idempotency lookup and raises :class:`EventCancelled` before the next action runs, and
   COMMIT turns the event ``cancelled`` without its chain's staged writes or follow-ups (actions already applied
   stay applied: they committed with their own lanes).
@@ -16,21 +16,16 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from worker.core.errors import PipelineError
-from worker.core.nodes import Action, ExecutorResult
-from worker.drain.action_port import RedisActionPort, lane_result
-from worker.drain.lease import HOLDER_SEPARATOR
-from worker.store.events import EventStore, now_ms
+from worker.core.clock import now_ms
+from worker.keys.layout import HOLDER_SEPARATOR
+from worker.store.events import EventStore
 
 __all__ = [
     "SCOPE_STATES",
     "CancelResult",
-    "CancellablePort",
-    "EventCancelled",
     "cancel_event",
     "list_scopes",
     "pause_scope",
@@ -39,34 +34,6 @@ __all__ = [
 
 ScopeState = Literal["busy", "waiting", "stuck", "paused"]
 SCOPE_STATES: tuple[ScopeState, ...] = ("busy", "waiting", "stuck", "paused")
-
-
-class EventCancelled(PipelineError):
-    """An operator cancelled the running event: stop before the next action and commit it ``cancelled``."""
-
-
-class CancellablePort(RedisActionPort):
-    """The drain's action port, with the event's cancel flag read in the same round trip as each lookup."""
-
-    def __init__(
-        self, store: EventStore, scope_key: str, fence: int, lost: threading.Event, event_id: str
-    ) -> None:
-        super().__init__(store, scope_key, fence, lost, event_id)
-        self._cancelled = False
-
-    def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
-        pipe = self.store.client.pipeline(transaction=False)
-        key = self.store.keys.idempotency(self.scope_key, idempotency_key)
-        pipe.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
-        pipe.hexists(self.store.keys.for_scope(self.scope_key).event(self.event_id), "cancelRequested")
-        raw, cancelled = pipe.execute()
-        self._cancelled = bool(cancelled)
-        return lane_result(raw)
-
-    def ensure_live(self) -> None:
-        super().ensure_live()
-        if self._cancelled:
-            raise EventCancelled(f"event {self.event_id} was cancelled before its next action")
 
 
 def pause_scope(store: EventStore, scope_key: str) -> bool:

@@ -11,7 +11,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from worker.drain.lease import HOLDER_SEPARATOR
+from worker.keys.layout import HOLDER_SEPARATOR
 from worker.store.events import EventStore
 
 __all__ = ["MAX_SCOPES", "workers_seen"]

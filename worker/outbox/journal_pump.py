@@ -18,9 +18,10 @@ import secrets
 from collections.abc import Mapping
 
 from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord
+from worker.core.clock import now_ms
 from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys, split_scope_ref
-from worker.store.events import EventStore, now_ms
+from worker.store.events import EventStore
 from worker.telemetry.log_privacy import describe_error
 
 __all__ = ["pump_journal"]

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
+from worker.core.clock import now_ms
 from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys, split_scope_ref
 from worker.outbox.journal_pump import pump_journal
-from worker.store.events import EventStore, now_ms
+from worker.store.events import EventStore
 from worker.telemetry.log_privacy import describe_error
 
 __all__ = ["Deliverer", "OutboxRecord", "OutboxRelay", "outbox_commands", "records_of_event"]

@@ -35,32 +35,34 @@ from celery.signals import (
 )
 from redis.exceptions import RedisError
 
+from worker.core.clock import now_ms
 from worker.drain.pipeline import Pipeline
 from worker.keys.layout import Keys
+from worker.outbox.journal_delivery import journal_deliverers
 from worker.outbox.relay import OutboxRelay
 from worker.runtime import heartbeat_file
 from worker.runtime import state as _state
+from worker.runtime.assembly import Assembly, assemble, load_plugins
 from worker.runtime.fair import FairQueue
-from worker.runtime.plugins import Assembly, assemble, load_plugins
 from worker.runtime.reconcile import reconcile, try_reconcile_lock
 from worker.runtime.tasks import publish_task, register_tasks
 from worker.settings import Settings, SettingsError, check_settings
 from worker.store.client import redis_from_settings
-from worker.store.events import EventStore, now_ms
-from worker.store.journal import journal_deliverers
+from worker.store.events import EventStore
 from worker.telemetry.log_privacy import describe_error
 from worker.telemetry.logs import bind_event, clear_context, configure_logging
 from worker.telemetry.recorder import Telemetry, configure_telemetry
 
-__all__ = ["build_pipeline", "build_relay", "create_app", "fair_queue"]
+__all__ = ["build_pipeline", "build_relay", "build_worker", "create_app", "fair_queue"]
 
 log = logging.getLogger(__name__)
 
 
-def build_pipeline(
+def build_worker(
     settings: Settings, *, telemetry: Telemetry | None = None, app: Celery | None = None
-) -> Pipeline:
-    """The per-process pipeline: Redis client, store, telemetry, and the plugins named in the settings."""
+) -> _state.WorkerProcess:
+    """What one worker process runs with: Redis client, store, telemetry, the fair queue, and the plugins named
+    in the settings."""
     store = EventStore(redis_from_settings(settings), settings)
     if telemetry is None:
         telemetry = configure_telemetry(settings, service_name="agent-signal-worker")
@@ -76,11 +78,16 @@ def build_pipeline(
         deps=assembly.deps,
         emitter=assembly.emitter,
         publish_drain=fair.publish,
-        runtime=assembly.runtime,
         telemetry=telemetry,
     )
-    pipeline.fair = fair
-    return pipeline
+    return _state.WorkerProcess(pipeline, fair, assembly.runtime)
+
+
+def build_pipeline(
+    settings: Settings, *, telemetry: Telemetry | None = None, app: Celery | None = None
+) -> Pipeline:
+    """The pipeline of :func:`build_worker` (tests and tools that drain scopes in their own process)."""
+    return build_worker(settings, telemetry=telemetry, app=app).pipeline
 
 
 def _assemble(settings: Settings, store: EventStore, app: Celery, fair: FairQueue) -> Assembly:
@@ -157,7 +164,7 @@ def create_app(settings: Settings) -> Celery:
     )
     # The plugins' tasks are registered in every process (their names and code), built lazily per child.
     register_tasks(app, settings.queue_name, load_plugins(settings))
-    _state.set_factory(lambda: build_pipeline(settings, app=app))
+    _state.set_factory(lambda: build_worker(settings, app=app))
     _connect_lifecycle(app, settings)
     return app
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from worker.core.clock import now_ms
 from worker.keys.layout import BadTenant, Keys, split_scope_ref
-from worker.store.events import EventStore, now_ms
+from worker.store.events import EventStore
 
 __all__ = ["reconcile"]
 

@@ -1,33 +1,49 @@
-"""Global state department: the one per-process Pipeline, built lazily after fork.
+"""Global state department: the one per-process :class:`WorkerProcess` (pipeline, fair queue, plugin runtime),
+built lazily after fork.
 
-Prefork children must not share the parent's Redis sockets, so the pipeline is built on first use inside
-the process that runs tasks (and dropped again by ``worker_process_init``). Nothing else in the code base
-keeps module-level mutable state. Tests call :func:`reset`.
+Prefork children must not share the parent's Redis sockets, so it is built on first use inside the process
+that runs tasks (and dropped again by ``worker_process_init``). The other module-level state of the engine is
+process-wide and read-mostly: the metrics registry (worker/telemetry/process_metrics.py), the pseudonym key of
+the logs (worker/telemetry/logs.py) and the instrumented flag below. Tests call :func:`reset`.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 from worker.drain.pipeline import Pipeline
+from worker.runtime.fair import FairQueue
+from worker.runtime.plugin_model import PluginRuntime
 from worker.telemetry.recorder import Telemetry
 
-__all__ = ["flush", "get", "instrument_libraries", "reset", "set_factory"]
+__all__ = ["WorkerProcess", "flush", "get", "instrument_libraries", "reset", "set_factory"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerProcess:
+    """What one worker process runs with: its pipeline (drains scopes), its fair queue (pops ready scopes,
+    publishes drains) and the plugins' runtime (their Celery tasks get it)."""
+
+    pipeline: Pipeline
+    fair: FairQueue
+    runtime: PluginRuntime
+
 
 _lock = threading.Lock()
-_pipeline: Pipeline | None = None
+_pipeline: WorkerProcess | None = None
 _factory: object | None = None
 
 
 def set_factory(factory: object) -> None:
-    """Install the zero-argument callable that builds the process's Pipeline."""
+    """Install the zero-argument callable that builds the process's :class:`WorkerProcess`."""
     global _factory, _pipeline
     with _lock:
         _factory = factory
         _pipeline = None
 
 
-def get() -> Pipeline:
+def get() -> WorkerProcess:
     global _pipeline
     with _lock:
         if _pipeline is None:
@@ -35,7 +51,10 @@ def get() -> Pipeline:
                 raise RuntimeError(
                     "no pipeline factory installed: build the app with worker.runtime.app.create_app()"
                 )
-            _pipeline = _factory()
+            built = _factory()
+            if not isinstance(built, WorkerProcess):
+                raise TypeError("the worker factory must build a WorkerProcess")
+            _pipeline = built
         return _pipeline
 
 
@@ -43,7 +62,7 @@ def flush() -> None:
     """Export pending spans and metric deltas (worker child shutdown)."""
     with _lock:
         if _pipeline is not None:
-            _pipeline.telemetry.flush()
+            _pipeline.pipeline.telemetry.flush()
 
 
 _instrumented = False

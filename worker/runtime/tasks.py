@@ -16,18 +16,16 @@ from celery.exceptions import SoftTimeLimitExceeded, TaskPredicate
 from redis.exceptions import RedisError
 
 from worker.core.tenancy import BadTenant
-from worker.plugin import Plugin, PluginTask
 from worker.runtime import state as _state
-from worker.runtime.fair import DRAIN_NEXT_TASK, DRAIN_TASK, FairQueue
+from worker.runtime.fair import DRAIN_NEXT_TASK, DRAIN_TASK
+from worker.runtime.plugin_model import Plugin, PluginTask
 from worker.store.safety import note_store_failure
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS, describe_error
 
 __all__ = [
     "DRAIN_TASK",
     "NOOP_TASK",
-    "FairQueue",
     "TaskFailed",
-    "publish_drain",
     "publish_task",
     "register_tasks",
 ]
@@ -45,24 +43,6 @@ DRAIN_TASK_OPTIONS: dict[str, Any] = {
 NOOP_MARKER_TTL_S = 60
 
 log = logging.getLogger(__name__)
-
-
-def publish_drain(app: Any, scope_key: str, *, countdown_s: float = 0.0, queue: str | None = None) -> None:
-    """Ask a worker to drain the scope ref ``scope_key`` now, outside the fair-share ring (one small JSON
-    message). Engine code publishes through :class:`worker.runtime.fair.FairQueue`; this stays for tools and tests."""
-    options: dict[str, Any] = {}
-    if countdown_s > 0:
-        options["countdown"] = countdown_s
-    if queue:
-        options["queue"] = queue
-    app.send_task(DRAIN_TASK, args=[scope_key], **options, **HIDDEN_TASK_ARGS)
-
-
-def _direct(app: Any, queue: str) -> Any:
-    def publish(ref: str, *, countdown_s: float = 0.0) -> None:
-        publish_drain(app, ref, countdown_s=countdown_s, queue=queue)
-
-    return publish
 
 
 def publish_task(app: Any, name: str, payload: dict[str, Any], *, queue: str) -> None:
@@ -91,10 +71,8 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
         if not isinstance(payload, dict):
             log.error("task %s called without a JSON object (%s)", task.name, type(payload).__name__)
             return
-        pipeline = _state.get()
-        runtime = pipeline.runtime
-        if runtime is None:
-            raise RuntimeError("the worker's pipeline was built without a plugin runtime")
+        process = _state.get()
+        pipeline, runtime = process.pipeline, process.runtime
         # At least once anyway: a run that met a full store runs again after a pause (worker/store/full.py).
         _quietly(task.name, lambda: pipeline.full_wait("task").call(lambda: task.run(runtime, payload)))
 
@@ -113,7 +91,8 @@ def _node(task: Any) -> str:
 def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
     """Drain the scope ``ref`` in this worker's pipeline, then re-publish it when it has more (or was lost). A
     full store refuses the lease grant before it writes anything: the grant is asked again after a pause."""
-    pipeline = _state.get()
+    process = _state.get()
+    pipeline = process.pipeline
     try:
         outcome = pipeline.full_wait("acquire").call(lambda: pipeline.drain(ref, holder=holder))
     except BadTenant:  # not "<tenant>/<scopeKey>": a message from before tenants, or forged
@@ -122,7 +101,7 @@ def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
     except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
         note_store_failure(pipeline.store.client, pipeline.keys.tenant_stats, exc, "drain")
         return
-    republish = pipeline.fair.publish if pipeline.fair is not None else _direct(app, queue)
+    republish = process.fair.publish
     if outcome.next in ("again", "busy"):
         republish(ref, countdown_s=outcome.delay_s)
     elif outcome.next == "lost":
@@ -136,10 +115,8 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
     message's ticket), ``scopes_per_drain`` are done, or the time budget is spent. The limits, or an exception
     from a drain, hand the ticket on to a new message, so a ticket is not left counted without one (a store
     error leaves it to expire instead of spinning). Returns how many scopes it drained."""
-    pipeline = _state.get()
-    fair = pipeline.fair
-    if fair is None:
-        return 0
+    process = _state.get()
+    pipeline, fair = process.pipeline, process.fair
     settings = pipeline.settings
     deadline = time.monotonic() + settings.drain_message_budget_s
     drained, retired = 0, False
@@ -187,6 +164,6 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
         """The benchmark's baseline task. Given a marker name, it also says it ran (one SET with a TTL), so
         the latency baseline can see when it finished."""
         if args and isinstance(args[0], str) and args[0]:
-            pipeline = _state.get()
+            pipeline = _state.get().pipeline
             pipeline.store.client.set(pipeline.keys.noop_marker(args[0]), "1", ex=NOOP_MARKER_TTL_S)
         return None

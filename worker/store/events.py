@@ -19,6 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from worker.core.clock import now_ms
 from worker.core.errors import NotReplicated, OverLimit
 from worker.documents.chain_codec import encode_chain
 from worker.documents.event_records import source_digest
@@ -36,7 +37,6 @@ from worker.store.records import (
     Head,
     OnStored,
     PreparedEvent,
-    now_ms,
     staged_error,
     to_str,
 )
@@ -51,7 +51,6 @@ __all__ = [
     "EventStore",
     "Head",
     "PreparedEvent",
-    "now_ms",
     "staged_error",
 ]
 

@@ -13,7 +13,8 @@ there by the outbox relay (worker/outbox/relay.py):
   identity, so a second delivery is a duplicate) and made ready to drain.
 
 The records wait on the bucket's journal (``Keys.journal_due``), scored by when the commit staged them, and
-the relay applies them one at a time in that order (worker/outbox/journal_pump.py), so a scope's writes to the
+the relay applies them one at a time in that order (worker/outbox/journal_pump.py, with the deliverers of
+worker/outbox/journal_delivery.py), so a scope's writes to the
 home slot land in commit order. Nothing a commit decided is lost or applied twice; what changes is when the
 other slot sees it: after the relay's next pass (``AGENT_SIGNAL_OUTBOX_POLL_INTERVAL_S``), not in the
 commit's own instant. With one bucket every key of a tenant is in one slot and nothing is journaled.
@@ -21,27 +22,20 @@ commit's own instant. With one bucket every key of a tenant is in one slot and n
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
+from worker.chain.outbox_records import OutboxRecord, outbox_commands
+from worker.core.clock import now_ms
 from worker.keys.buckets import slot_tag
 from worker.keys.layout import Keys
-from worker.store.records import PreparedEvent, now_ms
-
-if TYPE_CHECKING:  # the store imports this module
-    from worker.intake.emitter import Emitter
-    from worker.store.events import EventStore
+from worker.store.records import PreparedEvent
 
 __all__ = [
     "JOURNAL_APPLY",
     "JOURNAL_APPLY_SCRIPT",
     "JOURNAL_ENQUEUE",
-    "apply_deliverer",
-    "enqueue_deliverer",
-    "journal_deliverers",
     "journal_followups",
     "journaled",
 ]
@@ -173,45 +167,3 @@ def journal_followups(
             bound, JOURNAL_ENQUEUE, record_id, ev.event_id, payload, scope_key, event_id, retention_s
         )
     return own, commands
-
-
-def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
-    """Delivers ``engine.apply`` records: JOURNAL_APPLY in the records' slot (raises to be retried)."""
-
-    def deliver(record: OutboxRecord) -> None:
-        commands: list[Command] = record.payload["commands"]
-        keys = store.keys.for_tenant(record.tenant)
-        # the scope too: two scopes' lanes may share an idempotency key (their records are each scope's own)
-        marker = keys.applied_marker(
-            commands[0][1], f"{keys.scope_ref(record.scope_key)}{SEPARATOR}{record.id}"
-        )
-        touched = list(dict.fromkeys(c[1] for c in commands if c[0].upper() != "PUBLISH"))
-        # durable: with AGENT_SIGNAL_WAIT_REPLICAS, delivered only once a replica has the writes
-        store.durable(store.scripts.journal_apply, [marker, *touched], [marker_ttl_s, json.dumps(commands)])
-
-    return deliver
-
-
-def enqueue_deliverer(emitter: Emitter) -> Deliverer:
-    """Delivers ``engine.enqueue`` records: the follow-up stored in its bucket and its drain sent
-    (:meth:`~worker.intake.emitter.Emitter.admit`; a second delivery finds it stored: a duplicate)."""
-
-    def deliver(record: OutboxRecord) -> None:
-        p = record.payload
-        event = PreparedEvent(
-            event_id=str(p["eventId"]),
-            scope_key=str(p["scopeKey"]),
-            source_id=str(p["sourceId"]),
-            body=str(p["body"]),
-            source_type=str(p.get("sourceType") or ""),
-            user_id=p.get("userId"),
-            tenant=record.tenant,
-        )
-        emitter.for_tenant(record.tenant).admit([event])
-
-    return deliver
-
-
-def journal_deliverers(store: EventStore, emitter: Emitter, marker_ttl_s: int) -> dict[str, Deliverer]:
-    """The relay's deliverers of the journal's two kinds."""
-    return {JOURNAL_APPLY: apply_deliverer(store, marker_ttl_s), JOURNAL_ENQUEUE: enqueue_deliverer(emitter)}

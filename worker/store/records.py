@@ -4,7 +4,6 @@ Plain records (no I/O); :mod:`worker.store.events` re-exports them."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,14 +19,9 @@ __all__ = [
     "Head",
     "OnStored",
     "PreparedEvent",
-    "now_ms",
     "staged_error",
     "to_str",
 ]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def to_str(value: Any) -> str:

@@ -5,8 +5,8 @@ the quotas' counts are :mod:`worker.store.quotas`'s). :mod:`worker.store.scripts
 
 from __future__ import annotations
 
-from worker.runtime.fair import READY_PUSH_FN
 from worker.store.quotas import RETAINED_FN, USER_BYTES_FN
+from worker.store.scripts_fair import READY_PUSH_FN
 from worker.store.scripts_lifecycle import ADMIT
 from worker.store.scripts_ops import RUN_INDEX
 

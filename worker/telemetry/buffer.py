@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from worker.telemetry.plan import EventPlan
+    from worker.telemetry.instruments import AttrsKey
+from worker.telemetry.plan import EventPlan
 
-__all__ = ["AttrsKey", "MeasurementBuffer"]
+__all__ = ["MeasurementBuffer"]
 
-AttrsKey = tuple[tuple[str, Any], ...]  # a series' attributes, sorted and frozen
 PlanValues = list[float | None]  # one event's values, in its plan's ``observed`` order (None: not observed)
 
 log = logging.getLogger("worker.telemetry.recorder")

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from worker.core.nodes import Action, ExecutorResult, Signal, Source
-from worker.telemetry.buffer import AttrsKey
+from worker.telemetry.instruments import AttrsKey
 from worker.telemetry.instruments import agent_signal_attrs as _a
 from worker.telemetry.instruments import signal_type_attrs as _signal_attrs
 

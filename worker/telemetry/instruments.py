@@ -17,12 +17,15 @@ from opentelemetry.metrics import Counter, Histogram, Meter
 
 from worker.documents.projection import signal_domain, signal_outcome
 
+AttrsKey = tuple[tuple[str, Any], ...]  # a series' attributes, sorted and frozen
+
 __all__ = [
     "INSTRUMENT_ATTRS",
     "INSTRUMENT_DESCRIPTIONS",
     "METER_NAME",
     "TRACER_NAME",
     "TRACER_VERSION",
+    "AttrsKey",
     "DescribedInstruments",
     "agent_signal_attrs",
     "signal_type_attrs",

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.telemetry.buffer import AttrsKey
 from worker.telemetry.chain_metrics import ChainShape, chain_series
+from worker.telemetry.instruments import AttrsKey
 from worker.telemetry.instruments import agent_signal_attrs as _a
 
 __all__ = ["EventKey", "EventPlan", "HandlerRuns", "RunIds", "SeriesId", "event_plan", "runs_plan"]

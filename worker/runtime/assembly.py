@@ -20,7 +20,7 @@ from worker.chain.context import Deps
 from worker.chain.registry import Policy, Registry
 from worker.intake.emitter import Emitter, ReadyQueue
 from worker.outbox.relay import Deliverer
-from worker.plugin import Plugin, PluginRuntime, PluginTask
+from worker.runtime.plugin_model import Plugin, PluginRuntime, PluginTask
 from worker.settings import Settings, SettingsError, check_environment, plugin_settings
 from worker.store.events import EventStore
 

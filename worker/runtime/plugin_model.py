@@ -1,0 +1,80 @@
+"""The plugin model: what a plugin contributes (:class:`Plugin`), what the engine hands it per process
+(:class:`PluginRuntime`), and its Celery tasks (:class:`PluginTask`). ``worker.plugin`` re-exports them: plugins
+import that module, never this one (worker/runtime/assembly.py loads and assembles them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel as _BaseModel  # payload schemas are pydantic models
+from redis import Redis
+
+from worker import settings as _settings
+from worker.chain.context import Deps
+from worker.chain.outbox_records import Deliverer
+from worker.chain.registry import Policy
+from worker.intake.emitter import AdmissionHook, Emitter
+from worker.keys.layout import Keys
+from worker.settings import PluginSettings, Settings
+from worker.store.receipts import ReceiptStore
+
+__all__ = ["Plugin", "PluginRuntime", "PluginTask", "PoliciesSpec"]
+
+S = TypeVar("S", bound=PluginSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginRuntime:
+    """What the engine hands a plugin when it builds its policies, services, hooks and tasks (per process).
+
+    ``redis`` is for reads (handlers write through ``ctx.effects``); ``emitter`` enqueues now (for tasks
+    that run outside a chain; handlers use ``ctx.emit``); ``publish(task, payload)`` sends one of the
+    plugins' tasks (None in the web process)."""
+
+    settings: Settings
+    redis: Redis
+    keys: Keys
+    emitter: Emitter | None = None
+    publish: Callable[[str, dict[str, Any], str | None], None] | None = None
+    deps: Deps = field(default_factory=Deps)  # every loaded plugin's typed dependencies (for deliverers)
+
+    def settings_for(self, model: type[S]) -> S:
+        """The plugin's validated settings."""
+        return _settings.plugin_settings(model, self.settings)
+
+    def receipts(self) -> ReceiptStore:
+        """The receipts store (append-once by id, indexed by user, agent and topic)."""
+        return ReceiptStore(self.redis, self.keys, ttl_s=self.settings.receipt_retention_s)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginTask:
+    """A Celery task owned by a plugin: ``run(runtime, payload)``; delivered at least once (acks late)."""
+
+    name: str
+    run: Callable[[PluginRuntime, dict[str, Any]], None]
+
+
+PoliciesSpec = Sequence[Policy] | Callable[[PluginRuntime], Sequence[Policy]]
+
+
+@dataclass(frozen=True, slots=True)
+class Plugin:
+    """One concern's policies, settings, typed services, tasks and door checks (see the module docstring)."""
+
+    name: str
+    policies: PoliciesSpec = ()
+    settings: type[PluginSettings] | None = None
+    services: Callable[[PluginRuntime], object] | None = None
+    tasks: Sequence[PluginTask] = ()
+    admission: Callable[[PluginRuntime], AdmissionHook] | None = None
+    source_types: Sequence[str] = field(default_factory=tuple)
+    payload_schemas: Mapping[str, type[_BaseModel]] = field(default_factory=dict)
+    deliverers: Mapping[str, Callable[[PluginRuntime], Deliverer]] = field(default_factory=dict)
+    user_fields: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def build_policies(self, runtime: PluginRuntime) -> list[Policy]:
+        """The plugin's policies for this process."""
+        return list(self.policies(runtime) if callable(self.policies) else self.policies)
