@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Sequence
@@ -161,10 +162,11 @@ def round_trips_per_event(url: str, n: int, scopes: int) -> tuple[float, float]:
     producer.enqueue_many(events)
     enqueue_rt = CountingRedis.round_trips / n
     pipeline = build_pipeline(settings)
-    pipeline.store = EventStore(client, settings)
+    counted = EventStore(client, settings)
+    pipeline.ctx = dataclasses.replace(pipeline.ctx, store=counted)
     from worker.drain.lease import ScopeLease
 
-    pipeline.lease = ScopeLease(pipeline.store.scripts, pipeline.store.keys, ttl_s=30.0, renew_interval_s=5.0)
+    pipeline.lease = ScopeLease(counted.scripts, ttl_s=30.0, renew_interval_s=5.0, run=counted.durable)
     CountingRedis.round_trips = 0
     for s in range(scopes):
         pipeline.drain_scope(f"topic:rt-{s}")

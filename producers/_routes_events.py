@@ -22,6 +22,7 @@ from worker.ops.scope_control import cancel_event
 from worker.outbox.relay import records_of_event
 from worker.store.events import EventStore
 from worker.store.receipts import NO_USER, ReceiptStore
+from worker.store.replies import CancelCode
 
 __all__ = ["router"]
 
@@ -305,10 +306,12 @@ def post_cancel(
     if isinstance(found, JSONResponse):
         return found
     result = cancel_event(store, found)
-    if result.code == 0:
+    if result.code is CancelCode.UNKNOWN:
         return error_response(404, "not_found", f"no event {event_id!r}", "eventId")
-    if result.code == 3:
+    if result.code is CancelCode.FINAL:
         return error_response(
             409, "not_cancellable", f"event {found} is {result.state}: only queued or running events cancel"
         )
-    return JSONResponse({"eventId": found, "status": result.state, "cancelRequested": result.code == 2})
+    return JSONResponse(
+        {"eventId": found, "status": result.state, "cancelRequested": result.code is CancelCode.REQUESTED}
+    )

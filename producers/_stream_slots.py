@@ -24,34 +24,13 @@ from redis.asyncio import Redis as AsyncRedis
 
 from worker.keys.layout import Keys
 from worker.settings import Settings
+from worker.store.calls import Slot, StreamRenew, StreamTake
 from worker.store.client import async_redis_from_settings
+from worker.store.loader import load_script
 
 __all__ = ["StreamSlots", "TenantStreamsFull"]
 
 log = logging.getLogger(__name__)
-
-# KEYS: the tenant's open-streams zset   ARGV: member, maxStreams, leaseMs
-# -> {1, 0} taken | {0, open streams} the tenant holds its maximum
-TAKE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local open = redis.call('ZCARD', KEYS[1])
-if open >= tonumber(ARGV[2]) then return {0, open} end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {1, 0}
-"""
-
-# KEYS: the tenant's open-streams zset   ARGV: leaseMs, member...  -> how many were still there
-RENEW = """
-local t = redis.call('TIME')
-local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
-local renewed = 0
-for i = 2, #ARGV do renewed = renewed + redis.call('ZADD', KEYS[1], 'XX', 'CH', until_ms, ARGV[i]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return renewed
-"""
 
 
 class TenantStreamsFull(Exception):
@@ -79,7 +58,10 @@ class StreamSlots:
     def _redis(self) -> tuple[AsyncRedis, Any, Any]:
         if self._client is None or self._scripts is None:
             self._client = async_redis_from_settings(self.settings)
-            self._scripts = (self._client.register_script(TAKE), self._client.register_script(RENEW))
+            self._scripts = (
+                self._client.register_script(load_script(StreamTake.SCRIPT)),
+                self._client.register_script(load_script(StreamRenew.SCRIPT)),
+            )
         return self._client, *self._scripts
 
     def _key(self, tenant: str) -> str:
@@ -89,8 +71,8 @@ class StreamSlots:
         """A slot of ``tenant``'s (its member id); TenantStreamsFull at the maximum; RedisError as raised."""
         client, take, _ = self._redis()
         member = f"{self._process}:{next(self._counter)}"
-        args = [member, self.max_streams, self.lease_ms]
-        taken, open_streams = (int(x) for x in await take(keys=[self._key(tenant)], args=args, client=client))
+        call = StreamTake(self._key(tenant), member, self.max_streams, self.lease_ms)
+        taken, open_streams = (int(x) for x in await take(keys=call.keys(), args=call.args(), client=client))
         if not taken:
             raise TenantStreamsFull(
                 f"this tenant already holds {open_streams} open streams (the limit, "
@@ -121,9 +103,8 @@ class StreamSlots:
             client, _, renew = self._redis()
             for tenant, members in list(self._held.items()):
                 try:
-                    await renew(
-                        keys=[self._key(tenant)], args=[self.lease_ms, *sorted(members)], client=client
-                    )
+                    call = StreamRenew(self._key(tenant), self.lease_ms, [Slot(m) for m in sorted(members)])
+                    await renew(keys=call.keys(), args=call.args(), client=client)
                 except Exception as exc:  # next interval tries again; the lease outlives two misses
                     log.warning("stream slots of a tenant not renewed (%s)", type(exc).__name__)
 

@@ -1,5 +1,6 @@
-"""The COMMIT script on a real Redis: staged writes and follow-up events apply only with ``done``, and a staged
-write that cannot apply is refused before anything is written, leaving the event at its inbox head."""
+"""The COMMIT script on a real Redis, for an event alone (a run of one): staged writes and follow-up events apply
+only with ``done``, and a staged write that cannot apply is refused before anything is written, leaving the
+event at its inbox head."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from producers import Producer
 from worker.chain.context import EffectBuffer
 from worker.drain.lease import LeaseGrant, ScopeLease
 from worker.keys.layout import Keys
-from worker.store.events import Commit, EventStore, PreparedEvent
+from worker.store.events import CommitReply, EventCommit, EventStore, PreparedEvent
+from worker.store.replies import CommitCode
 
 pytestmark = pytest.mark.integration
 
@@ -27,29 +29,38 @@ def _event(source_id: str, scope: str = SCOPE) -> dict[str, Any]:
 def _setup(make_settings: Any) -> tuple[Producer, EventStore, ScopeLease]:
     producer = Producer(make_settings())
     store = producer.store
-    return producer, store, ScopeLease(store.scripts, store.keys, ttl_s=30, renew_interval_s=10)
+    return producer, store, ScopeLease(store.scripts, ttl_s=30, renew_interval_s=10)
 
 
-def _take(lease: ScopeLease) -> tuple[LeaseGrant, str]:
-    grant, _, head = lease.acquire(SCOPE, now_ms=int(time.time() * 1000))
+def _take(lease: ScopeLease, keys: Keys) -> tuple[LeaseGrant, str]:
+    grant, _, head = lease.acquire(keys, SCOPE, now_ms=int(time.time() * 1000))
     lease.stop_renewing()
     assert grant is not None and head is not None and head.begun is not None
     return grant, head.begun.event_id
 
 
 def _commit(
-    grant: LeaseGrant, event_id: str, outcome: Any, effects: EffectBuffer, follow: PreparedEvent
-) -> Commit:
-    return Commit(
-        scope_key=SCOPE,
-        fence=grant.fence,
-        token=grant.token,
+    store: EventStore,
+    grant: LeaseGrant,
+    event_id: str,
+    outcome: Any,
+    effects: EffectBuffer,
+    follow: PreparedEvent,
+) -> CommitReply:
+    """COMMIT of the one event (a run of one), and its reply."""
+    event = EventCommit(
         event_id=event_id,
         outcome=outcome,
         error="boom" if outcome != "done" else "",
         effects=effects,
         followups=[follow],
     )
+    run = store.commit_run(
+        grant.keys, SCOPE, fence=grant.fence, token=grant.token, events=[event], go_on=[False]
+    )
+    (reply,) = run.replies
+    assert run.code is reply.code
+    return reply
 
 
 class TestOnlyDoneApplies:
@@ -60,12 +71,12 @@ class TestOnlyDoneApplies:
         """A retried or dead event's staged writes and follow-ups are dropped by the script."""
         producer, store, lease = _setup(make_settings)
         producer.enqueue(_event("c1"))
-        grant, event_id = _take(lease)
+        grant, event_id = _take(lease, store.keys)
         effects = EffectBuffer(keys=keys)
         effects.call("HINCRBY", keys.plugin(SCOPE, "probe"), "n", 1)
         follow = producer.validate(_event("f1", scope="topic:follow"))
-        reply = store.commit(_commit(grant, event_id, outcome, effects, follow))
-        assert reply.code == 1 and reply.publish == []
+        reply = _commit(store, grant, event_id, outcome, effects, follow)
+        assert reply.code is CommitCode.COMMITTED and reply.publish == []
         assert redis_client.exists(keys.plugin(SCOPE, "probe"), keys.event(follow.event_id)) == 0
         producer.close()
 
@@ -75,12 +86,12 @@ class TestOnlyDoneApplies:
         """A done event's writes land, and its follow-up is admitted with a drain to publish for its scope."""
         producer, store, lease = _setup(make_settings)
         producer.enqueue(_event("c2"))
-        grant, event_id = _take(lease)
+        grant, event_id = _take(lease, store.keys)
         effects = EffectBuffer(keys=keys)
         effects.call("HINCRBY", keys.plugin(SCOPE, "probe"), "n", 1)
         follow = producer.validate(_event("f2", scope="topic:follow"))
-        reply = store.commit(_commit(grant, event_id, "done", effects, follow))
-        assert reply.code == 1 and reply.publish == [
+        reply = _commit(store, grant, event_id, "done", effects, follow)
+        assert reply.code is CommitCode.COMMITTED and reply.publish == [
             "default/topic:follow"
         ]  # scope refs: <tenant>/<scopeKey>
         assert redis_client.hget(keys.plugin(SCOPE, "probe"), "n") == "1"
@@ -92,17 +103,17 @@ class TestOnlyDoneApplies:
 def test_a_wrong_type_write_is_refused_before_any_write(
     make_settings: Any, redis_client: Redis, keys: Keys
 ) -> None:
-    """HINCRBY on a string key: -3 naming the write, nothing applied, the event still at its inbox head."""
+    """HINCRBY on a string key: REFUSED naming the write, nothing applied, the event still at its inbox head."""
     producer, store, lease = _setup(make_settings)
     producer.enqueue(_event("c3"))
-    grant, event_id = _take(lease)
+    grant, event_id = _take(lease, store.keys)
     redis_client.set(keys.plugin(SCOPE, "text"), "not a hash")
     effects = EffectBuffer(keys=keys)
     effects.call("SET", keys.plugin(SCOPE, "first"), "1")
     effects.call("HINCRBY", keys.plugin(SCOPE, "text"), "n", 1)
     follow = producer.validate(_event("f3", scope="topic:follow"))
-    reply = store.commit(_commit(grant, event_id, "done", effects, follow))
-    assert reply.code == -3 and "#2" in reply.error and "WRONGTYPE" in reply.error
+    reply = _commit(store, grant, event_id, "done", effects, follow)
+    assert reply.code is CommitCode.REFUSED and "#2" in reply.error and "WRONGTYPE" in reply.error
     assert redis_client.exists(keys.plugin(SCOPE, "first"), keys.event(follow.event_id)) == 0
     assert redis_client.lindex(keys.inbox(SCOPE), 0) == event_id
     assert redis_client.hget(keys.event(event_id), "state") == "processing"

@@ -268,9 +268,9 @@ class TestInstruments:
         """Two events on a scope whose lease is held: both accepted (no 'scope_locked'), both run after release."""
         from worker.drain.lease import ScopeLease
 
-        lease = ScopeLease(rig.pipeline.store.scripts, rig.pipeline.store.keys, ttl_s=5, renew_interval_s=1)
+        lease = ScopeLease(rig.pipeline.store.scripts, ttl_s=5, renew_interval_s=1)
         rig.producer.enqueue(_msg("c1", scope="topic:t5"))
-        grant, _, _ = lease.acquire("topic:t5", now_ms=int(time.time() * 1000))
+        grant, _, _ = lease.acquire(rig.pipeline.store.keys, "topic:t5", now_ms=int(time.time() * 1000))
         assert grant is not None
         rig.producer.enqueue(_msg("c2", scope="topic:t5"))
         assert rig.pipeline.drain_scope("topic:t5").next == "busy"

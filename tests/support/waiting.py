@@ -103,11 +103,13 @@ def relay_for(pipeline: Any, settings: Any) -> Any:
     dependency a test replaced in ``pipeline.deps`` is the one the deliverer uses)."""
     from worker.outbox.relay import OutboxRelay
     from worker.runtime.assembly import load_plugins
+    from worker.runtime.plugin_model import PluginRuntime
 
+    runtime = PluginRuntime(
+        settings, pipeline.store.client, pipeline.store.keys, pipeline.emitter, deps=pipeline.deps
+    )
     deliverers = {
-        kind: build(pipeline.runtime)
-        for plugin in load_plugins(settings)
-        for kind, build in plugin.deliverers.items()
+        kind: build(runtime) for plugin in load_plugins(settings) for kind, build in plugin.deliverers.items()
     }
     from worker.outbox.journal_delivery import journal_deliverers
 

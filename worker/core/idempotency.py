@@ -4,7 +4,7 @@ LobeHub keys lanes ``action-idempotency::<idempotencyKey>`` within the scope, an
 ``payload.idempotencyKey`` (``<rootSourceId>:memory:<messageId>``). We do the same, and fall back to the
 action's deterministic id (``<sourceId>:signal:…:action:…``) so that *every* action is idempotent per
 (event, action), not only those whose planner remembered to set a key. Lanes live in Redis on every path
-(LobeHub's immediate path keeps them in a per-emission map); see ``worker.store.events.RedisActionPort``.
+(LobeHub's immediate path keeps them in a per-emission map); see ``worker.drain.ports.CancellablePort``.
 """
 
 from __future__ import annotations

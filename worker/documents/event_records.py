@@ -88,7 +88,7 @@ def source_digest(source_id: str) -> str:
 
 
 def attempts_history(raw: str, done_at: int | None = None) -> list[dict[str, Any]]:
-    """The stored attempt records (worker/store/scripts_ops.py HISTORY), oldest first, in the contract's shape:
+    """The stored attempt records (worker/store/lua/lib/history.lua), oldest first, in the contract's shape:
     ``{"attempt", "startedAt", "finishedAt"?, "status", "error"?}`` plus ``run`` (0, then one per redrive).
     A history stored as a start time alone is one first attempt that succeeded at ``done_at``."""
     if raw.isdigit():

@@ -9,8 +9,10 @@ current, so a holder that was paused past its TTL cannot commit after somebody e
 (Kleppmann's fencing tokens; the Redis docs' own advice). The lease is an efficiency device; the fence and
 the idempotency lanes are the correctness device.
 
-A renewal that finds the lease gone sets ``lost``; the pipeline checks it before every action and the
-fenced scripts check the number at the write. The renewer never re-acquires an expired lease.
+One :class:`ScopeLease` per process serves every tenant: a grant carries the keys of its scope's tenant (and
+bucket), and one renewer thread keeps the one grant a drain holds. A renewal that finds the lease gone sets
+``lost``; the drain checks it before every action and the fenced scripts check the number at the write. The
+renewer never re-acquires an expired lease.
 """
 
 from __future__ import annotations
@@ -19,15 +21,15 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from redis.commands.core import Script
-
 from worker.keys.layout import HOLDER_SEPARATOR, Keys
-from worker.store.events import Head
-from worker.store.scripts import Scripts, acquire_keys_of
+from worker.store.calls import Acquire, Release, Renew, ScriptCall
+from worker.store.records import Head
+from worker.store.replies import HeadCode, ReleaseCode
+from worker.store.scripts import Scripts
 
 __all__ = ["LeaseGrant", "ScopeLease"]
 
@@ -36,31 +38,35 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class LeaseGrant:
-    """A granted lease: token, fencing number, and the flag the renewer sets when it is lost."""
+    """A granted lease: the scope's keys (its tenant's, its bucket's), token, fencing number, and the flag the
+    renewer sets when it is lost."""
 
+    keys: Keys
     scope_key: str
     token: str
     fence: int
     lost: threading.Event = field(default_factory=threading.Event)
 
+    @property
+    def lease_key(self) -> str:
+        return self.keys.lease(self.scope_key)
+
 
 class ScopeLease:
-    """Acquire, renew (in a daemon thread) and release the lease of one scope."""
+    """Acquire, renew (in one daemon thread per process) and release scope leases."""
 
     def __init__(
         self,
         scripts: Scripts,
-        keys: Keys,
         *,
         ttl_s: float,
         renew_interval_s: float,
-        run: Callable[[Script, Sequence[str], Sequence[Any]], Any] | None = None,
+        run: Callable[[ScriptCall], Any] | None = None,
     ) -> None:
         """``run`` runs ACQUIRE (``EventStore.durable``: waits for replicas when configured, so a fencing number
         a failover could hand out again is never used)."""
         self.scripts = scripts
-        self.run = run
-        self.keys = keys
+        self.run = run or scripts.run
         self.ttl_ms = int(ttl_s * 1000)
         self.renew_interval_s = renew_interval_s
         self._current: LeaseGrant | None = None
@@ -68,36 +74,45 @@ class ScopeLease:
         self._thread: threading.Thread | None = None
 
     def acquire(
-        self, scope_key: str, *, now_ms: int, holder: str = ""
+        self, keys: Keys, scope_key: str, *, now_ms: int, holder: str = ""
     ) -> tuple[LeaseGrant | None, int, Head | None]:
-        """Try once. Granted: (grant, 0, head), where the same round trip took the inbox's head (and, when the
-        inbox was empty, already released the lease again: head.code == 0, no renewer started).
-        Held by someone else: (None, milliseconds they still have, None). ``holder`` (the worker's node name)
-        prefixes the lease token, so operators see who holds a scope (``holder|random``)."""
+        """Try once for ``keys``' tenant's scope. Granted: (grant, 0, head), where the same round trip took the
+        inbox's head (and, when the inbox was empty, already released the lease again: head EMPTY, no renewer
+        started). Held by someone else: (None, milliseconds they still have, None). ``holder`` (the worker's
+        node name) prefixes the lease token, so operators see who holds a scope (``holder|random``)."""
         token = f"{holder}{HOLDER_SEPARATOR}{secrets.token_hex(12)}" if holder else secrets.token_hex(16)
-        k = self.keys.for_scope(scope_key)  # with scope buckets: the scope's bucket's indexes
-        keys = [k.lease(scope_key), k.fence(scope_key), k.inbox(scope_key), k.scheduled(scope_key), k.scopes]
-        keys += self.scripts.acquire_keys or acquire_keys_of(k)
-        args: list[str | int] = [token, self.ttl_ms, k.event_prefix, now_ms, k.scope_ref(scope_key)]
-        if self.run is None:
-            reply = self.scripts.acquire_script(keys=keys, args=args)
-        else:
-            reply = self.run(self.scripts.acquire_script, keys, args)
+        k = keys.for_scope(scope_key)  # with scope buckets: the scope's bucket's indexes
+        reply = self.run(
+            Acquire(
+                lease=k.lease(scope_key),
+                fence_key=k.fence(scope_key),
+                inbox=k.inbox(scope_key),
+                sched=k.scheduled(scope_key),
+                scopes=k.scopes,
+                paused=k.runs("paused"),
+                stats=k.stats,
+                runs_active=k.runs("status", "active"),
+                runs_cancelled=k.runs("status", "cancelled"),
+                token=token,
+                ttl_ms=self.ttl_ms,
+                ev_prefix=k.event_prefix,
+                now_ms=now_ms,
+                scope_ref=k.scope_ref(scope_key),
+            )
+        )
         fence = int(reply[0])
         if fence == 0:
             return None, max(int(reply[1]), 0), None
-        grant = LeaseGrant(scope_key=scope_key, token=token, fence=fence)
+        grant = LeaseGrant(keys=k, scope_key=scope_key, token=token, fence=fence)
         head = Head.parse(reply[1:-1])
-        if head.code == 1:
+        if head.code is HeadCode.TAKEN:
             head = replace(head, behind=max(int(reply[-1]) - 1, 0))
-        if head.code != 0:
+        if head.code is not HeadCode.EMPTY:
             self._start_renewer(grant)
         return grant, 0, head
 
     def renew(self, grant: LeaseGrant) -> bool:
-        ok = bool(
-            int(self.scripts.renew(keys=[self.keys.lease(grant.scope_key)], args=[grant.token, self.ttl_ms]))
-        )
+        ok = bool(int(self.scripts.run(Renew(grant.lease_key, grant.token, self.ttl_ms))))
         if not ok:
             grant.lost.set()
         return ok
@@ -132,4 +147,5 @@ class ScopeLease:
 
     def hand_off(self, grant: LeaseGrant) -> bool:
         """Token-checked release that keeps the scope scheduled; False when another holder owns the lease."""
-        return int(self.scripts.release(keys=[self.keys.lease(grant.scope_key)], args=[grant.token])) == 1
+        reply = int(self.scripts.run(Release(grant.lease_key, grant.token)))
+        return ReleaseCode(reply) is ReleaseCode.RELEASED

@@ -1,57 +1,62 @@
-"""Draining a scope: the lease, then each head event through the explicit list of steps, then release.
+"""Draining a scope, top to bottom: take the lease, run the head events in runs, commit each run, release.
 
-``Pipeline.drain(scopeKey)`` takes the scope lease (the same round trip takes the inbox's head) and runs
-:meth:`Pipeline.process_event` for each head, in order. ``process_event`` walks :data:`DEFAULT_STEPS`,
-the only place where the order of an event's steps is decided:
+``Pipeline.drain(ref)`` takes the scope ref ``<tenant>/<scopeKey>`` a drain task carries: the tenant travels with
+it into the lease grant's keys, so one pipeline, store, emitter and lease serve every tenant of a process.
 
-    begin         read the stored event; an unreadable one, or one whose earlier deliveries all died with
-                  their worker, is decided ``dead`` here
-    interpret     run the chain (worker.chain.scheduler); an exception decides ``retry`` (backoff with full jitter)
-                  or ``dead`` (PermanentFailure, or the last attempt); LeaseLost stops the event uncommitted;
-                  an operator's cancel (worker/ops/scope_control.py) stops it before its next action: ``cancelled``
-    project       the chain's document, once the chain finished: its projection's inputs (the whole
-                  envelope + record only when traced or in development)
-    commit        the fenced COMMIT script: the outcome, the chain's inputs, and (``done`` only) the writes and
-                  follow-up events the source and signal handlers staged; the same round trip takes the next
-                  head, or releases the scope when the inbox is empty
-    after-commit  publish drains for follow-ups' scopes, the observe span, dev snapshots (the event's metrics
-                  follow in ``Pipeline.record``; its handler runs are counted when its walk ends, whatever ended it)
+1. **Lease.** ACQUIRE grants the lease, issues the fencing number and takes the inbox's head in one round trip
+   (worker/drain/lease.py); one renewer thread per process keeps it.
+2. **A run.** The head, and the fresh events right behind it (never delivered: PEEK_FRESH, or the previous
+   commit's reply) whose chains meet only batch-safe handlers, run one after another with no round trip per
+   action (worker/drain/event.py: their lanes wait for the commit), up to ``commit_batch_max``; a run ends at the
+   first event that is not done. An event that cannot go with others runs alone: its actions apply one by one
+   (APPLY), and it commits as a run of one.
+3. **Commit.** One COMMIT for the run (worker/drain/commit.py), each event exactly as alone: fenced, at the head,
+   with its outcome, chain, staged writes and follow-ups, its lanes applied right before it; the same round trip
+   takes the next head, or releases the scope when the inbox is empty.
+4. **Next.** Until the inbox is empty (the script released the scope), its head waits for a retry time, or the
+   drain reached ``max_events_per_drain``: then the scope is handed off (token-checked release that keeps it
+   scheduled) and the caller publishes its next drain.
 
-A scope is released only inside ACQUIRE or COMMIT, atomically with the empty-inbox check, so an event
-appended meanwhile is drained by us or schedules a new drain: never stranded. A head waiting for its retry
-time, or a drain that reached ``max_events_per_drain``, hands the scope off (token-checked release that
-keeps the scope scheduled); the caller publishes the next drain task.
+What keeps every guarantee in a run: the events are the inbox's head and the ones right behind it, committed in
+that order under our fence; a run's event is begun (its attempt counted) by the commit of the event before it,
+inside the same script, so a worker killed mid-run leaves committed events committed and the rest queued or at
+the head; nothing of a chain is written before its commit, so running a chain again is harmless. Only the head
+counts an attempt when a worker dies: after a lost delivery (the head was still ``processing``) the whole drain
+runs event by event, so a crash-looping event reaches the head and is dead-lettered after ``max_attempts`` of its
+own deliveries (with ``max_attempts`` 1 there are no runs of several). A chain that reaches a handler that is not
+batch-safe stops before it runs (NotBatchable); the event runs again alone, and its source type is not run for a
+batch again in this process.
+
+A scope is released only inside ACQUIRE or COMMIT, atomically with the empty-inbox check, so an event appended
+meanwhile is drained by us or schedules a new drain: never stranded.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from worker.chain.chain_document import event_head
 from worker.chain.context import Deps
 from worker.chain.registry import Registry
-from worker.chain.scheduler import ChainScope
 from worker.core.clock import now_ms
-from worker.core.retry import backoff_ms, should_retry
-from worker.drain.batch import drain_in_batches
+from worker.core.tenancy import DEFAULT_TENANT, scope_ref, split_scope_ref
+from worker.drain.commit import commit_run
+from worker.drain.context import DrainContext
+from worker.drain.event import EventWork, run_event
 from worker.drain.lease import LeaseGrant, ScopeLease
-from worker.drain.steps import DEFAULT_STEPS, EventWork, Step
-from worker.intake.emitter import Emitter, StagedEmits
-from worker.keys.layout import Keys, split_scope_ref
+from worker.intake.emitter import Emitter
+from worker.keys.layout import Keys
 from worker.settings import Settings
-from worker.store.events import Begun, EventStore, Head
-from worker.store.full import FullStoreWait, StoreFullAgain
-from worker.telemetry.logs import bind_event, clear_context
+from worker.store.calls import PeekFresh
+from worker.store.events import EventStore
+from worker.store.records import Begun, Head, begun_list
+from worker.store.replies import HeadCode
 from worker.telemetry.recorder import DISABLED, Telemetry
 
-__all__ = ["DEFAULT_STEPS", "DrainOutcome", "EventWork", "Pipeline", "Step"]
-
+__all__ = ["DrainOutcome", "Pipeline"]
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +71,7 @@ class DrainOutcome:
 
 
 class Pipeline:
-    """Drains scopes. One instance per worker process; holds no per-scope state between drains."""
+    """Drains scopes of every tenant. One instance per worker process; holds no per-scope state between drains."""
 
     def __init__(
         self,
@@ -77,65 +82,65 @@ class Pipeline:
         deps: Deps | None = None,
         emitter: Emitter | None = None,
         publish_drain: Callable[[str], None] | None = None,
-        steps: Sequence[Step] = DEFAULT_STEPS,
         telemetry: Telemetry = DISABLED,
     ) -> None:
-        self.store = store
-        self.registry = registry
-        self.settings = settings
-        self.deps = deps or Deps()
-        self.emitter = emitter
-        self.publish_drain: Callable[[str], None] = publish_drain or (lambda scope_key: None)
-        self.steps = tuple(steps)
-        names = [step.name for step in self.steps]
-        # The steps a batch commit runs for each of its events once committed (worker/drain/batch.py).
-        self._after_commit_steps = self.steps[names.index("commit") + 1 :] if "commit" in names else ()
-        self.telemetry = telemetry
+        self.ctx = DrainContext(
+            store=store,
+            registry=registry,
+            settings=settings,
+            telemetry=telemetry,
+            deps=deps or Deps(),
+            emitter=emitter,
+            publish=publish_drain or (lambda ref: None),
+        )
         self.lease = ScopeLease(
             store.scripts,
-            store.keys,
             ttl_s=settings.lease_ttl_s,
             renew_interval_s=settings.lease_renew_interval_s,
             run=store.durable,
         )
-        self._views: dict[str, Pipeline] = {}
-        # Source types whose chains met a handler that is not batch-safe: they are not batched again.
-        self.unbatchable: set[str] = set()
+
+    @property
+    def store(self) -> EventStore:
+        return self.ctx.store
+
+    @property
+    def settings(self) -> Settings:
+        return self.ctx.settings
+
+    @property
+    def telemetry(self) -> Telemetry:
+        return self.ctx.telemetry
+
+    @property
+    def deps(self) -> Deps:
+        return self.ctx.deps
+
+    @property
+    def registry(self) -> Registry:
+        return self.ctx.registry
+
+    @property
+    def emitter(self) -> Emitter | None:
+        return self.ctx.emitter
 
     @property
     def keys(self) -> Keys:
-        return self.store.keys
+        """The default tenant's keys (each drain uses its scope ref's tenant's)."""
+        return self.ctx.store.keys
 
-    def for_tenant(self, tenant: str) -> Pipeline:
-        """This pipeline bound to ``tenant``: its store, lease, emitter and handlers' keys are that tenant's."""
-        if tenant == self.store.tenant:
-            return self
-        view = self._views.get(tenant)
-        if view is None:
-            view = copy.copy(self)
-            view.store = self.store.for_tenant(tenant)
-            view.emitter = self.emitter.for_tenant(tenant) if self.emitter is not None else None
-            view.lease = ScopeLease(
-                view.store.scripts,
-                view.store.keys,
-                ttl_s=self.settings.lease_ttl_s,
-                renew_interval_s=self.settings.lease_renew_interval_s,
-                run=view.store.durable,
-            )
-            view._views = self._views
-            self._views[tenant] = view
-        return view
+    def drain_scope(self, scope_key: str, *, holder: str = "", tenant: str = DEFAULT_TENANT) -> DrainOutcome:
+        """Drain ``tenant``'s scope (tests and tools; tasks carry scope refs: :meth:`drain`)."""
+        return self.drain(scope_ref(tenant, scope_key), holder=holder)
 
     def drain(self, ref: str, *, holder: str = "") -> DrainOutcome:
         """Drain the scope named by the scope ref ``<tenant>/<scopeKey>`` (what drain tasks carry)."""
         tenant, scope_key = split_scope_ref(ref)
-        return self.for_tenant(tenant).drain_scope(scope_key, holder=holder)
-
-    def drain_scope(self, scope_key: str, *, holder: str = "") -> DrainOutcome:
-        grant, remaining_ms, head = self.lease.acquire(scope_key, now_ms=now_ms(), holder=holder)
+        keys = self.ctx.store.keys.for_tenant(tenant)
+        grant, remaining_ms, head = self.lease.acquire(keys, scope_key, now_ms=now_ms(), holder=holder)
         if grant is None or head is None:
-            # Somebody holds the scope. A live holder drains what we were sent for; a dead one's lease
-            # runs out in remaining_ms, so look again then (no spinning, one message per TTL).
+            # Somebody holds the scope. A live holder drains what we were sent for; a dead one's lease runs out
+            # in remaining_ms, so look again then (no spinning, one message per TTL).
             return DrainOutcome(0, "busy", delay_s=remaining_ms / 1000 + 0.05)
         attrs = {"agent.signal.scope_key": scope_key, "agent.signal.fence": grant.fence}
         try:
@@ -149,19 +154,39 @@ class Pipeline:
             self.lease.stop_renewing()
 
     def _drain_heads(self, grant: LeaseGrant, head: Head) -> DrainOutcome:
-        if self.settings.commit_batch_max > 1:
-            return drain_in_batches(self, grant, head)
-        processed = 0
-        while head.code == 1 and head.begun is not None:
-            go_on = processed + 1 < self.settings.max_events_per_drain
-            work = self.process_event(grant, head.begun, go_on=go_on)
-            if work.reply is None or work.reply.code != 1:
-                return DrainOutcome(processed, "lost")
-            processed += 1
-            if work.reply.head is None:  # max_events_per_drain: let other scopes have a turn
+        """The drain's loop (see the module docstring): runs, their commits, until the scope is idle or handed off."""
+        settings = self.settings
+        limit, run_max = settings.max_events_per_drain, settings.commit_batch_max
+        # After a lost delivery (the head was processing when its worker died) the whole drain runs one by one, so
+        # whichever event killed the worker reaches the head and counts its own attempts; with one attempt
+        # allowed, a run's crash would dead-letter its head for another event's fault: no runs of several at all.
+        lost_delivery = head.begun is not None and head.begun.previous_state == "processing"
+        alone_only = lost_delivery or settings.max_attempts <= 1 or run_max <= 1
+        peek = 0 if alone_only else run_max - 1
+        processed, slow = 0, False
+        followers = [] if alone_only else self._peek(grant, head, min(limit, run_max) - 1)
+        while head.code is HeadCode.TAKEN and head.begun is not None:
+            room = min(run_max, limit - processed)
+            if room <= 0:  # max_events_per_drain: let other scopes have a turn
                 return self.hand_off(grant, processed, 0)
-            head = work.reply.head
-        if head.code == 0:
+            works = [] if slow or alone_only else self._speculate(grant, [head.begun, *followers[: room - 1]])
+            if works is None:
+                return DrainOutcome(processed, "lost")
+            if not works:  # the head runs alone
+                work = run_event(self.ctx, grant, head.begun, batch=False)
+                if work.lost or work.outcome is None:
+                    return DrainOutcome(processed, "lost")
+                works = [work]
+            done = commit_run(self.ctx, works, go_on=processed + len(works) < limit, peek=peek)
+            processed += done.committed
+            if done.lost:
+                return DrainOutcome(processed, "lost")
+            next_head, followers = done.head, done.followers
+            slow = done.slow
+            if next_head is None:  # max_events_per_drain: let other scopes have a turn
+                return self.hand_off(grant, processed, 0)
+            head = next_head
+        if head.code is HeadCode.EMPTY:
             return DrainOutcome(processed, "idle")  # the script released the scope
         return self.hand_off(grant, processed, max(head.not_before_ms - now_ms(), 0))
 
@@ -171,114 +196,42 @@ class Pipeline:
             return DrainOutcome(processed, "lost")
         return DrainOutcome(processed, "again", delay_s=wait_ms / 1000)
 
-    def full_wait(self, where: str, lost: threading.Event | None = None) -> FullStoreWait:
-        """How this process waits out a full store (worker/store/full.py): a quarter of a task's soft limit."""
-        return FullStoreWait(where, budget_s=self.settings.task_soft_time_limit_s / 4, lost=lost)
+    def _batchable(self, begun: Begun) -> bool:
+        """A first delivery, of a source type whose chains have met only batch-safe handlers so far."""
+        if begun.attempts != 1:
+            return False
+        unbatchable = self.ctx.unbatchable
+        return not unbatchable or event_head(begun.body, begun.source_type)[0] not in unbatchable
 
-    def process_event(
-        self, grant: LeaseGrant, begun: Begun, *, go_on: bool, batch: bool = False
-    ) -> EventWork:
-        """Walk the steps for one event inside an ``agent_signal.workflow.run`` span that continues the
-        trace of its enqueue; returns what they did (``work.reply`` is None when nothing was committed).
-        With ``batch`` the chain runs for a batch commit (worker/drain/batch.py), which commits it later.
-
-        A chain that met a full store decided nothing: after a pause it runs again, in the same delivery (no
-        attempt spent; its applied actions are found in their lanes). Past the wait's budget, or with the lease
-        lost, the event is left uncommitted at its head, as after any store error."""
-
-        def walk() -> EventWork:
-            work = self._process(grant, begun, go_on=go_on, batch=batch)
-            if work.store_full:
-                raise StoreFullAgain(work)
-            return work
-
-        try:
-            return self.full_wait("chain", grant.lost).call(walk)
-        except StoreFullAgain as exc:
-            if not isinstance(exc.value, EventWork):
-                raise
-            exc.value.lost = True
-            return exc.value
-
-    def _process(self, grant: LeaseGrant, begun: Begun, *, go_on: bool, batch: bool) -> EventWork:
-        started = time.perf_counter()
-        source_type, traceparent = event_head(begun.body, begun.source_type)
-        bind_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)
-        scope = ChainScope(
-            attempt=begun.attempts,
-            max_attempts=self.settings.max_attempts,
-            keys=self.keys.for_scope(grant.scope_key),  # with scope buckets, its bucket's indexes
-            deps=self.deps,
-            outbox_retention_s=self.settings.outbox_retention_s,
+    def _peek(self, grant: LeaseGrant, head: Head, count: int) -> list[Begun]:
+        """The fresh events right behind the head ACQUIRE took (none when it is not batchable, or nothing waits
+        behind it)."""
+        if head.begun is None or count <= 0 or head.behind == 0 or not self._batchable(head.begun):
+            return []
+        k, scope = grant.keys, grant.scope_key
+        call = PeekFresh(
+            k.inbox(scope), k.fence(scope), grant.fence, k.event_prefix, now_ms(), head.begun.event_id, count
         )
-        work = EventWork(
-            grant=grant,
-            begun=begun,
-            go_on=go_on,
-            scope=scope,
-            followups=StagedEmits(self.emitter),
-            source_type=source_type,
-            started_s=started,
-        )
-        if batch:
-            scope.batch, work.lanes = True, []
-        scope.emit = work.followups
-        try:
-            if self.telemetry.tracing:
-                attrs = {
-                    "agent.signal.scope_key": grant.scope_key,
-                    "agent.signal.event_id": begun.event_id,
-                    "agent.signal.attempt": begun.attempts,
-                }
-                with self.telemetry.span(
-                    "agent_signal.workflow.run", attrs, parent=self.telemetry.extract(traceparent)
-                ):
-                    self._walk(work, batch)
-            else:  # no span: not even an empty context manager per event
-                self._walk(work, batch)
-        finally:  # every handler run is counted, committed or not (a lost lease, a store error, a re-run)
-            self.telemetry.handler_runs(scope.runs)
-            clear_context("eventId", "scopeKey", "attempt", "chainId", "sourceId")
-        self.record(work)
-        return work
+        return begun_list(self.store.scripts.run(call))
 
-    def _walk(self, work: EventWork, batch: bool) -> None:
-        for step in self.steps:
-            step(work, self)
-            if batch and step.name == "commit":  # the batch commits; after_commit runs the rest
+    def _speculate(self, grant: LeaseGrant, events: list[Begun]) -> list[EventWork] | None:
+        """Run the chains of ``events`` for a run, in order, until one is not batchable or not done; [] when the
+        head itself cannot go in a run; None when the lease was lost meanwhile (nothing is committed then)."""
+        works: list[EventWork] = []
+        for begun in events:
+            if not self._batchable(begun):
                 break
-
-    def after_commit(self, work: EventWork) -> None:
-        """What follows a batch commit for one of its events: the steps after ``commit``, then its metrics."""
-        for step in self._after_commit_steps:
-            step(work, self)
-        self.record(work)
-
-    def record(self, work: EventWork) -> None:
-        """The event's metrics in one call, once it committed (or was refused by the fence): its chain's
-        series when done, its workflow run, its count and latency (its handler runs were counted when its
-        steps ended, in :meth:`process_event`)."""
-        reply = work.reply
-        if reply is not None and reply.code == 1:
-            self.telemetry.event_committed(
-                tenant=self.store.tenant,
-                source_type=work.source_type,
-                workflow_status=work.status,
-                outcome=reply.outcome,
-                duration_ms=(time.perf_counter() - work.started_s) * 1000,
-                latency_ms=reply.latency_ms,
-                chain=work.chain if work.outcome == "done" else None,
-            )
-        elif reply is not None and reply.code == -1:
-            self.telemetry.fence_rejected(tenant=self.store.tenant)
-
-    def retry_or_dead(self, work: EventWork, error: str, *, min_delay_s: float = 0.0) -> None:
-        """Decide ``retry`` (full-jitter backoff, at least ``min_delay_s``) or, on the last attempt, ``dead``."""
-        if not should_retry(work.begun.attempts, self.settings.max_attempts):
-            work.decide("dead", error)
-            return
-        delay_ms = backoff_ms(
-            work.begun.attempts, base_ms=self.settings.retry_base_ms, cap_ms=self.settings.retry_cap_ms
-        )
-        work.decide("retry", error)
-        work.not_before_ms = now_ms() + max(delay_ms, int(min_delay_s * 1000))
+            work = run_event(self.ctx, grant, begun, batch=True)
+            if work.lost:
+                return None
+            if work.unbatchable:
+                self.ctx.unbatchable.add(work.source_type)
+                log.info(
+                    "source type %s is not batched here: its chain met a handler that is not batch-safe",
+                    work.source_type,
+                )
+                break
+            works.append(work)
+            if work.outcome != "done":
+                break
+        return works

@@ -32,7 +32,7 @@ from worker.intake.source_event import (
     resolve_user,
 )
 from worker.settings import Settings
-from worker.store.events import EnqueueOutcome, EventStore, PreparedEvent
+from worker.store.events import EnqueueOutcome, EventStore, PreparedEvent, ReadyPush
 from worker.store.safety import describe_store_error, note_store_failure
 from worker.telemetry.log_privacy import describe_error
 
@@ -48,8 +48,8 @@ AdmissionHook = Callable[[Sequence[PreparedEvent]], Mapping[int, str]]
 class ReadyQueue(Protocol):
     """Making scopes ready inside the enqueue script, where the store allows it (worker.runtime.fair.FairQueue)."""
 
-    def admission_push(self, client: Any, tenant: str) -> tuple[list[str], list[Any]] | None:
-        """ENQUEUE_PUSH's ready-list keys and arguments for ``tenant``, or None: publish after the enqueue."""
+    def admission_push(self, client: Any, tenant: str) -> ReadyPush | None:
+        """ENQUEUE_PUSH's fair-share fields for ``tenant``, or None: publish after the enqueue."""
 
     def send(self, count: int) -> None:
         """Send ``count`` drain_next messages (tickets ENQUEUE_PUSH took)."""

@@ -30,48 +30,10 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from worker.keys.layout import Keys
+from worker.store.calls import Bucket, TokenBuckets
+from worker.store.loader import load_script
 
 __all__ = ["RateDecision", "RateLimiter"]
-
-# KEYS: one bucket per key (the credential's first, then the tenant's). ARGV: want, whole ('1': all or
-# nothing), then rate and burst per key. -> {granted, wait_ms, index of the bucket that refused (0: none)}
-TOKEN_BUCKETS = """
-local want = tonumber(ARGV[1])
-local whole = ARGV[2] == '1'
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local tokens, rates, bursts = {}, {}, {}
-local granted, wait_ms, refused = want, 0, 0
-for i, key in ipairs(KEYS) do
-  local rate, burst = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i])
-  local state = redis.call('HMGET', key, 'tokens', 'at')
-  local have, at = tonumber(state[1]), tonumber(state[2])
-  if have == nil or at == nil then
-    have, at = burst, now
-  end
-  have = math.min(burst, have + math.max(0, now - at) * rate / 1000)
-  tokens[i], rates[i], bursts[i] = have, rate, burst
-  -- all or nothing (a batch of events): at most a full bucket is asked, so a big batch can still pass
-  local need = 1
-  if whole then need = math.min(want, burst) end
-  if have < need then
-    local wait = math.ceil((need - have) * 1000 / rate)
-    if wait > wait_ms then wait_ms, refused = wait, i end
-    granted = 0
-  elseif not whole then
-    granted = math.min(granted, math.floor(have))
-  end
-end
-for i, key in ipairs(KEYS) do
-  local have = tokens[i]
-  if granted > 0 then
-    if whole then have = have - math.min(want, bursts[i]) else have = have - granted end
-  end
-  redis.call('HSET', key, 'tokens', tostring(have), 'at', tostring(now))
-  redis.call('PEXPIRE', key, math.ceil(bursts[i] * 1000 / rates[i]) + 1000)
-end
-return {granted, wait_ms, refused}
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +66,6 @@ class RateLimiter:
         self.rate_per_s = rate_per_s
         self.tenant_rate_per_s = tenant_rate_per_s
         self.chunk = max(1, min(MAX_CHUNK, int(min(rates) / 10)))
-        self._tails: list[str] = []
-        for rate in (rate_per_s, tenant_rate_per_s):
-            if rate is not None:
-                self._tails += [repr(rate), repr(_burst(rate))]
         self._tenant_keys: dict[str, Keys] = {}
         self._held: dict[str, tuple[int, float]] = {}  # credential -> (tokens held, monotonic deadline)
         self._sync: Any = None  # redis-py Script objects: they keep the SHA and fall back to EVAL
@@ -125,12 +83,17 @@ class RateLimiter:
 
     def _call(
         self, credential_id: str, tenant: str | None, want: int, *, whole: bool = False
-    ) -> tuple[list[str], list[str]]:
+    ) -> TokenBuckets:
         k = self._keys_of(tenant)
-        keys = [k.rate_bucket(credential_id)] if self.rate_per_s is not None else []
+        buckets = []
+        if self.rate_per_s is not None:
+            buckets.append(
+                Bucket(k.rate_bucket(credential_id), repr(self.rate_per_s), repr(_burst(self.rate_per_s)))
+            )
         if self.tenant_rate_per_s is not None:
-            keys.append(k.tenant_rate_bucket)
-        return keys, [str(want), "1" if whole else "0", *self._tails]
+            rate = self.tenant_rate_per_s
+            buckets.append(Bucket(k.tenant_rate_bucket, repr(rate), repr(_burst(rate))))
+        return TokenBuckets(want, "1" if whole else "0", buckets)
 
     def _decision(self, reply: Any) -> tuple[int, RateDecision]:
         granted, wait_ms, refused = (int(x) for x in reply)
@@ -144,16 +107,16 @@ class RateLimiter:
     def check(self, client: Redis, credential_id: str, tenant: str | None = None) -> RateDecision:
         """Take one token from the shared buckets (no tokens held in the process)."""
         if self._sync is None:
-            self._sync = client.register_script(TOKEN_BUCKETS)
-        keys, args = self._call(credential_id, tenant, 1)
-        return self._decision(self._sync(keys=keys, args=args, client=client))[1]
+            self._sync = client.register_script(load_script(TokenBuckets.SCRIPT))
+        call = self._call(credential_id, tenant, 1)
+        return self._decision(self._sync(keys=call.keys(), args=call.args(), client=client))[1]
 
     def take(self, client: Redis, bucket_id: str, n: int) -> RateDecision:
         """Take ``n`` tokens at once or none (a tenant's batch of events; at most a full bucket is needed)."""
         if self._sync is None:
-            self._sync = client.register_script(TOKEN_BUCKETS)
-        keys, args = self._call(bucket_id, None, max(1, n), whole=True)
-        return self._decision(self._sync(keys=keys, args=args, client=client))[1]
+            self._sync = client.register_script(load_script(TokenBuckets.SCRIPT))
+        call = self._call(bucket_id, None, max(1, n), whole=True)
+        return self._decision(self._sync(keys=call.keys(), args=call.args(), client=client))[1]
 
     async def acheck(self, client: AsyncRedis, credential_id: str, tenant: str | None = None) -> RateDecision:
         """Spend a token this process holds, else take up to :attr:`chunk` from the buckets (one round trip)."""
@@ -163,9 +126,11 @@ class RateLimiter:
             self._held[credential_id] = (held - 1, deadline)
             return RateDecision(True)
         if self._async is None:
-            self._async = client.register_script(TOKEN_BUCKETS)
-        keys, args = self._call(credential_id, tenant, self.chunk)
-        granted, decision = self._decision(await self._async(keys=keys, args=args, client=client))
+            self._async = client.register_script(load_script(TokenBuckets.SCRIPT))
+        call = self._call(credential_id, tenant, self.chunk)
+        granted, decision = self._decision(
+            await self._async(keys=call.keys(), args=call.args(), client=client)
+        )
         if granted > 1:
             if len(self._held) >= MAX_ALLOWANCES:
                 self._held.clear()

@@ -1,7 +1,7 @@
 """The runs explorer: find events by status, source type, scope, user and enqueue time, newest first; find an
 event by its source id; the dead letters operators discarded.
 
-The indexes (``Keys.runs``, written by the state-changing scripts, see worker/store/scripts_ops.py ``RUN_INDEX``)
+The indexes (``Keys.runs``, written by the state-changing scripts, see worker/store/lua/lib/index.lua)
 are zsets of event ids scored by enqueue time, each bounded by ``AGENT_SIGNAL_RUN_INDEX_MAX`` and the dedupe
 window. A query walks ONE index, the most selective its filters name (scope, then user, then source type,
 then status, else all events), newest first, one page per round trip (RUNS_PAGE), reads each page's records
@@ -25,6 +25,7 @@ from worker.core.clock import now_ms
 from worker.documents.event_body import body_of
 from worker.documents.event_records import status_record
 from worker.keys.layout import Keys
+from worker.store.calls import Discard, RunsPage
 from worker.store.events import EventStore
 from worker.store.reads import newest_first
 
@@ -128,7 +129,7 @@ def list_runs(store: EventStore, query: RunQuery) -> RunPage:
     while examined < MAX_EXAMINED:
         pipe = store.client.pipeline(transaction=False)
         for _, index in indexes:
-            store.scripts.runs_page(keys=[index], args=[max_score, after, min_score, page_size], client=pipe)
+            store.scripts.run(RunsPage(index, max_score, after, min_score, page_size), client=pipe)
         entries, full = _merged(indexes, pipe.execute(), page_size)
         for position, (record, (member, score, _)) in enumerate(
             zip(_records(store, entries), entries, strict=True)
@@ -191,24 +192,27 @@ def find_by_source(store: EventStore, source_id: str) -> list[dict[str, Any]]:
 
 
 def discard(store: EventStore, event_ids: Sequence[str], reason: str) -> tuple[list[str], list[str]]:
-    """Discard dead events (see DISCARD in worker/store/scripts_ops.py); returns (discarded, not dead)."""
+    """Discard dead events (DISCARD: worker/store/lua/discard.lua); returns (discarded, not dead)."""
     settings = store.settings
     located = [store.locate(event_id) for event_id in event_ids]
     pipe = store.client.pipeline(transaction=False)
     for event_id, k in zip(event_ids, located, strict=True):
-        store.scripts.discard(
-            keys=[
-                k.event(event_id),
-                k.dlq,
-                k.stats,
-                k.runs("status", "dead"),
-                k.runs("status", "discarded"),
-                k.runs("discarded-at"),
-                k.bucket_audit,
-            ],
-            args=[event_id, reason, now_ms(), settings.dedupe_window_s, AUDIT_MAXLEN, settings.run_index_max],
-            client=pipe,
+        call = Discard(
+            ev=k.event(event_id),
+            dlq=k.dlq,
+            stats=k.stats,
+            runs_dead=k.runs("status", "dead"),
+            runs_discarded=k.runs("status", "discarded"),
+            runs_discarded_at=k.runs("discarded-at"),
+            audit=k.bucket_audit,
+            event_id=event_id,
+            reason=reason,
+            now_ms=now_ms(),
+            window_s=settings.dedupe_window_s,
+            audit_max_len=AUDIT_MAXLEN,
+            run_index_max=settings.run_index_max,
         )
+        store.scripts.run(call, client=pipe)
     replies = pipe.execute() if event_ids else []
     discarded = [e for e, ok in zip(event_ids, replies, strict=True) if int(ok) == 1]
     return discarded, [e for e, ok in zip(event_ids, replies, strict=True) if int(ok) != 1]

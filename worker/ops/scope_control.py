@@ -4,7 +4,7 @@
   without taking the head (ACQUIRE, or COMMIT's continuation after the event in flight), releasing the scope:
   its events wait in its inbox, and new ones are appended without scheduling a drain. **Resume** forgets the
   mark and, when the inbox holds events, schedules the drain again through the fair queue (worker/runtime/fair.py).
-* **Cancel** (CANCEL in worker/store/scripts_ops.py): a queued event is cancelled at once and never runs (the drain
+* **Cancel** (worker/store/lua/cancel.lua): a queued event is cancelled at once and never runs (the drain
   pops it); a running one gets ``cancelRequested``: the drain's action port (worker/drain/action_port.py) reads that flag in the same round
   trip as each action's idempotency lookup and raises :class:`EventCancelled` before the next action runs, and
   COMMIT turns the event ``cancelled`` without its chain's staged writes or follow-ups (actions already applied
@@ -21,7 +21,9 @@ from typing import Any, Literal
 
 from worker.core.clock import now_ms
 from worker.keys.layout import HOLDER_SEPARATOR
+from worker.store.calls import Cancel, Resume
 from worker.store.events import EventStore
+from worker.store.replies import CancelCode
 
 __all__ = [
     "SCOPE_STATES",
@@ -45,9 +47,17 @@ def resume_scope(store: EventStore, scope_key: str, publish: Any) -> bool:
     """Resume the scope and, when it has queued events and no drain scheduled, ``publish(scopeRef)`` one;
     False when it was not paused."""
     k = store.keys.for_scope(scope_key)
-    was, schedule = store.scripts.resume(
-        keys=[k.runs("paused"), k.inbox(scope_key), k.scopes, k.scheduled(scope_key)],
-        args=[scope_key, k.scope_ref(scope_key), now_ms(), store.schedule_ttl_ms],
+    was, schedule = store.scripts.run(
+        Resume(
+            paused=k.runs("paused"),
+            inbox=k.inbox(scope_key),
+            scopes=k.scopes,
+            sched=k.scheduled(scope_key),
+            scope_key=scope_key,
+            scope_ref=k.scope_ref(scope_key),
+            now_ms=now_ms(),
+            sched_ttl_ms=store.schedule_ttl_ms,
+        )
     )
     if int(schedule):
         publish(k.scope_ref(scope_key))
@@ -56,19 +66,27 @@ def resume_scope(store: EventStore, scope_key: str, publish: Any) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class CancelResult:
-    """``code``: 1 cancelled | 2 cancel requested (it is running) | 3 already final | 0 unknown."""
+    """What a cancel found (:class:`~worker.store.replies.CancelCode`) and the event's state now."""
 
-    code: int
+    code: CancelCode
     state: str
 
 
 def cancel_event(store: EventStore, event_id: str) -> CancelResult:
     k = store.locate(event_id)
-    code, state = store.scripts.cancel(
-        keys=[k.event(event_id), k.stats, k.runs("status", "active"), k.runs("status", "cancelled")],
-        args=[event_id, now_ms(), store.settings.dedupe_window_s, store.settings.run_index_max],
+    code, state = store.scripts.run(
+        Cancel(
+            ev=k.event(event_id),
+            stats=k.stats,
+            runs_active=k.runs("status", "active"),
+            runs_cancelled=k.runs("status", "cancelled"),
+            event_id=event_id,
+            now_ms=now_ms(),
+            window_s=store.settings.dedupe_window_s,
+            run_index_max=store.settings.run_index_max,
+        )
     )
-    return CancelResult(int(code), str(state))
+    return CancelResult(CancelCode(int(code)), str(state))
 
 
 def list_scopes(

@@ -7,6 +7,7 @@ import json
 
 from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord
 from worker.intake.emitter import Emitter
+from worker.store.calls import JournalApply, Touched
 from worker.store.events import EventStore
 from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE, Command
 from worker.store.records import PreparedEvent
@@ -26,7 +27,8 @@ def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
         )
         touched = list(dict.fromkeys(c[1] for c in commands if c[0].upper() != "PUBLISH"))
         # durable: with AGENT_SIGNAL_WAIT_REPLICAS, delivered only once a replica has the writes
-        store.durable(store.scripts.journal_apply, [marker, *touched], [marker_ttl_s, json.dumps(commands)])
+        call = JournalApply(marker, marker_ttl_s, json.dumps(commands), [Touched(key) for key in touched])
+        store.durable(call)
 
     return deliver
 

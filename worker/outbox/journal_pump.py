@@ -21,6 +21,7 @@ from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord
 from worker.core.clock import now_ms
 from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys, split_scope_ref
+from worker.store.calls import Release, Renew
 from worker.store.events import EventStore
 from worker.telemetry.log_privacy import describe_error
 
@@ -48,7 +49,7 @@ def pump_journal(
         return 0
     applied, release = 0, True
     try:
-        while applied < budget and int(scripts.renew(keys=[lock], args=[token, lease_ms])):
+        while applied < budget and int(scripts.run(Renew(lock, token, lease_ms))):
             head = client.zrange(due, 0, 0)
             if not head:
                 break
@@ -78,9 +79,7 @@ def pump_journal(
                         describe_error(exc),
                         extra={"outboxRecord": record.id},
                     )
-                    scripts.renew(
-                        keys=[lock], args=[token, max(delay_ms, 1)]
-                    )  # nothing overtakes it meanwhile
+                    scripts.run(Renew(lock, token, max(delay_ms, 1)))  # nothing overtakes it meanwhile
                     release = False
                     break
                 record.state = "dead"
@@ -97,5 +96,5 @@ def pump_journal(
             client.zrem(due, member)
     finally:
         if release:
-            scripts.release(keys=[lock], args=[token])
+            scripts.run(Release(lock, token))
     return applied

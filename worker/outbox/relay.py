@@ -31,6 +31,7 @@ from worker.core.clock import now_ms
 from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys, split_scope_ref
 from worker.outbox.journal_pump import pump_journal
+from worker.store.calls import OutboxClaim, OutboxSettle
 from worker.store.events import EventStore
 from worker.telemetry.log_privacy import describe_error
 
@@ -71,7 +72,7 @@ class OutboxRelay:
         for keys in every:
             due = keys.outbox_due  # each tenant's own, each bucket's own (its slot on a cluster)
             while budget > 0:
-                claimed = self.store.scripts.outbox_claim(keys=[due], args=[self.lease_ms])
+                claimed = self.store.scripts.run(OutboxClaim(due, self.lease_ms))
                 if not claimed:
                     break
                 budget -= 1
@@ -184,9 +185,7 @@ class OutboxRelay:
     ) -> bool:
         """Write the record and its next due time, only while our claim (its due time) still holds."""
         next_due = str(deadline) if keep_claim else ("" if retry_at_ms is None else str(retry_at_ms))
-        reply = self.store.scripts.outbox_settle(
-            keys=[due, key], args=[member, deadline, record.to_json(), next_due]
-        )
+        reply = self.store.scripts.run(OutboxSettle(due, key, member, deadline, record.to_json(), next_due))
         if not int(reply):
             log.warning(
                 "outbox record %s was claimed again by another relay; not settling it here", record.id

@@ -42,8 +42,10 @@ from redis.exceptions import RedisError
 
 from worker.core.tenancy import split_scope_ref
 from worker.keys.layout import Keys
+from worker.store.calls import ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.client import is_cluster
-from worker.store.scripts_fair import READY_POP, READY_PUSH, TICKET_FORCE, TICKET_RETURN
+from worker.store.events import ReadyPush as ReadyPushFields
+from worker.store.scripts import Scripts
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS
 
 __all__ = ["DRAIN_NEXT_TASK", "DRAIN_TASK", "FairQueue"]
@@ -65,10 +67,7 @@ class FairQueue:
     ticket_ttl_ms: int = 30_000  # the ticket count expires this long after it was last touched
 
     def __post_init__(self) -> None:
-        self._push = self.client.register_script(READY_PUSH)
-        self._pop = self.client.register_script(READY_POP)
-        self._return = self.client.register_script(TICKET_RETURN)
-        self._force = self.client.register_script(TICKET_FORCE)
+        self.scripts = Scripts(self.client)
 
     def publish(self, ref: str, *, countdown_s: float = 0.0) -> None:
         """Make the scope ``ref`` (``<tenant>/<scopeKey>``) drain: now in its tenant's turn, or after the delay."""
@@ -91,14 +90,19 @@ class FairQueue:
             return
         self._send_next(self._push_all(refs))
 
-    def admission_push(self, client: Redis, tenant: str) -> tuple[list[str], list[Any]] | None:
-        """The keys and arguments with which an enqueue through ``client`` makes ``tenant``'s scopes ready in
-        its own script (ENQUEUE_PUSH), or None where it cannot: fair share off, another Redis than ours, or a
-        Redis Cluster (the ready lists live in the ``{fair}`` slot, the tenant's keys in its own)."""
+    def admission_push(self, client: Redis, tenant: str) -> ReadyPushFields | None:
+        """The fields with which an enqueue through ``client`` makes ``tenant``'s scopes ready in its own
+        script (ENQUEUE_PUSH), or None where it cannot: fair share off, another Redis than ours, or a Redis
+        Cluster (the ready lists live in the ``{fair}`` slot, the tenant's keys in its own)."""
         if not self.enabled or client is not self.client or is_cluster(client):
             return None
-        keys = [self.keys.ready_tenants, self.keys.ready(tenant), self.keys.drain_tickets]
-        return keys, [self.messages_max, self.ticket_ttl_ms]
+        return {
+            "ring": self.keys.ready_tenants,
+            "ready": self.keys.ready(tenant),
+            "tickets": self.keys.drain_tickets,
+            "tickets_max": self.messages_max,
+            "ticket_ttl_ms": self.ticket_ttl_ms,
+        }
 
     def send(self, count: int) -> None:
         """Send ``count`` drain_next messages for tickets taken by ENQUEUE_PUSH (see :meth:`_send_next`)."""
@@ -115,7 +119,7 @@ class FairQueue:
             return
         count = self._push_all(refs)
         if count == 0:
-            self._force(keys=[self.keys.drain_tickets], args=[self.ticket_ttl_ms])
+            self.scripts.run(TicketForce(self.keys.drain_tickets, self.ticket_ttl_ms))
             count = 1
         self._send_next(count)
 
@@ -127,13 +131,16 @@ class FairQueue:
         sent = []
         for ref in refs:
             tenant, _ = split_scope_ref(ref)
-            sent.append(
-                self._push(
-                    keys=[self.keys.ready_tenants, self.keys.ready(tenant), self.keys.drain_tickets],
-                    args=[tenant, ref, self.messages_max, self.ticket_ttl_ms],
-                    client=pipe if batched else None,
-                )
+            call = ReadyPush(
+                ring=self.keys.ready_tenants,
+                ready=self.keys.ready(tenant),
+                tickets=self.keys.drain_tickets,
+                tenant=tenant,
+                scope_ref=ref,
+                tickets_max=self.messages_max,
+                ticket_ttl_ms=self.ticket_ttl_ms,
             )
+            sent.append(self.scripts.run(call, client=pipe if batched else None))
         if batched:
             sent = pipe.execute()
         return sum(1 for one in sent if one)
@@ -141,9 +148,10 @@ class FairQueue:
     def pop(self) -> str | None:
         """The next ready scope ref, the tenants taking turns. None when nothing is ready: the caller's
         drain ticket is retired then, so call this only from a drain_next message."""
-        ref = self._pop(
-            keys=[self.keys.ready_tenants, self.keys.drain_tickets],
-            args=[self.keys.ready_prefix, self.ticket_ttl_ms],
+        ref = self.scripts.run(
+            ReadyPop(
+                self.keys.ready_tenants, self.keys.drain_tickets, self.keys.ready_prefix, self.ticket_ttl_ms
+            )
         )
         if not ref:
             return None
@@ -160,7 +168,7 @@ class FairQueue:
                 self.app.send_task(DRAIN_NEXT_TASK, args=[], queue=self.queue, **HIDDEN_TASK_ARGS)
             except Exception:
                 try:
-                    self._return(keys=[self.keys.drain_tickets], args=[count - sent])
+                    self.scripts.run(TicketReturn(self.keys.drain_tickets, count - sent))
                 except RedisError:
                     pass  # the count expires on its own (ticket_ttl_ms)
                 raise

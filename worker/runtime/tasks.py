@@ -74,7 +74,7 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
         process = _state.get()
         pipeline, runtime = process.pipeline, process.runtime
         # At least once anyway: a run that met a full store runs again after a pause (worker/store/full.py).
-        _quietly(task.name, lambda: pipeline.full_wait("task").call(lambda: task.run(runtime, payload)))
+        _quietly(task.name, lambda: pipeline.ctx.full_wait("task").call(lambda: task.run(runtime, payload)))
 
     run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
     app.task(name=task.name, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(
@@ -94,7 +94,7 @@ def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
     process = _state.get()
     pipeline = process.pipeline
     try:
-        outcome = pipeline.full_wait("acquire").call(lambda: pipeline.drain(ref, holder=holder))
+        outcome = pipeline.ctx.full_wait("acquire").call(lambda: pipeline.drain(ref, holder=holder))
     except BadTenant:  # not "<tenant>/<scopeKey>": a message from before tenants, or forged
         log.error("drain of a malformed scope ref dropped", extra={"scopeRef": ref})
         return
@@ -122,7 +122,9 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
     drained, retired = 0, False
     try:
         while drained < settings.scopes_per_drain and not (drained and time.monotonic() >= deadline):
-            ref = pipeline.full_wait("pop").call(fair.pop)  # a full store refuses the pop before it writes
+            ref = pipeline.ctx.full_wait("pop").call(
+                fair.pop
+            )  # a full store refuses the pop before it writes
             if ref is None:
                 retired = True
                 break

@@ -10,11 +10,10 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from redis import Redis
 from redis.cluster import RedisCluster
-from redis.commands.core import Script
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -25,34 +24,56 @@ from worker.documents.chain_codec import encode_chain
 from worker.documents.event_records import source_digest
 from worker.keys.layout import Keys, bucket_of
 from worker.settings import Settings
+from worker.store.calls import (
+    Admission,
+    Commit,
+    CommittedEvent,
+    Enqueue,
+    EnqueuePush,
+    Redrive,
+    ScriptCall,
+    UserBytes,
+)
 from worker.store.client import is_cluster
 from worker.store.journal import journal_followups, journaled
 from worker.store.quotas import quota_args
 from worker.store.reads import StoreReads
 from worker.store.records import (
     Begun,
-    Commit,
     CommitReply,
     EnqueueOutcome,
+    EventCommit,
     Head,
     OnStored,
     PreparedEvent,
+    RunReply,
     staged_error,
     to_str,
 )
 from worker.store.scripts import Scripts
-from worker.store.scripts_batch import EVENT_ARGS, EVENT_KEYS
 
 __all__ = [
     "Begun",
-    "Commit",
     "CommitReply",
     "EnqueueOutcome",
+    "EventCommit",
     "EventStore",
     "Head",
     "PreparedEvent",
+    "ReadyPush",
+    "RunReply",
     "staged_error",
 ]
+
+
+class ReadyPush(TypedDict):
+    """ENQUEUE_PUSH's fair-share fields (worker/runtime/fair.py ``FairQueue.admission_push``)."""
+
+    ring: str
+    ready: str
+    tickets: str
+    tickets_max: int
+    ticket_ttl_ms: int
 
 
 def _str(value: Any) -> str:
@@ -67,7 +88,7 @@ class EventStore(StoreReads):
         self.client = client
         self.settings = settings
         self.keys = Keys(settings.key_prefix, tenant, settings.scope_buckets)
-        self.scripts = Scripts.register(client).for_tenant(self.keys)
+        self.scripts = Scripts.register(client)
         self._registered: set[str] = set()  # tenants this process has added to the tenants set (all views)
 
     @property
@@ -79,7 +100,6 @@ class EventStore(StoreReads):
             return self
         other = copy.copy(self)
         other.keys = self.keys.for_tenant(tenant)
-        other.scripts = self.scripts.for_tenant(other.keys)
         return other
 
     @property
@@ -103,7 +123,7 @@ class EventStore(StoreReads):
     def enqueue_and_push(
         self,
         events: Sequence[PreparedEvent],
-        push: tuple[list[str], list[Any]],
+        push: ReadyPush,
         *,
         enforce_limits: bool,
         on_stored: OnStored | None = None,
@@ -116,7 +136,7 @@ class EventStore(StoreReads):
         self,
         events: Sequence[PreparedEvent],
         enforce_limits: bool,
-        push: tuple[list[str], list[Any]] | None,
+        push: ReadyPush | None,
         on_stored: OnStored | None = None,
     ) -> tuple[list[EnqueueOutcome], int]:
         if not events:
@@ -153,32 +173,35 @@ class EventStore(StoreReads):
         k: Keys,
         events: Sequence[PreparedEvent],
         enforce_limits: bool,
-        push: tuple[list[str], list[Any]] | None,
+        push: ReadyPush | None,
         tenant_quota: bool,
     ) -> tuple[list[EnqueueOutcome], int]:
-        keys = [k.scopes, k.stats, k.runs("paused"), k.runs("all"), k.runs("status", "active")]
-        keys.append(k.retained_events)
         users = self.users_of(events) if tenant_quota else []  # read by the script: one slot with one bucket
-        args: list[Any] = [
-            now_ms(),
-            self.settings.dedupe_window_s,
-            self.schedule_ttl_ms,
-            k.tenant,
-            self.settings.max_inbox_depth if enforce_limits else 0,
-            self.settings.tenant_max_queued if tenant_quota else 0,
-            self.settings.run_index_max,
-            *quota_args(self.settings, tenant_quota, users),
-        ]
-        if push is not None:  # ENQUEUE_PUSH's header: the ready lists' keys, the tickets' cap and TTL
-            keys, args = keys + push[0], args + push[1]
-        for ev in events:
-            ev_keys, ev_args = self._admission(ev)
-            keys += ev_keys
-            args += ev_args
-        keys += [self.keys.user_bytes(user) for user in users]
-        script = self.scripts.enqueue_batch if push is None else self.scripts.enqueue_push
+        max_events, slot_ms, max_user_bytes, user_count = quota_args(self.settings, tenant_quota, users)
+        fields: dict[str, Any] = dict(
+            scopes=k.scopes,
+            stats=k.stats,
+            paused=k.runs("paused"),
+            runs_all=k.runs("all"),
+            runs_active=k.runs("status", "active"),
+            retained=k.retained_events,
+            now_ms=now_ms(),
+            window_s=self.settings.dedupe_window_s,
+            sched_ttl_ms=self.schedule_ttl_ms,
+            tenant=k.tenant,
+            max_inbox=self.settings.max_inbox_depth if enforce_limits else 0,
+            max_queued=self.settings.tenant_max_queued if tenant_quota else 0,
+            run_index_max=self.settings.run_index_max,
+            max_events=max_events,
+            retained_slot_ms=slot_ms,
+            max_user_bytes=max_user_bytes,
+            user_count=user_count,
+            events=[self._admission(k, ev) for ev in events],
+            users=[UserBytes(self.keys.user_bytes(user)) for user in users],
+        )
+        call: ScriptCall = Enqueue(**fields) if push is None else EnqueuePush(**fields, **push)
         try:
-            replies = self.durable(script, keys, args)
+            replies = self.durable(call)
         except ResponseError as exc:
             if str(exc).startswith("OVERLIMIT"):
                 raise self._over_limit(str(exc), users) from None
@@ -194,25 +217,29 @@ class EventStore(StoreReads):
     def _over_limit(self, reply: str, users: Sequence[str] = ()) -> OverLimit:
         return OverLimit.from_reply(reply, self.settings, users)
 
-    def _admission(self, ev: PreparedEvent) -> tuple[list[str], list[str]]:
-        """One event's keys and arguments as ENQUEUE_BATCH and COMMIT (follow-ups) admit it: its record, inbox,
-        drain marker, counter, user index, scope users, source type and scope indexes and source-id bucket;
-        its id, scope ref, body, user, source type and id, and its member in the bucket."""
-        k, digest = self.keys.for_scope(ev.scope_key), source_digest(ev.source_id)
-        keys = [
-            k.event(ev.event_id),
-            k.inbox(ev.scope_key),
-            k.scheduled(ev.scope_key),
-            k.enqueue_seq(ev.scope_key),
-            k.user_events(ev.user_id or ""),
-            k.scope_users(ev.scope_key),
-            k.runs("type", ev.source_type),
-            k.runs_of_scope(ev.scope_key),
-            k.events_of_source(digest),
-        ]
-        user = ev.user_id or ""
-        args = [ev.event_id, k.scope_ref(ev.scope_key), ev.body, user, ev.source_type, ev.source_id]
-        return keys, [*args, f"{digest}:{ev.event_id}"]
+    def _admission(self, k: Keys, ev: PreparedEvent) -> Admission:
+        """One event's admission (ENQUEUE, and COMMIT for follow-ups) with ``k``'s tenant: its record, inbox, drain
+        marker, counter, user index, scope users, source type and scope indexes and source-id bucket; its id,
+        scope ref, body, user, source type and id, and its member in the bucket."""
+        b, digest = k.for_scope(ev.scope_key), source_digest(ev.source_id)
+        return Admission(
+            ev=b.event(ev.event_id),
+            inbox=b.inbox(ev.scope_key),
+            sched=b.scheduled(ev.scope_key),
+            seq=b.enqueue_seq(ev.scope_key),
+            user_index=b.user_events(ev.user_id or ""),
+            scope_users=b.scope_users(ev.scope_key),
+            runs_type=b.runs("type", ev.source_type),
+            runs_scope=b.runs_of_scope(ev.scope_key),
+            by_source=b.events_of_source(digest),
+            event_id=ev.event_id,
+            scope_ref=b.scope_ref(ev.scope_key),
+            body=ev.body,
+            user_id=ev.user_id or "",
+            source_type=ev.source_type,
+            source_id=ev.source_id,
+            source_member=f"{digest}:{ev.event_id}",
+        )
 
     def count_rejected(self, n: int = 1) -> None:
         """Best effort: a full store must not turn a 422 for bad input into a 503."""
@@ -223,19 +250,19 @@ class EventStore(StoreReads):
 
     # ---- worker ----------------------------------------------------------------------------------
 
-    def durable(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run ``script``; with ``wait_replicas`` set, ``WAIT`` on the same connection (one pipeline) for that
-        many replicas, and raise :class:`NotReplicated` when fewer confirmed: the write is not acknowledged."""
+    def durable(self, call: ScriptCall) -> Any:
+        """Run ``call``'s script; with ``wait_replicas`` set, ``WAIT`` on the same connection (one pipeline) for
+        that many replicas, and raise :class:`NotReplicated` when fewer confirmed: the write is not acknowledged."""
         wanted = self.settings.wait_replicas
         if not wanted:
-            return script(keys=list(keys), args=list(args))
+            return self.scripts.run(call)
         timeout_ms = self.settings.wait_replicas_timeout_ms
         target = self.client
         cluster = cast(RedisCluster, self.client) if is_cluster(self.client) else None
         if cluster is not None:  # WAIT counts one connection's writes: the node of the tenant's slot
-            target = cluster.get_node_from_key(keys[0]).redis_connection  # type: ignore[no-untyped-call]
+            target = cluster.get_node_from_key(call.keys()[0]).redis_connection  # type: ignore[no-untyped-call]
         pipe = target.pipeline(transaction=False)
-        script(keys=list(keys), args=list(args), client=pipe)
+        self.scripts.run(call, client=pipe)
         pipe.execute_command("WAIT", wanted, timeout_ms)  # type: ignore[no-untyped-call]
         try:
             reply, acked = pipe.execute()
@@ -254,92 +281,76 @@ class EventStore(StoreReads):
             raise NotReplicated(wanted, int(acked), timeout_ms)
         return reply
 
-    def commit(self, commit: Commit, *, go_on: bool = False) -> CommitReply:
-        """Fenced commit of the head event (see :class:`Commit`); with ``go_on`` the same round trip takes
-        the next head, or releases the scope when it is idle."""
-        keys, args = self.commit_call(commit, go_on=go_on)
-        return self.commit_reply(self.durable(self.scripts.commit, keys, args))
-
-    def commit_call(self, commit: Commit, *, go_on: bool) -> tuple[list[str], list[Any]]:
-        """COMMIT's keys and arguments for ``commit``: :meth:`commit_shared` with :meth:`commit_own` in their
-        places (:data:`~worker.store.scripts_batch.EVENT_KEYS` and :data:`~worker.store.scripts_batch.EVENT_ARGS`)."""
-        keys, args = self.commit_shared(commit, now_ms())
-        own_keys, own_args = self.commit_own(commit, go_on=go_on)
-        for pos, key in zip(EVENT_KEYS, own_keys, strict=True):
-            keys[pos - 1] = key
-        for pos, arg in zip(EVENT_ARGS, own_args, strict=True):
-            args[pos - 1] = arg
-        return keys, args
-
-    def commit_shared(self, commit: Commit, at_ms: int) -> tuple[list[str], list[Any]]:
-        """COMMIT's keys and arguments that every event of ``commit``'s scope shares (its inbox, lease, fence,
-        the tenant's indexes, the time), with ``""`` where :meth:`commit_own` goes: COMMIT_BATCH sends them once
-        per batch."""
-        k, scope, own = (
-            self.keys.for_scope(commit.scope_key),
-            commit.scope_key,
-            "",
-        )  # own: commit_own's places
-        statuses = (k.runs("status", s) for s in ("active", "done", "dead", "cancelled"))
-        keys = [k.inbox(scope), k.fence(scope), own, k.dlq, k.stats, own, k.lease(scope), k.scheduled(scope)]
-        keys += [k.scopes, k.series, k.runs("paused"), k.runs("all"), *statuses]
-        settings = self.settings
-        args: list[Any] = [commit.fence, own, own, at_ms, settings.dedupe_window_s, own, own, own]
-        args += [
-            settings.chain_retention_s,
-            own,
-            commit.token,
-            k.scope_ref(scope),
-            k.event_prefix,
-            own,
-            own,
-            own,
-        ]
-        args += [self.schedule_ttl_ms, settings.run_index_max]
-        return keys, args
-
-    def commit_own(self, commit: Commit, *, go_on: bool) -> tuple[list[str], list[Any]]:
-        """COMMIT's keys and arguments that are ``commit``'s own (its event, chain, outcome, staged writes and
-        follow-ups), in the order of :data:`~worker.store.scripts_batch.EVENT_KEYS` and ``EVENT_ARGS``."""
-        k, scope = self.keys.for_scope(commit.scope_key), commit.scope_key
-        retention_s = self.settings.outbox_retention_s
-        own_followups = commit.followups
-        effects = commit.effects.to_json_list() if commit.effects else []
-        if k.buckets > 1:  # what belongs to another slot is journaled (worker/store/journal.py)
-            label = f"{commit.event_id}:{commit.fence}"
-            own_followups, journal = journal_followups(
-                k, scope, commit.event_id, label, commit.followups, retention_s
-            )
-            effects = journaled(k, scope, commit.event_id, f"{label}:commit", effects, retention_s) + journal
-        followups = [[*keys, *args] for keys, args in map(self._admission, own_followups)]
-        return (
-            [k.event(commit.event_id), k.chain(commit.event_id)],  # one run's trace: never another's
-            [
-                commit.event_id,
-                commit.outcome,
-                commit.error,
-                commit.not_before_ms,
-                encode_chain(commit.chain_json) if commit.chain_json else "",
-                "" if commit.chain_id == f"chain:{commit.source_id}" else commit.chain_id,
-                "1" if go_on else "0",
-                json.dumps(effects) if effects else "[]",
-                json.dumps(followups, ensure_ascii=False) if followups else "[]",
-            ],
+    def commit_run(
+        self,
+        k: Keys,
+        scope_key: str,
+        *,
+        fence: int,
+        token: str,
+        events: Sequence[EventCommit],
+        go_on: Sequence[bool],
+        peek: int = 0,
+    ) -> RunReply:
+        """COMMIT: a run of one or more head events of ``k``'s tenant's scope, in inbox order, fenced; each
+        event's ``go_on`` takes the next head in the same round trip (or releases the scope when it is idle);
+        ``peek``: how many fresh events behind the new head to list for the next run."""
+        b, settings = k.for_scope(scope_key), self.settings
+        call = Commit(
+            inbox=b.inbox(scope_key),
+            fence_key=b.fence(scope_key),
+            dlq=b.dlq,
+            stats=b.stats,
+            lease=b.lease(scope_key),
+            sched=b.scheduled(scope_key),
+            scopes=b.scopes,
+            series=b.series,
+            paused=b.runs("paused"),
+            runs_all=b.runs("all"),
+            runs_active=b.runs("status", "active"),
+            runs_done=b.runs("status", "done"),
+            runs_dead=b.runs("status", "dead"),
+            runs_cancelled=b.runs("status", "cancelled"),
+            fence=fence,
+            now_ms=now_ms(),
+            window_s=settings.dedupe_window_s,
+            sched_ttl_ms=self.schedule_ttl_ms,
+            run_index_max=settings.run_index_max,
+            chain_ttl_s=settings.chain_retention_s,
+            token=token,
+            scope_ref=b.scope_ref(scope_key),
+            ev_prefix=b.event_prefix,
+            lane_ttl_s=settings.idempotency_ttl_s,
+            peek_count=peek,
+            events=[self._committed(b, scope_key, fence, e, g) for e, g in zip(events, go_on, strict=True)],
         )
+        return RunReply.parse(self.durable(call))
 
-    @staticmethod
-    def commit_reply(reply: Sequence[Any]) -> CommitReply:
-        """COMMIT's reply as a :class:`CommitReply`."""
-        code = int(reply[0])
-        if code == -3:
-            return CommitReply(code, error=staged_error(reply))
-        if code != 1:
-            return CommitReply(code)
-        publish = [_str(x) for x in reply[1]] if isinstance(reply[1], list) else []
-        head = Head.parse(reply[4:]) if len(reply) > 4 else None
-        latency_ms = int(reply[3])
-        return CommitReply(
-            code, publish, head, _str(reply[2]), latency_ms=None if latency_ms < 0 else latency_ms
+    def _committed(self, b: Keys, scope: str, fence: int, e: EventCommit, go_on: bool) -> CommittedEvent:
+        """One event of a COMMIT: its record and chain, outcome, staged writes and follow-ups (with scope
+        buckets, what belongs to another slot journaled: worker/store/journal.py), and its lanes."""
+        retention_s = self.settings.outbox_retention_s
+        own_followups = e.followups
+        effects = e.effects.to_json_list() if e.effects else []
+        if b.buckets > 1:
+            label = f"{e.event_id}:{fence}"
+            own_followups, journal = journal_followups(b, scope, e.event_id, label, e.followups, retention_s)
+            effects = journaled(b, scope, e.event_id, f"{label}:commit", effects, retention_s) + journal
+        followups = [[*a.keys(), *a.args()] for a in (self._admission(b, ev) for ev in own_followups)]
+        return CommittedEvent(
+            ev=b.event(e.event_id),
+            chain=b.chain(e.event_id),  # one run's trace: never another's
+            lane_count=len(e.lanes),
+            event_id=e.event_id,
+            outcome=e.outcome,
+            error_text=e.error,
+            not_before=e.not_before_ms,
+            chain_json=encode_chain(e.chain_json) if e.chain_json else "",
+            chain_id="" if e.chain_id == f"chain:{e.source_id}" else e.chain_id,
+            go_on="1" if go_on else "0",
+            effects_json=json.dumps(effects) if effects else "[]",
+            followups_json=json.dumps(followups, ensure_ascii=False) if followups else "[]",
+            lanes=e.lanes,
         )
 
     # ---- reads (and worker/store/reads.py) ------------------------------------------------------
@@ -371,28 +382,26 @@ class EventStore(StoreReads):
         if found is None:
             return False, None, False
         scope_key = _str(found)
-        ok, publish = self.scripts.redrive(
-            keys=[
-                k.event(event_id),
-                k.inbox(scope_key),
-                k.scheduled(scope_key),
-                k.scopes,
-                k.dlq,
-                k.stats,
-                k.enqueue_seq(scope_key),
-                k.runs("paused"),
-                k.runs("status", "dead"),
-                k.runs("status", "active"),
-            ],
-            args=[
-                event_id,
-                self.keys.scope_ref(scope_key),
-                now_ms(),
-                self.schedule_ttl_ms,
-                self.settings.dedupe_window_s,
-                body,
-                scope_key,
-                self.settings.run_index_max,
-            ],
+        ok, publish = self.scripts.run(
+            Redrive(
+                ev=k.event(event_id),
+                inbox=k.inbox(scope_key),
+                sched=k.scheduled(scope_key),
+                scopes=k.scopes,
+                dlq=k.dlq,
+                stats=k.stats,
+                seq=k.enqueue_seq(scope_key),
+                paused=k.runs("paused"),
+                runs_dead=k.runs("status", "dead"),
+                runs_active=k.runs("status", "active"),
+                event_id=event_id,
+                scope_ref=self.keys.scope_ref(scope_key),
+                now_ms=now_ms(),
+                sched_ttl_ms=self.schedule_ttl_ms,
+                window_s=self.settings.dedupe_window_s,
+                new_body=body,
+                scope_key=scope_key,
+                run_index_max=self.settings.run_index_max,
+            )
         )
         return bool(ok), scope_key, bool(publish)

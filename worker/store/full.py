@@ -6,7 +6,7 @@ every queued command. A script is refused at its first such write only when noth
 is taken when the script starts; once it wrote, Redis lets it finish), so every script of ours either changes
 nothing or runs whole. One thing turned that into a lost event: ``apply_staged`` runs handlers' staged writes
 under ``pcall`` and reported the OOM as a refused write, which made the event dead; it now lets the OOM error
-end the script (worker/store/scripts_lifecycle.py).
+end the script (worker/store/lua/lib/staged.lua).
 
 So a worker that meets a full store waits and does the same thing again: :class:`FullStoreWait` (tenacity)
 backs off (:data:`BACKOFF_INITIAL_S` doubling up to :data:`BACKOFF_CAP_S`) while the error says the store is

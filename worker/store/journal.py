@@ -34,7 +34,6 @@ from worker.store.records import PreparedEvent
 
 __all__ = [
     "JOURNAL_APPLY",
-    "JOURNAL_APPLY_SCRIPT",
     "JOURNAL_ENQUEUE",
     "journal_followups",
     "journaled",
@@ -42,27 +41,6 @@ __all__ = [
 
 JOURNAL_APPLY = "engine.apply"
 JOURNAL_ENQUEUE = "engine.enqueue"
-
-# KEYS: the once-marker, then every key the commands write (all in one slot)
-# ARGV: markerTtlS, commandsJson   -> 1 applied | 0 applied before | error "REFUSED <reason>" (nothing written)
-#       | error "PARTIAL …" (a command failed midway, the marker keeps why: every later delivery fails too)
-JOURNAL_APPLY_SCRIPT = """
-local done = redis.call('GET', KEYS[1])
-if done == '1' then return 0 end
-if done then return redis.error_reply('PARTIAL earlier: ' .. done) end
-local cmds = cjson.decode(ARGV[2])
-local bad = check_staged(cmds)
-if bad then return redis.error_reply('REFUSED ' .. bad[2]) end
-local broken = apply_staged(cmds)
-if broken then
-  -- what came before the failure stays applied: never again, and the record ends dead, not delivered
-  local why = 'command ' .. broken[1] .. ': ' .. broken[2]
-  redis.call('SET', KEYS[1], why, 'EX', ARGV[1])
-  return redis.error_reply('PARTIAL ' .. why)
-end
-redis.call('SET', KEYS[1], '1', 'EX', ARGV[1])
-return 1
-"""
 
 Command = list[str]
 

@@ -38,9 +38,8 @@ from worker.settings import Settings
 
 __all__ = [
     "DAY_MS",
-    "RETAINED_FN",
+    "KEEP",
     "RETAINED_SLOTS",
-    "USER_BYTES_FN",
     "add_user_bytes",
     "quota_args",
     "receipt_bytes_effects",
@@ -54,68 +53,6 @@ __all__ = [
 DAY_MS = 24 * 60 * 60 * 1000
 RETAINED_SLOTS = 24  # a window is counted in this many slots (and one more, the current one)
 KEEP = "keep"
-
-# Shared Lua. retained_count(key, now, slot_ms) -> events counted, oldest counted slot (nil: none), the slots
-# past the window (to forget). retained_add(key, now, slot_ms, n, stale) counts n more in the current slot and
-# deletes the slot that just left the window and ``stale``: after the add, so a script on a full store is still
-# refused at its first write (a delete before it would let the rest through; worker/store/full.py).
-RETAINED_FN = f"""
-local RETAINED_SLOTS = {RETAINED_SLOTS}
-local function retained_count(key, now, slot_ms)
-  local current = math.floor(now / slot_ms)
-  local raw = redis.call('HGETALL', key)
-  local total, oldest, stale = 0, nil, {{}}
-  for i = 1, #raw, 2 do
-    local slot = tonumber(raw[i])
-    if slot == nil or current - slot > RETAINED_SLOTS then
-      stale[#stale + 1] = raw[i]
-    else
-      total = total + (tonumber(raw[i + 1]) or 0)
-      if oldest == nil or slot < oldest then oldest = slot end
-    end
-  end
-  return total, oldest, stale
-end
-local function retained_add(key, now, slot_ms, n, stale)
-  local current = math.floor(now / slot_ms)
-  redis.call('HINCRBY', key, current, n)
-  redis.call('HDEL', key, current - RETAINED_SLOTS - 1, unpack(stale))
-  redis.call('PEXPIRE', key, (RETAINED_SLOTS + 2) * slot_ms)
-end
-"""
-
-# Shared Lua. user_bytes(key, now) -> bytes counted, the earliest day still counted (nil: only kept data), the
-# fields of days that have ended (forget_fields deletes them once the script has written).
-USER_BYTES_FN = f"""
-local DAY_MS = {DAY_MS}
-local function user_bytes(key, now)
-  local today = math.floor(now / DAY_MS)
-  local raw = redis.call('HGETALL', key)
-  local total, earliest, stale = 0, nil, {{}}
-  for i = 1, #raw, 2 do
-    local field, n = raw[i], tonumber(raw[i + 1]) or 0
-    if field == '{KEEP}' then
-      total = total + n
-    else
-      local day = tonumber(string.sub(field, 2))
-      if day == nil or day < today then
-        stale[#stale + 1] = field
-      else
-        total = total + n
-        if earliest == nil or day < earliest then earliest = day end
-      end
-    end
-  end
-  return total, earliest, stale
-end
-local function user_bytes_retry_s(earliest, now)
-  if earliest == nil then return 0 end
-  return math.max(1, math.ceil(((earliest + 1) * DAY_MS - now) / 1000))
-end
-local function forget_fields(key, fields)
-  if #fields > 0 then redis.call('HDEL', key, unpack(fields)) end
-end
-"""
 
 
 def retained_slot_ms(window_s: int) -> int:

@@ -10,15 +10,19 @@ from typing import Any, Literal
 
 from worker.chain.context import EffectBuffer
 from worker.documents.event_body import full_body
+from worker.store.calls import Lane
+from worker.store.replies import CommitCode, HeadCode
 
 __all__ = [
     "Begun",
-    "Commit",
     "CommitReply",
     "EnqueueOutcome",
+    "EventCommit",
     "Head",
     "OnStored",
     "PreparedEvent",
+    "RunReply",
+    "begun_list",
     "staged_error",
     "to_str",
 ]
@@ -56,13 +60,11 @@ OnStored = Callable[[list[EnqueueOutcome], int], None]
 
 
 @dataclass(frozen=True, slots=True)
-class Commit:
+class EventCommit:
     """One event's outcome for the fenced COMMIT script. Only ``done`` applies ``effects`` (the chain's staged
-    source/signal writes) and admits ``followups`` (the events its handlers emitted)."""
+    source/signal writes) and admits ``followups`` (the events its handlers emitted); ``lanes`` are the actions
+    its chain ran for a run that applies them with the commit (none when they applied one by one)."""
 
-    scope_key: str
-    fence: int
-    token: str
     event_id: str
     outcome: Literal["done", "dead", "retry", "cancelled"]
     error: str = ""
@@ -72,20 +74,50 @@ class Commit:
     source_id: str = ""  # the hash keeps chainId only when it is not the default chain:<sourceId>
     effects: EffectBuffer = field(default_factory=EffectBuffer)
     followups: Sequence[PreparedEvent] = ()
+    lanes: Sequence[Lane] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class CommitReply:
-    """1 committed | -1 stale fence | -2 the head is another event | -3 a staged write was refused; scopes whose
-    drain must be published (follow-ups that found none scheduled); the outcome committed (``cancelled`` when a
-    cancel was requested while the event ran); the next head when the commit went on."""
+    """One event's COMMIT reply: its code; the scope refs whose drain must be published (follow-ups that found
+    none scheduled); the outcome committed (``cancelled`` when a cancel was requested while the event ran); the
+    next head when the commit went on; for REFUSED which staged write was refused or failed, and why."""
 
-    code: int
+    code: CommitCode
     publish: list[str] = field(default_factory=list)
     head: Head | None = None
     outcome: str = ""
-    error: str = ""  # code -3: which staged write was refused or failed, and why
+    error: str = ""
     latency_ms: int | None = None  # done: enqueue to done, by Redis's clock at admission and commit
+
+    @classmethod
+    def parse(cls, reply: Sequence[Any]) -> CommitReply:
+        code = CommitCode(int(reply[0]))
+        if code is CommitCode.REFUSED:
+            return cls(code, error=staged_error(reply))
+        if code is not CommitCode.COMMITTED:
+            return cls(code)
+        publish = [to_str(x) for x in reply[1]] if isinstance(reply[1], list) else []
+        head = Head.parse(reply[4:]) if len(reply) > 4 else None
+        latency_ms = int(reply[3])
+        return cls(code, publish, head, to_str(reply[2]), latency_ms=None if latency_ms < 0 else latency_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class RunReply:
+    """COMMIT's reply for a run: the run's code, each tried event's reply, the fresh events behind the new head
+    (COMMITTED), and for PARTIAL the lane's failing write."""
+
+    code: CommitCode
+    replies: list[CommitReply]
+    followers: list[Begun]
+    error: str = ""
+
+    @classmethod
+    def parse(cls, reply: Sequence[Any]) -> RunReply:
+        code = CommitCode(int(reply[0]))
+        error = staged_error([code, *reply[3:5]]) if code is CommitCode.PARTIAL else ""
+        return cls(code, [CommitReply.parse(r) for r in reply[1]], begun_list(reply[2]), error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,17 +146,18 @@ class Begun:
 
 @dataclass(frozen=True, slots=True)
 class Head:
-    """What the scripts' ``take_head`` found: 0 inbox empty (scope released), 3 head waits, 1 head taken."""
+    """What taking a scope's head found (:class:`~worker.store.replies.HeadCode`): the inbox empty (the scope
+    released), the head waiting for its retry time, or the head taken."""
 
-    code: int
+    code: HeadCode
     begun: Begun | None = None
     not_before_ms: int = 0
     behind: int = -1  # events queued behind the head when ACQUIRE took it (-1: not known)
 
     @classmethod
     def parse(cls, reply: Sequence[Any]) -> Head:
-        code = int(reply[0])
-        if code == 1:
+        code = HeadCode(int(reply[0]))
+        if code is HeadCode.TAKEN:
             return cls(
                 code,
                 Begun(
@@ -137,10 +170,20 @@ class Head:
                     source_id=to_str(reply[7]) if len(reply) > 7 else "",
                 ),
             )
-        if code == 3:
+        if code is HeadCode.WAITS:
             return cls(code, not_before_ms=int(float(to_str(reply[2]))))
         return cls(code)
 
 
+def begun_list(flat: Any) -> list[Begun]:
+    """PEEK_FRESH's fresh events (never delivered: their first attempt) as :class:`Begun` records."""
+    items = [to_str(x) for x in flat] if isinstance(flat, list) else []
+    return [
+        Begun(items[i], items[i + 1], 1, "queued", "", items[i + 2], items[i + 3])
+        for i in range(0, len(items) - 3, 4)
+    ]
+
+
 def staged_error(reply: Sequence[Any]) -> str:
+    """A REFUSED reply's ``{code, index, reason}`` as one readable line."""
     return f"staged write #{int(reply[1])} was not applied: {to_str(reply[2])}"

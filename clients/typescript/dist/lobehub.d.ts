@@ -35,7 +35,7 @@ export interface QueuedAgentSignalEmissionResult {
 }
 export declare function enqueueAgentSignalSourceEvent(input: AgentSignalSourceEventInput, context: AgentSignalEnqueueContext): Promise<QueuedAgentSignalEmissionResult>;
 /**
- * The scope of an event sent without one, by the server's rule (worker/scope.py `derive_scope_key`): its topic,
+ * The scope of an event sent without one, by the server's rule (worker/core/scope.py `derive_scope_key`): its topic,
  * else its task, else its bot thread, else its agent and user, else its user, else `fallback:global`.
  */
 export declare function resolveSourceScopeKey(payload: Record<string, unknown>, userId?: string, agentId?: string): string;

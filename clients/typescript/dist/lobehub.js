@@ -27,7 +27,7 @@ export async function enqueueAgentSignalSourceEvent(input, context) {
     };
 }
 /**
- * The scope of an event sent without one, by the server's rule (worker/scope.py `derive_scope_key`): its topic,
+ * The scope of an event sent without one, by the server's rule (worker/core/scope.py `derive_scope_key`): its topic,
  * else its task, else its bot thread, else its agent and user, else its user, else `fallback:global`.
  */
 export function resolveSourceScopeKey(payload, userId, agentId) {

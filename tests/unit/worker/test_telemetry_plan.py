@@ -31,7 +31,7 @@ def _runs(*statuses: str) -> HandlerRuns:
 
 
 def _commit(telemetry: Telemetry, chain: ChainRun | None, runs: HandlerRuns, **overrides: Any) -> None:
-    """One walk's handler runs, then its commit (as Pipeline.process_event and Pipeline.record do)."""
+    """One walk's handler runs, then its commit (as worker.drain.event.run_event and record do)."""
     telemetry.handler_runs(runs)
     values: dict[str, Any] = {
         "tenant": "a",

@@ -15,7 +15,7 @@ export interface paths {
          * List Events
          * @description Events newest first (enqueue time, then id), filters combined; ``cursor`` continues a listing. Each is
          *     the status record of ``GET /v1/events/{eventId}`` with sourceType, sourceId, scopeKey, userId, enqueuedAt,
-         *     finishedAt. A page may hold fewer than ``limit`` events and still carry a cursor (worker/runs.py).
+         *     finishedAt. A page may hold fewer than ``limit`` events and still carry a cursor (worker/ops/runs.py).
          */
         get: operations["list_events_v1_events_get"];
         put?: never;
@@ -1530,7 +1530,7 @@ export interface components {
         };
         /**
          * EventStatus
-         * @description An event's status record (worker/event_records.py). ``scopeKey`` and ``chainId`` are null on an erased
+         * @description An event's status record (worker/documents/event_records.py). ``scopeKey`` and ``chainId`` are null on an erased
          *     user's tombstone; the times are Unix milliseconds.
          */
         EventStatus: {

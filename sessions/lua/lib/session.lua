@@ -1,0 +1,86 @@
+-- requires: user_bytes
+-- What every session script shares (sessions/scripts.py says how the context store and the mailbox work).
+-- KEYS: ctx, ctxmeta, ckpt, usage, dmail, then the session's other keys (settings, function state, the user's
+-- session index) whose TTL is refreshed with them, and KEYS[9], the session's user's stored bytes
+-- (worker/store/quotas.py), when the session names a user.
+-- ARGV[1..4]: ttlSeconds, maxRecords, maxBytes, maxUserBytes (0: none); each script's own arguments follow.
+local ctx, meta, ckpt, usage, dmail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local ttl, max_records, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+-- the session's user's stored bytes (worker/store/quotas.py): KEYS[9] when the session names a user, else nil
+local ubytes, max_user_bytes = KEYS[9], tonumber(ARGV[4])
+local clock = redis.call('TIME')
+local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local uday = 'd' .. math.floor((now_ms + ttl * 1000) / DAY_MS)  -- the context expires a TTL after this write
+local ustale = {}  -- the user's ended days, forgotten once the script is done
+local function done(reply)
+  for i = 1, math.min(#KEYS, 8) do redis.call('EXPIRE', KEYS[i], ttl) end
+  if ubytes then forget_fields(ubytes, ustale) end
+  return reply
+end
+-- nil, or the reply refusing a write because the user's data is at its quota
+local function user_full()
+  if not ubytes or max_user_bytes <= 0 then return nil end
+  local used, earliest
+  used, earliest, ustale = user_bytes(ubytes, now_ms)
+  if used < max_user_bytes then return nil end
+  return {'quota', used, user_bytes_retry_s(earliest, now_ms)}
+end
+local function count_bytes()
+  local n = 0
+  for _, record in ipairs(redis.call('LRANGE', ctx, 0, -1)) do n = n + #record end
+  return n
+end
+local function stored_bytes()
+  local n = redis.call('HGET', meta, 'bytes')
+  if n then return tonumber(n) end
+  return count_bytes()  -- a session stored before the counter existed
+end
+local function push(record)
+  redis.call('RPUSH', ctx, record)
+  redis.call('HINCRBY', meta, 'bytes', #record)
+  if ubytes then redis.call('HINCRBY', ubytes, uday, #record) end
+end
+local function room(records, bytes, base_records, base_bytes)
+  if base_records + records > max_records then return 'records' end
+  if base_bytes + bytes > max_bytes then return 'bytes' end
+  return nil
+end
+local function checkpoint_records(id, add_message)
+  local out = {cjson.encode({role = '_checkpoint', id = id})}
+  if add_message == '1' then
+    out[2] = cjson.encode({role = 'user', content = '<system>CHECKPOINT ' .. id .. '</system>'})
+  end
+  return out
+end
+local function size(records)
+  local n = 0
+  for _, record in ipairs(records) do n = n + #record end
+  return n
+end
+local function checkpoint(add_message)
+  local id = tonumber(redis.call('HGET', meta, 'next') or '0')
+  local pos = redis.call('LLEN', ctx)
+  local msgs = tonumber(redis.call('HGET', meta, 'messages') or '0')
+  redis.call('HSET', meta, 'bytes', stored_bytes())
+  redis.call('HSET', ckpt, id, pos .. ':' .. msgs .. ':' .. stored_bytes())
+  redis.call('HSET', meta, 'next', id + 1)
+  local records = checkpoint_records(id, add_message)
+  for _, record in ipairs(records) do push(record) end
+  redis.call('HINCRBY', meta, 'messages', #records - 1)
+  return id
+end
+local function revert(id)
+  local n = tonumber(redis.call('HGET', meta, 'next') or '0')
+  if id < 0 or id >= n then return false end
+  local at = {}
+  for part in string.gmatch(redis.call('HGET', ckpt, id), '[^:]+') do at[#at + 1] = tonumber(part) end
+  local pos, msgs, bytes = at[1], at[2], at[3]
+  if pos == 0 then redis.call('DEL', ctx) else redis.call('LTRIM', ctx, 0, pos - 1) end
+  for k = id, n - 1 do redis.call('HDEL', ckpt, k) end
+  redis.call('ZREMRANGEBYSCORE', usage, pos, '+inf')
+  local last = redis.call('ZRANGE', usage, -1, -1)
+  local tokens = 0
+  if last[1] then tokens = tonumber(string.sub(last[1], string.find(last[1], ':', 1, true) + 1)) end
+  redis.call('HSET', meta, 'next', id, 'messages', msgs, 'tokenCount', tokens, 'bytes', bytes or count_bytes())
+  return true
+end

@@ -1,0 +1,162 @@
+"""The one commit path: a run of one or more head events of a scope (an event alone is a run of one) committed
+by one COMMIT script (worker/store/lua/commit.lua), its reply read in one place.
+
+What each reply code means here (worker/store/replies.py ``CommitCode``):
+
+* ``COMMITTED``: each event's :data:`~worker.drain.event.AFTER_COMMIT` steps and metrics follow; the reply
+  names the next head and the fresh events behind it (the next run).
+* ``ENDED``: the run ended early (the next event is no longer the head): nothing wrong, the drain goes on.
+* ``LANE_TAKEN``: the next event was not committed (a lane already marked, or staged writes that would be
+  refused): it runs again alone, and finds the stored results (or is refused there).
+* ``REFUSED`` / ``PARTIAL``: a staged write was refused or failed midway: that event is committed ``dead`` on its
+  own, without what its chain staged (:func:`commit_dead`, the one place that does so).
+* ``STALE_FENCE`` / ``NOT_HEAD``: the scope is not ours any more (a stale fence marks the lease lost).
+
+A store error leaves the run uncommitted at its inbox head (the next drain after the lease runs out takes it,
+counting an attempt); a full store is waited out first (the same commit again, worker/store/full.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from redis.exceptions import RedisError
+
+from worker.chain.context import EffectBuffer
+from worker.core.errors import NotReplicated
+from worker.drain.context import DrainContext
+from worker.drain.event import EventWork, after_commit, record
+from worker.store.records import Begun, EventCommit, Head, RunReply
+from worker.store.replies import CommitCode, HeadCode
+from worker.telemetry.log_privacy import describe_error, refusal_kind
+
+__all__ = ["RunCommitted", "commit_dead", "commit_run", "event_commit"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class RunCommitted:
+    """What a run's commit left: how many events committed, the scope's head now, the fresh events behind it,
+    and whether the head must run on its own (``slow``) or the scope is no longer ours (``lost``)."""
+
+    committed: int = 0
+    head: Head | None = None
+    followers: list[Begun] = field(default_factory=list)
+    slow: bool = False
+    lost: bool = False
+
+
+def event_commit(work: EventWork) -> EventCommit:
+    """What the commit of ``work`` stores: its outcome and chain; if done, its staged writes and follow-ups; its
+    actions' lanes when its run applies them."""
+    done = work.outcome == "done"
+    source = work.source
+    return EventCommit(
+        event_id=work.begun.event_id,
+        outcome=work.outcome or "dead",
+        error=work.error,
+        not_before_ms=work.not_before_ms,
+        chain_id=source.chain.chain_id if source is not None else "",
+        chain_json=b"" if work.chain is None else work.chain.stored_json(),
+        source_id=source.source_id if source is not None else "",
+        effects=work.scope.effects if done else EffectBuffer(),
+        followups=work.followups.events if done else (),
+        lanes=[lane.layout() for lane in work.lanes or ()],
+    )
+
+
+def commit_run(ctx: DrainContext, works: Sequence[EventWork], *, go_on: bool, peek: int) -> RunCommitted:
+    """COMMIT ``works`` (the head and the events right behind it, in order), each going on to the next head;
+    the last goes on only with ``go_on``. ``peek``: fresh events to list behind the new head."""
+    grant = works[0].grant
+    events = [event_commit(work) for work in works]
+    flags = [go_on or i < len(works) - 1 for i in range(len(works))]
+    store = ctx.store
+    try:
+        reply = ctx.full_wait("commit", grant.lost).call(
+            lambda: store.commit_run(
+                grant.keys,
+                grant.scope_key,
+                fence=grant.fence,
+                token=grant.token,
+                events=events,
+                go_on=flags,
+                peek=peek,
+            )
+        )
+    except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
+        log.warning("commit not confirmed by replicas (%s)", describe_error(exc))
+        return _lost(works)
+    except RedisError as exc:
+        log.warning(
+            "commit not acknowledged (%s): the next drain finds out what it applied", describe_error(exc)
+        )
+        return _lost(works)
+    return _settle(ctx, works, reply, go_on=flags[-1], peek=peek)
+
+
+def _lost(works: Sequence[EventWork]) -> RunCommitted:
+    for work in works:
+        work.lost = True
+    return RunCommitted(lost=True)
+
+
+def _settle(
+    ctx: DrainContext, works: Sequence[EventWork], reply: RunReply, *, go_on: bool, peek: int
+) -> RunCommitted:
+    """Read COMMIT's reply: finish each committed event, then act on why the run stopped (module docstring)."""
+    out = RunCommitted()
+    for work, event_reply in zip(works, reply.replies, strict=False):
+        work.lanes, work.reply = None, event_reply
+        if event_reply.code is not CommitCode.COMMITTED:
+            break
+        if event_reply.outcome == "cancelled":  # cancelled while it ran
+            work.outcome = "cancelled"
+        out.committed += 1
+        out.head = event_reply.head
+        after_commit(ctx, work)
+    code = reply.code
+    if code is CommitCode.COMMITTED:
+        out.followers = reply.followers
+    elif code is CommitCode.LANE_TAKEN:
+        out.slow = True
+    elif code in (CommitCode.REFUSED, CommitCode.PARTIAL):
+        failing = works[out.committed]
+        refused = failing.reply is not None and failing.reply.code is CommitCode.REFUSED
+        error = (
+            failing.reply.error if refused and failing.reply is not None else f"INVALID_EFFECT: {reply.error}"
+        )
+        dead = commit_dead(ctx, failing, error, go_on=go_on or out.committed < len(works) - 1, peek=peek)
+        if dead.lost:
+            out.lost = True
+            return out
+        out.committed += 1
+        out.head, out.followers = dead.head, dead.followers
+    elif code in (CommitCode.STALE_FENCE, CommitCode.NOT_HEAD):
+        failing = works[len(reply.replies) - 1]
+        if code is CommitCode.STALE_FENCE:
+            log.warning("fenced commit rejected (stale lease)", extra={"eventId": failing.begun.event_id})
+            failing.grant.lost.set()
+        else:
+            log.error(
+                "commit found another event at the inbox head", extra={"eventId": failing.begun.event_id}
+            )
+        failing.lost = True
+        record(ctx, failing)
+        out.lost = True
+    if out.head is None and out.committed == 0 and not out.lost:
+        out.head = Head(
+            HeadCode.TAKEN, works[0].begun
+        )  # nothing committed: the first event is still our head
+    return out
+
+
+def commit_dead(ctx: DrainContext, work: EventWork, error: str, *, go_on: bool, peek: int) -> RunCommitted:
+    """Commit ``work`` dead on its own, without what its chain staged (its staged writes were refused)."""
+    log.error("staged write refused (%s)", refusal_kind(error), extra={"eventId": work.begun.event_id})
+    work.lanes, work.reply, work.status = None, None, "error"
+    work.decide("dead", error)
+    return commit_run(ctx, [work], go_on=go_on, peek=peek)

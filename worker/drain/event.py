@@ -1,0 +1,283 @@
+"""One event of a drain, before and after its commit: :data:`EVENT_STEPS` run its chain and decide its outcome,
+:data:`AFTER_COMMIT` follow its commit. Each step is a plain function of the event's :class:`EventWork` and the
+process's :class:`~worker.drain.context.DrainContext`; none raises for the event's own errors.
+
+    begin         read the stored event; an unreadable one, or one whose earlier deliveries all died with their
+                  worker, is decided ``dead`` here
+    interpret     run the chain (worker/chain/scheduler.py); an exception decides ``retry`` (backoff with full
+                  jitter) or ``dead`` (PermanentFailure, or the last attempt); LeaseLost stops the event
+                  uncommitted; an operator's cancel stops it before its next action: ``cancelled``
+    project       the chain's document, once the chain finished (its inputs are what the commit stores)
+    -- the commit (worker/drain/commit.py) --
+    publish       drains for the scopes of the follow-ups it admitted
+    observe       the chain's span, and a development snapshot
+
+An event run for a run of several (``lanes`` not None) collects its actions' lanes instead of applying them one by
+one (worker/drain/ports.py ``BatchPort``); its commit applies them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from worker.chain.chain_document import ChainRun, event_head
+from worker.chain.context import ActionPort
+from worker.chain.scheduler import ChainScope, ChainTrace, run_chain
+from worker.core.clock import now_ms
+from worker.core.errors import LeaseLost, NotBatchable, PermanentFailure, RetryLater, SkipEvent
+from worker.core.nodes import Source
+from worker.core.retry import backoff_ms, should_retry
+from worker.documents.snapshots import write_snapshot
+from worker.drain.context import DrainContext
+from worker.drain.lease import LeaseGrant
+from worker.drain.ports import BatchLane, BatchPort, CancellablePort, EventCancelled
+from worker.intake.emitter import StagedEmits
+from worker.store.full import StoreFullAgain, is_store_full
+from worker.store.records import Begun, CommitReply
+from worker.store.replies import CommitCode
+from worker.telemetry.logs import bind_event, clear_context
+
+__all__ = [
+    "AFTER_COMMIT",
+    "EVENT_STEPS",
+    "EventWork",
+    "Outcome",
+    "Step",
+    "after_commit",
+    "record",
+    "run_event",
+]
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["done", "dead", "retry", "cancelled"]
+
+
+@dataclass(slots=True)
+class EventWork:
+    """One event on its way through the steps: what they decided and produced."""
+
+    grant: LeaseGrant
+    begun: Begun
+    scope: ChainScope  # what every handler of its chain shares: staged writes, follow-ups, handler runs
+    followups: StagedEmits
+    lanes: list[BatchLane] | None = (
+        None  # run for a run of several: its actions' lanes, applied by its commit
+    )
+    source: Source | None = None
+    trace: ChainTrace | None = None
+    chain: ChainRun | None = None  # the finished chain's document (project), read by the commit and after
+    outcome: Outcome | None = None
+    error: str = ""
+    not_before_ms: int = 0
+    status: str = "error"  # the workflow status metric: generated | error | invalid_payload
+    lost: bool = False  # nothing is committed: the lease was lost, or the store would not take the commit
+    unbatchable: bool = False  # its chain met a handler that is not batch-safe: nothing was decided
+    store_full: bool = False  # its chain met a full store: nothing was decided (run again after a pause)
+    reply: CommitReply | None = None
+    source_type: str = "unknown"
+    started_s: float = field(default_factory=time.perf_counter)  # the workflow-run duration's start
+
+    def decide(self, outcome: Outcome, error: str = "") -> None:
+        self.outcome, self.error = outcome, error
+
+    def retry_or_dead(self, ctx: DrainContext, error: str, *, min_delay_s: float = 0.0) -> None:
+        """Decide ``retry`` (full-jitter backoff, at least ``min_delay_s``) or, on the last attempt, ``dead``."""
+        settings = ctx.settings
+        if not should_retry(self.begun.attempts, settings.max_attempts):
+            self.decide("dead", error)
+            return
+        delay_ms = backoff_ms(
+            self.begun.attempts, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms
+        )
+        self.decide("retry", error)
+        self.not_before_ms = now_ms() + max(delay_ms, int(min_delay_s * 1000))
+
+
+Step = Callable[[EventWork, DrainContext], None]
+
+
+def begin(work: EventWork, ctx: DrainContext) -> None:
+    """Read the stored event; decide ``dead`` when it is unreadable or used up all its deliveries."""
+    try:
+        work.source = Source.model_validate_json(work.begun.source_json(work.grant.scope_key))
+    except ValueError as exc:
+        work.status = "invalid_payload"
+        work.decide("dead", f"stored event is unreadable: {exc}")
+        return
+    bind_event(chainId=work.source.chain.chain_id, sourceId=work.source.source_id)
+    max_attempts = ctx.settings.max_attempts
+    if work.begun.attempts > max_attempts:
+        previous = f" (last error: {work.begun.last_error})" if work.begun.last_error else ""
+        used = work.begun.attempts - 1
+        work.decide(
+            "dead", f"worker lost while processing; {used} deliveries used of {max_attempts}{previous}"
+        )
+
+
+def interpret(work: EventWork, ctx: DrainContext) -> None:
+    """Run the chain: source handlers, breadth-first signals and actions, idempotent executors."""
+    if work.outcome is not None or work.source is None:
+        return
+    grant, event_id = work.grant, work.begun.event_id
+    port: ActionPort
+    if work.lanes is not None:
+        port = BatchPort(
+            grant.keys,
+            grant.scope_key,
+            grant.lost,
+            work.lanes,
+            retention_s=ctx.settings.outbox_retention_s,
+            event_id=event_id,
+            fence=grant.fence,
+        )
+    else:
+        port = CancellablePort(ctx.store, grant.keys, grant.scope_key, grant.fence, grant.lost, event_id)
+    try:
+        work.trace = run_chain(work.source, ctx.registry, port, scope=work.scope, telemetry=ctx.telemetry)
+    except NotBatchable:  # pure so far (batch-safe handlers only): run it again on its own
+        work.unbatchable = True
+    except LeaseLost:
+        log.warning("lease lost mid-event; not committing", extra={"eventId": event_id})
+        work.lost = True
+    except EventCancelled:  # an operator cancelled it: nothing staged is committed
+        work.decide("cancelled")
+    except SkipEvent:  # nothing to do: commit done without what was staged before the skip
+        work.scope.effects.clear()
+        work.followups.events.clear()
+        work.decide("done")
+        work.status = "generated"
+    except PermanentFailure as exc:
+        work.decide("dead", f"{exc.code}: {exc}")
+    except RetryLater as exc:
+        work.retry_or_dead(ctx, f"RetryLater: {exc}", min_delay_s=exc.delay_s)
+    except Exception as exc:
+        if is_store_full(exc) or (exc.__cause__ is not None and is_store_full(exc.__cause__)):
+            work.store_full = True  # not the event's fault: no attempt spent (run_event runs it again)
+            return
+        work.retry_or_dead(ctx, f"{type(exc).__name__}: {exc}")
+    else:
+        work.decide("done")
+        work.status = "generated"
+
+
+def project(work: EventWork, ctx: DrainContext) -> None:
+    """The chain's document, once the chain ran to its end: the commit stores its inputs; the whole projection is
+    built only if the observe span or a development snapshot reads it (worker/chain/chain_document.py)."""
+    if work.trace is None or work.source is None or work.lost:
+        return
+    work.chain = ChainRun(work.trace, work.source, attempt=work.begun.attempts)
+
+
+def publish(work: EventWork, ctx: DrainContext) -> None:
+    """Drains for the scopes of the follow-ups its commit admitted that found none scheduled."""
+    if work.reply is not None:
+        for ref in work.reply.publish:
+            ctx.publish(ref)
+
+
+def observe(work: EventWork, ctx: DrainContext) -> None:
+    """The chain's span (its metrics are counted with the event's: :func:`record`); a development snapshot."""
+    chain = work.chain
+    if work.outcome != "done" or chain is None:
+        return
+    ctx.telemetry.observe_chain(chain)
+    if ctx.settings.env == "development":
+        write_snapshot(
+            ctx.settings.tracing_dir,
+            chain.source,
+            chain.projection(),
+            chain.events(),
+            chain.trace.started_at_ms,
+        )
+
+
+EVENT_STEPS: Sequence[Step] = (begin, interpret, project)
+AFTER_COMMIT: Sequence[Step] = (publish, observe)
+
+
+def run_event(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool) -> EventWork:
+    """Walk :data:`EVENT_STEPS` for one head event inside an ``agent_signal.workflow.run`` span that continues
+    the trace of its enqueue; ``batch``: its actions' lanes wait for its commit.
+
+    A chain that met a full store decided nothing: after a pause it runs again, in the same delivery (no attempt
+    spent; its applied actions are found in their lanes). Past the wait's budget, or with the lease lost, the
+    event is left uncommitted at its head (``lost``), as after any store error."""
+
+    def walk() -> EventWork:
+        work = _walk(ctx, grant, begun, batch=batch)
+        if work.store_full:
+            raise StoreFullAgain(work)
+        return work
+
+    try:
+        return ctx.full_wait("chain", grant.lost).call(walk)
+    except StoreFullAgain as exc:
+        if not isinstance(exc.value, EventWork):
+            raise
+        exc.value.lost = True
+        return exc.value
+
+
+def _walk(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool) -> EventWork:
+    source_type, traceparent = event_head(begun.body, begun.source_type)
+    bind_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)
+    scope = ChainScope(
+        attempt=begun.attempts,
+        max_attempts=ctx.settings.max_attempts,
+        keys=grant.keys,  # the scope's tenant's, its bucket's
+        deps=ctx.deps,
+        outbox_retention_s=ctx.settings.outbox_retention_s,
+        batch=batch,
+    )
+    work = EventWork(
+        grant, begun, scope, StagedEmits(ctx.emitter), [] if batch else None, source_type=source_type
+    )
+    scope.emit = work.followups
+    telemetry = ctx.telemetry
+    try:
+        if telemetry.tracing:
+            attrs = {
+                "agent.signal.scope_key": grant.scope_key,
+                "agent.signal.event_id": begun.event_id,
+                "agent.signal.attempt": begun.attempts,
+            }
+            with telemetry.span("agent_signal.workflow.run", attrs, parent=telemetry.extract(traceparent)):
+                for step in EVENT_STEPS:
+                    step(work, ctx)
+        else:  # no span: not even an empty context manager per event
+            for step in EVENT_STEPS:
+                step(work, ctx)
+    finally:  # every handler run is counted, committed or not (a lost lease, a store error, a re-run)
+        telemetry.handler_runs(scope.runs)
+        clear_context("eventId", "scopeKey", "attempt", "chainId", "sourceId")
+    return work
+
+
+def after_commit(ctx: DrainContext, work: EventWork) -> None:
+    """What follows an event's commit: :data:`AFTER_COMMIT`, then its metrics."""
+    for step in AFTER_COMMIT:
+        step(work, ctx)
+    record(ctx, work)
+
+
+def record(ctx: DrainContext, work: EventWork) -> None:
+    """The event's metrics in one call, once it committed (or was refused by the fence): its chain's series when
+    done, its workflow run, its count and latency (its handler runs were counted when its steps ended)."""
+    reply, tenant = work.reply, work.grant.keys.tenant
+    if reply is not None and reply.code is CommitCode.COMMITTED:
+        ctx.telemetry.event_committed(
+            tenant=tenant,
+            source_type=work.source_type,
+            workflow_status=work.status,
+            outcome=reply.outcome,
+            duration_ms=(time.perf_counter() - work.started_s) * 1000,
+            latency_ms=reply.latency_ms,
+            chain=work.chain if work.outcome == "done" else None,
+        )
+    elif reply is not None and reply.code is CommitCode.STALE_FENCE:
+        ctx.telemetry.fence_rejected(tenant=tenant)

@@ -1,0 +1,22 @@
+-- CANCEL an event. Queued (or waiting for a retry): it is cancelled now and never runs (the drain pops it).
+-- Processing: cancelRequested is set; the worker stops before its next action and COMMIT makes it cancelled with
+-- none of its chain's staged writes (a dead worker's head is cancelled by the next take_head).
+-- -> {CancelCode.CANCELLED, 'cancelled'} | {CancelCode.REQUESTED, 'processing'} | {CancelCode.FINAL, state}
+--    | {CancelCode.UNKNOWN, ''}
+-- requires: index, history
+local ev, stats, runs_active, runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local event_id, now_ms, window_s, run_index_max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local state = redis.call('HGET', ev, 'state')
+if not state then return {CancelCode.UNKNOWN, ''} end
+if state == 'queued' then
+  local ix = {stats = stats, active = runs_active, cancelled = runs_cancelled, max = tonumber(run_index_max)}
+  mark_cancelled(ev, event_id, now_ms, ix)
+  index_trim(now_ms, window_s)
+  return {CancelCode.CANCELLED, 'cancelled'}
+end
+if state == 'processing' then
+  redis.call('HSETNX', ev, 'cancelRequested', now_ms)
+  return {CancelCode.REQUESTED, state}
+end
+if state == 'cancelled' then return {CancelCode.CANCELLED, state} end
+return {CancelCode.FINAL, state}

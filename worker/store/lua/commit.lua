@@ -1,0 +1,176 @@
+-- COMMIT: a run of one or more head events of a scope, each committed exactly as it would be alone, in inbox
+-- order, under our fence (worker/drain/commit.py).
+--
+-- Each event: it must still be our head (after the first, also still 'processing': the commit before it took
+-- it as the next head); the lanes of the actions its chain ran, when it has any (a run whose actions waited for
+-- the commit instead of applying one by one), are applied first while it is the head, our fence holds and no
+-- cancel was asked for it; then its outcome: done, dead (to the DLQ), back to queued for a retry, or cancelled
+-- (asked, or found: a cancel requested while it ran turns any outcome into cancelled). Only a 'done' commit
+-- applies what the chain's source and signal handlers staged (effects_json, a JSON list of command lists) and
+-- admits the follow-up events they emitted (followups_json, a JSON list of Admission layouts, keys then
+-- arguments): a retried, dead or cancelled event leaves no trace of them. With go_on '1' the same round trip
+-- takes the next head (which begins the next event of the run), or releases the scope when it is idle or paused.
+--
+-- -> {code, {one reply per event tried}, peek[, index, reason]}. An event's reply: {CommitCode.COMMITTED,
+--    {scope refs that need a drain}, outcome, latencyMs (enqueue to done; -1 unless done), <take_head reply>?}
+--    | {CommitCode.STALE_FENCE} (rejected and counted) | {CommitCode.NOT_HEAD} | {CommitCode.REFUSED, index,
+--    reason} (a staged write refused before any write, or failed: the event is left at the head, processing, for
+--    the caller to commit dead). The run's code: CommitCode.COMMITTED (peek: the fresh events behind the new
+--    head) | ENDED (the run ended before event #replies+1, which is not the head now: nothing wrong) |
+--    LANE_TAKEN (event #replies+1 was not committed: a lane was marked already, or its staged writes would be
+--    refused: run it alone) | PARTIAL (event #replies+1: a lane's staged write failed midway, index and reason
+--    follow: commit it dead) | the last reply's code (STALE_FENCE, NOT_HEAD, REFUSED).
+-- requires: counts, index, history, take_head, admit, staged, peek
+local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_all, runs_active, runs_done,
+  runs_dead, runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
+  KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, scope_ref, ev_prefix, lane_ttl_s,
+  peek_count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10],
+  ARGV[11]
+
+local now, window, imax = tonumber(now_ms), tonumber(window_s), tonumber(run_index_max)
+local ix = {paused = paused, stats = stats, active = runs_active, cancelled = runs_cancelled, max = imax}
+local LANE_KEYS, LANE_ARGS = 1, 2
+local at = {scopes = scopes, stats = stats, paused = paused, runs_all = runs_all, runs_active = runs_active,
+  now = now_ms, window = window_s, sched_ttl = sched_ttl_ms, max = imax}
+
+-- The staged writes and follow-ups of a 'done' event, checked and applied: nil, or the REFUSED reply.
+local function apply_done(effects_json, followups_json)
+  local staged = cjson.decode(effects_json)
+  local followups = {}
+  for i, f in ipairs(cjson.decode(followups_json)) do followups[i] = admission(f, 1, f, ADMISSION_KEYS + 1) end
+  local refused = check_staged(staged)
+  if refused then return nil, {CommitCode.REFUSED, refused[1], refused[2]} end
+  for i, e in ipairs(followups) do
+    local refusal = admit_refusal(e)
+    if refusal then return nil, {CommitCode.REFUSED, #staged + i, 'WRONGTYPE: follow-up ' .. refusal} end
+  end
+  local broken = apply_staged(staged)
+  if broken then return nil, {CommitCode.REFUSED, broken[1], broken[2]} end
+  return followups, nil
+end
+
+-- One event's outcome (its lanes already applied): the reply as the header says.
+local function commit_event(ev, chain, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on,
+    effects_json, followups_json)
+  if redis.call('GET', fence_key) ~= fence then
+    redis.call('HINCRBY', stats, 'fenceRejected', 1)
+    return {CommitCode.STALE_FENCE}
+  end
+  if redis.call('LINDEX', inbox, 0) ~= event_id then return {CommitCode.NOT_HEAD} end
+  if redis.call('HEXISTS', ev, 'cancelRequested') == 1 then outcome = 'cancelled' end
+  local followups = {}
+  if outcome == 'done' then
+    local refusal
+    followups, refusal = apply_done(effects_json, followups_json)
+    if refusal then return refusal end
+  end
+  if chain_json ~= '' and outcome ~= 'cancelled' then redis.call('SET', chain, chain_json, 'EX', chain_ttl_s) end
+  if chain_id ~= '' then redis.call('HSET', ev, 'chainId', chain_id) end
+  local publish = {}
+  local latency = -1
+  if outcome == 'retry' then
+    redis.call('HSET', ev, 'state', 'queued', 'error', error_text, 'notBefore', not_before)
+    redis.call('HINCRBY', stats, 'retried', 1)
+    history_end(ev, now, 'failed', error_text)
+  elseif outcome == 'cancelled' then
+    redis.call('LPOP', inbox)
+    mark_cancelled(ev, event_id, now_ms, ix)
+  else
+    redis.call('LPOP', inbox)
+    count(stats, 'queued', -1)
+    if outcome == 'done' then
+      for _, e in ipairs(followups) do
+        if admit(e, at)[2] == 1 then table.insert(publish, e.scope_ref) end
+      end
+      redis.call('HSET', ev, 'state', 'done', 'doneAt', now_ms)
+      redis.call('HDEL', ev, 'notBefore')
+      redis.call('EXPIRE', ev, window_s)
+      count(stats, 'done', 1)
+      local enqueued = index_move(runs_active, runs_done, event_id, ev, imax) or now
+      history_end(ev, now, 'succeeded', '')
+      local minute = math.floor(now / 60000)
+      count(series, minute .. ':done', 1)
+      latency = now - enqueued
+      count(series, minute .. ':latency_ms', latency)
+    else
+      redis.call('HSET', ev, 'state', 'dead', 'error', error_text, 'deadAt', now_ms)
+      redis.call('PERSIST', ev)
+      redis.call('ZADD', dlq, now_ms, event_id)
+      count(stats, 'dead', 1)
+      index_move(runs_active, runs_dead, event_id, ev, imax)
+      history_end(ev, now, 'failed', error_text)
+    end
+  end
+  local reply = {CommitCode.COMMITTED, publish, outcome, latency}
+  if go_on == '1' then
+    local head = take_or_release(inbox, lease, sched, scopes, token, scope_ref, ev_prefix, now_ms,
+      tonumber(fence), ix)
+    for _, part in ipairs(head) do reply[#reply + 1] = part end
+  end
+  return reply
+end
+
+-- The lanes of an event that is our head, under our fence, not cancelled: nil applied, or why not (a code,
+-- and for PARTIAL its index and reason).
+local function apply_lanes(ev, event_id, lanes)
+  if #lanes == 0 or redis.call('LINDEX', inbox, 0) ~= event_id or redis.call('GET', fence_key) ~= fence
+      or redis.call('HEXISTS', ev, 'cancelRequested') == 1 then
+    return nil
+  end
+  local seen = {}
+  for _, l in ipairs(lanes) do
+    if seen[l.lane] or redis.call('EXISTS', l.lane) == 1 or check_staged(l.effects) then
+      return {CommitCode.LANE_TAKEN}
+    end
+    seen[l.lane] = true
+  end
+  for _, l in ipairs(lanes) do
+    local broken = apply_staged(l.effects)
+    if broken then return {CommitCode.PARTIAL, broken[1], broken[2]} end
+    redis.call('SET', l.lane, l.result_json, 'EX', lane_ttl_s)
+  end
+  return nil
+end
+
+local function run()
+  local out = {}
+  local k, a = 15, 12
+  while k <= #KEYS do
+    local ev, chain = KEYS[k], KEYS[k + 1]
+    local lane_count, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on, effects_json,
+      followups_json = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6],
+      ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]
+    k, a = k + 2, a + 10
+    local lanes = {}
+    for j = 1, tonumber(lane_count) do
+      local lane = KEYS[k]
+      local result_json, lane_effects_json = ARGV[a], ARGV[a + 1]
+      lanes[j] = {lane = lane, result_json = result_json, effects = cjson.decode(lane_effects_json)}
+      k, a = k + LANE_KEYS, a + LANE_ARGS
+    end
+    if #out > 0 and not (redis.call('LINDEX', inbox, 0) == event_id
+        and redis.call('HGET', ev, 'state') == 'processing') then
+      return {CommitCode.ENDED, out, {}}
+    end
+    local stopped = apply_lanes(ev, event_id, lanes)
+    if stopped then return {stopped[1], out, {}, stopped[2], stopped[3]} end
+    local reply = commit_event(ev, chain, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on,
+      effects_json, followups_json)
+    out[#out + 1] = reply
+    if reply[1] ~= CommitCode.COMMITTED then return {reply[1], out, {}} end
+  end
+  if #out > 1 then
+    count(stats, 'batchCommits', 1)
+    count(stats, 'batchedEvents', #out)
+  end
+  local last = out[#out]
+  local peek = {}
+  if last and last[5] == HeadCode.TAKEN then peek = peek_fresh(inbox, ev_prefix, now_ms, tonumber(peek_count)) end
+  return {CommitCode.COMMITTED, out, peek}
+end
+
+local reply = run()
+index_trim(now_ms, window_s)
+counts_flush()
+return reply

@@ -1,0 +1,21 @@
+-- DISCARD: give up on a dead event. It leaves the DLQ and becomes an audit record (state discarded,
+-- discardReason, discardedAt; the hash now expires after the dedupe window), listed by discard time in
+-- runs:discarded-at (trimmed like the runs indexes) and written to the tenant's audit stream: event id and time,
+-- not the reason, which is free text that may quote the payload and stays on the event (erasure and expiry reach
+-- it there). -> 1 discarded | 0 not dead (nothing done)
+-- requires: index
+local ev, dlq, stats, runs_dead, runs_discarded, runs_discarded_at, audit =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local event_id, reason, now_ms, window_s, audit_max_len, run_index_max =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+if redis.call('HGET', ev, 'state') ~= 'dead' then return 0 end
+local now, max = tonumber(now_ms), tonumber(run_index_max)
+redis.call('HSET', ev, 'state', 'discarded', 'discardedAt', now_ms, 'discardReason', reason)
+redis.call('EXPIRE', ev, window_s)
+redis.call('ZREM', dlq, event_id)
+index_move(runs_dead, runs_discarded, event_id, ev, max)
+index_add(runs_discarded_at, now, event_id, max)
+index_trim(now, tonumber(window_s))
+redis.call('HINCRBY', stats, 'discarded', 1)
+redis.call('XADD', audit, 'MAXLEN', '~', audit_max_len, '*', 'action', 'discard', 'eventId', event_id, 'at', now_ms)
+return 1

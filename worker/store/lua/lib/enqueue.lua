@@ -1,0 +1,87 @@
+-- requires: counts, index, admit, retained, user_bytes
+-- Admitting a batch of events whole or not at all (ENQUEUE, ENQUEUE_PUSH): a Redis that is full (noeviction)
+-- refuses the script's first write, before anything was written, and the script stops there; a key of the wrong
+-- type is found before the first write too ("REFUSED …", nothing written). A batch that would take a scope's
+-- inbox past max_inbox, the tenant's queued events past max_queued or its retained events past max_events (with
+-- its new events: a duplicate stores nothing), or that names a user whose data is at max_user_bytes, is refused
+-- whole before any write: "OVERLIMIT inbox <scopeRef> <depth>", "OVERLIMIT tenant <queued>", "OVERLIMIT events
+-- <retained> <retryAfterS>" or "OVERLIMIT user <n-th user> <bytes> <retryAfterS, 0: none>" (the door answers 429;
+-- the quotas' counts are worker/store/quotas.py's).
+-- h: the script's header (its named keys and arguments); the events' Admission layouts start at KEYS[k0] and
+-- ARGV[a0], the users' stored-bytes keys (h.user_count of them) end KEYS.
+-- -> the events (read), one {accepted(1|0), publish(1|0)} per event (a repeat inside the batch is a
+--    duplicate); or nil and the error reply refusing the batch
+local function enqueue(h, k0, a0)
+  if wrong_type(h.scopes, 'set') or wrong_type(h.stats, 'hash') then
+    return nil, nil, redis.error_reply('REFUSED WRONGTYPE: the scopes set or the stats hash')
+  end
+  local n_users = tonumber(h.user_count)
+  local n = (#KEYS - (k0 - 1) - n_users) / ADMISSION_KEYS
+  local events = {}
+  for i = 1, n do
+    events[i] = admission(KEYS, k0 + (i - 1) * ADMISSION_KEYS, ARGV, a0 + (i - 1) * ADMISSION_ARGS)
+    local refusal = admit_refusal(events[i])
+    if refusal then return nil, nil, redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
+  end
+  local max_inbox, max_queued = tonumber(h.max_inbox), tonumber(h.max_queued)
+  if max_queued > 0 then
+    local queued = tonumber(redis.call('HGET', h.stats, 'queued') or '0')
+    if queued + n > max_queued then return nil, nil, redis.error_reply('OVERLIMIT tenant ' .. queued) end
+  end
+  local now, max_events, slot_ms, max_bytes = tonumber(h.now_ms), tonumber(h.max_events),
+    tonumber(h.retained_slot_ms), tonumber(h.max_user_bytes)
+  local retained_stale, users_stale = {}, {}
+  if max_events > 0 and slot_ms > 0 then
+    local held, oldest
+    held, oldest, retained_stale = retained_count(h.retained, now, slot_ms)
+    local fresh = n
+    if held + n > max_events then  -- a duplicate stores nothing: count only the new events
+      for _, e in ipairs(events) do fresh = fresh - redis.call('EXISTS', e.ev) end
+    end
+    if held + fresh > max_events and oldest then
+      local retry_s = math.max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
+      return nil, nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retry_s)
+    end
+  end
+  local USER_KEYS, USER_ARGS = 1, 0
+  local users = {}
+  for u = 1, n_users do
+    local k = #KEYS - (n_users - u + 1) * USER_KEYS + 1
+    local bytes_key = KEYS[k]
+    users[u] = bytes_key
+  end
+  if max_bytes > 0 then
+    for u, key in ipairs(users) do
+      local used, earliest, stale = user_bytes(key, now)
+      users_stale[u] = stale
+      if used >= max_bytes then
+        return nil, nil, redis.error_reply('OVERLIMIT user ' .. u .. ' ' .. used .. ' ' ..
+          user_bytes_retry_s(earliest, now))
+      end
+    end
+  end
+  if max_inbox > 0 then
+    local adding = {}
+    for _, e in ipairs(events) do
+      adding[e.inbox] = (adding[e.inbox] or redis.call('LLEN', e.inbox)) + 1
+      if adding[e.inbox] > max_inbox then
+        return nil, nil, redis.error_reply('OVERLIMIT inbox ' .. e.scope_ref .. ' ' .. (adding[e.inbox] - 1))
+      end
+    end
+  end
+  local at = {scopes = h.scopes, stats = h.stats, paused = h.paused, runs_all = h.runs_all,
+    runs_active = h.runs_active, now = h.now_ms, window = h.window_s, sched_ttl = h.sched_ttl_ms,
+    max = tonumber(h.run_index_max)}
+  local out = {}
+  local accepted = 0
+  for i, e in ipairs(events) do
+    out[i] = admit(e, at)
+    accepted = accepted + out[i][1]
+  end
+  -- after the first write: forgetting first would let a script on a full store write (worker/store/full.py)
+  if slot_ms > 0 and accepted > 0 then retained_add(h.retained, now, slot_ms, accepted, retained_stale) end
+  for u, stale in pairs(users_stale) do forget_fields(users[u], stale) end
+  index_trim(h.now_ms, h.window_s)
+  counts_flush()
+  return events, out, nil
+end

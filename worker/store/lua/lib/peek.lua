@@ -1,0 +1,18 @@
+-- The events queued right behind the head that have never been delivered (no attempt, no retry time, no cancel,
+-- no redrive: a redriven event has been delivered before and its lanes may be marked): a run may take them
+-- before they are begun. -> {id, eventJson, sourceType, sourceId, id, ...}
+local function peek_fresh(inbox, ev_prefix, now, count)
+  local out = {}
+  if count <= 0 then return out end
+  for _, id in ipairs(redis.call('LRANGE', inbox, 1, count)) do
+    local rec = redis.call('HMGET', ev_prefix .. id, 'state', 'event', 'attempts', 'notBefore', 'cancelRequested',
+      'redrives', 'sourceType', 'sourceId')
+    if rec[1] ~= 'queued' or not rec[2] or (tonumber(rec[3] or '0') or 0) > 0 or rec[5] or rec[6] then break end
+    if rec[4] and (tonumber(rec[4]) or 0) > tonumber(now) then break end
+    out[#out + 1] = id
+    out[#out + 1] = rec[2]
+    out[#out + 1] = rec[7] or ''
+    out[#out + 1] = rec[8] or ''
+  end
+  return out
+end

@@ -1,0 +1,33 @@
+-- The Redis commands handlers stage (worker.chain.context.EffectBuffer), checked before anything is written and
+-- applied with pcall. check_staged -> nil | {index, reason}: a command outside the allow-list or a key of another
+-- type than the command needs; apply_staged -> nil | {index, error}: a runtime error such as HINCRBY on a
+-- non-integer field (the commands before it stay applied, the caller commits nothing else). A full store is not
+-- a broken write: the same call again raises its OOM error and ends the script (worker/store/full.py).
+local WRITE_TYPES = {SET='string', SETNX='string', INCR='string', INCRBY='string', DECRBY='string',
+  HSET='hash', HSETNX='hash', HDEL='hash', HINCRBY='hash', HINCRBYFLOAT='hash',
+  RPUSH='list', LPUSH='list', LTRIM='list', LREM='list', SADD='set', SREM='set',
+  ZADD='zset', ZREM='zset', ZINCRBY='zset', DEL=false, EXPIRE=false, PEXPIRE=false, PERSIST=false,
+  PUBLISH=false}
+local function check_staged(cmds)
+  for i, cmd in ipairs(cmds) do
+    local expected = WRITE_TYPES[string.upper(cmd[1])]
+    if expected == nil then return {i, 'command not allowed: ' .. cmd[1]} end
+    if expected then
+      local found = redis.call('TYPE', cmd[2]).ok
+      if found ~= 'none' and found ~= expected then
+        return {i, 'WRONGTYPE: ' .. cmd[1] .. ' needs a ' .. expected .. ' but ' .. cmd[2] .. ' holds a ' .. found}
+      end
+    end
+  end
+  return nil
+end
+local function apply_staged(cmds)
+  for i, cmd in ipairs(cmds) do
+    local reply = redis.pcall(unpack(cmd))
+    if type(reply) == 'table' and reply.err then
+      if string.find(reply.err, 'OOM', 1, true) == 1 then redis.call(unpack(cmd)) end
+      return {i, reply.err}
+    end
+  end
+  return nil
+end

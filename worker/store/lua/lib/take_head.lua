@@ -1,0 +1,61 @@
+-- requires: index, history
+-- Taking the head of a scope's inbox for processing, and releasing a scope. Heads that are already final (done,
+-- dead, cancelled, discarded, erased) or whose record expired are popped and skipped; a head whose cancel was
+-- requested while it ran (its worker is gone) is committed cancelled and popped. ev_prefix is Keys.event_prefix
+-- (an event's key is the prefix followed by its id: the one key the scripts complete themselves, because the
+-- head's id is only known inside the script). ix: {paused, stats, active, cancelled} (paused nil: no pause
+-- check). -> {HeadCode.EMPTY} | {HeadCode.PAUSED} (nothing taken) | {HeadCode.WAITS, id, notBefore} (the head
+-- waits for its retry time) | {HeadCode.TAKEN, id, eventJson, attempts, prevState, lastError, sourceType,
+-- sourceId} (state -> processing, an attempt record started; eventJson is worker/documents/event_body.py's form).
+local FINAL = {done = true, dead = true, cancelled = true, discarded = true, erased = true}
+local function take_head(inbox, ev_prefix, now, fence, ix, scope)
+  if ix.paused and redis.call('HEXISTS', ix.paused, scope) == 1 then return {HeadCode.PAUSED} end
+  for _ = 1, 1000 do
+    local id = redis.call('LINDEX', inbox, 0)
+    if not id then return {HeadCode.EMPTY} end
+    local ek = ev_prefix .. id
+    local rec = redis.call('HMGET', ek, 'state', 'event', 'notBefore', 'error', 'cancelRequested', 'history',
+      'redrives', 'sourceType', 'sourceId')
+    if not rec[2] or FINAL[rec[1]] then
+      redis.call('LPOP', inbox)
+    elseif rec[5] and ix.stats then
+      redis.call('LPOP', inbox)
+      mark_cancelled(ek, id, now, ix)
+    else
+      local nb = tonumber(rec[3] or '0') or 0
+      if nb > tonumber(now) then return {HeadCode.WAITS, id, tostring(nb)} end
+      local attempts = redis.call('HINCRBY', ek, 'attempts', 1)
+      redis.call('HSET', ek, 'state', 'processing', 'fence', fence)  -- the start time is in the history
+      history_start(ek, rec[6], attempts, now, tonumber(rec[7] or '0'))
+      return {HeadCode.TAKEN, id, rec[2], attempts, rec[1], rec[4] or '', rec[8] or '', rec[9] or ''}
+    end
+  end
+  return {HeadCode.WAITS, '', now}
+end
+local function release_if_idle(inbox, lease, sched, scopes, token, ref)
+  if redis.call('LLEN', inbox) > 0 then return false end
+  if redis.call('GET', lease) == token then redis.call('DEL', lease) end
+  redis.call('DEL', sched)
+  redis.call('SREM', scopes, ref)
+  return true
+end
+-- A paused scope: release it whatever its inbox holds; resume (worker/ops/scope_control.py) schedules it again.
+local function park(lease, sched, scopes, token, ref)
+  if redis.call('GET', lease) == token then redis.call('DEL', lease) end
+  redis.call('DEL', sched)
+  redis.call('SREM', scopes, ref)
+end
+local function scope_of(ref)
+  return string.sub(ref, (string.find(ref, '/', 1, true) or 0) + 1)
+end
+-- After a commit or a grant: take the next head, or park a paused scope, or release an idle one.
+local function take_or_release(inbox, lease, sched, scopes, token, ref, ev_prefix, now, fence, ix)
+  local head = take_head(inbox, ev_prefix, now, fence, ix, scope_of(ref))
+  if head[1] == HeadCode.PAUSED then
+    park(lease, sched, scopes, token, ref)
+    return {HeadCode.EMPTY}
+  elseif head[1] == HeadCode.EMPTY then
+    release_if_idle(inbox, lease, sched, scopes, token, ref)
+  end
+  return head
+end

@@ -1,0 +1,12 @@
+-- STREAM_TAKE: a slot in a tenant's open receipt streams (producers/_stream_slots.py), unless it holds its
+-- maximum; slots whose lease ended are dropped first. -> {1, 0} taken | {0, open streams} at the maximum
+local streams = KEYS[1]
+local member, max_streams, lease_ms = ARGV[1], ARGV[2], ARGV[3]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', streams, '-inf', now)
+local open = redis.call('ZCARD', streams)
+if open >= tonumber(max_streams) then return {0, open} end
+redis.call('ZADD', streams, now + tonumber(lease_ms), member)
+redis.call('PEXPIRE', streams, lease_ms)
+return {1, 0}
