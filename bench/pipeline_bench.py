@@ -83,11 +83,11 @@ def pipeline_rates(
 
 def drain_time_s(producer: Producer, events: list[dict[str, Any]]) -> float:
     """Seconds from the first enqueue until the tenant's ``done`` counter has grown by ``len(events)``."""
-    target = producer.store.stats().get("done", 0) + len(events)
+    target = producer.store.stats(producer.keys).get("done", 0) + len(events)
     t0 = time.perf_counter()
     for i in range(0, len(events), 500):
         producer.enqueue_many(events[i : i + 500])
-    wait(lambda: producer.store.stats().get("done", 0) >= target, timeout_s=600, interval_s=0.02)
+    wait(lambda: producer.store.stats(producer.keys).get("done", 0) >= target, timeout_s=600, interval_s=0.02)
     return time.perf_counter() - t0
 
 
@@ -110,7 +110,7 @@ def latency_pair_ms(url: str, samples: int) -> tuple[tuple[float, float], tuple[
             t0 = time.perf_counter()
             event_id = producer.enqueue(ev).event_id
             wait(
-                partial(_is_done, producer, producer.store.locate(event_id).event(event_id)),
+                partial(_is_done, producer, producer.store.locate(producer.keys, event_id).event(event_id)),
                 30,
                 interval_s=0.0005,
             )

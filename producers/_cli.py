@@ -33,7 +33,7 @@ def _producer(tenant: str = "default") -> Any:
     """A producer on the stack's Redis, bound to ``tenant`` (``--tenant``; direct access is the operator's)."""
     from producers._client import Producer
 
-    return Producer(_settings()).for_tenant(tenant)
+    return Producer(_settings(), tenant=tenant)
 
 
 class Progress:

@@ -7,7 +7,6 @@ Both validate first and enqueue nothing from a batch with an invalid event; both
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -16,6 +15,7 @@ import httpx
 from opentelemetry import trace
 
 from worker.chain.context import Deps
+from worker.core.tenancy import DEFAULT_TENANT, check_tenant
 from worker.intake.emitter import EventLike
 from worker.intake.source_event import (
     EnqueueResult,
@@ -25,6 +25,7 @@ from worker.intake.source_event import (
     StoreUnavailable,
     with_traceparent,
 )
+from worker.keys.layout import Keys
 from worker.plugin import PluginRuntime
 from worker.runtime.assembly import assemble, load_plugins
 from worker.settings import Settings
@@ -48,6 +49,7 @@ class Producer:
         celery_app: Any | None = None,
         telemetry: Telemetry = DISABLED,
         store: EventStore | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> None:
         from worker.runtime.app import (
             create_app,  # the factory checks the settings; no app exists before this call
@@ -55,6 +57,7 @@ class Producer:
 
         self.telemetry = telemetry
         self.settings = settings
+        self.tenant = check_tenant(tenant)  # the SDK's events' tenant (the HTTP door passes each request's)
         self.store = store if store is not None else EventStore(redis_from_settings(settings), settings)
         self.app = celery_app if celery_app is not None else create_app(settings)
         from worker.runtime.app import fair_queue
@@ -72,58 +75,52 @@ class Producer:
         self.emitter.enforce_limits = True  # this is the door: inbox and tenant limits apply
         self.deps: Deps = assembly.deps
         self.runtime: PluginRuntime = assembly.runtime
-        self._views: dict[str, Producer] = {}
 
     @property
-    def tenant(self) -> str:
-        return self.store.tenant
+    def keys(self) -> Keys:
+        """The SDK's tenant's keys."""
+        return self.store.keys.for_tenant(self.tenant)
 
-    def for_tenant(self, tenant: str) -> Producer:
-        """The same producer for ``tenant``: its events, reads and keys are that tenant's (shared connections)."""
-        if tenant == self.store.tenant:
-            return self
-        view = self._views.get(tenant)
-        if view is None:
-            view = copy.copy(self)
-            view.store = self.store.for_tenant(tenant)
-            view.emitter = self.emitter.for_tenant(tenant)
-            self._views[tenant] = view
-        return view
+    def validate(self, event: EventLike, *, prefix: str = "", tenant: str | None = None) -> PreparedEvent:
+        """Validate and prepare one of ``tenant``'s events (the SDK's by default), or raise InvalidEvent naming
+        the field."""
+        return self.emitter.validate(event, tenant=tenant or self.tenant, prefix=prefix)
 
-    def validate(self, event: EventLike, *, prefix: str = "") -> PreparedEvent:
-        """Validate and prepare one event, or raise InvalidEvent naming the field."""
-        return self.emitter.validate(event, prefix=prefix)
-
-    def count_rejected(self, count: int = 1) -> None:
+    def count_rejected(self, count: int = 1, *, tenant: str | None = None) -> None:
         """Events refused as invalid: the tenant's stats (best effort) and this process's counter."""
-        self.store.count_rejected(count)
-        self.telemetry.rejected(count, tenant=self.store.tenant)
+        tenant = tenant or self.tenant
+        self.store.count_rejected(self.store.keys.for_tenant(tenant), count)
+        self.telemetry.rejected(count, tenant=tenant)
 
-    def enqueue(self, event: EventLike) -> EnqueueResult:
-        """Enqueue one event: ``accepted``, ``duplicate`` or an admission hook's status (``gated``)."""
-        return self.enqueue_prepared(self.emitter.validate_many([event], single=True))[0]
+    def enqueue(self, event: EventLike, *, tenant: str | None = None) -> EnqueueResult:
+        """Enqueue one of ``tenant``'s events (the SDK's by default): ``accepted``, ``duplicate`` or an admission
+        hook's status (``gated``)."""
+        prepared = self.emitter.validate_many([event], tenant=tenant or self.tenant, single=True)
+        return self.enqueue_prepared(prepared)[0]
 
-    def enqueue_many(self, events: Iterable[EventLike]) -> list[EnqueueResult]:
+    def enqueue_many(self, events: Iterable[EventLike], *, tenant: str | None = None) -> list[EnqueueResult]:
         """Validate every event, then enqueue all of them (none when any is invalid)."""
-        return self.enqueue_prepared(self.emitter.validate_many(list(events)))
+        return self.enqueue_prepared(self.emitter.validate_many(list(events), tenant=tenant or self.tenant))
 
     def enqueue_prepared(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
-        """Claim and append, publish the drains; each event gets an ``agent_signal.source_event.generate`` span."""
-        if not self.telemetry.enabled:
+        """Claim and append, publish the drains; each event gets an ``agent_signal.source_event.generate`` span.
+        The events are one tenant's (they carry it)."""
+        if not self.telemetry.enabled or not prepared:
             return self.emitter.enqueue(prepared)
+        tenant = prepared[0].tenant
         if not self.telemetry.tracing:
             started = time.perf_counter()
             results = self.emitter.enqueue(prepared)
             self.telemetry.source_events(
                 [(r.status, p.source_type) for p, r in zip(prepared, results, strict=True)],
                 duration_ms=(time.perf_counter() - started) * 1000,
-                tenant=self.store.tenant,
+                tenant=tenant,
             )
             self.telemetry.flush_measurements()
             return results
-        return self._enqueue_traced(prepared)
+        return self._enqueue_traced(prepared, tenant)
 
-    def _enqueue_traced(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
+    def _enqueue_traced(self, prepared: Sequence[PreparedEvent], tenant: str) -> list[EnqueueResult]:
         started = time.perf_counter()
         tracer = self.telemetry.tracer
         spans = [
@@ -148,7 +145,7 @@ class Producer:
                 span.record_exception(exc)
                 span.end()
                 self.telemetry.source_event(
-                    status="error", source_type=p.source_type, duration_ms=0.0, tenant=self.store.tenant
+                    status="error", source_type=p.source_type, duration_ms=0.0, tenant=tenant
                 )
             raise
         duration_ms = (time.perf_counter() - started) * 1000
@@ -159,13 +156,13 @@ class Producer:
                 status=result.status,
                 source_type=p.source_type,
                 duration_ms=duration_ms,
-                tenant=self.store.tenant,
+                tenant=tenant,
             )
         return results
 
     def status(self, event_id: str) -> dict[str, Any] | None:
         """The event's status record (``queued``/``processing``/``done``/``dead``), or None."""
-        return self.store.get_event(event_id)
+        return self.store.get_event(self.keys, event_id)
 
     def close(self) -> None:
         self.store.client.close()

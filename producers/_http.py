@@ -47,6 +47,7 @@ from producers._web_common import error_response, request_validation_error
 from sessions.function_store import ContentionError
 from sessions.functions import load_function_dir
 from worker.core.errors import OverLimit
+from worker.core.tenancy import DEFAULT_TENANT
 from worker.intake.source_event import StoreUnavailable
 from worker.settings import Settings
 from worker.store.safety import check_at_boot, note_store_failure, store_error_reason
@@ -177,8 +178,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         producer = getattr(request.app.state, "producer", None)
         where = f"{request.method} {request.url.path}"
         if producer is not None:  # off the event loop: an unreachable Redis may take its timeout to say so
-            store = producer.store
-            await run_in_threadpool(note_store_failure, store.client, store.keys.tenant_stats, exc, where)
+            store, caller = producer.store, getattr(request.state, "principal", None)
+            stats = store.keys.for_tenant(getattr(caller, "tenant", None) or DEFAULT_TENANT).tenant_stats
+            await run_in_threadpool(note_store_failure, store.client, stats, exc, where)
         retry_after = request.app.state.settings.store_retry_after_s
         message = f"the store is unavailable ({store_error_reason(exc)}); retry later"
         return _store_unavailable(message, retry_after)

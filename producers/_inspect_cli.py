@@ -38,7 +38,7 @@ def _find_chain(target: Target, chain_id: str, tenant: str | None) -> dict[str, 
     producer = _producer(tenant)
     try:
         for candidate in _chain_ids(chain_id):
-            found: dict[str, Any] | None = producer.store.get_chain(candidate)
+            found: dict[str, Any] | None = producer.store.get_chain(producer.keys, candidate)
             if found is not None:
                 return found
         return None
@@ -117,8 +117,8 @@ def _dlq_direct(args: argparse.Namespace) -> int:
     producer = _producer(args.tenant)
     try:
         if args.dlq_command == "list":
-            events = producer.store.dlq_list(offset=args.offset, limit=args.limit)
-            _print_dlq(events, producer.store.dlq_size(), args.json)
+            events = producer.store.dlq_list(producer.keys, offset=args.offset, limit=args.limit)
+            _print_dlq(events, producer.store.dlq_size(producer.keys), args.json)
             return 0
         result = redrive_events(producer, None if args.all else args.ids)
     finally:

@@ -27,14 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from fastapi import Request
 
 from producers._web_common import producer_of
-
-if TYPE_CHECKING:
-    from producers._client import Producer
+from worker.keys.layout import Keys
 
 __all__ = [
     "GRANTS",
@@ -49,7 +47,7 @@ __all__ = [
     "principal_of",
     "public",
     "require",
-    "tenant_producer",
+    "tenant_keys",
 ]
 
 Role = Literal["ingest", "read", "operate", "admin", "metrics", "user"]
@@ -143,9 +141,9 @@ def check_user(principal: Principal, user_id: str | None, what: str) -> None:
         raise NotFound(f"no {what} for user {user_id!r}")
 
 
-def tenant_producer(request: Request) -> Producer:
-    """The app's producer bound to the caller's tenant (its store, keys and emitter are that tenant's)."""
-    return producer_of(request).for_tenant(principal_of(request).tenant)
+def tenant_keys(request: Request) -> Keys:
+    """The caller's tenant's key builder (the tenant comes from the credential, never from the request)."""
+    return producer_of(request).store.keys.for_tenant(principal_of(request).tenant)
 
 
 def public() -> None:

@@ -11,11 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
 from producers._api_models import AttemptRecord, ErrorDetail, EventState, EventStatus, Receipt, body_route
-from producers._principal import Principal, require, tenant_producer
+from producers._principal import Principal, require, tenant_keys
 from producers._web_common import error_response, producer_of, read_json, settings_of
 from worker.core.ids import Id
 from worker.core.scope import derive_scope_key
 from worker.intake.source_event import EventError, InvalidEvent, SourceEvent
+from worker.keys.layout import Keys
 from worker.ops.rate_limit import RateLimiter
 from worker.ops.runs import BadCursor, RunQuery, event_detail, find_by_source, list_runs
 from worker.ops.scope_control import cancel_event
@@ -122,7 +123,7 @@ def post_events(
     token's events are stamped with its userId (an event naming another user is refused)."""
     if isinstance(data, JSONResponse):
         return data
-    producer = producer_of(request).for_tenant(principal.tenant)
+    producer, tenant = producer_of(request), principal.tenant
     try:
         if isinstance(data, dict) and "events" in data and "sourceType" not in data:
             events = data["events"]
@@ -132,15 +133,16 @@ def post_events(
                         code="invalid_field", message="events must be a non-empty array", field="events"
                     )
                 )
-            prepared = producer.emitter.validate_many(_stamped(events, principal, batch=True))
+            prepared = producer.emitter.validate_many(_stamped(events, principal, batch=True), tenant=tenant)
         else:
-            prepared = producer.emitter.validate_many(_stamped([data], principal, batch=False), single=True)
+            stamped = _stamped([data], principal, batch=False)
+            prepared = producer.emitter.validate_many(stamped, tenant=tenant, single=True)
         # Valid input only takes from the tenant's quota (a rejected request stores nothing at all).
         if (refused := _over_tenant_rate(request, principal.tenant, len(prepared))) is not None:
             return refused
         results = producer.enqueue_prepared(prepared)
     except InvalidEvent as exc:
-        producer.count_rejected()
+        producer.count_rejected(tenant=tenant)
         error = exc.error
         return error_response(exc.status_code, error.code, error.message, error.field)
     return JSONResponse({"results": [r.model_dump(by_alias=True) for r in results]}, status_code=202)
@@ -239,7 +241,7 @@ def list_events(
     finishedAt. A page may hold fewer than ``limit`` events and still carry a cursor (worker/ops/runs.py)."""
     query = RunQuery(status, source_type, scope_key, user_id, since, until, limit, cursor or None)
     try:
-        page = list_runs(tenant_producer(request).store, query)
+        page = list_runs(producer_of(request).store, tenant_keys(request), query)
     except BadCursor as exc:
         return error_response(422, "invalid_cursor", str(exc), "cursor")
     body: dict[str, Any] = {"events": page.events}
@@ -248,12 +250,12 @@ def list_events(
     return JSONResponse(body)
 
 
-def resolve_event(store: EventStore, event_id: str) -> str | JSONResponse:
+def resolve_event(store: EventStore, keys: Keys, event_id: str) -> str | JSONResponse:
     """The event id for ``event_id`` (an event id, or a source id that names one event of the tenant), or the
     404 (unknown) / 409 (a source id of several events: the candidates are listed) to answer."""
-    if store.client.exists(store.locate(event_id).event(event_id)):
+    if store.client.exists(store.locate(keys, event_id).event(event_id)):
         return event_id
-    candidates = find_by_source(store, event_id)
+    candidates = find_by_source(store, keys, event_id)
     if len(candidates) == 1:
         return str(candidates[0]["eventId"])
     if not candidates:
@@ -279,18 +281,18 @@ def get_event(
 ) -> JSONResponse:
     """The event's status record with its ``attemptsHistory`` and the stored ``event`` (its payload); a source
     id works when it names one event."""
-    producer = producer_of(request).for_tenant(principal.tenant)
-    found = resolve_event(producer.store, event_id)
+    store, keys = producer_of(request).store, tenant_keys(request)
+    found = resolve_event(store, keys, event_id)
     if isinstance(found, JSONResponse):
         return found
-    record = event_detail(producer.store, found)
+    record = event_detail(store, keys, found)
     if record is None:
         return error_response(404, "not_found", f"no event {event_id!r}", "eventId")
-    outbox = records_of_event(producer.store, str(record.get("scopeKey") or ""), found)
+    outbox = records_of_event(keys, store, str(record.get("scopeKey") or ""), found)
     if outbox:
         record["outbox"] = outbox  # its outbound calls: state, attempts, last error
     runs = [found, *(str(call["key"]) for call in outbox if call.get("key"))]
-    receipts = ReceiptStore(producer.store.client, producer.store.keys, ttl_s=0)
+    receipts = ReceiptStore(store.client, keys, ttl_s=0)
     record["receipts"] = receipts.produced_by(str(record.get("userId") or NO_USER), runs)
     return JSONResponse(record)
 
@@ -301,11 +303,11 @@ def post_cancel(
 ) -> JSONResponse:
     """A queued event is cancelled now and never runs; a running one stops before its next action and is
     committed ``cancelled`` with none of its chain's staged writes (``status`` stays processing until then)."""
-    store = tenant_producer(request).store
-    found = resolve_event(store, event_id)
+    store, keys = producer_of(request).store, tenant_keys(request)
+    found = resolve_event(store, keys, event_id)
     if isinstance(found, JSONResponse):
         return found
-    result = cancel_event(store, found)
+    result = cancel_event(store, keys, found)
     if result.code is CancelCode.UNKNOWN:
         return error_response(404, "not_found", f"no event {event_id!r}", "eventId")
     if result.code is CancelCode.FINAL:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from producers._api_models import ErrorBody, ErrorDetail, EventStatus, body_route
 from producers._ops import discard_events, edited_bodies, redrive_events
 from producers._ops_access import ops_access, ops_detail
-from producers._principal import Principal, public, require, tenant_producer
+from producers._principal import Principal, principal_of, public, require, tenant_keys
 from producers._web_common import JsonObject, error_response, producer_of
 from worker.core.ids import Id
 from worker.intake.source_event import InvalidEvent
@@ -162,11 +162,13 @@ def get_chain(
     """The trace of one run. ``chain_id`` is an event id (that event's run) or LobeHub's chain id
     ``chain:<sourceId>``, which names the run of every event with that source id: ``userId`` keeps one user's;
     when several runs with a trace remain, the answer is 409 ``ambiguous_chain_id`` listing them."""
-    store = tenant_producer(request).store
+    store, keys = producer_of(request).store, tenant_keys(request)
     if not EVENT_ID.fullmatch(chain_id):
-        runs = store.chain_runs(chain_id, user_id=user_id)
+        runs = store.chain_runs(keys, chain_id, user_id=user_id)
         traced = [
-            r for r in runs if store.client.exists(store.locate(str(r["eventId"])).chain(str(r["eventId"])))
+            r
+            for r in runs
+            if store.client.exists(store.locate(keys, str(r["eventId"])).chain(str(r["eventId"])))
         ]
         if len(traced) > 1:
             listed = [{k: r.get(k) for k in ChainRun.model_fields} for r in traced]
@@ -182,7 +184,7 @@ def get_chain(
             )
         if len(traced) == 1:
             chain_id = str(traced[0]["eventId"])
-    chain = store.get_chain(chain_id, user_id=user_id)
+    chain = store.get_chain(keys, chain_id, user_id=user_id)
     if chain is None:
         return error_response(404, "not_found", f"no chain {chain_id!r} (not run yet, or past retention)")
     return JSONResponse(chain)
@@ -198,16 +200,17 @@ def get_dlq(
 ) -> JSONResponse:
     """Dead events (latest death first), or with ``state=discarded`` the discarded ones (latest discard first,
     each with its ``reason`` and ``at``); ``offset`` 0..1,000,000 and ``limit`` 1..500 (else 422 naming it)."""
-    store = tenant_producer(request).store
+    store, keys = producer_of(request).store, tenant_keys(request)
     if state == "discarded":
-        events = list_discarded(store, offset=offset, limit=limit)
+        events = list_discarded(store, keys, offset=offset, limit=limit)
         return JSONResponse(
             {
                 "events": events,
-                "total": sum(int(store.client.zcard(k.runs("discarded-at"))) for k in store.buckets()),
+                "total": sum(int(store.client.zcard(k.runs("discarded-at"))) for k in keys.every_bucket()),
             }
         )
-    return JSONResponse({"events": store.dlq_list(offset=offset, limit=limit), "total": store.dlq_size()})
+    page = store.dlq_list(keys, offset=offset, limit=limit)
+    return JSONResponse({"events": page, "total": store.dlq_size(keys)})
 
 
 def _ids_or_all(body: dict[str, Any]) -> list[str] | JSONResponse | None:
@@ -236,20 +239,21 @@ def post_redrive(
     nothing is redriven)."""
     if isinstance(body, JSONResponse):
         return body
-    producer = tenant_producer(request)
+    producer, tenant = producer_of(request), principal_of(request).tenant
     if "events" in body:
         edits = _edits(body["events"])
         if isinstance(edits, JSONResponse):
             return edits
         try:
-            bodies = edited_bodies(producer, edits)
+            bodies = edited_bodies(producer, edits, tenant=tenant)
         except InvalidEvent as exc:
             return error_response(exc.status_code, exc.error.code, exc.error.message, exc.error.field)
-        return JSONResponse(redrive_events(producer, [event_id for event_id, _ in edits], bodies=bodies))
+        redriven = redrive_events(producer, [event_id for event_id, _ in edits], bodies=bodies, tenant=tenant)
+        return JSONResponse(redriven)
     ids = _ids_or_all(body)
     if isinstance(ids, JSONResponse):
         return ids
-    return JSONResponse(redrive_events(producer, ids))
+    return JSONResponse(redrive_events(producer, ids, tenant=tenant))
 
 
 def _edits(events: Any) -> list[tuple[str, Any]] | JSONResponse:
@@ -289,7 +293,8 @@ def post_discard(
     ids = _ids_or_all(body)
     if isinstance(ids, JSONResponse):
         return ids
-    return JSONResponse(discard_events(tenant_producer(request), ids, reason))
+    tenant = principal_of(request).tenant
+    return JSONResponse(discard_events(producer_of(request), ids, reason, tenant=tenant))
 
 
 @router.get("/healthz", dependencies=[Depends(public)], response_model=Health)

@@ -10,8 +10,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from producers._api_models import API_ERRORS, ReceiptPage
-from producers._principal import Principal, check_user, require, tenant_producer
-from producers._web_common import error_response, settings_of
+from producers._principal import Principal, check_user, require, tenant_keys
+from producers._web_common import error_response, producer_of, settings_of
 from worker.store.receipts import ReceiptStore
 
 __all__ = ["router"]
@@ -23,8 +23,8 @@ CURSOR = re.compile(r"-?[0-9]{1,18}:.+", re.DOTALL)  # "<createdAt>:<id>", as li
 
 def receipt_store(request: Request) -> ReceiptStore:
     """The caller's tenant's receipts."""
-    store = tenant_producer(request).store
-    return ReceiptStore(store.client, store.keys, ttl_s=settings_of(request).receipt_retention_s)
+    client = producer_of(request).store.client
+    return ReceiptStore(client, tenant_keys(request), ttl_s=settings_of(request).receipt_retention_s)
 
 
 @router.get("/v1/receipts", response_model=ReceiptPage)

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from policies.conversation import RoutingDeps, RoutingSettings
 from policies.routing import ConfigError, NoDecisionsConfigured, ReloadingRouter, validate_route_input
 from producers._api_models import API_ERRORS, RouteResult, body_route
-from producers._principal import Principal, require, tenant_producer
+from producers._principal import Principal, principal_of, require
 from producers._web_common import JsonObject, error_response, producer_of
 from worker.core.ids import ID_MAX_LENGTH, Id, id_problem
 from worker.intake.source_event import InvalidEvent
@@ -157,7 +157,7 @@ def _event(
 def _record(request: Request, event: dict[str, object]) -> str | None:
     """Enqueue the record; None, or the error code when the event cannot be stored (logged, not raised)."""
     try:
-        tenant_producer(request).enqueue(event)  # recorded in the caller's tenant
+        producer_of(request).enqueue(event, tenant=principal_of(request).tenant)  # the caller's tenant
     except InvalidEvent as exc:
         error = exc.error
         log.warning(

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from producers._principal import Principal, require, tenant_producer
-from producers._web_common import error_response
+from producers._principal import Principal, require, tenant_keys
+from producers._web_common import error_response, producer_of
 from worker.core.ids import id_problem
 from worker.ops.scope_control import list_scopes, pause_scope, resume_scope
 
@@ -55,7 +55,9 @@ def get_scopes(
 ) -> JSONResponse:
     """The tenant's scopes with queued events, and its paused ones: ``scopeKey``, ``state``, ``inboxDepth``,
     ``paused``, ``leaseHolder`` (the lease's token) while one holds it, ``headAgeMs`` while one waits."""
-    return JSONResponse({"scopes": list_scopes(tenant_producer(request).store, state, limit=limit)})
+    return JSONResponse(
+        {"scopes": list_scopes(producer_of(request).store, tenant_keys(request), state, limit=limit)}
+    )
 
 
 def _checked(scope_key: str) -> JSONResponse | None:
@@ -73,7 +75,7 @@ def post_pause(
     """Its events wait in its inbox (the one in flight finishes) until it is resumed; other scopes run on."""
     if (refused := _checked(scope_key)) is not None:
         return refused
-    changed = pause_scope(tenant_producer(request).store, scope_key)
+    changed = pause_scope(producer_of(request).store, tenant_keys(request), scope_key)
     return JSONResponse({"scopeKey": scope_key, "paused": True, "changed": changed})
 
 
@@ -84,6 +86,6 @@ def post_resume(
     """Its queued events run again, in order: its drain is re-published through the fair queue."""
     if (refused := _checked(scope_key)) is not None:
         return refused
-    producer = tenant_producer(request)
-    changed = resume_scope(producer.store, scope_key, producer.fair.publish)
+    producer = producer_of(request)
+    changed = resume_scope(producer.store, tenant_keys(request), scope_key, producer.fair.publish)
     return JSONResponse({"scopeKey": scope_key, "paused": False, "changed": changed})

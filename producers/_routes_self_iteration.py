@@ -22,7 +22,7 @@ from policies.self_iteration.gate import set_override
 from producers._api_models import API_ERRORS, ErrorBody, Receipt, body_route, error_responses
 from producers._feed import Listener, Resync
 from producers._feed_response import FeedResponse, feed_of
-from producers._principal import LOCAL_PRINCIPAL, Principal, check_user, require, tenant_producer
+from producers._principal import LOCAL_PRINCIPAL, Principal, check_user, require, tenant_keys
 from producers._routes_receipts import receipt_store
 from producers._web_common import error_response, json_body, producer_of, settings_of
 from worker.core.ids import Id, NameId
@@ -86,8 +86,7 @@ Operator = Annotated[Principal, Depends(require("operate", users=True))]
 
 
 def _docs(request: Request) -> DocumentStore:
-    store = tenant_producer(request).store
-    return DocumentStore(store.client, store.keys)
+    return DocumentStore(producer_of(request).store.client, tenant_keys(request))
 
 
 @router.get("/v1/memories", response_model=MemoryList)
@@ -283,7 +282,7 @@ def put_gate(
     check_user(principal, user_id, "feature gate")  # before the body: another user's gate is simply not there
     if isinstance(body, JSONResponse):
         return body
-    store = tenant_producer(request).store
-    set_override(store.client, store.keys, user_id, body.enabled)
-    enabled = producer_of(request).deps.get(SelfIterationDeps).enabled(user_id, store.keys)
+    client, keys = producer_of(request).store.client, tenant_keys(request)
+    set_override(client, keys, user_id, body.enabled)
+    enabled = producer_of(request).deps.get(SelfIterationDeps).enabled(user_id, keys)
     return JSONResponse({"userId": user_id, "enabled": enabled})

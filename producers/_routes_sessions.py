@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from producers._api_models import API_ERRORS, ContextView, SessionSettings, body_route
-from producers._principal import principal_of, tenant_producer
+from producers._principal import principal_of
 from producers._session_access import SESSION_ID, SESSION_ID_RULE, session_access, session_store
 from producers._web_common import (
     InvalidBody,
@@ -19,6 +19,7 @@ from producers._web_common import (
     error_response,
     field_response,
     parse_body,
+    producer_of,
 )
 from sessions.dmail import DMail, ToolResult, end_step, send_dmail
 from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, UserQuotaExceeded, session_scope
@@ -172,7 +173,7 @@ def record_event(
             event["payload"][key] = value
     if settings.topic_id:
         event["payload"]["topicId"] = settings.topic_id
-    tenant_producer(request).enqueue(event)
+    producer_of(request).enqueue(event, tenant=principal_of(request).tenant)
 
 
 @router.put("/v1/sessions/{session_id}", response_model=SessionSettings, **body_route(SettingsBody))

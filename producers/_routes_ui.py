@@ -13,8 +13,8 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from producers._api_models import API_ERRORS
-from producers._principal import Principal, check_user, public, require, tenant_producer
-from producers._web_common import error_response
+from producers._principal import Principal, check_user, public, require, tenant_keys
+from producers._web_common import error_response, producer_of
 from worker.keys.layout import Keys
 from worker.ops.workers_view import workers_seen
 
@@ -97,12 +97,8 @@ def asset(name: str) -> Response:
 def list_conversations(request: Request, principal: Reader, limit: int = 50) -> JSONResponse:
     """Conversations seen in events, most recent first: ``{"conversations": [{userId, agentId, topicId, lastAt}]}``
     (a user token sees its own user's only)."""
-    store = tenant_producer(request).store
-    index = (
-        store.keys.conversations
-        if principal.user_id is None
-        else store.keys.user_conversations(principal.user_id)
-    )
+    store, keys = producer_of(request).store, tenant_keys(request)
+    index = keys.conversations if principal.user_id is None else keys.user_conversations(principal.user_id)
     rows: list[Any] = list(store.client.zrevrange(index, 0, max(1, min(limit, 500)) - 1, withscores=True))
     out = []
     for row in rows:
@@ -123,8 +119,8 @@ def conversation_messages(
     if not (userId and agentId and topicId):
         return error_response(422, "missing_field", "userId, agentId and topicId are required", "userId")
     check_user(principal, userId, "conversation")
-    store = tenant_producer(request).store
-    raw = store.client.lrange(store.keys.conversation(userId, agentId, topicId), 0, -1)
+    client = producer_of(request).store.client
+    raw = client.lrange(tenant_keys(request).conversation(userId, agentId, topicId), 0, -1)
     return JSONResponse({"messages": [json.loads(m) for m in raw]})
 
 
@@ -159,13 +155,13 @@ def _text(value: str | bytes) -> str:
 def overview(request: Request, caller: Annotated[Principal, Depends(require("read"))]) -> JSONResponse:
     """Counts by source type and status (the runs index), the tenant's counters (its stats hash), queue depth,
     workers seen, and the last hour per minute: all read from the store, whichever process did the work."""
-    producer = tenant_producer(request)
+    producer, keys = producer_of(request), tenant_keys(request)
     store = producer.store
     client = store.client
     now_min = int(time.time() // 60)
-    by_type = _runs_by_type(client, store.keys)  # the store's runs, not this process's telemetry
+    by_type = _runs_by_type(client, keys)  # the store's runs, not this process's telemetry
     points: dict[int, dict[str, float]] = {}
-    for bucket in store.buckets():  # with scope buckets, each bucket's series, summed
+    for bucket in keys.every_bucket():  # with scope buckets, each bucket's series, summed
         stale = []
         for raw_field, raw_value in client.hgetall(bucket.series).items():
             field = str(raw_field if isinstance(raw_field, str) else raw_field.decode())
@@ -189,7 +185,7 @@ def overview(request: Request, caller: Annotated[Principal, Depends(require("rea
                 "avgLatencyMs": (p.get("latency_ms", 0.0) / done) if done else None,
             }
         )
-    stats = store.stats()
+    stats = store.stats(keys)
     return JSONResponse(
         {
             "statusCounts": stats,
@@ -198,11 +194,11 @@ def overview(request: Request, caller: Annotated[Principal, Depends(require("rea
                 {
                     "name": producer.settings.queue_name,
                     "eventsWaiting": max(stats.get("queued", 0), 0),
-                    "activeScopes": len(store.active_scopes()),
+                    "activeScopes": len(store.active_scopes(keys)),
                 }
             ],
-            "deadLetters": store.dlq_size(),
-            "workers": workers_seen(store),
+            "deadLetters": store.dlq_size(keys),
+            "workers": workers_seen(store, keys),
             "series": series,
         }
     )

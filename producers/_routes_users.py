@@ -9,7 +9,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from producers._api_models import API_ERRORS
-from producers._principal import Principal, check_user, require, tenant_producer
+from producers._principal import Principal, check_user, require, tenant_keys
+from producers._web_common import producer_of
 from sessions.store import session_scope
 from worker.core.ids import NameId
 from worker.ops.erasure import erase_user
@@ -37,5 +38,7 @@ def delete_user(
     event running right now is left for the next call (``busyScopes`` > 0: call again); the answer is 200
     either way. A user token may erase its own user only."""
     check_user(principal, user_id, "user")
-    report = erase_user(tenant_producer(request).store, user_id, session_scope=session_scope)
+    report = erase_user(
+        producer_of(request).store, tenant_keys(request), user_id, session_scope=session_scope
+    )
     return JSONResponse(report.to_json_dict())

@@ -280,7 +280,8 @@ def _replay(settings: Any, path: str) -> None:
         if record.get("error"):
             line += f"\n             error: {record['error']}"
         _say(line)
-    _say(f"  dead letters: {producer.store.dlq_size()}   counters: {producer.store.stats()}")
+    keys = producer.keys
+    _say(f"  dead letters: {producer.store.dlq_size(keys)}   counters: {producer.store.stats(keys)}")
     _print_receipts(producer, lines)
     producer.close()
 
@@ -299,9 +300,7 @@ def _print_receipts(producer: Any, lines: list[str]) -> None:
         user = event.get("userId") or payload.get("userId")
         if isinstance(user, str) and user:
             users.add(user)
-    store = ReceiptStore(
-        producer.store.client, producer.store.keys, ttl_s=producer.settings.receipt_retention_s
-    )
+    store = ReceiptStore(producer.store.client, producer.keys, ttl_s=producer.settings.receipt_retention_s)
     deadline = time.monotonic() + 30
     found: list[dict[str, Any]] = []
     quiet_since, last_count = time.monotonic(), -1
@@ -311,9 +310,9 @@ def _print_receipts(producer: Any, lines: list[str]) -> None:
         # (an agent run handed over by the outbox is a task that reports its completion as a new event), all
         # of it without a break and with no new receipt for a second and a half (one idle sample could fall
         # between a task's pop and its unacked entry).
-        keys, client = producer.store.keys, producer.store.client
+        keys, client = producer.keys, producer.store.client
         idle = (
-            not producer.store.active_scopes()
+            not producer.store.active_scopes(keys)
             and not any(
                 client.zcard(k.outbox_due) or client.zcard(k.journal_due) for k in keys.every_bucket()
             )

@@ -16,9 +16,10 @@ from fastapi import Request
 from pydantic import AfterValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from producers._principal import Forbidden, Grant, NotFound, Principal, principal_of
+from producers._principal import Forbidden, Grant, NotFound, Principal, principal_of, tenant_keys
 from producers._web_common import producer_of
 from sessions.function_store import FunctionStore
+from sessions.scripts import SessionScripts
 from sessions.store import SessionLimits, SessionStore
 
 __all__ = ["SESSION_ID", "SESSION_ID_RULE", "SessionId", "function_store", "session_access", "session_store"]
@@ -43,22 +44,18 @@ SessionId = Annotated[
 
 
 def session_store(request: Request) -> SessionStore:
-    """The caller's tenant's session store (one per tenant per process, built on first use)."""
-    principal = principal_of(request)
-    stores: dict[str, SessionStore] | None = getattr(request.app.state, "session_stores", None)
-    if stores is None:
-        stores = request.app.state.session_stores = {}
-    store = stores.get(principal.tenant)
-    if store is None:
-        base = producer_of(request).store.for_tenant(principal.tenant)
-        limits = SessionLimits.from_settings(base.settings)
-        store = stores[principal.tenant] = SessionStore(base.client, base.keys, limits)
-    return store
+    """The caller's tenant's session store: a view over the process's one client and script registration."""
+    scripts: SessionScripts | None = getattr(request.app.state, "session_scripts", None)
+    base = producer_of(request).store
+    if scripts is None:
+        scripts = request.app.state.session_scripts = SessionScripts.register(base.client)
+    limits = SessionLimits.from_settings(base.settings)
+    return SessionStore(base.client, tenant_keys(request), limits, scripts=scripts)
 
 
 def function_store(request: Request) -> FunctionStore:
-    base = producer_of(request).store.for_tenant(principal_of(request).tenant)
-    return FunctionStore(base.client, base.keys, limits=SessionLimits.from_settings(base.settings))
+    base = producer_of(request).store
+    return FunctionStore(base.client, tenant_keys(request), limits=SessionLimits.from_settings(base.settings))
 
 
 def session_access(request: Request, session_id: SessionId) -> Principal:

@@ -182,11 +182,19 @@ def _check_messages(records: list[str], messages: Sequence[dict[str, Any]], limi
 class SessionStore:
     """All session state of one key prefix, bounded by ``limits``."""
 
-    def __init__(self, client: Redis, keys: Keys, limits: SessionLimits | None = None) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        keys: Keys,
+        limits: SessionLimits | None = None,
+        *,
+        scripts: SessionScripts | None = None,
+    ) -> None:
         self.client = client
-        self.keys = keys
+        self.keys = keys  # one tenant's
         self.limits = limits or SessionLimits()
-        self.scripts = SessionScripts.register(client)
+        # a process shares one registration (the door builds a store per request, for the caller's tenant)
+        self.scripts = scripts if scripts is not None else SessionScripts.register(client)
 
     def _keys(self, session_id: str) -> list[str]:
         """The session's keys, then its user's stored-bytes count (KEYS[9]) when it names a user."""

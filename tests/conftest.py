@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.settings import Settings, settings_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,8 +74,8 @@ def redis_client(redis_url: str, prefix: str) -> Iterator[Redis]:
 
 
 @pytest.fixture
-def keys(prefix: str) -> Keys:
-    return Keys(prefix)
+def keys(prefix: str) -> BucketKeys:
+    return BucketKeys(prefix)
 
 
 SettingsFactory = Callable[..., Settings]
@@ -184,7 +184,7 @@ def wait_for(
 
 
 @pytest.fixture
-def start_worker(tmp_path: Path, redis_client: Redis, keys: Keys) -> Iterator[Callable[..., Proc]]:
+def start_worker(tmp_path: Path, redis_client: Redis, keys: BucketKeys) -> Iterator[Callable[..., Proc]]:
     """Factory: start a real ``agent-signal worker`` process; waits until it has registered."""
     procs: list[Proc] = []
 

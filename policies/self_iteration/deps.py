@@ -50,14 +50,13 @@ class SelfIterationDeps:
     """What the self-iteration handlers use besides their node and context."""
 
     redis: Redis  # reads only: writes are staged through ctx.effects
-    keys: Keys
     enabled_by_default: bool
     runner: AgentRunner | None
     satisfaction_judge: SatisfactionJudge = field(default_factory=RuleSatisfactionJudge)
     domain_judge: DomainJudge = field(default_factory=RuleDomainJudge)
     skill_intent: SkillIntentClassifier = field(default_factory=RuleSkillIntentClassifier)
 
-    def enabled(self, user_id: str | None, keys: Keys | None = None) -> bool:
+    def enabled(self, user_id: str | None, keys: Keys) -> bool:
         """The feature gate for one user of the tenant of ``keys`` (override in Redis, else the setting);
-        handlers pass ``ctx.keys`` so the override read is their event's tenant's."""
-        return enabled_for(self.redis, keys or self.keys, self.enabled_by_default, [user_id])[0]
+        handlers pass ``ctx.keys``, so the override read is their event's tenant's."""
+        return enabled_for(self.redis, keys, self.enabled_by_default, [user_id])[0]

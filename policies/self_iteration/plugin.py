@@ -63,7 +63,6 @@ def _deps(runtime: PluginRuntime) -> SelfIterationDeps:
     settings = runtime.settings_for(SelfIterationSettings)
     deps = SelfIterationDeps(
         redis=runtime.redis,
-        keys=runtime.keys,
         enabled_by_default=settings.self_iteration_enabled,
         runner=_runner(settings, runtime),
     )
@@ -78,7 +77,6 @@ def _deps(runtime: PluginRuntime) -> SelfIterationDeps:
     client = OpenAIJudgeClient(settings.judge_url, settings.judge_model, settings.judge_api_key)
     return SelfIterationDeps(
         redis=deps.redis,
-        keys=deps.keys,
         enabled_by_default=deps.enabled_by_default,
         runner=deps.runner,
         satisfaction_judge=OpenAISatisfactionJudge(client),
@@ -129,7 +127,7 @@ def _agent_run(runtime: PluginRuntime, payload: dict[str, Any]) -> None:
     self_iteration = run_reference_agent(DocumentStore(runtime.redis, keys), request)
     if runtime.emitter is None:
         raise RuntimeError("the reference agent needs the engine's emitter")
-    runtime.emitter.for_tenant(request.tenant).emit(completion_event(request, self_iteration))
+    runtime.emitter.emit(completion_event(request, self_iteration), tenant=request.tenant)
 
 
 def plugin() -> Plugin:

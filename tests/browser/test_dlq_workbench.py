@@ -59,7 +59,7 @@ def test_a_dead_event_is_edited_and_redriven_to_done(
     expect(detail.get_by_role("button", name="Redrive with this payload")).to_be_disabled()
     editor.fill('{"note": "edited in the workbench"}')
     shot(page, tmp_path, "dlq")
-    redis_client.set(f"{keys.own}test:fixed", "1")
+    redis_client.set(f"{keys.bucket_prefix}test:fixed", "1")
     detail.get_by_role("button", name="Redrive with this payload").click()
 
     # Then the row follows it to done, and the run used the edited payload
@@ -112,7 +112,7 @@ def test_discard_with_a_reason_and_bulk_redrive_by_filter(
     page.get_by_label("Select every row shown").check()
     bulk = page.get_by_role("button", name="Redrive selected (2)")
     expect(bulk).to_be_enabled()
-    redis_client.set(f"{keys.own}test:fixed", "1")
+    redis_client.set(f"{keys.bucket_prefix}test:fixed", "1")
     bulk.click()
 
     # Then each row reaches done, and the discarded one is listed with its reason

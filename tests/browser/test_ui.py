@@ -119,7 +119,7 @@ def test_receipts_undo_chain_and_dlq(
     row.wait_for(timeout=15_000)
     assert "flaky handler is broken" in row.inner_text()
     page.screenshot(path=str(tmp_path / "dlq.png"), full_page=True)
-    redis_client.set(f"{keys.own}test:fixed", "1")
+    redis_client.set(f"{keys.bucket_prefix}test:fixed", "1")
     page.locator(f'tr[data-event-id="{dead}"] button:has-text("Redrive")').click()
     page.wait_for_selector(
         f'tr[data-event-id="{dead}"] [data-testid="dlq-status"]:has-text("done")', timeout=30_000

@@ -14,7 +14,7 @@ from redis import Redis
 
 from tests.chaos.history_plugin import HistoryKeys
 from tests.chaos.receiver import Receipts
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.outbox.relay import records_of_event
 
 Accepted = tuple[str, str, int]  # (sourceId, scope, seq) of an accepted event
@@ -69,8 +69,8 @@ def check_history(
     scope; fence rejections: the engine's ``fenceRejected`` counter; effects lost: a done event without
     exactly one delivered outbox record and one effect at the receiver; effects twice: an event with more
     than one effect at the receiver."""
-    keys = Keys(prefix)
-    history = HistoryKeys(keys.own)
+    keys = BucketKeys(prefix)
+    history = HistoryKeys(keys.bucket_prefix)
     found = History(events=len(accepted))
     ids = list(accepted)
     pipe = redis.pipeline(transaction=False)
@@ -137,7 +137,7 @@ def _check_order_and_fences(
 
 def _check_effects(
     redis: Redis,
-    keys: Keys,
+    keys: BucketKeys,
     accepted: dict[str, Accepted],
     states: dict[str, str | None],
     receipts: Receipts,
@@ -155,7 +155,7 @@ def _check_effects(
     found.deliveries = sum(receipts.deliveries.values())
     for event_id, (sid, scope, _) in accepted.items():
         if states[sid] == "done":
-            records = [str(r.get("state")) for r in records_of_event(store, scope, event_id)]
+            records = [str(r.get("state")) for r in records_of_event(keys, store, scope, event_id)]
             if effects[sid] < 1 or not records or any(r != "delivered" for r in records):
                 found.effects_lost += 1
                 found.problems.append(

@@ -29,7 +29,7 @@ from tests.chaos.history_plugin import OP_TYPE, RECEIVER_ENV, SOURCE_TYPES, Hist
 from tests.chaos.processes import RedisServer, TcpProxy, WorkerProc, wait_until
 from tests.chaos.receiver import Receipts, Receiver
 from tests.conftest import worker_argv
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.settings import Settings, settings_environment
 
 __all__ = ["CHAOS_SETTINGS", "ChaosRun", "op_events"]
@@ -134,11 +134,11 @@ class ChaosRun:
 
     @property
     def history(self) -> HistoryKeys:
-        return HistoryKeys(Keys(self.prefix).own)
+        return HistoryKeys(BucketKeys(self.prefix).bucket_prefix)
 
     @property
-    def keys(self) -> Keys:
-        return Keys(self.prefix)
+    def keys(self) -> BucketKeys:
+        return BucketKeys(self.prefix)
 
     @property
     def producer(self) -> Any:

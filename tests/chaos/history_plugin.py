@@ -109,7 +109,7 @@ class HistoryProbe:
 
 
 def _history(ctx: HandlerContext) -> HistoryKeys:
-    return HistoryKeys(ctx.keys.own)
+    return HistoryKeys(ctx.keys.bucket_prefix)
 
 
 def _on_source(source: Source, ctx: HandlerContext) -> Dispatch:

@@ -13,17 +13,17 @@ from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
 
-def _batch_event(keys: Keys, i: int, scope: str = "topic:batch", **payload: Any) -> dict[str, Any]:
+def _batch_event(keys: BucketKeys, i: int, scope: str = "topic:batch", **payload: Any) -> dict[str, Any]:
     return {
         "sourceType": "test.batch",
         "sourceId": f"b-{i}",
         "scopeKey": scope,
-        "payload": {"counterKey": f"{keys.own}test:batch-counter", **payload},
+        "payload": {"counterKey": f"{keys.bucket_prefix}test:batch-counter", **payload},
     }
 
 
@@ -31,12 +31,12 @@ def _done(producer: Producer, event_ids: list[str]) -> bool:
     return all((producer.status(e) or {}).get("status") == "done" for e in event_ids)
 
 
-def _ints(redis_client: Redis, keys: Keys, name: str, n: int) -> list[int]:
-    return [int(redis_client.get(f"{keys.own}test:{name}:b-{i}") or 0) for i in range(n)]
+def _ints(redis_client: Redis, keys: BucketKeys, name: str, n: int) -> list[int]:
+    return [int(redis_client.get(f"{keys.bucket_prefix}test:{name}:b-{i}") or 0) for i in range(n)]
 
 
 def test_a_burst_commits_in_batches_in_order_and_once(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """100 queued events of one scope: they commit in batches of at most 16, in enqueue order, each effect
     applied once and each chain run once."""
@@ -45,10 +45,12 @@ def test_a_burst_commits_in_batches_in_order_and_once(
     ids = [r.event_id for r in producer.enqueue_many([_batch_event(keys, i) for i in range(100)])]
     start_worker(settings)
     wait_for(lambda: _done(producer, ids), timeout_s=90, what="100 batched events")
-    assert redis_client.lrange(f"{keys.own}test:batch-order", 0, -1) == [f"b-{i}" for i in range(100)]
-    assert redis_client.get(f"{keys.own}test:batch-counter") == "100"
+    assert redis_client.lrange(f"{keys.bucket_prefix}test:batch-order", 0, -1) == [
+        f"b-{i}" for i in range(100)
+    ]
+    assert redis_client.get(f"{keys.bucket_prefix}test:batch-counter") == "100"
     assert _ints(redis_client, keys, "batch-runs", 100) == [1] * 100
-    stats = producer.store.stats()
+    stats = producer.store.stats(producer.keys)
     assert stats["batchCommits"] >= 100 // 16, stats
     assert stats["batchedEvents"] >= 90, stats
     assert stats["done"] == 100
@@ -56,7 +58,7 @@ def test_a_burst_commits_in_batches_in_order_and_once(
 
 
 def test_sigkill_in_the_middle_of_a_batch_redoes_nothing_committed(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Batch 1 (events 0-15) commits; the worker child is killed while batch 2 runs event 19's chain. The
     committed events never run again, events 16-19 run again (the drain after a lost delivery goes one by
@@ -68,14 +70,16 @@ def test_sigkill_in_the_middle_of_a_batch_redoes_nothing_committed(
     events[19]["payload"]["waitGo"] = True
     ids = [r.event_id for r in producer.enqueue_many(events)]
     start_worker(settings)
-    marker = f"{keys.own}test:inbatch:b-19"
+    marker = f"{keys.bucket_prefix}test:inbatch:b-19"
     pid = int(wait_for(lambda: redis_client.get(marker), timeout_s=60, what="event 19's chain"))
     assert [(producer.status(e) or {}).get("status") for e in ids[:16]] == ["done"] * 16
     os.kill(pid, signal.SIGKILL)
-    redis_client.set(f"{keys.own}test:batch-go:b-19", 1)  # the redelivery runs it to the end
+    redis_client.set(f"{keys.bucket_prefix}test:batch-go:b-19", 1)  # the redelivery runs it to the end
     wait_for(lambda: _done(producer, ids), timeout_s=90, what="recovery of the scope")
-    assert redis_client.lrange(f"{keys.own}test:batch-order", 0, -1) == [f"b-{i}" for i in range(30)]
-    assert redis_client.get(f"{keys.own}test:batch-counter") == "30"
+    assert redis_client.lrange(f"{keys.bucket_prefix}test:batch-order", 0, -1) == [
+        f"b-{i}" for i in range(30)
+    ]
+    assert redis_client.get(f"{keys.bucket_prefix}test:batch-counter") == "30"
     assert _ints(redis_client, keys, "batch-runs", 30) == [1] * 16 + [2] * 4 + [1] * 10
     attempts = [int((producer.status(e) or {})["attempts"]) for e in ids]
     assert attempts == [1] * 16 + [2] + [1] * 13
@@ -83,13 +87,13 @@ def test_sigkill_in_the_middle_of_a_batch_redoes_nothing_committed(
 
 
 def test_handlers_that_are_not_batch_safe_run_one_by_one_in_order(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """A scope alternating batch-safe events with test.counter events (not batch-safe): every event done in
     enqueue order (commit times never go back), every effect once."""
     settings = make_settings(commit_batch_max=8)
     producer = Producer(settings)
-    counter = f"{keys.own}test:mixed-counter"
+    counter = f"{keys.bucket_prefix}test:mixed-counter"
     events = []
     for i in range(40):
         if i % 5 == 4:
@@ -110,14 +114,16 @@ def test_handlers_that_are_not_batch_safe_run_one_by_one_in_order(
     assert done_at == sorted(done_at), "events committed out of enqueue order"
     assert redis_client.get(counter) == "8"
     batched = [f"b-{i}" for i in range(40) if i % 5 != 4]
-    assert redis_client.lrange(f"{keys.own}test:batch-order", 0, -1) == batched
-    assert redis_client.get(f"{keys.own}test:batch-counter") == str(len(batched))
-    assert producer.store.stats().get("batchCommits", 0) > 0, "the batch-safe runs were never batched"
+    assert redis_client.lrange(f"{keys.bucket_prefix}test:batch-order", 0, -1) == batched
+    assert redis_client.get(f"{keys.bucket_prefix}test:batch-counter") == str(len(batched))
+    assert producer.store.stats(producer.keys).get("batchCommits", 0) > 0, (
+        "the batch-safe runs were never batched"
+    )
     producer.close()
 
 
 def test_two_events_sharing_a_lane_apply_it_once(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Events 3 and 4 share an idempotency key: the lane applies once (event 4 replays event 3's result on
     the slow path), and the batch goes on around them."""
@@ -129,10 +135,10 @@ def test_two_events_sharing_a_lane_apply_it_once(
     ids = [r.event_id for r in producer.enqueue_many(events)]
     start_worker(settings)
     wait_for(lambda: _done(producer, ids), timeout_s=90, what="the scope")
-    assert redis_client.get(f"{keys.own}test:batch-counter") == "9"
+    assert redis_client.get(f"{keys.bucket_prefix}test:batch-counter") == "9"
     order = [f"b-{i}" for i in range(10) if i != 4]
-    assert redis_client.lrange(f"{keys.own}test:batch-order", 0, -1) == order
-    chain = producer.store.get_chain("chain:b-4")
+    assert redis_client.lrange(f"{keys.bucket_prefix}test:batch-order", 0, -1) == order
+    chain = producer.store.get_chain(producer.keys, "chain:b-4")
     assert chain is not None
     assert [r["status"] for r in chain["envelope"]["results"]] == ["applied"]
     # The batch stopped before event 4 (its lane was taken): 4 ran again alone, and 5-9, which had run in
@@ -142,7 +148,7 @@ def test_two_events_sharing_a_lane_apply_it_once(
 
 
 def test_two_actions_of_one_event_sharing_a_lane_apply_it_once(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """In a batched event, a second action under the same idempotency key replays the first one's result
     (as the slow path's lookup would): the effect applies once per event."""
@@ -152,9 +158,9 @@ def test_two_actions_of_one_event_sharing_a_lane_apply_it_once(
     ids = [r.event_id for r in producer.enqueue_many(events)]
     start_worker(settings)
     wait_for(lambda: _done(producer, ids), timeout_s=90, what="the scope")
-    assert redis_client.get(f"{keys.own}test:batch-counter") == "6"
-    assert producer.store.stats().get("batchCommits", 0) > 0
-    chain = producer.store.get_chain("chain:b-0")
+    assert redis_client.get(f"{keys.bucket_prefix}test:batch-counter") == "6"
+    assert producer.store.stats(producer.keys).get("batchCommits", 0) > 0
+    chain = producer.store.get_chain(producer.keys, "chain:b-0")
     assert chain is not None
     assert [r["status"] for r in chain["envelope"]["results"]] == ["applied", "applied"]
     producer.close()

@@ -17,7 +17,7 @@ from producers._http import create_web_app
 from tests.conftest import wait_for
 from worker.documents.chain_codec import DEFLATE_V1, decode_chain
 from worker.documents.chain_storage import rebuilt_chain
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -53,9 +53,9 @@ def raw_redis(redis_url: str) -> Iterator[Redis]:
     client.close()
 
 
-def _done(api: TestClient, keys: Keys, source_id: str) -> dict[str, Any]:
+def _done(api: TestClient, keys: BucketKeys, source_id: str) -> dict[str, Any]:
     """Send one test.counter event (a signal, an action, its result) and wait until it is done."""
-    payload = {"counterKey": f"{keys.own}test:compact-counter"}
+    payload = {"counterKey": f"{keys.bucket_prefix}test:compact-counter"}
     answer = api.post(
         "/v1/events",
         json={
@@ -78,7 +78,7 @@ def _done(api: TestClient, keys: Keys, source_id: str) -> dict[str, Any]:
 
 class TestCompactChain:
     def test_the_chain_is_stored_compressed_and_answered_as_before(
-        self, api: TestClient, raw_redis: Redis, keys: Keys
+        self, api: TestClient, raw_redis: Redis, keys: BucketKeys
     ) -> None:
         """The stored value starts with the format byte and holds the projection's inputs only; GET
         /v1/chains/{id} is LobeHub's shape, projected again from them."""
@@ -99,7 +99,7 @@ class TestCompactChain:
         assert chain["envelope"]["metadata"]["eventId"] == status["eventId"]
 
     def test_a_chain_in_the_old_plain_json_form_still_reads(
-        self, api: TestClient, redis_client: Redis, keys: Keys
+        self, api: TestClient, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """A document written before the format byte (plain JSON) is answered unchanged."""
         status = _done(api, keys, "compact-old")
@@ -111,7 +111,7 @@ class TestCompactChain:
 
 class TestTrimmedEventHash:
     def test_the_status_shape_is_unchanged_without_the_duplicated_fields(
-        self, api: TestClient, redis_client: Redis, keys: Keys
+        self, api: TestClient, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """The hash has no eventId and no startedAt (the key and the history hold them); the status record,
         the run detail and the listing still answer eventId, chainId and the attempt's start."""
@@ -136,7 +136,7 @@ class TestTrimmedEventHash:
         assert listed[0]["chainId"] == "chain:compact-2" and listed[0]["sourceId"] == "compact-2"
 
     def test_an_old_hash_with_its_own_id_still_reads(
-        self, api: TestClient, redis_client: Redis, keys: Keys
+        self, api: TestClient, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """A hash written before the trim (with eventId and startedAt fields) answers the same record."""
         status = _done(api, keys, "compact-3")

@@ -20,7 +20,7 @@ from tests.chaos.history_plugin import HistoryKeys
 from tests.chaos.processes import RedisServer
 from tests.chaos.receiver import Receipts
 from tests.chaos.scenarios import child_kill, paused_holder, redis_restart
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.outbox.relay import OutboxRecord, outbox_commands
 
 pytestmark = [
@@ -77,8 +77,8 @@ def test_checker_counts_what_it_is_shown(private_redis: Redis) -> None:
     """The checker finds a lost event, a double application, an order inversion, a stale commit, a healthy
     event dead and a poisoned one alive, a lost effect and an effect applied twice."""
     prefix = "chk:"
-    keys = Keys(prefix)
-    history = HistoryKeys(keys.own)
+    keys = BucketKeys(prefix)
+    history = HistoryKeys(keys.bucket_prefix)
     accepted = {f"e{i}": (f"s-{i}", "topic:a", i) for i in range(6)}
     for i in range(6):
         private_redis.hset(keys.event(f"e{i}"), mapping={"state": "done", "fence": "2"})

@@ -13,7 +13,7 @@ from redis import Redis
 from producers import Producer
 from worker.chain.context import EffectBuffer
 from worker.drain.lease import LeaseGrant, ScopeLease
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.store.events import CommitReply, EventCommit, EventStore, PreparedEvent
 from worker.store.replies import CommitCode
 
@@ -32,7 +32,7 @@ def _setup(make_settings: Any) -> tuple[Producer, EventStore, ScopeLease]:
     return producer, store, ScopeLease(store.scripts, ttl_s=30, renew_interval_s=10)
 
 
-def _take(lease: ScopeLease, keys: Keys) -> tuple[LeaseGrant, str]:
+def _take(lease: ScopeLease, keys: BucketKeys) -> tuple[LeaseGrant, str]:
     grant, _, head = lease.acquire(keys, SCOPE, now_ms=int(time.time() * 1000))
     lease.stop_renewing()
     assert grant is not None and head is not None and head.begun is not None
@@ -66,12 +66,12 @@ def _commit(
 class TestOnlyDoneApplies:
     @pytest.mark.parametrize("outcome", ["retry", "dead"])
     def test_retry_and_dead_apply_nothing(
-        self, outcome: str, make_settings: Any, redis_client: Redis, keys: Keys
+        self, outcome: str, make_settings: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """A retried or dead event's staged writes and follow-ups are dropped by the script."""
         producer, store, lease = _setup(make_settings)
         producer.enqueue(_event("c1"))
-        grant, event_id = _take(lease, store.keys)
+        grant, event_id = _take(lease, keys)
         effects = EffectBuffer(keys=keys)
         effects.call("HINCRBY", keys.plugin(SCOPE, "probe"), "n", 1)
         follow = producer.validate(_event("f1", scope="topic:follow"))
@@ -81,12 +81,12 @@ class TestOnlyDoneApplies:
         producer.close()
 
     def test_done_applies_writes_and_admits_follow_ups(
-        self, make_settings: Any, redis_client: Redis, keys: Keys
+        self, make_settings: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """A done event's writes land, and its follow-up is admitted with a drain to publish for its scope."""
         producer, store, lease = _setup(make_settings)
         producer.enqueue(_event("c2"))
-        grant, event_id = _take(lease, store.keys)
+        grant, event_id = _take(lease, keys)
         effects = EffectBuffer(keys=keys)
         effects.call("HINCRBY", keys.plugin(SCOPE, "probe"), "n", 1)
         follow = producer.validate(_event("f2", scope="topic:follow"))
@@ -101,12 +101,12 @@ class TestOnlyDoneApplies:
 
 
 def test_a_wrong_type_write_is_refused_before_any_write(
-    make_settings: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """HINCRBY on a string key: REFUSED naming the write, nothing applied, the event still at its inbox head."""
     producer, store, lease = _setup(make_settings)
     producer.enqueue(_event("c3"))
-    grant, event_id = _take(lease, store.keys)
+    grant, event_id = _take(lease, keys)
     redis_client.set(keys.plugin(SCOPE, "text"), "not a hash")
     effects = EffectBuffer(keys=keys)
     effects.call("SET", keys.plugin(SCOPE, "first"), "1")
@@ -121,7 +121,7 @@ def test_a_wrong_type_write_is_refused_before_any_write(
 
 
 def test_the_pipeline_dead_letters_an_event_whose_write_is_refused(
-    make_settings: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """End to end in-process: the activity plugin's counter key holds a string, so its HINCRBY is refused
     by APPLY; the event ends dead with the reason, and nothing else was written."""

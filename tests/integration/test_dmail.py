@@ -379,12 +379,14 @@ class TestEventsAndReceipt:
             assert receipt["metadata"] == {"sessionId": "rx", "checkpointId": 1}
             producer = client.app.state.producer  # type: ignore[attr-defined]
             chain = wait_for(
-                lambda: producer.store.get_chain(f"chain:{receipt['sourceId']}"), what="the chain"
+                lambda: producer.store.get_chain(producer.keys, f"chain:{receipt['sourceId']}"),
+                what="the chain",
             )
             assert chain["envelope"]["source"]["sourceType"] == "agent.context.reverted"
             assert chain["envelope"]["source"]["scopeKey"] == "session:rx"
             sent = wait_for(
-                lambda: producer.store.get_chain("chain:dmail:rx:1"), what="the send event's chain"
+                lambda: producer.store.get_chain(producer.keys, "chain:dmail:rx:1"),
+                what="the send event's chain",
             )
             assert sent["envelope"]["source"]["sourceType"] == "agent.dmail.sent"
             assert json.dumps(sent["envelope"]["source"]["payload"]["message"]) == json.dumps(

@@ -12,8 +12,9 @@ from redis import Redis
 
 from tests.conftest import SettingsFactory
 from worker.core.errors import OverLimit
+from worker.core.tenancy import DEFAULT_TENANT
 from worker.intake.emitter import Emitter
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys, EngineKeys
 from worker.runtime.fair import DRAIN_NEXT_TASK, FairQueue
 from worker.store.events import EventStore
 
@@ -53,14 +54,16 @@ def _events(tag: str) -> list[dict[str, Any]]:
     ]
 
 
-def _ready_state(redis_client: Redis, keys: Keys, tenant: str) -> tuple[list[str], str | None, list[str]]:
+def _ready_state(
+    redis_client: Redis, keys: EngineKeys, tenant: str
+) -> tuple[list[str], str | None, list[str]]:
     ready: list[str] = redis_client.lrange(keys.ready(tenant), 0, -1)
     ring: list[str] = redis_client.lrange(keys.ready_tenants, 0, -1)
     return sorted(ready), redis_client.get(keys.drain_tickets), ring
 
 
 def test_one_script_makes_the_same_scopes_ready_as_two(
-    redis_client: Redis, keys: Keys, make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
+    redis_client: Redis, keys: BucketKeys, make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Twelve events over six scopes, cap 5: each scope once on its tenant's ready list, 5 tickets, 5
     messages, with no READY_PUSH call; the two-step path (no ready queue) ends in the same state."""
@@ -76,8 +79,8 @@ def test_one_script_makes_the_same_scopes_ready_as_two(
         assert len(pushes) == (0 if ready else 1)  # READY_PUSH's own round trip only on the two-step path
         assert [r.status for r in results] == ["accepted"] * 12
         assert broker.sent == [DRAIN_NEXT_TASK] * 5
-        ready_list, tickets, ring = _ready_state(redis_client, store.keys, store.tenant)
-        assert tickets == "5" and ring == [store.tenant]
+        ready_list, tickets, ring = _ready_state(redis_client, store.keys, DEFAULT_TENANT)
+        assert tickets == "5" and ring == [DEFAULT_TENANT]
         states.append([ref.split(":", 2)[-1] for ref in ready_list])
         assert len(ready_list) == 6
     assert states[0] == states[1]
@@ -104,24 +107,27 @@ def test_a_refused_batch_pushes_nothing(redis_client: Redis, make_settings: Sett
     ]
     with pytest.raises(OverLimit):
         emitter.enqueue([emitter.validate(e) for e in events])
-    assert not redis_client.exists(store.keys.ready(store.tenant), store.keys.drain_tickets)
-    assert broker.sent == [] and redis_client.llen(store.keys.inbox("topic:o")) == 0
+    assert not redis_client.exists(store.keys.ready(DEFAULT_TENANT), store.keys.drain_tickets)
+    assert (
+        broker.sent == [] and redis_client.llen(store.keys.for_tenant(DEFAULT_TENANT).inbox("topic:o")) == 0
+    )
 
 
 def test_another_tenants_enqueue_pushes_onto_that_tenants_ready_list(
     redis_client: Redis, make_settings: SettingsFactory
 ) -> None:
-    """An emitter for another tenant (for_tenant) pushes that tenant's scope refs onto that tenant's list."""
+    """Another tenant's events (the tenant travels in each prepared event) push that tenant's scope refs onto
+    that tenant's list, through the one emitter of the process."""
     store = EventStore(redis_client, make_settings())
-    emitter = _emitter(store, Broker(), ready=True).for_tenant("acme")
+    emitter = _emitter(store, Broker(), ready=True)
     event = {"sourceType": "bot.message.merged", "sourceId": "t1", "scopeKey": "topic:t", "payload": {}}
-    emitter.enqueue([emitter.validate(event)])
+    emitter.enqueue([emitter.validate(event, tenant="acme")])
     assert redis_client.lrange(store.keys.ready("acme"), 0, -1) == ["acme/topic:t"]
-    assert not redis_client.exists(store.keys.ready(store.tenant))
+    assert not redis_client.exists(store.keys.ready(DEFAULT_TENANT))
 
 
 def test_a_scope_already_scheduled_or_paused_is_not_pushed_again(
-    redis_client: Redis, keys: Keys, make_settings: SettingsFactory
+    redis_client: Redis, keys: BucketKeys, make_settings: SettingsFactory
 ) -> None:
     """A second enqueue to a scope that waits for its drain pushes nothing and sends nothing; a paused
     scope's event waits in its inbox, off the ready lists."""
@@ -131,12 +137,13 @@ def test_a_scope_already_scheduled_or_paused_is_not_pushed_again(
     first = {"sourceType": "bot.message.merged", "sourceId": "a1", "scopeKey": "topic:a", "payload": {}}
     emitter.enqueue([emitter.validate(first)])
     emitter.enqueue([emitter.validate({**first, "sourceId": "a2"})])
-    redis_client.hset(store.keys.runs("paused"), "topic:b", "1")
+    home = store.keys.for_tenant(DEFAULT_TENANT)
+    redis_client.hset(home.for_scope("topic:b").runs("paused"), "topic:b", "1")
     paused = {**first, "sourceId": "b1", "scopeKey": "topic:b"}
     assert emitter.enqueue([emitter.validate(paused)])[0].status == "accepted"
-    assert redis_client.lrange(store.keys.ready(store.tenant), 0, -1) == [store.keys.scope_ref("topic:a")]
+    assert redis_client.lrange(store.keys.ready(DEFAULT_TENANT), 0, -1) == [home.scope_ref("topic:a")]
     assert broker.sent == [DRAIN_NEXT_TASK]
-    assert redis_client.llen(store.keys.inbox("topic:b")) == 1
+    assert redis_client.llen(home.inbox("topic:b")) == 1
 
 
 def test_a_broker_that_is_down_gives_the_tickets_back_and_keeps_the_events(
@@ -152,6 +159,6 @@ def test_a_broker_that_is_down_gives_the_tickets_back_and_keeps_the_events(
     ]
     results = emitter.enqueue([emitter.validate({**e, "payload": {}}) for e in events])
     assert [r.status for r in results] == ["accepted"] * 3
-    assert redis_client.llen(store.keys.ready(store.tenant)) == 3
+    assert redis_client.llen(store.keys.ready(DEFAULT_TENANT)) == 3
     assert not redis_client.exists(store.keys.drain_tickets)
     assert "not sent" in caplog.text

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.runtime.fair import DRAIN_NEXT_TASK, FairQueue
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ class Broker:
         self.sent.append(name)
 
 
-def _queue(redis_client: Redis, keys: Keys, broker: Broker, messages_max: int = 5) -> FairQueue:
+def _queue(redis_client: Redis, keys: BucketKeys, broker: Broker, messages_max: int = 5) -> FairQueue:
     return FairQueue(redis_client, keys, broker, "q", messages_max=messages_max, ticket_ttl_ms=60_000)
 
 
@@ -37,7 +37,9 @@ def _refs(n: int) -> list[str]:
     return [f"t1/topic:{i}" for i in range(n)]
 
 
-def test_tickets_cap_the_messages_and_the_last_pop_retires_them(redis_client: Redis, keys: Keys) -> None:
+def test_tickets_cap_the_messages_and_the_last_pop_retires_them(
+    redis_client: Redis, keys: BucketKeys
+) -> None:
     """12 scopes made ready with a cap of 5: 5 messages; popping them all, then once more, leaves no ticket."""
     broker = Broker()
     fair = _queue(redis_client, keys, broker)
@@ -54,7 +56,7 @@ def test_tickets_cap_the_messages_and_the_last_pop_retires_them(redis_client: Re
     assert not redis_client.exists(keys.drain_tickets)
 
 
-def test_a_failed_send_gives_back_every_unsent_ticket(redis_client: Redis, keys: Keys) -> None:
+def test_a_failed_send_gives_back_every_unsent_ticket(redis_client: Redis, keys: BucketKeys) -> None:
     """The third of five sends fails: the two sent keep their tickets, the three unsent are given back."""
     broker = Broker(fail_from=3)
     fair = _queue(redis_client, keys, broker)
@@ -65,7 +67,7 @@ def test_a_failed_send_gives_back_every_unsent_ticket(redis_client: Redis, keys:
     assert redis_client.llen(keys.ready("t1")) == 5  # the scopes are ready: the two messages will pop them
 
 
-def test_the_sweep_sends_one_message_past_a_count_left_high(redis_client: Redis, keys: Keys) -> None:
+def test_the_sweep_sends_one_message_past_a_count_left_high(redis_client: Redis, keys: BucketKeys) -> None:
     """Tickets counted for messages the broker lost (the count at its cap, nothing out): a publish sends
     nothing, the sweep's publish still sends one message."""
     fair = _queue(redis_client, keys, Broker())
@@ -79,7 +81,7 @@ def test_the_sweep_sends_one_message_past_a_count_left_high(redis_client: Redis,
     assert redis_client.get(keys.drain_tickets) == "6"
 
 
-def test_a_count_expires_after_the_last_ticket_taken(redis_client: Redis, keys: Keys) -> None:
+def test_a_count_expires_after_the_last_ticket_taken(redis_client: Redis, keys: BucketKeys) -> None:
     """Pushes that take no ticket and pops do not keep the count alive: its TTL is the last ticket's."""
     fair = _queue(redis_client, keys, Broker(), messages_max=1)
     fair.publish_many(["t1/topic:a"])

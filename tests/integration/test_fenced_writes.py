@@ -23,7 +23,7 @@ from producers import Producer
 from tests.conftest import wait_for
 from tests.support.waiting import relay_for
 from worker.drain.pipeline import Pipeline
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
 
@@ -96,7 +96,7 @@ def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_s
         }
     )
     assert _drain_until_final(pipeline, producer, "topic:tpc_p", parked.event_id)["status"] == "done"
-    intents = producer.store.keys.skill_intents("topic:tpc_p")
+    intents = producer.keys.for_bucket(0).skill_intents("topic:tpc_p")
     record = json.loads(producer.store.client.hget(intents, "skill-intent-record:msg_p1") or "{}")
     assert "pendingSynthesis" in record, "the skill candidate should be parked until the run completes"
     completed = producer.enqueue(
@@ -125,7 +125,7 @@ def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_s
 
 
 def test_dead_tool_outcome_leaves_no_procedure_state(
-    make_settings: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """A tool outcome that can never be processed is dead-lettered and nothing the procedure staged remains."""
     settings = make_settings()
@@ -167,7 +167,7 @@ def test_sigkill_between_a_signal_handlers_write_and_the_commit_leaves_no_trace(
     start_worker(settings)
     producer = Producer(settings)
     scope = "topic:ledger-kill"
-    ctx_keys = Keys(settings.key_prefix)
+    ctx_keys = BucketKeys(settings.key_prefix)
     accepted = producer.enqueue(
         {"sourceType": "ledger.entry", "sourceId": "l1", "scopeKey": scope, "payload": {"sleepMs": 30_000}}
     )

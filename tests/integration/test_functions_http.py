@@ -61,7 +61,9 @@ class TestSignalTool:
             assert payload["i"] % 8 == SIGNAL_TYPES.index(signal_type)
         assert set(state["sessionLedger"]) == set(SIGNAL_TYPES)
         producer = client.app.state.producer  # type: ignore[attr-defined]
-        assert producer.store.stats()["accepted"] == 20  # one agent.signal.emitted event per call, none lost
+        assert (
+            producer.store.stats(producer.keys)["accepted"] == 20
+        )  # one agent.signal.emitted event per call, none lost
         with ThreadPoolExecutor(20) as pool:
             list(pool.map(lambda i: sdk.turn("busy", user_messaged=False), range(20)))
         assert (
@@ -91,7 +93,9 @@ class TestSignalTool:
         with TestClient(create_web_app(settings)) as client:
             SessionClient(client=client).signal("ev", "progress", {"pct": 10})
             producer = client.app.state.producer  # type: ignore[attr-defined]
-            chain = wait_for(lambda: producer.store.get_chain("chain:signal:ev:1"), what="the chain")
+            chain = wait_for(
+                lambda: producer.store.get_chain(producer.keys, "chain:signal:ev:1"), what="the chain"
+            )
         assert chain["envelope"]["source"]["sourceType"] == "agent.signal.emitted"
         assert chain["envelope"]["source"]["scopeKey"] == "session:ev"
         assert chain["envelope"]["source"]["payload"]["output"].startswith("signal: progress acknowledged")

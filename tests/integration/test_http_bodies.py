@@ -14,7 +14,7 @@ from redis import Redis
 
 from producers._http import create_web_app
 from tests.conftest import ROOT
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ def client(make_settings: Any) -> Iterator[TestClient]:
         yield c
 
 
-def _stored(redis_client: Redis, keys: Keys) -> list[str]:
+def _stored(redis_client: Redis, keys: BucketKeys) -> list[str]:
     return [
         k
         for k in redis_client.scan_iter(match=f"{keys.prefix}*")
@@ -59,7 +59,7 @@ def _send(client: TestClient, method: str, path: str, content: bytes) -> Any:
 
 @pytest.mark.parametrize(("method", "path"), BODY_ROUTES)
 def test_malformed_json_is_invalid_json(
-    client: TestClient, redis_client: Redis, keys: Keys, method: str, path: str
+    client: TestClient, redis_client: Redis, keys: BucketKeys, method: str, path: str
 ) -> None:
     """A body that is not JSON: 422 invalid_json, field null, the decoder's reason, nothing stored."""
     response = _send(client, method, path, b'{"type": ')

@@ -12,7 +12,7 @@ from redis import Redis
 
 from producers._http import create_web_app
 from tests.support.prom import parse, total
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ def client(make_settings: Any) -> Iterator[TestClient]:
         yield c
 
 
-def _stored(redis_client: Redis, keys: Keys) -> list[str]:
+def _stored(redis_client: Redis, keys: BucketKeys) -> list[str]:
     return [
         k
         for k in redis_client.scan_iter(match=f"{keys.prefix}*")
@@ -86,7 +86,7 @@ class TestPostEvents:
         self,
         client: TestClient,
         redis_client: Redis,
-        keys: Keys,
+        keys: BucketKeys,
         body: Any,
         code: str,
         field: str | None,
@@ -101,7 +101,7 @@ class TestPostEvents:
         assert message_part in error["message"]
         assert _stored(redis_client, keys) == []
 
-    def test_malformed_json(self, client: TestClient, redis_client: Redis, keys: Keys) -> None:
+    def test_malformed_json(self, client: TestClient, redis_client: Redis, keys: BucketKeys) -> None:
         """A body that is not JSON gets 422 invalid_json, not a stack trace."""
         response = client.post(
             "/v1/events", content=b'{"sourceType": ', headers={"content-type": "application/json"}
@@ -112,7 +112,7 @@ class TestPostEvents:
         assert _stored(redis_client, keys) == []
 
     def test_batch_with_one_invalid_event_enqueues_nothing(
-        self, client: TestClient, redis_client: Redis, keys: Keys
+        self, client: TestClient, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """The error names events[i] and none of the valid events is stored."""
         events = [GOOD, {**GOOD, "sourceId": "ok2"}, {**GOOD, "sourceId": ""}]
@@ -121,7 +121,7 @@ class TestPostEvents:
         assert response.json()["error"]["field"] == "events[2].sourceId"
         assert _stored(redis_client, keys) == []
 
-    def test_oversize_payload_is_413(self, client: TestClient, redis_client: Redis, keys: Keys) -> None:
+    def test_oversize_payload_is_413(self, client: TestClient, redis_client: Redis, keys: BucketKeys) -> None:
         """A payload over max_event_bytes gets 413 naming the payload; a body over max_request_bytes, 413 too."""
         big = {**GOOD, "payload": {"message": "x" * 2000}}
         response = client.post("/v1/events", json=big)

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from producers._http import create_web_app
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.store.receipts import ReceiptStore
 
 pytestmark = pytest.mark.integration
@@ -26,7 +26,7 @@ def client(make_settings: Any) -> Iterator[TestClient]:
         yield c
 
 
-def test_stream_delivers_a_receipt(client: TestClient, redis_client: Redis, keys: Keys) -> None:
+def test_stream_delivers_a_receipt(client: TestClient, redis_client: Redis, keys: BucketKeys) -> None:
     """After ``: connected`` the subscription is live: a receipt appended then arrives as one SSE event."""
     receipt = {"id": "rcpt_1", **OWNER, "createdAt": 1, "kind": "memory", "metadata": {}}
     with client.stream("GET", "/v1/receipts/stream", params=OWNER) as response:

@@ -100,20 +100,20 @@ def test_judge_adapter(make_settings: Any, judge_server: Server) -> None:
     body, headers, _ = judge_server.requests[0]
     assert headers["authorization"] == "Bearer sk-test" and body["model"] == "tiny"
     assert body["response_format"]["json_schema"]["strict"] is True
-    ok = producer.store.get_chain("chain:ok1")
+    ok = producer.store.get_chain(producer.keys, "chain:ok1")
     assert ok is not None and ok["record"]["conclusionChain"]["dominantPath"][:3] == [
         "agent.user.message",
         "signal.feedback.satisfaction",
         "signal.feedback.domain.memory",
     ]
-    bad = producer.store.get_chain("chain:bad1")
+    bad = producer.store.get_chain(producer.keys, "chain:bad1")
     assert bad is not None
     assert (
         bad["envelope"]["metadata"]["terminal"]["concluded"]["reason"]
         == "malformed satisfaction classifier output"
     )
     (diagnostic,) = [
-        json.loads(x) for x in producer.store.client.lrange(producer.store.keys.diagnostics, 0, -1)
+        json.loads(x) for x in producer.store.client.lrange(producer.keys.for_bucket(0).diagnostics, 0, -1)
     ]
     assert (
         diagnostic["stage"] == "satisfaction"

@@ -25,7 +25,7 @@ from tests.support.prom import (
     parse,
     total,
 )
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.telemetry.process_metrics import BUCKETS_MS
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,7 @@ def _bucket_index(value: float) -> int:
 
 
 def test_counters_histograms_and_backlog_across_replicas(
-    make_settings: Any, start_worker: Any, start_web: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, start_web: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     settings = make_settings(metrics_export_interval_ms=200)
     worker_ports = [free_port(), free_port()]

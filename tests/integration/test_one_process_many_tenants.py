@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from producers import Producer
+from tests.support.tenants import as_tenant
 from worker.core.tenancy import scope_ref
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
@@ -32,11 +33,11 @@ def test_five_tenants_drain_in_one_process_with_one_renewer_thread(make_settings
     sent = {}
     for tenant in TENANTS:
         event = {"sourceType": "test.noop", "sourceId": "e1", "scopeKey": "topic:shared", "payload": {}}
-        sent[tenant] = producer.for_tenant(tenant).enqueue(event).event_id
+        sent[tenant] = as_tenant(producer, tenant).enqueue(event).event_id
     for tenant in TENANTS:
         assert pipeline.drain(scope_ref(tenant, "topic:shared")).next == "idle"
     for tenant, event_id in sent.items():
-        record = producer.for_tenant(tenant).status(event_id)
+        record = as_tenant(producer, tenant).status(event_id)
         assert record is not None and record["status"] == "done", (tenant, record)
     assert len(set(sent.values())) == len(TENANTS)  # five tenants' events, not one
     renewer = pipeline.lease._thread

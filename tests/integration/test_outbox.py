@@ -21,7 +21,7 @@ from producers import Producer
 from tests.chaos.processes import TcpProxy
 from tests.conftest import wait_for
 from tests.support.private_redis import private_redis
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.outbox.relay import records_of_event
 
 pytestmark = pytest.mark.integration
@@ -79,14 +79,14 @@ def _send(producer: Producer, url: str, source_id: str, **payload: Any) -> str:
 
 def _settled(producer: Producer, event_id: str) -> list[dict[str, Any]]:
     """The event's outbox records once none is pending and nothing is due (the relay can deliver nothing else)."""
-    records = records_of_event(producer.store, SCOPE, event_id)
-    if not records or producer.store.client.zcard(producer.store.keys.outbox_due):
+    records = records_of_event(producer.keys, producer.store, SCOPE, event_id)
+    if not records or producer.store.client.zcard(producer.keys.for_bucket(0).outbox_due):
         return []
     return [] if any(r["state"] == "pending" for r in records) else records
 
 
 def test_a_paused_lease_holder_causes_no_second_effect(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys, receiver: Receiver
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys, receiver: Receiver
 ) -> None:
     """SIGSTOP the holder mid-action past its TTL; another worker takes over; on SIGCONT its late action
     stages nothing that commits: one outbox record, one delivery, one effect."""
@@ -102,7 +102,9 @@ def test_a_paused_lease_holder_causes_no_second_effect(
     finally:
         os.kill(paused, signal.SIGCONT)
     wait_for(
-        lambda: producer.store.stats().get("fenceRejected", 0) >= 1, timeout_s=30, what="the late commit"
+        lambda: producer.store.stats(producer.keys).get("fenceRejected", 0) >= 1,
+        timeout_s=30,
+        what="the late commit",
     )
     records = wait_for(lambda: _settled(producer, event_id), timeout_s=30, what="the delivery")
     assert [r["state"] for r in records] == ["delivered"]
@@ -120,7 +122,7 @@ def test_a_partitioned_worker_causes_no_second_effect(
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         proxy = TcpProxy(port)
         direct = _settings(make_settings, redis_url=url)
-        keys, admin = Keys(direct.key_prefix), Redis.from_url(url, decode_responses=True)
+        keys, admin = BucketKeys(direct.key_prefix), Redis.from_url(url, decode_responses=True)
         producer = Producer(direct)
         try:
             start_worker(direct.model_copy(update={"redis_url": proxy.url}), wait=False)
@@ -142,7 +144,7 @@ def test_a_partitioned_worker_causes_no_second_effect(
 
 
 def test_a_failing_delivery_is_retried_then_dead_and_shown_in_the_run_detail(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys, start_web: Any
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys, start_web: Any
 ) -> None:
     """A receiver that always fails: the relay retries with backoff, the record ends dead after
     outbox_max_attempts, and GET /v1/events/{id} shows it with its attempts and last error."""

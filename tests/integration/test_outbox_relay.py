@@ -14,7 +14,7 @@ from producers import Producer
 from worker.chain.context import EffectBuffer, HandlerContext
 from worker.core.errors import PermanentFailure
 from worker.intake.source_event import StoreUnavailable
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.outbox.relay import OutboxRecord, OutboxRelay
 from worker.store.events import EventStore
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 SCOPE = "topic:relay"
 
 
-def _stage(keys: Keys, buffer: EffectBuffer, key: str = "k1", **kw: Any) -> str:
+def _stage(keys: BucketKeys, buffer: EffectBuffer, key: str = "k1", **kw: Any) -> str:
     ctx = HandlerContext(scope_key=SCOPE, node_timestamp=kw.pop("ts", 1), keys=keys, effects=buffer)
     return ctx.outbox("probe", {"n": 1}, key=key)
 
@@ -37,7 +37,7 @@ def _apply(store: EventStore, buffer: EffectBuffer) -> list[Any]:
 
 
 def test_a_record_is_written_after_the_handlers_own_writes_and_due_now(
-    make_settings: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Staging order puts the outbox last, and a producer's far-future timestamp does not postpone it."""
     buffer = EffectBuffer(keys=keys)
@@ -52,7 +52,7 @@ def test_a_record_is_written_after_the_handlers_own_writes_and_due_now(
 
 
 def test_a_slow_relay_cannot_overwrite_the_result_of_the_relay_that_took_over(
-    make_settings: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Relay A's claim lapses mid-delivery; relay B claims and delivers; A's late failure settles nothing."""
     store = EventStore(redis_client, make_settings())
@@ -79,7 +79,7 @@ def test_a_slow_relay_cannot_overwrite_the_result_of_the_relay_that_took_over(
 
 
 def test_a_batch_with_a_wrong_type_key_is_refused_and_nothing_is_stored(
-    make_settings: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """One event's inbox holds a string: the whole batch is refused before any write (StoreUnavailable)."""
     producer = Producer(make_settings())
@@ -91,5 +91,5 @@ def test_a_batch_with_a_wrong_type_key_is_refused_and_nothing_is_stored(
     with pytest.raises(StoreUnavailable, match="nothing of it was stored"):
         producer.enqueue_many(events)
     assert redis_client.exists(keys.inbox("topic:b1"), keys.inbox("topic:b2")) == 0
-    assert list(redis_client.scan_iter(match=f"{keys.own}ev:*")) == []
+    assert list(redis_client.scan_iter(match=f"{keys.bucket_prefix}ev:*")) == []
     producer.close()

@@ -17,7 +17,7 @@ from redis import Redis
 from producers import Producer
 from tests.conftest import wait_for
 from tests.support.waiting import drain_marker, marker_pid, outbox_settled
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -52,11 +52,11 @@ def _storm(settings_json: str, event: dict[str, Any], per_thread: int, threads: 
 
 class TestDedupe:
     def test_a_thousand_concurrent_enqueues_make_one_chain(
-        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """1,000 enqueues of one event from 8 threads in each of 2 processes: one accepted, 999 duplicates, one effect."""
         settings = make_settings()
-        counter = f"{keys.own}test:storm-counter"
+        counter = f"{keys.bucket_prefix}test:storm-counter"
         event = _event("test.counter", "storm-1", "topic:storm", counterKey=counter)
         ctx = multiprocessing.get_context("spawn")
         out = ctx.Queue()
@@ -79,7 +79,7 @@ class TestDedupe:
         event_id = producer.enqueue(event).event_id
         wait_for(lambda: _status(producer, event_id) == "done", what="the chain to finish")
         assert redis_client.get(counter) == "1"
-        stats = producer.store.stats()
+        stats = producer.store.stats(producer.keys)
         assert stats["accepted"] == 1
         assert stats["duplicate"] == 1000  # 999 from the storm + the one above
         assert producer.status(event_id)["duplicates"] == 1000  # type: ignore[index]
@@ -97,7 +97,7 @@ class TestDedupe:
 
 class TestScopeSerialization:
     def test_per_scope_order_and_cross_scope_parallelism(
-        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """200 events over 5 scopes, 2 workers: per scope no overlap and enqueue order; scopes overlap."""
         settings = make_settings(max_events_per_drain=7)
@@ -117,7 +117,7 @@ class TestScopeSerialization:
             timeout_s=90,
             what="200 events",
         )
-        timeline = [json.loads(x) for x in redis_client.lrange(f"{keys.own}test:timeline", 0, -1)]
+        timeline = [json.loads(x) for x in redis_client.lrange(f"{keys.bucket_prefix}test:timeline", 0, -1)]
         assert len(timeline) == 400
         spans: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
         starts: dict[int, float] = {}
@@ -142,17 +142,17 @@ class TestScopeSerialization:
 
 class TestCrashes:
     def test_sigkill_mid_action_applies_the_effect_once(
-        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """SIGKILL of the worker child during an action: the event ends done and the counter moved once."""
         settings = make_settings()
         start_worker(settings)
-        counter = f"{keys.own}test:kill-counter"
+        counter = f"{keys.bucket_prefix}test:kill-counter"
         producer = Producer(settings)
         first = producer.enqueue(
             _event("test.counter", "kill-1", "topic:kill", counterKey=counter, sleepMs=1500)
         )
-        marker = f"{keys.own}test:inaction:kill-1"
+        marker = f"{keys.bucket_prefix}test:inaction:kill-1"
         pid = int(wait_for(lambda: redis_client.get(marker), what="the action to start"))
         redis_client.delete(marker)
         os.kill(pid, signal.SIGKILL)
@@ -160,46 +160,50 @@ class TestCrashes:
         assert redis_client.get(counter) == "1"
         record = producer.status(first.event_id)
         assert record is not None and record["attempts"] == 2
-        assert int(redis_client.get(f"{keys.own}test:attempts:kill-1") or 0) == 2
+        assert int(redis_client.get(f"{keys.bucket_prefix}test:attempts:kill-1") or 0) == 2
         producer.close()
 
     def test_sigkill_after_the_effect_does_not_repeat_it(
-        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """Killed after the effect committed but before the event did: the redelivery skips the applied action."""
         settings = make_settings()
         start_worker(settings)
-        counter = f"{keys.own}test:late-kill-counter"
-        redis_client.set(f"{keys.own}test:sleep-after:late-1", 1500)
+        counter = f"{keys.bucket_prefix}test:late-kill-counter"
+        redis_client.set(f"{keys.bucket_prefix}test:sleep-after:late-1", 1500)
         producer = Producer(settings)
         ev = producer.enqueue(_event("test.counter", "late-1", "topic:late", counterKey=counter))
-        pid = int(wait_for(lambda: redis_client.get(f"{keys.own}test:afteraction:late-1"), what="the effect"))
+        pid = int(
+            wait_for(
+                lambda: redis_client.get(f"{keys.bucket_prefix}test:afteraction:late-1"), what="the effect"
+            )
+        )
         # with scope buckets the lane's write to the home slot is journaled: the relay applies it shortly
         wait_for(lambda: redis_client.get(counter) == "1", what="the effect applied")
         assert _status(producer, ev.event_id) == "processing"
-        redis_client.delete(f"{keys.own}test:sleep-after:late-1")
+        redis_client.delete(f"{keys.bucket_prefix}test:sleep-after:late-1")
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: _status(producer, ev.event_id) == "done", timeout_s=60, what="recovery")
         assert redis_client.get(counter) == "1"
         assert producer.status(ev.event_id)["attempts"] == 2  # type: ignore[index]
         # The action handler itself ran once: the second delivery replayed the stored result.
-        assert int(redis_client.get(f"{keys.own}test:attempts:late-1") or 0) == 1
-        chain = producer.store.get_chain("chain:late-1")
+        assert int(redis_client.get(f"{keys.bucket_prefix}test:attempts:late-1") or 0) == 1
+        chain = producer.store.get_chain(producer.keys, "chain:late-1")
         assert chain is not None and [r["status"] for r in chain["envelope"]["results"]] == ["applied"]
         producer.close()
 
     def test_crash_looping_event_ends_dead(
-        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """An event whose worker dies on every delivery is dead-lettered after max_attempts deliveries."""
         settings = make_settings(max_attempts=2)
         start_worker(settings)
-        counter = f"{keys.own}test:loop-counter"
+        counter = f"{keys.bucket_prefix}test:loop-counter"
         producer = Producer(settings)
         ev = producer.enqueue(
             _event("test.counter", "loop-1", "topic:loop", counterKey=counter, sleepMs=3000)
         )
-        marker = f"{keys.own}test:inaction:loop-1"
+        marker = f"{keys.bucket_prefix}test:inaction:loop-1"
         for _ in range(2):
             pid = int(wait_for(lambda: redis_client.get(marker), timeout_s=60, what="the action"))
             redis_client.delete(marker)
@@ -214,7 +218,7 @@ class TestCrashes:
 
 class TestDeadLetters:
     def test_failing_handler_dead_letters_then_redrive_applies_once(
-        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """A handler that always raises: dead after N attempts with its error; fixed + redrive → done, effect once."""
         settings = make_settings(max_attempts=3)
@@ -222,14 +226,14 @@ class TestDeadLetters:
         producer = Producer(settings)
         ev = producer.enqueue(_event("test.flaky", "flaky-1", "topic:flaky"))
         after = producer.enqueue(
-            _event("test.counter", "after-flaky", "topic:flaky", counterKey=f"{keys.own}test:c")
+            _event("test.counter", "after-flaky", "topic:flaky", counterKey=f"{keys.bucket_prefix}test:c")
         )
         wait_for(lambda: _status(producer, ev.event_id) == "dead", timeout_s=60, what="the dead letter")
         record = producer.status(ev.event_id)
         assert record is not None
         assert record["attempts"] == 3
         assert record["error"] == "RuntimeError: flaky handler is broken"
-        dlq = producer.store.dlq_list()
+        dlq = producer.store.dlq_list(producer.keys)
         assert [d["eventId"] for d in dlq] == [ev.event_id]
         assert dlq[0]["event"]["sourceId"] == "flaky-1"
         # The scope was not blocked forever: the next event ran after the dead one.
@@ -237,18 +241,18 @@ class TestDeadLetters:
         # A producer sending it again does not resurrect it.
         assert producer.enqueue(_event("test.flaky", "flaky-1", "topic:flaky")).status == "duplicate"
 
-        redis_client.set(f"{keys.own}test:fixed", "1")
+        redis_client.set(f"{keys.bucket_prefix}test:fixed", "1")
         from producers._ops import redrive_events
 
         assert redrive_events(producer, [ev.event_id]) == {"redriven": [ev.event_id], "notDead": []}
         wait_for(lambda: _status(producer, ev.event_id) == "done", what="the redriven event")
-        assert redis_client.get(f"{keys.own}test:flaky-applied") == "1"
-        assert producer.store.dlq_size() == 0
+        assert redis_client.get(f"{keys.bucket_prefix}test:flaky-applied") == "1"
+        assert producer.store.dlq_size(producer.keys) == 0
         # Redriving a done event does nothing: had it requeued the event, the scope would run it before a
         # marker enqueued after it, so once the marker is done the effect count is final.
         assert redrive_events(producer, [ev.event_id]) == {"redriven": [], "notDead": [ev.event_id]}
         drain_marker(producer, redis_client, keys, "topic:flaky", "marker-after-redrive")
-        assert redis_client.get(f"{keys.own}test:flaky-applied") == "1"
+        assert redis_client.get(f"{keys.bucket_prefix}test:flaky-applied") == "1"
         assert _status(producer, ev.event_id) == "done"
         producer.close()
 
@@ -271,17 +275,17 @@ class TestDeadLetters:
 
 class TestFencing:
     def test_paused_holder_cannot_commit_after_takeover(
-        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """SIGSTOP a lease holder past its TTL; another worker takes the scope; the late commit is rejected."""
         settings = make_settings()
-        counter = f"{keys.own}test:fence-counter"
+        counter = f"{keys.bucket_prefix}test:fence-counter"
         producer = Producer(settings)
         first = start_worker(settings)  # concurrency 1: one pool process, which runs tasks one at a time
         ev = producer.enqueue(
             _event("test.counter", "fence-1", "topic:fence", counterKey=counter, sleepMs=800)
         )
-        marker = f"{keys.own}test:inaction:fence-1"
+        marker = f"{keys.bucket_prefix}test:inaction:fence-1"
         paused = int(wait_for(lambda: redis_client.get(marker), what="the action"))
         redis_client.delete(marker)
         os.kill(paused, signal.SIGSTOP)
@@ -289,11 +293,11 @@ class TestFencing:
             second = start_worker(settings)  # the sweeper of either worker re-publishes the stranded scope
             wait_for(lambda: _status(producer, ev.event_id) == "done", timeout_s=60, what="the takeover")
             assert redis_client.get(counter) == "1"
-            assert producer.store.stats().get("fenceRejected", 0) == 0
+            assert producer.store.stats(producer.keys).get("fenceRejected", 0) == 0
         finally:
             os.kill(paused, signal.SIGCONT)
         wait_for(
-            lambda: producer.store.stats().get("fenceRejected", 0) >= 1,
+            lambda: producer.store.stats(producer.keys).get("fenceRejected", 0) >= 1,
             timeout_s=30,
             what="the stale write to be refused",
         )

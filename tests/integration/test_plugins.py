@@ -11,7 +11,7 @@ from redis import Redis
 
 from producers import InvalidEvent, Producer
 from tests.conftest import wait_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +43,6 @@ def test_an_outside_plugin_runs_end_to_end(
     wait_for(
         lambda: all(producer.status(r.event_id)["status"] == "done" for r in results), what="two entries"
     )
-    ledger = Keys(settings.key_prefix).plugin("topic:ledger", "ledger")
+    ledger = BucketKeys(settings.key_prefix).plugin("topic:ledger", "ledger")
     assert redis_client.hgetall(ledger) == {"source": "2", "signal": "2", "action": "2"}
     producer.close()

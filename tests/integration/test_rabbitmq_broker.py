@@ -10,7 +10,7 @@ from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -29,13 +29,13 @@ def _rabbit_up() -> bool:
     not _rabbit_up(), reason="no RabbitMQ on 127.0.0.1:5672 (the python-svc machines and CI run one)"
 )
 def test_pipeline_over_rabbitmq(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Events enqueued with BROKER_URL=amqp://… are drained in order, once, by a worker on that broker."""
     settings = make_settings(broker_url=AMQP_URL)
     start_worker(settings)
     producer = Producer(settings)
-    counter = f"{keys.own}test:amqp"
+    counter = f"{keys.bucket_prefix}test:amqp"
     results = producer.enqueue_many(
         [
             {

@@ -19,7 +19,7 @@ from redis import Redis
 
 from tests.conftest import ROOT, wait_for
 from tests.support.private_redis import private_redis
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.runtime.app import create_app
 
 pytestmark = pytest.mark.integration
@@ -83,7 +83,7 @@ def test_the_app_runs_as_the_redis_acl_user_of_the_manifests(
 ) -> None:
     """A worker and a web process on the manifests' ACL user do the whole workload; Redis logs no refusal."""
     url, admin = acl_redis
-    keys = Keys(prefix)
+    keys = BucketKeys(prefix)
     settings = make_settings(redis_url=url, bootstrap_key=BOOT, auth_cache_s=0, rate_limit_per_s=0)
     start_worker(settings, wait=False)
     wait_for(lambda: admin.hlen(keys.workers) > 0, timeout_s=60, what="the worker to register")

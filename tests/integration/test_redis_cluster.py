@@ -22,7 +22,7 @@ from tests.integration.test_pipeline import TestDedupe as TestClusterDedupe
 from tests.integration.test_pipeline import TestFencing as TestClusterFencing
 from tests.integration.test_pipeline import TestScopeSerialization as TestClusterScopeSerialization
 from tests.support.redis_cluster import RedisClusterProcesses
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.settings import Settings
 
 pytest_plugins = ["tests.support.cluster_fixtures"]
@@ -89,7 +89,7 @@ def _event(i: int, scope: str, counter: str) -> dict[str, Any]:
 
 def test_tenants_spread_across_masters(redis_cluster: RedisClusterProcesses, prefix: str) -> None:
     """Each tenant's keys share one slot (its hash tag); different tenants land on different masters."""
-    slots = {key_slot(Keys(prefix, f"t{i}").own.encode()) for i in range(30)}
+    slots = {key_slot(BucketKeys(prefix, f"t{i}").bucket_prefix.encode()) for i in range(30)}
     owners = {
         m.port
         for m in redis_cluster.masters()
@@ -97,7 +97,7 @@ def test_tenants_spread_across_masters(redis_cluster: RedisClusterProcesses, pre
         if any(first <= s <= last for s in slots)
     }
     assert len(owners) == 3
-    k = Keys(prefix, "acme")
+    k = BucketKeys(prefix, "acme")
     one_tenant = {k.inbox("s"), k.event("e"), k.dlq, k.scopes, k.outbox_due, k.runs("all"), k.stats}
     assert len({key_slot(key.encode()) for key in one_tenant}) == 1
 
@@ -108,7 +108,7 @@ def test_failover_with_wait_loses_nothing_acknowledged(
     make_settings: SettingsFactory,
     start_worker: Callable[..., Any],
     redis_client: Redis,
-    keys: Keys,
+    keys: BucketKeys,
 ) -> None:
     """Events stream in while workers drain; the master holding the tenant's slot is SIGKILLed and its replica
     promoted. Every event the producer saw acknowledged is there afterwards and ends done, and each one's
@@ -116,7 +116,7 @@ def test_failover_with_wait_loses_nothing_acknowledged(
     # max_attempts: the writes WAIT refuses while the slot has no replica make drains fail, and each failed
     # drain counts an attempt; the crash-loop guard (TestCrashes) must not end an event dead here.
     settings = make_settings(wait_replicas=1, wait_replicas_timeout_ms=1000, max_attempts=50)
-    failover_run(redis_cluster, settings, start_worker, redis_client, key_slot(keys.own.encode()))
+    failover_run(redis_cluster, settings, start_worker, redis_client, key_slot(keys.bucket_prefix.encode()))
 
 
 def failover_run(
@@ -131,7 +131,7 @@ def failover_run(
     counter (in the tenant's home slot) at exactly 1."""
     start_worker(settings, concurrency=2)
     producer = Producer(settings)
-    keys = producer.store.keys
+    keys = producer.keys.for_bucket(0)
     owner = next(
         m
         for m in redis_cluster.masters()
@@ -145,7 +145,7 @@ def failover_run(
     def produce() -> None:
         i = 0
         while not stop.is_set():
-            counter = f"{keys.home}test:fo:{i}"
+            counter = f"{keys.home_prefix}test:fo:{i}"
             try:
                 result = producer.enqueue(_event(i, f"topic:fo-{i % 8}", counter))
                 acknowledged.append((result.event_id, counter))
@@ -182,7 +182,7 @@ def failover_run(
                 redis_client.llen(keys.inbox(s)),
                 redis_client.get(keys.lease(s)),
                 redis_client.get(keys.scheduled(s)),
-                s in producer.store.active_scopes(),
+                s in producer.store.active_scopes(producer.keys),
             )
             for s in sorted(stuck)
         }

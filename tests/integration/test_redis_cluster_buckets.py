@@ -26,7 +26,7 @@ from tests.integration.test_redis_cluster import (
 from tests.support.redis_cluster import RedisClusterProcesses
 from tests.support.waiting import outbox_settled
 from worker.keys.buckets import bucket_of
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys, Keys
 
 pytest_plugins = ["tests.support.cluster_fixtures"]
 pytestmark = pytest.mark.integration
@@ -70,7 +70,7 @@ def test_one_tenant_works_on_every_master(
     and home-slot writes (the journal) land once each."""
     settings = make_settings()
     producer = Producer(settings)
-    k = producer.store.keys
+    k = producer.keys.for_bucket(0)
     scopes = [f"topic:spread-{i}" for i in range(24)]
     masters = {_master_of(redis_cluster, key_slot(k.for_scope(s).stats.encode())) for s in scopes}
     assert len(masters) == 3, "24 scopes in 8 buckets should reach every master"
@@ -96,7 +96,7 @@ def test_one_tenant_works_on_every_master(
     assert [r.status for r in results] == ["accepted"] * 72
 
     def settled() -> bool:
-        return producer.store.stats().get("done", 0) == 144 and outbox_settled(producer.store)
+        return producer.store.stats(producer.keys).get("done", 0) == 144 and outbox_settled(producer.store)
 
     wait_for(settled, timeout_s=120, what="72 events and 72 follow-ups done, the outbox empty")
     by_master: dict[int, int] = {}
@@ -110,9 +110,10 @@ def test_one_tenant_works_on_every_master(
         for m in redis_cluster.masters()
     }
     print(f"one tenant, {BUCKETS} buckets: done events per master {by_master}, EVALSHA calls {scripts}")
-    assert redis_client.get(f"{k.home}test:fanout-home") == "72"
+    assert redis_client.get(f"{k.home_prefix}test:fanout-home") == "72"
     counters = [
-        redis_client.get(f"{k.home}test:fanout:{e['sourceId']}:{e['payload']['to'][0]}") for e in events
+        redis_client.get(f"{k.home_prefix}test:fanout:{e['sourceId']}:{e['payload']['to'][0]}")
+        for e in events
     ]
     assert counters == ["1"] * 72
     crossing = sum(
@@ -128,7 +129,7 @@ def test_failover_of_one_bucket_with_wait_loses_nothing_acknowledged(
     make_settings: SettingsFactory,
     start_worker: Callable[..., Any],
     redis_client: Redis,
-    keys: Keys,
+    keys: BucketKeys,
 ) -> None:
     """The master owning one of the tenant's buckets (scope ``topic:fo-0``'s) is SIGKILLed mid-run and its
     replica promoted, with ``WAIT 1``: every acknowledged event ends done and its effect, journaled to the

@@ -10,7 +10,7 @@ from redis import Redis
 
 from producers import Producer
 from producers._ops import redrive_events
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
 
@@ -29,7 +29,7 @@ def _event(source_type: str, source_id: str) -> dict[str, Any]:
 
 
 def test_redriven_event_runs_after_later_events_and_says_so(
-    make_settings: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """A dead event redriven after a later event of its scope ran is marked outOfOrder and finishes last."""
     settings = make_settings(max_attempts=1)
@@ -41,7 +41,7 @@ def test_redriven_event_runs_after_later_events_and_says_so(
     assert producer.status(first.event_id)["status"] == "dead"  # type: ignore[index]
     assert producer.status(later.event_id)["status"] == "done"  # type: ignore[index]
 
-    redis_client.set(f"{keys.own}test:fixed", "1")
+    redis_client.set(f"{keys.bucket_prefix}test:fixed", "1")
     assert redrive_events(producer, [first.event_id])["redriven"] == [first.event_id]
     queued = producer.status(first.event_id)
     assert queued is not None and queued["status"] == "queued" and queued["outOfOrder"] is True
@@ -59,7 +59,7 @@ def test_redriven_event_runs_after_later_events_and_says_so(
 
 
 def test_a_redriven_event_with_no_later_events_is_in_order(
-    make_settings: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """The scope's only event, dead then redriven, runs after nothing newer: outOfOrder is false."""
     settings = make_settings(max_attempts=1)
@@ -67,7 +67,7 @@ def test_a_redriven_event_with_no_later_events_is_in_order(
     pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
     only = producer.enqueue(_event("test.flaky", "only"))
     assert pipeline.drain_scope(SCOPE).next == "idle"
-    redis_client.set(f"{keys.own}test:fixed", "1")
+    redis_client.set(f"{keys.bucket_prefix}test:fixed", "1")
     assert redrive_events(producer, [only.event_id])["redriven"] == [only.event_id]
     assert pipeline.drain_scope(SCOPE).next == "idle"
     record = producer.status(only.event_id)

@@ -81,7 +81,7 @@ def test_without_wait_acknowledged_events_can_be_lost(tmp_path: Path, make_setti
         results = producer.enqueue_many([_event(i) for i in range(9)])
         assert [r.status for r in results] == ["accepted"] * 9
         promoted = _fail_over(primary, replica)
-        keys = producer.store.keys
+        keys = producer.keys.for_bucket(0)
         lost = [r.event_id for r in results if not promoted.exists(keys.event(r.event_id))]
         print(f"without WAIT: {len(lost)} of {len(results)} acknowledged events lost in the failover")
         assert lost, "the replica was stopped: it cannot have received these writes"
@@ -98,7 +98,7 @@ def test_with_wait_nothing_acknowledged_is_lost_and_nothing_runs_twice(
         results = producer.enqueue_many([_event(i) for i in range(12)])
         assert [r.status for r in results] == ["accepted"] * 12
         pipeline.drain_scope(SCOPES[0])  # its four events done (commits waited for the replica)
-        keys = producer.store.keys
+        keys = producer.keys.for_bucket(0)
         before = {
             s: producer.store.client.hgetall(keys.activity(s)) for s in SCOPES
         }  # the activity plugin's per-scope effect counters

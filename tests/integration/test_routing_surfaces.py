@@ -20,7 +20,7 @@ from policies.routing import load_router
 from producers import Producer
 from producers._http import create_web_app
 from tests.conftest import ROOT, wait_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -246,7 +246,7 @@ class TestPipeline:
         wait_for(
             lambda: (producer.status(result.event_id) or {}).get("status") == "done", what="the routing chain"
         )
-        chain = producer.store.get_chain("chain:req-1")
+        chain = producer.store.get_chain(producer.keys, "chain:req-1")
         assert chain is not None
         types = [s["signalType"] for s in chain["envelope"]["signals"]]
         assert "signal.conversation.tool_heavy" in types and types[-1] == "signal.routing.decided"
@@ -282,6 +282,6 @@ class TestPipeline:
         settings = make_settings(router_config=str(config_path))
         with TestClient(create_web_app(settings)) as c:
             c.post("/v1/route", json={"request": TOOL_LOOP, "requestId": "rq-9", "scopeKey": "session:s9"})
-            status = c.app.state.producer.store.stats()  # type: ignore[attr-defined]
+            status = c.app.state.producer.store.stats(c.app.state.producer.keys)  # type: ignore[attr-defined]
         assert status["accepted"] == 1
-        assert redis_client.llen(Keys(settings.key_prefix).inbox("session:s9")) == 1
+        assert redis_client.llen(BucketKeys(settings.key_prefix).inbox("session:s9")) == 1

@@ -14,7 +14,7 @@ from redis import Redis
 
 from producers._http import create_web_app
 from tests.conftest import wait_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,9 @@ def _walk(client: TestClient, limit: int, **filters: Any) -> list[dict[str, Any]
     raise AssertionError("the cursor never ended")
 
 
-def test_filters_and_cursor_pages_over_250_events(api: TestClient, redis_client: Redis, keys: Keys) -> None:
+def test_filters_and_cursor_pages_over_250_events(
+    api: TestClient, redis_client: Redis, keys: BucketKeys
+) -> None:
     """250 events in 5 batches over 2 scopes, 2 source types and 2 users: every filter (and a combination)
     pages, 37 at a time, to exactly the matching events in (enqueuedAt, eventId) descending order."""
     for batch in range(5):
@@ -150,7 +152,7 @@ def test_a_source_id_finds_its_event_unless_ambiguous(api: TestClient) -> None:
 
 
 def test_discard_keeps_an_audit_record_listed_as_discarded(
-    api: TestClient, redis_client: Redis, keys: Keys
+    api: TestClient, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Discarded dead events leave the DLQ, keep status, reason and time, and are listed by state=discarded;
     the audit trail names the event and the time only."""

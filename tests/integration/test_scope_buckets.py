@@ -21,7 +21,7 @@ from tests.conftest import SettingsFactory, wait_for
 from tests.support.waiting import outbox_settled
 from worker.chain.outbox_records import OutboxRecord
 from worker.keys.buckets import bucket_of, slot_tag
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys, Keys
 from worker.ops.runs import RunQuery, list_runs
 from worker.ops.scope_control import list_scopes, pause_scope
 from worker.outbox.journal_delivery import apply_deliverer, enqueue_deliverer
@@ -43,7 +43,7 @@ def _fanout(i: int, targets: list[str]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("buckets", [1, 8])
 def test_fanout_applies_every_write_once(
-    buckets: int, make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: Keys
+    buckets: int, make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """24 events over 12 scopes, each emitting follow-ups to 3 other scopes: every event and follow-up ends
     done, the home counter counts 24, each follow-up's counter is 1, each scope's own counter its events.
@@ -65,11 +65,11 @@ def test_fanout_applies_every_write_once(
         assert len(crossing) > len(follow_ups) // 2
 
     def settled() -> bool:
-        stats = producer.store.stats()
+        stats = producer.store.stats(producer.keys)
         return stats.get("done", 0) == 24 + len(follow_ups) and outbox_settled(producer.store)
 
     wait_for(settled, timeout_s=120, what=f"{24 + len(follow_ups)} events done and the outbox empty")
-    home = keys.home
+    home = keys.home_prefix
     assert redis_client.get(f"{home}test:fanout-home") == "24"
     pipe = redis_client.pipeline(transaction=False)
     for source_id, target in follow_ups:
@@ -79,7 +79,7 @@ def test_fanout_applies_every_write_once(
     bucketed = Keys(keys.prefix, keys.tenant, buckets)
     local = [redis_client.get(bucketed.plugin(scope, "fanout-local")) for scope in SCOPES]
     assert local == ["2"] * len(SCOPES)
-    stats = producer.store.stats()
+    stats = producer.store.stats(producer.keys)
     assert (stats["accepted"], stats.get("dead", 0), stats.get("queued", 0)) == (24 + len(follow_ups), 0, 0)
     producer.close()
 
@@ -92,7 +92,7 @@ def test_a_journal_record_delivered_twice_applies_once(
     settings = make_settings(scope_buckets=8)
     producer = Producer(settings)
     store = producer.store
-    home = store.keys.home
+    home = producer.keys.home_prefix
     record = OutboxRecord(
         id="journal:e1:commit:default",
         kind=JOURNAL_APPLY,
@@ -156,14 +156,14 @@ def test_a_journal_record_delivered_twice_applies_once(
     enqueue = enqueue_deliverer(producer.emitter)
     enqueue(follow_up)
     enqueue(follow_up)
-    stats = store.stats()
+    stats = store.stats(producer.keys)
     assert (stats["accepted"], stats["duplicate"]) == (1, 1)
     assert producer.status(prepared.event_id)["status"] == "queued"  # type: ignore[index]
     producer.close()
 
 
 def test_reads_fan_out_over_the_buckets(
-    make_settings: SettingsFactory, redis_client: Redis, keys: Keys
+    make_settings: SettingsFactory, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Events of 16 scopes in 8 buckets: the runs explorer pages through all of them newest first with no
     gap or repeat (each page merges 8 indexes), counters and scopes are the buckets' sums and union, an
@@ -186,27 +186,27 @@ def test_reads_fan_out_over_the_buckets(
         results += producer.enqueue_many(events[start : start + 30])
     ids = {r.event_id for r in results}
     assert len(ids) == 150
-    store = producer.store
+    store, tenant = producer.store, producer.keys
     pages, cursor = [], None
     while True:
-        page = list_runs(store, RunQuery(limit=7, cursor=cursor))
+        page = list_runs(store, tenant, RunQuery(limit=7, cursor=cursor))
         pages.append([e["eventId"] for e in page.events])
         cursor = page.cursor
         if cursor is None:
             break
     walked = [e for p in pages for e in p]
     assert len(walked) == len(set(walked)) == 150 and set(walked) == ids
-    records = [store.get_event(e) for e in walked]
+    records = [store.get_event(tenant, e) for e in walked]
     order = [(r["enqueuedAt"], r["eventId"]) for r in records if r is not None]
     assert order == sorted(order, reverse=True)
-    one_scope = list_runs(store, RunQuery(scope_key=scopes[3], limit=50))
+    one_scope = list_runs(store, tenant, RunQuery(scope_key=scopes[3], limit=50))
     assert {e["eventId"] for e in one_scope.events} == {
         r.event_id for r, e in zip(results, events, strict=True) if e["scopeKey"] == scopes[3]
     }
-    assert store.stats()["accepted"] == 150 and store.stats()["queued"] == 150
-    assert sorted(store.active_scopes()) == sorted(scopes)
-    assert pause_scope(store, scopes[0])
-    assert {row["scopeKey"] for row in list_scopes(store, "paused")} == {scopes[0]}
+    assert store.stats(tenant)["accepted"] == 150 and store.stats(tenant)["queued"] == 150
+    assert sorted(store.active_scopes(tenant)) == sorted(scopes)
+    assert pause_scope(store, tenant, scopes[0])
+    assert {row["scopeKey"] for row in list_scopes(store, tenant, "paused")} == {scopes[0]}
     k = Keys(keys.prefix, keys.tenant, 8).for_scope(scopes[5])
     one_scope_keys = [
         k.inbox(scopes[5]),
@@ -220,19 +220,19 @@ def test_reads_fan_out_over_the_buckets(
     ]
     assert len({slot_tag(key) for key in one_scope_keys}) == 1
     assert slot_tag(k.memories("u")) == keys.tenant  # user data stays in the tenant's home slot
-    assert json.loads(json.dumps(store.dlq_list())) == []
+    assert json.loads(json.dumps(store.dlq_list(tenant))) == []
     producer.close()
 
 
 def test_journaled_writes_land_in_commit_order(
-    make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """120 events of one scope, committed in batches by two worker processes (each with its relay): their
     actions' RPUSH onto a list in the home slot is journaled, and the list ends in enqueue order, each once.
     Two scopes in different buckets interleave on another list; each scope's own entries keep their order."""
     settings = make_settings(scope_buckets=8, commit_batch_max=16)
     producer = Producer(settings)
-    home = keys.home
+    home = keys.home_prefix
     scopes = ["topic:order-a", "topic:order-b"]
     assert bucket_of(scopes[0], 8) != bucket_of(scopes[1], 8)
 
@@ -250,7 +250,7 @@ def test_journaled_writes_land_in_commit_order(
     start_worker(settings)
 
     def settled() -> bool:
-        return producer.store.stats().get("done", 0) == 120 and outbox_settled(producer.store)
+        return producer.store.stats(producer.keys).get("done", 0) == 120 and outbox_settled(producer.store)
 
     wait_for(settled, timeout_s=120, what="120 events done and the journal applied")
     order = redis_client.lrange(f"{home}test:batch-order", 0, -1)
@@ -262,7 +262,7 @@ def test_journaled_writes_land_in_commit_order(
 
 
 def test_a_batch_whose_later_bucket_fails_still_sends_the_earlier_buckets_drains(
-    make_settings: SettingsFactory, redis_client: Redis, keys: Keys
+    make_settings: SettingsFactory, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Two scopes in two buckets, the second bucket's scopes registry of the wrong type: its script refuses,
     the call fails, and the first bucket's event, already stored, has its drain message sent now (not left
@@ -288,6 +288,6 @@ def test_a_batch_whose_later_bucket_fails_still_sends_the_earlier_buckets_drains
     ]
     with pytest.raises(StoreUnavailable):
         producer.enqueue_many(events)
-    assert producer.store.stats().get("accepted") == 1
+    assert producer.store.stats(producer.keys).get("accepted") == 1
     assert redis_client.llen(queue) >= 1, "the stored event's drain was not sent"
     producer.close()

@@ -12,7 +12,7 @@ from redis import Redis
 
 from producers._http import create_web_app
 from tests.conftest import wait_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -52,12 +52,12 @@ def _scopes(client: TestClient, state: str) -> dict[str, dict[str, Any]]:
     return {s["scopeKey"]: s for s in answer.json()["scopes"]}
 
 
-def _test_key(keys: Keys, name: str) -> str:
-    return f"{keys.own}test:{name}"
+def _test_key(keys: BucketKeys, name: str) -> str:
+    return f"{keys.bucket_prefix}test:{name}"
 
 
 def test_a_paused_scope_holds_its_events_until_resumed(
-    api: TestClient, redis_client: Redis, keys: Keys
+    api: TestClient, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Paused, a scope's event stays queued in its inbox while a later event of another scope finishes (one
     worker process: the order is the signal); resumed, it runs to done."""
@@ -81,7 +81,7 @@ def test_a_paused_scope_holds_its_events_until_resumed(
     assert api.post("/v1/scopes/bad key/pause").json()["error"]["field"] == "scopeKey"
 
 
-def test_a_cancelled_queued_event_never_runs(api: TestClient, redis_client: Redis, keys: Keys) -> None:
+def test_a_cancelled_queued_event_never_runs(api: TestClient, redis_client: Redis, keys: BucketKeys) -> None:
     """Queued behind a running event of its scope, a cancelled event is skipped: the scope drains past it
     (its inbox empties) and its counter effect never happens."""
     scope = "topic:cancel-queued"
@@ -108,7 +108,7 @@ def test_a_cancelled_queued_event_never_runs(api: TestClient, redis_client: Redi
 
 
 def test_a_running_event_stops_before_its_next_action(
-    api: TestClient, redis_client: Redis, keys: Keys
+    api: TestClient, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Cancelled while its first action runs: the first action's effect stays (it committed with its lane),
     the second action never runs, and the chain's staged write is not committed; the event is cancelled."""

@@ -16,7 +16,7 @@ from redis import Redis
 from producers._http import create_web_app
 from tests.conftest import wait_for
 from worker.core.dedupe import dedupe_key, event_id_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -299,7 +299,7 @@ class TestReplayAndGate:
         assert stack.put("/v1/features/self-iteration/u1", json={"enabled": None}).json()["enabled"] is True
 
     def test_receipts_stream(
-        self, make_settings: Any, start_worker: Any, start_web: Any, redis_client: Redis, keys: Keys
+        self, make_settings: Any, start_worker: Any, start_web: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """GET /v1/receipts/stream pushes a new receipt once, without polling."""
         settings = make_settings()
@@ -365,16 +365,16 @@ def test_a_failed_hand_over_is_retried_by_the_outbox_and_the_action_applies_once
     pipeline.drain_scope("topic:tpc_1")
     record = producer.status(event_id)
     assert record is not None and record["status"] == "done"
-    chain = producer.store.get_chain("chain:msg_f1")
+    chain = producer.store.get_chain(producer.keys, "chain:msg_f1")
     assert chain is not None and chain["envelope"]["results"][-1]["status"] == "applied"
-    lane = producer.store.keys.idempotency("topic:tpc_1", "msg_f1:memory:msg_f1")
+    lane = producer.keys.for_bucket(0).idempotency("topic:tpc_1", "msg_f1:memory:msg_f1")
     assert producer.store.client.exists(lane) == 1
     relay = relay_for(pipeline, settings)
     wait_for(lambda: relay.run_once() or len(runner.calls) >= 2, what="the relay's retry")
     assert len(runner.calls) == 2 and runner.calls[0] == runner.calls[1]  # the same deterministic operation
     from worker.outbox.relay import records_of_event
 
-    outbox = records_of_event(producer.store, "topic:tpc_1", event_id)
+    outbox = records_of_event(producer.keys, producer.store, "topic:tpc_1", event_id)
     assert [(r["state"], r["attempts"]) for r in outbox] == [("delivered", 2)]
     producer.close()
 

@@ -14,16 +14,16 @@ from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
 
-def _counter(keys: Keys, i: int) -> str:
-    return f"{keys.own}test:shared-counter:{i}"
+def _counter(keys: BucketKeys, i: int) -> str:
+    return f"{keys.bucket_prefix}test:shared-counter:{i}"
 
 
-def _counter_events(keys: Keys, n: int, **payload: Any) -> list[dict[str, Any]]:
+def _counter_events(keys: BucketKeys, n: int, **payload: Any) -> list[dict[str, Any]]:
     return [
         {
             "sourceType": "test.counter",
@@ -40,7 +40,7 @@ def _all_done(producer: Producer, event_ids: list[str]) -> bool:
 
 
 def test_many_one_event_scopes_share_a_few_drain_messages(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """120 one-event scopes queued with drain_messages_max=3 send exactly 3 messages, which drain them all;
     each effect applies once, and the last message retires the last ticket."""
@@ -60,7 +60,7 @@ def test_many_one_event_scopes_share_a_few_drain_messages(
 
 
 def test_a_hot_scope_hands_off_to_cold_scopes(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """A scope with 60 queued events, then 10 one-event scopes: one worker serves every cold scope after at
     most two of the hot scope's turns (max_events_per_drain=5), not after all 60 of its events."""
@@ -84,20 +84,20 @@ def test_a_hot_scope_hands_off_to_cold_scopes(
     wait_for(lambda: _all_done(producer, ids), timeout_s=90, what="the hot and the cold scopes")
     ends = [
         json.loads(x)["scope"]
-        for x in redis_client.lrange(f"{keys.own}test:timeline", 0, -1)
+        for x in redis_client.lrange(f"{keys.bucket_prefix}test:timeline", 0, -1)
         if json.loads(x)["phase"] == "end"
     ]
     last_cold = max(i for i, scope in enumerate(ends) if scope != "topic:hot")
     hot_before = sum(1 for scope in ends[:last_cold] if scope == "topic:hot")
     assert hot_before <= 10, f"{hot_before} of the hot scope's events ran before the last cold scope"
-    hot_seq = [json.loads(x)["seq"] for x in redis_client.lrange(f"{keys.own}test:timeline", 0, -1)]
+    hot_seq = [json.loads(x)["seq"] for x in redis_client.lrange(f"{keys.bucket_prefix}test:timeline", 0, -1)]
     hot_seq = [s for s in hot_seq if s is not None][::2]  # start records, in order
     assert hot_seq == list(range(60)), "the hot scope ran out of order"
     producer.close()
 
 
 def test_sigkill_in_the_middle_of_a_multi_scope_drain(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """One message drains 30 scopes; the worker child is killed during the 10th scope's action. Every event
     ends done, every effect applied exactly once, and only the killed event was delivered twice."""
@@ -108,7 +108,7 @@ def test_sigkill_in_the_middle_of_a_multi_scope_drain(
     results = producer.enqueue_many(events)
     assert redis_client.llen(keys.broker_queue(settings.queue_name)) == 1
     start_worker(settings)
-    marker = f"{keys.own}test:inaction:sd-9"
+    marker = f"{keys.bucket_prefix}test:inaction:sd-9"
     pid = int(wait_for(lambda: redis_client.get(marker), timeout_s=60, what="the 10th scope's action"))
     done_before_kill = sum(1 for r in results if (producer.status(r.event_id) or {}).get("status") == "done")
     assert done_before_kill == 9, "the first nine scopes are drained by the same message, in order"
@@ -116,6 +116,6 @@ def test_sigkill_in_the_middle_of_a_multi_scope_drain(
     ids = [r.event_id for r in results]
     wait_for(lambda: _all_done(producer, ids), timeout_s=90, what="recovery of all 30 scopes")
     assert [redis_client.get(_counter(keys, i)) for i in range(30)] == ["1"] * 30
-    attempts = [int(redis_client.get(f"{keys.own}test:attempts:sd-{i}") or 0) for i in range(30)]
+    attempts = [int(redis_client.get(f"{keys.bucket_prefix}test:attempts:sd-{i}") or 0) for i in range(30)]
     assert attempts == [1] * 9 + [2] + [1] * 20
     producer.close()

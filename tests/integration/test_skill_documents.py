@@ -11,7 +11,7 @@ import pytest
 from redis import Redis
 
 from policies.self_iteration.documents import DocumentStore
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ RUNS = 8
 
 
 def test_concurrent_runs_for_one_skill_create_it_once_and_keep_every_version(
-    redis_url: str, redis_client: Redis, keys: Keys
+    redis_url: str, redis_client: Redis, keys: BucketKeys
 ) -> None:
     start = threading.Barrier(RUNS)
     results: list[tuple[str, dict[str, Any], str | None]] = []
@@ -57,7 +57,7 @@ def test_concurrent_runs_for_one_skill_create_it_once_and_keep_every_version(
 
 
 def test_a_run_delivered_again_answers_what_it_did_without_a_second_version(
-    redis_client: Redis, keys: Keys
+    redis_client: Redis, keys: BucketKeys
 ) -> None:
     store = DocumentStore(redis_client, keys)
     created = store.upsert_skill("u1", "agt_1", title="Release checklist", content="a", source_id="op_1")
@@ -74,7 +74,7 @@ def test_a_run_delivered_again_answers_what_it_did_without_a_second_version(
 
 
 def test_a_run_delivered_again_after_a_later_run_or_an_undo_writes_nothing(
-    redis_client: Redis, keys: Keys
+    redis_client: Redis, keys: BucketKeys
 ) -> None:
     """op_1 creates, op_2 replaces, op_1 comes again: it answers its create. After an undo of op_2, op_2 coming
     again does not replace the restored version."""

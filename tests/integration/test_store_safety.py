@@ -21,7 +21,7 @@ from producers._http import create_web_app
 from tests.conftest import ROOT, settings_env
 from tests.support.private_redis import private_redis
 from tests.support.prom import parse, total
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.runtime.tasks import DRAIN_TASK
 from worker.store.safety import NO_PERSISTENCE, UnsafeStore
 
@@ -126,7 +126,7 @@ class TestFullRedis:
         """At maxmemory (noeviction) a batch is refused whole: SDK and HTTP say so, nothing of it is stored."""
         with private_redis(tmp_path, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction") as url:
             settings = make_settings(redis_url=url, telemetry_enabled=False)
-            keys = Keys(settings.key_prefix)
+            keys = BucketKeys(settings.key_prefix)
             producer = Producer(settings)
             batch = [_event("full-1", "topic:a"), _event("full-2", "topic:b"), _event("full-3", "topic:a")]
             ids = [p.event_id for p in producer.emitter.validate_many(batch)]

@@ -219,7 +219,7 @@ class TestInstruments:
         assert (
             rig.total("agent_signal_workflow_runs_total", workflow_status="generated") == 1
         )  # a failed result is not an error
-        chain = rig.producer.store.get_chain("chain:f1")
+        chain = rig.producer.store.get_chain(rig.producer.keys, "chain:f1")
         assert chain is not None
         record = chain["record"]
         assert record["finalStatus"] == "failed"
@@ -270,7 +270,9 @@ class TestInstruments:
 
         lease = ScopeLease(rig.pipeline.store.scripts, ttl_s=5, renew_interval_s=1)
         rig.producer.enqueue(_msg("c1", scope="topic:t5"))
-        grant, _, _ = lease.acquire(rig.pipeline.store.keys, "topic:t5", now_ms=int(time.time() * 1000))
+        grant, _, _ = lease.acquire(
+            rig.pipeline.keys.for_tenant("default"), "topic:t5", now_ms=int(time.time() * 1000)
+        )
         assert grant is not None
         rig.producer.enqueue(_msg("c2", scope="topic:t5"))
         assert rig.pipeline.drain_scope("topic:t5").next == "busy"
@@ -287,7 +289,7 @@ class TestProjection:
         """GET-shaped chain document: LobeHub's edges, handler runs, breakdowns, dominant path; durationMs set."""
         rig.producer.enqueue(_msg("p1", scope="topic:t6", operationId="op-9"))
         rig.pipeline.drain_scope("topic:t6")
-        chain = rig.producer.store.get_chain("chain:p1")
+        chain = rig.producer.store.get_chain(rig.producer.keys, "chain:p1")
         assert chain is not None
         envelope, record = chain["envelope"], chain["record"]
         action_id = "p1:signal:message-received:action:activity"

@@ -11,26 +11,29 @@ from redis import Redis
 
 from producers._http import create_web_app
 from tests.conftest import wait_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
 
 def test_a_held_drain_names_its_worker(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     settings = make_settings()
     worker = start_worker(settings, concurrency=1)
     with TestClient(create_web_app(settings)) as client:
         event = {"sourceType": "test.two-step", "sourceId": "held-1", "scopeKey": "topic:held", "payload": {}}
         assert client.post("/v1/events", json=event).status_code == 202
-        wait_for(lambda: redis_client.get(f"{keys.own}test:two-step-started:held-1"), what="the first action")
+        wait_for(
+            lambda: redis_client.get(f"{keys.bucket_prefix}test:two-step-started:held-1"),
+            what="the first action",
+        )
         busy = client.get("/v1/scopes", params={"state": "busy"}).json()["scopes"]
         assert [(s["scopeKey"], s.get("leaseHolder")) for s in busy] == [("topic:held", worker.hostname_hint)]
         seen = {w["name"]: w for w in client.get("/v1/overview").json()["workers"]}
         assert seen[worker.hostname_hint]["concurrency"] == 1
         assert seen[worker.hostname_hint]["inFlight"] == 1
-        redis_client.set(f"{keys.own}test:two-step-go:held-1", "1")
+        redis_client.set(f"{keys.bucket_prefix}test:two-step-go:held-1", "1")
         wait_for(
             lambda: client.get("/v1/events/held-1").json().get("status") == "done", what="the event to finish"
         )

@@ -26,7 +26,7 @@ from producers._auth import is_loopback
 from producers._http import create_web_app
 from producers._principal import Principal, require
 from tests.conftest import ROOT, SettingsFactory, settings_env
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.ops.credentials import CredentialStore, hash_secret
 from worker.ops.rate_limit import RateLimiter
 from worker.settings import Settings, SettingsError
@@ -137,7 +137,7 @@ class TestKeysOverHttp:
         assert client.get("/v1/test-whoami", headers=bearer(created["key"])).status_code == 401
 
     def test_secret_is_stored_only_as_a_hash(
-        self, client: TestClient, redis_client: Redis, keys: Keys
+        self, client: TestClient, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """No key or value under the prefix contains the secret (or its random part); its SHA-256 is there."""
         secret = create_key(client, "read")
@@ -158,7 +158,9 @@ class TestKeysOverHttp:
             found_hash = found_hash or hash_secret(secret) in values
         assert found_hash
 
-    def test_create_and_revoke_are_audited(self, client: TestClient, redis_client: Redis, keys: Keys) -> None:
+    def test_create_and_revoke_are_audited(
+        self, client: TestClient, redis_client: Redis, keys: BucketKeys
+    ) -> None:
         """The tenant's audit stream records who created and revoked which key, without the secret."""
         created = client.post("/v1/keys", json={"tenant": "acme", "role": "read"}, headers=ROOT_AUTH).json()
         client.delete(f"/v1/keys/{created['id']}", headers=ROOT_AUTH)
@@ -226,7 +228,7 @@ class TestUserTokens:
             assert response.status_code == 422 and response.json()["error"]["field"] == field
 
     def test_expired_and_forged_tokens_are_401(
-        self, client: TestClient, make_settings: SettingsFactory, redis_client: Redis, keys: Keys
+        self, client: TestClient, make_settings: SettingsFactory, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """A token whose exp has passed, or one signed with another secret, is 401."""
         client.post("/v1/tokens", json={"userId": "u1"}, headers=ROOT_AUTH)  # creates the shared secret
@@ -255,7 +257,9 @@ class TestUserTokens:
         client.delete(f"/v1/keys/{created['id']}", headers=ROOT_AUTH)
         assert client.get("/v1/test-whoami", headers=bearer(token)).status_code == 401
 
-    def test_a_revoke_takes_effect_within_the_cache_window(self, redis_client: Redis, keys: Keys) -> None:
+    def test_a_revoke_takes_effect_within_the_cache_window(
+        self, redis_client: Redis, keys: BucketKeys
+    ) -> None:
         """A verifying process trusts a cached key for ``cache_s`` (by its monotonic clock) and no longer."""
         clock = [1000.0]
         web = CredentialStore(redis_client, keys, cache_s=2.0)
@@ -275,7 +279,7 @@ class TestUserTokens:
 
 class TestRateLimit:
     def test_over_the_rate_is_429_with_retry_after(
-        self, open_app: Callable[..., TestClient], redis_client: Redis, keys: Keys
+        self, open_app: Callable[..., TestClient], redis_client: Redis, keys: BucketKeys
     ) -> None:
         """One request per 5 s (burst 1): the second within the window is 429 with Retry-After in 1..5;
         another credential has its own bucket."""
@@ -288,7 +292,7 @@ class TestRateLimit:
         assert 1 <= int(response.headers["retry-after"]) <= 5
         assert client.get("/v1/test-whoami", headers=bearer(other)).status_code == 200
 
-    def test_tokens_taken_in_chunks_never_exceed_the_bucket(self, redis_url: str, keys: Keys) -> None:
+    def test_tokens_taken_in_chunks_never_exceed_the_bucket(self, redis_url: str, keys: BucketKeys) -> None:
         """The web's limiter takes tokens a chunk at a time, yet over a burst lets through no more than the
         bucket held plus what refilled meanwhile (and at least the bucket)."""
         limiter = RateLimiter(keys, 50.0)  # burst 50, chunks of 5
@@ -333,7 +337,7 @@ class TestSecureByDefault:
         assert "short-key" not in str(info.value)
 
     def test_a_stored_key_is_a_credential(
-        self, make_settings: SettingsFactory, redis_client: Redis, keys: Keys
+        self, make_settings: SettingsFactory, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """A created key lets the app serve on 0.0.0.0; revoking it does not turn auth back off."""
         record, secret = CredentialStore(redis_client, keys).create("default", "read")

@@ -14,7 +14,7 @@ from redis import Redis
 
 from producers._http import create_web_app
 from tests.conftest import wait_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,7 @@ def test_finding_2_a_user_reads_only_their_own_receipts(door: Door) -> None:
 
 
 def test_finding_3_a_payload_naming_another_user_plants_no_receipt(
-    door: Door, redis_client: Redis, keys: Keys
+    door: Door, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Alice's completion that names Bob in ``payload.selfIteration.userId`` is refused (422 naming the field):
     nothing lands in Bob's receipts. A service key's event that names two users is refused the same way."""

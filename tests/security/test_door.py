@@ -26,7 +26,7 @@ from producers._web_common import MAX_JSON_DEPTH, decode_json
 from tests.conftest import ROOT, Proc, SettingsFactory
 from tests.security.conftest import ClientFactory
 from worker.core.ids import id_problem
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ GOOD: dict[str, Any] = {
 CHAT: dict[str, Any] = {"model": "auto", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def _stored(redis_client: Redis, keys: Keys) -> list[str]:
+def _stored(redis_client: Redis, keys: BucketKeys) -> list[str]:
     """Keys under the test's prefix that hold data (the broker's and the counters' excluded)."""
     return [
         k
@@ -98,7 +98,7 @@ class TestBodyLimit:
         }
 
     def test_body_over_limit_on_session_and_route_writes_is_413(
-        self, app_client: ClientFactory, redis_client: Redis, keys: Keys
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """Session writes and routing share the one limit: 413 request_too_large, nothing stored."""
         client = app_client(
@@ -160,7 +160,7 @@ def _post_chunked(port: int, path: str, chunk: bytes, total: int) -> tuple[int, 
 
 class TestContentTypeAndOrigin:
     def test_cross_site_text_plain_post_is_refused(
-        self, app_client: ClientFactory, redis_client: Redis, keys: Keys
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """A text/plain POST from another site (what a web page can send without a preflight) is 403
         bad_origin; without the Origin it is still 415 for its content type; nothing is stored."""
@@ -256,7 +256,7 @@ class _InlineFinder(HTMLParser):
 
 class TestJsonAndIds:
     def test_deeply_nested_json_is_422(
-        self, app_client: ClientFactory, redis_client: Redis, keys: Keys
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """Nesting past the limit is 422 invalid_json (not a 500 RecursionError) on /v1/events and the other
         body routes; nesting within it is decoded."""
@@ -286,7 +286,7 @@ class TestJsonAndIds:
         assert ok.status_code == 202
 
     def test_user_id_with_unit_separator_is_422(
-        self, app_client: ClientFactory, redis_client: Redis, keys: Keys
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """An id carrying \\x1f (our separator inside Redis members) is a 422 naming the field, in a batch,
         a single event and the payload; nothing is stored and /v1/conversations keeps working."""
@@ -324,7 +324,7 @@ class TestJsonAndIds:
 
 class TestRoute:
     def test_route_does_not_500_when_recorded_event_is_invalid(
-        self, app_client: ClientFactory, redis_client: Redis, keys: Keys
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """A route whose chat.request record the store would refuse (payload over the event limit) is still
         answered, naming the record's failure in a header; a bad caller id is a 422 before routing."""

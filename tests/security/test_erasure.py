@@ -15,7 +15,7 @@ from producers._http import create_web_app
 from tests.conftest import wait_for
 from worker.documents.chain_codec import DEFLATE_V1, decode_chain
 from worker.documents.lane_codec import decode_lane
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +70,7 @@ def _populate(client: TestClient, user: str) -> list[dict[str, Any]]:
     return sent
 
 
-def _settled(client: TestClient, redis_client: Redis, keys: Keys, user: str) -> bool:
+def _settled(client: TestClient, redis_client: Redis, keys: BucketKeys, user: str) -> bool:
     memories = client.get("/v1/memories", params={"userId": user}).json()["memories"]
     receipts = client.get(
         "/v1/receipts", params={"userId": user, "agentId": "agt_1", "topicId": f"tpc-{user}"}
@@ -80,7 +80,7 @@ def _settled(client: TestClient, redis_client: Redis, keys: Keys, user: str) -> 
     return len(memories) >= 2 and len(skills) >= 2 and idle
 
 
-def _dump(redis_client: Redis, keys: Keys) -> list[tuple[str, str]]:
+def _dump(redis_client: Redis, keys: BucketKeys) -> list[tuple[str, str]]:
     """Every key under the deployment's prefix (the broker's too) with its whole value as text."""
     out = []
     for key in redis_client.scan_iter(match=keys.all_pattern, count=1000):
@@ -111,7 +111,7 @@ def _mentions(dump: list[tuple[str, str]], *needles: str) -> list[str]:
 
 
 def test_erasure_leaves_nothing_of_the_user_and_everything_of_others(
-    stack: TestClient, redis_client: Redis, keys: Keys
+    stack: TestClient, redis_client: Redis, keys: BucketKeys
 ) -> None:
     gone_events = _populate(stack, GONE)
     _populate(stack, KEPT)
@@ -145,7 +145,7 @@ def test_erasure_leaves_nothing_of_the_user_and_everything_of_others(
 
 
 def test_erasure_keeps_a_scope_that_also_holds_events_of_nobody_in_particular(
-    make_settings: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """A scope with the user's event and a userless one is shared: only the user's event becomes a tombstone
     and leaves the inbox; the other stays queued, and the scope's keys stay."""
@@ -166,10 +166,10 @@ def test_erasure_keeps_a_scope_that_also_holds_events_of_nobody_in_particular(
     theirs = producer.enqueue(
         {"sourceType": "test.noop", "sourceId": "n1", "scopeKey": "topic:mixed", "payload": {}}
     )
-    report = erase_user(producer.store, GONE, session_scope=session_scope)
+    report = erase_user(producer.store, producer.keys, GONE, session_scope=session_scope)
     assert report.removed["eventPayloads"] == 1 and report.removed.get("scopes", 0) == 0
     inbox = redis_client.lrange(keys.inbox("topic:mixed"), 0, -1)
     assert inbox == [theirs.event_id]
     assert producer.status(theirs.event_id)["status"] == "queued"  # type: ignore[index]
     assert producer.status(mine.event_id)["status"] == "erased"  # type: ignore[index]
-    assert int(producer.store.stats()["queued"]) == 1
+    assert int(producer.store.stats(producer.keys)["queued"]) == 1

@@ -19,7 +19,7 @@ from producers import Producer
 from producers._http import create_web_app
 from tests.conftest import wait_for
 from tests.support.private_redis import private_redis
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -45,7 +45,7 @@ def test_a_full_store_pauses_work_and_kills_no_worker_and_no_event(
     /readyz said the store was full meanwhile."""
     with private_redis(tmp_path, "--maxmemory", "16mb", "--maxmemory-policy", "noeviction") as url:
         settings = make_settings(redis_url=url, telemetry_enabled=False)
-        keys = Keys(settings.key_prefix)
+        keys = BucketKeys(settings.key_prefix)
         client = Redis.from_url(url, decode_responses=True)
         worker = start_worker(settings, concurrency=2, wait=False)  # it registers in the private Redis
         wait_for(lambda: client.hlen(keys.workers) or worker.popen.poll() is not None, what="the worker")
@@ -55,12 +55,14 @@ def test_a_full_store_pauses_work_and_kills_no_worker_and_no_event(
                 "sourceType": "test.counter",
                 "sourceId": f"full-{i}",
                 "scopeKey": f"topic:full-{i % SCOPES}",
-                "payload": {"counterKey": f"{keys.home}test:full:{i}", "sleepMs": 50},
+                "payload": {"counterKey": f"{keys.home_prefix}test:full:{i}", "sleepMs": 50},
             }
             for i in range(EVENTS)
         ]
         ids = [r.event_id for r in producer.enqueue_many(events)]
-        wait_for(lambda: client.exists(f"{keys.home}test:attempts:full-0"), what="the first event to start")
+        wait_for(
+            lambda: client.exists(f"{keys.home_prefix}test:attempts:full-0"), what="the first event to start"
+        )
         _fill(client)
         with TestClient(create_web_app(settings, producer=producer)) as web:
             ready = web.get("/readyz").json()
@@ -77,7 +79,7 @@ def test_a_full_store_pauses_work_and_kills_no_worker_and_no_event(
         assert worker.popen.poll() is None, f"the worker exited:\n{log[-3000:]}"
         assert states.count("dead") == 0, log[-3000:]
         assert states == ["done"] * EVENTS
-        assert [client.get(f"{keys.home}test:full:{i}") for i in range(EVENTS)] == ["1"] * EVENTS
+        assert [client.get(f"{keys.home_prefix}test:full:{i}") for i in range(EVENTS)] == ["1"] * EVENTS
         assert "backs off until there is room" in log  # it met the full store, and waited
         assert ready["ready"] is True and ready["checks"]["memory"].startswith("full: ")
         producer.close()

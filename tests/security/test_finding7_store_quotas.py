@@ -15,7 +15,7 @@ from redis import Redis
 
 from tests.conftest import SettingsFactory, wait_for
 from tests.security.conftest import ClientFactory
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.ops.credentials import CredentialStore
 from worker.store.receipts import ReceiptStore
 
@@ -43,7 +43,7 @@ def _is_done(producer: Any, event_id: str) -> bool:
     return (producer.status(event_id) or {}).get("status") == "done"
 
 
-def _stored_bytes(redis_client: Redis, keys: Keys, tenant: str, user: str) -> int:
+def _stored_bytes(redis_client: Redis, keys: BucketKeys, tenant: str, user: str) -> int:
     raw = redis_client.hgetall(keys.for_tenant(tenant).user_bytes(user))
     return sum(int(n) for n in raw.values())
 
@@ -51,7 +51,7 @@ def _stored_bytes(redis_client: Redis, keys: Keys, tenant: str, user: str) -> in
 class TestTenantEvents:
     @pytest.mark.parametrize("buckets", [1, 4])
     def test_a_tenant_past_its_retained_events_is_refused_and_another_is_not(
-        self, app_client: ClientFactory, redis_client: Redis, keys: Keys, buckets: int
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys, buckets: int
     ) -> None:
         """With AGENT_SIGNAL_TENANT_MAX_EVENTS=5 tenant A stores 5 events; a 6th, and a batch that would pass
         the quota, are 429 quota_exceeded with Retry-After and nothing of them is stored; a duplicate of a
@@ -93,7 +93,7 @@ class TestTenantEvents:
 
 class TestUserBytes:
     def test_a_user_at_the_quota_is_refused_events_and_context_writes_and_others_are_not(
-        self, app_client: ClientFactory, redis_client: Redis, keys: Keys
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """With AGENT_SIGNAL_USER_MAX_BYTES=2000, alice's session context grows until her stored bytes reach the
         quota; then her next context write and her next event are 429 quota_exceeded (nothing stored), while bob
@@ -136,7 +136,7 @@ class TestUserBytes:
         assert client.post("/v1/events", json=_event("alice-2"), headers=alice).status_code == 202
 
     def test_what_the_worker_writes_for_a_user_counts_toward_the_quota(
-        self, make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: Keys
+        self, make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """A real worker logs alice's messages into her conversation; once her stored bytes reach the quota her
         next event is refused at the door, while bob's is accepted."""
@@ -178,7 +178,9 @@ class TestUserBytes:
         producer.close()
 
 
-def test_receipts_memories_and_skills_are_counted_for_their_user(redis_client: Redis, keys: Keys) -> None:
+def test_receipts_memories_and_skills_are_counted_for_their_user(
+    redis_client: Redis, keys: BucketKeys
+) -> None:
     """A receipt counts its body until it expires; a memory and a skill count their JSON (kept)."""
     from policies.self_iteration.documents import DocumentStore
     from worker.store.quotas import user_bytes_field
@@ -206,14 +208,14 @@ def test_receipts_memories_and_skills_are_counted_for_their_user(redis_client: R
     ]
     history = sum(
         len(v.encode())
-        for k in redis_client.scan_iter(f"{keys.home}skill-history:*")
+        for k in redis_client.scan_iter(f"{keys.home_prefix}skill-history:*")
         for v in redis_client.hvals(k)
     )
     assert kept == sum(len(v.encode()) for values in stored for v in values) + history
 
 
 def test_counts_of_ended_windows_and_days_are_not_counted_and_are_forgotten(
-    make_settings: SettingsFactory, redis_client: Redis, keys: Keys
+    make_settings: SettingsFactory, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """A retained-events slot older than the dedupe window and a user's byte count of a day that has ended
     neither count toward a quota nor stay: the next admission deletes them."""

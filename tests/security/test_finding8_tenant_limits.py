@@ -18,7 +18,7 @@ from redis import Redis
 
 from tests.conftest import Proc, SettingsFactory
 from tests.security.conftest import ClientFactory
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.ops.credentials import CredentialStore
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,9 @@ def bearer(credential: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {credential}"}
 
 
-def _credentials(redis_client: Redis, keys: Keys, tenant: str, *, read_keys: int, users: int) -> list[str]:
+def _credentials(
+    redis_client: Redis, keys: BucketKeys, tenant: str, *, read_keys: int, users: int
+) -> list[str]:
     """``read_keys`` read keys of ``tenant`` and ``users`` user tokens minted by one operate key of it, made
     straight in Redis (so setting them up takes nothing from the buckets under test)."""
     store = CredentialStore(redis_client, keys, token_secret=SECRET)
@@ -43,7 +45,7 @@ def _credentials(redis_client: Redis, keys: Keys, tenant: str, *, read_keys: int
 
 class TestTenantRate:
     def test_a_tenants_keys_and_user_tokens_share_one_bucket(
-        self, app_client: ClientFactory, redis_client: Redis, keys: Keys
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """Tenant A's six read keys and six user tokens, one request each, pass their own buckets (100/s) but
         not the tenant's (one token, refilled every 100 s): the first is served, the other eleven get 429
@@ -107,7 +109,7 @@ class TestTenantStreams:
         make_settings: SettingsFactory,
         start_web: Callable[..., tuple[Proc, str]],
         redis_client: Redis,
-        keys: Keys,
+        keys: BucketKeys,
     ) -> None:
         """With AGENT_SIGNAL_TENANT_MAX_STREAMS=4, tenant A's user tokens (one operate key minted them) hold two
         streams on each of two web processes; a fifth on either is 429 too_many_streams with Retry-After, while

@@ -20,7 +20,7 @@ from redis import Redis
 
 from tests.conftest import Proc, wait_for
 from tests.support.policies import EXPLODE_TASK
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.runtime.app import create_app
 from worker.runtime.tasks import publish_task
 from worker.settings import Settings
@@ -58,7 +58,7 @@ def _feedback(source_id: str, text: str) -> dict[str, Any]:
     }
 
 
-def _run_workload(url: str, redis_client: Redis, keys: Keys) -> str:
+def _run_workload(url: str, redis_client: Redis, keys: BucketKeys) -> str:
     """Everything that could put the marker in a log line; returns the dead event's id."""
     http = httpx.Client(base_url=url, timeout=30)
     try:
@@ -67,7 +67,7 @@ def _run_workload(url: str, redis_client: Redis, keys: Keys) -> str:
         http.close()
 
 
-def _steps(http: httpx.Client, redis_client: Redis, keys: Keys) -> str:
+def _steps(http: httpx.Client, redis_client: Redis, keys: BucketKeys) -> str:
     operate = http.post("/v1/keys", json={"role": "operate"}, headers=_bearer(BOOT)).json()["key"]
     minted = http.post("/v1/tokens", json={"userId": USER}, headers=_bearer(operate))
     assert minted.status_code == 200, minted.text
@@ -127,17 +127,19 @@ def _steps(http: httpx.Client, redis_client: Redis, keys: Keys) -> str:
     return dead_id
 
 
-def _failing_tasks(settings: Settings, redis_client: Redis, keys: Keys) -> None:
+def _failing_tasks(settings: Settings, redis_client: Redis, keys: BucketKeys) -> None:
     """The test plugin's task raising an error that quotes its payload: sent by the engine's publish_task,
     and by a plain ``send_task`` (arguments not hidden, as an older or outside publisher sends them)."""
     app = create_app(settings)
     publish_task(app, EXPLODE_TASK, {"text": f"{MARK} from the engine"}, queue=settings.queue_name)
     app.send_task(EXPLODE_TASK, args=[{"text": f"{MARK} from outside"}], queue=settings.queue_name)
-    wait_for(lambda: redis_client.get(f"{keys.home}test:exploded") == "2", what="both failing tasks to run")
+    wait_for(
+        lambda: redis_client.get(f"{keys.home_prefix}test:exploded") == "2", what="both failing tasks to run"
+    )
 
 
 def test_user_text_in_logs(
-    stack: tuple[str, list[Proc]], settings: Settings, redis_client: Redis, keys: Keys
+    stack: tuple[str, list[Proc]], settings: Settings, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Finding 9: no log line of the web or the worker process (DEBUG) holds the marker that was in the user
     id, the message texts, the payloads and the discard reason; the user's requests are logged under the

@@ -20,7 +20,7 @@ from redis import Redis
 from sessions.store import session_scope
 from tests.conftest import ROOT
 from tests.security.conftest import ClientFactory
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,9 @@ def _record_bytes(message: dict[str, Any]) -> int:
     return len(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
-def _session_state_keys(redis_client: Redis, keys: Keys, sid: str, user_id: str | None = None) -> set[str]:
+def _session_state_keys(
+    redis_client: Redis, keys: BucketKeys, sid: str, user_id: str | None = None
+) -> set[str]:
     """Every key holding the session's state: its scope's keys that are not the engine's (the inbox and event
     records of the events its tool calls recorded live by the pipeline's rules), and the user's session index."""
     scope_tag = "{" + session_scope(sid) + "}"
@@ -56,7 +58,7 @@ def _error(response: Response) -> dict[str, Any]:
 
 
 def test_twenty_megabyte_session_message_is_refused(
-    app_client: ClientFactory, redis_client: Redis, keys: Keys
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """A 20 MB message (let through the door) is 413 naming messages.3.content, and none of the request is stored."""
     client = app_client(max_request_bytes=32 * MiB)
@@ -81,7 +83,7 @@ def test_twenty_megabyte_session_message_is_refused(
 
 @pytest.mark.parametrize("cap", ["records", "bytes"])
 def test_caps_hold_under_concurrent_appends(
-    app_client: ClientFactory, redis_client: Redis, keys: Keys, cap: str
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys, cap: str
 ) -> None:
     """Two threads append two messages at a time until refused: the context ends at 24 records (25 is the cap,
     26 would pass it), never more, and the byte counter equals the stored records' bytes."""
@@ -116,7 +118,7 @@ def test_caps_hold_under_concurrent_appends(
 
 
 def test_every_session_key_has_a_ttl_after_each_kind_of_write(
-    app_client: ClientFactory, redis_client: Redis, keys: Keys
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Before each kind of write every session key is set to expire in 50 s; after it, every key of the session
     (settings, context, meta, checkpoints, usage, D-Mail, function state, the user's index) has a TTL refreshed to
@@ -160,7 +162,9 @@ def test_every_session_key_has_a_ttl_after_each_kind_of_write(
     }
 
 
-def test_oversized_artifact_is_refused(app_client: ClientFactory, redis_client: Redis, keys: Keys) -> None:
+def test_oversized_artifact_is_refused(
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+) -> None:
     """An artifact over max_message_bytes is 413 naming content; no function state is written."""
     client = app_client(functions_dir=str(FUNCTIONS))
     response = client.put("/v1/sessions/art/artifacts/plan", json={"content": "p" * (256 * 1024 + 1)})
@@ -172,7 +176,7 @@ def test_oversized_artifact_is_refused(app_client: ClientFactory, redis_client: 
 
 
 def test_function_state_and_dmail_are_bounded(
-    app_client: ClientFactory, redis_client: Redis, keys: Keys
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """A signal whose payload would grow the function state past max_session_bytes is 413 naming payload, and a
     D-Mail over max_message_bytes is 413 naming message; neither changes what is stored."""

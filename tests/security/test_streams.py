@@ -29,7 +29,7 @@ from producers._feed import RESYNC, Feed, Listener, Resync
 from producers._http import create_web_app
 from tests.conftest import wait_for
 from tests.support.browser import chromium
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.settings import Settings, kombu_url_for
 from worker.store.receipts import ReceiptStore
 
@@ -115,7 +115,7 @@ def _event(i: int) -> dict[str, Any]:
 
 
 async def _while_500_streams_are_open(
-    url: str, redis: Redis, keys: Keys, measure: Callable[[], dict[str, int]]
+    url: str, redis: Redis, keys: BucketKeys, measure: Callable[[], dict[str, int]]
 ) -> dict[str, int]:
     """Open the streams; measure; ingest and read; publish a receipt and see it reach its streams."""
     parts = urlsplit(url)
@@ -149,7 +149,7 @@ async def _while_500_streams_are_open(
 
 
 def test_receipt_streams_do_not_exhaust_the_pool(
-    make_settings: Any, start_web: Any, redis_client: Redis, keys: Keys, redis_url: str, prefix: str
+    make_settings: Any, start_web: Any, redis_client: Redis, keys: BucketKeys, redis_url: str, prefix: str
 ) -> None:
     """With 500 streams open on one web process, ingest and reads answer 2xx, the process's Redis clients
     stay under 50, and a receipt published after the streams opened reaches its streams."""
@@ -262,7 +262,7 @@ def test_a_user_token_streams_only_its_own_user(app_with: Callable[..., TestClie
 
 
 def test_streams_share_one_subscription_and_stay_in_their_tenant(
-    app_with: Callable[..., TestClient], redis_client: Redis, keys: Keys
+    app_with: Callable[..., TestClient], redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Three streams of one channel hold one Redis subscription (none once they close); a receipt of
     tenant acme reaches acme's stream and not the default tenant's stream of the same user."""
@@ -364,7 +364,7 @@ def test_the_feed_resubscribes_after_redis_drops_it(
 
 
 def test_the_ui_streams_with_a_token_from_the_page_fragment(
-    make_settings: Any, start_web: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_web: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """A user token given as ``#…&token=`` is moved to sessionStorage and removed from the address bar, no
     request URL carries it, the receipts stream sends it as ``Authorization`` and goes live, and a receipt

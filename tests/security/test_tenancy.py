@@ -10,8 +10,9 @@ from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
+from tests.support.tenants import as_tenant
 from worker.core.errors import OverLimit
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +26,7 @@ def _event(source_id: str, scope: str, **payload: Any) -> dict[str, Any]:
 def _done(producer: Producer, event_ids: list[str]) -> int:
     pipe = producer.store.client.pipeline(transaction=False)
     for event_id in event_ids:
-        pipe.hget(producer.store.keys.event(event_id), "state")
+        pipe.hget(producer.keys.for_bucket(0).event(event_id), "state")
     return sum(1 for state in pipe.execute() if state == "done")
 
 
@@ -35,7 +36,7 @@ def test_pre_squatting_another_tenants_next_source_id_does_not_affect_it(
     """Tenant B sends tenant A's next sourceId first: A's real event is still accepted and runs."""
     settings = make_settings(extra_source_types=[NOOP])
     producer = Producer(settings)
-    tenant_a, tenant_b = producer.for_tenant("tenant-a"), producer.for_tenant("tenant-b")
+    tenant_a, tenant_b = as_tenant(producer, "tenant-a"), as_tenant(producer, "tenant-b")
     squat = tenant_b.enqueue(_event("msg_next", "topic:shared"))
     real = tenant_a.enqueue(_event("msg_next", "topic:shared"))
     assert (squat.status, real.status) == ("accepted", "accepted")
@@ -48,28 +49,28 @@ def test_pre_squatting_another_tenants_next_source_id_does_not_affect_it(
 
 
 def test_every_key_a_tenant_writes_is_under_its_own_prefix(
-    make_settings: Any, start_worker: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Events, scopes, leases, fences, lanes, chains of tenant B live under ``t:tenant-b:``; A's are not touched."""
     settings = make_settings(extra_source_types=[NOOP])
     producer = Producer(settings)
-    tenant_b = producer.for_tenant("tenant-b")
+    tenant_b = as_tenant(producer, "tenant-b")
     ids = [tenant_b.enqueue(_event(f"e{i}", f"topic:t{i % 3}")).event_id for i in range(6)]
     start_worker(settings)
     wait_for(lambda: _done(tenant_b, ids) == 6, what="tenant B's events")
     written = [str(k) for k in redis_client.scan_iter(match=keys.all_pattern)]
-    own_b = keys.for_tenant("tenant-b").own
+    own_b = keys.for_tenant("tenant-b").home_prefix
     tenant_keys = [k for k in written if k.startswith(f"{keys.prefix}t:")]
     assert tenant_keys and all(k.startswith(own_b) for k in tenant_keys)
-    assert not [k for k in written if k.startswith(keys.for_tenant("tenant-a").own)]
+    assert not [k for k in written if k.startswith(keys.for_tenant("tenant-a").home_prefix)]
 
 
 def test_inbox_and_tenant_limits_refuse_a_whole_batch_before_writing(
-    make_settings: Any, redis_client: Redis, keys: Keys
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Past a scope's inbox depth or the tenant's queued total: OverLimit, and nothing of the batch stored."""
     settings = make_settings(extra_source_types=[NOOP], max_inbox_depth=3, tenant_max_queued=5)
-    producer = Producer(settings).for_tenant("tenant-a")
+    producer = Producer(settings, tenant="tenant-a")
     producer.enqueue_many([_event(f"a{i}", "topic:deep") for i in range(3)])
     with pytest.raises(OverLimit) as inbox:
         producer.enqueue_many([_event("ok-1", "topic:other"), _event("a3", "topic:deep")])
@@ -79,7 +80,7 @@ def test_inbox_and_tenant_limits_refuse_a_whole_batch_before_writing(
     with pytest.raises(OverLimit) as tenant:
         producer.enqueue(_event("b2", "topic:b2"))
     assert tenant.value.what == "tenant"
-    other = Producer(settings).for_tenant("tenant-b")  # another tenant's quota is its own
+    other = Producer(settings, tenant="tenant-b")  # another tenant's quota is its own
     assert other.enqueue(_event("b2", "topic:b2")).status == "accepted"
 
 
@@ -89,7 +90,7 @@ def _flood_then_trickle(
     """Tenant A queues its backlog first, then B its events; workers start after both. Returns (A's events
     done at the moment B's last one was seen done, A's total)."""
     producer = Producer(settings)
-    tenant_a, tenant_b = producer.for_tenant("tenant-a"), producer.for_tenant("tenant-b")
+    tenant_a, tenant_b = as_tenant(producer, "tenant-a"), as_tenant(producer, "tenant-b")
     a_ids: list[str] = []
     backlog = [_event(f"a{i}", f"topic:a{i % a_scopes}") for i in range(a_events)]
     for start in range(0, len(backlog), 1000):
@@ -146,5 +147,5 @@ def test_a_tenants_event_rate_answers_429_for_the_whole_batch(make_settings: Any
         assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
         assert refused.json()["error"]["code"] == "tenant_rate_limited"
         assert client.post("/v1/events", json=batch, headers=keys["tenant-b"]).status_code == 202
-        producer = Producer(settings).for_tenant("tenant-a")
+        producer = Producer(settings, tenant="tenant-a")
         assert producer.status(producer.validate(_event("r9", "topic:r")).event_id) is None

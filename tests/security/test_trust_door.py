@@ -32,7 +32,7 @@ from tests.conftest import ROOT, Proc, SettingsFactory, settings_env, wait_for
 from tests.security.conftest import ClientFactory
 from tests.support.private_redis import private_redis
 from tests.support.routes import flat_routes
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.settings import Settings, SettingsError, load_settings
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ def _bearer(credential: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {credential}"}
 
 
-def _stored_events(redis_client: Redis, keys: Keys) -> list[str]:
+def _stored_events(redis_client: Redis, keys: BucketKeys) -> list[str]:
     """Event records under the test's prefix (what an accepted event leaves)."""
     return [k for k in redis_client.scan_iter(match=f"{keys.prefix}*") if ":ev:" in k]
 
@@ -107,7 +107,7 @@ def test_the_attack_body_is_answered_at_once(app_client: ClientFactory) -> None:
     [("NaN", "NaN"), ("-Infinity", "-Infinity"), ("1e999", "1e999"), ('"\\ud800"', "lone surrogate")],
 )
 def test_lone_surrogates_nan_and_infinity_are_422(
-    app_client: ClientFactory, redis_client: Redis, keys: Keys, raw_value: str, shown: str
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys, raw_value: str, shown: str
 ) -> None:
     """Each is a 422 naming the field, in a single event, a batch and a session message; nothing is stored."""
     client = app_client()
@@ -497,7 +497,7 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-def _snapshot(redis_client: Redis, keys: Keys) -> dict[str, Any]:
+def _snapshot(redis_client: Redis, keys: BucketKeys) -> dict[str, Any]:
     """Every data key under the test's prefix with its content (counters and the rate buckets left out)."""
     found: dict[str, Any] = {}
     for key in redis_client.scan_iter(match=f"{keys.prefix}*"):
@@ -509,7 +509,7 @@ def _snapshot(redis_client: Redis, keys: Keys) -> dict[str, Any]:
 
 
 def test_every_id_in_a_path_is_checked_before_any_side_effect(
-    app_client: ClientFactory, redis_client: Redis, keys: Keys
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Every route with a path parameter (read from the route table) answers a refused id with a 422 naming
     the parameter as the API names it (``userId``), and nothing in Redis changes: ``DELETE
@@ -545,7 +545,7 @@ def test_every_id_in_a_path_is_checked_before_any_side_effect(
 
 
 def test_a_session_is_claimed_only_after_its_id_is_checked(
-    app_client: ClientFactory, redis_client: Redis, keys: Keys
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """A user token's PUT of a session id the routes refuse is a 422 naming sessionId and claims nothing (the
     claim used to be written before the id was checked, leaving a session record for an id nobody can use)."""

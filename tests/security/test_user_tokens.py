@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from producers._http import create_web_app
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.store.receipts import ReceiptStore
 
 pytestmark = pytest.mark.integration
@@ -83,7 +83,7 @@ def test_another_users_self_iteration_cannot_be_switched_off(door: tuple[TestCli
 
 
 def test_another_users_skill_receipt_cannot_be_rolled_back(
-    door: tuple[TestClient, dict[str, str]], redis_client: Redis, keys: Keys
+    door: tuple[TestClient, dict[str, str]], redis_client: Redis, keys: BucketKeys
 ) -> None:
     client, creds = door
     receipts = ReceiptStore(redis_client, keys.for_tenant(TENANT), ttl_s=600)

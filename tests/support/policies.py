@@ -83,7 +83,7 @@ class Probe:
 
 def _test_key(ctx: HandlerContext, name: str) -> str:
     """``test:<name>`` in the tenant's home slot (with scope buckets a staged write there is journaled)."""
-    return f"{ctx.keys.home}test:{name}"
+    return f"{ctx.keys.home_prefix}test:{name}"
 
 
 def _counter_source(source: Source, ctx: HandlerContext) -> Dispatch:
@@ -249,7 +249,7 @@ EXPLODE_TASK = "test.explode"
 
 
 def _explode(runtime: PluginRuntime, payload: dict[str, object]) -> None:
-    runtime.redis.incr(f"{runtime.keys.home}test:exploded")
+    runtime.redis.incr(f"{runtime.keys.for_tenant('default').home_prefix}test:exploded")
     raise RuntimeError(f"cannot handle {payload.get('text')!r}")
 
 

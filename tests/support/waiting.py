@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from redis import Redis
 
 from tests.conftest import wait_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 __all__ = ["FINAL_STATES", "drain_marker", "event_state", "marker_pid", "wait_final"]
 
@@ -37,17 +37,20 @@ class _Enqueued(Protocol):
 
 class _Producer(Protocol):
     store: Any
+    keys: Any
 
     def enqueue(self, event: Any, /) -> _Enqueued: ...
 
 
-def event_state(redis: Redis, keys: Keys, event_id: str) -> str | None:
+def event_state(redis: Redis, keys: BucketKeys, event_id: str) -> str | None:
     """The ``state`` field of the event's Redis record (queued, processing, done, dead), or None if absent."""
     state = redis.hget(keys.event(event_id), "state")
     return None if state is None else str(state)
 
 
-def wait_final(redis: Redis, keys: Keys, event_id: str, *, timeout_s: float = 30.0, what: str = "") -> str:
+def wait_final(
+    redis: Redis, keys: BucketKeys, event_id: str, *, timeout_s: float = 30.0, what: str = ""
+) -> str:
     """Wait until the event's record is in a final state (``done`` or ``dead``) and return that state."""
 
     def final() -> str | None:
@@ -60,7 +63,7 @@ def wait_final(redis: Redis, keys: Keys, event_id: str, *, timeout_s: float = 30
 def drain_marker(
     producer: _Producer,
     redis: Redis,
-    keys: Keys,
+    keys: BucketKeys,
     scope_key: str,
     source_id: str,
     *,
@@ -74,28 +77,26 @@ def drain_marker(
     marker = {"sourceType": "test.timeline", "sourceId": source_id, "scopeKey": scope_key}
     result = producer.enqueue({**marker, "payload": {"seq": source_id}})
     assert result.status == "accepted", f"marker {source_id} was {result.status}: pick an unused source id"
-    store_keys = producer.store.keys  # with scope buckets, the marker is in its scope's bucket
-    bucket = keys if store_keys.buckets <= 1 else store_keys.for_scope(scope_key)
+    bucket = producer.keys.for_scope(scope_key)  # with scope buckets, the marker is in its scope's bucket
     state = wait_final(redis, bucket, result.event_id, timeout_s=timeout_s, what=f"the marker {source_id}")
     assert state == "done", f"the marker {source_id} on {scope_key} ended {state}"
     return result.event_id
 
 
-def marker_pid(redis: Redis, keys: Keys, source_id: str) -> int:
+def marker_pid(redis: Redis, keys: BucketKeys, source_id: str) -> int:
     """The pid of the worker process that ran the marker ``source_id`` (from its ``test:timeline`` records)."""
-    for raw in redis.lrange(f"{keys.own}test:timeline", 0, -1):
+    for raw in redis.lrange(f"{keys.bucket_prefix}test:timeline", 0, -1):
         record = json.loads(raw)
         if record.get("seq") == source_id and record.get("phase") == "end":
             return int(record["pid"])
     raise AssertionError(f"the marker {source_id} left no timeline record")
 
 
-def outbox_settled(store: Any) -> bool:
-    """True when no outbox record of the store's tenant waits (in any scope bucket): every journaled write
-    and follow-up (worker/store/journal.py) has been delivered."""
-    return not any(
-        store.client.zcard(k.outbox_due) or store.client.zcard(k.journal_due) for k in store.buckets()
-    )
+def outbox_settled(store: Any, tenant: str = "default") -> bool:
+    """True when no outbox record of ``tenant`` waits (in any scope bucket): every journaled write and
+    follow-up (worker/store/journal.py) has been delivered."""
+    every = store.keys.for_tenant(tenant).every_bucket()
+    return not any(store.client.zcard(k.outbox_due) or store.client.zcard(k.journal_due) for k in every)
 
 
 def relay_for(pipeline: Any, settings: Any) -> Any:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from worker.chain.outbox_records import OutboxRecord, outbox_commands
 from worker.core.clock import now_ms
 from worker.core.errors import PermanentFailure
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 if TYPE_CHECKING:
     from worker.core.nodes import Action, ExecutorResult, Source
@@ -59,7 +59,7 @@ class EffectBuffer:
     is not the engine's own state; a refused command is a PermanentFailure (it can never succeed)."""
 
     commands: list[list[RedisArg]] = field(default_factory=list)
-    keys: Keys | None = None
+    keys: BucketKeys | None = None
     # The engine's own staged writes (the outbox): applied after every handler command succeeded.
     _engine: list[list[RedisArg]] = field(default_factory=list)
     _outbox_ids: set[str] = field(default_factory=set)
@@ -169,7 +169,7 @@ class HandlerContext:
     max_attempts: int = 1
     idempotency_key: str | None = None
     effects: EffectBuffer = field(default_factory=EffectBuffer)
-    keys: Keys = field(default_factory=Keys)
+    keys: BucketKeys = field(default_factory=BucketKeys)
     deps_of: Deps = field(default_factory=Deps)
     emitter: Emit = _no_emit
     source: Source | None = None  # the chain's source event (who sent it: userId, agentId, workspaceId)

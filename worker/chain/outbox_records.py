@@ -94,5 +94,11 @@ def outbox_commands(
         ["EXPIRE", index, retention_s],
         ["ZADD", keys.outbox_due, "NX", record.created_at, member]
         if journal_score_us is None
-        else ["ZADD", keys.journal_due, "NX", journal_score_us, member],  # worker/outbox/journal_pump.py
+        else [
+            "ZADD",
+            keys.journal_due,
+            "NX",
+            journal_score_us,
+            member,
+        ],  # the relay's ordered mode (worker/outbox/relay.py)
     ]

@@ -46,7 +46,7 @@ from worker.core.nodes import (
     Wait,
     result_signal,
 )
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.telemetry.plan import HandlerRuns
 from worker.telemetry.recorder import DISABLED, Telemetry
 
@@ -99,7 +99,7 @@ class ChainScope:
 
     attempt: int = 1
     max_attempts: int = 1
-    keys: Keys = field(default_factory=Keys)
+    keys: BucketKeys = field(default_factory=BucketKeys)
     deps: Deps = field(default_factory=Deps)
     effects: EffectBuffer = field(default_factory=EffectBuffer)
     emit: Emit | None = None

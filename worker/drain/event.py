@@ -235,7 +235,12 @@ def _walk(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool) ->
         batch=batch,
     )
     work = EventWork(
-        grant, begun, scope, StagedEmits(ctx.emitter), [] if batch else None, source_type=source_type
+        grant,
+        begun,
+        scope,
+        StagedEmits(ctx.emitter, grant.keys.tenant),
+        [] if batch else None,
+        source_type=source_type,
     )
     scope.emit = work.followups
     telemetry = ctx.telemetry

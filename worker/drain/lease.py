@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from worker.keys.layout import HOLDER_SEPARATOR, Keys
+from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, Keys
 from worker.store.calls import Acquire, Release, Renew, ScriptCall
 from worker.store.records import Head
 from worker.store.replies import HeadCode, ReleaseCode
@@ -41,7 +41,7 @@ class LeaseGrant:
     """A granted lease: the scope's keys (its tenant's, its bucket's), token, fencing number, and the flag the
     renewer sets when it is lost."""
 
-    keys: Keys
+    keys: BucketKeys
     scope_key: str
     token: str
     fence: int

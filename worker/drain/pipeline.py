@@ -48,7 +48,7 @@ from worker.drain.context import DrainContext
 from worker.drain.event import EventWork, run_event
 from worker.drain.lease import LeaseGrant, ScopeLease
 from worker.intake.emitter import Emitter
-from worker.keys.layout import Keys
+from worker.keys.layout import EngineKeys
 from worker.settings import Settings
 from worker.store.calls import PeekFresh
 from worker.store.events import EventStore
@@ -125,8 +125,8 @@ class Pipeline:
         return self.ctx.emitter
 
     @property
-    def keys(self) -> Keys:
-        """The default tenant's keys (each drain uses its scope ref's tenant's)."""
+    def keys(self) -> EngineKeys:
+        """The layout (each drain uses its scope ref's tenant's keys)."""
         return self.ctx.store.keys
 
     def drain_scope(self, scope_key: str, *, holder: str = "", tenant: str = DEFAULT_TENANT) -> DrainOutcome:

@@ -25,7 +25,7 @@ from worker.chain.context import EffectBuffer
 from worker.core.errors import LeaseLost, PermanentFailure, PipelineError
 from worker.core.nodes import Action, ExecutorResult
 from worker.documents.lane_codec import decode_lane, encode_lane
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys, Keys
 from worker.store.calls import Apply, Lane
 from worker.store.events import EventStore, staged_error
 from worker.store.journal import journaled
@@ -64,7 +64,13 @@ class CancellablePort:
     ``keys`` are the scope's (its tenant's, its bucket's)."""
 
     def __init__(
-        self, store: EventStore, keys: Keys, scope_key: str, fence: int, lost: threading.Event, event_id: str
+        self,
+        store: EventStore,
+        keys: BucketKeys,
+        scope_key: str,
+        fence: int,
+        lost: threading.Event,
+        event_id: str,
     ) -> None:
         self.store = store
         self.keys = keys
@@ -138,7 +144,7 @@ class BatchPort:
 
     def __init__(
         self,
-        keys: Keys,
+        keys: BucketKeys,
         scope_key: str,
         lost: threading.Event,
         lanes: list[BatchLane],

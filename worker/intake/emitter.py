@@ -8,7 +8,6 @@ One implementation of validation, the size limits and the admission hooks serves
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,6 +18,7 @@ from redis.exceptions import RedisError
 
 from worker.core.errors import PermanentFailure
 from worker.core.source_types import SourceTypePolicy
+from worker.core.tenancy import DEFAULT_TENANT, scope_ref
 from worker.intake.source_event import (
     EnqueueResult,
     EventError,
@@ -56,8 +56,8 @@ class ReadyQueue(Protocol):
 
 
 class Emitter:
-    """Validate, admit and enqueue source events for one store (one tenant: ``for_tenant`` for another);
-    ``publish(scopeRef)`` sends a drain task."""
+    """Validate, admit and enqueue source events: one per process, for every tenant (the tenant given to
+    :meth:`validate` travels in each prepared event); ``publish(scopeRef)`` sends a drain task."""
 
     def __init__(
         self,
@@ -98,20 +98,9 @@ class Emitter:
         # tasks reporting a run) do not: refusing those would lose what a run already did.
         self.enforce_limits = False
 
-    @property
-    def tenant(self) -> str:
-        return self.store.tenant
-
-    def for_tenant(self, tenant: str) -> Emitter:
-        """The same emitter storing into ``tenant`` (its events' ids, keys and scope refs are that tenant's)."""
-        if tenant == self.store.tenant:
-            return self
-        other = copy.copy(self)
-        other.store = self.store.for_tenant(tenant)
-        return other
-
-    def validate(self, event: EventLike, *, prefix: str = "") -> PreparedEvent:
-        """Validate and prepare one event, or raise InvalidEvent naming the field."""
+    def validate(self, event: EventLike, *, tenant: str = DEFAULT_TENANT, prefix: str = "") -> PreparedEvent:
+        """Validate and prepare one of ``tenant``'s events (its id, keys and scope ref are that tenant's), or
+        raise InvalidEvent naming the field."""
         data = event.model_dump(by_alias=True, exclude_none=True) if isinstance(event, SourceEvent) else event
         parsed = parse_event(data, self.types, prefix=prefix)
         self.check_payload(parsed.source_type, parsed.payload, prefix=prefix)
@@ -127,7 +116,7 @@ class Emitter:
                 ),
                 status_code=413,
             )
-        return prepare(parsed, tenant=self.store.tenant, user_id=user)
+        return prepare(parsed, tenant=tenant, user_id=user)
 
     def check_payload(self, source_type: str, payload: Mapping[str, Any], *, prefix: str = "") -> None:
         """Raise InvalidEvent naming ``payload.<field>`` when a plugin's payload model for ``source_type``
@@ -141,7 +130,9 @@ class Emitter:
                 error = pydantic_error(first, prefix=where, model_name=f"{source_type} payload")
                 raise InvalidEvent(error) from None
 
-    def validate_many(self, events: Sequence[EventLike], *, single: bool = False) -> list[PreparedEvent]:
+    def validate_many(
+        self, events: Sequence[EventLike], *, tenant: str = DEFAULT_TENANT, single: bool = False
+    ) -> list[PreparedEvent]:
         """Validate a batch (all or nothing): InvalidEvent names ``events[i].field`` (``field`` when single)."""
         if len(events) > self.settings.max_batch_events:
             raise InvalidEvent(
@@ -152,7 +143,10 @@ class Emitter:
                 ),
                 status_code=413,
             )
-        return [self.validate(e, prefix="" if single else f"events[{i}]") for i, e in enumerate(events)]
+        return [
+            self.validate(e, tenant=tenant, prefix="" if single else f"events[{i}]")
+            for i, e in enumerate(events)
+        ]
 
     def verdicts(self, prepared: Sequence[PreparedEvent]) -> dict[int, str]:
         """What the admission hooks refuse: ``{index: status}`` (the first hook to refuse an event wins)."""
@@ -164,17 +158,21 @@ class Emitter:
 
     def enqueue(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
         """Admit, claim and append each event, then publish one drain per scope that needs one; a store error
-        raises :class:`StoreUnavailable` (worded by :func:`worker.store.safety.describe_store_error`)."""
+        raises :class:`StoreUnavailable` (worded by :func:`worker.store.safety.describe_store_error`). One
+        tenant's events (the batch of one request)."""
+        if not prepared:
+            return []
+        keys = self.store.keys.for_tenant(prepared[0].tenant)
         refused = self.verdicts(prepared)
         allowed = [p for i, p in enumerate(prepared) if i not in refused]
         store, limits = self.store, self.enforce_limits
         # Not while writes wait for replicas: a WAIT that fails after the script would leave its tickets taken
         # and unsent (NotReplicated is raised once the script has run).
         ready = self.ready if allowed and not self.settings.wait_replicas else None
-        push = ready.admission_push(store.client, store.tenant) if ready is not None else None
+        push = ready.admission_push(store.client, keys.tenant) if ready is not None else None
 
         def partly(done: list[EnqueueOutcome], taken: int) -> None:  # scope buckets: a later bucket failed
-            self._publish([store.keys.scope_ref(o.scope_key) for o in done if o.schedule], taken)
+            self._publish([keys.scope_ref(o.scope_key) for o in done if o.schedule], taken)
 
         try:
             if push is None:
@@ -185,7 +183,7 @@ class Emitter:
                 )
             outcomes = iter(stored)
         except RedisError as exc:  # one script per batch: a refused batch stored none of it
-            note_store_failure(store.client, store.keys.tenant_stats, exc, "enqueue")
+            note_store_failure(store.client, keys.tenant_stats, exc, "enqueue")
             message = describe_store_error(exc, "the batch")
             raise StoreUnavailable(message, retry_after_s=self.settings.store_retry_after_s) from exc
         results: list[EnqueueResult] = []
@@ -202,7 +200,7 @@ class Emitter:
             results.append(
                 EnqueueResult(event_id=outcome.event_id, source_id=outcome.source_id, status=outcome.status)
             )
-        self._publish([self.store.keys.scope_ref(scope_key) for scope_key in scheduled], tickets)
+        self._publish([keys.scope_ref(scope_key) for scope_key in scheduled], tickets)
         return results
 
     def admit(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueOutcome]:
@@ -210,7 +208,10 @@ class Emitter:
         worker/store/journal.py): no admission hooks and no limits, as the commit would have stored them; drains
         sent for the scopes that need one."""
         stored = self.store.enqueue_many(prepared)
-        self._publish([self.store.keys.scope_ref(o.scope_key) for o in stored if o.schedule])
+        refs = [
+            scope_ref(ev.tenant, o.scope_key) for ev, o in zip(prepared, stored, strict=True) if o.schedule
+        ]
+        self._publish(refs)
         return stored
 
     def _publish(self, refs: list[str], tickets: int = 0) -> None:
@@ -237,23 +238,24 @@ class Emitter:
                 extra={"scopeRef": refs[0]} if refs else None,
             )
 
-    def emit(self, event: EventLike) -> EnqueueResult:
-        """Validate and enqueue one event now (plugin tasks outside a chain)."""
-        return self.enqueue([self.validate(event)])[0]
+    def emit(self, event: EventLike, *, tenant: str = DEFAULT_TENANT) -> EnqueueResult:
+        """Validate and enqueue one of ``tenant``'s events now (plugin tasks outside a chain)."""
+        return self.enqueue([self.validate(event, tenant=tenant)])[0]
 
 
 class StagedEmits:
     """The follow-up events of one chain: validated and admitted when emitted, stored by the fenced commit."""
 
-    def __init__(self, emitter: Emitter | None) -> None:
+    def __init__(self, emitter: Emitter | None, tenant: str) -> None:
         self.emitter = emitter
+        self.tenant = tenant  # the chain's: its follow-ups are its tenant's events
         self.events: list[PreparedEvent] = []
 
     def __call__(self, event: Mapping[str, Any]) -> str:
         if self.emitter is None:
             raise RuntimeError("this pipeline has no emitter: follow-up events cannot be staged")
         try:
-            prepared = self.emitter.validate(event)
+            prepared = self.emitter.validate(event, tenant=self.tenant)
         except InvalidEvent as exc:  # a follow-up that can never be stored: retrying will not fix it
             raise PermanentFailure(f"follow-up event rejected: {exc}", code="INVALID_FOLLOWUP") from None
         refused = self.emitter.verdicts([prepared])

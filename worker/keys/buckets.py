@@ -18,14 +18,12 @@ import hashlib
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Self
 
-from worker.core.tenancy import DEFAULT_TENANT, check_tenant
+from worker.core.tenancy import DEFAULT_TENANT
 
 __all__ = [
     "MAX_BUCKETS",
     "TenantSlots",
-    "UnboundBucket",
     "bucket_of",
     "bucket_prefixes",
     "home_prefix",
@@ -64,73 +62,34 @@ def slot_tag(key: str) -> str:
     return key
 
 
-class UnboundBucket(RuntimeError):
-    """A per-bucket index key was asked of a builder bound to no bucket (a call site that misses for_scope)."""
-
-
 @dataclass(frozen=True, slots=True)
 class TenantSlots:
-    """The key prefixes of one tenant: its home slot's and its buckets' (the base of :class:`worker.keys.layout.Keys`,
-    which builds the keys on them)."""
+    """The key prefixes of one tenant: its home slot's and its buckets' (the base of the key builders in
+    worker/keys/layout.py: :class:`~worker.keys.layout.Keys` for a tenant, ``BucketKeys`` for one of its buckets)."""
 
     prefix: str = "agent-signal:"
     tenant: str = DEFAULT_TENANT
-    buckets: int = 1  # scope buckets (worker/keys/buckets.py): 1 keeps every key of a tenant in one slot
-    bucket: int | None = None  # the bucket whose indexes this builder names (None: not bound to one)
+    buckets: int = 1  # scope buckets: 1 keeps every key of a tenant in one slot
     # Built once: every key of an event's commit starts with one of them (two dozen per event on the hot path).
-    home: str = field(init=False, repr=False, compare=False)  # ``<prefix>t:{<tenant>}:``: user data
-    own: str = field(init=False, repr=False, compare=False)  # the bound bucket's prefix ('' when unbound)
-    # The tenant's one prefix when there is one bucket, else '': ``single or of_scope(...)`` skips a call per key.
-    single: str = field(init=False, repr=False, compare=False)
-    _prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    home_prefix: str = field(init=False, repr=False, compare=False)  # ``<prefix>t:{<tenant>}:``: user data
+    _prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False)  # by bucket number
 
     def __post_init__(self) -> None:
-        prefixes = bucket_prefixes(self.prefix, self.tenant, self.buckets)
-        object.__setattr__(self, "_prefixes", prefixes)
-        object.__setattr__(self, "home", home_prefix(self.prefix, self.tenant))
-        own = prefixes[0] if self.buckets <= 1 else ("" if self.bucket is None else prefixes[self.bucket])
-        object.__setattr__(self, "own", own)
-        object.__setattr__(self, "single", prefixes[0] if self.buckets <= 1 else "")
+        object.__setattr__(self, "_prefixes", bucket_prefixes(self.prefix, self.tenant, self.buckets))
+        object.__setattr__(self, "home_prefix", home_prefix(self.prefix, self.tenant))
 
-    def for_tenant(self, tenant: str) -> Self:
-        if tenant == self.tenant and self.bucket is None:
-            return self
-        return type(self)(self.prefix, check_tenant(tenant), self.buckets)
-
-    def for_scope(self, scope_key: str) -> Self:
-        """The builder bound to ``scope_key``'s bucket (itself with one bucket)."""
-        return self if self.buckets <= 1 else self.for_bucket(bucket_of(scope_key, self.buckets))
-
-    def for_bucket(self, bucket: int) -> Self:
-        return (
-            self
-            if bucket == self.bucket or self.buckets <= 1
-            else type(self)(self.prefix, self.tenant, self.buckets, bucket)
-        )
-
-    def every_bucket(self) -> list[Self]:
-        """One builder per bucket (reads of the per-bucket indexes fan out over them)."""
-        return [self.for_bucket(b) for b in range(max(self.buckets, 1))]
-
-    def of_scope(self, scope_key: str) -> str:
-        """The prefix of a scope's engine keys: its bucket's."""
+    def scope_prefix(self, scope_key: str) -> str:
+        """The prefix of a scope's engine keys: its bucket's (the home prefix with one bucket)."""
         prefixes = self._prefixes
         return prefixes[0] if len(prefixes) == 1 else prefixes[bucket_of(scope_key, len(prefixes))]
 
-    @property
-    def bound(self) -> str:
-        """The prefix of the bound bucket's indexes; raises when there are buckets and none is bound."""
-        if not self.own:
-            raise UnboundBucket(f"tenant {self.tenant}: an index key needs a bucket (for_scope / for_bucket)")
-        return self.own
-
     def owns(self, key: str) -> bool:
         """True for any key of this tenant (its home slot or any bucket's)."""
-        return key.startswith(self.home) or any(key.startswith(p) for p in self._prefixes)
+        return key.startswith(self.home_prefix) or any(key.startswith(p) for p in self._prefixes)
 
     def applied_marker(self, beside: str, record_id: str) -> str:
         """The once-marker of a journal record, in the slot of ``beside`` (one of this tenant's keys)."""
-        for p in (self.home, *self._prefixes):
+        for p in (self.home_prefix, *self._prefixes):
             if beside.startswith(p):
                 # hashed: a record id names an idempotency key, which may name a user (erasure)
                 return f"{p}applied:{hashlib.sha256(record_id.encode('utf-8')).hexdigest()[:32]}"

@@ -3,7 +3,7 @@
 Nothing else builds key strings (``tests/unit/worker/test_keys_home.py`` scans the sources and fails on a
 hand-built one; the Lua scripts receive whole keys, or a prefix such as :attr:`Keys.event_prefix`, from here).
 All keys start with the configured prefix (``agent-signal:`` by default; tests use a random one). A tenant's
-keys then start with ``t:{<tenant>}:`` (:attr:`Keys.own`), so one SCAN pattern finds all a tenant stores, and
+keys then start with ``t:{<tenant>}:`` (:attr:`Keys.home_prefix`), so one SCAN pattern finds all a tenant stores, and
 the tenant is the hash tag: on a Redis Cluster every key one script touches is in the tenant's slot (the
 ``scopes`` and ``outbox-due`` registries are the tenant's own; their members are scope refs
 ``<tenant>/<scopeKey>``). Engine-wide keys (workers, the broker, the tenants set, rate buckets) do not start
@@ -16,7 +16,7 @@ user's events, sessions and conversations are indexed by user, so erasure finds 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from worker.core.tenancy import (
     DEFAULT_TENANT,
@@ -25,7 +25,8 @@ from worker.core.tenancy import (
     scope_ref,
     split_scope_ref,
 )
-from worker.keys.buckets import UnboundBucket, bucket_of
+from worker.keys.buckets import bucket_of
+from worker.keys.engine import EngineWide
 from worker.keys.limits import LimitKeys
 
 __all__ = [
@@ -33,8 +34,9 @@ __all__ = [
     "ENGINE_FAMILIES",
     "HOLDER_SEPARATOR",
     "BadTenant",
+    "BucketKeys",
+    "EngineKeys",
     "Keys",
-    "UnboundBucket",
     "bucket_of",
     "check_tenant",
     "scope_ref",
@@ -55,13 +57,12 @@ ENGINE_SINGLETONS = tuple(
 
 
 @dataclass(frozen=True, slots=True)
-class Keys(LimitKeys):
-    """Key builder bound to one prefix and one tenant (the limits' and quotas' keys: worker/keys/limits.py).
-
-    Tenant-owned keys start with the tenant's prefixes (:class:`~worker.keys.buckets.TenantSlots`: ``home``
-    for user data, the scope's bucket's for a scope's keys, ``own`` for the bound bucket's indexes), so
-    everything a tenant stores is found by one SCAN pattern (:attr:`tenant_pattern`); engine-wide keys
-    (workers, the broker, credentials, rate buckets) start with the prefix alone."""
+class Keys(EngineWide, LimitKeys):
+    """The keys of one tenant (and the engine-wide ones, which start with the prefix alone): its user data in its
+    home slot (``home_prefix``), and each scope's keys in the scope's bucket (``scope_prefix(scope)``). The indexes a
+    bucket's scripts write (events, chains, runs, dead letters, counters) are a bucket's: :class:`BucketKeys`, from
+    :meth:`for_scope` or :meth:`for_bucket`, so asking a tenant's builder for one is a type error. Everything a
+    tenant stores is found by one SCAN pattern (:attr:`tenant_pattern`); the limits' keys: worker/keys/limits.py."""
 
     def scope_ref(self, scope_key: str) -> str:
         return scope_ref(self.tenant, scope_key)
@@ -69,276 +70,163 @@ class Keys(LimitKeys):
     # --- engine-wide: tenants, credentials, rate limits ---
 
     @property
-    def tenants(self) -> str:
-        """Set of tenants that have stored anything (the reconcile sweep and fair share walk it)."""
-        return f"{self.prefix}tenants"
-
-    @property
-    def ready_tenants(self) -> str:
-        """Fair share: the ring of tenants with ready scopes (list, rotated by READY_POP)."""
-        return f"{self.prefix}{{fair}}:ready-tenants"
-
-    @property
-    def ready_prefix(self) -> str:
-        """``ready_prefix + tenant`` is that tenant's ready list (READY_POP builds it from the ring)."""
-        return f"{self.prefix}{{fair}}:ready:"
-
-    def ready(self, tenant: str) -> str:
-        """Fair share: one tenant's scope refs ready to drain (list, FIFO)."""
-        return f"{self.ready_prefix}{tenant}"
-
-    @property
-    def drain_tickets(self) -> str:
-        """Fair share: how many drain_next messages are out (string counter with a TTL; worker/runtime/fair.py)."""
-        return f"{self.prefix}{{fair}}:drain-tickets"
-
-    def api_key(self, key_id: str) -> str:
-        """One API key: hash {tenant, role, name, hash, createdAt, revokedAt?}; the secret is never stored."""
-        return f"{self.prefix}{{credentials}}:apikey:{key_id}"
-
-    @property
-    def api_keys(self) -> str:
-        """Set of every API key id (``keys list``)."""
-        return f"{self.prefix}{{credentials}}:apikeys"
-
-    @property
-    def token_secret(self) -> str:
-        """The user-token signing secret (string, SET NX once) unless AGENT_SIGNAL_TOKEN_SECRET is set."""
-        return f"{self.prefix}token-secret"
-
-    @property
-    def pseudonym_secret(self) -> str:
-        """The key of the pseudonyms logs and the audit trail use (string, SET NX once; worker/telemetry/pseudonyms.py)
-        unless AGENT_SIGNAL_PSEUDONYM_SECRET is set."""
-        return f"{self.prefix}pseudonym-secret"
-
-    @property
     def audit(self) -> str:
         """The tenant's audit trail (stream): key changes, erasures, discards."""
-        return f"{self.home}audit"
-
-    @property
-    def bucket_audit(self) -> str:
-        """The bucket's audit stream (discards: their script runs in the bucket's slot; one bucket: ``audit``)."""
-        return f"{self.own or self.bound}audit"
-
-    def event(self, event_id: str) -> str:
-        return f"{self.event_prefix}{event_id}"
-
-    @property
-    def event_prefix(self) -> str:
-        """``ev:`` keys are ``event_prefix + eventId``: the scripts that find an inbox head's record use it."""
-        return f"{self.own or self.bound}ev:"
+        return f"{self.home_prefix}audit"
 
     def inbox(self, scope_key: str) -> str:
-        return f"{self.single or self.of_scope(scope_key)}inbox:{{{scope_key}}}"
+        return f"{self.scope_prefix(scope_key)}inbox:{{{scope_key}}}"
 
     def scheduled(self, scope_key: str) -> str:
-        return f"{self.single or self.of_scope(scope_key)}sched:{{{scope_key}}}"
+        return f"{self.scope_prefix(scope_key)}sched:{{{scope_key}}}"
 
     def enqueue_seq(self, scope_key: str) -> str:
         """The scope's enqueue counter: each event keeps its number, so a redrive knows if later ones exist."""
-        return f"{self.single or self.of_scope(scope_key)}seq:{{{scope_key}}}"
+        return f"{self.scope_prefix(scope_key)}seq:{{{scope_key}}}"
 
     def lease(self, scope_key: str) -> str:
         """The scope's lease: its holder's token, ``<worker node name>|<random>`` (:data:`HOLDER_SEPARATOR`)."""
-        return f"{self.single or self.of_scope(scope_key)}lease:{{{scope_key}}}"
+        return f"{self.scope_prefix(scope_key)}lease:{{{scope_key}}}"
 
     def fence(self, scope_key: str) -> str:
-        return f"{self.single or self.of_scope(scope_key)}fence:{{{scope_key}}}"
+        return f"{self.scope_prefix(scope_key)}fence:{{{scope_key}}}"
 
     def idempotency(self, scope_key: str, key: str) -> str:
-        return f"{self.single or self.of_scope(scope_key)}idem:{{{scope_key}}}:{key}"
-
-    def chain(self, event_id: str) -> str:
-        """The chain document of one event's run (its id is the event's: two events with one source id, say
-        two users' ``msg_1``, share LobeHub's chain id ``chain:msg_1`` and never one document). A key named by a
-        chain id (``chain:chain:<sourceId>``) is a document stored before that (read, never written)."""
-        return f"{self.own or self.bound}chain:{event_id}"
+        return f"{self.scope_prefix(scope_key)}idem:{{{scope_key}}}:{key}"
 
     def activity(self, scope_key: str) -> str:
         """Per-scope activity counters written by the built-in policy's action."""
-        return f"{self.single or self.of_scope(scope_key)}activity:{{{scope_key}}}"
+        return f"{self.scope_prefix(scope_key)}activity:{{{scope_key}}}"
 
     def plugin(self, scope_key: str, name: str) -> str:
         """A plugin's own key in a scope (``ctx.key(name)``): prefix and hash tag included."""
-        return f"{self.single or self.of_scope(scope_key)}plugin:{{{scope_key}}}:{name}"
+        return f"{self.scope_prefix(scope_key)}plugin:{{{scope_key}}}:{name}"
 
     # --- the outbox: outbound calls committed with the event, delivered by the relay ---
 
     def outbox_record(self, scope_key: str, record_id: str) -> str:
         """One outbox record (JSON: kind, payload, key, eventId, state, attempts, lastError), with a TTL."""
-        return f"{self.single or self.of_scope(scope_key)}outbox:{{{scope_key}}}:{record_id}"
+        return f"{self.scope_prefix(scope_key)}outbox:{{{scope_key}}}:{record_id}"
 
     def outbox_of_event(self, scope_key: str, event_id: str) -> str:
         """The ids of the outbox records one event staged (its run detail lists them)."""
-        return f"{self.single or self.of_scope(scope_key)}outbox-of:{{{scope_key}}}:{event_id}"
-
-    @property
-    def outbox_due(self) -> str:
-        """The tenant's pending outbox records, member "<scopeRef>\x1f<recordId>", score = when to (re)try (ms)."""
-        return f"{self.own or self.bound}outbox-due"
-
-    @property
-    def journal_due(self) -> str:
-        """The bucket's journal records to apply (worker/store/journal.py), in commit order: member as ``outbox_due``,
-        score = when the commit staged it (µs); the relay applies them one at a time (worker/outbox/journal_pump.py)."""
-        return f"{self.own or self.bound}journal-due"
-
-    @property
-    def journal_lock(self) -> str:
-        """Who applies the bucket's journal now (a relay's token, PX its lease; or a backoff after a failure)."""
-        return f"{self.own or self.bound}journal-lock"
-
-    # --- the tool-outcome procedure (self-iteration plugin) ---
+        return f"{self.scope_prefix(scope_key)}outbox-of:{{{scope_key}}}:{event_id}"
 
     def procedure(self, scope_key: str) -> str:
         """record id -> procedure record (JSON)."""
-        return f"{self.single or self.of_scope(scope_key)}procedure:{{{scope_key}}}"
+        return f"{self.scope_prefix(scope_key)}procedure:{{{scope_key}}}"
 
     def procedure_marker(self, scope_key: str, domain_key: str, intent: str, procedure_key: str) -> str:
         """A ``handled`` marker: one key (LobeHub double-prefixes it, quirk 10)."""
-        return f"{self.single or self.of_scope(scope_key)}procedure-marker:{{{scope_key}}}:{domain_key}:{intent}:{procedure_key}"
+        return f"{self.scope_prefix(scope_key)}procedure-marker:{{{scope_key}}}:{domain_key}:{intent}:{procedure_key}"
 
     def procedure_receipts(self, scope_key: str) -> str:
         """The scope's last procedure receipts (JSON list items, newest first)."""
-        return f"{self.single or self.of_scope(scope_key)}procedure-receipts:{{{scope_key}}}"
+        return f"{self.scope_prefix(scope_key)}procedure-receipts:{{{scope_key}}}"
 
     def reflection_accumulator(self, scope_key: str, scope_type: str, scope_id: str) -> str:
         """Self-reflection counters of one reflection scope (task, operation or topic)."""
-        return f"{self.single or self.of_scope(scope_key)}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
+        return f"{self.scope_prefix(scope_key)}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
 
     # --- the broker ---
-
-    @property
-    def broker_prefix(self) -> str:
-        """Celery's ``global_keyprefix`` on a Redis broker: the broker's keys live under ours."""
-        return f"{self.prefix}broker:"
-
-    @property
-    def broker_unacked(self) -> str:
-        """Kombu's Redis transport: messages a worker has taken and not acknowledged yet (hash)."""
-        return f"{self.broker_prefix}unacked"
-
-    def broker_queue(self, queue_name: str) -> str:
-        """The Redis list that holds a queue's messages (Redis broker only)."""
-        return f"{self.broker_prefix}{queue_name}"
 
     # --- agent sessions (context store, D-Mail, signal ledgers): scoped by the session's scope key ---
 
     def session(self, scope_key: str) -> str:
         """Session settings (dmailEnabled, root, functions, userId, agentId, topicId)."""
-        return f"{self.home}session:{{{scope_key}}}"
+        return f"{self.home_prefix}session:{{{scope_key}}}"
 
     def context(self, scope_key: str) -> str:
         """The session's context records (kimi's JSONL lines, one list item each)."""
-        return f"{self.home}ctx:{{{scope_key}}}"
+        return f"{self.home_prefix}ctx:{{{scope_key}}}"
 
     def context_meta(self, scope_key: str) -> str:
         """next checkpoint id, token count, message count, event counter."""
-        return f"{self.home}ctxmeta:{{{scope_key}}}"
+        return f"{self.home_prefix}ctxmeta:{{{scope_key}}}"
 
     def checkpoints(self, scope_key: str) -> str:
         """checkpoint id -> "<list position>:<messages before it>"."""
-        return f"{self.home}ckpt:{{{scope_key}}}"
+        return f"{self.home_prefix}ckpt:{{{scope_key}}}"
 
     def usage(self, scope_key: str) -> str:
         """_usage records: score = list position, member = "<position>:<token count>"."""
-        return f"{self.home}usage:{{{scope_key}}}"
+        return f"{self.home_prefix}usage:{{{scope_key}}}"
 
     def dmail(self, scope_key: str) -> str:
         """The one pending D-Mail of the session."""
-        return f"{self.home}dmail:{{{scope_key}}}"
+        return f"{self.home_prefix}dmail:{{{scope_key}}}"
 
     def functions_state(self, scope_key: str) -> str:
         """The session's function runtime (active set, states, ledgers, artifacts) as one JSON document."""
-        return f"{self.home}fnstate:{{{scope_key}}}"
+        return f"{self.home_prefix}fnstate:{{{scope_key}}}"
 
     # --- self-iteration data (the reference runner's small real store) ---
 
     def memories(self, user_id: str) -> str:
         """memory id -> JSON, per user."""
-        return f"{self.home}memories:{user_id}"
+        return f"{self.home_prefix}memories:{user_id}"
 
     def skills(self, user_id: str, agent_id: str) -> str:
         """skill document id -> JSON (current version), per user and agent."""
-        return f"{self.home}skills:{user_id}:{agent_id}"
+        return f"{self.home_prefix}skills:{user_id}:{agent_id}"
 
     def skill_runs(self, user_id: str, agent_id: str) -> str:
         """run source id -> JSON of what that run did to the agent's skills (a redelivered run answers it)."""
-        return f"{self.home}skill-runs:{user_id}:{agent_id}"
+        return f"{self.home_prefix}skill-runs:{user_id}:{agent_id}"
 
     def skill_history(self, document_id: str) -> str:
         """history id -> JSON of a previous version (for CAS rollback)."""
-        return f"{self.home}skill-history:{document_id}"
+        return f"{self.home_prefix}skill-history:{document_id}"
 
     def skill_intents(self, scope_key: str) -> str:
         """LobeHub's skill-intent records of a scope (parked skill candidates)."""
-        return f"{self.single or self.of_scope(scope_key)}skill-intent:{{{scope_key}}}"
+        return f"{self.scope_prefix(scope_key)}skill-intent:{{{scope_key}}}"
 
     def skill_candidates(self, scope_key: str) -> str:
         """Accumulated weak skill candidates of a scope (score bucket)."""
-        return f"{self.single or self.of_scope(scope_key)}skill-candidates:{{{scope_key}}}"
+        return f"{self.scope_prefix(scope_key)}skill-candidates:{{{scope_key}}}"
 
     def review_guard(self, guard_key: str) -> str:
         """nightly-review-guard:<key> etc.: one run per review window."""
-        return f"{self.home}dedupe:{guard_key}"
+        return f"{self.home_prefix}dedupe:{guard_key}"
 
     def conversation(self, user_id: str, agent_id: str, topic_id: str) -> str:
         """Messages of a conversation as seen in events (JSON list items), for the receipts UI."""
-        return f"{self.home}conversation:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
-
-    def user_events(self, user_id: str) -> str:
-        """One user's event ids by enqueue time (zset, dedupe window): erasure and the runs explorer use it."""
-        return f"{self.own or self.bound}events-of:user:{user_id}"
-
-    def runs(self, *parts: str) -> str:
-        """Runs explorer indexes (zsets of event ids by enqueue time: ``all``, ``status:<s>``, ``type:<t>``),
-        ``discarded-at`` (by discard time) and ``paused`` (hash scope -> pausedAt): worker/ops/runs.py."""
-        return f"{self.own or self.bound}runs:{':'.join(parts)}"
+        return f"{self.home_prefix}conversation:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
 
     def runs_of_scope(self, scope_key: str) -> str:
-        return f"{self.single or self.of_scope(scope_key)}runs:scope:{{{scope_key}}}"
-
-    def events_of_source(self, digest: str) -> str:
-        """One of 256 buckets (zset of "<digest>:<eventId>" by enqueue time) of event_records.source_digest."""
-        return f"{self.own or self.bound}by-source:{digest[:2]}"
+        return f"{self.scope_prefix(scope_key)}runs:scope:{{{scope_key}}}"
 
     def scope_users(self, scope_key: str) -> str:
         """The users whose events a scope holds (set): erasure drops a scope whole only when it is one user's."""
-        return f"{self.single or self.of_scope(scope_key)}scope-users:{{{scope_key}}}"
+        return f"{self.scope_prefix(scope_key)}scope-users:{{{scope_key}}}"
 
     def user_sessions(self, user_id: str) -> str:
         """The sessions whose settings name a user (set): erasure finds a user's sessions here."""
-        return f"{self.home}sessions-of:user:{user_id}"
+        return f"{self.home_prefix}sessions-of:user:{user_id}"
 
     def user_conversations(self, user_id: str) -> str:
         """One user's conversations (same members as ``conversations``): user tokens list these; erasure drops it."""
-        return f"{self.home}conversations:user:{user_id}"
+        return f"{self.home_prefix}conversations:user:{user_id}"
 
     @property
     def conversations(self) -> str:
         """Known conversations: "<userId>\x1f<agentId>\x1f<topicId>" -> last activity (ms)."""
-        return f"{self.home}conversations"
-
-    @property
-    def series(self) -> str:
-        """Per-minute throughput and latency: fields "<minute>:done" and "<minute>:latency_ms"."""
-        return f"{self.own or self.bound}series"
+        return f"{self.home_prefix}conversations"
 
     @property
     def diagnostics(self) -> str:
         """Malformed judge answers (newest first), for operators."""
-        return f"{self.home}diagnostics"
+        return f"{self.home_prefix}diagnostics"
 
     @property
     def self_iteration_overrides(self) -> str:
         """userId -> "1" | "0": per-user override of the self-iteration feature gate."""
-        return f"{self.home}features:self-iteration"
+        return f"{self.home_prefix}features:self-iteration"
 
     def receipts_feed(self, user_id: str) -> str:
         """Pub/sub channel announcing one user's new receipt ids (the SSE stream listens here and filters)."""
-        return f"{self.home}receipts-feed:user:{user_id}"
+        return f"{self.home_prefix}receipts-feed:user:{user_id}"
 
     # --- receipts: a receipt belongs to one user; its id (LobeHub's, from a source id) is unique per user ---
 
@@ -350,59 +238,26 @@ class Keys(LimitKeys):
     @property
     def receipt_prefix(self) -> str:
         """``receipt_prefix + "<userId>:<receiptId>"`` is a receipt (a SCAN for a receipt id of any user)."""
-        return f"{self.home}receipt:"
+        return f"{self.home_prefix}receipt:"
 
     def user_receipts(self, user_id: str) -> str:
         """Every receipt id of one user by ``createdAt`` (zset): ``GET /v1/receipts?userId=U`` walks it."""
-        return f"{self.home}receipts:user:{user_id}"
+        return f"{self.home_prefix}receipts:user:{user_id}"
 
     def receipt_index(self, user_id: str, agent_id: str, topic_id: str) -> str:
         """LobeHub's index of one user's receipts in one agent's topic (zset by ``createdAt``)."""
-        return f"{self.home}receipts:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
+        return f"{self.home_prefix}receipts:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
 
     def operation_receipts(self, user_id: str, operation_id: str) -> str:
         """The receipts one agent run (operation) produced (set): a run's detail lists them."""
-        return f"{self.home}receipts:user:{user_id}:operation:{operation_id}"
-
-    @property
-    def scopes(self) -> str:
-        """The tenant's scopes with queued work (scope refs): the sweep and the scopes page walk it."""
-        return f"{self.own or self.bound}scopes"
-
-    @property
-    def dlq(self) -> str:
-        return f"{self.own or self.bound}dlq"
-
-    @property
-    def tenant_stats(self) -> str:
-        """Where counts of no scope go (rejected events, store failures): the bound or else the first bucket's."""
-        return f"{self.own or self._prefixes[0]}stats"
-
-    @property
-    def stats(self) -> str:
-        return f"{self.own or self.bound}stats"
-
-    @property
-    def workers(self) -> str:
-        return f"{self.prefix}workers"
-
-    @property
-    def worker_info(self) -> str:
-        """node -> JSON {concurrency, pid, startedAt}: what each worker runs with (written when it is ready)."""
-        return f"{self.prefix}worker-info"
-
-    def noop_marker(self, name: str) -> str:
-        """Set by the benchmark's no-op task when it is given a marker (its latency baseline)."""
-        return f"{self.prefix}noop:{name}"
-
-    @property
-    def reconcile_lock(self) -> str:
-        return f"{self.prefix}reconcile-lock"
+        return f"{self.home_prefix}receipts:user:{user_id}:operation:{operation_id}"
 
     def is_engine_key(self, key: str) -> bool:
         """True for keys of the engine's own state (events, inboxes, leases, fences, lanes, counters…)."""
-        if key.startswith(self.home):  # one test, not a search, for the tenant's home (all of it, one bucket)
-            mine: str | None = self.home
+        if key.startswith(
+            self.home_prefix
+        ):  # one test, not a search, for the tenant's home (all of it, one bucket)
+            mine: str | None = self.home_prefix
         else:
             mine = next((p for p in self._prefixes if key.startswith(p)), None) if self.buckets > 1 else None
         if mine is not None:
@@ -416,6 +271,131 @@ class Keys(LimitKeys):
         return rest in ENGINE_SINGLETONS or rest.startswith(ENGINE_FAMILIES)
 
     @property
-    def all_pattern(self) -> str:
-        """A SCAN pattern for every key of this prefix (used by test cleanup, never FLUSHALL)."""
-        return f"{self.prefix}*"
+    def tenant_stats(self) -> str:
+        """Where counts of no scope go (rejected events, store failures): the first bucket's (reads sum every bucket's)."""
+        return f"{self._prefixes[0]}stats"
+
+    # --- a scope's or a bucket's builder ---
+
+    def for_tenant(self, tenant: str) -> Keys:
+        """The same layout for another tenant (a value: nothing is shared but the cached prefixes)."""
+        return (
+            self
+            if tenant == self.tenant and type(self) is Keys
+            else Keys(self.prefix, check_tenant(tenant), self.buckets)
+        )
+
+    def for_scope(self, scope_key: str) -> BucketKeys:
+        """The builder of ``scope_key``'s bucket: its scripts' indexes and the scope's own keys."""
+        return self.for_bucket(bucket_of(scope_key, self.buckets))
+
+    def for_bucket(self, bucket: int) -> BucketKeys:
+        return BucketKeys(self.prefix, self.tenant, self.buckets, bucket)
+
+    def every_bucket(self) -> list[BucketKeys]:
+        """One builder per bucket (reads of the per-bucket indexes fan out over them); one without buckets."""
+        return [self.for_bucket(b) for b in range(max(self.buckets, 1))]
+
+
+@dataclass(frozen=True, slots=True)
+class BucketKeys(Keys):
+    """The keys of one of a tenant's scope buckets (worker/keys/buckets.py): the indexes its scripts write
+    (events, chains, runs, dead letters, counters, the outbox's and the journal's due sets), beside every key a
+    :class:`Keys` builds. With one bucket, its prefix is the tenant's home prefix."""
+
+    bucket: int = 0
+    bucket_prefix: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        Keys.__post_init__(self)
+        object.__setattr__(self, "bucket_prefix", self._prefixes[min(self.bucket, len(self._prefixes) - 1)])
+
+    def for_bucket(self, bucket: int) -> BucketKeys:
+        return self if bucket == self.bucket else BucketKeys(self.prefix, self.tenant, self.buckets, bucket)
+
+    def event(self, event_id: str) -> str:
+        return f"{self.event_prefix}{event_id}"
+
+    @property
+    def bucket_audit(self) -> str:
+        """The bucket's audit stream (discards: their script runs in the bucket's slot; one bucket: ``audit``)."""
+        return f"{self.bucket_prefix}audit"
+
+    @property
+    def event_prefix(self) -> str:
+        """``ev:`` keys are ``event_prefix + eventId``: the scripts that find an inbox head's record use it."""
+        return f"{self.bucket_prefix}ev:"
+
+    def chain(self, event_id: str) -> str:
+        """The chain document of one event's run (its id is the event's: two events with one source id, say
+        two users' ``msg_1``, share LobeHub's chain id ``chain:msg_1`` and never one document). A key named by a
+        chain id (``chain:chain:<sourceId>``) is a document stored before that (read, never written)."""
+        return f"{self.bucket_prefix}chain:{event_id}"
+
+    @property
+    def outbox_due(self) -> str:
+        """The tenant's pending outbox records, member "<scopeRef>\x1f<recordId>", score = when to (re)try (ms)."""
+        return f"{self.bucket_prefix}outbox-due"
+
+    @property
+    def journal_due(self) -> str:
+        """The bucket's journal records to apply (worker/store/journal.py), in commit order: member as ``outbox_due``,
+        score = when the commit staged it (µs); the relay applies them one at a time (its ordered mode: worker/outbox/relay.py)."""
+        return f"{self.bucket_prefix}journal-due"
+
+    @property
+    def journal_lock(self) -> str:
+        """Who applies the bucket's journal now (a relay's token, PX its lease; or a backoff after a failure)."""
+        return f"{self.bucket_prefix}journal-lock"
+
+    # --- the tool-outcome procedure (self-iteration plugin) ---
+
+    def user_events(self, user_id: str) -> str:
+        """One user's event ids by enqueue time (zset, dedupe window): erasure and the runs explorer use it."""
+        return f"{self.bucket_prefix}events-of:user:{user_id}"
+
+    def runs(self, *parts: str) -> str:
+        """Runs explorer indexes (zsets of event ids by enqueue time: ``all``, ``status:<s>``, ``type:<t>``),
+        ``discarded-at`` (by discard time) and ``paused`` (hash scope -> pausedAt): worker/ops/runs.py."""
+        return f"{self.bucket_prefix}runs:{':'.join(parts)}"
+
+    def events_of_source(self, digest: str) -> str:
+        """One of 256 buckets (zset of "<digest>:<eventId>" by enqueue time) of event_records.source_digest."""
+        return f"{self.bucket_prefix}by-source:{digest[:2]}"
+
+    @property
+    def series(self) -> str:
+        """Per-minute throughput and latency: fields "<minute>:done" and "<minute>:latency_ms"."""
+        return f"{self.bucket_prefix}series"
+
+    @property
+    def scopes(self) -> str:
+        """The tenant's scopes with queued work (scope refs): the sweep and the scopes page walk it."""
+        return f"{self.bucket_prefix}scopes"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.bucket_prefix}dlq"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.bucket_prefix}stats"
+
+    @property
+    def retained_events(self) -> str:
+        """Events the bucket admitted, per slot of a 24th of the dedupe window (hash slot -> count): the
+        tenant's retained-events quota."""
+        return f"{self.bucket_prefix}retained-events"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineKeys(EngineWide):
+    """A process's key layout: the engine-wide keys, and each tenant's builder (:meth:`for_tenant`). One per
+    store, whatever tenants it serves: a tenant is a value each call carries, never a copy of the store."""
+
+    prefix: str = "agent-signal:"
+    buckets: int = 1  # scope buckets (worker/keys/buckets.py)
+
+    def for_tenant(self, tenant: str) -> Keys:
+        """``tenant``'s keys (checked: a tenant name is a key part)."""
+        return Keys(self.prefix, check_tenant(tenant), self.buckets)

@@ -13,7 +13,7 @@ __all__ = ["LimitKeys"]
 @dataclass(frozen=True, slots=True)
 class LimitKeys(TenantSlots):
     """Rate buckets (engine-wide, tagged with the tenant: a credential's and its tenant's share a cluster slot,
-    so one script charges both), open streams, retained events and users' stored bytes (worker/store/quotas.py)."""
+    so one script charges both), open streams and users' stored bytes (a bucket's retained events: ``BucketKeys``) (worker/store/quotas.py)."""
 
     def rate_bucket(self, credential_id: str) -> str:
         """A credential of this tenant: its token bucket (hash {tokens, at}), expiring when idle."""
@@ -28,15 +28,9 @@ class LimitKeys(TenantSlots):
     def open_streams(self) -> str:
         """The tenant's open receipt streams across web processes (zset: stream id -> lease end, ms); a process
         renews its streams' leases, so a crashed one's streams drop out when their lease ends."""
-        return f"{self.home}open-streams"
-
-    @property
-    def retained_events(self) -> str:
-        """Events the bucket admitted, per slot of a 24th of the dedupe window (hash slot -> count): the
-        tenant's retained-events quota."""
-        return f"{self.own or self.bound}retained-events"
+        return f"{self.home_prefix}open-streams"
 
     def user_bytes(self, user_id: str) -> str:
         """The bytes one user's data takes (hash ``keep`` / ``d<day>`` -> bytes): their storage quota. Handlers
         that write user data count it here; erasure deletes it."""
-        return f"{self.home}bytes:user:{user_id}"
+        return f"{self.home_prefix}bytes:user:{user_id}"

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.core.clock import now_ms
+from worker.keys.layout import Keys
 from worker.store.events import EventStore
 from worker.store.reads import chain_owner
 from worker.telemetry.pseudonyms import load_pseudonyms
@@ -73,28 +74,29 @@ def _glob_escape(text: str) -> str:
 
 def erase_user(
     store: EventStore,
+    tenant: Keys,
     user_id: str,
     *,
     session_scope: Callable[[str], str],
     audit_maxlen: int = 10_000,
 ) -> ErasureReport:
-    """Erase ``user_id`` in the store's tenant (see the module docstring); returns what was removed."""
+    """Erase ``user_id`` in ``tenant`` (see the module docstring); returns what was removed."""
     report = ErasureReport(user_id)
-    events = _user_events(store, user_id)
-    sessions = sorted(_s(x) for x in store.client.smembers(store.keys.user_sessions(user_id)))
+    events = _user_events(store, tenant, user_id)
+    sessions = sorted(_s(x) for x in store.client.smembers(tenant.user_sessions(user_id)))
     scopes = {e["scopeKey"] for e in events if e.get("scopeKey")} | {session_scope(s) for s in sessions}
-    whole, shared = _classify(store, user_id, scopes, report)
+    whole, shared = _classify(store, tenant, user_id, scopes, report)
     skipped = set(report.busy_scopes)
     mine = [e for e in events if e.get("scopeKey") not in skipped]
-    _tombstone(store, user_id, mine, shared, report)
-    _drop_user_keyed(store, user_id, report)
-    _drop_scopes(store, whole, report)
-    _drop_diagnostics(store, user_id, scopes - skipped, report)
+    _tombstone(store, tenant, user_id, mine, shared, report)
+    _drop_user_keyed(store, tenant, user_id, report)
+    _drop_scopes(store, tenant, whole, report)
+    _drop_diagnostics(store, tenant, user_id, scopes - skipped, report)
     if not report.busy_scopes:
-        indexes = [k.user_events(user_id) for k in store.buckets()]
-        store.client.delete(*indexes, store.keys.user_sessions(user_id))
+        indexes = [k.user_events(user_id) for k in tenant.every_bucket()]
+        store.client.delete(*indexes, tenant.user_sessions(user_id))
     store.client.xadd(
-        store.keys.audit,
+        tenant.audit,
         {
             "action": "erase-user",
             "user": load_pseudonyms(store.client, store.settings).of(user_id),
@@ -107,10 +109,10 @@ def erase_user(
     return report
 
 
-def _user_events(store: EventStore, user_id: str) -> list[dict[str, str]]:
+def _user_events(store: EventStore, tenant: Keys, user_id: str) -> list[dict[str, str]]:
     """The user's events still stored: id, scope, chain, user, and the bucket that holds it (read from each
     event's record; each bucket's user index, with scope buckets)."""
-    every = store.buckets()
+    every = tenant.every_bucket()
     pipe = store.client.pipeline(transaction=False)
     for k in every:
         pipe.zrange(k.user_events(user_id), 0, -1)
@@ -136,15 +138,15 @@ def _user_events(store: EventStore, user_id: str) -> list[dict[str, str]]:
 
 
 def _classify(
-    store: EventStore, user_id: str, scopes: Iterable[str], report: ErasureReport
+    store: EventStore, tenant: Keys, user_id: str, scopes: Iterable[str], report: ErasureReport
 ) -> tuple[list[str], list[str]]:
     """(scopes that are only this user's, scopes shared with others); busy ones go to the report."""
     whole: list[str] = []
     shared: list[str] = []
     for scope in sorted(scopes):
         pipe = store.client.pipeline(transaction=False)
-        pipe.exists(store.keys.lease(scope))
-        pipe.smembers(store.keys.scope_users(scope))
+        pipe.exists(tenant.lease(scope))
+        pipe.smembers(tenant.scope_users(scope))
         leased, users = pipe.execute()
         if leased:
             report.busy_scopes.append(scope)
@@ -156,11 +158,16 @@ def _classify(
 
 
 def _tombstone(
-    store: EventStore, user_id: str, events: list[dict[str, str]], shared: list[str], report: ErasureReport
+    store: EventStore,
+    tenant: Keys,
+    user_id: str,
+    events: list[dict[str, str]],
+    shared: list[str],
+    report: ErasureReport,
 ) -> None:
     """Events keep id, status, attempts and times; payload, user, scope and source ids go. Their chain
     documents (when the chain is this user's) and outbox records go; queued ones leave shared inboxes."""
-    client, every = store.client, store.buckets()
+    client, every = store.client, tenant.every_bucket()
     shared_set = set(shared)
     at = now_ms()
     for event in events:
@@ -182,13 +189,15 @@ def _tombstone(
         if event["chainId"] and chain_owner(store.get_bytes(k.chain(event["chainId"]))) == event_id:
             report.removed["chains"] += int(client.delete(k.chain(event["chainId"])))
         if scope:
-            _drop_outbox_of(store, scope, event_id, report)
+            _drop_outbox_of(store, tenant, scope, event_id, report)
     for scope in shared:
-        client.srem(store.keys.scope_users(scope), user_id)
+        client.srem(tenant.scope_users(scope), user_id)
 
 
-def _drop_outbox_of(store: EventStore, scope: str, event_id: str, report: ErasureReport) -> None:
-    k, client = store.keys.for_scope(scope), store.client
+def _drop_outbox_of(
+    store: EventStore, tenant: Keys, scope: str, event_id: str, report: ErasureReport
+) -> None:
+    k, client = tenant.for_scope(scope), store.client
     index = k.outbox_of_event(scope, event_id)
     ids = [_s(x) for x in client.smembers(index)]
     if not ids:
@@ -204,9 +213,9 @@ def _drop_outbox_of(store: EventStore, scope: str, event_id: str, report: Erasur
     report.removed["outboxRecords"] += len(ids)
 
 
-def _drop_user_keyed(store: EventStore, user_id: str, report: ErasureReport) -> None:
+def _drop_user_keyed(store: EventStore, tenant: Keys, user_id: str, report: ErasureReport) -> None:
     """Memories, skills and their histories, receipts, conversations, the override, review guards."""
-    k, client = store.keys, store.client
+    k, client = tenant, store.client
     report.removed["memories"] += int(client.hlen(k.memories(user_id)))
     client.delete(k.memories(user_id))
     for key in client.scan_iter(match=_glob_escape(k.skills(user_id, "")) + "*", count=SCAN_COUNT):
@@ -252,14 +261,14 @@ def _drop_user_keyed(store: EventStore, user_id: str, report: ErasureReport) -> 
         client.delete(key)
 
 
-def _drop_scopes(store: EventStore, scopes: list[str], report: ErasureReport) -> None:
+def _drop_scopes(store: EventStore, tenant: Keys, scopes: list[str], report: ErasureReport) -> None:
     """Every key of these scopes (one SCAN over the tenant), their registry entries and due outbox calls."""
     if not scopes:
         return
-    k, client = store.keys, store.client
+    client = store.client
     tags = [f"{{{scope}}}" for scope in scopes]
     doomed: list[str] = []
-    for raw in client.scan_iter(match=k.tenant_pattern, count=SCAN_COUNT):
+    for raw in client.scan_iter(match=tenant.tenant_pattern, count=SCAN_COUNT):
         key = _s(raw)
         if any(tag in key for tag in tags):
             doomed.append(key)
@@ -268,18 +277,20 @@ def _drop_scopes(store: EventStore, scopes: list[str], report: ErasureReport) ->
     report.removed["scopeKeys"] += len(doomed)
     report.removed["scopes"] += len(scopes)
     for scope in scopes:
-        k = store.keys.for_scope(scope)
-        client.hdel(k.runs("paused"), scope)  # a paused scope's key may name the user
-        ref = k.scope_ref(scope)
-        client.srem(k.scopes, ref)
-        for due in (k.outbox_due, k.journal_due):
+        b = tenant.for_scope(scope)
+        client.hdel(b.runs("paused"), scope)  # a paused scope's key may name the user
+        ref = b.scope_ref(scope)
+        client.srem(b.scopes, ref)
+        for due in (b.outbox_due, b.journal_due):
             for member, _ in client.zscan_iter(due, match=_glob_escape(f"{ref}\x1f") + "*"):
                 client.zrem(due, member)
 
 
-def _drop_diagnostics(store: EventStore, user_id: str, scopes: set[str], report: ErasureReport) -> None:
+def _drop_diagnostics(
+    store: EventStore, tenant: Keys, user_id: str, scopes: set[str], report: ErasureReport
+) -> None:
     """Judge diagnostics of the user's scopes (they quote the user's messages)."""
-    key = store.keys.diagnostics
+    key = tenant.diagnostics
     entries = [_s(e) for e in store.client.lrange(key, 0, -1)]
     keep = [e for e in entries if not _mentions(e, user_id, scopes)]
     if len(keep) == len(entries):

@@ -29,7 +29,8 @@ from typing import Any, Literal
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from worker.keys.layout import Keys
+from worker.core.tenancy import DEFAULT_TENANT
+from worker.keys.layout import EngineKeys, Keys
 from worker.store.calls import Bucket, TokenBuckets
 from worker.store.loader import load_script
 
@@ -57,7 +58,7 @@ class RateLimiter:
     ``tenant_rate_per_s``, one more per tenant charged in the same round trip (either may be None: no bucket)."""
 
     def __init__(
-        self, keys: Keys, rate_per_s: float | None, *, tenant_rate_per_s: float | None = None
+        self, keys: EngineKeys | Keys, rate_per_s: float | None, *, tenant_rate_per_s: float | None = None
     ) -> None:
         rates = [r for r in (rate_per_s, tenant_rate_per_s) if r is not None]
         if not rates or any(r <= 0 for r in rates):
@@ -66,20 +67,12 @@ class RateLimiter:
         self.rate_per_s = rate_per_s
         self.tenant_rate_per_s = tenant_rate_per_s
         self.chunk = max(1, min(MAX_CHUNK, int(min(rates) / 10)))
-        self._tenant_keys: dict[str, Keys] = {}
         self._held: dict[str, tuple[int, float]] = {}  # credential -> (tokens held, monotonic deadline)
         self._sync: Any = None  # redis-py Script objects: they keep the SHA and fall back to EVAL
         self._async: Any = None
 
     def _keys_of(self, tenant: str | None) -> Keys:
-        if tenant is None or tenant == self.keys.tenant:
-            return self.keys
-        keys = self._tenant_keys.get(tenant)
-        if keys is None:
-            if len(self._tenant_keys) >= MAX_ALLOWANCES:
-                self._tenant_keys.clear()
-            keys = self._tenant_keys[tenant] = self.keys.for_tenant(tenant)
-        return keys
+        return self.keys.for_tenant(tenant or DEFAULT_TENANT)
 
     def _call(
         self, credential_id: str, tenant: str | None, want: int, *, whole: bool = False

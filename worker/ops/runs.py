@@ -24,7 +24,7 @@ from typing import Any
 from worker.core.clock import now_ms
 from worker.documents.event_body import body_of
 from worker.documents.event_records import status_record
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys, Keys
 from worker.store.calls import Discard, RunsPage
 from worker.store.events import EventStore
 from worker.store.reads import newest_first
@@ -64,7 +64,7 @@ class RunQuery:
     limit: int = 50
     cursor: str | None = None
 
-    def index(self, keys: Keys) -> str:
+    def index(self, keys: BucketKeys) -> str:
         """The index this query walks: the most selective one its filters name."""
         if self.scope_key is not None:
             return keys.runs_of_scope(self.scope_key)
@@ -113,10 +113,10 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
     return score, member
 
 
-def list_runs(store: EventStore, query: RunQuery) -> RunPage:
-    """One page of events matching ``query``, newest first (see the module docstring). With scope buckets
-    the index is walked in every bucket at once and the pages merged in order."""
-    indexes = [(k, query.index(k)) for k in store.buckets()]
+def list_runs(store: EventStore, tenant: Keys, query: RunQuery) -> RunPage:
+    """One page of the tenant's events matching ``query``, newest first (see the module docstring). With scope
+    buckets the index is walked in every bucket at once and the pages merged in order."""
+    indexes = [(k, query.index(k)) for k in tenant.every_bucket()]
     if query.cursor:
         top, after = decode_cursor(query.cursor)
         max_score = str(top)
@@ -146,11 +146,11 @@ def list_runs(store: EventStore, query: RunQuery) -> RunPage:
     return RunPage(found, encode_cursor(int(max_score), after))
 
 
-Entry = tuple[str, int, Keys]  # (event id, enqueue time, the key builder of its bucket)
+Entry = tuple[str, int, BucketKeys]  # (event id, enqueue time, the key builder of its bucket)
 
 
 def _merged(
-    indexes: Sequence[tuple[Keys, str]], pages: Sequence[Any], page_size: int
+    indexes: Sequence[tuple[BucketKeys, str]], pages: Sequence[Any], page_size: int
 ) -> tuple[list[Entry], bool]:
     """The buckets' pages merged in order, cut where a full page ends (entries past that point may still be
     missing from it), and whether any page was full (there is more to walk)."""
@@ -172,10 +172,13 @@ def _records(store: EventStore, entries: Sequence[Entry]) -> list[dict[str, Any]
     return store.records([(member, k) for member, _, k in entries])
 
 
-def event_detail(store: EventStore, event_id: str) -> dict[str, Any] | None:
+def event_detail(store: EventStore, tenant: Keys, event_id: str) -> dict[str, Any] | None:
     """The status record with the attempts history and the stored event (``event``: type, ids, payload), or
     None when unknown; an erased event's tombstone has no ``event``."""
-    raw = {str(k): str(v) for k, v in store.client.hgetall(store.locate(event_id).event(event_id)).items()}
+    raw = {
+        str(k): str(v)
+        for k, v in store.client.hgetall(store.locate(tenant, event_id).event(event_id)).items()
+    }
     if not raw:
         return None
     record = status_record(raw, event_id)
@@ -186,15 +189,17 @@ def event_detail(store: EventStore, event_id: str) -> dict[str, Any] | None:
     return record
 
 
-def find_by_source(store: EventStore, source_id: str) -> list[dict[str, Any]]:
+def find_by_source(store: EventStore, tenant: Keys, source_id: str) -> list[dict[str, Any]]:
     """The tenant's stored events with this source id (any scope, any source type), newest first."""
-    return store.find_by_source(source_id)
+    return store.find_by_source(tenant, source_id)
 
 
-def discard(store: EventStore, event_ids: Sequence[str], reason: str) -> tuple[list[str], list[str]]:
-    """Discard dead events (DISCARD: worker/store/lua/discard.lua); returns (discarded, not dead)."""
+def discard(
+    store: EventStore, tenant: Keys, event_ids: Sequence[str], reason: str
+) -> tuple[list[str], list[str]]:
+    """Discard the tenant's dead events (DISCARD: worker/store/lua/discard.lua); returns (discarded, not dead)."""
     settings = store.settings
-    located = [store.locate(event_id) for event_id in event_ids]
+    located = [store.locate(tenant, event_id) for event_id in event_ids]
     pipe = store.client.pipeline(transaction=False)
     for event_id, k in zip(event_ids, located, strict=True):
         call = Discard(
@@ -218,9 +223,12 @@ def discard(store: EventStore, event_ids: Sequence[str], reason: str) -> tuple[l
     return discarded, [e for e, ok in zip(event_ids, replies, strict=True) if int(ok) != 1]
 
 
-def list_discarded(store: EventStore, *, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
-    """Discarded events, latest discard first, each with ``reason`` and ``at`` (and its payload while kept)."""
-    latest = store.newest_of(lambda k: k.runs("discarded-at"), offset, limit)
+def list_discarded(
+    store: EventStore, tenant: Keys, *, offset: int = 0, limit: int = 50
+) -> list[dict[str, Any]]:
+    """The tenant's discarded events, latest discard first, each with ``reason`` and ``at`` (and its payload while
+    kept)."""
+    latest = store.newest_of(tenant, lambda k: k.runs("discarded-at"), offset, limit)
     pipe = store.client.pipeline(transaction=False)
     for event_id, _, k in latest:
         pipe.hgetall(k.event(event_id))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from worker.core.clock import now_ms
-from worker.keys.layout import HOLDER_SEPARATOR
+from worker.keys.layout import HOLDER_SEPARATOR, Keys
 from worker.store.calls import Cancel, Resume
 from worker.store.events import EventStore
 from worker.store.replies import CancelCode
@@ -38,15 +38,15 @@ ScopeState = Literal["busy", "waiting", "stuck", "paused"]
 SCOPE_STATES: tuple[ScopeState, ...] = ("busy", "waiting", "stuck", "paused")
 
 
-def pause_scope(store: EventStore, scope_key: str) -> bool:
-    """Pause the scope; False when it already was."""
-    return bool(store.client.hsetnx(store.keys.for_scope(scope_key).runs("paused"), scope_key, now_ms()))
+def pause_scope(store: EventStore, tenant: Keys, scope_key: str) -> bool:
+    """Pause the tenant's scope; False when it already was."""
+    return bool(store.client.hsetnx(tenant.for_scope(scope_key).runs("paused"), scope_key, now_ms()))
 
 
-def resume_scope(store: EventStore, scope_key: str, publish: Any) -> bool:
-    """Resume the scope and, when it has queued events and no drain scheduled, ``publish(scopeRef)`` one;
-    False when it was not paused."""
-    k = store.keys.for_scope(scope_key)
+def resume_scope(store: EventStore, tenant: Keys, scope_key: str, publish: Any) -> bool:
+    """Resume the tenant's scope and, when it has queued events and no drain scheduled, ``publish(scopeRef)``
+    one; False when it was not paused."""
+    k = tenant.for_scope(scope_key)
     was, schedule = store.scripts.run(
         Resume(
             paused=k.runs("paused"),
@@ -72,8 +72,9 @@ class CancelResult:
     state: str
 
 
-def cancel_event(store: EventStore, event_id: str) -> CancelResult:
-    k = store.locate(event_id)
+def cancel_event(store: EventStore, tenant: Keys, event_id: str) -> CancelResult:
+    """Cancel one of the tenant's events (CANCEL: worker/store/lua/cancel.lua)."""
+    k = store.locate(tenant, event_id)
     code, state = store.scripts.run(
         Cancel(
             ev=k.event(event_id),
@@ -90,15 +91,15 @@ def cancel_event(store: EventStore, event_id: str) -> CancelResult:
 
 
 def list_scopes(
-    store: EventStore, state: ScopeState | None = None, *, limit: int = 200
+    store: EventStore, k: Keys, state: ScopeState | None = None, *, limit: int = 200
 ) -> list[dict[str, Any]]:
-    """The tenant's scopes with queued events, and its paused ones, in ``state`` (all when None)."""
-    k, client = store.keys, store.client
+    """``k``'s tenant's scopes with queued events, and its paused ones, in ``state`` (all when None)."""
+    client = store.client
     pipe = client.pipeline(transaction=False)
-    for bucket in store.buckets():
+    for bucket in k.every_bucket():
         pipe.hgetall(bucket.runs("paused"))
     paused = {str(s): int(at) for reply in pipe.execute() for s, at in reply.items()}
-    scopes = sorted(set(store.active_scopes()) | set(paused))
+    scopes = sorted(set(store.active_scopes(k)) | set(paused))
     pipe = client.pipeline(transaction=False)
     for scope in scopes:
         pipe.llen(k.inbox(scope))
@@ -107,7 +108,7 @@ def list_scopes(
         pipe.lindex(k.inbox(scope), 0)
     replies = pipe.execute()
     rows = [(scope, *replies[i * 4 : i * 4 + 4]) for i, scope in enumerate(scopes)]
-    heads = _heads(store, [(scope, str(head)) for scope, *_, head in rows if head is not None])
+    heads = _heads(store, k, [(scope, str(head)) for scope, *_, head in rows if head is not None])
     now, ttl_ms = now_ms(), int(store.settings.lease_ttl_s * 1000)
     out: list[dict[str, Any]] = []
     for scope, depth, holder, sched, head in rows:
@@ -142,11 +143,11 @@ def list_scopes(
     return out
 
 
-def _heads(store: EventStore, heads: list[tuple[str, str]]) -> dict[str, tuple[int, int]]:
+def _heads(store: EventStore, k: Keys, heads: list[tuple[str, str]]) -> dict[str, tuple[int, int]]:
     """event id -> (enqueuedAt, notBefore) of the scopes' head events (``heads``: (scope, event id) pairs)."""
     pipe = store.client.pipeline(transaction=False)
     for scope, event_id in heads:
-        pipe.hmget(store.keys.for_scope(scope).event(event_id), ["enqueuedAt", "notBefore"])
+        pipe.hmget(k.for_scope(scope).event(event_id), ["enqueuedAt", "notBefore"])
     out: dict[str, tuple[int, int]] = {}
     for (_, event_id), (enqueued, not_before) in zip(heads, pipe.execute(), strict=True):
         if enqueued is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from worker.core.tenancy import DEFAULT_TENANT
 from worker.ops.scope_control import list_scopes
 from worker.store.events import EventStore
 from worker.store.safety import current_safety
@@ -25,7 +26,7 @@ STUCK_SCAN_MAX = 100_000  # scopes per tenant looked at for the stuck gauge at o
 
 def backlog(store: EventStore) -> dict[str, int]:
     """tenant -> events waiting or running (the ``queued`` count of its stats), one pipelined read."""
-    tenants = store.known_tenants() or [store.tenant]
+    tenants = store.known_tenants() or [DEFAULT_TENANT]
     every = [(t, k) for t in tenants for k in store.keys.for_tenant(t).every_bucket()]  # scope buckets: each
     pipe = store.client.pipeline(transaction=False)
     for _, k in every:
@@ -64,12 +65,12 @@ class _StateCollector:
             "agent_signal_active_scopes", "Scopes with queued events.", labels=["tenant"]
         )
         for tenant in sorted(waiting):
-            view = store.for_tenant(tenant)
+            keys = store.keys.for_tenant(tenant)
             backlog_g.add_metric([self.queue, tenant], waiting[tenant])
             # One walk of the tenant's scopes gives both: those with work, and those of them left stranded.
-            states = [row["state"] for row in list_scopes(view, limit=STUCK_SCAN_MAX)]
+            states = [row["state"] for row in list_scopes(store, keys, limit=STUCK_SCAN_MAX)]
             stuck_g.add_metric([tenant], states.count("stuck"))
-            dlq_g.add_metric([tenant], view.dlq_size())
+            dlq_g.add_metric([tenant], store.dlq_size(keys))
             active_g.add_metric([tenant], sum(state != "paused" for state in states))
         yield from (backlog_g, stuck_g, dlq_g, active_g)
         safety = current_safety(store.client, store.settings)

@@ -11,7 +11,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from worker.keys.layout import HOLDER_SEPARATOR
+from worker.keys.layout import HOLDER_SEPARATOR, Keys
 from worker.store.events import EventStore
 
 __all__ = ["MAX_SCOPES", "workers_seen"]
@@ -23,12 +23,13 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else bytes(value).decode("utf-8")
 
 
-def workers_seen(store: EventStore) -> list[dict[str, Any]]:
-    """``[{"name", "lastSeenAt", "concurrency"?, "inFlight"}]`` sorted by name, for the store's tenant."""
-    client, keys = store.client, store.keys
+def workers_seen(store: EventStore, keys: Keys) -> list[dict[str, Any]]:
+    """``[{"name", "lastSeenAt", "concurrency"?, "inFlight"}]`` sorted by name; ``inFlight`` counts the scopes of
+    ``keys``' tenant each holds."""
+    client = store.client
     beats = {_text(k): int(v) for k, v in client.hgetall(keys.workers).items()}
     info = {_text(k): _json(v) for k, v in client.hgetall(keys.worker_info).items()}
-    scopes = store.active_scopes()[:MAX_SCOPES]
+    scopes = store.active_scopes(keys)[:MAX_SCOPES]
     pipe = client.pipeline(transaction=False)
     for scope in scopes:
         pipe.get(keys.lease(scope))

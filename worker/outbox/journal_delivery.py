@@ -48,7 +48,7 @@ def enqueue_deliverer(emitter: Emitter) -> Deliverer:
             user_id=p.get("userId"),
             tenant=record.tenant,
         )
-        emitter.for_tenant(record.tenant).admit([event])
+        emitter.admit([event])
 
     return deliver
 

@@ -15,11 +15,22 @@ OUTBOX_SETTLE only while its claim still holds: ``delivered``; or retried with f
 repeated by another relay, which the idempotency key covers; it can no longer overwrite the other's result.
 Delivery is at least once, so every record carries its idempotency ``key`` (the deliverer passes it on as
 ``Idempotency-Key`` / ``webhook-id``) and a receiver that dedupes sees each effect once.
+
+Two claim modes share that one record lifecycle (:meth:`OutboxRelay._attempt`). **Parallel** (``outbox-due``):
+relays in several processes each claim one record at a time, as above. **Ordered** (``journal-due``, scope
+buckets only): a scope's journaled writes to the tenant's home slot (a conversation line, a receipt) and its
+follow-ups for other buckets (worker/store/journal.py) must land in the order its commits made them, so one relay
+at a time holds the bucket's ``journal-lock`` (a token, PX the lease, renewed before each record) and takes the
+head only; a record that fails stays at the head and the lock is left to expire after its backoff, so nothing
+behind it overtakes it; after ``outbox_max_attempts`` it is settled dead and the rest go on. A relay that stalls
+past its lease loses the lock to another; the record it was applying is then applied again, which the
+once-marker (JOURNAL_APPLY) or the follow-up's dedupe identity absorbs.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,20 +40,19 @@ from typing import Any
 from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
 from worker.core.clock import now_ms
 from worker.core.retry import backoff_ms
-from worker.keys.layout import Keys, split_scope_ref
-from worker.outbox.journal_pump import pump_journal
-from worker.store.calls import OutboxClaim, OutboxSettle
+from worker.core.tenancy import DEFAULT_TENANT
+from worker.keys.layout import BucketKeys, Keys, split_scope_ref
+from worker.store.calls import OutboxClaim, OutboxSettle, Release, Renew
 from worker.store.events import EventStore
 from worker.telemetry.log_privacy import describe_error
 
-__all__ = ["Deliverer", "OutboxRecord", "OutboxRelay", "outbox_commands", "records_of_event"]
+__all__ = ["Attempt", "Deliverer", "OutboxRecord", "OutboxRelay", "outbox_commands", "records_of_event"]
 
 log = logging.getLogger(__name__)
 
 
-def records_of_event(store: EventStore, scope_key: str, event_id: str) -> list[dict[str, Any]]:
-    """The outbox records an event staged, for its run detail (oldest first)."""
-    keys = store.keys
+def records_of_event(keys: Keys, store: EventStore, scope_key: str, event_id: str) -> list[dict[str, Any]]:
+    """The outbox records one of ``keys``' tenant's events staged, for its run detail (oldest first)."""
     ids = sorted(str(i) for i in store.client.smembers(keys.outbox_of_event(scope_key, event_id)))
     if not ids:
         return []
@@ -51,9 +61,18 @@ def records_of_event(store: EventStore, scope_key: str, event_id: str) -> list[d
     return [r.to_public() for r in sorted(records, key=lambda r: r.created_at)]
 
 
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """What one delivery attempt of a record came to: ``delivered``, ``retry`` (at ``retry_at_ms``), ``dead``,
+    or ``skipped`` (no deliverer here knows its kind, or another relay took it over)."""
+
+    verdict: str
+    retry_at_ms: int | None = None
+
+
 @dataclass
 class OutboxRelay:
-    """Claims due records one at a time and delivers them (see the module docstring)."""
+    """Claims due records and delivers them, in parallel or, for a bucket's journal, in order (module docstring)."""
 
     store: EventStore
     deliverers: Mapping[str, Deliverer]
@@ -67,49 +86,15 @@ class OutboxRelay:
     def run_once(self) -> int:
         """Deliver up to ``batch`` records due now, each under its own claim, and (with scope buckets) up to
         ``batch`` journal records in order; returns how many were delivered."""
-        done, budget = 0, self.batch
-        every = [k for t in self.store.known_tenants() or [self.store.tenant] for k in self._buckets(t)]
-        for keys in every:
-            due = keys.outbox_due  # each tenant's own, each bucket's own (its slot on a cluster)
-            while budget > 0:
-                claimed = self.store.scripts.run(OutboxClaim(due, self.lease_ms))
-                if not claimed:
-                    break
-                budget -= 1
-                member, deadline = str(claimed[0]), int(claimed[1])
-                try:
-                    done += self._deliver(due, member, deadline)
-                except Exception:  # one bad record must not hold up the others: due again after its lease
-                    log.exception("outbox record could not be handled", extra={"outboxRecord": member})
+        every = [k for t in self.store.known_tenants() or [DEFAULT_TENANT] for k in self._buckets(t)]
+        done = self._parallel(every, self.batch)
         if self.store.keys.buckets > 1:
-            journaled = self._pump_journals(every, self.batch)
+            journaled = self._ordered(every, self.batch)
             self.delivered += journaled
             done += journaled
         return done
 
-    def _pump_journals(self, every: list[Keys], budget: int) -> int:
-        """Scope buckets: each bucket's journal in commit order (worker/outbox/journal_pump.py), the non-empty ones."""
-        pipe = self.store.client.pipeline(transaction=False)
-        for keys in every:
-            pipe.zcard(keys.journal_due)
-        waiting = [keys for keys, n in zip(every, pipe.execute(), strict=True) if int(n)]
-        done = 0
-        for keys in waiting:
-            if done >= budget:
-                break
-            done += pump_journal(
-                self.store,
-                keys,
-                self.deliverers,
-                budget=budget - done,
-                lease_ms=self.lease_ms,
-                max_attempts=self.max_attempts,
-                base_ms=self.base_ms,
-                cap_ms=self.cap_ms,
-            )
-        return done
-
-    def _buckets(self, tenant: str) -> list[Keys]:
+    def _buckets(self, tenant: str) -> list[BucketKeys]:
         return self.store.keys.for_tenant(tenant).every_bucket()
 
     def run_forever(self, stop: threading.Event, interval_s: float) -> None:
@@ -124,19 +109,25 @@ class OutboxRelay:
                 log.warning("outbox relay pass failed: %s", describe_error(exc))
                 wait_s = min(max(wait_s * 2, interval_s), 5.0)
 
-    def _deliver(self, due: str, member: str, deadline: int) -> int:
+    # ---- one record's lifecycle (both modes) -------------------------------------------------------
+
+    def _record_key(self, member: str) -> str:
         ref, _, record_id = member.partition(SEPARATOR)
         tenant, scope_key = split_scope_ref(ref)
-        key = self.store.keys.for_tenant(tenant).outbox_record(scope_key, record_id)
+        return self.store.keys.for_tenant(tenant).outbox_record(scope_key, record_id)
+
+    def _pending(self, key: str, record_id: str) -> OutboxRecord | None:
+        """The record at ``key`` while it waits to be delivered (None: expired, or settled already)."""
         raw = self.store.client.get(key)
         if raw is None:
             log.error("outbox record expired before it was delivered", extra={"outboxRecord": record_id})
-            self.store.client.zrem(due, member)
-            return 0
+            return None
         record = OutboxRecord.from_json(raw)
-        if record.state != "pending":
-            self.store.client.zrem(due, member)
-            return 0
+        return record if record.state == "pending" else None
+
+    def _attempt(self, record: OutboxRecord, before: Callable[[OutboxRecord], bool] | None = None) -> Attempt:
+        """Count an attempt and deliver ``record`` through its kind's deliverer, updating it in place; ``before``
+        runs once the attempt is counted and may call the delivery off (another relay took the record)."""
         deliver = self.deliverers.get(record.kind)
         if deliver is None:  # e.g. a rolling deploy: another worker may know the kind; not counted
             log.warning(
@@ -144,33 +135,63 @@ class OutboxRelay:
                 record.kind,
                 extra={"outboxRecord": record.id, "eventId": record.event_id or None},
             )
-            return 0
+            return Attempt("skipped")
         record.attempts += 1  # counted before the call: a relay that dies mid-delivery still used an attempt
-        if not self._settle(due, key, member, deadline, record, keep_claim=True):
-            return 0  # another relay took it over meanwhile
+        if before is not None and not before(record):
+            return Attempt("skipped")
         try:
             deliver(record)
         except Exception as exc:
             record.last_error = f"{type(exc).__name__}: {exc}"[:500]  # in the record: erasure removes it
-            self._retry_or_dead(due, key, member, deadline, record, describe_error(exc))
-            return 0
+            where = {"outboxRecord": record.id, "eventId": record.event_id or None}
+            error = describe_error(exc)
+            if record.attempts >= self.max_attempts:
+                record.state = "dead"
+                log.error("outbox record is dead after %d attempts: %s", record.attempts, error, extra=where)
+                return Attempt("dead")
+            log.warning("outbox record failed (attempt %d): %s", record.attempts, error, extra=where)
+            delay_ms = backoff_ms(record.attempts, base_ms=self.base_ms, cap_ms=self.cap_ms)
+            return Attempt("retry", retry_at_ms=now_ms() + delay_ms)
         record.state, record.delivered_at, record.last_error = "delivered", now_ms(), ""
-        if self._settle(due, key, member, deadline, record, retry_at_ms=None):
+        return Attempt("delivered")
+
+    # ---- parallel: each record under its own claim -------------------------------------------------
+
+    def _parallel(self, every: list[BucketKeys], budget: int) -> int:
+        done = 0
+        for keys in every:
+            due = keys.outbox_due  # each tenant's own, each bucket's own (its slot on a cluster)
+            while budget > 0:
+                claimed = self.store.scripts.run(OutboxClaim(due, self.lease_ms))
+                if not claimed:
+                    break
+                budget -= 1
+                member, deadline = str(claimed[0]), int(claimed[1])
+                try:
+                    done += self._deliver_claimed(due, member, deadline)
+                except Exception:  # one bad record must not hold up the others: due again after its lease
+                    log.exception("outbox record could not be handled", extra={"outboxRecord": member})
+        return done
+
+    def _deliver_claimed(self, due: str, member: str, deadline: int) -> int:
+        key = self._record_key(member)
+        record = self._pending(key, member.partition(SEPARATOR)[2])
+        if record is None:
+            self.store.client.zrem(due, member)
+            return 0
+
+        def still_ours(counted: OutboxRecord) -> bool:
+            return self._settle(due, key, member, deadline, counted, keep_claim=True)
+
+        attempt = self._attempt(record, still_ours)
+        if attempt.verdict == "skipped":
+            return 0
+        settled = self._settle(due, key, member, deadline, record, retry_at_ms=attempt.retry_at_ms)
+        if attempt.verdict != "delivered":
+            return 0
+        if settled:
             self.delivered += 1
         return 1
-
-    def _retry_or_dead(
-        self, due: str, key: str, member: str, deadline: int, record: OutboxRecord, error: str
-    ) -> None:
-        where = {"outboxRecord": record.id, "eventId": record.event_id or None}
-        if record.attempts >= self.max_attempts:
-            record.state = "dead"
-            log.error("outbox record is dead after %d attempts: %s", record.attempts, error, extra=where)
-            self._settle(due, key, member, deadline, record, retry_at_ms=None)
-            return
-        delay = backoff_ms(record.attempts, base_ms=self.base_ms, cap_ms=self.cap_ms)
-        log.warning("outbox record failed (attempt %d): %s", record.attempts, error, extra=where)
-        self._settle(due, key, member, deadline, record, retry_at_ms=now_ms() + delay)
 
     def _settle(
         self,
@@ -191,6 +212,57 @@ class OutboxRelay:
                 "outbox record %s was claimed again by another relay; not settling it here", record.id
             )
         return bool(int(reply))
+
+    # ---- ordered: a bucket's journal, its head only, under the bucket's lock -----------------------
+
+    def _ordered(self, every: list[BucketKeys], budget: int) -> int:
+        """Scope buckets: each non-empty bucket journal in commit order."""
+        pipe = self.store.client.pipeline(transaction=False)
+        for keys in every:
+            pipe.zcard(keys.journal_due)
+        waiting = [keys for keys, n in zip(every, pipe.execute(), strict=True) if int(n)]
+        done = 0
+        for keys in waiting:
+            if done >= budget:
+                break
+            done += self._journal(keys, budget - done)
+        return done
+
+    def _journal(self, keys: BucketKeys, budget: int) -> int:
+        """Apply up to ``budget`` due records of ``keys``' bucket in order; returns how many were applied."""
+        client, scripts = self.store.client, self.store.scripts
+        lock, due = keys.journal_lock, keys.journal_due
+        token = secrets.token_hex(8)
+        if not client.set(lock, token, nx=True, px=self.lease_ms):
+            return 0
+        applied, release = 0, True
+        try:
+            while applied < budget and int(scripts.run(Renew(lock, token, self.lease_ms))):
+                head = client.zrange(due, 0, 0)
+                if not head:
+                    break
+                member = str(head[0])
+                key = self._record_key(member)
+                record = self._pending(key, member.partition(SEPARATOR)[2])
+                if record is None:  # expired, or settled by a relay that stalled
+                    client.zrem(due, member)
+                    continue
+                attempt = self._attempt(record)
+                if attempt.verdict == "skipped":  # a relay that knows the kind takes the bucket
+                    break
+                client.set(key, record.to_json(), keepttl=True)
+                if (
+                    attempt.verdict == "retry"
+                ):  # nothing overtakes it meanwhile: the lock outlives the backoff
+                    scripts.run(Renew(lock, token, max((attempt.retry_at_ms or 0) - now_ms(), 1)))
+                    release = False
+                    break
+                applied += attempt.verdict == "delivered"
+                client.zrem(due, member)
+        finally:
+            if release:
+                scripts.run(Release(lock, token))
+        return applied
 
 
 def wait_delivered(relay: OutboxRelay, predicate: Callable[[], bool], timeout_s: float) -> bool:

@@ -41,7 +41,7 @@ from redis.client import Pipeline
 from redis.exceptions import RedisError
 
 from worker.core.tenancy import split_scope_ref
-from worker.keys.layout import Keys
+from worker.keys.engine import EngineWide
 from worker.store.calls import ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.client import is_cluster
 from worker.store.events import ReadyPush as ReadyPushFields
@@ -59,7 +59,7 @@ class FairQueue:
     """Publishes drains of scope refs (round-robin across tenants when ``enabled``) and pops them."""
 
     client: Redis
-    keys: Keys
+    keys: EngineWide  # the engine-wide keys (any builder has them)
     app: Any  # the Celery app
     queue: str
     enabled: bool = True

@@ -16,7 +16,7 @@ from worker.chain.context import Deps
 from worker.chain.outbox_records import Deliverer
 from worker.chain.registry import Policy
 from worker.intake.emitter import AdmissionHook, Emitter
-from worker.keys.layout import Keys
+from worker.keys.layout import EngineKeys
 from worker.settings import PluginSettings, Settings
 from worker.store.receipts import ReceiptStore
 
@@ -35,7 +35,7 @@ class PluginRuntime:
 
     settings: Settings
     redis: Redis
-    keys: Keys
+    keys: EngineKeys  # the layout: ``keys.for_tenant(t)`` is a tenant's (a handler's own: ``ctx.keys``)
     emitter: Emitter | None = None
     publish: Callable[[str, dict[str, Any], str | None], None] | None = None
     deps: Deps = field(default_factory=Deps)  # every loaded plugin's typed dependencies (for deliverers)
@@ -44,9 +44,9 @@ class PluginRuntime:
         """The plugin's validated settings."""
         return _settings.plugin_settings(model, self.settings)
 
-    def receipts(self) -> ReceiptStore:
-        """The receipts store (append-once by id, indexed by user, agent and topic)."""
-        return ReceiptStore(self.redis, self.keys, ttl_s=self.settings.receipt_retention_s)
+    def receipts(self, tenant: str) -> ReceiptStore:
+        """``tenant``'s receipts (append-once by id, indexed by user, agent and topic)."""
+        return ReceiptStore(self.redis, self.keys.for_tenant(tenant), ttl_s=self.settings.receipt_retention_s)
 
 
 @dataclass(frozen=True, slots=True)

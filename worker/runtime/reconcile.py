@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from worker.core.clock import now_ms
+from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BadTenant, Keys, split_scope_ref
 from worker.store.events import EventStore
 
@@ -35,7 +36,7 @@ def reconcile(
         try:
             tenant, scope_key = split_scope_ref(ref)
         except BadTenant:  # a member from before tenants, or foreign: it names no scope we can drain
-            for k in store.buckets():
+            for k in store.keys.for_tenant(DEFAULT_TENANT).every_bucket():
                 client.srem(k.scopes, ref)
             continue
         scopes.append((ref, store.keys.for_tenant(tenant), scope_key))

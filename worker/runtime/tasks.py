@@ -15,7 +15,7 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded, TaskPredicate
 from redis.exceptions import RedisError
 
-from worker.core.tenancy import BadTenant
+from worker.core.tenancy import DEFAULT_TENANT, BadTenant, split_scope_ref
 from worker.runtime import state as _state
 from worker.runtime.fair import DRAIN_NEXT_TASK, DRAIN_TASK
 from worker.runtime.plugin_model import Plugin, PluginTask
@@ -99,7 +99,8 @@ def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
         log.error("drain of a malformed scope ref dropped", extra={"scopeRef": ref})
         return
     except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
-        note_store_failure(pipeline.store.client, pipeline.keys.tenant_stats, exc, "drain")
+        tenant = split_scope_ref(ref)[0]  # parsed by the drain already
+        note_store_failure(pipeline.store.client, pipeline.keys.for_tenant(tenant).tenant_stats, exc, "drain")
         return
     republish = process.fair.publish
     if outcome.next in ("again", "busy"):
@@ -131,7 +132,9 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
             drain_ref(app, queue, ref, holder)
             drained += 1
     except RedisError as exc:  # store down: no message to hand on to (it would spin); the count expires and
-        note_store_failure(pipeline.store.client, pipeline.keys.tenant_stats, exc, "drain_next")
+        # no scope popped, so no tenant to charge: the default tenant's counters hold the engine's own failures
+        stats = pipeline.keys.for_tenant(DEFAULT_TENANT).tenant_stats
+        note_store_failure(pipeline.store.client, stats, exc, "drain_next")
         retired = True  # the sweep sends one message for the stranded scopes once Redis answers again
     finally:
         if not retired:

@@ -7,7 +7,6 @@ All state lives in Redis under :class:`worker.keys.layout.Keys`; each state chan
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Sequence
 from typing import Any, TypedDict, cast
@@ -20,9 +19,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.core.clock import now_ms
 from worker.core.errors import NotReplicated, OverLimit
+from worker.core.tenancy import DEFAULT_TENANT
 from worker.documents.chain_codec import encode_chain
 from worker.documents.event_records import source_digest
-from worker.keys.layout import Keys, bucket_of
+from worker.keys.layout import BucketKeys, EngineKeys, Keys, bucket_of
 from worker.settings import Settings
 from worker.store.calls import (
     Admission,
@@ -81,26 +81,20 @@ def _str(value: Any) -> str:
 
 
 class EventStore(StoreReads):
-    """Redis-backed events, inboxes and dead letters for one key prefix and one tenant (``for_tenant``
-    gives the same store for another: same client and scripts, keys bound to that tenant)."""
+    """Redis-backed events, inboxes and dead letters of every tenant under one key prefix: one per process. The
+    tenant is a value each call carries (its key builder, or its events' ``tenant``); ``keys`` is the layout
+    (the engine-wide keys, and ``keys.for_tenant(t)``: a tenant's)."""
 
-    def __init__(self, client: Redis, settings: Settings, *, tenant: str = "default") -> None:
+    def __init__(self, client: Redis, settings: Settings) -> None:
         self.client = client
         self.settings = settings
-        self.keys = Keys(settings.key_prefix, tenant, settings.scope_buckets)
+        self.keys = EngineKeys(settings.key_prefix, settings.scope_buckets)
         self.scripts = Scripts.register(client)
-        self._registered: set[str] = set()  # tenants this process has added to the tenants set (all views)
+        self._registered: set[str] = set()  # tenants this process has added to the tenants set
 
-    @property
-    def tenant(self) -> str:
-        return self.keys.tenant
-
-    def for_tenant(self, tenant: str) -> EventStore:
-        if tenant == self.keys.tenant:
-            return self
-        other = copy.copy(self)
-        other.keys = self.keys.for_tenant(tenant)
-        return other
+    def tenant_keys(self, tenant: str) -> Keys:
+        """``tenant``'s key builder (checked: a tenant name is a key part)."""
+        return self.keys.for_tenant(tenant)
 
     @property
     def schedule_ttl_ms(self) -> int:
@@ -141,15 +135,19 @@ class EventStore(StoreReads):
     ) -> tuple[list[EnqueueOutcome], int]:
         if not events:
             return [], 0
-        self.register_tenant()
-        if self.keys.buckets <= 1:
-            return self._enqueue_bucket(self.keys, events, enforce_limits, push, enforce_limits)
+        tenant = events[0].tenant
+        if any(ev.tenant != tenant for ev in events):
+            raise ValueError("one enqueue holds one tenant's events")
+        k = self.tenant_keys(tenant)
+        self.register_tenant(tenant)
+        if k.buckets <= 1:
+            return self._enqueue_bucket(k.for_bucket(0), events, enforce_limits, push, enforce_limits)
         # Scope buckets: one script per bucket (each is whole or nothing; the batch no longer is), the tenant's
         # queue quota checked against the buckets' sum first (concurrent batches may pass it together).
         groups: dict[int, list[int]] = {}
         for i, ev in enumerate(events):
-            groups.setdefault(bucket_of(ev.scope_key, self.keys.buckets), []).append(i)
-        refusal = self.limits_refusal(events) if enforce_limits else None
+            groups.setdefault(bucket_of(ev.scope_key, k.buckets), []).append(i)
+        refusal = self.limits_refusal(k, events) if enforce_limits else None
         if refusal is not None:
             raise self._over_limit(refusal, self.users_of(events))
         outcomes: list[EnqueueOutcome | None] = [None] * len(events)
@@ -157,7 +155,7 @@ class EventStore(StoreReads):
         try:
             for bucket, positions in groups.items():
                 done, taken = self._enqueue_bucket(
-                    self.keys.for_bucket(bucket), [events[i] for i in positions], enforce_limits, push, False
+                    k.for_bucket(bucket), [events[i] for i in positions], enforce_limits, push, False
                 )
                 tickets += taken
                 for i, outcome in zip(positions, done, strict=True):
@@ -170,7 +168,7 @@ class EventStore(StoreReads):
 
     def _enqueue_bucket(
         self,
-        k: Keys,
+        k: BucketKeys,
         events: Sequence[PreparedEvent],
         enforce_limits: bool,
         push: ReadyPush | None,
@@ -197,7 +195,7 @@ class EventStore(StoreReads):
             max_user_bytes=max_user_bytes,
             user_count=user_count,
             events=[self._admission(k, ev) for ev in events],
-            users=[UserBytes(self.keys.user_bytes(user)) for user in users],
+            users=[UserBytes(k.user_bytes(user)) for user in users],
         )
         call: ScriptCall = Enqueue(**fields) if push is None else EnqueuePush(**fields, **push)
         try:
@@ -241,10 +239,10 @@ class EventStore(StoreReads):
             source_member=f"{digest}:{ev.event_id}",
         )
 
-    def count_rejected(self, n: int = 1) -> None:
-        """Best effort: a full store must not turn a 422 for bad input into a 503."""
+    def count_rejected(self, k: Keys, n: int = 1) -> None:
+        """``k``'s tenant's invalid events; best effort: a full store must not turn a 422 for bad input into a 503."""
         try:
-            self.client.hincrby(self.keys.tenant_stats, "rejected", n)
+            self.client.hincrby(k.tenant_stats, "rejected", n)
         except RedisError:
             return
 
@@ -326,7 +324,9 @@ class EventStore(StoreReads):
         )
         return RunReply.parse(self.durable(call))
 
-    def _committed(self, b: Keys, scope: str, fence: int, e: EventCommit, go_on: bool) -> CommittedEvent:
+    def _committed(
+        self, b: BucketKeys, scope: str, fence: int, e: EventCommit, go_on: bool
+    ) -> CommittedEvent:
         """One event of a COMMIT: its record and chain, outcome, staged writes and follow-ups (with scope
         buckets, what belongs to another slot journaled: worker/store/journal.py), and its lanes."""
         retention_s = self.settings.outbox_retention_s
@@ -355,12 +355,12 @@ class EventStore(StoreReads):
 
     # ---- reads (and worker/store/reads.py) ------------------------------------------------------
 
-    def register_tenant(self) -> None:
-        """Add this tenant to the engine-wide tenants set, once per process, before its first admission (the
+    def register_tenant(self, tenant: str) -> None:
+        """Add ``tenant`` to the engine-wide tenants set, once per process, before its first admission (the
         set is in no tenant's slot, so the admission script cannot write it)."""
-        if self.keys.tenant not in self._registered:
-            self.client.sadd(self.keys.tenants, self.keys.tenant)
-            self._registered.add(self.keys.tenant)
+        if tenant not in self._registered:
+            self.client.sadd(self.keys.tenants, tenant)
+            self._registered.add(tenant)
 
     def known_tenants(self) -> list[str]:
         """Every tenant that has enqueued an event (metrics label each tenant's counters)."""
@@ -369,15 +369,15 @@ class EventStore(StoreReads):
     def active_scope_refs(self) -> list[str]:
         """Every tenant's scopes with queued work, as scope refs ``<tenant>/<scopeKey>`` (each tenant's own
         registry, read in one pipeline)."""
-        tenants = sorted({*self.known_tenants(), self.keys.tenant})
+        tenants = sorted({*self.known_tenants(), DEFAULT_TENANT})
         return sorted(ref for t in tenants for ref in self.scope_refs_of(self.keys.for_tenant(t)))
 
     # ---- dead letters (listed by worker/store/reads.py) -------------------------------------------
 
-    def redrive(self, event_id: str, *, body: str = "") -> tuple[bool, str | None, bool]:
-        """Requeue one dead event (with ``body`` replacing the stored event, when given); returns (requeued,
-        scopeKey, needs a drain task)."""
-        k = self.locate(event_id)
+    def redrive(self, tenant_keys: Keys, event_id: str, *, body: str = "") -> tuple[bool, str | None, bool]:
+        """Requeue one of the tenant's dead events (with ``body`` replacing the stored event, when given); returns
+        (requeued, scopeKey, needs a drain task)."""
+        k = self.locate(tenant_keys, event_id)
         found = self.client.hget(k.event(event_id), "scopeKey")
         if found is None:
             return False, None, False
@@ -395,7 +395,7 @@ class EventStore(StoreReads):
                 runs_dead=k.runs("status", "dead"),
                 runs_active=k.runs("status", "active"),
                 event_id=event_id,
-                scope_ref=self.keys.scope_ref(scope_key),
+                scope_ref=k.scope_ref(scope_key),
                 now_ms=now_ms(),
                 sched_ttl_ms=self.schedule_ttl_ms,
                 window_s=self.settings.dedupe_window_s,

@@ -13,7 +13,7 @@ there by the outbox relay (worker/outbox/relay.py):
   identity, so a second delivery is a duplicate) and made ready to drain.
 
 The records wait on the bucket's journal (``Keys.journal_due``), scored by when the commit staged them, and
-the relay applies them one at a time in that order (worker/outbox/journal_pump.py, with the deliverers of
+the relay applies them one at a time in that order (the ordered mode of worker/outbox/relay.py, with the deliverers of
 worker/outbox/journal_delivery.py), so a scope's writes to the
 home slot land in commit order. Nothing a commit decided is lost or applied twice; what changes is when the
 other slot sees it: after the relay's next pass (``AGENT_SIGNAL_OUTBOX_POLL_INTERVAL_S``), not in the
@@ -29,7 +29,7 @@ from typing import Any
 from worker.chain.outbox_records import OutboxRecord, outbox_commands
 from worker.core.clock import now_ms
 from worker.keys.buckets import slot_tag
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys, Keys
 from worker.store.records import PreparedEvent
 
 __all__ = [
@@ -51,9 +51,9 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def _split(keys: Keys, commands: Sequence[Command]) -> tuple[list[Command], dict[str, list[Command]]]:
-    """The commands of the bound bucket's slot, and the others by slot tag (a multi-key DEL is split)."""
-    here = slot_tag(keys.bound)
+def _split(bucket: BucketKeys, commands: Sequence[Command]) -> tuple[list[Command], dict[str, list[Command]]]:
+    """The commands of ``bucket``'s slot, and the others by slot tag (a multi-key DEL is split)."""
+    here = slot_tag(bucket.bucket_prefix)
     local: list[Command] = []
     other: dict[str, list[Command]] = {}
     for cmd in commands:
@@ -73,21 +73,21 @@ def journaled(
     written once."""
     if keys.buckets <= 1 or not commands:
         return commands
-    bound = keys.for_scope(scope_key)
-    local, other = _split(bound, commands)
+    bucket = keys.for_scope(scope_key)
+    local, other = _split(bucket, commands)
     if not other:
         return commands
     for tag, group in sorted(other.items()):
         record_id = f"journal:{label}:{tag}"
         payload: dict[str, Any] = {"commands": group}
         local += _staged(
-            bound, JOURNAL_APPLY, record_id, record_id, payload, scope_key, event_id, retention_s
+            bucket, JOURNAL_APPLY, record_id, record_id, payload, scope_key, event_id, retention_s
         )
     return local
 
 
 def _staged(
-    bound: Keys,
+    bucket: BucketKeys,
     kind: str,
     record_id: str,
     key: str,
@@ -105,10 +105,10 @@ def _staged(
         scope_key=scope_key,
         event_id=event_id,
         created_at=now_ms(),
-        tenant=bound.tenant,
+        tenant=bucket.tenant,
     )
     return [
-        [str(a) for a in c] for c in outbox_commands(bound, record, retention_s, journal_score_us=_now_us())
+        [str(a) for a in c] for c in outbox_commands(bucket, record, retention_s, journal_score_us=_now_us())
     ]
 
 
@@ -124,8 +124,8 @@ def journal_followups(
     others (one ``engine.enqueue`` record each; ``label`` names the commit, as in :func:`journaled`)."""
     if keys.buckets <= 1 or not followups:
         return list(followups), []
-    bound = keys.for_scope(scope_key)
-    here = bound.bucket
+    bucket = keys.for_scope(scope_key)
+    here = bucket.bucket
     own: list[PreparedEvent] = []
     commands: list[Command] = []
     for ev in followups:
@@ -142,6 +142,6 @@ def journal_followups(
             "userId": ev.user_id,
         }
         commands += _staged(
-            bound, JOURNAL_ENQUEUE, record_id, ev.event_id, payload, scope_key, event_id, retention_s
+            bucket, JOURNAL_ENQUEUE, record_id, ev.event_id, payload, scope_key, event_id, retention_s
         )
     return own, commands

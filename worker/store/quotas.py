@@ -33,7 +33,7 @@ from typing import Any
 
 from redis import Redis
 
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys, Keys
 from worker.settings import Settings
 
 __all__ = [
@@ -104,7 +104,7 @@ def add_user_bytes(client: Any, keys: Keys, user_id: str, n_bytes: int, *, ttl_s
 
 
 def retained_refusal(
-    client: Redis, every: Sequence[Keys], adding: int, max_events: int, window_s: int
+    client: Redis, every: Sequence[BucketKeys], adding: int, max_events: int, window_s: int
 ) -> str | None:
     """With scope buckets, the tenant's retained events summed over its buckets (each script counts its own):
     the OVERLIMIT reply ENQUEUE would give, or None."""

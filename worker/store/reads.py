@@ -1,4 +1,4 @@
-"""The event store's reads: events, chains, counters, scopes and dead letters of one tenant.
+"""The event store's reads: events, chains, counters, scopes and dead letters of a tenant (its key builder, passed in).
 
 With scope buckets (worker/keys/buckets.py) a tenant's indexes are per bucket, so each read here fans out over
 the buckets in one pipelined round trip (a cluster client groups it by node) and merges: counters are
@@ -18,7 +18,7 @@ from worker.documents.chain_codec import decode_chain
 from worker.documents.chain_storage import rebuilt_chain, stored_event_id
 from worker.documents.event_body import body_of
 from worker.documents.event_records import LIST_FIELDS, source_digest, status_record
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys, Keys
 from worker.settings import Settings
 from worker.store.quotas import retained_refusal, user_bytes_refusal
 from worker.store.records import PreparedEvent, to_str
@@ -34,19 +34,14 @@ def str_dict(raw: Any) -> dict[str, str]:
 
 
 class StoreReads:
-    """Reads of :class:`worker.store.events.EventStore` (a mixin: the store gives ``client``, ``settings``, ``keys``)."""
+    """Reads of :class:`worker.store.events.EventStore` (a mixin: the store gives ``client`` and ``settings``; each read names its tenant by its key builder)."""
 
     client: Redis
     settings: Settings
-    keys: Keys
 
-    def buckets(self) -> list[Keys]:
-        """One key builder per bucket of this tenant (one, bound to the tenant, without buckets)."""
-        return self.keys.every_bucket()
-
-    def locate(self, event_id: str) -> Keys:
-        """The key builder of the bucket that holds ``event_id`` (the first bucket when none does)."""
-        every = self.buckets()
+    def locate(self, k: Keys, event_id: str) -> BucketKeys:
+        """The key builder of ``k``'s tenant's bucket that holds ``event_id`` (the first bucket when none does)."""
+        every = k.every_bucket()
         if len(every) == 1:
             return every[0]
         pipe = self.client.pipeline(transaction=False)
@@ -55,55 +50,55 @@ class StoreReads:
         found = [k for k, n in zip(every, pipe.execute(), strict=True) if int(n)]
         return found[0] if found else every[0]
 
-    def get_event(self, event_id: str) -> dict[str, Any] | None:
+    def get_event(self, k: Keys, event_id: str) -> dict[str, Any] | None:
         """The event's public status record, or None when unknown (or expired)."""
-        raw = str_dict(self.client.hgetall(self.locate(event_id).event(event_id)))
+        raw = str_dict(self.client.hgetall(self.locate(k, event_id).event(event_id)))
         if not raw:
             return None
         return status_record(raw, event_id)
 
-    def chain_of(self, event_id: str) -> dict[str, Any] | None:
+    def chain_of(self, k: Keys, event_id: str) -> dict[str, Any] | None:
         """The chain document of one event's run, or None (not run yet, or past retention). The stored form
         is bytes (see :mod:`worker.chain.chain_document`): read with ``NEVER_DECODE``, so this decoding client hands
         them over untouched (no second client, no base64 in Redis)."""
-        raw = self.get_bytes(self.locate(event_id).chain(event_id))
+        raw = self.get_bytes(self.locate(k, event_id).chain(event_id))
         return None if raw is None else rebuilt_chain(decode_chain(raw))
 
-    def chain_runs(self, chain_id: str, *, user_id: str | None = None) -> list[dict[str, Any]]:
+    def chain_runs(self, k: Keys, chain_id: str, *, user_id: str | None = None) -> list[dict[str, Any]]:
         """The status records of the events whose run is LobeHub's chain ``chain_id`` (``chain:<sourceId>``:
         every event of that source id, in any scope, of any user), newest first; ``user_id`` narrows them to
         one user's."""
         source_id = chain_id.removeprefix(CHAIN_ID_PREFIX)
         if source_id == chain_id or not source_id:
             return []
-        runs = [r for r in self.find_by_source(source_id) if r.get("chainId") == chain_id]
+        runs = [r for r in self.find_by_source(k, source_id) if r.get("chainId") == chain_id]
         return [r for r in runs if user_id is None or r.get("userId") == user_id]
 
-    def get_chain(self, chain_id: str, *, user_id: str | None = None) -> dict[str, Any] | None:
+    def get_chain(self, k: Keys, chain_id: str, *, user_id: str | None = None) -> dict[str, Any] | None:
         """The chain document of the newest run of ``chain_id`` (``user_id``'s when given), or of the event
         when ``chain_id`` is an event id; None when unknown (or expired). A chain stored before chains were
         kept per event (under its chain id) is still read."""
         if EVENT_ID.fullmatch(chain_id):
-            return self.chain_of(chain_id)
-        for run in self.chain_runs(chain_id, user_id=user_id):
-            found = self.chain_of(str(run["eventId"]))
+            return self.chain_of(k, chain_id)
+        for run in self.chain_runs(k, chain_id, user_id=user_id):
+            found = self.chain_of(k, str(run["eventId"]))
             if found is not None:
                 return found
-        raw = None if user_id is not None else self._legacy_chain_bytes(chain_id)
+        raw = None if user_id is not None else self._legacy_chain_bytes(k, chain_id)
         return None if raw is None else rebuilt_chain(decode_chain(raw))
 
-    def _legacy_chain_bytes(self, chain_id: str) -> bytes | None:
+    def _legacy_chain_bytes(self, k: Keys, chain_id: str) -> bytes | None:
         """A chain stored under its chain id before chains were kept per event (the upgrade path,
         docs/operations.md); with scope buckets, the bucket's whose event wrote it last."""
-        every = self.buckets()
+        every = k.every_bucket()
         pipe = self.client.pipeline(transaction=False)
-        for k in every:
-            pipe.execute_command("GET", k.chain(chain_id), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
-        copies = [(k, raw) for k, raw in zip(every, pipe.execute(), strict=True) if raw is not None]
+        for b in every:
+            pipe.execute_command("GET", b.chain(chain_id), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        copies = [(b, raw) for b, raw in zip(every, pipe.execute(), strict=True) if raw is not None]
         if len(copies) <= 1:
             return copies[0][1] if copies else None
 
-        def written_at(copy: tuple[Keys, bytes]) -> int:
+        def written_at(copy: tuple[BucketKeys, bytes]) -> int:
             event_id = chain_owner(copy[1])
             return int(self.client.hget(copy[0].event(event_id), "doneAt") or 0) if event_id else -1
 
@@ -115,7 +110,7 @@ class StoreReads:
         raw: bytes | None = self.client.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
         return raw
 
-    def records(self, entries: Sequence[tuple[str, Keys]]) -> list[dict[str, Any] | None]:
+    def records(self, entries: Sequence[tuple[str, BucketKeys]]) -> list[dict[str, Any] | None]:
         """The listing records (:data:`~worker.documents.event_records.LIST_FIELDS`) of ``(eventId, its bucket)`` pairs,
         in one pipelined round trip; None for an entry whose event expired (a stale index entry)."""
         pipe = self.client.pipeline(transaction=False)
@@ -127,48 +122,48 @@ class StoreReads:
             out.append(status_record(raw, member) if raw.get("state") else None)
         return out
 
-    def find_by_source(self, source_id: str) -> list[dict[str, Any]]:
-        """The tenant's stored events with this source id (any scope, any source type), newest first."""
+    def find_by_source(self, k: Keys, source_id: str) -> list[dict[str, Any]]:
+        """``k``'s tenant's stored events with this source id (any scope, any source type), newest first."""
         digest = source_digest(source_id)
-        entries: list[tuple[str, Keys]] = []
-        for k in self.buckets():
-            index = self.client.zscan_iter(k.events_of_source(digest), match=f"{digest}:*", count=500)
+        entries: list[tuple[str, BucketKeys]] = []
+        for b in k.every_bucket():
+            index = self.client.zscan_iter(b.events_of_source(digest), match=f"{digest}:*", count=500)
             ids = sorted({to_str(member).partition(":")[2] for member, _ in index})
-            entries += [(event_id, k) for event_id in ids]
+            entries += [(event_id, b) for event_id in ids]
         found = [r for r in self.records(entries) if r is not None and r.get("sourceId") == source_id]
         return sorted(found, key=lambda r: (r["enqueuedAt"], r["eventId"]), reverse=True)
 
-    def stats(self) -> dict[str, int]:
-        """The tenant's counters (summed over its buckets)."""
+    def stats(self, k: Keys) -> dict[str, int]:
+        """``k``'s tenant's counters (summed over its buckets)."""
         pipe = self.client.pipeline(transaction=False)
-        for k in self.buckets():
-            pipe.hgetall(k.stats)
+        for b in k.every_bucket():
+            pipe.hgetall(b.stats)
         total: dict[str, int] = {}
         for reply in pipe.execute():
             for name, value in str_dict(reply).items():
                 total[name] = total.get(name, 0) + int(value)
         return total
 
-    def limits_refusal(self, events: Sequence[PreparedEvent]) -> str | None:
+    def limits_refusal(self, k: Keys, events: Sequence[PreparedEvent]) -> str | None:
         """With scope buckets, a batch's limits read before any bucket's script writes (each script checks its
         own inboxes again): the OVERLIMIT reply the scripts would give, or None. The tenant's queued events are
         summed over the buckets, and so are its retained events; the users' stored bytes are read from their home
         slot; each inbox's depth is read."""
         settings = self.settings
         if settings.tenant_max_queued:
-            queued = self.stats().get("queued", 0)
+            queued = self.stats(k).get("queued", 0)
             if queued + len(events) > settings.tenant_max_queued:
                 return f"OVERLIMIT tenant {queued}"
         if settings.tenant_max_events:
-            quota, window_s, every = settings.tenant_max_events, settings.dedupe_window_s, self.buckets()
+            quota, window_s, every = settings.tenant_max_events, settings.dedupe_window_s, k.every_bucket()
             refusal = retained_refusal(self.client, every, len(events), quota, window_s)
             if refusal is not None:  # a duplicate stores nothing: count only the new events
-                refusal = retained_refusal(self.client, every, self._fresh(events), quota, window_s)
+                refusal = retained_refusal(self.client, every, self._fresh(k, events), quota, window_s)
             if refusal is not None:
                 return refusal
         users = self.users_of(events)
         if settings.user_max_bytes and users:
-            refusal = user_bytes_refusal(self.client, self.keys, users, settings.user_max_bytes)
+            refusal = user_bytes_refusal(self.client, k, users, settings.user_max_bytes)
             if refusal is not None:
                 return refusal
         if settings.max_inbox_depth:
@@ -177,17 +172,17 @@ class StoreReads:
                 adding[ev.scope_key] = adding.get(ev.scope_key, 0) + 1
             pipe = self.client.pipeline(transaction=False)
             for scope in adding:
-                pipe.llen(self.keys.inbox(scope))
+                pipe.llen(k.inbox(scope))
             for (scope, n), depth in zip(adding.items(), pipe.execute(), strict=True):
                 if int(depth) + n > settings.max_inbox_depth:
-                    return f"OVERLIMIT inbox {self.keys.scope_ref(scope)} {depth}"
+                    return f"OVERLIMIT inbox {k.scope_ref(scope)} {depth}"
         return None
 
-    def _fresh(self, events: Sequence[PreparedEvent]) -> int:
+    def _fresh(self, k: Keys, events: Sequence[PreparedEvent]) -> int:
         """How many of ``events`` are not stored yet (each looked up in its scope's bucket)."""
         pipe = self.client.pipeline(transaction=False)
         for ev in events:
-            pipe.exists(self.keys.for_scope(ev.scope_key).event(ev.event_id))
+            pipe.exists(k.for_scope(ev.scope_key).event(ev.event_id))
         return len(events) - sum(int(n) for n in pipe.execute())
 
     @staticmethod
@@ -195,43 +190,43 @@ class StoreReads:
         """The distinct users a batch names, in the order the quota checks read them."""
         return sorted({ev.user_id for ev in events if ev.user_id})
 
-    def active_scopes(self) -> list[str]:
-        """This tenant's scopes with queued work (bare scope keys)."""
-        mine = self.keys.scope_ref("")
-        return sorted(ref[len(mine) :] for ref in self.scope_refs_of(self.keys) if ref.startswith(mine))
+    def active_scopes(self, k: Keys) -> list[str]:
+        """``k``'s tenant's scopes with queued work (bare scope keys)."""
+        mine = k.scope_ref("")
+        return sorted(ref[len(mine) :] for ref in self.scope_refs_of(k) if ref.startswith(mine))
 
     def scope_refs_of(self, keys: Keys) -> list[str]:
         """The scope refs in ``keys``' tenant's scopes registries (every bucket's)."""
         pipe = self.client.pipeline(transaction=False)
-        for k in keys.every_bucket():
-            pipe.smembers(k.scopes)
+        for b in keys.every_bucket():
+            pipe.smembers(b.scopes)
         return [to_str(x) for members in pipe.execute() for x in members]
 
     def newest_of(
-        self, index: Callable[[Keys], str], offset: int, limit: int
-    ) -> list[tuple[str, float, Keys]]:
+        self, k: Keys, index: Callable[[BucketKeys], str], offset: int, limit: int
+    ) -> list[tuple[str, float, BucketKeys]]:
         """One page of a per-bucket index (a zset scored by time), newest first over every bucket: (member,
         score, the bucket's key builder). With one bucket, that page of the one index."""
-        every = self.buckets()
+        every = k.every_bucket()
         start = offset if len(every) == 1 else 0
         pipe = self.client.pipeline(transaction=False)
-        for k in every:
-            pipe.zrevrange(index(k), start, offset + limit - 1, withscores=True)
+        for b in every:
+            pipe.zrevrange(index(b), start, offset + limit - 1, withscores=True)
         found = [
-            (to_str(m), float(at), k)
-            for k, reply in zip(every, pipe.execute(), strict=True)
+            (to_str(m), float(at), b)
+            for b, reply in zip(every, pipe.execute(), strict=True)
             for m, at in reply
         ]
         if len(every) == 1:
             return found
         return sorted(found, key=lambda e: newest_first(e[0], e[1]))[offset : offset + limit]
 
-    def dlq_list(self, *, offset: int = 0, limit: int = 100) -> list[dict[str, Any]]:
-        """Dead events, most recent death first, each with payload, attempts and last error."""
-        page = self.newest_of(lambda k: k.dlq, offset, limit)
+    def dlq_list(self, k: Keys, *, offset: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+        """``k``'s tenant's dead events, most recent death first, each with payload, attempts and last error."""
+        page = self.newest_of(k, lambda b: b.dlq, offset, limit)
         pipe = self.client.pipeline(transaction=False)
-        for event_id, _, k in page:
-            pipe.hgetall(k.event(event_id))
+        for event_id, _, b in page:
+            pipe.hgetall(b.event(event_id))
         out = []
         for (event_id, _, _), reply in zip(page, pipe.execute(), strict=True):
             if reply:
@@ -242,16 +237,16 @@ class StoreReads:
                 out.append(record)
         return out
 
-    def dlq_size(self) -> int:
+    def dlq_size(self, k: Keys) -> int:
         pipe = self.client.pipeline(transaction=False)
-        for k in self.buckets():
-            pipe.zcard(k.dlq)
+        for b in k.every_bucket():
+            pipe.zcard(b.dlq)
         return sum(int(n) for n in pipe.execute())
 
-    def dlq_ids(self) -> list[str]:
+    def dlq_ids(self, k: Keys) -> list[str]:
         pipe = self.client.pipeline(transaction=False)
-        for k in self.buckets():
-            pipe.zrange(k.dlq, 0, -1)
+        for b in k.every_bucket():
+            pipe.zrange(b.dlq, 0, -1)
         return [to_str(x) for ids in pipe.execute() for x in ids]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bench.__main__ import SECTIONS, parse_args
 from bench.memory_bench import Family, ReceiptMemory, RetainedMemory, family_of, sample_receipt
 from bench.scaling_bench import Scaling
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 PREFIX = "bench-test:"
 
@@ -13,7 +13,7 @@ PREFIX = "bench-test:"
 class TestFamilyOf:
     def test_tenant_key_families_are_the_segment_after_the_tenant(self) -> None:
         """ev:, chain:, inbox: and runs: name the part after ``<prefix>t:<tenant>:``, whatever the tenant."""
-        for keys in (Keys(PREFIX), Keys(PREFIX, "acme")):
+        for keys in (BucketKeys(PREFIX), BucketKeys(PREFIX, "acme")):
             assert family_of(keys.event("evt_1"), PREFIX) == "ev:"
             assert family_of(keys.chain("c1"), PREFIX) == "chain:"
             assert family_of(keys.inbox("topic:a"), PREFIX) == "inbox:"
@@ -21,14 +21,14 @@ class TestFamilyOf:
 
     def test_a_key_without_a_colon_after_the_family_is_named_bare(self) -> None:
         """The tenant's stats hash is the family ``stats``."""
-        assert family_of(Keys(PREFIX).stats, PREFIX) == "stats"
+        assert family_of(BucketKeys(PREFIX).stats, PREFIX) == "stats"
 
     def test_engine_wide_and_foreign_keys_are_marked(self) -> None:
         """Keys after the prefix alone are ``(engine)``; keys of another prefix are outside it."""
-        keys = Keys(PREFIX)
+        keys = BucketKeys(PREFIX)
         assert family_of(keys.broker_queue("q"), PREFIX) == "broker: (engine)"
         assert family_of(keys.workers, PREFIX) == "workers (engine)"
-        assert family_of(Keys("other:").event("evt_1"), PREFIX) == "(outside the prefix)"
+        assert family_of(BucketKeys("other:").event("evt_1"), PREFIX) == "(outside the prefix)"
 
 
 class TestRetainedMemory:

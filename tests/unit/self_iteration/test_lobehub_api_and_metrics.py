@@ -18,7 +18,7 @@ from redis import Redis
 
 from producers._principal import LOCAL_PRINCIPAL
 from producers._routes_receipts import router
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.store.receipts import ReceiptStore
 from worker.telemetry.instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS
 from worker.telemetry.process_metrics import ProcessMetrics
@@ -28,7 +28,7 @@ OWNER = {"userId": "u1", "agentId": "agt_1", "topicId": "tpc_1"}
 
 
 @pytest.fixture
-def client(redis_client: Redis, keys: Keys) -> TestClient:
+def client(redis_client: Redis, keys: BucketKeys) -> TestClient:
     app = FastAPI()
     app.include_router(router)
 
@@ -38,7 +38,6 @@ def client(redis_client: Redis, keys: Keys) -> TestClient:
         return await call_next(request)
 
     producer = SimpleNamespace(store=SimpleNamespace(client=redis_client, keys=keys))
-    producer.for_tenant = lambda tenant: producer
     app.state.producer = producer
     app.state.settings = SimpleNamespace(receipt_retention_s=60)
     store = ReceiptStore(redis_client, keys, ttl_s=60)

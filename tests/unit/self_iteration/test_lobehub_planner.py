@@ -18,7 +18,7 @@ from policies.self_iteration.analyze_intent import CONFLICT_POLICIES, feedback_p
 from policies.self_iteration.deps import SelfIterationDeps
 from worker.chain.context import Deps, EffectBuffer, HandlerContext
 from worker.core.nodes import ChainRef, Conclude, Dispatch, Signal, SourceRef
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 
 SCOPE = "topic:thread_1"
 CONTEXT = "<feedback_analysis_context><message>context</message></feedback_analysis_context>"
@@ -62,9 +62,9 @@ def _signal(
 class Planner:
     """Runs the planner in scope ``topic:thread_1`` and commits its staged writes to Redis."""
 
-    def __init__(self, redis: Redis, keys: Keys) -> None:
+    def __init__(self, redis: Redis, keys: BucketKeys) -> None:
         self.redis, self.keys = redis, keys
-        deps = SelfIterationDeps(redis=redis, keys=keys, enabled_by_default=True, runner=None)
+        deps = SelfIterationDeps(redis=redis, enabled_by_default=True, runner=None)
         self.deps = Deps({SelfIterationDeps: deps})
 
     def __call__(self, signal: Signal, now: int = 100) -> Dispatch | Conclude | None:
@@ -90,7 +90,7 @@ class Planner:
 
 
 @pytest.fixture
-def plan(redis_client: Redis, keys: Keys) -> Planner:
+def plan(redis_client: Redis, keys: BucketKeys) -> Planner:
     return Planner(redis_client, keys)
 
 
@@ -375,7 +375,7 @@ class TestAccumulation:
             (["observed-record"], 0.6, "maintain"),
         ]
 
-    def test_context_plus_one_candidate_does_not_accumulate(self, plan: Planner, keys: Keys) -> None:
+    def test_context_plus_one_candidate_does_not_accumulate(self, plan: Planner, keys: BucketKeys) -> None:
         """feedbackAction.test.ts, 'does not accumulate context plus one satisfied skill intent record'."""
         context_record = {
             "accumulatorRole": "context",
@@ -394,7 +394,7 @@ class TestAccumulation:
 
 
 class TestSuppression:
-    def test_handled_marker_suppresses_memory_action(self, plan: Planner, keys: Keys) -> None:
+    def test_handled_marker_suppresses_memory_action(self, plan: Planner, keys: BucketKeys) -> None:
         """feedbackAction.test.ts, 'suppresses memory action when marker reader reports handled same-source procedure'."""
         marker_key = keys.procedure_marker(
             SCOPE, "memory:user-preference", "explicit_persistence", "message:msg_1"

@@ -13,7 +13,7 @@ from policies.self_iteration.completion import completion_fanout
 from policies.self_iteration.receipts import build_self_iteration_receipts
 from worker.chain.context import HandlerContext
 from worker.core.nodes import ChainRef, Source
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.store.receipts import ReceiptStore
 
 BUILD_TEST = "buildSelfIterationReceipts.test.ts"
@@ -300,7 +300,7 @@ class TestCompletionLoop:
         # buildSelfIterationReceipts.ts: the summary counts both mutations as writes.
         assert receipts[0]["detail"] == "Captured 1 idea(s) and applied 2 write(s)."
 
-    def test_replay_adds_no_duplicates(self, redis_client: Redis, keys: Keys) -> None:
+    def test_replay_adds_no_duplicates(self, redis_client: Redis, keys: BucketKeys) -> None:
         """completionLoop.integration.test.ts, 'is idempotent: replaying the same completion adds no duplicate receipts'."""
         store = ReceiptStore(redis_client, keys, ttl_s=60)
         first = [store.append(r) for r in _fanout(COMPLETED)]

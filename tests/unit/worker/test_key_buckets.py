@@ -7,16 +7,17 @@ import zlib
 import pytest
 from redis.crc import key_slot
 
-from worker.keys.buckets import UnboundBucket, bucket_of, slot_tag
+from worker.keys.buckets import bucket_of, slot_tag
 from worker.keys.layout import Keys
 
 
 def test_one_bucket_keeps_every_key_where_it_was() -> None:
     k = Keys("p:", "acme")
-    assert (k.home, k.own, k.single) == ("p:t:{acme}:",) * 3
-    assert k.for_scope("topic:a") is k and k.every_bucket() == [k]
-    assert k.inbox("topic:a") == "p:t:{acme}:inbox:{topic:a}" and k.dlq == "p:t:{acme}:dlq"
-    assert k.bucket_audit == k.audit
+    b = k.for_scope("topic:a")
+    assert (k.home_prefix, b.bucket_prefix, k.scope_prefix("topic:a")) == ("p:t:{acme}:",) * 3
+    assert b == k.for_bucket(0) and k.every_bucket() == [b]
+    assert k.inbox("topic:a") == "p:t:{acme}:inbox:{topic:a}" and b.dlq == "p:t:{acme}:dlq"
+    assert b.bucket_audit == k.audit
 
 
 def test_a_scope_and_its_bucket_s_indexes_share_a_slot_and_user_data_stays_home() -> None:
@@ -31,25 +32,26 @@ def test_a_scope_and_its_bucket_s_indexes_share_a_slot_and_user_data_stays_home(
     assert len({key_slot(k.for_bucket(i).stats.encode()) for i in range(8)}) == 8
 
 
-def test_an_index_key_of_an_unbound_builder_is_refused() -> None:
-    with pytest.raises(UnboundBucket, match="for_scope"):
-        _ = Keys("p:", "acme", 4).dlq
+def test_an_index_key_is_a_bucket_s_only() -> None:
+    """A tenant's builder has no bucket index (mypy refuses it; at run time it is not there either)."""
+    assert not hasattr(Keys("p:", "acme", 4), "dlq")
+    assert Keys("p:", "acme", 4).for_bucket(1).dlq == "p:t:{acme.01}:dlq"
 
 
 def test_the_tenant_pattern_and_ownership_cover_home_and_buckets_only() -> None:
     import fnmatch
 
     k = Keys("p:", "acme", 4)
-    mine = [k.home + "memories:u", k.for_bucket(3).stats, k.inbox("topic:z")]
+    mine = [k.home_prefix + "memories:u", k.for_bucket(3).stats, k.inbox("topic:z")]
     others = ["p:t:{acme-2}:dlq", "p:t:{acme-2.01}:dlq", "p:workers"]
     assert all(fnmatch.fnmatchcase(key, k.tenant_pattern) and k.owns(key) for key in mine)
     assert not any(fnmatch.fnmatchcase(key, k.tenant_pattern) or k.owns(key) for key in others)
-    assert k.is_engine_key(k.inbox("topic:z")) and not k.is_engine_key(k.home + "memories:u")
+    assert k.is_engine_key(k.inbox("topic:z")) and not k.is_engine_key(k.home_prefix + "memories:u")
 
 
 def test_the_once_marker_sits_in_the_written_slot_and_names_no_user() -> None:
     k = Keys("p:", "acme", 4)
-    marker = k.applied_marker(k.home + "memories:user-42", "journal:user-42:1:acme")
+    marker = k.applied_marker(k.home_prefix + "memories:user-42", "journal:user-42:1:acme")
     assert slot_tag(marker) == "acme" and "user-42" not in marker
     assert slot_tag(k.applied_marker(k.for_bucket(2).dlq, "r")) == "acme.02"
     with pytest.raises(ValueError):

@@ -23,7 +23,9 @@ LUA = ROOT / "worker" / "store" / "lua"
 PACKAGES = ("worker", "producers", "policies", "sessions")
 
 CALLS = [c for _, c in inspect.getmembers(calls, inspect.isclass) if issubclass(c, ScriptCall) and c.SCRIPT]
-GROUPS_NOT_READ = {calls.Touched}  # JOURNAL_APPLY's touched keys route the call to its slot; the Lua writes by the commands
+GROUPS_NOT_READ = {
+    calls.Touched
+}  # JOURNAL_APPLY's touched keys route the call to its slot; the Lua writes by the commands
 
 
 def _flat(text: str) -> str:
@@ -71,7 +73,11 @@ def test_each_group_is_read_with_its_layouts_locals(call: type[ScriptCall]) -> N
         if group in GROUPS_NOT_READ:
             continue
         forms = [group.group_locals(), group.group_locals("keys", "args")]
-        assert any(all(_flat(line) in text for line in form) for form in forms), (call.SCRIPT, group.LUA, forms)
+        assert any(all(_flat(line) in text for line in form) for form in forms), (
+            call.SCRIPT,
+            group.LUA,
+            forms,
+        )
 
 
 def test_every_script_file_has_a_call_and_loads() -> None:

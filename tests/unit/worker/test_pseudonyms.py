@@ -7,13 +7,13 @@ from redis import Redis
 
 from producers._cli import main
 from tests.conftest import SettingsFactory
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.settings import SettingsError, check_settings
 from worker.telemetry.pseudonyms import load_pseudonyms
 
 
 def test_without_the_setting_every_process_shares_the_secret_kept_in_redis(
-    make_settings: SettingsFactory, redis_client: Redis, keys: Keys
+    make_settings: SettingsFactory, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """Two loads (two processes) create the secret once (SET NX) and give one id the same pseudonym."""
     settings = make_settings()
@@ -23,7 +23,7 @@ def test_without_the_setting_every_process_shares_the_secret_kept_in_redis(
 
 
 def test_the_setting_wins_and_changing_it_unlinks_old_pseudonyms(
-    make_settings: SettingsFactory, redis_client: Redis, keys: Keys
+    make_settings: SettingsFactory, redis_client: Redis, keys: BucketKeys
 ) -> None:
     """AGENT_SIGNAL_PSEUDONYM_SECRET is the key (nothing is stored); another secret, other pseudonyms."""
     one = load_pseudonyms(redis_client, make_settings(pseudonym_secret="a" * 32))

@@ -8,7 +8,7 @@ from typing import Any
 
 from redis import Redis
 
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys
 from worker.store.receipts import ReceiptStore, migrate_legacy_receipts
 
 
@@ -20,7 +20,9 @@ def _receipt(
 
 
 class TestOwnership:
-    def test_two_users_receipts_of_one_id_are_two_receipts(self, redis_client: Redis, keys: Keys) -> None:
+    def test_two_users_receipts_of_one_id_are_two_receipts(
+        self, redis_client: Redis, keys: BucketKeys
+    ) -> None:
         """One LobeHub id for two users: both append, each reads their own; a second append of one is refused."""
         store = ReceiptStore(redis_client, keys, ttl_s=60)
         assert store.append(_receipt("msg_1:memory", "alice", 1, detail="tea"))
@@ -31,7 +33,7 @@ class TestOwnership:
         assert store.owners_of("msg_1:memory") == ["alice", "bob"]
 
     def test_a_body_of_another_user_in_an_index_is_never_listed(
-        self, redis_client: Redis, keys: Keys
+        self, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """LobeHub's guard: a listing keeps only the receipts whose user, agent and topic match the query."""
         store = ReceiptStore(redis_client, keys, ttl_s=60)
@@ -42,7 +44,7 @@ class TestOwnership:
 
 class TestListing:
     def test_user_alone_lists_every_agent_and_topic_newest_first(
-        self, redis_client: Redis, keys: Keys
+        self, redis_client: Redis, keys: BucketKeys
     ) -> None:
         store = ReceiptStore(redis_client, keys, ttl_s=60)
         for i, (agent, topic) in enumerate([("a1", "t1"), ("a2", "t2"), ("a1", "t3"), ("a2", "t1")]):
@@ -54,7 +56,7 @@ class TestListing:
         assert [r["id"] for r in store.list(user_id="u1", agent_id="a2", topic_id="t2")[0]] == ["r1"]
 
     def test_pages_with_a_filter_follow_the_cursor_through_equal_times(
-        self, redis_client: Redis, keys: Keys
+        self, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """Pages of 2 over 7 matching receipts among others, several sharing one createdAt: each once, in order."""
         store = ReceiptStore(redis_client, keys, ttl_s=60)
@@ -71,7 +73,7 @@ class TestListing:
                 break
         assert seen == expected
 
-    def test_the_runs_that_produced_a_receipt_list_it(self, redis_client: Redis, keys: Keys) -> None:
+    def test_the_runs_that_produced_a_receipt_list_it(self, redis_client: Redis, keys: BucketKeys) -> None:
         """Indexed under the event whose chain appended it and the agent run (operation) that reported it."""
         store = ReceiptStore(redis_client, keys, ttl_s=60)
         store.append(_receipt("r1", "u1", 1, operationId="op_1"), event_id="evt_completion")
@@ -82,7 +84,7 @@ class TestListing:
 
 
 class TestMigration:
-    def test_legacy_receipts_move_to_their_user_once(self, redis_client: Redis, keys: Keys) -> None:
+    def test_legacy_receipts_move_to_their_user_once(self, redis_client: Redis, keys: BucketKeys) -> None:
         """receipt:<id> (before receipts were keyed by user) moves to receipt:<user>:<id> with its TTL and
         indexes; a second run moves nothing; a dry run changes nothing."""
         legacy = _receipt("msg_1:memory:msg_1", "u1", 7, operationId="op_1")

@@ -265,9 +265,9 @@ class TestChainScope:
         """Staged writes of source/signal handlers go to the event's commit; an action's to its own APPLY."""
         from worker.core.errors import PermanentFailure
         from worker.core.nodes import action_from, signal_from
-        from worker.keys.layout import Keys
+        from worker.keys.layout import BucketKeys
 
-        keys = Keys("t:")
+        keys = BucketKeys("t:")
         emitted: list[object] = []
         scope = ChainScope(keys=keys, emit=lambda event: emitted.append(event) or "staged")
         source = _source()
@@ -286,9 +286,9 @@ class TestChainScope:
         """A handler may stage only allow-listed writes on its deployment's own, non-engine keys."""
         from worker.chain.context import EffectBuffer
         from worker.core.errors import PermanentFailure
-        from worker.keys.layout import Keys
+        from worker.keys.layout import BucketKeys
 
-        keys = Keys("t:")
+        keys = BucketKeys("t:")
         buffer = EffectBuffer(keys=keys)
         buffer.call("hset", keys.plugin("s", "x"), "f", "v")
         assert buffer.commands == [["HSET", "t:t:{default}:plugin:{s}:x", "f", "v"]]

@@ -1,0 +1,93 @@
+"""The engine-wide keys: the ones no tenant owns (the tenants set, fair share, credentials, the broker, workers).
+They start with the prefix alone; the few written together share a hash tag (``{fair}``, ``{credentials}``)."""
+
+from __future__ import annotations
+
+__all__ = ["EngineWide"]
+
+
+class EngineWide:
+    """The engine-wide keys, on every key builder (a mixin: the builder gives ``prefix``)."""
+
+    __slots__ = ()
+    prefix: str
+
+    @property
+    def tenants(self) -> str:
+        """Set of tenants that have stored anything (the reconcile sweep and fair share walk it)."""
+        return f"{self.prefix}tenants"
+
+    @property
+    def ready_tenants(self) -> str:
+        """Fair share: the ring of tenants with ready scopes (list, rotated by READY_POP)."""
+        return f"{self.prefix}{{fair}}:ready-tenants"
+
+    @property
+    def ready_prefix(self) -> str:
+        """``ready_prefix + tenant`` is that tenant's ready list (READY_POP builds it from the ring)."""
+        return f"{self.prefix}{{fair}}:ready:"
+
+    def ready(self, tenant: str) -> str:
+        """Fair share: one tenant's scope refs ready to drain (list, FIFO)."""
+        return f"{self.ready_prefix}{tenant}"
+
+    @property
+    def drain_tickets(self) -> str:
+        """Fair share: how many drain_next messages are out (string counter with a TTL; worker/runtime/fair.py)."""
+        return f"{self.prefix}{{fair}}:drain-tickets"
+
+    def api_key(self, key_id: str) -> str:
+        """One API key: hash {tenant, role, name, hash, createdAt, revokedAt?}; the secret is never stored."""
+        return f"{self.prefix}{{credentials}}:apikey:{key_id}"
+
+    @property
+    def api_keys(self) -> str:
+        """Set of every API key id (``keys list``)."""
+        return f"{self.prefix}{{credentials}}:apikeys"
+
+    @property
+    def token_secret(self) -> str:
+        """The user-token signing secret (string, SET NX once) unless AGENT_SIGNAL_TOKEN_SECRET is set."""
+        return f"{self.prefix}token-secret"
+
+    @property
+    def pseudonym_secret(self) -> str:
+        """The key of the pseudonyms logs and the audit trail use (string, SET NX once; worker/telemetry/pseudonyms.py)
+        unless AGENT_SIGNAL_PSEUDONYM_SECRET is set."""
+        return f"{self.prefix}pseudonym-secret"
+
+    @property
+    def broker_prefix(self) -> str:
+        """Celery's ``global_keyprefix`` on a Redis broker: the broker's keys live under ours."""
+        return f"{self.prefix}broker:"
+
+    @property
+    def broker_unacked(self) -> str:
+        """Kombu's Redis transport: messages a worker has taken and not acknowledged yet (hash)."""
+        return f"{self.broker_prefix}unacked"
+
+    def broker_queue(self, queue_name: str) -> str:
+        """The Redis list that holds a queue's messages (Redis broker only)."""
+        return f"{self.broker_prefix}{queue_name}"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}workers"
+
+    @property
+    def worker_info(self) -> str:
+        """node -> JSON {concurrency, pid, startedAt}: what each worker runs with (written when it is ready)."""
+        return f"{self.prefix}worker-info"
+
+    def noop_marker(self, name: str) -> str:
+        """Set by the benchmark's no-op task when it is given a marker (its latency baseline)."""
+        return f"{self.prefix}noop:{name}"
+
+    @property
+    def reconcile_lock(self) -> str:
+        return f"{self.prefix}reconcile-lock"
+
+    @property
+    def all_pattern(self) -> str:
+        """A SCAN pattern for every key of this prefix (used by test cleanup, never FLUSHALL)."""
+        return f"{self.prefix}*"
