@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from producers import InvalidEvent, SessionClient
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from sessions.signals import SIGNAL_TYPES
 from tests.conftest import ROOT, wait_for
 
@@ -120,7 +120,7 @@ class TestApprovalWorkflow:
             [
                 sys.executable,
                 "-m",
-                "producers._cli",
+                "producers.cli",
                 "functions",
                 "simulate",
                 "--functions",
@@ -170,7 +170,7 @@ class TestApprovalWorkflow:
             [
                 sys.executable,
                 "-m",
-                "producers._cli",
+                "producers.cli",
                 "functions",
                 "simulate",
                 "--functions",
@@ -196,7 +196,7 @@ class TestApprovalWorkflow:
     def test_check_cli(self, tmp_path: Any) -> None:
         """functions check: exit 0 for the examples; exit 2 with file and field for a broken file."""
         ok = subprocess.run(
-            [sys.executable, "-m", "producers._cli", "functions", "check", str(FUNCTIONS)],
+            [sys.executable, "-m", "producers.cli", "functions", "check", str(FUNCTIONS)],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -206,7 +206,7 @@ class TestApprovalWorkflow:
         assert ok.returncode == 0, ok.stdout + ok.stderr
         (tmp_path / "bad.md").write_text("---\nname: bad\ncontinue_max: lots\n---\n")
         bad = subprocess.run(
-            [sys.executable, "-m", "producers._cli", "functions", "check", str(tmp_path)],
+            [sys.executable, "-m", "producers.cli", "functions", "check", str(tmp_path)],
             cwd=ROOT,
             capture_output=True,
             text=True,
