@@ -77,7 +77,7 @@ def workers(settings: Settings, count: int) -> Iterator[list[subprocess.Popen[by
     key = f"{settings.key_prefix}workers"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "producers._cli", "worker", "--concurrency", "1", "--loglevel", "WARNING"],
+            [sys.executable, "-m", "producers.cli", "worker", "--concurrency", "1", "--loglevel", "WARNING"],
             cwd=ROOT,
             env=env_for(settings),
             stdout=subprocess.DEVNULL,
@@ -142,7 +142,7 @@ def web(settings: Settings) -> Iterator[str]:
         port = int(s.getsockname()[1])
     settings = settings.model_copy(update={"port": port})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "producers._cli", "web"],
+        [sys.executable, "-m", "producers.cli", "web"],
         cwd=ROOT,
         env=env_for(settings),
         stdout=subprocess.DEVNULL,

@@ -5,11 +5,11 @@
 :class:`InvalidEvent` (with ``.error.code/.message/.field``) for bad input, enqueuing nothing, and
 :class:`StoreUnavailable` when Redis is full or unreachable (a refused batch is stored not at all; retry later).
 ``SessionClient(url)`` is the SDK for agent runtimes (the signal tool, D-Mail, context, functions).
-The HTTP app and the CLI live in the private modules of this package.
+The SDK lives in ``producers/sdk/``, the HTTP app in ``producers/http/``, the CLI in ``producers/cli/`` and
+the browser UI's files in ``producers/ui/``.
 """
 
-from producers._client import HttpProducer, Producer
-from producers._session_client import SessionClient
+from producers.sdk import HttpProducer, Producer, SessionClient
 from worker.intake.source_event import EnqueueResult, EventError, InvalidEvent, SourceEvent, StoreUnavailable
 
 __all__ = [

@@ -159,7 +159,7 @@ def worker_argv(concurrency: int, loglevel: str = "INFO") -> list[str]:
     return [
         sys.executable,
         "-m",
-        "producers._cli",
+        "producers.cli",
         "worker",
         "--concurrency",
         str(concurrency),
@@ -243,7 +243,7 @@ def start_web(tmp_path: Path) -> Iterator[Callable[..., tuple[Proc, str]]]:
         settings = settings.model_copy(update={"port": port})
         log_path = tmp_path / f"web-{len(procs)}.log"
         popen = subprocess.Popen(
-            [sys.executable, "-m", "producers._cli", "web", "--loglevel", loglevel],
+            [sys.executable, "-m", "producers.cli", "web", "--loglevel", loglevel],
             cwd=ROOT,
             env=settings_env(settings),
             stdout=log_path.open("wb"),

@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     env: Literal["production", "development", "test"] = "production"
 
-    # --- credentials (worker/ops/credentials.py, producers/_auth.py; README "Security") ---
+    # --- credentials (worker/ops/credentials.py, producers/http/auth.py; README "Security") ---
     bootstrap_key: SecretStr | None = None  # admin key of tenant "default" (>= 16 characters)
     token_secret: SecretStr | None = None  # user-token signing secret (>= 32 chars); unset: one kept in Redis
     rate_limit_per_s: float | None = Field(default=None, ge=0)  # per credential; unset: 100 with credentials
@@ -86,7 +86,9 @@ class Settings(BaseSettings):
     tenant_rate_limit_per_s: float | None = Field(default=None, ge=0)
     auth_cache_s: float = Field(default=2.0, ge=0)  # verified keys are cached this long (a revoke's delay)
     auth_failures_per_s: float = Field(default=1.0, ge=0)  # failed auths refilled per client address; 0: off
-    auth_failure_burst: int = Field(default=20, ge=1)  # failed auths before 429 (producers/_auth_throttle.py)
+    auth_failure_burst: int = Field(
+        default=20, ge=1
+    )  # failed auths before 429 (producers/http/auth_throttle.py)
     ops_open: Literal["always", "never"] = "never"  # ops surfaces without a credential (make run: always)
     # The key of the pseudonyms (HMAC) naming users, scopes, sources and chains in logs and the audit trail
     # (>= 32 chars; worker/telemetry/pseudonyms.py); unset: one random secret kept in Redis, shared by every process.
@@ -99,7 +101,9 @@ class Settings(BaseSettings):
     # --- ingress ---
     max_event_bytes: int = 256 * 1024  # one event's serialized payload; larger -> 413
     max_request_bytes: int = 8 * 1024 * 1024  # one HTTP request body; larger -> 413
-    max_connections: int = Field(default=2000, ge=1)  # per web process, else 503 (producers/_connections.py)
+    max_connections: int = Field(
+        default=2000, ge=1
+    )  # per web process, else 503 (producers/http/connections.py)
     header_timeout_s: float = Field(default=10.0, gt=0)  # a request's head must arrive within this, else 408
     body_timeout_s: float = Field(default=60.0, gt=0)  # its body within this of the head, else closed
     # Host names served besides the loopback names and `host` (unless 0.0.0.0): DNS rebinding. "*": any.

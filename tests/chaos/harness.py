@@ -159,7 +159,7 @@ class ChaosRun:
     def start_worker(
         self, *, concurrency: int = 2, via: TcpProxy | None = None, wait: bool = True
     ) -> WorkerProc:
-        """Start ``python -m producers._cli worker`` (through ``via`` when given) and wait until it registered."""
+        """Start ``python -m producers.cli worker`` (through ``via`` when given) and wait until it registered."""
         settings = self.settings(via.url if via is not None else None)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SIGNAL_")}
         for name in ("REDIS_URL", "BROKER_URL"):

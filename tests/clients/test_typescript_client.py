@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from tests.conftest import ROOT, Proc, SettingsFactory
 
 pytestmark = pytest.mark.integration

@@ -29,7 +29,7 @@ def _cli(
     """The CLI straight to the test's Redis (``REDIS_URL``); run outside any checkout, so that a ``make run``
     stack of this checkout (its stack file) is not picked up instead."""
     return subprocess.run(
-        [sys.executable, "-m", "producers._cli", *args],
+        [sys.executable, "-m", "producers.cli", *args],
         cwd=cwd or "/",
         env=settings_env(settings),
         input=stdin,
@@ -181,7 +181,7 @@ def _second_terminal(
     }
     clean.update({"PYTHONPATH": str(ROOT), **(env or {})})
     return subprocess.run(
-        [sys.executable, "-m", "producers._cli", *args],
+        [sys.executable, "-m", "producers.cli", *args],
         cwd=cwd,
         env=clean,
         capture_output=True,
@@ -231,7 +231,7 @@ def run_stack(checkout: Path, tmp_path: Path) -> Iterator[Callable[[Any], str]]:
         env["PORT"] = str(free_port())
         log = tmp_path / "run.log"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "producers._cli", "run", "--no-replay"],
+            [sys.executable, "-m", "producers.cli", "run", "--no-replay"],
             cwd=checkout,
             env=env,
             stdout=log.open("wb"),

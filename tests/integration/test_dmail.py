@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from sessions.dmail import DMAIL_PREFIX, SUCCESS_MESSAGE, dmail_json_schema
 from tests.conftest import wait_for
 

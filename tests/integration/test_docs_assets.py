@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from producers._access_log import ACCESS_LOGGER
-from producers._docs_assets import ASSETS, ASSETS_DIR
+from producers.http.access_log import ACCESS_LOGGER
+from producers.http.docs_pages import ASSETS, ASSETS_DIR
 from tests.conftest import wait_for
 from tests.support.browser import chromium
 from worker.ops.credentials import BOOTSTRAP_ID
@@ -83,7 +83,7 @@ def test_pages_load_only_packaged_files(web_url: str, page: str) -> None:
 def test_only_the_listed_assets_are_served(web_url: str) -> None:
     """Every listed asset exists in the package; other names in (or outside) the directory are 404."""
     assert all((ASSETS_DIR / name).is_file() for name in ASSETS)
-    for name in ("swagger-ui.LICENSE", "README.md", "..%2F_http.py", "nope.js"):
+    for name in ("swagger-ui.LICENSE", "README.md", "..%2Fdocs_pages.py", "nope.js"):
         assert httpx.get(f"{web_url}/docs-assets/{name}", timeout=10).status_code == 404, name
 
 

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from producers import InvalidEvent, SessionClient
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from sessions.signals import SIGNAL_TYPES
 from tests.conftest import ROOT, wait_for
 
@@ -124,7 +124,7 @@ class TestApprovalWorkflow:
             [
                 sys.executable,
                 "-m",
-                "producers._cli",
+                "producers.cli",
                 "functions",
                 "simulate",
                 "--functions",
@@ -174,7 +174,7 @@ class TestApprovalWorkflow:
             [
                 sys.executable,
                 "-m",
-                "producers._cli",
+                "producers.cli",
                 "functions",
                 "simulate",
                 "--functions",
@@ -200,7 +200,7 @@ class TestApprovalWorkflow:
     def test_check_cli(self, tmp_path: Any) -> None:
         """functions check: exit 0 for the examples; exit 2 with file and field for a broken file."""
         ok = subprocess.run(
-            [sys.executable, "-m", "producers._cli", "functions", "check", str(FUNCTIONS)],
+            [sys.executable, "-m", "producers.cli", "functions", "check", str(FUNCTIONS)],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -210,7 +210,7 @@ class TestApprovalWorkflow:
         assert ok.returncode == 0, ok.stdout + ok.stderr
         (tmp_path / "bad.md").write_text("---\nname: bad\ncontinue_max: lots\n---\n")
         bad = subprocess.run(
-            [sys.executable, "-m", "producers._cli", "functions", "check", str(tmp_path)],
+            [sys.executable, "-m", "producers.cli", "functions", "check", str(tmp_path)],
             cwd=ROOT,
             capture_output=True,
             text=True,

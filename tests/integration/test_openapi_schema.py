@@ -37,7 +37,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.integration

@@ -242,7 +242,7 @@ class TestDeadLetters:
         assert producer.enqueue(_event("test.flaky", "flaky-1", "topic:flaky")).status == "duplicate"
 
         redis_client.set(f"{keys.bucket_prefix}test:fixed", "1")
-        from producers._ops import redrive_events
+        from producers.sdk.dead_letters import redrive_events
 
         assert redrive_events(producer, [ev.event_id]) == {"redriven": [ev.event_id], "notDead": []}
         wait_for(lambda: _status(producer, ev.event_id) == "done", what="the redriven event")

@@ -9,7 +9,7 @@ import pytest
 from redis import Redis
 
 from producers import Producer
-from producers._ops import redrive_events
+from producers.sdk.dead_letters import redrive_events
 from worker.keys.layout import BucketKeys
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED

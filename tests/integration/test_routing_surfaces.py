@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from policies.routing import load_router
 from producers import Producer
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from tests.conftest import ROOT, wait_for
 from worker.keys.layout import BucketKeys
 
@@ -165,7 +165,7 @@ class TestCli:
         path = tmp_path / "requests.jsonl"
         path.write_text("\n".join(json.dumps(e) for e in envelopes) + "\n")
         out = subprocess.run(
-            [sys.executable, "-m", "producers._cli", "route", "--config", str(CONFIG), "--batch", str(path)],
+            [sys.executable, "-m", "producers.cli", "route", "--config", str(CONFIG), "--batch", str(path)],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -188,7 +188,7 @@ class TestCli:
 
         def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
-                [sys.executable, "-m", "producers._cli", "route", *args],
+                [sys.executable, "-m", "producers.cli", "route", *args],
                 cwd=ROOT,
                 capture_output=True,
                 text=True,

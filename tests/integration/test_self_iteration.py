@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from tests.conftest import wait_for
 from worker.core.dedupe import dedupe_key, event_id_for
 from worker.keys.layout import BucketKeys

@@ -17,7 +17,7 @@ from redis import Redis
 from redis.exceptions import OutOfMemoryError
 
 from producers import HttpProducer, Producer, StoreUnavailable
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from tests.conftest import ROOT, settings_env
 from tests.support.private_redis import private_redis
 from tests.support.prom import parse, total
@@ -53,7 +53,7 @@ class TestEviction:
                 with TestClient(create_web_app(settings)):
                     pass
             worker = subprocess.run(
-                [sys.executable, "-m", "producers._cli", "worker"],
+                [sys.executable, "-m", "producers.cli", "worker"],
                 cwd=ROOT,
                 env=settings_env(settings),
                 capture_output=True,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from tests.conftest import SettingsFactory
 
 ClientFactory = Callable[..., TestClient]

@@ -22,9 +22,9 @@ from fastapi.testclient import TestClient
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from producers._auth import is_loopback
-from producers._http import create_web_app
-from producers._principal import Principal, require
+from producers.http.app import create_web_app
+from producers.http.auth import is_loopback
+from producers.http.principal import Principal, require
 from tests.conftest import ROOT, SettingsFactory, settings_env
 from worker.keys.layout import BucketKeys
 from worker.ops.credentials import CredentialStore, hash_secret
@@ -82,7 +82,7 @@ def create_key(
 
 def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "producers._cli", *args],
+        [sys.executable, "-m", "producers.cli", *args],
         cwd=ROOT,
         env=settings_env(settings),
         capture_output=True,

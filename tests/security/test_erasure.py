@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from tests.conftest import wait_for
 from worker.documents.chain_codec import DEFLATE_V1, decode_chain
 from worker.documents.lane_codec import decode_lane

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from producers import _web_common
-from producers._http import create_web_app
+from producers.http import web_common
+from producers.http.app import create_web_app
 
 pytestmark = pytest.mark.integration
 
@@ -20,13 +20,13 @@ def test_large_bodies_are_decoded_off_the_event_loop(
     make_settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[int] = []
-    real = _web_common.decode_json
+    real = web_common.decode_json
 
     def spy(raw: bytes, **kwargs: Any) -> Any:
         threads.append(threading.get_ident())
         return real(raw, **kwargs)
 
-    monkeypatch.setattr(_web_common, "decode_json", spy)
+    monkeypatch.setattr(web_common, "decode_json", spy)
     app = create_web_app(make_settings())
 
     @app.get("/test-loop-thread")
@@ -37,11 +37,11 @@ def test_large_bodies_are_decoded_off_the_event_loop(
     with TestClient(app) as client:
         loop = client.get("/test-loop-thread").json()["thread"]
         small = client.post("/v1/events", json={**event, "sourceId": "small"})
-        big_payload = {"message": "x" * (_web_common.OFF_LOOP_BYTES + 1)}
+        big_payload = {"message": "x" * (web_common.OFF_LOOP_BYTES + 1)}
         big = client.post("/v1/events", json={**event, "sourceId": "big", "payload": big_payload})
         session = client.post(
             "/v1/sessions/s-loop/context/messages",
-            json={"messages": [{"role": "user", "content": "y" * (_web_common.OFF_LOOP_BYTES + 1)}]},
+            json={"messages": [{"role": "user", "content": "y" * (web_common.OFF_LOOP_BYTES + 1)}]},
         )
     assert (small.status_code, big.status_code, session.status_code) == (202, 202, 200)
     assert threads[0] == loop  # a small body: decoding it costs less than a thread hop

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from producers import Producer
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from tests.conftest import wait_for
 from tests.support.private_redis import private_redis
 from worker.keys.layout import BucketKeys

@@ -18,7 +18,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from starlette.routing import BaseRoute, Route
 
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from tests.conftest import wait_for
 from tests.support.routes import flat_routes
 

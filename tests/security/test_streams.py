@@ -2,7 +2,7 @@
 
 The finding: about 100 open ``GET /v1/receipts/stream`` connections exhausted the web process's Redis
 connections and every endpoint, ingest included, answered 500, because each stream held its own pub/sub
-connection. Now one subscriber per process serves every stream (producers/_feed.py), streams are capped per
+connection. Now one subscriber per process serves every stream (producers/http/streams/feed.py), streams are capped per
 credential and in total, and a slow client loses its backlog instead of holding anyone up.
 
 The load test runs a real ``agent-signal web`` process whose redis-py clients carry a client name (set in
@@ -25,8 +25,8 @@ import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 
-from producers._feed import RESYNC, Feed, Listener, Resync
-from producers._http import create_web_app
+from producers.http.app import create_web_app
+from producers.http.streams.feed import RESYNC, Feed, Listener, Resync
 from tests.conftest import wait_for
 from tests.support.browser import chromium
 from worker.keys.layout import BucketKeys

@@ -121,7 +121,7 @@ def test_a_tenants_event_rate_answers_429_for_the_whole_batch(make_settings: Any
     still sends."""
     from fastapi.testclient import TestClient
 
-    from producers._http import create_web_app
+    from producers.http.app import create_web_app
 
     boot = {"Authorization": "Bearer bootstrap-key-for-tenant-rates-0123"}
     settings = make_settings(

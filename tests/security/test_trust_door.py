@@ -26,8 +26,8 @@ from fastapi.testclient import TestClient
 from redis import Redis
 from starlette.types import Message, Receive, Scope, Send
 
-from producers._http import create_web_app
-from producers._web_common import MAX_JSON_DEPTH
+from producers.http.app import create_web_app
+from producers.http.web_common import MAX_JSON_DEPTH
 from tests.conftest import ROOT, Proc, SettingsFactory, settings_env, wait_for
 from tests.security.conftest import ClientFactory
 from tests.support.private_redis import private_redis
@@ -77,7 +77,7 @@ def test_json_depth_check_is_linear_in_the_body() -> None:
     """The depth check's work (bytes its C loops visit, summed) stays within a constant times the body for
     every shape and size; the old escape-aware regular expression rescanned from every quote (a 48 KB body
     of escaped quotes held the GIL for 13 s)."""
-    from producers._strict_json import scan_depth  # the work counter: the old check had none
+    from producers.http.strict_json import scan_depth  # the work counter: the old check had none
 
     bound = MAX_JSON_DEPTH + 5  # the module docstring's bound: five passes, then one per level
     for size in (16 * 1024, 64 * 1024, 256 * 1024, 1024 * 1024):
@@ -199,7 +199,10 @@ def test_no_body_is_read_before_authentication(make_settings: SettingsFactory) -
 
 def test_a_body_read_before_a_caller_is_known_stops_at_64_kib() -> None:
     """The door's own backstop: an app that reads a body with no principal set is cut at 64 KiB (413)."""
-    from producers._door import UNAUTHENTICATED_BYTES, BodyLimit  # the limit is new: the old door had none
+    from producers.http.door import (  # the limit is new: the old door had none
+        UNAUTHENTICATED_BYTES,
+        BodyLimit,
+    )
 
     async def reads_everything(scope: Scope, receive: Receive, send: Send) -> None:
         while (await receive()).get("more_body"):
@@ -452,7 +455,7 @@ def test_a_metrics_key_from_the_cli(make_settings: SettingsFactory) -> None:
         [
             sys.executable,
             "-m",
-            "producers._cli",
+            "producers.cli",
             "keys",
             "create",
             "--tenant",

@@ -107,7 +107,7 @@ def start_run(tmp_path: Path) -> Iterator[Any]:
         )
         log = tmp_path / f"run-{len(started)}.log"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "producers._cli", "run", *args],
+            [sys.executable, "-m", "producers.cli", "run", *args],
             cwd=checkout,
             env=env,
             stdout=log.open("wb"),

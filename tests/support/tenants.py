@@ -3,7 +3,7 @@ reads (``Producer(settings, tenant=...)``, sharing the one store of the process,
 
 from __future__ import annotations
 
-from producers._client import Producer
+from producers.sdk.producer import Producer
 
 
 def as_tenant(producer: Producer, tenant: str) -> Producer:

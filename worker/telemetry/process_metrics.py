@@ -12,7 +12,7 @@ Telemetry (``worker/telemetry/recorder.py``) buffers measurements and hands them
 attribute outside them is a programming error (a test records every instrument once).
 
 Engine-wide *state* (events waiting, stuck scopes, the DLQ) is not a per-process figure: the web app serves it
-once, at ``/metrics/state`` (``producers/_routes_ops.py``), read from Redis at scrape time.
+once, at ``/metrics/state`` (``producers/http/routes/ops.py``), read from Redis at scrape time.
 
 ``prometheus_client`` is imported inside functions: it picks its value class (in-memory or memory-mapped) at
 import, which must come after ``PROMETHEUS_MULTIPROC_DIR`` is set.

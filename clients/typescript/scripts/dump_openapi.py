@@ -18,7 +18,7 @@ def main() -> None:
     sys.path.insert(0, str(root))
     for name in [n for n in os.environ if n.startswith("AGENT_SIGNAL_") or n in ("REDIS_URL", "BROKER_URL")]:
         del os.environ[name]
-    from producers._http import create_web_app
+    from producers.http.app import create_web_app
     from worker.settings import Settings
 
     document = create_web_app(Settings()).openapi()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from producers._cli import build_parser
+from producers.cli.main import build_parser
 from worker.runtime.embedded import start_embedded_redis
 from worker.settings import Settings, SettingsError
 

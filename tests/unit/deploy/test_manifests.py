@@ -19,8 +19,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from producers._cli import build_parser
-from producers._routes_ops import router as ops_router
+from producers.cli.main import build_parser
+from producers.http.routes.ops import router as ops_router
 from tests.unit.deploy.conftest import (
     ROOT,
     Obj,

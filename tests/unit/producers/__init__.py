@@ -1,1 +1,1 @@
-"""Unit tests of the web app's shared pieces (producers/_web_common.py) and its route table."""
+"""Unit tests of the web app's shared pieces (producers/http/web_common.py) and its route table."""

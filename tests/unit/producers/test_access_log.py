@@ -1,11 +1,11 @@
-"""producers/_access_log.py: an access line names the route, never the path as sent, and a user token's
+"""producers/http/access_log.py: an access line names the route, never the path as sent, and a user token's
 user only as the field the log's privacy processor turns into a pseudonym."""
 
 from __future__ import annotations
 
-from producers._access_log import NO_ROUTE, access_fields, flat_routes, route_template
-from producers._http import create_web_app
-from producers._principal import Principal
+from producers.http.access_log import NO_ROUTE, access_fields, flat_routes, route_template
+from producers.http.app import create_web_app
+from producers.http.principal import Principal
 from worker.settings import Settings
 
 

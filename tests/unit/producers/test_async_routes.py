@@ -11,23 +11,23 @@ from typing import Any
 
 from starlette.routing import BaseRoute
 
-from producers._http import create_web_app
+from producers.http.app import create_web_app
 from tests.support.routes import flat_routes
 
 ASYNC_ALLOWED = {
     # FastAPI's OpenAPI document: rendered from memory. (/docs and /redoc are ours, plain defs:
-    # producers/_docs_assets.py.)
+    # producers/http/docs_pages.py.)
     "fastapi.applications.FastAPI.setup.<locals>.openapi",
     # Body readers (dependencies of def routes): ``await request.body()``, then json.loads and pydantic
     # validation in memory; they hand the route the value or the 422 to return.
-    "producers._web_common.json_object",
-    "producers._web_common.json_body.<locals>.body_as_model",
+    "producers.http.web_common.json_object",
+    "producers.http.web_common.json_body.<locals>.body_as_model",
     # ... plus the session-id regex check.
-    "producers._routes_sessions.session_body.<locals>.checked_session_body",
+    "producers.http.routes.sessions.session_body.<locals>.checked_session_body",
     # ... any JSON value; a body that is not JSON becomes kimi's ToolError, in memory.
-    "producers._routes_sessions.dmail_arguments",
+    "producers.http.routes.sessions.dmail_arguments",
     # ... any JSON value, after the size limit read from the settings in app.state.
-    "producers._routes_events.event_body",
+    "producers.http.routes.events.event_body",
 }
 
 

@@ -1,4 +1,4 @@
-"""The one body rule of the HTTP routes (producers/_web_common.py): JSON decoding, the pydantic-error mapper
+"""The one body rule of the HTTP routes (producers/http/web_common.py): JSON decoding, the pydantic-error mapper
 with its dotted field paths, FastAPI's own parameter errors, and the error body."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from producers._web_common import (
+from producers.http.web_common import (
     FieldError,
     InvalidBody,
     decode_json,

@@ -16,8 +16,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from redis import Redis
 
-from producers._principal import LOCAL_PRINCIPAL
-from producers._routes_receipts import router
+from producers.http.principal import LOCAL_PRINCIPAL
+from producers.http.routes.receipts import router
 from worker.keys.layout import BucketKeys
 from worker.store.receipts import ReceiptStore
 from worker.telemetry.instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS

@@ -106,7 +106,7 @@ class TestUnknownSettings:
             "REDIS_URL": "redis://127.0.0.1:1/0",
         }
         out = subprocess.run(
-            [sys.executable, "-m", "producers._cli", "worker"],
+            [sys.executable, "-m", "producers.cli", "worker"],
             cwd=ROOT,
             env=env,
             capture_output=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
-from producers._cli import main
+from producers.cli.main import main
 from tests.conftest import SettingsFactory
 from worker.keys.layout import BucketKeys
 from worker.settings import SettingsError, check_settings

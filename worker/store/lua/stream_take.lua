@@ -1,4 +1,4 @@
--- STREAM_TAKE: a slot in a tenant's open receipt streams (producers/_stream_slots.py), unless it holds its
+-- STREAM_TAKE: a slot in a tenant's open receipt streams (producers/http/streams/slots.py), unless it holds its
 -- maximum; slots whose lease ended are dropped first. -> {1, 0} taken | {0, open streams} at the maximum
 local streams = KEYS[1]
 local member, max_streams, lease_ms = ARGV[1], ARGV[2], ARGV[3]

@@ -795,7 +795,7 @@ export interface paths {
          *     receipt JSON once per new receipt, ``event: resync`` when the client fell behind or the server lost its
          *     Redis connection (re-read ``GET /v1/receipts``), and a ``: keep-alive`` comment every 15 s.
          *
-         *     Every stream of the process shares one Redis subscriber (producers/_feed.py); open streams are capped
+         *     Every stream of the process shares one Redis subscriber (producers/http/streams/feed.py); open streams are capped
          *     per credential, per process and per tenant across processes (429 ``too_many_streams`` with Retry-After,
          *     answered by FeedResponse when it starts). A user token streams only its own user's receipts (another
          *     userId answers 404).

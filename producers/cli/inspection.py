@@ -1,0 +1,162 @@
+"""``inspect``, ``status`` and ``dlq``: looking at what the pipeline did.
+
+Over the HTTP API (``--url``, ``AGENT_SIGNAL_URL`` or the ``make run`` stack of this checkout), else straight to
+``REDIS_URL`` for one tenant (``--tenant``); see producers/cli/target.py for the order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from producers.cli.target import Api, Target, add_target_options, quote_id, resolve_target
+
+__all__ = ["add_inspection_commands"]
+
+
+def _producer(tenant: str | None) -> Any:
+    from producers.cli.main import _producer as producer
+
+    return producer(tenant or "default")
+
+
+def _chain_ids(chain_id: str) -> list[str]:
+    """The id as given, then as ``chain:ID`` (``msg_u1`` is read as ``chain:msg_u1``)."""
+    return [chain_id] if chain_id.startswith("chain:") else [chain_id, f"chain:{chain_id}"]
+
+
+def _find_chain(target: Target, chain_id: str, tenant: str | None) -> dict[str, Any] | None:
+    if target.http:
+        with Api(target) as api:
+            for candidate in _chain_ids(chain_id):
+                chain = api.call("GET", f"/v1/chains/{quote_id(candidate)}", missing_ok=True)
+                if chain is not None:
+                    return dict(chain)
+        return None
+    producer = _producer(tenant)
+    try:
+        for candidate in _chain_ids(chain_id):
+            found: dict[str, Any] | None = producer.store.get_chain(producer.keys, candidate)
+            if found is not None:
+                return found
+        return None
+    finally:
+        producer.close()
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from producers.cli.chain_view import render_chain
+
+    chain = _find_chain(resolve_target(args), args.chain_id, args.tenant)
+    if chain is None:
+        print(
+            f"agent-signal inspect: no chain {args.chain_id!r} (not run yet, or past retention)",
+            file=sys.stderr,
+        )
+        return 1
+    print(json.dumps(chain, indent=2) if args.json else render_chain(chain))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """An event's status by its event id (``evt_…``) or, over HTTP, by its source id."""
+    target = resolve_target(args)
+    record: dict[str, Any] | None
+    if target.http:
+        with Api(target) as api:
+            record = api.call("GET", f"/v1/events/{quote_id(args.event_id)}", missing_ok=True)
+    else:
+        producer = _producer(args.tenant)
+        try:
+            record = producer.status(args.event_id)
+        finally:
+            producer.close()
+    if record is None:
+        how = (
+            ""
+            if target.http or args.event_id.startswith("evt_")
+            else " (straight to Redis it takes an evt_… id)"
+        )
+        print(f"agent-signal status: no event {args.event_id!r}{how}", file=sys.stderr)
+        return 1
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+def _print_dlq(events: list[dict[str, Any]], total: int, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"events": events, "total": total}, indent=2))
+    elif not events:
+        print("The dead-letter list is empty.")
+    else:
+        for ev in events:
+            body = ev.get("event") or {}
+            print(
+                f"{ev['eventId']}  {body.get('sourceType')}  {body.get('sourceId')}  scope={ev.get('scopeKey')}  "
+                f"attempts={ev.get('attempts')}\n    error: {ev.get('error', '-')}"
+            )
+
+
+def _dlq_http(args: argparse.Namespace, target: Target) -> int:
+    with Api(target) as api:
+        if args.dlq_command == "list":
+            page = api.call("GET", "/v1/dlq", params={"offset": args.offset, "limit": args.limit})
+            _print_dlq(list(page.get("events") or []), int(page.get("total") or 0), args.json)
+            return 0
+        body: dict[str, Any] = {"all": True} if args.all else {"eventIds": list(args.ids)}
+        result = api.call("POST", "/v1/dlq/redrive", body=body)
+    print(json.dumps(result))
+    return 1 if result.get("notDead") else 0
+
+
+def _dlq_direct(args: argparse.Namespace) -> int:
+    from producers.sdk.dead_letters import redrive_events
+
+    producer = _producer(args.tenant)
+    try:
+        if args.dlq_command == "list":
+            events = producer.store.dlq_list(producer.keys, offset=args.offset, limit=args.limit)
+            _print_dlq(events, producer.store.dlq_size(producer.keys), args.json)
+            return 0
+        result = redrive_events(producer, None if args.all else args.ids)
+    finally:
+        producer.close()
+    print(json.dumps(result))
+    return 1 if result["notDead"] else 0
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    if args.dlq_command == "redrive" and not args.all and not args.ids:
+        print("agent-signal dlq redrive: give event ids or --all", file=sys.stderr)
+        return 2
+    target = resolve_target(args)
+    return _dlq_http(args, target) if target.http else _dlq_direct(args)
+
+
+def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``inspect``, ``status``, ``dlq list`` and ``dlq redrive``: looking at what the pipeline did."""
+    p = sub.add_parser("inspect", help="a chain in five steps: source, signals, actions, results, edges")
+    p.add_argument("chain_id")
+    p.add_argument("--json", action="store_true", help="the stored chain document as JSON")
+    add_target_options(p)
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("status", help="an event's status record (event id, or source id over HTTP)")
+    p.add_argument("event_id", metavar="ID", help="evt_… or, over HTTP, the event's sourceId")
+    add_target_options(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("dlq", help="the dead-letter list")
+    dsub = p.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
+    d = dsub.add_parser("list", help="dead events with payload, attempts and last error")
+    d.add_argument("--json", action="store_true")
+    d.add_argument("--offset", type=int, default=0)
+    d.add_argument("--limit", type=int, default=100)
+    add_target_options(d)
+    d = dsub.add_parser("redrive", help="requeue dead events: IDs, or --all")
+    d.add_argument("ids", nargs="*")
+    d.add_argument("--all", action="store_true")
+    add_target_options(d)
+    p.set_defaults(func=cmd_dlq)

@@ -1,0 +1,97 @@
+"""``agent-signal keys create|list|revoke``: API keys, over ``/v1/keys`` or straight to Redis (``REDIS_URL``).
+
+The target is resolved like every state verb (producers/cli/target.py): ``--url``/``AGENT_SIGNAL_URL``, the
+``make run`` stack of this checkout, else ``REDIS_URL``. Over HTTP the caller needs an ``admin`` key (its own
+tenant) or the root credentials (the bootstrap key; anyone on a loopback stack with no credential configured).
+
+``create`` prints one JSON object ``{"id","tenant","role","key"}``: the secret ``key`` is shown only there (only
+its hash is stored). ``list`` prints one JSON array of keys without secrets, ``revoke`` the revoked key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from producers.cli.target import Api, Target, add_target_options, quote_id, resolve_target
+
+__all__ = ["add_keys_command"]
+
+
+def _store() -> Any:
+    from worker.keys.layout import Keys
+    from worker.ops.credentials import CredentialStore
+    from worker.settings import load_settings
+    from worker.store.client import redis_from_settings
+
+    settings = load_settings()
+    return CredentialStore(redis_from_settings(settings), Keys(settings.key_prefix))
+
+
+def _created(record: dict[str, Any]) -> str:
+    return json.dumps({k: record[k] for k in ("id", "tenant", "role", "key")})
+
+
+def _keys_http(args: argparse.Namespace, target: Target) -> int:
+    with Api(target) as api:
+        if args.keys_command == "create":
+            body = {"tenant": args.tenant, "role": args.role, "name": args.name or ""}
+            print(_created(api.call("POST", "/v1/keys", body=body)))
+            return 0
+        if args.keys_command == "list":
+            answer = api.call("GET", "/v1/keys", params={"tenant": args.tenant} if args.tenant else None)
+            print(json.dumps(answer.get("keys", [])))
+            return 0
+        revoked = api.call("DELETE", f"/v1/keys/{quote_id(args.id)}", missing_ok=True)
+    if revoked is None:
+        print(f"agent-signal keys revoke: no key {args.id!r}", file=sys.stderr)
+        return 1
+    print(json.dumps(revoked))
+    return 0
+
+
+def _keys_direct(args: argparse.Namespace) -> int:
+    store = _store()
+    try:
+        if args.keys_command == "create":
+            record, secret = store.create(args.tenant, args.role, args.name or "", actor="cli")
+            print(_created({"id": record.id, "tenant": record.tenant, "role": record.role, "key": secret}))
+            return 0
+        if args.keys_command == "list":
+            print(json.dumps([record.public() for record in store.list(args.tenant)]))
+            return 0
+        revoked = store.revoke(args.id, actor="cli")
+        if revoked is None:
+            print(f"agent-signal keys revoke: no key {args.id!r}", file=sys.stderr)
+            return 1
+        print(json.dumps(revoked.public()))
+        return 0
+    finally:
+        store.client.close()
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    target = resolve_target(args, tenant_is_direct=False)
+    return _keys_http(args, target) if target.http else _keys_direct(args)
+
+
+def add_keys_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``keys create``, ``keys list`` and ``keys revoke``."""
+    from worker.ops.credentials import ROLES
+
+    p = sub.add_parser("keys", help="API keys: create (the secret is shown once), list, revoke")
+    ksub = p.add_subparsers(dest="keys_command", required=True, metavar="SUBCOMMAND")
+    k = ksub.add_parser("create", help='a new key; prints {"id","tenant","role","key"}')
+    k.add_argument("--tenant", required=True, help="the tenant the key belongs to (e.g. default)")
+    k.add_argument("--role", required=True, choices=ROLES)
+    k.add_argument("--name", default="", help="a label for people (where the key is used)")
+    add_target_options(k, tenant=False)
+    k = ksub.add_parser("list", help="keys without secrets, as one JSON array")
+    k.add_argument("--tenant", default=None, help="only this tenant's keys")
+    add_target_options(k, tenant=False)
+    k = ksub.add_parser("revoke", help="revoke a key (its user tokens stop working too)")
+    k.add_argument("id", help="the key id (key_…)")
+    add_target_options(k, tenant=False)
+    p.set_defaults(func=cmd_keys)

@@ -1,0 +1,330 @@
+"""``agent-signal``: the command line. ``agent-signal --help`` lists the commands; each has ``--help``.
+
+Settings come from the environment (README "Settings"). Logs go to stderr; machine-readable output to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import httpx
+
+from producers.cli.inspection import add_inspection_commands
+from producers.cli.keys import add_keys_command
+from producers.cli.migrate import add_migrate_command
+from producers.cli.probe import add_probe_commands
+from producers.cli.pseudonym import add_pseudonym_command
+from producers.cli.target import CliError, HttpSender, add_target_options, resolve_target
+
+__all__ = ["main"]
+
+
+def _settings() -> Any:
+    from worker.settings import load_settings
+
+    return load_settings()
+
+
+def _producer(tenant: str = "default") -> Any:
+    """A producer on the stack's Redis, bound to ``tenant`` (``--tenant``; direct access is the operator's)."""
+    from producers.sdk.producer import Producer
+
+    return Producer(_settings(), tenant=tenant)
+
+
+class Progress:
+    """A one-line progress bar on stderr, shown only on a terminal."""
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
+        self.total = max(total, 1)
+        self.stream = stream
+        self.enabled = stream.isatty()
+
+    def update(self, done: int, note: str = "") -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * done / self.total)
+        bar = "#" * filled + "-" * (width - filled)
+        self.stream.write(f"\r[{bar}] {done}/{self.total} {note}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# ---- enqueue -----------------------------------------------------------------------------------------
+
+
+def _read_jsonl(path: str) -> list[tuple[int, Any, str | None]]:
+    """(line number, decoded value or None, error) for every non-blank line."""
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    rows: list[tuple[int, Any, str | None]] = []
+    with stream:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((number, json.loads(line), None))
+            except ValueError as exc:
+                rows.append((number, None, f"not valid JSON ({exc})"))
+    return rows
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    try:
+        rows = _read_jsonl(args.file)
+    except OSError as exc:
+        print(f"agent-signal enqueue: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    target = resolve_target(args)
+    summary = {"accepted": 0, "duplicate": 0, "rejected": 0}
+    valid: list[tuple[int, Any]] = []
+    for number, value, error in rows:
+        if error is not None:
+            summary["rejected"] += 1
+            print(f"line {number}: {error} (field: -)", file=sys.stderr)
+        else:
+            valid.append((number, value))
+    sender = HttpSender(target) if target.http else _DirectSender(args.tenant or "default")
+    progress = Progress(len(rows))
+    try:
+        _send_all(sender, valid, args, summary, progress, done=summary["rejected"])
+    except CliError as exc:  # e.g. a 401, or the server went away: nothing more will pass
+        progress.close()
+        print(f"agent-signal enqueue: {exc}", file=sys.stderr)
+        print(json.dumps(summary))
+        return exc.exit_code
+    finally:
+        sender.close()
+    progress.close()
+    print(json.dumps(summary))
+    return 1 if summary["rejected"] else 0
+
+
+def _send_all(
+    sender: _DirectSender | HttpSender,
+    valid: list[tuple[int, Any]],
+    args: argparse.Namespace,
+    summary: dict[str, int],
+    progress: Progress,
+    done: int,
+) -> None:
+    """Send ``valid`` in batches; rejections go to stderr, ``--ids`` lines to stdout, counts to ``summary``."""
+    for start in range(0, len(valid), args.batch):
+        chunk = valid[start : start + args.batch]
+        for number, result, err in sender.send(chunk):
+            if result is None:
+                summary["rejected"] += 1
+                assert err is not None
+                print(f"line {number}: {err.message} (field: {err.field or '-'})", file=sys.stderr)
+                continue
+            summary[result.status] = summary.get(result.status, 0) + 1
+            if args.ids:
+                line = {"line": number, "eventId": result.event_id, "sourceId": result.source_id}
+                print(json.dumps({**line, "status": result.status}), flush=True)
+        done += len(chunk)
+        progress.update(done, f"accepted={summary['accepted']} duplicate={summary['duplicate']}")
+
+
+Sent = tuple[int, Any, Any]  # (line number, EnqueueResult or None, EventError or None): HttpSender's too
+
+
+class _DirectSender:
+    def __init__(self, tenant: str = "default") -> None:
+        self.producer = _producer(tenant)
+
+    def send(self, chunk: Sequence[tuple[int, Any]]) -> list[Sent]:
+        from worker.intake.source_event import InvalidEvent
+
+        out: list[Sent] = []
+        prepared = []
+        numbers = []
+        for number, value in chunk:
+            try:
+                prepared.append(self.producer.validate(value))
+                numbers.append(number)
+            except InvalidEvent as exc:
+                out.append((number, None, exc.error))
+        if out:
+            self.producer.count_rejected(len(out))
+        for number, result in zip(numbers, self.producer.enqueue_prepared(prepared), strict=True):
+            out.append((number, result, None))
+        return sorted(out, key=lambda r: r[0])
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+# ---- inspect, status, dlq ----------------------------------------------------------------------------
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from worker.runtime.main import run_worker
+
+    return run_worker(
+        _settings(), concurrency=args.concurrency, loglevel=args.loglevel, extra_argv=args.celery_flags
+    )
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    from producers.http.serve import serve_web
+
+    return serve_web(_settings(), loglevel=args.loglevel)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from producers.cli.run import run_stack
+
+    return run_stack(examples=args.examples, replay=not args.no_replay)
+
+
+def cmd_route(args: argparse.Namespace) -> int:
+    from producers.cli.route import run_route
+
+    return run_route(args.config, args.request, batch=args.batch, check=args.check, protocol=args.protocol)
+
+
+def cmd_functions(args: argparse.Namespace) -> int:
+    from producers.cli.functions import run_check, run_simulate
+
+    if args.functions_command == "check":
+        return run_check(args.directory)
+    return run_simulate(args.functions, args.script)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-signal", description="Agent Signal: out-of-band control signals."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_process_commands(sub)
+    _add_enqueue_command(sub)
+    _add_route_command(sub)
+    _add_functions_command(sub)
+    add_inspection_commands(sub)
+    add_keys_command(sub)
+    add_probe_commands(sub)
+    add_migrate_command(sub)
+    add_pseudonym_command(sub)
+    return parser
+
+
+def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``run``, ``worker``, ``web``: the long-running processes."""
+    p = sub.add_parser(
+        "run", help="the whole stack: embedded Redis (if REDIS_URL unset), a worker, the web app"
+    )
+    p.add_argument("--examples", default="examples/events.jsonl", help="events to replay once at start")
+    p.add_argument("--no-replay", action="store_true", help="do not replay the examples")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("worker", help="one Celery worker process (Procfile: worker)")
+    p.add_argument(
+        "--concurrency", type=int, default=None, help="child processes (AGENT_SIGNAL_WORKER_CONCURRENCY)"
+    )
+    p.add_argument("--loglevel", default="INFO")
+    p.add_argument(
+        "celery_flags",
+        nargs="*",
+        metavar="-- CELERY_FLAGS",
+        help="`celery worker` flags after `--`, added last so they win (e.g. -- --concurrency 3 -E -n w1@%%h)",
+    )
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("web", help="the HTTP API on HOST:PORT (Procfile: web)")
+    p.add_argument("--loglevel", default="INFO")
+    p.set_defaults(func=cmd_web)
+
+
+def _add_enqueue_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("enqueue", help="enqueue one source event per line of a JSONL file ('-' for stdin)")
+    p.add_argument("file")
+    p.add_argument("--batch", type=int, default=200, help="events per round trip (default 200)")
+    p.add_argument(
+        "--ids",
+        action="store_true",
+        help='print {"line","eventId","sourceId","status"} per enqueued event before the summary',
+    )
+    add_target_options(p)
+    p.set_defaults(func=cmd_enqueue)
+
+
+def _add_route_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "route", help="route chat requests with a vLLM Semantic Router config (no server needed)"
+    )
+    p.add_argument("--config", required=True, help="the router YAML")
+    p.add_argument(
+        "request",
+        nargs="?",
+        help="REQUEST.json (a chat request or {request, protocol, externalSignals}) or -",
+    )
+    p.add_argument(
+        "--batch", metavar="REQUESTS.jsonl", help="one {request, protocol?, externalSignals?} per line"
+    )
+    p.add_argument(
+        "--check", action="store_true", help="only validate the config (exit 2, one error per line)"
+    )
+    p.add_argument(
+        "--protocol", default="openai-chat", help="protocol when a request does not say (default openai-chat)"
+    )
+    p.set_defaults(func=cmd_route)
+
+
+def _add_functions_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``functions check`` and ``functions simulate``."""
+    p = sub.add_parser(
+        "functions", help="rolebox function definitions: check them, simulate a session offline"
+    )
+    fsub = p.add_subparsers(dest="functions_command", required=True, metavar="SUBCOMMAND")
+    f = fsub.add_parser("check", help="validate every *.md definition in DIR (exit 2, one error per line)")
+    f.add_argument("directory")
+    f = fsub.add_parser("simulate", help="run definitions against STEPS.jsonl; one JSON line per step")
+    f.add_argument("--functions", required=True, metavar="DIR")
+    f.add_argument("--script", required=True, metavar="STEPS.jsonl", help="'-' for stdin")
+    p.set_defaults(func=cmd_functions)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    verb = " ".join(
+        v
+        for v in (
+            args.command,
+            getattr(args, "dlq_command", None),
+            getattr(args, "keys_command", None),
+            getattr(args, "probe_target", None),
+            getattr(args, "migrate_command", None),
+        )
+        if v
+    )
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except CliError as exc:
+        print(f"agent-signal {verb}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except httpx.TransportError as exc:  # a request outside the verbs' own handling: still one line
+        print(
+            f"agent-signal {verb}: cannot reach the server ({exc}); is the stack running? (make run)",
+            file=sys.stderr,
+        )
+        return 2
+    except Exception as exc:  # a clear one-line error, never a stack trace, for operator mistakes
+        from worker.settings import SettingsError
+
+        if isinstance(exc, SettingsError | ValueError | ConnectionError | OSError) or type(
+            exc
+        ).__module__.startswith("redis"):
+            print(f"agent-signal {verb}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+        raise

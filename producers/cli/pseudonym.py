@@ -1,0 +1,45 @@
+"""``agent-signal pseudonym ID…``: how the logs and the audit trail name each id (worker/telemetry/pseudonyms.py).
+
+Log lines and the audit trail never hold a user id (or a scope key, source or chain id), only its pseudonym, a
+keyed hash of the deployment. To follow one user through the logs, print theirs and search for it. The key is
+``AGENT_SIGNAL_PSEUDONYM_SECRET``, else the secret kept in Redis (``REDIS_URL``, or the Redis of the ``make run``
+stack of this checkout): an operator's tool, like ``keys``, that needs what the deployment's processes have.
+Prints one ``<id>\\t<pseudonym>`` line per id.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from producers.cli.stack import read_stack
+
+__all__ = ["add_pseudonym_command"]
+
+
+def cmd_pseudonym(args: argparse.Namespace) -> int:
+    from worker.settings import load_settings
+    from worker.store.client import redis_from_settings
+    from worker.telemetry.pseudonyms import load_pseudonyms
+
+    settings = load_settings()
+    if not (settings.redis_url or settings.redis_cluster_url or settings.pseudonym_secret):
+        stack = read_stack()
+        if stack is not None and stack.redis_url:
+            settings = settings.model_copy(update={"redis_url": stack.redis_url})
+    client = redis_from_settings(settings) if (settings.redis_url or settings.redis_cluster_url) else None
+    try:
+        if client is None and settings.pseudonym_secret is None:
+            settings.require_redis_url()  # names what is missing
+        pseudonyms = load_pseudonyms(client, settings)
+    finally:
+        if client is not None:
+            client.close()
+    for value in args.ids:
+        print(f"{value}\t{pseudonyms.of(value)}")
+    return 0
+
+
+def add_pseudonym_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("pseudonym", help="print how logs and the audit trail name each id (a keyed hash)")
+    p.add_argument("ids", nargs="+", metavar="ID", help="user ids (or scope keys, source or chain ids)")
+    p.set_defaults(func=cmd_pseudonym)

@@ -1,0 +1,145 @@
+"""The stack file: how ``agent-signal run`` (``make run``) tells CLI verbs in a second terminal where it is.
+
+``run`` writes ``<checkout>/.agent-signal/stack.json`` once the web app is ready and removes it when it stops
+(SIGINT or SIGTERM). The checkout is the nearest directory at or above the working directory holding ``.git``
+or ``pyproject.toml`` (else the working directory itself); the CLI looks in the same place, so any directory of
+the checkout finds the stack. Format (``version`` 1, one JSON object, mode 0600)::
+
+    {"version": 1, "pid": 4242, "url": "http://127.0.0.1:8000",
+     "redisUrl": "unix:///tmp/tmpab12/redis.socket", "redisPid": 4250,
+     "tempDirs": ["/tmp/tmpab12", "/tmp/agent-signal-redis-cd34"], "startedAt": 1718000000000}
+
+``pid`` is the ``run`` process; ``redisUrl``, ``redisPid`` and ``tempDirs`` describe the embedded Redis and are
+null / empty when ``REDIS_URL`` was set (a server of your own: its URL may hold a password, so it is not written).
+The file holds no secret. A file whose ``pid`` is not a running ``run`` (the stack was killed) is stale: the CLI
+ignores it, and the next ``run`` replaces it. A second ``run`` in the same checkout leaves a live one alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from worker.runtime.embedded import pid_alive
+
+__all__ = [
+    "STACK_FILE",
+    "StackInfo",
+    "checkout_root",
+    "read_stack",
+    "remove_stack",
+    "stack_path",
+    "write_stack",
+]
+
+STACK_FILE = Path(".agent-signal") / "stack.json"
+VERSION = 1
+_MARKERS = (".git", "pyproject.toml")
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """What one ``agent-signal run`` started (see the module doc for the JSON names)."""
+
+    pid: int
+    url: str
+    redis_url: str | None = None
+    redis_pid: int | None = None
+    temp_dirs: list[str] = field(default_factory=list)
+    started_at_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "pid": self.pid,
+            "url": self.url,
+            "redisUrl": self.redis_url,
+            "redisPid": self.redis_pid,
+            "tempDirs": self.temp_dirs,
+            "startedAt": self.started_at_ms or int(time.time() * 1000),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> StackInfo | None:
+        if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
+            return None
+        if not isinstance(data.get("url"), str):
+            return None
+        redis_pid, dirs, started = data.get("redisPid"), data.get("tempDirs"), data.get("startedAt")
+        return cls(
+            pid=data["pid"],
+            url=data["url"],
+            redis_url=data.get("redisUrl") if isinstance(data.get("redisUrl"), str) else None,
+            redis_pid=redis_pid if isinstance(redis_pid, int) else None,
+            temp_dirs=[d for d in dirs if isinstance(d, str)] if isinstance(dirs, list) else [],
+            started_at_ms=started if isinstance(started, int) else 0,
+        )
+
+    @property
+    def running(self) -> bool:
+        """True while ``pid`` is a live ``agent-signal run`` (not a stale file, not a recycled pid)."""
+        return pid_alive(self.pid) and _is_run_process(self.pid)
+
+
+def _is_run_process(pid: int) -> bool:
+    """The command line of ``pid`` ends in the ``run`` verb (``agent-signal run``, ``python -m producers.cli run``);
+    without ``/proc`` the pid's existence has to do."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True
+    return b"run" in argv
+
+
+def checkout_root(start: Path | None = None) -> Path:
+    """The nearest directory at or above ``start`` (the working directory) holding ``.git`` or ``pyproject.toml``."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        if any((directory / marker).exists() for marker in _MARKERS):
+            return directory
+    return here
+
+
+def stack_path(start: Path | None = None) -> Path:
+    return checkout_root(start) / STACK_FILE
+
+
+def read_stack(path: Path | None = None) -> StackInfo | None:
+    """The stack file's contents (running or stale), or None when there is none or it is unreadable."""
+    path = path or stack_path()
+    try:
+        return StackInfo.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
+def write_stack(info: StackInfo, path: Path | None = None) -> Path | None:
+    """Write the stack file (atomically, mode 0600); None, writing nothing, when another live stack owns it."""
+    path = path or stack_path()
+    current = read_stack(path)
+    if current is not None and current.pid != info.pid and current.running:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        json.dump(info.to_json(), out)
+        out.write("\n")
+    os.replace(partial, path)
+    return path
+
+
+def remove_stack(path: Path, pid: int) -> None:
+    """Remove the stack file if it is still ``pid``'s (and the ``.agent-signal`` directory when then empty)."""
+    current = read_stack(path)
+    if current is None or current.pid != pid:
+        return
+    try:
+        path.unlink()
+        path.parent.rmdir()
+    except OSError:
+        pass

@@ -1,0 +1,284 @@
+"""Where a CLI verb sends its work, and the small HTTP client it uses to get there.
+
+Every verb that reads or changes state resolves one :class:`Target`, in this order:
+
+1. ``--url URL``, else ``AGENT_SIGNAL_URL``: the HTTP API at that URL;
+2. a running ``agent-signal run`` of this checkout (its stack file, producers/cli/stack.py): its HTTP API;
+3. ``REDIS_URL``: straight to Redis, as the operator (``--tenant`` picks the tenant);
+4. none of these: one line saying how to get a stack, exit 2.
+
+The bearer credential is ``--token``, else ``AGENT_SIGNAL_TOKEN``, else the deprecated
+``AGENT_SIGNAL_API_TOKEN``; a stack with no credential configured, on loopback, needs none. Failures are
+:class:`CliError` (one line on stderr and an exit code, never a traceback): a server that cannot be reached is
+exit 2, an HTTP error answer prints its ``message`` and ``field`` and is exit 1. Tokens are sent, never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+
+__all__ = [
+    "Api",
+    "CliError",
+    "HttpSender",
+    "Target",
+    "add_target_options",
+    "format_http_error",
+    "http_error_message",
+    "quote_id",
+    "resolve_target",
+    "unreachable",
+]
+
+HTTP_TIMEOUT_S = 30.0
+START_HINT = "is the stack running? (make run)"
+
+
+class CliError(Exception):
+    """A one-line failure of a verb: printed as ``agent-signal VERB: MESSAGE``, exit ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class Target:
+    """The HTTP API at ``url`` (with ``token``), or Redis directly when ``url`` is None."""
+
+    url: str | None
+    token: str | None = None
+    via: str = ""  # where the URL came from: "--url", "AGENT_SIGNAL_URL", "the stack file PATH"
+
+    @property
+    def http(self) -> bool:
+        return self.url is not None
+
+
+def add_target_options(p: argparse.ArgumentParser, *, tenant: bool = True) -> None:
+    """``--url``, ``--token`` (and ``--tenant`` for direct Redis access) on a verb's parser."""
+    p.add_argument(
+        "--url",
+        default=None,
+        help="the HTTP API (default: AGENT_SIGNAL_URL, else the stack `make run` started in this checkout, "
+        "else straight to REDIS_URL)",
+    )
+    p.add_argument(
+        "--token", default=None, help="bearer API key or token (default: AGENT_SIGNAL_TOKEN); never printed"
+    )
+    if tenant:
+        p.add_argument(
+            "--tenant",
+            default=None,
+            help="the tenant to use when talking to Redis directly (default: default); over HTTP the "
+            "credential decides",
+        )
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def resolve_target(args: argparse.Namespace, *, tenant_is_direct: bool = True) -> Target:
+    """The target of this invocation (module doc); raises CliError when there is none, or when ``--tenant``
+    (a direct-Redis option when ``tenant_is_direct``) is given with an HTTP target."""
+    from producers.cli.stack import read_stack, stack_path
+
+    token = getattr(args, "token", None) or _env("AGENT_SIGNAL_TOKEN") or _env("AGENT_SIGNAL_API_TOKEN")
+    if getattr(args, "url", None):
+        target = Target(args.url, token, "--url")
+    elif _env("AGENT_SIGNAL_URL"):
+        target = Target(_env("AGENT_SIGNAL_URL"), token, "AGENT_SIGNAL_URL")
+    else:
+        path = stack_path()
+        stack = read_stack(path)
+        if stack is not None and stack.running:
+            target = Target(stack.url, token, f"the stack file {path}")
+        elif _env("REDIS_URL") or _env("AGENT_SIGNAL_REDIS_URL"):
+            return Target(None)
+        elif stack is not None:
+            raise CliError(
+                f"the stack file {path} names process {stack.pid}, which is not running; start the stack "
+                "(make run), or give --url URL (AGENT_SIGNAL_URL) or REDIS_URL"
+            )
+        else:
+            raise CliError(
+                "no stack found: start one in this checkout (make run), or give --url URL "
+                "(AGENT_SIGNAL_URL) or REDIS_URL"
+            )
+    if tenant_is_direct and getattr(args, "tenant", None):
+        raise CliError(
+            f"--tenant is for direct Redis access; over HTTP ({target.via}) the credential decides"
+        )
+    return target
+
+
+def display_url(url: str) -> str:
+    """``url`` without user:password, for messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def quote_id(value: str) -> str:
+    """An id as one path segment (``chain:m1`` stays readable)."""
+    return quote(value, safe=":@")
+
+
+def transport_reason(exc: httpx.TransportError) -> str:
+    """A few words for why a request did not get an answer."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    text = str(exc) or type(exc).__name__
+    lowered = text.lower()
+    if "refused" in lowered:
+        return "connection refused"
+    if "name or service not known" in lowered or "nodename nor servname" in lowered:
+        return "unknown host"
+    return text.splitlines()[0][:200]
+
+
+def http_error_message(response: httpx.Response, *, had_token: bool) -> str:
+    """``HTTP 401 unauthorized: message (field: F)`` from the ``{"error": {...}}`` body (or its text)."""
+    code, message, field = "", "", None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        code, message = str(error.get("code") or ""), str(error.get("message") or "")
+        field = str(error["field"]) if error.get("field") else None
+    elif isinstance(body, dict) and "detail" in body:
+        message = str(body["detail"])
+    else:
+        message = " ".join(response.text.split())[:200] or response.reason_phrase
+    return format_http_error(response.status_code, code, message, field, had_token=had_token)
+
+
+def format_http_error(status: int, code: str, message: str, field: str | None, *, had_token: bool) -> str:
+    """One line: status, code, message, field; a 401 without a token says how to give one."""
+    line = f"HTTP {status}" + (f" {code}" if code else "") + f": {message}"
+    if field:
+        line += f" (field: {field})"
+    if status == 401 and not had_token:
+        line += "; give --token KEY (or AGENT_SIGNAL_TOKEN)"
+    return line
+
+
+class Api:
+    """JSON over HTTP for one verb; every failure is a :class:`CliError`."""
+
+    def __init__(self, target: Target, *, timeout_s: float = HTTP_TIMEOUT_S) -> None:
+        assert target.url is not None
+        self.target = target
+        self.url = target.url.rstrip("/")
+        headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
+        self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        missing_ok: bool = False,
+    ) -> Any:
+        """The decoded answer; None for a 404 when ``missing_ok``."""
+        try:
+            response = self.client.request(method, path, json=body, params=params)
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from None
+        if response.status_code == 404 and missing_ok:
+            return None
+        if response.status_code >= 400:
+            raise CliError(http_error_message(response, had_token=bool(self.target.token)), exit_code=1)
+        try:
+            return response.json()
+        except ValueError:
+            raise CliError(
+                f"{display_url(self.url)}{path} answered {response.status_code} without JSON; "
+                "is that the Agent Signal API?"
+            ) from None
+
+
+def unreachable(url: str, exc: httpx.TransportError) -> CliError:
+    """The one-line "cannot reach" error (exit 2)."""
+    return CliError(f"cannot reach {display_url(url)} ({transport_reason(exc)}); {START_HINT}")
+
+
+class HttpSender:
+    """``enqueue``'s batches over ``POST /v1/events``; a 422 names ``events[i]``: that line is rejected (its
+    number, None, the error) and the rest is resent. Each sent line is ``(number, EnqueueResult, None)``."""
+
+    def __init__(self, target: Target) -> None:
+        from producers.sdk.producer import HttpProducer
+
+        assert target.url is not None
+        self.url = target.url
+        self.http = HttpProducer(target.url, token=target.token)
+
+    def send(self, chunk: Sequence[tuple[int, Any]]) -> list[tuple[int, Any, Any]]:
+        pending = list(chunk)
+        out: list[tuple[int, Any, Any]] = []
+        while pending:
+            results = self._post([v for _, v in pending], pending, out)
+            if results is None:
+                continue
+            out.extend((n, r, None) for (n, _), r in zip(pending, results, strict=True))
+            pending = []
+        return sorted(out, key=lambda r: r[0])
+
+    def _post(
+        self, events: list[Any], pending: list[tuple[int, Any]], out: list[tuple[int, Any, Any]]
+    ) -> list[Any] | None:
+        """The batch's results; None after moving the line a 422 names from ``pending`` to ``out``."""
+        from worker.intake.source_event import InvalidEvent, StoreUnavailable
+
+        try:
+            return self.http.enqueue_many(events)
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from None
+        except httpx.HTTPStatusError as exc:
+            raise CliError(http_error_message(exc.response, had_token=self.http.has_token), 1) from None
+        except StoreUnavailable as exc:
+            raise CliError(f"the server's store is unavailable: {exc}; retry later", 1) from None
+        except InvalidEvent as exc:
+            match = re.match(r"events\[(\d+)\]\.?(.*)", exc.error.field or "")
+            if exc.status_code in (401, 403) or match is None:
+                error = exc.error
+                line = format_http_error(
+                    exc.status_code, error.code, error.message, error.field, had_token=self.http.has_token
+                )
+                raise CliError(line, 1) from None
+            index = int(match.group(1))
+            number, _ = pending.pop(index)
+            error = exc.error.model_copy(
+                update={
+                    "field": match.group(2) or None,
+                    "message": exc.error.message.replace(f"events[{index}].", ""),
+                }
+            )
+            out.append((number, None, error))
+            return None
+
+    def close(self) -> None:
+        self.http.close()

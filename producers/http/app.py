@@ -1,0 +1,195 @@
+"""The HTTP app (FastAPI), built by ``create_web_app(settings)``: the routers, auth, and error shapes.
+
+Every error answers ``{"error": {"code", "message", "field"}}`` (``field`` null when no one field is at fault), never a stack trace;
+a store failure (Redis full, read-only or unreachable) is ``503 store_unavailable`` with ``Retry-After``.
+Credentials, principals and rate limits: producers/http/auth.py (README "Security").
+The producer (Redis and broker connections) opens at startup, not at import; startup first checks the Redis
+configuration (worker/store/safety.py) and refuses an evicting policy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from opentelemetry.trace import SpanKind
+from redis.exceptions import RedisError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from policies.dmail import AgentToolsSettings
+from producers.http.access_log import install_access_log
+from producers.http.api_models import SHARED_ERRORS
+from producers.http.auth import install_auth
+from producers.http.docs_pages import install_docs
+from producers.http.door import install_door
+from producers.http.routes.events import router as events_router
+from producers.http.routes.functions import router as functions_router
+from producers.http.routes.keys import router as keys_router
+from producers.http.routes.ops import router as ops_router
+from producers.http.routes.receipts import router as receipts_router
+from producers.http.routes.routing import router as routing_router
+from producers.http.routes.scopes import router as scopes_router
+from producers.http.routes.self_iteration import router as self_iteration_router
+from producers.http.routes.sessions import router as sessions_router
+from producers.http.routes.ui import router as ui_router
+from producers.http.routes.users import router as users_router
+from producers.http.streams.feed import Feed
+from producers.http.web_common import error_response, request_validation_error
+from producers.sdk.producer import Producer
+from sessions.function_store import ContentionError
+from sessions.functions import load_function_dir
+from worker.core.errors import OverLimit
+from worker.core.tenancy import DEFAULT_TENANT
+from worker.intake.source_event import StoreUnavailable
+from worker.settings import Settings
+from worker.store.safety import check_at_boot, note_store_failure, store_error_reason
+from worker.telemetry.logs import install_pseudonyms
+from worker.telemetry.recorder import configure_telemetry
+
+__all__ = ["create_web_app"]
+
+log = logging.getLogger(__name__)
+
+# OverLimit.what -> the 429's error code
+OVER_LIMIT_CODES = {
+    "inbox": "inbox_full",
+    "tenant": "tenant_queue_full",
+    "events": "quota_exceeded",
+    "user_bytes": "quota_exceeded",
+}
+
+
+def create_web_app(settings: Settings, *, producer: Producer | None = None) -> FastAPI:
+    """The ASGI app for ``settings``; pass ``producer`` to share one (tests, embedding)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.settings = settings
+        from worker.store.client import redis_from_settings
+
+        # An evicting Redis stops the app here (UnsafeStore names the policy and the fix); see store_safety.
+        boot_client = redis_from_settings(settings)
+        try:
+            app.state.store_safety = check_at_boot(boot_client, settings, component="web")
+            install_pseudonyms(boot_client, settings)  # how this process's log lines name users
+        finally:
+            boot_client.close()
+        app.state.telemetry = configure_telemetry(settings, service_name="agent-signal-web")
+        app.state.producer = producer or Producer(settings, telemetry=app.state.telemetry)
+        # Function definitions are checked at startup: a broken file stops the app with the file and field.
+        functions_dir = app.state.producer.runtime.settings_for(AgentToolsSettings).functions_dir
+        app.state.function_defs = load_function_dir(functions_dir)[0] if functions_dir else {}
+        app.state.feed = Feed.from_settings(settings)  # one Redis subscriber for every receipts stream
+        yield
+        await app.state.feed.aclose()
+        if producer is None:
+            app.state.producer.close()
+        app.state.telemetry.shutdown()
+
+    app = FastAPI(
+        title="Agent Signal",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,  # FastAPI's pages load from a CDN; ours from packaged files (producers/http/docs_pages.py)
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
+    )
+    install_docs(app)  # /docs, /redoc, /docs-assets/*; before install_auth and install_door read its paths
+    # Routers declaring no error answers of their own get the shared ones (their own win): the OpenAPI document.
+    app.include_router(events_router, responses=SHARED_ERRORS)
+    app.include_router(ops_router, responses=SHARED_ERRORS)
+    app.include_router(scopes_router, responses=SHARED_ERRORS)
+    app.include_router(routing_router)
+    app.include_router(sessions_router)
+    app.include_router(functions_router)
+    app.include_router(self_iteration_router)
+    app.include_router(receipts_router)
+    app.include_router(ui_router)
+    app.include_router(keys_router)
+    app.include_router(users_router)
+    install_auth(app, settings)  # producers/http/auth.py: principal per request, 401/403/404, rate limits
+    _install_tracing(app)
+    _install_error_handlers(app)
+    install_door(
+        app, settings
+    )  # added last, so it runs first: body limit, content type, Host, Origin, headers
+    install_access_log(app)  # outermost: one line per request, the door's refusals included
+    return app
+
+
+def _install_tracing(app: FastAPI) -> None:
+    """A SERVER span per /v1 request, continuing the caller's traceparent when it sends one."""
+
+    @app.middleware("http")
+    async def traced(request: Request, call_next: Any) -> Any:
+        telemetry = getattr(request.app.state, "telemetry", None)
+        if telemetry is None or not telemetry.enabled or not request.url.path.startswith("/v1"):
+            return await call_next(request)
+        parent = telemetry.extract(request.headers.get("traceparent"))
+        name = f"{request.method} {request.url.path}"
+        with telemetry.span(
+            name,
+            {"http.request.method": request.method, "url.path": request.url.path},
+            parent=parent,
+            kind=SpanKind.SERVER,
+        ) as span:
+            response = await call_next(request)
+            if span is not None:
+                span.set_attribute("http.response.status_code", response.status_code)
+            return response
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, f"http_{exc.status_code}", str(exc.detail))
+
+    app.add_exception_handler(RequestValidationError, request_validation_error)  # type: ignore[arg-type]
+
+    @app.exception_handler(ContentionError)
+    async def contended(_: Request, exc: ContentionError) -> JSONResponse:
+        return error_response(503, "busy", str(exc))
+
+    @app.exception_handler(OverLimit)
+    async def over_limit(_: Request, exc: OverLimit) -> JSONResponse:
+        """A scope's inbox, the tenant's queue or a storage quota is at its limit: nothing of the request was
+        stored. Retry-After says when waiting may help (none when only freeing data does)."""
+        code = OVER_LIMIT_CODES.get(exc.what, "tenant_queue_full")
+        response = error_response(429, code, exc.message, exc.field)
+        if exc.retry_after_s > 0:
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
+
+    @app.exception_handler(StoreUnavailable)
+    async def store_unavailable(_: Request, exc: StoreUnavailable) -> JSONResponse:
+        return _store_unavailable(exc.error.message, exc.retry_after_s)
+
+    @app.exception_handler(RedisError)
+    async def store_failed(request: Request, exc: RedisError) -> JSONResponse:
+        """Any route whose store call failed answers 503 (never 500): Redis full, read-only or unreachable."""
+        producer = getattr(request.app.state, "producer", None)
+        where = f"{request.method} {request.url.path}"
+        if producer is not None:  # off the event loop: an unreachable Redis may take its timeout to say so
+            store, caller = producer.store, getattr(request.state, "principal", None)
+            stats = store.keys.for_tenant(getattr(caller, "tenant", None) or DEFAULT_TENANT).tenant_stats
+            await run_in_threadpool(note_store_failure, store.client, stats, exc, where)
+        retry_after = request.app.state.settings.store_retry_after_s
+        message = f"the store is unavailable ({store_error_reason(exc)}); retry later"
+        return _store_unavailable(message, retry_after)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(500, "internal", f"internal error ({type(exc).__name__}); see the server log")
+
+
+def _store_unavailable(message: str, retry_after_s: int) -> JSONResponse:
+    response = error_response(503, "store_unavailable", message)
+    response.headers["Retry-After"] = str(retry_after_s)
+    return response

@@ -1,0 +1,297 @@
+"""The door: what every HTTP request passes before any route (or auth) sees it, as pure ASGI middlewares
+(not ``BaseHTTPMiddleware``: response streams such as ``/v1/receipts/stream`` pass through untouched).
+
+Outermost first, each one job, each answering with the one error body (``producers.http.web_common.error_response``):
+
+1. :class:`SecurityHeaders` adds ``Content-Security-Policy``, ``X-Frame-Options: DENY``,
+   ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer`` to every response (its own
+   answers included). The UI loads only its own files, so its policy is ``default-src 'self'``; the API docs
+   pages (FastAPI's Swagger UI and ReDoc load from a CDN with an inline bootstrap) get a policy of their own.
+2. :class:`HostGuard` refuses a ``Host`` that is not a loopback name, the bind host (unless a wildcard) or in
+   ``AGENT_SIGNAL_ALLOWED_HOSTS``: ``400 bad_host``. That is what stops DNS rebinding, where a
+   foreign name resolves to our address and the browser calls us as if we were that site.
+3. :class:`OriginGuard` refuses a request whose ``Origin`` is neither its own (the Host's name and port) nor in
+   ``AGENT_SIGNAL_ALLOWED_ORIGINS``: ``403 bad_origin``. Browsers send ``Origin`` on every cross-site write.
+4. :class:`JsonContentType` requires ``application/json`` on a write (POST, PUT, PATCH, DELETE) that has a
+   body: ``415 unsupported_media_type`` naming ``content-type``. With (3) this refuses the cross-site
+   ``text/plain`` POST (a "simple" request a web page can send without a CORS preflight).
+5. :class:`BodyLimit` caps every request body at ``AGENT_SIGNAL_MAX_REQUEST_BYTES``: a declared
+   ``Content-Length`` above it is ``413 request_too_large`` before a byte is read; a body without one
+   (chunked) is counted while the route reads it and answered 413 as soon as the count passes the limit.
+   It reads nothing ahead: authentication (inside the door) answers before any body byte is read, and a
+   body read before a caller is known stops at 64 KiB. The server reads at most its own buffer (uvicorn's
+   64 KiB high-water mark) of a body nobody reads; producers/http/connections.py bounds how long that may take.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from urllib.parse import urlsplit
+
+from fastapi import FastAPI
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from producers.http.web_common import error_response
+from worker.settings import Settings
+
+__all__ = [
+    "API_CSP",
+    "DOCS_CSP",
+    "UNAUTHENTICATED_BYTES",
+    "BodyLimit",
+    "HostGuard",
+    "JsonContentType",
+    "OriginGuard",
+    "SecurityHeaders",
+    "allowed_hosts",
+    "install_door",
+]
+
+API_CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
+# Swagger UI and ReDoc (FastAPI's docs pages) load their bundles from jsdelivr and start with an inline script.
+DOCS_CSP = (  # the docs pages load only the packaged Swagger UI and ReDoc (producers/http/docs_assets/): no CDN
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; worker-src 'self' blob:; frame-ancestors 'none'; base-uri 'none'; "
+    "form-action 'self'; object-src 'none'"
+)
+FIXED_HEADERS = (
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+)
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "[::]"})
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
+UNAUTHENTICATED_BYTES = 64 * 1024  # the most of a body read before the caller is known (contract §Trust)
+
+
+class SecurityHeaders:
+    """Add the security headers to every response that does not set them itself."""
+
+    def __init__(self, app: ASGIApp, *, docs_paths: Collection[str] = ()) -> None:
+        self.app = app
+        self.docs_paths = frozenset(docs_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        csp = DOCS_CSP if scope["path"] in self.docs_paths else API_CSP
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in (("content-security-policy", csp), *FIXED_HEADERS):
+                    if name not in headers:
+                        headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class HostGuard:
+    """``400 bad_host`` unless the Host header names an allowed host (``*`` allows any)."""
+
+    def __init__(self, app: ASGIApp, *, hosts: Collection[str]) -> None:
+        self.app = app
+        self.hosts = frozenset(host.lower().rstrip(".") for host in hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        host = Headers(scope=scope).get("host") if scope["type"] == "http" else None
+        if host is None or "*" in self.hosts or self._allowed(host.lower()):
+            await self.app(scope, receive, send)  # no Host at all is not a browser: nothing to rebind
+            return
+        message = (
+            f"host {host[:100]!r} is not served here (AGENT_SIGNAL_ALLOWED_HOSTS lists the allowed names)"
+        )
+        await error_response(400, "bad_host", message, "host")(scope, receive, send)
+
+    def _allowed(self, host: str) -> bool:
+        return host.rstrip(".") in self.hosts or _host_name(host) in self.hosts
+
+
+class OriginGuard:
+    """``403 bad_origin`` for a request whose Origin is neither its own nor listed (``*`` allows any)."""
+
+    def __init__(self, app: ASGIApp, *, origins: Collection[str]) -> None:
+        self.app = app
+        self.origins = frozenset(origin.lower().rstrip("/") for origin in origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        if origin is None or "*" in self.origins or origin.lower().rstrip("/") in self.origins:
+            await self.app(scope, receive, send)
+            return
+        if _same_origin(origin, headers.get("host", "")):
+            await self.app(scope, receive, send)
+            return
+        message = f"origin {origin[:100]!r} may not call this API (AGENT_SIGNAL_ALLOWED_ORIGINS lists the allowed ones)"
+        await error_response(403, "bad_origin", message, "origin")(scope, receive, send)
+
+
+class JsonContentType:
+    """``415 unsupported_media_type`` for a write with a body that is not ``application/json``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in WRITE_METHODS:
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length")
+        has_body = declared not in (None, "0") or "transfer-encoding" in headers
+        content_type = headers.get("content-type", "")
+        if not has_body or content_type.partition(";")[0].strip().lower() == "application/json":
+            await self.app(scope, receive, send)
+            return
+        given = repr(content_type[:100]) if content_type else "none"
+        message = f"a request body must be JSON (Content-Type: application/json); got {given}"
+        await error_response(415, "unsupported_media_type", message, "content-type")(scope, receive, send)
+
+
+class BodyLimit:
+    """``413 request_too_large`` for a body over ``max_bytes``: by its Content-Length before reading, or by
+    counting a body without one while the route reads it (nothing is read ahead or buffered here: a request
+    answered before its body is read, a 401 at the auth middleware, never has its body read at all). Until a
+    principal is known (``scope["state"]["principal"]``, set by the auth middleware) at most
+    ``unauthenticated_bytes`` are handed over: no credential means no body is read past 64 KiB."""
+
+    def __init__(
+        self, app: ASGIApp, *, max_bytes: int, unauthenticated_bytes: int = UNAUTHENTICATED_BYTES
+    ) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.unauthenticated_bytes = min(unauthenticated_bytes, max_bytes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            message = f"request body is {declared} bytes; the limit is {self.max_bytes}"
+            await error_response(413, "request_too_large", message)(scope, receive, send)
+            return
+        body = _CountedBody(scope, receive, send, self)
+        try:
+            await self.app(scope, body.receive, body.send)
+        except Exception:
+            if not body.cut:
+                raise
+            # The body was cut (answered 413, or its client left): whatever the app made of the disconnect it
+            # was handed (Starlette's ClientDisconnect, possibly inside a middleware's exception group) is moot.
+
+    def limit_for(self, scope: Scope) -> int:
+        """The caller's limit: ``max_bytes`` once a principal is known, else ``unauthenticated_bytes``."""
+        state = scope.get("state")
+        known = isinstance(state, dict) and state.get("principal") is not None
+        return self.max_bytes if known else self.unauthenticated_bytes
+
+
+class _CountedBody:
+    """One request's ``receive`` and ``send`` for :class:`BodyLimit`: the body's bytes are counted as the app
+    reads them; past the limit the 413 is answered here and the app is handed ``http.disconnect`` (so it stops
+    reading) and its own answer is dropped. Nothing is raised through the app's middlewares, which may wrap
+    exceptions in groups of their own."""
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send, limit: BodyLimit) -> None:
+        self.scope = scope
+        self._receive = receive
+        self._send = send
+        self.limit = limit
+        self.size = 0
+        self.ended = False  # the whole body was handed over: later messages pass through as they are
+        self.started = False  # a response has started
+        self.cut = False  # answered 413, or the client left before its body ended
+
+    async def receive(self) -> Message:
+        if self.cut:
+            return {"type": "http.disconnect"}  # nothing more is read of a body that was cut
+        message = await self._receive()
+        if self.ended:
+            return message
+        if message["type"] != "http.request":
+            self.cut = True  # the client left mid-body: nobody is left to answer
+            return message
+        self.size += len(message.get("body", b""))
+        limit = self.limit.limit_for(self.scope)
+        if self.size > limit:
+            await self._refuse(limit)
+            return {"type": "http.disconnect"}
+        self.ended = not message.get("more_body", False)
+        return message
+
+    async def send(self, message: Message) -> None:
+        if self.cut:
+            return
+        self.started = self.started or message["type"] == "http.response.start"
+        await self._send(message)
+
+    async def _refuse(self, limit: int) -> None:
+        self.cut = True
+        if self.started:  # pragma: no cover - every route reads its body before it answers
+            return
+        known = limit == self.limit.max_bytes
+        message = f"request body is over the limit of {limit} bytes" + (
+            "" if known else " before authentication"
+        )
+        await error_response(413, "request_too_large", message)(self.scope, self._receive, self._send)
+
+
+def _host_name(host: str) -> str:
+    """``example.com:8000`` → ``example.com``; ``[::1]:8000`` → ``[::1]``."""
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    return host.partition(":")[0].rstrip(".")
+
+
+def _split_host(netloc: str) -> tuple[str, int | None] | None:
+    """``Example.com:8000`` → ``("example.com", 8000)``; None when it is not a host[:port]."""
+    try:
+        parts = urlsplit(f"//{netloc}")
+        port = parts.port
+    except ValueError:
+        return None
+    return (parts.hostname.lower().rstrip("."), port) if parts.hostname else None
+
+
+def _same_origin(origin: str, host: str) -> bool:
+    """True when ``origin`` (``scheme://host[:port]``) names the request's own Host: the same name and port (a
+    Host without a port was reached on 80 or 443). The scheme is not compared: behind a TLS-terminating proxy
+    the app sees http while the page is https, and serving the other scheme takes the same name anyway."""
+    scheme, sep, netloc = origin.partition("://")
+    theirs = _split_host(netloc) if sep and "/" not in netloc else None
+    ours = _split_host(host) if host else None
+    if theirs is None or ours is None or theirs[0] != ours[0]:
+        return False
+    their_port = theirs[1] or DEFAULT_PORTS.get(scheme.lower())
+    return their_port == ours[1] if ours[1] is not None else their_port in DEFAULT_PORTS.values()
+
+
+def allowed_hosts(settings: Settings) -> list[str]:
+    """The loopback names, the bind host (unless a wildcard) and ``settings.allowed_hosts`` (tests list
+    ``testserver``, the TestClient's). Loopback names are always safe: a rebinding page sends its own name."""
+    hosts = [*LOOPBACK_HOSTS, *settings.allowed_hosts]
+    bind = settings.host.strip().lower()
+    if bind not in WILDCARD_BINDS:
+        hosts.append(f"[{bind}]" if ":" in bind and not bind.startswith("[") else bind)
+    return hosts
+
+
+def install_door(app: FastAPI, settings: Settings) -> None:
+    """Add the door's middlewares to ``app``; call it last so the door runs before everything else."""
+    docs_paths = [p for p in (app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url) if p]
+    # Starlette runs the middleware added last first: innermost (the body limit) is added first.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(JsonContentType)
+    app.add_middleware(OriginGuard, origins=settings.allowed_origins)
+    app.add_middleware(HostGuard, hosts=allowed_hosts(settings))
+    app.add_middleware(SecurityHeaders, docs_paths=docs_paths)

@@ -1,0 +1,1 @@
+"""The HTTP routes, one module per route group (events, runs and dead letters, scopes, routing, sessions and functions, self-iteration and receipts, keys, users, the UI's reads); the app mounts each module's ``router``."""

@@ -1,0 +1,319 @@
+"""``POST /v1/events``, ``GET /v1/events`` (the runs explorer), ``GET /v1/events/{eventId}`` (an event id, or a
+source id unambiguous within the tenant) and ``POST /v1/events/{eventId}/cancel``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
+
+from producers.http.api_models import AttemptRecord, ErrorDetail, EventState, EventStatus, Receipt, body_route
+from producers.http.principal import Principal, require, tenant_keys
+from producers.http.web_common import error_response, producer_of, read_json, settings_of
+from worker.core.ids import Id
+from worker.core.scope import derive_scope_key
+from worker.intake.source_event import EventError, InvalidEvent, SourceEvent
+from worker.keys.layout import Keys
+from worker.ops.rate_limit import RateLimiter
+from worker.ops.runs import BadCursor, RunQuery, event_detail, find_by_source, list_runs
+from worker.ops.scope_control import cancel_event
+from worker.outbox.relay import records_of_event
+from worker.store.events import EventStore
+from worker.store.receipts import NO_USER, ReceiptStore
+from worker.store.replies import CancelCode
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["events"])
+
+
+class EventBatch(BaseModel):
+    """Several SourceEvents, all or nothing (at most ``AGENT_SIGNAL_MAX_BATCH_EVENTS``, else 413)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[SourceEvent] = Field(min_length=1)
+
+
+class IngestResult(BaseModel):
+    eventId: str
+    sourceId: str
+    status: str = Field(
+        description="``accepted``, ``duplicate`` (its dedupe key was seen), or an admission check's verdict."
+    )
+
+
+class IngestResults(BaseModel):
+    """One result per event, in the request's order."""
+
+    results: list[IngestResult]
+
+
+class EventPage(BaseModel):
+    """Newest first; ``cursor`` (when present) continues the listing (a page may be short and still have one)."""
+
+    events: list[EventStatus]
+    cursor: str | None = None
+
+
+class EventDetail(EventStatus):
+    """The status record with its attempts, the stored event and its outbound calls."""
+
+    attemptsHistory: list[AttemptRecord] = Field(description="Oldest first.")
+    event: dict[str, Any] | None = Field(
+        default=None, description="The stored SourceEvent (absent on an erased user's tombstone)."
+    )
+    outbox: list[dict[str, Any]] | None = Field(
+        default=None, description="Its outbound calls: kind, key, state, attempts, last error."
+    )
+    receipts: list[Receipt] = Field(
+        default_factory=list,
+        description="The receipts its run produced: appended by its chain, or reported by the agent runs it "
+        "started (their outbound calls' keys are the runs' operation ids). Newest first; its user's only.",
+    )
+
+
+class Candidate(BaseModel):
+    eventId: str
+    sourceType: str | None
+    scopeKey: str | None
+    status: EventState
+
+
+class Conflict(BaseModel):
+    """409: ``ambiguous_source_id`` (a source id of several events: ``candidates`` lists them) or
+    ``not_cancellable``."""
+
+    error: ErrorDetail
+    candidates: list[Candidate] | None = None
+
+
+class Cancelled(BaseModel):
+    eventId: str
+    status: EventState = Field(description="``cancelled``, or ``processing`` until a running event stops.")
+    cancelRequested: bool = Field(description="True for a running event: it stops before its next action.")
+
+
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": Conflict, "description": "A source id of several events, or an event that cannot cancel."}
+}
+
+
+async def event_body(request: Request) -> Any:
+    """A FastAPI dependency: the decoded body (any JSON value: the SDK's parser names a non-object), or the
+    413 over ``max_request_bytes`` / 422 ``invalid_json`` response."""
+    return await read_json(request, require_object=False, max_bytes=settings_of(request).max_request_bytes)
+
+
+@router.post(
+    "/v1/events",
+    status_code=202,
+    response_model=IngestResults,
+    **body_route((SourceEvent, EventBatch), 'One SourceEvent, or ``{"events": [SourceEvent, …]}``.'),
+)
+def post_events(
+    request: Request,
+    data: Annotated[Any, Depends(event_body)],
+    principal: Annotated[Principal, Depends(require("ingest", users=True))],
+) -> JSONResponse:
+    """One SourceEvent, or ``{"events": [...]}``; all or nothing. The tenant is the credential's; a user
+    token's events are stamped with its userId (an event naming another user is refused)."""
+    if isinstance(data, JSONResponse):
+        return data
+    producer, tenant = producer_of(request), principal.tenant
+    try:
+        if isinstance(data, dict) and "events" in data and "sourceType" not in data:
+            events = data["events"]
+            if not isinstance(events, list) or not events:
+                raise InvalidEvent(
+                    EventError(
+                        code="invalid_field", message="events must be a non-empty array", field="events"
+                    )
+                )
+            prepared = producer.emitter.validate_many(_stamped(events, principal, batch=True), tenant=tenant)
+        else:
+            stamped = _stamped([data], principal, batch=False)
+            prepared = producer.emitter.validate_many(stamped, tenant=tenant, single=True)
+        # Valid input only takes from the tenant's quota (a rejected request stores nothing at all).
+        if (refused := _over_tenant_rate(request, principal.tenant, len(prepared))) is not None:
+            return refused
+        results = producer.enqueue_prepared(prepared)
+    except InvalidEvent as exc:
+        producer.count_rejected(tenant=tenant)
+        error = exc.error
+        return error_response(exc.status_code, error.code, error.message, error.field)
+    return JSONResponse({"results": [r.model_dump(by_alias=True) for r in results]}, status_code=202)
+
+
+def _stamped(events: list[Any], principal: Principal, *, batch: bool) -> list[Any]:
+    """A user token's events carry its userId (top level and payload); another userId is a 422 naming it."""
+    if principal.user_id is None:
+        return events
+    out: list[Any] = []
+    for index, event in enumerate(events):
+        if not isinstance(event, dict):
+            out.append(event)  # the parser names what is wrong with it
+            continue
+        where = f"events[{index}]." if batch else ""
+        payload = event.get("payload")
+        for field, given in (("userId", event.get("userId")), ("payload.userId", _get(payload, "userId"))):
+            if given is not None and given != principal.user_id:
+                raise InvalidEvent(
+                    EventError(
+                        code="forbidden_user",
+                        message=f"{where}{field} must be this token's user or absent",
+                        field=f"{where}{field}",
+                    )
+                )
+        stamped = {**event, "userId": principal.user_id}
+        if isinstance(payload, dict):
+            stamped["payload"] = {**payload, "userId": principal.user_id}
+        out.append(_own_scope(stamped, principal.user_id))
+    return out
+
+
+def _own_scope(event: dict[str, Any], user_id: str) -> dict[str, Any]:
+    """A user token's event runs in its user's own scope: one it names or derives (``topic:…``) that is not the
+    user's (``user:<id>``, ``agent:<a>:user:<id>``) is put under ``user:<id>/``. So another user's scope, inbox
+    and dedupe identities are out of reach (no squatting their next sourceId, no filling their inbox)."""
+    given = event.get("scopeKey")
+    payload = event.get("payload")
+    if given is not None and not isinstance(given, str):
+        return event  # the parser names what is wrong with it
+    scope = given or derive_scope_key(
+        payload if isinstance(payload, dict) else {}, user_id=user_id, agent_id=_text(event.get("agentId"))
+    )
+    if scope == f"user:{user_id}" or (scope.startswith("agent:") and scope.endswith(f":user:{user_id}")):
+        return {**event, "scopeKey": scope}
+    return {**event, "scopeKey": f"user:{user_id}/{scope}"}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _over_tenant_rate(request: Request, tenant: str, n: int) -> JSONResponse | None:
+    """The tenant's events/s quota (``AGENT_SIGNAL_TENANT_EVENTS_PER_S``): a 429 for the whole request, or None."""
+    settings = settings_of(request)
+    if settings.tenant_events_per_s <= 0:
+        return None
+    limiter: RateLimiter | None = getattr(request.app.state, "tenant_limiter", None)
+    producer = producer_of(request)
+    if limiter is None:
+        limiter = request.app.state.tenant_limiter = RateLimiter(
+            producer.store.keys, settings.tenant_events_per_s
+        )
+    try:
+        decision = limiter.take(producer.store.client, f"tenant:{tenant}", n)
+    except RedisError:
+        return None  # a full or unreachable store: the enqueue itself answers why (503, nothing stored)
+    if decision.allowed:
+        return None
+    response = error_response(
+        429, "tenant_rate_limited", f"tenant {tenant!r} is over {settings.tenant_events_per_s:g} events/s"
+    )
+    response.headers["Retry-After"] = str(decision.retry_after_s)
+    return response
+
+
+def _get(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+@router.get("/v1/events", response_model=EventPage)
+def list_events(
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
+    status: EventState | None = None,
+    source_type: Annotated[str | None, Query(alias="sourceType", max_length=200)] = None,
+    scope_key: Annotated[str | None, Query(alias="scopeKey", max_length=512)] = None,
+    user_id: Annotated[str | None, Query(alias="userId", max_length=256)] = None,
+    since: Annotated[int | None, Query(ge=0)] = None,
+    until: Annotated[int | None, Query(ge=0)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(max_length=2048)] = None,
+) -> JSONResponse:
+    """Events newest first (enqueue time, then id), filters combined; ``cursor`` continues a listing. Each is
+    the status record of ``GET /v1/events/{eventId}`` with sourceType, sourceId, scopeKey, userId, enqueuedAt,
+    finishedAt. A page may hold fewer than ``limit`` events and still carry a cursor (worker/ops/runs.py)."""
+    query = RunQuery(status, source_type, scope_key, user_id, since, until, limit, cursor or None)
+    try:
+        page = list_runs(producer_of(request).store, tenant_keys(request), query)
+    except BadCursor as exc:
+        return error_response(422, "invalid_cursor", str(exc), "cursor")
+    body: dict[str, Any] = {"events": page.events}
+    if page.cursor is not None:
+        body["cursor"] = page.cursor
+    return JSONResponse(body)
+
+
+def resolve_event(store: EventStore, keys: Keys, event_id: str) -> str | JSONResponse:
+    """The event id for ``event_id`` (an event id, or a source id that names one event of the tenant), or the
+    404 (unknown) / 409 (a source id of several events: the candidates are listed) to answer."""
+    if store.client.exists(store.locate(keys, event_id).event(event_id)):
+        return event_id
+    candidates = find_by_source(store, keys, event_id)
+    if len(candidates) == 1:
+        return str(candidates[0]["eventId"])
+    if not candidates:
+        return error_response(
+            404, "not_found", f"no event {event_id!r} (unknown, or older than the dedupe window)", "eventId"
+        )
+    names = ", ".join(f"{c['eventId']} ({c.get('sourceType')} in {c.get('scopeKey')})" for c in candidates)
+    message = f"source id {event_id!r} names several events: {names}"
+    listed = [{k: c.get(k) for k in ("eventId", "sourceType", "scopeKey", "status")} for c in candidates]
+    # error_response's body, plus the candidates (so a client picks one without parsing the message)
+    return JSONResponse(
+        {
+            "error": {"code": "ambiguous_source_id", "message": message, "field": "eventId"},
+            "candidates": listed,
+        },
+        status_code=409,
+    )
+
+
+@router.get("/v1/events/{event_id}", response_model=EventDetail, responses=_CONFLICT)
+def get_event(
+    event_id: Id, request: Request, principal: Annotated[Principal, Depends(require("read"))]
+) -> JSONResponse:
+    """The event's status record with its ``attemptsHistory`` and the stored ``event`` (its payload); a source
+    id works when it names one event."""
+    store, keys = producer_of(request).store, tenant_keys(request)
+    found = resolve_event(store, keys, event_id)
+    if isinstance(found, JSONResponse):
+        return found
+    record = event_detail(store, keys, found)
+    if record is None:
+        return error_response(404, "not_found", f"no event {event_id!r}", "eventId")
+    outbox = records_of_event(keys, store, str(record.get("scopeKey") or ""), found)
+    if outbox:
+        record["outbox"] = outbox  # its outbound calls: state, attempts, last error
+    runs = [found, *(str(call["key"]) for call in outbox if call.get("key"))]
+    receipts = ReceiptStore(store.client, keys, ttl_s=0)
+    record["receipts"] = receipts.produced_by(str(record.get("userId") or NO_USER), runs)
+    return JSONResponse(record)
+
+
+@router.post("/v1/events/{event_id}/cancel", response_model=Cancelled, responses=_CONFLICT)
+def post_cancel(
+    event_id: Id, request: Request, _: Annotated[Principal, Depends(require("operate"))]
+) -> JSONResponse:
+    """A queued event is cancelled now and never runs; a running one stops before its next action and is
+    committed ``cancelled`` with none of its chain's staged writes (``status`` stays processing until then)."""
+    store, keys = producer_of(request).store, tenant_keys(request)
+    found = resolve_event(store, keys, event_id)
+    if isinstance(found, JSONResponse):
+        return found
+    result = cancel_event(store, keys, found)
+    if result.code is CancelCode.UNKNOWN:
+        return error_response(404, "not_found", f"no event {event_id!r}", "eventId")
+    if result.code is CancelCode.FINAL:
+        return error_response(
+            409, "not_cancellable", f"event {found} is {result.state}: only queued or running events cancel"
+        )
+    return JSONResponse(
+        {"eventId": found, "status": result.state, "cancelRequested": result.code is CancelCode.REQUESTED}
+    )

@@ -1,0 +1,318 @@
+"""The rolebox side of agent sessions over HTTP: the ``signal`` tool, activation, turns, idles, tool
+observation, artifacts, state and the needs-attention list. State changes are compare-and-set on the
+session's function runtime (sessions/function_store.py); each signal is also an ``agent.signal.emitted``
+source event on the session's scope."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from policies.dmail import AgentToolsSettings
+from producers.http.api_models import API_ERRORS, body_route
+from producers.http.routes.session_access import function_store, session_access
+from producers.http.routes.sessions import bad_session, record_event, session_body, session_full
+from producers.http.web_common import error_response, producer_of
+from sessions.fsm import FunctionMachine, SessionRuntime
+from sessions.functions import FunctionDef, load_function_dir
+from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating, guard_message
+from sessions.store import SessionFull
+from worker.core.ids import Id
+
+__all__ = ["activate_locked", "machine_for", "router"]
+
+router = APIRouter(dependencies=[Depends(session_access)], responses=API_ERRORS, tags=["sessions"])
+
+
+class SignalBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(strict=True, json_schema_extra={"enum": list[JsonValue](sorted(ALL_SIGNAL_TYPES))})
+    payload: dict[str, Any] | None = None
+
+
+class NameBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, strict=True)
+
+
+class TurnBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    userMessaged: bool = Field(default=False, strict=True)
+
+
+class IdleBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    nowMs: int | None = Field(default=None, strict=True, ge=0)
+    lastTwoOutputsIdentical: bool = Field(default=False, strict=True)
+    modelAskedQuestion: bool = Field(default=False, strict=True)
+
+
+class ToolBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, strict=True)
+    args: Any = None
+    output: Any = None
+
+
+class ArtifactBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    content: str = Field(strict=True)
+
+
+class SignalOutput(BaseModel):
+    output: str = Field(description="The signal tool's text.")
+
+
+class FunctionView(BaseModel):
+    phase: str
+    active: bool
+    ledger: dict[str, Any]
+    evidence: dict[str, Any]
+    continuationCount: int
+    currentTurn: int
+
+
+class SignalRef(BaseModel):
+    type: str
+    payload: Any = None
+
+
+class AttentionItem(BaseModel):
+    """A pausing signal (need_approval, blocked, need_clarification) whose function is still gated."""
+
+    model_config = ConfigDict(extra="allow")
+    function: str
+    type: str
+    payload: Any = None
+    since: int = Field(description="Unix milliseconds.")
+
+
+class FunctionsState(BaseModel):
+    """The session's function runtime: active functions, every function with state, artifacts, attention."""
+
+    active: list[str]
+    functions: dict[str, FunctionView]
+    artifacts: dict[str, str]
+    attention: list[AttentionItem]
+    sessionLedger: dict[str, Any]
+    terminating: SignalRef | None
+    hitl: SignalRef | None
+
+
+class IdleDecision(BaseModel):
+    continued: bool = Field(description="Whether a continuation is sent (at most one).")
+    function: str | None
+    reason: str | None = Field(description="Why not, when not continued.")
+    reminder: str | None = Field(description="The continuation's text, when continued.")
+    completed: list[str]
+
+
+class Injects(BaseModel):
+    injects: list[str]
+
+
+class AttentionList(BaseModel):
+    items: list[AttentionItem]
+
+
+class Artifact(BaseModel):
+    name: str
+    content: str
+
+
+SignalIn = Annotated[SignalBody | JSONResponse, Depends(session_body(SignalBody))]
+NameIn = Annotated[NameBody | JSONResponse, Depends(session_body(NameBody))]
+TurnIn = Annotated[TurnBody | JSONResponse, Depends(session_body(TurnBody))]
+IdleIn = Annotated[IdleBody | JSONResponse, Depends(session_body(IdleBody))]
+ToolIn = Annotated[ToolBody | JSONResponse, Depends(session_body(ToolBody))]
+ArtifactIn = Annotated[ArtifactBody | JSONResponse, Depends(session_body(ArtifactBody))]
+
+
+def _agent_tools(request: Request) -> AgentToolsSettings:
+    return producer_of(request).runtime.settings_for(AgentToolsSettings)
+
+
+def _definitions(request: Request) -> dict[str, FunctionDef]:
+    defs: dict[str, FunctionDef] | None = getattr(request.app.state, "function_defs", None)
+    if defs is None:
+        directory = _agent_tools(request).functions_dir
+        defs = load_function_dir(directory)[0] if directory else {}
+        request.app.state.function_defs = defs
+    return defs
+
+
+def machine_for(request: Request, session_id: str) -> FunctionMachine:
+    workspace = _agent_tools(request).functions_workspace_dir
+    return FunctionMachine(
+        _definitions(request), session_id=session_id, workspace_dir=Path(workspace) if workspace else None
+    )
+
+
+def _state(runtime: SessionRuntime) -> dict[str, Any]:
+    return {
+        "active": runtime.active,
+        "functions": runtime.functions_view(),
+        "artifacts": runtime.artifacts,
+        "attention": _attention(runtime),
+        "sessionLedger": runtime.session_ledger,
+        "terminating": get_terminating(runtime.session_ledger),
+        "hitl": get_hitl_signal(runtime.session_ledger),
+    }
+
+
+def _attention(runtime: SessionRuntime) -> list[dict[str, Any]]:
+    return [{"function": name, **item} for name, item in runtime.attention.items()]
+
+
+def activate_locked(request: Request, session_id: str, names: list[str]) -> JSONResponse | None:
+    """Session settings' ``functions``: activate them, locked (transitions cannot deactivate them)."""
+    machine = machine_for(request, session_id)
+    unknown = [n for n in names if n not in machine.definitions]
+    if unknown:
+        return error_response(
+            422,
+            "unknown_function",
+            f"unknown function {unknown[0]!r} (AGENT_SIGNAL_FUNCTIONS_DIR)",
+            "functions",
+        )
+
+    def change(rt: SessionRuntime) -> None:
+        for name in names:
+            machine.activate(rt, name, locked=True)
+
+    function_store(request).update(session_id, change)
+    return None
+
+
+@router.post("/v1/sessions/{session_id}/signal", response_model=SignalOutput, **body_route(SignalBody))
+def post_signal(session_id: str, request: Request, body: SignalIn) -> JSONResponse:
+    """rolebox's ``signal`` tool → ``{"output": <the tool's text>}``."""
+    if isinstance(body, JSONResponse):
+        return body
+    if body.type not in ALL_SIGNAL_TYPES:
+        return error_response(422, "invalid_field", guard_message(body.type), "type")
+    machine = machine_for(request, session_id)
+    now = int(time.time() * 1000)
+
+    def change(rt: SessionRuntime) -> tuple[str, int, list[str]]:
+        output = machine.signal(rt, body.type, body.payload, now_ms=now)
+        rt.seq += 1
+        return output, rt.seq, list(rt.active)
+
+    try:  # contention → 503
+        (output, seq, active), _ = function_store(request).update(session_id, change)
+    except SessionFull as exc:
+        return session_full(exc, "payload")
+    payload: dict[str, Any] = {"type": body.type, "output": output, "functions": active}
+    if body.payload is not None:
+        payload["payload"] = body.payload
+    record_event(request, session_id, "agent.signal.emitted", f"signal:{session_id}:{seq}", payload)
+    return JSONResponse({"output": output})
+
+
+@router.post(
+    "/v1/sessions/{session_id}/functions/activate", response_model=FunctionsState, **body_route(NameBody)
+)
+def post_activate(session_id: str, request: Request, body: NameIn) -> JSONResponse:
+    if isinstance(body, JSONResponse):
+        return body
+    machine = machine_for(request, session_id)
+    if body.name not in machine.definitions:
+        return error_response(422, "unknown_function", f"unknown function {body.name!r}", "name")
+    _, runtime = function_store(request).update(session_id, lambda rt: machine.activate(rt, body.name))
+    return JSONResponse(_state(runtime))
+
+
+@router.post(
+    "/v1/sessions/{session_id}/functions/deactivate", response_model=FunctionsState, **body_route(NameBody)
+)
+def post_deactivate(session_id: str, request: Request, body: NameIn) -> JSONResponse:
+    if isinstance(body, JSONResponse):
+        return body
+    machine = machine_for(request, session_id)
+    _, runtime = function_store(request).update(session_id, lambda rt: machine.deactivate(rt, body.name))
+    return JSONResponse(_state(runtime))
+
+
+@router.post("/v1/sessions/{session_id}/turn", response_model=FunctionsState, **body_route(TurnBody))
+def post_turn(session_id: str, request: Request, body: TurnIn) -> JSONResponse:
+    """A model turn: gates and transitions, with ``user_approval`` = ``userMessaged``."""
+    if isinstance(body, JSONResponse):
+        return body
+    machine = machine_for(request, session_id)
+    _, runtime = function_store(request).update(
+        session_id, lambda rt: machine.turn(rt, user_messaged=body.userMessaged)
+    )
+    return JSONResponse(_state(runtime))
+
+
+@router.post("/v1/sessions/{session_id}/idle", response_model=IdleDecision, **body_route(IdleBody))
+def post_idle(session_id: str, request: Request, body: IdleIn) -> JSONResponse:
+    """End of an assistant turn → the continuation decision (at most one continuation)."""
+    if isinstance(body, JSONResponse):
+        return body
+    machine = machine_for(request, session_id)
+    now = body.nowMs if body.nowMs is not None else int(time.time() * 1000)
+    decision, _ = function_store(request).update(
+        session_id,
+        lambda rt: machine.idle(
+            rt,
+            now_ms=now,
+            last_two_outputs_identical=body.lastTwoOutputsIdentical,
+            model_asked_question=body.modelAskedQuestion,
+        ),
+    )
+    return JSONResponse(decision)
+
+
+@router.post("/v1/sessions/{session_id}/tool", response_model=Injects, **body_route(ToolBody))
+def post_tool(session_id: str, request: Request, body: ToolIn) -> JSONResponse:
+    """A finished tool call (tool-after): observed tools, evidence, captures → ``{"injects": [...]}``."""
+    if isinstance(body, JSONResponse):
+        return body
+    machine = machine_for(request, session_id)
+    try:
+        injects, _ = function_store(request).update(
+            session_id, lambda rt: machine.tool_after(rt, body.name, body.args, body.output)
+        )
+    except SessionFull as exc:
+        return session_full(exc)
+    return JSONResponse({"injects": injects})
+
+
+@router.get("/v1/sessions/{session_id}/artifacts", response_model=dict[str, str])
+def get_artifacts(session_id: str, request: Request) -> JSONResponse:
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    return JSONResponse(function_store(request).load(session_id).artifacts)
+
+
+@router.put("/v1/sessions/{session_id}/artifacts/{name}", response_model=Artifact, **body_route(ArtifactBody))
+def put_artifact(session_id: str, name: Id, request: Request, body: ArtifactIn) -> JSONResponse:
+    if isinstance(body, JSONResponse):
+        return body
+    try:
+        function_store(request).put_artifact(session_id, name, body.content)
+    except SessionFull as exc:
+        return session_full(exc, "content")
+    return JSONResponse({"name": name, "content": body.content})
+
+
+@router.get("/v1/sessions/{session_id}/state", response_model=FunctionsState)
+def get_state(session_id: str, request: Request) -> JSONResponse:
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    return JSONResponse(_state(function_store(request).load(session_id)))
+
+
+@router.get("/v1/sessions/{session_id}/attention", response_model=AttentionList)
+def get_attention(session_id: str, request: Request) -> JSONResponse:
+    """Pausing signals (need_approval, blocked, need_clarification) whose function is still gated."""
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    return JSONResponse({"items": _attention(function_store(request).load(session_id))})

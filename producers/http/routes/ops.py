@@ -1,0 +1,363 @@
+"""Operations: chains, the dead-letter list, health, readiness and metrics."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from producers.http.api_models import ErrorBody, ErrorDetail, EventStatus, body_route
+from producers.http.ops_access import ops_access, ops_detail
+from producers.http.principal import Principal, principal_of, public, require, tenant_keys
+from producers.http.web_common import JsonObject, error_response, producer_of
+from producers.sdk.dead_letters import discard_events, edited_bodies, redrive_events
+from worker.core.ids import Id
+from worker.intake.source_event import InvalidEvent
+from worker.ops.runs import list_discarded
+from worker.ops.state_metrics import backlog, state_exposition
+from worker.store.reads import EVENT_ID
+from worker.store.safety import current_safety
+from worker.telemetry.process_metrics import CONTENT_TYPE, exposition
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["operations"])
+
+MAX_DLQ_OFFSET = 1_000_000
+MAX_DLQ_LIMIT = 500
+
+
+class ChainDocument(BaseModel):
+    """LobeHub's ``{"envelope": TraceEnvelope, "record": TelemetryRecord}`` (our extras in
+    ``envelope.metadata``: eventId, attempt, status, terminal)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    envelope: dict[str, Any]
+    record: dict[str, Any]
+
+
+class DlqEvent(EventStatus):
+    """A dead event (with ``deadAt``), or with ``state=discarded`` a discarded one (with ``reason`` and ``at``);
+    ``event`` is the stored SourceEvent while it is kept."""
+
+    event: dict[str, Any] | None = None
+    reason: str | None = Field(default=None, description="Why it was discarded (``state=discarded``).")
+    at: int | None = Field(default=None, description="When it was discarded (``state=discarded``).")
+
+
+class Backlog(BaseModel):
+    eventsWaiting: int = Field(description="Events accepted and not yet done or dead, all tenants.")
+    byTenant: dict[str, int] = Field(description="The same, per tenant.")
+
+
+class DlqPage(BaseModel):
+    events: list[DlqEvent] = Field(description="Latest death (or discard) first.")
+    total: int = Field(description="Events in the list (dead, or discarded).")
+
+
+class RedriveIds(BaseModel):
+    """Redrive these dead events (ids that are not dead are answered ``notDead``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    eventIds: list[str]
+
+
+class RedriveAll(BaseModel):
+    """Redrive every dead event of the tenant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    all: Literal[True]
+
+
+class EditedEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    eventId: str = Field(min_length=1)
+    payload: dict[str, Any] = Field(description="The new payload, validated like a new event's.")
+
+
+class RedriveEdited(BaseModel):
+    """Redrive dead events with edited payloads: all or nothing (a 422 names ``events[i].payload.<field>``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[EditedEvent] = Field(min_length=1)
+
+
+class Redriven(BaseModel):
+    redriven: list[str] = Field(description="Requeued, each at its scope's tail.")
+    notDead: list[str] = Field(description="Unknown, or not dead: nothing done.")
+
+
+class DiscardIds(BaseModel):
+    """Discard these dead events (ids that are not dead are answered ``notDead``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    eventIds: list[str]
+    reason: str = Field(default="", max_length=1000)
+
+
+class DiscardAll(BaseModel):
+    """Discard every dead event of the tenant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    all: Literal[True]
+    reason: str = Field(default="", max_length=1000)
+
+
+class Discarded(BaseModel):
+    discarded: list[str] = Field(description="Out of the DLQ, kept as audit records.")
+    notDead: list[str] = Field(description="Unknown, or not dead: nothing done.")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    """``checks``: ``redis`` and ``broker`` (``ok`` or ``error: <kind>``), and store checks when there is
+    something to say (``eviction``, ``persistence``, ``memory``: ``error…`` fails readiness, others warn).
+    Only a caller that may read the operations surfaces gets ``checks``; anyone gets ``ready`` and the status."""
+
+    ready: bool
+    checks: dict[str, str] | None = Field(
+        default=None, description="Only for a metrics or read key of the default tenant (or ops_open=always)."
+    )
+
+
+class ChainRun(BaseModel):
+    eventId: str
+    userId: str | None = None
+    scopeKey: str | None = None
+    sourceType: str | None = None
+    status: str | None = None
+
+
+class ChainConflict(BaseModel):
+    """409 ``ambiguous_chain_id``: LobeHub's chain id names the runs of several events (one source id sent by
+    two users, or in two scopes); ``candidates`` lists them: ask again with an ``eventId`` (or ``userId``)."""
+
+    error: ErrorDetail
+    candidates: list[ChainRun]
+
+
+@router.get(
+    "/v1/chains/{chain_id:path}",
+    response_model=ChainDocument,
+    responses={409: {"model": ChainConflict, "description": "A chain id of several runs."}},
+)
+def get_chain(
+    chain_id: Id,
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
+    user_id: Annotated[str | None, Query(alias="userId", max_length=256)] = None,
+) -> JSONResponse:
+    """The trace of one run. ``chain_id`` is an event id (that event's run) or LobeHub's chain id
+    ``chain:<sourceId>``, which names the run of every event with that source id: ``userId`` keeps one user's;
+    when several runs with a trace remain, the answer is 409 ``ambiguous_chain_id`` listing them."""
+    store, keys = producer_of(request).store, tenant_keys(request)
+    if not EVENT_ID.fullmatch(chain_id):
+        runs = store.chain_runs(keys, chain_id, user_id=user_id)
+        traced = [
+            r
+            for r in runs
+            if store.client.exists(store.locate(keys, str(r["eventId"])).chain(str(r["eventId"])))
+        ]
+        if len(traced) > 1:
+            listed = [{k: r.get(k) for k in ChainRun.model_fields} for r in traced]
+            message = (
+                f"chain id {chain_id!r} names {len(traced)} runs: ask for one by its eventId (or userId)"
+            )
+            return JSONResponse(
+                {
+                    "error": {"code": "ambiguous_chain_id", "message": message, "field": "chainId"},
+                    "candidates": listed,
+                },
+                status_code=409,
+            )
+        if len(traced) == 1:
+            chain_id = str(traced[0]["eventId"])
+    chain = store.get_chain(keys, chain_id, user_id=user_id)
+    if chain is None:
+        return error_response(404, "not_found", f"no chain {chain_id!r} (not run yet, or past retention)")
+    return JSONResponse(chain)
+
+
+@router.get("/v1/dlq", response_model=DlqPage)
+def get_dlq(
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
+    offset: Annotated[int, Query(ge=0, le=MAX_DLQ_OFFSET)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_DLQ_LIMIT)] = 50,
+    state: Literal["dead", "discarded"] = "dead",
+) -> JSONResponse:
+    """Dead events (latest death first), or with ``state=discarded`` the discarded ones (latest discard first,
+    each with its ``reason`` and ``at``); ``offset`` 0..1,000,000 and ``limit`` 1..500 (else 422 naming it)."""
+    store, keys = producer_of(request).store, tenant_keys(request)
+    if state == "discarded":
+        events = list_discarded(store, keys, offset=offset, limit=limit)
+        return JSONResponse(
+            {
+                "events": events,
+                "total": sum(int(store.client.zcard(k.runs("discarded-at"))) for k in keys.every_bucket()),
+            }
+        )
+    page = store.dlq_list(keys, offset=offset, limit=limit)
+    return JSONResponse({"events": page, "total": store.dlq_size(keys)})
+
+
+def _ids_or_all(body: dict[str, Any]) -> list[str] | JSONResponse | None:
+    """``eventIds`` (strings), None for ``"all": true``, or the 422 naming ``eventIds``."""
+    ids = body.get("eventIds")
+    if body.get("all") is True:
+        return None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        return error_response(422, "invalid_field", 'give "eventIds": [..] or "all": true', "eventIds")
+    return ids
+
+
+@router.post(
+    "/v1/dlq/redrive",
+    response_model=Redriven,
+    **body_route(
+        (RedriveIds, RedriveAll, RedriveEdited),
+        '``{"eventIds": [...]}``, ``{"all": true}``, or ``{"events": [{"eventId", "payload"}...]}``.',
+    ),
+)
+def post_redrive(
+    request: Request, body: JsonObject, _: Annotated[Principal, Depends(require("operate"))]
+) -> JSONResponse:
+    """``{"eventIds": [...]}``, ``{"all": true}``, or ``{"events": [{"eventId", "payload"}...]}`` to redrive
+    with edited payloads (each validated like a new event's: a 422 names ``events[i].payload.<field>`` and
+    nothing is redriven)."""
+    if isinstance(body, JSONResponse):
+        return body
+    producer, tenant = producer_of(request), principal_of(request).tenant
+    if "events" in body:
+        edits = _edits(body["events"])
+        if isinstance(edits, JSONResponse):
+            return edits
+        try:
+            bodies = edited_bodies(producer, edits, tenant=tenant)
+        except InvalidEvent as exc:
+            return error_response(exc.status_code, exc.error.code, exc.error.message, exc.error.field)
+        redriven = redrive_events(producer, [event_id for event_id, _ in edits], bodies=bodies, tenant=tenant)
+        return JSONResponse(redriven)
+    ids = _ids_or_all(body)
+    if isinstance(ids, JSONResponse):
+        return ids
+    return JSONResponse(redrive_events(producer, ids, tenant=tenant))
+
+
+def _edits(events: Any) -> list[tuple[str, Any]] | JSONResponse:
+    if not isinstance(events, list) or not events:
+        return error_response(422, "invalid_field", "events must be a non-empty array", "events")
+    edits: list[tuple[str, Any]] = []
+    for index, item in enumerate(events):
+        if not isinstance(item, dict) or not isinstance(item.get("eventId"), str) or not item["eventId"]:
+            field = f"events[{index}].eventId"
+            return error_response(422, "invalid_field", f"{field} must be an event id", field)
+        if "payload" not in item:
+            field = f"events[{index}].payload"
+            return error_response(422, "missing_field", f"{field} is required", field)
+        edits.append((item["eventId"], item["payload"]))
+    return edits
+
+
+@router.post(
+    "/v1/dlq/discard",
+    response_model=Discarded,
+    **body_route(
+        (DiscardIds, DiscardAll), '``{"eventIds": [...], "reason"?}`` or ``{"all": true, "reason"?}``.'
+    ),
+)
+def post_discard(
+    request: Request, body: JsonObject, _: Annotated[Principal, Depends(require("operate"))]
+) -> JSONResponse:
+    """``{"eventIds": [...], "reason"?}`` or ``{"all": true, "reason"?}``: dead events leave the DLQ and stay
+    as audit records (status ``discarded``, reason, time; ``GET /v1/dlq?state=discarded``)."""
+    if isinstance(body, JSONResponse):
+        return body
+    reason = body.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > 1000:
+        return error_response(
+            422, "invalid_field", "reason must be a string of at most 1000 characters", "reason"
+        )
+    ids = _ids_or_all(body)
+    if isinstance(ids, JSONResponse):
+        return ids
+    tenant = principal_of(request).tenant
+    return JSONResponse(discard_events(producer_of(request), ids, reason, tenant=tenant))
+
+
+@router.get("/healthz", dependencies=[Depends(public)], response_model=Health)
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={
+        503: {
+            "model": Readiness | ErrorBody,
+            "description": "Not ready (a check failed: ``ready`` false), or the door's store error.",
+        }
+    },
+)
+def readyz(request: Request, detail: Annotated[bool, Depends(ops_detail)]) -> JSONResponse:
+    """Ready when Redis answers PING, the broker accepts a connection and no store check is an ``error``
+    (an evicting policy nobody accepted). ``persistence`` and ``memory`` entries are warnings (still 200).
+    Kubernetes probes carry no credential: they get ``{"ready"}`` and the status code; the ``checks`` (which
+    name the store's state) go only to a caller that may read the operations surfaces."""
+    producer = producer_of(request)
+    checks: dict[str, str] = {}
+    try:
+        producer.store.client.ping()
+        checks["redis"] = "ok"
+    except Exception as exc:
+        checks["redis"] = f"error: {type(exc).__name__}"
+    try:
+        with producer.app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        checks["broker"] = "ok"
+    except Exception as exc:
+        checks["broker"] = f"error: {type(exc).__name__}"
+    if checks["redis"] == "ok":  # eviction, persistence, memory: entries only when there is something to say
+        checks.update(current_safety(producer.store.client, producer.settings).checks)
+    ready = not any(v.startswith("error") for v in checks.values())
+    answer = {"ready": ready, "checks": checks} if detail else {"ready": ready}
+    return JSONResponse(answer, status_code=200 if ready else 503)
+
+
+@router.get("/metrics", dependencies=[Depends(ops_access)], response_class=PlainTextResponse)
+def metrics(request: Request) -> Response:
+    """This process's metrics (Prometheus text): what *this* web process did. Scrape every replica and sum;
+    workers serve their own on ``AGENT_SIGNAL_WORKER_METRICS_PORT``; engine-wide state is ``/metrics/state``."""
+    telemetry = getattr(request.app.state, "telemetry", None)
+    if telemetry is not None:
+        telemetry.flush_measurements()  # this process's buffered measurements first
+    return Response(exposition(), media_type=CONTENT_TYPE)
+
+
+@router.get("/metrics/state", dependencies=[Depends(ops_access)], response_class=PlainTextResponse)
+def metrics_state(request: Request) -> Response:
+    """Engine-wide state gauges read from Redis now (backlog, stuck scopes, DLQ, active scopes, store safety).
+    Every replica answers the same figures: scrape it once (through the Service), not per pod."""
+    producer = producer_of(request)
+    return Response(state_exposition(producer.store, producer.settings.queue_name), media_type=CONTENT_TYPE)
+
+
+@router.get("/v1/backlog", dependencies=[Depends(ops_access)], response_model=Backlog)
+def get_backlog(request: Request) -> dict[str, Any]:
+    """Events accepted and not yet done or dead, in all and per tenant: what the worker autoscaler (KEDA's
+    metrics-api trigger, ``valueLocation: eventsWaiting``) scales on."""
+    by_tenant = backlog(producer_of(request).store)
+    return {"eventsWaiting": sum(by_tenant.values()), "byTenant": by_tenant}

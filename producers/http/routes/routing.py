@@ -1,0 +1,169 @@
+"""``POST /v1/route``: the routing decision, answered synchronously (and recorded as a chat.request event).
+
+The record never turns a routed request into an error after the fact. The caller's own ids (``requestId``,
+which becomes the event's ``sourceId``, and ``scopeKey``, ``userId``, ``agentId``, ``workspaceId``) follow
+the id rule (worker/core/ids.py) and are checked before routing: a bad one is a 422 naming it, and nothing is
+routed or recorded. Anything else the record may hit (a payload over ``AGENT_SIGNAL_MAX_EVENT_BYTES``, a
+source type the deployment does not admit) is not the caller's mistake: the route is still answered, the
+record is skipped, and the answer says so in ``Agent-Signal-Record-Error`` (and the log names the reason).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from policies.conversation import RoutingDeps, RoutingSettings
+from policies.routing import ConfigError, NoDecisionsConfigured, ReloadingRouter, validate_route_input
+from producers.http.api_models import API_ERRORS, RouteResult, body_route
+from producers.http.principal import Principal, principal_of, require
+from producers.http.web_common import JsonObject, error_response, producer_of
+from worker.core.ids import ID_MAX_LENGTH, Id, id_problem
+from worker.intake.source_event import InvalidEvent
+
+__all__ = ["RECORD_ERROR_HEADER", "router"]
+
+log = logging.getLogger(__name__)
+router = APIRouter(responses=API_ERRORS, tags=["routing"])
+RECORD_ERROR_HEADER = "Agent-Signal-Record-Error"
+CALLER_IDS = ("requestId", "scopeKey", "userId", "agentId", "workspaceId")
+_RECORD_ERROR_DOC = {
+    "description": "Routed, but its chat.request record was skipped: the reason's code.",
+    "schema": {"type": "string"},
+}
+
+
+class ExternalSignal(BaseModel):
+    """A signal computed by the caller: matched unless it carries ``error``."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(min_length=1, pattern=r"\S")
+    name: str = Field(min_length=1, pattern=r"\S")
+    confidence: float | None = Field(default=None, description="1.0 when absent.")
+    value: float | None = Field(default=None, description="Feeds predicate leaves.")
+    error: str | None = Field(default=None, description="Feeds ``on_error``; the signal is then not matched.")
+
+
+class ChatRequest(BaseModel):
+    """The chat request in the protocol's own shape (``messages``, ``input``, ``tools``, …)."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = Field(default=None, description='Absent or ``"auto"``: the decision\'s model.')
+
+
+class RouteRequest(BaseModel):
+    """``POST /v1/route`` (read by :func:`policies.routing.validate_route_input`, which names the field)."""
+
+    request: ChatRequest
+    protocol: Literal["openai-chat", "anthropic-messages", "openai-responses"] = "openai-chat"
+    externalSignals: list[ExternalSignal] = Field(default_factory=list)
+    requestId: Id | None = Field(default=None, description="The chat.request event's sourceId.")
+    scopeKey: Id | None = Field(default=None, description="The record's scope (default: one of its own).")
+    userId: Id | None = None
+    agentId: Id | None = None
+    workspaceId: Id | None = None
+
+
+def _holder(request: Request) -> ReloadingRouter | None:
+    """The routing plugin's router (one per process, shared with the plugin's handlers)."""
+    return producer_of(request).deps.get(RoutingDeps).router
+
+
+@router.post(
+    "/v1/route",
+    response_model=RouteResult,
+    **body_route(RouteRequest, responses={200: {"headers": {RECORD_ERROR_HEADER: _RECORD_ERROR_DOC}}}),
+)
+def post_route(
+    request: Request, body: JsonObject, _: Annotated[Principal, Depends(require("ingest"))]
+) -> JSONResponse:
+    """``{"request", "protocol"?, "externalSignals"?, "requestId"?, "scopeKey"?}`` → RouteResult.
+
+    A plain ``def``: routing is CPU work (and a config reload reads a file), so it runs in the threadpool."""
+    holder = _holder(request)
+    if holder is None:
+        return error_response(
+            503, "router_not_configured", "set AGENT_SIGNAL_ROUTER_CONFIG to a router YAML file"
+        )
+    if isinstance(body, JSONResponse):
+        return body
+    try:
+        chat, protocol, external = validate_route_input(body)
+    except ValueError as exc:
+        field, message = exc.args
+        return error_response(422, "invalid_field", message, field)
+    bad_input = _model_error(chat) or _caller_id_error(body)
+    if bad_input is not None:
+        return bad_input
+    try:
+        result = holder.get().route(chat, protocol, external)
+    except ConfigError as exc:
+        return error_response(503, "router_config_invalid", "; ".join(exc.errors))
+    except NoDecisionsConfigured as exc:
+        return error_response(503, "no_decisions", str(exc))
+    response = JSONResponse(result)
+    if producer_of(request).runtime.settings_for(RoutingSettings).route_record_events:
+        failure = _record(request, _event(body, chat, protocol, external))
+        if failure is not None:
+            response.headers[RECORD_ERROR_HEADER] = failure
+    return response
+
+
+def _model_error(chat: dict[str, Any]) -> JSONResponse | None:
+    """The 422 for a ``request.model`` that is not a string (it would come back as the answer's ``model``)."""
+    model = chat.get("model")
+    if model is None or isinstance(model, str):
+        return None
+    return error_response(422, "invalid_field", "request.model: must be a string", "request.model")
+
+
+def _caller_id_error(body: dict[str, Any]) -> JSONResponse | None:
+    """The 422 for the first of the caller's ids that breaks the id rule, or None."""
+    for name in CALLER_IDS:
+        value = body.get(name)
+        problem = id_problem(value) if isinstance(value, str) and value else None
+        if problem is not None:
+            return error_response(422, "invalid_field", f"{name}: {problem.message}", name)
+    return None
+
+
+def _event(
+    body: dict[str, Any], chat: dict[str, object], protocol: str, external: list[dict[str, object]]
+) -> dict[str, object]:
+    """The chat.request event that records this routing call."""
+    request_id = body.get("requestId")
+    source_id = request_id if isinstance(request_id, str) and request_id else f"route:{uuid.uuid4().hex}"
+    event: dict[str, object] = {
+        "sourceType": "chat.request",
+        "sourceId": source_id,
+        "payload": {"request": chat, "protocol": protocol, "externalSignals": external},
+    }
+    for key in ("scopeKey", "userId", "agentId", "workspaceId"):
+        if isinstance(body.get(key), str) and body[key]:
+            event[key] = body[key]
+    if "scopeKey" not in event:  # routing calls do not need to queue behind each other
+        scope = f"route:{source_id}"
+        too_long = len(scope) > ID_MAX_LENGTH
+        event["scopeKey"] = f"route:{hashlib.sha256(source_id.encode()).hexdigest()}" if too_long else scope
+    return event
+
+
+def _record(request: Request, event: dict[str, object]) -> str | None:
+    """Enqueue the record; None, or the error code when the event cannot be stored (logged, not raised)."""
+    try:
+        producer_of(request).enqueue(event, tenant=principal_of(request).tenant)  # the caller's tenant
+    except InvalidEvent as exc:
+        error = exc.error
+        log.warning(
+            "POST /v1/route: answered, but its chat.request record was refused: %s (%s)",
+            error.code,
+            error.message,
+        )
+        return error.code
+    return None

@@ -1,0 +1,91 @@
+"""Scopes: ``GET /v1/scopes?state=busy|waiting|stuck|paused`` and ``POST /v1/scopes/{scopeKey}/pause`` /
+``resume`` (worker/ops/scope_control.py). Scope keys hold ``:`` and may hold ``/``, so the path takes the rest."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from producers.http.principal import Principal, require, tenant_keys
+from producers.http.web_common import error_response, producer_of
+from worker.core.ids import id_problem
+from worker.ops.scope_control import list_scopes, pause_scope, resume_scope
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["scopes"])
+
+ScopeState = Literal["busy", "waiting", "stuck", "paused"]
+
+
+class ScopeRow(BaseModel):
+    scopeKey: str
+    state: ScopeState = Field(
+        description="``paused``; ``busy`` (a worker holds its lease); ``waiting`` (queued, its drain scheduled); "
+        "``stuck`` (queued events and no live drain scheduled)."
+    )
+    inboxDepth: int = Field(description="Events waiting in its inbox.")
+    paused: bool
+    leaseHolder: str | None = Field(default=None, description="The worker holding its lease, while one does.")
+    headAgeMs: int | None = Field(default=None, description="How long its oldest queued event has waited.")
+    pausedAt: int | None = Field(default=None, description="Unix milliseconds, while paused.")
+
+
+class ScopeList(BaseModel):
+    scopes: list[ScopeRow]
+
+
+class ScopeControl(BaseModel):
+    """The scope's paused flag now; ``changed`` is false when it already was."""
+
+    scopeKey: str
+    paused: bool
+    changed: bool
+
+
+@router.get("/v1/scopes", response_model=ScopeList)
+def get_scopes(
+    request: Request,
+    _: Annotated[Principal, Depends(require("read"))],
+    state: ScopeState | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> JSONResponse:
+    """The tenant's scopes with queued events, and its paused ones: ``scopeKey``, ``state``, ``inboxDepth``,
+    ``paused``, ``leaseHolder`` (the lease's token) while one holds it, ``headAgeMs`` while one waits."""
+    return JSONResponse(
+        {"scopes": list_scopes(producer_of(request).store, tenant_keys(request), state, limit=limit)}
+    )
+
+
+def _checked(scope_key: str) -> JSONResponse | None:
+    """The 422 for a scope key outside the id rule (worker/core/ids.py), or None."""
+    problem = id_problem(scope_key)
+    if problem is None:
+        return None
+    return error_response(422, "invalid_field", f"scopeKey {problem.message}", "scopeKey")
+
+
+@router.post("/v1/scopes/{scope_key:path}/pause", response_model=ScopeControl)
+def post_pause(
+    scope_key: str, request: Request, _: Annotated[Principal, Depends(require("operate"))]
+) -> JSONResponse:
+    """Its events wait in its inbox (the one in flight finishes) until it is resumed; other scopes run on."""
+    if (refused := _checked(scope_key)) is not None:
+        return refused
+    changed = pause_scope(producer_of(request).store, tenant_keys(request), scope_key)
+    return JSONResponse({"scopeKey": scope_key, "paused": True, "changed": changed})
+
+
+@router.post("/v1/scopes/{scope_key:path}/resume", response_model=ScopeControl)
+def post_resume(
+    scope_key: str, request: Request, _: Annotated[Principal, Depends(require("operate"))]
+) -> JSONResponse:
+    """Its queued events run again, in order: its drain is re-published through the fair queue."""
+    if (refused := _checked(scope_key)) is not None:
+        return refused
+    producer = producer_of(request)
+    changed = resume_scope(producer.store, tenant_keys(request), scope_key, producer.fair.publish)
+    return JSONResponse({"scopeKey": scope_key, "paused": False, "changed": changed})

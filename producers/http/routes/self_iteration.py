@@ -1,0 +1,288 @@
+"""Self-iteration over HTTP: the reference store (memories, skill documents), receipt rollback, the receipts
+stream (server-sent events) and the per-user feature gate."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Annotated, Literal
+
+import anyio
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
+from sse_starlette import ServerSentEvent
+
+from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.documents import DocumentStore
+from policies.self_iteration.gate import set_override
+from producers.http.api_models import API_ERRORS, ErrorBody, Receipt, body_route, error_responses
+from producers.http.principal import LOCAL_PRINCIPAL, Principal, check_user, require, tenant_keys
+from producers.http.routes.receipts import receipt_store
+from producers.http.streams.feed import Listener, Resync
+from producers.http.streams.response import FeedResponse, feed_of
+from producers.http.web_common import error_response, json_body, producer_of, settings_of
+from worker.core.ids import Id, NameId
+from worker.store.receipts import ReceiptStore, matches
+
+__all__ = ["router"]
+
+router = APIRouter(responses=API_ERRORS, tags=["self-iteration"])
+
+
+class Memory(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    layer: str
+    title: str
+    summary: str
+    sourceId: str
+    createdAt: int = Field(description="Unix milliseconds.")
+
+
+class MemoryList(BaseModel):
+    memories: list[Memory] = Field(description="Newest first.")
+
+
+class SkillDocument(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    agentDocumentId: str
+    title: str
+    content: str
+    createdAt: int = Field(description="Unix milliseconds.")
+    updatedAt: int = Field(description="Unix milliseconds.")
+    version: int
+    sourceId: str
+    restoredFrom: str | None = Field(default=None, description="The history id a rollback restored.")
+
+
+class SkillList(BaseModel):
+    skills: list[SkillDocument] = Field(description="Most recently updated first.")
+
+
+RollbackStatus = Literal["rolled_back", "conflict", "not_found", "failed", "unsupported"]
+
+
+class Rollback(BaseModel):
+    status: RollbackStatus
+    receipt: Receipt | None = Field(default=None, description="The receipt, with its ``rollbackStatus``.")
+
+
+class RollbackNotFound(BaseModel):
+    status: Literal["not_found"]
+
+
+class GateState(BaseModel):
+    userId: str
+    enabled: bool = Field(description="Whether self-iteration runs for the user (override, else default).")
+
+
+Reader = Annotated[Principal, Depends(require("read", users=True))]
+Operator = Annotated[Principal, Depends(require("operate", users=True))]
+
+
+def _docs(request: Request) -> DocumentStore:
+    return DocumentStore(producer_of(request).store.client, tenant_keys(request))
+
+
+@router.get("/v1/memories", response_model=MemoryList)
+def list_memories(request: Request, principal: Reader, userId: str) -> JSONResponse:
+    if not userId:
+        return error_response(422, "missing_field", "userId is required", "userId")
+    check_user(principal, userId, "memories")
+    return JSONResponse({"memories": _docs(request).list_memories(userId)})
+
+
+@router.get("/v1/memories/{memory_id}", response_model=Memory)
+def get_memory(memory_id: Id, request: Request, principal: Reader, userId: str = "") -> JSONResponse:
+    check_user(principal, userId, "memory")
+    memory = _docs(request).get_memory(userId, memory_id) if userId else None
+    if memory is None:
+        return error_response(404, "not_found", f"no memory {memory_id!r} for user {userId!r}")
+    return JSONResponse(memory)
+
+
+@router.get("/v1/skills", response_model=SkillList)
+def list_skills(request: Request, principal: Reader, userId: str = "", agentId: str = "") -> JSONResponse:
+    if not userId or not agentId:
+        return error_response(
+            422, "missing_field", "userId and agentId are required", "userId" if not userId else "agentId"
+        )
+    check_user(principal, userId, "skills")
+    return JSONResponse({"skills": _docs(request).list_skills(userId, agentId)})
+
+
+@router.get("/v1/skills/{document_id}", response_model=SkillDocument)
+def get_skill(
+    document_id: Id, request: Request, principal: Reader, userId: str = "", agentId: str = ""
+) -> JSONResponse:
+    check_user(principal, userId, "skill document")
+    doc = _docs(request).get_skill(userId, agentId, document_id) if userId and agentId else None
+    if doc is None:
+        return error_response(404, "not_found", f"no skill document {document_id!r}")
+    return JSONResponse(doc)
+
+
+@router.post(
+    "/v1/receipts/{receipt_id:path}/rollback",
+    response_model=Rollback,
+    responses={
+        404: {
+            "model": RollbackNotFound | ErrorBody,
+            "description": "No such receipt, or not the caller's (``status``); or no such path (the error body).",
+        }
+    },
+)
+def rollback_receipt(
+    receipt_id: Id, request: Request, principal: Operator, userId: str | None = None
+) -> JSONResponse:
+    """Undo a skill-document receipt: rolled_back | conflict | not_found | failed | unsupported (kept on the
+    receipt). A receipt is one user's: a user token's own, else ``userId``'s (a key that names no user is
+    answered when exactly one user has a receipt with this id; give ``userId``, it is cheaper)."""
+    receipts = receipt_store(request)
+    user = principal.user_id or userId
+    if user is None:
+        owners = receipts.owners_of(receipt_id)
+        if len(owners) > 1:
+            message = f"receipt {receipt_id!r} exists for {len(owners)} users: give userId"
+            return error_response(409, "ambiguous_receipt_id", message, "userId")
+        user = owners[0] if owners else None
+    if user is None or not principal.owns_user(user):
+        return JSONResponse({"status": "not_found"}, status_code=404)
+    receipt = receipts.get(user, receipt_id)
+    if receipt is None:
+        return JSONResponse({"status": "not_found"}, status_code=404)
+    metadata = receipt.get("metadata") or {}
+    status: str
+    if receipt.get("kind") != "skill" or not metadata.get("documentId") or not metadata.get("historyId"):
+        status = "unsupported"
+    elif metadata.get("expectedCurrentDocumentUpdatedAt") is None:
+        status = "conflict"
+    else:
+        status = _docs(request).rollback(
+            str(receipt.get("userId")),
+            str(receipt.get("agentId")),
+            str(metadata["documentId"]),
+            str(metadata["historyId"]),
+            int(metadata["expectedCurrentDocumentUpdatedAt"]),
+        )
+    updated = receipts.update_metadata(user, receipt_id, {"rollbackStatus": status})
+    return JSONResponse({"status": status, "receipt": updated})
+
+
+@router.get(
+    "/v1/receipts/stream",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Server-sent events",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **error_responses(429),
+    },
+)
+def stream_receipts(
+    request: Request, principal: Reader, userId: str, agentId: str = "-", topicId: str = "-"
+) -> Response:
+    """Server-sent events: ``: connected`` once the subscription is live, then ``event: receipt`` with the
+    receipt JSON once per new receipt, ``event: resync`` when the client fell behind or the server lost its
+    Redis connection (re-read ``GET /v1/receipts``), and a ``: keep-alive`` comment every 15 s.
+
+    Every stream of the process shares one Redis subscriber (producers/http/streams/feed.py); open streams are capped
+    per credential, per process and per tenant across processes (429 ``too_many_streams`` with Retry-After,
+    answered by FeedResponse when it starts). A user token streams only its own user's receipts (another
+    userId answers 404)."""
+    if not userId:
+        return error_response(422, "missing_field", "userId is required", "userId")
+    check_user(principal, userId, "receipts stream")
+    keys = producer_of(request).store.keys.for_tenant(principal.tenant)
+    settings = settings_of(request)
+    receipts = ReceiptStore(producer_of(request).store.client, keys, ttl_s=settings.receipt_retention_s)
+    wanted = ReceiptFilter(userId, _narrowing(agentId), _narrowing(topicId))
+    return FeedResponse(
+        feed_of(request),
+        keys.receipts_feed(userId),
+        principal.credential_id,
+        partial(_receipt_events, receipts=receipts, wanted=wanted),
+        unavailable_retry_after_s=settings.store_retry_after_s,
+        # counted per tenant across processes (AGENT_SIGNAL_TENANT_MAX_STREAMS) once credentials exist
+        tenant=None if principal == LOCAL_PRINCIPAL else principal.tenant,
+        headers={"cache-control": "no-cache"},
+        ping=15,
+        sep="\n",
+        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive", sep="\n"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptFilter:
+    """Which of the user's receipts a stream sends: every one, or one agent's and/or one topic's."""
+
+    user_id: str
+    agent_id: str | None
+    topic_id: str | None
+
+
+def _narrowing(value: str) -> str | None:
+    """A stream's ``agentId``/``topicId``: ``-`` or empty (the default) is every agent's / topic's."""
+    return None if value in ("", "-") else value
+
+
+async def _receipt_events(
+    listener: Listener, receipts: ReceiptStore, wanted: ReceiptFilter
+) -> AsyncIterator[bytes]:
+    """The stream's frames: the user's new receipts that match ``wanted``; a receipt is read once however many
+    streams announce it at the same time."""
+    sent: dict[str, None] = {}  # the last ids sent (insertion-ordered, bounded): Redis may repeat one
+    try:
+        yield b": connected\n\n"
+        async for item in listener:
+            if isinstance(item, Resync):
+                yield b"event: resync\ndata: {}\n\n"
+                continue
+            if item in sent:
+                continue
+            try:
+                receipt = await listener.feed.once(
+                    receipts.keys.receipt(wanted.user_id, item),
+                    partial(anyio.to_thread.run_sync, receipts.get, wanted.user_id, item),
+                )
+            except RedisError:  # the client re-reads the list when the store is back
+                yield b"event: resync\ndata: {}\n\n"
+                continue
+            if receipt is None or not matches(receipt, wanted.user_id, wanted.agent_id, wanted.topic_id):
+                continue
+            sent[item] = None
+            if len(sent) > 1024:
+                del sent[next(iter(sent))]
+            data = json.dumps(receipt, ensure_ascii=False)
+            yield f"event: receipt\nid: {item}\ndata: {data}\n\n".encode()
+    finally:
+        with anyio.CancelScope(shield=True):  # a client that goes away cancels the stream; still release
+            await listener.aclose()
+
+
+class GateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool | None = Field(strict=True)
+
+
+@router.put("/v1/features/self-iteration/{user_id}", response_model=GateState, **body_route(GateBody))
+def put_gate(
+    user_id: NameId,
+    request: Request,
+    body: Annotated[GateBody | JSONResponse, Depends(json_body(GateBody))],
+    principal: Operator,
+) -> JSONResponse:
+    """``{"enabled": true|false}`` overrides the gate for one user; ``null`` removes the override."""
+    check_user(principal, user_id, "feature gate")  # before the body: another user's gate is simply not there
+    if isinstance(body, JSONResponse):
+        return body
+    client, keys = producer_of(request).store.client, tenant_keys(request)
+    set_override(client, keys, user_id, body.enabled)
+    enabled = producer_of(request).deps.get(SelfIterationDeps).enabled(user_id, keys)
+    return JSONResponse({"userId": user_id, "enabled": enabled})

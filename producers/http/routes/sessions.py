@@ -1,0 +1,341 @@
+"""Agent sessions over HTTP: settings, the context store, and D-Mail (kimi-cli semantics; see sessions/)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal, TypeVar
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from producers.http.api_models import API_ERRORS, ContextView, SessionSettings, body_route
+from producers.http.principal import principal_of
+from producers.http.routes.session_access import SESSION_ID, SESSION_ID_RULE, session_access, session_store
+from producers.http.web_common import (
+    InvalidBody,
+    NotStrictBody,
+    decode_json,
+    error_response,
+    field_response,
+    parse_body,
+    producer_of,
+)
+from sessions.dmail import DMail, ToolResult, end_step, send_dmail
+from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, UserQuotaExceeded, session_scope
+from worker.core.ids import NameId
+
+__all__ = ["bad_session", "record_event", "router", "session_body", "session_full"]
+
+router = APIRouter(dependencies=[Depends(session_access)], responses=API_ERRORS, tags=["sessions"])
+B = TypeVar("B", bound=BaseModel)
+
+
+class SettingsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    dmailEnabled: bool | None = None
+    root: bool | None = None
+    functions: list[str] | None = None
+    userId: NameId | None = None
+    agentId: NameId | None = None
+    topicId: NameId | None = None
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str = Field(min_length=1, json_schema_extra={"pattern": "^[^_]"})  # the validator's rule
+    content: Any = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    @field_validator("role")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value.startswith("_"):
+            raise ValueError("roles starting with '_' are reserved for context records")
+        return value
+
+
+class MessagesBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    messages: list[Message]
+    tokenCount: int | None = Field(default=None, ge=0, strict=True)
+
+
+class RevertBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    checkpointId: int = Field(strict=True)
+
+
+class StepEndBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rejectedWithoutFeedback: bool = Field(default=False, strict=True)
+
+
+class CompactBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    messages: list[Message] = Field(default_factory=list)
+
+
+class EmptyBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ContextLength(BaseModel):
+    length: int = Field(description="Messages in the context after the append.")
+
+
+class CheckpointCreated(BaseModel):
+    checkpointId: int
+
+
+class DMailResult(BaseModel):
+    """kimi's ToolOk / ToolError: a refused D-Mail is ``isError`` (still 200)."""
+
+    isError: bool
+    output: str
+    message: str
+    brief: str
+
+
+class StepEndResult(BaseModel):
+    outcome: Literal["applied", "discarded", "none"]
+    checkpointId: int | None = Field(default=None, description="When applied: the checkpoint reverted to.")
+    messages: list[dict[str, Any]] | None = Field(default=None, description="When applied: the context.")
+
+
+def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
+    """A write over one of the session's caps (nothing of it was stored): 413 naming the field (the store's,
+    else the route's ``field``); over the user's storage quota, 429 ``quota_exceeded`` (Retry-After when some
+    of the user's data expires)."""
+    if isinstance(exc, UserQuotaExceeded):
+        response = error_response(429, "quota_exceeded", str(exc), None)
+        if exc.retry_after_s:
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
+    return error_response(413, "session_full", str(exc), exc.field or field)
+
+
+def bad_session(session_id: str) -> JSONResponse | None:
+    if SESSION_ID.match(session_id):
+        return None
+    return error_response(422, "invalid_field", f"sessionId must be {SESSION_ID_RULE}", "sessionId")
+
+
+def session_body(model: type[B]) -> Callable[[str, Request], Awaitable[B | JSONResponse]]:
+    """A FastAPI dependency: a checked session id, then the body as ``model``; else the 422 naming why."""
+
+    async def checked_session_body(session_id: str, request: Request) -> B | JSONResponse:
+        if (bad := bad_session(session_id)) is not None:
+            return bad
+        return await parse_body(request, model)
+
+    return checked_session_body
+
+
+async def dmail_arguments(session_id: str, request: Request) -> Any:
+    """A FastAPI dependency: the SendDMail arguments (any JSON value), or the response to answer instead:
+    422 for a bad session id, kimi's ToolError ("Error parsing JSON arguments") for a body that is not JSON, and
+    the door's 422 for one that is not strict JSON (NaN, Infinity, a lone surrogate: nothing may store those)."""
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    try:
+        return decode_json(await request.body(), require_object=False)
+    except NotStrictBody as exc:
+        return field_response(exc.error)
+    except InvalidBody as exc:
+        failed = ToolResult(True, f"Error parsing JSON arguments: {exc.detail}", "Invalid arguments")
+        return JSONResponse(failed.to_json_dict())
+
+
+SettingsIn = Annotated[SettingsBody | JSONResponse, Depends(session_body(SettingsBody))]
+MessagesIn = Annotated[MessagesBody | JSONResponse, Depends(session_body(MessagesBody))]
+EmptyIn = Annotated[EmptyBody | JSONResponse, Depends(session_body(EmptyBody))]
+RevertIn = Annotated[RevertBody | JSONResponse, Depends(session_body(RevertBody))]
+CompactIn = Annotated[CompactBody | JSONResponse, Depends(session_body(CompactBody))]
+StepEndIn = Annotated[StepEndBody | JSONResponse, Depends(session_body(StepEndBody))]
+
+
+def record_event(
+    request: Request, session_id: str, source_type: str, source_id: str, payload: dict[str, Any]
+) -> None:
+    """Every tool call that changes the session is also a source event on the session's scope."""
+    settings = session_store(request).get_settings(session_id)
+    event: dict[str, Any] = {
+        "sourceType": source_type,
+        "sourceId": source_id,
+        "scopeKey": session_scope(session_id),
+        "payload": {"sessionId": session_id, **payload},
+    }
+    for key, value in (("userId", settings.user_id), ("agentId", settings.agent_id)):
+        if value:
+            event[key] = value
+            event["payload"][key] = value
+    if settings.topic_id:
+        event["payload"]["topicId"] = settings.topic_id
+    producer_of(request).enqueue(event, tenant=principal_of(request).tenant)
+
+
+@router.put("/v1/sessions/{session_id}", response_model=SessionSettings, **body_route(SettingsBody))
+def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResponse:
+    if isinstance(body, JSONResponse):
+        return body
+    changes = body.model_dump(exclude_none=True)
+    caller = principal_of(request)
+    if caller.user_id is not None:  # a user token's session is its user's (session_access checked the owner)
+        if body.userId not in (None, caller.user_id):
+            return error_response(
+                422, "forbidden_user", "userId must be this token's user or absent", "userId"
+            )
+        changes["userId"] = caller.user_id
+    if body.functions:
+        from producers.http.routes.functions import activate_locked
+
+        if (problem := activate_locked(request, session_id, body.functions)) is not None:
+            return problem
+    return JSONResponse(session_store(request).update_settings(session_id, changes).to_json_dict())
+
+
+@router.get("/v1/sessions/{session_id}", response_model=SessionSettings)
+def get_session(session_id: str, request: Request) -> JSONResponse:
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    return JSONResponse(session_store(request).get_settings(session_id).to_json_dict())
+
+
+@router.post(
+    "/v1/sessions/{session_id}/context/messages", response_model=ContextLength, **body_route(MessagesBody)
+)
+def post_messages(session_id: str, request: Request, body: MessagesIn) -> JSONResponse:
+    if isinstance(body, JSONResponse):
+        return body
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    try:
+        return JSONResponse({"length": session_store(request).append(session_id, messages, body.tokenCount)})
+    except SessionFull as exc:
+        return session_full(exc)
+
+
+@router.post(
+    "/v1/sessions/{session_id}/context/checkpoint", response_model=CheckpointCreated, **body_route(EmptyBody)
+)
+def post_checkpoint(session_id: str, request: Request, body: EmptyIn) -> JSONResponse:
+    if isinstance(body, JSONResponse):
+        return body
+    store = session_store(request)
+    enabled = store.get_settings(session_id).dmail_enabled
+    try:
+        return JSONResponse({"checkpointId": store.checkpoint(session_id, add_user_message=enabled)})
+    except SessionFull as exc:
+        return session_full(exc)
+
+
+@router.post("/v1/sessions/{session_id}/context/revert", response_model=ContextView, **body_route(RevertBody))
+def post_revert(session_id: str, request: Request, body: RevertIn) -> JSONResponse:
+    if isinstance(body, JSONResponse):
+        return body
+    try:
+        view = session_store(request).revert_to(session_id, body.checkpointId)
+    except UnknownCheckpoint as exc:
+        return error_response(422, "unknown_checkpoint", str(exc), "checkpointId")
+    return JSONResponse(view.to_json_dict())
+
+
+@router.post("/v1/sessions/{session_id}/context/clear", response_model=ContextView)
+def post_clear(session_id: str, request: Request) -> JSONResponse:
+    """kimi's Context.clear: everything goes, checkpoint ids restart at 0."""
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    session_store(request).clear(session_id)
+    return JSONResponse(session_store(request).read(session_id).to_json_dict())
+
+
+@router.post(
+    "/v1/sessions/{session_id}/context/compact", response_model=ContextView, **body_route(CompactBody)
+)
+def post_compact(session_id: str, request: Request, body: CompactIn) -> JSONResponse:
+    """Compaction: clear, checkpoint 0 (with its CHECKPOINT message when D-Mail is on), the compacted messages."""
+    if isinstance(body, JSONResponse):
+        return body
+    store = session_store(request)
+    enabled = store.get_settings(session_id).dmail_enabled
+    try:
+        store.compact(
+            session_id, [m.model_dump(exclude_none=True) for m in body.messages], add_user_message=enabled
+        )
+    except SessionFull as exc:
+        return session_full(exc)
+    return JSONResponse(store.read(session_id).to_json_dict())
+
+
+@router.get("/v1/sessions/{session_id}/context", response_model=ContextView)
+def get_context(session_id: str, request: Request) -> JSONResponse:
+    if (bad := bad_session(session_id)) is not None:
+        return bad
+    return JSONResponse(session_store(request).read(session_id).to_json_dict())
+
+
+@router.post(
+    "/v1/sessions/{session_id}/dmail",
+    response_model=DMailResult,
+    **body_route(DMail, "The SendDMail tool's arguments (any JSON: what is not valid is a ToolError)."),
+)
+def post_dmail(
+    session_id: str, request: Request, arguments: Annotated[Any, Depends(dmail_arguments)]
+) -> JSONResponse:
+    """The SendDMail tool: ``{"message", "checkpoint_id"}`` → kimi's ToolOk / ToolError."""
+    if isinstance(arguments, JSONResponse):
+        return arguments
+    try:
+        outcome = send_dmail(session_store(request), session_id, arguments)
+    except SessionFull as exc:
+        return session_full(exc)
+    if not outcome.is_error and outcome.sequence is not None:
+        record_event(
+            request,
+            session_id,
+            "agent.dmail.sent",
+            f"dmail:{session_id}:{outcome.sequence}",
+            {"message": arguments["message"], "checkpointId": arguments["checkpoint_id"]},
+        )
+    return JSONResponse(outcome.to_json_dict())
+
+
+def _anchor(store: SessionStore, session_id: str) -> str | None:
+    """The message that sent the D-Mail: the latest assistant message calling SendDMail (its id, else the call's)."""
+    for record in reversed(store.records(session_id, -200)):
+        if record.get("role") != "assistant":
+            continue
+        for call in record.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, dict) else None
+            name = (function or {}).get("name") if isinstance(function, dict) else call.get("name")
+            if name == "SendDMail":
+                anchor = record.get("id") or call.get("id")
+                return str(anchor) if anchor else None
+    return None
+
+
+@router.post("/v1/sessions/{session_id}/steps/end", response_model=StepEndResult, **body_route(StepEndBody))
+def post_step_end(session_id: str, request: Request, body: StepEndIn) -> JSONResponse:
+    if isinstance(body, JSONResponse):
+        return body
+    store = session_store(request)
+    anchor = (
+        _anchor(store, session_id)
+        if store.client.exists(store.keys.dmail(session_scope(session_id)))
+        else None
+    )
+    result = end_step(store, session_id, rejected_without_feedback=body.rejectedWithoutFeedback)
+    if result.outcome != "none" and result.dmail is not None:
+        kind: Literal["agent.context.reverted", "agent.dmail.discarded"] = (
+            "agent.context.reverted" if result.outcome == "applied" else "agent.dmail.discarded"
+        )
+        payload: dict[str, Any] = {
+            "message": result.dmail["message"],
+            "checkpointId": result.dmail["checkpoint_id"],
+        }
+        if anchor:
+            payload["anchorMessageId"] = anchor
+        prefix = "revert" if result.outcome == "applied" else "discard"
+        record_event(request, session_id, kind, f"{prefix}:{session_id}:{result.sequence}", payload)
+    return JSONResponse(result.to_json_dict())

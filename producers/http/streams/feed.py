@@ -1,0 +1,356 @@
+"""One Redis subscriber per web process, shared by every receipts stream (``GET /v1/receipts/stream``).
+
+Each stream used to hold its own pub/sub connection, so about a hundred streams used up the process's Redis
+connections and every route answered 500. Now a :class:`Feed` owns one ``redis.asyncio`` PubSub connection:
+
+* channels are subscribed on demand and reference-counted: SUBSCRIBE when the first listener of a channel
+  arrives, UNSUBSCRIBE when its last listener leaves;
+* each listener (one per open stream) has a bounded queue; a slow client loses its *oldest* messages and
+  gets a :data:`RESYNC` hint (the browser re-reads the list) instead of holding up anyone else;
+* open streams are capped per credential and in total (:class:`TooManyStreams`, answered as 429), and per
+  tenant across every web process (producers/http/streams/slots.py, ``AGENT_SIGNAL_TENANT_MAX_STREAMS``);
+* the reader reconnects with capped exponential backoff (a plain loop, no library) when Redis drops and
+  resubscribes every channel that has listeners; they get a RESYNC hint (messages sent meanwhile are gone);
+* concurrent lookups of one record (500 streams of a channel reading one receipt) run once (:meth:`Feed.once`).
+
+The app creates the Feed in its lifespan and closes it at shutdown; the connection and reader task start with
+the first listener. SUBSCRIBE/UNSUBSCRIBE are written under a lock by the caller's task, only the reader task
+reads; ``listen()`` returns once Redis confirmed the channel, so a message published after that reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final, TypeVar, cast
+
+import anyio
+from redis.asyncio.client import PubSub
+from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from producers.http.streams.slots import StreamSlots, TenantStreamsFull
+from worker.settings import Settings
+from worker.store.client import async_redis_from_settings
+from worker.telemetry.log_privacy import describe_error
+
+__all__ = ["RESYNC", "Feed", "FeedUnavailable", "Listener", "TooManyStreams"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+QUEUE_SIZE: Final = 256  # messages a listener may fall behind by before its oldest are dropped
+SUBSCRIBE_TIMEOUT_S: Final = 5.0  # how long listen() waits for Redis to confirm a SUBSCRIBE
+RETRY_AFTER_S: Final = 10  # Retry-After of a 429 too_many_streams (streams are long-lived)
+READ_TIMEOUT_S: Final = 15.0  # the reader wakes this often when idle (redis-py's health check PINGs then)
+BACKOFF_INITIAL_S: Final = 0.1  # reconnect delay after the first failure, doubled up to the cap
+BACKOFF_CAP_S: Final = 5.0
+
+
+class Resync:
+    """The marker a listener receives after it lost messages (a slow client, or a Redis reconnect)."""
+
+    def __repr__(self) -> str:
+        return "RESYNC"
+
+
+RESYNC: Final = Resync()
+
+
+class TooManyStreams(Exception):
+    """The credential (or the process) already holds as many streams as allowed: answer 429."""
+
+    def __init__(self, message: str, retry_after_s: int = RETRY_AFTER_S) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class FeedUnavailable(Exception):
+    """Redis did not confirm the subscription in time (it is down or reconnecting): answer 503."""
+
+
+class Listener:
+    """One stream's view of a channel: iterate it for message payloads (str) and RESYNC hints.
+
+    The iteration ends when the feed closes. :meth:`aclose` gives the slot back (idempotent)."""
+
+    def __init__(self, feed: Feed, channel: str, credential_id: str, queue_size: int) -> None:
+        self.feed = feed
+        self.channel = channel
+        self.credential_id = credential_id
+        self.slot: tuple[str, str] | None = None  # (tenant, member): its slot in the tenant's count
+        self._queue: asyncio.Queue[str | Resync | None] = asyncio.Queue(maxsize=max(queue_size, 2))
+        self._closed = False
+
+    def offer(self, item: str | Resync | None) -> None:
+        """Enqueue without waiting. When the queue is full the backlog (the oldest messages) is dropped and
+        replaced by one RESYNC hint: re-reading the list covers everything dropped."""
+        if self._queue.full():
+            while not self._queue.empty():
+                self._queue.get_nowait()
+            if item is not None:
+                self._queue.put_nowait(RESYNC)
+                if item is RESYNC:
+                    return
+        self._queue.put_nowait(item)
+
+    def __aiter__(self) -> AsyncIterator[str | Resync]:
+        return self._items()
+
+    async def _items(self) -> AsyncIterator[str | Resync]:
+        while not self._closed:
+            item = await self._queue.get()
+            if item is None:
+                return
+            yield item
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.feed.release(self)
+
+
+class Feed:
+    """The process's one subscriber (see the module docstring). Create it once; ``await aclose()`` at exit."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        max_streams: int,
+        max_streams_per_credential: int,
+        tenant_max_streams: int = 0,
+        queue_size: int = QUEUE_SIZE,
+        subscribe_timeout_s: float = SUBSCRIBE_TIMEOUT_S,
+    ) -> None:
+        self.settings = settings
+        self.max_streams = max_streams
+        self.max_streams_per_credential = max_streams_per_credential
+        self.slots = StreamSlots(settings, tenant_max_streams)
+        self.queue_size = queue_size
+        self.subscribe_timeout_s = subscribe_timeout_s
+        self.sessions = 0  # connections made (a reconnect makes one more)
+        self.reconnects = 0  # sessions that ended in an error
+        self._listeners: dict[str, set[Listener]] = {}
+        self._per_credential: Counter[str] = Counter()
+        self._total = 0
+        self._pending: Counter[str] = Counter()  # SUBSCRIBEs sent on this connection and not yet confirmed
+        self._live: dict[str, asyncio.Event] = {}  # set once Redis confirmed the channel's last SUBSCRIBE
+        self._pubsub: PubSub | None = None
+        self._send_lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._inflight: dict[str, asyncio.Future[Any]] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Feed:
+        return cls(
+            settings,
+            max_streams=settings.max_streams,
+            max_streams_per_credential=settings.max_streams_per_credential,
+            tenant_max_streams=settings.tenant_max_streams,
+        )
+
+    @property
+    def open_streams(self) -> int:
+        return self._total
+
+    # --- listeners ---
+
+    async def listen(self, channel: str, credential_id: str, tenant: str | None = None) -> Listener:
+        """A listener on ``channel`` once Redis confirmed the subscription; TooManyStreams over a cap (the
+        tenant's, across processes, when ``tenant`` is given), FeedUnavailable when Redis does not confirm
+        within ``subscribe_timeout_s``."""
+        if self._stop.is_set():
+            raise FeedUnavailable("the server is shutting down")
+        self._reserve(credential_id)
+        listener = Listener(self, channel, credential_id, self.queue_size)
+        try:
+            if tenant is not None and self.slots.enabled:
+                listener.slot = (tenant, await self.slots.take(tenant))
+            self._start()
+            listeners = self._listeners.setdefault(channel, set())
+            listeners.add(listener)
+            live = self._live.setdefault(channel, asyncio.Event())
+            if len(listeners) == 1:
+                await self._send("SUBSCRIBE", channel)
+            with anyio.fail_after(self.subscribe_timeout_s):
+                await live.wait()
+        except (TimeoutError, RedisError, TenantStreamsFull) as exc:
+            await listener.aclose()
+            if isinstance(exc, TenantStreamsFull):
+                raise TooManyStreams(str(exc)) from None
+            raise FeedUnavailable("the store did not confirm the subscription; retry later") from None
+        except BaseException:
+            await listener.aclose()
+            raise
+        return listener
+
+    def _reserve(self, credential_id: str) -> None:
+        if self._total >= self.max_streams:
+            raise TooManyStreams(f"this server already serves {self._total} streams (the limit); retry later")
+        if self._per_credential[credential_id] >= self.max_streams_per_credential:
+            raise TooManyStreams(
+                f"this credential already holds {self.max_streams_per_credential} open streams (the limit);"
+                " close one or retry later"
+            )
+        self._total += 1
+        self._per_credential[credential_id] += 1
+
+    async def release(self, listener: Listener) -> None:
+        """Give a listener's slot back; UNSUBSCRIBE when it was its channel's last (Listener.aclose calls this)."""
+        self._total -= 1
+        self._per_credential[listener.credential_id] -= 1
+        if self._per_credential[listener.credential_id] <= 0:
+            del self._per_credential[listener.credential_id]
+        if listener.slot is not None:
+            with anyio.CancelScope(shield=True):
+                await self.slots.give_back(*listener.slot)
+        listeners = self._listeners.get(listener.channel)
+        if listeners is None or listener not in listeners:
+            return
+        listeners.discard(listener)
+        if not listeners:
+            del self._listeners[listener.channel]
+            self._live.pop(listener.channel, None)
+            with anyio.CancelScope(shield=True):  # a stream torn down by a disconnect still unsubscribes
+                await self._send("UNSUBSCRIBE", listener.channel)
+
+    # --- shared lookups ---
+
+    async def once(self, key: str, fetch: Callable[[], Awaitable[T]]) -> T:
+        """``await fetch()``, shared by every caller asking for ``key`` while the first call runs."""
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.ensure_future(fetch())
+            self._inflight[key] = task
+
+            def done(finished: asyncio.Future[Any]) -> None:
+                self._inflight.pop(key, None)
+                if not finished.cancelled():
+                    finished.exception()  # retrieved here too: every caller may have gone meanwhile
+
+            task.add_done_callback(done)
+        result: T = await asyncio.shield(task)
+        return result
+
+    # --- the connection ---
+
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="agent-signal-feed")
+
+    async def _send(self, *command: str) -> None:
+        async with self._send_lock:
+            await self._write(*command)
+
+    async def _write(self, *command: str) -> None:
+        """Write SUBSCRIBE/UNSUBSCRIBE on the live connection (hold ``_send_lock``); when there is none, the
+        next session subscribes every channel that has listeners."""
+        pubsub = self._pubsub
+        connection = _connection_of(pubsub) if pubsub is not None else None
+        if connection is None or not connection.is_connected:
+            return
+        try:
+            await connection.send_command(*command, check_health=False)
+        except (RedisError, OSError) as exc:  # the reader sees the broken connection and reconnects
+            log.warning("receipts feed: %s failed: %s", command[0], describe_error(exc))
+            return
+        if command[0] == "SUBSCRIBE":
+            self._pending.update(command[1:])
+
+    async def _run(self) -> None:
+        """Sessions until closed; after a failure wait (0.1 s, doubling up to 5 s; back to 0.1 s once a
+        session had connected) and reconnect. Listeners get a RESYNC: messages sent meanwhile are gone."""
+        delay, sessions = BACKOFF_INITIAL_S, self.sessions
+        while not self._stop.is_set():
+            try:
+                await self._session()
+                continue  # the session only returns when it was told to stop
+            except (RedisError, OSError) as exc:
+                error = f"Redis connection lost ({exc})"
+            except Exception as exc:  # a bug must not end the feed for the life of the process
+                log.exception("receipts feed: unexpected failure")
+                error = f"unexpected {type(exc).__name__}"
+            self.reconnects += 1
+            if self.sessions != sessions:
+                delay, sessions = BACKOFF_INITIAL_S, self.sessions
+            log.warning("receipts feed: %s; reconnecting in %.1f s", error, delay)
+            for listeners in self._listeners.values():
+                for listener in listeners:
+                    listener.offer(RESYNC)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+            delay = min(delay * 2, BACKOFF_CAP_S)
+
+    async def _session(self) -> None:
+        client = async_redis_from_settings(self.settings, pubsub=True)
+        pubsub = client.pubsub()
+        try:
+            await pubsub.connect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            # No silent reconnects inside redis-py: they would come back subscribed to nothing (the channels
+            # are tracked here, not in the PubSub); an error ends the session and the next one resubscribes.
+            connection = _connection_of(pubsub)
+            if connection is not None:
+                connection.retry = Retry(NoBackoff(), 0)
+            async with self._send_lock:  # no SUBSCRIBE/UNSUBSCRIBE of a listener can come in between
+                self.sessions += 1
+                self._pubsub = pubsub
+                self._pending.clear()
+                for live in self._live.values():
+                    live.clear()
+                if self._listeners:
+                    await self._write("SUBSCRIBE", *sorted(self._listeners))
+            await self._read(pubsub)
+        finally:
+            self._pubsub = None
+            with anyio.CancelScope(shield=True):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+                await client.aclose()
+
+    async def _read(self, pubsub: PubSub) -> None:
+        while not self._stop.is_set():
+            connection = _connection_of(pubsub)
+            if connection is None or not connection.is_connected:  # a failed SUBSCRIBE write dropped it
+                raise RedisConnectionError("the feed's connection was closed")
+            message = await pubsub.get_message(timeout=READ_TIMEOUT_S)
+            if message is not None:
+                self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        kind, channel = message.get("type"), str(message.get("channel"))
+        if kind == "message":
+            for listener in self._listeners.get(channel, ()):
+                listener.offer(str(message["data"]))
+        elif kind == "subscribe":
+            self._pending[channel] -= 1
+            if self._pending[channel] <= 0:
+                del self._pending[channel]
+                live = self._live.get(channel)
+                if live is not None and channel in self._listeners:
+                    live.set()
+
+    async def aclose(self) -> None:
+        """Stop the reader, end every stream's iteration and close the connection."""
+        self._stop.set()
+        for listeners in self._listeners.values():
+            for listener in listeners:
+                listener.offer(None)
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.slots.aclose()
+
+
+def _connection_of(pubsub: PubSub) -> AbstractConnection | None:
+    """The PubSub's connection (redis-py leaves the attribute unannotated)."""
+    return cast("AbstractConnection | None", pubsub.connection)

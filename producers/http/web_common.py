@@ -1,0 +1,196 @@
+"""Pieces every HTTP router shares: the one error body, the one JSON-body reader, the one mapper from a
+pydantic error to ``{code, message, field}``, and reaching the app's producer and settings.
+
+Routes that touch Redis, the broker, files or the router are plain ``def`` (FastAPI runs them in its
+threadpool, off the event loop). A ``def`` route cannot ``await request.body()``, so the body is read on the
+event loop by the async dependencies made here (:func:`json_body`, :func:`json_object`): they await the body
+and nothing else, and hand the route either the decoded value or the 422 to answer.
+
+Body rules, for every route: an empty body reads as ``{}``; malformed JSON, or a non-object where an object
+is required, is ``422 invalid_json`` with ``field: null``; a pydantic error is a 422 naming the first
+offending field as a dotted path (``messages.0.role``) under an optional prefix (``events[3].sourceId``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
+
+import anyio
+from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from producers.http.strict_json import NotStrictJson, loads_strict, nested_deeper_than
+from worker.intake.source_event import field_path
+from worker.intake.source_event import pydantic_error as intake_pydantic_error
+from worker.settings import Settings
+
+if TYPE_CHECKING:  # annotations only: producers/sdk/producer.py may import this module without a cycle
+    from producers.sdk.producer import Producer
+
+__all__ = [
+    "FieldError",
+    "InvalidBody",
+    "JsonObject",
+    "NotStrictBody",
+    "decode_json",
+    "error_response",
+    "field_path",
+    "field_response",
+    "json_body",
+    "json_object",
+    "nested_deeper_than",
+    "parse_body",
+    "producer_of",
+    "pydantic_error",
+    "read_json",
+    "request_validation_error",
+    "settings_of",
+]
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+OFF_LOOP_BYTES = 64 * 1024  # bodies larger than this are decoded and validated in the threadpool
+
+MAX_JSON_DEPTH = 64  # arrays and objects inside each other; chat requests and events use about ten
+
+
+class FieldError(NamedTuple):
+    """What is wrong with a request: ``code``, a readable ``message``, and the ``field`` (a path) or None."""
+
+    code: str
+    message: str
+    field: str | None = None
+
+
+class InvalidBody(ValueError):
+    """The body is not JSON (or not an object where one is required); ``detail`` is the decoder's reason."""
+
+    def __init__(self, error: FieldError, detail: str) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.detail = detail
+
+
+class NotStrictBody(InvalidBody):
+    """The body is JSON to Python but not to RFC 8259: ``NaN``, ``Infinity`` or a lone surrogate (always 422)."""
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+    """``{"error": {"code", "message", "field"}}`` with the status code; ``field`` is null when no field."""
+    return JSONResponse({"error": {"code": code, "message": message, "field": field}}, status_code=status)
+
+
+def field_response(error: FieldError, status: int = 422) -> JSONResponse:
+    return error_response(status, error.code, error.message, error.field)
+
+
+def pydantic_error(
+    details: Mapping[str, Any], *, prefix: str = "", model_name: str | None = None
+) -> FieldError:
+    """The engine's one mapper (:func:`worker.intake.source_event.pydantic_error`), as a FieldError."""
+    error = intake_pydantic_error(details, prefix=prefix, model_name=model_name)
+    return FieldError(error.code, error.message, error.field)
+
+
+async def request_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    """Exception handler for FastAPI's own parameter checks (query, path): the same 422 as a body error. A
+    path parameter is named as the API names it (``user_id`` in ``/v1/users/{user_id}`` is ``userId``)."""
+    first = dict(exc.errors()[0])
+    source, *loc = tuple(first.get("loc", ()))  # the source: "query", "path", "body"
+    if source == "path" and loc and isinstance(loc[0], str):
+        loc[0] = _camel(loc[0])
+    first["loc"] = tuple(loc)
+    return field_response(pydantic_error(first))
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def decode_json(raw: bytes, *, require_object: bool = True) -> Any:
+    """The decoded body (an empty body is ``{}``), or raise InvalidBody (code ``invalid_json``); nesting
+    deeper than ``MAX_JSON_DEPTH`` is refused before decoding (the decoder recurses, and would fail with a
+    RecursionError at about a thousand levels), and ``NaN``, ``Infinity`` and lone surrogates after it, naming
+    their field (producers/http/strict_json.py: all of it linear in the body)."""
+    if nested_deeper_than(raw, MAX_JSON_DEPTH):
+        detail = f"nested deeper than {MAX_JSON_DEPTH} levels"
+        raise InvalidBody(FieldError("invalid_json", f"request body is {detail}"), detail)
+    try:
+        data = loads_strict(raw or b"{}")
+    except NotStrictJson as exc:
+        raise NotStrictBody(FieldError("invalid_json", str(exc), exc.field), str(exc)) from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        error = FieldError("invalid_json", f"request body is not valid JSON: {exc}")
+        raise InvalidBody(error, str(exc)) from None
+    if require_object and not isinstance(data, dict):
+        error = FieldError("invalid_json", "request body must be a JSON object")
+        raise InvalidBody(error, "must be a JSON object")
+    return data
+
+
+async def read_json(request: Request, *, require_object: bool = True, max_bytes: int | None = None) -> Any:
+    """The decoded body, or the error response to answer (413 over ``max_bytes``, 422 ``invalid_json``).
+
+    A decoded JSON value is never a JSONResponse, so callers tell the two apart with ``isinstance``."""
+    raw = await request.body()
+    if max_bytes is not None and len(raw) > max_bytes:
+        return error_response(
+            413, "request_too_large", f"request body is {len(raw)} bytes; the limit is {max_bytes}"
+        )
+    try:
+        return await _off_loop(raw, partial(decode_json, raw, require_object=require_object))
+    except InvalidBody as exc:
+        return field_response(exc.error)
+
+
+async def _off_loop(raw: bytes, work: Callable[[], T]) -> T:
+    """``work()`` on the event loop for a small body, in the threadpool for a large one: decoding and
+    checking megabytes of JSON must not stall every other request of the process."""
+    if len(raw) <= OFF_LOOP_BYTES:
+        return work()
+    return await anyio.to_thread.run_sync(work)
+
+
+async def parse_body(request: Request, model: type[M]) -> M | JSONResponse:
+    """The body validated as ``model``, or the 422 naming what is wrong (see :func:`pydantic_error`)."""
+    data = await read_json(request)
+    if isinstance(data, JSONResponse):
+        return data
+    try:
+        return await _off_loop(await request.body(), partial(model.model_validate, data))
+    except ValidationError as exc:
+        return field_response(pydantic_error(exc.errors(include_url=False)[0]))
+
+
+def json_body(model: type[M]) -> Callable[[Request], Awaitable[M | JSONResponse]]:
+    """A FastAPI dependency: the body as ``model``, or the 422 response (the route returns it as is)."""
+
+    async def body_as_model(request: Request) -> M | JSONResponse:
+        return await parse_body(request, model)
+
+    return body_as_model
+
+
+async def json_object(request: Request) -> dict[str, Any] | JSONResponse:
+    """A FastAPI dependency: the body as a JSON object, or the 422 ``invalid_json`` response."""
+    data: dict[str, Any] | JSONResponse = await read_json(request)
+    return data
+
+
+JsonObject = Annotated[dict[str, Any] | JSONResponse, Depends(json_object)]
+"""A route parameter: the body as a JSON object, or the 422 response to return as is."""
+
+
+def producer_of(request: Request) -> Producer:
+    producer: Producer = request.app.state.producer
+    return producer
+
+
+def settings_of(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings

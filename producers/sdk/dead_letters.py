@@ -1,0 +1,89 @@
+"""Operations shared by the CLI and the HTTP API: redriving dead events (as they were, or with an edited
+payload), discarding them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from producers.sdk.producer import Producer
+from worker.documents.event_body import body_of, stored_body
+from worker.intake.source_event import EventError, InvalidEvent
+from worker.ops.runs import discard
+
+__all__ = ["discard_events", "edited_bodies", "redrive_events"]
+
+# The SourceEvent fields a stored event (the worker's Source) carries over to an edited one.
+_EVENT_FIELDS = ("sourceType", "sourceId", "scopeKey", "timestamp", "userId", "agentId", "workspaceId")
+
+
+def redrive_events(
+    producer: Producer,
+    event_ids: Sequence[str] | None,
+    *,
+    bodies: Mapping[str, str] | None = None,
+    tenant: str | None = None,
+) -> dict[str, Any]:
+    """Requeue the given dead events (all of them when ``event_ids`` is None), each at its scope's tail.
+
+    The event keeps its id and dedupe record; its attempts restart at 0; actions it already applied stay
+    applied (their idempotency lanes are untouched), so a redrive can only finish what failed. ``bodies``
+    (from :func:`edited_bodies`) replace the stored events of those ids. ``tenant``: the producer's by default.
+    """
+    store, keys = producer.store, producer.store.keys.for_tenant(tenant or producer.tenant)
+    ids = list(event_ids) if event_ids is not None else store.dlq_ids(keys)
+    redriven: list[str] = []
+    not_dead: list[str] = []
+    scheduled: set[str] = set()
+    for event_id in ids:
+        ok, scope_key, publish = store.redrive(keys, event_id, body=(bodies or {}).get(event_id, ""))
+        if not ok or scope_key is None:
+            not_dead.append(event_id)
+            continue
+        redriven.append(event_id)
+        if publish and scope_key not in scheduled:
+            scheduled.add(scope_key)
+            producer.fair.publish(keys.scope_ref(scope_key))
+    return {"redriven": redriven, "notDead": not_dead}
+
+
+def edited_bodies(
+    producer: Producer, edits: Sequence[tuple[str, Any]], *, tenant: str | None = None
+) -> dict[str, str]:
+    """The stored bodies of ``edits`` (``(eventId, payload)``) with their payloads replaced, each payload
+    validated like a new event's (the SourceEvent rules and the plugins' payload schemas): InvalidEvent names
+    ``events[i].payload.<field>``. The event keeps its id, scope, source type and source id, so its dedupe
+    identity stays; an unknown id is left out (the redrive answers it ``notDead``)."""
+    tenant = tenant or producer.tenant
+    store, keys = producer.store, producer.store.keys.for_tenant(tenant)
+    bodies: dict[str, str] = {}
+    for index, (event_id, payload) in enumerate(edits):
+        fields = ("event", "scopeKey", "sourceType", "sourceId")
+        found = store.client.hmget(store.locate(keys, event_id).event(event_id), fields)
+        stored = body_of({f: str(v) for f, v in zip(fields, found, strict=True) if v is not None}, event_id)
+        if stored is None:
+            continue
+        data = {name: stored[name] for name in _EVENT_FIELDS if stored.get(name) is not None}
+        prepared = producer.validate({**data, "payload": payload}, prefix=f"events[{index}]", tenant=tenant)
+        if (
+            prepared.event_id != event_id
+        ):  # pragma: no cover - the fields that make the id are the stored ones
+            raise InvalidEvent(
+                EventError(
+                    code="invalid_field",
+                    message="the edit changes the event's identity",
+                    field=f"events[{index}]",
+                )
+            )
+        bodies[event_id] = stored_body({**stored, "payload": payload})
+    return bodies
+
+
+def discard_events(
+    producer: Producer, event_ids: Sequence[str] | None, reason: str, *, tenant: str | None = None
+) -> dict[str, Any]:
+    """Discard the given dead events (all of them when ``event_ids`` is None), each kept as an audit record."""
+    store, keys = producer.store, producer.store.keys.for_tenant(tenant or producer.tenant)
+    ids = list(dict.fromkeys(event_ids)) if event_ids is not None else store.dlq_ids(keys)
+    discarded, not_dead = discard(store, keys, ids, reason)
+    return {"discarded": discarded, "notDead": not_dead}
