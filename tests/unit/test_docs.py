@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings
 
-from producers._cli import build_parser
-from producers._http import create_web_app
+from producers.cli.main import build_parser
+from producers.http.app import create_web_app
 from tests.support.routes import flat_routes
 from worker.runtime.assembly import load_plugins
 from worker.settings import ENV_PREFIX, OTHER_ENV_NAMES, Settings
