@@ -54,6 +54,7 @@ from worker.core.nodes import (
 from worker.intake.emitter import AdmissionHook
 from worker.intake.source_event import EnqueueResult
 from worker.keys.layout import Keys
+from worker.ops.erasure import UserEraser
 from worker.runtime.plugin_model import Plugin, PluginRuntime, PluginTask
 from worker.settings import PluginSettings, Settings
 from worker.store.events import PreparedEvent
@@ -89,6 +90,7 @@ __all__ = [
     "Signal",
     "SignalRef",
     "Source",
+    "UserEraser",
     "Wait",
     "action_from",
     "add_user_bytes",

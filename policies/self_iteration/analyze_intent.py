@@ -25,6 +25,7 @@ from typing import Any
 
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.judges import DomainTarget, SatisfactionVerdict
+from policies.self_iteration.keys import SelfIterationKeys
 from policies.self_iteration.procedure import should_suppress
 from worker.plugin import Conclude, Dispatch, HandlerContext, Signal, Source, action_from, signal_from
 
@@ -52,8 +53,8 @@ def _diagnostic(ctx: HandlerContext, stage: str, source_id: str, exc: Exception)
         "error": str(exc)[:480],
         "at": int(time.time() * 1000),
     }
-    ctx.effects.call("LPUSH", ctx.keys.diagnostics, json.dumps(entry, ensure_ascii=False))
-    ctx.effects.call("LTRIM", ctx.keys.diagnostics, 0, 999)
+    ctx.effects.call("LPUSH", SelfIterationKeys(ctx.keys).diagnostics, json.dumps(entry, ensure_ascii=False))
+    ctx.effects.call("LTRIM", SelfIterationKeys(ctx.keys).diagnostics, 0, 999)
 
 
 def satisfaction_judge(source: Source, ctx: HandlerContext) -> Dispatch | Conclude | None:
@@ -196,7 +197,7 @@ def _write_intent_record(ctx: HandlerContext, signal: Signal, pending: bool) -> 
             }.items()
             if v is not None
         }
-    key = ctx.keys.skill_intents(ctx.scope_key)
+    key = SelfIterationKeys(ctx.keys).skill_intents(ctx.scope_key)
     ctx.effects.call(
         "HSET", key, f"skill-intent-record:{p['messageId']}", json.dumps(record, ensure_ascii=False)
     )
@@ -223,10 +224,10 @@ def _observation_record(ctx: HandlerContext, signal: Signal) -> dict[str, Any]:
 def _accumulate(ctx: HandlerContext, signal: Signal) -> Dispatch | None:
     """Record the observation; at 2 records scoring >= 1 dispatch LobeHub's batch score (``maintain``)."""
     record = _observation_record(ctx, signal)
-    records_key = ctx.keys.procedure(ctx.scope_key)
+    records_key = SelfIterationKeys(ctx.keys).procedure(ctx.scope_key)
     ctx.effects.call("HSET", records_key, record["id"], json.dumps(record, ensure_ascii=False))
     ctx.effects.call("EXPIRE", records_key, PROCEDURE_TTL_S)
-    key = ctx.keys.skill_candidates(ctx.scope_key)
+    key = SelfIterationKeys(ctx.keys).skill_candidates(ctx.scope_key)
     item = json.dumps(
         {"recordId": record["id"], "score": SKILL_CANDIDATE_DELTA, "at": int(time.time() * 1000)}
     )
@@ -276,7 +277,7 @@ def _mark_accumulated(ctx: HandlerContext, signal: Signal, scored_id: str, recor
         "sourceId": signal.source.source_id,
         "expiresAt": int(time.time() * 1000) + PROCEDURE_TTL_S * 1000,
     }
-    key = ctx.keys.procedure_marker(ctx.scope_key, "skill", "implicit_positive", proc)
+    key = SelfIterationKeys(ctx.keys).procedure_marker(ctx.scope_key, "skill", "implicit_positive", proc)
     ctx.effects.call("SET", key, json.dumps(marker), "EX", PROCEDURE_TTL_S)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from policies.dmail import RECEIPT_ACTION
 from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.keys import SelfIterationKeys
 from policies.self_iteration.receipts import build_self_iteration_receipts
 from worker.plugin import (
     Action,
@@ -90,7 +91,7 @@ def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
     if not assistant or not user_message or not p.get("topicId"):
         return None
     field = f"skill-intent-record:{user_message}"
-    intents_key = ctx.keys.skill_intents(ctx.scope_key)
+    intents_key = SelfIterationKeys(ctx.keys).skill_intents(ctx.scope_key)
     raw = deps.redis.hget(intents_key, field)
     record = json.loads(raw) if raw else None
     if not record or not record.get("pendingSynthesis"):
@@ -133,7 +134,7 @@ def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
 
 def consume_pending_synthesis(ctx: HandlerContext, user_message: str) -> None:
     """Stage the removal of a parked candidate's ``pendingSynthesis`` (applied with the action's lane)."""
-    key = ctx.keys.skill_intents(ctx.scope_key)
+    key = SelfIterationKeys(ctx.keys).skill_intents(ctx.scope_key)
     field = f"skill-intent-record:{user_message}"
     raw = ctx.deps(SelfIterationDeps).redis.hget(key, field)
     record = json.loads(raw) if raw else None

@@ -17,6 +17,7 @@ from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import WatchError
 
+from policies.self_iteration.keys import SelfIterationKeys
 from worker.plugin import Keys, add_user_bytes
 
 __all__ = ["DocumentStore", "RollbackStatus"]
@@ -46,6 +47,7 @@ class DocumentStore:
     def __init__(self, client: Redis, keys: Keys) -> None:
         self.client = client
         self.keys = keys
+        self.si = SelfIterationKeys(keys)
 
     # ---- memories ----------------------------------------------------------------------------------
 
@@ -62,29 +64,29 @@ class DocumentStore:
             "createdAt": int(time.time() * 1000),
         }
         stored = json.dumps(memory, ensure_ascii=False)
-        if self.client.hsetnx(self.keys.memories(user_id), memory["id"], stored):
+        if self.client.hsetnx(self.si.memories(user_id), memory["id"], stored):
             add_user_bytes(self.client, self.keys, user_id, _size(stored))  # the user's storage quota
         return self.get_memory(user_id, memory["id"]) or memory
 
     def get_memory(self, user_id: str, memory_id: str) -> dict[str, Any] | None:
-        raw = self.client.hget(self.keys.memories(user_id), memory_id)
+        raw = self.client.hget(self.si.memories(user_id), memory_id)
         return None if raw is None else dict(json.loads(raw))
 
     def list_memories(self, user_id: str) -> list[dict[str, Any]]:
-        items = [json.loads(v) for v in self.client.hvals(self.keys.memories(user_id))]
+        items = [json.loads(v) for v in self.client.hvals(self.si.memories(user_id))]
         return sorted(items, key=lambda m: m["createdAt"], reverse=True)
 
     # ---- skills ------------------------------------------------------------------------------------
 
     def find_skill(self, user_id: str, agent_id: str, title: str) -> dict[str, Any] | None:
-        return _find(self.client.hvals(self.keys.skills(user_id, agent_id)), title)
+        return _find(self.client.hvals(self.si.skills(user_id, agent_id)), title)
 
     def get_skill(self, user_id: str, agent_id: str, document_id: str) -> dict[str, Any] | None:
-        raw = self.client.hget(self.keys.skills(user_id, agent_id), document_id)
+        raw = self.client.hget(self.si.skills(user_id, agent_id), document_id)
         return None if raw is None else dict(json.loads(raw))
 
     def list_skills(self, user_id: str, agent_id: str) -> list[dict[str, Any]]:
-        docs = [json.loads(v) for v in self.client.hvals(self.keys.skills(user_id, agent_id))]
+        docs = [json.loads(v) for v in self.client.hvals(self.si.skills(user_id, agent_id))]
         return sorted(docs, key=lambda d: d["updatedAt"], reverse=True)
 
     def upsert_skill(
@@ -97,7 +99,7 @@ class DocumentStore:
         is kept under its ``source_id`` (``skill-runs``), so a run delivered again (the outbox and the task are
         at least once) answers what its first delivery did and writes nothing: not a second version, and not
         over a later run or an undo."""
-        skills, runs = self.keys.skills(user_id, agent_id), self.keys.skill_runs(user_id, agent_id)
+        skills, runs = self.si.skills(user_id, agent_id), self.si.skill_runs(user_id, agent_id)
         for _ in range(UPSERT_ATTEMPTS):
             with self.client.pipeline(transaction=True) as pipe:
                 try:
@@ -115,7 +117,7 @@ class DocumentStore:
         self, pipe: Pipeline, owner: tuple[str, str], title: str, content: str, source_id: str
     ) -> tuple[str, dict[str, Any], str | None]:
         user_id, agent_id = owner
-        key = self.keys.skills(user_id, agent_id)
+        key = self.si.skills(user_id, agent_id)
         existing = _find(pipe.hvals(key), title)
         now = int(time.time() * 1000)
         history_id: str | None = None
@@ -149,10 +151,10 @@ class DocumentStore:
         pipe.multi()
         if existing is not None and history_id is not None:
             pipe.hset(
-                self.keys.skill_history(existing["id"]), history_id, json.dumps(existing, ensure_ascii=False)
+                self.si.skill_history(existing["id"]), history_id, json.dumps(existing, ensure_ascii=False)
             )
         pipe.hset(key, doc["id"], stored)
-        pipe.hset(self.keys.skill_runs(user_id, agent_id), source_id, answer)
+        pipe.hset(self.si.skill_runs(user_id, agent_id), source_id, answer)
         add_user_bytes(pipe, self.keys, user_id, added)  # the user's storage quota, in the same transaction
         pipe.execute()
         return api, doc, history_id
@@ -161,7 +163,7 @@ class DocumentStore:
         self, user_id: str, agent_id: str, document_id: str, history_id: str, expected_updated_at: int
     ) -> RollbackStatus:
         """Restore the version ``history_id`` if the document is still at ``expected_updated_at``."""
-        key = self.keys.skills(user_id, agent_id)
+        key = self.si.skills(user_id, agent_id)
         with self.client.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(key)  # type: ignore[no-untyped-call]
@@ -171,7 +173,7 @@ class DocumentStore:
                 current = json.loads(raw)
                 if int(current["updatedAt"]) != int(expected_updated_at):
                     return "conflict"
-                old = pipe.hget(self.keys.skill_history(document_id), history_id)
+                old = pipe.hget(self.si.skill_history(document_id), history_id)
                 if old is None:
                     return "not_found"
                 restored = {

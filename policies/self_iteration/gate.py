@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from policies.self_iteration.keys import SelfIterationKeys
 from worker.plugin import Keys
 
 __all__ = ["GATED_SOURCE_TYPES", "enabled_for", "set_override"]
@@ -32,7 +33,7 @@ def enabled_for(client: Any, keys: Keys, default: bool, user_ids: Sequence[str |
     if not known:
         return [default for _ in user_ids]
     try:
-        values = dict(zip(known, client.hmget(keys.self_iteration_overrides, known), strict=True))
+        values = dict(zip(known, client.hmget(SelfIterationKeys(keys).overrides, known), strict=True))
     except Exception:
         return [False for _ in user_ids]
     out = []
@@ -48,6 +49,6 @@ def _text(value: Any) -> str:
 
 def set_override(client: Any, keys: Keys, user_id: str, enabled: bool | None) -> None:
     if enabled is None:
-        client.hdel(keys.self_iteration_overrides, user_id)
+        client.hdel(SelfIterationKeys(keys).overrides, user_id)
     else:
-        client.hset(keys.self_iteration_overrides, user_id, "1" if enabled else "0")
+        client.hset(SelfIterationKeys(keys).overrides, user_id, "1" if enabled else "0")

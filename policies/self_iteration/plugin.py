@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from policies.self_iteration.bundle import self_iteration_policies
 from policies.self_iteration.deps import SelfIterationDeps, SelfIterationSettings
 from policies.self_iteration.documents import DocumentStore
+from policies.self_iteration.erasure import erase_user
 from policies.self_iteration.gate import GATED_SOURCE_TYPES, enabled_for
 from policies.self_iteration.reference_agent import completion_event, run_reference_agent
 from policies.self_iteration.runners import (
@@ -143,4 +144,5 @@ def plugin() -> Plugin:
         payload_schemas={t: ToolOutcomePayload for t in ("tool.outcome.completed", "tool.outcome.failed")},
         # the completion fan-out reads the run's user there: it must be the event's (the credential's) user
         user_fields={"agent.execution.completed": ["selfIteration.userId"]},
+        erase_user=erase_user,
     )

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.keys import SelfIterationKeys
 from worker.plugin import Dispatch, HandlerContext, Source, signal_from
 
 __all__ = ["REFLECTION_THRESHOLDS", "procedure_key", "should_suppress", "tool_outcome_procedure"]
@@ -53,7 +54,9 @@ def procedure_key(payload: dict[str, Any], source_id: str) -> str:
 
 def should_suppress(ctx: HandlerContext, *, domain_key: str, candidates: list[str], proc: str) -> bool:
     """An active ``handled`` marker for any candidate intent class suppresses the planned action."""
-    keys = [ctx.keys.procedure_marker(ctx.scope_key, domain_key, i, proc) for i in candidates]
+    keys = [
+        SelfIterationKeys(ctx.keys).procedure_marker(ctx.scope_key, domain_key, i, proc) for i in candidates
+    ]
     markers = ctx.deps(SelfIterationDeps).redis.mget(keys)
     return any(raw and json.loads(raw).get("markerType") == "handled" for raw in markers)
 
@@ -115,10 +118,10 @@ def _stage_record(
     ctx: HandlerContext, record: dict[str, Any], p: dict[str, Any], source_id: str, status: str
 ) -> None:
     """The procedure record, the scope's last procedure receipts and (when allowed) the handled marker."""
-    proc_key = ctx.keys.procedure(ctx.scope_key)
+    proc_key = SelfIterationKeys(ctx.keys).procedure(ctx.scope_key)
     ctx.effects.call("HSET", proc_key, record["id"], json.dumps(record, ensure_ascii=False))
     ctx.effects.call("EXPIRE", proc_key, PROCEDURE_TTL_S)
-    receipts_key = ctx.keys.procedure_receipts(ctx.scope_key)
+    receipts_key = SelfIterationKeys(ctx.keys).procedure_receipts(ctx.scope_key)
     receipt = {
         "id": f"procedure-receipt:{record['id']}",
         "recordId": record["id"],
@@ -138,7 +141,7 @@ def _stage_record(
         "procedureKey": proc,
         "expiresAt": int(time.time() * 1000) + PROCEDURE_TTL_S * 1000,
     }
-    key = ctx.keys.procedure_marker(ctx.scope_key, domain_key, intent, proc)
+    key = SelfIterationKeys(ctx.keys).procedure_marker(ctx.scope_key, domain_key, intent, proc)
     ctx.effects.call("SET", key, json.dumps(marker), "EX", PROCEDURE_TTL_S)
 
 
@@ -157,7 +160,7 @@ def _accumulate(ctx: HandlerContext, source: Source, record: dict[str, Any], too
     follow-up and its ``emitted`` flag commit together with this event, or neither)."""
     p = source.payload
     scope_type, scope_id = _reflection_scope(p, ctx.scope_key)
-    acc_key = ctx.keys.reflection_accumulator(ctx.scope_key, scope_type, scope_id)
+    acc_key = SelfIterationKeys(ctx.keys).reflection_accumulator(ctx.scope_key, scope_type, scope_id)
     fields = _counted_fields(record, tool)
     read = [*fields.values(), "windowStart", *(f"emitted:{reason}" for reason in fields)]
     values = ctx.deps(SelfIterationDeps).redis.hmget(acc_key, read)

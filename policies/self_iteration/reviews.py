@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.keys import SelfIterationKeys
 from policies.self_iteration.runners import AGENT_RUN_OUTBOX, RunRequest, operation_id_for
 from worker.plugin import Conclude, HandlerContext, Source
 
@@ -54,7 +55,7 @@ def _run(
     deps = ctx.deps(SelfIterationDeps)
     if not deps.enabled(str(p["userId"]), ctx.keys):
         return Conclude(concluded={"status": "skipped", "reason": "gate_disabled"})
-    guard = ctx.keys.review_guard(f"{kind}-guard:{key}")
+    guard = SelfIterationKeys(ctx.keys).review_guard(f"{kind}-guard:{key}")
     if deps.redis.exists(guard):
         return Conclude(concluded={"status": "deduped", "reason": "guard_held", "guardKey": key})
     marker = {"kind": kind, "sourceId": source.source_id, "agentId": p["agentId"]}

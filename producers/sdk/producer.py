@@ -74,6 +74,7 @@ class Producer:
         self.emitter = assembly.emitter
         self.emitter.enforce_limits = True  # this is the door: inbox and tenant limits apply
         self.deps: Deps = assembly.deps
+        self.erasers = assembly.erasers  # the plugins' parts of erasing a user
         self.runtime: PluginRuntime = assembly.runtime
 
     @property

@@ -19,6 +19,7 @@ import pytest
 from redis import Redis
 
 from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.keys import SelfIterationKeys
 from producers import Producer
 from tests.conftest import wait_for
 from tests.support.waiting import relay_for
@@ -96,7 +97,7 @@ def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_s
         }
     )
     assert _drain_until_final(pipeline, producer, "topic:tpc_p", parked.event_id)["status"] == "done"
-    intents = producer.keys.for_bucket(0).skill_intents("topic:tpc_p")
+    intents = SelfIterationKeys(producer.keys).skill_intents("topic:tpc_p")
     record = json.loads(producer.store.client.hget(intents, "skill-intent-record:msg_p1") or "{}")
     assert "pendingSynthesis" in record, "the skill candidate should be parked until the run completes"
     completed = producer.enqueue(

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.keys import SelfIterationKeys
 from policies.self_iteration.runners import RunnerError, RunRequest, WebhookRunner
 from policies.webhook_signing import verify_webhook
 from producers import Producer
@@ -113,7 +114,8 @@ def test_judge_adapter(make_settings: Any, judge_server: Server) -> None:
         == "malformed satisfaction classifier output"
     )
     (diagnostic,) = [
-        json.loads(x) for x in producer.store.client.lrange(producer.keys.for_bucket(0).diagnostics, 0, -1)
+        json.loads(x)
+        for x in producer.store.client.lrange(SelfIterationKeys(producer.keys).diagnostics, 0, -1)
     ]
     assert (
         diagnostic["stage"] == "satisfaction"

@@ -63,7 +63,8 @@ def test_the_readme_example_runs_through_the_engine(
     assert (ada.status, grace.status) == ("accepted", "accepted")
     assert producer.enqueue(_signup("s1", "u1", {"name": "Ada"})).status == "duplicate"
     wait_for(
-        lambda: all(producer.status(r.event_id)["status"] == "done" for r in (ada, grace)), what="both sign-ups"
+        lambda: all(producer.status(r.event_id)["status"] == "done" for r in (ada, grace)),
+        what="both sign-ups",
     )
     keys = Keys(settings.key_prefix)
     assert redis_client.lrange(keys.plugin("user:u1", "welcomed"), 0, -1) == ["Ada"]

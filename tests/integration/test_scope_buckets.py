@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
+from policies.self_iteration.keys import SelfIterationKeys
 from producers import Producer
 from tests.conftest import SettingsFactory, wait_for
 from tests.support.waiting import outbox_settled
@@ -219,7 +220,9 @@ def test_reads_fan_out_over_the_buckets(
         k.event("e"),
     ]
     assert len({slot_tag(key) for key in one_scope_keys}) == 1
-    assert slot_tag(k.memories("u")) == keys.tenant  # user data stays in the tenant's home slot
+    assert (
+        slot_tag(SelfIterationKeys(k).memories("u")) == keys.tenant
+    )  # user data stays in the tenant's home slot
     assert json.loads(json.dumps(store.dlq_list(tenant))) == []
     producer.close()
 

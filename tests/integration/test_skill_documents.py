@@ -11,6 +11,7 @@ import pytest
 from redis import Redis
 
 from policies.self_iteration.documents import DocumentStore
+from policies.self_iteration.keys import SelfIterationKeys
 from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
@@ -51,7 +52,7 @@ def test_concurrent_runs_for_one_skill_create_it_once_and_keep_every_version(
     assert apis == ["createSkillIfAbsent"] + ["replaceSkillContentCAS"] * (RUNS - 1)
     (current,) = DocumentStore(redis_client, keys).list_skills("u1", "agt_1")
     assert current["version"] == RUNS
-    history = redis_client.hgetall(keys.skill_history(current["id"]))
+    history = redis_client.hgetall(SelfIterationKeys(keys).skill_history(current["id"]))
     assert sorted(h for _, _, h in results if h) == sorted(history)
     assert sorted(int(d["version"]) for _, d, _ in results) == list(range(1, RUNS + 1))
 
@@ -70,7 +71,7 @@ def test_a_run_delivered_again_answers_what_it_did_without_a_second_version(
     assert again == updated
     (current,) = store.list_skills("u1", "agt_1")
     assert current["version"] == 2 and current["content"] == "b"
-    assert len(redis_client.hgetall(keys.skill_history(current["id"]))) == 1
+    assert len(redis_client.hgetall(SelfIterationKeys(keys).skill_history(current["id"]))) == 1
 
 
 def test_a_run_delivered_again_after_a_later_run_or_an_undo_writes_nothing(
@@ -93,4 +94,4 @@ def test_a_run_delivered_again_after_a_later_run_or_an_undo_writes_nothing(
     )
     (current,) = store.list_skills("u1", "agt_1")
     assert current["content"] == "a" and current["restoredFrom"] == history_id
-    assert len(redis_client.hgetall(keys.skill_history(current["id"]))) == 1
+    assert len(redis_client.hgetall(SelfIterationKeys(keys).skill_history(current["id"]))) == 1

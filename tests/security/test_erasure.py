@@ -166,10 +166,41 @@ def test_erasure_keeps_a_scope_that_also_holds_events_of_nobody_in_particular(
     theirs = producer.enqueue(
         {"sourceType": "test.noop", "sourceId": "n1", "scopeKey": "topic:mixed", "payload": {}}
     )
-    report = erase_user(producer.store, producer.keys, GONE, session_scope=session_scope)
+    report = erase_user(
+        producer.store, producer.keys, GONE, session_scope=session_scope, erasers=producer.erasers
+    )
     assert report.removed["eventPayloads"] == 1 and report.removed.get("scopes", 0) == 0
     inbox = redis_client.lrange(keys.inbox("topic:mixed"), 0, -1)
     assert inbox == [theirs.event_id]
     assert producer.status(theirs.event_id)["status"] == "queued"  # type: ignore[index]
     assert producer.status(mine.event_id)["status"] == "erased"  # type: ignore[index]
     assert int(producer.store.stats(producer.keys)["queued"]) == 1
+
+
+def test_a_plugin_s_eraser_runs_with_the_user_s_scopes_and_its_counts_join_the_report(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """The engine walks what the plugins declare: each eraser gets the tenant's keys, the user and the user's
+    scopes, and what it removed is in the report (the shipped self-iteration eraser's kinds, and this one's)."""
+    from producers import Producer
+    from sessions.store import session_scope
+    from worker.ops.erasure import erase_user
+    from worker.plugin import Keys
+
+    producer = Producer(make_settings(extra_source_types=["test.noop"]))
+    producer.enqueue(
+        {"sourceType": "test.noop", "sourceId": "p1", "scopeKey": "topic:own", "userId": GONE, "payload": {}}
+    )
+    calls: list[tuple[str, str, frozenset[str]]] = []
+
+    def mine(client: Any, tenant: Keys, user_id: str, scopes: frozenset[str]) -> dict[str, int]:
+        calls.append((tenant.tenant, user_id, scopes))
+        return {"widgets": int(client.delete(tenant.plugin_home("widgets", user_id)))}
+
+    redis_client.set(keys.plugin_home("widgets", GONE), "w")
+    erasers = [*producer.erasers, mine]
+    report = erase_user(producer.store, producer.keys, GONE, session_scope=session_scope, erasers=erasers)
+    assert calls == [("default", GONE, frozenset({"topic:own"}))]
+    assert report.removed["widgets"] == 1 and not redis_client.exists(keys.plugin_home("widgets", GONE))
+    assert "memories" in report.removed  # the shipped plugin's part ran too
+    producer.close()

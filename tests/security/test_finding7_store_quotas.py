@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 
+from policies.self_iteration.keys import SelfIterationKeys
 from tests.conftest import SettingsFactory, wait_for
 from tests.security.conftest import ClientFactory
 from worker.keys.layout import BucketKeys
@@ -204,7 +205,11 @@ def test_receipts_memories_and_skills_are_counted_for_their_user(
     kept = int(redis_client.hget(keys.user_bytes("carol"), "keep") or 0)
     stored = [
         redis_client.hvals(k)
-        for k in (keys.memories("carol"), keys.skills("carol", "a"), keys.skill_runs("carol", "a"))
+        for k in (
+            SelfIterationKeys(keys).memories("carol"),
+            SelfIterationKeys(keys).skills("carol", "a"),
+            SelfIterationKeys(keys).skill_runs("carol", "a"),
+        )
     ]
     history = sum(
         len(v.encode())

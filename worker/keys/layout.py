@@ -102,6 +102,19 @@ class Keys(EngineWide, LimitKeys):
         """A plugin's own key in a scope (``ctx.key(name)``): prefix and hash tag included."""
         return f"{self.scope_prefix(scope_key)}plugin:{{{scope_key}}}:{name}"
 
+    # --- a plugin's own families: the plugin names them, the builder places them ---
+
+    def plugin_scoped(self, family: str, scope_key: str, *parts: str) -> str:
+        """A plugin's key of one scope, in the scope's bucket: ``<family>:{<scope>}[:<part>…]`` (``ctx.key(name)``
+        is ``plugin_scoped("plugin", scope, name)``). The family is the plugin's own word, never an engine
+        family (:data:`ENGINE_FAMILIES`: a handler's staged write to one is refused)."""
+        tail = "".join(f":{p}" for p in parts)
+        return f"{self.scope_prefix(scope_key)}{family}:{{{scope_key}}}{tail}"
+
+    def plugin_home(self, family: str, *parts: str) -> str:
+        """A plugin's key in the tenant's home slot (user data, read across scopes): ``<family>[:<part>…]``."""
+        return f"{self.home_prefix}{family}{''.join(f':{p}' for p in parts)}"
+
     # --- the outbox: outbound calls committed with the event, delivered by the relay ---
 
     def outbox_record(self, scope_key: str, record_id: str) -> str:
@@ -111,22 +124,6 @@ class Keys(EngineWide, LimitKeys):
     def outbox_of_event(self, scope_key: str, event_id: str) -> str:
         """The ids of the outbox records one event staged (its run detail lists them)."""
         return f"{self.scope_prefix(scope_key)}outbox-of:{{{scope_key}}}:{event_id}"
-
-    def procedure(self, scope_key: str) -> str:
-        """record id -> procedure record (JSON)."""
-        return f"{self.scope_prefix(scope_key)}procedure:{{{scope_key}}}"
-
-    def procedure_marker(self, scope_key: str, domain_key: str, intent: str, procedure_key: str) -> str:
-        """A ``handled`` marker: one key (LobeHub double-prefixes it, quirk 10)."""
-        return f"{self.scope_prefix(scope_key)}procedure-marker:{{{scope_key}}}:{domain_key}:{intent}:{procedure_key}"
-
-    def procedure_receipts(self, scope_key: str) -> str:
-        """The scope's last procedure receipts (JSON list items, newest first)."""
-        return f"{self.scope_prefix(scope_key)}procedure-receipts:{{{scope_key}}}"
-
-    def reflection_accumulator(self, scope_key: str, scope_type: str, scope_id: str) -> str:
-        """Self-reflection counters of one reflection scope (task, operation or topic)."""
-        return f"{self.scope_prefix(scope_key)}self-reflection-accumulator:{{{scope_key}}}:{scope_type}:{scope_id}"
 
     # --- the broker ---
 
@@ -160,36 +157,6 @@ class Keys(EngineWide, LimitKeys):
         """The session's function runtime (active set, states, ledgers, artifacts) as one JSON document."""
         return f"{self.home_prefix}fnstate:{{{scope_key}}}"
 
-    # --- self-iteration data (the reference runner's small real store) ---
-
-    def memories(self, user_id: str) -> str:
-        """memory id -> JSON, per user."""
-        return f"{self.home_prefix}memories:{user_id}"
-
-    def skills(self, user_id: str, agent_id: str) -> str:
-        """skill document id -> JSON (current version), per user and agent."""
-        return f"{self.home_prefix}skills:{user_id}:{agent_id}"
-
-    def skill_runs(self, user_id: str, agent_id: str) -> str:
-        """run source id -> JSON of what that run did to the agent's skills (a redelivered run answers it)."""
-        return f"{self.home_prefix}skill-runs:{user_id}:{agent_id}"
-
-    def skill_history(self, document_id: str) -> str:
-        """history id -> JSON of a previous version (for CAS rollback)."""
-        return f"{self.home_prefix}skill-history:{document_id}"
-
-    def skill_intents(self, scope_key: str) -> str:
-        """LobeHub's skill-intent records of a scope (parked skill candidates)."""
-        return f"{self.scope_prefix(scope_key)}skill-intent:{{{scope_key}}}"
-
-    def skill_candidates(self, scope_key: str) -> str:
-        """Accumulated weak skill candidates of a scope (score bucket)."""
-        return f"{self.scope_prefix(scope_key)}skill-candidates:{{{scope_key}}}"
-
-    def review_guard(self, guard_key: str) -> str:
-        """nightly-review-guard:<key> etc.: one run per review window."""
-        return f"{self.home_prefix}dedupe:{guard_key}"
-
     def conversation(self, user_id: str, agent_id: str, topic_id: str) -> str:
         """Messages of a conversation as seen in events (JSON list items), for the receipts UI."""
         return f"{self.home_prefix}conversation:user:{user_id}:agent:{agent_id}:topic:{topic_id}"
@@ -213,16 +180,6 @@ class Keys(EngineWide, LimitKeys):
     def conversations(self) -> str:
         """Known conversations: "<userId>\x1f<agentId>\x1f<topicId>" -> last activity (ms)."""
         return f"{self.home_prefix}conversations"
-
-    @property
-    def diagnostics(self) -> str:
-        """Malformed judge answers (newest first), for operators."""
-        return f"{self.home_prefix}diagnostics"
-
-    @property
-    def self_iteration_overrides(self) -> str:
-        """userId -> "1" | "0": per-user override of the self-iteration feature gate."""
-        return f"{self.home_prefix}features:self-iteration"
 
     def receipts_feed(self, user_id: str) -> str:
         """Pub/sub channel announcing one user's new receipt ids (the SSE stream listens here and filters)."""
@@ -347,8 +304,6 @@ class BucketKeys(Keys):
     def journal_lock(self) -> str:
         """Who applies the bucket's journal now (a relay's token, PX its lease; or a backoff after a failure)."""
         return f"{self.bucket_prefix}journal-lock"
-
-    # --- the tool-outcome procedure (self-iteration plugin) ---
 
     def user_events(self, user_id: str) -> str:
         """One user's event ids by enqueue time (zset, dedupe window): erasure and the runs explorer use it."""

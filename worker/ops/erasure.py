@@ -2,9 +2,11 @@
 
 Every key that holds a user's data is found from the tenant and the user, by design (``worker/keys/layout.py``):
 
-* user-keyed families: memories, skills (and each document's version history), receipts (bodies and indexes),
-  conversations, the user's conversation and session indexes, the feature override, review guards naming
-  the user, and the count of their stored bytes (worker/store/quotas.py: their storage quota starts again at 0);
+* the engine's user-keyed families: receipts (bodies and indexes), conversations, the user's conversation and
+  session indexes, and the count of their stored bytes (worker/store/quotas.py: their storage quota starts
+  again at 0); then each plugin's part (``Plugin.erase_user``: self-iteration drops memories, skills and their
+  versions, the feature override, review guards and judge diagnostics naming the user,
+  policies/self_iteration/erasure.py);
 * the user's events, from their index ``events-of:user:U`` (written with each event): each event becomes a
   tombstone that keeps its id (so a replay of it is still a duplicate), status, attempts and times, and
   loses its payload, user, scope and source ids; its chain document and outbox records go;
@@ -22,11 +24,12 @@ hash (worker/telemetry/pseudonyms.py): the audit must not keep the id, nor a has
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from redis import Redis
 
 from worker.core.clock import now_ms
 from worker.keys.layout import Keys
@@ -34,7 +37,7 @@ from worker.store.events import EventStore
 from worker.store.reads import chain_owner
 from worker.telemetry.pseudonyms import load_pseudonyms
 
-__all__ = ["ErasureReport", "erase_user"]
+__all__ = ["ErasureReport", "UserEraser", "erase_user"]
 
 SCAN_COUNT = 500
 TOMBSTONE_DROPS = (
@@ -64,6 +67,12 @@ class ErasureReport:
         }
 
 
+UserEraser = Callable[[Redis, Keys, str, frozenset[str]], Mapping[str, int]]
+"""A plugin's part of an erasure (``Plugin.erase_user``): given the client, the tenant's keys, the user and the
+scopes of the user's events and sessions (not busy), delete what the plugin stores of that user and return the
+counts by kind (they join the report's ``removed``). It runs after the engine's part; it must be idempotent."""
+
+
 def _s(value: Any) -> str:
     return value if isinstance(value, str) else value.decode("utf-8")
 
@@ -78,9 +87,11 @@ def erase_user(
     user_id: str,
     *,
     session_scope: Callable[[str], str],
+    erasers: Sequence[UserEraser] = (),
     audit_maxlen: int = 10_000,
 ) -> ErasureReport:
-    """Erase ``user_id`` in ``tenant`` (see the module docstring); returns what was removed."""
+    """Erase ``user_id`` in ``tenant`` (see the module docstring), with each loaded plugin's ``erasers``;
+    returns what was removed."""
     report = ErasureReport(user_id)
     events = _user_events(store, tenant, user_id)
     sessions = sorted(_s(x) for x in store.client.smembers(tenant.user_sessions(user_id)))
@@ -91,7 +102,8 @@ def erase_user(
     _tombstone(store, tenant, user_id, mine, shared, report)
     _drop_user_keyed(store, tenant, user_id, report)
     _drop_scopes(store, tenant, whole, report)
-    _drop_diagnostics(store, tenant, user_id, scopes - skipped, report)
+    for erase in erasers:  # what the plugins store of the user (their families, their rules)
+        report.removed.update(erase(store.client, tenant, user_id, frozenset(scopes - skipped)))
     if not report.busy_scopes:
         indexes = [k.user_events(user_id) for k in tenant.every_bucket()]
         store.client.delete(*indexes, tenant.user_sessions(user_id))
@@ -214,18 +226,8 @@ def _drop_outbox_of(
 
 
 def _drop_user_keyed(store: EventStore, tenant: Keys, user_id: str, report: ErasureReport) -> None:
-    """Memories, skills and their histories, receipts, conversations, the override, review guards."""
+    """The engine's user-keyed families: receipts, conversations, the stored-bytes count, rate buckets."""
     k, client = tenant, store.client
-    report.removed["memories"] += int(client.hlen(k.memories(user_id)))
-    client.delete(k.memories(user_id))
-    for key in client.scan_iter(match=_glob_escape(k.skills(user_id, "")) + "*", count=SCAN_COUNT):
-        doc_ids = [_s(d) for d in client.hkeys(key)]
-        report.removed["skills"] += len(doc_ids)
-        if doc_ids:
-            report.removed["skillVersions"] += int(client.delete(*[k.skill_history(d) for d in doc_ids]))
-        client.delete(key)
-    for key in client.scan_iter(match=_glob_escape(k.skill_runs(user_id, "")) + "*", count=SCAN_COUNT):
-        client.delete(key)  # what each skill run did (its answer to a redelivery)
     # Receipts: every one the user has is in the user's own index; the per-agent/topic and per-run indexes
     # are the keys under it.
     ids = [_s(x) for x in client.zrange(k.user_receipts(user_id), 0, -1)]
@@ -244,16 +246,7 @@ def _drop_user_keyed(store: EventStore, tenant: Keys, user_id: str, report: Eras
         report.removed["conversations"] += int(client.delete(k.conversation(user, agent, topic)))
         client.zrem(k.conversations, member)
     client.delete(k.user_conversations(user_id))
-    report.removed["featureOverrides"] += int(client.hdel(k.self_iteration_overrides, user_id))
     client.delete(k.user_bytes(user_id))  # the storage quota's count: nothing of the user is left to count
-    # Review guards are "<kind>-guard:<kind>:<userId>:…" (policies/self_iteration/reviews.py): the user is the
-    # third segment, matched exactly (user ids hold no ':').
-    guard = re.compile(
-        re.escape(k.review_guard("")) + r"[a-z-]+-guard:[a-z-]+:" + re.escape(user_id) + "(:|$)"
-    )
-    for key in client.scan_iter(match=_glob_escape(k.review_guard("")) + "*", count=SCAN_COUNT):
-        if guard.match(_s(key)):
-            report.removed["reviewGuards"] += int(client.delete(key))
     # A user token's rate bucket is named "<issuer>:<userId>" (engine-wide, short-lived): drop it now.
     for key in client.scan_iter(
         match=_glob_escape(k.rate_bucket("")) + "*:" + _glob_escape(user_id), count=SCAN_COUNT
@@ -284,28 +277,3 @@ def _drop_scopes(store: EventStore, tenant: Keys, scopes: list[str], report: Era
         for due in (b.outbox_due, b.journal_due):
             for member, _ in client.zscan_iter(due, match=_glob_escape(f"{ref}\x1f") + "*"):
                 client.zrem(due, member)
-
-
-def _drop_diagnostics(
-    store: EventStore, tenant: Keys, user_id: str, scopes: set[str], report: ErasureReport
-) -> None:
-    """Judge diagnostics of the user's scopes (they quote the user's messages)."""
-    key = tenant.diagnostics
-    entries = [_s(e) for e in store.client.lrange(key, 0, -1)]
-    keep = [e for e in entries if not _mentions(e, user_id, scopes)]
-    if len(keep) == len(entries):
-        return
-    pipe = store.client.pipeline(transaction=True)
-    pipe.delete(key)
-    if keep:
-        pipe.rpush(key, *keep)
-    pipe.execute()
-    report.removed["diagnostics"] += len(entries) - len(keep)
-
-
-def _mentions(entry: str, user_id: str, scopes: set[str]) -> bool:
-    try:
-        data = json.loads(entry)
-    except ValueError:
-        return user_id in entry
-    return data.get("scopeKey") in scopes or data.get("userId") == user_id or user_id in entry

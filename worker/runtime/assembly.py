@@ -19,6 +19,7 @@ from redis import Redis
 from worker.chain.context import Deps
 from worker.chain.registry import Policy, Registry
 from worker.intake.emitter import Emitter, ReadyQueue
+from worker.ops.erasure import UserEraser
 from worker.outbox.relay import Deliverer
 from worker.runtime.plugin_model import Plugin, PluginRuntime, PluginTask
 from worker.settings import Settings, SettingsError, check_environment, plugin_settings
@@ -73,6 +74,7 @@ class Assembly:
     registry: Registry
     tasks: Sequence[PluginTask]
     deliverers: Mapping[str, Deliverer]
+    erasers: Sequence[UserEraser]  # each plugin's part of erasing a user (worker/ops/erasure.py runs them)
 
 
 def assemble(
@@ -111,4 +113,5 @@ def assemble(
     registry = Registry.from_policies([policy for p in plugins for policy in p.build_policies(runtime)])
     tasks = [task for p in plugins for task in p.tasks]
     deliverers = {kind: build(runtime) for p in plugins for kind, build in p.deliverers.items()}
-    return Assembly(plugins, runtime, emitter, deps, registry, tasks, deliverers)
+    erasers = [p.erase_user for p in plugins if p.erase_user is not None]
+    return Assembly(plugins, runtime, emitter, deps, registry, tasks, deliverers, erasers)

@@ -17,6 +17,7 @@ from worker.chain.outbox_records import Deliverer
 from worker.chain.registry import Policy
 from worker.intake.emitter import AdmissionHook, Emitter
 from worker.keys.layout import EngineKeys
+from worker.ops.erasure import UserEraser
 from worker.settings import PluginSettings, Settings
 from worker.store.receipts import ReceiptStore
 
@@ -74,6 +75,8 @@ class Plugin:
     payload_schemas: Mapping[str, type[_BaseModel]] = field(default_factory=dict)
     deliverers: Mapping[str, Callable[[PluginRuntime], Deliverer]] = field(default_factory=dict)
     user_fields: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # What it stores of a user, erased with the engine's part of ``DELETE /v1/users/{userId}``.
+    erase_user: UserEraser | None = None
 
     def build_policies(self, runtime: PluginRuntime) -> list[Policy]:
         """The plugin's policies for this process."""

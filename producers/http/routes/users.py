@@ -38,7 +38,8 @@ def delete_user(
     event running right now is left for the next call (``busyScopes`` > 0: call again); the answer is 200
     either way. A user token may erase its own user only."""
     check_user(principal, user_id, "user")
+    producer = producer_of(request)
     report = erase_user(
-        producer_of(request).store, tenant_keys(request), user_id, session_scope=session_scope
+        producer.store, tenant_keys(request), user_id, session_scope=session_scope, erasers=producer.erasers
     )
     return JSONResponse(report.to_json_dict())

@@ -16,6 +16,7 @@ from redis import Redis
 
 from policies.self_iteration.analyze_intent import CONFLICT_POLICIES, feedback_planner
 from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.keys import SelfIterationKeys
 from worker.chain.context import Deps, EffectBuffer, HandlerContext
 from worker.core.nodes import ChainRef, Conclude, Dispatch, Signal, SourceRef
 from worker.keys.layout import BucketKeys
@@ -78,14 +79,18 @@ class Planner:
         return result
 
     def records(self) -> list[dict[str, Any]]:
-        return [json.loads(v) for v in self.redis.hvals(self.keys.procedure(SCOPE))]
+        return [json.loads(v) for v in self.redis.hvals(SelfIterationKeys(self.keys).procedure(SCOPE))]
 
     def markers(self) -> list[dict[str, Any]]:
-        found = self.redis.scan_iter(match=self.keys.procedure_marker(SCOPE, "*", "*", "*"))
+        found = self.redis.scan_iter(
+            match=SelfIterationKeys(self.keys).procedure_marker(SCOPE, "*", "*", "*")
+        )
         return [json.loads(self.redis.get(k) or "{}") for k in found]
 
     def intent_record(self, message_id: str) -> dict[str, Any]:
-        raw = self.redis.hget(self.keys.skill_intents(SCOPE), f"skill-intent-record:{message_id}")
+        raw = self.redis.hget(
+            SelfIterationKeys(self.keys).skill_intents(SCOPE), f"skill-intent-record:{message_id}"
+        )
         return dict(json.loads(raw or "{}"))
 
 
@@ -386,7 +391,9 @@ class TestAccumulation:
             "scopeKey": SCOPE,
             "status": "handled",
         }
-        plan.redis.hset(keys.procedure(SCOPE), context_record["id"], json.dumps(context_record))
+        plan.redis.hset(
+            SelfIterationKeys(keys).procedure(SCOPE), context_record["id"], json.dumps(context_record)
+        )
         assert plan(_positive("single"), now=130) is None
         assert not [m for m in plan.markers() if m["markerType"] == "accumulated"]
         ids = [r["id"] for r in plan.records() if r["accumulatorRole"] == "candidate"]
@@ -396,7 +403,7 @@ class TestAccumulation:
 class TestSuppression:
     def test_handled_marker_suppresses_memory_action(self, plan: Planner, keys: BucketKeys) -> None:
         """feedbackAction.test.ts, 'suppresses memory action when marker reader reports handled same-source procedure'."""
-        marker_key = keys.procedure_marker(
+        marker_key = SelfIterationKeys(keys).procedure_marker(
             SCOPE, "memory:user-preference", "explicit_persistence", "message:msg_1"
         )
         plan.redis.set(marker_key, json.dumps({"markerType": "handled"}))

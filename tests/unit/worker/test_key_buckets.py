@@ -28,7 +28,7 @@ def test_a_scope_and_its_bucket_s_indexes_share_a_slot_and_user_data_stays_home(
     tags = {slot_tag(x) for x in (b.inbox(scope), b.lease(scope), b.plugin(scope, "n"), b.event("e"), b.dlq)}
     assert tags == {f"acme.{b.bucket:02x}"}
     assert k.inbox(scope) == b.inbox(scope)  # scope-keyed keys need no binding
-    assert slot_tag(b.memories("u")) == slot_tag(b.receipt("u", "r")) == "acme"
+    assert slot_tag(b.plugin_home("memories", "u")) == slot_tag(b.receipt("u", "r")) == "acme"
     assert len({key_slot(k.for_bucket(i).stats.encode()) for i in range(8)}) == 8
 
 

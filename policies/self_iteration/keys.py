@@ -1,0 +1,76 @@
+"""Self-iteration's own keys: its families, placed by the engine's key builder (``Keys.plugin_scoped`` in a
+scope's bucket, ``Keys.plugin_home`` in the tenant's home slot), so the plugin names its data and never builds a
+key string. The families are LobeHub's (``procedure-marker`` keeps its double prefix, quirk 10)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.plugin import Keys
+
+__all__ = ["SelfIterationKeys"]
+
+
+@dataclass(frozen=True, slots=True)
+class SelfIterationKeys:
+    """The keys of one tenant's self-iteration data (``SelfIterationKeys(ctx.keys)`` in a handler)."""
+
+    keys: Keys
+
+    # --- the tool-outcome procedure: per scope ---
+
+    def procedure(self, scope_key: str) -> str:
+        """record id -> procedure record (JSON)."""
+        return self.keys.plugin_scoped("procedure", scope_key)
+
+    def procedure_marker(self, scope_key: str, domain_key: str, intent: str, procedure_key: str) -> str:
+        """A ``handled`` marker: one key (LobeHub double-prefixes it, quirk 10)."""
+        return self.keys.plugin_scoped("procedure-marker", scope_key, domain_key, intent, procedure_key)
+
+    def procedure_receipts(self, scope_key: str) -> str:
+        """The scope's last procedure receipts (JSON list items, newest first)."""
+        return self.keys.plugin_scoped("procedure-receipts", scope_key)
+
+    def reflection_accumulator(self, scope_key: str, scope_type: str, scope_id: str) -> str:
+        """Self-reflection counters of one reflection scope (task, operation or topic)."""
+        return self.keys.plugin_scoped("self-reflection-accumulator", scope_key, scope_type, scope_id)
+
+    def skill_intents(self, scope_key: str) -> str:
+        """LobeHub's skill-intent records of a scope (parked skill candidates)."""
+        return self.keys.plugin_scoped("skill-intent", scope_key)
+
+    def skill_candidates(self, scope_key: str) -> str:
+        """Accumulated weak skill candidates of a scope (score bucket)."""
+        return self.keys.plugin_scoped("skill-candidates", scope_key)
+
+    # --- user data: the tenant's home slot (erased by policies/self_iteration/erasure.py) ---
+
+    def memories(self, user_id: str) -> str:
+        """memory id -> JSON, per user."""
+        return self.keys.plugin_home("memories", user_id)
+
+    def skills(self, user_id: str, agent_id: str) -> str:
+        """skill document id -> JSON (current version), per user and agent."""
+        return self.keys.plugin_home("skills", user_id, agent_id)
+
+    def skill_runs(self, user_id: str, agent_id: str) -> str:
+        """run source id -> JSON of what that run did to the agent's skills (a redelivered run answers it)."""
+        return self.keys.plugin_home("skill-runs", user_id, agent_id)
+
+    def skill_history(self, document_id: str) -> str:
+        """history id -> JSON of a previous version (for CAS rollback)."""
+        return self.keys.plugin_home("skill-history", document_id)
+
+    def review_guard(self, guard_key: str) -> str:
+        """nightly-review-guard:<key> etc.: one run per review window."""
+        return self.keys.plugin_home("dedupe", guard_key)
+
+    @property
+    def diagnostics(self) -> str:
+        """Malformed judge answers (newest first), for operators."""
+        return self.keys.plugin_home("diagnostics")
+
+    @property
+    def overrides(self) -> str:
+        """userId -> "1" | "0": per-user override of the self-iteration feature gate."""
+        return self.keys.plugin_home("features", "self-iteration")
