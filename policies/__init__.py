@@ -1,1 +1,2 @@
-"""The rules that decide: scope keys, dedupe, source types, leases, idempotency, retry, handler bundles."""
+"""The plugins: what the engine does with events (activity, self-iteration, routing, control signals), each
+importing only ``worker.plugin``."""

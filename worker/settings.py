@@ -58,7 +58,7 @@ def _env(name: str) -> AliasChoices:
 
 
 class Settings(BaseSettings):
-    """Process settings. See README "Settings" for the table of environment variables."""
+    """Process settings. The table of environment variables: docs/settings.md."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="allow", populate_by_name=True)
 
@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     env: Literal["production", "development", "test"] = "production"
 
-    # --- credentials (worker/ops/credentials.py, producers/http/auth.py; README "Security") ---
+    # --- credentials (worker/ops/credentials.py, producers/http/auth.py; docs/security.md) ---
     bootstrap_key: SecretStr | None = None  # admin key of tenant "default" (>= 16 characters)
     token_secret: SecretStr | None = None  # user-token signing secret (>= 32 chars); unset: one kept in Redis
     rate_limit_per_s: float | None = Field(default=None, ge=0)  # per credential; unset: 100 with credentials

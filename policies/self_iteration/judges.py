@@ -1,4 +1,4 @@
-"""The judges, without a language model: deterministic rules (documented in README "Judges") that answer the
+"""The judges, without a language model: deterministic rules (documented in docs/self-iteration.md, "Judges") that answer the
 same questions as LobeHub's LLM judges, in the same shapes.
 
 * satisfaction: ``satisfied`` | ``not_satisfied`` | ``neutral`` with confidence, reason and evidence cues.

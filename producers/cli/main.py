@@ -1,6 +1,6 @@
 """``agent-signal``: the command line. ``agent-signal --help`` lists the commands; each has ``--help``.
 
-Settings come from the environment (README "Settings"). Logs go to stderr; machine-readable output to stdout.
+Settings come from the environment (docs/settings.md). Logs go to stderr; machine-readable output to stdout.
 """
 
 from __future__ import annotations

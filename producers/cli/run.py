@@ -98,7 +98,7 @@ class _Stack:
         from worker.settings import load_settings
 
         env = dict(os.environ)
-        # A development stack: its metrics, backlog and API docs open without a key (README "Security"); a
+        # A development stack: its metrics, backlog and API docs open without a key (docs/security.md); a
         # deployment keeps the default, never. An explicit AGENT_SIGNAL_OPS_OPEN wins.
         env.setdefault("AGENT_SIGNAL_OPS_OPEN", "always")
         if not env.get("REDIS_URL"):

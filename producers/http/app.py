@@ -2,7 +2,7 @@
 
 Every error answers ``{"error": {"code", "message", "field"}}`` (``field`` null when no one field is at fault), never a stack trace;
 a store failure (Redis full, read-only or unreachable) is ``503 store_unavailable`` with ``Retry-After``.
-Credentials, principals and rate limits: producers/http/auth.py (README "Security").
+Credentials, principals and rate limits: producers/http/auth.py (docs/security.md).
 The producer (Redis and broker connections) opens at startup, not at import; startup first checks the Redis
 configuration (worker/store/safety.py) and refuses an evicting policy.
 """

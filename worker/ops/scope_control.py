@@ -5,7 +5,7 @@
   its events wait in its inbox, and new ones are appended without scheduling a drain. **Resume** forgets the
   mark and, when the inbox holds events, schedules the drain again through the fair queue (worker/runtime/fair.py).
 * **Cancel** (worker/store/lua/cancel.lua): a queued event is cancelled at once and never runs (the drain
-  pops it); a running one gets ``cancelRequested``: the drain's action port (worker/drain/action_port.py) reads that flag in the same round
+  pops it); a running one gets ``cancelRequested``: the drain's action port (``CancellablePort``, worker/drain/ports.py) reads that flag in the same round
   trip as each action's idempotency lookup and raises :class:`EventCancelled` before the next action runs, and
   COMMIT turns the event ``cancelled`` without its chain's staged writes or follow-ups (actions already applied
   stay applied: they committed with their own lanes).

@@ -3,7 +3,7 @@
 A handler never calls another system itself. ``ctx.outbox(kind, payload, key=…)`` stages an
 :class:`OutboxRecord` as writes in the handler's effect buffer, after all of the handler's own writes:
 ``SET NX outbox:{scope}:<id> <json> EX <retention>``, its id in the event's index ``outbox-of:{scope}:<event>``,
-and ``ZADD NX outbox-due <now> "<tenant>/<scope>\\x1f<id>"`` (one registry for every tenant). They land with the action's idempotency mark (APPLY) or
+and ``ZADD NX outbox-due <now> "<tenant>/<scope>\\x1f<id>"`` (each tenant's own, per scope bucket). They land with the action's idempotency mark (APPLY) or
 with the event's ``done`` commit (COMMIT), fenced like every staged write, so a paused or partitioned lease
 holder whose commit is refused leaves no record, and one idempotency key makes one record.
 
@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -263,14 +262,3 @@ class OutboxRelay:
             if release:
                 scripts.run(Release(lock, token))
         return applied
-
-
-def wait_delivered(relay: OutboxRelay, predicate: Callable[[], bool], timeout_s: float) -> bool:
-    """Run the relay in this thread until ``predicate`` holds (tests and tools)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        relay.run_once()
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()

@@ -11,8 +11,8 @@ Delivery settings, and why (see docs/decisions.md):
 * ``visibility_timeout`` > hard limit > soft limit (checked by worker.settings.check_settings).
 * ``global_keyprefix`` on a Redis broker: the broker's keys live under our prefix too, so a test run (or two
   deployments on one Redis) never touches anybody else's keys.
-* ``worker_send_task_events`` follows ``AGENT_SIGNAL_TASK_EVENTS`` (default on): Flower and ``celery events``
-  see every task. The cost is three small pub/sub messages per task from the worker's main process (measured
+* ``worker_send_task_events`` follows ``AGENT_SIGNAL_TASK_EVENTS`` (default off; ``make run`` turns it
+  on): Flower and ``celery events`` then see every task. The cost is three small pub/sub messages per task from the worker's main process (measured
   in docs/decisions.md); nothing is stored. ``worker.runtime.celery_app`` is the module-level app for ``celery -A``.
 """
 

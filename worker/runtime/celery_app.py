@@ -49,8 +49,6 @@ def stack_redis_url(start: Path | None = None) -> str | None:
         return url if isinstance(url, str) and url else None
     return None
 
-    return True
-
 
 def load_tool_settings(start: Path | None = None) -> Settings:
     """The environment's settings; with no Redis configured, the running ``make run`` stack's Redis."""

@@ -42,7 +42,6 @@ class MeasurementBuffer:
         self._counts: dict[tuple[str, AttrsKey], float] = {}
         self._values: list[tuple[str, float, AttrsKey]] = []
         self.flush_every_s = 1.0
-        self._flushed_at = time.monotonic()
         self._flusher: threading.Thread | None = None
         # Events recorded by plan (worker/telemetry/plan.py): each event's values, by plan (their count too).
         self._plan_values: dict[EventPlan, list[PlanValues]] = {}
@@ -107,7 +106,6 @@ class MeasurementBuffer:
     def flush_measurements(self) -> None:
         if not self.enabled:
             return
-        self._flushed_at = time.monotonic()
         with self._lock:
             counts, self._counts = self._counts, {}
             values, self._values = self._values, []

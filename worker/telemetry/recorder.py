@@ -31,7 +31,7 @@ from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetr
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from worker.core.nodes import ExecutorResult
@@ -348,11 +348,6 @@ def configure_telemetry(
     telemetry = Telemetry(tracer_provider, meter_provider, tracing=tracing, metrics=process_metrics())
     telemetry.flush_every_s = min(1.0, settings.metrics_export_interval_ms / 1000)
     return telemetry
-
-
-def mark_error(span: Span | None, exc: BaseException) -> None:
-    if span is not None:
-        span.set_status(Status(StatusCode.ERROR, str(exc)))
 
 
 def now_ms() -> float:
