@@ -4,12 +4,17 @@ It exists so a fresh install does something visible end to end (``make run``): e
 tool outcome becomes a signal, and each signal an idempotent action that counts activity per scope in
 Redis (an effect staged in ``ctx.effects``, so a redelivered event never counts twice). A tool outcome
 without ``tool.identifier`` or ``outcome.status`` can never be processed (LobeHub's tool-outcome procedure
-needs both) and is dead-lettered with an error naming the field.
+needs both): :class:`ToolOutcomePayload` refuses it at the door (a 422 naming ``payload.tool.identifier`` or
+``payload.outcome.status``), and the handler still dead-letters one that reached the worker another way (a
+door whose plugins differ from the worker's), with an error naming the field.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
 
 from worker.plugin import (
     Action,
@@ -29,9 +34,39 @@ from worker.plugin import (
     signal_from,
 )
 
-__all__ = ["ACTIVITY_ACTION", "plugin"]
+__all__ = ["ACTIVITY_ACTION", "SOURCE_TYPES", "BotMessagePayload", "ToolOutcomePayload", "plugin"]
 
 ACTIVITY_ACTION = "action.activity.record"
+SOURCE_TYPES = ("bot.message.merged", "tool.outcome.completed", "tool.outcome.failed")
+ToolStatus = Literal["succeeded", "skipped", "failed"]
+TOOL_STATUSES: tuple[str, ...] = get_args(ToolStatus)
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+
+
+class ToolRef(_Payload):
+    identifier: str
+    api_name: str | None = None
+
+
+class ToolResult(_Payload):
+    status: ToolStatus
+
+
+class ToolOutcomePayload(_Payload):
+    """What the tool-outcome handler needs: ``tool.identifier`` and ``outcome.status`` (LobeHub's required
+    fields; a failed outcome may come as ``tool.outcome.completed`` too: the handler takes any of the three)."""
+
+    tool: ToolRef
+    outcome: ToolResult
+
+
+class BotMessagePayload(_Payload):
+    """A merged bot message: the length of its text is counted (none counts as empty)."""
+
+    message: str | None = None
 
 
 def _on_user_message(source: Source, ctx: HandlerContext) -> Dispatch:
@@ -48,7 +83,7 @@ def _on_tool_outcome(source: Source, ctx: HandlerContext) -> Dispatch:
     outcome = source.payload.get("outcome")
     if not isinstance(tool, dict) or not isinstance(tool.get("identifier"), str):
         raise PermanentFailure("payload.tool.identifier is required", code="INVALID_TOOL_OUTCOME")
-    if not isinstance(outcome, dict) or outcome.get("status") not in ("succeeded", "skipped", "failed"):
+    if not isinstance(outcome, dict) or outcome.get("status") not in TOOL_STATUSES:
         raise PermanentFailure(
             "payload.outcome.status must be one of succeeded, skipped, failed", code="INVALID_TOOL_OUTCOME"
         )
@@ -70,7 +105,16 @@ def _record_activity(action: Action, ctx: HandlerContext) -> ExecutorResult:
 
 def plugin() -> Plugin:
     """Every merged bot message and tool outcome counts once per scope."""
-    return Plugin("activity", policies=_policies())
+    return Plugin(
+        "activity",
+        policies=_policies(),
+        source_types=SOURCE_TYPES,
+        payload_schemas={
+            "bot.message.merged": BotMessagePayload,
+            "tool.outcome.completed": ToolOutcomePayload,
+            "tool.outcome.failed": ToolOutcomePayload,
+        },
+    )
 
 
 def _policies() -> list[Policy]:

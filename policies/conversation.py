@@ -3,14 +3,18 @@
 Payload ``{"request": <chat request>, "protocol"?, "externalSignals"?}``. The handler routes it with the
 configured router (``AGENT_SIGNAL_ROUTER_CONFIG``) and emits one ``signal.conversation.<rule>`` signal per
 evaluated conversation rule (payload: value, matched, confidence) and a ``signal.routing.decided`` signal
-with the decision and the chosen model. A payload that cannot be routed is dead-lettered with the field
-named; a missing config too (it will not fix itself by retrying).
+with the decision and the chosen model. :class:`ChatRequestPayload` refuses at the door, naming the field, a
+payload that :func:`~policies.routing.validate_route_input` would refuse (the handler still dead-letters one that
+reached the worker another way); a missing router config is dead-lettered (it will not fix itself by retrying:
+set it and redrive).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from policies.routing import ConfigError, NoDecisionsConfigured, ReloadingRouter, validate_route_input
 from worker.plugin import (
@@ -27,7 +31,39 @@ from worker.plugin import (
     signal_from,
 )
 
-__all__ = ["RoutingDeps", "RoutingSettings", "plugin", "routing_deps"]
+__all__ = ["ChatRequestPayload", "ExternalSignal", "RoutingDeps", "RoutingSettings", "plugin", "routing_deps"]
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+Name = Annotated[str, AfterValidator(_not_blank)]
+Number = Annotated[float, Field(strict=True)]  # an int or a float; not a bool, not a string
+
+
+class ExternalSignal(BaseModel):
+    """One external signal, as ``validate_route_input`` checks it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Name
+    name: Name
+    confidence: Number | None = None
+    value: Number | None = None
+    error: str | None = None
+
+
+class ChatRequestPayload(BaseModel):
+    """``{"request", "protocol"?, "externalSignals"?}``: what the router can route (``POST /v1/route``'s body)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    request: dict[str, Any]
+    protocol: Literal["openai-chat", "anthropic-messages", "openai-responses"] = "openai-chat"
+    external_signals: list[ExternalSignal] = Field(default_factory=list, alias="externalSignals")
 
 
 class RoutingSettings(PluginSettings):
@@ -85,7 +121,14 @@ def _route(source: Source, ctx: HandlerContext) -> Dispatch:
 
 def plugin() -> Plugin:
     """Conversation signals and routing decisions for ``chat.request`` events."""
-    return Plugin("conversation", policies=_policies(), settings=RoutingSettings, services=routing_deps)
+    return Plugin(
+        "conversation",
+        policies=_policies(),
+        settings=RoutingSettings,
+        services=routing_deps,
+        source_types=("chat.request",),
+        payload_schemas={"chat.request": ChatRequestPayload},
+    )
 
 
 def _policies() -> list[Policy]:

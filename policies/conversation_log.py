@@ -1,7 +1,8 @@
 """The conversation log the receipts UI shows: user messages (``agent.user.message``) and assistant replies
 (``client.runtime.complete`` / ``agent.execution.completed`` carrying ``assistantMessageId`` and
 ``assistantContent``), as seen in events. The handlers stage their writes (applied by the event's fenced
-commit) and return nothing: they add no signals, so LobeHub's chains are unchanged.
+commit) and return nothing: they add no signals, so LobeHub's chains are unchanged. A message is logged only
+when its owner (user, agent, topic) and its text are known; the payload models type what is read.
 """
 
 from __future__ import annotations
@@ -10,13 +11,38 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
 from redis import Redis
 
 from worker.plugin import HandlerContext, Plugin, Policy, Source, define_source_handler, user_bytes_effects
 
-__all__ = ["ConversationLogDeps", "plugin"]
+__all__ = ["ConversationLogDeps", "LoggedAssistantMessage", "LoggedUserMessage", "plugin"]
 
 MAX_MESSAGES = 500
+ASSISTANT_SOURCE_TYPES = ("client.runtime.complete", "agent.execution.completed")
+
+
+class _Owned(BaseModel):
+    """The owner a message is logged under (besides the event's own ``userId``/``agentId``)."""
+
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+
+    agent_id: str | None = None
+    topic_id: str | None = None
+
+
+class LoggedUserMessage(_Owned):
+    message: str | None = None
+    message_id: str | None = None
+    trigger: str | None = None
+
+
+class LoggedAssistantMessage(_Owned):
+    assistant_message_id: str | None = None
+    assistant_content: str | None = None
+    trigger_message_id: str | None = None
+    parent_message_id: str | None = None
 
 
 def _owner(source: Source) -> tuple[str, str, str] | None:
@@ -89,6 +115,11 @@ def plugin() -> Plugin:
         "conversation-log",
         policies=_policies(),
         services=lambda runtime: ConversationLogDeps(runtime.redis),
+        source_types=("agent.user.message", *ASSISTANT_SOURCE_TYPES),
+        payload_schemas={
+            "agent.user.message": LoggedUserMessage,
+            **{t: LoggedAssistantMessage for t in ASSISTANT_SOURCE_TYPES},
+        },
     )
 
 
@@ -101,7 +132,7 @@ def _policies() -> list[Policy]:
                     "agent.user.message", "agent.user.message:conversation-log", _user_message
                 ),
                 define_source_handler(
-                    ("client.runtime.complete", "agent.execution.completed"),
+                    ASSISTANT_SOURCE_TYPES,
                     "assistant-message:conversation-log",
                     _assistant_message,
                 ),

@@ -1,12 +1,17 @@
-"""Session events from the D-Mail tool: an applied D-Mail (``agent.context.reverted``) leaves a receipt,
-"Context rewound to checkpoint N", anchored to the message that sent the D-Mail. ``agent.dmail.sent`` and
-``agent.dmail.discarded`` have no handler: they are recorded for traces and metrics only.
+"""Session events from the agent tools (the session routes of producers/ record them): an applied D-Mail
+(``agent.context.reverted``) leaves a receipt, "Context rewound to checkpoint N", anchored to the message that
+sent the D-Mail. ``agent.dmail.sent``, ``agent.dmail.discarded`` and the signal tool's ``agent.signal.emitted``
+have no handler: they are recorded for traces and metrics only. This plugin admits all four (``SOURCE_TYPES``)
+and owns the agent tools' settings.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from worker.plugin import (
     Action,
@@ -27,9 +32,29 @@ from worker.plugin import (
     signal_from,
 )
 
-__all__ = ["RECEIPT_ACTION", "AgentToolsSettings", "ReceiptDeps", "plugin", "receipt_action_handler"]
+__all__ = [
+    "RECEIPT_ACTION",
+    "SOURCE_TYPES",
+    "AgentToolsSettings",
+    "ContextRevertedPayload",
+    "ReceiptDeps",
+    "plugin",
+    "receipt_action_handler",
+]
 
 RECEIPT_ACTION = "action.receipt.append"
+SOURCE_TYPES = ("agent.context.reverted", "agent.dmail.sent", "agent.dmail.discarded", "agent.signal.emitted")
+
+
+class ContextRevertedPayload(BaseModel):
+    """An applied D-Mail: the receipt's title names the checkpoint and its detail is the message (the session
+    route sends both, and the message id that sent the D-Mail when it knows one)."""
+
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+
+    message: str
+    checkpoint_id: Annotated[int, Field(ge=0, strict=True)]
+    anchor_message_id: str | None = None
 
 
 def _on_reverted(source: Source, ctx: HandlerContext) -> Dispatch:
@@ -101,6 +126,8 @@ def plugin() -> Plugin:
         policies=_policies(),
         settings=AgentToolsSettings,
         services=lambda runtime: ReceiptDeps(runtime.settings.receipt_retention_s),
+        source_types=SOURCE_TYPES,
+        payload_schemas={"agent.context.reverted": ContextRevertedPayload},
     )
 
 

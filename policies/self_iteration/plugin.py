@@ -1,6 +1,7 @@
 """The self-iteration plugin object: its settings, typed dependencies, Celery task and door check.
 
-Settings (``AGENT_SIGNAL_SELF_ITERATION_ENABLED``, ``AGENT_SIGNAL_AGENT_RUNNER*``, ``AGENT_SIGNAL_JUDGE_*``)
+It admits LobeHub's 17 source types and checks the payloads its handlers read at the door
+(policies/self_iteration/payloads.py). Settings (``AGENT_SIGNAL_SELF_ITERATION_ENABLED``, ``AGENT_SIGNAL_AGENT_RUNNER*``, ``AGENT_SIGNAL_JUDGE_*``)
 are validated at boot. Handlers reach Redis reads, the runner and the judges through
 ``ctx.deps(SelfIterationDeps)``; their writes go through ``ctx.effects`` and ``ctx.emit``. The feature gate
 is one admission hook at the door (gated events answer ``status: "gated"`` and are not stored) and the same
@@ -12,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from policies.self_iteration.bundle import self_iteration_policies
 from policies.self_iteration.deps import SelfIterationDeps, SelfIterationSettings
 from policies.self_iteration.documents import DocumentStore
 from policies.self_iteration.erasure import erase_user
 from policies.self_iteration.gate import GATED_SOURCE_TYPES, enabled_for
+from policies.self_iteration.payloads import LOBEHUB_SOURCE_TYPES, PAYLOAD_SCHEMAS
 from policies.self_iteration.reference_agent import completion_event, run_reference_agent
 from policies.self_iteration.runners import (
     AGENT_RUN_OUTBOX,
@@ -39,17 +39,7 @@ from worker.plugin import (
     PreparedEvent,
 )
 
-__all__ = ["ToolOutcomePayload", "plugin"]
-
-
-class ToolOutcomePayload(BaseModel):
-    """What the tool-outcome handlers need before anything else: an ``outcome`` object (a 422 naming
-    ``payload.outcome`` at the door); ``outcome.status`` and ``tool.identifier`` are still checked by them."""
-
-    model_config = ConfigDict(extra="allow")
-
-    outcome: dict[str, Any]
-    tool: dict[str, Any] | None = None
+__all__ = ["plugin"]
 
 
 def _runner(settings: SelfIterationSettings, runtime: PluginRuntime) -> AgentRunner | None:
@@ -141,7 +131,9 @@ def plugin() -> Plugin:
         tasks=[PluginTask(AGENT_RUN_TASK, _agent_run)],
         admission=_gate,
         deliverers={AGENT_RUN_OUTBOX: _run_deliverer},
-        payload_schemas={t: ToolOutcomePayload for t in ("tool.outcome.completed", "tool.outcome.failed")},
+        # LobeHub compatibility: all 17 of its source types, and the payloads its handlers read
+        source_types=LOBEHUB_SOURCE_TYPES,
+        payload_schemas=PAYLOAD_SCHEMAS,
         # the completion fan-out reads the run's user there: it must be the event's (the credential's) user
         user_fields={"agent.execution.completed": ["selfIteration.userId"]},
         erase_user=erase_user,

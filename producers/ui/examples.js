@@ -58,6 +58,7 @@ const SOURCE_EXAMPLES = {
         "identifier": "lobe-skill-store"
       },
       "outcome": {
+        "status": "failed",
         "errorReason": "timeout"
       }
     }
@@ -91,7 +92,8 @@ const SOURCE_EXAMPLES = {
   }
 };
 
-// The declared source types (worker/core/source_types.py); the form's picker offers these and accepts any other.
+// The shipped plugins' source types (each plugin's Plugin.source_types under policies/; tests/unit/policies/
+// test_shipped_source_types.py checks the two agree); the form's picker offers these and accepts any other.
 const DECLARED_SOURCE_TYPES = [
   "agent.context.reverted", "agent.dmail.discarded", "agent.dmail.sent", "agent.execution.completed",
   "agent.execution.failed", "agent.nightly_review.requested", "agent.self_feedback_intent.declared",

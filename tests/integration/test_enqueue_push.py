@@ -37,7 +37,12 @@ class Broker:
 def _emitter(store: EventStore, broker: Broker, *, ready: bool, messages_max: int = 5) -> Emitter:
     fair = FairQueue(store.client, store.keys, broker, "q", messages_max=messages_max, ticket_ttl_ms=60_000)
     return Emitter(
-        store.settings, store, fair.publish, publish_many=fair.publish_many, ready=fair if ready else None
+        store.settings,
+        store,
+        fair.publish,
+        publish_many=fair.publish_many,
+        ready=fair if ready else None,
+        source_types=["bot.message.merged"],  # what the shipped plugins would declare
     )
 
 

@@ -128,9 +128,13 @@ def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_s
 def test_dead_tool_outcome_leaves_no_procedure_state(
     make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
-    """A tool outcome that can never be processed is dead-lettered and nothing the procedure staged remains."""
+    """A tool outcome that can never be processed is dead-lettered and nothing the procedure staged remains. The
+    activity plugin's schema refuses it at the door; it reaches the worker through a door whose plugins lack
+    that one (as while a deployment rolls out a new plugin list)."""
     settings = make_settings()
-    producer = Producer(settings)
+    door = [s for s in settings.shipped_plugins if not s.startswith("policies.activity:")]
+    assert len(door) == len(settings.shipped_plugins) - 1
+    producer = Producer(settings.model_copy(update={"shipped_plugins": door}))
     pipeline = build_pipeline(settings, telemetry=DISABLED)
     event = {
         "sourceType": "tool.outcome.failed",

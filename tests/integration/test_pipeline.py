@@ -257,19 +257,17 @@ class TestDeadLetters:
         producer.close()
 
     def test_permanent_failure_is_dead_on_first_attempt(self, make_settings: Any, start_worker: Any) -> None:
-        """A tool outcome without outcome.status can never succeed: dead after one attempt, error names the field."""
+        """A handler's PermanentFailure (a chat.request with no router configured: retrying cannot fix it) is
+        dead after one attempt of max_attempts, with the handler's error."""
         settings = make_settings()
+        assert settings.max_attempts > 1  # and no AGENT_SIGNAL_ROUTER_CONFIG
         start_worker(settings)
         producer = Producer(settings)
-        ev = producer.enqueue(
-            _event(
-                "tool.outcome.failed", "to-1", "topic:x", tool={"identifier": "lobe-skill-store"}, outcome={}
-            )
-        )
+        ev = producer.enqueue(_event("chat.request", "route-1", "topic:x", request={"messages": []}))
         wait_for(lambda: _status(producer, ev.event_id) == "dead", what="dead letter")
         record = producer.status(ev.event_id)
         assert record is not None and record["attempts"] == 1
-        assert "payload.outcome.status" in record["error"]
+        assert "AGENT_SIGNAL_ROUTER_CONFIG is not set" in record["error"]
         producer.close()
 
 

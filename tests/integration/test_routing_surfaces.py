@@ -20,6 +20,7 @@ from policies.routing import load_router
 from producers import Producer
 from producers.http.app import create_web_app
 from tests.conftest import ROOT, wait_for
+from worker.intake.source_event import InvalidEvent
 from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
@@ -261,18 +262,12 @@ class TestPipeline:
             "matched": True,
             "confidence": 1.0,
         }
-        bad = producer.enqueue(
-            {
-                "sourceType": "chat.request",
-                "sourceId": "req-2",
-                "scopeKey": "session:s1",
-                "payload": {"protocol": "openai-chat"},
-            }
-        )
-        wait_for(
-            lambda: (producer.status(bad.event_id) or {}).get("status") == "dead", what="the invalid request"
-        )
-        assert "payload.request" in producer.status(bad.event_id)["error"]  # type: ignore[index]
+        # A request the router could never route is refused at the door (the conversation plugin's payload
+        # schema), naming the field, instead of dying in the worker.
+        bad = {"sourceType": "chat.request", "sourceId": "req-2", "scopeKey": "session:s1"}
+        with pytest.raises(InvalidEvent) as refused:
+            producer.enqueue({**bad, "payload": {"protocol": "openai-chat"}})
+        assert refused.value.error.field == "payload.request"
         producer.close()
 
     def test_post_route_records_a_chat_request(

