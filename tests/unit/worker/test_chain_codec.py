@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from worker.documents.chain_codec import DEFLATE_V1, DICTIONARY_V1, decode_chain, deflate_json, encode_chain
+from worker.documents.chain_codec import (
+    DEFLATE_V1,
+    DICTIONARY_V1,
+    decode_chain,
+    deflate_json,
+    encode_chain,
+    inflate_json,
+)
 from worker.documents.event_records import status_record
 from worker.documents.lane_codec import LANE_DICTIONARY_V1
 
@@ -92,12 +99,17 @@ def _deflate_32k(data: bytes, dictionary: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("dictionary", [DICTIONARY_V1, LANE_DICTIONARY_V1], ids=["chain", "lane"])
-def test_the_small_window_writes_what_the_default_window_wrote(dictionary: bytes) -> None:
-    """Where the dictionary and the value fit in 8 KiB (every chain and lane of the benchmarks), the smaller
-    window changes the CPU, not one byte of what is stored."""
+def test_the_small_compressor_writes_about_what_the_default_one_wrote(dictionary: bytes) -> None:
+    """The 8 KiB window and the small hash table change the CPU, and the bytes stored by at most 4%: a chain
+    with its own dictionary compresses to exactly the default's bytes; a chain with the lanes' dictionary (no
+    workload does that) is the worst case. Every form reads back whole."""
     for document in (_document(), {"status": "applied", "detail": "ok"}):
         text = _compact(document).encode("utf-8")
-        assert deflate_json(text, dictionary) == _deflate_32k(text, dictionary)
+        stored, default = deflate_json(text, dictionary), _deflate_32k(text, dictionary)
+        assert len(stored) <= len(default) * 1.04
+        assert inflate_json(stored, dictionary, "value") == text
+        if dictionary is DICTIONARY_V1:
+            assert stored == default
 
 
 def test_a_value_larger_than_the_window_still_reads_back() -> None:
