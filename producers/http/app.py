@@ -124,9 +124,8 @@ def create_web_app(
     app.include_router(ui_router)
     app.include_router(keys_router)
     app.include_router(users_router)
-    install_auth(
-        app, settings, door
-    )  # producers/http/auth.py: principal per request, 401/403/404, rate limits
+    # producers/http/auth.py: principal per request, 401/403/404, rate limits
+    install_auth(app, settings, door)
     _install_tracing(app)
     _install_error_handlers(app)
     install_door(app, door)  # added last, so it runs first: body limit, content type, Host, Origin, headers
