@@ -94,6 +94,7 @@ class _Stack:
 
     def start(self) -> tuple[Any, str, dict[str, str]]:
         """The embedded Redis (if REDIS_URL is unset), a worker and the web app; returns (settings, url, env)."""
+        from producers.http.settings import door_settings
         from worker.runtime.embedded import start_embedded_redis
         from worker.settings import load_settings
 
@@ -113,10 +114,11 @@ class _Stack:
             f"{env['AGENT_SIGNAL_WORKER_METRICS_PORT']}/metrics"
         )
         settings = load_settings(redis_url=env["REDIS_URL"])
+        door = door_settings(settings)  # the web app's address; both processes check every section at boot
         cli = [sys.executable, "-m", "producers.cli"]
         for argv in ([*cli, "worker", "--loglevel", "WARNING"], [*cli, "web"]):
             self.procs.append(subprocess.Popen(argv, env=env))
-        return settings, _client_url(settings.host, settings.port), env
+        return settings, _client_url(door.host, door.port), env
 
     def publish(self, url: str) -> None:
         """Write the stack file (unless another live ``run`` of this checkout owns it)."""
