@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from producers.cli.console import add_console_commands
 from producers.cli.inspection import add_inspection_commands
 from producers.cli.keys import add_keys_command
 from producers.cli.migrate import add_migrate_command
@@ -209,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_route_command(sub)
     _add_functions_command(sub)
     add_inspection_commands(sub)
+    add_console_commands(sub)
     add_keys_command(sub)
     add_probe_commands(sub)
     add_migrate_command(sub)
@@ -300,6 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for v in (
             args.command,
             getattr(args, "dlq_command", None),
+            getattr(args, "runs_command", None),
+            getattr(args, "scopes_command", None),
+            getattr(args, "events_command", None),
+            getattr(args, "receipts_command", None),
             getattr(args, "keys_command", None),
             getattr(args, "probe_target", None),
             getattr(args, "migrate_command", None),
