@@ -167,10 +167,15 @@ class _DirectSender:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    """One worker: on ``REDIS_URL``, else on the running ``make run`` stack of this checkout (stack.py)."""
+    from producers.cli.stack import join_stack
     from worker.runtime.main import run_worker
 
+    settings, joined = join_stack(_settings())
+    if joined is not None:
+        print(f"agent-signal worker: {joined}", file=sys.stderr, flush=True)
     return run_worker(
-        _settings(), concurrency=args.concurrency, loglevel=args.loglevel, extra_argv=args.celery_flags
+        settings, concurrency=args.concurrency, loglevel=args.loglevel, extra_argv=args.celery_flags
     )
 
 

@@ -91,6 +91,8 @@ class _Stack:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.stack_file: Path | None = None
         self.worker_metrics = ""
+        self.own_broker = False
+        self.names: tuple[str, str] | None = None  # (key prefix, queue name)
 
     def start(self) -> tuple[Any, str, dict[str, str]]:
         """The embedded Redis (if REDIS_URL is unset), a worker and the web app; returns (settings, url, env)."""
@@ -113,6 +115,8 @@ class _Stack:
             f"{env['AGENT_SIGNAL_WORKER_METRICS_PORT']}/metrics"
         )
         settings = load_settings(redis_url=env["REDIS_URL"])
+        self.own_broker = settings.broker_url is not None
+        self.names = (settings.key_prefix, settings.queue_name)
         cli = [sys.executable, "-m", "producers.cli"]
         for argv in ([*cli, "worker", "--loglevel", "WARNING"], [*cli, "web"]):
             self.procs.append(subprocess.Popen(argv, env=env))
@@ -126,6 +130,9 @@ class _Stack:
             redis_url=self.embedded.url if self.embedded is not None else None,
             redis_pid=self.embedded.pid if self.embedded is not None else None,
             temp_dirs=list(self.embedded.temp_dirs) if self.embedded is not None else [],
+            own_broker=self.own_broker,
+            key_prefix=self.names[0] if self.names else None,
+            queue_name=self.names[1] if self.names else None,
         )
         path = stack_path()
         try:
@@ -201,10 +208,13 @@ def _where_to_look(url: str, worker_metrics: str = "") -> str:
         ("agent-signal inspect CHAIN_ID", "a chain, step by step, e.g. msg_u1"),
         ("agent-signal dlq list | redrive ID|--all", "dead letters"),
         ("agent-signal enqueue FILE.jsonl --ids", "send events, print their ids"),
+        ("agent-signal runs list | scopes list", "runs and scopes as on the console (docs/cli.md)"),
+        ("agent-signal worker", "one more worker on this stack"),
     ]
     width = max(len(left) for left, _ in rows + verbs) + 2
     lines = ["", "Where to look:", *(f"  {left:<{width}}{right}" for left, right in rows)]
-    lines.append("From a second terminal in this checkout (no flags needed: the CLI finds this stack):")
+    lines.append("From a second terminal in this checkout (no flags needed: the CLI finds this stack), as")
+    lines.append("  .venv/bin/agent-signal …, or `source .venv/bin/activate` once and then:")
     lines += [f"  {left:<{width}}{right}" for left, right in verbs]
     lines.append("Ctrl-C stops everything.")
     return "\n".join(lines)

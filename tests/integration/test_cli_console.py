@@ -9,15 +9,17 @@ from __future__ import annotations
 import json
 import os
 import pty
+import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from redis import Redis
 
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, free_port, settings_env, wait_for
 from worker.keys.layout import BucketKeys
 from worker.store.receipts import ReceiptStore
 
@@ -277,3 +279,50 @@ class TestAuth:
         allowed = cli(url, "scopes", "list", "--token", key)
         assert allowed.returncode == 0 and key not in allowed.stdout + allowed.stderr
         assert json.loads(cli(url, "runs", "list", "--json", AGENT_SIGNAL_TOKEN=key).stdout) == {"events": []}
+
+
+class TestSecondWorker:
+    def test_worker_joins_the_run_stack(self, make_settings: Any, tmp_path: Path) -> None:
+        """`agent-signal run` on its embedded Redis (no REDIS_URL), then `agent-signal worker` in a second
+        terminal of the checkout: it says which stack it joined and registers on that Redis, prefix and queue."""
+        checkout = tmp_path / "checkout"
+        checkout.mkdir()
+        (checkout / "pyproject.toml").write_text("")
+        settings = make_settings()
+        env = {
+            k: v
+            for k, v in settings_env(settings).items()
+            if k not in ("REDIS_URL", "AGENT_SIGNAL_REDIS_URL")
+        }
+        env["PORT"] = str(free_port())
+        log = tmp_path / "run.log"
+        run = _start([sys.executable, "-m", "producers.cli", "run", "--no-replay"], checkout, env, log)
+        worker_log = tmp_path / "worker.log"
+        worker = None
+        try:
+            wait_for(lambda: _alive(run, log) and "Ctrl-C stops everything." in log.read_text(), timeout_s=90)
+            stack = json.loads((checkout / ".agent-signal" / "stack.json").read_text())
+            assert stack["redisUrl"].startswith("unix://") and stack["keyPrefix"] == settings.key_prefix
+            worker = _start([sys.executable, "-m", "producers.cli", "worker"], checkout, _env(), worker_log)
+            client = Redis.from_url(stack["redisUrl"], decode_responses=True)
+            workers = BucketKeys(settings.key_prefix).workers
+            wait_for(lambda: _alive(worker, worker_log) and client.hlen(workers) == 2, timeout_s=90)
+            client.close()
+            prefix = "agent-signal worker: joining the stack of this checkout ("
+            (joined,) = [line for line in worker_log.read_text().splitlines() if line.startswith(prefix)]
+            assert f"Redis {stack['redisUrl']}, broker the same Redis" in joined
+            assert f"queue {settings.queue_name!r}" in joined
+        finally:
+            for proc in (worker, run):
+                if proc is not None and proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.wait(timeout=60)
+
+
+def _start(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def _alive(proc: subprocess.Popen[bytes], log: Path) -> bool:
+    assert proc.poll() is None, log.read_text(errors="replace")
+    return True
