@@ -14,7 +14,7 @@ from typing import Any
 
 from producers.cli.target import Api, quote_id, resolve_target
 
-__all__ = ["add_http_options", "collect_pages", "open_api", "quote_id"]
+__all__ = ["add_http_options", "collect_pages", "open_api", "positive_int", "quote_id"]
 
 
 def add_http_options(p: argparse.ArgumentParser) -> None:
@@ -28,6 +28,17 @@ def add_http_options(p: argparse.ArgumentParser) -> None:
         "--token", default=None, help="bearer API key or token (default: AGENT_SIGNAL_TOKEN); never printed"
     )
     p.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
+
+
+def positive_int(text: str) -> int:
+    """argparse's type for ``--limit``: a whole number from 1 (else a usage error, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
 
 
 def open_api(args: argparse.Namespace) -> Api:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from producers.cli.console.api import add_http_options, collect_pages, open_api
-from producers.cli.console.runs import positive_int
+from producers.cli.console.api import add_http_options, collect_pages, open_api, positive_int
 from producers.cli.console.table import Column, print_json, print_table, utc_ms
 
 __all__ = ["add_receipts_command"]

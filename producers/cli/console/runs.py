@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from producers.cli.console.api import add_http_options, collect_pages, open_api, quote_id
+from producers.cli.console.api import add_http_options, collect_pages, open_api, positive_int, quote_id
 from producers.cli.console.table import Column, print_json, print_record, print_table, utc_ms
 
-__all__ = ["add_runs_command", "positive_int"]
+__all__ = ["add_runs_command"]
 
 PAGE_MAX = 200  # GET /v1/events's largest page
 
@@ -44,17 +44,6 @@ DETAIL_FIELDS = (
     "error",
 )
 DETAIL_TIMES = ("enqueuedAt", "finishedAt")
-
-
-def positive_int(text: str) -> int:
-    """argparse's type for ``--limit``: a whole number from 1 (else a usage error, exit 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is less than 1")
-    return value
 
 
 def cmd_runs_list(args: argparse.Namespace) -> int:
