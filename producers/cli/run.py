@@ -175,7 +175,7 @@ def run_stack(*, examples: str = "examples/events.jsonl", replay: bool = True) -
         stack.publish(url)
         if replay and Path(examples).exists():
             _replay(settings.model_copy(update={"redis_url": env["REDIS_URL"]}), examples)
-        _say(_where_to_look(url, stack.worker_metrics))
+        _say(_where_to_look(url, stack.worker_metrics, joinable=stack.embedded is not None))
         while all(p.poll() is None for p in stack.procs):
             time.sleep(0.5)
         _say("a child process exited; stopping")
@@ -195,7 +195,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _where_to_look(url: str, worker_metrics: str = "") -> str:
+def _where_to_look(url: str, worker_metrics: str = "", *, joinable: bool = False) -> str:
+    """The URLs and second-terminal verbs to print; ``joinable``: a worker there joins this stack (its Redis is
+    the embedded one, recorded in the stack file)."""
     rows = [
         (f"{url}/", "the UI: overview, runs, chains, conversations, dead letters"),
         (f"{url}/docs", "the HTTP API (try POST /v1/events)"),
@@ -209,8 +211,9 @@ def _where_to_look(url: str, worker_metrics: str = "") -> str:
         ("agent-signal dlq list | redrive ID|--all", "dead letters"),
         ("agent-signal enqueue FILE.jsonl --ids", "send events, print their ids"),
         ("agent-signal runs list | scopes list", "runs and scopes as on the console (docs/cli.md)"),
-        ("agent-signal worker", "one more worker on this stack"),
     ]
+    if joinable:
+        verbs.append(("agent-signal worker", "one more worker on this stack"))
     width = max(len(left) for left, _ in rows + verbs) + 2
     lines = ["", "Where to look:", *(f"  {left:<{width}}{right}" for left, right in rows)]
     lines.append("From a second terminal in this checkout (no flags needed: the CLI finds this stack), as")
