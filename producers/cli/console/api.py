@@ -62,8 +62,8 @@ def collect_pages(
         taken = batch[: total - len(items)]
         items.extend(taken)
         # a page longer than asked for was cut: its cursor would skip what was cut, so none is given
-        cursor = page.get("cursor") if len(taken) == len(batch) else None
-        if not cursor or len(items) >= total:
+        previous, cursor = cursor, page.get("cursor") if len(taken) == len(batch) else None
+        if not cursor or cursor == previous or len(items) >= total:  # the end, or a cursor that stands still
             break
     body: dict[str, Any] = {key: items}
     if cursor:
