@@ -200,8 +200,9 @@ def join_stack(settings: Settings, path: Path | None = None) -> tuple[Settings, 
         update["queue_name"] = stack.queue_name
     joined = settings.model_copy(update=update)
     broker = "BROKER_URL" if settings.broker_url else "the same Redis"
+    prefix = joined.key_prefix  # named in a message, not a key
     line = (
         f"joining the stack of this checkout ({path}, pid {stack.pid}): Redis {stack.redis_url}, "
-        f"broker {broker}, key prefix {joined.key_prefix!r}, queue {joined.queue_name!r}"
+        f"broker {broker}, key prefix {prefix!r}, queue {joined.queue_name!r}"
     )
     return joined, line
