@@ -2,7 +2,7 @@
 // `listTable` fixes each column's width with a <colgroup> (the Error column takes what is left), `clipCell`
 // shows an id, time or name on one line cut with an ellipsis, its full value in the title, and `errorCell`
 // clamps an error to three lines, its full text in the title and shown in place on click, Enter or Space;
-// `twoLines` holds a short free text (an outcome, a reason) to two lines, all of it in the title.
+// `fewLines` holds a short free text (an outcome, a reason; smaller type) to three lines, all of it in the title.
 "use strict";
 
 // Column kinds: app.css gives each `col.<kind>` its width; "err" has none, so it gets the free width.
@@ -41,6 +41,6 @@ function errorCell(value, attrs = {}) {
   return el("td", { ...attrs, class: kind }, value ? clampBox(String(value)) : null);
 }
 
-function twoLines(value) {
-  return el("div", { class: "two-lines", title: value }, value);
+function fewLines(value) {
+  return el("div", { class: "few-lines", title: value }, value);
 }

@@ -126,7 +126,7 @@ function dlqPage() {
       const status = statusOf(id);
       if (row.status.textContent !== status) row.status.replaceChildren(badge(status, { "data-testid": "dlq-status" }));
       const t = tracked.get(id);
-      if (t && row.outcome.textContent !== t.outcome) row.outcome.replaceChildren(twoLines(t.outcome)); // a long reason: all of it in the title
+      if (t && row.outcome.textContent !== t.outcome) row.outcome.replaceChildren(fewLines(t.outcome)); // a long reason: all of it in the title
       row.redrive.disabled = status !== "dead";
       row.check.disabled = status !== "dead";
       if (status !== "dead") { row.check.checked = false; selected.delete(id); }
@@ -265,7 +265,7 @@ function discardedPage() {
           clipCell(`${event.sourceType || "?"} · ${event.sourceId || "?"}`),
           el("td", { class: "num-cell" }, String(e.attempts ?? "")),
           errorCell(e.error),
-          el("td", { "data-testid": "discard-reason" }, twoLines(e.reason || "(no reason given)")),
+          el("td", { "data-testid": "discard-reason" }, fewLines(e.reason || "(no reason given)")),
           clipCell(fmtTime(e.at || e.discardedAt)),
         );
       }), { class: "discarded list" })
