@@ -106,6 +106,11 @@ def _assert_buttons_reachable(page: Any, table: str, width: int, height: int) ->
             button.click(trial=True)
 
 
+def _scrolls_sideways(page: Any, table: str) -> bool:
+    """Whether ``table`` is wider than its scroll box: never from 1280 px up, by design below its min-width."""
+    return bool(page.locator(f".table-wrap:has({table})").evaluate("w => w.scrollWidth > w.clientWidth"))
+
+
 def _png_size(path: Path) -> tuple[int, int]:
     width, height = struct.unpack(
         ">II", path.read_bytes()[16:24]
@@ -145,6 +150,7 @@ def test_runs_and_dead_letter_tables_fit_the_width(
     for event_id in done + dead:
         page.wait_for_selector(f'table.runs tr[data-event-id="{event_id}"]')
     _assert_rows_fit(page, "table.runs", len(done + dead))
+    assert _scrolls_sideways(page, "table.runs") == (width < 1280)
     _assert_screenshot_fits(page, tmp_path, "runs", width, height)
 
     # When an error is clicked it shows in full, and a second click clamps it again
@@ -179,6 +185,7 @@ def test_runs_and_dead_letter_tables_fit_the_width(
 
     # Then the rows still fit and every button, the discarded row's too, is reachable
     _assert_rows_fit(page, "table.dlq", len(dead))
+    assert _scrolls_sideways(page, "table.dlq") == (width < 1280)
     _assert_buttons_reachable(page, "table.dlq", width, height)
     _assert_screenshot_fits(page, tmp_path, "dlq", width, height)
 
