@@ -1,8 +1,8 @@
 // Agent Signal UI: receipts next to the messages that caused them, and the operator's console (runs and their
 // detail, dead letters, send and replay, scopes and workers, overview). Plain JavaScript, no dependencies, no
 // CDN. This file holds the shared helpers, the Conversation page and the router, and is loaded last; each
-// other page is a file of its own (runs.js, dlq.js, send.js, scopes.js, overview.js, examples.js) that only
-// defines functions. Every API error is shown in the banner.
+// other page is a file of its own (runs.js, run_detail.js, chains.js, dlq.js, send.js, scopes.js, overview.js,
+// examples.js) that only defines functions. Every API error is shown in the banner.
 "use strict";
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -475,7 +475,7 @@ function emptyState() {
 
 
 // ---------------------------------------------------------------------------------------------------------
-// Helpers the operator pages share (runs.js, dlq.js, send.js, scopes.js, overview.js).
+// Helpers the operator pages share (runs.js, run_detail.js, chains.js, dlq.js, send.js, scopes.js, overview.js).
 
 // Statuses after which an event does not change by itself.
 const TERMINAL = new Set(["done", "dead", "cancelled", "discarded"]);

@@ -29,6 +29,8 @@ UI_FILES = {
     "examples.js": "text/javascript",
     "cells.js": "text/javascript",
     "runs.js": "text/javascript",
+    "run_detail.js": "text/javascript",
+    "chains.js": "text/javascript",
     "dlq.js": "text/javascript",
     "send.js": "text/javascript",
     "scopes.js": "text/javascript",
