@@ -12,6 +12,9 @@ figures:
 - Redis CPU per event: ``used_cpu_sys + used_cpu_user`` (main thread and Lua alike).
 
 Counted, not timed: the command count is the same from run to run; the CPU figure moves with the machine.
+
+A third row counts the round trips from a drain_next message's pop to the lease grant of a lone event's scope:
+POP_ACQUIRE's one (one Redis, one scope bucket), beside READY_POP then ACQUIRE (a cluster, or scope buckets).
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ from redis import Redis
 from bench._env import make_settings, private_redis_url
 from bench.pipeline_bench import bench_events
 from producers import Producer
+from worker.core.clock import now_ms
+from worker.drain.pipeline import Pipeline
 from worker.runtime.app import build_pipeline
+from worker.runtime.fair import FairQueue
 from worker.store.events import EventStore
 
 __all__ = ["COMMANDS_GOAL", "CPU_GOAL_US", "CountingClient", "RedisWork", "redis_work"]
@@ -85,6 +91,7 @@ class RedisWork:
     script_calls: int
     cpu_s: float
     top: list[tuple[str, int]]  # the commands run inside scripts, most first
+    pop_grant_trips: tuple[int, int] = (0, 0)  # (one script, two steps)
 
     @property
     def commands_per_event(self) -> float:
@@ -95,6 +102,18 @@ class RedisWork:
         return self.cpu_s * 1e6 / self.events
 
     def rows(self) -> list[Row]:
+        rows = self._work_rows()
+        rows.append(
+            (
+                "Redis round trips, pop -> grant (lone event)",
+                f"{self.pop_grant_trips[0]}",
+                f"was {self.pop_grant_trips[1]}",
+                "POP_ACQUIRE; READY_POP then ACQUIRE on a cluster or with scope buckets (issue 29, item 3)",
+            )
+        )
+        return rows
+
+    def _work_rows(self) -> list[Row]:
         top = ", ".join(f"{name} {n / self.events:.2f}" for name, n in self.top[:6])
         return [
             (
@@ -117,6 +136,8 @@ class RedisWork:
             "redis_commands_in_scripts_per_event": self.commands_per_event,
             "redis_script_calls_per_event": self.script_calls / self.events,
             "redis_cpu_us_per_event": self.cpu_us_per_event,
+            "redis_pop_grant_round_trips": float(self.pop_grant_trips[0]),
+            "redis_pop_grant_round_trips_two_steps": float(self.pop_grant_trips[1]),
         }
 
 
@@ -146,6 +167,10 @@ def redis_work(events: int) -> RedisWork:
                 pass
         sent = Counter(CountingClient.sent)
         cpu_after, after = cpu_s(client), command_calls(client)
+        trips = (
+            pop_grant_trips(producer, pipeline, store, True),
+            pop_grant_trips(producer, pipeline, store, False),
+        )
         producer.close()
         client.close()
     delta = after - before
@@ -154,4 +179,38 @@ def redis_work(events: int) -> RedisWork:
     inside = delta - sent  # Counter subtraction keeps positive counts only
     for name in SCRIPT_CALLS:
         inside.pop(name, None)
-    return RedisWork(events, sum(inside.values()), scripts, cpu_after - cpu_before, inside.most_common())
+    return RedisWork(
+        events, sum(inside.values()), scripts, cpu_after - cpu_before, inside.most_common(), trips
+    )
+
+
+def pop_grant_trips(producer: Producer, pipeline: Pipeline, store: EventStore, one_script: bool) -> int:
+    """Round trips from the pop of a lone event's scope to its grant (scripts loaded first), the scope then
+    drained."""
+    source_id = f"lone-{int(one_script)}"
+    producer.enqueue(
+        {
+            "sourceType": "bot.message.merged",
+            "sourceId": source_id,
+            "scopeKey": f"topic:{source_id}",
+            "payload": {"message": "hello", "messageId": source_id},
+        }
+    )
+    fair = FairQueue(store.client, store.keys, None, "unused")  # sends nothing here
+    for name in ("pop_acquire", "ready_pop", "acquire"):
+        store.client.script_load(store.scripts.script(name).script)
+    CountingClient.sent.clear()
+    if one_script:
+        popped = pipeline.lease.acquire_ready(store.keys, fair.pop_call(), now_ms=now_ms())
+        acquired = popped[1] if popped else None
+    else:
+        ref = fair.pop()
+        acquired = pipeline.lease.acquire(
+            store.keys.for_tenant("default"), f"topic:{source_id}", now_ms=now_ms()
+        )
+        popped = (ref, acquired) if ref else None
+    trips = sum(CountingClient.sent.values())
+    if popped is None or acquired is None or acquired[0] is None:
+        raise RuntimeError("the lone event's scope was not popped and granted")
+    pipeline.drain(popped[0], acquired=acquired)
+    return trips
