@@ -4,7 +4,8 @@ Sections (``--only``/``--skip`` pick them): ``pipeline`` (no-op baseline, burst 
 and off, latency, round trips, RSS), ``peer`` (the same burst and spread on the one-task-per-event Celery app a
 user would write instead, bench/peer_app.py, and ours as ratios to it), ``routing``, ``ingest``, ``scaling``
 (1, 2 and 4 worker processes), ``scopes`` (the same workload while 100, 10,000 and 100,000 scopes exist) and
-``memory`` (Redis bytes per retained event, on a private Redis).
+``memory`` (Redis bytes per retained event, on a private Redis) and ``redis`` (commands inside the scripts and
+Redis CPU per drained burst event, on a private Redis).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from bench import (
     memory_bench,
     peer_bench,
     pipeline_bench,
+    redis_work_bench,
     routing_bench,
     scaling_bench,
     scopes_bench,
@@ -220,6 +222,12 @@ def memory_section(url: str, args: argparse.Namespace, out: Report) -> None:
     out.figures.update(memory.figures())
 
 
+def redis_section(url: str, args: argparse.Namespace, out: Report) -> None:
+    work = redis_work_bench.redis_work(args.redis_events)  # its own Redis, not url
+    out.rows += work.rows()
+    out.figures.update(work.figures())
+
+
 SECTIONS: dict[str, Callable[[str, argparse.Namespace, Report], None]] = {
     "pipeline": pipeline_section,
     "peer": peer_section,
@@ -228,6 +236,7 @@ SECTIONS: dict[str, Callable[[str, argparse.Namespace, Report], None]] = {
     "scaling": scaling_section,
     "scopes": scopes_section,
     "memory": memory_section,
+    "redis": redis_section,
 }
 
 
@@ -253,6 +262,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=10_000,
         help="events retained for the memory figure, over a tenth as many scopes (default 10,000)",
+    )
+    parser.add_argument(
+        "--redis-events",
+        type=int,
+        default=2000,
+        help="burst events drained for the Redis work rows (commands in scripts, CPU), default 2,000",
     )
     parser.add_argument(
         "--scope-counts",

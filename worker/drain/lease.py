@@ -25,13 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, Keys
-from worker.store.calls import Acquire, Release, Renew, ScriptCall
+from worker.core.tenancy import split_scope_ref
+from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, EngineKeys, Keys
+from worker.store.calls import Acquire, PopAcquire, ReadyPop, Release, Renew, ScriptCall
 from worker.store.records import Head
 from worker.store.replies import HeadCode, ReleaseCode
 from worker.store.scripts import Scripts
 
-__all__ = ["LeaseGrant", "ScopeLease"]
+__all__ = ["Acquired", "LeaseGrant", "Popped", "ScopeLease"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ class LeaseGrant:
     @property
     def lease_key(self) -> str:
         return self.keys.lease(self.scope_key)
+
+
+Acquired = tuple[LeaseGrant | None, int, Head | None]  # (grant, ms the holder still has, head): see acquire
+Popped = tuple[str, Acquired | None]  # a popped scope ref and what POP_ACQUIRE did with it
 
 
 class ScopeLease:
@@ -73,14 +78,12 @@ class ScopeLease:
         self._guard = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def acquire(
-        self, keys: Keys, scope_key: str, *, now_ms: int, holder: str = ""
-    ) -> tuple[LeaseGrant | None, int, Head | None]:
+    def acquire(self, keys: Keys, scope_key: str, *, now_ms: int, holder: str = "") -> Acquired:
         """Try once for ``keys``' tenant's scope. Granted: (grant, 0, head), where the same round trip took the
         inbox's head (and, when the inbox was empty, already released the lease again: head EMPTY, no renewer
         started). Held by someone else: (None, milliseconds they still have, None). ``holder`` (the worker's
         node name) prefixes the lease token, so operators see who holds a scope (``holder|random``)."""
-        token = f"{holder}{HOLDER_SEPARATOR}{secrets.token_hex(12)}" if holder else secrets.token_hex(16)
+        token = self._token(holder)
         k = keys.for_scope(scope_key)  # with scope buckets: the scope's bucket's indexes
         reply = self.run(
             Acquire(
@@ -100,6 +103,42 @@ class ScopeLease:
                 scope_ref=k.scope_ref(scope_key),
             )
         )
+        return self._granted(k, scope_key, token, reply)
+
+    def acquire_ready(
+        self, keys: EngineKeys, ready: ReadyPop, *, now_ms: int, holder: str = ""
+    ) -> Popped | None:
+        """READY_POP and ACQUIRE in one round trip (POP_ACQUIRE; one Redis with one scope bucket only: the script
+        builds the scope's keys from the ref it pops). None: nothing was ready, and ``ready``'s ticket is retired.
+        Else (ref, what :meth:`acquire` returns), or (ref, None) for a ref that is not ``<tenant>/<scopeKey>``
+        (nothing taken: the two-step drain refuses it)."""
+        token = self._token(holder)
+        call = PopAcquire(
+            ready.ring,
+            ready.tickets,
+            ready.ready_prefix,
+            ready.ticket_ttl_ms,
+            keys.prefix,
+            token,
+            self.ttl_ms,
+            now_ms,
+        )
+        reply = self.run(call)
+        if not reply:
+            return None
+        raw = reply[0]
+        ref = raw if isinstance(raw, str) else bytes(raw).decode("utf-8")
+        if len(reply) < 2:
+            return ref, None
+        tenant, scope_key = split_scope_ref(ref)
+        return ref, self._granted(keys.for_tenant(tenant).for_scope(scope_key), scope_key, token, reply[1])
+
+    @staticmethod
+    def _token(holder: str) -> str:
+        return f"{holder}{HOLDER_SEPARATOR}{secrets.token_hex(12)}" if holder else secrets.token_hex(16)
+
+    def _granted(self, k: BucketKeys, scope_key: str, token: str, reply: Any) -> Acquired:
+        """ACQUIRE's reply read (the renewer started when a head was taken)."""
         fence = int(reply[0])
         if fence == 0:
             return None, max(int(reply[1]), 0), None

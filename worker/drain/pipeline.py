@@ -46,7 +46,7 @@ from worker.core.tenancy import DEFAULT_TENANT, scope_ref, split_scope_ref
 from worker.drain.commit import commit_run
 from worker.drain.context import DrainContext
 from worker.drain.event import EventWork, run_event
-from worker.drain.lease import LeaseGrant, ScopeLease
+from worker.drain.lease import Acquired, LeaseGrant, ScopeLease
 from worker.intake.emitter import Emitter
 from worker.keys.layout import EngineKeys
 from worker.settings import Settings
@@ -133,11 +133,14 @@ class Pipeline:
         """Drain ``tenant``'s scope (tests and tools; tasks carry scope refs: :meth:`drain`)."""
         return self.drain(scope_ref(tenant, scope_key), holder=holder)
 
-    def drain(self, ref: str, *, holder: str = "") -> DrainOutcome:
-        """Drain the scope named by the scope ref ``<tenant>/<scopeKey>`` (what drain tasks carry)."""
+    def drain(self, ref: str, *, holder: str = "", acquired: Acquired | None = None) -> DrainOutcome:
+        """Drain the scope named by the scope ref ``<tenant>/<scopeKey>`` (what drain tasks carry); ``acquired``:
+        POP_ACQUIRE already asked for its lease (:meth:`ScopeLease.acquire_ready`)."""
         tenant, scope_key = split_scope_ref(ref)
-        keys = self.ctx.store.keys.for_tenant(tenant)
-        grant, remaining_ms, head = self.lease.acquire(keys, scope_key, now_ms=now_ms(), holder=holder)
+        if acquired is None:
+            keys = self.ctx.store.keys.for_tenant(tenant)
+            acquired = self.lease.acquire(keys, scope_key, now_ms=now_ms(), holder=holder)
+        grant, remaining_ms, head = acquired
         if grant is None or head is None:
             # Somebody holds the scope. A live holder drains what we were sent for; a dead one's lease runs out
             # in remaining_ms, so look again then (no spinning, one message per TTL).

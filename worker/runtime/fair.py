@@ -145,14 +145,16 @@ class FairQueue:
             sent = pipe.execute()
         return sum(1 for one in sent if one)
 
+    def pop_call(self) -> ReadyPop:
+        """READY_POP's call (also what POP_ACQUIRE pops with: ScopeLease.acquire_ready)."""
+        return ReadyPop(
+            self.keys.ready_tenants, self.keys.drain_tickets, self.keys.ready_prefix, self.ticket_ttl_ms
+        )
+
     def pop(self) -> str | None:
         """The next ready scope ref, the tenants taking turns. None when nothing is ready: the caller's
         drain ticket is retired then, so call this only from a drain_next message."""
-        ref = self.scripts.run(
-            ReadyPop(
-                self.keys.ready_tenants, self.keys.drain_tickets, self.keys.ready_prefix, self.ticket_ttl_ms
-            )
-        )
+        ref = self.scripts.run(self.pop_call())
         if not ref:
             return None
         return ref if isinstance(ref, str) else bytes(ref).decode("utf-8")

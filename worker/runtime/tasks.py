@@ -15,10 +15,14 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded, TaskPredicate
 from redis.exceptions import RedisError
 
+from worker.core.clock import now_ms
 from worker.core.tenancy import DEFAULT_TENANT, BadTenant, split_scope_ref
+from worker.drain.lease import Acquired, Popped
+from worker.drain.pipeline import Pipeline
 from worker.runtime import state as _state
-from worker.runtime.fair import DRAIN_NEXT_TASK, DRAIN_TASK
+from worker.runtime.fair import DRAIN_NEXT_TASK, DRAIN_TASK, FairQueue
 from worker.runtime.plugin_model import Plugin, PluginTask
+from worker.settings import Settings
 from worker.store.safety import note_store_failure
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS, describe_error
 
@@ -88,13 +92,16 @@ def _node(task: Any) -> str:
     return hostname if isinstance(hostname, str) else ""
 
 
-def drain_ref(app: Any, queue: str, ref: str, holder: str = "") -> None:
+def drain_ref(app: Any, queue: str, ref: str, holder: str = "", acquired: Acquired | None = None) -> None:
     """Drain the scope ``ref`` in this worker's pipeline, then re-publish it when it has more (or was lost). A
-    full store refuses the lease grant before it writes anything: the grant is asked again after a pause."""
+    full store refuses the lease grant before it writes anything: the grant is asked again after a pause.
+    ``acquired``: POP_ACQUIRE already asked for the lease (drain_ready)."""
     process = _state.get()
     pipeline = process.pipeline
     try:
-        outcome = pipeline.ctx.full_wait("acquire").call(lambda: pipeline.drain(ref, holder=holder))
+        outcome = pipeline.ctx.full_wait("acquire").call(
+            lambda: pipeline.drain(ref, holder=holder, acquired=acquired)
+        )
     except BadTenant:  # not "<tenant>/<scopeKey>": a message from before tenants, or forged
         log.error("drain of a malformed scope ref dropped", extra={"scopeRef": ref})
         return
@@ -122,14 +129,13 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
     deadline = time.monotonic() + settings.drain_message_budget_s
     drained, retired = 0, False
     try:
+        pop = _popper(pipeline, fair, holder)
         while drained < settings.scopes_per_drain and not (drained and time.monotonic() >= deadline):
-            ref = pipeline.ctx.full_wait("pop").call(
-                fair.pop
-            )  # a full store refuses the pop before it writes
-            if ref is None:
+            popped = pipeline.ctx.full_wait("pop").call(pop)  # a full store refuses the pop before it writes
+            if popped is None:
                 retired = True
                 break
-            drain_ref(app, queue, ref, holder)
+            drain_ref(app, queue, popped[0], holder, popped[1])
             drained += 1
     except RedisError as exc:  # store down: no message to hand on to (it would spin); the count expires and
         # no scope popped, so no tenant to charge: the default tenant's counters hold the engine's own failures
@@ -143,6 +149,26 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
             except Exception as exc:  # broker down: the ticket was given back (or expires)
                 log.warning("drain_next not handed on (%s)", describe_error(exc))
     return drained
+
+
+def one_round_trip(settings: Settings) -> bool:
+    """Pop a ready scope and take its lease in one script (POP_ACQUIRE): on one Redis with one scope bucket,
+    where the script may build the scope's keys itself; a cluster, or scope buckets, keep READY_POP then ACQUIRE."""
+    return settings.redis_cluster_url is None and settings.scope_buckets <= 1
+
+
+def _popper(pipeline: Pipeline, fair: FairQueue, holder: str) -> Callable[[], Popped | None]:
+    """drain_ready's pop: POP_ACQUIRE where :func:`one_round_trip` allows it, else READY_POP alone (the drain
+    then asks for the lease)."""
+    if one_round_trip(pipeline.settings):
+        keys = pipeline.ctx.store.keys
+        return lambda: pipeline.lease.acquire_ready(keys, fair.pop_call(), now_ms=now_ms(), holder=holder)
+
+    def two_steps() -> Popped | None:
+        ref = fair.pop()
+        return None if ref is None else (ref, None)
+
+    return two_steps
 
 
 def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None:

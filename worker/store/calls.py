@@ -30,6 +30,7 @@ __all__ = [
     "OutboxClaim",
     "OutboxSettle",
     "PeekFresh",
+    "PopAcquire",
     "ReadyPop",
     "ReadyPush",
     "Redrive",
@@ -520,6 +521,22 @@ class ReadyPop(ScriptCall):
     tickets: str = key()
     ready_prefix: str = arg()
     ticket_ttl_ms: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class PopAcquire(ScriptCall):
+    """READY_POP and ACQUIRE in one round trip (one Redis, one scope bucket): the scope's keys are built in Lua
+    from the popped ref (worker/keys/lua_half.py), so only the fair queue's keys are declared."""
+
+    SCRIPT = "pop_acquire"
+    ring: str = key()
+    tickets: str = key()
+    ready_prefix: str = arg()
+    ticket_ttl_ms: int = arg()
+    key_prefix: str = arg()
+    token: str = arg()
+    ttl_ms: int = arg()
+    now_ms: int = arg()
 
 
 @dataclass(frozen=True, slots=True)

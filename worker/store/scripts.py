@@ -15,6 +15,7 @@ from typing import Any
 from redis import Redis
 from redis.commands.core import Script
 
+from worker.keys.lua_half import lua_key_templates
 from worker.store.calls import ScriptCall
 from worker.store.loader import load_script
 from worker.store.quotas import DAY_MS, KEEP, RETAINED_SLOTS
@@ -22,7 +23,12 @@ from worker.store.quotas import DAY_MS, KEEP, RETAINED_SLOTS
 __all__ = ["CONSTANTS", "Scripts"]
 
 # The named constants the Lua reads, from the Python that owns them (one value, both sides).
-CONSTANTS: dict[str, int | str] = {"DAY_MS": DAY_MS, "KEEP_FIELD": KEEP, "RETAINED_SLOTS": RETAINED_SLOTS}
+CONSTANTS: dict[str, int | str] = {
+    "DAY_MS": DAY_MS,
+    "KEEP_FIELD": KEEP,
+    "RETAINED_SLOTS": RETAINED_SLOTS,
+    **lua_key_templates(),  # the key layout's Lua half (POP_ACQUIRE)
+}
 
 
 class Scripts:

@@ -3,7 +3,7 @@
 -- none of its chain's staged writes (a dead worker's head is cancelled by the next take_head).
 -- -> {CancelCode.CANCELLED, 'cancelled'} | {CancelCode.REQUESTED, 'processing'} | {CancelCode.FINAL, state}
 --    | {CancelCode.UNKNOWN, ''}
--- requires: index, history
+-- requires: index, pending, history
 local ev, stats, runs_active, runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local event_id, now_ms, window_s, run_index_max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local state = redis.call('HGET', ev, 'state')
@@ -11,6 +11,7 @@ if not state then return {CancelCode.UNKNOWN, ''} end
 if state == 'queued' then
   local ix = {stats = stats, active = runs_active, cancelled = runs_cancelled, max = tonumber(run_index_max)}
   mark_cancelled(ev, event_id, now_ms, ix)
+  hflush_all()
   index_trim(now_ms, window_s)
   return {CancelCode.CANCELLED, 'cancelled'}
 end

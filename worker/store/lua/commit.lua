@@ -20,7 +20,7 @@
 --    LANE_TAKEN (event #replies+1 was not committed: a lane was marked already, or its staged writes would be
 --    refused: run it alone) | PARTIAL (event #replies+1: a lane's staged write failed midway, index and reason
 --    follow: commit it dead) | the last reply's code (STALE_FENCE, NOT_HEAD, REFUSED).
--- requires: counts, index, history, take_head, admit, staged, peek
+-- requires: counts, index, pending, history, take_head, admit, staged, peek
 local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_all, runs_active, runs_done,
   runs_dead, runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
   KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
@@ -50,32 +50,57 @@ local function apply_done(effects_json, followups_json)
   return followups, nil
 end
 
--- One event's outcome (its lanes already applied): the reply as the header says.
+local fence_held = false  -- our fence was found in this script (nothing in it can change the fence)
+local function fence_ok()
+  if not fence_held then fence_held = redis.call('GET', fence_key) == fence end
+  return fence_held
+end
+-- What a commit needs of its event: the take_head of this script left it in `taken` (then the event is our
+-- processing head, not cancelled), or one HMGET reads it (kept there until its commit) -> {enqueued, history,
+-- not_before, cancel} | nil (not our head).
+local function known_of(ev, event_id)
+  local known = taken[ev]
+  if known then return known end
+  if redis.call('LINDEX', inbox, 0) ~= event_id then return nil end
+  hflush(ev)
+  local r = redis.call('HMGET', ev, 'enqueuedAt', 'history', 'notBefore', 'cancelRequested')
+  known = {enqueued = r[1], history = r[2], not_before = r[3], cancel = r[4]}
+  taken[ev] = known
+  return known
+end
+
+-- One event's outcome (its lanes already applied): the reply as the header says. Its hash's writes go through
+-- lib/pending.lua (one HSET with the take_head's fields when the event was taken in this script).
 local function commit_event(ev, chain, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on,
     effects_json, followups_json)
-  if redis.call('GET', fence_key) ~= fence then
+  if not fence_ok() then
     redis.call('HINCRBY', stats, 'fenceRejected', 1)
     return {CommitCode.STALE_FENCE}
   end
-  if redis.call('LINDEX', inbox, 0) ~= event_id then return {CommitCode.NOT_HEAD} end
-  if redis.call('HEXISTS', ev, 'cancelRequested') == 1 then outcome = 'cancelled' end
+  local known = known_of(ev, event_id)
+  if not known then return {CommitCode.NOT_HEAD} end
+  taken[ev] = nil
+  if known.cancel then outcome = 'cancelled' end
   local followups = {}
   if outcome == 'done' then
     local refusal
     followups, refusal = apply_done(effects_json, followups_json)
-    if refusal then return refusal end
+    if refusal then
+      taken[ev] = known  -- still our head, processing: the caller commits it dead
+      return refusal
+    end
   end
   if chain_json ~= '' and outcome ~= 'cancelled' then redis.call('SET', chain, chain_json, 'EX', chain_ttl_s) end
-  if chain_id ~= '' then redis.call('HSET', ev, 'chainId', chain_id) end
+  if chain_id ~= '' then hset_later(ev, 'chainId', chain_id) end
   local publish = {}
   local latency = -1
   if outcome == 'retry' then
-    redis.call('HSET', ev, 'state', 'queued', 'error', error_text, 'notBefore', not_before)
-    redis.call('HINCRBY', stats, 'retried', 1)
-    history_end(ev, now, 'failed', error_text)
+    hset_later(ev, 'state', 'queued', 'error', error_text, 'notBefore', not_before)
+    count(stats, 'retried', 1)
+    history_end(ev, now, 'failed', error_text, known.history)
   elseif outcome == 'cancelled' then
     redis.call('LPOP', inbox)
-    mark_cancelled(ev, event_id, now_ms, ix)
+    mark_cancelled(ev, event_id, now_ms, ix, known)
   else
     redis.call('LPOP', inbox)
     count(stats, 'queued', -1)
@@ -83,23 +108,23 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
       for _, e in ipairs(followups) do
         if admit(e, at)[2] == 1 then table.insert(publish, e.scope_ref) end
       end
-      redis.call('HSET', ev, 'state', 'done', 'doneAt', now_ms)
-      redis.call('HDEL', ev, 'notBefore')
+      hset_later(ev, 'state', 'done', 'doneAt', now_ms)
+      if known.not_before then hdel(ev, 'notBefore') end
       redis.call('EXPIRE', ev, window_s)
       count(stats, 'done', 1)
-      local enqueued = index_move(runs_active, runs_done, event_id, ev, imax) or now
-      history_end(ev, now, 'succeeded', '')
+      local enqueued = index_move(runs_active, runs_done, event_id, ev, imax, known.enqueued) or now
+      history_end(ev, now, 'succeeded', '', known.history)
       local minute = math.floor(now / 60000)
       count(series, minute .. ':done', 1)
       latency = now - enqueued
       count(series, minute .. ':latency_ms', latency)
     else
-      redis.call('HSET', ev, 'state', 'dead', 'error', error_text, 'deadAt', now_ms)
+      hset_later(ev, 'state', 'dead', 'error', error_text, 'deadAt', now_ms)
       redis.call('PERSIST', ev)
       redis.call('ZADD', dlq, now_ms, event_id)
       count(stats, 'dead', 1)
-      index_move(runs_active, runs_dead, event_id, ev, imax)
-      history_end(ev, now, 'failed', error_text)
+      index_move(runs_active, runs_dead, event_id, ev, imax, known.enqueued)
+      history_end(ev, now, 'failed', error_text, known.history)
     end
   end
   local reply = {CommitCode.COMMITTED, publish, outcome, latency}
@@ -114,10 +139,9 @@ end
 -- The lanes of an event that is our head, under our fence, not cancelled: nil applied, or why not (a code,
 -- and for PARTIAL its index and reason).
 local function apply_lanes(ev, event_id, lanes)
-  if #lanes == 0 or redis.call('LINDEX', inbox, 0) ~= event_id or redis.call('GET', fence_key) ~= fence
-      or redis.call('HEXISTS', ev, 'cancelRequested') == 1 then
-    return nil
-  end
+  if #lanes == 0 then return nil end
+  local known = known_of(ev, event_id)
+  if not known or not fence_ok() or known.cancel then return nil end
   local seen = {}
   for _, l in ipairs(lanes) do
     if seen[l.lane] or redis.call('EXISTS', l.lane) == 1 or check_staged(l.effects) then
@@ -149,10 +173,8 @@ local function run()
       lanes[j] = {lane = lane, result_json = result_json, effects = cjson.decode(lane_effects_json)}
       k, a = k + LANE_KEYS, a + LANE_ARGS
     end
-    if #out > 0 and not (redis.call('LINDEX', inbox, 0) == event_id
-        and redis.call('HGET', ev, 'state') == 'processing') then
-      return {CommitCode.ENDED, out, {}}
-    end
+    -- after the first: the event must be the head the commit before it took (then it is processing)
+    if #out > 0 and not taken[ev] then return {CommitCode.ENDED, out, {}} end
     local stopped = apply_lanes(ev, event_id, lanes)
     if stopped then return {stopped[1], out, {}, stopped[2], stopped[3]} end
     local reply = commit_event(ev, chain, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on,
@@ -171,6 +193,7 @@ local function run()
 end
 
 local reply = run()
+hflush_all()
 index_trim(now_ms, window_s)
 counts_flush()
 return reply

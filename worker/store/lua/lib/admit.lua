@@ -52,8 +52,7 @@ local function admit(e, at)
   index_add(e.by_source, t, e.source_member, 0)
   if e.user_id ~= '' then
     redis.call('HSET', e.ev, 'userId', e.user_id)
-    redis.call('ZADD', e.user_index, at.now, e.event_id)
-    redis.call('EXPIRE', e.user_index, at.window)
+    index_add_kept(e.user_index, t, e.event_id, at.window)
     redis.call('SADD', e.scope_users, e.user_id)
   else
     redis.call('SADD', e.scope_users, '*')  -- an event of nobody in particular: the scope is never one user's alone

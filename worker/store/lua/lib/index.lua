@@ -1,23 +1,60 @@
 -- The runs explorer's indexes (Keys.runs): zsets of event ids scored by enqueue time, one for all events, one
 -- per status (active = queued or processing, done, dead, cancelled, discarded), one per source type and one per
 -- scope, plus the user index events-of:user:U (active is not trimmed by count: the tenant's queue limit bounds
--- it, so a backlog is listed whole). A script that added to indexes trims each of them once before it returns
--- (index_trim: a batch of events pays one trim per index, not one per event) to AGENT_SIGNAL_RUN_INDEX_MAX
+-- it, so a backlog is listed whole). Adds and removes are gathered per index and written when the script ends
+-- (index_flush: one ZREM and one ZADD with many members per index and script, not one per event; a member's
+-- last change wins). A script that added to indexes trims each of them once before it returns (index_trim, which
+-- flushes first: a batch of events pays one trim per index, not one per event) to AGENT_SIGNAL_RUN_INDEX_MAX
 -- members and to the dedupe window, and refreshes its TTL, so no index outgrows that bound.
 local touched = {}  -- index key -> its count bound (0: the window only), for index_trim
+local kept = {}  -- index key -> its TTL in seconds: not trimmed, its TTL refreshed once at the flush
+local zchanges = {}  -- index key -> {member -> score, or false: removed}
+local function zchange(key, member, score)
+  local members = zchanges[key]
+  if not members then
+    members = {}
+    zchanges[key] = members
+  end
+  members[member] = score
+end
 local function index_add(key, score, member, max)
-  redis.call('ZADD', key, score, member)
+  zchange(key, member, score)
   touched[key] = max or 0
 end
--- Move an event from one status index to another (score: its enqueue time).
--- Returns the event's enqueue time (nil when its hash has none).
-local function index_move(from, to, id, ev, max)
-  redis.call('ZREM', from, id)
-  local enqueued = tonumber(redis.call('HGET', ev, 'enqueuedAt') or '')
+-- An index that is not trimmed (the user index events-of:user:U, which erasure walks whole): its TTL is set once
+-- per script.
+local function index_add_kept(key, score, member, ttl_s)
+  zchange(key, member, score)
+  kept[key] = ttl_s
+end
+-- Move an event from one status index to another (score: its enqueue time, read from its hash unless the caller
+-- knows it). Returns the event's enqueue time (nil when its hash has none).
+local function index_move(from, to, id, ev, max, enqueued_at)
+  zchange(from, id, false)
+  local enqueued = tonumber(enqueued_at or redis.call('HGET', ev, 'enqueuedAt') or '')
   index_add(to, enqueued or 0, id, max)
   return enqueued
 end
+local function index_flush()
+  for key, members in pairs(zchanges) do
+    local adds, removes = {}, {}
+    for member, score in pairs(members) do
+      if score then
+        adds[#adds + 1] = score
+        adds[#adds + 1] = member
+      else
+        removes[#removes + 1] = member
+      end
+    end
+    if #removes > 0 then redis.call('ZREM', key, unpack(removes)) end
+    if #adds > 0 then redis.call('ZADD', key, unpack(adds)) end
+  end
+  zchanges = {}
+  for key, ttl_s in pairs(kept) do redis.call('EXPIRE', key, ttl_s) end
+  kept = {}
+end
 local function index_trim(now, window)
+  index_flush()
   local cutoff = '(' .. string.format('%d', tonumber(now) - tonumber(window) * 1000)
   for key, max in pairs(touched) do
     if max > 0 then redis.call('ZREMRANGEBYRANK', key, 0, -(max + 1)) end

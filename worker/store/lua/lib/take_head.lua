@@ -1,4 +1,4 @@
--- requires: index, history
+-- requires: index, history, pending
 -- Taking the head of a scope's inbox for processing, and releasing a scope. Heads that are already final (done,
 -- dead, cancelled, discarded, erased) or whose record expired are popped and skipped; a head whose cancel was
 -- requested while it ran (its worker is gone) is committed cancelled and popped. ev_prefix is Keys.event_prefix
@@ -8,25 +8,35 @@
 -- waits for its retry time) | {HeadCode.TAKEN, id, eventJson, attempts, prevState, lastError, sourceType,
 -- sourceId} (state -> processing, an attempt record started; eventJson is worker/documents/event_body.py's form).
 local FINAL = {done = true, dead = true, cancelled = true, discarded = true, erased = true}
+-- The heads this script took, by event key, until their commit: the event is the head, processing, under our
+-- fence and not cancelled (nothing else runs between) -> {enqueued, history, not_before}, so a run's commit
+-- of it reads nothing again.
+local taken = {}
+local unpaused = {}  -- scopes found not paused by this script (no script that takes a head pauses one)
 local function take_head(inbox, ev_prefix, now, fence, ix, scope)
-  if ix.paused and redis.call('HEXISTS', ix.paused, scope) == 1 then return {HeadCode.PAUSED} end
+  if ix.paused and not unpaused[scope] then
+    if redis.call('HEXISTS', ix.paused, scope) == 1 then return {HeadCode.PAUSED} end
+    unpaused[scope] = true
+  end
   for _ = 1, 1000 do
     local id = redis.call('LINDEX', inbox, 0)
     if not id then return {HeadCode.EMPTY} end
     local ek = ev_prefix .. id
+    hflush(ek)
     local rec = redis.call('HMGET', ek, 'state', 'event', 'notBefore', 'error', 'cancelRequested', 'history',
-      'redrives', 'sourceType', 'sourceId')
+      'redrives', 'sourceType', 'sourceId', 'attempts', 'enqueuedAt')
     if not rec[2] or FINAL[rec[1]] then
       redis.call('LPOP', inbox)
     elseif rec[5] and ix.stats then
       redis.call('LPOP', inbox)
-      mark_cancelled(ek, id, now, ix)
+      mark_cancelled(ek, id, now, ix, {enqueued = rec[11], history = rec[6], not_before = rec[3]})
     else
       local nb = tonumber(rec[3] or '0') or 0
       if nb > tonumber(now) then return {HeadCode.WAITS, id, tostring(nb)} end
-      local attempts = redis.call('HINCRBY', ek, 'attempts', 1)
-      redis.call('HSET', ek, 'state', 'processing', 'fence', fence)  -- the start time is in the history
-      history_start(ek, rec[6], attempts, now, tonumber(rec[7] or '0'))
+      local attempts = (tonumber(rec[10] or '0') or 0) + 1
+      hset_later(ek, 'attempts', attempts, 'state', 'processing', 'fence', fence)  -- the start: in the history
+      local h = history_start(ek, rec[6], attempts, now, tonumber(rec[7] or '0'))
+      taken[ek] = {enqueued = rec[11], history = h, not_before = rec[3]}
       return {HeadCode.TAKEN, id, rec[2], attempts, rec[1], rec[4] or '', rec[8] or '', rec[9] or ''}
     end
   end

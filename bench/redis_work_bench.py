@@ -1,0 +1,216 @@
+"""Redis's own work per drained event: commands run inside the scripts, and the server's CPU time.
+
+On a private embedded Redis (:func:`bench._env.private_redis_url`: nothing else talks to it) a burst of N events
+over 8 scopes is enqueued first; then ``INFO commandstats`` and ``INFO cpu`` are read, every scope is drained in
+this process (:meth:`worker.drain.pipeline.Pipeline.drain_scope`, the same ACQUIRE / run / COMMIT path a worker
+takes, without Celery's broker traffic) until it is idle, and both are read again. The deltas over N are the
+figures:
+
+- commands inside scripts per event: every command the server ran, minus the ``EVALSHA``/``EVAL`` calls
+  themselves, minus the commands this process sent outside a script (counted client side by
+  :class:`CountingClient`) and the two ``INFO`` reads;
+- Redis CPU per event: ``used_cpu_sys + used_cpu_user`` (main thread and Lua alike).
+
+Counted, not timed: the command count is the same from run to run; the CPU figure moves with the machine.
+
+A third row counts the round trips from a drain_next message's pop to the lease grant of a lone event's scope:
+POP_ACQUIRE's one (one Redis, one scope bucket), beside READY_POP then ACQUIRE (a cluster, or scope buckets).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+
+from bench._env import make_settings, private_redis_url
+from bench.pipeline_bench import bench_events
+from producers import Producer
+from worker.core.clock import now_ms
+from worker.drain.pipeline import Pipeline
+from worker.runtime.app import build_pipeline
+from worker.runtime.fair import FairQueue
+from worker.store.events import EventStore
+
+__all__ = ["COMMANDS_GOAL", "CPU_GOAL_US", "CountingClient", "RedisWork", "redis_work"]
+
+COMMANDS_GOAL = 15.0  # commands inside the scripts per drained burst event (issue 29)
+CPU_GOAL_US = 50.0  # Redis CPU per drained event (issue 29)
+BURST_SCOPES = 8  # the burst rows' shape (bench/__main__.py)
+ENQUEUE_BATCH = 500  # events per enqueue_many (the door's limit is 1,000)
+SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro")
+
+Row = tuple[str, str, str, str]
+
+
+class CountingClient(Redis):
+    """Counts, by command name, what this process sends outside a script (pipelines included)."""
+
+    sent: Counter[str] = Counter()
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        CountingClient.sent[str(args[0]).split()[0].lower()] += 1
+        return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)
+        original = pipe.execute
+
+        def execute(raise_on_error: bool = True) -> Any:
+            for args, _ in pipe.command_stack:
+                CountingClient.sent[str(args[0]).split()[0].lower()] += 1
+            if transaction:
+                CountingClient.sent["multi"] += 1
+                CountingClient.sent["exec"] += 1
+            return original(raise_on_error)
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
+
+
+def command_calls(client: Redis) -> Counter[str]:
+    """``INFO commandstats`` as command name -> calls."""
+    stats = client.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
+
+
+def cpu_s(client: Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+@dataclass(frozen=True)
+class RedisWork:
+    """Deltas over one drained burst of ``events`` events."""
+
+    events: int
+    commands_in_scripts: int
+    script_calls: int
+    cpu_s: float
+    top: list[tuple[str, int]]  # the commands run inside scripts, most first
+    pop_grant_trips: tuple[int, int] = (0, 0)  # (one script, two steps)
+
+    @property
+    def commands_per_event(self) -> float:
+        return self.commands_in_scripts / self.events
+
+    @property
+    def cpu_us_per_event(self) -> float:
+        return self.cpu_s * 1e6 / self.events
+
+    def rows(self) -> list[Row]:
+        rows = self._work_rows()
+        rows.append(
+            (
+                "Redis round trips, pop -> grant (lone event)",
+                f"{self.pop_grant_trips[0]}",
+                f"was {self.pop_grant_trips[1]}",
+                "POP_ACQUIRE; READY_POP then ACQUIRE on a cluster or with scope buckets (issue 29, item 3)",
+            )
+        )
+        return rows
+
+    def _work_rows(self) -> list[Row]:
+        top = ", ".join(f"{name} {n / self.events:.2f}" for name, n in self.top[:6])
+        return [
+            (
+                "Redis commands in scripts / drained event",
+                f"{self.commands_per_event:.2f}",
+                _holds(self.commands_per_event <= COMMANDS_GOAL),
+                f"goal <= {COMMANDS_GOAL:.0f}; burst of {self.events:,} over {BURST_SCOPES} scopes; "
+                f"{self.script_calls / self.events:.2f} script calls/event; most: {top}",
+            ),
+            (
+                "Redis CPU / drained event",
+                f"{self.cpu_us_per_event:.1f} us",
+                _holds(self.cpu_us_per_event <= CPU_GOAL_US),
+                f"goal <= {CPU_GOAL_US:.0f} us; used_cpu_sys + used_cpu_user delta, private Redis",
+            ),
+        ]
+
+    def figures(self) -> dict[str, float]:
+        return {
+            "redis_commands_in_scripts_per_event": self.commands_per_event,
+            "redis_script_calls_per_event": self.script_calls / self.events,
+            "redis_cpu_us_per_event": self.cpu_us_per_event,
+            "redis_pop_grant_round_trips": float(self.pop_grant_trips[0]),
+            "redis_pop_grant_round_trips_two_steps": float(self.pop_grant_trips[1]),
+        }
+
+
+def _holds(ok: bool) -> str:
+    return "holds" if ok else "MISSED"
+
+
+def redis_work(events: int) -> RedisWork:
+    """Enqueue ``events`` burst events, then drain them in this process and count (see the module docstring)."""
+    with private_redis_url() as url:
+        settings = make_settings(url, lease_renew_interval_s=5.0, lease_ttl_s=30.0)
+        client = CountingClient.from_url(url, decode_responses=True)
+        producer = Producer(settings)
+        batch = bench_events(events, BURST_SCOPES, "rw")
+        for i in range(0, len(batch), ENQUEUE_BATCH):
+            producer.enqueue_many(batch[i : i + ENQUEUE_BATCH])
+        store = EventStore(client, settings)
+        pipeline = build_pipeline(settings)
+        pipeline.ctx = dataclasses.replace(pipeline.ctx, store=store)
+        from worker.drain.lease import ScopeLease
+
+        pipeline.lease = ScopeLease(store.scripts, ttl_s=30.0, renew_interval_s=5.0, run=store.durable)
+        before, cpu_before = command_calls(client), cpu_s(client)
+        CountingClient.sent.clear()
+        for s in range(BURST_SCOPES):
+            while pipeline.drain_scope(f"topic:rw-{s}").next == "again":
+                pass
+        sent = Counter(CountingClient.sent)
+        cpu_after, after = cpu_s(client), command_calls(client)
+        trips = (
+            pop_grant_trips(producer, pipeline, store, True),
+            pop_grant_trips(producer, pipeline, store, False),
+        )
+        producer.close()
+        client.close()
+    delta = after - before
+    delta["info"] -= 2  # our own reads
+    scripts = sum(delta[name] for name in SCRIPT_CALLS)
+    inside = delta - sent  # Counter subtraction keeps positive counts only
+    for name in SCRIPT_CALLS:
+        inside.pop(name, None)
+    return RedisWork(
+        events, sum(inside.values()), scripts, cpu_after - cpu_before, inside.most_common(), trips
+    )
+
+
+def pop_grant_trips(producer: Producer, pipeline: Pipeline, store: EventStore, one_script: bool) -> int:
+    """Round trips from the pop of a lone event's scope to its grant (scripts loaded first), the scope then
+    drained."""
+    source_id = f"lone-{int(one_script)}"
+    producer.enqueue(
+        {
+            "sourceType": "bot.message.merged",
+            "sourceId": source_id,
+            "scopeKey": f"topic:{source_id}",
+            "payload": {"message": "hello", "messageId": source_id},
+        }
+    )
+    fair = FairQueue(store.client, store.keys, None, "unused")  # sends nothing here
+    for name in ("pop_acquire", "ready_pop", "acquire"):
+        store.client.script_load(store.scripts.script(name).script)
+    CountingClient.sent.clear()
+    if one_script:
+        popped = pipeline.lease.acquire_ready(store.keys, fair.pop_call(), now_ms=now_ms())
+        acquired = popped[1] if popped else None
+    else:
+        ref = fair.pop()
+        acquired = pipeline.lease.acquire(
+            store.keys.for_tenant("default"), f"topic:{source_id}", now_ms=now_ms()
+        )
+        popped = (ref, acquired) if ref else None
+    trips = sum(CountingClient.sent.values())
+    if popped is None or acquired is None or acquired[0] is None:
+        raise RuntimeError("the lone event's scope was not popped and granted")
+    pipeline.drain(popped[0], acquired=acquired)
+    return trips

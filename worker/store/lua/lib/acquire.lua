@@ -1,0 +1,28 @@
+-- requires: take_head, pending
+-- Granting a scope lease, issuing the next fencing number, and taking the head event (ACQUIRE, POP_ACQUIRE).
+-- Fencing numbers are compared for equality by every fenced write; a new (or erased) fence starts at Redis's
+-- clock in ms, above any number an earlier incarnation of this scope's fence handed out, so a holder paused
+-- across an erasure can never match it. When the inbox is empty, or the scope is paused, the lease is released
+-- again in the same script. k: {lease, fence, inbox, sched, scopes, paused, stats, runs_active, runs_cancelled,
+-- ev_prefix}.
+-- -> {0, pttl} held by someone else | {fence, <take_head reply>, inbox length} granted (the length counts the
+--    head: a run looks behind it only when more wait)
+local function acquire(k, token, ttl_ms, now_ms, scope_ref)
+  if not redis.call('SET', k.lease, token, 'NX', 'PX', ttl_ms) then
+    return {0, redis.call('PTTL', k.lease)}
+  end
+  local fence = redis.call('INCR', k.fence)
+  if fence == 1 then
+    local t = redis.call('TIME')
+    fence = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('SET', k.fence, fence)
+  end
+  local ix = {paused = k.paused, stats = k.stats, active = k.runs_active, cancelled = k.runs_cancelled}
+  local head = take_or_release(k.inbox, k.lease, k.sched, k.scopes, token, scope_ref, k.ev_prefix, now_ms, fence,
+    ix)
+  hflush_all()
+  index_flush()
+  table.insert(head, 1, fence)
+  head[#head + 1] = redis.call('LLEN', k.inbox)
+  return head
+end
