@@ -57,7 +57,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 # The fault battery: minutes long, so not part of `make test`, which runs its short variants instead
-# (tests/integration/test_chaos_short.py: one child kill, one pause, one Redis restart with AOF).
+# (tests/integration/pipeline/test_chaos_short.py: one child kill, one pause, one Redis restart with AOF).
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos
 

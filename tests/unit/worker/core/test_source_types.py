@@ -9,7 +9,7 @@ from tests.support.payload_schemas import shipped_plugins, shipped_source_types
 from worker.core.source_types import SourceTypePolicy
 from worker.settings import Settings
 
-WORKER = Path(__file__).resolve().parents[3] / "worker"
+WORKER = Path(__file__).resolve().parents[4] / "worker"
 
 
 def test_the_policy_admits_only_what_it_is_given() -> None:

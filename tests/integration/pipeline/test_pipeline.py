@@ -29,7 +29,7 @@ def _event(source_type: str, source_id: str, scope: str, **payload: Any) -> dict
 
 def _status(producer: Producer, event_id: str) -> str | None:
     """The event's status; ``done`` only once nothing waits in the outbox (with scope buckets, the writes a
-    commit journaled to other slots land when the relay delivers them: tests/integration/test_scope_buckets.py)."""
+    commit journaled to other slots land when the relay delivers them: tests/integration/drain/test_scope_buckets.py)."""
     record = producer.status(event_id)
     if record is None:
         return None

@@ -1,5 +1,5 @@
 """One tenant spread over a real three-master Redis Cluster by scope buckets (``AGENT_SIGNAL_SCOPE_BUCKETS=8``),
-RabbitMQ as the broker: the pipeline's invariants (the same tests as tests/integration/test_pipeline.py:
+RabbitMQ as the broker: the pipeline's invariants (the same tests as tests/integration/pipeline/test_pipeline.py:
 dedupe storm, per-scope order, SIGKILL exactly-once, crash loops, fencing), the tenant's work landing on
 every master, the journal across slots, and a master killed mid-run with ``AGENT_SIGNAL_WAIT_REPLICAS=1``.
 A script touching two slots would fail here (CROSSSLOT), where a single Redis would not notice."""
@@ -15,14 +15,14 @@ from redis.crc import key_slot
 
 from producers import Producer
 from tests.conftest import SettingsFactory, wait_for
-from tests.integration.test_pipeline import TestCrashes as TestBucketCrashes
-from tests.integration.test_pipeline import TestDedupe as TestBucketDedupe
-from tests.integration.test_pipeline import TestFencing as TestBucketFencing
-from tests.integration.test_pipeline import TestScopeSerialization as TestBucketScopeSerialization
-from tests.integration.test_redis_cluster import cluster_settings, failover_run
-from tests.integration.test_redis_cluster import (
+from tests.integration.backends.test_redis_cluster import cluster_settings, failover_run
+from tests.integration.backends.test_redis_cluster import (
     redis_client as redis_client,
 )  # the cluster as the store client
+from tests.integration.pipeline.test_pipeline import TestCrashes as TestBucketCrashes
+from tests.integration.pipeline.test_pipeline import TestDedupe as TestBucketDedupe
+from tests.integration.pipeline.test_pipeline import TestFencing as TestBucketFencing
+from tests.integration.pipeline.test_pipeline import TestScopeSerialization as TestBucketScopeSerialization
 from tests.support.redis_cluster import RedisClusterProcesses
 from tests.support.waiting import outbox_settled
 from worker.keys.buckets import bucket_of

@@ -19,7 +19,7 @@ from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "welcome.py"
 PLUGIN = ["examples.welcome:plugin"]  # how README says to load it (the worker imports it by name)
 

@@ -4,7 +4,7 @@ A tenant spread over buckets must behave exactly as a tenant in one slot: the sa
 staged write is applied once (those journaled to the home slot and the follow-ups journaled to other
 buckets included), and the reads that fan out over the buckets (runs explorer pages, dead letters, counters,
 scopes) give what one index would have given. The pipeline's own invariants with buckets on a Redis Cluster:
-tests/integration/test_redis_cluster_buckets.py.
+tests/integration/backends/test_redis_cluster_buckets.py.
 """
 
 from __future__ import annotations

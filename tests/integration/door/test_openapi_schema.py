@@ -13,7 +13,7 @@ longer run (150 examples) found.
 What is left out, and why:
 
 * ``GET /v1/receipts/stream`` (server-sent events) stays open until the client leaves;
-  tests/integration/test_http_stream.py and tests/security/test_streams.py cover it.
+  tests/integration/door/test_http_stream.py and tests/security/tenants/test_streams.py cover it.
 * Creating a key ends the no-credential mode (the app then needs credentials), so the local run calls
   ``POST /v1/keys`` last; its answers after the first key are the declared 401.
 """

@@ -84,7 +84,7 @@ process_metrics().observe("agent_signal_event_latency_ms", {"tenant": "a"}, [flo
 
 def test_processes_sharing_a_directory_are_summed(tmp_path: Path) -> None:
     """Two processes (as a worker's prefork children) write to one directory; the collector sums them."""
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[4]
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     for value in ("3", "4"):
         subprocess.run([sys.executable, "-c", CHILD, value], cwd=root, env=env, check=True, timeout=60)

@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import generate_latest
 
 from tests.support.prom import parse, total
-from tests.unit.worker.test_chain_run import _chain
+from tests.unit.worker.chain.test_chain_run import _chain
 from worker.chain.chain_document import ChainRun
 from worker.telemetry.instruments import INSTRUMENT_DESCRIPTIONS
 from worker.telemetry.plan import HandlerRuns

@@ -12,7 +12,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 PACKAGES = ("worker", "policies", "sessions", "producers")
 PREFIX_ATTRS = {"prefix", "key_prefix", "event_prefix", "broker_prefix"}
 DEFAULT_PREFIX = "agent-signal:"  # a hard-coded key under the default prefix

@@ -22,7 +22,7 @@ from worker.telemetry.log_privacy import HIDDEN, describe_error, traceback_witho
 from worker.telemetry.logs import configure_logging, use_pseudonyms
 from worker.telemetry.pseudonyms import Pseudonyms
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 SECRET = "quartz-user-text"  # what must never reach a line
 PSEUDONYMS = Pseudonyms(b"k" * 32)
 

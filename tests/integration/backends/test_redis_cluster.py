@@ -1,5 +1,5 @@
 """The pipeline's invariants on a real three-master Redis Cluster (with a replica each) as the state store and
-RabbitMQ as the broker: the *same* tests as tests/integration/test_pipeline.py (dedupe storm, per-scope order,
+RabbitMQ as the broker: the *same* tests as tests/integration/pipeline/test_pipeline.py (dedupe storm, per-scope order,
 SIGKILL exactly-once, crash loops, fencing), collected again here with the store fixtures pointed at the
 cluster. Then a master is killed mid-run and its replica takes over: with ``AGENT_SIGNAL_WAIT_REPLICAS=1``
 nothing acknowledged is lost and no effect is applied twice."""
@@ -17,10 +17,10 @@ from redis.crc import key_slot
 
 from producers import Producer
 from tests.conftest import SettingsFactory, wait_for
-from tests.integration.test_pipeline import TestCrashes as TestClusterCrashes
-from tests.integration.test_pipeline import TestDedupe as TestClusterDedupe
-from tests.integration.test_pipeline import TestFencing as TestClusterFencing
-from tests.integration.test_pipeline import TestScopeSerialization as TestClusterScopeSerialization
+from tests.integration.pipeline.test_pipeline import TestCrashes as TestClusterCrashes
+from tests.integration.pipeline.test_pipeline import TestDedupe as TestClusterDedupe
+from tests.integration.pipeline.test_pipeline import TestFencing as TestClusterFencing
+from tests.integration.pipeline.test_pipeline import TestScopeSerialization as TestClusterScopeSerialization
 from tests.support.redis_cluster import RedisClusterProcesses
 from worker.keys.layout import BucketKeys
 from worker.settings import Settings

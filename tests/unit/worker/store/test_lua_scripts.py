@@ -18,7 +18,7 @@ from worker.store.loader import load_script, requires_of, script_text
 from worker.store.replies import ENUMS
 from worker.store.scripts import CONSTANTS
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 LUA = ROOT / "worker" / "store" / "lua"
 PACKAGES = ("worker", "producers", "policies", "sessions")
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from tests.unit.worker.test_chain_storage import CASES, _action, _result, _signal, _source
+from tests.unit.worker.documents.test_chain_storage import CASES, _action, _result, _signal, _source
 from worker.chain.chain_document import ChainRun
 from worker.chain.scheduler import ChainTrace
 from worker.core.nodes import ExecutorResult
