@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from policies.self_iteration.agent.runners import RunnerError, RunRequest, WebhookRunner
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.keys import SelfIterationKeys
-from policies.self_iteration.runners import RunnerError, RunRequest, WebhookRunner
 from policies.webhook_signing import verify_webhook
 from producers import Producer
 from worker.runtime.app import build_pipeline

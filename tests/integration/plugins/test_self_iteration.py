@@ -339,8 +339,8 @@ def test_a_failed_hand_over_is_retried_by_the_outbox_and_the_action_applies_once
     fails, its retry succeeds with the same operation id, and the record ends delivered."""
     from dataclasses import replace
 
+    from policies.self_iteration.agent.runners import RunnerError
     from policies.self_iteration.deps import SelfIterationDeps
-    from policies.self_iteration.runners import RunnerError
     from producers import Producer
     from tests.support.waiting import relay_for
     from worker.runtime.app import build_pipeline

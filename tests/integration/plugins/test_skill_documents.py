@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from policies.self_iteration.documents import DocumentStore
 from policies.self_iteration.keys import SelfIterationKeys
+from policies.self_iteration.records.documents import DocumentStore
 from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ import structlog
 from standardwebhooks import Webhook
 
 from policies.routing import ConfigError, load_router
-from policies.self_iteration.runners import RunRequest, WebhookRunner
+from policies.self_iteration.agent.runners import RunRequest, WebhookRunner
 from policies.webhook_signing import WebhookRejected, verify_webhook, webhook_headers
 from sessions.conditions import CondEnv, ConditionRegistry
 from sessions.fsm import FnState

@@ -183,7 +183,7 @@ def test_receipts_memories_and_skills_are_counted_for_their_user(
     redis_client: Redis, keys: BucketKeys
 ) -> None:
     """A receipt counts its body until it expires; a memory and a skill count their JSON (kept)."""
-    from policies.self_iteration.documents import DocumentStore
+    from policies.self_iteration.records.documents import DocumentStore
     from worker.store.quotas import user_bytes_field
 
     receipts = ReceiptStore(redis_client, keys, ttl_s=3600)

@@ -24,9 +24,9 @@ import time
 from typing import Any
 
 from policies.self_iteration.deps import SelfIterationDeps
-from policies.self_iteration.judges import DomainTarget, SatisfactionVerdict
+from policies.self_iteration.handlers.procedure import should_suppress
+from policies.self_iteration.judges.rules import DomainTarget, SatisfactionVerdict
 from policies.self_iteration.keys import SelfIterationKeys
-from policies.self_iteration.procedure import should_suppress
 from worker.plugin import Conclude, Dispatch, HandlerContext, Signal, Source, action_from, signal_from
 
 __all__ = ["CONFLICT_POLICIES", "domain_judge", "feedback_planner", "satisfaction_judge"]

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from policies.self_iteration.completion import consume_pending_synthesis
+from policies.self_iteration.agent.runners import AGENT_RUN_OUTBOX, RunRequest, operation_id_for
 from policies.self_iteration.deps import SelfIterationDeps
-from policies.self_iteration.runners import AGENT_RUN_OUTBOX, RunRequest, operation_id_for
+from policies.self_iteration.handlers.completion import consume_pending_synthesis
 from worker.plugin import Action, ExecutorResult, HandlerContext, applied, failed, skipped
 
 __all__ = ["UNSAFE_MEMORY", "skill_management_handler", "user_memory_handler"]

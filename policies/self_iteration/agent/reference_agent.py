@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from policies.self_iteration.documents import DocumentStore
-from policies.self_iteration.runners import RunRequest
+from policies.self_iteration.agent.runners import RunRequest
+from policies.self_iteration.records.documents import DocumentStore
 
 __all__ = ["completion_event", "run_reference_agent"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from policies.self_iteration.judges import DomainTarget, SatisfactionVerdict
+from policies.self_iteration.judges.rules import DomainTarget, SatisfactionVerdict
 
 __all__ = ["MalformedJudgeOutput", "OpenAIDomainJudge", "OpenAIJudgeClient", "OpenAISatisfactionJudge"]
 

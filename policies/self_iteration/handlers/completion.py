@@ -15,7 +15,7 @@ from typing import Any
 from policies.dmail import RECEIPT_ACTION
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.keys import SelfIterationKeys
-from policies.self_iteration.receipts import build_self_iteration_receipts
+from policies.self_iteration.records.receipts import build_self_iteration_receipts
 from worker.plugin import (
     Action,
     ChainRef,

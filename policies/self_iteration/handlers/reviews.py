@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from policies.self_iteration.agent.runners import AGENT_RUN_OUTBOX, RunRequest, operation_id_for
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.keys import SelfIterationKeys
-from policies.self_iteration.runners import AGENT_RUN_OUTBOX, RunRequest, operation_id_for
 from worker.plugin import Conclude, HandlerContext, Source
 
 __all__ = ["nightly_review", "self_feedback_intent", "self_reflection"]
