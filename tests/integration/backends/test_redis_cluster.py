@@ -168,6 +168,17 @@ def failover_run(
     report = f"{len(acknowledged)} acknowledged, {len(refused)} refused during the failover"
     print(report)
 
+    _wait_all_done(producer, redis_client, acknowledged, report)
+    _assert_each_applied_once(redis_client, acknowledged, report)
+    producer.close()
+
+
+def _wait_all_done(
+    producer: Producer, redis_client: Redis, acknowledged: list[tuple[str, str]], report: str
+) -> None:
+    """Wait until every acknowledged event is done and no outbox or journal record is due in any bucket; on a
+    timeout, say what was last seen (statuses, records due, and each stuck scope's inbox, lease and ticket)."""
+    keys = producer.keys.for_bucket(0)
     seen: dict[str, Any] = {}
 
     def all_done() -> bool:
@@ -192,6 +203,10 @@ def failover_run(
         wait_for(all_done, timeout_s=120, what=f"every acknowledged event done ({report})")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last seen: {seen}") from None
+
+
+def _assert_each_applied_once(redis_client: Redis, acknowledged: list[tuple[str, str]], report: str) -> None:
+    """Every acknowledged event's counter is exactly 1: none lost, none applied twice."""
     pipe = redis_client.pipeline(transaction=False)
     for _, counter in acknowledged:
         pipe.get(counter)
@@ -199,4 +214,3 @@ def failover_run(
     lost = [c for c, n in zip(acknowledged, counts, strict=True) if n is None]
     twice = [c for c, n in zip(acknowledged, counts, strict=True) if n is not None and n != "1"]
     assert not lost and not twice, f"lost {len(lost)}, applied twice {len(twice)} ({report})"
-    producer.close()

@@ -80,125 +80,93 @@ def _msg(source_id: str, scope: str = "topic:t1", **payload: Any) -> dict[str, A
     }
 
 
+# Every series the happy chain feeds, each exactly once: (instrument, attributes it is read under).
+HAPPY_CHAIN_SERIES: list[tuple[str, dict[str, str]]] = [
+    (
+        "agent_signal_source_events_total",
+        {"source_event_status": "accepted", "source_type": "bot.message.merged"},
+    ),
+    ("agent_signal_source_occurrences_total", {"source_type": "bot.message.merged"}),
+    (
+        "agent_signal_signal_occurrences_total",
+        {"signal_domain": "message", "signal_outcome": "received", "signal_type": "signal.message.received"},
+    ),
+    ("agent_signal_signal_occurrences_total", {"signal_domain": "action", "signal_outcome": "applied"}),
+    ("agent_signal_action_occurrences_total", {"action_type": "action.activity.record"}),
+    (
+        "agent_signal_action_results_total",
+        {"action_type": "action.activity.record", "result_status": "applied"},
+    ),
+    (
+        "agent_signal_signal_action_transitions_total",
+        {"action_type": "action.activity.record", "signal_type": "signal.message.received"},
+    ),
+    ("agent_signal_chains_total", {"final_status": "applied", "source_type": "bot.message.merged"}),
+    ("agent_signal_chain_duration_ms", {"final_status": "applied"}),  # fed (LobeHub never does)
+    ("agent_signal_action_duration_ms", {"result_status": "applied"}),
+    (
+        "agent_signal_workflow_runs_total",
+        {"workflow_status": "generated", "source_type": "bot.message.merged"},
+    ),
+    ("agent_signal_handler_runs_total", {"handler_kind": "source", "handler_status": "ok"}),
+    ("agent_signal_handler_runs_total", {"handler_kind": "action", "handler_id": "handler.activity.record"}),
+    ("agent_signal_handler_duration_ms", {"handler_kind": "signal", "handler_id": "signal.activity-planner"}),
+]
+
+
+def _assert_happy_chain_spans(rig: Rig) -> None:
+    """The chain's spans: observe with its final status, ids and five node events; the action handler's run;
+    and the chain continuing the enqueue's trace."""
+    names = rig.span_names()
+    for name in (
+        "agent_signal.source_event.generate",
+        "agent_signal.handler.run",
+        "agent_signal.observe",
+        "agent_signal.workflow.run",
+        "agent_signal.scope.drain",
+    ):
+        assert name in names
+    observe = next(s for s in rig.spans.get_finished_spans() if s.name == "agent_signal.observe")
+    assert observe.attributes is not None
+    assert observe.attributes["agent.signal.final_status"] == "applied"
+    assert observe.attributes["agent.signal.final_action_type"] == "action.activity.record"
+    assert (
+        observe.attributes["agent.signal.operation_id"] == "op-1"
+        and observe.attributes["agent.signal.topic_id"] == "tpc_1"
+    )
+    assert [e.name for e in observe.events] == [
+        "agent_signal.source",
+        "agent_signal.signal",
+        "agent_signal.signal",
+        "agent_signal.action",
+        "agent_signal.result",
+    ]
+    handler = next(
+        s
+        for s in rig.spans.get_finished_spans()
+        if s.name == "agent_signal.handler.run"
+        and s.attributes
+        and s.attributes["agent.signal.handler_kind"] == "action"
+    )
+    assert (
+        handler.attributes is not None
+        and handler.attributes["agent.signal.handler_result_status"] == "applied"
+    )
+    generate = next(
+        s for s in rig.spans.get_finished_spans() if s.name == "agent_signal.source_event.generate"
+    )
+    assert generate.context is not None and handler.context is not None
+    assert generate.context.trace_id == handler.context.trace_id  # the chain continues the enqueue's trace
+
+
 class TestInstruments:
     def test_happy_chain(self, rig: Rig) -> None:
         """Source, signal, action, result, transition, chain (with duration), workflow run and handler metrics."""
         rig.producer.enqueue(_msg("m1", operationId="op-1", agentId="agt_1", topicId="tpc_1"))
         rig.pipeline.drain_scope("topic:t1")
-        assert (
-            rig.total(
-                "agent_signal_source_events_total",
-                source_event_status="accepted",
-                source_type="bot.message.merged",
-            )
-            == 1
-        )
-        assert rig.total("agent_signal_source_occurrences_total", source_type="bot.message.merged") == 1
-        assert (
-            rig.total(
-                "agent_signal_signal_occurrences_total",
-                signal_domain="message",
-                signal_outcome="received",
-                signal_type="signal.message.received",
-            )
-            == 1
-        )
-        assert (
-            rig.total(
-                "agent_signal_signal_occurrences_total", signal_domain="action", signal_outcome="applied"
-            )
-            == 1
-        )
-        assert rig.total("agent_signal_action_occurrences_total", action_type="action.activity.record") == 1
-        assert (
-            rig.total(
-                "agent_signal_action_results_total",
-                action_type="action.activity.record",
-                result_status="applied",
-            )
-            == 1
-        )
-        assert (
-            rig.total(
-                "agent_signal_signal_action_transitions_total",
-                action_type="action.activity.record",
-                signal_type="signal.message.received",
-            )
-            == 1
-        )
-        assert (
-            rig.total("agent_signal_chains_total", final_status="applied", source_type="bot.message.merged")
-            == 1
-        )
-        assert (
-            rig.total("agent_signal_chain_duration_ms", final_status="applied") == 1
-        )  # fed (LobeHub never does)
-        assert rig.total("agent_signal_action_duration_ms", result_status="applied") == 1
-        assert (
-            rig.total(
-                "agent_signal_workflow_runs_total",
-                workflow_status="generated",
-                source_type="bot.message.merged",
-            )
-            == 1
-        )
-        assert rig.total("agent_signal_handler_runs_total", handler_kind="source", handler_status="ok") == 1
-        assert (
-            rig.total(
-                "agent_signal_handler_runs_total", handler_kind="action", handler_id="handler.activity.record"
-            )
-            == 1
-        )
-        assert (
-            rig.total(
-                "agent_signal_handler_duration_ms",
-                handler_kind="signal",
-                handler_id="signal.activity-planner",
-            )
-            == 1
-        )
-        names = rig.span_names()
-        for name in (
-            "agent_signal.source_event.generate",
-            "agent_signal.handler.run",
-            "agent_signal.observe",
-            "agent_signal.workflow.run",
-            "agent_signal.scope.drain",
-        ):
-            assert name in names
-        observe = next(s for s in rig.spans.get_finished_spans() if s.name == "agent_signal.observe")
-        assert observe.attributes is not None
-        assert observe.attributes["agent.signal.final_status"] == "applied"
-        assert observe.attributes["agent.signal.final_action_type"] == "action.activity.record"
-        assert (
-            observe.attributes["agent.signal.operation_id"] == "op-1"
-            and observe.attributes["agent.signal.topic_id"] == "tpc_1"
-        )
-        assert [e.name for e in observe.events] == [
-            "agent_signal.source",
-            "agent_signal.signal",
-            "agent_signal.signal",
-            "agent_signal.action",
-            "agent_signal.result",
-        ]
-        handler = next(
-            s
-            for s in rig.spans.get_finished_spans()
-            if s.name == "agent_signal.handler.run"
-            and s.attributes
-            and s.attributes["agent.signal.handler_kind"] == "action"
-        )
-        assert (
-            handler.attributes is not None
-            and handler.attributes["agent.signal.handler_result_status"] == "applied"
-        )
-        generate = next(
-            s for s in rig.spans.get_finished_spans() if s.name == "agent_signal.source_event.generate"
-        )
-        assert generate.context is not None and handler.context is not None
-        assert (
-            generate.context.trace_id == handler.context.trace_id
-        )  # the chain continues the enqueue's trace
+        for name, attrs in HAPPY_CHAIN_SERIES:
+            assert rig.total(name, **attrs) == 1, f"{name} {attrs}"
+        _assert_happy_chain_spans(rig)
 
     def test_failed_action(self, rig: Rig) -> None:
         """A failed result: result counter 'failed', chain final status 'failed', the retriable failure counted."""
