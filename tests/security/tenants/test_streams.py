@@ -37,8 +37,12 @@ pytestmark = pytest.mark.integration
 
 STREAMS = 500
 USERS = 25  # the 500 streams spread over 25 users' channels (20 streams each)
-MAX_REDIS_CLIENTS = 50
 REQUESTS = 15  # concurrent ingests, and as many concurrent reads, while the streams are open
+POOL = 5  # the web process's AGENT_SIGNAL_REDIS_MAX_CONNECTIONS here: each of its two blocking pools holds at most 5
+# Under 50 by construction, however loaded the machine: the door's and the credentials' pools (2 x POOL), the one
+# subscriber, and the rate limiter's asyncio client, which opens no more connections than requests in flight.
+MAX_REDIS_CLIENTS = 50
+assert 2 * POOL + 1 + 2 * REQUESTS < MAX_REDIS_CLIENTS
 OWNER = {"userId": "u1", "agentId": "a1", "topicId": "t1"}
 STREAM_PATH = "/v1/receipts/stream"
 
@@ -165,14 +169,18 @@ def test_receipt_streams_do_not_exhaust_the_pool(
     streams. What it counts is the server's own view (CLIENT LIST): the connections in pub/sub mode, and how
     many channels each is subscribed to. It used to compare the process's connection count with a baseline
     (at most one more), which was red under load: requests that overlap (a stream's opening re-checks the
-    credentials with SCARD once the process's cache of that answer expires) grow the bounded request pool by
-    as many idle connections as there were concurrent requests, so the count measured the machine's load,
-    not the streams. A stream holding its own connection would show here as one more pub/sub connection."""
+    credentials with SCARD once the process's cache of that answer expires) grow the request pools by as
+    many idle connections as there were concurrent requests, so the count measured the machine's load, not
+    the streams. A stream holding its own connection would show here as one more pub/sub connection. The
+    pools are capped at POOL connections with a long wait for a free one, so the bound on all clients holds
+    by construction (see MAX_REDIS_CLIENTS) and a slow machine makes requests wait, never fail."""
     marker = f"{prefix}web"
     settings = make_settings(
         redis_url=_named(redis_url, marker),
         broker_url=kombu_url_for(redis_url),  # kombu refuses client_name; its connections are not named
         max_streams_per_credential=STREAMS + 100,  # AGENT_SIGNAL_MAX_STREAMS_PER_CREDENTIAL in the child
+        redis_max_connections=POOL,
+        redis_pool_timeout_s=120,  # a request waits for a pool connection, however slow the machine: never a 503
     )
     proc, url = start_web(settings)
     assert httpx.get(f"{url}/v1/receipts", params={"userId": "u0"}, timeout=10).status_code == 200
