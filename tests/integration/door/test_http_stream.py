@@ -15,7 +15,7 @@ from producers.http.app import create_web_app
 from worker.keys.layout import BucketKeys
 from worker.store.receipts import ReceiptStore
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
 OWNER = {"userId": "u1", "agentId": "a1", "topicId": "t1"}
 

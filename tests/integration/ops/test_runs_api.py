@@ -14,9 +14,9 @@ from redis import Redis
 
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
-from worker.keys.layout import BucketKeys
+from worker.keys.layout import Keys
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def _walk(client: TestClient, limit: int, **filters: Any) -> list[dict[str, Any]
 
 
 def test_filters_and_cursor_pages_over_250_events(
-    api: TestClient, redis_client: Redis, keys: BucketKeys
+    api: TestClient, redis_client: Redis, tenant_keys: Keys
 ) -> None:
     """250 events in 5 batches over 2 scopes, 2 source types and 2 users: every filter (and a combination)
     pages, 37 at a time, to exactly the matching events in (enqueuedAt, eventId) descending order."""
@@ -83,7 +83,11 @@ def test_filters_and_cursor_pages_over_250_events(
             event["userId"] = f"runs-user-{n % 3 == 0}"
             events.append(event)
         _send(api, *events)
-    wait_for(lambda: int(redis_client.hget(keys.stats, "queued") or 0) == 0, timeout_s=90, what="all settled")
+
+    def queued() -> int:
+        return sum(int(redis_client.hget(k.stats, "queued") or 0) for k in tenant_keys.every_bucket())
+
+    wait_for(lambda: queued() == 0, timeout_s=90, what="all settled")
 
     everything = _walk(api, 37)
     assert len(everything) == 250 and len({e["eventId"] for e in everything}) == 250
@@ -152,7 +156,7 @@ def test_a_source_id_finds_its_event_unless_ambiguous(api: TestClient) -> None:
 
 
 def test_discard_keeps_an_audit_record_listed_as_discarded(
-    api: TestClient, redis_client: Redis, keys: BucketKeys
+    api: TestClient, redis_client: Redis, tenant_keys: Keys
 ) -> None:
     """Discarded dead events leave the DLQ, keep status, reason and time, and are listed by state=discarded;
     the audit trail names the event and the time only."""
@@ -170,7 +174,10 @@ def test_discard_keeps_an_audit_record_listed_as_discarded(
     assert [e["eventId"] for e in api.get("/v1/events", params={"status": "discarded"}).json()["events"]] == [
         dead[0]
     ]
-    audit = [fields for _, fields in redis_client.xrange(keys.audit) if fields.get("action") == "discard"]
+    trail = tenant_keys.for_scope(
+        "topic:discard"
+    ).bucket_audit  # a discard's script runs in the scope's bucket
+    audit = [fields for _, fields in redis_client.xrange(trail) if fields.get("action") == "discard"]
     # the reason stays on the event (erasure reaches it there), never in the append-only audit trail
     assert audit == [{"action": "discard", "eventId": dead[0], "at": str(listed["at"])}]
     assert api.post("/v1/dlq/discard", json={"all": True}).json() == {"discarded": [dead[1]], "notDead": []}

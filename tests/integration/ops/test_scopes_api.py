@@ -12,9 +12,9 @@ from redis import Redis
 
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
-from worker.keys.layout import BucketKeys
+from worker.keys.layout import BucketKeys, Keys
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def _test_key(keys: BucketKeys, name: str) -> str:
 
 
 def test_a_paused_scope_holds_its_events_until_resumed(
-    api: TestClient, redis_client: Redis, keys: BucketKeys
+    api: TestClient, redis_client: Redis, tenant_keys: Keys
 ) -> None:
     """Paused, a scope's event stays queued in its inbox while a later event of another scope finishes (one
     worker process: the order is the signal); resumed, it runs to done."""
@@ -68,7 +68,7 @@ def test_a_paused_scope_holds_its_events_until_resumed(
     later = _send(api, "test.timeline", "later-1", "topic:free")
     _until(api, later, "done")
     assert _status(api, held)["status"] == "queued"
-    assert redis_client.lrange(keys.inbox(scope), 0, -1) == [held]
+    assert redis_client.lrange(tenant_keys.for_scope(scope).inbox(scope), 0, -1) == [held]
     listed = _scopes(api, "paused")[scope]
     assert listed["paused"] is True and listed["inboxDepth"] == 1 and listed["headAgeMs"] >= 0
     assert scope not in _scopes(api, "stuck") and scope not in _scopes(api, "waiting")
@@ -81,7 +81,9 @@ def test_a_paused_scope_holds_its_events_until_resumed(
     assert api.post("/v1/scopes/bad key/pause").json()["error"]["field"] == "scopeKey"
 
 
-def test_a_cancelled_queued_event_never_runs(api: TestClient, redis_client: Redis, keys: BucketKeys) -> None:
+def test_a_cancelled_queued_event_never_runs(
+    api: TestClient, redis_client: Redis, keys: BucketKeys, tenant_keys: Keys
+) -> None:
     """Queued behind a running event of its scope, a cancelled event is skipped: the scope drains past it
     (its inbox empties) and its counter effect never happens."""
     scope = "topic:cancel-queued"
@@ -100,7 +102,8 @@ def test_a_cancelled_queued_event_never_runs(api: TestClient, redis_client: Redi
 
     redis_client.set(_test_key(keys, "two-step-go:block-1"), "1")
     _until(api, blocker, "done")
-    wait_for(lambda: redis_client.llen(keys.inbox(scope)) == 0, what="the scope to drain past it")
+    inbox = tenant_keys.for_scope(scope).inbox(scope)
+    wait_for(lambda: redis_client.llen(inbox) == 0, what="the scope to drain past it")
     record = _status(api, queued)
     assert record["status"] == "cancelled" and record["attempts"] == 0 and record["attemptsHistory"] == []
     assert redis_client.get(counter) is None
@@ -108,10 +111,12 @@ def test_a_cancelled_queued_event_never_runs(api: TestClient, redis_client: Redi
 
 
 def test_a_running_event_stops_before_its_next_action(
-    api: TestClient, redis_client: Redis, keys: BucketKeys
+    api: TestClient, redis_client: Redis, keys: BucketKeys, tenant_keys: Keys
 ) -> None:
     """Cancelled while its first action runs: the first action's effect stays (it committed with its lane),
-    the second action never runs, and the chain's staged write is not committed; the event is cancelled."""
+    the second action never runs, and the chain's staged write is not committed; the event is cancelled.
+    The effects are read once no journal record waits: with scope buckets, a write to the tenant's home slot
+    from a scope's bucket lands when the relay delivers it (worker/store/journal.py)."""
     running = _send(api, "test.two-step", "run-1", "topic:cancel-running")
     wait_for(lambda: redis_client.exists(_test_key(keys, "two-step-started:run-1")), what="the first action")
     answer = api.post(f"/v1/events/{running}/cancel")
@@ -121,6 +126,11 @@ def test_a_running_event_stops_before_its_next_action(
 
     record = _until(api, running, "cancelled")
     assert [a["status"] for a in record["attemptsHistory"]] == ["cancelled"]
+    every = tenant_keys.every_bucket()
+    wait_for(
+        lambda: not any(redis_client.zcard(k.journal_due) or redis_client.zcard(k.outbox_due) for k in every),
+        what="every journaled write delivered",
+    )
     assert redis_client.get(_test_key(keys, "two-step-first:run-1")) == "1"
     assert redis_client.get(_test_key(keys, "two-step-second:run-1")) is None
     assert redis_client.get(_test_key(keys, "two-step-chain:run-1")) is None

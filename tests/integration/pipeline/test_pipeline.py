@@ -95,6 +95,7 @@ class TestDedupe:
         producer.close()
 
 
+@pytest.mark.buckets
 class TestScopeSerialization:
     def test_per_scope_order_and_cross_scope_parallelism(
         self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
@@ -216,6 +217,7 @@ class TestCrashes:
         producer.close()
 
 
+@pytest.mark.buckets
 class TestDeadLetters:
     def test_failing_handler_dead_letters_then_redrive_applies_once(
         self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
@@ -271,6 +273,7 @@ class TestDeadLetters:
         producer.close()
 
 
+@pytest.mark.buckets
 class TestFencing:
     def test_paused_holder_cannot_commit_after_takeover(
         self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys

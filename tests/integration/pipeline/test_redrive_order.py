@@ -14,7 +14,7 @@ from worker.keys.layout import BucketKeys
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
 SCOPE = "topic:redrive-order"
 

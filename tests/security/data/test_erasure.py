@@ -12,12 +12,12 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from producers.http.app import create_web_app
-from tests.conftest import wait_for
+from tests.conftest import scope_buckets_under_test, wait_for
 from worker.documents.chain_codec import DEFLATE_V1, decode_chain
 from worker.documents.lane_codec import decode_lane
-from worker.keys.layout import BucketKeys
+from worker.keys.layout import BucketKeys, Keys
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
 GONE, KEPT = "u-erase-7f3q", "u-keep-91cz"
 MARK = {GONE: "zebra-quartz", KEPT: "otter-basalt"}
@@ -76,7 +76,8 @@ def _settled(client: TestClient, redis_client: Redis, keys: BucketKeys, user: st
         "/v1/receipts", params={"userId": user, "agentId": "agt_1", "topicId": f"tpc-{user}"}
     ).json()["receipts"]
     skills = [r for r in receipts if r["kind"] == "skill"]
-    idle = not redis_client.scard(keys.scopes) and not redis_client.zcard(keys.outbox_due)
+    buckets = Keys(keys.prefix, keys.tenant, scope_buckets_under_test()).every_bucket()
+    idle = all(not redis_client.scard(k.scopes) and not redis_client.zcard(k.outbox_due) for k in buckets)
     return len(memories) >= 2 and len(skills) >= 2 and idle
 
 
@@ -170,7 +171,7 @@ def test_erasure_keeps_a_scope_that_also_holds_events_of_nobody_in_particular(
         producer.store, producer.keys, GONE, session_scope=session_scope, erasers=producer.erasers
     )
     assert report.removed["eventPayloads"] == 1 and report.removed.get("scopes", 0) == 0
-    inbox = redis_client.lrange(keys.inbox("topic:mixed"), 0, -1)
+    inbox = redis_client.lrange(producer.keys.for_scope("topic:mixed").inbox("topic:mixed"), 0, -1)
     assert inbox == [theirs.event_id]
     assert producer.status(theirs.event_id)["status"] == "queued"  # type: ignore[index]
     assert producer.status(mine.event_id)["status"] == "erased"  # type: ignore[index]
@@ -185,7 +186,6 @@ def test_a_plugin_s_eraser_runs_with_the_user_s_scopes_and_its_counts_join_the_r
     from producers import Producer
     from sessions.store import session_scope
     from worker.ops.erasure import erase_user
-    from worker.plugin import Keys
 
     producer = Producer(make_settings(extra_source_types=["test.noop"]))
     producer.enqueue(
