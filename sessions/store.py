@@ -8,7 +8,7 @@ Semantics follow kimi-cli's ``Context`` (reference kimi-dmail.md §2.3, §2.5):
   the last ``_usage`` record kept; ``Checkpoint {id} does not exist`` for an id not yet issued;
 * ``clear`` (and compaction, which clears, checkpoints 0 and appends the summary) resets ids to 0.
 
-Bounds (:class:`SessionLimits`, from the settings ``session_ttl_s``, ``max_session_messages``,
+Bounds (:class:`SessionLimits`, from the sessions' settings (sessions/settings.py) ``session_ttl_s``, ``max_session_messages``,
 ``max_session_bytes``, ``max_message_bytes``): a write that would pass a cap raises :class:`SessionFull` and
 stores nothing (the scripts check before writing, so concurrent appends cannot pass a cap together); every write
 refreshes the TTL of all of the session's keys (:func:`session_keys`) in the same script or transaction.
@@ -25,6 +25,7 @@ from redis import Redis
 from redis.commands.core import Script
 
 from sessions.scripts import SessionScripts
+from sessions.settings import SessionLimitSettings
 from worker.keys.layout import Keys
 from worker.settings import Settings
 
@@ -78,12 +79,13 @@ class SessionLimits:
     max_user_bytes: int = 0  # the session's user's stored data (AGENT_SIGNAL_USER_MAX_BYTES; 0: no quota)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> SessionLimits:
+    def from_settings(cls, section: SessionLimitSettings, settings: Settings) -> SessionLimits:
+        """The sessions' section's bounds, and the engine's per-user quota (``user_max_bytes``)."""
         return cls(
-            session_ttl_s=settings.session_ttl_s,
-            max_session_messages=settings.max_session_messages,
-            max_session_bytes=settings.max_session_bytes,
-            max_message_bytes=settings.max_message_bytes,
+            session_ttl_s=section.session_ttl_s,
+            max_session_messages=section.max_session_messages,
+            max_session_bytes=section.max_session_bytes,
+            max_message_bytes=section.max_message_bytes,
             max_user_bytes=settings.user_max_bytes,
         )
 

@@ -99,6 +99,8 @@ SettingsFactory = Callable[..., Settings]
 @pytest.fixture
 def make_settings(redis_url: str, prefix: str, redis_client: Redis) -> SettingsFactory:
     def make(**overrides: Any) -> Settings:
+        # The door's and the sessions' fields (allowed_hosts, max_request_bytes=…, session_ttl_s=…) ride as
+        # Settings extras into their sections (producers/http/settings.py, sessions/settings.py).
         values: dict[str, Any] = {
             "redis_url": redis_url,
             "key_prefix": prefix,

@@ -2,10 +2,11 @@
 
 Values come from the environment (prefix-less names for the four contract settings, ``AGENT_SIGNAL_*`` for
 the rest); nothing is read at import time: call :func:`load_settings`. Each plugin declares its own options
-in a :class:`PluginSettings` model (its section of ``AGENT_SIGNAL_*``), validated at boot; keyword
-arguments that belong to a plugin may be given to :class:`Settings` too (they are kept as extras and handed
-to the plugin's model). An ``AGENT_SIGNAL_*`` variable that neither the engine nor a loaded plugin declares
-stops the process at boot with the closest valid name (:func:`check_environment`). Durations carry their unit in the
+in a :class:`PluginSettings` model (its section of ``AGENT_SIGNAL_*``), validated at boot, and so do the door
+(``producers/http/settings.py``) and the agent sessions (``sessions/settings.py``); keyword arguments that
+belong to a section may be given to :class:`Settings` too (they are kept as extras and handed to the section's
+model). An ``AGENT_SIGNAL_*`` variable that neither the engine nor a section declares stops the process at boot
+with the closest valid name (:func:`check_environment`). Durations carry their unit in the
 name (``lease_ttl_s``, ``retry_base_ms``).
 
 The timeout inequalities that keep Celery-on-Redis from running a task twice are checked by
@@ -28,7 +29,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Literal, TypeVar
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -71,25 +72,8 @@ class Settings(BaseSettings):
     # past the cap waits redis_pool_timeout_s for a free one, then gets a 503. Not applied to a cluster client.
     redis_max_connections: int = Field(default=20, ge=1)
     redis_pool_timeout_s: float = Field(default=5.0, gt=0)
-    api_token: str | None = Field(default=None, validation_alias=AliasChoices("AGENT_SIGNAL_API_TOKEN"))
-    # ^ deprecated alias of bootstrap_key (used only when AGENT_SIGNAL_BOOTSTRAP_KEY is unset)
-    port: int = Field(default=8000, validation_alias=_env("PORT"))
-    host: str = "127.0.0.1"
     env: Literal["production", "development", "test"] = "production"
 
-    # --- credentials (worker/ops/credentials.py, producers/http/auth.py; docs/security.md) ---
-    bootstrap_key: SecretStr | None = None  # admin key of tenant "default" (>= 16 characters)
-    token_secret: SecretStr | None = None  # user-token signing secret (>= 32 chars); unset: one kept in Redis
-    rate_limit_per_s: float | None = Field(default=None, ge=0)  # per credential; unset: 100 with credentials
-    # All of a tenant's credentials and user tokens together, charged with the credential's bucket in one
-    # script (worker/ops/rate_limit.py); unset: 500 with credentials (DEFAULT_TENANT_RATE_LIMIT_PER_S), 0: none.
-    tenant_rate_limit_per_s: float | None = Field(default=None, ge=0)
-    auth_cache_s: float = Field(default=2.0, ge=0)  # verified keys are cached this long (a revoke's delay)
-    auth_failures_per_s: float = Field(default=1.0, ge=0)  # failed auths refilled per client address; 0: off
-    auth_failure_burst: int = Field(
-        default=20, ge=1
-    )  # failed auths before 429 (producers/http/auth_throttle.py)
-    ops_open: Literal["always", "never"] = "never"  # ops surfaces without a credential (make run: always)
     # The key of the pseudonyms (HMAC) naming users, scopes, sources and chains in logs and the audit trail
     # (>= 32 chars; worker/telemetry/pseudonyms.py); unset: one random secret kept in Redis, shared by every process.
     pseudonym_secret: SecretStr | None = None
@@ -100,30 +84,9 @@ class Settings(BaseSettings):
 
     # --- ingress ---
     max_event_bytes: int = 256 * 1024  # one event's serialized payload; larger -> 413
-    max_request_bytes: int = 8 * 1024 * 1024  # one HTTP request body; larger -> 413
-    max_connections: int = Field(
-        default=2000, ge=1
-    )  # per web process, else 503 (producers/http/connections.py)
-    header_timeout_s: float = Field(default=10.0, gt=0)  # a request's head must arrive within this, else 408
-    body_timeout_s: float = Field(default=60.0, gt=0)  # its body within this of the head, else closed
-    # Host names served besides the loopback names and `host` (unless 0.0.0.0): DNS rebinding. "*": any.
-    allowed_hosts: list[str] = Field(default_factory=list)
-    # Origins allowed besides the request's own (scheme://host[:port]); a browser request from any other -> 403.
-    allowed_origins: list[str] = Field(default_factory=list)
     max_batch_events: int = 1000
     allow_unknown_source_types: bool = False
     extra_source_types: list[str] = Field(default_factory=list)
-    max_streams: int = Field(default=1000, ge=1)  # open receipts streams per web process; more -> 429
-    max_streams_per_credential: int = Field(default=50, ge=1)  # the same, per credential; more -> 429
-    tenant_max_streams: int = Field(
-        default=500, ge=0
-    )  # one tenant's open streams, all web processes (0: none)
-
-    # --- agent sessions (sessions/store.py SessionLimits): over a cap -> 413 session_full, nothing stored ---
-    session_ttl_s: int = Field(default=30 * 24 * 60 * 60, ge=1)  # idle session state expires; writes refresh
-    max_session_messages: int = Field(default=10_000, ge=1)  # records in one session's context list
-    max_session_bytes: int = Field(default=8 * 1024 * 1024, ge=1)  # its context records; its function state
-    max_message_bytes: int = Field(default=256 * 1024, ge=1)  # one context message, D-Mail or artifact
 
     # --- the store's safety (worker/store/safety.py) ---
     allow_evicting_redis: bool = False  # accept a maxmemory-policy other than noeviction (events may be lost)
@@ -142,9 +105,6 @@ class Settings(BaseSettings):
     tenant_max_queued: int = Field(
         default=500_000, ge=0
     )  # a tenant's queued events; past it -> 429 (0: none)
-    tenant_events_per_s: float = Field(
-        default=5000, ge=0
-    )  # a tenant's events/s at the door, bursts alike (0: none)
     # Storage quotas (worker/store/quotas.py), checked at the door before anything is stored; over one -> 429
     # quota_exceeded. Events a tenant admitted within the dedupe window (0: none); one user's stored bytes
     # (memories, skills, receipts, conversations, session context; 0: none).
@@ -247,15 +207,6 @@ class Settings(BaseSettings):
                 "set BROKER_URL to RabbitMQ (amqp://…) or a plain Redis"
             )
         return kombu_url_for(self.require_redis_url())
-
-    @field_validator("ops_open", mode="before")
-    @classmethod
-    def _no_loopback(cls, value: object) -> object:
-        if isinstance(value, str) and value.strip().lower() == "loopback":
-            raise ValueError(
-                "'loopback' was removed (behind a proxy every caller is loopback): use always or never"
-            )
-        return value
 
     def require_redis_url(self) -> str:
         """The Redis URL (the cluster's seed node when REDIS_CLUSTER_URL is set), or a clear error when none was

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from producers.cli.console import add_discard_command
 from producers.cli.target import Api, Target, add_target_options, quote_id, resolve_target
 
 __all__ = ["add_inspection_commands"]
@@ -136,7 +137,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 
 def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``inspect``, ``status``, ``dlq list`` and ``dlq redrive``: looking at what the pipeline did."""
+    """``inspect``, ``status``, ``dlq list``, ``dlq redrive`` and ``dlq discard``: looking at what the pipeline did."""
     p = sub.add_parser("inspect", help="a chain in five steps: source, signals, actions, results, edges")
     p.add_argument("chain_id")
     p.add_argument("--json", action="store_true", help="the stored chain document as JSON")
@@ -160,3 +161,4 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     d.add_argument("--all", action="store_true")
     add_target_options(d)
     p.set_defaults(func=cmd_dlq)
+    add_discard_command(dsub)  # with its own func: over HTTP only

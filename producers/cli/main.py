@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from producers.cli.console import add_console_commands
 from producers.cli.inspection import add_inspection_commands
 from producers.cli.keys import add_keys_command
 from producers.cli.migrate import add_migrate_command
@@ -166,10 +167,15 @@ class _DirectSender:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    """One worker: on ``REDIS_URL``, else on the running ``make run`` stack of this checkout (stack.py)."""
+    from producers.cli.stack import join_stack
     from worker.runtime.main import run_worker
 
+    settings, joined = join_stack(_settings())
+    if joined is not None:
+        print(f"agent-signal worker: {joined}", file=sys.stderr, flush=True)
     return run_worker(
-        _settings(), concurrency=args.concurrency, loglevel=args.loglevel, extra_argv=args.celery_flags
+        settings, concurrency=args.concurrency, loglevel=args.loglevel, extra_argv=args.celery_flags
     )
 
 
@@ -209,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_route_command(sub)
     _add_functions_command(sub)
     add_inspection_commands(sub)
+    add_console_commands(sub)
     add_keys_command(sub)
     add_probe_commands(sub)
     add_migrate_command(sub)
@@ -300,6 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for v in (
             args.command,
             getattr(args, "dlq_command", None),
+            getattr(args, "runs_command", None),
+            getattr(args, "scopes_command", None),
+            getattr(args, "events_command", None),
+            getattr(args, "receipts_command", None),
             getattr(args, "keys_command", None),
             getattr(args, "probe_target", None),
             getattr(args, "migrate_command", None),

@@ -107,14 +107,14 @@ def _celery_cancel(settings: Any, timeout_s: float) -> Cancel:
     return cancel
 
 
-def _token(settings: Any) -> str | None:
+def _token(door: Any) -> str | None:
     """``AGENT_SIGNAL_TOKEN``, else the bootstrap key (or its deprecated alias) of this environment."""
     token = os.environ.get("AGENT_SIGNAL_TOKEN")
     if token:
         return token
-    if settings.bootstrap_key is not None and settings.bootstrap_key.get_secret_value():
-        return str(settings.bootstrap_key.get_secret_value())
-    return settings.api_token or None
+    if door.bootstrap_key is not None and door.bootstrap_key.get_secret_value():
+        return str(door.bootstrap_key.get_secret_value())
+    return door.api_token or None
 
 
 def _say(line: str) -> None:
@@ -129,7 +129,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
         max_age_s = args.max_age_s or heartbeat_file.default_max_age_s(settings.reconcile_interval_s)
         code, line = probe_worker(settings.heartbeat_file, max_age_s, time.time(), liveness=args.liveness)
     else:
-        code, line = probe_web(readyz_url(settings.host, settings.port), _token(settings), args.timeout_s)
+        from producers.http.settings import door_settings
+
+        door = door_settings(settings)
+        code, line = probe_web(readyz_url(door.host, door.port), _token(door), args.timeout_s)
     _say(line)
     return code
 

@@ -91,9 +91,12 @@ class _Stack:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.stack_file: Path | None = None
         self.worker_metrics = ""
+        self.own_broker = False
+        self.names: tuple[str, str] | None = None  # (key prefix, queue name)
 
     def start(self) -> tuple[Any, str, dict[str, str]]:
         """The embedded Redis (if REDIS_URL is unset), a worker and the web app; returns (settings, url, env)."""
+        from producers.http.settings import door_settings
         from worker.runtime.embedded import start_embedded_redis
         from worker.settings import load_settings
 
@@ -113,10 +116,13 @@ class _Stack:
             f"{env['AGENT_SIGNAL_WORKER_METRICS_PORT']}/metrics"
         )
         settings = load_settings(redis_url=env["REDIS_URL"])
+        door = door_settings(settings)  # the web app's address; both processes check every section at boot
+        self.own_broker = settings.broker_url is not None
+        self.names = (settings.key_prefix, settings.queue_name)
         cli = [sys.executable, "-m", "producers.cli"]
         for argv in ([*cli, "worker", "--loglevel", "WARNING"], [*cli, "web"]):
             self.procs.append(subprocess.Popen(argv, env=env))
-        return settings, _client_url(settings.host, settings.port), env
+        return settings, _client_url(door.host, door.port), env
 
     def publish(self, url: str) -> None:
         """Write the stack file (unless another live ``run`` of this checkout owns it)."""
@@ -126,6 +132,9 @@ class _Stack:
             redis_url=self.embedded.url if self.embedded is not None else None,
             redis_pid=self.embedded.pid if self.embedded is not None else None,
             temp_dirs=list(self.embedded.temp_dirs) if self.embedded is not None else [],
+            own_broker=self.own_broker,
+            key_prefix=self.names[0] if self.names else None,
+            queue_name=self.names[1] if self.names else None,
         )
         path = stack_path()
         try:
@@ -168,7 +177,7 @@ def run_stack(*, examples: str = "examples/events.jsonl", replay: bool = True) -
         stack.publish(url)
         if replay and Path(examples).exists():
             _replay(settings.model_copy(update={"redis_url": env["REDIS_URL"]}), examples)
-        _say(_where_to_look(url, stack.worker_metrics))
+        _say(_where_to_look(url, stack.worker_metrics, joinable=stack.embedded is not None))
         while all(p.poll() is None for p in stack.procs):
             time.sleep(0.5)
         _say("a child process exited; stopping")
@@ -188,7 +197,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _where_to_look(url: str, worker_metrics: str = "") -> str:
+def _where_to_look(url: str, worker_metrics: str = "", *, joinable: bool = False) -> str:
+    """The URLs and second-terminal verbs to print; ``joinable``: a worker there joins this stack (its Redis is
+    the embedded one, recorded in the stack file)."""
     rows = [
         (f"{url}/", "the UI: overview, runs, chains, conversations, dead letters"),
         (f"{url}/docs", "the HTTP API (try POST /v1/events)"),
@@ -201,10 +212,14 @@ def _where_to_look(url: str, worker_metrics: str = "") -> str:
         ("agent-signal inspect CHAIN_ID", "a chain, step by step, e.g. msg_u1"),
         ("agent-signal dlq list | redrive ID|--all", "dead letters"),
         ("agent-signal enqueue FILE.jsonl --ids", "send events, print their ids"),
+        ("agent-signal runs list | scopes list", "runs and scopes as on the console (docs/cli.md)"),
     ]
+    if joinable:
+        verbs.append(("agent-signal worker", "one more worker on this stack"))
     width = max(len(left) for left, _ in rows + verbs) + 2
     lines = ["", "Where to look:", *(f"  {left:<{width}}{right}" for left, right in rows)]
-    lines.append("From a second terminal in this checkout (no flags needed: the CLI finds this stack):")
+    lines.append("From a second terminal in this checkout (no flags needed: the CLI finds this stack), as")
+    lines.append("  .venv/bin/agent-signal …, or `source .venv/bin/activate` once and then:")
     lines += [f"  {left:<{width}}{right}" for left, right in verbs]
     lines.append("Ctrl-C stops everything.")
     return "\n".join(lines)

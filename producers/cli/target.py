@@ -7,6 +7,8 @@ Every verb that reads or changes state resolves one :class:`Target`, in this ord
 3. ``REDIS_URL``: straight to Redis, as the operator (``--tenant`` picks the tenant);
 4. none of these: one line saying how to get a stack, exit 2.
 
+Verbs that exist over HTTP only (the console's: producers/cli/console/) skip step 3.
+
 The bearer credential is ``--token``, else ``AGENT_SIGNAL_TOKEN``, else the deprecated
 ``AGENT_SIGNAL_API_TOKEN``; a stack with no credential configured, on loopback, needs none. Failures are
 :class:`CliError` (one line on stderr and an exit code, never a traceback): a server that cannot be reached is
@@ -87,11 +89,15 @@ def _env(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
-def resolve_target(args: argparse.Namespace, *, tenant_is_direct: bool = True) -> Target:
+def resolve_target(
+    args: argparse.Namespace, *, tenant_is_direct: bool = True, http_only: bool = False
+) -> Target:
     """The target of this invocation (module doc); raises CliError when there is none, or when ``--tenant``
-    (a direct-Redis option when ``tenant_is_direct``) is given with an HTTP target."""
+    (a direct-Redis option when ``tenant_is_direct``) is given with an HTTP target. With ``http_only`` the
+    target is always an HTTP API (``REDIS_URL`` is not one)."""
     from producers.cli.stack import read_stack, stack_path
 
+    otherwise = "" if http_only else " or REDIS_URL"
     token = getattr(args, "token", None) or _env("AGENT_SIGNAL_TOKEN") or _env("AGENT_SIGNAL_API_TOKEN")
     if getattr(args, "url", None):
         target = Target(args.url, token, "--url")
@@ -102,17 +108,17 @@ def resolve_target(args: argparse.Namespace, *, tenant_is_direct: bool = True) -
         stack = read_stack(path)
         if stack is not None and stack.running:
             target = Target(stack.url, token, f"the stack file {path}")
-        elif _env("REDIS_URL") or _env("AGENT_SIGNAL_REDIS_URL"):
+        elif not http_only and (_env("REDIS_URL") or _env("AGENT_SIGNAL_REDIS_URL")):
             return Target(None)
         elif stack is not None:
             raise CliError(
                 f"the stack file {path} names process {stack.pid}, which is not running; start the stack "
-                "(make run), or give --url URL (AGENT_SIGNAL_URL) or REDIS_URL"
+                f"(make run), or give --url URL (AGENT_SIGNAL_URL){otherwise}"
             )
         else:
             raise CliError(
                 "no stack found: start one in this checkout (make run), or give --url URL "
-                "(AGENT_SIGNAL_URL) or REDIS_URL"
+                f"(AGENT_SIGNAL_URL){otherwise}"
             )
     if tenant_is_direct and getattr(args, "tenant", None):
         raise CliError(

@@ -1,4 +1,6 @@
 """The HTTP app (FastAPI), built by ``create_web_app(settings)``: the routers, auth, and error shapes.
+Its own settings are the door's section (producers/http/settings.py) and the sessions' (sessions/settings.py),
+read once here and kept on ``app.state`` (``door``, ``session_limits``).
 
 Every error answers ``{"error": {"code", "message", "field"}}`` (``field`` null when no one field is at fault), never a stack trace;
 a store failure (Redis full, read-only or unreachable) is ``503 store_unavailable`` with ``Retry-After``.
@@ -39,11 +41,14 @@ from producers.http.routes.self_iteration import router as self_iteration_router
 from producers.http.routes.sessions import router as sessions_router
 from producers.http.routes.ui import router as ui_router
 from producers.http.routes.users import router as users_router
+from producers.http.settings import DoorSettings, door_settings
 from producers.http.streams.feed import Feed
 from producers.http.web_common import error_response, request_validation_error
 from producers.sdk.producer import Producer
 from sessions.function_store import ContentionError
 from sessions.functions import load_function_dir
+from sessions.settings import session_limit_settings
+from sessions.store import SessionLimits
 from worker.core.errors import OverLimit
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.intake.source_event import StoreUnavailable
@@ -65,8 +70,12 @@ OVER_LIMIT_CODES = {
 }
 
 
-def create_web_app(settings: Settings, *, producer: Producer | None = None) -> FastAPI:
-    """The ASGI app for ``settings``; pass ``producer`` to share one (tests, embedding)."""
+def create_web_app(
+    settings: Settings, *, producer: Producer | None = None, door: DoorSettings | None = None
+) -> FastAPI:
+    """The ASGI app for ``settings``; pass ``producer`` to share one (tests, embedding). ``door`` defaults to
+    the door's section of the environment and of ``settings``' extras."""
+    door = door or door_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -85,7 +94,7 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
         # Function definitions are checked at startup: a broken file stops the app with the file and field.
         functions_dir = app.state.producer.runtime.settings_for(AgentToolsSettings).functions_dir
         app.state.function_defs = load_function_dir(functions_dir)[0] if functions_dir else {}
-        app.state.feed = Feed.from_settings(settings)  # one Redis subscriber for every receipts stream
+        app.state.feed = Feed.from_settings(settings, door)  # one Redis subscriber for every receipts stream
         yield
         await app.state.feed.aclose()
         if producer is None:
@@ -100,6 +109,8 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
         redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,
     )
+    app.state.door = door
+    app.state.session_limits = SessionLimits.from_settings(session_limit_settings(settings), settings)
     install_docs(app)  # /docs, /redoc, /docs-assets/*; before install_auth and install_door read its paths
     # Routers declaring no error answers of their own get the shared ones (their own win): the OpenAPI document.
     app.include_router(events_router, responses=SHARED_ERRORS)
@@ -113,12 +124,11 @@ def create_web_app(settings: Settings, *, producer: Producer | None = None) -> F
     app.include_router(ui_router)
     app.include_router(keys_router)
     app.include_router(users_router)
-    install_auth(app, settings)  # producers/http/auth.py: principal per request, 401/403/404, rate limits
+    # producers/http/auth.py: principal per request, 401/403/404, rate limits
+    install_auth(app, settings, door)
     _install_tracing(app)
     _install_error_handlers(app)
-    install_door(
-        app, settings
-    )  # added last, so it runs first: body limit, content type, Host, Origin, headers
+    install_door(app, door)  # added last, so it runs first: body limit, content type, Host, Origin, headers
     install_access_log(app)  # outermost: one line per request, the door's refusals included
     return app
 

@@ -1,4 +1,4 @@
-"""The front door's authentication: ``install_auth(app, settings)``.
+"""The front door's authentication: ``install_auth(app, settings, door)``.
 
 A pure ASGI middleware resolves ``Authorization: Bearer …`` once per request into a
 :class:`~producers.http.principal.Principal` on ``request.state.principal`` (``scope["state"]``) and charges the
@@ -47,6 +47,7 @@ from producers.http.principal import (
     Principal,
     Unauthenticated,
 )
+from producers.http.settings import DoorSettings
 from producers.http.web_common import error_response
 from worker.keys.layout import Keys
 from worker.ops.credentials import (
@@ -94,14 +95,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def bootstrap_key_of(settings: Settings) -> str | None:
+def bootstrap_key_of(door: DoorSettings) -> str | None:
     """``AGENT_SIGNAL_BOOTSTRAP_KEY``, else the deprecated ``AGENT_SIGNAL_API_TOKEN``, else None."""
-    if settings.bootstrap_key is not None and settings.bootstrap_key.get_secret_value():
-        return settings.bootstrap_key.get_secret_value()
-    return settings.api_token or None
+    if door.bootstrap_key is not None and door.bootstrap_key.get_secret_value():
+        return door.bootstrap_key.get_secret_value()
+    return door.api_token or None
 
 
-def check_credential_settings(settings: Settings) -> None:
+def check_credential_settings(settings: DoorSettings) -> None:
     """Refuse a bootstrap key or token secret too short to be one (names the variable, never the value)."""
     key = settings.bootstrap_key.get_secret_value() if settings.bootstrap_key is not None else ""
     if settings.bootstrap_key is not None and len(key) < MIN_BOOTSTRAP_KEY_CHARS:
@@ -118,7 +119,7 @@ def check_credential_settings(settings: Settings) -> None:
         log.warning("AGENT_SIGNAL_API_TOKEN is deprecated: set AGENT_SIGNAL_BOOTSTRAP_KEY instead")
 
 
-def check_can_serve(settings: Settings, store: CredentialStore) -> None:
+def check_can_serve(settings: DoorSettings, store: CredentialStore) -> None:
     """Refuse to serve on a non-loopback host without any credential (one line naming the fix)."""
     check_credential_settings(settings)
     if not is_loopback(settings.host) and not store.configured():
@@ -144,26 +145,27 @@ def credentials_of(request: Request) -> CredentialStore:
 class Authenticator:
     """Resolves bearers to principals and charges rate buckets; owns its Redis clients (made lazily)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, door: DoorSettings) -> None:
         self.settings = settings
+        self.door = door
         self.keys = Keys(settings.key_prefix)
         self._client: Redis | None = None
         self._store: CredentialStore | None = None
         self._async: tuple[asyncio.AbstractEventLoop, AsyncRedis] | None = None
         self._limiters: dict[tuple[float | None, float | None], RateLimiter] = {}
-        self.throttle = FailedAuthThrottle(settings.auth_failures_per_s, settings.auth_failure_burst)
+        self.throttle = FailedAuthThrottle(door.auth_failures_per_s, door.auth_failure_burst)
 
     @property
     def store(self) -> CredentialStore:
         if self._store is None:
-            token_secret = self.settings.token_secret
+            token_secret = self.door.token_secret
             self._client = redis_from_settings(self.settings)
             self._store = CredentialStore(
                 self._client,
                 self.keys,
-                bootstrap_key=bootstrap_key_of(self.settings),
+                bootstrap_key=bootstrap_key_of(self.door),
                 token_secret=token_secret.get_secret_value() if token_secret is not None else None,
-                cache_s=self.settings.auth_cache_s,
+                cache_s=self.door.auth_cache_s,
             )
         return self._store
 
@@ -206,7 +208,7 @@ class Authenticator:
 
     def _limiter(self, configured: bool) -> RateLimiter | None:
         """The credential's and the tenant's buckets (each unset: its default with credentials, else none)."""
-        settings = self.settings
+        settings = self.door
         rate = _rate(settings.rate_limit_per_s, DEFAULT_RATE_LIMIT_PER_S, configured)
         tenant_rate = _rate(settings.tenant_rate_limit_per_s, DEFAULT_TENANT_RATE_LIMIT_PER_S, configured)
         if rate is None and tenant_rate is None:
@@ -291,7 +293,7 @@ class AuthMiddleware:
             client = scope.get("client")
             principal = await self.auth.resolve(_bearer(scope), client[0] if client else None)
             if path in self.ops_paths:
-                check_ops(principal, self.auth.settings)
+                check_ops(principal, self.auth.door)
             elif principal is None and path.startswith("/v1"):
                 raise Unauthenticated("missing bearer credential (Authorization: Bearer <key or token>)")
             decision = await self.auth.rate_decision(principal) if principal is not None else ALLOWED
@@ -319,9 +321,9 @@ class AuthMiddleware:
         return None
 
 
-def install_auth(app: FastAPI, settings: Settings) -> Authenticator:
+def install_auth(app: FastAPI, settings: Settings, door: DoorSettings) -> Authenticator:
     """The middleware, the 401/403/404 handlers, and the startup refusal (wrapping the app's lifespan)."""
-    auth = Authenticator(settings)
+    auth = Authenticator(settings, door)
     app.state.auth = auth
     ops_paths = {
         *OPS_ROUTES,
@@ -337,7 +339,7 @@ def install_auth(app: FastAPI, settings: Settings) -> Authenticator:
     @asynccontextmanager
     async def lifespan(asgi_app: Any) -> AsyncIterator[Any]:
         try:
-            await run_in_threadpool(check_can_serve, settings, auth.store)
+            await run_in_threadpool(check_can_serve, door, auth.store)
             async with inner(asgi_app) as state:
                 yield state
         finally:

@@ -35,7 +35,7 @@ from typing import ClassVar, Literal
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from worker.settings import Settings
+from producers.http.settings import DoorSettings
 
 __all__ = ["FILE_HANDLE_RESERVE", "ConnectionLimits", "door_protocol"]
 
@@ -50,14 +50,14 @@ Phase = Literal["head", "body"]
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    """The cap and the deadlines of one web process (from :class:`~worker.settings.Settings`)."""
+    """The cap and the deadlines of one web process (from the door's settings, producers/http/settings.py)."""
 
     max_connections: int
     header_timeout_s: float
     body_timeout_s: float
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ConnectionLimits:
+    def from_settings(cls, settings: DoorSettings) -> ConnectionLimits:
         """The settings' limits, the cap lowered to what the file-handle limit (``ulimit -n``) leaves room for."""
         cap = settings.max_connections
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -32,8 +32,8 @@ from fastapi import FastAPI
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from producers.http.settings import DoorSettings
 from producers.http.web_common import error_response
-from worker.settings import Settings
 
 __all__ = [
     "API_CSP",
@@ -276,7 +276,7 @@ def _same_origin(origin: str, host: str) -> bool:
     return their_port == ours[1] if ours[1] is not None else their_port in DEFAULT_PORTS.values()
 
 
-def allowed_hosts(settings: Settings) -> list[str]:
+def allowed_hosts(settings: DoorSettings) -> list[str]:
     """The loopback names, the bind host (unless a wildcard) and ``settings.allowed_hosts`` (tests list
     ``testserver``, the TestClient's). Loopback names are always safe: a rebinding page sends its own name."""
     hosts = [*LOOPBACK_HOSTS, *settings.allowed_hosts]
@@ -286,7 +286,7 @@ def allowed_hosts(settings: Settings) -> list[str]:
     return hosts
 
 
-def install_door(app: FastAPI, settings: Settings) -> None:
+def install_door(app: FastAPI, settings: DoorSettings) -> None:
     """Add the door's middlewares to ``app``; call it last so the door runs before everything else."""
     docs_paths = [p for p in (app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url) if p]
     # Starlette runs the middleware added last first: innermost (the body limit) is added first.

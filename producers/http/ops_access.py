@@ -17,20 +17,20 @@ from __future__ import annotations
 from fastapi import Request
 
 from producers.http.principal import Forbidden, Principal, Unauthenticated
+from producers.http.settings import DoorSettings
 from worker.keys.layout import DEFAULT_TENANT
-from worker.settings import Settings
 
 __all__ = ["OPS_ROUTES", "check_ops", "may_read_ops", "ops_access", "ops_detail", "ops_open"]
 
 OPS_ROUTES = ("/metrics", "/metrics/state", "/v1/backlog")
 
 
-def ops_open(settings: Settings) -> bool:
+def ops_open(settings: DoorSettings) -> bool:
     """True when the operations surfaces answer without a credential (``AGENT_SIGNAL_OPS_OPEN=always``)."""
     return settings.ops_open == "always"
 
 
-def check_ops(principal: Principal | None, settings: Settings) -> None:
+def check_ops(principal: Principal | None, settings: DoorSettings) -> None:
     """Raise Unauthenticated (no credential) or Forbidden unless ``principal`` may read the ops surfaces."""
     if ops_open(settings):
         return
@@ -42,7 +42,7 @@ def check_ops(principal: Principal | None, settings: Settings) -> None:
         raise Forbidden("this operations endpoint is the operator's: it needs a key of the default tenant")
 
 
-def may_read_ops(principal: Principal | None, settings: Settings) -> bool:
+def may_read_ops(principal: Principal | None, settings: DoorSettings) -> bool:
     """Whether ``principal`` (None: no credential) may read the operations surfaces."""
     try:
         check_ops(principal, settings)
@@ -51,8 +51,8 @@ def may_read_ops(principal: Principal | None, settings: Settings) -> bool:
     return True
 
 
-def _settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.auth.settings  # the auth middleware's (set before startup)
+def _settings(request: Request) -> DoorSettings:
+    settings: DoorSettings = request.app.state.auth.door  # the auth middleware's (set before startup)
     return settings
 
 

@@ -8,6 +8,7 @@ a request's head and body have deadlines (producers/http/connections.py: uvicorn
 
 from __future__ import annotations
 
+from producers.http.settings import DoorSettings, door_settings
 from worker.runtime.assembly import load_plugins
 from worker.settings import Settings
 from worker.telemetry.logs import configure_logging
@@ -24,19 +25,20 @@ def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
     configure_logging(env=settings.env, level=loglevel, fmt=settings.log_format)
     settings.require_redis_url()
     load_plugins(settings)  # unknown settings and broken plugins stop here, as one line, before serving
-    check_credentials(settings)
+    door = door_settings(settings)
+    check_credentials(settings, door)
     uvicorn.run(
-        create_web_app(settings),
-        host=settings.host,
-        port=settings.port,
-        http=door_protocol(ConnectionLimits.from_settings(settings)),
+        create_web_app(settings, door=door),
+        host=door.host,
+        port=door.port,
+        http=door_protocol(ConnectionLimits.from_settings(door)),
         log_level="warning",
         access_log=False,  # ours: producers/http/access_log.py
     )
     return 0
 
 
-def check_credentials(settings: Settings) -> None:
+def check_credentials(settings: Settings, door: DoorSettings) -> None:
     """Raise SettingsError when the web app must not serve with these settings (see the module doc)."""
     from producers.http.auth import bootstrap_key_of, check_can_serve
     from worker.keys.layout import Keys
@@ -45,7 +47,7 @@ def check_credentials(settings: Settings) -> None:
 
     client = redis_from_settings(settings)
     try:
-        store = CredentialStore(client, Keys(settings.key_prefix), bootstrap_key=bootstrap_key_of(settings))
-        check_can_serve(settings, store)
+        store = CredentialStore(client, Keys(settings.key_prefix), bootstrap_key=bootstrap_key_of(door))
+        check_can_serve(door, store)
     finally:
         client.close()

@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from producers.http.settings import DoorSettings
 from producers.http.strict_json import NotStrictJson, loads_strict, nested_deeper_than
 from worker.intake.source_event import field_path
 from worker.intake.source_event import pydantic_error as intake_pydantic_error
@@ -37,6 +38,7 @@ __all__ = [
     "JsonObject",
     "NotStrictBody",
     "decode_json",
+    "door_of",
     "error_response",
     "field_path",
     "field_response",
@@ -194,3 +196,9 @@ def producer_of(request: Request) -> Producer:
 def settings_of(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
+
+
+def door_of(request: Request) -> DoorSettings:
+    """The door's settings (producers/http/settings.py), set when the app is created."""
+    door: DoorSettings = request.app.state.door
+    return door

@@ -158,6 +158,8 @@ def test_run_replays_examples_and_serves(start_run: Any) -> None:
     worker_metrics = next(line.split()[0] for line in where if "worker's own metrics" in line)
     assert "agent_signal_events_total" in httpx.get(worker_metrics, timeout=5).text
     assert "agent-signal status" in out and "agent-signal inspect" in out
+    assert ".venv/bin/agent-signal" in out and "agent-signal runs list" in out
+    assert "agent-signal worker " in out  # on the embedded Redis a second worker joins this stack
     assert httpx.get(f"http://127.0.0.1:{stack.port}/readyz", timeout=5).json()["ready"] is True
     assert stack.info()["url"] == f"http://127.0.0.1:{stack.port}"
 

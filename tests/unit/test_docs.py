@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings
 from producers.cli.main import build_parser
 from producers.http.app import create_web_app
 from tests.support.routes import flat_routes
-from worker.runtime.assembly import load_plugins
+from worker.runtime.assembly import load_plugins, section_models
 from worker.settings import ENV_PREFIX, OTHER_ENV_NAMES, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,11 +106,15 @@ def test_the_family_pages_are_reachable_from_readme() -> None:
 
 
 def test_every_setting_is_documented() -> None:
-    """Each setting of the engine and of the shipped plugins has a table row (under one of its names) on a
-    reachable page: docs/settings.md, or README's table of the essential ones."""
+    """Each setting of the engine, of the door's and the sessions' sections and of the shipped plugins has a
+    table row (under one of its names) on a reachable page: docs/settings.md, or README's table of the essential
+    ones."""
     docs = "\n".join(line for line in _documented().splitlines() if line.startswith("|"))
     models: list[type[BaseSettings]] = [Settings]
-    models += [p.settings for p in load_plugins(Settings(), check_env=False) if p.settings]
+    models += [
+        *section_models(),
+        *(p.settings for p in load_plugins(Settings(), check_env=False) if p.settings),
+    ]
     fields = [{name} for name in OTHER_ENV_NAMES]
     for model in models:
         fields += [_names(model, field) for field in model.model_fields]

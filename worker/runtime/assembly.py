@@ -2,7 +2,8 @@
 
 Settings name code across process boundaries, so plugins are ``module:factory`` strings
 (``shipped_plugins``, then ``AGENT_SIGNAL_PLUGINS``). :func:`load_plugins` imports and calls each factory
-once per process and checks the environment against the engine's and the plugins' settings models;
+once per process and checks the environment against the engine's, the sections' (:data:`SECTIONS`) and the
+plugins' settings models;
 :func:`assemble` builds, in this order, the admission hooks, the emitter, the typed services and the
 handler registry. From then on everything is objects: nothing below looks a name up again.
 """
@@ -22,10 +23,15 @@ from worker.intake.emitter import Emitter, ReadyQueue
 from worker.ops.erasure import UserEraser
 from worker.outbox.relay import Deliverer
 from worker.runtime.plugin_model import Plugin, PluginRuntime, PluginTask
-from worker.settings import Settings, SettingsError, check_environment, plugin_settings
+from worker.settings import PluginSettings, Settings, SettingsError, check_environment, plugin_settings
 from worker.store.events import EventStore
 
-__all__ = ["Assembly", "PluginLoadError", "assemble", "load_plugins"]
+__all__ = ["SECTIONS", "Assembly", "PluginLoadError", "assemble", "load_plugins", "section_models"]
+
+# The settings sections of the door and the agent sessions (``module:Model``): named, as plugins are, so the
+# engine imports nothing above it, and every process's boot check knows their variables (a worker sharing the
+# web app's environment must not refuse AGENT_SIGNAL_MAX_REQUEST_BYTES; a typo of it is refused everywhere).
+SECTIONS = ("producers.http.settings:DoorSettings", "sessions.settings:SessionLimitSettings")
 
 
 class PluginLoadError(SettingsError):
@@ -48,14 +54,27 @@ def _import(spec: str) -> Plugin:
     raise PluginLoadError(f"plugin {spec!r} must return a Plugin or a list of Policy")
 
 
+def section_models() -> list[type[PluginSettings]]:
+    """The models of :data:`SECTIONS`, imported by name."""
+    models: list[type[PluginSettings]] = []
+    for spec in SECTIONS:
+        module_name, _, attr = spec.partition(":")
+        model = getattr(importlib.import_module(module_name), attr)
+        if not (isinstance(model, type) and issubclass(model, PluginSettings)):
+            raise PluginLoadError(f"settings section {spec!r} is not a settings model")
+        models.append(model)
+    return models
+
+
 def load_plugins(settings: Settings, *, check_env: bool = True) -> list[Plugin]:
-    """The shipped plugins, then ``AGENT_SIGNAL_PLUGINS``, in order; their settings validated at boot."""
+    """The shipped plugins, then ``AGENT_SIGNAL_PLUGINS``, in order; their settings and the sections'
+    validated at boot."""
     plugins = [_import(spec) for spec in [*settings.shipped_plugins, *settings.plugins]]
     names = [p.name for p in plugins]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise PluginLoadError(f"plugins loaded twice: {', '.join(duplicates)}")
-    models = [p.settings for p in plugins if p.settings is not None]
+    models = [*section_models(), *(p.settings for p in plugins if p.settings is not None)]
     if check_env:
         check_environment(settings, models)
     for model in models:

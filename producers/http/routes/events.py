@@ -12,7 +12,7 @@ from redis.exceptions import RedisError
 
 from producers.http.api_models import AttemptRecord, ErrorDetail, EventState, EventStatus, Receipt, body_route
 from producers.http.principal import Principal, require, tenant_keys
-from producers.http.web_common import error_response, producer_of, read_json, settings_of
+from producers.http.web_common import door_of, error_response, producer_of, read_json
 from worker.core.ids import Id
 from worker.core.scope import derive_scope_key
 from worker.intake.source_event import EventError, InvalidEvent, SourceEvent
@@ -105,7 +105,7 @@ _CONFLICT: dict[int | str, dict[str, Any]] = {
 async def event_body(request: Request) -> Any:
     """A FastAPI dependency: the decoded body (any JSON value: the SDK's parser names a non-object), or the
     413 over ``max_request_bytes`` / 422 ``invalid_json`` response."""
-    return await read_json(request, require_object=False, max_bytes=settings_of(request).max_request_bytes)
+    return await read_json(request, require_object=False, max_bytes=door_of(request).max_request_bytes)
 
 
 @router.post(
@@ -197,7 +197,7 @@ def _text(value: Any) -> str | None:
 
 def _over_tenant_rate(request: Request, tenant: str, n: int) -> JSONResponse | None:
     """The tenant's events/s quota (``AGENT_SIGNAL_TENANT_EVENTS_PER_S``): a 429 for the whole request, or None."""
-    settings = settings_of(request)
+    settings = door_of(request)
     if settings.tenant_events_per_s <= 0:
         return None
     limiter: RateLimiter | None = getattr(request.app.state, "tenant_limiter", None)

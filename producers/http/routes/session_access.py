@@ -49,13 +49,16 @@ def session_store(request: Request) -> SessionStore:
     base = producer_of(request).store
     if scripts is None:
         scripts = request.app.state.session_scripts = SessionScripts.register(base.client)
-    limits = SessionLimits.from_settings(base.settings)
+    limits: SessionLimits = (
+        request.app.state.session_limits
+    )  # producers/http/app.py, from the sessions' section
     return SessionStore(base.client, tenant_keys(request), limits, scripts=scripts)
 
 
 def function_store(request: Request) -> FunctionStore:
     base = producer_of(request).store
-    return FunctionStore(base.client, tenant_keys(request), limits=SessionLimits.from_settings(base.settings))
+    limits: SessionLimits = request.app.state.session_limits
+    return FunctionStore(base.client, tenant_keys(request), limits=limits)
 
 
 def session_access(request: Request, session_id: SessionId) -> Principal:

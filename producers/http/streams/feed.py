@@ -35,6 +35,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from producers.http.settings import DoorSettings
 from producers.http.streams.slots import StreamSlots, TenantStreamsFull
 from worker.settings import Settings
 from worker.store.client import async_redis_from_settings
@@ -150,12 +151,13 @@ class Feed:
         self._inflight: dict[str, asyncio.Future[Any]] = {}
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Feed:
+    def from_settings(cls, settings: Settings, door: DoorSettings) -> Feed:
+        """The feed of the engine's Redis, with the door's stream limits."""
         return cls(
             settings,
-            max_streams=settings.max_streams,
-            max_streams_per_credential=settings.max_streams_per_credential,
-            tenant_max_streams=settings.tenant_max_streams,
+            max_streams=door.max_streams,
+            max_streams_per_credential=door.max_streams_per_credential,
+            tenant_max_streams=door.tenant_max_streams,
         )
 
     @property

@@ -27,6 +27,7 @@ from redis import Redis
 from starlette.types import Message, Receive, Scope, Send
 
 from producers.http.app import create_web_app
+from producers.http.settings import door_settings
 from producers.http.web_common import MAX_JSON_DEPTH
 from tests.conftest import ROOT, Proc, SettingsFactory, settings_env, wait_for
 from tests.security.conftest import ClientFactory
@@ -404,10 +405,10 @@ def test_ops_surfaces_need_a_credential_by_default(app_client: ClientFactory) ->
 def test_ops_open_loopback_is_refused_at_boot() -> None:
     """``AGENT_SIGNAL_OPS_OPEN=loopback`` stops the process with one line naming the setting and the values."""
     with pytest.raises(SettingsError) as refused:
-        load_settings(ops_open="loopback")
+        door_settings(load_settings(ops_open="loopback"))
     message = str(refused.value)
     assert "AGENT_SIGNAL_OPS_OPEN" in message and "always" in message and "never" in message
-    assert load_settings().ops_open == "never"
+    assert door_settings(load_settings()).ops_open == "never"
 
 
 def _grant_of(route: APIRoute) -> str | None:

@@ -33,6 +33,7 @@ from tests.unit.deploy.conftest import (
 )
 from worker.core.source_types import SourceTypePolicy
 from worker.intake.source_event import parse_event
+from worker.runtime.assembly import section_models
 from worker.runtime.heartbeat_file import default_max_age_s
 from worker.settings import OTHER_ENV_NAMES, Settings, check_environment, env_names, load_settings
 
@@ -227,18 +228,20 @@ class TestPods:
     def test_environment_is_what_the_settings_accept(
         self, objects: list[Obj], monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Each of our containers' environment loads as Settings and passes the unknown-variable check."""
+        """Each of our containers' environment loads as Settings (and the door's and sessions' sections) and
+        passes the unknown-variable check."""
         for obj in objects:
             for container in _ours(obj):
                 env = _literal_env(container)
-                unknown = {n for n in env if n.startswith("AGENT_SIGNAL_") and n not in env_names(Settings)}
+                known = set(env_names(Settings)).union(*(env_names(m) for m in section_models()))
+                unknown = {n for n in env if n.startswith("AGENT_SIGNAL_") and n not in known}
                 assert unknown <= OTHER_ENV_NAMES, f"{container['name']}: unknown {unknown - OTHER_ENV_NAMES}"
                 with monkeypatch.context() as patch:
                     for name in [n for n in os.environ if n.startswith("AGENT_SIGNAL_")]:
                         patch.delenv(name)
                     for name, value in env.items():
                         patch.setenv(name, value)
-                    check_environment(load_settings(), [])
+                    check_environment(load_settings(), section_models())
 
     def test_web_answers_to_the_names_it_is_reached_by(self, objects: list[Obj]) -> None:
         """KEDA's and the CronJob's URLs name the web Service, its port, and hosts the web app serves."""

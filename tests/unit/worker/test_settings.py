@@ -1,10 +1,20 @@
-"""The boot-time timeout inequalities."""
+"""The boot-time timeout inequalities, the contract names, and the door's and sessions' sections."""
 
 from __future__ import annotations
 
 import pytest
 
-from worker.settings import Settings, SettingsError, check_settings, kombu_url_for
+from producers.http.settings import door_settings
+from sessions.settings import session_limit_settings
+from worker.runtime.assembly import load_plugins, section_models
+from worker.settings import (
+    Settings,
+    SettingsError,
+    check_environment,
+    check_settings,
+    kombu_url_for,
+    settings_environment,
+)
 
 
 def test_defaults_are_consistent() -> None:
@@ -48,10 +58,65 @@ def test_reads_contract_environment_names(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("AGENT_SIGNAL_API_TOKEN", "t")
     monkeypatch.setenv("AGENT_SIGNAL_LEASE_TTL_S", "45")
     s = Settings()
-    assert (s.redis_url, s.broker_url, s.port, s.api_token, s.lease_ttl_s) == (
+    door = door_settings(s)  # PORT and the deprecated token are the door's (producers/http/settings.py)
+    assert (s.redis_url, s.broker_url, door.port, door.api_token, s.lease_ttl_s) == (
         "redis://a",
         "amqp://b",
         9001,
         "t",
         45.0,
     )
+
+
+class TestSections:
+    """The door's and the sessions' settings are their own sections, under the same environment names."""
+
+    def test_each_section_reads_its_variables(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """AGENT_SIGNAL_MAX_REQUEST_BYTES reaches the door, AGENT_SIGNAL_SESSION_TTL_S the sessions; the engine
+        holds neither."""
+        monkeypatch.setenv("AGENT_SIGNAL_MAX_REQUEST_BYTES", "1234")
+        monkeypatch.setenv("AGENT_SIGNAL_SESSION_TTL_S", "77")
+        s = Settings()
+        assert door_settings(s).max_request_bytes == 1234
+        assert session_limit_settings(s).session_ttl_s == 77
+        assert (
+            "max_request_bytes" not in Settings.model_fields and "session_ttl_s" not in Settings.model_fields
+        )
+
+    def test_keyword_arguments_are_routed_to_their_section(self) -> None:
+        """A test's ``Settings(max_request_bytes=…, port=…)`` reaches the door's section, and its child
+        process gets the same values under the same names."""
+        s = Settings(max_request_bytes=99, port=8123, max_message_bytes=5)
+        assert (door_settings(s).max_request_bytes, door_settings(s).port) == (99, 8123)
+        assert session_limit_settings(s).max_message_bytes == 5
+        env = settings_environment(s)
+        assert (
+            env["AGENT_SIGNAL_MAX_REQUEST_BYTES"],
+            env["PORT"],
+            env["AGENT_SIGNAL_MAX_MESSAGE_BYTES"],
+        ) == (
+            "99",
+            "8123",
+            "5",
+        )
+
+    def test_a_bad_value_names_the_variable(self) -> None:
+        """A section's invalid value is refused with the environment name, not pydantic's report."""
+        with pytest.raises(SettingsError, match="AGENT_SIGNAL_MAX_CONNECTIONS"):
+            door_settings(Settings(max_connections=0))
+        with pytest.raises(SettingsError, match="AGENT_SIGNAL_MAX_SESSION_BYTES"):
+            session_limit_settings(Settings(max_session_bytes=0))
+
+    def test_the_boot_check_knows_every_section(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Every process's boot check (the worker's too) accepts the sections' variables and refuses their
+        typos with the closest name, although the engine imports neither section."""
+        monkeypatch.setenv("AGENT_SIGNAL_MAX_REQUEST_BYTES", "1234")
+        monkeypatch.setenv("AGENT_SIGNAL_MAX_SESSION_MESSAGES", "10")
+        load_plugins(Settings())
+        monkeypatch.setenv("AGENT_SIGNAL_MAX_SESION_BYTES", "10")
+        with pytest.raises(SettingsError, match="did you mean AGENT_SIGNAL_MAX_SESSION_BYTES"):
+            load_plugins(Settings())
+        with pytest.raises(SettingsError, match="'max_reqest_bytes'; did you mean max_request_bytes"):
+            check_environment(Settings(max_reqest_bytes=1), section_models(), environ={})
+        with pytest.raises(SettingsError, match="AGENT_SIGNAL_MAX_CONNECTIONS"):
+            load_plugins(Settings(max_connections=0), check_env=False)  # validated at boot like a plugin's

@@ -1,0 +1,71 @@
+"""The console verbs' one way to the HTTP API: the target (``--url``/``--token``, ``AGENT_SIGNAL_URL``, or the
+``make run`` stack of this checkout; producers/cli/target.py) and the calls, pages followed by their cursor.
+
+These verbs exist over HTTP only (the routes hold the rules: roles, tenants, validation), so a target that is
+Redis itself (``REDIS_URL``) is not one: without a URL or a stack, the error says how to give one. Every failure is a
+:class:`~producers.cli.target.CliError`: an API error answer is one line with its status, code, message and field
+(exit 1); a server that cannot be reached, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from producers.cli.target import Api, quote_id, resolve_target
+
+__all__ = ["add_http_options", "collect_pages", "open_api", "positive_int", "quote_id"]
+
+
+def add_http_options(p: argparse.ArgumentParser) -> None:
+    """``--url``, ``--token`` and ``--json`` on a console verb's parser."""
+    p.add_argument(
+        "--url",
+        default=None,
+        help="the HTTP API (default: AGENT_SIGNAL_URL, else the stack `make run` started in this checkout)",
+    )
+    p.add_argument(
+        "--token", default=None, help="bearer API key or token (default: AGENT_SIGNAL_TOKEN); never printed"
+    )
+    p.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
+
+
+def positive_int(text: str) -> int:
+    """argparse's type for ``--limit``: a whole number from 1 (else a usage error, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
+
+
+def open_api(args: argparse.Namespace) -> Api:
+    """The API this invocation talks to (close it: ``with open_api(args) as api``)."""
+    return Api(resolve_target(args, tenant_is_direct=False, http_only=True))
+
+
+def collect_pages(
+    api: Api, path: str, params: dict[str, Any], *, key: str, total: int, page_max: int
+) -> dict[str, Any]:
+    """Up to ``total`` items of a cursor-paged listing (``{key: [...], "cursor"?}``), following the cursor; the
+    answer has the same shape, with the cursor of the next item when more are left."""
+    items: list[Any] = []
+    cursor: str | None = None
+    while True:
+        query = {**params, "limit": min(page_max, total - len(items))}
+        if cursor is not None:
+            query["cursor"] = cursor
+        page = api.call("GET", path, params={k: v for k, v in query.items() if v is not None})
+        batch = list(page.get(key) or [])
+        taken = batch[: total - len(items)]
+        items.extend(taken)
+        # a page longer than asked for was cut: its cursor would skip what was cut, so none is given
+        previous, cursor = cursor, page.get("cursor") if len(taken) == len(batch) else None
+        if not cursor or cursor == previous or len(items) >= total:  # the end, or a cursor that stands still
+            break
+    body: dict[str, Any] = {key: items}
+    if cursor:
+        body["cursor"] = cursor
+    return body

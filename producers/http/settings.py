@@ -1,0 +1,80 @@
+"""The door's settings (:class:`DoorSettings`): the HTTP app's address, credentials, request and connection limits,
+and receipt streams; only the web app and the CLI that starts or probes it read them.
+
+A section of ``AGENT_SIGNAL_*`` like a plugin's (:class:`worker.settings.PluginSettings`): the environment names
+are the ones the engine's model used to hold (``PORT``, ``AGENT_SIGNAL_BOOTSTRAP_KEY``, …), and the engine's boot
+check knows them (worker/runtime/assembly.py ``SECTIONS``), so a typo is still refused with the closest name.
+Keyword arguments given to :class:`~worker.settings.Settings` for these fields are kept as its extras and
+handed here by :func:`door_settings` (tests, embedding).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from worker.settings import ENV_PREFIX, PluginSettings, Settings, plugin_settings
+
+__all__ = ["DoorSettings", "door_settings"]
+
+
+class DoorSettings(PluginSettings):
+    """The web app's section. The table of environment variables: docs/settings.md#the-door."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", populate_by_name=True)
+
+    # --- address ---
+    port: int = Field(default=8000, validation_alias=AliasChoices("PORT", "AGENT_SIGNAL_PORT"))
+    host: str = "127.0.0.1"
+
+    # --- credentials (worker/ops/credentials.py, producers/http/auth.py; docs/security.md) ---
+    bootstrap_key: SecretStr | None = None  # admin key of tenant "default" (>= 16 characters)
+    api_token: str | None = Field(default=None, validation_alias=AliasChoices("AGENT_SIGNAL_API_TOKEN"))
+    # ^ deprecated alias of bootstrap_key (used only when AGENT_SIGNAL_BOOTSTRAP_KEY is unset)
+    token_secret: SecretStr | None = None  # user-token signing secret (>= 32 chars); unset: one kept in Redis
+    rate_limit_per_s: float | None = Field(default=None, ge=0)  # per credential; unset: 100 with credentials
+    # All of a tenant's credentials and user tokens together, charged with the credential's bucket in one
+    # script (worker/ops/rate_limit.py); unset: 500 with credentials (DEFAULT_TENANT_RATE_LIMIT_PER_S), 0: none.
+    tenant_rate_limit_per_s: float | None = Field(default=None, ge=0)
+    auth_cache_s: float = Field(default=2.0, ge=0)  # verified keys are cached this long (a revoke's delay)
+    auth_failures_per_s: float = Field(default=1.0, ge=0)  # failed auths refilled per client address; 0: off
+    auth_failure_burst: int = Field(
+        default=20, ge=1
+    )  # failed auths before 429 (producers/http/auth_throttle.py)
+    ops_open: Literal["always", "never"] = "never"  # ops surfaces without a credential (make run: always)
+
+    # --- requests and connections (producers/http/door.py, connections.py) ---
+    max_request_bytes: int = 8 * 1024 * 1024  # one HTTP request body; larger -> 413
+    max_connections: int = Field(default=2000, ge=1)  # per web process, else 503
+    header_timeout_s: float = Field(default=10.0, gt=0)  # a request's head must arrive within this, else 408
+    body_timeout_s: float = Field(default=60.0, gt=0)  # its body within this of the head, else closed
+    # Host names served besides the loopback names and `host` (unless 0.0.0.0): DNS rebinding. "*": any.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Origins allowed besides the request's own (scheme://host[:port]); a browser request from any other -> 403.
+    allowed_origins: list[str] = Field(default_factory=list)
+    # A tenant's events/s through POST /v1/events, bursts alike (0: none).
+    tenant_events_per_s: float = Field(default=5000, ge=0)
+
+    # --- receipt streams (producers/http/streams/) ---
+    max_streams: int = Field(default=1000, ge=1)  # open receipts streams per web process; more -> 429
+    max_streams_per_credential: int = Field(default=50, ge=1)  # the same, per credential; more -> 429
+    tenant_max_streams: int = Field(
+        default=500, ge=0
+    )  # one tenant's open streams, all web processes (0: none)
+
+    @field_validator("ops_open", mode="before")
+    @classmethod
+    def _no_loopback(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() == "loopback":
+            raise ValueError(
+                "'loopback' was removed (behind a proxy every caller is loopback): use always or never"
+            )
+        return value
+
+
+def door_settings(settings: Settings) -> DoorSettings:
+    """The door's section: the environment plus the door's keyword extras given to ``settings``; a bad value
+    raises :class:`~worker.settings.SettingsError` naming the variable."""
+    return plugin_settings(DoorSettings, settings)

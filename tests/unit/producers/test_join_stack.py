@@ -1,0 +1,97 @@
+"""`agent-signal worker` joins the `make run` stack of its checkout (producers/cli/stack.py: join_stack) when this
+terminal names no Redis: the stack's embedded Redis as store and broker, its key prefix and queue; a stack on
+URLs of its own, which its file never records, is a one-line SettingsError naming what to set."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from producers.cli.stack import StackInfo, join_stack, read_stack, write_stack
+from worker.settings import Settings, SettingsError
+
+EMBEDDED = "unix:///tmp/tmpab12/redis.socket"
+NAMES = ("REDIS_URL", "BROKER_URL", "REDIS_CLUSTER_URL", "AGENT_SIGNAL_KEY_PREFIX", "AGENT_SIGNAL_QUEUE_NAME")
+
+
+@pytest.fixture(autouse=True)
+def no_redis_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second terminal: none of the variables that name a Redis, a broker, a prefix or a queue."""
+    for name in NAMES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(f"AGENT_SIGNAL_{name}", raising=False)
+
+
+@pytest.fixture
+def run_pid() -> Iterator[int]:
+    """A live process whose command line ends in ``run``, as ``agent-signal run``'s does."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "run"], stdin=subprocess.PIPE
+    )
+    yield proc.pid
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=10)
+
+
+def _stack(tmp_path: Path, pid: int, **fields: object) -> Path:
+    info = StackInfo(pid=pid, url="http://127.0.0.1:8000", **fields)  # type: ignore[arg-type]
+    path = tmp_path / ".agent-signal" / "stack.json"
+    assert write_stack(info, path) == path
+    return path
+
+
+def test_joins_the_embedded_redis_with_its_prefix_and_queue(tmp_path: Path, run_pid: int) -> None:
+    """Store and broker are the stack's Redis; prefix and queue are the stack's; the line says all of it."""
+    path = _stack(tmp_path, run_pid, redis_url=EMBEDDED, key_prefix="t-1:", queue_name="t-1")
+    settings, line = join_stack(Settings(), path)
+    assert (settings.redis_url, settings.key_prefix, settings.queue_name) == (EMBEDDED, "t-1:", "t-1")
+    assert settings.effective_broker_url().startswith("redis+socket:///tmp/tmpab12/redis.socket")
+    assert line == (
+        f"joining the stack of this checkout ({path}, pid {run_pid}): Redis {EMBEDDED}, broker the same Redis, "
+        "key prefix 't-1:', queue 't-1'"
+    )
+
+
+def test_names_set_here_win(tmp_path: Path, run_pid: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """AGENT_SIGNAL_KEY_PREFIX and BROKER_URL of this terminal are kept; only the Redis comes from the stack."""
+    monkeypatch.setenv("AGENT_SIGNAL_KEY_PREFIX", "mine:")
+    monkeypatch.setenv("BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+    path = _stack(tmp_path, run_pid, redis_url=EMBEDDED, key_prefix="t-1:", queue_name="t-1", own_broker=True)
+    settings, line = join_stack(Settings(), path)
+    assert (settings.redis_url, settings.key_prefix, settings.queue_name) == (EMBEDDED, "mine:", "t-1")
+    assert line is not None and "broker BROKER_URL" in line and "guest" not in line
+
+
+def test_a_redis_named_here_or_no_live_stack_changes_nothing(tmp_path: Path, run_pid: int) -> None:
+    """REDIS_URL set, no stack file, or a stale one (its process gone): the settings as they were, no line."""
+    path = _stack(tmp_path, run_pid, redis_url=EMBEDDED)
+    own = Settings(redis_url="redis://127.0.0.1:6379/0")
+    assert join_stack(own, path) == (own, None)
+    plain = Settings()
+    assert join_stack(plain, tmp_path / "none" / "stack.json") == (plain, None)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())", "run"], capture_output=True)
+    stale = _stack(tmp_path / "stale", int(gone.stdout), redis_url=EMBEDDED)
+    assert join_stack(plain, stale) == (plain, None)
+
+
+def test_a_stack_on_urls_of_its_own_says_what_to_set(tmp_path: Path, run_pid: int) -> None:
+    """A stack whose Redis (or broker) came from its own REDIS_URL (BROKER_URL) cannot be joined from the file."""
+    with pytest.raises(SettingsError, match=r"runs on a Redis of its own.*set REDIS_URL"):
+        join_stack(Settings(), _stack(tmp_path, run_pid))
+    path = _stack(tmp_path / "b", run_pid, redis_url=EMBEDDED, own_broker=True)
+    with pytest.raises(SettingsError, match=r"uses a broker of its own.*set BROKER_URL"):
+        join_stack(Settings(), path)
+
+
+def test_the_stack_file_keeps_the_new_fields(tmp_path: Path, run_pid: int) -> None:
+    """ownBroker, keyPrefix and queueName survive a write and a read; an old file without them reads as defaults."""
+    path = _stack(tmp_path, run_pid, redis_url=EMBEDDED, own_broker=True, key_prefix="p:", queue_name="q")
+    info = read_stack(path)
+    assert info is not None and (info.own_broker, info.key_prefix, info.queue_name) == (True, "p:", "q")
+    old = StackInfo.from_json({"version": 1, "pid": run_pid, "url": "http://127.0.0.1:8000"})
+    assert old is not None and (old.own_broker, old.key_prefix, old.queue_name) == (False, None, None)
