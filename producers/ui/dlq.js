@@ -33,8 +33,9 @@ function dlqPage() {
   const tbody = el("tbody");
   const tableEl = el(
     "table",
-    { class: "dlq" },
-    el("thead", {}, el("tr", {}, el("th", { scope: "col" }, selectAll), ["Event", "Source", "Attempts", "Error", "Died", "Status", "Outcome", ""].map((h) => el("th", { scope: "col" }, h)))),
+    { class: "dlq list" },
+    el("colgroup", {}, ["pick", "id", "source", "attempts", "err", "time", "status", "outcome", "actions"].map((kind) => el("col", { class: kind }))),
+    el("thead", {}, el("tr", {}, el("th", { scope: "col" }, selectAll), ["Event", "Source", "Attempts", "Error", "Died", "Status", "Outcome"].map((h) => el("th", { scope: "col", title: h }, h)), el("th", { scope: "col", class: "row-actions" }, el("span", { class: "visually-hidden" }, "Actions")))),
     tbody,
   );
   const empty = el("div", { class: "empty", hidden: true }, "The dead-letter list is empty. Events that keep failing land here with their payload and last error.");
@@ -90,11 +91,11 @@ function dlqPage() {
       "tr",
       { "data-event-id": id },
       el("td", {}, check),
-      el("td", { class: "id" }, runLink(id)),
-      el("td", {}, `${event.sourceType || "?"} · ${event.sourceId || "?"}`),
-      el("td", {}, String(record.attempts ?? "")),
-      el("td", { class: "err" }, record.error || ""),
-      el("td", {}, fmtTime(record.deadAt)),
+      clipCell(id, { class: "id" }, runLink(id)),
+      clipCell(`${event.sourceType || "?"} · ${event.sourceId || "?"}`),
+      el("td", { class: "num-cell" }, String(record.attempts ?? "")),
+      errorCell(record.error),
+      clipCell(fmtTime(record.deadAt)),
       status,
       outcome,
       el("td", { class: "row-actions" }, toggle, redrive),
@@ -125,7 +126,7 @@ function dlqPage() {
       const status = statusOf(id);
       if (row.status.textContent !== status) row.status.replaceChildren(badge(status, { "data-testid": "dlq-status" }));
       const t = tracked.get(id);
-      if (t && row.outcome.textContent !== t.outcome) row.outcome.textContent = t.outcome;
+      if (t && row.outcome.textContent !== t.outcome) row.outcome.replaceChildren(fewLines(t.outcome)); // a long reason: all of it in the title
       row.redrive.disabled = status !== "dead";
       row.check.disabled = status !== "dead";
       if (status !== "dead") { row.check.checked = false; selected.delete(id); }
@@ -255,19 +256,19 @@ function discardedPage() {
     if (key === shown) return;
     shown = key;
     holder.replaceChildren(events.length
-      ? table(["Event", "Source", "Attempts", "Last error", "Reason", "Discarded"], events.map((e) => {
+      ? listTable([["Event", "id"], ["Source", "source"], ["Attempts", "attempts"], ["Last error", "err"], ["Reason", "reason"], ["Discarded", "time"]], events.map((e) => {
         const event = eventOf(e);
         return el(
           "tr",
           { "data-event-id": e.eventId },
-          el("td", {}, runLink(e.eventId)),
-          el("td", {}, `${event.sourceType || "?"} · ${event.sourceId || "?"}`),
-          el("td", {}, String(e.attempts ?? "")),
-          el("td", { class: "err" }, e.error || ""),
-          el("td", { "data-testid": "discard-reason" }, e.reason || "(no reason given)"),
-          el("td", {}, fmtTime(e.at || e.discardedAt)),
+          clipCell(e.eventId, { class: "id" }, runLink(e.eventId)),
+          clipCell(`${event.sourceType || "?"} · ${event.sourceId || "?"}`),
+          el("td", { class: "num-cell" }, String(e.attempts ?? "")),
+          errorCell(e.error),
+          el("td", { "data-testid": "discard-reason" }, fewLines(e.reason || "(no reason given)")),
+          clipCell(fmtTime(e.at || e.discardedAt)),
         );
-      }), { class: "discarded" })
+      }), { class: "discarded list" })
       : el("div", { class: "empty" }, "Nothing was discarded. A discarded event keeps an audit record here: who knows why it was dropped, and when."));
   });
 }

@@ -75,25 +75,25 @@ function runsPage(sub) {
       return;
     }
     holder.replaceChildren(
-      table(
-        ["Event", "Status", "Source type", "Source id", "Scope", "User", "Enqueued", "Took", "Attempts", "Error"],
+      listTable(
+        [["Event", "id"], ["Status", "status"], ["Source type", "type"], ["Source id", "id"], ["Scope", "scope opt"], ["User", "user opt"], ["Enqueued", "time opt"], ["Took", "took opt"], ["Attempts", "attempts opt"], ["Error", "err"]],
         list.map((e) =>
           el(
             "tr",
             { "data-event-id": e.eventId },
-            el("td", {}, runLink(e.eventId)),
+            clipCell(e.eventId, { class: "id" }, runLink(e.eventId)),
             el("td", {}, badge(e.status, { "data-testid": "run-status" })),
-            el("td", {}, e.sourceType || ""),
-            el("td", { class: "id" }, e.sourceId || ""),
-            el("td", { class: "id opt" }, e.scopeKey || ""),
-            el("td", { class: "opt" }, e.userId || ""),
-            el("td", { class: "opt" }, fmtTime(e.enqueuedAt)),
-            el("td", { class: "opt" }, e.finishedAt || e.doneAt ? fmtAge((e.finishedAt || e.doneAt) - e.enqueuedAt) : ""),
-            el("td", { class: "opt" }, String(e.attempts ?? "")),
-            el("td", { class: "err" }, e.error || ""),
+            clipCell(e.sourceType || ""),
+            clipCell(e.sourceId || "", { class: "id" }),
+            clipCell(e.scopeKey || "", { class: "id opt" }),
+            clipCell(e.userId || "", { class: "opt" }),
+            clipCell(fmtTime(e.enqueuedAt), { class: "opt" }),
+            clipCell(e.finishedAt || e.doneAt ? fmtAge((e.finishedAt || e.doneAt) - e.enqueuedAt) : "", { class: "opt" }),
+            el("td", { class: "opt num-cell" }, String(e.attempts ?? "")),
+            errorCell(e.error),
           ),
         ),
-        { class: "runs" },
+        { class: "runs list" },
       ),
     );
   }

@@ -27,6 +27,7 @@ UI_FILES = {
     "app.js": "text/javascript",
     "app.css": "text/css",
     "examples.js": "text/javascript",
+    "cells.js": "text/javascript",
     "runs.js": "text/javascript",
     "dlq.js": "text/javascript",
     "send.js": "text/javascript",

@@ -1,0 +1,46 @@
+// Cells of the list tables (Runs, Dead letters), which keep every row a few lines tall at any width (issue 28):
+// `listTable` fixes each column's width with a <colgroup> (the Error column takes what is left), `clipCell`
+// shows an id, time or name on one line cut with an ellipsis, its full value in the title, and `errorCell`
+// clamps an error to three lines, its full text in the title and shown in place on click, Enter or Space;
+// `fewLines` holds a short free text (an outcome, a reason; smaller type) to three lines, all of it in the title.
+"use strict";
+
+// Column kinds: app.css gives each `col.<kind>` its width; "err" has none, so it gets the free width.
+function listTable(columns, rows, attrs = {}) {
+  return el(
+    "div",
+    { class: "table-wrap" },
+    el(
+      "table",
+      attrs,
+      el("colgroup", {}, columns.map(([, kind]) => el("col", { class: kind }))),
+      el("thead", {}, el("tr", {}, columns.map(([label]) => el("th", { scope: "col", title: label }, label)))),
+      el("tbody", {}, rows),
+    ),
+  );
+}
+
+function clipCell(value, attrs = {}, content = undefined) {
+  const text = value === undefined || value === null ? "" : String(value);
+  const kind = attrs.class ? `clip ${attrs.class}` : "clip";
+  return el("td", { ...attrs, class: kind, title: text || null }, content === undefined ? text : content);
+}
+
+function clampBox(value, attrs = {}) {
+  const box = el("div", { ...attrs, class: "clamp", title: value, tabindex: "0", role: "button", "aria-expanded": "false" }, value);
+  const toggle = () => box.setAttribute("aria-expanded", String(box.getAttribute("aria-expanded") !== "true"));
+  box.addEventListener("click", () => { if (!String(window.getSelection() || "")) toggle(); }); // selecting text is not a click
+  box.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" || event.key === " ") { event.preventDefault(); toggle(); }
+  });
+  return box;
+}
+
+function errorCell(value, attrs = {}) {
+  const kind = attrs.class ? `err ${attrs.class}` : "err";
+  return el("td", { ...attrs, class: kind }, value ? clampBox(String(value)) : null);
+}
+
+function fewLines(value) {
+  return el("div", { class: "few-lines", title: value }, value);
+}
