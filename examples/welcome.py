@@ -1,6 +1,7 @@
 """README's plugin example, whole: a source type, a signal, an idempotent action. Load it with
-AGENT_SIGNAL_PLUGINS='["examples.welcome:plugin"]' from the checkout's root; tests/integration/
-test_readme_example.py runs it through a real worker and checks that README shows this very code."""
+AGENT_SIGNAL_PLUGINS='["examples.welcome:plugin"]' from the checkout's root;
+tests/integration/plugins/test_readme_example.py runs it through a real worker and checks that README shows
+this very code."""
 
 from pydantic import BaseModel
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from worker.keys.layout import BucketKeys
+from worker.keys.layout import BucketKeys, Keys
 from worker.settings import Settings, settings_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,9 +73,24 @@ def redis_client(redis_url: str, prefix: str) -> Iterator[Redis]:
     client.close()
 
 
+def scope_buckets_under_test() -> int:
+    """The scope buckets per tenant the tests run with: ``AGENT_SIGNAL_SCOPE_BUCKETS`` when set (``make test``
+    runs the tests marked ``buckets`` a second time with 4), else 1."""
+    return int(os.environ.get("AGENT_SIGNAL_SCOPE_BUCKETS", "1"))
+
+
 @pytest.fixture
 def keys(prefix: str) -> BucketKeys:
+    """The default tenant's keys under the test's prefix, as one bucket: its ``bucket_prefix`` is the tenant's
+    home prefix (where the test plugin's ``test:*`` keys live) whatever the bucket count the tests run with."""
     return BucketKeys(prefix)
+
+
+@pytest.fixture
+def tenant_keys(prefix: str) -> Keys:
+    """The default tenant's keys with the bucket count the tests run with: ``tenant_keys.for_scope(scope)``
+    builds a scope's keys and its bucket's indexes, ``tenant_keys.every_bucket()`` one builder per bucket."""
+    return Keys(prefix, buckets=scope_buckets_under_test())
 
 
 SettingsFactory = Callable[..., Settings]
@@ -94,6 +109,7 @@ def make_settings(redis_url: str, prefix: str, redis_client: Redis) -> SettingsF
             "allowed_hosts": [
                 "testserver"
             ],  # starlette's TestClient sends Host: testserver (the door's allow-list)
+            "scope_buckets": scope_buckets_under_test(),
             **FAST,
         }
         values.update(overrides)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from policies.self_iteration.actions import skill_management_handler, user_memory_handler
-from policies.self_iteration.analyze_intent import domain_judge, feedback_planner, satisfaction_judge
-from policies.self_iteration.completion import completion_fanout, skill_synthesis
-from policies.self_iteration.procedure import tool_outcome_procedure
-from policies.self_iteration.reviews import nightly_review, self_feedback_intent, self_reflection
+from policies.self_iteration.handlers.actions import skill_management_handler, user_memory_handler
+from policies.self_iteration.handlers.analyze_intent import domain_judge, feedback_planner, satisfaction_judge
+from policies.self_iteration.handlers.completion import completion_fanout, skill_synthesis
+from policies.self_iteration.handlers.procedure import tool_outcome_procedure
+from policies.self_iteration.handlers.reviews import nightly_review, self_feedback_intent, self_reflection
 from worker.plugin import Policy, define_action_handler, define_signal_handler, define_source_handler
 
 __all__ = ["self_iteration_policies"]

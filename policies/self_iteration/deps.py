@@ -9,8 +9,9 @@ from typing import Literal
 from pydantic import model_validator
 from redis import Redis
 
+from policies.self_iteration.agent.runners import AgentRunner
 from policies.self_iteration.gate import enabled_for
-from policies.self_iteration.judges import (
+from policies.self_iteration.judges.rules import (
     DomainJudge,
     RuleDomainJudge,
     RuleSatisfactionJudge,
@@ -18,7 +19,6 @@ from policies.self_iteration.judges import (
     SatisfactionJudge,
     SkillIntentClassifier,
 )
-from policies.self_iteration.runners import AgentRunner
 from worker.plugin import Keys, PluginSettings
 
 __all__ = ["SelfIterationDeps", "SelfIterationSettings"]

@@ -42,7 +42,7 @@ def erase_user(client: Any, keys: Keys, user_id: str, scopes: frozenset[str]) ->
     for key in client.scan_iter(match=_glob_escape(k.skill_runs(user_id, "")) + "*", count=SCAN_COUNT):
         client.delete(key)  # what each skill run did (its answer to a redelivery)
     removed["featureOverrides"] += int(client.hdel(k.overrides, user_id))
-    # Review guards are "<kind>-guard:<kind>:<userId>:…" (policies/self_iteration/reviews.py): the user is the
+    # Review guards are "<kind>-guard:<kind>:<userId>:…" (policies/self_iteration/handlers/reviews.py): the user is the
     # third segment, matched exactly (user ids hold no ':').
     guard = re.compile(
         re.escape(k.review_guard("")) + r"[a-z-]+-guard:[a-z-]+:" + re.escape(user_id) + "(:|$)"

@@ -13,14 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies.self_iteration.bundle import self_iteration_policies
-from policies.self_iteration.deps import SelfIterationDeps, SelfIterationSettings
-from policies.self_iteration.documents import DocumentStore
-from policies.self_iteration.erasure import erase_user
-from policies.self_iteration.gate import GATED_SOURCE_TYPES, enabled_for
-from policies.self_iteration.payloads import LOBEHUB_SOURCE_TYPES, PAYLOAD_SCHEMAS
-from policies.self_iteration.reference_agent import completion_event, run_reference_agent
-from policies.self_iteration.runners import (
+from policies.self_iteration.agent.reference_agent import completion_event, run_reference_agent
+from policies.self_iteration.agent.runners import (
     AGENT_RUN_OUTBOX,
     AGENT_RUN_TASK,
     AgentRunner,
@@ -29,6 +23,12 @@ from policies.self_iteration.runners import (
     TaskRunner,
     WebhookRunner,
 )
+from policies.self_iteration.bundle import self_iteration_policies
+from policies.self_iteration.deps import SelfIterationDeps, SelfIterationSettings
+from policies.self_iteration.erasure import erase_user
+from policies.self_iteration.gate import GATED_SOURCE_TYPES, enabled_for
+from policies.self_iteration.payloads import LOBEHUB_SOURCE_TYPES, PAYLOAD_SCHEMAS
+from policies.self_iteration.records.documents import DocumentStore
 from worker.plugin import (
     AdmissionHook,
     Deliverer,
@@ -59,7 +59,7 @@ def _deps(runtime: PluginRuntime) -> SelfIterationDeps:
     )
     if not settings.judge_url:
         return deps
-    from policies.self_iteration.openai_judges import (
+    from policies.self_iteration.judges.openai_compatible import (
         OpenAIDomainJudge,
         OpenAIJudgeClient,
         OpenAISatisfactionJudge,

@@ -3,7 +3,7 @@ routers share (Receipt, RouteResult, SessionSettings, ContextView, …) and how 
 
 These models document; the routes keep answering plain ``JSONResponse`` values (FastAPI does not validate a
 returned Response), so an answer's shape is decided where it is built and pinned by the integration tests.
-``tests/integration/test_openapi_schema.py`` calls every operation with generated input and checks each answer
+``tests/integration/door/test_openapi_schema.py`` calls every operation with generated input and checks each answer
 against what is declared here.
 
 Request bodies: most routes read their body through a dependency that hands them the model or the 422 to

@@ -107,6 +107,21 @@ def test_receipts_undo_chain_and_dlq(
     page.screenshot(path=str(tmp_path / "chain.png"), full_page=True)
 
     # 4. Redrive a dead event from the DLQ page and see it done (its handler is fixed in between).
+    _redrive_from_the_dlq_page(page, stack, tmp_path, redis_client, keys)
+    # Phone width: the conversation still fits (no horizontal scrolling), controls keep their labels.
+    _conversation_at_phone_width(browser, stack, tmp_path)
+
+    # Overview renders with counts and a chart.
+    page.goto(f"{stack}/#/overview")
+    page.wait_for_selector("text=Events by source type and status")
+    page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
+    assert errors == []
+    shutil.copytree(tmp_path, Path("/tmp/agent-signal-ui-screenshots"), dirs_exist_ok=True)
+
+
+def _redrive_from_the_dlq_page(page: Any, stack: str, tmp_path: Path, redis_client: Any, keys: Any) -> None:
+    """A flaky event goes dead, shows on the DLQ page with its error, and after its handler is fixed the
+    page's Redrive button brings it to done."""
     dead = post(
         stack, {"sourceType": "test.flaky", "sourceId": "flaky-ui", "scopeKey": "topic:dlq", "payload": {}}
     )
@@ -127,7 +142,9 @@ def test_receipts_undo_chain_and_dlq(
     assert httpx.get(f"{stack}/v1/events/{dead}").json()["status"] == "done"
     page.screenshot(path=str(tmp_path / "dlq-redriven.png"), full_page=True)
 
-    # Phone width: the conversation still fits (no horizontal scrolling), controls keep their labels.
+
+def _conversation_at_phone_width(browser: Any, stack: str, tmp_path: Path) -> None:
+    """At 390 px the conversation fits without horizontal scrolling and the controls keep their labels."""
     phone = browser.new_page(viewport={"width": 390, "height": 844})
     phone.goto(f"{stack}/#/conversation?userId=u1&agentId=agt_1&topicId=tpc_ui")
     phone.wait_for_selector('[data-message-id="msg_a2"] .receipt')
@@ -135,10 +152,3 @@ def test_receipts_undo_chain_and_dlq(
     assert phone.get_by_label("Topic").input_value() == "tpc_ui"
     phone.screenshot(path=str(tmp_path / "conversation-phone.png"), full_page=True)
     phone.close()
-
-    # Overview renders with counts and a chart.
-    page.goto(f"{stack}/#/overview")
-    page.wait_for_selector("text=Events by source type and status")
-    page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
-    assert errors == []
-    shutil.copytree(tmp_path, Path("/tmp/agent-signal-ui-screenshots"), dirs_exist_ok=True)

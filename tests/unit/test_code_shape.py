@@ -1,23 +1,27 @@
-"""Code shape, a backstop for worker/, policies/, sessions/ and producers/: no module over 600 lines, no function
-or method over 80 lines outside declarative tables. It is not how modules are cut: a module holds one concept
+"""Code shape, a backstop for worker/, policies/, sessions/, producers/, bench/ and tests/: no module over 600
+lines, no function or method over 80 lines outside declarative tables (tests included), no folder over 16
+modules (``.py`` files other than ``__init__.py``; a folder that grows becomes rooms, subpackages by concept). It is not how modules are cut: a module holds one concept
 and a concept that grows becomes a subpackage (STYLE.md); a 400-line gauge obeyed to the line cut concepts
 into size-driven siblings that imported each other in circles.
 
 Every ``.py`` file is parsed with :mod:`ast`; a module's size is its line count, a function's is from its
 ``def`` line to its last line (decorators excluded, nested functions counted in their own right as well as
-inside their parent). Each test fails listing every offender at once.
+inside their parent); a folder's modules are its own ``.py`` files, not its subpackages'. Each test fails listing
+every offender at once.
 """
 
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("worker", "policies", "sessions", "producers")
+PACKAGES = ("worker", "policies", "sessions", "producers", "bench", "tests")
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
+MAX_FOLDER_MODULES = 16
 
 # (path relative to the repository root, qualified name) → why the function is a declarative table. Only a
 # function whose body is a single ``return`` of a literal list/tuple/dict qualifies; keep this list short.
@@ -31,10 +35,14 @@ DECLARATIVE_TABLES: dict[tuple[str, str], str] = {
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def _modules() -> Iterator[tuple[str, str]]:
+def _paths() -> Iterator[Path]:
     for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            yield path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")
+        yield from sorted(p for p in (ROOT / package).rglob("*.py") if "node_modules" not in p.parts)
+
+
+def _modules() -> Iterator[tuple[str, str]]:
+    for path in _paths():
+        yield path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")
 
 
 def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, Function]]:
@@ -105,3 +113,14 @@ def test_allow_listed_functions_are_declarative_tables() -> None:
         if _length(node) > MAX_FUNCTION_LINES and not _is_declarative_table(node)
     ]
     assert not problems, "DECLARATIVE_TABLES entries to fix:\n" + "\n".join(problems)
+
+
+def test_no_folder_over_the_module_limit() -> None:
+    """A folder is a room of related concepts: past 16 modules, split it into subpackages by concept (each with
+    an ``__init__.py`` whose docstring says what lives there), as tests/integration/ and policies/self_iteration/
+    are."""
+    modules: Counter[str] = Counter(
+        path.parent.relative_to(ROOT).as_posix() for path in _paths() if path.name != "__init__.py"
+    )
+    offenders = [f"{folder}/: {n} modules" for folder, n in sorted(modules.items()) if n > MAX_FOLDER_MODULES]
+    assert not offenders, f"folders over {MAX_FOLDER_MODULES} modules:\n" + "\n".join(offenders)

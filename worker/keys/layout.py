@@ -1,6 +1,6 @@
 """Every Redis key the product writes, built in one place.
 
-Nothing else builds key strings (``tests/unit/worker/test_keys_home.py`` scans the sources and fails on a
+Nothing else builds key strings (``tests/unit/worker/keys/test_keys_home.py`` scans the sources and fails on a
 hand-built one; the Lua scripts receive whole keys, or a prefix such as :attr:`Keys.event_prefix`, from here).
 All keys start with the configured prefix (``agent-signal:`` by default; tests use a random one). A tenant's
 keys then start with ``t:{<tenant>}:`` (:attr:`Keys.home_prefix`), so one SCAN pattern finds all a tenant stores, and

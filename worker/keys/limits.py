@@ -1,5 +1,5 @@
 """The keys of the rate limits and quotas: a part of :class:`worker.keys.layout.Keys` (which inherits it), kept apart
-by concept. Like every key, they are built here and nowhere else (``tests/unit/worker/test_keys_home.py``)."""
+by concept. Like every key, they are built here and nowhere else (``tests/unit/worker/keys/test_keys_home.py``)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from redis.exceptions import RedisError
 from sse_starlette import ServerSentEvent
 
 from policies.self_iteration.deps import SelfIterationDeps
-from policies.self_iteration.documents import DocumentStore
 from policies.self_iteration.gate import set_override
+from policies.self_iteration.records.documents import DocumentStore
 from producers.http.api_models import API_ERRORS, ErrorBody, Receipt, body_route, error_responses
 from producers.http.principal import LOCAL_PRINCIPAL, Principal, check_user, require, tenant_keys
 from producers.http.routes.receipts import receipt_store

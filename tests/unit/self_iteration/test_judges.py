@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.self_iteration.judges import (
+from policies.self_iteration.judges.rules import (
     SAFE_SKILL_INTENT,
     RuleDomainJudge,
     RuleSatisfactionJudge,

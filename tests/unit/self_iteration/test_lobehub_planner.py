@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from policies.self_iteration.analyze_intent import CONFLICT_POLICIES, feedback_planner
 from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.handlers.analyze_intent import CONFLICT_POLICIES, feedback_planner
 from policies.self_iteration.keys import SelfIterationKeys
 from worker.chain.context import Deps, EffectBuffer, HandlerContext
 from worker.core.nodes import ChainRef, Conclude, Dispatch, Signal, SourceRef

@@ -9,8 +9,8 @@ from typing import Any
 
 from redis import Redis
 
-from policies.self_iteration.completion import completion_fanout
-from policies.self_iteration.receipts import build_self_iteration_receipts
+from policies.self_iteration.handlers.completion import completion_fanout
+from policies.self_iteration.records.receipts import build_self_iteration_receipts
 from worker.chain.context import HandlerContext
 from worker.core.nodes import ChainRef, Source
 from worker.keys.layout import BucketKeys

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from policies.self_iteration.receipts import build_self_iteration_receipts
+from policies.self_iteration.records.receipts import build_self_iteration_receipts
 
 
 def _build(

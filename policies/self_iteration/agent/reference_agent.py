@@ -1,0 +1,148 @@
+"""The reference agent: a rule-based stand-in for the memory writer, skill manager and reviewers, so a fresh
+install closes the loop without a model. It writes into the DocumentStore (memories, versioned skill
+documents) and reports the run as ``agent.execution.completed`` with LobeHub's ``selfIteration`` payload
+(``{marker, mutations, artifacts, userId}``; tool results carry ``kind``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from policies.self_iteration.agent.runners import RunRequest
+from policies.self_iteration.records.documents import DocumentStore
+
+__all__ = ["completion_event", "run_reference_agent"]
+
+PREFERENCE = re.compile(r"\bprefer|\blike\b|\bwant\b|偏好|喜欢|以后|今后", re.IGNORECASE)
+LEAD_IN = re.compile(r"^(?:going forward|from now on|in the future|next time)[,:]?\s*", re.IGNORECASE)
+
+
+def _title(message: str, limit: int = 80) -> str:
+    text = LEAD_IN.sub("", message.strip())
+    text = text[:1].upper() + text[1:] if text else "Memory saved"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _memory(store: DocumentStore, request: RunRequest) -> list[dict[str, Any]]:
+    message = str(request.context.get("message") or request.prompt)
+    layer = "preference" if PREFERENCE.search(message) else "context"
+    title = _title(message)
+    memory = store.write_memory(
+        request.user_id,
+        source_id=request.marker.get("sourceId", request.operation_id),
+        layer=layer,
+        title=title,
+        summary=message.strip(),
+    )
+    target = {
+        "id": memory["id"],
+        "memoryId": memory["id"],
+        "memoryLayer": layer,
+        "summary": memory["summary"],
+        "title": title,
+        "type": "memory",
+    }
+    data = {
+        "kind": "mutation",
+        "target": target,
+        "resourceId": memory["id"],
+        "status": "applied",
+        "summary": title,
+    }
+    return [{"apiName": "writeMemory", "kind": "mutation", "data": data}]
+
+
+QUOTED = re.compile(r"[\"“「]([^\"”」]{2,60})[\"”」]")
+
+
+def _skill_title(message: str) -> str:
+    """A quoted name in the feedback names the skill ("Release checklist"); else the feedback itself."""
+    quoted = QUOTED.search(message)
+    return quoted.group(1).strip() if quoted else _title(message, 60)
+
+
+def _skill(store: DocumentStore, request: RunRequest) -> list[dict[str, Any]]:
+    message = str(request.context.get("message") or request.prompt)
+    agent_id = request.agent_id or "-"
+    title = str(request.context.get("skillTitle") or _skill_title(message))
+    content = f"# {title}\n\nLearned from feedback: {message.strip()}\n"
+    api, doc, history_id = store.upsert_skill(
+        request.user_id, agent_id, title=title, content=content, source_id=request.operation_id
+    )
+    data: dict[str, Any] = {
+        "kind": "mutation",
+        "status": "applied",
+        "summary": f"{'Created' if history_id is None else 'Updated'} skill {title}",
+        "documentId": doc["id"],
+        "agentDocumentId": doc["agentDocumentId"],
+        "target": {
+            "agentDocumentId": doc["agentDocumentId"],
+            "documentId": doc["id"],
+            "id": doc["id"],
+            "title": title,
+            "type": "skill",
+        },
+        "resourceId": doc["id"],
+    }
+    if history_id is not None:
+        data["historyId"] = history_id
+        data["expectedCurrentDocumentUpdatedAt"] = doc["updatedAt"]
+    return [
+        {"apiName": api, "kind": "mutation", "data": data, "toolCallId": f"{request.operation_id}:call_0"}
+    ]
+
+
+def _review(request: RunRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    idea = {
+        "apiName": "recordSelfReviewIdea",
+        "kind": "artifact",
+        "data": {"kind": "artifact", "summary": "Reviewed recent turns"},
+    }
+    return [], [idea]
+
+
+def run_reference_agent(store: DocumentStore, request: RunRequest) -> dict[str, Any]:
+    """Do the run; returns the ``selfIteration`` payload of its completion."""
+    mutations: list[dict[str, Any]] = []
+    artifacts: list[dict[str, Any]] = []
+    if request.slug == "memory-writer":
+        mutations = _memory(store, request)
+    elif request.slug == "skill-management":
+        mutations = _skill(store, request)
+    else:
+        mutations, artifacts = _review(request)
+    return {
+        "marker": request.marker,
+        "mutations": mutations,
+        "artifacts": artifacts,
+        "userId": request.user_id,
+    }
+
+
+def completion_event(request: RunRequest, self_iteration: dict[str, Any]) -> dict[str, Any]:
+    """The ``agent.execution.completed`` source event of a finished run (LobeHub's CompletionLifecycle)."""
+    marker = request.marker
+    payload: dict[str, Any] = {
+        "agentId": request.agent_id,
+        "operationId": request.operation_id,
+        "reason": "done",
+        "steps": 1,
+        "selfIteration": self_iteration,
+    }
+    for key in ("topicId", "anchorMessageId", "triggerMessageId"):
+        if marker.get(key):
+            payload[key] = marker[key]
+    if request.topic_id and "topicId" not in payload:
+        payload["topicId"] = request.topic_id
+    event: dict[str, Any] = {
+        "sourceType": "agent.execution.completed",
+        "sourceId": f"{request.operation_id}:complete:done",
+        "userId": request.user_id,
+        "payload": {k: v for k, v in payload.items() if v is not None},
+    }
+    if request.scope_key:  # where the run was asked for: never another user's scope
+        event["scopeKey"] = request.scope_key
+    if request.agent_id:
+        event["agentId"] = request.agent_id
+    return event

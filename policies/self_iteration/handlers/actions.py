@@ -1,0 +1,133 @@
+"""The self-iteration action handlers (reference §3.5): user memory and skill management. Both hand the work
+to an agent run and answer at once: "Memory write enqueued." / "Skill write enqueued.". The run request is
+staged in the outbox (``ctx.outbox("agent-run", …)``, committed with the action's idempotency mark) and
+handed to the ``AgentRunner`` by the outbox relay, at least once, keyed by its deterministic operation id;
+a hand-over that fails is retried by the relay, not by the chain. Exact skip and failure texts and error codes are
+LobeHub's.
+
+Difference from LobeHub: the idempotency lane is the runtime's (a redelivered action replays the stored
+result instead of answering "Action idempotency key already applied."), and the run's operation id is
+derived from the idempotency key, so a retried dispatch asks for the same run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from policies.self_iteration.agent.runners import AGENT_RUN_OUTBOX, RunRequest, operation_id_for
+from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.handlers.completion import consume_pending_synthesis
+from worker.plugin import Action, ExecutorResult, HandlerContext, applied, failed, skipped
+
+__all__ = ["UNSAFE_MEMORY", "skill_management_handler", "user_memory_handler"]
+
+UNSAFE_MEMORY = [
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"\bprobably\b",
+        r"\bmaybe\b",
+        r"\bmedical\b",
+        r"\bhealth\b",
+        r"\brelationship\b",
+        r"\bfinance\b",
+    )
+]
+
+
+def _marker(action: Action, kind: str) -> dict[str, Any]:
+    p = action.payload
+    marker = {
+        "kind": kind,
+        "sourceId": p.get("idempotencyKey") or action.action_id,
+        "anchorMessageId": p.get("assistantMessageId"),
+        "topicId": p.get("topicId"),
+        "triggerMessageId": p.get("triggerMessageId") or p.get("messageId"),
+        "agentId": p.get("agentId"),
+    }
+    return {k: v for k, v in marker.items() if v is not None}
+
+
+def _user_id(action: Action, ctx: HandlerContext) -> str:
+    """The run's user: the event's (the one its credential stamped); the action's payload only when the event
+    names none."""
+    user = ctx.source.user_id if ctx.source is not None else None
+    return str(user or action.payload.get("userId") or "-")
+
+
+def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    if action.action_type != "action.user-memory.handle":
+        return skipped(action, ctx, "Unsupported memory action.")
+    message = str(action.payload.get("message") or "").strip()
+    if not message:
+        return skipped(action, ctx, "Missing memory action message.")
+    marker = _marker(action, "memory")
+    if any(p.search(message) for p in UNSAFE_MEMORY):
+        return failed(
+            action, ctx, "USER_MEMORY_EXECUTION_FAILED", "Memory candidate is not safe for automatic write"
+        )
+    agent_id = action.payload.get("agentId")
+    if not agent_id:
+        return skipped(action, ctx, "Missing agentId for memory action.")
+    request = RunRequest(
+        operation_id=operation_id_for(
+            "memory", marker["sourceId"], tenant=ctx.tenant, user_id=_user_id(action, ctx)
+        ),
+        slug="memory-writer",
+        marker=marker,
+        user_id=_user_id(action, ctx),
+        agent_id=str(agent_id),
+        prompt=message,
+        topic_id=action.payload.get("topicId"),
+        scope_key=ctx.scope_key,
+        context={
+            "message": message,
+            "feedbackHint": action.payload.get("feedbackHint"),
+            "reason": action.payload.get("reason"),
+        },
+    )
+    ctx.outbox(AGENT_RUN_OUTBOX, request.to_json_dict(), key=request.operation_id)
+    return applied(action, ctx, "Memory write enqueued.", output={"operationId": request.operation_id})
+
+
+def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    if action.action_type != "action.skill-management.handle":
+        return skipped(action, ctx, "Unsupported skill-management action.")
+    if not ctx.deps(SelfIterationDeps).enabled(_user_id(action, ctx), ctx.keys):
+        return skipped(action, ctx, "Self iteration is disabled.")
+    message = str(action.payload.get("message") or "").strip()
+    if not message:
+        return skipped(action, ctx, "Missing skill-management action message.")
+    agent_id = action.payload.get("agentId")
+    if not agent_id:
+        return skipped(action, ctx, "Missing agentId for skill-management action.")
+    marker = _marker(action, "skill")
+    p = action.payload
+    prompt = "\n".join(
+        [
+            f"Agent id: {agent_id}",
+            f"User id: {_user_id(action, ctx)}",
+            f"Source id: {marker['sourceId']}",
+            f"Feedback: {message}",
+            f"Routing reason: {p.get('reason', '')}",
+            f"Turn context: {p.get('serializedContext', '')}",
+            f"Evidence: {p.get('evidence', [])}",
+        ]
+    )
+    request = RunRequest(
+        operation_id=operation_id_for(
+            "skill", marker["sourceId"], tenant=ctx.tenant, user_id=_user_id(action, ctx)
+        ),
+        slug="skill-management",
+        marker=marker,
+        user_id=_user_id(action, ctx),
+        agent_id=str(agent_id),
+        prompt=prompt,
+        topic_id=p.get("topicId"),
+        scope_key=ctx.scope_key,
+        context={"message": message, "skillActionIntent": p.get("skillActionIntent")},
+    )
+    ctx.outbox(AGENT_RUN_OUTBOX, request.to_json_dict(), key=request.operation_id)
+    if isinstance(p.get("pendingSynthesisOf"), str):
+        consume_pending_synthesis(ctx, p["pendingSynthesisOf"])
+    return applied(action, ctx, "Skill write enqueued.", output={"operationId": request.operation_id})

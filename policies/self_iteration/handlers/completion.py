@@ -1,0 +1,144 @@
+"""``agent.execution.completed`` (reference §1.4, §3.6, §7.1): the completion fan-out turns a finished
+self-iteration run into receipts (one ``action.receipt.append`` per receipt: append-once, so a replayed
+completion adds none), and deferred skill synthesis consumes a parked skill candidate once.
+
+Our events keep the completion payload whole (LobeHub's renderer drops anchorMessageId, assistantMessageId,
+reason and triggerMessageId: quirk 1), so synthesis sees the anchor it needs. A parked candidate is
+consumed by the skill-management action when it applies (``consume_pending_synthesis``), never before.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from policies.dmail import RECEIPT_ACTION
+from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.keys import SelfIterationKeys
+from policies.self_iteration.records.receipts import build_self_iteration_receipts
+from worker.plugin import (
+    Action,
+    ChainRef,
+    Dispatch,
+    HandlerContext,
+    SignalRef,
+    Source,
+    action_from,
+    signal_from,
+)
+
+__all__ = ["completion_fanout", "consume_pending_synthesis", "skill_synthesis"]
+
+WAITING_REASONS = ("waiting_for_async_tool", "waiting_for_human")
+
+
+def completion_fanout(source: Source, ctx: HandlerContext) -> Dispatch | None:
+    """``agent.execution.completed:completion-fanout``: needs agentId, operationId and selfIteration."""
+    p = source.payload
+    self_iteration = p.get("selfIteration")
+    agent_id = p.get("agentId") or source.agent_id
+    operation_id = p.get("operationId")
+    if not agent_id or not operation_id or not isinstance(self_iteration, dict):
+        return None
+    marker = self_iteration.get("marker") or {}
+    source_id = str(marker.get("sourceId") or operation_id)
+    topic_id = str(p.get("topicId") or marker.get("topicId") or source_id)
+    receipts = build_self_iteration_receipts(
+        agent_id=str(agent_id),
+        artifacts=list(self_iteration.get("artifacts") or []),
+        created_at=ctx.now(),
+        marker=marker,
+        mutations=list(self_iteration.get("mutations") or []),
+        operation_id=str(operation_id),
+        source_id=source_id,
+        source_type="agent.execution.completed",
+        topic_id=topic_id,
+        # The event's user (the door made selfIteration.userId agree with it), never the payload's own.
+        user_id=source.user_id or "-",
+    )
+    if not receipts:
+        return None
+    signal = signal_from(
+        source,
+        "self-iteration-completed",
+        "signal.self-iteration.completed",
+        {"receiptIds": [r["id"] for r in receipts]},
+        ctx.now(),
+    )
+    actions = [
+        action_from(
+            signal,
+            f"receipt:{i}",
+            RECEIPT_ACTION,
+            {"receipt": r, "idempotencyKey": f"receipt:{r['userId']}:{r['id']}"},
+            ctx.now(),
+        )
+        for i, r in enumerate(receipts)
+    ]
+    return Dispatch(signals=[signal], actions=actions)
+
+
+def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
+    """``agent.execution.completed:skill-synthesis``: a parked candidate becomes one skill-management action."""
+    p = source.payload
+    if p.get("selfIteration") or p.get("reason") in WAITING_REASONS:
+        return None
+    deps = ctx.deps(SelfIterationDeps)
+    if not deps.enabled(source.user_id, ctx.keys):
+        return None
+    assistant = p.get("assistantMessageId") or p.get("anchorMessageId")
+    user_message = p.get("triggerMessageId")
+    if not assistant or not user_message or not p.get("topicId"):
+        return None
+    field = f"skill-intent-record:{user_message}"
+    intents_key = SelfIterationKeys(ctx.keys).skill_intents(ctx.scope_key)
+    raw = deps.redis.hget(intents_key, field)
+    record = json.loads(raw) if raw else None
+    if not record or not record.get("pendingSynthesis"):
+        return None
+    pending = record["pendingSynthesis"]
+    # Consumed once, and only by success: the skill-management action clears pendingSynthesis in the same
+    # fenced script that marks its idempotency lane (LobeHub consumes after success too). A failed action
+    # leaves the candidate parked; a retried chain rebuilds the same deterministic action.
+    action_id = f"{assistant}:completion:{user_message}:skill-management"
+    signal_ref = SignalRef(
+        signal_id=f"{user_message}:skill-synthesis", signal_type="signal.feedback.domain.skill"
+    )
+    payload: dict[str, Any] = {
+        "agentId": pending.get("agentId") or p.get("agentId"),
+        "assistantMessageId": assistant,
+        "evidence": [
+            *(pending.get("evidence") or []),
+            {"cue": "completion_trajectory", "excerpt": f"Completed turn {assistant}"},
+        ],
+        "idempotencyKey": f"{user_message}:skill:{user_message}",
+        "message": pending.get("message", ""),
+        "messageId": user_message,
+        "topicId": p.get("topicId"),
+        "triggerMessageId": user_message,
+        "pendingSynthesisOf": user_message,
+    }
+    action = Action(
+        action_id=action_id,
+        action_type="action.skill-management.handle",
+        signal=signal_ref,
+        source=source.ref,
+        chain=ChainRef(
+            chain_id=source.chain.chain_id, root_source_id=user_message, parent_node_id=signal_ref.signal_id
+        ),
+        timestamp=ctx.now(),
+        payload={k: v for k, v in payload.items() if v is not None},
+    )
+    return Dispatch(actions=[action])
+
+
+def consume_pending_synthesis(ctx: HandlerContext, user_message: str) -> None:
+    """Stage the removal of a parked candidate's ``pendingSynthesis`` (applied with the action's lane)."""
+    key = SelfIterationKeys(ctx.keys).skill_intents(ctx.scope_key)
+    field = f"skill-intent-record:{user_message}"
+    raw = ctx.deps(SelfIterationDeps).redis.hget(key, field)
+    record = json.loads(raw) if raw else None
+    if not record or "pendingSynthesis" not in record:
+        return
+    record.pop("pendingSynthesis")
+    ctx.effects.call("HSET", key, field, json.dumps(record, ensure_ascii=False))

@@ -1,0 +1,1 @@
+"""The judges that answer satisfaction, domain and skill-intent questions: deterministic rules, and an OpenAI-compatible adapter."""

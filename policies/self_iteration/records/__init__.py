@@ -1,0 +1,1 @@
+"""What self-iteration stores and shows: skill documents with their history, and the receipts of completed runs."""

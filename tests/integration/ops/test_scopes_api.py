@@ -1,0 +1,138 @@
+"""Scope control over HTTP, against a real Redis and a real worker: ``GET /v1/scopes``, pause and resume a
+scope, cancel a queued event and a running one (it stops before its next action, with no partial commit)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from producers.http.app import create_web_app
+from tests.conftest import wait_for
+from worker.keys.layout import BucketKeys, Keys
+
+pytestmark = [pytest.mark.integration, pytest.mark.buckets]
+
+
+@pytest.fixture
+def api(make_settings: Any, start_worker: Any) -> Iterator[TestClient]:
+    settings = make_settings()
+    start_worker(settings, concurrency=1)
+    with TestClient(create_web_app(settings)) as client:
+        yield client
+
+
+def _send(client: TestClient, source_type: str, source_id: str, scope: str, **payload: Any) -> str:
+    event = {"sourceType": source_type, "sourceId": source_id, "scopeKey": scope, "payload": payload}
+    answer = client.post("/v1/events", json=event)
+    assert answer.status_code == 202, answer.text
+    return str(answer.json()["results"][0]["eventId"])
+
+
+def _status(client: TestClient, event_id: str) -> dict[str, Any]:
+    return dict(client.get(f"/v1/events/{event_id}").json())
+
+
+def _until(client: TestClient, event_id: str, state: str) -> dict[str, Any]:
+    return dict(
+        wait_for(
+            lambda: (s := _status(client, event_id))["status"] == state and s,
+            timeout_s=60,
+            what=f"{event_id} to be {state}",
+        )
+    )
+
+
+def _scopes(client: TestClient, state: str) -> dict[str, dict[str, Any]]:
+    answer = client.get("/v1/scopes", params={"state": state})
+    assert answer.status_code == 200, answer.text
+    return {s["scopeKey"]: s for s in answer.json()["scopes"]}
+
+
+def _test_key(keys: BucketKeys, name: str) -> str:
+    return f"{keys.bucket_prefix}test:{name}"
+
+
+def test_a_paused_scope_holds_its_events_until_resumed(
+    api: TestClient, redis_client: Redis, tenant_keys: Keys
+) -> None:
+    """Paused, a scope's event stays queued in its inbox while a later event of another scope finishes (one
+    worker process: the order is the signal); resumed, it runs to done."""
+    scope = "topic:held/with-slash"
+    paused = api.post(f"/v1/scopes/{scope}/pause")
+    assert paused.status_code == 200 and paused.json() == {"scopeKey": scope, "paused": True, "changed": True}
+    held = _send(api, "test.timeline", "held-1", scope)
+    later = _send(api, "test.timeline", "later-1", "topic:free")
+    _until(api, later, "done")
+    assert _status(api, held)["status"] == "queued"
+    assert redis_client.lrange(tenant_keys.for_scope(scope).inbox(scope), 0, -1) == [held]
+    listed = _scopes(api, "paused")[scope]
+    assert listed["paused"] is True and listed["inboxDepth"] == 1 and listed["headAgeMs"] >= 0
+    assert scope not in _scopes(api, "stuck") and scope not in _scopes(api, "waiting")
+
+    resumed = api.post(f"/v1/scopes/{scope}/resume")
+    assert resumed.status_code == 200 and resumed.json()["changed"] is True
+    record = _until(api, held, "done")
+    assert [a["status"] for a in record["attemptsHistory"]] == ["succeeded"]
+    assert scope not in _scopes(api, "paused")
+    assert api.post("/v1/scopes/bad key/pause").json()["error"]["field"] == "scopeKey"
+
+
+def test_a_cancelled_queued_event_never_runs(
+    api: TestClient, redis_client: Redis, keys: BucketKeys, tenant_keys: Keys
+) -> None:
+    """Queued behind a running event of its scope, a cancelled event is skipped: the scope drains past it
+    (its inbox empties) and its counter effect never happens."""
+    scope = "topic:cancel-queued"
+    blocker = _send(api, "test.two-step", "block-1", scope)
+    wait_for(
+        lambda: redis_client.exists(_test_key(keys, "two-step-started:block-1")), what="the blocker to run"
+    )
+    busy = _scopes(api, "busy")[scope]
+    assert busy["leaseHolder"] and busy["inboxDepth"] == 1
+    counter = _test_key(keys, "cancel-queued-counter")
+    queued = _send(api, "test.counter", "queued-1", scope, counterKey=counter)
+    answer = api.post(f"/v1/events/{queued}/cancel")
+    assert answer.status_code == 200
+    assert answer.json() == {"eventId": queued, "status": "cancelled", "cancelRequested": False}
+    assert _status(api, queued)["status"] == "cancelled"
+
+    redis_client.set(_test_key(keys, "two-step-go:block-1"), "1")
+    _until(api, blocker, "done")
+    inbox = tenant_keys.for_scope(scope).inbox(scope)
+    wait_for(lambda: redis_client.llen(inbox) == 0, what="the scope to drain past it")
+    record = _status(api, queued)
+    assert record["status"] == "cancelled" and record["attempts"] == 0 and record["attemptsHistory"] == []
+    assert redis_client.get(counter) is None
+    assert api.post(f"/v1/events/{blocker}/cancel").status_code == 409  # done: nothing to cancel
+
+
+def test_a_running_event_stops_before_its_next_action(
+    api: TestClient, redis_client: Redis, keys: BucketKeys, tenant_keys: Keys
+) -> None:
+    """Cancelled while its first action runs: the first action's effect stays (it committed with its lane),
+    the second action never runs, and the chain's staged write is not committed; the event is cancelled.
+    The effects are read once no journal record waits: with scope buckets, a write to the tenant's home slot
+    from a scope's bucket lands when the relay delivers it (worker/store/journal.py)."""
+    running = _send(api, "test.two-step", "run-1", "topic:cancel-running")
+    wait_for(lambda: redis_client.exists(_test_key(keys, "two-step-started:run-1")), what="the first action")
+    answer = api.post(f"/v1/events/{running}/cancel")
+    assert answer.status_code == 200
+    assert answer.json() == {"eventId": running, "status": "processing", "cancelRequested": True}
+    redis_client.set(_test_key(keys, "two-step-go:run-1"), "1")
+
+    record = _until(api, running, "cancelled")
+    assert [a["status"] for a in record["attemptsHistory"]] == ["cancelled"]
+    every = tenant_keys.every_bucket()
+    wait_for(
+        lambda: not any(redis_client.zcard(k.journal_due) or redis_client.zcard(k.outbox_due) for k in every),
+        what="every journaled write delivered",
+    )
+    assert redis_client.get(_test_key(keys, "two-step-first:run-1")) == "1"
+    assert redis_client.get(_test_key(keys, "two-step-second:run-1")) is None
+    assert redis_client.get(_test_key(keys, "two-step-chain:run-1")) is None
+    listed = api.get("/v1/events", params={"status": "cancelled"}).json()["events"]
+    assert [e["eventId"] for e in listed] == [running]

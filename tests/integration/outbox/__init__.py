@@ -1,0 +1,1 @@
+"""External effects through the outbox: exactly-once delivery under faults, and the relay's claims."""

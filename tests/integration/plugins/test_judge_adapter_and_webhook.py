@@ -1,0 +1,156 @@
+"""The OpenAI-compatible judge adapter and the webhook runner, against small HTTP servers the tests start
+(no mock library): valid answers, a malformed answer recorded as a diagnostic, Standard Webhooks signatures,
+retries."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from policies.self_iteration.agent.runners import RunnerError, RunRequest, WebhookRunner
+from policies.self_iteration.deps import SelfIterationDeps
+from policies.self_iteration.keys import SelfIterationKeys
+from policies.webhook_signing import verify_webhook
+from producers import Producer
+from worker.runtime.app import build_pipeline
+from worker.telemetry.recorder import DISABLED
+
+pytestmark = pytest.mark.integration
+
+
+class Server:
+    def __init__(self, respond: Callable[[dict[str, Any], dict[str, str], bytes], tuple[int, Any]]) -> None:
+        self.requests: list[tuple[dict[str, Any], dict[str, str], bytes]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+                body = json.loads(raw or b"{}")
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                outer.requests.append((body, headers, raw))
+                status, answer = respond(body, headers, raw)
+                payload = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *_: Any) -> None:
+                return None
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+
+
+def _completion(content: str) -> dict[str, Any]:
+    return {"choices": [{"message": {"role": "assistant", "content": content}}]}
+
+
+@pytest.fixture
+def judge_server() -> Iterator[Server]:
+    def respond(body: dict[str, Any], headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
+        name = body["response_format"]["json_schema"]["name"]
+        message = json.loads(body["messages"][1]["content"])["message"]
+        if "garbled" in message:
+            return 200, _completion("this is not json")
+        if name == "agent_signal_feedback_satisfaction":
+            return 200, _completion(
+                json.dumps({"result": "not_satisfied", "confidence": 0.9, "reason": "model", "evidence": []})
+            )
+        return 200, _completion(
+            json.dumps(
+                {"targets": [{"target": "memory", "confidence": 0.8, "reason": "model", "evidence": []}]}
+            )
+        )
+
+    server = Server(respond)
+    yield server
+    server.close()
+
+
+def test_judge_adapter(make_settings: Any, judge_server: Server) -> None:
+    """The adapter asks for strict JSON-schema output; a malformed answer is a diagnostic and concludes the chain."""
+    settings = make_settings(judge_url=judge_server.url + "/v1", judge_api_key="sk-test", judge_model="tiny")
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED)
+    runner = type("Runner", (), {"dispatch": lambda self, r: r.operation_id})()
+    pipeline.deps.add(replace(pipeline.deps.get(SelfIterationDeps), runner=runner))
+    base = {
+        "sourceType": "agent.user.message",
+        "userId": "u1",
+        "scopeKey": "topic:j",
+        "payload": {"agentId": "a1", "topicId": "j"},
+    }
+    producer.enqueue({**base, "sourceId": "ok1", "payload": {**base["payload"], "message": "hello there"}})
+    producer.enqueue(
+        {**base, "sourceId": "bad1", "payload": {**base["payload"], "message": "garbled please"}}
+    )
+    pipeline.drain_scope("topic:j")
+    body, headers, _ = judge_server.requests[0]
+    assert headers["authorization"] == "Bearer sk-test" and body["model"] == "tiny"
+    assert body["response_format"]["json_schema"]["strict"] is True
+    ok = producer.store.get_chain(producer.keys, "chain:ok1")
+    assert ok is not None and ok["record"]["conclusionChain"]["dominantPath"][:3] == [
+        "agent.user.message",
+        "signal.feedback.satisfaction",
+        "signal.feedback.domain.memory",
+    ]
+    bad = producer.store.get_chain(producer.keys, "chain:bad1")
+    assert bad is not None
+    assert (
+        bad["envelope"]["metadata"]["terminal"]["concluded"]["reason"]
+        == "malformed satisfaction classifier output"
+    )
+    (diagnostic,) = [
+        json.loads(x)
+        for x in producer.store.client.lrange(SelfIterationKeys(producer.keys).diagnostics, 0, -1)
+    ]
+    assert (
+        diagnostic["stage"] == "satisfaction"
+        and diagnostic["sourceId"] == "bad1"
+        and "structured output" in diagnostic["error"]
+    )
+    producer.close()
+
+
+def test_webhook_runner_signs_and_retries() -> None:
+    """Requests carry a Standard Webhooks signature (id, timestamp, body); 5xx is retried, 4xx is not."""
+    calls = {"n": 0}
+
+    def respond(body: dict[str, Any], headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
+        calls["n"] += 1
+        if body["slug"] == "refuse":
+            return 400, {"error": "bad"}
+        return (503, {}) if calls["n"] < 3 else (202, {"ok": True})
+
+    server = Server(respond)
+    try:
+        request = RunRequest(
+            "op-1", "memory-writer", {"kind": "memory", "sourceId": "s"}, "u1", "a1", "prompt"
+        )
+        runner = WebhookRunner(server.url, "s3cret", attempts=3, base_delay_s=0.01)
+        assert runner.dispatch(request) == "op-1"
+        assert calls["n"] == 3
+        body, headers, raw = server.requests[-1]
+        verify_webhook("s3cret", raw, headers)  # raises unless id, timestamp and body are signed
+        assert headers["webhook-id"] == headers["idempotency-key"] == "op-1"
+        assert body["suppressSignal"] is True and body["marker"] == {"kind": "memory", "sourceId": "s"}
+        refuse = RunRequest("op-2", "refuse", {"kind": "memory"}, "u1", "a1", "p")
+        before = calls["n"]
+        with pytest.raises(RunnerError, match="HTTP 400"):
+            runner.dispatch(refuse)
+        assert calls["n"] == before + 1
+    finally:
+        server.close()

@@ -1,0 +1,1 @@
+"""Telemetry on real processes: instruments, spans and traces, and metrics summed across replicas."""

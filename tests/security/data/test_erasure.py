@@ -1,0 +1,206 @@
+"""Erasure (``DELETE /v1/users/{userId}``) on a real Redis and real workers: after a user's events, memories,
+skills, receipts and sessions exist, no key or value anywhere under the deployment's prefix holds the user's
+id or content, another user's data is untouched, and a replay of an erased event is still a duplicate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from producers.http.app import create_web_app
+from tests.conftest import scope_buckets_under_test, wait_for
+from worker.documents.chain_codec import DEFLATE_V1, decode_chain
+from worker.documents.lane_codec import decode_lane
+from worker.keys.layout import BucketKeys, Keys
+
+pytestmark = [pytest.mark.integration, pytest.mark.buckets]
+
+GONE, KEPT = "u-erase-7f3q", "u-keep-91cz"
+MARK = {GONE: "zebra-quartz", KEPT: "otter-basalt"}
+
+
+@pytest.fixture
+def stack(make_settings: Any, start_worker: Any) -> Iterator[TestClient]:
+    settings = make_settings()
+    start_worker(settings)
+    with TestClient(create_web_app(settings)) as client:
+        yield client
+
+
+def _message(user: str, source_id: str, text: str, *, topic: bool = True) -> dict[str, Any]:
+    payload: dict[str, Any] = {"agentId": "agt_1", "messageId": source_id, "message": text}
+    if topic:
+        payload["topicId"] = f"tpc-{user}"
+    return {
+        "sourceType": "agent.user.message",
+        "sourceId": source_id,
+        "userId": user,
+        "agentId": "agt_1",
+        "payload": payload,
+    }
+
+
+def _send(client: TestClient, event: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/v1/events", json=event)
+    assert response.status_code == 202, response.text
+    return dict(response.json()["results"][0])
+
+
+def _populate(client: TestClient, user: str) -> list[dict[str, Any]]:
+    """Memories, a skill (and a second version), receipts, a session with context, events in a topic scope
+    and in the user-derived scope ``agent:agt_1:user:<user>``."""
+    mark = MARK[user]
+    sent = [
+        _send(client, _message(user, f"{user}-m1", f"Going forward, I prefer {mark} answers.")),
+        _send(client, _message(user, f"{user}-s1", f'Please create a skill called "{mark} list": run, tag.')),
+        _send(client, _message(user, f"{user}-s2", f'Update the skill "{mark} list": also bump.')),
+        _send(client, _message(user, f"{user}-m2", f"Going forward, I prefer {mark} tables.", topic=False)),
+    ]
+    session = f"sess-{user}"
+    assert (
+        client.put(f"/v1/sessions/{session}", json={"userId": user, "dmailEnabled": True}).status_code == 200
+    )
+    body = {"messages": [{"role": "user", "content": f"my {mark} secret"}], "tokenCount": 7}
+    assert client.post(f"/v1/sessions/{session}/context/messages", json=body).status_code == 200
+    assert client.post(f"/v1/sessions/{session}/context/checkpoint", json={}).status_code == 200
+    return sent
+
+
+def _settled(client: TestClient, redis_client: Redis, keys: BucketKeys, user: str) -> bool:
+    memories = client.get("/v1/memories", params={"userId": user}).json()["memories"]
+    receipts = client.get(
+        "/v1/receipts", params={"userId": user, "agentId": "agt_1", "topicId": f"tpc-{user}"}
+    ).json()["receipts"]
+    skills = [r for r in receipts if r["kind"] == "skill"]
+    buckets = Keys(keys.prefix, keys.tenant, scope_buckets_under_test()).every_bucket()
+    idle = all(not redis_client.scard(k.scopes) and not redis_client.zcard(k.outbox_due) for k in buckets)
+    return len(memories) >= 2 and len(skills) >= 2 and idle
+
+
+def _dump(redis_client: Redis, keys: BucketKeys) -> list[tuple[str, str]]:
+    """Every key under the deployment's prefix (the broker's too) with its whole value as text."""
+    out = []
+    for key in redis_client.scan_iter(match=keys.all_pattern, count=1000):
+        kind = redis_client.type(key)
+        if kind == "string":  # chains and lanes are stored compressed: their text is what they decode to
+            raw = redis_client.execute_command("GET", key, NEVER_DECODE=[])
+            value: Any = raw.decode("utf-8") if raw[:1] != bytes([DEFLATE_V1]) else None
+            if value is None:
+                value = decode_lane(raw) if ":idem:{" in key else decode_chain(raw)
+        elif kind == "hash":
+            value = redis_client.hgetall(key)
+        elif kind == "list":
+            value = redis_client.lrange(key, 0, -1)
+        elif kind == "set":
+            value = sorted(redis_client.smembers(key))
+        elif kind == "zset":
+            value = redis_client.zrange(key, 0, -1, withscores=True)
+        elif kind == "stream":
+            value = redis_client.xrange(key)
+        else:
+            value = ""
+        out.append((str(key), repr(value)))
+    return out
+
+
+def _mentions(dump: list[tuple[str, str]], *needles: str) -> list[str]:
+    return [key for key, value in dump if any(n in key or n in value for n in needles)]
+
+
+def test_erasure_leaves_nothing_of_the_user_and_everything_of_others(
+    stack: TestClient, redis_client: Redis, keys: BucketKeys
+) -> None:
+    gone_events = _populate(stack, GONE)
+    _populate(stack, KEPT)
+    for user in (GONE, KEPT):
+        wait_for(lambda u=user: _settled(stack, redis_client, keys, u), timeout_s=90, what=f"{user}'s data")
+    before = _dump(redis_client, keys)
+    assert _mentions(before, GONE, MARK[GONE]), "the test must start with the user's data present"
+    kept_before = sorted(_mentions(before, KEPT, MARK[KEPT]))
+
+    answer = wait_for(
+        lambda: (r := stack.delete(f"/v1/users/{GONE}").json())["busyScopes"] == 0 and r,
+        what="an erasure with no busy scope",
+    )
+    assert answer["userId"] == GONE
+    assert answer["removed"]["memories"] >= 2 and answer["removed"]["receipts"] >= 2
+    assert answer["removed"]["skills"] >= 1 and answer["removed"]["eventPayloads"] >= len(gone_events)
+
+    after = _dump(redis_client, keys)
+    assert _mentions(after, GONE, MARK[GONE]) == []
+    assert sorted(_mentions(after, KEPT, MARK[KEPT])) == kept_before  # the other user's keys all remain
+    assert len(stack.get("/v1/memories", params={"userId": KEPT}).json()["memories"]) >= 2
+    assert stack.get("/v1/sessions/sess-" + KEPT + "/context").json()["messages"]
+
+    # Tombstones: ids and statuses stay, so a replay is still recognised; nothing comes back.
+    status = stack.get(f"/v1/events/{gone_events[0]['eventId']}").json()
+    assert status["status"] == "done" and "erasedAt" in status
+    replay = _send(stack, _message(GONE, f"{GONE}-m1", f"Going forward, I prefer {MARK[GONE]} answers."))
+    assert replay["status"] == "duplicate"
+    assert stack.delete(f"/v1/users/{GONE}").json()["removed"].get("memories", 0) == 0  # idempotent
+    assert _mentions(_dump(redis_client, keys), MARK[GONE]) == []
+
+
+def test_erasure_keeps_a_scope_that_also_holds_events_of_nobody_in_particular(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A scope with the user's event and a userless one is shared: only the user's event becomes a tombstone
+    and leaves the inbox; the other stays queued, and the scope's keys stay."""
+    from producers import Producer
+    from sessions.store import session_scope
+    from worker.ops.erasure import erase_user
+
+    producer = Producer(make_settings(extra_source_types=["test.noop"]))
+    mine = producer.enqueue(
+        {
+            "sourceType": "test.noop",
+            "sourceId": "m1",
+            "scopeKey": "topic:mixed",
+            "userId": GONE,
+            "payload": {},
+        }
+    )
+    theirs = producer.enqueue(
+        {"sourceType": "test.noop", "sourceId": "n1", "scopeKey": "topic:mixed", "payload": {}}
+    )
+    report = erase_user(
+        producer.store, producer.keys, GONE, session_scope=session_scope, erasers=producer.erasers
+    )
+    assert report.removed["eventPayloads"] == 1 and report.removed.get("scopes", 0) == 0
+    inbox = redis_client.lrange(producer.keys.for_scope("topic:mixed").inbox("topic:mixed"), 0, -1)
+    assert inbox == [theirs.event_id]
+    assert producer.status(theirs.event_id)["status"] == "queued"  # type: ignore[index]
+    assert producer.status(mine.event_id)["status"] == "erased"  # type: ignore[index]
+    assert int(producer.store.stats(producer.keys)["queued"]) == 1
+
+
+def test_a_plugin_s_eraser_runs_with_the_user_s_scopes_and_its_counts_join_the_report(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """The engine walks what the plugins declare: each eraser gets the tenant's keys, the user and the user's
+    scopes, and what it removed is in the report (the shipped self-iteration eraser's kinds, and this one's)."""
+    from producers import Producer
+    from sessions.store import session_scope
+    from worker.ops.erasure import erase_user
+
+    producer = Producer(make_settings(extra_source_types=["test.noop"]))
+    producer.enqueue(
+        {"sourceType": "test.noop", "sourceId": "p1", "scopeKey": "topic:own", "userId": GONE, "payload": {}}
+    )
+    calls: list[tuple[str, str, frozenset[str]]] = []
+
+    def mine(client: Any, tenant: Keys, user_id: str, scopes: frozenset[str]) -> dict[str, int]:
+        calls.append((tenant.tenant, user_id, scopes))
+        return {"widgets": int(client.delete(tenant.plugin_home("widgets", user_id)))}
+
+    redis_client.set(keys.plugin_home("widgets", GONE), "w")
+    erasers = [*producer.erasers, mine]
+    report = erase_user(producer.store, producer.keys, GONE, session_scope=session_scope, erasers=erasers)
+    assert calls == [("default", GONE, frozenset({"topic:own"}))]
+    assert report.removed["widgets"] == 1 and not redis_client.exists(keys.plugin_home("widgets", GONE))
+    assert "memories" in report.removed  # the shipped plugin's part ran too
+    producer.close()

@@ -1,0 +1,1 @@
+"""Tenants apart: isolation, derived ids, per-tenant and per-user limits and quotas, receipt streams."""

@@ -1,0 +1,241 @@
+"""Finding 7 (issue 26), the quota half: one end user filled the shared Redis for everyone (tenant B then got
+503 on 59 of 60 writes). There was no per-tenant or per-user quota. Now a tenant's retained events
+(``AGENT_SIGNAL_TENANT_MAX_EVENTS``) and one user's stored bytes (``AGENT_SIGNAL_USER_MAX_BYTES``: memories,
+skills, receipts, conversations, session context) are bounded; past one, the door answers 429
+``quota_exceeded`` before anything is stored, and another tenant, or another user, is unaffected."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from policies.self_iteration.keys import SelfIterationKeys
+from tests.conftest import SettingsFactory, wait_for
+from tests.security.conftest import ClientFactory
+from worker.keys.layout import BucketKeys
+from worker.ops.credentials import CredentialStore
+from worker.store.receipts import ReceiptStore
+
+pytestmark = pytest.mark.integration
+
+BOOT = "bootstrap-key-for-tests-0123456789"
+SECRET = "token-secret-for-the-finding-7-tests-0123456789"
+
+
+def bearer(credential: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {credential}"}
+
+
+def _event(source_id: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "sourceType": "test.timeline",
+        "sourceId": source_id,
+        "scopeKey": f"topic:{source_id}",
+        "payload": {},
+        **extra,
+    }
+
+
+def _is_done(producer: Any, event_id: str) -> bool:
+    return (producer.status(event_id) or {}).get("status") == "done"
+
+
+def _stored_bytes(redis_client: Redis, keys: BucketKeys, tenant: str, user: str) -> int:
+    raw = redis_client.hgetall(keys.for_tenant(tenant).user_bytes(user))
+    return sum(int(n) for n in raw.values())
+
+
+class TestTenantEvents:
+    @pytest.mark.parametrize("buckets", [1, 4])
+    def test_a_tenant_past_its_retained_events_is_refused_and_another_is_not(
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys, buckets: int
+    ) -> None:
+        """With AGENT_SIGNAL_TENANT_MAX_EVENTS=5 tenant A stores 5 events; a 6th, and a batch that would pass
+        the quota, are 429 quota_exceeded with Retry-After and nothing of them is stored; a duplicate of a
+        stored event is still answered; tenant B stores its own. With scope buckets the same."""
+        client: TestClient = app_client(
+            bootstrap_key=BOOT,
+            auth_cache_s=0,
+            tenant_max_events=5,
+            scope_buckets=buckets,
+        )
+        store = CredentialStore(redis_client, keys)
+        tenant_a, tenant_b = store.create("tenant-a", "ingest")[1], store.create("tenant-b", "ingest")[1]
+        accepted = client.post(
+            "/v1/events", json={"events": [_event(f"a{i}") for i in range(5)]}, headers=bearer(tenant_a)
+        )
+        assert accepted.status_code == 202, accepted.text
+        over = client.post("/v1/events", json=_event("a5"), headers=bearer(tenant_a))
+        assert over.status_code == 429, over.text
+        error = over.json()["error"]
+        assert error["code"] == "quota_exceeded" and "AGENT_SIGNAL_TENANT_MAX_EVENTS" in error["message"]
+        assert int(over.headers["retry-after"]) >= 1
+        again = client.post(
+            "/v1/events", json=_event("a4"), headers=bearer(tenant_a)
+        )  # a retry stores nothing
+        assert again.status_code == 202 and again.json()["results"][0]["status"] == "duplicate"
+        batch = client.post(
+            "/v1/events", json={"events": [_event("a6"), _event("a7")]}, headers=bearer(tenant_a)
+        )
+        assert batch.status_code == 429
+        listed = client.get(
+            "/v1/events", params={"limit": 50}, headers=bearer(store.create("tenant-a", "read")[1])
+        )
+        assert sorted(e["sourceId"] for e in listed.json()["events"]) == [f"a{i}" for i in range(5)]
+        other = client.post(
+            "/v1/events", json={"events": [_event(f"b{i}") for i in range(5)]}, headers=bearer(tenant_b)
+        )
+        assert other.status_code == 202, other.text
+
+
+class TestUserBytes:
+    def test_a_user_at_the_quota_is_refused_events_and_context_writes_and_others_are_not(
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """With AGENT_SIGNAL_USER_MAX_BYTES=2000, alice's session context grows until her stored bytes reach the
+        quota; then her next context write and her next event are 429 quota_exceeded (nothing stored), while bob
+        of the same tenant writes and sends. Erasing alice resets her count."""
+        client: TestClient = app_client(
+            bootstrap_key=BOOT, token_secret=SECRET, auth_cache_s=0, user_max_bytes=2000, rate_limit_per_s=0
+        )
+        store = CredentialStore(redis_client, keys, token_secret=SECRET)
+        operator = store.create("acme", "operate")
+        alice = bearer(store.mint_user_token("acme", "alice", issuer_key_id=operator[0].id)[0])
+        bob = bearer(store.mint_user_token("acme", "bob", issuer_key_id=operator[0].id)[0])
+        message = {"messages": [{"role": "user", "content": "x" * 450}]}
+        for who in (alice, bob):
+            assert (
+                client.put(
+                    "/v1/sessions/s-" + ("a" if who is alice else "b"), json={}, headers=who
+                ).status_code
+                == 200
+            )
+        answers = [
+            client.post("/v1/sessions/s-a/context/messages", json=message, headers=alice) for _ in range(6)
+        ]
+        assert [a.status_code for a in answers[:4]] == [200] * 4
+        refused = answers[5]
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "quota_exceeded"
+        assert int(refused.headers["retry-after"]) >= 1  # session context expires with the session
+        used = _stored_bytes(redis_client, keys, "acme", "alice")
+        assert used >= 2000
+        length = client.get("/v1/sessions/s-a/context", headers=alice).json()["messages"]
+        assert len(length) == sum(a.status_code == 200 for a in answers)  # the refused writes stored nothing
+        event = client.post("/v1/events", json=_event("alice-1"), headers=alice)
+        assert event.status_code == 429 and event.json()["error"]["field"] == "userId"
+        assert event.json()["error"]["code"] == "quota_exceeded"
+        assert client.post("/v1/sessions/s-b/context/messages", json=message, headers=bob).status_code == 200
+        assert client.post("/v1/events", json=_event("bob-1"), headers=bob).status_code == 202
+        erased = client.delete("/v1/users/alice", headers=bearer(operator[1]))
+        assert erased.status_code == 200, erased.text
+        assert _stored_bytes(redis_client, keys, "acme", "alice") == 0
+        assert client.post("/v1/events", json=_event("alice-2"), headers=alice).status_code == 202
+
+    def test_what_the_worker_writes_for_a_user_counts_toward_the_quota(
+        self, make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """A real worker logs alice's messages into her conversation; once her stored bytes reach the quota her
+        next event is refused at the door, while bob's is accepted."""
+        from producers import Producer
+        from worker.core.errors import OverLimit
+
+        settings = make_settings(user_max_bytes=1500)
+        start_worker(settings)
+        producer = Producer(settings)
+        text = "y" * 400
+        sent = 0
+        with pytest.raises(OverLimit) as refused:
+            for i in range(20):
+                event = {
+                    "sourceType": "agent.user.message",
+                    "sourceId": f"m{i}",
+                    "userId": "alice",
+                    "agentId": "agt_1",
+                    "payload": {
+                        "agentId": "agt_1",
+                        "topicId": "tpc_1",
+                        "messageId": f"m{i}",
+                        "message": text,
+                    },
+                }
+                result = producer.enqueue(event)
+                sent += 1
+                done = partial(_is_done, producer, result.event_id)
+                wait_for(done, what="the event done")
+        assert refused.value.what == "user_bytes" and 3 <= sent <= 5
+        assert _stored_bytes(redis_client, keys, "default", "alice") >= 1500
+        bob = {
+            "sourceType": "agent.user.message",
+            "sourceId": "b1",
+            "userId": "bob",
+            "payload": {"message": "hi"},
+        }
+        assert producer.enqueue(bob).status == "accepted"
+        producer.close()
+
+
+def test_receipts_memories_and_skills_are_counted_for_their_user(
+    redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A receipt counts its body until it expires; a memory and a skill count their JSON (kept)."""
+    from policies.self_iteration.records.documents import DocumentStore
+    from worker.store.quotas import user_bytes_field
+
+    receipts = ReceiptStore(redis_client, keys, ttl_s=3600)
+    receipt = {
+        "id": "r1",
+        "userId": "carol",
+        "agentId": "a",
+        "topicId": "t",
+        "createdAt": 1,
+        "kind": "memory",
+    }
+    assert receipts.append(receipt)
+    counted = redis_client.hgetall(keys.user_bytes("carol"))
+    assert list(counted) == [user_bytes_field(3600)] and int(next(iter(counted.values()))) > 50
+    docs = DocumentStore(redis_client, keys)
+    docs.write_memory("carol", source_id="s1", layer="context", title="t", summary="remember this")
+    docs.upsert_skill("carol", "a", title="Checklist", content="one", source_id="s2")
+    docs.upsert_skill("carol", "a", title="Checklist", content="two", source_id="s3")
+    kept = int(redis_client.hget(keys.user_bytes("carol"), "keep") or 0)
+    stored = [
+        redis_client.hvals(k)
+        for k in (
+            SelfIterationKeys(keys).memories("carol"),
+            SelfIterationKeys(keys).skills("carol", "a"),
+            SelfIterationKeys(keys).skill_runs("carol", "a"),
+        )
+    ]
+    history = sum(
+        len(v.encode())
+        for k in redis_client.scan_iter(f"{keys.home_prefix}skill-history:*")
+        for v in redis_client.hvals(k)
+    )
+    assert kept == sum(len(v.encode()) for values in stored for v in values) + history
+
+
+def test_counts_of_ended_windows_and_days_are_not_counted_and_are_forgotten(
+    make_settings: SettingsFactory, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A retained-events slot older than the dedupe window and a user's byte count of a day that has ended
+    neither count toward a quota nor stay: the next admission deletes them."""
+    import time
+
+    from producers import Producer
+    from worker.store.quotas import retained_slot_ms
+
+    settings = make_settings(tenant_max_events=3, user_max_bytes=100)
+    slot = int(time.time() * 1000) // retained_slot_ms(settings.dedupe_window_s)
+    redis_client.hset(keys.retained_events, mapping={str(slot - 30): 1000, str(slot - 1): 1})
+    redis_client.hset(keys.user_bytes("dave"), mapping={"d1": 5000, "keep": 10})
+    producer = Producer(settings)
+    done = producer.enqueue_many([_event("old-1", userId="dave"), _event("old-2", userId="dave")])
+    assert [r.status for r in done] == ["accepted", "accepted"]
+    assert redis_client.hgetall(keys.retained_events) == {str(slot - 1): "1", str(slot): "2"}
+    assert redis_client.hgetall(keys.user_bytes("dave")) == {"keep": "10"}
+    producer.close()

@@ -1,0 +1,1 @@
+"""worker/chain: the chain scheduler as a pure function and a finished chain's run record."""

@@ -1,0 +1,1 @@
+"""worker/core without a server: dedupe keys, scope keys, retry backoff, the source-type policy."""

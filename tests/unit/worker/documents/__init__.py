@@ -1,0 +1,1 @@
+"""worker/documents: the stored forms of chains, event bodies and idempotency lanes."""

@@ -1,0 +1,1 @@
+"""worker/intake: an event's user as the door resolves it."""

@@ -1,0 +1,1 @@
+"""worker/telemetry: log privacy, per-process metrics, pseudonyms, per-event telemetry plans."""

@@ -1,0 +1,144 @@
+"""Per-process Prometheus metrics: every recorder's attributes have labels, histograms are cumulative, and
+processes writing to one multiprocess directory are summed by the collector."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import generate_latest
+
+from tests.support.prom import buckets, parse, total
+from worker.telemetry.instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS
+from worker.telemetry.plan import HandlerRuns
+from worker.telemetry.process_metrics import BUCKETS_MS, LABELS, ProcessMetrics
+from worker.telemetry.recorder import Telemetry
+
+
+def _telemetry() -> tuple[Telemetry, ProcessMetrics]:
+    metrics = ProcessMetrics(INSTRUMENT_DESCRIPTIONS)
+    return Telemetry(TracerProvider(), None, tracing=False, metrics=metrics), metrics
+
+
+def test_every_lobehub_instrument_has_labels() -> None:
+    """The label table covers LobeHub's 15 instruments (and the engine's own)."""
+    assert set(INSTRUMENT_ATTRS.values()) <= set(LABELS)
+
+
+def test_every_recorder_lands_in_prometheus() -> None:
+    """Each recorder's attributes fit its instrument's labels (a missing label would raise at flush)."""
+    telemetry, metrics = _telemetry()
+    telemetry.source_event(status="accepted", source_type="t", duration_ms=3, tenant="a")
+    runs = HandlerRuns()
+    runs.add(("h", "signal", "n", "succeeded"), 7)
+    committed = {"tenant": "a", "source_type": "t", "workflow_status": "completed"}
+    telemetry.event_committed(**committed, outcome="done", duration_ms=30, latency_ms=12)
+    telemetry.event_committed(**committed, outcome="retry", duration_ms=20, latency_ms=None)
+    telemetry.handler_runs(runs)
+    telemetry.handler_runs(runs)
+    telemetry.terminal(node_kind="action", node_type="n", status="done", reason="r")
+    telemetry.fence_rejected(tenant="a")
+    telemetry.rejected(2, tenant="a")
+    telemetry.flush_measurements()
+    samples = parse(generate_latest(metrics.registry).decode())
+    assert total(samples, "agent_signal_events_total", tenant="a", status="accepted") == 1
+    assert total(samples, "agent_signal_events_total", tenant="a", status="done") == 1
+    assert total(samples, "agent_signal_events_total", tenant="a", status="retried") == 1
+    assert total(samples, "agent_signal_events_total", tenant="a", status="rejected") == 2
+    assert total(samples, "agent_signal_fence_rejected_total", tenant="a") == 1
+    assert total(samples, "agent_signal_handler_runs_total", agent_signal_handler_id="h") == 2
+    assert total(samples, "agent_signal_handler_duration_ms_sum", agent_signal_handler_id="h") == 14
+    assert total(samples, "agent_signal_event_latency_ms_count", tenant="a") == 1
+    assert total(samples, "agent_signal_workflow_duration_ms_sum", tenant="a") == 50
+    assert total(samples, "agent_signal_workflow_runs_total", tenant="a") == 2
+
+
+def test_an_attribute_without_a_label_is_refused() -> None:
+    metrics = ProcessMetrics({})
+    with pytest.raises(ValueError, match="no label for attribute"):
+        metrics.add("agent_signal_chains_total", {"agent.signal.nope": "x"})
+
+
+def test_histogram_buckets_are_cumulative() -> None:
+    """The defect this replaced: empty buckets never written, so le=5 could exceed le=25."""
+    metrics = ProcessMetrics({})
+    metrics.observe("agent_signal_event_latency_ms", {"tenant": "a"}, [1, 1, 1, 30, 30, 9000])
+    cumulative = buckets(parse(generate_latest(metrics.registry).decode()), "agent_signal_event_latency_ms")
+    assert [le for le, _ in cumulative] == [*BUCKETS_MS, float("inf")]
+    counts = [c for _, c in cumulative]
+    assert counts == sorted(counts) and counts[-1] == 6
+    assert dict(cumulative)[5.0] == 3 and dict(cumulative)[50.0] == 5
+
+
+CHILD = """
+import sys
+from worker.telemetry.process_metrics import process_metrics
+process_metrics().add("agent_signal_events_total", {"tenant": "a", "status": "done"}, float(sys.argv[1]))
+process_metrics().observe("agent_signal_event_latency_ms", {"tenant": "a"}, [float(sys.argv[1])])
+"""
+
+
+def test_processes_sharing_a_directory_are_summed(tmp_path: Path) -> None:
+    """Two processes (as a worker's prefork children) write to one directory; the collector sums them."""
+    root = Path(__file__).resolve().parents[4]
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for value in ("3", "4"):
+        subprocess.run([sys.executable, "-c", CHILD, value], cwd=root, env=env, check=True, timeout=60)
+    reader = (
+        "import os\nfrom worker.telemetry.process_metrics import exposition\nprint(exposition().decode())"
+    )
+    text = subprocess.run(
+        [sys.executable, "-c", reader],
+        cwd=root,
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    ).stdout
+    samples = parse(text)
+    assert total(samples, "agent_signal_events_total", tenant="a", status="done") == 7
+    assert total(samples, "agent_signal_event_latency_ms_count", tenant="a") == 2
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0.0, 0.5, 1.0, 1.0001, 7, 250, 10**9, -3],
+        [float("nan"), 2.0, float("inf")],
+        [float("inf"), -float("inf"), 3.0],
+        [2.0, float("inf"), 2.0, 0.0],
+        [(i * 7919 % 1000) / 7.0 for i in range(500)] + [float(b) for b in BUCKETS_MS if b != float("inf")],
+        [],
+    ],
+    ids=["edges of buckets", "nan and inf", "both infinities", "inf and repeats", "many", "nothing"],
+)
+def test_a_pre_aggregated_flush_exposes_what_observing_one_by_one_does(values: list[float]) -> None:
+    """observe_many reads prometheus_client's own bucket fields: the exposition must equal the one of calling
+    ``observe`` per value, bucket for bucket, count and sum (an upgrade that moves the fields fails here)."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from worker.telemetry.process_metrics import observe_many
+
+    texts = []
+    for aggregated in (False, True):
+        registry = CollectorRegistry()
+        child = Histogram("agent_signal_x_ms", "x", ["k"], registry=registry, buckets=BUCKETS_MS).labels("v")
+        if aggregated:
+            observe_many(child, values)
+        else:
+            for value in values:
+                child.observe(value)
+        texts.append(
+            "\n".join(
+                line for line in generate_latest(registry).decode().splitlines() if "_created" not in line
+            )
+        )
+    assert texts[0] == texts[1]
+    assert ("agent_signal_x_ms_count" in texts[1]) and texts[1].count("_bucket{") == len(BUCKETS_MS) + (
+        0 if BUCKETS_MS[-1] == float("inf") else 1
+    )
