@@ -201,6 +201,27 @@ def test_a_redrive_with_an_edited_payload_reaches_done(api: TestClient) -> None:
     assert record["event"]["payload"] == edited and record["event"]["sourceId"] == "edit-1"
 
 
+def test_a_redrive_that_succeeds_clears_the_current_error(
+    api: TestClient, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """Issue 28: a run that succeeded after a redrive showed its old error as current. Through a real worker:
+    the event dies with its error, its cause is fixed, the redrive succeeds; its run has no current error and
+    its attempts history keeps the old one."""
+    (event_id,) = _send(api, _event("test.flaky", "cleared-1", "topic:cleared", errorText="cause-1"))
+    dead = _final(api, event_id, "dead")
+    assert "flaky handler is broken" in dead["error"]
+    redis_client.set(f"{keys.bucket_prefix}test:fixed", "1")
+    answer = api.post("/v1/dlq/redrive", json={"eventIds": [event_id]})
+    assert answer.status_code == 200 and answer.json()["redriven"] == [event_id], answer.text
+    record = _final(api, event_id, "done", "dead")
+    assert record["status"] == "done" and "error" not in record, record
+    history = record["attemptsHistory"]
+    assert [(a["run"], a["status"]) for a in history] == [(0, "failed"), (1, "succeeded")]
+    assert history[0]["error"] == dead["error"] and "error" not in history[1]
+    listed = api.get("/v1/events", params={"scopeKey": "topic:cleared"}).json()["events"]
+    assert [(e["eventId"], "error" in e) for e in listed] == [(event_id, False)]
+
+
 def test_a_tool_outcome_without_outcome_is_refused_at_the_door(api: TestClient) -> None:
     """The activity plugin's payload schema: 422 naming payload.outcome (events[i]. in a batch), nothing
     stored; an outcome without a status is refused too; the same event with a whole outcome is accepted."""

@@ -84,7 +84,8 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
         if admit(e, at)[2] == 1 then table.insert(publish, e.scope_ref) end
       end
       redis.call('HSET', ev, 'state', 'done', 'doneAt', now_ms)
-      redis.call('HDEL', ev, 'notBefore')
+      -- a success clears the current error (a redriven event's old one stays in its attempts history)
+      redis.call('HDEL', ev, 'notBefore', 'error')
       redis.call('EXPIRE', ev, window_s)
       count(stats, 'done', 1)
       local enqueued = index_move(runs_active, runs_done, event_id, ev, imax) or now
