@@ -151,6 +151,23 @@ def test_a_source_id_finds_its_event_unless_ambiguous(api: TestClient) -> None:
     assert api.get("/v1/events/lookup-nobody").status_code == 404
 
 
+def test_a_source_id_holding_slashes_is_looked_up_raw_or_encoded(api: TestClient) -> None:
+    """Issue 28: a source id with ``/`` was accepted but its lookup answered 404. Raw or percent-encoded (as
+    the TypeScript client sends it), it finds its event; ``…/cancel`` below it still reaches the cancel route."""
+    source_id = "repo/a/b/cancel"  # even a last segment named like the route below an event
+    (event_id,) = _send(api, _event("test.timeline", source_id, "topic:slashes"))
+    for path in (f"/v1/events/{source_id}", "/v1/events/repo%2Fa%2Fb%2Fcancel"):
+        found = api.get(path)
+        assert found.status_code == 200 and found.json()["eventId"] == event_id, (path, found.text)
+        assert found.json()["sourceId"] == source_id
+    _final(api, event_id, "done")
+    for path in (f"/v1/events/{source_id}/cancel", "/v1/events/repo%2Fa%2Fb%2Fcancel/cancel"):
+        refused = api.post(path)  # routed to cancel, with the whole source id: a done event cannot cancel
+        assert refused.status_code == 409, (path, refused.text)
+        assert refused.json()["error"]["code"] == "not_cancellable" and event_id in refused.text
+    assert api.get("/v1/events/repo/a/nobody").status_code == 404
+
+
 def test_discard_keeps_an_audit_record_listed_as_discarded(
     api: TestClient, redis_client: Redis, keys: BucketKeys
 ) -> None:

@@ -1,5 +1,10 @@
 """``POST /v1/events``, ``GET /v1/events`` (the runs explorer), ``GET /v1/events/{eventId}`` (an event id, or a
-source id unambiguous within the tenant) and ``POST /v1/events/{eventId}/cancel``."""
+source id unambiguous within the tenant) and ``POST /v1/events/{eventId}/cancel``.
+
+The id is a ``path`` parameter: a source id may hold ``/`` (sent raw or percent-encoded as ``%2F``, which the
+server decodes before routing), so ``GET /v1/events/a/b`` looks up ``a/b``; ``POST …/a/b/cancel`` still reaches
+the cancel route, the only one below an event (a GET never matches it: it is a POST).
+"""
 
 from __future__ import annotations
 
@@ -275,7 +280,7 @@ def resolve_event(store: EventStore, keys: Keys, event_id: str) -> str | JSONRes
     )
 
 
-@router.get("/v1/events/{event_id}", response_model=EventDetail, responses=_CONFLICT)
+@router.get("/v1/events/{event_id:path}", response_model=EventDetail, responses=_CONFLICT)
 def get_event(
     event_id: Id, request: Request, principal: Annotated[Principal, Depends(require("read"))]
 ) -> JSONResponse:
@@ -297,7 +302,7 @@ def get_event(
     return JSONResponse(record)
 
 
-@router.post("/v1/events/{event_id}/cancel", response_model=Cancelled, responses=_CONFLICT)
+@router.post("/v1/events/{event_id:path}/cancel", response_model=Cancelled, responses=_CONFLICT)
 def post_cancel(
     event_id: Id, request: Request, _: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:
