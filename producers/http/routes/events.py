@@ -15,7 +15,15 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
-from producers.http.api_models import AttemptRecord, ErrorDetail, EventState, EventStatus, Receipt, body_route
+from producers.http.api_models import (
+    AttemptRecord,
+    ErrorDetail,
+    EventState,
+    EventStatus,
+    Receipt,
+    body_route,
+    example,
+)
 from producers.http.principal import Principal, require, tenant_keys
 from producers.http.web_common import error_response, producer_of, read_json, settings_of
 from worker.core.ids import Id
@@ -107,6 +115,44 @@ _CONFLICT: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _message(message_id: str, text: str) -> dict[str, Any]:
+    """A user's chat message as LobeHub sends it (the shape of examples/events.jsonl)."""
+    return {
+        "sourceType": "agent.user.message",
+        "sourceId": message_id,
+        "userId": "u1",
+        "agentId": "agt_1",
+        "payload": {"agentId": "agt_1", "topicId": "tpc_1", "messageId": message_id, "message": text},
+    }
+
+
+# Swagger UI's "Try it out" starts from the first (sending it twice answers "duplicate", still 202).
+EVENT_EXAMPLES = {
+    "one_event": example("One user message", _message("msg_u1", "Going forward, I prefer concise answers.")),
+    "batch": example(
+        "A batch (all or nothing)",
+        {
+            "events": [
+                _message("msg_u2", "Thanks."),
+                {
+                    "sourceType": "tool.outcome.completed",
+                    "sourceId": "tool-outcome:lobe-user-memory:addPreferenceMemory:succeeded:call_1",
+                    "userId": "u1",
+                    "agentId": "agt_1",
+                    "payload": {
+                        "agentId": "agt_1",
+                        "topicId": "tpc_1",
+                        "tool": {"identifier": "lobe-user-memory", "apiName": "addPreferenceMemory"},
+                        "outcome": {"status": "succeeded", "summary": "Saved a preference memory."},
+                        "toolCallId": "call_1",
+                    },
+                },
+            ]
+        },
+    ),
+}
+
+
 async def event_body(request: Request) -> Any:
     """A FastAPI dependency: the decoded body (any JSON value: the SDK's parser names a non-object), or the
     413 over ``max_request_bytes`` / 422 ``invalid_json`` response."""
@@ -117,7 +163,11 @@ async def event_body(request: Request) -> Any:
     "/v1/events",
     status_code=202,
     response_model=IngestResults,
-    **body_route((SourceEvent, EventBatch), 'One SourceEvent, or ``{"events": [SourceEvent, …]}``.'),
+    **body_route(
+        (SourceEvent, EventBatch),
+        'One SourceEvent, or ``{"events": [SourceEvent, …]}``.',
+        examples=EVENT_EXAMPLES,
+    ),
 )
 def post_events(
     request: Request,
