@@ -82,6 +82,11 @@ class EventDetail(EventStatus):
     outbox: list[dict[str, Any]] | None = Field(
         default=None, description="Its outbound calls: kind, key, state, attempts, last error."
     )
+    hasChain: bool = Field(
+        default=False,
+        description="Whether its run's chain (the trace) is stored: ``GET /v1/chains/{eventId}`` answers it then, "
+        "and 404 when not (an event that has not run yet, or died before any step was recorded).",
+    )
     receipts: list[Receipt] = Field(
         default_factory=list,
         description="The receipts its run produced: appended by its chain, or reported by the agent runs it "
@@ -346,6 +351,8 @@ def get_event(
     outbox = records_of_event(keys, store, str(record.get("scopeKey") or ""), found)
     if outbox:
         record["outbox"] = outbox  # its outbound calls: state, attempts, last error
+    # the UI asks for the chain only when there is one (a chainless dead run made a 404 on every look)
+    record["hasChain"] = bool(store.client.exists(store.locate(keys, found).chain(found)))
     runs = [found, *(str(call["key"]) for call in outbox if call.get("key"))]
     receipts = ReceiptStore(store.client, keys, ttl_s=0)
     record["receipts"] = receipts.produced_by(str(record.get("userId") or NO_USER), runs)
