@@ -22,6 +22,7 @@ from tests.support.prom import Sample, parse, total
 from worker.drain.pipeline import Pipeline
 from worker.keys.layout import BucketKeys
 from worker.runtime.app import build_pipeline
+from worker.telemetry.process_metrics import exposition
 from worker.telemetry.recorder import Telemetry, configure_telemetry
 
 pytestmark = pytest.mark.integration
@@ -328,6 +329,24 @@ class TestProjection:
             "Counted one"
         )
         assert isinstance(record["durationMs"], float) and len(record["traceId"]) == 32
+
+
+def test_a_plugin_tasks_events_count_as_follow_ups(rig: Rig) -> None:
+    """The worker's emitter, which plugin tasks enqueue through (the reference agent reports
+    agent.execution.completed so), counts what it stores with origin follow_up: accepted, then duplicate."""
+    emitter = rig.pipeline.ctx.emitter
+    assert emitter is not None
+
+    def counted(status: str) -> float:
+        rig.telemetry.flush_measurements()
+        samples = parse(exposition().decode())
+        return total(samples, "agent_signal_events_total", status=status, origin="follow_up")
+
+    before = counted("accepted"), counted("duplicate")
+    event = _msg("task-emitted-1", scope="topic:task-emitted")
+    assert emitter.emit(event).status == "accepted"
+    assert emitter.emit(event).status == "duplicate"
+    assert (counted("accepted"), counted("duplicate")) == (before[0] + 1, before[1] + 1)
 
 
 def test_follow_ups_count_as_admitted_with_their_origin(
