@@ -36,6 +36,7 @@ __all__ = [
     "SessionSettings",
     "body_route",
     "error_responses",
+    "example",
     "json_request_body",
 ]
 
@@ -118,17 +119,29 @@ def _inlined_schema(model: type[BaseModel]) -> dict[str, Any]:
     return inlined
 
 
+def example(summary: str, value: Any) -> dict[str, Any]:
+    """One entry of an OpenAPI ``examples`` map: what Swagger UI's "Try it out" fills in (the first one) and
+    offers in its list. Each is checked against its schema and sent to a real app by
+    tests/integration/test_openapi_examples.py, so an example that the server would refuse fails there."""
+    return {"summary": summary, "value": value}
+
+
 def json_request_body(
-    model: type[BaseModel] | tuple[type[BaseModel], ...], description: str | None = None
+    model: type[BaseModel] | tuple[type[BaseModel], ...],
+    description: str | None = None,
+    examples: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """An OpenAPI ``requestBody`` for ``model`` (JSON), or for exactly one of several models (``oneOf``: they
-    must not overlap); required when ``{}`` would not do."""
+    must not overlap); required when ``{}`` would not do. ``examples``: name -> :func:`example`."""
     models = model if isinstance(model, tuple) else (model,)
     schemas = [_inlined_schema(m) for m in models]
     schema = schemas[0] if len(schemas) == 1 else {"oneOf": schemas}
+    media: dict[str, Any] = {"schema": schema}
+    if examples:
+        media["examples"] = examples
     body: dict[str, Any] = {
         "required": all(bool(s.get("required")) for s in schemas),
-        "content": {"application/json": {"schema": schema}},
+        "content": {"application/json": media},
     }
     if description:
         body["description"] = description
@@ -139,11 +152,13 @@ def body_route(
     model: type[BaseModel] | tuple[type[BaseModel], ...],
     description: str | None = None,
     responses: dict[int | str, dict[str, Any]] | None = None,
+    examples: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Route decorator keywords for a route reading ``model`` (or one of several models) itself:
-    ``openapi_extra`` with its ``requestBody``, and ``responses`` with the door's 413/415 answers added."""
+    ``openapi_extra`` with its ``requestBody`` (and its ``examples``), and ``responses`` with the door's 413/415
+    answers added."""
     return {
-        "openapi_extra": {"requestBody": json_request_body(model, description)},
+        "openapi_extra": {"requestBody": json_request_body(model, description, examples)},
         "responses": {**BODY_ERRORS, **(responses or {})},
     }
 

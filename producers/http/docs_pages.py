@@ -9,6 +9,7 @@ and registers:
   ``AGENT_SIGNAL_OPS_OPEN``, else a ``read`` key), like ``/openapi.json`` which they load.
 * ``/docs-assets/{name}``: the vendored files, public (they are the same for everybody and hold no data), so
   the pages work whenever they are reachable.
+* ``/favicon.ico``: the same icon (PNG), public, for browsers that ask for it on their own.
 
 It then sets ``app.docs_url`` and ``app.redoc_url`` to the pages' paths: the auth middleware's operations paths
 and the door's docs Content-Security-Policy (producers/http/auth.py, producers/http/door.py) read those attributes.
@@ -27,12 +28,13 @@ from producers.http.ops_access import ops_access
 from producers.http.principal import public
 from producers.http.web_common import error_response
 
-__all__ = ["ASSETS", "ASSETS_DIR", "ASSETS_PATH", "DOCS_PATH", "REDOC_PATH", "install_docs"]
+__all__ = ["ASSETS", "ASSETS_DIR", "ASSETS_PATH", "DOCS_PATH", "FAVICON_PATH", "REDOC_PATH", "install_docs"]
 
 ASSETS_DIR = Path(__file__).resolve().parent / "docs_assets"
 ASSETS_PATH = "/docs-assets"
 DOCS_PATH = "/docs"
 REDOC_PATH = "/redoc"
+FAVICON_PATH = "/favicon.ico"
 # The files served, and their content types (nothing else in the directory is reachable).
 ASSETS = {
     "swagger-ui-bundle.js": "text/javascript",
@@ -85,5 +87,11 @@ def install_docs(app: FastAPI) -> None:
         if name not in ASSETS:
             return error_response(404, "not_found", f"no docs asset {name!r}")
         return FileResponse(ASSETS_DIR / name, media_type=ASSETS[name])
+
+    @app.get(FAVICON_PATH, include_in_schema=False, dependencies=[Depends(public)])
+    def favicon() -> Response:
+        """Browsers ask for /favicon.ico on their own (the console, the JSON answers): the packaged icon, not
+        a 404 in the access log on every visit."""
+        return FileResponse(ASSETS_DIR / "favicon.png", media_type="image/png")
 
     app.docs_url, app.redoc_url = DOCS_PATH, REDOC_PATH

@@ -159,7 +159,8 @@ function runDetailPage(eventId) {
     const stamp = `${rec.status}|${rec.attempts}|${rec.finishedAt || rec.doneAt || ""}`;
     if (chainLoadedFor !== stamp) {
       // this run's own trace (a chain id may name several runs: one source id of two users)
-      const found = rec.chainId ? await api(`/v1/chains/${encodeURIComponent(eventId)}`, { allow: [404] }) : { status: 404 };
+      // asked only when the run stored one (hasChain): a chainless run's page makes no 404 in the server's log
+      const found = rec.hasChain ? await api(`/v1/chains/${encodeURIComponent(eventId)}`, { allow: [404] }) : { status: 404 };
       chain = found.status === 404 ? null : found.body;
       if (found.status !== 404 || TERMINAL.has(rec.status)) chainLoadedFor = stamp;
       known = await knownEvent(rec, chain);

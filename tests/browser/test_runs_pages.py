@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.pages import message, new_page, post, settled, shot, status_in
+from tests.browser.pages import flaky, message, new_page, post, settled, shot, status_in
 
 pytestmark = pytest.mark.integration
 
@@ -140,4 +140,38 @@ def test_the_run_graph_is_fully_visible(
     assert fits or geometry["scrolls"], shown
     assert geometry["nodes"] >= 5 and geometry["dominant"] >= 4, shown
     shot(page, tmp_path, f"graph-{width}")
+    assert page_errors == []
+
+
+def test_a_run_page_asks_for_a_chain_only_when_its_run_has_one(
+    browser: Any, start_stack: Callable[..., str], page_errors: list[str]
+) -> None:
+    """Issue 28: a chainless dead run's page asked for its chain and the server logged a 404 on every look. Its
+    record says ``hasChain: false`` and the page makes no request that fails; a done run's chain is still
+    asked for and drawn."""
+    from playwright.sync_api import expect
+
+    # Given a run that died before any step was recorded, and one that finished with a chain
+    stack = start_stack(max_attempts=1)
+    dead = post(stack, flaky("chainless", {}))
+    assert settled(stack, dead, "dead")["hasChain"] is False
+    done = post(stack, message("chained-1", "u-chain", "Thanks."))
+    assert settled(stack, done, "done")["hasChain"] is True
+    failed: list[str] = []
+    chains: list[str] = []
+    page = new_page(browser, page_errors)
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.on("request", lambda r: chains.append(r.url) if "/v1/chains/" in r.url else None)
+
+    # When the dead run's page has drawn (its attempts, and why there is no chain)
+    page.goto(f"{stack}/#/runs/{dead}")
+    expect(page.get_by_test_id("no-chain")).to_be_visible()
+    expect(page.locator('[data-testid="attempts"] tbody tr')).to_have_count(1)
+    # Then no request failed and none asked for its chain
+    assert failed == [] and chains == [], (failed, chains)
+
+    # When the done run's page has drawn, its chain was asked for and is shown
+    page.goto(f"{stack}/#/runs/{done}")
+    page.wait_for_selector('[data-testid="chain-graph"] svg .node')
+    assert failed == [] and [u for u in chains if done in u], (failed, chains)
     assert page_errors == []

@@ -62,6 +62,10 @@ def test_grafana_dashboard_queries_series_we_export() -> None:
         "Chain duration and enqueue-to-done latency (p50 / p99, ms)",
         "Dead-letter list size",
     } <= titles
+    # accepted counts what the door admitted and what the service enqueued itself (done + dead never exceed it)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert 'sum by (origin) (rate(agent_signal_events_total{status="accepted"}[5m]))' in exprs
+    assert "origin" in LABELS["agent_signal_events_total"]
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
             for name in re.findall(r"agent_signal_[a-z_]+", re.sub(r"by \([^)]*\)", "", target["expr"])):

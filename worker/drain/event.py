@@ -275,6 +275,10 @@ def record(ctx: DrainContext, work: EventWork) -> None:
     done, its workflow run, its count and latency (its handler runs were counted when its steps ended)."""
     reply, tenant = work.reply, work.grant.keys.tenant
     if reply is not None and reply.code is CommitCode.COMMITTED:
+        # its follow-ups the commit admitted: events the service enqueued itself (origin follow_up)
+        admitted = ["accepted"] * reply.followups_accepted + ["duplicate"] * reply.followups_duplicate
+        if admitted:
+            ctx.telemetry.follow_ups(admitted, tenant)
         ctx.telemetry.event_committed(
             tenant=tenant,
             source_type=work.source_type,

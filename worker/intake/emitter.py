@@ -55,6 +55,12 @@ class ReadyQueue(Protocol):
         """Send ``count`` drain_next messages (tickets ENQUEUE_PUSH took)."""
 
 
+STORED = (
+    "accepted",
+    "duplicate",
+)  # what an enqueue stored or found stored (others: an admission hook's verdict)
+
+
 class Emitter:
     """Validate, admit and enqueue source events: one per process, for every tenant (the tenant given to
     :meth:`validate` travels in each prepared event); ``publish(scopeRef)`` sends a drain task."""
@@ -97,6 +103,9 @@ class Emitter:
         # The door (SDK, HTTP, CLI) enforces the inbox and tenant limits; the engine's own emits (plugin
         # tasks reporting a run) do not: refusing those would lose what a run already did.
         self.enforce_limits = False
+        # Where a worker counts the events it enqueues itself (``counted(statuses, tenant)``, each accepted or
+        # duplicate: origin follow_up); the door's Producer counts its own, so its emitter leaves this None.
+        self.counted: Callable[[Sequence[str], str], None] | None = None
 
     def validate(self, event: EventLike, *, tenant: str = DEFAULT_TENANT, prefix: str = "") -> PreparedEvent:
         """Validate and prepare one of ``tenant``'s events (its id, keys and scope ref are that tenant's), or
@@ -201,6 +210,8 @@ class Emitter:
                 EnqueueResult(event_id=outcome.event_id, source_id=outcome.source_id, status=outcome.status)
             )
         self._publish([keys.scope_ref(scope_key) for scope_key in scheduled], tickets)
+        if self.counted is not None:
+            self.counted([r.status for r in results if r.status in STORED], keys.tenant)
         return results
 
     def admit(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueOutcome]:
@@ -212,6 +223,8 @@ class Emitter:
             scope_ref(ev.tenant, o.scope_key) for ev, o in zip(prepared, stored, strict=True) if o.schedule
         ]
         self._publish(refs)
+        if self.counted is not None and prepared:
+            self.counted([o.status for o in stored], prepared[0].tenant)
         return stored
 
     def _publish(self, refs: list[str], tickets: int = 0) -> None:

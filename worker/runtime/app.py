@@ -71,6 +71,7 @@ def build_worker(
         app = create_app(settings)
     fair = fair_queue(settings, store, app)
     assembly = _assemble(settings, store, app, fair)
+    assembly.emitter.counted = telemetry.follow_ups  # plugin tasks' events (the reference agent's completion)
     pipeline = Pipeline(
         store,
         assembly.registry,

@@ -89,6 +89,8 @@ class CommitReply:
     outcome: str = ""
     error: str = ""
     latency_ms: int | None = None  # done: enqueue to done, by Redis's clock at admission and commit
+    followups_accepted: int = 0  # done: its follow-ups this commit stored (the rest were duplicates)
+    followups_duplicate: int = 0
 
     @classmethod
     def parse(cls, reply: Sequence[Any]) -> CommitReply:
@@ -98,9 +100,17 @@ class CommitReply:
         if code is not CommitCode.COMMITTED:
             return cls(code)
         publish = [to_str(x) for x in reply[1]] if isinstance(reply[1], list) else []
-        head = Head.parse(reply[4:]) if len(reply) > 4 else None
+        head = Head.parse(reply[6:]) if len(reply) > 6 else None
         latency_ms = int(reply[3])
-        return cls(code, publish, head, to_str(reply[2]), latency_ms=None if latency_ms < 0 else latency_ms)
+        return cls(
+            code,
+            publish,
+            head,
+            to_str(reply[2]),
+            latency_ms=None if latency_ms < 0 else latency_ms,
+            followups_accepted=int(reply[4]),
+            followups_duplicate=int(reply[5]),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,8 @@ __all__ = [
     "ENGINE_DESCRIPTIONS",
     "LABELS",
     "MULTIPROC_ENV",
+    "ORIGIN_DOOR",
+    "ORIGIN_FOLLOW_UP",
     "ProcessMetrics",
     "exposition",
     "label_name",
@@ -108,17 +110,24 @@ LABELS: dict[str, tuple[str, ...]] = {
         f"{_S}terminal_status",
     ),
     # The engine's own counters (not LobeHub's): what this process did with events.
-    "agent_signal_events_total": ("tenant", "status"),
+    "agent_signal_events_total": ("tenant", "status", "origin"),
     "agent_signal_fence_rejected_total": ("tenant",),
     "agent_signal_event_latency_ms": ("tenant",),
     "agent_signal_store_unavailable_total": ("where",),
     "agent_signal_store_full_backoffs_total": ("where",),
 }
 
+# agent_signal_events_total's ``origin`` of admitted events (accepted, duplicate, rejected): where they came
+# from. Worker outcomes (done, dead, retried, cancelled) carry none (the empty label).
+ORIGIN_DOOR = "door"  # HTTP, the SDK, the CLI: what callers sent
+ORIGIN_FOLLOW_UP = "follow_up"  # what the service enqueued itself: follow-ups and plugin tasks' events
+
 ENGINE_DESCRIPTIONS = {
     "agent_signal_events_total": (
         "Source events by outcome, counted by the process that decided it: accepted, duplicate and rejected "
-        "at the door; done, dead, retried and cancelled by the worker that committed them."
+        "at the door (origin door); accepted and duplicate follow-ups the service enqueued itself, a chain's "
+        "ctx.emit or a plugin task's emitter (origin follow_up, counted by the worker); done, dead, retried and "
+        "cancelled by the worker that committed them (no origin)."
     ),
     "agent_signal_fence_rejected_total": "Commits refused because the lease's fence was stale.",
     "agent_signal_event_latency_ms": "Enqueue to done, per event (ms), recorded by the worker that committed it.",

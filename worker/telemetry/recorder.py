@@ -43,7 +43,7 @@ from worker.telemetry.instruments import METER_NAME, TRACER_NAME, TRACER_VERSION
 from worker.telemetry.instruments import agent_signal_attrs as _a
 from worker.telemetry.jsonl import JsonlSpanExporter
 from worker.telemetry.plan import EventKey, EventPlan, HandlerRuns, RunIds, event_plan, runs_plan
-from worker.telemetry.process_metrics import ProcessMetrics, process_metrics
+from worker.telemetry.process_metrics import ORIGIN_DOOR, ORIGIN_FOLLOW_UP, ProcessMetrics, process_metrics
 
 __all__ = ["DISABLED", "Telemetry", "configure_telemetry"]
 
@@ -174,7 +174,8 @@ class Telemetry(MeasurementBuffer):
             self._add("agent_signal_source_events_total", attrs, count)
             self._record_many("agent_signal_source_event_duration_ms", [duration_ms] * count, attrs)
             if status in ("accepted", "duplicate"):
-                self._add("agent_signal_events_total", {"tenant": tenant, "status": status}, count)
+                attrs = {"tenant": tenant, "status": status, "origin": ORIGIN_DOOR}
+                self._add("agent_signal_events_total", attrs, count)
 
     def event_committed(
         self,
@@ -220,6 +221,16 @@ class Telemetry(MeasurementBuffer):
         plan = self._run_plans.get(key) or _keep(self._run_plans, key, runs_plan(key))
         self._add_plan(plan, list(runs.ms))
 
+    def follow_ups(self, statuses: Iterable[str], tenant: str) -> None:
+        """Events the service enqueued itself (``origin="follow_up"``): a chain's follow-ups its commit
+        admitted, a plugin task's events (the reference agent's ``agent.execution.completed``) and journaled
+        follow-ups stored in their own bucket; each ``accepted`` or ``duplicate``."""
+        if not self.enabled:
+            return
+        for status, count in Counter(statuses).items():
+            attrs = {"tenant": tenant, "status": status, "origin": ORIGIN_FOLLOW_UP}
+            self._add("agent_signal_events_total", attrs, count)
+
     def fence_rejected(self, *, tenant: str) -> None:
         """A commit the fence refused (a stale lease)."""
         if self.enabled:
@@ -228,7 +239,8 @@ class Telemetry(MeasurementBuffer):
     def rejected(self, count: int, *, tenant: str) -> None:
         """Events refused at the door as invalid (the engine's ``rejected`` count)."""
         if self.enabled and count:
-            self._add("agent_signal_events_total", {"tenant": tenant, "status": "rejected"}, count)
+            attrs = {"tenant": tenant, "status": "rejected", "origin": ORIGIN_DOOR}
+            self._add("agent_signal_events_total", attrs, count)
 
     def terminal(self, *, node_kind: str, node_type: str, status: str, reason: str) -> None:
         if not self.enabled:

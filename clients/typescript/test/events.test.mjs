@@ -66,13 +66,11 @@ describe("events", live, () => {
     assert.ok(pages >= 3, `7 events at 3 a page take at least 3 pages, got ${pages}`);
   });
 
-  test(
-    "get by a source id holding '/'",
-    { todo: "the server routes an encoded '/' in /v1/events/{id} with issue 28 item 5" },
-    async () => {
-      const sourceId = `slash/${RUN}/x`;
-      const { results } = await api.events.send(userMessage(sourceId, { userId: `u-${RUN}` }));
-      assert.equal((await api.events.get(sourceId)).eventId, results[0].eventId);
-    },
-  );
+  test("get by a source id holding '/' (sent percent-encoded)", async () => {
+    const sourceId = `slash/${RUN}/x`;
+    const { results } = await api.events.send(userMessage(sourceId, { userId: `u-${RUN}` }));
+    const found = await api.events.get(sourceId);
+    assert.equal(found.eventId, results[0].eventId);
+    assert.equal(found.sourceId, sourceId);
+  });
 });

@@ -1,5 +1,10 @@
 """``POST /v1/events``, ``GET /v1/events`` (the runs explorer), ``GET /v1/events/{eventId}`` (an event id, or a
-source id unambiguous within the tenant) and ``POST /v1/events/{eventId}/cancel``."""
+source id unambiguous within the tenant) and ``POST /v1/events/{eventId}/cancel``.
+
+The id is a ``path`` parameter: a source id may hold ``/`` (sent raw or percent-encoded as ``%2F``, which the
+server decodes before routing), so ``GET /v1/events/a/b`` looks up ``a/b``; ``POST …/a/b/cancel`` still reaches
+the cancel route, the only one below an event (a GET never matches it: it is a POST).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,15 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
-from producers.http.api_models import AttemptRecord, ErrorDetail, EventState, EventStatus, Receipt, body_route
+from producers.http.api_models import (
+    AttemptRecord,
+    ErrorDetail,
+    EventState,
+    EventStatus,
+    Receipt,
+    body_route,
+    example,
+)
 from producers.http.principal import Principal, require, tenant_keys
 from producers.http.web_common import door_of, error_response, producer_of, read_json
 from worker.core.ids import Id
@@ -69,6 +82,11 @@ class EventDetail(EventStatus):
     outbox: list[dict[str, Any]] | None = Field(
         default=None, description="Its outbound calls: kind, key, state, attempts, last error."
     )
+    hasChain: bool = Field(
+        default=False,
+        description="Whether its run's chain (the trace) is stored: ``GET /v1/chains/{eventId}`` answers it then, "
+        "and 404 when not (an event that has not run yet, or died before any step was recorded).",
+    )
     receipts: list[Receipt] = Field(
         default_factory=list,
         description="The receipts its run produced: appended by its chain, or reported by the agent runs it "
@@ -102,6 +120,44 @@ _CONFLICT: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _message(message_id: str, text: str) -> dict[str, Any]:
+    """A user's chat message as LobeHub sends it (the shape of examples/events.jsonl)."""
+    return {
+        "sourceType": "agent.user.message",
+        "sourceId": message_id,
+        "userId": "u1",
+        "agentId": "agt_1",
+        "payload": {"agentId": "agt_1", "topicId": "tpc_1", "messageId": message_id, "message": text},
+    }
+
+
+# Swagger UI's "Try it out" starts from the first (sending it twice answers "duplicate", still 202).
+EVENT_EXAMPLES = {
+    "one_event": example("One user message", _message("msg_u1", "Going forward, I prefer concise answers.")),
+    "batch": example(
+        "A batch (all or nothing)",
+        {
+            "events": [
+                _message("msg_u2", "Thanks."),
+                {
+                    "sourceType": "tool.outcome.completed",
+                    "sourceId": "tool-outcome:lobe-user-memory:addPreferenceMemory:succeeded:call_1",
+                    "userId": "u1",
+                    "agentId": "agt_1",
+                    "payload": {
+                        "agentId": "agt_1",
+                        "topicId": "tpc_1",
+                        "tool": {"identifier": "lobe-user-memory", "apiName": "addPreferenceMemory"},
+                        "outcome": {"status": "succeeded", "summary": "Saved a preference memory."},
+                        "toolCallId": "call_1",
+                    },
+                },
+            ]
+        },
+    ),
+}
+
+
 async def event_body(request: Request) -> Any:
     """A FastAPI dependency: the decoded body (any JSON value: the SDK's parser names a non-object), or the
     413 over ``max_request_bytes`` / 422 ``invalid_json`` response."""
@@ -112,7 +168,11 @@ async def event_body(request: Request) -> Any:
     "/v1/events",
     status_code=202,
     response_model=IngestResults,
-    **body_route((SourceEvent, EventBatch), 'One SourceEvent, or ``{"events": [SourceEvent, …]}``.'),
+    **body_route(
+        (SourceEvent, EventBatch),
+        'One SourceEvent, or ``{"events": [SourceEvent, …]}``.',
+        examples=EVENT_EXAMPLES,
+    ),
 )
 def post_events(
     request: Request,
@@ -275,7 +335,7 @@ def resolve_event(store: EventStore, keys: Keys, event_id: str) -> str | JSONRes
     )
 
 
-@router.get("/v1/events/{event_id}", response_model=EventDetail, responses=_CONFLICT)
+@router.get("/v1/events/{event_id:path}", response_model=EventDetail, responses=_CONFLICT)
 def get_event(
     event_id: Id, request: Request, principal: Annotated[Principal, Depends(require("read"))]
 ) -> JSONResponse:
@@ -291,13 +351,15 @@ def get_event(
     outbox = records_of_event(keys, store, str(record.get("scopeKey") or ""), found)
     if outbox:
         record["outbox"] = outbox  # its outbound calls: state, attempts, last error
+    # the UI asks for the chain only when there is one (a chainless dead run made a 404 on every look)
+    record["hasChain"] = bool(store.client.exists(store.locate(keys, found).chain(found)))
     runs = [found, *(str(call["key"]) for call in outbox if call.get("key"))]
     receipts = ReceiptStore(store.client, keys, ttl_s=0)
     record["receipts"] = receipts.produced_by(str(record.get("userId") or NO_USER), runs)
     return JSONResponse(record)
 
 
-@router.post("/v1/events/{event_id}/cancel", response_model=Cancelled, responses=_CONFLICT)
+@router.post("/v1/events/{event_id:path}/cancel", response_model=Cancelled, responses=_CONFLICT)
 def post_cancel(
     event_id: Id, request: Request, _: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from policies.dmail import AgentToolsSettings
-from producers.http.api_models import API_ERRORS, body_route
+from producers.http.api_models import API_ERRORS, body_route, example
 from producers.http.routes.session_access import function_store, session_access
 from producers.http.routes.sessions import bad_session, record_event, session_body, session_full
 from producers.http.web_common import error_response, producer_of
@@ -189,7 +189,19 @@ def activate_locked(request: Request, session_id: str, names: list[str]) -> JSON
     return None
 
 
-@router.post("/v1/sessions/{session_id}/signal", response_model=SignalOutput, **body_route(SignalBody))
+@router.post(
+    "/v1/sessions/{session_id}/signal",
+    response_model=SignalOutput,
+    **body_route(
+        SignalBody,
+        examples={
+            "approval": example(
+                "Ask for approval of a plan",
+                {"type": "need_approval", "payload": {"plan": "ship the release"}},
+            )
+        },
+    ),
+)
 def post_signal(session_id: str, request: Request, body: SignalIn) -> JSONResponse:
     """rolebox's ``signal`` tool → ``{"output": <the tool's text>}``."""
     if isinstance(body, JSONResponse):
@@ -216,7 +228,9 @@ def post_signal(session_id: str, request: Request, body: SignalIn) -> JSONRespon
 
 
 @router.post(
-    "/v1/sessions/{session_id}/functions/activate", response_model=FunctionsState, **body_route(NameBody)
+    "/v1/sessions/{session_id}/functions/activate",
+    response_model=FunctionsState,
+    **body_route(NameBody, examples={"escalation": example("A function by name", {"name": "escalation"})}),
 )
 def post_activate(session_id: str, request: Request, body: NameIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
@@ -229,7 +243,9 @@ def post_activate(session_id: str, request: Request, body: NameIn) -> JSONRespon
 
 
 @router.post(
-    "/v1/sessions/{session_id}/functions/deactivate", response_model=FunctionsState, **body_route(NameBody)
+    "/v1/sessions/{session_id}/functions/deactivate",
+    response_model=FunctionsState,
+    **body_route(NameBody, examples={"escalation": example("A function by name", {"name": "escalation"})}),
 )
 def post_deactivate(session_id: str, request: Request, body: NameIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
@@ -239,7 +255,11 @@ def post_deactivate(session_id: str, request: Request, body: NameIn) -> JSONResp
     return JSONResponse(_state(runtime))
 
 
-@router.post("/v1/sessions/{session_id}/turn", response_model=FunctionsState, **body_route(TurnBody))
+@router.post(
+    "/v1/sessions/{session_id}/turn",
+    response_model=FunctionsState,
+    **body_route(TurnBody, examples={"user": example("The user sent a message", {"userMessaged": True})}),
+)
 def post_turn(session_id: str, request: Request, body: TurnIn) -> JSONResponse:
     """A model turn: gates and transitions, with ``user_approval`` = ``userMessaged``."""
     if isinstance(body, JSONResponse):
@@ -251,7 +271,14 @@ def post_turn(session_id: str, request: Request, body: TurnIn) -> JSONResponse:
     return JSONResponse(_state(runtime))
 
 
-@router.post("/v1/sessions/{session_id}/idle", response_model=IdleDecision, **body_route(IdleBody))
+@router.post(
+    "/v1/sessions/{session_id}/idle",
+    response_model=IdleDecision,
+    **body_route(
+        IdleBody,
+        examples={"idle": example("The model stopped without a question", {"modelAskedQuestion": False})},
+    ),
+)
 def post_idle(session_id: str, request: Request, body: IdleIn) -> JSONResponse:
     """End of an assistant turn → the continuation decision (at most one continuation)."""
     if isinstance(body, JSONResponse):
@@ -270,7 +297,18 @@ def post_idle(session_id: str, request: Request, body: IdleIn) -> JSONResponse:
     return JSONResponse(decision)
 
 
-@router.post("/v1/sessions/{session_id}/tool", response_model=Injects, **body_route(ToolBody))
+@router.post(
+    "/v1/sessions/{session_id}/tool",
+    response_model=Injects,
+    **body_route(
+        ToolBody,
+        examples={
+            "signal": example(
+                "The signal tool was called", {"name": "signal", "args": {"type": "answer"}, "output": "ok"}
+            )
+        },
+    ),
+)
 def post_tool(session_id: str, request: Request, body: ToolIn) -> JSONResponse:
     """A finished tool call (tool-after): observed tools, evidence, captures → ``{"injects": [...]}``."""
     if isinstance(body, JSONResponse):
@@ -292,7 +330,13 @@ def get_artifacts(session_id: str, request: Request) -> JSONResponse:
     return JSONResponse(function_store(request).load(session_id).artifacts)
 
 
-@router.put("/v1/sessions/{session_id}/artifacts/{name}", response_model=Artifact, **body_route(ArtifactBody))
+@router.put(
+    "/v1/sessions/{session_id}/artifacts/{name}",
+    response_model=Artifact,
+    **body_route(
+        ArtifactBody, examples={"plan": example("A text artifact", {"content": "ship the release"})}
+    ),
+)
 def put_artifact(session_id: str, name: Id, request: Request, body: ArtifactIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from producers.http.api_models import API_ERRORS, BODY_ERRORS
+from producers.http.api_models import API_ERRORS, BODY_ERRORS, example
 from producers.http.auth import credentials_of, is_root
 from producers.http.principal import Forbidden, NotFound, Principal, require
 from producers.http.web_common import error_response
@@ -85,7 +85,16 @@ def _tenant_for(principal: Principal, tenant: str | None) -> str:
 
 @router.post("/v1/keys", status_code=201, response_model=CreatedKey, responses=BODY_ERRORS)
 def create_key(
-    request: Request, body: KeyRequest, principal: Annotated[Principal, Depends(require("admin"))]
+    request: Request,
+    body: Annotated[
+        KeyRequest,
+        Body(
+            openapi_examples={
+                "read": example("A read key for a dashboard", {"role": "read", "name": "dashboard"})
+            }
+        ),
+    ],
+    principal: Annotated[Principal, Depends(require("admin"))],
 ) -> JSONResponse:
     tenant = _tenant_for(principal, body.tenant)
     try:
@@ -125,7 +134,16 @@ def revoke_key(
 
 @router.post("/v1/tokens", response_model=MintedToken, responses=BODY_ERRORS)
 def mint_token(
-    request: Request, body: TokenRequest, principal: Annotated[Principal, Depends(require("operate"))]
+    request: Request,
+    body: Annotated[
+        TokenRequest,
+        Body(
+            openapi_examples={
+                "hour": example("A token for user u1, valid an hour", {"userId": "u1", "ttlS": 3600})
+            }
+        ),
+    ],
+    principal: Annotated[Principal, Depends(require("operate"))],
 ) -> JSONResponse:
     """A user token for ``userId``: it reads and changes only that user's data, and stamps its events."""
     if principal.is_user:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from producers.http.api_models import ErrorBody, ErrorDetail, EventStatus, body_route
+from producers.http.api_models import ErrorBody, ErrorDetail, EventStatus, body_route, example
 from producers.http.ops_access import ops_access, ops_detail
 from producers.http.principal import Principal, principal_of, public, require, tenant_keys
 from producers.http.web_common import JsonObject, error_response, producer_of
@@ -229,6 +229,13 @@ def _ids_or_all(body: dict[str, Any]) -> list[str] | JSONResponse | None:
     **body_route(
         (RedriveIds, RedriveAll, RedriveEdited),
         '``{"eventIds": [...]}``, ``{"all": true}``, or ``{"events": [{"eventId", "payload"}...]}``.',
+        examples={
+            "ids": example(
+                "Dead events by id (an id that is not dead is listed in notDead)",
+                {"eventIds": ["evt_0123456789abcdef01234567"]},
+            ),
+            "all": example("Every dead event", {"all": True}),
+        },
     ),
 )
 def post_redrive(
@@ -275,7 +282,14 @@ def _edits(events: Any) -> list[tuple[str, Any]] | JSONResponse:
     "/v1/dlq/discard",
     response_model=Discarded,
     **body_route(
-        (DiscardIds, DiscardAll), '``{"eventIds": [...], "reason"?}`` or ``{"all": true, "reason"?}``.'
+        (DiscardIds, DiscardAll),
+        '``{"eventIds": [...], "reason"?}`` or ``{"all": true, "reason"?}``.',
+        examples={
+            "ids": example(
+                "Dead events by id, with a reason",
+                {"eventIds": ["evt_0123456789abcdef01234567"], "reason": "bad data from a test client"},
+            )
+        },
     ),
 )
 def post_discard(

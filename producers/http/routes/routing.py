@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from policies.conversation import RoutingDeps, RoutingSettings
 from policies.routing import ConfigError, NoDecisionsConfigured, ReloadingRouter, validate_route_input
-from producers.http.api_models import API_ERRORS, RouteResult, body_route
+from producers.http.api_models import API_ERRORS, RouteResult, body_route, example
 from producers.http.principal import Principal, principal_of, require
 from producers.http.web_common import JsonObject, error_response, producer_of
 from worker.core.ids import ID_MAX_LENGTH, Id, id_problem
@@ -78,7 +78,22 @@ def _holder(request: Request) -> ReloadingRouter | None:
 @router.post(
     "/v1/route",
     response_model=RouteResult,
-    **body_route(RouteRequest, responses={200: {"headers": {RECORD_ERROR_HEADER: _RECORD_ERROR_DOC}}}),
+    **body_route(
+        RouteRequest,
+        responses={200: {"headers": {RECORD_ERROR_HEADER: _RECORD_ERROR_DOC}}},
+        examples={
+            "chat": example(
+                "An OpenAI chat request with model auto",
+                {
+                    "request": {
+                        "model": "auto",
+                        "messages": [{"role": "user", "content": "Summarise this thread."}],
+                    },
+                    "protocol": "openai-chat",
+                },
+            )
+        },
+    ),
 )
 def post_route(
     request: Request, body: JsonObject, _: Annotated[Principal, Depends(require("ingest"))]

@@ -19,7 +19,7 @@ from sse_starlette import ServerSentEvent
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.gate import set_override
 from policies.self_iteration.records.documents import DocumentStore
-from producers.http.api_models import API_ERRORS, ErrorBody, Receipt, body_route, error_responses
+from producers.http.api_models import API_ERRORS, ErrorBody, Receipt, body_route, error_responses, example
 from producers.http.principal import LOCAL_PRINCIPAL, Principal, check_user, require, tenant_keys
 from producers.http.routes.receipts import receipt_store
 from producers.http.streams.feed import Listener, Resync
@@ -271,7 +271,13 @@ class GateBody(BaseModel):
     enabled: bool | None = Field(strict=True)
 
 
-@router.put("/v1/features/self-iteration/{user_id}", response_model=GateState, **body_route(GateBody))
+@router.put(
+    "/v1/features/self-iteration/{user_id}",
+    response_model=GateState,
+    **body_route(
+        GateBody, examples={"on": example("Turn self-iteration on for the user", {"enabled": True})}
+    ),
+)
 def put_gate(
     user_id: NameId,
     request: Request,

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from producers.http.api_models import API_ERRORS, ContextView, SessionSettings, body_route
+from producers.http.api_models import API_ERRORS, ContextView, SessionSettings, body_route, example
 from producers.http.principal import principal_of
 from producers.http.routes.session_access import SESSION_ID, SESSION_ID_RULE, session_access, session_store
 from producers.http.web_common import (
@@ -176,7 +176,19 @@ def record_event(
     producer_of(request).enqueue(event, tenant=principal_of(request).tenant)
 
 
-@router.put("/v1/sessions/{session_id}", response_model=SessionSettings, **body_route(SettingsBody))
+@router.put(
+    "/v1/sessions/{session_id}",
+    response_model=SessionSettings,
+    **body_route(
+        SettingsBody,
+        examples={
+            "dmail": example(
+                "D-Mail on, the approval function gated",
+                {"dmailEnabled": True, "userId": "u1", "functions": ["approval"]},
+            )
+        },
+    ),
+)
 def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
@@ -204,7 +216,23 @@ def get_session(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post(
-    "/v1/sessions/{session_id}/context/messages", response_model=ContextLength, **body_route(MessagesBody)
+    "/v1/sessions/{session_id}/context/messages",
+    response_model=ContextLength,
+    **body_route(
+        MessagesBody,
+        examples={
+            "turn": example(
+                "A user message and the reply",
+                {
+                    "messages": [
+                        {"role": "user", "content": "Draft the release notes."},
+                        {"role": "assistant", "content": "Here is a first draft."},
+                    ],
+                    "tokenCount": 42,
+                },
+            )
+        },
+    ),
 )
 def post_messages(session_id: str, request: Request, body: MessagesIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
@@ -217,7 +245,9 @@ def post_messages(session_id: str, request: Request, body: MessagesIn) -> JSONRe
 
 
 @router.post(
-    "/v1/sessions/{session_id}/context/checkpoint", response_model=CheckpointCreated, **body_route(EmptyBody)
+    "/v1/sessions/{session_id}/context/checkpoint",
+    response_model=CheckpointCreated,
+    **body_route(EmptyBody, examples={"empty": example("No fields", {})}),
 )
 def post_checkpoint(session_id: str, request: Request, body: EmptyIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
@@ -230,7 +260,13 @@ def post_checkpoint(session_id: str, request: Request, body: EmptyIn) -> JSONRes
         return session_full(exc)
 
 
-@router.post("/v1/sessions/{session_id}/context/revert", response_model=ContextView, **body_route(RevertBody))
+@router.post(
+    "/v1/sessions/{session_id}/context/revert",
+    response_model=ContextView,
+    **body_route(
+        RevertBody, examples={"first": example("Back to the first checkpoint", {"checkpointId": 0})}
+    ),
+)
 def post_revert(session_id: str, request: Request, body: RevertIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
@@ -251,7 +287,17 @@ def post_clear(session_id: str, request: Request) -> JSONResponse:
 
 
 @router.post(
-    "/v1/sessions/{session_id}/context/compact", response_model=ContextView, **body_route(CompactBody)
+    "/v1/sessions/{session_id}/context/compact",
+    response_model=ContextView,
+    **body_route(
+        CompactBody,
+        examples={
+            "summary": example(
+                "Replace the context with a summary",
+                {"messages": [{"role": "user", "content": "Summary so far: release notes drafted."}]},
+            )
+        },
+    ),
 )
 def post_compact(session_id: str, request: Request, body: CompactIn) -> JSONResponse:
     """Compaction: clear, checkpoint 0 (with its CHECKPOINT message when D-Mail is on), the compacted messages."""
@@ -278,7 +324,16 @@ def get_context(session_id: str, request: Request) -> JSONResponse:
 @router.post(
     "/v1/sessions/{session_id}/dmail",
     response_model=DMailResult,
-    **body_route(DMail, "The SendDMail tool's arguments (any JSON: what is not valid is a ToolError)."),
+    **body_route(
+        DMail,
+        "The SendDMail tool's arguments (any JSON: what is not valid is a ToolError).",
+        examples={
+            "back": example(
+                "A message to the first checkpoint",
+                {"message": "The tests need the staging database; try again with it.", "checkpoint_id": 0},
+            )
+        },
+    ),
 )
 def post_dmail(
     session_id: str, request: Request, arguments: Annotated[Any, Depends(dmail_arguments)]
@@ -315,7 +370,13 @@ def _anchor(store: SessionStore, session_id: str) -> str | None:
     return None
 
 
-@router.post("/v1/sessions/{session_id}/steps/end", response_model=StepEndResult, **body_route(StepEndBody))
+@router.post(
+    "/v1/sessions/{session_id}/steps/end",
+    response_model=StepEndResult,
+    **body_route(
+        StepEndBody, examples={"end": example("The step ended normally", {"rejectedWithoutFeedback": False})}
+    ),
+)
 def post_step_end(session_id: str, request: Request, body: StepEndIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body

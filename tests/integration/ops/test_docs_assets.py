@@ -171,3 +171,20 @@ def test_access_log_has_one_line_per_request_without_secrets(make_settings: Any,
     log = proc.log()
     assert secret not in log and key not in log and wrong not in log
     assert "token=" not in log and "authorization" not in log.lower()
+
+
+def test_favicon_answers_without_a_credential(make_settings: Any, start_web: Any) -> None:
+    """Issue 28: every browser visit logged a 404 for /favicon.ico. It is the packaged icon now (PNG), public
+    even with credentials configured, and its access line says 200; the console's page links it."""
+    proc, url = start_web(make_settings(bootstrap_key="bk-" + uuid.uuid4().hex))
+    icon = httpx.get(f"{url}/favicon.ico", timeout=10)
+    assert icon.status_code == 200, icon.text
+    assert icon.headers["content-type"] == "image/png"
+    assert icon.content == (ASSETS_DIR / "favicon.png").read_bytes()
+    assert "/favicon.ico" in _references(httpx.get(f"{url}/", timeout=10).text)
+
+    def line() -> list[dict[str, Any]]:
+        return [r for r in _access_lines(proc.log()) if r["path"] == "/favicon.ico"]
+
+    (logged,) = wait_for(line, timeout_s=30, what="the favicon's access line")
+    assert logged["status"] == 200

@@ -14,7 +14,7 @@ from redis import Redis
 
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
-from worker.keys.layout import Keys
+from worker.keys.layout import BucketKeys, Keys
 
 pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
@@ -155,6 +155,23 @@ def test_a_source_id_finds_its_event_unless_ambiguous(api: TestClient) -> None:
     assert api.get("/v1/events/lookup-nobody").status_code == 404
 
 
+def test_a_source_id_holding_slashes_is_looked_up_raw_or_encoded(api: TestClient) -> None:
+    """Issue 28: a source id with ``/`` was accepted but its lookup answered 404. Raw or percent-encoded (as
+    the TypeScript client sends it), it finds its event; ``…/cancel`` below it still reaches the cancel route."""
+    source_id = "repo/a/b/cancel"  # even a last segment named like the route below an event
+    (event_id,) = _send(api, _event("test.timeline", source_id, "topic:slashes"))
+    for path in (f"/v1/events/{source_id}", "/v1/events/repo%2Fa%2Fb%2Fcancel"):
+        found = api.get(path)
+        assert found.status_code == 200 and found.json()["eventId"] == event_id, (path, found.text)
+        assert found.json()["sourceId"] == source_id
+    _final(api, event_id, "done")
+    for path in (f"/v1/events/{source_id}/cancel", "/v1/events/repo%2Fa%2Fb%2Fcancel/cancel"):
+        refused = api.post(path)  # routed to cancel, with the whole source id: a done event cannot cancel
+        assert refused.status_code == 409, (path, refused.text)
+        assert refused.json()["error"]["code"] == "not_cancellable" and event_id in refused.text
+    assert api.get("/v1/events/repo/a/nobody").status_code == 404
+
+
 def test_discard_keeps_an_audit_record_listed_as_discarded(
     api: TestClient, redis_client: Redis, tenant_keys: Keys
 ) -> None:
@@ -206,6 +223,27 @@ def test_a_redrive_with_an_edited_payload_reaches_done(api: TestClient) -> None:
     runs = [(a["run"], a["status"]) for a in record["attemptsHistory"]]
     assert runs == [(0, "failed"), (1, "succeeded")]
     assert record["event"]["payload"] == edited and record["event"]["sourceId"] == "edit-1"
+
+
+def test_a_redrive_that_succeeds_clears_the_current_error(
+    api: TestClient, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """Issue 28: a run that succeeded after a redrive showed its old error as current. Through a real worker:
+    the event dies with its error, its cause is fixed, the redrive succeeds; its run has no current error and
+    its attempts history keeps the old one."""
+    (event_id,) = _send(api, _event("test.flaky", "cleared-1", "topic:cleared", errorText="cause-1"))
+    dead = _final(api, event_id, "dead")
+    assert "flaky handler is broken" in dead["error"]
+    redis_client.set(f"{keys.bucket_prefix}test:fixed", "1")
+    answer = api.post("/v1/dlq/redrive", json={"eventIds": [event_id]})
+    assert answer.status_code == 200 and answer.json()["redriven"] == [event_id], answer.text
+    record = _final(api, event_id, "done", "dead")
+    assert record["status"] == "done" and "error" not in record, record
+    history = record["attemptsHistory"]
+    assert [(a["run"], a["status"]) for a in history] == [(0, "failed"), (1, "succeeded")]
+    assert history[0]["error"] == dead["error"] and "error" not in history[1]
+    listed = api.get("/v1/events", params={"scopeKey": "topic:cleared"}).json()["events"]
+    assert [(e["eventId"], "error" in e) for e in listed] == [(event_id, False)]
 
 
 def test_a_tool_outcome_without_outcome_is_refused_at_the_door(api: TestClient) -> None:

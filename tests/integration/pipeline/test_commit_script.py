@@ -83,7 +83,8 @@ class TestOnlyDoneApplies:
     def test_done_applies_writes_and_admits_follow_ups(
         self, make_settings: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
-        """A done event's writes land, and its follow-up is admitted with a drain to publish for its scope."""
+        """A done event's writes land, and its follow-up is admitted with a drain to publish for its scope; the
+        reply counts it as accepted."""
         producer, store, lease = _setup(make_settings)
         producer.enqueue(_event("c2"))
         grant, event_id = _take(lease, keys)
@@ -97,6 +98,8 @@ class TestOnlyDoneApplies:
         assert redis_client.hget(keys.plugin(SCOPE, "probe"), "n") == "1"
         assert redis_client.hget(keys.event(follow.event_id), "state") == "queued"
         assert redis_client.lrange(keys.inbox("topic:follow"), 0, -1) == [follow.event_id]
+        # the reply counts it (the worker's agent_signal_events_total{origin="follow_up"})
+        assert (reply.followups_accepted, reply.followups_duplicate) == (1, 0)
         producer.close()
 
 

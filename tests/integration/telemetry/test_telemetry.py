@@ -20,7 +20,9 @@ from producers import Producer
 from tests.conftest import free_port, wait_for
 from tests.support.prom import Sample, parse, total
 from worker.drain.pipeline import Pipeline
+from worker.keys.layout import BucketKeys
 from worker.runtime.app import build_pipeline
+from worker.telemetry.process_metrics import exposition
 from worker.telemetry.recorder import Telemetry, configure_telemetry
 
 pytestmark = pytest.mark.integration
@@ -295,6 +297,65 @@ class TestProjection:
             "Counted one"
         )
         assert isinstance(record["durationMs"], float) and len(record["traceId"]) == 32
+
+
+def test_a_plugin_tasks_events_count_as_follow_ups(rig: Rig) -> None:
+    """The worker's emitter, which plugin tasks enqueue through (the reference agent reports
+    agent.execution.completed so), counts what it stores with origin follow_up: accepted, then duplicate."""
+    emitter = rig.pipeline.ctx.emitter
+    assert emitter is not None
+
+    def counted(status: str) -> float:
+        rig.telemetry.flush_measurements()
+        samples = parse(exposition().decode())
+        return total(samples, "agent_signal_events_total", status=status, origin="follow_up")
+
+    before = counted("accepted"), counted("duplicate")
+    event = _msg("task-emitted-1", scope="topic:task-emitted")
+    assert emitter.emit(event).status == "accepted"
+    assert emitter.emit(event).status == "duplicate"
+    assert (counted("accepted"), counted("duplicate")) == (before[0] + 1, before[1] + 1)
+
+
+def test_follow_ups_count_as_admitted_with_their_origin(
+    make_settings: Any, start_worker: Any, start_web: Any, keys: BucketKeys
+) -> None:
+    """Issue 28: on the dashboard done + dead exceeded accepted, because events the service enqueues itself were
+    never counted. A chain's follow-ups count in agent_signal_events_total with ``origin="follow_up"`` (accepted,
+    or duplicate when already stored); what the door admitted has ``origin="door"``; every done event was
+    admitted by one or the other."""
+    metrics_port = free_port()
+    settings = make_settings(metrics_export_interval_ms=200)
+    start_worker(
+        settings.model_copy(update={"worker_metrics_port": metrics_port, "worker_metrics_host": "127.0.0.1"})
+    )
+    _, url = start_web(settings)
+    # Given the follow-up to topic:f1 already sent through the door (so the commit finds it stored)
+    counter = f"{keys.bucket_prefix}test:direct"
+    direct = {"sourceType": "test.counter", "sourceId": "fan:topic:f1", "scopeKey": "topic:f1"}
+    fanout = {"sourceType": "test.fanout", "sourceId": "fan", "scopeKey": "topic:fan"}
+    for event in (
+        {**direct, "payload": {"counterKey": counter}},
+        {**fanout, "payload": {"to": ["topic:f1", "topic:f2"]}},
+    ):
+        answer = httpx.post(f"{url}/v1/events", json=event, timeout=10)
+        assert answer.status_code == 202 and answer.json()["results"][0]["status"] == "accepted", answer.text
+
+    # When the fan-out ran: its follow-up to topic:f2 is new, the one to topic:f1 a duplicate
+    def scraped() -> list[Sample] | None:
+        samples = parse(httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text)
+        return samples if total(samples, "agent_signal_events_total", status="done") == 3 else None
+
+    worker = wait_for(scraped, timeout_s=60, what="the fan-out and its new follow-up done")
+    door = parse(httpx.get(f"{url}/metrics", timeout=10).text)
+    # Then each admission is counted once, labelled by where it came from
+    follow_up = {"tenant": "default", "origin": "follow_up"}
+    assert total(worker, "agent_signal_events_total", status="accepted", **follow_up) == 1
+    assert total(worker, "agent_signal_events_total", status="duplicate", **follow_up) == 1
+    assert total(door, "agent_signal_events_total", status="accepted", tenant="default", origin="door") == 2
+    accepted = total(door, "agent_signal_events_total", status="accepted")
+    accepted += total(worker, "agent_signal_events_total", status="accepted")
+    assert accepted == 3 == total(worker, "agent_signal_events_total", status="done")
 
 
 def test_metrics_scrape_and_one_trace(

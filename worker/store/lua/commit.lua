@@ -12,7 +12,8 @@
 -- takes the next head (which begins the next event of the run), or releases the scope when it is idle or paused.
 --
 -- -> {code, {one reply per event tried}, peek[, index, reason]}. An event's reply: {CommitCode.COMMITTED,
---    {scope refs that need a drain}, outcome, latencyMs (enqueue to done; -1 unless done), <take_head reply>?}
+--    {scope refs that need a drain}, outcome, latencyMs (enqueue to done; -1 unless done), follow-ups accepted,
+--    follow-ups duplicate, <take_head reply>?}
 --    | {CommitCode.STALE_FENCE} (rejected and counted) | {CommitCode.NOT_HEAD} | {CommitCode.REFUSED, index,
 --    reason} (a staged write refused before any write, or failed: the event is left at the head, processing, for
 --    the caller to commit dead). The run's code: CommitCode.COMMITTED (peek: the fresh events behind the new
@@ -57,14 +58,14 @@ local function fence_ok()
 end
 -- What a commit needs of its event: the take_head of this script left it in `taken` (then the event is our
 -- processing head, not cancelled), or one HMGET reads it (kept there until its commit) -> {enqueued, history,
--- not_before, cancel} | nil (not our head).
+-- not_before, cancel, error} | nil (not our head).
 local function known_of(ev, event_id)
   local known = taken[ev]
   if known then return known end
   if redis.call('LINDEX', inbox, 0) ~= event_id then return nil end
   hflush(ev)
-  local r = redis.call('HMGET', ev, 'enqueuedAt', 'history', 'notBefore', 'cancelRequested')
-  known = {enqueued = r[1], history = r[2], not_before = r[3], cancel = r[4]}
+  local r = redis.call('HMGET', ev, 'enqueuedAt', 'history', 'notBefore', 'cancelRequested', 'error')
+  known = {enqueued = r[1], history = r[2], not_before = r[3], cancel = r[4], error = r[5]}
   taken[ev] = known
   return known
 end
@@ -94,6 +95,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
   if chain_id ~= '' then hset_later(ev, 'chainId', chain_id) end
   local publish = {}
   local latency = -1
+  local accepted, duplicate = 0, 0  -- its follow-ups admitted (counted as admitted by origin: follow_up)
   if outcome == 'retry' then
     hset_later(ev, 'state', 'queued', 'error', error_text, 'notBefore', not_before)
     count(stats, 'retried', 1)
@@ -106,10 +108,14 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
     count(stats, 'queued', -1)
     if outcome == 'done' then
       for _, e in ipairs(followups) do
-        if admit(e, at)[2] == 1 then table.insert(publish, e.scope_ref) end
+        local admitted = admit(e, at)
+        if admitted[1] == 1 then accepted = accepted + 1 else duplicate = duplicate + 1 end
+        if admitted[2] == 1 then table.insert(publish, e.scope_ref) end
       end
       hset_later(ev, 'state', 'done', 'doneAt', now_ms)
       if known.not_before then hdel(ev, 'notBefore') end
+      -- a success clears the current error (a redriven event's old one stays in its attempts history)
+      if known.error then hdel(ev, 'error') end
       redis.call('EXPIRE', ev, window_s)
       count(stats, 'done', 1)
       local enqueued = index_move(runs_active, runs_done, event_id, ev, imax, known.enqueued) or now
@@ -127,7 +133,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
       history_end(ev, now, 'failed', error_text, known.history)
     end
   end
-  local reply = {CommitCode.COMMITTED, publish, outcome, latency}
+  local reply = {CommitCode.COMMITTED, publish, outcome, latency, accepted, duplicate}
   if go_on == '1' then
     local head = take_or_release(inbox, lease, sched, scopes, token, scope_ref, ev_prefix, now_ms,
       tonumber(fence), ix)
@@ -188,7 +194,8 @@ local function run()
   end
   local last = out[#out]
   local peek = {}
-  if last and last[5] == HeadCode.TAKEN then peek = peek_fresh(inbox, ev_prefix, now_ms, tonumber(peek_count)) end
+  -- last[7]: the take_head reply's code, after the event's own six fields
+  if last and last[7] == HeadCode.TAKEN then peek = peek_fresh(inbox, ev_prefix, now_ms, tonumber(peek_count)) end
   return {CommitCode.COMMITTED, out, peek}
 end
 

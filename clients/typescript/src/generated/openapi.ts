@@ -1513,6 +1513,12 @@ export interface components {
                 [key: string]: unknown;
             }[] | null;
             /**
+             * Haschain
+             * @description Whether its run's chain (the trace) is stored: ``GET /v1/chains/{eventId}`` answers it then, and 404 when not (an event that has not run yet, or died before any step was recorded).
+             * @default false
+             */
+            hasChain?: boolean;
+            /**
              * Receipts
              * @description The receipts its run produced: appended by its chain, or reported by the agent runs it started (their outbound calls' keys are the runs' operation ids). Newest first; its user's only.
              */

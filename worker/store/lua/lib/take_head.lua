@@ -9,7 +9,7 @@
 -- sourceId} (state -> processing, an attempt record started; eventJson is worker/documents/event_body.py's form).
 local FINAL = {done = true, dead = true, cancelled = true, discarded = true, erased = true}
 -- The heads this script took, by event key, until their commit: the event is the head, processing, under our
--- fence and not cancelled (nothing else runs between) -> {enqueued, history, not_before}, so a run's commit
+-- fence and not cancelled (nothing else runs between) -> {enqueued, history, not_before, error}, so a run's commit
 -- of it reads nothing again.
 local taken = {}
 local unpaused = {}  -- scopes found not paused by this script (no script that takes a head pauses one)
@@ -36,7 +36,7 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
       local attempts = (tonumber(rec[10] or '0') or 0) + 1
       hset_later(ek, 'attempts', attempts, 'state', 'processing', 'fence', fence)  -- the start: in the history
       local h = history_start(ek, rec[6], attempts, now, tonumber(rec[7] or '0'))
-      taken[ek] = {enqueued = rec[11], history = h, not_before = rec[3]}
+      taken[ek] = {enqueued = rec[11], history = h, not_before = rec[3], error = rec[4]}
       return {HeadCode.TAKEN, id, rec[2], attempts, rec[1], rec[4] or '', rec[8] or '', rec[9] or ''}
     end
   end
