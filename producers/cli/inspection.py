@@ -12,15 +12,14 @@ import sys
 from typing import Any
 
 from producers.cli.console import add_discard_command
+from producers.cli.direct import direct_producer
 from producers.cli.target import Api, Target, add_target_options, quote_id, resolve_target
 
 __all__ = ["add_inspection_commands"]
 
 
 def _producer(tenant: str | None) -> Any:
-    from producers.cli.main import _producer as producer
-
-    return producer(tenant or "default")
+    return direct_producer(tenant or "default")
 
 
 def _chain_ids(chain_id: str) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import httpx
 
 from producers.cli.console import add_console_commands
+from producers.cli.direct import direct_producer, stack_settings
 from producers.cli.inspection import add_inspection_commands
 from producers.cli.keys import add_keys_command
 from producers.cli.migrate import add_migrate_command
@@ -22,19 +23,6 @@ from producers.cli.pseudonym import add_pseudonym_command
 from producers.cli.target import CliError, HttpSender, add_target_options, resolve_target
 
 __all__ = ["main"]
-
-
-def _settings() -> Any:
-    from worker.settings import load_settings
-
-    return load_settings()
-
-
-def _producer(tenant: str = "default") -> Any:
-    """A producer on the stack's Redis, bound to ``tenant`` (``--tenant``; direct access is the operator's)."""
-    from producers.sdk.producer import Producer
-
-    return Producer(_settings(), tenant=tenant)
 
 
 class Progress:
@@ -139,7 +127,7 @@ Sent = tuple[int, Any, Any]  # (line number, EnqueueResult or None, EventError o
 
 class _DirectSender:
     def __init__(self, tenant: str = "default") -> None:
-        self.producer = _producer(tenant)
+        self.producer = direct_producer(tenant)
 
     def send(self, chunk: Sequence[tuple[int, Any]]) -> list[Sent]:
         from worker.intake.source_event import InvalidEvent
@@ -171,7 +159,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from producers.cli.stack import join_stack
     from worker.runtime.main import run_worker
 
-    settings, joined = join_stack(_settings())
+    settings, joined = join_stack(stack_settings())
     if joined is not None:
         print(f"agent-signal worker: {joined}", file=sys.stderr, flush=True)
     return run_worker(
@@ -182,7 +170,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_web(args: argparse.Namespace) -> int:
     from producers.http.serve import serve_web
 
-    return serve_web(_settings(), loglevel=args.loglevel)
+    return serve_web(stack_settings(), loglevel=args.loglevel)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -15,8 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from policies.dmail import AgentToolsSettings
 from producers.http.api_models import API_ERRORS, body_route, example
-from producers.http.routes.session_access import function_store, session_access
-from producers.http.routes.sessions import bad_session, record_event, session_body, session_full
+from producers.http.routes.session_access import (
+    bad_session,
+    function_store,
+    record_event,
+    session_access,
+    session_body,
+    session_full,
+)
 from producers.http.web_common import error_response, producer_of
 from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.functions import FunctionDef, load_function_dir

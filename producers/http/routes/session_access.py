@@ -5,22 +5,28 @@ are bound to the caller's tenant, so another tenant's session id simply does not
 reaches only sessions whose settings name its user: ``PUT /v1/sessions/{id}`` claims a session that does not
 exist yet for that user (atomically: of two tokens racing, one wins), and any other session (another user's,
 or one a key created without a user) answers 404, its existence not revealed.
+
+
+It also holds what every session route shares: the session-id check, a checked body, the answers to a full
+session, and the source event a changing tool call records.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Request
-from pydantic import AfterValidator, WithJsonSchema
+from fastapi.responses import JSONResponse
+from pydantic import AfterValidator, BaseModel, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from producers.http.principal import Forbidden, Grant, NotFound, Principal, principal_of, tenant_keys
-from producers.http.web_common import producer_of
+from producers.http.web_common import error_response, parse_body, producer_of
 from sessions.function_store import FunctionStore
 from sessions.scripts import SessionScripts
-from sessions.store import SessionLimits, SessionStore
+from sessions.store import SessionFull, SessionLimits, SessionStore, UserQuotaExceeded, session_scope
 
 __all__ = ["SESSION_ID", "SESSION_ID_RULE", "SessionId", "function_store", "session_access", "session_store"]
 
@@ -81,3 +87,55 @@ def session_access(request: Request, session_id: SessionId) -> Principal:
 
 session_access.__agent_signal_grant__ = "session"  # type: ignore[attr-defined]
 session_access.__agent_signal_users__ = True  # type: ignore[attr-defined]
+
+
+def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
+    """A write over one of the session's caps (nothing of it was stored): 413 naming the field (the store's,
+    else the route's ``field``); over the user's storage quota, 429 ``quota_exceeded`` (Retry-After when some
+    of the user's data expires)."""
+    if isinstance(exc, UserQuotaExceeded):
+        response = error_response(429, "quota_exceeded", str(exc), None)
+        if exc.retry_after_s:
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
+    return error_response(413, "session_full", str(exc), exc.field or field)
+
+
+def bad_session(session_id: str) -> JSONResponse | None:
+    if SESSION_ID.match(session_id):
+        return None
+    return error_response(422, "invalid_field", f"sessionId must be {SESSION_ID_RULE}", "sessionId")
+
+
+B = TypeVar("B", bound=BaseModel)
+
+
+def session_body(model: type[B]) -> Callable[[str, Request], Awaitable[B | JSONResponse]]:
+    """A FastAPI dependency: a checked session id, then the body as ``model``; else the 422 naming why."""
+
+    async def checked_session_body(session_id: str, request: Request) -> B | JSONResponse:
+        if (bad := bad_session(session_id)) is not None:
+            return bad
+        return await parse_body(request, model)
+
+    return checked_session_body
+
+
+def record_event(
+    request: Request, session_id: str, source_type: str, source_id: str, payload: dict[str, Any]
+) -> None:
+    """Every tool call that changes the session is also a source event on the session's scope."""
+    settings = session_store(request).get_settings(session_id)
+    event: dict[str, Any] = {
+        "sourceType": source_type,
+        "sourceId": source_id,
+        "scopeKey": session_scope(session_id),
+        "payload": {"sessionId": session_id, **payload},
+    }
+    for key, value in (("userId", settings.user_id), ("agentId", settings.agent_id)):
+        if value:
+            event[key] = value
+            event["payload"][key] = value
+    if settings.topic_id:
+        event["payload"]["topicId"] = settings.topic_id
+    producer_of(request).enqueue(event, tenant=principal_of(request).tenant)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
@@ -11,24 +10,29 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from producers.http.api_models import API_ERRORS, ContextView, SessionSettings, body_route, example
 from producers.http.principal import principal_of
-from producers.http.routes.session_access import SESSION_ID, SESSION_ID_RULE, session_access, session_store
+from producers.http.routes.functions import activate_locked
+from producers.http.routes.session_access import (
+    bad_session,
+    record_event,
+    session_access,
+    session_body,
+    session_full,
+    session_store,
+)
 from producers.http.web_common import (
     InvalidBody,
     NotStrictBody,
     decode_json,
     error_response,
     field_response,
-    parse_body,
-    producer_of,
 )
 from sessions.dmail import DMail, ToolResult, end_step, send_dmail
-from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, UserQuotaExceeded, session_scope
+from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, session_scope
 from worker.core.ids import NameId
 
 __all__ = ["bad_session", "record_event", "router", "session_body", "session_full"]
 
 router = APIRouter(dependencies=[Depends(session_access)], responses=API_ERRORS, tags=["sessions"])
-B = TypeVar("B", bound=BaseModel)
 
 
 class SettingsBody(BaseModel):
@@ -104,35 +108,6 @@ class StepEndResult(BaseModel):
     messages: list[dict[str, Any]] | None = Field(default=None, description="When applied: the context.")
 
 
-def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
-    """A write over one of the session's caps (nothing of it was stored): 413 naming the field (the store's,
-    else the route's ``field``); over the user's storage quota, 429 ``quota_exceeded`` (Retry-After when some
-    of the user's data expires)."""
-    if isinstance(exc, UserQuotaExceeded):
-        response = error_response(429, "quota_exceeded", str(exc), None)
-        if exc.retry_after_s:
-            response.headers["Retry-After"] = str(exc.retry_after_s)
-        return response
-    return error_response(413, "session_full", str(exc), exc.field or field)
-
-
-def bad_session(session_id: str) -> JSONResponse | None:
-    if SESSION_ID.match(session_id):
-        return None
-    return error_response(422, "invalid_field", f"sessionId must be {SESSION_ID_RULE}", "sessionId")
-
-
-def session_body(model: type[B]) -> Callable[[str, Request], Awaitable[B | JSONResponse]]:
-    """A FastAPI dependency: a checked session id, then the body as ``model``; else the 422 naming why."""
-
-    async def checked_session_body(session_id: str, request: Request) -> B | JSONResponse:
-        if (bad := bad_session(session_id)) is not None:
-            return bad
-        return await parse_body(request, model)
-
-    return checked_session_body
-
-
 async def dmail_arguments(session_id: str, request: Request) -> Any:
     """A FastAPI dependency: the SendDMail arguments (any JSON value), or the response to answer instead:
     422 for a bad session id, kimi's ToolError ("Error parsing JSON arguments") for a body that is not JSON, and
@@ -154,26 +129,6 @@ EmptyIn = Annotated[EmptyBody | JSONResponse, Depends(session_body(EmptyBody))]
 RevertIn = Annotated[RevertBody | JSONResponse, Depends(session_body(RevertBody))]
 CompactIn = Annotated[CompactBody | JSONResponse, Depends(session_body(CompactBody))]
 StepEndIn = Annotated[StepEndBody | JSONResponse, Depends(session_body(StepEndBody))]
-
-
-def record_event(
-    request: Request, session_id: str, source_type: str, source_id: str, payload: dict[str, Any]
-) -> None:
-    """Every tool call that changes the session is also a source event on the session's scope."""
-    settings = session_store(request).get_settings(session_id)
-    event: dict[str, Any] = {
-        "sourceType": source_type,
-        "sourceId": source_id,
-        "scopeKey": session_scope(session_id),
-        "payload": {"sessionId": session_id, **payload},
-    }
-    for key, value in (("userId", settings.user_id), ("agentId", settings.agent_id)):
-        if value:
-            event[key] = value
-            event["payload"][key] = value
-    if settings.topic_id:
-        event["payload"]["topicId"] = settings.topic_id
-    producer_of(request).enqueue(event, tenant=principal_of(request).tenant)
 
 
 @router.put(
@@ -201,8 +156,6 @@ def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResp
             )
         changes["userId"] = caller.user_id
     if body.functions:
-        from producers.http.routes.functions import activate_locked
-
         if (problem := activate_locked(request, session_id, body.functions)) is not None:
             return problem
     return JSONResponse(session_store(request).update_settings(session_id, changes).to_json_dict())

@@ -23,7 +23,7 @@ ASYNC_ALLOWED = {
     "producers.http.web_common.json_object",
     "producers.http.web_common.json_body.<locals>.body_as_model",
     # ... plus the session-id regex check.
-    "producers.http.routes.sessions.session_body.<locals>.checked_session_body",
+    "producers.http.routes.session_access.session_body.<locals>.checked_session_body",
     # ... any JSON value; a body that is not JSON becomes kimi's ToolError, in memory.
     "producers.http.routes.sessions.dmail_arguments",
     # ... any JSON value, after the size limit read from the settings in app.state.
