@@ -111,8 +111,9 @@ def _counter_plan(signal: Signal, ctx: HandlerContext) -> Dispatch:
 
 def _counter_apply(action: Action, ctx: HandlerContext) -> ExecutorResult:
     redis = ctx.deps(Probe).redis
-    redis.set(_test_key(ctx, f"inaction:{action.source.source_id}"), os.getpid())
+    # the attempt is counted before the pid is shown: a test that kills on seeing the pid finds it counted
     redis.incr(_test_key(ctx, f"attempts:{action.source.source_id}"))
+    redis.set(_test_key(ctx, f"inaction:{action.source.source_id}"), os.getpid())
     time.sleep(int(action.payload.get("sleepMs", 0)) / 1000)
     ctx.effects.incr(str(action.payload["counterKey"]))
     return applied(action, ctx, detail="incremented")
