@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # pytest-xdist processes for `make test` (0: one process). Tests wait on workers and Redis more than they compute:
-# on 2 cores, 4 processes finished the integration rooms 20% sooner than 2 (6: no better).
+# on 2 cores, 4 processes finished the integration rooms 20% sooner than 2 (6: no better). worksteal: a process
+# that runs dry takes queued tests from a busy one, so the slow tests at the end do not leave one process idle.
 TEST_WORKERS ?= 4
 
 .PHONY: run test test-buckets test-fast lint typecheck imports check bench chaos clean help chromium screenshots lock
@@ -50,7 +51,7 @@ chromium:
 test:
 	@start=$$(date +%s); echo "make test started at $$(date -u +%H:%M:%S) UTC"; \
 	$(MAKE) --no-print-directory $(STAMP) check chromium && \
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) && \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal && \
 	$(MAKE) --no-print-directory test-buckets; \
 	status=$$?; end=$$(date +%s); \
 	echo "make test took $$((end - start))s ($$(( (end - start) / 60 )) min $$(( (end - start) % 60 )) s), ended at $$(date -u +%H:%M:%S) UTC, exit $$status"; \

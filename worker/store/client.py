@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from redis import BlockingConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool as AsyncBlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
@@ -82,9 +83,22 @@ def async_redis_from_settings(settings: Settings, *, pubsub: bool = False) -> As
             settings.redis_cluster_url, decode_responses=True, socket_connect_timeout=5
         )
         return cast(AsyncRedis, cluster)
-    return AsyncRedis.from_url(
-        settings.redis_cluster_url or settings.require_redis_url(),
+    if pubsub:  # one connection per listener: the web process runs one (producers/http/streams/feed.py)
+        return AsyncRedis.from_url(
+            settings.redis_cluster_url or settings.require_redis_url(),
+            decode_responses=True,
+            socket_connect_timeout=5,
+            health_check_interval=30,
+        )
+    # Bounded like the sync pool: a burst of requests waits up to `redis_pool_timeout_s` for one of
+    # `redis_max_connections` connections (then a ConnectionError, a 503 at the door) instead of opening a socket
+    # per concurrent request.
+    pool = AsyncBlockingConnectionPool.from_url(
+        settings.require_redis_url(),
+        max_connections=settings.redis_max_connections,
+        timeout=settings.redis_pool_timeout_s,
         decode_responses=True,
         socket_connect_timeout=5,
         health_check_interval=30,
     )
+    return AsyncRedis.from_pool(pool)
