@@ -45,6 +45,20 @@ class _BoundedPool(BlockingConnectionPool):
             raise
 
 
+class _AsyncBoundedPool(AsyncBlockingConnectionPool):
+    """The asyncio twin of :class:`_BoundedPool`: :class:`PoolExhausted` when its wait for a connection ends."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except RedisConnectionError as exc:
+            if type(exc) is RedisConnectionError and str(exc) == "No connection available.":
+                raise PoolExhausted(
+                    f"all {self.max_connections} connections of the pool stayed busy for {self.timeout} s"
+                ) from None
+            raise
+
+
 def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster | AsyncRedisCluster)
 
@@ -93,7 +107,7 @@ def async_redis_from_settings(settings: Settings, *, pubsub: bool = False) -> As
     # Bounded like the sync pool: a burst of requests waits up to `redis_pool_timeout_s` for one of
     # `redis_max_connections` connections (then a ConnectionError, a 503 at the door) instead of opening a socket
     # per concurrent request.
-    pool = AsyncBlockingConnectionPool.from_url(
+    pool = _AsyncBoundedPool.from_url(
         settings.require_redis_url(),
         max_connections=settings.redis_max_connections,
         timeout=settings.redis_pool_timeout_s,

@@ -84,10 +84,10 @@ class FullStoreWait:
         self._budget_s = budget_s
         self._lost = lost
 
-    def _retrying(self) -> Retrying:
+    def _retrying(self, budget_s: float) -> Retrying:
         return Retrying(
             retry=retry_if_exception(is_store_full),
-            stop=stop_before_delay(self._budget_s) | _LeaseLost(self._lost),
+            stop=stop_before_delay(budget_s) | _LeaseLost(self._lost),
             wait=wait_exponential(multiplier=BACKOFF_INITIAL_S, max=BACKOFF_CAP_S),
             before_sleep=self._count,
             sleep=_sleep,
@@ -110,12 +110,18 @@ class FullStoreWait:
         store-full error is handed to tenacity as the first attempt's, so the waits, the warning and the count
         are what they were."""
         first: Exception | None = None
+        started_s = time.monotonic()  # the budget counts the first try too, as when tenacity ran it
         try:
             return operation()
         except Exception as exc:
             if not is_store_full(exc):
                 raise
             first = exc
+        remaining_s = self._budget_s - (time.monotonic() - started_s)
+        if (
+            remaining_s <= 0
+        ):  # the first try used the budget: no pause, its error (tenacity stopped there too)
+            raise first
 
         def again() -> T:
             nonlocal first
@@ -124,4 +130,4 @@ class FullStoreWait:
                 raise failed
             return operation()
 
-        return self._retrying()(again)
+        return self._retrying(remaining_s)(again)

@@ -60,3 +60,30 @@ def test_other_errors_and_a_spent_budget_or_lost_lease_are_raised() -> None:
     lost.set()
     with pytest.raises(OutOfMemoryError):
         FullStoreWait("commit", budget_s=60, lost=lost).call(full)
+
+
+def test_the_budget_counts_the_first_try(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first try runs bare (no retry state built), but its time counts against the budget as when tenacity
+    ran it: a first try that used the whole budget and found the store full ends there, with no pause and no
+    second try; a quick one is tried again after a pause."""
+    clock = [1000.0]
+    monkeypatch.setattr(store_full.time, "monotonic", lambda: clock[0])
+    calls: list[int] = []
+
+    def slow_and_full() -> str:
+        calls.append(1)
+        clock[0] += 0.3  # this try takes longer than the budget
+        raise OutOfMemoryError("OOM command not allowed")
+
+    with pytest.raises(OutOfMemoryError):
+        FullStoreWait("test", budget_s=0.2).call(slow_and_full)
+    assert len(calls) == 1
+
+    def full_once() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise OutOfMemoryError("OOM command not allowed")
+        return "stored"
+
+    assert FullStoreWait("test", budget_s=0.2).call(full_once) == "stored"
+    assert len(calls) == 3
