@@ -261,34 +261,16 @@ class Enqueue(ScriptCall):
 
 
 @dataclass(frozen=True, slots=True)
-class EnqueuePush(ScriptCall):
-    """ENQUEUE, then the scopes it made ready pushed on their tenant's ready list (fair share)."""
+class EnqueuePush(Enqueue):
+    """ENQUEUE, then the scopes it made ready pushed on their tenant's ready list (fair share): ENQUEUE's keys and
+    arguments, then these (each kind keeps its field order, so ENQUEUE's come first on both sides)."""
 
     SCRIPT = "enqueue_push"
-    scopes: str = key()
-    stats: str = key()
-    paused: str = key()
-    runs_all: str = key()
-    runs_active: str = key()
-    retained: str = key()
     ring: str = key()
     ready: str = key()
     tickets: str = key()
-    now_ms: int = arg()
-    window_s: int = arg()
-    sched_ttl_ms: int = arg()
-    tenant: str = arg()
-    max_inbox: int = arg()
-    max_queued: int = arg()
-    run_index_max: int = arg()
-    max_events: int = arg()
-    retained_slot_ms: int = arg()
-    max_user_bytes: int = arg()
-    user_count: int = arg()
     tickets_max: int = arg()
     ticket_ttl_ms: int = arg()
-    events: Sequence[Admission] = group()
-    users: Sequence[UserBytes] = group()
 
 
 # ---- the commit -------------------------------------------------------------------------------------------
