@@ -26,6 +26,7 @@ from bench._env import cleanup, make_settings, redis_url
 from bench.pipeline_bench import bench_events
 from producers import Producer
 from worker.runtime.app import build_pipeline
+from worker.runtime.collector import settle_collector
 
 ENQUEUE_BATCH = 500
 FOREVER_S = 10**9.0
@@ -58,6 +59,7 @@ def drain_split(
         producer.enqueue_many(batch[start : start + ENQUEUE_BATCH])
     enqueued, redis_enqueued = time.process_time(), _redis_cpu_s(client)
     pipeline = build_pipeline(settings)
+    settle_collector()  # as a worker child does once it is built (worker/runtime/app.py)
     if flush_at_end:
         pipeline.telemetry.flush_every_s = FOREVER_S
     drain_started = time.process_time()

@@ -114,21 +114,20 @@ class ChainScope:
     def context(self, source: Source, node: Node) -> HandlerContext:
         """A fresh context for one handler of ``node``: source and signal handlers stage into the chain's
         buffer; an action handler gets its own (applied with its idempotency mark)."""
+        action = isinstance(node, Action)
         ctx = HandlerContext(
             scope_key=source.scope_key,
-            node_timestamp=getattr(node, "timestamp", source.timestamp),
+            node_timestamp=node.timestamp,
             attempt=self.attempt,
             max_attempts=self.max_attempts,
-            effects=EffectBuffer(keys=self.keys),
+            effects=EffectBuffer(keys=self.keys) if action else self.effects,
             keys=self.keys,
             deps_of=self.deps,
             source=source,
             outbox_retention_s=self.outbox_retention_s,
         )
-        if not isinstance(node, Action):
-            ctx.effects = self.effects
-            if self.emit is not None:
-                ctx.emitter = self.emit
+        if not action and self.emit is not None:
+            ctx.emitter = self.emit
         return ctx
 
 

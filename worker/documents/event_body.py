@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from json.encoder import encode_basestring_ascii  # json.dumps of a str, without dumps's per-call setup
 from typing import Any
 
 __all__ = ["body_of", "full_body", "stored_body"]
@@ -44,7 +45,7 @@ def full_body(stored: str, *, event_id: str, scope_key: str, source_type: str, s
     """The whole Source JSON of a stored body, its identity taken from the hash (an old whole body as is)."""
     if not stored.startswith(_SPLICE_AFTER) or not source_id:
         return stored
-    dumps = json.dumps
+    dumps = encode_basestring_ascii
     head = (
         f'{{"sourceId":{dumps(source_id)},"sourceType":{dumps(source_type)},'
         f'"scopeKey":{dumps(scope_key)},"eventId":{dumps(event_id)},'

@@ -39,7 +39,7 @@ from worker.intake.emitter import StagedEmits
 from worker.store.full import StoreFullAgain, is_store_full
 from worker.store.records import Begun, CommitReply
 from worker.store.replies import CommitCode
-from worker.telemetry.logs import bind_event, clear_context
+from worker.telemetry.logs import end_event, event_ids, start_event
 
 __all__ = [
     "AFTER_COMMIT",
@@ -109,7 +109,7 @@ def begin(work: EventWork, ctx: DrainContext) -> None:
         work.status = "invalid_payload"
         work.decide("dead", f"stored event is unreadable: {exc}")
         return
-    bind_event(chainId=work.source.chain.chain_id, sourceId=work.source.source_id)
+    event_ids(chainId=work.source.chain.chain_id, sourceId=work.source.source_id)
     max_attempts = ctx.settings.max_attempts
     if work.begun.attempts > max_attempts:
         previous = f" (last error: {work.begun.last_error})" if work.begun.last_error else ""
@@ -225,7 +225,7 @@ def run_event(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool
 
 def _walk(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool) -> EventWork:
     source_type, traceparent = event_head(begun.body, begun.source_type)
-    bind_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)
+    start_event(eventId=begun.event_id, scopeKey=grant.scope_key, attempt=begun.attempts)
     scope = ChainScope(
         attempt=begun.attempts,
         max_attempts=ctx.settings.max_attempts,
@@ -259,7 +259,7 @@ def _walk(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool) ->
                 step(work, ctx)
     finally:  # every handler run is counted, committed or not (a lost lease, a store error, a re-run)
         telemetry.handler_runs(scope.runs)
-        clear_context("eventId", "scopeKey", "attempt", "chainId", "sourceId")
+        end_event()
     return work
 
 

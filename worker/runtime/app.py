@@ -43,6 +43,7 @@ from worker.outbox.relay import OutboxRelay
 from worker.runtime import heartbeat_file
 from worker.runtime import state as _state
 from worker.runtime.assembly import Assembly, assemble, load_plugins
+from worker.runtime.collector import settle_collector
 from worker.runtime.fair import FairQueue
 from worker.runtime.reconcile import reconcile, try_reconcile_lock
 from worker.runtime.tasks import publish_task, register_tasks
@@ -201,6 +202,7 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
         configure_logging(env=settings.env, level=level, fmt=settings.log_format)
         _state.get()  # telemetry and instrumentation start inside the child, before its first task
+        settle_collector()  # what was just built is never walked by the cyclic collector again
 
     def on_process_shutdown(**_: Any) -> None:
         _state.flush()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
@@ -30,7 +31,10 @@ __all__ = [
     "bind_event",
     "clear_context",
     "configure_logging",
+    "end_event",
+    "event_ids",
     "install_pseudonyms",
+    "start_event",
     "use_pseudonyms",
 ]
 
@@ -38,6 +42,21 @@ QUIET_LOGGERS = ("httpx", "httpcore")  # request lines carry full URLs (query se
 # The process's one privacy processor (logging is process-wide): configure_logging installs it, and
 # use_pseudonyms gives it the key once the process has read it from the settings or Redis.
 _PRIVACY = LogPrivacy()
+
+
+# The ids of the event a drain is running (eventId, scopeKey, attempt, then chainId and sourceId), one dict per
+# event in one context variable: set once when the event starts and dropped when it ends. structlog's own
+# bind_contextvars makes and sets a context variable per key, twice per event (ten sets and five resets):
+# ~2% of a drained event's instructions (decisions.md "Half the work per event").
+_EVENT: ContextVar[dict[str, Any] | None] = ContextVar("agent_signal_event_ids", default=None)
+
+
+def _merge_event_ids(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    ids = _EVENT.get()
+    if ids:
+        for key, value in ids.items():
+            event_dict.setdefault(key, value)
+    return event_dict
 
 
 def _add_trace_ids(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +72,7 @@ def configure_logging(*, env: str = "production", level: str = "INFO", fmt: str 
     console = fmt == "console" or (fmt == "auto" and env == "development")
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
+        _merge_event_ids,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.stdlib.PositionalArgumentsFormatter(),
@@ -106,6 +126,26 @@ def install_pseudonyms(client: Redis, settings: Settings) -> None:
 def bind_event(**values: Any) -> None:
     """Bind an event's identifiers for every log line until cleared."""
     structlog.contextvars.bind_contextvars(**{k: v for k, v in values.items() if v is not None})
+
+
+def start_event(**values: Any) -> dict[str, Any]:
+    """Name the event this thread now runs in every log line until :func:`end_event` (None values left out);
+    the returned dict is the event's: :func:`event_ids` adds to it."""
+    ids = {k: v for k, v in values.items() if v is not None}
+    _EVENT.set(ids)
+    return ids
+
+
+def event_ids(**values: Any) -> None:
+    """Add ids to the running event's (what it learned after it started: its chain, its source)."""
+    ids = _EVENT.get()
+    if ids is not None:
+        ids.update({k: v for k, v in values.items() if v is not None})
+
+
+def end_event() -> None:
+    """The event ended: its ids leave the log lines."""
+    _EVENT.set(None)
 
 
 def clear_context(*keys: str) -> None:

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from celery.app.trace import LOG_FAILURE, LOG_RECEIVED
 from celery.worker.consumer.consumer import INVALID_TASK_ERROR
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from worker.telemetry.log_privacy import HIDDEN, describe_error, traceback_without_messages
-from worker.telemetry.logs import configure_logging, use_pseudonyms
+from worker.telemetry.logs import configure_logging, end_event, event_ids, start_event, use_pseudonyms
 from worker.telemetry.pseudonyms import Pseudonyms
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -56,6 +57,28 @@ class TestFields:
         line = _last(lines)
         assert {name: line[name] for name in ids} == {name: PSEUDONYMS.of(v) for name, v in ids.items()}
         assert line["eventId"] == "evt_1" and line["tenant"] == "t"
+
+    def test_a_running_events_ids_reach_every_line_until_it_ends(self, lines: io.StringIO) -> None:
+        """The drain names its event once (start_event), adds its chain and source when it read them
+        (event_ids): every line until end_event carries them, user-chosen ones as pseudonyms; none after."""
+        start_event(eventId="evt_7", scopeKey="user:u7", attempt=2, sourceId=None)
+        logging.getLogger("worker.x").info("started")
+        first = _last(lines)
+        event_ids(chainId="chain:msg_7", sourceId="msg_7")
+        structlog.get_logger("worker.y").info("running")
+        second = _last(lines)
+        end_event()
+        logging.getLogger("worker.x").info("after")
+        after = _last(lines)
+        assert (first["eventId"], first["attempt"], first["scopeKey"]) == (
+            "evt_7",
+            2,
+            PSEUDONYMS.of("user:u7"),
+        )
+        assert "sourceId" not in first and "chainId" not in first
+        assert second["chainId"] == PSEUDONYMS.of("chain:msg_7") and second["eventId"] == "evt_7"
+        assert not {"eventId", "scopeKey", "attempt", "chainId", "sourceId"} & after.keys()
+        assert "msg_7" not in lines.getvalue() and "user:u7" not in lines.getvalue()
 
     def test_before_the_key_is_known_ids_are_hidden(self, lines: io.StringIO) -> None:
         """A process that has not read its key yet writes ``(hidden)``, never the id."""
