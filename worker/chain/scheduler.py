@@ -45,6 +45,7 @@ from worker.core.nodes import (
     Source,
     Wait,
     result_signal,
+    trusted,
 )
 from worker.keys.layout import BucketKeys
 from worker.telemetry.plan import HandlerRuns
@@ -286,11 +287,17 @@ _ATTEMPT_STATUS: dict[str, AttemptStatus] = {"applied": "succeeded", "skipped": 
 
 def _stamp_attempt(result: ExecutorResult, ctx: HandlerContext, started_ms: int) -> ExecutorResult:
     status = _ATTEMPT_STATUS[result.status]
-    attempt = Attempt(
-        current=ctx.attempt,
-        max=ctx.max_attempts,
-        started_at=result.attempt.started_at or started_ms,
-        completed_at=result.attempt.completed_at or int(time.time() * 1000),
-        status=status,
+    values = {
+        "current": ctx.attempt,
+        "max": ctx.max_attempts,
+        "started_at": result.attempt.started_at or started_ms,
+        "completed_at": result.attempt.completed_at or int(time.time() * 1000),
+        "status": status,
+    }
+    attempt = trusted(Attempt, values, set(values))  # the engine's own ints and a known status
+    if type(result) is not ExecutorResult:  # a subclass keeps pydantic's own copy
+        return result.model_copy(update={"attempt": attempt})
+    # model_copy's result without its generic work: the same fields, the attempt replaced (and counted as set)
+    return trusted(
+        ExecutorResult, {**result.__dict__, "attempt": attempt}, {*result.model_fields_set, "attempt"}
     )
-    return result.model_copy(update={"attempt": attempt})

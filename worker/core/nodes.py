@@ -8,7 +8,7 @@ suffix (``<sourceId>:signal:<name>``, ``<signalId>:action:<name>``).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -31,8 +31,10 @@ __all__ = [
     "SourceRef",
     "Wait",
     "action_from",
+    "attempt_json",
     "result_signal",
     "signal_from",
+    "trusted",
 ]
 
 ResultStatus = Literal["applied", "skipped", "failed"]
@@ -46,6 +48,23 @@ class Model(BaseModel):
 
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+_M = TypeVar("_M", bound=BaseModel)
+_setattr = object.__setattr__
+
+
+def trusted(cls: type[_M], values: dict[str, Any], given: set[str]) -> _M:
+    """An instance of ``cls`` made of ``values`` without validating them: every field of ``cls``, in its
+    declared order, each already what validation would make of it (``given``: the fields a caller named, the
+    model's ``model_fields_set``). For the engine's own copies of what it made: ``model_copy`` of a result with a new attempt took
+    3 us where this takes 0.9 (timeit); it sets what ``model_construct`` sets, without its generic per-field work."""
+    node = cls.__new__(cls)
+    _setattr(node, "__dict__", values)
+    _setattr(node, "__pydantic_fields_set__", given)
+    _setattr(node, "__pydantic_extra__", None)
+    _setattr(node, "__pydantic_private__", None)
+    return node
 
 
 class ChainRef(Model):
@@ -210,12 +229,26 @@ def action_from(
     )
 
 
+def attempt_json(attempt: Attempt) -> dict[str, Any]:
+    """``attempt.to_json_dict()``, without pydantic's serializer for the engine's own Attempt."""
+    if type(attempt) is not Attempt:
+        return attempt.to_json_dict()
+    out: dict[str, Any] = {"current": attempt.current}
+    if attempt.max is not None:
+        out["max"] = attempt.max
+    out["startedAt"] = attempt.started_at
+    if attempt.completed_at is not None:
+        out["completedAt"] = attempt.completed_at
+    out["status"] = attempt.status
+    return out
+
+
 def result_signal(action: Action, result: ExecutorResult, timestamp: int) -> Signal:
     """The built-in ``signal.action.<status>`` signal for an executor result, id ``<actionId>:result``."""
     payload: dict[str, Any] = {
         "actionId": action.action_id,
         "actionType": action.action_type,
-        "attempt": result.attempt.to_json_dict(),
+        "attempt": attempt_json(result.attempt),
     }
     if result.detail is not None:
         payload["detail"] = result.detail
