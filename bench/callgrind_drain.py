@@ -25,6 +25,8 @@ from pathlib import Path
 
 from bench._env import ROOT, redis_url
 
+INSTRUCTIONS_GOAL = 900_000  # per drained event, telemetry off (issue 29)
+TELEMETRY_GOAL_PCT = 4.0  # telemetry on within this much more (issue 29)
 TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
 
 
@@ -90,6 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"telemetry {state}: {per_event[telemetry] / 1000:,.0f} k instructions per drained event")
     cost = (per_event[True] - per_event[False]) / per_event[False] * 100
     print(f"telemetry costs {cost:+.1f}% of the drain's instructions")
+    off_ok = per_event[False] <= INSTRUCTIONS_GOAL
+    print(
+        f"goal <= {INSTRUCTIONS_GOAL / 1000:,.0f} k telemetry off (issue 29): {'holds' if off_ok else 'MISSED'}"
+    )
+    print(
+        f"goal telemetry within +{TELEMETRY_GOAL_PCT:.0f}% (issue 29): {'holds' if cost <= TELEMETRY_GOAL_PCT else 'MISSED'}"
+    )
     return 0
 
 
