@@ -77,6 +77,13 @@ def command_calls(client: Redis) -> Counter[str]:
     return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
 
 
+def command_usec(client: Redis) -> Counter[str]:
+    """``INFO commandstats`` as command name -> microseconds the server spent in it (a script's include the
+    commands it ran)."""
+    stats = client.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(v["usec"]) for name, v in stats.items()})
+
+
 def cpu_s(client: Redis) -> float:
     info = client.info("cpu")
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
@@ -92,6 +99,10 @@ class RedisWork:
     cpu_s: float
     top: list[tuple[str, int]]  # the commands run inside scripts, most first
     pop_grant_trips: tuple[int, int] = (0, 0)  # (one script, two steps)
+    script_us: int = (
+        0  # the server's time in the drain's scripts (INFO commandstats usec), their commands included
+    )
+    inside_us: int = 0  # ... of which in the commands they ran
 
     @property
     def commands_per_event(self) -> float:
@@ -124,6 +135,13 @@ class RedisWork:
                 f"{self.script_calls / self.events:.2f} script calls/event; most: {top}",
             ),
             (
+                "Redis script time / drained event",
+                f"{self.script_us / self.events:.1f} us",
+                "",
+                f"of which its commands {self.inside_us / self.events:.1f} us, the rest Lua; the server's own timing "
+                "(INFO commandstats usec), steadier than its CPU",
+            ),
+            (
                 "Redis CPU / drained event",
                 f"{self.cpu_us_per_event:.1f} us",
                 _holds(self.cpu_us_per_event <= CPU_GOAL_US),
@@ -136,6 +154,7 @@ class RedisWork:
             "redis_commands_in_scripts_per_event": self.commands_per_event,
             "redis_script_calls_per_event": self.script_calls / self.events,
             "redis_cpu_us_per_event": self.cpu_us_per_event,
+            "redis_script_us_per_event": self.script_us / self.events,
             "redis_pop_grant_round_trips": float(self.pop_grant_trips[0]),
             "redis_pop_grant_round_trips_two_steps": float(self.pop_grant_trips[1]),
         }
@@ -160,13 +179,13 @@ def redis_work(events: int) -> RedisWork:
         from worker.drain.lease import ScopeLease
 
         pipeline.lease = ScopeLease(store.scripts, ttl_s=30.0, renew_interval_s=5.0, run=store.durable)
-        before, cpu_before = command_calls(client), cpu_s(client)
+        before, cpu_before, usec_before = command_calls(client), cpu_s(client), command_usec(client)
         CountingClient.sent.clear()
         for s in range(BURST_SCOPES):
             while pipeline.drain_scope(f"topic:rw-{s}").next == "again":
                 pass
         sent = Counter(CountingClient.sent)
-        cpu_after, after = cpu_s(client), command_calls(client)
+        cpu_after, after, usec_after = cpu_s(client), command_calls(client), command_usec(client)
         trips = (
             pop_grant_trips(producer, pipeline, store, True),
             pop_grant_trips(producer, pipeline, store, False),
@@ -179,8 +198,18 @@ def redis_work(events: int) -> RedisWork:
     inside = delta - sent  # Counter subtraction keeps positive counts only
     for name in SCRIPT_CALLS:
         inside.pop(name, None)
+    usec = usec_after - usec_before
+    script_us = sum(usec[name] for name in SCRIPT_CALLS)
+    inside_us = sum(n for name, n in usec.items() if name in inside)
     return RedisWork(
-        events, sum(inside.values()), scripts, cpu_after - cpu_before, inside.most_common(), trips
+        events,
+        sum(inside.values()),
+        scripts,
+        cpu_after - cpu_before,
+        inside.most_common(),
+        trips,
+        script_us=script_us,
+        inside_us=inside_us,
     )
 
 
