@@ -9,7 +9,7 @@ and still reads. Readers fetch the bytes undecoded (``NEVER_DECODE``) and call :
 
 from __future__ import annotations
 
-from worker.documents.chain_codec import deflate_json, inflate_json
+from worker.documents.chain_codec import DEFLATE_V1, deflate_json, inflate_json
 
 __all__ = ["LANE_DICTIONARY_V1", "decode_lane", "encode_lane"]
 
@@ -19,6 +19,7 @@ LANE_DICTIONARY_V1 = (
     b'{"actionId":"","status":"applied","attempt":{"current":1,"max":5,"startedAt":'
     b',"completedAt":,"status":"succeeded"},"detail":"'
 )
+_LANE_DICTIONARIES = {DEFLATE_V1: LANE_DICTIONARY_V1}
 
 
 def encode_lane(result_json: str) -> bytes:
@@ -28,4 +29,4 @@ def encode_lane(result_json: str) -> bytes:
 
 def decode_lane(raw: bytes | str) -> str | bytes:
     """The result JSON of a stored lane (ValueError when it is of no known form)."""
-    return inflate_json(raw, LANE_DICTIONARY_V1, "idempotency lane")
+    return inflate_json(raw, _LANE_DICTIONARIES, "idempotency lane")
