@@ -67,6 +67,28 @@ def _node_exclude(
     return out
 
 
+def _is_built_in(s: Signal, a: Action, r: ExecutorResult) -> bool:
+    """Whether ``s`` is what :func:`~worker.core.nodes.result_signal` builds for ``a`` and ``r`` at its time,
+    compared field by field (building one to compare cost more than the rest of the stored form)."""
+    c, ac, p = s.chain, a.chain, s.payload
+    return (
+        s.signal_type == f"signal.action.{r.status}"
+        and s.source.source_id == a.source.source_id
+        and s.source.source_type == a.source.source_type
+        and c.chain_id == ac.chain_id
+        and c.root_source_id == ac.root_source_id
+        and c.parent_node_id == a.action_id
+        and c.parent_action_id == a.action_id
+        and c.parent_signal_id is None
+        and len(p) == 3 + (r.detail is not None) + (r.error is not None)
+        and p.get("actionId") == a.action_id
+        and p.get("actionType") == a.action_type
+        and p.get("detail") == r.detail
+        and p.get("attempt") == r.attempt.to_json_dict()
+        and (r.error is None or p.get("error") == r.error.to_json_dict())
+    )
+
+
 def nodes_json(
     source: Source,
     signals: Sequence[Signal],
@@ -91,7 +113,7 @@ def nodes_json(
     for i, s in enumerate(signals):
         if k < len(results) and s.signal_id == results[k].action_id + _RESULT_SUFFIX:
             action = by_action.get(results[k].action_id)
-            if action is not None and result_signal(action, results[k], s.timestamp) == s:
+            if action is not None and _is_built_in(s, action, results[k]):
                 signals_out[i] = _BUILT_IN_SIGNAL
                 k += 1
                 continue
