@@ -1,11 +1,13 @@
 """How a chain document is stored (``chain:<id>``, written by the COMMIT script as an opaque string).
 
-One format byte, then the payload. ``0x01``: the compact JSON (UTF-8) as raw deflate (``wbits=-13``, level 3) with the preset dictionary
-:data:`DICTIONARY_V1`, about a fifth of the JSON's size for a typical chain (the ids, types and times a chain
-repeats are back-references, the LobeHub field names come from the dictionary). A value that starts with
-``{`` is a document written before the format byte existed (plain JSON) and still reads. The dictionary is
-frozen: a document written with it must decode for as long as it is retained, so a better dictionary is a new
-format byte, never an edit (a unit test pins its digest). Readers get the bytes without the client's UTF-8
+One format byte, then the payload. ``0x02`` (written since issue 29): the compact JSON (UTF-8) as raw deflate
+(``wbits=-13``, level 3) with the preset dictionary :data:`DICTIONARY_V2`, the field names and vocabulary of the
+``nodes`` form (:mod:`worker.documents.chain_nodes`) in the order it writes them. ``0x01`` (written before, still
+read): the same with :data:`DICTIONARY_V1`, made for LobeHub's whole document. The ids, types and times a chain
+repeats are back-references, the field names come from the dictionary. A value that starts with ``{`` is a
+document written before the format byte existed (plain JSON) and still reads. The dictionaries are frozen: a
+document written with one must decode for as long as it is retained, so a better dictionary is a new format
+byte, never an edit (a unit test pins their digests). Readers get the bytes without the client's UTF-8
 decoding (:meth:`worker.store.events.EventStore.get_chain`) and call :func:`decode_chain`.
 
 Why bytes and not base64/base85 text: the clients decode replies as UTF-8 (``decode_responses=True``), but
@@ -18,11 +20,22 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEFLATE_V1", "DICTIONARY_V1", "decode_chain", "deflate_json", "encode_chain", "inflate_json"]
+__all__ = [
+    "DEFLATE_V1",
+    "DEFLATE_V2",
+    "DICTIONARY_V1",
+    "DICTIONARY_V2",
+    "decode_chain",
+    "deflate_json",
+    "encode_chain",
+    "inflate_json",
+]
 
-DEFLATE_V1 = 0x01  # format byte: raw deflate of the compact JSON with DICTIONARY_V1
+DEFLATE_V1 = 0x01  # format byte: raw deflate of the compact JSON with DICTIONARY_V1 (lanes: their own V1)
+DEFLATE_V2 = 0x02  # format byte of a chain: raw deflate of the compact JSON with DICTIONARY_V2
 _LEVEL = 3  # zlib's fast matcher: ~40% fewer instructions than 6 for ~3% more bytes per chain (decisions.md)
 # The compressor's window: 8 KiB (2**13) holds the dictionary and a typical value together, so what it writes
 # is byte for byte what the default 32 KiB window writes for them (a unit test compares), and it is read the same
@@ -63,38 +76,57 @@ DICTIONARY_V1 = (
     b'"finalActionId":"","finalActionType":"action.","finalStatus":"applied","durationMs":0}}'
 )
 
+# The nodes form's field names and the engine's own vocabulary (ids' suffixes, statuses), no values of any
+# workload; what is most common last (deflate's nearest distances are the cheapest): FROZEN (the docstring).
+DICTIONARY_V2 = (
+    b'"error":{"code":"","message":"","retriable":false,"retryAfterMs":},"output":{},"terminal":{"kind":"",'
+    b'"reason":""},"traceId":"","status":"failed","status":"skipped","agentId":"","operationId":"","topicId":"",'
+    b'"userId":"","workspaceId":"","traceparent":"","parentActionId":"","parentSignalId":"",'
+    b'"chain":{"chainId":"chain:","rootSourceId":"","parentNodeId":""},"signal":{"signalId":"","signalType":""},'
+    b'{"nodes":{"actions":[{"actionId":":signal::action:","actionType":"action.","payload":{}}],'
+    b'"metadata":{"eventId":"evt_","attempt":1,"status":"completed"},"results":[{"status":"applied",'
+    b'"attempt":{"current":1,"max":5,"startedAt":,"completedAt":,"status":"succeeded"},"detail":""}],'
+    b'"signals":[{"signalId":":signal:","signalType":"signal.","payload":{}},{"timestamp":}],'
+    b'"source":{"sourceId":"","sourceType":"","scopeKey":"","timestamp":,"payload":{"message":"","messageId":""}}},'
+    b'"durationMs":'
+)
+_CHAIN_DICTIONARIES = {DEFLATE_V1: DICTIONARY_V1, DEFLATE_V2: DICTIONARY_V2}
 
-def deflate_json(text: str | bytes, dictionary: bytes) -> bytes:
-    """``text`` as the format byte ``0x01`` and its raw deflate with ``dictionary`` (chains here, and the
+
+def deflate_json(text: str | bytes, dictionary: bytes, form: int = DEFLATE_V1) -> bytes:
+    """``text`` as the format byte ``form`` and its raw deflate with ``dictionary`` (chains here, and the
     idempotency lanes' results in :mod:`worker.documents.lane_codec`)."""
     deflate = zlib.compressobj(_LEVEL, zlib.DEFLATED, -_WINDOW_BITS, _MEM_LEVEL, zdict=dictionary)
     data = text.encode("utf-8") if isinstance(text, str) else text
-    return bytes([DEFLATE_V1]) + deflate.compress(data) + deflate.flush()
+    return bytes([form]) + deflate.compress(data) + deflate.flush()
 
 
-def inflate_json(raw: bytes | str, dictionary: bytes, what: str) -> str | bytes:
-    """The JSON text of a stored value: format byte ``0x01``, or plain JSON (written before the format byte,
-    and what a decoding client hands over for it). ValueError naming ``what`` for anything else."""
+def inflate_json(raw: bytes | str, dictionaries: Mapping[int, bytes], what: str) -> str | bytes:
+    """The JSON text of a stored value: a format byte of ``dictionaries`` (format byte -> its dictionary), or
+    plain JSON (written before the format byte, and what a decoding client hands over for it). ValueError naming
+    ``what`` for anything else."""
     if isinstance(raw, str) or raw[:1] == b"{":
         return raw
-    if raw[:1] == bytes([DEFLATE_V1]):
-        inflate = zlib.decompressobj(-15, zdict=dictionary)
-        try:
-            return inflate.decompress(raw[1:]) + inflate.flush()
-        except zlib.error as exc:
-            raise ValueError(f"{what} does not inflate: {exc}") from None
-    raise ValueError(f"{what} of unknown format {raw[:1]!r}")
+    dictionary = dictionaries.get(raw[0]) if raw else None
+    if dictionary is None:
+        raise ValueError(f"{what} of unknown format {raw[:1]!r}")
+    inflate = zlib.decompressobj(-15, zdict=dictionary)
+    try:
+        return inflate.decompress(raw[1:]) + inflate.flush()
+    except zlib.error as exc:
+        raise ValueError(f"{what} does not inflate: {exc}") from None
 
 
 def encode_chain(document_json: str | bytes) -> bytes:
     """The stored form of a chain document given as its compact JSON (see the module docstring)."""
-    return deflate_json(document_json, DICTIONARY_V1)
+    return deflate_json(document_json, DICTIONARY_V2, DEFLATE_V2)
 
 
 def decode_chain(raw: bytes | str) -> dict[str, Any]:
-    """The chain document from its stored form: format byte ``0x01``, or plain JSON (documents written before
-    the format byte; also what a decoding client hands over for them). ValueError for anything else."""
-    document = json.loads(inflate_json(raw, DICTIONARY_V1, "chain document"))
+    """The chain document from its stored form: format byte ``0x02`` or ``0x01``, or plain JSON (documents
+    written before the format byte; also what a decoding client hands over for them). ValueError for anything
+    else."""
+    document = json.loads(inflate_json(raw, _CHAIN_DICTIONARIES, "chain document"))
     if not isinstance(document, dict):
         raise ValueError("chain document is not a JSON object")
     return document

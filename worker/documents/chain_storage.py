@@ -7,7 +7,9 @@ form keeps those inputs and the envelope's ``metadata`` under ``inputs``, next t
 are not derived (``durationMs`` and the trace's ``traceId``; the envelope's ``traceId`` is the payload's
 operation id or that trace id); a read projects them again with the same function,
 so what is read is what was projected when the chain ran (a unit test checks that on chains of every
-outcome). A chain keeps 330 of its 490 compressed bytes.
+outcome). A chain keeps 330 of its 490 compressed bytes. Since issue 29 the inputs are stored under ``nodes``
+without what equals its default (:mod:`worker.documents.chain_nodes`): 240 bytes; the ``inputs`` form of before
+(the nodes whole, the envelope's metadata) still reads.
 
 A document written before (it has a ``record``) reads as it is. The stored inputs are the node models' JSON
 (worker/core/nodes.py), so those models must keep reading what they wrote for as long as chains are retained, as
@@ -26,9 +28,10 @@ from typing import Any
 from pydantic_core import to_json
 
 from worker.core.nodes import Action, ExecutorResult, Signal, Source
+from worker.documents.chain_nodes import NodeArgs, nodes_json, nodes_of
 from worker.documents.projection import envelope_metadata, payload_ids, project_chain
 
-__all__ = ["rebuilt_chain", "stored_event_id", "stored_inputs_json"]
+__all__ = ["inputs_json", "rebuilt_chain", "stored_event_id", "stored_inputs_json"]
 
 
 def stored_inputs_json(
@@ -41,8 +44,24 @@ def stored_inputs_json(
     trace_id: str | None,
     metadata: dict[str, Any] | None,
 ) -> bytes:
-    """The compact JSON of the stored form (the module docstring) of the chain ``project_chain`` would project
-    from the same arguments, without projecting: what a commit stores. The nodes are serialised by pydantic-core in one pass (their ``to_json_dict`` form: camelCase,
+    """The compact JSON of what a commit stores: the ``nodes`` form (:func:`worker.documents.chain_nodes.nodes_json`)."""
+    return nodes_json(
+        source, signals, actions, results, duration_ms=duration_ms, trace_id=trace_id, metadata=metadata
+    )
+
+
+def inputs_json(
+    source: Source,
+    signals: Sequence[Signal],
+    actions: Sequence[Action],
+    results: Sequence[ExecutorResult],
+    *,
+    duration_ms: float | None,
+    trace_id: str | None,
+    metadata: dict[str, Any] | None,
+) -> bytes:
+    """The compact JSON of the ``inputs`` form (the module docstring) of the chain ``project_chain`` would
+    project from the same arguments, without projecting: what a commit stored before issue 29 (still read). The nodes are serialised by pydantic-core in one pass (their ``to_json_dict`` form: camelCase,
     no None fields; plain dicts inside kept whole), keys in the envelope's order: a unit test compares the text
     with the projection's for chains of every outcome."""
     stored: dict[str, Any] = {
@@ -64,7 +83,7 @@ def stored_inputs_json(
 def stored_event_id(stored: dict[str, Any]) -> str | None:
     """The id of the event whose run wrote a stored chain (its metadata), without projecting it again:
     erasure asks this of every chain it may delete, and must not depend on the inputs still rebuilding."""
-    holder = stored.get("inputs") if "inputs" in stored else stored.get("envelope")
+    holder = next((stored[k] for k in ("nodes", "inputs", "envelope") if k in stored), None)
     metadata = holder.get("metadata") if isinstance(holder, dict) else None
     found = metadata.get("eventId") if isinstance(metadata, dict) else None
     return found if isinstance(found, str) else None
@@ -73,18 +92,31 @@ def stored_event_id(stored: dict[str, Any]) -> str | None:
 def rebuilt_chain(stored: dict[str, Any]) -> dict[str, Any]:
     """The chain document (``{"envelope", "record"}``) of its stored form; an older whole document as it is.
     ValueError when the stored inputs are not a chain's."""
-    inputs = stored.get("inputs")
-    if inputs is None:
+    if "nodes" not in stored and "inputs" not in stored:
         return stored
     try:
+        source, signals, actions, results, metadata = (
+            nodes_of(stored["nodes"]) if "nodes" in stored else _inputs_of(stored["inputs"])
+        )
         return project_chain(
-            Source.model_validate(inputs["source"]),
-            [Signal.model_validate(s) for s in inputs["signals"]],
-            [Action.model_validate(a) for a in inputs["actions"]],
-            [ExecutorResult.model_validate(r) for r in inputs["results"]],
+            source,
+            signals,
+            actions,
+            results,
             duration_ms=stored.get("durationMs"),
             trace_id=stored.get("traceId"),
-            metadata=inputs.get("metadata"),
+            metadata=metadata,
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"stored chain inputs do not rebuild: {exc}") from None
+
+
+def _inputs_of(inputs: dict[str, Any]) -> NodeArgs:
+    """The nodes of the ``inputs`` form (whole nodes, the envelope's metadata)."""
+    return (
+        Source.model_validate(inputs["source"]),
+        [Signal.model_validate(s) for s in inputs["signals"]],
+        [Action.model_validate(a) for a in inputs["actions"]],
+        [ExecutorResult.model_validate(r) for r in inputs["results"]],
+        inputs.get("metadata") or {},
+    )

@@ -24,23 +24,18 @@ from dataclasses import dataclass
 from worker.chain.context import EffectBuffer
 from worker.core.errors import LeaseLost, PermanentFailure, PipelineError
 from worker.core.nodes import Action, ExecutorResult
-from worker.documents.lane_codec import decode_lane, encode_lane
+from worker.documents.lane_codec import encode_lane, lane_json, lane_result
 from worker.keys.layout import BucketKeys, Keys
 from worker.store.calls import Apply, Lane
 from worker.store.events import EventStore, staged_error
 from worker.store.journal import journaled
 from worker.store.replies import ApplyCode
 
-__all__ = ["BatchLane", "BatchPort", "CancellablePort", "EventCancelled", "lane_result"]
+__all__ = ["BatchLane", "BatchPort", "CancellablePort", "EventCancelled"]
 
 
 class EventCancelled(PipelineError):
     """An operator cancelled the running event: stop before the next action and commit it ``cancelled``."""
-
-
-def lane_result(raw: bytes | None) -> ExecutorResult | None:
-    """The applied action's result stored in an idempotency lane (worker/documents/lane_codec.py), or None."""
-    return None if raw is None else ExecutorResult.model_validate_json(decode_lane(raw))
 
 
 def _commands(
@@ -86,7 +81,7 @@ class CancellablePort:
         pipe.hexists(self.keys.event(self.event_id), "cancelRequested")
         raw, cancelled = pipe.execute()
         self._cancelled = bool(cancelled)
-        return lane_result(raw)
+        return lane_result(raw, idempotency_key)
 
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
@@ -106,7 +101,7 @@ class CancellablePort:
                 lane=self.keys.idempotency(self.scope_key, idempotency_key),
                 fence_key=self.keys.fence(self.scope_key),
                 fence=self.fence,
-                result_json=encode_lane(result.model_dump_json(by_alias=True, exclude_none=True)),
+                result_json=encode_lane(lane_json(result, idempotency_key)),
                 lane_ttl_s=settings.idempotency_ttl_s,
                 effects_json=json.dumps(commands),
             )
@@ -128,7 +123,8 @@ class CancellablePort:
 
 @dataclass(frozen=True, slots=True)
 class BatchLane:
-    """One applied action of an event of a run: its idempotency lane key, stored result and staged writes."""
+    """One applied action of an event of a run: its idempotency lane key, its result's JSON as the lane stores it
+    (:func:`~worker.documents.lane_codec.lane_json`, before deflating) and staged writes."""
 
     key: str
     result_json: str
@@ -167,7 +163,7 @@ class BatchPort:
         key = self.keys.idempotency(self.scope_key, idempotency_key)
         for lane in self.lanes:
             if lane.key == key:
-                return ExecutorResult.model_validate_json(lane.result_json)
+                return lane_result(lane.result_json.encode("utf-8"), idempotency_key)
         return None
 
     def commit(
@@ -179,7 +175,7 @@ class BatchPort:
         self.lanes.append(
             BatchLane(
                 key=self.keys.idempotency(self.scope_key, idempotency_key),
-                result_json=result.model_dump_json(by_alias=True, exclude_none=True),
+                result_json=lane_json(result, idempotency_key),
                 effects_json=json.dumps(commands),
             )
         )

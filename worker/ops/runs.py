@@ -4,7 +4,9 @@ event by its source id; the dead letters operators discarded.
 The indexes (``Keys.runs``, written by the state-changing scripts, see worker/store/lua/lib/index.lua)
 are zsets of event ids scored by enqueue time, each bounded by ``AGENT_SIGNAL_RUN_INDEX_MAX`` and the dedupe
 window. A query walks ONE index, the most selective its filters name (scope, then user, then source type,
-then status, else all events), newest first, one page per round trip (RUNS_PAGE), reads each page's records
+then status), newest first, one page per round trip (RUNS_PAGE); a query of no such filter walks the status
+indexes together (every event is in exactly one of them, so their union is every event: there is no index of
+all events, issue 29) and merges their pages as it merges the buckets'. It reads each page's records
 (HMGET of :data:`~worker.documents.event_records.LIST_FIELDS`, one pipelined round trip) and keeps those that match every
 other filter: the intersection is done here, over bounded pages. A query examines at most
 :data:`MAX_EXAMINED` index entries; when it stops there (or at ``limit``), the cursor resumes after the last
@@ -32,6 +34,7 @@ from worker.store.reads import newest_first
 __all__ = [
     "MAX_EXAMINED",
     "STATUSES",
+    "STATUS_INDEXES",
     "BadCursor",
     "RunPage",
     "RunQuery",
@@ -40,11 +43,21 @@ __all__ = [
     "find_by_source",
     "list_discarded",
     "list_runs",
+    "status_indexes",
 ]
 
 STATUSES = ("queued", "processing", "done", "dead", "cancelled", "discarded", "erased")
 _STATUS_INDEX = {"queued": "active", "processing": "active", "done": "done", "dead": "dead"}
 _STATUS_INDEX |= {"cancelled": "cancelled", "discarded": "discarded"}
+STATUS_INDEXES = ("active", "done", "dead", "cancelled", "discarded")  # every event in exactly one
+
+
+def status_indexes(keys: BucketKeys) -> list[str]:
+    """A bucket's status indexes: together, every event of the bucket (an erased one stays in the index of
+    the status it had)."""
+    return [keys.runs("status", name) for name in STATUS_INDEXES]
+
+
 MAX_EXAMINED = 2000
 AUDIT_MAXLEN = 10_000
 
@@ -64,17 +77,18 @@ class RunQuery:
     limit: int = 50
     cursor: str | None = None
 
-    def index(self, keys: BucketKeys) -> str:
-        """The index this query walks: the most selective one its filters name."""
+    def indexes(self, keys: BucketKeys) -> list[str]:
+        """The index this query walks: the most selective one its filters name; without one, every status
+        index (together they hold every event once)."""
         if self.scope_key is not None:
-            return keys.runs_of_scope(self.scope_key)
+            return [keys.runs_of_scope(self.scope_key)]
         if self.user_id is not None:
-            return keys.user_events(self.user_id)
+            return [keys.user_events(self.user_id)]
         if self.source_type is not None:
-            return keys.runs("type", self.source_type)
+            return [keys.runs("type", self.source_type)]
         if self.status in _STATUS_INDEX:
-            return keys.runs("status", _STATUS_INDEX[self.status])
-        return keys.runs("all")
+            return [keys.runs("status", _STATUS_INDEX[self.status])]
+        return status_indexes(keys)
 
     def matches(self, record: dict[str, Any]) -> bool:
         checks = (
@@ -115,8 +129,10 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
 
 def list_runs(store: EventStore, tenant: Keys, query: RunQuery) -> RunPage:
     """One page of the tenant's events matching ``query``, newest first (see the module docstring). With scope
-    buckets the index is walked in every bucket at once and the pages merged in order."""
-    indexes = [(k, query.index(k)) for k in tenant.every_bucket()]
+    buckets the index is walked in every bucket at once and the pages merged in order (a scope's index only in
+    the scope's bucket)."""
+    buckets = tenant.every_bucket() if query.scope_key is None else [tenant.for_scope(query.scope_key)]
+    indexes = [(k, index) for k in buckets for index in query.indexes(k)]
     if query.cursor:
         top, after = decode_cursor(query.cursor)
         max_score = str(top)
@@ -152,13 +168,16 @@ Entry = tuple[str, int, BucketKeys]  # (event id, enqueue time, the key builder 
 def _merged(
     indexes: Sequence[tuple[BucketKeys, str]], pages: Sequence[Any], page_size: int
 ) -> tuple[list[Entry], bool]:
-    """The buckets' pages merged in order, cut where a full page ends (entries past that point may still be
-    missing from it), and whether any page was full (there is more to walk)."""
+    """The buckets' (and status indexes') pages merged in order, cut where a full page ends (entries past that
+    point may still be missing from it), and whether any page was full (there is more to walk). An event that
+    changed status between two of the pages' reads is listed once."""
     merged: list[Entry] = []
+    seen: set[tuple[str, str]] = set()  # (bucket, event id)
     cut: tuple[float, tuple[int, ...]] | None = None
     for (k, _), flat in zip(indexes, pages, strict=True):
         entries = [(str(flat[i]), int(float(flat[i + 1])), k) for i in range(0, len(flat), 2)]
-        merged += entries
+        merged += [e for e in entries if (k.bucket_prefix, e[0]) not in seen]
+        seen.update((k.bucket_prefix, e[0]) for e in entries)
         if len(entries) == page_size:
             last = newest_first(entries[-1][0], entries[-1][1])
             cut = last if cut is None or last < cut else cut

@@ -215,7 +215,7 @@ def test_reads_fan_out_over_the_buckets(
         k.stats,
         k.dlq,
         k.scopes,
-        k.runs("all"),
+        k.runs("status", "done"),
         k.outbox_due,
         k.event("e"),
     ]

@@ -15,8 +15,9 @@ from redis import Redis
 
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
-from worker.documents.chain_codec import DEFLATE_V1, decode_chain
-from worker.documents.chain_storage import rebuilt_chain
+from worker.documents.chain_codec import DEFLATE_V1, DEFLATE_V2, DICTIONARY_V1, decode_chain, deflate_json
+from worker.documents.chain_nodes import nodes_of
+from worker.documents.chain_storage import inputs_json, rebuilt_chain
 from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
@@ -80,13 +81,13 @@ class TestCompactChain:
     def test_the_chain_is_stored_compressed_and_answered_as_before(
         self, api: TestClient, raw_redis: Redis, keys: BucketKeys
     ) -> None:
-        """The stored value starts with the format byte and holds the projection's inputs only; GET
-        /v1/chains/{id} is LobeHub's shape, projected again from them."""
+        """The stored value starts with the format byte and holds the projection's inputs only (the nodes form);
+        GET /v1/chains/{id} is LobeHub's shape, projected again from them."""
         status = _done(api, keys, "compact-1")
         stored = raw_redis.get(keys.chain(status["eventId"]))
-        assert isinstance(stored, bytes) and stored[0] == DEFLATE_V1
+        assert isinstance(stored, bytes) and stored[0] == DEFLATE_V2
         inputs = decode_chain(stored)
-        assert set(inputs) <= {"inputs", "durationMs", "traceId"} and "edges" not in inputs["inputs"]
+        assert set(inputs) <= {"nodes", "durationMs", "traceId"} and "edges" not in inputs["nodes"]
         document = rebuilt_chain(inputs)
         assert len(stored) < len(json.dumps(document, separators=(",", ":"))) / 4
         answer = api.get(f"/v1/chains/{status['chainId']}")
@@ -105,6 +106,32 @@ class TestCompactChain:
         status = _done(api, keys, "compact-old")
         chain = api.get(f"/v1/chains/{status['chainId']}").json()
         redis_client.set(keys.chain(status["eventId"]), json.dumps(chain, separators=(",", ":")))
+        again = api.get(f"/v1/chains/{status['chainId']}")
+        assert again.status_code == 200 and again.json() == chain
+
+    def test_a_chain_in_the_inputs_form_of_format_1_still_reads(
+        self, api: TestClient, raw_redis: Redis, keys: BucketKeys
+    ) -> None:
+        """A chain written before issue 29 (whole nodes under ``inputs``, dictionary V1) is answered as the
+        same chain stored now."""
+        status = _done(api, keys, "compact-v1")
+        chain = api.get(f"/v1/chains/{status['chainId']}").json()
+        key = keys.chain(status["eventId"])
+        stored = raw_redis.get(key)
+        assert isinstance(stored, bytes)
+        source, signals, actions, results, metadata = nodes_of(decode_chain(stored)["nodes"])
+        kept = decode_chain(stored)
+        old = inputs_json(
+            source,
+            signals,
+            actions,
+            results,
+            duration_ms=kept.get("durationMs"),
+            trace_id=kept.get("traceId"),
+            metadata=metadata,
+        )
+        raw_redis.set(key, deflate_json(old, DICTIONARY_V1), keepttl=True)
+        assert raw_redis.get(key)[:1] == bytes([DEFLATE_V1])  # type: ignore[index]
         again = api.get(f"/v1/chains/{status['chainId']}")
         assert again.status_code == 200 and again.json() == chain
 

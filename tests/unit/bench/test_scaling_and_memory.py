@@ -17,7 +17,7 @@ class TestFamilyOf:
             assert family_of(keys.event("evt_1"), PREFIX) == "ev:"
             assert family_of(keys.chain("c1"), PREFIX) == "chain:"
             assert family_of(keys.inbox("topic:a"), PREFIX) == "inbox:"
-            assert family_of(keys.runs("all"), PREFIX) == "runs:"
+            assert family_of(keys.runs("status", "done"), PREFIX) == "runs:"
 
     def test_a_key_without_a_colon_after_the_family_is_named_bare(self) -> None:
         """The tenant's stats hash is the family ``stats``."""

@@ -22,9 +22,9 @@
 --    refused: run it alone) | PARTIAL (event #replies+1: a lane's staged write failed midway, index and reason
 --    follow: commit it dead) | the last reply's code (STALE_FENCE, NOT_HEAD, REFUSED).
 -- requires: counts, index, pending, history, take_head, admit, staged, peek
-local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_all, runs_active, runs_done,
-  runs_dead, runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
-  KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_active, runs_done, runs_dead,
+  runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
+  KEYS[11], KEYS[12], KEYS[13]
 local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, scope_ref, ev_prefix, lane_ttl_s,
   peek_count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10],
   ARGV[11]
@@ -32,7 +32,7 @@ local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, 
 local now, window, imax = tonumber(now_ms), tonumber(window_s), tonumber(run_index_max)
 local ix = {paused = paused, stats = stats, active = runs_active, cancelled = runs_cancelled, max = imax}
 local LANE_KEYS, LANE_ARGS = 1, 2
-local at = {scopes = scopes, stats = stats, paused = paused, runs_all = runs_all, runs_active = runs_active,
+local at = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_active,
   now = now_ms, window = window_s, sched_ttl = sched_ttl_ms, max = imax}
 
 -- The staged writes and follow-ups of a 'done' event, checked and applied: nil, or the REFUSED reply.
@@ -165,7 +165,7 @@ end
 
 local function run()
   local out = {}
-  local k, a = 15, 12
+  local k, a = 14, 12
   while k <= #KEYS do
     local ev, chain = KEYS[k], KEYS[k + 1]
     local lane_count, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on, effects_json,

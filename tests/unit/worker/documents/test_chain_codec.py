@@ -12,7 +12,9 @@ import pytest
 
 from worker.documents.chain_codec import (
     DEFLATE_V1,
+    DEFLATE_V2,
     DICTIONARY_V1,
+    DICTIONARY_V2,
     decode_chain,
     deflate_json,
     encode_chain,
@@ -53,7 +55,7 @@ class TestRoundTrip:
         """Encoding the compact JSON and decoding it gives the same document (unicode, floats, null kept)."""
         document = _document()
         stored = encode_chain(_compact(document))
-        assert stored[0] == DEFLATE_V1
+        assert stored[0] == DEFLATE_V2
         assert decode_chain(stored) == document
 
     def test_the_stored_form_is_much_smaller_than_the_json(self) -> None:
@@ -61,14 +63,26 @@ class TestRoundTrip:
         text = _compact(_document())
         assert len(encode_chain(text)) < len(text.encode("utf-8")) / 2
 
-    def test_the_dictionary_is_frozen(self) -> None:
-        """Documents written with format 0x01 must decode for their whole retention: a changed dictionary
-        needs a new format byte, not an edit of this one."""
+    def test_the_dictionaries_are_frozen(self) -> None:
+        """Documents written with format 0x01 or 0x02 must decode for their whole retention: a changed
+        dictionary needs a new format byte, not an edit of one."""
         digest = hashlib.sha256(DICTIONARY_V1).hexdigest()
         assert digest == "0eef77ebb039088a8f9c708229e27aa59c5888526207e9981775fe7d669378e5"
+        assert (
+            hashlib.sha256(DICTIONARY_V2).hexdigest()
+            == "9f32b6f81b5d520613caac574b0c22994b8e860f1aaa98d40a22b352c1f69d77"
+        )
 
 
 class TestOldDocuments:
+    def test_a_document_of_format_1_still_reads(self) -> None:
+        """A chain written with the first dictionary (format 0x01, before issue 29) decodes as it was."""
+        document = _document()
+        old = deflate_json(_compact(document), DICTIONARY_V1)
+        assert old[0] == DEFLATE_V1
+        assert decode_chain(old) == document
+        assert decode_chain(old) == decode_chain(encode_chain(_compact(document)))
+
     def test_a_plain_json_document_still_reads(self) -> None:
         """A document stored before the format byte (plain JSON) decodes, as bytes or as a decoded str."""
         document = _document()
@@ -129,7 +143,7 @@ def test_the_small_compressor_writes_about_what_the_default_one_wrote(
     text = _compact(document).encode("utf-8")
     stored, default = deflate_json(text, dictionary), _deflate_32k(text, dictionary)
     assert len(stored) <= len(default) * 1.05 + 1
-    assert inflate_json(stored, dictionary, "value") == text
+    assert inflate_json(stored, {DEFLATE_V1: dictionary}, "value") == text
 
 
 def test_a_value_larger_than_the_window_still_reads_back() -> None:
@@ -137,5 +151,5 @@ def test_a_value_larger_than_the_window_still_reads_back() -> None:
     document = _document()
     document["envelope"]["source"]["payload"]["message"] = "".join(f"word{i} " for i in range(4000))
     stored = encode_chain(_compact(document))
-    assert stored[0] == DEFLATE_V1
+    assert stored[0] == DEFLATE_V2
     assert decode_chain(stored) == document

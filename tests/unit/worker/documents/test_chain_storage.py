@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from worker.core.nodes import Action, ExecutorResult, Signal, Source
-from worker.documents.chain_storage import rebuilt_chain, stored_event_id, stored_inputs_json
+from worker.documents.chain_storage import inputs_json, rebuilt_chain, stored_event_id, stored_inputs_json
 from worker.documents.projection import project_chain
 
 T0 = 1_796_000_000_000
@@ -125,20 +125,38 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("follow_up", [False, True])
-def test_a_stored_chain_reads_back_as_it_was_projected(case: str, follow_up: bool) -> None:
+def chain_args(case: str, follow_up: bool) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The projection's arguments for one of :data:`CASES` (nodes built by hand, as a plugin may)."""
     payload, n, statuses, duration_ms, trace_id, extra = CASES[case]
     signals = [_signal(i) for i in range(max(n, 1))]
     actions = [_action(i) for i in range(n)]
     results = [_result(i, s) for i, s in enumerate(statuses)]
     metadata = {"eventId": "evt_0123456789abcdef01234567", "attempt": 2, **extra}
     args = (_source(payload, follow_up=follow_up), signals, actions, results)
-    kwargs: dict[str, Any] = {"duration_ms": duration_ms, "trace_id": trace_id, "metadata": metadata}
+    return args, {"duration_ms": duration_ms, "trace_id": trace_id, "metadata": metadata}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("follow_up", [False, True])
+def test_a_stored_chain_reads_back_as_it_was_projected(case: str, follow_up: bool) -> None:
+    """What a commit stores (the nodes form) reads back as the projection made when the chain ran."""
+    args, kwargs = chain_args(case, follow_up)
+    projection = project_chain(*args, **kwargs)
+    stored = json.loads(stored_inputs_json(*args, **kwargs))
+    assert "nodes" in stored and "inputs" not in stored
+    assert json.dumps(rebuilt_chain(stored)) == json.dumps(projection)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("follow_up", [False, True])
+def test_a_chain_stored_in_the_inputs_form_still_reads(case: str, follow_up: bool) -> None:
+    """The ``inputs`` form of before issue 29 (whole nodes): written as the projection defines it, read back
+    as projected."""
+    args, kwargs = chain_args(case, follow_up)
     projection = project_chain(*args, **kwargs)
     text = json.dumps(stored_chain(projection), separators=(",", ":"), ensure_ascii=False)
-    # What a commit stores is serialised from the nodes without projecting: the same text.
-    direct = stored_inputs_json(*args, **kwargs)
+    # What a commit stored is serialised from the nodes without projecting: the same text.
+    direct = inputs_json(*args, **kwargs)
     # Equal as text once parsed and printed the same way (pydantic-core spells 1.5e-07 as 1.5e-7): same keys,
     # same order, same values.
     assert json.dumps(json.loads(direct), separators=(",", ":"), ensure_ascii=False) == text

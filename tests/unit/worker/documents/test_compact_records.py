@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from worker.core.nodes import ChainRef, Source
+from worker.core.nodes import ChainRef, ExecutorResult, Source
 from worker.documents.chain_codec import DEFLATE_V1
 from worker.documents.event_body import body_of, full_body, stored_body
 from worker.documents.event_records import attempts_history
-from worker.documents.lane_codec import LANE_DICTIONARY_V1, decode_lane, encode_lane
+from worker.documents.lane_codec import LANE_DICTIONARY_V1, decode_lane, encode_lane, lane_json, lane_result
 
 EVENT_ID = "evt_0123456789abcdef01234567"
 
@@ -101,6 +101,25 @@ class TestLane:
         stored = encode_lane(self.RESULT)
         assert stored[0] == DEFLATE_V1 and len(stored) < len(self.RESULT.encode("utf-8")) / 2
         assert json.loads(decode_lane(stored)) == json.loads(self.RESULT)
+
+    def test_a_lane_keyed_by_its_action_id_stores_no_action_id_and_reads_it_back(self) -> None:
+        """The default key is the action's id: the stored JSON leaves it out (issue 29), the read puts it back."""
+        result = ExecutorResult.model_validate_json(self.RESULT)
+        stored = lane_json(result, result.action_id)
+        assert "actionId" not in json.loads(stored)
+        assert len(encode_lane(stored)) < len(encode_lane(self.RESULT)) - 20
+        assert lane_result(encode_lane(stored), result.action_id) == result
+
+    def test_a_lane_under_a_shared_key_keeps_its_writer_s_action_id(self) -> None:
+        """A planner's idempotencyKey may be shared: the result keeps the id of the action that wrote it, and a
+        lane written before (whole JSON, deflated or plain) reads as it was."""
+        result = ExecutorResult.model_validate_json(self.RESULT)
+        stored = lane_json(result, "root:memory:msg-1")
+        assert json.loads(stored)["actionId"] == result.action_id
+        assert lane_result(encode_lane(stored), "root:memory:msg-1") == result
+        for old in (encode_lane(self.RESULT), self.RESULT.encode("utf-8")):
+            assert lane_result(old, "root:memory:msg-1") == result
+        assert lane_result(None, "k") is None
 
     def test_a_plain_json_lane_written_before_still_reads(self) -> None:
         assert decode_lane(self.RESULT.encode("utf-8")) == self.RESULT.encode("utf-8")

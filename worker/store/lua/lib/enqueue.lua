@@ -69,9 +69,8 @@ local function enqueue(h, k0, a0)
       end
     end
   end
-  local at = {scopes = h.scopes, stats = h.stats, paused = h.paused, runs_all = h.runs_all,
-    runs_active = h.runs_active, now = h.now_ms, window = h.window_s, sched_ttl = h.sched_ttl_ms,
-    max = tonumber(h.run_index_max)}
+  local at = {scopes = h.scopes, stats = h.stats, paused = h.paused, runs_active = h.runs_active, now = h.now_ms,
+    window = h.window_s, sched_ttl = h.sched_ttl_ms, max = tonumber(h.run_index_max)}
   local out = {}
   local accepted = 0
   for i, e in ipairs(events) do

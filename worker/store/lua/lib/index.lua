@@ -1,6 +1,6 @@
--- The runs explorer's indexes (Keys.runs): zsets of event ids scored by enqueue time, one for all events, one
--- per status (active = queued or processing, done, dead, cancelled, discarded), one per source type and one per
--- scope, plus the user index events-of:user:U (active is not trimmed by count: the tenant's queue limit bounds
+-- The runs explorer's indexes (Keys.runs): zsets of event ids scored by enqueue time, one per status (active =
+-- queued or processing, done, dead, cancelled, discarded: each event is in exactly one; an index of all events
+-- would repeat their union, issue 29), one per source type and one per scope, plus the user index events-of:user:U (active is not trimmed by count: the tenant's queue limit bounds
 -- it, so a backlog is listed whole). Adds and removes are gathered per index and written when the script ends
 -- (index_flush: one ZREM and one ZADD with many members per index and script, not one per event; a member's
 -- last change wins). A script that added to indexes trims each of them once before it returns (index_trim, which

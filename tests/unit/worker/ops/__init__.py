@@ -1,0 +1,1 @@
+"""Unit tests of the operator views (worker/ops/): the runs explorer's merge of index pages."""
