@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from worker.core.nodes import Action, ExecutorResult, Signal, Source, result_signal
+from worker.core.nodes import Action, ExecutorResult, Signal, Source, attempt_json, result_signal
 
 __all__ = ["NodeArgs", "nodes_json", "nodes_of"]
 
@@ -84,7 +84,7 @@ def _is_built_in(s: Signal, a: Action, r: ExecutorResult) -> bool:
         and p.get("actionId") == a.action_id
         and p.get("actionType") == a.action_type
         and p.get("detail") == r.detail
-        and p.get("attempt") == r.attempt.to_json_dict()
+        and p.get("attempt") == attempt_json(r.attempt)
         and (r.error is None or p.get("error") == r.error.to_json_dict())
     )
 
