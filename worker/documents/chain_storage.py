@@ -9,7 +9,7 @@ operation id or that trace id); a read projects them again with the same functio
 so what is read is what was projected when the chain ran (a unit test checks that on chains of every
 outcome). A chain keeps 330 of its 490 compressed bytes. Since issue 29 the inputs are stored under ``nodes``
 without what equals its default (:mod:`worker.documents.chain_nodes`): 240 bytes; the ``inputs`` form of before
-(the nodes whole, the envelope's metadata) still reads.
+(the nodes whole, the envelope's metadata) still reads (tests write it with tests/support/chain_forms.py).
 
 A document written before (it has a ``record``) reads as it is. The stored inputs are the node models' JSON
 (worker/core/nodes.py), so those models must keep reading what they wrote for as long as chains are retained, as
@@ -22,62 +22,17 @@ of worker/documents/event_body.py and worker/documents/lane_codec.py), so a depl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
-
-from pydantic_core import to_json
 
 from worker.core.nodes import Action, ExecutorResult, Signal, Source
 from worker.documents.chain_nodes import NodeArgs, nodes_json, nodes_of
-from worker.documents.projection import envelope_metadata, payload_ids, project_chain
+from worker.documents.projection import project_chain
 
-__all__ = ["inputs_json", "rebuilt_chain", "stored_event_id", "stored_inputs_json"]
-
-
-def stored_inputs_json(
-    source: Source,
-    signals: Sequence[Signal],
-    actions: Sequence[Action],
-    results: Sequence[ExecutorResult],
-    *,
-    duration_ms: float | None,
-    trace_id: str | None,
-    metadata: dict[str, Any] | None,
-) -> bytes:
-    """The compact JSON of what a commit stores: the ``nodes`` form (:func:`worker.documents.chain_nodes.nodes_json`)."""
-    return nodes_json(
-        source, signals, actions, results, duration_ms=duration_ms, trace_id=trace_id, metadata=metadata
-    )
+__all__ = ["rebuilt_chain", "stored_event_id", "stored_inputs_json"]
 
 
-def inputs_json(
-    source: Source,
-    signals: Sequence[Signal],
-    actions: Sequence[Action],
-    results: Sequence[ExecutorResult],
-    *,
-    duration_ms: float | None,
-    trace_id: str | None,
-    metadata: dict[str, Any] | None,
-) -> bytes:
-    """The compact JSON of the ``inputs`` form (the module docstring) of the chain ``project_chain`` would
-    project from the same arguments, without projecting: what a commit stored before issue 29 (still read). The nodes are serialised by pydantic-core in one pass (their ``to_json_dict`` form: camelCase,
-    no None fields; plain dicts inside kept whole), keys in the envelope's order: a unit test compares the text
-    with the projection's for chains of every outcome."""
-    stored: dict[str, Any] = {
-        "inputs": {
-            "actions": actions,
-            "metadata": envelope_metadata(source, payload_ids(source), metadata),
-            "results": results,
-            "signals": signals,
-            "source": source,
-        }
-    }
-    if duration_ms is not None:
-        stored["durationMs"] = round(duration_ms, 3)
-    if trace_id is not None:
-        stored["traceId"] = trace_id
-    return to_json(stored, by_alias=True, exclude_none=True)
+# What a commit stores: the ``nodes`` form (:mod:`worker.documents.chain_nodes`).
+stored_inputs_json = nodes_json
 
 
 def stored_event_id(stored: dict[str, Any]) -> str | None:

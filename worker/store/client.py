@@ -30,6 +30,16 @@ class PoolExhausted(RedisConnectionError):
     the same full pool and the door can say the store is busy rather than unreachable."""
 
 
+def _exhausted(
+    exc: RedisConnectionError, max_connections: int, timeout: float | None
+) -> PoolExhausted | None:
+    """:class:`PoolExhausted` when ``exc`` is redis-py's own words for an empty queue after the pool's timeout
+    (tests pin them); None for any other connection error (re-raised as it is)."""
+    if type(exc) is RedisConnectionError and str(exc) == "No connection available.":
+        return PoolExhausted(f"all {max_connections} connections of the pool stayed busy for {timeout} s")
+    return None
+
+
 class _BoundedPool(BlockingConnectionPool):
     """redis-py's BlockingConnectionPool, raising :class:`PoolExhausted` when its wait for a connection ends."""
 
@@ -37,12 +47,10 @@ class _BoundedPool(BlockingConnectionPool):
         try:
             return cast(Connection, super().get_connection(*args, **kwargs))  # type: ignore[no-untyped-call]
         except RedisConnectionError as exc:
-            # redis-py's own words for an empty queue after the timeout (tests pin them)
-            if type(exc) is RedisConnectionError and str(exc) == "No connection available.":
-                raise PoolExhausted(
-                    f"all {self.max_connections} connections of the pool stayed busy for {self.timeout} s"
-                ) from None
-            raise
+            exhausted = _exhausted(exc, self.max_connections, self.timeout)
+            if exhausted is None:
+                raise
+            raise exhausted from None
 
 
 class _AsyncBoundedPool(AsyncBlockingConnectionPool):
@@ -52,11 +60,10 @@ class _AsyncBoundedPool(AsyncBlockingConnectionPool):
         try:
             return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
         except RedisConnectionError as exc:
-            if type(exc) is RedisConnectionError and str(exc) == "No connection available.":
-                raise PoolExhausted(
-                    f"all {self.max_connections} connections of the pool stayed busy for {self.timeout} s"
-                ) from None
-            raise
+            exhausted = _exhausted(exc, self.max_connections, self.timeout)
+            if exhausted is None:
+                raise
+            raise exhausted from None
 
 
 def is_cluster(client: object) -> bool:

@@ -15,9 +15,10 @@ from redis import Redis
 
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
+from tests.support.chain_forms import inputs_json
 from worker.documents.chain_codec import DEFLATE_V1, DEFLATE_V2, DICTIONARY_V1, decode_chain, deflate_json
 from worker.documents.chain_nodes import nodes_of
-from worker.documents.chain_storage import inputs_json, rebuilt_chain
+from worker.documents.chain_storage import rebuilt_chain
 from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tests.support.chain_forms import inputs_json
 from worker.core.nodes import (
     Action,
     Attempt,
@@ -20,7 +21,7 @@ from worker.core.nodes import (
 )
 from worker.documents.chain_codec import encode_chain
 from worker.documents.chain_nodes import nodes_json
-from worker.documents.chain_storage import inputs_json, rebuilt_chain
+from worker.documents.chain_storage import rebuilt_chain
 from worker.documents.projection import project_chain
 
 T0 = 1_796_000_000_000

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.chain_forms import inputs_json
 from worker.core.nodes import Action, ExecutorResult, Signal, Source
-from worker.documents.chain_storage import inputs_json, rebuilt_chain, stored_event_id, stored_inputs_json
+from worker.documents.chain_storage import rebuilt_chain, stored_event_id, stored_inputs_json
 from worker.documents.projection import project_chain
 
 T0 = 1_796_000_000_000
