@@ -2,7 +2,7 @@
 (valid under the declared schema, then invalid) and checks each answer: never a server error, a declared
 status code and content type, and a body that conforms to the schema declared for that status.
 
-Two runs on a real Redis (the test's own key prefix): the app with no credential configured (every caller is
+Two runs on a real Redis (each cut in ``SHARDS`` tests of its own key prefix): the app with no credential configured (every caller is
 the local admin), and the app with a bootstrap key, called with an ``operate`` API key (so the admin-only
 routes answer their declared 403). Examples are bounded (``MAX_EXAMPLES`` per operation and mode; invalid
 input only where there is a body or a query to break) and derandomized: the same inputs on every run. Random
@@ -44,6 +44,9 @@ pytestmark = pytest.mark.integration
 
 BOOT = "bootstrap-key-for-the-schema-test-0123456789"
 MAX_EXAMPLES = 25  # per operation and generation mode
+# Each run is cut in SHARDS tests of every SHARDS-th operation, each on its own app and key prefix: xdist spreads
+# them, and none comes near the 120 s timeout on a busy machine (one whole run took 63 s alone, 120+ under load).
+SHARDS = 3
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 SKIPPED = {"GET /v1/receipts/stream": "a stream that stays open (covered by test_http_stream, test_streams)"}
 LAST = ("POST /v1/keys",)  # the first key created ends the no-credential mode
@@ -85,14 +88,15 @@ def _run_operation(operation: Any, mode: GenerationMode, headers: dict[str, str]
     return None
 
 
-def _run_schema(app: Any, headers: dict[str, str]) -> tuple[list[str], int]:
-    """Every operation, valid input then invalid: (findings, operations run)."""
+def _run_schema(app: Any, headers: dict[str, str], shard: int) -> tuple[list[str], int, int]:
+    """Every ``SHARDS``-th operation from ``shard`` on, valid input then invalid: (findings, operations run,
+    operations in the whole document). ``LAST`` stays last in its shard."""
     schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=headers)
     operations = sorted((r.ok() for r in schema.get_all_operations()), key=lambda op: _order(op.label))
     findings: list[str] = []
     ran = 0
     try:
-        for operation in operations:
+        for operation in operations[shard::SHARDS]:
             if operation.label in SKIPPED:
                 continue
             ran += 1
@@ -103,22 +107,25 @@ def _run_schema(app: Any, headers: dict[str, str]) -> tuple[list[str], int]:
                     findings.append(finding)
     finally:
         asgi.shutdown_lifespans()  # the app's shutdown: producer, feed and telemetry closed
-    return findings, ran
+    return findings, ran, len(operations)
 
 
 def _report(findings: list[str]) -> str:
     return f"{len(findings)} finding(s):\n\n" + "\n\n".join(f[:4000] for f in findings)
 
 
-def test_no_credential_configured(make_settings: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_no_credential_configured(make_settings: Any, tmp_path: Path, shard: int) -> None:
     """As the local admin (no credential configured), every operation answers what it declares."""
     app = create_web_app(make_settings(**_settings_kwargs(tmp_path)))
-    findings, ran = _run_schema(app, {})
-    assert ran >= 40, f"only {ran} operations in /openapi.json"
+    findings, ran, total = _run_schema(app, {}, shard)
+    assert total >= 40, f"only {total} operations in /openapi.json"
+    assert ran >= total // SHARDS - len(SKIPPED), f"shard {shard} ran {ran} of {total} operations"
     assert not findings, _report(findings)
 
 
-def test_with_an_api_key(make_settings: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_with_an_api_key(make_settings: Any, tmp_path: Path, shard: int) -> None:
     """With credentials configured and an operate key, every operation answers what it declares."""
     settings_ = make_settings(bootstrap_key=BOOT, rate_limit_per_s=0, **_settings_kwargs(tmp_path))
     with TestClient(create_web_app(settings_)) as client:
@@ -126,7 +133,9 @@ def test_with_an_api_key(make_settings: Any, tmp_path: Path) -> None:
             "/v1/keys", json={"role": "operate"}, headers={"Authorization": f"Bearer {BOOT}"}
         )
         assert created.status_code == 201, created.text
-    findings, _ = _run_schema(create_web_app(settings_), {"Authorization": f"Bearer {created.json()['key']}"})
+    headers = {"Authorization": f"Bearer {created.json()['key']}"}
+    findings, ran, total = _run_schema(create_web_app(settings_), headers, shard)
+    assert ran >= total // SHARDS - len(SKIPPED), f"shard {shard} ran {ran} of {total} operations"
     assert not findings, _report(findings)
 
 
