@@ -7,6 +7,7 @@ broker, a real worker process: fill it while 60 events are in flight, free it, a
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -68,19 +69,23 @@ def test_a_full_store_pauses_work_and_kills_no_worker_and_no_event(
             ready = web.get("/readyz").json()
         time.sleep(FULL_FOR_S)  # the fault's length: the store stays full while the worker runs
         client.delete("fill:pad")
-        states = wait_for(
-            lambda: (
-                _final([client.hget(keys.event(i), "state") for i in ids]) or worker.popen.poll() is not None
-            ),
-            timeout_s=120,
-            what="every event final (or the worker gone)",
-        )
-        log = worker.log()
-        assert worker.popen.poll() is None, f"the worker exited:\n{log[-3000:]}"
-        assert states.count("dead") == 0, log[-3000:]
-        assert states == ["done"] * EVENTS
-        assert [client.get(f"{keys.home_prefix}test:full:{i}") for i in range(EVENTS)] == ["1"] * EVENTS
-        assert "backs off until there is room" in log  # it met the full store, and waited
-        assert ready["ready"] is True and ready["checks"]["memory"].startswith("full: ")
+        try:
+            states = wait_for(
+                lambda: (
+                    _final([client.hget(keys.event(i), "state") for i in ids])
+                    or worker.popen.poll() is not None
+                ),
+                timeout_s=120,
+                what="every event final (or the worker gone)",
+            )
+            log = worker.log()
+            assert worker.popen.poll() is None, f"the worker exited:\n{log[-3000:]}"
+            assert states.count("dead") == 0, log[-3000:]
+            assert states == ["done"] * EVENTS
+            assert [client.get(f"{keys.home_prefix}test:full:{i}") for i in range(EVENTS)] == ["1"] * EVENTS
+            assert "backs off until there is room" in log  # it met the full store, and waited
+            assert ready["ready"] is True and ready["checks"]["memory"].startswith("full: ")
+        finally:  # the worker stops while its Redis still answers (else its shutdown waits 20 s on a dead one)
+            worker.stop(signal.SIGQUIT)
         producer.close()
         client.close()
