@@ -136,7 +136,7 @@ def nodes_json(
         }
     }
     if duration_ms is not None:
-        stored["durationMs"] = round(duration_ms, 3)
+        stored["durationMs"] = duration_ms  # rounded where it was measured (a read's projection rounds too)
     if trace_id is not None:
         stored["traceId"] = trace_id
     exclude: Any = {  # pydantic-core's nested include/exclude form

@@ -74,7 +74,8 @@ class MeasurementBuffer:
                 self._plan_values[plan] = [values]
             else:
                 rows.append(values)
-        self._ensure_flusher()
+        if self._flusher is None:  # _ensure_flusher's test, without its call (twice per committed event)
+            self._ensure_flusher()
 
     def _ensure_flusher(self) -> None:
         """A daemon thread that hands the buffer over every ``flush_every_s``, started on first use (after

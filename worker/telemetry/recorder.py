@@ -206,7 +206,7 @@ class Telemetry(MeasurementBuffer):
             done_at = result.attempt.completed_at
             values.append(None if done_at is None else done_at - result.attempt.started_at)
         if chain is not None:
-            values.append(round(chain.duration_ms, 3))
+            values.append(chain.duration_ms)  # rounded to the record's 3 decimals by the scheduler
         values.append(duration_ms)
         if latency_ms is not None:
             values.append(latency_ms)
