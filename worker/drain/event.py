@@ -40,6 +40,7 @@ from worker.store.full import StoreFullAgain, is_store_full
 from worker.store.records import Begun, CommitReply
 from worker.store.replies import CommitCode
 from worker.telemetry.logs import end_event, event_ids, start_event
+from worker.telemetry.plan import HandlerRuns
 
 __all__ = [
     "AFTER_COMMIT",
@@ -48,6 +49,7 @@ __all__ = [
     "Outcome",
     "Step",
     "after_commit",
+    "count_runs",
     "record",
     "run_event",
 ]
@@ -80,6 +82,8 @@ class EventWork:
     store_full: bool = False  # its chain met a full store: nothing was decided (run again after a pause)
     reply: CommitReply | None = None
     source_type: str = "unknown"
+    # its walk's handler runs, not counted yet: with its commit's metrics (record), else by count_runs
+    runs: HandlerRuns | None = None
     started_s: float = field(default_factory=time.perf_counter)  # the workflow-run duration's start
 
     def decide(self, outcome: Outcome, error: str = "") -> None:
@@ -211,6 +215,7 @@ def run_event(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool
     def walk() -> EventWork:
         work = _walk(ctx, grant, begun, batch=batch)
         if work.store_full:
+            count_runs(ctx, work)  # this walk decided nothing: the next one counts its own runs
             raise StoreFullAgain(work)
         return work
 
@@ -257,10 +262,22 @@ def _walk(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool) ->
         else:  # no span: not even an empty context manager per event
             for step in EVENT_STEPS:
                 step(work, ctx)
-    finally:  # every handler run is counted, committed or not (a lost lease, a store error, a re-run)
+    except BaseException:  # a walk that raised: nothing commits it, its handler runs are counted now
         telemetry.handler_runs(scope.runs)
+        raise
+    finally:
         end_event()
+    if telemetry.enabled:  # counted with its commit's metrics in one plan (record), or by count_runs
+        work.runs = scope.runs
     return work
+
+
+def count_runs(ctx: DrainContext, work: EventWork) -> None:
+    """Count the handler runs of a walk that no commit counted (a lost lease, a store error, a refused fence,
+    a speculation run again alone, a full store): every walk's runs are counted once, committed or not."""
+    runs, work.runs = work.runs, None
+    if runs is not None:
+        ctx.telemetry.handler_runs(runs)
 
 
 def after_commit(ctx: DrainContext, work: EventWork) -> None:
@@ -272,13 +289,14 @@ def after_commit(ctx: DrainContext, work: EventWork) -> None:
 
 def record(ctx: DrainContext, work: EventWork) -> None:
     """The event's metrics in one call, once it committed (or was refused by the fence): its chain's series when
-    done, its workflow run, its count and latency (its handler runs were counted when its steps ended)."""
+    done, its workflow run, its count and latency, and its walk's handler runs (one plan for all of them)."""
     reply, tenant = work.reply, work.grant.keys.tenant
     if reply is not None and reply.code is CommitCode.COMMITTED:
         # its follow-ups the commit admitted: events the service enqueued itself (origin follow_up)
         admitted = ["accepted"] * reply.followups_accepted + ["duplicate"] * reply.followups_duplicate
         if admitted:
             ctx.telemetry.follow_ups(admitted, tenant)
+        runs, work.runs = work.runs, None
         ctx.telemetry.event_committed(
             tenant=tenant,
             source_type=work.source_type,
@@ -287,6 +305,8 @@ def record(ctx: DrainContext, work: EventWork) -> None:
             duration_ms=(time.perf_counter() - work.started_s) * 1000,
             latency_ms=reply.latency_ms,
             chain=work.chain if work.outcome == "done" else None,
+            runs=runs,
         )
     elif reply is not None and reply.code is CommitCode.STALE_FENCE:
         ctx.telemetry.fence_rejected(tenant=tenant)
+    count_runs(ctx, work)

@@ -45,7 +45,7 @@ from worker.core.clock import now_ms
 from worker.core.tenancy import DEFAULT_TENANT, scope_ref, split_scope_ref
 from worker.drain.commit import commit_run
 from worker.drain.context import DrainContext
-from worker.drain.event import EventWork, run_event
+from worker.drain.event import EventWork, count_runs, run_event
 from worker.drain.lease import Acquired, LeaseGrant, ScopeLease
 from worker.intake.emitter import Emitter
 from worker.keys.layout import EngineKeys
@@ -178,9 +178,14 @@ class Pipeline:
             if not works:  # the head runs alone
                 work = run_event(self.ctx, grant, head.begun, batch=False)
                 if work.lost or work.outcome is None:
+                    count_runs(self.ctx, work)
                     return DrainOutcome(processed, "lost")
                 works = [work]
-            done = commit_run(self.ctx, works, go_on=processed + len(works) < limit, peek=peek)
+            try:
+                done = commit_run(self.ctx, works, go_on=processed + len(works) < limit, peek=peek)
+            finally:  # the runs of every walk no commit counted (lost, refused, run again alone)
+                for work in works:
+                    count_runs(self.ctx, work)
             processed += done.committed
             if done.lost:
                 return DrainOutcome(processed, "lost")
@@ -226,8 +231,11 @@ class Pipeline:
                 break
             work = run_event(self.ctx, grant, begun, batch=True)
             if work.lost:
+                for dropped in (*works, work):  # nothing of this speculation is committed
+                    count_runs(self.ctx, dropped)
                 return None
             if work.unbatchable:
+                count_runs(self.ctx, work)  # decided nothing: it runs again alone
                 self.ctx.unbatchable.add(work.source_type)
                 log.info(
                     "source type %s is not batched here: its chain met a handler that is not batch-safe",

@@ -1,8 +1,9 @@
 """One event's measurements as one plan: every series an event of one shape counts and observes, built once.
 
-A worker records a committed event's metrics in one call (``Telemetry.event_committed``): its chain's series
-(worker/telemetry/chain_metrics.py), its workflow run, the engine's count and the latency; and the handler runs of each
-walk of its steps in another (``Telemetry.handler_runs``), when the walk ends, committed or not. They depend on a
+A worker records a committed event's metrics in one call (``Telemetry.event_committed``): its walk's handler
+runs, its chain's series (worker/telemetry/chain_metrics.py), its workflow run, the engine's count and the
+latency; the handler runs of a walk that nothing commits (a lost lease, a store error, a re-run) in another
+(``Telemetry.handler_runs``). They depend on a
 handful of strings only (an :data:`EventKey`: tenant, source type, statuses, the chain's shape; or the walk's
 :data:`RunIds`), so the recorder looks up the :class:`EventPlan` for that key and buffers the plan with the
 values (durations, in the plan's order); the buffer expands plans into series when it flushes, a second's
@@ -24,8 +25,9 @@ __all__ = ["EventKey", "EventPlan", "HandlerRuns", "RunIds", "SeriesId", "event_
 # (handler id, handler kind, node type, handler status) of one handler run
 RunId = tuple[str, str, str, str]
 RunIds = tuple[RunId, ...]  # one walk's handler runs, in order: the key of its plan
-# (tenant, source type, workflow status, engine status, has latency, chain shape or None)
-EventKey = tuple[str, str, str, str, bool, ChainShape | None]
+# (tenant, source type, workflow status, engine status, has latency, chain shape or None, its walk's handler
+# runs: () when they were counted on their own)
+EventKey = tuple[str, str, str, str, bool, ChainShape | None, RunIds]
 
 
 @dataclass(slots=True)
@@ -72,10 +74,14 @@ def runs_plan(runs: RunIds) -> EventPlan:
 
 
 def event_plan(key: EventKey) -> EventPlan:
-    """The plan of committed events with ``key``."""
-    tenant, source_type, workflow_status, status, has_latency, shape = key
+    """The plan of committed events with ``key``: their handler runs first, then what the event counts."""
+    tenant, source_type, workflow_status, status, has_latency, shape, runs = key
     counted: list[SeriesId] = []
     observed: list[SeriesId] = []
+    if runs:
+        walk = runs_plan(runs)
+        counted += walk.counted
+        observed += walk.observed
     if shape is not None:
         chain_counted, result_keys, chain_key = chain_series(shape)
         counted += chain_counted

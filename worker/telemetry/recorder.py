@@ -187,11 +187,12 @@ class Telemetry(MeasurementBuffer):
         duration_ms: float,
         latency_ms: float | None,
         chain: FinishedChain | None = None,
+        runs: HandlerRuns | None = None,
     ) -> None:
-        """Everything an event this worker committed counts, in one call: its chain's series when it is done
-        (LobeHub's persistAgentSignalObservability metrics), its workflow run, the engine's count (``retry``
-        is counted as ``retried``) and, when done, its enqueue-to-done latency. One plan per shape of event
-        (worker/telemetry/plan.py); the values follow the plan's ``observed`` order."""
+        """Everything an event this worker committed counts, in one call: its walk's handler ``runs``, its
+        chain's series when it is done (LobeHub's persistAgentSignalObservability metrics), its workflow run, the
+        engine's count (``retry`` is counted as ``retried``) and, when done, its enqueue-to-done latency. One
+        plan per shape of event (worker/telemetry/plan.py); the values follow the plan's ``observed`` order."""
         if not self.enabled:
             return
         status = "retried" if outcome == "retry" else outcome
@@ -199,9 +200,12 @@ class Telemetry(MeasurementBuffer):
         results: list[ExecutorResult] = []
         if chain is not None:
             shape, results = chain_shape(chain)
-        key = (tenant, source_type, workflow_status, status, latency_ms is not None, shape)
-        plan = self._plans.get(key) or _keep(self._plans, key, event_plan(key))
+        run_ids: RunIds = ()
         values: PlanValues = []
+        if runs is not None and runs.ids:
+            run_ids, values = tuple(runs.ids), list(runs.ms)
+        key = (tenant, source_type, workflow_status, status, latency_ms is not None, shape, run_ids)
+        plan = self._plans.get(key) or _keep(self._plans, key, event_plan(key))
         for result in results:
             done_at = result.attempt.completed_at
             values.append(None if done_at is None else done_at - result.attempt.started_at)
@@ -213,8 +217,9 @@ class Telemetry(MeasurementBuffer):
         self._add_plan(plan, values)
 
     def handler_runs(self, runs: HandlerRuns) -> None:
-        """The handler runs of one walk of an event's steps, counted when it ends whatever ended it: a
-        commit, a lost lease, a store error, a batch's speculation that is run again alone."""
+        """The handler runs of one walk of an event's steps that no commit counted (a lost lease, a store
+        error, a refused fence, a batch's speculation that is run again alone): a committed walk's runs are
+        counted with its event (:meth:`event_committed`)."""
         if not self.enabled or not runs.ids:
             return
         key = tuple(runs.ids)

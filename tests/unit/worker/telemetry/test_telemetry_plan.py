@@ -31,8 +31,7 @@ def _runs(*statuses: str) -> HandlerRuns:
 
 
 def _commit(telemetry: Telemetry, chain: ChainRun | None, runs: HandlerRuns, **overrides: Any) -> None:
-    """One walk's handler runs, then its commit (as worker.drain.event.run_event and record do)."""
-    telemetry.handler_runs(runs)
+    """One walk's commit with its handler runs (as worker.drain.event.record does)."""
     values: dict[str, Any] = {
         "tenant": "a",
         "source_type": "agent.user.message",
@@ -41,6 +40,7 @@ def _commit(telemetry: Telemetry, chain: ChainRun | None, runs: HandlerRuns, **o
         "duration_ms": 10.0,
         "latency_ms": 4.0,
         "chain": chain,
+        "runs": runs,
         **overrides,
     }
     telemetry.event_committed(**values)
@@ -59,7 +59,8 @@ def test_events_of_one_shape_share_a_plan_and_every_event_is_counted() -> None:
     for _ in range(2):
         _commit(telemetry, unfinished, _runs("ok", "error"), latency_ms=None, duration_ms=20.0)
     _commit(telemetry, None, _runs("error"), outcome="retry", workflow_status="error", latency_ms=None)
-    assert (len(telemetry._plans), len(telemetry._run_plans)) == (3, 3)  # event plans, handler-run plans
+    # one plan per shape of event, its handler runs in it: none of handler runs alone
+    assert (len(telemetry._plans), len(telemetry._run_plans)) == (3, 0)
     samples = _scrape(telemetry, metrics)
     assert total(samples, "agent_signal_chains_total") == 7
     assert total(samples, "agent_signal_workflow_runs_total") == 8
@@ -106,4 +107,4 @@ def test_a_forked_child_starts_with_an_empty_buffer() -> None:
     os.close(write)
     os.waitpid(pid, 0)
     assert os.read(read, 16) == b"0"
-    assert len(telemetry._plan_values) == 2  # the parent keeps its handler-run and event plans
+    assert len(telemetry._plan_values) == 1  # the parent keeps its event's plan (its handler runs in it)
