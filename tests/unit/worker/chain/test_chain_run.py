@@ -17,6 +17,7 @@ from worker.chain.scheduler import ChainTrace
 from worker.core.nodes import ExecutorResult
 from worker.documents.projection import project_chain
 from worker.settings import Settings
+from worker.telemetry.chain_metrics import chain_shape, general_shape
 from worker.telemetry.recorder import Telemetry, configure_telemetry
 
 
@@ -52,6 +53,7 @@ SHAPES: dict[str, tuple[int, list[ExecutorResult]]] = {
     "last action without a result": (3, [_result(0, "applied"), _result(1, "failed")]),
     "a result of an unknown action": (2, [_result(0, "skipped"), _orphan(7), _result(1, "applied")]),
     "a result that never completed": (2, [_result(0, "applied"), _unfinished(_result(1, "failed"))]),
+    "one action, a result of another": (1, [_orphan(7)]),
     "two results of the last action": (
         2,
         [_result(0, "applied"), _result(1, "failed"), _result(1, "applied")],
@@ -70,6 +72,13 @@ def _chain(case: str) -> ChainRun:
         duration_ms=round(duration_ms or 0.0, 3),  # as the scheduler measures it: the record's precision
     )
     return ChainRun(trace, trace.source, attempt=1)
+
+
+@pytest.mark.parametrize("case", sorted(SHAPES))
+def test_the_one_action_shape_is_the_general_one(case: str) -> None:
+    """chain_shape's plain path for one action and its result gives what the general one does."""
+    chain = _chain(case)
+    assert chain_shape(chain) == general_shape(chain)
 
 
 def _telemetry(reader: InMemoryMetricReader, monkeypatch: pytest.MonkeyPatch) -> Telemetry:
