@@ -67,9 +67,8 @@ class ChainTrace:
     results: list[ExecutorResult] = field(default_factory=list)
     terminal: Wait | Schedule | Conclude | None = None
     started_at_ms: int = 0
-    duration_ms: float = (
-        0.0  # at the record's precision (3 decimals): the metrics and the stored form use it as is
-    )
+    # at the record's precision (3 decimals): the metrics and the stored form use it as it is
+    duration_ms: float = 0.0
 
     @property
     def status(self) -> str:
@@ -231,7 +230,7 @@ def _traced(
     except BaseException:
         status = "error"
         raise
-    finally:  # counted with the event (Telemetry.handler_runs), from the chain's scope
+    finally:  # counted from the chain's scope with the event's commit (worker/drain/event.py), or alone
         runs.add((handler.id, kind, node_type, status), (perf_counter() - started) * 1000)
 
 
