@@ -296,7 +296,6 @@ def record(ctx: DrainContext, work: EventWork) -> None:
         admitted = ["accepted"] * reply.followups_accepted + ["duplicate"] * reply.followups_duplicate
         if admitted:
             ctx.telemetry.follow_ups(admitted, tenant)
-        runs, work.runs = work.runs, None
         ctx.telemetry.event_committed(
             tenant=tenant,
             source_type=work.source_type,
@@ -305,8 +304,9 @@ def record(ctx: DrainContext, work: EventWork) -> None:
             duration_ms=(time.perf_counter() - work.started_s) * 1000,
             latency_ms=reply.latency_ms,
             chain=work.chain if work.outcome == "done" else None,
-            runs=runs,
+            runs=work.runs,
         )
+        work.runs = None  # counted (if the call raised, the drain's count_runs counts them)
     elif reply is not None and reply.code is CommitCode.STALE_FENCE:
         ctx.telemetry.fence_rejected(tenant=tenant)
     count_runs(ctx, work)

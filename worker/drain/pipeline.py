@@ -226,23 +226,28 @@ class Pipeline:
         """Run the chains of ``events`` for a run, in order, until one is not batchable or not done; [] when the
         head itself cannot go in a run; None when the lease was lost meanwhile (nothing is committed then)."""
         works: list[EventWork] = []
-        for begun in events:
-            if not self._batchable(begun):
-                break
-            work = run_event(self.ctx, grant, begun, batch=True)
-            if work.lost:
-                for dropped in (*works, work):  # nothing of this speculation is committed
-                    count_runs(self.ctx, dropped)
-                return None
-            if work.unbatchable:
-                count_runs(self.ctx, work)  # decided nothing: it runs again alone
-                self.ctx.unbatchable.add(work.source_type)
-                log.info(
-                    "source type %s is not batched here: its chain met a handler that is not batch-safe",
-                    work.source_type,
-                )
-                break
-            works.append(work)
-            if work.outcome != "done":
-                break
+        try:
+            for begun in events:
+                if not self._batchable(begun):
+                    break
+                work = run_event(self.ctx, grant, begun, batch=True)
+                if work.lost:
+                    for dropped in (*works, work):  # nothing of this speculation is committed
+                        count_runs(self.ctx, dropped)
+                    return None
+                if work.unbatchable:
+                    count_runs(self.ctx, work)  # decided nothing: it runs again alone
+                    self.ctx.unbatchable.add(work.source_type)
+                    log.info(
+                        "source type %s is not batched here: its chain met a handler that is not batch-safe",
+                        work.source_type,
+                    )
+                    break
+                works.append(work)
+                if work.outcome != "done":
+                    break
+        except BaseException:  # a walk raised: the ones before it are not committed either
+            for dropped in works:
+                count_runs(self.ctx, dropped)
+            raise
         return works

@@ -54,4 +54,6 @@ def test_a_walks_runs_are_counted_once_whatever_ends_it(reply: CommitReply | Non
     assert total(samples, "agent_signal_handler_duration_ms_sum") == 2.0 + 3.0
     committed = reply is not None and reply.code is CommitCode.COMMITTED
     assert total(samples, "agent_signal_chains_total") == (1 if committed else 0)
+    # a committed walk's runs are in its event's plan; the others' in a plan of their own
+    assert len(telemetry._run_plans) == (0 if committed else 1)
     assert work.runs is None
