@@ -67,7 +67,8 @@ def instructions(events: int, scopes: int, *, telemetry: bool, url: str) -> int:
             "1" if telemetry else "0",
         ]
         # One hash seed: with a random one, str hashes (dict and set layouts, the collector's timing) move the
-        # count by up to ±5 k per event between runs of one tree; with a fixed one, by ±0.5 k.
+        # count by up to ±5 k per event between runs of one tree; with a fixed one, by under 0.5 k on a quiet
+        # machine and ~2 k on a busy one (wall-clock work: lease renewal under valgrind's slowdown).
         env = {"PYTHONHASHSEED": "0", **os.environ, "REDIS_URL": url, "PYTHONPATH": str(ROOT)}
         subprocess.run(argv, check=True, env=env, capture_output=True)
         found = TOTALS.search(out.read_bytes())
