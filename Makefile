@@ -13,7 +13,7 @@ TEST_WORKERS ?= 4
 help:
 	@echo "make run        start Redis (embedded if REDIS_URL unset), a worker and the web app; replay examples"
 	@echo "make test       create .venv, install, lint, type-check and run the whole suite; prints how long it took"
-	@echo "make test-buckets  the tests marked buckets again, with 4 scope buckets per tenant (part of make test)"
+	@echo "make test-buckets  only the tests marked buckets, with 4 scope buckets per tenant (make test runs them too)"
 	@echo "make bench      benchmarks, as ratios against baselines measured in the same run"
 	@echo "make check      ruff + mypy --strict + import-linter contracts only"
 	@echo "make chaos      the fault battery (minutes): 9 scenarios on private Redis servers, a history table"
@@ -46,19 +46,20 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { echo "installing chromium with apt"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# The whole suite, then the tests marked `buckets` (every store path) again with 4 scope buckets per tenant.
+# The whole suite; the tests marked `buckets` (every store path) run twice in it, with 1 and with 4 scope buckets
+# per tenant (tests/conftest.py pytest_generate_tests: ids [1-buckets] and [4-buckets]).
 # It prints how long it took, passed or failed (about 9 minutes on a 2-core machine), installation included.
 test:
 	@start=$$(date +%s); echo "make test started at $$(date -u +%H:%M:%S) UTC"; \
 	$(MAKE) --no-print-directory $(STAMP) check chromium && \
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal && \
-	$(MAKE) --no-print-directory test-buckets; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal; \
 	status=$$?; end=$$(date +%s); \
 	echo "make test took $$((end - start))s ($$(( (end - start) / 60 )) min $$(( (end - start) % 60 )) s), ended at $$(date -u +%H:%M:%S) UTC, exit $$status"; \
 	exit $$status
 
-# The store paths with a tenant's scopes spread over 4 buckets (keys in 4 slots): a missing per-scope key builder
-# fails only with more than one bucket. The marked tests and why: docs/decisions.md, "Scope buckets in make test".
+# Only the store paths with a tenant's scopes spread over 4 buckets (keys in 4 slots): a missing per-scope key
+# builder fails only with more than one bucket (make test runs them as the [4-buckets] variants). The marked tests
+# and why: docs/decisions.md, "Scope buckets in make test".
 # tests/integration/backends is left out: its Redis Cluster suites import the marked pipeline classes and set
 # their own bucket counts (8 in test_redis_cluster_buckets.py), on a cluster and RabbitMQ.
 test-buckets: $(STAMP)

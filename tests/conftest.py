@@ -73,10 +73,34 @@ def redis_client(redis_url: str, prefix: str) -> Iterator[Redis]:
     client.close()
 
 
+BUCKETS_RUN = 4  # the scope buckets of the second run of every test marked ``buckets``
+
+
 def scope_buckets_under_test() -> int:
-    """The scope buckets per tenant the tests run with: ``AGENT_SIGNAL_SCOPE_BUCKETS`` when set (``make test``
-    runs the tests marked ``buckets`` a second time with 4), else 1."""
+    """The scope buckets per tenant a test runs with when nothing parametrizes it: ``AGENT_SIGNAL_SCOPE_BUCKETS``
+    when set, else 1."""
     return int(os.environ.get("AGENT_SIGNAL_SCOPE_BUCKETS", "1"))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked ``buckets`` (it covers a store path) runs twice in the same session, with 1 scope bucket and
+    with ``BUCKETS_RUN``, so xdist spreads both runs (a session of its own paid its start and its tail). Not
+    when ``AGENT_SIGNAL_SCOPE_BUCKETS`` is set (every test then runs with it), nor in
+    tests/integration/backends, whose suites set their own bucket counts and import the marked classes."""
+    if (
+        "scope_buckets" in metafunc.fixturenames
+        and metafunc.definition.get_closest_marker("buckets") is not None
+        and "AGENT_SIGNAL_SCOPE_BUCKETS" not in os.environ
+        and "backends" not in metafunc.definition.path.parts
+    ):
+        runs = [1, BUCKETS_RUN]
+        metafunc.parametrize("scope_buckets", runs, ids=[f"{n}-buckets" for n in runs], indirect=True)
+
+
+@pytest.fixture
+def scope_buckets(request: pytest.FixtureRequest) -> int:
+    """The scope buckets per tenant this test runs with (see :func:`pytest_generate_tests`)."""
+    return int(getattr(request, "param", scope_buckets_under_test()))
 
 
 @pytest.fixture
@@ -87,17 +111,17 @@ def keys(prefix: str) -> BucketKeys:
 
 
 @pytest.fixture
-def tenant_keys(prefix: str) -> Keys:
+def tenant_keys(prefix: str, scope_buckets: int) -> Keys:
     """The default tenant's keys with the bucket count the tests run with: ``tenant_keys.for_scope(scope)``
     builds a scope's keys and its bucket's indexes, ``tenant_keys.every_bucket()`` one builder per bucket."""
-    return Keys(prefix, buckets=scope_buckets_under_test())
+    return Keys(prefix, buckets=scope_buckets)
 
 
 SettingsFactory = Callable[..., Settings]
 
 
 @pytest.fixture
-def make_settings(redis_url: str, prefix: str, redis_client: Redis) -> SettingsFactory:
+def make_settings(redis_url: str, prefix: str, redis_client: Redis, scope_buckets: int) -> SettingsFactory:
     def make(**overrides: Any) -> Settings:
         # The door's and the sessions' fields (allowed_hosts, max_request_bytes=…, session_ttl_s=…) ride as
         # Settings extras into their sections (producers/http/settings.py, sessions/settings.py).
@@ -109,7 +133,7 @@ def make_settings(redis_url: str, prefix: str, redis_client: Redis) -> SettingsF
             "allowed_hosts": [
                 "testserver"
             ],  # starlette's TestClient sends Host: testserver (the door's allow-list)
-            "scope_buckets": scope_buckets_under_test(),
+            "scope_buckets": scope_buckets,
             **FAST,
         }
         values.update(overrides)

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from producers.http.app import create_web_app
-from tests.conftest import scope_buckets_under_test, wait_for
+from tests.conftest import wait_for
 from worker.documents.chain_codec import DEFLATE_V1, DEFLATE_V2, decode_chain
 from worker.documents.lane_codec import decode_lane
 from worker.keys.layout import BucketKeys, Keys
@@ -70,13 +70,13 @@ def _populate(client: TestClient, user: str) -> list[dict[str, Any]]:
     return sent
 
 
-def _settled(client: TestClient, redis_client: Redis, keys: BucketKeys, user: str) -> bool:
+def _settled(client: TestClient, redis_client: Redis, tenant: Keys, user: str) -> bool:
     memories = client.get("/v1/memories", params={"userId": user}).json()["memories"]
     receipts = client.get(
         "/v1/receipts", params={"userId": user, "agentId": "agt_1", "topicId": f"tpc-{user}"}
     ).json()["receipts"]
     skills = [r for r in receipts if r["kind"] == "skill"]
-    buckets = Keys(keys.prefix, keys.tenant, scope_buckets_under_test()).every_bucket()
+    buckets = tenant.every_bucket()
     idle = all(not redis_client.scard(k.scopes) and not redis_client.zcard(k.outbox_due) for k in buckets)
     return len(memories) >= 2 and len(skills) >= 2 and idle
 
@@ -114,12 +114,14 @@ def _mentions(dump: list[tuple[str, str]], *needles: str) -> list[str]:
 
 
 def test_erasure_leaves_nothing_of_the_user_and_everything_of_others(
-    stack: TestClient, redis_client: Redis, keys: BucketKeys
+    stack: TestClient, redis_client: Redis, keys: BucketKeys, tenant_keys: Keys
 ) -> None:
     gone_events = _populate(stack, GONE)
     _populate(stack, KEPT)
     for user in (GONE, KEPT):
-        wait_for(lambda u=user: _settled(stack, redis_client, keys, u), timeout_s=90, what=f"{user}'s data")
+        wait_for(
+            lambda u=user: _settled(stack, redis_client, tenant_keys, u), timeout_s=90, what=f"{user}'s data"
+        )
     before = _dump(redis_client, keys)
     assert _mentions(before, GONE, MARK[GONE]), "the test must start with the user's data present"
     kept_before = sorted(_mentions(before, KEPT, MARK[KEPT]))
