@@ -15,6 +15,10 @@ Counted, not timed: the command count is the same from run to run; the CPU figur
 
 A third row counts the round trips from a drain_next message's pop to the lease grant of a lone event's scope:
 POP_ACQUIRE's one (one Redis, one scope bucket), beside READY_POP then ACQUIRE (a cluster, or scope buckets).
+
+A fourth counts the round trips per event of the spread shape (one event per scope) through one drain_next
+message's own loop (:func:`worker.runtime.tasks.drain_ready`), where each commit that releases its scope pops
+and takes the next one, beside the loop a message ran before: POP_ACQUIRE, then the scope's COMMIT.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from worker.core.clock import now_ms
 from worker.drain.pipeline import Pipeline
 from worker.runtime.app import build_pipeline
 from worker.runtime.fair import FairQueue
+from worker.runtime.plugin_model import PluginRuntime
+from worker.runtime.state import WorkerProcess, set_factory
+from worker.runtime.tasks import drain_ready
 from worker.store.events import EventStore
 
 __all__ = ["COMMANDS_GOAL", "CPU_GOAL_US", "CountingClient", "RedisWork", "redis_work"]
@@ -40,6 +47,7 @@ __all__ = ["COMMANDS_GOAL", "CPU_GOAL_US", "CountingClient", "RedisWork", "redis
 COMMANDS_GOAL = 15.0  # commands inside the scripts per drained burst event (issue 29)
 CPU_GOAL_US = 50.0  # Redis CPU per drained event (issue 29)
 BURST_SCOPES = 8  # the burst rows' shape (bench/__main__.py)
+SPREAD_SCOPES = 30  # the spread trips row: scopes of one event each, within one message's scopes_per_drain
 ENQUEUE_BATCH = 500  # events per enqueue_many (the door's limit is 1,000)
 SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro")
 
@@ -99,6 +107,10 @@ class RedisWork:
     cpu_s: float
     top: list[tuple[str, int]]  # the commands run inside scripts, most first
     pop_grant_trips: tuple[int, int] = (0, 0)  # (one script, two steps)
+    spread_trips: tuple[float, float] = (
+        0.0,
+        0.0,
+    )  # per spread event: (commit pops the next, pop then commit)
     script_us: int = (
         0  # the server's time in the drain's scripts (INFO commandstats usec), their commands included
     )
@@ -120,6 +132,15 @@ class RedisWork:
                 f"{self.pop_grant_trips[0]}",
                 f"was {self.pop_grant_trips[1]}",
                 "POP_ACQUIRE; READY_POP then ACQUIRE on a cluster or with scope buckets (issue 29, item 3)",
+            )
+        )
+        rows.append(
+            (
+                "Redis round trips / spread event, drain_next",
+                f"{self.spread_trips[0]:.2f}",
+                f"was {self.spread_trips[1]:.2f}",
+                f"{SPREAD_SCOPES} scopes of one event, one message: the commit that releases a scope pops the "
+                "next; before, POP_ACQUIRE then COMMIT",
             )
         )
         return rows
@@ -157,6 +178,8 @@ class RedisWork:
             "redis_script_us_per_event": self.script_us / self.events,
             "redis_pop_grant_round_trips": float(self.pop_grant_trips[0]),
             "redis_pop_grant_round_trips_two_steps": float(self.pop_grant_trips[1]),
+            "redis_spread_round_trips_per_event": self.spread_trips[0],
+            "redis_spread_round_trips_per_event_pop_then_commit": self.spread_trips[1],
         }
 
 
@@ -190,6 +213,10 @@ def redis_work(events: int) -> RedisWork:
             pop_grant_trips(producer, pipeline, store, True),
             pop_grant_trips(producer, pipeline, store, False),
         )
+        spread = (
+            spread_trips(producer, pipeline, store, chained=True),
+            spread_trips(producer, pipeline, store, chained=False),
+        )
         producer.close()
         client.close()
     delta = after - before
@@ -208,6 +235,7 @@ def redis_work(events: int) -> RedisWork:
         cpu_after - cpu_before,
         inside.most_common(),
         trips,
+        spread,
         script_us=script_us,
         inside_us=inside_us,
     )
@@ -243,3 +271,47 @@ def pop_grant_trips(producer: Producer, pipeline: Pipeline, store: EventStore, o
         raise RuntimeError("the lone event's scope was not popped and granted")
     pipeline.drain(popped[0], acquired=acquired)
     return trips
+
+
+def spread_trips(producer: Producer, pipeline: Pipeline, store: EventStore, *, chained: bool) -> float:
+    """Round trips per event for :data:`SPREAD_SCOPES` lone events drained by one drain_next message (scripts
+    loaded first): through :func:`~worker.runtime.tasks.drain_ready` (``chained``), or through the loop a
+    message ran before (POP_ACQUIRE, then the scope's drain, until nothing is ready)."""
+    tag = f"spread-{int(chained)}"
+    fair = FairQueue(store.client, store.keys, None, "unused")  # sends nothing: one message drains them all
+    while fair.pop() is not None:  # refs left ready by the burst (drained by scope, not popped)
+        pass
+    producer.enqueue_many(
+        [
+            {
+                "sourceType": "bot.message.merged",
+                "sourceId": f"{tag}-{i}",
+                "scopeKey": f"topic:{tag}-{i}",
+                "payload": {"message": "hello", "messageId": f"{tag}-{i}"},
+            }
+            for i in range(SPREAD_SCOPES)
+        ]
+    )
+    process = WorkerProcess(pipeline, fair, PluginRuntime(pipeline.settings, store.client, store.keys))
+    for name in ("pop_acquire", "commit"):
+        store.client.script_load(store.scripts.script(name).script)
+    store.client.set(store.keys.drain_tickets, 1)
+    before = store.stats(store.keys.for_tenant("default")).get("done", 0)
+    CountingClient.sent.clear()
+    if chained:
+        set_factory(lambda: process)
+        drained = drain_ready(None, "unused")
+    else:
+        drained = 0
+        while (
+            popped := pipeline.lease.acquire_ready(store.keys, fair.pop_call(), now_ms=now_ms())
+        ) is not None:
+            pipeline.drain(popped[0], acquired=popped[1])
+            drained += 1
+    trips = sum(CountingClient.sent.values())
+    done = store.stats(store.keys.for_tenant("default")).get("done", 0) - before
+    if drained != SPREAD_SCOPES or done != SPREAD_SCOPES:
+        raise RuntimeError(
+            f"the spread trips drained {drained} scopes and {done} events, not {SPREAD_SCOPES}"
+        )
+    return trips / SPREAD_SCOPES

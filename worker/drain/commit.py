@@ -4,7 +4,8 @@ by one COMMIT script (worker/store/lua/commit.lua), its reply read in one place.
 What each reply code means here (worker/store/replies.py ``CommitCode``):
 
 * ``COMMITTED``: each event's :data:`~worker.drain.event.AFTER_COMMIT` steps and metrics follow; the reply
-  names the next head and the fresh events behind it (the next run).
+  names the next head and the fresh events behind it (the next run), and, when the commit was asked to pop the
+  next scope (``then_pop``) and released this one, what it popped (``RunCommitted.popped``).
 * ``ENDED``: the run ended early (the next event is no longer the head): nothing wrong, the drain goes on.
 * ``LANE_TAKEN``: the next event was not committed (a lane already marked, or staged writes that would be
   refused): it runs again alone, and finds the stored results (or is refused there).
@@ -21,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -28,6 +30,7 @@ from worker.chain.context import EffectBuffer
 from worker.core.errors import NotReplicated
 from worker.drain.context import DrainContext
 from worker.drain.event import EventWork, after_commit, record
+from worker.store.calls import PopNext
 from worker.store.records import Begun, EventCommit, Head, RunReply
 from worker.store.replies import CommitCode, HeadCode
 from worker.telemetry.log_privacy import describe_error, refusal_kind
@@ -47,6 +50,7 @@ class RunCommitted:
     followers: list[Begun] = field(default_factory=list)
     slow: bool = False
     lost: bool = False
+    popped: list[Any] | None = None  # the next scope's pop, when asked and the scope was released (RunReply)
 
 
 def event_commit(work: EventWork) -> EventCommit:
@@ -68,9 +72,12 @@ def event_commit(work: EventWork) -> EventCommit:
     )
 
 
-def commit_run(ctx: DrainContext, works: Sequence[EventWork], *, go_on: bool, peek: int) -> RunCommitted:
+def commit_run(
+    ctx: DrainContext, works: Sequence[EventWork], *, go_on: bool, peek: int, then_pop: PopNext | None = None
+) -> RunCommitted:
     """COMMIT ``works`` (the head and the events right behind it, in order), each going on to the next head;
-    the last goes on only with ``go_on``. ``peek``: fresh events to list behind the new head."""
+    the last goes on only with ``go_on``. ``peek``: fresh events to list behind the new head. ``then_pop``: once
+    the scope is released, pop the next ready scope and take its lease in the same round trip."""
     grant = works[0].grant
     events = [event_commit(work) for work in works]
     flags = [go_on or i < len(works) - 1 for i in range(len(works))]
@@ -85,6 +92,7 @@ def commit_run(ctx: DrainContext, works: Sequence[EventWork], *, go_on: bool, pe
                 events=events,
                 go_on=flags,
                 peek=peek,
+                then_pop=then_pop,
             )
         )
     except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
@@ -95,7 +103,7 @@ def commit_run(ctx: DrainContext, works: Sequence[EventWork], *, go_on: bool, pe
             "commit not acknowledged (%s): the next drain finds out what it applied", describe_error(exc)
         )
         return _lost(works)
-    return _settle(ctx, works, reply, go_on=flags[-1], peek=peek)
+    return _settle(ctx, works, reply, go_on=flags[-1], peek=peek, then_pop=then_pop)
 
 
 def _lost(works: Sequence[EventWork]) -> RunCommitted:
@@ -105,7 +113,13 @@ def _lost(works: Sequence[EventWork]) -> RunCommitted:
 
 
 def _settle(
-    ctx: DrainContext, works: Sequence[EventWork], reply: RunReply, *, go_on: bool, peek: int
+    ctx: DrainContext,
+    works: Sequence[EventWork],
+    reply: RunReply,
+    *,
+    go_on: bool,
+    peek: int,
+    then_pop: PopNext | None,
 ) -> RunCommitted:
     """Read COMMIT's reply: finish each committed event, then act on why the run stopped (module docstring)."""
     out = RunCommitted()
@@ -120,7 +134,7 @@ def _settle(
         after_commit(ctx, work)
     code = reply.code
     if code is CommitCode.COMMITTED:
-        out.followers = reply.followers
+        out.followers, out.popped = reply.followers, reply.popped
     elif code is CommitCode.LANE_TAKEN:
         out.slow = True
     elif code in (CommitCode.REFUSED, CommitCode.PARTIAL):
@@ -129,12 +143,14 @@ def _settle(
         error = (
             failing.reply.error if refused and failing.reply is not None else f"INVALID_EFFECT: {reply.error}"
         )
-        dead = commit_dead(ctx, failing, error, go_on=go_on or out.committed < len(works) - 1, peek=peek)
+        dead = commit_dead(
+            ctx, failing, error, go_on=go_on or out.committed < len(works) - 1, peek=peek, then_pop=then_pop
+        )
         if dead.lost:
             out.lost = True
             return out
         out.committed += 1
-        out.head, out.followers = dead.head, dead.followers
+        out.head, out.followers, out.popped = dead.head, dead.followers, dead.popped
     elif code in (CommitCode.STALE_FENCE, CommitCode.NOT_HEAD):
         failing = works[len(reply.replies) - 1]
         if code is CommitCode.STALE_FENCE:
@@ -154,9 +170,11 @@ def _settle(
     return out
 
 
-def commit_dead(ctx: DrainContext, work: EventWork, error: str, *, go_on: bool, peek: int) -> RunCommitted:
+def commit_dead(
+    ctx: DrainContext, work: EventWork, error: str, *, go_on: bool, peek: int, then_pop: PopNext | None = None
+) -> RunCommitted:
     """Commit ``work`` dead on its own, without what its chain staged (its staged writes were refused)."""
     log.error("staged write refused (%s)", refusal_kind(error), extra={"eventId": work.begun.event_id})
     work.lanes, work.reply, work.status = None, None, "error"
     work.decide("dead", error)
-    return commit_run(ctx, [work], go_on=go_on, peek=peek)
+    return commit_run(ctx, [work], go_on=go_on, peek=peek, then_pop=then_pop)

@@ -27,7 +27,7 @@ from typing import Any
 
 from worker.core.tenancy import split_scope_ref
 from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, EngineKeys, Keys
-from worker.store.calls import Acquire, PopAcquire, ReadyPop, Release, Renew, ScriptCall
+from worker.store.calls import Acquire, PopAcquire, PopNext, ReadyPop, Release, Renew, ScriptCall
 from worker.store.records import Head
 from worker.store.replies import HeadCode, ReleaseCode
 from worker.store.scripts import Scripts
@@ -123,7 +123,25 @@ class ScopeLease:
             self.ttl_ms,
             now_ms,
         )
-        reply = self.run(call)
+        return self.read_popped(keys, token, self.run(call))
+
+    def pop_next(self, keys: EngineKeys, ready: ReadyPop, *, holder: str = "") -> PopNext:
+        """What COMMIT needs to do POP_ACQUIRE's work once it released its scope (one Redis, one scope bucket):
+        the drain_next message's next scope popped and granted in the commit's round trip. Its reply (the
+        commit's :attr:`~worker.store.records.RunReply.popped`) is read by :meth:`read_popped` with this token."""
+        return PopNext(
+            ring=ready.ring,
+            tickets=ready.tickets,
+            ready_prefix=ready.ready_prefix,
+            ticket_ttl_ms=ready.ticket_ttl_ms,
+            key_prefix=keys.prefix,
+            pop_token=self._token(holder),
+            lease_ttl_ms=self.ttl_ms,
+        )
+
+    def read_popped(self, keys: EngineKeys, token: str, reply: Any) -> Popped | None:
+        """POP_ACQUIRE's reply (or a commit's popped one), as :meth:`acquire_ready` returns it; the renewer keeps
+        the grant from here."""
         if not reply:
             return None
         raw = reply[0]
@@ -180,9 +198,11 @@ class ScopeLease:
             except Exception:  # a Redis hiccup: try again next tick; the TTL covers two misses
                 log.exception("lease renewal failed")
 
-    def stop_renewing(self) -> None:
+    def stop_renewing(self, grant: LeaseGrant | None = None) -> None:
+        """Stop renewing ``grant`` (None: whichever the renewer keeps); a later grant it keeps now stays."""
         with self._guard:
-            self._current = None
+            if grant is None or self._current is grant:
+                self._current = None
 
     def hand_off(self, grant: LeaseGrant) -> bool:
         """Token-checked release that keeps the scope scheduled; False when another holder owns the lease."""

@@ -15,7 +15,9 @@ it into the lease grant's keys, so one pipeline, store, emitter and lease serve 
    takes the next head, or releases the scope when the inbox is empty.
 4. **Next.** Until the inbox is empty (the script released the scope), its head waits for a retry time, or the
    drain reached ``max_events_per_drain``: then the scope is handed off (token-checked release that keeps it
-   scheduled) and the caller publishes its next drain.
+   scheduled) and the caller publishes its next drain. A drain_next message that goes on to another scope
+   (``then_pop``, one Redis with one scope bucket) has the commit that releases the scope pop the next ready
+   one and take its lease in the same round trip (:attr:`DrainOutcome.popped`).
 
 What keeps every guarantee in a run: the events are the inbox's head and the ones right behind it, committed in
 that order under our fence; a run's event is begun (its attempt counted) by the commit of the event before it,
@@ -35,8 +37,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from worker.chain.chain_document import event_head
 from worker.chain.context import Deps
@@ -46,11 +48,11 @@ from worker.core.tenancy import DEFAULT_TENANT, scope_ref, split_scope_ref
 from worker.drain.commit import commit_run
 from worker.drain.context import DrainContext
 from worker.drain.event import EventWork, count_runs, run_event
-from worker.drain.lease import Acquired, LeaseGrant, ScopeLease
+from worker.drain.lease import Acquired, LeaseGrant, Popped, ScopeLease
 from worker.intake.emitter import Emitter
 from worker.keys.layout import EngineKeys
 from worker.settings import Settings
-from worker.store.calls import PeekFresh
+from worker.store.calls import PeekFresh, PopNext
 from worker.store.events import EventStore
 from worker.store.records import Begun, Head, begun_list
 from worker.store.replies import HeadCode
@@ -63,11 +65,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class DrainOutcome:
-    """What the caller (the Celery task) should do next for this scope."""
+    """What the caller (the Celery task) should do next for this scope; when the drain was given ``then_pop``
+    and its last commit released the scope: the next scope it popped and took (``popped``, the caller drains it
+    next), or ``retired`` (nothing was ready: the drain_next message's ticket is retired)."""
 
     processed: int
     next: Literal["idle", "again", "busy", "lost"]
     delay_s: float = 0.0
+    popped: Popped | None = None
+    retired: bool = False
 
 
 class Pipeline:
@@ -133,9 +139,13 @@ class Pipeline:
         """Drain ``tenant``'s scope (tests and tools; tasks carry scope refs: :meth:`drain`)."""
         return self.drain(scope_ref(tenant, scope_key), holder=holder)
 
-    def drain(self, ref: str, *, holder: str = "", acquired: Acquired | None = None) -> DrainOutcome:
+    def drain(
+        self, ref: str, *, holder: str = "", acquired: Acquired | None = None, then_pop: PopNext | None = None
+    ) -> DrainOutcome:
         """Drain the scope named by the scope ref ``<tenant>/<scopeKey>`` (what drain tasks carry); ``acquired``:
-        POP_ACQUIRE already asked for its lease (:meth:`ScopeLease.acquire_ready`)."""
+        POP_ACQUIRE already asked for its lease (:meth:`ScopeLease.acquire_ready`). ``then_pop``
+        (:meth:`ScopeLease.pop_next`; one Redis, one scope bucket): the commit that releases the scope pops and
+        takes the next ready one in the same round trip (:class:`DrainOutcome`)."""
         tenant, scope_key = split_scope_ref(ref)
         if acquired is None:
             keys = self.ctx.store.keys.for_tenant(tenant)
@@ -146,18 +156,26 @@ class Pipeline:
             # in remaining_ms, so look again then (no spinning, one message per TTL).
             return DrainOutcome(0, "busy", delay_s=remaining_ms / 1000 + 0.05)
         attrs = {"agent.signal.scope_key": scope_key, "agent.signal.fence": grant.fence}
+        popped: list[Any] | None = None
         try:
             with self.telemetry.span("agent_signal.scope.drain", attrs) as span:
-                outcome = self._drain_heads(grant, head)
+                outcome, popped = self._drain_heads(grant, head, then_pop)
                 if span is not None:
                     span.set_attribute("agent.signal.processed", outcome.processed)
                     span.set_attribute("agent.signal.drain_next", outcome.next)
-                return outcome
         finally:
-            self.lease.stop_renewing()
+            self.lease.stop_renewing(grant)
+        if popped is None or then_pop is None:
+            return outcome
+        # read after this scope's renewal stopped: the renewer keeps the popped scope's grant from here
+        chained = self.lease.read_popped(self.keys, then_pop.pop_token, popped)
+        return replace(outcome, popped=chained, retired=chained is None)
 
-    def _drain_heads(self, grant: LeaseGrant, head: Head) -> DrainOutcome:
-        """The drain's loop (see the module docstring): runs, their commits, until the scope is idle or handed off."""
+    def _drain_heads(
+        self, grant: LeaseGrant, head: Head, then_pop: PopNext | None = None
+    ) -> tuple[DrainOutcome, list[Any] | None]:
+        """The drain's loop (see the module docstring): runs, their commits, until the scope is idle or handed
+        off; and what the last commit popped with ``then_pop`` (RunReply.popped), when it released the scope."""
         settings = self.settings
         limit, run_max = settings.max_events_per_drain, settings.commit_batch_max
         # After a lost delivery (the head was processing when its worker died) the whole drain runs one by one, so
@@ -167,36 +185,38 @@ class Pipeline:
         alone_only = lost_delivery or settings.max_attempts <= 1 or run_max <= 1
         peek = 0 if alone_only else run_max - 1
         processed, slow = 0, False
+        popped: list[Any] | None = None
         followers = [] if alone_only else self._peek(grant, head, min(limit, run_max) - 1)
         while head.code is HeadCode.TAKEN and head.begun is not None:
             room = min(run_max, limit - processed)
             if room <= 0:  # max_events_per_drain: let other scopes have a turn
-                return self.hand_off(grant, processed, 0)
+                return self.hand_off(grant, processed, 0), None
             works = [] if slow or alone_only else self._speculate(grant, [head.begun, *followers[: room - 1]])
             if works is None:
-                return DrainOutcome(processed, "lost")
+                return DrainOutcome(processed, "lost"), None
             if not works:  # the head runs alone
                 work = run_event(self.ctx, grant, head.begun, batch=False)
                 if work.lost or work.outcome is None:
                     count_runs(self.ctx, work)
-                    return DrainOutcome(processed, "lost")
+                    return DrainOutcome(processed, "lost"), None
                 works = [work]
             try:
-                done = commit_run(self.ctx, works, go_on=processed + len(works) < limit, peek=peek)
+                go_on = processed + len(works) < limit
+                done = commit_run(self.ctx, works, go_on=go_on, peek=peek, then_pop=then_pop)
             finally:  # the runs of every walk no commit counted (lost, refused, run again alone)
                 for work in works:
                     count_runs(self.ctx, work)
             processed += done.committed
             if done.lost:
-                return DrainOutcome(processed, "lost")
+                return DrainOutcome(processed, "lost"), None
             next_head, followers = done.head, done.followers
             slow = done.slow
             if next_head is None:  # max_events_per_drain: let other scopes have a turn
-                return self.hand_off(grant, processed, 0)
-            head = next_head
+                return self.hand_off(grant, processed, 0), None
+            head, popped = next_head, done.popped
         if head.code is HeadCode.EMPTY:
-            return DrainOutcome(processed, "idle")  # the script released the scope
-        return self.hand_off(grant, processed, max(head.not_before_ms - now_ms(), 0))
+            return DrainOutcome(processed, "idle"), popped  # the script released the scope
+        return self.hand_off(grant, processed, max(head.not_before_ms - now_ms(), 0)), None
 
     def hand_off(self, grant: LeaseGrant, processed: int, wait_ms: int) -> DrainOutcome:
         """Release the scope but keep it scheduled: the caller publishes its next drain after ``wait_ms``."""

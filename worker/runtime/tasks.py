@@ -18,11 +18,12 @@ from redis.exceptions import RedisError
 from worker.core.clock import now_ms
 from worker.core.tenancy import DEFAULT_TENANT, BadTenant, split_scope_ref
 from worker.drain.lease import Acquired, Popped
-from worker.drain.pipeline import Pipeline
+from worker.drain.pipeline import DrainOutcome, Pipeline
 from worker.runtime import state as _state
 from worker.runtime.fair import DRAIN_NEXT_TASK, DRAIN_TASK, FairQueue
 from worker.runtime.plugin_model import Plugin, PluginTask
 from worker.settings import Settings
+from worker.store.calls import PopNext
 from worker.store.safety import note_store_failure
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS, describe_error
 
@@ -92,23 +93,31 @@ def _node(task: Any) -> str:
     return hostname if isinstance(hostname, str) else ""
 
 
-def drain_ref(app: Any, queue: str, ref: str, holder: str = "", acquired: Acquired | None = None) -> None:
+def drain_ref(
+    app: Any,
+    queue: str,
+    ref: str,
+    holder: str = "",
+    acquired: Acquired | None = None,
+    then_pop: PopNext | None = None,
+) -> DrainOutcome | None:
     """Drain the scope ``ref`` in this worker's pipeline, then re-publish it when it has more (or was lost). A
     full store refuses the lease grant before it writes anything: the grant is asked again after a pause.
-    ``acquired``: POP_ACQUIRE already asked for the lease (drain_ready)."""
+    ``acquired``: POP_ACQUIRE already asked for the lease (drain_ready); ``then_pop``: the commit that releases
+    the scope pops the next one (drain_ready). None when the drain failed (logged and counted here)."""
     process = _state.get()
     pipeline = process.pipeline
     try:
         outcome = pipeline.ctx.full_wait("acquire").call(
-            lambda: pipeline.drain(ref, holder=holder, acquired=acquired)
+            lambda: pipeline.drain(ref, holder=holder, acquired=acquired, then_pop=then_pop)
         )
     except BadTenant:  # not "<tenant>/<scopeKey>": a message from before tenants, or forged
         log.error("drain of a malformed scope ref dropped", extra={"scopeRef": ref})
-        return
+        return None
     except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
         tenant = split_scope_ref(ref)[0]  # parsed by the drain already
         note_store_failure(pipeline.store.client, pipeline.keys.for_tenant(tenant).tenant_stats, exc, "drain")
-        return
+        return None
     republish = process.fair.publish
     if outcome.next in ("again", "busy"):
         republish(ref, countdown_s=outcome.delay_s)
@@ -116,27 +125,46 @@ def drain_ref(app: Any, queue: str, ref: str, holder: str = "", acquired: Acquir
         # Our lease lapsed (paused past its TTL, or Redis lost it). Whoever holds the scope now drains
         # it; if nobody does, this follow-up will, once the holder's lease has run out.
         republish(ref, countdown_s=1.0)
+    return outcome
 
 
 def drain_ready(app: Any, queue: str, holder: str = "") -> int:
     """One drain_next message: pop and drain ready scopes until none is ready (the pop retires this
     message's ticket), ``scopes_per_drain`` are done, or the time budget is spent. The limits, or an exception
     from a drain, hand the ticket on to a new message, so a ticket is not left counted without one (a store
-    error leaves it to expire instead of spinning). Returns how many scopes it drained."""
+    error leaves it to expire instead of spinning). Returns how many scopes it drained.
+
+    Where POP_ACQUIRE may run (:func:`one_round_trip`) and the message goes on after this scope, the commit
+    that releases a scope also pops the next one and takes its lease (``then_pop``): a scope of one event
+    costs one round trip (its COMMIT) instead of two. A scope popped so is always drained next, past the
+    limits (it is leased to this worker)."""
     process = _state.get()
     pipeline, fair = process.pipeline, process.fair
     settings = pipeline.settings
     deadline = time.monotonic() + settings.drain_message_budget_s
     drained, retired = 0, False
+    chained: Popped | None = None
     try:
         pop = _popper(pipeline, fair, holder)
-        while drained < settings.scopes_per_drain and not (drained and time.monotonic() >= deadline):
-            popped = pipeline.ctx.full_wait("pop").call(pop)  # a full store refuses the pop before it writes
+        chain = one_round_trip(settings)
+        keys = pipeline.ctx.store.keys
+        while chained is not None or (
+            drained < settings.scopes_per_drain and not (drained and time.monotonic() >= deadline)
+        ):
+            # a full store refuses the pop before it writes
+            popped = chained if chained is not None else pipeline.ctx.full_wait("pop").call(pop)
+            chained = None
             if popped is None:
                 retired = True
                 break
-            drain_ref(app, queue, popped[0], holder, popped[1])
+            go_on = chain and drained + 1 < settings.scopes_per_drain and time.monotonic() < deadline
+            then_pop = pipeline.lease.pop_next(keys, fair.pop_call(), holder=holder) if go_on else None
+            outcome = drain_ref(app, queue, popped[0], holder, popped[1], then_pop)
             drained += 1
+            if outcome is not None and outcome.retired:  # the commit found nothing ready: ticket retired
+                retired = True
+                break
+            chained = None if outcome is None else outcome.popped
     except RedisError as exc:  # store down: no message to hand on to (it would spin); the count expires and
         # no scope popped, so no tenant to charge: the default tenant's counters hold the engine's own failures
         stats = pipeline.keys.for_tenant(DEFAULT_TENANT).tenant_stats

@@ -31,6 +31,7 @@ __all__ = [
     "OutboxSettle",
     "PeekFresh",
     "PopAcquire",
+    "PopNext",
     "ReadyPop",
     "ReadyPush",
     "Redrive",
@@ -307,8 +308,24 @@ class CommittedEvent(Layout):
 
 
 @dataclass(frozen=True, slots=True)
+class PopNext(Layout):
+    """What COMMIT needs to pop the next ready scope and take its lease once it released its own (one Redis, one
+    scope bucket: the popped scope's keys are built in Lua, as POP_ACQUIRE builds them)."""
+
+    LUA = "POP"
+    ring: str = key()
+    tickets: str = key()
+    ready_prefix: str = arg()
+    ticket_ttl_ms: int = arg()
+    key_prefix: str = arg()
+    pop_token: str = arg()
+    lease_ttl_ms: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
 class Commit(ScriptCall):
-    """A run of one or more head events of a scope, committed in inbox order."""
+    """A run of one or more head events of a scope, committed in inbox order; with ``pop`` (one item, and
+    ``pop_next`` 1), then the next ready scope popped and its lease taken when this one was released."""
 
     SCRIPT = "commit"
     inbox: str = key()
@@ -335,6 +352,8 @@ class Commit(ScriptCall):
     ev_prefix: str = arg()
     lane_ttl_s: int = arg()
     peek_count: int = arg()
+    pop_next: int = arg()
+    pop: Sequence[PopNext] = group()
     events: Sequence[CommittedEvent] = group()
 
 

@@ -30,6 +30,7 @@ from worker.store.calls import (
     CommittedEvent,
     Enqueue,
     EnqueuePush,
+    PopNext,
     Redrive,
     ScriptCall,
     UserBytes,
@@ -288,10 +289,13 @@ class EventStore(StoreReads):
         events: Sequence[EventCommit],
         go_on: Sequence[bool],
         peek: int = 0,
+        then_pop: PopNext | None = None,
     ) -> RunReply:
         """COMMIT: a run of one or more head events of ``k``'s tenant's scope, in inbox order, fenced; each
         event's ``go_on`` takes the next head in the same round trip (or releases the scope when it is idle);
-        ``peek``: how many fresh events behind the new head to list for the next run."""
+        ``peek``: how many fresh events behind the new head to list for the next run; ``then_pop``: once the
+        scope is released, pop the next ready scope and take its lease (:attr:`RunReply.popped`; one Redis, one
+        scope bucket only)."""
         b, settings = k.for_scope(scope_key), self.settings
         call = Commit(
             inbox=b.inbox(scope_key),
@@ -318,6 +322,8 @@ class EventStore(StoreReads):
             ev_prefix=b.event_prefix,
             lane_ttl_s=settings.idempotency_ttl_s,
             peek_count=peek,
+            pop_next=0 if then_pop is None else 1,
+            pop=() if then_pop is None else (then_pop,),
             events=[self._committed(b, scope_key, fence, e, g) for e, g in zip(events, go_on, strict=True)],
         )
         return RunReply.parse(self.durable(call))

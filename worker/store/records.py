@@ -122,12 +122,16 @@ class RunReply:
     replies: list[CommitReply]
     followers: list[Begun]
     error: str = ""
+    # When the commit was asked to pop the next scope and released its own: [] nothing was ready (the ticket is
+    # retired), [ref], or [ref, ACQUIRE's reply] (read by ScopeLease.read_popped). None: no pop was tried.
+    popped: list[Any] | None = None
 
     @classmethod
     def parse(cls, reply: Sequence[Any]) -> RunReply:
         code = CommitCode(int(reply[0]))
         error = staged_error([code, *reply[3:5]]) if code is CommitCode.PARTIAL else ""
-        return cls(code, [CommitReply.parse(r) for r in reply[1]], begun_list(reply[2]), error)
+        popped = list(reply[3]) if code is CommitCode.COMMITTED and len(reply) > 3 else None
+        return cls(code, [CommitReply.parse(r) for r in reply[1]], begun_list(reply[2]), error, popped)
 
 
 @dataclass(frozen=True, slots=True)

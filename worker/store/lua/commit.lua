@@ -21,13 +21,19 @@
 --    LANE_TAKEN (event #replies+1 was not committed: a lane was marked already, or its staged writes would be
 --    refused: run it alone) | PARTIAL (event #replies+1: a lane's staged write failed midway, index and reason
 --    follow: commit it dead) | the last reply's code (STALE_FENCE, NOT_HEAD, REFUSED).
--- requires: counts, index, pending, history, take_head, admit, staged, peek
+--
+-- Then the next scope (pop_next '1': a drain_next message that goes on to another scope, on one Redis with one
+-- scope bucket only, where the popped scope's keys are built here as POP_ACQUIRE builds them): when the run
+-- committed and released this scope (its inbox empty), the same round trip pops the next ready scope and takes
+-- its lease, as POP_ACQUIRE would. A COMMITTED reply then has a fourth element: {} (nothing was ready: the
+-- message's ticket is retired) | {ref} (not a scope ref) | {ref, <ACQUIRE's reply>}.
+-- requires: counts, index, pending, history, take_head, admit, staged, peek, ready_pop, scope_keys, acquire
 local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_active, runs_done, runs_dead,
   runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
   KEYS[11], KEYS[12], KEYS[13]
 local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, scope_ref, ev_prefix, lane_ttl_s,
-  peek_count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10],
-  ARGV[11]
+  peek_count, pop_next = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
+  ARGV[10], ARGV[11], ARGV[12]
 
 local now, window, imax = tonumber(now_ms), tonumber(window_s), tonumber(run_index_max)
 local ix = {paused = paused, stats = stats, active = runs_active, cancelled = runs_cancelled, max = imax}
@@ -163,9 +169,33 @@ local function apply_lanes(ev, event_id, lanes)
   return nil
 end
 
+-- The next scope's pop (before the events: the layout's group order), when asked.
+local k0, a0 = 14, 13
+local pop = nil
+if pop_next == '1' then
+  local k, a = k0, a0
+  local ring, tickets = KEYS[k], KEYS[k + 1]
+  local ready_prefix, ticket_ttl_ms, key_prefix, pop_token, lease_ttl_ms = ARGV[a], ARGV[a + 1], ARGV[a + 2],
+    ARGV[a + 3], ARGV[a + 4]
+  local POP_KEYS, POP_ARGS = 2, 5
+  pop = {ring = ring, tickets = tickets, ready_prefix = ready_prefix, ticket_ttl_ms = ticket_ttl_ms,
+    key_prefix = key_prefix, token = pop_token, ttl_ms = lease_ttl_ms}
+  k0, a0 = k + POP_KEYS, a + POP_ARGS
+end
+
+-- POP_ACQUIRE's work, for the popped scope: {} | {ref} | {ref, <ACQUIRE's reply>}
+local function pop_and_acquire(p)
+  local ref = ready_pop(p.ring, p.tickets, p.ready_prefix, p.ticket_ttl_ms)
+  if not ref then return {} end
+  local slash = string.find(ref, '/', 1, true)
+  if not slash or slash == 1 or slash == #ref then return {ref} end
+  local sk = scope_keys(p.key_prefix, string.sub(ref, 1, slash - 1), string.sub(ref, slash + 1))
+  return {ref, acquire(sk, p.token, p.ttl_ms, now_ms, ref)}
+end
+
 local function run()
   local out = {}
-  local k, a = 14, 12
+  local k, a = k0, a0
   while k <= #KEYS do
     local ev, chain = KEYS[k], KEYS[k + 1]
     local lane_count, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on, effects_json,
@@ -196,6 +226,9 @@ local function run()
   local peek = {}
   -- last[7]: the take_head reply's code, after the event's own six fields
   if last and last[7] == HeadCode.TAKEN then peek = peek_fresh(inbox, ev_prefix, now_ms, tonumber(peek_count)) end
+  if pop and last and last[7] == HeadCode.EMPTY then
+    return {CommitCode.COMMITTED, out, peek, pop_and_acquire(pop)}
+  end
   return {CommitCode.COMMITTED, out, peek}
 end
 
