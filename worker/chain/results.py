@@ -9,33 +9,73 @@ from __future__ import annotations
 from typing import Any
 
 from worker.chain.context import HandlerContext
-from worker.core.nodes import Action, Attempt, AttemptStatus, ExecutorError, ExecutorResult
+from worker.core.nodes import (
+    Action,
+    Attempt,
+    AttemptStatus,
+    ExecutorError,
+    ExecutorResult,
+    ResultStatus,
+    trusted,
+)
 
 __all__ = ["applied", "failed", "skipped"]
 
 
 def _attempt(ctx: HandlerContext, status: AttemptStatus) -> Attempt:
-    return Attempt(current=ctx.attempt, max=ctx.max_attempts, started_at=0, status=status)
+    """The engine's own ints and one of its statuses: built without validation (the scheduler re-stamps it)."""
+    values = {
+        "current": ctx.attempt,
+        "max": ctx.max_attempts,
+        "started_at": 0,
+        "completed_at": None,
+        "status": status,
+    }
+    return trusted(Attempt, values, {"current", "max", "started_at", "status"})
+
+
+def _result(
+    action: Action,
+    ctx: HandlerContext,
+    status: ResultStatus,
+    attempt_status: AttemptStatus,
+    detail: str | None,
+    output: dict[str, Any] | None,
+) -> ExecutorResult:
+    """An applied or skipped result: without validation when the handler's detail and output are already what
+    validation makes of them (a str or None; a dict with str keys, copied, or None), else validated (and
+    refused as before)."""
+    attempt = _attempt(ctx, attempt_status)
+    plain_detail = detail is None or type(detail) is str
+    plain_output = output is None or (type(output) is dict and all(type(k) is str for k in output))
+    if not (plain_detail and plain_output):
+        return ExecutorResult(
+            action_id=action.action_id, status=status, attempt=attempt, detail=detail, output=output
+        )
+    given = {"action_id", "status", "attempt", "detail"}
+    if output is not None:
+        given.add("output")
+    values = {
+        "action_id": action.action_id,
+        "status": status,
+        "attempt": attempt,
+        "detail": detail,
+        "output": None if output is None else dict(output),
+        "error": None,
+    }
+    return trusted(ExecutorResult, values, given)
 
 
 def applied(
     action: Action, ctx: HandlerContext, detail: str | None = None, output: dict[str, Any] | None = None
 ) -> ExecutorResult:
     """The action's effect happened (or was staged in ``ctx.effects``)."""
-    return ExecutorResult(
-        action_id=action.action_id,
-        status="applied",
-        attempt=_attempt(ctx, "succeeded"),
-        detail=detail,
-        output=output,
-    )
+    return _result(action, ctx, "applied", "succeeded", detail, output)
 
 
 def skipped(action: Action, ctx: HandlerContext, detail: str) -> ExecutorResult:
     """Nothing was done, on purpose; the lane stays unmarked."""
-    return ExecutorResult(
-        action_id=action.action_id, status="skipped", attempt=_attempt(ctx, "skipped"), detail=detail
-    )
+    return _result(action, ctx, "skipped", "skipped", detail, None)
 
 
 def failed(

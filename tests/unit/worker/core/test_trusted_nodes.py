@@ -1,15 +1,17 @@
-"""worker/core/nodes.py's ``trusted`` and ``attempt_json``: where the engine copies a result with a new attempt, or
-writes an attempt's JSON into a result signal, without pydantic's generic work, what it makes must be the very
-node the validating constructors and ``model_copy`` made before, field for field."""
+"""worker/core/nodes.py's ``trusted`` and ``attempt_json``: where the engine builds its own nodes (a source's ref,
+signals, actions, their chain refs, result signals, applied and skipped results) or copies a result with a new
+attempt without pydantic's generic work, what it makes must be the very node the validating constructors and
+``model_copy`` made before, field for field; and what a plugin passes is still validated."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+import pytest
+from pydantic import BaseModel, ValidationError
 
 from worker.chain.context import HandlerContext
-from worker.chain.results import applied
+from worker.chain.results import applied, skipped
 from worker.chain.scheduler import _stamp_attempt
 from worker.core.nodes import (
     Action,
@@ -20,6 +22,7 @@ from worker.core.nodes import (
     Signal,
     SignalRef,
     Source,
+    SourceRef,
     action_from,
     result_signal,
     signal_from,
@@ -136,3 +139,78 @@ class TestWhatTheEngineMakesIsWhatValidationMade:
             ),
         )
         assert made.attempt.started_at == 0  # the handler's result is not changed
+
+    def test_a_signal_of_a_signal_and_a_skipped_result(self) -> None:
+        parent = signal_from(SOURCE, "received", "signal.message.received", {"n": 1}, 5)
+        made = signal_from(parent, "memory", "signal.memory", {"k": [1]}, 6)
+        expected = Signal(
+            signal_id=f"{parent.signal_id}:memory",
+            signal_type="signal.memory",
+            source=SOURCE.ref,
+            chain=ChainRef(
+                chain_id="chain:msg_1",
+                root_source_id="msg_1",
+                parent_node_id=parent.signal_id,
+                parent_signal_id=parent.signal_id,
+            ),
+            timestamp=6,
+            payload={"k": [1]},
+        )
+        assert_same(made, expected)
+        assert_same(SOURCE.ref, SourceRef(source_id="msg_1", source_type="bot.message.merged"))
+        action = action_from(made, "a", "action.a", {}, 7)
+        ctx = HandlerContext(scope_key="topic:t1", node_timestamp=7, attempt=1, max_attempts=3)
+        expected_result = ExecutorResult(
+            action_id=action.action_id,
+            status="skipped",
+            attempt=Attempt(current=1, max=3, started_at=0, status="skipped"),
+            detail="nothing to do",
+        )
+        assert_same(skipped(action, ctx, "nothing to do"), expected_result)
+
+
+class TestWhatAPluginPassesIsStillValidated:
+    """A handler's type, payload, timestamp, detail or output that validation would change or refuse goes
+    through the validating constructor: the same node, or the same refusal, as before."""
+
+    def test_coerced_values_are_what_validation_made(self) -> None:
+        made = signal_from(SOURCE, "received", "signal.message.received", {}, 5.0)  # type: ignore[arg-type]
+        assert made.timestamp == 5 and type(made.timestamp) is int
+
+    @pytest.mark.parametrize(
+        ("kind", "payload", "timestamp"),
+        [
+            (7, {}, 5),  # a type that is not a str
+            ("signal.x", {1: "a"}, 5),  # a key that is not a str
+            ("signal.x", ["a"], 5),  # a payload that is not an object
+            ("signal.x", {}, "soon"),  # a timestamp that is not a number
+        ],
+    )
+    def test_refused_values_are_refused(self, kind: Any, payload: Any, timestamp: Any) -> None:
+        with pytest.raises(ValidationError):
+            signal_from(SOURCE, "received", kind, payload, timestamp)
+        signal = signal_from(SOURCE, "received", "signal.message.received", {}, 5)
+        with pytest.raises(ValidationError):
+            action_from(signal, "a", kind, payload, timestamp)
+
+    def test_a_result_with_output_that_is_not_an_object_is_refused(self) -> None:
+        signal = signal_from(SOURCE, "received", "signal.message.received", {}, 5)
+        action = action_from(signal, "a", "action.a", {}, 6)
+        ctx = HandlerContext(scope_key="topic:t1", node_timestamp=6, attempt=1, max_attempts=3)
+        with pytest.raises(ValidationError):
+            applied(action, ctx, detail="d", output=["not", "an", "object"])  # type: ignore[arg-type]
+        with pytest.raises(ValidationError):
+            applied(action, ctx, detail=3)  # type: ignore[arg-type]
+
+    def test_a_payload_is_copied_as_validation_copies_it(self) -> None:
+        payload = {"a": 1}
+        made = signal_from(SOURCE, "received", "signal.message.received", payload, 5)
+        payload["b"] = 2
+        assert made.payload == {"a": 1}
+        output = {"k": 1}
+        signal = signal_from(SOURCE, "received", "signal.message.received", {}, 5)
+        action = action_from(signal, "a", "action.a", {}, 6)
+        ctx = HandlerContext(scope_key="topic:t1", node_timestamp=6, attempt=1, max_attempts=3)
+        result = applied(action, ctx, output=output)
+        output["j"] = 2
+        assert result.output == {"k": 1}
