@@ -214,13 +214,21 @@ class ChaosRun:
         return found
 
     def wait_busy(
-        self, among: Callable[[], Sequence[int]] | None = None, min_left_s: float = 0.5, timeout_s: float = 30
+        self,
+        among: Callable[[], Sequence[int]] | None = None,
+        min_left_s: float = 0.5,
+        timeout_s: float = 30,
+        spare: Collection[str] = (),
     ) -> tuple[int, dict[str, Any]]:
-        """A pid sleeping in an action (with a live lease) among ``among()``, and its busy record."""
+        """A pid sleeping in an action (with a live lease) among ``among()``, and its busy record; not one
+        running an event of ``spare`` (source ids already faulted: killing the redo of one event again and
+        again would dead-letter it after max_attempts, rightly, though the workload counts it healthy)."""
 
         def pick() -> tuple[int, dict[str, Any]] | None:
             candidates = self.busy(among() if among is not None else None, min_left_s)
             for pid, record in sorted(candidates.items()):
+                if record["sid"] in spare:
+                    continue
                 if self.admin.exists(self.keys.lease(record["scope"])):
                     return pid, record
             return None

@@ -14,7 +14,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -70,13 +70,19 @@ def _gone(pid: int) -> bool:
 
 
 def _kill_mid_action(
-    run: ChaosRun, among: Callable[[], list[int]], kill: Callable[[int], None], *, min_left_s: float
+    run: ChaosRun,
+    among: Callable[[], list[int]],
+    kill: Callable[[int], None],
+    *,
+    min_left_s: float,
+    spare: Collection[str] = (),
 ) -> tuple[int, dict[str, Any]]:
     """Kill (``kill(pid)``) a process sleeping in a long action and confirm the kill landed mid-action: a
     process killed in its sleep never removes its ``chaos:busy`` entry. Tries another target when it did
-    not land (bounded: 5 tries); returns the victim's pid and busy record."""
+    not land (bounded: 5 tries); returns the victim's pid and busy record. ``spare``: source ids faulted
+    before, left alone (each event is faulted at most once, so a healthy one never runs out of attempts)."""
     for _ in range(5):
-        pid, record = run.wait_busy(among, min_left_s=min_left_s)
+        pid, record = run.wait_busy(among, min_left_s=min_left_s, spare=spare)
         kill(pid)
         wait_until(partial(_gone, pid), 10, f"process {pid} to die")
         if run.admin.hexists(run.history.busy, str(pid)):
@@ -110,7 +116,9 @@ def child_kill(*, long: bool) -> Row:
             run.enqueue(op_events(40, 4, tag="ck", sleep_ms=30, payload=_every(9, sleepMs=1500)))
             finish = lambda: None  # noqa: E731
         for _ in range(10 if long else 1):
-            pid, record = _kill_mid_action(run, run.all_children, sigkill, min_left_s=0.5)
+            pid, record = _kill_mid_action(
+                run, run.all_children, sigkill, min_left_s=0.5, spare={r["sid"] for _, r in victims}
+            )
             victims.append((pid, record))
             _wait_takeover(run, record["sid"], pid, record["attempt"], TAKEOVER_TIMEOUT_S)
         finish()
@@ -140,7 +148,9 @@ def worker_kill(*, long: bool) -> Row:
             next(w for w in run.live_workers() if pid in w.children()).kill_all()
 
         for _ in range(3 if long else 1):
-            pid, record = _kill_mid_action(run, run.all_children, kill_worker, min_left_s=0.5)
+            pid, record = _kill_mid_action(
+                run, run.all_children, kill_worker, min_left_s=0.5, spare={r["sid"] for _, r in victims}
+            )
             victims.append((pid, record))
             run.start_worker(concurrency=2)
         finish()
@@ -207,7 +217,7 @@ def _faults_until_takeover(
     notes: list[str] = []
     owed = 0  # late commits that must have been refused so far
     for _ in range(3 if long else 1):
-        pid, record = run.wait_busy(busy_in, min_left_s=0.8)
+        pid, record = run.wait_busy(busy_in, min_left_s=0.8, spare={r["sid"] for _, r in victims})
         inject(pid)
         try:
             took = _wait_takeover(run, record["sid"], pid, record["attempt"], takeover_timeout_s)
