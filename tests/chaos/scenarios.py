@@ -217,7 +217,7 @@ def _faults_until_takeover(
     notes: list[str] = []
     owed = 0  # late commits that must have been refused so far
     for _ in range(3 if long else 1):
-        pid, record = run.wait_busy(busy_in, min_left_s=0.8, spare={r["sid"] for _, r in victims})
+        pid, record = run.wait_busy(busy_in, min_left_s=0.8)
         inject(pid)
         try:
             took = _wait_takeover(run, record["sid"], pid, record["attempt"], takeover_timeout_s)

@@ -41,6 +41,7 @@ def _result(
     attempt_status: AttemptStatus,
     detail: str | None,
     output: dict[str, Any] | None,
+    output_given: bool,
 ) -> ExecutorResult:
     """An applied or skipped result: without validation when the handler's detail and output are already what
     validation makes of them (a str or None; a dict with str keys, copied, or None), else validated (and
@@ -53,7 +54,7 @@ def _result(
             action_id=action.action_id, status=status, attempt=attempt, detail=detail, output=output
         )
     given = {"action_id", "status", "attempt", "detail"}
-    if output is not None:
+    if output_given:  # the constructors before named it (applied's None too)
         given.add("output")
     values = {
         "action_id": action.action_id,
@@ -70,12 +71,12 @@ def applied(
     action: Action, ctx: HandlerContext, detail: str | None = None, output: dict[str, Any] | None = None
 ) -> ExecutorResult:
     """The action's effect happened (or was staged in ``ctx.effects``)."""
-    return _result(action, ctx, "applied", "succeeded", detail, output)
+    return _result(action, ctx, "applied", "succeeded", detail, output, output_given=True)
 
 
 def skipped(action: Action, ctx: HandlerContext, detail: str) -> ExecutorResult:
     """Nothing was done, on purpose; the lane stays unmarked."""
-    return _result(action, ctx, "skipped", "skipped", detail, None)
+    return _result(action, ctx, "skipped", "skipped", detail, None, output_given=False)
 
 
 def failed(

@@ -5,7 +5,7 @@ What each reply code means here (worker/store/replies.py ``CommitCode``):
 
 * ``COMMITTED``: each event's :data:`~worker.drain.event.AFTER_COMMIT` steps and metrics follow; the reply
   names the next head and the fresh events behind it (the next run), and, when the commit was asked to pop the
-  next scope (``then_pop``) and released this one, what it popped (``RunCommitted.popped``).
+  next scope (``then_pop``) and released this one, what it popped (``ChainedPop.reply``).
 * ``ENDED``: the run ended early (the next event is no longer the head): nothing wrong, the drain goes on.
 * ``LANE_TAKEN``: the next event was not committed (a lane already marked, or staged writes that would be
   refused): it runs again alone, and finds the stored results (or is refused there).
@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -30,7 +29,7 @@ from worker.chain.context import EffectBuffer
 from worker.core.errors import NotReplicated
 from worker.drain.context import DrainContext
 from worker.drain.event import EventWork, after_commit, record
-from worker.store.calls import PopNext
+from worker.drain.lease import ChainedPop
 from worker.store.records import Begun, EventCommit, Head, RunReply
 from worker.store.replies import CommitCode, HeadCode
 from worker.telemetry.log_privacy import describe_error, refusal_kind
@@ -50,7 +49,6 @@ class RunCommitted:
     followers: list[Begun] = field(default_factory=list)
     slow: bool = False
     lost: bool = False
-    popped: list[Any] | None = None  # the next scope's pop, when asked and the scope was released (RunReply)
 
 
 def event_commit(work: EventWork) -> EventCommit:
@@ -73,11 +71,17 @@ def event_commit(work: EventWork) -> EventCommit:
 
 
 def commit_run(
-    ctx: DrainContext, works: Sequence[EventWork], *, go_on: bool, peek: int, then_pop: PopNext | None = None
+    ctx: DrainContext,
+    works: Sequence[EventWork],
+    *,
+    go_on: bool,
+    peek: int,
+    then_pop: ChainedPop | None = None,
 ) -> RunCommitted:
     """COMMIT ``works`` (the head and the events right behind it, in order), each going on to the next head;
     the last goes on only with ``go_on``. ``peek``: fresh events to list behind the new head. ``then_pop``: once
-    the scope is released, pop the next ready scope and take its lease in the same round trip."""
+    the scope is released, pop the next ready scope and take its lease in the same round trip (what it popped
+    is in ``then_pop.reply`` as soon as the reply is read, before anything else can raise)."""
     grant = works[0].grant
     events = [event_commit(work) for work in works]
     flags = [go_on or i < len(works) - 1 for i in range(len(works))]
@@ -92,7 +96,7 @@ def commit_run(
                 events=events,
                 go_on=flags,
                 peek=peek,
-                then_pop=then_pop,
+                then_pop=None if then_pop is None else then_pop.call,
             )
         )
     except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
@@ -103,6 +107,8 @@ def commit_run(
             "commit not acknowledged (%s): the next drain finds out what it applied", describe_error(exc)
         )
         return _lost(works)
+    if then_pop is not None and reply.popped is not None:
+        then_pop.reply = reply.popped
     return _settle(ctx, works, reply, go_on=flags[-1], peek=peek, then_pop=then_pop)
 
 
@@ -119,7 +125,7 @@ def _settle(
     *,
     go_on: bool,
     peek: int,
-    then_pop: PopNext | None,
+    then_pop: ChainedPop | None,
 ) -> RunCommitted:
     """Read COMMIT's reply: finish each committed event, then act on why the run stopped (module docstring)."""
     out = RunCommitted()
@@ -134,7 +140,7 @@ def _settle(
         after_commit(ctx, work)
     code = reply.code
     if code is CommitCode.COMMITTED:
-        out.followers, out.popped = reply.followers, reply.popped
+        out.followers = reply.followers
     elif code is CommitCode.LANE_TAKEN:
         out.slow = True
     elif code in (CommitCode.REFUSED, CommitCode.PARTIAL):
@@ -150,7 +156,7 @@ def _settle(
             out.lost = True
             return out
         out.committed += 1
-        out.head, out.followers, out.popped = dead.head, dead.followers, dead.popped
+        out.head, out.followers = dead.head, dead.followers
     elif code in (CommitCode.STALE_FENCE, CommitCode.NOT_HEAD):
         failing = works[len(reply.replies) - 1]
         if code is CommitCode.STALE_FENCE:
@@ -171,7 +177,13 @@ def _settle(
 
 
 def commit_dead(
-    ctx: DrainContext, work: EventWork, error: str, *, go_on: bool, peek: int, then_pop: PopNext | None = None
+    ctx: DrainContext,
+    work: EventWork,
+    error: str,
+    *,
+    go_on: bool,
+    peek: int,
+    then_pop: ChainedPop | None = None,
 ) -> RunCommitted:
     """Commit ``work`` dead on its own, without what its chain staged (its staged writes were refused)."""
     log.error("staged write refused (%s)", refusal_kind(error), extra={"eventId": work.begun.event_id})

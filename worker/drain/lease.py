@@ -25,14 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from worker.core.tenancy import split_scope_ref
+from worker.core.tenancy import BadTenant, split_scope_ref
 from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, EngineKeys, Keys
 from worker.store.calls import Acquire, PopAcquire, PopNext, ReadyPop, Release, Renew, ScriptCall
 from worker.store.records import Head
 from worker.store.replies import HeadCode, ReleaseCode
 from worker.store.scripts import Scripts
 
-__all__ = ["Acquired", "LeaseGrant", "Popped", "ScopeLease"]
+__all__ = ["Acquired", "ChainedPop", "LeaseGrant", "Popped", "ScopeLease"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,17 @@ class LeaseGrant:
 
 Acquired = tuple[LeaseGrant | None, int, Head | None]  # (grant, ms the holder still has, head): see acquire
 Popped = tuple[str, Acquired | None]  # a popped scope ref and what POP_ACQUIRE did with it
+
+
+@dataclass(slots=True)
+class ChainedPop:
+    """A drain_next message's next pop, asked of the COMMIT that releases a scope (:meth:`ScopeLease.pop_next`):
+    the call's group, and the commit's reply once it ran (``RunReply.popped``: [] nothing was ready and the
+    message's ticket is retired, [ref], or [ref, ACQUIRE's reply]; None: no commit popped). It is set as soon
+    as the reply is read, so whoever holds it knows what was popped even when the drain raises afterwards."""
+
+    call: PopNext
+    reply: list[Any] | None = None
 
 
 class ScopeLease:
@@ -125,11 +136,11 @@ class ScopeLease:
         )
         return self.read_popped(keys, token, self.run(call))
 
-    def pop_next(self, keys: EngineKeys, ready: ReadyPop, *, holder: str = "") -> PopNext:
+    def pop_next(self, keys: EngineKeys, ready: ReadyPop, *, holder: str = "") -> ChainedPop:
         """What COMMIT needs to do POP_ACQUIRE's work once it released its scope (one Redis, one scope bucket):
-        the drain_next message's next scope popped and granted in the commit's round trip. Its reply (the
-        commit's :attr:`~worker.store.records.RunReply.popped`) is read by :meth:`read_popped` with this token."""
-        return PopNext(
+        the drain_next message's next scope popped and granted in the commit's round trip. Its reply is read
+        by :meth:`read_popped` with this call's token."""
+        call = PopNext(
             ring=ready.ring,
             tickets=ready.tickets,
             ready_prefix=ready.ready_prefix,
@@ -138,6 +149,7 @@ class ScopeLease:
             pop_token=self._token(holder),
             lease_ttl_ms=self.ttl_ms,
         )
+        return ChainedPop(call)
 
     def read_popped(self, keys: EngineKeys, token: str, reply: Any) -> Popped | None:
         """POP_ACQUIRE's reply (or a commit's popped one), as :meth:`acquire_ready` returns it; the renewer keeps
@@ -148,8 +160,28 @@ class ScopeLease:
         ref = raw if isinstance(raw, str) else bytes(raw).decode("utf-8")
         if len(reply) < 2:
             return ref, None
-        tenant, scope_key = split_scope_ref(ref)
+        try:
+            tenant, scope_key = split_scope_ref(ref)
+        except BadTenant:  # the Lua checks for a slash only: the two-step drain refuses (and logs) this ref
+            return ref, None
         return ref, self._granted(keys.for_tenant(tenant).for_scope(scope_key), scope_key, token, reply[1])
+
+    def give_back(self, keys: EngineKeys, chained: ChainedPop) -> str | None:
+        """A scope a commit popped and granted that its drain will not drain (the drain raised after the
+        commit): its lease released (token-checked), its ref returned for the caller to publish. None when
+        nothing was granted."""
+        reply = chained.reply
+        if not reply or len(reply) < 2 or int(reply[1][0]) == 0:
+            return None
+        raw = reply[0]
+        ref = raw if isinstance(raw, str) else bytes(raw).decode("utf-8")
+        try:
+            tenant, scope_key = split_scope_ref(ref)
+        except BadTenant:
+            return None
+        lease = keys.for_tenant(tenant).for_scope(scope_key).lease(scope_key)
+        self.scripts.run(Release(lease, chained.call.pop_token))
+        return ref
 
     @staticmethod
     def _token(holder: str) -> str:

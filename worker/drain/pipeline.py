@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from worker.chain.chain_document import event_head
 from worker.chain.context import Deps
@@ -48,14 +48,15 @@ from worker.core.tenancy import DEFAULT_TENANT, scope_ref, split_scope_ref
 from worker.drain.commit import commit_run
 from worker.drain.context import DrainContext
 from worker.drain.event import EventWork, count_runs, run_event
-from worker.drain.lease import Acquired, LeaseGrant, Popped, ScopeLease
+from worker.drain.lease import Acquired, ChainedPop, LeaseGrant, Popped, ScopeLease
 from worker.intake.emitter import Emitter
 from worker.keys.layout import EngineKeys
 from worker.settings import Settings
-from worker.store.calls import PeekFresh, PopNext
+from worker.store.calls import PeekFresh
 from worker.store.events import EventStore
 from worker.store.records import Begun, Head, begun_list
 from worker.store.replies import HeadCode
+from worker.telemetry.log_privacy import describe_error
 from worker.telemetry.recorder import DISABLED, Telemetry
 
 __all__ = ["DrainOutcome", "Pipeline"]
@@ -140,12 +141,19 @@ class Pipeline:
         return self.drain(scope_ref(tenant, scope_key), holder=holder)
 
     def drain(
-        self, ref: str, *, holder: str = "", acquired: Acquired | None = None, then_pop: PopNext | None = None
+        self,
+        ref: str,
+        *,
+        holder: str = "",
+        acquired: Acquired | None = None,
+        then_pop: ChainedPop | None = None,
     ) -> DrainOutcome:
         """Drain the scope named by the scope ref ``<tenant>/<scopeKey>`` (what drain tasks carry); ``acquired``:
         POP_ACQUIRE already asked for its lease (:meth:`ScopeLease.acquire_ready`). ``then_pop``
         (:meth:`ScopeLease.pop_next`; one Redis, one scope bucket): the commit that releases the scope pops and
-        takes the next ready one in the same round trip (:class:`DrainOutcome`)."""
+        takes the next ready one in the same round trip (:class:`DrainOutcome`). When the drain raises after
+        such a commit, the popped scope is given back (its lease released, its drain published) before the
+        exception goes on."""
         tenant, scope_key = split_scope_ref(ref)
         if acquired is None:
             keys = self.ctx.store.keys.for_tenant(tenant)
@@ -156,26 +164,38 @@ class Pipeline:
             # in remaining_ms, so look again then (no spinning, one message per TTL).
             return DrainOutcome(0, "busy", delay_s=remaining_ms / 1000 + 0.05)
         attrs = {"agent.signal.scope_key": scope_key, "agent.signal.fence": grant.fence}
-        popped: list[Any] | None = None
         try:
             with self.telemetry.span("agent_signal.scope.drain", attrs) as span:
-                outcome, popped = self._drain_heads(grant, head, then_pop)
+                outcome = self._drain_heads(grant, head, then_pop)
                 if span is not None:
                     span.set_attribute("agent.signal.processed", outcome.processed)
                     span.set_attribute("agent.signal.drain_next", outcome.next)
+        except BaseException:
+            if then_pop is not None and then_pop.reply:  # a scope was popped: not ours to drain any more
+                self._give_back(then_pop)
+                then_pop.reply = None
+            raise
         finally:
             self.lease.stop_renewing(grant)
-        if popped is None or then_pop is None:
+        if then_pop is None or then_pop.reply is None:
             return outcome
         # read after this scope's renewal stopped: the renewer keeps the popped scope's grant from here
-        chained = self.lease.read_popped(self.keys, then_pop.pop_token, popped)
+        chained = self.lease.read_popped(self.keys, then_pop.call.pop_token, then_pop.reply)
         return replace(outcome, popped=chained, retired=chained is None)
 
-    def _drain_heads(
-        self, grant: LeaseGrant, head: Head, then_pop: PopNext | None = None
-    ) -> tuple[DrainOutcome, list[Any] | None]:
+    def _give_back(self, chained: ChainedPop) -> None:
+        """The scope a commit popped for a drain that raised: released and published again (its head was
+        begun: its next drain counts that attempt as a lost delivery). Never raises over the drain's error."""
+        try:
+            ref = self.lease.give_back(self.keys, chained)
+            if ref is not None:
+                self.ctx.publish(ref)
+        except Exception as exc:  # the lease runs out and the reconcile sweep publishes the scope
+            log.warning("a popped scope was not given back (%s)", describe_error(exc))
+
+    def _drain_heads(self, grant: LeaseGrant, head: Head, then_pop: ChainedPop | None = None) -> DrainOutcome:
         """The drain's loop (see the module docstring): runs, their commits, until the scope is idle or handed
-        off; and what the last commit popped with ``then_pop`` (RunReply.popped), when it released the scope."""
+        off (``then_pop`` goes to each commit: the one that releases the scope pops the next)."""
         settings = self.settings
         limit, run_max = settings.max_events_per_drain, settings.commit_batch_max
         # After a lost delivery (the head was processing when its worker died) the whole drain runs one by one, so
@@ -185,20 +205,19 @@ class Pipeline:
         alone_only = lost_delivery or settings.max_attempts <= 1 or run_max <= 1
         peek = 0 if alone_only else run_max - 1
         processed, slow = 0, False
-        popped: list[Any] | None = None
         followers = [] if alone_only else self._peek(grant, head, min(limit, run_max) - 1)
         while head.code is HeadCode.TAKEN and head.begun is not None:
             room = min(run_max, limit - processed)
             if room <= 0:  # max_events_per_drain: let other scopes have a turn
-                return self.hand_off(grant, processed, 0), None
+                return self.hand_off(grant, processed, 0)
             works = [] if slow or alone_only else self._speculate(grant, [head.begun, *followers[: room - 1]])
             if works is None:
-                return DrainOutcome(processed, "lost"), None
+                return DrainOutcome(processed, "lost")
             if not works:  # the head runs alone
                 work = run_event(self.ctx, grant, head.begun, batch=False)
                 if work.lost or work.outcome is None:
                     count_runs(self.ctx, work)
-                    return DrainOutcome(processed, "lost"), None
+                    return DrainOutcome(processed, "lost")
                 works = [work]
             try:
                 go_on = processed + len(works) < limit
@@ -208,15 +227,15 @@ class Pipeline:
                     count_runs(self.ctx, work)
             processed += done.committed
             if done.lost:
-                return DrainOutcome(processed, "lost"), None
+                return DrainOutcome(processed, "lost")
             next_head, followers = done.head, done.followers
             slow = done.slow
             if next_head is None:  # max_events_per_drain: let other scopes have a turn
-                return self.hand_off(grant, processed, 0), None
-            head, popped = next_head, done.popped
+                return self.hand_off(grant, processed, 0)
+            head = next_head
         if head.code is HeadCode.EMPTY:
-            return DrainOutcome(processed, "idle"), popped  # the script released the scope
-        return self.hand_off(grant, processed, max(head.not_before_ms - now_ms(), 0)), None
+            return DrainOutcome(processed, "idle")  # the script released the scope
+        return self.hand_off(grant, processed, max(head.not_before_ms - now_ms(), 0))
 
     def hand_off(self, grant: LeaseGrant, processed: int, wait_ms: int) -> DrainOutcome:
         """Release the scope but keep it scheduled: the caller publishes its next drain after ``wait_ms``."""

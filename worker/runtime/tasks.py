@@ -17,13 +17,12 @@ from redis.exceptions import RedisError
 
 from worker.core.clock import now_ms
 from worker.core.tenancy import DEFAULT_TENANT, BadTenant, split_scope_ref
-from worker.drain.lease import Acquired, Popped
+from worker.drain.lease import Acquired, ChainedPop, Popped
 from worker.drain.pipeline import DrainOutcome, Pipeline
 from worker.runtime import state as _state
 from worker.runtime.fair import DRAIN_NEXT_TASK, DRAIN_TASK, FairQueue
 from worker.runtime.plugin_model import Plugin, PluginTask
 from worker.settings import Settings
-from worker.store.calls import PopNext
 from worker.store.safety import note_store_failure
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS, describe_error
 
@@ -99,7 +98,7 @@ def drain_ref(
     ref: str,
     holder: str = "",
     acquired: Acquired | None = None,
-    then_pop: PopNext | None = None,
+    then_pop: ChainedPop | None = None,
 ) -> DrainOutcome | None:
     """Drain the scope ``ref`` in this worker's pipeline, then re-publish it when it has more (or was lost). A
     full store refuses the lease grant before it writes anything: the grant is asked again after a pause.
@@ -134,7 +133,7 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
     from a drain, hand the ticket on to a new message, so a ticket is not left counted without one (a store
     error leaves it to expire instead of spinning). Returns how many scopes it drained.
 
-    Where POP_ACQUIRE may run (:func:`one_round_trip`) and the message goes on after this scope, the commit
+    Where POP_ACQUIRE may run (:func:`commit_pops_next`) and the message goes on after this scope, the commit
     that releases a scope also pops the next one and takes its lease (``then_pop``): a scope of one event
     costs one round trip (its COMMIT) instead of two. A scope popped so is always drained next, past the
     limits (it is leased to this worker)."""
@@ -146,7 +145,7 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
     chained: Popped | None = None
     try:
         pop = _popper(pipeline, fair, holder)
-        chain = one_round_trip(settings)
+        chain = commit_pops_next(settings)
         keys = pipeline.ctx.store.keys
         while chained is not None or (
             drained < settings.scopes_per_drain and not (drained and time.monotonic() >= deadline)
@@ -159,10 +158,12 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
                 break
             go_on = chain and drained + 1 < settings.scopes_per_drain and time.monotonic() < deadline
             then_pop = pipeline.lease.pop_next(keys, fair.pop_call(), holder=holder) if go_on else None
-            outcome = drain_ref(app, queue, popped[0], holder, popped[1], then_pop)
+            try:
+                outcome = drain_ref(app, queue, popped[0], holder, popped[1], then_pop)
+            finally:  # a commit that found nothing ready retired the ticket, even when the drain then raised
+                retired = then_pop is not None and then_pop.reply == []
             drained += 1
-            if outcome is not None and outcome.retired:  # the commit found nothing ready: ticket retired
-                retired = True
+            if retired:
                 break
             chained = None if outcome is None else outcome.popped
     except RedisError as exc:  # store down: no message to hand on to (it would spin); the count expires and
@@ -177,6 +178,13 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
             except Exception as exc:  # broker down: the ticket was given back (or expires)
                 log.warning("drain_next not handed on (%s)", describe_error(exc))
     return drained
+
+
+def commit_pops_next(settings: Settings) -> bool:
+    """A commit that releases its scope may pop the next one (:func:`drain_ready`): where POP_ACQUIRE may run,
+    and not with ``wait_replicas`` (a commit the replicas did not confirm is treated as lost, and what it
+    popped with it)."""
+    return one_round_trip(settings) and not settings.wait_replicas
 
 
 def one_round_trip(settings: Settings) -> bool:

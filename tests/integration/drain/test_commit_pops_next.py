@@ -13,8 +13,10 @@ import pytest
 from redis import Redis
 
 from producers import Producer
+from tests.support.tenants import as_tenant
 from worker.core.clock import now_ms
 from worker.drain.lease import ScopeLease
+from worker.ops.scope_control import pause_scope
 from worker.runtime import state
 from worker.runtime.app import build_pipeline
 from worker.runtime.fair import FairQueue
@@ -28,12 +30,15 @@ pytestmark = pytest.mark.integration
 
 
 class Counting(Redis):
-    """A client that counts its round trips, by command."""
+    """A client that counts its round trips, by command (and which script, for EVALSHA)."""
 
     trips: list[str] = []
+    scripts: list[str] = []
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         self.trips.append(str(args[0]))
+        if str(args[0]) == "EVALSHA":
+            self.scripts.append(str(args[1]))
         return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
 
@@ -48,12 +53,19 @@ class Rig:
         state.set_factory(lambda: self.process)
         return drain_ready(None, "unused")
 
+    def scripts_run(self) -> list[str]:
+        """The scripts this client ran since its counts were cleared, by name."""
+        names = {
+            self.store.scripts.script(n).sha: n for n in ("pop_acquire", "commit", "ready_pop", "acquire")
+        }
+        return [names.get(sha, sha) for sha in self.client.scripts]
+
 
 @pytest.fixture
 def rig(make_settings: Any) -> Iterator[Rig]:
     settings: Settings = make_settings(max_events_per_drain=10)
     client = Counting.from_url(settings.require_redis_url(), decode_responses=True)
-    client.trips = []
+    client.trips, client.scripts = [], []
     store = EventStore(client, settings)
     pipeline = build_pipeline(settings)
     pipeline.ctx = dataclasses.replace(pipeline.ctx, store=store)
@@ -118,9 +130,73 @@ def test_a_scope_pops_the_next_only_once_its_inbox_is_empty(rig: Rig) -> None:
     pairs = [("a-1", "topic:a"), ("b-1", "topic:b"), ("a-2", "topic:a")]
     ids = _enqueue(settings, pairs)
     rig.client.set(rig.store.keys.drain_tickets, 1)
+    rig.client.scripts.clear()
     assert rig.drain_next() == 2
     assert _states(rig, [(scope, eid) for (_, scope), eid in zip(pairs, ids, strict=True)]) == ["done"] * 3
     assert rig.client.exists(rig.store.keys.drain_tickets) == 0  # retired by the last commit
+    # one pop of its own; topic:a's events commit (the last one releasing it and popping topic:b), then
+    # topic:b's commit finds nothing ready
+    scripts = rig.scripts_run()
+    assert scripts[0] == "pop_acquire" and scripts.count("pop_acquire") == 1
+    assert "ready_pop" not in scripts and scripts[-1] == "commit"
+
+
+def test_another_tenants_paused_scope_of_the_same_key_is_not_taken(rig: Rig) -> None:
+    """The commit of acme's topic:x found it not paused; globex's topic:x, popped next by the same script, is
+    paused: it is parked, not taken (the pause check is per tenant, not per scope key)."""
+    settings = rig.process.pipeline.settings
+    producer = Producer(settings)
+    try:
+        globex = as_tenant(producer, "globex").enqueue(
+            {"sourceType": "bot.message.merged", "sourceId": "g-1", "scopeKey": "topic:x", "payload": {}}
+        )
+        as_tenant(producer, "acme").enqueue(
+            {"sourceType": "bot.message.merged", "sourceId": "a-1", "scopeKey": "topic:x", "payload": {}}
+        )
+    finally:
+        producer.close()
+    globex_keys = rig.store.keys.for_tenant("globex")
+    assert pause_scope(rig.store, globex_keys, "topic:x")
+    pipeline, fair = rig.process.pipeline, rig.process.fair
+    rig.client.lrem(rig.store.keys.ready("globex"), 0, "globex/topic:x")  # acme's is popped first
+    popped = pipeline.lease.acquire_ready(rig.store.keys, fair.pop_call(), now_ms=now_ms())
+    assert popped is not None and popped[0] == "acme/topic:x"
+    rig.client.rpush(rig.store.keys.ready("globex"), "globex/topic:x")
+    rig.client.rpush(rig.store.keys.ready_tenants, "globex")
+    then_pop = pipeline.lease.pop_next(rig.store.keys, fair.pop_call())
+    outcome = pipeline.drain(popped[0], acquired=popped[1], then_pop=then_pop)
+    assert outcome.processed == 1 and outcome.popped is not None and outcome.popped[0] == "globex/topic:x"
+    acquired = outcome.popped[1]
+    assert acquired is not None and acquired[2] is not None and acquired[2].code is HeadCode.EMPTY  # parked
+    event = globex_keys.for_scope("topic:x").event(globex.event_id)
+    assert rig.client.hget(event, "state") == "queued"
+    assert rig.client.hget(event, "attempts") in (None, "0")
+
+
+def test_a_drain_that_raises_after_its_commit_gives_the_popped_scope_back(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit popped and took topic:r-2, then the drain raised: the lease is released and the scope's drain
+    published again, so it is not left leased and off the ready list until its lease runs out."""
+    settings = rig.process.pipeline.settings
+    _enqueue(settings, [("r-1", "topic:r-1"), ("r-2", "topic:r-2")])
+    pipeline, fair = rig.process.pipeline, rig.process.fair
+    published: list[str] = []
+    pipeline.ctx = dataclasses.replace(pipeline.ctx, publish=published.append)
+
+    def broken(ctx: Any, work: Any) -> None:
+        raise RuntimeError("an after-commit step failed")
+
+    monkeypatch.setattr("worker.drain.commit.after_commit", broken)
+    popped = pipeline.lease.acquire_ready(rig.store.keys, fair.pop_call(), now_ms=now_ms())
+    assert popped is not None and popped[0] == "default/topic:r-1"
+    then_pop = pipeline.lease.pop_next(rig.store.keys, fair.pop_call())
+    with pytest.raises(RuntimeError):
+        pipeline.drain(popped[0], acquired=popped[1], then_pop=then_pop)
+    lease = rig.store.keys.for_tenant("default").for_scope("topic:r-2").lease("topic:r-2")
+    assert rig.client.exists(lease) == 0
+    assert published == ["default/topic:r-2"]
+    assert then_pop.reply is None  # given back: not drained by this message
 
 
 def test_the_popped_scope_is_leased_to_the_drain_that_popped_it(rig: Rig) -> None:

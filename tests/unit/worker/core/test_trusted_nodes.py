@@ -167,6 +167,15 @@ class TestWhatTheEngineMakesIsWhatValidationMade:
             detail="nothing to do",
         )
         assert_same(skipped(action, ctx, "nothing to do"), expected_result)
+        for detail in (None, "done"):  # output left out: the constructor named it (None) all the same
+            expected_applied = ExecutorResult(
+                action_id=action.action_id,
+                status="applied",
+                attempt=Attempt(current=1, max=3, started_at=0, status="succeeded"),
+                detail=detail,
+                output=None,
+            )
+            assert_same(applied(action, ctx, detail), expected_applied)
 
 
 class TestWhatAPluginPassesIsStillValidated:

@@ -12,11 +12,16 @@ local FINAL = {done = true, dead = true, cancelled = true, discarded = true, era
 -- fence and not cancelled (nothing else runs between) -> {enqueued, history, not_before, error}, so a run's commit
 -- of it reads nothing again.
 local taken = {}
-local unpaused = {}  -- scopes found not paused by this script (no script that takes a head pauses one)
+-- Scopes found not paused by this script (no script that takes a head pauses one), by their paused hash and
+-- scope key: a COMMIT that pops the next scope may take the head of another tenant's scope of the same key.
+local unpaused = {}
 local function take_head(inbox, ev_prefix, now, fence, ix, scope)
-  if ix.paused and not unpaused[scope] then
-    if redis.call('HEXISTS', ix.paused, scope) == 1 then return {HeadCode.PAUSED} end
-    unpaused[scope] = true
+  if ix.paused then
+    local seen = ix.paused .. '\n' .. scope
+    if not unpaused[seen] then
+      if redis.call('HEXISTS', ix.paused, scope) == 1 then return {HeadCode.PAUSED} end
+      unpaused[seen] = true
+    end
   end
   for _ = 1, 1000 do
     local id = redis.call('LINDEX', inbox, 0)
