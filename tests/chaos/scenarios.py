@@ -39,7 +39,10 @@ def _timeout(long: bool) -> float:
 
 
 def _every(n: int, **fields: Any) -> Callable[[int], dict[str, Any]]:
-    """A payload function adding ``fields`` to every ``n``-th event."""
+    """A payload function adding ``fields`` to every ``n``-th event. Events go round-robin over the scopes, so
+    ``n`` coprime to the scope count spreads the chosen ones over every scope; a multiple of it put them all on
+    one scope, drained by whichever worker held it (the long partition waited for a long action behind its
+    proxy that the other worker kept running)."""
     return lambda seq: dict(fields) if seq % n == n - 1 else {}
 
 
@@ -242,7 +245,7 @@ def paused_holder(*, long: bool) -> Row:
         workers = [run.start_worker(concurrency=2, wait=False) for _ in range(2 if long else 1)]
         for worker in workers:
             run.wait_registered(worker, 2)
-        payload = _every(40 if long else 10, sleepMs=1500)
+        payload = _every(41 if long else 10, sleepMs=1500)
         finish = _load(run, "ph", long, scopes=8 if long else 3, sleep_ms=30, payload=payload)
         return _faults_until_takeover(
             run,
@@ -264,7 +267,7 @@ def partitioned_worker(*, long: bool) -> Row:
         cut_off = run.start_worker(concurrency=2, via=proxy, wait=False)
         for worker in (direct, cut_off):
             run.wait_registered(worker, 2)
-        payload = _every(32 if long else 8, sleepMs=1500)
+        payload = _every(33 if long else 8, sleepMs=1500)
         finish = _load(run, "pt", long, scopes=8 if long else 3, sleep_ms=30, payload=payload)
         return _faults_until_takeover(
             run,
@@ -290,7 +293,7 @@ def broker_cut(*, long: bool) -> Row:
             long,
             scopes=8 if long else 3,
             sleep_ms=30,
-            payload=_every(48 if long else 6, sleepMs=2500),
+            payload=_every(49 if long else 6, sleepMs=2500),
         )
         for cut_s in [1.0, 3.0, 5.0] if long else [3.0]:
             run.wait_busy(run.all_children, min_left_s=1.5)
