@@ -16,6 +16,7 @@ from worker.core.nodes import (
     ExecutorError,
     ExecutorResult,
     ResultStatus,
+    plain_object,
     trusted,
 )
 
@@ -48,7 +49,7 @@ def _result(
     refused as before)."""
     attempt = _attempt(ctx, attempt_status)
     plain_detail = detail is None or type(detail) is str
-    plain_output = output is None or (type(output) is dict and all(type(k) is str for k in output))
+    plain_output = output is None or plain_object(output)
     if not (plain_detail and plain_output):
         return ExecutorResult(
             action_id=action.action_id, status=status, attempt=attempt, detail=detail, output=output

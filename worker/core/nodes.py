@@ -33,6 +33,7 @@ __all__ = [
     "Wait",
     "action_from",
     "attempt_json",
+    "plain_object",
     "result_signal",
     "signal_from",
     "trusted",
@@ -204,14 +205,14 @@ def _chain(chain: ChainRef, parent: str, signal: str | None = None, action: str 
     return trusted(ChainRef, values, given)
 
 
+def plain_object(value: Any) -> bool:
+    """``value`` is already what validating a ``dict[str, Any]`` field makes of it: a dict with str keys."""
+    return type(value) is dict and all(type(key) is str for key in value)
+
+
 def _plain(kind: Any, timestamp: Any, payload: Any) -> bool:
     """A plugin's values are already what validation makes of them: a str, an int, a dict with str keys."""
-    return (
-        type(kind) is str
-        and type(timestamp) is int
-        and type(payload) is dict
-        and all(type(key) is str for key in payload)
-    )
+    return type(kind) is str and type(timestamp) is int and plain_object(payload)
 
 
 def _signal(

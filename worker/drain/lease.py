@@ -68,6 +68,16 @@ class ChainedPop:
     reply: list[Any] | None = None
 
 
+def _popped_scope(reply: Any) -> tuple[str, tuple[str, str] | None]:
+    """A non-empty pop reply's ref, and its (tenant, scope key), or None when the ref is not a scope ref."""
+    raw = reply[0]
+    ref = raw if isinstance(raw, str) else bytes(raw).decode("utf-8")
+    try:
+        return ref, split_scope_ref(ref)
+    except BadTenant:
+        return ref, None
+
+
 class ScopeLease:
     """Acquire, renew (in one daemon thread per process) and release scope leases."""
 
@@ -156,14 +166,10 @@ class ScopeLease:
         the grant from here."""
         if not reply:
             return None
-        raw = reply[0]
-        ref = raw if isinstance(raw, str) else bytes(raw).decode("utf-8")
-        if len(reply) < 2:
+        ref, scope = _popped_scope(reply)
+        if len(reply) < 2 or scope is None:  # the Lua checks for a slash only: the two-step drain refuses it
             return ref, None
-        try:
-            tenant, scope_key = split_scope_ref(ref)
-        except BadTenant:  # the Lua checks for a slash only: the two-step drain refuses (and logs) this ref
-            return ref, None
+        tenant, scope_key = scope
         return ref, self._granted(keys.for_tenant(tenant).for_scope(scope_key), scope_key, token, reply[1])
 
     def give_back(self, keys: EngineKeys, chained: ChainedPop) -> str | None:
@@ -173,12 +179,10 @@ class ScopeLease:
         reply = chained.reply
         if not reply or len(reply) < 2 or int(reply[1][0]) == 0:
             return None
-        raw = reply[0]
-        ref = raw if isinstance(raw, str) else bytes(raw).decode("utf-8")
-        try:
-            tenant, scope_key = split_scope_ref(ref)
-        except BadTenant:
+        ref, scope = _popped_scope(reply)
+        if scope is None:
             return None
+        tenant, scope_key = scope
         lease = keys.for_tenant(tenant).for_scope(scope_key).lease(scope_key)
         self.scripts.run(Release(lease, chained.call.pop_token))
         return ref

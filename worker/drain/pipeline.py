@@ -219,8 +219,8 @@ class Pipeline:
                     count_runs(self.ctx, work)
                     return DrainOutcome(processed, "lost")
                 works = [work]
+            go_on = processed + len(works) < limit
             try:
-                go_on = processed + len(works) < limit
                 done = commit_run(self.ctx, works, go_on=go_on, peek=peek, then_pop=then_pop)
             finally:  # the runs of every walk no commit counted (lost, refused, run again alone)
                 for work in works:

@@ -27,7 +27,7 @@
 -- committed and released this scope (its inbox empty), the same round trip pops the next ready scope and takes
 -- its lease, as POP_ACQUIRE would. A COMMITTED reply then has a fourth element: {} (nothing was ready: the
 -- message's ticket is retired) | {ref} (not a scope ref) | {ref, <ACQUIRE's reply>}.
--- requires: counts, index, pending, history, take_head, admit, staged, peek, ready_pop, scope_keys, acquire
+-- requires: counts, index, pending, history, take_head, admit, staged, peek, pop_grant
 local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_active, runs_done, runs_dead,
   runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
   KEYS[11], KEYS[12], KEYS[13]
@@ -183,16 +183,6 @@ if pop_next == '1' then
   k0, a0 = k + POP_KEYS, a + POP_ARGS
 end
 
--- POP_ACQUIRE's work, for the popped scope: {} | {ref} | {ref, <ACQUIRE's reply>}
-local function pop_and_acquire(p)
-  local ref = ready_pop(p.ring, p.tickets, p.ready_prefix, p.ticket_ttl_ms)
-  if not ref then return {} end
-  local slash = string.find(ref, '/', 1, true)
-  if not slash or slash == 1 or slash == #ref then return {ref} end
-  local sk = scope_keys(p.key_prefix, string.sub(ref, 1, slash - 1), string.sub(ref, slash + 1))
-  return {ref, acquire(sk, p.token, p.ttl_ms, now_ms, ref)}
-end
-
 local function run()
   local out = {}
   local k, a = k0, a0
@@ -227,7 +217,9 @@ local function run()
   -- last[7]: the take_head reply's code, after the event's own six fields
   if last and last[7] == HeadCode.TAKEN then peek = peek_fresh(inbox, ev_prefix, now_ms, tonumber(peek_count)) end
   if pop and last and last[7] == HeadCode.EMPTY then
-    return {CommitCode.COMMITTED, out, peek, pop_and_acquire(pop)}
+    local popped = pop_grant(pop.ring, pop.tickets, pop.ready_prefix, pop.ticket_ttl_ms, pop.key_prefix, pop.token,
+      pop.ttl_ms, now_ms)
+    return {CommitCode.COMMITTED, out, peek, popped or {}}
   end
   return {CommitCode.COMMITTED, out, peek}
 end
