@@ -12,7 +12,8 @@ Left out, each only when it equals its default (so a node a handler built some o
 * a result's ``actionId`` when it is the action's at the same position;
 * a built-in result signal (:func:`~worker.core.nodes.result_signal`) whole but for its ``timestamp``: the
   result signals left out follow the results in order (the first one left out is the first result's);
-* in the metadata, what the projection derives from the source (:func:`~worker.documents.projection.envelope_metadata`).
+* in the metadata, what the projection derives from the source (:func:`~worker.documents.projection.envelope_metadata`),
+  and the event id: the chain's key ends with it (``chain:<eventId>``), and the reader passes it back.
 
 The stored nodes are the node models' JSON (worker/core/nodes.py) under ``nodes``; a unit test rebuilds chains
 of every outcome and shape (follow-ups, several actions, nodes built by hand) and compares them with what was
@@ -145,6 +146,7 @@ def nodes_json(
             "signals": signals_out,
             "actions": actions_out,
             "results": results_out,
+            "metadata": {"eventId"},  # the key's suffix (chain:<eventId>): a read puts it back
         }
     }
     return to_json(stored, by_alias=True, exclude_none=True, exclude=exclude)
@@ -160,10 +162,13 @@ def _full_node(node: dict[str, Any], source: Source, parents: dict[str, Any]) ->
     return full
 
 
-def nodes_of(nodes: dict[str, Any]) -> NodeArgs:
+def nodes_of(nodes: dict[str, Any], event_id: str | None = None) -> NodeArgs:
     """The source, signals, actions, results and metadata of a stored ``nodes`` object (KeyError, TypeError or
-    ValueError when it is not a chain's)."""
+    ValueError when it is not a chain's); ``event_id``: the event whose chain it is (its key's suffix), put back
+    in the metadata when the stored form left it out."""
     meta = dict(nodes.get("metadata") or {})
+    if event_id is not None and "eventId" not in meta:
+        meta = {"eventId": event_id, **meta}
     source_json = dict(nodes["source"])
     if "eventId" not in source_json and "eventId" in meta:
         source_json["eventId"] = meta["eventId"]

@@ -28,7 +28,7 @@ from worker.core.nodes import Action, ExecutorResult, Signal, Source
 from worker.documents.chain_nodes import NodeArgs, nodes_json, nodes_of
 from worker.documents.projection import project_chain
 
-__all__ = ["rebuilt_chain", "stored_event_id", "stored_inputs_json"]
+__all__ = ["rebuilt_chain", "stored_event_id", "stored_inputs_json", "stored_source"]
 
 
 # What a commit stores: the ``nodes`` form (:mod:`worker.documents.chain_nodes`).
@@ -44,14 +44,15 @@ def stored_event_id(stored: dict[str, Any]) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def rebuilt_chain(stored: dict[str, Any]) -> dict[str, Any]:
+def rebuilt_chain(stored: dict[str, Any], event_id: str | None = None) -> dict[str, Any]:
     """The chain document (``{"envelope", "record"}``) of its stored form; an older whole document as it is.
-    ValueError when the stored inputs are not a chain's."""
+    ``event_id``: the event whose chain it is (the key's suffix; the ``nodes`` form leaves it out). ValueError
+    when the stored inputs are not a chain's."""
     if "nodes" not in stored and "inputs" not in stored:
         return stored
     try:
         source, signals, actions, results, metadata = (
-            nodes_of(stored["nodes"]) if "nodes" in stored else _inputs_of(stored["inputs"])
+            nodes_of(stored["nodes"], event_id) if "nodes" in stored else _inputs_of(stored["inputs"])
         )
         return project_chain(
             source,
@@ -64,6 +65,19 @@ def rebuilt_chain(stored: dict[str, Any]) -> dict[str, Any]:
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"stored chain inputs do not rebuild: {exc}") from None
+
+
+def stored_source(stored: dict[str, Any], event_id: str | None = None) -> Source:
+    """The source event of a stored chain (ValueError when the stored form holds none: an older whole document,
+    or not a chain's)."""
+    try:
+        if "nodes" in stored:
+            return nodes_of(stored["nodes"], event_id)[0]
+        if "inputs" in stored:
+            return Source.model_validate(stored["inputs"]["source"])
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ValueError(f"stored chain inputs do not rebuild: {exc}") from None
+    raise ValueError("a whole chain document of before: its source is not kept apart")
 
 
 def _inputs_of(inputs: dict[str, Any]) -> NodeArgs:

@@ -3,12 +3,16 @@ event by its source id; the dead letters operators discarded.
 
 The indexes (``Keys.runs``, written by the state-changing scripts, see worker/store/lua/lib/index.lua)
 are zsets of event ids scored by enqueue time, each bounded by ``AGENT_SIGNAL_RUN_INDEX_MAX`` and the dedupe
-window. A query walks ONE index, the most selective its filters name (scope, then user, then source type,
-then status), newest first, one page per round trip (RUNS_PAGE); a query of no such filter walks the status
-indexes together (every event is in exactly one of them, so their union is every event: there is no index of
-all events, issue 29) and merges their pages as it merges the buckets'. It reads each page's records
-(HMGET of :data:`~worker.documents.event_records.LIST_FIELDS`, one pipelined round trip) and keeps those that match every
-other filter: the intersection is done here, over bounded pages. A query examines at most
+window: one per source type (every event is in exactly one), one per scope, one per user, and one per status an
+event waits or ends in outside done (active, dead, cancelled, discarded). A done event is in no status index
+(issue 29: that index repeated the type indexes for ~130 bytes per retained event); a bucket's registry of
+source types (``runs:types``) names its type indexes. A query walks ONE index, the most selective its filters
+name (scope, then user, then source type, then a status other than done), newest first, one page per round trip
+(RUNS_PAGE); a query for done events walks the type indexes together, and a query of no such filter walks them
+with the status indexes (an active backlog outgrows a type index's bound: it is listed whole), merging their
+pages as it merges the buckets' (an event found in two of them is listed once). It reads each page's records
+(HMGET of :data:`~worker.documents.event_records.LIST_FIELDS`, one pipelined round trip) and keeps those that
+match every other filter: the intersection is done here, over bounded pages. A query examines at most
 :data:`MAX_EXAMINED` index entries; when it stops there (or at ``limit``), the cursor resumes after the last
 entry examined, so a page may hold fewer than ``limit`` events and still have a cursor. Order is (enqueue
 time, event id) descending, stable across pages while events arrive.
@@ -40,22 +44,59 @@ __all__ = [
     "RunQuery",
     "discard",
     "event_detail",
+    "every_index",
     "find_by_source",
     "list_discarded",
     "list_runs",
+    "source_types",
     "status_indexes",
+    "type_indexes",
 ]
 
 STATUSES = ("queued", "processing", "done", "dead", "cancelled", "discarded", "erased")
-_STATUS_INDEX = {"queued": "active", "processing": "active", "done": "done", "dead": "dead"}
+_STATUS_INDEX = {"queued": "active", "processing": "active", "dead": "dead"}
 _STATUS_INDEX |= {"cancelled": "cancelled", "discarded": "discarded"}
-STATUS_INDEXES = ("active", "done", "dead", "cancelled", "discarded")  # every event in exactly one
+STATUS_INDEXES = (
+    "active",
+    "dead",
+    "cancelled",
+    "discarded",
+)  # a done event is in none: its type index lists it
+# Done events were indexed by status before issue 29; that index is read until it expires (one dedupe window
+# after the upgrade), so a done event of a type not enqueued since is still listed.
+_LEGACY_DONE = ("status", "done")
 
 
 def status_indexes(keys: BucketKeys) -> list[str]:
-    """A bucket's status indexes: together, every event of the bucket (an erased one stays in the index of
-    the status it had)."""
+    """A bucket's status indexes (an erased event stays in the index of the status it had)."""
     return [keys.runs("status", name) for name in STATUS_INDEXES]
+
+
+def type_indexes(keys: BucketKeys, types: Sequence[str]) -> list[str]:
+    """The bucket's type indexes (``types``: its registry, :func:`source_types`) and the done index written before
+    issue 29: together, every event of the bucket (each is in its type's index)."""
+    return [keys.runs("type", name) for name in types] + [keys.runs(*_LEGACY_DONE)]
+
+
+def every_index(keys: BucketKeys, types: Sequence[str]) -> list[str]:
+    """Every index an unfiltered walk reads: the type indexes and the status indexes (an event is in one type
+    index and at most one status index; active is not trimmed by count, so a backlog is listed whole)."""
+    return type_indexes(keys, types) + status_indexes(keys)
+
+
+def source_types(client: Any, buckets: Sequence[BucketKeys]) -> dict[str, list[str]]:
+    """Each bucket's registry of source types (bucket prefix -> sorted names): one pipelined round trip."""
+    pipe = client.pipeline(transaction=False)
+    for k in buckets:
+        pipe.smembers(k.runs("types"))
+    return {
+        k.bucket_prefix: sorted(_text(name) for name in names)
+        for k, names in zip(buckets, pipe.execute(), strict=True)
+    }
+
+
+def _text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else value.decode()
 
 
 MAX_EXAMINED = 2000
@@ -77,9 +118,16 @@ class RunQuery:
     limit: int = 50
     cursor: str | None = None
 
-    def indexes(self, keys: BucketKeys) -> list[str]:
-        """The index this query walks: the most selective one its filters name; without one, every status
-        index (together they hold every event once)."""
+    @property
+    def walks_types(self) -> bool:
+        """Whether :meth:`indexes` needs the bucket's registry of source types (no narrower index applies)."""
+        narrower = (self.scope_key, self.user_id, self.source_type)
+        return all(f is None for f in narrower) and self.status not in _STATUS_INDEX
+
+    def indexes(self, keys: BucketKeys, types: Sequence[str] = ()) -> list[str]:
+        """The indexes this query walks: the most selective one its filters name; for done events, the type
+        indexes (``types``: the bucket's registry, needed when :attr:`walks_types`); without a filter, those
+        and the status indexes."""
         if self.scope_key is not None:
             return [keys.runs_of_scope(self.scope_key)]
         if self.user_id is not None:
@@ -88,7 +136,9 @@ class RunQuery:
             return [keys.runs("type", self.source_type)]
         if self.status in _STATUS_INDEX:
             return [keys.runs("status", _STATUS_INDEX[self.status])]
-        return status_indexes(keys)
+        if self.status == "done":
+            return type_indexes(keys, types)
+        return every_index(keys, types)
 
     def matches(self, record: dict[str, Any]) -> bool:
         checks = (
@@ -132,7 +182,8 @@ def list_runs(store: EventStore, tenant: Keys, query: RunQuery) -> RunPage:
     buckets the index is walked in every bucket at once and the pages merged in order (a scope's index only in
     the scope's bucket)."""
     buckets = tenant.every_bucket() if query.scope_key is None else [tenant.for_scope(query.scope_key)]
-    indexes = [(k, index) for k in buckets for index in query.indexes(k)]
+    types = source_types(store.client, buckets) if query.walks_types else {}
+    indexes = [(k, index) for k in buckets for index in query.indexes(k, types.get(k.bucket_prefix, ()))]
     if query.cursor:
         top, after = decode_cursor(query.cursor)
         max_score = str(top)
@@ -203,6 +254,9 @@ def event_detail(store: EventStore, tenant: Keys, event_id: str) -> dict[str, An
     record = status_record(raw, event_id)
     record.setdefault("attemptsHistory", [])
     body = body_of(raw, event_id)
+    if body is None and raw.get("state") == "done" and raw.get("sourceId"):  # not an erased one's tombstone
+        moved = store.body_in_chain(tenant, event_id)  # a done event's body is kept in its chain (issue 29)
+        body = None if moved is None else body_of({**raw, "event": moved}, event_id)
     if body is not None:
         record["event"] = body
     return record

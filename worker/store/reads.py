@@ -15,8 +15,8 @@ from typing import Any
 from redis import Redis
 
 from worker.documents.chain_codec import decode_chain
-from worker.documents.chain_storage import rebuilt_chain, stored_event_id
-from worker.documents.event_body import body_of
+from worker.documents.chain_storage import rebuilt_chain, stored_event_id, stored_source
+from worker.documents.event_body import body_of, stored_body
 from worker.documents.event_records import LIST_FIELDS, source_digest, status_record
 from worker.keys.layout import BucketKeys, Keys
 from worker.settings import Settings
@@ -62,7 +62,21 @@ class StoreReads:
         is bytes (see :mod:`worker.chain.chain_document`): read with ``NEVER_DECODE``, so this decoding client hands
         them over untouched (no second client, no base64 in Redis)."""
         raw = self.get_bytes(self.locate(k, event_id).chain(event_id))
-        return None if raw is None else rebuilt_chain(decode_chain(raw))
+        return None if raw is None else rebuilt_chain(decode_chain(raw), event_id)
+
+    def body_in_chain(self, k: Keys, event_id: str) -> str | None:
+        """The stored body (worker/documents/event_body.py) of a done event, read from its chain: its commit
+        dropped it from the event's hash, since the chain holds its source and outlives the hash (issue 29).
+        None when there is no chain (expired, erased) or none readable."""
+        raw = self.get_bytes(self.locate(k, event_id).chain(event_id))
+        try:
+            return (
+                None
+                if raw is None
+                else stored_body(stored_source(decode_chain(raw), event_id).to_json_dict())
+            )
+        except ValueError:
+            return None
 
     def chain_runs(self, k: Keys, chain_id: str, *, user_id: str | None = None) -> list[dict[str, Any]]:
         """The status records of the events whose run is LobeHub's chain ``chain_id`` (``chain:<sourceId>``:

@@ -28,7 +28,7 @@
 -- its lease, as POP_ACQUIRE would. A COMMITTED reply then has a fourth element: {} (nothing was ready: the
 -- message's ticket is retired) | {ref} (not a scope ref) | {ref, <ACQUIRE's reply>}.
 -- requires: counts, index, pending, history, take_head, admit, staged, peek, pop_grant
-local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_active, runs_done, runs_dead,
+local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_active, runs_types, runs_dead,
   runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
   KEYS[11], KEYS[12], KEYS[13]
 local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, scope_ref, ev_prefix, lane_ttl_s,
@@ -36,9 +36,10 @@ local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, 
   ARGV[10], ARGV[11], ARGV[12]
 
 local now, window, imax = tonumber(now_ms), tonumber(window_s), tonumber(run_index_max)
+local body_moves = tonumber(chain_ttl_s) >= window  -- a done event's chain outlives its hash
 local ix = {paused = paused, stats = stats, active = runs_active, cancelled = runs_cancelled, max = imax}
 local LANE_KEYS, LANE_ARGS = 1, 2
-local at = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_active,
+local at = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_active, runs_types = runs_types,
   now = now_ms, window = window_s, sched_ttl = sched_ttl_ms, max = imax}
 
 -- The staged writes and follow-ups of a 'done' event, checked and applied: nil, or the REFUSED reply.
@@ -119,12 +120,17 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
         if admitted[2] == 1 then table.insert(publish, e.scope_ref) end
       end
       hset_later(ev, 'state', 'done', 'doneAt', now_ms)
-      if known.not_before then hdel(ev, 'notBefore') end
+      local drop = {}
+      -- its body: the chain written above holds its source and outlives the hash (issue 29: ~130 bytes per
+      -- retained event); worker/ops/runs.py reads it there
+      if chain_json ~= '' and body_moves then drop[#drop + 1] = 'event' end
+      if known.not_before then drop[#drop + 1] = 'notBefore' end
       -- a success clears the current error (a redriven event's old one stays in its attempts history)
-      if known.error then hdel(ev, 'error') end
+      if known.error then drop[#drop + 1] = 'error' end
+      if #drop > 0 then hdel(ev, unpack(drop)) end
       redis.call('EXPIRE', ev, window_s)
       count(stats, 'done', 1)
-      local enqueued = index_move(runs_active, runs_done, event_id, ev, imax, known.enqueued) or now
+      local enqueued = index_leave(runs_active, event_id, ev, known.enqueued) or now  -- its type index lists it
       history_end(ev, now, 'succeeded', '', known.history)
       local minute = math.floor(now / 60000)
       count(series, minute .. ':done', 1)

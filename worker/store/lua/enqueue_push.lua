@@ -4,19 +4,19 @@
 -- than the tenant's keys.
 -- -> ENQUEUE's replies (publish 0: pushed here), then the number of drain tickets taken
 -- requires: enqueue, ready_push
-local scopes, stats, paused, runs_active, retained, ring, ready, tickets =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local scopes, stats, paused, runs_active, runs_types, retained, ring, ready, tickets =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local now_ms, window_s, sched_ttl_ms, tenant, max_inbox, max_queued, run_index_max, max_events, retained_slot_ms,
   max_user_bytes, user_count, tickets_max, ticket_ttl_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
   ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13]
 if wrong_type(ring, 'list') or wrong_type(ready, 'list') or wrong_type(tickets, 'string') then
   return redis.error_reply('REFUSED WRONGTYPE: the ready lists or the drain tickets')
 end
-local h = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_active,
+local h = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_active, runs_types = runs_types,
   retained = retained, now_ms = now_ms, window_s = window_s, sched_ttl_ms = sched_ttl_ms, tenant = tenant,
   max_inbox = max_inbox, max_queued = max_queued, run_index_max = run_index_max, max_events = max_events,
   retained_slot_ms = retained_slot_ms, max_user_bytes = max_user_bytes, user_count = user_count}
-local events, out, refusal = enqueue(h, 9, 14)
+local events, out, refusal = enqueue(h, 10, 14)
 if refusal then return refusal end
 local taken = 0
 for i, e in ipairs(events) do

@@ -28,7 +28,7 @@ local function admit_refusal(e)
   return nil
 end
 -- at: the tenant's keys and the numbers every admission shares: {scopes, stats, paused, runs_active,
--- now, window, sched_ttl, max}. -> {1, publish(0|1)} accepted (publish=1: no drain is scheduled for the scope,
+-- runs_types, now, window, sched_ttl, max}. -> {1, publish(0|1)} accepted (publish=1: no drain is scheduled for the scope,
 -- send one) | {0, 0} duplicate. The event keeps its enqueue number (seq), so a redrive can tell whether later
 -- events of its scope were enqueued after it (and so ran before it); the scopes registry holds the scope ref
 -- "<tenant>/<scopeKey>", the event its bare scope key; scope_users names the users whose events the scope holds
@@ -46,8 +46,9 @@ local function admit(e, at)
     'attempts', 0, 'seq', redis.call('INCR', e.seq), 'sourceType', e.source_type, 'sourceId', e.source_id)
   redis.call('EXPIRE', e.ev, at.window)
   redis.call('RPUSH', e.inbox, e.event_id)
-  -- no index of all events: the status indexes hold each event in exactly one of them (worker/ops/runs.py)
+  -- no index of all events: the type indexes hold each event in exactly one of them (worker/ops/runs.py)
   for _, key in ipairs({e.runs_type, e.runs_scope}) do index_add(key, t, e.event_id, at.max) end
+  index_type(at.runs_types, e.source_type)
   -- queued and running events: bounded by the tenant's queue limit, so a backlog is listed whole
   index_add(at.runs_active, t, e.event_id, 0)
   index_add(e.by_source, t, e.source_member, 0)

@@ -12,8 +12,8 @@
 -- -> the events (read), one {accepted(1|0), publish(1|0)} per event (a repeat inside the batch is a
 --    duplicate); or nil and the error reply refusing the batch
 local function enqueue(h, k0, a0)
-  if wrong_type(h.scopes, 'set') or wrong_type(h.stats, 'hash') then
-    return nil, nil, redis.error_reply('REFUSED WRONGTYPE: the scopes set or the stats hash')
+  if wrong_type(h.scopes, 'set') or wrong_type(h.stats, 'hash') or wrong_type(h.runs_types, 'set') then
+    return nil, nil, redis.error_reply('REFUSED WRONGTYPE: the scopes set, the stats hash or the types registry')
   end
   local n_users = tonumber(h.user_count)
   local n = (#KEYS - (k0 - 1) - n_users) / ADMISSION_KEYS
@@ -69,8 +69,9 @@ local function enqueue(h, k0, a0)
       end
     end
   end
-  local at = {scopes = h.scopes, stats = h.stats, paused = h.paused, runs_active = h.runs_active, now = h.now_ms,
-    window = h.window_s, sched_ttl = h.sched_ttl_ms, max = tonumber(h.run_index_max)}
+  local at = {scopes = h.scopes, stats = h.stats, paused = h.paused, runs_active = h.runs_active,
+    runs_types = h.runs_types, now = h.now_ms, window = h.window_s, sched_ttl = h.sched_ttl_ms,
+    max = tonumber(h.run_index_max)}
   local out = {}
   local accepted = 0
   for i, e in ipairs(events) do

@@ -1,14 +1,19 @@
--- The runs explorer's indexes (Keys.runs): zsets of event ids scored by enqueue time, one per status (active =
--- queued or processing, done, dead, cancelled, discarded: each event is in exactly one; an index of all events
--- would repeat their union, issue 29), one per source type and one per scope, plus the user index events-of:user:U (active is not trimmed by count: the tenant's queue limit bounds
--- it, so a backlog is listed whole). Adds and removes are gathered per index and written when the script ends
--- (index_flush: one ZREM and one ZADD with many members per index and script, not one per event; a member's
--- last change wins). A script that added to indexes trims each of them once before it returns (index_trim, which
--- flushes first: a batch of events pays one trim per index, not one per event) to AGENT_SIGNAL_RUN_INDEX_MAX
--- members and to the dedupe window, and refreshes its TTL, so no index outgrows that bound.
+-- The runs explorer's indexes (Keys.runs): zsets of event ids scored by enqueue time, one per source type (every
+-- event is in exactly one: together they list every event), one per scope, one per status an event waits or
+-- ends in outside done (active = queued or processing, dead, cancelled, discarded), plus the user index
+-- events-of:user:U. A done event is in no status index (issue 29: an index of done events repeated the type
+-- indexes' union for 130 bytes per retained event; the explorer walks the type indexes for done). The bucket's
+-- registry of source types (a set, runs:types) names the type indexes. Active is not trimmed by count: the
+-- tenant's queue limit bounds it, so a backlog is listed whole. Adds and removes are gathered per index and
+-- written when the script ends (index_flush: one ZREM and one ZADD with many members per index and script, not
+-- one per event; a member's last change wins; one SADD of the types seen). A script that added to indexes trims
+-- each of them once before it returns (index_trim, which flushes first: a batch of events pays one trim per
+-- index, not one per event) to AGENT_SIGNAL_RUN_INDEX_MAX members and to the dedupe window, and refreshes its
+-- TTL, so no index outgrows that bound.
 local touched = {}  -- index key -> its count bound (0: the window only), for index_trim
 local kept = {}  -- index key -> its TTL in seconds: not trimmed, its TTL refreshed once at the flush
 local zchanges = {}  -- index key -> {member -> score, or false: removed}
+local types_seen = {}  -- registry key -> {source type -> true}: the types this script indexed events under
 local function zchange(key, member, score)
   local members = zchanges[key]
   if not members then
@@ -27,11 +32,24 @@ local function index_add_kept(key, score, member, ttl_s)
   zchange(key, member, score)
   kept[key] = ttl_s
 end
--- Move an event from one status index to another (score: its enqueue time, read from its hash unless the caller
--- knows it). Returns the event's enqueue time (nil when its hash has none).
-local function index_move(from, to, id, ev, max, enqueued_at)
+-- An event indexed under its source type: the bucket's registry (registry) names that type.
+local function index_type(registry, source_type)
+  local seen = types_seen[registry]
+  if not seen then
+    seen = {}
+    types_seen[registry] = seen
+  end
+  seen[source_type] = true
+end
+-- An event leaves a status index for none (it is done). Returns its enqueue time (read from its hash unless the
+-- caller knows it; nil when its hash has none).
+local function index_leave(from, id, ev, enqueued_at)
   zchange(from, id, false)
-  local enqueued = tonumber(enqueued_at or redis.call('HGET', ev, 'enqueuedAt') or '')
+  return tonumber(enqueued_at or redis.call('HGET', ev, 'enqueuedAt') or '')
+end
+-- Move an event from one status index to another (score: its enqueue time). Returns the event's enqueue time.
+local function index_move(from, to, id, ev, max, enqueued_at)
+  local enqueued = index_leave(from, id, ev, enqueued_at)
   index_add(to, enqueued or 0, id, max)
   return enqueued
 end
@@ -50,6 +68,12 @@ local function index_flush()
     if #adds > 0 then redis.call('ZADD', key, unpack(adds)) end
   end
   zchanges = {}
+  for registry, seen in pairs(types_seen) do
+    local names = {}
+    for name in pairs(seen) do names[#names + 1] = name end
+    redis.call('SADD', registry, unpack(names))
+  end
+  types_seen = {}
   for key, ttl_s in pairs(kept) do redis.call('EXPIRE', key, ttl_s) end
   kept = {}
 end

@@ -25,11 +25,13 @@ local function hflush(key)
   end
   redis.call('HSET', key, unpack(flat))
 end
--- HDEL of one field, a pending write of it dropped too.
-local function hdel(key, field)
+-- HDEL of one or more fields, pending writes of them dropped too.
+local function hdel(key, ...)
   local fields = pending[key]
-  if fields then fields[field] = nil end
-  redis.call('HDEL', key, field)
+  if fields then
+    for _, f in ipairs({...}) do fields[f] = nil end
+  end
+  redis.call('HDEL', key, ...)
 end
 local function hflush_all()
   for key in pairs(pending) do hflush(key) end
