@@ -8,11 +8,17 @@ local WRITE_TYPES = {SET='string', SETNX='string', INCR='string', INCRBY='string
   RPUSH='list', LPUSH='list', LTRIM='list', LREM='list', SADD='set', SREM='set',
   ZADD='zset', ZREM='zset', ZINCRBY='zset', DEL=false, EXPIRE=false, PEXPIRE=false, PERSIST=false,
   PUBLISH=false}
+-- Keys whose type this script knows (key -> type): a command of type T applied without error leaves its key
+-- holding a T (or nothing, when it removed the last element), so a later check of a T command on that key needs
+-- no TYPE: a run's events often stage writes to one key, and pay one TYPE per script instead of one per event.
+-- Nothing else in a script writes these keys (a handler's effects never name an engine key, and an engine
+-- script writes no plugin key).
+local known_type = {}
 local function check_staged(cmds)
   for i, cmd in ipairs(cmds) do
     local expected = WRITE_TYPES[string.upper(cmd[1])]
     if expected == nil then return {i, 'command not allowed: ' .. cmd[1]} end
-    if expected then
+    if expected and known_type[cmd[2]] ~= expected then
       local found = redis.call('TYPE', cmd[2]).ok
       if found ~= 'none' and found ~= expected then
         return {i, 'WRONGTYPE: ' .. cmd[1] .. ' needs a ' .. expected .. ' but ' .. cmd[2] .. ' holds a ' .. found}
@@ -27,6 +33,15 @@ local function apply_staged(cmds)
     if type(reply) == 'table' and reply.err then
       if string.find(reply.err, 'OOM', 1, true) == 1 then redis.call(unpack(cmd)) end
       return {i, reply.err}
+    end
+    local name = string.upper(cmd[1])
+    local written = WRITE_TYPES[name]
+    -- a SET NX/XX or SETNX that wrote nothing left the key as it was, whatever its type
+    if written == 'string' and (reply == false or reply == 0) then written = nil end
+    if written then
+      known_type[cmd[2]] = written
+    elseif name == 'DEL' then
+      for j = 2, #cmd do known_type[cmd[j]] = nil end
     end
   end
   return nil
