@@ -1,40 +1,49 @@
-"""``agent-signal migrate receipts [--dry-run]``: move data stored by an earlier release to its current form,
+"""``agent-signal migrate receipts|runs [--dry-run]``: move data stored by an earlier release to its current form,
 straight in Redis (``REDIS_URL``), for every tenant: an operator's tool, run once after an upgrade
 (docs/operations.md "Upgrading").
 
 ``receipts``: receipts stored before they were keyed by user (``receipt:<id>``) move to
-``receipt:<userId>:<id>`` and the user's indexes, keeping their TTL. Prints one JSON object
-``{"receipts": {"<tenant>": n, …}, "dryRun": bool}``. Idempotent.
+``receipt:<userId>:<id>`` and the user's indexes, keeping their TTL.
+
+``runs``: the source types whose runs index holds events admitted before the bucket's registry of types
+(``runs:types``) existed are named in it, so the runs explorer lists those events by status and unfiltered.
+
+Each prints one JSON object ``{"<what>": {"<tenant>": n, …}, "dryRun": bool}``. Idempotent.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["add_migrate_command"]
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from worker.keys.layout import DEFAULT_TENANT, Keys
+    from worker.ops.runs import register_indexed_types
     from worker.settings import load_settings
     from worker.store.client import redis_from_settings
     from worker.store.receipts import migrate_legacy_receipts
 
     settings = load_settings()
+    steps: dict[str, Callable[[Any, Keys], int]] = {
+        "receipts": lambda client, keys: migrate_legacy_receipts(
+            client, keys, ttl_s=settings.receipt_retention_s, dry_run=args.dry_run
+        ),
+        "runs": lambda client, keys: register_indexed_types(client, keys, dry_run=args.dry_run),
+    }
+    step = steps[args.migrate_command]
     client = redis_from_settings(settings)
     try:
         base = Keys(settings.key_prefix, DEFAULT_TENANT, settings.scope_buckets)
         tenants = sorted({DEFAULT_TENANT, *(str(t) for t in client.smembers(base.tenants))})
-        moved = {
-            tenant: migrate_legacy_receipts(
-                client, base.for_tenant(tenant), ttl_s=settings.receipt_retention_s, dry_run=args.dry_run
-            )
-            for tenant in tenants
-        }
+        moved = {tenant: step(client, base.for_tenant(tenant)) for tenant in tenants}
     finally:
         client.close()
-    print(json.dumps({"receipts": moved, "dryRun": bool(args.dry_run)}))
+    print(json.dumps({args.migrate_command: moved, "dryRun": bool(args.dry_run)}))
     return 0
 
 
@@ -45,4 +54,6 @@ def add_migrate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     msub = p.add_subparsers(dest="migrate_command", required=True, metavar="WHAT")
     m = msub.add_parser("receipts", help="receipts stored before they were keyed by user (receipt:<id>)")
     m.add_argument("--dry-run", action="store_true", help="count what would move; change nothing")
+    r = msub.add_parser("runs", help="name the source types of events admitted before runs:types existed")
+    r.add_argument("--dry-run", action="store_true", help="count what would be named; change nothing")
     p.set_defaults(func=cmd_migrate)

@@ -39,11 +39,18 @@ __all__ = [
     "Keys",
     "bucket_of",
     "check_tenant",
+    "glob_escaped",
     "scope_ref",
     "split_scope_ref",
 ]
 
 HOLDER_SEPARATOR = "|"  # a lease token is "<worker node name>|<random>" (operators see who holds a scope)
+
+
+def glob_escaped(text: str) -> str:
+    """``text`` as a literal in a SCAN MATCH pattern (a key prefix: append ``*``)."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
 
 # Key families only the engine writes; a handler's staged write to one of them is refused.
 ENGINE_FAMILIES = tuple(

@@ -32,7 +32,7 @@ from typing import Any
 from redis import Redis
 
 from worker.core.clock import now_ms
-from worker.keys.layout import Keys
+from worker.keys.layout import Keys, glob_escaped
 from worker.store.events import EventStore
 from worker.store.reads import chain_owner
 from worker.telemetry.pseudonyms import load_pseudonyms
@@ -75,10 +75,6 @@ counts by kind (they join the report's ``removed``). It runs after the engine's 
 
 def _s(value: Any) -> str:
     return value if isinstance(value, str) else value.decode("utf-8")
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
 def erase_user(
@@ -235,10 +231,10 @@ def _drop_user_keyed(store: EventStore, tenant: Keys, user_id: str, report: Eras
         report.removed["receipts"] += int(
             client.delete(*[k.receipt(user_id, i) for i in ids[start : start + 500]])
         )
-    for index in client.scan_iter(match=_glob_escape(k.user_receipts(user_id)) + ":*", count=SCAN_COUNT):
+    for index in client.scan_iter(match=glob_escaped(k.user_receipts(user_id)) + ":*", count=SCAN_COUNT):
         client.delete(index)
     client.delete(k.user_receipts(user_id))
-    for key in client.scan_iter(match=_glob_escape(k.receipt(user_id, "")) + "*", count=SCAN_COUNT):
+    for key in client.scan_iter(match=glob_escaped(k.receipt(user_id, "")) + "*", count=SCAN_COUNT):
         report.removed["receipts"] += int(client.delete(key))  # one its indexes no longer name
     owners = [_s(m) for m in client.zrange(k.user_conversations(user_id), 0, -1)]
     for member in owners:
@@ -249,7 +245,7 @@ def _drop_user_keyed(store: EventStore, tenant: Keys, user_id: str, report: Eras
     client.delete(k.user_bytes(user_id))  # the storage quota's count: nothing of the user is left to count
     # A user token's rate bucket is named "<issuer>:<userId>" (engine-wide, short-lived): drop it now.
     for key in client.scan_iter(
-        match=_glob_escape(k.rate_bucket("")) + "*:" + _glob_escape(user_id), count=SCAN_COUNT
+        match=glob_escaped(k.rate_bucket("")) + "*:" + glob_escaped(user_id), count=SCAN_COUNT
     ):
         client.delete(key)
 
@@ -275,5 +271,5 @@ def _drop_scopes(store: EventStore, tenant: Keys, scopes: list[str], report: Era
         ref = b.scope_ref(scope)
         client.srem(b.scopes, ref)
         for due in (b.outbox_due, b.journal_due):
-            for member, _ in client.zscan_iter(due, match=_glob_escape(f"{ref}\x1f") + "*"):
+            for member, _ in client.zscan_iter(due, match=glob_escaped(f"{ref}\x1f") + "*"):
                 client.zrem(due, member)

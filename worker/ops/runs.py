@@ -6,7 +6,9 @@ are zsets of event ids scored by enqueue time, each bounded by ``AGENT_SIGNAL_RU
 window: one per source type (every event is in exactly one), one per scope, one per user, and one per status an
 event waits or ends in outside done (active, dead, cancelled, discarded). A done event is in no status index
 (issue 29: that index repeated the type indexes for ~130 bytes per retained event); a bucket's registry of
-source types (``runs:types``) names its type indexes. A query walks ONE index, the most selective its filters
+source types (``runs:types``, each with its last admission) names the type indexes that hold events of the
+window, and a type index keeps ``AGENT_SIGNAL_RUN_INDEX_MAX`` events besides the bucket's active ones (a
+backlog of one type does not push its finished events out). A query walks ONE index, the most selective its filters
 name (scope, then user, then source type, then a status other than done), newest first, one page per round trip
 (RUNS_PAGE); a query for done events walks the type indexes together, and a query of no such filter walks them
 with the status indexes (an active backlog outgrows a type index's bound: it is listed whole), merging their
@@ -30,7 +32,8 @@ from typing import Any
 from worker.core.clock import now_ms
 from worker.documents.event_body import body_of
 from worker.documents.event_records import status_record
-from worker.keys.layout import BucketKeys, Keys
+from worker.keys.layout import BucketKeys, Keys, glob_escaped
+from worker.settings import Settings
 from worker.store.calls import Discard, RunsPage
 from worker.store.events import EventStore
 from worker.store.reads import newest_first
@@ -48,9 +51,11 @@ __all__ = [
     "find_by_source",
     "list_discarded",
     "list_runs",
+    "register_indexed_types",
     "source_types",
     "status_indexes",
     "type_indexes",
+    "window_start_ms",
 ]
 
 STATUSES = ("queued", "processing", "done", "dead", "cancelled", "discarded", "erased")
@@ -84,15 +89,42 @@ def every_index(keys: BucketKeys, types: Sequence[str]) -> list[str]:
     return type_indexes(keys, types) + status_indexes(keys)
 
 
-def source_types(client: Any, buckets: Sequence[BucketKeys]) -> dict[str, list[str]]:
-    """Each bucket's registry of source types (bucket prefix -> sorted names): one pipelined round trip."""
+def source_types(client: Any, buckets: Sequence[BucketKeys], since_ms: int) -> dict[str, list[str]]:
+    """Each bucket's source types admitted since ``since_ms`` (its registry, ``runs:types``: the types whose
+    indexes hold events of the window), as bucket prefix -> sorted names: one pipelined round trip."""
     pipe = client.pipeline(transaction=False)
     for k in buckets:
-        pipe.smembers(k.runs("types"))
+        pipe.zrangebyscore(k.runs("types"), since_ms, "+inf")
     return {
         k.bucket_prefix: sorted(_text(name) for name in names)
         for k, names in zip(buckets, pipe.execute(), strict=True)
     }
+
+
+def register_indexed_types(client: Any, keys: Keys, *, dry_run: bool = False) -> int:
+    """Name in each bucket's registry the source types whose index holds events but that the registry lacks
+    (events admitted before the registry: an upgrade's, docs/operations.md), each with its index's newest
+    enqueue time; returns how many were (or, with ``dry_run``, would be) registered. Idempotent."""
+    registered = 0
+    for bucket in keys.every_bucket():
+        prefix = bucket.runs("type", "")
+        pattern = glob_escaped(prefix) + "*"
+        registry = bucket.runs("types")
+        for raw in client.scan_iter(match=pattern, count=1000):
+            key = _text(raw)
+            newest = client.zrevrange(key, 0, 0, withscores=True)
+            name = key[len(prefix) :]
+            if not newest or client.zscore(registry, name) is not None:
+                continue
+            registered += 1
+            if not dry_run:
+                client.zadd(registry, {name: newest[0][1]}, gt=True)
+    return registered
+
+
+def window_start_ms(settings: Settings) -> int:
+    """The oldest enqueue time an index can still hold (the dedupe window before now)."""
+    return now_ms() - settings.dedupe_window_s * 1000
 
 
 def _text(value: str | bytes) -> str:
@@ -182,7 +214,7 @@ def list_runs(store: EventStore, tenant: Keys, query: RunQuery) -> RunPage:
     buckets the index is walked in every bucket at once and the pages merged in order (a scope's index only in
     the scope's bucket)."""
     buckets = tenant.every_bucket() if query.scope_key is None else [tenant.for_scope(query.scope_key)]
-    types = source_types(store.client, buckets) if query.walks_types else {}
+    types = source_types(store.client, buckets, window_start_ms(store.settings)) if query.walks_types else {}
     indexes = [(k, index) for k in buckets for index in query.indexes(k, types.get(k.bucket_prefix, ()))]
     if query.cursor:
         top, after = decode_cursor(query.cursor)

@@ -21,7 +21,7 @@ from typing import Any
 
 from redis import Redis
 
-from worker.keys.layout import Keys
+from worker.keys.layout import Keys, glob_escaped
 from worker.store.quotas import receipt_bytes_effects
 
 __all__ = [
@@ -114,7 +114,7 @@ class ReceiptStore:
         """The users who have a receipt with this id (a SCAN over the tenant's receipts: for a caller that
         names no user, which a user token never is; give the user where it is known)."""
         prefix = self.keys.receipt_prefix
-        escaped = "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix)
+        escaped = glob_escaped(prefix)
         users: list[str] = []
         for raw in self.client.scan_iter(match=f"{escaped}*", count=1000):
             key = raw if isinstance(raw, str) else raw.decode("utf-8")
@@ -228,7 +228,7 @@ def migrate_legacy_receipts(client: Redis, keys: Keys, *, ttl_s: int, dry_run: b
     (``ttl_s`` where it has none); returns how many were (or, with ``dry_run``, would be) moved. Idempotent:
     a receipt already in the new form is left alone. Run once after the upgrade (docs/operations.md)."""
     prefix = keys.receipt_prefix
-    pattern = "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix) + "*"
+    pattern = glob_escaped(prefix) + "*"
     moved = 0
     for raw in client.scan_iter(match=pattern, count=1000):
         key = _str(raw)

@@ -47,8 +47,8 @@ local function admit(e, at)
   redis.call('EXPIRE', e.ev, at.window)
   redis.call('RPUSH', e.inbox, e.event_id)
   -- no index of all events: the type indexes hold each event in exactly one of them (worker/ops/runs.py)
-  for _, key in ipairs({e.runs_type, e.runs_scope}) do index_add(key, t, e.event_id, at.max) end
-  index_type(at.runs_types, e.source_type)
+  index_add_typed(e.runs_type, t, e.event_id, at.max, at.runs_types, e.source_type, at.runs_active)
+  index_add(e.runs_scope, t, e.event_id, at.max)
   -- queued and running events: bounded by the tenant's queue limit, so a backlog is listed whole
   index_add(at.runs_active, t, e.event_id, 0)
   index_add(e.by_source, t, e.source_member, 0)

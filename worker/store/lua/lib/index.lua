@@ -3,17 +3,18 @@
 -- ends in outside done (active = queued or processing, dead, cancelled, discarded), plus the user index
 -- events-of:user:U. A done event is in no status index (issue 29: an index of done events repeated the type
 -- indexes' union for 130 bytes per retained event; the explorer walks the type indexes for done). The bucket's
--- registry of source types (a set, runs:types) names the type indexes. Active is not trimmed by count: the
--- tenant's queue limit bounds it, so a backlog is listed whole. Adds and removes are gathered per index and
+-- registry of source types (runs:types, a zset: type -> its last admission) names the type indexes that hold
+-- events of the window. Active is not trimmed by count: the tenant's queue limit bounds it, so a backlog is
+-- listed whole; a type index keeps AGENT_SIGNAL_RUN_INDEX_MAX events besides the bucket's active ones, so a
+-- backlog of one type never pushes its finished events out. Adds and removes are gathered per index and
 -- written when the script ends (index_flush: one ZREM and one ZADD with many members per index and script, not
--- one per event; a member's last change wins; one SADD of the types seen). A script that added to indexes trims
--- each of them once before it returns (index_trim, which flushes first: a batch of events pays one trim per
--- index, not one per event) to AGENT_SIGNAL_RUN_INDEX_MAX members and to the dedupe window, and refreshes its
--- TTL, so no index outgrows that bound.
+-- one per event; a member's last change wins). A script that added to indexes trims each of them once before
+-- it returns (index_trim, which flushes first: a batch of events pays one trim per index, not one per event) to
+-- its count bound and to the dedupe window, and refreshes its TTL, so no index outgrows that bound.
 local touched = {}  -- index key -> its count bound (0: the window only), for index_trim
 local kept = {}  -- index key -> its TTL in seconds: not trimmed, its TTL refreshed once at the flush
 local zchanges = {}  -- index key -> {member -> score, or false: removed}
-local types_seen = {}  -- registry key -> {source type -> true}: the types this script indexed events under
+local besides = {}  -- type index key -> the active index whose events it keeps besides its count bound
 local function zchange(key, member, score)
   local members = zchanges[key]
   if not members then
@@ -32,14 +33,12 @@ local function index_add_kept(key, score, member, ttl_s)
   zchange(key, member, score)
   kept[key] = ttl_s
 end
--- An event indexed under its source type: the bucket's registry (registry) names that type.
-local function index_type(registry, source_type)
-  local seen = types_seen[registry]
-  if not seen then
-    seen = {}
-    types_seen[registry] = seen
-  end
-  seen[source_type] = true
+-- An event indexed under its source type (type_index, bounded by max besides the bucket's active events), the
+-- type's last admission noted in the bucket's registry.
+local function index_add_typed(type_index, score, member, max, registry, source_type, active)
+  index_add(type_index, score, member, max)
+  besides[type_index] = active
+  index_add(registry, score, source_type, 0)
 end
 -- An event leaves a status index for none (it is done). Returns its enqueue time (read from its hash unless the
 -- caller knows it; nil when its hash has none).
@@ -68,22 +67,23 @@ local function index_flush()
     if #adds > 0 then redis.call('ZADD', key, unpack(adds)) end
   end
   zchanges = {}
-  for registry, seen in pairs(types_seen) do
-    local names = {}
-    for name in pairs(seen) do names[#names + 1] = name end
-    redis.call('SADD', registry, unpack(names))
-  end
-  types_seen = {}
   for key, ttl_s in pairs(kept) do redis.call('EXPIRE', key, ttl_s) end
   kept = {}
 end
 local function index_trim(now, window)
   index_flush()
   local cutoff = '(' .. string.format('%d', tonumber(now) - tonumber(window) * 1000)
+  local active_count = {}
   for key, max in pairs(touched) do
+    local active = besides[key]
+    if max > 0 and active then
+      active_count[active] = active_count[active] or redis.call('ZCARD', active)
+      max = max + active_count[active]
+    end
     if max > 0 then redis.call('ZREMRANGEBYRANK', key, 0, -(max + 1)) end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
     redis.call('EXPIRE', key, window)
   end
   touched = {}
+  besides = {}
 end
