@@ -33,7 +33,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         "receipts": lambda client, keys: migrate_legacy_receipts(
             client, keys, ttl_s=settings.receipt_retention_s, dry_run=args.dry_run
         ),
-        "runs": lambda client, keys: register_indexed_types(client, keys, dry_run=args.dry_run),
+        "runs": lambda client, keys: register_indexed_types(
+            client, keys, ttl_s=settings.dedupe_window_s, dry_run=args.dry_run
+        ),
     }
     step = steps[args.migrate_command]
     client = redis_from_settings(settings)

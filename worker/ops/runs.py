@@ -101,10 +101,11 @@ def source_types(client: Any, buckets: Sequence[BucketKeys], since_ms: int) -> d
     }
 
 
-def register_indexed_types(client: Any, keys: Keys, *, dry_run: bool = False) -> int:
+def register_indexed_types(client: Any, keys: Keys, *, ttl_s: int, dry_run: bool = False) -> int:
     """Name in each bucket's registry the source types whose index holds events but that the registry lacks
     (events admitted before the registry: an upgrade's, docs/operations.md), each with its index's newest
-    enqueue time; returns how many were (or, with ``dry_run``, would be) registered. Idempotent."""
+    enqueue time (a registry it makes expires in ``ttl_s``, the dedupe window, as the admissions' do); returns
+    how many were (or, with ``dry_run``, would be) registered. Idempotent."""
     registered = 0
     for bucket in keys.every_bucket():
         prefix = bucket.runs("type", "")
@@ -119,6 +120,8 @@ def register_indexed_types(client: Any, keys: Keys, *, dry_run: bool = False) ->
             registered += 1
             if not dry_run:
                 client.zadd(registry, {name: newest[0][1]}, gt=True)
+                if int(client.ttl(registry)) < 0:
+                    client.expire(registry, ttl_s)
     return registered
 
 

@@ -119,17 +119,26 @@ def test_done_events_are_listed_through_the_type_indexes_and_the_done_index_of_b
 
         # as if admitted before the registry: not listed, until the old done index or the migration names it
         redis_client.zrem(b.runs("types"), "test.timeline")
+        redis_client.persist(b.runs("types"))  # as if made by the migration alone: it must expire too
         assert _listed(api, status="done") == []
         redis_client.zadd(b.runs("status", "done"), {done: 1})  # the done index written before the change
         assert _listed(api, status="done") == [done]
         redis_client.delete(b.runs("status", "done"))
         assert _listed(api, status="done") == []
-        assert register_indexed_types(redis_client, tenant_keys, dry_run=True) == 1
+        assert register_indexed_types(redis_client, tenant_keys, ttl_s=60, dry_run=True) == 1
         assert _listed(api, status="done") == []
-        assert register_indexed_types(redis_client, tenant_keys) == 1
-        assert register_indexed_types(redis_client, tenant_keys) == 0  # idempotent
+        assert register_indexed_types(redis_client, tenant_keys, ttl_s=60) == 1
+        assert register_indexed_types(redis_client, tenant_keys, ttl_s=60) == 0  # idempotent
+        assert 0 < redis_client.ttl(b.runs("types")) <= 60
         assert _listed(api, status="done") == [done]
         assert sorted(_listed(api)) == sorted([done, dead])
+
+        # a type's last admission only moves forward (another process's clock behind never moves it back)
+        later = int(redis_client.zscore(b.runs("types"), "test.timeline") or 0) + 3_600_000
+        redis_client.zadd(b.runs("types"), {"test.timeline": later})
+        event = {"sourceType": "test.timeline", "sourceId": "lean-3", "scopeKey": SCOPE, "payload": {}}
+        assert api.post("/v1/events", json={"events": [event]}).status_code == 202
+        assert redis_client.zscore(b.runs("types"), "test.timeline") == later
 
 
 def test_a_backlog_of_one_type_does_not_push_its_finished_events_out(

@@ -15,6 +15,7 @@ local touched = {}  -- index key -> its count bound (0: the window only), for in
 local kept = {}  -- index key -> its TTL in seconds: not trimmed, its TTL refreshed once at the flush
 local zchanges = {}  -- index key -> {member -> score, or false: removed}
 local besides = {}  -- type index key -> the active index whose events it keeps besides its count bound
+local rising = {}  -- index key -> true: a member's score only ever rises (ZADD GT: the registry's last admission)
 local function zchange(key, member, score)
   local members = zchanges[key]
   if not members then
@@ -38,7 +39,9 @@ end
 local function index_add_typed(type_index, score, member, max, registry, source_type, active)
   index_add(type_index, score, member, max)
   besides[type_index] = active
-  index_add(registry, score, source_type, 0)
+  local pending = zchanges[registry] and zchanges[registry][source_type]
+  index_add(registry, math.max(tonumber(score), tonumber(pending or score)), source_type, 0)
+  rising[registry] = true  -- another process's clock behind ours never moves a type back
 end
 -- An event leaves a status index for none (it is done). Returns its enqueue time (read from its hash unless the
 -- caller knows it; nil when its hash has none).
@@ -64,9 +67,14 @@ local function index_flush()
       end
     end
     if #removes > 0 then redis.call('ZREM', key, unpack(removes)) end
-    if #adds > 0 then redis.call('ZADD', key, unpack(adds)) end
+    if #adds > 0 and rising[key] then
+      redis.call('ZADD', key, 'GT', unpack(adds))
+    elseif #adds > 0 then
+      redis.call('ZADD', key, unpack(adds))
+    end
   end
   zchanges = {}
+  rising = {}
   for key, ttl_s in pairs(kept) do redis.call('EXPIRE', key, ttl_s) end
   kept = {}
 end
