@@ -37,6 +37,7 @@ from worker.settings import Settings
 from worker.store.calls import Discard, RunsPage
 from worker.store.events import EventStore
 from worker.store.reads import newest_first
+from worker.store.records import to_str
 
 __all__ = [
     "MAX_EXAMINED",
@@ -96,7 +97,7 @@ def source_types(client: Any, buckets: Sequence[BucketKeys], since_ms: int) -> d
     for k in buckets:
         pipe.zrangebyscore(k.runs("types"), since_ms, "+inf")
     return {
-        k.bucket_prefix: sorted(_text(name) for name in names)
+        k.bucket_prefix: sorted(to_str(name) for name in names)
         for k, names in zip(buckets, pipe.execute(), strict=True)
     }
 
@@ -111,11 +112,11 @@ def register_indexed_types(client: Any, keys: Keys, *, ttl_s: int, dry_run: bool
         prefix = bucket.runs("type", "")
         pattern = glob_escaped(prefix) + "*"
         registry = bucket.runs("types")
+        named = {to_str(name) for name in client.zrange(registry, 0, -1)}
         for raw in client.scan_iter(match=pattern, count=1000):
-            key = _text(raw)
-            newest = client.zrevrange(key, 0, 0, withscores=True)
-            name = key[len(prefix) :]
-            if not newest or client.zscore(registry, name) is not None:
+            name = to_str(raw)[len(prefix) :]
+            newest = client.zrevrange(prefix + name, 0, 0, withscores=True)
+            if not newest or name in named:
                 continue
             registered += 1
             if not dry_run:
@@ -128,10 +129,6 @@ def register_indexed_types(client: Any, keys: Keys, *, ttl_s: int, dry_run: bool
 def window_start_ms(settings: Settings) -> int:
     """The oldest enqueue time an index can still hold (the dedupe window before now)."""
     return now_ms() - settings.dedupe_window_s * 1000
-
-
-def _text(value: str | bytes) -> str:
-    return value if isinstance(value, str) else value.decode()
 
 
 MAX_EXAMINED = 2000
@@ -280,17 +277,15 @@ def _records(store: EventStore, entries: Sequence[Entry]) -> list[dict[str, Any]
 def event_detail(store: EventStore, tenant: Keys, event_id: str) -> dict[str, Any] | None:
     """The status record with the attempts history and the stored event (``event``: type, ids, payload), or
     None when unknown; an erased event's tombstone has no ``event``."""
-    raw = {
-        str(k): str(v)
-        for k, v in store.client.hgetall(store.locate(tenant, event_id).event(event_id)).items()
-    }
+    bucket = store.locate(tenant, event_id)
+    raw = {str(k): str(v) for k, v in store.client.hgetall(bucket.event(event_id)).items()}
     if not raw:
         return None
     record = status_record(raw, event_id)
     record.setdefault("attemptsHistory", [])
     body = body_of(raw, event_id)
     if body is None and raw.get("state") == "done" and raw.get("sourceId"):  # not an erased one's tombstone
-        moved = store.body_in_chain(tenant, event_id)  # a done event's body is kept in its chain (issue 29)
+        moved = store.body_in_chain(bucket, event_id)  # a done event's body is kept in its chain (issue 29)
         body = None if moved is None else body_of({**raw, "event": moved}, event_id)
     if body is not None:
         record["event"] = body

@@ -64,11 +64,11 @@ class StoreReads:
         raw = self.get_bytes(self.locate(k, event_id).chain(event_id))
         return None if raw is None else rebuilt_chain(decode_chain(raw), event_id)
 
-    def body_in_chain(self, k: Keys, event_id: str) -> str | None:
+    def body_in_chain(self, b: BucketKeys, event_id: str) -> str | None:
         """The stored body (worker/documents/event_body.py) of a done event, read from its chain: its commit
         dropped it from the event's hash, since the chain holds its source and outlives the hash (issue 29).
-        None when there is no chain (expired, erased) or none readable."""
-        raw = self.get_bytes(self.locate(k, event_id).chain(event_id))
+        None when there is no chain (expired, erased) or none readable. ``b``: the event's bucket (located)."""
+        raw = self.get_bytes(b.chain(event_id))
         try:
             return (
                 None
