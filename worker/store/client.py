@@ -20,6 +20,7 @@ from redis.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from worker.settings import Settings
+from worker.store.packer import hiredis_packer_kwargs
 
 __all__ = ["PoolExhausted", "async_redis_from_settings", "is_cluster", "redis_from_settings"]
 
@@ -92,6 +93,7 @@ def redis_from_settings(settings: Settings) -> Redis:
         socket_connect_timeout=5,
         health_check_interval=30,
         retry_on_timeout=True,
+        **hiredis_packer_kwargs(),  # the arguments packed by hiredis alone (worker/store/packer.py)
     )
     return Redis.from_pool(pool)  # the client owns the pool: close() disconnects it
 
