@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
 
 from worker.chain.context import EffectBuffer
 from worker.core.errors import LeaseLost, PermanentFailure, PipelineError
 from worker.core.nodes import Action, ExecutorResult
+from worker.core.record import record
 from worker.documents.lane_codec import encode_lane, lane_json, lane_result
 from worker.keys.layout import BucketKeys, Keys
 from worker.store.calls import Apply, Lane
@@ -121,7 +121,7 @@ class CancellablePort:
             raise EventCancelled(f"event {self.event_id} was cancelled before its next action")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BatchLane:
     """One applied action of an event of a run: its idempotency lane key, its result's JSON as the lane stores it
     (:func:`~worker.documents.lane_codec.lane_json`, before deflating) and staged writes."""

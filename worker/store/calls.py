@@ -1,10 +1,9 @@
-"""Each Lua script's KEYS and ARGV, declared once: a frozen dataclass per script whose fields, in order, are the
-script's keys (:func:`key`) and arguments (:func:`arg`), then its repeated groups (:func:`group`: a sequence of
-smaller layouts, each one's keys and arguments appended in turn). The dataclass builds the call
-(:meth:`Layout.keys`, :meth:`Layout.args`) and documents the layout: each script's file opens with the named
-locals :meth:`Layout.lua_locals` writes, and reads a group's items with the lines :meth:`Layout.group_locals`
-writes (a test holds every ``.lua`` file to its call). Field names are the Lua locals' names.
-"""
+"""Each Lua script's KEYS and ARGV, declared once: a frozen dataclass per script (the commit's, built per event,
+a :func:`~worker.core.record.record`) whose fields, in order, are the script's keys (:func:`key`) and arguments
+(:func:`arg`), then its repeated groups (:func:`group`: a sequence of smaller layouts, each one's keys and
+arguments appended in turn). The dataclass builds the call (:meth:`Layout.keys`, :meth:`Layout.args`) and
+documents the layout (field names are the Lua locals'): each script's file opens with the locals
+:meth:`Layout.lua_locals` writes and reads a group's items with :meth:`Layout.group_locals`' lines (tested)."""
 
 from __future__ import annotations
 
@@ -12,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import Any, ClassVar
+
+from worker.core.record import record
 
 __all__ = [
     "Acquire",
@@ -277,7 +278,7 @@ class EnqueuePush(Enqueue):
 # ---- the commit -------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Lane(Layout):
     """An action a run applied: its idempotency lane, its stored result and its staged writes."""
 
@@ -287,7 +288,7 @@ class Lane(Layout):
     lane_effects_json: str = arg()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CommittedEvent(Layout):
     """One event of a commit: its record and chain, its outcome, its staged writes and follow-ups (JSON lists:
     the follow-ups as their :class:`Admission` layouts, keys then arguments), and the lanes its chain ran."""
@@ -323,7 +324,7 @@ class PopNext(Layout):
     lease_ttl_ms: int = arg()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Commit(ScriptCall):
     """A run of one or more head events of a scope, committed in inbox order; with ``pop`` (one item, and
     ``pop_next`` 1), then the next ready scope popped and its lease taken when this one was released."""

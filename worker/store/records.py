@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from worker.chain.context import EffectBuffer
+from worker.core.record import record
 from worker.documents.event_body import full_body
 from worker.store.calls import Lane
 from worker.store.replies import CommitCode, HeadCode
@@ -59,7 +60,7 @@ OnStored = Callable[[list[EnqueueOutcome], int], None]
 """With scope buckets, told what a batch stored before one bucket's script failed (outcomes, drain tickets)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EventCommit:
     """One event's outcome for the fenced COMMIT script. Only ``done`` applies ``effects`` (the chain's staged
     source/signal writes) and admits ``followups`` (the events its handlers emitted); ``lanes`` are the actions
@@ -77,7 +78,7 @@ class EventCommit:
     lanes: Sequence[Lane] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CommitReply:
     """One event's COMMIT reply: its code; the scope refs whose drain must be published (follow-ups that found
     none scheduled); the outcome committed (``cancelled`` when a cancel was requested while the event ran); the
@@ -113,7 +114,7 @@ class CommitReply:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunReply:
     """COMMIT's reply for a run: the run's code, each tried event's reply, the fresh events behind the new head
     (COMMITTED), and for PARTIAL the lane's failing write."""
@@ -134,7 +135,7 @@ class RunReply:
         return cls(code, [CommitReply.parse(r) for r in reply[1]], begun_list(reply[2]), error, popped)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Begun:
     """The head event of a scope, taken for processing. ``body`` is the stored form (worker/documents/event_body.py);
     :meth:`source_json` is the whole Source."""
@@ -158,7 +159,7 @@ class Begun:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Head:
     """What taking a scope's head found (:class:`~worker.store.replies.HeadCode`): the inbox empty (the scope
     released), the head waiting for its retry time, or the head taken."""
