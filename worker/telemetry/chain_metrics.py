@@ -47,13 +47,15 @@ def chain_shape(chain: FinishedChain) -> tuple[ChainShape, list[ExecutorResult]]
     if len(actions) == 1 and len(results) == 1:
         action, result = actions[0], results[0]
         if result.action_id == action.action_id:
-            types = []
-            for signal in chain.signals:
-                types.append(signal.signal_type)
+            signals = chain.signals
+            if len(signals) == 2:  # the action's signal and its result's (most chains)
+                types: tuple[str, ...] = (signals[0].signal_type, signals[1].signal_type)
+            else:
+                types = tuple([signal.signal_type for signal in signals])
             action_type, status = action.action_type, result.status
             pairs = ((action_type, action.signal.signal_type),)
-            shape = (chain.source.source_type, tuple(types), pairs, ((action_type, status),), status)
-            return shape, list(results)
+            shape = (chain.source.source_type, types, pairs, ((action_type, status),), status)
+            return shape, [result]
     return general_shape(chain)
 
 

@@ -207,8 +207,9 @@ class Telemetry(MeasurementBuffer):
         key = (tenant, source_type, workflow_status, status, latency_ms is not None, shape, run_ids)
         plan = self._plans.get(key) or _keep(self._plans, key, event_plan(key))
         for result in results:
-            done_at = result.attempt.completed_at
-            values.append(None if done_at is None else done_at - result.attempt.started_at)
+            attempt = result.attempt
+            done_at = attempt.completed_at
+            values.append(None if done_at is None else done_at - attempt.started_at)
         if chain is not None:
             values.append(chain.duration_ms)  # rounded to the record's 3 decimals by the scheduler
         values.append(duration_ms)

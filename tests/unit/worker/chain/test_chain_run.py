@@ -81,6 +81,22 @@ def test_the_one_action_shape_is_the_general_one(case: str) -> None:
     assert chain_shape(chain) == general_shape(chain)
 
 
+@pytest.mark.parametrize("signals", [0, 1, 2, 3])
+def test_the_one_action_shape_with_any_count_of_signals(signals: int) -> None:
+    """The plain path reads two signals (the action's and its result's: most chains) apart from any other count."""
+    trace = ChainTrace(
+        source=_source({"message": "m"}),
+        signals=[_signal(i) for i in range(signals)],
+        actions=[_action(0)],
+        results=[_result(0, "applied")],
+        duration_ms=1.0,
+    )
+    chain = ChainRun(trace, trace.source, attempt=1)
+    shape, results = chain_shape(chain)
+    assert (shape, results) == general_shape(chain)
+    assert len(shape[1]) == signals
+
+
 def _telemetry(reader: InMemoryMetricReader, monkeypatch: pytest.MonkeyPatch) -> Telemetry:
     """Metrics only, whatever the developer's environment says (no OTLP endpoint, no trace file: no spans)."""
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
