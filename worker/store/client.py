@@ -84,8 +84,9 @@ def redis_from_settings(settings: Settings) -> Redis:
         return cast(Redis, cluster)
     # A bounded pool: a thread past `redis_max_connections` waits up to `redis_pool_timeout_s` for a free
     # connection (then PoolExhausted, a 503 at the door) instead of opening one more socket per thread.
+    url = settings.require_redis_url()
     pool = _BoundedPool.from_url(
-        settings.require_redis_url(),
+        url,
         max_connections=settings.redis_max_connections,
         timeout=settings.redis_pool_timeout_s,
         decode_responses=True,
@@ -93,7 +94,7 @@ def redis_from_settings(settings: Settings) -> Redis:
         socket_connect_timeout=5,
         health_check_interval=30,
         retry_on_timeout=True,
-        **hiredis_packer_kwargs(),  # the arguments packed by hiredis alone (worker/store/packer.py)
+        **hiredis_packer_kwargs(url),  # the arguments packed by hiredis alone (worker/store/packer.py)
     )
     return Redis.from_pool(pool)  # the client owns the pool: close() disconnects it
 

@@ -1,14 +1,15 @@
-"""Packing a command for the wire with hiredis alone, where redis-py 8 first encodes every argument in Python.
+"""Packing a command for the wire with hiredis alone, where redis-py 8.2 first encodes every argument in Python.
 
-redis-py's ``HiredisRespSerializer`` runs each argument through ``Encoder.encode`` (four ``isinstance`` checks
-and a ``str.encode``) and two generator expressions before ``hiredis.pack_command``, which encodes ``str``,
-``bytes``, ``int``, ``float`` and ``memoryview`` itself. A batch COMMIT carries ~17 arguments per event, so that
-walk cost more than any single step of the drain's own Python (issue 29). :class:`HiredisPacker` hands the
-arguments to hiredis as they are and falls back to redis-py's own packing for anything hiredis refuses
-(``TypeError``: a ``bool``, ``None``, a ``bytearray``), which then packs or raises redis-py's ``DataError``
-exactly as before (its pure-Python serializer: the same bytes, and the same signature in every redis-py the
-project allows). The bytes on the wire are the same (a unit test compares both for every argument type the
-engine sends). Only for clients that decode with UTF-8 and strict errors, what hiredis does.
+redis-py 8.2's ``HiredisRespSerializer`` runs each argument through ``Encoder.encode`` (five ``isinstance``
+checks and a ``str.encode``) and two generator expressions before ``hiredis.pack_command``, which encodes a
+``str`` (strict UTF-8), ``bytes``, an exact ``int`` and a ``float`` itself. A batch COMMIT carries ~17 arguments
+per event, so that walk cost more than any single step of the drain's own Python (issue 29).
+:class:`HiredisPacker` hands such arguments to hiredis as they are. Whatever hiredis refuses (``TypeError``: a
+``bool``, ``None``, an ``IntEnum``, a ``bytearray``) and any ``memoryview`` (hiredis copies a view's buffer
+without its strides) go to redis-py's pure-Python serializer, which packs them or raises its ``DataError`` as
+redis-py 8.2 does. The bytes on the wire are redis-py's: a unit test compares both for every argument type.
+hiredis encodes with UTF-8 and strict errors only, so a client whose URL sets another ``encoding`` or
+``encoding_errors`` keeps redis-py's packer (:func:`hiredis_packer_kwargs`).
 
 Written by hand: redis-py takes a ``command_packer`` per connection but ships none that skips its encoder.
 """
@@ -27,6 +28,7 @@ _BUFFER_CUTOFF = 6000  # redis-py's default, for the fallback's chunking
 # redis-py's own pieces, through Any: some of its versions annotate them and some do not.
 _redis_py: Any = connection
 _encoders: Any = encoders
+_UTF8 = {"utf-8", "utf8", "UTF-8", "UTF8"}
 
 
 class HiredisPacker:
@@ -38,7 +40,7 @@ class HiredisPacker:
 
     def pack(self, *args: Any) -> list[bytes]:
         command = args[0]
-        if type(command) is str and " " not in command:
+        if type(command) is str and " " not in command and memoryview not in map(type, args):
             try:
                 return [hiredis.pack_command(args)]
             except TypeError:
@@ -47,6 +49,10 @@ class HiredisPacker:
         return packed
 
 
-def hiredis_packer_kwargs() -> dict[str, Any]:
-    """The connection keyword that installs :class:`HiredisPacker` (one shared, stateless instance)."""
+def hiredis_packer_kwargs(url: str) -> dict[str, Any]:
+    """The connection keyword that installs :class:`HiredisPacker` (one shared, stateless instance) for a
+    client of ``url``; none when the URL asks for an encoding hiredis would not use."""
+    options = _redis_py.parse_url(url)
+    if options.get("encoding", "utf-8") not in _UTF8 or options.get("encoding_errors", "strict") != "strict":
+        return {}
     return {"command_packer": HiredisPacker()}
