@@ -16,6 +16,7 @@ Written by hand: redis-py takes a ``command_packer`` per connection but ships no
 
 from __future__ import annotations
 
+import codecs
 from typing import Any
 
 import hiredis
@@ -28,7 +29,6 @@ _BUFFER_CUTOFF = 6000  # redis-py's default, for the fallback's chunking
 # redis-py's own pieces, through Any: some of its versions annotate them and some do not.
 _redis_py: Any = connection
 _encoders: Any = encoders
-_UTF8 = {"utf-8", "utf8", "UTF-8", "UTF8"}
 
 
 class HiredisPacker:
@@ -53,6 +53,7 @@ def hiredis_packer_kwargs(url: str) -> dict[str, Any]:
     """The connection keyword that installs :class:`HiredisPacker` (one shared, stateless instance) for a
     client of ``url``; none when the URL asks for an encoding hiredis would not use."""
     options = _redis_py.parse_url(url)
-    if options.get("encoding", "utf-8") not in _UTF8 or options.get("encoding_errors", "strict") != "strict":
+    encoding = codecs.lookup(options.get("encoding", "utf-8")).name  # any spelling of a codec: its one name
+    if encoding != "utf-8" or options.get("encoding_errors", "strict") != "strict":
         return {}
     return {"command_packer": HiredisPacker()}

@@ -97,3 +97,10 @@ def test_a_url_with_another_encoding_keeps_redis_pys_packer(query: str) -> None:
         connection.disconnect()
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("query", ["encoding=utf8", "encoding=UTF_8", "encoding_errors=strict"])
+def test_a_url_naming_utf8_strict_any_way_packs_with_hiredis(query: str) -> None:
+    assert isinstance(
+        packer.hiredis_packer_kwargs(f"redis://127.0.0.1:6379/15?{query}")["command_packer"], HiredisPacker
+    )
