@@ -1,14 +1,17 @@
 """How a chain document is stored (``chain:<id>``, written by the COMMIT script as an opaque string).
 
-One format byte, then the payload. ``0x02`` (written since issue 29): the compact JSON (UTF-8) as raw deflate
-(``wbits=-13``, level 3) with the preset dictionary :data:`DICTIONARY_V2`, the field names and vocabulary of the
-``nodes`` form (:mod:`worker.documents.chain_nodes`) in the order it writes them. ``0x01`` (written before, still
-read): the same with :data:`DICTIONARY_V1`, made for LobeHub's whole document. The ids, types and times a chain
-repeats are back-references, the field names come from the dictionary. A value that starts with ``{`` is a
-document written before the format byte existed (plain JSON) and still reads. The dictionaries are frozen: a
-document written with one must decode for as long as it is retained, so a better dictionary is a new format
-byte, never an edit (a unit test pins their digests). Readers get the bytes without the client's UTF-8
-decoding (:meth:`worker.store.events.EventStore.get_chain`) and call :func:`decode_chain`.
+One format byte, then the payload. ``0x03`` (written since issue 29's second step): the compact JSON (UTF-8) as a
+zstd frame (:class:`~worker.documents.zstd_form.ZstdForm`) made with :data:`DICTIONARY_V3`, a zstd dictionary
+whose content is :data:`DICTIONARY_V2`'s vocabulary, with entropy tables fitted to the engine's own chains.
+``0x02`` (written before, still read): the same JSON as raw deflate with the preset dictionary
+:data:`DICTIONARY_V2`, the field names and vocabulary of the ``nodes`` form (:mod:`worker.documents.chain_nodes`)
+in the order it writes them. ``0x01`` (older, still read): deflate with :data:`DICTIONARY_V1`, made for LobeHub's
+whole document. The ids, types and times a chain repeats are back-references, the field names come from the
+dictionary. A value that starts with ``{`` is a document written before the format byte existed (plain JSON)
+and still reads. The dictionaries are frozen: a document written with one must decode for as long as it is
+retained, so a better dictionary is a new format byte, never an edit (a unit test pins their digests). Readers
+get the bytes without the client's UTF-8 decoding (:meth:`worker.store.events.EventStore.get_chain`) and call
+:func:`decode_chain`.
 
 Why bytes and not base64/base85 text: the clients decode replies as UTF-8 (``decode_responses=True``), but
 redis-py reads one command's reply undecoded when it is given ``NEVER_DECODE`` (as its own ``DUMP`` does), on
@@ -18,16 +21,22 @@ and no second connection pool is needed. Writes need nothing: bytes arguments ar
 
 from __future__ import annotations
 
+import base64
 import json
 import zlib
 from collections.abc import Mapping
 from typing import Any
+
+from worker.documents.zstd_form import ZstdForm
 
 __all__ = [
     "DEFLATE_V1",
     "DEFLATE_V2",
     "DICTIONARY_V1",
     "DICTIONARY_V2",
+    "DICTIONARY_V3",
+    "ZSTD_V3",
+    "chain_json",
     "decode_chain",
     "deflate_json",
     "encode_chain",
@@ -35,7 +44,8 @@ __all__ = [
 ]
 
 DEFLATE_V1 = 0x01  # format byte: raw deflate of the compact JSON with DICTIONARY_V1 (lanes: their own V1)
-DEFLATE_V2 = 0x02  # format byte of a chain: raw deflate of the compact JSON with DICTIONARY_V2
+DEFLATE_V2 = 0x02  # format byte of a chain: raw deflate of the compact JSON with DICTIONARY_V2 (read only)
+ZSTD_V3 = 0x03  # format byte of a chain: a zstd frame of the compact JSON with DICTIONARY_V3 (written)
 _LEVEL = 3  # zlib's fast matcher: ~40% fewer instructions than 6 for ~3% more bytes per chain (decisions.md)
 # The compressor's window: 8 KiB (2**13) holds the dictionary and a typical value together, so what it writes
 # is byte for byte what the default 32 KiB window writes for them (a unit test compares), and it is read the same
@@ -92,10 +102,32 @@ DICTIONARY_V2 = (
 )
 _CHAIN_DICTIONARIES = {DEFLATE_V1: DICTIONARY_V1, DEFLATE_V2: DICTIONARY_V2}
 
+# A zstd dictionary: DICTIONARY_V2 as its content, with entropy tables fitted to the chains of the welcome
+# workload (examples/events.jsonl), made by ``python -m bench.dictionaries``: FROZEN (see the docstring).
+DICTIONARY_V3 = base64.b64decode(
+    "N6Qw7BoO9Gk0EMCTpA0zMAMzMAMzBOSzRdZ2kkSSQvaRjVBK2fJHh2xc/w8eNzZsTMrfSGuSSMhS2cA8JYMAGBQQExAPEPsRAAAEYIhJ"
+    "CQSKCgnFBGbJUApCEI5CIRACihAAACQEEAZEEpgAAADUE2SJHCpF1BjIQB5ACBQoGQIAAAAAAQAAAAQAAAAIAAAAImVycm9yIjp7ImNv"
+    "ZGUiOiIiLCJtZXNzYWdlIjoiIiwicmV0cmlhYmxlIjpmYWxzZSwicmV0cnlBZnRlck1zIjp9LCJvdXRwdXQiOnt9LCJ0ZXJtaW5hbCI6"
+    "eyJraW5kIjoiIiwicmVhc29uIjoiIn0sInRyYWNlSWQiOiIiLCJzdGF0dXMiOiJmYWlsZWQiLCJzdGF0dXMiOiJza2lwcGVkIiwiYWdl"
+    "bnRJZCI6IiIsIm9wZXJhdGlvbklkIjoiIiwidG9waWNJZCI6IiIsInVzZXJJZCI6IiIsIndvcmtzcGFjZUlkIjoiIiwidHJhY2VwYXJl"
+    "bnQiOiIiLCJwYXJlbnRBY3Rpb25JZCI6IiIsInBhcmVudFNpZ25hbElkIjoiIiwiY2hhaW4iOnsiY2hhaW5JZCI6ImNoYWluOiIsInJv"
+    "b3RTb3VyY2VJZCI6IiIsInBhcmVudE5vZGVJZCI6IiJ9LCJzaWduYWwiOnsic2lnbmFsSWQiOiIiLCJzaWduYWxUeXBlIjoiIn0seyJu"
+    "b2RlcyI6eyJhY3Rpb25zIjpbeyJhY3Rpb25JZCI6IjpzaWduYWw6OmFjdGlvbjoiLCJhY3Rpb25UeXBlIjoiYWN0aW9uLiIsInBheWxv"
+    "YWQiOnt9fV0sIm1ldGFkYXRhIjp7ImV2ZW50SWQiOiJldnRfIiwiYXR0ZW1wdCI6MSwic3RhdHVzIjoiY29tcGxldGVkIn0sInJlc3Vs"
+    "dHMiOlt7InN0YXR1cyI6ImFwcGxpZWQiLCJhdHRlbXB0Ijp7ImN1cnJlbnQiOjEsIm1heCI6NSwic3RhcnRlZEF0IjosImNvbXBsZXRl"
+    "ZEF0IjosInN0YXR1cyI6InN1Y2NlZWRlZCJ9LCJkZXRhaWwiOiIifV0sInNpZ25hbHMiOlt7InNpZ25hbElkIjoiOnNpZ25hbDoiLCJz"
+    "aWduYWxUeXBlIjoic2lnbmFsLiIsInBheWxvYWQiOnt9fSx7InRpbWVzdGFtcCI6fV0sInNvdXJjZSI6eyJzb3VyY2VJZCI6IiIsInNv"
+    "dXJjZVR5cGUiOiIiLCJzY29wZUtleSI6IiIsInRpbWVzdGFtcCI6LCJwYXlsb2FkIjp7Im1lc3NhZ2UiOiIiLCJtZXNzYWdlSWQiOiIi"
+    "fX19LCJkdXJhdGlvbk1zIjo="
+)
+_V3 = ZstdForm(ZSTD_V3, DICTIONARY_V3)
+_V3_BYTE = bytes([ZSTD_V3])
+
 
 def deflate_json(text: str | bytes, dictionary: bytes, form: int = DEFLATE_V1) -> bytes:
-    """``text`` as the format byte ``form`` and its raw deflate with ``dictionary`` (chains here, and the
-    idempotency lanes' results in :mod:`worker.documents.lane_codec`)."""
+    """``text`` as the format byte ``form`` and its raw deflate with ``dictionary``: the form chains and lanes
+    were stored in before their zstd forms, no longer written; ``python -m bench.dictionaries`` compares with it
+    and the tests write older values with it."""
     deflate = zlib.compressobj(_LEVEL, zlib.DEFLATED, -_WINDOW_BITS, _MEM_LEVEL, zdict=dictionary)
     data = text.encode("utf-8") if isinstance(text, str) else text
     return bytes([form]) + deflate.compress(data) + deflate.flush()
@@ -117,16 +149,23 @@ def inflate_json(raw: bytes | str, dictionaries: Mapping[int, bytes], what: str)
         raise ValueError(f"{what} does not inflate: {exc}") from None
 
 
-def encode_chain(document_json: str | bytes) -> bytes:
+def encode_chain(document_json: bytes) -> bytes:
     """The stored form of a chain document given as its compact JSON (see the module docstring)."""
-    return deflate_json(document_json, DICTIONARY_V2, DEFLATE_V2)
+    return _V3.encode(document_json)
+
+
+def chain_json(raw: bytes | str) -> str | bytes:
+    """The compact JSON of a stored chain of any form: format byte ``0x03``, ``0x02`` or ``0x01``, or plain JSON
+    (documents written before the format byte; also what a decoding client hands over for them). ValueError
+    for anything else."""
+    if isinstance(raw, bytes) and raw[:1] == _V3_BYTE:
+        return _V3.decode(raw, "chain document")
+    return inflate_json(raw, _CHAIN_DICTIONARIES, "chain document")
 
 
 def decode_chain(raw: bytes | str) -> dict[str, Any]:
-    """The chain document from its stored form: format byte ``0x02`` or ``0x01``, or plain JSON (documents
-    written before the format byte; also what a decoding client hands over for them). ValueError for anything
-    else."""
-    document = json.loads(inflate_json(raw, _CHAIN_DICTIONARIES, "chain document"))
+    """The chain document from its stored form (:func:`chain_json`). ValueError for anything else."""
+    document = json.loads(chain_json(raw))
     if not isinstance(document, dict):
         raise ValueError("chain document is not a JSON object")
     return document

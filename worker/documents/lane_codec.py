@@ -1,10 +1,13 @@
 """How an idempotency lane's value is stored (``idem:{scope}:<key>``, written by APPLY and COMMIT_BATCH as an
-opaque string): the action's result JSON, deflated like a chain document (:mod:`worker.documents.chain_codec`, format
-byte ``0x01``) with a dictionary of the result's own field names and vocabulary. A typical lane's value
-shrinks from about 230 bytes to about 90, and the lane from 392 bytes of Redis memory to 232.
+opaque string): the action's result JSON, compressed like a chain document (:mod:`worker.documents.chain_codec`)
+with a dictionary of the result's own field names and vocabulary. Format byte ``0x02`` (written since issue 29's
+second step): a zstd frame (:class:`~worker.documents.zstd_form.ZstdForm`) made with :data:`LANE_DICTIONARY_V2`,
+:data:`LANE_DICTIONARY_V1`'s vocabulary with entropy tables fitted to the engine's own results; ``0x01`` (written
+before, still read): raw deflate with :data:`LANE_DICTIONARY_V1`. A typical lane's value shrinks from about 230
+bytes to about 90, and the lane from 392 bytes of Redis memory to 232.
 
-The dictionary is frozen for the same reason as the chain's (a lane must decode for as long as it is
-retained; a unit test pins its digest). A value that starts with ``{`` is a lane written before (plain JSON)
+The dictionaries are frozen for the same reason as the chain's (a lane must decode for as long as it is
+retained; a unit test pins their digests). A value that starts with ``{`` is a lane written before (plain JSON)
 and still reads. Readers fetch the bytes undecoded (``NEVER_DECODE``) and call :func:`decode_lane`.
 
 Since issue 29 the stored JSON leaves out the result's ``actionId`` when it is the lane's idempotency key (an
@@ -15,12 +18,24 @@ stores 60 bytes instead of 94, a 64-byte allocation instead of 112. A lane writt
 
 from __future__ import annotations
 
+import base64
 import json
 
 from worker.core.nodes import ExecutorResult
-from worker.documents.chain_codec import DEFLATE_V1, deflate_json, inflate_json
+from worker.documents.chain_codec import DEFLATE_V1, inflate_json
+from worker.documents.zstd_form import ZstdForm
 
-__all__ = ["LANE_DICTIONARY_V1", "decode_lane", "encode_lane", "lane_json", "lane_result"]
+__all__ = [
+    "LANE_DICTIONARY_V1",
+    "LANE_DICTIONARY_V2",
+    "ZSTD_V2",
+    "decode_lane",
+    "encode_lane",
+    "lane_json",
+    "lane_result",
+]
+
+ZSTD_V2 = 0x02  # format byte of a lane: a zstd frame of the result JSON with LANE_DICTIONARY_V2 (written)
 
 # ExecutorResult's fields and fixed vocabulary, no values of any workload: FROZEN (see the docstring).
 LANE_DICTIONARY_V1 = (
@@ -29,15 +44,28 @@ LANE_DICTIONARY_V1 = (
     b',"completedAt":,"status":"succeeded"},"detail":"'
 )
 _LANE_DICTIONARIES = {DEFLATE_V1: LANE_DICTIONARY_V1}
+# A zstd dictionary: LANE_DICTIONARY_V1 as its content, with entropy tables fitted to the results of the welcome
+# workload (examples/events.jsonl), made by ``python -m bench.dictionaries``: FROZEN (see the docstring).
+LANE_DICTIONARY_V2 = base64.b64decode(
+    "N6Qw7H8bAgEpENBBkjb//////wPS/h7ZmzSJ3C16U5IkyVBYFwbZsonsFrlVM6b+ByADAAAAgGmcxDYAAAAEwMSMpA8AoYnHIwP4AQAA"
+    "AMAKAAAAAAAAAAAAAAAAIAYAAAAA1C7HAQBoNIAGAAA4sJoGAABAaw0AAAAAAQAAAAQAAAAIAAAAImVycm9yIjp7ImNvZGUiOiIiLCJt"
+    "ZXNzYWdlIjoiIiwicmV0cmlhYmxlIjpmYWxzZX0sInN0YXR1cyI6ImZhaWxlZCIsInN0YXR1cyI6InNraXBwZWQiLHsiYWN0aW9uSWQi"
+    "OiIiLCJzdGF0dXMiOiJhcHBsaWVkIiwiYXR0ZW1wdCI6eyJjdXJyZW50IjoxLCJtYXgiOjUsInN0YXJ0ZWRBdCI6LCJjb21wbGV0ZWRB"
+    "dCI6LCJzdGF0dXMiOiJzdWNjZWVkZWQifSwiZGV0YWlsIjoi"
+)
+_V2 = ZstdForm(ZSTD_V2, LANE_DICTIONARY_V2)
+_V2_BYTE = bytes([ZSTD_V2])
 
 
 def encode_lane(result_json: str) -> bytes:
     """The stored form of an action's result JSON."""
-    return deflate_json(result_json, LANE_DICTIONARY_V1)
+    return _V2.encode(result_json.encode("utf-8"))
 
 
 def decode_lane(raw: bytes | str) -> str | bytes:
     """The result JSON of a stored lane (ValueError when it is of no known form)."""
+    if isinstance(raw, bytes) and raw[:1] == _V2_BYTE:
+        return _V2.decode(raw, "idempotency lane")
     return inflate_json(raw, _LANE_DICTIONARIES, "idempotency lane")
 
 

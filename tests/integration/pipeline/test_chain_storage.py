@@ -16,7 +16,7 @@ from redis import Redis
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
 from tests.support.chain_forms import inputs_json
-from worker.documents.chain_codec import DEFLATE_V1, DEFLATE_V2, DICTIONARY_V1, decode_chain, deflate_json
+from worker.documents.chain_codec import DEFLATE_V1, DICTIONARY_V1, ZSTD_V3, decode_chain, deflate_json
 from worker.documents.chain_nodes import nodes_of
 from worker.documents.chain_storage import rebuilt_chain
 from worker.keys.layout import BucketKeys
@@ -86,7 +86,7 @@ class TestCompactChain:
         GET /v1/chains/{id} is LobeHub's shape, projected again from them."""
         status = _done(api, keys, "compact-1")
         stored = raw_redis.get(keys.chain(status["eventId"]))
-        assert isinstance(stored, bytes) and stored[0] == DEFLATE_V2
+        assert isinstance(stored, bytes) and stored[0] == ZSTD_V3
         inputs = decode_chain(stored)
         assert set(inputs) <= {"nodes", "durationMs", "traceId"} and "edges" not in inputs["nodes"]
         assert "eventId" not in inputs["nodes"]["metadata"]  # the key's suffix: the reader passes it back

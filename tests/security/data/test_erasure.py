@@ -13,7 +13,7 @@ from redis import Redis
 
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
-from worker.documents.chain_codec import DEFLATE_V1, DEFLATE_V2, decode_chain
+from worker.documents.chain_codec import DEFLATE_V1, DEFLATE_V2, ZSTD_V3, decode_chain
 from worker.documents.lane_codec import decode_lane
 from worker.keys.layout import BucketKeys, Keys
 
@@ -89,7 +89,9 @@ def _dump(redis_client: Redis, keys: BucketKeys) -> list[tuple[str, str]]:
         if kind == "string":  # chains and lanes are stored compressed: their text is what they decode to
             raw = redis_client.execute_command("GET", key, NEVER_DECODE=[])
             value: Any = (
-                raw.decode("utf-8") if raw[:1] not in (bytes([DEFLATE_V1]), bytes([DEFLATE_V2])) else None
+                raw.decode("utf-8")
+                if raw[:1] not in (bytes([DEFLATE_V1]), bytes([DEFLATE_V2]), bytes([ZSTD_V3]))
+                else None
             )
             if value is None:
                 value = decode_lane(raw) if ":idem:{" in key else decode_chain(raw)

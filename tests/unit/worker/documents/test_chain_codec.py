@@ -1,10 +1,11 @@
-"""The chain document's stored form (worker/documents/chain_codec.py): compressed with a frozen dictionary, and the plain
-JSON documents written before it still read."""
+"""The chain document's stored form (worker/documents/chain_codec.py): a zstd frame made with a frozen dictionary,
+and the deflate and plain JSON documents written before it still read."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import zlib
 from typing import Any
 
@@ -15,6 +16,9 @@ from worker.documents.chain_codec import (
     DEFLATE_V2,
     DICTIONARY_V1,
     DICTIONARY_V2,
+    DICTIONARY_V3,
+    ZSTD_V3,
+    chain_json,
     decode_chain,
     deflate_json,
     encode_chain,
@@ -22,6 +26,7 @@ from worker.documents.chain_codec import (
 )
 from worker.documents.event_records import status_record
 from worker.documents.lane_codec import LANE_DICTIONARY_V1
+from worker.documents.zstd_form import ZstdForm
 
 
 def _compact(document: dict[str, Any]) -> str:
@@ -54,24 +59,51 @@ class TestRoundTrip:
     def test_a_document_decodes_to_what_was_encoded(self) -> None:
         """Encoding the compact JSON and decoding it gives the same document (unicode, floats, null kept)."""
         document = _document()
-        stored = encode_chain(_compact(document))
-        assert stored[0] == DEFLATE_V2
+        stored = encode_chain(_compact(document).encode("utf-8"))
+        assert stored[0] == ZSTD_V3
         assert decode_chain(stored) == document
 
-    def test_the_stored_form_is_much_smaller_than_the_json(self) -> None:
-        """The point of it: a small chain stores in well under half its JSON (the dictionary's field names)."""
-        text = _compact(_document())
-        assert len(encode_chain(text)) < len(text.encode("utf-8")) / 2
+    def test_the_stored_form_is_much_smaller_than_the_json_and_than_deflate(self) -> None:
+        """The point of it: a small chain stores in well under half its JSON (the dictionary's field names), and
+        in no more than the deflate form it replaced."""
+        text = _compact(_document()).encode("utf-8")
+        stored = encode_chain(text)
+        assert len(stored) < len(text) / 2
+        assert len(stored) <= len(deflate_json(text, DICTIONARY_V2, DEFLATE_V2))
+
+    def test_threads_encode_and_decode_side_by_side(self) -> None:
+        """Each thread has its own compressor and decompressor (python-zstandard's are not to be shared): chains
+        encoded in several threads at once each decode whole, here and in another form object."""
+        texts = [_compact({**_document(), "n": i}).encode("utf-8") for i in range(8)]
+        stored: dict[int, bytes] = {}
+
+        def encode(i: int) -> None:
+            for _ in range(50):
+                stored[i] = encode_chain(texts[i])
+
+        threads = [threading.Thread(target=encode, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        fresh = ZstdForm(ZSTD_V3, DICTIONARY_V3)
+        assert [chain_json(stored[i]) for i in range(8)] == texts
+        assert [fresh.decode(stored[i], "chain") for i in range(8)] == texts
 
     def test_the_dictionaries_are_frozen(self) -> None:
-        """Documents written with format 0x01 or 0x02 must decode for their whole retention: a changed
-        dictionary needs a new format byte, not an edit of one."""
+        """Documents written with format 0x01, 0x02 or 0x03 must decode for their whole retention: a changed
+        dictionary needs a new format byte, not an edit of one. The zstd one holds 0x02's vocabulary."""
         digest = hashlib.sha256(DICTIONARY_V1).hexdigest()
         assert digest == "0eef77ebb039088a8f9c708229e27aa59c5888526207e9981775fe7d669378e5"
         assert (
             hashlib.sha256(DICTIONARY_V2).hexdigest()
             == "9f32b6f81b5d520613caac574b0c22994b8e860f1aaa98d40a22b352c1f69d77"
         )
+        assert (
+            hashlib.sha256(DICTIONARY_V3).hexdigest()
+            == "e5b43ec2f73433cc74beca449bb8add5592480812cdda9e57036ca066a80b6fb"
+        )
+        assert DICTIONARY_V3.endswith(DICTIONARY_V2)
 
 
 class TestOldDocuments:
@@ -81,7 +113,15 @@ class TestOldDocuments:
         old = deflate_json(_compact(document), DICTIONARY_V1)
         assert old[0] == DEFLATE_V1
         assert decode_chain(old) == document
-        assert decode_chain(old) == decode_chain(encode_chain(_compact(document)))
+        assert decode_chain(old) == decode_chain(encode_chain(_compact(document).encode("utf-8")))
+
+    def test_a_document_of_format_2_still_reads(self) -> None:
+        """A chain written with deflate and the nodes form's dictionary (format 0x02, issue 29's first step)
+        decodes as it was."""
+        document = _document()
+        old = deflate_json(_compact(document), DICTIONARY_V2, DEFLATE_V2)
+        assert old[0] == DEFLATE_V2
+        assert decode_chain(old) == document
 
     def test_a_plain_json_document_still_reads(self) -> None:
         """A document stored before the format byte (plain JSON) decodes, as bytes or as a decoded str."""
@@ -92,8 +132,9 @@ class TestOldDocuments:
 
     def test_unknown_or_broken_forms_are_value_errors(self) -> None:
         """An unknown format byte, a truncated stream or a non-object is a ValueError, never garbage."""
-        stored = encode_chain(_compact(_document()))
-        for bad in (b"\x7fxyz", stored[:20], b"[1,2]", b"\x01" + b"\x00" * 5):
+        stored = encode_chain(_compact(_document()).encode("utf-8"))
+        broken = stored[:1] + bytes([stored[1] ^ 0xFF]) + stored[2:]
+        for bad in (b"\x7fxyz", stored[:20], broken, b"\x03", b"[1,2]", b"\x01" + b"\x00" * 5):
             with pytest.raises(ValueError):
                 decode_chain(bad)
 
@@ -150,6 +191,6 @@ def test_a_value_larger_than_the_window_still_reads_back() -> None:
     """A chain whose matches lie further back than 8 KiB compresses a little differently, and decodes whole."""
     document = _document()
     document["envelope"]["source"]["payload"]["message"] = "".join(f"word{i} " for i in range(4000))
-    stored = encode_chain(_compact(document))
-    assert stored[0] == DEFLATE_V2
+    stored = encode_chain(_compact(document).encode("utf-8"))
+    assert stored[0] == ZSTD_V3
     assert decode_chain(stored) == document

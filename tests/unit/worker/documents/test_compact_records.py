@@ -10,10 +10,18 @@ import json
 import pytest
 
 from worker.core.nodes import ChainRef, ExecutorResult, Source
-from worker.documents.chain_codec import DEFLATE_V1
+from worker.documents.chain_codec import DEFLATE_V1, deflate_json
 from worker.documents.event_body import body_of, full_body, stored_body
 from worker.documents.event_records import attempts_history
-from worker.documents.lane_codec import LANE_DICTIONARY_V1, decode_lane, encode_lane, lane_json, lane_result
+from worker.documents.lane_codec import (
+    LANE_DICTIONARY_V1,
+    LANE_DICTIONARY_V2,
+    ZSTD_V2,
+    decode_lane,
+    encode_lane,
+    lane_json,
+    lane_result,
+)
 
 EVENT_ID = "evt_0123456789abcdef01234567"
 
@@ -99,8 +107,22 @@ class TestLane:
 
     def test_a_lane_reads_back_what_was_stored_and_is_smaller(self) -> None:
         stored = encode_lane(self.RESULT)
-        assert stored[0] == DEFLATE_V1 and len(stored) < len(self.RESULT.encode("utf-8")) / 2
+        assert stored[0] == ZSTD_V2 and len(stored) < len(self.RESULT.encode("utf-8")) / 2
         assert json.loads(decode_lane(stored)) == json.loads(self.RESULT)
+
+    def test_a_deflated_lane_written_before_still_reads(self) -> None:
+        """Format 0x01 (deflate with LANE_DICTIONARY_V1), written until issue 29's second step."""
+        old = deflate_json(self.RESULT, LANE_DICTIONARY_V1)
+        assert old[0] == DEFLATE_V1
+        assert decode_lane(old) == self.RESULT.encode("utf-8")
+        result = ExecutorResult.model_validate_json(self.RESULT)
+        assert lane_result(old, result.action_id) == result
+
+    def test_a_broken_zstd_lane_is_refused_by_name(self) -> None:
+        stored = encode_lane(self.RESULT)
+        for bad in (stored[:-3], bytes([ZSTD_V2])):
+            with pytest.raises(ValueError, match="idempotency lane"):
+                decode_lane(bad)
 
     def test_a_lane_keyed_by_its_action_id_stores_no_action_id_and_reads_it_back(self) -> None:
         """The default key is the action's id: the stored JSON leaves it out (issue 29), the read puts it back."""
@@ -117,7 +139,7 @@ class TestLane:
         stored = lane_json(result, "root:memory:msg-1")
         assert json.loads(stored)["actionId"] == result.action_id
         assert lane_result(encode_lane(stored), "root:memory:msg-1") == result
-        for old in (encode_lane(self.RESULT), self.RESULT.encode("utf-8")):
+        for old in (deflate_json(self.RESULT, LANE_DICTIONARY_V1), self.RESULT.encode("utf-8")):
             assert lane_result(old, "root:memory:msg-1") == result
         assert lane_result(None, "k") is None
 
@@ -130,6 +152,10 @@ class TestLane:
             decode_lane(b"\x07abc")
 
     def test_the_dictionary_is_frozen(self) -> None:
-        """Lanes written with format 0x01 must decode for the idempotency TTL: a new dictionary is a new byte."""
+        """Lanes written with format 0x01 or 0x02 must decode for the idempotency TTL: a new dictionary is a new
+        byte. The zstd one holds 0x01's vocabulary."""
         digest = hashlib.sha256(LANE_DICTIONARY_V1).hexdigest()
         assert digest == "cb028c055c3ad352076ff716a829b0d6bd078d450a367391ee600ed2838484e5"
+        digest = hashlib.sha256(LANE_DICTIONARY_V2).hexdigest()
+        assert digest == "be61666ddd5f1254e639005844dbf7ecb656025d70628d84aef1bcb57b5fdf4f"
+        assert LANE_DICTIONARY_V2.endswith(LANE_DICTIONARY_V1)
