@@ -24,10 +24,27 @@ class ChainRun:
     Both are built after the chain ended, at its commit (in a batch, after later events' chains ran): a node,
     its payload included, must not change once its chain has ended. Handlers build new nodes; none edits one."""
 
-    __slots__ = ("_projection", "attempt", "metadata", "source", "trace", "trace_id")
+    __slots__ = (
+        "_projection",
+        "actions",
+        "attempt",
+        "duration_ms",
+        "metadata",
+        "results",
+        "signals",
+        "source",
+        "trace",
+        "trace_id",
+    )
 
     def __init__(self, trace: ChainTrace, source: Source, *, attempt: int) -> None:
         self.trace, self.source, self.attempt = trace, source, attempt
+        # the trace's own lists and duration, read as plain attributes (the metrics read them per committed
+        # event; a property is a Python call each time): the chain has ended, nothing changes them now
+        self.signals: list[Signal] = trace.signals
+        self.actions: list[Action] = trace.actions
+        self.results: list[ExecutorResult] = trace.results
+        self.duration_ms: float = trace.duration_ms
         self.trace_id, _ = Telemetry.current_ids()
         self.metadata: dict[str, Any] = {
             "eventId": source.event_id,
@@ -37,22 +54,6 @@ class ChainRun:
         if trace.terminal is not None:
             self.metadata["terminal"] = trace.terminal.to_json_dict()
         self._projection: dict[str, Any] | None = None
-
-    @property
-    def signals(self) -> list[Signal]:
-        return self.trace.signals
-
-    @property
-    def actions(self) -> list[Action]:
-        return self.trace.actions
-
-    @property
-    def results(self) -> list[ExecutorResult]:
-        return self.trace.results
-
-    @property
-    def duration_ms(self) -> float:
-        return self.trace.duration_ms
 
     def _inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The projection's arguments, the same for the stored form and for the whole projection."""

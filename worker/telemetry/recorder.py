@@ -80,6 +80,7 @@ class Telemetry(MeasurementBuffer):
         # Event plans by key (event_committed); bounded: cleared when full.
         self._plans: dict[EventKey, EventPlan] = {}
         self._run_plans: dict[RunIds, EventPlan] = {}
+        self._one_action_plans: dict[tuple[Any, ...], EventPlan] = {}  # event_committed's flat keys
         if not self.enabled:
             return
         self.reset_in_forked_children()
@@ -196,17 +197,50 @@ class Telemetry(MeasurementBuffer):
         if not self.enabled:
             return
         status = "retried" if outcome == "retry" else outcome
-        shape: ChainShape | None = None
-        results: list[ExecutorResult] = []
-        if chain is not None:
-            shape, results = chain_shape(chain)
         run_ids: RunIds = ()
         values: PlanValues = []
         if runs is not None and runs.ids:
             run_ids, values = tuple(runs.ids), list(runs.ms)
+        if chain is not None:
+            actions, results, signals = chain.actions, chain.results, chain.signals
+            if len(actions) == 1 and len(results) == 1 and len(signals) == 2:
+                action, result = actions[0], results[0]
+                if result.action_id == action.action_id:  # most chains: one action, its result, two signals
+                    # their plan by a flat key of the strings chain_shape's would hold: no nested shape to
+                    # build, hash and compare per event
+                    flat = (
+                        tenant,
+                        source_type,
+                        workflow_status,
+                        status,
+                        latency_ms is not None,
+                        chain.source.source_type,
+                        signals[0].signal_type,
+                        signals[1].signal_type,
+                        action.action_type,
+                        action.signal.signal_type,
+                        result.status,
+                        run_ids,
+                    )
+                    plan = self._one_action_plans.get(flat)
+                    if plan is None:  # the plan of its shape, as the general path below finds it
+                        shaped = (*flat[:5], chain_shape(chain)[0], run_ids)
+                        plan = _keep(self._one_action_plans, flat, event_plan(shaped))
+                    attempt = result.attempt
+                    done_at = attempt.completed_at
+                    action_ms = None if done_at is None else done_at - attempt.started_at
+                    values += (action_ms, chain.duration_ms, duration_ms)  # the general path's order
+                    if latency_ms is not None:
+                        values.append(latency_ms)
+                    self._add_plan(plan, values)
+                    return
+        shape: ChainShape | None = None
+        known: list[ExecutorResult] = []
+        if chain is not None:
+            shape, known = chain_shape(chain)
         key = (tenant, source_type, workflow_status, status, latency_ms is not None, shape, run_ids)
         plan = self._plans.get(key) or _keep(self._plans, key, event_plan(key))
-        for result in results:
+        for result in known:
             attempt = result.attempt
             done_at = attempt.completed_at
             values.append(None if done_at is None else done_at - attempt.started_at)

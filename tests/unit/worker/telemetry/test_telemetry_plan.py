@@ -11,9 +11,12 @@ from prometheus_client import generate_latest
 
 from tests.support.prom import parse, total
 from tests.unit.worker.chain.test_chain_run import _chain
+from tests.unit.worker.documents.test_chain_storage import _action, _result, _signal, _source
 from worker.chain.chain_document import ChainRun
+from worker.chain.scheduler import ChainTrace
+from worker.telemetry.chain_metrics import chain_shape
 from worker.telemetry.instruments import INSTRUMENT_DESCRIPTIONS
-from worker.telemetry.plan import HandlerRuns
+from worker.telemetry.plan import HandlerRuns, event_plan
 from worker.telemetry.process_metrics import ProcessMetrics
 from worker.telemetry.recorder import Telemetry
 
@@ -108,3 +111,45 @@ def test_a_forked_child_starts_with_an_empty_buffer() -> None:
     os.waitpid(pid, 0)
     assert os.read(read, 16) == b"0"
     assert len(telemetry._plan_values) == 1  # the parent keeps its event's plan (its handler runs in it)
+
+
+def _one_action(status: str, signal_type: str, action: int = 0) -> ChainRun:
+    """A chain of one action, its result and two signals (the case event_committed looks up by a flat key)."""
+    trace = ChainTrace(
+        source=_source({"message": "m"}),
+        signals=[_signal(0, signal_type), _signal(1, f"signal.action.{status}")],
+        actions=[_action(action)],
+        results=[_result(action, status)],
+        duration_ms=1.5,
+    )
+    return ChainRun(trace, trace.source, attempt=1)
+
+
+def test_a_one_action_chain_s_flat_key_finds_the_plan_of_its_shape() -> None:
+    """The flat key of a one-action chain names every string of its shape: chains that differ in any of them
+    get their own plan, each the plan of its shape, and chains that do not share one."""
+    telemetry, metrics = _telemetry()
+    chains = [
+        _one_action("applied", "signal.message.received"),
+        _one_action("applied", "signal.message.received"),  # the same shape again: no new plan
+        _one_action("failed", "signal.message.received"),
+        _one_action("applied", "signal.other.received"),
+        _one_action("applied", "signal.message.received", action=1),  # another action type
+    ]
+    for chain in chains:
+        _commit(telemetry, chain, _runs("ok"))
+    _commit(telemetry, chains[0], _runs("ok"), latency_ms=None)  # no latency: another plan
+    assert len(telemetry._one_action_plans) == 5 and not telemetry._plans
+    run_ids = tuple(_runs("ok").ids)
+    expected = {
+        (plan.counted, plan.observed)
+        for plan in (
+            event_plan(("a", "agent.user.message", "generated", "done", latency, chain_shape(c)[0], run_ids))
+            for c, latency in [*((c, True) for c in chains), (chains[0], False)]
+        )
+    }
+    assert {(plan.counted, plan.observed) for plan in telemetry._one_action_plans.values()} == expected
+    samples = _scrape(telemetry, metrics)
+    assert total(samples, "agent_signal_chains_total") == 6
+    assert total(samples, "agent_signal_action_results_total", agent_signal_result_status="failed") == 1
+    assert total(samples, "agent_signal_action_duration_ms_count") == 6
