@@ -65,7 +65,7 @@ class ChainRun:
         }
 
     def stored_json(self) -> bytes:
-        """What the commit stores, as compact JSON (the store deflates it)."""
+        """What the commit stores, as compact JSON (the store compresses it)."""
         args, kwargs = self._inputs()
         return stored_inputs_json(*args, **kwargs)
 

@@ -21,6 +21,10 @@ import zstandard
 __all__ = ["ZstdForm"]
 
 LEVEL = 3  # zstd's default; 1 wrote ~4% more bytes per chain for no fewer instructions (docs/decisions.md)
+# The most a stored value may say it holds: a frame's header names its size and the read allocates it first, so
+# a damaged header could ask for any amount (the largest chain, 500 nodes of events of at most 256 KiB, is far
+# less than this).
+MAX_VALUE_BYTES = 64 * 1024 * 1024
 
 
 class ZstdForm:
@@ -65,9 +69,16 @@ class ZstdForm:
 
     def decode(self, stored: bytes, what: str) -> bytes:
         """The value of ``stored`` (format byte and frame); ValueError naming ``what`` when it does not
-        decompress."""
+        decompress, names no size or a size over :data:`MAX_VALUE_BYTES`, or is followed by anything."""
+        frame = stored[1:]
+        try:
+            size = zstandard.get_frame_parameters(frame, format=zstandard.FORMAT_ZSTD1_MAGICLESS).content_size
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"{what} does not decompress: {exc}") from None
+        if size > MAX_VALUE_BYTES:  # also zstd's "unknown" and "error" sizes, the largest numbers
+            raise ValueError(f"{what} does not decompress: its frame claims {size} bytes")
         decompressor = getattr(self._local, "decompressor", None) or self._decompressor()
         try:
-            return decompressor.decompress(stored[1:])
+            return decompressor.decompress(frame, allow_extra_data=False)
         except zstandard.ZstdError as exc:
             raise ValueError(f"{what} does not decompress: {exc}") from None

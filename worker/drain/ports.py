@@ -124,7 +124,7 @@ class CancellablePort:
 @record
 class BatchLane:
     """One applied action of an event of a run: its idempotency lane key, its result's JSON as the lane stores it
-    (:func:`~worker.documents.lane_codec.lane_json`, before deflating) and staged writes."""
+    (:func:`~worker.documents.lane_codec.lane_json`, before compressing) and staged writes."""
 
     key: str
     result_json: str

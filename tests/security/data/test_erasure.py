@@ -14,6 +14,7 @@ from redis import Redis
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
 from worker.documents.chain_codec import DEFLATE_V1, DEFLATE_V2, ZSTD_V3, decode_chain
+from worker.documents.lane_codec import ZSTD_V2 as LANE_ZSTD_V2
 from worker.documents.lane_codec import decode_lane
 from worker.keys.layout import BucketKeys, Keys
 
@@ -90,7 +91,7 @@ def _dump(redis_client: Redis, keys: BucketKeys) -> list[tuple[str, str]]:
             raw = redis_client.execute_command("GET", key, NEVER_DECODE=[])
             value: Any = (
                 raw.decode("utf-8")
-                if raw[:1] not in (bytes([DEFLATE_V1]), bytes([DEFLATE_V2]), bytes([ZSTD_V3]))
+                if raw[:1] not in (bytes([b]) for b in (DEFLATE_V1, DEFLATE_V2, ZSTD_V3, LANE_ZSTD_V2))
                 else None
             )
             if value is None:

@@ -134,7 +134,19 @@ class TestOldDocuments:
         """An unknown format byte, a truncated stream or a non-object is a ValueError, never garbage."""
         stored = encode_chain(_compact(_document()).encode("utf-8"))
         broken = stored[:1] + bytes([stored[1] ^ 0xFF]) + stored[2:]
-        for bad in (b"\x7fxyz", stored[:20], broken, b"\x03", b"[1,2]", b"\x01" + b"\x00" * 5):
+        # a frame header that claims 1 TiB: refused before anything is allocated (not a MemoryError)
+        huge = b"\x03\xe0" + (1 << 40).to_bytes(8, "little") + b"\x01\x00\x00"
+        trailing = stored + b"junk"
+        for bad in (
+            b"\x7fxyz",
+            stored[:20],
+            broken,
+            huge,
+            trailing,
+            b"\x03",
+            b"[1,2]",
+            b"\x01" + b"\x00" * 5,
+        ):
             with pytest.raises(ValueError):
                 decode_chain(bad)
 

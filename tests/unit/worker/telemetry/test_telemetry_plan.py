@@ -153,3 +153,9 @@ def test_a_one_action_chain_s_flat_key_finds_the_plan_of_its_shape() -> None:
     assert total(samples, "agent_signal_chains_total") == 6
     assert total(samples, "agent_signal_action_results_total", agent_signal_result_status="failed") == 1
     assert total(samples, "agent_signal_action_duration_ms_count") == 6
+    # each value in its own series (all different: a swap in the flat path's order would show)
+    assert total(samples, "agent_signal_action_duration_ms_sum") == 6 * 7  # completedAt - startedAt
+    assert total(samples, "agent_signal_chain_duration_ms_sum") == 6 * 1.5
+    assert total(samples, "agent_signal_workflow_duration_ms_sum") == 6 * 10.0
+    assert total(samples, "agent_signal_event_latency_ms_sum") == 5 * 4.0
+    assert total(samples, "agent_signal_handler_duration_ms_sum") == 6 * 2.0
