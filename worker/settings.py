@@ -131,6 +131,11 @@ class Settings(BaseSettings):
     # --- idempotency ---
     idempotency_ttl_s: int = 7 * 24 * 60 * 60
 
+    # How chains and idempotency lanes are written (worker/documents/chain_codec.py): zstd frames, or the deflate
+    # forms a version before them reads, for the first phase of a rolling upgrade (docs/operations.md). Every
+    # form is read either way.
+    stored_form: Literal["zstd", "deflate"] = "zstd"
+
     # --- outbox (outbound calls staged by handlers, delivered by the relay in each worker) ---
     outbox_poll_interval_s: float = 0.2  # how often the relay looks for due records
     outbox_max_attempts: int = 10  # deliveries before a record is dead (kept, visible in the run detail)

@@ -25,7 +25,7 @@ import base64
 import json
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from worker.documents.zstd_form import ZstdForm
 
@@ -36,6 +36,7 @@ __all__ = [
     "DICTIONARY_V2",
     "DICTIONARY_V3",
     "ZSTD_V3",
+    "StoredForm",
     "chain_json",
     "decode_chain",
     "deflate_json",
@@ -46,6 +47,9 @@ __all__ = [
 DEFLATE_V1 = 0x01  # format byte: raw deflate of the compact JSON with DICTIONARY_V1 (lanes: their own V1)
 DEFLATE_V2 = 0x02  # format byte of a chain: raw deflate of the compact JSON with DICTIONARY_V2 (read only)
 ZSTD_V3 = 0x03  # format byte of a chain: a zstd frame of the compact JSON with DICTIONARY_V3 (written)
+# What chains and lanes are written as (the setting AGENT_SIGNAL_STORED_FORM): "deflate" writes the forms a
+# version before the zstd ones reads (chain 0x02, lane 0x01), for the first phase of a rolling upgrade.
+StoredForm = Literal["zstd", "deflate"]
 _LEVEL = 3  # zlib's fast matcher: ~40% fewer instructions than 6 for ~3% more bytes per chain (decisions.md)
 # The compressor's window: 8 KiB (2**13) holds the dictionary and a typical value together, so what it writes
 # is byte for byte what the default 32 KiB window writes for them (a unit test compares), and it is read the same
@@ -126,8 +130,8 @@ _V3_BYTE = bytes([ZSTD_V3])
 
 def deflate_json(text: str | bytes, dictionary: bytes, form: int = DEFLATE_V1) -> bytes:
     """``text`` as the format byte ``form`` and its raw deflate with ``dictionary``: the form chains and lanes
-    were stored in before their zstd forms, no longer written; ``python -m bench.dictionaries`` compares with it
-    and the tests write older values with it."""
+    were stored in before their zstd forms, written now only with ``AGENT_SIGNAL_STORED_FORM=deflate`` (a
+    rolling upgrade's first phase); ``python -m bench.dictionaries`` compares with it."""
     deflate = zlib.compressobj(_LEVEL, zlib.DEFLATED, -_WINDOW_BITS, _MEM_LEVEL, zdict=dictionary)
     data = text.encode("utf-8") if isinstance(text, str) else text
     return bytes([form]) + deflate.compress(data) + deflate.flush()
@@ -149,8 +153,11 @@ def inflate_json(raw: bytes | str, dictionaries: Mapping[int, bytes], what: str)
         raise ValueError(f"{what} does not inflate: {exc}") from None
 
 
-def encode_chain(document_json: bytes) -> bytes:
-    """The stored form of a chain document given as its compact JSON (see the module docstring)."""
+def encode_chain(document_json: bytes, form: StoredForm = "zstd") -> bytes:
+    """The stored form of a chain document given as its compact JSON (see the module docstring): format
+    ``0x03``, or ``0x02`` when ``form`` is ``"deflate"``."""
+    if form == "deflate":
+        return deflate_json(document_json, DICTIONARY_V2, DEFLATE_V2)
     return _V3.encode(document_json)
 
 

@@ -23,7 +23,7 @@ import base64
 import json
 
 from worker.core.nodes import ExecutorResult
-from worker.documents.chain_codec import DEFLATE_V1, inflate_json
+from worker.documents.chain_codec import DEFLATE_V1, StoredForm, deflate_json, inflate_json
 from worker.documents.zstd_form import ZstdForm
 
 __all__ = [
@@ -58,8 +58,10 @@ _V2 = ZstdForm(ZSTD_V2, LANE_DICTIONARY_V2)
 _V2_BYTE = bytes([ZSTD_V2])
 
 
-def encode_lane(result_json: str) -> bytes:
-    """The stored form of an action's result JSON."""
+def encode_lane(result_json: str, form: StoredForm = "zstd") -> bytes:
+    """The stored form of an action's result JSON: format ``0x02``, or ``0x01`` when ``form`` is ``"deflate"``."""
+    if form == "deflate":
+        return deflate_json(result_json, LANE_DICTIONARY_V1)
     return _V2.encode(result_json.encode("utf-8"))
 
 

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from worker.chain.context import EffectBuffer
 from worker.core.errors import NotReplicated
+from worker.documents.chain_codec import StoredForm
 from worker.drain.context import DrainContext
 from worker.drain.event import EventWork, after_commit, record
 from worker.drain.lease import ChainedPop
@@ -51,9 +52,9 @@ class RunCommitted:
     lost: bool = False
 
 
-def event_commit(work: EventWork) -> EventCommit:
+def event_commit(work: EventWork, form: StoredForm) -> EventCommit:
     """What the commit of ``work`` stores: its outcome and chain; if done, its staged writes and follow-ups; its
-    actions' lanes when its run applies them."""
+    actions' lanes when its run applies them (in the stored ``form``: the setting AGENT_SIGNAL_STORED_FORM)."""
     done = work.outcome == "done"
     source = work.source
     return EventCommit(
@@ -66,7 +67,7 @@ def event_commit(work: EventWork) -> EventCommit:
         source_id=source.source_id if source is not None else "",
         effects=work.scope.effects if done else EffectBuffer(),
         followups=work.followups.events if done else (),
-        lanes=[lane.layout() for lane in work.lanes or ()],
+        lanes=[lane.layout(form) for lane in work.lanes or ()],
     )
 
 
@@ -83,7 +84,8 @@ def commit_run(
     the scope is released, pop the next ready scope and take its lease in the same round trip (what it popped
     is in ``then_pop.reply`` as soon as the reply is read, before anything else can raise)."""
     grant = works[0].grant
-    events = [event_commit(work) for work in works]
+    form = ctx.settings.stored_form
+    events = [event_commit(work, form) for work in works]
     flags = [go_on or i < len(works) - 1 for i in range(len(works))]
     store = ctx.store
     try:

@@ -24,6 +24,7 @@ from worker.chain.context import EffectBuffer
 from worker.core.errors import LeaseLost, PermanentFailure, PipelineError
 from worker.core.nodes import Action, ExecutorResult
 from worker.core.record import record
+from worker.documents.chain_codec import StoredForm
 from worker.documents.lane_codec import encode_lane, lane_json, lane_result
 from worker.keys.layout import BucketKeys, Keys
 from worker.store.calls import Apply, Lane
@@ -101,7 +102,7 @@ class CancellablePort:
                 lane=self.keys.idempotency(self.scope_key, idempotency_key),
                 fence_key=self.keys.fence(self.scope_key),
                 fence=self.fence,
-                result_json=encode_lane(lane_json(result, idempotency_key)),
+                result_json=encode_lane(lane_json(result, idempotency_key), settings.stored_form),
                 lane_ttl_s=settings.idempotency_ttl_s,
                 effects_json=json.dumps(commands),
             )
@@ -130,9 +131,9 @@ class BatchLane:
     result_json: str
     effects_json: str
 
-    def layout(self) -> Lane:
-        """The lane as COMMIT takes it (its result in the lane's stored form)."""
-        return Lane(self.key, encode_lane(self.result_json), self.effects_json)
+    def layout(self, form: StoredForm) -> Lane:
+        """The lane as COMMIT takes it (its result in the lane's stored ``form``)."""
+        return Lane(self.key, encode_lane(self.result_json, form), self.effects_json)
 
 
 class BatchPort:

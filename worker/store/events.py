@@ -350,7 +350,7 @@ class EventStore(StoreReads):
             outcome=e.outcome,
             error_text=e.error,
             not_before=e.not_before_ms,
-            chain_json=encode_chain(e.chain_json) if e.chain_json else "",
+            chain_json=encode_chain(e.chain_json, self.settings.stored_form) if e.chain_json else "",
             chain_id="" if e.chain_id == f"chain:{e.source_id}" else e.chain_id,
             go_on="1" if go_on else "0",
             effects_json=json.dumps(effects) if effects else "[]",

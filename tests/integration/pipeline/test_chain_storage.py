@@ -1,5 +1,5 @@
 """Compact storage against a real Redis and a real worker: the chain document is stored compressed (format byte
-0x01), the event hash no longer stores its own id or start time, and what the API answers is the same JSON
+0x03; 0x02 with AGENT_SIGNAL_STORED_FORM=deflate), the event hash no longer stores its own id or start time, and what the API answers is the same JSON
 shape as before (``GET /v1/chains/{id}``, ``GET /v1/events/{id}``, the listing); a chain stored in the old
 plain-JSON form still reads."""
 
@@ -16,9 +16,19 @@ from redis import Redis
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
 from tests.support.chain_forms import inputs_json
-from worker.documents.chain_codec import DEFLATE_V1, DICTIONARY_V1, ZSTD_V3, decode_chain, deflate_json
+from worker.documents.chain_codec import (
+    DEFLATE_V1,
+    DEFLATE_V2,
+    DICTIONARY_V1,
+    DICTIONARY_V2,
+    ZSTD_V3,
+    decode_chain,
+    deflate_json,
+    inflate_json,
+)
 from worker.documents.chain_nodes import nodes_of
 from worker.documents.chain_storage import rebuilt_chain
+from worker.documents.lane_codec import LANE_DICTIONARY_V1
 from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
@@ -138,6 +148,43 @@ class TestCompactChain:
         assert raw_redis.get(key)[:1] == bytes([DEFLATE_V1])  # type: ignore[index]
         again = api.get(f"/v1/chains/{status['chainId']}")
         assert again.status_code == 200 and again.json() == chain
+
+
+class TestDeflateFormForARollingUpgrade:
+    """``AGENT_SIGNAL_STORED_FORM=deflate``: a worker writes the forms a version before the zstd ones reads (the
+    first phase of a rolling upgrade, docs/operations.md), and reads them as it reads its own."""
+
+    @pytest.fixture
+    def deflate_api(self, make_settings: Any, start_worker: Any) -> Iterator[TestClient]:
+        settings = make_settings(max_attempts=1, stored_form="deflate")
+        start_worker(settings)
+        with TestClient(create_web_app(settings)) as client:
+            yield client
+
+    def test_chains_and_lanes_are_written_in_the_deflate_forms_older_code_reads(
+        self, deflate_api: TestClient, raw_redis: Redis, keys: BucketKeys
+    ) -> None:
+        status = _done(deflate_api, keys, "compact-deflate")
+        chain = raw_redis.get(keys.chain(status["eventId"]))
+        assert isinstance(chain, bytes) and chain[0] == DEFLATE_V2
+        # what the version before the zstd forms decoded with: deflate and its two chain dictionaries only
+        older_chain = json.loads(
+            inflate_json(chain, {DEFLATE_V1: DICTIONARY_V1, DEFLATE_V2: DICTIONARY_V2}, "c")
+        )
+        assert older_chain == decode_chain(chain) and "nodes" in older_chain
+        lanes = list(raw_redis.scan_iter(match=keys.idempotency("topic:compact", "*"), count=1000))
+        assert lanes, "the applied action's lane"
+        for key in lanes:
+            lane = raw_redis.get(key)
+            assert isinstance(lane, bytes) and lane[0] == DEFLATE_V1
+            assert (
+                json.loads(inflate_json(lane, {DEFLATE_V1: LANE_DICTIONARY_V1}, "lane"))["status"]
+                == "applied"
+            )
+        answer = deflate_api.get(f"/v1/chains/{status['chainId']}")
+        assert (
+            answer.status_code == 200 and answer.json()["envelope"]["source"]["sourceId"] == "compact-deflate"
+        )
 
 
 class TestTrimmedEventHash:

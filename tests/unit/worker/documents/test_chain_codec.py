@@ -123,6 +123,13 @@ class TestOldDocuments:
         assert old[0] == DEFLATE_V2
         assert decode_chain(old) == document
 
+    def test_the_deflate_setting_writes_format_2_as_before_the_zstd_form(self) -> None:
+        """``stored_form="deflate"`` (a rolling upgrade's first phase) writes what the version before read."""
+        text = _compact(_document()).encode("utf-8")
+        stored = encode_chain(text, "deflate")
+        assert stored == deflate_json(text, DICTIONARY_V2, DEFLATE_V2)
+        assert inflate_json(stored, {DEFLATE_V1: DICTIONARY_V1, DEFLATE_V2: DICTIONARY_V2}, "chain") == text
+
     def test_a_plain_json_document_still_reads(self) -> None:
         """A document stored before the format byte (plain JSON) decodes, as bytes or as a decoded str."""
         document = _document()

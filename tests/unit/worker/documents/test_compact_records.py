@@ -118,6 +118,11 @@ class TestLane:
         result = ExecutorResult.model_validate_json(self.RESULT)
         assert lane_result(old, result.action_id) == result
 
+    def test_the_deflate_setting_writes_format_1_as_before_the_zstd_form(self) -> None:
+        stored = encode_lane(self.RESULT, "deflate")
+        assert stored == deflate_json(self.RESULT, LANE_DICTIONARY_V1) and stored[0] == DEFLATE_V1
+        assert decode_lane(stored) == self.RESULT.encode("utf-8")
+
     def test_a_broken_zstd_lane_is_refused_by_name(self) -> None:
         stored = encode_lane(self.RESULT)
         for bad in (stored[:-3], bytes([ZSTD_V2])):
