@@ -3,7 +3,8 @@
 One format byte, then the payload. ``0x03`` (written since issue 29's second step): the compact JSON (UTF-8) as a
 zstd frame (:class:`~worker.documents.zstd_form.ZstdForm`) made with :data:`DICTIONARY_V3`, a zstd dictionary
 whose content is :data:`DICTIONARY_V2`'s vocabulary, with entropy tables fitted to the engine's own chains.
-``0x02`` (written before, still read): the same JSON as raw deflate with the preset dictionary
+``0x02`` (written before, and with ``AGENT_SIGNAL_STORED_FORM=deflate`` for a rolling upgrade's first phase;
+always read): the same JSON as raw deflate with the preset dictionary
 :data:`DICTIONARY_V2`, the field names and vocabulary of the ``nodes`` form (:mod:`worker.documents.chain_nodes`)
 in the order it writes them. ``0x01`` (older, still read): deflate with :data:`DICTIONARY_V1`, made for LobeHub's
 whole document. The ids, types and times a chain repeats are back-references, the field names come from the
@@ -45,8 +46,12 @@ __all__ = [
 ]
 
 DEFLATE_V1 = 0x01  # format byte: raw deflate of the compact JSON with DICTIONARY_V1 (lanes: their own V1)
-DEFLATE_V2 = 0x02  # format byte of a chain: raw deflate of the compact JSON with DICTIONARY_V2 (read only)
-ZSTD_V3 = 0x03  # format byte of a chain: a zstd frame of the compact JSON with DICTIONARY_V3 (written)
+DEFLATE_V2 = (
+    0x02  # format byte of a chain: raw deflate of the compact JSON with DICTIONARY_V2 (stored_form deflate)
+)
+ZSTD_V3 = (
+    0x03  # format byte of a chain: a zstd frame of the compact JSON with DICTIONARY_V3 (stored_form zstd)
+)
 # What chains and lanes are written as (the setting AGENT_SIGNAL_STORED_FORM): "deflate" writes the forms a
 # version before the zstd ones reads (chain 0x02, lane 0x01), for the first phase of a rolling upgrade.
 StoredForm = Literal["zstd", "deflate"]

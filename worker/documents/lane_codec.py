@@ -3,7 +3,8 @@ opaque string): the action's result JSON, compressed like a chain document (:mod
 with a dictionary of the result's own field names and vocabulary. Format byte ``0x02`` (written since issue 29's
 second step): a zstd frame (:class:`~worker.documents.zstd_form.ZstdForm`) made with :data:`LANE_DICTIONARY_V2`,
 :data:`LANE_DICTIONARY_V1`'s vocabulary with entropy tables fitted to the engine's own results; ``0x01`` (written
-before, still read): raw deflate with :data:`LANE_DICTIONARY_V1`. The welcome workload's lanes store 99 bytes on
+before, and with ``AGENT_SIGNAL_STORED_FORM=deflate`` for a rolling upgrade's first phase; always read): raw
+deflate with :data:`LANE_DICTIONARY_V1`. The welcome workload's lanes store 99 bytes on
 average for 255 of JSON (114 deflated; ``python -m bench.dictionaries``), the bench's lane key 224 bytes of Redis
 memory (392 as plain JSON).
 
@@ -36,7 +37,9 @@ __all__ = [
     "lane_result",
 ]
 
-ZSTD_V2 = 0x02  # format byte of a lane: a zstd frame of the result JSON with LANE_DICTIONARY_V2 (written)
+ZSTD_V2 = (
+    0x02  # format byte of a lane: a zstd frame of the result JSON with LANE_DICTIONARY_V2 (stored_form zstd)
+)
 
 # ExecutorResult's fields and fixed vocabulary, no values of any workload: FROZEN (see the docstring).
 LANE_DICTIONARY_V1 = (

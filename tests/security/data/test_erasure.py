@@ -91,6 +91,7 @@ def _dump(redis_client: Redis, keys: BucketKeys) -> list[tuple[str, str]]:
             raw = redis_client.execute_command("GET", key, NEVER_DECODE=[])
             value: Any = (
                 raw.decode("utf-8")
+                # every format byte of a chain or a lane (a lane's zstd 0x02 is the byte of a chain's deflate)
                 if raw[:1] not in (bytes([b]) for b in (DEFLATE_V1, DEFLATE_V2, ZSTD_V3, LANE_ZSTD_V2))
                 else None
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 
 import pytest
 
@@ -22,6 +23,7 @@ from worker.documents.lane_codec import (
     lane_json,
     lane_result,
 )
+from worker.drain.ports import BatchLane
 
 EVENT_ID = "evt_0123456789abcdef01234567"
 
@@ -119,9 +121,15 @@ class TestLane:
         assert lane_result(old, result.action_id) == result
 
     def test_the_deflate_setting_writes_format_1_as_before_the_zstd_form(self) -> None:
-        stored = encode_lane(self.RESULT, "deflate")
-        assert stored == deflate_json(self.RESULT, LANE_DICTIONARY_V1) and stored[0] == DEFLATE_V1
-        assert decode_lane(stored) == self.RESULT.encode("utf-8")
+        """What the codec wrote before the zstd forms (4e47942: level 3, an 8 KiB raw window, memLevel 2), byte for
+        byte, through the lane encoder and through a batch commit's lane."""
+        deflate = zlib.compressobj(3, zlib.DEFLATED, -13, 2, zdict=LANE_DICTIONARY_V1)
+        before = bytes([DEFLATE_V1]) + deflate.compress(self.RESULT.encode("utf-8")) + deflate.flush()
+        assert encode_lane(self.RESULT, "deflate") == before
+        assert decode_lane(before) == self.RESULT.encode("utf-8")
+        batch_lane = BatchLane("idem-key", self.RESULT, "[]")
+        assert batch_lane.layout("deflate").result_json == before
+        assert batch_lane.layout("zstd").result_json[0] == ZSTD_V2
 
     def test_a_broken_zstd_lane_is_refused_by_name(self) -> None:
         stored = encode_lane(self.RESULT)
