@@ -13,6 +13,7 @@ from worker.settings import (
     check_environment,
     check_settings,
     kombu_url_for,
+    load_settings,
     settings_environment,
 )
 
@@ -120,3 +121,14 @@ class TestSections:
             check_environment(Settings(max_reqest_bytes=1), section_models(), environ={})
         with pytest.raises(SettingsError, match="AGENT_SIGNAL_MAX_CONNECTIONS"):
             load_plugins(Settings(max_connections=0), check_env=False)  # validated at boot like a plugin's
+
+
+def test_an_unknown_stored_form_is_refused_by_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AGENT_SIGNAL_STORED_FORM takes zstd or deflate (a rolling upgrade's first phase); anything else is named."""
+    monkeypatch.setenv("AGENT_SIGNAL_STORED_FORM", "gzip")
+    with pytest.raises(
+        SettingsError, match=r"^refusing to start: AGENT_SIGNAL_STORED_FORM: .*'zstd' or 'deflate'"
+    ):
+        load_settings()
+    monkeypatch.setenv("AGENT_SIGNAL_STORED_FORM", "deflate")
+    assert load_settings().stored_form == "deflate"
