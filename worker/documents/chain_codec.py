@@ -46,12 +46,8 @@ __all__ = [
 ]
 
 DEFLATE_V1 = 0x01  # format byte: raw deflate of the compact JSON with DICTIONARY_V1 (lanes: their own V1)
-DEFLATE_V2 = (
-    0x02  # format byte of a chain: raw deflate of the compact JSON with DICTIONARY_V2 (stored_form deflate)
-)
-ZSTD_V3 = (
-    0x03  # format byte of a chain: a zstd frame of the compact JSON with DICTIONARY_V3 (stored_form zstd)
-)
+DEFLATE_V2 = 0x02  # format byte of a chain: raw deflate with DICTIONARY_V2 (stored_form deflate)
+ZSTD_V3 = 0x03  # format byte of a chain: a zstd frame with DICTIONARY_V3 (stored_form zstd)
 # What chains and lanes are written as (the setting AGENT_SIGNAL_STORED_FORM): "deflate" writes the forms a
 # version before the zstd ones reads (chain 0x02, lane 0x01), for the first phase of a rolling upgrade.
 StoredForm = Literal["zstd", "deflate"]

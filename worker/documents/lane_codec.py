@@ -37,9 +37,7 @@ __all__ = [
     "lane_result",
 ]
 
-ZSTD_V2 = (
-    0x02  # format byte of a lane: a zstd frame of the result JSON with LANE_DICTIONARY_V2 (stored_form zstd)
-)
+ZSTD_V2 = 0x02  # format byte of a lane: a zstd frame with LANE_DICTIONARY_V2 (stored_form zstd)
 
 # ExecutorResult's fields and fixed vocabulary, no values of any workload: FROZEN (see the docstring).
 LANE_DICTIONARY_V1 = (

@@ -6,7 +6,7 @@ the 4-byte magic number would say it twice), with the value's size and without a
 (the format byte names the dictionary). The dictionary is a zstd "full" dictionary: a frozen vocabulary as its
 content, and entropy tables fitted to the engine's own values (``python -m bench.dictionaries`` makes one). Its
 compressor digests it once per thread, where deflate hashed its preset dictionary into every new compressor:
-a chain compresses in about a fifth of deflate's instructions, and to fewer bytes (docs/decisions.md).
+a chain compresses in about a fifth of deflate's time, and to fewer bytes (docs/decisions.md).
 
 Compressors and decompressors are kept per thread (python-zstandard's are not safe to share between threads);
 the first use in a thread builds them, nothing is built at import.
@@ -20,7 +20,7 @@ import zstandard
 
 __all__ = ["ZstdForm"]
 
-LEVEL = 3  # zstd's default; 1 wrote ~4% more bytes per chain for no fewer instructions (docs/decisions.md)
+LEVEL = 3  # zstd's default; 1 wrote ~4% more bytes per chain and took about as long (docs/decisions.md)
 # The most a stored value may say it holds: a frame's header names its size and the read allocates it first, so
 # a damaged header could ask for any amount (the largest chain, 500 nodes of events of at most 256 KiB, is far
 # less than this).
