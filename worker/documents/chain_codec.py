@@ -126,7 +126,6 @@ DICTIONARY_V3 = base64.b64decode(
     "fX19LCJkdXJhdGlvbk1zIjo="
 )
 _V3 = ZstdForm(ZSTD_V3, DICTIONARY_V3)
-_V3_BYTE = bytes([ZSTD_V3])
 
 
 def deflate_json(text: str | bytes, dictionary: bytes, form: int = DEFLATE_V1) -> bytes:
@@ -166,7 +165,7 @@ def chain_json(raw: bytes | str) -> str | bytes:
     """The compact JSON of a stored chain of any form: format byte ``0x03``, ``0x02`` or ``0x01``, or plain JSON
     (documents written before the format byte; also what a decoding client hands over for them). ValueError
     for anything else."""
-    if isinstance(raw, bytes) and raw[:1] == _V3_BYTE:
+    if isinstance(raw, bytes) and raw[:1] == _V3.first_byte:
         return _V3.decode(raw, "chain document")
     return inflate_json(raw, _CHAIN_DICTIONARIES, "chain document")
 

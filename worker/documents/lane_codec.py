@@ -56,7 +56,6 @@ LANE_DICTIONARY_V2 = base64.b64decode(
     "dCI6LCJzdGF0dXMiOiJzdWNjZWVkZWQifSwiZGV0YWlsIjoi"
 )
 _V2 = ZstdForm(ZSTD_V2, LANE_DICTIONARY_V2)
-_V2_BYTE = bytes([ZSTD_V2])
 
 
 def encode_lane(result_json: str, form: StoredForm = "zstd") -> bytes:
@@ -68,7 +67,7 @@ def encode_lane(result_json: str, form: StoredForm = "zstd") -> bytes:
 
 def decode_lane(raw: bytes | str) -> str | bytes:
     """The result JSON of a stored lane (ValueError when it is of no known form)."""
-    if isinstance(raw, bytes) and raw[:1] == _V2_BYTE:
+    if isinstance(raw, bytes) and raw[:1] == _V2.first_byte:
         return _V2.decode(raw, "idempotency lane")
     return inflate_json(raw, _LANE_DICTIONARIES, "idempotency lane")
 

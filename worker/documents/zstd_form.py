@@ -30,12 +30,12 @@ MAX_VALUE_BYTES = 64 * 1024 * 1024
 class ZstdForm:
     """One format byte and its frozen zstd dictionary: :meth:`encode` a value, :meth:`decode` one back."""
 
-    __slots__ = ("_local", "_prefix", "dictionary", "form")
+    __slots__ = ("_local", "dictionary", "first_byte", "form")
 
     def __init__(self, form: int, dictionary: bytes) -> None:
         self.form = form
         self.dictionary = dictionary
-        self._prefix = bytes([form])
+        self.first_byte = bytes([form])  # what a stored value of this form starts with
         self._local = threading.local()
 
     def _dictionary(self) -> zstandard.ZstdCompressionDict:
@@ -65,7 +65,7 @@ class ZstdForm:
     def encode(self, data: bytes) -> bytes:
         """The format byte and ``data``'s frame."""
         compressor = getattr(self._local, "compressor", None) or self._compressor()
-        return self._prefix + compressor.compress(data)
+        return self.first_byte + compressor.compress(data)
 
     def decode(self, stored: bytes, what: str) -> bytes:
         """The value of ``stored`` (format byte and frame); ValueError naming ``what`` when it does not

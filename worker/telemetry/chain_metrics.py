@@ -13,11 +13,21 @@ from worker.telemetry.instruments import AttrsKey
 from worker.telemetry.instruments import agent_signal_attrs as _a
 from worker.telemetry.instruments import signal_type_attrs as _signal_attrs
 
-__all__ = ["ChainShape", "FinishedChain", "Series", "chain_series", "chain_shape", "general_shape"]
+__all__ = [
+    "ChainShape",
+    "FinishedChain",
+    "OneActionKey",
+    "Series",
+    "chain_series",
+    "chain_shape",
+    "one_action_key",
+]
 
 # (source type, signal types, (action type, its signal's type) per action, (action type, result status) per
 # result of a known action, final status): two chains of one shape count the same series.
 ChainShape = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], str]
+# (source type, the two signal types, action type, its signal's type, result status): a one-action chain's shape
+OneActionKey = tuple[str, str, str, str, str, str]
 # (the counted series in LobeHub's order, each result's attributes, the chain's attributes)
 Series = tuple[list[tuple[str, AttrsKey]], list[AttrsKey], AttrsKey]
 
@@ -39,28 +49,29 @@ class FinishedChain(Protocol):
     def events(self) -> Sequence[Mapping[str, Any]]: ...
 
 
+def one_action_key(chain: FinishedChain) -> OneActionKey | None:
+    """The strings that make the shape of a chain of one action, its result and two signals (the action's and
+    its result's: most chains), as one flat tuple: (source type, the two signal types, the action's type, its
+    signal's type, the result's status); None for any other chain. It names the shape as :func:`chain_shape`
+    does, without building, hashing and comparing the nested tuples per committed event."""
+    actions, results, signals = chain.actions, chain.results, chain.signals
+    if len(actions) != 1 or len(results) != 1 or len(signals) != 2:
+        return None
+    action, result = actions[0], results[0]
+    if result.action_id != action.action_id:
+        return None
+    return (
+        chain.source.source_type,
+        signals[0].signal_type,
+        signals[1].signal_type,
+        action.action_type,
+        action.signal.signal_type,
+        result.status,
+    )
+
+
 def chain_shape(chain: FinishedChain) -> tuple[ChainShape, list[ExecutorResult]]:
-    """The chain's shape and its results of known actions, in order (the action-duration samples). Runs once
-    per committed event: a chain of one action and its one result (most chains) is read in plain statements, a
-    third of the time of :func:`general_shape` (on Python 3.11 each comprehension is a call of its own)."""
-    actions, results = chain.actions, chain.results
-    if len(actions) == 1 and len(results) == 1:
-        action, result = actions[0], results[0]
-        if result.action_id == action.action_id:
-            signals = chain.signals
-            if len(signals) == 2:  # the action's signal and its result's (most chains)
-                types: tuple[str, ...] = (signals[0].signal_type, signals[1].signal_type)
-            else:
-                types = tuple([signal.signal_type for signal in signals])
-            action_type, status = action.action_type, result.status
-            pairs = ((action_type, action.signal.signal_type),)
-            shape = (chain.source.source_type, types, pairs, ((action_type, status),), status)
-            return shape, [result]
-    return general_shape(chain)
-
-
-def general_shape(chain: FinishedChain) -> tuple[ChainShape, list[ExecutorResult]]:
-    """:func:`chain_shape` of any chain."""
+    """The chain's shape and its results of known actions, in order (the action-duration samples)."""
     actions, results = chain.actions, chain.results
     by_id = {a.action_id: a for a in actions}
     known: list[ExecutorResult] = []

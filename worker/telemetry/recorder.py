@@ -37,12 +37,18 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from worker.core.nodes import ExecutorResult
 from worker.documents.projection import flatten_attributes
 from worker.telemetry.buffer import MeasurementBuffer, PlanValues
-from worker.telemetry.chain_metrics import ChainShape, FinishedChain, chain_shape
+from worker.telemetry.chain_metrics import (
+    ChainShape,
+    FinishedChain,
+    OneActionKey,
+    chain_shape,
+    one_action_key,
+)
 from worker.telemetry.instruments import INSTRUMENT_ATTRS as _INSTRUMENT_ATTRS
 from worker.telemetry.instruments import METER_NAME, TRACER_NAME, TRACER_VERSION, DescribedInstruments
 from worker.telemetry.instruments import agent_signal_attrs as _a
 from worker.telemetry.jsonl import JsonlSpanExporter
-from worker.telemetry.plan import EventKey, EventPlan, HandlerRuns, RunIds, event_plan, runs_plan
+from worker.telemetry.plan import EventPlan, HandlerRuns, RunIds, event_plan, runs_plan
 from worker.telemetry.process_metrics import ORIGIN_DOOR, ORIGIN_FOLLOW_UP, ProcessMetrics, process_metrics
 
 __all__ = ["DISABLED", "Telemetry", "configure_telemetry"]
@@ -78,9 +84,11 @@ class Telemetry(MeasurementBuffer):
         # Read-only and empty: an event plan (worker/telemetry/plan.py) is built once and never sees a change.
         self.common: Mapping[str, Any] = MappingProxyType({})
         # Event plans by key (event_committed); bounded: cleared when full.
-        self._plans: dict[EventKey, EventPlan] = {}
+        # an event's plan by its EventKey, the shape of a one-action chain as its flat OneActionKey
+        self._plans: dict[
+            tuple[str, str, str, str, bool, ChainShape | OneActionKey | None, RunIds], EventPlan
+        ] = {}
         self._run_plans: dict[RunIds, EventPlan] = {}
-        self._one_action_plans: dict[tuple[Any, ...], EventPlan] = {}  # event_committed's flat keys
         if not self.enabled:
             return
         self.reset_in_forked_children()
@@ -201,45 +209,19 @@ class Telemetry(MeasurementBuffer):
         values: PlanValues = []
         if runs is not None and runs.ids:
             run_ids, values = tuple(runs.ids), list(runs.ms)
+        shape: ChainShape | OneActionKey | None = None
+        known: Sequence[ExecutorResult] = ()
         if chain is not None:
-            actions, results, signals = chain.actions, chain.results, chain.signals
-            if len(actions) == 1 and len(results) == 1 and len(signals) == 2:
-                action, result = actions[0], results[0]
-                if result.action_id == action.action_id:  # most chains: one action, its result, two signals
-                    # their plan by a flat key of the strings chain_shape's would hold: no nested shape to
-                    # build, hash and compare per event
-                    flat = (
-                        tenant,
-                        source_type,
-                        workflow_status,
-                        status,
-                        latency_ms is not None,
-                        chain.source.source_type,
-                        signals[0].signal_type,
-                        signals[1].signal_type,
-                        action.action_type,
-                        action.signal.signal_type,
-                        result.status,
-                        run_ids,
-                    )
-                    plan = self._one_action_plans.get(flat)
-                    if plan is None:  # the plan of its shape, as the general path below finds it
-                        shaped = (*flat[:5], chain_shape(chain)[0], run_ids)
-                        plan = _keep(self._one_action_plans, flat, event_plan(shaped))
-                    attempt = result.attempt
-                    done_at = attempt.completed_at
-                    action_ms = None if done_at is None else done_at - attempt.started_at
-                    values += (action_ms, chain.duration_ms, duration_ms)  # the general path's order
-                    if latency_ms is not None:
-                        values.append(latency_ms)
-                    self._add_plan(plan, values)
-                    return
-        shape: ChainShape | None = None
-        known: list[ExecutorResult] = []
-        if chain is not None:
-            shape, known = chain_shape(chain)
+            shape = one_action_key(chain)  # most chains: their shape's strings as one flat tuple
+            if shape is None:
+                shape, known = chain_shape(chain)
+            else:
+                known = chain.results
         key = (tenant, source_type, workflow_status, status, latency_ms is not None, shape, run_ids)
-        plan = self._plans.get(key) or _keep(self._plans, key, event_plan(key))
+        plan = self._plans.get(key)
+        if plan is None:  # a flat key's plan is its chain's shape's
+            shaped = (*key[:5], None if chain is None else chain_shape(chain)[0], run_ids)
+            plan = _keep(self._plans, key, event_plan(shaped))
         for result in known:
             attempt = result.attempt
             done_at = attempt.completed_at

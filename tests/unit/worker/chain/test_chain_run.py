@@ -17,7 +17,7 @@ from worker.chain.scheduler import ChainTrace
 from worker.core.nodes import ExecutorResult
 from worker.documents.projection import project_chain
 from worker.settings import Settings
-from worker.telemetry.chain_metrics import chain_shape, general_shape
+from worker.telemetry.chain_metrics import ChainShape, OneActionKey, chain_shape, one_action_key
 from worker.telemetry.recorder import Telemetry, configure_telemetry
 
 
@@ -74,11 +74,23 @@ def _chain(case: str) -> ChainRun:
     return ChainRun(trace, trace.source, attempt=1)
 
 
+def _shape_named(key: OneActionKey) -> ChainShape:
+    """The shape a one-action key names."""
+    source_type, first, second, action_type, action_signal, status = key
+    return (source_type, (first, second), ((action_type, action_signal),), ((action_type, status),), status)
+
+
 @pytest.mark.parametrize("case", sorted(SHAPES))
 def test_the_one_action_shape_is_the_general_one(case: str) -> None:
-    """chain_shape's plain path for one action and its result gives what the general one does."""
+    """The flat key of a chain of one action, its result and two signals names what the general shape holds
+    (and no other chain has one)."""
     chain = _chain(case)
-    assert chain_shape(chain) == general_shape(chain)
+    key = one_action_key(chain)
+    shape, known = chain_shape(chain)
+    if key is None:
+        assert (len(chain.actions), len(chain.results), len(chain.signals)) != (1, 1, 2) or not known
+    else:
+        assert _shape_named(key) == shape and known == chain.results
 
 
 @pytest.mark.parametrize("signals", [0, 1, 2, 3])
@@ -93,7 +105,9 @@ def test_the_one_action_shape_with_any_count_of_signals(signals: int) -> None:
     )
     chain = ChainRun(trace, trace.source, attempt=1)
     shape, results = chain_shape(chain)
-    assert (shape, results) == general_shape(chain)
+    key = one_action_key(chain)
+    assert (key is not None) == (signals == 2)
+    assert key is None or (_shape_named(key), chain.results) == (shape, results)
     assert len(shape[1]) == signals
 
 

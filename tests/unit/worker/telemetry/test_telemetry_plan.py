@@ -139,7 +139,7 @@ def test_a_one_action_chain_s_flat_key_finds_the_plan_of_its_shape() -> None:
     for chain in chains:
         _commit(telemetry, chain, _runs("ok"))
     _commit(telemetry, chains[0], _runs("ok"), latency_ms=None)  # no latency: another plan
-    assert len(telemetry._one_action_plans) == 5 and not telemetry._plans
+    assert len(telemetry._plans) == 5
     run_ids = tuple(_runs("ok").ids)
     expected = {
         (plan.counted, plan.observed)
@@ -148,7 +148,7 @@ def test_a_one_action_chain_s_flat_key_finds_the_plan_of_its_shape() -> None:
             for c, latency in [*((c, True) for c in chains), (chains[0], False)]
         )
     }
-    assert {(plan.counted, plan.observed) for plan in telemetry._one_action_plans.values()} == expected
+    assert {(plan.counted, plan.observed) for plan in telemetry._plans.values()} == expected
     samples = _scrape(telemetry, metrics)
     assert total(samples, "agent_signal_chains_total") == 6
     assert total(samples, "agent_signal_action_results_total", agent_signal_result_status="failed") == 1
