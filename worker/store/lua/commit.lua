@@ -132,7 +132,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
       count(stats, 'done', 1)
       local enqueued = index_leave(runs_active, event_id, ev, known.enqueued) or now  -- its type index lists it
       history_end(ev, now, 'succeeded', '', known.history)
-      local minute = math.floor(now / 60000)
+      local minute = string.format('%d', math.floor(now / 60000))
       count(series, minute .. ':done', 1)
       latency = now - enqueued
       count(series, minute .. ':latency_ms', latency)
@@ -147,8 +147,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
   end
   local reply = {CommitCode.COMMITTED, publish, outcome, latency, accepted, duplicate}
   if go_on == '1' then
-    local head = take_or_release(inbox, lease, sched, scopes, token, scope_ref, ev_prefix, now_ms,
-      tonumber(fence), ix)
+    local head = take_or_release(inbox, lease, sched, scopes, token, scope_ref, ev_prefix, now_ms, fence, ix)
     for _, part in ipairs(head) do reply[#reply + 1] = part end
   end
   return reply

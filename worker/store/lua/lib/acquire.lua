@@ -18,8 +18,8 @@ local function acquire(k, token, ttl_ms, now_ms, scope_ref)
     redis.call('SET', k.fence, fence)
   end
   local ix = {paused = k.paused, stats = k.stats, active = k.runs_active, cancelled = k.runs_cancelled}
-  local head = take_or_release(k.inbox, k.lease, k.sched, k.scopes, token, scope_ref, k.ev_prefix, now_ms, fence,
-    ix)
+  local head = take_or_release(k.inbox, k.lease, k.sched, k.scopes, token, scope_ref, k.ev_prefix, now_ms,
+    string.format('%d', fence), ix)
   hflush_all()
   index_flush()
   table.insert(head, 1, fence)

@@ -19,13 +19,67 @@ local function admission(keys, k, args, a)
     scope_ref = scope_ref, body = body, user_id = user_id, source_type = source_type, source_id = source_id,
     source_member = source_member}
 end
--- Checked before a script writes anything: nil, or why admitting e would fail midway.
-local function admit_refusal(e)
-  if wrong_type(e.ev, 'hash') then return e.ev .. ' is not a hash' end
-  if wrong_type(e.inbox, 'list') then return e.inbox .. ' is not a list' end
-  if wrong_type(e.sched, 'string') then return e.sched .. ' is not a string' end
-  if wrong_type(e.seq, 'string') then return e.seq .. ' is not a string' end
+-- Checked before a script writes anything: nil, or why admitting e would fail midway. The event's own key is
+-- typed here, so e.exists says whether it was there before the script (ENQUEUE's batch reads it instead of an
+-- EXISTS). checked (optional, one batch's): the other keys already found right, each typed once per batch
+-- (a burst's events share their scope's inbox, drain marker and counter).
+local function admit_refusal(e, checked)
+  local found = redis.call('TYPE', e.ev).ok
+  if found ~= 'none' and found ~= 'hash' then return e.ev .. ' is not a hash' end
+  e.exists = found == 'hash'
+  checked = checked or {}
+  if not checked[e.inbox] then
+    if wrong_type(e.inbox, 'list') then return e.inbox .. ' is not a list' end
+    checked[e.inbox] = true
+  end
+  if not checked[e.sched] then
+    if wrong_type(e.sched, 'string') then return e.sched .. ' is not a string' end
+    checked[e.sched] = true
+  end
+  if not checked[e.seq] then
+    if wrong_type(e.seq, 'string') then return e.seq .. ' is not a string' end
+    checked[e.seq] = true
+  end
   return nil
+end
+-- One ENQUEUE batch's memory of what its admissions already did (admit's at.batch; COMMIT's follow-ups have
+-- none and ask Redis each time): the event keys it wrote, its scopes' enqueue numbers (the last one handed out,
+-- and how many were counted on past it, written back by batch_flush), per drain marker whether its scope was
+-- found paused (false) or marked and registered (true), and the users added to each scope's users. A burst of
+-- 500 events over 8 scopes then pays these once per scope, not once per event.
+local function new_batch()
+  return {admitted = {}, seq = {}, seq_taken = {}, sched = {}, users = {}}
+end
+-- The next enqueue number of e's scope: INCR for a scope's first event in the batch, counted on from it after.
+local function next_seq(e, batch)
+  if not batch then return redis.call('INCR', e.seq) end
+  local last = batch.seq[e.seq]
+  if last then
+    batch.seq[e.seq] = last + 1
+    batch.seq_taken[e.seq] = batch.seq_taken[e.seq] + 1
+    return last + 1
+  end
+  last = redis.call('INCR', e.seq)
+  batch.seq[e.seq], batch.seq_taken[e.seq] = last, 0
+  return last
+end
+-- The numbers counted on past each scope's INCR, written back (INCRBY keeps the counter's TTL, if any).
+local function batch_flush(batch)
+  for key, n in pairs(batch.seq_taken) do
+    if n > 0 then redis.call('INCRBY', key, string.format('%d', n)) end
+  end
+end
+local function scope_user_add(e, user, batch)
+  if batch then
+    local users = batch.users[e.scope_users]
+    if not users then
+      users = {}
+      batch.users[e.scope_users] = users
+    end
+    if users[user] then return end
+    users[user] = true
+  end
+  redis.call('SADD', e.scope_users, user)
 end
 -- at: the tenant's keys and the numbers every admission shares: {scopes, stats, paused, runs_active,
 -- runs_types, now, window, sched_ttl, max}. -> {1, publish(0|1)} accepted (publish=1: no drain is scheduled for the scope,
@@ -34,16 +88,21 @@ end
 -- "<tenant>/<scopeKey>", the event its bare scope key; scope_users names the users whose events the scope holds
 -- (erasure drops a scope whole only when it is one user's).
 local function admit(e, at)
-  if redis.call('EXISTS', e.ev) == 1 then
-    redis.call('HINCRBY', e.ev, 'duplicates', 1)
+  local batch = at.batch
+  local exists
+  if batch then exists = e.exists or batch.admitted[e.ev] else exists = redis.call('EXISTS', e.ev) == 1 end
+  if exists then
+    redis.call('HINCRBY', e.ev, 'duplicates', '1')
     count(at.stats, 'duplicate', 1)
     return {0, 0}
   end
   local scope = string.sub(e.scope_ref, (string.find(e.scope_ref, '/', 1, true) or 0) + 1)
-  local t = tonumber(at.now)
+  local t = at.now  -- scores and numbers reach Redis as strings: a Lua number costs a %.17g snprintf each
   -- no 'eventId' field: the id is the key's suffix (readers pass it to status_record)
   redis.call('HSET', e.ev, 'state', 'queued', 'scopeKey', scope, 'event', e.body, 'enqueuedAt', at.now,
-    'attempts', 0, 'seq', redis.call('INCR', e.seq), 'sourceType', e.source_type, 'sourceId', e.source_id)
+    'attempts', '0', 'seq', string.format('%d', next_seq(e, batch)), 'sourceType', e.source_type, 'sourceId',
+    e.source_id)
+  if batch then batch.admitted[e.ev] = true end
   redis.call('EXPIRE', e.ev, at.window)
   redis.call('RPUSH', e.inbox, e.event_id)
   -- no index of all events: the type indexes hold each event in exactly one of them (worker/ops/runs.py)
@@ -55,14 +114,22 @@ local function admit(e, at)
   if e.user_id ~= '' then
     redis.call('HSET', e.ev, 'userId', e.user_id)
     index_add_kept(e.user_index, t, e.event_id, at.window)
-    redis.call('SADD', e.scope_users, e.user_id)
+    scope_user_add(e, e.user_id, batch)
   else
-    redis.call('SADD', e.scope_users, '*')  -- an event of nobody in particular: the scope is never one user's alone
+    scope_user_add(e, '*', batch)  -- an event of nobody in particular: the scope is never one user's alone
   end
   count(at.stats, 'accepted', 1)
   count(at.stats, 'queued', 1)  -- the tenant's events not yet done or dead (its quota)
-  if redis.call('HEXISTS', at.paused, scope) == 1 then return {1, 0} end
+  -- A batch asks once per scope: nothing in ENQUEUE pauses a scope, and its drain marker, once set or found
+  -- set by the scope's first event, is there for the rest of the batch (a later SET NX would find it).
+  if batch and batch.sched[e.sched] ~= nil then return {1, 0} end
+  if redis.call('HEXISTS', at.paused, scope) == 1 then
+    if batch then batch.sched[e.sched] = false end
+    return {1, 0}
+  end
   redis.call('SADD', at.scopes, e.scope_ref)
-  if redis.call('SET', e.sched, at.now, 'NX', 'PX', at.sched_ttl) then return {1, 1} end
+  local scheduled = redis.call('SET', e.sched, at.now, 'NX', 'PX', at.sched_ttl)
+  if batch then batch.sched[e.sched] = true end
+  if scheduled then return {1, 1} end
   return {1, 0}
 end

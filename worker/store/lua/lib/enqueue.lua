@@ -17,10 +17,10 @@ local function enqueue(h, k0, a0)
   end
   local n_users = tonumber(h.user_count)
   local n = (#KEYS - (k0 - 1) - n_users) / ADMISSION_KEYS
-  local events = {}
+  local events, checked = {}, {}
   for i = 1, n do
     events[i] = admission(KEYS, k0 + (i - 1) * ADMISSION_KEYS, ARGV, a0 + (i - 1) * ADMISSION_ARGS)
-    local refusal = admit_refusal(events[i])
+    local refusal = admit_refusal(events[i], checked)
     if refusal then return nil, nil, redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
   end
   local max_inbox, max_queued = tonumber(h.max_inbox), tonumber(h.max_queued)
@@ -36,7 +36,9 @@ local function enqueue(h, k0, a0)
     held, oldest, retained_stale = retained_count(h.retained, now, slot_ms)
     local fresh = n
     if held + n > max_events then  -- a duplicate stores nothing: count only the new events
-      for _, e in ipairs(events) do fresh = fresh - redis.call('EXISTS', e.ev) end
+      for _, e in ipairs(events) do
+        if e.exists then fresh = fresh - 1 end  -- typed by admit_refusal, before any write
+      end
     end
     if held + fresh > max_events and oldest then
       local retry_s = math.max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
@@ -71,13 +73,14 @@ local function enqueue(h, k0, a0)
   end
   local at = {scopes = h.scopes, stats = h.stats, paused = h.paused, runs_active = h.runs_active,
     runs_types = h.runs_types, now = h.now_ms, window = h.window_s, sched_ttl = h.sched_ttl_ms,
-    max = tonumber(h.run_index_max)}
+    max = tonumber(h.run_index_max), batch = new_batch()}
   local out = {}
   local accepted = 0
   for i, e in ipairs(events) do
     out[i] = admit(e, at)
     accepted = accepted + out[i][1]
   end
+  batch_flush(at.batch)
   -- after the first write: forgetting first would let a script on a full store write (worker/store/full.py)
   if slot_ms > 0 and accepted > 0 then retained_add(h.retained, now, slot_ms, accepted, retained_stale) end
   for u, stale in pairs(users_stale) do forget_fields(users[u], stale) end

@@ -88,7 +88,7 @@ local function index_trim(now, window)
       active_count[active] = active_count[active] or redis.call('ZCARD', active)
       max = max + active_count[active]
     end
-    if max > 0 then redis.call('ZREMRANGEBYRANK', key, 0, -(max + 1)) end
+    if max > 0 then redis.call('ZREMRANGEBYRANK', key, '0', string.format('%d', -(max + 1))) end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
     redis.call('EXPIRE', key, window)
   end

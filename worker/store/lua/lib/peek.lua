@@ -4,7 +4,7 @@
 local function peek_fresh(inbox, ev_prefix, now, count)
   local out = {}
   if count <= 0 then return out end
-  for _, id in ipairs(redis.call('LRANGE', inbox, 1, count)) do
+  for _, id in ipairs(redis.call('LRANGE', inbox, '1', string.format('%d', count))) do
     local rec = redis.call('HMGET', ev_prefix .. id, 'state', 'event', 'attempts', 'notBefore', 'cancelRequested',
       'redrives', 'sourceType', 'sourceId')
     if rec[1] ~= 'queued' or not rec[2] or (tonumber(rec[3] or '0') or 0) > 0 or rec[5] or rec[6] then break end

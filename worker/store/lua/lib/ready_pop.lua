@@ -12,6 +12,6 @@ local function ready_pop(ring, tickets, ready_prefix, ticket_ttl_ms)
     if ref then return ref end
   end
   local out = tonumber(redis.call('GET', tickets) or '0')
-  if out > 1 then redis.call('SET', tickets, out - 1, 'PX', ticket_ttl_ms) else redis.call('DEL', tickets) end
+  if out > 1 then redis.call('SET', tickets, string.format('%d', out - 1), 'PX', ticket_ttl_ms) else redis.call('DEL', tickets) end
   return false
 end

@@ -5,7 +5,7 @@ local function ready_push(ring, ready, tickets, tenant, ref, max, ttl)
   if not redis.call('LPOS', ring, tenant) then redis.call('LPUSH', ring, tenant) end
   local out = tonumber(redis.call('GET', tickets) or '0')
   if out < tonumber(max) then
-    redis.call('SET', tickets, math.max(out, 0) + 1, 'PX', ttl)
+    redis.call('SET', tickets, string.format('%d', math.max(out, 0) + 1), 'PX', ttl)
     return 1
   end
   return 0

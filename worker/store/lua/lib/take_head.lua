@@ -39,7 +39,8 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
       local nb = tonumber(rec[3] or '0') or 0
       if nb > tonumber(now) then return {HeadCode.WAITS, id, tostring(nb)} end
       local attempts = (tonumber(rec[10] or '0') or 0) + 1
-      hset_later(ek, 'attempts', attempts, 'state', 'processing', 'fence', fence)  -- the start: in the history
+      -- the start: in the history; numbers as their digits (fence: the caller's, a string)
+      hset_later(ek, 'attempts', string.format('%d', attempts), 'state', 'processing', 'fence', fence)
       local h = history_start(ek, rec[6], attempts, now, tonumber(rec[7] or '0'))
       taken[ek] = {enqueued = rec[11], history = h, not_before = rec[3], error = rec[4]}
       return {HeadCode.TAKEN, id, rec[2], attempts, rec[1], rec[4] or '', rec[8] or '', rec[9] or ''}
