@@ -42,11 +42,18 @@ local LANE_KEYS, LANE_ARGS = 1, 2
 local at = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_active, runs_types = runs_types,
   now = now_ms, window = window_s, sched_ttl = sched_ttl_ms, max = imax}
 
+-- A JSON list as a table; '[]' (most events stage nothing and emit nothing) is not decoded: NONE, never written.
+local NONE = {}
+local function list_of(json)
+  if json == '[]' then return NONE end
+  return cjson.decode(json)
+end
+
 -- The staged writes and follow-ups of a 'done' event, checked and applied: nil, or the REFUSED reply.
 local function apply_done(effects_json, followups_json)
-  local staged = cjson.decode(effects_json)
+  local staged = list_of(effects_json)
   local followups = {}
-  for i, f in ipairs(cjson.decode(followups_json)) do followups[i] = admission(f, 1, f, ADMISSION_KEYS + 1) end
+  for i, f in ipairs(list_of(followups_json)) do followups[i] = admission(f, 1, f, ADMISSION_KEYS + 1) end
   local refused = check_staged(staged)
   if refused then return nil, {CommitCode.REFUSED, refused[1], refused[2]} end
   for i, e in ipairs(followups) do
@@ -198,10 +205,10 @@ local function run()
       ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]
     k, a = k + 2, a + 10
     local lanes = {}
-    for j = 1, tonumber(lane_count) do
+    for j = 1, (lane_count == '0' and 0 or tonumber(lane_count)) do
       local lane = KEYS[k]
       local result_json, lane_effects_json = ARGV[a], ARGV[a + 1]
-      lanes[j] = {lane = lane, result_json = result_json, effects = cjson.decode(lane_effects_json)}
+      lanes[j] = {lane = lane, result_json = result_json, effects = list_of(lane_effects_json)}
       k, a = k + LANE_KEYS, a + LANE_ARGS
     end
     -- after the first: the event must be the head the commit before it took (then it is processing)

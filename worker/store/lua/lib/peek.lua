@@ -7,7 +7,8 @@ local function peek_fresh(inbox, ev_prefix, now, count)
   for _, id in ipairs(redis.call('LRANGE', inbox, '1', string.format('%d', count))) do
     local rec = redis.call('HMGET', ev_prefix .. id, 'state', 'event', 'attempts', 'notBefore', 'cancelRequested',
       'redrives', 'sourceType', 'sourceId')
-    if rec[1] ~= 'queued' or not rec[2] or (tonumber(rec[3] or '0') or 0) > 0 or rec[5] or rec[6] then break end
+    -- attempts is stored as its digits: '0' until the event's first delivery
+    if rec[1] ~= 'queued' or not rec[2] or (rec[3] and rec[3] ~= '0') or rec[5] or rec[6] then break end
     if rec[4] and (tonumber(rec[4]) or 0) > tonumber(now) then break end
     out[#out + 1] = id
     out[#out + 1] = rec[2]

@@ -11,8 +11,10 @@ local function hset_later(key, ...)
     fields = {}
     pending[key] = fields
   end
-  local args = {...}
-  for i = 1, #args, 2 do fields[args[i]] = args[i + 1] end
+  for i = 1, select('#', ...), 2 do  -- no table of the arguments: three calls per committed event
+    local field, value = select(i, ...)
+    fields[field] = value
+  end
 end
 local function hflush(key)
   local fields = pending[key]

@@ -36,12 +36,13 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
       redis.call('LPOP', inbox)
       mark_cancelled(ek, id, now, ix, {enqueued = rec[11], history = rec[6], not_before = rec[3]})
     else
-      local nb = tonumber(rec[3] or '0') or 0
-      if nb > tonumber(now) then return {HeadCode.WAITS, id, tostring(nb)} end
-      local attempts = (tonumber(rec[10] or '0') or 0) + 1
+      -- numbers parsed only where a field holds one (most heads have no retry time and no redrive)
+      local nb = rec[3] and tonumber(rec[3]) or 0
+      if nb > 0 and nb > tonumber(now) then return {HeadCode.WAITS, id, rec[3]} end
+      local attempts = (rec[10] and rec[10] ~= '0' and tonumber(rec[10]) or 0) + 1
       -- the start: in the history; numbers as their digits (fence: the caller's, a string)
       hset_later(ek, 'attempts', string.format('%d', attempts), 'state', 'processing', 'fence', fence)
-      local h = history_start(ek, rec[6], attempts, now, tonumber(rec[7] or '0'))
+      local h = history_start(ek, rec[6], attempts, now, rec[7] and tonumber(rec[7]) or 0)
       taken[ek] = {enqueued = rec[11], history = h, not_before = rec[3], error = rec[4]}
       return {HeadCode.TAKEN, id, rec[2], attempts, rec[1], rec[4] or '', rec[8] or '', rec[9] or ''}
     end
