@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from json.encoder import encode_basestring_ascii  # json.dumps of a str, without dumps's per-call setup
 from typing import Any
 
-__all__ = ["body_of", "full_body", "stored_body"]
+__all__ = ["body_of", "full_body", "root_body", "stored_body"]
 
 IDENTITY = ("sourceId", "sourceType", "scopeKey", "eventId")
 _CHAIN = '{"chain":'
@@ -39,6 +39,34 @@ def stored_body(source: Mapping[str, Any]) -> str:
     else:
         rest = {"timestamp": rest.pop("timestamp"), **rest}
     return json.dumps(rest, separators=(",", ":"), ensure_ascii=False)
+
+
+def root_body(
+    timestamp: int,
+    payload: Mapping[str, Any],
+    *,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    workspace_id: str | None = None,
+    traceparent: str | None = None,
+) -> str | None:
+    """The stored form of a root event's Source made of its parts, as :func:`stored_body` writes it for that
+    Source's JSON dict (its default chain left out, its identity in the hash), without building, validating and
+    serialising the Source (9 us of the door's 22 per event, timeit); None when the payload holds a float JSON
+    cannot (nan, inf): the Source's serialiser writes those as null, and the caller takes that path."""
+    body: dict[str, Any] = {"timestamp": timestamp, "payload": payload}
+    for name, value in (
+        ("userId", user_id),
+        ("agentId", agent_id),
+        ("workspaceId", workspace_id),
+        ("traceparent", traceparent),
+    ):
+        if value is not None:
+            body[name] = value
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return None
 
 
 def full_body(stored: str, *, event_id: str, scope_key: str, source_type: str, source_id: str) -> str:

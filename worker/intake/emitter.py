@@ -114,9 +114,15 @@ class Emitter:
         parsed = parse_event(data, self.types, prefix=prefix)
         self.check_payload(parsed.source_type, parsed.payload, prefix=prefix)
         user = resolve_user(parsed, self.user_fields.get(parsed.source_type, ()), prefix=prefix)
-        size = len(json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        field = f"{prefix}.payload" if prefix else "payload"
+        try:
+            text = json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False)
+        except (TypeError, ValueError) as exc:  # an SDK caller's datetime, bytes or set; a circular reference
+            raise InvalidEvent(
+                EventError(code="invalid_field", message=f"{field} must be JSON: {exc}", field=field)
+            ) from None
+        size = len(text.encode("utf-8"))
         if size > self.settings.max_event_bytes:
-            field = f"{prefix}.payload" if prefix else "payload"
             raise InvalidEvent(
                 EventError(
                     code="payload_too_large",

@@ -22,7 +22,7 @@ from worker.core.ids import Id, NameId, payload_id_errors
 from worker.core.nodes import ChainRef, Source
 from worker.core.scope import derive_scope_key
 from worker.core.source_types import SourceTypePolicy
-from worker.documents.event_body import stored_body
+from worker.documents.event_body import root_body, stored_body
 from worker.store.events import PreparedEvent
 
 __all__ = [
@@ -214,30 +214,40 @@ def prepare(
     tenant: str = "default",
     user_id: str | None = None,
 ) -> PreparedEvent:
-    """Resolve scope and timestamp, derive the ids, and build the Source the worker will run. ``user_id`` is
-    the event's user (:func:`resolve_user`): the Source carries it, whichever field named it."""
+    """Resolve scope and timestamp, derive the ids, and write the stored body of the Source the worker will run
+    (:func:`~worker.documents.event_body.root_body`). ``user_id`` is the event's user (:func:`resolve_user`):
+    the Source carries it, whichever field named it."""
     user_id = user_id or event.user_id
     scope_key = event.scope_key or derive_scope_key(
         event.payload, user_id=event.user_id, agent_id=event.agent_id
     )
     key = dedupe_key(scope_key, event.source_type, event.source_id)
     event_id = event_id_for(key, tenant)
-    source = Source(
-        source_id=event.source_id,
-        source_type=event.source_type,
-        scope_key=scope_key,
-        timestamp=event.timestamp if event.timestamp is not None else (now_ms or int(time.time() * 1000)),
-        payload=event.payload,
-        chain=ChainRef(chain_id=f"chain:{event.source_id}", root_source_id=event.source_id),
+    timestamp = event.timestamp if event.timestamp is not None else (now_ms or int(time.time() * 1000))
+    # without what the event's hash holds (worker/documents/event_body.py)
+    body = root_body(
+        timestamp,
+        event.payload,
         user_id=user_id,
         agent_id=event.agent_id,
         workspace_id=event.workspace_id,
-        event_id=event_id,
         traceparent=traceparent,
     )
-    body = stored_body(
-        source.to_json_dict()
-    )  # without what the event's hash holds (worker/documents/event_body.py)
+    if body is None:  # a nan or inf in the payload: the Source's serialiser writes it as null
+        source = Source(
+            source_id=event.source_id,
+            source_type=event.source_type,
+            scope_key=scope_key,
+            timestamp=timestamp,
+            payload=event.payload,
+            chain=ChainRef(chain_id=f"chain:{event.source_id}", root_source_id=event.source_id),
+            user_id=user_id,
+            agent_id=event.agent_id,
+            workspace_id=event.workspace_id,
+            event_id=event_id,
+            traceparent=traceparent,
+        )
+        body = stored_body(source.to_json_dict())
     return PreparedEvent(
         event_id=event_id,
         scope_key=scope_key,

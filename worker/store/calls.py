@@ -207,9 +207,9 @@ class Release(ScriptCall):
 # ---- admission -----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Admission(Layout):
-    """One event as ENQUEUE and COMMIT (its follow-ups) admit it."""
+    """One event as ENQUEUE and COMMIT (its follow-ups) admit it (a record: the door builds one per event)."""
 
     LUA = "ADMISSION"
     ev: str = key()

@@ -5,7 +5,7 @@ Plain records (no I/O); :mod:`worker.store.events` re-exports them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from worker.chain.context import EffectBuffer
@@ -34,7 +34,7 @@ def to_str(value: Any) -> str:
     return value if isinstance(value, str) else value.decode("utf-8")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PreparedEvent:
     """A validated event ready to store: its id, scope and canonical JSON (the worker's Source)."""
 
@@ -47,7 +47,7 @@ class PreparedEvent:
     tenant: str = "default"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EnqueueOutcome:
     event_id: str
     source_id: str
