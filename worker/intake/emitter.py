@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
 from worker.core.errors import PermanentFailure
+from worker.core.nodes import trusted
 from worker.core.source_types import SourceTypePolicy
 from worker.core.tenancy import DEFAULT_TENANT, scope_ref
 from worker.intake.source_event import (
@@ -27,6 +28,7 @@ from worker.intake.source_event import (
     StoreUnavailable,
     field_path,
     parse_event,
+    payload_text,
     prepare,
     pydantic_error,
     resolve_user,
@@ -116,12 +118,15 @@ class Emitter:
         user = resolve_user(parsed, self.user_fields.get(parsed.source_type, ()), prefix=prefix)
         field = f"{prefix}.payload" if prefix else "payload"
         try:
-            text = json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False)
+            text = payload_text(parsed.payload)  # also the stored body's payload
         except (TypeError, ValueError) as exc:  # an SDK caller's datetime, bytes or set; a circular reference
             raise InvalidEvent(
                 EventError(code="invalid_field", message=f"{field} must be JSON: {exc}", field=field)
             ) from None
-        size = len(text.encode("utf-8"))
+        if text is None:  # a nan or inf: measured as Python writes it (NaN, Infinity), stored as null
+            size = len(json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        else:
+            size = len(text.encode("utf-8"))
         if size > self.settings.max_event_bytes:
             raise InvalidEvent(
                 EventError(
@@ -131,7 +136,7 @@ class Emitter:
                 ),
                 status_code=413,
             )
-        return prepare(parsed, tenant=tenant, user_id=user)
+        return prepare(parsed, tenant=tenant, user_id=user, payload_json=text)
 
     def check_payload(self, source_type: str, payload: Mapping[str, Any], *, prefix: str = "") -> None:
         """Raise InvalidEvent naming ``payload.<field>`` when a plugin's payload model for ``source_type``
@@ -205,16 +210,12 @@ class Emitter:
         scheduled: dict[str, None] = {}  # scope keys to drain, in first-seen order
         for index, event in enumerate(prepared):
             if index in refused:
-                results.append(
-                    EnqueueResult(event_id=event.event_id, source_id=event.source_id, status=refused[index])
-                )
+                results.append(_result(event.event_id, event.source_id, refused[index]))
                 continue
             outcome = next(outcomes)
             if outcome.schedule:
                 scheduled.setdefault(outcome.scope_key)
-            results.append(
-                EnqueueResult(event_id=outcome.event_id, source_id=outcome.source_id, status=outcome.status)
-            )
+            results.append(_result(outcome.event_id, outcome.source_id, outcome.status))
         self._publish([keys.scope_ref(scope_key) for scope_key in scheduled], tickets)
         if self.counted is not None:
             self.counted([r.status for r in results if r.status in STORED], keys.tenant)
@@ -282,3 +283,13 @@ class StagedEmits:
             return refused[0]
         self.events.append(prepared)
         return "staged"
+
+
+_RESULT_GIVEN = frozenset({"event_id", "source_id", "status"})
+
+
+def _result(event_id: str, source_id: str, status: str) -> EnqueueResult:
+    """One event's answer, unvalidated: its three strings are the store's (one per event of a batch)."""
+    return trusted(
+        EnqueueResult, {"event_id": event_id, "source_id": source_id, "status": status}, set(_RESULT_GIVEN)
+    )

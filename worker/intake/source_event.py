@@ -34,6 +34,7 @@ __all__ = [
     "field_error",
     "field_path",
     "parse_event",
+    "payload_text",
     "prepare",
     "pydantic_error",
     "resolve_user",
@@ -206,6 +207,16 @@ def _at(data: Mapping[str, Any], path: Sequence[str]) -> object:
     return value
 
 
+def payload_text(payload: Mapping[str, Any]) -> str | None:
+    """The payload's compact JSON as the stored body holds it; None when it holds a nan or inf (not JSON).
+    Raises TypeError for a value JSON has no form for, ValueError for a circular reference."""
+    try:
+        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        json.dumps(payload, separators=(",", ":"), ensure_ascii=False)  # a loop raises again; a nan does not
+        return None
+
+
 def prepare(
     event: SourceEvent,
     *,
@@ -213,10 +224,12 @@ def prepare(
     traceparent: str | None = None,
     tenant: str = "default",
     user_id: str | None = None,
+    payload_json: str | None = None,
 ) -> PreparedEvent:
     """Resolve scope and timestamp, derive the ids, and write the stored body of the Source the worker will run
     (:func:`~worker.documents.event_body.root_body`). ``user_id`` is the event's user (:func:`resolve_user`):
-    the Source carries it, whichever field named it."""
+    the Source carries it, whichever field named it. ``payload_json``: the payload's :func:`payload_text`, when
+    the caller has it."""
     user_id = user_id or event.user_id
     scope_key = event.scope_key or derive_scope_key(
         event.payload, user_id=event.user_id, agent_id=event.agent_id
@@ -224,15 +237,18 @@ def prepare(
     key = dedupe_key(scope_key, event.source_type, event.source_id)
     event_id = event_id_for(key, tenant)
     timestamp = event.timestamp if event.timestamp is not None else (now_ms or int(time.time() * 1000))
-    # without what the event's hash holds (worker/documents/event_body.py)
-    body = root_body(
-        timestamp,
-        event.payload,
-        user_id=user_id,
-        agent_id=event.agent_id,
-        workspace_id=event.workspace_id,
-        traceparent=traceparent,
-    )
+    if payload_json is None:
+        payload_json = payload_text(event.payload)
+    body = None
+    if payload_json is not None:  # without what the event's hash holds (worker/documents/event_body.py)
+        body = root_body(
+            timestamp,
+            payload_json,
+            user_id=user_id,
+            agent_id=event.agent_id,
+            workspace_id=event.workspace_id,
+            traceparent=traceparent,
+        )
     if body is None:  # a nan or inf in the payload: the Source's serialiser writes it as null
         source = Source(
             source_id=event.source_id,
