@@ -65,6 +65,18 @@ local function apply_done(effects_json, followups_json)
   return followups, nil
 end
 
+-- The series fields of the minute of `now` ("<minute>:done", "<minute>:latency_ms"), built once per script and
+-- minute: a run's events are committed in the same minute, and a string built per event is garbage per event.
+local minute_seen, minute_names = nil, nil
+local function minute_fields(t)
+  local minute = math.floor(t / 60000)
+  if minute ~= minute_seen then
+    local digits = string.format('%d', minute)
+    minute_seen, minute_names = minute, {digits .. ':done', digits .. ':latency_ms'}
+  end
+  return minute_names
+end
+
 local fence_held = false  -- our fence was found in this script (nothing in it can change the fence)
 local function fence_ok()
   if not fence_held then fence_held = redis.call('GET', fence_key) == fence end
@@ -107,7 +119,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
   end
   if chain_json ~= '' and outcome ~= 'cancelled' then redis.call('SET', chain, chain_json, 'EX', chain_ttl_s) end
   if chain_id ~= '' then hset_later(ev, 'chainId', chain_id) end
-  local publish = {}
+  local publish = NONE  -- a table of its own only when a follow-up needs a drain (most events have none)
   local latency = -1
   local accepted, duplicate = 0, 0  -- its follow-ups admitted (counted as admitted by origin: follow_up)
   if outcome == 'retry' then
@@ -124,7 +136,10 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
       for _, e in ipairs(followups) do
         local admitted = admit(e, at)
         if admitted[1] == 1 then accepted = accepted + 1 else duplicate = duplicate + 1 end
-        if admitted[2] == 1 then table.insert(publish, e.scope_ref) end
+        if admitted[2] == 1 then
+          if publish == NONE then publish = {} end
+          publish[#publish + 1] = e.scope_ref
+        end
       end
       hset_later(ev, 'state', 'done', 'doneAt', now_ms)
       local drop = {}
@@ -139,10 +154,10 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
       count(stats, 'done', 1)
       local enqueued = index_leave(runs_active, event_id, ev, known.enqueued) or now  -- its type index lists it
       history_end(ev, now, 'succeeded', '', known.history)
-      local minute = string.format('%d', math.floor(now / 60000))
-      count(series, minute .. ':done', 1)
+      local fields = minute_fields(now)
+      count(series, fields[1], 1)
       latency = now - enqueued
-      count(series, minute .. ':latency_ms', latency)
+      count(series, fields[2], latency)
     else
       hset_later(ev, 'state', 'dead', 'error', error_text, 'deadAt', now_ms)
       redis.call('PERSIST', ev)
