@@ -1,0 +1,91 @@
+"""Instructions per enqueued event on the door's side, counted by callgrind: what a producer (the SDK, the HTTP
+door, the CLI) runs to validate, prepare, pack and send an event and read its answer, repeatable where timings
+are not.
+
+``python -m bench.callgrind_enqueue`` runs ``Producer.enqueue_many`` (batches of 500, the bench's burst events
+over 8 scopes) under ``valgrind --tool=callgrind --instr-atstart=no``, instrumentation switched on only around
+the batches (``callgrind_control -i on``/``off`` on its own pid), for a small and a large burst; the
+difference between the two divided by the difference in events is the figure, free of start-up and of the
+first batch's imports. Redis runs outside valgrind (its own process: ``python -m bench.callgrind_redis``
+counts its side). The children run with ``PYTHONHASHSEED=0`` unless the caller sets one. Needs ``valgrind``;
+takes about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench._env import ROOT, cleanup, make_settings, redis_url
+from bench.callgrind_drain import TOTALS, instrumented
+from bench.pipeline_bench import bench_events
+from bench.redis_work_bench import BURST_SCOPES, ENQUEUE_BATCH
+
+
+def _child(events: int) -> None:
+    from producers import Producer
+
+    with redis_url() as url:
+        settings = make_settings(url)
+        producer = Producer(settings)
+        try:
+            producer.enqueue_many(bench_events(ENQUEUE_BATCH, BURST_SCOPES, "warm"))  # imports, scripts loaded
+            batch = bench_events(events, BURST_SCOPES, "cg")
+            with instrumented():
+                for i in range(0, len(batch), ENQUEUE_BATCH):
+                    producer.enqueue_many(batch[i : i + ENQUEUE_BATCH])
+        finally:
+            cleanup(producer.store.client, settings.key_prefix)  # a shared REDIS_URL keeps nothing of it
+            producer.close()
+
+
+def instructions(events: int, url: str) -> int:
+    """The instructions callgrind counted while enqueuing ``events`` (one valgrind run)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        argv = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-m",
+            "bench.callgrind_enqueue",
+            "--child",
+            str(events),
+        ]
+        env = {"PYTHONHASHSEED": "0", **os.environ, "REDIS_URL": url, "PYTHONPATH": str(ROOT)}
+        subprocess.run(argv, check=True, env=env, capture_output=True)
+        found = TOTALS.search(out.read_bytes())
+        if found is None:
+            raise RuntimeError(f"callgrind wrote no totals to {out}")
+        return int(found.group(1))
+
+
+def per_event(small: int, large: int) -> float:
+    """Instructions per enqueued event: the large burst's count less the small one's, over the difference."""
+    with redis_url() as url:
+        return (instructions(large, url) - instructions(small, url)) / (large - small)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.callgrind_enqueue")
+    parser.add_argument("--small", type=int, default=500, help="events in the small burst (default 500)")
+    parser.add_argument("--large", type=int, default=2500, help="events in the large burst (default 2,500)")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        _child(args.child)
+        return 0
+    if not 0 < args.small < args.large:
+        parser.error("--small must be at least 1 and less than --large")
+    print(f"door instructions per enqueued event: {per_event(args.small, args.large) / 1000:,.1f} k")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""bench.callgrind_enqueue counts the door's instructions per enqueued event under a real valgrind."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import callgrind_enqueue
+
+
+def test_the_door_is_counted_per_event() -> None:
+    # validating, preparing and packing an event runs tens of thousands of instructions at the least
+    assert callgrind_enqueue.per_event(2, 6) > 20_000
+
+
+@pytest.mark.parametrize("sizes", [["--small", "0"], ["--small", "9", "--large", "9"]])
+def test_sizes_that_cannot_give_a_difference_are_refused(
+    sizes: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        callgrind_enqueue.main(sizes)
+    assert "--small must be at least 1 and less than --large" in capsys.readouterr().err
