@@ -33,7 +33,8 @@ def _child(events: int) -> None:
         settings = make_settings(url)
         producer = Producer(settings)
         try:
-            producer.enqueue_many(bench_events(ENQUEUE_BATCH, BURST_SCOPES, "warm"))  # imports, scripts loaded
+            # imports made, scripts loaded
+            producer.enqueue_many(bench_events(ENQUEUE_BATCH, BURST_SCOPES, "warm"))
             batch = bench_events(events, BURST_SCOPES, "cg")
             with instrumented():
                 for i in range(0, len(batch), ENQUEUE_BATCH):

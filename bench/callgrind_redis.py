@@ -149,9 +149,15 @@ def per_event(events: int, keep: Path | None = None) -> tuple[float, float]:
         finally:
             try:
                 client.shutdown(nosave=True)
-            except Exception:  # already gone: the wait below reaps it
+            except Exception:  # refused or unreachable: the kill below ends it
+                pass
+            try:
+                server.wait(timeout=30)
+            except (
+                subprocess.TimeoutExpired
+            ):  # never answered (a slow start), or a SHUTDOWN that did not end it
                 server.kill()
-            server.wait(timeout=60)
+                server.wait()
             client.close()
     return enqueued / events, drained / events
 

@@ -123,7 +123,7 @@ class Emitter:
             raise InvalidEvent(
                 EventError(code="invalid_field", message=f"{field} must be JSON: {exc}", field=field)
             ) from None
-        if text is None:  # a nan or inf: measured as Python writes it (NaN, Infinity), stored as null
+        if text is None:  # a nan or inf (measured as Python writes it, stored as null), or a key not a str
             size = len(json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
         else:
             size = len(text.encode("utf-8"))
@@ -210,7 +210,11 @@ class Emitter:
         scheduled: dict[str, None] = {}  # scope keys to drain, in first-seen order
         for index, event in enumerate(prepared):
             if index in refused:
-                results.append(_result(event.event_id, event.source_id, refused[index]))
+                # a hook's status: validated (a plugin's value, not one of the store's strings)
+                status = refused[index]
+                results.append(
+                    EnqueueResult(event_id=event.event_id, source_id=event.source_id, status=status)
+                )
                 continue
             outcome = next(outcomes)
             if outcome.schedule:
@@ -289,7 +293,7 @@ _RESULT_GIVEN = frozenset({"event_id", "source_id", "status"})
 
 
 def _result(event_id: str, source_id: str, status: str) -> EnqueueResult:
-    """One event's answer, unvalidated: its three strings are the store's (one per event of a batch)."""
+    """A stored event's answer, unvalidated: its three strings are the store's (one per event of a batch)."""
     return trusted(
         EnqueueResult, {"event_id": event_id, "source_id": source_id, "status": status}, set(_RESULT_GIVEN)
     )

@@ -208,13 +208,29 @@ def _at(data: Mapping[str, Any], path: Sequence[str]) -> object:
 
 
 def payload_text(payload: Mapping[str, Any]) -> str | None:
-    """The payload's compact JSON as the stored body holds it; None when it holds a nan or inf (not JSON).
-    Raises TypeError for a value JSON has no form for, ValueError for a circular reference."""
+    """The payload's compact JSON as the stored body holds it; None when it holds a nan or inf (not JSON) or a
+    key that is not a ``str`` (only a Python caller can give one, and json and the Source's serialiser name
+    ``None``, ``True`` or a float subclass differently): the caller then takes the Source's path. Raises
+    TypeError for a value JSON has no form for, ValueError for a circular reference."""
     try:
-        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except ValueError:
         json.dumps(payload, separators=(",", ":"), ensure_ascii=False)  # a loop raises again; a nan does not
         return None
+    return text if _str_keys(payload) else None
+
+
+def _str_keys(value: Mapping[str, Any] | list[Any] | tuple[Any, ...]) -> bool:
+    """Every object key in ``value`` (a dict, list or tuple), at any depth, is a ``str`` (JSON's own kind)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if type(key) is not str or (isinstance(item, _NESTED) and not _str_keys(item)):
+                return False
+        return True
+    return all(_str_keys(item) for item in value if isinstance(item, _NESTED))
+
+
+_NESTED = (Mapping, list, tuple)
 
 
 def prepare(

@@ -5,7 +5,7 @@ Plain records (no I/O); :mod:`worker.store.events` re-exports them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from worker.chain.context import EffectBuffer
@@ -34,7 +34,7 @@ def to_str(value: Any) -> str:
     return value if isinstance(value, str) else value.decode("utf-8")
 
 
-@record
+@dataclass(frozen=True, slots=True)  # frozen at run time too: plugins' admission hooks receive it
 class PreparedEvent:
     """A validated event ready to store: its id, scope and canonical JSON (the worker's Source)."""
 

@@ -1,8 +1,10 @@
 """A batch admits each of its events exactly as a script of its own would (worker/store/lua/lib/admit.lua): the
-batch only remembers what it already did per scope (the enqueue numbers counted on from one INCR, the paused
+batch only remembers what it already did per scope (the enqueue numbers taken with one INCRBY, the paused
 answer, the drain marker, the scope's users) instead of asking Redis again for each event. Compared here with
-the same events enqueued one per script, on a real Redis: every event's record, every scope's inbox, counter,
-marker and users, the scopes registry, the stats and each event's outcome."""
+the same events enqueued one per script, on a real Redis, through ENQUEUE and ENQUEUE_PUSH, with one scope
+bucket and with four: every event's whole record but its enqueue time, whether it expires, every scope's inbox,
+counter, marker and users, the scopes registry, the runs indexes' members, the stats, each event's outcome
+and the drains published."""
 
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from worker.core.tenancy import DEFAULT_TENANT
 from worker.intake.emitter import Emitter
 from worker.keys.layout import Keys
 from worker.ops.scope_control import pause_scope
+from worker.runtime.fair import FairQueue
 from worker.store.events import EventStore
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
 SCOPES = ("topic:a", "topic:b", "topic:c", "topic:p")
 
@@ -30,6 +33,7 @@ def _event(source_id: str, scope: str, user: str | None = None) -> dict[str, Any
         "sourceId": source_id,
         "scopeKey": scope,
         "payload": {"message": "hi"},
+        "timestamp": 1_700_000_000_000,  # the body holds it: a default one is the clock's
     }
     if user is not None:
         event["userId"] = user
@@ -53,18 +57,37 @@ BATCH = [
 ]
 
 
+class Broker:
+    """Records drain_next messages (ENQUEUE_PUSH's tickets)."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send_task(self, name: str, args: Any = (), **options: Any) -> None:
+        self.sent.append(name)
+
+
 def _enqueue(
-    store: EventStore, events: list[dict[str, Any]], *, one_per_script: bool
+    store: EventStore, events: list[dict[str, Any]], *, one_per_script: bool, ready: bool
 ) -> tuple[list[str], list[str]]:
-    """(each event's status, the scope refs a drain was sent for)."""
+    """(each event's status, the scope refs a drain was sent for: published, or pushed on the ready list)."""
     published: list[str] = []
-    emitter = Emitter(store.settings, store, published.append, source_types=["bot.message.merged"])
+    fair = FairQueue(store.client, store.keys, Broker(), "q", messages_max=100, ticket_ttl_ms=60_000)
+    emitter = Emitter(
+        store.settings,
+        store,
+        published.append,
+        ready=fair if ready else None,
+        source_types=["bot.message.merged"],
+    )
     emitter.enqueue([emitter.validate(e) for e in BEFORE])
     pause_scope(store, store.keys.for_tenant(DEFAULT_TENANT), "topic:p")
     statuses: list[str] = []
     prepared = [emitter.validate(e) for e in events]
     for batch in [[p] for p in prepared] if one_per_script else [prepared]:
         statuses += [r.status for r in emitter.enqueue(batch)]
+    if ready:
+        published += store.client.lrange(store.keys.ready(DEFAULT_TENANT), 0, -1)
     return statuses, published
 
 
@@ -74,8 +97,10 @@ def _state(client: Redis, store: EventStore, statuses: list[str], published: lis
     for event in [*BEFORE, *BATCH]:
         source_id = event["sourceId"]
         event_id = event_id_for(dedupe_key(event["scopeKey"], event["sourceType"], source_id))
-        record = client.hgetall(store.locate(tenant, event_id).event(event_id))
-        events[source_id] = {f: record.get(f) for f in ("state", "seq", "duplicates", "userId", "scopeKey")}
+        key = store.locate(tenant, event_id).event(event_id)
+        record = client.hgetall(key)
+        record.pop("enqueuedAt")  # the clock's, the one field two runs cannot share
+        events[source_id] = {**record, "expires": client.ttl(key) > 0}
     scopes = {}
     for scope in SCOPES:
         k = tenant.for_scope(scope)
@@ -89,24 +114,37 @@ def _state(client: Redis, store: EventStore, statuses: list[str], published: lis
                 client.sismember(b.scopes, f"{DEFAULT_TENANT}/{scope}") for b in tenant.every_bucket()
             ),
         }
+    indexes: dict[str, list[str]] = {}
+    for b in tenant.every_bucket():
+        for name in ("runs:type:bot.message.merged", "runs:status:active", "runs:types"):
+            key = f"{b.bucket_prefix}{name}"
+            indexes[f"{b.bucket}/{name}"] = sorted(client.zrange(key, 0, -1))
+        for key in client.scan_iter(match=f"{b.bucket_prefix}by-source:*"):
+            indexes[key.removeprefix(b.bucket_prefix)] = sorted(client.zrange(key, 0, -1))
+        for user in ("u1", "u2", "u3"):
+            indexes[f"{b.bucket}/user {user}"] = sorted(client.zrange(b.user_events(user), 0, -1))
+    for scope in SCOPES:
+        indexes[scope] = sorted(client.zrange(tenant.for_scope(scope).runs_of_scope(scope), 0, -1))
     stats = store.stats(tenant)
     counts = {name: stats.get(name, 0) for name in ("accepted", "duplicate", "queued")}
     return {
         "statuses": statuses,
         "published": sorted(published),
+        "indexes": indexes,
         "events": events,
         "scopes": scopes,
         "stats": counts,
     }
 
 
+@pytest.mark.parametrize("ready", [False, True], ids=["ENQUEUE", "ENQUEUE_PUSH"])
 def test_a_batch_ends_in_the_state_of_one_script_per_event(
-    redis_client: Redis, prefix: str, make_settings: SettingsFactory
+    redis_client: Redis, prefix: str, make_settings: SettingsFactory, ready: bool
 ) -> None:
     states = []
     for one_per_script in (False, True):
         store = EventStore(redis_client, make_settings(key_prefix=f"{prefix}{int(one_per_script)}:"))
-        statuses, published = _enqueue(store, BATCH, one_per_script=one_per_script)
+        statuses, published = _enqueue(store, BATCH, one_per_script=one_per_script, ready=ready)
         states.append(_state(redis_client, store, statuses, published))
     batch, alone = states
     assert batch == alone
@@ -116,7 +154,8 @@ def test_a_batch_ends_in_the_state_of_one_script_per_event(
     assert batch["published"] == [f"{DEFAULT_TENANT}/topic:{s}" for s in "abc"]
     assert [batch["events"][s]["seq"] for s in ("a0", "a1", "a2")] == ["1", "2", "3"]
     assert batch["events"]["c1"]["seq"] == "2" and batch["events"]["c0"]["duplicates"] == "1"
-    assert batch["events"]["a0"]["duplicates"] == "1"
+    assert batch["events"]["a0"]["duplicates"] == "1" and batch["events"]["a0"]["expires"]
+    assert len(batch["indexes"]["topic:a"]) == 3 and batch["events"]["a1"]["userId"] == "u2"
     a, p = batch["scopes"]["topic:a"], batch["scopes"]["topic:p"]
     assert a == {
         "inbox": ["a0", "a1", "a2"],

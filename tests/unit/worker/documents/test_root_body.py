@@ -100,3 +100,29 @@ def test_the_worker_reads_back_the_whole_source() -> None:
         user_id="u1",
         traceparent="00-ab-cd-01",
     )
+
+
+KEYS_OF_ANY_KIND = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-5, max_value=5)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=4)
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(inner=st.dictionaries(KEYS_OF_ANY_KIND, JSON, max_size=4))
+def test_a_nested_key_not_a_str_is_stored_as_the_source_writes_it(inner: dict[Any, Any]) -> None:
+    """Only a Python caller can nest such a key (the top level is refused by the SourceEvent): json writes None as
+    "null" where the Source's serialiser writes "None", so such a payload takes the Source's path."""
+    event = SourceEvent.model_validate(
+        {
+            "sourceType": "bot.message.merged",
+            "sourceId": "s-1",
+            "scopeKey": "topic:t",
+            "payload": {"x": inner},
+        }
+    )
+    prepared = prepare(event, now_ms=5, payload_json=payload_text(event.payload))
+    assert prepared.body == _through_source(5, event.payload)

@@ -43,31 +43,31 @@ local function admit_refusal(e, checked)
   return nil
 end
 -- One ENQUEUE batch's memory of what its admissions already did (admit's at.batch; COMMIT's follow-ups have
--- none and ask Redis each time): the event keys it wrote, its scopes' enqueue numbers (the last one handed out,
--- and how many were counted on past it, written back by batch_flush), per drain marker whether its scope was
+-- none and ask Redis each time): the event keys it wrote, per scope counter how many new events it will number
+-- (need, counted before any write) and the next number to hand out, per drain marker whether its scope was
 -- found paused (false) or marked and registered (true), and the users added to each scope's users. A burst of
 -- 500 events over 8 scopes then pays these once per scope, not once per event.
-local function new_batch()
-  return {admitted = {}, seq = {}, seq_taken = {}, sched = {}, users = {}}
+local function new_batch(events)
+  local need, seen = {}, {}
+  for _, e in ipairs(events) do
+    if not e.exists and not seen[e.ev] then  -- typed by admit_refusal: stored before, or a repeat in the batch
+      seen[e.ev] = true
+      need[e.seq] = (need[e.seq] or 0) + 1
+    end
+  end
+  return {admitted = {}, seq_need = need, seq_next = {}, sched = {}, users = {}}
 end
--- The next enqueue number of e's scope: INCR for a scope's first event in the batch, counted on from it after.
+-- The next enqueue number of e's scope. A batch takes all its numbers for a scope with the INCRBY of the scope's
+-- first new event, so the counter is never behind a number already stored, even if the script stops midway.
 local function next_seq(e, batch)
   if not batch then return redis.call('INCR', e.seq) end
-  local last = batch.seq[e.seq]
-  if last then
-    batch.seq[e.seq] = last + 1
-    batch.seq_taken[e.seq] = batch.seq_taken[e.seq] + 1
-    return last + 1
+  local n = batch.seq_next[e.seq]
+  if not n then
+    local need = batch.seq_need[e.seq] or 1
+    n = redis.call('INCRBY', e.seq, string.format('%d', need)) - need + 1
   end
-  last = redis.call('INCR', e.seq)
-  batch.seq[e.seq], batch.seq_taken[e.seq] = last, 0
-  return last
-end
--- The numbers counted on past each scope's INCR, written back (INCRBY keeps the counter's TTL, if any).
-local function batch_flush(batch)
-  for key, n in pairs(batch.seq_taken) do
-    if n > 0 then redis.call('INCRBY', key, string.format('%d', n)) end
-  end
+  batch.seq_next[e.seq] = n + 1
+  return n
 end
 local function scope_user_add(e, user, batch)
   if batch then

@@ -73,14 +73,13 @@ local function enqueue(h, k0, a0)
   end
   local at = {scopes = h.scopes, stats = h.stats, paused = h.paused, runs_active = h.runs_active,
     runs_types = h.runs_types, now = h.now_ms, window = h.window_s, sched_ttl = h.sched_ttl_ms,
-    max = tonumber(h.run_index_max), batch = new_batch()}
+    max = tonumber(h.run_index_max), batch = new_batch(events)}
   local out = {}
   local accepted = 0
   for i, e in ipairs(events) do
     out[i] = admit(e, at)
     accepted = accepted + out[i][1]
   end
-  batch_flush(at.batch)
   -- after the first write: forgetting first would let a script on a full store write (worker/store/full.py)
   if slot_ms > 0 and accepted > 0 then retained_add(h.retained, now, slot_ms, accepted, retained_stale) end
   for u, stale in pairs(users_stale) do forget_fields(users[u], stale) end

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from bench import callgrind_redis
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind (apt-get install valgrind)"),
+]
 
 
 def test_each_phase_is_counted_and_kept(tmp_path: Path) -> None:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from bench import callgrind_enqueue
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind (apt-get install valgrind)"),
+]
 
 
 def test_the_door_is_counted_per_event() -> None:
