@@ -51,6 +51,13 @@ def _child(events: int, scopes: int, telemetry: bool) -> None:
 
 def instructions(events: int, scopes: int, *, telemetry: bool, url: str) -> int:
     """The instructions callgrind counted while draining ``events`` (one valgrind run)."""
+    return counted_child("bench.callgrind_drain", [str(events), str(scopes), "1" if telemetry else "0"], url)
+
+
+def counted_child(module: str, child_args: list[str], url: str) -> int:
+    """Run ``python -m <module> --child <child_args>`` under ``valgrind --tool=callgrind --instr-atstart=no``
+    on ``url`` and return the instructions it counted (the child switches instrumentation on around what it
+    measures: :func:`instrumented`)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         argv = [
@@ -60,11 +67,9 @@ def instructions(events: int, scopes: int, *, telemetry: bool, url: str) -> int:
             f"--callgrind-out-file={out}",
             sys.executable,
             "-m",
-            "bench.callgrind_drain",
+            module,
             "--child",
-            str(events),
-            str(scopes),
-            "1" if telemetry else "0",
+            *child_args,
         ]
         # One hash seed: with a random one, str hashes (dict and set layouts, the collector's timing) move the
         # count by up to ±5 k per event between runs of one tree; with a fixed one, by under 0.5 k on a quiet

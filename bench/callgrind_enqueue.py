@@ -14,14 +14,10 @@ takes about a minute.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-from bench._env import ROOT, cleanup, make_settings, redis_url
-from bench.callgrind_drain import TOTALS, instrumented
+from bench._env import cleanup, make_settings, redis_url
+from bench.callgrind_drain import counted_child, instrumented
 from bench.pipeline_bench import bench_events
 from bench.redis_work_bench import BURST_SCOPES, ENQUEUE_BATCH
 
@@ -46,25 +42,7 @@ def _child(events: int) -> None:
 
 def instructions(events: int, url: str) -> int:
     """The instructions callgrind counted while enqueuing ``events`` (one valgrind run)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        argv = [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            "-m",
-            "bench.callgrind_enqueue",
-            "--child",
-            str(events),
-        ]
-        env = {"PYTHONHASHSEED": "0", **os.environ, "REDIS_URL": url, "PYTHONPATH": str(ROOT)}
-        subprocess.run(argv, check=True, env=env, capture_output=True)
-        found = TOTALS.search(out.read_bytes())
-        if found is None:
-            raise RuntimeError(f"callgrind wrote no totals to {out}")
-        return int(found.group(1))
+    return counted_child("bench.callgrind_enqueue", [str(events)], url)
 
 
 def per_event(small: int, large: int) -> float:
