@@ -24,6 +24,7 @@ from worker.intake.source_event import (
     EnqueueResult,
     EventError,
     InvalidEvent,
+    PayloadTooDeep,
     SourceEvent,
     StoreUnavailable,
     field_path,
@@ -119,14 +120,21 @@ class Emitter:
         field = f"{prefix}.payload" if prefix else "payload"
         try:
             text = payload_text(parsed.payload)  # also the stored body's payload
-        except (TypeError, ValueError) as exc:  # an SDK caller's datetime, bytes or set; a circular reference
+            # a nan or inf (measured as Python writes it, stored as null), or a key not a str: measured as before
+            measured = (
+                text
+                if text is not None
+                else json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False)
+            )
+        except PayloadTooDeep as exc:
+            raise InvalidEvent(
+                EventError(code="invalid_field", message=f"{field} {exc}", field=field)
+            ) from None
+        except (TypeError, ValueError) as exc:  # an SDK caller's datetime, bytes or set; an int too long
             raise InvalidEvent(
                 EventError(code="invalid_field", message=f"{field} must be JSON: {exc}", field=field)
             ) from None
-        if text is None:  # a nan or inf (measured as Python writes it, stored as null), or a key not a str
-            size = len(json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
-        else:
-            size = len(text.encode("utf-8"))
+        size = len(measured.encode("utf-8"))
         if size > self.settings.max_event_bytes:
             raise InvalidEvent(
                 EventError(
@@ -169,10 +177,15 @@ class Emitter:
         ]
 
     def verdicts(self, prepared: Sequence[PreparedEvent]) -> dict[int, str]:
-        """What the admission hooks refuse: ``{index: status}`` (the first hook to refuse an event wins)."""
+        """What the admission hooks refuse: ``{index: status}`` (the first hook to refuse an event wins). A
+        status that is not a non-empty str is a plugin's bug, raised here, before anything is stored."""
         refused: dict[int, str] = {}
         for hook in self.admission:
             for index, status in hook(prepared).items():
+                if not isinstance(status, str) or not status:
+                    raise TypeError(
+                        f"admission hook {hook!r} answered {status!r} for event {index}: not a status"
+                    )
                 refused.setdefault(index, status)
         return refused
 
@@ -210,11 +223,7 @@ class Emitter:
         scheduled: dict[str, None] = {}  # scope keys to drain, in first-seen order
         for index, event in enumerate(prepared):
             if index in refused:
-                # a hook's status: validated (a plugin's value, not one of the store's strings)
-                status = refused[index]
-                results.append(
-                    EnqueueResult(event_id=event.event_id, source_id=event.source_id, status=status)
-                )
+                results.append(_result(event.event_id, event.source_id, refused[index]))  # checked: verdicts
                 continue
             outcome = next(outcomes)
             if outcome.schedule:
@@ -293,7 +302,7 @@ _RESULT_GIVEN = frozenset({"event_id", "source_id", "status"})
 
 
 def _result(event_id: str, source_id: str, status: str) -> EnqueueResult:
-    """A stored event's answer, unvalidated: its three strings are the store's (one per event of a batch)."""
+    """An event's answer, unvalidated: its strings are the store's, or a status verdicts checked."""
     return trusted(
         EnqueueResult, {"event_id": event_id, "source_id": source_id, "status": status}, set(_RESULT_GIVEN)
     )

@@ -26,9 +26,11 @@ from worker.documents.event_body import root_body, stored_body
 from worker.store.events import PreparedEvent
 
 __all__ = [
+    "MAX_PAYLOAD_DEPTH",
     "EnqueueResult",
     "EventError",
     "InvalidEvent",
+    "PayloadTooDeep",
     "SourceEvent",
     "StoreUnavailable",
     "field_error",
@@ -207,30 +209,49 @@ def _at(data: Mapping[str, Any], path: Sequence[str]) -> object:
     return value
 
 
+MAX_PAYLOAD_DEPTH = 64  # nesting levels of a payload (the HTTP door refuses a body past 64 before parsing it)
+
+
+class PayloadTooDeep(ValueError):
+    """A payload nests deeper than :data:`MAX_PAYLOAD_DEPTH` (the worker could not read it back: pydantic's
+    JSON reader stops at a few hundred levels)."""
+
+
 def payload_text(payload: Mapping[str, Any]) -> str | None:
     """The payload's compact JSON as the stored body holds it; None when it holds a nan or inf (not JSON) or a
     key that is not a ``str`` (only a Python caller can give one, and json and the Source's serialiser name
     ``None``, ``True`` or a float subclass differently): the caller then takes the Source's path. Raises
-    TypeError for a value JSON has no form for, ValueError for a circular reference."""
+    :class:`PayloadTooDeep` (a loop too: it never ends), then TypeError for a value JSON has no form for."""
+    str_keys = _str_keys_within(payload, MAX_PAYLOAD_DEPTH)
     try:
         text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except ValueError:
-        json.dumps(payload, separators=(",", ":"), ensure_ascii=False)  # a loop raises again; a nan does not
+    except ValueError:  # a nan or an inf
         return None
-    return text if _str_keys(payload) else None
-
-
-def _str_keys(value: Mapping[str, Any] | list[Any] | tuple[Any, ...]) -> bool:
-    """Every object key in ``value`` (a dict, list or tuple), at any depth, is a ``str`` (JSON's own kind)."""
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if type(key) is not str or (isinstance(item, _NESTED) and not _str_keys(item)):
-                return False
-        return True
-    return all(_str_keys(item) for item in value if isinstance(item, _NESTED))
+    return text if str_keys else None
 
 
 _NESTED = (Mapping, list, tuple)
+
+
+def _str_keys_within(payload: Mapping[str, Any], max_depth: int) -> bool:
+    """Every object key at any depth is a ``str`` (JSON's own kind); raises :class:`PayloadTooDeep` at a level
+    past ``max_depth`` (the payload itself is level 1). A stack of its own, not recursion: a payload deeper than
+    Python's recursion limit is answered too."""
+    str_keys = True
+    stack: list[tuple[Any, int]] = [(payload, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > max_depth:
+            raise PayloadTooDeep(f"nests deeper than {max_depth} levels (or contains itself)")
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if type(key) is not str:
+                    str_keys = False
+                if isinstance(item, _NESTED):
+                    stack.append((item, depth + 1))
+        else:
+            stack.extend((item, depth + 1) for item in value if isinstance(item, _NESTED))
+    return str_keys
 
 
 def prepare(

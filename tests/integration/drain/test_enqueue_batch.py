@@ -172,7 +172,7 @@ def test_a_batch_ends_in_the_state_of_one_script_per_event(
 
 
 def test_the_next_batch_numbers_on_from_the_last(redis_client: Redis, make_settings: SettingsFactory) -> None:
-    """The numbers a batch counted on past its INCR are written back: the next batch goes on from them."""
+    """A batch takes its scope's numbers with one INCRBY: the next batch goes on from the last of them."""
     store = EventStore(redis_client, make_settings())
     emitter = Emitter(store.settings, store, lambda ref: None, source_types=["bot.message.merged"])
     for tag in ("x", "y"):

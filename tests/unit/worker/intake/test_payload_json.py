@@ -10,7 +10,7 @@ import pytest
 from redis import Redis
 
 from worker.intake.emitter import Emitter
-from worker.intake.source_event import InvalidEvent
+from worker.intake.source_event import MAX_PAYLOAD_DEPTH, InvalidEvent
 from worker.settings import Settings
 from worker.store.events import EventStore
 
@@ -28,8 +28,8 @@ def _circular() -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "value",
-    [datetime.datetime(2026, 1, 1), b"bytes", {1, 2}, _circular()],
-    ids=["datetime", "bytes", "set", "loop"],
+    [datetime.datetime(2026, 1, 1), b"bytes", {1, 2}, _circular(), 10**5000],
+    ids=["datetime", "bytes", "set", "loop", "long int"],
 )
 def test_a_payload_json_cannot_hold_is_refused_by_name(value: Any) -> None:
     emitter = _emitter()
@@ -39,4 +39,43 @@ def test_a_payload_json_cannot_hold_is_refused_by_name(value: Any) -> None:
         emitter.validate_many([good, bad])
     error = refused.value.error
     assert (error.code, error.field, refused.value.status_code) == ("invalid_field", "events[1].payload", 422)
-    assert error.message.startswith("events[1].payload must be JSON: ")
+    if isinstance(value, dict):  # the loop: found by its depth before json.dumps would recurse into it
+        assert (
+            error.message
+            == f"events[1].payload nests deeper than {MAX_PAYLOAD_DEPTH} levels (or contains itself)"
+        )
+    else:
+        assert error.message.startswith("events[1].payload must be JSON: ")
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    """A payload ``depth`` levels deep (the payload itself is level 1), lists and objects in turn."""
+    value: Any = 1
+    for level in range(depth - 1):
+        value = [value] if level % 2 else {"k": value}
+    return {"x": value}
+
+
+def test_a_payload_nested_past_the_limit_is_refused_by_name() -> None:
+    emitter = _emitter()
+    good = {"sourceType": "t.x", "sourceId": "a", "scopeKey": "s"}
+    assert emitter.validate({**good, "payload": _nested(MAX_PAYLOAD_DEPTH)}).body  # the limit itself is fine
+    for depth in (MAX_PAYLOAD_DEPTH + 1, 5_000):  # 5,000: past Python's own recursion limit too
+        with pytest.raises(InvalidEvent) as refused:
+            emitter.validate({**good, "payload": _nested(depth)})
+        error = refused.value.error
+        assert (error.code, error.field) == ("invalid_field", "payload")
+        assert error.message == f"payload nests deeper than {MAX_PAYLOAD_DEPTH} levels (or contains itself)"
+
+
+def test_a_hook_answering_no_status_is_refused_before_anything_is_stored() -> None:
+    """Its verdict is checked before the store is called: this store's Redis does not exist, so reaching it
+    would raise StoreUnavailable instead."""
+    settings = Settings(env="test", redis_url="redis://127.0.0.1:1/0")
+    store = EventStore(Redis(port=1, socket_connect_timeout=0.5), settings)
+    emitter = Emitter(
+        settings, store, lambda ref: None, source_types=["t.x"], admission=[lambda batch: {0: 7}]
+    )
+    prepared = emitter.validate({"sourceType": "t.x", "sourceId": "a", "scopeKey": "s", "payload": {}})
+    with pytest.raises(TypeError, match="answered 7 for event 0: not a status"):
+        emitter.enqueue([prepared])
