@@ -33,13 +33,15 @@ TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
 
 
 @contextmanager
-def instrumented() -> Iterator[None]:
-    """Callgrind's instrumentation on for the block (this process runs under valgrind)."""
-    subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True, capture_output=True)
+def instrumented(pid: int | None = None) -> Iterator[None]:
+    """Callgrind's instrumentation on for the block in process ``pid`` (default: this process, which then runs
+    under valgrind)."""
+    target = str(os.getpid() if pid is None else pid)
+    subprocess.run(["callgrind_control", "-i", "on", target], check=True, capture_output=True)
     try:
         yield
     finally:
-        subprocess.run(["callgrind_control", "-i", "off", str(os.getpid())], check=True, capture_output=True)
+        subprocess.run(["callgrind_control", "-i", "off", target], check=True, capture_output=True)
 
 
 def _child(events: int, scopes: int, telemetry: bool) -> None:

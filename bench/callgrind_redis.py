@@ -15,8 +15,6 @@ the same order every time, so two runs of a tree agree closely (clock values mov
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import re
 import shutil
 import socket
 import subprocess
@@ -30,10 +28,10 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench._env import make_settings
-from bench.pipeline_bench import bench_events
+from bench.callgrind_drain import TOTALS, instrumented
+from bench.pipeline_bench import bench_events, pipeline_on
 from bench.redis_work_bench import BURST_SCOPES, ENQUEUE_BATCH
 
-TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
 START_TIMEOUT_S = 60.0
 
 
@@ -50,19 +48,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _control(pid: int, *args: str) -> None:
-    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
-
-
 def counted(pid: int, out_dir: Path, name: str, work: Callable[[], None]) -> int:
     """Instructions the server at ``pid`` ran during ``work`` (instrumentation on around it, then dumped)."""
     before = set(out_dir.iterdir())
-    _control(pid, "-i", "on")
-    try:
+    with instrumented(pid):
         work()
-    finally:
-        _control(pid, "-i", "off")
-    _control(pid, "-d", name)
+    subprocess.run(["callgrind_control", "-d", name, str(pid)], check=True, capture_output=True)
     for _ in range(100):  # the dump is written by the server's next scheduled valgrind poll
         dumps = [p for p in set(out_dir.iterdir()) - before if p.read_bytes().find(b"totals:") >= 0]
         if dumps:
@@ -89,8 +80,6 @@ def per_event(events: int, keep: Path | None = None) -> tuple[float, float]:
     """(instructions per enqueued event, per drained event) in the server, for one burst of ``events``; with
     ``keep``, the two phases' callgrind files are copied there (for ``callgrind_annotate``)."""
     from producers import Producer
-    from worker.drain.lease import ScopeLease
-    from worker.runtime.app import build_pipeline
     from worker.store.events import EventStore
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,9 +112,7 @@ def per_event(events: int, keep: Path | None = None) -> tuple[float, float]:
             producer.enqueue_many(bench_events(BURST_SCOPES, BURST_SCOPES, "warm"))  # scripts loaded
             batch = bench_events(events, BURST_SCOPES, "cg")
             store = EventStore(client, settings)
-            pipeline = build_pipeline(settings)
-            pipeline.ctx = dataclasses.replace(pipeline.ctx, store=store)
-            pipeline.lease = ScopeLease(store.scripts, ttl_s=30.0, renew_interval_s=5.0, run=store.durable)
+            pipeline = pipeline_on(store)
 
             def enqueue() -> None:
                 for i in range(0, len(batch), ENQUEUE_BATCH):
@@ -153,9 +140,7 @@ def per_event(events: int, keep: Path | None = None) -> tuple[float, float]:
                 pass
             try:
                 server.wait(timeout=30)
-            except (
-                subprocess.TimeoutExpired
-            ):  # never answered (a slow start), or a SHUTDOWN that did not end it
+            except subprocess.TimeoutExpired:  # never answered (a slow start), or SHUTDOWN did not end it
                 server.kill()
                 server.wait()
             client.close()

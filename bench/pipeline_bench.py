@@ -13,11 +13,24 @@ from redis import Redis
 
 from bench._env import make_settings, peak_rss_kib, wait, workers
 from producers import Producer
+from worker.drain.pipeline import Pipeline
 from worker.keys.layout import Keys
 from worker.runtime.app import build_pipeline
 from worker.runtime.tasks import NOOP_TASK
+from worker.store.events import EventStore
 
 WORKER_PROCESSES = 2  # the throughput rows' worker processes (one child each); the scaling rows vary it
+
+
+def pipeline_on(store: EventStore) -> Pipeline:
+    """The worker's pipeline in this process with every Redis call on ``store`` (its lease's scripts too): for
+    the rows that count what ``store``'s client sends or what its server runs. The settings are ``store``'s."""
+    from worker.drain.lease import ScopeLease
+
+    pipeline = build_pipeline(store.settings)
+    pipeline.ctx = dataclasses.replace(pipeline.ctx, store=store)
+    pipeline.lease = ScopeLease(store.scripts, ttl_s=30.0, renew_interval_s=5.0, run=store.durable)
+    return pipeline
 
 
 def queue_empty(client: Redis, settings: Any) -> bool:
@@ -151,7 +164,6 @@ class CountingRedis(Redis):
 
 def round_trips_per_event(url: str, n: int, scopes: int) -> tuple[float, float]:
     """(enqueue round trips per event, worker round trips per event), measured in-process."""
-    from worker.store.events import EventStore
 
     settings = make_settings(url, lease_renew_interval_s=5.0, lease_ttl_s=30.0)
     client = CountingRedis.from_url(url, decode_responses=True)
@@ -161,12 +173,7 @@ def round_trips_per_event(url: str, n: int, scopes: int) -> tuple[float, float]:
     CountingRedis.round_trips = 0
     producer.enqueue_many(events)
     enqueue_rt = CountingRedis.round_trips / n
-    pipeline = build_pipeline(settings)
-    counted = EventStore(client, settings)
-    pipeline.ctx = dataclasses.replace(pipeline.ctx, store=counted)
-    from worker.drain.lease import ScopeLease
-
-    pipeline.lease = ScopeLease(counted.scripts, ttl_s=30.0, renew_interval_s=5.0, run=counted.durable)
+    pipeline = pipeline_on(EventStore(client, settings))
     CountingRedis.round_trips = 0
     for s in range(scopes):
         pipeline.drain_scope(f"topic:rt-{s}")

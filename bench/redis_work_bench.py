@@ -23,7 +23,6 @@ and takes the next one, beside the loop a message ran before: POP_ACQUIRE, then 
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -31,11 +30,10 @@ from typing import Any
 from redis import Redis
 
 from bench._env import make_settings, private_redis_url
-from bench.pipeline_bench import bench_events
+from bench.pipeline_bench import bench_events, pipeline_on
 from producers import Producer
 from worker.core.clock import now_ms
 from worker.drain.pipeline import Pipeline
-from worker.runtime.app import build_pipeline
 from worker.runtime.fair import FairQueue
 from worker.runtime.plugin_model import PluginRuntime
 from worker.runtime.state import WorkerProcess, set_factory
@@ -197,11 +195,7 @@ def redis_work(events: int) -> RedisWork:
         for i in range(0, len(batch), ENQUEUE_BATCH):
             producer.enqueue_many(batch[i : i + ENQUEUE_BATCH])
         store = EventStore(client, settings)
-        pipeline = build_pipeline(settings)
-        pipeline.ctx = dataclasses.replace(pipeline.ctx, store=store)
-        from worker.drain.lease import ScopeLease
-
-        pipeline.lease = ScopeLease(store.scripts, ttl_s=30.0, renew_interval_s=5.0, run=store.durable)
+        pipeline = pipeline_on(store)
         before, cpu_before, usec_before = command_calls(client), cpu_s(client), command_usec(client)
         CountingClient.sent.clear()
         for s in range(BURST_SCOPES):

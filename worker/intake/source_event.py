@@ -276,7 +276,6 @@ def prepare(
     timestamp = event.timestamp if event.timestamp is not None else (now_ms or int(time.time() * 1000))
     if payload_json is None:
         payload_json = payload_text(event.payload)
-    body = None
     if payload_json is not None:  # without what the event's hash holds (worker/documents/event_body.py)
         body = root_body(
             timestamp,
@@ -286,7 +285,7 @@ def prepare(
             workspace_id=event.workspace_id,
             traceparent=traceparent,
         )
-    if body is None:  # a nan or inf in the payload: the Source's serialiser writes it as null
+    else:  # a nan or inf (the Source's serialiser writes null), or a key not a str: the Source's own form
         source = Source(
             source_id=event.source_id,
             source_type=event.source_type,

@@ -7,6 +7,13 @@ local function wrong_type(key, want)
   local found = redis.call('TYPE', key).ok
   return found ~= 'none' and found ~= want
 end
+-- wrong_type, asked once per key of `checked` (a key found right stays right: nothing before the first write
+-- changes a type).
+local function wrong_type_once(checked, key, want)
+  if checked[key] then return false end
+  checked[key] = true
+  return wrong_type(key, want)
+end
 local ADMISSION_KEYS, ADMISSION_ARGS = 9, 7
 -- One event's admission read from its keys (at k) and arguments (at a).
 local function admission(keys, k, args, a)
@@ -28,18 +35,9 @@ local function admit_refusal(e, checked)
   if found ~= 'none' and found ~= 'hash' then return e.ev .. ' is not a hash' end
   e.exists = found == 'hash'
   checked = checked or {}
-  if not checked[e.inbox] then
-    if wrong_type(e.inbox, 'list') then return e.inbox .. ' is not a list' end
-    checked[e.inbox] = true
-  end
-  if not checked[e.sched] then
-    if wrong_type(e.sched, 'string') then return e.sched .. ' is not a string' end
-    checked[e.sched] = true
-  end
-  if not checked[e.seq] then
-    if wrong_type(e.seq, 'string') then return e.seq .. ' is not a string' end
-    checked[e.seq] = true
-  end
+  if wrong_type_once(checked, e.inbox, 'list') then return e.inbox .. ' is not a list' end
+  if wrong_type_once(checked, e.sched, 'string') then return e.sched .. ' is not a string' end
+  if wrong_type_once(checked, e.seq, 'string') then return e.seq .. ' is not a string' end
   return nil
 end
 -- One ENQUEUE batch's memory of what its admissions already did (admit's at.batch; COMMIT's follow-ups have
