@@ -6,7 +6,8 @@ the bench's private Redis runs) under ``valgrind --tool=callgrind --instr-atstar
 switches instrumentation on (``callgrind_control -i on``) only around each phase of the Redis work rows'
 burst (:mod:`bench.redis_work_bench`): enqueuing ``--events`` events over 8 scopes in batches of 500
 (``Producer.enqueue_many``, the ENQUEUE_PUSH script), then draining every scope in this process
-(``Pipeline.drain_scope``: ACQUIRE, the runs, COMMIT). Each phase is dumped on its own
+(``Pipeline.drain_scope``: ACQUIRE, the runs, COMMIT); ``--spread``: one event per scope, drained through one
+drain_next message's loop as a worker drains lone events (each COMMIT pops and takes the next scope). Each phase is dumped on its own
 (``callgrind_control -d``); its total over the events is the row. A drain in one process takes its runs in
 the same order every time, so two runs of a tree agree closely (clock values move a few digits). Needs
 ``valgrind``; takes about a minute.
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from redis import Redis
@@ -29,8 +31,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench._env import make_settings
 from bench.callgrind_drain import TOTALS, instrumented
-from bench.pipeline_bench import bench_events, pipeline_on
+from bench.pipeline_bench import bench_events, drain_next_in_process, pipeline_on
 from bench.redis_work_bench import BURST_SCOPES, ENQUEUE_BATCH
+from worker.drain.pipeline import Pipeline
 
 START_TIMEOUT_S = 60.0
 
@@ -76,9 +79,22 @@ def _wait_up(client: Redis) -> None:
             time.sleep(0.2)
 
 
-def per_event(events: int, keep: Path | None = None) -> tuple[float, float]:
+def _drain(pipeline: Pipeline, events: int, *, spread: bool) -> None:
+    """The drain phase: every burst scope by drain_scope, or (``spread``) one drain_next message's loop, which
+    must drain all ``events`` lone scopes."""
+    if spread:
+        if (scopes := drain_next_in_process(pipeline)) != events:
+            raise RuntimeError(f"the drain_next loop drained {scopes} of {events} scopes")
+        return
+    for s in range(BURST_SCOPES):
+        while pipeline.drain_scope(f"topic:cg-{s}").next == "again":
+            pass
+
+
+def per_event(events: int, keep: Path | None = None, *, spread: bool = False) -> tuple[float, float]:
     """(instructions per enqueued event, per drained event) in the server, for one burst of ``events``; with
-    ``keep``, the two phases' callgrind files are copied there (for ``callgrind_annotate``)."""
+    ``keep``, the two phases' callgrind files are copied there (for ``callgrind_annotate``). ``spread``: one
+    event per scope, drained through one drain_next message's loop (each commit pops the next scope)."""
     from producers import Producer
     from worker.store.events import EventStore
 
@@ -107,24 +123,24 @@ def per_event(events: int, keep: Path | None = None) -> tuple[float, float]:
         client = Redis.from_url(url, decode_responses=True)
         try:
             _wait_up(client)
-            settings = make_settings(url, lease_renew_interval_s=5.0, lease_ttl_s=30.0)
+            one_message = (
+                {"scopes_per_drain": events + BURST_SCOPES, "drain_message_budget_s": 1e9} if spread else {}
+            )
+            settings = make_settings(url, lease_renew_interval_s=5.0, lease_ttl_s=30.0, **one_message)
             producer = Producer(settings)
             producer.enqueue_many(bench_events(BURST_SCOPES, BURST_SCOPES, "warm"))  # scripts loaded
-            batch = bench_events(events, BURST_SCOPES, "cg")
+            batch = bench_events(events, events if spread else BURST_SCOPES, "cg")
             store = EventStore(client, settings)
             pipeline = pipeline_on(store)
+            if spread:  # the warm scopes drained (and the drain's scripts loaded) before the count
+                drain_next_in_process(pipeline)
 
             def enqueue() -> None:
                 for i in range(0, len(batch), ENQUEUE_BATCH):
                     producer.enqueue_many(batch[i : i + ENQUEUE_BATCH])
 
-            def drain() -> None:
-                for s in range(BURST_SCOPES):
-                    while pipeline.drain_scope(f"topic:cg-{s}").next == "again":
-                        pass
-
             enqueued = counted(server.pid, out_dir, "enqueue", enqueue)
-            drained = counted(server.pid, out_dir, "drain", drain)
+            drained = counted(server.pid, out_dir, "drain", partial(_drain, pipeline, events, spread=spread))
             done = store.stats(producer.keys).get("done", 0)
             if done < events:
                 raise RuntimeError(f"the drain finished {done} of {events} events")
@@ -155,12 +171,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep", type=Path, metavar="DIR", help="copy the phases' callgrind files here (callgrind_annotate)"
     )
+    parser.add_argument(
+        "--spread",
+        action="store_true",
+        help="one event per scope, drained through one drain_next message's loop (each commit pops the next)",
+    )
     args = parser.parse_args(argv)
     if args.events < 1:
         parser.error("--events must be at least 1")
-    enqueued, drained = per_event(args.events, args.keep)
-    print(f"redis-server instructions per enqueued event: {enqueued / 1000:,.1f} k")
-    print(f"redis-server instructions per drained event: {drained / 1000:,.1f} k")
+    enqueued, drained = per_event(args.events, args.keep, spread=args.spread)
+    shape = " spread" if args.spread else ""
+    print(f"redis-server instructions per enqueued{shape} event: {enqueued / 1000:,.1f} k")
+    print(f"redis-server instructions per drained{shape} event: {drained / 1000:,.1f} k")
     return 0
 
 

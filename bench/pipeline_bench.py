@@ -33,6 +33,29 @@ def pipeline_on(store: EventStore) -> Pipeline:
     return pipeline
 
 
+def drain_next_in_process(pipeline: Pipeline) -> int:
+    """One ``drain_next`` message's loop (:func:`worker.runtime.tasks.drain_ready`) run in this process on
+    ``pipeline``'s store, as a worker runs it: it pops a ready scope, drains it, and where POP_ACQUIRE may run
+    the commit that releases each scope pops the next. It stops when nothing is ready, or at the settings'
+    ``scopes_per_drain`` or ``drain_message_budget_s`` (give settings that cover the work). Nothing is sent to
+    the broker: a message stopped by a limit has nobody to hand its ticket on to (its warning says so), and
+    the next call starts with a ticket of its own. Returns the scopes it drained."""
+    from worker.runtime import state
+    from worker.runtime.fair import FairQueue
+    from worker.runtime.plugin_model import PluginRuntime
+    from worker.runtime.tasks import drain_ready
+
+    store = pipeline.ctx.store
+    fair = FairQueue(store.client, store.keys, None, "unused")  # sends nothing
+    process = state.WorkerProcess(pipeline, fair, PluginRuntime(pipeline.settings, store.client, store.keys))
+    store.client.set(store.keys.drain_tickets, 1)  # this message's ticket
+    state.set_factory(lambda: process)
+    try:
+        return drain_ready(None, "unused")
+    finally:
+        state.reset()
+
+
 def queue_empty(client: Redis, settings: Any) -> bool:
     """No message waits in the broker queue and none is taken and unacknowledged."""
     keys = Keys(settings.key_prefix)

@@ -2,7 +2,8 @@
 worker CPU per event with telemetry on and off.
 
 ``python -m bench.profile_drain`` (3,000 events over 8 scopes, top 30 functions by own time);
-``--scopes 3000`` for one event per scope; ``--telemetry`` alternates telemetry on and off three times and
+``--scopes 3000`` for one event per scope, each drained on its own; ``--spread`` for one event per scope
+drained as a worker drains them (one drain_next message, each commit popping the next scope); ``--telemetry`` alternates telemetry on and off three times and
 prints the worker's CPU per event (``time.process_time``: this process only, so the shared machine's other
 load and Redis's own CPU are left out); ``--split`` prints, per event, the CPU of each side of a burst: the
 producer's enqueue and Redis's admission scripts, the drain's Python and Redis's commit scripts (Redis's
@@ -23,7 +24,7 @@ from contextlib import AbstractContextManager, nullcontext
 from redis import Redis
 
 from bench._env import cleanup, make_settings, redis_url
-from bench.pipeline_bench import bench_events
+from bench.pipeline_bench import bench_events, drain_next_in_process
 from producers import Producer
 from worker.runtime.app import build_pipeline
 from worker.runtime.collector import settle_collector
@@ -45,12 +46,19 @@ def drain_split(
     telemetry: bool,
     around: Callable[[], AbstractContextManager[None]],
     flush_at_end: bool = False,
+    spread: bool = False,
 ) -> dict[str, float]:
     """Enqueue ``events`` over ``scopes`` scopes, then drain them all in this process inside ``around``
     (a context manager factory); the CPU seconds per event of each side (see the module docstring).
     ``flush_at_end``: no periodic telemetry flush, one at the end inside ``around`` (under a slow profiler a
-    once-a-second flush would run many times more often per event than in a real worker)."""
-    settings = make_settings(url, telemetry_enabled=telemetry)
+    once-a-second flush would run many times more often per event than in a real worker). ``spread``: one
+    event per scope (``scopes`` is ignored), drained as a worker drains lone events: one drain_next message's
+    loop, each commit popping the next scope (:func:`bench.pipeline_bench.drain_next_in_process`)."""
+    one_message: dict[str, float] = {}
+    if spread:  # one message drains every scope, without a time limit
+        scopes = events
+        one_message = {"scopes_per_drain": events + 1, "drain_message_budget_s": FOREVER_S}
+    settings = make_settings(url, telemetry_enabled=telemetry, **one_message)
     producer = Producer(settings)
     client = Redis.from_url(url)
     batch = bench_events(events, scopes, "prof")
@@ -64,12 +72,17 @@ def drain_split(
         pipeline.telemetry.flush_every_s = FOREVER_S
     drain_started = time.process_time()
     with around():
-        for scope in range(scopes):
-            while pipeline.drain_scope(f"topic:prof-{scope}").next == "again":
-                pass
+        if spread:
+            drained_scopes = drain_next_in_process(pipeline)
+        else:
+            for scope in range(scopes):
+                while pipeline.drain_scope(f"topic:prof-{scope}").next == "again":
+                    pass
         if flush_at_end:
             pipeline.telemetry.flush_measurements()
     drained, redis_drained = time.process_time(), _redis_cpu_s(client)
+    if spread and drained_scopes != events:
+        raise RuntimeError(f"the drain_next loop drained {drained_scopes} scopes, not {events}")
     cleanup(producer.store.client, settings.key_prefix)
     producer.close()
     client.close()
@@ -82,10 +95,16 @@ def drain_split(
 
 
 def drain_burst(
-    url: str, events: int, scopes: int, *, telemetry: bool, around: Callable[[], AbstractContextManager[None]]
+    url: str,
+    events: int,
+    scopes: int,
+    *,
+    telemetry: bool,
+    around: Callable[[], AbstractContextManager[None]],
+    spread: bool = False,
 ) -> float:
     """The process CPU seconds per event the drain of :func:`drain_split` took."""
-    return drain_split(url, events, scopes, telemetry=telemetry, around=around)["drain"]
+    return drain_split(url, events, scopes, telemetry=telemetry, around=around, spread=spread)["drain"]
 
 
 class _Profiled(AbstractContextManager[None]):
@@ -108,27 +127,41 @@ def main(argv: list[str] | None = None) -> int:
         "--telemetry", action="store_true", help="compare CPU/event with telemetry on and off"
     )
     parser.add_argument("--split", action="store_true", help="CPU/event of enqueue, drain and Redis (x3)")
+    parser.add_argument(
+        "--spread",
+        action="store_true",
+        help="one event per scope, drained through one drain_next message's loop (--scopes ignored)",
+    )
     args = parser.parse_args(argv)
+    if args.events < 1:
+        parser.error("--events must be at least 1")
+    scopes, spread = (args.events, True) if args.spread else (args.scopes, False)
     with redis_url() as url:
         if args.split:
             for _ in range(3):
-                parts = drain_split(url, args.events, args.scopes, telemetry=True, around=nullcontext)
+                parts = drain_split(
+                    url, args.events, scopes, telemetry=True, around=nullcontext, spread=spread
+                )
                 print("CPU per event: " + ", ".join(f"{name} {s * 1e6:.0f} us" for name, s in parts.items()))
             return 0
         if args.telemetry:
             for _ in range(3):
-                on = drain_burst(url, args.events, args.scopes, telemetry=True, around=nullcontext)
-                off = drain_burst(url, args.events, args.scopes, telemetry=False, around=nullcontext)
+                on = drain_burst(url, args.events, scopes, telemetry=True, around=nullcontext, spread=spread)
+                off = drain_burst(
+                    url, args.events, scopes, telemetry=False, around=nullcontext, spread=spread
+                )
                 print(
                     f"worker CPU per event: telemetry on {on * 1e6:.0f} us, off {off * 1e6:.0f} us "
                     f"(telemetry costs {(on - off) / off * 100:+.1f}%)"
                 )
             return 0
         profiled = _Profiled()
-        per_event = drain_burst(url, args.events, args.scopes, telemetry=True, around=lambda: profiled)
+        per_event = drain_burst(
+            url, args.events, scopes, telemetry=True, around=lambda: profiled, spread=spread
+        )
         print(
             f"{per_event * 1e6:.0f} us of CPU per event under the profiler ({args.events} events, "
-            f"{args.scopes} scopes)"
+            f"{scopes} scopes{', one drain_next message' if spread else ''})"
         )
         pstats.Stats(profiled.profile, stream=sys.stdout).sort_stats("tottime").print_stats(args.top)
     return 0

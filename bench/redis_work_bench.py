@@ -30,14 +30,11 @@ from typing import Any
 from redis import Redis
 
 from bench._env import make_settings, private_redis_url
-from bench.pipeline_bench import bench_events, pipeline_on
+from bench.pipeline_bench import bench_events, drain_next_in_process, pipeline_on
 from producers import Producer
 from worker.core.clock import now_ms
 from worker.drain.pipeline import Pipeline
 from worker.runtime.fair import FairQueue
-from worker.runtime.plugin_model import PluginRuntime
-from worker.runtime.state import WorkerProcess, set_factory
-from worker.runtime.tasks import drain_ready
 from worker.store.events import EventStore
 
 __all__ = ["COMMANDS_GOAL", "CPU_GOAL_US", "CountingClient", "RedisWork", "redis_work"]
@@ -286,16 +283,16 @@ def spread_trips(producer: Producer, pipeline: Pipeline, store: EventStore, *, c
             for i in range(SPREAD_SCOPES)
         ]
     )
-    process = WorkerProcess(pipeline, fair, PluginRuntime(pipeline.settings, store.client, store.keys))
     for name in ("pop_acquire", "commit"):
         store.client.script_load(store.scripts.script(name).script)
-    store.client.set(store.keys.drain_tickets, 1)
     before = store.stats(store.keys.for_tenant("default")).get("done", 0)
-    CountingClient.sent.clear()
     if chained:
-        set_factory(lambda: process)
-        drained = drain_ready(None, "unused")
+        CountingClient.sent.clear()
+        drained = drain_next_in_process(pipeline)
+        CountingClient.sent["set"] -= 1  # the message's ticket, which the helper sets: not a drain's trip
     else:
+        store.client.set(store.keys.drain_tickets, 1)
+        CountingClient.sent.clear()
         drained = 0
         while (
             popped := pipeline.lease.acquire_ready(store.keys, fair.pop_call(), now_ms=now_ms())

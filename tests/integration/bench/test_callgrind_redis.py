@@ -27,3 +27,8 @@ def test_no_events_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         callgrind_redis.main(["--events", "0"])
     assert "--events must be at least 1" in capsys.readouterr().err
+
+
+def test_the_spread_shape_is_counted(tmp_path: Path) -> None:
+    enqueued, drained = callgrind_redis.per_event(6, keep=tmp_path, spread=True)
+    assert enqueued > 20_000 and drained > 20_000

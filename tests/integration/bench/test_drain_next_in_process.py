@@ -1,0 +1,34 @@
+"""bench.pipeline_bench.drain_next_in_process runs one drain_next message's loop in the bench's process: the
+spread shape's counted and profiled rows drain lone events through it, as a worker does."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+from bench import profile_drain
+from bench._env import cleanup, make_settings
+from bench.pipeline_bench import bench_events, drain_next_in_process
+from producers import Producer
+from worker.runtime.app import build_pipeline
+
+
+def test_one_message_drains_lone_scopes_up_to_its_limit(redis_url: str) -> None:
+    settings = make_settings(redis_url, scopes_per_drain=3)
+    producer = Producer(settings)
+    try:
+        producer.enqueue_many(bench_events(5, 5, "dn"))
+        pipeline = build_pipeline(settings)
+        assert drain_next_in_process(pipeline) == 3  # scopes_per_drain
+        assert producer.store.stats(producer.keys).get("done", 0) == 3
+        assert drain_next_in_process(pipeline) == 2  # the rest, then nothing is ready
+        assert producer.store.stats(producer.keys).get("done", 0) == 5
+        assert drain_next_in_process(pipeline) == 0
+    finally:
+        cleanup(producer.store.client, settings.key_prefix)
+        producer.close()
+
+
+def test_the_spread_split_drains_every_event(redis_url: str) -> None:
+    parts = profile_drain.drain_split(redis_url, 12, 1, telemetry=False, around=nullcontext, spread=True)
+    assert set(parts) == {"enqueue", "enqueue redis", "drain", "drain redis"}
+    assert parts["drain"] > 0  # the split raises when the loop drained fewer scopes than events
