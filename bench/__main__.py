@@ -53,10 +53,12 @@ def pipeline_medians(url: str, args: argparse.Namespace) -> tuple[float, float, 
     burst_runs, burst_off_runs, spread_runs, spread_off_runs, rss = [], [], [], [], 0
     for _ in range(args.rounds):
         noop_runs.append(pipeline_bench.noop_rate(url, args.events))
-        rate, rss = pipeline_bench.pipeline_rate(url, args.events, scopes=8)
+        rate, rss = pipeline_bench.pipeline_rate(url, args.events, scopes=pipeline_bench.BURST_SCOPES)
         burst_runs.append(rate)
         burst_off_runs.append(
-            pipeline_bench.pipeline_rate(url, args.events, scopes=8, telemetry_enabled=False)[0]
+            pipeline_bench.pipeline_rate(
+                url, args.events, scopes=pipeline_bench.BURST_SCOPES, telemetry_enabled=False
+            )[0]
         )
         spread_runs.append(pipeline_bench.pipeline_rate(url, args.events // 2, scopes=args.events // 2)[0])
         spread_off_runs.append(

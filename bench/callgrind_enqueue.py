@@ -18,8 +18,8 @@ import sys
 
 from bench._env import cleanup, make_settings, redis_url
 from bench.callgrind_drain import counted_child, instrumented
-from bench.pipeline_bench import bench_events
-from bench.redis_work_bench import BURST_SCOPES, ENQUEUE_BATCH
+from bench.pipeline_bench import BURST_SCOPES, bench_events
+from bench.redis_work_bench import ENQUEUE_BATCH
 
 
 def _child(events: int) -> None:

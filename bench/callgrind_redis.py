@@ -31,8 +31,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench._env import make_settings
 from bench.callgrind_drain import TOTALS, instrumented
-from bench.pipeline_bench import bench_events, drain_next_in_process, pipeline_on
-from bench.redis_work_bench import BURST_SCOPES, ENQUEUE_BATCH
+from bench.pipeline_bench import BURST_SCOPES, bench_events, drain_next_in_process, pipeline_on
+from bench.redis_work_bench import ENQUEUE_BATCH
 from worker.drain.pipeline import Pipeline
 
 START_TIMEOUT_S = 60.0

@@ -31,11 +31,10 @@ from redis import Redis
 
 from bench._env import ROOT, cleanup, stop_processes, wait
 from bench.peer_app import PEER_TASK, PREFIX_ENV, REDIS_URL_ENV, PeerKeys, create_peer_app
-from bench.pipeline_bench import WORKER_PROCESSES, pipeline_rates
+from bench.pipeline_bench import BURST_SCOPES, WORKER_PROCESSES, pipeline_rates
 
 __all__ = ["BURST_SCOPES", "PEER_LABEL", "PeerComparison", "PeerRun", "compare_with_peer", "peer_workers"]
 
-BURST_SCOPES = 8
 PEER_LABEL = "peer task (SET NX + Lock)"
 
 Row = tuple[str, str, str, str]

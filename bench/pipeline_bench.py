@@ -20,6 +20,7 @@ from worker.runtime.tasks import NOOP_TASK
 from worker.store.events import EventStore
 
 WORKER_PROCESSES = 2  # the throughput rows' worker processes (one child each); the scaling rows vary it
+BURST_SCOPES = 8  # the burst rows' scopes (the spread rows': one per event)
 
 
 def pipeline_on(store: EventStore) -> Pipeline:

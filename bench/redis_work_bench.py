@@ -30,7 +30,7 @@ from typing import Any
 from redis import Redis
 
 from bench._env import make_settings, private_redis_url
-from bench.pipeline_bench import bench_events, drain_next_in_process, pipeline_on
+from bench.pipeline_bench import BURST_SCOPES, bench_events, drain_next_in_process, pipeline_on
 from producers import Producer
 from worker.core.clock import now_ms
 from worker.drain.pipeline import Pipeline
@@ -41,7 +41,6 @@ __all__ = ["COMMANDS_GOAL", "CPU_GOAL_US", "CountingClient", "RedisWork", "redis
 
 COMMANDS_GOAL = 15.0  # commands inside the scripts per drained burst event (issue 29)
 CPU_GOAL_US = 50.0  # Redis CPU per drained event (issue 29)
-BURST_SCOPES = 8  # the burst rows' shape (bench/__main__.py)
 SPREAD_SCOPES = 30  # the spread trips row: scopes of one event each, within one message's scopes_per_drain
 ENQUEUE_BATCH = 500  # events per enqueue_many (the door's limit is 1,000)
 SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro")

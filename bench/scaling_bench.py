@@ -18,12 +18,11 @@ import os
 import statistics
 from dataclasses import dataclass
 
-from bench.pipeline_bench import pipeline_rates
+from bench.pipeline_bench import BURST_SCOPES, pipeline_rates
 
 __all__ = ["BURST_SCOPES", "PROCESS_COUNTS", "Scaling", "scaling_rates"]
 
 PROCESS_COUNTS = (1, 2, 4)
-BURST_SCOPES = 8
 
 Row = tuple[str, str, str, str]
 

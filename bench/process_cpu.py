@@ -1,0 +1,131 @@
+"""Where the pipeline rows' time goes, by process: the CPU each process spent per event, and how busy the
+machine's cores were, for the spread, burst and no-op shapes of ``make bench``'s pipeline section.
+
+``python -m bench.process_cpu`` starts a private embedded Redis and the rows' two worker processes (one child
+each), then runs, twice: ``--events`` lone events (the spread row's shape: one event per scope), twice as many
+over 8 scopes (the burst row's), and ``--events`` no-op tasks (the baseline). Around each it reads the CPU
+time (user + system, ``/proc/<pid>/stat``) of the worker processes and their children, of the Redis server
+and of this process (the producer: the door and the broker sends), and prints per event each one's CPU, the
+wall time, and the share of the cores they kept busy (``os.cpu_count()``). Timed, so it moves with the
+machine; what it tells apart is *why* a row is slow: CPU spent (which process) or cores left idle (a process
+waiting on another's round trip).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from redis import Redis
+
+from bench._env import make_settings, private_redis_url, wait, workers
+from bench.pipeline_bench import BURST_SCOPES, WORKER_PROCESSES, bench_events, drain_time_s, queue_empty
+from producers import Producer
+from worker.runtime.tasks import NOOP_TASK
+
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and of its children, recursively (0 for a process gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S  # utime, stime (fields 14, 15 of stat)
+    return own + sum(cpu_s(int(child)) for child in children)
+
+
+@dataclass(frozen=True)
+class Split:
+    """One shape's figures, per event: CPU microseconds of each side, and the wall time."""
+
+    shape: str
+    events: int
+    wall_s: float
+    workers_s: float
+    redis_s: float
+    producer_s: float
+
+    def row(self) -> str:
+        per = 1e6 / self.events
+        busy = (self.workers_s + self.redis_s + self.producer_s) / (self.wall_s * (os.cpu_count() or 1))
+        return (
+            f"{self.shape:<34} {self.events / self.wall_s:>8,.0f}/s  wall {self.wall_s * per:>5.0f} us  "
+            f"CPU us: workers {self.workers_s * per:>4.0f}, Redis {self.redis_s * per:>4.0f}, "
+            f"producer {self.producer_s * per:>4.0f}  cores busy {busy * 100:>3.0f}%"
+        )
+
+
+class Meter:
+    """Reads the three sides' CPU around a piece of work."""
+
+    def __init__(self, worker_pids: list[int], redis_pid: int) -> None:
+        self.worker_pids, self.redis_pid = worker_pids, redis_pid
+
+    def read(self) -> tuple[float, float, float]:
+        return (
+            sum(cpu_s(pid) for pid in self.worker_pids),
+            cpu_s(self.redis_pid),
+            time.process_time(),
+        )
+
+    def split(self, shape: str, events: int, work: Callable[[], object]) -> Split:
+        before, started = self.read(), time.perf_counter()
+        work()
+        wall, after = time.perf_counter() - started, self.read()
+        workers_s, redis_s, producer_s = (b - a for a, b in zip(before, after, strict=True))
+        return Split(shape, events, wall, workers_s, redis_s, producer_s)
+
+
+def measure(events: int, rounds: int) -> list[Split]:
+    """``rounds`` times: the spread, burst and no-op shapes on two fresh worker processes."""
+    splits: list[Split] = []
+    with private_redis_url() as url:
+        client = Redis.from_url(url, decode_responses=True)
+        settings = make_settings(url)
+        producer = Producer(settings)
+        for r in range(rounds):
+            with workers(settings, WORKER_PROCESSES) as procs:
+                meter = Meter([p.pid for p in procs], int(client.info("server")["process_id"]))
+                shapes = [
+                    ("spread (1 event/scope)", bench_events(events, events, f"pc{r}s")),
+                    (f"burst ({BURST_SCOPES} scopes)", bench_events(2 * events, BURST_SCOPES, f"pc{r}b")),
+                ]
+                for shape, batch in shapes:
+                    splits.append(meter.split(shape, len(batch), partial(drain_time_s, producer, batch)))
+                splits.append(meter.split("no-op task", events, partial(_noops, producer, client, events)))
+        producer.close()
+        client.close()
+    return splits
+
+
+def _noops(producer: Producer, client: Redis, n: int) -> None:
+    for _ in range(n):
+        producer.app.send_task(NOOP_TASK, queue=producer.settings.queue_name)
+    wait(lambda: queue_empty(client, producer.settings), timeout_s=600)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.process_cpu")
+    parser.add_argument(
+        "--events", type=int, default=3000, help="spread events and no-op tasks (burst: twice)"
+    )
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    if args.events < 1 or args.rounds < 1:
+        parser.error("--events and --rounds must be at least 1")
+    for split in measure(args.events, args.rounds):
+        print(split.row(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""bench.process_cpu reads each side's CPU around the pipeline rows' shapes, children included."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench import process_cpu
+
+BURN = "import sys; sum(range(3 * 10**7)); print('burnt', flush=True); sys.stdin.read()"
+
+
+def test_a_process_cpu_counts_its_children() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", BURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "burnt\n"
+        burnt = process_cpu.cpu_s(child.pid)
+        assert burnt >= 0.05  # a loop of 30 million additions
+        assert process_cpu.cpu_s(os.getpid()) >= burnt  # this process's figure holds its child's
+    finally:
+        child.communicate("")
+    assert process_cpu.cpu_s(child.pid) == 0.0  # gone (reaped): nothing to read
+
+
+@pytest.mark.integration
+def test_every_shape_is_measured_on_real_workers() -> None:
+    splits = process_cpu.measure(events=20, rounds=1)
+    assert [(s.shape, s.events) for s in splits] == [
+        ("spread (1 event/scope)", 20),
+        ("burst (8 scopes)", 40),
+        ("no-op task", 20),
+    ]
+    assert all(s.wall_s > 0 and "cores busy" in s.row() for s in splits)
+
+
+@pytest.mark.parametrize("argv", [["--events", "0"], ["--rounds", "0"]])
+def test_nothing_to_measure_is_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        process_cpu.main(argv)
+    assert "--events and --rounds must be at least 1" in capsys.readouterr().err
