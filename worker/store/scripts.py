@@ -10,10 +10,11 @@ EVAL after a server restart).
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 from redis import Redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from worker.keys.lua_half import lua_key_templates
 from worker.store.calls import ScriptCall
@@ -36,6 +37,7 @@ class Scripts:
 
     def __init__(self, client: Redis) -> None:
         self.client = client
+        self._plain = isinstance(client, Redis)  # not a cluster client: run() sends EVALSHA itself
         self._registered: dict[str, Script] = {}
         self._lock = threading.Lock()
 
@@ -55,5 +57,19 @@ class Scripts:
         return found
 
     def run(self, call: ScriptCall, *, client: Any = None) -> Any:
-        """Run ``call``'s script (on ``client``, a pipeline, when given)."""
-        return self.script(call.SCRIPT)(keys=call.keys(), args=call.args(), client=client)
+        """Run ``call``'s script (on ``client``, a pipeline, when given).
+
+        On a plain client, ``EVALSHA`` goes straight to ``execute_command`` and a server that does not know the
+        script (NOSCRIPT: restarted, flushed) gets it loaded and the call sent again, as redis-py's ``Script``
+        does; its ``__call__`` first imports two pipeline classes, tests the client against them and copies
+        keys and arguments into a new tuple, ~34 k instructions a call (a lone event's commit is one call).
+        Pipelines and cluster clients keep ``Script``'s own way (it registers the script with a pipeline)."""
+        script = self.script(call.SCRIPT)
+        if client is not None or not self._plain:
+            return script(keys=call.keys(), args=call.args(), client=client)
+        keys, args, plain = call.keys(), call.args(), cast(Any, self.client)  # execute_command is untyped
+        try:
+            return plain.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            script.sha = plain.script_load(script.script)
+            return plain.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
