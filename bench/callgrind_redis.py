@@ -31,7 +31,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench._env import make_settings
 from bench.callgrind_drain import TOTALS, instrumented
-from bench.pipeline_bench import BURST_SCOPES, bench_events, drain_next_in_process, pipeline_on
+from bench.pipeline_bench import (
+    BURST_SCOPES,
+    bench_events,
+    drain_lone_scopes,
+    drain_next_in_process,
+    one_message,
+    pipeline_on,
+)
 from bench.redis_work_bench import ENQUEUE_BATCH
 from worker.drain.pipeline import Pipeline
 
@@ -83,8 +90,7 @@ def _drain(pipeline: Pipeline, events: int, *, spread: bool) -> None:
     """The drain phase: every burst scope by drain_scope, or (``spread``) one drain_next message's loop, which
     must drain all ``events`` lone scopes."""
     if spread:
-        if (scopes := drain_next_in_process(pipeline)) != events:
-            raise RuntimeError(f"the drain_next loop drained {scopes} of {events} scopes")
+        drain_lone_scopes(pipeline, events)
         return
     for s in range(BURST_SCOPES):
         while pipeline.drain_scope(f"topic:cg-{s}").next == "again":
@@ -123,10 +129,8 @@ def per_event(events: int, keep: Path | None = None, *, spread: bool = False) ->
         client = Redis.from_url(url, decode_responses=True)
         try:
             _wait_up(client)
-            one_message = (
-                {"scopes_per_drain": events + BURST_SCOPES, "drain_message_budget_s": 1e9} if spread else {}
-            )
-            settings = make_settings(url, lease_renew_interval_s=5.0, lease_ttl_s=30.0, **one_message)
+            overrides = one_message(events) if spread else {}
+            settings = make_settings(url, lease_renew_interval_s=5.0, lease_ttl_s=30.0, **overrides)
             producer = Producer(settings)
             producer.enqueue_many(bench_events(BURST_SCOPES, BURST_SCOPES, "warm"))  # scripts loaded
             batch = bench_events(events, events if spread else BURST_SCOPES, "cg")

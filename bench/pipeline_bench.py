@@ -7,7 +7,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from redis import Redis
 
@@ -15,8 +15,10 @@ from bench._env import make_settings, peak_rss_kib, wait, workers
 from producers import Producer
 from worker.drain.pipeline import Pipeline
 from worker.keys.layout import Keys
-from worker.runtime.app import build_pipeline
-from worker.runtime.tasks import NOOP_TASK
+from worker.runtime import state
+from worker.runtime.app import build_pipeline, fair_queue
+from worker.runtime.plugin_model import PluginRuntime
+from worker.runtime.tasks import NOOP_TASK, drain_ready
 from worker.store.events import EventStore
 
 WORKER_PROCESSES = 2  # the throughput rows' worker processes (one child each); the scaling rows vary it
@@ -34,27 +36,45 @@ def pipeline_on(store: EventStore) -> Pipeline:
     return pipeline
 
 
-def drain_next_in_process(pipeline: Pipeline) -> int:
+class RecordedSends:
+    """A Celery app that records the tasks it is asked to send (:func:`drain_next_in_process`): a drain_next
+    message stopped by a limit hands its ticket on, a scope with more work publishes its next drain."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    def send_task(self, name: str, args: Sequence[Any] = (), **options: Any) -> None:
+        self.sent.append((name, tuple(args)))
+
+
+def one_message(events: int) -> dict[str, Any]:
+    """Settings under which one drain_next message drains ``events`` lone scopes (and a burst's warm-up
+    scopes) without stopping at ``scopes_per_drain`` or its time budget."""
+    return {"scopes_per_drain": events + BURST_SCOPES, "drain_message_budget_s": 1e9}
+
+
+def drain_next_in_process(pipeline: Pipeline, *, take_ticket: bool = True) -> int:
     """One ``drain_next`` message's loop (:func:`worker.runtime.tasks.drain_ready`) run in this process on
     ``pipeline``'s store, as a worker runs it: it pops a ready scope, drains it, and where POP_ACQUIRE may run
     the commit that releases each scope pops the next. It stops when nothing is ready, or at the settings'
-    ``scopes_per_drain`` or ``drain_message_budget_s`` (give settings that cover the work). Nothing is sent to
-    the broker: a message stopped by a limit has nobody to hand its ticket on to (its warning says so), and
-    the next call starts with a ticket of its own. Returns the scopes it drained."""
-    from worker.runtime import state
-    from worker.runtime.fair import FairQueue
-    from worker.runtime.plugin_model import PluginRuntime
-    from worker.runtime.tasks import drain_ready
-
+    ``scopes_per_drain`` or ``drain_message_budget_s`` (:func:`one_message` covers a spread). What the loop
+    itself would send (a hand-on at a limit, a scope's next drain) goes to a :class:`RecordedSends`, not to a
+    broker; the pipeline's own app is the caller's. ``take_ticket``: set the message's ticket (one) first;
+    False when the caller has. The process factory of :mod:`worker.runtime.state` is put back afterwards.
+    Returns the scopes it drained."""
     store = pipeline.ctx.store
-    fair = FairQueue(store.client, store.keys, None, "unused")  # sends nothing
+    fair = fair_queue(pipeline.settings, store, cast(Any, RecordedSends()))
     process = state.WorkerProcess(pipeline, fair, PluginRuntime(pipeline.settings, store.client, store.keys))
-    store.client.set(store.keys.drain_tickets, 1)  # this message's ticket
-    state.set_factory(lambda: process)
-    try:
+    if take_ticket:
+        store.client.set(store.keys.drain_tickets, 1)
+    with state.installed(lambda: process):
         return drain_ready(None, "unused")
-    finally:
-        state.reset()
+
+
+def drain_lone_scopes(pipeline: Pipeline, events: int) -> None:
+    """:func:`drain_next_in_process`, which must drain ``events`` scopes (the spread's lone events)."""
+    if (scopes := drain_next_in_process(pipeline)) != events:
+        raise RuntimeError(f"the drain_next loop drained {scopes} scopes, not {events}")
 
 
 def queue_empty(client: Redis, settings: Any) -> bool:
@@ -73,12 +93,17 @@ def noop_rate(url: str, n: int, *, processes: int = WORKER_PROCESSES) -> float:
     producer = Producer(settings)
     with workers(settings, processes):
         t0 = time.perf_counter()
-        for _ in range(n):
-            producer.app.send_task(NOOP_TASK, queue=settings.queue_name)
-        wait(lambda: queue_empty(client, settings), timeout_s=600)
+        run_noops(producer, client, n)
         elapsed = time.perf_counter() - t0
     producer.close()
     return n / elapsed
+
+
+def run_noops(producer: Producer, client: Redis, n: int) -> None:
+    """Send ``n`` no-op tasks and wait until the workers have taken and acknowledged every one."""
+    for _ in range(n):
+        producer.app.send_task(NOOP_TASK, queue=producer.settings.queue_name)
+    wait(lambda: queue_empty(client, producer.settings), timeout_s=600)
 
 
 def bench_events(n: int, scopes: int, tag: str) -> list[dict[str, Any]]:

@@ -2,13 +2,13 @@
 machine's cores were, for the spread, burst and no-op shapes of ``make bench``'s pipeline section.
 
 ``python -m bench.process_cpu`` starts a private embedded Redis and the rows' two worker processes (one child
-each), then runs, twice: ``--events`` lone events (the spread row's shape: one event per scope), twice as many
-over 8 scopes (the burst row's), and ``--events`` no-op tasks (the baseline). Around each it reads the CPU
-time (user + system, ``/proc/<pid>/stat``) of the worker processes and their children, of the Redis server
-and of this process (the producer: the door and the broker sends), and prints per event each one's CPU, the
-wall time, and the share of the cores they kept busy (``os.cpu_count()``). Timed, so it moves with the
-machine; what it tells apart is *why* a row is slow: CPU spent (which process) or cores left idle (a process
-waiting on another's round trip).
+each), then runs ``--rounds`` times (2): ``--events`` lone events (the spread row's shape: one event per
+scope), twice as many over 8 scopes (the burst row's), and ``--events`` no-op tasks (the baseline). Around
+each it reads the CPU time (user + system, ``/proc/<pid>/stat``) of the worker processes and their children,
+of the Redis server and of this process (the producer: the door, the broker sends, and the polling that
+waits for the work to end), and prints per event each one's CPU, the wall time, and the share of the cores
+they kept busy (``os.cpu_count()``). Timed, so it moves with the machine; what it tells apart is *why* a row
+is slow: CPU spent (which process) or cores left idle (a process waiting on another's round trip).
 """
 
 from __future__ import annotations
@@ -24,22 +24,27 @@ from pathlib import Path
 
 from redis import Redis
 
-from bench._env import make_settings, private_redis_url, wait, workers
-from bench.pipeline_bench import BURST_SCOPES, WORKER_PROCESSES, bench_events, drain_time_s, queue_empty
+from bench._env import make_settings, private_redis_url, workers
+from bench.pipeline_bench import BURST_SCOPES, WORKER_PROCESSES, bench_events, drain_time_s, run_noops
 from producers import Producer
-from worker.runtime.tasks import NOOP_TASK
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and of its children, recursively (0 for a process gone)."""
+    """User + system CPU seconds of ``pid``, of the children it has reaped (a pool child that exited) and of its
+    live children, recursively; 0 for a process that is gone. Where the kernel has no ``children`` list,
+    the live children are left out."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except (FileNotFoundError, ProcessLookupError):
         return 0.0
-    own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S  # utime, stime (fields 14, 15 of stat)
+    # utime, stime, cutime, cstime: fields 14-17 of stat, counted from the state (field 3) here
+    own = sum(int(f) for f in fields[11:15]) / CLOCK_TICKS_PER_S
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except (FileNotFoundError, ProcessLookupError):
+        children = []
     return own + sum(cpu_s(int(child)) for child in children)
 
 
@@ -91,8 +96,8 @@ def measure(events: int, rounds: int) -> list[Split]:
     with private_redis_url() as url:
         client = Redis.from_url(url, decode_responses=True)
         settings = make_settings(url)
-        producer = Producer(settings)
         for r in range(rounds):
+            producer = Producer(settings)  # one per round: the workers' cleanup empties the prefix
             with workers(settings, WORKER_PROCESSES) as procs:
                 meter = Meter([p.pid for p in procs], int(client.info("server")["process_id"]))
                 shapes = [
@@ -101,16 +106,10 @@ def measure(events: int, rounds: int) -> list[Split]:
                 ]
                 for shape, batch in shapes:
                     splits.append(meter.split(shape, len(batch), partial(drain_time_s, producer, batch)))
-                splits.append(meter.split("no-op task", events, partial(_noops, producer, client, events)))
-        producer.close()
+                splits.append(meter.split("no-op task", events, partial(run_noops, producer, client, events)))
+            producer.close()
         client.close()
     return splits
-
-
-def _noops(producer: Producer, client: Redis, n: int) -> None:
-    for _ in range(n):
-        producer.app.send_task(NOOP_TASK, queue=producer.settings.queue_name)
-    wait(lambda: queue_empty(client, producer.settings), timeout_s=600)
 
 
 def main(argv: list[str] | None = None) -> int:

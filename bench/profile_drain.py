@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, nullcontext
 from redis import Redis
 
 from bench._env import cleanup, make_settings, redis_url
-from bench.pipeline_bench import bench_events, drain_next_in_process
+from bench.pipeline_bench import BURST_SCOPES, bench_events, drain_lone_scopes, one_message
 from producers import Producer
 from worker.runtime.app import build_pipeline
 from worker.runtime.collector import settle_collector
@@ -54,38 +54,36 @@ def drain_split(
     once-a-second flush would run many times more often per event than in a real worker). ``spread``: one
     event per scope (``scopes`` is ignored), drained as a worker drains lone events: one drain_next message's
     loop, each commit popping the next scope (:func:`bench.pipeline_bench.drain_next_in_process`)."""
-    one_message: dict[str, float] = {}
-    if spread:  # one message drains every scope, without a time limit
+    if spread:
         scopes = events
-        one_message = {"scopes_per_drain": events + 1, "drain_message_budget_s": FOREVER_S}
-    settings = make_settings(url, telemetry_enabled=telemetry, **one_message)
+    settings = make_settings(url, telemetry_enabled=telemetry, **(one_message(events) if spread else {}))
     producer = Producer(settings)
     client = Redis.from_url(url)
     batch = bench_events(events, scopes, "prof")
-    redis_before, started = _redis_cpu_s(client), time.process_time()
-    for start in range(0, events, ENQUEUE_BATCH):
-        producer.enqueue_many(batch[start : start + ENQUEUE_BATCH])
-    enqueued, redis_enqueued = time.process_time(), _redis_cpu_s(client)
-    pipeline = build_pipeline(settings)
-    settle_collector()  # as a worker child does once it is built (worker/runtime/app.py)
-    if flush_at_end:
-        pipeline.telemetry.flush_every_s = FOREVER_S
-    drain_started = time.process_time()
-    with around():
-        if spread:
-            drained_scopes = drain_next_in_process(pipeline)
-        else:
-            for scope in range(scopes):
-                while pipeline.drain_scope(f"topic:prof-{scope}").next == "again":
-                    pass
+    try:
+        redis_before, started = _redis_cpu_s(client), time.process_time()
+        for start in range(0, events, ENQUEUE_BATCH):
+            producer.enqueue_many(batch[start : start + ENQUEUE_BATCH])
+        enqueued, redis_enqueued = time.process_time(), _redis_cpu_s(client)
+        pipeline = build_pipeline(settings)
+        settle_collector()  # as a worker child does once it is built (worker/runtime/app.py)
         if flush_at_end:
-            pipeline.telemetry.flush_measurements()
-    drained, redis_drained = time.process_time(), _redis_cpu_s(client)
-    if spread and drained_scopes != events:
-        raise RuntimeError(f"the drain_next loop drained {drained_scopes} scopes, not {events}")
-    cleanup(producer.store.client, settings.key_prefix)
-    producer.close()
-    client.close()
+            pipeline.telemetry.flush_every_s = FOREVER_S
+        drain_started = time.process_time()
+        with around():
+            if spread:
+                drain_lone_scopes(pipeline, events)
+            else:
+                for scope in range(scopes):
+                    while pipeline.drain_scope(f"topic:prof-{scope}").next == "again":
+                        pass
+            if flush_at_end:
+                pipeline.telemetry.flush_measurements()
+        drained, redis_drained = time.process_time(), _redis_cpu_s(client)
+    finally:  # the private prefix goes, whatever the drain did
+        cleanup(producer.store.client, settings.key_prefix)
+        producer.close()
+        client.close()
     return {
         "enqueue": (enqueued - started) / events,
         "enqueue redis": (redis_enqueued - redis_before) / events,
@@ -121,7 +119,7 @@ class _Profiled(AbstractContextManager[None]):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile_drain")
     parser.add_argument("--events", type=int, default=3000)
-    parser.add_argument("--scopes", type=int, default=8)
+    parser.add_argument("--scopes", type=int, default=BURST_SCOPES)
     parser.add_argument("--top", type=int, default=30, help="functions printed, by own time")
     parser.add_argument(
         "--telemetry", action="store_true", help="compare CPU/event with telemetry on and off"
@@ -133,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         help="one event per scope, drained through one drain_next message's loop (--scopes ignored)",
     )
     args = parser.parse_args(argv)
-    if args.events < 1:
-        parser.error("--events must be at least 1")
+    if args.events < 1 or args.scopes < 1:
+        parser.error("--events and --scopes must be at least 1")
     scopes, spread = (args.events, True) if args.spread else (args.scopes, False)
     with redis_url() as url:
         if args.split:

@@ -105,6 +105,7 @@ class RedisWork:
         0.0,
         0.0,
     )  # per spread event: (commit pops the next, pop then commit)
+    spread_commands: float = 0.0  # commands inside scripts per spread event, commit popping the next
     script_us: int = (
         0  # the server's time in the drain's scripts (INFO commandstats usec), their commands included
     )
@@ -135,6 +136,15 @@ class RedisWork:
                 f"was {self.spread_trips[1]:.2f}",
                 f"{SPREAD_SCOPES} scopes of one event, one message: the commit that releases a scope pops the "
                 "next; before, POP_ACQUIRE then COMMIT",
+            )
+        )
+        rows.append(
+            (
+                "Redis commands in scripts / spread event",
+                f"{self.spread_commands:.2f}",
+                "",
+                f"the same {SPREAD_SCOPES} lone events: each pays its scope's release, the ready ring's pop, the next "
+                "grant and a counters flush (the burst row's events share them)",
             )
         )
         return rows
@@ -174,6 +184,7 @@ class RedisWork:
             "redis_pop_grant_round_trips_two_steps": float(self.pop_grant_trips[1]),
             "redis_spread_round_trips_per_event": self.spread_trips[0],
             "redis_spread_round_trips_per_event_pop_then_commit": self.spread_trips[1],
+            "redis_spread_commands_in_scripts_per_event": self.spread_commands,
         }
 
 
@@ -203,18 +214,15 @@ def redis_work(events: int) -> RedisWork:
             pop_grant_trips(producer, pipeline, store, True),
             pop_grant_trips(producer, pipeline, store, False),
         )
-        spread = (
+        (chained_trips, spread_commands), (unchained_trips, _) = (
             spread_trips(producer, pipeline, store, chained=True),
             spread_trips(producer, pipeline, store, chained=False),
         )
         producer.close()
         client.close()
     delta = after - before
-    delta["info"] -= 2  # our own reads
     scripts = sum(delta[name] for name in SCRIPT_CALLS)
-    inside = delta - sent  # Counter subtraction keeps positive counts only
-    for name in SCRIPT_CALLS:
-        inside.pop(name, None)
+    inside = commands_inside(delta, sent)
     usec = usec_after - usec_before
     script_us = sum(usec[name] for name in SCRIPT_CALLS)
     inside_us = sum(n for name, n in usec.items() if name in inside)
@@ -225,10 +233,20 @@ def redis_work(events: int) -> RedisWork:
         cpu_after - cpu_before,
         inside.most_common(),
         trips,
-        spread,
+        (chained_trips, unchained_trips),
+        spread_commands=spread_commands,
         script_us=script_us,
         inside_us=inside_us,
     )
+
+
+def commands_inside(delta: Counter[str], sent: Counter[str]) -> Counter[str]:
+    """The commands the server ran inside scripts, from its ``INFO commandstats`` delta: less the script calls
+    themselves, what this process sent outside a script, and the two ``INFO`` reads that took the delta."""
+    inside = delta - sent - Counter({"info": 2})  # Counter subtraction keeps positive counts only
+    for name in SCRIPT_CALLS:
+        inside.pop(name, None)
+    return inside
 
 
 def pop_grant_trips(producer: Producer, pipeline: Pipeline, store: EventStore, one_script: bool) -> int:
@@ -263,10 +281,12 @@ def pop_grant_trips(producer: Producer, pipeline: Pipeline, store: EventStore, o
     return trips
 
 
-def spread_trips(producer: Producer, pipeline: Pipeline, store: EventStore, *, chained: bool) -> float:
-    """Round trips per event for :data:`SPREAD_SCOPES` lone events drained by one drain_next message (scripts
-    loaded first): through :func:`~worker.runtime.tasks.drain_ready` (``chained``), or through the loop a
-    message ran before (POP_ACQUIRE, then the scope's drain, until nothing is ready)."""
+def spread_trips(
+    producer: Producer, pipeline: Pipeline, store: EventStore, *, chained: bool
+) -> tuple[float, float]:
+    """(Round trips, commands run inside scripts) per event for :data:`SPREAD_SCOPES` lone events drained by one
+    drain_next message (scripts loaded first): through :func:`~worker.runtime.tasks.drain_ready` (``chained``),
+    or through the loop a message ran before (POP_ACQUIRE, then the scope's drain, until nothing is ready)."""
     tag = f"spread-{int(chained)}"
     fair = FairQueue(store.client, store.keys, None, "unused")  # sends nothing: one message drains them all
     while fair.pop() is not None:  # refs left ready by the burst (drained by scope, not popped)
@@ -285,23 +305,23 @@ def spread_trips(producer: Producer, pipeline: Pipeline, store: EventStore, *, c
     for name in ("pop_acquire", "commit"):
         store.client.script_load(store.scripts.script(name).script)
     before = store.stats(store.keys.for_tenant("default")).get("done", 0)
+    store.client.set(store.keys.drain_tickets, 1)  # the message's ticket
+    calls_before = command_calls(store.client)
+    CountingClient.sent.clear()
     if chained:
-        CountingClient.sent.clear()
-        drained = drain_next_in_process(pipeline)
-        CountingClient.sent["set"] -= 1  # the message's ticket, which the helper sets: not a drain's trip
+        drained = drain_next_in_process(pipeline, take_ticket=False)
     else:
-        store.client.set(store.keys.drain_tickets, 1)
-        CountingClient.sent.clear()
         drained = 0
         while (
             popped := pipeline.lease.acquire_ready(store.keys, fair.pop_call(), now_ms=now_ms())
         ) is not None:
             pipeline.drain(popped[0], acquired=popped[1])
             drained += 1
-    trips = sum(CountingClient.sent.values())
+    sent = Counter(CountingClient.sent)
+    inside = commands_inside(command_calls(store.client) - calls_before, sent)
     done = store.stats(store.keys.for_tenant("default")).get("done", 0) - before
     if drained != SPREAD_SCOPES or done != SPREAD_SCOPES:
         raise RuntimeError(
             f"the spread trips drained {drained} scopes and {done} events, not {SPREAD_SCOPES}"
         )
-    return trips / SPREAD_SCOPES
+    return sum(sent.values()) / SPREAD_SCOPES, sum(inside.values()) / SPREAD_SCOPES

@@ -68,7 +68,9 @@ class RateLimiter:
         self.tenant_rate_per_s = tenant_rate_per_s
         self.chunk = max(1, min(MAX_CHUNK, int(min(rates) / 10)))
         self._held: dict[str, tuple[int, float]] = {}  # credential -> (tokens held, monotonic deadline)
-        self._sync: Any = None  # redis-py Script objects: they keep the SHA and fall back to EVAL
+        self._sync: Any = (
+            None  # redis-py Script objects: they keep the SHA and load the script again on NOSCRIPT
+        )
         self._async: Any = None
 
     def _keys_of(self, tenant: str | None) -> Keys:

@@ -10,6 +10,8 @@ the logs (worker/telemetry/logs.py) and the instrumented flag below. Tests call 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from worker.drain.pipeline import Pipeline
@@ -17,7 +19,7 @@ from worker.runtime.fair import FairQueue
 from worker.runtime.plugin_model import PluginRuntime
 from worker.telemetry.recorder import Telemetry
 
-__all__ = ["WorkerProcess", "flush", "get", "instrument_libraries", "reset", "set_factory"]
+__all__ = ["WorkerProcess", "flush", "get", "installed", "instrument_libraries", "reset", "set_factory"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,21 @@ def set_factory(factory: object) -> None:
     with _lock:
         _factory = factory
         _pipeline = None
+
+
+@contextmanager
+def installed(factory: object) -> Iterator[None]:
+    """``factory`` installed for the block, then the previous factory and the process it built put back: for a
+    tool or a test that runs a worker's task in its own process (``bench.pipeline_bench``)."""
+    global _factory, _pipeline
+    with _lock:
+        saved = (_factory, _pipeline)
+        _factory, _pipeline = factory, None
+    try:
+        yield
+    finally:
+        with _lock:
+            _factory, _pipeline = saved
 
 
 def get() -> WorkerProcess:

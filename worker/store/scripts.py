@@ -3,8 +3,8 @@
 Each script is a file, ``worker/store/lua/<name>.lua`` (its contract in the comments it opens with; the library
 pieces it requires in ``lua/lib/``), joined by :mod:`worker.store.loader`; its keys and arguments are the fields
 of its call (worker/store/calls.py) and its replies are worker/store/replies.py's codes. :class:`Scripts`
-registers each script once per Redis client, on first use (``register_script`` uses EVALSHA and falls back to
-EVAL after a server restart).
+registers each script once per Redis client, on first use, and sends it by its SHA (``EVALSHA``); a server that
+no longer knows it (a restart, ``SCRIPT FLUSH``) gets it loaded again (``SCRIPT LOAD``) and the call repeated.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import threading
 from typing import Any, cast
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -37,7 +38,8 @@ class Scripts:
 
     def __init__(self, client: Redis) -> None:
         self.client = client
-        self._plain = isinstance(client, Redis)  # not a cluster client: run() sends EVALSHA itself
+        # a client of one Redis, not a cluster's nor a pipeline: run() sends EVALSHA itself
+        self._plain = isinstance(client, Redis) and not isinstance(client, Pipeline)
         self._registered: dict[str, Script] = {}
         self._lock = threading.Lock()
 

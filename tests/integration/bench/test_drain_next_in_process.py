@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
+import pytest
+
 from bench import profile_drain
 from bench._env import cleanup, make_settings
 from bench.pipeline_bench import bench_events, drain_next_in_process
@@ -12,13 +14,16 @@ from producers import Producer
 from worker.runtime.app import build_pipeline
 
 
-def test_one_message_drains_lone_scopes_up_to_its_limit(redis_url: str) -> None:
+def test_one_message_drains_lone_scopes_up_to_its_limit(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     settings = make_settings(redis_url, scopes_per_drain=3)
     producer = Producer(settings)
     try:
         producer.enqueue_many(bench_events(5, 5, "dn"))
         pipeline = build_pipeline(settings)
         assert drain_next_in_process(pipeline) == 3  # scopes_per_drain
+        assert "not handed on" not in caplog.text  # the hand-on went to the recording app
         assert producer.store.stats(producer.keys).get("done", 0) == 3
         assert drain_next_in_process(pipeline) == 2  # the rest, then nothing is ready
         assert producer.store.stats(producer.keys).get("done", 0) == 5
@@ -32,3 +37,25 @@ def test_the_spread_split_drains_every_event(redis_url: str) -> None:
     parts = profile_drain.drain_split(redis_url, 12, 1, telemetry=False, around=nullcontext, spread=True)
     assert set(parts) == {"enqueue", "enqueue redis", "drain", "drain redis"}
     assert parts["drain"] > 0  # the split raises when the loop drained fewer scopes than events
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "message"),
+    [
+        (
+            "callgrind_drain",
+            ["--small", "5", "--large", "5"],
+            "--small must be at least 1 and less than --large",
+        ),
+        ("callgrind_drain", ["--scopes", "0"], "--scopes must be at least 1"),
+        ("profile_drain", ["--events", "0"], "--events and --scopes must be at least 1"),
+        ("profile_drain", ["--scopes", "0"], "--events and --scopes must be at least 1"),
+    ],
+)
+def test_sizes_that_measure_nothing_are_refused(
+    module: str, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main = __import__(f"bench.{module}", fromlist=["main"]).main
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
