@@ -4,7 +4,7 @@ A worker child allocates a few hundred short-lived objects per event (nodes, con
 counting frees nearly all of them. Python's cyclic collector still runs every 700 net allocations of tracked
 objects, and every tenth of those runs a larger generation, walking everything that survived: the imported
 modules, their functions and classes, the plugins, the pipeline. Counted by callgrind on a 500-event drain
-(``python -m bench.callgrind_drain``), those walks were ~7% of the drain's instructions.
+(``python -m bench.profiling.callgrind_drain``), those walks were ~7% of the drain's instructions.
 
 :func:`settle_collector` moves everything alive after the process was built into the collector's permanent
 generation (``gc.freeze``: never walked again, never freed, which is what module-level objects are anyway) and

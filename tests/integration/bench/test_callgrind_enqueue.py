@@ -1,4 +1,4 @@
-"""bench.callgrind_enqueue counts the door's instructions per enqueued event under a real valgrind."""
+"""bench.profiling.callgrind_enqueue counts the door's instructions per enqueued event under a real valgrind."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from bench import callgrind_enqueue
+from bench.profiling import callgrind_enqueue
 
 pytestmark = [
     pytest.mark.integration,

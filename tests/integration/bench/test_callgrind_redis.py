@@ -1,4 +1,4 @@
-"""bench.callgrind_redis counts the server's instructions per event for each phase, under a real valgrind."""
+"""bench.profiling.callgrind_redis counts the server's instructions per event for each phase, under a real valgrind."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import callgrind_redis
+from bench.profiling import callgrind_redis
 
 pytestmark = [
     pytest.mark.integration,

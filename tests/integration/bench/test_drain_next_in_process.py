@@ -7,9 +7,9 @@ from contextlib import nullcontext
 
 import pytest
 
-from bench import profile_drain
 from bench._env import cleanup, make_settings
 from bench.pipeline_bench import bench_events, drain_next_in_process
+from bench.profiling import profile_drain
 from producers import Producer
 from worker.runtime.app import build_pipeline
 
@@ -55,7 +55,7 @@ def test_the_spread_split_drains_every_event(redis_url: str) -> None:
 def test_sizes_that_measure_nothing_are_refused(
     module: str, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    main = __import__(f"bench.{module}", fromlist=["main"]).main
+    main = __import__(f"bench.profiling.{module}", fromlist=["main"]).main
     with pytest.raises(SystemExit):
         main(argv)
     assert message in capsys.readouterr().err

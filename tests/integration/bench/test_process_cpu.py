@@ -1,4 +1,4 @@
-"""bench.process_cpu reads each side's CPU around the pipeline rows' shapes, children included."""
+"""bench.profiling.process_cpu reads each side's CPU around the pipeline rows' shapes, children included."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench import process_cpu
+from bench.profiling import process_cpu
 
 BURN = "import sys; sum(range(3 * 10**7)); print('burnt', flush=True); sys.stdin.read()"
 

@@ -1,7 +1,7 @@
 """Instructions per drained event, counted by callgrind: repeatable where this shared machine's timings are
 not (they swing ±20% minutes apart).
 
-``python -m bench.callgrind_drain`` runs :mod:`bench.profile_drain`'s burst drain under
+``python -m bench.profiling.callgrind_drain`` runs :mod:`bench.profiling.profile_drain`'s burst drain under
 ``valgrind --tool=callgrind --instr-atstart=no`` with instrumentation switched on only around the drain
 (``callgrind_control -i on``/``off`` on its own pid), for a small and a large burst, with telemetry on and
 off; the difference between the two bursts divided by the difference in events is the drain's instructions
@@ -48,7 +48,7 @@ def instrumented(pid: int | None = None) -> Iterator[None]:
 
 
 def _child(events: int, scopes: int, telemetry: bool, spread: bool) -> None:
-    from bench.profile_drain import drain_split
+    from bench.profiling.profile_drain import drain_split
 
     with redis_url() as url:
         drain_split(
@@ -60,7 +60,7 @@ def warm_up(url: str, *, spread: bool) -> None:
     """A short drain outside valgrind first, so the server knows the drain's scripts before any count: else the
     first child alone would pay NOSCRIPT and SCRIPT LOAD inside its counted drain, and the difference between
     the two bursts would come out low."""
-    from bench.profile_drain import drain_split
+    from bench.profiling.profile_drain import drain_split
 
     drain_split(url, BURST_SCOPES, BURST_SCOPES, telemetry=False, around=nullcontext, spread=spread)
 
@@ -69,7 +69,7 @@ def instructions(events: int, scopes: int, *, telemetry: bool, url: str, spread:
     """The instructions callgrind counted while draining ``events`` (one valgrind run); ``spread``: one event
     per scope through a drain_next message's loop (``scopes`` ignored)."""
     flags = ["1" if telemetry else "0", "1" if spread else "0"]
-    return counted_child("bench.callgrind_drain", [str(events), str(scopes), *flags], url)
+    return counted_child("bench.profiling.callgrind_drain", [str(events), str(scopes), *flags], url)
 
 
 def counted_child(module: str, child_args: list[str], url: str) -> int:
@@ -101,7 +101,7 @@ def counted_child(module: str, child_args: list[str], url: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.callgrind_drain")
+    parser = argparse.ArgumentParser(prog="python -m bench.profiling.callgrind_drain")
     parser.add_argument("--small", type=int, default=100, help="events in the small burst")
     parser.add_argument("--large", type=int, default=500, help="events in the large burst")
     parser.add_argument("--scopes", type=int, default=BURST_SCOPES)

