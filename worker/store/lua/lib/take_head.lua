@@ -15,17 +15,21 @@ local taken = {}
 -- Scopes found not paused by this script (no script that takes a head pauses one), by their paused hash and
 -- scope key: a COMMIT that pops the next scope may take the head of another tenant's scope of the same key.
 local unpaused = {}
+-- The pause is asked once there is a head to take: an empty scope is released whether it is paused or not (the
+-- same writes), so a lone event's commit asks nothing more of its emptied inbox than its first index.
 local function take_head(inbox, ev_prefix, now, fence, ix, scope)
-  if ix.paused then
-    local seen = ix.paused .. '\n' .. scope
-    if not unpaused[seen] then
-      if redis.call('HEXISTS', ix.paused, scope) == 1 then return {HeadCode.PAUSED} end
-      unpaused[seen] = true
-    end
-  end
+  local pause_checked = not ix.paused
   for _ = 1, 1000 do
     local id = redis.call('LINDEX', inbox, 0)
     if not id then return {HeadCode.EMPTY} end
+    if not pause_checked then
+      pause_checked = true
+      local seen = ix.paused .. '\n' .. scope
+      if not unpaused[seen] then
+        if redis.call('HEXISTS', ix.paused, scope) == 1 then return {HeadCode.PAUSED} end
+        unpaused[seen] = true
+      end
+    end
     local ek = ev_prefix .. id
     hflush(ek)
     local rec = redis.call('HMGET', ek, 'state', 'event', 'notBefore', 'error', 'cancelRequested', 'history',
@@ -49,15 +53,9 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
   end
   return {HeadCode.WAITS, '', now}
 end
-local function release_if_idle(inbox, lease, sched, scopes, token, ref)
-  if redis.call('LLEN', inbox) > 0 then return false end
-  if redis.call('GET', lease) == token then redis.call('DEL', lease) end
-  redis.call('DEL', sched)
-  redis.call('SREM', scopes, ref)
-  return true
-end
--- A paused scope: release it whatever its inbox holds; resume (worker/ops/scope_control.py) schedules it again.
-local function park(lease, sched, scopes, token, ref)
+-- Release a scope: our lease (token-checked), its schedule, its place among the scopes with work. For an empty
+-- scope, and for a paused one whatever its inbox holds (resume, worker/ops/scope_control.py, schedules it again).
+local function release_scope(lease, sched, scopes, token, ref)
   if redis.call('GET', lease) == token then redis.call('DEL', lease) end
   redis.call('DEL', sched)
   redis.call('SREM', scopes, ref)
@@ -68,11 +66,9 @@ end
 -- After a commit or a grant: take the next head, or park a paused scope, or release an idle one.
 local function take_or_release(inbox, lease, sched, scopes, token, ref, ev_prefix, now, fence, ix)
   local head = take_head(inbox, ev_prefix, now, fence, ix, scope_of(ref))
-  if head[1] == HeadCode.PAUSED then
-    park(lease, sched, scopes, token, ref)
+  if head[1] == HeadCode.PAUSED or head[1] == HeadCode.EMPTY then  -- EMPTY: no head at its LINDEX just now
+    release_scope(lease, sched, scopes, token, ref)
     return {HeadCode.EMPTY}
-  elseif head[1] == HeadCode.EMPTY then
-    release_if_idle(inbox, lease, sched, scopes, token, ref)
   end
   return head
 end
