@@ -16,7 +16,7 @@ from producers import Producer
 from tests.support.tenants import as_tenant
 from worker.core.clock import now_ms
 from worker.drain.lease import ScopeLease
-from worker.ops.scope_control import pause_scope
+from worker.ops.scope_control import cancel_event, pause_scope
 from worker.runtime import state
 from worker.runtime.app import build_pipeline
 from worker.runtime.fair import FairQueue
@@ -24,7 +24,7 @@ from worker.runtime.plugin_model import PluginRuntime
 from worker.runtime.tasks import drain_ready
 from worker.settings import Settings
 from worker.store.events import EventStore
-from worker.store.replies import HeadCode
+from worker.store.replies import CancelCode, HeadCode
 
 pytestmark = pytest.mark.integration
 
@@ -142,19 +142,26 @@ def test_a_scope_pops_the_next_only_once_its_inbox_is_empty(rig: Rig) -> None:
 
 
 def test_another_tenants_paused_scope_of_the_same_key_is_not_taken(rig: Rig) -> None:
-    """The commit of acme's topic:x found it not paused; globex's topic:x, popped next by the same script, is
-    paused: it is parked, not taken (the pause check is per tenant, not per scope key)."""
+    """The commit of acme's topic:x finds it not paused (behind its event waits a cancelled one, a head to look at:
+    an empty inbox asks nothing); globex's topic:x, popped next by the same script, is paused: it is parked, not
+    taken (the pause check is per tenant, not per scope key)."""
     settings = rig.process.pipeline.settings
     producer = Producer(settings)
     try:
         globex = as_tenant(producer, "globex").enqueue(
             {"sourceType": "bot.message.merged", "sourceId": "g-1", "scopeKey": "topic:x", "payload": {}}
         )
-        as_tenant(producer, "acme").enqueue(
+        acme = as_tenant(producer, "acme")
+        acme.enqueue(
             {"sourceType": "bot.message.merged", "sourceId": "a-1", "scopeKey": "topic:x", "payload": {}}
+        )
+        behind = acme.enqueue(
+            {"sourceType": "bot.message.merged", "sourceId": "a-2", "scopeKey": "topic:x", "payload": {}}
         )
     finally:
         producer.close()
+    cancelled = cancel_event(rig.store, rig.store.keys.for_tenant("acme"), behind.event_id)
+    assert cancelled.code is CancelCode.CANCELLED  # still in acme's inbox, behind a-1
     globex_keys = rig.store.keys.for_tenant("globex")
     assert pause_scope(rig.store, globex_keys, "topic:x")
     pipeline, fair = rig.process.pipeline, rig.process.fair

@@ -4,9 +4,10 @@
 -- requested while it ran (its worker is gone) is committed cancelled and popped. ev_prefix is Keys.event_prefix
 -- (an event's key is the prefix followed by its id: the one key the scripts complete themselves, because the
 -- head's id is only known inside the script). ix: {paused, stats, active, cancelled} (paused nil: no pause
--- check). -> {HeadCode.EMPTY} | {HeadCode.PAUSED} (nothing taken) | {HeadCode.WAITS, id, notBefore} (the head
--- waits for its retry time) | {HeadCode.TAKEN, id, eventJson, attempts, prevState, lastError, sourceType,
--- sourceId} (state -> processing, an attempt record started; eventJson is worker/documents/event_body.py's form).
+-- check). -> {HeadCode.EMPTY} | {HeadCode.PAUSED} (a head waits in a paused scope: nothing taken, nothing popped)
+-- | {HeadCode.WAITS, id, notBefore} (the head waits for its retry time) | {HeadCode.TAKEN, id, eventJson, attempts,
+-- prevState, lastError, sourceType, sourceId} (state -> processing, an attempt record started; eventJson is
+-- worker/documents/event_body.py's form).
 local FINAL = {done = true, dead = true, cancelled = true, discarded = true, erased = true}
 -- The heads this script took, by event key, until their commit: the event is the head, processing, under our
 -- fence and not cancelled (nothing else runs between) -> {enqueued, history, not_before, error}, so a run's commit
