@@ -7,12 +7,12 @@ not (they swing ±20% minutes apart).
 off; the difference between the two bursts divided by the difference in events is the drain's instructions
 per event, free of start-up and of the first event's imports. Telemetry is flushed once, at the end of the
 drain: under valgrind a once-a-second flush would come fifty times as often per event as in a real worker, so
-what is counted is each event's share of the flush, not the flush's fixed cost. Redis runs outside valgrind (its own process),
-so these are the worker's Python and C only. ``--spread`` counts the other shape of the bench's pipeline rows:
-one event per scope, drained as a worker drains lone events (one drain_next message's loop, each commit
-popping the next scope), where each event pays its scope's lease, commit and round trip. The children run with ``PYTHONHASHSEED=0`` unless the caller sets
-one (two runs of a tree then agree within ~2 k per event, against ±5 k with random hashing). Needs
-``valgrind``; takes a few minutes.
+what is counted is each event's share of the flush, not the flush's fixed cost. Redis runs outside valgrind
+(its own process), so these are the worker's Python and C only. ``--spread`` counts the other shape of the
+bench's pipeline rows: one event per scope, drained as a worker drains lone events (one drain_next message's
+loop, each commit popping the next scope), where each event pays its scope's lease, commit and round trip.
+The children run with ``PYTHONHASHSEED=0`` unless the caller sets one (two runs of a tree then agree within
+~2 k per event, against ±5 k with random hashing). Needs ``valgrind``; takes a few minutes.
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 door, the CLI) runs to validate, prepare, pack and send an event and read its answer, repeatable where timings
 are not.
 
-``python -m bench.profiling.callgrind_enqueue`` runs ``Producer.enqueue_many`` (batches of 500, the bench's burst events
-over 8 scopes) under ``valgrind --tool=callgrind --instr-atstart=no``, instrumentation switched on only around
-the batches (``callgrind_control -i on``/``off`` on its own pid), for a small and a large burst; the
-difference between the two divided by the difference in events is the figure, free of start-up and of the
-first batch's imports. Redis runs outside valgrind (its own process: ``python -m bench.profiling.callgrind_redis``
-counts its side). The children run with ``PYTHONHASHSEED=0`` unless the caller sets one. Needs ``valgrind``;
-takes about a minute.
+``python -m bench.profiling.callgrind_enqueue`` runs ``Producer.enqueue_many`` (batches of 500, the bench's
+burst events over 8 scopes) under ``valgrind --tool=callgrind --instr-atstart=no``, instrumentation switched
+on only around the batches (``callgrind_control -i on``/``off`` on its own pid), for a small and a large
+burst; the difference between the two divided by the difference in events is the figure, free of start-up and
+of the first batch's imports. Redis runs outside valgrind (its own process:
+``python -m bench.profiling.callgrind_redis`` counts its side). The children run with ``PYTHONHASHSEED=0``
+unless the caller sets one. Needs ``valgrind``; takes about a minute.
 """
 
 from __future__ import annotations

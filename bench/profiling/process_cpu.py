@@ -1,9 +1,9 @@
 """Where the pipeline rows' time goes, by process: the CPU each process spent per event, and how busy the
 machine's cores were, for the spread, burst and no-op shapes of ``make bench``'s pipeline section.
 
-``python -m bench.profiling.process_cpu`` starts a private embedded Redis and the rows' two worker processes (one child
-each), then runs ``--rounds`` times (2): ``--events`` lone events (the spread row's shape: one event per
-scope), twice as many over 8 scopes (the burst row's), and ``--events`` no-op tasks (the baseline). Around
+``python -m bench.profiling.process_cpu`` starts a private embedded Redis and the rows' two worker processes
+(one child each), then runs ``--rounds`` times (2): ``--events`` lone events (the spread row's shape: one event
+per scope), twice as many over 8 scopes (the burst row's), and ``--events`` no-op tasks (the baseline). Around
 each it reads the CPU time (user + system, ``/proc/<pid>/stat``) of the worker processes and their children,
 of the Redis server and of this process (the producer: the door, the broker sends, and the polling that
 waits for the work to end), and prints per event each one's CPU, the wall time, and the share of the cores

@@ -3,12 +3,13 @@ worker CPU per event with telemetry on and off.
 
 ``python -m bench.profiling.profile_drain`` (3,000 events over 8 scopes, top 30 functions by own time);
 ``--scopes 3000`` for one event per scope, each drained on its own; ``--spread`` for one event per scope
-drained as a worker drains them (one drain_next message, each commit popping the next scope); ``--telemetry`` alternates telemetry on and off three times and
-prints the worker's CPU per event (``time.process_time``: this process only, so the shared machine's other
-load and Redis's own CPU are left out); ``--split`` prints, per event, the CPU of each side of a burst: the
-producer's enqueue and Redis's admission scripts, the drain's Python and Redis's commit scripts (Redis's
-from ``INFO cpu``, so run it on a private Redis: the default). Redis is REDIS_URL or an embedded one; keys live under a private
-prefix that is deleted afterwards.
+drained as a worker drains them (one drain_next message, each commit popping the next scope);
+``--telemetry`` alternates telemetry on and off three times and prints the worker's CPU per event
+(``time.process_time``: this process only, so the shared machine's other load and Redis's own CPU are left
+out); ``--split`` prints, per event, the CPU of each side of a burst: the producer's enqueue and Redis's
+admission scripts, the drain's Python and Redis's commit scripts (Redis's from ``INFO cpu``, so run it on a
+private Redis: the default). Redis is REDIS_URL or an embedded one; keys live under a private prefix that is
+deleted afterwards.
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 
 from redis import Redis
 
 from bench._env import cleanup, make_settings, redis_url
-from bench.pipeline_bench import BURST_SCOPES, bench_events, drain_lone_scopes, one_message
+from bench.pipeline_bench import BURST_SCOPES, FOREVER_S, bench_events, drain_lone_scopes, one_message
 from producers import Producer
 from worker.runtime.app import build_pipeline
 from worker.runtime.collector import settle_collector
 
 ENQUEUE_BATCH = 500
-FOREVER_S = 10**9.0
 
 
 def _redis_cpu_s(client: Redis) -> float:
@@ -92,19 +93,6 @@ def drain_split(
     }
 
 
-def drain_burst(
-    url: str,
-    events: int,
-    scopes: int,
-    *,
-    telemetry: bool,
-    around: Callable[[], AbstractContextManager[None]],
-    spread: bool = False,
-) -> float:
-    """The process CPU seconds per event the drain of :func:`drain_split` took."""
-    return drain_split(url, events, scopes, telemetry=telemetry, around=around, spread=spread)["drain"]
-
-
 class _Profiled(AbstractContextManager[None]):
     def __init__(self) -> None:
         self.profile = cProfile.Profile()
@@ -133,33 +121,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.events < 1 or args.scopes < 1:
         parser.error("--events and --scopes must be at least 1")
-    scopes, spread = (args.events, True) if args.spread else (args.scopes, False)
+    scopes = args.events if args.spread else args.scopes  # the spread's: one per event
     with redis_url() as url:
+        split = partial(drain_split, url, args.events, scopes, spread=args.spread)
         if args.split:
             for _ in range(3):
-                parts = drain_split(
-                    url, args.events, scopes, telemetry=True, around=nullcontext, spread=spread
-                )
+                parts = split(telemetry=True, around=nullcontext)
                 print("CPU per event: " + ", ".join(f"{name} {s * 1e6:.0f} us" for name, s in parts.items()))
             return 0
         if args.telemetry:
             for _ in range(3):
-                on = drain_burst(url, args.events, scopes, telemetry=True, around=nullcontext, spread=spread)
-                off = drain_burst(
-                    url, args.events, scopes, telemetry=False, around=nullcontext, spread=spread
-                )
+                on = split(telemetry=True, around=nullcontext)["drain"]
+                off = split(telemetry=False, around=nullcontext)["drain"]
                 print(
                     f"worker CPU per event: telemetry on {on * 1e6:.0f} us, off {off * 1e6:.0f} us "
                     f"(telemetry costs {(on - off) / off * 100:+.1f}%)"
                 )
             return 0
         profiled = _Profiled()
-        per_event = drain_burst(
-            url, args.events, scopes, telemetry=True, around=lambda: profiled, spread=spread
-        )
+        per_event = split(telemetry=True, around=lambda: profiled)["drain"]
         print(
             f"{per_event * 1e6:.0f} us of CPU per event under the profiler ({args.events} events, "
-            f"{scopes} scopes{', one drain_next message' if spread else ''})"
+            f"{scopes} scopes{', one drain_next message' if args.spread else ''})"
         )
         pstats.Stats(profiled.profile, stream=sys.stdout).sort_stats("tottime").print_stats(args.top)
     return 0
