@@ -7,7 +7,9 @@ per scope), twice as many over 8 scopes (the burst row's), and ``--events`` no-o
 each it reads the CPU time (user + system, ``/proc/<pid>/stat``) of the worker processes and their children,
 of the Redis server and of this process (the producer: the door, the broker sends, and the polling that
 waits for the work to end), and prints per event each one's CPU, the wall time, and the share of the cores
-they kept busy (``os.cpu_count()``). Timed, so it moves with the machine; what it tells apart is *why* a row
+they kept busy (``os.cpu_count()``); after each round, the CPU ratio: the no-op's CPU per task over ours per
+event, the ratio the rows would read with the cores as busy on both sides (a ceiling a goal above it cannot
+reach by keeping the cores busier). Timed, so it moves with the machine; what it tells apart is *why* a row
 is slow: CPU spent (which process) or cores left idle (a process waiting on another's round trip).
 """
 
@@ -59,9 +61,19 @@ class Split:
     redis_s: float
     producer_s: float
 
+    @property
+    def cpu_s(self) -> float:
+        """Every side's CPU, per event."""
+        return (self.workers_s + self.redis_s + self.producer_s) / self.events
+
+    @property
+    def busy(self) -> float:
+        """The share of the machine's cores the three sides kept busy."""
+        return self.cpu_s * self.events / (self.wall_s * (os.cpu_count() or 1))
+
     def row(self) -> str:
         per = 1e6 / self.events
-        busy = (self.workers_s + self.redis_s + self.producer_s) / (self.wall_s * (os.cpu_count() or 1))
+        busy = self.busy
         return (
             f"{self.shape:<34} {self.events / self.wall_s:>8,.0f}/s  wall {self.wall_s * per:>5.0f} us  "
             f"CPU us: workers {self.workers_s * per:>4.0f}, Redis {self.redis_s * per:>4.0f}, "
@@ -88,6 +100,18 @@ class Meter:
         wall, after = time.perf_counter() - started, self.read()
         workers_s, redis_s, producer_s = (b - a for a, b in zip(before, after, strict=True))
         return Split(shape, events, wall, workers_s, redis_s, producer_s)
+
+
+def ceilings(spread: Split, burst: Split, noop: Split) -> str:
+    """One round's CPU ratios: the no-op task's CPU per task over each shape's CPU per event, which is what the
+    pipeline rows would read if ours kept the cores as busy as the no-op does; the row reads this times the
+    two shares of busy cores. A ratio the goal needs above this ceiling needs less CPU per event, not busier
+    cores alone."""
+    return (
+        f"{'  CPU ratio (no-op per task / ours)':<34} spread {noop.cpu_s / spread.cpu_s:.2f}x, "
+        f"burst {noop.cpu_s / burst.cpu_s:.2f}x; cores busy: spread {spread.busy * 100:.0f}%, "
+        f"burst {burst.busy * 100:.0f}%, no-op {noop.busy * 100:.0f}%"
+    )
 
 
 def measure(events: int, rounds: int) -> list[Split]:
@@ -121,8 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.events < 1 or args.rounds < 1:
         parser.error("--events and --rounds must be at least 1")
-    for split in measure(args.events, args.rounds):
-        print(split.row(), flush=True)
+    splits = measure(args.events, args.rounds)
+    for r in range(0, len(splits), 3):  # each round: spread, burst, no-op
+        spread, burst, noop = splits[r : r + 3]
+        for split in (spread, burst, noop):
+            print(split.row())
+        print(ceilings(spread, burst, noop), flush=True)
     return 0
 
 

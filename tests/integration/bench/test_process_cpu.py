@@ -48,3 +48,17 @@ def test_nothing_to_measure_is_refused(argv: list[str], capsys: pytest.CaptureFi
     with pytest.raises(SystemExit):
         process_cpu.main(argv)
     assert "--events and --rounds must be at least 1" in capsys.readouterr().err
+
+
+def test_the_cpu_ratio_divides_the_no_ops_cpu_per_task_by_ours_per_event() -> None:
+    cores = os.cpu_count() or 1
+    # per event: spread 0.5 ms of CPU, burst 0.25 ms, the no-op 1.5 ms; each side's share differs
+    spread = process_cpu.Split(
+        "spread", 100, wall_s=0.05 / cores, workers_s=0.03, redis_s=0.015, producer_s=0.005
+    )
+    burst = process_cpu.Split("burst", 200, wall_s=0.1 / cores, workers_s=0.02, redis_s=0.02, producer_s=0.01)
+    noop = process_cpu.Split("no-op", 100, wall_s=0.15 / cores, workers_s=0.1, redis_s=0.02, producer_s=0.03)
+    line = process_cpu.ceilings(spread, burst, noop)
+    assert "spread 3.00x, burst 6.00x" in line
+    # busy: spread and no-op kept every core busy, the burst half of them
+    assert "cores busy: spread 100%, burst 50%, no-op 100%" in line
