@@ -8,8 +8,8 @@ each it reads the CPU time (user + system, ``/proc/<pid>/stat``) of the worker p
 of the Redis server and of this process (the producer: the door, the broker sends, and the polling that
 waits for the work to end), and prints per event each one's CPU, the wall time, and the share of the cores
 they kept busy (``os.cpu_count()``); after each round, the CPU ratio: the no-op's CPU per task over ours per
-event, the ratio the rows would read with the cores as busy on both sides (a ceiling a goal above it cannot
-reach by keeping the cores busier). Timed, so it moves with the machine; what it tells apart is *why* a row
+event, the ratio the rows would read with our cores as busy as the no-op's (a row reads it times our share of
+busy cores over the no-op's). Timed, so it moves with the machine; what it tells apart is *why* a row
 is slow: CPU spent (which process) or cores left idle (a process waiting on another's round trip).
 """
 
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 from redis import Redis
 
@@ -52,7 +53,8 @@ def cpu_s(pid: int) -> float:
 
 @dataclass(frozen=True)
 class Split:
-    """One shape's figures, per event: CPU microseconds of each side, and the wall time."""
+    """One shape's figures over its ``events``: the wall time and each side's CPU, in seconds (:meth:`row`
+    prints them per event)."""
 
     shape: str
     events: int
@@ -62,14 +64,17 @@ class Split:
     producer_s: float
 
     @property
-    def cpu_s(self) -> float:
-        """Every side's CPU, per event."""
-        return (self.workers_s + self.redis_s + self.producer_s) / self.events
+    def total_cpu_s(self) -> float:
+        return self.workers_s + self.redis_s + self.producer_s
+
+    @property
+    def cpu_per_event_s(self) -> float:
+        return self.total_cpu_s / self.events
 
     @property
     def busy(self) -> float:
         """The share of the machine's cores the three sides kept busy."""
-        return self.cpu_s * self.events / (self.wall_s * (os.cpu_count() or 1))
+        return self.total_cpu_s / (self.wall_s * (os.cpu_count() or 1))
 
     def row(self) -> str:
         per = 1e6 / self.events
@@ -102,21 +107,29 @@ class Meter:
         return Split(shape, events, wall, workers_s, redis_s, producer_s)
 
 
-def ceilings(spread: Split, burst: Split, noop: Split) -> str:
-    """One round's CPU ratios: the no-op task's CPU per task over each shape's CPU per event, which is what the
-    pipeline rows would read if ours kept the cores as busy as the no-op does; the row reads this times the
-    two shares of busy cores. A ratio the goal needs above this ceiling needs less CPU per event, not busier
-    cores alone."""
-    return (
-        f"{'  CPU ratio (no-op per task / ours)':<34} spread {noop.cpu_s / spread.cpu_s:.2f}x, "
-        f"burst {noop.cpu_s / burst.cpu_s:.2f}x; cores busy: spread {spread.busy * 100:.0f}%, "
-        f"burst {burst.busy * 100:.0f}%, no-op {noop.busy * 100:.0f}%"
-    )
+class Round(NamedTuple):
+    """One round's three shapes."""
+
+    spread: Split
+    burst: Split
+    noop: Split
+
+    def ceilings(self) -> str:
+        """The round's CPU ratios: the no-op task's CPU per task over each shape's CPU per event, which is what
+        the pipeline rows would read if ours kept the cores as busy as the no-op does; a row reads this times
+        our share of busy cores over the no-op's. A goal above it needs less CPU per event, or busier cores than
+        the no-op keeps (it runs at 94-98% of them here)."""
+        noop = self.noop.cpu_per_event_s
+        return (
+            f"{'  CPU ratio, no-op / ours':<34} spread {noop / self.spread.cpu_per_event_s:.2f}x, "
+            f"burst {noop / self.burst.cpu_per_event_s:.2f}x; cores busy: spread {self.spread.busy * 100:.0f}%, "
+            f"burst {self.burst.busy * 100:.0f}%, no-op {self.noop.busy * 100:.0f}%"
+        )
 
 
-def measure(events: int, rounds: int) -> list[Split]:
+def measure(events: int, rounds: int) -> list[Round]:
     """``rounds`` times: the spread, burst and no-op shapes on two fresh worker processes."""
-    splits: list[Split] = []
+    out: list[Round] = []
     with private_redis_url() as url:
         client = Redis.from_url(url, decode_responses=True)
         settings = make_settings(url)
@@ -128,12 +141,15 @@ def measure(events: int, rounds: int) -> list[Split]:
                     ("spread (1 event/scope)", bench_events(events, events, f"pc{r}s")),
                     (f"burst ({BURST_SCOPES} scopes)", bench_events(2 * events, BURST_SCOPES, f"pc{r}b")),
                 ]
-                for shape, batch in shapes:
-                    splits.append(meter.split(shape, len(batch), partial(drain_time_s, producer, batch)))
-                splits.append(meter.split("no-op task", events, partial(run_noops, producer, client, events)))
+                spread, burst = (
+                    meter.split(shape, len(batch), partial(drain_time_s, producer, batch))
+                    for shape, batch in shapes
+                )
+                noop = meter.split("no-op task", events, partial(run_noops, producer, client, events))
+                out.append(Round(spread, burst, noop))
             producer.close()
         client.close()
-    return splits
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,12 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.events < 1 or args.rounds < 1:
         parser.error("--events and --rounds must be at least 1")
-    splits = measure(args.events, args.rounds)
-    for r in range(0, len(splits), 3):  # each round: spread, burst, no-op
-        spread, burst, noop = splits[r : r + 3]
-        for split in (spread, burst, noop):
+    for measured in measure(args.events, args.rounds):
+        for split in measured:
             print(split.row())
-        print(ceilings(spread, burst, noop), flush=True)
+        print(measured.ceilings(), flush=True)
     return 0
 
 

@@ -32,7 +32,8 @@ def test_a_process_cpu_counts_its_children() -> None:
 
 @pytest.mark.integration
 def test_every_shape_is_measured_on_real_workers() -> None:
-    splits = process_cpu.measure(events=20, rounds=1)
+    (measured,) = process_cpu.measure(events=20, rounds=1)
+    splits = list(measured)
     assert [(s.shape, s.events) for s in splits] == [
         ("spread (1 event/scope)", 20),
         ("burst (8 scopes)", 40),
@@ -50,15 +51,32 @@ def test_nothing_to_measure_is_refused(argv: list[str], capsys: pytest.CaptureFi
     assert "--events and --rounds must be at least 1" in capsys.readouterr().err
 
 
-def test_the_cpu_ratio_divides_the_no_ops_cpu_per_task_by_ours_per_event() -> None:
-    cores = os.cpu_count() or 1
+def test_the_cpu_ratio_divides_the_no_ops_cpu_per_task_by_ours_per_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(process_cpu.os, "cpu_count", lambda: 2)
     # per event: spread 0.5 ms of CPU, burst 0.25 ms, the no-op 1.5 ms; each side's share differs
-    spread = process_cpu.Split(
-        "spread", 100, wall_s=0.05 / cores, workers_s=0.03, redis_s=0.015, producer_s=0.005
-    )
-    burst = process_cpu.Split("burst", 200, wall_s=0.1 / cores, workers_s=0.02, redis_s=0.02, producer_s=0.01)
-    noop = process_cpu.Split("no-op", 100, wall_s=0.15 / cores, workers_s=0.1, redis_s=0.02, producer_s=0.03)
-    line = process_cpu.ceilings(spread, burst, noop)
+    spread = process_cpu.Split("spread", 100, wall_s=0.025, workers_s=0.03, redis_s=0.015, producer_s=0.005)
+    burst = process_cpu.Split("burst", 200, wall_s=0.05, workers_s=0.02, redis_s=0.02, producer_s=0.01)
+    noop = process_cpu.Split("no-op", 100, wall_s=0.075, workers_s=0.1, redis_s=0.02, producer_s=0.03)
+    line = process_cpu.Round(spread, burst, noop).ceilings()
     assert "spread 3.00x, burst 6.00x" in line
-    # busy: spread and no-op kept every core busy, the burst half of them
+    # busy, over the 2 cores: spread and no-op kept both busy, the burst half of them
     assert "cores busy: spread 100%, burst 50%, no-op 100%" in line
+
+
+def test_each_round_prints_its_rows_then_its_ratio(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def split(shape: str, cpu_s: float) -> process_cpu.Split:
+        return process_cpu.Split(shape, 100, wall_s=1.0, workers_s=cpu_s, redis_s=0.0, producer_s=0.0)
+
+    rounds = [
+        process_cpu.Round(split("spread", 0.5), split("burst", 0.25), split("no-op task", 1.0)),
+        process_cpu.Round(split("spread", 0.25), split("burst", 0.5), split("no-op task", 1.0)),
+    ]
+    monkeypatch.setattr(process_cpu, "measure", lambda events, rounds_: rounds)
+    assert process_cpu.main([]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["spread", "burst", "no-op", "CPU"] * 2
+    assert "spread 2.00x, burst 4.00x" in lines[3] and "spread 4.00x, burst 2.00x" in lines[7]
