@@ -122,6 +122,9 @@ class Settings(BaseSettings):
     # Batch commits (worker/drain/batch.py): up to this many never-delivered head events of a scope whose chains
     # meet only batch-safe handlers run back to back and commit in one script (1: one commit per event).
     commit_batch_max: int = Field(default=16, ge=1)
+    # While a run's COMMIT is in flight, the next run's chains run (worker/drain/pipeline.py; one Redis, no
+    # wait_replicas): the worker's Python and Redis's script overlap. Off: each run waits for its commit's reply.
+    drain_ahead: bool = True
 
     # --- retries and dead letters ---
     max_attempts: int = 5

@@ -20,7 +20,7 @@ counting an attempt); a full store is waited out first (the same commit again, w
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
@@ -31,6 +31,7 @@ from worker.documents.chain_codec import StoredForm
 from worker.drain.context import DrainContext
 from worker.drain.event import EventWork, after_commit, record
 from worker.drain.lease import ChainedPop
+from worker.store.calls import Commit
 from worker.store.records import Begun, EventCommit, Head, RunReply
 from worker.store.replies import CommitCode, HeadCode
 from worker.telemetry.log_privacy import describe_error, refusal_kind
@@ -50,6 +51,10 @@ class RunCommitted:
     followers: list[Begun] = field(default_factory=list)
     slow: bool = False
     lost: bool = False
+    # ``followers`` come after the first ``peek_skip`` fresh events behind the new head (the caller's own list)
+    peek_skip: int = 0
+    # every event of the run was committed by the run's own COMMIT (none refused, none left out)
+    whole: bool = False
 
 
 def event_commit(work: EventWork, form: StoredForm) -> EventCommit:
@@ -77,41 +82,70 @@ def commit_run(
     *,
     go_on: bool,
     peek: int,
+    peek_skip: int = 0,
     then_pop: ChainedPop | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> RunCommitted:
     """COMMIT ``works`` (the head and the events right behind it, in order), each going on to the next head;
-    the last goes on only with ``go_on``. ``peek``: fresh events to list behind the new head. ``then_pop``: once
-    the scope is released, pop the next ready scope and take its lease in the same round trip (what it popped
-    is in ``then_pop.reply`` as soon as the reply is read, before anything else can raise)."""
+    the last goes on only with ``go_on``. ``peek``: fresh events to list behind the new head, after the first
+    ``peek_skip`` (known to the caller). ``then_pop``: once the scope is released, pop the next ready scope and
+    take its lease in the same round trip (what it popped is in ``then_pop.reply`` as soon as the reply is
+    read, before anything else can raise). ``meanwhile``: run while the COMMIT is in flight, where the store
+    sends ahead (:attr:`EventStore.sends_ahead`); the reply is read and settled after it, even when it
+    raises (its exception then goes on)."""
     grant = works[0].grant
     form = ctx.settings.stored_form
     events = [event_commit(work, form) for work in works]
     flags = [go_on or i < len(works) - 1 for i in range(len(works))]
     store = ctx.store
-    try:
-        reply = ctx.full_wait("commit", grant.lost).call(
-            lambda: store.commit_run(
-                grant.keys,
-                grant.scope_key,
-                fence=grant.fence,
-                token=grant.token,
-                events=events,
-                go_on=flags,
-                peek=peek,
-                then_pop=None if then_pop is None else then_pop.call,
-            )
+
+    def call() -> Commit:
+        return store.commit_call(
+            grant.keys,
+            grant.scope_key,
+            fence=grant.fence,
+            token=grant.token,
+            events=events,
+            go_on=flags,
+            peek=peek,
+            peek_skip=peek_skip,
+            then_pop=None if then_pop is None else then_pop.call,
         )
+
+    in_flight: list[Callable[[], RunReply]] = []
+    failed: BaseException | None = None
+    if meanwhile is not None and store.sends_ahead:
+        try:
+            in_flight.append(store.send_commit(call()))
+        except RedisError:
+            pass  # not sent: the commit below sends it again, or says why not
+        try:
+            meanwhile()
+        except BaseException as exc:  # the commit was sent: its reply is read and settled first
+            failed = exc
+
+    def attempt() -> RunReply:  # the reply of the one in flight first; after a full store's pause, a new one
+        return in_flight.pop()() if in_flight else store.commit_run(call())
+
+    try:
+        reply = ctx.full_wait("commit", grant.lost).call(attempt)
     except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
         log.warning("commit not confirmed by replicas (%s)", describe_error(exc))
-        return _lost(works)
+        done = _lost(works)
     except RedisError as exc:
         log.warning(
             "commit not acknowledged (%s): the next drain finds out what it applied", describe_error(exc)
         )
-        return _lost(works)
-    if then_pop is not None and reply.popped is not None:
-        then_pop.reply = reply.popped
-    return _settle(ctx, works, reply, go_on=flags[-1], peek=peek, then_pop=then_pop)
+        done = _lost(works)
+    else:
+        if then_pop is not None and reply.popped is not None:
+            then_pop.reply = reply.popped
+        done = _settle(ctx, works, reply, go_on=flags[-1], peek=peek, then_pop=then_pop)
+        if reply.code is CommitCode.COMMITTED:
+            done.peek_skip = peek_skip
+    if failed is not None:
+        raise failed
+    return done
 
 
 def _lost(works: Sequence[EventWork]) -> RunCommitted:
@@ -143,6 +177,7 @@ def _settle(
     code = reply.code
     if code is CommitCode.COMMITTED:
         out.followers = reply.followers
+        out.whole = out.committed == len(works)
     elif code is CommitCode.LANE_TAKEN:
         out.slow = True
     elif code in (CommitCode.REFUSED, CommitCode.PARTIAL):

@@ -12,7 +12,8 @@ it into the lease grant's keys, so one pipeline, store, emitter and lease serve 
    (APPLY), and it commits as a run of one.
 3. **Commit.** One COMMIT for the run (worker/drain/commit.py), each event exactly as alone: fenced, at the head,
    with its outcome, chain, staged writes and follow-ups, its lanes applied right before it; the same round trip
-   takes the next head, or releases the scope when the inbox is empty.
+   takes the next head, or releases the scope when the inbox is empty. Where the store sends ahead, the next
+   run's chains run while this COMMIT is in flight (worker/drain/ahead.py).
 4. **Next.** Until the inbox is empty (the script released the scope), its head waits for a retry time, or the
    drain reached ``max_events_per_drain``: then the scope is handed off (token-checked release that keeps it
    scheduled) and the caller publishes its next drain. A drain_next message that goes on to another scope
@@ -38,6 +39,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Literal
 
 from worker.chain.chain_document import event_head
@@ -45,7 +47,8 @@ from worker.chain.context import Deps
 from worker.chain.registry import Registry
 from worker.core.clock import now_ms
 from worker.core.tenancy import DEFAULT_TENANT, scope_ref, split_scope_ref
-from worker.drain.commit import commit_run
+from worker.drain.ahead import Lookahead
+from worker.drain.commit import RunCommitted, commit_run
 from worker.drain.context import DrainContext
 from worker.drain.event import EventWork, count_runs, run_event
 from worker.drain.lease import Acquired, ChainedPop, LeaseGrant, Popped, ScopeLease
@@ -195,7 +198,8 @@ class Pipeline:
 
     def _drain_heads(self, grant: LeaseGrant, head: Head, then_pop: ChainedPop | None = None) -> DrainOutcome:
         """The drain's loop (see the module docstring): runs, their commits, until the scope is idle or handed
-        off (``then_pop`` goes to each commit: the one that releases the scope pops the next)."""
+        off (``then_pop`` goes to each commit: the one that releases the scope pops the next). Where the store
+        sends ahead, the next run's chains run while its commit is in flight (worker/drain/ahead.py)."""
         settings = self.settings
         limit, run_max = settings.max_events_per_drain, settings.commit_batch_max
         # After a lost delivery (the head was processing when its worker died) the whole drain runs one by one, so
@@ -203,16 +207,22 @@ class Pipeline:
         # allowed, a run's crash would dead-letter its head for another event's fault: no runs of several at all.
         lost_delivery = head.begun is not None and head.begun.previous_state == "processing"
         alone_only = lost_delivery or settings.max_attempts <= 1 or run_max <= 1
-        peek = 0 if alone_only else run_max - 1
+        look = Lookahead(not alone_only and settings.drain_ahead and self.store.sends_ahead)
+        # the fresh events to know behind the head: the next run's, and going ahead the run after it too
+        window = 0 if alone_only else (2 * run_max - 1 if look.enabled else run_max - 1)
         processed, slow = 0, False
-        followers = [] if alone_only else self._peek(grant, head, min(limit, run_max) - 1)
+        look.known = [] if alone_only else self._peek(grant, head, min(limit, window + 1) - 1)
         while head.code is HeadCode.TAKEN and head.begun is not None:
             room = min(run_max, limit - processed)
             if room <= 0:  # max_events_per_drain: let other scopes have a turn
+                self._drop(look.take_carried())
                 return self.hand_off(grant, processed, 0)
-            works = [] if slow or alone_only else self._speculate(grant, [head.begun, *followers[: room - 1]])
-            if works is None:
-                return DrainOutcome(processed, "lost")
+            works = look.take_carried()
+            if not works and not slow and not alone_only:
+                speculated = self._speculate(grant, [head.begun, *look.known[: room - 1]])
+                if speculated is None:
+                    return DrainOutcome(processed, "lost")
+                works = speculated
             if not works:  # the head runs alone
                 work = run_event(self.ctx, grant, head.begun, batch=False)
                 if work.lost or work.outcome is None:
@@ -220,22 +230,72 @@ class Pipeline:
                     return DrainOutcome(processed, "lost")
                 works = [work]
             go_on = processed + len(works) < limit
-            try:
-                done = commit_run(self.ctx, works, go_on=go_on, peek=peek, then_pop=then_pop)
-            finally:  # the runs of every walk no commit counted (lost, refused, run again alone)
-                for work in works:
-                    count_runs(self.ctx, work)
+            done = self._commit(
+                grant,
+                works,
+                look,
+                window,
+                go_on=go_on,
+                slow=slow,
+                room_after=limit - processed,
+                then_pop=then_pop,
+            )
             processed += done.committed
             if done.lost:
                 return DrainOutcome(processed, "lost")
-            next_head, followers = done.head, done.followers
-            slow = done.slow
+            slow, next_head = done.slow, done.head
             if next_head is None:  # max_events_per_drain: let other scopes have a turn
                 return self.hand_off(grant, processed, 0)
             head = next_head
         if head.code is HeadCode.EMPTY:
             return DrainOutcome(processed, "idle")  # the script released the scope
         return self.hand_off(grant, processed, max(head.not_before_ms - now_ms(), 0))
+
+    def _commit(
+        self,
+        grant: LeaseGrant,
+        works: list[EventWork],
+        look: Lookahead,
+        window: int,
+        *,
+        go_on: bool,
+        slow: bool,
+        room_after: int,
+        then_pop: ChainedPop | None = None,
+    ) -> RunCommitted:
+        """Commit a run; going ahead, the next run's chains run while it is in flight (``room_after``: events the
+        drain may still take, this run's included)."""
+        nxt, behind = look.after(len(works))
+        skip = len(behind) if look.enabled else 0
+        next_run: list[EventWork] = []
+        meanwhile = None
+        if look.enabled and go_on and not slow and nxt is not None and works[-1].outcome == "done":
+            upcoming = [nxt, *behind[: min(self.settings.commit_batch_max, room_after - len(works)) - 1]]
+            meanwhile = partial(self._run_ahead, grant, upcoming, next_run)
+        try:
+            done = commit_run(
+                self.ctx,
+                works,
+                go_on=go_on,
+                peek=max(window - skip, 0),
+                peek_skip=skip,
+                then_pop=then_pop,
+                meanwhile=meanwhile,
+            )
+        finally:  # the runs of every walk no commit counted (lost, refused, run again alone)
+            for work in works:
+                count_runs(self.ctx, work)
+        self._drop(look.settle(done, nxt, behind, skip, next_run))
+        return done
+
+    def _run_ahead(self, grant: LeaseGrant, events: list[Begun], into: list[EventWork]) -> None:
+        into.extend(self._speculate(grant, events) or [])
+
+    def _drop(self, works: list[EventWork]) -> None:
+        """Walks run ahead that no commit will take: their handler runs are counted; their events run again
+        in a run of their own."""
+        for work in works:
+            count_runs(self.ctx, work)
 
     def hand_off(self, grant: LeaseGrant, processed: int, wait_ms: int) -> DrainOutcome:
         """Release the scope but keep it scheduled: the caller publishes its next drain after ``wait_ms``."""

@@ -23,7 +23,7 @@ MARKERS = {"prefix": "$P$", "tenant": "$T$", "scope": "$S$"}
 
 @cache
 def lua_key_templates() -> dict[str, str]:
-    """Constant name -> template, for the keys ACQUIRE needs (worker/store/calls.py ``Acquire``)."""
+    """Constant name -> template, for the keys ACQUIRE needs (worker/store/calls/lease.py ``Acquire``)."""
     scope = MARKERS["scope"]
     k = Keys(MARKERS["prefix"], MARKERS["tenant"], 1).for_scope(scope)
     return {

@@ -8,7 +8,7 @@ All state lives in Redis under :class:`worker.keys.layout.Keys`; each state chan
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypedDict, cast
 
 from redis import Redis
@@ -280,7 +280,28 @@ class EventStore(StoreReads):
             raise NotReplicated(wanted, int(acked), timeout_ms)
         return reply
 
-    def commit_run(
+    def commit_run(self, call: Commit) -> RunReply:
+        """COMMIT: a run of one or more head events of a scope (:meth:`commit_call`), and its reply."""
+        return RunReply.parse(self.durable(call))
+
+    @property
+    def sends_ahead(self) -> bool:
+        """Whether :meth:`send_commit` sends a COMMIT without waiting for its reply: on one Redis (not a cluster),
+        without ``wait_replicas`` (whose WAIT must follow the script on the same connection), and with a pool of
+        two connections or more (the one in flight is the commit's until its reply is read)."""
+        settings = self.settings
+        return self.scripts.plain and not settings.wait_replicas and settings.redis_max_connections >= 2
+
+    def send_commit(self, call: Commit) -> Callable[[], RunReply]:
+        """:meth:`commit_run`, sent now; the function returned reads its reply (:meth:`Scripts.send`: call it
+        exactly once). Where :attr:`sends_ahead` is false, the commit runs here and the function returns it."""
+        if not self.sends_ahead:
+            reply = RunReply.parse(self.durable(call))
+            return lambda: reply
+        read = self.scripts.send(call)
+        return lambda: RunReply.parse(read())
+
+    def commit_call(
         self,
         k: Keys,
         scope_key: str,
@@ -290,15 +311,16 @@ class EventStore(StoreReads):
         events: Sequence[EventCommit],
         go_on: Sequence[bool],
         peek: int = 0,
+        peek_skip: int = 0,
         then_pop: PopNext | None = None,
-    ) -> RunReply:
-        """COMMIT: a run of one or more head events of ``k``'s tenant's scope, in inbox order, fenced; each
+    ) -> Commit:
+        """COMMIT's call: a run of one or more head events of ``k``'s tenant's scope, in inbox order, fenced; each
         event's ``go_on`` takes the next head in the same round trip (or releases the scope when it is idle);
-        ``peek``: how many fresh events behind the new head to list for the next run; ``then_pop``: once the
-        scope is released, pop the next ready scope and take its lease (:attr:`RunReply.popped`; one Redis, one
-        scope bucket only)."""
+        ``peek``: how many fresh events behind the new head to list for the next run, after the first
+        ``peek_skip`` (the caller knows those); ``then_pop``: once the scope is released, pop the next ready
+        scope and take its lease (:attr:`RunReply.popped`; one Redis, one scope bucket only)."""
         b, settings = k.for_scope(scope_key), self.settings
-        call = Commit(
+        return Commit(
             inbox=b.inbox(scope_key),
             fence_key=b.fence(scope_key),
             dlq=b.dlq,
@@ -323,11 +345,11 @@ class EventStore(StoreReads):
             ev_prefix=b.event_prefix,
             lane_ttl_s=settings.idempotency_ttl_s,
             peek_count=peek,
+            peek_skip=peek_skip,
             pop_next=0 if then_pop is None else 1,
             pop=() if then_pop is None else (then_pop,),
             events=[self._committed(b, scope_key, fence, e, g) for e, g in zip(events, go_on, strict=True)],
         )
-        return RunReply.parse(self.durable(call))
 
     def _committed(
         self, b: BucketKeys, scope: str, fence: int, e: EventCommit, go_on: bool

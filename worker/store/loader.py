@@ -2,7 +2,7 @@
 
 A script's file opens with its contract in comments, a ``-- requires: a, b`` line naming the library pieces it
 uses (``lua/lib/<name>.lua``, each of which may require others), and named locals for its KEYS and ARGV (the
-layout its call declares in worker/store/calls.py; a test holds each file to it). :func:`load_script` joins, in
+layout its call declares in worker/store/calls/; a test holds each file to it). :func:`load_script` joins, in
 this order: the generated header (the reply codes of worker/store/replies.py and the named constants the
 caller gives), each required piece once (what it requires first), and the script itself. In the style of
 dramatiq's ``dispatch.lua``: a file a reviewer reads as code, one Redis ``EVALSHA`` as before.

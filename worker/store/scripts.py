@@ -2,7 +2,7 @@
 
 Each script is a file, ``worker/store/lua/<name>.lua`` (its contract in the comments it opens with; the library
 pieces it requires in ``lua/lib/``), joined by :mod:`worker.store.loader`; its keys and arguments are the fields
-of its call (worker/store/calls.py) and its replies are worker/store/replies.py's codes. :class:`Scripts`
+of its call (worker/store/calls/) and its replies are worker/store/replies.py's codes. :class:`Scripts`
 registers each script once per Redis client, on first use, and sends it by its SHA (``EVALSHA``); a server that
 no longer knows it (a restart, ``SCRIPT FLUSH``) gets it loaded again (``SCRIPT LOAD``) and the call repeated.
 """
@@ -10,12 +10,13 @@ no longer knows it (a restart, ``SCRIPT FLUSH``) gets it loaded again (``SCRIPT 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, cast
 
 from redis import Redis
 from redis.client import Pipeline
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from worker.keys.lua_half import lua_key_templates
 from worker.store.calls import ScriptCall
@@ -38,8 +39,8 @@ class Scripts:
 
     def __init__(self, client: Redis) -> None:
         self.client = client
-        # a client of one Redis, not a cluster's nor a pipeline: run() sends EVALSHA itself
-        self._plain = isinstance(client, Redis) and not isinstance(client, Pipeline)
+        # a client of one Redis, not a cluster's nor a pipeline: run() sends EVALSHA itself, send() may be used
+        self.plain = isinstance(client, Redis) and not isinstance(client, Pipeline)
         self._registered: dict[str, Script] = {}
         self._lock = threading.Lock()
 
@@ -68,7 +69,7 @@ class Scripts:
         a lone event's commit, ~3 M for an enqueue batch of 500 events (~8,000 arguments). Pipelines and
         cluster clients keep ``Script``'s own way (it registers the script with a pipeline)."""
         script = self.script(call.SCRIPT)
-        if client is not None or not self._plain:
+        if client is not None or not self.plain:
             return script(keys=call.keys(), args=call.args(), client=client)
         keys, args, plain = call.keys(), call.args(), cast(Any, self.client)  # execute_command is untyped
         try:
@@ -76,3 +77,40 @@ class Scripts:
         except NoScriptError:
             script.sha = plain.script_load(script.script)
             return plain.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def send(self, call: ScriptCall) -> Callable[[], Any]:
+        """Send ``call``'s script now (a :attr:`plain` client's only) and return the function that reads its
+        reply: call it exactly once; until then one connection of the pool is the call's, and other calls use
+        the others. So the caller runs Python while Redis runs the script. NOSCRIPT at the read gets the script
+        loaded and the call run again (:meth:`run`); a script's error reply is raised as it is; a connection
+        error or a read cut short disconnects the connection (what it would read next is not ours)."""
+        if not self.plain:
+            raise TypeError("Scripts.send needs a client of one Redis (not a pipeline or a cluster)")
+        script = self.script(call.SCRIPT)
+        keys, args = call.keys(), call.args()
+        pool = self.client.connection_pool
+        conn: Any = pool.get_connection()  # redis-py's Connection is untyped
+        try:
+            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except BaseException:
+            conn.disconnect()
+            pool.release(conn)
+            raise
+
+        def read() -> Any:
+            try:
+                reply = conn.read_response()
+            except NoScriptError:
+                pool.release(conn)
+                return self.run(call)
+            except ResponseError:  # the whole error reply was read: the connection is clean
+                pool.release(conn)
+                raise
+            except BaseException:
+                conn.disconnect()
+                pool.release(conn)
+                raise
+            pool.release(conn)
+            return reply
+
+        return read

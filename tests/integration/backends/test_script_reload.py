@@ -1,5 +1,6 @@
 """Scripts.run sends EVALSHA itself on a plain client and loads a script the server has forgotten (a restart,
-SCRIPT FLUSH) before it sends the call again; pipelines keep redis-py's Script."""
+SCRIPT FLUSH) before it sends the call again; pipelines keep redis-py's Script. Scripts.send sends a call and
+reads its reply later, its connection out of the pool until then."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 import pytest
 from redis import Redis
 from redis.commands.core import Script
+from redis.exceptions import ResponseError
 
 from tests.support.private_redis import private_redis
-from worker.store.calls import Renew
+from worker.store.calls import Release, Renew
 from worker.store.scripts import Scripts
 
 
@@ -43,3 +45,52 @@ def test_a_plain_client_does_not_go_through_redis_py_script(
         with pytest.raises(AssertionError, match=r"Script\.__call__ ran"):  # a pipeline still uses it
             scripts.run(Renew("lease", "mine", 60_000), client=client.pipeline())
         client.close()
+
+
+def test_a_sent_call_is_read_later_while_other_calls_go_on(tmp_path: Path) -> None:
+    with private_redis(tmp_path) as url:
+        client = Redis.from_url(url, decode_responses=True)
+        scripts = Scripts(client)
+        pool = client.connection_pool
+        client.set("lease", "mine")
+        read = scripts.send(Renew("lease", "mine", 60_000))
+        assert len(pool._in_use_connections) == 1  # the sent call's, until its reply is read
+        assert client.get("lease") == "mine"  # another connection meanwhile
+        assert scripts.run(Release("lease", "theirs")) is not None
+        assert read() == 1
+        assert len(pool._in_use_connections) == 0
+        assert 0 < client.pttl("lease") <= 60_000
+        client.close()
+
+
+def test_a_sent_call_the_server_forgot_is_loaded_and_run_again(tmp_path: Path) -> None:
+    with private_redis(tmp_path) as url:
+        client = Redis.from_url(url, decode_responses=True)
+        scripts = Scripts(client)
+        client.set("lease", "mine")
+        assert scripts.run(Renew("lease", "mine", 60_000)) == 1
+        client.script_flush()
+        read = scripts.send(Renew("lease", "mine", 60_000))
+        assert read() == 1  # NOSCRIPT at the read: loaded, then run again
+        assert len(client.connection_pool._in_use_connections) == 0
+        client.close()
+
+
+def test_a_sent_calls_error_reply_is_raised_and_its_connection_kept(tmp_path: Path) -> None:
+    with private_redis(tmp_path) as url:
+        client = Redis.from_url(url, decode_responses=True)
+        scripts = Scripts(client)
+        client.rpush("lease", "a list, not a string")  # RENEW's GET meets the wrong type: an error reply
+        read = scripts.send(Renew("lease", "mine", 60_000))
+        (sent,) = client.connection_pool._in_use_connections
+        with pytest.raises(ResponseError, match="WRONGTYPE"):
+            read()
+        assert sent in client.connection_pool._available_connections  # back in the pool, still connected
+        assert sent._sock is not None
+        client.close()
+
+
+def test_send_refuses_a_pipeline() -> None:
+    scripts = Scripts(Redis().pipeline())
+    with pytest.raises(TypeError, match="client of one Redis"):
+        scripts.send(Renew("lease", "mine", 60_000))

@@ -56,7 +56,9 @@ def _commit(
         followups=[follow],
     )
     run = store.commit_run(
-        grant.keys, SCOPE, fence=grant.fence, token=grant.token, events=[event], go_on=[False]
+        store.commit_call(
+            grant.keys, SCOPE, fence=grant.fence, token=grant.token, events=[event], go_on=[False]
+        )
     )
     (reply,) = run.replies
     assert run.code is reply.code

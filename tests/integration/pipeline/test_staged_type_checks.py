@@ -45,8 +45,9 @@ def _run(producer: Producer, staged: list[list[list[Any]]], client: Redis) -> tu
         events.append(EventCommit(event_id=str(event_id), outcome="done", error="", effects=effects))
     go_on = [True] * (len(events) - 1) + [False]
     before = _type_calls(client)
-    run = producer.store.commit_run(
-        grant.keys, SCOPE, fence=grant.fence, token=grant.token, events=events, go_on=go_on
+    store = producer.store
+    run = store.commit_run(
+        store.commit_call(grant.keys, SCOPE, fence=grant.fence, token=grant.token, events=events, go_on=go_on)
     )
     return run, _type_calls(client) - before
 

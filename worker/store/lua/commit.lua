@@ -11,6 +11,9 @@
 -- arguments): a retried, dead or cancelled event leaves no trace of them. With go_on '1' the same round trip
 -- takes the next head (which begins the next event of the run), or releases the scope when it is idle or paused.
 --
+-- peek_count fresh events behind the new head are listed for the next run, after the first peek_skip (the caller
+-- knows them already: it ran them while this commit was in flight).
+--
 -- -> {code, {one reply per event tried}, peek[, index, reason]}. An event's reply: {CommitCode.COMMITTED,
 --    {scope refs that need a drain}, outcome, latencyMs (enqueue to done; -1 unless done), follow-ups accepted,
 --    follow-ups duplicate, <take_head reply>?}
@@ -32,8 +35,8 @@ local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_a
   runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
   KEYS[11], KEYS[12], KEYS[13]
 local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, scope_ref, ev_prefix, lane_ttl_s,
-  peek_count, pop_next = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
-  ARGV[10], ARGV[11], ARGV[12]
+  peek_count, peek_skip, pop_next = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8],
+  ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13]
 
 local now, window, imax = tonumber(now_ms), tonumber(window_s), tonumber(run_index_max)
 local body_moves = tonumber(chain_ttl_s) >= window  -- a done event's chain outlives its hash
@@ -197,7 +200,7 @@ local function apply_lanes(ev, event_id, lanes)
 end
 
 -- The next scope's pop (before the events: the layout's group order), when asked.
-local k0, a0 = 14, 13
+local k0, a0 = 14, 14
 local pop = nil
 if pop_next == '1' then
   local k, a = k0, a0
@@ -242,7 +245,9 @@ local function run()
   local last = out[#out]
   local peek = {}
   -- last[7]: the take_head reply's code, after the event's own six fields
-  if last and last[7] == HeadCode.TAKEN then peek = peek_fresh(inbox, ev_prefix, now_ms, tonumber(peek_count)) end
+  if last and last[7] == HeadCode.TAKEN then
+    peek = peek_fresh(inbox, ev_prefix, now_ms, tonumber(peek_count), tonumber(peek_skip))
+  end
   if pop and last and last[7] == HeadCode.EMPTY then
     local popped = pop_grant(pop.ring, pop.tickets, pop.ready_prefix, pop.ticket_ttl_ms, pop.key_prefix, pop.token,
       pop.ttl_ms, now_ms)

@@ -1,5 +1,5 @@
 """The Lua scripts as files (worker/store/lua/): each file opens with the named locals of its call's layout
-(worker/store/calls.py) and reads its repeated groups with the lines the layout writes, every reply code it names
+(worker/store/calls/) and reads its repeated groups with the lines the layout writes, every reply code it names
 exists in worker/store/replies.py, every piece it requires exists, one script commits, and no Python string of
 the packages holds Lua of more than a few lines."""
 

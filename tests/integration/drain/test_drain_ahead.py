@@ -1,0 +1,123 @@
+"""Runs ahead (worker/drain/ahead.py): while a run's COMMIT is in flight, the next run's chains run. In a real
+pipeline on a real Redis, drained in this process: each chain runs once when nothing moves under the drain, the
+inbox order and every effect hold, and when the inbox does move (an event cancelled, or erased, while its walk
+ran ahead) the script's own checks end the run and the walks run ahead are dropped, nothing applied twice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from producers import Producer
+from worker.drain.pipeline import Pipeline
+from worker.keys.layout import BucketKeys
+from worker.ops.scope_control import cancel_event
+from worker.runtime.app import build_pipeline
+from worker.store.records import Begun
+
+pytestmark = pytest.mark.integration
+
+SCOPE = "topic:ahead"
+EVENTS = 40
+RUN = 4  # commit_batch_max: ten runs, nine of them run ahead
+
+
+def _events(keys: BucketKeys, n: int = EVENTS) -> list[dict[str, Any]]:
+    return [
+        {
+            "sourceType": "test.batch",
+            "sourceId": f"a-{i}",
+            "scopeKey": SCOPE,
+            "payload": {"counterKey": f"{keys.bucket_prefix}test:batch-counter"},
+        }
+        for i in range(n)
+    ]
+
+
+def _drain(pipeline: Pipeline, producer: Producer, ids: list[str]) -> None:
+    for _ in range(EVENTS):  # one drain goes as far as it can; a call after it starts at the head left
+        if all((producer.status(e) or {}).get("status") in ("done", "cancelled") for e in ids):
+            return
+        pipeline.drain_scope(SCOPE)
+    raise AssertionError("the scope did not drain")
+
+
+def _walks(redis_client: Redis, keys: BucketKeys, n: int = EVENTS) -> list[int]:
+    return [int(redis_client.get(f"{keys.home_prefix}test:batch-runs:a-{i}") or 0) for i in range(n)]
+
+
+def _spy(pipeline: Pipeline, before: Callable[[list[Begun]], None] | None = None) -> list[list[str]]:
+    """Record what each look-ahead ran (its events' ids), calling ``before`` with them first."""
+    seen: list[list[str]] = []
+    original = pipeline._run_ahead
+
+    def run_ahead(grant: Any, events: list[Begun], into: list[Any]) -> None:
+        seen.append([b.event_id for b in events])
+        if before is not None:
+            before(events)
+        original(grant, events, into)
+
+    pipeline._run_ahead = run_ahead  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_each_chain_runs_once_in_order_with_or_without_runs_ahead(
+    ahead: bool, make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    settings = make_settings(commit_batch_max=RUN, drain_ahead=ahead)
+    producer = Producer(settings)
+    ids = [r.event_id for r in producer.enqueue_many(_events(keys))]
+    pipeline = build_pipeline(settings)
+    seen = _spy(pipeline)
+    _drain(pipeline, producer, ids)
+    assert [(producer.status(e) or {}).get("status") for e in ids] == ["done"] * EVENTS
+    assert redis_client.lrange(f"{keys.bucket_prefix}test:batch-order", 0, -1) == [
+        f"a-{i}" for i in range(EVENTS)
+    ]
+    assert redis_client.get(f"{keys.bucket_prefix}test:batch-counter") == str(EVENTS)
+    # every walk kept: the events each run took ahead were the ones the next commit took, in order
+    assert _walks(redis_client, keys) == [1] * EVENTS
+    if ahead:  # every run after the first ran while the run before it committed, a run's length each
+        assert seen == [ids[i : i + RUN] for i in range(RUN, EVENTS, RUN)]
+    else:
+        assert seen == []
+    stats = producer.store.stats(producer.keys)
+    assert stats["batchCommits"] == EVENTS // RUN and stats["done"] == EVENTS
+    producer.close()
+
+
+def test_an_event_cancelled_while_its_walk_runs_ahead_is_cancelled_and_the_rest_apply_once(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """The second look-ahead's second event is cancelled just before its walk: the commit that reaches it
+    skips it (the script's take), the run ends there, and the walks run ahead past it are dropped and run again:
+    it is cancelled, every other event done once, in order."""
+    settings = make_settings(commit_batch_max=RUN)
+    producer = Producer(settings)
+    ids = [r.event_id for r in producer.enqueue_many(_events(keys))]
+    pipeline = build_pipeline(settings)
+    victim: list[str] = []
+
+    def cancel_second_of_second(events: list[Begun]) -> None:
+        if len(seen) == 2:
+            victim.append(events[1].event_id)
+            assert cancel_event(producer.store, producer.keys, events[1].event_id).state == "cancelled"
+
+    seen = _spy(pipeline, cancel_second_of_second)
+    _drain(pipeline, producer, ids)
+    (cancelled,) = victim
+    gone = ids.index(cancelled)
+    assert (producer.status(cancelled) or {}).get("status") == "cancelled"
+    others = [e for e in ids if e != cancelled]
+    assert [(producer.status(e) or {}).get("status") for e in others] == ["done"] * (EVENTS - 1)
+    order = [f"a-{i}" for i in range(EVENTS) if i != gone]
+    assert redis_client.lrange(f"{keys.bucket_prefix}test:batch-order", 0, -1) == order
+    assert redis_client.get(f"{keys.bucket_prefix}test:batch-counter") == str(EVENTS - 1)
+    walks = _walks(redis_client, keys)
+    # its walk ran ahead once and was dropped; the walks after it in that look-ahead ran again
+    assert walks[gone] == 1 and sum(walks) > EVENTS
+    producer.close()

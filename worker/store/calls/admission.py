@@ -1,0 +1,79 @@
+"""Admission: an event's record and indexes (a layout ENQUEUE and COMMIT share), ENQUEUE and ENQUEUE_PUSH."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from worker.core.record import record
+from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
+
+__all__ = ["Admission", "Enqueue", "EnqueuePush", "UserBytes"]
+
+
+@record
+class Admission(Layout):
+    """One event as ENQUEUE and COMMIT (its follow-ups) admit it (a record: the door builds one per event)."""
+
+    LUA = "ADMISSION"
+    ev: str = key()
+    inbox: str = key()
+    sched: str = key()
+    seq: str = key()
+    user_index: str = key()
+    scope_users: str = key()
+    runs_type: str = key()
+    runs_scope: str = key()
+    by_source: str = key()
+    event_id: str = arg()
+    scope_ref: str = arg()
+    body: str = arg()
+    user_id: str = arg()
+    source_type: str = arg()
+    source_id: str = arg()
+    source_member: str = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class UserBytes(Layout):
+    """A user the batch names: their stored bytes (the user's storage quota)."""
+
+    LUA = "USER"
+    bytes_key: str = key()
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue(ScriptCall):
+    SCRIPT = "enqueue"
+    scopes: str = key()
+    stats: str = key()
+    paused: str = key()
+    runs_active: str = key()
+    runs_types: str = key()
+    retained: str = key()
+    now_ms: int = arg()
+    window_s: int = arg()
+    sched_ttl_ms: int = arg()
+    tenant: str = arg()
+    max_inbox: int = arg()
+    max_queued: int = arg()
+    run_index_max: int = arg()
+    max_events: int = arg()
+    retained_slot_ms: int = arg()
+    max_user_bytes: int = arg()
+    user_count: int = arg()
+    events: Sequence[Admission] = group()
+    users: Sequence[UserBytes] = group()
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueuePush(Enqueue):
+    """ENQUEUE, then the scopes it made ready pushed on their tenant's ready list (fair share): ENQUEUE's keys and
+    arguments, then these (each kind keeps its field order, so ENQUEUE's come first on both sides)."""
+
+    SCRIPT = "enqueue_push"
+    ring: str = key()
+    ready: str = key()
+    tickets: str = key()
+    tickets_max: int = arg()
+    ticket_ttl_ms: int = arg()

@@ -1,0 +1,43 @@
+"""The scope lease's scripts: ACQUIRE, RENEW, RELEASE."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.store.calls.layout import ScriptCall, arg, key
+
+__all__ = ["Acquire", "Release", "Renew"]
+
+
+@dataclass(frozen=True, slots=True)
+class Acquire(ScriptCall):
+    SCRIPT = "acquire"
+    lease: str = key()
+    fence_key: str = key()
+    inbox: str = key()
+    sched: str = key()
+    scopes: str = key()
+    paused: str = key()
+    stats: str = key()
+    runs_active: str = key()
+    runs_cancelled: str = key()
+    token: str = arg()
+    ttl_ms: int = arg()
+    ev_prefix: str = arg()
+    now_ms: int = arg()
+    scope_ref: str = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class Renew(ScriptCall):
+    SCRIPT = "renew"
+    lease: str = key()
+    token: str = arg()
+    ttl_ms: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class Release(ScriptCall):
+    SCRIPT = "release"
+    lease: str = key()
+    token: str = arg()

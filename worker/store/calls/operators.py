@@ -1,0 +1,86 @@
+"""The operators' scripts: redrive, discard, cancel, resume, and the runs explorer's page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.store.calls.layout import ScriptCall, arg, key
+
+__all__ = ["Cancel", "Discard", "Redrive", "Resume", "RunsPage"]
+
+
+@dataclass(frozen=True, slots=True)
+class Redrive(ScriptCall):
+    SCRIPT = "redrive"
+    ev: str = key()
+    inbox: str = key()
+    sched: str = key()
+    scopes: str = key()
+    dlq: str = key()
+    stats: str = key()
+    seq: str = key()
+    paused: str = key()
+    runs_dead: str = key()
+    runs_active: str = key()
+    event_id: str = arg()
+    scope_ref: str = arg()
+    now_ms: int = arg()
+    sched_ttl_ms: int = arg()
+    window_s: int = arg()
+    new_body: str = arg()
+    scope_key: str = arg()
+    run_index_max: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class Discard(ScriptCall):
+    SCRIPT = "discard"
+    ev: str = key()
+    dlq: str = key()
+    stats: str = key()
+    runs_dead: str = key()
+    runs_discarded: str = key()
+    runs_discarded_at: str = key()
+    audit: str = key()
+    event_id: str = arg()
+    reason: str = arg()
+    now_ms: int = arg()
+    window_s: int = arg()
+    audit_max_len: int = arg()
+    run_index_max: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel(ScriptCall):
+    SCRIPT = "cancel"
+    ev: str = key()
+    stats: str = key()
+    runs_active: str = key()
+    runs_cancelled: str = key()
+    event_id: str = arg()
+    now_ms: int = arg()
+    window_s: int = arg()
+    run_index_max: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class Resume(ScriptCall):
+    SCRIPT = "resume"
+    paused: str = key()
+    inbox: str = key()
+    scopes: str = key()
+    sched: str = key()
+    scope_key: str = arg()
+    scope_ref: str = arg()
+    now_ms: int = arg()
+    sched_ttl_ms: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class RunsPage(ScriptCall):
+    SCRIPT = "runs_page"
+    index: str = key()
+    max_score: str = arg()
+    after: str = arg()
+    min_score: str = arg()
+    count: int = arg()
