@@ -8,11 +8,15 @@ already run before the first of them commits. What keeps this safe is the COMMIT
 event of a run must be the head the script itself took, under our fence, or the run ends there. The list only
 decides what is worth running ahead: the walks are kept when the run before committed whole and the script
 took, as the next head, the event they start with; else they are dropped (their handler runs counted) and the
-events run again in a run of their own.
+events run again in the drain's next run.
 
-Each COMMIT lists the fresh events behind its new head for the next runs, after the ``peek_skip`` this
-drain already knows, so each event is read once: the window is two runs long with ``drain_ahead`` (the next
-run's and the one after it), one run without.
+Each COMMIT lists the fresh events behind its new head for the next runs, after the ``peek_skip`` this drain
+already knows, so each event is read once: the window is two runs long with ``drain_ahead`` (the next run's and
+the one after it), one run without, and never past what the drain may still take (``max_events_per_drain``).
+
+What it costs: a run's after-commit steps (its follow-ups' drains published, its metrics) wait for the run
+ahead's chains, one run's Python; a worker killed meanwhile leaves those follow-up scopes to the reconcile
+sweep, as a worker killed right after any commit does.
 """
 
 from __future__ import annotations
@@ -55,11 +59,10 @@ class Lookahead:
         expected = nxt is not None and taken == nxt.event_id
         if expected and done.peek_skip == skip:
             self.known = behind + done.followers
-        else:  # the inbox moved under us, or the reply listed its own: only what it listed, if it starts at the head
+        else:  # the inbox moved under us, or a refused event's own commit listed them: what it listed, from the head
             self.known = done.followers if done.peek_skip == 0 else []
         if next_run and expected and done.whole and not done.slow and not done.lost:
-            self.carried = (
-                next_run  # [nxt, *behind...]: the new head and the events known behind it, in order
-            )
+            # [nxt, *behind...]: the new head and the events known behind it, in order
+            self.carried = next_run
             return []
         return next_run

@@ -34,6 +34,7 @@ from worker.drain.lease import ChainedPop
 from worker.store.calls import Commit
 from worker.store.records import Begun, EventCommit, Head, RunReply
 from worker.store.replies import CommitCode, HeadCode
+from worker.store.scripts import SentCall
 from worker.telemetry.log_privacy import describe_error, refusal_kind
 
 __all__ = ["RunCommitted", "commit_dead", "commit_run", "event_commit"]
@@ -112,7 +113,7 @@ def commit_run(
             then_pop=None if then_pop is None else then_pop.call,
         )
 
-    in_flight: list[Callable[[], RunReply]] = []
+    in_flight: list[SentCall] = []
     failed: BaseException | None = None
     if meanwhile is not None and store.sends_ahead:
         try:
@@ -125,26 +126,50 @@ def commit_run(
             failed = exc
 
     def attempt() -> RunReply:  # the reply of the one in flight first; after a full store's pause, a new one
-        return in_flight.pop()() if in_flight else store.commit_run(call())
+        return RunReply.parse(in_flight.pop().reply()) if in_flight else store.commit_run(call())
 
     try:
-        reply = ctx.full_wait("commit", grant.lost).call(attempt)
+        done = _reply_settled(
+            ctx, works, attempt, go_on=flags[-1], peek=peek, peek_skip=peek_skip, then_pop=then_pop
+        )
+    except BaseException as exc:
+        if failed is None:
+            raise
+        raise exc from failed  # meanwhile's error goes with it
+    finally:
+        for sent in in_flight:  # never read (whatever raised before the read): its connection goes back
+            sent.abandon()
+    if failed is not None:
+        raise failed
+    return done
+
+
+def _reply_settled(
+    ctx: DrainContext,
+    works: Sequence[EventWork],
+    attempt: Callable[[], RunReply],
+    *,
+    go_on: bool,
+    peek: int,
+    peek_skip: int,
+    then_pop: ChainedPop | None,
+) -> RunCommitted:
+    """The commit's reply (``attempt``, again after a full store's pause), read and settled."""
+    try:
+        reply = ctx.full_wait("commit", works[0].grant.lost).call(attempt)
     except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
         log.warning("commit not confirmed by replicas (%s)", describe_error(exc))
-        done = _lost(works)
+        return _lost(works)
     except RedisError as exc:
         log.warning(
             "commit not acknowledged (%s): the next drain finds out what it applied", describe_error(exc)
         )
-        done = _lost(works)
-    else:
-        if then_pop is not None and reply.popped is not None:
-            then_pop.reply = reply.popped
-        done = _settle(ctx, works, reply, go_on=flags[-1], peek=peek, then_pop=then_pop)
-        if reply.code is CommitCode.COMMITTED:
-            done.peek_skip = peek_skip
-    if failed is not None:
-        raise failed
+        return _lost(works)
+    if then_pop is not None and reply.popped is not None:
+        then_pop.reply = reply.popped
+    done = _settle(ctx, works, reply, go_on=go_on, peek=peek, then_pop=then_pop)
+    if reply.code is CommitCode.COMMITTED:
+        done.peek_skip = peek_skip
     return done
 
 

@@ -264,9 +264,11 @@ class Pipeline:
         then_pop: ChainedPop | None = None,
     ) -> RunCommitted:
         """Commit a run; going ahead, the next run's chains run while it is in flight (``room_after``: events the
-        drain may still take, this run's included)."""
+        drain may still take, this run's included). The commit lists the fresh events after the ones known
+        behind the next head, up to the window, and no further than the drain may take."""
         nxt, behind = look.after(len(works))
-        skip = len(behind) if look.enabled else 0
+        skip = len(behind)
+        wanted = min(window, room_after - len(works) - 1)  # known behind the next head, after this commit
         next_run: list[EventWork] = []
         meanwhile = None
         if look.enabled and go_on and not slow and nxt is not None and works[-1].outcome == "done":
@@ -277,11 +279,14 @@ class Pipeline:
                 self.ctx,
                 works,
                 go_on=go_on,
-                peek=max(window - skip, 0),
+                peek=max(wanted - skip, 0),
                 peek_skip=skip,
                 then_pop=then_pop,
                 meanwhile=meanwhile,
             )
+        except BaseException:
+            self._drop(next_run)  # run ahead for a run no commit will take
+            raise
         finally:  # the runs of every walk no commit counted (lost, refused, run again alone)
             for work in works:
                 count_runs(self.ctx, work)
@@ -292,8 +297,8 @@ class Pipeline:
         into.extend(self._speculate(grant, events) or [])
 
     def _drop(self, works: list[EventWork]) -> None:
-        """Walks run ahead that no commit will take: their handler runs are counted; their events run again
-        in a run of their own."""
+        """Walks run ahead that no commit will take: their handler runs are counted; their events run again in
+        the drain's next run (or its next drain's)."""
         for work in works:
             count_runs(self.ctx, work)
 

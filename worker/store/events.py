@@ -8,7 +8,7 @@ All state lives in Redis under :class:`worker.keys.layout.Keys`; each state chan
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypedDict, cast
 
 from redis import Redis
@@ -51,7 +51,7 @@ from worker.store.records import (
     staged_error,
     to_str,
 )
-from worker.store.scripts import Scripts
+from worker.store.scripts import Scripts, SentCall
 
 __all__ = [
     "Begun",
@@ -292,14 +292,12 @@ class EventStore(StoreReads):
         settings = self.settings
         return self.scripts.plain and not settings.wait_replicas and settings.redis_max_connections >= 2
 
-    def send_commit(self, call: Commit) -> Callable[[], RunReply]:
-        """:meth:`commit_run`, sent now; the function returned reads its reply (:meth:`Scripts.send`: call it
-        exactly once). Where :attr:`sends_ahead` is false, the commit runs here and the function returns it."""
+    def send_commit(self, call: Commit) -> SentCall:
+        """:meth:`commit_run`, sent now (where :attr:`sends_ahead`); :meth:`SentCall.reply` reads it (parse it
+        with ``RunReply.parse``)."""
         if not self.sends_ahead:
-            reply = RunReply.parse(self.durable(call))
-            return lambda: reply
-        read = self.scripts.send(call)
-        return lambda: RunReply.parse(read())
+            raise TypeError("this store does not send ahead (a cluster, wait_replicas, or a pool of one)")
+        return self.scripts.send(call)
 
     def commit_call(
         self,

@@ -10,7 +10,6 @@ no longer knows it (a restart, ``SCRIPT FLUSH``) gets it loaded again (``SCRIPT 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any, cast
 
 from redis import Redis
@@ -23,7 +22,7 @@ from worker.store.calls import ScriptCall
 from worker.store.loader import load_script
 from worker.store.quotas import DAY_MS, KEEP, RETAINED_SLOTS
 
-__all__ = ["CONSTANTS", "Scripts"]
+__all__ = ["CONSTANTS", "Scripts", "SentCall"]
 
 # The named constants the Lua reads, from the Python that owns them (one value, both sides).
 CONSTANTS: dict[str, int | str] = {
@@ -78,12 +77,12 @@ class Scripts:
             script.sha = plain.script_load(script.script)
             return plain.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
-    def send(self, call: ScriptCall) -> Callable[[], Any]:
-        """Send ``call``'s script now (a :attr:`plain` client's only) and return the function that reads its
-        reply: call it exactly once; until then one connection of the pool is the call's, and other calls use
-        the others. So the caller runs Python while Redis runs the script. NOSCRIPT at the read gets the script
-        loaded and the call run again (:meth:`run`); a script's error reply is raised as it is; a connection
-        error or a read cut short disconnects the connection (what it would read next is not ours)."""
+    def send(self, call: ScriptCall) -> SentCall:
+        """Send ``call``'s script now (a :attr:`plain` client's only): :class:`SentCall` reads its reply later,
+        and one connection of the pool is the call's until then (other calls use the others). So the caller runs
+        Python while Redis runs the script. Unlike :meth:`run`, nothing is sent again on a connection error
+        (redis-py's retry), and ``trace_redis_commands`` shows no span for it (it does not go through
+        ``execute_command``)."""
         if not self.plain:
             raise TypeError("Scripts.send needs a client of one Redis (not a pipeline or a cluster)")
         script = self.script(call.SCRIPT)
@@ -96,21 +95,44 @@ class Scripts:
             conn.disconnect()
             pool.release(conn)
             raise
+        return SentCall(self, call, conn)
 
-        def read() -> Any:
-            try:
-                reply = conn.read_response()
-            except NoScriptError:
-                pool.release(conn)
-                return self.run(call)
-            except ResponseError:  # the whole error reply was read: the connection is clean
-                pool.release(conn)
-                raise
-            except BaseException:
-                conn.disconnect()
-                pool.release(conn)
-                raise
+
+class SentCall:
+    """A script call sent on ``conn`` and not read yet: :meth:`reply` once, or :meth:`abandon`."""
+
+    def __init__(self, scripts: Scripts, call: ScriptCall, conn: Any) -> None:
+        self._scripts, self._call, self._conn = scripts, call, conn
+
+    def reply(self) -> Any:
+        """The script's reply. NOSCRIPT gets the script loaded and the call run again (:meth:`Scripts.run`); a
+        script's error reply is raised as it is; a connection error, or a read cut short, disconnects the
+        connection (what it would read next is not ours). The connection goes back to the pool either way."""
+        conn, pool = self._take(), self._scripts.client.connection_pool
+        try:
+            reply = conn.read_response()
+        except NoScriptError:
             pool.release(conn)
-            return reply
+            return self._scripts.run(self._call)
+        except ResponseError:  # the whole error reply was read: the connection is clean
+            pool.release(conn)
+            raise
+        except BaseException:
+            conn.disconnect()
+            pool.release(conn)
+            raise
+        pool.release(conn)
+        return reply
 
-        return read
+    def abandon(self) -> None:
+        """Give the connection back unread (disconnected: its reply would be read by the next call on it)."""
+        if self._conn is not None:
+            conn = self._take()
+            conn.disconnect()
+            self._scripts.client.connection_pool.release(conn)
+
+    def _take(self) -> Any:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            raise RuntimeError("this call's reply was read (or abandoned) already")
+        return conn

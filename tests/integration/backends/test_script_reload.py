@@ -53,11 +53,11 @@ def test_a_sent_call_is_read_later_while_other_calls_go_on(tmp_path: Path) -> No
         scripts = Scripts(client)
         pool = client.connection_pool
         client.set("lease", "mine")
-        read = scripts.send(Renew("lease", "mine", 60_000))
+        sent = scripts.send(Renew("lease", "mine", 60_000))
         assert len(pool._in_use_connections) == 1  # the sent call's, until its reply is read
         assert client.get("lease") == "mine"  # another connection meanwhile
         assert scripts.run(Release("lease", "theirs")) is not None
-        assert read() == 1
+        assert sent.reply() == 1
         assert len(pool._in_use_connections) == 0
         assert 0 < client.pttl("lease") <= 60_000
         client.close()
@@ -70,8 +70,8 @@ def test_a_sent_call_the_server_forgot_is_loaded_and_run_again(tmp_path: Path) -
         client.set("lease", "mine")
         assert scripts.run(Renew("lease", "mine", 60_000)) == 1
         client.script_flush()
-        read = scripts.send(Renew("lease", "mine", 60_000))
-        assert read() == 1  # NOSCRIPT at the read: loaded, then run again
+        sent = scripts.send(Renew("lease", "mine", 60_000))
+        assert sent.reply() == 1  # NOSCRIPT at the read: loaded, then run again
         assert len(client.connection_pool._in_use_connections) == 0
         client.close()
 
@@ -81,12 +81,14 @@ def test_a_sent_calls_error_reply_is_raised_and_its_connection_kept(tmp_path: Pa
         client = Redis.from_url(url, decode_responses=True)
         scripts = Scripts(client)
         client.rpush("lease", "a list, not a string")  # RENEW's GET meets the wrong type: an error reply
-        read = scripts.send(Renew("lease", "mine", 60_000))
-        (sent,) = client.connection_pool._in_use_connections
+        sent = scripts.send(Renew("lease", "mine", 60_000))
+        (conn,) = client.connection_pool._in_use_connections
         with pytest.raises(ResponseError, match="WRONGTYPE"):
-            read()
-        assert sent in client.connection_pool._available_connections  # back in the pool, still connected
-        assert sent._sock is not None
+            sent.reply()
+        assert conn in client.connection_pool._available_connections  # back in the pool, still connected
+        assert conn._sock is not None
+        with pytest.raises(RuntimeError, match="read \\(or abandoned\\) already"):
+            sent.reply()
         client.close()
 
 
@@ -94,3 +96,16 @@ def test_send_refuses_a_pipeline() -> None:
     scripts = Scripts(Redis().pipeline())
     with pytest.raises(TypeError, match="client of one Redis"):
         scripts.send(Renew("lease", "mine", 60_000))
+
+
+def test_an_abandoned_call_gives_its_connection_back_disconnected(tmp_path: Path) -> None:
+    with private_redis(tmp_path) as url:
+        client = Redis.from_url(url, decode_responses=True)
+        scripts = Scripts(client)
+        sent = scripts.send(Renew("lease", "mine", 60_000))
+        (conn,) = client.connection_pool._in_use_connections
+        sent.abandon()
+        assert conn in client.connection_pool._available_connections and conn._sock is None
+        sent.abandon()  # twice: nothing more
+        assert client.ping()  # the pool serves on: the reply left unread is gone with its socket
+        client.close()

@@ -12,6 +12,7 @@ import pytest
 from redis import Redis
 
 from producers import Producer
+from tests.conftest import wait_for
 from worker.drain.pipeline import Pipeline
 from worker.keys.layout import BucketKeys
 from worker.ops.scope_control import cancel_event
@@ -118,6 +119,77 @@ def test_an_event_cancelled_while_its_walk_runs_ahead_is_cancelled_and_the_rest_
     assert redis_client.lrange(f"{keys.bucket_prefix}test:batch-order", 0, -1) == order
     assert redis_client.get(f"{keys.bucket_prefix}test:batch-counter") == str(EVENTS - 1)
     walks = _walks(redis_client, keys)
-    # its walk ran ahead once and was dropped; the walks after it in that look-ahead ran again
-    assert walks[gone] == 1 and sum(walks) > EVENTS
+    # it walked once, ahead (dropped); the one after it in that look-ahead walked ahead, was dropped when the run
+    # ended at the cancelled event, and walked again; every walk before it was kept
+    assert walks[: gone + 2] == [1] * gone + [1, 2], walks
+    producer.close()
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_events_that_run_alone_amid_a_run_leave_every_walk_kept(
+    ahead: bool, make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """Two events whose handlers are not batch-safe (test.counter) amid the batch: each runs alone and the
+    runs around it stop there; the fresh events known behind them are not listed twice, so no walk is repeated."""
+    settings = make_settings(commit_batch_max=RUN, drain_ahead=ahead)
+    producer = Producer(settings)
+    events = _events(keys)
+    alone = (2, 9)
+    for i in alone:
+        events[i] = {
+            "sourceType": "test.counter",
+            "sourceId": f"a-{i}",
+            "scopeKey": SCOPE,
+            "payload": {"counterKey": f"{keys.bucket_prefix}test:alone-counter"},
+        }
+    ids = [r.event_id for r in producer.enqueue_many(events)]
+    pipeline = build_pipeline(settings)
+    _drain(pipeline, producer, ids)
+    assert [(producer.status(e) or {}).get("status") for e in ids] == ["done"] * EVENTS
+    batched = [i for i in range(EVENTS) if i not in alone]
+    assert redis_client.lrange(f"{keys.bucket_prefix}test:batch-order", 0, -1) == [f"a-{i}" for i in batched]
+    assert redis_client.get(f"{keys.bucket_prefix}test:alone-counter") == str(len(alone))
+    walks = _walks(redis_client, keys)
+    assert [walks[i] for i in batched] == [1] * len(batched), walks
+    producer.close()
+
+
+def _in_use(pipeline: Pipeline) -> int:
+    """Connections of the drain's pool taken and not given back."""
+    pool: Any = pipeline.store.client.connection_pool
+    available = [c for c in pool.pool.queue if c is not None]
+    return len([c for c in pool._connections if c not in available])
+
+
+def test_a_look_ahead_that_raises_leaves_the_commit_in_flight_settled(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """The first look-ahead raises before it walks anything: the run whose COMMIT was in flight is committed and
+    settled, its connection is back in the pool, and the drain raises. Once the lease runs out, the next drain
+    takes the scope (its head a lost delivery) and every event applies once, in order."""
+    settings = make_settings(commit_batch_max=RUN)
+    producer = Producer(settings)
+    ids = [r.event_id for r in producer.enqueue_many(_events(keys))]
+    pipeline = build_pipeline(settings)
+
+    def explode(events: list[Begun]) -> None:
+        if len(seen) == 1:
+            raise RuntimeError("the look-ahead broke")
+
+    seen = _spy(pipeline, explode)
+    with pytest.raises(RuntimeError, match="the look-ahead broke"):
+        pipeline.drain_scope(SCOPE)
+    assert [(producer.status(e) or {}).get("status") for e in ids[:RUN]] == ["done"] * RUN
+    assert (producer.status(ids[RUN]) or {}).get("status") == "processing"  # taken by that commit
+    assert _in_use(pipeline) == 0
+    wait_for(
+        lambda: pipeline.drain_scope(SCOPE).next == "idle",
+        timeout_s=30,
+        what="a drain of the scope once the lease ran out",
+    )
+    assert [(producer.status(e) or {}).get("status") for e in ids] == ["done"] * EVENTS
+    assert redis_client.lrange(f"{keys.bucket_prefix}test:batch-order", 0, -1) == [
+        f"a-{i}" for i in range(EVENTS)
+    ]
+    assert redis_client.get(f"{keys.bucket_prefix}test:batch-counter") == str(EVENTS)
     producer.close()

@@ -1,8 +1,8 @@
 -- requires: counts, index
 -- Admitting one event: claim its dedupe record (the event hash), append it to its scope's inbox and index it,
 -- or count a duplicate. The door's ENQUEUE scripts admit a batch; COMMIT admits the follow-up events a chain
--- emitted. An event's admission is laid out as the ADMISSION group (worker/store/calls/admission.py): its keys, then its
--- arguments.
+-- emitted. An event's admission is laid out as the ADMISSION group (worker/store/calls/admission.py): its keys,
+-- then its arguments.
 local function wrong_type(key, want)
   local found = redis.call('TYPE', key).ok
   return found ~= 'none' and found ~= want

@@ -1,12 +1,12 @@
 -- The events queued right behind the head that have never been delivered (no attempt, no retry time, no cancel,
 -- no redrive: a redriven event has been delivered before and its lanes may be marked): a run may take them
--- before they are begun. skip: the events right behind the head the caller knows already (a COMMIT whose
--- worker runs the next run while this one commits: worker/drain/pipeline.py); the list starts after them.
--- -> {id, eventJson, sourceType, sourceId, id, ...}
+-- before they are begun. skip: the events right behind the head the caller knows already (from an earlier
+-- commit's list: worker/drain/ahead.py); the list starts after them. -> {id, eventJson, sourceType, sourceId, ...}
 local function peek_fresh(inbox, ev_prefix, now, count, skip)
   local out = {}
   if count <= 0 then return out end
-  for _, id in ipairs(redis.call('LRANGE', inbox, string.format('%d', 1 + skip), string.format('%d', skip + count))) do
+  local first, last = string.format('%d', 1 + skip), string.format('%d', skip + count)
+  for _, id in ipairs(redis.call('LRANGE', inbox, first, last)) do
     local rec = redis.call('HMGET', ev_prefix .. id, 'state', 'event', 'attempts', 'notBefore', 'cancelRequested',
       'redrives', 'sourceType', 'sourceId')
     -- attempts is stored as its digits: '0' until the event's first delivery
