@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any, cast
 
-from redis import Redis
+from redis import ConnectionPool, Redis
 
 from bench._env import make_settings, peak_rss_kib, wait, workers
 from producers import Producer
@@ -188,43 +188,33 @@ def _is_done(producer: Producer, event_key: str) -> bool:
     return bool(producer.store.client.hget(event_key, "state") == "done")
 
 
-class CountingRedis(Redis):
-    """Counts client round trips: each command, and each pipeline execute, is one."""
+class CountingPool(ConnectionPool):
+    """Counts client round trips: each command, each pipeline execute and each script sent ahead
+    (``Scripts.send``) takes one connection from the pool."""
 
     round_trips = 0
 
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        CountingRedis.round_trips += 1
-        return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
-
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
-        pipe = super().pipeline(transaction, shard_hint)
-        original = pipe.execute
-
-        def execute(raise_on_error: bool = True) -> Any:
-            CountingRedis.round_trips += 1
-            return original(raise_on_error)
-
-        pipe.execute = execute  # type: ignore[method-assign]
-        return pipe
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        CountingPool.round_trips += 1
+        return super().get_connection(*args, **kwargs)
 
 
 def round_trips_per_event(url: str, n: int, scopes: int) -> tuple[float, float]:
     """(enqueue round trips per event, worker round trips per event), measured in-process."""
 
     settings = make_settings(url, lease_renew_interval_s=5.0, lease_ttl_s=30.0)
-    client = CountingRedis.from_url(url, decode_responses=True)
+    client = Redis(connection_pool=CountingPool.from_url(url, decode_responses=True))
     producer = Producer(settings)
     producer.store = producer.emitter.store = EventStore(client, settings)
     events = bench_events(n, scopes, "rt")
-    CountingRedis.round_trips = 0
+    CountingPool.round_trips = 0
     producer.enqueue_many(events)
-    enqueue_rt = CountingRedis.round_trips / n
+    enqueue_rt = CountingPool.round_trips / n
     pipeline = pipeline_on(EventStore(client, settings))
-    CountingRedis.round_trips = 0
+    CountingPool.round_trips = 0
     for s in range(scopes):
         pipeline.drain_scope(f"topic:rt-{s}")
-    worker_rt = CountingRedis.round_trips / n
+    worker_rt = CountingPool.round_trips / n
     from bench._env import cleanup
 
     cleanup(client, settings.key_prefix)

@@ -8,7 +8,7 @@ already run before the first of them commits. What keeps this safe is the COMMIT
 event of a run must be the head the script itself took, under our fence, or the run ends there. The list only
 decides what is worth running ahead: the walks are kept when the run before committed whole and the script
 took, as the next head, the event they start with; else they are dropped (their handler runs counted) and the
-events run again in the drain's next run.
+events run again in the drain's next run (or its next drain's).
 
 Each COMMIT lists the fresh events behind its new head for the next runs, after the ``peek_skip`` this drain
 already knows, so each event is read once: the window is two runs long with ``drain_ahead`` (the next run's and

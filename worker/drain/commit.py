@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from redis.exceptions import RedisError
 
@@ -113,35 +114,57 @@ def commit_run(
             then_pop=None if then_pop is None else then_pop.call,
         )
 
+    settled = partial(
+        _reply_settled, ctx, works, go_on=flags[-1], peek=peek, peek_skip=peek_skip, then_pop=then_pop
+    )
+    if meanwhile is None or not store.sends_ahead:  # the common path: send, wait, read
+        return settled(lambda: store.commit_run(call()))
     in_flight: list[SentCall] = []
     failed: BaseException | None = None
-    if meanwhile is not None and store.sends_ahead:
-        try:
-            in_flight.append(store.send_commit(call()))
-        except RedisError:
-            pass  # not sent: the commit below sends it again, or says why not
+    try:
+        in_flight.append(store.send_commit(call()))
+    except RedisError:
+        pass  # not sent (a broken connection, most likely): the commit below sends it, nothing runs ahead
+    if in_flight:
         try:
             meanwhile()
         except BaseException as exc:  # the commit was sent: its reply is read and settled first
             failed = exc
 
     def attempt() -> RunReply:  # the reply of the one in flight first; after a full store's pause, a new one
-        return RunReply.parse(in_flight.pop().reply()) if in_flight else store.commit_run(call())
+        if not in_flight:
+            return store.commit_run(call())
+        try:
+            return RunReply.parse(in_flight[0].reply())
+        finally:
+            in_flight.clear()  # read (or its reading failed): nothing left to abandon
 
     try:
-        done = _reply_settled(
-            ctx, works, attempt, go_on=flags[-1], peek=peek, peek_skip=peek_skip, then_pop=then_pop
-        )
+        done = settled(attempt)
     except BaseException as exc:
         if failed is None:
             raise
-        raise exc from failed  # meanwhile's error goes with it
+        raise with_earlier(exc, failed)  # noqa: B904 (its cause is set there)
     finally:
         for sent in in_flight:  # never read (whatever raised before the read): its connection goes back
             sent.abandon()
     if failed is not None:
         raise failed
     return done
+
+
+def with_earlier(later: BaseException, earlier: BaseException) -> BaseException:
+    """What to raise when settling a commit raised ``later`` after its look-ahead raised ``earlier``: an
+    interrupt (KeyboardInterrupt, a worker's shutdown) wins; else ``later``, with ``earlier`` as its cause when
+    it has none of its own, or named in a note."""
+    if not isinstance(earlier, Exception):
+        earlier.__context__ = later
+        return earlier
+    if later.__cause__ is None and not later.__suppress_context__:
+        later.__cause__ = earlier
+    else:
+        later.add_note(f"the look-ahead had raised {earlier!r}")
+    return later
 
 
 def _reply_settled(
@@ -167,7 +190,7 @@ def _reply_settled(
         return _lost(works)
     if then_pop is not None and reply.popped is not None:
         then_pop.reply = reply.popped
-    done = _settle(ctx, works, reply, go_on=go_on, peek=peek, then_pop=then_pop)
+    done = _settle(ctx, works, reply, go_on=go_on, peek=peek, peek_skip=peek_skip, then_pop=then_pop)
     if reply.code is CommitCode.COMMITTED:
         done.peek_skip = peek_skip
     return done
@@ -186,6 +209,7 @@ def _settle(
     *,
     go_on: bool,
     peek: int,
+    peek_skip: int,
     then_pop: ChainedPop | None,
 ) -> RunCommitted:
     """Read COMMIT's reply: finish each committed event, then act on why the run stopped (module docstring)."""
@@ -211,8 +235,13 @@ def _settle(
         error = (
             failing.reply.error if refused and failing.reply is not None else f"INVALID_EFFECT: {reply.error}"
         )
-        dead = commit_dead(
-            ctx, failing, error, go_on=go_on or out.committed < len(works) - 1, peek=peek, then_pop=then_pop
+        dead = commit_dead(  # its own commit lists from the new head: the caller's known ones too
+            ctx,
+            failing,
+            error,
+            go_on=go_on or out.committed < len(works) - 1,
+            peek=peek + peek_skip,
+            then_pop=then_pop,
         )
         if dead.lost:
             out.lost = True

@@ -12,8 +12,9 @@ it into the lease grant's keys, so one pipeline, store, emitter and lease serve 
    (APPLY), and it commits as a run of one.
 3. **Commit.** One COMMIT for the run (worker/drain/commit.py), each event exactly as alone: fenced, at the head,
    with its outcome, chain, staged writes and follow-ups, its lanes applied right before it; the same round trip
-   takes the next head, or releases the scope when the inbox is empty. Where the store sends ahead, the next
-   run's chains run while this COMMIT is in flight (worker/drain/ahead.py).
+   takes the next head, or releases the scope when the inbox is empty. With ``drain_ahead``, where the store
+   sends ahead and runs are taken at all, the next run's chains run while this COMMIT is in flight
+   (worker/drain/ahead.py).
 4. **Next.** Until the inbox is empty (the script released the scope), its head waits for a retry time, or the
    drain reached ``max_events_per_drain``: then the scope is handed off (token-checked release that keeps it
    scheduled) and the caller publishes its next drain. A drain_next message that goes on to another scope

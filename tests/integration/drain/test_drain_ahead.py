@@ -9,15 +9,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
+from tests.support.handler_runs import handler_runs
 from worker.drain.pipeline import Pipeline
 from worker.keys.layout import BucketKeys
 from worker.ops.scope_control import cancel_event
 from worker.runtime.app import build_pipeline
 from worker.store.records import Begun
+from worker.telemetry.recorder import configure_telemetry
 
 pytestmark = pytest.mark.integration
 
@@ -164,21 +167,31 @@ def _in_use(pipeline: Pipeline) -> int:
 def test_a_look_ahead_that_raises_leaves_the_commit_in_flight_settled(
     make_settings: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
-    """The first look-ahead raises before it walks anything: the run whose COMMIT was in flight is committed and
-    settled, its connection is back in the pool, and the drain raises. Once the lease runs out, the next drain
-    takes the scope (its head a lost delivery) and every event applies once, in order."""
+    """The first look-ahead raises once it walked its run: the run whose COMMIT was in flight is committed and
+    settled, its connection is back in the pool, the walks run ahead are counted, and the drain raises. Once the
+    lease runs out, the next drain takes the scope (its head a lost delivery) and every event applies once, in
+    order; the handler runs counted are every walk the handler saw."""
     settings = make_settings(commit_batch_max=RUN)
-    producer = Producer(settings)
+    reader = InMemoryMetricReader()
+    telemetry = configure_telemetry(settings, service_name="test", metric_readers=[reader])
+    producer = Producer(settings, telemetry=telemetry)
     ids = [r.event_id for r in producer.enqueue_many(_events(keys))]
-    pipeline = build_pipeline(settings)
+    pipeline = build_pipeline(settings, telemetry=telemetry)
+    original = pipeline._run_ahead
+    calls: list[int] = []
 
-    def explode(events: list[Begun]) -> None:
-        if len(seen) == 1:
-            raise RuntimeError("the look-ahead broke")
+    def run_ahead_then_break(grant: Any, events: list[Begun], into: list[Any]) -> None:
+        original(grant, events, into)
+        calls.append(len(into))
+        raise RuntimeError("the look-ahead broke")
 
-    seen = _spy(pipeline, explode)
+    pipeline._run_ahead = run_ahead_then_break  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="the look-ahead broke"):
         pipeline.drain_scope(SCOPE)
+    assert calls == [RUN]  # it walked a whole run before it raised
+    telemetry.flush_measurements()
+    assert handler_runs(reader, "test.batch:source") == 2 * RUN  # the committed run's walks and those ahead
+    pipeline._run_ahead = original  # type: ignore[method-assign]
     assert [(producer.status(e) or {}).get("status") for e in ids[:RUN]] == ["done"] * RUN
     assert (producer.status(ids[RUN]) or {}).get("status") == "processing"  # taken by that commit
     assert _in_use(pipeline) == 0
@@ -192,4 +205,7 @@ def test_a_look_ahead_that_raises_leaves_the_commit_in_flight_settled(
         f"a-{i}" for i in range(EVENTS)
     ]
     assert redis_client.get(f"{keys.bucket_prefix}test:batch-counter") == str(EVENTS)
+    telemetry.flush_measurements()
+    assert handler_runs(reader, "test.batch:source") == sum(_walks(redis_client, keys))
     producer.close()
+    telemetry.shutdown()

@@ -13,6 +13,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from redis import Redis
 
 from producers import Producer
+from tests.support.handler_runs import handler_runs
 from worker.keys.layout import BucketKeys
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import configure_telemetry
@@ -20,20 +21,6 @@ from worker.telemetry.recorder import configure_telemetry
 pytestmark = pytest.mark.integration
 
 EVENTS = 10
-
-
-def _handler_runs(reader: InMemoryMetricReader, handler_id: str) -> float:
-    data = reader.get_metrics_data()
-    found = 0.0
-    for rm in data.resource_metrics if data else []:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                if metric.name != "agent_signal_handler_runs_total":
-                    continue
-                for point in metric.data.data_points:
-                    if (point.attributes or {}).get("agent.signal.handler_id") == handler_id:
-                        found += float(getattr(point, "value", 0))
-    return found
 
 
 def test_walks_run_again_count_their_handler_runs_once_each(
@@ -67,6 +54,6 @@ def test_walks_run_again_count_their_handler_runs_once_each(
     walks = [int(redis_client.get(f"{keys.home_prefix}test:batch-runs:b-{i}") or 0) for i in range(EVENTS)]
     assert sum(walks) > EVENTS, f"no walk was run again: {walks}"
     telemetry.flush_measurements()
-    assert _handler_runs(reader, "test.batch:source") == sum(walks)
+    assert handler_runs(reader, "test.batch:source") == sum(walks)
     producer.close()
     telemetry.shutdown()
