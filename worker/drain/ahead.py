@@ -50,14 +50,14 @@ class Lookahead:
         return nxt, self.known[run_length:]
 
     def settle(
-        self, done: RunCommitted, nxt: Begun | None, behind: list[Begun], skip: int, next_run: list[EventWork]
+        self, done: RunCommitted, nxt: Begun | None, behind: list[Begun], next_run: list[EventWork]
     ) -> list[EventWork]:
-        """After a commit that was told ``nxt`` and ``behind`` (its peek skipped ``skip`` of them) and ran
-        ``next_run`` ahead: what is known now, what is carried into the next run; returns the walks dropped."""
+        """After a commit that was told ``nxt`` and ``behind`` (its list starts after them) and ran ``next_run``
+        ahead: what is known now, what is carried into the next run; returns the walks dropped."""
         head = done.head
         taken = head.begun.event_id if head is not None and head.begun is not None else None
         expected = nxt is not None and taken == nxt.event_id
-        if expected and done.peek_skip == skip:
+        if expected and done.peek_skip == len(behind):
             self.known = behind + done.followers
         else:  # the inbox moved under us, or a refused event's own commit listed them: what it listed, from the head
             self.known = done.followers if done.peek_skip == 0 else []

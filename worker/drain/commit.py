@@ -119,25 +119,24 @@ def commit_run(
     )
     if meanwhile is None or not store.sends_ahead:  # the common path: send, wait, read
         return settled(lambda: store.commit_run(call()))
-    in_flight: list[SentCall] = []
+    sent: SentCall | None = None
     failed: BaseException | None = None
     try:
-        in_flight.append(store.send_commit(call()))
+        sent = store.send_commit(call())
     except RedisError:
         pass  # not sent (a broken connection, most likely): the commit below sends it, nothing runs ahead
-    if in_flight:
+    if sent is not None:
         try:
             meanwhile()
         except BaseException as exc:  # the commit was sent: its reply is read and settled first
             failed = exc
 
     def attempt() -> RunReply:  # the reply of the one in flight first; after a full store's pause, a new one
-        if not in_flight:
+        nonlocal sent
+        if sent is None:
             return store.commit_run(call())
-        try:
-            return RunReply.parse(in_flight[0].reply())
-        finally:
-            in_flight.clear()  # read (or its reading failed): nothing left to abandon
+        reading, sent = sent, None  # read (or its reading failed): nothing left to abandon
+        return RunReply.parse(reading.reply())
 
     try:
         done = settled(attempt)
@@ -146,7 +145,7 @@ def commit_run(
             raise
         raise with_earlier(exc, failed)  # noqa: B904 (its cause is set there)
     finally:
-        for sent in in_flight:  # never read (whatever raised before the read): its connection goes back
+        if sent is not None:  # never read (whatever raised before the read): its connection goes back
             sent.abandon()
     if failed is not None:
         raise failed
@@ -190,10 +189,7 @@ def _reply_settled(
         return _lost(works)
     if then_pop is not None and reply.popped is not None:
         then_pop.reply = reply.popped
-    done = _settle(ctx, works, reply, go_on=go_on, peek=peek, peek_skip=peek_skip, then_pop=then_pop)
-    if reply.code is CommitCode.COMMITTED:
-        done.peek_skip = peek_skip
-    return done
+    return _settle(ctx, works, reply, go_on=go_on, peek=peek, peek_skip=peek_skip, then_pop=then_pop)
 
 
 def _lost(works: Sequence[EventWork]) -> RunCommitted:
@@ -225,7 +221,7 @@ def _settle(
         after_commit(ctx, work)
     code = reply.code
     if code is CommitCode.COMMITTED:
-        out.followers = reply.followers
+        out.followers, out.peek_skip = reply.followers, peek_skip
         out.whole = out.committed == len(works)
     elif code is CommitCode.LANE_TAKEN:
         out.slow = True

@@ -291,7 +291,7 @@ class Pipeline:
         finally:  # the runs of every walk no commit counted (lost, refused, run again alone)
             for work in works:
                 count_runs(self.ctx, work)
-        self._drop(look.settle(done, nxt, behind, skip, next_run))
+        self._drop(look.settle(done, nxt, behind, next_run))
         return done
 
     def _run_ahead(self, grant: LeaseGrant, events: list[Begun], into: list[EventWork]) -> None:
