@@ -1,10 +1,13 @@
 """The key layout's Lua half: the keys a script builds itself from a scope ref it found (POP_ACQUIRE).
 
 A script normally receives whole keys from worker/keys/layout.py. POP_ACQUIRE pops a scope ref inside Redis and
-takes that scope's lease in the same call, so it must build the scope's keys from the ref. It does so from
-templates made here by the Python builders themselves, called with markers (``$P$`` the key prefix, ``$T$`` the
-tenant, ``$S$`` the scope key): the layout is declared once, in Python, and the Lua fills the markers in
-(worker/store/lua/lib/scope_keys.lua). ``tests/unit/worker/test_lua_keys.py`` compares both sides on real keys.
+takes that scope's lease in the same call, so it must build the scope's keys from the ref. It does so with a
+Lua function made here from the Python builders themselves: they are called with markers (``$P$`` the key
+prefix, ``$T$`` the tenant, ``$S$`` the scope key), and each template they return becomes one concatenation of
+its literal parts and the function's three arguments. The layout is declared once, in Python, and the Lua
+parses nothing per call (the loader writes the function into the scripts that name it: worker/store/scripts.py;
+ten ``string.gsub`` fills of the templates cost a lone event's commit ~47 k Redis instructions).
+``tests/unit/worker/keys/test_lua_keys.py`` compares both sides on real keys.
 
 Only for one scope bucket (the default): the bucket of a scope is CRC-32 of its key, which the Lua does not
 compute; a deployment with ``AGENT_SIGNAL_SCOPE_BUCKETS`` above 1 (or a Redis Cluster) keeps the two steps.
@@ -12,29 +15,51 @@ compute; a deployment with ``AGENT_SIGNAL_SCOPE_BUCKETS`` above 1 (or a Redis Cl
 
 from __future__ import annotations
 
+import re
 from functools import cache
 
 from worker.keys.layout import Keys
 
-__all__ = ["MARKERS", "lua_key_templates"]
+__all__ = ["MARKERS", "lua_key_templates", "lua_scope_keys"]
 
 MARKERS = {"prefix": "$P$", "tenant": "$T$", "scope": "$S$"}
+_ARGUMENTS = {marker: name for name, marker in MARKERS.items()}  # the Lua function's parameter names
+_MARKER = re.compile("(" + "|".join(re.escape(m) for m in MARKERS.values()) + ")")
 
 
 @cache
 def lua_key_templates() -> dict[str, str]:
-    """Constant name -> template, for the keys ACQUIRE needs (worker/store/calls/lease.py ``Acquire``)."""
+    """Field of the keys table (lib/acquire.lua's ``k``) -> template, for the keys ACQUIRE needs
+    (worker/store/calls/lease.py ``Acquire``)."""
     scope = MARKERS["scope"]
     k = Keys(MARKERS["prefix"], MARKERS["tenant"], 1).for_scope(scope)
     return {
-        "KEY_LEASE": k.lease(scope),
-        "KEY_FENCE": k.fence(scope),
-        "KEY_INBOX": k.inbox(scope),
-        "KEY_SCHED": k.scheduled(scope),
-        "KEY_SCOPES": k.scopes,
-        "KEY_PAUSED": k.runs("paused"),
-        "KEY_STATS": k.stats,
-        "KEY_RUNS_ACTIVE": k.runs("status", "active"),
-        "KEY_RUNS_CANCELLED": k.runs("status", "cancelled"),
-        "KEY_EVENT_PREFIX": k.event_prefix,
+        "lease": k.lease(scope),
+        "fence": k.fence(scope),
+        "inbox": k.inbox(scope),
+        "sched": k.scheduled(scope),
+        "scopes": k.scopes,
+        "paused": k.runs("paused"),
+        "stats": k.stats,
+        "runs_active": k.runs("status", "active"),
+        "runs_cancelled": k.runs("status", "cancelled"),
+        "ev_prefix": k.event_prefix,
     }
+
+
+def _lua_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+
+
+def _concatenation(template: str) -> str:
+    """``'$P$t:{$T$}:stats'`` -> ``prefix .. 't:{' .. tenant .. '}:stats'``."""
+    parts = [_ARGUMENTS.get(part) or _lua_string(part) for part in _MARKER.split(template) if part]
+    return " .. ".join(parts)
+
+
+@cache
+def lua_scope_keys() -> str:
+    """The Lua source of a function expression ``(prefix, tenant, scope) -> {lease = ..., ...}``: the table of
+    :func:`lua_key_templates`, each key concatenated from its template's parts."""
+    fields = ",\n  ".join(f"{field} = {_concatenation(t)}" for field, t in lua_key_templates().items())
+    return f"function({', '.join(MARKERS)})\n  return {{{fields}}}\nend"

@@ -3,8 +3,8 @@
 A script's file opens with its contract in comments, a ``-- requires: a, b`` line naming the library pieces it
 uses (``lua/lib/<name>.lua``, each of which may require others), and named locals for its KEYS and ARGV (the
 layout its call declares in worker/store/calls/; a test holds each file to it). :func:`load_script` joins, in
-this order: the generated header (the reply codes of worker/store/replies.py and the named constants the
-caller gives), each required piece once (what it requires first), and the script itself. In the style of
+this order: the generated header (the reply codes of worker/store/replies.py and those of the named constants
+the caller gives that the script names; a :class:`LuaSource` one is Lua code), each required piece once (what it requires first), and the script itself. In the style of
 dramatiq's ``dispatch.lua``: a file a reviewer reads as code, one Redis ``EVALSHA`` as before.
 """
 
@@ -17,7 +17,7 @@ from importlib import resources
 
 from worker.store.replies import lua_header
 
-__all__ = ["LuaError", "load_script", "requires_of", "script_text"]
+__all__ = ["Constant", "LuaError", "LuaSource", "load_script", "requires_of", "script_text"]
 
 REQUIRES = re.compile(r"^-- requires:(.*)$", re.MULTILINE)
 NAME = re.compile(r"[a-z_][a-z0-9_]*")
@@ -61,24 +61,35 @@ def _library(package: str, names: list[str], seen: set[str], out: list[str]) -> 
         out.append(f"-- lib/{name}.lua\n{text}")
 
 
+class LuaSource(str):
+    """A constant whose value is Lua code (a function expression, say), written as it is rather than quoted."""
+
+
+Constant = int | str  # a LuaSource is a str
+
+
 @cache
-def _load(package: str, name: str, constants: tuple[tuple[str, int | str], ...]) -> str:
+def _load(package: str, name: str, constants: tuple[tuple[str, Constant], ...]) -> str:
     text = script_text(package, name)
-    pieces: list[str] = [lua_header()]
-    pieces += [f"local {k} = {_lua_value(v)}\n" for k, v in constants]
-    _library(package, requires_of(text), set(), pieces)
-    pieces.append(f"-- {name}.lua\n{text}")
-    return "".join(pieces)
+    body: list[str] = []
+    _library(package, requires_of(text), set(), body)
+    body.append(f"-- {name}.lua\n{text}")
+    code = "".join(body)
+    # only the constants the script names: each is a local of its chunk, made on every call (issue 29)
+    declared = [f"local {k} = {_lua_value(v)}\n" for k, v in constants if re.search(rf"\b{k}\b", code)]
+    return "".join([lua_header(), *declared, code])
 
 
-def _lua_value(value: int | str) -> str:
+def _lua_value(value: Constant) -> str:
+    if isinstance(value, LuaSource):
+        return str(value)
     return (
         str(value) if isinstance(value, int) else "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     )
 
 
 def load_script(
-    name: str, *, package: str = LIBRARY_PACKAGE, constants: Mapping[str, int | str] | None = None
+    name: str, *, package: str = LIBRARY_PACKAGE, constants: Mapping[str, Constant] | None = None
 ) -> str:
     """The whole source of script ``name`` (``lua/<name>.lua`` of ``package``) as Redis runs it."""
     return _load(package, name, tuple(sorted((constants or {}).items())))

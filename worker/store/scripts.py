@@ -17,19 +17,19 @@ from redis.client import Pipeline
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
-from worker.keys.lua_half import lua_key_templates
+from worker.keys.lua_half import lua_scope_keys
 from worker.store.calls import ScriptCall
-from worker.store.loader import load_script
+from worker.store.loader import Constant, LuaSource, load_script
 from worker.store.quotas import DAY_MS, KEEP, RETAINED_SLOTS
 
 __all__ = ["CONSTANTS", "Scripts", "SentCall"]
 
 # The named constants the Lua reads, from the Python that owns them (one value, both sides).
-CONSTANTS: dict[str, int | str] = {
+CONSTANTS: dict[str, Constant] = {
     "DAY_MS": DAY_MS,
     "KEEP_FIELD": KEEP,
     "RETAINED_SLOTS": RETAINED_SLOTS,
-    **lua_key_templates(),  # the key layout's Lua half (POP_ACQUIRE)
+    "scope_keys": LuaSource(lua_scope_keys()),  # the key layout's Lua half (POP_ACQUIRE)
 }
 
 

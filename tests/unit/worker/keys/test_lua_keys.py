@@ -1,5 +1,6 @@
-"""The key layout's Lua half (worker/keys/lua_half.py, worker/store/lua/lib/scope_keys.lua) builds exactly the
-keys the Python layout builds, for awkward tenants and scope keys, so POP_ACQUIRE and ACQUIRE cannot drift."""
+"""The key layout's Lua half (worker/keys/lua_half.py, the ``scope_keys`` function the loader writes into
+POP_ACQUIRE and COMMIT) builds exactly the keys the Python layout builds, for awkward tenants and scope keys, so
+POP_ACQUIRE and ACQUIRE cannot drift."""
 
 from __future__ import annotations
 
@@ -7,35 +8,46 @@ import pytest
 from redis import Redis
 
 from worker.keys.layout import Keys
-from worker.keys.lua_half import MARKERS, lua_key_templates
-from worker.store.loader import load_script, script_text
+from worker.keys.lua_half import MARKERS, lua_key_templates, lua_scope_keys
+from worker.store.loader import LuaSource, load_script
 from worker.store.scripts import CONSTANTS
 
-# A script that only builds keys: the lib piece and the KEY_* constants as the loader declares them, on the real
-# Redis.
+FIELDS = list(lua_key_templates())
+
+# A script that only builds keys: the function as the loader declares it, on the real Redis.
 PROBE = (
-    "local k = scope_keys(ARGV[1], ARGV[2], ARGV[3])\n"
-    "return {k.lease, k.fence, k.inbox, k.sched, k.scopes, k.paused, k.stats, k.runs_active, k.runs_cancelled, "
-    "k.ev_prefix}"
+    "local k = scope_keys(ARGV[1], ARGV[2], ARGV[3])\nreturn {" + ", ".join(f"k.{f}" for f in FIELDS) + "}"
 )
 
 
 def _lua_keys(client: Redis, prefix: str, tenant: str, scope: str) -> list[str]:
-    constants = "".join(f"local {name} = '{template}'\n" for name, template in lua_key_templates().items())
-    script = constants + script_text("worker.store", "lib/scope_keys") + PROBE
+    script = f"local scope_keys = {lua_scope_keys()}\n{PROBE}"
     return list(client.eval(script, 0, prefix, tenant, scope))
 
 
-def test_pop_acquire_loads_the_templates() -> None:
-    text = load_script("pop_acquire", constants=CONSTANTS)
-    for name in lua_key_templates():
-        assert f"local {name} = " in text
+@pytest.mark.parametrize("script", ["pop_acquire", "commit"])
+def test_the_scripts_that_pop_declare_the_function(script: str) -> None:
+    text = load_script(script, constants=CONSTANTS)
+    assert f"local scope_keys = {lua_scope_keys()}\n" in text
+    assert "gsub" not in text  # nothing parsed per call
+
+
+def test_a_script_declares_only_the_constants_it_names() -> None:
+    renew = load_script("renew", constants=CONSTANTS)  # names none of them
+    assert not [name for name in CONSTANTS if f"local {name} = " in renew]
+    enqueue = load_script("enqueue_push", constants=CONSTANTS)  # names the quotas', not scope_keys
+    assert [name for name in CONSTANTS if f"local {name} = " in enqueue] == [
+        "DAY_MS",
+        "KEEP_FIELD",
+        "RETAINED_SLOTS",
+    ]
 
 
 def test_templates_carry_only_the_markers() -> None:
+    assert isinstance(CONSTANTS["scope_keys"], LuaSource)
     for name, template in lua_key_templates().items():
         assert template.count("$") == 2 * sum(template.count(m) for m in MARKERS.values()), name
-        assert CONSTANTS[name] == template
+        assert "$" not in lua_scope_keys().split(f"{name} = ", 1)[1].split("\n", 1)[0], name
 
 
 @pytest.mark.parametrize(
@@ -44,6 +56,7 @@ def test_templates_carry_only_the_markers() -> None:
         ("default", "topic:t-1"),
         ("acme", "bot:slack:A1:thread/with/slashes"),
         ("t_2", "user:%1 $S$ {braces} 100%"),  # a marker, % and braces inside a scope key stay as they are
+        ("it's", "back\\slash 'quoted' ..\nline"),  # quotes, a backslash and a newline too
     ],
 )
 def test_lua_half_builds_the_python_keys(redis_client: Redis, prefix: str, tenant: str, scope: str) -> None:
@@ -59,5 +72,17 @@ def test_lua_half_builds_the_python_keys(redis_client: Redis, prefix: str, tenan
         k.runs("status", "active"),
         k.runs("status", "cancelled"),
         k.event_prefix,
+    ]
+    assert FIELDS == [
+        "lease",
+        "fence",
+        "inbox",
+        "sched",
+        "scopes",
+        "paused",
+        "stats",
+        "runs_active",
+        "runs_cancelled",
+        "ev_prefix",
     ]
     assert _lua_keys(redis_client, prefix, tenant, scope) == want

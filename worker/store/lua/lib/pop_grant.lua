@@ -1,6 +1,7 @@
--- requires: ready_pop, scope_keys, acquire
+-- requires: ready_pop, acquire
 -- Pop the next ready scope and take its lease (POP_ACQUIRE, and a COMMIT that pops the next scope): the scope's
--- keys built from the popped ref (lib/scope_keys.lua: one Redis, one scope bucket).
+-- keys built from the popped ref by scope_keys (a constant of the loader, worker/keys/lua_half.py: one Redis,
+-- one scope bucket).
 -- -> false (nothing ready: the caller's ticket is retired) | {ref} (not a scope ref: the caller drains it the
 --    two-step way, which refuses it) | {ref, <ACQUIRE's reply>}
 local function pop_grant(ring, tickets, ready_prefix, ticket_ttl_ms, key_prefix, token, ttl_ms, now_ms)
