@@ -33,6 +33,7 @@ class History:
     applied_twice: int = 0
     order_violations: int = 0
     fence_rejections: int = 0
+    batched: int = 0  # events committed in runs of two or more (the engine's batchedEvents)
     stale_commits: int = 0
     effects_lost: int = 0  # done events whose effect never reached the receiver (or was not delivered)
     effects_twice: int = 0  # events with more than one effect at the receiver (one key twice, or two keys)
@@ -81,7 +82,8 @@ def check_history(
     final_fence = {sid: records[event_id][1] or "" for event_id, (sid, _, _) in accepted.items()}
     _check_final(redis, history, states, set(poisoned), found)
     _check_order_and_fences(redis, history, accepted, final_fence, found)
-    found.fence_rejections = int(redis.hget(keys.stats, "fenceRejected") or 0)
+    rejected, batched = redis.hmget(keys.stats, "fenceRejected", "batchedEvents")
+    found.fence_rejections, found.batched = int(rejected or 0), int(batched or 0)
     if receipts is not None:
         _check_effects(redis, keys, accepted, states, receipts, found)
     return found
@@ -188,6 +190,7 @@ COLUMNS = (
     "applied twice",
     "order violations",
     "fence rejections",
+    "batched",
     "stale commits",
     "effects lost",
     "effects twice",
@@ -207,6 +210,7 @@ def format_table(rows: Sequence[Row]) -> str:
             str(r.history.applied_twice),
             str(r.history.order_violations),
             str(r.history.fence_rejections),
+            str(r.history.batched),
             str(r.history.stale_commits),
             str(r.history.effects_lost),
             str(r.history.effects_twice),

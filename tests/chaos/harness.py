@@ -243,10 +243,13 @@ class ChaosRun:
         records = (json.loads(raw) for raw in self.admin.lrange(self.history.attempts, 0, -1))
         return [r for r in records if source_id is None or r["sid"] == source_id]
 
-    def taken_over(self, source_id: str, victim: int, attempt: int) -> bool:
-        """Another process started ``source_id`` at a later attempt than ``victim``'s: it acquired the scope
-        (so its fence moved past the victim's) while the event was not yet done."""
-        return any(r["pid"] != victim and r["attempt"] > attempt for r in self.attempts(source_id))
+    def taken_over(self, source_id: str, victim: int) -> bool:
+        """Another process started ``source_id`` under a later fence than ``victim``'s last start of it: it
+        acquired the scope (its fence moved past the victim's) while the event was not yet done. The fence, not
+        the attempt: an event walked in a run behind its head was never taken, so its redo is attempt 1 again."""
+        records = self.attempts(source_id)
+        fenced = [int(r["fence"]) for r in records if r["pid"] == victim]
+        return bool(fenced) and any(r["pid"] != victim and int(r["fence"]) > fenced[-1] for r in records)
 
     def fence_rejections(self) -> int:
         return int(self.admin.hget(self.keys.stats, "fenceRejected") or 0)

@@ -6,7 +6,9 @@ Like any outside plugin it imports only ``worker.plugin`` (loaded with
 
 * the **source** handler stages (applied by the fenced COMMIT, only when the event commits ``done``)
   ``HINCRBY chaos:committed <sourceId> 1`` and ``RPUSH chaos:commit-order:<scope> "<seq>:<fence>"``, where
-  ``fence`` is the fencing number the attempt started under (read from the event record);
+  ``fence`` is the fencing number the attempt runs under (read from the scope's fence key: an event walked in
+  a run behind its head, or ahead while the run before it commits, is not taken yet, so its own record has no
+  fence of this attempt);
 * the **action** stages (applied by APPLY with the action's idempotency mark) ``HINCRBY chaos:applied
   <sourceId> 1`` and ``RPUSH chaos:order:<scope> <seq>``, and an outbox record of kind ``chaos-hook``
   (``ctx.outbox``, keyed by the action's idempotency key) carrying the source id; it first sleeps
@@ -20,6 +22,15 @@ landed).
 
 ``payload.poison`` makes the source handler always raise (a crash loop); source type ``test.flaky`` raises
 until the key ``<prefix>test:fixed`` exists (a retry storm).
+
+In :func:`plugin` every handler is batch-safe (its only effects are staged; what it reads directly, the
+fence, the probe and ``test:fixed``, no event of its scope writes), so a scope's fresh events commit in runs
+and the next run is walked while a run's COMMIT is in flight (``drain_ahead``): the faults land on that path
+too. The table's ``batched`` column counts the events committed in runs (the engine's ``batchedEvents``).
+:func:`one_by_one` is the same workload with no handler batch-safe: each event commits alone and its action
+applies right after it ran (APPLY, fenced). The paused-holder and partition scenarios use it, because what they
+assert is that a holder's late write is refused by the fence; in a run the holder writes nothing before its
+COMMIT, and by then its lease renewer has found the lease lost, so it commits nothing and no fence is reached.
 """
 
 from __future__ import annotations
@@ -52,13 +63,24 @@ from worker.plugin import (
     signal_from,
 )
 
-__all__ = ["FLAKY_TYPE", "HOOK_KIND", "OP_TYPE", "RECEIVER_ENV", "SOURCE_TYPES", "HistoryKeys", "plugin"]
+__all__ = [
+    "FLAKY_TYPE",
+    "HOOK_KIND",
+    "ONE_BY_ONE",
+    "OP_TYPE",
+    "RECEIVER_ENV",
+    "SOURCE_TYPES",
+    "HistoryKeys",
+    "one_by_one",
+    "plugin",
+]
 
 OP_TYPE = "chaos.op"
 FLAKY_TYPE = "test.flaky"
 SOURCE_TYPES = (OP_TYPE, FLAKY_TYPE)
 HOOK_KIND = "chaos-hook"  # the outbox kind every action stages
 RECEIVER_ENV = "CHAOS_RECEIVER_URL"  # where the deliverer POSTs (the harness's deduping receiver)
+ONE_BY_ONE = "tests.chaos.history_plugin:one_by_one"  # the ``plugins`` entry of the one-by-one variant
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +137,7 @@ def _history(ctx: HandlerContext) -> HistoryKeys:
 def _on_source(source: Source, ctx: HandlerContext) -> Dispatch:
     redis = ctx.deps(HistoryProbe).redis
     history = _history(ctx)
-    fence = str(redis.hget(ctx.keys.event(source.event_id or ""), "fence") or "0")
+    fence = str(redis.get(ctx.keys.fence(source.scope_key)) or "0")
     seq = int(source.payload.get("seq", 0))
     record = {"sid": source.source_id, "scope": source.scope_key, "seq": seq, "attempt": ctx.attempt}
     redis.rpush(
@@ -178,14 +200,24 @@ def _probe(runtime: PluginRuntime) -> HistoryProbe:
 
 
 def plugin() -> Plugin:
-    """The history plugin (no ``source_types``: the battery admits them with ``extra_source_types``)."""
+    """The history plugin, batch-safe (no ``source_types``: the battery admits them with
+    ``extra_source_types``)."""
+    return _history_plugin(batch_safe=True)
+
+
+def one_by_one() -> Plugin:
+    """The same plugin with no handler batch-safe: every event commits alone (see the module docstring)."""
+    return _history_plugin(batch_safe=False)
+
+
+def _history_plugin(*, batch_safe: bool) -> Plugin:
     policy = Policy(
         "chaos-history",
         [
-            define_source_handler(OP_TYPE, "chaos.op:source", _on_source),
-            define_source_handler(FLAKY_TYPE, "chaos.flaky:source", _on_source),
-            define_signal_handler("signal.chaos.op", "chaos.op:plan", _plan),
-            define_action_handler("action.chaos.record", "chaos.op:record", _record),
+            define_source_handler(OP_TYPE, "chaos.op:source", _on_source, batch_safe=batch_safe),
+            define_source_handler(FLAKY_TYPE, "chaos.flaky:source", _on_source, batch_safe=batch_safe),
+            define_signal_handler("signal.chaos.op", "chaos.op:plan", _plan, batch_safe=batch_safe),
+            define_action_handler("action.chaos.record", "chaos.op:record", _record, batch_safe=batch_safe),
         ],
     )
     return Plugin(

@@ -1,7 +1,9 @@
 """The nine fault scenarios; each takes ``long`` (the ``make chaos`` variant) and returns its table row.
 
 Every scenario starts a private Redis with AOF and real worker processes (:class:`ChaosRun`), enqueues a
-known ``chaos.op`` workload through ``producers.Producer``, injects its fault, waits (bounded) until every
+known ``chaos.op`` workload through ``producers.Producer`` (its handlers batch-safe: a scope's events commit in
+runs, the next run walked while a commit is in flight; the paused-holder and partition scenarios run them one
+by one, see tests/chaos/history_plugin.py), injects its fault, waits (bounded) until every
 accepted event is done or dead and every outbox record settled, and audits the history and the receiver's
 effects (:func:`check_history`). Short variants inject one fault on a small workload; long ones repeat the
 fault under a steady feed. Every wait is bounded and ends on a signal (a busy probe, a takeover, a refused
@@ -21,7 +23,7 @@ from typing import Any
 
 from tests.chaos.checker import History, Row
 from tests.chaos.harness import ChaosRun, op_events
-from tests.chaos.history_plugin import FLAKY_TYPE
+from tests.chaos.history_plugin import FLAKY_TYPE, ONE_BY_ONE
 from tests.chaos.processes import wait_until
 
 __all__ = ["SCENARIOS", "run_scenario"]
@@ -46,19 +48,17 @@ def _every(n: int, **fields: Any) -> Callable[[int], dict[str, Any]]:
     return lambda seq: dict(fields) if seq % n == n - 1 else {}
 
 
-def _expect_takeover(run: ChaosRun, row: Row, source_id: str, victim: int, attempt: int) -> None:
+def _expect_takeover(run: ChaosRun, row: Row, source_id: str, victim: int) -> None:
     """The event a faulted process held was started again by another process (the fault mattered)."""
-    if not run.taken_over(source_id, victim, attempt):
+    if not run.taken_over(source_id, victim):
         row.expectations.append(f"nobody took {source_id} over from the faulted process {victim}")
 
 
-def _wait_takeover(run: ChaosRun, source_id: str, victim: int, attempt: int, timeout_s: float) -> bool:
+def _wait_takeover(run: ChaosRun, source_id: str, victim: int, timeout_s: float) -> bool:
     """Wait (bounded) until another process started ``source_id`` again: its scope's fence has moved past
     the one ``victim`` holds, so the victim's late commit must be refused."""
     try:
-        wait_until(
-            lambda: run.taken_over(source_id, victim, attempt), timeout_s, f"a takeover of {source_id}"
-        )
+        wait_until(lambda: run.taken_over(source_id, victim), timeout_s, f"a takeover of {source_id}")
         return True
     except AssertionError:
         return False
@@ -123,11 +123,11 @@ def child_kill(*, long: bool) -> Row:
                 run, run.all_children, sigkill, min_left_s=0.5, spare={r["sid"] for _, r in victims}
             )
             victims.append((pid, record))
-            _wait_takeover(run, record["sid"], pid, record["attempt"], TAKEOVER_TIMEOUT_S)
+            _wait_takeover(run, record["sid"], pid, TAKEOVER_TIMEOUT_S)
         finish()
         row = run.check(timeout_s=_timeout(long))
         for pid, record in victims:
-            _expect_takeover(run, row, record["sid"], pid, record["attempt"])
+            _expect_takeover(run, row, record["sid"], pid)
         return row
 
 
@@ -159,7 +159,7 @@ def worker_kill(*, long: bool) -> Row:
         finish()
         row = run.check(timeout_s=_timeout(long))
         for pid, record in victims:
-            _expect_takeover(run, row, record["sid"], pid, record["attempt"])
+            _expect_takeover(run, row, record["sid"], pid)
         return row
 
 
@@ -223,7 +223,7 @@ def _faults_until_takeover(
         pid, record = run.wait_busy(busy_in, min_left_s=0.8)
         inject(pid)
         try:
-            took = _wait_takeover(run, record["sid"], pid, record["attempt"], takeover_timeout_s)
+            took = _wait_takeover(run, record["sid"], pid, takeover_timeout_s)
         finally:
             heal(pid)
         victims.append((pid, record))
@@ -234,14 +234,14 @@ def _faults_until_takeover(
     row = run.check(timeout_s=_timeout(long))
     row.expectations += notes
     for pid, record in victims:
-        _expect_takeover(run, row, record["sid"], pid, record["attempt"])
+        _expect_takeover(run, row, record["sid"], pid)
     return row
 
 
 def paused_holder(*, long: bool) -> Row:
     """5. SIGSTOP a child that holds a lease mid-action until another process took its event over, then
     SIGCONT it: its late commit must be refused (one fence rejection per pause)."""
-    with ChaosRun("paused-holder") as run:
+    with ChaosRun("paused-holder", plugins=[ONE_BY_ONE]) as run:  # a late write reaches the fence
         workers = [run.start_worker(concurrency=2, wait=False) for _ in range(2 if long else 1)]
         for worker in workers:
             run.wait_registered(worker, 2)
@@ -261,7 +261,7 @@ def paused_holder(*, long: bool) -> Row:
 def partitioned_worker(*, long: bool) -> Row:
     """6. Partition one worker from Redis (a proxy stops moving bytes) mid-action until another worker took
     its event over, then heal it: its late commit must be refused (one fence rejection per partition)."""
-    with ChaosRun("partition") as run:
+    with ChaosRun("partition", plugins=[ONE_BY_ONE]) as run:  # a late write reaches the fence
         proxy = run.proxy()
         direct = run.start_worker(concurrency=2, wait=False)
         cut_off = run.start_worker(concurrency=2, via=proxy, wait=False)
