@@ -3,9 +3,10 @@
 A script's file opens with its contract in comments, a ``-- requires: a, b`` line naming the library pieces it
 uses (``lua/lib/<name>.lua``, each of which may require others), and named locals for its KEYS and ARGV (the
 layout its call declares in worker/store/calls/; a test holds each file to it). :func:`load_script` joins, in
-this order: the generated header (the reply codes of worker/store/replies.py and those of the named constants
-the caller gives that the script names; a :class:`LuaSource` one is Lua code), each required piece once (what it requires first), and the script itself. In the style of
-dramatiq's ``dispatch.lua``: a file a reviewer reads as code, one Redis ``EVALSHA`` as before.
+this order: those of the named constants the caller gives that the script names (a :class:`LuaSource` one is
+Lua code), each required piece once (what it requires first), and the script itself. In the style of
+dramatiq's ``dispatch.lua``: a file a reviewer reads as code, one Redis ``EVALSHA`` as before. The reply codes
+it names (``CommitCode.COMMITTED``) are written as their numbers (worker/store/replies.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 
-from worker.store.replies import lua_header
+from worker.store.replies import UnknownCode, inline_codes
 
 __all__ = ["Constant", "LuaError", "LuaSource", "load_script", "requires_of", "script_text"]
 
@@ -77,7 +78,10 @@ def _load(package: str, name: str, constants: tuple[tuple[str, Constant], ...]) 
     code = "".join(body)
     # only the constants the script names: each is a local of its chunk, made on every call (issue 29)
     declared = [f"local {k} = {_lua_value(v)}\n" for k, v in constants if re.search(rf"\b{k}\b", code)]
-    return "".join([lua_header(), *declared, code])
+    try:
+        return inline_codes("".join([*declared, code]), where=f"lua/{name}.lua")
+    except UnknownCode as exc:
+        raise LuaError(str(exc)) from None
 
 
 def _lua_value(value: Constant) -> str:

@@ -1,12 +1,23 @@
 """The scripts' reply codes, one :class:`~enum.IntEnum` each: the Python side compares members, and the Lua side
-reads the same names from a header generated from these enums (:func:`lua_header`, prepended by the loader), so
-the two sides cannot drift."""
+names the same members (``CommitCode.STALE_FENCE``), each written as its number when the loader joins a script
+(:func:`inline_codes`), so the two sides cannot drift and a name the enum lacks fails at load, not as a nil at
+run time. Numbers, not tables: a table per enum was built on every call of every script (issue 29)."""
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 
-__all__ = ["ApplyCode", "CancelCode", "CommitCode", "HeadCode", "ReleaseCode", "lua_header"]
+__all__ = [
+    "ENUMS",
+    "ApplyCode",
+    "CancelCode",
+    "CommitCode",
+    "HeadCode",
+    "ReleaseCode",
+    "UnknownCode",
+    "inline_codes",
+]
 
 
 class CommitCode(IntEnum):
@@ -58,10 +69,23 @@ class ReleaseCode(IntEnum):
 ENUMS: tuple[type[IntEnum], ...] = (ApplyCode, CancelCode, CommitCode, HeadCode, ReleaseCode)
 
 
-def lua_header() -> str:
-    """The enums as Lua tables (``local CommitCode = {COMMITTED = 1, …}``), one line each."""
-    lines = []
-    for enum in ENUMS:
-        members = ", ".join(f"{m.name} = {int(m.value)}" for m in enum)
-        lines.append(f"local {enum.__name__} = {{{members}}}")
-    return "\n".join(lines) + "\n"
+_NAMED = re.compile(r"\b(" + "|".join(e.__name__ for e in ENUMS) + r")\b(\.([A-Za-z_][A-Za-z0-9_]*))?")
+_VALUES = {e.__name__: {m.name: int(m.value) for m in e} for e in ENUMS}
+
+
+class UnknownCode(ValueError):
+    """Lua that names a reply code the enum lacks, or an enum itself (only its members are written)."""
+
+
+def inline_codes(lua: str, where: str = "script") -> str:
+    """``lua`` with each ``Enum.MEMBER`` of :data:`ENUMS` written as its number (``CommitCode.ENDED`` ->
+    ``2``); comments are Lua too here, so a name there is written as its number as well."""
+
+    def number(found: re.Match[str]) -> str:
+        enum, member = found.group(1), found.group(3)
+        value = _VALUES[enum].get(member or "")
+        if value is None:
+            raise UnknownCode(f"{where}: {found.group(0)!r} is not a member of {enum}")
+        return str(value)
+
+    return _NAMED.sub(number, lua)

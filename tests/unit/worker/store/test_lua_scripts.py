@@ -15,7 +15,7 @@ import pytest
 from worker.store import calls
 from worker.store.calls import Layout, ScriptCall
 from worker.store.loader import load_script, requires_of, script_text
-from worker.store.replies import ENUMS
+from worker.store.replies import ENUMS, CommitCode, HeadCode, UnknownCode, inline_codes
 from worker.store.scripts import CONSTANTS
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -89,7 +89,7 @@ def test_every_script_file_has_a_call_and_loads() -> None:
 
 
 def test_reply_codes_named_in_lua_exist() -> None:
-    """``CommitCode.STALE_FENCE`` in Lua is a member of the IntEnum of that name (the header is generated)."""
+    """``CommitCode.STALE_FENCE`` in Lua is a member of the IntEnum of that name (the loader writes its number)."""
     members = {enum.__name__: {m.name for m in enum} for enum in ENUMS}
     used = set()
     for path in [*LUA.glob("*.lua"), *LUA.glob("lib/*.lua")]:
@@ -123,3 +123,21 @@ def test_no_python_string_holds_more_than_a_few_lines_of_lua() -> None:
         if n > 10
     ]
     assert offenders == []
+
+
+def test_reply_codes_are_written_as_numbers() -> None:
+    """The loader writes each code's number where the Lua names it; no script builds an enum table per call."""
+    assert inline_codes("if r[1] == CommitCode.ENDED then return {HeadCode.EMPTY} end") == (
+        f"if r[1] == {int(CommitCode.ENDED)} then return {{{int(HeadCode.EMPTY)}}} end"
+    )
+    for name in {p.stem for p in LUA.glob("*.lua")}:
+        text = load_script(name, constants=CONSTANTS)
+        assert not re.search(r"\b(" + "|".join(e.__name__ for e in ENUMS) + r")\b", text), name
+
+
+@pytest.mark.parametrize("lua", ["return CommitCode.COMMITED", "return HeadCode", "local codes = ApplyCode"])
+def test_a_code_the_enum_lacks_fails_at_load(lua: str) -> None:
+    """A misspelt member (or a bare enum: only members are written) is an error naming it, not a nil at run
+    time."""
+    with pytest.raises(UnknownCode, match=re.escape(lua.split()[-1])):
+        inline_codes(lua)
