@@ -22,7 +22,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from worker.core.tenancy import BadTenant, split_scope_ref
@@ -197,9 +197,7 @@ class ScopeLease:
         if fence == 0:
             return None, max(int(reply[1]), 0), None
         grant = LeaseGrant(keys=k, scope_key=scope_key, token=token, fence=fence)
-        head = Head.parse(reply[1:-1])
-        if head.code is HeadCode.TAKEN:
-            head = replace(head, behind=max(int(reply[-1]) - 1, 0))
+        head = Head.parse(reply[1:-1], behind=max(int(reply[-1]) - 1, 0))  # the length counts the head
         if head.code is not HeadCode.EMPTY:
             self._start_renewer(grant)
         return grant, 0, head

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
@@ -185,7 +185,7 @@ class Pipeline:
             return outcome
         # read after this scope's renewal stopped: the renewer keeps the popped scope's grant from here
         chained = self.lease.read_popped(self.keys, then_pop.call.pop_token, then_pop.reply)
-        return replace(outcome, popped=chained, retired=chained is None)
+        return DrainOutcome(outcome.processed, outcome.next, outcome.delay_s, chained, chained is None)
 
     def _give_back(self, chained: ChainedPop) -> None:
         """The scope a commit popped for a drain that raised: released and published again (its head was

@@ -17,6 +17,7 @@ user's events, sessions and conversations are indexed by user, so erasure finds 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from worker.core.tenancy import (
     DEFAULT_TENANT,
@@ -246,7 +247,7 @@ class Keys(EngineWide, LimitKeys):
         return (
             self
             if tenant == self.tenant and type(self) is Keys
-            else Keys(self.prefix, check_tenant(tenant), self.buckets)
+            else _tenant_keys(self.prefix, check_tenant(tenant), self.buckets)
         )
 
     def for_scope(self, scope_key: str) -> BucketKeys:
@@ -254,7 +255,7 @@ class Keys(EngineWide, LimitKeys):
         return self.for_bucket(bucket_of(scope_key, self.buckets))
 
     def for_bucket(self, bucket: int) -> BucketKeys:
-        return BucketKeys(self.prefix, self.tenant, self.buckets, bucket)
+        return _bucket_keys(self.prefix, self.tenant, self.buckets, bucket)
 
     def every_bucket(self) -> list[BucketKeys]:
         """One builder per bucket (reads of the per-bucket indexes fan out over them); one without buckets."""
@@ -275,7 +276,7 @@ class BucketKeys(Keys):
         object.__setattr__(self, "bucket_prefix", self._prefixes[min(self.bucket, len(self._prefixes) - 1)])
 
     def for_bucket(self, bucket: int) -> BucketKeys:
-        return self if bucket == self.bucket else BucketKeys(self.prefix, self.tenant, self.buckets, bucket)
+        return self if bucket == self.bucket else _bucket_keys(self.prefix, self.tenant, self.buckets, bucket)
 
     def event(self, event_id: str) -> str:
         return f"{self.event_prefix}{event_id}"
@@ -360,4 +361,17 @@ class EngineKeys(EngineWide):
 
     def for_tenant(self, tenant: str) -> Keys:
         """``tenant``'s keys (checked: a tenant name is a key part)."""
-        return Keys(self.prefix, check_tenant(tenant), self.buckets)
+        return _tenant_keys(self.prefix, check_tenant(tenant), self.buckets)
+
+
+@lru_cache(maxsize=1024)
+def _tenant_keys(prefix: str, tenant: str, buckets: int) -> Keys:
+    """Keys are values: one per tenant, made once (each builds its prefixes; a lone event's drain asked for its
+    tenant's on every pop)."""
+    return Keys(prefix, tenant, buckets)
+
+
+@lru_cache(maxsize=4096)
+def _bucket_keys(prefix: str, tenant: str, buckets: int, bucket: int) -> BucketKeys:
+    """One builder per tenant and bucket, made once (see :func:`_tenant_keys`)."""
+    return BucketKeys(prefix, tenant, buckets, bucket)

@@ -170,7 +170,8 @@ class Head:
     behind: int = -1  # events queued behind the head when ACQUIRE took it (-1: not known)
 
     @classmethod
-    def parse(cls, reply: Sequence[Any]) -> Head:
+    def parse(cls, reply: Sequence[Any], *, behind: int = -1) -> Head:
+        """``reply``: take_head's; ``behind``: the events queued behind a taken head, when the caller knows."""
         code = HeadCode(int(reply[0]))
         if code is HeadCode.TAKEN:
             return cls(
@@ -184,6 +185,7 @@ class Head:
                     source_type=to_str(reply[6]) if len(reply) > 7 else "",
                     source_id=to_str(reply[7]) if len(reply) > 7 else "",
                 ),
+                behind=behind,
             )
         if code is HeadCode.WAITS:
             return cls(code, not_before_ms=int(float(to_str(reply[2]))))
