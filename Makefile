@@ -16,7 +16,7 @@ help:
 	@echo "make test-buckets  only the tests marked buckets, with 4 scope buckets per tenant (make test runs them too)"
 	@echo "make bench      benchmarks, as ratios against baselines measured in the same run"
 	@echo "make check      ruff + mypy --strict + import-linter contracts only"
-	@echo "make chaos      the fault battery (minutes): 9 scenarios on private Redis servers, a history table"
+	@echo "make chaos      the fault battery (minutes): 10 scenarios on private Redis servers, a history table"
 	@echo "make screenshots  refresh the README's UI screenshots (docs/screenshots/) from the browser tests"
 	@echo "make lock       regenerate deploy/requirements.lock (the image's pinned, hashed dependencies) from pyproject.toml"
 

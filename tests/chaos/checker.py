@@ -33,7 +33,7 @@ class History:
     applied_twice: int = 0
     order_violations: int = 0
     fence_rejections: int = 0
-    batched: int = 0  # events committed in runs of two or more (the engine's batchedEvents)
+    batched: int = 0  # events of runs of two or more that committed whole (the engine's batchedEvents)
     stale_commits: int = 0
     effects_lost: int = 0  # done events whose effect never reached the receiver (or was not delivered)
     effects_twice: int = 0  # events with more than one effect at the receiver (one key twice, or two keys)

@@ -243,13 +243,17 @@ class ChaosRun:
         records = (json.loads(raw) for raw in self.admin.lrange(self.history.attempts, 0, -1))
         return [r for r in records if source_id is None or r["sid"] == source_id]
 
-    def taken_over(self, source_id: str, victim: int) -> bool:
-        """Another process started ``source_id`` under a later fence than ``victim``'s last start of it: it
-        acquired the scope (its fence moved past the victim's) while the event was not yet done. The fence, not
-        the attempt: an event walked in a run behind its head was never taken, so its redo is attempt 1 again."""
-        records = self.attempts(source_id)
-        fenced = [int(r["fence"]) for r in records if r["pid"] == victim]
-        return bool(fenced) and any(r["pid"] != victim and int(r["fence"]) > fenced[-1] for r in records)
+    def started_fence(self, source_id: str, pid: int) -> int:
+        """The fence of ``pid``'s last start of ``source_id`` (0: none): read when a fault is injected, so a
+        later start by the same process cannot move it."""
+        fences = [int(r["fence"]) for r in self.attempts(source_id) if r["pid"] == pid]
+        return fences[-1] if fences else 0
+
+    def taken_over(self, source_id: str, victim: int, fence: int) -> bool:
+        """Another process started ``source_id`` under a later fence than ``fence`` (the victim's, when it was
+        faulted): it acquired the scope while the event was not yet done. The fence, not the attempt: an event
+        walked in a run behind its head was never taken, so its redo is attempt 1 again."""
+        return any(r["pid"] != victim and int(r["fence"]) > fence for r in self.attempts(source_id))
 
     def fence_rejections(self) -> int:
         return int(self.admin.hget(self.keys.stats, "fenceRejected") or 0)

@@ -26,7 +26,8 @@ until the key ``<prefix>test:fixed`` exists (a retry storm).
 In :func:`plugin` every handler is batch-safe (its only effects are staged; what it reads directly, the
 fence, the probe and ``test:fixed``, no event of its scope writes), so a scope's fresh events commit in runs
 and the next run is walked while a run's COMMIT is in flight (``drain_ahead``): the faults land on that path
-too. The table's ``batched`` column counts the events committed in runs (the engine's ``batchedEvents``).
+too. The table's ``batched`` column counts the events of runs that committed whole (the engine's
+``batchedEvents``).
 :func:`one_by_one` is the same workload with no handler batch-safe: each event commits alone and its action
 applies right after it ran (APPLY, fenced). The paused-holder and partition scenarios use it, because what they
 assert is that a holder's late write is refused by the fence; in a run the holder writes nothing before its

@@ -1,4 +1,4 @@
-"""The nine fault scenarios; each takes ``long`` (the ``make chaos`` variant) and returns its table row.
+"""The ten fault scenarios; each takes ``long`` (the ``make chaos`` variant) and returns its table row.
 
 Every scenario starts a private Redis with AOF and real worker processes (:class:`ChaosRun`), enqueues a
 known ``chaos.op`` workload through ``producers.Producer`` (its handlers batch-safe: a scope's events commit in
@@ -48,17 +48,24 @@ def _every(n: int, **fields: Any) -> Callable[[int], dict[str, Any]]:
     return lambda seq: dict(fields) if seq % n == n - 1 else {}
 
 
-def _expect_takeover(run: ChaosRun, row: Row, source_id: str, victim: int) -> None:
-    """The event a faulted process held was started again by another process (the fault mattered)."""
-    if not run.taken_over(source_id, victim):
-        row.expectations.append(f"nobody took {source_id} over from the faulted process {victim}")
+def _expect_takeover(run: ChaosRun, row: Row, victim: int, record: dict[str, Any]) -> None:
+    """The event a faulted process held (``record``: its busy record, with the fence it ran under) was started
+    again by another process (the fault mattered)."""
+    if not run.taken_over(record["sid"], victim, record["fence"]):
+        row.expectations.append(f"nobody took {record['sid']} over from the faulted process {victim}")
 
 
-def _wait_takeover(run: ChaosRun, source_id: str, victim: int, timeout_s: float) -> bool:
-    """Wait (bounded) until another process started ``source_id`` again: its scope's fence has moved past
-    the one ``victim`` holds, so the victim's late commit must be refused."""
+def _victim(run: ChaosRun, pid: int, record: dict[str, Any]) -> dict[str, Any]:
+    """The busy record of the process about to be faulted, with the fence it started the event under."""
+    return {**record, "fence": run.started_fence(record["sid"], pid)}
+
+
+def _wait_takeover(run: ChaosRun, victim: int, record: dict[str, Any], timeout_s: float) -> bool:
+    """Wait (bounded) until another process started the event of ``record`` again: its scope's fence has moved
+    past the one ``victim`` held, so the victim's late commit must be refused."""
+    sid = record["sid"]
     try:
-        wait_until(lambda: run.taken_over(source_id, victim), timeout_s, f"a takeover of {source_id}")
+        wait_until(lambda: run.taken_over(sid, victim, record["fence"]), timeout_s, f"a takeover of {sid}")
         return True
     except AssertionError:
         return False
@@ -82,10 +89,12 @@ def _kill_mid_action(
 ) -> tuple[int, dict[str, Any]]:
     """Kill (``kill(pid)``) a process sleeping in a long action and confirm the kill landed mid-action: a
     process killed in its sleep never removes its ``chaos:busy`` entry. Tries another target when it did
-    not land (bounded: 5 tries); returns the victim's pid and busy record. ``spare``: source ids faulted
+    not land (bounded: 5 tries); returns the victim's pid and busy record (with the fence it started the event
+    under). ``spare``: source ids faulted
     before, left alone (each event is faulted at most once, so a healthy one never runs out of attempts)."""
     for _ in range(5):
-        pid, record = run.wait_busy(among, min_left_s=min_left_s, spare=spare)
+        pid, busy = run.wait_busy(among, min_left_s=min_left_s, spare=spare)
+        record = _victim(run, pid, busy)
         kill(pid)
         wait_until(partial(_gone, pid), 10, f"process {pid} to die")
         if run.admin.hexists(run.history.busy, str(pid)):
@@ -123,11 +132,11 @@ def child_kill(*, long: bool) -> Row:
                 run, run.all_children, sigkill, min_left_s=0.5, spare={r["sid"] for _, r in victims}
             )
             victims.append((pid, record))
-            _wait_takeover(run, record["sid"], pid, TAKEOVER_TIMEOUT_S)
+            _wait_takeover(run, pid, record, TAKEOVER_TIMEOUT_S)
         finish()
         row = run.check(timeout_s=_timeout(long))
         for pid, record in victims:
-            _expect_takeover(run, row, record["sid"], pid)
+            _expect_takeover(run, row, pid, record)
         return row
 
 
@@ -159,7 +168,7 @@ def worker_kill(*, long: bool) -> Row:
         finish()
         row = run.check(timeout_s=_timeout(long))
         for pid, record in victims:
-            _expect_takeover(run, row, record["sid"], pid)
+            _expect_takeover(run, row, pid, record)
         return row
 
 
@@ -213,28 +222,31 @@ def _faults_until_takeover(
     inject: Callable[[int], None],
     heal: Callable[[int], None],
     takeover_timeout_s: float,
+    refused: bool = True,
 ) -> Row:
     """Fault a busy lease holder (``inject(pid)``) until another process took its event over, then
-    ``heal(pid)``: each late commit must be refused. Then finish the workload and check the run."""
+    ``heal(pid)``: each late commit must be refused (``refused``; else the holder may also find its lease lost
+    and write nothing). Then finish the workload and check the run."""
     victims: list[tuple[int, dict[str, Any]]] = []
     notes: list[str] = []
     owed = 0  # late commits that must have been refused so far
     for _ in range(3 if long else 1):
-        pid, record = run.wait_busy(busy_in, min_left_s=0.8)
+        pid, busy = run.wait_busy(busy_in, min_left_s=0.8)
+        record = _victim(run, pid, busy)
         inject(pid)
         try:
-            took = _wait_takeover(run, record["sid"], pid, takeover_timeout_s)
+            took = _wait_takeover(run, pid, record, takeover_timeout_s)
         finally:
             heal(pid)
         victims.append((pid, record))
         owed += took  # a victim nobody took over is reported by _expect_takeover below
-        if took:
+        if took and refused:
             _expect_refused(run, notes, owed)
     finish()
     row = run.check(timeout_s=_timeout(long))
     row.expectations += notes
     for pid, record in victims:
-        _expect_takeover(run, row, record["sid"], pid)
+        _expect_takeover(run, row, pid, record)
     return row
 
 
@@ -255,6 +267,29 @@ def paused_holder(*, long: bool) -> Row:
             inject=lambda pid: os.kill(pid, signal.SIGSTOP),
             heal=lambda pid: os.kill(pid, signal.SIGCONT),
             takeover_timeout_s=TAKEOVER_TIMEOUT_S,
+        )
+
+
+def paused_run(*, long: bool) -> Row:
+    """5b. The paused holder of a run: SIGSTOP a child mid-action while it walks a run of batch-safe events (the
+    events behind its head not taken yet, their actions waiting for the run's COMMIT) until another process took
+    its event over, then SIGCONT it. Nothing of the run may land twice or out of order; its late COMMIT is refused
+    by the fence, or never sent (its renewer found the lease lost first), so no refusal is required."""
+    with ChaosRun("paused-run") as run:
+        workers = [run.start_worker(concurrency=2, wait=False) for _ in range(2 if long else 1)]
+        for worker in workers:
+            run.wait_registered(worker, 2)
+        payload = _every(41 if long else 10, sleepMs=1500)
+        finish = _load(run, "pr", long, scopes=8 if long else 3, sleep_ms=30, payload=payload)
+        return _faults_until_takeover(
+            run,
+            finish,
+            long=long,
+            busy_in=run.all_children,
+            inject=lambda pid: os.kill(pid, signal.SIGSTOP),
+            heal=lambda pid: os.kill(pid, signal.SIGCONT),
+            takeover_timeout_s=TAKEOVER_TIMEOUT_S,
+            refused=False,
         )
 
 
@@ -384,6 +419,7 @@ SCENARIOS: dict[str, Scenario] = {
     "rolling-sigterm": rolling_restart,
     "redis-restart": redis_restart,
     "paused-holder": paused_holder,
+    "paused-run": paused_run,
     "partition": partitioned_worker,
     "broker-cut": broker_cut,
     "crash-loop": crash_loop,

@@ -23,15 +23,16 @@ class BadTenant(ValueError):
 
 
 def check_tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or not _valid(tenant):
+    if not isinstance(tenant, str) or len(tenant) > 63 or not _valid(tenant):
         raise BadTenant(f"tenant must match {TENANT_PATTERN.pattern} (got {tenant!r})")
     return tenant
 
 
 @lru_cache(maxsize=4096)
 def _valid(tenant: str) -> bool:
-    """Remembered: a lone event's drain checks its tenant three times (its popped ref twice, its keys once)."""
-    return TENANT_PATTERN.match(tenant) is not None
+    """Remembered: a lone event's drain checks its tenant three times (its popped ref twice, its keys once).
+    ``fullmatch``: the pattern's ``$`` alone would let a trailing newline through."""
+    return TENANT_PATTERN.fullmatch(tenant) is not None
 
 
 def scope_ref(tenant: str, scope_key: str) -> str:

@@ -185,7 +185,13 @@ class Pipeline:
             return outcome
         # read after this scope's renewal stopped: the renewer keeps the popped scope's grant from here
         chained = self.lease.read_popped(self.keys, then_pop.call.pop_token, then_pop.reply)
-        return DrainOutcome(outcome.processed, outcome.next, outcome.delay_s, chained, chained is None)
+        return DrainOutcome(
+            processed=outcome.processed,
+            next=outcome.next,
+            delay_s=outcome.delay_s,
+            popped=chained,
+            retired=chained is None,
+        )
 
     def _give_back(self, chained: ChainedPop) -> None:
         """The scope a commit popped for a drain that raised: released and published again (its head was

@@ -243,7 +243,7 @@ class Keys(EngineWide, LimitKeys):
     # --- a scope's or a bucket's builder ---
 
     def for_tenant(self, tenant: str) -> Keys:
-        """The same layout for another tenant (a value: nothing is shared but the cached prefixes)."""
+        """The same layout for another tenant (a value, made once per tenant and shared: it holds only strings)."""
         return (
             self
             if tenant == self.tenant and type(self) is Keys

@@ -48,7 +48,13 @@ def lua_key_templates() -> dict[str, str]:
 
 
 def _lua_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+    """A Lua string literal of ``text``: printable ASCII as it is (``\\`` and ``'`` escaped), every other byte of
+    its UTF-8 as a decimal escape (``\\13``), which Lua 5.1 reads back byte for byte."""
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        out.append("\\" + char if char in "\\'" else char if 32 <= byte < 127 else f"\\{byte:03d}")
+    return "'" + "".join(out) + "'"
 
 
 def _concatenation(template: str) -> str:

@@ -59,7 +59,14 @@ def _library(package: str, names: list[str], seen: set[str], out: list[str]) -> 
         except LuaError:
             text = script_text(LIBRARY_PACKAGE, f"lib/{name}")  # the engine's pieces serve every package
         _library(package, requires_of(text), seen, out)
-        out.append(f"-- lib/{name}.lua\n{text}")
+        out.append(f"-- lib/{name}.lua\n{_codes(text, f'lua/lib/{name}.lua')}")
+
+
+def _codes(text: str, where: str) -> str:
+    try:
+        return inline_codes(text, where)
+    except UnknownCode as exc:
+        raise LuaError(str(exc)) from None
 
 
 class LuaSource(str):
@@ -70,21 +77,21 @@ Constant = int | str  # a LuaSource is a str
 
 
 @cache
-def _load(package: str, name: str, constants: tuple[tuple[str, Constant], ...]) -> str:
+def _load(package: str, name: str, constants: tuple[tuple[str, str], ...]) -> str:
     text = script_text(package, name)
     body: list[str] = []
     _library(package, requires_of(text), set(), body)
-    body.append(f"-- {name}.lua\n{text}")
+    body.append(f"-- {name}.lua\n{_codes(text, f'lua/{name}.lua')}")
     code = "".join(body)
     # only the constants the script names: each is a local of its chunk, made on every call (issue 29)
-    declared = [f"local {k} = {_lua_value(v)}\n" for k, v in constants if re.search(rf"\b{k}\b", code)]
-    try:
-        return inline_codes("".join([*declared, code]), where=f"lua/{name}.lua")
-    except UnknownCode as exc:
-        raise LuaError(str(exc)) from None
+    declared = [f"local {k} = {v}\n" for k, v in constants if re.search(rf"\b{re.escape(k)}\b", code)]
+    return "".join([*declared, code])
 
 
 def _lua_value(value: Constant) -> str:
+    """A constant as Lua: a number, a quoted string, or a :class:`LuaSource` as it is."""
+    if isinstance(value, bool):
+        raise LuaError(f"a constant is a number or a string, not {value!r}")
     if isinstance(value, LuaSource):
         return str(value)
     return (
@@ -96,4 +103,6 @@ def load_script(
     name: str, *, package: str = LIBRARY_PACKAGE, constants: Mapping[str, Constant] | None = None
 ) -> str:
     """The whole source of script ``name`` (``lua/<name>.lua`` of ``package``) as Redis runs it."""
-    return _load(package, name, tuple(sorted((constants or {}).items())))
+    # rendered before the cache: a LuaSource and an equal str are one key to it, not one constant
+    rendered = tuple(sorted((k, _lua_value(v)) for k, v in (constants or {}).items()))
+    return _load(package, name, rendered)

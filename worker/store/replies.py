@@ -78,14 +78,16 @@ class UnknownCode(ValueError):
 
 
 def inline_codes(lua: str, where: str = "script") -> str:
-    """``lua`` with each ``Enum.MEMBER`` of :data:`ENUMS` written as its number (``CommitCode.ENDED`` ->
-    ``2``); comments are Lua too here, so a name there is written as its number as well."""
+    """``lua`` with each ``Enum.MEMBER`` of :data:`ENUMS` written as its number in parentheses
+    (``CommitCode.ENDED`` -> ``(2)``, ``CommitCode.REFUSED`` -> ``(-3)``: a bare ``-3`` after a minus would open a
+    comment, a bare ``2`` before ``..`` is a malformed number). Comments are rewritten too (harmless); a bare enum
+    name anywhere, even in a comment, is refused, naming ``where``."""
 
     def number(found: re.Match[str]) -> str:
         enum, member = found.group(1), found.group(3)
         value = _VALUES[enum].get(member or "")
         if value is None:
-            raise UnknownCode(f"{where}: {found.group(0)!r} is not a member of {enum}")
-        return str(value)
+            raise UnknownCode(f"{where}: {found.group(0)!r} is not a member of {enum} (write {enum}.MEMBER)")
+        return f"({value})"
 
     return _NAMED.sub(number, lua)

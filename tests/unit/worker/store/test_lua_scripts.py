@@ -11,10 +11,11 @@ import re
 from pathlib import Path
 
 import pytest
+from redis import Redis
 
-from worker.store import calls
+from worker.store import calls, loader
 from worker.store.calls import Layout, ScriptCall
-from worker.store.loader import load_script, requires_of, script_text
+from worker.store.loader import LuaError, LuaSource, load_script, requires_of, script_text
 from worker.store.replies import ENUMS, CommitCode, HeadCode, UnknownCode, inline_codes
 from worker.store.scripts import CONSTANTS
 
@@ -128,11 +129,18 @@ def test_no_python_string_holds_more_than_a_few_lines_of_lua() -> None:
 def test_reply_codes_are_written_as_numbers() -> None:
     """The loader writes each code's number where the Lua names it; no script builds an enum table per call."""
     assert inline_codes("if r[1] == CommitCode.ENDED then return {HeadCode.EMPTY} end") == (
-        f"if r[1] == {int(CommitCode.ENDED)} then return {{{int(HeadCode.EMPTY)}}} end"
+        f"if r[1] == ({int(CommitCode.ENDED)}) then return {{({int(HeadCode.EMPTY)})}} end"
     )
     for name in {p.stem for p in LUA.glob("*.lua")}:
         text = load_script(name, constants=CONSTANTS)
         assert not re.search(r"\b(" + "|".join(e.__name__ for e in ENUMS) + r")\b", text), name
+
+
+def test_a_written_code_reads_as_its_number_in_any_place(redis_client: Redis) -> None:
+    """A negative code after a minus (a bare ``--3`` would open a comment) and a code before ``..`` (a bare
+    ``2..`` is a malformed number) still read as their numbers."""
+    lua = inline_codes("return {0-CommitCode.REFUSED, CommitCode.ENDED..'x', -ReleaseCode.HELD_BY_ANOTHER}")
+    assert redis_client.eval(lua, 0) == [-int(CommitCode.REFUSED), f"{int(CommitCode.ENDED)}x", 1]
 
 
 @pytest.mark.parametrize("lua", ["return CommitCode.COMMITED", "return HeadCode", "local codes = ApplyCode"])
@@ -141,3 +149,30 @@ def test_a_code_the_enum_lacks_fails_at_load(lua: str) -> None:
     time."""
     with pytest.raises(UnknownCode, match=re.escape(lua.split()[-1])):
         inline_codes(lua)
+
+
+def test_a_bad_code_in_a_piece_names_that_piece(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loader's error names the file the misspelt code is in (a library piece, here)."""
+    real = loader.script_text
+
+    def with_typo(package: str, path: str) -> str:
+        text = real(package, path)
+        return text + "\nlocal typo = HeadCode.TAKN\n" if path == "lib/peek" else text
+
+    monkeypatch.setattr(loader, "script_text", with_typo)
+    loader._load.cache_clear()
+    try:
+        with pytest.raises(LuaError, match=r"lua/lib/peek\.lua: 'HeadCode\.TAKN'"):
+            load_script("commit", constants=CONSTANTS)
+    finally:
+        loader._load.cache_clear()
+
+
+def test_a_lua_source_and_an_equal_string_are_two_constants() -> None:
+    """The loader's cache tells a constant that is code from an equal string (they compare equal as str)."""
+    as_code = load_script("pop_acquire", constants={**CONSTANTS, "scope_keys": LuaSource("function() end")})
+    as_text = load_script("pop_acquire", constants={**CONSTANTS, "scope_keys": "function() end"})
+    assert "local scope_keys = function() end\n" in as_code
+    assert "local scope_keys = 'function() end'\n" in as_text
+    with pytest.raises(LuaError, match="not True"):
+        load_script("pop_acquire", constants={"scope_keys": True})
