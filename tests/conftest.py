@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -273,38 +274,51 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _web_up(proc: Proc, url: str) -> str | bool:
+    """ "ours" once the health check was answered by ``proc`` (its access log has it), "taken" when it exited
+    because another process holds its port; False while neither."""
+    import httpx
+
+    if proc.popen.poll() is not None:
+        if "address already in use" in proc.log():
+            return "taken"
+        raise AssertionError("web exited:\n" + proc.log())
+    try:
+        answered = httpx.get(url + "/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+    return "ours" if answered and '"path": "/healthz"' in proc.log() else False
+
+
+WEB_PORT_TRIES = 3
+
+
 @pytest.fixture
 def start_web(tmp_path: Path) -> Iterator[Callable[..., tuple[Proc, str]]]:
-    """Factory: start a real ``agent-signal web`` process on a free port; returns (proc, base URL)."""
+    """Factory: start a real ``agent-signal web`` process on a free port; returns (proc, base URL). Under xdist
+    another test's web app can take the port between :func:`free_port` and the bind (the loser exits with
+    "address already in use" while the health check is answered by the winner, with its own credentials): so
+    the process counts as up only once its own access log shows the health check, and a lost port is tried
+    again with another."""
     procs: list[Proc] = []
 
     def start(settings: Settings, *, loglevel: str = "INFO") -> tuple[Proc, str]:
-        import httpx
-
-        port = free_port()
-        settings = settings.model_copy(update={"port": port})
-        log_path = tmp_path / f"web-{len(procs)}.log"
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "producers.cli", "web", "--loglevel", loglevel],
-            cwd=ROOT,
-            env=settings_env(settings),
-            stdout=log_path.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        proc = Proc(popen, log_path)
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-
-        def up() -> bool:
-            if popen.poll() is not None:
-                raise AssertionError("web exited:\n" + proc.log())
-            try:
-                return httpx.get(url + "/healthz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(up, timeout_s=60, what="the web app")
-        return proc, url
+        for _ in range(WEB_PORT_TRIES):
+            port = free_port()
+            log_path = tmp_path / f"web-{len(procs)}.log"
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "producers.cli", "web", "--loglevel", loglevel],
+                cwd=ROOT,
+                env=settings_env(settings.model_copy(update={"port": port})),
+                stdout=log_path.open("wb"),
+                stderr=subprocess.STDOUT,
+            )
+            proc = Proc(popen, log_path)
+            procs.append(proc)
+            url = f"http://127.0.0.1:{port}"
+            if wait_for(partial(_web_up, proc, url), timeout_s=60, what="the web app") == "ours":
+                return proc, url
+        raise AssertionError(f"the web app lost its port {WEB_PORT_TRIES} times in a row")
 
     yield start
     for proc in procs:
