@@ -254,20 +254,7 @@ def paused_holder(*, long: bool) -> Row:
     """5. SIGSTOP a child that holds a lease mid-action until another process took its event over, then
     SIGCONT it: its late commit must be refused (one fence rejection per pause)."""
     with ChaosRun("paused-holder", plugins=[ONE_BY_ONE]) as run:  # a late write reaches the fence
-        workers = [run.start_worker(concurrency=2, wait=False) for _ in range(2 if long else 1)]
-        for worker in workers:
-            run.wait_registered(worker, 2)
-        payload = _every(41 if long else 10, sleepMs=1500)
-        finish = _load(run, "ph", long, scopes=8 if long else 3, sleep_ms=30, payload=payload)
-        return _faults_until_takeover(
-            run,
-            finish,
-            long=long,
-            busy_in=run.all_children,
-            inject=lambda pid: os.kill(pid, signal.SIGSTOP),
-            heal=lambda pid: os.kill(pid, signal.SIGCONT),
-            takeover_timeout_s=TAKEOVER_TIMEOUT_S,
-        )
+        return _pause_holders(run, "ph", long=long, refused=True)
 
 
 def paused_run(*, long: bool) -> Row:
@@ -276,21 +263,26 @@ def paused_run(*, long: bool) -> Row:
     its event over, then SIGCONT it. Nothing of the run may land twice or out of order; its late COMMIT is refused
     by the fence, or never sent (its renewer found the lease lost first), so no refusal is required."""
     with ChaosRun("paused-run") as run:
-        workers = [run.start_worker(concurrency=2, wait=False) for _ in range(2 if long else 1)]
-        for worker in workers:
-            run.wait_registered(worker, 2)
-        payload = _every(41 if long else 10, sleepMs=1500)
-        finish = _load(run, "pr", long, scopes=8 if long else 3, sleep_ms=30, payload=payload)
-        return _faults_until_takeover(
-            run,
-            finish,
-            long=long,
-            busy_in=run.all_children,
-            inject=lambda pid: os.kill(pid, signal.SIGSTOP),
-            heal=lambda pid: os.kill(pid, signal.SIGCONT),
-            takeover_timeout_s=TAKEOVER_TIMEOUT_S,
-            refused=False,
-        )
+        return _pause_holders(run, "pr", long=long, refused=False)
+
+
+def _pause_holders(run: ChaosRun, tag: str, *, long: bool, refused: bool) -> Row:
+    """The pause scenarios' workload and faults: SIGSTOP a busy holder until a takeover, then SIGCONT."""
+    workers = [run.start_worker(concurrency=2, wait=False) for _ in range(2 if long else 1)]
+    for worker in workers:
+        run.wait_registered(worker, 2)
+    payload = _every(41 if long else 10, sleepMs=1500)
+    finish = _load(run, tag, long, scopes=8 if long else 3, sleep_ms=30, payload=payload)
+    return _faults_until_takeover(
+        run,
+        finish,
+        long=long,
+        busy_in=run.all_children,
+        inject=lambda pid: os.kill(pid, signal.SIGSTOP),
+        heal=lambda pid: os.kill(pid, signal.SIGCONT),
+        takeover_timeout_s=TAKEOVER_TIMEOUT_S,
+        refused=refused,
+    )
 
 
 def partitioned_worker(*, long: bool) -> Row:
