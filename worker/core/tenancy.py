@@ -13,7 +13,8 @@ from functools import lru_cache
 
 __all__ = ["DEFAULT_TENANT", "TENANT_PATTERN", "BadTenant", "check_tenant", "scope_ref", "split_scope_ref"]
 
-TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+TENANT_MAX_LEN = 63
+TENANT_PATTERN = re.compile(rf"^[a-z0-9][a-z0-9_-]{{0,{TENANT_MAX_LEN - 1}}}$")
 DEFAULT_TENANT = "default"
 SCOPE_REF_SEPARATOR = "/"
 
@@ -23,7 +24,9 @@ class BadTenant(ValueError):
 
 
 def check_tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or len(tenant) > 63 or not _valid(tenant):
+    if (
+        not isinstance(tenant, str) or len(tenant) > TENANT_MAX_LEN or not _valid(tenant)
+    ):  # longer: never cached
         raise BadTenant(f"tenant must match {TENANT_PATTERN.pattern} (got {tenant!r})")
     return tenant
 

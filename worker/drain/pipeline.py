@@ -158,8 +158,8 @@ class Pipeline:
         takes the next ready one in the same round trip (:class:`DrainOutcome`). When the drain raises after
         such a commit, the popped scope is given back (its lease released, its drain published) before the
         exception goes on."""
-        tenant, scope_key = split_scope_ref(ref)
-        if acquired is None:
+        if acquired is None:  # else the ref was split (and its tenant checked) where it was popped
+            tenant, scope_key = split_scope_ref(ref)
             keys = self.ctx.store.keys.for_tenant(tenant)
             acquired = self.lease.acquire(keys, scope_key, now_ms=now_ms(), holder=holder)
         grant, remaining_ms, head = acquired
@@ -167,7 +167,7 @@ class Pipeline:
             # Somebody holds the scope. A live holder drains what we were sent for; a dead one's lease runs out
             # in remaining_ms, so look again then (no spinning, one message per TTL).
             return DrainOutcome(0, "busy", delay_s=remaining_ms / 1000 + 0.05)
-        attrs = {"agent.signal.scope_key": scope_key, "agent.signal.fence": grant.fence}
+        attrs = {"agent.signal.scope_key": grant.scope_key, "agent.signal.fence": grant.fence}
         try:
             with self.telemetry.span("agent_signal.scope.drain", attrs) as span:
                 outcome = self._drain_heads(grant, head, then_pop)

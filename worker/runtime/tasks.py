@@ -114,7 +114,7 @@ def drain_ref(
         log.error("drain of a malformed scope ref dropped", extra={"scopeRef": ref})
         return None
     except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
-        tenant = split_scope_ref(ref)[0]  # parsed by the drain already
+        tenant = split_scope_ref(ref)[0]  # parsed already (by the drain, or where it was popped)
         note_store_failure(pipeline.store.client, pipeline.keys.for_tenant(tenant).tenant_stats, exc, "drain")
         return None
     republish = process.fair.publish
