@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     scopes_per_drain: int = Field(default=32, ge=1)
     drain_message_budget_s: float = Field(default=5.0, gt=0)
     drain_messages_max: int = Field(default=64, ge=1)
+    # Where the broker is the store's own Redis, drain_next messages are pushed onto its list whole (by the
+    # enqueue script, or one LPUSH: worker/runtime/drain_message.py) instead of through Celery's send_task.
+    push_drain_messages: bool = True
     # Batch commits (worker/drain/batch.py): up to this many never-delivered head events of a scope whose chains
     # meet only batch-safe handlers run back to back and commit in one script (1: one commit per event).
     commit_batch_max: int = Field(default=16, ge=1)

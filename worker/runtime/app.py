@@ -47,7 +47,7 @@ from worker.runtime.collector import settle_collector
 from worker.runtime.fair import FairQueue
 from worker.runtime.reconcile import reconcile, try_reconcile_lock
 from worker.runtime.tasks import publish_task, register_tasks
-from worker.settings import Settings, SettingsError, check_settings
+from worker.settings import Settings, SettingsError, check_settings, kombu_url_for
 from worker.store.client import redis_from_settings
 from worker.store.events import EventStore
 from worker.telemetry.log_privacy import describe_error
@@ -111,7 +111,9 @@ def _assemble(settings: Settings, store: EventStore, app: Celery, fair: FairQueu
 
 
 def fair_queue(settings: Settings, store: EventStore, app: Celery) -> FairQueue:
-    """How this process publishes drains (round-robin across tenants unless ``fair_share`` is off)."""
+    """How this process publishes drains (round-robin across tenants unless ``fair_share`` is off), and
+    whether it pushes drain_next messages whole (``push_drain_messages`` and a broker on the store's Redis)."""
+    pushed = settings.push_drain_messages and broker_is_store(settings)
     return FairQueue(
         store.client,
         store.keys,
@@ -120,7 +122,17 @@ def fair_queue(settings: Settings, store: EventStore, app: Celery) -> FairQueue:
         enabled=settings.fair_share,
         messages_max=settings.drain_messages_max,
         ticket_ttl_ms=int(settings.lease_ttl_s * 1000),
+        drain_queue=Keys(settings.key_prefix).broker_queue(settings.queue_name) if pushed else None,
     )
+
+
+def broker_is_store(settings: Settings) -> bool:
+    """The broker is the store's own Redis (``BROKER_URL`` unset or the same URL, no Redis Cluster): its queues
+    are lists under our prefix (``global_keyprefix``), which a script or an ``LPUSH`` can write."""
+    if settings.redis_cluster_url or not settings.redis_url:
+        return False
+    broker_url = settings.effective_broker_url()
+    return _is_redis_broker(broker_url) and broker_url == kombu_url_for(settings.redis_url)
 
 
 def _is_redis_broker(url: str) -> bool:

@@ -42,6 +42,7 @@ from redis.exceptions import RedisError
 
 from worker.core.tenancy import split_scope_ref
 from worker.keys.engine import EngineWide
+from worker.runtime.drain_message import MARK, DrainMessages, drain_next_template
 from worker.store.calls import ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.client import is_cluster
 from worker.store.events import ReadyPush as ReadyPushFields
@@ -65,9 +66,21 @@ class FairQueue:
     enabled: bool = True
     messages_max: int = 64  # drain_next messages out at once (Settings.drain_messages_max)
     ticket_ttl_ms: int = 30_000  # the ticket count expires this long after it was last touched
+    # The broker's list for ``queue`` where the broker is this Redis (Keys.broker_queue): drain_next messages
+    # are then pushed there whole (worker/runtime/drain_message.py), by ENQUEUE_PUSH or one LPUSH, instead of
+    # through Celery's send_task. None: a broker of its own (RabbitMQ, another Redis), send_task.
+    drain_queue: str | None = None
 
     def __post_init__(self) -> None:
         self.scripts = Scripts(self.client)
+        self._messages: DrainMessages | None = None
+
+    def messages(self) -> DrainMessages | None:
+        """The drain_next messages this process pushes itself, or None (no :attr:`drain_queue`)."""
+        if self._messages is None and self.drain_queue is not None:
+            template = drain_next_template(self.app, DRAIN_NEXT_TASK, self.queue)
+            self._messages = DrainMessages(self.drain_queue, template)
+        return self._messages
 
     def publish(self, ref: str, *, countdown_s: float = 0.0) -> None:
         """Make the scope ``ref`` (``<tenant>/<scopeKey>``) drain: now in its tenant's turn, or after the delay."""
@@ -96,16 +109,24 @@ class FairQueue:
         Cluster (the ready lists live in the ``{fair}`` slot, the tenant's keys in its own)."""
         if not self.enabled or client is not self.client or is_cluster(client):
             return None
+        messages = self.messages()
         return {
             "ring": self.keys.ready_tenants,
             "ready": self.keys.ready(tenant),
             "tickets": self.keys.drain_tickets,
+            # The script pushes the messages itself where it can (else the caller sends them: ``send``).
+            "drain_queue": messages.queue_key
+            if messages is not None
+            else self.keys.drain_tickets,  # unused then
             "tickets_max": self.messages_max,
             "ticket_ttl_ms": self.ticket_ttl_ms,
+            "drain_message": messages.template if messages is not None else "",
+            "drain_mark": MARK,
         }
 
     def send(self, count: int) -> None:
-        """Send ``count`` drain_next messages for tickets taken by ENQUEUE_PUSH (see :meth:`_send_next`)."""
+        """Send ``count`` drain_next messages for tickets taken by ENQUEUE_PUSH where it could not push them
+        itself (see :meth:`_send_next`)."""
         if count > 0:
             self._send_next(count)
 
@@ -164,13 +185,22 @@ class FairQueue:
         self._send_next()
 
     def _send_next(self, count: int = 1) -> None:
-        """Send ``count`` drain_next messages, one ticket each; a failed send gives back every unsent ticket."""
-        for sent in range(count):
-            try:
+        """Send ``count`` drain_next messages, one ticket each; a failed send gives back every unsent ticket.
+        Where the broker is this Redis, all of them in one LPUSH (:meth:`messages`)."""
+        if count <= 0:
+            return
+        messages = self.messages()
+        sent = 0
+        try:
+            if messages is not None:
+                self.client.lpush(messages.queue_key, *messages.fresh(count))  # all of them or none
+                return
+            for _ in range(count):
                 self.app.send_task(DRAIN_NEXT_TASK, args=[], queue=self.queue, **HIDDEN_TASK_ARGS)
-            except Exception:
-                try:
-                    self.scripts.run(TicketReturn(self.keys.drain_tickets, count - sent))
-                except RedisError:
-                    pass  # the count expires on its own (ticket_ttl_ms)
-                raise
+                sent += 1
+        except Exception:
+            try:
+                self.scripts.run(TicketReturn(self.keys.drain_tickets, count - sent))
+            except RedisError:
+                pass  # the count expires on its own (ticket_ttl_ms)
+            raise

@@ -8,6 +8,7 @@ All state lives in Redis under :class:`worker.keys.layout.Keys`; each state chan
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from typing import Any, TypedDict, cast
 
@@ -73,8 +74,11 @@ class ReadyPush(TypedDict):
     ring: str
     ready: str
     tickets: str
+    drain_queue: str
     tickets_max: int
     ticket_ttl_ms: int
+    drain_message: str  # '' where the caller sends the messages (the reply's count)
+    drain_mark: str
 
 
 def _str(value: Any) -> str:
@@ -124,7 +128,8 @@ class EventStore(StoreReads):
         on_stored: OnStored | None = None,
     ) -> tuple[list[EnqueueOutcome], int]:
         """:meth:`enqueue_many` and, in the same script (ENQUEUE_PUSH), the scopes it made ready pushed as
-        ``push`` (FairQueue.admission_push) says: the outcomes and the drain tickets taken (messages to send)."""
+        ``push`` (FairQueue.admission_push) says: the outcomes and the drain tickets taken whose messages the
+        caller sends (none where the script pushed them on the broker's list itself: ``push['drain_message']``)."""
         return self._enqueue(events, enforce_limits, push, on_stored)
 
     def _enqueue(
@@ -198,7 +203,9 @@ class EventStore(StoreReads):
             events=[self._admission(k, ev) for ev in events],
             users=[UserBytes(k.user_bytes(user)) for user in users],
         )
-        call: ScriptCall = Enqueue(**fields) if push is None else EnqueuePush(**fields, **push)
+        call: ScriptCall = (
+            Enqueue(**fields) if push is None else EnqueuePush(**fields, **push, drain_id=uuid.uuid4().hex)
+        )
         try:
             replies = self.durable(call)
         except ResponseError as exc:

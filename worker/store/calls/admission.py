@@ -75,5 +75,11 @@ class EnqueuePush(Enqueue):
     ring: str = key()
     ready: str = key()
     tickets: str = key()
+    drain_queue: str = key()  # the broker's list the script pushes drain_next messages on (if it has one)
     tickets_max: int = arg()
     ticket_ttl_ms: int = arg()
+    drain_message: str = (
+        arg()
+    )  # the message with drain_mark for its id (worker/runtime/drain_message.py); '': none
+    drain_mark: str = arg()
+    drain_id: str = arg()  # this call's: its n-th message's id is ``<drain_id>-<n>``

@@ -1,0 +1,201 @@
+"""drain_next messages pushed whole where the broker is the store's Redis (worker/runtime/drain_message.py): the
+same message Celery's send_task would put on the broker's list, by ENQUEUE_PUSH inside the enqueue or by one
+LPUSH, each with an id of its own. A real Redis and a real Celery app; the worker's side (a real worker takes
+these messages and drains) is every pipeline test's, whose broker is the test's Redis."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from redis import Redis
+from redis.exceptions import ResponseError
+
+from tests.conftest import SettingsFactory
+from worker.core.tenancy import DEFAULT_TENANT
+from worker.intake.emitter import Emitter
+from worker.keys.layout import Keys
+from worker.runtime.app import broker_is_store, create_app, fair_queue
+from worker.runtime.drain_message import MARK, DrainMessages, drain_next_template
+from worker.runtime.fair import DRAIN_NEXT_TASK, FairQueue
+from worker.settings import Settings
+from worker.store.events import EventStore
+from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS
+
+pytestmark = pytest.mark.integration
+
+
+class NoSendTask:
+    """A Celery app stand-in for the script's path: any send_task is a failure of the test."""
+
+    def send_task(self, name: str, *args: Any, **options: Any) -> None:
+        raise AssertionError(f"send_task({name}) called: the messages should have been pushed whole")
+
+
+def _queue_key(settings: Settings) -> str:
+    return Keys(settings.key_prefix).broker_queue(settings.queue_name)
+
+
+def _messages(redis_client: Redis, settings: Settings) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in redis_client.lrange(_queue_key(settings), 0, -1)]
+
+
+def _emitter(store: EventStore, fair: FairQueue) -> Emitter:
+    return Emitter(
+        store.settings,
+        store,
+        fair.publish,
+        publish_many=fair.publish_many,
+        ready=fair,
+        source_types=["bot.message.merged"],
+    )
+
+
+def _pushing_fair(store: EventStore, template: str, *, messages_max: int = 5) -> FairQueue:
+    settings = store.settings
+    fair = FairQueue(
+        store.client,
+        store.keys,
+        NoSendTask(),
+        settings.queue_name,
+        messages_max=messages_max,
+        ticket_ttl_ms=60_000,
+        drain_queue=_queue_key(settings),
+    )
+    fair._messages = DrainMessages(_queue_key(settings), template)  # the template made once, below
+    return fair
+
+
+@pytest.fixture
+def settings(make_settings: SettingsFactory) -> Settings:
+    return make_settings()
+
+
+@pytest.fixture
+def template(settings: Settings) -> str:
+    return drain_next_template(create_app(settings), DRAIN_NEXT_TASK, settings.queue_name)
+
+
+def test_the_template_is_what_send_task_puts_on_the_broker(redis_client: Redis, settings: Settings) -> None:
+    """Rendered with an id, the template is field for field the message the same app's send_task LPUSHes on a
+    real Redis broker for that task id, but for its delivery tag (kombu's own uuid there, the id here)."""
+    app = create_app(settings)
+    template = drain_next_template(app, DRAIN_NEXT_TASK, settings.queue_name)
+    app.send_task(DRAIN_NEXT_TASK, args=[], queue=settings.queue_name, task_id="t-1", **HIDDEN_TASK_ARGS)
+    [sent] = _messages(redis_client, settings)
+    ours = json.loads(DrainMessages(_queue_key(settings), template).render("t-1"))
+    assert ours["properties"].pop("delivery_tag") == "t-1"
+    assert sent["properties"].pop("delivery_tag") not in ("", "t-1")
+    assert ours == sent
+    assert (ours["headers"]["id"], ours["headers"]["root_id"], ours["properties"]["correlation_id"]) == (
+        "t-1",
+        "t-1",
+        "t-1",
+    )
+
+
+def test_a_template_made_inside_a_task_names_no_parent(settings: Settings) -> None:
+    """send_task inside a task makes that task the message's parent and root; the template (made lazily, so
+    perhaps inside a drain) names neither: a drain_next is nobody's child."""
+    app = create_app(settings)
+    made: list[str] = []
+
+    @app.task(name="test.make_template")
+    def make_template() -> None:
+        made.append(drain_next_template(app, DRAIN_NEXT_TASK, settings.queue_name))
+
+    make_template.apply(task_id="the-parent")  # run here, in this process, with a task request on the stack
+    headers = json.loads(made[0])["headers"]
+    assert (headers["parent_id"], headers["root_id"], headers["id"]) == (None, MARK, MARK)
+
+
+def test_the_enqueue_script_pushes_one_message_per_ticket_each_with_its_own_id(
+    redis_client: Redis, settings: Settings, template: str
+) -> None:
+    """Twelve scopes, cap 5: five tickets taken, five messages on the broker's list (and no send_task), each
+    with a distinct task id that is also its delivery tag; nothing left for the door to send."""
+    store = EventStore(redis_client, settings)
+    emitter = _emitter(store, _pushing_fair(store, template))
+    events = [
+        {"sourceType": "bot.message.merged", "sourceId": f"m{i}", "scopeKey": f"topic:m{i}", "payload": {}}
+        for i in range(12)
+    ]
+    results = emitter.enqueue([emitter.validate(e) for e in events])
+    assert [r.status for r in results] == ["accepted"] * 12
+    messages = _messages(redis_client, settings)
+    ids = [m["headers"]["id"] for m in messages]
+    assert len(messages) == 5 and len(set(ids)) == 5
+    assert all(m["properties"]["delivery_tag"] == m["headers"]["id"] for m in messages)
+    assert all(m["headers"]["task"] == DRAIN_NEXT_TASK and MARK not in json.dumps(m) for m in messages)
+    assert redis_client.get(store.keys.drain_tickets) == "5"
+    assert redis_client.llen(store.keys.ready(DEFAULT_TENANT)) == 12
+    again = {"sourceType": "bot.message.merged", "sourceId": "m12", "scopeKey": "topic:m12", "payload": {}}
+    emitter.enqueue([emitter.validate(again)])  # the cap is reached: a ready scope, no message
+    assert len(_messages(redis_client, settings)) == 5
+
+
+def test_two_enqueues_never_share_a_message_id(
+    redis_client: Redis, settings: Settings, template: str
+) -> None:
+    """Each script call has an id of its own (the n-th message of a call is ``<id>-<n>``)."""
+    store = EventStore(redis_client, settings)
+    emitter = _emitter(store, _pushing_fair(store, template))
+    for i in range(3):
+        event = {
+            "sourceType": "bot.message.merged",
+            "sourceId": f"u{i}",
+            "scopeKey": f"topic:u{i}",
+            "payload": {},
+        }
+        emitter.enqueue([emitter.validate(event)])
+    ids = [m["headers"]["id"] for m in _messages(redis_client, settings)]
+    assert len(ids) == 3 and len(set(ids)) == 3
+
+
+def test_a_wrong_typed_broker_queue_refuses_the_batch_before_any_write(
+    redis_client: Redis, settings: Settings, template: str
+) -> None:
+    store = EventStore(redis_client, settings)
+    redis_client.set(_queue_key(settings), "not a list")
+    emitter = _emitter(store, _pushing_fair(store, template))
+    event = {"sourceType": "bot.message.merged", "sourceId": "w1", "scopeKey": "topic:w", "payload": {}}
+    with pytest.raises(Exception, match="broker queue"):
+        emitter.enqueue([emitter.validate(event)])
+    home = store.keys.for_tenant(DEFAULT_TENANT)
+    assert not redis_client.exists(
+        store.keys.ready(DEFAULT_TENANT), store.keys.drain_tickets, home.inbox("topic:w")
+    )
+
+
+def test_a_worker_side_send_is_one_lpush_and_a_failed_one_gives_its_tickets_back(
+    redis_client: Redis, settings: Settings, template: str
+) -> None:
+    """publish_many (a commit's follow-ups, the sweep) pushes its messages in one LPUSH; when that fails, the
+    tickets it took are given back and the error raised."""
+    store = EventStore(redis_client, settings)
+    fair = _pushing_fair(store, template)
+    fair.publish_many(["default/topic:a", "default/topic:b"])
+    assert len(_messages(redis_client, settings)) == 2 and redis_client.get(store.keys.drain_tickets) == "2"
+    redis_client.delete(_queue_key(settings))
+    redis_client.set(_queue_key(settings), "not a list")
+    with pytest.raises(ResponseError):
+        fair.publish_many(["default/topic:c"])
+    assert redis_client.get(store.keys.drain_tickets) == "2"
+
+
+def test_only_a_broker_on_the_stores_redis_is_written_by_us(make_settings: SettingsFactory) -> None:
+    """The test's settings (broker unset: the store's Redis) push whole, unless turned off; another database,
+    another server, RabbitMQ or a Redis Cluster store send through Celery."""
+    same = make_settings()
+    client = Redis.from_url(same.require_redis_url())
+    assert fair_queue(same, EventStore(client, same), None).drain_queue == _queue_key(same)
+    off = make_settings(push_drain_messages=False)  # AGENT_SIGNAL_PUSH_DRAIN_MESSAGES=false: send_task
+    assert fair_queue(off, EventStore(client, off), None).drain_queue is None
+    client.close()
+    assert broker_is_store(Settings(redis_url="redis://h:1/2"))
+    assert broker_is_store(Settings(redis_url="redis://h:1/2", broker_url="redis://h:1/2"))
+    assert broker_is_store(Settings(redis_url="unix:///tmp/r.sock?db=0"))  # kombu spells it redis+socket://
+    assert not broker_is_store(Settings(redis_url="redis://h:1/2", broker_url="redis://h:1/3"))
+    assert not broker_is_store(Settings(redis_url="redis://h:1/2", broker_url="amqp://g:g@h//"))
+    assert not broker_is_store(Settings(redis_cluster_url="redis://h:7000", broker_url="amqp://g:g@h//"))

@@ -1,0 +1,95 @@
+"""The ``drain_next`` message as a Redis broker holds it: made once per process by Celery and kombu themselves,
+then stamped with a fresh id per message, so that a script (ENQUEUE_PUSH) or one ``LPUSH`` can send it.
+
+A ``drain_next`` message carries no arguments: every one is the same bytes but for its task id (its ``id``,
+``root_id`` and ``correlation_id``) and its delivery tag (kombu's key for it among the unacknowledged). Celery's
+``send_task`` spends ~0.45 ms of the door's time building and sending that one message (a lone event's enqueue
+took twice as long with it as without); an ``LPUSH`` of the bytes takes what a round trip takes, and inside the
+enqueue script none at all. So :func:`drain_next_template` asks Celery for the message once, on kombu's
+in-memory transport (its own serialisation, encoding and delivery fields: the virtual channel Redis's transport
+shares), with :data:`MARK` for the task id and the delivery tag; :meth:`DrainMessages.render` puts an id in
+its place. Only where the broker is the store's own Redis (``FairQueue.drain_queue``, worker/runtime/app.py):
+the list kombu reads is then one of our keys (``Keys.broker_queue``).
+
+What differs from a ``send_task`` message: the id is ours (a fresh uuid4, ``-<n>`` appended inside the script
+for its n-th message; the delivery tag equals it), ``parent_id`` is empty and ``root_id`` is the message's own
+id even when a task sends it (a drain_next is nobody's child: each drains whatever scopes are ready), and no
+trace context travels in its headers (the template's would be one stale span for every message). A test
+compares a rendered message with the one ``send_task`` puts on a real Redis broker, field by field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kombu.connection import Connection
+
+from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS
+
+__all__ = ["MARK", "DrainMessages", "drain_next_template"]
+
+MARK = "agent_signal_drain_next_id"
+"""Where a template holds the message's id: letters and underscores only, so Lua's ``string.gsub`` reads it as
+itself (no pattern character) and JSON writes it as it is."""
+
+_PLAIN = re.compile(r"[A-Za-z_]+")
+_capture_lock = threading.Lock()  # kombu's memory transport keeps its queues per process, not per connection
+
+
+def drain_next_template(app: Any, task: str, queue: str) -> str:
+    """The JSON a Redis broker would hold for ``app.send_task(task, args=[], queue=queue)``, with :data:`MARK`
+    for its task id and delivery tag (see the module's docstring for what else is fixed)."""
+    from opentelemetry.propagate import get_global_textmap
+
+    with _capture_lock, Connection("memory://") as conn:  # type: ignore[no-untyped-call]
+        channel = conn.default_channel
+        producer = app.amqp.Producer(channel)
+        app.send_task(
+            task,
+            args=[],
+            queue=queue,
+            task_id=MARK,
+            root_id=MARK,
+            producer=producer,
+            add_to_parent=False,
+            **HIDDEN_TASK_ARGS,
+        )
+        message = channel.basic_get(queue, no_ack=True)
+    if message is None:
+        raise RuntimeError(f"kombu's memory transport kept no {task} message on {queue!r}")
+    raw: dict[str, Any] = message.serializable()
+    headers = raw["headers"]
+    headers["parent_id"] = None  # send_task called inside a task names that task
+    headers["root_id"] = MARK
+    for name in get_global_textmap().fields:  # a span of the capture's, if tracing instruments Celery
+        headers.pop(name, None)
+    raw["properties"]["delivery_tag"] = MARK
+    text = json.dumps(raw)
+    if MARK not in text:
+        raise RuntimeError(f"the {task} message does not carry its id where expected")
+    return text
+
+
+@dataclass(frozen=True)
+class DrainMessages:
+    """A ``drain_next`` message template (:func:`drain_next_template`) and the broker list it goes on."""
+
+    queue_key: str  # the Redis list kombu reads the queue from (Keys.broker_queue)
+    template: str
+
+    def __post_init__(self) -> None:
+        if not _PLAIN.fullmatch(MARK) or MARK not in self.template:
+            raise ValueError("a drain_next template holds the mark, which is letters and underscores only")
+
+    def render(self, message_id: str) -> str:
+        """The message with ``message_id`` as its task id and delivery tag."""
+        return self.template.replace(MARK, message_id)
+
+    def fresh(self, count: int) -> list[str]:
+        """``count`` messages, each with an id of its own."""
+        return [self.render(str(uuid.uuid4())) for _ in range(count)]
