@@ -62,7 +62,6 @@ def drain_next_in_process(pipeline: Pipeline, *, take_ticket: bool = True) -> in
     Returns the scopes it drained."""
     store = pipeline.ctx.store
     fair = fair_queue(pipeline.settings, store, cast(Any, NoBroker()))
-    fair.drain_queue = None  # its messages go to the NoBroker, not onto the broker's list
     process = state.WorkerProcess(pipeline, fair, PluginRuntime(pipeline.settings, store.client, store.keys))
     if take_ticket:
         store.client.set(store.keys.drain_tickets, 1)

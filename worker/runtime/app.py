@@ -113,7 +113,7 @@ def _assemble(settings: Settings, store: EventStore, app: Celery, fair: FairQueu
 def fair_queue(settings: Settings, store: EventStore, app: Celery) -> FairQueue:
     """How this process publishes drains (round-robin across tenants unless ``fair_share`` is off), and
     whether it pushes drain_next messages whole (``push_drain_messages`` and a broker on the store's Redis)."""
-    pushed = settings.push_drain_messages and broker_is_store(settings)
+    pushed = settings.push_drain_messages and broker_is_store(settings, app)
     return FairQueue(
         store.client,
         store.keys,
@@ -126,13 +126,21 @@ def fair_queue(settings: Settings, store: EventStore, app: Celery) -> FairQueue:
     )
 
 
-def broker_is_store(settings: Settings) -> bool:
-    """The broker is the store's own Redis (``BROKER_URL`` unset or the same URL, no Redis Cluster): its queues
-    are lists under our prefix (``global_keyprefix``), which a script or an ``LPUSH`` can write."""
-    if settings.redis_cluster_url or not settings.redis_url:
+def broker_is_store(settings: Settings, app: Any) -> bool:
+    """``app``'s broker is the store's own Redis: Celery's own choice of URL for writing and reading (which
+    ``CELERY_BROKER_URL`` in the environment overrides) is the Redis URL in kombu's spelling, under our key prefix
+    (``global_keyprefix``), and the store is not a Redis Cluster. Its queues are then lists of ours, which a
+    script or an ``LPUSH`` can write. False for anything that is not a Celery app."""
+    conf = getattr(app, "conf", None)
+    if conf is None or settings.redis_cluster_url or not settings.redis_url:
         return False
-    broker_url = settings.effective_broker_url()
-    return _is_redis_broker(broker_url) and broker_url == kombu_url_for(settings.redis_url)
+    ours = kombu_url_for(settings.redis_url)
+    options = conf.broker_transport_options or {}
+    return bool(
+        conf.broker_write_url == ours
+        and conf.broker_read_url == ours
+        and options.get("global_keyprefix") == Keys(settings.key_prefix).broker_prefix
+    )
 
 
 def _is_redis_broker(url: str) -> bool:
@@ -309,15 +317,14 @@ def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostn
     if beat_file:
         _beat(beat_file, hostname, first=True)
     store.client.hset(store.keys.workers, hostname, now_ms())
+    fair = fair_queue(settings, store, app)  # one per sweeper: its drain_next template is made once
     while not stop.wait(settings.reconcile_interval_s):
         if beat_file:
             _beat(beat_file, hostname)
         try:
             store.client.hset(store.keys.workers, hostname, now_ms())
             if try_reconcile_lock(store, interval_ms):
-                published = reconcile(
-                    store, fair_queue(settings, store, app).publish_stranded, stale_after_ms=stale_after_ms
-                )
+                published = reconcile(store, fair.publish_stranded, stale_after_ms=stale_after_ms)
                 if published:
                     log.warning("reconcile: re-published drains for %d stranded scope(s)", len(published))
         except Exception:

@@ -1,4 +1,4 @@
-"""The ``drain_next`` message as a Redis broker holds it: made once per process by Celery and kombu themselves,
+"""The ``drain_next`` message as a Redis broker holds it: made once per fair queue by Celery and kombu themselves,
 then stamped with a fresh id per message, so that a script (ENQUEUE_PUSH) or one ``LPUSH`` can send it.
 
 A ``drain_next`` message carries no arguments: every one is the same bytes but for its task id (its ``id``,
@@ -8,8 +8,9 @@ took twice as long with it as without); an ``LPUSH`` of the bytes takes what a r
 enqueue script none at all. So :func:`drain_next_template` asks Celery for the message once, on kombu's
 in-memory transport (its own serialisation, encoding and delivery fields: the virtual channel Redis's transport
 shares), with :data:`MARK` for the task id and the delivery tag; :meth:`DrainMessages.render` puts an id in
-its place. Only where the broker is the store's own Redis (``FairQueue.drain_queue``, worker/runtime/app.py):
-the list kombu reads is then one of our keys (``Keys.broker_queue``).
+its place. Made once per :class:`~worker.runtime.fair.FairQueue` (a process keeps one for its drains, the
+worker's sweeper one of its own), and used only where the broker is the store's own Redis (``FairQueue.drain_queue``,
+``broker_is_store`` in worker/runtime/app.py): the list kombu reads is then one of our keys (``Keys.broker_queue``).
 
 What differs from a ``send_task`` message: the id is ours (a fresh uuid4, ``-<n>`` appended inside the script
 for its n-th message; the delivery tag equals it), ``parent_id`` is empty and ``root_id`` is the message's own
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +38,6 @@ MARK = "agent_signal_drain_next_id"
 itself (no pattern character) and JSON writes it as it is."""
 
 _PLAIN = re.compile(r"[A-Za-z_]+")
-_capture_lock = threading.Lock()  # kombu's memory transport keeps its queues per process, not per connection
 
 
 def drain_next_template(app: Any, task: str, queue: str) -> str:
@@ -46,8 +45,11 @@ def drain_next_template(app: Any, task: str, queue: str) -> str:
     for its task id and delivery tag (see the module's docstring for what else is fixed)."""
     from opentelemetry.propagate import get_global_textmap
 
-    with _capture_lock, Connection("memory://") as conn:  # type: ignore[no-untyped-call]
+    with Connection("memory://") as conn:  # type: ignore[no-untyped-call]
         channel = conn.default_channel
+        # kombu's memory channels share one class-wide dict of queues; this one gets its own (as its close()
+        # does), so no other thread's capture, nor a lock held across a fork, is in its way.
+        channel.queues = {}
         producer = app.amqp.Producer(channel)
         app.send_task(
             task,
@@ -68,11 +70,11 @@ def drain_next_template(app: Any, task: str, queue: str) -> str:
     headers["root_id"] = MARK
     for name in get_global_textmap().fields:  # a span of the capture's, if tracing instruments Celery
         headers.pop(name, None)
-    raw["properties"]["delivery_tag"] = MARK
-    text = json.dumps(raw)
-    if MARK not in text:
-        raise RuntimeError(f"the {task} message does not carry its id where expected")
-    return text
+    properties = raw["properties"]
+    properties["delivery_tag"] = MARK
+    if headers.get("id") != MARK or properties.get("correlation_id") != MARK:
+        raise RuntimeError(f"the {task} message does not carry its task id where expected")
+    return json.dumps(raw)
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,8 @@ class DrainMessages:
     template: str
 
     def __post_init__(self) -> None:
-        if not _PLAIN.fullmatch(MARK) or MARK not in self.template:
-            raise ValueError("a drain_next template holds the mark, which is letters and underscores only")
+        if not _PLAIN.fullmatch(MARK) or self.template.count(MARK) < 2:
+            raise ValueError("a drain_next template holds the mark (letters and underscores) for id and tag")
 
     def render(self, message_id: str) -> str:
         """The message with ``message_id`` as its task id and delivery tag."""

@@ -32,6 +32,7 @@ a second drain find the scope idle or busy (the lease decides).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,9 +48,11 @@ from worker.store.calls import ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.client import is_cluster
 from worker.store.events import ReadyPush as ReadyPushFields
 from worker.store.scripts import Scripts
-from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS
+from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS, describe_error
 
 __all__ = ["DRAIN_NEXT_TASK", "DRAIN_TASK", "FairQueue"]
+
+log = logging.getLogger(__name__)
 
 DRAIN_TASK = "agent_signal.drain"
 DRAIN_NEXT_TASK = "agent_signal.drain_next"
@@ -76,9 +79,15 @@ class FairQueue:
         self._messages: DrainMessages | None = None
 
     def messages(self) -> DrainMessages | None:
-        """The drain_next messages this process pushes itself, or None (no :attr:`drain_queue`)."""
+        """The drain_next messages this process pushes itself, or None (no :attr:`drain_queue`). A template
+        that cannot be made (an app Celery cannot publish with) is said once, and send_task serves from then on."""
         if self._messages is None and self.drain_queue is not None:
-            template = drain_next_template(self.app, DRAIN_NEXT_TASK, self.queue)
+            try:
+                template = drain_next_template(self.app, DRAIN_NEXT_TASK, self.queue)
+            except Exception as exc:
+                log.warning("drain_next messages go through send_task: no template (%s)", describe_error(exc))
+                self.drain_queue = None
+                return None
             self._messages = DrainMessages(self.drain_queue, template)
         return self._messages
 
@@ -189,9 +198,9 @@ class FairQueue:
         Where the broker is this Redis, all of them in one LPUSH (:meth:`messages`)."""
         if count <= 0:
             return
-        messages = self.messages()
         sent = 0
         try:
+            messages = self.messages()
             if messages is not None:
                 self.client.lpush(messages.queue_key, *messages.fresh(count))  # all of them or none
                 return

@@ -6,9 +6,11 @@ these messages and drains) is every pipeline test's, whose broker is the test's 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
+from celery.signals import before_task_publish
 from redis import Redis
 from redis.exceptions import ResponseError
 
@@ -39,6 +41,16 @@ def _queue_key(settings: Settings) -> str:
 
 def _messages(redis_client: Redis, settings: Settings) -> list[dict[str, Any]]:
     return [json.loads(raw) for raw in redis_client.lrange(_queue_key(settings), 0, -1)]
+
+
+SCRIPT_ID = re.compile(r"([0-9a-f]{32})-([0-9]+)")  # what the script writes: <its call's uuid4 hex>-<n>
+
+
+def _script_ids(messages: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """Each message's (call id, n), the script's id shape (a uuid4 of the door's own has dashes: no match)."""
+    found = [SCRIPT_ID.fullmatch(m["headers"]["id"]) for m in messages]
+    assert all(found), [m["headers"]["id"] for m in messages]
+    return [(f.group(1), int(f.group(2))) for f in found if f]
 
 
 def _emitter(store: EventStore, fair: FairQueue) -> Emitter:
@@ -124,8 +136,8 @@ def test_the_enqueue_script_pushes_one_message_per_ticket_each_with_its_own_id(
     results = emitter.enqueue([emitter.validate(e) for e in events])
     assert [r.status for r in results] == ["accepted"] * 12
     messages = _messages(redis_client, settings)
-    ids = [m["headers"]["id"] for m in messages]
-    assert len(messages) == 5 and len(set(ids)) == 5
+    ids = _script_ids(messages)
+    assert len({call for call, _ in ids}) == 1 and sorted(n for _, n in ids) == [1, 2, 3, 4, 5]
     assert all(m["properties"]["delivery_tag"] == m["headers"]["id"] for m in messages)
     assert all(m["headers"]["task"] == DRAIN_NEXT_TASK and MARK not in json.dumps(m) for m in messages)
     assert redis_client.get(store.keys.drain_tickets) == "5"
@@ -149,8 +161,26 @@ def test_two_enqueues_never_share_a_message_id(
             "payload": {},
         }
         emitter.enqueue([emitter.validate(event)])
-    ids = [m["headers"]["id"] for m in _messages(redis_client, settings)]
-    assert len(ids) == 3 and len(set(ids)) == 3
+    ids = _script_ids(_messages(redis_client, settings))
+    assert len(ids) == 3 and len({call for call, _ in ids}) == 3 and {n for _, n in ids} == {1}
+
+
+def test_scope_buckets_push_with_an_id_per_bucket_script(
+    redis_client: Redis, make_settings: SettingsFactory, template: str
+) -> None:
+    """With four scope buckets one enqueue runs a script per bucket: every ticket still has its one message,
+    and no two messages share an id."""
+    settings = make_settings(scope_buckets=4)
+    store = EventStore(redis_client, settings)
+    emitter = _emitter(store, _pushing_fair(store, template, messages_max=100))
+    events = [
+        {"sourceType": "bot.message.merged", "sourceId": f"b{i}", "scopeKey": f"topic:b{i}", "payload": {}}
+        for i in range(12)
+    ]
+    emitter.enqueue([emitter.validate(e) for e in events])
+    ids = _script_ids(_messages(redis_client, settings))
+    assert len(ids) == 12 and len(set(ids)) == 12 and len({call for call, _ in ids}) > 1
+    assert redis_client.get(store.keys.drain_tickets) == "12"
 
 
 def test_a_wrong_typed_broker_queue_refuses_the_batch_before_any_write(
@@ -169,14 +199,20 @@ def test_a_wrong_typed_broker_queue_refuses_the_batch_before_any_write(
 
 
 def test_a_worker_side_send_is_one_lpush_and_a_failed_one_gives_its_tickets_back(
-    redis_client: Redis, settings: Settings, template: str
+    redis_client: Redis, settings: Settings, template: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """publish_many (a commit's follow-ups, the sweep) pushes its messages in one LPUSH; when that fails, the
     tickets it took are given back and the error raised."""
     store = EventStore(redis_client, settings)
     fair = _pushing_fair(store, template)
+    pushes: list[int] = []
+    lpush = redis_client.lpush
+    monkeypatch.setattr(
+        redis_client, "lpush", lambda key, *values: pushes.append(len(values)) or lpush(key, *values)
+    )
     fair.publish_many(["default/topic:a", "default/topic:b"])
-    assert len(_messages(redis_client, settings)) == 2 and redis_client.get(store.keys.drain_tickets) == "2"
+    assert pushes == [2] and redis_client.get(store.keys.drain_tickets) == "2"
+    assert len({m["headers"]["id"] for m in _messages(redis_client, settings)}) == 2
     redis_client.delete(_queue_key(settings))
     redis_client.set(_queue_key(settings), "not a list")
     with pytest.raises(ResponseError):
@@ -184,18 +220,67 @@ def test_a_worker_side_send_is_one_lpush_and_a_failed_one_gives_its_tickets_back
     assert redis_client.get(store.keys.drain_tickets) == "2"
 
 
-def test_only_a_broker_on_the_stores_redis_is_written_by_us(make_settings: SettingsFactory) -> None:
+def test_trace_context_from_a_publish_hook_stays_out_of_the_template(settings: Settings) -> None:
+    """OpenTelemetry's Celery instrumentation writes the capture's span into the headers before publishing
+    (a before_task_publish receiver, as here): the template drops every field the propagator writes."""
+    app = create_app(settings)
+
+    def inject(headers: dict[str, Any], **_: Any) -> None:
+        headers["traceparent"] = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        headers["tracestate"] = "vendor=1"
+
+    before_task_publish.connect(inject, weak=False)
+    try:
+        headers = json.loads(drain_next_template(app, DRAIN_NEXT_TASK, settings.queue_name))["headers"]
+    finally:
+        before_task_publish.disconnect(inject)
+    assert "traceparent" not in headers and "tracestate" not in headers and headers["id"] == MARK
+
+
+def test_a_template_that_cannot_be_made_falls_back_to_send_task(
+    redis_client: Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An app Celery cannot publish with (no ``amqp``) gives no template: said once, and its messages go
+    through send_task with their tickets counted, as before the change."""
+    sent: list[str] = []
+
+    class Recorder:
+        def send_task(self, name: str, *args: Any, **options: Any) -> None:
+            sent.append(name)
+
+    store = EventStore(redis_client, settings)
+    fair = FairQueue(
+        store.client, store.keys, Recorder(), settings.queue_name, drain_queue=_queue_key(settings)
+    )
+    fair.publish_many(["default/topic:a", "default/topic:b"])
+    fair.publish_many(["default/topic:c"])
+    assert sent == [DRAIN_NEXT_TASK] * 3 and fair.drain_queue is None
+    assert redis_client.get(store.keys.drain_tickets) == "3" and not _messages(redis_client, settings)
+    assert caplog.text.count("no template") == 1
+
+
+def test_only_a_broker_on_the_stores_redis_is_written_by_us(
+    make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The test's settings (broker unset: the store's Redis) push whole, unless turned off; another database,
-    another server, RabbitMQ or a Redis Cluster store send through Celery."""
+    another server, RabbitMQ, Celery's own CELERY_BROKER_URL or a Redis Cluster store send through Celery."""
     same = make_settings()
     client = Redis.from_url(same.require_redis_url())
-    assert fair_queue(same, EventStore(client, same), None).drain_queue == _queue_key(same)
+    assert fair_queue(same, EventStore(client, same), create_app(same)).drain_queue == _queue_key(same)
     off = make_settings(push_drain_messages=False)  # AGENT_SIGNAL_PUSH_DRAIN_MESSAGES=false: send_task
-    assert fair_queue(off, EventStore(client, off), None).drain_queue is None
+    assert fair_queue(off, EventStore(client, off), create_app(off)).drain_queue is None
+    assert fair_queue(same, EventStore(client, same), None).drain_queue is None  # not a Celery app
     client.close()
-    assert broker_is_store(Settings(redis_url="redis://h:1/2"))
-    assert broker_is_store(Settings(redis_url="redis://h:1/2", broker_url="redis://h:1/2"))
-    assert broker_is_store(Settings(redis_url="unix:///tmp/r.sock?db=0"))  # kombu spells it redis+socket://
-    assert not broker_is_store(Settings(redis_url="redis://h:1/2", broker_url="redis://h:1/3"))
-    assert not broker_is_store(Settings(redis_url="redis://h:1/2", broker_url="amqp://g:g@h//"))
-    assert not broker_is_store(Settings(redis_cluster_url="redis://h:7000", broker_url="amqp://g:g@h//"))
+
+    def pushes(**values: Any) -> bool:
+        settings = Settings(**values)
+        return broker_is_store(settings, create_app(settings))
+
+    assert pushes(redis_url="redis://h:1/2")
+    assert pushes(redis_url="redis://h:1/2", broker_url="redis://h:1/2")
+    assert pushes(redis_url="unix:///tmp/r.sock")  # kombu spells it redis+socket://
+    assert not pushes(redis_url="redis://h:1/2", broker_url="redis://h:1/3")
+    assert not pushes(redis_url="redis://h:1/2", broker_url="amqp://g:g@h//")
+    assert not pushes(redis_cluster_url="redis://h:7000", broker_url="amqp://g:g@h//")
+    monkeypatch.setenv("CELERY_BROKER_URL", "amqp://g:g@rabbit//")  # Celery prefers it to the app's broker
+    assert not pushes(redis_url="redis://h:1/2")
