@@ -25,6 +25,10 @@ give their tickets back, and a drain_next task that fails hands its ticket on. T
 one message for them, past the cap if need be. A hot scope cannot starve cold ones: it drains at most ``max_events_per_drain`` events per
 turn, then hands off to the back of its tenant's ready list, behind every scope that became ready meanwhile.
 
+Where the broker is the store's own Redis, a drain_next message is pushed onto the broker's list whole: by the
+enqueue script in the same script that takes its ticket, or by one ``LPUSH`` (worker/runtime/drain_message.py);
+elsewhere Celery's ``send_task`` sends it.
+
 Delayed drains (a retry's backoff, a busy scope's wait) keep their own ``agent_signal.drain(ref)`` message
 with a countdown: their timing is the scope's, not a turn in the ring. A ref that is ready twice only makes
 a second drain find the scope idle or busy (the lease decides).
@@ -118,18 +122,17 @@ class FairQueue:
         Cluster (the ready lists live in the ``{fair}`` slot, the tenant's keys in its own)."""
         if not self.enabled or client is not self.client or is_cluster(client):
             return None
+        # The script pushes the messages itself where it can; else the caller sends them (``send``), and the
+        # queue key it is given is one it never writes.
         messages = self.messages()
         return {
             "ring": self.keys.ready_tenants,
             "ready": self.keys.ready(tenant),
             "tickets": self.keys.drain_tickets,
-            # The script pushes the messages itself where it can (else the caller sends them: ``send``).
-            "drain_queue": messages.queue_key
-            if messages is not None
-            else self.keys.drain_tickets,  # unused then
+            "drain_queue": self.keys.drain_tickets if messages is None else messages.queue_key,
             "tickets_max": self.messages_max,
             "ticket_ttl_ms": self.ticket_ttl_ms,
-            "drain_message": messages.template if messages is not None else "",
+            "drain_message": "" if messages is None else messages.template,
             "drain_mark": MARK,
         }
 
