@@ -118,9 +118,7 @@ class Settings(BaseSettings):
     # drain_messages_max such messages are out at once (keep it at or above the fleet's total concurrency).
     scopes_per_drain: int = Field(default=32, ge=1)
     drain_message_budget_s: float = Field(default=5.0, gt=0)
-    drain_messages_max: int = Field(
-        default=64, ge=1, le=4096
-    )  # bounded: a script pushes up to this many at once
+    drain_messages_max: int = Field(default=64, ge=1)
     # Where the broker is the store's own Redis, drain_next messages are pushed onto its list whole (by the
     # enqueue script, or one LPUSH: worker/runtime/drain_message.py) instead of through Celery's send_task.
     push_drain_messages: bool = True

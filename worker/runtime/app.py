@@ -114,7 +114,7 @@ def fair_queue(settings: Settings, store: EventStore, app: Celery) -> FairQueue:
     """How this process publishes drains (round-robin across tenants unless ``fair_share`` is off), and
     whether it pushes drain_next messages whole (``push_drain_messages`` and a broker on the store's Redis)."""
     pushed = settings.push_drain_messages and broker_is_store(settings, app)
-    return FairQueue(
+    fair = FairQueue(
         store.client,
         store.keys,
         app,
@@ -124,6 +124,8 @@ def fair_queue(settings: Settings, store: EventStore, app: Celery) -> FairQueue:
         ticket_ttl_ms=int(settings.lease_ttl_s * 1000),
         drain_queue=Keys(settings.key_prefix).broker_queue(settings.queue_name) if pushed else None,
     )
+    fair.messages()  # the template made now, outside any task (a worker child builds this at its start)
+    return fair
 
 
 def broker_is_store(settings: Settings, app: Any) -> bool:
@@ -317,13 +319,16 @@ def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostn
     if beat_file:
         _beat(beat_file, hostname, first=True)
     store.client.hset(store.keys.workers, hostname, now_ms())
-    fair = fair_queue(settings, store, app)  # one per sweeper: its drain_next template is made once
+    fair: FairQueue | None = (
+        None  # one per sweeper, made at its first sweep: its drain_next template made once
+    )
     while not stop.wait(settings.reconcile_interval_s):
         if beat_file:
             _beat(beat_file, hostname)
         try:
             store.client.hset(store.keys.workers, hostname, now_ms())
             if try_reconcile_lock(store, interval_ms):
+                fair = fair if fair is not None else fair_queue(settings, store, app)
                 published = reconcile(store, fair.publish_stranded, stale_after_ms=stale_after_ms)
                 if published:
                     log.warning("reconcile: re-published drains for %d stranded scope(s)", len(published))

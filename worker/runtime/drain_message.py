@@ -8,8 +8,8 @@ took twice as long with it as without); an ``LPUSH`` of the bytes takes what a r
 enqueue script none at all. So :func:`drain_next_template` asks Celery for the message once, on kombu's
 in-memory transport (its own serialisation, encoding and delivery fields: the virtual channel Redis's transport
 shares), with :data:`MARK` for the task id and the delivery tag; :meth:`DrainMessages.render` puts an id in
-its place. Made once per :class:`~worker.runtime.fair.FairQueue` (a process keeps one for its drains, the
-worker's sweeper one of its own), and used only where the broker is the store's own Redis (``FairQueue.drain_queue``,
+its place. Made once per :class:`~worker.runtime.fair.FairQueue` (a process keeps one for its drains; a worker's
+main process one each for its sweeper and its outbox relay), and used only where the broker is the store's own Redis (``FairQueue.drain_queue``,
 ``broker_is_store`` in worker/runtime/app.py): the list kombu reads is then one of our keys (``Keys.broker_queue``).
 
 What differs from a ``send_task`` message: the id is ours (a fresh uuid4, ``-<n>`` appended inside the script

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import RedisError
@@ -85,14 +86,17 @@ class FairQueue:
     def messages(self) -> DrainMessages | None:
         """The drain_next messages this process pushes itself, or None (no :attr:`drain_queue`). A template
         that cannot be made (an app Celery cannot publish with) is said once, and send_task serves from then on."""
-        if self._messages is None and self.drain_queue is not None:
+        queue_key = self.drain_queue  # read once: a failed capture in another thread may clear it meanwhile
+        if self._messages is None and queue_key is not None:
             try:
                 template = drain_next_template(self.app, DRAIN_NEXT_TASK, self.queue)
+            except SoftTimeLimitExceeded:
+                raise  # a task's soft limit landing here ends the task, as anywhere else
             except Exception as exc:
                 log.warning("drain_next messages go through send_task: no template (%s)", describe_error(exc))
                 self.drain_queue = None
                 return None
-            self._messages = DrainMessages(self.drain_queue, template)
+            self._messages = DrainMessages(queue_key, template)
         return self._messages
 
     def publish(self, ref: str, *, countdown_s: float = 0.0) -> None:

@@ -22,13 +22,18 @@ from worker.store.calls import ScriptCall
 from worker.store.loader import Constant, LuaSource, load_script
 from worker.store.quotas import DAY_MS, KEEP, RETAINED_SLOTS
 
-__all__ = ["CONSTANTS", "Scripts", "SentCall"]
+__all__ = ["CONSTANTS", "PUSH_CHUNK", "Scripts", "SentCall"]
+
+PUSH_CHUNK = (
+    1000  # values a script pushes in one LPUSH (Lua's unpack stops near 8,000): ENQUEUE_PUSH's messages
+)
 
 # The named constants the Lua reads, from the Python that owns them (one value, both sides).
 CONSTANTS: dict[str, Constant] = {
     "DAY_MS": DAY_MS,
     "KEEP_FIELD": KEEP,
     "RETAINED_SLOTS": RETAINED_SLOTS,
+    "PUSH_CHUNK": PUSH_CHUNK,
     "scope_keys": LuaSource(lua_scope_keys()),  # the key layout's Lua half (POP_ACQUIRE)
 }
 

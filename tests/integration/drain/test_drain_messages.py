@@ -23,13 +23,15 @@ from worker.runtime.drain_message import MARK, DrainMessages, drain_next_templat
 from worker.runtime.fair import DRAIN_NEXT_TASK, FairQueue
 from worker.settings import Settings
 from worker.store.events import EventStore
+from worker.store.scripts import PUSH_CHUNK
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS
 
 pytestmark = pytest.mark.integration
 
 
 class NoSendTask:
-    """A Celery app stand-in for the script's path: any send_task is a failure of the test."""
+    """A Celery app stand-in for the script's path: a send_task raises (the emitter logs a failed send and goes
+    on, so the tests assert the messages' ids, which only the script writes in that shape)."""
 
     def send_task(self, name: str, *args: Any, **options: Any) -> None:
         raise AssertionError(f"send_task({name}) called: the messages should have been pushed whole")
@@ -183,6 +185,24 @@ def test_scope_buckets_push_with_an_id_per_bucket_script(
     assert redis_client.get(store.keys.drain_tickets) == "12"
 
 
+def test_more_messages_than_one_lpush_carries_are_pushed_a_chunk_at_a_time(
+    redis_client: Redis, make_settings: SettingsFactory, template: str
+) -> None:
+    """2,500 new scopes under a cap of 3,000: 2,500 messages in three LPUSHes of at most PUSH_CHUNK (Lua's unpack
+    stops near 8,000 values), every ticket with its message."""
+    settings = make_settings()
+    store = EventStore(redis_client, settings)
+    emitter = _emitter(store, _pushing_fair(store, template, messages_max=3000))
+    events = [
+        {"sourceType": "bot.message.merged", "sourceId": f"c{i}", "scopeKey": f"topic:c{i}", "payload": {}}
+        for i in range(2500)
+    ]
+    emitter.enqueue([emitter.validate(e) for e in events])
+    ids = _script_ids(_messages(redis_client, settings))
+    assert PUSH_CHUNK < 2500 and sorted(n for _, n in ids) == list(range(1, 2501))
+    assert redis_client.get(store.keys.drain_tickets) == "2500"
+
+
 def test_a_wrong_typed_broker_queue_refuses_the_batch_before_any_write(
     redis_client: Redis, settings: Settings, template: str
 ) -> None:
@@ -259,11 +279,34 @@ def test_a_template_that_cannot_be_made_falls_back_to_send_task(
     assert caplog.text.count("no template") == 1
 
 
+def test_a_capture_keeps_the_queue_it_started_with(
+    redis_client: Redis, settings: Settings, template: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread's failed capture clears ``drain_queue`` while this one runs: this one's messages still go
+    on the queue it read when it started (not on a key of None, which would refuse every enqueue)."""
+    store = EventStore(redis_client, settings)
+    fair = FairQueue(
+        store.client, store.keys, NoSendTask(), settings.queue_name, drain_queue=_queue_key(settings)
+    )
+
+    def capture_while_another_fails(app: Any, task: str, queue: str) -> str:
+        fair.drain_queue = None  # what a failed capture in another thread does meanwhile
+        return template
+
+    monkeypatch.setattr("worker.runtime.fair.drain_next_template", capture_while_another_fails)
+    messages = fair.messages()
+    assert messages is not None and messages.queue_key == _queue_key(settings)
+    fair.publish_many(["default/topic:r"])
+    assert len(_messages(redis_client, settings)) == 1
+
+
 def test_only_a_broker_on_the_stores_redis_is_written_by_us(
     make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The test's settings (broker unset: the store's Redis) push whole, unless turned off; another database,
     another server, RabbitMQ, Celery's own CELERY_BROKER_URL or a Redis Cluster store send through Celery."""
+    for name in ("BROKER_URL", "CELERY_BROKER_URL", "CELERY_BROKER_WRITE_URL", "CELERY_BROKER_READ_URL"):
+        monkeypatch.delenv(name, raising=False)  # Celery would prefer them to the app's broker
     same = make_settings()
     client = Redis.from_url(same.require_redis_url())
     assert fair_queue(same, EventStore(client, same), create_app(same)).drain_queue == _queue_key(same)

@@ -132,11 +132,3 @@ def test_an_unknown_stored_form_is_refused_by_its_variable(monkeypatch: pytest.M
         load_settings()
     monkeypatch.setenv("AGENT_SIGNAL_STORED_FORM", "deflate")
     assert load_settings().stored_form == "deflate"
-
-
-def test_drain_messages_max_stays_under_what_one_script_can_push() -> None:
-    """An enqueue script pushes up to this many drain_next messages in one LPUSH (Lua's unpack stops near
-    8,000): a larger cap is refused at start, naming the variable."""
-    assert load_settings(redis_url="redis://x", drain_messages_max=4096).drain_messages_max == 4096
-    with pytest.raises(SettingsError, match="AGENT_SIGNAL_DRAIN_MESSAGES_MAX"):
-        load_settings(redis_url="redis://x", drain_messages_max=4097)

@@ -34,7 +34,9 @@ end
 if taken > 0 and drain_message ~= '' then
   local messages = {}
   for n = 1, taken do messages[n] = (string.gsub(drain_message, drain_mark, drain_id .. '-' .. n)) end
-  redis.call('LPUSH', drain_queue, unpack(messages))
+  for first = 1, taken, PUSH_CHUNK do  -- Lua's unpack stops near 8,000 values: a chunk at a time
+    redis.call('LPUSH', drain_queue, unpack(messages, first, math.min(first + PUSH_CHUNK - 1, taken)))
+  end
   taken = 0
 end
 out[#out + 1] = taken
