@@ -55,6 +55,20 @@ def _script_ids(messages: list[dict[str, Any]]) -> list[tuple[str, int]]:
     return [(f.group(1), int(f.group(2))) for f in found if f]
 
 
+def _enqueue_lone(emitter: Emitter, tag: str, count: int) -> list[str]:
+    """Enqueue ``count`` events, each in a scope of its own (so each scope made ready); their statuses."""
+    events = [
+        {
+            "sourceType": "bot.message.merged",
+            "sourceId": f"{tag}{i}",
+            "scopeKey": f"topic:{tag}{i}",
+            "payload": {},
+        }
+        for i in range(count)
+    ]
+    return [r.status for r in emitter.enqueue([emitter.validate(e) for e in events])]
+
+
 def _emitter(store: EventStore, fair: FairQueue) -> Emitter:
     return Emitter(
         store.settings,
@@ -131,12 +145,8 @@ def test_the_enqueue_script_pushes_one_message_per_ticket_each_with_its_own_id(
     with a distinct task id that is also its delivery tag; nothing left for the door to send."""
     store = EventStore(redis_client, settings)
     emitter = _emitter(store, _pushing_fair(store, template))
-    events = [
-        {"sourceType": "bot.message.merged", "sourceId": f"m{i}", "scopeKey": f"topic:m{i}", "payload": {}}
-        for i in range(12)
-    ]
-    results = emitter.enqueue([emitter.validate(e) for e in events])
-    assert [r.status for r in results] == ["accepted"] * 12
+    statuses = _enqueue_lone(emitter, "m", 12)
+    assert statuses == ["accepted"] * 12
     messages = _messages(redis_client, settings)
     ids = _script_ids(messages)
     assert len({call for call, _ in ids}) == 1 and sorted(n for _, n in ids) == [1, 2, 3, 4, 5]
@@ -156,13 +166,7 @@ def test_two_enqueues_never_share_a_message_id(
     store = EventStore(redis_client, settings)
     emitter = _emitter(store, _pushing_fair(store, template))
     for i in range(3):
-        event = {
-            "sourceType": "bot.message.merged",
-            "sourceId": f"u{i}",
-            "scopeKey": f"topic:u{i}",
-            "payload": {},
-        }
-        emitter.enqueue([emitter.validate(event)])
+        _enqueue_lone(emitter, f"u{i}-", 1)  # three calls, one event each
     ids = _script_ids(_messages(redis_client, settings))
     assert len(ids) == 3 and len({call for call, _ in ids}) == 3 and {n for _, n in ids} == {1}
 
@@ -175,11 +179,7 @@ def test_scope_buckets_push_with_an_id_per_bucket_script(
     settings = make_settings(scope_buckets=4)
     store = EventStore(redis_client, settings)
     emitter = _emitter(store, _pushing_fair(store, template, messages_max=100))
-    events = [
-        {"sourceType": "bot.message.merged", "sourceId": f"b{i}", "scopeKey": f"topic:b{i}", "payload": {}}
-        for i in range(12)
-    ]
-    emitter.enqueue([emitter.validate(e) for e in events])
+    _enqueue_lone(emitter, "b", 12)
     ids = _script_ids(_messages(redis_client, settings))
     assert len(ids) == 12 and len(set(ids)) == 12 and len({call for call, _ in ids}) > 1
     assert redis_client.get(store.keys.drain_tickets) == "12"
@@ -193,11 +193,7 @@ def test_more_messages_than_one_lpush_carries_are_pushed_a_chunk_at_a_time(
     settings = make_settings()
     store = EventStore(redis_client, settings)
     emitter = _emitter(store, _pushing_fair(store, template, messages_max=3000))
-    events = [
-        {"sourceType": "bot.message.merged", "sourceId": f"c{i}", "scopeKey": f"topic:c{i}", "payload": {}}
-        for i in range(2500)
-    ]
-    emitter.enqueue([emitter.validate(e) for e in events])
+    _enqueue_lone(emitter, "c", 2500)
     ids = _script_ids(_messages(redis_client, settings))
     assert PUSH_CHUNK < 2500 and sorted(n for _, n in ids) == list(range(1, 2501))
     assert redis_client.get(store.keys.drain_tickets) == "2500"
