@@ -9,7 +9,7 @@ import pytest
 
 from bench._env import cleanup, make_settings
 from bench.pipeline_bench import bench_events, drain_next_in_process
-from bench.profiling import profile_drain
+from bench.profiling import lone_phases, profile_drain
 from producers import Producer
 from worker.runtime.app import build_pipeline
 
@@ -50,6 +50,7 @@ def test_the_spread_split_drains_every_event(redis_url: str) -> None:
         ("callgrind_drain", ["--scopes", "0"], "--scopes must be at least 1"),
         ("profile_drain", ["--events", "0"], "--events and --scopes must be at least 1"),
         ("profile_drain", ["--scopes", "0"], "--events and --scopes must be at least 1"),
+        ("lone_phases", ["--events", "0"], "--events must be at least 1"),
     ],
 )
 def test_sizes_that_measure_nothing_are_refused(
@@ -59,3 +60,15 @@ def test_sizes_that_measure_nothing_are_refused(
     with pytest.raises(SystemExit):
         main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_a_lone_events_phases_are_its_pop_its_python_and_its_commit(redis_url: str) -> None:
+    """lone_phases times each lone event's two scripts (the pop that takes its lease, the commit) and the Python
+    around them; a drain that called anything else, or in another order, is refused rather than misread."""
+    medians = lone_phases.lone_phases(redis_url, 3)
+    assert list(medians) == list(lone_phases.PHASES) and all(seconds > 0 for seconds in medians.values())
+    with pytest.raises(RuntimeError, match="not POP_ACQUIRE then COMMIT"):
+        lone_phases.phases([("acquire", 0.0, 1.0), ("commit", 2.0, 3.0)], 4.0)
+    assert lone_phases.phases([("pop_acquire", 0.0, 1.0), ("commit", 3.0, 6.0)], 10.0) == dict(
+        zip(lone_phases.PHASES, (1.0, 2.0, 3.0, 4.0), strict=True)
+    )
