@@ -24,9 +24,8 @@ class BadTenant(ValueError):
 
 
 def check_tenant(tenant: str) -> str:
-    if (
-        not isinstance(tenant, str) or len(tenant) > TENANT_MAX_LEN or not _valid(tenant)
-    ):  # longer: never cached
+    # a longer name is refused before the cache, so none is ever kept
+    if not isinstance(tenant, str) or len(tenant) > TENANT_MAX_LEN or not _valid(tenant):
         raise BadTenant(f"tenant must match {TENANT_PATTERN.pattern} (got {tenant!r})")
     return tenant
 

@@ -319,9 +319,8 @@ def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostn
     if beat_file:
         _beat(beat_file, hostname, first=True)
     store.client.hset(store.keys.workers, hostname, now_ms())
-    fair: FairQueue | None = (
-        None  # one per sweeper, made at its first sweep: its drain_next template made once
-    )
+    # one per sweeper, made at its first sweep: its drain_next template made once
+    fair: FairQueue | None = None
     while not stop.wait(settings.reconcile_interval_s):
         if beat_file:
             _beat(beat_file, hostname)

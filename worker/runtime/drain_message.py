@@ -29,13 +29,14 @@ from typing import Any
 
 from kombu.connection import Connection
 
+from worker.store.scripts import DRAIN_MARK
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS
 
 __all__ = ["MARK", "DrainMessages", "drain_next_template"]
 
-MARK = "agent_signal_drain_next_id"
+MARK = DRAIN_MARK
 """Where a template holds the message's id: letters and underscores only, so Lua's ``string.gsub`` reads it as
-itself (no pattern character) and JSON writes it as it is."""
+itself (no pattern character) and JSON writes it as it is. The enqueue script names the same constant."""
 
 _PLAIN = re.compile(r"[A-Za-z_]+")
 

@@ -48,7 +48,7 @@ from redis.exceptions import RedisError
 
 from worker.core.tenancy import split_scope_ref
 from worker.keys.engine import EngineWide
-from worker.runtime.drain_message import MARK, DrainMessages, drain_next_template
+from worker.runtime.drain_message import DrainMessages, drain_next_template
 from worker.store.calls import ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.client import is_cluster
 from worker.store.events import ReadyPush as ReadyPushFields
@@ -137,7 +137,6 @@ class FairQueue:
             "tickets_max": self.messages_max,
             "ticket_ttl_ms": self.ticket_ttl_ms,
             "drain_message": "" if messages is None else messages.template,
-            "drain_mark": MARK,
         }
 
     def send(self, count: int) -> None:

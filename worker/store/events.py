@@ -78,7 +78,6 @@ class ReadyPush(TypedDict):
     tickets_max: int
     ticket_ttl_ms: int
     drain_message: str  # '' where the caller sends the messages (the reply's count)
-    drain_mark: str
 
 
 def _str(value: Any) -> str:

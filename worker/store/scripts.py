@@ -22,11 +22,13 @@ from worker.store.calls import ScriptCall
 from worker.store.loader import Constant, LuaSource, load_script
 from worker.store.quotas import DAY_MS, KEEP, RETAINED_SLOTS
 
-__all__ = ["CONSTANTS", "PUSH_CHUNK", "Scripts", "SentCall"]
+__all__ = ["CONSTANTS", "DRAIN_MARK", "PUSH_CHUNK", "Scripts", "SentCall"]
 
-PUSH_CHUNK = (
-    1000  # values a script pushes in one LPUSH (Lua's unpack stops near 8,000): ENQUEUE_PUSH's messages
-)
+# ENQUEUE_PUSH's drain_next messages (worker/runtime/drain_message.py): where a template holds a message's id
+# (letters and underscores: Lua's gsub reads it as itself, JSON writes it as it is), and how many go in one LPUSH
+# (Lua's unpack stops near 8,000 values).
+DRAIN_MARK = "agent_signal_drain_next_id"
+PUSH_CHUNK = 1000
 
 # The named constants the Lua reads, from the Python that owns them (one value, both sides).
 CONSTANTS: dict[str, Constant] = {
@@ -34,6 +36,7 @@ CONSTANTS: dict[str, Constant] = {
     "KEEP_FIELD": KEEP,
     "RETAINED_SLOTS": RETAINED_SLOTS,
     "PUSH_CHUNK": PUSH_CHUNK,
+    "DRAIN_MARK": DRAIN_MARK,
     "scope_keys": LuaSource(lua_scope_keys()),  # the key layout's Lua half (POP_ACQUIRE)
 }
 

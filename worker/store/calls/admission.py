@@ -78,8 +78,6 @@ class EnqueuePush(Enqueue):
     drain_queue: str = key()  # the broker's list the script pushes drain_next messages on (if it has one)
     tickets_max: int = arg()
     ticket_ttl_ms: int = arg()
-    drain_message: str = (
-        arg()
-    )  # the message with drain_mark for its id (worker/runtime/drain_message.py); '': none
-    drain_mark: str = arg()
+    # the message with DRAIN_MARK for its id (worker/runtime/drain_message.py); '': the caller sends them
+    drain_message: str = arg()
     drain_id: str = arg()  # this call's: its n-th message's id is ``<drain_id>-<n>``

@@ -3,7 +3,7 @@
 -- is on no ready list. Only where the store is one Redis: on a Redis Cluster the ready lists live in another slot
 -- than the tenant's keys.
 -- Where the broker is this Redis (drain_message is not ''), the drain_next messages of the tickets taken are
--- pushed on the broker's list here too, each with drain_mark replaced by '<drain_id>-<n>' (the message's task id
+-- pushed on the broker's list here too, each with DRAIN_MARK replaced by '<drain_id>-<n>' (the message's task id
 -- and delivery tag: worker/runtime/drain_message.py), and the reply counts none left to send.
 -- -> ENQUEUE's replies (publish 0: pushed here), then the number of drain tickets taken whose messages the
 --    caller sends
@@ -11,9 +11,8 @@
 local scopes, stats, paused, runs_active, runs_types, retained, ring, ready, tickets, drain_queue =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local now_ms, window_s, sched_ttl_ms, tenant, max_inbox, max_queued, run_index_max, max_events, retained_slot_ms,
-  max_user_bytes, user_count, tickets_max, ticket_ttl_ms, drain_message, drain_mark, drain_id = ARGV[1], ARGV[2],
-  ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14],
-  ARGV[15], ARGV[16]
+  max_user_bytes, user_count, tickets_max, ticket_ttl_ms, drain_message, drain_id = ARGV[1], ARGV[2], ARGV[3],
+  ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15]
 if wrong_type(ring, 'list') or wrong_type(ready, 'list') or wrong_type(tickets, 'string')
   or (drain_message ~= '' and wrong_type(drain_queue, 'list')) then
   return redis.error_reply('REFUSED WRONGTYPE: the ready lists, the drain tickets or the broker queue')
@@ -22,7 +21,7 @@ local h = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_a
   retained = retained, now_ms = now_ms, window_s = window_s, sched_ttl_ms = sched_ttl_ms, tenant = tenant,
   max_inbox = max_inbox, max_queued = max_queued, run_index_max = run_index_max, max_events = max_events,
   retained_slot_ms = retained_slot_ms, max_user_bytes = max_user_bytes, user_count = user_count}
-local events, out, refusal = enqueue(h, 11, 17)
+local events, out, refusal = enqueue(h, 11, 16)
 if refusal then return refusal end
 local taken = 0
 for i, e in ipairs(events) do
@@ -33,7 +32,7 @@ for i, e in ipairs(events) do
 end
 if taken > 0 and drain_message ~= '' then
   local messages = {}
-  for n = 1, taken do messages[n] = (string.gsub(drain_message, drain_mark, drain_id .. '-' .. n)) end
+  for n = 1, taken do messages[n] = (string.gsub(drain_message, DRAIN_MARK, drain_id .. '-' .. n)) end
   for first = 1, taken, PUSH_CHUNK do  -- Lua's unpack stops near 8,000 values: a chunk at a time
     redis.call('LPUSH', drain_queue, unpack(messages, first, math.min(first + PUSH_CHUNK - 1, taken)))
   end

@@ -41,6 +41,7 @@ def test_a_script_declares_only_the_constants_it_names() -> None:
         "KEEP_FIELD",
         "RETAINED_SLOTS",
         "PUSH_CHUNK",
+        "DRAIN_MARK",
     ]
 
 
