@@ -274,6 +274,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports (two calls of :func:`free_port` may return the same one)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def _web_up(proc: Proc, url: str) -> str | bool:
     """ "ours" once the health check was answered by ``proc`` (its access log has it), "taken" when it exited
     because another process holds its port; False while neither."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from redis import Redis
 
-from tests.conftest import free_port
+from tests.conftest import free_ports
 
 __all__ = [
     "FAILED_FLAGS",
@@ -173,13 +173,3 @@ def redis_server_binary() -> str:
             return str(candidate)
         too_old.append(f"{candidate} ({out.strip()[:40]})")
     raise ClusterNotReady(f"no redis-server 7.0+ on PATH (found: {too_old or 'none'})")
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports

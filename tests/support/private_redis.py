@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from redis import Redis
@@ -16,34 +17,61 @@ from tests.conftest import free_port, wait_for
 __all__ = ["private_redis"]
 
 
+PORT_TRIES = 3
+
+
 @contextmanager
 def private_redis(directory: Path, *config: str) -> Iterator[str]:
-    """Start ``redis-server`` (no persistence unless ``config`` says so) and yield its URL; stop it after."""
-    port = free_port()
-    log_path = directory / f"redis-{port}.log"
-    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)]
-    args += ["--save", "", "--appendonly", "no", *config]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = Redis.from_url(url)
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError("redis-server exited:\n" + log_path.read_text(errors="replace"))
+    """Start ``redis-server`` (no persistence unless ``config`` says so) and yield its URL; stop it after. Under
+    xdist another test's server can take the port between :func:`free_port` and the bind: the loser exits with
+    "Address already in use" (then another port is tried), and a server counts as up only once it answers with
+    its own process id, never because the winner answered on the port."""
+    for _ in range(PORT_TRIES):
+        port = free_port()
+        log_path = directory / f"redis-{port}.log"
+        args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)]
+        args += ["--save", "", "--appendonly", "no", *config]
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        url = f"redis://127.0.0.1:{port}/0"
+        client = Redis.from_url(url)
         try:
-            return bool(client.ping())
-        except RedisConnectionError:
-            return False
-
+            if (
+                wait_for(partial(_up, proc, client, log_path), timeout_s=20, what="the private redis-server")
+                == "ours"
+            ):
+                break
+        except BaseException:
+            _stop(proc)
+            raise
+        finally:
+            client.close()
+    else:
+        raise AssertionError(f"the private redis-server lost its port {PORT_TRIES} times in a row")
     try:
-        wait_for(up, timeout_s=20, what="the private redis-server")
         yield url
     finally:
-        client.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        _stop(proc)
+
+
+def _up(proc: subprocess.Popen[bytes], client: Redis, log_path: Path) -> str | bool:
+    """ "ours" once the server at the port says it is ``proc``, "taken" when ``proc`` exited because another
+    process holds the port; False while neither."""
+    if proc.poll() is not None:
+        log = log_path.read_text(errors="replace")
+        if "address already in use" in log.lower():
+            return "taken"
+        raise AssertionError("redis-server exited:\n" + log)
+    try:
+        return "ours" if int(client.info("server")["process_id"]) == proc.pid else False
+    except RedisConnectionError:
+        return False
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

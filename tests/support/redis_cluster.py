@@ -68,7 +68,7 @@ def hash_tag_in(slots: SlotRanges, stem: str = "t") -> str:
 
 
 def write_acknowledged(
-    client: RedisCluster, key: str, value: str, *, replicas: int = 1, timeout_ms: int = 1000
+    client: RedisCluster, key: str, value: str, *, replicas: int = 1, timeout_ms: int = 10_000
 ) -> int:
     """``SET key value`` on the key's master, then ``WAIT replicas timeout_ms``; returns how many replicas
     acknowledged. WAIT counts the writes of the connection it runs on, so both go in one pipeline on one

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -308,21 +309,24 @@ class TestSecondTerminal:
 
     def test_unreachable_server_is_one_line_exit_2(self, checkout: Path, tmp_path: Path) -> None:
         """--url to a port nothing listens on: every verb says so in one stderr line, exit 2, no traceback."""
-        url = f"http://127.0.0.1:{free_port()}"
-        path = _write(tmp_path / "e.jsonl", [GOOD % "u1"])
-        for verb, name in (
-            (["status", "evt_x"], "status"),
-            (["inspect", "m1"], "inspect"),
-            (["dlq", "list"], "dlq list"),
-            (["dlq", "redrive", "--all"], "dlq redrive"),
-            (["keys", "list"], "keys list"),
-            (["enqueue", str(path)], "enqueue"),
-        ):
-            result = _second_terminal(*verb, "--url", url, cwd=checkout)
-            assert result.returncode == 2, (verb, result.stderr)
-            assert _one_line(result) == (
-                f"agent-signal {name}: cannot reach {url} (connection refused); is the stack running? (make run)"
-            )
+        # a port bound and never listened on refuses connections, and nobody else can listen there meanwhile
+        with socket.socket() as held:
+            held.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{held.getsockname()[1]}"
+            path = _write(tmp_path / "e.jsonl", [GOOD % "u1"])
+            for verb, name in (
+                (["status", "evt_x"], "status"),
+                (["inspect", "m1"], "inspect"),
+                (["dlq", "list"], "dlq list"),
+                (["dlq", "redrive", "--all"], "dlq redrive"),
+                (["keys", "list"], "keys list"),
+                (["enqueue", str(path)], "enqueue"),
+            ):
+                result = _second_terminal(*verb, "--url", url, cwd=checkout)
+                assert result.returncode == 2, (verb, result.stderr)
+                assert _one_line(result) == (
+                    f"agent-signal {name}: cannot reach {url} (connection refused); is the stack running? (make run)"
+                )
 
     def test_no_stack_and_no_redis_url_says_how_to_start_one(self, checkout: Path) -> None:
         """Without a stack, --url or REDIS_URL: one line naming make run, exit 2; a stale stack file is named."""

@@ -175,7 +175,7 @@ def test_worker_flags_pass_through_and_celery_tools_find_the_worker(
 
     hostname = wait_for(registered, timeout_s=60, what="the worker to register")
 
-    stats = _celery(["inspect", "stats", "--json", "-d", hostname], env, ROOT)
+    stats = _celery(["inspect", "stats", "--json", "--timeout", "10", "-d", hostname], env, ROOT)
     assert stats.returncode == 0, stats.stderr
     assert json.loads(stats.stdout)[hostname]["pool"]["max-concurrency"] == 3
 
@@ -184,7 +184,7 @@ def test_worker_flags_pass_through_and_celery_tools_find_the_worker(
     (stack_dir / ".agent-signal").mkdir(parents=True)
     stack = {"version": 1, "pid": os.getpid(), "url": "http://127.0.0.1:1", "redisUrl": settings.redis_url}
     (stack_dir / ".agent-signal" / "stack.json").write_text(json.dumps(stack))
-    ping = _celery(["inspect", "ping", "-d", hostname], without_url, stack_dir)
+    ping = _celery(["inspect", "ping", "--timeout", "10", "-d", hostname], without_url, stack_dir)
     assert ping.returncode == 0 and "pong" in ping.stdout, ping.stdout + ping.stderr
 
     (tmp_path / "elsewhere").mkdir()

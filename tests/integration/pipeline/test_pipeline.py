@@ -283,8 +283,9 @@ class TestFencing:
         counter = f"{keys.bucket_prefix}test:fence-counter"
         producer = Producer(settings)
         first = start_worker(settings)  # concurrency 1: one pool process, which runs tasks one at a time
+        # the action sleeps 3 s after its marker: the SIGSTOP below must land inside it on a loaded machine
         ev = producer.enqueue(
-            _event("test.counter", "fence-1", "topic:fence", counterKey=counter, sleepMs=800)
+            _event("test.counter", "fence-1", "topic:fence", counterKey=counter, sleepMs=3000)
         )
         marker = f"{keys.bucket_prefix}test:inaction:fence-1"
         paused = int(wait_for(lambda: redis_client.get(marker), what="the action"))

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from redis import Redis
 
-from tests.conftest import ROOT, free_port, wait_for
+from tests.conftest import ROOT, free_ports, wait_for
 from tests.support.prom import (
     Sample,
     bucket_bounds,
@@ -57,7 +57,7 @@ def test_counters_histograms_and_backlog_across_replicas(
     make_settings: Any, start_worker: Any, start_web: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
     settings = make_settings(metrics_export_interval_ms=200)
-    worker_ports = [free_port(), free_port()]
+    worker_ports = free_ports(2)
     for port, concurrency in zip(worker_ports, (1, 2), strict=True):
         local = {"worker_metrics_port": port, "worker_metrics_host": "127.0.0.1"}
         start_worker(settings.model_copy(update=local), concurrency=concurrency)
