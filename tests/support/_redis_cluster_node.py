@@ -18,8 +18,6 @@ from pathlib import Path
 
 from redis import Redis
 
-from tests.conftest import free_ports
-
 __all__ = [
     "FAILED_FLAGS",
     "HOST",
@@ -29,7 +27,6 @@ __all__ = [
     "NodeProcess",
     "SlotRanges",
     "cluster_info",
-    "free_ports",
     "parse_nodes",
     "redis_server_binary",
 ]

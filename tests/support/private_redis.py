@@ -11,6 +11,8 @@ from pathlib import Path
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tests.conftest import free_port, wait_for
 
@@ -34,7 +36,9 @@ def private_redis(directory: Path, *config: str) -> Iterator[str]:
         with log_path.open("wb") as log:
             proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         url = f"redis://127.0.0.1:{port}/0"
-        client = Redis.from_url(url)
+        # short timeouts: until our server has exited, whoever holds the port answers, and it may be a web app or a
+        # listener that never answers
+        client = Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
         try:
             if (
                 wait_for(partial(_up, proc, client, log_path), timeout_s=20, what="the private redis-server")
@@ -64,7 +68,11 @@ def _up(proc: subprocess.Popen[bytes], client: Redis, log_path: Path) -> str | b
         raise AssertionError("redis-server exited:\n" + log)
     try:
         return "ours" if int(client.info("server")["process_id"]) == proc.pid else False
-    except RedisConnectionError:
+    except (
+        RedisConnectionError,
+        RedisTimeoutError,
+        InvalidResponse,
+    ):  # not ours (yet): the next poll() tells
         return False
 
 

@@ -33,7 +33,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
-from tests.conftest import wait_for
+from tests.conftest import free_ports, wait_for
 from tests.support._redis_cluster_node import (
     FAILED_FLAGS,
     HOST,
@@ -42,7 +42,6 @@ from tests.support._redis_cluster_node import (
     NodeProcess,
     SlotRanges,
     cluster_info,
-    free_ports,
     redis_server_binary,
 )
 

@@ -64,9 +64,10 @@ def _fail_over(primary: str, replica: str) -> Redis:
     return promoted
 
 
-def _settings(make_settings: Any, url: str, wait: int, *, timeout_ms: int = 10_000) -> Settings:
+def _settings(make_settings: Any, url: str, wait: int, *, timeout_ms: int = 5_000) -> Settings:
     """WAIT's timeout is long where a replica must confirm (a loaded machine's replica may take longer than a
-    second; WAIT returns as soon as it confirms), short only where it is stopped and the wait must run out."""
+    second; WAIT returns as soon as it confirms), yet under the store client's 10 s socket timeout (a read that
+    times out is retried, so a WAIT as long would race it), and short only where the replica is stopped."""
     settings: Settings = make_settings(
         redis_url=url, telemetry_enabled=False, wait_replicas=wait, wait_replicas_timeout_ms=timeout_ms
     )
