@@ -7,7 +7,9 @@ tests share a server with anything else safely; cleanup deletes the prefix's key
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -268,10 +270,33 @@ def start_worker(tmp_path: Path, redis_client: Redis, keys: BucketKeys) -> Itera
         proc.wait_stopped(kids)
 
 
+# The ports the tests hand to servers they start. bind(0) gave ports of the kernel's ephemeral range (32768-60999
+# here and on CI), where another xdist worker's pick, or any outgoing connection, could take one between the pick
+# and the server's bind. Each xdist worker now takes its ports from a span of its own below that range, moving on
+# from a random start (two runs on one machine stay as far apart as bind(0) kept them) and skipping any port it
+# cannot bind. A Redis Cluster node's bus port is picked the same way (cluster-port), never port + 10000.
+TEST_PORT_BASE, TEST_PORT_SPAN, TEST_PORT_SPANS = 20_000, 1_000, 12  # 20000-31999
+_port_offsets = itertools.count(random.randrange(TEST_PORT_SPAN))
+
+
+def _port_span_start() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw3" under xdist
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    return TEST_PORT_BASE + (index % TEST_PORT_SPANS) * TEST_PORT_SPAN
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing is bound to now, from this xdist worker's own span (see above)."""
+    start = _port_span_start()
+    for _ in range(TEST_PORT_SPAN):
+        port = start + next(_port_offsets) % TEST_PORT_SPAN
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # bound, listening, or in TIME_WAIT: the next one
+                continue
+        return port
+    raise AssertionError(f"no free port in {start}-{start + TEST_PORT_SPAN - 1}")
 
 
 def free_ports(count: int) -> list[int]:
