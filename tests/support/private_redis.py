@@ -40,10 +40,10 @@ def private_redis(directory: Path, *config: str) -> Iterator[str]:
         # listener that never answers
         client = Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
         try:
-            if (
-                wait_for(partial(_up, proc, client, log_path), timeout_s=20, what="the private redis-server")
-                == "ours"
-            ):
+            found = wait_for(
+                partial(_up, proc, client, log_path), timeout_s=20, what="the private redis-server"
+            )
+            if found == "ours":
                 break
         except BaseException:
             _stop(proc)
@@ -68,11 +68,8 @@ def _up(proc: subprocess.Popen[bytes], client: Redis, log_path: Path) -> str | b
         raise AssertionError("redis-server exited:\n" + log)
     try:
         return "ours" if int(client.info("server")["process_id"]) == proc.pid else False
-    except (
-        RedisConnectionError,
-        RedisTimeoutError,
-        InvalidResponse,
-    ):  # not ours (yet): the next poll() tells
+    # not ours (yet), whoever answers or does not: the next poll() tells
+    except (RedisConnectionError, RedisTimeoutError, InvalidResponse):
         return False
 
 

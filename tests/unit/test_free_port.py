@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -64,7 +65,7 @@ def test_a_bound_port_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_no_room_below_the_range_falls_back_to_the_kernels_pick(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: conftest.Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     crowded = tmp_path / "ip_local_port_range"
     crowded.write_text("1024\t65535\n")
