@@ -36,6 +36,7 @@ PACKAGE = ROOT / "clients" / "typescript"
 BOOT = "bootstrap-key-for-the-typescript-client-0123456789"
 NODE_MAJOR_MIN = 18
 REGENERATE = "cd clients/typescript && npm run generate (then commit openapi.json, src/generated and dist)"
+NO_STACK = "no live stack"  # the reason test/support.mjs gives a live suite it skips
 
 
 def test_openapi_snapshot_is_the_document_the_app_serves(make_settings: SettingsFactory) -> None:
@@ -131,6 +132,25 @@ def test_npm_test_passes_against_a_live_stack(
             f"npm test failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}\n"
             f"--- the web process's log (last 80 lines) ---\n" + "\n".join(web.log().splitlines()[-80:])
         )
-    # Every live test ran: none skipped for want of the stack (or of the test plugin the DLQ test needs).
+    _every_live_test_ran(result)
+
+
+def _every_live_test_ran(result: subprocess.CompletedProcess[str]) -> None:
+    """None was skipped for want of the stack (or of the test plugin the DLQ test needs). A live suite is skipped
+    whole (``describe(..., {skip})``), which node's runner does not count as skipped: its reason is looked for."""
     assert re.search(r"^ℹ pass [1-9]", result.stdout, re.M), result.stdout
     assert re.search(r"^ℹ skipped 0$", result.stdout, re.M), result.stdout
+    assert NO_STACK not in result.stdout + result.stderr, result.stdout
+
+
+def test_the_live_check_sees_suites_skipped_for_want_of_a_stack() -> None:
+    """The check above fails when the live suites did not run (node counts them neither run nor skipped)."""
+    node, npm = _tools()
+    _npm_ci(npm)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SIGNAL_")}
+    env["NO_COLOR"] = "1"
+    result = _run([node, "--test", "--test-reporter=spec", "test/lobehub.test.mjs"], env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"^ℹ skipped 0$", result.stdout, re.M), result.stdout  # what the old check relied on
+    with pytest.raises(AssertionError):
+        _every_live_test_ran(result)

@@ -21,5 +21,13 @@ export declare class AgentSignal {
     readonly dlq: Dlq;
     readonly scopes: Scopes;
     readonly tokens: Tokens;
+    /**
+     * The user a user token (from `tokens.create`) acts for, read from the token itself (its `sub`); undefined for
+     * an API key or no token. The server stamps that user on every event and keeps them in the user's own scopes.
+     */
+    readonly tokenUserId: string | undefined;
     constructor(options: AgentSignalOptions);
 }
+/** The `sub` of a user token (a JWT whose claims name a `tenant`), undefined for anything else. Not verified: the
+ * server verifies it; this only says which user the server will take it for. */
+export declare function userOfToken(token: string | undefined): string | undefined;

@@ -4,7 +4,8 @@
  * The server answers every error as `{"error": {"code", "message", "field"}}`; those three are copied here with
  * the HTTP status and, when the server sent `Retry-After`, the seconds it asked to wait. A failure before any
  * answer (the network, DNS, a refused connection) has `status` 0 and `code` `"network_error"`, with the
- * original error as `cause`. An aborted call rejects with the signal's own reason (an `AbortError`), not this.
+ * original error as `cause`; `requestSent` then says whether the request may have reached the server. A success
+ * whose body broke off is a `network_error` with its status; one whose body is not JSON an `invalid_response`. An aborted call rejects with the signal's own reason (an `AbortError`), not this.
  */
 export declare class AgentSignalError extends Error {
     /** The HTTP status, or 0 when no answer came. */
@@ -17,6 +18,11 @@ export declare class AgentSignalError extends Error {
     readonly retryAfterS?: number;
     /** The whole decoded body, for extras such as the `candidates` of a 409 `ambiguous_source_id`. */
     readonly body?: unknown;
+    /**
+     * For a `network_error`: false when nothing reached the server (the connection was refused, the name did not
+     * resolve), true when the server may have acted on the request though its answer was lost.
+     */
+    readonly requestSent?: boolean;
     constructor(init: {
         status: number;
         code: string;
@@ -25,6 +31,7 @@ export declare class AgentSignalError extends Error {
         retryAfterS?: number | undefined;
         body?: unknown;
         cause?: unknown;
+        requestSent?: boolean | undefined;
     });
 }
 /** The error for a non-2xx `response` (its body is read here). */

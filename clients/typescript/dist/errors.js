@@ -4,7 +4,8 @@
  * The server answers every error as `{"error": {"code", "message", "field"}}`; those three are copied here with
  * the HTTP status and, when the server sent `Retry-After`, the seconds it asked to wait. A failure before any
  * answer (the network, DNS, a refused connection) has `status` 0 and `code` `"network_error"`, with the
- * original error as `cause`. An aborted call rejects with the signal's own reason (an `AbortError`), not this.
+ * original error as `cause`; `requestSent` then says whether the request may have reached the server. A success
+ * whose body broke off is a `network_error` with its status; one whose body is not JSON an `invalid_response`. An aborted call rejects with the signal's own reason (an `AbortError`), not this.
  */
 export class AgentSignalError extends Error {
     /** The HTTP status, or 0 when no answer came. */
@@ -17,6 +18,11 @@ export class AgentSignalError extends Error {
     retryAfterS;
     /** The whole decoded body, for extras such as the `candidates` of a 409 `ambiguous_source_id`. */
     body;
+    /**
+     * For a `network_error`: false when nothing reached the server (the connection was refused, the name did not
+     * resolve), true when the server may have acted on the request though its answer was lost.
+     */
+    requestSent;
     constructor(init) {
         super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
         this.name = "AgentSignalError";
@@ -28,6 +34,8 @@ export class AgentSignalError extends Error {
             this.retryAfterS = init.retryAfterS;
         if (init.body !== undefined)
             this.body = init.body;
+        if (init.requestSent !== undefined)
+            this.requestSent = init.requestSent;
     }
 }
 /** The error for a non-2xx `response` (its body is read here). */

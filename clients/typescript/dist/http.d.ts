@@ -8,6 +8,11 @@ export interface CallOptions extends RequestOptions {
     query?: Record<string, QueryValue> | undefined;
     body?: unknown;
     accept?: string;
+    /**
+     * A repeat answers what the first call would have, so a network failure that may have reached the server is
+     * retried (default: true for GET, false for anything else).
+     */
+    replayable?: boolean;
 }
 /** The longest `Retry-After` the client waits by itself, in seconds. */
 export declare const MAX_RETRY_AFTER_S = 60;
@@ -23,7 +28,11 @@ export declare class Http {
     readonly maxRetries: number;
     constructor(options: HttpOptions);
     url(path: string, query?: Record<string, QueryValue>): string;
-    /** The decoded JSON answer of a successful call. */
+    /**
+     * The decoded JSON answer of a successful call. A body that breaks off is read again for a replayable call
+     * (within `maxRetries`); else, or past them, it is a `network_error`; a body that is not JSON an
+     * `invalid_response`. Both carry the answer's status.
+     */
     json<T>(method: string, path: string, options?: CallOptions): Promise<T>;
     /** The successful response (body unread), after retries; an AgentSignalError for any other answer. */
     send(method: string, path: string, options?: CallOptions): Promise<Response>;
@@ -35,6 +44,8 @@ export declare function backoffMs(attempt: number): number;
 /** Resolves after `ms`; rejects with the signal's reason as soon as it aborts. */
 export declare function sleep(ms: number, signal?: AbortSignal): Promise<void>;
 export declare function isAbortError(error: unknown): boolean;
+/** True when `error` (fetch's, or its `cause`) says no byte reached the server (Node's connection codes). */
+export declare function nothingSent(error: unknown): boolean;
 /**
  * A path segment: ids may hold `/`, `:`, `#`, `+` and the like, all percent-encoded. An id of `.` or `..` is
  * refused: URL parsing removes such a segment even percent-encoded, so the call would reach another route.

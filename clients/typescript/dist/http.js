@@ -6,10 +6,19 @@
  * an exponential backoff with jitter (0.25-0.5 s, 0.5-1 s, 1-2 s, … at most 8 s). A `429` without `Retry-After` is not
  * retried: the server sends one wherever waiting frees the limit, so its absence means waiting will not help
  * (a storage quota). A `Retry-After` over {@link MAX_RETRY_AFTER_S} is not waited for either: the error carries
- * it as `retryAfterS` for the caller to decide. Every route the client calls is safe to repeat (sends are deduped
- * by the server; cancel, pause, resume, redrive and discard are idempotent).
+ * it as `retryAfterS` for the caller to decide.
+ *
+ * A network failure may come after the server acted (the answer was lost), so it is retried only where a repeat
+ * answers what the first call would have: reads, and sends (the server dedupes them; what the lost attempt stored
+ * answers `duplicate`). Other calls (cancel, pause, resume, redrive, discard, minting a token: a repeat would
+ * answer `changed: false` or `notDead`, or mint a second token) are retried only when nothing reached the
+ * server (the connection was refused, or the name did not resolve); otherwise the `network_error` is thrown with
+ * `requestSent: true` for the caller to decide. A success whose body breaks off or is not JSON throws
+ * `AgentSignalError` too (`network_error` or `invalid_response`, with the status).
  */
 import { AgentSignalError, errorFromResponse } from "./errors.js";
+/** Node's codes for failures before any byte reached the server: safe to retry whatever the call. */
+const NOTHING_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_CONNECT_TIMEOUT"]);
 /** The longest `Retry-After` the client waits by itself, in seconds. */
 export const MAX_RETRY_AFTER_S = 60;
 const BACKOFF_BASE_MS = 500;
@@ -61,10 +70,48 @@ export class Http {
         const text = search.toString();
         return `${this.baseUrl}${path}${text ? `?${text}` : ""}`;
     }
-    /** The decoded JSON answer of a successful call. */
+    /**
+     * The decoded JSON answer of a successful call. A body that breaks off is read again for a replayable call
+     * (within `maxRetries`); else, or past them, it is a `network_error`; a body that is not JSON an
+     * `invalid_response`. Both carry the answer's status.
+     */
     async json(method, path, options = {}) {
-        const response = await this.send(method, path, options);
-        return (await response.json());
+        const replayable = options.replayable ?? method === "GET";
+        for (let attempt = 0;; attempt += 1) {
+            const response = await this.send(method, path, options);
+            let text;
+            try {
+                text = await response.text();
+            }
+            catch (error) {
+                if (options.signal?.aborted || isAbortError(error))
+                    throw error;
+                if (replayable && attempt < this.maxRetries) {
+                    await sleep(backoffMs(attempt), options.signal);
+                    continue;
+                }
+                throw new AgentSignalError({
+                    status: response.status,
+                    code: "network_error",
+                    message: `${method} ${path} answered ${response.status} but its body broke off: ${describe(error)}`,
+                    cause: error,
+                    requestSent: true,
+                });
+            }
+            try {
+                return JSON.parse(text);
+            }
+            catch (error) {
+                const excerpt = text.trim().slice(0, 200);
+                throw new AgentSignalError({
+                    status: response.status,
+                    code: "invalid_response",
+                    message: `${method} ${path} answered ${response.status} with a body that is not JSON${excerpt ? `: ${excerpt}` : " (empty)"}`,
+                    body: text || undefined,
+                    cause: error,
+                });
+            }
+        }
     }
     /** The successful response (body unread), after retries; an AgentSignalError for any other answer. */
     async send(method, path, options = {}) {
@@ -87,12 +134,14 @@ export class Http {
             catch (error) {
                 if (signal?.aborted || isAbortError(error))
                     throw error;
-                if (attempt >= this.maxRetries) {
+                const sent = !nothingSent(error);
+                if (attempt >= this.maxRetries || (sent && !(options.replayable ?? method === "GET"))) {
                     throw new AgentSignalError({
                         status: 0,
                         code: "network_error",
-                        message: `${method} ${path} failed before any answer: ${describe(error)}`,
+                        message: `${method} ${path} failed before any answer: ${describe(error)}${sent && attempt < this.maxRetries ? " (not retried: the server may have acted on it)" : ""}`,
                         cause: error,
+                        requestSent: sent,
                     });
                 }
                 await sleep(backoffMs(attempt), signal);
@@ -153,6 +202,16 @@ export function sleep(ms, signal) {
 }
 export function isAbortError(error) {
     return error instanceof Error && (error.name === "AbortError" || error.name === "TimeoutError");
+}
+/** True when `error` (fetch's, or its `cause`) says no byte reached the server (Node's connection codes). */
+export function nothingSent(error) {
+    for (let at = error, depth = 0; at instanceof Error && depth < 4; depth += 1) {
+        const code = at.code;
+        if (typeof code === "string" && NOTHING_SENT.has(code))
+            return true;
+        at = at.cause;
+    }
+    return false;
 }
 function describe(error) {
     if (error instanceof Error) {

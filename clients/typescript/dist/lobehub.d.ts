@@ -7,7 +7,9 @@
  * context carries the `client` too; `workflowRunId` is the event id (empty when not accepted, as in LobeHub), and
  * `eventId` and the server's `status` are added. `accepted` is false when the server did not queue the event
  * (`gated`: self-iteration is off for that user, like LobeHub's own check); a duplicate is accepted, since its
- * first send is queued. `scopeKey` is the one given, else derived from the payload by the server's rule.
+ * first send is queued. `scopeKey` is the one the server used: the one given, else derived from the payload by
+ * the server's rule; with a user token, a scope that is not the user's own is put under `user:<id>/`, as the
+ * server does.
  */
 import type { AgentSignal } from "./client.js";
 import type { RequestOptions } from "./http.js";

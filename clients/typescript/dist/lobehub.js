@@ -20,11 +20,22 @@ export async function enqueueAgentSignalSourceEvent(input, context) {
     const accepted = result.status === "accepted" || result.status === "duplicate";
     return {
         accepted,
-        scopeKey: input.scopeKey || resolveSourceScopeKey(input.payload, context.userId, context.agentId),
+        scopeKey: scopeUsed(input, context),
         workflowRunId: accepted ? result.eventId : "",
         eventId: result.eventId,
         status: result.status,
     };
+}
+/** The scope the server runs the event in (producers/http/routes/events.py `_own_scope` for a user token). */
+function scopeUsed(input, context) {
+    const user = context.client.tokenUserId;
+    if (user === undefined) {
+        return input.scopeKey || resolveSourceScopeKey(input.payload, context.userId, context.agentId);
+    }
+    const payload = { ...input.payload, userId: user }; // the server stamps the token's user on the payload
+    const scope = input.scopeKey || resolveSourceScopeKey(payload, user, context.agentId);
+    const own = scope === `user:${user}` || (scope.startsWith("agent:") && scope.endsWith(`:user:${user}`));
+    return own ? scope : `user:${user}/${scope}`;
 }
 /**
  * The scope of an event sent without one, by the server's rule (worker/core/scope.py `derive_scope_key`): its topic,
@@ -33,7 +44,10 @@ export async function enqueueAgentSignalSourceEvent(input, context) {
 export function resolveSourceScopeKey(payload, userId, agentId) {
     const text = (key) => {
         const value = payload[key];
-        return typeof value === "string" && value !== "" ? value : undefined;
+        if (typeof value === "string")
+            return value !== "" ? value : undefined;
+        // a whole number is read as its digits, as the server reads what JSON.stringify sends for it
+        return Number.isInteger(value) && Math.abs(value) < 1e21 ? String(value) : undefined;
     };
     const topic = text("topicId");
     if (topic)

@@ -42,10 +42,13 @@ export class SseParser {
             if (chunk.charCodeAt(0) === 0xfeff)
                 chunk = chunk.slice(1);
         }
-        if (this.#skipLf && chunk.startsWith("\n"))
-            chunk = chunk.slice(1);
-        if (chunk.length > 0)
+        if (this.#skipLf && chunk.length > 0) {
+            // the CR that ended the last piece was a line's end; an LF opening this piece belongs to it (a CRLF split
+            // across reads), even when the LF is all this piece holds
+            if (chunk.startsWith("\n"))
+                chunk = chunk.slice(1);
             this.#skipLf = false;
+        }
         this.#buffer += chunk;
         for (;;) {
             const at = this.#buffer.search(/[\r\n]/);

@@ -7,7 +7,9 @@
  * context carries the `client` too; `workflowRunId` is the event id (empty when not accepted, as in LobeHub), and
  * `eventId` and the server's `status` are added. `accepted` is false when the server did not queue the event
  * (`gated`: self-iteration is off for that user, like LobeHub's own check); a duplicate is accepted, since its
- * first send is queued. `scopeKey` is the one given, else derived from the payload by the server's rule.
+ * first send is queued. `scopeKey` is the one the server used: the one given, else derived from the payload by
+ * the server's rule; with a user token, a scope that is not the user's own is put under `user:<id>/`, as the
+ * server does.
  */
 import type { AgentSignal } from "./client.js";
 import type { RequestOptions } from "./http.js";
@@ -58,11 +60,23 @@ export async function enqueueAgentSignalSourceEvent(
   const accepted = result.status === "accepted" || result.status === "duplicate";
   return {
     accepted,
-    scopeKey: input.scopeKey || resolveSourceScopeKey(input.payload, context.userId, context.agentId),
+    scopeKey: scopeUsed(input, context),
     workflowRunId: accepted ? result.eventId : "",
     eventId: result.eventId,
     status: result.status,
   };
+}
+
+/** The scope the server runs the event in (producers/http/routes/events.py `_own_scope` for a user token). */
+function scopeUsed(input: AgentSignalSourceEventInput, context: AgentSignalEnqueueContext): string {
+  const user = context.client.tokenUserId;
+  if (user === undefined) {
+    return input.scopeKey || resolveSourceScopeKey(input.payload, context.userId, context.agentId);
+  }
+  const payload = { ...input.payload, userId: user }; // the server stamps the token's user on the payload
+  const scope = input.scopeKey || resolveSourceScopeKey(payload, user, context.agentId);
+  const own = scope === `user:${user}` || (scope.startsWith("agent:") && scope.endsWith(`:user:${user}`));
+  return own ? scope : `user:${user}/${scope}`;
 }
 
 /**
@@ -72,7 +86,9 @@ export async function enqueueAgentSignalSourceEvent(
 export function resolveSourceScopeKey(payload: Record<string, unknown>, userId?: string, agentId?: string): string {
   const text = (key: string): string | undefined => {
     const value = payload[key];
-    return typeof value === "string" && value !== "" ? value : undefined;
+    if (typeof value === "string") return value !== "" ? value : undefined;
+    // a whole number is read as its digits, as the server reads what JSON.stringify sends for it
+    return Number.isInteger(value) && Math.abs(value as number) < 1e21 ? String(value) : undefined;
   };
   const topic = text("topicId");
   if (topic) return `topic:${topic}`;

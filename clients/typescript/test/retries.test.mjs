@@ -159,3 +159,105 @@ describe("request shape", () => {
     assert.throws(() => new AgentSignal({ baseUrl: "http://127.0.0.1:1", maxRetries: -1 }), /maxRetries/);
   });
 });
+
+/** A stub that reads each request and then drops the connection without an answer (the answer lost). */
+async function answerLost() {
+  const stub = await startStub((_, response, raw) => raw.socket.destroy());
+  after(stub.close);
+  return stub;
+}
+
+describe("a lost answer, and an answer that cannot be used", () => {
+  test("a send whose answer was lost is sent again (the server dedupes it)", async () => {
+    const stub = await answerLost();
+    const api = new AgentSignal({ baseUrl: stub.url, maxRetries: 1 });
+    await assert.rejects(api.events.send(EVENT), (error) => error.code === "network_error" && error.requestSent === true);
+    assert.equal(stub.requests.length, 2);
+  });
+
+  test("redrive, discard, cancel, pause and token minting are not sent again once they may have reached the server", async () => {
+    const stub = await answerLost();
+    const api = new AgentSignal({ baseUrl: stub.url, maxRetries: 3 });
+    const calls = [
+      () => api.dlq.redrive(["evt_1"]),
+      () => api.dlq.discard(["evt_1"], "gone"),
+      () => api.events.cancel("evt_1"),
+      () => api.scopes.pause("topic:t"),
+      () => api.tokens.create({ userId: "u1" }),
+    ];
+    for (const call of calls) {
+      await assert.rejects(call(), (error) => {
+        assert.ok(error instanceof AgentSignalError);
+        assert.deepEqual([error.status, error.code, error.requestSent], [0, "network_error", true]);
+        assert.match(error.message, /not retried: the server may have acted on it/);
+        return true;
+      });
+    }
+    assert.equal(stub.requests.length, calls.length);
+  });
+
+  test("a refused connection is retried for every call: nothing reached the server", async () => {
+    const stub = await scripted([[200, {}]]);
+    await stub.close();
+    let attempts = 0;
+    const counting = (input, init) => {
+      attempts += 1;
+      return fetch(input, init);
+    };
+    const api = new AgentSignal({ baseUrl: stub.url, maxRetries: 1, fetch: counting });
+    await assert.rejects(api.dlq.redrive(["evt_1"]), (error) => error.code === "network_error" && error.requestSent === false);
+    assert.equal(attempts, 2);
+  });
+
+  test("a success whose body is not JSON is an invalid_response with its status, not a SyntaxError", async () => {
+    const stub = await startStub((_, response) => {
+      response.writeHead(200, { "content-type": "text/html" });
+      response.end("<html>a proxy's page</html>");
+    });
+    after(stub.close);
+    await assert.rejects(new AgentSignal({ baseUrl: stub.url }).events.get("evt_1"), (error) => {
+      assert.ok(error instanceof AgentSignalError);
+      assert.deepEqual([error.status, error.code], [200, "invalid_response"]);
+      assert.match(error.message, /a proxy's page/);
+      return true;
+    });
+  });
+
+  test("a body that breaks off: a read is fetched again, a cancel is a network_error with the answer's status", async () => {
+    let n = 0;
+    const stub = await startStub((_, response) => {
+      n += 1;
+      if (n === 1 || n === 3) {
+        response.writeHead(200, { "content-type": "application/json", "content-length": "100" });
+        response.write('{"eventId": "ev');
+        setTimeout(() => response.socket.destroy(), 20);
+        return;
+      }
+      json(response, 200, { eventId: "evt_1" });
+    });
+    after(stub.close);
+    const api = new AgentSignal({ baseUrl: stub.url, maxRetries: 2 });
+    assert.deepEqual(await api.events.get("evt_1"), { eventId: "evt_1" });
+    assert.equal(n, 2);
+    await assert.rejects(api.events.cancel("evt_1"), (error) => {
+      assert.deepEqual([error.status, error.code, error.requestSent], [200, "network_error", true]);
+      return true;
+    });
+    assert.equal(n, 3);
+  });
+});
+
+describe("dead-letter targets", () => {
+  test("anything but an array or exactly {all: true} is refused before a request: never read as every dead event", async () => {
+    const stub = await startStub((_, response) => json(response, 200, { redriven: [], notDead: [], discarded: [] }));
+    after(stub.close);
+    const api = new AgentSignal({ baseUrl: stub.url });
+    for (const bad of ["evt_1", new Set(["evt_2"]), { eventIds: ["evt_3"] }, { all: "yes" }, { all: true, eventIds: [] }, undefined, null]) {
+      await assert.rejects(api.dlq.discard(bad, "why"), (error) => error instanceof TypeError && /dlq\.discard/.test(error.message));
+      await assert.rejects(api.dlq.redrive(bad), (error) => error instanceof TypeError && /dlq\.redrive/.test(error.message));
+    }
+    assert.equal(stub.requests.length, 0);
+    await api.dlq.discard({ all: true });
+    assert.deepEqual(JSON.parse(stub.requests[0].body), { all: true });
+  });
+});

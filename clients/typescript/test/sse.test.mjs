@@ -133,3 +133,65 @@ describe("receipt stream against a stub", () => {
     await assert.rejects(stream.opened, (error) => error.code === "not_found");
   });
 });
+
+describe("SSE parser, line ends split across reads", () => {
+  test("a CRLF whose LF comes alone, then an LF: the blank line still ends the frame", () => {
+    const expected = [
+      { kind: "event", event: "message", data: "a", id: "" },
+      { kind: "event", event: "message", data: "b", id: "" },
+    ];
+    assert.deepEqual(parseAll(["data: a\r\n\ndata: b\n\n"]), expected);
+    assert.deepEqual(parseAll(["data: a\r", "\n", "\ndata: b\n\n"]), expected);
+    assert.deepEqual(parseAll(["data: a\r", "", "\n", "\n", "data: b\n\n"]), expected);
+  });
+});
+
+describe("receipt stream catch-up over many pages", () => {
+  /** A stub whose stream sends one receipt and a resync; its list holds `total` newer ones, `perPage` a page. */
+  async function backlog(total, perPage) {
+    const newer = Array.from({ length: total }, (_, i) => receipt(`n${i + 1}`, 2000 + i)); // oldest first
+    const stub = await startStub((request, response) => {
+      const url = new URL(request.url, "http://stub");
+      if (url.pathname === "/v1/receipts") {
+        const from = Number(url.searchParams.get("cursor") ?? "0");
+        const page = [...newer].reverse().slice(from, from + perPage); // newest first, as the server lists
+        const body = { receipts: page };
+        if (from + perPage < total) body.cursor = String(from + perPage);
+        json(response, 200, body);
+        return;
+      }
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n");
+      frame(response, receipt("r1", 1000));
+      response.write("event: resync\ndata: {}\n\n");
+    });
+    after(stub.close);
+    return stub;
+  }
+
+  test("every receipt of a long catch-up is yielded, oldest first, short pages and all", async () => {
+    const stub = await backlog(60, 2); // 30 pages
+    const controller = new AbortController();
+    const ids = [];
+    const api = new AgentSignal({ baseUrl: stub.url });
+    for await (const r of api.receipts.stream({ userId: "u1", signal: controller.signal })) {
+      ids.push(r.id);
+      if (r.id === "n60") controller.abort();
+    }
+    assert.deepEqual(ids, ["r1", ...Array.from({ length: 60 }, (_, i) => `n${i + 1}`)]);
+  });
+
+  test("a catch-up past its page limit rejects the loop with catch_up_overflow rather than skip the oldest", async () => {
+    const { CATCH_UP_PAGES } = await import("../dist/resources/receipt_stream.js");
+    const stub = await backlog(CATCH_UP_PAGES + 1, 1);
+    const ids = [];
+    const api = new AgentSignal({ baseUrl: stub.url });
+    await assert.rejects(
+      (async () => {
+        for await (const r of api.receipts.stream({ userId: "u1" })) ids.push(r.id);
+      })(),
+      (error) => error.code === "catch_up_overflow",
+    );
+    assert.deepEqual(ids, ["r1"]);
+  });
+});

@@ -6,7 +6,8 @@ export declare class Events {
     /**
      * Send one event, or several as one all-or-nothing batch (`{"events": [...]}` on the wire). One result per
      * event, in order: `status` is `accepted`, `duplicate` (its dedupe key was seen: `eventId` is the first
-     * event's), or an admission check's verdict such as `gated`. Retried on 429/503 (safe: the server dedupes).
+     * event's), or an admission check's verdict such as `gated`. Retried on 429/503 and on a lost answer (safe:
+     * the server dedupes).
      */
     send(event: SourceEvent | readonly SourceEvent[], options?: RequestOptions): Promise<IngestResults>;
     /** The event's status record with its attempts and stored event; a source id works when it names one event. */

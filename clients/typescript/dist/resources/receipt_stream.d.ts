@@ -9,6 +9,7 @@ export interface ReceiptStreamOptions {
 }
 /** `receipts.list` with a signal: how the stream catches up. */
 export type ReceiptLister = (query: ReceiptQuery, signal: AbortSignal) => Promise<ReceiptPage>;
+export declare const CATCH_UP_PAGES = 200;
 export declare class ReceiptStream implements AsyncIterable<Receipt> {
     #private;
     /**

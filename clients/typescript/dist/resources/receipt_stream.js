@@ -12,7 +12,9 @@ import { AgentSignalError } from "../errors.js";
 import { backoffMs, sleep } from "../http.js";
 import { readSse } from "../sse.js";
 const SEEN_IDS = 1024; // ids remembered to drop repeats (the server's own window is the same size)
-const CATCH_UP_PAGES = 20; // at most 20 pages of 50 read after a resync or a reconnect
+// A catch-up reads every page since the newest receipt seen (newest first, so all of them before yielding the
+// oldest); past this many pages of 50 it rejects the loop with `catch_up_overflow` rather than skip the oldest.
+export const CATCH_UP_PAGES = 200;
 export class ReceiptStream {
     /**
      * Resolves once the server has subscribed (receipts written from then on arrive); rejects if it refused, or
@@ -148,7 +150,14 @@ export class ReceiptStream {
         const sinceCreatedAt = this.#newestMs ?? this.#openedMs;
         const found = [];
         let cursor;
-        for (let page = 0; page < CATCH_UP_PAGES; page += 1) {
+        for (let page = 0;; page += 1) {
+            if (page >= CATCH_UP_PAGES) {
+                throw new AgentSignalError({
+                    status: 0,
+                    code: "catch_up_overflow",
+                    message: `receipts.stream: more than ${CATCH_UP_PAGES * 50} receipts to catch up since ${String(sinceCreatedAt)}; none is skipped, so the stream stops here: list them with receipts.list({ sinceCreatedAt }) and open a new stream`,
+                });
+            }
             let answer;
             try {
                 answer = await this.#list({ userId, agentId, topicId, sinceCreatedAt, limit: 50, cursor }, signal);

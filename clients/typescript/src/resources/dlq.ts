@@ -25,17 +25,35 @@ export class Dlq {
    * Ids that are unknown or not dead come back in `notDead`.
    */
   async redrive(target: readonly string[] | readonly RedriveEdit[] | AllDead, options?: RequestOptions): Promise<Redriven> {
+    const ids = targetOf("redrive", target);
     let body: unknown;
-    if (!Array.isArray(target)) body = { all: true };
-    else if (target.length > 0 && typeof target[0] === "object") body = { events: target };
-    else body = { eventIds: target };
+    if (ids === "all") body = { all: true };
+    else if (ids.length > 0 && typeof ids[0] === "object") body = { events: ids };
+    else body = { eventIds: ids };
     return this.#http.json<Redriven>("POST", "/v1/dlq/redrive", { body, signal: options?.signal });
   }
 
   /** Take dead events out of the DLQ, kept as audit records with `reason` (`GET /v1/dlq?state=discarded`). */
   async discard(target: readonly string[] | AllDead, reason?: string, options?: RequestOptions): Promise<Discarded> {
-    const body: Record<string, unknown> = Array.isArray(target) ? { eventIds: target } : { all: true };
+    const ids = targetOf("discard", target);
+    const body: Record<string, unknown> = ids === "all" ? { all: true } : { eventIds: ids };
     if (reason !== undefined) body.reason = reason;
     return this.#http.json<Discarded>("POST", "/v1/dlq/discard", { body, signal: options?.signal });
   }
+}
+
+/**
+ * The list a call names, or `"all"` only for exactly `{all: true}`: anything else (a bare id, a Set, an object of
+ * ids) is a TypeError, never read as every dead event (which cannot be undone).
+ */
+function targetOf(call: string, target: unknown): readonly unknown[] | "all" {
+  if (Array.isArray(target)) return target;
+  if (typeof target === "object" && target !== null && !(target instanceof Set)) {
+    const keys = Object.keys(target);
+    if (keys.length === 1 && keys[0] === "all" && (target as { all: unknown }).all === true) return "all";
+  }
+  const got = typeof target === "string" ? JSON.stringify(target) : target instanceof Set ? "a Set" : typeof target;
+  throw new TypeError(
+    `AgentSignal: dlq.${call} takes an array of event ids${call === "redrive" ? ", an array of {eventId, payload} edits" : ""} or {all: true} (got ${got})`,
+  );
 }

@@ -25,7 +25,9 @@ export interface ReceiptStreamOptions {
 export type ReceiptLister = (query: ReceiptQuery, signal: AbortSignal) => Promise<ReceiptPage>;
 
 const SEEN_IDS = 1024; // ids remembered to drop repeats (the server's own window is the same size)
-const CATCH_UP_PAGES = 20; // at most 20 pages of 50 read after a resync or a reconnect
+// A catch-up reads every page since the newest receipt seen (newest first, so all of them before yielding the
+// oldest); past this many pages of 50 it rejects the loop with `catch_up_overflow` rather than skip the oldest.
+export const CATCH_UP_PAGES = 200;
 
 export class ReceiptStream implements AsyncIterable<Receipt> {
   /**
@@ -152,7 +154,14 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
     const sinceCreatedAt = this.#newestMs ?? this.#openedMs;
     const found: Receipt[] = [];
     let cursor: string | undefined;
-    for (let page = 0; page < CATCH_UP_PAGES; page += 1) {
+    for (let page = 0; ; page += 1) {
+      if (page >= CATCH_UP_PAGES) {
+        throw new AgentSignalError({
+          status: 0,
+          code: "catch_up_overflow",
+          message: `receipts.stream: more than ${CATCH_UP_PAGES * 50} receipts to catch up since ${String(sinceCreatedAt)}; none is skipped, so the stream stops here: list them with receipts.list({ sinceCreatedAt }) and open a new stream`,
+        });
+      }
       let answer: ReceiptPage;
       try {
         answer = await this.#list({ userId, agentId, topicId, sinceCreatedAt, limit: 50, cursor }, signal);
