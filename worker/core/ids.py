@@ -33,6 +33,7 @@ __all__ = [
     "check_name_id",
     "id_problem",
     "payload_id_errors",
+    "token_user_problem",
 ]
 
 ID_MAX_LENGTH = 256
@@ -66,6 +67,18 @@ def id_problem(value: str, *, name: bool = False) -> IdProblem | None:
     if name and ":" in value:
         return IdProblem("characters", f"must not contain ':' (allowed: {NAME_ID_ALLOWED})")
     return None
+
+
+def token_user_problem(value: str) -> IdProblem | None:
+    """None when ``value`` may be a user token's user: a user id (no ``:``) without ``/`` either. A user
+    token's events run in its user's own scopes, a foreign one put under ``user:<id>/``; were ``/`` allowed,
+    user ``u1``'s scope ``x`` and user ``u1/x``'s own scope would both read ``user:u1/x``."""
+    problem = id_problem(value, name=True)
+    if problem is None and "/" in value:
+        return IdProblem(
+            "characters", "must not contain '/' (a user token's user: its scopes are user:<id>/...)"
+        )
+    return problem
 
 
 def check_id(value: str) -> str:

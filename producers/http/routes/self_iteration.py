@@ -272,7 +272,7 @@ class GateBody(BaseModel):
 
 
 @router.put(
-    "/v1/features/self-iteration/{user_id}",
+    "/v1/features/self-iteration/{user_id:path}",
     response_model=GateState,
     **body_route(
         GateBody, examples={"on": example("Turn self-iteration on for the user", {"enabled": True})}

@@ -28,7 +28,7 @@ class Erasure(BaseModel):
     )
 
 
-@router.delete("/v1/users/{user_id}", response_model=Erasure)
+@router.delete("/v1/users/{user_id:path}", response_model=Erasure)
 def delete_user(
     user_id: NameId,
     request: Request,

@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import jwt
 import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 
 from producers.http.app import create_web_app
 from worker.keys.layout import BucketKeys
+from worker.ops.credentials import ALGORITHM, BOOTSTRAP_ID
 from worker.store.receipts import ReceiptStore
 
 pytestmark = pytest.mark.integration
@@ -173,3 +175,54 @@ def test_ids_with_a_colon_cannot_alias_another_users_keys(door: tuple[TestClient
         assert answer.status_code == 422 and answer.json()["error"]["field"] == field, answer.text
     answer = client.put("/v1/sessions/s-colon", json={"userId": "u:1"}, headers=operate)
     assert answer.status_code == 422 and answer.json()["error"]["field"] == "userId"
+
+
+def test_a_user_with_a_slash_gets_no_token_so_no_scope_reads_as_two_users(
+    door: tuple[TestClient, dict[str, str]], make_settings: Any
+) -> None:
+    """A user token's foreign scope ``x`` runs as ``user:<id>/x``; were ``u1/x`` a token's user, its own scope
+    ``user:u1/x`` would be u1's ``x``, and u1 could suppress its events by sourceId. Such a user gets no token,
+    and one signed before the rule is refused."""
+    client, creds = door
+    operate = _bearer(creds["operate"])
+    refused = client.post("/v1/tokens", json={"userId": f"{VICTIM}/x"}, headers=operate)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["field"] == "userId" and "'/'" in refused.json()["error"]["message"]
+    # a token for such a user, signed with the door's own secret as the minting used to
+    store = client.app.state.auth.store  # type: ignore[attr-defined]
+    claims = {
+        "tenant": TENANT,
+        "sub": f"{VICTIM}/x",
+        "iat": 1,
+        "exp": 4_000_000_000,
+        "jti": "j1",
+        "kid": BOOTSTRAP_ID,
+    }
+    old = jwt.encode(claims, store.signing_secret(), algorithm=ALGORITHM, headers={"kid": BOOTSTRAP_ID})
+    assert client.get("/v1/events", headers=_bearer(old)).status_code == 401
+    # a key may still name such a user: the prefix rule is a user token's only
+    sent = client.post("/v1/events", json=_message(f"{VICTIM}/x", "slash-1"), headers=operate)
+    assert sent.status_code == 202, sent.text
+
+
+def test_a_user_whose_id_holds_a_slash_can_be_erased_and_gated(
+    door: tuple[TestClient, dict[str, str]],
+) -> None:
+    """``DELETE /v1/users/{userId}`` and the self-iteration gate take ids with ``/`` (``NameId`` allows it), as
+    written or percent-encoded; before, both answered a bare 404 and the user's data stayed."""
+    client, creds = door
+    operate = _bearer(creds["operate"])
+    user = "org/alice"
+    for path in (f"/v1/features/self-iteration/{user}", "/v1/features/self-iteration/org%2Falice"):
+        gate = client.put(path, json={"enabled": False}, headers=operate)
+        assert gate.status_code == 200 and gate.json()["userId"] == user, gate.text
+    made = client.put("/v1/sessions/s-slash", json={"userId": user}, headers=operate)
+    assert made.status_code in (200, 201), made.text
+    message = {"messages": [{"role": "user", "content": "a secret of alice's"}]}
+    told = client.post("/v1/sessions/s-slash/context/messages", json=message, headers=operate)
+    assert told.status_code == 200, told.text
+    assert "a secret of alice's" in client.get("/v1/sessions/s-slash/context", headers=operate).text
+    for path in (f"/v1/users/{user}", "/v1/users/org%2Falice"):
+        erased = client.delete(path, headers=operate)
+        assert erased.status_code == 200 and erased.json()["userId"] == user, erased.text
+    assert "a secret of alice's" not in client.get("/v1/sessions/s-slash/context", headers=operate).text
