@@ -186,6 +186,10 @@ def post_events(
     producer, tenant = producer_of(request), principal.tenant
     try:
         if isinstance(data, dict) and "events" in data and "sourceType" not in data:
+            for key in data:
+                if key != "events":  # as a single event's unknown field is: never dropped unseen
+                    message = f"{key} is not a field of a batch (its one field: events)"
+                    raise InvalidEvent(EventError(code="unknown_field", message=message, field=key))
             events = data["events"]
             if not isinstance(events, list) or not events:
                 raise InvalidEvent(

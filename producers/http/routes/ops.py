@@ -213,6 +213,20 @@ def get_dlq(
     return JSONResponse({"events": page, "total": store.dlq_size(keys)})
 
 
+def _one_target(body: dict[str, Any], fields: tuple[str, ...]) -> JSONResponse | None:
+    """The 422 for a key outside ``fields`` (naming it: a misspelt ``reason`` is not dropped) or for two targets
+    at once (``eventIds`` with ``all`` acted on every dead event), else None."""
+    for key in body:
+        if key not in fields:
+            message = f"{key} is not a field of this request (its fields: {', '.join(fields)})"
+            return error_response(422, "unknown_field", message, key)
+    given = [key for key in ("eventIds", "events", "all") if key in body]
+    if len(given) > 1:
+        message = f"give one of {', '.join(given)}, not several"
+        return error_response(422, "invalid_field", message, given[1])
+    return None
+
+
 def _ids_or_all(body: dict[str, Any]) -> list[str] | JSONResponse | None:
     """``eventIds`` (strings), None for ``"all": true``, or the 422 naming ``eventIds``."""
     ids = body.get("eventIds")
@@ -246,6 +260,8 @@ def post_redrive(
     nothing is redriven)."""
     if isinstance(body, JSONResponse):
         return body
+    if (refused := _one_target(body, ("eventIds", "events", "all"))) is not None:
+        return refused
     producer, tenant = producer_of(request), principal_of(request).tenant
     if "events" in body:
         edits = _edits(body["events"])
@@ -299,6 +315,8 @@ def post_discard(
     as audit records (status ``discarded``, reason, time; ``GET /v1/dlq?state=discarded``)."""
     if isinstance(body, JSONResponse):
         return body
+    if (refused := _one_target(body, ("eventIds", "all", "reason"))) is not None:
+        return refused
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 1000:
         return error_response(

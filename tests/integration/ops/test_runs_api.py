@@ -265,3 +265,32 @@ def test_a_tool_outcome_without_outcome_is_refused_at_the_door(api: TestClient) 
     assert empty.status_code == 422 and empty.json()["error"]["field"] == "payload.outcome.status"
     whole = {"tool": tool, "outcome": {"status": "failed"}}
     assert api.post("/v1/events", json={**bad, "payload": whole}).status_code == 202
+
+
+def test_dlq_bodies_name_an_unknown_key_or_two_targets_and_touch_nothing(api: TestClient) -> None:
+    """``{"eventIds": [x], "all": true}`` acted on every dead event (its ids unread), and a misspelt ``reason``
+    was dropped: both are 422s naming the key now, and the dead event stays dead; a batch's unknown key too."""
+    (dead,) = _send(api, _event("test.flaky", "strict-1", "topic:strict"))
+    _final(api, dead, "dead")
+    for path, body, field in (
+        ("/v1/dlq/redrive", {"eventIds": ["evt_nope"], "all": True}, "all"),
+        ("/v1/dlq/discard", {"eventIds": ["evt_nope"], "all": True}, "all"),
+        ("/v1/dlq/redrive", {"eventIds": [dead], "events": [{"eventId": dead, "payload": {}}]}, "events"),
+        ("/v1/dlq/discard", {"eventIds": [dead], "reasn": "typo"}, "reasn"),
+        ("/v1/dlq/redrive", {"all": True, "reason": "redrive takes none"}, "reason"),
+    ):
+        answer = api.post(path, json=body)
+        assert answer.status_code == 422, (path, body, answer.text)
+        assert answer.json()["error"]["field"] == field, answer.text
+    assert _status(api, dead)["status"] == "dead"
+    assert [e["eventId"] for e in api.get("/v1/dlq").json()["events"]] == [dead]
+    batch = api.post(
+        "/v1/events", json={"events": [_event("test.flaky", "strict-2", "topic:strict")], "tenant": "x"}
+    )
+    assert batch.status_code == 422 and batch.json()["error"] == {
+        "code": "unknown_field",
+        "message": "tenant is not a field of a batch (its one field: events)",
+        "field": "tenant",
+    }
+    listed = api.get("/v1/events", params={"scopeKey": "topic:strict"}).json()["events"]
+    assert [e["eventId"] for e in listed] == [dead]
