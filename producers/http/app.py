@@ -38,6 +38,7 @@ from producers.http.routes.receipts import router as receipts_router
 from producers.http.routes.routing import router as routing_router
 from producers.http.routes.scopes import router as scopes_router
 from producers.http.routes.self_iteration import router as self_iteration_router
+from producers.http.routes.session_access import session_full
 from producers.http.routes.sessions import router as sessions_router
 from producers.http.routes.ui import router as ui_router
 from producers.http.routes.users import router as users_router
@@ -48,7 +49,7 @@ from producers.sdk.producer import Producer
 from sessions.function_store import ContentionError
 from sessions.functions import load_function_dir
 from sessions.settings import session_limit_settings
-from sessions.store import SessionLimits
+from sessions.store import SessionFull, SessionLimits
 from worker.core.errors import OverLimit
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.intake.source_event import StoreUnavailable
@@ -161,6 +162,12 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, f"http_{exc.status_code}", str(exc.detail))
 
     app.add_exception_handler(RequestValidationError, request_validation_error)  # type: ignore[arg-type]
+
+    @app.exception_handler(SessionFull)
+    async def full_session(_: Request, exc: SessionFull) -> JSONResponse:
+        """A session write over one of its caps, or over the user's storage quota, on a route that did not
+        answer it itself (activating a function, a session's settings): 413 or 429, never a 500."""
+        return session_full(exc)
 
     @app.exception_handler(ContentionError)
     async def contended(_: Request, exc: ContentionError) -> JSONResponse:

@@ -60,10 +60,15 @@ class Message(BaseModel):
         return value
 
 
+MAX_TOKEN_COUNT = 10**14 - 1
+
+
 class MessagesBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     messages: list[Message]
-    tokenCount: int | None = Field(default=None, ge=0, strict=True)
+    # the _usage record's count is written by Lua's cjson with 14 significant digits, and a revert reads it
+    # back: a larger count came back as 1e+17 and broke the session's context for good
+    tokenCount: int | None = Field(default=None, ge=0, le=MAX_TOKEN_COUNT, strict=True)
 
 
 class RevertBody(BaseModel):

@@ -130,3 +130,39 @@ def test_empty_body_reads_as_an_empty_object(client: TestClient) -> None:
     """No body at all is ``{}``: a route whose fields are all optional answers normally."""
     response = client.post("/v1/sessions/s1/context/checkpoint")
     assert response.status_code == 200 and response.json() == {"checkpointId": 0}
+
+
+def test_a_token_count_lua_cannot_write_back_exactly_is_a_422(client: TestClient) -> None:
+    """A count past 14 digits came back from a revert as ``1e+17`` and every later read of the context was a
+    500; it is refused at the door now, and the largest allowed one survives a revert."""
+    path = "/v1/sessions/s-tokens/context"
+    assert client.put("/v1/sessions/s-tokens", json={}).status_code in (200, 201)
+    too_many = client.post(f"{path}/messages", json={"messages": [], "tokenCount": 10**17})
+    assert too_many.status_code == 422 and too_many.json()["error"]["field"] == "tokenCount", too_many.text
+    assert client.post(f"{path}/checkpoint", json={}).status_code == 200
+    most = 10**14 - 1
+    told = client.post(
+        f"{path}/messages", json={"messages": [{"role": "user", "content": "hi"}], "tokenCount": most}
+    )
+    assert told.status_code == 200, told.text
+    assert client.post(f"{path}/checkpoint", json={}).status_code == 200
+    assert client.post(f"{path}/revert", json={"checkpointId": 1}).json()["tokenCount"] == most
+    assert client.get(path).json()["tokenCount"] == most
+
+
+def test_a_full_function_state_is_a_413_on_every_route(make_settings: Any) -> None:
+    """Activating a function, or naming functions in a session's settings, over the session's byte cap was a
+    500 (``SessionFull`` unanswered); it is the 413 ``session_full`` the other session routes answer."""
+    settings = make_settings(max_session_bytes=4000, functions_dir=str(ROOT / "examples" / "functions"))
+    with TestClient(create_web_app(settings)) as client:
+        for size in (3700, 3600, 3500, 3400, 3300, 3200):
+            if client.put("/v1/sessions/s-full/artifacts/a", json={"content": "x" * size}).status_code == 200:
+                break
+        else:
+            pytest.fail("no artifact fitted under the cap")
+        for method, path, body in (
+            ("POST", "/v1/sessions/s-full/functions/activate", {"name": "approval"}),
+            ("PUT", "/v1/sessions/s-full", {"functions": ["approval", "escalation"]}),
+        ):
+            answer = client.request(method, path, json=body)
+            assert answer.status_code == 413 and answer.json()["error"]["code"] == "session_full", answer.text
