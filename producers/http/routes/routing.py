@@ -24,7 +24,7 @@ from policies.routing import ConfigError, NoDecisionsConfigured, ReloadingRouter
 from producers.http.api_models import API_ERRORS, RouteResult, body_route, example
 from producers.http.principal import Principal, principal_of, require
 from producers.http.web_common import JsonObject, error_response, producer_of
-from worker.core.ids import ID_MAX_LENGTH, Id, id_problem
+from worker.core.ids import ID_MAX_LENGTH, Id, IdProblem, id_problem
 from worker.intake.source_event import InvalidEvent
 
 __all__ = ["RECORD_ERROR_HEADER", "router"]
@@ -60,6 +60,7 @@ class ChatRequest(BaseModel):
 class RouteRequest(BaseModel):
     """``POST /v1/route`` (read by :func:`policies.routing.validate_route_input`, which names the field)."""
 
+    model_config = ConfigDict(extra="forbid")
     request: ChatRequest
     protocol: Literal["openai-chat", "anthropic-messages", "openai-responses"] = "openai-chat"
     externalSignals: list[ExternalSignal] = Field(default_factory=list)
@@ -139,10 +140,18 @@ def _model_error(chat: dict[str, Any]) -> JSONResponse | None:
 
 
 def _caller_id_error(body: dict[str, Any]) -> JSONResponse | None:
-    """The 422 for the first of the caller's ids that breaks the id rule, or None."""
+    """The 422 for a key the body does not have (a misspelt ``externalSignals`` was ignored unseen), or for the
+    first of the caller's ids that is not a string or breaks the id rule (a number or a list was dropped and the
+    record went out under ids of its own), or None."""
+    for key in body:
+        if key not in RouteRequest.model_fields:
+            message = f"{key} is not a field of a route request (its fields: {', '.join(RouteRequest.model_fields)})"
+            return error_response(422, "unknown_field", message, key)
     for name in CALLER_IDS:
         value = body.get(name)
-        problem = id_problem(value) if isinstance(value, str) and value else None
+        if value is None:
+            continue
+        problem = id_problem(value) if isinstance(value, str) else IdProblem("characters", "must be a string")
         if problem is not None:
             return error_response(422, "invalid_field", f"{name}: {problem.message}", name)
     return None

@@ -70,6 +70,13 @@ class TestHttp:
                 "externalSignals[0].confidence",
             ),
             ({"request": TOOL_LOOP, "externalSignals": {}}, "externalSignals"),
+            # the caller's ids were dropped unseen when not strings, and a misspelt key was ignored
+            ({"request": TOOL_LOOP, "requestId": 12345}, "requestId"),
+            ({"request": TOOL_LOOP, "requestId": ""}, "requestId"),
+            ({"request": TOOL_LOOP, "userId": ["u1"]}, "userId"),
+            ({"request": TOOL_LOOP, "agentId": {"a": 1}}, "agentId"),
+            ({"request": TOOL_LOOP, "scopeKey": 7}, "scopeKey"),
+            ({"request": TOOL_LOOP, "externalSignal": [{"type": "a", "name": "b"}]}, "externalSignal"),
         ],
     )
     def test_invalid_input_names_the_field(
