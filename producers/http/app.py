@@ -30,6 +30,7 @@ from producers.http.api_models import SHARED_ERRORS
 from producers.http.auth import install_auth
 from producers.http.docs_pages import install_docs
 from producers.http.door import install_door
+from producers.http.records import OVER_LIMIT_CODES
 from producers.http.routes.events import router as events_router
 from producers.http.routes.functions import router as functions_router
 from producers.http.routes.keys import router as keys_router
@@ -61,14 +62,6 @@ from worker.telemetry.recorder import configure_telemetry
 __all__ = ["create_web_app"]
 
 log = logging.getLogger(__name__)
-
-# OverLimit.what -> the 429's error code
-OVER_LIMIT_CODES = {
-    "inbox": "inbox_full",
-    "tenant": "tenant_queue_full",
-    "events": "quota_exceeded",
-    "user_bytes": "quota_exceeded",
-}
 
 
 def create_web_app(

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from policies.dmail import AgentToolsSettings
 from producers.http.api_models import API_ERRORS, body_route, example
+from producers.http.records import with_record_error
 from producers.http.routes.session_access import (
     bad_session,
     function_store,
@@ -229,8 +230,8 @@ def post_signal(session_id: str, request: Request, body: SignalIn) -> JSONRespon
     payload: dict[str, Any] = {"type": body.type, "output": output, "functions": active}
     if body.payload is not None:
         payload["payload"] = body.payload
-    record_event(request, session_id, "agent.signal.emitted", f"signal:{session_id}:{seq}", payload)
-    return JSONResponse({"output": output})
+    failure = record_event(request, session_id, "agent.signal.emitted", f"signal:{session_id}:{seq}", payload)
+    return with_record_error(JSONResponse({"output": output}), failure)
 
 
 @router.post(

@@ -22,21 +22,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from policies.conversation import RoutingDeps, RoutingSettings
 from policies.routing import ConfigError, NoDecisionsConfigured, ReloadingRouter, validate_route_input
 from producers.http.api_models import API_ERRORS, RouteResult, body_route, example
-from producers.http.principal import Principal, principal_of, require
+from producers.http.principal import Principal, require
+from producers.http.records import RECORD_ERROR_DOC, RECORD_ERROR_HEADER, enqueue_record, with_record_error
 from producers.http.web_common import JsonObject, error_response, producer_of
 from worker.core.ids import ID_MAX_LENGTH, Id, IdProblem, id_problem
-from worker.intake.source_event import InvalidEvent
 
 __all__ = ["RECORD_ERROR_HEADER", "router"]
 
 log = logging.getLogger(__name__)
 router = APIRouter(responses=API_ERRORS, tags=["routing"])
-RECORD_ERROR_HEADER = "Agent-Signal-Record-Error"
 CALLER_IDS = ("requestId", "scopeKey", "userId", "agentId", "workspaceId")
-_RECORD_ERROR_DOC = {
-    "description": "Routed, but its chat.request record was skipped: the reason's code.",
-    "schema": {"type": "string"},
-}
 
 
 class ExternalSignal(BaseModel):
@@ -81,7 +76,7 @@ def _holder(request: Request) -> ReloadingRouter | None:
     response_model=RouteResult,
     **body_route(
         RouteRequest,
-        responses={200: {"headers": {RECORD_ERROR_HEADER: _RECORD_ERROR_DOC}}},
+        responses={200: {"headers": {RECORD_ERROR_HEADER: RECORD_ERROR_DOC}}},
         examples={
             "chat": example(
                 "An OpenAI chat request with model auto",
@@ -125,9 +120,8 @@ def post_route(
         return error_response(503, "no_decisions", str(exc))
     response = JSONResponse(result)
     if producer_of(request).runtime.settings_for(RoutingSettings).route_record_events:
-        failure = _record(request, _event(body, chat, protocol, external))
-        if failure is not None:
-            response.headers[RECORD_ERROR_HEADER] = failure
+        failure = enqueue_record(request, _event(body, chat, protocol, external), what="chat.request")
+        with_record_error(response, failure)
     return response
 
 
@@ -176,18 +170,3 @@ def _event(
         too_long = len(scope) > ID_MAX_LENGTH
         event["scopeKey"] = f"route:{hashlib.sha256(source_id.encode()).hexdigest()}" if too_long else scope
     return event
-
-
-def _record(request: Request, event: dict[str, object]) -> str | None:
-    """Enqueue the record; None, or the error code when the event cannot be stored (logged, not raised)."""
-    try:
-        producer_of(request).enqueue(event, tenant=principal_of(request).tenant)  # the caller's tenant
-    except InvalidEvent as exc:
-        error = exc.error
-        log.warning(
-            "POST /v1/route: answered, but its chat.request record was refused: %s (%s)",
-            error.code,
-            error.message,
-        )
-        return error.code
-    return None

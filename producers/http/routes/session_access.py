@@ -23,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from producers.http.principal import Forbidden, Grant, NotFound, Principal, principal_of, tenant_keys
+from producers.http.records import enqueue_record
 from producers.http.web_common import error_response, parse_body, producer_of
 from sessions.function_store import FunctionStore
 from sessions.scripts import SessionScripts
@@ -123,8 +124,10 @@ def session_body(model: type[B]) -> Callable[[str, Request], Awaitable[B | JSONR
 
 def record_event(
     request: Request, session_id: str, source_type: str, source_id: str, payload: dict[str, Any]
-) -> None:
-    """Every tool call that changes the session is also a source event on the session's scope."""
+) -> str | None:
+    """Every tool call that changes the session is also a source event on the session's scope. Called after the
+    change: None, or the code of the record's refusal for the answer's ``Agent-Signal-Record-Error``
+    (producers/http/records.py)."""
     settings = session_store(request).get_settings(session_id)
     event: dict[str, Any] = {
         "sourceType": source_type,
@@ -138,4 +141,4 @@ def record_event(
             event["payload"][key] = value
     if settings.topic_id:
         event["payload"]["topicId"] = settings.topic_id
-    producer_of(request).enqueue(event, tenant=principal_of(request).tenant)
+    return enqueue_record(request, event, what=source_type)

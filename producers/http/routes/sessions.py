@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from producers.http.api_models import API_ERRORS, ContextView, SessionSettings, body_route, example
 from producers.http.principal import principal_of
+from producers.http.records import with_record_error
 from producers.http.routes.functions import activate_locked
 from producers.http.routes.session_access import (
     bad_session,
@@ -303,15 +304,16 @@ def post_dmail(
         outcome = send_dmail(session_store(request), session_id, arguments)
     except SessionFull as exc:
         return session_full(exc)
+    failure = None
     if not outcome.is_error and outcome.sequence is not None:
-        record_event(
+        failure = record_event(
             request,
             session_id,
             "agent.dmail.sent",
             f"dmail:{session_id}:{outcome.sequence}",
             {"message": arguments["message"], "checkpointId": arguments["checkpoint_id"]},
         )
-    return JSONResponse(outcome.to_json_dict())
+    return with_record_error(JSONResponse(outcome.to_json_dict()), failure)
 
 
 def _anchor(store: SessionStore, session_id: str) -> str | None:
@@ -345,6 +347,7 @@ def post_step_end(session_id: str, request: Request, body: StepEndIn) -> JSONRes
         else None
     )
     result = end_step(store, session_id, rejected_without_feedback=body.rejectedWithoutFeedback)
+    failure = None
     if result.outcome != "none" and result.dmail is not None:
         kind: Literal["agent.context.reverted", "agent.dmail.discarded"] = (
             "agent.context.reverted" if result.outcome == "applied" else "agent.dmail.discarded"
@@ -356,5 +359,5 @@ def post_step_end(session_id: str, request: Request, body: StepEndIn) -> JSONRes
         if anchor:
             payload["anchorMessageId"] = anchor
         prefix = "revert" if result.outcome == "applied" else "discard"
-        record_event(request, session_id, kind, f"{prefix}:{session_id}:{result.sequence}", payload)
-    return JSONResponse(result.to_json_dict())
+        failure = record_event(request, session_id, kind, f"{prefix}:{session_id}:{result.sequence}", payload)
+    return with_record_error(JSONResponse(result.to_json_dict()), failure)

@@ -136,6 +136,35 @@ class TestUserBytes:
         assert _stored_bytes(redis_client, keys, "acme", "alice") == 0
         assert client.post("/v1/events", json=_event("alice-2"), headers=alice).status_code == 202
 
+    def test_a_change_made_before_its_record_is_refused_is_answered_with_the_refusal_named(
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """A session signal changes the function state, then records a source event; a user over the quota had
+        the change made and was answered 429 (told to retry what was already applied). The change's own answer
+        comes back now, with ``Agent-Signal-Record-Error: quota_exceeded``; the record is not stored."""
+        client: TestClient = app_client(
+            bootstrap_key=BOOT, token_secret=SECRET, auth_cache_s=0, user_max_bytes=2000, rate_limit_per_s=0
+        )
+        store = CredentialStore(redis_client, keys, token_secret=SECRET)
+        operator = store.create("acme", "operate")
+        alice = bearer(store.mint_user_token("acme", "alice", issuer_key_id=operator[0].id)[0])
+        assert client.put("/v1/sessions/s-sig", json={}, headers=alice).status_code == 200
+        message = {"messages": [{"role": "user", "content": "x" * 450}]}
+        answers = [
+            client.post("/v1/sessions/s-sig/context/messages", json=message, headers=alice) for _ in range(6)
+        ]
+        assert answers[-1].status_code == 429  # alice is at her quota
+        signal = {"type": "need_approval", "payload": {"plan": "p"}}
+        answered = client.post("/v1/sessions/s-sig/signal", json=signal, headers=alice)
+        assert answered.status_code == 200, answered.text
+        assert answered.headers["agent-signal-record-error"] == "quota_exceeded"
+        ledger = client.get("/v1/sessions/s-sig/state", headers=alice).json()["sessionLedger"]
+        assert "need_approval" in ledger
+        recorded = client.get(
+            "/v1/events", params={"sourceType": "agent.signal.emitted"}, headers=bearer(operator[1])
+        )
+        assert recorded.status_code == 200 and recorded.json()["events"] == []
+
     def test_what_the_worker_writes_for_a_user_counts_toward_the_quota(
         self, make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:

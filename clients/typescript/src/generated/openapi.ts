@@ -4144,7 +4144,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
-                    /** @description Routed, but its chat.request record was skipped: the reason's code. */
+                    /** @description Answered, but its record (a source event) was refused: the refusal's code. */
                     "Agent-Signal-Record-Error"?: string;
                     [name: string]: unknown;
                 };

@@ -1,0 +1,70 @@
+"""Records of changes already made: the source event a route enqueues after its own write (a routed chat request,
+a session's signal, D-Mail, revert). The change is the answer; a refused record must not turn it into an error
+after the fact (a 429 for a signal already applied would tell the caller to retry it), so the record is skipped,
+logged, and the answer names the refusal's code in ``Agent-Signal-Record-Error``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from producers.http.principal import principal_of
+from producers.http.web_common import producer_of
+from worker.core.errors import OverLimit
+from worker.intake.source_event import InvalidEvent
+
+__all__ = [
+    "OVER_LIMIT_CODES",
+    "RECORD_ERROR_DOC",
+    "RECORD_ERROR_HEADER",
+    "enqueue_record",
+    "with_record_error",
+]
+
+log = logging.getLogger(__name__)
+
+RECORD_ERROR_HEADER = "Agent-Signal-Record-Error"
+RECORD_ERROR_DOC = {
+    "description": "Answered, but its record (a source event) was refused: the refusal's code.",
+    "schema": {"type": "string"},
+}
+
+# OverLimit.what -> the 429's error code (the app's handler answers these for the routes that store nothing)
+OVER_LIMIT_CODES = {
+    "inbox": "inbox_full",
+    "tenant": "tenant_queue_full",
+    "events": "quota_exceeded",
+    "user_bytes": "quota_exceeded",
+}
+
+
+def enqueue_record(request: Request, event: dict[str, Any], *, what: str) -> str | None:
+    """Enqueue ``event`` for the caller's tenant; None, or the code of its refusal (logged, not raised): an
+    invalid event (too large, a source type the deployment refuses) or a limit (inbox, queue, quota)."""
+    try:
+        producer_of(request).enqueue(event, tenant=principal_of(request).tenant)
+    except InvalidEvent as exc:
+        code, message = exc.error.code, exc.error.message
+    except OverLimit as exc:
+        code, message = OVER_LIMIT_CODES.get(exc.what, "tenant_queue_full"), exc.message
+    else:
+        return None
+    log.warning(
+        "%s %s: answered, but its %s record was refused: %s (%s)",
+        request.method,
+        request.url.path,
+        what,
+        code,
+        message,
+    )
+    return code
+
+
+def with_record_error(response: JSONResponse, failure: str | None) -> JSONResponse:
+    """``response``, naming the record's refusal when there was one."""
+    if failure is not None:
+        response.headers[RECORD_ERROR_HEADER] = failure
+    return response
