@@ -31,7 +31,7 @@ class KeyRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tenant: str | None = None
+    tenant: str | None = Field(default=None, min_length=1)  # absent: the caller's; "" is not a tenant
     role: Literal["ingest", "read", "operate", "admin", "metrics"]
     name: str = Field(default="", max_length=100)
 

@@ -136,6 +136,13 @@ class TestKeysOverHttp:
         assert gone.status_code == 200 and "revokedAt" in gone.json()
         assert client.get("/v1/test-whoami", headers=bearer(created["key"])).status_code == 401
 
+    def test_an_empty_tenant_is_a_422_not_the_callers(self, client: TestClient) -> None:
+        """``"tenant": ""`` made a key of the caller's tenant (read as absent); it names the field now."""
+        admin = create_key(client, "admin", tenant="acme")
+        refused = client.post("/v1/keys", json={"tenant": "", "role": "ingest"}, headers=bearer(admin))
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "tenant", refused.text
+        assert [k["role"] for k in client.get("/v1/keys", headers=bearer(admin)).json()["keys"]] == ["admin"]
+
     def test_secret_is_stored_only_as_a_hash(
         self, client: TestClient, redis_client: Redis, keys: BucketKeys
     ) -> None:
