@@ -7,7 +7,9 @@ changes committed before it (the session's changes are serialized).
 
 Bounds (sessions/store.py ``SessionLimits``): a change that grows the document past ``max_session_bytes`` and
 an artifact over ``max_message_bytes`` raise ``SessionFull`` and store nothing; every write refreshes the TTL
-of all of the session's keys in the same transaction.
+of all of the session's keys in the same transaction. The document's growth counts toward the session's user's
+stored bytes (``AGENT_SIGNAL_USER_MAX_BYTES``, worker/store/quotas.py) until the session's TTL, as its context
+does; a change that grows it while the user is at the quota raises ``UserQuotaExceeded`` and stores nothing.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import TypeVar
 from redis import Redis, WatchError
 
 from sessions.fsm import SessionRuntime
-from sessions.store import SessionFull, SessionLimits, session_keys, session_scope
+from sessions.store import SessionFull, SessionLimits, UserQuotaExceeded, session_keys, session_scope
 from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys
+from worker.store.quotas import add_user_bytes, user_bytes_refusal
 
 __all__ = ["ContentionError", "FunctionStore"]
 
@@ -58,6 +61,16 @@ class FunctionStore:
             )
             raise SessionFull(None, limit, message)
 
+    def _check_user_quota(self, user_id: str) -> None:
+        """UserQuotaExceeded when ``user_id`` already stores ``max_user_bytes`` or more (none: no quota)."""
+        limit = self.limits.max_user_bytes
+        if limit <= 0:
+            return
+        refusal = user_bytes_refusal(self.client, self.keys, [user_id], limit)
+        if refusal is not None:  # "OVERLIMIT user <index> <used> <retry_s>"
+            used, retry_s = (int(part) for part in refusal.split()[3:5])
+            raise UserQuotaExceeded(used, limit, retry_s)
+
     def update(self, session_id: str, change: Callable[[SessionRuntime], T]) -> tuple[T, SessionRuntime]:
         """Apply ``change`` atomically; it may be called more than once (it must only touch the runtime).
 
@@ -75,9 +88,16 @@ class FunctionStore:
                     )
                     result = change(runtime)
                     document = json.dumps(runtime.to_json_dict(), ensure_ascii=False, separators=(",", ":"))
-                    self._check_size(document, raw.encode("utf-8") if isinstance(raw, str) else raw)
+                    before = raw.encode("utf-8") if isinstance(raw, str) else raw
+                    self._check_size(document, before)
+                    growth = len(document.encode("utf-8")) - len(before or b"")
+                    owner = user.decode("utf-8") if isinstance(user, bytes) else user
+                    if owner and growth > 0:
+                        self._check_user_quota(owner)
                     pipe.multi()
                     pipe.set(key, document)
+                    if owner and growth > 0:
+                        add_user_bytes(pipe, self.keys, owner, growth, ttl_s=self.limits.session_ttl_s)
                     for session_key in session_keys(self.keys, session_id, user):
                         pipe.expire(session_key, self.limits.session_ttl_s)
                     pipe.execute()

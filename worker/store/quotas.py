@@ -12,7 +12,8 @@ slot drops out. Not counted: follow-up events a chain emits (admitted by the wor
 past their window, and what an erasure or a discard frees before the window ends.
 
 **A user's bytes.** ``bytes:user:<userId>`` (a hash) holds the bytes the user's memories, skills (documents,
-their history, the runs' answers), conversation messages, receipts and session context take, counted by the
+their history, the runs' answers), conversation messages, receipts, session context and session function state
+(artifacts, ledgers: sessions/function_store.py, its growth) take, counted by the
 code that writes them: ``keep`` for data without an expiry, ``d<day>`` (the day its TTL ends, in days since the
 epoch) for data that expires, so a day's bytes stop counting once it has passed (:data:`USER_BYTES_FN`).
 Erasure deletes the hash. A conversation's count follows its trimmed list (a trimmed message is subtracted);

@@ -6,6 +6,7 @@ skills, receipts, conversations, session context) are bounded; past one, the doo
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from typing import Any
 
@@ -139,9 +140,9 @@ class TestUserBytes:
     def test_a_change_made_before_its_record_is_refused_is_answered_with_the_refusal_named(
         self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
     ) -> None:
-        """A session signal changes the function state, then records a source event; a user over the quota had
-        the change made and was answered 429 (told to retry what was already applied). The change's own answer
-        comes back now, with ``Agent-Signal-Record-Error: quota_exceeded``; the record is not stored."""
+        """A session signal changes the function state, then records a source event; a user whom the change took
+        over the quota had it made and was answered 429 (told to retry what was already applied). The change's
+        own answer comes back now, with ``Agent-Signal-Record-Error: quota_exceeded``; the record is not stored."""
         client: TestClient = app_client(
             bootstrap_key=BOOT, token_secret=SECRET, auth_cache_s=0, user_max_bytes=2000, rate_limit_per_s=0
         )
@@ -149,11 +150,9 @@ class TestUserBytes:
         operator = store.create("acme", "operate")
         alice = bearer(store.mint_user_token("acme", "alice", issuer_key_id=operator[0].id)[0])
         assert client.put("/v1/sessions/s-sig", json={}, headers=alice).status_code == 200
-        message = {"messages": [{"role": "user", "content": "x" * 450}]}
-        answers = [
-            client.post("/v1/sessions/s-sig/context/messages", json=message, headers=alice) for _ in range(6)
-        ]
-        assert answers[-1].status_code == 429  # alice is at her quota
+        # a byte under her quota: the signal's state change is let in, and it takes her over it for its record
+        used = _stored_bytes(redis_client, keys, "acme", "alice")
+        redis_client.hincrby(keys.for_tenant("acme").user_bytes("alice"), "keep", 1999 - used)
         signal = {"type": "need_approval", "payload": {"plan": "p"}}
         answered = client.post("/v1/sessions/s-sig/signal", json=signal, headers=alice)
         assert answered.status_code == 200, answered.text
@@ -164,6 +163,42 @@ class TestUserBytes:
             "/v1/events", params={"sourceType": "agent.signal.emitted"}, headers=bearer(operator[1])
         )
         assert recorded.status_code == 200 and recorded.json()["events"] == []
+
+    def test_a_sessions_function_state_counts_toward_the_quota(
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """Artifacts and ledgers (the function state) were stored past the quota in any number of sessions: they
+        count toward the user's bytes now, and growing them at the quota is 429 ``quota_exceeded`` with nothing
+        stored; another user of the tenant is unaffected."""
+        client: TestClient = app_client(
+            bootstrap_key=BOOT, token_secret=SECRET, auth_cache_s=0, user_max_bytes=2000, rate_limit_per_s=0
+        )
+        store = CredentialStore(redis_client, keys, token_secret=SECRET)
+        operator = store.create("acme", "operate")
+        alice = bearer(store.mint_user_token("acme", "alice", issuer_key_id=operator[0].id)[0])
+        bob = bearer(store.mint_user_token("acme", "bob", issuer_key_id=operator[0].id)[0])
+        for who, session in ((alice, "s-fa"), (alice, "s-fa2"), (bob, "s-fb")):
+            assert client.put(f"/v1/sessions/{session}", json={}, headers=who).status_code == 200
+        first = client.put("/v1/sessions/s-fa/artifacts/a1", json={"content": "x" * 500}, headers=alice)
+        assert first.status_code == 200, first.text
+        counted = _stored_bytes(redis_client, keys, "acme", "alice")
+        assert 500 <= counted < 2000, counted
+        second = client.put("/v1/sessions/s-fa/artifacts/a2", json={"content": "y" * 1500}, headers=alice)
+        assert second.status_code == 200, second.text  # under the quota when it was written: it ends over
+        assert _stored_bytes(redis_client, keys, "acme", "alice") >= counted + 1500
+        for session in ("s-fa", "s-fa2"):
+            refused = client.put(
+                f"/v1/sessions/{session}/artifacts/a3", json={"content": "z" * 100}, headers=alice
+            )
+            assert refused.status_code == 429 and refused.json()["error"]["code"] == "quota_exceeded", (
+                refused.text
+            )
+        artifacts = client.get("/v1/sessions/s-fa/artifacts", headers=alice).json()
+        assert "a3" not in json.dumps(artifacts)
+        assert (
+            client.put("/v1/sessions/s-fb/artifacts/b1", json={"content": "b" * 100}, headers=bob).status_code
+            == 200
+        )
 
     def test_what_the_worker_writes_for_a_user_counts_toward_the_quota(
         self, make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: BucketKeys
