@@ -6,149 +6,22 @@ Settings come from the environment (docs/settings.md). Logs go to stderr; machin
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
 
 import httpx
 
 from producers.cli.console import add_console_commands
-from producers.cli.direct import direct_producer, stack_settings
+from producers.cli.direct import stack_settings
+from producers.cli.enqueue import add_enqueue_command
 from producers.cli.inspection import add_inspection_commands
 from producers.cli.keys import add_keys_command
 from producers.cli.migrate import add_migrate_command
 from producers.cli.probe import add_probe_commands
 from producers.cli.pseudonym import add_pseudonym_command
-from producers.cli.target import CliError, HttpSender, add_target_options, resolve_target
+from producers.cli.target import CliError
 
 __all__ = ["main"]
-
-
-class Progress:
-    """A one-line progress bar on stderr, shown only on a terminal."""
-
-    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
-        self.total = max(total, 1)
-        self.stream = stream
-        self.enabled = stream.isatty()
-
-    def update(self, done: int, note: str = "") -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = int(width * done / self.total)
-        bar = "#" * filled + "-" * (width - filled)
-        self.stream.write(f"\r[{bar}] {done}/{self.total} {note}")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-# ---- enqueue -----------------------------------------------------------------------------------------
-
-
-def _read_jsonl(path: str) -> list[tuple[int, Any, str | None]]:
-    """(line number, decoded value or None, error) for every non-blank line."""
-    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")
-    rows: list[tuple[int, Any, str | None]] = []
-    with stream:
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((number, json.loads(line), None))
-            except ValueError as exc:
-                rows.append((number, None, f"not valid JSON ({exc})"))
-    return rows
-
-
-def cmd_enqueue(args: argparse.Namespace) -> int:
-    try:
-        rows = _read_jsonl(args.file)
-    except OSError as exc:
-        print(f"agent-signal enqueue: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
-        return 2
-    target = resolve_target(args)
-    summary = {"accepted": 0, "duplicate": 0, "rejected": 0}
-    valid: list[tuple[int, Any]] = []
-    for number, value, error in rows:
-        if error is not None:
-            summary["rejected"] += 1
-            print(f"line {number}: {error} (field: -)", file=sys.stderr)
-        else:
-            valid.append((number, value))
-    sender = HttpSender(target) if target.http else _DirectSender(args.tenant or "default")
-    progress = Progress(len(rows))
-    try:
-        _send_all(sender, valid, args, summary, progress, done=summary["rejected"])
-    except CliError as exc:  # e.g. a 401, or the server went away: nothing more will pass
-        progress.close()
-        print(f"agent-signal enqueue: {exc}", file=sys.stderr)
-        print(json.dumps(summary))
-        return exc.exit_code
-    finally:
-        sender.close()
-    progress.close()
-    print(json.dumps(summary))
-    return 1 if summary["rejected"] else 0
-
-
-def _send_all(
-    sender: _DirectSender | HttpSender,
-    valid: list[tuple[int, Any]],
-    args: argparse.Namespace,
-    summary: dict[str, int],
-    progress: Progress,
-    done: int,
-) -> None:
-    """Send ``valid`` in batches; rejections go to stderr, ``--ids`` lines to stdout, counts to ``summary``."""
-    for start in range(0, len(valid), args.batch):
-        chunk = valid[start : start + args.batch]
-        for number, result, err in sender.send(chunk):
-            if result is None:
-                summary["rejected"] += 1
-                assert err is not None
-                print(f"line {number}: {err.message} (field: {err.field or '-'})", file=sys.stderr)
-                continue
-            summary[result.status] = summary.get(result.status, 0) + 1
-            if args.ids:
-                line = {"line": number, "eventId": result.event_id, "sourceId": result.source_id}
-                print(json.dumps({**line, "status": result.status}), flush=True)
-        done += len(chunk)
-        progress.update(done, f"accepted={summary['accepted']} duplicate={summary['duplicate']}")
-
-
-Sent = tuple[int, Any, Any]  # (line number, EnqueueResult or None, EventError or None): HttpSender's too
-
-
-class _DirectSender:
-    def __init__(self, tenant: str = "default") -> None:
-        self.producer = direct_producer(tenant)
-
-    def send(self, chunk: Sequence[tuple[int, Any]]) -> list[Sent]:
-        from worker.intake.source_event import InvalidEvent
-
-        out: list[Sent] = []
-        prepared = []
-        numbers = []
-        for number, value in chunk:
-            try:
-                prepared.append(self.producer.validate(value))
-                numbers.append(number)
-            except InvalidEvent as exc:
-                out.append((number, None, exc.error))
-        if out:
-            self.producer.count_rejected(len(out))
-        for number, result in zip(numbers, self.producer.enqueue_prepared(prepared), strict=True):
-            out.append((number, result, None))
-        return sorted(out, key=lambda r: r[0])
-
-    def close(self) -> None:
-        self.producer.close()
 
 
 # ---- inspect, status, dlq ----------------------------------------------------------------------------
@@ -199,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_process_commands(sub)
-    _add_enqueue_command(sub)
+    add_enqueue_command(sub)
     _add_route_command(sub)
     _add_functions_command(sub)
     add_inspection_commands(sub)
@@ -236,19 +109,6 @@ def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     p = sub.add_parser("web", help="the HTTP API on HOST:PORT (Procfile: web)")
     p.add_argument("--loglevel", default="INFO")
     p.set_defaults(func=cmd_web)
-
-
-def _add_enqueue_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("enqueue", help="enqueue one source event per line of a JSONL file ('-' for stdin)")
-    p.add_argument("file")
-    p.add_argument("--batch", type=int, default=200, help="events per round trip (default 200)")
-    p.add_argument(
-        "--ids",
-        action="store_true",
-        help='print {"line","eventId","sourceId","status"} per enqueued event before the summary',
-    )
-    add_target_options(p)
-    p.set_defaults(func=cmd_enqueue)
 
 
 def _add_route_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -30,7 +28,6 @@ import httpx
 __all__ = [
     "Api",
     "CliError",
-    "HttpSender",
     "Target",
     "add_target_options",
     "format_http_error",
@@ -229,62 +226,3 @@ class Api:
 def unreachable(url: str, exc: httpx.TransportError) -> CliError:
     """The one-line "cannot reach" error (exit 2)."""
     return CliError(f"cannot reach {display_url(url)} ({transport_reason(exc)}); {START_HINT}")
-
-
-class HttpSender:
-    """``enqueue``'s batches over ``POST /v1/events``; a 422 names ``events[i]``: that line is rejected (its
-    number, None, the error) and the rest is resent. Each sent line is ``(number, EnqueueResult, None)``."""
-
-    def __init__(self, target: Target) -> None:
-        from producers.sdk.producer import HttpProducer
-
-        assert target.url is not None
-        self.url = target.url
-        self.http = HttpProducer(target.url, token=target.token)
-
-    def send(self, chunk: Sequence[tuple[int, Any]]) -> list[tuple[int, Any, Any]]:
-        pending = list(chunk)
-        out: list[tuple[int, Any, Any]] = []
-        while pending:
-            results = self._post([v for _, v in pending], pending, out)
-            if results is None:
-                continue
-            out.extend((n, r, None) for (n, _), r in zip(pending, results, strict=True))
-            pending = []
-        return sorted(out, key=lambda r: r[0])
-
-    def _post(
-        self, events: list[Any], pending: list[tuple[int, Any]], out: list[tuple[int, Any, Any]]
-    ) -> list[Any] | None:
-        """The batch's results; None after moving the line a 422 names from ``pending`` to ``out``."""
-        from worker.intake.source_event import InvalidEvent, StoreUnavailable
-
-        try:
-            return self.http.enqueue_many(events)
-        except httpx.TransportError as exc:
-            raise unreachable(self.url, exc) from None
-        except httpx.HTTPStatusError as exc:
-            raise CliError(http_error_message(exc.response, had_token=self.http.has_token), 1) from None
-        except StoreUnavailable as exc:
-            raise CliError(f"the server's store is unavailable: {exc}; retry later", 1) from None
-        except InvalidEvent as exc:
-            match = re.match(r"events\[(\d+)\]\.?(.*)", exc.error.field or "")
-            if exc.status_code in (401, 403) or match is None:
-                error = exc.error
-                line = format_http_error(
-                    exc.status_code, error.code, error.message, error.field, had_token=self.http.has_token
-                )
-                raise CliError(line, 1) from None
-            index = int(match.group(1))
-            number, _ = pending.pop(index)
-            error = exc.error.model_copy(
-                update={
-                    "field": match.group(2) or None,
-                    "message": exc.error.message.replace(f"events[{index}].", ""),
-                }
-            )
-            out.append((number, None, error))
-            return None
-
-    def close(self) -> None:
-        self.http.close()

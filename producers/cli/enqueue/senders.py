@@ -1,0 +1,143 @@
+"""Where ``enqueue`` sends its batches. ``send(chunk)`` takes ``(line number, event)`` pairs and answers one
+:data:`Sent` per line, in line order: the line's result, or its rejection. A failure that no line is to blame
+for (a bad credential, the server or store gone, a limit) is a :class:`CliError`: the verb stops there.
+
+- :class:`DirectSender`: the engine's Producer on ``REDIS_URL``. Each event is validated on its own (an invalid
+  one is its line's rejection), the others are enqueued together.
+- :class:`HttpSender`: ``POST /v1/events``. A 422 or 413 naming ``events[i]`` rejects that line and the rest
+  is sent again. A 413 naming no line (the body is over the server's ``AGENT_SIGNAL_MAX_REQUEST_BYTES``, or
+  holds more events than it takes at once) halves the batch and sends each half, down to single events; a
+  single event still refused is its line's rejection, with the server's message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from producers.cli.direct import direct_producer
+from producers.cli.enqueue.lines import Rejection
+from producers.cli.target import CliError, Target, format_http_error, http_error_message, unreachable
+
+if TYPE_CHECKING:
+    from worker.intake.source_event import EnqueueResult, InvalidEvent
+
+__all__ = ["DirectSender", "HttpSender", "Pending", "Sent"]
+
+Pending = tuple[int, dict[str, Any]]  # (line number, event)
+Sent = tuple[int, "EnqueueResult | None", Rejection | None]  # (line number, result, or why not)
+
+_NAMED_LINE = re.compile(r"events\[(\d+)\]\.?(.*)")
+
+
+class DirectSender:
+    """Straight to Redis, as the operator of ``tenant``."""
+
+    def __init__(self, tenant: str = "default") -> None:
+        self.producer = direct_producer(tenant)
+
+    def send(self, chunk: Sequence[Pending]) -> list[Sent]:
+        from worker.core.errors import OverLimit
+        from worker.intake.source_event import InvalidEvent, StoreUnavailable
+
+        out: list[Sent] = []
+        prepared, numbers = [], []
+        for number, event in chunk:
+            try:
+                prepared.append(self.producer.validate(event))
+                numbers.append(number)
+            except InvalidEvent as exc:
+                out.append((number, None, Rejection(exc.error.message, exc.error.field)))
+        if out:
+            self.producer.count_rejected(len(out))
+        try:
+            results = self.producer.enqueue_prepared(prepared)
+        except StoreUnavailable as exc:  # nothing of the batch was stored
+            raise CliError(f"the store is unavailable: {exc}", 1) from None
+        except OverLimit as exc:  # the whole batch was refused, as the HTTP door's 429
+            raise CliError(f"over a limit ({exc.what}): {exc.message}", 1) from None
+        out.extend((n, r, None) for n, r in zip(numbers, results, strict=True))
+        return sorted(out, key=lambda r: r[0])
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+class HttpSender:
+    """Over ``POST /v1/events`` at ``target`` (module doc: what a 422 or a 413 does)."""
+
+    def __init__(self, target: Target) -> None:
+        from producers.sdk.producer import HttpProducer
+
+        assert target.url is not None
+        self.url = target.url
+        self.http = HttpProducer(target.url, token=target.token)
+
+    def send(self, chunk: Sequence[Pending]) -> list[Sent]:
+        out: list[Sent] = []
+        self._send(list(chunk), out)
+        return sorted(out, key=lambda r: r[0])
+
+    def _send(self, pending: list[Pending], out: list[Sent]) -> None:
+        """Send ``pending`` (which this changes), each line's outcome to ``out``."""
+        from worker.intake.source_event import InvalidEvent
+
+        while pending:
+            try:
+                results = self._post(pending)
+            except InvalidEvent as exc:
+                named = self._named_line(exc)
+                if named is not None:  # that line's rejection; the others again
+                    index, rejection = named
+                    out.append((pending.pop(index)[0], None, rejection))
+                elif len(pending) > 1:  # too large as a whole: each half on its own
+                    half = len(pending) // 2
+                    self._send(pending[:half], out)
+                    self._send(pending[half:], out)
+                    return
+                else:
+                    out.append((pending[0][0], None, Rejection(self._error_line(exc))))
+                    return
+            else:
+                out.extend((n, r, None) for (n, _), r in zip(pending, results, strict=True))
+                return
+
+    def _post(self, pending: list[Pending]) -> list[EnqueueResult]:
+        """The batch's results; InvalidEvent for a 422 or 413 the caller handles, CliError for the rest."""
+        from worker.intake.source_event import InvalidEvent, StoreUnavailable
+
+        try:
+            return self.http.enqueue_many([event for _, event in pending])
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from None
+        except httpx.HTTPStatusError as exc:
+            raise CliError(http_error_message(exc.response, had_token=self.http.has_token), 1) from None
+        except StoreUnavailable as exc:
+            raise CliError(f"the server's store is unavailable: {exc}; retry later", 1) from None
+        except InvalidEvent as exc:
+            if exc.status_code == 413 or self._named_line(exc) is not None:
+                raise
+            raise CliError(self._error_line(exc), 1) from None
+
+    @staticmethod
+    def _named_line(exc: InvalidEvent) -> tuple[int, Rejection] | None:
+        """The index of the event a 422/413 names (``events[i].field``) and its rejection, else None."""
+        match = _NAMED_LINE.fullmatch(exc.error.field or "")
+        if exc.status_code in (401, 403) or match is None:
+            return None
+        index = int(match.group(1))
+        message = exc.error.message.replace(f"events[{index}].", "")
+        return index, Rejection(message, match.group(2) or None)
+
+    def _error_line(self, exc: InvalidEvent) -> str:
+        """``HTTP 413 request_too_large: message``, as every HTTP error of the CLI."""
+        error = exc.error
+        return format_http_error(
+            exc.status_code, error.code, error.message, error.field, had_token=self.http.has_token
+        )
+
+    def close(self) -> None:
+        self.http.close()
