@@ -7,9 +7,12 @@ changes committed before it (the session's changes are serialized).
 
 Bounds (sessions/store.py ``SessionLimits``): a change that grows the document past ``max_session_bytes`` and
 an artifact over ``max_message_bytes`` raise ``SessionFull`` and store nothing; every write refreshes the TTL
-of all of the session's keys in the same transaction. The document's growth counts toward the session's user's
-stored bytes (``AGENT_SIGNAL_USER_MAX_BYTES``, worker/store/quotas.py) until the session's TTL, as its context
-does; a change that grows it while the user is at the quota raises ``UserQuotaExceeded`` and stores nothing.
+of all of the session's keys in the same transaction. The document counts toward the session's user's stored
+bytes (``AGENT_SIGNAL_USER_MAX_BYTES``, worker/store/quotas.py) until the session's TTL, as its context does:
+its growth past the largest size already counted (``stateCounted`` in the session's hash), so a document that
+shrinks and grows again (an artifact rewritten, an attention item that comes and goes) is not counted twice. A
+change that grows it past that while the user is at the quota raises ``UserQuotaExceeded`` and stores
+nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from worker.store.quotas import add_user_bytes, user_bytes_refusal
 __all__ = ["ContentionError", "FunctionStore"]
 
 T = TypeVar("T")
+STATE_COUNTED = (
+    "stateCounted"  # the session hash's field: the largest function-state size counted for its user
+)
 
 
 class ContentionError(RuntimeError):
@@ -82,7 +88,8 @@ class FunctionStore:
                 try:
                     pipe.watch(key)  # type: ignore[no-untyped-call]
                     raw = pipe.get(key)
-                    user = pipe.hget(self.keys.session(session_scope(session_id)), "userId")
+                    session_hash = self.keys.session(session_scope(session_id))
+                    user, counted = pipe.hmget(session_hash, ["userId", STATE_COUNTED])
                     runtime = (
                         SessionRuntime() if raw is None else SessionRuntime.from_json_dict(json.loads(raw))
                     )
@@ -90,7 +97,9 @@ class FunctionStore:
                     document = json.dumps(runtime.to_json_dict(), ensure_ascii=False, separators=(",", ":"))
                     before = raw.encode("utf-8") if isinstance(raw, str) else raw
                     self._check_size(document, before)
-                    growth = len(document.encode("utf-8")) - len(before or b"")
+                    size = len(document.encode("utf-8"))
+                    # counted so far: the high-water mark, or (a session older than it) what is stored now
+                    growth = size - max(int(counted or 0), len(before or b""))
                     owner = user.decode("utf-8") if isinstance(user, bytes) else user
                     if owner and growth > 0:
                         self._check_user_quota(owner)
@@ -98,6 +107,7 @@ class FunctionStore:
                     pipe.set(key, document)
                     if owner and growth > 0:
                         add_user_bytes(pipe, self.keys, owner, growth, ttl_s=self.limits.session_ttl_s)
+                        pipe.hset(session_hash, STATE_COUNTED, size)
                     for session_key in session_keys(self.keys, session_id, user):
                         pipe.expire(session_key, self.limits.session_ttl_s)
                     pipe.execute()

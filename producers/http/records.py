@@ -10,11 +10,12 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
 
 from producers.http.principal import principal_of
 from producers.http.web_common import producer_of
 from worker.core.errors import OverLimit
-from worker.intake.source_event import InvalidEvent
+from worker.intake.source_event import InvalidEvent, StoreUnavailable
 
 __all__ = [
     "OVER_LIMIT_CODES",
@@ -32,6 +33,9 @@ RECORD_ERROR_DOC = {
     "schema": {"type": "string"},
 }
 
+RECORDED: dict[int | str, dict[str, Any]] = {200: {"headers": {RECORD_ERROR_HEADER: RECORD_ERROR_DOC}}}
+"""A recording route's ``responses``: its 200 may name its record's refusal."""
+
 # OverLimit.what -> the 429's error code (the app's handler answers these for the routes that store nothing)
 OVER_LIMIT_CODES = {
     "inbox": "inbox_full",
@@ -43,23 +47,22 @@ OVER_LIMIT_CODES = {
 
 def enqueue_record(request: Request, event: dict[str, Any], *, what: str) -> str | None:
     """Enqueue ``event`` for the caller's tenant; None, or the code of its refusal (logged, not raised): an
-    invalid event (too large, a source type the deployment refuses) or a limit (inbox, queue, quota)."""
+    invalid event (too large, a source type the deployment refuses), a limit (inbox, queue, quota), or a store
+    that failed after the change was made (``store_unavailable``: the change is not undone, so it is not
+    reported as failed). The log names the route's template and the code only: a refusal's message holds ids
+    (a user's, a scope's), which logs carry as pseudonymised fields or not at all (docs/security.md)."""
     try:
         producer_of(request).enqueue(event, tenant=principal_of(request).tenant)
     except InvalidEvent as exc:
-        code, message = exc.error.code, exc.error.message
+        code = exc.error.code
     except OverLimit as exc:
-        code, message = OVER_LIMIT_CODES.get(exc.what, "tenant_queue_full"), exc.message
+        code = OVER_LIMIT_CODES.get(exc.what, "tenant_queue_full")
+    except (StoreUnavailable, RedisError):
+        code = "store_unavailable"
     else:
         return None
-    log.warning(
-        "%s %s: answered, but its %s record was refused: %s (%s)",
-        request.method,
-        request.url.path,
-        what,
-        code,
-        message,
-    )
+    route = getattr(request.scope.get("route"), "path", "?")
+    log.warning("%s %s: answered, but its %s record was refused: %s", request.method, route, what, code)
     return code
 
 

@@ -9,13 +9,18 @@ client.end_step("s1", rejected_without_feedback=False)    # -> {"outcome", ...}
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
 
 from worker.intake.source_event import EventError, InvalidEvent
 
-__all__ = ["SessionClient"]
+__all__ = ["RECORD_ERROR_HEADER", "SessionClient"]
+
+log = logging.getLogger(__name__)
+
+RECORD_ERROR_HEADER = "Agent-Signal-Record-Error"  # the door's (producers/http/records.py)
 
 
 class SessionClient:
@@ -30,8 +35,15 @@ class SessionClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = client or httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
 
+    last_record_error: str | None = None
+    """The last call's ``Agent-Signal-Record-Error``: its change was made, but the source event recording it was
+    refused (the user's quota, a full inbox; the code). Also logged as a warning."""
+
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         response = self.http.request(method, path, json=body)
+        self.last_record_error = response.headers.get(RECORD_ERROR_HEADER)
+        if self.last_record_error is not None:
+            log.warning("%s %s: done, but its record was refused (%s)", method, path, self.last_record_error)
         if response.status_code >= 400:
             try:
                 error = EventError.model_validate(response.json()["error"])

@@ -29,16 +29,19 @@ __all__ = [
     "Id",
     "IdProblem",
     "NameId",
+    "UserId",
     "check_id",
     "check_name_id",
+    "check_user_id",
     "id_problem",
     "payload_id_errors",
-    "token_user_problem",
+    "user_id_problem",
 ]
 
 ID_MAX_LENGTH = 256
 ID_ALLOWED = "letters, digits and _ . : @ / + = - #"
 NAME_ID_ALLOWED = "letters, digits and _ . @ / + = - #"
+USER_ID_ALLOWED = "letters, digits and _ . @ + = - #"
 _ID = re.compile(r"[A-Za-z0-9_.:@/+=#-]+")
 _BAD = re.compile(r"[^A-Za-z0-9_.:@/+=#-]")
 PAYLOAD_ID_FIELDS = ("userId", "agentId", "workspaceId", "topicId")
@@ -69,16 +72,25 @@ def id_problem(value: str, *, name: bool = False) -> IdProblem | None:
     return None
 
 
-def token_user_problem(value: str) -> IdProblem | None:
-    """None when ``value`` may be a user token's user: a user id (no ``:``) without ``/`` either. A user
-    token's events run in its user's own scopes, a foreign one put under ``user:<id>/``; were ``/`` allowed,
-    user ``u1``'s scope ``x`` and user ``u1/x``'s own scope would both read ``user:u1/x``."""
+def user_id_problem(value: str) -> IdProblem | None:
+    """None when ``value`` is a valid user id: the name rule (no ``:``) without ``/`` either. A user token's
+    events run in its user's own scopes, a foreign one put under ``user:<id>/``; were ``/`` allowed, user
+    ``u1``'s scope ``x`` and user ``u1/x``'s own scope ``user:u1/x`` (a token's, or derived for an event a key
+    sent) would be one scope, and one user could take the other's next ``sourceId``."""
     problem = id_problem(value, name=True)
     if problem is None and "/" in value:
-        return IdProblem(
-            "characters", "must not contain '/' (a user token's user: its scopes are user:<id>/...)"
-        )
+        return IdProblem("characters", f"must not contain '/' (allowed: {USER_ID_ALLOWED})")
     return problem
+
+
+def check_user_id(value: str) -> str:
+    """``value`` when it is a valid user id (:func:`user_id_problem`); else ``invalid_id``."""
+    problem = user_id_problem(value)
+    if problem is not None:
+        raise PydanticCustomError(
+            "invalid_id", "{message}", {"message": problem.message, "rule": problem.rule}
+        )
+    return value
 
 
 def check_id(value: str) -> str:
@@ -110,6 +122,16 @@ NameId = Annotated[
 ]
 """A user, agent, workspace or topic id: the id rule without ``:``."""
 
+UserId = Annotated[
+    str,
+    AfterValidator(check_user_id),
+    WithJsonSchema(
+        {"type": "string", "minLength": 1, "maxLength": ID_MAX_LENGTH, "pattern": "^[A-Za-z0-9_.@+=#-]+$"}
+    ),
+]
+"""A user id: the name rule without ``/`` either (:func:`user_id_problem`). Erasure and the self-iteration
+gate take :data:`NameId`, so data stored for such a user before the rule can still be erased."""
+
 Id = Annotated[
     str,
     AfterValidator(check_id),
@@ -128,7 +150,9 @@ def payload_id_errors(payload: Mapping[str, Any]) -> list[InitErrorDetails]:
         value = payload.get(name)
         # An empty string reads as absent (as scope derivation does); other types are not ids to check.
         named = name in PAYLOAD_ID_FIELDS
-        problem = id_problem(value, name=named) if isinstance(value, str) and value else None
+        problem = None
+        if isinstance(value, str) and value:
+            problem = user_id_problem(value) if name == "userId" else id_problem(value, name=named)
         if problem is not None:
             error = PydanticCustomError("invalid_id", "{message}", {"message": problem.message})
             errors.append(InitErrorDetails(type=error, loc=(name,), input=value))

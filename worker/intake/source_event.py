@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from worker.core.dedupe import dedupe_key, event_id_for
-from worker.core.ids import Id, NameId, payload_id_errors
+from worker.core.ids import Id, NameId, UserId, payload_id_errors
 from worker.core.nodes import ChainRef, Source
 from worker.core.scope import derive_scope_key
 from worker.core.source_types import SourceTypePolicy
@@ -54,9 +54,7 @@ class SourceEvent(BaseModel):
     payload: dict[str, Any]
     scope_key: Id | None = None
     timestamp: int | None = Field(default=None, ge=0)
-    user_id: NameId | None = (
-        None  # user, agent and workspace ids: the id rule without ':' (worker/core/ids.py)
-    )
+    user_id: UserId | None = None  # the id rule without ':' nor '/' (worker/core/ids.py)
     agent_id: NameId | None = None
     workspace_id: NameId | None = None
 

@@ -35,7 +35,7 @@ from typing import Any
 import jwt
 from redis import Redis
 
-from worker.core.ids import IdProblem, token_user_problem
+from worker.core.ids import IdProblem, user_id_problem
 from worker.keys.layout import DEFAULT_TENANT, BadTenant, Keys, check_tenant
 
 __all__ = [
@@ -269,7 +269,7 @@ class CredentialStore:
         if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or not 1 <= ttl_s <= MAX_TOKEN_TTL_S:
             raise CredentialError(f"ttlS must be an integer from 1 to {MAX_TOKEN_TTL_S} seconds", "ttlS")
         problem = (
-            token_user_problem(user_id)
+            user_id_problem(user_id)
             if isinstance(user_id, str)
             else IdProblem("characters", "must be a string")
         )
@@ -304,7 +304,7 @@ class CredentialStore:
         tenant, user_id, issuer = claims["tenant"], claims["sub"], claims["kid"]
         if not all(isinstance(v, str) for v in (tenant, user_id, issuer, claims["jti"])):
             return None
-        if token_user_problem(user_id) is not None:  # minted before the rule: its scopes would be ambiguous
+        if user_id_problem(user_id) is not None:  # minted before the rule: its scopes would be ambiguous
             return None
         if not self._issuer_valid(issuer, tenant, allow_io=allow_io):
             return None

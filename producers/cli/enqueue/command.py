@@ -11,7 +11,7 @@ import sys
 from typing import TextIO
 
 from producers.cli.enqueue.lines import Line, Rejection, read_lines
-from producers.cli.enqueue.senders import DirectSender, HttpSender, Pending
+from producers.cli.enqueue.senders import DirectSender, HttpSender, Pending, Sent, Stopped
 from producers.cli.target import CliError, add_target_options, resolve_target
 
 __all__ = ["add_enqueue_command", "cmd_enqueue", "positive_int"]
@@ -115,6 +115,19 @@ def _reject(number: int, rejection: Rejection, summary: dict[str, int]) -> None:
     print(f"line {number}: {rejection.message} (field: {rejection.field or '-'})", file=sys.stderr)
 
 
+def _report(sent: list[Sent], args: argparse.Namespace, summary: dict[str, int]) -> None:
+    """Each line's outcome: a rejection to stderr, an ``--ids`` line to stdout, a count to ``summary``."""
+    for number, result, rejection in sent:
+        if result is None:
+            assert rejection is not None
+            _reject(number, rejection, summary)
+            continue
+        summary[result.status] = summary.get(result.status, 0) + 1
+        if args.ids:
+            line = {"line": number, "eventId": result.event_id, "sourceId": result.source_id}
+            print(json.dumps({**line, "status": result.status}), flush=True)
+
+
 def _send_all(
     sender: DirectSender | HttpSender,
     valid: list[Pending],
@@ -126,14 +139,11 @@ def _send_all(
     """Send ``valid`` in batches; rejections go to stderr, ``--ids`` lines to stdout, counts to ``summary``."""
     for start in range(0, len(valid), args.batch):
         chunk = valid[start : start + args.batch]
-        for number, result, rejection in sender.send(chunk):
-            if result is None:
-                assert rejection is not None
-                _reject(number, rejection, summary)
-                continue
-            summary[result.status] = summary.get(result.status, 0) + 1
-            if args.ids:
-                line = {"line": number, "eventId": result.event_id, "sourceId": result.source_id}
-                print(json.dumps({**line, "status": result.status}), flush=True)
+        try:
+            sent = sender.send(chunk)
+        except Stopped as exc:  # what the batch settled before it stopped is reported, then the failure
+            _report(exc.done, args, summary)
+            raise
+        _report(sent, args, summary)
         done += len(chunk)
         progress.update(done, f"accepted={summary['accepted']} duplicate={summary['duplicate']}")

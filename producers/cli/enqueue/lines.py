@@ -65,7 +65,9 @@ def parse_line(number: int, raw: bytes, max_depth: int) -> Line | None:
     except UnicodeDecodeError as exc:
         where = f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
         return Line(number, None, Rejection(f"not UTF-8 ({where})"))
-    if not text.strip():
+    if (
+        not text.strip().lstrip("\ufeff").strip()
+    ):  # blank, or a byte order mark alone (an empty file with one)
         return None
     if nested_deeper_than(raw, max_depth):
         message = f"nested deeper than {max_depth} levels"

@@ -1,6 +1,7 @@
 """Where ``enqueue`` sends its batches. ``send(chunk)`` takes ``(line number, event)`` pairs and answers one
 :data:`Sent` per line, in line order: the line's result, or its rejection. A failure that no line is to blame
-for (a bad credential, the server or store gone, a limit) is a :class:`CliError`: the verb stops there.
+for (a bad credential, the server or store gone, a limit) is a :class:`Stopped`: the verb stops there, and
+reports what the batch had already sent or rejected (a split batch's first half is stored by then).
 
 - :class:`DirectSender`: the engine's Producer on ``REDIS_URL``. Each event is validated on its own (an invalid
   one is its line's rejection), the others are enqueued together.
@@ -25,12 +26,20 @@ from producers.cli.target import CliError, Target, format_http_error, http_error
 if TYPE_CHECKING:
     from worker.intake.source_event import EnqueueResult, InvalidEvent
 
-__all__ = ["DirectSender", "HttpSender", "Pending", "Sent"]
+__all__ = ["DirectSender", "HttpSender", "Pending", "Sent", "Stopped"]
 
 Pending = tuple[int, dict[str, Any]]  # (line number, event)
 Sent = tuple[int, "EnqueueResult | None", Rejection | None]  # (line number, result, or why not)
 
 _NAMED_LINE = re.compile(r"events\[(\d+)\]\.?(.*)")
+
+
+class Stopped(CliError):
+    """The failure that stopped a batch, with what of it was settled before (``done``: stored or rejected)."""
+
+    def __init__(self, error: CliError, done: list[Sent]) -> None:
+        super().__init__(str(error), error.exit_code)
+        self.done = sorted(done, key=lambda r: r[0])
 
 
 class DirectSender:
@@ -55,10 +64,10 @@ class DirectSender:
             self.producer.count_rejected(len(out))
         try:
             results = self.producer.enqueue_prepared(prepared)
-        except StoreUnavailable as exc:  # nothing of the batch was stored
-            raise CliError(f"the store is unavailable: {exc}", 1) from None
+        except StoreUnavailable as exc:  # nothing of the batch was stored; its rejections stand
+            raise Stopped(CliError(f"the store is unavailable: {exc}", 1), out) from None
         except OverLimit as exc:  # the whole batch was refused, as the HTTP door's 429
-            raise CliError(f"over a limit ({exc.what}): {exc.message}", 1) from None
+            raise Stopped(CliError(f"over a limit ({exc.what}): {exc.message}", 1), out) from None
         out.extend((n, r, None) for n, r in zip(numbers, results, strict=True))
         return sorted(out, key=lambda r: r[0])
 
@@ -78,7 +87,10 @@ class HttpSender:
 
     def send(self, chunk: Sequence[Pending]) -> list[Sent]:
         out: list[Sent] = []
-        self._send(list(chunk), out)
+        try:
+            self._send(list(chunk), out)
+        except CliError as exc:
+            raise Stopped(exc, out) from None
         return sorted(out, key=lambda r: r[0])
 
     def _send(self, pending: list[Pending], out: list[Sent]) -> None:

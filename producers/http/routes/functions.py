@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from policies.dmail import AgentToolsSettings
 from producers.http.api_models import API_ERRORS, body_route, example
-from producers.http.records import with_record_error
+from producers.http.records import RECORDED, with_record_error
 from producers.http.routes.session_access import (
     bad_session,
     function_store,
@@ -201,6 +201,7 @@ def activate_locked(request: Request, session_id: str, names: list[str]) -> JSON
     response_model=SignalOutput,
     **body_route(
         SignalBody,
+        responses=RECORDED,
         examples={
             "approval": example(
                 "Ask for approval of a plan",
@@ -245,7 +246,10 @@ def post_activate(session_id: str, request: Request, body: NameIn) -> JSONRespon
     machine = machine_for(request, session_id)
     if body.name not in machine.definitions:
         return error_response(422, "unknown_function", f"unknown function {body.name!r}", "name")
-    _, runtime = function_store(request).update(session_id, lambda rt: machine.activate(rt, body.name))
+    try:
+        _, runtime = function_store(request).update(session_id, lambda rt: machine.activate(rt, body.name))
+    except SessionFull as exc:
+        return session_full(exc, "name")
     return JSONResponse(_state(runtime))
 
 

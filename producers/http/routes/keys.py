@@ -18,7 +18,7 @@ from producers.http.api_models import API_ERRORS, BODY_ERRORS, example
 from producers.http.auth import credentials_of, is_root
 from producers.http.principal import Forbidden, NotFound, Principal, require
 from producers.http.web_common import error_response
-from worker.core.ids import Id, NameId
+from worker.core.ids import Id, UserId
 from worker.ops.credentials import DEFAULT_TOKEN_TTL_S, MAX_TOKEN_TTL_S, CredentialError
 
 __all__ = ["router"]
@@ -66,7 +66,7 @@ class TokenRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    user_id: NameId = Field(alias="userId")
+    user_id: UserId = Field(alias="userId")
     ttl_s: StrictInt = Field(default=DEFAULT_TOKEN_TTL_S, alias="ttlS", ge=1, le=MAX_TOKEN_TTL_S)
 
 

@@ -220,7 +220,7 @@ def _one_target(body: dict[str, Any], fields: tuple[str, ...]) -> JSONResponse |
         if key not in fields:
             message = f"{key} is not a field of this request (its fields: {', '.join(fields)})"
             return error_response(422, "unknown_field", message, key)
-    given = [key for key in ("eventIds", "events", "all") if key in body]
+    given = [key for key in ("eventIds", "events", "all") if key in body and body[key] is not False]
     if len(given) > 1:
         message = f"give one of {', '.join(given)}, not several"
         return error_response(422, "invalid_field", message, given[1])

@@ -25,7 +25,7 @@ from producers.http.api_models import API_ERRORS, RouteResult, body_route, examp
 from producers.http.principal import Principal, require
 from producers.http.records import RECORD_ERROR_DOC, RECORD_ERROR_HEADER, enqueue_record, with_record_error
 from producers.http.web_common import JsonObject, error_response, producer_of
-from worker.core.ids import ID_MAX_LENGTH, Id, IdProblem, id_problem
+from worker.core.ids import ID_MAX_LENGTH, Id, IdProblem, NameId, UserId, id_problem, user_id_problem
 
 __all__ = ["RECORD_ERROR_HEADER", "router"]
 
@@ -61,9 +61,9 @@ class RouteRequest(BaseModel):
     externalSignals: list[ExternalSignal] = Field(default_factory=list)
     requestId: Id | None = Field(default=None, description="The chat.request event's sourceId.")
     scopeKey: Id | None = Field(default=None, description="The record's scope (default: one of its own).")
-    userId: Id | None = None
-    agentId: Id | None = None
-    workspaceId: Id | None = None
+    userId: UserId | None = None
+    agentId: NameId | None = None
+    workspaceId: NameId | None = None
 
 
 def _holder(request: Request) -> ReloadingRouter | None:
@@ -145,10 +145,22 @@ def _caller_id_error(body: dict[str, Any]) -> JSONResponse | None:
         value = body.get(name)
         if value is None:
             continue
-        problem = id_problem(value) if isinstance(value, str) else IdProblem("characters", "must be a string")
+        problem = (
+            _id_problem(name, value)
+            if isinstance(value, str)
+            else IdProblem("characters", "must be a string")
+        )
         if problem is not None:
             return error_response(422, "invalid_field", f"{name}: {problem.message}", name)
     return None
+
+
+def _id_problem(name: str, value: str) -> IdProblem | None:
+    """The rule of the record's field: a user id's, a name's (agent, workspace), else the id rule (request id,
+    scope key), so that a record the event layer would refuse is refused here, before anything is routed."""
+    if name == "userId":
+        return user_id_problem(value)
+    return id_problem(value, name=name in ("agentId", "workspaceId"))
 
 
 def _event(

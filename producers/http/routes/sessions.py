@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from producers.http.api_models import API_ERRORS, ContextView, SessionSettings, body_route, example
 from producers.http.principal import principal_of
-from producers.http.records import with_record_error
+from producers.http.records import RECORDED, with_record_error
 from producers.http.routes.functions import activate_locked
 from producers.http.routes.session_access import (
     bad_session,
@@ -29,7 +29,7 @@ from producers.http.web_common import (
 )
 from sessions.dmail import DMail, ToolResult, end_step, send_dmail
 from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, session_scope
-from worker.core.ids import NameId
+from worker.core.ids import NameId, UserId
 
 __all__ = ["bad_session", "record_event", "router", "session_body", "session_full"]
 
@@ -41,7 +41,7 @@ class SettingsBody(BaseModel):
     dmailEnabled: bool | None = None
     root: bool | None = None
     functions: list[str] | None = None
-    userId: NameId | None = None
+    userId: UserId | None = None
     agentId: NameId | None = None
     topicId: NameId | None = None
 
@@ -162,8 +162,11 @@ def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResp
             )
         changes["userId"] = caller.user_id
     if body.functions:
-        if (problem := activate_locked(request, session_id, body.functions)) is not None:
-            return problem
+        try:
+            if (problem := activate_locked(request, session_id, body.functions)) is not None:
+                return problem
+        except SessionFull as exc:
+            return session_full(exc, "functions")
     return JSONResponse(session_store(request).update_settings(session_id, changes).to_json_dict())
 
 
@@ -286,6 +289,7 @@ def get_context(session_id: str, request: Request) -> JSONResponse:
     **body_route(
         DMail,
         "The SendDMail tool's arguments (any JSON: what is not valid is a ToolError).",
+        responses=RECORDED,
         examples={
             "back": example(
                 "A message to the first checkpoint",
@@ -334,7 +338,9 @@ def _anchor(store: SessionStore, session_id: str) -> str | None:
     "/v1/sessions/{session_id}/steps/end",
     response_model=StepEndResult,
     **body_route(
-        StepEndBody, examples={"end": example("The step ended normally", {"rejectedWithoutFeedback": False})}
+        StepEndBody,
+        responses=RECORDED,
+        examples={"end": example("The step ended normally", {"rejectedWithoutFeedback": False})},
     ),
 )
 def post_step_end(session_id: str, request: Request, body: StepEndIn) -> JSONResponse:

@@ -185,6 +185,26 @@ class TestLimits:
                 "retry later"
             )
 
+    def test_a_batch_stopped_by_a_limit_still_reports_its_rejected_line(
+        self, make_settings: Any, start_web: Any, tmp_path: Path
+    ) -> None:
+        """A batch with an invalid line that a limit then stops: the line's rejection is printed and counted
+        before the limit's line (it was lost with the batch's other outcomes), on both paths."""
+        settings = make_settings(api_token="tok", max_inbox_depth=2)
+        url = start_web(settings)[1]
+        for topic, extra in (("direct2", []), ("http2", ["--url", url])):
+            path = tmp_path / f"{topic}.jsonl"
+            event = '{"sourceType":"bot.message.merged","sourceId":"%s","payload":{"topicId":"%s"}}'
+            lines = [event % (f"{topic}{i}", topic) for i in range(4)]
+            lines.insert(1, '{"sourceId":"no-type","payload":{}}')
+            path.write_text("\n".join(lines) + "\n")
+            result = _cli(settings, "enqueue", str(path), *extra)
+            assert result.returncode == 1, result.stderr
+            assert _summary(result) == {"accepted": 0, "duplicate": 0, "rejected": 1}, result.stderr
+            said = result.stderr.strip().splitlines()
+            assert said[0].startswith("line 2: ") and "sourceType" in said[0], said
+            assert said[-1].startswith("agent-signal enqueue: ") and "limit 2" in said[-1], said
+
 
 class TestParseLine:
     """The line checks on their own (no Redis, no server)."""
@@ -195,6 +215,7 @@ class TestParseLine:
         assert parse_line(2, b'{"a":1}\r', 62) == Line(2, {"a": 1}, None)
         assert parse_line(3, b" \t", 62) is None
         assert parse_line(4, "\u3000".encode(), 62) is None
+        assert parse_line(1, b"\xef\xbb\xbf", 62) is None  # an empty file saved with a byte order mark
 
     def test_brackets_that_never_close_are_not_a_recursion_error(self) -> None:
         """Thousands of unclosed brackets (which the depth check cannot pair) are a plain rejection."""

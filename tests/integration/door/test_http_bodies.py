@@ -166,3 +166,6 @@ def test_a_full_function_state_is_a_413_on_every_route(make_settings: Any) -> No
         ):
             answer = client.request(method, path, json=body)
             assert answer.status_code == 413 and answer.json()["error"]["code"] == "session_full", answer.text
+            assert answer.json()["error"]["field"] == ("name" if "activate" in path else "functions"), (
+                answer.text
+            )

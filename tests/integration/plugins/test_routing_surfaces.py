@@ -76,6 +76,9 @@ class TestHttp:
             ({"request": TOOL_LOOP, "userId": ["u1"]}, "userId"),
             ({"request": TOOL_LOOP, "agentId": {"a": 1}}, "agentId"),
             ({"request": TOOL_LOOP, "scopeKey": 7}, "scopeKey"),
+            ({"request": TOOL_LOOP, "userId": "a:b"}, "userId"),  # the record would refuse these
+            ({"request": TOOL_LOOP, "userId": "org/alice"}, "userId"),
+            ({"request": TOOL_LOOP, "workspaceId": "w:1"}, "workspaceId"),
             ({"request": TOOL_LOOP, "externalSignal": [{"type": "a", "name": "b"}]}, "externalSignal"),
         ],
     )

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from producers.http.app import create_web_app
+from sessions.store import SessionLimits, SessionStore
 from worker.keys.layout import BucketKeys
 from worker.ops.credentials import ALGORITHM, BOOTSTRAP_ID
 from worker.store.receipts import ReceiptStore
@@ -177,12 +178,13 @@ def test_ids_with_a_colon_cannot_alias_another_users_keys(door: tuple[TestClient
     assert answer.status_code == 422 and answer.json()["error"]["field"] == "userId"
 
 
-def test_a_user_with_a_slash_gets_no_token_so_no_scope_reads_as_two_users(
+def test_no_user_id_holds_a_slash_so_no_scope_reads_as_two_users(
     door: tuple[TestClient, dict[str, str]], make_settings: Any
 ) -> None:
-    """A user token's foreign scope ``x`` runs as ``user:<id>/x``; were ``u1/x`` a token's user, its own scope
-    ``user:u1/x`` would be u1's ``x``, and u1 could suppress its events by sourceId. Such a user gets no token,
-    and one signed before the rule is refused."""
+    """A user token's foreign scope ``x`` runs as ``user:<id>/x``; were ``u1/x`` a user, its own scope
+    ``user:u1/x`` (a token's, or derived for an event a key sent for it) would be u1's ``x``, and u1 could
+    suppress its events by sourceId. No user id may hold ``/``: no token, no event, no session names one, and a
+    token signed before the rule is refused."""
     client, creds = door
     operate = _bearer(creds["operate"])
     refused = client.post("/v1/tokens", json={"userId": f"{VICTIM}/x"}, headers=operate)
@@ -200,27 +202,34 @@ def test_a_user_with_a_slash_gets_no_token_so_no_scope_reads_as_two_users(
     }
     old = jwt.encode(claims, store.signing_secret(), algorithm=ALGORITHM, headers={"kid": BOOTSTRAP_ID})
     assert client.get("/v1/events", headers=_bearer(old)).status_code == 401
-    # a key may still name such a user: the prefix rule is a user token's only
+    # nor may a key name such a user: its derived scope user:victim-1/x would be victim-1's scope x
     sent = client.post("/v1/events", json=_message(f"{VICTIM}/x", "slash-1"), headers=operate)
-    assert sent.status_code == 202, sent.text
+    assert sent.status_code == 422 and sent.json()["error"]["field"] == "userId", sent.text
+    in_payload = _message(None, "slash-2")
+    in_payload["payload"]["userId"] = f"{VICTIM}/x"
+    sent = client.post("/v1/events", json=in_payload, headers=operate)
+    assert sent.status_code == 422 and sent.json()["error"]["field"] == "payload.userId", sent.text
+    named = client.put("/v1/sessions/s-slash-user", json={"userId": f"{VICTIM}/x"}, headers=operate)
+    assert named.status_code == 422 and named.json()["error"]["field"] == "userId", named.text
 
 
 def test_a_user_whose_id_holds_a_slash_can_be_erased_and_gated(
     door: tuple[TestClient, dict[str, str]],
 ) -> None:
-    """``DELETE /v1/users/{userId}`` and the self-iteration gate take ids with ``/`` (``NameId`` allows it), as
-    written or percent-encoded; before, both answered a bare 404 and the user's data stayed."""
+    """``DELETE /v1/users/{userId}`` and the self-iteration gate take ids with ``/`` (data stored for such a
+    user before user ids refused it), as written or percent-encoded; before, both answered a bare 404 and the
+    user's data stayed."""
     client, creds = door
     operate = _bearer(creds["operate"])
     user = "org/alice"
     for path in (f"/v1/features/self-iteration/{user}", "/v1/features/self-iteration/org%2Falice"):
         gate = client.put(path, json={"enabled": False}, headers=operate)
         assert gate.status_code == 200 and gate.json()["userId"] == user, gate.text
-    made = client.put("/v1/sessions/s-slash", json={"userId": user}, headers=operate)
-    assert made.status_code in (200, 201), made.text
-    message = {"messages": [{"role": "user", "content": "a secret of alice's"}]}
-    told = client.post("/v1/sessions/s-slash/context/messages", json=message, headers=operate)
-    assert told.status_code == 200, told.text
+    # a session of hers stored before user ids refused '/' (the door takes no such user now): by the store
+    producer = client.app.state.producer  # type: ignore[attr-defined]
+    sessions = SessionStore(producer.store.client, producer.store.keys.for_tenant(TENANT), SessionLimits())
+    sessions.update_settings("s-slash", {"userId": user})
+    sessions.append("s-slash", [{"role": "user", "content": "a secret of alice's"}])
     assert "a secret of alice's" in client.get("/v1/sessions/s-slash/context", headers=operate).text
     for path in (f"/v1/users/{user}", "/v1/users/org%2Falice"):
         erased = client.delete(path, headers=operate)

@@ -183,6 +183,10 @@ class TestUserBytes:
         assert first.status_code == 200, first.text
         counted = _stored_bytes(redis_client, keys, "acme", "alice")
         assert 500 <= counted < 2000, counted
+        for content in ("w" * 500, "v" * 10, "u" * 500):  # rewritten, shrunk, grown back: counted once
+            rewritten = client.put("/v1/sessions/s-fa/artifacts/a1", json={"content": content}, headers=alice)
+            assert rewritten.status_code == 200, rewritten.text
+        assert _stored_bytes(redis_client, keys, "acme", "alice") == counted
         second = client.put("/v1/sessions/s-fa/artifacts/a2", json={"content": "y" * 1500}, headers=alice)
         assert second.status_code == 200, second.text  # under the quota when it was written: it ends over
         assert _stored_bytes(redis_client, keys, "acme", "alice") >= counted + 1500

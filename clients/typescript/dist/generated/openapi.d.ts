@@ -5140,6 +5140,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Answered, but its record (a source event) was refused: the refusal's code. */
+                    "Agent-Signal-Record-Error"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5257,6 +5259,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Answered, but its record (a source event) was refused: the refusal's code. */
+                    "Agent-Signal-Record-Error"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5378,6 +5382,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Answered, but its record (a source event) was refused: the refusal's code. */
+                    "Agent-Signal-Record-Error"?: string;
                     [name: string]: unknown;
                 };
                 content: {

@@ -5141,6 +5141,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Answered, but its record (a source event) was refused: the refusal's code. */
+                    "Agent-Signal-Record-Error"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5258,6 +5260,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Answered, but its record (a source event) was refused: the refusal's code. */
+                    "Agent-Signal-Record-Error"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5379,6 +5383,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Answered, but its record (a source event) was refused: the refusal's code. */
+                    "Agent-Signal-Record-Error"?: string;
                     [name: string]: unknown;
                 };
                 content: {
