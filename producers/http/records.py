@@ -51,18 +51,23 @@ def enqueue_record(request: Request, event: dict[str, Any], *, what: str) -> str
     that failed after the change was made (``store_unavailable``: the change is not undone, so it is not
     reported as failed). The log names the route's template and the code only: a refusal's message holds ids
     (a user's, a scope's), which logs carry as pseudonymised fields or not at all (docs/security.md)."""
+    cause = ""
     try:
         producer_of(request).enqueue(event, tenant=principal_of(request).tenant)
     except InvalidEvent as exc:
         code = exc.error.code
     except OverLimit as exc:
         code = OVER_LIMIT_CODES.get(exc.what, "tenant_queue_full")
-    except (StoreUnavailable, RedisError):
+    except StoreUnavailable:  # the emitter counted it (note_store_failure)
         code = "store_unavailable"
+    except RedisError as exc:  # outside the enqueue script (an admission hook's read): an outage, or a bug
+        code, cause = "store_unavailable", f" ({type(exc).__name__})"
     else:
         return None
     route = getattr(request.scope.get("route"), "path", "?")
-    log.warning("%s %s: answered, but its %s record was refused: %s", request.method, route, what, code)
+    log.warning(
+        "%s %s: answered, but its %s record was refused: %s%s", request.method, route, what, code, cause
+    )
     return code
 
 

@@ -44,6 +44,7 @@ NAME_ID_ALLOWED = "letters, digits and _ . @ / + = - #"
 USER_ID_ALLOWED = "letters, digits and _ . @ + = - #"
 _ID = re.compile(r"[A-Za-z0-9_.:@/+=#-]+")
 _BAD = re.compile(r"[^A-Za-z0-9_.:@/+=#-]")
+_BAD_USER = re.compile(r"[^A-Za-z0-9_.@+=#-]")
 PAYLOAD_ID_FIELDS = ("userId", "agentId", "workspaceId", "topicId")
 PAYLOAD_SCOPE_FIELDS = ("taskId", "platform", "applicationId", "platformThreadId")  # derive bot:/task: scopes
 
@@ -78,9 +79,12 @@ def user_id_problem(value: str) -> IdProblem | None:
     ``u1``'s scope ``x`` and user ``u1/x``'s own scope ``user:u1/x`` (a token's, or derived for an event a key
     sent) would be one scope, and one user could take the other's next ``sourceId``."""
     problem = id_problem(value, name=True)
-    if problem is None and "/" in value:
-        return IdProblem("characters", f"must not contain '/' (allowed: {USER_ID_ALLOWED})")
-    return problem
+    if problem is not None and problem.rule == "length":
+        return problem
+    bad = _BAD_USER.search(value)
+    if bad is None:
+        return None
+    return IdProblem("characters", f"must not contain {bad.group(0)!r} (allowed: {USER_ID_ALLOWED})")
 
 
 def check_user_id(value: str) -> str:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from worker.core.dedupe import dedupe_key, event_id_for
-from worker.core.ids import Id, NameId, UserId, payload_id_errors
+from worker.core.ids import Id, NameId, UserId, payload_id_errors, user_id_problem
 from worker.core.nodes import ChainRef, Source
 from worker.core.scope import derive_scope_key
 from worker.core.source_types import SourceTypePolicy
@@ -189,6 +189,10 @@ def resolve_user(event: SourceEvent, user_fields: Sequence[str] = (), *, prefix:
         if not isinstance(value, str) or not value:
             message = f"{where} must be a user id (a non-empty string)"
             raise InvalidEvent(EventError(code="invalid_field", message=message, field=where))
+        if (problem := user_id_problem(value)) is not None:  # every field a user is read from: one rule
+            raise InvalidEvent(
+                EventError(code="invalid_id", message=f"{where} {problem.message}", field=where)
+            )
         if user is None:
             user = value
         elif value != user:

@@ -18,10 +18,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from redis.exceptions import RedisError
 
 from producers.cli.direct import direct_producer
 from producers.cli.enqueue.lines import Rejection
 from producers.cli.target import CliError, Target, format_http_error, http_error_message, unreachable
+from worker.telemetry.log_privacy import describe_error
 
 if TYPE_CHECKING:
     from worker.intake.source_event import EnqueueResult, InvalidEvent
@@ -68,6 +70,8 @@ class DirectSender:
             raise Stopped(CliError(f"the store is unavailable: {exc}", 1), out) from None
         except OverLimit as exc:  # the whole batch was refused, as the HTTP door's 429
             raise Stopped(CliError(f"over a limit ({exc.what}): {exc.message}", 1), out) from None
+        except RedisError as exc:  # outside the enqueue script (an admission hook's read): the store failed
+            raise Stopped(CliError(f"the store failed: {describe_error(exc)}", 1), out) from None
         out.extend((n, r, None) for n, r in zip(numbers, results, strict=True))
         return sorted(out, key=lambda r: r[0])
 

@@ -25,7 +25,7 @@ from producers.http.routes.receipts import receipt_store
 from producers.http.streams.feed import Listener, Resync
 from producers.http.streams.response import FeedResponse, feed_of
 from producers.http.web_common import error_response, json_body, producer_of, settings_of
-from worker.core.ids import Id, NameId
+from worker.core.ids import Id, NameId, user_id_problem
 from worker.store.receipts import ReceiptStore, matches
 
 __all__ = ["router"]
@@ -288,6 +288,9 @@ def put_gate(
     check_user(principal, user_id, "feature gate")  # before the body: another user's gate is simply not there
     if isinstance(body, JSONResponse):
         return body
+    if body.enabled is not None and (problem := user_id_problem(user_id)) is not None:
+        # a user id of before the rule (worker/core/ids.py): its override may be removed, not set
+        return error_response(422, "invalid_id", f"userId {problem.message}", "userId")
     client, keys = producer_of(request).store.client, tenant_keys(request)
     set_override(client, keys, user_id, body.enabled)
     enabled = producer_of(request).deps.get(SelfIterationDeps).enabled(user_id, keys)

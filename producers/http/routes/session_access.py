@@ -13,6 +13,7 @@ session, and the source event a changing tool call records.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
@@ -21,6 +22,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, WithJsonSchema
 from pydantic_core import PydanticCustomError
+from redis.exceptions import RedisError
 
 from producers.http.principal import Forbidden, Grant, NotFound, Principal, principal_of, tenant_keys
 from producers.http.records import enqueue_record
@@ -30,6 +32,8 @@ from sessions.scripts import SessionScripts
 from sessions.store import SessionFull, SessionLimits, SessionStore, UserQuotaExceeded, session_scope
 
 __all__ = ["SESSION_ID", "SESSION_ID_RULE", "SessionId", "function_store", "session_access", "session_store"]
+
+log = logging.getLogger(__name__)
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
 SESSION_ID_RULE = "1-200 of A-Z a-z 0-9 . _ : -"
@@ -128,7 +132,16 @@ def record_event(
     """Every tool call that changes the session is also a source event on the session's scope. Called after the
     change: None, or the code of the record's refusal for the answer's ``Agent-Signal-Record-Error``
     (producers/http/records.py)."""
-    settings = session_store(request).get_settings(session_id)
+    try:
+        settings = session_store(request).get_settings(session_id)
+    except RedisError as exc:  # the change is made: a store failing now is the record's, not the answer's
+        log.warning(
+            "%s: answered, but its %s record was not made: %s",
+            request.method,
+            source_type,
+            type(exc).__name__,
+        )
+        return "store_unavailable"
     event: dict[str, Any] = {
         "sourceType": source_type,
         "sourceId": source_id,

@@ -284,6 +284,12 @@ def test_dlq_bodies_name_an_unknown_key_or_two_targets_and_touch_nothing(api: Te
         assert answer.json()["error"]["field"] == field, answer.text
     assert _status(api, dead)["status"] == "dead"
     assert [e["eventId"] for e in api.get("/v1/dlq").json()["events"]] == [dead]
+    # "all": false names no target: the ids are read, and nothing else is touched
+    unknown = api.post("/v1/dlq/redrive", json={"eventIds": ["evt_nope"], "all": False})
+    assert unknown.status_code == 200 and unknown.json() == {"redriven": [], "notDead": ["evt_nope"]}, (
+        unknown.text
+    )
+    assert _status(api, dead)["status"] == "dead"
     batch = api.post(
         "/v1/events", json={"events": [_event("test.flaky", "strict-2", "topic:strict")], "tenant": "x"}
     )

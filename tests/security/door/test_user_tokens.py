@@ -213,7 +213,7 @@ def test_no_user_id_holds_a_slash_so_no_scope_reads_as_two_users(
     assert named.status_code == 422 and named.json()["error"]["field"] == "userId", named.text
 
 
-def test_a_user_whose_id_holds_a_slash_can_be_erased_and_gated(
+def test_a_user_whose_id_holds_a_slash_can_be_erased_and_ungated(
     door: tuple[TestClient, dict[str, str]],
 ) -> None:
     """``DELETE /v1/users/{userId}`` and the self-iteration gate take ids with ``/`` (data stored for such a
@@ -223,8 +223,10 @@ def test_a_user_whose_id_holds_a_slash_can_be_erased_and_gated(
     operate = _bearer(creds["operate"])
     user = "org/alice"
     for path in (f"/v1/features/self-iteration/{user}", "/v1/features/self-iteration/org%2Falice"):
-        gate = client.put(path, json={"enabled": False}, headers=operate)
+        gate = client.put(path, json={"enabled": None}, headers=operate)  # an old override removed
         assert gate.status_code == 200 and gate.json()["userId"] == user, gate.text
+        refused = client.put(path, json={"enabled": False}, headers=operate)  # a new one not set
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "userId", refused.text
     # a session of hers stored before user ids refused '/' (the door takes no such user now): by the store
     producer = client.app.state.producer  # type: ignore[attr-defined]
     sessions = SessionStore(producer.store.client, producer.store.keys.for_tenant(TENANT), SessionLimits())

@@ -199,3 +199,14 @@ def test_finding_5_one_users_event_never_overwrites_another_users_run_trace(door
     both = door.client.get("/v1/chains/chain:msg_trace", headers=door.creds["acme"])
     assert both.status_code == 409 and both.json()["error"]["code"] == "ambiguous_chain_id"
     assert {c["eventId"] for c in both.json()["candidates"]} == {mine, theirs}
+
+
+def test_a_user_read_from_a_plugins_payload_field_follows_the_user_id_rule(door: Door) -> None:
+    """``payload.selfIteration.userId`` is where the event's user comes from when nothing else names one; it was
+    checked only for being a string, so ``u1:agent:a1:topic:t1`` wrote into u1's per-topic receipt index and
+    ``u1/x`` passed the rule every other user field follows. Both are a 422 naming the field now."""
+    for user in ("alice:agent:agt_1:topic:tpc_1", "alice/x", "a b"):
+        sent = door.client.post("/v1/events", json=_completion("op_r", user, "x"), headers=door.creds["acme"])
+        assert sent.status_code == 422, (user, sent.text)
+        assert sent.json()["error"]["field"] == "payload.selfIteration.userId", sent.text
+        assert "allowed: letters, digits and _ . @ + = - #" in sent.json()["error"]["message"], sent.text

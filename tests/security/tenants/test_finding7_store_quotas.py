@@ -138,7 +138,12 @@ class TestUserBytes:
         assert client.post("/v1/events", json=_event("alice-2"), headers=alice).status_code == 202
 
     def test_a_change_made_before_its_record_is_refused_is_answered_with_the_refusal_named(
-        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+        self,
+        app_client: ClientFactory,
+        redis_client: Redis,
+        keys: BucketKeys,
+        caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         """A session signal changes the function state, then records a source event; a user whom the change took
         over the quota had it made and was answered 429 (told to retry what was already applied). The change's
@@ -163,6 +168,30 @@ class TestUserBytes:
             "/v1/events", params={"sourceType": "agent.signal.emitted"}, headers=bearer(operator[1])
         )
         assert recorded.status_code == 200 and recorded.json()["events"] == []
+
+        # the log names the route and the code, never the refusal's message (it names alice)
+        logged = [r.getMessage() for r in caplog.records if "record was refused" in r.getMessage()]
+        assert logged == [
+            "POST /v1/sessions/{session_id}/signal: answered, but its agent.signal.emitted record was refused: quota_exceeded"
+        ], logged
+        assert "alice" not in " ".join(logged)
+        # a store that fails after the change: the same answer, store_unavailable
+        from worker.intake.source_event import StoreUnavailable
+
+        producer = client.app.state.producer  # type: ignore[attr-defined]
+
+        def unavailable(*_: Any, **__: Any) -> Any:
+            raise StoreUnavailable("the store is unavailable (test)", retry_after_s=1)
+
+        monkeypatch.setattr(producer, "enqueue", unavailable)
+        again = client.post(
+            "/v1/sessions/s-sig/signal",
+            json={"type": "need_approval", "payload": {"plan": "q"}},
+            headers=alice,
+        )
+        assert (
+            again.status_code == 200 and again.headers["agent-signal-record-error"] == "store_unavailable"
+        ), again.text
 
     def test_a_sessions_function_state_counts_toward_the_quota(
         self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
