@@ -87,34 +87,28 @@ def user_id_problem(value: str) -> IdProblem | None:
     return IdProblem("characters", f"must not contain {bad.group(0)!r} (allowed: {USER_ID_ALLOWED})")
 
 
-def check_user_id(value: str) -> str:
-    """``value`` when it is a valid user id (:func:`user_id_problem`); else ``invalid_id``."""
-    problem = user_id_problem(value)
+def _valid(value: str, problem: IdProblem | None) -> str:
+    """``value`` when ``problem`` is None; else pydantic's ``invalid_id`` error (a 422 naming the field)."""
     if problem is not None:
         raise PydanticCustomError(
             "invalid_id", "{message}", {"message": problem.message, "rule": problem.rule}
         )
     return value
+
+
+def check_user_id(value: str) -> str:
+    """``value`` when it is a valid user id (:func:`user_id_problem`); else ``invalid_id``."""
+    return _valid(value, user_id_problem(value))
 
 
 def check_id(value: str) -> str:
     """``value`` when valid; else raise pydantic's ``invalid_id`` error (a 422 naming the field)."""
-    problem = id_problem(value)
-    if problem is not None:
-        raise PydanticCustomError(
-            "invalid_id", "{message}", {"message": problem.message, "rule": problem.rule}
-        )
-    return value
+    return _valid(value, id_problem(value))
 
 
 def check_name_id(value: str) -> str:
     """``value`` when it is a valid user, agent, workspace or topic id (no ``:``); else ``invalid_id``."""
-    problem = id_problem(value, name=True)
-    if problem is not None:
-        raise PydanticCustomError(
-            "invalid_id", "{message}", {"message": problem.message, "rule": problem.rule}
-        )
-    return value
+    return _valid(value, id_problem(value, name=True))
 
 
 NameId = Annotated[
