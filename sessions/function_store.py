@@ -28,14 +28,13 @@ from sessions.fsm import SessionRuntime
 from sessions.store import SessionFull, SessionLimits, UserQuotaExceeded, session_keys, session_scope
 from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys
-from worker.store.quotas import add_user_bytes, user_bytes_refusal
+from worker.store.quotas import add_user_bytes, user_bytes_over
 
 __all__ = ["ContentionError", "FunctionStore"]
 
 T = TypeVar("T")
-STATE_COUNTED = (
-    "stateCounted"  # the session hash's field: the largest function-state size counted for its user
-)
+# the session hash's field: the largest function-state size counted for its user
+STATE_COUNTED = "stateCounted"
 
 
 class ContentionError(RuntimeError):
@@ -72,10 +71,9 @@ class FunctionStore:
         limit = self.limits.max_user_bytes
         if limit <= 0:
             return
-        refusal = user_bytes_refusal(self.client, self.keys, [user_id], limit)
-        if refusal is not None:  # "OVERLIMIT user <index> <used> <retry_s>"
-            used, retry_s = (int(part) for part in refusal.split()[3:5])
-            raise UserQuotaExceeded(used, limit, retry_s)
+        over = user_bytes_over(self.client, self.keys, [user_id], limit)
+        if over is not None:
+            raise UserQuotaExceeded(over.used, limit, over.retry_s)
 
     def update(self, session_id: str, change: Callable[[SessionRuntime], T]) -> tuple[T, SessionRuntime]:
         """Apply ``change`` atomically; it may be called more than once (it must only touch the runtime).

@@ -22,6 +22,7 @@ __all__ = [
     "RECORD_ERROR_DOC",
     "RECORD_ERROR_HEADER",
     "enqueue_record",
+    "refused",
     "with_record_error",
 ]
 
@@ -64,6 +65,12 @@ def enqueue_record(request: Request, event: dict[str, Any], *, what: str) -> str
         code, cause = "store_unavailable", f" ({type(exc).__name__})"
     else:
         return None
+    return refused(request, what, code, cause)
+
+
+def refused(request: Request, what: str, code: str, cause: str = "") -> str:
+    """Log a record's refusal by the route's template and its ``code`` (never a message: those name users and
+    scopes); returns ``code``."""
     route = getattr(request.scope.get("route"), "path", "?")
     log.warning(
         "%s %s: answered, but its %s record was refused: %s%s", request.method, route, what, code, cause

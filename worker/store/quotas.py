@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis import Redis
 
@@ -41,6 +41,7 @@ __all__ = [
     "DAY_MS",
     "KEEP",
     "RETAINED_SLOTS",
+    "UserOverQuota",
     "add_user_bytes",
     "quota_args",
     "receipt_bytes_effects",
@@ -48,6 +49,7 @@ __all__ = [
     "retained_slot_ms",
     "user_bytes_effects",
     "user_bytes_field",
+    "user_bytes_over",
     "user_bytes_refusal",
 ]
 
@@ -128,9 +130,17 @@ def retained_refusal(
     return f"OVERLIMIT events {total} {retry_s}"
 
 
-def user_bytes_refusal(client: Redis, keys: Keys, users: Sequence[str], max_bytes: int) -> str | None:
-    """The users' stored bytes read from their home slot (scope buckets: the enqueue scripts cannot): the
-    OVERLIMIT reply ENQUEUE would give for the first user at or over ``max_bytes``, or None."""
+class UserOverQuota(NamedTuple):
+    """The first user at or over the quota: its place among those asked (from 1), its bytes, and the seconds
+    until some of them expire (0: none does by itself)."""
+
+    position: int
+    used: int
+    retry_s: int
+
+
+def user_bytes_over(client: Redis, keys: Keys, users: Sequence[str], max_bytes: int) -> UserOverQuota | None:
+    """The users' stored bytes read from their home slot: the first user at or over ``max_bytes``, or None."""
     pipe = client.pipeline(transaction=False)
     for user in users:
         pipe.hgetall(keys.user_bytes(user))
@@ -146,5 +156,12 @@ def user_bytes_refusal(client: Redis, keys: Keys, users: Sequence[str], max_byte
                 earliest = int(field[1:]) if earliest is None else min(earliest, int(field[1:]))
         if total >= max_bytes:
             retry_s = 0 if earliest is None else max(1, math.ceil(((earliest + 1) * DAY_MS - now) / 1000))
-            return f"OVERLIMIT user {index} {total} {retry_s}"
+            return UserOverQuota(index, total, retry_s)
     return None
+
+
+def user_bytes_refusal(client: Redis, keys: Keys, users: Sequence[str], max_bytes: int) -> str | None:
+    """The OVERLIMIT reply ENQUEUE would give for the first user at or over ``max_bytes`` (scope buckets: the
+    enqueue scripts cannot read the users' home slot), or None."""
+    over = user_bytes_over(client, keys, users, max_bytes)
+    return None if over is None else f"OVERLIMIT user {over.position} {over.used} {over.retry_s}"

@@ -13,7 +13,6 @@ session, and the source event a changing tool call records.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
@@ -25,7 +24,7 @@ from pydantic_core import PydanticCustomError
 from redis.exceptions import RedisError
 
 from producers.http.principal import Forbidden, Grant, NotFound, Principal, principal_of, tenant_keys
-from producers.http.records import enqueue_record
+from producers.http.records import enqueue_record, refused
 from producers.http.web_common import error_response, parse_body, producer_of
 from sessions.function_store import FunctionStore
 from sessions.scripts import SessionScripts
@@ -33,7 +32,6 @@ from sessions.store import SessionFull, SessionLimits, SessionStore, UserQuotaEx
 
 __all__ = ["SESSION_ID", "SESSION_ID_RULE", "SessionId", "function_store", "session_access", "session_store"]
 
-log = logging.getLogger(__name__)
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
 SESSION_ID_RULE = "1-200 of A-Z a-z 0-9 . _ : -"
@@ -135,13 +133,7 @@ def record_event(
     try:
         settings = session_store(request).get_settings(session_id)
     except RedisError as exc:  # the change is made: a store failing now is the record's, not the answer's
-        log.warning(
-            "%s: answered, but its %s record was not made: %s",
-            request.method,
-            source_type,
-            type(exc).__name__,
-        )
-        return "store_unavailable"
+        return refused(request, source_type, "store_unavailable", f" ({type(exc).__name__})")
     event: dict[str, Any] = {
         "sourceType": source_type,
         "sourceId": source_id,

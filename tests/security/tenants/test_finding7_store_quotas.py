@@ -50,6 +50,20 @@ def _stored_bytes(redis_client: Redis, keys: BucketKeys, tenant: str, user: str)
     return sum(int(n) for n in raw.values())
 
 
+def _quota_door(
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+) -> tuple[TestClient, dict[str, str], dict[str, str], dict[str, str]]:
+    """An app with a 2,000-byte user quota, and the headers of tenant acme's operate key and of its users
+    alice and bob (user tokens)."""
+    client: TestClient = app_client(
+        bootstrap_key=BOOT, token_secret=SECRET, auth_cache_s=0, user_max_bytes=2000, rate_limit_per_s=0
+    )
+    store = CredentialStore(redis_client, keys, token_secret=SECRET)
+    record, secret = store.create("acme", "operate")
+    users = [bearer(store.mint_user_token("acme", u, issuer_key_id=record.id)[0]) for u in ("alice", "bob")]
+    return client, bearer(secret), users[0], users[1]
+
+
 class TestTenantEvents:
     @pytest.mark.parametrize("buckets", [1, 4])
     def test_a_tenant_past_its_retained_events_is_refused_and_another_is_not(
@@ -100,13 +114,7 @@ class TestUserBytes:
         """With AGENT_SIGNAL_USER_MAX_BYTES=2000, alice's session context grows until her stored bytes reach the
         quota; then her next context write and her next event are 429 quota_exceeded (nothing stored), while bob
         of the same tenant writes and sends. Erasing alice resets her count."""
-        client: TestClient = app_client(
-            bootstrap_key=BOOT, token_secret=SECRET, auth_cache_s=0, user_max_bytes=2000, rate_limit_per_s=0
-        )
-        store = CredentialStore(redis_client, keys, token_secret=SECRET)
-        operator = store.create("acme", "operate")
-        alice = bearer(store.mint_user_token("acme", "alice", issuer_key_id=operator[0].id)[0])
-        bob = bearer(store.mint_user_token("acme", "bob", issuer_key_id=operator[0].id)[0])
+        client, operator, alice, bob = _quota_door(app_client, redis_client, keys)
         message = {"messages": [{"role": "user", "content": "x" * 450}]}
         for who in (alice, bob):
             assert (
@@ -132,7 +140,7 @@ class TestUserBytes:
         assert event.json()["error"]["code"] == "quota_exceeded"
         assert client.post("/v1/sessions/s-b/context/messages", json=message, headers=bob).status_code == 200
         assert client.post("/v1/events", json=_event("bob-1"), headers=bob).status_code == 202
-        erased = client.delete("/v1/users/alice", headers=bearer(operator[1]))
+        erased = client.delete("/v1/users/alice", headers=operator)
         assert erased.status_code == 200, erased.text
         assert _stored_bytes(redis_client, keys, "acme", "alice") == 0
         assert client.post("/v1/events", json=_event("alice-2"), headers=alice).status_code == 202
@@ -148,12 +156,7 @@ class TestUserBytes:
         """A session signal changes the function state, then records a source event; a user whom the change took
         over the quota had it made and was answered 429 (told to retry what was already applied). The change's
         own answer comes back now, with ``Agent-Signal-Record-Error: quota_exceeded``; the record is not stored."""
-        client: TestClient = app_client(
-            bootstrap_key=BOOT, token_secret=SECRET, auth_cache_s=0, user_max_bytes=2000, rate_limit_per_s=0
-        )
-        store = CredentialStore(redis_client, keys, token_secret=SECRET)
-        operator = store.create("acme", "operate")
-        alice = bearer(store.mint_user_token("acme", "alice", issuer_key_id=operator[0].id)[0])
+        client, operator, alice, _ = _quota_door(app_client, redis_client, keys)
         assert client.put("/v1/sessions/s-sig", json={}, headers=alice).status_code == 200
         # a byte under her quota: the signal's state change is let in, and it takes her over it for its record
         used = _stored_bytes(redis_client, keys, "acme", "alice")
@@ -164,9 +167,7 @@ class TestUserBytes:
         assert answered.headers["agent-signal-record-error"] == "quota_exceeded"
         ledger = client.get("/v1/sessions/s-sig/state", headers=alice).json()["sessionLedger"]
         assert "need_approval" in ledger
-        recorded = client.get(
-            "/v1/events", params={"sourceType": "agent.signal.emitted"}, headers=bearer(operator[1])
-        )
+        recorded = client.get("/v1/events", params={"sourceType": "agent.signal.emitted"}, headers=operator)
         assert recorded.status_code == 200 and recorded.json()["events"] == []
 
         # the log names the route and the code, never the refusal's message (it names alice)
@@ -199,13 +200,7 @@ class TestUserBytes:
         """Artifacts and ledgers (the function state) were stored past the quota in any number of sessions: they
         count toward the user's bytes now, and growing them at the quota is 429 ``quota_exceeded`` with nothing
         stored; another user of the tenant is unaffected."""
-        client: TestClient = app_client(
-            bootstrap_key=BOOT, token_secret=SECRET, auth_cache_s=0, user_max_bytes=2000, rate_limit_per_s=0
-        )
-        store = CredentialStore(redis_client, keys, token_secret=SECRET)
-        operator = store.create("acme", "operate")
-        alice = bearer(store.mint_user_token("acme", "alice", issuer_key_id=operator[0].id)[0])
-        bob = bearer(store.mint_user_token("acme", "bob", issuer_key_id=operator[0].id)[0])
+        client, _, alice, bob = _quota_door(app_client, redis_client, keys)
         for who, session in ((alice, "s-fa"), (alice, "s-fa2"), (bob, "s-fb")):
             assert client.put(f"/v1/sessions/{session}", json={}, headers=who).status_code == 200
         first = client.put("/v1/sessions/s-fa/artifacts/a1", json={"content": "x" * 500}, headers=alice)
