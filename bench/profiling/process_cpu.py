@@ -2,7 +2,7 @@
 machine's cores were, for the spread, burst and no-op shapes of ``make bench``'s pipeline section.
 
 ``python -m bench.profiling.process_cpu`` starts a private embedded Redis and the rows' two worker processes
-(one child each), then runs ``--rounds`` times (2): ``--events`` lone events (the spread row's shape: one event
+(one child each; ``--processes N`` for N), then runs ``--rounds`` times (2): ``--events`` lone events (the spread row's shape: one event
 per scope), twice as many over 8 scopes (the burst row's), and ``--events`` no-op tasks (the baseline). Around
 each it reads the CPU time (user + system, ``/proc/<pid>/stat``) of the worker processes and their children,
 of the Redis server and of this process (the producer: the door, the broker sends, and the polling that
@@ -127,15 +127,16 @@ class Round(NamedTuple):
         )
 
 
-def measure(events: int, rounds: int) -> list[Round]:
-    """``rounds`` times: the spread, burst and no-op shapes on two fresh worker processes."""
+def measure(events: int, rounds: int, processes: int = WORKER_PROCESSES) -> list[Round]:
+    """``rounds`` times: the spread, burst and no-op shapes on ``processes`` fresh worker processes (the
+    rows' two by default)."""
     out: list[Round] = []
     with private_redis_url() as url:
         client = Redis.from_url(url, decode_responses=True)
         settings = make_settings(url)
         for r in range(rounds):
             producer = Producer(settings)  # one per round: the workers' cleanup empties the prefix
-            with workers(settings, WORKER_PROCESSES) as procs:
+            with workers(settings, processes) as procs:
                 meter = Meter([p.pid for p in procs], int(client.info("server")["process_id"]))
                 shapes = [
                     ("spread (1 event/scope)", bench_events(events, events, f"pc{r}s")),
@@ -158,10 +159,16 @@ def main(argv: list[str] | None = None) -> int:
         "--events", type=int, default=3000, help="spread events and no-op tasks (burst: twice)"
     )
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=WORKER_PROCESSES,
+        help=f"worker processes, one child each, for every shape (the rows': {WORKER_PROCESSES})",
+    )
     args = parser.parse_args(argv)
-    if args.events < 1 or args.rounds < 1:
-        parser.error("--events and --rounds must be at least 1")
-    for measured in measure(args.events, args.rounds):
+    if args.events < 1 or args.rounds < 1 or args.processes < 1:
+        parser.error("--events, --rounds and --processes must be at least 1")
+    for measured in measure(args.events, args.rounds, args.processes):
         for split in measured:
             print(split.row())
         print(measured.ceilings(), flush=True)

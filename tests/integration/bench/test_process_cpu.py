@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import AbstractContextManager
 
 import pytest
 
 from bench.profiling import process_cpu
+from worker.settings import Settings
 
 BURN = "import sys; sum(range(3 * 10**7)); print('burnt', flush=True); sys.stdin.read()"
 
@@ -31,8 +33,17 @@ def test_a_process_cpu_counts_its_children() -> None:
 
 
 @pytest.mark.integration
-def test_every_shape_is_measured_on_real_workers() -> None:
-    (measured,) = process_cpu.measure(events=20, rounds=1)
+def test_every_shape_is_measured_on_real_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[int] = []
+    real_workers = process_cpu.workers
+
+    def counted(settings: Settings, count: int) -> AbstractContextManager[list[subprocess.Popen[bytes]]]:
+        started.append(count)
+        return real_workers(settings, count)
+
+    monkeypatch.setattr(process_cpu, "workers", counted)
+    (measured,) = process_cpu.measure(events=20, rounds=1, processes=1)
+    assert started == [1]  # --processes: every shape on that many worker processes
     splits = list(measured)
     assert [(s.shape, s.events) for s in splits] == [
         ("spread (1 event/scope)", 20),
@@ -44,11 +55,11 @@ def test_every_shape_is_measured_on_real_workers() -> None:
     assert sum(s.workers_s for s in splits) > 0 and sum(s.redis_s for s in splits) > 0
 
 
-@pytest.mark.parametrize("argv", [["--events", "0"], ["--rounds", "0"]])
+@pytest.mark.parametrize("argv", [["--events", "0"], ["--rounds", "0"], ["--processes", "0"]])
 def test_nothing_to_measure_is_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         process_cpu.main(argv)
-    assert "--events and --rounds must be at least 1" in capsys.readouterr().err
+    assert "--events, --rounds and --processes must be at least 1" in capsys.readouterr().err
 
 
 def test_the_cpu_ratio_divides_the_no_ops_cpu_per_task_by_ours_per_event(
@@ -75,8 +86,15 @@ def test_each_round_prints_its_rows_then_its_ratio(
         process_cpu.Round(split("spread", 0.5), split("burst", 0.25), split("no-op task", 1.0)),
         process_cpu.Round(split("spread", 0.25), split("burst", 0.5), split("no-op task", 1.0)),
     ]
-    monkeypatch.setattr(process_cpu, "measure", lambda events, rounds_: rounds)
-    assert process_cpu.main([]) == 0
+    asked: list[int] = []
+
+    def measure(events: int, rounds_: int, processes: int) -> list[process_cpu.Round]:
+        asked.append(processes)
+        return rounds
+
+    monkeypatch.setattr(process_cpu, "measure", measure)
+    assert process_cpu.main(["--processes", "3"]) == 0
+    assert asked == [3]
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["spread", "burst", "no-op", "CPU"] * 2
     assert "spread 2.00x, burst 4.00x" in lines[3] and "spread 4.00x, burst 2.00x" in lines[7]
