@@ -29,9 +29,10 @@ export declare class Http {
     constructor(options: HttpOptions);
     url(path: string, query?: Record<string, QueryValue>): string;
     /**
-     * The decoded JSON answer of a successful call. A body that breaks off is read again for a replayable call
-     * (within `maxRetries`); else, or past them, it is a `network_error`; a body that is not JSON an
-     * `invalid_response`. Both carry the answer's status.
+     * The decoded JSON answer of a successful call. A body that breaks off is read again for a replayable call,
+     * within the same `maxRetries` as the answers before it (at most `maxRetries + 1` requests in all); else, or
+     * past them, it is a `network_error`; a body that is not JSON an `invalid_response`. Both carry the answer's
+     * status.
      */
     json<T>(method: string, path: string, options?: CallOptions): Promise<T>;
     /** The successful response (body unread), after retries; an AgentSignalError for any other answer. */

@@ -100,14 +100,15 @@ export class Http {
   }
 
   /**
-   * The decoded JSON answer of a successful call. A body that breaks off is read again for a replayable call
-   * (within `maxRetries`); else, or past them, it is a `network_error`; a body that is not JSON an
-   * `invalid_response`. Both carry the answer's status.
+   * The decoded JSON answer of a successful call. A body that breaks off is read again for a replayable call,
+   * within the same `maxRetries` as the answers before it (at most `maxRetries + 1` requests in all); else, or
+   * past them, it is a `network_error`; a body that is not JSON an `invalid_response`. Both carry the answer's
+   * status.
    */
   async json<T>(method: string, path: string, options: CallOptions = {}): Promise<T> {
     const replayable = options.replayable ?? method === "GET";
-    for (let attempt = 0; ; attempt += 1) {
-      const response = await this.send(method, path, options);
+    for (let next = 0; ; ) {
+      const { response, attempt } = await this.#send(method, path, options, next);
       let text: string;
       try {
         text = await response.text();
@@ -115,6 +116,7 @@ export class Http {
         if (options.signal?.aborted || isAbortError(error)) throw error;
         if (replayable && attempt < this.maxRetries) {
           await sleep(backoffMs(attempt), options.signal);
+          next = attempt + 1;
           continue;
         }
         throw new AgentSignalError({
@@ -142,6 +144,17 @@ export class Http {
 
   /** The successful response (body unread), after retries; an AgentSignalError for any other answer. */
   async send(method: string, path: string, options: CallOptions = {}): Promise<Response> {
+    return (await this.#send(method, path, options, 0)).response;
+  }
+
+  /** `send`, its attempts counted from `firstAttempt` (a caller's earlier tries spent part of the budget); the
+   * response with the attempt that got it. */
+  async #send(
+    method: string,
+    path: string,
+    options: CallOptions,
+    firstAttempt: number,
+  ): Promise<{ response: Response; attempt: number }> {
     const { signal } = options;
     const headers: Record<string, string> = { accept: options.accept ?? "application/json" };
     if (this.#token) headers.authorization = `Bearer ${this.#token}`;
@@ -151,7 +164,7 @@ export class Http {
       body = JSON.stringify(options.body);
     }
     const url = this.url(path, options.query);
-    for (let attempt = 0; ; attempt += 1) {
+    for (let attempt = firstAttempt; ; attempt += 1) {
       signal?.throwIfAborted();
       let response: Response;
       try {
@@ -173,7 +186,7 @@ export class Http {
         await sleep(backoffMs(attempt), signal);
         continue;
       }
-      if (response.ok) return response;
+      if (response.ok) return { response, attempt };
       const retryAfterS = parseRetryAfter(response.headers.get("retry-after"));
       const waitMs = retryWaitMs(response.status, retryAfterS, attempt);
       if (waitMs === undefined || attempt >= this.maxRetries) {

@@ -245,6 +245,28 @@ describe("a lost answer, and an answer that cannot be used", () => {
     });
     assert.equal(n, 3);
   });
+
+  test("broken bodies and busy answers share one maxRetries: at most maxRetries + 1 requests in all", async () => {
+    let n = 0;
+    const stub = await startStub((_, response) => {
+      n += 1;
+      if (n % 2 === 1) {
+        json(response, 503, errorBody("store_unavailable", "busy"), { "retry-after": "0" });
+        return;
+      }
+      response.writeHead(200, { "content-type": "application/json", "content-length": "100" });
+      response.write('{"eventId": "ev');
+      setTimeout(() => response.socket.destroy(), 20);
+    });
+    after(stub.close);
+    const api = new AgentSignal({ baseUrl: stub.url, maxRetries: 3 });
+    await assert.rejects(api.events.get("evt_1"), (error) => {
+      assert.deepEqual([error.status, error.code], [200, "network_error"]);
+      return true;
+    });
+    // 503, broken, 503, broken: four requests for maxRetries 3 (each broken body used to restart the count)
+    assert.equal(n, 4);
+  });
 });
 
 describe("dead-letter targets", () => {
