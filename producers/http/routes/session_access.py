@@ -2,9 +2,11 @@
 
 Reads (GET) need ``read``, everything else ``operate``. Keys reach every session of their tenant (the stores
 are bound to the caller's tenant, so another tenant's session id simply does not exist here). A user token
-reaches only sessions whose settings name its user: ``PUT /v1/sessions/{id}`` claims a session that does not
-exist yet for that user (atomically: of two tokens racing, one wins), and any other session (another user's,
-or one a key created without a user) answers 404, its existence not revealed.
+reaches only sessions whose settings name its user: a ``PUT`` under ``/v1/sessions/{id}`` claims a session that
+does not exist yet for that user (atomically: of two tokens racing, one wins), and any other session (another
+user's, or one a key created without a user) answers 404, its existence not revealed. The claim is made once the
+body is valid (:func:`session_body`, which every such ``PUT`` takes: ``tests/security/door/test_user_tokens.py``
+checks the routes), so a request refused for its body leaves the id unclaimed.
 
 
 It also holds what every session route shares: the session-id check, a checked body, the answers to a full
@@ -22,6 +24,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, WithJsonSchema
 from pydantic_core import PydanticCustomError
 from redis.exceptions import RedisError
+from starlette.concurrency import run_in_threadpool
 
 from producers.http.principal import Forbidden, Grant, NotFound, Principal, principal_of, tenant_keys
 from producers.http.records import enqueue_record, refused
@@ -79,13 +82,28 @@ def session_access(request: Request, session_id: SessionId) -> Principal:
         raise Forbidden(f"this credential (role {principal.role}) lacks the {grant!r} grant")
     if principal.user_id is None:
         return principal
-    store = session_store(request)
-    owner = store.get_settings(session_id).user_id
-    if owner is None and request.method == "PUT" and store.claim(session_id, principal.user_id):
-        owner = principal.user_id  # a new session: this user's from its first write on
+    owner = session_store(request).get_settings(session_id).user_id
+    if owner is None and request.method == "PUT":
+        request.state.session_claim = session_id  # claimed by session_body once the body is valid
+        return principal
     if owner == principal.user_id:
         return principal
     raise NotFound(f"no session {session_id!r}")
+
+
+def claim_pending(request: Request) -> None:
+    """Make the session :func:`session_access` left unowned for a user token's PUT that user's (a new session:
+    theirs from its first write on); NotFound when it exists meanwhile and is not theirs (another token won)."""
+    session_id: str | None = getattr(request.state, "session_claim", None)
+    if session_id is None:
+        return
+    request.state.session_claim = None
+    user_id = principal_of(request).user_id
+    if user_id is None:  # only ever set for user tokens
+        return
+    store = session_store(request)
+    if not store.claim(session_id, user_id) and store.get_settings(session_id).user_id != user_id:
+        raise NotFound(f"no session {session_id!r}")
 
 
 session_access.__agent_signal_grant__ = "session"  # type: ignore[attr-defined]
@@ -114,12 +132,16 @@ B = TypeVar("B", bound=BaseModel)
 
 
 def session_body(model: type[B]) -> Callable[[str, Request], Awaitable[B | JSONResponse]]:
-    """A FastAPI dependency: a checked session id, then the body as ``model``; else the 422 naming why."""
+    """A FastAPI dependency: a checked session id, then the body as ``model``; else the 422 naming why. A valid
+    body makes the claim a user token's PUT left pending (:func:`claim_pending`)."""
 
     async def checked_session_body(session_id: str, request: Request) -> B | JSONResponse:
         if (bad := bad_session(session_id)) is not None:
             return bad
-        return await parse_body(request, model)
+        body = await parse_body(request, model)
+        if not isinstance(body, JSONResponse):
+            await run_in_threadpool(claim_pending, request)
+        return body
 
     return checked_session_body
 

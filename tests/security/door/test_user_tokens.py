@@ -8,13 +8,18 @@ from typing import Any
 
 import jwt
 import pytest
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from redis import Redis
 
 from producers.http.app import create_web_app
+from producers.http.routes.session_access import session_access
 from sessions.store import SessionLimits, SessionStore
+from tests.support.routes import flat_routes
 from worker.keys.layout import BucketKeys
 from worker.ops.credentials import ALGORITHM, BOOTSTRAP_ID
+from worker.settings import Settings
 from worker.store.receipts import ReceiptStore
 
 pytestmark = pytest.mark.integration
@@ -138,6 +143,50 @@ def test_a_user_token_cannot_take_over_a_session_a_key_created(
     answer = client.get("/v1/sessions/s-keyed/context", headers=mallory)
     assert answer.status_code == 404 and "platform-only" not in answer.text
     assert client.get("/v1/sessions/s-keyed", headers=operate).json().get("userId") is None
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [("/v1/sessions/s-new", {"dmailEnabled": "yes"}), ("/v1/sessions/s-new/artifacts/plan", {"content": 7})],
+)
+def test_a_put_refused_for_its_body_claims_nothing(
+    door: tuple[TestClient, dict[str, str]], path: str, refused: dict[str, Any]
+) -> None:
+    """The claim of a new session is made once the body is valid: a 422 leaves the id free for whoever writes
+    it first with a valid body."""
+    client, creds = door
+    answer = client.put(path, json=refused, headers=_bearer(creds[VICTIM]))
+    assert answer.status_code == 422, answer.text
+    assert (
+        client.put("/v1/sessions/s-new", json={}, headers=_bearer(creds[MALLORY])).json()["userId"] == MALLORY
+    )
+    assert client.put(path, json=refused, headers=_bearer(creds[VICTIM])).status_code == 404
+
+
+def test_every_session_put_claims_through_its_checked_body() -> None:
+    """session_access leaves a user token's claim to session_body; a PUT route without it would write to a
+    session nobody owns."""
+    app = create_web_app(Settings(redis_url="redis://127.0.0.1:1/0"))
+    puts = {
+        route.path: _calls(route.dependant.dependencies)
+        for route in flat_routes(app.routes)
+        if isinstance(route, APIRoute) and "PUT" in route.methods
+    }
+    guarded = {path: calls for path, calls in puts.items() if session_access in calls}
+    assert set(guarded) == {"/v1/sessions/{session_id}", "/v1/sessions/{session_id}/artifacts/{name}"}
+    for path, calls in guarded.items():
+        assert "checked_session_body" in {getattr(call, "__name__", "") for call in calls}, path
+
+
+def _calls(dependencies: list[Dependant]) -> list[object]:
+    """Every dependency's callable, nested ones included."""
+    calls: list[object] = []
+    stack = list(dependencies)
+    while stack:
+        dep = stack.pop()
+        calls.append(dep.call)
+        stack += dep.dependencies
+    return calls
 
 
 def test_a_user_token_cannot_squat_another_users_next_source_id(
