@@ -10,9 +10,11 @@ an artifact over ``max_message_bytes`` raise ``SessionFull`` and store nothing; 
 of all of the session's keys in the same transaction. The document counts toward the session's user's stored
 bytes (``AGENT_SIGNAL_USER_MAX_BYTES``, worker/store/quotas.py) until the session's TTL, as its context does:
 its growth past the largest size already counted (``stateCounted`` in the session's hash), so a document that
-shrinks and grows again (an artifact rewritten, an attention item that comes and goes) is not counted twice. A
-change that grows it past that while the user is at the quota raises ``UserQuotaExceeded`` and stores
-nothing.
+shrinks and grows again (an artifact rewritten, an attention item that comes and goes) is not counted twice.
+That mark holds for as long as its first count does (``stateCountedDay``, the day that count stops): a session
+kept alive past it has its whole document counted again by its next write, as new (its later growth, counted
+into later days, then counts twice until those days end: the error is on the quota's side). A change that
+grows the count while the user is at the quota raises ``UserQuotaExceeded`` and stores nothing.
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ from sessions.fsm import SessionRuntime
 from sessions.store import SessionFull, SessionLimits, UserQuotaExceeded, session_keys, session_scope
 from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys
-from worker.store.quotas import add_user_bytes, user_bytes_over
+from worker.store.quotas import DAY_MS, add_user_bytes, user_bytes_day, user_bytes_over
 
 __all__ = ["ContentionError", "FunctionStore"]
 
 T = TypeVar("T")
-# the session hash's field: the largest function-state size counted for its user
+# the session hash's fields: the largest function-state size counted for its user, and the day (since the epoch)
+# whose end drops the first of those counts (after it, the document is counted again as new)
 STATE_COUNTED = "stateCounted"
+STATE_COUNTED_DAY = "stateCountedDay"
 
 
 class ContentionError(RuntimeError):
@@ -87,7 +91,9 @@ class FunctionStore:
                     pipe.watch(key)  # type: ignore[no-untyped-call]
                     raw = pipe.get(key)
                     session_hash = self.keys.session(session_scope(session_id))
-                    user, counted = pipe.hmget(session_hash, ["userId", STATE_COUNTED])
+                    user, counted, counted_day = pipe.hmget(
+                        session_hash, ["userId", STATE_COUNTED, STATE_COUNTED_DAY]
+                    )
                     runtime = (
                         SessionRuntime() if raw is None else SessionRuntime.from_json_dict(json.loads(raw))
                     )
@@ -96,8 +102,11 @@ class FunctionStore:
                     before = raw.encode("utf-8") if isinstance(raw, str) else raw
                     self._check_size(document, before)
                     size = len(document.encode("utf-8"))
-                    # counted so far: the high-water mark, or (a session older than it) what is stored now
-                    growth = size - max(int(counted or 0), len(before or b""))
+                    today = int(time.time() * 1000) // DAY_MS
+                    lapsed = counted_day is not None and int(counted_day) < today
+                    # counted so far: nothing once the first count lapsed, else the high-water mark, or (a
+                    # session older than it) what is stored now
+                    growth = size - (0 if lapsed else max(int(counted or 0), len(before or b"")))
                     owner = user.decode("utf-8") if isinstance(user, bytes) else user
                     if owner and growth > 0:
                         self._check_user_quota(owner)
@@ -106,6 +115,10 @@ class FunctionStore:
                     if owner and growth > 0:
                         add_user_bytes(pipe, self.keys, owner, growth, ttl_s=self.limits.session_ttl_s)
                         pipe.hset(session_hash, STATE_COUNTED, size)
+                        if lapsed or counted_day is None:  # a new first count: the day it stops
+                            pipe.hset(
+                                session_hash, STATE_COUNTED_DAY, user_bytes_day(self.limits.session_ttl_s)
+                            )
                     for session_key in session_keys(self.keys, session_id, user):
                         pipe.expire(session_key, self.limits.session_ttl_s)
                     pipe.execute()

@@ -19,7 +19,8 @@ epoch) for data that expires, so a day's bytes stop counting once it has passed 
 Erasure deletes the hash. A conversation's count follows its trimmed list (a trimmed message is subtracted);
 skills and memories count their JSON; receipts and session context count the bytes written, until their TTL as
 of the write (a session that a later write keeps alive stops counting its older bytes after one TTL; a
-reverted or cleared context still counts until then). The door refuses a user's events and context writes once
+reverted or cleared context still counts until then; the function state is counted again as new by the first
+write after its first count's day). The door refuses a user's events and context writes once
 the user is at or over the quota; a write in progress (a run the worker already has) is not refused, so a user
 can end somewhat over it. Retry-After is the end of the earliest counted day when something expires, else
 there is none (only erasure, or deleting memories and skills, frees the rest).
@@ -47,6 +48,7 @@ __all__ = [
     "receipt_bytes_effects",
     "retained_refusal",
     "retained_slot_ms",
+    "user_bytes_day",
     "user_bytes_effects",
     "user_bytes_field",
     "user_bytes_over",
@@ -75,12 +77,15 @@ def quota_args(settings: Settings, check: bool, users: Sequence[str]) -> list[in
     ]
 
 
+def user_bytes_day(ttl_s: int, now_ms: int | None = None) -> int:
+    """The day (since the epoch) whose end stops counting data that expires ``ttl_s`` from now."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return (now + ttl_s * 1000) // DAY_MS
+
+
 def user_bytes_field(ttl_s: int | None, now_ms: int | None = None) -> str:
     """The field of ``bytes:user:<u>`` that data expiring ``ttl_s`` from now is counted in (None: kept)."""
-    if ttl_s is None:
-        return KEEP
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    return f"d{(now + ttl_s * 1000) // DAY_MS}"
+    return KEEP if ttl_s is None else f"d{user_bytes_day(ttl_s, now_ms)}"
 
 
 def user_bytes_effects(

@@ -7,6 +7,7 @@ skills, receipts, conversations, session context) are bounded; past one, the doo
 from __future__ import annotations
 
 import json
+import time
 from functools import partial
 from typing import Any
 
@@ -15,10 +16,13 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from policies.self_iteration.keys import SelfIterationKeys
+from sessions.function_store import STATE_COUNTED_DAY
+from sessions.store import session_scope
 from tests.conftest import SettingsFactory, wait_for
 from tests.security.conftest import ClientFactory
 from worker.keys.layout import BucketKeys
 from worker.ops.credentials import CredentialStore
+from worker.store.quotas import DAY_MS
 from worker.store.receipts import ReceiptStore
 
 pytestmark = pytest.mark.integration
@@ -227,6 +231,32 @@ class TestUserBytes:
             client.put("/v1/sessions/s-fb/artifacts/b1", json={"content": "b" * 100}, headers=bob).status_code
             == 200
         )
+
+    def test_a_session_kept_alive_past_its_first_count_is_counted_again(
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """The high-water mark outlived the count it stood for: once the day of a session's first count ended,
+        rewriting its artifacts within the mark stored them uncounted. Now the next write counts the whole
+        document again."""
+        client, _, alice, _ = _quota_door(app_client, redis_client, keys)
+        assert client.put("/v1/sessions/s-old", json={}, headers=alice).status_code == 200
+        artifact = {"content": "x" * 500}
+        assert client.put("/v1/sessions/s-old/artifacts/a1", json=artifact, headers=alice).status_code == 200
+        document = len(
+            redis_client.get(keys.for_tenant("acme").functions_state(session_scope("s-old"))) or b""
+        )
+        # the day of the first count has ended: its bytes no longer count, and the mark says so
+        counts = keys.for_tenant("acme").user_bytes("alice")
+        redis_client.delete(counts)
+        session_hash = keys.for_tenant("acme").session(session_scope("s-old"))
+        yesterday = int(time.time() * 1000) // DAY_MS - 1
+        redis_client.hset(session_hash, STATE_COUNTED_DAY, yesterday)
+        assert client.put("/v1/sessions/s-old/artifacts/a1", json=artifact, headers=alice).status_code == 200
+        assert _stored_bytes(redis_client, keys, "acme", "alice") == document
+        assert int(redis_client.hget(session_hash, STATE_COUNTED_DAY) or 0) > yesterday  # a new first count
+        # and within the new mark a rewrite is not counted again
+        assert client.put("/v1/sessions/s-old/artifacts/a1", json=artifact, headers=alice).status_code == 200
+        assert _stored_bytes(redis_client, keys, "acme", "alice") == document
 
     def test_what_the_worker_writes_for_a_user_counts_toward_the_quota(
         self, make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: BucketKeys
