@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import { AgentSignalError } from "@agent-signal/client";
-import { client, live, RUN, userMessage, waitFor, waitStatus } from "./support.mjs";
+import { client, live, RUN, skipLive, userMessage, waitFor, waitStatus } from "./support.mjs";
 
 describe("scopes and cancel", live, () => {
   const api = client();
@@ -57,7 +57,7 @@ describe("dead letters", live, () => {
       });
     } catch (error) {
       if (error instanceof AgentSignalError && error.status === 422) {
-        t.skip("this stack does not load the test plugin (tests.support.policies), so nothing can be made to die");
+        skipLive(t, "this stack does not load the test plugin (tests.support.policies), so nothing can be made to die");
         return;
       }
       throw error;

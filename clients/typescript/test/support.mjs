@@ -4,9 +4,21 @@ import { AgentSignal } from "@agent-signal/client";
 export const BASE_URL = process.env.AGENT_SIGNAL_URL ?? "";
 export const TOKEN = process.env.AGENT_SIGNAL_TOKEN || undefined;
 
+/** `AGENT_SIGNAL_REQUIRE_LIVE=1` (what `make test` sets): a live test that would be skipped fails instead. */
+export const REQUIRE_LIVE = process.env.AGENT_SIGNAL_REQUIRE_LIVE === "1";
+if (REQUIRE_LIVE && !BASE_URL) {
+  throw new Error("AGENT_SIGNAL_REQUIRE_LIVE=1 but AGENT_SIGNAL_URL is not set: the live tests cannot run");
+}
+
 /** `{ skip }` for a live test: a loud reason when no stack is given. */
 export const live = { skip: BASE_URL ? false : "no live stack: set AGENT_SIGNAL_URL (and AGENT_SIGNAL_TOKEN)" };
 if (!BASE_URL) console.error(`SKIPPING live tests of ${process.argv[1]}: AGENT_SIGNAL_URL is not set`);
+
+/** Skips the test `t` for `reason`, or fails it under `AGENT_SIGNAL_REQUIRE_LIVE=1`. */
+export function skipLive(t, reason) {
+  if (REQUIRE_LIVE) throw new Error(`AGENT_SIGNAL_REQUIRE_LIVE=1 but ${reason}`);
+  t.skip(reason);
+}
 
 /** Unique per test process, so reruns against one stack never meet an earlier run's dedupe keys. */
 export const RUN = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
