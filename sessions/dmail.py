@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sessions.store import SessionFull, SessionStore
+from sessions.store import SessionFull, SessionStore, UserQuotaExceeded
 
 __all__ = [
     "DMAIL_PREFIX",
@@ -81,7 +81,8 @@ class ToolResult:
 
 
 def send_dmail(store: SessionStore, session_id: str, arguments: Any) -> ToolResult:
-    """The SendDMail tool call, with kimi's checks and texts; SessionFull for a message over max_message_bytes."""
+    """The SendDMail tool call, with kimi's checks and texts; SessionFull for a message over max_message_bytes,
+    UserQuotaExceeded (nothing stored) when the session's user is at their quota."""
     if not store.get_settings(session_id).dmail_enabled:
         return ToolResult(True, "Tool `SendDMail` not found", "Tool `SendDMail` not found")
     try:
@@ -93,14 +94,21 @@ def send_dmail(store: SessionStore, session_id: str, arguments: Any) -> ToolResu
         raise SessionFull(
             "message", limit, f"message: a D-Mail may be at most {limit} bytes; this one is {size}"
         )
-    stored = json.dumps(
-        {"message": dmail.message, "checkpoint_id": dmail.checkpoint_id, "text": dmail.message.strip()}
-    )
-    code, value = store.run(store.scripts.send, session_id, stored, dmail.checkpoint_id)
+    pending: dict[str, Any] = {"message": dmail.message, "checkpoint_id": dmail.checkpoint_id}
+    if (text := dmail.message.strip()) != dmail.message:
+        pending["text"] = text  # what step end appends; else the message itself (stored once)
+    reply = store.run(store.scripts.send, session_id, json.dumps(pending), dmail.checkpoint_id)
+    if _text(reply[0]) == "quota":
+        raise UserQuotaExceeded(int(reply[1]), store.limits.max_user_bytes, int(reply[2]))
+    code, value = reply
     if int(code) != 0:
         error = value if isinstance(value, str) else value.decode("utf-8")
         return ToolResult(True, f"Failed to send D-Mail. Error: {error}", "Failed to send D-Mail")
     return ToolResult(False, SUCCESS_MESSAGE, "El Psy Kongroo", sequence=int(value))
+
+
+def _text(value: str | bytes | int) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,17 +57,27 @@ local function size(records)
   for _, record in ipairs(records) do n = n + #record end
   return n
 end
+-- a checkpoint's entry in ckpt: 'position:messages:bytes:serial', the serial (meta's 'serial', never reused,
+-- not even across a clear) telling this checkpoint from an earlier one of the same id
 local function checkpoint(add_message)
   local id = tonumber(redis.call('HGET', meta, 'next') or '0')
   local pos = redis.call('LLEN', ctx)
   local msgs = tonumber(redis.call('HGET', meta, 'messages') or '0')
+  local serial = redis.call('HINCRBY', meta, 'serial', 1)
   redis.call('HSET', meta, 'bytes', stored_bytes())
-  redis.call('HSET', ckpt, id, pos .. ':' .. msgs .. ':' .. stored_bytes())
+  redis.call('HSET', ckpt, id, pos .. ':' .. msgs .. ':' .. stored_bytes() .. ':' .. serial)
   redis.call('HSET', meta, 'next', id + 1)
   local records = checkpoint_records(id, add_message)
   for _, record in ipairs(records) do push(record) end
   redis.call('HINCRBY', meta, 'messages', #records - 1)
   return id
+end
+-- the serial of checkpoint id as it stands: nil when there is none, '' for one written before serials
+local function checkpoint_serial(id)
+  local at = redis.call('HGET', ckpt, id)
+  if not at then return nil end
+  local _, _, _, serial = string.match(at, '^([^:]*):([^:]*):?([^:]*):?([^:]*)$')
+  return serial or ''
 end
 local function revert(id)
   local n = tonumber(redis.call('HGET', meta, 'next') or '0')

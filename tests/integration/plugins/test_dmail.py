@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from producers.http.app import create_web_app
 from sessions.dmail import DMAIL_PREFIX, SUCCESS_MESSAGE, dmail_json_schema
+from sessions.store import session_scope
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.integration
@@ -346,6 +347,51 @@ class TestStepEnd:
         _dmail(client, sid, {"message": "x", "checkpoint_id": 0})
         assert _end(client, sid, rejected=False)["outcome"] == "applied"
         assert _context(client, sid)["messages"][0] == CK(0)
+
+    @pytest.mark.parametrize("reset", ["compact", "clear"])
+    def test_a_checkpoint_made_again_after_a_reset_is_not_the_one_the_dmail_went_to(
+        self, client: TestClient, reset: str
+    ) -> None:
+        """A compaction or clear removes the checkpoints (the D-Mail is then discarded, docs/dmail.md); ids
+        restart at 0, and the new checkpoint 0 is another one: applying the D-Mail there wiped the new context
+        (the summary) and answered applied."""
+        sid = _session(client)
+        _turn_with_two_steps(client, sid)
+        _dmail(client, sid, {"message": "go back", "checkpoint_id": 0})
+        if reset == "compact":
+            body = {"messages": [U("[SUMMARY] the bug is in foo.py")]}
+            assert client.post(f"/v1/sessions/{sid}/context/compact", json=body).status_code == 200
+        else:
+            assert client.post(f"/v1/sessions/{sid}/context/clear", json={}).status_code == 200
+            assert _checkpoint(client, sid) == 0
+        _msg(client, sid, U("after the reset"))
+        before = _context(client, sid)
+        assert _end(client, sid) == {"outcome": "discarded"}
+        assert _context(client, sid) == before
+        # a D-Mail to the checkpoint as it is now is applied
+        _dmail(client, sid, {"message": "now", "checkpoint_id": 0})
+        assert _end(client, sid)["outcome"] == "applied"
+
+    def test_a_revert_past_the_target_keeps_the_dmail(self, client: TestClient) -> None:
+        """A revert that keeps the D-Mail's checkpoint (to a later one) leaves it the same checkpoint."""
+        sid = _session(client)
+        _turn_with_two_steps(client, sid)
+        _dmail(client, sid, {"message": "back to one", "checkpoint_id": 1})
+        assert client.post(f"/v1/sessions/{sid}/context/revert", json={"checkpointId": 2}).status_code == 200
+        assert _end(client, sid)["outcome"] == "applied"
+
+    def test_a_pending_dmail_is_stored_once(self, client: TestClient, redis_client: Any, keys: Any) -> None:
+        """The message was stored twice (``message`` and its stripped ``text``); the stripped text is kept only
+        where it differs, and step end appends it."""
+        sid = _session(client)
+        _checkpoint(client, sid)
+        mailbox = keys.dmail(session_scope(sid))
+        _dmail(client, sid, {"message": "plain", "checkpoint_id": 0})
+        assert json.loads(redis_client.get(mailbox)) == {"message": "plain", "checkpoint_id": 0}
+        assert _end(client, sid)["messages"][-1] == U(f"<system>{DMAIL_PREFIX}plain</system>")
+        _dmail(client, sid, {"message": " padded\n", "checkpoint_id": 0})
+        assert json.loads(redis_client.get(mailbox))["text"] == "padded"
+        assert _end(client, sid)["messages"][-1] == U(f"<system>{DMAIL_PREFIX}padded</system>")
 
 
 class TestEventsAndReceipt:

@@ -258,6 +258,41 @@ class TestUserBytes:
         assert client.put("/v1/sessions/s-old/artifacts/a1", json=artifact, headers=alice).status_code == 200
         assert _stored_bytes(redis_client, keys, "acme", "alice") == document
 
+    def test_a_pending_dmail_counts_toward_the_quota_until_its_step_ends(
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """The D-Mail slot was stored past the quota in any number of sessions and counted nowhere. A send is
+        counted while the mail is pending (taken back at step end) and refused at the quota, nothing stored."""
+        client, _, alice, _ = _quota_door(app_client, redis_client, keys)
+        for session in ("s-d1", "s-d2"):
+            assert (
+                client.put(f"/v1/sessions/{session}", json={"dmailEnabled": True}, headers=alice).status_code
+                == 200
+            )
+            assert (
+                client.post(f"/v1/sessions/{session}/context/checkpoint", json={}, headers=alice).status_code
+                == 200
+            )
+        before = _stored_bytes(redis_client, keys, "acme", "alice")
+        mail = {"message": "m" * 900, "checkpoint_id": 0}
+        sent = client.post("/v1/sessions/s-d1/dmail", json=mail, headers=alice)
+        assert sent.status_code == 200 and sent.json()["isError"] is False, sent.text
+        assert _stored_bytes(redis_client, keys, "acme", "alice") >= before + 900
+        ended = client.post(
+            "/v1/sessions/s-d1/steps/end", json={"rejectedWithoutFeedback": True}, headers=alice
+        )
+        assert ended.json() == {"outcome": "discarded"}
+        assert (
+            _stored_bytes(redis_client, keys, "acme", "alice") == before
+        )  # the discarded mail is not counted
+        redis_client.hincrby(keys.for_tenant("acme").user_bytes("alice"), "keep", 2000 - before)
+        refused = client.post("/v1/sessions/s-d2/dmail", json=mail, headers=alice)
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "quota_exceeded", (
+            refused.text
+        )
+        mailbox = keys.for_tenant("acme").dmail(session_scope("s-d2"))
+        assert redis_client.exists(mailbox) == 0
+
     def test_what_the_worker_writes_for_a_user_counts_toward_the_quota(
         self, make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
