@@ -13,7 +13,10 @@ Every key that holds a user's data is found from the tenant and the user, by des
 * the scopes those events ran in and the user's sessions' scopes: a scope whose events were all this
   user's (``scope-users:{scope}``) is dropped whole (inbox, lease/fence counters, idempotency lanes,
   plugin data, procedure records, outbox…); a scope shared with other users keeps its data, loses the
-  user's queued events and the user's name.
+  user's queued events and the user's name. A session's settings decide over who sent its events: a session
+  that names this user loses its session data (context, checkpoints, usage, D-Mail, settings, function state)
+  even where others' events ran in its scope, and a session that names another user is never dropped (it
+  may have been this user's before a key gave it to someone else).
 
 A scope whose lease is held right now is left alone and reported in ``busyScopes``: an event of it is
 running and would write again after us. Erasure is idempotent, so the caller repeats it until
@@ -92,12 +95,13 @@ def erase_user(
     events = _user_events(store, tenant, user_id)
     sessions = sorted(_s(x) for x in store.client.smembers(tenant.user_sessions(user_id)))
     scopes = {e["scopeKey"] for e in events if e.get("scopeKey")} | {session_scope(s) for s in sessions}
-    whole, shared = _classify(store, tenant, user_id, scopes, report)
+    whole, shared, owned = _classify(store, tenant, user_id, scopes, report)
     skipped = set(report.busy_scopes)
     mine = [e for e in events if e.get("scopeKey") not in skipped]
     _tombstone(store, tenant, user_id, mine, shared, report)
     _drop_user_keyed(store, tenant, user_id, report)
     _drop_scopes(store, tenant, whole, report)
+    _drop_sessions(store, tenant, [scope for scope in owned if scope not in whole], report)
     for erase in erasers:  # what the plugins store of the user (their families, their rules)
         report.removed.update(erase(store.client, tenant, user_id, frozenset(scopes - skipped)))
     if not report.busy_scopes:
@@ -147,22 +151,44 @@ def _user_events(store: EventStore, tenant: Keys, user_id: str) -> list[dict[str
 
 def _classify(
     store: EventStore, tenant: Keys, user_id: str, scopes: Iterable[str], report: ErasureReport
-) -> tuple[list[str], list[str]]:
-    """(scopes that are only this user's, scopes shared with others); busy ones go to the report."""
+) -> tuple[list[str], list[str], list[str]]:
+    """(scopes that are only this user's, scopes shared with others, scopes whose session names this user);
+    busy ones go to the report. A scope whose session names another user is shared, whoever sent its events."""
     whole: list[str] = []
     shared: list[str] = []
+    owned: list[str] = []
     for scope in sorted(scopes):
         pipe = store.client.pipeline(transaction=False)
         pipe.exists(tenant.lease(scope))
         pipe.smembers(tenant.scope_users(scope))
-        leased, users = pipe.execute()
+        pipe.hget(tenant.session(scope), "userId")
+        leased, users, owner = pipe.execute()
         if leased:
             report.busy_scopes.append(scope)
-        elif {_s(u) for u in users} <= {user_id}:
+            continue
+        if owner is not None and _s(owner) == user_id:
+            owned.append(scope)
+        if {_s(u) for u in users} <= {user_id} and (owner is None or _s(owner) == user_id):
             whole.append(scope)
         else:
             shared.append(scope)
-    return whole, shared
+    return whole, shared, owned
+
+
+def _drop_sessions(store: EventStore, tenant: Keys, scopes: list[str], report: ErasureReport) -> None:
+    """The session data of sessions that name the user, in scopes others' events keep (the rest of such a
+    scope stays)."""
+    for scope in scopes:
+        doomed = [
+            tenant.context(scope),
+            tenant.context_meta(scope),
+            tenant.checkpoints(scope),
+            tenant.usage(scope),
+            tenant.dmail(scope),
+            tenant.session(scope),
+            tenant.functions_state(scope),
+        ]
+        report.removed["scopeKeys"] += int(store.client.delete(*doomed))
 
 
 def _tombstone(

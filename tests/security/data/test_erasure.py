@@ -212,3 +212,26 @@ def test_a_plugin_s_eraser_runs_with_the_user_s_scopes_and_its_counts_join_the_r
     assert report.removed["widgets"] == 1 and not redis_client.exists(keys.plugin_home("widgets", GONE))
     assert "memories" in report.removed  # the shipped plugin's part ran too
     producer.close()
+
+
+def test_a_session_is_erased_by_whom_it_names_not_by_who_sent_its_events(make_settings: Any) -> None:
+    """Erasure decided a session scope by who had sent events there: a session a key moved from alice to bob was
+    dropped whole (bob's context gone), and one moved from bob to alice kept her context. The session's
+    settings decide now."""
+    with TestClient(create_web_app(make_settings())) as client:
+        for session, first, now in (("s-to-bob", "alice", "bob"), ("s-to-alice", "bob", "alice")):
+            assert client.put(f"/v1/sessions/{session}", json={"userId": first}).status_code == 200
+            event = _message(first, f"{session}-e1", f"{first} was here")
+            event["scopeKey"] = f"session:{session}"
+            _send(client, event)
+            assert client.put(f"/v1/sessions/{session}", json={"userId": now}).status_code == 200
+            body = {"messages": [{"role": "user", "content": f"{now}'s own words"}]}
+            assert client.post(f"/v1/sessions/{session}/context/messages", json=body).status_code == 200
+        erased = client.delete("/v1/users/alice")
+        assert erased.status_code == 200 and erased.json()["busyScopes"] == 0, erased.text
+        bobs = client.get("/v1/sessions/s-to-bob/context").json()["messages"]
+        assert [m["content"] for m in bobs] == ["bob's own words"]
+        assert client.get("/v1/sessions/s-to-bob").json()["userId"] == "bob"
+        alices = client.get("/v1/sessions/s-to-alice/context").json()["messages"]
+        assert alices == []
+        assert client.get("/v1/sessions/s-to-alice").json().get("userId") is None
