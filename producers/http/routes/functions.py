@@ -177,7 +177,9 @@ def _attention(runtime: SessionRuntime) -> list[dict[str, Any]]:
 
 
 def activate_locked(request: Request, session_id: str, names: list[str]) -> JSONResponse | None:
-    """Session settings' ``functions``: activate them, locked (transitions cannot deactivate them)."""
+    """Session settings' ``functions``: activate them, locked (transitions cannot deactivate them); a locked
+    function the list no longer names is unlocked (it stays active until a transition or a deactivate ends it),
+    so the settings answer the locked set as it is."""
     machine = machine_for(request, session_id)
     unknown = [n for n in names if n not in machine.definitions]
     if unknown:
@@ -189,6 +191,7 @@ def activate_locked(request: Request, session_id: str, names: list[str]) -> JSON
         )
 
     def change(rt: SessionRuntime) -> None:
+        rt.locked[:] = [name for name in rt.locked if name in names]
         for name in names:
             machine.activate(rt, name, locked=True)
 

@@ -36,14 +36,25 @@ __all__ = ["bad_session", "record_event", "router", "session_body", "session_ful
 router = APIRouter(dependencies=[Depends(session_access)], responses=API_ERRORS, tags=["sessions"])
 
 
+MAX_SESSION_FUNCTIONS = 256  # names in a session's settings (each a known definition, each once)
+
+
 class SettingsBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     dmailEnabled: bool | None = None
     root: bool | None = None
-    functions: list[str] | None = None
+    functions: list[str] | None = Field(default=None, max_length=MAX_SESSION_FUNCTIONS)
     userId: UserId | None = None
     agentId: NameId | None = None
     topicId: NameId | None = None
+
+    @field_validator("functions")
+    @classmethod
+    def _each_once(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            twice = next(name for i, name in enumerate(value) if name in value[:i])
+            raise ValueError(f"each function at most once ({twice!r} is there twice)")
+        return value
 
 
 class Message(BaseModel):
@@ -161,7 +172,7 @@ def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResp
                 422, "forbidden_user", "userId must be this token's user or absent", "userId"
             )
         changes["userId"] = caller.user_id
-    if body.functions:
+    if body.functions is not None:
         try:
             if (problem := activate_locked(request, session_id, body.functions)) is not None:
                 return problem
