@@ -6,8 +6,9 @@ state. Concurrent signals on one session therefore never lose an update, and eve
 changes committed before it (the session's changes are serialized).
 
 Bounds (sessions/store.py ``SessionLimits``): a change that grows the document past ``max_session_bytes`` and
-an artifact over ``max_message_bytes`` raise ``SessionFull`` and store nothing; every write refreshes the TTL
-of all of the session's keys in the same transaction. The document counts toward the session's user's stored
+an artifact over ``max_message_bytes`` (written, or captured from a signal's or a tool call's payload) raise
+``SessionFull`` and store nothing; every write refreshes the TTL of all of the session's keys in the same
+transaction. The document counts toward the session's user's stored
 bytes (``AGENT_SIGNAL_USER_MAX_BYTES``, worker/store/quotas.py) until the session's TTL, as its context does:
 its growth past the largest size already counted (``stateCounted`` in the session's hash), so a document that
 shrinks and grows again (an artifact rewritten, an attention item that comes and goes) is not counted twice.
@@ -70,6 +71,18 @@ class FunctionStore:
             )
             raise SessionFull(None, limit, message)
 
+    def _check_artifacts(self, artifacts: dict[str, str], before: dict[str, str]) -> None:
+        """Refuse an artifact a change wrote (a signal's or a tool call's captured payload) past
+        ``max_message_bytes``, the cap ``put_artifact`` holds a written one to (field None: the route names
+        its own)."""
+        limit = self.limits.max_message_bytes
+        for name, content in artifacts.items():
+            if before.get(name) != content and (size := len(content.encode("utf-8"))) > limit:
+                message = (
+                    f"artifact {name!r}: an artifact may be at most {limit} bytes; this capture is {size}"
+                )
+                raise SessionFull(None, limit, message)
+
     def _check_user_quota(self, user_id: str) -> None:
         """UserQuotaExceeded when ``user_id`` already stores ``max_user_bytes`` or more (none: no quota)."""
         limit = self.limits.max_user_bytes
@@ -97,7 +110,9 @@ class FunctionStore:
                     runtime = (
                         SessionRuntime() if raw is None else SessionRuntime.from_json_dict(json.loads(raw))
                     )
+                    artifacts_before = dict(runtime.artifacts)
                     result = change(runtime)
+                    self._check_artifacts(runtime.artifacts, artifacts_before)
                     document = json.dumps(runtime.to_json_dict(), ensure_ascii=False, separators=(",", ":"))
                     before = raw.encode("utf-8") if isinstance(raw, str) else raw
                     self._check_size(document, before)

@@ -59,9 +59,12 @@ class IdleBody(BaseModel):
     modelAskedQuestion: bool = Field(default=False, strict=True)
 
 
+MAX_TOOL_NAME = 256  # a tool's name is kept in the function state (toolsObserved)
+
+
 class ToolBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, strict=True)
+    name: str = Field(min_length=1, max_length=MAX_TOOL_NAME, strict=True)
     args: Any = None
     output: Any = None
 
@@ -332,8 +335,8 @@ def post_tool(session_id: str, request: Request, body: ToolIn) -> JSONResponse:
         injects, _ = function_store(request).update(
             session_id, lambda rt: machine.tool_after(rt, body.name, body.args, body.output)
         )
-    except SessionFull as exc:
-        return session_full(exc)
+    except SessionFull as exc:  # the name is bounded: what grew the state past a cap came with the args
+        return session_full(exc, "args")
     return JSONResponse({"injects": injects})
 
 

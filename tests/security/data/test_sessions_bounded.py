@@ -198,3 +198,28 @@ def test_function_state_and_dmail_are_bounded(
     assert dmail.status_code == 413
     assert _error(dmail)["code"] == "session_full" and _error(dmail)["field"] == "message"
     assert not redis_client.exists(keys.dmail(session_scope("fn")))
+
+
+def test_a_captured_artifact_is_held_to_the_artifact_cap(
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A signal's or a tool call's payload captured as an artifact (``approval_request``,
+    ``__signal_payload``) was stored at 100 KB past a 5 KB artifact cap that a written artifact is held to: now
+    413 naming the payload, nothing stored."""
+    client = app_client(functions_dir=str(FUNCTIONS), max_message_bytes=5000)
+    assert client.put("/v1/sessions/cap", json={"functions": ["approval"]}).status_code == 200
+    state_key = keys.functions_state(session_scope("cap"))
+    before = redis_client.get(state_key)
+    payload = {"plan": "x" * 10_000}
+    signalled = client.post("/v1/sessions/cap/signal", json={"type": "need_approval", "payload": payload})
+    assert signalled.status_code == 413, signalled.text
+    assert _error(signalled)["field"] == "payload" and "approval_request" in _error(signalled)["message"]
+    tool = client.post(
+        "/v1/sessions/cap/tool", json={"name": "signal", "args": {"type": "answer", "payload": payload}}
+    )
+    assert tool.status_code == 413 and _error(tool)["field"] == "args", tool.text
+    assert redis_client.get(state_key) == before
+    small = client.post("/v1/sessions/cap/signal", json={"type": "need_approval", "payload": {"plan": "p"}})
+    assert small.status_code == 200
+    long_name = client.post("/v1/sessions/cap/tool", json={"name": "t" * 300})
+    assert long_name.status_code == 422 and _error(long_name)["field"] == "name"
