@@ -17,6 +17,7 @@ refreshes the TTL of all of the session's keys (:func:`session_keys`) in the sam
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 RECORD_ROLES = ("_checkpoint", "_usage", "_system_prompt")
+INCARNATION = "incarnation"  # the settings hash's field: SessionStore.incarnation
 
 
 def session_scope(session_id: str) -> str:
@@ -235,6 +237,17 @@ class SessionStore:
             agent_id=data.get("agentId"),
             topic_id=data.get("topicId"),
         )
+
+    def incarnation(self, session_id: str) -> str:
+        """A token the session keeps for its life (made at the first ask, in its settings hash): the source ids
+        of its records carry it, so a session made again under the same id (after an erasure, or expiry) does
+        not meet its earlier life's records in the dedupe window. Of two racing first asks, one token wins."""
+        key = self.keys.session(session_scope(session_id))
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hsetnx(key, INCARNATION, secrets.token_hex(4))
+        pipe.expire(key, self.limits.session_ttl_s)  # a write just refreshed every key of the session
+        pipe.hget(key, INCARNATION)
+        return _s(pipe.execute()[2])
 
     def claim(self, session_id: str, user_id: str) -> bool:
         """Make a session that does not exist yet (no key at all) ``user_id``'s; False when it exists."""

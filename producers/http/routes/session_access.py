@@ -151,14 +151,18 @@ def record_event(
 ) -> str | None:
     """Every tool call that changes the session is also a source event on the session's scope. Called after the
     change: None, or the code of the record's refusal for the answer's ``Agent-Signal-Record-Error``
-    (producers/http/records.py)."""
+    (producers/http/records.py). ``source_id`` (``<kind>:<session>:<seq>``) gets the session's incarnation
+    before its sequence: the sequence starts again with a session made again under the same id."""
     try:
-        settings = session_store(request).get_settings(session_id)
+        store = session_store(request)
+        settings = store.get_settings(session_id)
+        incarnation = store.incarnation(session_id)
     except RedisError as exc:  # the change is made: a store failing now is the record's, not the answer's
         return refused(request, source_type, "store_unavailable", f" ({type(exc).__name__})")
+    head, _, seq = source_id.rpartition(":")
     event: dict[str, Any] = {
         "sourceType": source_type,
-        "sourceId": source_id,
+        "sourceId": f"{head}:{incarnation}:{seq}",
         "scopeKey": session_scope(session_id),
         "payload": {"sessionId": session_id, **payload},
     }

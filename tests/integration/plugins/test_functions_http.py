@@ -93,8 +93,13 @@ class TestSignalTool:
         with TestClient(create_web_app(settings)) as client:
             SessionClient(client=client).signal("ev", "progress", {"pct": 10})
             producer = client.app.state.producer  # type: ignore[attr-defined]
+            (record,) = client.get("/v1/events", params={"sourceType": "agent.signal.emitted"}).json()[
+                "events"
+            ]
+            # the source id: signal:<session>:<its incarnation>:<its first recorded call>
+            assert record["chainId"].startswith("chain:signal:ev:") and record["chainId"].endswith(":1")
             chain = wait_for(
-                lambda: producer.store.get_chain(producer.keys, "chain:signal:ev:1"), what="the chain"
+                lambda: producer.store.get_chain(producer.keys, record["chainId"]), what="the chain"
             )
         assert chain["envelope"]["source"]["sourceType"] == "agent.signal.emitted"
         assert chain["envelope"]["source"]["scopeKey"] == "session:ev"

@@ -235,3 +235,26 @@ def test_a_session_is_erased_by_whom_it_names_not_by_who_sent_its_events(make_se
         alices = client.get("/v1/sessions/s-to-alice/context").json()["messages"]
         assert alices == []
         assert client.get("/v1/sessions/s-to-alice").json().get("userId") is None
+
+
+def test_a_session_made_again_after_an_erasure_records_its_tool_calls(make_settings: Any) -> None:
+    """A session's records were numbered by counters the erasure deleted, so the session made again under the
+    same id recorded ``signal:<id>:1`` again: a duplicate of the erased user's tombstone, silently dropped for
+    the dedupe window, for whichever user came next. Source ids now carry the session's incarnation."""
+    with TestClient(create_web_app(make_settings())) as client:
+
+        def signal_record() -> dict[str, Any]:
+            assert client.put("/v1/sessions/s-again", json={"userId": "alice"}).status_code == 200
+            answered = client.post(
+                "/v1/sessions/s-again/signal", json={"type": "progress", "payload": {"n": 1}}
+            )
+            assert answered.status_code == 200 and "agent-signal-record-error" not in answered.headers
+            listed = client.get("/v1/events", params={"sourceType": "agent.signal.emitted"}).json()["events"]
+            return {e["eventId"]: e for e in listed}
+
+        first = signal_record()
+        assert client.delete("/v1/users/alice").status_code == 200
+        second = signal_record()
+        assert len(first) == 1 and len(second) == 2, (first, second)
+        (new,) = set(second) - set(first)
+        assert second[new]["userId"] == "alice" and second[new]["sourceId"] != ""
