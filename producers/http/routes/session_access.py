@@ -36,8 +36,9 @@ from sessions.store import SessionFull, SessionLimits, SessionStore, UserQuotaEx
 __all__ = ["SESSION_ID", "SESSION_ID_RULE", "SessionId", "function_store", "session_access", "session_store"]
 
 
-SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
-SESSION_ID_RULE = "1-200 of A-Z a-z 0-9 . _ : -"
+# "." and ".." are path segments a URL resolves away: /v1/sessions/./context reached /v1/sessions/context
+SESSION_ID = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._:\-]{1,200}$")
+SESSION_ID_RULE = "1-200 of A-Z a-z 0-9 . _ : -, and not . or .."
 
 
 def check_session_id(value: str) -> str:

@@ -210,7 +210,7 @@ def get_session(session_id: str, request: Request) -> JSONResponse:
 def post_messages(session_id: str, request: Request, body: MessagesIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
-    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    messages = [m.model_dump(exclude_unset=True) for m in body.messages]
     try:
         return JSONResponse({"length": session_store(request).append(session_id, messages, body.tokenCount)})
     except SessionFull as exc:
@@ -280,7 +280,7 @@ def post_compact(session_id: str, request: Request, body: CompactIn) -> JSONResp
     enabled = store.get_settings(session_id).dmail_enabled
     try:
         store.compact(
-            session_id, [m.model_dump(exclude_none=True) for m in body.messages], add_user_message=enabled
+            session_id, [m.model_dump(exclude_unset=True) for m in body.messages], add_user_message=enabled
         )
     except SessionFull as exc:
         return session_full(exc)

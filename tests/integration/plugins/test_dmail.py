@@ -438,3 +438,27 @@ class TestEventsAndReceipt:
             assert json.dumps(sent["envelope"]["source"]["payload"]["message"]) == json.dumps(
                 "Skip the README, the bug is in foo.py."
             )
+
+
+def test_a_message_keeps_the_nulls_it_was_sent_with(client: TestClient) -> None:
+    """An assistant message with ``content: null`` (OpenAI's shape for a tool call) lost its ``content`` and
+    every other null field; fields never sent are still not added."""
+    sid = _session(client, "nulls")
+    call = {
+        "role": "assistant",
+        "content": None,
+        "name": None,
+        "tool_calls": [{"id": "c1", "type": "function"}],
+    }
+    _msg(client, sid, call, U("plain"))
+    assert _context(client, sid)["messages"] == [call, U("plain")]
+
+
+@pytest.mark.parametrize("session_id", [".", ".."])
+def test_a_dot_segment_is_not_a_session_id(client: TestClient, session_id: str) -> None:
+    """``.`` and ``..`` are resolved away by URLs (``/v1/sessions/./context`` is ``/v1/sessions/context``): a
+    client that sends them as they are gets a 422 naming ``sessionId``."""
+    encoded = session_id.replace(".", "%2E")  # as sent, not resolved (the door decodes it to the id)
+    answer = client.get(f"/v1/sessions/{encoded}/context")
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["field"] == "sessionId"
