@@ -265,9 +265,16 @@ def post_activate(session_id: str, request: Request, body: NameIn) -> JSONRespon
     **body_route(NameBody, examples={"escalation": example("A function by name", {"name": "escalation"})}),
 )
 def post_deactivate(session_id: str, request: Request, body: NameIn) -> JSONResponse:
+    """Ends a function (its state and ledger stay); a name that is neither defined nor active is a 422, as for
+    activate (a function active from a definition since removed can still be ended)."""
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
+    if (
+        body.name not in machine.definitions
+        and body.name not in function_store(request).load(session_id).active
+    ):
+        return error_response(422, "unknown_function", f"unknown function {body.name!r}", "name")
     _, runtime = function_store(request).update(session_id, lambda rt: machine.deactivate(rt, body.name))
     return JSONResponse(_state(runtime))
 

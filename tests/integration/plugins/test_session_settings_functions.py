@@ -63,3 +63,17 @@ def test_the_settings_answer_the_locked_set_as_it_stands(
     assert client.put("/v1/sessions/s-lock", json={"functions": []}).json()["functions"] == []
     stored = json.loads(redis_client.get(keys.functions_state(session_scope("s-lock"))) or "{}")
     assert stored["locked"] == []
+
+
+def test_deactivating_a_function_nobody_defined_is_refused_as_activating_it_is(client: TestClient) -> None:
+    for route in ("activate", "deactivate"):
+        answer = client.post(f"/v1/sessions/s-ghost/functions/{route}", json={"name": "ghost"})
+        assert answer.status_code == 422, (route, answer.text)
+        assert (
+            answer.json()["error"]["code"] == "unknown_function" and answer.json()["error"]["field"] == "name"
+        )
+    assert (
+        client.post("/v1/sessions/s-ghost/functions/activate", json={"name": "approval"}).status_code == 200
+    )
+    ended = client.post("/v1/sessions/s-ghost/functions/deactivate", json={"name": "approval"})
+    assert ended.status_code == 200 and ended.json()["active"] == []
