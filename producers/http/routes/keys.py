@@ -113,8 +113,9 @@ def list_keys(
     principal: Annotated[Principal, Depends(require("admin"))],
     tenant: str | None = None,
 ) -> JSONResponse:
-    """The keys of the caller's tenant (or ``tenant``, for the root credentials), without secrets."""
-    wanted = _tenant_for(principal, tenant)
+    """The keys of the caller's tenant, without secrets; the root credentials list ``tenant``'s, or without it
+    every tenant's (as ``agent-signal keys list`` does against the store)."""
+    wanted = None if tenant is None and is_root(principal) else _tenant_for(principal, tenant)
     return JSONResponse({"keys": [r.public() for r in credentials_of(request).list(wanted)]})
 
 

@@ -136,6 +136,17 @@ class TestKeysOverHttp:
         assert gone.status_code == 200 and "revokedAt" in gone.json()
         assert client.get("/v1/test-whoami", headers=bearer(created["key"])).status_code == 401
 
+    def test_the_bootstrap_key_lists_every_tenants_keys_without_a_tenant(self, client: TestClient) -> None:
+        """Over HTTP the bootstrap key without ``?tenant`` listed tenant default's keys only, while ``keys list``
+        against the store listed every tenant's: the same command answered two ways by target."""
+        acme, globex = create_key(client, "admin", tenant="acme"), create_key(client, "read", tenant="globex")
+        listed = client.get("/v1/keys", headers=ROOT_AUTH).json()["keys"]
+        assert {k["tenant"] for k in listed} >= {"acme", "globex"}
+        only = client.get("/v1/keys", params={"tenant": "acme"}, headers=ROOT_AUTH).json()["keys"]
+        assert {k["tenant"] for k in only} == {"acme"}
+        assert {k["tenant"] for k in client.get("/v1/keys", headers=bearer(acme)).json()["keys"]} == {"acme"}
+        assert globex not in str(listed)
+
     def test_an_empty_tenant_is_a_422_not_the_callers(self, client: TestClient) -> None:
         """``"tenant": ""`` made a key of the caller's tenant (read as absent); it names the field now."""
         admin = create_key(client, "admin", tenant="acme")
