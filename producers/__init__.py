@@ -3,13 +3,15 @@
 ``Producer(settings)`` enqueues straight to Redis and the broker; ``HttpProducer(url)`` goes through
 ``POST /v1/events``. Both offer ``enqueue(event)`` and ``enqueue_many(events)`` and raise
 :class:`InvalidEvent` (with ``.error.code/.message/.field``) for bad input, enqueuing nothing, and
-:class:`StoreUnavailable` when Redis is full or unreachable (a refused batch is stored not at all; retry later).
+:class:`StoreUnavailable` when Redis is full or unreachable (a refused batch is stored not at all; retry later),
+and :class:`OverLimit` for a limit or a quota (``retry_after_s`` 0 when waiting will not help).
 ``SessionClient(url)`` is the SDK for agent runtimes (the signal tool, D-Mail, context, functions).
 The SDK lives in ``producers/sdk/``, the HTTP app in ``producers/http/``, the CLI in ``producers/cli/`` and
 the browser UI's files in ``producers/ui/``.
 """
 
 from producers.sdk import HttpProducer, Producer, SessionClient
+from worker.core.errors import OverLimit
 from worker.intake.source_event import EnqueueResult, EventError, InvalidEvent, SourceEvent, StoreUnavailable
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "EventError",
     "HttpProducer",
     "InvalidEvent",
+    "OverLimit",
     "Producer",
     "SessionClient",
     "SourceEvent",

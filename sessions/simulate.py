@@ -5,12 +5,14 @@ Each line of the script is one step (CONTRACT.md): ``activate``, ``deactivate``,
 ``{"step", "result", "functions", "artifacts"}``; ``result`` is the signal tool's text for signal steps (the
 runtime guard's message for an unknown type: the script goes on), the continuation decision for idle steps,
 else null. A step that cannot be understood is reported on stderr naming its line, and produces a line
-whose ``result`` is ``{"error": ...}`` so the numbering stays aligned.
+whose ``result`` is ``{"error": ...}`` so the numbering stays aligned. A line holding ``NaN`` or ``Infinity``
+(not JSON) or nesting deeper than the decoder reads is such a step too, so every output line is JSON.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.signals import UnrecognizedSignalType
 
-__all__ = ["SimulationError", "run_script"]
+__all__ = ["SimulationError", "loads_step", "run_script"]
 
 
 class SimulationError(ValueError):
@@ -115,8 +117,31 @@ def _apply(machine: FunctionMachine, rt: SessionRuntime, step: Any) -> Any:
     return handler(machine, rt, body)
 
 
-def run_script(machine: FunctionMachine, lines: Iterable[str]) -> Iterator[tuple[dict[str, Any], str | None]]:
-    """Yield (output line, error) for each non-blank script line."""
+def _refuse_constant(literal: str) -> Any:
+    raise SimulationError(f"{literal} is not JSON: numbers must be finite (no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise SimulationError(f"{text[:40]} is not JSON: numbers must be finite (no NaN or Infinity)")
+    return value
+
+
+_STRICT = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+def loads_step(line: str) -> Any:
+    """One script line as JSON: ValueError when it is not JSON, NaN, Infinity and ``1e999`` included (the output
+    line could not hold them); RecursionError when it nests deeper than the decoder reads."""
+    return _STRICT.decode(line)
+
+
+def run_script(
+    machine: FunctionMachine, lines: Iterable[str], *, parse: Callable[[str], Any] = loads_step
+) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """Yield (output line, error) for each non-blank script line; ``parse`` reads a line (ValueError or
+    RecursionError: that line's error)."""
     rt = SessionRuntime()
     index = 0
     for number, line in enumerate(lines, start=1):
@@ -124,10 +149,13 @@ def run_script(machine: FunctionMachine, lines: Iterable[str]) -> Iterator[tuple
             continue
         error = None
         try:
-            result = _apply(machine, rt, json.loads(line))
+            result = _apply(machine, rt, parse(line))
         except ValueError as exc:  # JSON errors and SimulationError
             error = f"line {number}: {exc}"
             result = {"error": str(exc)}
+        except RecursionError:  # nested deeper than the decoder reads: this line only
+            error = f"line {number}: nested too deep to read"
+            result = {"error": "nested too deep to read"}
         yield (
             {
                 "step": index,

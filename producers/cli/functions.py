@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from sessions.fsm import FunctionMachine
 from sessions.functions import FunctionLoadError, load_function_dir
@@ -45,9 +47,26 @@ def run_simulate(directory: str, script: str) -> int:
         return 2
     failed = False
     with stream:
-        for output, error in run_script(FunctionMachine(defs, session_id="simulation"), stream):
+        machine = FunctionMachine(defs, session_id="simulation")
+        for output, error in run_script(machine, stream, parse=_step_parser()):
             if error:
                 failed = True
                 print(error, file=sys.stderr)
-            sys.stdout.write(json.dumps(output, ensure_ascii=False) + "\n")
+            sys.stdout.write(json.dumps(output, ensure_ascii=False, allow_nan=False) + "\n")
     return 1 if failed else 0
+
+
+def _step_parser() -> Callable[[str], Any]:
+    """A script line read as the HTTP door reads a body (producers/http/strict_json.py): ValueError naming the
+    field for ``NaN``, ``Infinity`` or a lone surrogate, or for nesting deeper than the door takes; so every
+    output line is JSON that can be written."""
+    from producers.http.strict_json import loads_strict, nested_deeper_than
+    from producers.http.web_common import MAX_JSON_DEPTH
+
+    def parse(line: str) -> Any:
+        raw = line.encode("utf-8")
+        if nested_deeper_than(raw, MAX_JSON_DEPTH):
+            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        return loads_strict(raw)
+
+    return parse

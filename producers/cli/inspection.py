@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from producers.cli.console import add_discard_command
@@ -16,6 +17,11 @@ from producers.cli.direct import direct_producer
 from producers.cli.target import Api, Target, add_target_options, quote_id, resolve_target
 
 __all__ = ["add_inspection_commands"]
+
+# The bounds of GET /v1/dlq's offset and limit (producers/http/routes/ops.py: a 422 over HTTP), kept here too so
+# that straight to Redis the flags mean the same (the store would read --limit 0 as "all", -1 as "all but one").
+MAX_DLQ_OFFSET = 1_000_000
+MAX_DLQ_LIMIT = 500
 
 
 def _producer(tenant: str | None) -> Any:
@@ -128,11 +134,26 @@ def _dlq_direct(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
-    if args.dlq_command == "redrive" and not args.all and not args.ids:
-        print("agent-signal dlq redrive: give event ids or --all", file=sys.stderr)
+    if args.dlq_command == "redrive" and bool(args.ids) == bool(args.all):
+        print("agent-signal dlq redrive: give event ids or --all (not both)", file=sys.stderr)
         return 2
     target = resolve_target(args)
     return _dlq_http(args, target) if target.http else _dlq_direct(args)
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    """argparse's type for a whole number from ``low`` to ``high`` (else a usage error naming the flag, exit 2)."""
+
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not in {low}..{high}")
+        return value
+
+    return whole_number
 
 
 def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -152,8 +173,8 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     dsub = p.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
     d = dsub.add_parser("list", help="dead events with payload, attempts and last error")
     d.add_argument("--json", action="store_true")
-    d.add_argument("--offset", type=int, default=0)
-    d.add_argument("--limit", type=int, default=100)
+    d.add_argument("--offset", type=_bounded(0, MAX_DLQ_OFFSET), default=0, help=f"0..{MAX_DLQ_OFFSET:,}")
+    d.add_argument("--limit", type=_bounded(1, MAX_DLQ_LIMIT), default=100, help=f"1..{MAX_DLQ_LIMIT}")
     add_target_options(d)
     d = dsub.add_parser("redrive", help="requeue dead events: IDs, or --all")
     d.add_argument("ids", nargs="*")

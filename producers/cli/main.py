@@ -6,6 +6,7 @@ Settings come from the environment (docs/settings.md). Logs go to stderr; machin
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -19,9 +20,11 @@ from producers.cli.keys import add_keys_command
 from producers.cli.migrate import add_migrate_command
 from producers.cli.probe import add_probe_commands
 from producers.cli.pseudonym import add_pseudonym_command
-from producers.cli.target import CliError
+from producers.cli.target import CliError, transport_reason
 
 __all__ = ["main"]
+
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a command whose reader went away
 
 
 # ---- inspect, status, dlq ----------------------------------------------------------------------------
@@ -150,7 +153,39 @@ def _add_functions_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    verb = " ".join(
+    verb = _verb(args)
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, not at exit: a reader gone meanwhile is a BrokenPipeError we can handle
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+    except KeyboardInterrupt:
+        return 130
+    except CliError as exc:
+        print(f"agent-signal {verb}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except httpx.TransportError as exc:  # a request outside the verbs' own handling: still one line
+        print(
+            f"agent-signal {verb}: cannot reach the server ({transport_reason(exc)}); is the stack running? "
+            "(make run)",
+            file=sys.stderr,
+        )
+        return 2
+    except Exception as exc:  # a clear one-line error, never a stack trace, for operator mistakes
+        from worker.settings import SettingsError
+
+        if isinstance(exc, SettingsError | ValueError | ConnectionError | OSError | httpx.InvalidURL) or type(
+            exc
+        ).__module__.startswith("redis"):
+            print(f"agent-signal {verb}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _verb(args: argparse.Namespace) -> str:
+    """The words of the verb run (``dlq list``), for its error lines."""
+    return " ".join(
         v
         for v in (
             args.command,
@@ -165,25 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if v
     )
-    try:
-        return int(args.func(args))
-    except KeyboardInterrupt:
-        return 130
-    except CliError as exc:
-        print(f"agent-signal {verb}: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except httpx.TransportError as exc:  # a request outside the verbs' own handling: still one line
-        print(
-            f"agent-signal {verb}: cannot reach the server ({exc}); is the stack running? (make run)",
-            file=sys.stderr,
-        )
-        return 2
-    except Exception as exc:  # a clear one-line error, never a stack trace, for operator mistakes
-        from worker.settings import SettingsError
 
-        if isinstance(exc, SettingsError | ValueError | ConnectionError | OSError) or type(
-            exc
-        ).__module__.startswith("redis"):
-            print(f"agent-signal {verb}: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 2
-        raise
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe (``| head``): the rest of the output goes to /dev/null, quietly, and the
+    exit code is the shell's for a command stopped by SIGPIPE (128 + 13), as ``yes | head`` reports it. The
+    recipe of the Python docs (signal module, "Note on SIGPIPE"): Python would otherwise fail flushing at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return SIGPIPE_EXIT

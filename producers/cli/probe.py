@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from producers.cli.target import CliError, bearer_token, transport_reason
 from worker.runtime import heartbeat_file
 
 __all__ = ["add_probe_commands", "drain", "probe_web", "probe_worker", "readyz_url"]
@@ -55,13 +56,20 @@ def readyz_url(host: str, port: int) -> str:
 def probe_web(
     url: str, token: str | None, timeout_s: float, transport: httpx.BaseTransport | None = None
 ) -> tuple[int, str]:
-    """(exit code, line) for ``GET url`` with ``token`` as the bearer."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    """(exit code, line) for ``GET url`` with ``token`` as the bearer (the whitespace around it dropped; one
+    holding a space or a control character is not sent, and the line says so without quoting it)."""
+    try:
+        bearer = bearer_token(token, "AGENT_SIGNAL_TOKEN or the bootstrap key") if token else None
+    except CliError as exc:
+        return 1, f"{url}: not probed: {exc}"
+    headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
     try:
         with httpx.Client(timeout=timeout_s, transport=transport) as client:
             response = client.get(url, headers=headers)
+    except httpx.TransportError as exc:  # transport_reason never quotes the request's headers
+        return 1, f"{url}: {type(exc).__name__}: {transport_reason(exc)}"
     except httpx.HTTPError as exc:
-        return 1, f"{url}: {type(exc).__name__}: {exc}"
+        return 1, f"{url}: {type(exc).__name__}"
     if response.status_code == 200:
         return 0, f"{url}: ready"
     try:

@@ -10,9 +10,12 @@ Every verb that reads or changes state resolves one :class:`Target`, in this ord
 Verbs that exist over HTTP only (the console's: producers/cli/console/) skip step 3.
 
 The bearer credential is ``--token``, else ``AGENT_SIGNAL_TOKEN``, else the deprecated
-``AGENT_SIGNAL_API_TOKEN``; a stack with no credential configured, on loopback, needs none. Failures are
-:class:`CliError` (one line on stderr and an exit code, never a traceback): a server that cannot be reached is
-exit 2, an HTTP error answer prints its ``message`` and ``field`` and is exit 1. Tokens are sent, never printed.
+``AGENT_SIGNAL_API_TOKEN``; a stack with no credential configured, on loopback, needs none. Whitespace around it
+(the CR of ``"$(cat key.txt)"`` from a CRLF file) is dropped; one holding a space, a control character or
+non-ASCII is refused naming where it came from. Failures are :class:`CliError` (one line on stderr and an exit
+code, never a traceback): a URL that is not one, a bad credential and a server that cannot be reached are exit 2,
+an HTTP error answer prints its ``message`` and ``field`` and is exit 1. Tokens are sent, never printed (nor
+the text of a failed request, which may quote its headers).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ __all__ = [
     "CliError",
     "Target",
     "add_target_options",
+    "bearer_token",
+    "checked_url",
     "format_http_error",
     "http_error_message",
     "quote_id",
@@ -89,39 +94,80 @@ def _env(name: str) -> str | None:
 def resolve_target(
     args: argparse.Namespace, *, tenant_is_direct: bool = True, http_only: bool = False
 ) -> Target:
-    """The target of this invocation (module doc); raises CliError when there is none, or when ``--tenant``
-    (a direct-Redis option when ``tenant_is_direct``) is given with an HTTP target. With ``http_only`` the
-    target is always an HTTP API (``REDIS_URL`` is not one)."""
-    from producers.cli.stack import read_stack, stack_path
-
-    otherwise = "" if http_only else " or REDIS_URL"
-    token = getattr(args, "token", None) or _env("AGENT_SIGNAL_TOKEN") or _env("AGENT_SIGNAL_API_TOKEN")
-    if getattr(args, "url", None):
-        target = Target(args.url, token, "--url")
-    elif _env("AGENT_SIGNAL_URL"):
-        target = Target(_env("AGENT_SIGNAL_URL"), token, "AGENT_SIGNAL_URL")
-    else:
-        path = stack_path()
-        stack = read_stack(path)
-        if stack is not None and stack.running:
-            target = Target(stack.url, token, f"the stack file {path}")
-        elif not http_only and (_env("REDIS_URL") or _env("AGENT_SIGNAL_REDIS_URL")):
-            return Target(None)
-        elif stack is not None:
-            raise CliError(
-                f"the stack file {path} names process {stack.pid}, which is not running; start the stack "
-                f"(make run), or give --url URL (AGENT_SIGNAL_URL){otherwise}"
-            )
-        else:
-            raise CliError(
-                "no stack found: start one in this checkout (make run), or give --url URL "
-                f"(AGENT_SIGNAL_URL){otherwise}"
-            )
+    """The target of this invocation (module doc); raises CliError when there is none, when its URL or
+    credential is unusable, or when ``--tenant`` (a direct-Redis option when ``tenant_is_direct``) is given with
+    an HTTP target. With ``http_only`` the target is always an HTTP API (``REDIS_URL`` is not one)."""
+    found = _http_url(args, http_only)
+    if found is None:
+        return Target(None)
+    url, via = found
+    target = Target(url, _credential(args), via)
     if tenant_is_direct and getattr(args, "tenant", None):
         raise CliError(
             f"--tenant is for direct Redis access; over HTTP ({target.via}) the credential decides"
         )
     return target
+
+
+def _http_url(args: argparse.Namespace, http_only: bool) -> tuple[str, str] | None:
+    """(URL, where it came from) of the HTTP target, or None for straight to ``REDIS_URL``."""
+    from producers.cli.stack import read_stack, stack_path
+
+    for url, via in ((getattr(args, "url", None), "--url"), (_env("AGENT_SIGNAL_URL"), "AGENT_SIGNAL_URL")):
+        if url:
+            return checked_url(url, via), via
+    otherwise = "" if http_only else " or REDIS_URL"
+    path = stack_path()
+    stack = read_stack(path)
+    if stack is not None and stack.running:
+        return stack.url, f"the stack file {path}"
+    if not http_only and (_env("REDIS_URL") or _env("AGENT_SIGNAL_REDIS_URL")):
+        return None
+    if stack is not None:
+        raise CliError(
+            f"the stack file {path} names process {stack.pid}, which is not running; start the stack "
+            f"(make run), or give --url URL (AGENT_SIGNAL_URL){otherwise}"
+        )
+    raise CliError(
+        f"no stack found: start one in this checkout (make run), or give --url URL (AGENT_SIGNAL_URL){otherwise}"
+    )
+
+
+def _credential(args: argparse.Namespace) -> str | None:
+    """The bearer credential of this invocation (module doc), checked by :func:`bearer_token`."""
+    for value, source in (
+        (getattr(args, "token", None), "--token"),
+        (_env("AGENT_SIGNAL_TOKEN"), "AGENT_SIGNAL_TOKEN"),
+        (_env("AGENT_SIGNAL_API_TOKEN"), "AGENT_SIGNAL_API_TOKEN"),
+    ):
+        if value:
+            return bearer_token(value, source)
+    return None
+
+
+def bearer_token(token: str, source: str) -> str | None:
+    """``token`` without the whitespace around it (None when nothing is left); CliError (exit 2) naming
+    ``source``, never quoting the secret, when it holds a space, a control character or non-ASCII, which an
+    ``Authorization`` header cannot carry."""
+    stripped = token.strip()
+    if any(not "!" <= char <= "~" for char in stripped):
+        raise CliError(
+            f"{source} holds a space, a control character or a non-ASCII character, which a bearer credential "
+            "cannot carry (the value is not shown)"
+        )
+    return stripped or None
+
+
+def checked_url(url: str, source: str) -> str:
+    """``url`` when it is an http(s) URL with a host; else CliError (exit 2) naming ``source`` (``--url``,
+    ``AGENT_SIGNAL_URL``), e.g. for ``http://localhost:800o``."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise CliError(f"{source} is not a valid URL ({exc}); give http://HOST:PORT") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise CliError(f"{source} must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000")
+    return url
 
 
 def display_url(url: str) -> str:
@@ -143,6 +189,8 @@ def transport_reason(exc: httpx.TransportError) -> str:
     """A few words for why a request did not get an answer."""
     if isinstance(exc, httpx.TimeoutException):
         return "timed out"
+    if isinstance(exc, httpx.LocalProtocolError):  # its text may quote a header of ours: the credential
+        return "the request could not be sent (LocalProtocolError)"
     text = str(exc) or type(exc).__name__
     lowered = text.lower()
     if "refused" in lowered:

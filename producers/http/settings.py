@@ -64,6 +64,13 @@ class DoorSettings(PluginSettings):
         default=500, ge=0
     )  # one tenant's open streams, all web processes (0: none)
 
+    @field_validator("bootstrap_key", "api_token", mode="before")
+    @classmethod
+    def _without_surrounding_space(cls, value: object) -> object:
+        """The newline or CR a secret file or ``"$(cat key.txt)"`` leaves: no client could send it (a header
+        cannot carry it), and the CLI sends the key without it."""
+        return value.strip() if isinstance(value, str) else value
+
     @field_validator("ops_open", mode="before")
     @classmethod
     def _no_loopback(cls, value: object) -> object:

@@ -24,14 +24,15 @@ def redrive_events(
     bodies: Mapping[str, str] | None = None,
     tenant: str | None = None,
 ) -> dict[str, Any]:
-    """Requeue the given dead events (all of them when ``event_ids`` is None), each at its scope's tail.
+    """Requeue the given dead events (all of them when ``event_ids`` is None; an id given twice counts once), each
+    at its scope's tail.
 
     The event keeps its id and dedupe record; its attempts restart at 0; actions it already applied stay
     applied (their idempotency lanes are untouched), so a redrive can only finish what failed. ``bodies``
     (from :func:`edited_bodies`) replace the stored events of those ids. ``tenant``: the producer's by default.
     """
     store, keys = producer.store, producer.store.keys.for_tenant(tenant or producer.tenant)
-    ids = list(event_ids) if event_ids is not None else store.dlq_ids(keys)
+    ids = list(dict.fromkeys(event_ids)) if event_ids is not None else store.dlq_ids(keys)
     redriven: list[str] = []
     not_dead: list[str] = []
     scheduled: set[str] = set()

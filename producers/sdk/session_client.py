@@ -5,6 +5,9 @@ client.configure("s1", dmailEnabled=True, functions=["approval"])
 client.signal("s1", "need_approval", {"plan": "..."})    # -> the signal tool's text
 client.send_dmail("s1", "read lines 120-180 only", 3)     # -> {"isError", "output", "message", "brief"}
 client.end_step("s1", rejected_without_feedback=False)    # -> {"outcome", ...}
+
+An error answer raises: ``StoreUnavailable`` for a 503 and ``OverLimit`` for a 429, both with ``retry_after_s``
+(the answer's Retry-After), else ``InvalidEvent`` naming the field.
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ from typing import Any
 
 import httpx
 
-from worker.intake.source_event import EventError, InvalidEvent
+from worker.core.errors import OverLimit
+from worker.intake.source_event import EventError, InvalidEvent, StoreUnavailable
 
 __all__ = ["RECORD_ERROR_HEADER", "SessionClient"]
 
 log = logging.getLogger(__name__)
 
 RECORD_ERROR_HEADER = "Agent-Signal-Record-Error"  # the door's (producers/http/records.py)
+DEFAULT_RETRY_AFTER_S = 5  # a 503 without a Retry-After in seconds: StoreUnavailable's own default
 
 
 class SessionClient:
@@ -40,16 +45,17 @@ class SessionClient:
     refused (the user's quota, a full inbox; the code). Also logged as a warning."""
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
+        session_id = path.split("/")[3]
+        if session_id in (".", ".."):  # a URL resolves it away: /v1/sessions/./context is another session's
+            raise InvalidEvent(
+                EventError(code="invalid_id", message="a session id may not be . or ..", field="sessionId")
+            )
         response = self.http.request(method, path, json=body)
         self.last_record_error = response.headers.get(RECORD_ERROR_HEADER)
         if self.last_record_error is not None:
             log.warning("%s %s: done, but its record was refused (%s)", method, path, self.last_record_error)
         if response.status_code >= 400:
-            try:
-                error = EventError.model_validate(response.json()["error"])
-            except (ValueError, KeyError):
-                error = EventError(code=f"http_{response.status_code}", message=response.text[:200])
-            raise InvalidEvent(error, status_code=response.status_code)
+            raise _error_of(response)
         return response.json()
 
     # settings and context
@@ -112,3 +118,25 @@ class SessionClient:
 
     def close(self) -> None:
         self.http.close()
+
+
+def _error_of(response: httpx.Response) -> Exception:
+    """The exception for an error answer, with the SDK's types for events: a 503 is :class:`StoreUnavailable`
+    (as :class:`~producers.sdk.producer.HttpProducer` raises it; retry after ``retry_after_s``), a 429 is
+    :class:`OverLimit` (as the direct Producer raises a limit; ``what`` is the answer's code, ``quota_exceeded``,
+    ``rate_limited``…; ``retry_after_s`` 0 when waiting does not help), any other is :class:`InvalidEvent`
+    naming the field."""
+    try:
+        error = EventError.model_validate(response.json()["error"])
+    except (ValueError, KeyError, TypeError):
+        error = EventError(code=f"http_{response.status_code}", message=response.text[:200])
+    retry_after = response.headers.get("retry-after", "")
+    if response.status_code == 503:
+        wait_s = int(retry_after) if retry_after.isdigit() else DEFAULT_RETRY_AFTER_S
+        return StoreUnavailable(
+            error.message or "the store is unavailable; retry later", retry_after_s=wait_s
+        )
+    if response.status_code == 429:
+        wait_s = int(retry_after) if retry_after.isdigit() else 0
+        return OverLimit(error.code, error.message, retry_after_s=wait_s, field=error.field)
+    return InvalidEvent(error, status_code=response.status_code)

@@ -147,6 +147,13 @@ class TestKeysOverHttp:
         assert {k["tenant"] for k in client.get("/v1/keys", headers=bearer(acme)).json()["keys"]} == {"acme"}
         assert globex not in str(listed)
 
+    def test_a_bootstrap_key_read_with_its_line_end_is_the_key_without_it(self, make_settings: Any) -> None:
+        """``AGENT_SIGNAL_BOOTSTRAP_KEY="$(cat key.txt)"`` of a CRLF file kept the CR: no client could send that
+        key (a header cannot carry a CR), and the CLI sends it stripped."""
+        settings = make_settings(bootstrap_key=BOOT + "\r\n", auth_cache_s=0)
+        with TestClient(create_web_app(settings)) as fresh:
+            assert fresh.get("/v1/keys", headers=ROOT_AUTH).status_code == 200
+
     def test_an_empty_tenant_is_a_422_not_the_callers(self, client: TestClient) -> None:
         """``"tenant": ""`` made a key of the caller's tenant (read as absent); it names the field now."""
         admin = create_key(client, "admin", tenant="acme")

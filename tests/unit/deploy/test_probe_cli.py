@@ -85,6 +85,29 @@ class TestProbeWeb:
         )
         assert code == 1 and "ConnectError" in line
 
+    def test_a_key_with_a_trailing_cr_is_sent_without_it_and_never_printed(self) -> None:
+        """A bootstrap key read from a CRLF file goes without its CR; one with a CR inside is not sent, and the
+        line does not quote it; a refused request's text (which quotes its headers) is left out too."""
+        key = "as_bootstrap_" + "k" * 24
+        seen: list[httpx.Request] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            return httpx.Response(200, json={"ready": True})
+
+        url = "http://127.0.0.1:8000/readyz"
+        code, _ = probe_web(url, key + "\r", 1.0, transport=httpx.MockTransport(handler))
+        assert code == 0 and seen[0].headers["authorization"] == f"Bearer {key}"
+        code, line = probe_web(url, key[:8] + "\r" + key[8:], 1.0, transport=httpx.MockTransport(handler))
+        assert code == 1 and len(seen) == 1 and key[8:] not in line
+        assert "AGENT_SIGNAL_TOKEN or the bootstrap key holds a space, a control character" in line
+
+        def illegal(request: httpx.Request) -> httpx.Response:
+            raise httpx.LocalProtocolError(f"Illegal header value b'Bearer {key}'")
+
+        code, line = probe_web(url, key, 1.0, transport=httpx.MockTransport(illegal))
+        assert code == 1 and key not in line and "LocalProtocolError" in line
+
     def test_url_is_loopback_for_a_wildcard_bind(self) -> None:
         """0.0.0.0 and :: are probed on 127.0.0.1 (a loopback Host the app always serves); others as bound."""
         assert readyz_url("0.0.0.0", 8000) == "http://127.0.0.1:8000/readyz"
