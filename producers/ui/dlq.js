@@ -3,9 +3,11 @@
 // or by filter for bulk redrive and discard. Every action says what it did, and a row that was acted on
 // stays in the list and follows its event live (queued, processing, then done or dead again).
 // #/dlq?state=discarded lists discarded events with the reason and time (their audit record).
+// The list comes a page at a time (GET /v1/dlq's offset and limit): "Load more" reads the next page, a refresh
+// re-reads every page shown, and the counts say how many are shown of how many there are.
 "use strict";
 
-const DLQ_FETCH_LIMIT = 500;
+const DLQ_FETCH_LIMIT = 500; // GET /v1/dlq's largest page
 
 function dlqTabs(current) {
   const tab = (state, label) => el("a", { href: state ? `#/dlq?state=${state}` : "#/dlq", class: "tab", "aria-current": current === state ? "page" : null }, label);
@@ -29,7 +31,8 @@ function dlqPage() {
   const redriveAll = el("button", { type: "button", class: "secondary" }, "Redrive all");
   const discardAll = el("button", { type: "button", class: "secondary danger" }, "Discard all");
   const bulkOutcome = outcomeLine({ "data-testid": "dlq-outcome" });
-  const count = el("span", { class: "live" });
+  const count = el("span", { class: "live", "data-testid": "dlq-count" });
+  const more = el("button", { type: "button", class: "secondary", hidden: true }, "Load more");
   const tbody = el("tbody");
   const tableEl = el(
     "table",
@@ -47,10 +50,14 @@ function dlqPage() {
     bulkOutcome,
     el("div", { class: "table-wrap" }, tableEl),
     empty,
+    el("div", { class: "pager" }, more),
   );
 
   let dead = new Map(); // eventId → its DLQ record (the last list read)
   let total = 0;
+  let wanted = DLQ_FETCH_LIMIT; // how many of the list's first entries are read ("Load more" adds a page)
+  let reading = Promise.resolve(); // reads and "Load more" take turns, so neither undoes the other
+  const inTurn = (fn) => (reading = reading.then(fn, fn));
   const tracked = new Map(); // eventId → { record, status, outcome } for rows acted on here
   const rows = new Map(); // eventId → the row's elements
   const selected = new Set();
@@ -117,9 +124,10 @@ function dlqPage() {
 
   function sync() {
     const ids = shownIds();
+    const listed = new Set(ids);
     for (const id of ids) if (!rows.has(id)) rows.set(id, makeRow(id));
     for (const [id, row] of rows) {
-      if (!ids.includes(id) && !tracked.has(id)) { row.tr.remove(); row.detail.remove(); rows.delete(id); selected.delete(id); open.delete(id); }
+      if (!listed.has(id) && !tracked.has(id)) { row.tr.remove(); row.detail.remove(); rows.delete(id); selected.delete(id); open.delete(id); }
     }
     for (const id of ids) {
       const row = rows.get(id);
@@ -133,7 +141,7 @@ function dlqPage() {
     }
     // Put the rows in order without touching those already in place (an open editor keeps its focus).
     const current = [...tbody.children].filter((tr) => tr.dataset.eventId).map((tr) => tr.dataset.eventId);
-    const hidden = [...rows.keys()].filter((id) => !ids.includes(id));
+    const hidden = [...rows.keys()].filter((id) => !listed.has(id));
     for (const id of hidden) { rows.get(id).tr.remove(); rows.get(id).detail.remove(); }
     if (current.join("\n") !== ids.join("\n")) {
       for (const id of ids) tbody.append(rows.get(id).tr, rows.get(id).detail);
@@ -145,7 +153,16 @@ function dlqPage() {
     for (const t of [...types].sort()) if (!have.has(t)) typeFilter.append(el("option", { value: t }, t));
     const followed = [...tracked.values()].filter((t) => t.status !== "dead").length;
     const filtered = typeFilter.value || errorFilter.value.trim();
-    count.textContent = `${total} dead${filtered ? ` · ${ids.filter((id) => statusOf(id) === "dead").length} match` : ""}${followed ? ` · ${followed} acted on here` : ""} · live every ${LIVE_MS / 1000} s`;
+    const partial = dead.size < total; // the filters and "Select every row shown" cover the rows read only
+    const matching = ids.filter((id) => statusOf(id) === "dead").length;
+    count.textContent = [
+      partial ? `${dead.size} of ${total} dead shown` : `${total} dead`,
+      filtered ? (partial ? `${matching} of the ${dead.size} shown match` : `${matching} match`) : "",
+      followed ? `${followed} acted on here` : "",
+      `live every ${LIVE_MS / 1000} s`,
+    ].filter(Boolean).join(" · ");
+    more.hidden = !partial;
+    more.textContent = `Load more (the next ${Math.min(DLQ_FETCH_LIMIT, total - dead.size)} of ${total - dead.size} not shown)`;
     syncBulk();
   }
 
@@ -159,10 +176,31 @@ function dlqPage() {
     selectAll.checked = selectable.length > 0 && selectable.every((id) => selected.has(id));
   }
 
-  async function refresh() {
-    const { body } = await api(`/v1/dlq?${qs({ limit: DLQ_FETCH_LIMIT })}`);
-    dead = new Map(body.events.map((e) => [e.eventId, e]));
-    total = body.total;
+  // The list's first ``wanted`` entries, a page at a time (a page short of its limit is the end).
+  async function readDead() {
+    const read = new Map();
+    for (let offset = 0; offset < wanted; offset += DLQ_FETCH_LIMIT) {
+      const { body } = await api(`/v1/dlq?${qs({ offset, limit: DLQ_FETCH_LIMIT })}`);
+      for (const e of body.events) read.set(e.eventId, e);
+      total = body.total;
+      if (body.events.length < DLQ_FETCH_LIMIT) break;
+    }
+    dead = read;
+  }
+
+  more.addEventListener("click", () => inTurn(async () => {
+    more.disabled = true;
+    try {
+      const { body } = await api(`/v1/dlq?${qs({ offset: wanted, limit: DLQ_FETCH_LIMIT })}`);
+      for (const e of body.events) dead.set(e.eventId, e);
+      total = body.total;
+      wanted += DLQ_FETCH_LIMIT;
+      sync();
+    } finally { more.disabled = false; }
+  }));
+
+  const refresh = () => inTurn(async () => {
+    await readDead();
     for (const [id, t] of tracked) {
       if (t.status === "dead" && dead.has(id)) continue;
       if (TERMINAL.has(t.status) && t.settled) continue;
@@ -175,7 +213,7 @@ function dlqPage() {
       }
     }
     sync();
-  }
+  });
 
   async function act(ids, editedPayload) {
     const body = ids === "all" ? { all: true }

@@ -56,14 +56,23 @@ function runsPage(sub) {
   const more = el("button", { type: "button", class: "secondary", hidden: true }, "Load more");
   main().replaceChildren(el("h2", {}, "Runs"), form, el("div", { class: "bar" }, live), holder, el("div", { class: "pager" }, more));
 
-  const rows = new Map();
+  // The rows shown, the cursor after them, and the oldest row "Load more" reached (null: the first page only).
+  // A refresh re-reads the pages from the top down to that row, so a loaded page stays (changed rows are
+  // replaced, rows that left the filter leave) and the cursor always continues after the last row shown. Reads
+  // and "Load more" take turns (one at a time), so neither undoes the other.
+  let rows = new Map();
   let cursor = null;
-  let loadedMore = false;
+  let depth = null;
   let shown = "";
+  let reading = Promise.resolve();
+  const inTurn = (fn) => (reading = reading.then(fn, fn));
   const query = (extra) => qs({ ...filters, limit: pageSize, ...extra });
+  // The API's order: enqueue time, then event id, both descending. True when run a is listed before run b.
+  const before = (a, b) => ((a.enqueuedAt || 0) !== (b.enqueuedAt || 0) ? (a.enqueuedAt || 0) > (b.enqueuedAt || 0) : String(a.eventId) > String(b.eventId));
+  const oldest = (list) => list.reduce((last, e) => (last && before(e, last) ? last : e), null);
 
   function render() {
-    const list = [...rows.values()].sort((a, b) => (b.enqueuedAt || 0) - (a.enqueuedAt || 0) || String(b.eventId).localeCompare(String(a.eventId)));
+    const list = [...rows.values()].sort((a, b) => (before(a, b) ? -1 : before(b, a) ? 1 : 0));
     const key = JSON.stringify(list);
     more.hidden = !cursor;
     if (key === shown) return;
@@ -97,30 +106,41 @@ function runsPage(sub) {
     );
   }
 
-  // The first page again: new runs come in at the top, changed ones are replaced, and runs of this page's
-  // time span that no longer match (a status filter) leave. Pages loaded with "Load more" stay as they are.
-  async function refresh() {
-    const { body } = await api(`/v1/events?${query({})}`);
-    const seen = new Set();
-    for (const e of body.events) { rows.set(e.eventId, e); seen.add(e.eventId); }
-    const floor = body.cursor ? Math.min(...body.events.map((e) => e.enqueuedAt || 0)) : -Infinity;
-    for (const [id, e] of rows) if (!seen.has(id) && (e.enqueuedAt || 0) >= floor) rows.delete(id);
-    if (!loadedMore) cursor = body.cursor || null;
+  // The pages again, from the top down to the oldest row "Load more" reached: new runs come in at the top,
+  // changed ones are replaced, and runs that no longer match (a status filter) leave.
+  const refresh = () => inTurn(async () => {
+    let { body } = await api(`/v1/events?${query({})}`);
+    const read = new Map(body.events.map((e) => [e.eventId, e]));
+    let last = oldest(body.events);
+    while (body.cursor && depth && (!last || before(last, depth))) {
+      ({ body } = await api(`/v1/events?${query({ cursor: body.cursor })}`));
+      for (const e of body.events) read.set(e.eventId, e);
+      last = oldest(body.events) || last;
+    }
+    rows = read;
+    cursor = body.cursor || null;
+    if (depth) depth = oldest([...rows.values()]);
     live.textContent = `Live · every ${LIVE_MS / 1000} s · updated ${new Date().toLocaleTimeString()}`;
     render();
-  }
+  });
 
-  more.addEventListener("click", async () => {
+  // The next page (past pages that are empty because the API stopped examining: a page may be short and still
+  // have a cursor).
+  more.addEventListener("click", () => inTurn(async () => {
     if (!cursor) return;
     more.disabled = true;
     try {
-      const { body } = await api(`/v1/events?${query({ cursor })}`);
-      for (const e of body.events) rows.set(e.eventId, e);
-      cursor = body.cursor || null;
-      loadedMore = true;
+      let found = [];
+      while (cursor && !found.length) {
+        const { body } = await api(`/v1/events?${query({ cursor })}`);
+        found = body.events;
+        cursor = body.cursor || null;
+      }
+      for (const e of found) rows.set(e.eventId, e);
+      depth = oldest([...rows.values()]);
       render();
     } finally { more.disabled = false; }
-  });
+  }));
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();

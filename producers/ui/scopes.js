@@ -1,10 +1,12 @@
 // Scopes and workers (#/scopes): busy, waiting, stuck and paused scopes (inbox depth, lease holder, age of
 // the head) with pause and resume; the queued and running events with Cancel; the workers and their
-// heartbeats. Everything re-reads every 2 s and right after an action.
+// heartbeats. Everything re-reads every 2 s and right after an action. Scopes come a page at a time, by scope
+// key (GET /v1/scopes's cursor); "Load more" reads the next page, and a refresh re-reads every page shown.
 "use strict";
 
 const SCOPE_STATES = ["busy", "waiting", "stuck", "paused"];
 const WORKER_SILENT_MS = 60000; // a worker whose heartbeat is older than this is shown as silent
+const SCOPES_PAGE_SIZE = 200; // GET /v1/scopes's default page
 
 function scopePath(scopeKey, verb) {
   return `/v1/scopes/${encodeURIComponent(scopeKey)}/${verb}`;
@@ -22,6 +24,8 @@ function scopesPage() {
   );
   const stateFilter = el("select", { "aria-label": "Show scopes that are" }, el("option", { value: "" }, "any state"), SCOPE_STATES.map((s) => el("option", { value: s }, s)));
   const scopesBox = el("div", { "data-testid": "scopes" });
+  const scopesCount = el("span", { class: "live", "data-testid": "scopes-count" });
+  const moreScopes = el("button", { type: "button", class: "secondary", hidden: true }, "Load more");
   const eventsBox = el("div", { "data-testid": "inflight" });
   const workersBox = el("div", { "data-testid": "workers" });
   const live = el("span", { class: "live" });
@@ -30,8 +34,9 @@ function scopesPage() {
     el("p", { class: "muted" }, "A scope runs its events one at a time, in order. A paused scope keeps accepting events and runs none of them until it is resumed; other scopes are not held up."),
     form, outcome,
     el("h3", {}, "Scopes"),
-    el("div", { class: "bar" }, el("label", {}, "State", stateFilter), live),
+    el("div", { class: "bar" }, el("label", {}, "State", stateFilter), scopesCount, live),
     scopesBox,
+    el("div", { class: "pager" }, moreScopes),
     el("h3", {}, "Queued and running events"),
     eventsBox,
     el("h3", {}, "Workers"),
@@ -63,12 +68,51 @@ function scopesPage() {
     const key = keyInput.value.trim();
     if (key) pauseOrResume(key, event.submitter && event.submitter.value === "resume" ? "resume" : "pause");
   });
-  stateFilter.addEventListener("change", () => poll.poke());
+  stateFilter.addEventListener("change", () => { depth = null; poll.poke(); });
 
-  async function loadScopes() {
-    const { body } = await api(`/v1/scopes?${qs({ state: stateFilter.value })}`);
+  // The scopes read (pages in scope-key order), the cursor after them, and how far "Load more" went: a refresh
+  // re-reads the pages down to that scope key, so a loaded page stays until the list is left or refiltered.
+  // Reads and "Load more" take turns (one at a time), so neither undoes the other.
+  let scopes = [];
+  let cursor = null;
+  let depth = null;
+  let total = 0;
+  let reading = Promise.resolve();
+  const inTurn = (fn) => (reading = reading.then(fn, fn));
+  const scopesAfter = (after) => api(`/v1/scopes?${qs({ state: stateFilter.value, limit: SCOPES_PAGE_SIZE, cursor: after })}`).then(({ body }) => body);
+
+  const loadScopes = () => inTurn(async () => {
+    let body = await scopesAfter(null);
+    const read = [...(body.scopes || [])];
+    while (body.cursor && depth !== null && body.cursor < depth) {
+      body = await scopesAfter(body.cursor);
+      read.push(...(body.scopes || []));
+    }
+    scopes = read;
+    cursor = body.cursor || null;
+    total = body.total ?? read.length;
+    if (depth !== null && read.length) depth = read[read.length - 1].scopeKey;
+    renderScopes();
+  });
+
+  moreScopes.addEventListener("click", () => inTurn(async () => {
+    if (!cursor) return;
+    moreScopes.disabled = true;
+    try {
+      const body = await scopesAfter(cursor);
+      scopes = [...scopes, ...(body.scopes || [])];
+      cursor = body.cursor || null;
+      total = body.total ?? scopes.length;
+      if (scopes.length) depth = scopes[scopes.length - 1].scopeKey;
+      renderScopes();
+    } finally { moreScopes.disabled = false; }
+  }));
+
+  function renderScopes() {
+    moreScopes.hidden = !cursor;
+    scopesCount.textContent = cursor ? `${scopes.length} of ${total} scopes shown (by scope key)` : `${total} ${total === 1 ? "scope" : "scopes"}`;
     const merged = new Map();
-    for (const s of body.scopes || []) {
+    for (const s of scopes) {
       const states = [s.state || stateFilter.value].filter(Boolean);
       if (s.paused && !states.includes("paused")) states.push("paused");
       merged.set(s.scopeKey, { ...s, states });

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,13 @@ from tests.conftest import ROOT, wait_for
 
 __all__ = [
     "TERMINAL",
+    "after_a_refresh",
     "event_record",
     "flaky",
     "message",
     "new_page",
     "post",
+    "post_batch",
     "settled",
     "shot",
     "status_in",
@@ -107,3 +110,19 @@ def flaky(source_id: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 def status_in(page: Any, row: str, status: str, testid: str = "run-status") -> None:
     page.wait_for_selector(f'{row} [data-testid="{testid}"]:text-is("{status}")')
+
+
+def post_batch(url: str, events: list[dict[str, Any]]) -> list[str]:
+    """Sends ``events`` in one request (one enqueue time for the events of one scope); their event ids."""
+    response = httpx.post(f"{url}/v1/events", json={"events": events}, timeout=30)
+    assert response.status_code == 202, response.text
+    return [str(r["eventId"]) for r in response.json()["results"]]
+
+
+def after_a_refresh(page: Any, first_page: Callable[[str], bool]) -> None:
+    """Returns once a live page has re-read and redrawn its list after this call: it waits for two more reads of
+    the list's first page (``first_page(url)``). The page re-reads one refresh at a time (app.js livePoll), so
+    the refresh of the first read has redrawn before the second read is sent."""
+    for _ in range(2):
+        with page.expect_request(lambda request: first_page(request.url), timeout=30_000):
+            pass

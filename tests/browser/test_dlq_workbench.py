@@ -11,7 +11,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser.pages import event_record, flaky, new_page, post, settled, shot, status_in
+from tests.browser.pages import (
+    after_a_refresh,
+    event_record,
+    flaky,
+    new_page,
+    post,
+    settled,
+    shot,
+    status_in,
+)
+from worker.keys.layout import Keys
 
 pytestmark = pytest.mark.integration
 
@@ -126,4 +136,84 @@ def test_discard_with_a_reason_and_bulk_redrive_by_filter(
     listed = httpx.get(f"{stack}/v1/dlq", params={"state": "discarded"}, timeout=10).json()["events"]
     assert [(e["eventId"], e["reason"]) for e in listed] == [(dropped, "superseded by order 43")]
     assert event_record(stack, dropped)["status"] == "discarded"
+    assert page_errors == []
+
+
+def _first_dlq_page(url: str) -> bool:
+    return "/v1/dlq?" in url and "offset=0&" in url
+
+
+def _bury(redis_client: Any, tenant_keys: Keys, count: int) -> list[str]:
+    """``count`` dead events in the DLQ, as the store keeps them (a record and its DLQ entry): one dies each
+    millisecond, and every tenth died of a timeout. Their ids, latest death first."""
+    b = tenant_keys.for_scope("topic:buried")
+    died = 1_700_000_000_000
+    pipe = redis_client.pipeline(transaction=False)
+    ids = []
+    for n in range(count):
+        event_id = f"evt_{n:024x}"
+        error = "timeout calling the model" if n % 10 == 0 else "flaky handler is broken"
+        record = {
+            "state": "dead",
+            "scopeKey": "topic:buried",
+            "sourceType": "test.flaky",
+            "sourceId": f"dead-{n}",
+        }
+        record |= {"attempts": 1, "error": error, "enqueuedAt": died + n, "deadAt": died + n}
+        pipe.hset(b.event(event_id), mapping=record)
+        pipe.zadd(b.dlq, {event_id: died + n})
+        ids.append(event_id)
+    pipe.execute()
+    return ids[::-1]
+
+
+def test_the_workbench_pages_through_every_dead_event(
+    browser: Any,
+    make_settings: Any,
+    start_web: Any,
+    redis_client: Any,
+    tenant_keys: Keys,
+    page_errors: list[str],
+) -> None:
+    """3,010 dead events: the workbench shows 500 and says "500 of 3010 dead shown"; a filter's count says it
+    covers the rows shown; "Load more" reads the next 500 (they stay through the 2 s refresh), up to every one."""
+    from playwright.sync_api import expect
+
+    # Given 3,010 dead events
+    buried = _bury(redis_client, tenant_keys, 3010)
+    _, stack = start_web(make_settings())
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/dlq")
+    rows = page.locator("table.dlq tbody tr[data-event-id]")
+    count = page.get_by_test_id("dlq-count")
+
+    # Then the first page is shown, and the count says it is one
+    expect(rows).to_have_count(500)
+    expect(count).to_contain_text("500 of 3010 dead shown")
+    assert rows.first.get_attribute("data-event-id") == buried[0]
+
+    # When the rows are filtered, the count says what it covers, and "Select every row shown" takes those
+    page.get_by_label("Error contains").fill("timeout")
+    expect(rows).to_have_count(50)
+    expect(count).to_contain_text("50 of the 500 shown match")
+    page.get_by_label("Select every row shown").check()
+    expect(page.get_by_role("button", name="Redrive selected (50)")).to_be_enabled()
+    page.get_by_label("Select every row shown").uncheck()
+    page.get_by_label("Error contains").fill("")
+
+    # When the next page is loaded and the page refreshes, both pages stay
+    page.get_by_role("button", name="Load more").click()
+    expect(rows).to_have_count(1000)
+    expect(count).to_contain_text("1000 of 3010 dead shown")
+    after_a_refresh(page, _first_dlq_page)
+    assert rows.count() == 1000
+
+    # Then "Load more" reaches the last one, and the count says the list is whole
+    for shown in (1500, 2000, 2500, 3000, 3010):
+        page.get_by_role("button", name="Load more").click()
+        expect(rows).to_have_count(shown)
+    expect(count).to_contain_text("3010 dead ·")
+    expect(count).not_to_contain_text("shown")
+    expect(page.get_by_role("button", name="Load more")).to_be_hidden()
+    assert rows.last.get_attribute("data-event-id") == buried[-1]
     assert page_errors == []

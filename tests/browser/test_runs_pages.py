@@ -12,9 +12,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from tests.browser.pages import flaky, message, new_page, post, settled, shot, status_in
+from tests.browser.pages import (
+    after_a_refresh,
+    flaky,
+    message,
+    new_page,
+    post,
+    post_batch,
+    settled,
+    shot,
+    status_in,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -174,4 +185,47 @@ def test_a_run_page_asks_for_a_chain_only_when_its_run_has_one(
     page.goto(f"{stack}/#/runs/{done}")
     page.wait_for_selector('[data-testid="chain-graph"] svg .node')
     assert failed == [] and [u for u in chains if done in u], (failed, chains)
+    assert page_errors == []
+
+
+def _first_runs_page(url: str) -> bool:
+    return "/v1/events?" in url and "cursor=" not in url
+
+
+def test_pages_loaded_with_load_more_stay_through_a_refresh(
+    browser: Any, make_settings: Any, start_web: Any, page_errors: list[str]
+) -> None:
+    """150 queued runs of one scope share one enqueue time (one request). With 50 a page, "Load more" shows 100
+    rows, and they are still 100 after the page's 2 s refresh; the next "Load more" brings the third page: every
+    run once, in the API's order (enqueue time, then event id, newest first)."""
+    from playwright.sync_api import expect
+
+    # Given 150 queued runs of one scope with one enqueue time (the web app alone: nothing runs them)
+    _, stack = start_web(make_settings())
+    sent = post_batch(
+        stack, [message(f"msg_tie{i}", "u_tie", f"Tie {i}", scope="topic:tie") for i in range(150)]
+    )
+    listed = httpx.get(
+        f"{stack}/v1/events", params={"scopeKey": "topic:tie", "limit": 200}, timeout=10
+    ).json()
+    assert len({e["enqueuedAt"] for e in listed["events"]}) == 1 and len(listed["events"]) == 150
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/runs?scopeKey=topic:tie&limit=50")
+    rows = page.locator("table.runs tbody tr")
+    expect(rows).to_have_count(50)
+
+    # When a second page is loaded and the page refreshes
+    page.get_by_role("button", name="Load more").click()
+    expect(rows).to_have_count(100)
+    after_a_refresh(page, _first_runs_page)
+
+    # Then the 100 rows are still there, and the next "Load more" brings the third page
+    assert rows.count() == 100
+    page.get_by_role("button", name="Load more").click()
+    expect(rows).to_have_count(150)
+    page.get_by_role("button", name="Load more").click()  # a full page's cursor: the next page is empty
+    expect(page.get_by_role("button", name="Load more")).to_be_hidden()
+    after_a_refresh(page, _first_runs_page)
+    shown = [rows.nth(i).get_attribute("data-event-id") for i in range(rows.count())]
+    assert shown == sorted(sent, reverse=True)
     assert page_errors == []

@@ -13,7 +13,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser.pages import event_record, message, new_page, post, settled, shot, status_in
+from tests.browser.pages import (
+    after_a_refresh,
+    event_record,
+    message,
+    new_page,
+    post,
+    post_batch,
+    settled,
+    shot,
+    status_in,
+)
 from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.integration
@@ -147,3 +157,40 @@ def test_pause_a_scope_its_events_wait_then_resume(
 
 
 # Where the graph and its box are against the viewport; what sticks out, to say why when it does.
+
+
+def _first_scopes_page(url: str) -> bool:
+    return "/v1/scopes?" in url and "cursor=" not in url
+
+
+def test_scopes_past_the_first_page_are_reached_with_load_more(
+    browser: Any, make_settings: Any, start_web: Any, page_errors: list[str]
+) -> None:
+    """258 scopes with queued events: the page shows the first 200 and says so ("200 of 258"); "Load more"
+    brings the other 58, the last scope of the alphabet among them, and they stay through the 2 s refresh."""
+    from playwright.sync_api import expect
+
+    # Given 258 scopes with a queued event each (the web app alone: nothing runs them)
+    _, stack = start_web(make_settings())
+    scopes = [f"topic:many-{n:03d}" for n in range(258)]
+    post_batch(stack, [message(f"msg_many{n}", "u_many", "Queued", scope=s) for n, s in enumerate(scopes)])
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/scopes")
+    rows = page.locator('[data-testid="scopes"] tbody tr')
+
+    # Then the first page says it is one
+    expect(rows).to_have_count(200)
+    expect(page.get_by_test_id("scopes-count")).to_have_text("200 of 258 scopes shown (by scope key)")
+    expect(page.locator(f'tr[data-scope-key="{scopes[-1]}"]')).to_have_count(0)
+
+    # When the next page is loaded and the page refreshes
+    page.get_by_role("button", name="Load more").click()
+    expect(rows).to_have_count(258)
+    after_a_refresh(page, _first_scopes_page)
+
+    # Then every scope is listed, and the list says it is whole
+    assert rows.count() == 258
+    assert sorted(rows.nth(i).get_attribute("data-scope-key") or "" for i in range(258)) == scopes
+    expect(page.get_by_test_id("scopes-count")).to_have_text("258 scopes")
+    expect(page.get_by_role("button", name="Load more")).to_be_hidden()
+    assert page_errors == []

@@ -11,7 +11,8 @@
   stay applied: they committed with their own lanes).
 * **Scopes by state**: ``busy`` (lease held), ``paused``, ``stuck`` (queued, no lease, and no scheduled drain,
   or a drain marker older than the lease TTL while the head is not waiting for a retry time), ``waiting``
-  (queued, no lease, otherwise).
+  (queued, no lease, otherwise). They are listed in scope-key order, a page at a time (:func:`scope_page`): a
+  page's ``cursor`` is its last scope key, and the next page starts after it.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from worker.store.replies import CancelCode
 __all__ = [
     "SCOPE_STATES",
     "CancelResult",
+    "ScopePage",
     "cancel_event",
     "list_scopes",
     "pause_scope",
     "resume_scope",
+    "scope_page",
 ]
 
 ScopeState = Literal["busy", "waiting", "stuck", "paused"]
@@ -90,10 +93,38 @@ def cancel_event(store: EventStore, tenant: Keys, event_id: str) -> CancelResult
     return CancelResult(CancelCode(int(code)), str(state))
 
 
+@dataclass(frozen=True, slots=True)
+class ScopePage:
+    """One page of a tenant's scopes in a state, by scope key: ``cursor`` (the last row's scope key) when more
+    follow it, and ``total``, the scopes in that state on every page."""
+
+    scopes: list[dict[str, Any]]
+    cursor: str | None
+    total: int
+
+
 def list_scopes(
     store: EventStore, k: Keys, state: ScopeState | None = None, *, limit: int = 200
 ) -> list[dict[str, Any]]:
-    """``k``'s tenant's scopes with queued events, and its paused ones, in ``state`` (all when None)."""
+    """``k``'s tenant's scopes with queued events, and its paused ones, in ``state`` (all when None): the first
+    ``limit`` by scope key."""
+    return scope_page(store, k, state, limit=limit).scopes
+
+
+def scope_page(
+    store: EventStore, k: Keys, state: ScopeState | None = None, *, limit: int = 200, after: str | None = None
+) -> ScopePage:
+    """The ``limit`` scopes in ``state`` (all when None) that follow ``after`` in scope-key order (from the
+    first when None); the page's ``cursor`` is set when more follow it."""
+    rows = [row for row in _scope_rows(store, k) if state is None or row["state"] == state]
+    following = [row for row in rows if after is None or row["scopeKey"] > after]
+    page = following[:limit]
+    cursor = str(page[-1]["scopeKey"]) if len(following) > limit else None
+    return ScopePage(page, cursor, len(rows))
+
+
+def _scope_rows(store: EventStore, k: Keys) -> list[dict[str, Any]]:
+    """Every scope of ``k``'s tenant with queued events, and its paused ones, with its state, by scope key."""
     client = store.client
     pipe = client.pipeline(transaction=False)
     for bucket in k.every_bucket():
@@ -123,8 +154,6 @@ def list_scopes(
             continue  # drained since it was listed
         else:
             found = "stuck" if stale else "waiting"
-        if state is not None and found != state:
-            continue
         row: dict[str, Any] = {
             "scopeKey": scope,
             "state": found,
@@ -138,8 +167,6 @@ def list_scopes(
         if scope in paused:
             row["pausedAt"] = paused[scope]
         out.append(row)
-        if len(out) >= limit:
-            break
     return out
 
 

@@ -1,15 +1,18 @@
-"""``scopes list``, ``scopes pause`` and ``scopes resume``: the console's Scopes page (``GET /v1/scopes``,
-``POST /v1/scopes/{scopeKey}/pause`` / ``resume``)."""
+"""``scopes list``, ``scopes pause`` and ``scopes resume``: the console's Scopes page (``GET /v1/scopes``, its
+pages followed up to ``--limit``; ``POST /v1/scopes/{scopeKey}/pause`` / ``resume``)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from producers.cli.console.api import add_http_options, open_api, quote_id
+from producers.cli.console.api import add_http_options, collect_pages, open_api, positive_int, quote_id
 from producers.cli.console.table import Column, duration_ms, print_json, print_table, utc_ms
 
 __all__ = ["add_scopes_command"]
+
+PAGE_MAX = 1000  # GET /v1/scopes's largest page
 
 SCOPE_COLUMNS = (
     Column("SCOPE", lambda s: s.get("scopeKey"), 40),
@@ -28,15 +31,20 @@ CONTROL_COLUMNS = (
 
 
 def cmd_scopes_list(args: argparse.Namespace) -> int:
+    """Up to ``--limit`` scopes by scope key; when more are left, stderr says so (``--json``: the ``cursor``)."""
     with open_api(args) as api:
-        page: dict[str, Any] = api.call(
-            "GET", "/v1/scopes", params={"state": args.state} if args.state else None
+        page = collect_pages(
+            api, "/v1/scopes", {"state": args.state}, key="scopes", total=args.limit, page_max=PAGE_MAX
         )
     if args.json:
         print_json(page)
     else:
-        print_table(
-            list(page.get("scopes") or []), SCOPE_COLUMNS, empty="no scope with queued events or paused"
+        print_table(page["scopes"], SCOPE_COLUMNS, empty="no scope with queued events or paused")
+    if page.get("cursor"):
+        print(
+            f"{len(page['scopes'])} scopes shown (by scope key); more follow {page['cursor']}: "
+            "raise --limit to list them",
+            file=sys.stderr,
         )
     return 0
 
@@ -56,8 +64,17 @@ def add_scopes_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     """``scopes list``, ``scopes pause`` and ``scopes resume``."""
     p = sub.add_parser("scopes", help="scopes with queued events or paused; pause and resume one")
     ssub = p.add_subparsers(dest="scopes_command", required=True, metavar="SUBCOMMAND")
-    s = ssub.add_parser("list", help="scopes by state: busy, waiting, stuck, paused")
+    s = ssub.add_parser(
+        "list", help="scopes by state: busy, waiting, stuck, paused; follows the pages up to --limit"
+    )
     s.add_argument("--state", metavar="S", help="busy, waiting, stuck or paused (the API checks it)")
+    s.add_argument(
+        "--limit",
+        type=positive_int,
+        default=200,
+        metavar="N",
+        help="scopes in all, by scope key (default 200)",
+    )
     add_http_options(s)
     s.set_defaults(func=cmd_scopes_list)
     for verb, text in (

@@ -1,9 +1,10 @@
-"""Scopes: ``GET /v1/scopes?state=busy|waiting|stuck|paused`` and ``POST /v1/scopes/{scopeKey}/pause`` /
-``resume`` (worker/ops/scope_control.py). Scope keys hold ``:`` and may hold ``/``, so the path takes the rest."""
+"""Scopes: ``GET /v1/scopes?state=busy|waiting|stuck|paused&limit=&cursor=`` and ``POST
+/v1/scopes/{scopeKey}/pause`` / ``resume`` (worker/ops/scope_control.py). Scope keys hold ``:`` and may hold ``/``,
+so the path takes the rest."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
@@ -11,8 +12,8 @@ from pydantic import BaseModel, Field
 
 from producers.http.principal import Principal, require, tenant_keys
 from producers.http.web_common import error_response, producer_of
-from worker.core.ids import id_problem
-from worker.ops.scope_control import list_scopes, pause_scope, resume_scope
+from worker.core.ids import ID_MAX_LENGTH, id_problem
+from worker.ops.scope_control import pause_scope, resume_scope, scope_page
 
 __all__ = ["router"]
 
@@ -35,7 +36,13 @@ class ScopeRow(BaseModel):
 
 
 class ScopeList(BaseModel):
+    """By scope key; ``cursor`` (when present) continues the listing: more scopes follow this page."""
+
     scopes: list[ScopeRow]
+    cursor: str | None = Field(
+        default=None, description="The page's last scope key, when more follow: the next page's ``cursor``."
+    )
+    total: int = Field(description="The scopes in this state (all states without ``state``) on every page.")
 
 
 class ScopeControl(BaseModel):
@@ -52,12 +59,21 @@ def get_scopes(
     _: Annotated[Principal, Depends(require("read"))],
     state: ScopeState | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+    cursor: Annotated[
+        str | None, Query(max_length=ID_MAX_LENGTH, description="The previous page's ``cursor``.")
+    ] = None,
 ) -> JSONResponse:
-    """The tenant's scopes with queued events, and its paused ones: ``scopeKey``, ``state``, ``inboxDepth``,
-    ``paused``, ``leaseHolder`` (the lease's token) while one holds it, ``headAgeMs`` while one waits."""
-    return JSONResponse(
-        {"scopes": list_scopes(producer_of(request).store, tenant_keys(request), state, limit=limit)}
+    """The tenant's scopes with queued events, and its paused ones, by scope key: ``scopeKey``, ``state``,
+    ``inboxDepth``, ``paused``, ``leaseHolder`` (the lease's token) while one holds it, ``headAgeMs`` while one
+    waits. ``cursor`` is set when more scopes follow the page (pass it back to continue); ``total`` counts them
+    all."""
+    page = scope_page(
+        producer_of(request).store, tenant_keys(request), state, limit=limit, after=cursor or None
     )
+    body: dict[str, Any] = {"scopes": page.scopes, "total": page.total}
+    if page.cursor is not None:
+        body["cursor"] = page.cursor
+    return JSONResponse(body)
 
 
 def _checked(scope_key: str) -> JSONResponse | None:

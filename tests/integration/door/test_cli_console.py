@@ -228,6 +228,26 @@ class TestScopes:
         bad = cli(web, "scopes", "list", "--state", "gone")
         assert bad.returncode == 1 and _one_line(bad).endswith("(field: state)")
 
+    def test_list_follows_the_cursor_up_to_limit(self, web: str) -> None:
+        """258 scopes: the default 200 by scope key, and stderr says more follow (JSON: the cursor); --limit 300
+        follows the cursor to every one of them, the last scope of the alphabet included."""
+        scopes = [f"topic:many-{n:03d}" for n in range(258)]
+        _send(web, *(_event(f"many-{n}", scope=scope) for n, scope in enumerate(scopes)))
+
+        first = cli(web, "scopes", "list", "--json")
+        assert first.returncode == 0, first.stderr
+        page = json.loads(first.stdout)
+        assert [s["scopeKey"] for s in page["scopes"]] == scopes[:200] and page["cursor"] == scopes[199]
+        table = cli(web, "scopes", "list")
+        assert [r[0] for r in _rows(table)[1:]] == scopes[:200]
+        assert "200 scopes shown" in table.stderr and "--limit" in table.stderr
+
+        every = json.loads(cli(web, "scopes", "list", "--limit", "300", "--json").stdout)
+        assert [s["scopeKey"] for s in every["scopes"]] == scopes and "cursor" not in every
+        complete = cli(web, "scopes", "list", "--limit", "300")
+        assert [line.split("\t")[0] for line in complete.stdout.splitlines()[1:]] == scopes
+        assert complete.stderr == ""
+
 
 class TestEvents:
     def test_cancel(self, web: str) -> None:

@@ -271,8 +271,10 @@ export interface paths {
         };
         /**
          * Get Scopes
-         * @description The tenant's scopes with queued events, and its paused ones: ``scopeKey``, ``state``, ``inboxDepth``,
-         *     ``paused``, ``leaseHolder`` (the lease's token) while one holds it, ``headAgeMs`` while one waits.
+         * @description The tenant's scopes with queued events, and its paused ones, by scope key: ``scopeKey``, ``state``,
+         *     ``inboxDepth``, ``paused``, ``leaseHolder`` (the lease's token) while one holds it, ``headAgeMs`` while one
+         *     waits. ``cursor`` is set when more scopes follow the page (pass it back to continue); ``total`` counts them
+         *     all.
          */
         get: operations["get_scopes_v1_scopes_get"];
         put?: never;
@@ -554,7 +556,11 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Post Deactivate */
+        /**
+         * Post Deactivate
+         * @description Ends a function (its state and ledger stay); a name that is neither defined nor active is a 422, as for
+         *     activate (a function active from a definition since removed can still be ended).
+         */
         post: operations["post_deactivate_v1_sessions__session_id__functions_deactivate_post"];
         delete?: never;
         options?: never;
@@ -921,7 +927,8 @@ export interface paths {
         };
         /**
          * List Keys
-         * @description The keys of the caller's tenant (or ``tenant``, for the root credentials), without secrets.
+         * @description The keys of the caller's tenant, without secrets; the root credentials list ``tenant``'s, or without it
+         *     every tenant's (as ``agent-signal keys list`` does against the store).
          */
         get: operations["list_keys_v1_keys_get"];
         put?: never;
@@ -2065,10 +2072,23 @@ export interface components {
             /** Changed */
             changed: boolean;
         };
-        /** ScopeList */
+        /**
+         * ScopeList
+         * @description By scope key; ``cursor`` (when present) continues the listing: more scopes follow this page.
+         */
         ScopeList: {
             /** Scopes */
             scopes: components["schemas"]["ScopeRow"][];
+            /**
+             * Cursor
+             * @description The page's last scope key, when more follow: the next page's ``cursor``.
+             */
+            cursor?: string | null;
+            /**
+             * Total
+             * @description The scopes in this state (all states without ``state``) on every page.
+             */
+            total: number;
         };
         /** ScopeRow */
         ScopeRow: {
@@ -3751,6 +3771,8 @@ export interface operations {
             query?: {
                 state?: ("busy" | "waiting" | "stuck" | "paused") | null;
                 limit?: number;
+                /** @description The previous page's ``cursor``. */
+                cursor?: string | null;
             };
             header?: never;
             path?: never;
