@@ -16,7 +16,7 @@ export type { AllDead, Dlq } from "./resources/dlq.js";
 export type { EventIterator, Events } from "./resources/events.js";
 export type { ReceiptStream, ReceiptStreamOptions } from "./resources/receipt_stream.js";
 export type { Receipts } from "./resources/receipts.js";
-export type { Scopes } from "./resources/scopes.js";
+export type { ScopeListOptions, Scopes } from "./resources/scopes.js";
 export type { TokenCreate, Tokens } from "./resources/tokens.js";
 export type * from "./types.js";
 export type { components, operations, paths } from "./generated/openapi.js";

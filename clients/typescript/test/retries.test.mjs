@@ -120,6 +120,7 @@ describe("request shape", () => {
     await api.scopes.resume("user:u1/topic:t#1");
     await api.events.list({ userId: "u 1", status: "dead", limit: 5, cursor: undefined });
     await api.scopes.list("paused");
+    await api.scopes.list(undefined, { limit: 2, cursor: "topic:b" });
     await api.dlq.redrive(["evt_1"]);
     await api.dlq.redrive([{ eventId: "evt_2", payload: { message: "fixed" } }]);
     await api.dlq.redrive({ all: true });
@@ -134,6 +135,7 @@ describe("request shape", () => {
         "POST /v1/scopes/user%3Au1%2Ftopic%3At%231/resume",
         "GET /v1/events?userId=u+1&status=dead&limit=5",
         "GET /v1/scopes?state=paused",
+        "GET /v1/scopes?limit=2&cursor=topic%3Ab",
         'POST /v1/dlq/redrive {"eventIds":["evt_1"]}',
         'POST /v1/dlq/redrive {"events":[{"eventId":"evt_2","payload":{"message":"fixed"}}]}',
         'POST /v1/dlq/redrive {"all":true}',

@@ -5,9 +5,13 @@ export class Scopes {
     constructor(http) {
         this.#http = http;
     }
-    /** The tenant's scopes with queued events and its paused ones, optionally only those in `state`. */
+    /**
+     * The tenant's scopes with queued events and its paused ones, optionally only those in `state`, by scope key:
+     * `limit` a page (default 200), `total` of them in all; `cursor` is set when more follow (pass it back).
+     */
     async list(state, options) {
-        return this.#http.json("GET", "/v1/scopes", { query: { state }, signal: options?.signal });
+        const query = { state, limit: options?.limit, cursor: options?.cursor };
+        return this.#http.json("GET", "/v1/scopes", { query, signal: options?.signal });
     }
     /** Its events wait in its inbox until resumed (the one in flight finishes); `changed` is false if it was. */
     async pause(scopeKey, options) {
