@@ -430,8 +430,11 @@ class TestEventsAndReceipt:
             )
             assert chain["envelope"]["source"]["sourceType"] == "agent.context.reverted"
             assert chain["envelope"]["source"]["scopeKey"] == "session:rx"
+            (record,) = client.get("/v1/events", params={"sourceType": "agent.dmail.sent"}).json()["events"]
+            # dmail:<session>:<its incarnation>:<the session's first event>
+            assert record["chainId"].startswith("chain:dmail:rx:") and record["chainId"].endswith(":1")
             sent = wait_for(
-                lambda: producer.store.get_chain(producer.keys, "chain:dmail:rx:1"),
+                lambda: producer.store.get_chain(producer.keys, record["chainId"]),
                 what="the send event's chain",
             )
             assert sent["envelope"]["source"]["sourceType"] == "agent.dmail.sent"
