@@ -43,7 +43,7 @@ SESSION_ID_RULE = "1-200 of A-Z a-z 0-9 . _ : -, and not . or .."
 
 def check_session_id(value: str) -> str:
     """``value`` when it is a session id; else pydantic's ``invalid_id`` (a 422 naming ``sessionId``)."""
-    if SESSION_ID.match(value) is None:
+    if SESSION_ID.fullmatch(value) is None:  # not match: "$" also matches before a final newline
         raise PydanticCustomError("invalid_id", "must be {rule}", {"rule": SESSION_ID_RULE})
     return value
 
@@ -124,7 +124,7 @@ def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
 
 
 def bad_session(session_id: str) -> JSONResponse | None:
-    if SESSION_ID.match(session_id):
+    if SESSION_ID.fullmatch(session_id):
         return None
     return error_response(422, "invalid_field", f"sessionId must be {SESSION_ID_RULE}", "sessionId")
 

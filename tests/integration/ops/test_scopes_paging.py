@@ -72,3 +72,17 @@ def test_a_filtered_list_pages_with_its_own_total(api: TestClient) -> None:
     assert [s["scopeKey"] for s in rest["scopes"]] == paused[2:] and "cursor" not in rest
     assert _get(api, limit=1000)["total"] == 258 and "cursor" not in _get(api, limit=1000)
     assert _get(api, cursor=SCOPES[-1]) == {"scopes": [], "total": 258}
+
+
+def test_a_scope_key_longer_than_an_id_is_a_cursor_too(api: TestClient) -> None:
+    """A derived scope key (``topic:`` and a 256-character topicId) past an id's 256 characters ended a page,
+    and its cursor was a 422: the scopes after it were unreachable again."""
+    long_topic = "t" * 256
+    events = [
+        {"sourceType": "test.timeline", "sourceId": "long-1", "payload": {"topicId": long_topic}},
+        {"sourceType": "test.timeline", "sourceId": "long-2", "scopeKey": "zz:after", "payload": {}},
+    ]
+    assert api.post("/v1/events", json={"events": events}).status_code == 202
+    first = _get(api, limit=1)
+    assert first["scopes"][0]["scopeKey"] == f"topic:{long_topic}" and first["cursor"] == f"topic:{long_topic}"
+    assert [s["scopeKey"] for s in _get(api, limit=1, cursor=first["cursor"])["scopes"]] == ["zz:after"]

@@ -457,11 +457,12 @@ def test_a_message_keeps_the_nulls_it_was_sent_with(client: TestClient) -> None:
     assert _context(client, sid)["messages"] == [call, U("plain")]
 
 
-@pytest.mark.parametrize("session_id", [".", ".."])
+@pytest.mark.parametrize("session_id", [".", "..", "s1\n"])
 def test_a_dot_segment_is_not_a_session_id(client: TestClient, session_id: str) -> None:
     """``.`` and ``..`` are resolved away by URLs (``/v1/sessions/./context`` is ``/v1/sessions/context``): a
-    client that sends them as they are gets a 422 naming ``sessionId``."""
-    encoded = session_id.replace(".", "%2E")  # as sent, not resolved (the door decodes it to the id)
+    client that sends them as they are gets a 422 naming ``sessionId``; so does an id ending in a newline (the
+    rule's ``$`` matched before it)."""
+    encoded = session_id.replace(".", "%2E").replace("\n", "%0A")  # as sent, not resolved
     answer = client.get(f"/v1/sessions/{encoded}/context")
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"]["field"] == "sessionId"
