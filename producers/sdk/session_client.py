@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from sessions.ids import session_id_problem
 from worker.core.errors import OverLimit
 from worker.intake.source_event import EventError, InvalidEvent, StoreUnavailable
 
@@ -44,12 +45,16 @@ class SessionClient:
     """The last call's ``Agent-Signal-Record-Error``: its change was made, but the source event recording it was
     refused (the user's quota, a full inbox; the code). Also logged as a warning."""
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        session_id = path.split("/")[3]
-        if session_id in (".", ".."):  # a URL resolves it away: /v1/sessions/./context is another session's
+    def _session(self, method: str, session_id: str, rest: str = "", body: Any = None) -> Any:
+        """``_call`` on ``/v1/sessions/<session_id><rest>``, the id checked first: ``s1/..`` or ``.`` would be
+        resolved away by the URL into another session's path."""
+        if (problem := session_id_problem(session_id)) is not None:
             raise InvalidEvent(
-                EventError(code="invalid_id", message="a session id may not be . or ..", field="sessionId")
+                EventError(code="invalid_id", message=f"sessionId {problem}", field="sessionId")
             )
+        return self._call(method, f"/v1/sessions/{session_id}{rest}", body)
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
         response = self.http.request(method, path, json=body)
         self.last_record_error = response.headers.get(RECORD_ERROR_HEADER)
         if self.last_record_error is not None:
@@ -60,61 +65,63 @@ class SessionClient:
 
     # settings and context
     def configure(self, session_id: str, **settings: Any) -> dict[str, Any]:
-        return dict(self._call("PUT", f"/v1/sessions/{session_id}", settings))
+        return dict(self._session("PUT", session_id, "", settings))
 
     def append(self, session_id: str, messages: list[dict[str, Any]], token_count: int | None = None) -> int:
         body: dict[str, Any] = {"messages": messages}
         if token_count is not None:
             body["tokenCount"] = token_count
-        return int(self._call("POST", f"/v1/sessions/{session_id}/context/messages", body)["length"])
+        return int(self._session("POST", session_id, "/context/messages", body)["length"])
 
     def checkpoint(self, session_id: str) -> int:
-        return int(self._call("POST", f"/v1/sessions/{session_id}/context/checkpoint", {})["checkpointId"])
+        return int(self._session("POST", session_id, "/context/checkpoint", {})["checkpointId"])
 
     def context(self, session_id: str) -> dict[str, Any]:
-        return dict(self._call("GET", f"/v1/sessions/{session_id}/context"))
+        return dict(self._session("GET", session_id, "/context"))
 
     # tools
     def signal(self, session_id: str, signal_type: str, payload: dict[str, Any] | None = None) -> str:
         body: dict[str, Any] = {"type": signal_type}
         if payload is not None:
             body["payload"] = payload
-        return str(self._call("POST", f"/v1/sessions/{session_id}/signal", body)["output"])
+        return str(self._session("POST", session_id, "/signal", body)["output"])
 
     def send_dmail(self, session_id: str, message: str, checkpoint_id: int) -> dict[str, Any]:
         return dict(
-            self._call(
+            self._session(
                 "POST",
-                f"/v1/sessions/{session_id}/dmail",
+                session_id,
+                "/dmail",
                 {"message": message, "checkpoint_id": checkpoint_id},
             )
         )
 
     def end_step(self, session_id: str, *, rejected_without_feedback: bool = False) -> dict[str, Any]:
         return dict(
-            self._call(
+            self._session(
                 "POST",
-                f"/v1/sessions/{session_id}/steps/end",
+                session_id,
+                "/steps/end",
                 {"rejectedWithoutFeedback": rejected_without_feedback},
             )
         )
 
     # function state machine
     def activate(self, session_id: str, name: str) -> dict[str, Any]:
-        return dict(self._call("POST", f"/v1/sessions/{session_id}/functions/activate", {"name": name}))
+        return dict(self._session("POST", session_id, "/functions/activate", {"name": name}))
 
     def turn(self, session_id: str, *, user_messaged: bool) -> dict[str, Any]:
-        return dict(self._call("POST", f"/v1/sessions/{session_id}/turn", {"userMessaged": user_messaged}))
+        return dict(self._session("POST", session_id, "/turn", {"userMessaged": user_messaged}))
 
     def idle(self, session_id: str, **inputs: Any) -> dict[str, Any]:
-        return dict(self._call("POST", f"/v1/sessions/{session_id}/idle", inputs))
+        return dict(self._session("POST", session_id, "/idle", inputs))
 
     def tool_after(self, session_id: str, name: str, args: Any = None, output: Any = None) -> list[str]:
         body = {"name": name, "args": args, "output": output}
-        return list(self._call("POST", f"/v1/sessions/{session_id}/tool", body)["injects"])
+        return list(self._session("POST", session_id, "/tool", body)["injects"])
 
     def state(self, session_id: str) -> dict[str, Any]:
-        return dict(self._call("GET", f"/v1/sessions/{session_id}/state"))
+        return dict(self._session("GET", session_id, "/state"))
 
     def close(self) -> None:
         self.http.close()

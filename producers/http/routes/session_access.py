@@ -15,7 +15,6 @@ session, and the source event a changing tool call records.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -30,20 +29,16 @@ from producers.http.principal import Forbidden, Grant, NotFound, Principal, prin
 from producers.http.records import enqueue_record, refused
 from producers.http.web_common import error_response, parse_body, producer_of
 from sessions.function_store import FunctionStore
+from sessions.ids import SESSION_ID, SESSION_ID_RULE, session_id_problem
 from sessions.scripts import SessionScripts
 from sessions.store import SessionFull, SessionLimits, SessionStore, UserQuotaExceeded, session_scope
 
 __all__ = ["SESSION_ID", "SESSION_ID_RULE", "SessionId", "function_store", "session_access", "session_store"]
 
 
-# "." and ".." are path segments a URL resolves away: /v1/sessions/./context reached /v1/sessions/context
-SESSION_ID = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._:\-]{1,200}$")
-SESSION_ID_RULE = "1-200 of A-Z a-z 0-9 . _ : -, and not . or .."
-
-
 def check_session_id(value: str) -> str:
     """``value`` when it is a session id; else pydantic's ``invalid_id`` (a 422 naming ``sessionId``)."""
-    if SESSION_ID.fullmatch(value) is None:  # not match: "$" also matches before a final newline
+    if session_id_problem(value) is not None:
         raise PydanticCustomError("invalid_id", "must be {rule}", {"rule": SESSION_ID_RULE})
     return value
 
@@ -124,7 +119,7 @@ def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
 
 
 def bad_session(session_id: str) -> JSONResponse | None:
-    if SESSION_ID.fullmatch(session_id):
+    if session_id_problem(session_id) is None:
         return None
     return error_response(422, "invalid_field", f"sessionId must be {SESSION_ID_RULE}", "sessionId")
 

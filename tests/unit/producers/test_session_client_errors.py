@@ -55,9 +55,10 @@ def test_validation_errors_stay_invalid_event() -> None:
     assert raised.value.error.field == "type" and raised.value.status_code == 422
 
 
-@pytest.mark.parametrize("session_id", [".", ".."])
+@pytest.mark.parametrize("session_id", [".", "..", "s1/..", "x/../victim", "s1\n", ""])
 def test_a_dot_segment_session_id_is_refused_before_any_request(session_id: str) -> None:
-    """``context('.')`` read the settings of the session named ``context``: the URL resolved the dot away."""
+    """``context('.')`` read the settings of the session named ``context``, and ``context('x/../victim')``
+    victim's context: the URL resolved the dots away. The SDK checks the door's whole id rule first."""
     sent: list[httpx.Request] = []
     transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(200, json={}))
     client = SessionClient(client=httpx.Client(transport=transport, base_url="http://door"))
