@@ -14,8 +14,9 @@ its growth past the largest size already counted (``stateCounted`` in the sessio
 shrinks and grows again (an artifact rewritten, an attention item that comes and goes) is not counted twice.
 That mark holds for as long as its first count does (``stateCountedDay``, the day that count stops): a session
 kept alive past it has its whole document counted again by its next write, as new (its later growth, counted
-into later days, then counts twice until those days end: the error is on the quota's side). A change that
-grows the count while the user is at the quota raises ``UserQuotaExceeded`` and stores nothing.
+into later days, then counts twice until those days end: the error is on the quota's side; a mark kept before
+its day was is taken as lapsed). A change that grows the document while the user is at the quota raises
+``UserQuotaExceeded`` and stores nothing; a recount alone never does (the document is stored either way).
 """
 
 from __future__ import annotations
@@ -118,19 +119,20 @@ class FunctionStore:
                     self._check_size(document, before)
                     size = len(document.encode("utf-8"))
                     today = int(time.time() * 1000) // DAY_MS
-                    lapsed = counted_day is not None and int(counted_day) < today
+                    # a mark without its day was made before the day was kept: when its count ends is unknown
+                    lapsed = counted is not None and (counted_day is None or int(counted_day) < today)
                     # counted so far: nothing once the first count lapsed, else the high-water mark, or (a
                     # session older than it) what is stored now
                     growth = size - (0 if lapsed else max(int(counted or 0), len(before or b"")))
                     owner = user.decode("utf-8") if isinstance(user, bytes) else user
-                    if owner and growth > 0:
-                        self._check_user_quota(owner)
+                    if owner and growth > 0 and size > len(before or b""):
+                        self._check_user_quota(owner)  # a recount alone is stored either way: never refused
                     pipe.multi()
                     pipe.set(key, document)
                     if owner and growth > 0:
                         add_user_bytes(pipe, self.keys, owner, growth, ttl_s=self.limits.session_ttl_s)
                         pipe.hset(session_hash, STATE_COUNTED, size)
-                        if lapsed or counted_day is None:  # a new first count: the day it stops
+                        if lapsed or counted is None:  # a new first count: the day it stops
                             pipe.hset(
                                 session_hash, STATE_COUNTED_DAY, user_bytes_day(self.limits.session_ttl_s)
                             )

@@ -257,6 +257,14 @@ class TestUserBytes:
         # and within the new mark a rewrite is not counted again
         assert client.put("/v1/sessions/s-old/artifacts/a1", json=artifact, headers=alice).status_code == 200
         assert _stored_bytes(redis_client, keys, "acme", "alice") == document
+        # a mark kept before its day was (the code before it) is taken as lapsed; at the quota a write that
+        # does not grow the document is still taken (the recount frees nothing when refused), and counted
+        redis_client.hdel(session_hash, STATE_COUNTED_DAY)
+        redis_client.hincrby(counts, "keep", 2000)
+        assert client.put("/v1/sessions/s-old/artifacts/a1", json=artifact, headers=alice).status_code == 200
+        assert _stored_bytes(redis_client, keys, "acme", "alice") == 2000 + 2 * document
+        grown = client.put("/v1/sessions/s-old/artifacts/a2", json=artifact, headers=alice)
+        assert grown.status_code == 429, grown.text  # growing it at the quota is refused
 
     def test_a_pending_dmail_counts_toward_the_quota_until_its_step_ends(
         self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
