@@ -193,6 +193,9 @@ def activate_locked(request: Request, session_id: str, names: list[str]) -> JSON
             "functions",
         )
 
+    if not names and not function_store(request).load(session_id).locked:
+        return None  # nothing to lock or unlock: no function state is written
+
     def change(rt: SessionRuntime) -> None:
         rt.locked[:] = [name for name in rt.locked if name in names]
         for name in names:

@@ -77,3 +77,13 @@ def test_deactivating_a_function_nobody_defined_is_refused_as_activating_it_is(c
     )
     ended = client.post("/v1/sessions/s-ghost/functions/deactivate", json={"name": "approval"})
     assert ended.status_code == 200 and ended.json()["active"] == []
+
+
+def test_an_empty_functions_list_writes_no_function_state_where_nothing_is_locked(
+    client: TestClient, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """``{"functions": [], "dmailEnabled": true}`` on a session without function state wrote one (counted toward
+    the user's quota, so at the quota the whole settings PUT was refused)."""
+    answer = client.put("/v1/sessions/s-empty", json={"functions": [], "dmailEnabled": True})
+    assert answer.status_code == 200 and answer.json()["dmailEnabled"] is True
+    assert redis_client.exists(keys.functions_state(session_scope("s-empty"))) == 0
