@@ -142,7 +142,8 @@ def end_step(store: SessionStore, session_id: str, *, rejected_without_feedback:
     if outcome == "none":
         return StepEnd("none")
     dmail = json.loads(reply[1])
-    dmail.pop("text", None)
+    for stored_only in ("text", "at", "countedIn", "countedDay"):  # what the scripts keep with it (send.lua)
+        dmail.pop(stored_only, None)
     if outcome == "discarded":
         return StepEnd("discarded", dmail=dmail, sequence=int(reply[2]))
     checkpoint_id, first = int(reply[3]), int(reply[4])

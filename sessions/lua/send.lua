@@ -1,6 +1,8 @@
--- SEND a D-Mail: kimi's DenwaRenji.send_dmail checks, in order; the pending D-Mail is stored with the serial
--- of the checkpoint it goes back to (step end discards it if that checkpoint is gone, even if its id was made
--- again since by a clear or a compaction) and counted for the session's user until the session's TTL.
+-- SEND a D-Mail: kimi's DenwaRenji.send_dmail checks, in order. The pending D-Mail is stored with what step end
+-- needs of it, in its own JSON so that it leaves with it: ``at``, the serial of the checkpoint it goes back to
+-- (step end discards it if that checkpoint is gone, even if its id was made again since by a clear or a
+-- compaction), and where its bytes were counted for the session's user until the session's TTL (``countedIn``,
+-- ``countedDay``: step end takes them back from that count when it is still the session's user's).
 -- -> {0, seq} stored | {1, error text} | {'quota', bytes, retryAfterS} (nothing stored)
 -- requires: session
 local dmail_json, checkpoint_id = ARGV[5], ARGV[6]
@@ -12,10 +14,10 @@ if id >= tonumber(redis.call('HGET', meta, 'next') or '0') then
 end
 local over = user_full()
 if over then return done(over) end
-redis.call('SET', dmail, dmail_json)
-redis.call('HSET', meta, 'dmailAt', checkpoint_serial(id) or '')
-if ubytes then
-  redis.call('HINCRBY', ubytes, uday, #dmail_json)
-  redis.call('HSET', meta, 'dmailCounted', uday .. ':' .. #dmail_json)
-end
+-- dmail_json is a JSON object (sessions/dmail.py): its fields are spliced in before its closing brace
+local extra = ',"at":' .. cjson.encode(checkpoint_serial(id) or '')
+if ubytes then extra = extra .. ',"countedIn":' .. cjson.encode(ubytes) .. ',"countedDay":' .. cjson.encode(uday) end
+local stored = string.sub(dmail_json, 1, -2) .. extra .. '}'
+redis.call('SET', dmail, stored)
+if ubytes then redis.call('HINCRBY', ubytes, uday, #stored) end
 return done({0, redis.call('HINCRBY', meta, 'events', 1)})

@@ -84,5 +84,7 @@ def test_a_scope_key_longer_than_an_id_is_a_cursor_too(api: TestClient) -> None:
     ]
     assert api.post("/v1/events", json={"events": events}).status_code == 202
     first = _get(api, limit=1)
-    assert first["scopes"][0]["scopeKey"] == f"topic:{long_topic}" and first["cursor"] == f"topic:{long_topic}"
+    assert (
+        first["scopes"][0]["scopeKey"] == f"topic:{long_topic}" and first["cursor"] == f"topic:{long_topic}"
+    )
     assert [s["scopeKey"] for s in _get(api, limit=1, cursor=first["cursor"])["scopes"]] == ["zz:after"]

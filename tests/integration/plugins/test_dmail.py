@@ -387,7 +387,8 @@ class TestStepEnd:
         _checkpoint(client, sid)
         mailbox = keys.dmail(session_scope(sid))
         _dmail(client, sid, {"message": "plain", "checkpoint_id": 0})
-        assert json.loads(redis_client.get(mailbox)) == {"message": "plain", "checkpoint_id": 0}
+        stored = json.loads(redis_client.get(mailbox))
+        assert {k: v for k, v in stored.items() if k != "at"} == {"message": "plain", "checkpoint_id": 0}
         assert _end(client, sid)["messages"][-1] == U(f"<system>{DMAIL_PREFIX}plain</system>")
         _dmail(client, sid, {"message": " padded\n", "checkpoint_id": 0})
         assert json.loads(redis_client.get(mailbox))["text"] == "padded"

@@ -301,6 +301,28 @@ class TestUserBytes:
         mailbox = keys.for_tenant("acme").dmail(session_scope("s-d2"))
         assert redis_client.exists(mailbox) == 0
 
+    def test_a_pending_dmails_count_is_taken_back_only_from_the_user_it_was_counted_for(
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """A key moved the session from alice to bob while alice's D-Mail was pending: its step end took the
+        mail's bytes off bob's count, which never held them."""
+        client, operator, alice, bob = _quota_door(app_client, redis_client, keys)
+        # bob's own session context, counted in the same day as the mail will be
+        assert client.put("/v1/sessions/s-bob", json={}, headers=bob).status_code == 200
+        body = {"messages": [{"role": "user", "content": "b" * 1200}]}
+        assert client.post("/v1/sessions/s-bob/context/messages", json=body, headers=bob).status_code == 200
+        assert client.put("/v1/sessions/s-mv", json={"dmailEnabled": True}, headers=alice).status_code == 200
+        assert client.post("/v1/sessions/s-mv/context/checkpoint", json={}, headers=alice).status_code == 200
+        mail = {"message": "m" * 900, "checkpoint_id": 0}
+        assert client.post("/v1/sessions/s-mv/dmail", json=mail, headers=alice).json()["isError"] is False
+        assert client.put("/v1/sessions/s-mv", json={"userId": "bob"}, headers=operator).status_code == 200
+        bob_before = _stored_bytes(redis_client, keys, "acme", "bob")
+        ended = client.post(
+            "/v1/sessions/s-mv/steps/end", json={"rejectedWithoutFeedback": True}, headers=operator
+        )
+        assert ended.json() == {"outcome": "discarded"}
+        assert _stored_bytes(redis_client, keys, "acme", "bob") == bob_before
+
     def test_what_the_worker_writes_for_a_user_counts_toward_the_quota(
         self, make_settings: SettingsFactory, start_worker: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
