@@ -29,9 +29,9 @@ from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.functions import FunctionDef, load_function_dir
 from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating, guard_message
 from sessions.store import SessionFull
-from worker.core.ids import Id
+from worker.core.ids import Id, id_problem
 
-__all__ = ["activate_locked", "machine_for", "router"]
+__all__ = ["activate_locked", "function_definitions", "machine_for", "router"]
 
 router = APIRouter(dependencies=[Depends(session_access)], responses=API_ERRORS, tags=["sessions"])
 
@@ -140,14 +140,29 @@ NameIn = Annotated[NameBody | JSONResponse, Depends(session_body(NameBody))]
 TurnIn = Annotated[TurnBody | JSONResponse, Depends(session_body(TurnBody))]
 IdleIn = Annotated[IdleBody | JSONResponse, Depends(session_body(IdleBody))]
 ToolIn = Annotated[ToolBody | JSONResponse, Depends(session_body(ToolBody))]
-ArtifactIn = Annotated[ArtifactBody | JSONResponse, Depends(session_body(ArtifactBody))]
+
+
+def _artifact_precheck(request: Request, session_id: str, body: ArtifactBody) -> JSONResponse | None:
+    """The artifact's name (a path parameter FastAPI checks after the body's dependency) and its size cap."""
+    name = request.path_params.get("name", "")
+    if (problem := id_problem(name)) is not None:
+        return error_response(422, "invalid_field", f"name: {problem.message}", "name")
+    limit: int = request.app.state.session_limits.max_message_bytes
+    if (size := len(body.content.encode("utf-8"))) > limit:
+        message = f"content: an artifact may be at most {limit} bytes; this one is {size}"
+        return session_full(SessionFull("content", limit, message))
+    return None
+
+
+ArtifactIn = Annotated[ArtifactBody | JSONResponse, Depends(session_body(ArtifactBody, _artifact_precheck))]
 
 
 def _agent_tools(request: Request) -> AgentToolsSettings:
     return producer_of(request).runtime.settings_for(AgentToolsSettings)
 
 
-def _definitions(request: Request) -> dict[str, FunctionDef]:
+def function_definitions(request: Request) -> dict[str, FunctionDef]:
+    """The function definitions of ``AGENT_SIGNAL_FUNCTIONS_DIR``, read once per app."""
     defs: dict[str, FunctionDef] | None = getattr(request.app.state, "function_defs", None)
     if defs is None:
         directory = _agent_tools(request).functions_dir
@@ -159,7 +174,9 @@ def _definitions(request: Request) -> dict[str, FunctionDef]:
 def machine_for(request: Request, session_id: str) -> FunctionMachine:
     workspace = _agent_tools(request).functions_workspace_dir
     return FunctionMachine(
-        _definitions(request), session_id=session_id, workspace_dir=Path(workspace) if workspace else None
+        function_definitions(request),
+        session_id=session_id,
+        workspace_dir=Path(workspace) if workspace else None,
     )
 
 

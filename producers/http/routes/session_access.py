@@ -127,16 +127,28 @@ def bad_session(session_id: str) -> JSONResponse | None:
 B = TypeVar("B", bound=BaseModel)
 
 
-def session_body(model: type[B]) -> Callable[[str, Request], Awaitable[B | JSONResponse]]:
-    """A FastAPI dependency: a checked session id, then the body as ``model``; else the 422 naming why. A valid
-    body makes the claim a user token's PUT left pending (:func:`claim_pending`)."""
+Precheck = Callable[[Request, str, B], JSONResponse | None]
+"""What a route refuses of a valid body before anything is written (its other path parameters, a size cap, a
+field naming another user): the refusal, or None."""
+
+
+def session_body(
+    model: type[B], precheck: Precheck[B] | None = None
+) -> Callable[[str, Request], Awaitable[B | JSONResponse]]:
+    """A FastAPI dependency: a checked session id, then the body as ``model`` and the route's ``precheck`` of it;
+    else the answer naming why. Only then is the claim a user token's PUT left pending made
+    (:func:`claim_pending`), so a request the route refuses claims nothing. (FastAPI runs this before it checks
+    the route's own path parameters: a PUT route with more of them checks them in its ``precheck``.)"""
 
     async def checked_session_body(session_id: str, request: Request) -> B | JSONResponse:
         if (bad := bad_session(session_id)) is not None:
             return bad
         body = await parse_body(request, model)
-        if not isinstance(body, JSONResponse):
-            await run_in_threadpool(claim_pending, request)
+        if isinstance(body, JSONResponse):
+            return body
+        if precheck is not None and (refused := precheck(request, session_id, body)) is not None:
+            return refused
+        await run_in_threadpool(claim_pending, request)
         return body
 
     return checked_session_body

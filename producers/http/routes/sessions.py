@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from producers.http.api_models import API_ERRORS, ContextView, SessionSettings, body_route, example
 from producers.http.principal import principal_of
 from producers.http.records import RECORDED, with_record_error
-from producers.http.routes.functions import activate_locked
+from producers.http.routes.functions import activate_locked, function_definitions
 from producers.http.routes.session_access import (
     bad_session,
     record_event,
@@ -140,7 +140,20 @@ async def dmail_arguments(session_id: str, request: Request) -> Any:
         return JSONResponse(failed.to_json_dict())
 
 
-SettingsIn = Annotated[SettingsBody | JSONResponse, Depends(session_body(SettingsBody))]
+def _settings_precheck(request: Request, session_id: str, body: SettingsBody) -> JSONResponse | None:
+    """What put_session refuses of a valid body, checked before a user token's claim: a user other than the
+    token's, a function nobody defined."""
+    caller = principal_of(request)
+    if caller.user_id is not None and body.userId not in (None, caller.user_id):
+        return error_response(422, "forbidden_user", "userId must be this token's user or absent", "userId")
+    unknown = [name for name in body.functions or () if name not in function_definitions(request)]
+    if unknown:
+        message = f"unknown function {unknown[0]!r} (AGENT_SIGNAL_FUNCTIONS_DIR)"
+        return error_response(422, "unknown_function", message, "functions")
+    return None
+
+
+SettingsIn = Annotated[SettingsBody | JSONResponse, Depends(session_body(SettingsBody, _settings_precheck))]
 MessagesIn = Annotated[MessagesBody | JSONResponse, Depends(session_body(MessagesBody))]
 EmptyIn = Annotated[EmptyBody | JSONResponse, Depends(session_body(EmptyBody))]
 RevertIn = Annotated[RevertBody | JSONResponse, Depends(session_body(RevertBody))]
@@ -166,11 +179,7 @@ def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResp
         return body
     changes = body.model_dump(exclude_none=True)
     caller = principal_of(request)
-    if caller.user_id is not None:  # a user token's session is its user's (session_access checked the owner)
-        if body.userId not in (None, caller.user_id):
-            return error_response(
-                422, "forbidden_user", "userId must be this token's user or absent", "userId"
-            )
+    if caller.user_id is not None:  # its own user (_settings_precheck refused another)
         changes["userId"] = caller.user_id
     if body.functions is not None:
         try:
