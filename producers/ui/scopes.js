@@ -7,6 +7,7 @@
 const SCOPE_STATES = ["busy", "waiting", "stuck", "paused"];
 const WORKER_SILENT_MS = 60000; // a worker whose heartbeat is older than this is shown as silent
 const SCOPES_PAGE_SIZE = 200; // GET /v1/scopes's default page
+const SCOPES_MAX_PAGE = 1000; // and its largest
 
 function scopePath(scopeKey, verb) {
   return `/v1/scopes/${encodeURIComponent(scopeKey)}/${verb}`;
@@ -79,13 +80,16 @@ function scopesPage() {
   let total = 0;
   let reading = Promise.resolve();
   const inTurn = (fn) => (reading = reading.then(fn, fn));
-  const scopesAfter = (after) => api(`/v1/scopes?${qs({ state: stateFilter.value, limit: SCOPES_PAGE_SIZE, cursor: after })}`).then(({ body }) => body);
+  const scopesAfter = (after, limit = SCOPES_PAGE_SIZE) => api(`/v1/scopes?${qs({ state: stateFilter.value, limit, cursor: after })}`).then(({ body }) => body);
 
+  // Each request lists the tenant's every scope on the server: a refresh re-reads what is shown in as few as it
+  // can (up to GET /v1/scopes's largest page), not a request per page "Load more" brought.
   const loadScopes = () => inTurn(async () => {
-    let body = await scopesAfter(null);
+    const size = depth === null ? SCOPES_PAGE_SIZE : Math.min(SCOPES_MAX_PAGE, Math.max(SCOPES_PAGE_SIZE, scopes.length));
+    let body = await scopesAfter(null, size);
     const read = [...(body.scopes || [])];
     while (body.cursor && depth !== null && body.cursor < depth) {
-      body = await scopesAfter(body.cursor);
+      body = await scopesAfter(body.cursor, SCOPES_MAX_PAGE);
       read.push(...(body.scopes || []));
     }
     scopes = read;

@@ -187,6 +187,10 @@ def test_scopes_past_the_first_page_are_reached_with_load_more(
     page.get_by_role("button", name="Load more").click()
     expect(rows).to_have_count(258)
     after_a_refresh(page, _first_scopes_page)
+    # (a refresh reads what is shown in one request, not one per page: each lists every scope on the server)
+    with page.expect_request(lambda request: _first_scopes_page(request.url), timeout=30_000) as refresh:
+        pass
+    assert "limit=258" in refresh.value.url, refresh.value.url
 
     # Then every scope is listed, and the list says it is whole
     assert rows.count() == 258
