@@ -91,9 +91,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_dlq(events: list[dict[str, Any]], total: int, as_json: bool) -> None:
+def _print_dlq(page: dict[str, Any], as_json: bool) -> None:
+    """A page of ``GET /v1/dlq`` (or ``dlq_page``'s): JSON as it is, or a row per event and, while more follow,
+    the ``--cursor`` of the next page on stderr."""
+    events, cursor = list(page.get("events") or []), page.get("cursor")
+    if cursor:
+        print(f"more follow: --cursor {cursor}", file=sys.stderr)
     if as_json:
-        print(json.dumps({"events": events, "total": total}, indent=2))
+        print(json.dumps(page, indent=2))
     elif not events:
         print("The dead-letter list is empty.")
     else:
@@ -108,8 +113,10 @@ def _print_dlq(events: list[dict[str, Any]], total: int, as_json: bool) -> None:
 def _dlq_http(args: argparse.Namespace, target: Target) -> int:
     with Api(target) as api:
         if args.dlq_command == "list":
-            page = api.call("GET", "/v1/dlq", params={"offset": args.offset, "limit": args.limit})
-            _print_dlq(list(page.get("events") or []), int(page.get("total") or 0), args.json)
+            params: dict[str, Any] = {"offset": args.offset, "limit": args.limit}
+            if args.cursor:
+                params["cursor"] = args.cursor
+            _print_dlq(api.call("GET", "/v1/dlq", params=params), args.json)
             return 0
         body: dict[str, Any] = {"all": True} if args.all else {"eventIds": list(args.ids)}
         result = api.call("POST", "/v1/dlq/redrive", body=body)
@@ -123,8 +130,12 @@ def _dlq_direct(args: argparse.Namespace) -> int:
     producer = _producer(args.tenant)
     try:
         if args.dlq_command == "list":
-            events = producer.store.dlq_list(producer.keys, offset=args.offset, limit=args.limit)
-            _print_dlq(events, producer.store.dlq_size(producer.keys), args.json)
+            from worker.ops.runs import dlq_page
+
+            page = dlq_page(
+                producer.store, producer.keys, offset=args.offset, limit=args.limit, cursor=args.cursor
+            )
+            _print_dlq(page.to_json_dict(), args.json)
             return 0
         result = redrive_events(producer, None if args.all else args.ids)
     finally:
@@ -136,6 +147,9 @@ def _dlq_direct(args: argparse.Namespace) -> int:
 def cmd_dlq(args: argparse.Namespace) -> int:
     if args.dlq_command == "redrive" and bool(args.ids) == bool(args.all):
         print("agent-signal dlq redrive: give event ids or --all (not both)", file=sys.stderr)
+        return 2
+    if args.dlq_command == "list" and args.cursor and args.offset:
+        print("agent-signal dlq list: give --cursor or --offset, not both", file=sys.stderr)
         return 2
     target = resolve_target(args)
     return _dlq_http(args, target) if target.http else _dlq_direct(args)
@@ -175,6 +189,10 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     d.add_argument("--json", action="store_true")
     d.add_argument("--offset", type=_bounded(0, MAX_DLQ_OFFSET), default=0, help=f"0..{MAX_DLQ_OFFSET:,}")
     d.add_argument("--limit", type=_bounded(1, MAX_DLQ_LIMIT), default=100, help=f"1..{MAX_DLQ_LIMIT}")
+    d.add_argument(
+        "--cursor",
+        help="continue after the page whose cursor this is (printed while more follow; not with --offset)",
+    )
     add_target_options(d)
     d = dsub.add_parser("redrive", help="requeue dead events: IDs, or --all")
     d.add_argument("ids", nargs="*")

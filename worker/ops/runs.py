@@ -27,7 +27,7 @@ import binascii
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from worker.core.clock import now_ms
 from worker.documents.event_body import body_of
@@ -44,14 +44,19 @@ __all__ = [
     "STATUSES",
     "STATUS_INDEXES",
     "BadCursor",
+    "BadDlqCursor",
+    "DlqPage",
     "RunPage",
     "RunQuery",
     "discard",
+    "discarded_index",
+    "dlq_page",
     "event_detail",
     "every_index",
     "find_by_source",
     "list_discarded",
     "list_runs",
+    "parse_dlq_cursor",
     "register_indexed_types",
     "source_types",
     "status_indexes",
@@ -326,12 +331,82 @@ def discard(
     return discarded, [e for e, ok in zip(event_ids, replies, strict=True) if int(ok) != 1]
 
 
+class BadDlqCursor(ValueError):
+    """A DLQ cursor that is not one (the message says what one is)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DlqPage:
+    """One page of the dead (or discarded) events, latest first, the list's ``total``, and ``cursor`` while
+    more follow (:func:`dlq_page`)."""
+
+    events: list[dict[str, Any]]
+    total: int
+    cursor: str | None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"events": self.events, "total": self.total}
+        if self.cursor is not None:
+            body["cursor"] = self.cursor
+        return body
+
+
+def parse_dlq_cursor(cursor: str) -> tuple[float, str]:
+    """A DLQ cursor (``<ms>:<eventId>``, a page's last entry) as that entry; BadDlqCursor otherwise."""
+    at, _, event_id = cursor.partition(":")
+    if not at.isdigit() or not event_id:
+        raise BadDlqCursor("cursor must be a page's cursor (<ms>:<eventId>)")
+    return float(at), event_id
+
+
+def dlq_page(
+    store: EventStore,
+    tenant: Keys,
+    *,
+    state: Literal["dead", "discarded"] = "dead",
+    offset: int = 0,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> DlqPage:
+    """Dead events (latest death first) or discarded ones (latest discard first), from ``offset`` or after
+    ``cursor`` (a page's: whatever died or left meanwhile moves no page); the page's cursor is set when an entry
+    follows its last event (one whose event is gone is skipped there too)."""
+    before = None if cursor is None else parse_dlq_cursor(cursor)
+    if state == "discarded":
+        events = list_discarded(store, tenant, offset=offset, limit=limit, before=before)
+        total = sum(int(store.client.zcard(discarded_index(k))) for k in tenant.every_bucket())
+        index, at = discarded_index, "at"
+    else:
+        events = store.dlq_list(tenant, offset=offset, limit=limit, before=before)
+        total, index, at = store.dlq_size(tenant), _dlq_index, "deadAt"
+    following = None
+    if events:
+        last = (float(events[-1][at]), str(events[-1]["eventId"]))
+        if store.newest_of(tenant, index, 0, 1, before=last):
+            following = f"{last[0]:.0f}:{last[1]}"
+    return DlqPage(events, total, following)
+
+
+def _dlq_index(k: BucketKeys) -> str:
+    return k.dlq
+
+
+def discarded_index(k: BucketKeys) -> str:
+    """The index of discarded events, scored by when they were discarded."""
+    return k.runs("discarded-at")
+
+
 def list_discarded(
-    store: EventStore, tenant: Keys, *, offset: int = 0, limit: int = 50
+    store: EventStore,
+    tenant: Keys,
+    *,
+    offset: int = 0,
+    limit: int = 50,
+    before: tuple[float, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The tenant's discarded events, latest discard first, each with ``reason`` and ``at`` (and its payload while
-    kept)."""
-    latest = store.newest_of(tenant, lambda k: k.runs("discarded-at"), offset, limit)
+    kept); ``before``: after that entry (``EventStore.newest_of``)."""
+    latest = store.newest_of(tenant, discarded_index, offset, limit, before=before)
     pipe = store.client.pipeline(transaction=False)
     for event_id, _, k in latest:
         pipe.hgetall(k.event(event_id))

@@ -217,11 +217,22 @@ class StoreReads:
         return [to_str(x) for members in pipe.execute() for x in members]
 
     def newest_of(
-        self, k: Keys, index: Callable[[BucketKeys], str], offset: int, limit: int
+        self,
+        k: Keys,
+        index: Callable[[BucketKeys], str],
+        offset: int,
+        limit: int,
+        *,
+        before: tuple[float, str] | None = None,
     ) -> list[tuple[str, float, BucketKeys]]:
         """One page of a per-bucket index (a zset scored by time), newest first over every bucket: (member,
-        score, the bucket's key builder). With one bucket, that page of the one index."""
+        score, the bucket's key builder). With one bucket, that page of the one index. ``before`` (a cursor: an
+        entry's score and member) starts the page after that entry instead of at ``offset``: entries added or
+        removed meanwhile move no page."""
         every = k.every_bucket()
+        if before is not None:
+            after = [e for b in every for e in self._older_than(index(b), before, limit, b)]
+            return sorted(after, key=lambda e: newest_first(e[0], e[1]))[:limit]
         start = offset if len(every) == 1 else 0
         pipe = self.client.pipeline(transaction=False)
         for b in every:
@@ -235,9 +246,34 @@ class StoreReads:
             return found
         return sorted(found, key=lambda e: newest_first(e[0], e[1]))[offset : offset + limit]
 
-    def dlq_list(self, k: Keys, *, offset: int = 0, limit: int = 100) -> list[dict[str, Any]]:
-        """``k``'s tenant's dead events, most recent death first, each with payload, attempts and last error."""
-        page = self.newest_of(k, lambda b: b.dlq, offset, limit)
+    def _older_than(
+        self, key: str, before: tuple[float, str], limit: int, b: BucketKeys
+    ) -> list[tuple[str, float, BucketKeys]]:
+        """Up to ``limit`` entries of one index after ``before`` in newest-first order (a lower score, or the
+        same score and a smaller member, as ZREVRANGE orders them)."""
+        score, member = before
+        cut = member.encode("utf-8")
+        out: list[tuple[str, float, BucketKeys]] = []
+        start = 0
+        while len(out) < limit:
+            reply: list[tuple[Any, float]] = self.client.zrevrangebyscore(  # type: ignore[assignment]
+                key, score, "-inf", start=start, num=limit, withscores=True
+            )
+            if not reply:
+                break
+            start += len(reply)
+            for raw, at in reply:
+                found = to_str(raw)
+                if float(at) < score or found.encode("utf-8") < cut:
+                    out.append((found, float(at), b))
+        return out[:limit]
+
+    def dlq_list(
+        self, k: Keys, *, offset: int = 0, limit: int = 100, before: tuple[float, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """``k``'s tenant's dead events, most recent death first, each with payload, attempts and last error;
+        ``before``: after that entry (:meth:`newest_of`)."""
+        page = self.newest_of(k, lambda b: b.dlq, offset, limit, before=before)
         pipe = self.client.pipeline(transaction=False)
         for event_id, _, b in page:
             pipe.hgetall(b.event(event_id))

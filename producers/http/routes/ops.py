@@ -15,7 +15,7 @@ from producers.http.web_common import JsonObject, error_response, producer_of
 from producers.sdk.dead_letters import discard_events, edited_bodies, redrive_events
 from worker.core.ids import Id
 from worker.intake.source_event import InvalidEvent
-from worker.ops.runs import list_discarded
+from worker.ops.runs import BadDlqCursor, dlq_page
 from worker.ops.state_metrics import backlog, state_exposition
 from worker.store.reads import EVENT_ID
 from worker.store.safety import current_safety
@@ -27,6 +27,7 @@ router = APIRouter(tags=["operations"])
 
 MAX_DLQ_OFFSET = 1_000_000
 MAX_DLQ_LIMIT = 500
+MAX_DLQ_CURSOR = 400  # "<ms>:<eventId>"
 
 
 class ChainDocument(BaseModel):
@@ -56,6 +57,11 @@ class Backlog(BaseModel):
 class DlqPage(BaseModel):
     events: list[DlqEvent] = Field(description="Latest death (or discard) first.")
     total: int = Field(description="Events in the list (dead, or discarded).")
+    cursor: str | None = Field(
+        default=None,
+        description="Set when more follow this page: the next page's ``cursor``, which, unlike ``offset``, "
+        "neither repeats nor skips an event when others die or leave meanwhile.",
+    )
 
 
 class RedriveIds(BaseModel):
@@ -197,20 +203,28 @@ def get_dlq(
     offset: Annotated[int, Query(ge=0, le=MAX_DLQ_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_DLQ_LIMIT)] = 50,
     state: Literal["dead", "discarded"] = "dead",
+    cursor: Annotated[
+        str | None, Query(max_length=MAX_DLQ_CURSOR, description="The previous page's.")
+    ] = None,
 ) -> JSONResponse:
     """Dead events (latest death first), or with ``state=discarded`` the discarded ones (latest discard first,
-    each with its ``reason`` and ``at``); ``offset`` 0..1,000,000 and ``limit`` 1..500 (else 422 naming it)."""
-    store, keys = producer_of(request).store, tenant_keys(request)
-    if state == "discarded":
-        events = list_discarded(store, keys, offset=offset, limit=limit)
-        return JSONResponse(
-            {
-                "events": events,
-                "total": sum(int(store.client.zcard(k.runs("discarded-at"))) for k in keys.every_bucket()),
-            }
+    each with its ``reason`` and ``at``); ``offset`` 0..1,000,000 and ``limit`` 1..500 (else 422 naming it).
+    ``cursor`` (the previous page's, set while more follow) continues after that page, whatever died or left
+    meanwhile; it does not go with ``offset``."""
+    if cursor is not None and offset:
+        return error_response(422, "invalid_field", "give cursor or offset, not both", "cursor")
+    try:
+        page = dlq_page(
+            producer_of(request).store,
+            tenant_keys(request),
+            state=state,
+            offset=offset,
+            limit=limit,
+            cursor=cursor,
         )
-    page = store.dlq_list(keys, offset=offset, limit=limit)
-    return JSONResponse({"events": page, "total": store.dlq_size(keys)})
+    except BadDlqCursor as exc:
+        return error_response(422, "invalid_field", str(exc), "cursor")
+    return JSONResponse(page.to_json_dict())
 
 
 def _one_target(body: dict[str, Any], fields: tuple[str, ...]) -> JSONResponse | None:

@@ -145,6 +145,34 @@ class TestDlqListBounds:
         assert main(["dlq", "list", "--json", "--offset", "1"]) == 0
         assert json.loads(capsys.readouterr().out)["events"] == []
 
+    def test_a_cursor_continues_after_its_page_and_does_not_go_with_an_offset(
+        self, direct: Any, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Two dead events, a page of one: the page prints its cursor (on stderr too), and ``--cursor`` lists
+        the other; with ``--offset`` as well it is a usage error."""
+        producer, first = direct
+        event = {
+            "sourceType": "test.flaky",
+            "sourceId": "dead-2",
+            "scopeKey": "topic:cli-guards-2",
+            "payload": {},
+        }
+        second = producer.enqueue(event).event_id
+        build_pipeline(producer.settings, telemetry=DISABLED, app=producer.app).drain_scope(
+            "topic:cli-guards-2"
+        )
+        assert main(["dlq", "list", "--json", "--limit", "1"]) == 0
+        out, err = capsys.readouterr()
+        page = json.loads(out)
+        assert [e["eventId"] for e in page["events"]] == [
+            second
+        ] and err.strip() == f"more follow: --cursor {page['cursor']}"
+        assert main(["dlq", "list", "--json", "--limit", "1", "--cursor", page["cursor"]]) == 0
+        rest = json.loads(capsys.readouterr().out)
+        assert [e["eventId"] for e in rest["events"]] == [first] and "cursor" not in rest
+        assert main(["dlq", "list", "--cursor", page["cursor"], "--offset", "1"]) == 2
+        assert "not both" in _one_line(capsys)
+
     def test_bounds_are_the_routes(self) -> None:
         """The CLI's bounds are GET /v1/dlq's."""
         assert (inspection.MAX_DLQ_OFFSET, inspection.MAX_DLQ_LIMIT) == (

@@ -105,6 +105,8 @@ export interface paths {
          * Get Dlq
          * @description Dead events (latest death first), or with ``state=discarded`` the discarded ones (latest discard first,
          *     each with its ``reason`` and ``at``); ``offset`` 0..1,000,000 and ``limit`` 1..500 (else 422 naming it).
+         *     ``cursor`` (the previous page's, set while more follow) continues after that page, whatever died or left
+         *     meanwhile; it does not go with ``offset``.
          */
         get: operations["get_dlq_v1_dlq_get"];
         put?: never;
@@ -1378,6 +1380,11 @@ export interface components {
              * @description Events in the list (dead, or discarded).
              */
             total: number;
+            /**
+             * Cursor
+             * @description Set when more follow this page: the next page's ``cursor``, which, unlike ``offset``, neither repeats nor skips an event when others die or leave meanwhile.
+             */
+            cursor?: string | null;
         };
         /** Erasure */
         Erasure: {
@@ -2878,6 +2885,8 @@ export interface operations {
                 offset?: number;
                 limit?: number;
                 state?: "dead" | "discarded";
+                /** @description The previous page's. */
+                cursor?: string | null;
             };
             header?: never;
             path?: never;
