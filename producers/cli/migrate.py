@@ -8,13 +8,15 @@ straight in Redis (``REDIS_URL``), for every tenant: an operator's tool, run onc
 ``runs``: the source types whose runs index holds events admitted before the bucket's registry of types
 (``runs:types``) existed are named in it, so the runs explorer lists those events by status and unfiltered.
 
-Each prints one JSON object ``{"<what>": {"<tenant>": n, …}, "dryRun": bool}``. Idempotent.
+Each prints one JSON object ``{"<what>": {"<tenant>": n, …}, "dryRun": bool}``, and a line per tenant on stderr
+as it goes (each tenant's step scans the keyspace: on a large deployment, minutes). Idempotent.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -42,7 +44,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     try:
         base = Keys(settings.key_prefix, DEFAULT_TENANT, settings.scope_buckets)
         tenants = sorted({DEFAULT_TENANT, *(str(t) for t in client.smembers(base.tenants))})
-        moved = {tenant: step(client, base.for_tenant(tenant)) for tenant in tenants}
+        moved: dict[str, int] = {}
+        for n, tenant in enumerate(tenants, start=1):
+            moved[tenant] = step(client, base.for_tenant(tenant))
+            print(
+                f"migrate {args.migrate_command}: tenant {n} of {len(tenants)} ({tenant}): {moved[tenant]}",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         client.close()
     print(json.dumps({args.migrate_command: moved, "dryRun": bool(args.dry_run)}))
