@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis import Redis
+from redis import Redis, WatchError
 from redis.commands.core import Script
 
 from sessions.scripts import SessionScripts
@@ -265,17 +265,32 @@ class SessionStore:
             else:
                 mapping[key] = str(value)
         if mapping:
-            before = self.get_settings(session_id).user_id
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(self.keys.session(session_scope(session_id)), mapping=mapping)
-            if "userId" in mapping:  # the user's session index: erasure finds the user's sessions by design
-                if before and before != mapping["userId"]:
-                    pipe.srem(self.keys.user_sessions(before), session_id)
-                pipe.sadd(self.keys.user_sessions(mapping["userId"]), session_id)
-            for key in session_keys(self.keys, session_id, mapping.get("userId", before)):
-                pipe.expire(key, self.limits.session_ttl_s)
-            pipe.execute()
+            self._write_settings(session_id, mapping)
         return self.get_settings(session_id)
+
+    def _write_settings(self, session_id: str, mapping: dict[Any, Any]) -> None:
+        """The settings' fields, and a new user's session index, under WATCH of the settings: two writes moving
+        the session to different users left it in both indexes when each read the user before the other wrote
+        (and an erasure of either dropped it)."""
+        settings_key = self.keys.session(session_scope(session_id))
+        while True:
+            with self.client.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(settings_key)  # type: ignore[no-untyped-call]
+                    raw = pipe.hget(settings_key, "userId")
+                    before = _s(raw) if raw else None
+                    pipe.multi()
+                    pipe.hset(settings_key, mapping=mapping)
+                    if "userId" in mapping:  # the user's session index: erasure finds the user's sessions
+                        if before and before != mapping["userId"]:
+                            pipe.srem(self.keys.user_sessions(before), session_id)
+                        pipe.sadd(self.keys.user_sessions(mapping["userId"]), session_id)
+                    for key in session_keys(self.keys, session_id, mapping.get("userId", before)):
+                        pipe.expire(key, self.limits.session_ttl_s)
+                    pipe.execute()
+                    return
+                except WatchError:
+                    continue  # another write changed the settings: read its user again
 
     # ---- context -----------------------------------------------------------------------------------
 

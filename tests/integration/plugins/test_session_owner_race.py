@@ -1,0 +1,63 @@
+"""Two writes moving one session to different users at once: it ends in the last writer's user's session index
+only (each write used to read the user before the other wrote, and the session stayed in both indexes, so an
+erasure of the earlier user dropped the later one's session). Real Redis; the race is made to happen: the
+first read of the session's user lets the other write in right after it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from sessions.store import SessionLimits, SessionStore
+from worker.keys.layout import BucketKeys
+
+pytestmark = pytest.mark.integration
+
+
+class _Interleaved:
+    """The client, but the first read of the session's user (HGET or HGETALL, in a pipeline or not) runs
+    ``meanwhile`` right after it."""
+
+    def __init__(self, client: Redis, meanwhile: Any) -> None:
+        self._client, self._meanwhile, self._done = client, meanwhile, False
+
+    def _after_first_read(self, value: Any) -> Any:
+        if not self._done:
+            self._done = True
+            self._meanwhile()
+        return value
+
+    def hgetall(self, *args: Any) -> Any:
+        return self._after_first_read(self._client.hgetall(*args))
+
+    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        pipe = self._client.pipeline(*args, **kwargs)
+        hget = pipe.hget
+
+        def read(*a: Any) -> Any:
+            return self._after_first_read(hget(*a))
+
+        pipe.hget = read  # type: ignore[method-assign]
+        return pipe
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_a_session_moved_by_two_writes_is_in_one_users_index(redis_client: Redis, keys: BucketKeys) -> None:
+    honest = SessionStore(redis_client, keys, SessionLimits())
+    honest.update_settings("s-race", {"userId": "alice"})
+    racing = SessionStore(
+        _Interleaved(redis_client, lambda: honest.update_settings("s-race", {"userId": "bob"})),  # type: ignore[arg-type]
+        keys,
+        SessionLimits(),
+        scripts=honest.scripts,
+    )
+    racing.update_settings("s-race", {"userId": "carol"})
+    assert honest.get_settings("s-race").user_id == "carol"
+    indexed = {
+        u for u in ("alice", "bob", "carol") if redis_client.sismember(keys.user_sessions(u), "s-race")
+    }
+    assert indexed == {"carol"}
