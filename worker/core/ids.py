@@ -26,6 +26,7 @@ __all__ = [
     "ID_ALLOWED",
     "ID_MAX_LENGTH",
     "PAYLOAD_ID_FIELDS",
+    "SCOPE_KEY_MAX_LENGTH",
     "Id",
     "IdProblem",
     "NameId",
@@ -35,6 +36,7 @@ __all__ = [
     "check_user_id",
     "id_problem",
     "payload_id_errors",
+    "scope_key_problem",
     "user_id_problem",
 ]
 
@@ -56,14 +58,14 @@ class IdProblem(NamedTuple):
     message: str
 
 
-def id_problem(value: str, *, name: bool = False) -> IdProblem | None:
+def id_problem(value: str, *, name: bool = False, max_length: int = ID_MAX_LENGTH) -> IdProblem | None:
     """None when ``value`` is a valid id, else the rule it broke. ``name``: the stricter rule of a user,
     agent, workspace or topic id, which also refuses ``:`` (those ids sit between ``:`` separators inside
     keys such as ``skills:<user>:<agent>``, so ``u1`` + ``x:a`` must never read as ``u1:x`` + ``a``)."""
     if not value:
         return IdProblem("length", "must not be empty")
-    if len(value) > ID_MAX_LENGTH:
-        return IdProblem("length", f"must be at most {ID_MAX_LENGTH} characters (got {len(value)})")
+    if len(value) > max_length:
+        return IdProblem("length", f"must be at most {max_length} characters (got {len(value)})")
     if _ID.fullmatch(value) is None:
         bad = _BAD.search(value)
         shown = repr(bad.group(0)) if bad else "a character"
@@ -71,6 +73,17 @@ def id_problem(value: str, *, name: bool = False) -> IdProblem | None:
     if name and ":" in value:
         return IdProblem("characters", f"must not contain ':' (allowed: {NAME_ID_ALLOWED})")
     return None
+
+
+# The longest scope key a producer can cause: one it sends is an id (256), a derived one joins up to three
+# payload ids (``bot:<platform>:<applicationId>:<platformThreadId>``, 774), and a user token's is put under
+# ``user:<userId>/`` (1,036). A scope key in a path or a query may be this long.
+SCOPE_KEY_MAX_LENGTH = 2048
+
+
+def scope_key_problem(value: str) -> IdProblem | None:
+    """None when ``value`` may be a scope key: the id rule's characters, up to :data:`SCOPE_KEY_MAX_LENGTH`."""
+    return id_problem(value, max_length=SCOPE_KEY_MAX_LENGTH)
 
 
 def user_id_problem(value: str) -> IdProblem | None:

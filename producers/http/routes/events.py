@@ -26,7 +26,7 @@ from producers.http.api_models import (
 )
 from producers.http.principal import Principal, require, tenant_keys
 from producers.http.web_common import door_of, error_response, producer_of, read_json
-from worker.core.ids import Id
+from worker.core.ids import SCOPE_KEY_MAX_LENGTH, Id
 from worker.core.scope import derive_scope_key
 from worker.intake.source_event import EventError, InvalidEvent, SourceEvent
 from worker.keys.layout import Keys
@@ -293,7 +293,7 @@ def list_events(
     _: Annotated[Principal, Depends(require("read"))],
     status: EventState | None = None,
     source_type: Annotated[str | None, Query(alias="sourceType", max_length=200)] = None,
-    scope_key: Annotated[str | None, Query(alias="scopeKey", max_length=512)] = None,
+    scope_key: Annotated[str | None, Query(alias="scopeKey", max_length=SCOPE_KEY_MAX_LENGTH)] = None,
     user_id: Annotated[str | None, Query(alias="userId", max_length=256)] = None,
     since: Annotated[int | None, Query(ge=0)] = None,
     until: Annotated[int | None, Query(ge=0)] = None,

@@ -12,14 +12,11 @@ from pydantic import BaseModel, Field
 
 from producers.http.principal import Principal, require, tenant_keys
 from producers.http.web_common import error_response, producer_of
-from worker.core.ids import id_problem
+from worker.core.ids import SCOPE_KEY_MAX_LENGTH, scope_key_problem
 from worker.ops.scope_control import pause_scope, resume_scope, scope_page
 
 __all__ = ["router"]
 
-# A cursor is a scope key, and a derived one is as long as the payload ids it is made of (a topicId, a user and
-# an agent, a bot's three ids) or a user token's prefix makes it: far past an id's 256 characters.
-MAX_CURSOR = 16 * 1024
 
 router = APIRouter(tags=["scopes"])
 
@@ -64,7 +61,7 @@ def get_scopes(
     state: ScopeState | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
     cursor: Annotated[
-        str | None, Query(max_length=MAX_CURSOR, description="The previous page's ``cursor``.")
+        str | None, Query(max_length=SCOPE_KEY_MAX_LENGTH, description="The previous page's ``cursor``.")
     ] = None,
 ) -> JSONResponse:
     """The tenant's scopes with queued events, and its paused ones, by scope key: ``scopeKey``, ``state``,
@@ -81,8 +78,9 @@ def get_scopes(
 
 
 def _checked(scope_key: str) -> JSONResponse | None:
-    """The 422 for a scope key outside the id rule (worker/core/ids.py), or None."""
-    problem = id_problem(scope_key)
+    """The 422 for what cannot be a scope key (worker/core/ids.py: derived ones run past an id's length), or
+    None."""
+    problem = scope_key_problem(scope_key)
     if problem is None:
         return None
     return error_response(422, "invalid_field", f"scopeKey {problem.message}", "scopeKey")

@@ -88,3 +88,16 @@ def test_a_scope_key_longer_than_an_id_is_a_cursor_too(api: TestClient) -> None:
         first["scopes"][0]["scopeKey"] == f"topic:{long_topic}" and first["cursor"] == f"topic:{long_topic}"
     )
     assert [s["scopeKey"] for s in _get(api, limit=1, cursor=first["cursor"])["scopes"]] == ["zz:after"]
+
+
+def test_a_scope_key_longer_than_an_id_is_paused_resumed_and_filtered(api: TestClient) -> None:
+    """Its page listed it, but Pause and Resume (and the runs page's scopeKey filter) answered 422: at most 256
+    characters, an id's bound, which a derived scope key passes."""
+    long_key = f"topic:{'t' * 256}"
+    event = {"sourceType": "test.timeline", "sourceId": "long-3", "payload": {"topicId": "t" * 256}}
+    assert api.post("/v1/events", json=event).status_code == 202
+    for verb in ("pause", "resume"):
+        answer = api.post(f"/v1/scopes/{long_key}/{verb}")
+        assert answer.status_code == 200 and answer.json()["changed"] is True, (verb, answer.text)
+    listed = api.get("/v1/events", params={"scopeKey": long_key})
+    assert listed.status_code == 200 and len(listed.json()["events"]) == 1, listed.text
