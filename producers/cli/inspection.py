@@ -99,8 +99,10 @@ def _print_dlq(page: dict[str, Any], as_json: bool) -> None:
         print(f"more follow: --cursor {cursor}", file=sys.stderr)
     if as_json:
         print(json.dumps(page, indent=2))
-    elif not events:
+    elif not events and not page.get("total"):
         print("The dead-letter list is empty.")
+    elif not events:
+        print(f"No dead events on this page ({page.get('total')} in the list).")
     else:
         for ev in events:
             body = ev.get("event") or {}

@@ -25,8 +25,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from worker.core.clock import now_ms
@@ -36,7 +38,7 @@ from worker.keys.layout import BucketKeys, Keys, glob_escaped
 from worker.settings import Settings
 from worker.store.calls import Discard, RunsPage
 from worker.store.events import EventStore
-from worker.store.reads import newest_first
+from worker.store.reads import dlq_index, newest_first
 from worker.store.records import to_str
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "RunQuery",
     "discard",
     "discarded_index",
+    "discarded_records",
     "dlq_page",
     "event_detail",
     "every_index",
@@ -351,12 +354,15 @@ class DlqPage:
         return body
 
 
+DLQ_CURSOR = re.compile(r"([0-9]{1,16}):(.+)", re.ASCII | re.DOTALL)  # a page's last entry: <ms>:<eventId>
+
+
 def parse_dlq_cursor(cursor: str) -> tuple[float, str]:
     """A DLQ cursor (``<ms>:<eventId>``, a page's last entry) as that entry; BadDlqCursor otherwise."""
-    at, _, event_id = cursor.partition(":")
-    if not at.isdigit() or not event_id:
+    found = DLQ_CURSOR.fullmatch(cursor)
+    if found is None:
         raise BadDlqCursor("cursor must be a page's cursor (<ms>:<eventId>)")
-    return float(at), event_id
+    return float(found.group(1)), found.group(2)
 
 
 def dlq_page(
@@ -372,23 +378,20 @@ def dlq_page(
     ``cursor`` (a page's: whatever died or left meanwhile moves no page); the page's cursor is set when an entry
     follows its last event (one whose event is gone is skipped there too)."""
     before = None if cursor is None else parse_dlq_cursor(cursor)
+    index: Callable[[BucketKeys], str]
+    records: Callable[[list[tuple[str, float, BucketKeys]]], list[dict[str, Any]]]
     if state == "discarded":
-        events = list_discarded(store, tenant, offset=offset, limit=limit, before=before)
+        index, records = discarded_index, partial(discarded_records, store)
         total = sum(int(store.client.zcard(discarded_index(k))) for k in tenant.every_bucket())
-        index, at = discarded_index, "at"
     else:
-        events = store.dlq_list(tenant, offset=offset, limit=limit, before=before)
-        total, index, at = store.dlq_size(tenant), _dlq_index, "deadAt"
+        index, records, total = dlq_index, store.dlq_records, store.dlq_size(tenant)
+    entries = store.newest_of(tenant, index, offset, limit, before=before)
     following = None
-    if events:
-        last = (float(events[-1][at]), str(events[-1]["eventId"]))
+    if entries:  # from the last entry read, whether or not its event is still stored
+        last = (entries[-1][1], entries[-1][0])
         if store.newest_of(tenant, index, 0, 1, before=last):
             following = f"{last[0]:.0f}:{last[1]}"
-    return DlqPage(events, total, following)
-
-
-def _dlq_index(k: BucketKeys) -> str:
-    return k.dlq
+    return DlqPage(records(entries), total, following)
 
 
 def discarded_index(k: BucketKeys) -> str:
@@ -397,16 +400,15 @@ def discarded_index(k: BucketKeys) -> str:
 
 
 def list_discarded(
-    store: EventStore,
-    tenant: Keys,
-    *,
-    offset: int = 0,
-    limit: int = 50,
-    before: tuple[float, str] | None = None,
+    store: EventStore, tenant: Keys, *, offset: int = 0, limit: int = 50
 ) -> list[dict[str, Any]]:
     """The tenant's discarded events, latest discard first, each with ``reason`` and ``at`` (and its payload while
-    kept); ``before``: after that entry (``EventStore.newest_of``)."""
-    latest = store.newest_of(tenant, discarded_index, offset, limit, before=before)
+    kept)."""
+    return discarded_records(store, store.newest_of(tenant, discarded_index, offset, limit))
+
+
+def discarded_records(store: EventStore, latest: list[tuple[str, float, BucketKeys]]) -> list[dict[str, Any]]:
+    """The discarded events of index entries (``EventStore.newest_of``'s), those still stored as discarded."""
     pipe = store.client.pipeline(transaction=False)
     for event_id, _, k in latest:
         pipe.hgetall(k.event(event_id))

@@ -23,7 +23,15 @@ from worker.settings import Settings
 from worker.store.quotas import retained_refusal, user_bytes_refusal
 from worker.store.records import PreparedEvent, to_str
 
-__all__ = ["CHAIN_ID_PREFIX", "EVENT_ID", "StoreReads", "chain_owner", "newest_first", "str_dict"]
+__all__ = [
+    "CHAIN_ID_PREFIX",
+    "EVENT_ID",
+    "StoreReads",
+    "chain_owner",
+    "dlq_index",
+    "newest_first",
+    "str_dict",
+]
 
 CHAIN_ID_PREFIX = "chain:"  # LobeHub's chain id of a root event: chain:<sourceId>
 EVENT_ID = re.compile(r"evt_[0-9a-f]{24}")  # worker/core/dedupe.py event_id_for
@@ -231,8 +239,7 @@ class StoreReads:
         removed meanwhile move no page."""
         every = k.every_bucket()
         if before is not None:
-            after = [e for b in every for e in self._older_than(index(b), before, limit, b)]
-            return sorted(after, key=lambda e: newest_first(e[0], e[1]))[:limit]
+            return self._older_than(every, index, before, limit)
         start = offset if len(every) == 1 else 0
         pipe = self.client.pipeline(transaction=False)
         for b in every:
@@ -247,33 +254,45 @@ class StoreReads:
         return sorted(found, key=lambda e: newest_first(e[0], e[1]))[offset : offset + limit]
 
     def _older_than(
-        self, key: str, before: tuple[float, str], limit: int, b: BucketKeys
+        self,
+        every: list[BucketKeys],
+        index: Callable[[BucketKeys], str],
+        before: tuple[float, str],
+        limit: int,
     ) -> list[tuple[str, float, BucketKeys]]:
-        """Up to ``limit`` entries of one index after ``before`` in newest-first order (a lower score, or the
-        same score and a smaller member, as ZREVRANGE orders them)."""
+        """Up to ``limit`` entries after ``before`` in newest-first order over the buckets' indexes (a lower
+        score, or the same score and a smaller member, as ZREVRANGE orders them): one pipelined read of every
+        bucket, and another only for a bucket whose full read held entries at or before the cursor."""
         score, member = before
         cut = member.encode("utf-8")
-        out: list[tuple[str, float, BucketKeys]] = []
-        start = 0
-        while len(out) < limit:
-            reply: list[tuple[Any, float]] = self.client.zrevrangebyscore(  # type: ignore[assignment]
-                key, score, "-inf", start=start, num=limit, withscores=True
-            )
-            if not reply:
-                break
-            start += len(reply)
-            for raw, at in reply:
-                found = to_str(raw)
-                if float(at) < score or found.encode("utf-8") < cut:
-                    out.append((found, float(at), b))
-        return out[:limit]
+        kept: list[list[tuple[str, float, BucketKeys]]] = [[] for _ in every]
+        read = [0] * len(every)
+        pending = list(range(len(every)))
+        while pending:
+            pipe = self.client.pipeline(transaction=False)
+            for i in pending:
+                pipe.zrevrangebyscore(
+                    index(every[i]), score, "-inf", start=read[i], num=limit, withscores=True
+                )
+            short = []
+            for i, reply in zip(pending, pipe.execute(), strict=True):
+                read[i] += len(reply)
+                for raw, at in reply:
+                    found = to_str(raw)
+                    if float(at) < score or found.encode("utf-8") < cut:
+                        kept[i].append((found, float(at), every[i]))
+                if len(reply) == limit and len(kept[i]) < limit:
+                    short.append(i)
+            pending = short
+        merged = [entry for entries in kept for entry in entries[:limit]]
+        return sorted(merged, key=lambda e: newest_first(e[0], e[1]))[:limit]
 
-    def dlq_list(
-        self, k: Keys, *, offset: int = 0, limit: int = 100, before: tuple[float, str] | None = None
-    ) -> list[dict[str, Any]]:
-        """``k``'s tenant's dead events, most recent death first, each with payload, attempts and last error;
-        ``before``: after that entry (:meth:`newest_of`)."""
-        page = self.newest_of(k, lambda b: b.dlq, offset, limit, before=before)
+    def dlq_list(self, k: Keys, *, offset: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+        """``k``'s tenant's dead events, most recent death first, each with payload, attempts and last error."""
+        return self.dlq_records(self.newest_of(k, dlq_index, offset, limit))
+
+    def dlq_records(self, page: list[tuple[str, float, BucketKeys]]) -> list[dict[str, Any]]:
+        """The dead events of DLQ entries (:meth:`newest_of`'s), those still stored."""
         pipe = self.client.pipeline(transaction=False)
         for event_id, _, b in page:
             pipe.hgetall(b.event(event_id))
@@ -298,6 +317,11 @@ class StoreReads:
         for b in k.every_bucket():
             pipe.zrange(b.dlq, 0, -1)
         return [to_str(x) for ids in pipe.execute() for x in ids]
+
+
+def dlq_index(b: BucketKeys) -> str:
+    """A bucket's dead-letter list: dead events scored by when they died."""
+    return b.dlq
 
 
 def newest_first(member: str, score: float) -> tuple[float, tuple[int, ...]]:

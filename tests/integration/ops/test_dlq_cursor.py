@@ -77,6 +77,7 @@ def test_a_page_continues_inside_one_millisecond_and_past_an_event_that_left(
     ("params", "field"),
     [
         ({"cursor": "nope"}, "cursor"),
+        ({"cursor": "\u00b2:evt_a"}, "cursor"),  # a digit to str.isdigit, not to float(): it answered 500
         ({"cursor": "1:evt_a", "offset": 3}, "cursor"),
         ({"cursor": "x" * 401}, "cursor"),
     ],
@@ -100,3 +101,16 @@ def test_the_discarded_list_pages_by_cursor_too(
     ids = [e["eventId"] for e in first["events"] + second["events"]]
     assert sorted(ids) == ["evt_a", "evt_b", "evt_c", "evt_d"] and len(set(ids)) == 4
     assert "cursor" not in second
+
+
+def test_a_page_whose_events_are_all_gone_still_says_more_follow(
+    api: TestClient, redis_client: Redis, tenant_keys: Keys
+) -> None:
+    """The cursor came from the last event shown: a page whose entries' events were all gone (erased, expired)
+    had none, and said nothing followed it. It comes from the last entry read now."""
+    _bury(redis_client, tenant_keys, ["a", "b", "c", "d", "e"], DIED_MS)
+    for name in ("e", "d", "c"):  # their records are gone, their entries not yet
+        redis_client.delete(tenant_keys.for_scope(f"topic:{name}").event(f"evt_{name}"))
+    first = _page(api)
+    assert first["events"] == [] and first["total"] == 5 and "cursor" in first
+    assert [e["eventId"] for e in _page(api, cursor=first["cursor"])["events"]] == ["evt_b", "evt_a"]
