@@ -3,8 +3,9 @@
 // or by filter for bulk redrive and discard. Every action says what it did, and a row that was acted on
 // stays in the list and follows its event live (queued, processing, then done or dead again).
 // #/dlq?state=discarded lists discarded events with the reason and time (their audit record).
-// The list comes a page at a time (GET /v1/dlq's offset and limit): "Load more" reads the next page, a refresh
-// re-reads every page shown, and the counts say how many are shown of how many there are.
+// The list comes a page at a time (GET /v1/dlq's cursor, which no death or redrive meanwhile shifts): "Load more"
+// reads the next page, a refresh re-reads as many as are shown, and the counts say how many are shown of how many
+// there are.
 "use strict";
 
 const DLQ_FETCH_LIMIT = 500; // GET /v1/dlq's largest page
@@ -56,6 +57,7 @@ function dlqPage() {
   let dead = new Map(); // eventId → its DLQ record (the last list read)
   let total = 0;
   let wanted = DLQ_FETCH_LIMIT; // how many of the list's first entries are read ("Load more" adds a page)
+  let cursor = null; // where the next page starts (GET /v1/dlq's cursor; null: nothing follows)
   let reading = Promise.resolve(); // reads and "Load more" take turns, so neither undoes the other
   const inTurn = (fn) => (reading = reading.then(fn, fn));
   const tracked = new Map(); // eventId → { record, status, outcome } for rows acted on here
@@ -161,7 +163,7 @@ function dlqPage() {
       followed ? `${followed} acted on here` : "",
       `live every ${LIVE_MS / 1000} s`,
     ].filter(Boolean).join(" · ");
-    more.hidden = !partial;
+    more.hidden = !cursor;
     more.textContent = `Load more (the next ${Math.min(DLQ_FETCH_LIMIT, total - dead.size)} of ${total - dead.size} not shown)`;
     syncBulk();
   }
@@ -176,25 +178,31 @@ function dlqPage() {
     selectAll.checked = selectable.length > 0 && selectable.every((id) => selected.has(id));
   }
 
-  // The list's first ``wanted`` entries, a page at a time (a page short of its limit is the end).
+  // The list's first ``wanted`` entries, a page at a time, each after the last one's cursor.
   async function readDead() {
     const read = new Map();
-    for (let offset = 0; offset < wanted; offset += DLQ_FETCH_LIMIT) {
-      const { body } = await api(`/v1/dlq?${qs({ offset, limit: DLQ_FETCH_LIMIT })}`);
+    let after = null;
+    let first = true;
+    while (first || (after && read.size < wanted)) {
+      first = false;
+      const { body } = await api(`/v1/dlq?${qs({ limit: DLQ_FETCH_LIMIT, cursor: after })}`);
       for (const e of body.events) read.set(e.eventId, e);
       total = body.total;
-      if (body.events.length < DLQ_FETCH_LIMIT) break;
+      after = body.cursor || null;
     }
     dead = read;
+    cursor = after;
   }
 
   more.addEventListener("click", () => inTurn(async () => {
+    if (!cursor) return;
     more.disabled = true;
     try {
-      const { body } = await api(`/v1/dlq?${qs({ offset: wanted, limit: DLQ_FETCH_LIMIT })}`);
+      const { body } = await api(`/v1/dlq?${qs({ limit: DLQ_FETCH_LIMIT, cursor })}`);
       for (const e of body.events) dead.set(e.eventId, e);
       total = body.total;
-      wanted += DLQ_FETCH_LIMIT;
+      cursor = body.cursor || null;
+      wanted = dead.size;
       sync();
     } finally { more.disabled = false; }
   }));
@@ -289,7 +297,9 @@ function discardedPage() {
   livePoll(async () => {
     const { body } = await api(`/v1/dlq?${qs({ state: "discarded", limit: DLQ_FETCH_LIMIT })}`);
     const events = body.events || [];
-    count.textContent = `${body.total ?? events.length} discarded · live every ${LIVE_MS / 1000} s`;
+    const total = body.total ?? events.length;
+    const shownOf = events.length < total ? `the latest ${events.length} of ${total} discarded shown` : `${total} discarded`;
+    count.textContent = `${shownOf} · live every ${LIVE_MS / 1000} s`;
     const key = JSON.stringify(events);
     if (key === shown) return;
     shown = key;

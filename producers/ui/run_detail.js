@@ -34,11 +34,13 @@ function withoutEmpty(obj) {
 
 async function findInDlq(eventId, state) {
   const LIMIT = 500;
-  for (let offset = 0; offset < 4 * LIMIT; offset += LIMIT) {
-    const { body } = await api(`/v1/dlq?${qs({ state, offset, limit: LIMIT })}`, { allow: [404, 422] });
+  let cursor = null;
+  for (let page = 0; page < 4; page += 1) { // the latest 2,000, each page after the last one's cursor
+    const { body } = await api(`/v1/dlq?${qs({ state, limit: LIMIT, cursor })}`, { allow: [404, 422] });
     const events = (body && body.events) || [];
     const hit = events.find((e) => e.eventId === eventId);
-    if (hit || events.length < LIMIT) return hit || null;
+    cursor = body && body.cursor;
+    if (hit || !cursor) return hit || null;
   }
   return null;
 }
