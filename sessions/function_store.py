@@ -15,8 +15,9 @@ shrinks and grows again (an artifact rewritten, an attention item that comes and
 That mark holds for as long as its first count does (``stateCountedDay``, the day that count stops): a session
 kept alive past it has its whole document counted again by its next write, as new (its later growth, counted
 into later days, then counts twice until those days end: the error is on the quota's side; a mark kept before
-its day was is taken as lapsed). A change that grows the document while the user is at the quota raises
-``UserQuotaExceeded`` and stores nothing; a recount alone never does (the document is stored either way).
+its day was is taken as lapsed). A change that grows the document past what is counted while the user is at
+the quota raises ``UserQuotaExceeded`` and stores nothing; a recount alone never does (the document is stored
+either way).
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ from typing import TypeVar
 from redis import Redis, WatchError
 
 from sessions.fsm import SessionRuntime
-from sessions.store import SessionFull, SessionLimits, UserQuotaExceeded, session_keys, session_scope
+from sessions.store import (
+    ContentionError,
+    SessionFull,
+    SessionLimits,
+    UserQuotaExceeded,
+    session_keys,
+    session_scope,
+)
 from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys
 from worker.store.quotas import DAY_MS, add_user_bytes, user_bytes_day, user_bytes_over
@@ -41,10 +49,6 @@ T = TypeVar("T")
 # whose end drops the first of those counts (after it, the document is counted again as new)
 STATE_COUNTED = "stateCounted"
 STATE_COUNTED_DAY = "stateCountedDay"
-
-
-class ContentionError(RuntimeError):
-    """The session stayed too busy to apply a change (after many retries)."""
 
 
 class FunctionStore:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,10 +28,12 @@ from redis.commands.core import Script
 
 from sessions.scripts import SessionScripts
 from sessions.settings import SessionLimitSettings
+from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys
 from worker.settings import Settings
 
 __all__ = [
+    "ContentionError",
     "ContextView",
     "SessionFull",
     "SessionLimits",
@@ -43,6 +46,7 @@ __all__ = [
 ]
 
 RECORD_ROLES = ("_checkpoint", "_usage", "_system_prompt")
+SETTINGS_RETRIES = 200  # a settings write's tries while other writes keep changing the session
 INCARNATION = "incarnation"  # the settings hash's field: SessionStore.incarnation
 
 
@@ -94,6 +98,10 @@ class SessionLimits:
     def script_args(self) -> list[int]:
         """ARGV[1..4] of every session script."""
         return [self.session_ttl_s, self.max_session_messages, self.max_session_bytes, self.max_user_bytes]
+
+
+class ContentionError(RuntimeError):
+    """The session stayed too busy to apply a change (after many retries): 503, retry."""
 
 
 class SessionFull(ValueError):
@@ -273,7 +281,7 @@ class SessionStore:
         the session to different users left it in both indexes when each read the user before the other wrote
         (and an erasure of either dropped it)."""
         settings_key = self.keys.session(session_scope(session_id))
-        while True:
+        for attempt in range(SETTINGS_RETRIES):
             with self.client.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(settings_key)  # type: ignore[no-untyped-call]
@@ -289,8 +297,9 @@ class SessionStore:
                         pipe.expire(key, self.limits.session_ttl_s)
                     pipe.execute()
                     return
-                except WatchError:
-                    continue  # another write changed the settings: read its user again
+                except WatchError:  # another write touched the settings (a script's TTL refresh too): again
+                    time.sleep(backoff_ms(attempt + 1, base_ms=1, cap_ms=50) / 1000)
+        raise ContentionError(f"session {session_id!r} changed under us {SETTINGS_RETRIES} times; try again")
 
     # ---- context -----------------------------------------------------------------------------------
 

@@ -61,3 +61,31 @@ def test_a_session_moved_by_two_writes_is_in_one_users_index(redis_client: Redis
         u for u in ("alice", "bob", "carol") if redis_client.sismember(keys.user_sessions(u), "s-race")
     }
     assert indexed == {"carol"}
+
+
+def test_a_settings_write_that_never_gets_through_ends_in_contention(
+    redis_client: Redis, keys: BucketKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every session script refreshes the settings' TTL, so a busy session keeps invalidating the write's WATCH:
+    it retried for ever; it now gives up with ContentionError (the door's 503) after its tries."""
+    from sessions import store as store_module
+
+    monkeypatch.setattr(store_module, "SETTINGS_RETRIES", 3)
+    honest = SessionStore(redis_client, keys, SessionLimits())
+    honest.update_settings("s-busy", {"userId": "alice"})
+    touches = 0
+
+    def touch() -> None:
+        nonlocal touches
+        touches += 1
+        redis_client.expire(keys.session("session:s-busy"), 60)
+
+    class Always(_Interleaved):
+        def _after_first_read(self, value: Any) -> Any:
+            touch()
+            return value
+
+    busy = SessionStore(Always(redis_client, touch), keys, SessionLimits(), scripts=honest.scripts)  # type: ignore[arg-type]
+    with pytest.raises(store_module.ContentionError):
+        busy.update_settings("s-busy", {"userId": "bob"})
+    assert touches == 3 and honest.get_settings("s-busy").user_id == "alice"
