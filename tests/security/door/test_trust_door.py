@@ -33,6 +33,7 @@ from tests.conftest import ROOT, Proc, SettingsFactory, settings_env, wait_for
 from tests.security.conftest import ClientFactory
 from tests.support.private_redis import private_redis
 from tests.support.routes import flat_routes
+from worker.core.ids import SCOPE_KEY_MAX_LENGTH
 from worker.keys.layout import BucketKeys
 from worker.settings import Settings, SettingsError, load_settings
 
@@ -492,8 +493,14 @@ def test_readyz_answers_probes_without_detail(app_client: ClientFactory) -> None
 # --- finding 11: ids in paths, session claims ----------------------------------------------------------------
 
 # Ids the id rules refuse, percent-encoded for a URL; user ids also refuse ':' (alice:agt_1 aliased alice's keys).
-BAD_IDS = {"name_ids": ("alice:agt_1", "bad%20id", "x%1Fy"), "ids": ("bad%20id", "x%1Fy", "a" * 257)}
+BAD_IDS = {
+    "name_ids": ("alice:agt_1", "bad%20id", "x%1Fy"),
+    "ids": ("bad%20id", "x%1Fy", "a" * 257),
+    # a scope key may be as long as a derived one gets (worker/core/ids.py SCOPE_KEY_MAX_LENGTH)
+    "scope_keys": ("bad%20id", "x%1Fy", "a" * (SCOPE_KEY_MAX_LENGTH + 1)),
+}
 NAME_ID_PARAMS = frozenset({"user_id"})
+SCOPE_KEY_PARAMS = frozenset({"scope_key"})
 
 
 def _camel(name: str) -> str:
@@ -530,6 +537,7 @@ def test_every_id_in_a_path_is_checked_before_any_side_effect(
         names = re.findall(r"{([a-zA-Z_]+)(?::path)?}", route.path)
         for bad_name in names:
             kind = "name_ids" if bad_name in NAME_ID_PARAMS else "ids"
+            kind = "scope_keys" if bad_name in SCOPE_KEY_PARAMS else kind
             for bad in BAD_IDS[kind]:
                 url = route.path
                 for name in names:
