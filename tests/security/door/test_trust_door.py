@@ -493,10 +493,9 @@ def test_readyz_answers_probes_without_detail(app_client: ClientFactory) -> None
 # --- finding 11: ids in paths, session claims ----------------------------------------------------------------
 
 # Ids the id rules refuse, percent-encoded for a URL; user ids also refuse ':' (alice:agt_1 aliased alice's keys).
-BAD_IDS = {
+BAD_IDS = {  # a scope key may be as long as a derived one gets (SCOPE_KEY_MAX_LENGTH)
     "name_ids": ("alice:agt_1", "bad%20id", "x%1Fy"),
     "ids": ("bad%20id", "x%1Fy", "a" * 257),
-    # a scope key may be as long as a derived one gets (worker/core/ids.py SCOPE_KEY_MAX_LENGTH)
     "scope_keys": ("bad%20id", "x%1Fy", "a" * (SCOPE_KEY_MAX_LENGTH + 1)),
 }
 NAME_ID_PARAMS = frozenset({"user_id"})
