@@ -47,7 +47,7 @@ __all__ = [
 
 RECORD_ROLES = ("_checkpoint", "_usage", "_system_prompt")
 SETTINGS_RETRIES = 200  # a settings write's tries while other writes keep changing the session
-INCARNATION = "incarnation"  # the settings hash's field: SessionStore.incarnation
+INCARNATION = "incarnation"  # the settings hash's field: SessionStore.record_identity
 
 
 def session_scope(session_id: str) -> str:
@@ -191,6 +191,19 @@ def _check_messages(records: list[str], messages: Sequence[dict[str, Any]], limi
             )
 
 
+def _settings_of(raw: Any) -> SessionSettings:
+    """A session's settings from its settings hash (HGETALL's reply)."""
+    data = {_s(k): _s(v) for k, v in raw.items()}
+    return SessionSettings(
+        dmail_enabled=data.get("dmailEnabled") == "1",
+        root=data.get("root", "1") == "1",
+        functions=tuple(json.loads(data.get("functions", "[]"))),
+        user_id=data.get("userId"),
+        agent_id=data.get("agentId"),
+        topic_id=data.get("topicId"),
+    )
+
+
 class SessionStore:
     """All session state of one key prefix, bounded by ``limits``."""
 
@@ -235,27 +248,20 @@ class SessionStore:
     # ---- settings ----------------------------------------------------------------------------------
 
     def get_settings(self, session_id: str) -> SessionSettings:
-        raw = self.client.hgetall(self.keys.session(session_scope(session_id)))
-        data = {_s(k): _s(v) for k, v in raw.items()}
-        return SessionSettings(
-            dmail_enabled=data.get("dmailEnabled") == "1",
-            root=data.get("root", "1") == "1",
-            functions=tuple(json.loads(data.get("functions", "[]"))),
-            user_id=data.get("userId"),
-            agent_id=data.get("agentId"),
-            topic_id=data.get("topicId"),
-        )
+        return _settings_of(self.client.hgetall(self.keys.session(session_scope(session_id))))
 
-    def incarnation(self, session_id: str) -> str:
-        """A token the session keeps for its life (made at the first ask, in its settings hash): the source ids
-        of its records carry it, so a session made again under the same id (after an erasure, or expiry) does
-        not meet its earlier life's records in the dedupe window. Of two racing first asks, one token wins."""
+    def record_identity(self, session_id: str) -> tuple[SessionSettings, str]:
+        """The settings, and the token the session keeps for its life (its incarnation, made at the first ask, in
+        its settings hash), in one round trip: the source ids of its records carry the token, so a session made
+        again under the same id (after an erasure, or expiry) does not meet its earlier life's records in the
+        dedupe window. Of two racing first asks, one token wins."""
         key = self.keys.session(session_scope(session_id))
         pipe = self.client.pipeline(transaction=True)
         pipe.hsetnx(key, INCARNATION, secrets.token_hex(4))
         pipe.expire(key, self.limits.session_ttl_s)  # a write just refreshed every key of the session
-        pipe.hget(key, INCARNATION)
-        return _s(pipe.execute()[2])
+        pipe.hgetall(key)
+        data = {_s(k): _s(v) for k, v in pipe.execute()[2].items()}
+        return _settings_of(data), data[INCARNATION]
 
     def claim(self, session_id: str, user_id: str) -> bool:
         """Make a session that does not exist yet (no key at all) ``user_id``'s; False when it exists."""

@@ -57,7 +57,6 @@ __all__ = [
     "event_detail",
     "every_index",
     "find_by_source",
-    "list_discarded",
     "list_runs",
     "parse_dlq_cursor",
     "register_indexed_types",
@@ -375,36 +374,24 @@ def dlq_page(
     cursor: str | None = None,
 ) -> DlqPage:
     """Dead events (latest death first) or discarded ones (latest discard first), from ``offset`` or after
-    ``cursor`` (a page's: whatever died or left meanwhile moves no page); the page's cursor is set when an entry
-    follows its last event (one whose event is gone is skipped there too)."""
+    ``cursor`` (a page's: whatever died or left meanwhile moves no page); the page's cursor, the last entry read
+    (whether or not its event is still stored), is set when one more entry follows it."""
     before = None if cursor is None else parse_dlq_cursor(cursor)
     index: Callable[[BucketKeys], str]
     records: Callable[[list[tuple[str, float, BucketKeys]]], list[dict[str, Any]]]
     if state == "discarded":
         index, records = discarded_index, partial(discarded_records, store)
-        total = sum(int(store.client.zcard(discarded_index(k))) for k in tenant.every_bucket())
     else:
-        index, records, total = dlq_index, store.dlq_records, store.dlq_size(tenant)
-    entries = store.newest_of(tenant, index, offset, limit, before=before)
-    following = None
-    if entries:  # from the last entry read, whether or not its event is still stored
-        last = (entries[-1][1], entries[-1][0])
-        if store.newest_of(tenant, index, 0, 1, before=last):
-            following = f"{last[0]:.0f}:{last[1]}"
-    return DlqPage(records(entries), total, following)
+        index, records = dlq_index, store.dlq_records
+    entries = store.newest_of(tenant, index, offset, limit + 1, before=before)
+    shown = entries[:limit]
+    following = f"{shown[-1][1]:.0f}:{shown[-1][0]}" if len(entries) > limit else None
+    return DlqPage(records(shown), store.index_size(tenant, index), following)
 
 
 def discarded_index(k: BucketKeys) -> str:
     """The index of discarded events, scored by when they were discarded."""
     return k.runs("discarded-at")
-
-
-def list_discarded(
-    store: EventStore, tenant: Keys, *, offset: int = 0, limit: int = 50
-) -> list[dict[str, Any]]:
-    """The tenant's discarded events, latest discard first, each with ``reason`` and ``at`` (and its payload while
-    kept)."""
-    return discarded_records(store, store.newest_of(tenant, discarded_index, offset, limit))
 
 
 def discarded_records(store: EventStore, latest: list[tuple[str, float, BucketKeys]]) -> list[dict[str, Any]]:

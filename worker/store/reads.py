@@ -307,9 +307,13 @@ class StoreReads:
         return out
 
     def dlq_size(self, k: Keys) -> int:
+        return self.index_size(k, dlq_index)
+
+    def index_size(self, k: Keys, index: Callable[[BucketKeys], str]) -> int:
+        """The entries of a per-bucket index over every bucket, in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for b in k.every_bucket():
-            pipe.zcard(b.dlq)
+            pipe.zcard(index(b))
         return sum(int(n) for n in pipe.execute())
 
     def dlq_ids(self, k: Keys) -> list[str]:

@@ -163,8 +163,7 @@ def record_event(
     before its sequence: the sequence starts again with a session made again under the same id."""
     try:
         store = session_store(request)
-        settings = store.get_settings(session_id)
-        incarnation = store.incarnation(session_id)
+        settings, incarnation = store.record_identity(session_id)
     except RedisError as exc:  # the change is made: a store failing now is the record's, not the answer's
         return refused(request, source_type, "store_unavailable", f" ({type(exc).__name__})")
     head, _, seq = source_id.rpartition(":")
