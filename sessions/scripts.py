@@ -5,7 +5,9 @@ Context records are kimi's JSONL lines, one list item each: messages, ``{"role":
 ``{"role":"_usage","token_count":n}``. ``ckpt`` maps a checkpoint id to its list position, the number of
 messages and the bytes of records before it, so a revert is an LTRIM, not a scan.
 
-Bounds (sessions/store.py ``SessionLimits``): every script gets the session TTL and the caps as ARGV[1..4];
+Bounds (sessions/store.py ``SessionLimits``): every script gets the session TTL and the caps as ARGV[1..4], and
+as ARGV[5] the user the caller read from the settings (a script answers ``{'moved'}`` and writes nothing when the
+session names another user by then: the caller reads again);
 a script that adds records checks the caps *before* writing anything and answers ``{'full', 'records'|'bytes'}``
 instead, so concurrent appends cannot pass a cap together. A session that names a user also gets that user's
 ``bytes:user:<userId>`` as KEYS[9] (worker/store/quotas.py): every record added is counted there until the session's

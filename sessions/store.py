@@ -100,6 +100,9 @@ class SessionLimits:
         return [self.session_ttl_s, self.max_session_messages, self.max_session_bytes, self.max_user_bytes]
 
 
+MOVE_RETRIES = 200  # a script run again after its session moved to another user meanwhile (SessionStore.run)
+
+
 class ContentionError(RuntimeError):
     """The session stayed too busy to apply a change (after many retries): 503, retry."""
 
@@ -221,15 +224,23 @@ class SessionStore:
         # a process shares one registration (the door builds a store per request, for the caller's tenant)
         self.scripts = scripts if scripts is not None else SessionScripts.register(client)
 
-    def _keys(self, session_id: str) -> list[str]:
-        """The session's keys, then its user's stored-bytes count (KEYS[9]) when it names a user."""
+    def _keys(self, session_id: str) -> tuple[list[str], str]:
+        """The session's keys, then its user's stored-bytes count (KEYS[9]) when it names a user; and that user
+        ('' for none)."""
         user = self.client.hget(self.keys.session(session_scope(session_id)), "userId")
         found = session_keys(self.keys, session_id, user)
-        return [*found, self.keys.user_bytes(_s(user))] if user else found
+        return ([*found, self.keys.user_bytes(_s(user))] if user else found), _s(user) if user else ""
 
     def run(self, script: Script, session_id: str, *args: Any) -> Any:
-        """Run one session script: the session's keys, the TTL and caps, then the script's own arguments."""
-        return script(keys=self._keys(session_id), args=[*self.limits.script_args(), *args])
+        """Run one session script: the session's keys, the TTL and caps, the user read with the keys, then the
+        script's own arguments. A script that finds the session moved to another user meanwhile writes nothing
+        (``{'moved'}``): the keys are read again, up to ``MOVE_RETRIES`` times (then ContentionError)."""
+        for _ in range(MOVE_RETRIES):
+            keys, user = self._keys(session_id)
+            reply = script(keys=keys, args=[*self.limits.script_args(), user, *args])
+            if not (isinstance(reply, list) and len(reply) == 1 and _s(reply[0]) == "moved"):
+                return reply
+        raise ContentionError(f"session {session_id!r} moved between users {MOVE_RETRIES} times; try again")
 
     def _admitted(self, reply: Any, field: str | None) -> int:
         """The script's ``{'ok', value}``, or SessionFull for its ``{'full', 'records'|'bytes'}`` (its

@@ -1,7 +1,7 @@
 -- APPEND messages to the session's context (and a _usage record with the token count).
 -- -> {'ok', number of messages} | {'full', 'records'|'bytes'} | {'quota', bytes, retryAfterS} (nothing written)
 -- requires: session
-local messages_json, token_count = ARGV[5], ARGV[6]
+local messages_json, token_count = ARGV[6], ARGV[7]
 local records = cjson.decode(messages_json)
 if token_count ~= '' then
   records[#records + 1] = cjson.encode({role = '_usage', token_count = tonumber(token_count)})

@@ -2,7 +2,7 @@
 -- and append the compacted messages (encoded records) after it; a compaction that would not fit the caps changes
 -- nothing. -> {'ok', next} | {'full', what} | {'quota', bytes, retryAfterS}
 -- requires: session
-local compact, add_message, messages_json = ARGV[5], ARGV[6], ARGV[7]
+local compact, add_message, messages_json = ARGV[6], ARGV[7], ARGV[8]
 local records = {}
 if compact == '1' then
   records = cjson.decode(messages_json)

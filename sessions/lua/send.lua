@@ -5,7 +5,7 @@
 -- ``countedDay``: step end takes them back from that count when it is still the session's user's).
 -- -> {0, seq} stored | {1, error text} | {'quota', bytes, retryAfterS} (nothing stored)
 -- requires: session
-local dmail_json, checkpoint_id = ARGV[5], ARGV[6]
+local dmail_json, checkpoint_id = ARGV[6], ARGV[7]
 if redis.call('EXISTS', dmail) == 1 then return done({1, 'Only one D-Mail can be sent at a time'}) end
 local id = tonumber(checkpoint_id)
 if id < 0 then return done({1, 'The checkpoint ID can not be negative'}) end

@@ -5,7 +5,7 @@
 -- text, once applied, is counted as a context record).
 -- -> {'none'} | {'discarded', dmailJson, seq} | {'applied', dmailJson, seq, checkpointId, firstNewPosition}
 -- requires: session
-local rejected_without_feedback, root, add_checkpoint_message, dmail_prefix = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local rejected_without_feedback, root, add_checkpoint_message, dmail_prefix = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local pending = redis.call('GET', dmail)
 if not pending then return done({'none'}) end
 redis.call('DEL', dmail)

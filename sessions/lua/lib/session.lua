@@ -3,8 +3,12 @@
 -- KEYS: ctx, ctxmeta, ckpt, usage, dmail, then the session's other keys (settings, function state, the user's
 -- session index) whose TTL is refreshed with them, and KEYS[9], the session's user's stored bytes
 -- (worker/store/quotas.py), when the session names a user.
--- ARGV[1..4]: ttlSeconds, maxRecords, maxBytes, maxUserBytes (0: none); each script's own arguments follow.
+-- ARGV[1..5]: ttlSeconds, maxRecords, maxBytes, maxUserBytes (0: none), and the user the caller found in the
+-- settings when it chose KEYS[8] and KEYS[9] ('' for none); each script's own arguments follow.
 local ctx, meta, ckpt, usage, dmail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- The session moved to another user (or to one, or to none) since the caller read its settings: nothing is
+-- written, and the caller reads the user again (else this write's bytes would count for the previous user).
+if (redis.call('HGET', KEYS[6], 'userId') or '') ~= ARGV[5] then return {'moved'} end
 local ttl, max_records, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 -- the session's user's stored bytes (worker/store/quotas.py): KEYS[9] when the session names a user, else nil
 local ubytes, max_user_bytes = KEYS[9], tonumber(ARGV[4])

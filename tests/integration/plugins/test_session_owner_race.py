@@ -89,3 +89,61 @@ def test_a_settings_write_that_never_gets_through_ends_in_contention(
     with pytest.raises(store_module.ContentionError):
         busy.update_settings("s-busy", {"userId": "bob"})
     assert touches == 3 and honest.get_settings("s-busy").user_id == "alice"
+
+
+class _MovedAfterRead(_Interleaved):
+    """The client, but the first plain HGET (the session's user, read before a session script) runs
+    ``meanwhile`` right after it."""
+
+    def hget(self, *args: Any) -> Any:
+        return self._after_first_read(self._client.hget(*args))
+
+
+def _counted(redis_client: Redis, keys: BucketKeys, user: str) -> int:
+    return sum(int(v) for v in redis_client.hgetall(keys.user_bytes(user)).values())
+
+
+def test_a_write_to_a_session_moved_meanwhile_counts_for_its_new_user(
+    redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A session script took the user it read before it ran: a session moved to another user in between had
+    that write's bytes counted for the previous one (and refused or let through by the previous one's quota). The
+    script now finds the move, writes nothing, and the store reads the user again."""
+    honest = SessionStore(redis_client, keys, SessionLimits())
+    honest.update_settings("s-moved", {"userId": "alice"})
+    moving = SessionStore(
+        _MovedAfterRead(redis_client, lambda: honest.update_settings("s-moved", {"userId": "bob"})),  # type: ignore[arg-type]
+        keys,
+        SessionLimits(),
+        scripts=honest.scripts,
+    )
+    moving.append("s-moved", [{"role": "user", "content": "x" * 400}])
+    assert _counted(redis_client, keys, "alice") == 0
+    assert _counted(redis_client, keys, "bob") >= 400
+    assert [r["content"] for r in honest.records("s-moved")] == ["x" * 400]  # written once, not twice
+
+
+def test_a_session_that_keeps_moving_ends_in_contention(
+    redis_client: Redis, keys: BucketKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessions import store as store_module
+
+    monkeypatch.setattr(store_module, "MOVE_RETRIES", 3)
+    honest = SessionStore(redis_client, keys, SessionLimits())
+    honest.update_settings("s-moving", {"userId": "u0"})
+    moves = 0
+
+    def move() -> None:
+        nonlocal moves
+        moves += 1
+        honest.update_settings("s-moving", {"userId": f"u{moves}"})
+
+    class Always(_MovedAfterRead):
+        def _after_first_read(self, value: Any) -> Any:
+            move()
+            return value
+
+    busy = SessionStore(Always(redis_client, move), keys, SessionLimits(), scripts=honest.scripts)  # type: ignore[arg-type]
+    with pytest.raises(store_module.ContentionError):
+        busy.append("s-moving", [{"role": "user", "content": "hi"}])
+    assert moves == 3 and honest.records("s-moving") == []
