@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from producers.cli.console import add_discard_command
+from producers.cli.console.dead_letters import act_on_every_dead
 from producers.cli.direct import direct_producer
 from producers.cli.target import Api, Target, add_target_options, quote_id, resolve_target
 
@@ -120,8 +121,10 @@ def _dlq_http(args: argparse.Namespace, target: Target) -> int:
                 params["cursor"] = args.cursor
             _print_dlq(api.call("GET", "/v1/dlq", params=params), args.json)
             return 0
-        body: dict[str, Any] = {"all": True} if args.all else {"eventIds": list(args.ids)}
-        result = api.call("POST", "/v1/dlq/redrive", body=body)
+        if args.all:  # a page of the list per request, the count on stderr (act_on_every_dead)
+            result = act_on_every_dead(api, "/v1/dlq/redrive", "redriven")
+        else:
+            result = api.call("POST", "/v1/dlq/redrive", body={"eventIds": list(args.ids)})
     print(json.dumps(result))
     return 1 if result.get("notDead") else 0
 
@@ -198,7 +201,11 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     add_target_options(d)
     d = dsub.add_parser("redrive", help="requeue dead events: IDs, or --all")
     d.add_argument("ids", nargs="*")
-    d.add_argument("--all", action="store_true")
+    d.add_argument(
+        "--all",
+        action="store_true",
+        help="every event dead now (over HTTP: 500 per request, the count so far on stderr)",
+    )
     add_target_options(d)
     p.set_defaults(func=cmd_dlq)
     add_discard_command(dsub)  # with its own func: over HTTP only

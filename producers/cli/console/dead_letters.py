@@ -1,5 +1,7 @@
 """``dlq discard``: dead events leave the dead-letter list and stay as audit records (``POST /v1/dlq/discard``;
-``GET /v1/dlq?state=discarded`` lists them with their reason)."""
+``GET /v1/dlq?state=discarded`` lists them with their reason); and what ``--all`` means for it and for ``dlq redrive``
+over HTTP: every event dead when the command started, a page of at most 500 per request (:func:`act_on_every_dead`),
+so a list of a hundred thousand is not one request that outlasts the CLI's timeout, and the count goes to stderr."""
 
 from __future__ import annotations
 
@@ -9,8 +11,11 @@ from typing import Any
 
 from producers.cli.console.api import add_http_options, open_api
 from producers.cli.console.table import Column, print_json, print_table
+from producers.cli.target import Api
 
-__all__ = ["add_discard_command"]
+__all__ = ["act_on_every_dead", "add_discard_command"]
+
+DEAD_PAGE_MAX = 500  # GET /v1/dlq's largest page, and so the most event ids one --all request sends
 
 COLUMNS = (
     Column("EVENT ID", lambda r: r["eventId"], 40),
@@ -18,15 +23,45 @@ COLUMNS = (
 )
 
 
+def act_on_every_dead(
+    api: Api, path: str, done_key: str, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """POST ``path`` (``/v1/dlq/redrive`` or ``/v1/dlq/discard``) for every dead event, a page of ``GET /v1/dlq``
+    at a time followed by its cursor (events that die meanwhile are newer than the first page: not taken); the
+    answers merged into one of the same shape (``done_key``: ``redriven`` or ``discarded``, and ``notDead``).
+    When more than one page is needed, the count so far goes to stderr after each."""
+    done: list[str] = []
+    not_dead: list[str] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": DEAD_PAGE_MAX, **({"cursor": cursor} if cursor else {})}
+        page = api.call("GET", "/v1/dlq", params=params)
+        ids = [str(event["eventId"]) for event in page.get("events") or []]
+        first, of = (
+            not (done or not_dead),
+            int(page.get("total") or 0) + len(done),
+        )  # dead then, and done before
+        cursor = page.get("cursor")
+        if ids:
+            result = api.call("POST", path, body={**(body or {}), "eventIds": ids})
+            done += result.get(done_key) or []
+            not_dead += result.get("notDead") or []
+        if cursor or not first:  # more than one page: say how far it got
+            print(f"{done_key} {len(done):,} of {of:,}", file=sys.stderr)
+        if not cursor:
+            return {done_key: done, "notDead": not_dead}
+
+
 def cmd_dlq_discard(args: argparse.Namespace) -> int:
     if bool(args.ids) == bool(args.all):
         print("agent-signal dlq discard: give event ids or --all (not both)", file=sys.stderr)
         return 2
-    body: dict[str, Any] = {"all": True} if args.all else {"eventIds": list(args.ids)}
-    if args.reason is not None:
-        body["reason"] = args.reason
+    extra: dict[str, Any] = {} if args.reason is None else {"reason": args.reason}
     with open_api(args) as api:
-        result: dict[str, Any] = api.call("POST", "/v1/dlq/discard", body=body)
+        if args.all:
+            result = act_on_every_dead(api, "/v1/dlq/discard", "discarded", extra)
+        else:
+            result = api.call("POST", "/v1/dlq/discard", body={"eventIds": list(args.ids), **extra})
     not_dead = list(result.get("notDead") or [])
     if args.json:
         print_json(result)
@@ -41,7 +76,11 @@ def add_discard_command(dsub: argparse._SubParsersAction[argparse.ArgumentParser
     """``dlq discard ID…|--all [--reason R]`` under ``dlq``."""
     d = dsub.add_parser("discard", help="drop dead events for good (kept as audit records): IDs, or --all")
     d.add_argument("ids", nargs="*", metavar="ID")
-    d.add_argument("--all", action="store_true", help="every dead event of the tenant")
+    d.add_argument(
+        "--all",
+        action="store_true",
+        help="every dead event of the tenant (500 per request, the count on stderr)",
+    )
     d.add_argument("--reason", metavar="R", help="why, kept with each audit record (at most 1000 characters)")
     add_http_options(d)
     d.set_defaults(func=cmd_dlq_discard)
