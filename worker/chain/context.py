@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from worker.chain.outbox_records import OutboxRecord, outbox_commands
 from worker.core.clock import now_ms
 from worker.core.errors import PermanentFailure
+from worker.core.idempotency import effect_key
 from worker.keys.layout import BucketKeys
 
 if TYPE_CHECKING:
@@ -195,11 +196,17 @@ class HandlerContext:
 
     def outbox(self, kind: str, payload: Mapping[str, Any], *, key: str | None = None) -> str:
         """Stage an outbound call (delivered by the relay, at least once, with ``key`` passed on as its
-        idempotency key; default: the action's idempotency key). Committed with this handler's writes, so a
-        refused commit leaves none. Returns the record id."""
+        idempotency key; default: the action's idempotency key hashed with the tenant and the source's user,
+        :func:`~worker.core.idempotency.effect_key`, so one source id in two tenants or for two users never
+        makes one key). Committed with this handler's writes, so a refused commit leaves none. Returns the
+        record id."""
 
-        idem = key or self.idempotency_key
-        if not idem:
+        if key:
+            idem = key
+        elif self.idempotency_key:
+            user = self.source.user_id if self.source is not None else None
+            idem = effect_key(self.keys.tenant, user, self.idempotency_key)
+        else:
             raise PermanentFailure("ctx.outbox needs key= outside an action handler", code="INVALID_EFFECT")
         event_id = self.source.event_id if self.source is not None and self.source.event_id else ""
         record = OutboxRecord(

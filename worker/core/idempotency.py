@@ -9,9 +9,13 @@ action's deterministic id (``<sourceId>:signal:…:action:…``) so that *every*
 
 from __future__ import annotations
 
+import hashlib
+
 from worker.core.nodes import Action
 
-__all__ = ["LANE_PREFIX", "idempotency_key_for", "lane_name"]
+__all__ = ["EFFECT_KEY_PREFIX", "LANE_PREFIX", "effect_key", "idempotency_key_for", "lane_name"]
+
+EFFECT_KEY_PREFIX = "as-effect-"
 
 LANE_PREFIX = "action-idempotency"
 
@@ -27,3 +31,12 @@ def idempotency_key_for(action: Action) -> str:
 def lane_name(key: str) -> str:
     """LobeHub's lane name for a key (used in traces and logs)."""
     return f"{LANE_PREFIX}::{key}"
+
+
+def effect_key(tenant: str, user_id: str | None, key: str) -> str:
+    """The key an outbound call carries by default (``ctx.outbox`` without ``key=``): the action's idempotency key
+    is ``<sourceId>:signal:…`` or a payload's ``idempotencyKey``, the same in every tenant and for every user, so a
+    receiver that dedupes on it would drop one tenant's (or user's) effect as another's repeat (CONTRACT §Trust).
+    Hashed with the tenant and the user it is distinct per both, and still the same on every redelivery."""
+    material = "\x1f".join((tenant, user_id or "", key)).encode()
+    return EFFECT_KEY_PREFIX + hashlib.sha256(material).hexdigest()[:32]

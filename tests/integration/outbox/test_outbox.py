@@ -9,6 +9,7 @@ import signal
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,31 @@ def test_a_failing_delivery_is_retried_then_dead_and_shown_in_the_run_detail(
         producer.close()
     finally:
         failing.server.shutdown()
+
+
+def test_one_source_id_in_two_tenants_and_for_two_users_makes_three_effects(
+    make_settings: Any, start_worker: Any, receiver: Receiver
+) -> None:
+    """The default outbox key (no ``key=``) was the action's idempotency key, ``<sourceId>:signal:…``, the same in
+    every tenant and for every user: a receiver that dedupes took the second tenant's webhook as a repeat of the
+    first's and dropped it. It is now hashed with the tenant and the source's user (CONTRACT §Trust)."""
+    settings = _settings(make_settings)
+    start_worker(settings)
+    acme, globex = Producer(settings, tenant="acme"), Producer(settings, tenant="globex")
+    sent = []
+    for producer, user in ((acme, "alice"), (acme, "bob"), (globex, "alice")):
+        scope = f"topic:notify-{user}"  # one scope would dedupe the two users' events at the door
+        event = {"sourceType": "notify.send", "sourceId": "msg_1", "scopeKey": scope, "userId": user}
+        sent.append((producer, scope, producer.enqueue({**event, "payload": {"url": receiver.url}}).event_id))
+
+    def delivered(producer: Producer, scope: str, event_id: str) -> list[dict[str, Any]]:
+        found = records_of_event(producer.keys, producer.store, scope, event_id)
+        return found if found and found[0]["state"] == "delivered" else []
+
+    records = [wait_for(partial(delivered, *one), timeout_s=60, what="a delivery") for one in sent]
+    assert [r[0]["state"] for r in records] == ["delivered"] * 3
+    keys = {r[0]["key"] for r in records}
+    assert len(keys) == 3 and all(k.startswith("as-effect-") for k in keys)
+    assert dict(receiver.effects) == dict.fromkeys(keys, 1)
+    for producer in (acme, globex):
+        producer.close()
