@@ -88,10 +88,13 @@ class ScopeLease:
         ttl_s: float,
         renew_interval_s: float,
         run: Callable[[ScriptCall], Any] | None = None,
+        window_s: int = 24 * 60 * 60,
     ) -> None:
         """``run`` runs ACQUIRE (``EventStore.durable``: waits for replicas when configured, so a fencing number
-        a failover could hand out again is never used)."""
+        a failover could hand out again is never used); ``window_s``, the dedupe window (``dedupe_window_s``): how
+        long a head the grant finds cancelled is kept."""
         self.scripts = scripts
+        self.window_s = window_s
         self.run = run or scripts.run
         self.ttl_ms = int(ttl_s * 1000)
         self.renew_interval_s = renew_interval_s
@@ -122,6 +125,7 @@ class ScopeLease:
                 ev_prefix=k.event_prefix,
                 now_ms=now_ms,
                 scope_ref=k.scope_ref(scope_key),
+                window_s=self.window_s,
             )
         )
         return self._granted(k, scope_key, token, reply)
@@ -143,6 +147,7 @@ class ScopeLease:
             token,
             self.ttl_ms,
             now_ms,
+            self.window_s,
         )
         return self.read_popped(keys, token, self.run(call))
 

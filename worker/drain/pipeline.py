@@ -109,6 +109,7 @@ class Pipeline:
             ttl_s=settings.lease_ttl_s,
             renew_interval_s=settings.lease_renew_interval_s,
             run=store.durable,
+            window_s=settings.dedupe_window_s,
         )
 
     @property

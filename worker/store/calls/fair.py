@@ -44,6 +44,7 @@ class PopAcquire(ScriptCall):
     token: str = arg()
     ttl_ms: int = arg()
     now_ms: int = arg()
+    window_s: int = arg()  # a head found cancelled is kept this long, as a cancelled event is
 
 
 @dataclass(frozen=True, slots=True)

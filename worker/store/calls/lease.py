@@ -26,6 +26,7 @@ class Acquire(ScriptCall):
     ev_prefix: str = arg()
     now_ms: int = arg()
     scope_ref: str = arg()
+    window_s: int = arg()  # a head found cancelled is kept this long, as a cancelled event is
 
 
 @dataclass(frozen=True, slots=True)

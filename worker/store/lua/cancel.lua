@@ -9,7 +9,8 @@ local event_id, now_ms, window_s, run_index_max = ARGV[1], ARGV[2], ARGV[3], ARG
 local state = redis.call('HGET', ev, 'state')
 if not state then return {CancelCode.UNKNOWN, ''} end
 if state == 'queued' then
-  local ix = {stats = stats, active = runs_active, cancelled = runs_cancelled, max = tonumber(run_index_max)}
+  local ix = {stats = stats, active = runs_active, cancelled = runs_cancelled, max = tonumber(run_index_max),
+    window = window_s}
   mark_cancelled(ev, event_id, now_ms, ix)
   hflush_all()
   index_trim(now_ms, window_s)

@@ -40,7 +40,8 @@ local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, 
 
 local now, window, imax = tonumber(now_ms), tonumber(window_s), tonumber(run_index_max)
 local body_moves = tonumber(chain_ttl_s) >= window  -- a done event's chain outlives its hash
-local ix = {paused = paused, stats = stats, active = runs_active, cancelled = runs_cancelled, max = imax}
+local ix = {paused = paused, stats = stats, active = runs_active, cancelled = runs_cancelled, max = imax,
+  window = window_s}
 local LANE_KEYS, LANE_ARGS = 1, 2
 local at = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_active, runs_types = runs_types,
   now = now_ms, window = window_s, sched_ttl = sched_ttl_ms, max = imax}
@@ -250,7 +251,7 @@ local function run()
   end
   if pop and last and last[7] == HeadCode.EMPTY then
     local popped = pop_grant(pop.ring, pop.tickets, pop.ready_prefix, pop.ticket_ttl_ms, pop.key_prefix, pop.token,
-      pop.ttl_ms, now_ms)
+      pop.ttl_ms, now_ms, window_s)
     return {CommitCode.COMMITTED, out, peek, popped or {}}
   end
   return {CommitCode.COMMITTED, out, peek}

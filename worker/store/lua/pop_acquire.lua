@@ -5,6 +5,6 @@
 --    | {ref, <ACQUIRE's reply>}
 -- requires: pop_grant
 local ring, tickets = KEYS[1], KEYS[2]
-local ready_prefix, ticket_ttl_ms, key_prefix, token, ttl_ms, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4],
-  ARGV[5], ARGV[6]
-return pop_grant(ring, tickets, ready_prefix, ticket_ttl_ms, key_prefix, token, ttl_ms, now_ms)
+local ready_prefix, ticket_ttl_ms, key_prefix, token, ttl_ms, now_ms, window_s = ARGV[1], ARGV[2], ARGV[3],
+  ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+return pop_grant(ring, tickets, ready_prefix, ticket_ttl_ms, key_prefix, token, ttl_ms, now_ms, window_s)

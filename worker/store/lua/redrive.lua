@@ -17,7 +17,6 @@ if tonumber(redis.call('GET', seq) or '0') > tonumber(redis.call('HGET', ev, 'se
 end
 redis.call('HINCRBY', ev, 'redrives', 1)
 redis.call('HDEL', ev, 'notBefore')
-redis.call('EXPIRE', ev, window_s)
 redis.call('ZREM', dlq, event_id)
 index_move(runs_dead, runs_active, event_id, ev, tonumber(run_index_max))
 index_trim(now_ms, window_s)

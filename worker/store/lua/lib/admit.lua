@@ -101,7 +101,8 @@ local function admit(e, at)
     'attempts', '0', 'seq', string.format('%d', next_seq(e, batch)), 'sourceType', e.source_type, 'sourceId',
     e.source_id)
   if batch then batch.admitted[e.ev] = true end
-  redis.call('EXPIRE', e.ev, at.window)
+  -- No TTL while it waits or runs: a scope paused, or a backlog, longer than the dedupe window lost its accepted
+  -- events without a word. It gets the window when it ends (done, cancelled, discarded); dead keeps it.
   redis.call('RPUSH', e.inbox, e.event_id)
   -- no index of all events: the type indexes hold each event in exactly one of them (worker/ops/runs.py)
   index_add_typed(e.runs_type, t, e.event_id, at.max, at.runs_types, e.source_type, at.runs_active)

@@ -55,6 +55,7 @@ end
 local function mark_cancelled(ek, id, now, ix, known)
   known = known or {}
   hset_later(ek, 'state', 'cancelled', 'cancelledAt', now)
+  redis.call('EXPIRE', ek, ix.window)  -- kept, and its source id deduped, for the window from now, as a done event
   if known.not_before ~= false then hdel(ek, 'notBefore') end
   index_move(ix.active, ix.cancelled, id, ek, ix.max, known.enqueued)
   redis.call('HINCRBY', ix.stats, 'queued', -1)

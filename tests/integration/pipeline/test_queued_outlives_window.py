@@ -1,0 +1,57 @@
+"""An accepted event waits as long as it has to: admission gave its record the dedupe window as a TTL, so a scope
+paused (or a backlog) longer than the window lost the event without a word (it never ran, never died, its status
+answered 404, its queued count stayed up for good). Now a queued or processing record has no TTL; it gets the
+window when it ends (done, cancelled, discarded). Real Redis, the real pipeline in process."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from producers import Producer
+from worker.keys.layout import BucketKeys
+from worker.ops.scope_control import cancel_event, pause_scope, resume_scope
+from worker.runtime.app import build_pipeline
+from worker.telemetry.recorder import DISABLED
+
+pytestmark = pytest.mark.integration
+
+SCOPE = "topic:outlives-window"
+
+
+def _event(source_id: str, counter: str) -> dict[str, Any]:
+    return {
+        "sourceType": "test.counter",
+        "sourceId": source_id,
+        "scopeKey": SCOPE,
+        "payload": {"counterKey": counter},
+    }
+
+
+def test_an_event_queued_past_the_window_still_runs(make_settings: Any, keys: BucketKeys) -> None:
+    settings = make_settings(dedupe_window_s=1)
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    client, tenant = producer.store.client, producer.keys
+    counter = f"{keys.bucket_prefix}test:outlives-counter"
+    try:
+        assert pause_scope(producer.store, tenant, SCOPE)
+        waiting = producer.enqueue(_event("outlives-1", counter)).event_id
+        cancelled = producer.enqueue(_event("outlives-2", counter)).event_id
+        record = producer.store.locate(tenant, waiting).event(waiting)
+        assert client.ttl(record) == -1  # no TTL while it waits
+        assert cancel_event(producer.store, tenant, cancelled).state == "cancelled"
+        assert 0 < client.ttl(producer.store.locate(tenant, cancelled).event(cancelled)) <= 1
+        time.sleep(1.5)  # past the window: the record used to be gone by now
+        assert producer.status(waiting)["status"] == "queued"  # type: ignore[index]
+        assert resume_scope(producer.store, tenant, SCOPE, lambda ref: None)
+        outcome = pipeline.drain_scope(SCOPE)
+        assert producer.status(waiting)["status"] == "done", outcome  # type: ignore[index]
+        assert client.get(counter) == "1"
+        assert 0 < client.ttl(record) <= 1  # the window, from its end
+        assert producer.store.stats(tenant).get("queued", 0) == 0
+    finally:
+        producer.close()
+        pipeline.store.client.close()
