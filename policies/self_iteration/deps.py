@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import httpx
 from pydantic import model_validator
 from redis import Redis
 
@@ -19,6 +20,7 @@ from policies.self_iteration.judges.rules import (
     SatisfactionJudge,
     SkillIntentClassifier,
 )
+from policies.webhook_signing import webhook_headers
 from worker.plugin import Keys, PluginSettings
 
 __all__ = ["SelfIterationDeps", "SelfIterationSettings"]
@@ -38,10 +40,29 @@ class SelfIterationSettings(PluginSettings):
 
     @model_validator(mode="after")
     def _webhook_needs_a_target(self) -> SelfIterationSettings:
-        if self.agent_runner == "webhook" and not (self.agent_runner_url and self.agent_runner_secret):
+        """A webhook runner's URL and secret are checked at boot: a bad one failed every delivery, each run
+        ending dead in the outbox, unseen. The secret is never quoted back."""
+        if self.agent_runner != "webhook":
+            return self
+        if not (self.agent_runner_url and self.agent_runner_secret):
             raise ValueError(
                 "AGENT_SIGNAL_AGENT_RUNNER=webhook needs AGENT_SIGNAL_AGENT_RUNNER_URL and _SECRET"
             )
+        try:
+            url = httpx.URL(self.agent_runner_url)
+        except httpx.InvalidURL as exc:
+            raise ValueError(f"AGENT_SIGNAL_AGENT_RUNNER_URL is not a URL ({exc})") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(
+                "AGENT_SIGNAL_AGENT_RUNNER_URL must be an http(s) URL with a host, e.g. https://runs.example/hook"
+            )
+        try:
+            webhook_headers(self.agent_runner_secret, "boot-check", b"{}")
+        except Exception:  # binascii.Error, standardwebhooks' own errors: the secret's form, said without it
+            raise ValueError(
+                "AGENT_SIGNAL_AGENT_RUNNER_SECRET is not a usable Standard Webhooks secret: whsec_ followed by "
+                "base64, or any other string (used as its bytes)"
+            ) from None
         return self
 
 

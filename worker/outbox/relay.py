@@ -41,7 +41,7 @@ from worker.core.clock import now_ms
 from worker.core.retry import backoff_ms
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BucketKeys, Keys, split_scope_ref
-from worker.store.calls import OutboxClaim, OutboxSettle, Release, Renew
+from worker.store.calls import JournalSettle, OutboxClaim, OutboxSettle, Release, Renew
 from worker.store.events import EventStore
 from worker.telemetry.log_privacy import describe_error
 
@@ -85,7 +85,8 @@ class OutboxRelay:
     def run_once(self) -> int:
         """Deliver up to ``batch`` records due now, each under its own claim, and (with scope buckets) up to
         ``batch`` journal records in order; returns how many were delivered."""
-        every = [k for t in self.store.known_tenants() or [DEFAULT_TENANT] for k in self._buckets(t)]
+        # the default tenant always: its records may predate the tenants set (an upgrade), as migrate assumes
+        every = [k for t in sorted({*self.store.known_tenants(), DEFAULT_TENANT}) for k in self._buckets(t)]
         done = self._parallel(every, self.batch)
         if self.store.keys.buckets > 1:
             journaled = self._ordered(every, self.batch)
@@ -208,11 +209,23 @@ class OutboxRelay:
         reply = self.store.scripts.run(OutboxSettle(due, key, member, deadline, record.to_json(), next_due))
         if not int(reply):
             log.warning(
-                "outbox record %s was claimed again by another relay; not settling it here", record.id
+                "outbox record was claimed again by another relay; not settling it here",
+                extra={
+                    "outboxRecord": record.id
+                },  # a field, never the message: worker/telemetry/log_privacy.py
             )
         return bool(int(reply))
 
     # ---- ordered: a bucket's journal, its head only, under the bucket's lock -----------------------
+
+    def _journal_settle(
+        self, keys: BucketKeys, token: str, key: str, member: str, record: OutboxRecord, *, done: bool
+    ) -> int:
+        """JOURNAL_SETTLE: 1 written, 0 the lock is not ours (nothing written), -1 the record is gone (erased)."""
+        call = JournalSettle(
+            keys.journal_lock, key, keys.journal_due, token, member, record.to_json(), int(done)
+        )
+        return int(self.store.scripts.run(call))
 
     def _ordered(self, every: list[BucketKeys], budget: int) -> int:
         """Scope buckets: each non-empty bucket journal in commit order."""
@@ -240,25 +253,43 @@ class OutboxRelay:
                 head = client.zrange(due, 0, 0)
                 if not head:
                     break
-                member = str(head[0])
-                key = self._record_key(member)
-                record = self._pending(key, member.partition(SEPARATOR)[2])
-                if record is None:  # expired, or settled by a relay that stalled
-                    client.zrem(due, member)
-                    continue
-                attempt = self._attempt(record)
-                if attempt.verdict == "skipped":  # a relay that knows the kind takes the bucket
-                    break
-                client.set(key, record.to_json(), keepttl=True)
-                if (
-                    attempt.verdict == "retry"
-                ):  # nothing overtakes it meanwhile: the lock outlives the backoff
-                    scripts.run(Renew(lock, token, max((attempt.retry_at_ms or 0) - now_ms(), 1)))
+                step, retry_at_ms = self._journal_head(keys, token, str(head[0]))
+                if step == "hold":  # nothing overtakes it meanwhile: the lock outlives the backoff
+                    scripts.run(Renew(lock, token, max(retry_at_ms - now_ms(), 1)))
                     release = False
                     break
-                applied += attempt.verdict == "delivered"
-                client.zrem(due, member)
+                if step == "stop":
+                    break
+                applied += step == "applied"
         finally:
             if release:
                 scripts.run(Release(lock, token))
         return applied
+
+    def _journal_head(self, keys: BucketKeys, token: str, member: str) -> tuple[str, int]:
+        """One attempt at the journal's head, under the lock ``token``: ``applied``, ``next`` (gone or dead: the
+        head after it comes next), ``hold`` (it failed: retried at the returned time, holding the lock so nothing
+        overtakes it) or ``stop`` (another relay holds the lock now, or no deliverer here knows the kind)."""
+        key = self._record_key(member)
+        record = self._pending(key, member.partition(SEPARATOR)[2])
+        if record is None:  # expired, or settled by a relay that stalled
+            self.store.client.zrem(keys.journal_due, member)
+            return "next", 0
+        written = 1
+
+        def counted(counting: OutboxRecord) -> bool:  # the attempt is written before the delivery
+            nonlocal written
+            written = self._journal_settle(keys, token, key, member, counting, done=False)
+            return written == 1
+
+        attempt = self._attempt(record, counted)
+        if attempt.verdict == "skipped":
+            return ("next" if written == -1 else "stop"), 0  # -1: erased meanwhile, its entry dropped
+        written = self._journal_settle(keys, token, key, member, record, done=attempt.verdict != "retry")
+        if written == 0:
+            return "stop", 0
+        if written == -1 or attempt.verdict == "dead":
+            return "next", 0
+        if attempt.verdict == "retry":
+            return "hold", attempt.retry_at_ms or 0
+        return "applied", 0

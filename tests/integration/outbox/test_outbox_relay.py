@@ -93,3 +93,38 @@ def test_a_batch_with_a_wrong_type_key_is_refused_and_nothing_is_stored(
     assert redis_client.exists(keys.inbox("topic:b1"), keys.inbox("topic:b2")) == 0
     assert list(redis_client.scan_iter(match=f"{keys.bucket_prefix}ev:*")) == []
     producer.close()
+
+
+def test_the_default_tenants_records_are_relayed_when_the_tenants_set_lacks_it(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """The relay walked ``known_tenants() or [default]``: with another tenant registered and the default one not
+    (records from before the tenants set existed, after an upgrade), the default tenant's calls were never made."""
+    store = EventStore(redis_client, make_settings())
+    store.register_tenant("acme")
+    buffer = EffectBuffer(keys=keys)
+    _stage(keys, buffer)
+    _apply(store, buffer)
+    delivered: list[str] = []
+    assert OutboxRelay(store, {"probe": lambda r: delivered.append(r.id)}).run_once() == 1
+    assert delivered == ["probe:k1"]
+
+
+def test_a_record_claimed_again_is_said_without_its_id_in_the_message(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The record id holds a source id (or ``<rootSourceId>:memory:<messageId>``): a field of the log line (which
+    the privacy processor pseudonymises), never the message text."""
+    store = EventStore(redis_client, make_settings())
+    buffer = EffectBuffer(keys=keys)
+    _stage(keys, buffer, key="alice-secret-msg_42")
+    _apply(store, buffer)
+
+    def lease_lapses(record: OutboxRecord) -> None:
+        member = f"{keys.scope_ref(SCOPE)}\x1fprobe:alice-secret-msg_42"
+        redis_client.zadd(keys.outbox_due, {member: 1}, xx=True)  # another relay's claim now
+
+    OutboxRelay(store, {"probe": lease_lapses}).run_once()
+    said = [r for r in caplog.records if "claimed again" in r.getMessage()]
+    assert said and all("alice-secret" not in r.getMessage() for r in said)
+    assert said[0].outboxRecord == "probe:alice-secret-msg_42"  # type: ignore[attr-defined]

@@ -142,3 +142,24 @@ class TestBadValues:
             plugin_settings(SelfIterationSettings, Settings(agent_runner="bogus"))
         with pytest.raises(SettingsError, match="webhook needs AGENT_SIGNAL_AGENT_RUNNER_URL"):
             plugin_settings(SelfIterationSettings, Settings(agent_runner="webhook"))
+
+    def test_a_webhook_runners_url_and_secret_are_checked_at_boot_without_quoting_the_secret(self) -> None:
+        """Only their presence was checked: a URL that is no http(s) URL, or a whsec_ secret that is not base64,
+        failed every delivery later, each run ending dead in the outbox."""
+        from policies.self_iteration.deps import SelfIterationSettings
+        from worker.settings import plugin_settings
+
+        def boot(url: str, secret: str) -> None:
+            given = Settings(agent_runner="webhook", agent_runner_url=url, agent_runner_secret=secret)
+            plugin_settings(SelfIterationSettings, given)
+
+        with pytest.raises(SettingsError, match="RUNNER_URL must be an http\\(s\\) URL") as caught:
+            boot("not a url", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+        with pytest.raises(SettingsError, match="RUNNER_URL must be an http\\(s\\) URL"):
+            boot("ftp://runs.example/hook", "s3cret-value")
+        with pytest.raises(SettingsError, match="RUNNER_SECRET is not a usable") as bad_secret:
+            boot("https://runs.example/hook", "whsec_a")
+        assert "whsec_a" not in str(bad_secret.value).replace("whsec_ followed", "")
+        assert "MfKQ9r8" not in str(caught.value)
+        boot("https://runs.example/hook", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+        boot("http://runner.internal:8080/hook", "any other string")

@@ -14,7 +14,7 @@ from worker.store.calls.fair import PopAcquire, ReadyPop, ReadyPush, TicketForce
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 from worker.store.calls.lease import Acquire, Release, Renew
 from worker.store.calls.operators import Cancel, Discard, Redrive, Resume, RunsPage
-from worker.store.calls.outbox import JournalApply, OutboxClaim, OutboxSettle, Touched
+from worker.store.calls.outbox import JournalApply, JournalSettle, OutboxClaim, OutboxSettle, Touched
 
 __all__ = [
     "Acquire",
@@ -28,6 +28,7 @@ __all__ = [
     "Enqueue",
     "EnqueuePush",
     "JournalApply",
+    "JournalSettle",
     "Lane",
     "Layout",
     "OutboxClaim",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 
-__all__ = ["JournalApply", "OutboxClaim", "OutboxSettle", "Touched"]
+__all__ = ["JournalApply", "JournalSettle", "OutboxClaim", "OutboxSettle", "Touched"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +43,15 @@ class JournalApply(ScriptCall):
     marker_ttl_s: int = arg()
     commands_json: str = arg()
     keys_written: Sequence[Touched] = group()
+
+
+@dataclass(frozen=True, slots=True)
+class JournalSettle(ScriptCall):
+    SCRIPT = "journal_settle"
+    lock: str = key()
+    record: str = key()
+    due: str = key()
+    token: str = arg()
+    member: str = arg()
+    record_json: str = arg()
+    done: int = arg()

@@ -1,0 +1,68 @@
+"""A bucket's journal (ordered outbox mode, scope buckets) settles a record only while its relay holds the journal
+lock and only over a record that still exists (JOURNAL_SETTLE): it wrote the record back unconditionally, so an
+erasure that deleted it mid-delivery saw the user's content come back with no TTL, and a relay that lost the lock
+overwrote the result of the one that took over. The attempt is written before the delivery, so a relay that dies
+mid-delivery still used it. Real Redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from worker.keys.layout import Keys
+from worker.outbox.relay import OutboxRecord, OutboxRelay
+from worker.store.events import EventStore
+from worker.store.journal import JOURNAL_APPLY, journaled
+
+pytestmark = pytest.mark.integration
+
+SCOPE = "topic:journal-settle"
+SECRET = "alice's private memory text"
+
+
+def _journal_one(redis_client: Redis, prefix: str, make_settings: Any) -> tuple[EventStore, Keys, str]:
+    """One journal record (a write to the tenant's home slot from a scope in another bucket); its key."""
+    store = EventStore(redis_client, make_settings(scope_buckets=4))
+    keys = Keys(prefix, buckets=4)
+    home = keys.plugin_home("memories", "alice")
+    for command in journaled(keys, SCOPE, "evt_1", "lane:7", [["SET", home, SECRET]], 3600):
+        redis_client.execute_command(*command)
+    bucket = keys.for_scope(SCOPE)
+    member = str(redis_client.zrange(bucket.journal_due, 0, 0)[0])
+    return store, keys, OutboxRelay(store, {})._record_key(member)
+
+
+def test_a_record_erased_mid_delivery_is_not_written_back(
+    redis_client: Redis, prefix: str, make_settings: Any
+) -> None:
+    store, keys, record_key = _journal_one(redis_client, prefix, make_settings)
+    due = keys.for_scope(SCOPE).journal_due
+
+    def erased_then_fails(record: OutboxRecord) -> None:
+        redis_client.delete(record_key)  # what erasure does to the user's outbox records
+        raise ConnectionError("the replica wait timed out")
+
+    OutboxRelay(store, {JOURNAL_APPLY: erased_then_fails}).run_once()
+    assert redis_client.exists(record_key) == 0
+    assert redis_client.zcard(due) == 0  # its due entry went with it: the journal is not held up
+
+
+def test_the_attempt_is_counted_before_the_delivery_and_a_lost_lock_writes_nothing(
+    redis_client: Redis, prefix: str, make_settings: Any
+) -> None:
+    store, keys, record_key = _journal_one(redis_client, prefix, make_settings)
+    lock = keys.for_scope(SCOPE).journal_lock
+    seen: list[int] = []
+
+    def lock_lost_then_delivered(record: OutboxRecord) -> None:
+        stored = OutboxRecord.from_json(redis_client.get(record_key) or "")
+        seen.append(stored.attempts)  # written before this call
+        redis_client.set(lock, "another relay")  # our lease ran out; another relay holds the bucket now
+
+    OutboxRelay(store, {JOURNAL_APPLY: lock_lost_then_delivered}).run_once()
+    stored = OutboxRecord.from_json(redis_client.get(record_key) or "")
+    assert seen == [1]
+    assert stored.state == "pending" and stored.attempts == 1  # the other relay settles it, not us
+    assert 0 < redis_client.ttl(record_key)
