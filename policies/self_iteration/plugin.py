@@ -19,6 +19,7 @@ from policies.self_iteration.agent.runners import (
     AGENT_RUN_TASK,
     AgentRunner,
     RunnerError,
+    RunRefused,
     RunRequest,
     TaskRunner,
     WebhookRunner,
@@ -33,6 +34,7 @@ from worker.plugin import (
     AdmissionHook,
     Deliverer,
     OutboxRecord,
+    PermanentFailure,
     Plugin,
     PluginRuntime,
     PluginTask,
@@ -106,7 +108,10 @@ def _run_deliverer(runtime: PluginRuntime) -> Deliverer:
         if runner is None:
             raise RunnerError("no agent runner is configured in this process")
         # The record's tenant is the engine's, not the handler's payload: a run cannot cross tenants.
-        runner.dispatch(RunRequest.from_json_dict({**record.payload, "tenant": record.tenant}))
+        try:
+            runner.dispatch(RunRequest.from_json_dict({**record.payload, "tenant": record.tenant}))
+        except RunRefused as exc:  # dead at once: the relay would send the same refused request ten times
+            raise PermanentFailure(str(exc), code="RUN_REFUSED") from None
 
     return deliver
 

@@ -35,6 +35,7 @@ from producers.http.routes.events import router as events_router
 from producers.http.routes.functions import router as functions_router
 from producers.http.routes.keys import router as keys_router
 from producers.http.routes.ops import router as ops_router
+from producers.http.routes.outbox import router as outbox_router
 from producers.http.routes.receipts import router as receipts_router
 from producers.http.routes.routing import router as routing_router
 from producers.http.routes.scopes import router as scopes_router
@@ -109,6 +110,7 @@ def create_web_app(
     # Routers declaring no error answers of their own get the shared ones (their own win): the OpenAPI document.
     app.include_router(events_router, responses=SHARED_ERRORS)
     app.include_router(ops_router, responses=SHARED_ERRORS)
+    app.include_router(outbox_router, responses=SHARED_ERRORS)
     app.include_router(scopes_router, responses=SHARED_ERRORS)
     app.include_router(routing_router)
     app.include_router(sessions_router)

@@ -60,7 +60,7 @@ ENGINE_FAMILIES = tuple(
 )
 ENGINE_SINGLETONS = tuple(
     "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret pseudonym-secret "
-    "ready-tenants worker-info journal-due journal-lock open-streams retained-events".split()
+    "ready-tenants worker-info journal-due journal-lock open-streams retained-events outbox-dead".split()
 )
 
 
@@ -301,6 +301,13 @@ class BucketKeys(Keys):
     def outbox_due(self) -> str:
         """The tenant's pending outbox records, member "<scopeRef>\x1f<recordId>", score = when to (re)try (ms)."""
         return f"{self.bucket_prefix}outbox-due"
+
+    @property
+    def outbox_dead(self) -> str:
+        """The bucket's outbox records that failed every attempt (parallel and journal mode), member as
+        ``outbox_due``, score = when it died (ms); listed and redriven by ``/v1/outbox`` (worker/outbox/dead.py),
+        an entry whose record expired (the outbox retention) dropped as it is read."""
+        return f"{self.bucket_prefix}outbox-dead"
 
     @property
     def journal_due(self) -> str:

@@ -6,7 +6,9 @@ per process, so no replica counts it again.
   The broker holds one drain message per scope, not per event, so its queue length is not the backlog.
 * ``agent_signal_stuck_scopes{tenant}``: scopes with queued events, no lease and no live drain scheduled (the
   reconcile sweep re-publishes them; a non-zero value that stays is worth a look: ``GET /v1/scopes?state=stuck``).
-* ``agent_signal_dlq_size{tenant}``, ``agent_signal_active_scopes{tenant}``, and the store's safety gauges.
+* ``agent_signal_dlq_size{tenant}``, ``agent_signal_active_scopes{tenant}``,
+  ``agent_signal_outbox_dead{tenant}`` (outbound calls that failed every attempt: ``GET /v1/outbox/dead``), and the
+  store's safety gauges.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from worker.core.tenancy import DEFAULT_TENANT
+from worker.keys.layout import BucketKeys
 from worker.ops.scope_control import list_scopes
 from worker.store.events import EventStore
 from worker.store.safety import current_safety
@@ -64,6 +67,11 @@ class _StateCollector:
         active_g = GaugeMetricFamily(
             "agent_signal_active_scopes", "Scopes with queued events.", labels=["tenant"]
         )
+        outbox_dead_g = GaugeMetricFamily(
+            "agent_signal_outbox_dead",
+            "Outbound calls that failed every attempt (GET /v1/outbox/dead), kept for the outbox retention.",
+            labels=["tenant"],
+        )
         for tenant in sorted(waiting):
             keys = store.keys.for_tenant(tenant)
             backlog_g.add_metric([self.queue, tenant], waiting[tenant])
@@ -72,7 +80,8 @@ class _StateCollector:
             stuck_g.add_metric([tenant], states.count("stuck"))
             dlq_g.add_metric([tenant], store.dlq_size(keys))
             active_g.add_metric([tenant], sum(state != "paused" for state in states))
-        yield from (backlog_g, stuck_g, dlq_g, active_g)
+            outbox_dead_g.add_metric([tenant], store.index_size(keys, _outbox_dead))
+        yield from (backlog_g, stuck_g, dlq_g, active_g, outbox_dead_g)
         safety = current_safety(store.client, store.settings)
         if safety.persistent is not None:
             yield GaugeMetricFamily(
@@ -84,6 +93,10 @@ class _StateCollector:
             yield GaugeMetricFamily(
                 "agent_signal_store_memory_ratio", "Redis used_memory / maxmemory.", value=safety.memory_ratio
             )
+
+
+def _outbox_dead(bucket: BucketKeys) -> str:
+    return bucket.outbox_dead
 
 
 def state_exposition(store: EventStore, queue: str) -> bytes:

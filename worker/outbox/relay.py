@@ -11,7 +11,10 @@ The :class:`OutboxRelay` (a thread in every worker's main process) claims one du
 OUTBOX_CLAIM (its due time moves one lease ahead, on Redis's clock: that deadline is the claim), counts the
 attempt, hands the record to the deliverer its plugin registered for its ``kind``, and settles it with
 OUTBOX_SETTLE only while its claim still holds: ``delivered``; or retried with full-jitter backoff
-(``worker/core/retry.py``); or ``dead`` after ``outbox_max_attempts``. A delivery slower than the lease can be
+(``worker/core/retry.py``); or ``dead`` after ``outbox_max_attempts`` (at once when the deliverer raises
+PermanentFailure: the receiver refused the call itself). A kind no deliverer of this process knows is a failed
+attempt too. A dead record joins its bucket's dead index (``outbox-dead``), where ``GET /v1/outbox/dead`` lists it
+and ``POST /v1/outbox/redrive`` sends it again (worker/outbox/dead.py) until the outbox retention ends. A delivery slower than the lease can be
 repeated by another relay, which the idempotency key covers; it can no longer overwrite the other's result.
 Delivery is at least once, so every record carries its idempotency ``key`` (the deliverer passes it on as
 ``Idempotency-Key`` / ``webhook-id``) and a receiver that dedupes sees each effect once.
@@ -38,6 +41,7 @@ from typing import Any
 
 from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
 from worker.core.clock import now_ms
+from worker.core.errors import PermanentFailure
 from worker.core.retry import backoff_ms
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BucketKeys, Keys, split_scope_ref
@@ -63,10 +67,22 @@ def records_of_event(keys: Keys, store: EventStore, scope_key: str, event_id: st
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """What one delivery attempt of a record came to: ``delivered``, ``retry`` (at ``retry_at_ms``), ``dead``,
-    or ``skipped`` (no deliverer here knows its kind, or another relay took it over)."""
+    or ``skipped`` (another relay took it over, or the record is gone)."""
 
     verdict: str
     retry_at_ms: int | None = None
+
+
+def _no_deliverer(record: OutboxRecord) -> None:
+    """A kind no plugin of this process delivers (a rolling deploy, or a plugin removed): a failed attempt, retried
+    with backoff (another worker may know the kind meanwhile), dead after the last (it was never counted and
+    expired unseen after the outbox retention)."""
+    raise LookupError(f"no deliverer for outbox kind {record.kind!r} in this worker")
+
+
+def _dead_at(record: OutboxRecord) -> str:
+    """The dead index's score for a record settled now: its time when it is dead, else ''."""
+    return str(now_ms()) if record.state == "dead" else ""
 
 
 @dataclass
@@ -81,18 +97,21 @@ class OutboxRelay:
     cap_ms: int = 60_000
     batch: int = 50
     delivered: int = field(default=0, init=False)
+    _turn: int = field(default=0, init=False)  # where the next pass's round of tenant buckets starts
 
     def run_once(self) -> int:
         """Deliver up to ``batch`` records due now, each under its own claim, and (with scope buckets) up to
         ``batch`` journal records in order; returns how many were delivered."""
         # the default tenant always: its records may predate the tenants set (an upgrade), as migrate assumes
         every = [k for t in sorted({*self.store.known_tenants(), DEFAULT_TENANT}) for k in self._buckets(t)]
-        done = self._parallel(every, self.batch)
-        if self.store.keys.buckets > 1:
+        done = 0
+        if (
+            self.store.keys.buckets > 1
+        ):  # first: its records are writes to this Redis (receipts, follow-ups), quick
             journaled = self._ordered(every, self.batch)
             self.delivered += journaled
             done += journaled
-        return done
+        return done + self._parallel(every, self.batch)
 
     def _buckets(self, tenant: str) -> list[BucketKeys]:
         return self.store.keys.for_tenant(tenant).every_bucket()
@@ -128,14 +147,7 @@ class OutboxRelay:
     def _attempt(self, record: OutboxRecord, before: Callable[[OutboxRecord], bool] | None = None) -> Attempt:
         """Count an attempt and deliver ``record`` through its kind's deliverer, updating it in place; ``before``
         runs once the attempt is counted and may call the delivery off (another relay took the record)."""
-        deliver = self.deliverers.get(record.kind)
-        if deliver is None:  # e.g. a rolling deploy: another worker may know the kind; not counted
-            log.warning(
-                "no deliverer for outbox kind %r here; leaving the record to another worker",
-                record.kind,
-                extra={"outboxRecord": record.id, "eventId": record.event_id or None},
-            )
-            return Attempt("skipped")
+        deliver = self.deliverers.get(record.kind) or _no_deliverer
         record.attempts += 1  # counted before the call: a relay that dies mid-delivery still used an attempt
         if before is not None and not before(record):
             return Attempt("skipped")
@@ -145,7 +157,7 @@ class OutboxRelay:
             record.last_error = f"{type(exc).__name__}: {exc}"[:500]  # in the record: erasure removes it
             where = {"outboxRecord": record.id, "eventId": record.event_id or None}
             error = describe_error(exc)
-            if record.attempts >= self.max_attempts:
+            if record.attempts >= self.max_attempts or isinstance(exc, PermanentFailure):
                 record.state = "dead"
                 log.error("outbox record is dead after %d attempts: %s", record.attempts, error, extra=where)
                 return Attempt("dead")
@@ -158,35 +170,46 @@ class OutboxRelay:
     # ---- parallel: each record under its own claim -------------------------------------------------
 
     def _parallel(self, every: list[BucketKeys], budget: int) -> int:
+        """Up to ``budget`` claims, one per tenant bucket in turn (each tenant's own due set, each bucket's own:
+        its slot on a cluster), starting one further along each pass: a tenant with a backlog or a slow
+        receiver took the whole budget, tenants in sorted order, and starved every tenant after it."""
         done = 0
-        for keys in every:
-            due = keys.outbox_due  # each tenant's own, each bucket's own (its slot on a cluster)
-            while budget > 0:
-                claimed = self.store.scripts.run(OutboxClaim(due, self.lease_ms))
-                if not claimed:
+        if not every:
+            return 0
+        self._turn = (self._turn + 1) % len(every)
+        waiting = every[self._turn :] + every[: self._turn]
+        while budget > 0 and waiting:
+            still = []
+            for keys in waiting:
+                if budget <= 0:
                     break
+                claimed = self.store.scripts.run(OutboxClaim(keys.outbox_due, self.lease_ms))
+                if not claimed:
+                    continue  # nothing due there now: not asked again this pass
+                still.append(keys)
                 budget -= 1
                 member, deadline = str(claimed[0]), int(claimed[1])
                 try:
-                    done += self._deliver_claimed(due, member, deadline)
+                    done += self._deliver_claimed(keys, member, deadline)
                 except Exception:  # one bad record must not hold up the others: due again after its lease
                     log.exception("outbox record could not be handled", extra={"outboxRecord": member})
+            waiting = still
         return done
 
-    def _deliver_claimed(self, due: str, member: str, deadline: int) -> int:
+    def _deliver_claimed(self, keys: BucketKeys, member: str, deadline: int) -> int:
         key = self._record_key(member)
         record = self._pending(key, member.partition(SEPARATOR)[2])
         if record is None:
-            self.store.client.zrem(due, member)
+            self.store.client.zrem(keys.outbox_due, member)
             return 0
 
         def still_ours(counted: OutboxRecord) -> bool:
-            return self._settle(due, key, member, deadline, counted, keep_claim=True)
+            return self._settle(keys, key, member, deadline, counted, keep_claim=True)
 
         attempt = self._attempt(record, still_ours)
         if attempt.verdict == "skipped":
             return 0
-        settled = self._settle(due, key, member, deadline, record, retry_at_ms=attempt.retry_at_ms)
+        settled = self._settle(keys, key, member, deadline, record, retry_at_ms=attempt.retry_at_ms)
         if attempt.verdict != "delivered":
             return 0
         if settled:
@@ -195,7 +218,7 @@ class OutboxRelay:
 
     def _settle(
         self,
-        due: str,
+        keys: BucketKeys,
         key: str,
         member: str,
         deadline: int,
@@ -204,15 +227,24 @@ class OutboxRelay:
         retry_at_ms: int | None = None,
         keep_claim: bool = False,
     ) -> bool:
-        """Write the record and its next due time, only while our claim (its due time) still holds."""
+        """Write the record and its next due time, only while our claim (its due time) still holds; a dead record
+        joins the bucket's dead index."""
         next_due = str(deadline) if keep_claim else ("" if retry_at_ms is None else str(retry_at_ms))
-        reply = self.store.scripts.run(OutboxSettle(due, key, member, deadline, record.to_json(), next_due))
-        if not int(reply):
+        call = OutboxSettle(
+            keys.outbox_due,
+            key,
+            keys.outbox_dead,
+            member,
+            deadline,
+            record.to_json(),
+            next_due,
+            _dead_at(record),
+        )
+        reply = self.store.scripts.run(call)
+        if not int(reply):  # the record is a field, never the message: worker/telemetry/log_privacy.py
             log.warning(
                 "outbox record was claimed again by another relay; not settling it here",
-                extra={
-                    "outboxRecord": record.id
-                },  # a field, never the message: worker/telemetry/log_privacy.py
+                extra={"outboxRecord": record.id},
             )
         return bool(int(reply))
 
@@ -222,8 +254,17 @@ class OutboxRelay:
         self, keys: BucketKeys, token: str, key: str, member: str, record: OutboxRecord, *, done: bool
     ) -> int:
         """JOURNAL_SETTLE: 1 written, 0 the lock is not ours (nothing written), -1 the record is gone (erased)."""
+        dead_at = _dead_at(record) if done else ""
         call = JournalSettle(
-            keys.journal_lock, key, keys.journal_due, token, member, record.to_json(), int(done)
+            keys.journal_lock,
+            key,
+            keys.journal_due,
+            keys.outbox_dead,
+            token,
+            member,
+            record.to_json(),
+            int(done),
+            dead_at,
         )
         return int(self.store.scripts.run(call))
 

@@ -32,6 +32,7 @@ __all__ = [
     "AGENT_RUN_OUTBOX",
     "AGENT_RUN_TASK",
     "AgentRunner",
+    "RunRefused",
     "RunRequest",
     "RunnerError",
     "TaskRunner",
@@ -44,6 +45,10 @@ AGENT_RUN_OUTBOX = "agent-run"  # the outbox kind of run requests (delivered by 
 
 class RunnerError(RuntimeError):
     """The run could not be handed over."""
+
+
+class RunRefused(RunnerError):
+    """The receiver refused the run itself (a 4xx other than 408 and 429): the outbox stops at once."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,8 @@ class WebhookRunner:
                     if response.status_code >= 300:
                         raise _HttpStatus(response.status_code)
         except _HttpStatus as exc:
+            if not _transient(exc):  # the receiver refused the request itself: sending it again cannot help
+                raise RunRefused(f"the agent-run webhook refused the run: HTTP {exc.status_code}") from None
             raise RunnerError(f"the agent-run webhook failed: HTTP {exc.status_code}") from None
         except httpx.HTTPError as exc:
             raise RunnerError(
@@ -164,7 +171,7 @@ class _HttpStatus(Exception):
 
 
 def _transient(exc: BaseException) -> bool:
-    """Retry transport errors, 429 and 5xx; a 4xx means the receiver refused the request itself."""
+    """Retry transport errors, 408, 429 and 5xx; another 4xx means the receiver refused the request itself."""
     if isinstance(exc, _HttpStatus):
-        return exc.status_code == 429 or exc.status_code >= 500
+        return exc.status_code in (408, 429) or exc.status_code >= 500
     return isinstance(exc, httpx.HTTPError)

@@ -23,6 +23,7 @@ from tests.chaos.processes import TcpProxy
 from tests.conftest import wait_for
 from tests.support.private_redis import private_redis
 from worker.keys.layout import BucketKeys
+from worker.ops.state_metrics import state_exposition
 from worker.outbox.relay import records_of_event
 
 pytestmark = pytest.mark.integration
@@ -37,6 +38,7 @@ class Receiver:
     def __init__(self, *, fail: bool = False) -> None:
         self.deliveries: Counter[str] = Counter()
         self.effects: Counter[str] = Counter()
+        self.fail = fail
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -44,9 +46,9 @@ class Receiver:
                 key = self.headers.get("Idempotency-Key", "")
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 receiver.deliveries[key] += 1
-                if not fail and receiver.effects[key] == 0:
+                if not receiver.fail and receiver.effects[key] == 0:
                     receiver.effects[key] += 1
-                self.send_response(500 if fail else 200)
+                self.send_response(500 if receiver.fail else 200)
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
@@ -144,11 +146,13 @@ def test_a_partitioned_worker_causes_no_second_effect(
             admin.close()
 
 
-def test_a_failing_delivery_is_retried_then_dead_and_shown_in_the_run_detail(
+def test_a_failing_delivery_is_retried_then_dead_listed_and_redriven(
     make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys, start_web: Any
 ) -> None:
     """A receiver that always fails: the relay retries with backoff, the record ends dead after
-    outbox_max_attempts, and GET /v1/events/{id} shows it with its attempts and last error."""
+    outbox_max_attempts, and GET /v1/events/{id} shows it with its attempts and last error. It is listed by
+    GET /v1/outbox/dead and counted by agent_signal_outbox_dead (before, only the run detail said so, and its
+    event read done); once the receiver is back, POST /v1/outbox/redrive delivers it, under the same key."""
     failing = Receiver(fail=True)
     try:
         settings = _settings(
@@ -164,6 +168,28 @@ def test_a_failing_delivery_is_retried_then_dead_and_shown_in_the_run_detail(
         detail = httpx.get(f"{base}/v1/events/{event_id}").json()
         (shown,) = detail["outbox"]
         assert shown["state"] == "dead" and shown["attempts"] == 3 and "500" in shown["lastError"]
+        dead = httpx.get(f"{base}/v1/outbox/dead").json()
+        assert dead["total"] == 1 and [(r["scopeKey"], r["recordId"]) for r in dead["records"]] == [
+            (SCOPE, shown["id"])
+        ]
+        assert (
+            'agent_signal_outbox_dead{tenant="default"} 1.0'
+            in state_exposition(producer.store, settings.queue_name).decode()
+        )
+        failing.fail = False
+        refused = httpx.post(f"{base}/v1/outbox/redrive", json={"records": [{"scopeKey": SCOPE}]})
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "records[0].recordId"
+        answer = httpx.post(f"{base}/v1/outbox/redrive", json={"all": True}).json()
+        assert answer == {"redriven": [{"scopeKey": SCOPE, "recordId": shown["id"]}], "notDead": []}
+        again = wait_for(
+            lambda: [r for r in _settled(producer, event_id) if r["state"] == "delivered"], timeout_s=60
+        )
+        assert again[0]["key"] == shown["key"] and dict(failing.effects) == {shown["key"]: 1}
+        assert httpx.get(f"{base}/v1/outbox/dead").json() == {"records": [], "total": 0}
+        repeat = httpx.post(
+            f"{base}/v1/outbox/redrive", json={"records": [{"scopeKey": SCOPE, "recordId": shown["id"]}]}
+        )
+        assert repeat.json()["notDead"] == [{"scopeKey": SCOPE, "recordId": shown["id"]}]
         producer.close()
     finally:
         failing.server.shutdown()

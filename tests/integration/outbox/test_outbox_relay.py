@@ -128,3 +128,65 @@ def test_a_record_claimed_again_is_said_without_its_id_in_the_message(
     said = [r for r in caplog.records if "claimed again" in r.getMessage()]
     assert said and all("alice-secret" not in r.getMessage() for r in said)
     assert said[0].outboxRecord == "probe:alice-secret-msg_42"  # type: ignore[attr-defined]
+
+
+def _dead(redis_client: Redis, keys: BucketKeys, record_id: str) -> tuple[OutboxRecord, list[str]]:
+    raw = redis_client.get(keys.outbox_record(SCOPE, record_id))
+    assert raw is not None
+    return OutboxRecord.from_json(raw), list(redis_client.zrange(keys.outbox_dead, 0, -1))
+
+
+def test_a_kind_no_worker_delivers_ends_dead_and_listed(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A kind no deliverer here knows was skipped uncounted on every pass and expired unseen after the outbox
+    retention; it is a failed attempt now (another worker may know the kind meanwhile), dead after the last."""
+    store = EventStore(redis_client, make_settings())
+    buffer = EffectBuffer(keys=keys)
+    _stage(keys, buffer)
+    _apply(store, buffer)
+    relay = OutboxRelay(store, {}, max_attempts=2, base_ms=0, cap_ms=0)
+    for _ in range(2):
+        relay.run_once()
+    record, dead = _dead(redis_client, keys, "probe:k1")
+    assert (record.state, record.attempts) == ("dead", 2) and "no deliverer" in record.last_error
+    assert dead == [f"{keys.scope_ref(SCOPE)}\x1fprobe:k1"] and redis_client.zcard(keys.outbox_due) == 0
+
+
+def test_a_refused_call_is_dead_at_its_first_attempt(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A deliverer that raises PermanentFailure (the receiver refused the call itself: a 4xx) is not sent the same
+    refused request ten times."""
+    store = EventStore(redis_client, make_settings())
+    buffer = EffectBuffer(keys=keys)
+    _stage(keys, buffer)
+    _apply(store, buffer)
+
+    def refused(record: OutboxRecord) -> None:
+        raise PermanentFailure("HTTP 400", code="RUN_REFUSED")
+
+    OutboxRelay(store, {"probe": refused}, max_attempts=10).run_once()
+    record, dead = _dead(redis_client, keys, "probe:k1")
+    assert (record.state, record.attempts) == ("dead", 1) and len(dead) == 1
+
+
+def test_one_tenants_backlog_does_not_starve_another(
+    make_settings: Any, redis_client: Redis, prefix: str
+) -> None:
+    """Tenants were walked in sorted order and the first one's due set took the whole batch: ``zzz``'s one record
+    waited behind all of ``aaa``'s. Claims now go one per tenant bucket in turn."""
+    from worker.keys.layout import Keys
+
+    store = EventStore(redis_client, make_settings())
+    for tenant, count in (("aaa", 10), ("zzz", 1)):
+        store.register_tenant(tenant)
+        keys = Keys(prefix).for_tenant(tenant).for_scope(SCOPE)
+        for n in range(count):
+            buffer = EffectBuffer(keys=keys)
+            _stage(keys, buffer, key=f"{tenant}-{n}")
+            _apply(store, buffer)
+    delivered: list[str] = []
+    relay = OutboxRelay(store, {"probe": lambda r: delivered.append(r.tenant)}, batch=3)
+    relay.run_once()
+    assert "zzz" in delivered and len(delivered) == 3

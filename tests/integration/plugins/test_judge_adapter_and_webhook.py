@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from policies.self_iteration.agent.runners import RunnerError, RunRequest, WebhookRunner
+from policies.self_iteration.agent.runners import RunRefused, RunRequest, WebhookRunner
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.keys import SelfIterationKeys
 from policies.webhook_signing import verify_webhook
@@ -149,7 +149,7 @@ def test_webhook_runner_signs_and_retries() -> None:
         assert body["suppressSignal"] is True and body["marker"] == {"kind": "memory", "sourceId": "s"}
         refuse = RunRequest("op-2", "refuse", {"kind": "memory"}, "u1", "a1", "p")
         before = calls["n"]
-        with pytest.raises(RunnerError, match="HTTP 400"):
+        with pytest.raises(RunRefused, match="HTTP 400"):  # a RunnerError the outbox ends at once (dead)
             runner.dispatch(refuse)
         assert calls["n"] == before + 1
     finally:

@@ -22,10 +22,12 @@ class OutboxSettle(ScriptCall):
     SCRIPT = "outbox_settle"
     due: str = key()
     record: str = key()
+    dead: str = key()
     member: str = arg()
     deadline: int = arg()
     record_json: str = arg()
     next_due: str = arg()
+    dead_at: str = arg()  # '': not dead
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +53,9 @@ class JournalSettle(ScriptCall):
     lock: str = key()
     record: str = key()
     due: str = key()
+    dead: str = key()
     token: str = arg()
     member: str = arg()
     record_json: str = arg()
     done: int = arg()
+    dead_at: str = arg()  # '': not dead

@@ -1,0 +1,147 @@
+"""Outbox records that failed every attempt: listed (``GET /v1/outbox/dead``) and sent again
+(``POST /v1/outbox/redrive``), per tenant.
+
+A record the relay settles ``dead`` (worker/outbox/relay.py) joins its bucket's dead index (``outbox-dead``, scored by
+when it died) in the script that settles it; before, it only left the due set, and nothing but its event's run
+detail said so (the event itself reads ``done``), until it expired. The record keeps its TTL (the outbox retention,
+``AGENT_SIGNAL_OUTBOX_RETENTION_S``): it holds a user's payload, which erasure finds through its event, so it is
+listed and redriven for that long; an index entry whose record expired is dropped as a page reads it.
+
+A redrive makes the record ``pending`` again with its attempts at zero (its last error kept) and due now, in the due
+set its kind is relayed from (a bucket's journal for journal records: they run after the journal's current head),
+under WATCH of the record, so a record erased or redriven meanwhile is answered ``notDead`` and nothing is written.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import WatchError
+
+from worker.chain.outbox_records import SEPARATOR, OutboxRecord
+from worker.core.clock import now_ms
+from worker.keys.layout import BucketKeys, Keys, split_scope_ref
+from worker.store.events import EventStore
+from worker.store.journal import JOURNAL_APPLY
+from worker.store.records import to_str
+
+__all__ = ["BadOutboxCursor", "DeadPage", "dead_page", "redrive_dead"]
+
+REDRIVE_TRIES = 20  # WATCH retries of one record's redrive before it is answered notDead
+
+
+class BadOutboxCursor(ValueError):
+    """A cursor that is not one a page of ``GET /v1/outbox/dead`` gave."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadPage:
+    records: list[dict[str, Any]]
+    total: int
+    cursor: str | None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"records": self.records, "total": self.total}
+        if self.cursor is not None:
+            out["cursor"] = self.cursor
+        return out
+
+
+def _cursor(score: float, member: str) -> str:
+    return f"{score:.0f}:{base64.urlsafe_b64encode(member.encode()).decode().rstrip('=')}"
+
+
+def _parse_cursor(cursor: str) -> tuple[float, str]:
+    ms, _, tail = cursor.partition(":")
+    try:
+        if not ms.isdigit() or not tail:
+            raise ValueError
+        return float(ms), base64.urlsafe_b64decode(tail + "=" * (-len(tail) % 4)).decode()
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise BadOutboxCursor("cursor must be a page's cursor") from None
+
+
+def _record_key(tenant: Keys, member: str) -> tuple[str, str, str]:
+    """(record key, scope key, record id) of a dead-index member ``<tenant>/<scopeKey>\\x1f<recordId>``."""
+    ref, _, record_id = member.partition(SEPARATOR)
+    scope_key = split_scope_ref(ref)[1]
+    return tenant.outbox_record(scope_key, record_id), scope_key, record_id
+
+
+def _dead_index(bucket: BucketKeys) -> str:
+    return bucket.outbox_dead
+
+
+def dead_page(store: EventStore, tenant: Keys, *, limit: int = 50, cursor: str | None = None) -> DeadPage:
+    """The tenant's dead outbox records, latest death first, after ``cursor`` (a page's); each as the run detail
+    shows it, with its ``scopeKey``, ``recordId`` and ``deadAt``. Entries whose record expired are dropped."""
+    before = None if cursor is None else _parse_cursor(cursor)
+    entries = store.newest_of(tenant, _dead_index, 0, limit + 1, before=before)
+    shown = entries[:limit]
+    following = _cursor(shown[-1][1], shown[-1][0]) if len(entries) > limit else None
+    located = [(_record_key(tenant, member), member, at, bucket) for member, at, bucket in shown]
+    raw = store.client.mget([where[0] for where, *_ in located]) if located else []
+    records, gone = [], []
+    for (where, member, at, bucket), value in zip(located, raw, strict=True):
+        if value is None:
+            gone.append((bucket, member))
+            continue
+        public = OutboxRecord.from_json(value).to_public()
+        records.append({**public, "scopeKey": where[1], "recordId": where[2], "deadAt": int(at)})
+    if gone:  # expired with the outbox retention: the index forgets them as it meets them
+        pipe = store.client.pipeline(transaction=False)
+        for bucket, member in gone:
+            pipe.zrem(bucket.outbox_dead, member)
+        pipe.execute()
+    return DeadPage(records, store.index_size(tenant, _dead_index), following)
+
+
+def redrive_dead(
+    store: EventStore, tenant: Keys, targets: Sequence[tuple[str, str]] | None
+) -> dict[str, list[dict[str, str]]]:
+    """Send the given dead records again (``(scopeKey, recordId)``; None: every dead record of the tenant):
+    ``{"redriven": [...], "notDead": [...]}``, each item ``{"scopeKey", "recordId"}``."""
+    if targets is None:
+        targets = [_record_key(tenant, m)[1:] for b in tenant.every_bucket() for m in _members(store, b)]
+    redriven: list[dict[str, str]] = []
+    not_dead: list[dict[str, str]] = []
+    for scope_key, record_id in dict.fromkeys(targets):
+        named = {"scopeKey": scope_key, "recordId": record_id}
+        (redriven if _redrive_one(store, tenant, scope_key, record_id) else not_dead).append(named)
+    return {"redriven": redriven, "notDead": not_dead}
+
+
+def _members(store: EventStore, bucket: BucketKeys) -> list[str]:
+    return [to_str(m) for m in store.client.zrange(bucket.outbox_dead, 0, -1)]
+
+
+def _redrive_one(store: EventStore, tenant: Keys, scope_key: str, record_id: str) -> bool:
+    bucket = tenant.for_scope(scope_key)
+    key = tenant.outbox_record(scope_key, record_id)
+    member = f"{tenant.scope_ref(scope_key)}{SEPARATOR}{record_id}"
+    for _ in range(REDRIVE_TRIES):
+        with store.client.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)  # type: ignore[no-untyped-call]
+                raw = pipe.get(key)
+                record = None if raw is None else OutboxRecord.from_json(raw)
+                if record is None or record.state != "dead":
+                    pipe.unwatch()
+                    store.client.zrem(bucket.outbox_dead, member)  # gone, or not dead: not listed any more
+                    return False
+                record.state, record.attempts = "pending", 0
+                due = bucket.journal_due if record.kind == JOURNAL_APPLY else bucket.outbox_due
+                pipe.multi()
+                pipe.set(key, record.to_json(), keepttl=True)
+                pipe.zrem(bucket.outbox_dead, member)
+                # a journal's scores are µs of the commit that staged it (worker/store/journal.py), the due set's ms
+                pipe.zadd(due, {member: now_ms() * (1000 if record.kind == JOURNAL_APPLY else 1)})
+                pipe.execute()
+                return True
+            except WatchError:
+                continue
+    return False
