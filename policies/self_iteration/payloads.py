@@ -9,20 +9,25 @@ The models are the plugin's ``payload_schemas``, checked at the door (a 422 nami
 follow-up events and for a redrive's edited payload. A field is required where the handler can do nothing
 without it: the review sources' fields, which their handler checks before anything else and which LobeHub's
 own types mark required. Optional fields the handlers read are typed as LobeHub sends them; every other field
-passes (``extra="allow"``): LobeHub's payloads carry more than we read.
+passes (``extra="allow"``): LobeHub's payloads carry more than we read. The fields a receipt id is made of
+(``operationId``, ``selfIteration.marker.sourceId``, ``selfIteration.mutations[].toolCallId`` and ``apiName``:
+policies/self_iteration/records/receipts.py) refuse control characters (:data:`IdPart`): an id travels on the receipts
+stream's ``id:`` line, where a line break would start a frame of the sender's making.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 __all__ = [
     "LOBEHUB_SOURCE_TYPES",
     "PAYLOAD_SCHEMAS",
     "ExecutionCompletedPayload",
+    "IdPart",
     "NightlyReviewPayload",
     "SelfFeedbackIntentPayload",
     "SelfReflectionPayload",
@@ -52,6 +57,18 @@ LOBEHUB_SOURCE_TYPES: tuple[str, ...] = (
 
 Text = Annotated[str, Field(min_length=1)]  # the review handlers read "" as missing
 Moment = Annotated[int | float | str, Field(union_mode="left_to_right")]  # ms, or an ISO string: kept as sent
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _no_control(value: str) -> str:
+    if (found := CONTROL.search(value)) is not None:
+        raise ValueError(f"must not contain control characters (found {found.group(0)!r})")
+    return value
+
+
+IdPart = Annotated[
+    str, AfterValidator(_no_control)
+]  # a part of a receipt id: no CR, LF, NUL or other control
 
 
 class _Payload(BaseModel):
@@ -91,13 +108,26 @@ class UserMessagePayload(_Payload):
     memory_payload: dict[str, Any] | None = None
 
 
+class SelfIterationMarker(_Payload):
+    """A run's ``selfIteration.marker``: its ``sourceId`` starts every receipt id of the run."""
+
+    source_id: IdPart | None = None
+
+
+class SelfIterationMutation(_Payload):
+    """One of a run's ``selfIteration.mutations``: its receipt id holds ``toolCallId``, else ``apiName``."""
+
+    tool_call_id: IdPart | None = None
+    api_name: IdPart | None = None
+
+
 class SelfIterationResult(_Payload):
     """A finished self-iteration run's ``selfIteration``: its marker, artifacts and mutations (one receipt per
     mutation with an ``apiName``)."""
 
-    marker: dict[str, Any] | None = None
+    marker: SelfIterationMarker | None = None
     artifacts: list[Any] | None = None
-    mutations: list[dict[str, Any]] | None = None
+    mutations: list[SelfIterationMutation] | None = None
     user_id: str | None = None
 
 
@@ -106,7 +136,9 @@ class ExecutionCompletedPayload(_Payload):
     skips without them (LobeHub's completion policy); deferred synthesis needs the anchor and ``topicId``."""
 
     agent_id: str | None = None
-    operation_id: str | None = None
+    operation_id: IdPart | None = (
+        None  # the run's receipt ids start with it when the marker names no sourceId
+    )
     topic_id: str | None = None
     reason: str | None = None
     assistant_message_id: str | None = None

@@ -48,7 +48,7 @@ class MissingDependency(LookupError):
 # The write commands a handler may stage (the scripts' STAGED allow-list), each on one key: args[1].
 STAGEABLE = frozenset(
     "SET SETNX INCR INCRBY DECRBY HSET HSETNX HDEL HINCRBY HINCRBYFLOAT RPUSH LPUSH LTRIM LREM SADD SREM "
-    "ZADD ZREM ZINCRBY DEL EXPIRE PEXPIRE PERSIST PUBLISH".split()
+    "ZADD ZREM ZREMRANGEBYSCORE ZINCRBY DEL EXPIRE PEXPIRE PERSIST PUBLISH".split()
 )
 
 

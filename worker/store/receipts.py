@@ -11,6 +11,14 @@ it (the event whose chain appended it, and the agent run, by operation id, that 
 detail lists its receipts. Receipts are written by action handlers as *staged effects*
 (:func:`receipt_effects`), so they commit atomically with the action's idempotency mark: a replayed
 completion adds none. New receipt ids are announced on the user's channel (the SSE stream).
+
+A direct append (:meth:`ReceiptStore.append`: tests, tools and the legacy migration) writes the indexes, the
+announcement and the byte count only when its ``SET NX`` writes (a WATCH on the receipt's key: a second receipt
+with the same id for the same user writes nothing at all). Both paths drop from the two zset indexes the members
+created more than the retention before the receipt (:func:`receipt_index_trims`, a ZREMRANGEBYSCORE each): their
+receipts have expired, and an index that keeps being written to never expires itself. A staged receipt cannot make
+its other writes depend on its ``SET NX`` (the staged commands have no condition), so only its action's
+idempotency lane (one per scope) keeps a duplicate id from counting, indexing and announcing.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import WatchError
 
 from worker.keys.layout import Keys, glob_escaped
 from worker.store.quotas import receipt_bytes_effects
@@ -30,6 +39,7 @@ __all__ = [
     "matches",
     "migrate_legacy_receipts",
     "receipt_effects",
+    "receipt_index_trims",
     "receipt_owner",
 ]
 
@@ -79,7 +89,35 @@ def receipt_effects(
     commands += receipt_bytes_effects(
         keys, receipt, body, ttl_s
     )  # the user's storage quota (worker/store/quotas.py)
-    return commands
+    return commands + receipt_index_trims(keys, receipt, ttl_s)
+
+
+def receipt_index_trims(keys: Keys, receipt: Mapping[str, Any], ttl_s: int) -> list[list[str | int]]:
+    """The commands that drop from the receipt's two zset indexes (the user's, the user/agent/topic one) the
+    members created more than ``ttl_s`` before it: their receipts have expired, and an index that keeps being
+    written to never expires itself."""
+    user, agent, topic = receipt_owner(receipt)
+    before = f"({int(receipt['createdAt']) - ttl_s * 1000}"
+    indexes = (keys.user_receipts(user), keys.receipt_index(user, agent, topic))
+    return [["ZREMRANGEBYSCORE", index, "-inf", before] for index in indexes]
+
+
+def _write_once(client: Redis, commands: list[list[str | int]]) -> bool:
+    """Run ``commands`` (the first a ``SET <key> … NX``) in one transaction when the first one's key is absent,
+    else nothing (WATCH: a write of the key meanwhile starts over). True when it wrote."""
+    key = str(commands[0][1])
+    with client.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(key)  # type: ignore[no-untyped-call]
+                if pipe.exists(key):
+                    return False
+                pipe.multi()
+                for command in commands:
+                    pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+                return bool(pipe.execute()[0])
+            except WatchError:
+                continue
 
 
 class ReceiptStore:
@@ -91,12 +129,10 @@ class ReceiptStore:
         self.ttl_s = ttl_s
 
     def append(self, receipt: Mapping[str, Any], *, event_id: str | None = None) -> bool:
-        """Append once; False when the user already has a receipt with this id."""
-        pipe = self.client.pipeline(transaction=True)
-        for command in receipt_effects(self.keys, receipt, self.ttl_s, event_id=event_id):
-            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
-        created = pipe.execute()[0]
-        return bool(created)
+        """Append once, trimming the indexes of expired members; False, and nothing written, when the user
+        already has a receipt with this id."""
+        commands = receipt_effects(self.keys, receipt, self.ttl_s, event_id=event_id)
+        return _write_once(self.client, commands)
 
     def get(self, user_id: str, receipt_id: str) -> dict[str, Any] | None:
         """``user_id``'s receipt ``receipt_id``, or None."""
@@ -245,10 +281,8 @@ def migrate_legacy_receipts(client: Redis, keys: Keys, *, ttl_s: int, dry_run: b
         if dry_run:
             continue
         left_s = int(client.ttl(key))
-        pipe = client.pipeline(transaction=True)
-        for command in receipt_effects(keys, receipt, left_s if left_s > 0 else ttl_s):
-            if command[0] != "PUBLISH":  # an old receipt is not news to any stream
-                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
-        pipe.delete(key)
-        pipe.execute()
+        effects = receipt_effects(keys, receipt, left_s if left_s > 0 else ttl_s)
+        commands = [c for c in effects if c[0] != "PUBLISH"]  # an old receipt is not news to any stream
+        if not _write_once(client, [*commands, ["DEL", key]]):
+            client.delete(key)  # the user has a receipt with this id already: the legacy copy goes
     return moved

@@ -3,30 +3,27 @@ stream (server-sent events) and the per-user feature gate."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Literal
 
-import anyio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
-from redis.exceptions import RedisError
 from sse_starlette import ServerSentEvent
 
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.gate import set_override
 from policies.self_iteration.records.documents import DocumentStore
+from policies.self_iteration.records.rollback import rollback_skill_receipt
 from producers.http.api_models import API_ERRORS, ErrorBody, Receipt, body_route, error_responses, example
 from producers.http.principal import LOCAL_PRINCIPAL, Principal, check_user, require, tenant_keys
 from producers.http.routes.receipts import receipt_store
-from producers.http.streams.feed import Listener, Resync
+from producers.http.streams.credential import stream_credential
+from producers.http.streams.receipts import ReceiptFilter, receipt_events
 from producers.http.streams.response import FeedResponse, feed_of
 from producers.http.web_common import error_response, json_body, producer_of, settings_of
 from worker.core.ids import Id, NameId, user_id_problem
-from worker.store.receipts import ReceiptStore, matches
+from worker.store.receipts import ReceiptStore
 
 __all__ = ["router"]
 
@@ -156,22 +153,12 @@ def rollback_receipt(
     receipt = receipts.get(user, receipt_id)
     if receipt is None:
         return JSONResponse({"status": "not_found"}, status_code=404)
-    metadata = receipt.get("metadata") or {}
-    status: str
-    if receipt.get("kind") != "skill" or not metadata.get("documentId") or not metadata.get("historyId"):
-        status = "unsupported"
-    elif metadata.get("expectedCurrentDocumentUpdatedAt") is None:
-        status = "conflict"
-    else:
-        status = _docs(request).rollback(
-            str(receipt.get("userId")),
-            str(receipt.get("agentId")),
-            str(metadata["documentId"]),
-            str(metadata["historyId"]),
-            int(metadata["expectedCurrentDocumentUpdatedAt"]),
-        )
+    status = rollback_skill_receipt(_docs(request), receipt)
     updated = receipts.update_metadata(user, receipt_id, {"rollbackStatus": status})
     return JSONResponse({"status": status, "receipt": updated})
+
+
+PING_S = 15  # the keep-alive comment's interval; the credential is checked at least this often
 
 
 @router.get(
@@ -189,8 +176,12 @@ def stream_receipts(
     request: Request, principal: Reader, userId: str, agentId: str = "-", topicId: str = "-"
 ) -> Response:
     """Server-sent events: ``: connected`` once the subscription is live, then ``event: receipt`` with the
-    receipt JSON once per new receipt, ``event: resync`` when the client fell behind or the server lost its
-    Redis connection (re-read ``GET /v1/receipts``), and a ``: keep-alive`` comment every 15 s.
+    receipt JSON once per new receipt (``id:`` its id, without control characters), ``event: resync`` when the
+    client fell behind, the server lost its Redis connection, or right after ``: connected`` when the request
+    carries ``Last-Event-ID`` (a reconnect: re-read ``GET /v1/receipts``), and a ``: keep-alive`` comment every
+    15 s. The credential is checked again while the stream is open (every ``AGENT_SIGNAL_AUTH_CACHE_S``, kept
+    within 1 to 15 s): the stream ends, after a ``: credential no longer valid`` comment, once its key or its
+    token's issuing key is revoked, and when a user token expires.
 
     Every stream of the process shares one Redis subscriber (producers/http/streams/feed.py); open streams are capped
     per credential, per process and per tenant across processes (429 ``too_many_streams`` with Retry-After,
@@ -203,67 +194,31 @@ def stream_receipts(
     settings = settings_of(request)
     receipts = ReceiptStore(producer_of(request).store.client, keys, ttl_s=settings.receipt_retention_s)
     wanted = ReceiptFilter(userId, _narrowing(agentId), _narrowing(topicId))
+    events = partial(
+        receipt_events,
+        receipts=receipts,
+        wanted=wanted,
+        credential=stream_credential(request, principal, PING_S),
+        reconnected="last-event-id" in request.headers,
+    )
     return FeedResponse(
         feed_of(request),
         keys.receipts_feed(userId),
         principal.credential_id,
-        partial(_receipt_events, receipts=receipts, wanted=wanted),
+        events,
         unavailable_retry_after_s=settings.store_retry_after_s,
         # counted per tenant across processes (AGENT_SIGNAL_TENANT_MAX_STREAMS) once credentials exist
         tenant=None if principal == LOCAL_PRINCIPAL else principal.tenant,
         headers={"cache-control": "no-cache"},
-        ping=15,
+        ping=PING_S,
         sep="\n",
         ping_message_factory=lambda: ServerSentEvent(comment="keep-alive", sep="\n"),
     )
 
 
-@dataclass(frozen=True, slots=True)
-class ReceiptFilter:
-    """Which of the user's receipts a stream sends: every one, or one agent's and/or one topic's."""
-
-    user_id: str
-    agent_id: str | None
-    topic_id: str | None
-
-
 def _narrowing(value: str) -> str | None:
     """A stream's ``agentId``/``topicId``: ``-`` or empty (the default) is every agent's / topic's."""
     return None if value in ("", "-") else value
-
-
-async def _receipt_events(
-    listener: Listener, receipts: ReceiptStore, wanted: ReceiptFilter
-) -> AsyncIterator[bytes]:
-    """The stream's frames: the user's new receipts that match ``wanted``; a receipt is read once however many
-    streams announce it at the same time."""
-    sent: dict[str, None] = {}  # the last ids sent (insertion-ordered, bounded): Redis may repeat one
-    try:
-        yield b": connected\n\n"
-        async for item in listener:
-            if isinstance(item, Resync):
-                yield b"event: resync\ndata: {}\n\n"
-                continue
-            if item in sent:
-                continue
-            try:
-                receipt = await listener.feed.once(
-                    receipts.keys.receipt(wanted.user_id, item),
-                    partial(anyio.to_thread.run_sync, receipts.get, wanted.user_id, item),
-                )
-            except RedisError:  # the client re-reads the list when the store is back
-                yield b"event: resync\ndata: {}\n\n"
-                continue
-            if receipt is None or not matches(receipt, wanted.user_id, wanted.agent_id, wanted.topic_id):
-                continue
-            sent[item] = None
-            if len(sent) > 1024:
-                del sent[next(iter(sent))]
-            data = json.dumps(receipt, ensure_ascii=False)
-            yield f"event: receipt\nid: {item}\ndata: {data}\n\n".encode()
-    finally:
-        with anyio.CancelScope(shield=True):  # a client that goes away cancels the stream; still release
-            await listener.aclose()
 
 
 class GateBody(BaseModel):

@@ -105,11 +105,15 @@ class Listener:
         return self._items()
 
     async def _items(self) -> AsyncIterator[str | Resync]:
-        while not self._closed:
-            item = await self._queue.get()
-            if item is None:
-                return
+        while (item := await self.get()) is not None:
             yield item
+
+    async def get(self, timeout_s: float | None = None) -> str | Resync | None:
+        """The next message or RESYNC hint; None once the feed closed (or the listener did); TimeoutError when
+        nothing arrived within ``timeout_s`` (None: wait as long as it takes)."""
+        if self._closed:
+            return None
+        return await asyncio.wait_for(self._queue.get(), timeout_s)
 
     async def aclose(self) -> None:
         if self._closed:

@@ -8,7 +8,10 @@ lapsed leases, then refuses when the tenant already holds ``max_streams`` (:clas
 429 ``too_many_streams``); each process renews its slots every ``lease_renew_interval_s`` for ``lease_ttl_s``
 (the scope lease's settings: the same trade-off), in one script per tenant; a closed stream gives its slot back
 at once. A process that crashes stops renewing, so its slots lapse within ``lease_ttl_s``: the count survives
-crashes without anyone cleaning up.
+crashes without anyone cleaning up. A renewal adds a slot again when it is missing (a Redis restart, or a take
+that dropped it as lapsed while this process could not renew), so a stream never runs uncounted: giving a slot
+back takes it out of the held set first and removes it only after any renewal in flight, under one lock, so a
+closed stream's slot is never added again.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class StreamSlots:
         self._client: AsyncRedis | None = None
         self._scripts: tuple[Any, Any] | None = None
         self._renewer: asyncio.Task[None] | None = None
+        self._renewing = asyncio.Lock()  # a give-back's ZREM waits for a renewal in flight (which may re-add)
 
     @property
     def enabled(self) -> bool:
@@ -92,7 +96,8 @@ class StreamSlots:
                 del self._held[tenant]
         try:
             client = self._redis()[0]
-            await client.zrem(self._key(tenant), member)
+            async with self._renewing:  # after a renewal that still named it, never before
+                await client.zrem(self._key(tenant), member)
         except Exception as exc:  # the store is down or full: the lease lapses instead
             log.warning("stream slot not given back (%s); it lapses with its lease", type(exc).__name__)
 
@@ -101,12 +106,18 @@ class StreamSlots:
         while self._held:
             await asyncio.sleep(interval_s)
             client, _, renew = self._redis()
-            for tenant, members in list(self._held.items()):
-                try:
-                    call = StreamRenew(self._key(tenant), self.lease_ms, [Slot(m) for m in sorted(members)])
-                    await renew(keys=call.keys(), args=call.args(), client=client)
-                except Exception as exc:  # next interval tries again; the lease outlives two misses
-                    log.warning("stream slots of a tenant not renewed (%s)", type(exc).__name__)
+            for tenant in list(self._held):
+                async with self._renewing:
+                    members = self._held.get(tenant)  # read under the lock: a slot given back is not renewed
+                    if not members:
+                        continue
+                    try:
+                        call = StreamRenew(
+                            self._key(tenant), self.lease_ms, [Slot(m) for m in sorted(members)]
+                        )
+                        await renew(keys=call.keys(), args=call.args(), client=client)
+                    except Exception as exc:  # next interval tries again; the lease outlives two misses
+                        log.warning("stream slots of a tenant not renewed (%s)", type(exc).__name__)
 
     async def aclose(self) -> None:
         """Stop renewing and give every slot back; close the client."""

@@ -103,3 +103,34 @@ def test_what_a_run_learnt_of_a_key_never_lets_a_write_of_another_type_through(
         assert client.type(shape) == "hash" and client.get(gone) == "now a string"
         producer.close()
         client.close()
+
+
+def test_a_staged_receipt_trims_its_indexes_of_expired_members(make_settings: Any, tmp_path: Path) -> None:
+    """A receipt written by a handler (staged effects, committed by COMMIT) drops from the user's index and the
+    agent/topic one the members created more than the retention before it (ZREMRANGEBYSCORE is a stageable zset
+    write): each new receipt refreshed the indexes' TTL and kept every expired member, so an active user's
+    indexes grew for good."""
+    from worker.store.receipts import receipt_effects
+
+    with private_redis(tmp_path) as url:
+        producer = Producer(make_settings(redis_url=url))
+        client = Redis.from_url(url, decode_responses=True)
+        keys = BucketKeys(producer.settings.key_prefix)
+
+        def receipt(rid: str, at: int) -> list[list[Any]]:
+            body = {
+                "id": rid,
+                "kind": "review",
+                "createdAt": at,
+                "userId": "carol",
+                "agentId": "a",
+                "topicId": "t",
+            }
+            return [list(c) for c in receipt_effects(keys, body, 60)]
+
+        run, _ = _run(producer, [receipt("r0", 0), receipt("r30", 30_000), receipt("r90", 90_000)], client)
+        assert run.code is CommitCode.COMMITTED
+        for index in (keys.user_receipts("carol"), keys.receipt_index("carol", "a", "t")):
+            assert client.zrange(index, 0, -1) == ["r30", "r90"], index
+        producer.close()
+        client.close()

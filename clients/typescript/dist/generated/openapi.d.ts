@@ -263,6 +263,48 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/outbox/dead": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Dead Records
+         * @description Outbound calls (webhooks, agent runs) that failed every attempt, latest death first; kept for the outbox
+         *     retention (``AGENT_SIGNAL_OUTBOX_RETENTION_S``). ``limit`` 1..500; ``cursor`` continues after a page.
+         */
+        get: operations["get_dead_records_v1_outbox_dead_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/outbox/redrive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Post Redrive Records
+         * @description Send dead outbox records again: each pending with its attempts at zero, due now (a journal record after
+         *     its journal's current head); the receiver dedupes on the record's unchanged idempotency key.
+         */
+        post: operations["post_redrive_records_v1_outbox_redrive_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/scopes": {
         parameters: {
             query?: never;
@@ -800,8 +842,12 @@ export interface paths {
         /**
          * Stream Receipts
          * @description Server-sent events: ``: connected`` once the subscription is live, then ``event: receipt`` with the
-         *     receipt JSON once per new receipt, ``event: resync`` when the client fell behind or the server lost its
-         *     Redis connection (re-read ``GET /v1/receipts``), and a ``: keep-alive`` comment every 15 s.
+         *     receipt JSON once per new receipt (``id:`` its id, without control characters), ``event: resync`` when the
+         *     client fell behind, the server lost its Redis connection, or right after ``: connected`` when the request
+         *     carries ``Last-Event-ID`` (a reconnect: re-read ``GET /v1/receipts``), and a ``: keep-alive`` comment every
+         *     15 s. The credential is checked again while the stream is open (every ``AGENT_SIGNAL_AUTH_CACHE_S``, kept
+         *     within 1 to 15 s): the stream ends, after a ``: credential no longer valid`` comment, once its key or its
+         *     token's issuing key is revoked, and when a user token expires.
          *
          *     Every stream of the process shares one Redis subscriber (producers/http/streams/feed.py); open streams are capped
          *     per credential, per process and per tenant across processes (429 ``too_many_streams`` with Retry-After,
@@ -1255,6 +1301,52 @@ export interface components {
             message: string;
             /** Brief */
             brief: string;
+        };
+        /**
+         * DeadRecord
+         * @description An outbox record as the run detail shows it (no payload), with where it lives and when it died.
+         */
+        DeadRecord: {
+            /** Scopekey */
+            scopeKey: string;
+            /**
+             * Recordid
+             * @description ``<kind>:<key>``; with ``scopeKey``, what a redrive names.
+             */
+            recordId: string;
+            /**
+             * Deadat
+             * @description When its last attempt failed (ms).
+             */
+            deadAt: number;
+            /** Kind */
+            kind: string;
+            /** Attempts */
+            attempts: number;
+            /** Lasterror */
+            lastError?: string | null;
+            /** Eventid */
+            eventId?: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /** DeadRecordsPage */
+        DeadRecordsPage: {
+            /**
+             * Records
+             * @description Latest death first.
+             */
+            records: components["schemas"]["DeadRecord"][];
+            /**
+             * Total
+             * @description Dead records in the list (an expired one leaves as a page meets it).
+             */
+            total: number;
+            /**
+             * Cursor
+             * @description Set while more follow: the next page's ``cursor``.
+             */
+            cursor?: string | null;
         };
         /** Discarded */
         Discarded: {
@@ -1952,6 +2044,26 @@ export interface components {
              * @description Present when there is a next page.
              */
             cursor?: string | null;
+        };
+        /** RecordRef */
+        RecordRef: {
+            /** Scopekey */
+            scopeKey: string;
+            /** Recordid */
+            recordId: string;
+        };
+        /** RecordsRedriven */
+        RecordsRedriven: {
+            /**
+             * Redriven
+             * @description Pending again, attempts at zero, due now.
+             */
+            redriven: components["schemas"]["RecordRef"][];
+            /**
+             * Notdead
+             * @description Not dead (delivered, pending, redriven already) or gone.
+             */
+            notDead: components["schemas"]["RecordRef"][];
         };
         /** Redriven */
         Redriven: {
@@ -3685,6 +3797,239 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Backlog"];
+                };
+            };
+            /** @description The Host header is not one this server answers for (``bad_host``). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No credential, or an unknown, revoked, expired or malformed one. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The credential lacks the grant the route needs, or the Origin is refused. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found, or not the caller's (another tenant's or another user's): never its data. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is over ``AGENT_SIGNAL_MAX_REQUEST_BYTES``, or over one of a session's caps. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A body that is not ``application/json``. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input; ``field`` names the offending field. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the credential's rate, a stream cap, or an inbox or queue limit. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The store (or the broker, or the router) is unavailable or busy. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_dead_records_v1_outbox_dead_get: {
+        parameters: {
+            query?: {
+                limit?: number;
+                /** @description The previous page's. */
+                cursor?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeadRecordsPage"];
+                };
+            };
+            /** @description The Host header is not one this server answers for (``bad_host``). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No credential, or an unknown, revoked, expired or malformed one. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The credential lacks the grant the route needs, or the Origin is refused. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found, or not the caller's (another tenant's or another user's): never its data. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is over ``AGENT_SIGNAL_MAX_REQUEST_BYTES``, or over one of a session's caps. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A body that is not ``application/json``. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input; ``field`` names the offending field. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the credential's rate, a stream cap, or an inbox or queue limit. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The store (or the broker, or the router) is unavailable or busy. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    post_redrive_records_v1_outbox_redrive_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description ``{"records": [{"scopeKey", "recordId"}...]}`` (at most 500) or ``{"all": true}``. */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** Records */
+                    records: {
+                        /** Scopekey */
+                        scopeKey: string;
+                        /** Recordid */
+                        recordId: string;
+                    }[];
+                } | {
+                    /**
+                     * All
+                     * @constant
+                     */
+                    all: true;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RecordsRedriven"];
                 };
             };
             /** @description The Host header is not one this server answers for (``bad_host``). */

@@ -6,7 +6,7 @@
 local WRITE_TYPES = {SET='string', SETNX='string', INCR='string', INCRBY='string', DECRBY='string',
   HSET='hash', HSETNX='hash', HDEL='hash', HINCRBY='hash', HINCRBYFLOAT='hash',
   RPUSH='list', LPUSH='list', LTRIM='list', LREM='list', SADD='set', SREM='set',
-  ZADD='zset', ZREM='zset', ZINCRBY='zset', DEL=false, EXPIRE=false, PEXPIRE=false, PERSIST=false,
+  ZADD='zset', ZREM='zset', ZREMRANGEBYSCORE='zset', ZINCRBY='zset', DEL=false, EXPIRE=false, PEXPIRE=false, PERSIST=false,
   PUBLISH=false}
 -- Keys whose type this script knows (key -> type): a command of type T applied without error leaves its key
 -- holding a T (or nothing, when it removed the last element), so a later check of a T command on that key needs
