@@ -11,17 +11,21 @@ without it: the review sources' fields, which their handler checks before anythi
 own types mark required. Optional fields the handlers read are typed as LobeHub sends them; every other field
 passes (``extra="allow"``): LobeHub's payloads carry more than we read. The fields a receipt id is made of
 (``operationId``, ``selfIteration.marker.sourceId``, ``selfIteration.mutations[].toolCallId`` and ``apiName``:
-policies/self_iteration/records/receipts.py) refuse control characters (:data:`IdPart`): an id travels on the receipts
-stream's ``id:`` line, where a line break would start a frame of the sender's making.
+policies/self_iteration/records/receipts.py), and the marker's ``agentId``, ``topicId`` and ``userId`` (copied into
+the receipts), follow the id rule (:data:`IdPart`, worker/core/ids.py: at most 256 characters, no control character,
+no space): an id travels on the receipts stream's ``id:`` line, where a line break would start a frame of the
+sender's making, and a receipt id longer than the rule or an object where an id belongs was stored and then refused
+by every route that names it.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from worker.core.ids import Id
 
 __all__ = [
     "LOBEHUB_SOURCE_TYPES",
@@ -57,18 +61,7 @@ LOBEHUB_SOURCE_TYPES: tuple[str, ...] = (
 
 Text = Annotated[str, Field(min_length=1)]  # the review handlers read "" as missing
 Moment = Annotated[int | float | str, Field(union_mode="left_to_right")]  # ms, or an ISO string: kept as sent
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def _no_control(value: str) -> str:
-    if (found := CONTROL.search(value)) is not None:
-        raise ValueError(f"must not contain control characters (found {found.group(0)!r})")
-    return value
-
-
-IdPart = Annotated[
-    str, AfterValidator(_no_control)
-]  # a part of a receipt id: no CR, LF, NUL or other control
+IdPart = Id  # a part of a receipt id, or an id a receipt copies: the door's id rule
 
 
 class _Payload(BaseModel):
@@ -109,9 +102,13 @@ class UserMessagePayload(_Payload):
 
 
 class SelfIterationMarker(_Payload):
-    """A run's ``selfIteration.marker``: its ``sourceId`` starts every receipt id of the run."""
+    """A run's ``selfIteration.marker``: its ``sourceId`` starts every receipt id of the run; its ids are copied
+    into the receipts."""
 
     source_id: IdPart | None = None
+    agent_id: IdPart | None = None
+    topic_id: IdPart | None = None
+    user_id: IdPart | None = None
 
 
 class SelfIterationMutation(_Payload):
