@@ -34,6 +34,7 @@ from worker.keys.layout import Keys, glob_escaped
 from worker.store.quotas import receipt_bytes_effects
 
 __all__ = [
+    "ERASED",
     "NO_USER",
     "ReceiptStore",
     "matches",
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 NO_USER = "-"  # the user of a receipt whose event named none
+# Announced on a user's channel once the user is erased (DELETE /v1/users/{userId}): the user's open receipt streams
+# end. No receipt id holds a control character (the id rule), so it cannot be one.
+ERASED = "\x00erased"
 PAGE = 200  # index entries read per round trip while listing
 MAX_EXAMINED = (
     5000  # index entries one list call reads at most (a filtered page may stop there with a cursor)

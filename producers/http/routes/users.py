@@ -14,6 +14,7 @@ from producers.http.web_common import producer_of
 from sessions.store import session_scope
 from worker.core.ids import NameId
 from worker.ops.erasure import erase_user
+from worker.store.receipts import ERASED
 
 __all__ = ["router"]
 
@@ -39,7 +40,7 @@ def delete_user(
     either way. A user token may erase its own user only."""
     check_user(principal, user_id, "user")
     producer = producer_of(request)
-    report = erase_user(
-        producer.store, tenant_keys(request), user_id, session_scope=session_scope, erasers=producer.erasers
-    )
+    keys = tenant_keys(request)
+    report = erase_user(producer.store, keys, user_id, session_scope=session_scope, erasers=producer.erasers)
+    producer.store.client.publish(keys.receipts_feed(user_id), ERASED)  # the user's open streams end
     return JSONResponse(report.to_json_dict())

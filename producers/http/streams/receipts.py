@@ -9,7 +9,9 @@ user's stream sends over its listener of the feed (producers/http/streams/feed.p
   ``data:``, where JSON escapes them, keeps the id whole);
 * ``event: resync`` when the listener lost messages or the store did not answer;
 * the stream ends when its credential fails a re-check or its token expires
-  (producers/http/streams/credential.py), after a ``: credential no longer valid`` comment.
+  (producers/http/streams/credential.py), after a ``: credential no longer valid`` comment; and when its user is
+  erased (``DELETE /v1/users/{userId}`` announces :data:`~worker.store.receipts.ERASED` on the user's channel),
+  after ``: user erased``.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ from redis.exceptions import RedisError
 
 from producers.http.streams.credential import StreamCredential
 from producers.http.streams.feed import Listener, Resync
-from worker.store.receipts import ReceiptStore, matches
+from worker.store.receipts import ERASED, ReceiptStore, matches
 
 __all__ = ["CONNECTED", "RESYNC_FRAME", "ReceiptFilter", "event_id", "receipt_events"]
 
 CONNECTED: Final = b": connected\n\n"
 RESYNC_FRAME: Final = b"event: resync\ndata: {}\n\n"
 ENDED: Final = b": credential no longer valid\n\n"
+ERASED_FRAME: Final = b": user erased\n\n"
 SENT_IDS: Final = 1024  # the last ids sent, remembered to drop a repeat (Redis may announce one twice)
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -81,6 +84,9 @@ async def receipt_events(
                 yield ENDED
                 return
             if item is None:
+                return
+            if item == ERASED:  # the user was erased (DELETE /v1/users/{userId}): nothing of theirs is left
+                yield ERASED_FRAME
                 return
             if isinstance(item, Resync):
                 yield RESYNC_FRAME
