@@ -37,6 +37,7 @@ from worker.chain.outbox_records import Deliverer, OutboxRecord
 from worker.chain.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
 from worker.chain.results import applied, failed, skipped
 from worker.core.errors import PermanentFailure, RetryLater
+from worker.core.ids import Id
 from worker.core.nodes import (
     Action,
     ChainRef,
@@ -73,6 +74,7 @@ __all__ = [
     "EnqueueResult",
     "ExecutorResult",
     "HandlerContext",
+    "Id",
     "Keys",
     "MissingDependency",
     "OutboxRecord",

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from worker.core.ids import Id
+from worker.plugin import Id
 
 __all__ = [
     "LOBEHUB_SOURCE_TYPES",
