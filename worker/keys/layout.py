@@ -324,6 +324,13 @@ class BucketKeys(Keys):
         """One user's event ids by enqueue time (zset, dedupe window): erasure and the runs explorer use it."""
         return f"{self.bucket_prefix}events-of:user:{user_id}"
 
+    @property
+    def scope_users_prefix(self) -> str:
+        """Where every ``scope-users:{scope}`` key of the bucket's scopes starts (``scope_users``: the prefix, the
+        scope key, ``}``): erasure finds the scopes that name a user with one SCAN of it, long after the user's
+        events and their index have expired."""
+        return f"{self.bucket_prefix}scope-users:{{"
+
     def runs(self, *parts: str) -> str:
         """Runs explorer indexes (zsets of event ids by enqueue time: ``all``, ``status:<s>``, ``type:<t>``),
         ``discarded-at`` (by discard time) and ``paused`` (hash scope -> pausedAt): worker/ops/runs.py."""

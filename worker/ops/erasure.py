@@ -5,28 +5,43 @@ Every key that holds a user's data is found from the tenant and the user, by des
 * the engine's user-keyed families: receipts (bodies and indexes), conversations, the user's conversation and
   session indexes, and the count of their stored bytes (worker/store/quotas.py: their storage quota starts
   again at 0); then each plugin's part (``Plugin.erase_user``: self-iteration drops memories, skills and their
-  versions, the feature override, review guards and judge diagnostics naming the user,
+  versions, the feature override, review guards, judge diagnostics and the per-scope records naming the user,
   policies/self_iteration/erasure.py);
-* the user's events, from their index ``events-of:user:U`` (written with each event): each event becomes a
-  tombstone that keeps its id (so a replay of it is still a duplicate), status, attempts and times, and
-  loses its payload, user, scope and source ids; its chain document and outbox records go;
-* the scopes those events ran in and the user's sessions' scopes: a scope whose events were all this
-  user's (``scope-users:{scope}``) is dropped whole (inbox, lease/fence counters, idempotency lanes,
-  plugin data, procedure records, outbox…); a scope shared with other users keeps its data, loses the
-  user's queued events and the user's name. A session's settings decide over who sent its events: a session
-  that names this user loses its session data (context, checkpoints, usage, D-Mail, settings, function state)
-  even where others' events ran in its scope, and a session that names another user is never dropped (it
-  may have been this user's before a key gave it to someone else).
+* the user's events: those of their index ``events-of:user:U`` (written with each event, for the dedupe
+  window), their dead ones (the DLQ keeps them past it) and any of theirs still waiting in the inbox of one of
+  their scopes. Each becomes a tombstone that keeps its id (so a replay of it is still a duplicate), status,
+  attempt count and times, and loses its payload, user, scope and source ids; one that had not ended, or was
+  dead, becomes ``erased``. Its chain document and outbox records go (the chain of an indexed event whose record
+  has expired too);
+* the user's scopes: those of their events, of their sessions, and every scope whose ``scope-users:{scope}``
+  names them (that set has no TTL, so the scopes are found after the user's events and index have expired, with
+  what hangs off them for longer: fences, counters, idempotency lanes, outbox records, plugin records). A scope
+  whose events were all this user's is dropped whole (inbox, lease/fence counters, idempotency lanes, plugin
+  data, procedure records, outbox…); a scope shared with other users keeps its data, loses the user's events
+  and the user's name. A session's settings decide over who sent its events: a session that names this user
+  loses its session data (context, checkpoints, usage, D-Mail, settings, function state) even where others'
+  events ran in its scope, and a session that names another user is never dropped (it may have been this
+  user's before a key gave it to someone else).
 
-A scope whose lease is held right now is left alone and reported in ``busyScopes``: an event of it is
-running and would write again after us. Erasure is idempotent, so the caller repeats it until
-``busyScopes`` is 0. Each run is audited in the tenant's audit stream under the user's pseudonym, a keyed
-hash (worker/telemetry/pseudonyms.py): the audit must not keep the id, nor a hash anyone could compute from a guess.
+Each scope is erased under its lease, taken with the erasure's own token (ERASE_HOLD: a new fencing number, so a
+drain whose lease ran out earlier cannot write after us) and held until the scope's part and the plugins' parts
+are done: no drain starts there meanwhile. Whole or shared is decided at the write (ERASE_SCOPE, one script that
+tombstones the scope's events of the user and drops or keeps the scope): an event of another user enqueued
+after we looked keeps the scope. A scope whose lease a drain holds is left alone and reported in
+``busyScopes``: an event of it is running. Erasure is idempotent, so the caller repeats it until
+``busyScopes`` is 0. Each run is audited in the tenant's audit stream under the user's pseudonym, a keyed hash
+(worker/telemetry/pseudonyms.py): the audit must not keep the id, nor a hash anyone could compute from a guess.
+
+Not found once the dedupe window has passed since the user's last event: the chain documents of their events
+whose records have expired (chain retention), and their outbox records in scopes shared with other users (the
+event index that names them lives a window; docs/security.md).
 """
 
 from __future__ import annotations
 
 import json
+import secrets
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +50,8 @@ from typing import Any
 from redis import Redis
 
 from worker.core.clock import now_ms
-from worker.keys.layout import Keys, glob_escaped
+from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, Keys, glob_escaped
+from worker.store.calls import ErasedEvent, ErasedRecord, EraseHold, EraseScope, Release, Renew
 from worker.store.events import EventStore
 from worker.store.reads import chain_owner
 from worker.telemetry.pseudonyms import load_pseudonyms
@@ -43,17 +59,12 @@ from worker.telemetry.pseudonyms import load_pseudonyms
 __all__ = ["ErasureReport", "UserEraser", "erase_user"]
 
 SCAN_COUNT = 500
-TOMBSTONE_DROPS = (
-    "event",
-    "userId",
-    "scopeKey",
-    "sourceId",
-    "error",
-    "chainId",
-    "lastError",
-    "history",  # attempts: their errors may quote the payload
-    "discardReason",
-)
+CHUNK = 500  # events per ERASE_SCOPE call, keys per DEL, ids per pipelined read
+HOLDER = "erasure"  # the holder a scope's lease names while an erasure holds it (scopes list, workers view)
+# The erasure's leases live at least this long between renewals (a drain's lease TTL when longer): it renews
+# them between steps, and one step (a SCAN of a large keyspace) may take a while. A crashed erasure holds its
+# scopes this long at most; a drain that finds one held comes back when it ends.
+HOLD_MIN_S = 10.0
 
 
 @dataclass(slots=True)
@@ -72,8 +83,19 @@ class ErasureReport:
 
 UserEraser = Callable[[Redis, Keys, str, frozenset[str]], Mapping[str, int]]
 """A plugin's part of an erasure (``Plugin.erase_user``): given the client, the tenant's keys, the user and the
-scopes of the user's events and sessions (not busy), delete what the plugin stores of that user and return the
-counts by kind (they join the report's ``removed``). It runs after the engine's part; it must be idempotent."""
+scopes of the user's events and sessions (not busy; the erasure still holds their leases), delete what the
+plugin stores of that user and return the counts by kind (they join the report's ``removed``). It runs after the
+engine's part; it must be idempotent."""
+
+
+@dataclass(slots=True)
+class _Event:
+    """One of the user's events: its bucket, scope ('' when its record has expired) and chain id."""
+
+    event_id: str
+    bucket: int
+    scope: str = ""
+    chain_id: str = ""
 
 
 def _s(value: Any) -> str:
@@ -94,16 +116,29 @@ def erase_user(
     report = ErasureReport(user_id)
     events = _user_events(store, tenant, user_id)
     sessions = sorted(_s(x) for x in store.client.smembers(tenant.user_sessions(user_id)))
-    scopes = {e["scopeKey"] for e in events if e.get("scopeKey")} | {session_scope(s) for s in sessions}
-    whole, shared, owned = _classify(store, tenant, user_id, scopes, report)
-    skipped = set(report.busy_scopes)
-    mine = [e for e in events if e.get("scopeKey") not in skipped]
-    _tombstone(store, tenant, user_id, mine, shared, report)
-    _drop_user_keyed(store, tenant, user_id, report)
-    _drop_scopes(store, tenant, whole, report)
-    _drop_sessions(store, tenant, [scope for scope in owned if scope not in whole], report)
-    for erase in erasers:  # what the plugins store of the user (their families, their rules)
-        report.removed.update(erase(store.client, tenant, user_id, frozenset(scopes - skipped)))
+    scopes = {e.scope for e in events.values() if e.scope} | {session_scope(s) for s in sessions}
+    scopes |= _scopes_naming(store, tenant, user_id)
+    holds = _Holds(store, tenant)
+    try:
+        holds.take(scopes, report)
+        _queued_events(store, tenant, user_id, holds.held, events)
+        tagged = _tagged_keys(store, tenant, holds, report)
+        owned, may_drop = _classify(store, tenant, user_id, holds.held)
+        whole: list[str] = []
+        for scope in list(holds.held):
+            mine = _claim(events, tenant, scope, tagged.get(scope, ()))
+            if _erase_scope(store, tenant, user_id, scope, mine, scope in may_drop, holds, report):
+                whole.append(scope)
+                _drop_scope_keys(store, tenant, scope, tagged.get(scope, ()), holds, report)
+        _drop_expired_chains(store, tenant, events, report)
+        holds.keep_alive(report)
+        _drop_user_keyed(store, tenant, user_id, report)  # under the leases: no action of the user writes now
+        _drop_sessions(store, tenant, [scope for scope in owned if scope not in whole], report)
+        for erase in erasers:  # what the plugins store of the user (their families, their rules)
+            holds.keep_alive(report)
+            report.removed.update(erase(store.client, tenant, user_id, frozenset(holds.held)))
+    finally:
+        holds.release()
     if not report.busy_scopes:
         indexes = [k.user_events(user_id) for k in tenant.every_bucket()]
         store.client.delete(*indexes, tenant.user_sessions(user_id))
@@ -121,58 +156,292 @@ def erase_user(
     return report
 
 
-def _user_events(store: EventStore, tenant: Keys, user_id: str) -> list[dict[str, str]]:
-    """The user's events still stored: id, scope, chain, user, and the bucket that holds it (read from each
-    event's record; each bucket's user index, with scope buckets)."""
+class _Holds:
+    """The scope leases an erasure holds (ERASE_HOLD with its own token), renewed while it works
+    (:meth:`keep_alive`, token-checked) and released when it is done (token-checked)."""
+
+    def __init__(self, store: EventStore, tenant: Keys) -> None:
+        self.store, self.tenant = store, tenant
+        self.token = f"{HOLDER}{HOLDER_SEPARATOR}{secrets.token_hex(12)}"
+        self.ttl_ms = int(max(store.settings.lease_ttl_s, HOLD_MIN_S) * 1000)
+        self.held: list[str] = []
+        self._renewed = time.monotonic()
+
+    def lease(self, scope: str) -> str:
+        return self.tenant.for_scope(scope).lease(scope)
+
+    def take(self, scopes: Iterable[str], report: ErasureReport) -> None:
+        """Hold each scope's lease; one a drain (or another erasure) holds is busy."""
+        for scope in sorted(scopes):
+            k = self.tenant.for_scope(scope)
+            reply = self.store.durable(EraseHold(k.lease(scope), k.fence(scope), self.token, self.ttl_ms))
+            if int(reply[0]) == 1:
+                self.held.append(scope)
+            else:
+                report.busy_scopes.append(scope)
+            self.keep_alive(report)
+
+    def keep_alive(self, report: ErasureReport) -> None:
+        """Renew the leases held when a third of their TTL has passed since the last renewal; one found gone (we
+        were paused past its TTL) is busy: someone may hold it now."""
+        if time.monotonic() - self._renewed < self.ttl_ms / 3000:
+            return
+        self._renewed = time.monotonic()
+        for scope in list(self.held):
+            if not int(self.store.scripts.run(Renew(self.lease(scope), self.token, self.ttl_ms))):
+                self.lose(scope, report)
+
+    def lose(self, scope: str, report: ErasureReport) -> None:
+        self.held.remove(scope)
+        report.busy_scopes.append(scope)
+
+    def release(self) -> None:
+        for scope in self.held:
+            self.store.scripts.run(Release(self.lease(scope), self.token))
+        self.held = []
+
+
+def _user_events(store: EventStore, tenant: Keys, user_id: str) -> dict[str, _Event]:
+    """The user's events by id: those of the user's index in each bucket (one whose record has expired is kept
+    without a scope: its chain may outlive it) and the user's dead ones (the DLQ keeps them past the index)."""
     every = tenant.every_bucket()
     pipe = store.client.pipeline(transaction=False)
     for k in every:
         pipe.zrange(k.user_events(user_id), 0, -1)
-    ids = [(_s(x), b) for b, found in enumerate(pipe.execute()) for x in found]
-    pipe = store.client.pipeline(transaction=False)
-    for event_id, b in ids:
-        pipe.hmget(every[b].event(event_id), "scopeKey", "chainId", "userId", "state", "sourceId")
-    out = []
-    for (event_id, b), (scope, chain, owner, state, source_id) in zip(ids, pipe.execute(), strict=True):
+        pipe.zrange(k.dlq, 0, -1)
+    found = pipe.execute()
+    indexed = [(_s(x), b) for b in range(len(every)) for x in found[2 * b]]
+    dead = [(_s(x), b) for b in range(len(every)) for x in found[2 * b + 1]]
+    out: dict[str, _Event] = {}
+    both = [*indexed, *dead]
+    for n, ((event_id, b), fields) in enumerate(zip(both, _records(store, every, both), strict=True)):
+        scope, chain, owner, state, source_id = fields
         if state is None:
-            continue  # expired past the dedupe window: nothing left
-        out.append(
-            {
-                "eventId": event_id,
-                "scopeKey": _s(scope) if scope else "",
-                "chainId": _s(chain) if chain else (f"chain:{_s(source_id)}" if source_id else ""),
-                "userId": _s(owner) if owner else "",
-                "state": _s(state),
-                "bucket": str(b),
-            }
-        )
+            if n < len(indexed):
+                out.setdefault(event_id, _Event(event_id, b))
+        elif owner is not None and _s(owner) == user_id:  # not someone else's dead event, nor a tombstone
+            out[event_id] = _Event(event_id, b, _s(scope) if scope else "", _chain_id(chain, source_id))
     return out
 
 
-def _classify(
-    store: EventStore, tenant: Keys, user_id: str, scopes: Iterable[str], report: ErasureReport
-) -> tuple[list[str], list[str], list[str]]:
-    """(scopes that are only this user's, scopes shared with others, scopes whose session names this user);
-    busy ones go to the report. A scope whose session names another user is shared, whoever sent its events."""
-    whole: list[str] = []
-    shared: list[str] = []
-    owned: list[str] = []
-    for scope in sorted(scopes):
+def _chain_id(chain: Any, source_id: Any) -> str:
+    """An event's chain id as its record gives it (chainId only when not ``chain:<sourceId>``)."""
+    return _s(chain) if chain else (f"chain:{_s(source_id)}" if source_id else "")
+
+
+def _records(store: EventStore, every: list[BucketKeys], ids: list[tuple[str, int]]) -> list[list[Any]]:
+    """Each event's (scopeKey, chainId, userId, state, sourceId), read in pipelined chunks."""
+    out: list[list[Any]] = []
+    for start in range(0, len(ids), CHUNK):
         pipe = store.client.pipeline(transaction=False)
-        pipe.exists(tenant.lease(scope))
-        pipe.smembers(tenant.scope_users(scope))
+        for event_id, b in ids[start : start + CHUNK]:
+            pipe.hmget(every[b].event(event_id), "scopeKey", "chainId", "userId", "state", "sourceId")
+        out += pipe.execute()
+    return out
+
+
+def _scopes_naming(store: EventStore, tenant: Keys, user_id: str) -> set[str]:
+    """Every scope whose users (``scope-users:{scope}``, no TTL) name the user: one SCAN of that family per
+    bucket."""
+    candidates: list[tuple[str, str]] = []
+    for k in tenant.every_bucket():
+        start = k.scope_users_prefix
+        for raw in store.client.scan_iter(match=glob_escaped(start) + "*", count=SCAN_COUNT):
+            key = _s(raw)
+            if key.endswith("}"):
+                candidates.append((key, key[len(start) : -1]))
+    found: set[str] = set()
+    for begin in range(0, len(candidates), CHUNK):
+        chunk = candidates[begin : begin + CHUNK]
+        pipe = store.client.pipeline(transaction=False)
+        for key, _ in chunk:
+            pipe.sismember(key, user_id)
+        found |= {scope for (_, scope), named in zip(chunk, pipe.execute(), strict=True) if named}
+    return found
+
+
+def _queued_events(
+    store: EventStore, tenant: Keys, user_id: str, scopes: list[str], events: dict[str, _Event]
+) -> None:
+    """Add the user's events waiting in these scopes' inboxes (their records outlive the index while they wait;
+    read under the leases, so none of them runs now)."""
+    pipe = store.client.pipeline(transaction=False)
+    for scope in scopes:
+        pipe.lrange(tenant.for_scope(scope).inbox(scope), 0, -1)
+    every = tenant.every_bucket()
+    for scope, ids in zip(scopes, pipe.execute(), strict=True):
+        b = tenant.for_scope(scope).bucket
+        fresh = [(i, b) for i in (_s(x) for x in ids) if i not in events]
+        for (event_id, _), (_, chain, owner, _, source_id) in zip(
+            fresh, _records(store, every, fresh), strict=True
+        ):
+            if owner is not None and _s(owner) == user_id:
+                events[event_id] = _Event(event_id, b, scope, _chain_id(chain, source_id))
+
+
+def _scope_tag(key: str) -> str | None:
+    """The scope a key is tagged with (``family:{scope}…`` after the tenant's own tag), or None."""
+    start = key.find("}:")
+    i = key.find("{", start + 2) if start >= 0 else -1
+    j = key.find("}", i + 1) if i >= 0 else -1
+    return key[i + 1 : j] if j > i else None
+
+
+def _tagged_keys(
+    store: EventStore, tenant: Keys, holds: _Holds, report: ErasureReport
+) -> dict[str, list[str]]:
+    """Every key of the held scopes (one SCAN over the tenant), by scope; the leases kept alive meanwhile."""
+    wanted = set(holds.held)
+    out: dict[str, list[str]] = {}
+    if not wanted:
+        return out
+    for n, raw in enumerate(store.client.scan_iter(match=tenant.tenant_pattern, count=SCAN_COUNT)):
+        key = _s(raw)
+        scope = _scope_tag(key)
+        if scope in wanted:
+            out.setdefault(scope, []).append(key)
+        if n % SCAN_COUNT == 0:
+            holds.keep_alive(report)
+    return out
+
+
+def _classify(store: EventStore, tenant: Keys, user_id: str, scopes: list[str]) -> tuple[list[str], set[str]]:
+    """(scopes whose session names this user, scopes that may be dropped whole: no session there names another
+    user). Whether the scope's events are all this user's is ERASE_SCOPE's to say, at the write."""
+    pipe = store.client.pipeline(transaction=False)
+    for scope in scopes:
         pipe.hget(tenant.session(scope), "userId")
-        leased, users, owner = pipe.execute()
-        if leased:
-            report.busy_scopes.append(scope)
-            continue
-        if owner is not None and _s(owner) == user_id:
-            owned.append(scope)
-        if {_s(u) for u in users} <= {user_id} and (owner is None or _s(owner) == user_id):
-            whole.append(scope)
-        else:
-            shared.append(scope)
-    return whole, shared, owned
+    owners = [None if o is None else _s(o) for o in pipe.execute()]
+    owned = [scope for scope, owner in zip(scopes, owners, strict=True) if owner == user_id]
+    may_drop = {scope for scope, owner in zip(scopes, owners, strict=True) if owner in (None, user_id)}
+    return owned, may_drop
+
+
+def _claim(events: dict[str, _Event], tenant: Keys, scope: str, tagged: Iterable[str]) -> list[_Event]:
+    """The user's events of ``scope``: those whose record names it, and expired ones whose outbox index is one
+    of its keys (their record is gone, the index is not)."""
+    k = tenant.for_scope(scope)
+    start = k.outbox_of_event(scope, "")
+    for key in tagged:
+        if key.startswith(start):
+            event = events.get(key[len(start) :])
+            if event is not None and not event.scope and event.bucket == k.bucket:
+                event.scope = scope
+    return [e for e in events.values() if e.scope == scope]
+
+
+def _erase_scope(
+    store: EventStore,
+    tenant: Keys,
+    user_id: str,
+    scope: str,
+    events: list[_Event],
+    may_drop: bool,
+    holds: _Holds,
+    report: ErasureReport,
+) -> bool:
+    """ERASE_SCOPE for ``scope``, a chunk of events at a time (all but the last chunk shared: the last decides
+    whole or shared); True when the scope was dropped whole. A lease found gone makes the scope busy."""
+    k, client = tenant.for_scope(scope), store.client
+    # a chain stored under its chain id before chains were kept per event: when this event wrote it
+    for e in events:
+        if e.chain_id and chain_owner(store.get_bytes(k.chain(e.chain_id))) == e.event_id:
+            report.removed["chains"] += int(client.delete(k.chain(e.chain_id)))
+    chunks = [events[i : i + CHUNK] for i in range(0, len(events), CHUNK)] or [[]]
+    for n, chunk in enumerate(chunks):
+        pipe = client.pipeline(transaction=False)
+        for e in chunk:
+            pipe.smembers(k.outbox_of_event(scope, e.event_id))
+        records = [
+            ErasedRecord(k.outbox_record(scope, _s(r)), _s(r)) for members in pipe.execute() for r in members
+        ]
+        reply = store.durable(
+            EraseScope(
+                **_scope_keys(k, scope),
+                token=holds.token,
+                user_id=user_id,
+                scope_key=scope,
+                scope_ref=k.scope_ref(scope),
+                ev_prefix=k.event_prefix,
+                now_ms=now_ms(),
+                window_s=store.settings.dedupe_window_s,
+                may_drop=int(may_drop and n == len(chunks) - 1),
+                event_count=len(chunk),
+                events=[
+                    ErasedEvent(
+                        k.event(e.event_id),
+                        k.chain(e.event_id),
+                        k.outbox_of_event(scope, e.event_id),
+                        e.event_id,
+                    )
+                    for e in chunk
+                ],
+                records=records,
+            )
+        )
+        if int(reply[0]) == -1:
+            holds.lose(scope, report)
+            return False
+        report.removed["eventPayloads"] += int(reply[1])
+        report.removed["chains"] += int(reply[2])
+        report.removed["outboxRecords"] += len(records)
+        holds.keep_alive(report)
+    if int(reply[0]) == 1:
+        report.removed["scopes"] += 1
+        return True
+    return False
+
+
+def _scope_keys(k: BucketKeys, scope: str) -> dict[str, str]:
+    """ERASE_SCOPE's keys of ``scope`` (in its bucket ``k``)."""
+    return {
+        "lease": k.lease(scope),
+        "scope_users": k.scope_users(scope),
+        "inbox": k.inbox(scope),
+        "sched": k.scheduled(scope),
+        "seq": k.enqueue_seq(scope),
+        "fence_key": k.fence(scope),
+        "runs_scope": k.runs_of_scope(scope),
+        "scopes": k.scopes,
+        "paused": k.runs("paused"),
+        "stats": k.stats,
+        "dlq": k.dlq,
+        "runs_active": k.runs("status", "active"),
+        "runs_dead": k.runs("status", "dead"),
+        "outbox_due": k.outbox_due,
+        "journal_due": k.journal_due,
+        "outbox_dead": k.outbox_dead,
+    }
+
+
+def _drop_scope_keys(
+    store: EventStore, tenant: Keys, scope: str, tagged: Iterable[str], holds: _Holds, report: ErasureReport
+) -> None:
+    """The rest of a scope ERASE_SCOPE dropped whole (lanes, outbox records, plugin data…, as one SCAN found
+    them), deleted while the erasure still holds its lease (nothing else writes them then); the keys the script
+    dropped are not touched again (an enqueue since may have made them anew). Due (and dead) outbox entries go first."""
+    client, k = store.client, tenant.for_scope(scope)
+    mine = set(_scope_keys(k, scope).values())
+    doomed = [key for key in tagged if key not in mine]
+    ref = k.scope_ref(scope)
+    for due in (k.outbox_due, k.journal_due, k.outbox_dead):
+        for member, _ in client.zscan_iter(due, match=glob_escaped(f"{ref}\x1f") + "*"):
+            client.zrem(due, member)
+    for start in range(0, len(doomed), CHUNK):
+        client.delete(*doomed[start : start + CHUNK])
+        holds.keep_alive(report)
+    report.removed["scopeKeys"] += len(doomed)
+
+
+def _drop_expired_chains(
+    store: EventStore, tenant: Keys, events: dict[str, _Event], report: ErasureReport
+) -> None:
+    """The chains of the user's indexed events whose records have expired (a chain outlives its event's
+    record): the index names the event and its bucket."""
+    every = tenant.every_bucket()
+    doomed = [every[e.bucket].chain(e.event_id) for e in events.values() if not e.scope]
+    for start in range(0, len(doomed), CHUNK):
+        report.removed["chains"] += int(store.client.delete(*doomed[start : start + CHUNK]))
 
 
 def _drop_sessions(store: EventStore, tenant: Keys, scopes: list[str], report: ErasureReport) -> None:
@@ -189,62 +458,6 @@ def _drop_sessions(store: EventStore, tenant: Keys, scopes: list[str], report: E
             tenant.functions_state(scope),
         ]
         report.removed["scopeKeys"] += int(store.client.delete(*doomed))
-
-
-def _tombstone(
-    store: EventStore,
-    tenant: Keys,
-    user_id: str,
-    events: list[dict[str, str]],
-    shared: list[str],
-    report: ErasureReport,
-) -> None:
-    """Events keep id, status, attempts and times; payload, user, scope and source ids go. Their chain
-    documents (when the chain is this user's) and outbox records go; queued ones leave shared inboxes."""
-    client, every = store.client, tenant.every_bucket()
-    shared_set = set(shared)
-    at = now_ms()
-    for event in events:
-        event_id, scope = event["eventId"], event["scopeKey"]
-        k = every[int(event["bucket"])]
-        pipe = client.pipeline(transaction=True)
-        pipe.hdel(k.event(event_id), *TOMBSTONE_DROPS)
-        pipe.hset(k.event(event_id), "erasedAt", at)
-        if event["state"] in ("queued", "processing"):
-            pipe.hset(k.event(event_id), "state", "erased")
-            pipe.hincrby(k.stats, "queued", -1)  # it will never run: out of the tenant's queue quota
-        if scope in shared_set:
-            pipe.lrem(k.inbox(scope), 0, event_id)
-        pipe.zrem(k.dlq, event_id)
-        pipe.execute()
-        report.removed["eventPayloads"] += 1
-        report.removed["chains"] += int(client.delete(k.chain(event_id)))  # its run's own trace
-        # a chain stored under its chain id before chains were kept per event: only when this event wrote it
-        if event["chainId"] and chain_owner(store.get_bytes(k.chain(event["chainId"]))) == event_id:
-            report.removed["chains"] += int(client.delete(k.chain(event["chainId"])))
-        if scope:
-            _drop_outbox_of(store, tenant, scope, event_id, report)
-    for scope in shared:
-        client.srem(tenant.scope_users(scope), user_id)
-
-
-def _drop_outbox_of(
-    store: EventStore, tenant: Keys, scope: str, event_id: str, report: ErasureReport
-) -> None:
-    k, client = tenant.for_scope(scope), store.client
-    index = k.outbox_of_event(scope, event_id)
-    ids = [_s(x) for x in client.smembers(index)]
-    if not ids:
-        return
-    ref = k.scope_ref(scope)
-    pipe = client.pipeline(transaction=False)
-    for record_id in ids:
-        pipe.delete(k.outbox_record(scope, record_id))
-        pipe.zrem(k.outbox_due, f"{ref}\x1f{record_id}")
-        pipe.zrem(k.journal_due, f"{ref}\x1f{record_id}")
-    pipe.delete(index)
-    pipe.execute()
-    report.removed["outboxRecords"] += len(ids)
 
 
 def _drop_user_keyed(store: EventStore, tenant: Keys, user_id: str, report: ErasureReport) -> None:
@@ -274,28 +487,3 @@ def _drop_user_keyed(store: EventStore, tenant: Keys, user_id: str, report: Eras
         match=glob_escaped(k.rate_bucket("")) + "*:" + glob_escaped(user_id), count=SCAN_COUNT
     ):
         client.delete(key)
-
-
-def _drop_scopes(store: EventStore, tenant: Keys, scopes: list[str], report: ErasureReport) -> None:
-    """Every key of these scopes (one SCAN over the tenant), their registry entries and due outbox calls."""
-    if not scopes:
-        return
-    client = store.client
-    tags = [f"{{{scope}}}" for scope in scopes]
-    doomed: list[str] = []
-    for raw in client.scan_iter(match=tenant.tenant_pattern, count=SCAN_COUNT):
-        key = _s(raw)
-        if any(tag in key for tag in tags):
-            doomed.append(key)
-    for start in range(0, len(doomed), 500):
-        client.delete(*doomed[start : start + 500])
-    report.removed["scopeKeys"] += len(doomed)
-    report.removed["scopes"] += len(scopes)
-    for scope in scopes:
-        b = tenant.for_scope(scope)
-        client.hdel(b.runs("paused"), scope)  # a paused scope's key may name the user
-        ref = b.scope_ref(scope)
-        client.srem(b.scopes, ref)
-        for due in (b.outbox_due, b.journal_due):
-            for member, _ in client.zscan_iter(due, match=glob_escaped(f"{ref}\x1f") + "*"):
-                client.zrem(due, member)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from worker.store.calls.admission import Admission, Enqueue, EnqueuePush, UserBytes
 from worker.store.calls.commit import Apply, Commit, CommittedEvent, Lane, PeekFresh, PopNext
 from worker.store.calls.door import Bucket, Slot, StreamRenew, StreamTake, TokenBuckets
+from worker.store.calls.erasure import ErasedEvent, ErasedRecord, EraseHold, EraseScope
 from worker.store.calls.fair import PopAcquire, ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 from worker.store.calls.lease import Acquire, Release, Renew
@@ -27,6 +28,10 @@ __all__ = [
     "Discard",
     "Enqueue",
     "EnqueuePush",
+    "EraseHold",
+    "EraseScope",
+    "ErasedEvent",
+    "ErasedRecord",
     "JournalApply",
     "JournalSettle",
     "Lane",

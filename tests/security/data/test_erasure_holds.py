@@ -1,0 +1,131 @@
+"""Erasure and drains or enqueues that start while it runs, on a real Redis with a real worker: the erasure holds
+each scope's lease from before it looks at the scope until it is done with it, and decides whole or shared in
+the script that writes. A drain that starts mid-erasure cannot run (and so cannot apply) the erased user's event;
+another user's event enqueued into a scope that was only the erased user's keeps that scope, stays queued and
+runs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from redis import Redis
+
+import worker.ops.erasure as erasure
+from producers import Producer
+from sessions.store import session_scope
+from tests.conftest import wait_for
+from tests.security.data.test_erasure import _dump, _mentions
+from worker.keys.layout import BucketKeys
+from worker.ops.scope_control import pause_scope, resume_scope
+
+pytestmark = [pytest.mark.integration]
+
+GONE, OTHER, SECRET = "u-erase-race", "u-stays-race", "zebra-quartz"
+# A lease long enough that the hook below, which holds the erasure up, stays well inside it.
+SLOW_LEASE = {"lease_ttl_s": 6.0, "lease_renew_interval_s": 2.0}
+
+
+def _counter(producer: Producer, source_id: str, scope: str, counter: str, **extra: Any) -> str:
+    payload = {"counterKey": counter, **extra.pop("payload", {})}
+    event = {
+        "sourceType": "test.counter",
+        "sourceId": source_id,
+        "scopeKey": scope,
+        "payload": payload,
+        **extra,
+    }
+    return producer.enqueue(event).event_id
+
+
+def test_a_drain_that_starts_mid_erasure_cannot_apply_the_erased_users_event(
+    make_settings: Any,
+    start_worker: Any,
+    redis_client: Redis,
+    keys: BucketKeys,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scope is resumed (a drain published) after the erasure looked at it. The erasure used to check the
+    lease once and tombstone later with nothing holding the scope: the drain ran the user's event meanwhile and
+    its action applied after the erasure. Now the drain finds the erasure's lease, comes back after it, and
+    finds the event erased."""
+    settings = make_settings(**SLOW_LEASE)
+    start_worker(settings)
+    producer = Producer(settings)
+    k, scope = producer.keys, "topic:shared-race"
+    theirs_counter, mine_counter = f"{k.home_prefix}test:c-theirs", f"{k.home_prefix}test:c-{GONE}"
+    pause_scope(producer.store, k, scope)
+    _counter(producer, "n1", scope, theirs_counter)  # of nobody in particular: the scope is shared
+    mine = _counter(
+        producer, "m1", scope, mine_counter, userId=GONE, payload={"sleepMs": 1500, "note": SECRET}
+    )
+    running = f"{k.home_prefix}test:inaction:m1"
+    looked = erasure._classify
+
+    def classify_then_resume(*args: Any, **kwargs: Any) -> Any:
+        out = looked(*args, **kwargs)
+        resume_scope(producer.store, k, scope, producer.fair.publish)
+        try:  # the drain starts the user's event unless the erasure holds the scope
+            wait_for(lambda: redis_client.exists(running), timeout_s=3, what="the event to start")
+        except AssertionError:
+            pass
+        return out
+
+    monkeypatch.setattr(erasure, "_classify", classify_then_resume)
+    report = erasure.erase_user(
+        producer.store, k, GONE, session_scope=session_scope, erasers=producer.erasers
+    )
+    assert report.busy_scopes == []
+    wait_for(
+        lambda: redis_client.get(theirs_counter) == "1", timeout_s=30, what="the scope to drain after it"
+    )
+    time.sleep(2.5)  # longer than the action's sleep: an action started before the erasure has applied by now
+    assert not redis_client.exists(mine_counter) and not redis_client.exists(running)
+    assert (producer.status(mine) or {}).get("status") == "erased"
+    assert _mentions(_dump(redis_client, keys), GONE, SECRET) == []
+    assert int(producer.store.stats(k)["queued"]) == 0
+    producer.close()
+
+
+def test_another_users_event_enqueued_mid_erasure_keeps_the_scope_and_runs(
+    make_settings: Any,
+    start_worker: Any,
+    redis_client: Redis,
+    keys: BucketKeys,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scope held only the erased user's events when the erasure looked; another user's event arrives
+    before the scope is dropped. It used to be dropped with the inbox (never run, counted queued for good); the
+    script that drops the scope now sees its user and keeps the scope as shared."""
+    settings = make_settings(**SLOW_LEASE)
+    start_worker(settings)
+    producer = Producer(settings)
+    k, scope = producer.keys, "topic:was-only-mine"
+    theirs_counter = f"{k.home_prefix}test:c-{OTHER}"
+    mine = _counter(
+        producer, "m1", scope, f"{k.home_prefix}test:c-gone", userId=GONE, payload={"note": SECRET}
+    )
+    wait_for(lambda: (producer.status(mine) or {}).get("status") == "done", what="the user's event")
+    pause_scope(producer.store, k, scope)  # so the late event waits in the inbox
+    late: dict[str, str] = {}
+    looked = erasure._classify
+
+    def classify_then_enqueue(*args: Any, **kwargs: Any) -> Any:
+        out = looked(*args, **kwargs)
+        late["id"] = _counter(producer, "v1", scope, theirs_counter, userId=OTHER)
+        return out
+
+    monkeypatch.setattr(erasure, "_classify", classify_then_enqueue)
+    erasure.erase_user(producer.store, k, GONE, session_scope=session_scope, erasers=producer.erasers)
+
+    b = k.for_scope(scope)
+    assert redis_client.lrange(b.inbox(scope), 0, -1) == [late["id"]]
+    assert (producer.status(late["id"]) or {}).get("status") == "queued"
+    assert redis_client.smembers(b.scope_users(scope)) == {OTHER}
+    assert int(producer.store.stats(k)["queued"]) == 1
+    assert _mentions(_dump(redis_client, keys), GONE, SECRET) == []
+    resume_scope(producer.store, k, scope, producer.fair.publish)
+    wait_for(lambda: redis_client.get(theirs_counter) == "1", timeout_s=30, what="the other user's event")
+    assert int(producer.store.stats(k)["queued"]) == 0
+    producer.close()

@@ -1,0 +1,72 @@
+"""Erasure's scripts (worker/ops/erasure.py): ERASE_HOLD takes a scope's lease for the erasure, ERASE_SCOPE erases
+one user from one scope under it (RENEW and RELEASE keep and give back the lease, as a drain's)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
+
+__all__ = ["EraseHold", "EraseScope", "ErasedEvent", "ErasedRecord"]
+
+
+@dataclass(frozen=True, slots=True)
+class EraseHold(ScriptCall):
+    SCRIPT = "erase_hold"
+    lease: str = key()
+    fence_key: str = key()
+    token: str = arg()
+    ttl_ms: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class ErasedEvent(Layout):
+    """One of the user's events in the scope: its record, its chain and its outbox index."""
+
+    LUA = "ERASED"
+    ev: str = key()
+    chain: str = key()
+    outbox_of: str = key()
+    event_id: str = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class ErasedRecord(Layout):
+    """An outbox record of one of the user's events (it leaves the due sets with it)."""
+
+    LUA = "RECORD"
+    record: str = key()
+    record_id: str = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class EraseScope(ScriptCall):
+    SCRIPT = "erase_scope"
+    lease: str = key()
+    scope_users: str = key()
+    inbox: str = key()
+    sched: str = key()
+    seq: str = key()
+    fence_key: str = key()
+    runs_scope: str = key()
+    scopes: str = key()
+    paused: str = key()
+    stats: str = key()
+    dlq: str = key()
+    runs_active: str = key()
+    runs_dead: str = key()
+    outbox_due: str = key()
+    journal_due: str = key()
+    outbox_dead: str = key()
+    token: str = arg()
+    user_id: str = arg()
+    scope_key: str = arg()
+    scope_ref: str = arg()
+    ev_prefix: str = arg()
+    now_ms: int = arg()
+    window_s: int = arg()
+    may_drop: int = arg()  # 1: no session of the scope names another user
+    event_count: int = arg()
+    events: Sequence[ErasedEvent] = group()
+    records: Sequence[ErasedRecord] = group()

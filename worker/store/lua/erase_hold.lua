@@ -1,0 +1,13 @@
+-- ERASE_HOLD: an erasure takes a scope's lease with its own token (worker/ops/erasure.py) and holds it until it is
+-- done with the scope. As ACQUIRE grants a drain the lease (lib/acquire.lua), but no head is taken: while the
+-- erasure holds it no drain starts there, and the scope's fencing number moves on, so a drain whose lease ran out
+-- before (a holder paused past its TTL) can no longer commit, apply a lane or stage anything in the scope. A scope
+-- without a fence has had no grant to fence out: none is made (ACQUIRE starts one at Redis's clock).
+-- -> {0, pttl} held by someone else (a drain runs there, or another erasure) | {1, fence (0: none)} held
+local lease, fence_key = KEYS[1], KEYS[2]
+local token, ttl_ms = ARGV[1], ARGV[2]
+if not redis.call('SET', lease, token, 'NX', 'PX', ttl_ms) then
+  return {0, redis.call('PTTL', lease)}
+end
+if redis.call('EXISTS', fence_key) == 0 then return {1, 0} end
+return {1, redis.call('INCR', fence_key)}

@@ -1,0 +1,108 @@
+-- ERASE_SCOPE: one scope's part of erasing a user (worker/ops/erasure.py), under the lease the erasure took
+-- (ERASE_HOLD) and checked here, at the write, not when the erasure looked. The lease must still be the
+-- erasure's. The scope is dropped whole only when may_drop is 1 (no session of it names another user), its users
+-- (scope_users) are this user alone, and no event of anyone else waits in its inbox; otherwise it is shared.
+--
+-- Each of the user's events (the ERASED group, and any of theirs the inbox holds that the caller did not know:
+-- enqueued since it looked) becomes a tombstone: its payload, user, scope and source ids, errors and attempts go,
+-- erasedAt is set. One that had not ended (queued, processing) or was dead becomes 'erased': out of the tenant's
+-- queued count, the active or dead index and the DLQ, kept for the dedupe window (it is never redriven,
+-- discarded or run). Its chain and its outbox index go, and its outbox records (the RECORD group) with their due
+-- entries. Shared: its events leave the inbox and the user leaves scope_users. Whole: the scope's inbox, drain
+-- marker, counters, fence, users and runs index go, and it leaves the scopes registry and the paused hash (the
+-- rest of its keys are the caller's to delete, while it still holds the lease).
+-- -> {-1} the lease is not the erasure's (nothing written) | {1 whole | 0 shared, tombstones written, chains
+--    deleted}
+local lease, scope_users, inbox, sched, seq, fence_key, runs_scope, scopes, paused, stats, dlq, runs_active,
+  runs_dead, outbox_due, journal_due, outbox_dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
+  KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local token, user_id, scope_key, scope_ref, ev_prefix, now_ms, window_s, may_drop, event_count = ARGV[1], ARGV[2],
+  ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+if redis.call('GET', lease) ~= token then return {-1} end
+
+local DROPS = {'event', 'userId', 'scopeKey', 'sourceId', 'error', 'chainId', 'lastError', 'history',
+  'discardReason'}
+local ENDED = {done = true, cancelled = true, discarded = true, erased = true}
+local mine, order = {}, {}
+local k, a = 17, 10
+for _ = 1, tonumber(event_count) do
+  local ev, chain, outbox_of = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+  local event_id = ARGV[a]
+  local ERASED_KEYS, ERASED_ARGS = 3, 1
+  mine[event_id] = {ev = ev, chain = chain, outbox_of = outbox_of}
+  order[#order + 1] = event_id
+  k, a = k + ERASED_KEYS, a + ERASED_ARGS
+end
+
+-- The inbox now: the user's events the caller did not know, and whether an event of anyone else waits there.
+local others = false
+for _, id in ipairs(redis.call('LRANGE', inbox, 0, -1)) do
+  local rec = redis.call('HMGET', ev_prefix .. id, 'userId', 'state')
+  if rec[1] == user_id then
+    if not mine[id] then
+      mine[id] = {ev = ev_prefix .. id}
+      order[#order + 1] = id
+    end
+  elseif rec[2] and not ENDED[rec[2]] then
+    others = true
+  end
+end
+local whole = may_drop == '1' and not others
+if whole then
+  for _, u in ipairs(redis.call('SMEMBERS', scope_users)) do
+    if u ~= user_id then whole = false end
+  end
+end
+
+-- -> 1 when a record was made a tombstone (0: none, or it is not the user's: its id came again, for someone
+-- else, after the user's record expired), and the chains deleted.
+local function tombstone(id, e)
+  local rec = redis.call('HMGET', e.ev, 'state', 'userId', 'erasedAt')
+  local state = rec[1]
+  if state and rec[2] ~= user_id and not rec[3] then return 0, 0 end
+  if state then
+    redis.call('HDEL', e.ev, unpack(DROPS))
+    redis.call('HSET', e.ev, 'erasedAt', now_ms)
+    if not ENDED[state] then
+      redis.call('HSET', e.ev, 'state', 'erased')
+      if state == 'dead' then
+        redis.call('ZREM', dlq, id)
+        redis.call('ZREM', runs_dead, id)
+      else
+        redis.call('HINCRBY', stats, 'queued', -1)  -- it will never run: out of the tenant's queue quota
+        redis.call('ZREM', runs_active, id)
+      end
+      redis.call('EXPIRE', e.ev, window_s)
+    elseif redis.call('TTL', e.ev) < 0 then
+      redis.call('EXPIRE', e.ev, window_s)
+    end
+  end
+  if e.outbox_of then redis.call('DEL', e.outbox_of) end
+  return state and 1 or 0, e.chain and redis.call('DEL', e.chain) or 0
+end
+local written, chains = 0, 0
+for _, id in ipairs(order) do
+  local n, c = tombstone(id, mine[id])
+  written, chains = written + n, chains + c
+end
+while k <= #KEYS do
+  local record = KEYS[k]
+  local record_id = ARGV[a]
+  local RECORD_KEYS, RECORD_ARGS = 1, 1
+  local member = scope_ref .. '\31' .. record_id
+  redis.call('ZREM', outbox_due, member)  -- first: a relay that settles it now finds its claim gone
+  redis.call('ZREM', journal_due, member)
+  redis.call('ZREM', outbox_dead, member)  -- the member names the record, and so a source id
+  redis.call('DEL', record)
+  k, a = k + RECORD_KEYS, a + RECORD_ARGS
+end
+
+if whole then
+  redis.call('DEL', inbox, sched, seq, fence_key, scope_users, runs_scope)
+  redis.call('SREM', scopes, scope_ref)
+  redis.call('HDEL', paused, scope_key)
+  return {1, written, chains}
+end
+for _, id in ipairs(order) do redis.call('LREM', inbox, 0, id) end
+redis.call('SREM', scope_users, user_id)
+return {0, written, chains}
