@@ -1,8 +1,14 @@
 """Self-iteration's part of erasing a user (``Plugin.erase_user``; the engine's part: worker/ops/erasure.py).
 
 Its user data: memories, skill documents (each document's version history with them) and what each skill run
-did, the feature override, review guards naming the user, and the judge diagnostics that quote the user's
-messages (entries of the user's scopes, or naming the user)."""
+did, the feature override, review guards naming the user, the judge diagnostics that quote the user's messages,
+and, in each of the user's scopes, the records that carry the user's feedback: parked skill candidates
+(``skill-intent:{scope}``, with ``pendingSynthesis.message``), procedure records (``procedure:{scope}``) and the
+skill-candidate bucket (``skill-candidates:{scope}``). A scope that only this user's events ran in is gone
+already (the engine dropped it whole); in one other users share, a record or a diagnostic goes when its
+``userId`` is this user, matched exactly. One written before records named their user goes only when its scope
+was this user's alone (the engine dropped it: no ``scope-users`` set is left for it), and a diagnostic
+without a user only then too."""
 
 from __future__ import annotations
 
@@ -50,14 +56,51 @@ def erase_user(client: Any, keys: Keys, user_id: str, scopes: frozenset[str]) ->
     for key in client.scan_iter(match=_glob_escape(k.review_guard("")) + "*", count=SCAN_COUNT):
         if guard.match(_s(key)):
             removed["reviewGuards"] += int(client.delete(key))
-    removed["diagnostics"] += _drop_diagnostics(client, k.diagnostics, user_id, scopes)
+    alone = _alone(client, keys, scopes)
+    removed["scopeRecords"] += _drop_scope_records(client, k, user_id, scopes)
+    removed["diagnostics"] += _drop_diagnostics(client, k.diagnostics, user_id, alone)
     return removed
 
 
-def _drop_diagnostics(client: Any, key: str, user_id: str, scopes: frozenset[str]) -> int:
-    """Judge diagnostics of the user's scopes, or naming the user (they quote the user's messages)."""
+def _alone(client: Any, keys: Keys, scopes: frozenset[str]) -> frozenset[str]:
+    """The scopes that were this user's alone: the engine dropped them whole, their users' set with them (a
+    scope other users share keeps that set, without this user)."""
+    ordered = sorted(scopes)
+    pipe = client.pipeline(transaction=False)
+    for scope in ordered:
+        pipe.exists(keys.scope_users(scope))
+    return frozenset(scope for scope, kept in zip(ordered, pipe.execute(), strict=True) if not kept)
+
+
+def _user_of(raw: Any) -> str | None:
+    """The ``userId`` a stored JSON record names (None: none, or not a JSON object)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    user = data.get("userId") if isinstance(data, dict) else None
+    return user if isinstance(user, str) else None
+
+
+def _drop_scope_records(client: Any, k: SelfIterationKeys, user_id: str, scopes: frozenset[str]) -> int:
+    """The user's parked skill candidates, procedure records and skill-candidate items in ``scopes``."""
+    removed = 0
+    for scope in sorted(scopes):
+        for key in (k.skill_intents(scope), k.procedure(scope)):
+            fields = [f for f, raw in client.hgetall(key).items() if _user_of(raw) == user_id]
+            if fields:
+                removed += int(client.hdel(key, *fields))
+        bucket = k.skill_candidates(scope)
+        for item in {raw for raw in client.lrange(bucket, 0, -1) if _user_of(raw) == user_id}:
+            removed += int(client.lrem(bucket, 0, item))
+    return removed
+
+
+def _drop_diagnostics(client: Any, key: str, user_id: str, alone: frozenset[str]) -> int:
+    """Judge diagnostics naming the user (they quote the user's messages), or of a scope that was the user's
+    alone when they name nobody (written before diagnostics named their user)."""
     entries = [_s(e) for e in client.lrange(key, 0, -1)]
-    keep = [e for e in entries if not _mentions(e, user_id, scopes)]
+    keep = [e for e in entries if not _mentions(e, user_id, alone)]
     if len(keep) == len(entries):
         return 0
     pipe = client.pipeline(transaction=True)
@@ -68,9 +111,15 @@ def _drop_diagnostics(client: Any, key: str, user_id: str, scopes: frozenset[str
     return len(entries) - len(keep)
 
 
-def _mentions(entry: str, user_id: str, scopes: frozenset[str]) -> bool:
+def _mentions(entry: str, user_id: str, alone: frozenset[str]) -> bool:
+    """Exact matches only: the entry's ``userId``, or, for an entry that names no user, its ``scopeKey``
+    (never a substring of the entry: erasing user ``e`` must not touch every entry with an ``e`` in it)."""
     try:
         data = json.loads(entry)
     except ValueError:
-        return user_id in entry
-    return data.get("scopeKey") in scopes or data.get("userId") == user_id or user_id in entry
+        return False
+    if not isinstance(data, dict):
+        return False
+    if data.get("userId") is not None:
+        return bool(data.get("userId") == user_id)
+    return data.get("scopeKey") in alone

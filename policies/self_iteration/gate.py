@@ -1,8 +1,9 @@
 """The self-iteration feature gate: ``AGENT_SIGNAL_SELF_ITERATION_ENABLED`` (default on) with a per-user
 override in Redis (``PUT /v1/features/self-iteration/{userId}``). Checked at the door by the plugin's
-admission hook (gated events are not enqueued: ``status: "gated"``) and in the worker (skill actions skip "Self iteration is disabled.",
-self-iteration sources skip ``gate_disabled``, deferred synthesis does nothing). LobeHub only checks it at
-emit/enqueue time (reference §0.6)."""
+admission hook (gated events are not enqueued: ``status: "gated"``) and in the worker (memory and skill actions
+skip "Self iteration is disabled.", the satisfaction judge and self-iteration sources skip ``gate_disabled``,
+deferred synthesis does nothing), so a gate turned off while an event waits (a paused scope, a backlog) holds.
+LobeHub only checks it at emit/enqueue time (reference §0.6)."""
 
 from __future__ import annotations
 

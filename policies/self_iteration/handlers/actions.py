@@ -5,9 +5,12 @@ handed to the ``AgentRunner`` by the outbox relay, at least once, keyed by its d
 a hand-over that fails is retried by the relay, not by the chain. Exact skip and failure texts and error codes are
 LobeHub's.
 
-Difference from LobeHub: the idempotency lane is the runtime's (a redelivered action replays the stored
+Differences from LobeHub: the idempotency lane is the runtime's (a redelivered action replays the stored
 result instead of answering "Action idempotency key already applied."), and the run's operation id is
-derived from the idempotency key, so a retried dispatch asks for the same run.
+derived from the idempotency key, so a retried dispatch asks for the same run. An event with no user (LobeHub
+always has one) writes no memory and no skill: both actions skip ("Missing userId for … action."), so
+anonymous events are never pooled under one shared user. Both check the feature gate in the worker ("Self
+iteration is disabled."), so a user who turned it off after the event was admitted gets no write.
 """
 
 from __future__ import annotations
@@ -48,16 +51,21 @@ def _marker(action: Action, kind: str) -> dict[str, Any]:
     return {k: v for k, v in marker.items() if v is not None}
 
 
-def _user_id(action: Action, ctx: HandlerContext) -> str:
+def _user_id(action: Action, ctx: HandlerContext) -> str | None:
     """The run's user: the event's (the one its credential stamped); the action's payload only when the event
-    names none."""
-    user = ctx.source.user_id if ctx.source is not None else None
-    return str(user or action.payload.get("userId") or "-")
+    names none; None when neither does (the action then skips: nobody owns what it would write)."""
+    user = (ctx.source.user_id if ctx.source is not None else None) or action.payload.get("userId")
+    return str(user) if user else None
 
 
 def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
     if action.action_type != "action.user-memory.handle":
         return skipped(action, ctx, "Unsupported memory action.")
+    user_id = _user_id(action, ctx)
+    if user_id is None:
+        return skipped(action, ctx, "Missing userId for memory action.")
+    if not ctx.deps(SelfIterationDeps).enabled(user_id, ctx.keys):
+        return skipped(action, ctx, "Self iteration is disabled.")
     message = str(action.payload.get("message") or "").strip()
     if not message:
         return skipped(action, ctx, "Missing memory action message.")
@@ -70,12 +78,10 @@ def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
     if not agent_id:
         return skipped(action, ctx, "Missing agentId for memory action.")
     request = RunRequest(
-        operation_id=operation_id_for(
-            "memory", marker["sourceId"], tenant=ctx.tenant, user_id=_user_id(action, ctx)
-        ),
+        operation_id=operation_id_for("memory", marker["sourceId"], tenant=ctx.tenant, user_id=user_id),
         slug="memory-writer",
         marker=marker,
-        user_id=_user_id(action, ctx),
+        user_id=user_id,
         agent_id=str(agent_id),
         prompt=message,
         topic_id=action.payload.get("topicId"),
@@ -93,7 +99,10 @@ def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
 def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
     if action.action_type != "action.skill-management.handle":
         return skipped(action, ctx, "Unsupported skill-management action.")
-    if not ctx.deps(SelfIterationDeps).enabled(_user_id(action, ctx), ctx.keys):
+    user_id = _user_id(action, ctx)
+    if user_id is None:
+        return skipped(action, ctx, "Missing userId for skill-management action.")
+    if not ctx.deps(SelfIterationDeps).enabled(user_id, ctx.keys):
         return skipped(action, ctx, "Self iteration is disabled.")
     message = str(action.payload.get("message") or "").strip()
     if not message:
@@ -106,7 +115,7 @@ def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorRes
     prompt = "\n".join(
         [
             f"Agent id: {agent_id}",
-            f"User id: {_user_id(action, ctx)}",
+            f"User id: {user_id}",
             f"Source id: {marker['sourceId']}",
             f"Feedback: {message}",
             f"Routing reason: {p.get('reason', '')}",
@@ -115,12 +124,10 @@ def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorRes
         ]
     )
     request = RunRequest(
-        operation_id=operation_id_for(
-            "skill", marker["sourceId"], tenant=ctx.tenant, user_id=_user_id(action, ctx)
-        ),
+        operation_id=operation_id_for("skill", marker["sourceId"], tenant=ctx.tenant, user_id=user_id),
         slug="skill-management",
         marker=marker,
-        user_id=_user_id(action, ctx),
+        user_id=user_id,
         agent_id=str(agent_id),
         prompt=prompt,
         topic_id=p.get("topicId"),
@@ -129,5 +136,5 @@ def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorRes
     )
     ctx.outbox(AGENT_RUN_OUTBOX, request.to_json_dict(), key=request.operation_id)
     if isinstance(p.get("pendingSynthesisOf"), str):
-        consume_pending_synthesis(ctx, p["pendingSynthesisOf"])
+        consume_pending_synthesis(ctx, p["pendingSynthesisOf"], user_id)
     return applied(action, ctx, "Skill write enqueued.", output={"operationId": request.operation_id})

@@ -8,13 +8,18 @@ Planner decision table, in order, for each ``signal.feedback.domain.*``:
    ``client.runtime.start`` the intent is recorded and the chain concludes; on a server-inbound trigger the
    candidate is parked until ``agent.execution.completed`` (conclude); else ``action.skill-management.handle``;
 4. an accumulating skill (satisfied, weak): the observation record
-   ``procedure-record:<signalId>:skill-observation-record`` joins the scope's bucket (score 0.6 each); at 2
-   records and score >= 1 ``signal.procedure.bucket.scored`` is dispatched (suggestedActions ``maintain``, as
-   LobeHub's batch scorer) with an ``accumulated`` marker, and no action;
+   ``procedure-record:<signalId>:skill-observation-record`` joins the scope's bucket (score 0.6 each, the
+   last 20 kept); at 2 records and score >= 1 ``signal.procedure.bucket.scored`` is dispatched
+   (suggestedActions ``maintain``, as LobeHub's batch scorer) with an ``accumulated`` marker, and no action,
+   and the bucket is emptied: each observation is scored once;
 5. none / non_skill → nothing.
 Before all of these, step 0 (LobeHub's step 1): an active ``handled`` marker written by the tool-outcome
 procedure for this message suppresses the action (``signal.procedure.bucket.scored``, suggestedActions
 ``suppressed``). Hinted skill documents need LobeHub's agent-document receipts and are left out.
+
+The satisfaction judge checks the feature gate first (the event may have waited in a paused scope while its
+user turned self-iteration off): disabled → the chain concludes ``gate_disabled``, no judge is asked.
+A skill-intent record names the ``userId`` of its feedback, so only that user's completion consumes it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ CONFLICT_POLICIES: dict[str, dict[str, Any]] = {
 SKILL_CANDIDATE_DELTA = 0.6
 SKILL_BUCKET_MIN_RECORDS = 2
 SKILL_BUCKET_THRESHOLD = 1.0
+SKILL_BUCKET_MAX_ITEMS = 20  # a bucket is emptied once scored; the cap bounds one that never scores
 PROCEDURE_TTL_S = 7 * 24 * 60 * 60
 CLIENT_TRIGGERS = ("client.runtime.start", "client.runtime.complete", "agent_signal")
 
@@ -50,6 +56,7 @@ def _diagnostic(ctx: HandlerContext, stage: str, source_id: str, exc: Exception)
         "stage": stage,
         "sourceId": source_id,
         "scopeKey": ctx.scope_key,
+        "userId": ctx.source.user_id if ctx.source is not None else None,  # erasure matches it exactly
         "error": str(exc)[:480],
         "at": int(time.time() * 1000),
     }
@@ -67,7 +74,10 @@ def satisfaction_judge(source: Source, ctx: HandlerContext) -> Dispatch | Conclu
     message = str(p.get("message") or p.get("prompt") or "").strip()
     if not message:
         return Conclude(concluded={"reason": "unsupported satisfaction classifier source"})
-    judge = ctx.deps(SelfIterationDeps).satisfaction_judge
+    deps = ctx.deps(SelfIterationDeps)
+    if not deps.enabled(source.user_id, ctx.keys):  # the gate, in the worker too (module docstring)
+        return Conclude(concluded={"status": "skipped", "reason": "gate_disabled"})
+    judge = deps.satisfaction_judge
     try:
         verdict: SatisfactionVerdict = judge.judge(message, p.get("serializedContext"))
     except ValueError as exc:  # a malformed model answer: diagnostics, then conclude (as LobeHub)
@@ -184,6 +194,8 @@ def _write_intent_record(ctx: HandlerContext, signal: Signal, pending: bool) -> 
         "scopeKey": ctx.scope_key,
         "sourceId": signal.source.source_id,
     }
+    if ctx.source is not None and ctx.source.user_id:
+        record["userId"] = ctx.source.user_id  # only this user's completion consumes it (completion.py)
     if pending:
         record["pendingSynthesis"] = {
             k: v
@@ -218,6 +230,7 @@ def _observation_record(ctx: HandlerContext, signal: Signal) -> dict[str, Any]:
         "scopeKey": ctx.scope_key,
         "status": "observed",
         "summary": p.get("reason") or p.get("message"),
+        "userId": ctx.source.user_id if ctx.source is not None else None,  # whose feedback (erasure)
     }
 
 
@@ -229,16 +242,24 @@ def _accumulate(ctx: HandlerContext, signal: Signal) -> Dispatch | None:
     ctx.effects.call("EXPIRE", records_key, PROCEDURE_TTL_S)
     key = SelfIterationKeys(ctx.keys).skill_candidates(ctx.scope_key)
     item = json.dumps(
-        {"recordId": record["id"], "score": SKILL_CANDIDATE_DELTA, "at": int(time.time() * 1000)}
+        {
+            "recordId": record["id"],
+            "score": SKILL_CANDIDATE_DELTA,
+            "at": int(time.time() * 1000),
+            "userId": record["userId"],  # erasure drops the user's items of a shared scope
+        }
     )
-    items = [json.loads(x) for x in ctx.deps(SelfIterationDeps).redis.lrange(key, 0, -1)]
+    cap = SKILL_BUCKET_MAX_ITEMS
+    items = [json.loads(x) for x in ctx.deps(SelfIterationDeps).redis.lrange(key, -cap, -1)]
     if not any(i["recordId"] == record["id"] for i in items):
         ctx.effects.call("RPUSH", key, item)
+        ctx.effects.call("LTRIM", key, -cap, -1)
         ctx.effects.call("EXPIRE", key, PROCEDURE_TTL_S)
-        items.append(json.loads(item))
+        items = [*items, json.loads(item)][-cap:]
     score = sum(i["score"] for i in items)
     if len(items) < SKILL_BUCKET_MIN_RECORDS or score < SKILL_BUCKET_THRESHOLD:
         return None
+    ctx.effects.call("DEL", key)  # scored: the next observations start a new bucket
     # LobeHub's batchScorer: each observed record suggests `maintain`, confidence 0.7 for a non-empty bucket.
     payload = {
         "aggregateScore": score,

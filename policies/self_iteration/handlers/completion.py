@@ -4,12 +4,16 @@ completion adds none), and deferred skill synthesis consumes a parked skill cand
 
 Our events keep the completion payload whole (LobeHub's renderer drops anchorMessageId, assistantMessageId,
 reason and triggerMessageId: quirk 1), so synthesis sees the anchor it needs. A parked candidate is
-consumed by the skill-management action when it applies (``consume_pending_synthesis``), never before.
+consumed by the skill-management action when it applies (``consume_pending_synthesis``), never before, and
+only by its own user: the candidate records the ``userId`` of the feedback that parked it, and a completion
+of another user (or of none) leaves it parked and records a diagnostic (``stage: skill-synthesis``). A
+completion with no user writes no receipt (the chain concludes ``no userId: receipts need a user``).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from policies.dmail import RECEIPT_ACTION
@@ -19,6 +23,7 @@ from policies.self_iteration.records.receipts import build_self_iteration_receip
 from worker.plugin import (
     Action,
     ChainRef,
+    Conclude,
     Dispatch,
     HandlerContext,
     SignalRef,
@@ -32,14 +37,16 @@ __all__ = ["completion_fanout", "consume_pending_synthesis", "skill_synthesis"]
 WAITING_REASONS = ("waiting_for_async_tool", "waiting_for_human")
 
 
-def completion_fanout(source: Source, ctx: HandlerContext) -> Dispatch | None:
-    """``agent.execution.completed:completion-fanout``: needs agentId, operationId and selfIteration."""
+def completion_fanout(source: Source, ctx: HandlerContext) -> Dispatch | Conclude | None:
+    """``agent.execution.completed:completion-fanout``: needs agentId, operationId, selfIteration and a user."""
     p = source.payload
     self_iteration = p.get("selfIteration")
     agent_id = p.get("agentId") or source.agent_id
     operation_id = p.get("operationId")
     if not agent_id or not operation_id or not isinstance(self_iteration, dict):
         return None
+    if not source.user_id:  # a receipt is one user's: never pool anonymous runs under a shared user id
+        return Conclude(concluded={"reason": "no userId: receipts need a user"})
     marker = self_iteration.get("marker") or {}
     source_id = str(marker.get("sourceId") or operation_id)
     topic_id = str(p.get("topicId") or marker.get("topicId") or source_id)
@@ -54,7 +61,7 @@ def completion_fanout(source: Source, ctx: HandlerContext) -> Dispatch | None:
         source_type="agent.execution.completed",
         topic_id=topic_id,
         # The event's user (the door made selfIteration.userId agree with it), never the payload's own.
-        user_id=source.user_id or "-",
+        user_id=source.user_id,
     )
     if not receipts:
         return None
@@ -84,8 +91,8 @@ def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
     if p.get("selfIteration") or p.get("reason") in WAITING_REASONS:
         return None
     deps = ctx.deps(SelfIterationDeps)
-    if not deps.enabled(source.user_id, ctx.keys):
-        return None
+    if not source.user_id or not deps.enabled(source.user_id, ctx.keys):
+        return None  # a parked candidate is one user's: a completion with no user consumes none
     assistant = p.get("assistantMessageId") or p.get("anchorMessageId")
     user_message = p.get("triggerMessageId")
     if not assistant or not user_message or not p.get("topicId"):
@@ -95,6 +102,9 @@ def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
     raw = deps.redis.hget(intents_key, field)
     record = json.loads(raw) if raw else None
     if not record or not record.get("pendingSynthesis"):
+        return None
+    if record.get("userId") != source.user_id:
+        _foreign_candidate(ctx, source, field)
         return None
     pending = record["pendingSynthesis"]
     # Consumed once, and only by success: the skill-management action clears pendingSynthesis in the same
@@ -132,13 +142,30 @@ def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
     return Dispatch(actions=[action])
 
 
-def consume_pending_synthesis(ctx: HandlerContext, user_message: str) -> None:
-    """Stage the removal of a parked candidate's ``pendingSynthesis`` (applied with the action's lane)."""
+def _foreign_candidate(ctx: HandlerContext, source: Source, field: str) -> None:
+    """A completion names a candidate another user parked (or one parked before candidates named their user):
+    not consumed; kept for operators with the judges' diagnostics (newest first, 1,000 at most)."""
+    entry = {
+        "stage": "skill-synthesis",
+        "sourceId": source.source_id,
+        "scopeKey": ctx.scope_key,
+        "userId": source.user_id,
+        "error": f"{field} was parked by another user: not consumed",
+        "at": int(time.time() * 1000),
+    }
+    diagnostics = SelfIterationKeys(ctx.keys).diagnostics
+    ctx.effects.call("LPUSH", diagnostics, json.dumps(entry, ensure_ascii=False))
+    ctx.effects.call("LTRIM", diagnostics, 0, 999)
+
+
+def consume_pending_synthesis(ctx: HandlerContext, user_message: str, user_id: str) -> None:
+    """Stage the removal of ``user_id``'s parked candidate's ``pendingSynthesis`` (applied with the action's
+    lane); another user's candidate stays."""
     key = SelfIterationKeys(ctx.keys).skill_intents(ctx.scope_key)
     field = f"skill-intent-record:{user_message}"
     raw = ctx.deps(SelfIterationDeps).redis.hget(key, field)
     record = json.loads(raw) if raw else None
-    if not record or "pendingSynthesis" not in record:
+    if not record or "pendingSynthesis" not in record or record.get("userId") != user_id:
         return
     record.pop("pendingSynthesis")
     ctx.effects.call("HSET", key, field, json.dumps(record, ensure_ascii=False))

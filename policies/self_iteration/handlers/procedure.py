@@ -99,6 +99,7 @@ def tool_outcome_procedure(source: Source, ctx: HandlerContext) -> Dispatch | No
         "status": "failed" if status == "failed" else "handled",
         "tool": tool,
         "createdAt": ctx.now(),
+        "userId": source.user_id,  # whose outcome: erasure drops the user's records of a shared scope
     }
     _stage_record(ctx, record, p, source.source_id, status)
     _accumulate(ctx, source, record, tool)

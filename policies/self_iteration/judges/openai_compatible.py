@@ -2,17 +2,20 @@
 (``AGENT_SIGNAL_JUDGE_URL``, ``AGENT_SIGNAL_JUDGE_MODEL``, key in ``AGENT_SIGNAL_JUDGE_API_KEY``).
 
 Strict schemas as LobeHub's (``agent_signal_feedback_satisfaction``, ``agent_signal_feedback_domain_route``).
-An answer that is not valid JSON or breaks the schema raises :class:`MalformedJudgeOutput`; the policy records
-it as a diagnostic and concludes the chain (LobeHub's behaviour). Transport errors propagate (the event is
-retried with backoff).
+An answer that is not valid JSON (``NaN`` and ``Infinity`` included) or breaks the schema raises
+:class:`MalformedJudgeOutput`, whatever is wrong with it: each answer is validated by a pydantic model of its
+schema (strict types, confidence a finite number, satisfaction confidence within 0..1), as LobeHub re-validates
+with zod. The policy records it as a diagnostic and concludes the chain (LobeHub's behaviour). Transport errors
+propagate (the event is retried with backoff).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from policies.self_iteration.judges.rules import DomainTarget, SatisfactionVerdict
 
@@ -66,6 +69,61 @@ class MalformedJudgeOutput(ValueError):
     """The model's answer is not the JSON the schema asks for."""
 
 
+class _Output(BaseModel):
+    """An answer's object: strict JSON types (no "0.5" for a number, no true for 1); unknown keys ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+_Confidence = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _Evidence(_Output):
+    cue: str
+    excerpt: str
+
+
+class _Satisfaction(_Output):
+    """SATISFACTION_SCHEMA as a model."""
+
+    confidence: Annotated[_Confidence, Field(ge=0, le=1)]
+    evidence: list[_Evidence]
+    reason: str
+    result: Literal["satisfied", "neutral", "not_satisfied"]
+
+
+class _Target(_Output):
+    confidence: _Confidence
+    evidence: list[dict[str, Any]]
+    reason: str
+    target: Literal["memory", "none", "prompt", "skill"]
+
+
+class _Domains(_Output):
+    """DOMAIN_SCHEMA as a model."""
+
+    targets: Annotated[list[_Target], Field(min_length=1, max_length=4)]
+
+
+OutputT = TypeVar("OutputT", bound=_Output)
+
+
+def _validated(model: type[OutputT], data: dict[str, Any]) -> OutputT:
+    """``data`` as ``model``; any way it breaks the schema is a MalformedJudgeOutput (never a TypeError)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        name = model.__name__.strip("_").lower()
+        raise MalformedJudgeOutput(f"invalid_type: {name} output: {problems}") from None
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
 class OpenAIJudgeClient:
     def __init__(self, url: str, model: str, api_key: str | None = None, *, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
@@ -88,7 +146,7 @@ class OpenAIJudgeClient:
         response.raise_for_status()
         try:
             content = response.json()["choices"][0]["message"]["content"]
-            data = json.loads(content)
+            data = json.loads(content, parse_constant=_no_constant)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise MalformedJudgeOutput(f"structured output could not be parsed: {exc}") from None
         if not isinstance(data, dict):
@@ -114,11 +172,9 @@ class OpenAISatisfactionJudge:
         data = self.client.generate_object(
             "agent_signal_feedback_satisfaction", SATISFACTION_SCHEMA, self.SYSTEM, user
         )
-        result, confidence = data.get("result"), data.get("confidence")
-        if result not in ("satisfied", "neutral", "not_satisfied") or not isinstance(confidence, int | float):
-            raise MalformedJudgeOutput(f"invalid_type: satisfaction output {data!r}")
-        evidence = [e for e in data.get("evidence", []) if isinstance(e, dict)]
-        return SatisfactionVerdict(str(result), float(confidence), str(data.get("reason", "")), evidence)
+        out = _validated(_Satisfaction, data)
+        evidence = [e.model_dump() for e in out.evidence]
+        return SatisfactionVerdict(out.result, out.confidence, out.reason, evidence)
 
 
 class OpenAIDomainJudge:
@@ -144,19 +200,5 @@ class OpenAIDomainJudge:
         data = self.client.generate_object(
             "agent_signal_feedback_domain_route", DOMAIN_SCHEMA, self.SYSTEM, user
         )
-        targets = data.get("targets")
-        if not isinstance(targets, list) or not 1 <= len(targets) <= 4:
-            raise MalformedJudgeOutput(f"invalid_type: targets {targets!r}")
-        out = []
-        for t in targets:
-            if not isinstance(t, dict) or t.get("target") not in ("memory", "none", "prompt", "skill"):
-                raise MalformedJudgeOutput(f"invalid_type: target {t!r}")
-            out.append(
-                DomainTarget(
-                    t["target"],
-                    float(t.get("confidence", 0)),
-                    str(t.get("reason", "")),
-                    list(t.get("evidence") or []),
-                )
-            )
-        return out
+        out = _validated(_Domains, data)
+        return [DomainTarget(t.target, t.confidence, t.reason, list(t.evidence)) for t in out.targets]

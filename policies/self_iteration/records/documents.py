@@ -15,14 +15,14 @@ from typing import Any, Literal
 
 from redis import Redis
 from redis.client import Pipeline
-from redis.exceptions import WatchError
+from redis.exceptions import RedisError, WatchError
 
 from policies.self_iteration.keys import SelfIterationKeys
 from worker.plugin import Keys, add_user_bytes
 
 __all__ = ["DocumentStore", "RollbackStatus"]
 
-UPSERT_ATTEMPTS = 50  # optimistic retries when another run changes the agent's skills meanwhile
+UPSERT_ATTEMPTS = 50  # optimistic retries (upsert, rollback) when a run changes the agent's skills meanwhile
 RollbackStatus = Literal["rolled_back", "conflict", "not_found", "failed", "unsupported"]
 
 
@@ -162,30 +162,46 @@ class DocumentStore:
     def rollback(
         self, user_id: str, agent_id: str, document_id: str, history_id: str, expected_updated_at: int
     ) -> RollbackStatus:
-        """Restore the version ``history_id`` if the document is still at ``expected_updated_at``."""
+        """Restore the version ``history_id`` if the document is still at ``expected_updated_at``.
+
+        Compare-and-set under WATCH of the agent's skills hash: a write to any of its documents meanwhile
+        aborts the transaction, and the check runs again (``UPSERT_ATTEMPTS`` times at most), so ``conflict``
+        means this document's ``updatedAt`` moved on, never that a neighbour changed. A Redis error is
+        ``failed``; anything else is a bug and propagates."""
+        for _ in range(UPSERT_ATTEMPTS):
+            try:
+                return self._rollback_watched(
+                    (user_id, agent_id), document_id, history_id, expected_updated_at
+                )
+            except WatchError:
+                continue
+            except RedisError:
+                return "failed"
+        return "failed"
+
+    def _rollback_watched(
+        self, owner: tuple[str, str], document_id: str, history_id: str, expected_updated_at: int
+    ) -> RollbackStatus:
+        user_id, agent_id = owner
         key = self.si.skills(user_id, agent_id)
         with self.client.pipeline(transaction=True) as pipe:
-            try:
-                pipe.watch(key)  # type: ignore[no-untyped-call]
-                raw = pipe.hget(key, document_id)
-                if raw is None:
-                    return "not_found"
-                current = json.loads(raw)
-                if int(current["updatedAt"]) != int(expected_updated_at):
-                    return "conflict"
-                old = pipe.hget(self.si.skill_history(document_id), history_id)
-                if old is None:
-                    return "not_found"
-                restored = {
-                    **json.loads(old),
-                    "updatedAt": int(time.time() * 1000),
-                    "restoredFrom": history_id,
-                }
-                stored = json.dumps(restored, ensure_ascii=False)
-                pipe.multi()
-                pipe.hset(key, document_id, stored)
-                add_user_bytes(pipe, self.keys, user_id, _size(stored) - _size(raw))  # replaces the current
-                pipe.execute()
-                return "rolled_back"
-            except Exception:
-                return "failed"
+            pipe.watch(key)  # type: ignore[no-untyped-call]
+            raw = pipe.hget(key, document_id)
+            if raw is None:
+                return "not_found"
+            current = json.loads(raw)
+            if int(current["updatedAt"]) != int(expected_updated_at):
+                return "conflict"
+            old = pipe.hget(self.si.skill_history(document_id), history_id)
+            if old is None:
+                return "not_found"
+            # Newer than the version it replaces, even within one millisecond: else that version's receipt (a
+            # retry of this undo) would still find "its" updatedAt and restore once more.
+            updated_at = max(int(time.time() * 1000), int(current["updatedAt"]) + 1)
+            restored = {**json.loads(old), "updatedAt": updated_at, "restoredFrom": history_id}
+            stored = json.dumps(restored, ensure_ascii=False)
+            pipe.multi()
+            pipe.hset(key, document_id, stored)
+            add_user_bytes(pipe, self.keys, user_id, _size(stored) - _size(raw))  # replaces the current
+            pipe.execute()  # WatchError when the skills hash changed since WATCH
+            return "rolled_back"
