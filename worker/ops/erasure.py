@@ -367,6 +367,7 @@ def _erase_scope(
                 window_s=store.settings.dedupe_window_s,
                 may_drop=int(may_drop and n == len(chunks) - 1),
                 event_count=len(chunk),
+                last=int(n == len(chunks) - 1),
                 events=[
                     ErasedEvent(
                         k.event(e.event_id),

@@ -68,5 +68,6 @@ class EraseScope(ScriptCall):
     window_s: int = arg()
     may_drop: int = arg()  # 1: no session of the scope names another user
     event_count: int = arg()
+    last: int = arg()  # 1: the scope's last chunk, which scans the inbox and decides whole or shared
     events: Sequence[ErasedEvent] = group()
     records: Sequence[ErasedRecord] = group()

@@ -1,6 +1,7 @@
 -- ERASE_SCOPE: one scope's part of erasing a user (worker/ops/erasure.py), under the lease the erasure took
 -- (ERASE_HOLD) and checked here, at the write, not when the erasure looked. The lease must still be the
--- erasure's. The scope is dropped whole only when may_drop is 1 (no session of it names another user), its users
+-- erasure's. The erasure calls it a chunk of the user's events at a time; the last chunk (last '1') scans the inbox
+-- and decides: the scope is dropped whole only when may_drop is 1 (no session of it names another user), its users
 -- (scope_users) are this user alone, and no event of anyone else waits in its inbox; otherwise it is shared.
 --
 -- Each of the user's events (the ERASED group, and any of theirs the inbox holds that the caller did not know:
@@ -16,15 +17,15 @@
 local lease, scope_users, inbox, sched, seq, fence_key, runs_scope, scopes, paused, stats, dlq, runs_active,
   runs_dead, outbox_due, journal_due, outbox_dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
   KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
-local token, user_id, scope_key, scope_ref, ev_prefix, now_ms, window_s, may_drop, event_count = ARGV[1], ARGV[2],
-  ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local token, user_id, scope_key, scope_ref, ev_prefix, now_ms, window_s, may_drop, event_count, last = ARGV[1],
+  ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 if redis.call('GET', lease) ~= token then return {-1} end
 
 local DROPS = {'event', 'userId', 'scopeKey', 'sourceId', 'error', 'chainId', 'lastError', 'history',
   'discardReason'}
 local ENDED = {done = true, cancelled = true, discarded = true, erased = true}
 local mine, order = {}, {}
-local k, a = 17, 10
+local k, a = 17, 11
 for _ = 1, tonumber(event_count) do
   local ev, chain, outbox_of = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local event_id = ARGV[a]
@@ -34,9 +35,10 @@ for _ = 1, tonumber(event_count) do
   k, a = k + ERASED_KEYS, a + ERASED_ARGS
 end
 
--- The inbox now: the user's events the caller did not know, and whether an event of anyone else waits there.
+-- The inbox now (the last chunk only: one pass however many chunks): the user's events the caller did not know,
+-- and whether an event of anyone else waits there.
 local others = false
-for _, id in ipairs(redis.call('LRANGE', inbox, 0, -1)) do
+for _, id in ipairs(last == '1' and redis.call('LRANGE', inbox, 0, -1) or {}) do
   local rec = redis.call('HMGET', ev_prefix .. id, 'userId', 'state')
   if rec[1] == user_id then
     if not mine[id] then
@@ -47,7 +49,7 @@ for _, id in ipairs(redis.call('LRANGE', inbox, 0, -1)) do
     others = true
   end
 end
-local whole = may_drop == '1' and not others
+local whole = last == '1' and may_drop == '1' and not others
 if whole then
   for _, u in ipairs(redis.call('SMEMBERS', scope_users)) do
     if u ~= user_id then whole = false end
@@ -103,6 +105,17 @@ if whole then
   redis.call('HDEL', paused, scope_key)
   return {1, written, chains}
 end
-for _, id in ipairs(order) do redis.call('LREM', inbox, 0, id) end
-redis.call('SREM', scope_users, user_id)
+if last == '1' then
+  -- Shared: the inbox rebuilt in one pass without the events this erasure (any chunk) made tombstones (no body
+  -- left: a drain would pop and skip them), not one LREM, a walk of the whole list, per event.
+  local kept = {}
+  for _, id in ipairs(redis.call('LRANGE', inbox, 0, -1)) do
+    if redis.call('HEXISTS', ev_prefix .. id, 'event') == 1 then kept[#kept + 1] = id end
+  end
+  redis.call('DEL', inbox)
+  for first = 1, #kept, 1000 do  -- Lua's unpack stops near 8,000 values: a chunk at a time
+    redis.call('RPUSH', inbox, unpack(kept, first, math.min(first + 999, #kept)))
+  end
+  redis.call('SREM', scope_users, user_id)
+end
 return {0, written, chains}

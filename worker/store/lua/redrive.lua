@@ -18,7 +18,7 @@ end
 redis.call('HINCRBY', ev, 'redrives', 1)
 redis.call('HDEL', ev, 'notBefore')
 redis.call('ZREM', dlq, event_id)
-index_move(runs_dead, runs_active, event_id, ev, tonumber(run_index_max))
+index_add_active(runs_active, index_leave(runs_dead, event_id, ev) or 0, event_id)
 index_trim(now_ms, window_s)
 redis.call('RPUSH', inbox, event_id)
 redis.call('HINCRBY', stats, 'redriven', 1)

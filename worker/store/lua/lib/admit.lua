@@ -108,7 +108,7 @@ local function admit(e, at)
   index_add_typed(e.runs_type, t, e.event_id, at.max, at.runs_types, e.source_type, at.runs_active)
   index_add(e.runs_scope, t, e.event_id, at.max)
   -- queued and running events: bounded by the tenant's queue limit, so a backlog is listed whole
-  index_add(at.runs_active, t, e.event_id, 0)
+  index_add_active(at.runs_active, t, e.event_id)
   index_add(e.by_source, t, e.source_member, 0)
   if e.user_id ~= '' then
     redis.call('HSET', e.ev, 'userId', e.user_id)

@@ -4,8 +4,8 @@
 -- events-of:user:U. A done event is in no status index (issue 29: an index of done events repeated the type
 -- indexes' union for 130 bytes per retained event; the explorer walks the type indexes for done). The bucket's
 -- registry of source types (runs:types, a zset: type -> its last admission) names the type indexes that hold
--- events of the window. Active is not trimmed by count: the tenant's queue limit bounds it, so a backlog is
--- listed whole; a type index keeps AGENT_SIGNAL_RUN_INDEX_MAX events besides the bucket's active ones, so a
+-- events of the window. Active is not trimmed at all (index_add_active): the tenant's queue limit bounds it, so a
+-- backlog is listed whole, however old; a type index keeps AGENT_SIGNAL_RUN_INDEX_MAX events besides the bucket's active ones, so a
 -- backlog of one type never pushes its finished events out. Adds and removes are gathered per index and
 -- written when the script ends (index_flush: one ZREM and one ZADD with many members per index and script, not
 -- one per event; a member's last change wins). A script that added to indexes trims each of them once before
@@ -27,6 +27,11 @@ end
 local function index_add(key, score, member, max)
   zchange(key, member, score)
   touched[key] = max or 0
+end
+-- The active index (queued and processing events): neither trimmed nor given a TTL. An event waits as long as it
+-- must (a paused scope, a backlog: its record has no TTL either), and the tenant's queue limit bounds the index.
+local function index_add_active(key, score, member)
+  zchange(key, member, score)
 end
 -- An index that is not trimmed (the user index events-of:user:U, which erasure walks whole): its TTL is set once
 -- per script.

@@ -1,0 +1,38 @@
+"""A shared scope's erasure in chunks (ERASE_SCOPE is called a chunk of the user's events at a time): the last
+chunk scans the inbox once and rebuilds it without every chunk's tombstones (it was one LREM, a walk of the whole
+inbox, per event). Real Redis, a paused scope so the events wait."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from producers import Producer
+from sessions.store import session_scope
+from worker.ops import erasure
+from worker.ops.scope_control import pause_scope
+
+pytestmark = pytest.mark.integration
+
+SCOPE = "topic:erasure-chunks"
+
+
+def test_the_users_events_leave_a_shared_inbox_over_several_chunks(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(erasure, "CHUNK", 2)
+    producer = Producer(make_settings())
+    keys = producer.keys
+    assert pause_scope(producer.store, keys, SCOPE)
+    sent: dict[str, list[str]] = {"alice": [], "bob": []}
+    for n, user in enumerate(["alice", "bob", "alice", "alice", "bob", "alice", "alice"]):
+        event = {"sourceType": "test.counter", "sourceId": f"chunks-{n}", "scopeKey": SCOPE, "userId": user}
+        sent[user].append(producer.enqueue({**event, "payload": {}}).event_id)
+    report = erasure.erase_user(producer.store, keys, "alice", session_scope=session_scope)
+    assert report.busy_scopes == [] and report.removed["eventPayloads"] == 5
+    k = keys.for_scope(SCOPE)
+    assert producer.store.client.lrange(k.inbox(SCOPE), 0, -1) == sent["bob"]  # in order, bob's only
+    assert producer.store.stats(keys).get("queued") == 2
+    assert all(producer.status(e)["status"] == "erased" for e in sent["alice"])  # type: ignore[index]
+    producer.close()
