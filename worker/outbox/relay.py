@@ -73,10 +73,16 @@ class Attempt:
     retry_at_ms: int | None = None
 
 
+# Attempts a record of a kind no deliverer here knows gets before it is dead: a rolling deploy's older workers may
+# claim a new kind's records for a while (with the backoff's 60 s cap, about an hour), a plugin removed for good
+# leaves them dead (listed, redriven once a worker knows the kind).
+UNKNOWN_KIND_ATTEMPTS = 60
+
+
 def _no_deliverer(record: OutboxRecord) -> None:
     """A kind no plugin of this process delivers (a rolling deploy, or a plugin removed): a failed attempt, retried
-    with backoff (another worker may know the kind meanwhile), dead after the last (it was never counted and
-    expired unseen after the outbox retention)."""
+    with backoff (another worker may know the kind meanwhile), dead after :data:`UNKNOWN_KIND_ATTEMPTS` (it was
+    never counted and expired unseen after the outbox retention)."""
     raise LookupError(f"no deliverer for outbox kind {record.kind!r} in this worker")
 
 
@@ -105,9 +111,8 @@ class OutboxRelay:
         # the default tenant always: its records may predate the tenants set (an upgrade), as migrate assumes
         every = [k for t in sorted({*self.store.known_tenants(), DEFAULT_TENANT}) for k in self._buckets(t)]
         done = 0
-        if (
-            self.store.keys.buckets > 1
-        ):  # first: its records are writes to this Redis (receipts, follow-ups), quick
+        # the journal first: its records are writes to this Redis (receipts, follow-ups), quick
+        if self.store.keys.buckets > 1:
             journaled = self._ordered(every, self.batch)
             self.delivered += journaled
             done += journaled
@@ -157,7 +162,8 @@ class OutboxRelay:
             record.last_error = f"{type(exc).__name__}: {exc}"[:500]  # in the record: erasure removes it
             where = {"outboxRecord": record.id, "eventId": record.event_id or None}
             error = describe_error(exc)
-            if record.attempts >= self.max_attempts or isinstance(exc, PermanentFailure):
+            limit = self.max_attempts if record.kind in self.deliverers else UNKNOWN_KIND_ATTEMPTS
+            if record.attempts >= max(limit, self.max_attempts) or isinstance(exc, PermanentFailure):
                 record.state = "dead"
                 log.error("outbox record is dead after %d attempts: %s", record.attempts, error, extra=where)
                 return Attempt("dead")

@@ -30,6 +30,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import WatchError
 
+from worker.core.clock import now_ms
 from worker.keys.layout import Keys, glob_escaped
 from worker.store.quotas import receipt_bytes_effects
 
@@ -101,7 +102,8 @@ def receipt_index_trims(keys: Keys, receipt: Mapping[str, Any], ttl_s: int) -> l
     members created more than ``ttl_s`` before it: their receipts have expired, and an index that keeps being
     written to never expires itself."""
     user, agent, topic = receipt_owner(receipt)
-    before = f"({int(receipt['createdAt']) - ttl_s * 1000}"
+    # the receipt's time, but never past this clock: a createdAt in the future would trim every older member
+    before = f"({min(int(receipt['createdAt']), now_ms()) - ttl_s * 1000}"
     indexes = (keys.user_receipts(user), keys.receipt_index(user, agent, topic))
     return [["ZREMRANGEBYSCORE", index, "-inf", before] for index in indexes]
 

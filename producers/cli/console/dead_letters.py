@@ -37,10 +37,8 @@ def act_on_every_dead(
         params: dict[str, Any] = {"limit": DEAD_PAGE_MAX, **({"cursor": cursor} if cursor else {})}
         page = api.call("GET", "/v1/dlq", params=params)
         ids = [str(event["eventId"]) for event in page.get("events") or []]
-        first, of = (
-            not (done or not_dead),
-            int(page.get("total") or 0) + len(done),
-        )  # dead then, and done before
+        first = not (done or not_dead)
+        of = int(page.get("total") or 0) + len(done)  # dead then, and done before
         cursor = page.get("cursor")
         if ids:
             result = api.call("POST", path, body={**(body or {}), "eventIds": ids})

@@ -44,7 +44,7 @@ def api(
     for command in buffer.to_json_list():
         pipe.execute_command(*command)
     pipe.execute()
-    OutboxRelay(store, {}, max_attempts=1).run_once()
+    OutboxRelay(store, {"hook": _refused}, max_attempts=1).run_once()
     client = _KeptOpen(Target(url="http://testserver"))
     with TestClient(create_web_app(settings)) as web:
         client.client.close()
@@ -62,10 +62,14 @@ def test_dead_then_redrive_then_not_dead(api: Api, capsys: pytest.CaptureFixture
     assert outbox_cli.cmd_outbox_dead(_args()) == 0
     (listed,) = json.loads(capsys.readouterr().out)["records"]
     assert (listed["scopeKey"], listed["recordId"], listed["attempts"]) == (SCOPE, "hook:k1", 1)
-    assert "no deliverer" in listed["lastError"]
+    assert "the receiver is down" in listed["lastError"]
     one = _args(scope=SCOPE, record_id="hook:k1")
     assert outbox_cli.cmd_outbox_redrive(one) == 0
     assert json.loads(capsys.readouterr().out)["redriven"] == [{"scopeKey": SCOPE, "recordId": "hook:k1"}]
     assert outbox_cli.cmd_outbox_redrive(one) == 1  # pending now: not dead
     assert outbox_cli.cmd_outbox_redrive(_args(scope=SCOPE)) == 2  # a scope without its record id
     assert outbox_cli.cmd_outbox_redrive(_args(all=True, scope=SCOPE, record_id="hook:k1")) == 2
+
+
+def _refused(record: Any) -> None:
+    raise ConnectionError("the receiver is down")

@@ -126,6 +126,8 @@ def test_a_write_to_a_session_moved_meanwhile_counts_for_its_new_user(
 def test_a_session_that_keeps_moving_ends_in_contention(
     redis_client: Redis, keys: BucketKeys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A session moved to another user before every try writes nothing, and the store gives up with
+    ContentionError (the door's 503) after its tries instead of looping for ever."""
     from sessions import store as store_module
 
     monkeypatch.setattr(store_module, "MOVE_RETRIES", 3)

@@ -153,8 +153,12 @@ def test_a_dead_outbox_record_of_the_users_scope_leaves_the_dead_list(make_setti
     for command in buffer.to_json_list():
         pipe.execute_command(*command)
     pipe.execute()
-    OutboxRelay(producer.store, {}, max_attempts=1).run_once()
+    OutboxRelay(producer.store, {"hook": _refused}, max_attempts=1).run_once()
     assert dead_page(producer.store, producer.keys).total == 1
     _erase(producer)
     assert producer.store.client.zcard(k.outbox_dead) == 0  # gone, not only unlisted when a page meets it
     producer.close()
+
+
+def _refused(record: Any) -> None:
+    raise ConnectionError("the receiver is down")

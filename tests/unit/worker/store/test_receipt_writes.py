@@ -55,3 +55,16 @@ class TestIndexTrim:
             assert store.append(_receipt(rid, at))
         for index in (keys.user_receipts("carol"), keys.receipt_index("carol", "a", "A")):
             assert redis_client.zrange(index, 0, -1) == ["r30", "r90"], index
+
+    def test_a_receipt_dated_in_the_future_trims_by_this_clock(
+        self, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """``receipt_effects`` is plugin API: a receipt whose createdAt is a year ahead trimmed every older member
+        of the user's indexes. The cutoff never passes the worker's clock."""
+        import time
+
+        store = ReceiptStore(redis_client, keys, ttl_s=3600)
+        now = int(time.time() * 1000)
+        assert store.append(_receipt("recent", now - 60_000))
+        assert store.append(_receipt("ahead", now + 365 * 24 * 3600 * 1000))
+        assert sorted(redis_client.zrange(keys.user_receipts("carol"), 0, -1)) == ["ahead", "recent"]
