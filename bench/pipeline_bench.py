@@ -33,7 +33,13 @@ def pipeline_on(store: EventStore) -> Pipeline:
 
     pipeline = build_pipeline(store.settings)
     pipeline.ctx = dataclasses.replace(pipeline.ctx, store=store)
-    pipeline.lease = ScopeLease(store.scripts, ttl_s=30.0, renew_interval_s=5.0, run=store.durable)
+    pipeline.lease = ScopeLease(
+        store.scripts,
+        ttl_s=30.0,
+        renew_interval_s=5.0,
+        run=store.durable,
+        window_s=store.settings.dedupe_window_s,
+    )
     return pipeline
 
 

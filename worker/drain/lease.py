@@ -88,7 +88,7 @@ class ScopeLease:
         ttl_s: float,
         renew_interval_s: float,
         run: Callable[[ScriptCall], Any] | None = None,
-        window_s: int = 24 * 60 * 60,
+        window_s: int,
     ) -> None:
         """``run`` runs ACQUIRE (``EventStore.durable``: waits for replicas when configured, so a fencing number
         a failover could hand out again is never used); ``window_s``, the dedupe window (``dedupe_window_s``): how

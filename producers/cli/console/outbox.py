@@ -9,6 +9,7 @@ from typing import Any
 
 from producers.cli.console.api import add_http_options, collect_pages, open_api, positive_int
 from producers.cli.console.table import Column, print_json, print_table, utc_ms
+from producers.cli.target import Api
 
 __all__ = ["add_outbox_command"]
 
@@ -44,11 +45,12 @@ def cmd_outbox_redrive(args: argparse.Namespace) -> int:
     if args.all == bool(args.scope) or (args.scope and not args.record_id):
         print("agent-signal outbox redrive: give --all, or SCOPE and RECORD_ID (not both)", file=sys.stderr)
         return 2
-    body: dict[str, Any] = {"all": True}
-    if not args.all:
-        body = {"records": [{"scopeKey": args.scope, "recordId": args.record_id}]}
     with open_api(args) as api:
-        result: dict[str, Any] = api.call("POST", "/v1/outbox/redrive", body=body)
+        if args.all:
+            result = _redrive_every_dead(api)
+        else:
+            body = {"records": [{"scopeKey": args.scope, "recordId": args.record_id}]}
+            result = api.call("POST", "/v1/outbox/redrive", body=body)
     not_dead = list(result.get("notDead") or [])
     if args.json:
         print_json(result)
@@ -57,6 +59,29 @@ def cmd_outbox_redrive(args: argparse.Namespace) -> int:
         rows += [{**r, "result": "not dead: left as it is"} for r in not_dead]
         print_table(rows, REDRIVE_COLUMNS, empty="nothing to redrive: no dead outbox records")
     return 1 if not_dead else 0
+
+
+def _redrive_every_dead(api: Api) -> dict[str, Any]:
+    """Every record dead when it starts, a page of ``GET /v1/outbox/dead`` (500) per redrive request, followed by its
+    cursor (one request for all of them would outlast the CLI's timeout with enough of them); the count so far on
+    stderr when there is more than one page."""
+    redriven: list[dict[str, str]] = []
+    not_dead: list[dict[str, str]] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": PAGE_MAX, **({"cursor": cursor} if cursor else {})}
+        page = api.call("GET", "/v1/outbox/dead", params=params)
+        first, of = not (redriven or not_dead), int(page.get("total") or 0) + len(redriven)
+        records = [{"scopeKey": r["scopeKey"], "recordId": r["recordId"]} for r in page.get("records") or []]
+        cursor = page.get("cursor")
+        if records:
+            result = api.call("POST", "/v1/outbox/redrive", body={"records": records})
+            redriven += result.get("redriven") or []
+            not_dead += result.get("notDead") or []
+        if cursor or not first:
+            print(f"redriven {len(redriven):,} of {of:,}", file=sys.stderr)
+        if not cursor:
+            return {"redriven": redriven, "notDead": not_dead}
 
 
 def add_outbox_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,6 +101,10 @@ def add_outbox_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     r.add_argument(
         "record_id", nargs="?", metavar="RECORD_ID", help="the record's id (as `outbox dead` lists it)"
     )
-    r.add_argument("--all", action="store_true", help="every dead outbox record of the tenant")
+    r.add_argument(
+        "--all",
+        action="store_true",
+        help="every dead outbox record of the tenant (500 a request, the count on stderr)",
+    )
     add_http_options(r)
     r.set_defaults(func=cmd_outbox_redrive)

@@ -39,7 +39,10 @@ def api(
     settings = make_settings()
     store = EventStore(redis_client, settings)
     buffer = EffectBuffer(keys=keys)
-    HandlerContext(scope_key=SCOPE, node_timestamp=1, keys=keys, effects=buffer).outbox("hook", {}, key="k1")
+    for n in (1, 2, 3):
+        HandlerContext(scope_key=SCOPE, node_timestamp=1, keys=keys, effects=buffer).outbox(
+            "hook", {}, key=f"k{n}"
+        )
     pipe = redis_client.pipeline(transaction=True)
     for command in buffer.to_json_list():
         pipe.execute_command(*command)
@@ -58,10 +61,14 @@ def _args(**given: Any) -> argparse.Namespace:
     return argparse.Namespace(**{**base, **given})
 
 
-def test_dead_then_redrive_then_not_dead(api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dead_then_redrive_then_not_dead(
+    api: Api, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert outbox_cli.cmd_outbox_dead(_args()) == 0
-    (listed,) = json.loads(capsys.readouterr().out)["records"]
-    assert (listed["scopeKey"], listed["recordId"], listed["attempts"]) == (SCOPE, "hook:k1", 1)
+    records = json.loads(capsys.readouterr().out)["records"]
+    assert sorted(r["recordId"] for r in records) == ["hook:k1", "hook:k2", "hook:k3"]
+    (listed,) = [r for r in records if r["recordId"] == "hook:k1"]
+    assert (listed["scopeKey"], listed["attempts"]) == (SCOPE, 1)
     assert "the receiver is down" in listed["lastError"]
     one = _args(scope=SCOPE, record_id="hook:k1")
     assert outbox_cli.cmd_outbox_redrive(one) == 0
@@ -69,6 +76,12 @@ def test_dead_then_redrive_then_not_dead(api: Api, capsys: pytest.CaptureFixture
     assert outbox_cli.cmd_outbox_redrive(one) == 1  # pending now: not dead
     assert outbox_cli.cmd_outbox_redrive(_args(scope=SCOPE)) == 2  # a scope without its record id
     assert outbox_cli.cmd_outbox_redrive(_args(all=True, scope=SCOPE, record_id="hook:k1")) == 2
+    capsys.readouterr()
+    monkeypatch.setattr(outbox_cli, "PAGE_MAX", 1)  # --all goes a page at a time: two pages here
+    assert outbox_cli.cmd_outbox_redrive(_args(all=True)) == 0
+    out = capsys.readouterr()
+    assert sorted(r["recordId"] for r in json.loads(out.out)["redriven"]) == ["hook:k2", "hook:k3"]
+    assert out.err.splitlines() == ["redriven 1 of 2", "redriven 2 of 2"]
 
 
 def _refused(record: Any) -> None:

@@ -69,7 +69,13 @@ def rig(make_settings: Any) -> Iterator[Rig]:
     store = EventStore(client, settings)
     pipeline = build_pipeline(settings)
     pipeline.ctx = dataclasses.replace(pipeline.ctx, store=store)
-    pipeline.lease = ScopeLease(store.scripts, ttl_s=30.0, renew_interval_s=5.0, run=store.durable)
+    pipeline.lease = ScopeLease(
+        store.scripts,
+        ttl_s=30.0,
+        renew_interval_s=5.0,
+        run=store.durable,
+        window_s=store.settings.dedupe_window_s,
+    )
     # no app: a hand-on fails to send and gives its ticket back (TICKET_RETURN), which the trip count would show
     fair = FairQueue(client, store.keys, None, "unused")
     for name in ("pop_acquire", "commit"):  # loaded first: a first EVALSHA is three round trips

@@ -47,7 +47,13 @@ def _rig(settings: Settings) -> Rig:
     store = EventStore(client, settings)
     pipeline = build_pipeline(settings)
     pipeline.ctx = dataclasses.replace(pipeline.ctx, store=store)
-    pipeline.lease = ScopeLease(store.scripts, ttl_s=30.0, renew_interval_s=5.0, run=store.durable)
+    pipeline.lease = ScopeLease(
+        store.scripts,
+        ttl_s=30.0,
+        renew_interval_s=5.0,
+        run=store.durable,
+        window_s=store.settings.dedupe_window_s,
+    )
     fair = FairQueue(client, store.keys, None, "unused")  # no message is sent here
     for name in ("pop_acquire", "ready_pop", "acquire"):  # loaded first: a first EVALSHA is three round trips
         client.script_load(store.scripts.script(name).script)

@@ -29,7 +29,7 @@ def _event(source_id: str, scope: str = SCOPE) -> dict[str, Any]:
 def _setup(make_settings: Any) -> tuple[Producer, EventStore, ScopeLease]:
     producer = Producer(make_settings())
     store = producer.store
-    return producer, store, ScopeLease(store.scripts, ttl_s=30, renew_interval_s=10)
+    return producer, store, ScopeLease(store.scripts, ttl_s=30, renew_interval_s=10, window_s=86_400)
 
 
 def _take(lease: ScopeLease, keys: BucketKeys) -> tuple[LeaseGrant, str]:

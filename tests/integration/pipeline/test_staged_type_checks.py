@@ -32,7 +32,7 @@ def _run(producer: Producer, staged: list[list[list[Any]]], client: Redis) -> tu
         producer.enqueue(
             {"sourceType": "bot.message.merged", "sourceId": f"s{i}", "scopeKey": SCOPE, "payload": {}}
         )
-    lease = ScopeLease(producer.store.scripts, ttl_s=30, renew_interval_s=10)
+    lease = ScopeLease(producer.store.scripts, ttl_s=30, renew_interval_s=10, window_s=86_400)
     grant, _, head = lease.acquire(keys, SCOPE, now_ms=int(time.time() * 1000))
     lease.stop_renewing()
     assert grant is not None and head is not None

@@ -236,7 +236,7 @@ class TestInstruments:
         """Two events on a scope whose lease is held: both accepted (no 'scope_locked'), both run after release."""
         from worker.drain.lease import ScopeLease
 
-        lease = ScopeLease(rig.pipeline.store.scripts, ttl_s=5, renew_interval_s=1)
+        lease = ScopeLease(rig.pipeline.store.scripts, ttl_s=5, renew_interval_s=1, window_s=86_400)
         rig.producer.enqueue(_msg("c1", scope="topic:t5"))
         grant, _, _ = lease.acquire(
             rig.pipeline.keys.for_tenant("default"), "topic:t5", now_ms=int(time.time() * 1000)

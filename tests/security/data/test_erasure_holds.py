@@ -6,7 +6,6 @@ runs."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -80,7 +79,14 @@ def test_a_drain_that_starts_mid_erasure_cannot_apply_the_erased_users_event(
     wait_for(
         lambda: redis_client.get(theirs_counter) == "1", timeout_s=30, what="the scope to drain after it"
     )
-    time.sleep(2.5)  # longer than the action's sleep: an action started before the erasure has applied by now
+    # settled: no lease and nothing queued, so whatever a drain took (the user's event too, had the erasure not
+    # held the scope) has committed by now
+    scoped = k.for_scope(scope)
+    wait_for(
+        lambda: not redis_client.exists(scoped.lease(scope)) and not redis_client.llen(scoped.inbox(scope)),
+        timeout_s=30,
+        what="the scope to settle",
+    )
     assert not redis_client.exists(mine_counter) and not redis_client.exists(running)
     assert (producer.status(mine) or {}).get("status") == "erased"
     assert _mentions(_dump(redis_client, keys), GONE, SECRET) == []
