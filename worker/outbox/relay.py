@@ -74,7 +74,7 @@ class Attempt:
 
 
 # Attempts a record of a kind no deliverer here knows gets before it is dead: a rolling deploy's older workers may
-# claim a new kind's records for a while (with the backoff's 60 s cap, about an hour), a plugin removed for good
+# claim a new kind's records for a while (full-jitter backoff under a 60 s cap: about half an hour), a plugin removed for good
 # leaves them dead (listed, redriven once a worker knows the kind).
 UNKNOWN_KIND_ATTEMPTS = 60
 
@@ -149,9 +149,17 @@ class OutboxRelay:
         record = OutboxRecord.from_json(raw)
         return record if record.state == "pending" else None
 
-    def _attempt(self, record: OutboxRecord, before: Callable[[OutboxRecord], bool] | None = None) -> Attempt:
+    def _attempt(
+        self,
+        record: OutboxRecord,
+        before: Callable[[OutboxRecord], bool] | None = None,
+        *,
+        grace: bool = True,
+    ) -> Attempt:
         """Count an attempt and deliver ``record`` through its kind's deliverer, updating it in place; ``before``
-        runs once the attempt is counted and may call the delivery off (another relay took the record)."""
+        runs once the attempt is counted and may call the delivery off (another relay took the record). ``grace``:
+        a kind no deliverer here knows gets :data:`UNKNOWN_KIND_ATTEMPTS` (not in a journal, whose head holds up
+        the rest of its bucket while it is retried)."""
         deliver = self.deliverers.get(record.kind) or _no_deliverer
         record.attempts += 1  # counted before the call: a relay that dies mid-delivery still used an attempt
         if before is not None and not before(record):
@@ -162,7 +170,8 @@ class OutboxRelay:
             record.last_error = f"{type(exc).__name__}: {exc}"[:500]  # in the record: erasure removes it
             where = {"outboxRecord": record.id, "eventId": record.event_id or None}
             error = describe_error(exc)
-            limit = self.max_attempts if record.kind in self.deliverers else UNKNOWN_KIND_ATTEMPTS
+            unknown = grace and record.kind not in self.deliverers
+            limit = UNKNOWN_KIND_ATTEMPTS if unknown else self.max_attempts
             if record.attempts >= max(limit, self.max_attempts) or isinstance(exc, PermanentFailure):
                 record.state = "dead"
                 log.error("outbox record is dead after %d attempts: %s", record.attempts, error, extra=where)
@@ -329,7 +338,7 @@ class OutboxRelay:
             written = self._journal_settle(keys, token, key, member, counting, done=False)
             return written == 1
 
-        attempt = self._attempt(record, counted)
+        attempt = self._attempt(record, counted, grace=False)
         if attempt.verdict == "skipped":
             return ("next" if written == -1 else "stop"), 0  # -1: erased meanwhile, its entry dropped
         written = self._journal_settle(keys, token, key, member, record, done=attempt.verdict != "retry")

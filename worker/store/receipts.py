@@ -85,7 +85,8 @@ def receipt_effects(
     body = json.dumps(dict(receipt), ensure_ascii=False, separators=(",", ":"))
     commands: list[list[str | int]] = [["SET", keys.receipt(user, receipt_id), body, "NX", "EX", ttl_s]]
     for index in (keys.user_receipts(user), keys.receipt_index(user, agent, topic)):
-        commands += [["ZADD", index, "NX", created_at, receipt_id], ["EXPIRE", index, ttl_s]]
+        # scored no later than this clock: a receipt dated ahead would stay indexed long after it expired
+        commands += [["ZADD", index, "NX", min(created_at, now_ms()), receipt_id], ["EXPIRE", index, ttl_s]]
     runs = [r for r in (event_id, receipt.get("operationId")) if isinstance(r, str) and r]
     for run in runs:
         index = keys.operation_receipts(user, run)

@@ -68,3 +68,32 @@ def test_an_event_queued_past_the_window_still_runs(make_settings: Any, keys: Bu
 def _redis_ms(client: Any) -> int:
     seconds, micros = client.time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_the_active_index_loses_a_ttl_it_had_and_the_heads_that_are_gone(
+    make_settings: Any, keys: BucketKeys
+) -> None:
+    """The active index is neither trimmed nor expiring now; one written by the release before had the window as a
+    TTL, which an admission takes off (else it expired a window after the upgrade with every waiting event in it).
+    A head whose record is gone (expired while it waited, under the release before) leaves it when the drain
+    pops the head: nothing else would ever remove it."""
+    settings = make_settings()
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    client, tenant = producer.store.client, producer.keys
+    active = keys.runs("status", "active")
+    counter = f"{keys.bucket_prefix}test:active-counter"
+    try:
+        assert pause_scope(producer.store, tenant, SCOPE)
+        gone = producer.enqueue(_event("active-1", counter)).event_id
+        client.expire(active, 3600)  # as the release before left it
+        kept = producer.enqueue(_event("active-2", counter)).event_id
+        assert client.ttl(active) == -1
+        client.delete(producer.store.locate(tenant, gone).event(gone))  # expired while it waited
+        assert resume_scope(producer.store, tenant, SCOPE, lambda ref: None)
+        pipeline.drain_scope(SCOPE)
+        assert producer.status(kept)["status"] == "done"  # type: ignore[index]
+        assert client.zrange(active, 0, -1) == []
+    finally:
+        producer.close()
+        pipeline.store.client.close()

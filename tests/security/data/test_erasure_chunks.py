@@ -36,3 +36,23 @@ def test_the_users_events_leave_a_shared_inbox_over_several_chunks(
     assert producer.store.stats(keys).get("queued") == 2
     assert all(producer.status(e)["status"] == "erased" for e in sent["alice"])  # type: ignore[index]
     producer.close()
+
+
+def test_a_session_owners_scope_is_dropped_whole_once_both_users_are_erased(make_settings: Any) -> None:
+    """Alice's event in a scope whose session names bob: her erasure keeps the scope shared and marks its users'
+    set (the plugins' erasers must not take the scope for hers alone once she leaves it); bob's erasure then drops
+    it whole (the mark counts for no one), as it did before the mark existed."""
+    from sessions.store import SessionStore
+
+    producer = Producer(make_settings())
+    keys, client = producer.keys, producer.store.client
+    SessionStore(client, keys).update_settings("owned", {"userId": "bob"})
+    scope = session_scope("owned")
+    k = keys.for_scope(scope)
+    event = {"sourceType": "test.counter", "sourceId": "owned-alice", "scopeKey": scope, "userId": "alice"}
+    producer.enqueue({**event, "payload": {}})
+    erasure.erase_user(producer.store, keys, "alice", session_scope=session_scope)
+    assert client.smembers(k.scope_users(scope)) == {"*shared"}  # kept: the session names bob
+    report = erasure.erase_user(producer.store, keys, "bob", session_scope=session_scope)
+    assert report.removed["scopes"] == 1 and not client.exists(k.scope_users(scope), k.inbox(scope))
+    producer.close()

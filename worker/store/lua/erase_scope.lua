@@ -21,6 +21,7 @@ local token, user_id, scope_key, scope_ref, ev_prefix, now_ms, window_s, may_dro
   ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 if redis.call('GET', lease) ~= token then return {-1} end
 
+local SHARED_MARK = '*shared'  -- no user id holds '*' (worker/core/ids.py)
 local DROPS = {'event', 'userId', 'scopeKey', 'sourceId', 'error', 'chainId', 'lastError', 'history',
   'discardReason'}
 local ENDED = {done = true, cancelled = true, discarded = true, erased = true}
@@ -52,7 +53,7 @@ end
 local whole = last == '1' and may_drop == '1' and not others
 if whole then
   for _, u in ipairs(redis.call('SMEMBERS', scope_users)) do
-    if u ~= user_id then whole = false end
+    if u ~= user_id and u ~= SHARED_MARK then whole = false end
   end
 end
 
@@ -117,8 +118,9 @@ if last == '1' then
     redis.call('RPUSH', inbox, unpack(kept, first, math.min(first + 999, #kept)))
   end
   redis.call('SREM', scope_users, user_id)
-  -- kept shared with the user its last name (a session there names another): '*', as admission marks an event of
-  -- nobody in particular, so the set still says the scope is not one user's (the plugins' erasers read it)
-  if redis.call('SCARD', scope_users) == 0 then redis.call('SADD', scope_users, '*') end
+  -- kept shared with the user its last name (a session there names another): SHARED_MARK keeps the set, so the
+  -- plugins' erasers do not take the scope for the user's alone; the whole-scope check above ignores it, so the
+  -- session's own user, erased later, still has the scope dropped whole
+  if redis.call('SCARD', scope_users) == 0 then redis.call('SADD', scope_users, SHARED_MARK) end
 end
 return {0, written, chains}

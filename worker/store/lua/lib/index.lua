@@ -30,8 +30,10 @@ local function index_add(key, score, member, max)
 end
 -- The active index (queued and processing events): neither trimmed nor given a TTL. An event waits as long as it
 -- must (a paused scope, a backlog: its record has no TTL either), and the tenant's queue limit bounds the index.
+local persist = {}  -- active index keys: PERSIST once per script (an index written before it lost its TTL had one)
 local function index_add_active(key, score, member)
   zchange(key, member, score)
+  persist[key] = true
 end
 -- An index that is not trimmed (the user index events-of:user:U, which erasure walks whole): its TTL is set once
 -- per script.
@@ -82,6 +84,8 @@ local function index_flush()
   rising = {}
   for key, ttl_s in pairs(kept) do redis.call('EXPIRE', key, ttl_s) end
   kept = {}
+  for key in pairs(persist) do redis.call('PERSIST', key) end
+  persist = {}
 end
 local function index_trim(now, window)
   index_flush()

@@ -37,6 +37,9 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
       'redrives', 'sourceType', 'sourceId', 'attempts', 'enqueuedAt')
     if not rec[2] or FINAL[rec[1]] then
       redis.call('LPOP', inbox)
+      -- a record gone (expired while it waited, before records waiting had no TTL): out of the active index too,
+      -- which is neither trimmed nor expiring
+      if not rec[2] and ix.active then zchange(ix.active, id, false) end
     elseif rec[5] and ix.stats then
       redis.call('LPOP', inbox)
       mark_cancelled(ek, id, now, ix, {enqueued = rec[11], history = rec[6], not_before = rec[3]})
