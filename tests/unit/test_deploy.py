@@ -60,7 +60,7 @@ def test_grafana_dashboard_queries_series_we_export() -> None:
     assert {
         "Events by status (per second)",
         "Chain duration and enqueue-to-done latency (p50 / p99, ms)",
-        "Dead-letter list size",
+        "Dead letters: events, and outbound calls that failed every attempt",
     } <= titles
     # accepted counts what the door admitted and what the service enqueued itself (done + dead never exceed it)
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
