@@ -2,7 +2,8 @@
 // JSON-checked editor to redrive as is or edited, or to discard with a reason; rows can be picked by hand
 // or by filter for bulk redrive and discard. Every action says what it did, and a row that was acted on
 // stays in the list and follows its event live (queued, processing, then done or dead again).
-// #/dlq?state=discarded lists discarded events with the reason and time (their audit record).
+// #/dlq?state=discarded lists discarded events with the reason and time (their audit record); #/dlq?state=outbox
+// the outbound calls (webhooks, agent runs) that failed every attempt, each sent again by a button (or all at once).
 // The list comes a page at a time (GET /v1/dlq's cursor, which no death or redrive meanwhile shifts): "Load more"
 // reads the next page, a refresh re-reads as many as are shown, and the counts say how many are shown of how many
 // there are.
@@ -12,7 +13,7 @@ const DLQ_FETCH_LIMIT = 500; // GET /v1/dlq's largest page
 
 function dlqTabs(current) {
   const tab = (state, label) => el("a", { href: state ? `#/dlq?state=${state}` : "#/dlq", class: "tab", "aria-current": current === state ? "page" : null }, label);
-  return el("nav", { class: "tabs", "aria-label": "Dead-letter lists" }, tab("", "Dead"), tab("discarded", "Discarded"));
+  return el("nav", { class: "tabs", "aria-label": "Dead-letter lists" }, tab("", "Dead"), tab("discarded", "Discarded"), tab("outbox", "Outbox"));
 }
 
 function eventOf(record) {
@@ -23,6 +24,7 @@ function eventOf(record) {
 
 function dlqPage() {
   if (hashParams().state === "discarded") { discardedPage(); return; }
+  if (hashParams().state === "outbox") { outboxDeadPage(); return; }
   const typeFilter = el("select", { "aria-label": "Source type" }, el("option", { value: "" }, "any"));
   const errorFilter = el("input", { type: "search", placeholder: "text in the error", "aria-label": "Error contains" });
   const selectAll = el("input", { type: "checkbox", "aria-label": "Select every row shown" });
@@ -318,5 +320,47 @@ function discardedPage() {
         );
       }), { class: "discarded list" })
       : el("div", { class: "empty" }, "Nothing was discarded. A discarded event keeps an audit record here: who knows why it was dropped, and when."));
+  });
+}
+
+function outboxDeadPage() {
+  const holder = el("div");
+  const count = el("span", { class: "live", "data-testid": "outbox-count" });
+  const sendAll = el("button", { type: "button", class: "secondary" }, "Send all again");
+  const outcome = outcomeLine({ "data-testid": "outbox-outcome" });
+  main().replaceChildren(el("h2", {}, "Dead letters"), dlqTabs("outbox"), el("div", { class: "bar" }, sendAll, count), outcome, holder);
+  let shown = "";
+  async function send(body) {
+    try {
+      const { body: result } = await postJson("/v1/outbox/redrive", body);
+      const notDead = (result.notDead || []).length;
+      outcome.say(`Sent again: ${(result.redriven || []).length}${notDead ? `; no longer dead: ${notDead}` : ""}. Each keeps its idempotency key.`);
+    } catch (err) {
+      outcome.say(`Send failed: ${err.message}`, "bad");
+    }
+    poll.poke();
+  }
+  sendAll.addEventListener("click", () => send({ all: true }));
+  const poll = livePoll(async () => {
+    const { body } = await api(`/v1/outbox/dead?${qs({ limit: DLQ_FETCH_LIMIT })}`);
+    const records = body.records || [];
+    const total = body.total ?? records.length;
+    count.textContent = `${records.length < total ? `the latest ${records.length} of ${total}` : total} dead · live every ${LIVE_MS / 1000} s`;
+    sendAll.disabled = records.length === 0;
+    const key = JSON.stringify(records);
+    if (key === shown) return;
+    shown = key;
+    holder.replaceChildren(records.length
+      ? listTable([["Record", "source"], ["Scope", "source"], ["Tries", "attempts"], ["Last error", "err"], ["Died", "time"], ["Actions", "actions"]], records.map((r) => el(
+        "tr",
+        { "data-record-id": r.recordId },
+        clipCell(r.recordId, { class: "id" }, r.eventId ? runLink(r.eventId, r.recordId) : r.recordId),
+        clipCell(r.scopeKey),
+        el("td", { class: "num-cell" }, String(r.attempts ?? "")),
+        errorCell(r.lastError),
+        clipCell(fmtTime(r.deadAt)),
+        el("td", { class: "row-actions" }, el("button", { type: "button", class: "secondary", onclick: () => send({ records: [{ scopeKey: r.scopeKey, recordId: r.recordId }] }) }, "Send again")),
+      )), { class: "outbox-dead list" })
+      : el("div", { class: "empty" }, "No outbound call is dead. A webhook or an agent run that fails every attempt lands here, and can be sent again."));
   });
 }

@@ -221,3 +221,52 @@ def test_the_workbench_pages_through_every_dead_event(
     expect(page.get_by_role("button", name="Load more")).to_be_hidden()
     assert rows.last.get_attribute("data-event-id") == buried[-1]
     assert page_errors == []
+
+
+def test_a_dead_outbound_call_is_listed_and_sent_again(
+    browser: Any,
+    make_settings: Any,
+    start_web: Any,
+    redis_client: Any,
+    keys: Any,
+    tmp_path: Path,
+    page_errors: list[str],
+) -> None:
+    """The Outbox tab lists the outbound calls that failed every attempt (GET /v1/outbox/dead) with their last
+    error; "Send again" makes one pending again (POST /v1/outbox/redrive) and it leaves the list."""
+    from playwright.sync_api import expect
+
+    from worker.chain.context import EffectBuffer, HandlerContext
+    from worker.outbox.relay import OutboxRecord, OutboxRelay
+    from worker.store.events import EventStore
+
+    # Given a webhook that failed its one attempt
+    settings = make_settings(outbox_max_attempts=1)
+    _, url = start_web(settings)
+    buffer = EffectBuffer(keys=keys)
+    HandlerContext(scope_key="topic:hooks", node_timestamp=1, keys=keys, effects=buffer).outbox(
+        "hook", {}, key="k1"
+    )
+    pipe = redis_client.pipeline(transaction=True)
+    for command in buffer.to_json_list():
+        pipe.execute_command(*command)
+    pipe.execute()
+
+    def down(record: OutboxRecord) -> None:
+        raise ConnectionError("the receiver is down")
+
+    OutboxRelay(EventStore(redis_client, settings), {"hook": down}, max_attempts=1).run_once()
+    page = new_page(browser, page_errors)
+
+    # When the dead letters' Outbox tab is opened
+    page.goto(f"{url}/#/dlq?state=outbox")
+
+    # Then the call is listed with its error, and sending it again takes it off the list
+    row = page.locator('tr[data-record-id="hook:k1"]')
+    expect(row).to_contain_text("the receiver is down")
+    shot(page, tmp_path, "outbox-dead")
+    row.get_by_role("button", name="Send again").click()
+    expect(page.get_by_test_id("outbox-outcome")).to_contain_text("Sent again: 1")
+    expect(row).to_have_count(0)
+    stored = OutboxRecord.from_json(redis_client.get(keys.outbox_record("topic:hooks", "hook:k1")))
+    assert (stored.state, stored.attempts) == ("pending", 0)
