@@ -2,6 +2,7 @@
 import { type FetchLike } from "./http.js";
 import { Dlq } from "./resources/dlq.js";
 import { Events } from "./resources/events.js";
+import { Outbox } from "./resources/outbox.js";
 import { Receipts } from "./resources/receipts.js";
 import { Scopes } from "./resources/scopes.js";
 import { Tokens } from "./resources/tokens.js";
@@ -19,6 +20,7 @@ export declare class AgentSignal {
     readonly events: Events;
     readonly receipts: Receipts;
     readonly dlq: Dlq;
+    readonly outbox: Outbox;
     readonly scopes: Scopes;
     readonly tokens: Tokens;
     /**

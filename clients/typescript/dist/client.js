@@ -2,6 +2,7 @@
 import { Http } from "./http.js";
 import { Dlq } from "./resources/dlq.js";
 import { Events } from "./resources/events.js";
+import { Outbox } from "./resources/outbox.js";
 import { Receipts } from "./resources/receipts.js";
 import { Scopes } from "./resources/scopes.js";
 import { Tokens } from "./resources/tokens.js";
@@ -9,6 +10,7 @@ export class AgentSignal {
     events;
     receipts;
     dlq;
+    outbox;
     scopes;
     tokens;
     /**
@@ -22,6 +24,7 @@ export class AgentSignal {
         this.events = new Events(http);
         this.receipts = new Receipts(http);
         this.dlq = new Dlq(http);
+        this.outbox = new Outbox(http);
         this.scopes = new Scopes(http);
         this.tokens = new Tokens(http);
     }

@@ -2,6 +2,7 @@
 import { Http, type FetchLike } from "./http.js";
 import { Dlq } from "./resources/dlq.js";
 import { Events } from "./resources/events.js";
+import { Outbox } from "./resources/outbox.js";
 import { Receipts } from "./resources/receipts.js";
 import { Scopes } from "./resources/scopes.js";
 import { Tokens } from "./resources/tokens.js";
@@ -21,6 +22,7 @@ export class AgentSignal {
   readonly events: Events;
   readonly receipts: Receipts;
   readonly dlq: Dlq;
+  readonly outbox: Outbox;
   readonly scopes: Scopes;
   readonly tokens: Tokens;
   /**
@@ -35,6 +37,7 @@ export class AgentSignal {
     this.events = new Events(http);
     this.receipts = new Receipts(http);
     this.dlq = new Dlq(http);
+    this.outbox = new Outbox(http);
     this.scopes = new Scopes(http);
     this.tokens = new Tokens(http);
   }

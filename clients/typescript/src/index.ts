@@ -14,6 +14,7 @@ export {
 } from "./lobehub.js";
 export type { AllDead, Dlq } from "./resources/dlq.js";
 export type { EventIterator, Events } from "./resources/events.js";
+export type { AllDeadRecords, Outbox } from "./resources/outbox.js";
 export type { ReceiptStream, ReceiptStreamOptions } from "./resources/receipt_stream.js";
 export type { Receipts } from "./resources/receipts.js";
 export type { ScopeListOptions, Scopes } from "./resources/scopes.js";

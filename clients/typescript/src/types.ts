@@ -40,6 +40,12 @@ export interface RedriveEdit {
   payload: Record<string, unknown>;
 }
 
+export type DeadRecord = Schemas["DeadRecord"];
+export type DeadRecordsPage = Schemas["DeadRecordsPage"];
+export type DeadRecordsQuery = QueryOf<paths["/v1/outbox/dead"]["get"]>;
+export type RecordRef = Schemas["RecordRef"];
+export type RecordsRedriven = Schemas["RecordsRedriven"];
+
 export type ScopeRow = Schemas["ScopeRow"];
 export type ScopeState = ScopeRow["state"];
 export type ScopeList = Schemas["ScopeList"];

@@ -46,6 +46,14 @@ describe("dead letters", live, () => {
     assert.ok(Array.isArray(page.events) && typeof page.total === "number");
   });
 
+  test("an outbound call that is not dead comes back as notDead; the dead list pages", async () => {
+    const ghost = { scopeKey: `ghost-${RUN}`, recordId: `hook:ghost-${RUN}` };
+    assert.deepEqual(await api.outbox.redrive([ghost]), { redriven: [], notDead: [ghost] });
+    const page = await api.outbox.dead({ limit: 5 });
+    assert.ok(Array.isArray(page.records) && typeof page.total === "number");
+    await assert.rejects(() => api.outbox.redrive("all"), TypeError);
+  });
+
   test("a failing event dies, is listed, redriven, and discarded with a reason", async (t) => {
     let sent;
     try {
