@@ -10,11 +10,13 @@ Redis itself (``REDIS_URL``) is not one: without a URL or a stack, the error say
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from producers.cli.target import Api, quote_id, resolve_target
 
-__all__ = ["add_http_options", "collect_pages", "open_api", "positive_int", "quote_id"]
+__all__ = ["act_on_every_page", "add_http_options", "collect_pages", "open_api", "positive_int", "quote_id"]
 
 
 def add_http_options(p: argparse.ArgumentParser) -> None:
@@ -69,3 +71,35 @@ def collect_pages(
     if cursor:
         body["cursor"] = cursor
     return body
+
+
+def act_on_every_page(
+    api: Api,
+    listing: tuple[str, str, int],
+    target: Callable[[dict[str, Any]], Any],
+    act: Callable[[list[Any]], dict[str, Any]],
+    done_key: str,
+) -> dict[str, Any]:
+    """``act`` on every item of a cursor-paged list as it stands when this starts, a page at a time (``listing``:
+    its path, its items' key and its largest page), each item turned into what ``act`` takes by ``target``; the
+    answers (``{done_key: [...], "notDead": [...]}``) merged into one of the same shape. Items that join the list
+    meanwhile are newer than its first page: not taken. One request for all of them would outlast the CLI's
+    timeout with enough of them. When more than one page is needed, the count so far goes to stderr after each."""
+    path, key, page_max = listing
+    done: list[Any] = []
+    not_done: list[Any] = []
+    cursor: str | None = None
+    while True:
+        page = api.call("GET", path, params={"limit": page_max, **({"cursor": cursor} if cursor else {})})
+        items = [target(item) for item in page.get(key) or []]
+        first = not (done or not_done)
+        of = int(page.get("total") or 0) + len(done)  # in the list then, and done before
+        cursor = page.get("cursor")
+        if items:
+            result = act(items)
+            done += result.get(done_key) or []
+            not_done += result.get("notDead") or []
+        if cursor or not first:  # more than one page: say how far it got
+            print(f"{done_key} {len(done):,} of {of:,}", file=sys.stderr)
+        if not cursor:
+            return {done_key: done, "notDead": not_done}

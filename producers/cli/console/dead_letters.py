@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from producers.cli.console.api import add_http_options, open_api
+from producers.cli.console.api import act_on_every_page, add_http_options, open_api
 from producers.cli.console.table import Column, print_json, print_table
 from producers.cli.target import Api
 
@@ -27,27 +27,15 @@ def act_on_every_dead(
     api: Api, path: str, done_key: str, body: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """POST ``path`` (``/v1/dlq/redrive`` or ``/v1/dlq/discard``) for every dead event, a page of ``GET /v1/dlq``
-    at a time followed by its cursor (events that die meanwhile are newer than the first page: not taken); the
-    answers merged into one of the same shape (``done_key``: ``redriven`` or ``discarded``, and ``notDead``).
-    When more than one page is needed, the count so far goes to stderr after each."""
-    done: list[str] = []
-    not_dead: list[str] = []
-    cursor: str | None = None
-    while True:
-        params: dict[str, Any] = {"limit": DEAD_PAGE_MAX, **({"cursor": cursor} if cursor else {})}
-        page = api.call("GET", "/v1/dlq", params=params)
-        ids = [str(event["eventId"]) for event in page.get("events") or []]
-        first = not (done or not_dead)
-        of = int(page.get("total") or 0) + len(done)  # dead then, and done before
-        cursor = page.get("cursor")
-        if ids:
-            result = api.call("POST", path, body={**(body or {}), "eventIds": ids})
-            done += result.get(done_key) or []
-            not_dead += result.get("notDead") or []
-        if cursor or not first:  # more than one page: say how far it got
-            print(f"{done_key} {len(done):,} of {of:,}", file=sys.stderr)
-        if not cursor:
-            return {done_key: done, "notDead": not_dead}
+    at a time (:func:`~producers.cli.console.api.act_on_every_page`); ``done_key``: ``redriven`` or
+    ``discarded``."""
+    return act_on_every_page(
+        api,
+        ("/v1/dlq", "events", DEAD_PAGE_MAX),
+        lambda event: str(event["eventId"]),
+        lambda ids: dict(api.call("POST", path, body={**(body or {}), "eventIds": ids})),
+        done_key,
+    )
 
 
 def cmd_dlq_discard(args: argparse.Namespace) -> int:

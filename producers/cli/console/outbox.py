@@ -7,7 +7,13 @@ import argparse
 import sys
 from typing import Any
 
-from producers.cli.console.api import add_http_options, collect_pages, open_api, positive_int
+from producers.cli.console.api import (
+    act_on_every_page,
+    add_http_options,
+    collect_pages,
+    open_api,
+    positive_int,
+)
 from producers.cli.console.table import Column, print_json, print_table, utc_ms
 from producers.cli.target import Api
 
@@ -62,26 +68,15 @@ def cmd_outbox_redrive(args: argparse.Namespace) -> int:
 
 
 def _redrive_every_dead(api: Api) -> dict[str, Any]:
-    """Every record dead when it starts, a page of ``GET /v1/outbox/dead`` (500) per redrive request, followed by its
-    cursor (one request for all of them would outlast the CLI's timeout with enough of them); the count so far on
-    stderr when there is more than one page."""
-    redriven: list[dict[str, str]] = []
-    not_dead: list[dict[str, str]] = []
-    cursor: str | None = None
-    while True:
-        params: dict[str, Any] = {"limit": PAGE_MAX, **({"cursor": cursor} if cursor else {})}
-        page = api.call("GET", "/v1/outbox/dead", params=params)
-        first, of = not (redriven or not_dead), int(page.get("total") or 0) + len(redriven)
-        records = [{"scopeKey": r["scopeKey"], "recordId": r["recordId"]} for r in page.get("records") or []]
-        cursor = page.get("cursor")
-        if records:
-            result = api.call("POST", "/v1/outbox/redrive", body={"records": records})
-            redriven += result.get("redriven") or []
-            not_dead += result.get("notDead") or []
-        if cursor or not first:
-            print(f"redriven {len(redriven):,} of {of:,}", file=sys.stderr)
-        if not cursor:
-            return {"redriven": redriven, "notDead": not_dead}
+    """Every record dead when it starts, a page of ``GET /v1/outbox/dead`` per redrive request
+    (:func:`~producers.cli.console.api.act_on_every_page`)."""
+    return act_on_every_page(
+        api,
+        ("/v1/outbox/dead", "records", PAGE_MAX),
+        lambda r: {"scopeKey": r["scopeKey"], "recordId": r["recordId"]},
+        lambda records: dict(api.call("POST", "/v1/outbox/redrive", body={"records": records})),
+        "redriven",
+    )
 
 
 def add_outbox_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

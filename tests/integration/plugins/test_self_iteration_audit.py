@@ -20,6 +20,7 @@ from policies.self_iteration.records.documents import DocumentStore
 from policies.self_iteration.records.rollback import expected_updated_at_ms, rollback_skill_receipt
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
+from tests.integration.plugins.test_self_iteration import _done, _send
 from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
@@ -201,23 +202,6 @@ def stack(make_settings: Any, start_worker: Any) -> Iterator[TestClient]:
     start_worker(settings)
     with TestClient(create_web_app(settings), raise_server_exceptions=False) as client:
         yield client
-
-
-def _send(client: TestClient, event: dict[str, Any]) -> str:
-    response = client.post("/v1/events", json=event)
-    assert response.status_code == 202, response.text
-    return str(response.json()["results"][0]["eventId"])
-
-
-def _done(client: TestClient, event_id: str) -> dict[str, Any]:
-    return dict(
-        wait_for(
-            lambda: (
-                (r := client.get(f"/v1/events/{event_id}").json()).get("status") in ("done", "dead") and r
-            ),
-            what="the chain",
-        )
-    )
 
 
 def _message(
