@@ -112,8 +112,8 @@ def receipt_action_handler(action: Action, ctx: HandlerContext) -> ExecutorResul
     if source is not None and source.user_id:  # a receipt is its event's user's, whatever a payload says
         receipt["userId"] = source.user_id
     event_id = source.event_id if source is not None else None
-    for command in receipt_effects(ctx.keys, receipt, ctx.deps(ReceiptDeps).ttl_s, event_id=event_id):
-        ctx.effects.call(*command)
+    # the indexes, count and announcement only when the SET NX writes: an id the user has already adds nothing
+    ctx.effects.call_once(*receipt_effects(ctx.keys, receipt, ctx.deps(ReceiptDeps).ttl_s, event_id=event_id))
     return applied(
         action, ctx, detail=f"Receipt {receipt['id']} appended.", output={"receiptId": receipt["id"]}
     )

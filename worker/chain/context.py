@@ -22,7 +22,7 @@ semantics, bounded by the idempotency lane (marked only after ``applied``); it s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -30,6 +30,7 @@ from worker.chain.outbox_records import OutboxRecord, outbox_commands
 from worker.core.clock import now_ms
 from worker.core.errors import PermanentFailure
 from worker.core.idempotency import effect_key
+from worker.keys.buckets import slot_tag
 from worker.keys.layout import BucketKeys
 
 if TYPE_CHECKING:
@@ -70,6 +71,10 @@ class EffectBuffer:
         if len(args) < 2:
             raise PermanentFailure("an effect needs a command and a key", code="INVALID_EFFECT")
         command, key = str(args[0]).upper(), _text(args[1])
+        if command == "THEN":
+            raise PermanentFailure(
+                "THEN is staged only by call_once, beside the SET NX it follows", code="INVALID_EFFECT"
+            )
         if command not in STAGEABLE:
             raise PermanentFailure(
                 f"{command} cannot be staged (allowed: {', '.join(sorted(STAGEABLE))})", code="INVALID_EFFECT"
@@ -84,6 +89,30 @@ class EffectBuffer:
                 code="INVALID_EFFECT",
             )
         self.commands.append([command, *args[1:]])
+
+    def call_once(self, first: Sequence[RedisArg], *then: Sequence[RedisArg]) -> None:
+        """Stage ``first``, a ``SET key value NX …``, and the commands ``then`` that run only when it writes (a
+        second receipt with an id its user already has adds no index entry, count or announcement). ``then``
+        stays in ``first``'s key's slot, so the commands commit together where a tenant spans scope buckets."""
+        if str(first[0]).upper() != "SET" or "NX" not in {_text(a).upper() for a in first[3:]}:
+            raise PermanentFailure("call_once needs a SET … NX first", code="INVALID_EFFECT")
+        slot = slot_tag(_text(first[1]))
+        for command in then:
+            named = command[1:] if str(command[0]).upper() == "DEL" else command[1:2]
+            if any(slot_tag(_text(k)) != slot for k in named):
+                raise PermanentFailure(
+                    f"{_text(command[0])} {_text(command[1])!r}: a command after a SET NX is in that key's slot",
+                    code="INVALID_EFFECT",
+                )
+        self.call(*first)
+        checked = len(self.commands)
+        try:
+            for command in then:
+                self.call(*command)
+        except PermanentFailure:
+            del self.commands[checked - 1 :]
+            raise
+        self.commands.insert(checked, ["THEN", str(len(then))])
 
     def _stage_outbox(self, record_id: str, commands: list[list[str | int]]) -> None:
         if record_id in self._outbox_ids:

@@ -25,7 +25,7 @@ def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
         marker = keys.applied_marker(
             commands[0][1], f"{keys.scope_ref(record.scope_key)}{SEPARATOR}{record.id}"
         )
-        touched = list(dict.fromkeys(c[1] for c in commands if c[0].upper() != "PUBLISH"))
+        touched = list(dict.fromkeys(c[1] for c in commands if c[0].upper() not in ("PUBLISH", "THEN")))
         # durable: with AGENT_SIGNAL_WAIT_REPLICAS, delivered only once a replica has the writes
         call = JournalApply(marker, marker_ttl_s, json.dumps(commands), [Touched(key) for key in touched])
         store.durable(call)

@@ -56,11 +56,23 @@ def _split(bucket: BucketKeys, commands: Sequence[Command]) -> tuple[list[Comman
     here = slot_tag(bucket.bucket_prefix)
     local: list[Command] = []
     other: dict[str, list[Command]] = {}
+    last = local
+    then: Command = ["THEN", "0"]
+    guarded = 0  # commands left that a THEN guards: they stay beside it, counted again once split
     for cmd in commands:
+        if cmd[0].upper() == "THEN":  # EffectBuffer.call_once: its commands are in its SET NX's slot
+            then = ["THEN", "0"]
+            last.append(then)
+            guarded = int(cmd[1])
+            continue
         parts = [["DEL", k] for k in cmd[1:]] if cmd[0].upper() == "DEL" and len(cmd) > 2 else [cmd]
         for part in parts:
             tag = slot_tag(part[1])
-            (local if tag == here else other.setdefault(tag, [])).append(part)
+            last = local if tag == here else other.setdefault(tag, [])
+            last.append(part)
+        if guarded:
+            guarded -= 1
+            then[1] = str(int(then[1]) + len(parts))
     return local, other
 
 

@@ -16,9 +16,9 @@ A direct append (:meth:`ReceiptStore.append`: tests, tools and the legacy migrat
 announcement and the byte count only when its ``SET NX`` writes (a WATCH on the receipt's key: a second receipt
 with the same id for the same user writes nothing at all). Both paths drop from the two zset indexes the members
 created more than the retention before the receipt (:func:`receipt_index_trims`, a ZREMRANGEBYSCORE each): their
-receipts have expired, and an index that keeps being written to never expires itself. A staged receipt cannot make
-its other writes depend on its ``SET NX`` (the staged commands have no condition), so only its action's
-idempotency lane (one per scope) keeps a duplicate id from counting, indexing and announcing.
+receipts have expired, and an index that keeps being written to never expires itself. A staged receipt makes
+its other writes depend on its ``SET NX`` the same way: staged with ``ctx.effects.call_once`` (staged.lua's
+``THEN``), a receipt whose id its user already has adds no index entry, byte count or announcement.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def receipt_effects(
 ) -> list[list[str | int]]:
     """The Redis commands that append ``receipt`` once for its user: SET NX with TTL, then the indexes (the
     user's, LobeHub's user/agent/topic one, and the runs': ``event_id``'s and its ``operationId``'s), then the
-    announcement on the user's channel."""
+    announcement on the user's channel. A handler stages them with ``ctx.effects.call_once(*commands)``, so the
+    rest run only when the SET NX writes."""
     user, agent, topic = receipt_owner(receipt)
     receipt_id, created_at = str(receipt["id"]), int(receipt["createdAt"])
     body = json.dumps(dict(receipt), ensure_ascii=False, separators=(",", ":"))
