@@ -9,7 +9,7 @@ export { enqueueAgentSignalSourceEvent, resolveSourceScopeKey, type AgentSignalE
 export type { AllDead, Dlq } from "./resources/dlq.js";
 export type { EventIterator, Events } from "./resources/events.js";
 export type { AllDeadRecords, Outbox } from "./resources/outbox.js";
-export type { ReceiptStream, ReceiptStreamOptions } from "./resources/receipt_stream.js";
+export { CATCH_UP_LAG_MS, type ReceiptStream, type ReceiptStreamOptions } from "./resources/receipt_stream.js";
 export type { Receipts } from "./resources/receipts.js";
 export type { ScopeListOptions, Scopes } from "./resources/scopes.js";
 export type { TokenCreate, Tokens } from "./resources/tokens.js";

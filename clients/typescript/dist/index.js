@@ -5,3 +5,4 @@
 export { AgentSignal } from "./client.js";
 export { AgentSignalError } from "./errors.js";
 export { enqueueAgentSignalSourceEvent, resolveSourceScopeKey, } from "./lobehub.js";
+export { CATCH_UP_LAG_MS } from "./resources/receipt_stream.js";

@@ -13,8 +13,14 @@
  * answers `duplicate`). Other calls (cancel, pause, resume, redrive, discard, minting a token: a repeat would
  * answer `changed: false` or `notDead`, or mint a second token) are retried only when nothing reached the
  * server (the connection was refused, or the name did not resolve); otherwise the `network_error` is thrown with
- * `requestSent: true` for the caller to decide. A success whose body breaks off or is not JSON throws
- * `AgentSignalError` too (`network_error` or `invalid_response`, with the status).
+ * `requestSent: true` for the caller to decide. The same holds for a `503`: the server answers
+ * `store_unavailable` when its store failed partway through a call (a redrive of ten events may have redriven
+ * three), so such a call is retried on a `503` only when the answer says it was refused before any work (`busy`,
+ * `too_many_connections`); any other `503` is thrown with its `retryAfterS`. A success whose body breaks off or
+ * is not JSON throws `AgentSignalError` too (`network_error` or `invalid_response`, with the status).
+ *
+ * A `baseUrl` holding a user name or password is refused: fetch refuses such a URL and its error would carry
+ * the password into the message.
  */
 import { AgentSignalError, errorFromResponse } from "./errors.js";
 
@@ -37,6 +43,9 @@ export interface CallOptions extends RequestOptions {
    */
   replayable?: boolean;
 }
+
+/** The codes of a `503` the server answers before it acts on a request: safe to retry whatever the call. */
+const REFUSED_BEFORE_ACTING = new Set(["busy", "too_many_connections"]);
 
 /** Node's codes for failures before any byte reached the server: safe to retry whatever the call. */
 const NOTHING_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_CONNECT_TIMEOUT"]);
@@ -71,6 +80,10 @@ export class Http {
     }
     if (parsed === undefined || (parsed.protocol !== "http:" && parsed.protocol !== "https:")) {
       throw new TypeError(`AgentSignal: baseUrl must be an http(s) URL (got ${JSON.stringify(options.baseUrl)})`);
+    }
+    if (parsed.username || parsed.password) {
+      // not echoed: it holds a password
+      throw new TypeError("AgentSignal: baseUrl must not hold a user name or password; pass options.token");
     }
     this.baseUrl = parsed.href.replace(/\/+$/, "");
     const retries = options.maxRetries ?? 3;
@@ -191,6 +204,13 @@ export class Http {
       const waitMs = retryWaitMs(response.status, retryAfterS, attempt);
       if (waitMs === undefined || attempt >= this.maxRetries) {
         throw await errorFromResponse(response, retryAfterS);
+      }
+      if (response.status === 503 && !(options.replayable ?? method === "GET")) {
+        // the store may have failed partway through: retried only when the server acted on nothing
+        const error = await errorFromResponse(response, retryAfterS);
+        if (!REFUSED_BEFORE_ACTING.has(error.code)) throw error;
+        await sleep(waitMs, signal);
+        continue;
       }
       await response.body?.cancel().catch(() => undefined); // let the connection go back to the pool
       await sleep(waitMs, signal);

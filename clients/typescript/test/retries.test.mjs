@@ -98,6 +98,30 @@ describe("retries", () => {
     });
   });
 
+  test("a redrive answered 503 store_unavailable is not repeated (it may have redriven part); 503 busy is", async () => {
+    const partial = await scripted([
+      [503, errorBody("store_unavailable", "the store failed"), { "retry-after": "0" }],
+      [200, { redriven: ["evt_b"], notDead: ["evt_a"] }],
+    ]);
+    await assert.rejects(new AgentSignal({ baseUrl: partial.url }).dlq.redrive(["evt_a", "evt_b"]), (error) => {
+      assert.deepEqual([error.status, error.code, error.retryAfterS], [503, "store_unavailable", 0]);
+      return true;
+    });
+    assert.equal(partial.requests.length, 1);
+
+    const answer = { redriven: ["evt_a"], notDead: [] };
+    const busy = await scripted([[503, errorBody("busy", "changed under us"), { "retry-after": "0" }], [200, answer]]);
+    assert.deepEqual(await new AgentSignal({ baseUrl: busy.url }).dlq.redrive(["evt_a"]), answer);
+    assert.equal(busy.requests.length, 2);
+  });
+
+  test("a baseUrl with a password is refused without echoing it", () => {
+    assert.throws(
+      () => new AgentSignal({ baseUrl: "http://admin:s3cr3t-pass@127.0.0.1:8000" }),
+      (error) => error instanceof TypeError && /user name or password/.test(error.message) && !error.message.includes("s3cr3t"),
+    );
+  });
+
   test("an aborted call rejects with the abort, also while waiting to retry", async () => {
     const stub = await scripted([[503, errorBody("store_unavailable", "busy"), { "retry-after": "30" }]]);
     const controller = new AbortController();

@@ -81,7 +81,8 @@ describe("receipt stream against a stub", () => {
     const controller = new AbortController();
     const api = new AgentSignal({ baseUrl: stub.url, token: "t0k" });
     const ids = [];
-    for await (const r of api.receipts.stream({ userId: "u1", agentId: "a1", topicId: "t1", signal: controller.signal })) {
+    const options = { userId: "u1", agentId: "a1", topicId: "t1", signal: controller.signal, catchUpLagMs: 0 };
+    for await (const r of api.receipts.stream(options)) {
       ids.push(r.id);
       if (r.id === "r4") controller.abort();
     }
@@ -95,6 +96,40 @@ describe("receipt stream against a stub", () => {
     assert.equal(lists.length, 2);
     assert.match(lists[0].url, /sinceCreatedAt=1000&/); // the newest seen at the resync
     assert.match(lists[1].url, /sinceCreatedAt=2000&/); // the newest seen before the drop
+  });
+
+  test("a receipt dated before the newest one seen, committed while the stream was away, is caught up", async () => {
+    const now = Date.now();
+    const written = [receipt("b", now)]; // the newest, seen on the first connection
+    let first;
+    const stub = await startStub((request, response) => {
+      const url = new URL(request.url, "http://stub");
+      if (url.pathname === "/v1/receipts") {
+        const since = Number(url.searchParams.get("sinceCreatedAt"));
+        json(response, 200, { receipts: written.filter((r) => r.createdAt >= since).sort((x, y) => y.createdAt - x.createdAt) });
+        return;
+      }
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n");
+      if (!first) {
+        first = response;
+        frame(response, written[0]);
+        written.push(receipt("a", now - 5_000)); // an older event's receipt, committed during the gap
+        response.end();
+      } else {
+        written.push(receipt("c", now + 1));
+        frame(response, written[2]);
+      }
+    });
+    after(stub.close);
+    const controller = new AbortController();
+    const ids = [];
+    for await (const r of new AgentSignal({ baseUrl: stub.url }).receipts.stream({ userId: "u1", signal: controller.signal })) {
+      ids.push(r.id);
+      if (r.id === "c") controller.abort();
+    }
+    assert.deepEqual(ids, ["b", "a", "c"]);
+    assert.throws(() => new AgentSignal({ baseUrl: stub.url }).receipts.stream({ userId: "u1", catchUpLagMs: -1 }), TypeError);
   });
 
   test("a 429 too_many_streams with Retry-After is retried before the stream opens; leaving closes it", async () => {

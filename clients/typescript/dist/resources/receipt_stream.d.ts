@@ -6,7 +6,14 @@ export interface ReceiptStreamOptions {
     topicId?: string | undefined;
     /** Ends the stream (the `for await` loop finishes normally). */
     signal?: AbortSignal | undefined;
+    /**
+     * How far before the newest receipt seen a catch-up reads, in ms (default 10 minutes): a receipt committed
+     * while the stream was away may be dated up to this much before it and still be yielded.
+     */
+    catchUpLagMs?: number | undefined;
 }
+/** The default {@link ReceiptStreamOptions.catchUpLagMs}. */
+export declare const CATCH_UP_LAG_MS = 600000;
 /** `receipts.list` with a signal: how the stream catches up. */
 export type ReceiptLister = (query: ReceiptQuery, signal: AbortSignal) => Promise<ReceiptPage>;
 export declare const CATCH_UP_PAGES = 200;

@@ -4,14 +4,20 @@
  * The server sends `: connected` once its subscription is live, `event: receipt` (the receipt's JSON, `id:` its
  * id) per new receipt, `event: resync` when this client fell behind or the server lost its store, and
  * `: keep-alive` comments. A resync, and a connection that drops (then reconnects, at most `maxRetries` times in
- * a row), are caught up by listing the receipts created since the newest one seen (`sinceCreatedAt`, inclusive;
- * ids already yielded are skipped), so the iterable neither misses nor repeats a receipt. It ends, without an
+ * a row), are caught up by listing the receipts created since `catchUpLagMs` before the newest one seen
+ * (`sinceCreatedAt`, inclusive; ids already yielded are skipped), so the iterable repeats no receipt. A receipt's
+ * `createdAt` is its event's time, not when it was committed: events of other scopes, retries and redrives
+ * commit late, so a catch-up from the newest one seen would miss a receipt dated before it and committed while
+ * the stream was away. The lag reaches back for those; one whose event is older still (a redrive hours later)
+ * and committed during a gap is not caught up (list with `receipts.list` to reconcile). It ends, without an
  * error, when the options' `signal` aborts or the consumer stops iterating.
  */
 import { AgentSignalError } from "../errors.js";
 import { backoffMs, sleep } from "../http.js";
 import { readSse } from "../sse.js";
-const SEEN_IDS = 1024; // ids remembered to drop repeats (the server's own window is the same size)
+/** The default {@link ReceiptStreamOptions.catchUpLagMs}. */
+export const CATCH_UP_LAG_MS = 600_000;
+const SEEN_IDS = 20_000; // ids remembered to drop repeats: what a catch-up reads again within its lag
 // A catch-up reads every page since the newest receipt seen (newest first, so all of them before yielding the
 // oldest); past this many pages of 50 it rejects the loop with `catch_up_overflow` rather than skip the oldest.
 export const CATCH_UP_PAGES = 200;
@@ -27,12 +33,19 @@ export class ReceiptStream {
     #seen = new Map();
     #open;
     #openedMs; // when the stream first opened, by the server's clock when it says
-    #newestMs; // createdAt of the newest receipt yielded
+    #skewMs = 0; // the server's clock minus ours, from the stream's Date header
+    #newestMs; // createdAt of the newest receipt yielded, never past the server's clock
+    #lagMs;
     #iterated = false;
     constructor(http, options, list) {
         if (!options || typeof options.userId !== "string" || options.userId === "") {
             throw new TypeError("AgentSignal: receipts.stream needs a userId");
         }
+        const lag = options.catchUpLagMs ?? CATCH_UP_LAG_MS;
+        if (!Number.isFinite(lag) || lag < 0) {
+            throw new TypeError(`AgentSignal: catchUpLagMs must be a number of ms >= 0 (got ${String(options.catchUpLagMs)})`);
+        }
+        this.#lagMs = lag;
         this.#http = http;
         this.#options = options;
         this.#list = list;
@@ -134,6 +147,8 @@ export class ReceiptStream {
             }
             // A catch-up before any receipt starts from when the stream opened (the Date header has whole seconds).
             const date = Date.parse(response.headers.get("date") ?? "");
+            if (!Number.isNaN(date))
+                this.#skewMs = date - Date.now();
             this.#openedMs ??= (Number.isNaN(date) ? Date.now() : date) - 1000;
             return response;
         }
@@ -147,7 +162,8 @@ export class ReceiptStream {
     /** The receipts created since the newest one seen that were not yielded yet, oldest first (none once aborted). */
     async *#catchUp(signal) {
         const { userId, agentId, topicId } = this.#options;
-        const sinceCreatedAt = this.#newestMs ?? this.#openedMs;
+        const newest = this.#newestMs ?? this.#openedMs;
+        const sinceCreatedAt = newest === undefined ? undefined : Math.max(0, newest - this.#lagMs);
         const found = [];
         let cursor;
         for (let page = 0;; page += 1) {
@@ -184,8 +200,11 @@ export class ReceiptStream {
         this.#seen.set(receipt.id, true);
         if (this.#seen.size > SEEN_IDS)
             this.#seen.delete(this.#seen.keys().next().value);
-        if (typeof receipt.createdAt === "number")
-            this.#newestMs = Math.max(this.#newestMs ?? 0, receipt.createdAt);
+        if (typeof receipt.createdAt === "number") {
+            // the server indexes a receipt dated ahead of its clock at that clock: a catch-up from a future date misses
+            const at = Math.min(receipt.createdAt, Date.now() + this.#skewMs);
+            this.#newestMs = Math.max(this.#newestMs ?? 0, at);
+        }
         return true;
     }
 }

@@ -4,8 +4,12 @@
  * The server sends `: connected` once its subscription is live, `event: receipt` (the receipt's JSON, `id:` its
  * id) per new receipt, `event: resync` when this client fell behind or the server lost its store, and
  * `: keep-alive` comments. A resync, and a connection that drops (then reconnects, at most `maxRetries` times in
- * a row), are caught up by listing the receipts created since the newest one seen (`sinceCreatedAt`, inclusive;
- * ids already yielded are skipped), so the iterable neither misses nor repeats a receipt. It ends, without an
+ * a row), are caught up by listing the receipts created since `catchUpLagMs` before the newest one seen
+ * (`sinceCreatedAt`, inclusive; ids already yielded are skipped), so the iterable repeats no receipt. A receipt's
+ * `createdAt` is its event's time, not when it was committed: events of other scopes, retries and redrives
+ * commit late, so a catch-up from the newest one seen would miss a receipt dated before it and committed while
+ * the stream was away. The lag reaches back for those; one whose event is older still (a redrive hours later)
+ * and committed during a gap is not caught up (list with `receipts.list` to reconcile). It ends, without an
  * error, when the options' `signal` aborts or the consumer stops iterating.
  */
 import { AgentSignalError } from "../errors.js";
@@ -19,12 +23,20 @@ export interface ReceiptStreamOptions {
   topicId?: string | undefined;
   /** Ends the stream (the `for await` loop finishes normally). */
   signal?: AbortSignal | undefined;
+  /**
+   * How far before the newest receipt seen a catch-up reads, in ms (default 10 minutes): a receipt committed
+   * while the stream was away may be dated up to this much before it and still be yielded.
+   */
+  catchUpLagMs?: number | undefined;
 }
+
+/** The default {@link ReceiptStreamOptions.catchUpLagMs}. */
+export const CATCH_UP_LAG_MS = 600_000;
 
 /** `receipts.list` with a signal: how the stream catches up. */
 export type ReceiptLister = (query: ReceiptQuery, signal: AbortSignal) => Promise<ReceiptPage>;
 
-const SEEN_IDS = 1024; // ids remembered to drop repeats (the server's own window is the same size)
+const SEEN_IDS = 20_000; // ids remembered to drop repeats: what a catch-up reads again within its lag
 // A catch-up reads every page since the newest receipt seen (newest first, so all of them before yielding the
 // oldest); past this many pages of 50 it rejects the loop with `catch_up_overflow` rather than skip the oldest.
 export const CATCH_UP_PAGES = 200;
@@ -41,13 +53,20 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
   readonly #seen = new Map<string, true>();
   #open!: { resolve: () => void; reject: (reason: unknown) => void };
   #openedMs: number | undefined; // when the stream first opened, by the server's clock when it says
-  #newestMs: number | undefined; // createdAt of the newest receipt yielded
+  #skewMs = 0; // the server's clock minus ours, from the stream's Date header
+  #newestMs: number | undefined; // createdAt of the newest receipt yielded, never past the server's clock
+  readonly #lagMs: number;
   #iterated = false;
 
   constructor(http: Http, options: ReceiptStreamOptions, list: ReceiptLister) {
     if (!options || typeof options.userId !== "string" || options.userId === "") {
       throw new TypeError("AgentSignal: receipts.stream needs a userId");
     }
+    const lag = options.catchUpLagMs ?? CATCH_UP_LAG_MS;
+    if (!Number.isFinite(lag) || lag < 0) {
+      throw new TypeError(`AgentSignal: catchUpLagMs must be a number of ms >= 0 (got ${String(options.catchUpLagMs)})`);
+    }
+    this.#lagMs = lag;
     this.#http = http;
     this.#options = options;
     this.#list = list;
@@ -139,6 +158,7 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
       }
       // A catch-up before any receipt starts from when the stream opened (the Date header has whole seconds).
       const date = Date.parse(response.headers.get("date") ?? "");
+      if (!Number.isNaN(date)) this.#skewMs = date - Date.now();
       this.#openedMs ??= (Number.isNaN(date) ? Date.now() : date) - 1000;
       return response;
     } catch (error) {
@@ -151,7 +171,8 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
   /** The receipts created since the newest one seen that were not yielded yet, oldest first (none once aborted). */
   async *#catchUp(signal: AbortSignal): AsyncGenerator<Receipt, void, undefined> {
     const { userId, agentId, topicId } = this.#options;
-    const sinceCreatedAt = this.#newestMs ?? this.#openedMs;
+    const newest = this.#newestMs ?? this.#openedMs;
+    const sinceCreatedAt = newest === undefined ? undefined : Math.max(0, newest - this.#lagMs);
     const found: Receipt[] = [];
     let cursor: string | undefined;
     for (let page = 0; ; page += 1) {
@@ -183,7 +204,11 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
     if (this.#seen.has(receipt.id)) return false;
     this.#seen.set(receipt.id, true);
     if (this.#seen.size > SEEN_IDS) this.#seen.delete(this.#seen.keys().next().value as string);
-    if (typeof receipt.createdAt === "number") this.#newestMs = Math.max(this.#newestMs ?? 0, receipt.createdAt);
+    if (typeof receipt.createdAt === "number") {
+      // the server indexes a receipt dated ahead of its clock at that clock: a catch-up from a future date misses
+      const at = Math.min(receipt.createdAt, Date.now() + this.#skewMs);
+      this.#newestMs = Math.max(this.#newestMs ?? 0, at);
+    }
     return true;
   }
 }
