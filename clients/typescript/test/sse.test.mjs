@@ -132,6 +132,25 @@ describe("receipt stream against a stub", () => {
     assert.throws(() => new AgentSignal({ baseUrl: stub.url }).receipts.stream({ userId: "u1", catchUpLagMs: -1 }), TypeError);
   });
 
+  test("a stream whose user is erased rejects the loop with user_erased instead of reconnecting", async () => {
+    const stub = await startStub((_, response) => {
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n");
+      frame(response, receipt("r1", 1000));
+      response.end(": user erased\n\n");
+    });
+    after(stub.close);
+    const ids = [];
+    await assert.rejects(
+      (async () => {
+        for await (const r of new AgentSignal({ baseUrl: stub.url }).receipts.stream({ userId: "u1" })) ids.push(r.id);
+      })(),
+      (error) => error.code === "user_erased",
+    );
+    assert.deepEqual(ids, ["r1"]);
+    assert.equal(stub.requests.filter((r) => r.url.startsWith("/v1/receipts/stream")).length, 1);
+  });
+
   test("a 429 too_many_streams with Retry-After is retried before the stream opens; leaving closes it", async () => {
     let closed = 0;
     const stub = await startStub((request, response, raw) => {

@@ -10,7 +10,8 @@
  * commit late, so a catch-up from the newest one seen would miss a receipt dated before it and committed while
  * the stream was away. The lag reaches back for those; one whose event is older still (a redrive hours later)
  * and committed during a gap is not caught up (list with `receipts.list` to reconcile). It ends, without an
- * error, when the options' `signal` aborts or the consumer stops iterating.
+ * error, when the options' `signal` aborts or the consumer stops iterating; with `user_erased` when the user is
+ * erased (`DELETE /v1/users/{userId}`).
  */
 import { AgentSignalError } from "../errors.js";
 import { backoffMs, sleep } from "../http.js";
@@ -69,6 +70,7 @@ export class ReceiptStream {
         else
             outer?.addEventListener("abort", onAbort, { once: true });
         const { signal } = controller;
+        const { userId } = this.#options;
         try {
             for (let drops = 0;;) {
                 const response = await this.#connect(signal);
@@ -103,6 +105,10 @@ export class ReceiptStream {
                         }
                         else if (item.kind === "event" && item.event === "resync") {
                             yield* this.#catchUp(signal);
+                        }
+                        else if (item.kind === "comment" && item.text === "user erased") {
+                            // DELETE /v1/users/{userId}: nothing of theirs is left to stream, and a reconnect would hide it
+                            throw new AgentSignalError({ status: 0, code: "user_erased", message: `user ${userId} was erased` });
                         }
                     }
                 }
