@@ -240,8 +240,10 @@ class ReceiptStore:
 
     def _pages(self, index: str, high: str, low: str, after_id: str | None) -> Iterator[IndexPage]:
         """The index newest first from ``high`` down to ``low``, in pages; with ``after_id`` (a cursor), the
-        entries of score ``high`` up to and including it are skipped (they were on the previous page)."""
-        skipping = after_id is not None
+        entries of score ``high`` up to and including it are skipped (they were on the previous page). Within one
+        score the index runs in reverse byte order, so those are the members not below ``after_id``: found even
+        when the receipt ``after_id`` has since left the index (expired, erased)."""
+        after = None if after_id is None else after_id.encode("utf-8")
         start = 0
         while True:
             rows: list[Any] = list(
@@ -251,10 +253,8 @@ class ReceiptStore:
             batch: list[tuple[str, int]] = []
             for member_raw, score_raw in rows:
                 member, score = _str(member_raw), int(float(score_raw))
-                if skipping and str(score) == high:
-                    skipping = member != after_id
+                if after is not None and str(score) == high and member.encode("utf-8") >= after:
                     continue
-                skipping = False
                 batch.append((member, score))
             if batch:
                 yield batch

@@ -73,6 +73,20 @@ class TestListing:
                 break
         assert seen == expected
 
+    def test_a_page_after_a_receipt_that_left_the_index_skips_only_what_was_shown(
+        self, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """The cursor's receipt expired (or was erased) before the next page: the entries sharing its time that
+        were not shown yet still come; every one of them was skipped."""
+        store = ReceiptStore(redis_client, keys, ttl_s=60)
+        for i in range(5):
+            store.append(_receipt(f"r{i}", "u1", 100))
+        page, cursor = store.list(user_id="u1", limit=2)
+        assert [r["id"] for r in page] == ["r4", "r3"] and cursor == "100:r3"
+        redis_client.zrem(keys.user_receipts("u1"), "r3")
+        redis_client.delete(keys.receipt("u1", "r3"))
+        assert [r["id"] for r in store.list(user_id="u1", limit=10, cursor=cursor)[0]] == ["r2", "r1", "r0"]
+
     def test_the_runs_that_produced_a_receipt_list_it(self, redis_client: Redis, keys: BucketKeys) -> None:
         """Indexed under the event whose chain appended it and the agent run (operation) that reported it."""
         store = ReceiptStore(redis_client, keys, ttl_s=60)
