@@ -7,31 +7,70 @@ Each delivery carries ``webhook-id`` (the idempotency key: the same on every ret
 cannot be replayed later (its timestamp leaves the receiver's tolerance window) nor under another id.
 
 The secret: a ``whsec_<base64>`` secret (the spec's form) is used as the spec says, its decoded bytes being
-the key; any other string is its UTF-8 bytes (so an existing ``AGENT_SIGNAL_AGENT_RUNNER_SECRET`` keeps
-working; a receiver using another Standard Webhooks library passes ``whsec_`` + base64 of those bytes).
+the key (strict base64, padding optional); any other string is its UTF-8 bytes (so an existing
+``AGENT_SIGNAL_AGENT_RUNNER_SECRET`` keeps working; a receiver using another Standard Webhooks library passes
+``whsec_`` + base64 of those bytes).
+
+Errors: :class:`WebhookRejected` is the request's fault (whatever its headers hold, nothing else escapes the
+check of a request: a receiver that catches it answers 401, never 500). :class:`WebhookSecretError` and a
+``tolerance_s`` out of range are the receiver's own configuration (plain ValueErrors, raised before any header
+is read): an empty secret, or a ``whsec_`` one that is not base64 of at least one byte.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from standardwebhooks import Webhook, WebhookVerificationError
 
-__all__ = ["DEFAULT_TOLERANCE_S", "WebhookRejected", "verify_webhook", "webhook_headers"]
+__all__ = [
+    "DEFAULT_TOLERANCE_S",
+    "WebhookRejected",
+    "WebhookSecretError",
+    "verify_webhook",
+    "webhook_headers",
+]
 
 DEFAULT_TOLERANCE_S = 300  # the spec's (and the package's) window: 5 minutes either way
+SECRET_PREFIX = "whsec_"
+TIMESTAMP_S = re.compile(r"[0-9]{1,12}")  # ASCII digits only ("²".isdigit() is true); 12 reach year 33658
 
 
 class WebhookRejected(ValueError):
     """The request is not a valid signed webhook: missing headers, outside the window, or a bad signature."""
 
 
-def _webhook(secret: str) -> Webhook:
+class WebhookSecretError(ValueError):
+    """The configured secret cannot sign or verify anything (a configuration error, not a rejected request)."""
+
+
+def _key(secret: str) -> bytes:
+    """The HMAC key of ``secret``: a ``whsec_`` secret's base64, strictly decoded; else its UTF-8 bytes."""
     if not secret:
-        raise ValueError("a webhook secret must not be empty")
-    return Webhook(secret if secret.startswith("whsec_") else secret.encode())
+        raise WebhookSecretError("a webhook secret must not be empty")
+    if not secret.startswith(SECRET_PREFIX):
+        return secret.encode()
+    encoded = secret[len(SECRET_PREFIX) :]
+    try:
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except binascii.Error as exc:
+        raise WebhookSecretError(
+            f"a {SECRET_PREFIX} webhook secret must be base64 after its prefix: {exc}"
+        ) from None
+    if not key:
+        raise WebhookSecretError(
+            f"a {SECRET_PREFIX} webhook secret must hold at least one byte after its prefix"
+        )
+    return key
+
+
+def _webhook(secret: str) -> Webhook:
+    return Webhook(_key(secret))
 
 
 def webhook_headers(
@@ -47,16 +86,19 @@ def verify_webhook(
     secret: str, body: bytes, headers: Mapping[str, str], *, tolerance_s: int = DEFAULT_TOLERANCE_S
 ) -> None:
     """What a receiver runs before acting: raise WebhookRejected unless ``headers`` sign this ``body`` with
-    ``secret`` and the timestamp is within ``tolerance_s`` of now (at most the spec's 300 s)."""
+    ``secret`` and the timestamp (1 to 12 ASCII digits) is within ``tolerance_s`` of now (at most the spec's
+    300 s). A bad ``secret`` (WebhookSecretError) or ``tolerance_s`` is a ValueError that is not
+    WebhookRejected: the receiver's configuration, whatever the request."""
     if not 0 < tolerance_s <= DEFAULT_TOLERANCE_S:
         raise ValueError(f"tolerance_s must be in 1..{DEFAULT_TOLERANCE_S}")
+    webhook = _webhook(secret)
     lower = {name.lower(): value for name, value in headers.items()}
     stamp = lower.get("webhook-timestamp", "")
-    if not stamp.isdigit():
-        raise WebhookRejected("missing or malformed webhook-timestamp")
+    if not TIMESTAMP_S.fullmatch(stamp):
+        raise WebhookRejected("missing or malformed webhook-timestamp (1 to 12 digits 0-9)")
     if abs(time.time() - int(stamp)) > tolerance_s:
         raise WebhookRejected(f"webhook-timestamp is outside the {tolerance_s} s tolerance window")
     try:
-        _webhook(secret).verify(body, lower, json_parse=False)
+        webhook.verify(body, lower, json_parse=False)
     except (WebhookVerificationError, ValueError) as exc:  # ValueError: a malformed signature or id
         raise WebhookRejected(str(exc) or "malformed webhook-signature") from None

@@ -245,8 +245,10 @@ class Telemetry(MeasurementBuffer):
 
     def follow_ups(self, statuses: Iterable[str], tenant: str) -> None:
         """Events the service enqueued itself (``origin="follow_up"``): a chain's follow-ups its commit
-        admitted, a plugin task's events (the reference agent's ``agent.execution.completed``) and journaled
-        follow-ups stored in their own bucket; each ``accepted`` or ``duplicate``."""
+        admitted and a plugin task's events (the reference agent's ``agent.execution.completed``); each
+        ``accepted`` or ``duplicate``. Not the follow-ups journaled to another scope bucket: the outbox relay
+        stores those later, in the worker's main process, which has no telemetry (docs/decisions.md, "Admitted
+        events by origin")."""
         if not self.enabled:
             return
         for status, count in Counter(statuses).items():

@@ -27,7 +27,7 @@ from producers.http.web_common import (
     error_response,
     field_response,
 )
-from sessions.dmail import DMail, ToolResult, end_step, send_dmail
+from sessions.dmail import DMail, ToolResult, end_step, message_fields, send_dmail
 from sessions.store import SessionFull, SessionStore, UnknownCheckpoint, session_scope
 from worker.core.ids import NameId, UserId
 
@@ -329,13 +329,14 @@ def post_dmail(
     except SessionFull as exc:
         return session_full(exc)
     failure = None
-    if not outcome.is_error and outcome.sequence is not None:
+    if outcome.dmail is not None and outcome.sequence is not None:
+        sent = outcome.dmail
         failure = record_event(
             request,
             session_id,
             "agent.dmail.sent",
             f"dmail:{session_id}:{outcome.sequence}",
-            {"message": arguments["message"], "checkpointId": arguments["checkpoint_id"]},
+            {**message_fields(sent.message), "checkpointId": sent.checkpoint_id},
         )
     return with_record_error(JSONResponse(outcome.to_json_dict()), failure)
 
@@ -379,9 +380,11 @@ def post_step_end(session_id: str, request: Request, body: StepEndIn) -> JSONRes
             "agent.context.reverted" if result.outcome == "applied" else "agent.dmail.discarded"
         )
         payload: dict[str, Any] = {
-            "message": result.dmail["message"],
+            **message_fields(result.dmail["message"]),
             "checkpointId": result.dmail["checkpoint_id"],
         }
+        if result.reason is not None:
+            payload["reason"] = result.reason
         if anchor:
             payload["anchorMessageId"] = anchor
         prefix = "revert" if result.outcome == "applied" else "discard"
