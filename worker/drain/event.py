@@ -10,6 +10,7 @@ process's :class:`~worker.drain.context.DrainContext`; none raises for the event
     project       the chain's document, once the chain finished (its inputs are what the commit stores)
     -- the commit (worker/drain/commit.py) --
     publish       drains for the scopes of the follow-ups it admitted
+    keep_lanes    a dead event's lanes kept while it is dead (a redrive replays them, however late)
     observe       the chain's span, and a development snapshot
 
 An event run for a run of several (``lanes`` not None) collects its actions' lanes instead of applying them one by
@@ -81,6 +82,8 @@ class EventWork:
     unbatchable: bool = False  # its chain met a handler that is not batch-safe: nothing was decided
     store_full: bool = False  # its chain met a full store: nothing was decided (run again after a pause)
     reply: CommitReply | None = None
+    # the lanes its run found marked or marked (run alone): kept as long as the event if it died (keep_lanes)
+    marked_lanes: dict[str, None] = field(default_factory=dict)
     source_type: str = "unknown"
     # its walk's handler runs, not counted yet: with its commit's metrics (record), else by count_runs
     runs: HandlerRuns | None = None
@@ -141,6 +144,7 @@ def interpret(work: EventWork, ctx: DrainContext) -> None:
         )
     else:
         port = CancellablePort(ctx.store, grant.keys, grant.scope_key, grant.fence, grant.lost, event_id)
+        work.marked_lanes = port.marked  # filled as the chain runs
     try:
         work.trace = run_chain(work.source, ctx.registry, port, scope=work.scope, telemetry=ctx.telemetry)
     except NotBatchable:  # pure so far (batch-safe handlers only): run it again on its own
@@ -201,7 +205,22 @@ def observe(work: EventWork, ctx: DrainContext) -> None:
 
 
 EVENT_STEPS: Sequence[Step] = (begin, interpret, project)
-AFTER_COMMIT: Sequence[Step] = (publish, observe)
+
+
+def keep_lanes(work: EventWork, ctx: DrainContext) -> None:
+    """A dead event's lanes kept as long as it is dead: a redrive after their TTL would apply again every action
+    that applied before it died (worker/store/lua/keep_lanes.lua)."""
+    reply = work.reply
+    if (
+        work.marked_lanes
+        and reply is not None
+        and reply.code is CommitCode.COMMITTED
+        and reply.outcome == "dead"
+    ):
+        ctx.store.keep_lanes(work.grant.keys, work.begun.event_id, list(work.marked_lanes))
+
+
+AFTER_COMMIT: Sequence[Step] = (publish, keep_lanes, observe)
 
 
 def run_event(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool) -> EventWork:

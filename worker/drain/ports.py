@@ -75,6 +75,8 @@ class CancellablePort:
         self.event_id = event_id  # what a journaled write is indexed under (erasure finds it by the event)
         self._lost = lost  # set by the lease renewer
         self._cancelled = False
+        # the lanes this run found marked or marked itself: kept as long as the event, should it die
+        self.marked: dict[str, None] = {}
 
     def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
         pipe = self.store.client.pipeline(transaction=False)
@@ -82,6 +84,8 @@ class CancellablePort:
         pipe.hexists(self.keys.event(self.event_id), "cancelRequested")
         raw, cancelled = pipe.execute()
         self._cancelled = bool(cancelled)
+        if raw is not None:
+            self.marked[self.keys.idempotency(self.scope_key, idempotency_key)] = None
         return lane_result(raw, idempotency_key)
 
     def commit(
@@ -113,6 +117,7 @@ class CancellablePort:
             raise LeaseLost(f"scope {self.scope_key}: fence {self.fence} is stale; effect not applied")
         if code is ApplyCode.REFUSED:
             raise PermanentFailure(f"action {action.action_id}: {staged_error(reply)}", code="INVALID_EFFECT")
+        self.marked[self.keys.idempotency(self.scope_key, idempotency_key)] = None  # ours, or taken meanwhile
         return code is ApplyCode.APPLIED
 
     def ensure_live(self) -> None:

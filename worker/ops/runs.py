@@ -326,6 +326,7 @@ def discard(
             window_s=settings.dedupe_window_s,
             audit_max_len=AUDIT_MAXLEN,
             run_index_max=settings.run_index_max,
+            lane_ttl_s=settings.idempotency_ttl_s,
         )
         store.scripts.run(call, client=pipe)
     replies = pipe.execute() if event_ids else []

@@ -31,6 +31,7 @@ from worker.store.calls import (
     CommittedEvent,
     Enqueue,
     EnqueuePush,
+    KeepLanes,
     PopNext,
     Redrive,
     ScriptCall,
@@ -433,6 +434,11 @@ class EventStore(StoreReads):
                 new_body=body,
                 scope_key=scope_key,
                 run_index_max=self.settings.run_index_max,
+                lane_ttl_s=self.settings.idempotency_ttl_s,
             )
         )
         return bool(ok), scope_key, bool(publish)
+
+    def keep_lanes(self, k: BucketKeys, event_id: str, lanes: Sequence[str]) -> bool:
+        """Keep a dead event's lanes as long as it is dead (KEEP_LANES); False when it is dead no more."""
+        return bool(self.scripts.run(KeepLanes(ev=k.event(event_id), lanes_json=json.dumps(list(lanes)))))

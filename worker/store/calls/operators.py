@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from worker.store.calls.layout import ScriptCall, arg, key
 
-__all__ = ["Cancel", "Discard", "Redrive", "Resume", "RunsPage"]
+__all__ = ["Cancel", "Discard", "KeepLanes", "Redrive", "Resume", "RunsPage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,7 @@ class Redrive(ScriptCall):
     new_body: str = arg()
     scope_key: str = arg()
     run_index_max: int = arg()
+    lane_ttl_s: int = arg()
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,14 @@ class Discard(ScriptCall):
     window_s: int = arg()
     audit_max_len: int = arg()
     run_index_max: int = arg()
+    lane_ttl_s: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class KeepLanes(ScriptCall):
+    SCRIPT = "keep_lanes"
+    ev: str = key()
+    lanes_json: str = arg()
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,13 +2,15 @@
 -- discardReason, discardedAt; the hash now expires after the dedupe window), listed by discard time in
 -- runs:discarded-at (trimmed like the runs indexes) and written to the tenant's audit stream: event id and time,
 -- not the reason, which is free text that may quote the payload and stays on the event (erasure and expiry reach
--- it there). -> 1 discarded | 0 not dead (nothing done)
--- requires: index
+-- it there). Its lanes, kept while it was dead (keep_lanes.lua), have their TTL again.
+-- -> 1 discarded | 0 not dead (nothing done)
+-- requires: index, kept_lanes
 local ev, dlq, stats, runs_dead, runs_discarded, runs_discarded_at, audit =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local event_id, reason, now_ms, window_s, audit_max_len, run_index_max =
-  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local event_id, reason, now_ms, window_s, audit_max_len, run_index_max, lane_ttl_s =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 if redis.call('HGET', ev, 'state') ~= 'dead' then return 0 end
+release_lanes(ev, lane_ttl_s)
 local now, max = tonumber(now_ms), tonumber(run_index_max)
 redis.call('HSET', ev, 'state', 'discarded', 'discardedAt', now_ms, 'discardReason', reason)
 redis.call('EXPIRE', ev, window_s)

@@ -12,8 +12,10 @@
 -- entries. Shared: its events leave the inbox and the user leaves scope_users. Whole: the scope's inbox, drain
 -- marker, counters, fence, users and runs index go, and it leaves the scopes registry and the paused hash (the
 -- rest of its keys are the caller's to delete, while it still holds the lease).
+-- A dead event's kept lanes (keep_lanes.lua) are deleted.
 -- -> {-1} the lease is not the erasure's (nothing written) | {1 whole | 0 shared, tombstones written, chains
 --    deleted}
+-- requires: kept_lanes
 local lease, scope_users, inbox, sched, seq, fence_key, runs_scope, scopes, paused, stats, dlq, runs_active,
   runs_dead, outbox_due, journal_due, outbox_dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
   KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
@@ -64,6 +66,7 @@ local function tombstone(id, e)
   local state = rec[1]
   if state and rec[2] ~= user_id and not rec[3] then return 0, 0 end
   if state then
+    release_lanes(e.ev, nil)
     redis.call('HDEL', e.ev, unpack(DROPS))
     redis.call('HSET', e.ev, 'erasedAt', now_ms)
     if not ENDED[state] then

@@ -1,0 +1,76 @@
+"""A plugin kept outside the packages: an order is charged (an action that applies), then shipped (an action
+that raises until the key ``ctx.key("shipping-fixed")`` exists), so the event dies with its charge applied.
+
+Source type ``charge.order`` (admitted through ``AGENT_SIGNAL_EXTRA_SOURCE_TYPES``); the charge stages
+``INCR <ctx.key("charged")>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis import Redis
+
+from worker.plugin import (
+    Action,
+    Dispatch,
+    ExecutorResult,
+    HandlerContext,
+    Plugin,
+    PluginRuntime,
+    Policy,
+    Source,
+    action_from,
+    applied,
+    define_action_handler,
+    define_source_handler,
+    signal_from,
+)
+
+SOURCE_TYPE = "charge.order"
+
+
+@dataclass(frozen=True, slots=True)
+class ShippingProbe:
+    """Reads whether shipping was fixed (test instrumentation)."""
+
+    redis: Redis
+
+
+def _on_order(source: Source, ctx: HandlerContext) -> Dispatch:
+    signal = signal_from(source, "order", "signal.charge.order", {}, ctx.now())
+    return Dispatch(
+        signals=[signal],
+        actions=[
+            action_from(signal, "charge", "action.charge.charge", {}, ctx.now()),
+            action_from(signal, "ship", "action.charge.ship", {}, ctx.now()),
+        ],
+    )
+
+
+def _charge(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    ctx.effects.incr(ctx.key("charged"))
+    return applied(action, ctx, detail="charged")
+
+
+def _ship(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    if not ctx.deps(ShippingProbe).redis.exists(ctx.key("shipping-fixed")):
+        raise RuntimeError("shipping is down")
+    return applied(action, ctx, detail="shipped")
+
+
+def plugin() -> Plugin:
+    """The charge plugin (no ``source_types``: the test admits them with AGENT_SIGNAL_EXTRA_SOURCE_TYPES)."""
+
+    def probe(runtime: PluginRuntime) -> ShippingProbe:
+        return ShippingProbe(runtime.redis)
+
+    policy = Policy(
+        "charge",
+        [
+            define_source_handler(SOURCE_TYPE, "charge.order:plan", _on_order),
+            define_action_handler("action.charge.charge", "charge.charge:apply", _charge),
+            define_action_handler("action.charge.ship", "charge.ship:apply", _ship),
+        ],
+    )
+    return Plugin("charge", policies=[policy], services=probe)
