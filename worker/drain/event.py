@@ -11,6 +11,7 @@ process's :class:`~worker.drain.context.DrainContext`; none raises for the event
     -- the commit (worker/drain/commit.py) --
     publish       drains for the scopes of the follow-ups it admitted
     keep_lanes    a dead event's lanes kept while it is dead (a redrive replays them, however late)
+    reindex_late  an event that ended more than the dedupe window after its enqueue indexed again at its end
     observe       the chain's span, and a development snapshot
 
 An event run for a run of several (``lanes`` not None) collects its actions' lanes instead of applying them one by
@@ -220,7 +221,29 @@ def keep_lanes(work: EventWork, ctx: DrainContext) -> None:
         ctx.store.keep_lanes(work.grant.keys, work.begun.event_id, list(work.marked_lanes))
 
 
-AFTER_COMMIT: Sequence[Step] = (publish, keep_lanes, observe)
+def reindex_late(work: EventWork, ctx: DrainContext) -> None:
+    """An event that ended more than the dedupe window after its enqueue indexed again at its end (its indexes
+    had dropped it while it waited: worker/store/lua/reindex_late.lua). A done event's commit says how long it
+    waited; a dead one (rare) is left to the script to tell."""
+    reply, source = work.reply, work.source
+    if reply is None or reply.code is not CommitCode.COMMITTED or source is None:
+        return
+    window_ms = ctx.settings.dedupe_window_s * 1000
+    late = reply.outcome == "dead" or (
+        reply.outcome == "done" and reply.latency_ms is not None and reply.latency_ms > window_ms
+    )
+    if late:
+        ctx.store.reindex_late(
+            work.grant.keys,
+            work.begun.event_id,
+            scope_key=work.grant.scope_key,
+            source_type=source.source_type,
+            source_id=source.source_id,
+            user_id=source.user_id or "",
+        )
+
+
+AFTER_COMMIT: Sequence[Step] = (publish, keep_lanes, reindex_late, observe)
 
 
 def run_event(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool) -> EventWork:

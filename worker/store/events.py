@@ -34,6 +34,7 @@ from worker.store.calls import (
     KeepLanes,
     PopNext,
     Redrive,
+    ReindexLate,
     ScriptCall,
     UserBytes,
 )
@@ -438,6 +439,28 @@ class EventStore(StoreReads):
             )
         )
         return bool(ok), scope_key, bool(publish)
+
+    def reindex_late(
+        self, k: BucketKeys, event_id: str, *, scope_key: str, source_type: str, source_id: str, user_id: str
+    ) -> bool:
+        """Index again at its end an event that ended (done or dead) more than the window after it was enqueued
+        (REINDEX_LATE); False when it ended within the window, or did not end."""
+        digest = source_digest(source_id)
+        call = ReindexLate(
+            ev=k.event(event_id),
+            runs_type=k.runs("type", source_type),
+            runs_types=k.runs("types"),
+            runs_scope=k.runs_of_scope(scope_key),
+            by_source=k.events_of_source(digest),
+            user_index=k.user_events(user_id),
+            event_id=event_id,
+            source_type=source_type,
+            source_member=f"{digest}:{event_id}",
+            now_ms=now_ms(),
+            window_s=self.settings.dedupe_window_s,
+            user_id=user_id,
+        )
+        return bool(self.scripts.run(call))
 
     def keep_lanes(self, k: BucketKeys, event_id: str, lanes: Sequence[str]) -> bool:
         """Keep a dead event's lanes as long as it is dead (KEEP_LANES); False when it is dead no more."""

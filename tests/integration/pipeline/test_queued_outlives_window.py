@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from producers import Producer
+from sessions.store import session_scope
 from tests.conftest import wait_for
 from worker.keys.layout import BucketKeys
+from worker.ops.erasure import erase_user
 from worker.ops.runs import RunQuery, list_runs
 from worker.ops.scope_control import cancel_event, pause_scope, resume_scope
 from worker.runtime.app import build_pipeline
@@ -94,6 +96,52 @@ def test_the_active_index_loses_a_ttl_it_had_and_the_heads_that_are_gone(
         pipeline.drain_scope(SCOPE)
         assert producer.status(kept)["status"] == "done"  # type: ignore[index]
         assert client.zrange(active, 0, -1) == []
+    finally:
+        producer.close()
+        pipeline.store.client.close()
+
+
+def test_an_event_that_ends_past_the_window_is_indexed_at_its_end(
+    make_settings: Any, keys: BucketKeys
+) -> None:
+    """Its indexes are scored by enqueue time and trimmed to the window, so they had dropped an event that waited
+    longer while its record lives on (a window from done; for good, dead): the runs explorer did not list it, a
+    lookup by its source id found nothing, and erasure did not find it through its user's index. Indexed again
+    at its end (REINDEX_LATE), it is; the dead index is not trimmed by the window at all."""
+    settings = make_settings(dedupe_window_s=5, max_attempts=1)
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    client, tenant = producer.store.client, producer.keys
+    counter = f"{keys.bucket_prefix}test:late-counter"
+    try:
+        assert pause_scope(producer.store, tenant, SCOPE)
+        done = producer.enqueue(_event("late-done", counter) | {"userId": "u_late"}).event_id
+        dead = producer.enqueue(
+            {"sourceType": "test.flaky", "sourceId": "late-dead", "scopeKey": SCOPE, "payload": {}}
+        ).event_id
+        record = producer.store.locate(tenant, done).event(done)
+        enqueued_ms = int(client.hget(record, "enqueuedAt") or 0)
+        wait_for(lambda: _redis_ms(client) > enqueued_ms + 5_500, timeout_s=60, what="the window to pass")
+        producer.enqueue(
+            _event("late-other", counter) | {"scopeKey": "topic:late-other"}
+        )  # trims the indexes
+        assert resume_scope(producer.store, tenant, SCOPE, lambda ref: None)
+        pipeline.drain_scope(SCOPE)
+        assert [producer.status(e)["status"] for e in (done, dead)] == ["done", "dead"]  # type: ignore[index]
+
+        def listed(query: RunQuery) -> list[str]:
+            return [r["eventId"] for r in list_runs(producer.store, tenant, query).events]
+
+        assert done in listed(RunQuery(scope_key=SCOPE))
+        assert done in listed(RunQuery(user_id="u_late"))
+        assert done in listed(RunQuery(status="done"))
+        assert done in listed(RunQuery())
+        assert dead in listed(RunQuery(status="dead"))
+        assert [r["eventId"] for r in producer.store.find_by_source(tenant, "late-done")] == [done]
+        assert [r["eventId"] for r in producer.store.find_by_source(tenant, "late-dead")] == [dead]
+        report = erase_user(producer.store, tenant, "u_late", session_scope=session_scope)
+        assert report.removed["eventPayloads"] >= 1
+        assert client.hget(record, "userId") is None
     finally:
         producer.close()
         pipeline.store.client.close()

@@ -1,4 +1,5 @@
-"""The operators' scripts: redrive, discard, cancel, resume, and the runs explorer's page."""
+"""The operators' scripts: redrive, discard, cancel, resume, and the runs explorer's page; and what a commit leaves
+to a late path: a dead event's lanes kept (KEEP_LANES), an event that ended past the window indexed again."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 
 from worker.store.calls.layout import ScriptCall, arg, key
 
-__all__ = ["Cancel", "Discard", "KeepLanes", "Redrive", "Resume", "RunsPage"]
+__all__ = ["Cancel", "Discard", "KeepLanes", "Redrive", "ReindexLate", "Resume", "RunsPage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,23 @@ class Discard(ScriptCall):
     audit_max_len: int = arg()
     run_index_max: int = arg()
     lane_ttl_s: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class ReindexLate(ScriptCall):
+    SCRIPT = "reindex_late"
+    ev: str = key()
+    runs_type: str = key()
+    runs_types: str = key()
+    runs_scope: str = key()
+    by_source: str = key()
+    user_index: str = key()
+    event_id: str = arg()
+    source_type: str = arg()
+    source_member: str = arg()
+    now_ms: int = arg()
+    window_s: int = arg()
+    user_id: str = arg()
 
 
 @dataclass(frozen=True, slots=True)

@@ -167,7 +167,8 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
       redis.call('PERSIST', ev)
       redis.call('ZADD', dlq, now_ms, event_id)
       count(stats, 'dead', 1)
-      index_move(runs_active, runs_dead, event_id, ev, imax, known.enqueued)
+      -- the dead index is not trimmed by the window: a dead event never expires, and the DLQ bounds it
+      index_add_active(runs_dead, index_leave(runs_active, event_id, ev, known.enqueued) or 0, event_id)
       history_end(ev, now, 'failed', error_text, known.history)
     end
   end

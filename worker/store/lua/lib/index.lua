@@ -30,6 +30,7 @@ local function index_add(key, score, member, max)
 end
 -- The active index (queued and processing events): neither trimmed nor given a TTL. An event waits as long as it
 -- must (a paused scope, a backlog: its record has no TTL either), and the tenant's queue limit bounds the index.
+-- The dead index too: a dead event never expires (its record has no TTL), and the DLQ holds as many.
 local persist = {}  -- active index keys: PERSIST once per script (an index written before it lost its TTL had one)
 local function index_add_active(key, score, member)
   zchange(key, member, score)
