@@ -15,6 +15,12 @@ Validation keeps the documented behaviour where code and docs disagree: a ``coun
 valid (and matches unconditionally), predicates have no ``eq``/``range``, decision ``operator`` values are not
 validated (unknown ones act as OR at runtime). Errors are collected, one string each, so ``--check`` can print
 every problem at once.
+
+Stricter than the reference where silence hid a mistake: a key under ``routing`` or ``routing.signals`` that
+nothing reads (``keywords:``, ``decision:``) is an error naming its path, and so is a decision leaf of type
+``conversation`` or ``keyword`` naming a rule the config does not declare (it could never match). Numbers
+beyond the float range count as not finite, a rule tree nests at most :data:`MAX_RULE_DEPTH` rules, and
+``modelRefs`` (answered as they are) must be JSON: finite numbers, no dates.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from typing import Any
 
 __all__ = [
@@ -50,6 +57,13 @@ SOURCE_TYPES = (
 ROLES = ("user", "assistant", "system", "developer", "tool", "non_user")
 KEYWORD_OPERATORS = ("AND", "OR", "NOR")
 STRATEGIES = ("priority", "confidence")
+ROUTING_KEYS = ("strategy", "signals", "decisions")
+SIGNAL_KEYS = ("conversation", "keyword")
+# A decision's rule tree may nest this many rules deep (a real one nests three or four); checked without
+# recursion before the tree is read (a rule is two levels of YAML: its mapping and its conditions list), so a
+# deeper one is one error, not a RecursionError.
+MAX_RULE_DEPTH = 32
+MAX_YAML_DEPTH = 2 * MAX_RULE_DEPTH
 
 
 class ConfigError(ValueError):
@@ -137,9 +151,13 @@ class RouterConfig:
 
 
 def _number(value: Any) -> float | None:
+    """A YAML number as a float (an integer beyond the float range is infinite), or None for anything else."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _predicate_error(raw: Mapping[str, Any]) -> str | None:
@@ -285,7 +303,37 @@ def _keyword_rules(items: Any, errors: list[str]) -> list[KeywordRule]:
 # ---- decisions ---------------------------------------------------------------------------------------
 
 
-def _rule_node(raw: Any, where: str, errors: list[str]) -> RuleNode:
+Declared = Mapping[str, frozenset[str]]  # rule type (conversation, keyword) -> the names the config declares
+
+
+def _depth(raw: Any) -> int:
+    """How deep mappings and lists nest in ``raw`` (a scalar is 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(raw, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+    return deepest
+
+
+def _undeclared(node_type: str, name: str, declared: Declared) -> str | None:
+    """The error for a leaf naming a conversation or keyword rule the config does not declare (the leaf could
+    never match: those types are computed from the config alone, and external signals may not stand in)."""
+    kind = node_type.strip().lower()
+    if kind not in declared or name in declared[kind]:
+        return None
+    problem = f'{kind} rule "{name}" is not declared in routing.signals.{kind}'
+    other = sorted(n for n in declared[kind] if n.lower() == name.lower())
+    return f'{problem} (names match exactly; it declares "{other[0]}")' if other else problem
+
+
+def _rule_node(raw: Any, where: str, errors: list[str], declared: Declared) -> RuleNode:
     if raw is None:
         return RuleNode(empty=True)
     if not isinstance(raw, Mapping):
@@ -308,14 +356,19 @@ def _rule_node(raw: Any, where: str, errors: list[str]) -> RuleNode:
     if not isinstance(conditions, list):
         errors.append(f"{where}.conditions must be a list")
         conditions = []
+    name = str(raw.get("name") or "")
+    if node_type and (problem := _undeclared(str(node_type), name, declared)) is not None:
+        errors.append(f"{where}: {problem}")
     return RuleNode(
         type=str(node_type).strip(),
-        name=str(raw.get("name") or ""),
+        name=name,
         label=str(raw.get("label") or ""),
         predicate=parsed_predicate,
         on_error=str(raw.get("on_error") or ""),
         operator=str(raw.get("operator") or ""),
-        conditions=tuple(_rule_node(c, f"{where}.conditions[{j}]", errors) for j, c in enumerate(conditions)),
+        conditions=tuple(
+            _rule_node(c, f"{where}.conditions[{j}]", errors, declared) for j, c in enumerate(conditions)
+        ),
     )
 
 
@@ -328,26 +381,79 @@ def _int(value: Any, where: str, errors: list[str]) -> int:
     return value
 
 
-def _decisions(items: Any, errors: list[str]) -> list[Decision]:
+def _json_problem(value: Any) -> str | None:
+    """Why ``value`` cannot go into a JSON answer as it is (a non-finite number, a date, a non-text key), or
+    None; without recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            if not all(isinstance(k, str) for k in item):
+                return "keys must be strings"
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "numbers must be finite"
+        elif item is not None and not isinstance(item, str | int | float):
+            return f"values must be JSON (found a {type(item).__name__})"
+    return None
+
+
+def _model_refs(raw: Mapping[str, Any], where: str, errors: list[str]) -> list[Mapping[str, Any]]:
+    """The decision's modelRefs (answered as they are, so they must be JSON), or [] after an error."""
+    refs = raw.get("modelRefs") or []
+    if not isinstance(refs, list) or not all(
+        isinstance(r, Mapping) and isinstance(r.get("model"), str) for r in refs
+    ):
+        errors.append(f"{where}: modelRefs must be a list of {{model: NAME, ...}}")
+        return []
+    problem = _json_problem(refs) if _depth(refs) <= MAX_YAML_DEPTH else "nest too deep"
+    if problem is not None:
+        errors.append(f"{where}: modelRefs {problem}")
+        return []
+    return refs
+
+
+def _rules(raw: Any, where: str, errors: list[str], declared: Declared) -> RuleNode:
+    if _depth(raw) > MAX_YAML_DEPTH:
+        errors.append(f"{where}: nested deeper than {MAX_RULE_DEPTH} rules")
+        return RuleNode(empty=True)
+    return _rule_node(raw, where, errors, declared)
+
+
+def _decisions(items: Any, errors: list[str], declared: Declared) -> list[Decision]:
     decisions: list[Decision] = []
     for i, name, raw in _named_entries(items, "routing.decisions", "decision", errors):
-        refs = raw.get("modelRefs") or []
-        if not isinstance(refs, list) or not all(
-            isinstance(r, Mapping) and isinstance(r.get("model"), str) for r in refs
-        ):
-            errors.append(f'decision [{i}] "{name}": modelRefs must be a list of {{model: NAME, ...}}')
-            refs = []
+        refs = _model_refs(raw, f'decision [{i}] "{name}"', errors)
         decisions.append(
             Decision(
                 name=name,
                 priority=_int(raw.get("priority"), f'decision [{i}] "{name}": priority', errors),
                 tier=_int(raw.get("tier"), f'decision [{i}] "{name}": tier', errors),
-                rules=_rule_node(raw.get("rules"), f'decision [{i}] "{name}": rules', errors),
+                rules=_rules(raw.get("rules"), f'decision [{i}] "{name}": rules', errors, declared),
                 model_refs=tuple(dict(r) for r in refs),
                 description=str(raw.get("description") or ""),
             )
         )
     return decisions
+
+
+def _unknown_keys(section: Mapping[Any, Any], path: str, known: tuple[str, ...], errors: list[str]) -> None:
+    """One error per key of ``section`` that nothing reads and that is a near miss of one that is (a misspelt
+    ``keywords:`` or ``decision:`` was ignored unseen, and its rules or decisions silently missing). Other keys
+    are vLLM's own that this router does not read (``routing.projections``, ``signals.domain``, …): a config
+    written for vLLM loads, those parts ignored, as docs/routing.md says."""
+    for key in section:
+        if key not in known and get_close_matches(str(key), known, n=1, cutoff=0.75):
+            errors.append(f"unknown key {path}.{key}; valid keys: {', '.join(known)}")
+
+
+def _declared_names(items: Any) -> frozenset[str]:
+    """Every name a rule list gives (valid rule or not: an invalid one has its own error already)."""
+    if not isinstance(items, list):
+        return frozenset()
+    return frozenset(r["name"] for r in items if isinstance(r, Mapping) and isinstance(r.get("name"), str))
 
 
 def parse_router_config(data: Any) -> RouterConfig:
@@ -361,13 +467,16 @@ def parse_router_config(data: Any) -> RouterConfig:
     strategy = routing.get("strategy") or "priority"
     if strategy not in STRATEGIES:
         errors.append(f'unsupported routing.strategy "{strategy}"; valid strategies: {", ".join(STRATEGIES)}')
+    _unknown_keys(routing, "routing", ROUTING_KEYS, errors)
     signals = routing.get("signals") or {}
     if not isinstance(signals, Mapping):
         errors.append("routing.signals must be a mapping")
         signals = {}
+    _unknown_keys(signals, "routing.signals", SIGNAL_KEYS, errors)
     conversation = _conversation_rules(signals.get("conversation"), errors)
     keyword = _keyword_rules(signals.get("keyword"), errors)
-    decisions = _decisions(routing.get("decisions"), errors)
+    declared = {kind: _declared_names(signals.get(kind)) for kind in SIGNAL_KEYS}
+    decisions = _decisions(routing.get("decisions"), errors, declared)
     providers = data.get("providers") or {}
     defaults = providers.get("defaults") if isinstance(providers, Mapping) else None
     default_model = defaults.get("default_model") if isinstance(defaults, Mapping) else None

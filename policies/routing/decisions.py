@@ -14,6 +14,7 @@ request.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 from policies.routing.config import Decision, RouterConfig, RuleNode
@@ -86,22 +87,30 @@ def _compile_leaf(node: RuleNode) -> Evaluate:
     return leaf
 
 
+def _mean(values: list[float]) -> float:
+    """The mean, as ``sum / count`` (what the reference computes); finite whenever the values are (two
+    confidences of 1e308 sum to infinity, so then each is divided first)."""
+    total = sum(values)
+    if math.isinf(total) and all(math.isfinite(v) for v in values):
+        return sum(v / len(values) for v in values)
+    return total / len(values)
+
+
 def _compile_operator(operator: str, children: tuple[Evaluate, ...]) -> Evaluate:
     if operator == "AND":
         if not children:
             return _always
-        count = len(children)
 
         def all_of(sig: SignalState) -> Match:
-            total = 0.0
+            confidences: list[float] = []
             rules: list[str] = []
             for child in children:
                 matched, confidence, child_rules = child(sig)
                 if not matched:
                     return NO_MATCH
-                total += confidence
+                confidences.append(confidence)
                 rules += child_rules
-            return True, total / count, rules
+            return True, _mean(confidences), rules
 
         return all_of
     if operator == "NOT":

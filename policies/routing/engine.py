@@ -21,6 +21,10 @@ full evaluation of every decision's rule tree would pick:
   signals and a matched mask, and a request without external signals looks its decision up by that mask
   (answers precomputed when the config is loaded: for every mask while that is cheap, else for the mask of
   a request that matched no rule; none when some leaf has a predicate). Otherwise the trees are evaluated.
+* an external signal whose ``type:name`` is one of the config's own conversation or keyword rules is refused
+  (:class:`~policies.routing.envelope.InvalidRouteInput` naming ``externalSignals[i].name``): it would publish
+  over the rule's entry while the decision still read the rule's own match. External signals are published
+  under the key leaves match them by (type trimmed and lower-cased).
 * model: a request whose ``model`` is absent or ``"auto"`` gets the decision's first modelRef, or
   ``providers.defaults.default_model`` when the decision has none or nothing matched; any other model is kept.
 """
@@ -32,6 +36,7 @@ from typing import Any
 
 from policies.routing.config import ConversationRule, RouterConfig
 from policies.routing.decisions import DecisionPlan, leaves, reads_values
+from policies.routing.envelope import InvalidRouteInput
 from policies.routing.facts import Facts, scan_request
 from policies.routing.signals import SignalPlan, merge_external, raw_of
 
@@ -77,10 +82,18 @@ def latest_user_text(request: Mapping[str, Any], protocol: str) -> str:
 
 
 class Router:
-    """A compiled configuration; ``route`` may be called concurrently (no mutable state)."""
+    """A compiled configuration; ``route`` may be called concurrently (no mutable state). ``fingerprint`` names
+    the config text it was loaded from (:func:`~policies.routing.loader.load_router_text`), or is None."""
 
-    def __init__(self, config: RouterConfig) -> None:
+    def __init__(self, config: RouterConfig, *, fingerprint: str | None = None) -> None:
         self.config = config
+        self.fingerprint = fingerprint
+        # An external signal may not stand in for a rule the config computes itself (compared as decision
+        # leaves reference rules: the whole key lower-cased).
+        self._internal_keys = frozenset(
+            [f"conversation:{r.name}".lower() for r in config.conversation]
+            + [f"keyword:{r.name}".lower() for r in config.keyword]
+        )
         used = {
             f"{leaf.type.strip().lower()}:{leaf.name}".lower()
             for d in config.decisions
@@ -106,15 +119,29 @@ class Router:
             return latest_user_text(request, protocol)
         return "" if latest is None else _text_of(latest.get("content"), _CHAT_TEXT_TYPES)
 
+    def _refuse_internal_names(self, external: Sequence[Mapping[str, Any]]) -> None:
+        for i, item in enumerate(external):
+            kind, name = str(item["type"]).strip().lower(), str(item["name"])
+            if f"{kind}:{name}".lower() in self._internal_keys:
+                field = f"externalSignals[{i}].name"
+                message = (
+                    f"{field}: {kind}:{name} is a {kind} rule of the router config; an external signal cannot "
+                    "stand in for it"
+                )
+                raise InvalidRouteInput(field, message)
+
     def route(
         self,
         request: Mapping[str, Any],
         protocol: str = "openai-chat",
         external_signals: Sequence[Mapping[str, Any]] = (),
     ) -> dict[str, Any]:
-        """The RouteResult for one request."""
+        """The RouteResult for one request; :class:`InvalidRouteInput` when an external signal names one of the
+        config's own rules."""
         if not self.config.decisions:
             raise NoDecisionsConfigured()
+        if external_signals:
+            self._refuse_internal_names(external_signals)
         facts, latest, seen = scan_request(request, protocol)
         text = self._text(request, protocol, latest, seen) if self._signals.keyword else ""
         published, mask, values = self._signals.evaluate(facts, text)

@@ -130,11 +130,20 @@ def _has_word_char_and_no_han(keyword: str) -> bool:
     return word and not han
 
 
+_WORD_CHAR = re.compile(r"\w")
+
+
 def compile_keyword(keyword: str, case_sensitive: bool) -> re.Pattern[str]:
-    """The keyword as a literal, with word boundaries when it has a word character and no Han character."""
+    """The keyword as a literal, bounded when it has a word character and no Han character: an edge that is a
+    word character may not touch another one (``(?<!\\w)`` before, ``(?!\\w)`` after); an edge that is not
+    (``C++``, ``.NET``, ``Answer:``) gets no boundary, which ``\\b`` would demand of it against a space and
+    then never match (vLLM Semantic Router issue #3710)."""
     pattern = re.escape(keyword)
     if _has_word_char_and_no_han(keyword):
-        pattern = rf"\b{pattern}\b"
+        if _WORD_CHAR.match(keyword[0]):
+            pattern = r"(?<!\w)" + pattern
+        if _WORD_CHAR.match(keyword[-1]):
+            pattern += r"(?!\w)"
     return re.compile(pattern, 0 if case_sensitive else re.IGNORECASE)
 
 
@@ -232,7 +241,8 @@ class SignalPlan:
 def merge_external(
     sig: SignalState, published: dict[str, dict[str, Any]], external: Sequence[Mapping[str, Any]]
 ) -> None:
-    """External signals count as matched unless they carry ``error``; later entries win."""
+    """External signals count as matched unless they carry ``error``; later entries win. Each is published
+    under the key leaves match it by (``type`` trimmed and lower-cased, ``name`` as given)."""
     for item in external:
         kind = str(item["type"]).strip().lower()
         name = str(item["name"])
@@ -249,4 +259,4 @@ def merge_external(
         if item.get("value") is not None:
             sig.values[key] = float(item["value"])
             entry["value"] = float(item["value"])
-        published[f"{item['type']}:{name}"] = entry
+        published[key] = entry

@@ -1,33 +1,58 @@
-"""``agent-signal route``: RouteResults from the command line, for one request, a batch, or a config check."""
+"""``agent-signal route``: RouteResults from the command line, for one request, a batch, or a config check.
+
+Input is read as the HTTP door reads a body (producers/http/web_common.py ``decode_json``: strict JSON, so
+``NaN``, ``Infinity``, numbers beyond the float range and lone surrogates are refused, and nesting is bounded),
+checked by the same :func:`~policies.routing.validate_route_input` as ``POST /v1/route`` (unknown keys,
+``request.model``, external signals), so both refuse the same inputs naming the same fields. ``--protocol``
+applies to every envelope that does not name its own, single file or batch line alike. Output is strict JSON
+(``allow_nan=False``): a line is one RouteResult, or ``{"line", "error"}`` for a line that was refused.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any, TextIO
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
 
 from policies.routing import (
     PROTOCOLS,
+    ROUTE_REQUEST_FIELDS,
     ConfigError,
-    NoDecisionsConfigured,
+    InvalidRouteInput,
     Router,
     load_router,
     validate_route_input,
 )
+from producers.http.web_common import FieldError, InvalidBody, decode_json
 
 __all__ = ["run_route"]
 
 
 def _envelope(data: Any, protocol: str) -> Any:
-    """A single request file may hold the envelope ``{"request", ...}`` or just the chat request."""
-    if isinstance(data, dict) and isinstance(data.get("request"), dict):
-        return data
-    return {"request": data, "protocol": protocol}
+    """An envelope ``{"request", ...}`` (given ``protocol`` when it names none), or a bare chat request
+    wrapped in one; anything else is left for validation to name."""
+    if isinstance(data, dict) and "request" in data:
+        return data if "protocol" in data else {**data, "protocol": protocol}
+    if isinstance(data, dict):
+        return {"request": data, "protocol": protocol}
+    return data
 
 
 def _route_one(router: Router, envelope: Any) -> dict[str, Any]:
-    request, protocol, external = validate_route_input(envelope)
+    request, protocol, external = validate_route_input(envelope, known_keys=ROUTE_REQUEST_FIELDS)
     return router.route(request, protocol, external)
+
+
+def _dumps(result: dict[str, Any]) -> str:
+    return json.dumps(result, allow_nan=False)
+
+
+def _decode(raw: bytes) -> Any:
+    """The JSON value of ``raw`` (never empty), or InvalidBody."""
+    if not raw.strip():
+        raise InvalidBody(FieldError("invalid_json", "not valid JSON: empty"), "empty")
+    return decode_json(raw, require_object=False)
 
 
 def run_route(
@@ -39,7 +64,7 @@ def run_route(
     protocol: str,
     out: TextIO = sys.stdout,
 ) -> int:
-    """Exit codes: 0 ok, 1 some request was invalid (batch), 2 config invalid or nothing to route."""
+    """Exit codes: 0 ok, 1 some request was invalid, 2 config invalid, input unreadable or nothing to route."""
     if protocol not in PROTOCOLS:
         print(f"agent-signal route: --protocol must be one of {', '.join(PROTOCOLS)}", file=sys.stderr)
         return 2
@@ -65,27 +90,44 @@ def run_route(
     if source is None:
         print("agent-signal route: give REQUEST.json, - (stdin) or --batch REQUESTS.jsonl", file=sys.stderr)
         return 2
+    return _run_single(router, source, protocol, out)
+
+
+def _run_single(router: Router, source: str, protocol: str, out: TextIO) -> int:
     try:
-        text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
-        data = json.loads(text)
+        data = _decode(sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes())
     except OSError as exc:
         print(f"agent-signal route: cannot read {source}: {exc.strerror}", file=sys.stderr)
         return 2
-    except ValueError as exc:
-        print(f"agent-signal route: {source} is not valid JSON: {exc}", file=sys.stderr)
+    except InvalidBody as exc:
+        print(f"agent-signal route: {source}: {exc.error.message}", file=sys.stderr)
         return 2
     try:
         result = _route_one(router, _envelope(data, protocol))
-    except ValueError as exc:
-        print(f"agent-signal route: {exc.args[-1]}", file=sys.stderr)
+    except InvalidRouteInput as exc:
+        print(f"agent-signal route: {exc.message}", file=sys.stderr)
         return 1
-    print(json.dumps(result), file=out)
+    print(_dumps(result), file=out)
     return 0
+
+
+def _route_line(router: Router, raw: bytes, protocol: str) -> dict[str, Any] | FieldError:
+    """One batch line's RouteResult, or what is wrong with it."""
+    try:
+        data = _decode(raw)
+    except InvalidBody as exc:
+        return exc.error
+    if isinstance(data, dict) and "protocol" not in data:
+        data = {**data, "protocol": protocol}
+    try:
+        return _route_one(router, data)
+    except InvalidRouteInput as exc:
+        return FieldError(exc.code, exc.message, exc.field)
 
 
 def _run_batch(router: Router, path: str, protocol: str, out: TextIO) -> int:
     try:
-        stream = sys.stdin if path == "-" else open(path, encoding="utf-8")
+        stream: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")
     except OSError as exc:
         print(f"agent-signal route: cannot read {path}: {exc.strerror}", file=sys.stderr)
         return 2
@@ -94,21 +136,12 @@ def _run_batch(router: Router, path: str, protocol: str, out: TextIO) -> int:
         for number, line in enumerate(stream, start=1):
             if not line.strip():
                 continue
-            try:
-                data = json.loads(line)
-                if isinstance(data, dict) and "protocol" not in data:
-                    data = {**data, "protocol": protocol}
-                result: dict[str, Any] = _route_one(router, data)
-            except NoDecisionsConfigured:
-                raise
-            except ValueError as exc:
+            result = _route_line(router, line, protocol)
+            if isinstance(result, FieldError):
                 failed += 1
-                message = exc.args[-1] if len(exc.args) == 2 else f"not valid JSON ({exc})"
-                field = exc.args[0] if len(exc.args) == 2 else None
-                result = {
-                    "line": number,
-                    "error": {"code": "invalid_field", "message": message, "field": field},
-                }
-                print(f"line {number}: {message}", file=sys.stderr)
-            out.write(json.dumps(result) + "\n")
+                print(f"line {number}: {result.message}", file=sys.stderr)
+                error = {"code": result.code, "message": result.message, "field": result.field}
+                out.write(_dumps({"line": number, "error": error}) + "\n")
+            else:
+                out.write(_dumps(result) + "\n")
     return 1 if failed else 0

@@ -1,4 +1,5 @@
-"""``POST /v1/route``: the routing decision, answered synchronously (and recorded as a chat.request event).
+"""``POST /v1/route``: the routing decision, answered synchronously (and recorded as a chat.request event that
+carries the answer itself, so the recorded decision is the one the caller got, whatever the workers' config).
 
 The record never turns a routed request into an error after the fact. The caller's own ids (``requestId``,
 which becomes the event's ``sourceId``, and ``scopeKey``, ``userId``, ``agentId``, ``workspaceId``) follow
@@ -20,7 +21,16 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.conversation import RoutingDeps, RoutingSettings
-from policies.routing import ConfigError, NoDecisionsConfigured, ReloadingRouter, validate_route_input
+from policies.routing import (
+    MAX_EXTERNAL_SIGNALS,
+    RECORD_FIELDS,
+    ROUTE_REQUEST_FIELDS,
+    ConfigError,
+    InvalidRouteInput,
+    NoDecisionsConfigured,
+    ReloadingRouter,
+    validate_route_input,
+)
 from producers.http.api_models import API_ERRORS, RouteResult, body_route, example
 from producers.http.principal import Principal, require
 from producers.http.records import RECORD_ERROR_DOC, RECORD_ERROR_HEADER, enqueue_record, with_record_error
@@ -31,7 +41,7 @@ __all__ = ["RECORD_ERROR_HEADER", "router"]
 
 log = logging.getLogger(__name__)
 router = APIRouter(responses=API_ERRORS, tags=["routing"])
-CALLER_IDS = ("requestId", "scopeKey", "userId", "agentId", "workspaceId")
+CALLER_IDS = RECORD_FIELDS
 
 
 class ExternalSignal(BaseModel):
@@ -40,8 +50,10 @@ class ExternalSignal(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: str = Field(min_length=1, pattern=r"\S")
     name: str = Field(min_length=1, pattern=r"\S")
-    confidence: float | None = Field(default=None, description="1.0 when absent.")
-    value: float | None = Field(default=None, description="Feeds predicate leaves.")
+    confidence: float | None = Field(
+        default=None, ge=0, le=1, allow_inf_nan=False, description="From 0 to 1; 1.0 when absent."
+    )
+    value: float | None = Field(default=None, allow_inf_nan=False, description="Feeds predicate leaves.")
     error: str | None = Field(default=None, description="Feeds ``on_error``; the signal is then not matched.")
 
 
@@ -58,7 +70,11 @@ class RouteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     request: ChatRequest
     protocol: Literal["openai-chat", "anthropic-messages", "openai-responses"] = "openai-chat"
-    externalSignals: list[ExternalSignal] = Field(default_factory=list)
+    externalSignals: list[ExternalSignal] = Field(
+        default_factory=list,
+        max_length=MAX_EXTERNAL_SIGNALS,
+        description="Signals computed by the caller; none may name a rule of the router config.",
+    )
     requestId: Id | None = Field(default=None, description="The chat.request event's sourceId.")
     scopeKey: Id | None = Field(default=None, description="The record's scope (default: one of its own).")
     userId: UserId | None = None
@@ -105,42 +121,33 @@ def post_route(
     if isinstance(body, JSONResponse):
         return body
     try:
-        chat, protocol, external = validate_route_input(body)
-    except ValueError as exc:
-        field, message = exc.args
-        return error_response(422, "invalid_field", message, field)
-    bad_input = _model_error(chat) or _caller_id_error(body)
+        chat, protocol, external = validate_route_input(body, known_keys=ROUTE_REQUEST_FIELDS)
+    except InvalidRouteInput as exc:
+        return error_response(422, exc.code, exc.message, exc.field)
+    bad_input = _caller_id_error(body)
     if bad_input is not None:
         return bad_input
     try:
-        result = holder.get().route(chat, protocol, external)
+        router = holder.get()
+        result = router.route(chat, protocol, external)
+    except InvalidRouteInput as exc:
+        return error_response(422, exc.code, exc.message, exc.field)
     except ConfigError as exc:
         return error_response(503, "router_config_invalid", "; ".join(exc.errors))
     except NoDecisionsConfigured as exc:
         return error_response(503, "no_decisions", str(exc))
     response = JSONResponse(result)
     if producer_of(request).runtime.settings_for(RoutingSettings).route_record_events:
-        failure = enqueue_record(request, _event(body, chat, protocol, external), what="chat.request")
-        with_record_error(response, failure)
+        answered = {"routeResult": result, "configFingerprint": router.fingerprint}
+        event = _event(body, {"request": chat, "protocol": protocol, "externalSignals": external, **answered})
+        with_record_error(response, enqueue_record(request, event, what="chat.request"))
     return response
 
 
-def _model_error(chat: dict[str, Any]) -> JSONResponse | None:
-    """The 422 for a ``request.model`` that is not a string (it would come back as the answer's ``model``)."""
-    model = chat.get("model")
-    if model is None or isinstance(model, str):
-        return None
-    return error_response(422, "invalid_field", "request.model: must be a string", "request.model")
-
-
 def _caller_id_error(body: dict[str, Any]) -> JSONResponse | None:
-    """The 422 for a key the body does not have (a misspelt ``externalSignals`` was ignored unseen), or for the
-    first of the caller's ids that is not a string or breaks the id rule (a number or a list was dropped and the
-    record went out under ids of its own), or None."""
-    for key in body:
-        if key not in RouteRequest.model_fields:
-            message = f"{key} is not a field of a route request (its fields: {', '.join(RouteRequest.model_fields)})"
-            return error_response(422, "unknown_field", message, key)
+    """The 422 for the first of the caller's ids that is not a string or breaks the id rule (a number or a list
+    was dropped and the record went out under ids of its own), or None. Keys the body may not have are refused
+    by :func:`validate_route_input` (``known_keys``)."""
     for name in CALLER_IDS:
         value = body.get(name)
         if value is None:
@@ -163,17 +170,15 @@ def _id_problem(name: str, value: str) -> IdProblem | None:
     return id_problem(value, name=name in ("agentId", "workspaceId"))
 
 
-def _event(
-    body: dict[str, Any], chat: dict[str, object], protocol: str, external: list[dict[str, object]]
-) -> dict[str, object]:
-    """The chat.request event that records this routing call."""
+def _event(body: dict[str, Any], payload: dict[str, Any]) -> dict[str, object]:
+    """The chat.request event that records this routing call: the route input, the RouteResult as answered
+    (``routeResult``, which the handler emits instead of routing again with whatever config the worker has by
+    then) and the fingerprint of the config that answered (``configFingerprint``)."""
     request_id = body.get("requestId")
     source_id = request_id if isinstance(request_id, str) and request_id else f"route:{uuid.uuid4().hex}"
-    event: dict[str, object] = {
-        "sourceType": "chat.request",
-        "sourceId": source_id,
-        "payload": {"request": chat, "protocol": protocol, "externalSignals": external},
-    }
+    if payload.get("configFingerprint") is None:
+        payload = {k: v for k, v in payload.items() if k != "configFingerprint"}
+    event: dict[str, object] = {"sourceType": "chat.request", "sourceId": source_id, "payload": payload}
     for key in ("scopeKey", "userId", "agentId", "workspaceId"):
         if isinstance(body.get(key), str) and body[key]:
             event[key] = body[key]

@@ -37,6 +37,22 @@ TOOL_LOOP = {
 }
 
 
+# The benchmark config plus a decision on a signal type the config does not compute (external signals bring it):
+# an external signal may not stand in for one of the config's own conversation or keyword rules.
+CODING_DECISION = """    - name: coding
+      priority: 70
+      rules: { type: domain, name: code }
+      modelRefs: [ { model: code-model } ]
+    - name: fallback
+"""
+
+
+def with_coding_decision(path: Path) -> Path:
+    """Write the benchmark config with the ``coding`` decision (``domain:code``) to ``path``."""
+    path.write_text(CONFIG.read_text().replace("    - name: fallback\n", CODING_DECISION))
+    return path
+
+
 @pytest.fixture
 def config_path(tmp_path: Path) -> Path:
     path = tmp_path / "router.yaml"
@@ -90,14 +106,17 @@ class TestHttp:
         assert response.status_code == 422
         assert response.json()["error"]["field"] == field
 
-    def test_external_signals(self, client: TestClient) -> None:
+    def test_external_signals(self, make_settings: Any, tmp_path: Path) -> None:
         """External signals take part in decisions (and are published)."""
+        config = with_coding_decision(tmp_path / "coding.yaml")
         body = {
             "request": {"messages": [{"role": "user", "content": "hi"}]},
-            "externalSignals": [{"type": "keyword", "name": "urgent", "confidence": 0.5}],
+            "externalSignals": [{"type": "domain", "name": "code", "confidence": 0.5}],
         }
-        result = client.post("/v1/route", json=body).json()
-        assert result["decision"]["name"] == "urgent" and result["decision"]["confidence"] == 0.5
+        with TestClient(create_web_app(make_settings(router_config=str(config)))) as c:
+            result = c.post("/v1/route", json=body).json()
+        assert result["decision"]["name"] == "coding" and result["decision"]["confidence"] == 0.5
+        assert result["signals"]["domain:code"] == {"matched": True, "confidence": 0.5}
 
     def test_config_reloads_on_change(
         self, client: TestClient, config_path: Path, caplog: pytest.LogCaptureFixture
@@ -164,19 +183,18 @@ def _random_request(rng: random.Random) -> dict[str, Any]:
 class TestCli:
     def test_batch_of_1000_matches_the_library(self, tmp_path: Path) -> None:
         """`agent-signal route --batch` over 1,000 requests prints what the library answers, line for line."""
+        config = with_coding_decision(tmp_path / "coding.yaml")
         rng = random.Random(1234)
         envelopes = []
         for _ in range(1000):
             envelope: dict[str, Any] = {"request": _random_request(rng)}
             if rng.random() < 0.2:
-                envelope["externalSignals"] = [
-                    {"type": "keyword", "name": "urgent", "confidence": rng.random()}
-                ]
+                envelope["externalSignals"] = [{"type": "domain", "name": "code", "confidence": rng.random()}]
             envelopes.append(envelope)
         path = tmp_path / "requests.jsonl"
         path.write_text("\n".join(json.dumps(e) for e in envelopes) + "\n")
         out = subprocess.run(
-            [sys.executable, "-m", "producers.cli", "route", "--config", str(CONFIG), "--batch", str(path)],
+            [sys.executable, "-m", "producers.cli", "route", "--config", str(config), "--batch", str(path)],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -185,7 +203,7 @@ class TestCli:
         )
         assert out.returncode == 0, out.stderr
         lines = [json.loads(line) for line in out.stdout.splitlines()]
-        router = load_router(CONFIG)
+        router = load_router(config)
         expected = [
             router.route(e["request"], "openai-chat", e.get("externalSignals", [])) for e in envelopes
         ]

@@ -328,8 +328,9 @@ class TestRoute:
     ) -> None:
         """A route whose chat.request record the store would refuse (payload over the event limit) is still
         answered, naming the record's failure in a header; a bad caller id is a 422 before routing."""
-        client = app_client(router_config=str(ROOT / "bench" / "data" / "router.yaml"), max_event_bytes=256)
-        long_chat = {**CHAT, "messages": [{"role": "user", "content": "y" * 1000}]}
+        # the record carries the answered RouteResult too (about 1.5 KB with this config): 4 KiB holds a short chat
+        client = app_client(router_config=str(ROOT / "bench" / "data" / "router.yaml"), max_event_bytes=4096)
+        long_chat = {**CHAT, "messages": [{"role": "user", "content": "y" * 5000}]}
         response = client.post("/v1/route", json={"request": long_chat, "requestId": "req-1"})
         assert response.status_code == 200
         assert "decision" in response.json() and "model" in response.json()

@@ -84,9 +84,15 @@ def latest_user_text(request: Mapping[str, Any], protocol: str) -> str:
 
 
 def keyword_hit(keyword: str, case_sensitive: bool, text: str) -> bool:
+    """A literal; with a word character and no Han one, each edge that is a word character may not touch
+    another word character (an edge such as ``+`` in ``C++`` is not bounded)."""
     word = any(ch.isalnum() or ch == "_" for ch in keyword)
     han = any("CJK UNIFIED IDEOGRAPH" in unicodedata.name(ch, "") for ch in keyword)
-    pattern = rf"\b{re.escape(keyword)}\b" if word and not han else re.escape(keyword)
+    pattern = re.escape(keyword)
+    if word and not han:
+        before = r"(?<!\w)" if re.match(r"\w", keyword[0]) else ""
+        after = r"(?!\w)" if re.match(r"\w", keyword[-1]) else ""
+        pattern = before + pattern + after
     return re.search(pattern, text, 0 if case_sensitive else re.IGNORECASE) is not None
 
 
@@ -137,7 +143,7 @@ def signals(
             entry = {"matched": True, "confidence": confidence}
         if item.get("value") is not None:
             state.values[key] = entry["value"] = float(item["value"])
-        published[f"{item['type']}:{name}"] = entry
+        published[key] = entry
     return state, published
 
 

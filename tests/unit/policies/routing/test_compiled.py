@@ -63,7 +63,11 @@ def _keyword_rule(rng: random.Random, name: str) -> dict[str, Any]:
 
 def _leaf(rng: random.Random, names: dict[str, list[str]], predicates: bool) -> dict[str, Any]:
     kind = rng.choice(KINDS)
-    pool = [*names.get(kind.lower(), []), "x", "MULTI"]
+    # a conversation or keyword leaf names a declared rule (anything else is a config error); other types name
+    # what external signals may bring
+    pool = names[kind.lower()] if kind.lower() in names else ["x", "MULTI"]
+    if not pool:
+        kind, pool = "domain", ["x", "MULTI"]
     leaf: dict[str, Any] = {"type": kind, "name": rng.choice(pool)}
     if predicates and rng.random() < 0.3:
         leaf["predicate"] = rng.choice([{"gte": 1}, {"gt": 0.5}, {"lt": 2}])
@@ -169,9 +173,13 @@ def generated_request(rng: random.Random) -> tuple[dict[str, Any], str]:
 def generated_external(rng: random.Random, config: dict[str, Any]) -> list[dict[str, Any]]:
     if rng.random() < 0.6:
         return []
+    rules = config["routing"]["signals"]
+    internal = {f"{kind}:{r['name']}".lower() for kind in ("conversation", "keyword") for r in rules[kind]}
     external = []
     for _ in range(rng.randint(1, 3)):
         item: dict[str, Any] = {"type": rng.choice(KINDS), "name": rng.choice(["x", "c0", "k0", "MULTI"])}
+        if f"{item['type']}:{item['name']}".lower() in internal:
+            item["type"] = "domain"  # an external signal may not name one of the config's rules (refused)
         if rng.random() < 0.3:
             item["confidence"] = rng.choice([0.0, 0.4, 0.9])
         if rng.random() < 0.3:
@@ -240,6 +248,7 @@ class TestFastPath:
                 "keyword": [{"name": "urgent", "operator": "OR", "keywords": ["urgent"]}],
             },
             "decisions": [
+                {"name": "coding", "priority": 20, "rules": {"type": "domain", "name": "code"}},
                 {"name": "agentic", "priority": 10, "rules": {"type": "conversation", "name": "tools"}},
                 {
                     "name": "calm",
@@ -276,9 +285,9 @@ class TestFastPath:
         router = Router(parse_router_config(self.CONFIG))
         request = {"messages": [{"role": "user", "content": "hello"}]}
         assert router.route(request)["decision"]["name"] == "calm"
-        external = [{"type": "conversation", "name": "tools", "confidence": 0.5}]
+        external = [{"type": "domain", "name": "code", "confidence": 0.5}]
         decision = router.route(request, "openai-chat", external)["decision"]
-        assert decision["name"] == "agentic" and decision["confidence"] == 0.5
+        assert decision["name"] == "coding" and decision["confidence"] == 0.5
 
 
 class TestKeywordPrefilter:

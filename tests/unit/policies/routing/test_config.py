@@ -174,3 +174,75 @@ def test_yaml12_and_yaml_errors() -> None:
     assert info.value.errors[0].startswith("cfg.yaml:2:1: invalid YAML")
     with pytest.raises(ConfigError, match="routing is required"):
         load_router_text("providers: {}\n")
+
+
+def test_an_integer_beyond_the_float_range_is_not_finite() -> None:
+    """A predicate bound of 10**400 is 'predicate values must be finite', not an OverflowError."""
+    rule = {"name": "r", "feature": {"type": "count", "source": {"type": "tool_definition"}}}
+    assert _errors(_conv({**rule, "predicate": {"gte": 10**400}})) == [
+        'conversation rule [0] "r": predicate values must be finite'
+    ]
+    leaf = {"type": "domain", "name": "x", "predicate": {"lt": -(10**400)}}
+    data = {"routing": {"decisions": [{"name": "d", "rules": leaf}]}}
+    assert _errors(data) == ['decision [0] "d": rules: predicate values must be finite']
+
+
+def _not_chain(depth: int) -> str:
+    tree = "{type: domain, name: x}"
+    for _ in range(depth):
+        tree = "{operator: NOT, conditions: [" + tree + "]}"
+    return f"routing:\n  decisions:\n    - name: d\n      rules: {tree}\n"
+
+
+@pytest.mark.parametrize("depth", [40, 3000])
+def test_deep_rule_trees_are_config_errors(depth: int) -> None:
+    """A rule tree nested deeper than 32 rules is one error, and one nested 3000 deep (too deep for the YAML
+    parser) is a ConfigError too, never a RecursionError."""
+    with pytest.raises(ConfigError) as info:
+        load_router_text(_not_chain(depth), source="deep.yaml")
+    assert len(info.value.errors) == 1
+    if depth == 40:
+        assert info.value.errors == ['decision [0] "d": rules: nested deeper than 32 rules']
+    else:
+        assert info.value.errors[0].startswith("deep.yaml: ")
+    load_router_text(_not_chain(30))  # 31 rules deep: fine
+
+
+def test_unknown_keys_and_undeclared_rules_name_their_path() -> None:
+    """A misspelt section (signals.keywords, a stray routing.decision) and a leaf naming a rule that is not
+    declared for its type are errors naming where they are, instead of rules silently missing."""
+    text = """
+routing:
+  signals:
+    keywords:
+      - {name: urgent, operator: OR, keywords: [urgent]}
+  decisions:
+    - name: urgent
+      rules: { type: keyword, name: urgent }
+    - name: typo
+      rules: { operator: OR, conditions: [ {type: domain, name: x}, {type: conversation, name: no_such_rule} ] }
+  strategy: priority
+  decision: []
+  projections: []
+"""
+    with pytest.raises(ConfigError) as info:
+        load_router_text(text)
+    assert info.value.errors == [
+        "unknown key routing.decision; valid keys: strategy, signals, decisions",  # not projections: vLLM's
+        "unknown key routing.signals.keywords; valid keys: conversation, keyword",
+        'decision [0] "urgent": rules: keyword rule "urgent" is not declared in routing.signals.keyword',
+        'decision [1] "typo": rules.conditions[1]: conversation rule "no_such_rule" is not declared in '
+        "routing.signals.conversation",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("ref", "problem"),
+    [("{model: m, weight: .inf}", "numbers must be finite"), ("{model: m, since: 2024-01-01}", "a date")],
+)
+def test_model_refs_must_be_json(ref: str, problem: str) -> None:
+    """modelRefs are answered as they are, so a non-finite number or a date is a config error (it was a 500 on
+    every route)."""
+    with pytest.raises(ConfigError) as info:
+        load_router_text(f"routing:\n  decisions:\n    - name: d\n      modelRefs: [{ref}]\n")
+    assert len(info.value.errors) == 1 and problem in info.value.errors[0]

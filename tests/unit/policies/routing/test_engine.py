@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from policies.routing import NoDecisionsConfigured, Router, parse_router_config
+from policies.routing import ConfigError, NoDecisionsConfigured, Router, parse_router_config
 
 
 def _router(
@@ -82,13 +82,23 @@ class TestConversationRules:
             "conversation:multi_turn": {"value": 1.0, "matched": False, "confidence": 0.0}
         }
 
-    def test_reference_is_case_insensitive(self) -> None:
-        """A leaf naming 'Conversation:Multi' still causes the rule 'multi' to be evaluated (lower-cased key)."""
+    def test_reference_type_is_case_insensitive_and_names_exact(self) -> None:
+        """A leaf 'Conversation:multi' causes the rule 'multi' to be evaluated (the type is lower-cased); a leaf
+        'conversation:MULTI' could never match the rule (names match exactly), so it is a config error."""
         router = _router(
-            [_decision("d", _leaf("Conversation", "MULTI"))],
+            [_decision("d", _leaf("Conversation", "multi"))],
             conversation=[_conv_rule("multi", "message", "user")],
         )
         assert "conversation:multi" in router.route(CHAT)["signals"]
+        with pytest.raises(ConfigError) as refused:
+            _router(
+                [_decision("d", _leaf("conversation", "MULTI"))],
+                conversation=[_conv_rule("multi", "message", "user")],
+            )
+        assert refused.value.errors == [
+            'decision [0] "d": rules: conversation rule "MULTI" is not declared in routing.signals.conversation'
+            ' (names match exactly; it declares "multi")'
+        ]
 
     @pytest.mark.parametrize(
         ("predicate", "value", "matched"),
@@ -195,6 +205,33 @@ class TestKeywords:
         result = router.route({"messages": [{"role": "user", "content": text}]})
         assert result["signals"]["keyword:k"]["matched"] is matched
         assert (result["decision"] is not None) is matched
+
+    @pytest.mark.parametrize(
+        ("keyword", "text", "matched"),
+        [
+            ("C++", "I write c++ daily", True),
+            ("C++", "c++", True),
+            ("C++", "C++ rocks", True),
+            ("C++", "xc++ is not it", False),  # the word-character edge is still bounded
+            ("C#", "we use C# here", True),
+            ("C#", "C#9 is out", True),  # a non-word edge is not bounded
+            (".NET", "we use .net", True),
+            (".NET", "ASP.NET core", True),
+            (".NET", "the .network", False),
+            ("Answer:", "Answer: 42", True),
+            ("Answer:", "Answers: 42", False),
+            ("urgent!", "this is urgent!", True),
+        ],
+    )
+    def test_keywords_with_non_word_edges_match(self, keyword: str, text: str, matched: bool) -> None:
+        """A keyword that starts or ends with a non-word character (C++, C#, .NET, Answer:) matches (vLLM SR
+        #3710: \\b on a non-word edge never matched); its word-character edges keep their boundary."""
+        router = _router(
+            [_decision("d", _leaf("keyword", "k"))],
+            keyword=[{"name": "k", "operator": "OR", "keywords": [keyword]}],
+        )
+        result = router.route({"messages": [{"role": "user", "content": text}]})
+        assert result["signals"]["keyword:k"]["matched"] is matched
 
     def test_latest_user_message_only(self) -> None:
         """Only the latest user message is searched (parts' text joined)."""

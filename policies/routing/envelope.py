@@ -1,0 +1,125 @@
+"""What a route call may carry: ``{"request", "protocol"?, "externalSignals"?}``, checked the same way by every
+surface (``POST /v1/route``, ``agent-signal route``, the ``chat.request`` handler), each refusal naming its field.
+
+* ``request`` is a JSON object whose ``model``, when present, is a string (it comes back as the answer's
+  ``model``).
+* ``externalSignals`` holds at most :data:`MAX_EXTERNAL_SIGNALS` entries ``{"type", "name", "confidence"?,
+  "value"?, "error"?}``: ``type`` and ``name`` non-blank strings, ``confidence`` a finite number from 0 to 1,
+  ``value`` a finite number (an integer too large for a float is not one), ``error`` a string.
+* ``known_keys``: where the surface refuses keys it does not read (a misspelt ``externalSignal`` would otherwise
+  be ignored unseen), the keys it reads; ``POST /v1/route`` and the CLI pass :data:`ROUTE_REQUEST_FIELDS`.
+
+Whether an external signal names a configured internal rule depends on the config: :meth:`Router.route
+<policies.routing.engine.Router.route>` refuses it with the same :class:`InvalidRouteInput`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from policies.routing.facts import PROTOCOLS
+
+__all__ = [
+    "MAX_EXTERNAL_SIGNALS",
+    "RECORD_FIELDS",
+    "ROUTE_FIELDS",
+    "ROUTE_REQUEST_FIELDS",
+    "InvalidRouteInput",
+    "validate_route_input",
+]
+
+MAX_EXTERNAL_SIGNALS = 256  # far above any real classifier set; each one is matched and published per request
+ROUTE_FIELDS = ("request", "protocol", "externalSignals")
+RECORD_FIELDS = ("requestId", "scopeKey", "userId", "agentId", "workspaceId")  # the chat.request record's ids
+ROUTE_REQUEST_FIELDS = (
+    *ROUTE_FIELDS,
+    *RECORD_FIELDS,
+)  # POST /v1/route's body; a CLI input reads the first three
+
+
+class InvalidRouteInput(ValueError):
+    """A route input the router refuses: ``args`` is ``(field, message)``; ``code`` is the error code the HTTP
+    answer and the CLI's batch line use (``invalid_field``, or ``unknown_field`` for a key nobody reads)."""
+
+    def __init__(self, field: str | None, message: str, code: str = "invalid_field") -> None:
+        super().__init__(field, message)
+        self.field = field
+        self.message = message
+        self.code = code
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite JSON number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the float range
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _number_problem(key: str, value: Any) -> str | None:
+    number = _finite(value)
+    if number is None:
+        return "must be a finite number"
+    if key == "confidence" and not 0.0 <= number <= 1.0:
+        return "must be between 0 and 1"
+    return None
+
+
+def _signal_problem(item: Any) -> tuple[str, str] | None:
+    """(the key within the entry, or "" for the entry itself, and what is wrong), or None."""
+    if not isinstance(item, Mapping):
+        return "", "must be an object"
+    for key in ("type", "name"):
+        if not isinstance(item.get(key), str) or not item[key].strip():
+            return key, "is required and must be a non-empty string"
+    for key in ("confidence", "value"):
+        if item.get(key) is not None and (problem := _number_problem(key, item[key])) is not None:
+            return key, problem
+    if item.get("error") is not None and not isinstance(item.get("error"), str):
+        return "error", "must be a string"
+    return None
+
+
+def validate_route_input(
+    body: Any, *, prefix: str = "", known_keys: Collection[str] | None = None
+) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
+    """Check ``{"request", "protocol"?, "externalSignals"?}`` (see the module docstring); returns the three
+    parts or raises :class:`InvalidRouteInput` naming the offending field (``prefix`` + its path)."""
+
+    def fail(field: str, message: str, code: str = "invalid_field") -> InvalidRouteInput:
+        return InvalidRouteInput(f"{prefix}{field}", f"{prefix}{field}: {message}", code)
+
+    if not isinstance(body, Mapping):
+        raise InvalidRouteInput(prefix.rstrip(".") or None, "the body must be a JSON object")
+    if known_keys is not None:
+        for key in body:
+            if key not in known_keys:
+                fields = ", ".join(known_keys)
+                message = f"{key} is not a field of a route request (its fields: {fields})"
+                raise InvalidRouteInput(f"{prefix}{key}", message, "unknown_field")
+    request = body.get("request")
+    if not isinstance(request, Mapping):
+        raise fail("request", "is required and must be a JSON object")
+    if request.get("model") is not None and not isinstance(request.get("model"), str):
+        raise fail("request.model", "must be a string")
+    protocol = body.get("protocol", "openai-chat")
+    if protocol not in PROTOCOLS:
+        raise fail("protocol", f"must be one of {', '.join(PROTOCOLS)}")
+    external = body.get("externalSignals", [])
+    if not isinstance(external, list):
+        raise fail("externalSignals", "must be an array")
+    if len(external) > MAX_EXTERNAL_SIGNALS:
+        raise fail(
+            "externalSignals", f"holds {len(external)} entries; at most {MAX_EXTERNAL_SIGNALS} are allowed"
+        )
+    for i, item in enumerate(external):
+        problem = _signal_problem(item)
+        if problem is not None:
+            key, message = problem
+            raise fail(f"externalSignals[{i}]" + (f".{key}" if key else ""), message)
+    return dict(request), str(protocol), [dict(item) for item in external]

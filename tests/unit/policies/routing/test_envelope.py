@@ -1,0 +1,76 @@
+"""What a route call may carry (validate_route_input): finite numbers, confidences from 0 to 1, at most 256
+external signals, a string request.model, and no key the surface does not read; each refusal names its field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from policies.routing import (
+    MAX_EXTERNAL_SIGNALS,
+    ROUTE_REQUEST_FIELDS,
+    InvalidRouteInput,
+    validate_route_input,
+)
+
+HUGE = 10**400  # a JSON integer beyond the float range: float() raises OverflowError
+
+
+def _signal(**fields: Any) -> dict[str, Any]:
+    return {"request": {"messages": []}, "externalSignals": [{"type": "domain", "name": "x", **fields}]}
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        (_signal(value=HUGE), "externalSignals[0].value", "must be a finite number"),
+        (_signal(confidence=HUGE), "externalSignals[0].confidence", "must be a finite number"),
+        (_signal(value=-HUGE), "externalSignals[0].value", "must be a finite number"),
+        (_signal(value=float("nan")), "externalSignals[0].value", "must be a finite number"),
+        (_signal(confidence=float("inf")), "externalSignals[0].confidence", "must be a finite number"),
+        (_signal(confidence=1e308), "externalSignals[0].confidence", "must be between 0 and 1"),
+        (_signal(confidence=-0.1), "externalSignals[0].confidence", "must be between 0 and 1"),
+        (_signal(confidence=1.5), "externalSignals[0].confidence", "must be between 0 and 1"),
+        ({"request": {"model": 5}}, "request.model", "must be a string"),
+        (
+            {
+                "request": {},
+                "externalSignals": [{"type": "d", "name": f"n{i}"} for i in range(MAX_EXTERNAL_SIGNALS + 1)],
+            },
+            "externalSignals",
+            "at most 256",
+        ),
+    ],
+)
+def test_refusals_name_the_field(body: dict[str, Any], field: str, words: str) -> None:
+    """Each refusal is an InvalidRouteInput naming the field; nothing overflows."""
+    with pytest.raises(InvalidRouteInput) as refused:
+        validate_route_input(body)
+    assert refused.value.field == field and refused.value.code == "invalid_field"
+    assert refused.value.message.startswith(f"{field}: ") and words in refused.value.message
+
+
+def test_the_limits_themselves_are_accepted() -> None:
+    """Confidence 0 and 1, a value of 1e308 (or an integer within the float range), and 256 signals pass."""
+    validate_route_input(_signal(confidence=0, value=1e308))
+    validate_route_input(_signal(confidence=1, value=10**300))
+    many = [{"type": "d", "name": f"n{i}"} for i in range(MAX_EXTERNAL_SIGNALS)]
+    assert len(validate_route_input({"request": {}, "externalSignals": many})[2]) == MAX_EXTERNAL_SIGNALS
+
+
+def test_unknown_keys_are_refused_only_where_asked() -> None:
+    """With known_keys (POST /v1/route, the CLI) a misspelt key is refused as unknown_field; without (a
+    chat.request payload, which may carry more) it is not."""
+    body = {"request": {}, "externalSignal": [{"type": "a", "name": "b"}]}
+    with pytest.raises(InvalidRouteInput) as refused:
+        validate_route_input(body, known_keys=ROUTE_REQUEST_FIELDS)
+    assert refused.value.field == "externalSignal" and refused.value.code == "unknown_field"
+    assert validate_route_input(body)[2] == []
+
+
+def test_the_prefix_names_the_payload_field() -> None:
+    """The chat.request handler's prefix names the payload's field."""
+    with pytest.raises(InvalidRouteInput) as refused:
+        validate_route_input(_signal(value=HUGE), prefix="payload.")
+    assert refused.value.field == "payload.externalSignals[0].value"
