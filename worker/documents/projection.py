@@ -8,13 +8,15 @@ chain that ended in ``wait``/``schedule``/``conclude`` is projected whole (LobeH
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from worker.core.nodes import Action, ExecutorResult, Signal, Source
 
 __all__ = [
+    "MAX_ISO_MS",
+    "MIN_ISO_MS",
     "envelope_metadata",
     "payload_ids",
     "project_chain",
@@ -25,9 +27,17 @@ __all__ = [
 ]
 
 
+MIN_ISO_MS = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z: the first instant a four-digit year names
+MAX_ISO_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last one (the door's bound on a timestamp)
+_EPOCH = datetime(1970, 1, 1)  # naive UTC: isoformat then writes no offset
+
+
 def to_iso(ms: int) -> str:
-    """ISO 8601 in UTC with milliseconds, like JavaScript's ``toISOString``."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{int(ms) % 1000:03d}Z"
+    """ISO 8601 in UTC with milliseconds, like JavaScript's ``toISOString``. Total: a time outside
+    [:data:`MIN_ISO_MS`, :data:`MAX_ISO_MS`] (the door refuses one, a record stored before it did not) is
+    written as the nearer of the two, never raised on."""
+    clamped_ms = min(max(int(ms), MIN_ISO_MS), MAX_ISO_MS)
+    return (_EPOCH + timedelta(milliseconds=clamped_ms)).isoformat(timespec="milliseconds") + "Z"
 
 
 def signal_domain(signal_type: str) -> str:

@@ -23,6 +23,7 @@ from worker.core.nodes import ChainRef, Source
 from worker.core.scope import derive_scope_key
 from worker.core.source_types import SourceTypePolicy
 from worker.documents.event_body import root_body, stored_body
+from worker.documents.projection import MAX_ISO_MS
 from worker.store.events import PreparedEvent
 
 __all__ = [
@@ -53,7 +54,8 @@ class SourceEvent(BaseModel):
     source_id: Id  # ids follow one rule (worker/core/ids.py): 1-256 of letters, digits and _ . : @ / + = - #
     payload: dict[str, Any]
     scope_key: Id | None = None
-    timestamp: int | None = Field(default=None, ge=0)
+    # Unix ms up to 9999-12-31T23:59:59.999Z: the last instant ISO 8601 (createdAt) names, below 2**53 for JS
+    timestamp: int | None = Field(default=None, ge=0, le=MAX_ISO_MS)
     user_id: UserId | None = None  # the id rule without ':' nor '/' (worker/core/ids.py)
     agent_id: NameId | None = None
     workspace_id: NameId | None = None

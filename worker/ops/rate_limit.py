@@ -107,7 +107,9 @@ class RateLimiter:
         return self._decision(self._sync(keys=call.keys(), args=call.args(), client=client))[1]
 
     def take(self, client: Redis, bucket_id: str, n: int) -> RateDecision:
-        """Take ``n`` tokens at once or none (a tenant's batch of events; at most a full bucket is needed)."""
+        """Take ``n`` tokens at once or none (a tenant's batch of events): admitted once the bucket holds
+        ``min(n, burst)``, then charged all ``n`` (the bucket may go below 0; a refusal's ``retry_after_s`` counts
+        the debt)."""
         if self._sync is None:
             self._sync = client.register_script(load_script(TokenBuckets.SCRIPT))
         call = self._call(bucket_id, None, max(1, n), whole=True)

@@ -6,6 +6,11 @@ event and publishing its drain; a lease holder paused (SIGSTOP, GC, VM freeze) p
 the only drain message; a broker that lost a message. Every worker process's main thread runs it every
 ``reconcile_interval_s`` and one of them wins the interval's lock. A duplicate drain is harmless: it finds
 the lease held or the inbox empty.
+
+A marker's age is read from its remaining PTTL (every writer sets it with ``PX`` of
+:attr:`EventStore.schedule_ttl_ms`), so it is measured by the Redis server's clock alone: the time in its
+value comes from whichever process wrote it (a web replica whose clock runs ahead dates it in the future),
+and comparing that with ours would delay the repair of a lost drain by the skew.
 """
 
 from __future__ import annotations
@@ -46,14 +51,14 @@ def reconcile(
         for _, keys, scope_key in chunk:
             pipe.llen(keys.inbox(scope_key))
             pipe.exists(keys.lease(scope_key))
-            pipe.get(keys.scheduled(scope_key))
+            pipe.pttl(keys.scheduled(scope_key))
         replies = pipe.execute()
         stranded = []
         for i, (ref, keys, scope_key) in enumerate(chunk):
-            depth, leased, scheduled_at = replies[3 * i : 3 * i + 3]
+            depth, leased, marker_ttl_ms = replies[3 * i : 3 * i + 3]
             if depth == 0 or leased:
                 continue
-            if scheduled_at is not None and now - int(scheduled_at) < stale_after_ms:
+            if _scheduled_within(marker_ttl_ms, store.schedule_ttl_ms, stale_after_ms):
                 continue
             stranded.append((ref, keys, scope_key))
         if not stranded:
@@ -66,6 +71,12 @@ def reconcile(
         publish(refs)
         published += refs
     return published
+
+
+def _scheduled_within(marker_ttl_ms: int, schedule_ttl_ms: int, stale_after_ms: int) -> bool:
+    """A drain was scheduled less than ``stale_after_ms`` ago: the marker exists (PTTL -2: none; -1: no expiry,
+    age unknown) and has spent less than that of its ``schedule_ttl_ms``."""
+    return marker_ttl_ms > 0 and schedule_ttl_ms - marker_ttl_ms < stale_after_ms
 
 
 def try_reconcile_lock(store: EventStore, interval_ms: int) -> bool:

@@ -1,6 +1,8 @@
 -- TOKEN_BUCKETS: rate limits (worker/ops/rate_limit.py): token buckets checked and charged in one round trip,
--- the credential's first, then the tenant's. whole '1': all or nothing (a batch of events; at most a full bucket
--- is asked, so a big batch can still pass); else up to want tokens, as many as every bucket has.
+-- the credential's first, then the tenant's. whole '1': all or nothing (a batch of events): admitted once every
+-- bucket holds min(want, burst) tokens (a batch past the burst can still pass), then charged all want tokens; a
+-- bucket may go below 0, and that debt delays the next requests (wait_ms counts it); else up to want tokens, as
+-- many as every bucket has.
 -- -> {granted, wait_ms, index of the bucket that refused (0: none)}
 local want, whole = ARGV[1], ARGV[2]
 local BUCKET_KEYS, BUCKET_ARGS = 1, 2
@@ -33,10 +35,9 @@ for i = 1, #KEYS do
 end
 for i, bucket in ipairs(KEYS) do
   local have = tokens[i]
-  if granted > 0 then
-    if all_or_nothing then have = have - math.min(asked, bursts[i]) else have = have - granted end
-  end
+  if granted > 0 then have = have - granted end
   redis.call('HSET', bucket, 'tokens', tostring(have), 'at', tostring(now))
-  redis.call('PEXPIRE', bucket, math.ceil(bursts[i] * 1000 / rates[i]) + 1000)
+  -- kept until it would be full again (a debt too: an expired bucket would forgive it)
+  redis.call('PEXPIRE', bucket, math.ceil((bursts[i] - have) * 1000 / rates[i]) + 1000)
 end
 return {granted, wait_ms, refused}

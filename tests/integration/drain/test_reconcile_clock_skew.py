@@ -1,0 +1,100 @@
+"""The reconcile sweep ages a scope's scheduled-drain marker by the Redis server's clock (its remaining PTTL), not
+by the time in its value: a marker written by a web replica whose clock runs 10 minutes ahead does not delay the
+repair of a lost drain. A marker's age is set through its PTTL, so no test sleeps or reads the wall clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from unittest import mock
+
+import pytest
+from redis import Redis
+
+import worker.store.events as store_events
+from producers import Producer
+from tests.conftest import SettingsFactory
+from worker.core.clock import now_ms
+from worker.keys.layout import BucketKeys
+from worker.runtime.reconcile import reconcile
+from worker.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+SKEW_MS = 600_000  # the enqueuing replica's clock is 10 minutes ahead
+STALE_AFTER_MS = 4_000
+SCOPE = "topic:lost"
+
+
+@pytest.fixture
+def settings(make_settings: SettingsFactory) -> Settings:
+    return make_settings(fair_share=False, push_drain_messages=False)
+
+
+@pytest.fixture
+def producer(settings: Settings) -> Iterator[Producer]:
+    made = Producer(settings)
+    yield made
+    made.close()
+
+
+def _enqueue(producer: Producer, keys: BucketKeys, *, skew_ms: int) -> str:
+    """Store one event of SCOPE from a replica whose clock is ``skew_ms`` off; its drain message is lost (none is
+    sent). Returns the scope's marker key."""
+    event = {
+        "sourceType": "test.counter",
+        "sourceId": "x",
+        "scopeKey": SCOPE,
+        "payload": {"counterKey": f"{keys.bucket_prefix}test:c"},
+    }
+    with mock.patch.object(store_events, "now_ms", lambda: now_ms() + skew_ms):
+        producer.enqueue(event)
+    return producer.keys.scheduled(SCOPE)
+
+
+def _sweep(producer: Producer) -> list[str]:
+    sent: list[str] = []
+
+    def publish(refs: Sequence[str]) -> None:
+        sent.extend(refs)
+
+    assert reconcile(producer.store, publish, stale_after_ms=STALE_AFTER_MS) == sent
+    return sent
+
+
+def _age(redis_client: Redis, marker: str, producer: Producer, age_ms: int) -> None:
+    """Make the marker ``age_ms`` old by Redis's clock: it has that much less of its TTL left."""
+    assert redis_client.pexpire(marker, producer.store.schedule_ttl_ms - age_ms)
+
+
+def test_a_marker_dated_in_the_future_does_not_delay_the_repair(
+    producer: Producer, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A marker written 10 minutes ahead that has been there past stale_after gets its scope a drain now."""
+    marker = _enqueue(producer, keys, skew_ms=SKEW_MS)
+    assert (
+        int(redis_client.get(marker) or 0) > now_ms()
+    )  # the value is in the future, as the replica wrote it
+    _age(redis_client, marker, producer, STALE_AFTER_MS + 1)
+    assert _sweep(producer) == [f"default/{SCOPE}"]
+
+
+def test_a_young_marker_dated_in_the_future_is_respected(
+    producer: Producer, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A marker written 10 minutes ahead but scheduled less than stale_after ago (by Redis) gets no second drain."""
+    marker = _enqueue(producer, keys, skew_ms=SKEW_MS)
+    _age(redis_client, marker, producer, STALE_AFTER_MS // 2)
+    assert _sweep(producer) == []
+
+
+@pytest.mark.parametrize("skew_ms", [0, -SKEW_MS], ids=["correct clock", "clock behind"])
+def test_markers_are_aged_the_same_whatever_the_writers_clock(
+    producer: Producer, redis_client: Redis, keys: BucketKeys, skew_ms: int
+) -> None:
+    """Whatever clock wrote it, a marker younger than stale_after is respected and an older one is repaired."""
+    marker = _enqueue(producer, keys, skew_ms=skew_ms)
+    _age(redis_client, marker, producer, STALE_AFTER_MS // 2)
+    assert _sweep(producer) == []
+    _age(redis_client, marker, producer, STALE_AFTER_MS + 1)
+    assert _sweep(producer) == [f"default/{SCOPE}"]
+    assert _sweep(producer) == []  # the sweep's own marker is fresh: one drain per stale_after
