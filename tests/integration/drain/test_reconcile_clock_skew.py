@@ -15,6 +15,7 @@ from producers import Producer
 from tests.conftest import SettingsFactory
 from worker.core.clock import now_ms
 from worker.keys.layout import BucketKeys
+from worker.ops.scope_control import list_scopes
 from worker.runtime.reconcile import reconcile
 from worker.settings import Settings
 
@@ -98,3 +99,16 @@ def test_markers_are_aged_the_same_whatever_the_writers_clock(
     _age(redis_client, marker, producer, STALE_AFTER_MS + 1)
     assert _sweep(producer) == [f"default/{SCOPE}"]
     assert _sweep(producer) == []  # the sweep's own marker is fresh: one drain per stale_after
+
+
+def test_the_scope_listing_ages_the_marker_the_same_way(
+    producer: Producer, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """``GET /v1/scopes?state=stuck`` (worker/ops/scope_control.py): a marker dated 10 minutes ahead that has been
+    there longer than a lease is ``stuck``, not ``waiting`` for the skew; a young one is ``waiting``."""
+    marker = _enqueue(producer, keys, skew_ms=SKEW_MS)
+    lease_ms = int(producer.settings.lease_ttl_s * 1000)
+    _age(redis_client, marker, producer, lease_ms // 2)
+    assert [s["state"] for s in list_scopes(producer.store, producer.keys)] == ["waiting"]
+    _age(redis_client, marker, producer, lease_ms + 1)
+    assert [s["state"] for s in list_scopes(producer.store, producer.keys)] == ["stuck"]
