@@ -41,7 +41,10 @@ def utc_ms(value: Any) -> str:
     """Unix milliseconds as ``YYYY-MM-DD HH:MM:SS`` UTC; empty when absent."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         return ""
-    return datetime.fromtimestamp(value / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(value / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # past year 9999 (stored before the door refused one), NaN
+        return f"{value} ms"
 
 
 def duration_ms(value: Any) -> str:

@@ -53,4 +53,6 @@ def test_record_and_cells() -> None:
     print_record([("status", "dead"), ("error", None), ("paused", False)], out=out)
     assert out.getvalue().splitlines() == ["status: dead", "paused: no"]
     assert utc_ms(0) == "1970-01-01 00:00:00" and utc_ms(None) == ""
+    # a time stored before the door refused one past year 9999 is shown, not raised on
+    assert utc_ms(10**20) == f"{10**20} ms" and utc_ms(float("nan")) == "nan ms"
     assert [duration_ms(v) for v in (850, 12_300, 245_000, 7_380_000)] == ["850ms", "12.3s", "4m05s", "2h03m"]
