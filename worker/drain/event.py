@@ -41,6 +41,7 @@ from worker.intake.emitter import StagedEmits
 from worker.store.full import StoreFullAgain, is_store_full
 from worker.store.records import Begun, CommitReply
 from worker.store.replies import CommitCode
+from worker.telemetry.log_privacy import describe_error
 from worker.telemetry.logs import end_event, event_ids, start_event
 from worker.telemetry.plan import HandlerRuns
 
@@ -323,9 +324,17 @@ def count_runs(ctx: DrainContext, work: EventWork) -> None:
 
 
 def after_commit(ctx: DrainContext, work: EventWork) -> None:
-    """What follows an event's commit: :data:`AFTER_COMMIT`, then its metrics."""
+    """What follows an event's commit: :data:`AFTER_COMMIT`, then its metrics. The event is committed: a step
+    that fails (a store error keeping its lanes, the telemetry exporter) is logged, and the drain goes on rather
+    than leave the scope's lease held until it runs out."""
     for step in AFTER_COMMIT:
-        step(work, ctx)
+        try:
+            step(work, ctx)
+        except Exception as exc:
+            log.warning(
+                "a step after the commit failed",
+                extra={"eventId": work.begun.event_id, "step": step.__name__, "error": describe_error(exc)},
+            )
     record(ctx, work)
 
 
