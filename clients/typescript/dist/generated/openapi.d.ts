@@ -4472,7 +4472,10 @@ export interface operations {
                      * @enum {string}
                      */
                     protocol?: "openai-chat" | "anthropic-messages" | "openai-responses";
-                    /** Externalsignals */
+                    /**
+                     * Externalsignals
+                     * @description Signals computed by the caller; none may name a rule of the router config.
+                     */
                     externalSignals?: ({
                         /** Type */
                         type: string;
@@ -4480,7 +4483,7 @@ export interface operations {
                         name: string;
                         /**
                          * Confidence
-                         * @description 1.0 when absent.
+                         * @description From 0 to 1; 1.0 when absent.
                          */
                         confidence?: number | null;
                         /**

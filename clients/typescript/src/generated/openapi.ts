@@ -4473,7 +4473,10 @@ export interface operations {
                      * @enum {string}
                      */
                     protocol?: "openai-chat" | "anthropic-messages" | "openai-responses";
-                    /** Externalsignals */
+                    /**
+                     * Externalsignals
+                     * @description Signals computed by the caller; none may name a rule of the router config.
+                     */
                     externalSignals?: ({
                         /** Type */
                         type: string;
@@ -4481,7 +4484,7 @@ export interface operations {
                         name: string;
                         /**
                          * Confidence
-                         * @description 1.0 when absent.
+                         * @description From 0 to 1; 1.0 when absent.
                          */
                         confidence?: number | null;
                         /**
