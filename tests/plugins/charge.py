@@ -16,6 +16,7 @@ from worker.plugin import (
     Dispatch,
     ExecutorResult,
     HandlerContext,
+    PermanentFailure,
     Plugin,
     PluginRuntime,
     Policy,
@@ -59,6 +60,13 @@ def _ship(action: Action, ctx: HandlerContext) -> ExecutorResult:
     return applied(action, ctx, detail="shipped")
 
 
+def _ship_unless_told(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    """Batch-safe: reads nothing; fails for good (dead at once) when the order's payload says ``shippingDown``."""
+    if ctx.source is not None and ctx.source.payload.get("shippingDown"):
+        raise PermanentFailure("shipping is down for this order")
+    return applied(action, ctx, detail="shipped")
+
+
 def plugin() -> Plugin:
     """The charge plugin (no ``source_types``: the test admits them with AGENT_SIGNAL_EXTRA_SOURCE_TYPES)."""
 
@@ -74,3 +82,19 @@ def plugin() -> Plugin:
         ],
     )
     return Plugin("charge", policies=[policy], services=probe)
+
+
+def batch_plugin() -> Plugin:
+    """The same, every handler batch-safe (its events commit in runs of several): shipping fails when the order's
+    payload says ``shippingDown``."""
+    policy = Policy(
+        "charge",
+        [
+            define_source_handler(SOURCE_TYPE, "charge.order:plan", _on_order, batch_safe=True),
+            define_action_handler("action.charge.charge", "charge.charge:apply", _charge, batch_safe=True),
+            define_action_handler(
+                "action.charge.ship", "charge.ship:apply", _ship_unless_told, batch_safe=True
+            ),
+        ],
+    )
+    return Plugin("charge", policies=[policy])

@@ -211,6 +211,8 @@ def _settle(
     """Read COMMIT's reply: finish each committed event, then act on why the run stopped (module docstring)."""
     out = RunCommitted()
     for work, event_reply in zip(works, reply.replies, strict=False):
+        for lane in work.lanes or ():  # marked by this commit: kept should the event have died (keep_lanes)
+            work.marked_lanes[lane.key] = None
         work.lanes, work.reply = None, event_reply
         if event_reply.code is not CommitCode.COMMITTED:
             break

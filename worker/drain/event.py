@@ -84,7 +84,8 @@ class EventWork:
     unbatchable: bool = False  # its chain met a handler that is not batch-safe: nothing was decided
     store_full: bool = False  # its chain met a full store: nothing was decided (run again after a pause)
     reply: CommitReply | None = None
-    # the lanes its run found marked or marked (run alone): kept as long as the event if it died (keep_lanes)
+    # the lanes its run found marked or marked (run alone), or its run's commit marked: kept as long as the event
+    # if it died (keep_lanes)
     marked_lanes: dict[str, None] = field(default_factory=dict)
     source_type: str = "unknown"
     # its walk's handler runs, not counted yet: with its commit's metrics (record), else by count_runs
@@ -213,12 +214,9 @@ def keep_lanes(work: EventWork, ctx: DrainContext) -> None:
     """A dead event's lanes kept as long as it is dead: a redrive after their TTL would apply again every action
     that applied before it died (worker/store/lua/keep_lanes.lua)."""
     reply = work.reply
-    if (
-        work.marked_lanes
-        and reply is not None
-        and reply.code is CommitCode.COMMITTED
-        and reply.outcome == "dead"
-    ):
+    if reply is None or reply.code is not CommitCode.COMMITTED or reply.outcome != "dead":
+        return
+    if work.marked_lanes:  # run alone: those its port found or marked; in a run of several, its commit's
         ctx.store.keep_lanes(work.grant.keys, work.begun.event_id, list(work.marked_lanes))
 
 

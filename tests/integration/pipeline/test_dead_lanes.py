@@ -88,3 +88,30 @@ def test_an_erased_dead_event_takes_its_lanes_with_it(make_settings: Any, redis_
     assert _lanes(redis_client, settings.key_prefix) == []
     producer.close()
     pipeline.store.client.close()
+
+
+def test_a_dead_event_of_a_run_of_several_keeps_the_lanes_its_commit_marked(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """Batch-safe handlers: the two orders commit in one run, their lanes marked by the run's COMMIT; the second
+    dies, and its charge's lane is kept while the first's keeps its TTL."""
+    settings = make_settings(
+        plugins=["tests.plugins.charge:batch_plugin"],
+        extra_source_types=["charge.order"],
+        max_attempts=2,  # runs of several need more than one (a run's crash must not kill its head)
+        commit_batch_max=16,
+    )
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    for source_id, down in (("order-ok", False), ("order-down", True)):
+        event = {"sourceType": "charge.order", "sourceId": source_id, "scopeKey": SCOPE, "payload": {}}
+        producer.enqueue(event | {"payload": {"shippingDown": down}})
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert int(producer.store.stats(producer.keys).get("batchedEvents", 0)) == 2  # one run of two
+    lanes = {lane: redis_client.ttl(lane) for lane in _lanes(redis_client, settings.key_prefix)}
+    kept = sorted(lane for lane, ttl in lanes.items() if ttl == -1)
+    assert len(lanes) == 3 and len(kept) == 1 and "order-down" in kept[0], (
+        lanes
+    )  # ok: charge, ship; down: charge
+    producer.close()
+    pipeline.store.client.close()
