@@ -27,15 +27,21 @@ GATED_SOURCE_TYPES = frozenset(
 )
 
 
-def enabled_for(client: Any, keys: Keys, default: bool, user_ids: Sequence[str | None]) -> list[bool]:
+def enabled_for(
+    client: Any, keys: Keys, default: bool, user_ids: Sequence[str | None], *, strict: bool = False
+) -> list[bool]:
     """Each user's override when there is one, else the setting, in one round trip. A store error means
-    disabled (as LobeHub), at the door and in the worker alike."""
+    disabled in the worker (as LobeHub); with ``strict`` (the door) it is raised: answering ``gated`` for an
+    event the door could not even read the gate for dropped it without a word, where the caller must hear that
+    the store is unavailable and retry."""
     known = [u for u in user_ids if u]
     if not known:
         return [default for _ in user_ids]
     try:
         values = dict(zip(known, client.hmget(SelfIterationKeys(keys).overrides, known), strict=True))
     except Exception:
+        if strict:
+            raise
         return [False for _ in user_ids]
     out = []
     for user in user_ids:

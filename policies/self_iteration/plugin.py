@@ -91,7 +91,7 @@ def _gate(runtime: PluginRuntime) -> AdmissionHook:
         for tenant in {events[i].tenant for i, _ in candidates}:
             mine = [(i, u) for i, u in candidates if events[i].tenant == tenant]
             keys = runtime.keys.for_tenant(tenant)
-            verdicts = enabled_for(runtime.redis, keys, default, [u for _, u in mine])
+            verdicts = enabled_for(runtime.redis, keys, default, [u for _, u in mine], strict=True)
             refused.update(
                 {index: "gated" for (index, _), enabled in zip(mine, verdicts, strict=True) if not enabled}
             )

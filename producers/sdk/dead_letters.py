@@ -35,15 +35,15 @@ def redrive_events(
     ids = list(dict.fromkeys(event_ids)) if event_ids is not None else store.dlq_ids(keys)
     redriven: list[str] = []
     not_dead: list[str] = []
-    scheduled: set[str] = set()
     for event_id in ids:
         ok, scope_key, publish = store.redrive(keys, event_id, body=(bodies or {}).get(event_id, ""))
         if not ok or scope_key is None:
             not_dead.append(event_id)
             continue
         redriven.append(event_id)
-        if publish and scope_key not in scheduled:
-            scheduled.add(scope_key)
+        # every time the script set the scope's drain marker: a drain sent for an earlier event of this loop may
+        # have finished and released the scope since, and one skipped here left the scope for the reconcile sweep
+        if publish:
             producer.fair.publish(keys.scope_ref(scope_key))
     return {"redriven": redriven, "notDead": not_dead}
 

@@ -196,7 +196,11 @@ class Emitter:
         if not prepared:
             return []
         keys = self.store.keys.for_tenant(prepared[0].tenant)
-        refused = self.verdicts(prepared)
+        try:
+            refused = self.verdicts(prepared)
+        except RedisError as exc:  # a hook could not read the store (the self-iteration gate): nothing stored
+            message = describe_store_error(exc, "the batch")
+            raise StoreUnavailable(message, retry_after_s=self.settings.store_retry_after_s) from exc
         allowed = [p for i, p in enumerate(prepared) if i not in refused]
         store, limits = self.store, self.enforce_limits
         # Not while writes wait for replicas: a WAIT that fails after the script would leave its tickets taken
