@@ -1,5 +1,6 @@
 """A plugin kept outside the packages: an order is charged (an action that applies), then shipped (an action
-that raises until the key ``ctx.key("shipping-fixed")`` exists), so the event dies with its charge applied.
+that raises until the key ``ctx.key("shipping-fixed")`` exists), so the event dies with its charge applied. With
+``payload.planFailsFromAttempt: n`` its source handler raises from attempt n on, before any action.
 
 Source type ``charge.order`` (admitted through ``AGENT_SIGNAL_EXTRA_SOURCE_TYPES``); the charge stages
 ``INCR <ctx.key("charged")>``.
@@ -39,6 +40,9 @@ class ShippingProbe:
 
 
 def _on_order(source: Source, ctx: HandlerContext) -> Dispatch:
+    failing_from = source.payload.get("planFailsFromAttempt")
+    if isinstance(failing_from, int) and ctx.attempt >= failing_from:
+        raise RuntimeError("the order planner is down")  # before any action: this attempt looks no lane up
     signal = signal_from(source, "order", "signal.charge.order", {}, ctx.now())
     return Dispatch(
         signals=[signal],

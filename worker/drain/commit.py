@@ -75,6 +75,8 @@ def event_commit(work: EventWork, form: StoredForm) -> EventCommit:
         effects=work.scope.effects if done else EffectBuffer(),
         followups=work.followups.events if done else (),
         lanes=[lane.layout(form) for lane in work.lanes or ()],
+        # a run that did not end it: its lanes kept until it does (a later run, however late, replays them)
+        kept_lanes=[] if done else [*work.marked_lanes, *(lane.key for lane in work.lanes or ())],
     )
 
 
@@ -211,7 +213,7 @@ def _settle(
     """Read COMMIT's reply: finish each committed event, then act on why the run stopped (module docstring)."""
     out = RunCommitted()
     for work, event_reply in zip(works, reply.replies, strict=False):
-        for lane in work.lanes or ():  # marked by this commit: kept should the event have died (keep_lanes)
+        for lane in work.lanes or ():  # marked by this commit: kept if it is committed dead on its own next
             work.marked_lanes[lane.key] = None
         work.lanes, work.reply = None, event_reply
         if event_reply.code is not CommitCode.COMMITTED:

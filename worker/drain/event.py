@@ -10,7 +10,6 @@ process's :class:`~worker.drain.context.DrainContext`; none raises for the event
     project       the chain's document, once the chain finished (its inputs are what the commit stores)
     -- the commit (worker/drain/commit.py) --
     publish       drains for the scopes of the follow-ups it admitted
-    keep_lanes    a dead event's lanes kept while it is dead (a redrive replays them, however late)
     reindex_late  an event that ended more than the dedupe window after its enqueue indexed again at its end
     observe       the chain's span, and a development snapshot
 
@@ -84,8 +83,8 @@ class EventWork:
     unbatchable: bool = False  # its chain met a handler that is not batch-safe: nothing was decided
     store_full: bool = False  # its chain met a full store: nothing was decided (run again after a pause)
     reply: CommitReply | None = None
-    # the lanes its run found marked or marked (run alone), or its run's commit marked: kept as long as the event
-    # if it died (keep_lanes)
+    # the lanes its run found marked or marked (run alone), or its run's commit marked: a commit that does not end
+    # it (retry, dead) keeps them until it ends (worker/store/lua/lib/kept_lanes.lua)
     marked_lanes: dict[str, None] = field(default_factory=dict)
     source_type: str = "unknown"
     # its walk's handler runs, not counted yet: with its commit's metrics (record), else by count_runs
@@ -210,16 +209,6 @@ def observe(work: EventWork, ctx: DrainContext) -> None:
 EVENT_STEPS: Sequence[Step] = (begin, interpret, project)
 
 
-def keep_lanes(work: EventWork, ctx: DrainContext) -> None:
-    """A dead event's lanes kept as long as it is dead: a redrive after their TTL would apply again every action
-    that applied before it died (worker/store/lua/keep_lanes.lua)."""
-    reply = work.reply
-    if reply is None or reply.code is not CommitCode.COMMITTED or reply.outcome != "dead":
-        return
-    if work.marked_lanes:  # run alone: those its port found or marked; in a run of several, its commit's
-        ctx.store.keep_lanes(work.grant.keys, work.begun.event_id, list(work.marked_lanes))
-
-
 def reindex_late(work: EventWork, ctx: DrainContext) -> None:
     """An event that ended more than the dedupe window after its enqueue indexed again at its end (its indexes
     had dropped it while it waited: worker/store/lua/reindex_late.lua). A done event's commit says how long it
@@ -242,7 +231,7 @@ def reindex_late(work: EventWork, ctx: DrainContext) -> None:
         )
 
 
-AFTER_COMMIT: Sequence[Step] = (publish, keep_lanes, reindex_late, observe)
+AFTER_COMMIT: Sequence[Step] = (publish, reindex_late, observe)
 
 
 def run_event(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool) -> EventWork:

@@ -31,7 +31,6 @@ from worker.store.calls import (
     CommittedEvent,
     Enqueue,
     EnqueuePush,
-    KeepLanes,
     PopNext,
     Redrive,
     ReindexLate,
@@ -383,6 +382,7 @@ class EventStore(StoreReads):
             go_on="1" if go_on else "0",
             effects_json=json.dumps(effects) if effects else "[]",
             followups_json=json.dumps(followups, ensure_ascii=False) if followups else "[]",
+            kept_lanes_json=json.dumps(list(e.kept_lanes)) if e.kept_lanes else "",
             lanes=e.lanes,
         )
 
@@ -435,7 +435,6 @@ class EventStore(StoreReads):
                 new_body=body,
                 scope_key=scope_key,
                 run_index_max=self.settings.run_index_max,
-                lane_ttl_s=self.settings.idempotency_ttl_s,
             )
         )
         return bool(ok), scope_key, bool(publish)
@@ -461,7 +460,3 @@ class EventStore(StoreReads):
             user_id=user_id,
         )
         return bool(self.scripts.run(call))
-
-    def keep_lanes(self, k: BucketKeys, event_id: str, lanes: Sequence[str]) -> bool:
-        """Keep a dead event's lanes as long as it is dead (KEEP_LANES); False when it is dead no more."""
-        return bool(self.scripts.run(KeepLanes(ev=k.event(event_id), lanes_json=json.dumps(list(lanes)))))

@@ -76,6 +76,8 @@ class EventCommit:
     effects: EffectBuffer = field(default_factory=EffectBuffer)
     followups: Sequence[PreparedEvent] = ()
     lanes: Sequence[Lane] = ()
+    # retry or dead: the lane keys its run found or marked, kept until its end (worker/store/lua/lib/kept_lanes.lua)
+    kept_lanes: Sequence[str] = ()
 
 
 @record

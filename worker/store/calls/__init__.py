@@ -14,7 +14,7 @@ from worker.store.calls.erasure import ErasedEvent, ErasedRecord, EraseHold, Era
 from worker.store.calls.fair import PopAcquire, ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 from worker.store.calls.lease import Acquire, Release, Renew
-from worker.store.calls.operators import Cancel, Discard, KeepLanes, Redrive, ReindexLate, Resume, RunsPage
+from worker.store.calls.operators import Cancel, Discard, Redrive, ReindexLate, Resume, RunsPage
 from worker.store.calls.outbox import JournalApply, JournalSettle, OutboxClaim, OutboxSettle, Touched
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "ErasedRecord",
     "JournalApply",
     "JournalSettle",
-    "KeepLanes",
     "Lane",
     "Layout",
     "OutboxClaim",

@@ -39,6 +39,7 @@ class CommittedEvent(Layout):
     go_on: str = arg()
     effects_json: str = arg()
     followups_json: str = arg()
+    kept_lanes_json: str = arg()  # retry or dead: the lanes its run found or marked ('' for none)
     lanes: Sequence[Lane] = group()
 
 

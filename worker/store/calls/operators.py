@@ -1,5 +1,5 @@
 """The operators' scripts: redrive, discard, cancel, resume, and the runs explorer's page; and what a commit leaves
-to a late path: a dead event's lanes kept (KEEP_LANES), an event that ended past the window indexed again."""
+to a late path: an event that ended past the window indexed again (REINDEX_LATE)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from worker.store.calls.layout import ScriptCall, arg, key
 
-__all__ = ["Cancel", "Discard", "KeepLanes", "Redrive", "ReindexLate", "Resume", "RunsPage"]
+__all__ = ["Cancel", "Discard", "Redrive", "ReindexLate", "Resume", "RunsPage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,6 @@ class Redrive(ScriptCall):
     new_body: str = arg()
     scope_key: str = arg()
     run_index_max: int = arg()
-    lane_ttl_s: int = arg()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +67,6 @@ class ReindexLate(ScriptCall):
     now_ms: int = arg()
     window_s: int = arg()
     user_id: str = arg()
-
-
-@dataclass(frozen=True, slots=True)
-class KeepLanes(ScriptCall):
-    SCRIPT = "keep_lanes"
-    ev: str = key()
-    lanes_json: str = arg()
 
 
 @dataclass(frozen=True, slots=True)

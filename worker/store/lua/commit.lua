@@ -30,7 +30,7 @@
 -- committed and released this scope (its inbox empty), the same round trip pops the next ready scope and takes
 -- its lease, as POP_ACQUIRE would. A COMMITTED reply then has a fourth element: {} (nothing was ready: the
 -- message's ticket is retired) | {ref} (not a scope ref) | {ref, <ACQUIRE's reply>}.
--- requires: counts, index, pending, history, take_head, admit, staged, peek, pop_grant
+-- requires: counts, index, pending, kept_lanes, history, take_head, admit, staged, peek, pop_grant
 local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_active, runs_types, runs_dead,
   runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
   KEYS[11], KEYS[12], KEYS[13]
@@ -41,7 +41,7 @@ local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, 
 local now, window, imax = tonumber(now_ms), tonumber(window_s), tonumber(run_index_max)
 local body_moves = tonumber(chain_ttl_s) >= window  -- a done event's chain outlives its hash
 local ix = {paused = paused, stats = stats, active = runs_active, cancelled = runs_cancelled, max = imax,
-  window = window_s}
+  window = window_s, lane_ttl = lane_ttl_s}
 local LANE_KEYS, LANE_ARGS = 1, 2
 local at = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_active, runs_types = runs_types,
   now = now_ms, window = window_s, sched_ttl = sched_ttl_ms, max = imax}
@@ -94,8 +94,8 @@ local function known_of(ev, event_id)
   if known then return known end
   if redis.call('LINDEX', inbox, 0) ~= event_id then return nil end
   hflush(ev)
-  local r = redis.call('HMGET', ev, 'enqueuedAt', 'history', 'notBefore', 'cancelRequested', 'error')
-  known = {enqueued = r[1], history = r[2], not_before = r[3], cancel = r[4], error = r[5]}
+  local r = redis.call('HMGET', ev, 'enqueuedAt', 'history', 'notBefore', 'cancelRequested', 'error', 'lanes')
+  known = {enqueued = r[1], history = r[2], not_before = r[3], cancel = r[4], error = r[5], lanes = r[6]}
   taken[ev] = known
   return known
 end
@@ -103,7 +103,7 @@ end
 -- One event's outcome (its lanes already applied): the reply as the header says. Its hash's writes go through
 -- lib/pending.lua (one HSET with the take_head's fields when the event was taken in this script).
 local function commit_event(ev, chain, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on,
-    effects_json, followups_json)
+    effects_json, followups_json, kept_lanes_json)
   if not fence_ok() then
     redis.call('HINCRBY', stats, 'fenceRejected', 1)
     return {CommitCode.STALE_FENCE}
@@ -127,6 +127,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
   local latency = -1
   local accepted, duplicate = 0, 0  -- its follow-ups admitted (counted as admitted by origin: follow_up)
   if outcome == 'retry' then
+    keep_lanes(ev, known.lanes, kept_lanes_json)  -- its next run replays them, however late it comes (lib/kept_lanes.lua)
     hset_later(ev, 'state', 'queued', 'error', error_text, 'notBefore', not_before)
     count(stats, 'retried', 1)
     history_end(ev, now, 'failed', error_text, known.history)
@@ -153,6 +154,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
       if known.not_before then drop[#drop + 1] = 'notBefore' end
       -- a success clears the current error (a redriven event's old one stays in its attempts history)
       if known.error then drop[#drop + 1] = 'error' end
+      if known.lanes then release_lanes(ev, lane_ttl_s, known.lanes) end  -- it retried, or was redriven
       if #drop > 0 then hdel(ev, unpack(drop)) end
       redis.call('EXPIRE', ev, window_s)
       count(stats, 'done', 1)
@@ -165,6 +167,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
     else
       hset_later(ev, 'state', 'dead', 'error', error_text, 'deadAt', now_ms)
       redis.call('PERSIST', ev)
+      keep_lanes(ev, known.lanes, kept_lanes_json)  -- as long as it is dead: a redrive replays them
       redis.call('ZADD', dlq, now_ms, event_id)
       count(stats, 'dead', 1)
       -- the dead index is not trimmed by the window: a dead event never expires, and the DLQ bounds it
@@ -221,9 +224,9 @@ local function run()
   while k <= #KEYS do
     local ev, chain = KEYS[k], KEYS[k + 1]
     local lane_count, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on, effects_json,
-      followups_json = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6],
-      ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]
-    k, a = k + 2, a + 10
+      followups_json, kept_lanes_json = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
+      ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10]
+    k, a = k + 2, a + 11
     local lanes = {}
     for j = 1, (lane_count == '0' and 0 or tonumber(lane_count)) do
       local lane = KEYS[k]
@@ -236,7 +239,7 @@ local function run()
     local stopped = apply_lanes(ev, event_id, lanes)
     if stopped then return {stopped[1], out, {}, stopped[2], stopped[3]} end
     local reply = commit_event(ev, chain, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on,
-      effects_json, followups_json)
+      effects_json, followups_json, kept_lanes_json)
     out[#out + 1] = reply
     if reply[1] ~= CommitCode.COMMITTED then return {reply[1], out, {}} end
   end

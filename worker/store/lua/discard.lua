@@ -2,7 +2,7 @@
 -- discardReason, discardedAt; the hash now expires after the dedupe window), listed by discard time in
 -- runs:discarded-at (trimmed like the runs indexes) and written to the tenant's audit stream: event id and time,
 -- not the reason, which is free text that may quote the payload and stays on the event (erasure and expiry reach
--- it there). Its lanes, kept while it was dead (keep_lanes.lua), have their TTL again.
+-- it there). Its lanes, kept while it was dead (lib/kept_lanes.lua), have their TTL again.
 -- -> 1 discarded | 0 not dead (nothing done)
 -- requires: index, kept_lanes
 local ev, dlq, stats, runs_dead, runs_discarded, runs_discarded_at, audit =

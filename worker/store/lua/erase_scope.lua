@@ -12,7 +12,7 @@
 -- entries. Shared: its events leave the inbox and the user leaves scope_users. Whole: the scope's inbox, drain
 -- marker, counters, fence, users and runs index go, and it leaves the scopes registry and the paused hash (the
 -- rest of its keys are the caller's to delete, while it still holds the lease).
--- A dead event's kept lanes (keep_lanes.lua) are deleted.
+-- The lanes an unfinished event kept (lib/kept_lanes.lua) are deleted.
 -- -> {-1} the lease is not the erasure's (nothing written) | {1 whole | 0 shared, tombstones written, chains
 --    deleted}
 -- requires: kept_lanes

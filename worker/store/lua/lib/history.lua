@@ -1,4 +1,4 @@
--- requires: index, pending
+-- requires: index, pending, kept_lanes
 -- An event's attempts, one JSON list in its hash (field history, the last 20 attempts, so it expires with the
 -- event): take_head appends {attempt, run, startedAt, status: running}, a commit sets finishedAt, status
 -- (succeeded | failed | cancelled) and error; an attempt that never ended (its worker died) is marked lost when
@@ -61,4 +61,7 @@ local function mark_cancelled(ek, id, now, ix, known)
   redis.call('HINCRBY', ix.stats, 'queued', -1)
   redis.call('HINCRBY', ix.stats, 'cancelled', 1)
   history_end(ek, now, 'cancelled', '', known.history)
+  -- lanes it kept (it retried, or was redriven): the TTL back (the commit's and the operator's cancel: a lane's,
+  -- else, where the script has none, the window's, as the cancelled record's)
+  release_lanes(ek, ix.lane_ttl or ix.window, known.lanes)
 end

@@ -20,6 +20,7 @@ local known_type = {}
 local function check_staged(cmds)
   for i, cmd in ipairs(cmds) do
     local name = string.upper(cmd[1])
+    if name == 'THEN' and cmd[1] ~= 'THEN' then return {i, 'THEN is written in capitals'} end
     if name == 'THEN' then
       local n, before = tonumber(cmd[2]), cmds[i - 1]
       local guards = before and string.upper(before[1]) == 'SETNX'
@@ -42,35 +43,30 @@ local function check_staged(cmds)
   end
   return nil
 end
--- One staged command applied: true when it wrote, or the {error} it raised.
-local function apply_one(cmd)
-  local reply = redis.pcall(unpack(cmd))
-  if type(reply) == 'table' and reply.err then
-    if string.find(reply.err, 'OOM', 1, true) == 1 then redis.call(unpack(cmd)) end
-    return {reply.err}
-  end
-  local name = string.upper(cmd[1])
-  local written = WRITE_TYPES[name]
-  local wrote = reply ~= false and reply ~= 0
-  -- a SET NX/XX or SETNX that wrote nothing left the key as it was, whatever its type
-  if written == 'string' and not wrote then written = nil end
-  if written then
-    known_type[cmd[2]] = written
-  elseif name == 'DEL' then
-    for j = 2, #cmd do known_type[cmd[j]] = nil end
-  end
-  return wrote
-end
 local function apply_staged(cmds)
   local skip, wrote = 0, true
   for i, cmd in ipairs(cmds) do
+    local name = cmd[1]
     if skip > 0 then
       skip = skip - 1
-    elseif string.upper(cmd[1]) == 'THEN' then
+    elseif name == 'THEN' then  -- as call_once stages it (check_staged refused any other spelling)
       if not wrote then skip = tonumber(cmd[2]) end
     else
-      wrote = apply_one(cmd)
-      if type(wrote) == 'table' then return {i, wrote[1]} end
+      local reply = redis.pcall(unpack(cmd))
+      if type(reply) == 'table' and reply.err then
+        if string.find(reply.err, 'OOM', 1, true) == 1 then redis.call(unpack(cmd)) end
+        return {i, reply.err}
+      end
+      name = string.upper(name)
+      local written = WRITE_TYPES[name]
+      wrote = reply ~= false and reply ~= 0
+      -- a SET NX/XX or SETNX that wrote nothing left the key as it was, whatever its type
+      if written == 'string' and not wrote then written = nil end
+      if written then
+        known_type[cmd[2]] = written
+      elseif name == 'DEL' then
+        for j = 2, #cmd do known_type[cmd[j]] = nil end
+      end
     end
   end
   return nil

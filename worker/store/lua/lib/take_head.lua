@@ -10,7 +10,7 @@
 -- worker/documents/event_body.py's form).
 local FINAL = {done = true, dead = true, cancelled = true, discarded = true, erased = true}
 -- The heads this script took, by event key, until their commit: the event is the head, processing, under our
--- fence and not cancelled (nothing else runs between) -> {enqueued, history, not_before, error}, so a run's commit
+-- fence and not cancelled (nothing else runs between) -> {enqueued, history, not_before, error, lanes}, so a run's commit
 -- of it reads nothing again.
 local taken = {}
 -- Scopes found not paused by this script (no script that takes a head pauses one), by their paused hash and
@@ -34,7 +34,7 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
     local ek = ev_prefix .. id
     hflush(ek)
     local rec = redis.call('HMGET', ek, 'state', 'event', 'notBefore', 'error', 'cancelRequested', 'history',
-      'redrives', 'sourceType', 'sourceId', 'attempts', 'enqueuedAt')
+      'redrives', 'sourceType', 'sourceId', 'attempts', 'enqueuedAt', 'lanes')
     if not rec[2] or FINAL[rec[1]] then
       redis.call('LPOP', inbox)
       -- a record gone (expired while it waited, before records waiting had no TTL): out of the active index too,
@@ -42,7 +42,7 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
       if not rec[2] and ix.active then zchange(ix.active, id, false) end
     elseif rec[5] and ix.stats then
       redis.call('LPOP', inbox)
-      mark_cancelled(ek, id, now, ix, {enqueued = rec[11], history = rec[6], not_before = rec[3]})
+      mark_cancelled(ek, id, now, ix, {enqueued = rec[11], history = rec[6], not_before = rec[3], lanes = rec[12]})
     else
       -- numbers parsed only where a field holds one (most heads have no retry time and no redrive)
       local nb = rec[3] and tonumber(rec[3]) or 0
@@ -51,7 +51,7 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
       -- the start: in the history; numbers as their digits (fence: the caller's, a string)
       hset_later(ek, 'attempts', string.format('%d', attempts), 'state', 'processing', 'fence', fence)
       local h = history_start(ek, rec[6], attempts, now, rec[7] and tonumber(rec[7]) or 0)
-      taken[ek] = {enqueued = rec[11], history = h, not_before = rec[3], error = rec[4]}
+      taken[ek] = {enqueued = rec[11], history = h, not_before = rec[3], error = rec[4], lanes = rec[12]}
       return {HeadCode.TAKEN, id, rec[2], attempts, rec[1], rec[4] or '', rec[8] or '', rec[9] or ''}
     end
   end
