@@ -2,19 +2,23 @@
 and ``HttpProducer`` with the same two methods over ``POST /v1/events``.
 
 Both validate first and enqueue nothing from a batch with an invalid event; both raise
-:class:`~worker.intake.source_event.StoreUnavailable` when the store refuses a batch (none of it stored) or cannot be reached.
+:class:`~worker.intake.source_event.StoreUnavailable` when the store refuses a batch (none of it stored) or cannot be reached,
+and :class:`~worker.core.errors.OverLimit` for a limit (``HttpProducer`` retries a rate limit and a 503 first).
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import httpx
 from opentelemetry import trace
 
+from producers.sdk.http_door import bearer_headers, bearer_token, error_of
 from worker.chain.context import Deps
+from worker.core.errors import OverLimit
 from worker.core.tenancy import DEFAULT_TENANT, check_tenant
 from worker.intake.emitter import EventLike
 from worker.intake.source_event import (
@@ -170,52 +174,105 @@ class Producer:
 
 
 class HttpProducer:
-    """The same SDK over HTTP (``POST /v1/events``), for apps that do not reach Redis."""
+    """The same SDK over HTTP (``POST /v1/events``), for apps that do not reach Redis, with the direct
+    :class:`Producer`'s errors: :class:`InvalidEvent` for an event the door refuses (401, 403, 413, 422) and for a
+    payload JSON has no form for (a datetime, bytes, a set, a nan: refused before sending, naming ``payload`` or
+    ``events[i].payload``), :class:`OverLimit` for a 429 and :class:`StoreUnavailable` for a 503, both with
+    ``retry_after_s``; another error answer is httpx's ``HTTPStatusError``.
 
-    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 30.0) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.has_token = bool(token)
-        self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+    A 429 ``rate_limited`` or ``tenant_rate_limited`` and a 503 are sent again, at most ``max_retries`` times,
+    after the answer's Retry-After when it is at most :data:`MAX_RETRY_AFTER_S`: safe, the door dedupes, so what
+    a lost attempt stored answers ``duplicate``. A 429 without Retry-After (a quota) or of another limit is not.
+    ``token`` is checked here (producers/sdk/http_door.py); ``client`` replaces the httpx client (the token is
+    sent on every request, whichever client)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        max_retries: int = 3,
+        client: httpx.Client | None = None,
+    ) -> None:
+        if max_retries < 0:
+            raise ValueError(f"max_retries is {max_retries}; give 0 (no retries) or more")
+        token = bearer_token(token)
+        self.has_token = token is not None
+        self.headers = {**bearer_headers(token), "Content-Type": "application/json"}
+        self.max_retries = max_retries
+        self.client = client or httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s)
+        self.sleep: Callable[[float], None] = time.sleep  # the wait before a retry (tests record it)
 
     def enqueue(self, event: EventLike) -> EnqueueResult:
-        return self._post(_as_json(event))[0]
+        item = _as_json(event)
+        return self._post(_encoded(item, [item], single=True))[0]
 
     def enqueue_many(self, events: Iterable[EventLike]) -> list[EnqueueResult]:
-        return self._post({"events": [_as_json(e) for e in events]})
+        items = [_as_json(e) for e in events]
+        return self._post(_encoded({"events": items}, items, single=False))
 
-    def _post(self, body: Any) -> list[EnqueueResult]:
-        response = self.client.post("/v1/events", json=body)
-        if response.status_code in (413, 422, 401, 403):
-            try:
-                error = EventError.model_validate(response.json()["error"])
-            except (ValueError, KeyError):
-                error = EventError(code=f"http_{response.status_code}", message=response.text[:200])
-            raise InvalidEvent(error, status_code=response.status_code)
-        if response.status_code == 503:
-            _raise_store_unavailable(response)
-        response.raise_for_status()
-        return [EnqueueResult.model_validate(r) for r in response.json()["results"]]
+    def _post(self, body: bytes) -> list[EnqueueResult]:
+        """The door's results for ``body``, retried as the class doc says; else its error, raised."""
+        attempt = 0
+        while True:
+            response = self.client.post("/v1/events", content=body, headers=self.headers)
+            if response.is_success:
+                return [EnqueueResult.model_validate(r) for r in response.json()["results"]]
+            if response.status_code not in TYPED_ANSWERS:
+                response.raise_for_status()
+            error = error_of(response)
+            wait_s = _retry_wait_s(error) if attempt < self.max_retries else None
+            if wait_s is None:
+                raise error
+            self.sleep(wait_s)
+            attempt += 1
 
     def close(self) -> None:
         self.client.close()
 
 
-def _raise_store_unavailable(response: httpx.Response) -> None:
-    """A ``503 store_unavailable`` becomes :class:`StoreUnavailable` (any other 503 stays an HTTP error)."""
+# the error statuses HttpProducer raises as the SDK's exceptions (producers/sdk/http_door.py); others are httpx's
+TYPED_ANSWERS = frozenset({401, 403, 413, 422, 429, 503})
+RETRIED_LIMITS = frozenset({"rate_limited", "tenant_rate_limited"})  # 429 codes that waiting frees
+MAX_RETRY_AFTER_S = 60  # the longest Retry-After HttpProducer waits by itself (the TypeScript client's)
+
+
+def _retry_wait_s(error: Exception) -> int | None:
+    """The seconds to wait before sending again after ``error``, or None when it is not retried."""
+    if isinstance(error, StoreUnavailable):
+        wait_s = error.retry_after_s
+    elif isinstance(error, OverLimit) and error.what in RETRIED_LIMITS and error.retry_after_s > 0:
+        wait_s = error.retry_after_s
+    else:
+        return None
+    return wait_s if wait_s <= MAX_RETRY_AFTER_S else None
+
+
+def _encoded(body: Any, events: Sequence[dict[str, Any]], *, single: bool) -> bytes:
+    """``body`` as the door reads it (compact UTF-8 JSON, no nan or inf); InvalidEvent naming the first field
+    JSON has no form for (``payload``, or ``events[i].payload`` in a batch), as the direct Producer names it."""
     try:
-        error = response.json()["error"]
-    except (ValueError, KeyError, TypeError):
-        return
-    if not isinstance(error, dict) or error.get("code") != "store_unavailable":
-        return
-    retry_after = response.headers.get("retry-after", "")
-    raise StoreUnavailable(
-        str(error.get("message") or "the store is unavailable; retry later"),
-        retry_after_s=int(retry_after) if retry_after.isdigit() else 5,
-    )
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:
+        reason = str(exc)
+    field = _unencodable_field(events, single=single)
+    message = f"{field or 'the event'} must be JSON: {reason}"
+    raise InvalidEvent(EventError(code="invalid_field", message=message, field=field))
 
 
-def _as_json(event: EventLike) -> Any:
+def _unencodable_field(events: Sequence[dict[str, Any]], *, single: bool) -> str | None:
+    """The first top-level field of ``events`` that JSON has no form for (``events[i].`` before it in a batch)."""
+    for i, event in enumerate(events):
+        for key, value in event.items():
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError, RecursionError):
+                return str(key) if single else f"events[{i}].{key}"
+    return None
+
+
+def _as_json(event: EventLike) -> dict[str, Any]:
     if isinstance(event, SourceEvent):
         return event.model_dump(by_alias=True, exclude_none=True)
     return dict(event)

@@ -7,7 +7,10 @@ client.send_dmail("s1", "read lines 120-180 only", 3)     # -> {"isError", "outp
 client.end_step("s1", rejected_without_feedback=False)    # -> {"outcome", ...}
 
 An error answer raises: ``StoreUnavailable`` for a 503 and ``OverLimit`` for a 429, both with ``retry_after_s``
-(the answer's Retry-After), else ``InvalidEvent`` naming the field.
+(the answer's Retry-After), else ``InvalidEvent`` naming the field (producers/sdk/http_door.py). The token is
+checked when the client is made (whitespace around it dropped; a ValueError that never quotes it for one a header
+cannot carry) and sent on every call, also through an httpx client given as ``client``. Calls are not retried:
+a repeated signal or D-Mail is a second one.
 """
 
 from __future__ import annotations
@@ -17,16 +20,15 @@ from typing import Any
 
 import httpx
 
+from producers.sdk.http_door import bearer_headers, bearer_token, error_of
 from sessions.ids import session_id_problem
-from worker.core.errors import OverLimit
-from worker.intake.source_event import EventError, InvalidEvent, StoreUnavailable
+from worker.intake.source_event import EventError, InvalidEvent
 
 __all__ = ["RECORD_ERROR_HEADER", "SessionClient"]
 
 log = logging.getLogger(__name__)
 
 RECORD_ERROR_HEADER = "Agent-Signal-Record-Error"  # the door's (producers/http/records.py)
-DEFAULT_RETRY_AFTER_S = 5  # a 503 without a Retry-After in seconds: StoreUnavailable's own default
 
 
 class SessionClient:
@@ -38,8 +40,8 @@ class SessionClient:
         client: httpx.Client | None = None,
         timeout_s: float = 30.0,
     ) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = client or httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self.headers = bearer_headers(bearer_token(token))  # per call: a given client has none of ours
+        self.http = client or httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s)
 
     last_record_error: str | None = None
     """The last call's ``Agent-Signal-Record-Error``: its change was made, but the source event recording it was
@@ -55,12 +57,12 @@ class SessionClient:
         return self._call(method, f"/v1/sessions/{session_id}{rest}", body)
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
-        response = self.http.request(method, path, json=body)
+        response = self.http.request(method, path, json=body, headers=self.headers)
         self.last_record_error = response.headers.get(RECORD_ERROR_HEADER)
         if self.last_record_error is not None:
             log.warning("%s %s: done, but its record was refused (%s)", method, path, self.last_record_error)
         if response.status_code >= 400:
-            raise _error_of(response)
+            raise error_of(response)
         return response.json()
 
     # settings and context
@@ -125,25 +127,3 @@ class SessionClient:
 
     def close(self) -> None:
         self.http.close()
-
-
-def _error_of(response: httpx.Response) -> Exception:
-    """The exception for an error answer, with the SDK's types for events: a 503 is :class:`StoreUnavailable`
-    (as :class:`~producers.sdk.producer.HttpProducer` raises it; retry after ``retry_after_s``), a 429 is
-    :class:`OverLimit` (as the direct Producer raises a limit; ``what`` is the answer's code, ``quota_exceeded``,
-    ``rate_limited``…; ``retry_after_s`` 0 when waiting does not help), any other is :class:`InvalidEvent`
-    naming the field."""
-    try:
-        error = EventError.model_validate(response.json()["error"])
-    except (ValueError, KeyError, TypeError):
-        error = EventError(code=f"http_{response.status_code}", message=response.text[:200])
-    retry_after = response.headers.get("retry-after", "")
-    if response.status_code == 503:
-        wait_s = int(retry_after) if retry_after.isdigit() else DEFAULT_RETRY_AFTER_S
-        return StoreUnavailable(
-            error.message or "the store is unavailable; retry later", retry_after_s=wait_s
-        )
-    if response.status_code == 429:
-        wait_s = int(retry_after) if retry_after.isdigit() else 0
-        return OverLimit(error.code, error.message, retry_after_s=wait_s, field=error.field)
-    return InvalidEvent(error, status_code=response.status_code)

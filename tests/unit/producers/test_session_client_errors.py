@@ -65,3 +65,17 @@ def test_a_dot_segment_session_id_is_refused_before_any_request(session_id: str)
     with pytest.raises(InvalidEvent) as refused:
         client.context(session_id)
     assert refused.value.error.field == "sessionId" and sent == []
+
+
+@pytest.mark.parametrize("token", ["as_secret_0123456789", " as_secret_0123456789\r\n"])
+def test_the_token_is_sent_on_a_client_given_to_it(token: str) -> None:
+    """``SessionClient(token=T, client=c)`` sends ``Bearer T`` (stripped) on every call; the token was dropped
+    when a client was given (a 401 from the door). The given client's own headers are left as they were."""
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(200, json={}))
+    given = httpx.Client(transport=transport, base_url="http://door")
+    client = SessionClient("http://door", token=token, client=given)
+    client.context("s1")
+    client.state("s1")
+    assert [r.headers.get("authorization") for r in sent] == ["Bearer as_secret_0123456789"] * 2
+    assert "authorization" not in given.headers
