@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from worker.chain.chain_document import ChainRun, event_head
@@ -315,14 +316,19 @@ def after_commit(ctx: DrainContext, work: EventWork) -> None:
     that fails (a store error keeping its lanes, the telemetry exporter) is logged, and the drain goes on rather
     than leave the scope's lease held until it runs out."""
     for step in AFTER_COMMIT:
-        try:
-            step(work, ctx)
-        except Exception as exc:
-            log.warning(
-                "a step after the commit failed",
-                extra={"eventId": work.begun.event_id, "step": step.__name__, "error": describe_error(exc)},
-            )
-    record(ctx, work)
+        _contained(work, step.__name__, partial(step, work, ctx))
+    _contained(work, "record", partial(record, ctx, work))
+
+
+def _contained(work: EventWork, name: str, call: Callable[[], None]) -> None:
+    """Run one step after the commit; a failure is logged (contained, and loud: STYLE §1.2)."""
+    try:
+        call()
+    except Exception as exc:
+        log.critical(
+            "a step after the commit failed",
+            extra={"eventId": work.begun.event_id, "step": name, "error": describe_error(exc)},
+        )
 
 
 def record(ctx: DrainContext, work: EventWork) -> None:

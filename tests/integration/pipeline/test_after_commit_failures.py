@@ -25,6 +25,9 @@ class ExporterDown(Telemetry):
     def observe_chain(self, chain: Any) -> None:
         raise ConnectionError("the collector is down")
 
+    def event_committed(self, *args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("the collector is down")
+
 
 def test_a_failing_step_after_the_commit_leaves_the_scope_drained_and_released(
     make_settings: Any, redis_client: Redis, keys: BucketKeys

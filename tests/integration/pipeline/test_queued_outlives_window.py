@@ -119,9 +119,11 @@ def test_an_event_that_ends_past_the_window_is_indexed_at_its_end(
         dead = producer.enqueue(
             {"sourceType": "test.flaky", "sourceId": "late-dead", "scopeKey": SCOPE, "payload": {}}
         ).event_id
+        given_up = producer.enqueue(_event("late-cancelled", counter)).event_id
         record = producer.store.locate(tenant, done).event(done)
         enqueued_ms = int(client.hget(record, "enqueuedAt") or 0)
         wait_for(lambda: _redis_ms(client) > enqueued_ms + 5_500, timeout_s=60, what="the window to pass")
+        assert cancel_event(producer.store, tenant, given_up).state == "cancelled"
         producer.enqueue(
             _event("late-other", counter) | {"scopeKey": "topic:late-other"}
         )  # trims the indexes
@@ -137,6 +139,7 @@ def test_an_event_that_ends_past_the_window_is_indexed_at_its_end(
         assert done in listed(RunQuery(status="done"))
         assert done in listed(RunQuery())
         assert dead in listed(RunQuery(status="dead"))
+        assert given_up in listed(RunQuery(status="cancelled"))
         assert [r["eventId"] for r in producer.store.find_by_source(tenant, "late-done")] == [done]
         assert [r["eventId"] for r in producer.store.find_by_source(tenant, "late-dead")] == [dead]
         report = erase_user(producer.store, tenant, "u_late", session_scope=session_scope)

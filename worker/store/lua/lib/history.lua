@@ -57,7 +57,11 @@ local function mark_cancelled(ek, id, now, ix, known)
   hset_later(ek, 'state', 'cancelled', 'cancelledAt', now)
   redis.call('EXPIRE', ek, ix.window)  -- kept, and its source id deduped, for the window from now, as a done event
   if known.not_before ~= false then hdel(ek, 'notBefore') end
-  index_move(ix.active, ix.cancelled, id, ek, ix.max, known.enqueued)
+  local enqueued = known.enqueued or redis.call('HGET', ek, 'enqueuedAt')
+  -- scored by its enqueue time, as every status index, unless it waited longer than the window: then by now, or
+  -- the window's trim would drop it at once while its record lives a window
+  local late = tonumber(enqueued or '0') < tonumber(now) - tonumber(ix.window) * 1000
+  index_move(ix.active, ix.cancelled, id, ek, ix.max, late and now or enqueued)
   redis.call('HINCRBY', ix.stats, 'queued', -1)
   redis.call('HINCRBY', ix.stats, 'cancelled', 1)
   history_end(ek, now, 'cancelled', '', known.history)
