@@ -4,11 +4,11 @@
 commit) and return nothing: they add no signals, so LobeHub's chains are unchanged. A message is logged only
 when its owner (user, agent, topic) and its text are known; the payload models type what is read.
 
-Events are not processed in the order their messages were written (a retry, a redrive, two producers), so the
-log is kept in ``createdAt`` order (the event's timestamp): a message older than the ones at the end of the list
-is put before them (the newer tail is cut with ``LTRIM`` and pushed back after it; equal times keep processing
-order), and the indexes of ``GET /v1/conversations`` only move ``lastAt`` forward (``ZADD GT``). A message older
-than every one of a full log (``MAX_MESSAGES``) is not logged: the trim would drop it at once.
+Events are not processed in the order their messages were written (a retry, a redrive, two producers). The log
+is appended to in processing order and never rewritten (a rewrite from a read taken before the commit, the
+journal's or another scope's write landing between, could lose a message); ``GET /v1/conversations/messages``
+sorts it by ``createdAt`` (the event's timestamp; equal times keep the log's order), and the indexes of
+``GET /v1/conversations`` only move ``lastAt`` forward (``ZADD GT``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from redis import Redis
 
 from worker.plugin import HandlerContext, Plugin, Policy, Source, define_source_handler, user_bytes_effects
 
-__all__ = ["ConversationLogDeps", "LoggedAssistantMessage", "LoggedUserMessage", "plugin"]
+__all__ = ["ConversationLogDeps", "LoggedAssistantMessage", "LoggedUserMessage", "in_time_order", "plugin"]
 
 MAX_MESSAGES = 500
-READ_WINDOW = 50  # the tail read first: a new message is nearly always placed and deduplicated within it
+READ_WINDOW = 50  # the tail a new message is deduplicated against
 ASSISTANT_SOURCE_TYPES = ("client.runtime.complete", "agent.execution.completed")
 
 
@@ -69,64 +69,36 @@ class ConversationLogDeps:
     redis: Redis
 
 
-def _created_at(line: str) -> float | None:
-    at = json.loads(line).get("createdAt")
-    return None if isinstance(at, bool) or not isinstance(at, int | float) else at
-
-
-def _newer_at_end(lines: list[str], created_at: float) -> int:
-    """How many lines at the end of ``lines`` are newer than ``created_at`` (walking back to the first that is
-    not, or has no time)."""
-    newer = 0
-    for line in reversed(lines):
-        at = _created_at(line)
-        if at is None or at <= created_at:
-            break
-        newer += 1
-    return newer
-
-
-def _read(redis: Redis, key: str, created_at: float) -> tuple[list[str], int, str | None]:
-    """(the lines the message is placed among, the list's length, its first line): the last ``READ_WINDOW``
-    lines, or every line when the message is older than all of those."""
-    pipe = redis.pipeline(transaction=False)
+def _append(ctx: HandlerContext, owner: tuple[str, str, str], message: dict[str, Any]) -> None:
+    key = ctx.keys.conversation(*owner)
+    pipe = ctx.deps(ConversationLogDeps).redis.pipeline(transaction=False)
     pipe.lrange(key, -READ_WINDOW, -1)
     pipe.llen(key)
     pipe.lindex(key, 0)
-    tail, length, first = pipe.execute()
-    if int(length) > len(tail) and _newer_at_end(tail, created_at) == len(tail):
-        tail = redis.lrange(key, 0, -1)
-        length, first = len(tail), (tail[0] if tail else None)
-    return list(tail), int(length), first
-
-
-def _append(ctx: HandlerContext, owner: tuple[str, str, str], message: dict[str, Any]) -> None:
-    key = ctx.keys.conversation(*owner)
-    created_at = message["createdAt"]
-    lines, length, first = _read(ctx.deps(ConversationLogDeps).redis, key, created_at)
-    if any(json.loads(m).get("id") == message["id"] for m in lines):
+    existing, length, first = pipe.execute()
+    if any(json.loads(m).get("id") == message["id"] for m in existing):
         return  # another event already logged this message
-    newer = _newer_at_end(lines, created_at)
-    full = length >= MAX_MESSAGES
-    if full and newer == length:
-        return  # older than every message of a full log: the trim would drop it at once
     line = json.dumps(message, ensure_ascii=False)
-    if newer == 0:
-        ctx.effects.call("RPUSH", key, line)
-    elif newer == length:
-        ctx.effects.call("LPUSH", key, line)
-    else:  # cut the newer tail and push it back after the message
-        ctx.effects.call("LTRIM", key, 0, -(newer + 1))
-        ctx.effects.call("RPUSH", key, line, *lines[-newer:])
+    ctx.effects.call("RPUSH", key, line)
     ctx.effects.call("LTRIM", key, -MAX_MESSAGES, -1)
-    # the user's storage quota follows the trimmed list: the message it adds, less the one the trim drops (the
-    # first, which the message never displaces: one older than all of a full log is not logged)
-    dropped = len(first.encode("utf-8")) if full and first is not None else 0
+    # the user's storage quota follows the trimmed list: the message it adds, less the one the trim drops
+    dropped = len(first.encode("utf-8")) if first is not None and int(length) >= MAX_MESSAGES else 0
     for command in user_bytes_effects(ctx.keys, owner[0], len(line.encode("utf-8")) - dropped):
         ctx.effects.call(*command)
     member = "\x1f".join(owner)
-    ctx.effects.call("ZADD", ctx.keys.conversations, "GT", created_at, member)
-    ctx.effects.call("ZADD", ctx.keys.user_conversations(owner[0]), "GT", created_at, member)
+    ctx.effects.call("ZADD", ctx.keys.conversations, "GT", message["createdAt"], member)
+    ctx.effects.call("ZADD", ctx.keys.user_conversations(owner[0]), "GT", message["createdAt"], member)
+
+
+def in_time_order(lines: list[Any]) -> list[dict[str, Any]]:
+    """A conversation log's messages by ``createdAt`` (stable: equal or missing times keep the log's order)."""
+    messages = [json.loads(line) for line in lines]
+
+    def created_at(message: dict[str, Any]) -> float:
+        at = message.get("createdAt")
+        return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else 0.0
+
+    return sorted(messages, key=created_at)
 
 
 def _user_message(source: Source, ctx: HandlerContext) -> None:

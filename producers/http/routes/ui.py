@@ -3,7 +3,6 @@ overview. Also serves the UI itself (``/`` and ``/ui/*``, vendored files only: n
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,6 +11,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
+from policies.conversation_log import in_time_order
 from producers.http.api_models import API_ERRORS
 from producers.http.principal import Principal, check_user, public, require, tenant_keys
 from producers.http.web_common import error_response, producer_of
@@ -125,7 +125,7 @@ def conversation_messages(
     check_user(principal, userId, "conversation")
     client = producer_of(request).store.client
     raw = client.lrange(tenant_keys(request).conversation(userId, agentId, topicId), 0, -1)
-    return JSONResponse({"messages": [json.loads(m) for m in raw]})
+    return JSONResponse({"messages": in_time_order(raw)})  # logged as processed, shown as written
 
 
 _RUNS_CHUNK = 1000
