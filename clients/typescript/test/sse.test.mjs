@@ -235,6 +235,34 @@ describe("receipt stream catch-up over many pages", () => {
     assert.deepEqual(ids, ["r1", ...Array.from({ length: 60 }, (_, i) => `n${i + 1}`)]);
   });
 
+  test("past its page limit within the lag only (older than the newest seen), a catch-up stops without an error", async () => {
+    const { CATCH_UP_PAGES } = await import("../dist/resources/receipt_stream.js");
+    const older = Array.from({ length: CATCH_UP_PAGES + 1 }, (_, i) => receipt(`o${i}`, 999_000 - i)); // newest first
+    const stub = await startStub((request, response) => {
+      const url = new URL(request.url, "http://stub");
+      if (url.pathname === "/v1/receipts") {
+        const from = Number(url.searchParams.get("cursor") ?? "0");
+        const body = { receipts: older.slice(from, from + 1) };
+        if (from + 1 < older.length) body.cursor = String(from + 1);
+        json(response, 200, body);
+        return;
+      }
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n");
+      frame(response, receipt("r1", 1_000_000));
+      response.write("event: resync\ndata: {}\n\n");
+    });
+    after(stub.close);
+    const controller = new AbortController();
+    const ids = [];
+    for await (const r of new AgentSignal({ baseUrl: stub.url }).receipts.stream({ userId: "u1", signal: controller.signal })) {
+      ids.push(r.id);
+      if (ids.length === CATCH_UP_PAGES + 1) controller.abort();
+    }
+    assert.equal(ids[0], "r1");
+    assert.equal(ids.length, CATCH_UP_PAGES + 1); // the lag's first 200 pages, oldest of them first
+  });
+
   test("a catch-up past its page limit rejects the loop with catch_up_overflow rather than skip the oldest", async () => {
     const { CATCH_UP_PAGES } = await import("../dist/resources/receipt_stream.js");
     const stub = await backlog(CATCH_UP_PAGES + 1, 1);

@@ -180,7 +180,11 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
     const sinceCreatedAt = newest === undefined ? undefined : Math.max(0, newest - this.#lagMs);
     const found: Receipt[] = [];
     let cursor: string | undefined;
+    let reached: number | undefined; // createdAt of the oldest receipt read so far
     for (let page = 0; ; page += 1) {
+      // Past the page limit within the lag only (older than the newest seen): what is left is the lag's reach back
+      // for late commits, read best effort, not the receipts since the newest seen, which are all read.
+      if (page >= CATCH_UP_PAGES && newest !== undefined && reached !== undefined && reached < newest) break;
       if (page >= CATCH_UP_PAGES) {
         throw new AgentSignalError({
           status: 0,
@@ -195,7 +199,9 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
         if (signal.aborted) return; // the loop then ends quietly
         throw error;
       }
-      found.push(...answer.receipts);
+      found.push(...answer.receipts.filter((receipt) => !this.#seen.has(receipt.id)));
+      const last = answer.receipts[answer.receipts.length - 1];
+      if (last && typeof last.createdAt === "number") reached = last.createdAt;
       if (!answer.cursor) break;
       cursor = answer.cursor;
     }
