@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from producers.cli.target import CliError
+
 __all__ = ["direct_producer", "stack_settings"]
 
 
@@ -15,7 +17,13 @@ def stack_settings() -> Any:
 
 
 def direct_producer(tenant: str = "default") -> Any:
-    """A producer on the stack's Redis, bound to ``tenant`` (``--tenant``; direct access is the operator's)."""
+    """A producer on the stack's Redis, bound to ``tenant`` (``--tenant``; direct access is the operator's); a
+    tenant name that is not one is a CliError naming ``--tenant`` (exit 2), before anything connects."""
     from producers.sdk.producer import Producer
+    from worker.core.tenancy import BadTenant, check_tenant
 
+    try:
+        check_tenant(tenant)
+    except BadTenant as exc:
+        raise CliError(f"--tenant: {exc}") from None
     return Producer(stack_settings(), tenant=tenant)

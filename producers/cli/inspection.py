@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from producers.cli.console import add_discard_command
+from producers.cli.console import add_discard_command, dead_letters
+from producers.cli.console.api import Page, act_on_pages
 from producers.cli.console.dead_letters import act_on_every_dead
 from producers.cli.direct import direct_producer
 from producers.cli.target import Api, Target, add_target_options, quote_id, resolve_target
@@ -142,11 +143,25 @@ def _dlq_direct(args: argparse.Namespace) -> int:
             )
             _print_dlq(page.to_json_dict(), args.json)
             return 0
-        result = redrive_events(producer, None if args.all else args.ids)
+        if args.all:  # as over HTTP: a page at a time, the count on stderr (act_on_pages)
+            result = act_on_pages(
+                _dead_pages(producer), lambda ids: dict(redrive_events(producer, ids)), "redriven"
+            )
+        else:
+            result = redrive_events(producer, args.ids)
     finally:
         producer.close()
     print(json.dumps(result))
     return 1 if result["notDead"] else 0
+
+
+def _dead_pages(producer: Any) -> Iterator[Page]:
+    """The ids dead now (straight to Redis), in pages of ``DEAD_PAGE_MAX``: those that die meanwhile wait."""
+    store = producer.store
+    ids = list(store.dlq_ids(store.keys.for_tenant(producer.tenant)))
+    size = dead_letters.DEAD_PAGE_MAX
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size], len(ids), start + size < len(ids)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
@@ -204,7 +219,7 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     d.add_argument(
         "--all",
         action="store_true",
-        help="every event dead now (over HTTP: 500 per request, the count so far on stderr)",
+        help="every event dead now, 500 at a time (the count so far on stderr when more than one page)",
     )
     add_target_options(d)
     p.set_defaults(func=cmd_dlq)

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 import httpx
 
 from producers.cli.console import add_console_commands
+from producers.cli.console.api import positive_int
 from producers.cli.direct import stack_settings
 from producers.cli.enqueue import add_enqueue_command
+from producers.cli.inputs import any_bytes, check_text_arguments, tcp_port
 from producers.cli.inspection import add_inspection_commands
 from producers.cli.keys import add_keys_command
 from producers.cli.migrate import add_migrate_command
@@ -32,21 +34,29 @@ SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a command whose re
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """One worker: on ``REDIS_URL``, else on the running ``make run`` stack of this checkout (stack.py)."""
+    from click.exceptions import ClickException
+
     from producers.cli.stack import join_stack
     from worker.runtime.main import run_worker
 
     settings, joined = join_stack(stack_settings())
     if joined is not None:
         print(f"agent-signal worker: {joined}", file=sys.stderr, flush=True)
-    return run_worker(
-        settings, concurrency=args.concurrency, loglevel=args.loglevel, extra_argv=args.celery_flags
-    )
+    try:
+        return run_worker(
+            settings, concurrency=args.concurrency, loglevel=args.loglevel, extra_argv=args.celery_flags
+        )
+    except ClickException as exc:  # Celery's parser refused a flag given after --: its one line names it
+        raise CliError(f"celery worker: {exc.format_message()}") from None
 
 
 def cmd_web(args: argparse.Namespace) -> int:
     from producers.http.serve import serve_web
+    from producers.http.settings import door_settings
 
-    return serve_web(stack_settings(), loglevel=args.loglevel)
+    settings = stack_settings()
+    tcp_port(door_settings(settings).port)  # PORT=99999 is one line here, not an OverflowError from bind()
+    return serve_web(settings, loglevel=args.loglevel)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -92,18 +102,24 @@ def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     p = sub.add_parser(
         "run", help="the whole stack: embedded Redis (if REDIS_URL unset), a worker, the web app"
     )
-    p.add_argument("--examples", default="examples/events.jsonl", help="events to replay once at start")
+    p.add_argument(
+        "--examples", type=any_bytes, default="examples/events.jsonl", help="events to replay once at start"
+    )
     p.add_argument("--no-replay", action="store_true", help="do not replay the examples")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("worker", help="one Celery worker process (Procfile: worker)")
     p.add_argument(
-        "--concurrency", type=int, default=None, help="child processes (AGENT_SIGNAL_WORKER_CONCURRENCY)"
+        "--concurrency",
+        type=positive_int,
+        default=None,
+        help="child processes, 1 or more (AGENT_SIGNAL_WORKER_CONCURRENCY)",
     )
     p.add_argument("--loglevel", default="INFO")
     p.add_argument(
         "celery_flags",
         nargs="*",
+        type=any_bytes,
         metavar="-- CELERY_FLAGS",
         help="`celery worker` flags after `--`, added last so they win (e.g. -- --concurrency 3 -E -n w1@%%h)",
     )
@@ -118,14 +134,18 @@ def _add_route_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p = sub.add_parser(
         "route", help="route chat requests with a vLLM Semantic Router config (no server needed)"
     )
-    p.add_argument("--config", required=True, help="the router YAML")
+    p.add_argument("--config", required=True, type=any_bytes, help="the router YAML")
     p.add_argument(
         "request",
         nargs="?",
+        type=any_bytes,
         help="REQUEST.json (a chat request or {request, protocol, externalSignals}) or -",
     )
     p.add_argument(
-        "--batch", metavar="REQUESTS.jsonl", help="one {request, protocol?, externalSignals?} per line"
+        "--batch",
+        type=any_bytes,
+        metavar="REQUESTS.jsonl",
+        help="one {request, protocol?, externalSignals?} per line",
     )
     p.add_argument(
         "--check", action="store_true", help="only validate the config (exit 2, one error per line)"
@@ -143,10 +163,10 @@ def _add_functions_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
     )
     fsub = p.add_subparsers(dest="functions_command", required=True, metavar="SUBCOMMAND")
     f = fsub.add_parser("check", help="validate every *.md definition in DIR (exit 2, one error per line)")
-    f.add_argument("directory")
+    f.add_argument("directory", type=any_bytes)
     f = fsub.add_parser("simulate", help="run definitions against STEPS.jsonl; one JSON line per step")
-    f.add_argument("--functions", required=True, metavar="DIR")
-    f.add_argument("--script", required=True, metavar="STEPS.jsonl", help="'-' for stdin")
+    f.add_argument("--functions", required=True, type=any_bytes, metavar="DIR")
+    f.add_argument("--script", required=True, type=any_bytes, metavar="STEPS.jsonl", help="'-' for stdin")
     p.set_defaults(func=cmd_functions)
 
 
@@ -155,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     verb = _verb(args)
     try:
+        check_text_arguments(parser, args)  # bytes that are not UTF-8: one line naming the flag or argument
         code = int(args.func(args))
         sys.stdout.flush()  # here, not at exit: a reader gone meanwhile is a BrokenPipeError we can handle
         return code
@@ -197,6 +218,7 @@ def _verb(args: argparse.Namespace) -> str:
             getattr(args, "keys_command", None),
             getattr(args, "probe_target", None),
             getattr(args, "migrate_command", None),
+            getattr(args, "functions_command", None),
         )
         if v
     )

@@ -1,6 +1,9 @@
 """``agent-signal migrate receipts|runs [--dry-run]``: move data stored by an earlier release to its current form,
-straight in Redis (``REDIS_URL``), for every tenant: an operator's tool, run once after an upgrade
-(docs/operations.md "Upgrading").
+straight in Redis, for every tenant: an operator's tool, run once after an upgrade (docs/operations.md
+"Upgrading"). It talks to Redis itself, never to the HTTP API (no route does this), so it takes no ``--url`` or
+``--token``: its Redis is ``REDIS_URL``, else the ``make run`` stack of this checkout, joined as ``agent-signal
+worker`` joins it (producers/cli/stack.py :func:`~producers.cli.stack.join_stack`: the stack's Redis and key
+prefix; one line on stderr says so).
 
 ``receipts``: receipts stored before they were keyed by user (``receipt:<id>``) move to
 ``receipt:<userId>:<id>`` and the user's indexes, keeping their TTL.
@@ -24,13 +27,17 @@ __all__ = ["add_migrate_command"]
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from producers.cli.stack import join_stack
     from worker.keys.layout import DEFAULT_TENANT, Keys
     from worker.ops.runs import register_indexed_types
     from worker.settings import load_settings
     from worker.store.client import redis_from_settings
     from worker.store.receipts import migrate_legacy_receipts
 
-    settings = load_settings()
+    settings, joined = join_stack(load_settings())
+    if joined is not None:
+        print(f"agent-signal migrate: {joined}", file=sys.stderr, flush=True)
+    settings.require_redis_url()  # neither REDIS_URL nor a stack: one line saying so
     steps: dict[str, Callable[[Any, Keys], int]] = {
         "receipts": lambda client, keys: migrate_legacy_receipts(
             client, keys, ttl_s=settings.receipt_retention_s, dry_run=args.dry_run
@@ -58,13 +65,27 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# what ``--help`` says of every migrate verb: where it works, and why --url does not apply
+WHERE = (
+    "Straight in Redis, for every tenant: REDIS_URL, else the Redis of the `make run` stack of this checkout "
+    "(joined as `agent-signal worker` joins it, and said on stderr). No HTTP route does this, so --url and "
+    "--token do not apply."
+)
+
+
 def add_migrate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "migrate", help="move data of an earlier release to its current form (after an upgrade)"
+        "migrate",
+        help="move data of an earlier release to its current form (after an upgrade), straight in Redis",
+        description=WHERE,
     )
     msub = p.add_subparsers(dest="migrate_command", required=True, metavar="WHAT")
-    m = msub.add_parser("receipts", help="receipts stored before they were keyed by user (receipt:<id>)")
+    m = msub.add_parser(
+        "receipts", help="receipts stored before they were keyed by user (receipt:<id>)", description=WHERE
+    )
     m.add_argument("--dry-run", action="store_true", help="count what would move; change nothing")
-    r = msub.add_parser("runs", help="name the source types of events admitted before runs:types existed")
+    r = msub.add_parser(
+        "runs", help="name the source types of events admitted before runs:types existed", description=WHERE
+    )
     r.add_argument("--dry-run", action="store_true", help="count what would be named; change nothing")
     p.set_defaults(func=cmd_migrate)

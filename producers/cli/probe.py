@@ -26,12 +26,18 @@ from typing import Any
 
 import httpx
 
+from producers.cli.inputs import positive_seconds, tcp_port
 from producers.cli.target import CliError, bearer_token, transport_reason
 from worker.runtime import heartbeat_file
 
 __all__ = ["add_probe_commands", "drain", "probe_web", "probe_worker", "readyz_url"]
 
 Cancel = Callable[[str, str], list[dict[str, Any]]]  # (queue, node) -> Celery's control replies
+
+# The flags' bounds (producers/cli/inputs.py positive_seconds: finite and above 0 as well). An hour outlasts any
+# probe or preStop hook; beyond a few days (``inf`` above all) a timeout overflows the clock arithmetic below it.
+TIMEOUT_MAX_S = 3600.0
+MAX_AGE_MAX_S = 7 * 24 * 3600.0
 
 
 def probe_worker(
@@ -134,13 +140,16 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     if args.probe_target == "worker":
-        max_age_s = args.max_age_s or heartbeat_file.default_max_age_s(settings.reconcile_interval_s)
+        max_age_s = args.max_age_s
+        if max_age_s is None:  # not `or`: a flag given is the flag's, whatever its value
+            max_age_s = heartbeat_file.default_max_age_s(settings.reconcile_interval_s)
         code, line = probe_worker(settings.heartbeat_file, max_age_s, time.time(), liveness=args.liveness)
     else:
         from producers.http.settings import door_settings
 
         door = door_settings(settings)
-        code, line = probe_web(readyz_url(door.host, door.port), _token(door), args.timeout_s)
+        port = tcp_port(door.port)
+        code, line = probe_web(readyz_url(door.host, port), _token(door), args.timeout_s)
     _say(line)
     return code
 
@@ -161,17 +170,28 @@ def add_probe_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     w = psub.add_parser("worker", help="the worker's heartbeat file (AGENT_SIGNAL_HEARTBEAT_FILE); no broker")
     w.add_argument(
         "--max-age-s",
-        type=float,
+        type=positive_seconds(MAX_AGE_MAX_S),
         default=None,
-        help="oldest acceptable beat (default: 4 x AGENT_SIGNAL_RECONCILE_INTERVAL_S, the beat's period)",
+        help="oldest acceptable beat, seconds above 0 (default: 4 x AGENT_SIGNAL_RECONCILE_INTERVAL_S, the "
+        "beat's period)",
     )
     w.add_argument("--liveness", action="store_true", help="a draining worker still counts as healthy")
     web = psub.add_parser("web", help="GET /readyz on this host's PORT over loopback")
-    web.add_argument("--timeout-s", type=float, default=3.0)
+    web.add_argument(
+        "--timeout-s",
+        type=positive_seconds(TIMEOUT_MAX_S),
+        default=3.0,
+        help=f"seconds to wait for the answer, above 0 and at most {TIMEOUT_MAX_S:g} (default 3)",
+    )
     p.set_defaults(func=cmd_probe)
 
     d = sub.add_parser(
         "drain", help="preStop: readiness false, and this pod's worker stops taking new drains"
     )
-    d.add_argument("--timeout-s", type=float, default=5.0, help="how long to wait for the worker's answer")
+    d.add_argument(
+        "--timeout-s",
+        type=positive_seconds(TIMEOUT_MAX_S),
+        default=5.0,
+        help=f"seconds to wait for the worker's answer, above 0 and at most {TIMEOUT_MAX_S:g} (default 5)",
+    )
     d.set_defaults(func=cmd_drain)

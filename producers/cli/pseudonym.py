@@ -2,16 +2,18 @@
 
 Log lines and the audit trail never hold a user id (or a scope key, source or chain id), only its pseudonym, a
 keyed hash of the deployment. To follow one user through the logs, print theirs and search for it. The key is
-``AGENT_SIGNAL_PSEUDONYM_SECRET``, else the secret kept in Redis (``REDIS_URL``, or the Redis of the ``make run``
-stack of this checkout): an operator's tool, like ``keys``, that needs what the deployment's processes have.
+``AGENT_SIGNAL_PSEUDONYM_SECRET``, else the secret kept in Redis (``REDIS_URL``, or the Redis and key prefix of the
+``make run`` stack of this checkout, joined as ``agent-signal worker`` joins it: producers/cli/stack.py): an
+operator's tool, like ``keys``, that needs what the deployment's processes have.
 Prints one ``<id>\\t<pseudonym>`` line per id.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from producers.cli.stack import read_stack
+from producers.cli.stack import join_stack
 
 __all__ = ["add_pseudonym_command"]
 
@@ -22,10 +24,10 @@ def cmd_pseudonym(args: argparse.Namespace) -> int:
     from worker.telemetry.pseudonyms import load_pseudonyms
 
     settings = load_settings()
-    if not (settings.redis_url or settings.redis_cluster_url or settings.pseudonym_secret):
-        stack = read_stack()
-        if stack is not None and stack.redis_url:
-            settings = settings.model_copy(update={"redis_url": stack.redis_url})
+    if settings.pseudonym_secret is None:  # the secret kept in Redis: the stack's, key prefix and all
+        settings, joined = join_stack(settings)
+        if joined is not None:
+            print(f"agent-signal pseudonym: {joined}", file=sys.stderr, flush=True)
     client = redis_from_settings(settings) if (settings.redis_url or settings.redis_cluster_url) else None
     try:
         if client is None and settings.pseudonym_secret is None:

@@ -5,7 +5,8 @@ Input is read as the HTTP door reads a body (producers/http/web_common.py ``deco
 checked by the same :func:`~policies.routing.validate_route_input` as ``POST /v1/route`` (unknown keys,
 ``request.model``, external signals), so both refuse the same inputs naming the same fields. ``--protocol``
 applies to every envelope that does not name its own, single file or batch line alike. Output is strict JSON
-(``allow_nan=False``): a line is one RouteResult, or ``{"line", "error"}`` for a line that was refused.
+(``allow_nan=False``): a line is one RouteResult, or ``{"line", "error"}`` for a line that was refused. ``-`` with
+stdin closed is one line, exit 2.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from policies.routing import (
     load_router,
     validate_route_input,
 )
+from producers.cli.inputs import stdin_binary
 from producers.http.web_common import FieldError, InvalidBody, decode_json
 
 __all__ = ["run_route"]
@@ -95,7 +97,7 @@ def run_route(
 
 def _run_single(router: Router, source: str, protocol: str, out: TextIO) -> int:
     try:
-        data = _decode(sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes())
+        data = _decode(stdin_binary().read() if source == "-" else Path(source).read_bytes())
     except OSError as exc:
         print(f"agent-signal route: cannot read {source}: {exc.strerror}", file=sys.stderr)
         return 2
@@ -127,7 +129,7 @@ def _route_line(router: Router, raw: bytes, protocol: str) -> dict[str, Any] | F
 
 def _run_batch(router: Router, path: str, protocol: str, out: TextIO) -> int:
     try:
-        stream: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")
+        stream: BinaryIO = stdin_binary() if path == "-" else open(path, "rb")
     except OSError as exc:
         print(f"agent-signal route: cannot read {path}: {exc.strerror}", file=sys.stderr)
         return 2

@@ -262,21 +262,28 @@ def _kill(pid: int, started: int) -> None:
 
 
 def _replay(settings: Any, path: str) -> None:
+    """Enqueue the examples, each line read as ``enqueue`` reads it (producers/cli/enqueue/lines.py: a line that
+    is not UTF-8, not strict JSON or nested too deep is that line's rejection), then say what became of them."""
+    from producers.cli.enqueue.lines import read_lines
     from producers.sdk.producer import Producer
     from worker.intake.source_event import InvalidEvent
 
     producer = Producer(settings)
-    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = read_lines(path)
     _say(f"\nreplaying {len(lines)} events from {path}")
     ids: list[tuple[str, str]] = []
     summary = {"accepted": 0, "duplicate": 0, "rejected": 0}
-    for number, line in enumerate(lines, start=1):
+    events: list[dict[str, Any]] = []
+    for number, event, rejection in lines:
         try:
-            result = producer.enqueue(json.loads(line))
+            if event is None:
+                raise ValueError(rejection.message if rejection else "not an event")
+            result = producer.enqueue(event)
         except (InvalidEvent, ValueError) as exc:
             summary["rejected"] += 1
             _say(f"  line {number}: rejected: {exc}")
             continue
+        events.append(event)
         summary[result.status] = summary.get(result.status, 0) + 1
         if result.status == "accepted":
             ids.append((result.event_id, result.source_id))
@@ -297,24 +304,23 @@ def _replay(settings: Any, path: str) -> None:
         _say(line)
     keys = producer.keys
     _say(f"  dead letters: {producer.store.dlq_size(keys)}   counters: {producer.store.stats(keys)}")
-    _print_receipts(producer, lines)
+    _print_receipts(producer, events)
     producer.close()
 
 
-def _print_receipts(producer: Any, lines: list[str]) -> None:
+def _print_receipts(producer: Any, events: list[dict[str, Any]]) -> None:
     """Self-iteration receipts of the replayed users/agents/topics (their runs finish a moment later)."""
     from worker.store.receipts import ReceiptStore
 
     users = set()
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
+    for event in events:
         payload = event.get("payload") or {}
-        user = event.get("userId") or payload.get("userId")
+        user = event.get("userId") or (payload.get("userId") if isinstance(payload, dict) else None)
         if isinstance(user, str) and user:
             users.add(user)
+    if not users:  # no user: no receipt to wait for
+        _say("\nreceipts: none (no event named a user)")
+        return
     store = ReceiptStore(producer.store.client, producer.keys, ttl_s=producer.settings.receipt_retention_s)
     deadline = time.monotonic() + 30
     found: list[dict[str, Any]] = []

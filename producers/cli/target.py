@@ -181,7 +181,11 @@ def display_url(url: str) -> str:
 
 
 def quote_id(value: str) -> str:
-    """An id as one path segment (``chain:m1`` stays readable)."""
+    """An id as one path segment (``chain:m1`` stays readable). The ids ``.`` and ``..`` are sent as ``%2E`` and
+    ``%2E%2E``: as they are, a URL reads them as "this" and "the parent" segment (``status .`` would ask for
+    ``GET /v1/events``, the list); encoded, the server looks them up as ids and answers its 404."""
+    if value in (".", ".."):
+        return value.replace(".", "%2E")
     return quote(value, safe=":@")
 
 

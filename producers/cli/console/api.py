@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from producers.cli.stopped import STOPS, say_stopped, why_stopped
 from producers.cli.target import Api, quote_id, resolve_target
 
-__all__ = ["act_on_every_page", "add_http_options", "collect_pages", "open_api", "positive_int", "quote_id"]
+__all__ = [
+    "Page",
+    "act_on_every_page",
+    "act_on_pages",
+    "add_http_options",
+    "collect_pages",
+    "open_api",
+    "positive_int",
+    "quote_id",
+]
 
 
 def add_http_options(p: argparse.ArgumentParser) -> None:
@@ -73,6 +83,11 @@ def collect_pages(
     return body
 
 
+Page = tuple[
+    list[Any], int, bool
+]  # (the page's items, the list's size when the first page was read, more follow)
+
+
 def act_on_every_page(
     api: Api,
     listing: tuple[str, str, int],
@@ -84,22 +99,45 @@ def act_on_every_page(
     its path, its items' key and its largest page), each item turned into what ``act`` takes by ``target``; the
     answers (``{done_key: [...], "notDead": [...]}``) merged into one of the same shape. Items that join the list
     meanwhile are newer than its first page: not taken. One request for all of them would outlast the CLI's
-    timeout with enough of them. When more than one page is needed, the count so far goes to stderr after each."""
+    timeout with enough of them. The count goes to stderr as :func:`act_on_pages` says."""
     path, key, page_max = listing
+
+    def pages() -> Iterator[Page]:
+        cursor: str | None = None
+        while True:
+            page = api.call("GET", path, params={"limit": page_max, **({"cursor": cursor} if cursor else {})})
+            cursor = page.get("cursor")
+            yield [target(item) for item in page.get(key) or []], int(page.get("total") or 0), bool(cursor)
+            if not cursor:
+                return
+
+    return act_on_pages(pages(), act, done_key)
+
+
+def act_on_pages(
+    pages: Iterator[Page], act: Callable[[list[Any]], dict[str, Any]], done_key: str
+) -> dict[str, Any]:
+    """``act`` on each page's items, the answers (``{done_key: [...], "notDead": [...]}``) merged into one of the
+    same shape. When more than one page is needed, ``<done_key> N of M`` goes to stderr after each, ``M`` the
+    size of the list when its first page was read (later pages' totals count items redriven meanwhile, dead
+    again, or new). Stopped partway (Ctrl-C, stdout's reader gone: :mod:`producers.cli.stopped`), the count so
+    far goes to stderr, and the stop on to main.py's exit code."""
     done: list[Any] = []
     not_done: list[Any] = []
-    cursor: str | None = None
-    while True:
-        page = api.call("GET", path, params={"limit": page_max, **({"cursor": cursor} if cursor else {})})
-        items = [target(item) for item in page.get(key) or []]
-        first = not (done or not_done)
-        of = int(page.get("total") or 0) + len(done)  # in the list then, and done before
-        cursor = page.get("cursor")
-        if items:
-            result = act(items)
-            done += result.get(done_key) or []
-            not_done += result.get("notDead") or []
-        if cursor or not first:  # more than one page: say how far it got
-            print(f"{done_key} {len(done):,} of {of:,}", file=sys.stderr)
-        if not cursor:
-            return {done_key: done, "notDead": not_done}
+    of: int | None = None
+    try:
+        for number, (items, total, more) in enumerate(pages):
+            of = total if of is None else of
+            if items:
+                result = act(items)
+                done += result.get(done_key) or []
+                not_done += result.get("notDead") or []
+            if more or number:  # more than one page: say how far it got
+                print(f"{done_key} {len(done):,} of {of:,}", file=sys.stderr, flush=True)
+    except STOPS as exc:
+        counted = f"{done_key} {len(done):,} of {of or 0:,}" + (
+            f" ({len(not_done):,} not dead)" if not_done else ""
+        )
+        say_stopped(f"{counted}, then {why_stopped(exc)}; run it again for the rest")
+        raise
+    return {done_key: done, "notDead": not_done}

@@ -1,17 +1,23 @@
 """The ``enqueue`` verb: read every line (lines.py), send the events in batches of ``--batch`` (senders.py),
 print each rejection on stderr as ``line N: message (field: F)``, ``--ids`` rows on stdout, and the summary
 ``{"accepted":n,"duplicate":n,"rejected":n}`` last, whatever happened. Exit 1 when a line was rejected or the
-sending stopped (the error's own code: 2 when the server could not be reached), else 0."""
+sending stopped (the error's own code: 2 when the server could not be reached), else 0. Stopped partway by Ctrl-C
+(exit 130) or by stdout's reader going away (``--ids | head -1``, exit 141), it says on stderr the summary so far
+and the last line sent (then, after Ctrl-C, the summary on stdout as always). The target and the tenant are
+resolved before the file is read, so a wrong one is the only line."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from producers.cli.enqueue.lines import Line, Rejection, read_lines
 from producers.cli.enqueue.senders import DirectSender, HttpSender, Pending, Sent, Stopped
+from producers.cli.inputs import any_bytes
+from producers.cli.stopped import STOPS, say_stopped, why_stopped
 from producers.cli.target import CliError, add_target_options, resolve_target
 
 __all__ = ["add_enqueue_command", "cmd_enqueue", "positive_int"]
@@ -32,7 +38,7 @@ def positive_int(text: str) -> int:
 
 def add_enqueue_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("enqueue", help="enqueue one source event per line of a JSONL file ('-' for stdin)")
-    p.add_argument("file")
+    p.add_argument("file", type=any_bytes)
     p.add_argument(
         "--batch",
         type=positive_int,
@@ -73,29 +79,72 @@ class Progress:
             self.stream.flush()
 
 
+@dataclass
+class Tally:
+    """How far the verb got: the summary's counts, the last line whose outcome is known (0: none yet) and the
+    lines of the batch on its way (None: none), which may be stored without their answer having come back."""
+
+    summary: dict[str, int] = field(default_factory=lambda: {"accepted": 0, "duplicate": 0, "rejected": 0})
+    last_line: int = 0
+    in_flight: tuple[int, int] | None = None
+
+
 def cmd_enqueue(args: argparse.Namespace) -> int:
+    # the target and the tenant first: a wrong one is the only line, before any line of the file is reported
+    target = resolve_target(args)
+    sender = HttpSender(target) if target.http else DirectSender(args.tenant or "default")
+    tally = Tally()
+    try:
+        return _read_and_send(sender, args, tally)
+    except STOPS as exc:  # Ctrl-C, or stdout's reader gone: say how far it got, then main's exit code
+        _say_how_far(tally, exc)
+        raise
+    finally:
+        sender.close()
+
+
+def _read_and_send(sender: DirectSender | HttpSender, args: argparse.Namespace, tally: Tally) -> int:
     try:
         lines = read_lines(args.file)
     except OSError as exc:
         print(f"agent-signal enqueue: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return 2
-    target = resolve_target(args)
-    summary = {"accepted": 0, "duplicate": 0, "rejected": 0}
+    summary = tally.summary
     valid = _report_unreadable(lines, summary)
-    sender = HttpSender(target) if target.http else DirectSender(args.tenant or "default")
     progress = Progress(len(lines))
     try:
-        _send_all(sender, valid, args, summary, progress, done=summary["rejected"])
+        _send_all(sender, valid, args, tally, progress)
     except CliError as exc:  # e.g. a 401, or the server went away: nothing more will pass
         progress.close()
         print(f"agent-signal enqueue: {exc}", file=sys.stderr)
         print(json.dumps(summary))
         return exc.exit_code
-    finally:
-        sender.close()
+    except STOPS:
+        progress.close()
+        raise
     progress.close()
     print(json.dumps(summary))
     return 1 if summary["rejected"] else 0
+
+
+def _say_how_far(tally: Tally, exc: BaseException) -> None:
+    """The summary so far and the last line sent, on stderr; after Ctrl-C the summary on stdout too, last, as
+    always (stdout's reader gone: stderr only)."""
+    where = (
+        f"after line {tally.last_line}, the last line sent" if tally.last_line else "before any line was sent"
+    )
+    line = f"agent-signal enqueue: {why_stopped(exc)} {where}: {json.dumps(tally.summary)}"
+    if tally.in_flight is not None:
+        first, last = tally.in_flight
+        line += (
+            f"; lines {first}-{last} were on their way and may be stored (a rerun counts them as duplicates)"
+        )
+    say_stopped(line)
+    if isinstance(exc, KeyboardInterrupt):
+        try:
+            print(json.dumps(tally.summary), flush=True)
+        except BrokenPipeError:  # the reader went too: stderr has said it
+            pass
 
 
 def _report_unreadable(lines: list[Line], summary: dict[str, int]) -> list[Pending]:
@@ -104,26 +153,28 @@ def _report_unreadable(lines: list[Line], summary: dict[str, int]) -> list[Pendi
     for number, event, rejection in lines:
         if event is None:
             assert rejection is not None
-            _reject(number, rejection, summary)
+            summary["rejected"] += 1
+            _say_rejection(number, rejection)
         else:
             valid.append((number, event))
     return valid
 
 
-def _reject(number: int, rejection: Rejection, summary: dict[str, int]) -> None:
-    summary["rejected"] += 1
+def _say_rejection(number: int, rejection: Rejection | None) -> None:
+    assert rejection is not None
     print(f"line {number}: {rejection.message} (field: {rejection.field or '-'})", file=sys.stderr)
 
 
 def _report(sent: list[Sent], args: argparse.Namespace, summary: dict[str, int]) -> None:
-    """Each line's outcome: a rejection to stderr, an ``--ids`` line to stdout, a count to ``summary``."""
+    """Each line's outcome: a count to ``summary`` (all of them first, so that an interruption while printing
+    leaves the counts whole), then a rejection to stderr, an ``--ids`` line to stdout."""
+    for _, result, _ in sent:
+        status = "rejected" if result is None else result.status
+        summary[status] = summary.get(status, 0) + 1
     for number, result, rejection in sent:
         if result is None:
-            assert rejection is not None
-            _reject(number, rejection, summary)
-            continue
-        summary[result.status] = summary.get(result.status, 0) + 1
-        if args.ids:
+            _say_rejection(number, rejection)
+        elif args.ids:
             line = {"line": number, "eventId": result.event_id, "sourceId": result.source_id}
             print(json.dumps({**line, "status": result.status}), flush=True)
 
@@ -132,18 +183,22 @@ def _send_all(
     sender: DirectSender | HttpSender,
     valid: list[Pending],
     args: argparse.Namespace,
-    summary: dict[str, int],
+    tally: Tally,
     progress: Progress,
-    done: int,
 ) -> None:
-    """Send ``valid`` in batches; rejections go to stderr, ``--ids`` lines to stdout, counts to ``summary``."""
+    """Send ``valid`` in batches; rejections go to stderr, ``--ids`` lines to stdout, counts to the tally."""
+    summary = tally.summary
+    done = summary["rejected"]  # the lines refused before sending count as handled
     for start in range(0, len(valid), args.batch):
         chunk = valid[start : start + args.batch]
+        tally.in_flight = (chunk[0][0], chunk[-1][0])
         try:
             sent = sender.send(chunk)
         except Stopped as exc:  # what the batch settled before it stopped is reported, then the failure
+            tally.in_flight = None
             _report(exc.done, args, summary)
             raise
+        tally.in_flight, tally.last_line = None, chunk[-1][0]
         _report(sent, args, summary)
         done += len(chunk)
         progress.update(done, f"accepted={summary['accepted']} duplicate={summary['duplicate']}")

@@ -11,9 +11,9 @@ order mark before the first line is allowed.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any, NamedTuple
 
+from producers.cli.inputs import stdin_binary
 from producers.http.strict_json import NotStrictJson, loads_strict, nested_deeper_than
 
 __all__ = ["Line", "Rejection", "max_line_depth", "parse_line", "read_lines"]
@@ -47,9 +47,10 @@ def max_line_depth() -> int:
 
 
 def read_lines(path: str) -> list[Line]:
-    """Every non-blank line of ``path`` (``-``: stdin), in order; OSError when the file cannot be read."""
+    """Every non-blank line of ``path`` (``-``: stdin), in order; OSError when the file cannot be read, CliError
+    when stdin is closed."""
     if path == "-":
-        data = sys.stdin.buffer.read()
+        data = stdin_binary().read()
     else:
         with open(path, "rb") as stream:
             data = stream.read()

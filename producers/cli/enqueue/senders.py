@@ -123,6 +123,7 @@ class HttpSender:
 
     def _post(self, pending: list[Pending]) -> list[EnqueueResult]:
         """The batch's results; InvalidEvent for a 422 or 413 the caller handles, CliError for the rest."""
+        from worker.core.errors import OverLimit
         from worker.intake.source_event import InvalidEvent, StoreUnavailable
 
         try:
@@ -133,6 +134,11 @@ class HttpSender:
             raise CliError(http_error_message(exc.response, had_token=self.http.has_token), 1) from None
         except StoreUnavailable as exc:
             raise CliError(f"the server's store is unavailable: {exc}; retry later", 1) from None
+        except OverLimit as exc:  # a 429 the SDK did not wait out: a quota, a full inbox, its retries spent
+            error_line = format_http_error(
+                429, exc.what, exc.message, exc.field, had_token=self.http.has_token
+            )
+            raise CliError(error_line, 1) from None
         except InvalidEvent as exc:
             if exc.status_code == 413 or self._named_line(exc) is not None:
                 raise

@@ -1,18 +1,23 @@
-"""`agent-signal worker` joins the `make run` stack of its checkout (producers/cli/stack.py: join_stack) when this
-terminal names no Redis: the stack's embedded Redis as store and broker, its key prefix and queue; a stack on
+"""`agent-signal worker` (and `migrate`, `pseudonym`) joins the `make run` stack of its checkout
+(producers/cli/stack.py: join_stack) when this terminal names no Redis: the stack's embedded Redis as store and broker, its key prefix and queue; a stack on
 URLs of its own, which its file never records, is a one-line SettingsError naming what to set."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from producers.cli.main import main
 from producers.cli.stack import StackInfo, join_stack, read_stack, write_stack
+from worker.keys.layout import Keys
 from worker.settings import Settings, SettingsError
+from worker.telemetry.pseudonyms import load_pseudonyms
 
 EMBEDDED = "unix:///tmp/tmpab12/redis.socket"
 NAMES = ("REDIS_URL", "BROKER_URL", "REDIS_CLUSTER_URL", "AGENT_SIGNAL_KEY_PREFIX", "AGENT_SIGNAL_QUEUE_NAME")
@@ -95,3 +100,49 @@ def test_the_stack_file_keeps_the_new_fields(tmp_path: Path, run_pid: int) -> No
     assert info is not None and (info.own_broker, info.key_prefix, info.queue_name) == (True, "p:", "q")
     old = StackInfo.from_json({"version": 1, "pid": run_pid, "url": "http://127.0.0.1:8000"})
     assert old is not None and (old.own_broker, old.key_prefix, old.queue_name) == (False, None, None)
+
+
+@pytest.fixture
+def checkout_with_stack(
+    tmp_path: Path, run_pid: int, make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    """A checkout (``pyproject.toml``) as the working directory, whose ``make run`` stack runs on the test's Redis
+    under the test's key prefix; this terminal names neither (the settings of that stack are returned)."""
+    settings = make_settings()
+    (tmp_path / "pyproject.toml").write_text("")
+    _stack(tmp_path, run_pid, redis_url=settings.redis_url, key_prefix=settings.key_prefix)
+    monkeypatch.delenv("AGENT_SIGNAL_PSEUDONYM_SECRET", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return settings
+
+
+def test_migrate_joins_the_stack(
+    checkout_with_stack: Settings, redis_client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``migrate`` with no REDIS_URL finds the stack's Redis and prefix (it talks to Redis, never to --url): its
+    tenants are the stack's, and a line says whose Redis it joined."""
+    settings = checkout_with_stack
+    redis_client.sadd(Keys(settings.key_prefix).tenants, "acme")
+    assert main(["migrate", "runs", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"runs": {"acme": 0, "default": 0}, "dryRun": True}
+    assert err.splitlines()[0].startswith("agent-signal migrate: joining the stack of this checkout")
+
+
+def test_migrate_says_how_it_reaches_redis(capsys: pytest.CaptureFixture[str]) -> None:
+    """``migrate --help`` says it works straight in Redis, so --url and --token do not apply."""
+    with pytest.raises(SystemExit):
+        main(["migrate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--url and --token do not apply" in text and "make run" in text
+
+
+def test_pseudonym_uses_the_stack_key_prefix(
+    checkout_with_stack: Settings, redis_client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pseudonym`` with no REDIS_URL keys its hash with the secret under the stack's prefix, the one its
+    processes log with (not the default prefix's)."""
+    settings = checkout_with_stack
+    expected = load_pseudonyms(redis_client, settings).of("u1")
+    assert main(["pseudonym", "u1"]) == 0
+    assert capsys.readouterr().out == f"u1\t{expected}\n"

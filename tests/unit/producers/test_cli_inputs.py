@@ -1,0 +1,275 @@
+"""What the CLI is given, refused before it acts in one line naming what is wrong, never a traceback
+(producers/cli/inputs.py and its callers): ``-`` with stdin closed; flags a number cannot fill (``--concurrency -1``,
+``--timeout-s inf``, ``--max-age-s nan`` or ``0``, ``PORT=99999``); arguments that are not UTF-8 text, named by
+flag or argument (file names excepted); a ``--tenant`` that is no tenant, before any line of the file is
+reported; and what a script line that is not UTF-8 does to ``functions simulate`` (that line's error only).
+Against real processes: Celery's own flags after ``worker --`` that its parser refuses (one line naming the flag),
+the ids ``.`` and ``..`` at a real web app (its clean 404, not the events list), and ``run``'s replay of a line
+nested too deep (that line's rejection, through ``enqueue``'s line reader; no RecursionError)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from producers.cli import run
+from producers.cli.main import main
+from producers.cli.target import quote_id
+from tests.conftest import ROOT, settings_env
+
+FUNCTIONS = ROOT / "examples" / "functions"
+ROUTER = ROOT / "bench" / "data" / "router.yaml"
+NAMES = ("AGENT_SIGNAL_URL", "AGENT_SIGNAL_TOKEN", "REDIS_URL", "AGENT_SIGNAL_REDIS_URL", "PORT")
+TURN = '{"turn": {"userMessaged": false}}'
+
+
+@pytest.fixture(autouse=True)
+def second_terminal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No URL, credential, Redis or port from this environment, and a working directory with no stack file."""
+    for name in NAMES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """argparse's exit 2 for ``argv``; its last line (``agent-signal …: error: argument --flag: …``)."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+class TestClosedStdin:
+    @pytest.mark.parametrize(
+        ("argv", "verb"),
+        [
+            (["enqueue", "-"], "enqueue"),
+            (["route", "--config", str(ROUTER), "-"], "route"),
+            (["route", "--config", str(ROUTER), "--batch", "-"], "route"),
+            (["functions", "simulate", "--functions", str(FUNCTIONS), "--script", "-"], "functions simulate"),
+        ],
+        ids=["enqueue", "route", "route --batch", "functions simulate"],
+    )
+    def test_dash_with_stdin_closed_is_one_line(self, make_settings: Any, argv: list[str], verb: str) -> None:
+        """``… - <&-``: exit 2 and one line saying stdin is closed (Python's sys.stdin is then None)."""
+        result = subprocess.run(
+            [sys.executable, "-m", "producers.cli", *argv],
+            cwd="/",
+            env=settings_env(make_settings()),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=lambda: os.close(0),
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip() == (
+            f"agent-signal {verb}: stdin is closed, so '-' has nothing to read: give a file, or pipe the input in"
+        )
+
+
+class TestNumbers:
+    @pytest.mark.parametrize(
+        ("argv", "message"),
+        [
+            (["worker", "--concurrency", "-1"], "argument --concurrency: -1 is less than 1"),
+            (["worker", "--concurrency", "0"], "argument --concurrency: 0 is less than 1"),
+            (["probe", "web", "--timeout-s", "inf"], "argument --timeout-s: inf is not a number of seconds"),
+            (["probe", "web", "--timeout-s", "nan"], "argument --timeout-s: nan is not a number of seconds"),
+            (
+                ["probe", "web", "--timeout-s", "1e300"],
+                "argument --timeout-s: 1e300 is not a number of seconds",
+            ),
+            (["drain", "--timeout-s", "-1"], "argument --timeout-s: -1 is not a number of seconds"),
+            (
+                ["probe", "worker", "--max-age-s", "nan"],
+                "argument --max-age-s: nan is not a number of seconds",
+            ),
+            (["probe", "worker", "--max-age-s", "0"], "argument --max-age-s: 0 is not a number of seconds"),
+            (
+                ["probe", "worker", "--max-age-s", "soon"],
+                "argument --max-age-s: 'soon' is not a number of seconds",
+            ),
+        ],
+    )
+    def test_a_flag_out_of_bounds_is_a_usage_error_naming_it(
+        self, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Bounded before anything runs: a NaN max age no longer passes every beat as fresh, an infinite timeout no
+        longer overflows the clock, a negative concurrency no longer reaches Celery's parser."""
+        assert message in _usage_error(argv, capsys)
+
+    def test_a_port_out_of_range_names_port(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``PORT=99999 agent-signal web`` (and ``probe web``): one line naming PORT, exit 2, no OverflowError."""
+        monkeypatch.setenv("PORT", "99999")
+        assert main(["web"]) == 2
+        assert _one_line(capsys) == "agent-signal web: PORT is 99999: a TCP port is 1..65535"
+        assert main(["probe", "web"]) == 2
+        assert _one_line(capsys) == "agent-signal probe web: PORT is 99999: a TCP port is 1..65535"
+
+
+class TestArgumentsNotText:
+    @pytest.mark.parametrize(
+        ("argv", "line"),
+        [
+            (
+                ["status", "a\udcffb", "--url", "http://127.0.0.1:1"],
+                "agent-signal status: ID is not UTF-8 text",
+            ),
+            (
+                ["inspect", "\udcff", "--url", "http://127.0.0.1:1"],
+                "agent-signal inspect: CHAIN_ID is not UTF-8",
+            ),
+            (
+                ["runs", "list", "--scope", "\udcff", "--url", "http://127.0.0.1:1"],
+                "agent-signal runs list: --scope is not UTF-8 text",
+            ),
+            (
+                ["status", "x", "--url", "http://127.0.0.1:1/\udcff"],
+                "agent-signal status: --url is not UTF-8 text",
+            ),
+            (
+                ["dlq", "list", "--url", "http://127.0.0.1:1", "--token", "as_\udcffsecret"],
+                "agent-signal dlq list: --token is not UTF-8 text",
+            ),
+        ],
+        ids=["status ID", "inspect CHAIN_ID", "runs --scope", "--url", "--token"],
+    )
+    def test_bytes_that_are_not_utf8_name_their_flag_or_argument(
+        self, argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``status $'a\\xffb'``: one line naming the argument (the value unprinted: it may be a secret), exit 2,
+        before anything is sent; no UnicodeEncodeError naming nothing."""
+        assert main(argv) == 2
+        said = _one_line(capsys)
+        assert said.startswith(line) and "secret" not in said and "\\udcff" not in said
+
+    def test_a_file_name_may_hold_any_bytes(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A script whose name is not UTF-8 (a file system allows it) is read as any other."""
+        script = tmp_path / "steps-\udcff.jsonl"
+        script.write_text(TURN + "\n")
+        assert main(["functions", "simulate", "--functions", str(FUNCTIONS), "--script", str(script)]) == 0
+        assert json.loads(capsys.readouterr().out)["step"] == 0
+
+
+def test_dot_ids_are_sent_encoded_not_as_path_segments() -> None:
+    """``.`` and ``..`` as an id would be read by the URL as "this" and "the parent" segment (``status .`` listed
+    every event): they go as %2E, which the server looks up as the id (its 404)."""
+    assert (quote_id("."), quote_id(".."), quote_id("a.b"), quote_id("chain:m1")) == (
+        "%2E",
+        "%2E%2E",
+        "a.b",
+        "chain:m1",
+    )
+
+
+def test_a_bad_tenant_is_the_only_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``enqueue bad.jsonl --tenant ../x``: the tenant is refused before the file is read, so its line is the only
+    one (not after each bad line's rejection), exit 2."""
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")  # never reached: the tenant is checked first
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"not json\n[1]\n\xff\n")
+    assert main(["enqueue", str(path), "--tenant", "../x"]) == 2
+    assert _one_line(capsys) == (
+        "agent-signal enqueue: --tenant: tenant must match ^[a-z0-9][a-z0-9_-]{0,62}$ (got '../x')"
+    )
+    assert capsys.readouterr().out == ""
+
+
+def test_a_script_line_not_utf8_is_that_lines_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``functions simulate``: a line of bytes that are not UTF-8 is that step's error, named as ``enqueue`` names
+    it; the steps before and after it still print (one JSON line per input line), exit 1."""
+    script = tmp_path / "steps.jsonl"
+    script.write_bytes(
+        TURN.encode() + b"\n" + b'{"turn": "caf\xe9"}\r\n' + TURN.encode() + b"\r" + TURN.encode()
+    )
+    assert main(["functions", "simulate", "--functions", str(FUNCTIONS), "--script", str(script)]) == 1
+    out, err = capsys.readouterr()
+    steps = [json.loads(line) for line in out.splitlines()]
+    assert [step["step"] for step in steps] == [0, 1, 2, 3]
+    assert steps[1]["result"] == {"error": "not UTF-8 (byte 0xe9 at column 14)"}
+    assert [step["result"] for step in (steps[0], steps[2], steps[3])] == [None, None, None]
+    assert err.splitlines() == ["line 2: not UTF-8 (byte 0xe9 at column 14)"]
+
+
+# ---- against real processes and a real Redis ----------------------------------------------------------
+
+
+def _cli(settings: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI on the test's Redis, run outside any checkout (no stack file of this one is picked up)."""
+    return subprocess.run(
+        [sys.executable, "-m", "producers.cli", *args],
+        cwd="/",
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--bogus-flag"], "agent-signal worker: celery worker: No such option '--bogus-flag'."),
+        (
+            ["--concurrency", "-1"],
+            "agent-signal worker: celery worker: Invalid value for '-c' / '--concurrency'",
+        ),
+    ],
+    ids=["unknown", "out of range"],
+)
+def test_a_celery_flag_refused_is_one_line(make_settings: Any, flags: list[str], line: str) -> None:
+    """``agent-signal worker -- --bogus-flag``: exit 2 with Celery's own message naming the flag, no traceback."""
+    result = _cli(make_settings(), "worker", "--", *flags)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(line), result.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("dots", [".", ".."])
+def test_a_dot_id_is_an_id(make_settings: Any, start_web: Any, dots: str) -> None:
+    """``status .`` and ``runs show ..`` ask the web app for that id (a 404), never for ``/v1/events`` (the list)."""
+    settings = make_settings()
+    _, url = start_web(settings)
+    status = _cli(settings, "status", dots, "--url", url)
+    assert (status.returncode, status.stdout) == (1, ""), status.stdout
+    assert status.stderr.strip() == f"agent-signal status: no event {dots!r}"
+    show = _cli(settings, "runs", "show", dots, "--url", url)
+    assert (show.returncode, show.stdout) == (1, "")
+    assert show.stderr.strip().startswith(f"agent-signal runs show: HTTP 404 not_found: no event {dots!r}")
+
+
+@pytest.mark.integration
+def test_run_replays_a_line_nested_too_deep_as_its_rejection(
+    make_settings: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run --examples deep.json``: a line of 100,000 nested arrays and a line that is no event are each rejected
+    naming their line, as ``enqueue`` rejects them; the replay goes on to its summary."""
+    examples = tmp_path / "deep.json"
+    examples.write_text("[" * 100_000 + "]" * 100_000 + "\n" + json.dumps({"sourceType": "x"}) + "\n")
+    run._replay(make_settings(), str(examples))
+    out = capsys.readouterr().out
+    assert "line 1: rejected: nested deeper than 62 levels" in out
+    assert "line 2: rejected:" in out
+    assert '{"accepted": 0, "duplicate": 0, "rejected": 2}' in out
