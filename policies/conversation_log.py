@@ -26,7 +26,7 @@ from worker.plugin import HandlerContext, Plugin, Policy, Source, define_source_
 __all__ = ["ConversationLogDeps", "LoggedAssistantMessage", "LoggedUserMessage", "in_time_order", "plugin"]
 
 MAX_MESSAGES = 500
-READ_WINDOW = 50  # the tail a new message is deduplicated against
+READ_WINDOW = 50  # the tail a new message is deduplicated against (the whole log for one older than it)
 ASSISTANT_SOURCE_TYPES = ("client.runtime.complete", "agent.execution.completed")
 
 
@@ -76,6 +76,9 @@ def _append(ctx: HandlerContext, owner: tuple[str, str, str], message: dict[str,
     pipe.llen(key)
     pipe.lindex(key, 0)
     existing, length, first = pipe.execute()
+    if int(length) > len(existing) and _older_than_all(existing, message["createdAt"]):
+        # logged late (a redrive): its first logging may be further back than the tail
+        existing = ctx.deps(ConversationLogDeps).redis.lrange(key, 0, -1)
     if any(json.loads(m).get("id") == message["id"] for m in existing):
         return  # another event already logged this message
     line = json.dumps(message, ensure_ascii=False)
@@ -88,6 +91,12 @@ def _append(ctx: HandlerContext, owner: tuple[str, str, str], message: dict[str,
     member = "\x1f".join(owner)
     ctx.effects.call("ZADD", ctx.keys.conversations, "GT", message["createdAt"], member)
     ctx.effects.call("ZADD", ctx.keys.user_conversations(owner[0]), "GT", message["createdAt"], member)
+
+
+def _older_than_all(lines: list[Any], created_at: Any) -> bool:
+    """Whether a message of ``created_at`` is older than every one of ``lines`` (a late one: a redrive)."""
+    times = [json.loads(line).get("createdAt") for line in lines]
+    return all(isinstance(t, int | float) and not isinstance(t, bool) and t > created_at for t in times)
 
 
 def in_time_order(lines: list[Any]) -> list[dict[str, Any]]:

@@ -31,9 +31,10 @@ def enabled_for(
     client: Any, keys: Keys, default: bool, user_ids: Sequence[str | None], *, strict: bool = False
 ) -> list[bool]:
     """Each user's override when there is one, else the setting, in one round trip. A store error means
-    disabled in the worker (as LobeHub); with ``strict`` (the door) it is raised: answering ``gated`` for an
-    event the door could not even read the gate for dropped it without a word, where the caller must hear that
-    the store is unavailable and retry."""
+    disabled where the worker checks the gate itself (as LobeHub: an action skips); with ``strict`` (the
+    admission hook: the door, and a handler's follow-up events) it is raised: answering ``gated`` for an event
+    whose gate could not even be read dropped it without a word, where the caller must hear that the store is
+    unavailable (the door's 503) or try again (a handler's error: its event retries)."""
     known = [u for u in user_ids if u]
     if not known:
         return [default for _ in user_ids]

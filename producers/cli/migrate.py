@@ -34,7 +34,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from worker.store.client import redis_from_settings
     from worker.store.receipts import migrate_legacy_receipts
 
-    settings, joined = join_stack(load_settings())
+    settings, joined = join_stack(load_settings(), need_broker=False)  # it sends no task
     if joined is not None:
         print(f"agent-signal migrate: {joined}", file=sys.stderr, flush=True)
     settings.require_redis_url()  # neither REDIS_URL nor a stack: one line saying so

@@ -25,7 +25,7 @@ def cmd_pseudonym(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     if settings.pseudonym_secret is None:  # the secret kept in Redis: the stack's, key prefix and all
-        settings, joined = join_stack(settings)
+        settings, joined = join_stack(settings, need_broker=False)  # it sends no task
         if joined is not None:
             print(f"agent-signal pseudonym: {joined}", file=sys.stderr, flush=True)
     client = redis_from_settings(settings) if (settings.redis_url or settings.redis_cluster_url) else None

@@ -167,15 +167,18 @@ def remove_stack(path: Path, pid: int) -> None:
         pass
 
 
-def join_stack(settings: Settings, path: Path | None = None) -> tuple[Settings, str | None]:
+def join_stack(
+    settings: Settings, path: Path | None = None, *, need_broker: bool = True
+) -> tuple[Settings, str | None]:
     """``settings`` for a process that joins the running stack of this checkout, and the line that says so.
 
     Only when ``settings`` name no Redis (``REDIS_URL``, ``REDIS_CLUSTER_URL``) and a stack is running: its
     embedded Redis becomes the store, and the broker too unless ``BROKER_URL`` is set here; its key prefix and
     queue name too, unless set here (``AGENT_SIGNAL_KEY_PREFIX``, ``AGENT_SIGNAL_QUEUE_NAME``). A stack on a Redis
     (or broker) of its own cannot be joined from its file, which does not hold those URLs: a SettingsError says
-    which to set. Without a running stack, ``settings`` are returned as they are (and the caller's
-    ``require_redis_url`` says that ``REDIS_URL`` is not set).
+    which to set (the broker only with ``need_broker``: ``migrate`` and ``pseudonym`` send no task). Without a
+    running stack, ``settings`` are returned as they are (and the caller's ``require_redis_url`` says that
+    ``REDIS_URL`` is not set).
     """
     if settings.redis_url or settings.redis_cluster_url:
         return settings, None
@@ -188,7 +191,7 @@ def join_stack(settings: Settings, path: Path | None = None) -> tuple[Settings, 
             f"the stack of this checkout ({path}, pid {stack.pid}) runs on a Redis of its own, which its stack "
             "file does not record (its URL may hold a password): set REDIS_URL (and BROKER_URL) as for make run"
         )
-    if stack.own_broker and not settings.broker_url:
+    if need_broker and stack.own_broker and not settings.broker_url:
         raise SettingsError(
             f"the stack of this checkout ({path}, pid {stack.pid}) uses a broker of its own, which its stack "
             "file does not record: set BROKER_URL as for make run"

@@ -181,8 +181,9 @@ class HttpProducer:
     ``retry_after_s``; another error answer is httpx's ``HTTPStatusError``.
 
     A 429 ``rate_limited`` or ``tenant_rate_limited`` and a 503 are sent again, at most ``max_retries`` times,
-    after the answer's Retry-After when it is at most :data:`MAX_RETRY_AFTER_S`: safe, the door dedupes, so what
-    a lost attempt stored answers ``duplicate``. A 429 without Retry-After (a quota) or of another limit is not.
+    after the answer's Retry-After while the waits add up to at most ``max_wait_s`` (default 10 s: a web handler
+    calling it blocks no longer than that; 0 turns waiting off): safe, the door dedupes, so what a lost attempt
+    stored answers ``duplicate``. A 429 without Retry-After (a quota) or of another limit is not.
     ``token`` is checked here (producers/sdk/http_door.py); ``client`` replaces the httpx client (the token is
     sent on every request, whichever client)."""
 
@@ -193,14 +194,22 @@ class HttpProducer:
         token: str | None = None,
         timeout_s: float = 30.0,
         max_retries: int = 3,
+        max_wait_s: float = 10.0,
         client: httpx.Client | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries is {max_retries}; give 0 (no retries) or more")
+        if not 0 <= max_wait_s < float("inf"):
+            raise ValueError(
+                f"max_wait_s is {max_wait_s}; give the seconds retries may wait in all (0 or more)"
+            )
+        if client is not None and not str(client.base_url):
+            raise ValueError("client has no base_url: give one (it replaces url), or pass no client")
         token = bearer_token(token)
         self.has_token = token is not None
         self.headers = {**bearer_headers(token), "Content-Type": "application/json"}
         self.max_retries = max_retries
+        self.max_wait_s = max_wait_s
         self.client = client or httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s)
         self.sleep: Callable[[float], None] = time.sleep  # the wait before a retry (tests record it)
 
@@ -214,7 +223,7 @@ class HttpProducer:
 
     def _post(self, body: bytes) -> list[EnqueueResult]:
         """The door's results for ``body``, retried as the class doc says; else its error, raised."""
-        attempt = 0
+        attempt, waited_s = 0, 0.0
         while True:
             response = self.client.post("/v1/events", content=body, headers=self.headers)
             if response.is_success:
@@ -223,10 +232,10 @@ class HttpProducer:
                 response.raise_for_status()
             error = error_of(response)
             wait_s = _retry_wait_s(error) if attempt < self.max_retries else None
-            if wait_s is None:
-                raise error
+            if wait_s is None or waited_s + wait_s > self.max_wait_s:
+                raise error  # with its retry_after_s, for the caller to decide
             self.sleep(wait_s)
-            attempt += 1
+            attempt, waited_s = attempt + 1, waited_s + wait_s
 
     def close(self) -> None:
         self.client.close()
@@ -266,7 +275,9 @@ def _unencodable_field(events: Sequence[dict[str, Any]], *, single: bool) -> str
     for i, event in enumerate(events):
         for key, value in event.items():
             try:
-                json.dumps(value, allow_nan=False)
+                json.dumps(value, ensure_ascii=False, allow_nan=False).encode(
+                    "utf-8"
+                )  # as the body is written
             except (TypeError, ValueError, RecursionError):
                 return str(key) if single else f"events[{i}].{key}"
     return None

@@ -68,6 +68,7 @@ def _ship_unless_told(action: Action, ctx: HandlerContext) -> ExecutorResult:
     """Batch-safe: reads nothing; fails for good (dead at once) when the order's payload says ``shippingDown``."""
     if ctx.source is not None and ctx.source.payload.get("shippingDown"):
         raise PermanentFailure("shipping is down for this order")
+    ctx.effects.call("HINCRBY", ctx.key("ledger"), "shipped", 1)  # fails at commit if the field is no number
     return applied(action, ctx, detail="shipped")
 
 

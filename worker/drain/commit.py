@@ -278,6 +278,8 @@ def commit_dead(
 ) -> RunCommitted:
     """Commit ``work`` dead on its own, without what its chain staged (its staged writes were refused)."""
     log.error("staged write refused (%s)", refusal_kind(error), extra={"eventId": work.begun.event_id})
+    for lane in work.lanes or ():  # a PARTIAL run marked some of them before it stopped: kept with it, dead
+        work.marked_lanes[lane.key] = None
     work.lanes, work.reply, work.status = None, None, "error"
     work.decide("dead", error)
     return commit_run(ctx, [work], go_on=go_on, peek=peek, then_pop=then_pop)

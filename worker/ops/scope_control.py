@@ -88,6 +88,7 @@ def cancel_event(store: EventStore, tenant: Keys, event_id: str) -> CancelResult
             now_ms=now_ms(),
             window_s=store.settings.dedupe_window_s,
             run_index_max=store.settings.run_index_max,
+            lane_ttl_s=store.settings.idempotency_ttl_s,
         )
     )
     return CancelResult(CancelCode(int(code)), str(state))

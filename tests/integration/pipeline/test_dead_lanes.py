@@ -167,3 +167,32 @@ def test_a_dead_event_of_a_run_of_several_keeps_the_lanes_its_commit_marked(
     )  # ok: charge, ship; down: charge
     producer.close()
     pipeline.store.client.close()
+
+
+def test_a_run_whose_commit_stops_partway_keeps_the_dead_events_marked_lanes(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """PARTIAL: in a run of two, the first order's charge lane is marked by the run's commit, then its shipping's
+    staged HINCRBY fails midway (the ledger's field is no number): it is committed dead on its own, its charge's
+    lane kept."""
+    settings = make_settings(
+        plugins=["tests.plugins.charge:batch_plugin"],
+        extra_source_types=["charge.order"],
+        max_attempts=2,
+        commit_batch_max=16,
+    )
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    first = producer.enqueue(_order("order-a")).event_id
+    second = producer.enqueue(_order("order-b")).event_id
+    redis_client.hset(producer.keys.for_scope(SCOPE).plugin(SCOPE, "ledger"), "shipped", "not a number")
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    # the first dies by the run's PARTIAL commit; the second, run alone after it, by its APPLY's refusal
+    assert [(producer.status(e) or {})["status"] for e in (first, second)] == ["dead", "dead"]
+    lanes = {
+        lane.split(":")[-5]: redis_client.ttl(lane)  # <sourceId>:signal:order:action:<name>
+        for lane in _lanes(redis_client, settings.key_prefix)
+    }
+    assert lanes == {"order-a": -1, "order-b": -1}, lanes  # each order's charge: kept; no shipping marked
+    producer.close()
+    pipeline.store.client.close()

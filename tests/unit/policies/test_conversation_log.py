@@ -9,7 +9,7 @@ from typing import Any
 
 from redis import Redis
 
-from policies.conversation_log import ConversationLogDeps, in_time_order, plugin
+from policies.conversation_log import READ_WINDOW, ConversationLogDeps, in_time_order, plugin
 from worker.chain.context import Deps, EffectBuffer, HandlerContext
 from worker.core.nodes import ChainRef, Source
 from worker.keys.layout import BucketKeys
@@ -67,3 +67,14 @@ def test_a_message_logged_twice_is_logged_once(redis_client: Redis, keys: Bucket
     _user_message(redis_client, keys, "m-1", 1000)
     _user_message(redis_client, keys, "m-1", 1000)
     assert _log(redis_client, keys) == [("m-1", 1000)]
+
+
+def test_a_message_logged_again_late_beyond_the_tail_is_not_logged_twice(
+    redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A redrive logs an old message again after more than READ_WINDOW newer ones: found in the whole log."""
+    _user_message(redis_client, keys, "m-first", 1000)
+    for i in range(READ_WINDOW + 3):
+        _user_message(redis_client, keys, f"m{i}", 2000 + i)
+    _user_message(redis_client, keys, "m-first", 1000)
+    assert [m for m, _ in _log(redis_client, keys)].count("m-first") == 1

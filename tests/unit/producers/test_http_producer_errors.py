@@ -129,6 +129,27 @@ def test_retries_stop_after_max_retries(max_retries: int) -> None:
     assert len(door.sent) == max_retries + 1 and door.waits == [1] * max_retries
 
 
+def test_the_waits_add_up_to_at_most_max_wait_s() -> None:
+    """A web handler that enqueues blocks at most ``max_wait_s`` (default 10 s): a Retry-After that would pass it
+    is raised with its retry_after_s; 0 turns waiting off."""
+    door = Door(httpx.Response(429, json=_error("rate_limited"), headers={"Retry-After": "4"}))
+    with pytest.raises(OverLimit) as limited:
+        door.producer().enqueue(EVENT)
+    assert door.waits == [4, 4] and limited.value.retry_after_s == 4  # a third wait would make 12 s
+    door = Door(httpx.Response(503, json=_error("store_unavailable"), headers={"Retry-After": "1"}))
+    with pytest.raises(StoreUnavailable):
+        door.producer(max_wait_s=0).enqueue(EVENT)
+    assert door.waits == [] and len(door.sent) == 1
+
+
+def test_a_lone_surrogate_is_invalid_event_naming_its_field() -> None:
+    """A string JSON writes but UTF-8 cannot (a lone surrogate) names its field, as the door would."""
+    door = Door(httpx.Response(202, json=ACCEPTED))
+    with pytest.raises(InvalidEvent) as refused:
+        door.producer().enqueue({**EVENT, "payload": {"text": "\ud800"}})
+    assert refused.value.error.field == "payload" and door.sent == []
+
+
 @pytest.mark.parametrize(
     "value",
     [datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC), b"ab", {1, 2}, math.nan, math.inf],

@@ -91,6 +91,8 @@ def test_a_stack_on_urls_of_its_own_says_what_to_set(tmp_path: Path, run_pid: in
     path = _stack(tmp_path / "b", run_pid, redis_url=EMBEDDED, own_broker=True)
     with pytest.raises(SettingsError, match=r"uses a broker of its own.*set BROKER_URL"):
         join_stack(Settings(), path)
+    joined, _ = join_stack(Settings(), path, need_broker=False)  # migrate, pseudonym: they send no task
+    assert joined.redis_url == EMBEDDED
 
 
 def test_the_stack_file_keeps_the_new_fields(tmp_path: Path, run_pid: int) -> None:

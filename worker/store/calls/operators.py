@@ -80,6 +80,7 @@ class Cancel(ScriptCall):
     now_ms: int = arg()
     window_s: int = arg()
     run_index_max: int = arg()
+    lane_ttl_s: int = arg()
 
 
 @dataclass(frozen=True, slots=True)

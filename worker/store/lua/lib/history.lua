@@ -65,7 +65,7 @@ local function mark_cancelled(ek, id, now, ix, known)
   redis.call('HINCRBY', ix.stats, 'queued', -1)
   redis.call('HINCRBY', ix.stats, 'cancelled', 1)
   history_end(ek, now, 'cancelled', '', known.history)
-  -- lanes it kept (it retried, or was redriven): the TTL back (the commit's and the operator's cancel: a lane's,
-  -- else, where the script has none, the window's, as the cancelled record's)
+  -- lanes it kept (it retried, or was redriven): the TTL back (a commit's and an operator's cancel: a lane's; a
+  -- head found cancelled by a lease grant, whose script has none: the window's, as the cancelled record's)
   release_lanes(ek, ix.lane_ttl or ix.window, known.lanes)
 end
