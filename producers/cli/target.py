@@ -28,6 +28,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
+from producers.sdk.http_door import bearer_token as sdk_bearer_token
+
 __all__ = [
     "Api",
     "CliError",
@@ -148,14 +150,11 @@ def _credential(args: argparse.Namespace) -> str | None:
 def bearer_token(token: str, source: str) -> str | None:
     """``token`` without the whitespace around it (None when nothing is left); CliError (exit 2) naming
     ``source``, never quoting the secret, when it holds a space, a control character or non-ASCII, which an
-    ``Authorization`` header cannot carry."""
-    stripped = token.strip()
-    if any(not "!" <= char <= "~" for char in stripped):
-        raise CliError(
-            f"{source} holds a space, a control character or a non-ASCII character, which a bearer credential "
-            "cannot carry (the value is not shown)"
-        )
-    return stripped or None
+    ``Authorization`` header cannot carry (the SDK's check: producers/sdk/http_door.py)."""
+    try:
+        return sdk_bearer_token(token, source)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
 
 def checked_url(url: str, source: str) -> str:
