@@ -439,6 +439,20 @@ def _decisions(items: Any, errors: list[str], declared: Declared) -> list[Decisi
     return decisions
 
 
+def _keyword_family(signals: Mapping[Any, Any], errors: list[str]) -> Mapping[Any, Any]:
+    """``signals`` with vLLM's other spelling of the keyword family (``keywords:``, its tutorials' and older
+    configs') read as ``keyword:``; both at once is an error (which one counts would be a guess)."""
+    if "keywords" not in signals:
+        return signals
+    if "keyword" in signals:
+        errors.append(
+            "routing.signals has both keyword and keywords: give the keyword rules under one of them"
+        )
+    renamed = {k: v for k, v in signals.items() if k != "keywords"}
+    renamed.setdefault("keyword", signals["keywords"])
+    return renamed
+
+
 def _unknown_keys(section: Mapping[Any, Any], path: str, known: tuple[str, ...], errors: list[str]) -> None:
     """One error per key of ``section`` that nothing reads and that is a near miss of one that is (a misspelt
     ``keywords:`` or ``decision:`` was ignored unseen, and its rules or decisions silently missing). Other keys
@@ -472,6 +486,7 @@ def parse_router_config(data: Any) -> RouterConfig:
     if not isinstance(signals, Mapping):
         errors.append("routing.signals must be a mapping")
         signals = {}
+    signals = _keyword_family(signals, errors)
     _unknown_keys(signals, "routing.signals", SIGNAL_KEYS, errors)
     conversation = _conversation_rules(signals.get("conversation"), errors)
     keyword = _keyword_rules(signals.get("keyword"), errors)

@@ -208,6 +208,29 @@ def test_deep_rule_trees_are_config_errors(depth: int) -> None:
     load_router_text(_not_chain(30))  # 31 rules deep: fine
 
 
+def test_the_keywords_spelling_is_the_keyword_family() -> None:
+    """vLLM's tutorials write ``signals.keywords``: its rules load as ``keyword`` rules; both spellings at once
+    is an error."""
+    text = """
+routing:
+  signals:
+    keywords:
+      - {name: urgent, operator: OR, keywords: [urgent]}
+  decisions:
+    - name: urgent
+      rules: { type: keyword, name: urgent }
+"""
+    router = load_router_text(text)
+    answer = router.route({"messages": [{"role": "user", "content": "this is urgent"}]}, "openai-chat", [])
+    assert answer["decision"]["name"] == "urgent"
+    both = text.replace("  decisions:", "    keyword: []\n  decisions:")
+    with pytest.raises(ConfigError) as info:
+        load_router_text(both)
+    assert info.value.errors[0] == (
+        "routing.signals has both keyword and keywords: give the keyword rules under one of them"
+    )
+
+
 def test_unknown_keys_and_undeclared_rules_name_their_path() -> None:
     """A misspelt section (signals.keywords, a stray routing.decision) and a leaf naming a rule that is not
     declared for its type are errors naming where they are, instead of rules silently missing."""
@@ -229,8 +252,6 @@ routing:
         load_router_text(text)
     assert info.value.errors == [
         "unknown key routing.decision; valid keys: strategy, signals, decisions",  # not projections: vLLM's
-        "unknown key routing.signals.keywords; valid keys: conversation, keyword",
-        'decision [0] "urgent": rules: keyword rule "urgent" is not declared in routing.signals.keyword',
         'decision [1] "typo": rules.conditions[1]: conversation rule "no_such_rule" is not declared in '
         "routing.signals.conversation",
     ]
