@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from producers.cli.target import CliError
+from producers.cli.reach.target import CliError
 
 __all__ = ["any_bytes", "check_text_arguments", "positive_seconds", "stdin_binary", "tcp_port"]
 

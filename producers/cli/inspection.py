@@ -1,7 +1,7 @@
 """``inspect``, ``status`` and ``dlq``: looking at what the pipeline did.
 
 Over the HTTP API (``--url``, ``AGENT_SIGNAL_URL`` or the ``make run`` stack of this checkout), else straight to
-``REDIS_URL`` for one tenant (``--tenant``); see producers/cli/target.py for the order.
+``REDIS_URL`` for one tenant (``--tenant``); see producers/cli/reach/target.py for the order.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 from producers.cli.console import add_discard_command, dead_letters
 from producers.cli.console.api import Page, act_on_pages
 from producers.cli.console.dead_letters import act_on_every_dead
-from producers.cli.direct import direct_producer
-from producers.cli.target import Api, Target, add_target_options, quote_id, resolve_target
+from producers.cli.reach.direct import direct_producer
+from producers.cli.reach.target import Api, Target, add_target_options, quote_id, resolve_target
 
 __all__ = ["add_inspection_commands"]
 

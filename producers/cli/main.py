@@ -12,17 +12,17 @@ from collections.abc import Sequence
 
 import httpx
 
+from producers.cli.admin.keys import add_keys_command
+from producers.cli.admin.migrate import add_migrate_command
+from producers.cli.admin.probe import add_probe_commands
+from producers.cli.admin.pseudonym import add_pseudonym_command
 from producers.cli.console import add_console_commands
 from producers.cli.console.api import positive_int
-from producers.cli.direct import stack_settings
 from producers.cli.enqueue import add_enqueue_command
 from producers.cli.inputs import any_bytes, check_text_arguments, tcp_port
 from producers.cli.inspection import add_inspection_commands
-from producers.cli.keys import add_keys_command
-from producers.cli.migrate import add_migrate_command
-from producers.cli.probe import add_probe_commands
-from producers.cli.pseudonym import add_pseudonym_command
-from producers.cli.target import CliError, transport_reason
+from producers.cli.reach.direct import stack_settings
+from producers.cli.reach.target import CliError, transport_reason
 
 __all__ = ["main"]
 
@@ -36,7 +36,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """One worker: on ``REDIS_URL``, else on the running ``make run`` stack of this checkout (stack.py)."""
     from click.exceptions import ClickException
 
-    from producers.cli.stack import join_stack
+    from producers.cli.reach.stack import join_stack
     from worker.runtime.main import run_worker
 
     settings, joined = join_stack(stack_settings())

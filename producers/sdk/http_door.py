@@ -8,7 +8,7 @@ secret with it (``LocalProtocolError: Illegal header value b'Bearer <secret>\\n'
 ``UnicodeEncodeError`` holding it). So the clients check it when they are made, with :func:`bearer_token`: the
 whitespace around it (the CR of ``"$(cat key.txt)"`` from a CRLF file) is dropped, anything else a header cannot
 carry is a ValueError naming where it came from and never quoting it. The CLI's ``--token`` follows the same rule
-(producers/cli/target.py).
+(producers/cli/reach/target.py).
 
 An error answer becomes the SDK's exception (:func:`error_of`): a 503 is :class:`StoreUnavailable`, a 429
 :class:`OverLimit` (as the direct Producer raises a limit), any other :class:`InvalidEvent` naming the field.

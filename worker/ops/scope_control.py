@@ -146,7 +146,7 @@ def _scope_rows(store: EventStore, k: Keys) -> list[dict[str, Any]]:
     for scope, depth, holder, sched_ttl_ms, head in rows:
         enqueued_at, not_before = heads.get(str(head), (None, 0)) if head is not None else (None, 0)
         # the marker's age by its PTTL, not by the time in it (the writer's clock: a web replica's may run ahead)
-        age_ms = store.schedule_ttl_ms - int(sched_ttl_ms) if int(sched_ttl_ms) > 0 else None
+        age_ms = store.marker_age_ms(int(sched_ttl_ms))
         stale = age_ms is None or (age_ms > ttl_ms and not_before <= now)
         found: ScopeState
         if scope in paused:

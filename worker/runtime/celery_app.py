@@ -25,7 +25,7 @@ from worker.settings import Settings, SettingsError, load_settings
 
 __all__ = ["STACK_FILE", "app", "load_tool_settings", "stack_redis_url"]
 
-# Written by `agent-signal run` (make run) at the root of the checkout while the stack is up (producers/cli/stack.py).
+# Written by `agent-signal run` (make run) at the root of the checkout while the stack is up (producers/cli/reach/stack.py).
 STACK_FILE = Path(".agent-signal") / "stack.json"
 
 app: Celery  # built by __getattr__ on first access (declared here for readers and type checkers)

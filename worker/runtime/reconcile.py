@@ -58,7 +58,8 @@ def reconcile(
             depth, leased, marker_ttl_ms = replies[3 * i : 3 * i + 3]
             if depth == 0 or leased:
                 continue
-            if _scheduled_within(marker_ttl_ms, store.schedule_ttl_ms, stale_after_ms):
+            age_ms = store.marker_age_ms(int(marker_ttl_ms))
+            if age_ms is not None and age_ms < stale_after_ms:  # a drain was scheduled this recently
                 continue
             stranded.append((ref, keys, scope_key))
         if not stranded:
@@ -71,12 +72,6 @@ def reconcile(
         publish(refs)
         published += refs
     return published
-
-
-def _scheduled_within(marker_ttl_ms: int, schedule_ttl_ms: int, stale_after_ms: int) -> bool:
-    """A drain was scheduled less than ``stale_after_ms`` ago: the marker exists (PTTL -2: none; -1: no expiry,
-    age unknown) and has spent less than that of its ``schedule_ttl_ms``."""
-    return marker_ttl_ms > 0 and schedule_ttl_ms - marker_ttl_ms < stale_after_ms
 
 
 def try_reconcile_lock(store: EventStore, interval_ms: int) -> bool:

@@ -106,6 +106,12 @@ class EventStore(StoreReads):
         # A scheduled-drain marker outlives any queued drain message, so a lost publish self-heals.
         return int(self.settings.visibility_timeout_s * 1000)
 
+    def marker_age_ms(self, marker_pttl_ms: int) -> int | None:
+        """How long ago a scope's drain marker was set, from its PTTL (every writer sets it ``PX``
+        :attr:`schedule_ttl_ms`): Redis's clock alone, not the writer's, whose time is in its value. None when
+        there is none (-2) or it has no expiry (-1): its age is unknown."""
+        return self.schedule_ttl_ms - marker_pttl_ms if marker_pttl_ms > 0 else None
+
     # ---- producers -------------------------------------------------------------------------------
 
     def enqueue_many(

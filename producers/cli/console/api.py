@@ -1,9 +1,9 @@
 """The console verbs' one way to the HTTP API: the target (``--url``/``--token``, ``AGENT_SIGNAL_URL``, or the
-``make run`` stack of this checkout; producers/cli/target.py) and the calls, pages followed by their cursor.
+``make run`` stack of this checkout; producers/cli/reach/target.py) and the calls, pages followed by their cursor.
 
 These verbs exist over HTTP only (the routes hold the rules: roles, tenants, validation), so a target that is
 Redis itself (``REDIS_URL``) is not one: without a URL or a stack, the error says how to give one. Every failure is a
-:class:`~producers.cli.target.CliError`: an API error answer is one line with its status, code, message and field
+:class:`~producers.cli.reach.target.CliError`: an API error answer is one line with its status, code, message and field
 (exit 1); a server that cannot be reached, exit 2.
 """
 
@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from producers.cli.reach.target import Api, quote_id, resolve_target
 from producers.cli.stopped import STOPS, say_stopped, why_stopped
-from producers.cli.target import Api, quote_id, resolve_target
 
 __all__ = [
     "Page",

@@ -11,7 +11,7 @@ from typing import Any
 
 from producers.cli.console.api import act_on_every_page, add_http_options, open_api
 from producers.cli.console.table import Column, print_json, print_table
-from producers.cli.target import Api
+from producers.cli.reach.target import Api
 
 __all__ = ["act_on_every_dead", "add_discard_command"]
 

@@ -15,7 +15,7 @@ from producers.cli.console.api import (
     positive_int,
 )
 from producers.cli.console.table import Column, print_json, print_table, utc_ms
-from producers.cli.target import Api
+from producers.cli.reach.target import Api
 
 __all__ = ["add_outbox_command"]
 

@@ -17,8 +17,8 @@ from typing import TextIO
 from producers.cli.enqueue.lines import Line, Rejection, read_lines
 from producers.cli.enqueue.senders import DirectSender, HttpSender, Pending, Sent, Stopped
 from producers.cli.inputs import any_bytes
+from producers.cli.reach.target import CliError, add_target_options, resolve_target
 from producers.cli.stopped import STOPS, say_stopped, why_stopped
-from producers.cli.target import CliError, add_target_options, resolve_target
 
 __all__ = ["add_enqueue_command", "cmd_enqueue", "positive_int"]
 

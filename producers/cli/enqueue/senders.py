@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from redis.exceptions import RedisError
 
-from producers.cli.direct import direct_producer
 from producers.cli.enqueue.lines import Rejection
-from producers.cli.target import CliError, Target, format_http_error, http_error_message, unreachable
+from producers.cli.reach.direct import direct_producer
+from producers.cli.reach.target import CliError, Target, format_http_error, http_error_message, unreachable
 from worker.telemetry.log_privacy import describe_error
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from producers import Producer
 from producers.cli.console import dead_letters
-from producers.cli.target import Api, Target
+from producers.cli.reach.target import Api, Target
 from producers.http.app import create_web_app
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from producers.cli.console import outbox as outbox_cli
-from producers.cli.target import Api, Target
+from producers.cli.reach.target import Api, Target
 from producers.http.app import create_web_app
 from worker.chain.context import EffectBuffer, HandlerContext
 from worker.keys.layout import BucketKeys

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from producers.cli.probe import _celery_cancel, drain, probe_worker
+from producers.cli.admin.probe import _celery_cancel, drain, probe_worker
 from tests.conftest import wait_for
 from worker.runtime import heartbeat_file as hb
 from worker.runtime.app import create_app

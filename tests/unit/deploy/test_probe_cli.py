@@ -1,4 +1,4 @@
-"""``agent-signal probe worker|web`` and ``agent-signal drain`` (producers/cli/probe.py): exit codes, one line."""
+"""``agent-signal probe worker|web`` and ``agent-signal drain`` (producers/cli/admin/probe.py): exit codes, one line."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from producers.cli.admin.probe import drain, probe_web, probe_worker, readyz_url
 from producers.cli.main import main
-from producers.cli.probe import drain, probe_web, probe_worker, readyz_url
 from worker.runtime import heartbeat_file as hb
 
 

@@ -20,7 +20,7 @@ import pytest
 from producers import Producer
 from producers.cli import inspection
 from producers.cli.main import SIGPIPE_EXIT, main
-from producers.cli.target import transport_reason
+from producers.cli.reach.target import transport_reason
 from producers.http.routes import ops
 from tests.conftest import ROOT
 from worker.runtime.app import build_pipeline

@@ -20,7 +20,7 @@ import pytest
 
 from producers.cli import run
 from producers.cli.main import main
-from producers.cli.target import quote_id
+from producers.cli.reach.target import quote_id
 from tests.conftest import ROOT, settings_env
 
 FUNCTIONS = ROOT / "examples" / "functions"

@@ -1,5 +1,5 @@
 """`agent-signal worker` (and `migrate`, `pseudonym`) joins the `make run` stack of its checkout
-(producers/cli/stack.py: join_stack) when this terminal names no Redis: the stack's embedded Redis as store and broker, its key prefix and queue; a stack on
+(producers/cli/reach/stack.py: join_stack) when this terminal names no Redis: the stack's embedded Redis as store and broker, its key prefix and queue; a stack on
 URLs of its own, which its file never records, is a one-line SettingsError naming what to set."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from producers.cli.main import main
-from producers.cli.stack import StackInfo, join_stack, read_stack, write_stack
+from producers.cli.reach.stack import StackInfo, join_stack, read_stack, write_stack
 from worker.keys.layout import Keys
 from worker.settings import Settings, SettingsError
 from worker.telemetry.pseudonyms import load_pseudonyms

@@ -1,6 +1,6 @@
 """``agent-signal keys create|list|revoke``: API keys, over ``/v1/keys`` or straight to Redis (``REDIS_URL``).
 
-The target is resolved like every state verb (producers/cli/target.py): ``--url``/``AGENT_SIGNAL_URL``, the
+The target is resolved like every state verb (producers/cli/reach/target.py): ``--url``/``AGENT_SIGNAL_URL``, the
 ``make run`` stack of this checkout, else ``REDIS_URL``. Over HTTP the caller needs an ``admin`` key (its own
 tenant) or the root credentials (the bootstrap key; anyone on a loopback stack with no credential configured).
 
@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from producers.cli.target import Api, Target, add_target_options, quote_id, resolve_target
+from producers.cli.reach.target import Api, Target, add_target_options, quote_id, resolve_target
 
 __all__ = ["add_keys_command"]
 

@@ -3,7 +3,7 @@
 Every verb that reads or changes state resolves one :class:`Target`, in this order:
 
 1. ``--url URL``, else ``AGENT_SIGNAL_URL``: the HTTP API at that URL;
-2. a running ``agent-signal run`` of this checkout (its stack file, producers/cli/stack.py): its HTTP API;
+2. a running ``agent-signal run`` of this checkout (its stack file, producers/cli/reach/stack.py): its HTTP API;
 3. ``REDIS_URL``: straight to Redis, as the operator (``--tenant`` picks the tenant);
 4. none of these: one line saying how to get a stack, exit 2.
 
@@ -113,7 +113,7 @@ def resolve_target(
 
 def _http_url(args: argparse.Namespace, http_only: bool) -> tuple[str, str] | None:
     """(URL, where it came from) of the HTTP target, or None for straight to ``REDIS_URL``."""
-    from producers.cli.stack import read_stack, stack_path
+    from producers.cli.reach.stack import read_stack, stack_path
 
     for url, via in ((getattr(args, "url", None), "--url"), (_env("AGENT_SIGNAL_URL"), "AGENT_SIGNAL_URL")):
         if url:

@@ -2,7 +2,7 @@
 straight in Redis, for every tenant: an operator's tool, run once after an upgrade (docs/operations.md
 "Upgrading"). It talks to Redis itself, never to the HTTP API (no route does this), so it takes no ``--url`` or
 ``--token``: its Redis is ``REDIS_URL``, else the ``make run`` stack of this checkout, joined as ``agent-signal
-worker`` joins it (producers/cli/stack.py :func:`~producers.cli.stack.join_stack`: the stack's Redis and key
+worker`` joins it (producers/cli/reach/stack.py :func:`~producers.cli.reach.stack.join_stack`: the stack's Redis and key
 prefix; one line on stderr says so).
 
 ``receipts``: receipts stored before they were keyed by user (``receipt:<id>``) move to
@@ -27,7 +27,7 @@ __all__ = ["add_migrate_command"]
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from producers.cli.stack import join_stack
+    from producers.cli.reach.stack import join_stack
     from worker.keys.layout import DEFAULT_TENANT, Keys
     from worker.ops.runs import register_indexed_types
     from worker.settings import load_settings

@@ -3,7 +3,7 @@
 Log lines and the audit trail never hold a user id (or a scope key, source or chain id), only its pseudonym, a
 keyed hash of the deployment. To follow one user through the logs, print theirs and search for it. The key is
 ``AGENT_SIGNAL_PSEUDONYM_SECRET``, else the secret kept in Redis (``REDIS_URL``, or the Redis and key prefix of the
-``make run`` stack of this checkout, joined as ``agent-signal worker`` joins it: producers/cli/stack.py): an
+``make run`` stack of this checkout, joined as ``agent-signal worker`` joins it: producers/cli/reach/stack.py): an
 operator's tool, like ``keys``, that needs what the deployment's processes have.
 Prints one ``<id>\\t<pseudonym>`` line per id.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from producers.cli.stack import join_stack
+from producers.cli.reach.stack import join_stack
 
 __all__ = ["add_pseudonym_command"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from producers.cli.target import CliError
+from producers.cli.reach.target import CliError
 
 __all__ = ["direct_producer", "stack_settings"]
 

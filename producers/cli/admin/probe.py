@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from producers.cli.inputs import positive_seconds, tcp_port
-from producers.cli.target import CliError, bearer_token, transport_reason
+from producers.cli.reach.target import CliError, bearer_token, transport_reason
 from worker.runtime import heartbeat_file
 
 __all__ = ["add_probe_commands", "drain", "probe_web", "probe_worker", "readyz_url"]
