@@ -26,8 +26,10 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from collections.abc import Iterable, Mapping
-from typing import Literal, TypeVar
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -58,7 +60,37 @@ def _env(name: str) -> AliasChoices:
     return AliasChoices(name, f"AGENT_SIGNAL_{name}")
 
 
-class Settings(BaseSettings):
+SECRET_NAME = re.compile(r"secret|token|api_key|password", re.IGNORECASE)
+
+
+def _without_password(url: str) -> str:
+    """``url`` with the password of its user info (``redis://:pw@host``) shown as ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+class _SecretsHidden:
+    """Settings whose repr (a traceback's locals, a debugger, a stray ``log.info(settings)``) shows no secret:
+    a field named like a secret (token, secret, api_key, password) is ``'***'``, a URL's password too."""
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():  # type: ignore[misc]
+            if name and value is not None and SECRET_NAME.search(name):
+                yield name, "***"
+            elif name and name.endswith("_url") and isinstance(value, str):
+                yield name, _without_password(value)
+            else:
+                yield name, value
+
+
+class Settings(_SecretsHidden, BaseSettings):
     """Process settings. The table of environment variables: docs/settings.md."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="allow", populate_by_name=True)
@@ -323,7 +355,7 @@ def _env_name(loc: tuple[int | str, ...]) -> str:
     return CONTRACT_ENV_NAMES.get(name, f"{ENV_PREFIX}{name.upper()}")
 
 
-class PluginSettings(BaseSettings):
+class PluginSettings(_SecretsHidden, BaseSettings):
     """Base of a plugin's settings: ``AGENT_SIGNAL_<FIELD>`` variables; unknown keyword arguments fail."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")

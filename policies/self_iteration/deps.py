@@ -33,6 +33,7 @@ class SelfIterationSettings(PluginSettings):
     agent_runner: Literal["reference", "celery", "webhook"] = "reference"
     agent_runner_url: str | None = None  # webhook runner: where run requests are POSTed
     agent_runner_secret: str | None = None  # webhook runner: Standard Webhooks secret (whsec_… or any string)
+    agent_runner_previous_secret: str | None = None  # webhook runner, mid-rotation: also signed with this one
     agent_runner_queue: str | None = None  # celery runner: the app's queue (default: ours, reference agent)
     judge_url: str | None = None  # OpenAI-compatible base URL (…/v1); unset: the rule-based judges
     judge_model: str = "gpt-4o-mini"
@@ -56,13 +57,19 @@ class SelfIterationSettings(PluginSettings):
             raise ValueError(
                 "AGENT_SIGNAL_AGENT_RUNNER_URL must be an http(s) URL with a host, e.g. https://runs.example/hook"
             )
-        try:
-            webhook_headers(self.agent_runner_secret, "boot-check", b"{}")
-        except Exception:  # binascii.Error, standardwebhooks' own errors: the secret's form, said without it
-            raise ValueError(
-                "AGENT_SIGNAL_AGENT_RUNNER_SECRET is not a usable Standard Webhooks secret: whsec_ followed by "
-                "base64, or any other string (used as its bytes)"
-            ) from None
+        checked = [("AGENT_SIGNAL_AGENT_RUNNER_SECRET", self.agent_runner_secret)]
+        if self.agent_runner_previous_secret is not None:
+            checked.append(("AGENT_SIGNAL_AGENT_RUNNER_PREVIOUS_SECRET", self.agent_runner_previous_secret))
+        for name, secret in checked:
+            try:
+                webhook_headers(secret, "boot-check", b"{}")
+            except (
+                Exception
+            ):  # binascii.Error, standardwebhooks' own errors: the secret's form, said without it
+                raise ValueError(
+                    f"{name} is not a usable Standard Webhooks secret: whsec_ followed by base64, or any "
+                    "other string (used as its bytes)"
+                ) from None
         return self
 
 

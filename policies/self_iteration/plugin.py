@@ -46,7 +46,12 @@ __all__ = ["plugin"]
 
 def _runner(settings: SelfIterationSettings, runtime: PluginRuntime) -> AgentRunner | None:
     if settings.agent_runner == "webhook":  # the settings model checked URL and secret at boot
-        return WebhookRunner(settings.agent_runner_url or "", settings.agent_runner_secret or "")
+        previous = settings.agent_runner_previous_secret
+        return WebhookRunner(
+            settings.agent_runner_url or "",
+            settings.agent_runner_secret or "",
+            previous_secrets=() if previous is None else (previous,),
+        )
     if runtime.publish is None:
         return None  # the web process runs no handlers
     return TaskRunner(runtime.publish, settings.agent_runner_queue)

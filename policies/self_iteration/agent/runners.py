@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -127,10 +127,20 @@ class TaskRunner:
 
 class WebhookRunner:
     def __init__(
-        self, url: str, secret: str, *, attempts: int = 3, base_delay_s: float = 0.2, timeout_s: float = 10.0
+        self,
+        url: str,
+        secret: str,
+        *,
+        previous_secrets: Sequence[str] = (),
+        attempts: int = 3,
+        base_delay_s: float = 0.2,
+        timeout_s: float = 10.0,
     ) -> None:
         self.url = url
         self.secret = secret
+        self.previous_secrets = tuple(
+            previous_secrets
+        )  # a rotation under way: each delivery signed with these too
         self.attempts = attempts
         self.base_delay_s = base_delay_s
         self.timeout_s = timeout_s
@@ -149,7 +159,9 @@ class WebhookRunner:
         try:
             for attempt in retrying:
                 with attempt:
-                    signed = headers | webhook_headers(self.secret, request.operation_id, body)
+                    signed = headers | webhook_headers(
+                        self.secret, request.operation_id, body, previous_secrets=self.previous_secrets
+                    )
                     response = httpx.post(self.url, content=body, headers=signed, timeout=self.timeout_s)
                     if response.status_code >= 300:
                         raise _HttpStatus(response.status_code)

@@ -147,6 +147,11 @@ def test_webhook_runner_signs_and_retries() -> None:
         verify_webhook("s3cret", raw, headers)  # raises unless id, timestamp and body are signed
         assert headers["webhook-id"] == headers["idempotency-key"] == "op-1"
         assert body["suppressSignal"] is True and body["marker"] == {"kind": "memory", "sourceId": "s"}
+        rotating = WebhookRunner(server.url, "new", previous_secrets=["s3cret"], base_delay_s=0.01)
+        assert rotating.dispatch(RunRequest("op-3", "memory-writer", {}, "u1", "a1", "p")) == "op-3"
+        _, headers, raw = server.requests[-1]
+        verify_webhook("s3cret", raw, headers)  # a receiver not yet moved to the new secret
+        verify_webhook("new", raw, headers)
         refuse = RunRequest("op-2", "refuse", {"kind": "memory"}, "u1", "a1", "p")
         before = calls["n"]
         with pytest.raises(RunRefused, match="HTTP 400"):  # a RunnerError the outbox ends at once (dead)

@@ -61,6 +61,36 @@ class TestHostileHeaders:
             verify_webhook(secret, BODY, webhook_headers(secret, "op-2", BODY))
 
 
+class TestRotation:
+    def test_a_rotation_signs_with_both_secrets_and_either_receiver_accepts(self) -> None:
+        """Mid-rotation the sender signs with the new secret and the previous one (two space-separated v1
+        signatures): a receiver still on the old secret, one on the new, and one accepting both, all verify;
+        a receiver on a third secret does not."""
+        new, old = "whsec_" + base64.b64encode(b"the new key 1234").decode(), "the old secret"
+        headers = webhook_headers(new, "op-9", BODY, previous_secrets=[old])
+        assert len(headers["webhook-signature"].split(" ")) == 2
+        for receiver in (new, old, [old, new], [new, old]):
+            verify_webhook(receiver, BODY, headers)
+        with pytest.raises(WebhookRejected, match="No matching signature"):
+            verify_webhook("a third secret", BODY, headers)
+
+    def test_a_receiver_with_two_secrets_accepts_a_sender_on_either(self) -> None:
+        """The receiver moves first: it accepts both secrets while senders move from the old one to the new."""
+        for sender in ("old", "new"):
+            verify_webhook(["new", "old"], BODY, webhook_headers(sender, "op-10", BODY))
+        with pytest.raises(WebhookRejected):
+            verify_webhook(["new", "old"], BODY, webhook_headers("other", "op-10", BODY))
+
+    def test_a_repeated_secret_signs_once_and_no_secret_is_a_configuration_error(self) -> None:
+        assert (
+            " " not in webhook_headers("same", "op-11", BODY, previous_secrets=["same"])["webhook-signature"]
+        )
+        with pytest.raises(WebhookSecretError, match="at least one secret"):
+            verify_webhook([], BODY, webhook_headers("s3cret", "op-11", BODY))
+        with pytest.raises(WebhookSecretError):  # an unusable previous secret is caught like the secret
+            webhook_headers("s3cret", "op-11", BODY, previous_secrets=["whsec_a"])
+
+
 class TestSecrets:
     @pytest.mark.parametrize(
         "secret",

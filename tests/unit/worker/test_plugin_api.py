@@ -163,3 +163,23 @@ class TestBadValues:
         assert "MfKQ9r8" not in str(caught.value)
         boot("https://runs.example/hook", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
         boot("http://runner.internal:8080/hook", "any other string")
+
+    def test_a_previous_webhook_secret_is_checked_at_boot_like_the_secret(self) -> None:
+        """A rotation's previous secret signs every delivery too: one that cannot sign stops the boot, named by
+        its own variable and not quoted."""
+        from policies.self_iteration.deps import SelfIterationSettings
+        from worker.settings import plugin_settings
+
+        def boot(previous: str) -> SelfIterationSettings:
+            given = Settings(
+                agent_runner="webhook",
+                agent_runner_url="https://runs.example/hook",
+                agent_runner_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                agent_runner_previous_secret=previous,
+            )
+            return plugin_settings(SelfIterationSettings, given)
+
+        with pytest.raises(SettingsError, match="RUNNER_PREVIOUS_SECRET is not a usable") as bad:
+            boot("whsec_!!!!")
+        assert "!!!!" not in str(bad.value)
+        assert boot("the old one").agent_runner_previous_secret == "the old one"

@@ -132,3 +132,25 @@ def test_an_unknown_stored_form_is_refused_by_its_variable(monkeypatch: pytest.M
         load_settings()
     monkeypatch.setenv("AGENT_SIGNAL_STORED_FORM", "deflate")
     assert load_settings().stored_form == "deflate"
+
+
+def test_a_settings_repr_shows_no_secret() -> None:
+    """A traceback's locals or a stray log of the settings showed the API token, the webhook secret and the
+    password in REDIS_URL; now each is '***' (the engine's model with its extras, and a plugin's)."""
+    from policies.self_iteration.deps import SelfIterationSettings
+    from worker.settings import plugin_settings
+
+    given = Settings(
+        redis_url="redis://:hunter2pw@127.0.0.1:6379/0",
+        api_token="tok-abcdef",
+        pseudonym_secret="p" * 40,
+        agent_runner="webhook",
+        agent_runner_url="https://runner:urlpw@runs.example/hook",
+        agent_runner_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        judge_api_key="sk-judgekey",
+    )
+    shown = repr(given) + str(given) + repr(plugin_settings(SelfIterationSettings, given))
+    for secret in ("hunter2pw", "tok-abcdef", "p" * 40, "urlpw", "MfKQ9r8", "sk-judgekey"):
+        assert secret not in shown
+    assert "redis://:***@127.0.0.1:6379/0" in shown and "https://runner:***@runs.example/hook" in shown
+    assert given.api_token == "tok-abcdef"  # type: ignore[attr-defined]  # only the repr hides it
