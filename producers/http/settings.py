@@ -57,6 +57,9 @@ class DoorSettings(PluginSettings):
     # A tenant's events/s through POST /v1/events, bursts alike (0: none).
     tenant_events_per_s: float = Field(default=5000, ge=0)
 
+    # Dead events one redrive or discard request acts on: {"all": true} takes this many (the answer says "more"),
+    # a longer eventIds or events list -> 422. A request stays seconds long, whatever the DLQ holds.
+    dlq_batch_max: int = Field(default=1000, ge=1)
     # --- receipt streams (producers/http/streams/) ---
     max_streams: int = Field(default=1000, ge=1)  # open receipts streams per web process; more -> 429
     max_streams_per_credential: int = Field(default=50, ge=1)  # the same, per credential; more -> 429

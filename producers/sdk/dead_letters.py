@@ -23,16 +23,18 @@ def redrive_events(
     *,
     bodies: Mapping[str, str] | None = None,
     tenant: str | None = None,
+    limit: int | None = None,
 ) -> dict[str, Any]:
-    """Requeue the given dead events (all of them when ``event_ids`` is None; an id given twice counts once), each
-    at its scope's tail.
+    """Requeue the given dead events (all of them when ``event_ids`` is None, or the ``limit`` longest dead,
+    the answer then saying ``"more": true`` when others remain; an id given twice counts once), each at its
+    scope's tail.
 
     The event keeps its id and dedupe record; its attempts restart at 0; actions it already applied stay
     applied (their idempotency lanes are untouched), so a redrive can only finish what failed. ``bodies``
     (from :func:`edited_bodies`) replace the stored events of those ids. ``tenant``: the producer's by default.
     """
     store, keys = producer.store, producer.store.keys.for_tenant(tenant or producer.tenant)
-    ids = list(dict.fromkeys(event_ids)) if event_ids is not None else store.dlq_ids(keys)
+    ids, more = _targets(producer, event_ids, tenant, limit)
     redriven: list[str] = []
     not_dead: list[str] = []
     for event_id in ids:
@@ -45,7 +47,28 @@ def redrive_events(
         # have finished and released the scope since, and one skipped here left the scope for the reconcile sweep
         if publish:
             producer.fair.publish(keys.scope_ref(scope_key))
-    return {"redriven": redriven, "notDead": not_dead}
+    return {"redriven": redriven, "notDead": not_dead} | _more(more)
+
+
+def _targets(
+    producer: Producer, event_ids: Sequence[str] | None, tenant: str | None, limit: int | None
+) -> tuple[list[str], bool]:
+    """The ids to act on (``event_ids`` without repeats; else the dead ones, at most ``limit``) and whether dead
+    events remain beyond them."""
+    if event_ids is not None:
+        return list(dict.fromkeys(event_ids)), False
+    store = producer.store
+    keys = store.keys.for_tenant(tenant or producer.tenant)
+    if limit is None:
+        return store.dlq_ids(keys), False
+    ids = store.dlq_ids(keys, limit + 1)
+    return ids[:limit], len(ids) > limit
+
+
+def _more(more: bool) -> dict[str, Any]:
+    """``{"more": true}`` when an "every dead event" request stopped at its limit (absent otherwise: the answer
+    to a list of ids, or to a DLQ that fit, is as it always was)."""
+    return {"more": True} if more else {}
 
 
 def edited_bodies(
@@ -81,10 +104,16 @@ def edited_bodies(
 
 
 def discard_events(
-    producer: Producer, event_ids: Sequence[str] | None, reason: str, *, tenant: str | None = None
+    producer: Producer,
+    event_ids: Sequence[str] | None,
+    reason: str,
+    *,
+    tenant: str | None = None,
+    limit: int | None = None,
 ) -> dict[str, Any]:
-    """Discard the given dead events (all of them when ``event_ids`` is None), each kept as an audit record."""
+    """Discard the given dead events (all of them when ``event_ids`` is None, or the ``limit`` longest dead with
+    ``"more": true`` when others remain), each kept as an audit record."""
     store, keys = producer.store, producer.store.keys.for_tenant(tenant or producer.tenant)
-    ids = list(dict.fromkeys(event_ids)) if event_ids is not None else store.dlq_ids(keys)
+    ids, more = _targets(producer, event_ids, tenant, limit)
     discarded, not_dead = discard(store, keys, ids, reason)
-    return {"discarded": discarded, "notDead": not_dead}
+    return {"discarded": discarded, "notDead": not_dead} | _more(more)

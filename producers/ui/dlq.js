@@ -225,13 +225,26 @@ function dlqPage() {
     sync();
   });
 
+  // One request acts on at most AGENT_SIGNAL_DLQ_BATCH_MAX dead events: {all: true} answers `more` while others
+  // remain, so it is sent again (the count shown as it goes) and the answers are joined.
+  async function untilDone(path, body, doneKey, label) {
+    const joined = { [doneKey]: [], notDead: [] };
+    for (;;) {
+      const { body: result } = await postJson(path, body);
+      joined[doneKey].push(...(result[doneKey] || []));
+      joined.notDead.push(...(result.notDead || []));
+      if (!(body.all && result.more && (result[doneKey] || []).length)) return joined;
+      bulkOutcome.say(`${label} ${joined[doneKey].length} so far…`);
+    }
+  }
+
   async function act(ids, editedPayload) {
     const body = ids === "all" ? { all: true }
       : editedPayload !== undefined ? { events: [{ eventId: ids[0], payload: editedPayload }] }
       : { eventIds: ids };
     setBusy(true);
     try {
-      const { body: result } = await postJson("/v1/dlq/redrive", body);
+      const result = await untilDone("/v1/dlq/redrive", body, "redriven", "Redriven");
       const how = editedPayload !== undefined ? "redriven with edited payload" : "redriven";
       for (const id of result.redriven || []) follow(id, "queued", how);
       for (const id of result.notDead || []) follow(id, undefined, "not dead: nothing to redrive");
@@ -247,7 +260,7 @@ function dlqPage() {
     if (why) body.reason = why;
     setBusy(true);
     try {
-      const { body: result } = await postJson("/v1/dlq/discard", body);
+      const result = await untilDone("/v1/dlq/discard", body, "discarded", "Discarded");
       for (const id of result.discarded || []) follow(id, "discarded", `discarded${why ? `: ${why}` : ""}`, true);
       for (const id of result.notDead || []) follow(id, undefined, "not dead: nothing to discard");
       bulkOutcome.say(`Discarded: ${(result.discarded || []).length}${(result.notDead || []).length ? `; no longer dead: ${result.notDead.length}` : ""}. They are listed under Discarded.`);

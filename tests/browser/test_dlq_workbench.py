@@ -270,3 +270,30 @@ def test_a_dead_outbound_call_is_listed_and_sent_again(
     expect(row).to_have_count(0)
     stored = OutboxRecord.from_json(redis_client.get(keys.outbox_record("topic:hooks", "hook:k1")))
     assert (stored.state, stored.attempts) == ("pending", 0)
+
+
+def test_discard_all_goes_on_until_the_list_is_empty(
+    browser: Any,
+    make_settings: Any,
+    start_web: Any,
+    redis_client: Any,
+    tenant_keys: Keys,
+    page_errors: list[str],
+) -> None:
+    """One request discards at most AGENT_SIGNAL_DLQ_BATCH_MAX dead events and answers "more": "Discard all"
+    sends it again until none remain (it stopped after the first batch, the rest left dead)."""
+    from playwright.sync_api import expect
+
+    buried = _bury(redis_client, tenant_keys, 5)
+    _, stack = start_web(make_settings(dlq_batch_max=2))
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/dlq")
+    expect(page.locator("table.dlq tbody tr[data-event-id]")).to_have_count(5)
+    with page.expect_response(lambda r: r.url.endswith("/v1/dlq/discard")) as first:
+        page.get_by_role("button", name="Discard all").click()
+    assert first.value.json()["more"] is True
+    expect(page.get_by_test_id("dlq-outcome")).to_contain_text("Discarded: 5")
+    listed = httpx.get(f"{stack}/v1/dlq", params={"state": "discarded", "limit": 10}, timeout=10).json()
+    assert sorted(e["eventId"] for e in listed["events"]) == sorted(buried)
+    assert httpx.get(f"{stack}/v1/dlq", timeout=10).json()["total"] == 0
+    assert page_errors == []

@@ -316,11 +316,17 @@ class StoreReads:
             pipe.zcard(index(b))
         return sum(int(n) for n in pipe.execute())
 
-    def dlq_ids(self, k: Keys) -> list[str]:
+    def dlq_ids(self, k: Keys, limit: int | None = None) -> list[str]:
+        """The tenant's dead event ids, the longest dead first in each bucket; with ``limit``, at most that many
+        (the buckets' oldest ``limit`` each, merged by time of death)."""
         pipe = self.client.pipeline(transaction=False)
         for b in k.every_bucket():
-            pipe.zrange(b.dlq, 0, -1)
-        return [to_str(x) for ids in pipe.execute() for x in ids]
+            pipe.zrange(b.dlq, 0, -1 if limit is None else limit - 1, withscores=limit is not None)
+        found = pipe.execute()
+        if limit is None:
+            return [to_str(x) for ids in found for x in ids]
+        entries = sorted((float(score), to_str(member)) for ids in found for member, score in ids)
+        return [member for _, member in entries[:limit]]
 
 
 def dlq_index(b: BucketKeys) -> str:

@@ -6,7 +6,7 @@ export { AgentSignal, type AgentSignalOptions } from "./client.js";
 export { AgentSignalError } from "./errors.js";
 export type { FetchLike, RequestOptions } from "./http.js";
 export { enqueueAgentSignalSourceEvent, resolveSourceScopeKey, type AgentSignalEnqueueContext, type AgentSignalSourceEventInput, type QueuedAgentSignalEmissionResult, } from "./lobehub.js";
-export type { AllDead, Dlq } from "./resources/dlq.js";
+export type { AllDead, Dlq, EveryDeadOptions } from "./resources/dlq.js";
 export type { EventIterator, Events } from "./resources/events.js";
 export type { AllDeadRecords, Outbox } from "./resources/outbox.js";
 export { CATCH_UP_LAG_MS, type ReceiptStream, type ReceiptStreamOptions } from "./resources/receipt_stream.js";

@@ -12,7 +12,7 @@ export {
   type AgentSignalSourceEventInput,
   type QueuedAgentSignalEmissionResult,
 } from "./lobehub.js";
-export type { AllDead, Dlq } from "./resources/dlq.js";
+export type { AllDead, Dlq, EveryDeadOptions } from "./resources/dlq.js";
 export type { EventIterator, Events } from "./resources/events.js";
 export type { AllDeadRecords, Outbox } from "./resources/outbox.js";
 export { CATCH_UP_LAG_MS, type ReceiptStream, type ReceiptStreamOptions } from "./resources/receipt_stream.js";

@@ -115,6 +115,26 @@ describe("retries", () => {
     assert.equal(busy.requests.length, 2);
   });
 
+  test("{all: true} is sent again while the answer says more; the answers are joined and progress is heard", async () => {
+    const stub = await scripted([
+      [200, { discarded: ["evt_a", "evt_b"], notDead: [], more: true }],
+      [200, { discarded: ["evt_c"], notDead: ["evt_x"], more: true }],
+      [200, { discarded: ["evt_d"], notDead: [] }],
+    ]);
+    const heard = [];
+    const joined = await new AgentSignal({ baseUrl: stub.url }).dlq.discard({ all: true }, "cleanup", {
+      onProgress: (n) => heard.push(n),
+    });
+    assert.deepEqual(joined, { discarded: ["evt_a", "evt_b", "evt_c", "evt_d"], notDead: ["evt_x"] });
+    assert.deepEqual(heard, [2, 3]);
+    assert.deepEqual(stub.requests.map((r) => JSON.parse(r.body)), Array(3).fill({ all: true, reason: "cleanup" }));
+
+    const stuck = await scripted([[200, { redriven: [], notDead: ["evt_y"], more: true }]]);
+    const once = await new AgentSignal({ baseUrl: stuck.url }).dlq.redrive({ all: true });
+    assert.deepEqual(once, { redriven: [], notDead: ["evt_y"] }); // a batch that did nothing ends the loop
+    assert.equal(stuck.requests.length, 1);
+  });
+
   test("a baseUrl with a password is refused without echoing it", () => {
     assert.throws(
       () => new AgentSignal({ baseUrl: "http://admin:s3cr3t-pass@127.0.0.1:8000" }),

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from producers.http.api_models import ErrorBody, ErrorDetail, EventStatus, body_route, example
 from producers.http.ops_access import ops_access, ops_detail
 from producers.http.principal import Principal, principal_of, public, require, tenant_keys
-from producers.http.web_common import JsonObject, error_response, producer_of
+from producers.http.web_common import JsonObject, door_of, error_response, producer_of
 from producers.sdk.dead_letters import discard_events, edited_bodies, redrive_events
 from worker.core.ids import Id
 from worker.intake.source_event import InvalidEvent
@@ -95,9 +95,16 @@ class RedriveEdited(BaseModel):
     events: list[EditedEvent] = Field(min_length=1)
 
 
+MORE = (
+    'Present, and true, only when ``{"all": true}`` stopped at ``AGENT_SIGNAL_DLQ_BATCH_MAX`` dead events while '
+    "others remain: send the request again."
+)
+
+
 class Redriven(BaseModel):
     redriven: list[str] = Field(description="Requeued, each at its scope's tail.")
     notDead: list[str] = Field(description="Unknown, or not dead: nothing done.")
+    more: bool | None = Field(default=None, description=MORE)
 
 
 class DiscardIds(BaseModel):
@@ -121,6 +128,7 @@ class DiscardAll(BaseModel):
 class Discarded(BaseModel):
     discarded: list[str] = Field(description="Out of the DLQ, kept as audit records.")
     notDead: list[str] = Field(description="Unknown, or not dead: nothing done.")
+    more: bool | None = Field(default=None, description=MORE)
 
 
 class Health(BaseModel):
@@ -241,14 +249,27 @@ def _one_target(body: dict[str, Any], fields: tuple[str, ...]) -> JSONResponse |
     return None
 
 
-def _ids_or_all(body: dict[str, Any]) -> list[str] | JSONResponse | None:
-    """``eventIds`` (strings), None for ``"all": true``, or the 422 naming ``eventIds``."""
+def _ids_or_all(body: dict[str, Any], batch_max: int) -> list[str] | JSONResponse | None:
+    """``eventIds`` (strings, at most ``batch_max``), None for ``"all": true``, or the 422 (413 when too many)
+    naming ``eventIds``."""
     ids = body.get("eventIds")
     if body.get("all") is True:
         return None
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         return error_response(422, "invalid_field", 'give "eventIds": [..] or "all": true', "eventIds")
-    return ids
+    return _too_many(ids, "eventIds", batch_max) or ids
+
+
+def _too_many(items: list[Any], field: str, batch_max: int) -> JSONResponse | None:
+    """The 413 ``batch_too_large`` (as for a batch of events) for a list longer than one request may act on
+    (AGENT_SIGNAL_DLQ_BATCH_MAX), else None."""
+    if len(items) <= batch_max:
+        return None
+    message = (
+        f"{field} holds {len(items)} items; one request acts on at most {batch_max} "
+        '(send several, or "all": true, which answers "more" until none remain)'
+    )
+    return error_response(413, "batch_too_large", message, field)
 
 
 @router.post(
@@ -277,20 +298,23 @@ def post_redrive(
     if (refused := _one_target(body, ("eventIds", "events", "all"))) is not None:
         return refused
     producer, tenant = producer_of(request), principal_of(request).tenant
+    batch_max = door_of(request).dlq_batch_max
     if "events" in body:
         edits = _edits(body["events"])
         if isinstance(edits, JSONResponse):
             return edits
+        if (refused := _too_many(edits, "events", batch_max)) is not None:
+            return refused
         try:
             bodies = edited_bodies(producer, edits, tenant=tenant)
         except InvalidEvent as exc:
             return error_response(exc.status_code, exc.error.code, exc.error.message, exc.error.field)
         redriven = redrive_events(producer, [event_id for event_id, _ in edits], bodies=bodies, tenant=tenant)
         return JSONResponse(redriven)
-    ids = _ids_or_all(body)
+    ids = _ids_or_all(body, batch_max)
     if isinstance(ids, JSONResponse):
         return ids
-    return JSONResponse(redrive_events(producer, ids, tenant=tenant))
+    return JSONResponse(redrive_events(producer, ids, tenant=tenant, limit=batch_max))
 
 
 def _edits(events: Any) -> list[tuple[str, Any]] | JSONResponse:
@@ -336,11 +360,12 @@ def post_discard(
         return error_response(
             422, "invalid_field", "reason must be a string of at most 1000 characters", "reason"
         )
-    ids = _ids_or_all(body)
+    batch_max = door_of(request).dlq_batch_max
+    ids = _ids_or_all(body, batch_max)
     if isinstance(ids, JSONResponse):
         return ids
     tenant = principal_of(request).tenant
-    return JSONResponse(discard_events(producer_of(request), ids, reason, tenant=tenant))
+    return JSONResponse(discard_events(producer_of(request), ids, reason, tenant=tenant, limit=batch_max))
 
 
 @router.get("/healthz", dependencies=[Depends(public)], response_model=Health)

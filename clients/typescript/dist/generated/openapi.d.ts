@@ -1360,6 +1360,11 @@ export interface components {
              * @description Unknown, or not dead: nothing done.
              */
             notDead: string[];
+            /**
+             * More
+             * @description Present, and true, only when ``{"all": true}`` stopped at ``AGENT_SIGNAL_DLQ_BATCH_MAX`` dead events while others remain: send the request again.
+             */
+            more?: boolean | null;
         };
         /**
          * DlqEvent
@@ -2077,6 +2082,11 @@ export interface components {
              * @description Unknown, or not dead: nothing done.
              */
             notDead: string[];
+            /**
+             * More
+             * @description Present, and true, only when ``{"all": true}`` stopped at ``AGENT_SIGNAL_DLQ_BATCH_MAX`` dead events while others remain: send the request again.
+             */
+            more?: boolean | null;
         };
         /** Rollback */
         Rollback: {

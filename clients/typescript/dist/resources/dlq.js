@@ -9,18 +9,15 @@ export class Dlq {
     }
     /**
      * Requeue dead events at their scope's tail: ids (`["ev_1", …]`), edits (`[{eventId, payload}, …]`: each
-     * payload is validated like a new event's, and a 422 names `events[i].payload.<field>`), or `{all: true}`.
-     * Ids that are unknown or not dead come back in `notDead`.
+     * payload is validated like a new event's, and a 422 names `events[i].payload.<field>`), or `{all: true}` (sent
+     * again while the service answers `more`, the answers joined). Ids that are unknown or not dead come back in
+     * `notDead`; a list longer than `AGENT_SIGNAL_DLQ_BATCH_MAX` (1,000) is a 413 `batch_too_large`.
      */
     async redrive(target, options) {
         const ids = targetOf("redrive", target);
-        let body;
         if (ids === "all")
-            body = { all: true };
-        else if (ids.length > 0 && typeof ids[0] === "object")
-            body = { events: ids };
-        else
-            body = { eventIds: ids };
+            return this.#everyDead("/v1/dlq/redrive", { all: true }, "redriven", options);
+        const body = ids.length > 0 && typeof ids[0] === "object" ? { events: ids } : { eventIds: ids };
         return this.#http.json("POST", "/v1/dlq/redrive", { body, signal: options?.signal });
     }
     /** Take dead events out of the DLQ, kept as audit records with `reason` (`GET /v1/dlq?state=discarded`). */
@@ -29,7 +26,26 @@ export class Dlq {
         const body = ids === "all" ? { all: true } : { eventIds: ids };
         if (reason !== undefined)
             body.reason = reason;
+        if (ids === "all")
+            return this.#everyDead("/v1/dlq/discard", body, "discarded", options);
         return this.#http.json("POST", "/v1/dlq/discard", { body, signal: options?.signal });
+    }
+    /**
+     * `{all: true}`, sent again while the service answers `more` (one request acts on at most
+     * `AGENT_SIGNAL_DLQ_BATCH_MAX` dead events), the answers joined. `options.onProgress` hears the count so far.
+     */
+    async #everyDead(path, body, doneKey, options) {
+        const done = [];
+        const notDead = [];
+        for (;;) {
+            const answer = await this.#http.json("POST", path, { body, signal: options?.signal });
+            const batch = answer[doneKey] ?? [];
+            done.push(...batch);
+            notDead.push(...(answer.notDead ?? []));
+            if (!answer.more || batch.length === 0)
+                return { [doneKey]: done, notDead };
+            options?.onProgress?.(done.length);
+        }
     }
 }
 /**

@@ -7,6 +7,12 @@ export interface AllDead {
   all: true;
 }
 
+/** Options of a call given `{all: true}`: it takes several requests when the DLQ is long. */
+export interface EveryDeadOptions extends RequestOptions {
+  /** Called after each request but the last with the number of events redriven (or discarded) so far. */
+  onProgress?: (doneSoFar: number) => void;
+}
+
 export class Dlq {
   readonly #http: Http;
 
@@ -21,24 +27,46 @@ export class Dlq {
 
   /**
    * Requeue dead events at their scope's tail: ids (`["ev_1", …]`), edits (`[{eventId, payload}, …]`: each
-   * payload is validated like a new event's, and a 422 names `events[i].payload.<field>`), or `{all: true}`.
-   * Ids that are unknown or not dead come back in `notDead`.
+   * payload is validated like a new event's, and a 422 names `events[i].payload.<field>`), or `{all: true}` (sent
+   * again while the service answers `more`, the answers joined). Ids that are unknown or not dead come back in
+   * `notDead`; a list longer than `AGENT_SIGNAL_DLQ_BATCH_MAX` (1,000) is a 413 `batch_too_large`.
    */
-  async redrive(target: readonly string[] | readonly RedriveEdit[] | AllDead, options?: RequestOptions): Promise<Redriven> {
+  async redrive(target: readonly string[] | readonly RedriveEdit[] | AllDead, options?: EveryDeadOptions): Promise<Redriven> {
     const ids = targetOf("redrive", target);
-    let body: unknown;
-    if (ids === "all") body = { all: true };
-    else if (ids.length > 0 && typeof ids[0] === "object") body = { events: ids };
-    else body = { eventIds: ids };
+    if (ids === "all") return this.#everyDead<Redriven>("/v1/dlq/redrive", { all: true }, "redriven", options);
+    const body = ids.length > 0 && typeof ids[0] === "object" ? { events: ids } : { eventIds: ids };
     return this.#http.json<Redriven>("POST", "/v1/dlq/redrive", { body, signal: options?.signal });
   }
 
   /** Take dead events out of the DLQ, kept as audit records with `reason` (`GET /v1/dlq?state=discarded`). */
-  async discard(target: readonly string[] | AllDead, reason?: string, options?: RequestOptions): Promise<Discarded> {
+  async discard(target: readonly string[] | AllDead, reason?: string, options?: EveryDeadOptions): Promise<Discarded> {
     const ids = targetOf("discard", target);
     const body: Record<string, unknown> = ids === "all" ? { all: true } : { eventIds: ids };
     if (reason !== undefined) body.reason = reason;
+    if (ids === "all") return this.#everyDead<Discarded>("/v1/dlq/discard", body, "discarded", options);
     return this.#http.json<Discarded>("POST", "/v1/dlq/discard", { body, signal: options?.signal });
+  }
+
+  /**
+   * `{all: true}`, sent again while the service answers `more` (one request acts on at most
+   * `AGENT_SIGNAL_DLQ_BATCH_MAX` dead events), the answers joined. `options.onProgress` hears the count so far.
+   */
+  async #everyDead<T extends Redriven | Discarded>(
+    path: "/v1/dlq/redrive" | "/v1/dlq/discard",
+    body: Record<string, unknown>,
+    doneKey: "redriven" | "discarded",
+    options?: EveryDeadOptions,
+  ): Promise<T> {
+    const done: string[] = [];
+    const notDead: string[] = [];
+    for (;;) {
+      const answer = await this.#http.json<T>("POST", path, { body, signal: options?.signal });
+      const batch = ((answer as Record<string, unknown>)[doneKey] as string[] | undefined) ?? [];
+      done.push(...batch);
+      notDead.push(...(answer.notDead ?? []));
+      if (!answer.more || batch.length === 0) return { [doneKey]: done, notDead } as unknown as T;
+      options?.onProgress?.(done.length);
+    }
   }
 }
 

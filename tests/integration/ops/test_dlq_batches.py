@@ -1,0 +1,94 @@
+"""One redrive or discard request acts on at most ``AGENT_SIGNAL_DLQ_BATCH_MAX`` dead events
+(producers/http/routes/ops.py): ``{"all": true}`` over a DLQ of hundreds of thousands ran one request for minutes,
+holding a thread of the shared web process, and ``eventIds`` took as many ids as 8 MB of JSON holds. Now ``all``
+takes the longest dead first and answers ``"more": true`` until none remain; a longer list is a 413 naming it.
+Real Redis, the real web app, dead events made by a real drain; the batch made 2 so five events take three calls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from producers import Producer
+from producers.http.app import create_web_app
+from worker.runtime.app import build_pipeline
+from worker.telemetry.recorder import DISABLED
+
+pytestmark = [pytest.mark.integration, pytest.mark.buckets]
+
+
+@pytest.fixture
+def dead_and_api(make_settings: Any) -> Iterator[tuple[list[str], TestClient]]:
+    settings = make_settings(max_attempts=1, dlq_batch_max=2)
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    dead = []
+    for i in range(5):
+        scope = f"topic:dlq-batch-{i}"
+        sent = {"sourceType": "test.flaky", "sourceId": f"dlq-batch-{i}", "scopeKey": scope, "payload": {}}
+        dead.append(producer.enqueue(sent).event_id)
+        assert pipeline.drain_scope(scope).next == "idle"
+    assert all(producer.status(e)["status"] == "dead" for e in dead)  # type: ignore[index]
+    with TestClient(create_web_app(settings)) as client:
+        yield dead, client
+    producer.close()
+    pipeline.store.client.close()
+
+
+def _dead(client: TestClient) -> list[str]:
+    return [e["eventId"] for e in client.get("/v1/dlq", params={"limit": 100}).json()["events"]]
+
+
+def test_all_goes_a_batch_at_a_time_longest_dead_first_and_says_more(
+    dead_and_api: tuple[list[str], TestClient],
+) -> None:
+    dead, client = dead_and_api
+    answers = []
+    while True:
+        answer = client.post("/v1/dlq/discard", json={"all": True, "reason": "batched"})
+        assert answer.status_code == 200, answer.text
+        answers.append(answer.json())
+        if not answer.json().get("more"):
+            break
+    assert [a["discarded"] for a in answers] == [dead[0:2], dead[2:4], dead[4:]]  # the order they died in
+    assert [a.get("more") for a in answers] == [True, True, None]  # absent once the DLQ fit
+    assert _dead(client) == []
+
+
+def test_redrive_all_stops_at_the_batch_and_the_rest_stays_dead(
+    dead_and_api: tuple[list[str], TestClient],
+) -> None:
+    dead, client = dead_and_api
+    answer = client.post("/v1/dlq/redrive", json={"all": True})
+    assert answer.status_code == 200 and answer.json() == {
+        "redriven": dead[:2],
+        "notDead": [],
+        "more": True,
+    }, answer.text
+    assert sorted(_dead(client)) == sorted(dead[2:])
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/dlq/redrive", {"eventIds": ["a", "b", "c"]}, "eventIds"),
+        ("/v1/dlq/discard", {"eventIds": ["a", "b", "c"]}, "eventIds"),
+        ("/v1/dlq/redrive", {"events": [{"eventId": x, "payload": {}} for x in "abc"]}, "events"),
+    ],
+)
+def test_a_longer_list_is_refused_naming_it_and_nothing_is_touched(
+    dead_and_api: tuple[list[str], TestClient], path: str, body: dict[str, Any], field: str
+) -> None:
+    dead, client = dead_and_api
+    if "eventIds" in body:
+        body = {"eventIds": dead[:3]}
+    answer = client.post(path, json=body)
+    assert answer.status_code == 413, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "batch_too_large" and error["field"] == field
+    assert "at most 2" in error["message"]
+    assert sorted(_dead(client)) == sorted(dead)
+    assert client.post(path, json={"eventIds": dead[:2]}).status_code == 200  # the limit itself is taken
