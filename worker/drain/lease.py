@@ -11,8 +11,14 @@ the idempotency lanes are the correctness device.
 
 One :class:`ScopeLease` per process serves every tenant: a grant carries the keys of its scope's tenant (and
 bucket), and one renewer thread keeps the one grant a drain holds. A renewal that finds the lease gone sets
-``lost``; the drain checks it before every action and the fenced scripts check the number at the write. The
-renewer never re-acquires an expired lease.
+``lost``; the drain checks it before every action and the fenced scripts check the number at the write.
+
+A lease that ran out while its holder was paused (a GC pause, a frozen VM) and that nobody took meanwhile is
+taken again, by the renewer (RENEW_SCOPE) and by a COMMIT that goes on to the next head: the scope's fencing
+number is still the holder's, and every grant moves it, so nobody was granted the scope since. Without that the
+holder's commit (fenced, and rightly accepted) began the next head with no lease behind it; the renewer then
+called the lease lost, the drain stopped, and the next drain charged that head a lost delivery (dead with
+``max_attempts`` 1) though nothing had failed.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import Any
 
 from worker.core.tenancy import BadTenant, split_scope_ref
 from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, EngineKeys, Keys
-from worker.store.calls import Acquire, PopAcquire, PopNext, ReadyPop, Release, Renew, ScriptCall
+from worker.store.calls import Acquire, PopAcquire, PopNext, ReadyPop, Release, RenewScope, ScriptCall
 from worker.store.records import Head
 from worker.store.replies import HeadCode, ReleaseCode
 from worker.store.scripts import Scripts
@@ -51,6 +57,10 @@ class LeaseGrant:
     @property
     def lease_key(self) -> str:
         return self.keys.lease(self.scope_key)
+
+    @property
+    def fence_key(self) -> str:
+        return self.keys.fence(self.scope_key)
 
 
 Acquired = tuple[LeaseGrant | None, int, Head | None]  # (grant, ms the holder still has, head): see acquire
@@ -162,7 +172,6 @@ class ScopeLease:
             ticket_ttl_ms=ready.ticket_ttl_ms,
             key_prefix=keys.prefix,
             pop_token=self._token(holder),
-            lease_ttl_ms=self.ttl_ms,
         )
         return ChainedPop(call)
 
@@ -208,7 +217,8 @@ class ScopeLease:
         return grant, 0, head
 
     def renew(self, grant: LeaseGrant) -> bool:
-        ok = bool(int(self.scripts.run(Renew(grant.lease_key, grant.token, self.ttl_ms))))
+        call = RenewScope(grant.lease_key, grant.fence_key, grant.token, self.ttl_ms, grant.fence)
+        ok = bool(int(self.scripts.run(call)))
         if not ok:
             grant.lost.set()
         return ok

@@ -358,6 +358,7 @@ class EventStore(StoreReads):
             peek_count=peek,
             peek_skip=peek_skip,
             pop_next=0 if then_pop is None else 1,
+            lease_ttl_ms=round(settings.lease_ttl_s * 1000),
             pop=() if then_pop is None else (then_pop,),
             events=[self._committed(b, scope_key, fence, e, g) for e, g in zip(events, go_on, strict=True)],
         )

@@ -312,3 +312,42 @@ class TestFencing:
         assert _status(producer, ev.event_id) == "done"
         assert first.popen.poll() is None
         producer.close()
+
+    def test_a_holder_paused_past_its_lease_that_nobody_took_goes_on_without_charging_the_next_event(
+        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """SIGSTOP the only worker's drain inside an action until its lease runs out; nobody else drains. On
+        resume its commit is rightly accepted (the fence is still its own). That commit began the next event with
+        no lease behind it: the renewer called the lease lost, the drain stopped, and the next drain charged that
+        event a lost delivery (dead, with max_attempts 1). Now the lease is taken again (RENEW_SCOPE, and the
+        COMMIT that takes a next head), and both events end done on their first attempt."""
+        settings = make_settings(max_attempts=1)
+        counter = f"{keys.bucket_prefix}test:paused-counter"
+        producer = Producer(settings)
+        start_worker(settings)  # concurrency 1: the one pool process is the one stopped
+        scope = "topic:paused-holder"
+        first = producer.enqueue(
+            _event("test.counter", "paused-1", scope, counterKey=counter, sleepMs=300)
+        ).event_id
+        second = producer.enqueue(_event("test.counter", "paused-2", scope, counterKey=counter)).event_id
+        marker = f"{keys.bucket_prefix}test:inaction:paused-1"
+        paused = int(wait_for(lambda: redis_client.get(marker), what="the first action"))
+        os.kill(paused, signal.SIGSTOP)
+        try:
+            wait_for(
+                lambda: not redis_client.exists(keys.lease(scope)), timeout_s=30, what="the lease to run out"
+            )
+        finally:
+            os.kill(paused, signal.SIGCONT)
+        for event_id in (first, second):
+            wait_for(
+                lambda e=event_id: _status(producer, e) in ("done", "dead"),  # type: ignore[misc]
+                timeout_s=60,
+                what=f"{event_id} to end",
+            )
+        record = producer.status(second)
+        assert record is not None
+        assert (_status(producer, first), record["status"], record["attempts"]) == ("done", "done", 1), record
+        assert redis_client.get(counter) == "2"
+        assert producer.store.stats(producer.keys).get("fenceRejected", 0) == 0
+        producer.close()

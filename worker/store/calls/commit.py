@@ -55,7 +55,6 @@ class PopNext(Layout):
     ticket_ttl_ms: int = arg()
     key_prefix: str = arg()
     pop_token: str = arg()
-    lease_ttl_ms: int = arg()
 
 
 @record
@@ -90,6 +89,7 @@ class Commit(ScriptCall):
     peek_count: int = arg()
     peek_skip: int = arg()
     pop_next: int = arg()
+    lease_ttl_ms: int = arg()  # this scope's lease, set again before a next head is taken; the popped one's too
     pop: Sequence[PopNext] = group()
     events: Sequence[CommittedEvent] = group()
 

@@ -1,4 +1,4 @@
-"""The scope lease's scripts: ACQUIRE, RENEW, RELEASE."""
+"""The scope lease's scripts: ACQUIRE, RENEW (any lock), RENEW_SCOPE (a drain's lease), RELEASE."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from worker.store.calls.layout import ScriptCall, arg, key
 
-__all__ = ["Acquire", "Release", "Renew"]
+__all__ = ["Acquire", "Release", "Renew", "RenewScope"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,19 @@ class Renew(ScriptCall):
     lease: str = key()
     token: str = arg()
     ttl_ms: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class RenewScope(ScriptCall):
+    """A drain's scope lease kept: extended while ours, taken again when it ran out and the scope's fencing
+    number is still ours (nobody was granted it since)."""
+
+    SCRIPT = "renew_scope"
+    lease: str = key()
+    fence_key: str = key()
+    token: str = arg()
+    ttl_ms: int = arg()
+    fence: int = arg()
 
 
 @dataclass(frozen=True, slots=True)

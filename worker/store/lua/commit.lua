@@ -35,8 +35,8 @@ local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_a
   runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
   KEYS[11], KEYS[12], KEYS[13]
 local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, scope_ref, ev_prefix, lane_ttl_s,
-  peek_count, peek_skip, pop_next = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8],
-  ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13]
+  peek_count, peek_skip, pop_next, lease_ttl_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7],
+  ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
 
 local now, window, imax = tonumber(now_ms), tonumber(window_s), tonumber(run_index_max)
 local body_moves = tonumber(chain_ttl_s) >= window  -- a done event's chain outlives its hash
@@ -82,6 +82,7 @@ local function minute_fields(t)
 end
 
 local fence_held = false  -- our fence was found in this script (nothing in it can change the fence)
+local lease_kept = false  -- our lease was set again in this script (a next head was taken)
 local function fence_ok()
   if not fence_held then fence_held = redis.call('GET', fence_key) == fence end
   return fence_held
@@ -178,6 +179,13 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
   local reply = {CommitCode.COMMITTED, publish, outcome, latency, accepted, duplicate}
   if go_on == '1' then
     local head = take_or_release(inbox, lease, sched, scopes, token, scope_ref, ev_prefix, now_ms, fence, ix)
+    -- Our fence held above, and every grant moves it: the lease is ours, or it ran out while we were paused and
+    -- nobody was granted the scope since. Either way it is ours again before the head it took is worked on
+    -- under it (not set for a released scope: a lone event's commit pays nothing).
+    if head[1] ~= HeadCode.EMPTY and not lease_kept then
+      redis.call('SET', lease, token, 'PX', lease_ttl_ms)
+      lease_kept = true  -- once per script: the run's next events are taken under the same lease
+    end
     for _, part in ipairs(head) do reply[#reply + 1] = part end
   end
   return reply
@@ -205,14 +213,13 @@ local function apply_lanes(ev, event_id, lanes)
 end
 
 -- The next scope's pop (before the events: the layout's group order), when asked.
-local k0, a0 = 14, 14
+local k0, a0 = 14, 15
 local pop = nil
 if pop_next == '1' then
   local k, a = k0, a0
   local ring, tickets = KEYS[k], KEYS[k + 1]
-  local ready_prefix, ticket_ttl_ms, key_prefix, pop_token, lease_ttl_ms = ARGV[a], ARGV[a + 1], ARGV[a + 2],
-    ARGV[a + 3], ARGV[a + 4]
-  local POP_KEYS, POP_ARGS = 2, 5
+  local ready_prefix, ticket_ttl_ms, key_prefix, pop_token = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local POP_KEYS, POP_ARGS = 2, 4
   pop = {ring = ring, tickets = tickets, ready_prefix = ready_prefix, ticket_ttl_ms = ticket_ttl_ms,
     key_prefix = key_prefix, token = pop_token, ttl_ms = lease_ttl_ms}
   k0, a0 = k + POP_KEYS, a + POP_ARGS
