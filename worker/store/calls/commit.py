@@ -89,7 +89,8 @@ class Commit(ScriptCall):
     peek_count: int = arg()
     peek_skip: int = arg()
     pop_next: int = arg()
-    lease_ttl_ms: int = arg()  # this scope's lease, set again before a next head is taken; the popped one's too
+    # this scope's lease, set again before a next head is taken; the popped scope's lease too
+    lease_ttl_ms: int = arg()
     pop: Sequence[PopNext] = group()
     events: Sequence[CommittedEvent] = group()
 
