@@ -11,14 +11,21 @@ TEST_WORKERS ?= 4
 .PHONY: run test test-buckets test-fast lint typecheck imports check bench chaos clean help chromium screenshots lock
 
 help:
-	@echo "make run        start Redis (embedded if REDIS_URL unset), a worker and the web app; replay examples"
-	@echo "make test       create .venv, install, lint, type-check and run the whole suite; prints how long it took"
-	@echo "make test-buckets  only the tests marked buckets, with 4 scope buckets per tenant (make test runs them too)"
-	@echo "make bench      benchmarks, as ratios against baselines measured in the same run"
-	@echo "make check      ruff + mypy --strict + import-linter contracts only"
-	@echo "make chaos      the fault battery (minutes): 10 scenarios on private Redis servers, a history table"
-	@echo "make screenshots  refresh the README's UI screenshots (docs/screenshots/) from the browser tests"
-	@echo "make lock       regenerate deploy/requirements.lock (the image's pinned, hashed dependencies) from pyproject.toml"
+	@echo "make run           start Redis (embedded if REDIS_URL unset), a worker and the web app; replay examples"
+	@echo "make test          set up .venv, make check, then the whole suite; prints how long it took"
+	@echo "make test-fast     the unit tests only (tests/unit), one process"
+	@echo "make test-buckets  the tests marked buckets, with 4 scope buckets per tenant (make test runs them too)"
+	@echo "make check         lint, typecheck and imports together (make test runs them first)"
+	@echo "make lint          ruff check of the code, tests and benchmarks"
+	@echo "make typecheck     mypy --strict"
+	@echo "make imports       the import-linter contracts (imports point one way, plugins see worker.plugin only)"
+	@echo "make bench         benchmarks, as ratios against baselines measured in the same run"
+	@echo "make chaos         the fault battery (minutes): 10 scenarios on private Redis servers, a history table"
+	@echo "make chromium      install Debian's Chromium with apt when it is missing (the browser tests drive it)"
+	@echo "make screenshots   refresh docs/screenshots/ (the UI tour in docs/operations.md) from the browser tests"
+	@echo "make lock          regenerate deploy/requirements.lock (the image's pinned, hashed dependencies)"
+	@echo "make clean         remove .venv and the tool caches"
+	@echo "make help          this list"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,8 +33,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+# The checkout goes first on PYTHONPATH: the agent-signal launcher does not put it on sys.path, and a plugin
+# named in AGENT_SIGNAL_PLUGINS (examples.welcome:plugin) must be importable.
 run: $(STAMP)
-	$(BIN)/agent-signal run
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/agent-signal run
 
 lint: $(STAMP)
 	$(BIN)/ruff check worker producers policies sessions tests bench
@@ -68,7 +77,8 @@ test-buckets: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
 
-# Refresh the README's screenshots (docs/screenshots/) from the browser tests; a plain test run never writes them.
+# Refresh the UI screenshots (docs/screenshots/, shown in docs/operations.md) from the browser tests; a plain test
+# run never writes them.
 screenshots: $(STAMP) chromium
 	UPDATE_README_SCREENSHOTS=1 $(BIN)/python -m pytest tests/browser -q
 

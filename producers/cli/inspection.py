@@ -207,8 +207,12 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     dsub = p.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
     d = dsub.add_parser("list", help="dead events with payload, attempts and last error")
     d.add_argument("--json", action="store_true")
-    d.add_argument("--offset", type=_bounded(0, MAX_DLQ_OFFSET), default=0, help=f"0..{MAX_DLQ_OFFSET:,}")
-    d.add_argument("--limit", type=_bounded(1, MAX_DLQ_LIMIT), default=100, help=f"1..{MAX_DLQ_LIMIT}")
+    d.add_argument(
+        "--offset", type=_bounded(0, MAX_DLQ_OFFSET), default=0, help=f"0..{MAX_DLQ_OFFSET:,} (default 0)"
+    )
+    d.add_argument(
+        "--limit", type=_bounded(1, MAX_DLQ_LIMIT), default=100, help=f"1..{MAX_DLQ_LIMIT} (default 100)"
+    )
     d.add_argument(
         "--cursor",
         help="continue after the page whose cursor this is (printed while more follow; not with --offset)",

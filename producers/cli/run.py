@@ -104,6 +104,8 @@ class _Stack:
         # A development stack: its metrics, backlog and API docs open without a key (docs/security.md); a
         # deployment keeps the default, never. An explicit AGENT_SIGNAL_OPS_OPEN wins.
         env.setdefault("AGENT_SIGNAL_OPS_OPEN", "always")
+        if not env.get("REDIS_URL") and env.get("AGENT_SIGNAL_REDIS_URL"):  # the prefixed name, read as it
+            env["REDIS_URL"] = env["AGENT_SIGNAL_REDIS_URL"]
         if not env.get("REDIS_URL"):
             self.embedded = start_embedded_redis()
             env["REDIS_URL"] = self.embedded.url

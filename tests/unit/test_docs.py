@@ -164,3 +164,13 @@ def test_every_route_is_documented() -> None:
     }
     missing = sorted(f"{method} {path}" for method, path in routes - documented)
     assert not missing, f"routes the docs never name: {missing}"
+
+
+def test_make_help_lists_every_target() -> None:
+    """``make help`` names each ``.PHONY`` target (as ``make <target>`` at the start of one of its lines)."""
+    text = _text(ROOT / "Makefile")
+    phony = re.search(r"^\.PHONY:(.*)$", text, re.M)
+    assert phony is not None
+    listed = set(re.findall(r'^\t@echo "make ([\w-]+)', text, re.M))
+    missing = [target for target in phony.group(1).split() if target not in listed]
+    assert not missing, f"targets make help does not list: {missing}"

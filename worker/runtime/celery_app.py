@@ -50,9 +50,17 @@ def stack_redis_url(start: Path | None = None) -> str | None:
     return None
 
 
+# Any of these set: the environment names the deployment's store (each contract name, and its AGENT_SIGNAL_ alias).
+CONFIGURED_NAMES = tuple(
+    name
+    for base in ("REDIS_URL", "BROKER_URL", "REDIS_CLUSTER_URL")
+    for name in (base, f"AGENT_SIGNAL_{base}")
+)
+
+
 def load_tool_settings(start: Path | None = None) -> Settings:
     """The environment's settings; with no Redis configured, the running ``make run`` stack's Redis."""
-    if os.environ.get("REDIS_URL") or os.environ.get("BROKER_URL"):
+    if any(os.environ.get(name) for name in CONFIGURED_NAMES):
         return load_settings()
     url = stack_redis_url(start)
     if url is None:

@@ -3,9 +3,8 @@
 * ``probe worker [--max-age-s N] [--liveness]``: reads the heartbeat file the worker's main process writes
   (``AGENT_SIGNAL_HEARTBEAT_FILE``, worker/runtime/heartbeat_file.py); no broker, no Redis. Exit 0 when the beat is
   fresh and, unless ``--liveness``, the worker is not draining; else 1. One line on stderr either way.
-* ``probe web [--timeout-s N]``: ``GET /readyz`` on this pod's own port over loopback. The web app opens its
-  operations routes without a key only when it *binds* a loopback host (``AGENT_SIGNAL_OPS_OPEN=loopback``
-  looks at ``AGENT_SIGNAL_HOST``, not at the caller), and a pod binds 0.0.0.0, so the probe sends a bearer:
+* ``probe web [--timeout-s N]``: ``GET /readyz`` on this pod's own port over loopback. A deployment keeps its
+  operations routes behind a credential (``AGENT_SIGNAL_OPS_OPEN=never``, the default), so the probe sends a bearer:
   ``AGENT_SIGNAL_TOKEN``, else the bootstrap key of its own environment (an exec probe sees the container's
   environment; an httpGet probe could not read a Secret). Exit 0 on 200, else 1.
 * ``drain [--timeout-s N]``: the worker's preStop hook. Sets the drain flag (readiness goes false at once),
@@ -172,8 +171,8 @@ def add_probe_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "--max-age-s",
         type=positive_seconds(MAX_AGE_MAX_S),
         default=None,
-        help="oldest acceptable beat, seconds above 0 (default: 4 x AGENT_SIGNAL_RECONCILE_INTERVAL_S, the "
-        "beat's period)",
+        help="oldest acceptable beat, seconds above 0, at most 604800 (7 days) (default: 4 x "
+        "AGENT_SIGNAL_RECONCILE_INTERVAL_S, the beat's period)",
     )
     w.add_argument("--liveness", action="store_true", help="a draining worker still counts as healthy")
     web = psub.add_parser("web", help="GET /readyz on this host's PORT over loopback")

@@ -37,7 +37,9 @@ def add_http_options(p: argparse.ArgumentParser) -> None:
         help="the HTTP API (default: AGENT_SIGNAL_URL, else the stack `make run` started in this checkout)",
     )
     p.add_argument(
-        "--token", default=None, help="bearer API key or token (default: AGENT_SIGNAL_TOKEN); never printed"
+        "--token",
+        default=None,
+        help="bearer API key or token (default: AGENT_SIGNAL_TOKEN, else the deprecated AGENT_SIGNAL_API_TOKEN); never printed",
     )
     p.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
 

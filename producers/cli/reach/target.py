@@ -78,7 +78,10 @@ def add_target_options(p: argparse.ArgumentParser, *, tenant: bool = True) -> No
         "else straight to REDIS_URL)",
     )
     p.add_argument(
-        "--token", default=None, help="bearer API key or token (default: AGENT_SIGNAL_TOKEN); never printed"
+        "--token",
+        default=None,
+        help="bearer API key or token (default: AGENT_SIGNAL_TOKEN, else the deprecated AGENT_SIGNAL_API_TOKEN); "
+        "never printed",
     )
     if tenant:
         p.add_argument(

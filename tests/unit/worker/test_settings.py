@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from producers.http.settings import door_settings
@@ -154,3 +156,17 @@ def test_a_settings_repr_shows_no_secret() -> None:
         assert secret not in shown
     assert "redis://:***@127.0.0.1:6379/0" in shown and "https://runner:***@runs.example/hook" in shown
     assert given.api_token == "tok-abcdef"  # type: ignore[attr-defined]  # only the repr hides it
+
+
+def test_a_tool_reads_the_prefixed_redis_url_before_looking_for_a_stack(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """``AGENT_SIGNAL_REDIS_URL`` is read as ``REDIS_URL`` (docs/settings.md); a tool (celery inspect) given only
+    it looked for a ``make run`` stack instead and failed with "REDIS_URL is not set"."""
+    from worker.runtime.celery_app import load_tool_settings
+
+    for name in ("REDIS_URL", "BROKER_URL", "REDIS_CLUSTER_URL"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(f"AGENT_SIGNAL_{name}", raising=False)
+    monkeypatch.setenv("AGENT_SIGNAL_REDIS_URL", "redis://127.0.0.1:6379/9")
+    assert load_tool_settings(tmp_path).redis_url == "redis://127.0.0.1:6379/9"
