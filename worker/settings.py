@@ -147,7 +147,8 @@ class Settings(_SecretsHidden, BaseSettings):
     )
     # Shared drain messages (worker/runtime/fair.py, fair share on): one drain_next message drains up to this many
     # ready scopes, one after another, and claims no new one after drain_message_budget_s; at most
-    # drain_messages_max such messages are out at once (keep it at or above the fleet's total concurrency).
+    # drain_messages_max such messages are out at once (keep it at or above the fleet's total concurrency). A
+    # scope's turn ends after drain_message_budget_s too (or max_events_per_drain events, whichever comes first).
     scopes_per_drain: int = Field(default=32, ge=1)
     drain_message_budget_s: float = Field(default=5.0, gt=0)
     drain_messages_max: int = Field(default=64, ge=1)

@@ -16,7 +16,7 @@ it into the lease grant's keys, so one pipeline, store, emitter and lease serve 
    sends ahead and runs are taken at all, the next run's chains run while this COMMIT is in flight
    (worker/drain/ahead.py).
 4. **Next.** Until the inbox is empty (the script released the scope), its head waits for a retry time, or the
-   drain reached ``max_events_per_drain``: then the scope is handed off (token-checked release that keeps it
+   drain reached ``max_events_per_drain`` or ran for ``drain_message_budget_s``: then the scope is handed off (token-checked release that keeps it
    scheduled) and the caller publishes its next drain. A drain_next message that goes on to another scope
    (``then_pop``, one Redis with one scope bucket) has the commit that releases the scope pop the next ready
    one and take its lease in the same round trip (:attr:`DrainOutcome.popped`).
@@ -38,6 +38,7 @@ meanwhile is drained by us or schedules a new drain: never stranded.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -219,6 +220,10 @@ class Pipeline:
         # the fresh events to know behind the head: the next run's, and going ahead the run after it too
         window = 0 if alone_only else (2 * run_max - 1 if look.enabled else run_max - 1)
         processed, slow = 0, False
+        # A turn also ends once it has run for drain_message_budget_s: 200 events of a slow handler held a worker
+        # slot for minutes while other tenants' scopes waited (the turn is decided at a commit, which then takes
+        # no next head: nothing is begun that this drain will not run)
+        turn_ends = time.monotonic() + settings.drain_message_budget_s
         look.known = [] if alone_only else self._peek(grant, head, min(limit, window + 1) - 1)
         while head.code is HeadCode.TAKEN and head.begun is not None:
             room = min(run_max, limit - processed)
@@ -237,7 +242,7 @@ class Pipeline:
                     count_runs(self.ctx, work)
                     return DrainOutcome(processed, "lost")
                 works = [work]
-            go_on = processed + len(works) < limit
+            go_on = processed + len(works) < limit and time.monotonic() < turn_ends
             done = self._commit(
                 grant,
                 works,
@@ -252,7 +257,7 @@ class Pipeline:
             if done.lost:
                 return DrainOutcome(processed, "lost")
             slow, next_head = done.slow, done.head
-            if next_head is None:  # max_events_per_drain: let other scopes have a turn
+            if next_head is None:  # max_events_per_drain or the turn's time: let other scopes have a turn
                 return self.hand_off(grant, processed, 0)
             head = next_head
         if head.code is HeadCode.EMPTY:
