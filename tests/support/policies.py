@@ -18,6 +18,7 @@ must be visible while the event is still running, so tests can observe ordering 
 * ``test.flaky``: raises until the key ``test:fixed`` exists (or, given ``payload.failTimes``, on its first
   that many attempts), then increments ``test:flaky-applied``; the error quotes ``payload.errorText``. Its
   payload schema (:class:`FlakyPayload`) types both, so a redrive's edited payload can be refused at the door.
+  With ``payload.retryLaterS`` it raises ``RetryLater(delay_s=retryLaterS)`` instead.
 * ``test.batch``: batch-safe (worker/drain/batch.py) source → signal → action; the source handler counts its runs
   under ``test:batch-runs:<sourceId>`` (instrumentation: speculative runs count too), records its pid under
   ``test:inbatch:<sourceId>`` and, with ``payload.waitGo``, waits (up to 60 s) for ``test:batch-go:<sourceId>``;
@@ -54,6 +55,7 @@ from worker.plugin import (
     PluginRuntime,
     PluginTask,
     Policy,
+    RetryLater,
     Signal,
     Source,
     action_from,
@@ -161,6 +163,8 @@ def _flaky(source: Source, ctx: HandlerContext) -> Dispatch:
         broken = ctx.attempt <= int(fail_times)
     else:
         broken = not ctx.deps(Probe).redis.exists(_test_key(ctx, "fixed"))
+    if broken and source.payload.get("retryLaterS") is not None:
+        raise RetryLater("asked to wait", delay_s=float(source.payload["retryLaterS"]))
     if broken:  # ``payload.errorText``: the error quotes its input, as a parser's error does
         quoted = source.payload.get("errorText")
         raise RuntimeError(f"flaky handler is broken: {quoted}" if quoted else "flaky handler is broken")

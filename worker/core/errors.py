@@ -38,7 +38,8 @@ class PipelineError(Exception):
 
 
 class RetryLater(PipelineError):
-    """Retry the current event after ``delay_s`` seconds (at least; backoff may add more)."""
+    """Retry the current event after ``delay_s`` seconds (at least, up to ``AGENT_SIGNAL_RETRY_CAP_MS``; backoff
+    may add more). Like any retry, it counts an attempt."""
 
     def __init__(self, message: str = "retry requested", *, delay_s: float = 0.0) -> None:
         super().__init__(message)

@@ -105,7 +105,11 @@ class EventWork:
             self.begun.attempts, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms
         )
         self.decide("retry", error)
-        self.not_before_ms = now_ms() + max(delay_ms, int(min_delay_s * 1000))
+        # RetryLater's delay is capped like the backoff: a retry is a countdown message, and one longer than the
+        # broker's visibility timeout is delivered again and again (celery#2481; check_settings keeps the cap
+        # below it)
+        asked_ms = min(int(min_delay_s * 1000), settings.retry_cap_ms)
+        self.not_before_ms = now_ms() + max(delay_ms, asked_ms)
 
 
 Step = Callable[[EventWork, DrainContext], None]

@@ -316,7 +316,16 @@ class Pipeline:
             count_runs(self.ctx, work)
 
     def hand_off(self, grant: LeaseGrant, processed: int, wait_ms: int) -> DrainOutcome:
-        """Release the scope but keep it scheduled: the caller publishes its next drain after ``wait_ms``."""
+        """Release the scope but keep it scheduled: the caller publishes its next drain after ``wait_ms``.
+
+        A wait (the head's retry time) is at most ``retry_cap_ms``: a time written by a worker whose clock runs
+        hours ahead asked for a countdown longer than the broker's visibility timeout (delivered again and again,
+        celery#2481); a drain that comes early finds the head waiting and hands off again. The scope's drain
+        marker then covers the wait (:meth:`EventStore.mark_waiting`), so the reconcile sweep does not publish
+        one more drain per sweep for a scope that only waits."""
+        wait_ms = min(wait_ms, self.settings.retry_cap_ms)
+        if wait_ms > 0:
+            self.store.mark_waiting(grant.keys, grant.scope_key, wait_ms)
         if not self.lease.hand_off(grant):
             return DrainOutcome(processed, "lost")
         return DrainOutcome(processed, "again", delay_s=wait_ms / 1000)
