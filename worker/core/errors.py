@@ -101,7 +101,8 @@ class OverLimit(Exception):
         if len(parts) == 4 and parts[1] == "events":
             message = (
                 f"this tenant already keeps {parts[2]} events of its dedupe window (its quota is {max_events}, "
-                f"AGENT_SIGNAL_TENANT_MAX_EVENTS); retry once older ones expire"
+                "AGENT_SIGNAL_TENANT_MAX_EVENTS; a large event counts once per started share of its size, "
+                "docs/settings.md); retry once older ones expire"
             )
             return cls("events", message, retry_after_s=int(parts[3]))
         if len(parts) == 5 and parts[1] == "user":

@@ -193,7 +193,9 @@ class EventStore(StoreReads):
         tenant_quota: bool,
     ) -> tuple[list[EnqueueOutcome], int]:
         users = self.users_of(events) if tenant_quota else []  # read by the script: one slot with one bucket
-        max_events, slot_ms, max_user_bytes, user_count = quota_args(self.settings, tenant_quota, users)
+        max_events, slot_ms, max_user_bytes, user_count, unit_bytes = quota_args(
+            self.settings, tenant_quota, users
+        )
         fields: dict[str, Any] = dict(
             scopes=k.scopes,
             stats=k.stats,
@@ -212,6 +214,7 @@ class EventStore(StoreReads):
             retained_slot_ms=slot_ms,
             max_user_bytes=max_user_bytes,
             user_count=user_count,
+            retained_unit_bytes=unit_bytes,
             events=[self._admission(k, ev) for ev in events],
             users=[UserBytes(k.user_bytes(user)) for user in users],
         )

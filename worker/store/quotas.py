@@ -4,8 +4,12 @@ stored (over one: 429 ``quota_exceeded``). Both counts are kept in O(1) memory, 
 each one misses is said below.
 
 **Retained events.** An event's record lives a dedupe window after its admission (a done event a window after
-it finished; a dead one until it is redriven or discarded). Each bucket's ``retained-events`` hash counts the
-events its admissions accepted per time slot of a 24th of the window (:func:`retained_slot_ms`); the slots of
+it finished; a dead one until it is redriven or discarded), and its chain, which holds its payload too, for
+``chain_retention_s`` (3 windows by default). So an event counts once per started :func:`retained_unit_bytes` of
+its stored form: the ~2 KB an ordinary event keeps over its whole life is one, and a 256 KiB one counts its
+share too (counted by the event alone, one 256 KiB event let through per unit filled 128 times the memory the
+quota assumed, and one tenant filled the shipped Redis for everyone). Each bucket's ``retained-events`` hash
+counts the units its admissions accepted per time slot of a 24th of the window (:func:`retained_slot_ms`); the slots of
 the last window and one slot more are summed (:data:`RETAINED_FN`). The enqueue script checks the sum against
 the quota and adds its accepted events, in the same script. A refusal's Retry-After is when the oldest counted
 slot drops out. Not counted: follow-up events a chain emits (admitted by the worker's commit), dead events
@@ -42,12 +46,15 @@ __all__ = [
     "DAY_MS",
     "KEEP",
     "RETAINED_SLOTS",
+    "RETAINED_UNIT_BYTES",
     "UserOverQuota",
     "add_user_bytes",
     "quota_args",
     "receipt_bytes_effects",
     "retained_refusal",
     "retained_slot_ms",
+    "retained_unit_bytes",
+    "retained_units",
     "user_bytes_day",
     "user_bytes_effects",
     "user_bytes_field",
@@ -60,6 +67,23 @@ RETAINED_SLOTS = 24  # a window is counted in this many slots (and one more, the
 KEEP = "keep"
 
 
+RETAINED_UNIT_BYTES = 2048  # what an ordinary event keeps over its life (docs/decisions.md, "Storage quotas")
+
+
+def retained_unit_bytes(settings: Settings) -> int:
+    """The stored bytes one unit of the retained-events quota stands for: 2 KiB over a window, shared out over the
+    windows a chain outlives its event (682 B at the defaults: a chain kept three windows holds its payload
+    three times as long as the count does)."""
+    windows = max(1.0, settings.chain_retention_s / max(settings.dedupe_window_s, 1))
+    return max(1, int(RETAINED_UNIT_BYTES / windows))
+
+
+def retained_units(body: str | bytes, unit_bytes: int) -> int:
+    """One event's count against the quota: once per started ``unit_bytes`` of its stored form (at least once)."""
+    size = len(body.encode()) if isinstance(body, str) else len(body)
+    return max(1, -(-size // unit_bytes))
+
+
 def retained_slot_ms(window_s: int) -> int:
     """One slot of the retained-events count: a 24th of the dedupe window, at least a second."""
     return max(1000, window_s * 1000 // RETAINED_SLOTS)
@@ -67,13 +91,15 @@ def retained_slot_ms(window_s: int) -> int:
 
 def quota_args(settings: Settings, check: bool, users: Sequence[str]) -> list[int]:
     """ENQUEUE's quota arguments: maxTenantEvents (checked only with ``check``), retainedSlotMs (counted
-    whenever the quota is on), maxUserBytes and how many users' keys follow the events'."""
+    whenever the quota is on), maxUserBytes, how many users' keys follow the events', and the bytes of a unit
+    of the retained count."""
     counting = settings.tenant_max_events > 0
     return [
         settings.tenant_max_events if check else 0,
         retained_slot_ms(settings.dedupe_window_s) if counting else 0,
         settings.user_max_bytes if users else 0,
         len(users),
+        retained_unit_bytes(settings),
     ]
 
 
@@ -114,8 +140,8 @@ def add_user_bytes(client: Any, keys: Keys, user_id: str, n_bytes: int, *, ttl_s
 def retained_refusal(
     client: Redis, every: Sequence[BucketKeys], adding: int, max_events: int, window_s: int
 ) -> str | None:
-    """With scope buckets, the tenant's retained events summed over its buckets (each script counts its own):
-    the OVERLIMIT reply ENQUEUE would give, or None."""
+    """With scope buckets, the tenant's retained events summed over its buckets (each script counts its own),
+    ``adding`` the units of the batch (:func:`retained_units`): the OVERLIMIT reply ENQUEUE would give, or None."""
     slot_ms = retained_slot_ms(window_s)
     pipe = client.pipeline(transaction=False)
     for k in every:

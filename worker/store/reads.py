@@ -20,7 +20,7 @@ from worker.documents.event_body import body_of, stored_body
 from worker.documents.event_records import LIST_FIELDS, source_digest, status_record
 from worker.keys.layout import BucketKeys, Keys
 from worker.settings import Settings
-from worker.store.quotas import retained_refusal, user_bytes_refusal
+from worker.store.quotas import retained_refusal, retained_unit_bytes, retained_units, user_bytes_refusal
 from worker.store.records import PreparedEvent, to_str
 
 __all__ = [
@@ -178,9 +178,12 @@ class StoreReads:
                 return f"OVERLIMIT tenant {queued}"
         if settings.tenant_max_events:
             quota, window_s, every = settings.tenant_max_events, settings.dedupe_window_s, k.every_bucket()
-            refusal = retained_refusal(self.client, every, len(events), quota, window_s)
+            unit_bytes = retained_unit_bytes(settings)
+            units = [retained_units(ev.body, unit_bytes) for ev in events]
+            refusal = retained_refusal(self.client, every, sum(units), quota, window_s)
             if refusal is not None:  # a duplicate stores nothing: count only the new events
-                refusal = retained_refusal(self.client, every, self._fresh(k, events), quota, window_s)
+                fresh = sum(n for n, new in zip(units, self._fresh(k, events), strict=True) if new)
+                refusal = retained_refusal(self.client, every, fresh, quota, window_s)
             if refusal is not None:
                 return refusal
         users = self.users_of(events)
@@ -200,12 +203,12 @@ class StoreReads:
                     return f"OVERLIMIT inbox {k.scope_ref(scope)} {depth}"
         return None
 
-    def _fresh(self, k: Keys, events: Sequence[PreparedEvent]) -> int:
-        """How many of ``events`` are not stored yet (each looked up in its scope's bucket)."""
+    def _fresh(self, k: Keys, events: Sequence[PreparedEvent]) -> list[bool]:
+        """Whether each of ``events`` is not stored yet (each looked up in its scope's bucket)."""
         pipe = self.client.pipeline(transaction=False)
         for ev in events:
             pipe.exists(k.for_scope(ev.scope_key).event(ev.event_id))
-        return len(events) - sum(int(n) for n in pipe.execute())
+        return [not int(n) for n in pipe.execute()]
 
     @staticmethod
     def users_of(events: Sequence[PreparedEvent]) -> list[str]:

@@ -7,6 +7,7 @@ skills, receipts, conversations, session context) are bounded; past one, the doo
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from functools import partial
 from typing import Any
@@ -109,6 +110,31 @@ class TestTenantEvents:
             "/v1/events", json={"events": [_event(f"b{i}") for i in range(5)]}, headers=bearer(tenant_b)
         )
         assert other.status_code == 202, other.text
+
+    @pytest.mark.parametrize("buckets", [1, 4])
+    def test_a_large_event_counts_its_size_against_the_retained_events(
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys, buckets: int
+    ) -> None:
+        """An audit filled a 40 MB Redis through a 500,000-event quota with 180 events of 250 KiB, and the other
+        tenant's small events got 503: each counted once. Now an event counts once per started share of its
+        stored size (682 B at the default retentions): with a quota of 30 and ten ordinary events stored, one
+        event of 16 KB (24 shares) is refused whole, while twenty more ordinary ones fit."""
+        client: TestClient = app_client(
+            bootstrap_key=BOOT, auth_cache_s=0, tenant_max_events=30, scope_buckets=buckets
+        )
+        store = CredentialStore(redis_client, keys)
+        tenant_a = store.create("tenant-a", "ingest")[1]
+
+        def send(*events: dict[str, Any]) -> Any:
+            return client.post("/v1/events", json={"events": list(events)}, headers=bearer(tenant_a))
+
+        assert send(*[_event(f"s{i}") for i in range(10)]).status_code == 202
+        over = send(_event("big", payload={"blob": secrets.token_hex(8000)}))
+        assert over.status_code == 429, over.text
+        assert over.json()["error"]["code"] == "quota_exceeded"
+        more = send(*[_event(f"t{i}") for i in range(20)])
+        assert more.status_code == 202, more.text
+        assert send(_event("one-too-many")).status_code == 429
 
 
 class TestUserBytes:

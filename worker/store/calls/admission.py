@@ -62,6 +62,7 @@ class Enqueue(ScriptCall):
     retained_slot_ms: int = arg()
     max_user_bytes: int = arg()
     user_count: int = arg()
+    retained_unit_bytes: int = arg()  # an event counts one per started unit of its stored form (quotas.py)
     events: Sequence[Admission] = group()
     users: Sequence[UserBytes] = group()
 

@@ -3,7 +3,8 @@
 -- refuses the script's first write, before anything was written, and the script stops there; a key of the wrong
 -- type is found before the first write too ("REFUSED …", nothing written). A batch that would take a scope's
 -- inbox past max_inbox, the tenant's queued events past max_queued or its retained events past max_events (with
--- its new events: a duplicate stores nothing), or that names a user whose data is at max_user_bytes, is refused
+-- its new events: a duplicate stores nothing; each counted once per started retained_unit_bytes of its stored
+-- form, worker/store/quotas.py), or that names a user whose data is at max_user_bytes, is refused
 -- whole before any write: "OVERLIMIT inbox <scopeRef> <depth>", "OVERLIMIT tenant <queued>", "OVERLIMIT events
 -- <retained> <retryAfterS>" or "OVERLIMIT user <n-th user> <bytes> <retryAfterS, 0: none>" (the door answers 429;
 -- the quotas' counts are worker/store/quotas.py's).
@@ -31,13 +32,19 @@ local function enqueue(h, k0, a0)
   local now, max_events, slot_ms, max_bytes = tonumber(h.now_ms), tonumber(h.max_events),
     tonumber(h.retained_slot_ms), tonumber(h.max_user_bytes)
   local retained_stale, users_stale = {}, {}
+  local unit_bytes, units = tonumber(h.retained_unit_bytes), {}
+  if slot_ms > 0 then
+    for i, e in ipairs(events) do units[i] = math.max(1, math.ceil(#e.body / unit_bytes)) end
+  end
   if max_events > 0 and slot_ms > 0 then
     local held, oldest
     held, oldest, retained_stale = retained_count(h.retained, now, slot_ms)
-    local fresh = n
-    if held + n > max_events then  -- a duplicate stores nothing: count only the new events
-      for _, e in ipairs(events) do
-        if e.exists then fresh = fresh - 1 end  -- typed by admit_refusal, before any write
+    local adding = 0
+    for i = 1, n do adding = adding + units[i] end
+    local fresh = adding
+    if held + adding > max_events then  -- a duplicate stores nothing: count only the new events
+      for i, e in ipairs(events) do
+        if e.exists then fresh = fresh - units[i] end  -- typed by admit_refusal, before any write
       end
     end
     if held + fresh > max_events and oldest then
@@ -78,7 +85,7 @@ local function enqueue(h, k0, a0)
   local accepted = 0
   for i, e in ipairs(events) do
     out[i] = admit(e, at)
-    accepted = accepted + out[i][1]
+    if out[i][1] == 1 then accepted = accepted + (units[i] or 1) end
   end
   -- after the first write: forgetting first would let a script on a full store write (worker/store/full.py)
   if slot_ms > 0 and accepted > 0 then retained_add(h.retained, now, slot_ms, accepted, retained_stale) end
