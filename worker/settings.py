@@ -141,6 +141,9 @@ class Settings(_SecretsHidden, BaseSettings):
     # quota_exceeded. Events a tenant admitted within the dedupe window (0: none); one user's stored bytes
     # (memories, skills, receipts, conversations, session context; 0: none).
     tenant_max_events: int = Field(default=500_000, ge=0)
+    # Scopes one tenant may hold paused at once (a pause mark has no TTL, and the scope listing reads every one);
+    # past it, a pause -> 429 quota_exceeded until a scope is resumed (0: none).
+    tenant_max_paused_scopes: int = Field(default=10_000, ge=0)
     user_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     fair_share: bool = (
         True  # drains take turns across tenants (worker/runtime/fair.py); off: broker arrival order

@@ -30,6 +30,7 @@ __all__ = [
     "SCOPE_STATES",
     "CancelResult",
     "ScopePage",
+    "TooManyPaused",
     "cancel_event",
     "list_scopes",
     "pause_scope",
@@ -41,9 +42,33 @@ ScopeState = Literal["busy", "waiting", "stuck", "paused"]
 SCOPE_STATES: tuple[ScopeState, ...] = ("busy", "waiting", "stuck", "paused")
 
 
+class TooManyPaused(Exception):
+    """The tenant holds ``AGENT_SIGNAL_TENANT_MAX_PAUSED_SCOPES`` paused scopes already."""
+
+    def __init__(self, paused: int, limit: int) -> None:
+        super().__init__(
+            f"this tenant holds {paused} paused scopes (its limit is {limit}, "
+            "AGENT_SIGNAL_TENANT_MAX_PAUSED_SCOPES); resume one first"
+        )
+        self.paused, self.limit = paused, limit
+
+
 def pause_scope(store: EventStore, tenant: Keys, scope_key: str) -> bool:
-    """Pause the tenant's scope; False when it already was."""
-    return bool(store.client.hsetnx(tenant.for_scope(scope_key).runs("paused"), scope_key, now_ms()))
+    """Pause the tenant's scope; False when it already was. TooManyPaused when the tenant is at its limit of
+    paused scopes (a mark has no TTL: any scope key may be paused, with or without events, and the scope listing
+    reads every mark). Two pauses racing at the limit may both pass: the limit bounds the marks, not exactly."""
+    paused = tenant.for_scope(scope_key).runs("paused")
+    limit = store.settings.tenant_max_paused_scopes
+    if limit:
+        pipe = store.client.pipeline(transaction=False)
+        pipe.hexists(paused, scope_key)
+        for b in tenant.every_bucket():
+            pipe.hlen(b.runs("paused"))
+        already, *counts = pipe.execute()
+        held = sum(int(n) for n in counts)
+        if not already and held >= limit:
+            raise TooManyPaused(held, limit)
+    return bool(store.client.hsetnx(paused, scope_key, now_ms()))
 
 
 def resume_scope(store: EventStore, tenant: Keys, scope_key: str, publish: Any) -> bool:

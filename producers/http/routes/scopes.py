@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from producers.http.principal import Principal, require, tenant_keys
 from producers.http.web_common import error_response, producer_of
 from worker.core.ids import SCOPE_KEY_MAX_LENGTH, scope_key_problem
-from worker.ops.scope_control import pause_scope, resume_scope, scope_page
+from worker.ops.scope_control import TooManyPaused, pause_scope, resume_scope, scope_page
 
 __all__ = ["router"]
 
@@ -93,7 +93,10 @@ def post_pause(
     """Its events wait in its inbox (the one in flight finishes) until it is resumed; other scopes run on."""
     if (refused := _checked(scope_key)) is not None:
         return refused
-    changed = pause_scope(producer_of(request).store, tenant_keys(request), scope_key)
+    try:
+        changed = pause_scope(producer_of(request).store, tenant_keys(request), scope_key)
+    except TooManyPaused as exc:
+        return error_response(429, "quota_exceeded", str(exc), "scopeKey")
     return JSONResponse({"scopeKey": scope_key, "paused": True, "changed": changed})
 
 

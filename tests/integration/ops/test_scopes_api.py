@@ -136,3 +136,23 @@ def test_a_running_event_stops_before_its_next_action(
     assert redis_client.get(_test_key(keys, "two-step-chain:run-1")) is None
     listed = api.get("/v1/events", params={"status": "cancelled"}).json()["events"]
     assert [e["eventId"] for e in listed] == [running]
+
+
+def test_a_tenant_at_its_paused_scopes_limit_is_refused_one_more(make_settings: Any) -> None:
+    """A pause mark has no TTL and any scope key may be paused, events or not: an audit wrote 50,000 marks and
+    ``GET /v1/scopes?limit=1`` then took seconds, stalling the web process. Past the limit a pause is a 429
+    naming scopeKey; pausing one already paused is still answered, and a resume makes room."""
+    settings = make_settings(tenant_max_paused_scopes=3)
+    with TestClient(create_web_app(settings)) as client:
+        for i in range(3):
+            assert client.post(f"/v1/scopes/topic:p{i}/pause").json()["changed"] is True
+        over = client.post("/v1/scopes/topic:p3/pause")
+        assert over.status_code == 429, over.text
+        error = over.json()["error"]
+        assert (error["code"], error["field"]) == ("quota_exceeded", "scopeKey")
+        assert "AGENT_SIGNAL_TENANT_MAX_PAUSED_SCOPES" in error["message"]
+        again = client.post("/v1/scopes/topic:p0/pause")
+        assert again.status_code == 200 and again.json()["changed"] is False
+        assert client.post("/v1/scopes/topic:p0/resume").json()["changed"] is True
+        assert client.post("/v1/scopes/topic:p3/pause").json()["changed"] is True
+        assert sorted(_scopes(client, "paused")) == ["topic:p1", "topic:p2", "topic:p3"]
