@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
@@ -98,12 +98,14 @@ def asset(name: str) -> Response:
 
 
 @router.get("/v1/conversations", response_model=ConversationList)
-def list_conversations(request: Request, principal: Reader, limit: int = 50) -> JSONResponse:
+def list_conversations(
+    request: Request, principal: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> JSONResponse:
     """Conversations seen in events, most recent first: ``{"conversations": [{userId, agentId, topicId, lastAt}]}``
-    (a user token sees its own user's only)."""
+    (a user token sees its own user's only); ``limit`` 1 to 500 (a 422 names it otherwise)."""
     store, keys = producer_of(request).store, tenant_keys(request)
     index = keys.conversations if principal.user_id is None else keys.user_conversations(principal.user_id)
-    rows: list[Any] = list(store.client.zrevrange(index, 0, max(1, min(limit, 500)) - 1, withscores=True))
+    rows: list[Any] = list(store.client.zrevrange(index, 0, limit - 1, withscores=True))
     out = []
     for row in rows:
         member, score = row[0], float(row[1])

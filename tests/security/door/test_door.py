@@ -342,3 +342,14 @@ class TestRoute:
         assert bad_user.status_code == 422 and _error(bad_user)["field"] == "userId"
         recorded = client.post("/v1/route", json={"request": CHAT, "requestId": "r" * 256})
         assert recorded.status_code == 200 and RECORD_ERROR_HEADER not in recorded.headers
+
+
+class TestPageBounds:
+    def test_a_conversations_limit_out_of_range_is_refused_naming_it(self, app_client: ClientFactory) -> None:
+        """``GET /v1/conversations?limit=`` read 0 as 1 and 100,000 as 500, silently; now 1 to 500 or a 422."""
+        client = app_client()
+        for bad in ("0", "501", "-1", "many"):
+            response = client.get("/v1/conversations", params={"limit": bad})
+            assert response.status_code == 422, (bad, response.text)
+            assert _error(response)["field"] == "limit"
+        assert client.get("/v1/conversations", params={"limit": 500}).status_code == 200

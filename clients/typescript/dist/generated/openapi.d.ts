@@ -916,7 +916,7 @@ export interface paths {
         /**
          * List Conversations
          * @description Conversations seen in events, most recent first: ``{"conversations": [{userId, agentId, topicId, lastAt}]}``
-         *     (a user token sees its own user's only).
+         *     (a user token sees its own user's only); ``limit`` 1 to 500 (a 422 names it otherwise).
          */
         get: operations["list_conversations_v1_conversations_get"];
         put?: never;
