@@ -15,7 +15,9 @@ bucket), and one renewer thread keeps the one grant a drain holds. A renewal tha
 
 A lease that ran out while its holder was paused (a GC pause, a frozen VM) and that nobody took meanwhile is
 taken again, by the renewer (RENEW_SCOPE) and by a COMMIT that goes on to the next head: the scope's fencing
-number is still the holder's, and every grant moves it, so nobody was granted the scope since. Without that the
+number is still the holder's, and every grant moves it, so nobody was granted the scope since. The renewer
+also asks that the head be an event the holder began (processing, under its fence): a renewal that lands just
+after the holder released the scope (its inbox emptied, a hand-off) must not lease it for another TTL. Without that the
 holder's commit (fenced, and rightly accepted) began the next head with no lease behind it; the renewer then
 called the lease lost, the drain stopped, and the next drain charged that head a lost delivery (dead with
 ``max_attempts`` 1) though nothing had failed.
@@ -57,10 +59,6 @@ class LeaseGrant:
     @property
     def lease_key(self) -> str:
         return self.keys.lease(self.scope_key)
-
-    @property
-    def fence_key(self) -> str:
-        return self.keys.fence(self.scope_key)
 
 
 Acquired = tuple[LeaseGrant | None, int, Head | None]  # (grant, ms the holder still has, head): see acquire
@@ -217,7 +215,16 @@ class ScopeLease:
         return grant, 0, head
 
     def renew(self, grant: LeaseGrant) -> bool:
-        call = RenewScope(grant.lease_key, grant.fence_key, grant.token, self.ttl_ms, grant.fence)
+        k, scope = grant.keys, grant.scope_key
+        call = RenewScope(
+            k.lease(scope),
+            k.fence(scope),
+            k.inbox(scope),
+            grant.token,
+            self.ttl_ms,
+            grant.fence,
+            k.event_prefix,
+        )
         ok = bool(int(self.scripts.run(call)))
         if not ok:
             grant.lost.set()

@@ -39,15 +39,17 @@ class Renew(ScriptCall):
 
 @dataclass(frozen=True, slots=True)
 class RenewScope(ScriptCall):
-    """A drain's scope lease kept: extended while ours, taken again when it ran out and the scope's fencing
-    number is still ours (nobody was granted it since)."""
+    """A drain's scope lease kept: extended while ours, taken again when it ran out, the scope's fencing number is
+    still ours (nobody was granted it since) and its head is an event we began (we did not release it)."""
 
     SCRIPT = "renew_scope"
     lease: str = key()
     fence_key: str = key()
+    inbox: str = key()
     token: str = arg()
     ttl_ms: int = arg()
     fence: int = arg()
+    ev_prefix: str = arg()
 
 
 @dataclass(frozen=True, slots=True)
