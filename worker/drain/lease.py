@@ -33,9 +33,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.core.clock import now_ms as clock_ms
 from worker.core.tenancy import BadTenant, split_scope_ref
 from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, EngineKeys, Keys
-from worker.store.calls import Acquire, PopAcquire, PopNext, ReadyPop, Release, RenewScope, ScriptCall
+from worker.store.calls import (
+    Acquire,
+    HandOff,
+    PopAcquire,
+    PopNext,
+    ReadyPop,
+    Release,
+    RenewScope,
+    ScriptCall,
+)
 from worker.store.records import Head
 from worker.store.replies import HeadCode, ReleaseCode
 from worker.store.scripts import Scripts
@@ -260,7 +270,9 @@ class ScopeLease:
             if grant is None or self._current is grant:
                 self._current = None
 
-    def hand_off(self, grant: LeaseGrant) -> bool:
-        """Token-checked release that keeps the scope scheduled; False when another holder owns the lease."""
-        reply = int(self.scripts.run(Release(grant.lease_key, grant.token)))
-        return ReleaseCode(reply) is ReleaseCode.RELEASED
+    def hand_off(self, grant: LeaseGrant, *, marker_px: int = 0) -> bool:
+        """Token-checked release that keeps the scope scheduled (with ``marker_px``, its drain marker set to
+        expire that far ahead, while the lease was ours); False when another holder owns the lease."""
+        k, scope = grant.keys, grant.scope_key
+        call = HandOff(k.lease(scope), k.scheduled(scope), grant.token, marker_px, clock_ms())
+        return ReleaseCode(int(self.scripts.run(call))) is ReleaseCode.RELEASED

@@ -321,12 +321,11 @@ class Pipeline:
         A wait (the head's retry time) is at most ``retry_cap_ms``: a time written by a worker whose clock runs
         hours ahead asked for a countdown longer than the broker's visibility timeout (delivered again and again,
         celery#2481); a drain that comes early finds the head waiting and hands off again. The scope's drain
-        marker then covers the wait (:meth:`EventStore.mark_waiting`), so the reconcile sweep does not publish
+        marker then covers the wait (HAND_OFF sets it, under our lease), so the reconcile sweep does not publish
         one more drain per sweep for a scope that only waits."""
         wait_ms = min(wait_ms, self.settings.retry_cap_ms)
-        if wait_ms > 0:
-            self.store.mark_waiting(grant.keys, grant.scope_key, wait_ms)
-        if not self.lease.hand_off(grant):
+        marker_px = self.store.schedule_ttl_ms + wait_ms if wait_ms > 0 else 0
+        if not self.lease.hand_off(grant, marker_px=marker_px):
             return DrainOutcome(processed, "lost")
         return DrainOutcome(processed, "again", delay_s=wait_ms / 1000)
 

@@ -108,15 +108,10 @@ class EventStore(StoreReads):
 
     def marker_age_ms(self, marker_pttl_ms: int) -> int | None:
         """How long ago a scope's drain marker was set, from its PTTL (every writer sets it ``PX``
-        :attr:`schedule_ttl_ms`, :meth:`mark_waiting` that plus a wait): Redis's clock alone, not the writer's,
+        :attr:`schedule_ttl_ms`, a hand-off for a wait that plus the wait): Redis's clock alone, not the writer's,
         whose time is in its value. Negative while a marked wait lasts. None when there is none (-2) or it has no
         expiry (-1): its age is unknown."""
         return self.schedule_ttl_ms - marker_pttl_ms if marker_pttl_ms > 0 else None
-
-    def mark_waiting(self, keys: BucketKeys, scope_key: str, wait_ms: int) -> None:
-        """A drain handed off for its head's retry time, ``wait_ms`` away: the scope's drain marker set to age
-        only from then on, so the reconcile sweep leaves a scope alone while its delayed drain is due."""
-        self.client.set(keys.scheduled(scope_key), now_ms(), px=self.schedule_ttl_ms + wait_ms)
 
     # ---- producers -------------------------------------------------------------------------------
 

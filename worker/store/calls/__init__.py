@@ -13,7 +13,7 @@ from worker.store.calls.door import Bucket, Slot, StreamRenew, StreamTake, Token
 from worker.store.calls.erasure import ErasedEvent, ErasedRecord, EraseHold, EraseScope
 from worker.store.calls.fair import PopAcquire, ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
-from worker.store.calls.lease import Acquire, Release, Renew, RenewScope
+from worker.store.calls.lease import Acquire, HandOff, Release, Renew, RenewScope
 from worker.store.calls.operators import Cancel, Discard, Redrive, ReindexLate, Resume, RunsPage
 from worker.store.calls.outbox import JournalApply, JournalSettle, OutboxClaim, OutboxSettle, Touched
 
@@ -32,6 +32,7 @@ __all__ = [
     "EraseScope",
     "ErasedEvent",
     "ErasedRecord",
+    "HandOff",
     "JournalApply",
     "JournalSettle",
     "Lane",

@@ -1,4 +1,5 @@
-"""The scope lease's scripts: ACQUIRE, RENEW (any lock), RENEW_SCOPE (a drain's lease), RELEASE."""
+"""The scope lease's scripts: ACQUIRE, RENEW (any lock), RENEW_SCOPE (a drain's lease), HAND_OFF,
+RELEASE."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 
 from worker.store.calls.layout import ScriptCall, arg, key
 
-__all__ = ["Acquire", "Release", "Renew", "RenewScope"]
+__all__ = ["Acquire", "HandOff", "Release", "Renew", "RenewScope"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,19 @@ class RenewScope(ScriptCall):
     ttl_ms: int = arg()
     fence: int = arg()
     ev_prefix: str = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class HandOff(ScriptCall):
+    """A drain's hand-off: its lease released (token-checked), and with ``marker_px`` (0: none) the scope's drain
+    marker set to cover a wait, while the lease was still ours."""
+
+    SCRIPT = "hand_off"
+    lease: str = key()
+    sched: str = key()
+    token: str = arg()
+    marker_px: int = arg()
+    now_ms: int = arg()
 
 
 @dataclass(frozen=True, slots=True)
