@@ -58,7 +58,7 @@ class DoorSettings(PluginSettings):
     tenant_events_per_s: float = Field(default=5000, ge=0)
 
     # Dead events one redrive or discard request acts on: {"all": true} takes this many (the answer says "more"),
-    # a longer eventIds or events list -> 422. A request stays seconds long, whatever the DLQ holds.
+    # a longer eventIds or events list -> 413 batch_too_large. A request stays seconds long, whatever the DLQ holds.
     dlq_batch_max: int = Field(default=1000, ge=1)
     # --- receipt streams (producers/http/streams/) ---
     max_streams: int = Field(default=1000, ge=1)  # open receipts streams per web process; more -> 429

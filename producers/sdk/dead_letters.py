@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from producers.sdk.producer import Producer
+from worker.core.clock import now_ms
 from worker.documents.event_body import body_of, stored_body
 from worker.intake.source_event import EventError, InvalidEvent
 from worker.ops.runs import discard
@@ -24,6 +25,7 @@ def redrive_events(
     bodies: Mapping[str, str] | None = None,
     tenant: str | None = None,
     limit: int | None = None,
+    until_ms: int | None = None,
 ) -> dict[str, Any]:
     """Requeue the given dead events (all of them when ``event_ids`` is None, or the ``limit`` longest dead,
     the answer then saying ``"more": true`` when others remain; an id given twice counts once), each at its
@@ -34,7 +36,7 @@ def redrive_events(
     (from :func:`edited_bodies`) replace the stored events of those ids. ``tenant``: the producer's by default.
     """
     store, keys = producer.store, producer.store.keys.for_tenant(tenant or producer.tenant)
-    ids, more = _targets(producer, event_ids, tenant, limit)
+    ids, more, until_ms = _targets(producer, event_ids, tenant, limit, until_ms)
     redriven: list[str] = []
     not_dead: list[str] = []
     for event_id in ids:
@@ -47,28 +49,34 @@ def redrive_events(
         # have finished and released the scope since, and one skipped here left the scope for the reconcile sweep
         if publish:
             producer.fair.publish(keys.scope_ref(scope_key))
-    return {"redriven": redriven, "notDead": not_dead} | _more(more)
+    return {"redriven": redriven, "notDead": not_dead} | _more(more, until_ms)
 
 
 def _targets(
-    producer: Producer, event_ids: Sequence[str] | None, tenant: str | None, limit: int | None
-) -> tuple[list[str], bool]:
-    """The ids to act on (``event_ids`` without repeats; else the dead ones, at most ``limit``) and whether dead
-    events remain beyond them."""
+    producer: Producer,
+    event_ids: Sequence[str] | None,
+    tenant: str | None,
+    limit: int | None,
+    until_ms: int | None,
+) -> tuple[list[str], bool, int]:
+    """The ids to act on (``event_ids`` without repeats; else the ones dead by ``until_ms``, now when None, at
+    most ``limit``), whether dead events remain beyond them, and the ``until_ms`` used: the next request of the
+    sweep sends it back, so an event that dies again meanwhile (a later score) is not taken twice."""
+    until = now_ms() if until_ms is None else until_ms
     if event_ids is not None:
-        return list(dict.fromkeys(event_ids)), False
+        return list(dict.fromkeys(event_ids)), False, until
     store = producer.store
     keys = store.keys.for_tenant(tenant or producer.tenant)
     if limit is None:
-        return store.dlq_ids(keys), False
-    ids = store.dlq_ids(keys, limit + 1)
-    return ids[:limit], len(ids) > limit
+        return store.dlq_ids(keys, until_ms=until), False, until
+    ids = store.dlq_ids(keys, limit + 1, until_ms=until)
+    return ids[:limit], len(ids) > limit, until
 
 
-def _more(more: bool) -> dict[str, Any]:
-    """``{"more": true}`` when an "every dead event" request stopped at its limit (absent otherwise: the answer
-    to a list of ids, or to a DLQ that fit, is as it always was)."""
-    return {"more": True} if more else {}
+def _more(more: bool, until_ms: int) -> dict[str, Any]:
+    """``{"more": true, "until": ms}`` when an "every dead event" request stopped at its limit (absent
+    otherwise: the answer to a list of ids, or to a DLQ that fit, is as it always was)."""
+    return {"more": True, "until": until_ms} if more else {}
 
 
 def edited_bodies(
@@ -110,10 +118,11 @@ def discard_events(
     *,
     tenant: str | None = None,
     limit: int | None = None,
+    until_ms: int | None = None,
 ) -> dict[str, Any]:
     """Discard the given dead events (all of them when ``event_ids`` is None, or the ``limit`` longest dead with
     ``"more": true`` when others remain), each kept as an audit record."""
     store, keys = producer.store, producer.store.keys.for_tenant(tenant or producer.tenant)
-    ids, more = _targets(producer, event_ids, tenant, limit)
+    ids, more, until_ms = _targets(producer, event_ids, tenant, limit, until_ms)
     discarded, not_dead = discard(store, keys, ids, reason)
-    return {"discarded": discarded, "notDead": not_dead} | _more(more)
+    return {"discarded": discarded, "notDead": not_dead} | _more(more, until_ms)

@@ -226,11 +226,13 @@ function dlqPage() {
   });
 
   // One request acts on at most AGENT_SIGNAL_DLQ_BATCH_MAX dead events: {all: true} answers `more` while others
-  // remain, so it is sent again (the count shown as it goes) and the answers are joined.
+  // remain, so it is sent again with the answer's `until` (an event that dies again meanwhile is not taken twice),
+  // the count shown as it goes, and the answers are joined.
   async function untilDone(path, body, doneKey, label) {
     const joined = { [doneKey]: [], notDead: [] };
     for (;;) {
       const { body: result } = await postJson(path, body);
+      if (result.until !== undefined) body = { ...body, until: result.until };
       joined[doneKey].push(...(result[doneKey] || []));
       joined.notDead.push(...(result.notDead || []));
       if (!(body.all && result.more && (result[doneKey] || []).length)) return joined;

@@ -319,17 +319,18 @@ class StoreReads:
             pipe.zcard(index(b))
         return sum(int(n) for n in pipe.execute())
 
-    def dlq_ids(self, k: Keys, limit: int | None = None) -> list[str]:
-        """The tenant's dead event ids, the longest dead first in each bucket; with ``limit``, at most that many
-        (the buckets' oldest ``limit`` each, merged by time of death)."""
+    def dlq_ids(self, k: Keys, limit: int | None = None, *, until_ms: int | None = None) -> list[str]:
+        """The tenant's dead event ids, the longest dead first (merged over its buckets by time of death); with
+        ``limit``, at most that many; with ``until_ms``, only those dead by then."""
         pipe = self.client.pipeline(transaction=False)
+        top = "+inf" if until_ms is None else until_ms
         for b in k.every_bucket():
-            pipe.zrange(b.dlq, 0, -1 if limit is None else limit - 1, withscores=limit is not None)
+            pipe.zrangebyscore(
+                b.dlq, "-inf", top, start=None if limit is None else 0, num=limit, withscores=True
+            )
         found = pipe.execute()
-        if limit is None:
-            return [to_str(x) for ids in found for x in ids]
         entries = sorted((float(score), to_str(member)) for ids in found for member, score in ids)
-        return [member for _, member in entries[:limit]]
+        return [member for _, member in (entries if limit is None else entries[:limit])]
 
 
 def dlq_index(b: BucketKeys) -> str:

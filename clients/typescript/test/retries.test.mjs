@@ -117,8 +117,8 @@ describe("retries", () => {
 
   test("{all: true} is sent again while the answer says more; the answers are joined and progress is heard", async () => {
     const stub = await scripted([
-      [200, { discarded: ["evt_a", "evt_b"], notDead: [], more: true }],
-      [200, { discarded: ["evt_c"], notDead: ["evt_x"], more: true }],
+      [200, { discarded: ["evt_a", "evt_b"], notDead: [], more: true, until: 1700000000000 }],
+      [200, { discarded: ["evt_c"], notDead: ["evt_x"], more: true, until: 1700000000000 }],
       [200, { discarded: ["evt_d"], notDead: [] }],
     ]);
     const heard = [];
@@ -127,7 +127,8 @@ describe("retries", () => {
     });
     assert.deepEqual(joined, { discarded: ["evt_a", "evt_b", "evt_c", "evt_d"], notDead: ["evt_x"] });
     assert.deepEqual(heard, [2, 3]);
-    assert.deepEqual(stub.requests.map((r) => JSON.parse(r.body)), Array(3).fill({ all: true, reason: "cleanup" }));
+    const sweep = { all: true, reason: "cleanup", until: 1700000000000 }; // the sweep's start, sent back
+    assert.deepEqual(stub.requests.map((r) => JSON.parse(r.body)), [{ all: true, reason: "cleanup" }, sweep, sweep]);
 
     const stuck = await scripted([[200, { redriven: [], notDead: ["evt_y"], more: true }]]);
     const once = await new AgentSignal({ baseUrl: stuck.url }).dlq.redrive({ all: true });

@@ -73,11 +73,18 @@ class RedriveIds(BaseModel):
 
 
 class RedriveAll(BaseModel):
-    """Redrive every dead event of the tenant."""
+    """Redrive every dead event of the tenant (at most ``AGENT_SIGNAL_DLQ_BATCH_MAX`` per request: send it again,
+    with the answer's ``until``, while it says ``"more": true``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     all: Literal[True]
+    until: int | None = Field(
+        default=None,
+        ge=0,
+        description='The ``until`` a previous answer gave with ``"more": true``: only events dead by then (Unix '
+        "ms), so an event that dies again meanwhile is not taken twice by one sweep.",
+    )
 
 
 class EditedEvent(BaseModel):
@@ -97,7 +104,11 @@ class RedriveEdited(BaseModel):
 
 MORE = (
     'Present, and true, only when ``{"all": true}`` stopped at ``AGENT_SIGNAL_DLQ_BATCH_MAX`` dead events while '
-    "others remain: send the request again."
+    "others remain: send the request again with ``until``."
+)
+UNTIL = (
+    'With ``"more": true``: the time (Unix ms) this sweep of the DLQ started; send it back as ``until`` so the '
+    "sweep ends (an event that dies again meanwhile is left for the next one)."
 )
 
 
@@ -105,6 +116,7 @@ class Redriven(BaseModel):
     redriven: list[str] = Field(description="Requeued, each at its scope's tail.")
     notDead: list[str] = Field(description="Unknown, or not dead: nothing done.")
     more: bool | None = Field(default=None, description=MORE)
+    until: int | None = Field(default=None, description=UNTIL)
 
 
 class DiscardIds(BaseModel):
@@ -117,18 +129,26 @@ class DiscardIds(BaseModel):
 
 
 class DiscardAll(BaseModel):
-    """Discard every dead event of the tenant."""
+    """Discard every dead event of the tenant (at most ``AGENT_SIGNAL_DLQ_BATCH_MAX`` per request: send it again,
+    with the answer's ``until``, while it says ``"more": true``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     all: Literal[True]
     reason: str = Field(default="", max_length=1000)
+    until: int | None = Field(
+        default=None,
+        ge=0,
+        description='The ``until`` a previous answer gave with ``"more": true``: only events dead by then (Unix '
+        "ms), so an event that dies again meanwhile is not taken twice by one sweep.",
+    )
 
 
 class Discarded(BaseModel):
     discarded: list[str] = Field(description="Out of the DLQ, kept as audit records.")
     notDead: list[str] = Field(description="Unknown, or not dead: nothing done.")
     more: bool | None = Field(default=None, description=MORE)
+    until: int | None = Field(default=None, description=UNTIL)
 
 
 class Health(BaseModel):
@@ -242,11 +262,27 @@ def _one_target(body: dict[str, Any], fields: tuple[str, ...]) -> JSONResponse |
         if key not in fields:
             message = f"{key} is not a field of this request (its fields: {', '.join(fields)})"
             return error_response(422, "unknown_field", message, key)
-    given = [key for key in ("eventIds", "events", "all") if key in body and body[key] is not False]
+    given = [
+        key for key in ("eventIds", "events", "all") if key in body and body[key] is not False
+    ]  # not until
     if len(given) > 1:
         message = f"give one of {', '.join(given)}, not several"
         return error_response(422, "invalid_field", message, given[1])
     return None
+
+
+def _until(body: dict[str, Any]) -> int | JSONResponse | None:
+    """``until`` (with ``"all": true`` only: a whole number of ms), None when absent, or the 422 naming it."""
+    if "until" not in body:
+        return None
+    until = body["until"]
+    if body.get("all") is not True:
+        return error_response(422, "invalid_field", 'until goes with "all": true only', "until")
+    if isinstance(until, bool) or not isinstance(until, int) or until < 0:
+        return error_response(
+            422, "invalid_field", "until must be a whole number of ms (an answer's until)", "until"
+        )
+    return until
 
 
 def _ids_or_all(body: dict[str, Any], batch_max: int) -> list[str] | JSONResponse | None:
@@ -295,8 +331,10 @@ def post_redrive(
     nothing is redriven)."""
     if isinstance(body, JSONResponse):
         return body
-    if (refused := _one_target(body, ("eventIds", "events", "all"))) is not None:
+    if (refused := _one_target(body, ("eventIds", "events", "all", "until"))) is not None:
         return refused
+    if isinstance(until := _until(body), JSONResponse):
+        return until
     producer, tenant = producer_of(request), principal_of(request).tenant
     batch_max = door_of(request).dlq_batch_max
     if "events" in body:
@@ -314,7 +352,7 @@ def post_redrive(
     ids = _ids_or_all(body, batch_max)
     if isinstance(ids, JSONResponse):
         return ids
-    return JSONResponse(redrive_events(producer, ids, tenant=tenant, limit=batch_max))
+    return JSONResponse(redrive_events(producer, ids, tenant=tenant, limit=batch_max, until_ms=until))
 
 
 def _edits(events: Any) -> list[tuple[str, Any]] | JSONResponse:
@@ -353,8 +391,10 @@ def post_discard(
     as audit records (status ``discarded``, reason, time; ``GET /v1/dlq?state=discarded``)."""
     if isinstance(body, JSONResponse):
         return body
-    if (refused := _one_target(body, ("eventIds", "all", "reason"))) is not None:
+    if (refused := _one_target(body, ("eventIds", "all", "reason", "until"))) is not None:
         return refused
+    if isinstance(until := _until(body), JSONResponse):
+        return until
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 1000:
         return error_response(
@@ -365,7 +405,8 @@ def post_discard(
     if isinstance(ids, JSONResponse):
         return ids
     tenant = principal_of(request).tenant
-    return JSONResponse(discard_events(producer_of(request), ids, reason, tenant=tenant, limit=batch_max))
+    producer = producer_of(request)
+    return JSONResponse(discard_events(producer, ids, reason, tenant=tenant, limit=batch_max, until_ms=until))
 
 
 @router.get("/healthz", dependencies=[Depends(public)], response_model=Health)

@@ -31,14 +31,19 @@ export class Dlq {
         return this.#http.json("POST", "/v1/dlq/discard", { body, signal: options?.signal });
     }
     /**
-     * `{all: true}`, sent again while the service answers `more` (one request acts on at most
-     * `AGENT_SIGNAL_DLQ_BATCH_MAX` dead events), the answers joined. `options.onProgress` hears the count so far.
+     * `{all: true}`, sent again with the answer's `until` while the service answers `more` (one request acts on at
+     * most `AGENT_SIGNAL_DLQ_BATCH_MAX` dead events; `until` ends the sweep at the events dead when it began), the
+     * answers joined. `options.onProgress` hears the count so far.
      */
     async #everyDead(path, body, doneKey, options) {
         const done = [];
         const notDead = [];
+        let sent = body;
         for (;;) {
-            const answer = await this.#http.json("POST", path, { body, signal: options?.signal });
+            const answer = await this.#http.json("POST", path, { body: sent, signal: options?.signal });
+            // the sweep's start, sent back: an event that dies again meanwhile is not taken twice
+            if (typeof answer.until === "number")
+                sent = { ...body, until: answer.until };
             const batch = answer[doneKey] ?? [];
             done.push(...batch);
             notDead.push(...(answer.notDead ?? []));

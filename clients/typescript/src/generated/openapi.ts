@@ -1363,9 +1363,14 @@ export interface components {
             notDead: string[];
             /**
              * More
-             * @description Present, and true, only when ``{"all": true}`` stopped at ``AGENT_SIGNAL_DLQ_BATCH_MAX`` dead events while others remain: send the request again.
+             * @description Present, and true, only when ``{"all": true}`` stopped at ``AGENT_SIGNAL_DLQ_BATCH_MAX`` dead events while others remain: send the request again with ``until``.
              */
             more?: boolean | null;
+            /**
+             * Until
+             * @description With ``"more": true``: the time (Unix ms) this sweep of the DLQ started; send it back as ``until`` so the sweep ends (an event that dies again meanwhile is left for the next one).
+             */
+            until?: number | null;
         };
         /**
          * DlqEvent
@@ -2085,9 +2090,14 @@ export interface components {
             notDead: string[];
             /**
              * More
-             * @description Present, and true, only when ``{"all": true}`` stopped at ``AGENT_SIGNAL_DLQ_BATCH_MAX`` dead events while others remain: send the request again.
+             * @description Present, and true, only when ``{"all": true}`` stopped at ``AGENT_SIGNAL_DLQ_BATCH_MAX`` dead events while others remain: send the request again with ``until``.
              */
             more?: boolean | null;
+            /**
+             * Until
+             * @description With ``"more": true``: the time (Unix ms) this sweep of the DLQ started; send it back as ``until`` so the sweep ends (an event that dies again meanwhile is left for the next one).
+             */
+            until?: number | null;
         };
         /** Rollback */
         Rollback: {
@@ -3132,6 +3142,11 @@ export interface operations {
                      * @constant
                      */
                     all: true;
+                    /**
+                     * Until
+                     * @description The ``until`` a previous answer gave with ``"more": true``: only events dead by then (Unix ms), so an event that dies again meanwhile is not taken twice by one sweep.
+                     */
+                    until?: number | null;
                 } | {
                     /** Events */
                     events: {
@@ -3274,6 +3289,11 @@ export interface operations {
                      * @default
                      */
                     reason?: string;
+                    /**
+                     * Until
+                     * @description The ``until`` a previous answer gave with ``"more": true``: only events dead by then (Unix ms), so an event that dies again meanwhile is not taken twice by one sweep.
+                     */
+                    until?: number | null;
                 };
             };
         };

@@ -48,8 +48,9 @@ export class Dlq {
   }
 
   /**
-   * `{all: true}`, sent again while the service answers `more` (one request acts on at most
-   * `AGENT_SIGNAL_DLQ_BATCH_MAX` dead events), the answers joined. `options.onProgress` hears the count so far.
+   * `{all: true}`, sent again with the answer's `until` while the service answers `more` (one request acts on at
+   * most `AGENT_SIGNAL_DLQ_BATCH_MAX` dead events; `until` ends the sweep at the events dead when it began), the
+   * answers joined. `options.onProgress` hears the count so far.
    */
   async #everyDead<T extends Redriven | Discarded>(
     path: "/v1/dlq/redrive" | "/v1/dlq/discard",
@@ -59,8 +60,11 @@ export class Dlq {
   ): Promise<T> {
     const done: string[] = [];
     const notDead: string[] = [];
+    let sent = body;
     for (;;) {
-      const answer = await this.#http.json<T>("POST", path, { body, signal: options?.signal });
+      const answer = await this.#http.json<T>("POST", path, { body: sent, signal: options?.signal });
+      // the sweep's start, sent back: an event that dies again meanwhile is not taken twice
+      if (typeof answer.until === "number") sent = { ...body, until: answer.until };
       const batch = ((answer as Record<string, unknown>)[doneKey] as string[] | undefined) ?? [];
       done.push(...batch);
       notDead.push(...(answer.notDead ?? []));
