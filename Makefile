@@ -11,7 +11,7 @@ TEST_WORKERS ?= 4
 .PHONY: run test test-buckets test-fast lint typecheck imports check bench chaos clean help chromium screenshots lock
 
 help:
-	@echo "make run           start Redis (embedded if REDIS_URL unset), a worker and the web app; replay examples"
+	@echo "make run           start Redis (embedded unless REDIS_URL is set), a worker and the web app; replay examples"
 	@echo "make test          set up .venv, make check, then the whole suite; prints how long it took"
 	@echo "make test-fast     the unit tests only (tests/unit), one process"
 	@echo "make test-buckets  the tests marked buckets, with 4 scope buckets per tenant (make test runs them too)"

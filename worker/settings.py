@@ -60,7 +60,9 @@ def _env(name: str) -> AliasChoices:
     return AliasChoices(name, f"AGENT_SIGNAL_{name}")
 
 
-SECRET_NAME = re.compile(r"secret|token|api_key|password", re.IGNORECASE)
+SECRET_NAME = re.compile(
+    r"secret|token|password|_key$", re.IGNORECASE
+)  # api_key, bootstrap_key; not key_prefix
 
 
 def _without_password(url: str) -> str:
@@ -78,7 +80,7 @@ def _without_password(url: str) -> str:
 
 class _SecretsHidden:
     """Settings whose repr (a traceback's locals, a debugger, a stray ``log.info(settings)``) shows no secret:
-    a field named like a secret (token, secret, api_key, password) is ``'***'``, a URL's password too."""
+    a field named like a secret (token, secret, password, ``*_key``) is ``'***'``, a URL's password too."""
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for name, value in super().__repr_args__():  # type: ignore[misc]

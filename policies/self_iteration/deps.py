@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import httpx
-from pydantic import model_validator
+from pydantic import field_validator, model_validator
 from redis import Redis
 
 from policies.self_iteration.agent.runners import AgentRunner
@@ -38,6 +38,13 @@ class SelfIterationSettings(PluginSettings):
     judge_url: str | None = None  # OpenAI-compatible base URL (…/v1); unset: the rule-based judges
     judge_model: str = "gpt-4o-mini"
     judge_api_key: str | None = None
+
+    @field_validator("agent_runner_previous_secret", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """``AGENT_SIGNAL_AGENT_RUNNER_PREVIOUS_SECRET=""`` (how a manifest often 'unsets' a variable, the last
+        step of a rotation) is no previous secret, not an unusable one."""
+        return None if value == "" else value
 
     @model_validator(mode="after")
     def _webhook_needs_a_target(self) -> SelfIterationSettings:

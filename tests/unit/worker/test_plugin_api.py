@@ -183,3 +183,4 @@ class TestBadValues:
             boot("whsec_!!!!")
         assert "!!!!" not in str(bad.value)
         assert boot("the old one").agent_runner_previous_secret == "the old one"
+        assert boot("").agent_runner_previous_secret is None  # set empty, as a manifest unsets it: none

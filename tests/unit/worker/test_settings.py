@@ -150,11 +150,24 @@ def test_a_settings_repr_shows_no_secret() -> None:
         agent_runner_url="https://runner:urlpw@runs.example/hook",
         agent_runner_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         judge_api_key="sk-judgekey",
+        bootstrap_key="bootstrap-key-0123456789",
     )
     shown = repr(given) + str(given) + repr(plugin_settings(SelfIterationSettings, given))
-    for secret in ("hunter2pw", "tok-abcdef", "p" * 40, "urlpw", "MfKQ9r8", "sk-judgekey"):
+    for secret in (
+        "hunter2pw",
+        "tok-abcdef",
+        "p" * 40,
+        "urlpw",
+        "MfKQ9r8",
+        "sk-judgekey",
+        "bootstrap-key-01",
+    ):
         assert secret not in shown
-    assert "redis://:***@127.0.0.1:6379/0" in shown and "https://runner:***@runs.example/hook" in shown
+    assert (
+        "key_prefix=" in shown
+        and "redis://:***@127.0.0.1:6379/0" in shown
+        and "https://runner:***@runs.example/hook" in shown
+    )
     assert given.api_token == "tok-abcdef"  # type: ignore[attr-defined]  # only the repr hides it
 
 
