@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from producers.sdk.producer import Producer
-from worker.core.clock import now_ms
 from worker.documents.event_body import body_of, stored_body
 from worker.intake.source_event import EventError, InvalidEvent
 from worker.ops.runs import discard
@@ -59,10 +58,12 @@ def _targets(
     limit: int | None,
     until_ms: int | None,
 ) -> tuple[list[str], bool, int]:
-    """The ids to act on (``event_ids`` without repeats; else the ones dead by ``until_ms``, now when None, at
-    most ``limit``), whether dead events remain beyond them, and the ``until_ms`` used: the next request of the
-    sweep sends it back, so an event that dies again meanwhile (a later score) is not taken twice."""
-    until = now_ms() if until_ms is None else until_ms
+    """The ids to act on (``event_ids`` without repeats; else the ones dead by ``until_ms``, at most ``limit``),
+    whether dead events remain beyond them, and the ``until_ms`` used: the next request of the sweep sends it
+    back, so an event that dies again meanwhile (a later score) is not taken twice. A sweep begins at Redis's
+    time, the clock COMMIT dates a death by (a worker's clock ahead of the web's left events out of "all", one
+    behind let a sweep take an event twice)."""
+    until = until_ms if until_ms is not None else _redis_ms(producer)
     if event_ids is not None:
         return list(dict.fromkeys(event_ids)), False, until
     store = producer.store
@@ -71,6 +72,12 @@ def _targets(
         return store.dlq_ids(keys, until_ms=until), False, until
     ids = store.dlq_ids(keys, limit + 1, until_ms=until)
     return ids[:limit], len(ids) > limit, until
+
+
+def _redis_ms(producer: Producer) -> int:
+    """Redis's clock, in ms."""
+    seconds, micros = producer.store.client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def _more(more: bool, until_ms: int) -> dict[str, Any]:

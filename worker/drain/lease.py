@@ -259,10 +259,16 @@ class ScopeLease:
             if grant is None or grant.lost.is_set():
                 continue
             try:
-                if not self.renew(grant):
+                if not self.renew(grant) and self._keeps(grant):  # not a drain that ended meanwhile
                     log.warning("lease lost", extra={"scopeKey": grant.scope_key, "fence": grant.fence})
             except Exception:  # a Redis hiccup: try again next tick; the TTL covers two misses
                 log.exception("lease renewal failed")
+
+    def _keeps(self, grant: LeaseGrant) -> bool:
+        """Whether the renewer still keeps ``grant`` (a tick that read it just before its drain released the
+        scope and stopped renewing finds no lease, and nothing was lost)."""
+        with self._guard:
+            return self._current is grant
 
     def stop_renewing(self, grant: LeaseGrant | None = None) -> None:
         """Stop renewing ``grant`` (None: whichever the renewer keeps); a later grant it keeps now stays."""

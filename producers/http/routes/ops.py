@@ -273,7 +273,7 @@ def _one_target(body: dict[str, Any], fields: tuple[str, ...]) -> JSONResponse |
 
 def _until(body: dict[str, Any]) -> int | JSONResponse | None:
     """``until`` (with ``"all": true`` only: a whole number of ms), None when absent, or the 422 naming it."""
-    if "until" not in body:
+    if body.get("until") is None:  # absent, or null as the schema allows: the sweep's first request
         return None
     until = body["until"]
     if body.get("all") is not True:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 from fastapi.testclient import TestClient
 
+import worker.store.events as store_events
 from producers import Producer
 from producers.http.app import create_web_app
+from worker.core.clock import now_ms
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
 
@@ -120,3 +123,24 @@ def test_a_longer_list_is_refused_naming_it_and_nothing_is_touched(
     assert "at most 2" in error["message"]
     assert sorted(_dead(client)) == sorted(dead)
     assert client.post(path, json={"eventIds": dead[:2]}).status_code == 200  # the limit itself is taken
+
+
+def test_a_sweep_takes_an_event_killed_by_a_worker_whose_clock_runs_ahead(make_settings: Any) -> None:
+    """A second review found the sweep's ``until`` taken from the web process's clock and compared with deaths
+    dated by each worker's: an event killed by a worker an hour ahead was left out of "redrive all", which said
+    it was done. A death is now dated by Redis's clock, and a sweep begins at it."""
+    settings = make_settings(max_attempts=1)
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    sent = {"sourceType": "test.flaky", "sourceId": "ahead", "scopeKey": "topic:ahead", "payload": {}}
+    event_id = producer.enqueue(sent).event_id
+    with mock.patch.object(store_events, "now_ms", lambda: now_ms() + 3_600_000):
+        assert pipeline.drain_scope("topic:ahead").next == "idle"
+    assert producer.status(event_id)["status"] == "dead"  # type: ignore[index]
+    with TestClient(create_web_app(settings)) as client:
+        answer = client.post("/v1/dlq/redrive", json={"all": True, "until": None})
+        assert answer.status_code == 200 and answer.json() == {"redriven": [event_id], "notDead": []}, (
+            answer.text
+        )
+    producer.close()
+    pipeline.store.client.close()

@@ -166,10 +166,14 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
       latency = now - enqueued
       count(series, fields[2], latency)
     else
-      hset_later(ev, 'state', 'dead', 'error', error_text, 'deadAt', now_ms)
+      -- dated by Redis's clock, not the worker's: a DLQ sweep ends at the Redis time it began (producers/sdk/
+      -- dead_letters.py), so a death after it, on whichever worker, always scores after it
+      local clock = redis.call('TIME')
+      local died = string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+      hset_later(ev, 'state', 'dead', 'error', error_text, 'deadAt', died)
       redis.call('PERSIST', ev)
       keep_lanes(ev, known.lanes, kept_lanes_json)  -- as long as it is dead: a redrive replays them
-      redis.call('ZADD', dlq, now_ms, event_id)
+      redis.call('ZADD', dlq, died, event_id)
       count(stats, 'dead', 1)
       -- the dead index is not trimmed by the window: a dead event never expires, and the DLQ bounds it
       index_add_active(runs_dead, index_leave(runs_active, event_id, ev, known.enqueued) or 0, event_id)
