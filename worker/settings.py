@@ -66,16 +66,21 @@ SECRET_NAME = re.compile(
 
 
 def _without_password(url: str) -> str:
-    """``url`` with the password of its user info (``redis://:pw@host``) shown as ``***``."""
+    """``url`` with the password of its user info (``redis://:pw@host``) and any query parameter named like a
+    secret (``?password=…``, which redis-py reads too) shown as ``***``."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return "***"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    if parts.password is not None:
+        user = parts.username or ""
+        host = parts.netloc.rpartition("@")[2]
+        parts = parts._replace(netloc=f"{user}:***@{host}")
+    if parts.query:
+        pairs = [pair.partition("=") for pair in parts.query.split("&")]
+        hidden = [(k, eq, "***" if SECRET_NAME.search(k) else v) for k, eq, v in pairs]
+        parts = parts._replace(query="&".join(f"{k}{eq}{v}" for k, eq, v in hidden))
+    return urlunsplit(parts)
 
 
 class _SecretsHidden:

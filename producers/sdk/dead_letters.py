@@ -63,9 +63,9 @@ def _targets(
     back, so an event that dies again meanwhile (a later score) is not taken twice. A sweep begins at Redis's
     time, the clock COMMIT dates a death by (a worker's clock ahead of the web's left events out of "all", one
     behind let a sweep take an event twice)."""
-    until = until_ms if until_ms is not None else _redis_ms(producer)
     if event_ids is not None:
-        return list(dict.fromkeys(event_ids)), False, until
+        return list(dict.fromkeys(event_ids)), False, 0
+    until = until_ms if until_ms is not None else _redis_ms(producer)
     store = producer.store
     keys = store.keys.for_tenant(tenant or producer.tenant)
     if limit is None:

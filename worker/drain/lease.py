@@ -50,7 +50,16 @@ from worker.store.records import Head
 from worker.store.replies import HeadCode, ReleaseCode
 from worker.store.scripts import Scripts
 
-__all__ = ["Acquired", "ChainedPop", "LeaseGrant", "Popped", "ScopeLease"]
+__all__ = [
+    "GONE",
+    "RENEWED",
+    "TAKEN_BY_ANOTHER",
+    "Acquired",
+    "ChainedPop",
+    "LeaseGrant",
+    "Popped",
+    "ScopeLease",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +79,8 @@ class LeaseGrant:
     def lease_key(self) -> str:
         return self.keys.lease(self.scope_key)
 
+
+RENEWED, TAKEN_BY_ANOTHER, GONE = 1, 0, 2  # RENEW_SCOPE's replies
 
 Acquired = tuple[LeaseGrant | None, int, Head | None]  # (grant, ms the holder still has, head): see acquire
 Popped = tuple[str, Acquired | None]  # a popped scope ref and what POP_ACQUIRE did with it
@@ -225,6 +236,12 @@ class ScopeLease:
         return grant, 0, head
 
     def renew(self, grant: LeaseGrant) -> bool:
+        """Keep ``grant``'s lease (RENEW_SCOPE); False, and ``grant.lost`` set, when it is not ours any more."""
+        return self._renew(grant) == RENEWED
+
+    def _renew(self, grant: LeaseGrant) -> int:
+        """RENEW_SCOPE's code: RENEWED, TAKEN_BY_ANOTHER (the lease or a grant since) or GONE (no lease and no head
+        of ours: our own release, or a lease that ran out with nothing begun)."""
         k, scope = grant.keys, grant.scope_key
         call = RenewScope(
             k.lease(scope),
@@ -235,10 +252,10 @@ class ScopeLease:
             grant.fence,
             k.event_prefix,
         )
-        ok = bool(int(self.scripts.run(call)))
-        if not ok:
+        code = int(self.scripts.run(call))
+        if code != RENEWED:
             grant.lost.set()
-        return ok
+        return code
 
     def _start_renewer(self, grant: LeaseGrant) -> None:
         """Make ``grant`` the one the process's renewer thread keeps alive (one thread per process, started on
@@ -259,16 +276,17 @@ class ScopeLease:
             if grant is None or grant.lost.is_set():
                 continue
             try:
-                if not self.renew(grant) and self._keeps(grant):  # not a drain that ended meanwhile
-                    log.warning("lease lost", extra={"scopeKey": grant.scope_key, "fence": grant.fence})
+                self.tick(grant)
             except Exception:  # a Redis hiccup: try again next tick; the TTL covers two misses
                 log.exception("lease renewal failed")
 
-    def _keeps(self, grant: LeaseGrant) -> bool:
-        """Whether the renewer still keeps ``grant`` (a tick that read it just before its drain released the
-        scope and stopped renewing finds no lease, and nothing was lost)."""
-        with self._guard:
-            return self._current is grant
+    def tick(self, grant: LeaseGrant) -> int:
+        """One renewal of the renewer's (RENEW_SCOPE's code); "lease lost" is logged only when another holder has
+        the scope: a tick that lands after the drain's own release finds it GONE, and nothing was lost."""
+        code = self._renew(grant)
+        if code == TAKEN_BY_ANOTHER:
+            log.warning("lease lost", extra={"scopeKey": grant.scope_key, "fence": grant.fence})
+        return code
 
     def stop_renewing(self, grant: LeaseGrant | None = None) -> None:
         """Stop renewing ``grant`` (None: whichever the renewer keeps); a later grant it keeps now stays."""

@@ -5,6 +5,7 @@ whole TTL ("busy")."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from redis import Redis
 
 from producers import Producer
 from worker.core.clock import now_ms
-from worker.drain.lease import LeaseGrant
+from worker.drain.lease import GONE, TAKEN_BY_ANOTHER, LeaseGrant
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
 
@@ -26,7 +27,7 @@ def _event(source_id: str) -> dict[str, Any]:
 
 
 def test_a_lease_that_ran_out_under_a_begun_head_is_taken_again(
-    make_settings: Any, redis_client: Redis
+    make_settings: Any, redis_client: Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = make_settings()
     producer = Producer(settings)
@@ -45,30 +46,34 @@ def test_a_lease_that_ran_out_under_a_begun_head_is_taken_again(
     taker, _, _ = pipeline.lease.acquire(producer.keys, SCOPE, now_ms=now_ms())  # a grant moves the fence
     assert taker is not None
     pipeline.lease.stop_renewing(taker)
-    assert pipeline.lease.renew(grant) is False and grant.lost.is_set()
+    with caplog.at_level(logging.WARNING, logger="worker.drain.lease"):
+        assert pipeline.lease.tick(grant) == TAKEN_BY_ANOTHER and grant.lost.is_set()
+    assert [r.getMessage() for r in caplog.records] == ["lease lost"]
     assert redis_client.get(lease_key) == taker.token
     producer.close()
     pipeline.store.client.close()
 
 
 def test_a_renewal_landing_after_the_release_does_not_lease_the_scope_again(
-    make_settings: Any, redis_client: Redis, monkeypatch: pytest.MonkeyPatch
+    make_settings: Any, redis_client: Redis, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = make_settings()
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
-    late: list[bool] = []
+    late: list[int] = []
     stop = pipeline.lease.stop_renewing
 
     def tick_then_stop(grant: LeaseGrant | None = None) -> None:
-        if grant is not None:  # the renewer read the grant before the release and renews after it
-            late.append(pipeline.lease.renew(grant))
+        if grant is not None:  # the renewer read the grant before the release and ticks after it
+            late.append(pipeline.lease.tick(grant))
         stop(grant)
 
     monkeypatch.setattr(pipeline.lease, "stop_renewing", tick_then_stop)
     producer.enqueue(_event("r2"))
-    first = pipeline.drain_scope(SCOPE)
-    assert (first.processed, first.next) == (1, "idle") and late == [False]
+    with caplog.at_level(logging.WARNING, logger="worker.drain.lease"):
+        first = pipeline.drain_scope(SCOPE)
+    assert (first.processed, first.next) == (1, "idle") and late == [GONE]
+    assert [r.getMessage() for r in caplog.records] == []  # gone by our own release: nothing was lost
     assert not redis_client.exists(producer.keys.for_scope(SCOPE).lease(SCOPE))
     producer.enqueue(_event("r3"))
     second = pipeline.drain_scope(SCOPE)

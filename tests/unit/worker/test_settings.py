@@ -151,6 +151,7 @@ def test_a_settings_repr_shows_no_secret() -> None:
         agent_runner_secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         judge_api_key="sk-judgekey",
         bootstrap_key="bootstrap-key-0123456789",
+        broker_url="redis://127.0.0.1:6379/1?password=querypw&db=1",
     )
     shown = repr(given) + str(given) + repr(plugin_settings(SelfIterationSettings, given))
     for secret in (

@@ -177,7 +177,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
       count(stats, 'dead', 1)
       -- the dead index is not trimmed by the window: a dead event never expires, and the DLQ bounds it
       index_add_active(runs_dead, index_leave(runs_active, event_id, ev, known.enqueued) or 0, event_id)
-      history_end(ev, now, 'failed', error_text, known.history)
+      history_end(ev, tonumber(died), 'failed', error_text, known.history)  -- its last attempt ends when it died
     end
   end
   local reply = {CommitCode.COMMITTED, publish, outcome, latency, accepted, duplicate}
