@@ -15,6 +15,7 @@ from producers import Producer
 from producers.cli.console import dead_letters
 from producers.cli.reach.target import Api, Target
 from producers.http.app import create_web_app
+from tests.support.dead_events import dead_by_drain
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
 
@@ -26,12 +27,7 @@ def dead_and_api(make_settings: Any) -> Iterator[tuple[list[str], Api]]:
     settings = make_settings(max_attempts=1)
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
-    dead = []
-    for i in range(5):
-        scope = f"topic:dead-pages-{i}"
-        sent = {"sourceType": "test.flaky", "sourceId": f"dead-pages-{i}", "scopeKey": scope, "payload": {}}
-        dead.append(producer.enqueue(sent).event_id)
-        assert pipeline.drain_scope(scope).next == "idle"
+    dead = dead_by_drain(producer, pipeline, "dead-pages", 5)
     assert all(producer.status(e)["status"] == "dead" for e in dead)  # type: ignore[index]
     api = Api(Target(url="http://testserver"))
     with TestClient(create_web_app(settings)) as client:

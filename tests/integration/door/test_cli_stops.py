@@ -26,6 +26,7 @@ from producers.cli.console import dead_letters
 from producers.cli.main import SIGPIPE_EXIT, main
 from producers.sdk import dead_letters as sdk_dead_letters
 from tests.conftest import settings_env
+from tests.support.dead_events import dead_by_drain
 from worker.runtime.app import build_pipeline
 from worker.settings import settings_environment
 from worker.telemetry.recorder import DISABLED
@@ -123,12 +124,7 @@ def five_dead(make_settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
     monkeypatch.setattr(dead_letters, "DEAD_PAGE_MAX", 2)
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
-    dead = []
-    for i in range(5):
-        scope = f"topic:stops-{i}"
-        event = {"sourceType": "test.flaky", "sourceId": f"stops-{i}", "scopeKey": scope, "payload": {}}
-        dead.append(producer.enqueue(event).event_id)
-        assert pipeline.drain_scope(scope).next == "idle"
+    dead = dead_by_drain(producer, pipeline, "stops", 5)
     yield producer, dead
     producer.close()
     pipeline.store.client.close()

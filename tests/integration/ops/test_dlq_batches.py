@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 import worker.store.events as store_events
 from producers import Producer
 from producers.http.app import create_web_app
+from tests.support.dead_events import dead_by_drain
 from worker.core.clock import now_ms
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
@@ -28,12 +29,7 @@ def dead_and_api(make_settings: Any) -> Iterator[tuple[list[str], TestClient]]:
     settings = make_settings(max_attempts=1, dlq_batch_max=2)
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
-    dead = []
-    for i in range(5):
-        scope = f"topic:dlq-batch-{i}"
-        sent = {"sourceType": "test.flaky", "sourceId": f"dlq-batch-{i}", "scopeKey": scope, "payload": {}}
-        dead.append(producer.enqueue(sent).event_id)
-        assert pipeline.drain_scope(scope).next == "idle"
+    dead = dead_by_drain(producer, pipeline, "dlq-batch", 5)
     assert all(producer.status(e)["status"] == "dead" for e in dead)  # type: ignore[index]
     with TestClient(create_web_app(settings)) as client:
         yield dead, client

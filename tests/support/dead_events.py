@@ -1,0 +1,18 @@
+"""Dead events made the way a worker makes them: ``test.flaky`` events (tests/support/policies.py), each in a scope
+of its own, drained in this process until they die (the settings' ``max_attempts`` must be 1)."""
+
+from __future__ import annotations
+
+from producers import Producer
+from worker.drain.pipeline import Pipeline
+
+
+def dead_by_drain(producer: Producer, pipeline: Pipeline, name: str, count: int) -> list[str]:
+    """``count`` dead events, source ids and scopes ``<name>-<i>`` / ``topic:<name>-<i>``, in the order they died."""
+    dead = []
+    for i in range(count):
+        scope = f"topic:{name}-{i}"
+        event = {"sourceType": "test.flaky", "sourceId": f"{name}-{i}", "scopeKey": scope, "payload": {}}
+        dead.append(producer.enqueue(event).event_id)
+        assert pipeline.drain_scope(scope).next == "idle"
+    return dead
