@@ -47,19 +47,10 @@ from worker.store.calls import (
     ScriptCall,
 )
 from worker.store.records import Head
-from worker.store.replies import HeadCode, ReleaseCode
+from worker.store.replies import HeadCode, ReleaseCode, RenewCode
 from worker.store.scripts import Scripts
 
-__all__ = [
-    "GONE",
-    "RENEWED",
-    "TAKEN_BY_ANOTHER",
-    "Acquired",
-    "ChainedPop",
-    "LeaseGrant",
-    "Popped",
-    "ScopeLease",
-]
+__all__ = ["Acquired", "ChainedPop", "LeaseGrant", "Popped", "ScopeLease"]
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +66,6 @@ class LeaseGrant:
     fence: int
     lost: threading.Event = field(default_factory=threading.Event)
 
-    @property
-    def lease_key(self) -> str:
-        return self.keys.lease(self.scope_key)
-
-
-RENEWED, TAKEN_BY_ANOTHER, GONE = 1, 0, 2  # RENEW_SCOPE's replies
 
 Acquired = tuple[LeaseGrant | None, int, Head | None]  # (grant, ms the holder still has, head): see acquire
 Popped = tuple[str, Acquired | None]  # a popped scope ref and what POP_ACQUIRE did with it
@@ -237,11 +222,10 @@ class ScopeLease:
 
     def renew(self, grant: LeaseGrant) -> bool:
         """Keep ``grant``'s lease (RENEW_SCOPE); False, and ``grant.lost`` set, when it is not ours any more."""
-        return self._renew(grant) == RENEWED
+        return self._renew(grant) is RenewCode.RENEWED
 
-    def _renew(self, grant: LeaseGrant) -> int:
-        """RENEW_SCOPE's code: RENEWED, TAKEN_BY_ANOTHER (the lease or a grant since) or GONE (no lease and no head
-        of ours: our own release, or a lease that ran out with nothing begun)."""
+    def _renew(self, grant: LeaseGrant) -> RenewCode:
+        """RENEW_SCOPE's code (:class:`~worker.store.replies.RenewCode`)."""
         k, scope = grant.keys, grant.scope_key
         call = RenewScope(
             k.lease(scope),
@@ -252,8 +236,8 @@ class ScopeLease:
             grant.fence,
             k.event_prefix,
         )
-        code = int(self.scripts.run(call))
-        if code != RENEWED:
+        code = RenewCode(int(self.scripts.run(call)))
+        if code is not RenewCode.RENEWED:
             grant.lost.set()
         return code
 
@@ -280,11 +264,11 @@ class ScopeLease:
             except Exception:  # a Redis hiccup: try again next tick; the TTL covers two misses
                 log.exception("lease renewal failed")
 
-    def tick(self, grant: LeaseGrant) -> int:
+    def tick(self, grant: LeaseGrant) -> RenewCode:
         """One renewal of the renewer's (RENEW_SCOPE's code); "lease lost" is logged only when another holder has
         the scope: a tick that lands after the drain's own release finds it GONE, and nothing was lost."""
         code = self._renew(grant)
-        if code == TAKEN_BY_ANOTHER:
+        if code is RenewCode.TAKEN_BY_ANOTHER:
             log.warning("lease lost", extra={"scopeKey": grant.scope_key, "fence": grant.fence})
         return code
 

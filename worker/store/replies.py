@@ -15,6 +15,7 @@ __all__ = [
     "CommitCode",
     "HeadCode",
     "ReleaseCode",
+    "RenewCode",
     "UnknownCode",
     "inline_codes",
 ]
@@ -66,7 +67,15 @@ class ReleaseCode(IntEnum):
     HELD_BY_ANOTHER = -1
 
 
-ENUMS: tuple[type[IntEnum], ...] = (ApplyCode, CancelCode, CommitCode, HeadCode, ReleaseCode)
+class RenewCode(IntEnum):
+    """RENEW_SCOPE of a drain's lease (worker/store/lua/renew_scope.lua)."""
+
+    RENEWED = 1  # ours, extended; or ran out under a head we began, and taken again
+    TAKEN_BY_ANOTHER = 0  # another holder has it, or the scope was granted since
+    GONE = 2  # no lease and no head of ours: our own release, or it ran out with nothing begun
+
+
+ENUMS: tuple[type[IntEnum], ...] = (ApplyCode, CancelCode, CommitCode, HeadCode, ReleaseCode, RenewCode)
 
 
 _NAMED = re.compile(r"\b(" + "|".join(e.__name__ for e in ENUMS) + r")\b(\.([A-Za-z_][A-Za-z0-9_]*))?")

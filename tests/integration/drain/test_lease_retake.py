@@ -13,8 +13,9 @@ from redis import Redis
 
 from producers import Producer
 from worker.core.clock import now_ms
-from worker.drain.lease import GONE, TAKEN_BY_ANOTHER, LeaseGrant
+from worker.drain.lease import LeaseGrant
 from worker.runtime.app import build_pipeline
+from worker.store.replies import RenewCode
 from worker.telemetry.recorder import DISABLED
 
 pytestmark = pytest.mark.integration
@@ -47,7 +48,7 @@ def test_a_lease_that_ran_out_under_a_begun_head_is_taken_again(
     assert taker is not None
     pipeline.lease.stop_renewing(taker)
     with caplog.at_level(logging.WARNING, logger="worker.drain.lease"):
-        assert pipeline.lease.tick(grant) == TAKEN_BY_ANOTHER and grant.lost.is_set()
+        assert pipeline.lease.tick(grant) == RenewCode.TAKEN_BY_ANOTHER and grant.lost.is_set()
     assert [r.getMessage() for r in caplog.records] == ["lease lost"]
     assert redis_client.get(lease_key) == taker.token
     producer.close()
@@ -60,7 +61,7 @@ def test_a_renewal_landing_after_the_release_does_not_lease_the_scope_again(
     settings = make_settings()
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
-    late: list[int] = []
+    late: list[RenewCode] = []
     stop = pipeline.lease.stop_renewing
 
     def tick_then_stop(grant: LeaseGrant | None = None) -> None:
@@ -72,7 +73,7 @@ def test_a_renewal_landing_after_the_release_does_not_lease_the_scope_again(
     producer.enqueue(_event("r2"))
     with caplog.at_level(logging.WARNING, logger="worker.drain.lease"):
         first = pipeline.drain_scope(SCOPE)
-    assert (first.processed, first.next) == (1, "idle") and late == [GONE]
+    assert (first.processed, first.next) == (1, "idle") and late == [RenewCode.GONE]
     assert [r.getMessage() for r in caplog.records] == []  # gone by our own release: nothing was lost
     assert not redis_client.exists(producer.keys.for_scope(SCOPE).lease(SCOPE))
     producer.enqueue(_event("r3"))
