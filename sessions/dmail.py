@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sessions.store import SessionFull, SessionStore, UserQuotaExceeded
+from sessions.store import SessionFull, SessionStore
 
 __all__ = [
     "DMAIL_PREFIX",
@@ -141,7 +141,7 @@ def send_dmail(store: SessionStore, session_id: str, arguments: Any) -> ToolResu
     reply = store.run(store.scripts.send, session_id, json.dumps(pending), dmail.checkpoint_id, record_bytes)
     code = _text(reply[0])
     if code == "quota":
-        raise UserQuotaExceeded(int(reply[1]), store.limits.max_user_bytes, int(reply[2]))
+        raise store.limits.quota_exceeded(reply)
     if code == "full":
         raise _no_room(store, _text(reply[1]), dmail.checkpoint_id)
     if int(code) != 0:

@@ -8,16 +8,16 @@ changes committed before it (the session's changes are serialized).
 Bounds (sessions/store.py ``SessionLimits``): a change that grows the document past ``max_session_bytes`` and
 an artifact over ``max_message_bytes`` (written, or captured from a signal's or a tool call's payload) raise
 ``SessionFull`` and store nothing; every write refreshes the TTL of all of the session's keys in the same
-transaction. The document counts toward the session's user's stored
-bytes (``AGENT_SIGNAL_USER_MAX_BYTES``, worker/store/quotas.py) until the session's TTL, as its context does:
-its growth past the largest size already counted (``stateCounted`` in the session's hash), so a document that
-shrinks and grows again (an artifact rewritten, an attention item that comes and goes) is not counted twice.
-That mark holds for as long as its first count does (``stateCountedDay``, the day that count stops): a session
-kept alive past it has its whole document counted again by its next write, as new (its later growth, counted
-into later days, then counts twice until those days end: the error is on the quota's side; a mark kept before
-its day was is taken as lapsed). A change that grows the document past what is counted while the user is at
-the quota raises ``UserQuotaExceeded`` and stores nothing; a recount alone never does (the document is stored
-either way).
+transaction. The document counts toward the stored bytes of the session's user (``AGENT_SIGNAL_USER_MAX_BYTES``)
+and of its tenant (``AGENT_SIGNAL_TENANT_MAX_BYTES``, a session of no user: that alone; worker/store/quotas.py)
+until the session's TTL, as its context does: its growth past the largest size already counted
+(``stateCounted`` in the session's hash), so a document that shrinks and grows again (an artifact rewritten, an
+attention item that comes and goes) is not counted twice. That mark holds for as long as its first count does
+(``stateCountedDay``, the day that count stops): a session kept alive past it has its whole document counted
+again by its next write, as new (its later growth, counted into later days, then counts twice until those days
+end: the error is on the quota's side; a mark kept before its day was is taken as lapsed). A change that grows
+the document past what is counted while the user, or the tenant, is at its quota raises ``UserQuotaExceeded``
+and stores nothing; a recount alone never does (the document is stored either way).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from sessions.store import (
 )
 from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys
-from worker.store.quotas import DAY_MS, add_user_bytes, user_bytes_day, user_bytes_over
+from worker.store.quotas import DAY_MS, add_user_bytes, stored_bytes_over, user_bytes_day
 
 __all__ = ["ContentionError", "FunctionStore"]
 
@@ -88,14 +88,17 @@ class FunctionStore:
                 )
                 raise SessionFull(None, limit, message)
 
-    def _check_user_quota(self, user_id: str) -> None:
-        """UserQuotaExceeded when ``user_id`` already stores ``max_user_bytes`` or more (none: no quota)."""
-        limit = self.limits.max_user_bytes
-        if limit <= 0:
-            return
-        over = user_bytes_over(self.client, self.keys, [user_id], limit)
+    def _check_quota(self, user_id: str | None) -> None:
+        """UserQuotaExceeded when ``user_id`` (None: no user) already stores ``max_user_bytes`` or more, or the
+        tenant ``max_tenant_bytes`` (0: no quota)."""
+        checks = [(self.keys.user_bytes(user_id), self.limits.max_user_bytes)] if user_id else []
+        checks = [*checks, (self.keys.tenant_bytes, self.limits.max_tenant_bytes)]
+        checks = [(key, limit) for key, limit in checks if limit > 0]
+        over = stored_bytes_over(self.client, checks) if checks else None
         if over is not None:
-            raise UserQuotaExceeded(over.used, limit, over.retry_s)
+            limit = checks[over.position - 1][1]
+            tenant = checks[over.position - 1][0] == self.keys.tenant_bytes
+            raise UserQuotaExceeded(over.used, limit, over.retry_s, tenant=tenant)
 
     def update(self, session_id: str, change: Callable[[SessionRuntime], T]) -> tuple[T, SessionRuntime]:
         """Apply ``change`` atomically; it may be called more than once (it must only touch the runtime).
@@ -129,11 +132,11 @@ class FunctionStore:
                     # session older than it) what is stored now
                     growth = size - (0 if lapsed else max(int(counted or 0), len(before or b"")))
                     owner = user.decode("utf-8") if isinstance(user, bytes) else user
-                    if owner and growth > 0 and size > len(before or b""):
-                        self._check_user_quota(owner)  # a recount alone is stored either way: never refused
+                    if growth > 0 and size > len(before or b""):
+                        self._check_quota(owner)  # a recount alone is stored either way: never refused
                     pipe.multi()
                     pipe.set(key, document)
-                    if owner and growth > 0:
+                    if growth > 0:  # counted for the tenant, and for the session's user when it names one
                         add_user_bytes(pipe, self.keys, owner, growth, ttl_s=self.limits.session_ttl_s)
                         pipe.hset(session_hash, STATE_COUNTED, size)
                         if lapsed or counted is None:  # a new first count: the day it stops

@@ -5,14 +5,15 @@ Context records are kimi's JSONL lines, one list item each: messages, ``{"role":
 ``{"role":"_usage","token_count":n}``. ``ckpt`` maps a checkpoint id to its list position, the number of
 messages and the bytes of records before it, so a revert is an LTRIM, not a scan.
 
-Bounds (sessions/store.py ``SessionLimits``): every script gets the session TTL and the caps as ARGV[1..4], and
-as ARGV[5] the user the caller read from the settings (a script answers ``{'moved'}`` and writes nothing when the
+Bounds (sessions/store.py ``SessionLimits``): every script gets the session TTL and the caps as ARGV[1..5], and
+as ARGV[6] the user the caller read from the settings (a script answers ``{'moved'}`` and writes nothing when the
 session names another user by then: the caller reads again);
 a script that adds records checks the caps *before* writing anything and answers ``{'full', 'records'|'bytes'}``
-instead, so concurrent appends cannot pass a cap together. A session that names a user also gets that user's
-``bytes:user:<userId>`` as KEYS[9] (worker/store/quotas.py): every record added is counted there until the session's
-TTL as of the write, and a script that adds records answers ``{'quota', bytes, retryAfterS}`` (nothing
-written) when the user's data is already at ``AGENT_SIGNAL_USER_MAX_BYTES``. ``ctxmeta.bytes`` is the byte count of the context
+instead, so concurrent appends cannot pass a cap together. After the session's own keys come the tenant's
+``bytes:tenant`` and, when the session names a user, that user's ``bytes:user:<userId>`` (worker/store/quotas.py):
+every record added is counted in both until the session's TTL as of the write, and a script that adds records
+answers ``{'quota', bytes, retryAfterS, 'user'|'tenant'}`` (nothing written) when the user's data is already at
+``AGENT_SIGNAL_USER_MAX_BYTES`` or the tenant's at ``AGENT_SIGNAL_TENANT_MAX_BYTES``. ``ctxmeta.bytes`` is the byte count of the context
 records, kept by every script that changes the list. Every script ends by refreshing the TTL of all of the
 session's keys (KEYS), so a session expires as a whole, ``session_ttl_s`` after its last write.
 """

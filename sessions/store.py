@@ -83,21 +83,36 @@ class SessionLimits:
     max_session_bytes: int = 8 * 1024 * 1024  # the context records together; the function-state document
     max_message_bytes: int = 256 * 1024  # one message, D-Mail or artifact
     max_user_bytes: int = 0  # the session's user's stored data (AGENT_SIGNAL_USER_MAX_BYTES; 0: no quota)
+    max_tenant_bytes: int = 0  # the tenant's stored user data (AGENT_SIGNAL_TENANT_MAX_BYTES; 0: no quota)
 
     @classmethod
     def from_settings(cls, section: SessionLimitSettings, settings: Settings) -> SessionLimits:
-        """The sessions' section's bounds, and the engine's per-user quota (``user_max_bytes``)."""
+        """The sessions' section's bounds, and the engine's stored-bytes quotas (``user_max_bytes``,
+        ``tenant_max_bytes``)."""
         return cls(
             session_ttl_s=section.session_ttl_s,
             max_session_messages=section.max_session_messages,
             max_session_bytes=section.max_session_bytes,
             max_message_bytes=section.max_message_bytes,
             max_user_bytes=settings.user_max_bytes,
+            max_tenant_bytes=settings.tenant_max_bytes,
         )
 
     def script_args(self) -> list[int]:
-        """ARGV[1..4] of every session script."""
-        return [self.session_ttl_s, self.max_session_messages, self.max_session_bytes, self.max_user_bytes]
+        """ARGV[1..5] of every session script."""
+        return [
+            self.session_ttl_s,
+            self.max_session_messages,
+            self.max_session_bytes,
+            self.max_user_bytes,
+            self.max_tenant_bytes,
+        ]
+
+    def quota_exceeded(self, reply: Any) -> UserQuotaExceeded:
+        """A script's ``{'quota', bytes, retryAfterS, 'user'|'tenant'}`` as the error the door answers 429."""
+        tenant = _s(reply[3]) == "tenant"
+        limit = self.max_tenant_bytes if tenant else self.max_user_bytes
+        return UserQuotaExceeded(int(reply[1]), limit, int(reply[2]), tenant=tenant)
 
 
 MOVE_RETRIES = 200  # a script run again after its session moved to another user meanwhile (SessionStore.run)
@@ -118,17 +133,18 @@ class SessionFull(ValueError):
 
 
 class UserQuotaExceeded(SessionFull):
-    """The session's user already stores ``used`` bytes, at ``AGENT_SIGNAL_USER_MAX_BYTES``; nothing was
-    written. ``retry_after_s``: when some of it expires (0: it does not by itself). Answered 429."""
+    """The session's user already stores ``used`` bytes, at ``AGENT_SIGNAL_USER_MAX_BYTES`` (``tenant``: the
+    tenant's users and sessions together, at ``AGENT_SIGNAL_TENANT_MAX_BYTES``); nothing was written.
+    ``retry_after_s``: when some of it expires (0: it does not by itself). Answered 429."""
 
-    def __init__(self, used: int, limit: int, retry_after_s: int) -> None:
+    def __init__(self, used: int, limit: int, retry_after_s: int, *, tenant: bool = False) -> None:
         when = "retry once some of it expires" if retry_after_s else "erase or delete some of it first"
-        super().__init__(
-            None,
-            limit,
-            f"this session's user already stores {used} bytes (the quota is {limit}, AGENT_SIGNAL_USER_MAX_BYTES); "
-            f"{when}",
+        who, setting = (
+            ("this tenant's users and sessions already store", "AGENT_SIGNAL_TENANT_MAX_BYTES")
+            if tenant
+            else ("this session's user already stores", "AGENT_SIGNAL_USER_MAX_BYTES")
         )
+        super().__init__(None, limit, f"{who} {used} bytes (the quota is {limit}, {setting}); {when}")
         self.used = used
         self.retry_after_s = retry_after_s
 
@@ -225,10 +241,10 @@ class SessionStore:
         self.scripts = scripts if scripts is not None else SessionScripts.register(client)
 
     def _keys(self, session_id: str) -> tuple[list[str], str]:
-        """The session's keys, then its user's stored-bytes count (KEYS[9]) when it names a user; and that user
-        ('' for none)."""
+        """The session's keys, then the tenant's stored-bytes count and its user's when it names a user; and that
+        user ('' for none)."""
         user = self.client.hget(self.keys.session(session_scope(session_id)), "userId")
-        found = session_keys(self.keys, session_id, user)
+        found = [*session_keys(self.keys, session_id, user), self.keys.tenant_bytes]
         return ([*found, self.keys.user_bytes(_s(user))] if user else found), _s(user) if user else ""
 
     def run(self, script: Script, session_id: str, *args: Any) -> Any:
@@ -246,7 +262,7 @@ class SessionStore:
         """The script's ``{'ok', value}``, or SessionFull for its ``{'full', 'records'|'bytes'}`` (its
         UserQuotaExceeded for ``{'quota', bytes, retryAfterS}``)."""
         if _s(reply[0]) == "quota":
-            raise UserQuotaExceeded(int(reply[1]), self.limits.max_user_bytes, int(reply[2]))
+            raise self.limits.quota_exceeded(reply)
         if _s(reply[0]) != "full":
             return int(reply[1])
         if _s(reply[1]) == "records":

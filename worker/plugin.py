@@ -22,8 +22,9 @@ A :class:`Plugin` is one object that owns everything the engine does for one con
   record and the deliverer passes ``record.key`` on as the idempotency key.
 
 A plugin that stores a user's data counts its bytes toward the user's storage quota
-(``AGENT_SIGNAL_USER_MAX_BYTES``): :func:`user_bytes_effects` gives the staged command, :func:`add_user_bytes`
-counts now (worker/store/quotas.py).
+(``AGENT_SIGNAL_USER_MAX_BYTES``) and its tenant's (``AGENT_SIGNAL_TENANT_MAX_BYTES``; data of no user: the
+tenant's alone): :func:`user_bytes_effects` gives the staged commands, :func:`add_user_bytes` counts now
+(worker/store/quotas.py).
 
 ``AGENT_SIGNAL_PLUGINS`` lists ``module:factory`` strings loaded after the shipped plugins; a factory
 returns a :class:`Plugin` or a list of :class:`Policy`. This module's ``__all__`` is the whole supported

@@ -152,6 +152,9 @@ class Settings(_SecretsHidden, BaseSettings):
     # past it, a pause -> 429 quota_exceeded until a scope is resumed (0: none).
     tenant_max_paused_scopes: int = Field(default=10_000, ge=0)
     user_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    # Every user's stored bytes together, and what sessions and receipts that name no user store (0: none): a
+    # tenant minting tokens for many users, or writing user-less sessions, fills at most this much of Redis.
+    tenant_max_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
     fair_share: bool = (
         True  # drains take turns across tenants (worker/runtime/fair.py); off: broker arrival order
     )

@@ -43,6 +43,7 @@ OVER_LIMIT_CODES = {
     "tenant": "tenant_queue_full",
     "events": "quota_exceeded",
     "user_bytes": "quota_exceeded",
+    "tenant_bytes": "quota_exceeded",
 }
 
 

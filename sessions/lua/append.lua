@@ -1,7 +1,8 @@
 -- APPEND messages to the session's context (and a _usage record with the token count).
--- -> {'ok', number of messages} | {'full', 'records'|'bytes'} | {'quota', bytes, retryAfterS} (nothing written)
+-- -> {'ok', number of messages} | {'full', 'records'|'bytes'} | {'quota', bytes, retryAfterS, 'user'|'tenant'}
+--    (nothing written)
 -- requires: session
-local messages_json, token_count = ARGV[6], ARGV[7]
+local messages_json, token_count = ARGV[7], ARGV[8]
 local records = cjson.decode(messages_json)
 if token_count ~= '' then
   records[#records + 1] = cjson.encode({role = '_usage', token_count = tonumber(token_count)})

@@ -1,8 +1,8 @@
 -- CLEAR: reset ids to 0 and drop everything (kimi's Context.clear); with compact '1' create checkpoint 0 at once
 -- and append the compacted messages (encoded records) after it; a compaction that would not fit the caps changes
--- nothing. -> {'ok', next} | {'full', what} | {'quota', bytes, retryAfterS}
+-- nothing. -> {'ok', next} | {'full', what} | {'quota', bytes, retryAfterS, 'user'|'tenant'}
 -- requires: session
-local compact, add_message, messages_json = ARGV[6], ARGV[7], ARGV[8]
+local compact, add_message, messages_json = ARGV[7], ARGV[8], ARGV[9]
 local records = {}
 if compact == '1' then
   records = cjson.decode(messages_json)

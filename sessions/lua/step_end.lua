@@ -2,18 +2,23 @@
 -- checkpoint gone: reverted away, or cleared or compacted and maybe made again under the same id; or, applied, it
 -- would take the context past its caps, which send.lua checked, so only when they were lowered since), applied, or
 -- none. Applying reverts first, then re-creates the checkpoint and appends the D-Mail's user message: the context
--- never passes its caps (lib/dmail_room.lua). The pending D-Mail's own count (send.lua) is taken back while the
--- session's user is still the one it was counted for (its text, once applied, is counted as a context record).
+-- never passes its caps (lib/dmail_room.lua). The pending D-Mail's own count (send.lua) is taken back from the
+-- tenant's count, and from the user's while the session's user is still the one it was counted for (its text,
+-- once applied, is counted as a context record).
 -- -> {'none'} | {'discarded', dmailJson, seq, 'rejected'|'checkpoint'|'full'}
 --    | {'applied', dmailJson, seq, checkpointId, firstNewPosition}
 -- requires: session, dmail_room
-local rejected_without_feedback, root, add_checkpoint_message, dmail_prefix = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local rejected_without_feedback, root, add_checkpoint_message, dmail_prefix = ARGV[7], ARGV[8], ARGV[9],
+  ARGV[10]
 local pending = redis.call('GET', dmail)
 if not pending then return done({'none'}) end
 redis.call('DEL', dmail)
 local mail = cjson.decode(pending)
 if ubytes and mail.countedIn == ubytes and redis.call('HEXISTS', ubytes, mail.countedDay) == 1 then
   redis.call('HINCRBY', ubytes, mail.countedDay, -#pending)
+end
+if mail.tenantIn == tbytes and redis.call('HEXISTS', tbytes, mail.countedDay) == 1 then
+  redis.call('HINCRBY', tbytes, mail.countedDay, -#pending)
 end
 local function discarded(reason)
   return done({'discarded', pending, redis.call('HINCRBY', meta, 'events', 1), reason})

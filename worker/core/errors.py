@@ -71,7 +71,8 @@ class OverLimit(Exception):
 
     ``what``: ``inbox`` (one scope's queued events at ``max_inbox_depth``), ``tenant`` (the tenant's queued
     events at ``tenant_max_queued``), ``events`` (its retained events at ``tenant_max_events``) or
-    ``user_bytes`` (a user's stored data at ``user_max_bytes``); ``retry_after_s``: when trying again may
+    ``user_bytes`` (a user's stored data at ``user_max_bytes``) or ``tenant_bytes`` (all of the tenant's stored
+    user data at ``tenant_max_bytes``); ``retry_after_s``: when trying again may
     succeed (0: not by waiting); ``field``: the request field to blame, when one is."""
 
     def __init__(self, what: str, message: str, *, retry_after_s: int, field: str | None = None) -> None:
@@ -84,7 +85,8 @@ class OverLimit(Exception):
     @classmethod
     def from_reply(cls, reply: str, settings: Settings, users: Sequence[str] = ()) -> OverLimit:
         """From the script's ``OVERLIMIT inbox <scopeRef> <depth>`` / ``OVERLIMIT tenant <queued>`` /
-        ``OVERLIMIT events <retained> <retryAfterS>`` / ``OVERLIMIT user <n-th of users> <bytes> <retryAfterS>``."""
+        ``OVERLIMIT events <retained> <retryAfterS>`` / ``OVERLIMIT user <n-th count> <bytes> <retryAfterS>`` (the counts are each of ``users``' when
+        ``user_max_bytes`` is on, then the tenant's: worker/store/quotas.py ``stored_bytes_checks``)."""
         max_inbox, max_queued, retry_after_s = (
             settings.max_inbox_depth,
             settings.tenant_max_queued,
@@ -106,12 +108,16 @@ class OverLimit(Exception):
             )
             return cls("events", message, retry_after_s=int(parts[3]))
         if len(parts) == 5 and parts[1] == "user":
-            index = int(parts[2]) - 1
-            user = users[index] if 0 <= index < len(users) else "?"
-            wait = int(parts[4])
+            index, wait = int(parts[2]) - 1, int(parts[4])
             when = "retry once some of it expires" if wait else "erase or delete some of it first"
+            if index >= len(users) or not settings.user_max_bytes:  # the count after the users': the tenant's
+                message = (
+                    f"this tenant's users and sessions already store {parts[3]} bytes (its quota is "
+                    f"{settings.tenant_max_bytes}, AGENT_SIGNAL_TENANT_MAX_BYTES); {when}"
+                )
+                return cls("tenant_bytes", message, retry_after_s=wait)
             message = (
-                f"user {user!r} already stores {parts[3]} bytes (the quota is {max_user_bytes}, "
+                f"user {users[index]!r} already stores {parts[3]} bytes (the quota is {max_user_bytes}, "
                 f"AGENT_SIGNAL_USER_MAX_BYTES); {when}"
             )
             return cls("user_bytes", message, retry_after_s=wait, field="userId")

@@ -51,7 +51,15 @@ from redis import Redis
 
 from worker.core.clock import now_ms
 from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, Keys, glob_escaped
-from worker.store.calls import ErasedEvent, ErasedRecord, EraseHold, EraseScope, Release, Renew
+from worker.store.calls import (
+    ErasedEvent,
+    ErasedRecord,
+    EraseHold,
+    EraseScope,
+    ForgetUserBytes,
+    Release,
+    Renew,
+)
 from worker.store.events import EventStore
 from worker.store.reads import chain_owner
 from worker.telemetry.pseudonyms import load_pseudonyms
@@ -482,7 +490,8 @@ def _drop_user_keyed(store: EventStore, tenant: Keys, user_id: str, report: Eras
         report.removed["conversations"] += int(client.delete(k.conversation(user, agent, topic)))
         client.zrem(k.conversations, member)
     client.delete(k.user_conversations(user_id))
-    client.delete(k.user_bytes(user_id))  # the storage quota's count: nothing of the user is left to count
+    # the storage quota's count: nothing of the user is left to count, and the tenant's no longer holds it
+    store.scripts.run(ForgetUserBytes(k.user_bytes(user_id), k.tenant_bytes))
     # A user token's rate bucket is named "<issuer>:<userId>" (engine-wide, short-lived): drop it now.
     for key in client.scan_iter(
         match=glob_escaped(k.rate_bucket("")) + "*:" + glob_escaped(user_id), count=SCAN_COUNT

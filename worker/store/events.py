@@ -39,7 +39,7 @@ from worker.store.calls import (
 )
 from worker.store.client import is_cluster
 from worker.store.journal import journal_followups, journaled
-from worker.store.quotas import quota_args
+from worker.store.quotas import quota_args, stored_bytes_checks
 from worker.store.reads import StoreReads
 from worker.store.records import (
     Begun,
@@ -187,10 +187,10 @@ class EventStore(StoreReads):
         push: ReadyPush | None,
         tenant_quota: bool,
     ) -> tuple[list[EnqueueOutcome], int]:
-        users = self.users_of(events) if tenant_quota else []  # read by the script: one slot with one bucket
-        max_events, slot_ms, max_user_bytes, user_count, unit_bytes = quota_args(
-            self.settings, tenant_quota, users
-        )
+        users = self.users_of(events) if tenant_quota else []
+        # read by the script: the home slot is the bucket's only with one bucket (else the door read them)
+        checks = stored_bytes_checks(self.settings, k, users) if tenant_quota else []
+        max_events, slot_ms, unit_bytes = quota_args(self.settings, tenant_quota)
         fields: dict[str, Any] = dict(
             scopes=k.scopes,
             stats=k.stats,
@@ -207,11 +207,10 @@ class EventStore(StoreReads):
             run_index_max=self.settings.run_index_max,
             max_events=max_events,
             retained_slot_ms=slot_ms,
-            max_user_bytes=max_user_bytes,
-            user_count=user_count,
+            user_count=len(checks),
             retained_unit_bytes=unit_bytes,
             events=[self._admission(k, ev) for ev in events],
-            users=[UserBytes(k.user_bytes(user)) for user in users],
+            users=[UserBytes(key, max_bytes) for key, max_bytes in checks],
         )
         call: ScriptCall = (
             Enqueue(**fields) if push is None else EnqueuePush(**fields, **push, drain_id=uuid.uuid4().hex)

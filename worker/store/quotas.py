@@ -1,5 +1,5 @@
-"""Storage quotas: a tenant's retained events (``AGENT_SIGNAL_TENANT_MAX_EVENTS``) and one user's stored bytes
-(``AGENT_SIGNAL_USER_MAX_BYTES``), counted where data is written and checked at the door before anything is
+"""Storage quotas: a tenant's retained events (``AGENT_SIGNAL_TENANT_MAX_EVENTS``), one user's stored bytes
+(``AGENT_SIGNAL_USER_MAX_BYTES``) and all of a tenant's (``AGENT_SIGNAL_TENANT_MAX_BYTES``), counted where data is written and checked at the door before anything is
 stored (over one: 429 ``quota_exceeded``). Both counts are kept in O(1) memory, so they are approximate; what
 each one misses is said below.
 
@@ -28,6 +28,14 @@ write after its first count's day). The door refuses a user's events and context
 the user is at or over the quota; a write in progress (a run the worker already has) is not refused, so a user
 can end somewhat over it. Retry-After is the end of the earliest counted day when something expires, else
 there is none (only erasure, or deleting memories and skills, frees the rest).
+
+**A tenant's bytes.** ``bytes:tenant`` (a hash of the same fields) counts whatever a user's count does, written
+beside it (:func:`user_bytes_effects` stages both, the session scripts write both), and what sessions and
+receipts that name no user store, which counts toward no user: so a tenant that mints tokens for many users, or
+writes sessions of no user, still stops at its quota. Erasing a user takes their count out of the tenant's, day
+by day, none below zero (FORGET_USER_BYTES). The door checks it wherever it checks a user's: every event and
+session write of the tenant that grows what is stored is refused at it. ``agent-signal migrate bytes`` adds the
+users' counts of an earlier release once (:func:`migrate_tenant_bytes`).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from typing import Any, NamedTuple
 
 from redis import Redis
 
-from worker.keys.layout import BucketKeys, Keys
+from worker.keys.layout import BucketKeys, Keys, glob_escaped
 from worker.settings import Settings
 
 __all__ = [
@@ -47,24 +55,29 @@ __all__ = [
     "KEEP",
     "RETAINED_SLOTS",
     "RETAINED_UNIT_BYTES",
+    "SCAN_COUNT",
     "UserOverQuota",
     "add_user_bytes",
+    "migrate_tenant_bytes",
     "quota_args",
     "receipt_bytes_effects",
     "retained_refusal",
     "retained_slot_ms",
     "retained_unit_bytes",
     "retained_units",
+    "stored_bytes_checks",
+    "stored_bytes_over",
+    "stored_bytes_refusal",
     "user_bytes_day",
     "user_bytes_effects",
     "user_bytes_field",
     "user_bytes_over",
-    "user_bytes_refusal",
 ]
 
 DAY_MS = 24 * 60 * 60 * 1000
 RETAINED_SLOTS = 24  # a window is counted in this many slots (and one more, the current one)
 KEEP = "keep"
+SCAN_COUNT = 500  # keys a migration's SCAN asks for per call
 
 
 RETAINED_UNIT_BYTES = 2048  # what an ordinary event keeps over its life (docs/decisions.md, "Storage quotas")
@@ -89,18 +102,30 @@ def retained_slot_ms(window_s: int) -> int:
     return max(1000, window_s * 1000 // RETAINED_SLOTS)
 
 
-def quota_args(settings: Settings, check: bool, users: Sequence[str]) -> list[int]:
+def quota_args(settings: Settings, check: bool) -> list[int]:
     """ENQUEUE's quota arguments: maxTenantEvents (checked only with ``check``), retainedSlotMs (counted
-    whenever the quota is on), maxUserBytes, how many users' keys follow the events', and the bytes of a unit
-    of the retained count."""
+    whenever the quota is on) and the bytes of a unit of the retained count."""
     counting = settings.tenant_max_events > 0
     return [
         settings.tenant_max_events if check else 0,
         retained_slot_ms(settings.dedupe_window_s) if counting else 0,
-        settings.user_max_bytes if users else 0,
-        len(users),
         retained_unit_bytes(settings),
     ]
+
+
+def stored_bytes_checks(settings: Settings, keys: Keys, users: Sequence[str]) -> list[tuple[str, int]]:
+    """The stored-bytes counts a batch naming ``users`` is checked against, with their quotas, in the order an
+    ``OVERLIMIT user <n>`` reply counts them: each user's (when ``user_max_bytes`` is on), then the tenant's
+    (when ``tenant_max_bytes`` is): :meth:`worker.core.errors.OverLimit.from_reply` reads a place past the
+    users as the tenant's."""
+    out = (
+        [(keys.user_bytes(user), settings.user_max_bytes) for user in users]
+        if settings.user_max_bytes
+        else []
+    )
+    if settings.tenant_max_bytes:
+        out.append((keys.tenant_bytes, settings.tenant_max_bytes))
+    return out
 
 
 def user_bytes_day(ttl_s: int, now_ms: int | None = None) -> int:
@@ -117,22 +142,31 @@ def user_bytes_field(ttl_s: int | None, now_ms: int | None = None) -> str:
 def user_bytes_effects(
     keys: Keys, user_id: str | None, n_bytes: int, *, ttl_s: int | None = None
 ) -> list[list[Any]]:
-    """The staged command that counts ``n_bytes`` more (or fewer) of ``user_id``'s data (none for no user)."""
-    if not user_id or user_id == "-" or n_bytes == 0:
+    """The staged commands that count ``n_bytes`` more (or fewer) of stored user data: for the tenant always
+    (``tenant_max_bytes``), and for ``user_id`` when there is one (``user_max_bytes``)."""
+    if n_bytes == 0:
         return []
-    return [["HINCRBY", keys.user_bytes(user_id), user_bytes_field(ttl_s), n_bytes]]
+    field = user_bytes_field(ttl_s)
+    tenant = ["HINCRBY", keys.tenant_bytes, field, n_bytes]
+    if not user_id or user_id == "-":
+        return [tenant]
+    return [["HINCRBY", keys.user_bytes(user_id), field, n_bytes], tenant]
 
 
 def receipt_bytes_effects(keys: Keys, receipt: Mapping[str, Any], body: str, ttl_s: int) -> list[list[Any]]:
-    """A receipt's stored bytes counted for its user until it expires (receipt_effects stages this)."""
+    """A receipt's stored bytes counted for its user (if it names one) and its tenant until it expires
+    (receipt_effects stages this)."""
     user = receipt.get("userId")
     return user_bytes_effects(
         keys, user if isinstance(user, str) else None, len(body.encode("utf-8")), ttl_s=ttl_s
     )
 
 
-def add_user_bytes(client: Any, keys: Keys, user_id: str, n_bytes: int, *, ttl_s: int | None = None) -> None:
-    """Count ``n_bytes`` of ``user_id``'s data now (``client`` may be a pipeline: queued in it)."""
+def add_user_bytes(
+    client: Any, keys: Keys, user_id: str | None, n_bytes: int, *, ttl_s: int | None = None
+) -> None:
+    """Count ``n_bytes`` of ``user_id``'s data (None: data of no user) now, for the user and the tenant
+    (``client`` may be a pipeline: queued in it)."""
     for command in user_bytes_effects(keys, user_id, n_bytes, ttl_s=ttl_s):
         client.hincrby(command[1], command[2], command[3])
 
@@ -162,7 +196,7 @@ def retained_refusal(
 
 
 class UserOverQuota(NamedTuple):
-    """The first user at or over the quota: its place among those asked (from 1), its bytes, and the seconds
+    """The first count at or over its quota: its place among those asked (from 1), its bytes, and the seconds
     until some of them expire (0: none does by itself)."""
 
     position: int
@@ -170,14 +204,15 @@ class UserOverQuota(NamedTuple):
     retry_s: int
 
 
-def user_bytes_over(client: Redis, keys: Keys, users: Sequence[str], max_bytes: int) -> UserOverQuota | None:
-    """The users' stored bytes read from their home slot: the first user at or over ``max_bytes``, or None."""
+def stored_bytes_over(client: Redis, checks: Sequence[tuple[str, int]]) -> UserOverQuota | None:
+    """Stored-bytes counts (``bytes:user:<u>``, ``bytes:tenant``: their key, their quota) read from the tenant's
+    home slot: the first at or over its quota, or None."""
     pipe = client.pipeline(transaction=False)
-    for user in users:
-        pipe.hgetall(keys.user_bytes(user))
+    for key, _ in checks:
+        pipe.hgetall(key)
     now = int(time.time() * 1000)
     today = now // DAY_MS
-    for index, raw in enumerate(pipe.execute(), start=1):
+    for index, (raw, (_, max_bytes)) in enumerate(zip(pipe.execute(), checks, strict=True), start=1):
         total, earliest = 0, None
         for field, n in raw.items():
             if field == KEEP:
@@ -191,8 +226,34 @@ def user_bytes_over(client: Redis, keys: Keys, users: Sequence[str], max_bytes: 
     return None
 
 
-def user_bytes_refusal(client: Redis, keys: Keys, users: Sequence[str], max_bytes: int) -> str | None:
-    """The OVERLIMIT reply ENQUEUE would give for the first user at or over ``max_bytes`` (scope buckets: the
-    enqueue scripts cannot read the users' home slot), or None."""
-    over = user_bytes_over(client, keys, users, max_bytes)
+def user_bytes_over(client: Redis, keys: Keys, users: Sequence[str], max_bytes: int) -> UserOverQuota | None:
+    """The users' stored bytes read from their home slot: the first user at or over ``max_bytes``, or None."""
+    return stored_bytes_over(client, [(keys.user_bytes(user), max_bytes) for user in users])
+
+
+def stored_bytes_refusal(client: Redis, settings: Settings, keys: Keys, users: Sequence[str]) -> str | None:
+    """The OVERLIMIT reply ENQUEUE would give for the first user, or the tenant, at or over its stored-bytes
+    quota (:func:`stored_bytes_checks`; scope buckets: the enqueue scripts cannot read the home slot), or None."""
+    over = stored_bytes_over(client, stored_bytes_checks(settings, keys, users))
     return None if over is None else f"OVERLIMIT user {over.position} {over.used} {over.retry_s}"
+
+
+def migrate_tenant_bytes(client: Redis, keys: Keys, *, dry_run: bool = False) -> int:
+    """``agent-signal migrate bytes``: the users' stored-bytes counts kept before the tenant's count existed,
+    added to it day by day, once per tenant (``bytes:tenant:migrated`` marks it done; a repeat adds nothing). What
+    users stored between the upgrade and this step was counted in both, so it counts twice until its day ends:
+    the error is on the quota's side. -> the bytes added (``dry_run``: that would be)."""
+    if client.exists(keys.tenant_bytes_migrated):
+        return 0
+    added: dict[str, int] = {}
+    for key in client.scan_iter(match=glob_escaped(keys.user_bytes("")) + "*", count=SCAN_COUNT):
+        for field, n in client.hgetall(key).items():
+            name = field.decode() if isinstance(field, bytes) else str(field)
+            added[name] = added.get(name, 0) + int(n)
+    if not dry_run:
+        pipe = client.pipeline(transaction=True)
+        for name, total in added.items():
+            pipe.hincrby(keys.tenant_bytes, name, total)
+        pipe.set(keys.tenant_bytes_migrated, "1")
+        pipe.execute()
+    return sum(added.values())

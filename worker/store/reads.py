@@ -20,7 +20,7 @@ from worker.documents.event_body import body_of, stored_body
 from worker.documents.event_records import LIST_FIELDS, source_digest, status_record
 from worker.keys.layout import BucketKeys, Keys
 from worker.settings import Settings
-from worker.store.quotas import retained_refusal, retained_unit_bytes, retained_units, user_bytes_refusal
+from worker.store.quotas import retained_refusal, retained_unit_bytes, retained_units, stored_bytes_refusal
 from worker.store.records import PreparedEvent, to_str
 
 __all__ = [
@@ -169,8 +169,8 @@ class StoreReads:
     def limits_refusal(self, k: Keys, events: Sequence[PreparedEvent]) -> str | None:
         """With scope buckets, a batch's limits read before any bucket's script writes (each script checks its
         own inboxes again): the OVERLIMIT reply the scripts would give, or None. The tenant's queued events are
-        summed over the buckets, and so are its retained events; the users' stored bytes are read from their home
-        slot; each inbox's depth is read."""
+        summed over the buckets, and so are its retained events; the users' and the tenant's stored bytes are read
+        from their home slot; each inbox's depth is read."""
         settings = self.settings
         if settings.tenant_max_queued:
             queued = self.stats(k).get("queued", 0)
@@ -186,11 +186,9 @@ class StoreReads:
                 refusal = retained_refusal(self.client, every, fresh, quota, window_s)
             if refusal is not None:
                 return refusal
-        users = self.users_of(events)
-        if settings.user_max_bytes and users:
-            refusal = user_bytes_refusal(self.client, k, users, settings.user_max_bytes)
-            if refusal is not None:
-                return refusal
+        refusal = stored_bytes_refusal(self.client, settings, k, self.users_of(events))
+        if refusal is not None:
+            return refusal
         if settings.max_inbox_depth:
             adding: dict[str, int] = {}
             for ev in events:

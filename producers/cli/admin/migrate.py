@@ -1,4 +1,4 @@
-"""``agent-signal migrate receipts|runs [--dry-run]``: move data stored by an earlier release to its current form,
+"""``agent-signal migrate receipts|runs|bytes [--dry-run]``: move data stored by an earlier release to its current form,
 straight in Redis, for every tenant: an operator's tool, run once after an upgrade (docs/operations.md
 "Upgrading"). It talks to Redis itself, never to the HTTP API (no route does this), so it takes no ``--url`` or
 ``--token``: its Redis is ``REDIS_URL``, else the ``make run`` stack of this checkout, joined as ``agent-signal
@@ -7,6 +7,10 @@ prefix; one line on stderr says so).
 
 ``receipts``: receipts stored before they were keyed by user (``receipt:<id>``) move to
 ``receipt:<userId>:<id>`` and the user's indexes, keeping their TTL.
+
+``bytes``: the users' stored-bytes counts kept before the tenant's count existed
+(``AGENT_SIGNAL_TENANT_MAX_BYTES``) are added to it, once per tenant (run it right after the upgrade: what users
+store in between counts twice until its day ends).
 
 ``runs``: the source types whose runs index holds events admitted before the bucket's registry of types
 (``runs:types``) existed are named in it, so the runs explorer lists those events by status and unfiltered.
@@ -32,6 +36,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from worker.ops.runs import register_indexed_types
     from worker.settings import load_settings
     from worker.store.client import redis_from_settings
+    from worker.store.quotas import migrate_tenant_bytes
     from worker.store.receipts import migrate_legacy_receipts
 
     settings, joined = join_stack(load_settings(), need_broker=False)  # it sends no task
@@ -39,6 +44,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"agent-signal migrate: {joined}", file=sys.stderr, flush=True)
     settings.require_redis_url()  # neither REDIS_URL nor a stack: one line saying so
     steps: dict[str, Callable[[Any, Keys], int]] = {
+        "bytes": lambda client, keys: migrate_tenant_bytes(client, keys, dry_run=args.dry_run),
         "receipts": lambda client, keys: migrate_legacy_receipts(
             client, keys, ttl_s=settings.receipt_retention_s, dry_run=args.dry_run
         ),
@@ -84,6 +90,14 @@ def add_migrate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "receipts", help="receipts stored before they were keyed by user (receipt:<id>)", description=WHERE
     )
     m.add_argument("--dry-run", action="store_true", help="count what would move; change nothing")
+    b = msub.add_parser(
+        "bytes",
+        help="add the users' stored-bytes counts to their tenant's (kept since the tenant quota)",
+        description=WHERE,
+    )
+    b.add_argument(
+        "--dry-run", action="store_true", help="count the bytes that would be added; change nothing"
+    )
     r = msub.add_parser(
         "runs", help="name the source types of events admitted before runs:types existed", description=WHERE
     )

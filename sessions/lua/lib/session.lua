@@ -1,33 +1,48 @@
 -- requires: user_bytes
 -- What every session script shares (sessions/scripts.py says how the context store and the mailbox work).
--- KEYS: ctx, ctxmeta, ckpt, usage, dmail, then the session's other keys (settings, function state, the user's
--- session index) whose TTL is refreshed with them, and KEYS[9], the session's user's stored bytes
--- (worker/store/quotas.py), when the session names a user.
--- ARGV[1..5]: ttlSeconds, maxRecords, maxBytes, maxUserBytes (0: none), and the user the caller found in the
--- settings when it chose KEYS[8] and KEYS[9] ('' for none); each script's own arguments follow.
+-- KEYS: ctx, ctxmeta, ckpt, usage, dmail, settings, function state, and the user's session index when the
+-- session names a user (the session's keys, whose TTL is refreshed with them); then the tenant's stored bytes
+-- and, when the session names a user, that user's (worker/store/quotas.py).
+-- ARGV[1..6]: ttlSeconds, maxRecords, maxBytes, maxUserBytes, maxTenantBytes (0: none), and the user the caller
+-- found in the settings when it chose the keys ('' for none); each script's own arguments follow.
 local ctx, meta, ckpt, usage, dmail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- The session moved to another user (or to one, or to none) since the caller read its settings: nothing is
 -- written, and the caller reads the user again (else this write's bytes would count for the previous user).
-if (redis.call('HGET', KEYS[6], 'userId') or '') ~= ARGV[5] then return {'moved'} end
+if (redis.call('HGET', KEYS[6], 'userId') or '') ~= ARGV[6] then return {'moved'} end
 local ttl, max_records, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
--- the session's user's stored bytes (worker/store/quotas.py): KEYS[9] when the session names a user, else nil
-local ubytes, max_user_bytes = KEYS[9], tonumber(ARGV[4])
+local session_key_count = 7  -- the session's own keys (8 with its user's session index)
+if ARGV[6] ~= '' then session_key_count = 8 end
+-- the stored bytes (worker/store/quotas.py): the tenant's, and the session's user's when it names one (else nil)
+local tbytes, ubytes = KEYS[session_key_count + 1], KEYS[session_key_count + 2]
+local max_user_bytes, max_tenant_bytes = tonumber(ARGV[4]), tonumber(ARGV[5])
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local uday = 'd' .. math.floor((now_ms + ttl * 1000) / DAY_MS)  -- the context expires a TTL after this write
-local ustale = {}  -- the user's ended days, forgotten once the script is done
+local ustale, tstale = {}, {}  -- the ended days, forgotten once the script is done
 local function done(reply)
-  for i = 1, math.min(#KEYS, 8) do redis.call('EXPIRE', KEYS[i], ttl) end
+  for i = 1, session_key_count do redis.call('EXPIRE', KEYS[i], ttl) end
   if ubytes then forget_fields(ubytes, ustale) end
+  forget_fields(tbytes, tstale)
   return reply
 end
--- nil, or the reply refusing a write because the user's data is at its quota
+-- nil, or the reply refusing a write because the user's data, or the tenant's, is at its quota:
+-- {'quota', bytes, retryAfterS, 'user'|'tenant'}
 local function user_full()
-  if not ubytes or max_user_bytes <= 0 then return nil end
   local used, earliest
-  used, earliest, ustale = user_bytes(ubytes, now_ms)
-  if used < max_user_bytes then return nil end
-  return {'quota', used, user_bytes_retry_s(earliest, now_ms)}
+  if ubytes and max_user_bytes > 0 then
+    used, earliest, ustale = user_bytes(ubytes, now_ms)
+    if used >= max_user_bytes then return {'quota', used, user_bytes_retry_s(earliest, now_ms), 'user'} end
+  end
+  if max_tenant_bytes > 0 then
+    used, earliest, tstale = user_bytes(tbytes, now_ms)
+    if used >= max_tenant_bytes then return {'quota', used, user_bytes_retry_s(earliest, now_ms), 'tenant'} end
+  end
+  return nil
+end
+-- count n stored bytes until the session's TTL as of this write: the tenant's, and the user's
+local function count_stored(n)
+  if ubytes then redis.call('HINCRBY', ubytes, uday, n) end
+  redis.call('HINCRBY', tbytes, uday, n)
 end
 local function count_bytes()
   local n = 0
@@ -42,7 +57,7 @@ end
 local function push(record)
   redis.call('RPUSH', ctx, record)
   redis.call('HINCRBY', meta, 'bytes', #record)
-  if ubytes then redis.call('HINCRBY', ubytes, uday, #record) end
+  count_stored(#record)
 end
 local function room(records, bytes, base_records, base_bytes)
   if base_records + records > max_records then return 'records' end

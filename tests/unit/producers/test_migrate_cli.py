@@ -1,4 +1,4 @@
-"""``agent-signal migrate receipts|runs``: one JSON object on stdout, and a line per tenant on stderr as it goes
+"""``agent-signal migrate receipts|runs|bytes``: one JSON object on stdout, and a line per tenant on stderr as it goes
 (each tenant's step scans the keyspace, minutes on a large deployment). Straight to the test's Redis."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from worker.settings import settings_environment
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("what", ["receipts", "runs"])
+@pytest.mark.parametrize("what", ["receipts", "runs", "bytes"])
 def test_migrate_says_each_tenant_as_it_goes(
     make_settings: Any,
     monkeypatch: pytest.MonkeyPatch,

@@ -36,10 +36,12 @@ class Admission(Layout):
 
 @dataclass(frozen=True, slots=True)
 class UserBytes(Layout):
-    """A user the batch names: their stored bytes (the user's storage quota)."""
+    """A stored-bytes count the batch is checked against (a user it names, then the tenant's:
+    worker/store/quotas.py ``stored_bytes_checks``) and its quota."""
 
     LUA = "USER"
     bytes_key: str = key()
+    max_bytes: int = arg()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,6 @@ class Enqueue(ScriptCall):
     run_index_max: int = arg()
     max_events: int = arg()
     retained_slot_ms: int = arg()
-    max_user_bytes: int = arg()
     user_count: int = arg()
     retained_unit_bytes: int = arg()  # an event counts one per started unit of its stored form (quotas.py)
     events: Sequence[Admission] = group()

@@ -1,5 +1,6 @@
 """Erasure's scripts (worker/ops/erasure.py): ERASE_HOLD takes a scope's lease for the erasure, ERASE_SCOPE erases
-one user from one scope under it (RENEW and RELEASE keep and give back the lease, as a drain's)."""
+one user from one scope under it (RENEW and RELEASE keep and give back the lease, as a drain's); FORGET_USER_BYTES
+takes the user's stored-bytes count out of the tenant's."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 
-__all__ = ["EraseHold", "EraseScope", "ErasedEvent", "ErasedRecord"]
+__all__ = ["EraseHold", "EraseScope", "ErasedEvent", "ErasedRecord", "ForgetUserBytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +72,10 @@ class EraseScope(ScriptCall):
     last: int = arg()  # 1: the scope's last chunk, which scans the inbox and decides whole or shared
     events: Sequence[ErasedEvent] = group()
     records: Sequence[ErasedRecord] = group()
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetUserBytes(ScriptCall):
+    SCRIPT = "forget_user_bytes"
+    user_bytes: str = key()
+    tenant_bytes: str = key()

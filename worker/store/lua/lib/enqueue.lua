@@ -4,12 +4,13 @@
 -- type is found before the first write too ("REFUSED …", nothing written). A batch that would take a scope's
 -- inbox past max_inbox, the tenant's queued events past max_queued or its retained events past max_events (with
 -- its new events: a duplicate stores nothing; each counted once per started retained_unit_bytes of its stored
--- form, worker/store/quotas.py), or that names a user whose data is at max_user_bytes, is refused
--- whole before any write: "OVERLIMIT inbox <scopeRef> <depth>", "OVERLIMIT tenant <queued>", "OVERLIMIT events
--- <retained> <retryAfterS>" or "OVERLIMIT user <n-th user> <bytes> <retryAfterS, 0: none>" (the door answers 429;
--- the quotas' counts are worker/store/quotas.py's).
+-- form, worker/store/quotas.py), or a stored-bytes count at its quota (a user the batch names, then the
+-- tenant's), is refused whole before any write: "OVERLIMIT inbox <scopeRef> <depth>", "OVERLIMIT tenant
+-- <queued>", "OVERLIMIT events <retained> <retryAfterS>" or "OVERLIMIT user <n-th count> <bytes> <retryAfterS,
+-- 0: none>" (the door answers 429; the quotas' counts are worker/store/quotas.py's).
 -- h: the script's header (its named keys and arguments); the events' Admission layouts start at KEYS[k0] and
--- ARGV[a0], the users' stored-bytes keys (h.user_count of them) end KEYS.
+-- ARGV[a0]; the stored-bytes counts (UserBytes layouts, h.user_count of them: each its key and its quota) end
+-- KEYS and ARGV.
 -- -> the events (read), one {accepted(1|0), publish(1|0)} per event (a repeat inside the batch is a
 --    duplicate); or nil and the error reply refusing the batch
 local function enqueue(h, k0, a0)
@@ -29,8 +30,7 @@ local function enqueue(h, k0, a0)
     local queued = tonumber(redis.call('HGET', h.stats, 'queued') or '0')
     if queued + n > max_queued then return nil, nil, redis.error_reply('OVERLIMIT tenant ' .. queued) end
   end
-  local now, max_events, slot_ms, max_bytes = tonumber(h.now_ms), tonumber(h.max_events),
-    tonumber(h.retained_slot_ms), tonumber(h.max_user_bytes)
+  local now, max_events, slot_ms = tonumber(h.now_ms), tonumber(h.max_events), tonumber(h.retained_slot_ms)
   local retained_stale, users_stale = {}, {}
   local unit_bytes, units = tonumber(h.retained_unit_bytes), {}
   if slot_ms > 0 then
@@ -52,21 +52,18 @@ local function enqueue(h, k0, a0)
       return nil, nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retry_s)
     end
   end
-  local USER_KEYS, USER_ARGS = 1, 0
+  local USER_KEYS, USER_ARGS = 1, 1
   local users = {}
   for u = 1, n_users do
-    local k = #KEYS - (n_users - u + 1) * USER_KEYS + 1
+    local k, a = #KEYS - (n_users - u + 1) * USER_KEYS + 1, #ARGV - (n_users - u + 1) * USER_ARGS + 1
     local bytes_key = KEYS[k]
+    local max_bytes = ARGV[a]
     users[u] = bytes_key
-  end
-  if max_bytes > 0 then
-    for u, key in ipairs(users) do
-      local used, earliest, stale = user_bytes(key, now)
-      users_stale[u] = stale
-      if used >= max_bytes then
-        return nil, nil, redis.error_reply('OVERLIMIT user ' .. u .. ' ' .. used .. ' ' ..
-          user_bytes_retry_s(earliest, now))
-      end
+    local used, earliest, stale = user_bytes(bytes_key, now)
+    users_stale[u] = stale
+    if used >= tonumber(max_bytes) then
+      return nil, nil, redis.error_reply('OVERLIMIT user ' .. u .. ' ' .. used .. ' ' ..
+        user_bytes_retry_s(earliest, now))
     end
   end
   if max_inbox > 0 then
