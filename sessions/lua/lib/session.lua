@@ -1,4 +1,4 @@
--- requires: user_bytes
+-- requires: user_bytes, clock
 -- What every session script shares (sessions/scripts.py says how the context store and the mailbox work).
 -- KEYS: ctx, ctxmeta, ckpt, usage, dmail, settings, function state, and the user's session index when the
 -- session names a user (the session's keys, whose TTL is refreshed with them); then the tenant's stored bytes
@@ -15,8 +15,7 @@ if ARGV[6] ~= '' then session_key_count = 8 end
 -- the stored bytes (worker/store/quotas.py): the tenant's, and the session's user's when it names one (else nil)
 local tbytes, ubytes = KEYS[session_key_count + 1], KEYS[session_key_count + 2]
 local max_user_bytes, max_tenant_bytes = tonumber(ARGV[4]), tonumber(ARGV[5])
-local clock = redis.call('TIME')
-local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local now_ms = redis_now_ms()
 local uday = 'd' .. math.floor((now_ms + ttl * 1000) / DAY_MS)  -- the context expires a TTL after this write
 local ustale, tstale = {}, {}  -- the ended days, forgotten once the script is done
 local function done(reply)

@@ -30,7 +30,7 @@
 -- committed and released this scope (its inbox empty), the same round trip pops the next ready scope and takes
 -- its lease, as POP_ACQUIRE would. A COMMITTED reply then has a fourth element: {} (nothing was ready: the
 -- message's ticket is retired) | {ref} (not a scope ref) | {ref, <ACQUIRE's reply>}.
--- requires: counts, index, pending, kept_lanes, history, take_head, admit, staged, peek, pop_grant
+-- requires: counts, index, pending, kept_lanes, history, take_head, admit, staged, peek, pop_grant, clock
 local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_active, runs_types, runs_dead,
   runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
   KEYS[11], KEYS[12], KEYS[13]
@@ -168,8 +168,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
     else
       -- dated by Redis's clock, not the worker's: a DLQ sweep ends at the Redis time it began (producers/sdk/
       -- dead_letters.py), so a death after it, on whichever worker, always scores after it
-      local clock = redis.call('TIME')
-      local died = string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+      local died = string.format('%d', redis_now_ms())
       hset_later(ev, 'state', 'dead', 'error', error_text, 'deadAt', died)
       redis.call('PERSIST', ev)
       keep_lanes(ev, known.lanes, kept_lanes_json)  -- as long as it is dead: a redrive replays them

@@ -4,11 +4,11 @@
 -- bucket may go below 0, and that debt delays the next requests (wait_ms counts it); else up to want tokens, as
 -- many as every bucket has.
 -- -> {granted, wait_ms, index of the bucket that refused (0: none)}
+-- requires: clock
 local want, whole = ARGV[1], ARGV[2]
 local BUCKET_KEYS, BUCKET_ARGS = 1, 2
 local asked, all_or_nothing = tonumber(want), whole == '1'
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now_ms()
 local tokens, rates, bursts = {}, {}, {}
 local granted, wait_ms, refused = asked, 0, 0
 for i = 1, #KEYS do

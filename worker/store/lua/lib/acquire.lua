@@ -1,4 +1,4 @@
--- requires: take_head, pending
+-- requires: take_head, pending, clock
 -- Granting a scope lease, issuing the next fencing number, and taking the head event (ACQUIRE, POP_ACQUIRE).
 -- Fencing numbers are compared for equality by every fenced write; a new (or erased) fence starts at Redis's
 -- clock in ms, above any number an earlier incarnation of this scope's fence handed out, so a holder paused
@@ -13,8 +13,7 @@ local function acquire(k, token, ttl_ms, now_ms, scope_ref, window_s)
   end
   local fence = redis.call('INCR', k.fence)
   if fence == 1 then
-    local t = redis.call('TIME')
-    fence = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    fence = redis_now_ms()
     redis.call('SET', k.fence, fence)
   end
   local ix = {paused = k.paused, stats = k.stats, active = k.runs_active, cancelled = k.runs_cancelled,
