@@ -46,7 +46,7 @@ def _post_for(client: httpx.Client, headers: dict[str, str], seconds: float, tag
 
 def ingest_auth_rates(url: str, *, rounds: int = 3, seconds: float = 2.0) -> tuple[float, float]:
     """(events/s with auth off, events/s with auth on), medians of alternating rounds."""
-    off_settings = make_settings(url, tenant_max_events=0, user_max_bytes=0)
+    off_settings = make_settings(url, tenant_max_events=0, user_max_bytes=0, tenant_max_bytes=0)
     on_settings = make_settings(
         url, bootstrap_key=BOOT, rate_limit_per_s=1_000_000, tenant_rate_limit_per_s=1_000_000
     )

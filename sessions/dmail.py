@@ -218,7 +218,13 @@ def end_step(store: SessionStore, session_id: str, *, rejected_without_feedback:
     if outcome == "none":
         return StepEnd("none")
     dmail = json.loads(reply[1])
-    for stored_only in ("text", "at", "countedIn", "countedDay"):  # what the scripts keep with it (send.lua)
+    for stored_only in (
+        "text",
+        "at",
+        "countedIn",
+        "tenantIn",
+        "countedDay",
+    ):  # what the scripts keep with it (send.lua)
         dmail.pop(stored_only, None)
     if outcome == "discarded":
         reason = DISCARD_REASONS[_text(reply[3])]

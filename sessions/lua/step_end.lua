@@ -14,10 +14,14 @@ local pending = redis.call('GET', dmail)
 if not pending then return done({'none'}) end
 redis.call('DEL', dmail)
 local mail = cjson.decode(pending)
+-- the tenant's count is taken back with the user's, or alone for a mail of no user: a mail whose session moved
+-- to another user stays in both until its day ends (an erasure of its user takes it out of the tenant's then)
+local taken_back = mail.countedIn == nil
 if ubytes and mail.countedIn == ubytes and redis.call('HEXISTS', ubytes, mail.countedDay) == 1 then
   redis.call('HINCRBY', ubytes, mail.countedDay, -#pending)
+  taken_back = true
 end
-if mail.tenantIn == tbytes and redis.call('HEXISTS', tbytes, mail.countedDay) == 1 then
+if taken_back and mail.tenantIn == tbytes and redis.call('HEXISTS', tbytes, mail.countedDay) == 1 then
   redis.call('HINCRBY', tbytes, mail.countedDay, -#pending)
 end
 local function discarded(reason)

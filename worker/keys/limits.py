@@ -40,8 +40,3 @@ class LimitKeys(TenantSlots):
         """The bytes all the tenant's stored user data takes (hash ``keep`` / ``d<day>`` -> bytes, as a user's):
         every user's counts together, and what sessions and receipts that name no user store."""
         return f"{self.home_prefix}bytes:tenant"
-
-    @property
-    def tenant_bytes_migrated(self) -> str:
-        """Set once ``agent-signal migrate bytes`` has added the users' counts kept before the tenant's existed."""
-        return f"{self.home_prefix}bytes:tenant:migrated"

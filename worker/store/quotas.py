@@ -1,6 +1,6 @@
 """Storage quotas: a tenant's retained events (``AGENT_SIGNAL_TENANT_MAX_EVENTS``), one user's stored bytes
 (``AGENT_SIGNAL_USER_MAX_BYTES``) and all of a tenant's (``AGENT_SIGNAL_TENANT_MAX_BYTES``), counted where data is written and checked at the door before anything is
-stored (over one: 429 ``quota_exceeded``). Both counts are kept in O(1) memory, so they are approximate; what
+stored (over one: 429 ``quota_exceeded``). The counts are kept in O(1) memory, so they are approximate; what
 each one misses is said below.
 
 **Retained events.** An event's record lives a dedupe window after its admission (a done event a window after
@@ -34,8 +34,8 @@ beside it (:func:`user_bytes_effects` stages both, the session scripts write bot
 receipts that name no user store, which counts toward no user: so a tenant that mints tokens for many users, or
 writes sessions of no user, still stops at its quota. Erasing a user takes their count out of the tenant's, day
 by day, none below zero (FORGET_USER_BYTES). The door checks it wherever it checks a user's: every event and
-session write of the tenant that grows what is stored is refused at it. ``agent-signal migrate bytes`` adds the
-users' counts of an earlier release once (:func:`migrate_tenant_bytes`).
+session write of the tenant that grows what is stored is refused at it. ``agent-signal migrate bytes`` raises it to
+the users' counts of an earlier release (:func:`migrate_tenant_bytes`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from redis import Redis
+from redis import Redis, WatchError
 
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
 from worker.settings import Settings
@@ -239,21 +239,32 @@ def stored_bytes_refusal(client: Redis, settings: Settings, keys: Keys, users: S
 
 
 def migrate_tenant_bytes(client: Redis, keys: Keys, *, dry_run: bool = False) -> int:
-    """``agent-signal migrate bytes``: the users' stored-bytes counts kept before the tenant's count existed,
-    added to it day by day, once per tenant (``bytes:tenant:migrated`` marks it done; a repeat adds nothing). What
-    users stored between the upgrade and this step was counted in both, so it counts twice until its day ends:
-    the error is on the quota's side. -> the bytes added (``dry_run``: that would be)."""
-    if client.exists(keys.tenant_bytes_migrated):
-        return 0
-    added: dict[str, int] = {}
+    """``agent-signal migrate bytes``: the tenant's count raised, day by day, to at least the sum of its users'
+    counts, which an earlier release kept alone. A max, not a sum: since the upgrade every user's bytes were
+    counted in both, so adding would count them twice. It may miss what sessions of no user stored since the
+    upgrade (at most that, or what the users stored before it, whichever is less), and it can run any number of
+    times. -> the bytes added (``dry_run``: that would be)."""
+    users: dict[str, int] = {}
     for key in client.scan_iter(match=glob_escaped(keys.user_bytes("")) + "*", count=SCAN_COUNT):
         for field, n in client.hgetall(key).items():
             name = field.decode() if isinstance(field, bytes) else str(field)
-            added[name] = added.get(name, 0) + int(n)
-    if not dry_run:
-        pipe = client.pipeline(transaction=True)
-        for name, total in added.items():
-            pipe.hincrby(keys.tenant_bytes, name, total)
-        pipe.set(keys.tenant_bytes_migrated, "1")
-        pipe.execute()
-    return sum(added.values())
+            users[name] = users.get(name, 0) + int(n)
+    with client.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(keys.tenant_bytes)  # type: ignore[no-untyped-call]
+                counted = {
+                    (f.decode() if isinstance(f, bytes) else str(f)): int(n)
+                    for f, n in pipe.hgetall(keys.tenant_bytes).items()
+                }
+                raise_to = {f: n for f, n in users.items() if n > counted.get(f, 0)}
+                if dry_run or not raise_to:
+                    pipe.reset()
+                else:
+                    pipe.multi()
+                    for name, total in raise_to.items():
+                        pipe.hset(keys.tenant_bytes, name, total)
+                    pipe.execute()
+                return sum(n - counted.get(f, 0) for f, n in raise_to.items())
+            except WatchError:
+                continue  # a write counted meanwhile: read the tenant's count again

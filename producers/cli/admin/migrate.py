@@ -8,9 +8,9 @@ prefix; one line on stderr says so).
 ``receipts``: receipts stored before they were keyed by user (``receipt:<id>``) move to
 ``receipt:<userId>:<id>`` and the user's indexes, keeping their TTL.
 
-``bytes``: the users' stored-bytes counts kept before the tenant's count existed
-(``AGENT_SIGNAL_TENANT_MAX_BYTES``) are added to it, once per tenant (run it right after the upgrade: what users
-store in between counts twice until its day ends).
+``bytes``: each tenant's stored-bytes count (``AGENT_SIGNAL_TENANT_MAX_BYTES``) is raised, day by day, to at least
+the sum of its users' counts, which a release before it kept alone (docs/operations.md, "The tenant's stored
+bytes").
 
 ``runs``: the source types whose runs index holds events admitted before the bucket's registry of types
 (``runs:types``) existed are named in it, so the runs explorer lists those events by status and unfiltered.
@@ -92,7 +92,7 @@ def add_migrate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     m.add_argument("--dry-run", action="store_true", help="count what would move; change nothing")
     b = msub.add_parser(
         "bytes",
-        help="add the users' stored-bytes counts to their tenant's (kept since the tenant quota)",
+        help="raise each tenant's stored-bytes count to at least its users' (kept before the tenant quota)",
         description=WHERE,
     )
     b.add_argument(

@@ -15,7 +15,7 @@ from redis import Redis
 from tests.security.conftest import ClientFactory
 from worker.keys.layout import BucketKeys
 from worker.ops.credentials import CredentialStore
-from worker.store.quotas import migrate_tenant_bytes, user_bytes_effects
+from worker.store.quotas import add_user_bytes, migrate_tenant_bytes, user_bytes_effects
 
 pytestmark = pytest.mark.integration
 
@@ -178,21 +178,39 @@ def test_staged_counts_of_a_user_count_for_the_tenant_and_data_of_no_user_for_th
     assert user_bytes_effects(keys, "u1", 0) == []
 
 
-def test_migrate_adds_the_users_counts_kept_before_the_tenants_once(
+def test_migrate_raises_the_tenants_count_to_its_users_without_counting_twice(
     redis_client: Redis, keys: BucketKeys
 ) -> None:
-    """``agent-signal migrate bytes``: the users' counts of an earlier release are added to the tenant's, day by
-    day, once; a second run adds nothing. A dry run counts and changes nothing."""
+    """``agent-signal migrate bytes``: a tenant's count is raised, day by day, to at least the sum of its users'
+    counts (an earlier release kept those alone); what the users stored since the upgrade is in both already and
+    is not added again, so a second run changes nothing. A dry run counts and changes nothing."""
     acme = keys.for_tenant("acme")
     redis_client.hset(acme.user_bytes("u1"), mapping={"keep": 100, "d30000": 7})
     redis_client.hset(acme.user_bytes("u2"), mapping={"keep": 20})
-    redis_client.hset(acme.tenant_bytes, mapping={"keep": 5})  # counted since the upgrade
-    assert migrate_tenant_bytes(redis_client, acme, dry_run=True) == 127
-    assert redis_client.hgetall(acme.tenant_bytes) == {"keep": "5"}
-    assert migrate_tenant_bytes(redis_client, acme) == 127
-    assert redis_client.hgetall(acme.tenant_bytes) == {"keep": "125", "d30000": "7"}
+    # since the upgrade: u1 wrote 30 kept bytes (counted in both), a session of no user 9 bytes of day 30000
+    redis_client.hincrby(acme.user_bytes("u1"), "keep", 30)
+    redis_client.hset(acme.tenant_bytes, mapping={"keep": 30, "d30000": 9})
+    assert migrate_tenant_bytes(redis_client, acme, dry_run=True) == 120
+    assert redis_client.hgetall(acme.tenant_bytes) == {"keep": "30", "d30000": "9"}
+    assert migrate_tenant_bytes(redis_client, acme) == 120
+    assert redis_client.hgetall(acme.tenant_bytes) == {"keep": "150", "d30000": "9"}
     assert migrate_tenant_bytes(redis_client, acme) == 0
-    assert redis_client.hgetall(acme.tenant_bytes) == {"keep": "125", "d30000": "7"}
+    add_user_bytes(redis_client, acme, "u2", 5)  # counted in both: a later run still adds nothing
+    assert migrate_tenant_bytes(redis_client, acme) == 0
+    assert redis_client.hgetall(acme.tenant_bytes) == {"keep": "155", "d30000": "9"}
+
+
+def test_a_tenant_refusal_is_told_apart_from_a_users_with_the_user_quota_off(make_settings: Any) -> None:
+    """``OVERLIMIT user 1 …`` is the first user's count when the user quota is on, the tenant's when it is off
+    (the checks then hold the tenant's alone), and the tenant's past the users'."""
+    from worker.core.errors import OverLimit
+
+    on, off = make_settings(user_max_bytes=10), make_settings(user_max_bytes=0)
+    assert OverLimit.from_reply("OVERLIMIT user 1 12 0", on, ["alice"]).what == "user_bytes"
+    assert OverLimit.from_reply("OVERLIMIT user 2 12 0", on, ["alice"]).what == "tenant_bytes"
+    refused = OverLimit.from_reply("OVERLIMIT user 1 12 5", off, ["alice"])
+    assert (refused.what, refused.field, refused.retry_after_s) == ("tenant_bytes", None, 5)
+    assert "AGENT_SIGNAL_TENANT_MAX_BYTES" in refused.message and "alice" not in refused.message
 
 
 def test_erasing_a_user_counted_before_the_tenant_leaves_no_negative_count(
@@ -210,3 +228,44 @@ def test_erasing_a_user_counted_before_the_tenant_leaves_no_negative_count(
     assert int(held) == 950
     assert redis_client.hgetall(acme.tenant_bytes) == {"d30000": "30"}
     assert redis_client.exists(acme.user_bytes("old")) == 0
+
+
+def test_a_pending_dmail_is_taken_back_from_the_tenant_with_its_user_and_only_once(
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A D-Mail counted for alice and the tenant is taken back from both at step end. One whose session moved to
+    bob meanwhile stays in alice's count and the tenant's (its day ends them): erasing alice then takes it out
+    of the tenant's once, and the tenant's count is bob's alone, not less."""
+    door = Door(app_client, redis_client, keys)
+    alice = door.users["alice"]
+    mail = {"message": "m" * 300, "checkpoint_id": 0}
+    for session in ("s-d1", "s-d2"):
+        assert (
+            door.client.put(f"/v1/sessions/{session}", json={"dmailEnabled": True}, headers=alice).status_code
+            == 200
+        )
+        assert (
+            door.client.post(f"/v1/sessions/{session}/context/checkpoint", json={}, headers=alice).status_code
+            == 200
+        )
+    before = (door.user_bytes("alice"), door.tenant_bytes)
+    assert door.client.post("/v1/sessions/s-d1/dmail", json=mail, headers=alice).json()["isError"] is False
+    assert door.user_bytes("alice") >= before[0] + 300 and door.tenant_bytes >= before[1] + 300
+    ended = door.client.post(
+        "/v1/sessions/s-d1/steps/end", json={"rejectedWithoutFeedback": True}, headers=alice
+    )
+    assert ended.json() == {"outcome": "discarded"}
+    assert (door.user_bytes("alice"), door.tenant_bytes) == before
+
+    assert door.client.post("/v1/sessions/s-d2/dmail", json=mail, headers=alice).json()["isError"] is False
+    counted = (door.user_bytes("alice"), door.tenant_bytes)
+    assert (
+        door.client.put("/v1/sessions/s-d2", json={"userId": "bob"}, headers=door.operator).status_code == 200
+    )
+    ended = door.client.post(
+        "/v1/sessions/s-d2/steps/end", json={"rejectedWithoutFeedback": True}, headers=door.operator
+    )
+    assert ended.json() == {"outcome": "discarded"}
+    assert (door.user_bytes("alice"), door.tenant_bytes) == counted  # left to its day, in both
+    assert door.client.delete("/v1/users/alice", headers=door.operator).status_code == 200
+    assert door.tenant_bytes == door.user_bytes("bob")
