@@ -422,7 +422,10 @@ class EventStore(StoreReads):
         (requeued, scopeKey, needs a drain task)."""
         k = self.locate(tenant_keys, event_id)
         found = self.client.hget(k.event(event_id), "scopeKey")
-        if found is None:
+        if (
+            found is None
+        ):  # no record: a DLQ entry naming it is stale, and an "all" sweep would meet it for ever
+            self.client.zrem(k.dlq, event_id)
             return False, None, False
         scope_key = _str(found)
         ok, publish = self.scripts.run(

@@ -48,7 +48,9 @@ class StoreReads:
     settings: Settings
 
     def locate(self, k: Keys, event_id: str) -> BucketKeys:
-        """The key builder of ``k``'s tenant's bucket that holds ``event_id`` (the first bucket when none does)."""
+        """The key builder of ``k``'s tenant's bucket that holds ``event_id``: its record's, else the one whose
+        DLQ still names it (a stale entry, whose record is gone: redrive and discard drop it there), else the
+        first bucket."""
         every = k.every_bucket()
         if len(every) == 1:
             return every[0]
@@ -56,7 +58,12 @@ class StoreReads:
         for k in every:
             pipe.exists(k.event(event_id))
         found = [k for k, n in zip(every, pipe.execute(), strict=True) if int(n)]
-        return found[0] if found else every[0]
+        if found:
+            return found[0]
+        for k in every:
+            pipe.zscore(k.dlq, event_id)
+        listed = [k for k, score in zip(every, pipe.execute(), strict=True) if score is not None]
+        return listed[0] if listed else every[0]
 
     def get_event(self, k: Keys, event_id: str) -> dict[str, Any] | None:
         """The event's public status record, or None when unknown (or expired)."""

@@ -143,3 +143,25 @@ def test_a_sweep_takes_an_event_killed_by_a_worker_whose_clock_runs_ahead(make_s
         )
     producer.close()
     pipeline.store.client.close()
+
+
+def test_a_stale_entry_is_dropped_so_a_sweep_goes_on_past_it(
+    dead_and_api: tuple[list[str], TestClient], tenant_keys: Any, redis_client: Any
+) -> None:
+    """An audit of the TypeScript client's sweep found the server could answer ``more`` for ever: a DLQ entry
+    whose event is not dead (its record gone) was answered ``notDead`` and left in the DLQ, so each request of an
+    "all" sweep met the same entries again, and with a batch of them it acted on none. Now redrive and discard
+    drop such an entry, and the sweep's next request goes on past it."""
+    dead, client = dead_and_api
+    for i in (0, 1):  # the two longest dead lose their records: a whole batch of stale entries
+        redis_client.delete(tenant_keys.for_scope(f"topic:dlq-batch-{i}").event(dead[i]))
+    first = client.post("/v1/dlq/redrive", json={"all": True}).json()
+    assert (first["redriven"], sorted(first["notDead"]), first["more"]) == ([], sorted(dead[:2]), True)
+    assert sorted(_dead(client)) == sorted(dead[2:])  # the stale entries are gone
+    second = client.post("/v1/dlq/discard", json={"all": True, "until": first["until"]}).json()
+    assert sorted(second["discarded"]) == sorted(dead[2:4]), second  # two may share a death's millisecond
+    stale = tenant_keys.for_scope("topic:dlq-batch-4")
+    redis_client.delete(stale.event(dead[4]))
+    last = client.post("/v1/dlq/discard", json={"all": True, "until": first["until"]}).json()
+    assert (last["discarded"], last["notDead"], last.get("more")) == ([], [dead[4]], None)
+    assert _dead(client) == []
