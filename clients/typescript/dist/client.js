@@ -1,4 +1,4 @@
-/** `new AgentSignal({ baseUrl, token?, fetch?, maxRetries? })`: one object per server and credential. */
+/** `new AgentSignal({ baseUrl, token?, fetch?, maxRetries?, timeoutMs? })`: one object per server and credential. */
 import { Http } from "./http.js";
 import { Dlq } from "./resources/dlq.js";
 import { Events } from "./resources/events.js";

@@ -21,11 +21,15 @@ export interface HttpOptions {
     token?: string | undefined;
     fetch?: FetchLike | undefined;
     maxRetries?: number | undefined;
+    timeoutMs?: number | undefined;
 }
+/** The default {@link HttpOptions.timeoutMs}: how long one attempt waits for its answer to begin. */
+export declare const TIMEOUT_MS = 30000;
 export declare class Http {
     #private;
     readonly baseUrl: string;
     readonly maxRetries: number;
+    readonly timeoutMs: number;
     constructor(options: HttpOptions);
     url(path: string, query?: Record<string, QueryValue>): string;
     /**
@@ -35,7 +39,11 @@ export declare class Http {
      * status.
      */
     json<T>(method: string, path: string, options?: CallOptions): Promise<T>;
-    /** The successful response (body unread), after retries; an AgentSignalError for any other answer. */
+    /**
+     * The successful response (body unread), after retries; an AgentSignalError for any other answer. The
+     * caller's signal stays tied to the body (aborting it ends the read): pass a signal that lives no longer
+     * than the response, as the receipt stream's per-connection one does.
+     */
     send(method: string, path: string, options?: CallOptions): Promise<Response>;
 }
 /** `Retry-After` in seconds: a number of seconds, or an HTTP date; undefined when absent or unreadable. */

@@ -19,8 +19,12 @@
  * `too_many_connections`); any other `503` is thrown with its `retryAfterS`. A success whose body breaks off or
  * is not JSON throws `AgentSignalError` too (`network_error` or `invalid_response`, with the status).
  *
+ * An attempt whose answer has not begun within `timeoutMs` (default 30 s; `0`: none) is abandoned like a network
+ * failure after the request was sent: retried where a network failure would be, else thrown as a `network_error`
+ * with `requestSent: true`. The caller's `signal` still bounds the whole call, waits included.
+ *
  * A `baseUrl` holding a user name or password is refused: fetch refuses such a URL and its error would carry
- * the password into the message.
+ * the password into the message. One with a query or a fragment is refused too: every path would land inside it.
  */
 import { AgentSignalError, errorFromResponse } from "./errors.js";
 /** The codes of a `503` the server answers before it acts on a request: safe to retry whatever the call. */
@@ -31,9 +35,12 @@ const NOTHING_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "UND_ERR
 export const MAX_RETRY_AFTER_S = 60;
 const BACKOFF_BASE_MS = 500;
 const BACKOFF_CAP_MS = 8_000;
+/** The default {@link HttpOptions.timeoutMs}: how long one attempt waits for its answer to begin. */
+export const TIMEOUT_MS = 30_000;
 export class Http {
     baseUrl;
     maxRetries;
+    timeoutMs;
     #token;
     #fetch;
     constructor(options) {
@@ -54,12 +61,20 @@ export class Http {
             // not echoed: it holds a password
             throw new TypeError("AgentSignal: baseUrl must not hold a user name or password; pass options.token");
         }
+        if (parsed.search || parsed.hash || options.baseUrl.includes("?") || options.baseUrl.includes("#")) {
+            throw new TypeError(`AgentSignal: baseUrl must not hold a query or a fragment: every path would land inside it (got ${JSON.stringify(options.baseUrl)})`);
+        }
         this.baseUrl = parsed.href.replace(/\/+$/, "");
         const retries = options.maxRetries ?? 3;
         if (!Number.isInteger(retries) || retries < 0) {
             throw new TypeError(`AgentSignal: maxRetries must be a whole number >= 0 (got ${String(options.maxRetries)})`);
         }
         this.maxRetries = retries;
+        const timeout = options.timeoutMs ?? TIMEOUT_MS;
+        if (!Number.isFinite(timeout) || timeout < 0) {
+            throw new TypeError(`AgentSignal: timeoutMs must be a number of ms >= 0 (got ${String(options.timeoutMs)})`);
+        }
+        this.timeoutMs = timeout;
         this.#token = options.token || undefined;
         const given = options.fetch;
         if (given) {
@@ -91,12 +106,13 @@ export class Http {
     async json(method, path, options = {}) {
         const replayable = options.replayable ?? method === "GET";
         for (let next = 0;;) {
-            const { response, attempt } = await this.#send(method, path, options, next);
+            const { response, attempt, release } = await this.#send(method, path, options, next);
             let text;
             try {
                 text = await response.text();
             }
             catch (error) {
+                release();
                 if (options.signal?.aborted || isAbortError(error))
                     throw error;
                 if (replayable && attempt < this.maxRetries) {
@@ -112,6 +128,7 @@ export class Http {
                     requestSent: true,
                 });
             }
+            release();
             try {
                 return JSON.parse(text);
             }
@@ -127,7 +144,32 @@ export class Http {
             }
         }
     }
-    /** The successful response (body unread), after retries; an AgentSignalError for any other answer. */
+    #attempt(signal) {
+        if (this.timeoutMs === 0)
+            return { signal, timedOut: () => false, answered: () => undefined, release: () => undefined };
+        const controller = new AbortController();
+        let timedOut = false;
+        const onAbort = () => controller.abort(signal?.reason);
+        if (signal?.aborted)
+            controller.abort(signal.reason);
+        else
+            signal?.addEventListener("abort", onAbort, { once: true });
+        const timer = setTimeout(() => {
+            timedOut = true;
+            controller.abort(new DOMException("no answer within timeoutMs", "TimeoutError"));
+        }, this.timeoutMs);
+        return {
+            signal: controller.signal,
+            timedOut: () => timedOut,
+            answered: () => clearTimeout(timer),
+            release: () => signal?.removeEventListener("abort", onAbort),
+        };
+    }
+    /**
+     * The successful response (body unread), after retries; an AgentSignalError for any other answer. The
+     * caller's signal stays tied to the body (aborting it ends the read): pass a signal that lives no longer
+     * than the response, as the receipt stream's per-connection one does.
+     */
     async send(method, path, options = {}) {
         return (await this.#send(method, path, options, 0)).response;
     }
@@ -147,18 +189,21 @@ export class Http {
         for (let attempt = firstAttempt;; attempt += 1) {
             signal?.throwIfAborted();
             let response;
+            const attemptSignal = this.#attempt(signal);
             try {
-                response = await this.#fetch(url, { method, headers, body, signal });
+                response = await this.#fetch(url, { method, headers, body, signal: attemptSignal.signal });
             }
             catch (error) {
-                if (signal?.aborted || isAbortError(error))
+                attemptSignal.release();
+                const timedOut = attemptSignal.timedOut();
+                if (signal?.aborted || (isAbortError(error) && !timedOut))
                     throw error;
-                const sent = !nothingSent(error);
+                const sent = timedOut || !nothingSent(error);
                 if (attempt >= this.maxRetries || (sent && !(options.replayable ?? method === "GET"))) {
                     throw new AgentSignalError({
                         status: 0,
                         code: "network_error",
-                        message: `${method} ${path} failed before any answer: ${describe(error)}${sent && attempt < this.maxRetries ? " (not retried: the server may have acted on it)" : ""}`,
+                        message: `${method} ${path} failed before any answer: ${timedOut ? `no answer within ${this.timeoutMs} ms` : describe(error)}${sent && attempt < this.maxRetries ? " (not retried: the server may have acted on it)" : ""}`,
                         cause: error,
                         requestSent: sent,
                     });
@@ -166,8 +211,12 @@ export class Http {
                 await sleep(backoffMs(attempt), signal);
                 continue;
             }
+            finally {
+                attemptSignal.answered();
+            }
             if (response.ok)
-                return { response, attempt };
+                return { response, attempt, release: attemptSignal.release };
+            attemptSignal.release(); // below, an error's body is read whole or cancelled
             const retryAfterS = parseRetryAfter(response.headers.get("retry-after"));
             const waitMs = retryWaitMs(response.status, retryAfterS, attempt);
             if (waitMs === undefined || attempt >= this.maxRetries) {
@@ -201,6 +250,10 @@ export function parseRetryAfter(value, nowMs = Date.now()) {
     const text = value.trim();
     if (/^\d+(\.\d+)?$/.test(text))
         return Number(text);
+    // an HTTP date names its weekday first ("Wed, 21 Oct 2015 07:28:00 GMT"); anything else (Date.parse reads
+    // "-1" as a year) is unreadable
+    if (!/^[A-Za-z]{3}, /.test(text))
+        return undefined;
     const at = Date.parse(text);
     return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - nowMs) / 1000));
 }

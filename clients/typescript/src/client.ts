@@ -1,4 +1,4 @@
-/** `new AgentSignal({ baseUrl, token?, fetch?, maxRetries? })`: one object per server and credential. */
+/** `new AgentSignal({ baseUrl, token?, fetch?, maxRetries?, timeoutMs? })`: one object per server and credential. */
 import { Http, type FetchLike } from "./http.js";
 import { Dlq } from "./resources/dlq.js";
 import { Events } from "./resources/events.js";
@@ -16,6 +16,11 @@ export interface AgentSignalOptions {
   fetch?: FetchLike | undefined;
   /** Retries after a 429/503 or a network failure (default 3; 0 turns retrying off). */
   maxRetries?: number | undefined;
+  /**
+   * How long one attempt waits for its answer to begin, in ms (default 30,000; 0: no limit). One that waits
+   * longer is abandoned as a network failure after sending, and retried where that is safe.
+   */
+  timeoutMs?: number | undefined;
 }
 
 export class AgentSignal {

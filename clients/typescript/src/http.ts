@@ -19,8 +19,12 @@
  * `too_many_connections`); any other `503` is thrown with its `retryAfterS`. A success whose body breaks off or
  * is not JSON throws `AgentSignalError` too (`network_error` or `invalid_response`, with the status).
  *
+ * An attempt whose answer has not begun within `timeoutMs` (default 30 s; `0`: none) is abandoned like a network
+ * failure after the request was sent: retried where a network failure would be, else thrown as a `network_error`
+ * with `requestSent: true`. The caller's `signal` still bounds the whole call, waits included.
+ *
  * A `baseUrl` holding a user name or password is refused: fetch refuses such a URL and its error would carry
- * the password into the message.
+ * the password into the message. One with a query or a fragment is refused too: every path would land inside it.
  */
 import { AgentSignalError, errorFromResponse } from "./errors.js";
 
@@ -60,11 +64,16 @@ export interface HttpOptions {
   token?: string | undefined;
   fetch?: FetchLike | undefined;
   maxRetries?: number | undefined;
+  timeoutMs?: number | undefined;
 }
+
+/** The default {@link HttpOptions.timeoutMs}: how long one attempt waits for its answer to begin. */
+export const TIMEOUT_MS = 30_000;
 
 export class Http {
   readonly baseUrl: string;
   readonly maxRetries: number;
+  readonly timeoutMs: number;
   readonly #token: string | undefined;
   readonly #fetch: FetchLike;
 
@@ -85,12 +94,22 @@ export class Http {
       // not echoed: it holds a password
       throw new TypeError("AgentSignal: baseUrl must not hold a user name or password; pass options.token");
     }
+    if (parsed.search || parsed.hash || options.baseUrl.includes("?") || options.baseUrl.includes("#")) {
+      throw new TypeError(
+        `AgentSignal: baseUrl must not hold a query or a fragment: every path would land inside it (got ${JSON.stringify(options.baseUrl)})`,
+      );
+    }
     this.baseUrl = parsed.href.replace(/\/+$/, "");
     const retries = options.maxRetries ?? 3;
     if (!Number.isInteger(retries) || retries < 0) {
       throw new TypeError(`AgentSignal: maxRetries must be a whole number >= 0 (got ${String(options.maxRetries)})`);
     }
     this.maxRetries = retries;
+    const timeout = options.timeoutMs ?? TIMEOUT_MS;
+    if (!Number.isFinite(timeout) || timeout < 0) {
+      throw new TypeError(`AgentSignal: timeoutMs must be a number of ms >= 0 (got ${String(options.timeoutMs)})`);
+    }
+    this.timeoutMs = timeout;
     this.#token = options.token || undefined;
     const given = options.fetch;
     if (given) {
@@ -121,11 +140,12 @@ export class Http {
   async json<T>(method: string, path: string, options: CallOptions = {}): Promise<T> {
     const replayable = options.replayable ?? method === "GET";
     for (let next = 0; ; ) {
-      const { response, attempt } = await this.#send(method, path, options, next);
+      const { response, attempt, release } = await this.#send(method, path, options, next);
       let text: string;
       try {
         text = await response.text();
       } catch (error) {
+        release();
         if (options.signal?.aborted || isAbortError(error)) throw error;
         if (replayable && attempt < this.maxRetries) {
           await sleep(backoffMs(attempt), options.signal);
@@ -140,6 +160,7 @@ export class Http {
           requestSent: true,
         });
       }
+      release();
       try {
         return JSON.parse(text) as T;
       } catch (error) {
@@ -155,7 +176,30 @@ export class Http {
     }
   }
 
-  /** The successful response (body unread), after retries; an AgentSignalError for any other answer. */
+  #attempt(signal: AbortSignal | undefined): AttemptSignal {
+    if (this.timeoutMs === 0) return { signal, timedOut: () => false, answered: () => undefined, release: () => undefined };
+    const controller = new AbortController();
+    let timedOut = false;
+    const onAbort = (): void => controller.abort(signal?.reason);
+    if (signal?.aborted) controller.abort(signal.reason);
+    else signal?.addEventListener("abort", onAbort, { once: true });
+    const timer = setTimeout(() => {
+      timedOut = true;
+      controller.abort(new DOMException("no answer within timeoutMs", "TimeoutError"));
+    }, this.timeoutMs);
+    return {
+      signal: controller.signal,
+      timedOut: () => timedOut,
+      answered: () => clearTimeout(timer),
+      release: () => signal?.removeEventListener("abort", onAbort),
+    };
+  }
+
+  /**
+   * The successful response (body unread), after retries; an AgentSignalError for any other answer. The
+   * caller's signal stays tied to the body (aborting it ends the read): pass a signal that lives no longer
+   * than the response, as the receipt stream's per-connection one does.
+   */
   async send(method: string, path: string, options: CallOptions = {}): Promise<Response> {
     return (await this.#send(method, path, options, 0)).response;
   }
@@ -167,7 +211,7 @@ export class Http {
     path: string,
     options: CallOptions,
     firstAttempt: number,
-  ): Promise<{ response: Response; attempt: number }> {
+  ): Promise<{ response: Response; attempt: number; release: () => void }> {
     const { signal } = options;
     const headers: Record<string, string> = { accept: options.accept ?? "application/json" };
     if (this.#token) headers.authorization = `Bearer ${this.#token}`;
@@ -180,16 +224,19 @@ export class Http {
     for (let attempt = firstAttempt; ; attempt += 1) {
       signal?.throwIfAborted();
       let response: Response;
+      const attemptSignal = this.#attempt(signal);
       try {
-        response = await this.#fetch(url, { method, headers, body, signal });
+        response = await this.#fetch(url, { method, headers, body, signal: attemptSignal.signal });
       } catch (error) {
-        if (signal?.aborted || isAbortError(error)) throw error;
-        const sent = !nothingSent(error);
+        attemptSignal.release();
+        const timedOut = attemptSignal.timedOut();
+        if (signal?.aborted || (isAbortError(error) && !timedOut)) throw error;
+        const sent = timedOut || !nothingSent(error);
         if (attempt >= this.maxRetries || (sent && !(options.replayable ?? method === "GET"))) {
           throw new AgentSignalError({
             status: 0,
             code: "network_error",
-            message: `${method} ${path} failed before any answer: ${describe(error)}${
+            message: `${method} ${path} failed before any answer: ${timedOut ? `no answer within ${this.timeoutMs} ms` : describe(error)}${
               sent && attempt < this.maxRetries ? " (not retried: the server may have acted on it)" : ""
             }`,
             cause: error,
@@ -198,8 +245,11 @@ export class Http {
         }
         await sleep(backoffMs(attempt), signal);
         continue;
+      } finally {
+        attemptSignal.answered();
       }
-      if (response.ok) return { response, attempt };
+      if (response.ok) return { response, attempt, release: attemptSignal.release };
+      attemptSignal.release(); // below, an error's body is read whole or cancelled
       const retryAfterS = parseRetryAfter(response.headers.get("retry-after"));
       const waitMs = retryWaitMs(response.status, retryAfterS, attempt);
       if (waitMs === undefined || attempt >= this.maxRetries) {
@@ -218,6 +268,17 @@ export class Http {
   }
 }
 
+/**
+ * One attempt's signal: the caller's, and `timeoutMs` until `answered()` (the answer began, or it failed). The
+ * caller's signal goes on aborting the answer's body until `release()` (the body was read).
+ */
+interface AttemptSignal {
+  signal: AbortSignal | undefined;
+  timedOut: () => boolean;
+  answered: () => void;
+  release: () => void;
+}
+
 /** How long to wait before retrying an answer with `status`, or undefined when it is not retried. */
 function retryWaitMs(status: number, retryAfterS: number | undefined, attempt: number): number | undefined {
   if (status !== 429 && status !== 503) return undefined;
@@ -230,6 +291,9 @@ export function parseRetryAfter(value: string | null, nowMs: number = Date.now()
   if (value === null) return undefined;
   const text = value.trim();
   if (/^\d+(\.\d+)?$/.test(text)) return Number(text);
+  // an HTTP date names its weekday first ("Wed, 21 Oct 2015 07:28:00 GMT"); anything else (Date.parse reads
+  // "-1" as a year) is unreadable
+  if (!/^[A-Za-z]{3}, /.test(text)) return undefined;
   const at = Date.parse(text);
   return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - nowMs) / 1000));
 }

@@ -132,7 +132,7 @@ describe("retries", () => {
 
     const stuck = await scripted([[200, { redriven: [], notDead: ["evt_y"], more: true }]]);
     const once = await new AgentSignal({ baseUrl: stuck.url }).dlq.redrive({ all: true });
-    assert.deepEqual(once, { redriven: [], notDead: ["evt_y"] }); // a batch that did nothing ends the loop
+    assert.deepEqual(once, { redriven: [], notDead: ["evt_y"], more: true }); // a batch that did nothing ends the loop, unfinished
     assert.equal(stuck.requests.length, 1);
   });
 

@@ -1,4 +1,3 @@
-/** `client.dlq`: the dead-letter list, redrive (as they were, or with edited payloads) and discard. */
 import type { Http, RequestOptions } from "../http.js";
 import type { Discarded, DlqPage, DlqQuery, Redriven, RedriveEdit } from "../types.js";
 /** Every dead event at once, instead of a list of ids. */

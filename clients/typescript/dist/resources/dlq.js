@@ -1,3 +1,5 @@
+/** `client.dlq`: the dead-letter list, redrive (as they were, or with edited payloads) and discard. */
+import { AgentSignalError } from "../errors.js";
 export class Dlq {
     #http;
     constructor(http) {
@@ -33,22 +35,41 @@ export class Dlq {
     /**
      * `{all: true}`, sent again with the answer's `until` while the service answers `more` (one request acts on at
      * most `AGENT_SIGNAL_DLQ_BATCH_MAX` dead events; `until` ends the sweep at the events dead when it began), the
-     * answers joined. `options.onProgress` hears the count so far.
+     * answers joined. `options.onProgress` hears the count so far. An answer that says `more` but acted on none
+     * ends the sweep, answered with `more: true` (and `until`): unfinished. A request that fails after earlier ones
+     * acted throws with what they did in the error's `partial`.
      */
     async #everyDead(path, body, doneKey, options) {
         const done = [];
         const notDead = [];
         let sent = body;
+        let until;
         for (;;) {
-            const answer = await this.#http.json("POST", path, { body: sent, signal: options?.signal });
+            let answer;
+            try {
+                answer = await this.#http.json("POST", path, { body: sent, signal: options?.signal });
+            }
+            catch (error) {
+                // what the sweep did before this request failed, and where to go on from
+                if (error instanceof AgentSignalError && done.length + notDead.length > 0) {
+                    error.partial = { [doneKey]: done, notDead, ...(until === undefined ? {} : { until }) };
+                }
+                throw error;
+            }
             // the sweep's start, sent back: an event that dies again meanwhile is not taken twice
-            if (typeof answer.until === "number")
-                sent = { ...body, until: answer.until };
+            if (typeof answer.until === "number") {
+                until = answer.until;
+                sent = { ...body, until };
+            }
             const batch = answer[doneKey] ?? [];
             done.push(...batch);
             notDead.push(...(answer.notDead ?? []));
-            if (!answer.more || batch.length === 0)
+            if (!answer.more)
                 return { [doneKey]: done, notDead };
+            if (batch.length === 0) {
+                // the service says more but acted on none: stop rather than loop, and say the sweep is unfinished
+                return { [doneKey]: done, notDead, more: true, ...(until === undefined ? {} : { until }) };
+            }
             options?.onProgress?.(done.length);
         }
     }

@@ -11,9 +11,17 @@ export interface ReceiptStreamOptions {
      * while the stream was away may be dated up to this much before it and still be yielded.
      */
     catchUpLagMs?: number | undefined;
+    /**
+     * How long a connection may send nothing, in ms, before it is taken for dead and replaced (then caught up),
+     * like one that dropped (default 45 s: three of the server's 15 s keep-alive comments). A half-open
+     * connection (a NAT or a mobile network that dropped it silently) would otherwise wait for ever. `0`: never.
+     */
+    idleTimeoutMs?: number | undefined;
 }
 /** The default {@link ReceiptStreamOptions.catchUpLagMs}. */
 export declare const CATCH_UP_LAG_MS = 600000;
+/** The default {@link ReceiptStreamOptions.idleTimeoutMs}. */
+export declare const IDLE_TIMEOUT_MS = 45000;
 /** `receipts.list` with a signal: how the stream catches up. */
 export type ReceiptLister = (query: ReceiptQuery, signal: AbortSignal) => Promise<ReceiptPage>;
 export declare const CATCH_UP_PAGES = 200;

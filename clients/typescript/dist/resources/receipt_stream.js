@@ -18,6 +18,8 @@ import { backoffMs, sleep } from "../http.js";
 import { readSse } from "../sse.js";
 /** The default {@link ReceiptStreamOptions.catchUpLagMs}. */
 export const CATCH_UP_LAG_MS = 600_000;
+/** The default {@link ReceiptStreamOptions.idleTimeoutMs}. */
+export const IDLE_TIMEOUT_MS = 45_000;
 const SEEN_IDS = 20_000; // ids remembered to drop repeats: what a catch-up reads again within its lag
 // A catch-up reads every page since the newest receipt seen (newest first, so all of them before yielding the
 // oldest); past this many pages of 50 it rejects the loop with `catch_up_overflow` rather than skip the oldest.
@@ -37,6 +39,7 @@ export class ReceiptStream {
     #skewMs = 0; // the server's clock minus ours, from the stream's Date header
     #newestMs; // createdAt of the newest receipt yielded, never past the server's clock
     #lagMs;
+    #idleMs;
     #iterated = false;
     constructor(http, options, list) {
         if (!options || typeof options.userId !== "string" || options.userId === "") {
@@ -47,6 +50,11 @@ export class ReceiptStream {
             throw new TypeError(`AgentSignal: catchUpLagMs must be a number of ms >= 0 (got ${String(options.catchUpLagMs)})`);
         }
         this.#lagMs = lag;
+        const idle = options.idleTimeoutMs ?? IDLE_TIMEOUT_MS;
+        if (!Number.isFinite(idle) || idle < 0) {
+            throw new TypeError(`AgentSignal: idleTimeoutMs must be a number of ms >= 0 (got ${String(options.idleTimeoutMs)})`);
+        }
+        this.#idleMs = idle;
         this.#http = http;
         this.#options = options;
         this.#list = list;
@@ -73,47 +81,78 @@ export class ReceiptStream {
         const { userId } = this.#options;
         try {
             for (let drops = 0;;) {
-                const response = await this.#connect(signal);
-                if (response === undefined)
-                    return;
-                let caughtUp = drops === 0; // after a reconnect, read what was written while away
-                const items = readSse(response.body);
+                // this connection's own abort: the stream's, or the idle timer's (then it counts as dropped)
+                const connection = new AbortController();
+                const onStreamAbort = () => connection.abort(signal.reason);
+                signal.addEventListener("abort", onStreamAbort, { once: true });
+                let idle;
+                const touch = () => {
+                    if (this.#idleMs === 0)
+                        return;
+                    clearTimeout(idle);
+                    idle = setTimeout(() => connection.abort(new Error("the stream sent nothing for idleTimeoutMs")), this.#idleMs);
+                };
                 try {
-                    for (;;) {
-                        let next;
-                        try {
-                            next = await items.next();
+                    const response = await this.#connect(connection.signal);
+                    if (response === undefined)
+                        return;
+                    touch();
+                    let caughtUp = drops === 0; // after a reconnect, read what was written while away
+                    const items = readSse(response.body);
+                    try {
+                        for (;;) {
+                            let next;
+                            try {
+                                next = await items.next();
+                            }
+                            catch {
+                                if (signal.aborted)
+                                    return;
+                                break; // the connection dropped, or went silent past idleTimeoutMs
+                            }
+                            if (next.done || signal.aborted)
+                                break;
+                            touch();
+                            this.#open.resolve();
+                            if (!caughtUp) {
+                                caughtUp = true;
+                                drops = 0;
+                                clearTimeout(idle); // a catch-up's pages are not this connection's silence
+                                yield* this.#catchUp(signal);
+                                if (signal.aborted)
+                                    return;
+                                touch();
+                            }
+                            const item = next.value;
+                            if (item.kind === "event" && item.event === "receipt") {
+                                const receipt = parseReceipt(item.data);
+                                if (receipt && this.#remember(receipt)) {
+                                    clearTimeout(idle); // the consumer's time with it is not this connection's silence
+                                    yield receipt;
+                                    touch();
+                                }
+                            }
+                            else if (item.kind === "event" && item.event === "resync") {
+                                clearTimeout(idle);
+                                yield* this.#catchUp(signal);
+                                if (signal.aborted)
+                                    return;
+                                touch();
+                            }
+                            else if (item.kind === "comment" && item.text === "user erased") {
+                                // DELETE /v1/users/{userId}: nothing of theirs is left to stream, and a reconnect would hide it
+                                throw new AgentSignalError({ status: 0, code: "user_erased", message: `user ${userId} was erased` });
+                            }
                         }
-                        catch {
-                            if (signal.aborted)
-                                return;
-                            break; // the connection dropped
-                        }
-                        if (next.done)
-                            break;
-                        this.#open.resolve();
-                        if (!caughtUp) {
-                            caughtUp = true;
-                            drops = 0;
-                            yield* this.#catchUp(signal);
-                        }
-                        const item = next.value;
-                        if (item.kind === "event" && item.event === "receipt") {
-                            const receipt = parseReceipt(item.data);
-                            if (receipt && this.#remember(receipt))
-                                yield receipt;
-                        }
-                        else if (item.kind === "event" && item.event === "resync") {
-                            yield* this.#catchUp(signal);
-                        }
-                        else if (item.kind === "comment" && item.text === "user erased") {
-                            // DELETE /v1/users/{userId}: nothing of theirs is left to stream, and a reconnect would hide it
-                            throw new AgentSignalError({ status: 0, code: "user_erased", message: `user ${userId} was erased` });
-                        }
+                    }
+                    finally {
+                        await items.return(undefined);
                     }
                 }
                 finally {
-                    await items.return(undefined);
+                    clearTimeout(idle);
+                    signal.removeEventListener("abort", onStreamAbort);
+                    connection.abort();
                 }
                 if (signal.aborted)
                     return;
@@ -203,6 +242,8 @@ export class ReceiptStream {
             cursor = answer.cursor;
         }
         for (const receipt of found.reverse()) {
+            if (signal.aborted)
+                return; // the consumer aborted on an earlier one: nothing more is yielded
             if (this.#remember(receipt))
                 yield receipt;
         }

@@ -1,4 +1,5 @@
 /** `client.dlq`: the dead-letter list, redrive (as they were, or with edited payloads) and discard. */
+import { AgentSignalError } from "../errors.js";
 import type { Http, RequestOptions } from "../http.js";
 import type { Discarded, DlqPage, DlqQuery, Redriven, RedriveEdit } from "../types.js";
 
@@ -50,7 +51,9 @@ export class Dlq {
   /**
    * `{all: true}`, sent again with the answer's `until` while the service answers `more` (one request acts on at
    * most `AGENT_SIGNAL_DLQ_BATCH_MAX` dead events; `until` ends the sweep at the events dead when it began), the
-   * answers joined. `options.onProgress` hears the count so far.
+   * answers joined. `options.onProgress` hears the count so far. An answer that says `more` but acted on none
+   * ends the sweep, answered with `more: true` (and `until`): unfinished. A request that fails after earlier ones
+   * acted throws with what they did in the error's `partial`.
    */
   async #everyDead<T extends Redriven | Discarded>(
     path: "/v1/dlq/redrive" | "/v1/dlq/discard",
@@ -61,14 +64,31 @@ export class Dlq {
     const done: string[] = [];
     const notDead: string[] = [];
     let sent = body;
+    let until: number | undefined;
     for (;;) {
-      const answer = await this.#http.json<T>("POST", path, { body: sent, signal: options?.signal });
+      let answer: T;
+      try {
+        answer = await this.#http.json<T>("POST", path, { body: sent, signal: options?.signal });
+      } catch (error) {
+        // what the sweep did before this request failed, and where to go on from
+        if (error instanceof AgentSignalError && done.length + notDead.length > 0) {
+          error.partial = { [doneKey]: done, notDead, ...(until === undefined ? {} : { until }) };
+        }
+        throw error;
+      }
       // the sweep's start, sent back: an event that dies again meanwhile is not taken twice
-      if (typeof answer.until === "number") sent = { ...body, until: answer.until };
+      if (typeof answer.until === "number") {
+        until = answer.until;
+        sent = { ...body, until };
+      }
       const batch = ((answer as Record<string, unknown>)[doneKey] as string[] | undefined) ?? [];
       done.push(...batch);
       notDead.push(...(answer.notDead ?? []));
-      if (!answer.more || batch.length === 0) return { [doneKey]: done, notDead } as unknown as T;
+      if (!answer.more) return { [doneKey]: done, notDead } as unknown as T;
+      if (batch.length === 0) {
+        // the service says more but acted on none: stop rather than loop, and say the sweep is unfinished
+        return { [doneKey]: done, notDead, more: true, ...(until === undefined ? {} : { until }) } as unknown as T;
+      }
       options?.onProgress?.(done.length);
     }
   }

@@ -29,10 +29,18 @@ export interface ReceiptStreamOptions {
    * while the stream was away may be dated up to this much before it and still be yielded.
    */
   catchUpLagMs?: number | undefined;
+  /**
+   * How long a connection may send nothing, in ms, before it is taken for dead and replaced (then caught up),
+   * like one that dropped (default 45 s: three of the server's 15 s keep-alive comments). A half-open
+   * connection (a NAT or a mobile network that dropped it silently) would otherwise wait for ever. `0`: never.
+   */
+  idleTimeoutMs?: number | undefined;
 }
 
 /** The default {@link ReceiptStreamOptions.catchUpLagMs}. */
 export const CATCH_UP_LAG_MS = 600_000;
+/** The default {@link ReceiptStreamOptions.idleTimeoutMs}. */
+export const IDLE_TIMEOUT_MS = 45_000;
 
 /** `receipts.list` with a signal: how the stream catches up. */
 export type ReceiptLister = (query: ReceiptQuery, signal: AbortSignal) => Promise<ReceiptPage>;
@@ -57,6 +65,7 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
   #skewMs = 0; // the server's clock minus ours, from the stream's Date header
   #newestMs: number | undefined; // createdAt of the newest receipt yielded, never past the server's clock
   readonly #lagMs: number;
+  readonly #idleMs: number;
   #iterated = false;
 
   constructor(http: Http, options: ReceiptStreamOptions, list: ReceiptLister) {
@@ -68,6 +77,11 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
       throw new TypeError(`AgentSignal: catchUpLagMs must be a number of ms >= 0 (got ${String(options.catchUpLagMs)})`);
     }
     this.#lagMs = lag;
+    const idle = options.idleTimeoutMs ?? IDLE_TIMEOUT_MS;
+    if (!Number.isFinite(idle) || idle < 0) {
+      throw new TypeError(`AgentSignal: idleTimeoutMs must be a number of ms >= 0 (got ${String(options.idleTimeoutMs)})`);
+    }
+    this.#idleMs = idle;
     this.#http = http;
     this.#options = options;
     this.#list = list;
@@ -93,39 +107,67 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
     const { userId } = this.#options;
     try {
       for (let drops = 0; ; ) {
-        const response = await this.#connect(signal);
-        if (response === undefined) return;
-        let caughtUp = drops === 0; // after a reconnect, read what was written while away
-        const items = readSse(response.body as ReadableStream<Uint8Array>);
+        // this connection's own abort: the stream's, or the idle timer's (then it counts as dropped)
+        const connection = new AbortController();
+        const onStreamAbort = (): void => connection.abort(signal.reason);
+        signal.addEventListener("abort", onStreamAbort, { once: true });
+        let idle: ReturnType<typeof setTimeout> | undefined;
+        const touch = (): void => {
+          if (this.#idleMs === 0) return;
+          clearTimeout(idle);
+          idle = setTimeout(() => connection.abort(new Error("the stream sent nothing for idleTimeoutMs")), this.#idleMs);
+        };
         try {
-          for (;;) {
-            let next: IteratorResult<SseItem, void>;
-            try {
-              next = await items.next();
-            } catch {
-              if (signal.aborted) return;
-              break; // the connection dropped
+          const response = await this.#connect(connection.signal);
+          if (response === undefined) return;
+          touch();
+          let caughtUp = drops === 0; // after a reconnect, read what was written while away
+          const items = readSse(response.body as ReadableStream<Uint8Array>);
+          try {
+            for (;;) {
+              let next: IteratorResult<SseItem, void>;
+              try {
+                next = await items.next();
+              } catch {
+                if (signal.aborted) return;
+                break; // the connection dropped, or went silent past idleTimeoutMs
+              }
+              if (next.done || signal.aborted) break;
+              touch();
+              this.#open.resolve();
+              if (!caughtUp) {
+                caughtUp = true;
+                drops = 0;
+                clearTimeout(idle); // a catch-up's pages are not this connection's silence
+                yield* this.#catchUp(signal);
+                if (signal.aborted) return;
+                touch();
+              }
+              const item = next.value;
+              if (item.kind === "event" && item.event === "receipt") {
+                const receipt = parseReceipt(item.data);
+                if (receipt && this.#remember(receipt)) {
+                  clearTimeout(idle); // the consumer's time with it is not this connection's silence
+                  yield receipt;
+                  touch();
+                }
+              } else if (item.kind === "event" && item.event === "resync") {
+                clearTimeout(idle);
+                yield* this.#catchUp(signal);
+                if (signal.aborted) return;
+                touch();
+              } else if (item.kind === "comment" && item.text === "user erased") {
+                // DELETE /v1/users/{userId}: nothing of theirs is left to stream, and a reconnect would hide it
+                throw new AgentSignalError({ status: 0, code: "user_erased", message: `user ${userId} was erased` });
+              }
             }
-            if (next.done) break;
-            this.#open.resolve();
-            if (!caughtUp) {
-              caughtUp = true;
-              drops = 0;
-              yield* this.#catchUp(signal);
-            }
-            const item = next.value;
-            if (item.kind === "event" && item.event === "receipt") {
-              const receipt = parseReceipt(item.data);
-              if (receipt && this.#remember(receipt)) yield receipt;
-            } else if (item.kind === "event" && item.event === "resync") {
-              yield* this.#catchUp(signal);
-            } else if (item.kind === "comment" && item.text === "user erased") {
-              // DELETE /v1/users/{userId}: nothing of theirs is left to stream, and a reconnect would hide it
-              throw new AgentSignalError({ status: 0, code: "user_erased", message: `user ${userId} was erased` });
-            }
+          } finally {
+            await items.return(undefined);
           }
         } finally {
-          await items.return(undefined);
+          clearTimeout(idle);
+          signal.removeEventListener("abort", onStreamAbort);
+          connection.abort();
         }
         if (signal.aborted) return;
         drops += 1;
@@ -206,6 +248,7 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
       cursor = answer.cursor;
     }
     for (const receipt of found.reverse()) {
+      if (signal.aborted) return; // the consumer aborted on an earlier one: nothing more is yielded
       if (this.#remember(receipt)) yield receipt;
     }
   }
