@@ -2,7 +2,7 @@
 machine's cores were, for the spread, burst and no-op shapes of ``make bench``'s pipeline section.
 
 ``python -m bench.profiling.process_cpu`` starts a private embedded Redis and the rows' two worker processes
-(one child each; ``--processes N`` for N), then runs ``--rounds`` times (2): ``--events`` lone events (the spread row's shape: one event
+(one child each; ``--processes N`` for N; ``--telemetry off`` for our workers without it), then runs ``--rounds`` times (2): ``--events`` lone events (the spread row's shape: one event
 per scope), twice as many over 8 scopes (the burst row's), and ``--events`` no-op tasks (the baseline). Around
 each it reads the CPU time (user + system, ``/proc/<pid>/stat``) of the worker processes and their children,
 of the Redis server and of this process (the producer: the door, the broker sends, and the polling that
@@ -127,13 +127,15 @@ class Round(NamedTuple):
         )
 
 
-def measure(events: int, rounds: int, processes: int = WORKER_PROCESSES) -> list[Round]:
+def measure(
+    events: int, rounds: int, processes: int = WORKER_PROCESSES, *, telemetry: bool = True
+) -> list[Round]:
     """``rounds`` times: the spread, burst and no-op shapes on ``processes`` fresh worker processes (the
-    rows' two by default)."""
+    rows' two by default), our workers with telemetry on or off."""
     out: list[Round] = []
     with private_redis_url() as url:
         client = Redis.from_url(url, decode_responses=True)
-        settings = make_settings(url)
+        settings = make_settings(url, telemetry_enabled=telemetry)
         for r in range(rounds):
             producer = Producer(settings)  # one per round: the workers' cleanup empties the prefix
             with workers(settings, processes) as procs:
@@ -165,10 +167,16 @@ def main(argv: list[str] | None = None) -> int:
         default=WORKER_PROCESSES,
         help=f"worker processes, one child each, for every shape (the rows': {WORKER_PROCESSES})",
     )
+    parser.add_argument(
+        "--telemetry",
+        choices=("on", "off"),
+        default="on",
+        help="our workers' telemetry (the pipeline rows' default: on); run both to see what it costs per event",
+    )
     args = parser.parse_args(argv)
     if args.events < 1 or args.rounds < 1 or args.processes < 1:
         parser.error("--events, --rounds and --processes must be at least 1")
-    for measured in measure(args.events, args.rounds, args.processes):
+    for measured in measure(args.events, args.rounds, args.processes, telemetry=args.telemetry == "on"):
         for split in measured:
             print(split.row())
         print(measured.ceilings(), flush=True)
