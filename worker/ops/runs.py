@@ -309,7 +309,7 @@ def discard(
 ) -> tuple[list[str], list[str]]:
     """Discard the tenant's dead events (DISCARD: worker/store/lua/discard.lua); returns (discarded, not dead)."""
     settings = store.settings
-    located = [store.locate(tenant, event_id) for event_id in event_ids]
+    located = [store.locate(tenant, event_id, in_dlq=True) for event_id in event_ids]
     pipe = store.client.pipeline(transaction=False)
     for event_id, k in zip(event_ids, located, strict=True):
         call = Discard(

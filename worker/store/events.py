@@ -420,12 +420,14 @@ class EventStore(StoreReads):
     def redrive(self, tenant_keys: Keys, event_id: str, *, body: str = "") -> tuple[bool, str | None, bool]:
         """Requeue one of the tenant's dead events (with ``body`` replacing the stored event, when given); returns
         (requeued, scopeKey, needs a drain task)."""
-        k = self.locate(tenant_keys, event_id)
+        k = self.locate(tenant_keys, event_id, in_dlq=True)
         found = self.client.hget(k.event(event_id), "scopeKey")
-        if (
-            found is None
-        ):  # no record: a DLQ entry naming it is stale, and an "all" sweep would meet it for ever
-            self.client.zrem(k.dlq, event_id)
+        if found is None:
+            # no record: a DLQ entry naming it is stale, and an "all" sweep would meet it for ever
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zrem(k.dlq, event_id)
+            pipe.zrem(k.runs("status", "dead"), event_id)  # the dead index is never trimmed
+            pipe.execute()
             return False, None, False
         scope_key = _str(found)
         ok, publish = self.scripts.run(

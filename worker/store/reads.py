@@ -47,10 +47,10 @@ class StoreReads:
     client: Redis
     settings: Settings
 
-    def locate(self, k: Keys, event_id: str) -> BucketKeys:
-        """The key builder of ``k``'s tenant's bucket that holds ``event_id``: its record's, else the one whose
-        DLQ still names it (a stale entry, whose record is gone: redrive and discard drop it there), else the
-        first bucket."""
+    def locate(self, k: Keys, event_id: str, *, in_dlq: bool = False) -> BucketKeys:
+        """The key builder of ``k``'s tenant's bucket that holds ``event_id``: its record's, else (``in_dlq``:
+        redrive and discard, which drop a stale entry whose record is gone) the one whose DLQ still names it,
+        else the first bucket."""
         every = k.every_bucket()
         if len(every) == 1:
             return every[0]
@@ -58,8 +58,8 @@ class StoreReads:
         for k in every:
             pipe.exists(k.event(event_id))
         found = [k for k, n in zip(every, pipe.execute(), strict=True) if int(n)]
-        if found:
-            return found[0]
+        if found or not in_dlq:
+            return found[0] if found else every[0]
         for k in every:
             pipe.zscore(k.dlq, event_id)
         listed = [k for k, score in zip(every, pipe.execute(), strict=True) if score is not None]

@@ -25,6 +25,8 @@ export interface HttpOptions {
 }
 /** The default {@link HttpOptions.timeoutMs}: how long one attempt waits for its answer to begin. */
 export declare const TIMEOUT_MS = 30000;
+/** The longest timer `setTimeout` keeps (a longer one fires at once): the bound of every `…Ms` option. */
+export declare const MAX_TIMER_MS = 2147483647;
 export declare class Http {
     #private;
     readonly baseUrl: string;

@@ -37,6 +37,8 @@ const BACKOFF_BASE_MS = 500;
 const BACKOFF_CAP_MS = 8_000;
 /** The default {@link HttpOptions.timeoutMs}: how long one attempt waits for its answer to begin. */
 export const TIMEOUT_MS = 30_000;
+/** The longest timer `setTimeout` keeps (a longer one fires at once): the bound of every `…Ms` option. */
+export const MAX_TIMER_MS = 2_147_483_647;
 export class Http {
     baseUrl;
     maxRetries;
@@ -71,8 +73,8 @@ export class Http {
         }
         this.maxRetries = retries;
         const timeout = options.timeoutMs ?? TIMEOUT_MS;
-        if (!Number.isFinite(timeout) || timeout < 0) {
-            throw new TypeError(`AgentSignal: timeoutMs must be a number of ms >= 0 (got ${String(options.timeoutMs)})`);
+        if (!Number.isFinite(timeout) || timeout < 0 || timeout > MAX_TIMER_MS) {
+            throw new TypeError(`AgentSignal: timeoutMs must be a number of ms from 0 to ${MAX_TIMER_MS} (got ${String(options.timeoutMs)})`);
         }
         this.timeoutMs = timeout;
         this.#token = options.token || undefined;
@@ -216,21 +218,29 @@ export class Http {
             }
             if (response.ok)
                 return { response, attempt, release: attemptSignal.release };
-            attemptSignal.release(); // below, an error's body is read whole or cancelled
             const retryAfterS = parseRetryAfter(response.headers.get("retry-after"));
             const waitMs = retryWaitMs(response.status, retryAfterS, attempt);
-            if (waitMs === undefined || attempt >= this.maxRetries) {
-                throw await errorFromResponse(response, retryAfterS);
-            }
-            if (response.status === 503 && !(options.replayable ?? method === "GET")) {
-                // the store may have failed partway through: retried only when the server acted on nothing
-                const error = await errorFromResponse(response, retryAfterS);
-                if (!REFUSED_BEFORE_ACTING.has(error.code))
+            // an error's body is read whole (or cancelled) while the caller's signal can still end a read that stalls
+            try {
+                if (waitMs === undefined || attempt >= this.maxRetries) {
+                    const error = await errorFromResponse(response, retryAfterS);
+                    signal?.throwIfAborted(); // an abort that ended the body's read is the call's answer
                     throw error;
-                await sleep(waitMs, signal);
-                continue;
+                }
+                if (response.status === 503 && !(options.replayable ?? method === "GET")) {
+                    // the store may have failed partway through: retried only when the server acted on nothing
+                    const error = await errorFromResponse(response, retryAfterS);
+                    signal?.throwIfAborted();
+                    if (!REFUSED_BEFORE_ACTING.has(error.code))
+                        throw error;
+                }
+                else {
+                    await response.body?.cancel().catch(() => undefined); // let the connection go back to the pool
+                }
             }
-            await response.body?.cancel().catch(() => undefined); // let the connection go back to the pool
+            finally {
+                attemptSignal.release();
+            }
             await sleep(waitMs, signal);
         }
     }
@@ -250,9 +260,10 @@ export function parseRetryAfter(value, nowMs = Date.now()) {
     const text = value.trim();
     if (/^\d+(\.\d+)?$/.test(text))
         return Number(text);
-    // an HTTP date names its weekday first ("Wed, 21 Oct 2015 07:28:00 GMT"); anything else (Date.parse reads
-    // "-1" as a year) is unreadable
-    if (!/^[A-Za-z]{3}, /.test(text))
+    // an HTTP date names its weekday first: "Wed, 21 Oct 2015 07:28:00 GMT", and the older forms a recipient must
+    // read, "Wednesday, 21-Oct-15 07:28:00 GMT" and "Wed Oct 21 07:28:00 2015"; anything else is unreadable
+    // (Date.parse reads "-1" as a year)
+    if (!/^[A-Za-z]{3,9}[, ]/.test(text))
         return undefined;
     const at = Date.parse(text);
     return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - nowMs) / 1000));

@@ -130,10 +130,18 @@ describe("retries", () => {
     const sweep = { all: true, reason: "cleanup", until: 1700000000000 }; // the sweep's start, sent back
     assert.deepEqual(stub.requests.map((r) => JSON.parse(r.body)), [{ all: true, reason: "cleanup" }, sweep, sweep]);
 
+    // a batch of only stale ids is progress (the server drops them); the same ids again are not: unfinished
     const stuck = await scripted([[200, { redriven: [], notDead: ["evt_y"], more: true }]]);
     const once = await new AgentSignal({ baseUrl: stuck.url }).dlq.redrive({ all: true });
-    assert.deepEqual(once, { redriven: [], notDead: ["evt_y"], more: true }); // a batch that did nothing ends the loop, unfinished
-    assert.equal(stuck.requests.length, 1);
+    assert.deepEqual(once, { redriven: [], notDead: ["evt_y"], more: true });
+    assert.equal(stuck.requests.length, 2);
+    const stale = await scripted([
+      [200, { redriven: [], notDead: ["s1", "s2"], more: true, until: 5 }],
+      [200, { redriven: ["a"], notDead: [] }],
+    ]);
+    const past = await new AgentSignal({ baseUrl: stale.url }).dlq.redrive({ all: true });
+    assert.deepEqual(past, { redriven: ["a"], notDead: ["s1", "s2"] });
+    assert.equal(stale.requests.length, 2);
   });
 
   test("a baseUrl with a password is refused without echoing it", () => {

@@ -9,10 +9,12 @@ local ev, dlq, stats, runs_dead, runs_discarded, runs_discarded_at, audit =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local event_id, reason, now_ms, window_s, audit_max_len, run_index_max, lane_ttl_s =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-if redis.call('HGET', ev, 'state') ~= 'dead' then  -- a stale DLQ entry (its record is gone): dropped, as REDRIVE does
+local state = redis.call('HGET', ev, 'state')
+if not state then  -- a stale DLQ entry (its record is gone): dropped with its dead index entry, as REDRIVE does
   redis.call('ZREM', dlq, event_id)
-  return 0
+  redis.call('ZREM', runs_dead, event_id)
 end
+if state ~= 'dead' then return 0 end
 release_lanes(ev, lane_ttl_s)
 local now, max = tonumber(now_ms), tonumber(run_index_max)
 redis.call('HSET', ev, 'state', 'discarded', 'discardedAt', now_ms, 'discardReason', reason)

@@ -10,12 +10,14 @@ local ev, inbox, sched, scopes, dlq, stats, seq, paused, runs_dead, runs_active 
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local event_id, scope_ref, now_ms, sched_ttl_ms, window_s, new_body, scope_key, run_index_max =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
--- Every script that takes an event out of dead takes it out of the DLQ too: an entry whose event is not dead (its
--- record is gone) is stale, and is dropped, else an "all" sweep would meet it on every request for ever.
-if redis.call('HGET', ev, 'state') ~= 'dead' then
+-- An entry whose event record is gone is stale (every script that takes an event out of dead takes it out of the
+-- DLQ too): dropped with its dead index entry, else an "all" sweep would meet it on every request for ever.
+local state = redis.call('HGET', ev, 'state')
+if not state then
   redis.call('ZREM', dlq, event_id)
-  return {0, 0}
+  redis.call('ZREM', runs_dead, event_id)
 end
+if state ~= 'dead' then return {0, 0} end
 redis.call('HSET', ev, 'state', 'queued', 'attempts', 0, 'redrivenAt', now_ms)
 if new_body ~= '' then redis.call('HSET', ev, 'event', new_body, 'editedAt', now_ms) end
 -- Later events of the scope (a higher enqueue number) have run, or wait ahead of it: it runs after them.

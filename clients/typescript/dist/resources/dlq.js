@@ -1,5 +1,3 @@
-/** `client.dlq`: the dead-letter list, redrive (as they were, or with edited payloads) and discard. */
-import { AgentSignalError } from "../errors.js";
 export class Dlq {
     #http;
     constructor(http) {
@@ -36,22 +34,24 @@ export class Dlq {
      * `{all: true}`, sent again with the answer's `until` while the service answers `more` (one request acts on at
      * most `AGENT_SIGNAL_DLQ_BATCH_MAX` dead events; `until` ends the sweep at the events dead when it began), the
      * answers joined. `options.onProgress` hears the count so far. An answer that says `more` but acted on none
-     * ends the sweep, answered with `more: true` (and `until`): unfinished. A request that fails after earlier ones
-     * acted throws with what they did in the error's `partial`.
+     * ends the sweep, answered with `more: true` (and `until`): unfinished (ids it answered `notDead` left the DLQ, so a
+     * batch of only those is progress; one that repeats them is not). A request that fails, or an abort, after
+     * earlier ones acted throws with what they did in the error's `partial`.
      */
     async #everyDead(path, body, doneKey, options) {
         const done = [];
         const notDead = [];
         let sent = body;
         let until;
+        const seenNotDead = new Set();
         for (;;) {
             let answer;
             try {
                 answer = await this.#http.json("POST", path, { body: sent, signal: options?.signal });
             }
             catch (error) {
-                // what the sweep did before this request failed, and where to go on from
-                if (error instanceof AgentSignalError && done.length + notDead.length > 0) {
+                // what the sweep did before this request failed (or was aborted), and where to go on from
+                if (typeof error === "object" && error !== null && done.length + notDead.length > 0) {
                     error.partial = { [doneKey]: done, notDead, ...(until === undefined ? {} : { until }) };
                 }
                 throw error;
@@ -63,11 +63,15 @@ export class Dlq {
             }
             const batch = answer[doneKey] ?? [];
             done.push(...batch);
-            notDead.push(...(answer.notDead ?? []));
+            // ids answered notDead leave the DLQ (stale entries), so a batch of them is progress; an answer that
+            // acted on nothing new says the service cannot go on: stop, and say the sweep is unfinished
+            const fresh = (answer.notDead ?? []).filter((id) => !seenNotDead.has(id));
+            for (const id of fresh)
+                seenNotDead.add(id);
+            notDead.push(...fresh);
             if (!answer.more)
                 return { [doneKey]: done, notDead };
-            if (batch.length === 0) {
-                // the service says more but acted on none: stop rather than loop, and say the sweep is unfinished
+            if (batch.length === 0 && fresh.length === 0) {
                 return { [doneKey]: done, notDead, more: true, ...(until === undefined ? {} : { until }) };
             }
             options?.onProgress?.(done.length);

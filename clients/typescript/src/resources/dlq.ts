@@ -1,5 +1,5 @@
 /** `client.dlq`: the dead-letter list, redrive (as they were, or with edited payloads) and discard. */
-import { AgentSignalError } from "../errors.js";
+import type { AgentSignalError } from "../errors.js";
 import type { Http, RequestOptions } from "../http.js";
 import type { Discarded, DlqPage, DlqQuery, Redriven, RedriveEdit } from "../types.js";
 
@@ -52,8 +52,9 @@ export class Dlq {
    * `{all: true}`, sent again with the answer's `until` while the service answers `more` (one request acts on at
    * most `AGENT_SIGNAL_DLQ_BATCH_MAX` dead events; `until` ends the sweep at the events dead when it began), the
    * answers joined. `options.onProgress` hears the count so far. An answer that says `more` but acted on none
-   * ends the sweep, answered with `more: true` (and `until`): unfinished. A request that fails after earlier ones
-   * acted throws with what they did in the error's `partial`.
+   * ends the sweep, answered with `more: true` (and `until`): unfinished (ids it answered `notDead` left the DLQ, so a
+   * batch of only those is progress; one that repeats them is not). A request that fails, or an abort, after
+   * earlier ones acted throws with what they did in the error's `partial`.
    */
   async #everyDead<T extends Redriven | Discarded>(
     path: "/v1/dlq/redrive" | "/v1/dlq/discard",
@@ -65,14 +66,15 @@ export class Dlq {
     const notDead: string[] = [];
     let sent = body;
     let until: number | undefined;
+    const seenNotDead = new Set<string>();
     for (;;) {
       let answer: T;
       try {
         answer = await this.#http.json<T>("POST", path, { body: sent, signal: options?.signal });
       } catch (error) {
-        // what the sweep did before this request failed, and where to go on from
-        if (error instanceof AgentSignalError && done.length + notDead.length > 0) {
-          error.partial = { [doneKey]: done, notDead, ...(until === undefined ? {} : { until }) };
+        // what the sweep did before this request failed (or was aborted), and where to go on from
+        if (typeof error === "object" && error !== null && done.length + notDead.length > 0) {
+          (error as AgentSignalError).partial = { [doneKey]: done, notDead, ...(until === undefined ? {} : { until }) };
         }
         throw error;
       }
@@ -83,10 +85,13 @@ export class Dlq {
       }
       const batch = ((answer as Record<string, unknown>)[doneKey] as string[] | undefined) ?? [];
       done.push(...batch);
-      notDead.push(...(answer.notDead ?? []));
+      // ids answered notDead leave the DLQ (stale entries), so a batch of them is progress; an answer that
+      // acted on nothing new says the service cannot go on: stop, and say the sweep is unfinished
+      const fresh = (answer.notDead ?? []).filter((id) => !seenNotDead.has(id));
+      for (const id of fresh) seenNotDead.add(id);
+      notDead.push(...fresh);
       if (!answer.more) return { [doneKey]: done, notDead } as unknown as T;
-      if (batch.length === 0) {
-        // the service says more but acted on none: stop rather than loop, and say the sweep is unfinished
+      if (batch.length === 0 && fresh.length === 0) {
         return { [doneKey]: done, notDead, more: true, ...(until === undefined ? {} : { until }) } as unknown as T;
       }
       options?.onProgress?.(done.length);

@@ -14,7 +14,7 @@
  * erased (`DELETE /v1/users/{userId}`).
  */
 import { AgentSignalError } from "../errors.js";
-import { backoffMs, sleep, type Http } from "../http.js";
+import { backoffMs, MAX_TIMER_MS, sleep, type Http } from "../http.js";
 import { readSse, type SseItem } from "../sse.js";
 import type { Receipt, ReceiptPage, ReceiptQuery } from "../types.js";
 
@@ -78,8 +78,10 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
     }
     this.#lagMs = lag;
     const idle = options.idleTimeoutMs ?? IDLE_TIMEOUT_MS;
-    if (!Number.isFinite(idle) || idle < 0) {
-      throw new TypeError(`AgentSignal: idleTimeoutMs must be a number of ms >= 0 (got ${String(options.idleTimeoutMs)})`);
+    if (!Number.isFinite(idle) || idle < 0 || idle > MAX_TIMER_MS) {
+      throw new TypeError(
+        `AgentSignal: idleTimeoutMs must be a number of ms from 0 to ${MAX_TIMER_MS} (got ${String(options.idleTimeoutMs)})`,
+      );
     }
     this.#idleMs = idle;
     this.#http = http;
