@@ -318,7 +318,10 @@ def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostn
     )  # for probes that must not need Redis (worker/runtime/heartbeat_file.py)
     if beat_file:
         _beat(beat_file, hostname, first=True)
-    store.client.hset(store.keys.workers, hostname, now_ms())
+    try:
+        store.client.hset(store.keys.workers, hostname, now_ms())
+    except Exception:  # Redis down at start: the loop below beats again (this thread must not end here)
+        log.exception("worker heartbeat failed")
     # one per sweeper, made at its first sweep: its drain_next template made once
     fair: FairQueue | None = None
     while not stop.wait(settings.reconcile_interval_s):

@@ -115,6 +115,33 @@ class TestWorkerLoop:
         assert beat is not None and beat.node == "agent-signal-7@pod-b" and beat.pid == os.getpid()
         assert not hb.is_draining(path)
 
+    def test_redis_down_at_start_does_not_end_the_loop(
+        self, make_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A deploy audit: the first heartbeat to Redis ran outside the loop's ``try``, so a Redis error at start
+        ended the thread and the heartbeat file was never written again (the probe then restarted the pod). Now
+        the loop goes on and beats into the file at its next pass."""
+        import worker.runtime.app as runtime
+
+        path = tmp_path / "heartbeat.json"
+        settings = make_settings(
+            heartbeat_file=str(path), reconcile_interval_s=0.01, redis_url="redis://127.0.0.1:1/0"
+        )
+        beats: list[bool] = []
+        real_beat = runtime._beat
+        stop = threading.Event()
+
+        def beat(p: str, hostname: str, *, first: bool = False) -> None:
+            real_beat(p, hostname, first=first)
+            beats.append(first)
+            if len(beats) >= 3:
+                stop.set()
+
+        monkeypatch.setattr(runtime, "_beat", beat)
+        _sweep_forever(None, settings, stop, "agent-signal-7@pod-b")  # type: ignore[arg-type]
+        assert beats[:3] == [True, False, False]  # the loop's beats came after the failed first one
+        assert hb.read(path) is not None
+
     def test_no_setting_writes_nothing(self, make_settings: Any, tmp_path: Path) -> None:
         """With the setting unset (the default) the loop writes no file."""
         stop = threading.Event()
