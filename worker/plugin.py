@@ -37,7 +37,7 @@ from worker.chain.context import Deps, EffectBuffer, HandlerContext, MissingDepe
 from worker.chain.outbox_records import Deliverer, OutboxRecord
 from worker.chain.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
 from worker.chain.results import applied, failed, skipped
-from worker.core.errors import PermanentFailure, RetryLater
+from worker.core.errors import PermanentFailure, RetryLater, SkipEvent
 from worker.core.ids import Id
 from worker.core.nodes import (
     Action,
@@ -92,6 +92,7 @@ __all__ = [
     "Settings",
     "Signal",
     "SignalRef",
+    "SkipEvent",
     "Source",
     "UserEraser",
     "Wait",

@@ -80,12 +80,12 @@ class EffectBuffer:
                 f"{command} cannot be staged (allowed: {', '.join(sorted(STAGEABLE))})", code="INVALID_EFFECT"
             )
         touched = [_text(a) for a in args[1:]] if command == "DEL" else [key]  # DEL takes many keys
-        if self.keys is not None and any(
-            not self.keys.owns(k) or self.keys.is_engine_key(k) for k in touched
-        ):
+        keys = self.keys
+        refused = [k for k in touched if keys is not None and (not keys.owns(k) or keys.is_engine_key(k))]
+        if refused:  # named: with DEL's many keys, the first may be fine
             raise PermanentFailure(
-                f"{command} {key!r}: a handler writes only its own tenant's keys (ctx.key(name) or ctx.keys), "
-                "never the engine's",
+                f"{command} {refused[0]!r}: a handler writes only its own tenant's keys (ctx.key(name) or "
+                "ctx.keys), never the engine's",
                 code="INVALID_EFFECT",
             )
         self.commands.append([command, *args[1:]])

@@ -8,6 +8,7 @@ for each node type runs the matching handlers in that registration order (LobeHu
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -52,6 +53,12 @@ def _define(
     types = (listen,) if isinstance(listen, str) else tuple(listen)
     if not types:
         raise ValueError(f"define_{kind}_handler({id!r}) listens to no type")
+    try:  # every event would fail the same way, retried to the DLQ: say so at load instead
+        inspect.signature(handle).bind(None, None)
+    except TypeError as exc:
+        raise TypeError(f"define_{kind}_handler({id!r}): its function must take (node, ctx): {exc}") from None
+    except ValueError:
+        pass  # a builtin without a signature: taken on trust
     return HandlerDef(kind=kind, listen=types, id=id, handle=handle, batch_safe=batch_safe)
 
 
@@ -115,6 +122,14 @@ class Registry:
     def register(self, handler: HandlerDef) -> None:
         table = getattr(self, handler.kind)
         for node_type in handler.listen:
+            taken = table.get(node_type, [])
+            if handler.kind == "action" and taken:
+                # an action's idempotency lane is the action's, not the handler's: a second handler would be
+                # answered the first one's stored result and never run
+                raise ValueError(
+                    f"action type {node_type!r} has two handlers, {taken[0].id!r} and {handler.id!r}: an action "
+                    "runs once, under one handler"
+                )
             table.setdefault(node_type, []).append(handler)
 
     def match(self, kind: HandlerKind, node_type: str) -> list[HandlerDef]:

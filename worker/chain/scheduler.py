@@ -261,9 +261,22 @@ def _run_handler(node: Node, handler: HandlerDef, ctx: HandlerContext, trace: Ch
     result = handler.handle(node, ctx)
     if isinstance(result, Dispatch):
         return [*result.signals, *result.actions]
-    if isinstance(result, Wait | Schedule | Conclude) and trace.terminal is None:
-        trace.terminal = result
+    if isinstance(result, Wait | Schedule | Conclude):
+        if trace.terminal is None:
+            trace.terminal = result
+        return []
+    if result is not None:
+        raise _wrong_result(handler, result, "a Dispatch, Wait, Schedule, Conclude or None")
     return []
+
+
+def _wrong_result(handler: HandlerDef, result: object, wanted: str) -> PermanentFailure:
+    """A handler's answer the engine cannot read: what it returned would be dropped, so the event dies saying so."""
+    return PermanentFailure(
+        f"{handler.id} returned {type(result).__name__}; {'an' if handler.kind == 'action' else 'a'} {handler.kind} "
+        f"handler returns {wanted}",
+        code="INVALID_RESULT",
+    )
 
 
 def _run_action(
@@ -284,6 +297,8 @@ def _run_action(
                     f"{handler.id} staged writes but returned no ExecutorResult: they would never apply",
                     code="INVALID_EFFECT",
                 )
+            if raw is not None and not isinstance(raw, Dispatch):
+                raise _wrong_result(handler, raw, "an ExecutorResult, a Dispatch or None")
             return [*raw.signals, *raw.actions] if isinstance(raw, Dispatch) else []
         result = _stamp_attempt(raw, ctx, started_ms)
         if result.status == "applied" and not port.commit(action, key, result, ctx.effects):

@@ -10,6 +10,7 @@ handler registry. From then on everything is objects: nothing below looks a name
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -44,14 +45,34 @@ def _import(spec: str) -> Plugin:
         raise PluginLoadError(f"plugin {spec!r} must look like 'package.module:factory'")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise PluginLoadError(f"plugin {spec!r}: {exc}") from exc
-    produced = factory() if callable(factory) and not isinstance(factory, Plugin) else factory
+        produced = factory() if callable(factory) and not isinstance(factory, Plugin) else factory
+    except PluginLoadError:
+        raise
+    except Exception as exc:  # its import or its factory failed: name the plugin, not only the exception
+        raise PluginLoadError(f"plugin {spec!r}: {type(exc).__name__}: {exc}") from exc
     if isinstance(produced, Plugin):
         return produced
     if isinstance(produced, list) and all(isinstance(p, Policy) for p in produced):
         return Plugin(name=spec, policies=produced)
     raise PluginLoadError(f"plugin {spec!r} must return a Plugin or a list of Policy")
+
+
+def check_source_handlers(registry: Registry, declared: Sequence[str], settings: Settings) -> None:
+    """A source handler listens to a type the door admits: one a loaded plugin declares, or one of
+    ``AGENT_SIGNAL_EXTRA_SOURCE_TYPES`` (any, with ``AGENT_SIGNAL_ALLOW_UNKNOWN_SOURCE_TYPES``). Else its events
+    never come (a typo of the type), and it is refused at load, naming the handler and the nearest type."""
+    if settings.allow_unknown_source_types:
+        return
+    known = {*declared, *settings.extra_source_types}
+    for source_type, handlers in registry.source.items():
+        if source_type in known:
+            continue
+        near = difflib.get_close_matches(source_type, sorted(known), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise PluginLoadError(
+            f"source handler {handlers[0].id!r} listens to {source_type!r}, which no loaded plugin declares in its "
+            f"source_types nor AGENT_SIGNAL_EXTRA_SOURCE_TYPES lists{hint}: its events would be refused at the door"
+        )
 
 
 def section_models() -> list[type[PluginSettings]]:
@@ -129,7 +150,11 @@ def assemble(
     for plugin in plugins:
         if plugin.services is not None:
             deps.add(plugin.services(runtime))
-    registry = Registry.from_policies([policy for p in plugins for policy in p.build_policies(runtime)])
+    try:
+        registry = Registry.from_policies([policy for p in plugins for policy in p.build_policies(runtime)])
+    except ValueError as exc:  # two handlers of one action type
+        raise PluginLoadError(str(exc)) from exc
+    check_source_handlers(registry, source_types, settings)
     tasks = [task for p in plugins for task in p.tasks]
     deliverers = {kind: build(runtime) for p in plugins for kind, build in p.deliverers.items()}
     erasers = [p.erase_user for p in plugins if p.erase_user is not None]

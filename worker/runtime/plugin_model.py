@@ -78,6 +78,13 @@ class Plugin:
     # What it stores of a user, erased with the engine's part of ``DELETE /v1/users/{userId}``.
     erase_user: UserEraser | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("source_types",):
+            if isinstance(
+                getattr(self, name), str
+            ):  # a str is a sequence of letters: "a.b" would admit "a", "."
+                raise TypeError(f"Plugin({self.name!r}): {name} is a list of types, not one string")
+
     def build_policies(self, runtime: PluginRuntime) -> list[Policy]:
         """The plugin's policies for this process."""
         return list(self.policies(runtime) if callable(self.policies) else self.policies)

@@ -1,0 +1,130 @@
+"""A plugin author's mistakes are refused at load, naming the plugin or the handler, or end the event saying
+what went wrong: an audit wrote a newcomer's plugins and found a second handler of an action type never run, a
+handler's answer of the wrong type dropped, a source handler listening to a typo'd type loaded and never called,
+``source_types="a.b"`` admitting single letters, and a factory's error printed without the plugin's name."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.worker.chain.test_scheduler import MemoryPort, _source
+from worker.chain.context import HandlerContext
+from worker.chain.registry import Policy, Registry, define_action_handler, define_source_handler
+from worker.chain.scheduler import run_chain
+from worker.core.errors import PermanentFailure
+from worker.core.nodes import Action, Dispatch, Source, action_from, signal_from
+from worker.runtime.assembly import PluginLoadError, _import, check_source_handlers
+from worker.runtime.plugin_model import Plugin
+from worker.settings import Settings
+
+
+def _nothing(node: Any, ctx: HandlerContext) -> None:
+    return None
+
+
+def test_a_second_handler_of_an_action_type_is_refused() -> None:
+    first = define_action_handler("pay", "plugin-a.pay", _nothing)
+    second = define_action_handler("pay", "plugin-b.pay", _nothing)
+    with pytest.raises(ValueError, match=r"'pay' has two handlers, 'plugin-a\.pay' and 'plugin-b\.pay'"):
+        Registry.from_policies([Policy("a", [first]), Policy("b", [second])])
+    sources = [define_source_handler("x.event", f"h{i}", _nothing) for i in range(2)]
+    assert (
+        len(Registry.from_policies([Policy("s", sources)]).match("source", "x.event")) == 2
+    )  # fan-out stays
+
+
+def test_a_source_handler_of_a_type_nobody_declares_is_refused_with_the_nearest(make_settings: Any) -> None:
+    registry = Registry.from_policies(
+        [Policy("t", [define_source_handler("typo.evnet", "typo.on", _nothing)])]
+    )
+    with pytest.raises(
+        PluginLoadError, match=r"'typo\.on' listens to 'typo\.evnet'.*did you mean 'typo\.event'"
+    ):
+        check_source_handlers(registry, ["typo.event"], make_settings())
+    check_source_handlers(registry, [], make_settings(extra_source_types=["typo.evnet"]))
+    check_source_handlers(registry, [], make_settings(allow_unknown_source_types=True))
+
+
+def test_source_types_given_as_one_string_are_refused() -> None:
+    with pytest.raises(TypeError, match="source_types is a list of types, not one string"):
+        Plugin(name="p", source_types="str.event")
+
+
+def test_a_handler_function_of_the_wrong_shape_is_refused_when_defined() -> None:
+    def one_argument(node: Any) -> None:
+        return None
+
+    with pytest.raises(
+        TypeError, match=r"define_source_handler\('h'\): its function must take \(node, ctx\)"
+    ):
+        define_source_handler("x.event", "h", one_argument)  # type: ignore[arg-type]
+
+
+def test_a_factory_that_fails_names_the_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "broken_factory_plugin.py").write_text("def plugin():\n    raise KeyError('LEDGER_TABLE')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(
+        PluginLoadError, match=r"plugin 'broken_factory_plugin:plugin': KeyError: 'LEDGER_TABLE'"
+    ):
+        _import("broken_factory_plugin:plugin")
+    sys.modules.pop("broken_factory_plugin", None)
+
+
+@pytest.mark.parametrize("answer", [[], {"status": "applied"}, "done"])
+def test_an_answer_of_the_wrong_type_ends_the_event_saying_so(answer: Any) -> None:
+    """A source handler's list of signals, or an action handler's dict, was dropped: the event ended done with
+    nothing run. Now it dies at once (PermanentFailure ``INVALID_RESULT``) naming the handler and the type."""
+
+    def source_answers(s: Source, ctx: HandlerContext) -> Any:
+        return answer
+
+    registry = Registry.from_policies(
+        [Policy("p", [define_source_handler("agent.user.message", "src", source_answers)])]
+    )
+    with pytest.raises(
+        PermanentFailure, match=rf"src returned {type(answer).__name__}; a source handler returns"
+    ) as e:
+        run_chain(_source(), registry, MemoryPort())
+    assert e.value.code == "INVALID_RESULT"
+
+    def emits(s: Source, ctx: HandlerContext) -> Dispatch:
+        sig = signal_from(s, "b", "signal.b", {}, ctx.now())
+        return Dispatch(
+            signals=[sig], actions=[action_from(sig, "pay", "pay", {"idempotencyKey": "k1"}, ctx.now())]
+        )
+
+    def action_answers(a: Action, ctx: HandlerContext) -> Any:
+        return answer
+
+    registry = Registry.from_policies(
+        [
+            Policy(
+                "p",
+                [
+                    define_source_handler("agent.user.message", "src", emits),
+                    define_action_handler("pay", "act", action_answers),
+                ],
+            )
+        ]
+    )
+    with pytest.raises(
+        PermanentFailure, match=rf"act returned {type(answer).__name__}; an action handler returns"
+    ):
+        run_chain(_source(), registry, MemoryPort())
+
+
+def test_the_settings_fixture_is_the_engines(make_settings: Any) -> None:
+    assert isinstance(make_settings(), Settings)
+
+
+def test_a_refused_del_names_the_key_it_refused(keys: Any) -> None:
+    """DEL takes many keys: the refusal named the first (the handler's own), not the one outside its tenant."""
+    from worker.chain.context import EffectBuffer
+
+    mine, theirs = keys.plugin("topic:a", "mine"), keys.for_tenant("other").plugin("topic:a", "theirs")
+    with pytest.raises(PermanentFailure, match=f"DEL '{theirs}'"):
+        EffectBuffer(keys=keys).call("DEL", mine, theirs)
