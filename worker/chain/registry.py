@@ -54,7 +54,7 @@ def _define(
     if not types:
         raise ValueError(f"define_{kind}_handler({id!r}) listens to no type")
     try:  # every event would fail the same way, retried to the DLQ: say so at load instead
-        inspect.signature(handle).bind(None, None)
+        inspect.signature(handle, follow_wrapped=False).bind(None, None)
     except TypeError as exc:
         raise TypeError(f"define_{kind}_handler({id!r}): its function must take (node, ctx): {exc}") from None
     except ValueError:
@@ -103,6 +103,10 @@ class Policy:
     handlers: Sequence[HandlerDef]
 
 
+class DuplicateActionHandler(ValueError):
+    """Two handlers of one action type: an action runs once, under one idempotency lane (the second never would)."""
+
+
 @dataclass(slots=True)
 class Registry:
     """Three maps from exact type to handlers, in registration order."""
@@ -126,7 +130,7 @@ class Registry:
             if handler.kind == "action" and taken:
                 # an action's idempotency lane is the action's, not the handler's: a second handler would be
                 # answered the first one's stored result and never run
-                raise ValueError(
+                raise DuplicateActionHandler(
                     f"action type {node_type!r} has two handlers, {taken[0].id!r} and {handler.id!r}: an action "
                     "runs once, under one handler"
                 )

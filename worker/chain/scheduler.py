@@ -265,7 +265,7 @@ def _run_handler(node: Node, handler: HandlerDef, ctx: HandlerContext, trace: Ch
         if trace.terminal is None:
             trace.terminal = result
         return []
-    if result is not None:
+    if result:  # LobeHub reads a falsy answer as nothing (`return cond and Dispatch(…)`)
         raise _wrong_result(handler, result, "a Dispatch, Wait, Schedule, Conclude or None")
     return []
 
@@ -297,8 +297,14 @@ def _run_action(
                     f"{handler.id} staged writes but returned no ExecutorResult: they would never apply",
                     code="INVALID_EFFECT",
                 )
-            if raw is not None and not isinstance(raw, Dispatch):
-                raise _wrong_result(handler, raw, "an ExecutorResult, a Dispatch or None")
+            if isinstance(raw, Wait | Schedule | Conclude):  # any handler's terminal ends the chain (LobeHub)
+                if trace.terminal is None:
+                    trace.terminal = raw
+                return []
+            if raw and not isinstance(raw, Dispatch):
+                raise _wrong_result(
+                    handler, raw, "an ExecutorResult, a Dispatch, a Wait, Schedule or Conclude, or None"
+                )
             return [*raw.signals, *raw.actions] if isinstance(raw, Dispatch) else []
         result = _stamp_attempt(raw, ctx, started_ms)
         if result.status == "applied" and not port.commit(action, key, result, ctx.effects):

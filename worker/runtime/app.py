@@ -310,7 +310,6 @@ def _announce(settings: Settings, hostname: str, concurrency: Any) -> None:
 
 def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostname: str) -> None:
     """The worker main process's background loop: heartbeat, then (if this interval is ours) reconcile."""
-    store = EventStore(redis_from_settings(settings), settings)
     interval_ms = int(settings.reconcile_interval_s * 1000)
     stale_after_ms = int(settings.lease_ttl_s * 1000 * 2)
     beat_file = (
@@ -318,9 +317,13 @@ def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostn
     )  # for probes that must not need Redis (worker/runtime/heartbeat_file.py)
     if beat_file:
         _beat(beat_file, hostname, first=True)
+    # Redis down at start (a cluster client connects when made): the loop below tries again; this thread, which
+    # keeps the heartbeat file, must not end here
+    store: EventStore | None = None
     try:
+        store = EventStore(redis_from_settings(settings), settings)
         store.client.hset(store.keys.workers, hostname, now_ms())
-    except Exception:  # Redis down at start: the loop below beats again (this thread must not end here)
+    except Exception:
         log.exception("worker heartbeat failed")
     # one per sweeper, made at its first sweep: its drain_next template made once
     fair: FairQueue | None = None
@@ -328,6 +331,7 @@ def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostn
         if beat_file:
             _beat(beat_file, hostname)
         try:
+            store = store if store is not None else EventStore(redis_from_settings(settings), settings)
             store.client.hset(store.keys.workers, hostname, now_ms())
             if try_reconcile_lock(store, interval_ms):
                 fair = fair if fair is not None else fair_queue(settings, store, app)

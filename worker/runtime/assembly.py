@@ -17,10 +17,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from worker.chain.context import Deps
-from worker.chain.registry import Policy, Registry
+from worker.chain.registry import DuplicateActionHandler, Policy, Registry
 from worker.intake.emitter import Emitter, ReadyQueue
+from worker.keys.layout import EngineKeys
 from worker.ops.erasure import UserEraser
 from worker.outbox.relay import Deliverer
 from worker.runtime.plugin_model import Plugin, PluginRuntime, PluginTask
@@ -55,6 +57,41 @@ def _import(spec: str) -> Plugin:
     if isinstance(produced, list) and all(isinstance(p, Policy) for p in produced):
         return Plugin(name=spec, policies=produced)
     raise PluginLoadError(f"plugin {spec!r} must return a Plugin or a list of Policy")
+
+
+def plugin_registry(plugins: Sequence[Plugin], runtime: PluginRuntime) -> Registry:
+    """Every plugin's handlers in one registry; a policy that cannot be built, or a second handler of an action
+    type, is a PluginLoadError naming the plugin."""
+    policies: list[Policy] = []
+    for plugin in plugins:
+        try:
+            policies += plugin.build_policies(runtime)
+        except (TypeError, ValueError) as exc:  # a handler defined wrong, inside a policies(runtime) factory
+            raise PluginLoadError(f"plugin {plugin.name!r}: {exc}") from exc
+    try:
+        return Registry.from_policies(policies)
+    except DuplicateActionHandler as exc:
+        raise PluginLoadError(str(exc)) from exc
+
+
+def check_handlers(plugins: Sequence[Plugin], settings: Settings) -> None:
+    """At boot (:func:`load_plugins`): the plugins' handlers built once against a client that cannot connect,
+    and checked as :func:`assemble` checks them, so a worker refuses to start rather than start and run nothing.
+    A policies factory that needs Redis to build is left to :func:`assemble`."""
+    runtime = PluginRuntime(
+        settings=settings,
+        redis=Redis(
+            unix_socket_path="/nonexistent/agent-signal-boot-check"
+        ),  # a command fails: never a real Redis
+        keys=EngineKeys(settings.key_prefix, settings.scope_buckets),
+    )
+    try:
+        registry = plugin_registry(plugins, runtime)
+    except PluginLoadError:
+        raise
+    except RedisError:
+        return
+    check_source_handlers(registry, [t for p in plugins for t in p.source_types], settings)
 
 
 def check_source_handlers(registry: Registry, declared: Sequence[str], settings: Settings) -> None:
@@ -100,6 +137,7 @@ def load_plugins(settings: Settings, *, check_env: bool = True) -> list[Plugin]:
         check_environment(settings, models)
     for model in models:
         plugin_settings(model, settings)  # raises SettingsError naming the model and the field
+    check_handlers(plugins, settings)
     return plugins
 
 
@@ -150,10 +188,7 @@ def assemble(
     for plugin in plugins:
         if plugin.services is not None:
             deps.add(plugin.services(runtime))
-    try:
-        registry = Registry.from_policies([policy for p in plugins for policy in p.build_policies(runtime)])
-    except ValueError as exc:  # two handlers of one action type
-        raise PluginLoadError(str(exc)) from exc
+    registry = plugin_registry(plugins, runtime)
     check_source_handlers(registry, source_types, settings)
     tasks = [task for p in plugins for task in p.tasks]
     deliverers = {kind: build(runtime) for p in plugins for kind, build in p.deliverers.items()}

@@ -74,7 +74,7 @@ def test_a_factory_that_fails_names_the_plugin(tmp_path: Path, monkeypatch: pyte
     sys.modules.pop("broken_factory_plugin", None)
 
 
-@pytest.mark.parametrize("answer", [[], {"status": "applied"}, "done"])
+@pytest.mark.parametrize("answer", [[object()], {"status": "applied"}, "done"])
 def test_an_answer_of_the_wrong_type_ends_the_event_saying_so(answer: Any) -> None:
     """A source handler's list of signals, or an action handler's dict, was dropped: the event ended done with
     nothing run. Now it dies at once (PermanentFailure ``INVALID_RESULT``) naming the handler and the type."""
@@ -128,3 +128,35 @@ def test_a_refused_del_names_the_key_it_refused(keys: Any) -> None:
     mine, theirs = keys.plugin("topic:a", "mine"), keys.for_tenant("other").plugin("topic:a", "theirs")
     with pytest.raises(PermanentFailure, match=f"DEL '{theirs}'"):
         EffectBuffer(keys=keys).call("DEL", mine, theirs)
+
+
+@pytest.mark.parametrize("nothing", [None, False, [], 0, ""])
+def test_a_falsy_answer_is_nothing_as_in_lobehub(nothing: Any) -> None:
+    """LobeHub reads a falsy result as nothing: ``return cond and Dispatch(...)`` is an idiom, not a mistake."""
+
+    def answers(s: Source, ctx: HandlerContext) -> Any:
+        return nothing
+
+    registry = Registry.from_policies(
+        [Policy("p", [define_source_handler("agent.user.message", "src", answers)])]
+    )
+    assert run_chain(_source(), registry, MemoryPort()).status == "completed"
+
+
+def test_the_checks_run_when_the_plugins_load(
+    make_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review found the checks only in assemble(), which a worker's children run after it said it was ready:
+    it then ran nothing. load_plugins (every process's boot) refuses such a plugin set itself."""
+    from worker.runtime.assembly import load_plugins
+
+    (tmp_path / "second_pay_plugin.py").write_text(
+        "from worker.plugin import Plugin, Policy, define_action_handler\n"
+        "def plugin():\n"
+        "    h = define_action_handler('action.user-memory.handle', 'second.memory', lambda a, ctx: None)\n"
+        "    return Plugin(name='second', policies=lambda runtime: [Policy('second', [h])])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginLoadError, match=r"'action\.user-memory\.handle' has two handlers"):
+        load_plugins(make_settings(plugins=["second_pay_plugin:plugin"]), check_env=False)
+    sys.modules.pop("second_pay_plugin", None)
