@@ -8,11 +8,22 @@ from worker.drain.pipeline import Pipeline
 
 
 def dead_by_drain(producer: Producer, pipeline: Pipeline, name: str, count: int) -> list[str]:
-    """``count`` dead events, source ids and scopes ``<name>-<i>`` / ``topic:<name>-<i>``, in the order they died."""
+    """``count`` dead events, source ids and scopes ``<name>-<i>`` / ``topic:<name>-<i>``, in the order they died
+    (each in a later millisecond of Redis's clock than the one before, so the DLQ lists them in this order)."""
     dead = []
     for i in range(count):
         scope = f"topic:{name}-{i}"
         event = {"sourceType": "test.flaky", "sourceId": f"{name}-{i}", "scopeKey": scope, "payload": {}}
         dead.append(producer.enqueue(event).event_id)
+        died_ms = _redis_ms(producer)
         assert pipeline.drain_scope(scope).next == "idle"
+        while (
+            _redis_ms(producer) <= died_ms + 1
+        ):  # the next death scores later: the DLQ's order is this list's
+            pass
     return dead
+
+
+def _redis_ms(producer: Producer) -> int:
+    seconds, micros = producer.store.client.time()
+    return int(seconds) * 1000 + int(micros) // 1000

@@ -88,7 +88,9 @@ def test_each_round_prints_its_rows_then_its_ratio(
     ]
     asked: list[int] = []
 
-    def measure(events: int, rounds_: int, processes: int) -> list[process_cpu.Round]:
+    def measure(
+        events: int, rounds_: int, processes: int, *, telemetry: bool = True
+    ) -> list[process_cpu.Round]:
         asked.append(processes)
         return rounds
 

@@ -62,6 +62,9 @@ def _enqueue(settings: Any, path: Path, *, interruptible: bool = False) -> subpr
         env=settings_env(settings),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # unbuffered: a test reads its first line, then communicate() reads the pipe's fd itself; a buffered
+        # readline kept the lines it read ahead (a loaded machine: six), and communicate never saw them
+        bufsize=0,
         preexec_fn=default_sigint if interruptible else None,
     )
 
