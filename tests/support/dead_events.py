@@ -15,11 +15,9 @@ def dead_by_drain(producer: Producer, pipeline: Pipeline, name: str, count: int)
         scope = f"topic:{name}-{i}"
         event = {"sourceType": "test.flaky", "sourceId": f"{name}-{i}", "scopeKey": scope, "payload": {}}
         dead.append(producer.enqueue(event).event_id)
-        died_ms = _redis_ms(producer)
         assert pipeline.drain_scope(scope).next == "idle"
-        while (
-            _redis_ms(producer) <= died_ms + 1
-        ):  # the next death scores later: the DLQ's order is this list's
+        died_by = _redis_ms(producer)  # the death was dated at or before this millisecond
+        while _redis_ms(producer) <= died_by:  # the next one scores later: the DLQ lists them in this order
             pass
     return dead
 
