@@ -22,7 +22,7 @@ from worker.ops.scope_control import list_scopes
 from worker.store.events import EventStore
 from worker.store.safety import current_safety
 
-__all__ = ["backlog", "state_exposition"]
+__all__ = ["backlog", "paused_backlog", "state_exposition"]
 
 STUCK_SCAN_MAX = 100_000  # scopes per tenant looked at for the stuck gauge at one scrape
 
@@ -38,6 +38,28 @@ def backlog(store: EventStore) -> dict[str, int]:
     for (tenant, _), v in zip(every, pipe.execute(), strict=True):
         total[tenant] += int(v or 0)
     return {t: max(n, 0) for t, n in total.items()}
+
+
+def paused_backlog(store: EventStore, tenants: list[str]) -> dict[str, int]:
+    """tenant -> events queued in its paused scopes (each paused scope's inbox length): events no worker can run
+    until an operator resumes them. Two pipelined reads; a tenant holds at most
+    ``AGENT_SIGNAL_TENANT_MAX_PAUSED_SCOPES`` paused scopes (10,000), so the second is bounded."""
+    every = [(t, k) for t in tenants for k in store.keys.for_tenant(t).every_bucket()]
+    pipe = store.client.pipeline(transaction=False)
+    for _, k in every:
+        pipe.hkeys(k.runs("paused"))
+    inboxes: list[tuple[str, str]] = []
+    for (tenant, _), scopes in zip(every, pipe.execute(), strict=True):
+        keys = store.keys.for_tenant(tenant)
+        for scope in scopes:
+            name = scope.decode() if isinstance(scope, bytes) else str(scope)
+            inboxes.append((tenant, keys.for_scope(name).inbox(name)))
+    for _, inbox in inboxes:
+        pipe.llen(inbox)
+    paused = dict.fromkeys(tenants, 0)
+    for (tenant, _), n in zip(inboxes, pipe.execute() if inboxes else [], strict=True):
+        paused[tenant] += int(n)
+    return paused
 
 
 class _StateCollector:

@@ -179,4 +179,9 @@ class TestReadiness:
         assert counts() == (accepted + 1, duplicate + 1)
         state = parse(client.get("/metrics/state").text)
         assert total(state, "agent_signal_backlog_events", tenant="default") == 1
-        assert client.get("/v1/backlog").json() == {"eventsWaiting": 1, "byTenant": {"default": 1}}
+        assert client.get("/v1/backlog").json() == {
+            "eventsWaiting": 1,
+            "byTenant": {"default": 1},
+            "eventsPaused": 0,
+            "eventsRunnable": 1,
+        }

@@ -72,6 +72,9 @@ def test_a_paused_scope_holds_its_events_until_resumed(
     listed = _scopes(api, "paused")[scope]
     assert listed["paused"] is True and listed["inboxDepth"] == 1 and listed["headAgeMs"] >= 0
     assert scope not in _scopes(api, "stuck") and scope not in _scopes(api, "waiting")
+    # what KEDA scales on leaves the paused scope's event out (a deploy audit: a pause held workers up)
+    backlog = api.get("/v1/backlog").json()
+    assert (backlog["eventsWaiting"], backlog["eventsPaused"], backlog["eventsRunnable"]) == (1, 1, 0), backlog
 
     resumed = api.post(f"/v1/scopes/{scope}/resume")
     assert resumed.status_code == 200 and resumed.json()["changed"] is True

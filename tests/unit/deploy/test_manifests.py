@@ -278,14 +278,14 @@ class TestPods:
 
 class TestScaling:
     def test_keda_scales_the_worker_on_the_backlog(self, objects: list[Obj]) -> None:
-        """A metrics-api trigger reads eventsWaiting from /v1/backlog with a bearer from the Secret."""
+        """A metrics-api trigger reads eventsRunnable from /v1/backlog with a bearer from the Secret."""
         scaled = find(objects, "ScaledObject", WORKER)
         assert scaled["spec"]["scaleTargetRef"]["name"] == WORKER
         assert scaled["spec"]["minReplicaCount"] >= 1  # workers also sweep, relay and retry
         (trigger,) = scaled["spec"]["triggers"]
         assert trigger["type"] == "metrics-api"
         meta = trigger["metadata"]
-        assert meta["valueLocation"] == "eventsWaiting"
+        assert meta["valueLocation"] == "eventsRunnable"
         assert urlsplit(meta["url"]).path == "/v1/backlog"
         assert "/v1/backlog" in {getattr(route, "path", None) for route in ops_router.routes}
         assert meta["authMode"] == "bearer" and float(meta["targetValue"]) > 0

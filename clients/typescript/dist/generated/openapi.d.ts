@@ -251,8 +251,9 @@ export interface paths {
         };
         /**
          * Get Backlog
-         * @description Events accepted and not yet done or dead, in all and per tenant: what the worker autoscaler (KEDA's
-         *     metrics-api trigger, ``valueLocation: eventsWaiting``) scales on.
+         * @description Events accepted and not yet done or dead, in all and per tenant, and of them those that workers can run
+         *     (not queued in a paused scope): what the worker autoscaler (KEDA's metrics-api trigger, ``valueLocation:
+         *     eventsRunnable``) scales on.
          */
         get: operations["get_backlog_v1_backlog_get"];
         put?: never;
@@ -1134,6 +1135,16 @@ export interface components {
             byTenant: {
                 [key: string]: number;
             };
+            /**
+             * Eventspaused
+             * @description Of them, the events queued in paused scopes: none runs until resumed.
+             */
+            eventsPaused: number;
+            /**
+             * Eventsrunnable
+             * @description eventsWaiting less eventsPaused: what more workers can work on (KEDA's figure). Events waiting for a retry's countdown are in it.
+             */
+            eventsRunnable: number;
         };
         /** Cancelled */
         Cancelled: {
