@@ -2,7 +2,8 @@
 per process, so no replica counts it again.
 
 * ``agent_signal_backlog_events{queue,tenant}``: events accepted and not yet done or dead (queued, waiting for
-  a retry, or running): the number to scale workers on (KEDA reads the same figure at ``GET /v1/backlog``).
+  a retry, or running); ``GET /v1/backlog`` answers it too, and ``eventsRunnable``, the same less the events of
+  paused scopes, which KEDA scales workers on.
   The broker holds one drain message per scope, not per event, so its queue length is not the backlog.
 * ``agent_signal_stuck_scopes{tenant}``: scopes with queued events, no lease and no live drain scheduled (the
   reconcile sweep re-publishes them; a non-zero value that stays is worth a look: ``GET /v1/scopes?state=stuck``).
@@ -22,7 +23,7 @@ from worker.ops.scope_control import list_scopes
 from worker.store.events import EventStore
 from worker.store.safety import current_safety
 
-__all__ = ["backlog", "paused_backlog", "state_exposition"]
+__all__ = ["backlog", "paused_backlog", "runnable_backlog", "state_exposition"]
 
 STUCK_SCAN_MAX = 100_000  # scopes per tenant looked at for the stuck gauge at one scrape
 
@@ -41,9 +42,10 @@ def backlog(store: EventStore) -> dict[str, int]:
 
 
 def paused_backlog(store: EventStore, tenants: list[str]) -> dict[str, int]:
-    """tenant -> events queued in its paused scopes (each paused scope's inbox length): events no worker can run
-    until an operator resumes them. Two pipelined reads; a tenant holds at most
-    ``AGENT_SIGNAL_TENANT_MAX_PAUSED_SCOPES`` paused scopes (10,000), so the second is bounded."""
+    """tenant -> the length of its paused scopes' inboxes: events no worker can run until an operator resumes
+    them, give or take two (an event cancelled there stays in the inbox until a drain pops it, and a head that was
+    running when the scope was paused finishes). Two pipelined reads: one per bucket, then one per paused scope
+    (``AGENT_SIGNAL_TENANT_MAX_PAUSED_SCOPES``, 10,000 by default, bounds it; 0 lifts the bound)."""
     every = [(t, k) for t in tenants for k in store.keys.for_tenant(t).every_bucket()]
     pipe = store.client.pipeline(transaction=False)
     for _, k in every:
@@ -60,6 +62,14 @@ def paused_backlog(store: EventStore, tenants: list[str]) -> dict[str, int]:
     for (tenant, _), n in zip(inboxes, pipe.execute() if inboxes else [], strict=True):
         paused[tenant] += int(n)
     return paused
+
+
+def runnable_backlog(store: EventStore) -> tuple[dict[str, int], dict[str, int]]:
+    """(tenant -> events waiting, tenant -> of them, in paused scopes), the second clamped to the first per
+    tenant: one tenant's count of its paused inboxes (which keeps cancelled events) never hides another's."""
+    waiting = backlog(store)
+    paused = paused_backlog(store, sorted(waiting))
+    return waiting, {t: min(paused.get(t, 0), n) for t, n in waiting.items()}
 
 
 class _StateCollector:

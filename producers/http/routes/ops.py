@@ -16,7 +16,7 @@ from producers.sdk.dead_letters import discard_events, edited_bodies, redrive_ev
 from worker.core.ids import Id
 from worker.intake.source_event import InvalidEvent
 from worker.ops.runs import BadDlqCursor, dlq_page
-from worker.ops.state_metrics import backlog, paused_backlog, state_exposition
+from worker.ops.state_metrics import runnable_backlog, state_exposition
 from worker.store.reads import EVENT_ID
 from worker.store.safety import current_safety
 from worker.telemetry.process_metrics import CONTENT_TYPE, exposition
@@ -53,7 +53,8 @@ class Backlog(BaseModel):
     eventsWaiting: int = Field(description="Events accepted and not yet done or dead, all tenants.")
     byTenant: dict[str, int] = Field(description="The same, per tenant.")
     eventsPaused: int = Field(
-        description="Of them, the events queued in paused scopes: none runs until resumed."
+        description="Of them, those queued in paused scopes (their inboxes' length, at most each tenant's "
+        "eventsWaiting): none of them runs until resumed, but for a head that was running when its scope paused."
     )
     eventsRunnable: int = Field(
         description="eventsWaiting less eventsPaused: what more workers can work on (KEDA's figure). Events "
@@ -479,13 +480,11 @@ def get_backlog(request: Request) -> dict[str, Any]:
     """Events accepted and not yet done or dead, in all and per tenant, and of them those that workers can run
     (not queued in a paused scope): what the worker autoscaler (KEDA's metrics-api trigger, ``valueLocation:
     eventsRunnable``) scales on."""
-    store = producer_of(request).store
-    by_tenant = backlog(store)
-    waiting, paused = sum(by_tenant.values()), sum(paused_backlog(store, sorted(by_tenant)).values())
-    runnable = max(waiting - paused, 0)
+    by_tenant, paused_by_tenant = runnable_backlog(producer_of(request).store)
+    waiting, paused = sum(by_tenant.values()), sum(paused_by_tenant.values())
     return {
         "eventsWaiting": waiting,
         "byTenant": by_tenant,
         "eventsPaused": paused,
-        "eventsRunnable": runnable,
+        "eventsRunnable": waiting - paused,
     }

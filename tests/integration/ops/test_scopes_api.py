@@ -74,7 +74,9 @@ def test_a_paused_scope_holds_its_events_until_resumed(
     assert scope not in _scopes(api, "stuck") and scope not in _scopes(api, "waiting")
     # what KEDA scales on leaves the paused scope's event out (a deploy audit: a pause held workers up)
     backlog = api.get("/v1/backlog").json()
-    assert (backlog["eventsWaiting"], backlog["eventsPaused"], backlog["eventsRunnable"]) == (1, 1, 0), backlog
+    assert (backlog["eventsWaiting"], backlog["eventsPaused"], backlog["eventsRunnable"]) == (1, 1, 0), (
+        backlog
+    )
 
     resumed = api.post(f"/v1/scopes/{scope}/resume")
     assert resumed.status_code == 200 and resumed.json()["changed"] is True
@@ -159,3 +161,27 @@ def test_a_tenant_at_its_paused_scopes_limit_is_refused_one_more(make_settings: 
         assert client.post("/v1/scopes/topic:p0/resume").json()["changed"] is True
         assert client.post("/v1/scopes/topic:p3/pause").json()["changed"] is True
         assert sorted(_scopes(client, "paused")) == ["topic:p1", "topic:p2", "topic:p3"]
+
+
+def test_one_tenants_paused_inboxes_never_hide_anothers_runnable_events(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """A review: an event cancelled in a paused scope leaves ``queued`` but stays in the inbox until a drain pops
+    it, and a paused scope has no drain. Subtracted from the total, alpha's three such ids hid beta's three
+    runnable events from KEDA (eventsRunnable 0). Now each tenant's paused count is at most its waiting count."""
+    from producers import Producer
+    from worker.ops.state_metrics import runnable_backlog
+
+    producer = Producer(make_settings())
+    store = producer.store
+    redis_client.sadd(store.keys.tenants, "alpha", "beta")
+    alpha = store.keys.for_tenant("alpha").for_scope("topic:p")
+    redis_client.hset(alpha.runs("paused"), "topic:p", 1)
+    redis_client.rpush(alpha.inbox("topic:p"), "evt_x", "evt_y", "evt_z")  # cancelled: queued counts none
+    redis_client.hset(store.keys.for_tenant("beta").for_scope("topic:r").stats, "queued", 3)
+    waiting, paused = runnable_backlog(store)
+    assert (waiting["alpha"], paused["alpha"], waiting["beta"], paused["beta"]) == (0, 0, 3, 0)
+    assert sum(waiting.values()) - sum(paused.values()) == 3
+    redis_client.hset(alpha.stats, "queued", 2)  # two of them queued after all: counted as paused
+    assert runnable_backlog(store)[1]["alpha"] == 2
+    producer.close()

@@ -1137,7 +1137,7 @@ export interface components {
             };
             /**
              * Eventspaused
-             * @description Of them, the events queued in paused scopes: none runs until resumed.
+             * @description Of them, those queued in paused scopes (their inboxes' length, at most each tenant's eventsWaiting): none of them runs until resumed, but for a head that was running when its scope paused.
              */
             eventsPaused: number;
             /**
