@@ -9,7 +9,7 @@ if token_count ~= '' then
 end
 local full = room(#records, size(records), redis.call('LLEN', ctx), stored_bytes())
 if full then return done({'full', full}) end
-local over = user_full()
+local over = quota_full()
 if over then return done(over) end
 redis.call('HSET', meta, 'bytes', stored_bytes())
 local n = #records

@@ -5,6 +5,6 @@ local add_message = ARGV[7]
 local planned = checkpoint_records(tonumber(redis.call('HGET', meta, 'next') or '0'), add_message)
 local full = room(#planned, size(planned), redis.call('LLEN', ctx), stored_bytes())
 if full then return done({'full', full}) end
-local over = user_full()
+local over = quota_full()
 if over then return done(over) end
 return done({'ok', checkpoint(add_message)})

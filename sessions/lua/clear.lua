@@ -9,7 +9,7 @@ if compact == '1' then
   local planned = checkpoint_records(0, add_message)
   local full = room(#planned + #records, size(planned) + size(records), 0, 0)
   if full then return done({'full', full}) end
-  local over = user_full()
+  local over = quota_full()
   if over then return done(over) end
 end
 redis.call('DEL', ctx, ckpt, usage)

@@ -19,7 +19,7 @@ if id >= tonumber(redis.call('HGET', meta, 'next') or '0') then
 end
 local full = applied_room(id, '1', tonumber(record_bytes))
 if full then return done({'full', full}) end
-local over = user_full()
+local over = quota_full()
 if over then return done(over) end
 -- dmail_json is a JSON object (sessions/dmail.py): its fields are spliced in before its closing brace
 local extra = ',"at":' .. cjson.encode(checkpoint_serial(id) or '')

@@ -53,9 +53,7 @@ def paused_backlog(store: EventStore, tenants: list[str]) -> dict[str, int]:
     inboxes: list[tuple[str, str]] = []
     for (tenant, _), scopes in zip(every, pipe.execute(), strict=True):
         keys = store.keys.for_tenant(tenant)
-        for scope in scopes:
-            name = scope.decode() if isinstance(scope, bytes) else str(scope)
-            inboxes.append((tenant, keys.for_scope(name).inbox(name)))
+        inboxes += [(tenant, keys.for_scope(scope).inbox(scope)) for scope in scopes]  # decoded replies
     for _, inbox in inboxes:
         pipe.llen(inbox)
     paused = dict.fromkeys(tenants, 0)

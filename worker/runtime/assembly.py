@@ -87,8 +87,6 @@ def check_handlers(plugins: Sequence[Plugin], settings: Settings) -> None:
     )
     try:
         registry = plugin_registry(plugins, runtime)
-    except PluginLoadError:
-        raise
     except RedisError:
         return
     check_source_handlers(registry, [t for p in plugins for t in p.source_types], settings)

@@ -71,7 +71,6 @@ __all__ = [
     "user_bytes_day",
     "user_bytes_effects",
     "user_bytes_field",
-    "user_bytes_over",
 ]
 
 DAY_MS = 24 * 60 * 60 * 1000
@@ -226,11 +225,6 @@ def stored_bytes_over(client: Redis, checks: Sequence[tuple[str, int]]) -> UserO
     return None
 
 
-def user_bytes_over(client: Redis, keys: Keys, users: Sequence[str], max_bytes: int) -> UserOverQuota | None:
-    """The users' stored bytes read from their home slot: the first user at or over ``max_bytes``, or None."""
-    return stored_bytes_over(client, [(keys.user_bytes(user), max_bytes) for user in users])
-
-
 def stored_bytes_refusal(client: Redis, settings: Settings, keys: Keys, users: Sequence[str]) -> str | None:
     """The OVERLIMIT reply ENQUEUE would give for the first user, or the tenant, at or over its stored-bytes
     quota (:func:`stored_bytes_checks`; scope buckets: the enqueue scripts cannot read the home slot), or None."""
@@ -246,17 +240,13 @@ def migrate_tenant_bytes(client: Redis, keys: Keys, *, dry_run: bool = False) ->
     times. -> the bytes added (``dry_run``: that would be)."""
     users: dict[str, int] = {}
     for key in client.scan_iter(match=glob_escaped(keys.user_bytes("")) + "*", count=SCAN_COUNT):
-        for field, n in client.hgetall(key).items():
-            name = field.decode() if isinstance(field, bytes) else str(field)
-            users[name] = users.get(name, 0) + int(n)
+        for field, n in client.hgetall(key).items():  # the store's clients decode replies
+            users[str(field)] = users.get(str(field), 0) + int(n)
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
                 pipe.watch(keys.tenant_bytes)  # type: ignore[no-untyped-call]
-                counted = {
-                    (f.decode() if isinstance(f, bytes) else str(f)): int(n)
-                    for f, n in pipe.hgetall(keys.tenant_bytes).items()
-                }
+                counted = {str(f): int(n) for f, n in pipe.hgetall(keys.tenant_bytes).items()}
                 raise_to = {f: n for f, n in users.items() if n > counted.get(f, 0)}
                 if dry_run or not raise_to:
                     pipe.reset()

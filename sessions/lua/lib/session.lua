@@ -26,7 +26,7 @@ local function done(reply)
 end
 -- nil, or the reply refusing a write because the user's data, or the tenant's, is at its quota:
 -- {'quota', bytes, retryAfterS, 'user'|'tenant'}
-local function user_full()
+local function quota_full()
   local used, earliest
   if ubytes and max_user_bytes > 0 then
     used, earliest, ustale = user_bytes(ubytes, now_ms)
