@@ -21,17 +21,26 @@ Outermost first, each one job, each answering with the one error body (``produce
    It reads nothing ahead: authentication (inside the door) answers before any body byte is read, and a
    body read before a caller is known stops at 64 KiB. The server reads at most its own buffer (uvicorn's
    64 KiB high-water mark) of a body nobody reads; producers/http/connections.py bounds how long that may take.
+   It also bounds how many bodies one caller keeps the process waiting for (:class:`PendingBodies`): a route
+   that starts reading a body takes one of its credential's and its tenant's slots until the body has
+   arrived, and past ``AGENT_SIGNAL_MAX_PENDING_BODIES_PER_CREDENTIAL`` or
+   ``AGENT_SIGNAL_TENANT_MAX_PENDING_BODIES`` the request is answered ``429 rate_limited`` at once. Without it
+   a caller with a valid key held the process's connection cap by sending request heads and no body, each
+   for ``AGENT_SIGNAL_BODY_TIMEOUT_S``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from producers.http.principal import Principal
 from producers.http.settings import DoorSettings
 from producers.http.web_common import error_response
 
@@ -43,6 +52,7 @@ __all__ = [
     "HostGuard",
     "JsonContentType",
     "OriginGuard",
+    "PendingBodies",
     "SecurityHeaders",
     "allowed_hosts",
     "install_door",
@@ -65,6 +75,7 @@ WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "[::]"})
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
 UNAUTHENTICATED_BYTES = 64 * 1024  # the most of a body read before the caller is known (contract §Trust)
+PENDING_RETRY_AFTER_S = 1  # a held body ends within AGENT_SIGNAL_BODY_TIMEOUT_S; most within milliseconds
 
 
 class SecurityHeaders:
@@ -157,19 +168,65 @@ class JsonContentType:
         await error_response(415, "unsupported_media_type", message, "content-type")(scope, receive, send)
 
 
+@dataclass
+class PendingBodies:
+    """The request bodies this process is waiting for, counted per credential and per tenant (see the module
+    docstring, 5). All on the event loop's thread: no lock."""
+
+    per_credential: int  # AGENT_SIGNAL_MAX_PENDING_BODIES_PER_CREDENTIAL
+    per_tenant: int  # AGENT_SIGNAL_TENANT_MAX_PENDING_BODIES; 0: none
+    _credentials: Counter[str] = field(default_factory=Counter)
+    _tenants: Counter[str] = field(default_factory=Counter)
+
+    def take(self, principal: Principal) -> str | None:
+        """Count one more body of ``principal``'s; else (a cap reached) the refusal's message."""
+        credential, tenant = principal.credential_id, principal.tenant
+        if self._credentials[credential] >= self.per_credential:
+            return (
+                f"this credential already has {self.per_credential} requests whose bodies have not arrived "
+                f"(AGENT_SIGNAL_MAX_PENDING_BODIES_PER_CREDENTIAL); retry in {PENDING_RETRY_AFTER_S}s"
+            )
+        if self.per_tenant and self._tenants[tenant] >= self.per_tenant:
+            return (
+                f"this tenant already has {self.per_tenant} requests whose bodies have not arrived "
+                f"(AGENT_SIGNAL_TENANT_MAX_PENDING_BODIES); retry in {PENDING_RETRY_AFTER_S}s"
+            )
+        self._credentials[credential] += 1
+        self._tenants[tenant] += 1
+        return None
+
+    def give_back(self, principal: Principal) -> None:
+        for counts, name in ((self._credentials, principal.credential_id), (self._tenants, principal.tenant)):
+            counts[name] -= 1
+            if counts[name] <= 0:
+                del counts[name]  # a counter per caller seen would grow with every credential ever used
+
+    def held(self, principal: Principal) -> tuple[int, int]:
+        """(the credential's, the tenant's) bodies waited for now (tests and diagnostics)."""
+        return self._credentials[principal.credential_id], self._tenants[principal.tenant]
+
+
 class BodyLimit:
     """``413 request_too_large`` for a body over ``max_bytes``: by its Content-Length before reading, or by
     counting a body without one while the route reads it (nothing is read ahead or buffered here: a request
     answered before its body is read, a 401 at the auth middleware, never has its body read at all). Until a
     principal is known (``scope["state"]["principal"]``, set by the auth middleware) at most
-    ``unauthenticated_bytes`` are handed over: no credential means no body is read past 64 KiB."""
+    ``unauthenticated_bytes`` are handed over: no credential means no body is read past 64 KiB. ``pending``:
+    from the route's first read until the body has arrived (or the request ended) the caller holds one of its
+    slots; a caller whose slots are all held is answered 429 before anything is read."""
 
     def __init__(
-        self, app: ASGIApp, *, max_bytes: int, unauthenticated_bytes: int = UNAUTHENTICATED_BYTES
+        self,
+        app: ASGIApp,
+        *,
+        max_bytes: int,
+        unauthenticated_bytes: int = UNAUTHENTICATED_BYTES,
+        pending: PendingBodies | None = None,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.unauthenticated_bytes = min(unauthenticated_bytes, max_bytes)
+        self.pending = pending
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -188,19 +245,25 @@ class BodyLimit:
                 raise
             # The body was cut (answered 413, or its client left): whatever the app made of the disconnect it
             # was handed (Starlette's ClientDisconnect, possibly inside a middleware's exception group) is moot.
+        finally:
+            body.give_back()
+
+    def principal_of(self, scope: Scope) -> Principal | None:
+        """The caller the auth middleware found, or None while it is not known."""
+        state = scope.get("state")
+        principal = state.get("principal") if isinstance(state, dict) else None
+        return principal if isinstance(principal, Principal) else None
 
     def limit_for(self, scope: Scope) -> int:
         """The caller's limit: ``max_bytes`` once a principal is known, else ``unauthenticated_bytes``."""
-        state = scope.get("state")
-        known = isinstance(state, dict) and state.get("principal") is not None
-        return self.max_bytes if known else self.unauthenticated_bytes
+        return self.max_bytes if self.principal_of(scope) is not None else self.unauthenticated_bytes
 
 
 class _CountedBody:
     """One request's ``receive`` and ``send`` for :class:`BodyLimit`: the body's bytes are counted as the app
     reads them; past the limit the 413 is answered here and the app is handed ``http.disconnect`` (so it stops
     reading) and its own answer is dropped. Nothing is raised through the app's middlewares, which may wrap
-    exceptions in groups of their own."""
+    exceptions in groups of their own. While the app waits for the body, the caller holds a pending-body slot."""
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, limit: BodyLimit) -> None:
         self.scope = scope
@@ -210,16 +273,20 @@ class _CountedBody:
         self.size = 0
         self.ended = False  # the whole body was handed over: later messages pass through as they are
         self.started = False  # a response has started
-        self.cut = False  # answered 413, or the client left before its body ended
+        self.cut = False  # answered 413 or 429, or the client left before its body ended
+        self.holder: Principal | None = None  # whose pending-body slot this request holds
 
     async def receive(self) -> Message:
         if self.cut:
             return {"type": "http.disconnect"}  # nothing more is read of a body that was cut
-        message = await self._receive()
         if self.ended:
-            return message
+            return await self._receive()
+        if self.holder is None and not await self._hold():
+            return {"type": "http.disconnect"}
+        message = await self._receive()
         if message["type"] != "http.request":
             self.cut = True  # the client left mid-body: nobody is left to answer
+            self.give_back()
             return message
         self.size += len(message.get("body", b""))
         limit = self.limit.limit_for(self.scope)
@@ -227,7 +294,31 @@ class _CountedBody:
             await self._refuse(limit)
             return {"type": "http.disconnect"}
         self.ended = not message.get("more_body", False)
+        if self.ended:
+            self.give_back()
         return message
+
+    async def _hold(self) -> bool:
+        """Take the caller's pending-body slot before waiting for its body; False: refused (answered 429)."""
+        pending, principal = self.limit.pending, self.limit.principal_of(self.scope)
+        if pending is None or principal is None:
+            return True  # no caps, or no caller yet (at most 64 KiB is read: limit_for)
+        refusal = pending.take(principal)
+        if refusal is None:
+            self.holder = principal
+            return True
+        self.cut = True
+        if not self.started:
+            response = error_response(429, "rate_limited", refusal)
+            response.headers["Retry-After"] = str(PENDING_RETRY_AFTER_S)
+            await response(self.scope, self._receive, self._send)
+        return False
+
+    def give_back(self) -> None:
+        """Free the pending-body slot, once (the body arrived, was cut, or the request ended)."""
+        if self.holder is not None and self.limit.pending is not None:
+            self.limit.pending.give_back(self.holder)
+        self.holder = None
 
     async def send(self, message: Message) -> None:
         if self.cut:
@@ -237,6 +328,7 @@ class _CountedBody:
 
     async def _refuse(self, limit: int) -> None:
         self.cut = True
+        self.give_back()
         if self.started:  # pragma: no cover - every route reads its body before it answers
             return
         known = limit == self.limit.max_bytes
@@ -290,7 +382,8 @@ def install_door(app: FastAPI, settings: DoorSettings) -> None:
     """Add the door's middlewares to ``app``; call it last so the door runs before everything else."""
     docs_paths = [p for p in (app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url) if p]
     # Starlette runs the middleware added last first: innermost (the body limit) is added first.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    pending = PendingBodies(settings.max_pending_bodies_per_credential, settings.tenant_max_pending_bodies)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, pending=pending)
     app.add_middleware(JsonContentType)
     app.add_middleware(OriginGuard, origins=settings.allowed_origins)
     app.add_middleware(HostGuard, hosts=allowed_hosts(settings))

@@ -50,6 +50,10 @@ class DoorSettings(PluginSettings):
     max_connections: int = Field(default=2000, ge=1)  # per web process, else 503
     header_timeout_s: float = Field(default=10.0, gt=0)  # a request's head must arrive within this, else 408
     body_timeout_s: float = Field(default=60.0, gt=0)  # its body within this of the head, else closed
+    # Requests whose body the process waits for (a route began to read it), per credential and per tenant, in
+    # one web process; more -> 429 rate_limited (producers/http/door.py PendingBodies). Tenant 0: none.
+    max_pending_bodies_per_credential: int = Field(default=32, ge=1)
+    tenant_max_pending_bodies: int = Field(default=500, ge=0)
     # Host names served besides the loopback names and `host` (unless 0.0.0.0): DNS rebinding. "*": any.
     allowed_hosts: list[str] = Field(default_factory=list)
     # Origins allowed besides the request's own (scheme://host[:port]); a browser request from any other -> 403.
