@@ -27,6 +27,7 @@ const STREAM_RETRY_INITIAL_MS = 1000;
 const STREAM_RETRY_MAX_MS = 30000;
 const STREAM_MAX_FAILURES = 5;
 const TOKEN_KEY = "agentSignalToken";
+const OWNER_KEY = "agentSignalOwner"; // the conversation page's last user, agent and topic (sessionStorage)
 
 let teardown = [];
 
@@ -249,7 +250,7 @@ async function undo(receipt, state) {
 
 function conversationPage() {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
-  const saved = JSON.parse(localStorage.getItem("agentSignalOwner") || "{}");
+  const saved = JSON.parse(sessionStorage.getItem(OWNER_KEY) || "{}");
   const owner = {
     userId: params.get("userId") || saved.userId || "",
     agentId: params.get("agentId") || saved.agentId || "",
@@ -437,7 +438,7 @@ function conversationPage() {
     newest = 0;
     state.render();
     if (!owner.userId) return;
-    localStorage.setItem("agentSignalOwner", JSON.stringify(owner));
+    sessionStorage.setItem(OWNER_KEY, JSON.stringify(owner)); // the tab's only, like the token
     try {
       await loadMessages();
       await loadReceipts();
@@ -582,6 +583,7 @@ function route() {
 }
 
 localStorage.removeItem(TOKEN_KEY); // kept without expiry by older versions: forget it
+localStorage.removeItem(OWNER_KEY); // the last user, agent and topic viewed: older versions kept them too
 adoptFragmentToken();
 const tokenInput = $("#api-token");
 tokenInput.value = currentToken();

@@ -152,3 +152,22 @@ def _conversation_at_phone_width(browser: Any, stack: str, tmp_path: Path) -> No
     assert phone.get_by_label("Topic").input_value() == "tpc_ui"
     phone.screenshot(path=str(tmp_path / "conversation-phone.png"), full_page=True)
     phone.close()
+
+
+def test_the_conversation_page_keeps_its_user_for_the_tab_only(
+    browser: Any, make_settings: Any, start_web: Any
+) -> None:
+    """The user, agent and topic last viewed are kept in sessionStorage (the tab's life, as the token is), never
+    in localStorage, where the next person at a shared browser found them; an older version's entry is removed."""
+    _, url = start_web(make_settings())
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{url}/")
+    page.evaluate("localStorage.setItem('agentSignalOwner', JSON.stringify({userId: 'u_left'}))")
+    page.goto(f"{url}/#/conversation?userId=u_tab&agentId=agt_1&topicId=tpc_tab")
+    page.reload()  # the hash route again, and app.js run afresh: the older entry goes at load
+    page.wait_for_function("() => sessionStorage.getItem('agentSignalOwner') !== null")
+    assert page.evaluate("JSON.parse(sessionStorage.getItem('agentSignalOwner')).userId") == "u_tab"
+    assert page.evaluate("localStorage.getItem('agentSignalOwner')") is None
+    assert errors == []
