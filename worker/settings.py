@@ -148,6 +148,9 @@ class Settings(_SecretsHidden, BaseSettings):
     # quota_exceeded. Events a tenant admitted within the dedupe window (0: none); one user's stored bytes
     # (memories, skills, receipts, conversations, session context; 0: none).
     tenant_max_events: int = Field(default=500_000, ge=0)
+    # One user's share of them (events naming the user, counted alike; 0: none): one end user's token filled
+    # the tenant's whole quota, and every other user and key of the tenant was refused for a window.
+    user_max_events: int = Field(default=50_000, ge=0)
     # Scopes one tenant may hold paused at once (a pause mark has no TTL, and the scope listing reads every one);
     # past it, a pause -> 429 quota_exceeded until a scope is resumed (0: none).
     tenant_max_paused_scopes: int = Field(default=10_000, ge=0)

@@ -42,6 +42,7 @@ OVER_LIMIT_CODES = {
     "inbox": "inbox_full",
     "tenant": "tenant_queue_full",
     "events": "quota_exceeded",
+    "user_events": "quota_exceeded",
     "user_bytes": "quota_exceeded",
     "tenant_bytes": "quota_exceeded",
 }

@@ -70,7 +70,8 @@ class OverLimit(Exception):
     """An admission limit refused a whole batch before anything was stored (the door answers 429).
 
     ``what``: ``inbox`` (one scope's queued events at ``max_inbox_depth``), ``tenant`` (the tenant's queued
-    events at ``tenant_max_queued``), ``events`` (its retained events at ``tenant_max_events``) or
+    events at ``tenant_max_queued``), ``events`` (its retained events at ``tenant_max_events``), ``user_events``
+    (a user's share of them at ``user_max_events``) or
     ``user_bytes`` (a user's stored data at ``user_max_bytes``) or ``tenant_bytes`` (all of the tenant's stored
     user data at ``tenant_max_bytes``); ``retry_after_s``: when trying again may
     succeed (0: not by waiting); ``field``: the request field to blame, when one is."""
@@ -85,8 +86,10 @@ class OverLimit(Exception):
     @classmethod
     def from_reply(cls, reply: str, settings: Settings, users: Sequence[str] = ()) -> OverLimit:
         """From the script's ``OVERLIMIT inbox <scopeRef> <depth>`` / ``OVERLIMIT tenant <queued>`` /
-        ``OVERLIMIT events <retained> <retryAfterS>`` / ``OVERLIMIT user <n-th count> <bytes> <retryAfterS>`` (the counts are each of ``users``' when
-        ``user_max_bytes`` is on, then the tenant's: worker/store/quotas.py ``stored_bytes_checks``)."""
+        ``OVERLIMIT events <retained> <retryAfterS>`` / ``OVERLIMIT userevents <n-th user> <retained> <retryAfterS>``
+        / ``OVERLIMIT user <n-th count> <bytes> <retryAfterS>`` (the counts are each of ``users``' when
+        ``user_max_bytes`` is on, then the tenant's: worker/store/quotas.py ``stored_bytes_checks``; the users are
+        the batch's, sorted, for both)."""
         max_inbox, max_queued, retry_after_s = (
             settings.max_inbox_depth,
             settings.tenant_max_queued,
@@ -107,6 +110,15 @@ class OverLimit(Exception):
                 "docs/settings.md); retry once older ones expire"
             )
             return cls("events", message, retry_after_s=int(parts[3]))
+        if len(parts) == 5 and parts[1] == "userevents":
+            place = int(parts[2]) - 1
+            who = repr(users[place]) if 0 <= place < len(users) else "of this batch"
+            message = (
+                f"user {who} already has {parts[3]} events of the dedupe window (the quota is "
+                f"{settings.user_max_events}, AGENT_SIGNAL_USER_MAX_EVENTS, a share of the tenant's; a large event "
+                "counts once per started share of its size, docs/settings.md); retry once older ones expire"
+            )
+            return cls("user_events", message, retry_after_s=int(parts[4]), field="userId")
         if len(parts) == 5 and parts[1] == "user":
             index, wait = int(parts[2]) - 1, int(parts[4])
             when = "retry once some of it expires" if wait else "erase or delete some of it first"

@@ -364,6 +364,11 @@ class BucketKeys(Keys):
         tenant's retained-events quota."""
         return f"{self.bucket_prefix}retained-events"
 
+    def retained_user_events(self, user_id: str) -> str:
+        """The events naming ``user_id`` the bucket admitted, slotted as :attr:`retained_events` is: the user's
+        share of them (``AGENT_SIGNAL_USER_MAX_EVENTS``)."""
+        return f"{self.bucket_prefix}retained-events:user:{user_id}"
+
 
 @dataclass(frozen=True, slots=True)
 class EngineKeys(EngineWide):

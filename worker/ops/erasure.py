@@ -492,6 +492,8 @@ def _drop_user_keyed(store: EventStore, tenant: Keys, user_id: str, report: Eras
     client.delete(k.user_conversations(user_id))
     # the storage quota's count: nothing of the user is left to count, and the tenant's no longer holds it
     store.scripts.run(ForgetUserBytes(k.user_bytes(user_id), k.tenant_bytes))
+    for bucket in k.every_bucket():  # and their share of the retained events starts again (one slot each)
+        client.delete(bucket.retained_user_events(user_id))
     # A user token's rate bucket is named "<issuer>:<userId>" (engine-wide, short-lived): drop it now.
     for key in client.scan_iter(
         match=glob_escaped(k.rate_bucket("")) + "*:" + glob_escaped(user_id), count=SCAN_COUNT

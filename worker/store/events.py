@@ -36,6 +36,7 @@ from worker.store.calls import (
     ReindexLate,
     ScriptCall,
     UserBytes,
+    UserEvents,
 )
 from worker.store.client import is_cluster
 from worker.store.journal import journal_followups, journaled
@@ -190,7 +191,9 @@ class EventStore(StoreReads):
         users = self.users_of(events) if tenant_quota else []
         # read by the script: the home slot is the bucket's only with one bucket (else the door read them)
         checks = stored_bytes_checks(self.settings, k, users) if tenant_quota else []
-        max_events, slot_ms, unit_bytes = quota_args(self.settings, tenant_quota)
+        max_events, max_user_events, slot_ms, unit_bytes = quota_args(self.settings, tenant_quota)
+        # each user's share of the retained events: counted in every bucket's script, checked in one bucket's
+        counted = self.users_of(events) if slot_ms and self.settings.user_max_events else []
         fields: dict[str, Any] = dict(
             scopes=k.scopes,
             stats=k.stats,
@@ -209,7 +212,10 @@ class EventStore(StoreReads):
             retained_slot_ms=slot_ms,
             user_count=len(checks),
             retained_unit_bytes=unit_bytes,
+            max_user_events=max_user_events,
+            user_events_count=len(counted),
             events=[self._admission(k, ev) for ev in events],
+            user_events=[UserEvents(k.retained_user_events(user), user) for user in counted],
             users=[UserBytes(key, max_bytes) for key, max_bytes in checks],
         )
         call: ScriptCall = (

@@ -15,6 +15,12 @@ the quota and adds its accepted events, in the same script. A refusal's Retry-Af
 slot drops out. Not counted: follow-up events a chain emits (admitted by the worker's commit), dead events
 past their window, and what an erasure or a discard frees before the window ends.
 
+**A user's share of them.** The events naming a user count, alike, in the bucket's
+``retained-events:user:<userId>`` hash too (``AGENT_SIGNAL_USER_MAX_EVENTS``, checked in the same script; with
+scope buckets summed at the door first, as the tenant's are), so one end user's token cannot fill the tenant's
+whole quota and hold every other user and key of the tenant out for a window. Erasing the user deletes their
+counts (their share starts again; the tenant's count keeps their events until its window ends).
+
 **A user's bytes.** ``bytes:user:<userId>`` (a hash) holds the bytes the user's memories, skills (documents,
 their history, the runs' answers), conversation messages, receipts, session context and session function state
 (artifacts, ledgers: sessions/function_store.py, its growth) take, counted by the
@@ -102,11 +108,12 @@ def retained_slot_ms(window_s: int) -> int:
 
 
 def quota_args(settings: Settings, check: bool) -> list[int]:
-    """ENQUEUE's quota arguments: maxTenantEvents (checked only with ``check``), retainedSlotMs (counted
-    whenever the quota is on) and the bytes of a unit of the retained count."""
-    counting = settings.tenant_max_events > 0
+    """ENQUEUE's quota arguments: maxTenantEvents and maxUserEvents (checked only with ``check``),
+    retainedSlotMs (counted whenever either quota is on) and the bytes of a unit of the retained count."""
+    counting = settings.tenant_max_events > 0 or settings.user_max_events > 0
     return [
         settings.tenant_max_events if check else 0,
+        settings.user_max_events if check else 0,
         retained_slot_ms(settings.dedupe_window_s) if counting else 0,
         retained_unit_bytes(settings),
     ]
@@ -171,14 +178,21 @@ def add_user_bytes(
 
 
 def retained_refusal(
-    client: Redis, every: Sequence[BucketKeys], adding: int, max_events: int, window_s: int
+    client: Redis,
+    every: Sequence[BucketKeys],
+    adding: int,
+    max_events: int,
+    window_s: int,
+    *,
+    user: tuple[int, str] | None = None,
 ) -> str | None:
     """With scope buckets, the tenant's retained events summed over its buckets (each script counts its own),
-    ``adding`` the units of the batch (:func:`retained_units`): the OVERLIMIT reply ENQUEUE would give, or None."""
+    ``adding`` the units of the batch (:func:`retained_units`): the OVERLIMIT reply ENQUEUE would give, or None.
+    ``user``: (its place among the batch's users, from 1; its id): that user's share instead of the tenant's."""
     slot_ms = retained_slot_ms(window_s)
     pipe = client.pipeline(transaction=False)
     for k in every:
-        pipe.hgetall(k.retained_events)
+        pipe.hgetall(k.retained_events if user is None else k.retained_user_events(user[1]))
     now = int(time.time() * 1000)
     current = now // slot_ms
     total, oldest = 0, None
@@ -191,6 +205,8 @@ def retained_refusal(
     if total + adding <= max_events or oldest is None:
         return None
     retry_s = max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
+    if user is not None:
+        return f"OVERLIMIT userevents {user[0]} {total} {retry_s}"
     return f"OVERLIMIT events {total} {retry_s}"
 
 

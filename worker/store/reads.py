@@ -193,6 +193,9 @@ class StoreReads:
                 refusal = retained_refusal(self.client, every, fresh, quota, window_s)
             if refusal is not None:
                 return refusal
+        refusal = self._user_events_refusal(k, events)
+        if refusal is not None:
+            return refusal
         refusal = stored_bytes_refusal(self.client, settings, k, self.users_of(events))
         if refusal is not None:
             return refusal
@@ -206,6 +209,33 @@ class StoreReads:
             for (scope, n), depth in zip(adding.items(), pipe.execute(), strict=True):
                 if int(depth) + n > settings.max_inbox_depth:
                     return f"OVERLIMIT inbox {k.scope_ref(scope)} {depth}"
+        return None
+
+    def _user_events_refusal(self, k: Keys, events: Sequence[PreparedEvent]) -> str | None:
+        """Each user's share of the retained events (``user_max_events``), summed over the buckets, with the
+        batch's new events naming them: the first OVERLIMIT userevents reply, or None."""
+        settings = self.settings
+        users = self.users_of(events) if settings.user_max_events else []
+        if not users:
+            return None
+        unit_bytes, every = retained_unit_bytes(settings), k.every_bucket()
+        fresh = self._fresh(k, events)
+        for place, user in enumerate(users, start=1):
+            adding = sum(
+                retained_units(ev.body, unit_bytes)
+                for ev, new in zip(events, fresh, strict=True)
+                if new and ev.user_id == user
+            )
+            refusal = retained_refusal(
+                self.client,
+                every,
+                adding,
+                settings.user_max_events,
+                settings.dedupe_window_s,
+                user=(place, user),
+            )
+            if refusal is not None:
+                return refusal
         return None
 
     def _fresh(self, k: Keys, events: Sequence[PreparedEvent]) -> list[bool]:

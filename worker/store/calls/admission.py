@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from worker.core.record import record
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 
-__all__ = ["Admission", "Enqueue", "EnqueuePush", "UserBytes"]
+__all__ = ["Admission", "Enqueue", "EnqueuePush", "UserBytes", "UserEvents"]
 
 
 @record
@@ -45,6 +45,15 @@ class UserBytes(Layout):
 
 
 @dataclass(frozen=True, slots=True)
+class UserEvents(Layout):
+    """A user the batch names and the count of its retained events in the bucket (worker/store/quotas.py)."""
+
+    LUA = "USER_EVENTS"
+    events_key: str = key()
+    user_id: str = arg()
+
+
+@dataclass(frozen=True, slots=True)
 class Enqueue(ScriptCall):
     SCRIPT = "enqueue"
     scopes: str = key()
@@ -64,7 +73,10 @@ class Enqueue(ScriptCall):
     retained_slot_ms: int = arg()
     user_count: int = arg()
     retained_unit_bytes: int = arg()  # an event counts one per started unit of its stored form (quotas.py)
+    max_user_events: int = arg()  # a user's share of the retained events, checked when above 0
+    user_events_count: int = arg()
     events: Sequence[Admission] = group()
+    user_events: Sequence[UserEvents] = group()
     users: Sequence[UserBytes] = group()
 
 

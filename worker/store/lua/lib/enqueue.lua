@@ -4,21 +4,25 @@
 -- type is found before the first write too ("REFUSED …", nothing written). A batch that would take a scope's
 -- inbox past max_inbox, the tenant's queued events past max_queued or its retained events past max_events (with
 -- its new events: a duplicate stores nothing; each counted once per started retained_unit_bytes of its stored
--- form, worker/store/quotas.py), or a stored-bytes count at its quota (a user the batch names, then the
--- tenant's), is refused whole before any write: "OVERLIMIT inbox <scopeRef> <depth>", "OVERLIMIT tenant
--- <queued>", "OVERLIMIT events <retained> <retryAfterS>" or "OVERLIMIT user <n-th count> <bytes> <retryAfterS,
--- 0: none>" (the door answers 429; the quotas' counts are worker/store/quotas.py's).
+-- form, worker/store/quotas.py), a user's retained events past max_user_events (the new events naming them), or a
+-- stored-bytes count at its quota (a user the batch names, then the tenant's), is refused whole before any write:
+-- "OVERLIMIT inbox <scopeRef> <depth>", "OVERLIMIT tenant <queued>", "OVERLIMIT events <retained> <retryAfterS>",
+-- "OVERLIMIT userevents <n-th user> <retained> <retryAfterS>" or "OVERLIMIT user <n-th count> <bytes>
+-- <retryAfterS, 0: none>" (the door answers 429; the quotas' counts are worker/store/quotas.py's).
 -- h: the script's header (its named keys and arguments); the events' Admission layouts start at KEYS[k0] and
--- ARGV[a0]; the stored-bytes counts (UserBytes layouts, h.user_count of them: each its key and its quota) end
--- KEYS and ARGV.
+-- ARGV[a0]; then the users' retained-event counts (UserEvents layouts, h.user_events_count of them: each its
+-- key and its user), counted whenever the retained count is (h.retained_slot_ms above 0); the stored-bytes
+-- counts (UserBytes layouts, h.user_count of them: each its key and its quota) end KEYS and ARGV.
 -- -> the events (read), one {accepted(1|0), publish(1|0)} per event (a repeat inside the batch is a
 --    duplicate); or nil and the error reply refusing the batch
 local function enqueue(h, k0, a0)
   if wrong_type(h.scopes, 'set') or wrong_type(h.stats, 'hash') or wrong_type(h.runs_types, 'zset') then
     return nil, nil, redis.error_reply('REFUSED WRONGTYPE: the scopes set, the stats hash or the types registry')
   end
-  local n_users = tonumber(h.user_count)
-  local n = (#KEYS - (k0 - 1) - n_users) / ADMISSION_KEYS
+  local USER_KEYS, USER_ARGS = 1, 1
+  local USER_EVENTS_KEYS, USER_EVENTS_ARGS = 1, 1
+  local n_users, n_user_events = tonumber(h.user_count), tonumber(h.user_events_count)
+  local n = (#KEYS - (k0 - 1) - n_users * USER_KEYS - n_user_events * USER_EVENTS_KEYS) / ADMISSION_KEYS
   local events, checked = {}, {}
   for i = 1, n do
     events[i] = admission(KEYS, k0 + (i - 1) * ADMISSION_KEYS, ARGV, a0 + (i - 1) * ADMISSION_ARGS)
@@ -52,7 +56,26 @@ local function enqueue(h, k0, a0)
       return nil, nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retry_s)
     end
   end
-  local USER_KEYS, USER_ARGS = 1, 1
+  -- the users' shares: their counts follow the events' layouts, before the stored-bytes counts
+  local counted_users, max_user_events = {}, tonumber(h.max_user_events)
+  local ue_k, ue_a = k0 + n * ADMISSION_KEYS, a0 + n * ADMISSION_ARGS
+  for u = 1, (slot_ms > 0 and n_user_events or 0) do
+    local k, a = ue_k + (u - 1) * USER_EVENTS_KEYS, ue_a + (u - 1) * USER_EVENTS_ARGS
+    local events_key = KEYS[k]
+    local user_id = ARGV[a]
+    local held, oldest, stale = retained_count(events_key, now, slot_ms)
+    if max_user_events > 0 and oldest then
+      local fresh = 0
+      for i, e in ipairs(events) do
+        if e.user_id == user_id and not e.exists then fresh = fresh + units[i] end
+      end
+      if held + fresh > max_user_events then
+        local retry_s = math.max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
+        return nil, nil, redis.error_reply('OVERLIMIT userevents ' .. u .. ' ' .. held .. ' ' .. retry_s)
+      end
+    end
+    counted_users[user_id] = {key = events_key, stale = stale, added = 0}
+  end
   local users = {}
   for u = 1, n_users do
     local k, a = #KEYS - (n_users - u + 1) * USER_KEYS + 1, #ARGV - (n_users - u + 1) * USER_ARGS + 1
@@ -82,10 +105,17 @@ local function enqueue(h, k0, a0)
   local accepted = 0
   for i, e in ipairs(events) do
     out[i] = admit(e, at)
-    if out[i][1] == 1 then accepted = accepted + (units[i] or 1) end
+    if out[i][1] == 1 then
+      accepted = accepted + (units[i] or 1)
+      local user = counted_users[e.user_id]
+      if user then user.added = user.added + units[i] end
+    end
   end
   -- after the first write: forgetting first would let a script on a full store write (worker/store/full.py)
   if slot_ms > 0 and accepted > 0 then retained_add(h.retained, now, slot_ms, accepted, retained_stale) end
+  for _, user in pairs(counted_users) do
+    if user.added > 0 then retained_add(user.key, now, slot_ms, user.added, user.stale) end
+  end
   for u, stale in pairs(users_stale) do forget_fields(users[u], stale) end
   index_trim(h.now_ms, h.window_s)
   counts_flush()
