@@ -9,6 +9,10 @@ connections and every route answered 500. Now a :class:`Feed` owns one ``redis.a
   gets a :data:`RESYNC` hint (the browser re-reads the list) instead of holding up anyone else;
 * open streams are capped per credential and in total (:class:`TooManyStreams`, answered as 429), and per
   tenant across every web process (producers/http/streams/slots.py, ``AGENT_SIGNAL_TENANT_MAX_STREAMS``);
+* the process's total is shared fairly between tenants: when it is reached, a tenant holding fewer streams here
+  than another (by two or more) takes the newest stream of the one holding the most, which ends (its client
+  reconnects and catches up, and is refused while its tenant holds its share). Two tenants could fill a
+  process, and one alone where the tenant cap is off or above the total, and every other tenant got 429;
 * the reader reconnects with capped exponential backoff (a plain loop, no library) when Redis drops and
   resubscribes every channel that has listeners; they get a RESYNC hint (messages sent meanwhile are gone);
 * concurrent lookups of one record (500 streams of a channel reading one receipt) run once (:meth:`Feed.once`).
@@ -81,11 +85,15 @@ class Listener:
 
     The iteration ends when the feed closes. :meth:`aclose` gives the slot back (idempotent)."""
 
-    def __init__(self, feed: Feed, channel: str, credential_id: str, queue_size: int) -> None:
+    def __init__(
+        self, feed: Feed, channel: str, credential_id: str, queue_size: int, tenant: str = ""
+    ) -> None:
         self.feed = feed
         self.channel = channel
         self.credential_id = credential_id
+        self.tenant = tenant
         self.slot: tuple[str, str] | None = None  # (tenant, member): its slot in the tenant's count
+        self.evicted = False  # its place in the process's counts was given to another tenant's stream
         self._queue: asyncio.Queue[str | Resync | None] = asyncio.Queue(maxsize=max(queue_size, 2))
         self._closed = False
 
@@ -145,6 +153,7 @@ class Feed:
         self.reconnects = 0  # sessions that ended in an error
         self._listeners: dict[str, set[Listener]] = {}
         self._per_credential: Counter[str] = Counter()
+        self._per_tenant: dict[str, list[Listener]] = {}  # each tenant's counted listeners here, oldest first
         self._total = 0
         self._pending: Counter[str] = Counter()  # SUBSCRIBEs sent on this connection and not yet confirmed
         self._live: dict[str, asyncio.Event] = {}  # set once Redis confirmed the channel's last SUBSCRIBE
@@ -176,8 +185,8 @@ class Feed:
         within ``subscribe_timeout_s``."""
         if self._stop.is_set():
             raise FeedUnavailable("the server is shutting down")
-        self._reserve(credential_id)
-        listener = Listener(self, channel, credential_id, self.queue_size)
+        listener = Listener(self, channel, credential_id, self.queue_size, tenant or "")
+        self._reserve(listener)
         try:
             if tenant is not None and self.slots.enabled:
                 listener.slot = (tenant, await self.slots.take(tenant))
@@ -199,23 +208,60 @@ class Feed:
             raise
         return listener
 
-    def _reserve(self, credential_id: str) -> None:
-        if self._total >= self.max_streams:
-            raise TooManyStreams(f"this server already serves {self._total} streams (the limit); retry later")
+    def _reserve(self, listener: Listener) -> None:
+        credential_id = listener.credential_id
         if self._per_credential[credential_id] >= self.max_streams_per_credential:
             raise TooManyStreams(
                 f"this credential already holds {self.max_streams_per_credential} open streams (the limit);"
                 " close one or retry later"
             )
+        if self._total >= self.max_streams:
+            victim = self._fair_victim(listener.tenant)
+            if victim is None:
+                raise TooManyStreams(
+                    f"this server already serves {self._total} streams (the limit); retry later"
+                )
+            self._evict(victim)
         self._total += 1
         self._per_credential[credential_id] += 1
+        self._per_tenant.setdefault(listener.tenant, []).append(listener)
 
-    async def release(self, listener: Listener) -> None:
-        """Give a listener's slot back; UNSUBSCRIBE when it was its channel's last (Listener.aclose calls this)."""
+    def _fair_victim(self, tenant: str) -> Listener | None:
+        """At the process's total: the newest stream of the tenant holding the most here, when it holds at
+        least two more than ``tenant`` (it still holds as many as ``tenant`` after giving one); else None."""
+        if not self._per_tenant:
+            return None
+        most = max(self._per_tenant, key=lambda name: len(self._per_tenant[name]))
+        held = self._per_tenant.get(tenant, [])
+        if most == tenant or len(self._per_tenant[most]) < len(held) + 2:
+            return None
+        return self._per_tenant[most][-1]
+
+    def _evict(self, victim: Listener) -> None:
+        """Take ``victim`` out of the counts now and end its stream (its slot in its tenant's count across
+        processes is given back when the stream has ended)."""
+        victim.evicted = True
+        self._uncount(victim)
+        log.info(
+            "a receipts stream ended to give its place to another tenant's (the process is at its total)"
+        )
+        victim.offer(None)
+
+    def _uncount(self, listener: Listener) -> None:
         self._total -= 1
         self._per_credential[listener.credential_id] -= 1
         if self._per_credential[listener.credential_id] <= 0:
             del self._per_credential[listener.credential_id]
+        held = self._per_tenant.get(listener.tenant, [])
+        if listener in held:
+            held.remove(listener)
+        if not held:
+            self._per_tenant.pop(listener.tenant, None)
+
+    async def release(self, listener: Listener) -> None:
+        """Give a listener's slot back; UNSUBSCRIBE when it was its channel's last (Listener.aclose calls this)."""
+        if not listener.evicted:  # an evicted one left the counts when it was evicted
+            self._uncount(listener)
         if listener.slot is not None:
             with anyio.CancelScope(shield=True):
                 await self.slots.give_back(*listener.slot)

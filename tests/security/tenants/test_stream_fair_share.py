@@ -1,0 +1,53 @@
+"""A web process's total of receipt streams is shared fairly between tenants.
+
+A trust audit: the total (``AGENT_SIGNAL_MAX_STREAMS``) was first come, first served, so two tenants at their
+cap across processes (``AGENT_SIGNAL_TENANT_MAX_STREAMS``) filled a process, and one alone where that cap is off
+or above the total: every other tenant's stream there was answered 429. Now, at the total, a tenant holding
+fewer streams in the process than another (by two or more) takes the newest stream of the one holding the most,
+which ends (its client reconnects and catches up). The feed itself, on a real Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from producers.http.streams.feed import Feed, TooManyStreams
+
+pytestmark = pytest.mark.integration
+
+
+def test_at_the_total_a_tenant_with_fewer_streams_takes_the_newest_of_the_one_with_most(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    prefix = make_settings().key_prefix
+
+    async def scenario() -> None:
+        feed = Feed(make_settings(), max_streams=4, max_streams_per_credential=10)
+        try:
+            a = [await feed.listen(f"{prefix}a{i}", "key_a", "tenant-a") for i in range(4)]
+            await feed.listen(f"{prefix}b0", "key_b", "tenant-b")
+            assert await asyncio.wait_for(a[3].get(), 10) is None  # A's newest ended for B's
+            with pytest.raises(TooManyStreams):  # A holds 3 of 4: it takes nobody's
+                await feed.listen(f"{prefix}a4", "key_a2", "tenant-a")
+            await feed.listen(f"{prefix}b1", "key_b", "tenant-b")  # 3 against 1: A gives one more
+            assert await asyncio.wait_for(a[2].get(), 10) is None
+            with pytest.raises(TooManyStreams):  # 2 and 2: nobody gives
+                await feed.listen(f"{prefix}b2", "key_b", "tenant-b")
+            assert feed.open_streams == 4
+            for ended in (a[3], a[2]):  # their streams' close does not count them out twice
+                await ended.aclose()
+            assert feed.open_streams == 4
+            redis_client.publish(f"{prefix}a0", "still live")  # A's older streams go on
+            assert await asyncio.wait_for(a[0].get(), 10) == "still live"
+            for listener in a[:2]:
+                await listener.aclose()
+            assert feed.open_streams == 2
+            await feed.listen(f"{prefix}b2", "key_b", "tenant-b")  # room again: no one is ended for it
+        finally:
+            await feed.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
