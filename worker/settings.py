@@ -29,9 +29,9 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -257,6 +257,15 @@ class Settings(_SecretsHidden, BaseSettings):
     )
     plugins: list[str] = Field(default_factory=list)  # yours, loaded after the shipped ones
 
+    @field_validator("redis_url", "redis_cluster_url")
+    @classmethod
+    def _redis_url_database(cls, value: str | None) -> str | None:
+        """A database that is not a number: redis-py ignored it and used database 0 (another deployment's data,
+        perhaps); refused, naming the part (never the URL, which may hold a password)."""
+        if value and (problem := redis_url_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
     def effective_broker_url(self) -> str:
         """The broker URL: ``BROKER_URL``, else the Redis URL in kombu's spelling."""
         if self.broker_url:
@@ -276,6 +285,20 @@ class Settings(_SecretsHidden, BaseSettings):
         if not self.redis_url:
             raise SettingsError("REDIS_URL is not set and no embedded Redis was started")
         return self.redis_url
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What is wrong with a Redis URL's scheme or database, or None (the rest is redis-py's to read)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        return f"must start with redis://, rediss:// or unix:// (got {parts.scheme or 'no scheme'!r})"
+    databases = [value for name, value in parse_qsl(parts.query) if name == "db"]
+    if parts.scheme != "unix" and parts.path not in ("", "/"):
+        databases.append(parts.path[1:])
+    for database in databases:
+        if not database.isdigit():
+            return f"its database must be a number, as in redis://host:6379/0 (got {database[:40]!r})"
+    return None
 
 
 def kombu_url_for(redis_url: str) -> str:

@@ -184,3 +184,24 @@ def test_a_tool_reads_the_prefixed_redis_url_before_looking_for_a_stack(
         monkeypatch.delenv(f"AGENT_SIGNAL_{name}", raising=False)
     monkeypatch.setenv("AGENT_SIGNAL_REDIS_URL", "redis://127.0.0.1:6379/9")
     assert load_tool_settings(tmp_path).redis_url == "redis://127.0.0.1:6379/9"
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://:hunter2-secret@127.0.0.1:6379/abc", "database must be a number"),
+        ("unix:///tmp/redis.sock?db=two", "database must be a number"),
+        ("http://127.0.0.1:6379/0", "must start with redis://"),
+    ],
+)
+def test_a_redis_url_whose_database_is_not_a_number_is_refused_without_its_password(
+    url: str, problem: str
+) -> None:
+    """An SDK audit: ``REDIS_URL=…/abc`` was taken, and redis-py used database 0 (another deployment's data,
+    perhaps) without a word. Refused, naming the variable and the part, never the password."""
+    with pytest.raises(SettingsError) as refused:
+        load_settings(redis_url=url)
+    message = str(refused.value)
+    assert "REDIS_URL" in message and problem in message and "hunter2" not in message
+    for fine in ("redis://127.0.0.1:6379/9", "rediss://h", "redis://h:6379/", "unix:///tmp/r.sock?db=1"):
+        assert load_settings(redis_url=fine).redis_url == fine
