@@ -1,6 +1,8 @@
 """The Celery tasks: thin wrappers that parse arguments, call plain functions, and publish follow-ups.
 
-``agent_signal.drain(scopeKey)`` drains one scope (worker.drain.pipeline); each loaded plugin's
+``agent_signal.drain(scopeKey)`` is a delayed drain of one scope: with fair share it makes the scope ready in
+its tenant's turn and goes on as ``agent_signal.drain_next`` (worker/runtime/fair.py), else it drains the scope
+(worker.drain.pipeline); each loaded plugin's
 :class:`~worker.plugin.PluginTask` becomes a task of its own name that calls ``run(runtime, payload)``;
 ``agent_signal.noop`` is the benchmark baseline. Tasks return None: nobody consumes results.
 """
@@ -127,6 +129,29 @@ def drain_ref(
     return outcome
 
 
+def drain_due(app: Any, queue: str, ref: str, holder: str = "") -> int | None:
+    """A delayed drain of ``ref`` that came due (a retry's backoff, a busy scope's wait). With fair share its
+    scope is made ready in its tenant's turn and the message goes on as a drain_next message
+    (:meth:`FairQueue.push_due`): returns the scopes it drained, ``ref``'s or others' as the ring turns. Without,
+    it drains ``ref`` (:func:`drain_ref`): None."""
+    process = _state.get()
+    if not process.fair.enabled:
+        drain_ref(app, queue, ref, holder)
+        return None
+    pipeline = process.pipeline
+    try:
+        tenant = split_scope_ref(ref)[0]
+    except BadTenant:
+        log.error("drain of a malformed scope ref dropped", extra={"scopeRef": ref})
+        return None
+    try:
+        pipeline.ctx.full_wait("push").call(lambda: process.fair.push_due(ref))
+    except RedisError as exc:  # down, or full past the wait: the reconcile sweep publishes the scope again
+        note_store_failure(pipeline.store.client, pipeline.keys.for_tenant(tenant).tenant_stats, exc, "drain")
+        return None
+    return drain_ready(app, queue, holder)
+
+
 def drain_ready(app: Any, queue: str, holder: str = "") -> int:
     """One drain_next message: pop and drain ready scopes until none is ready (the pop retires this
     message's ticket), ``scopes_per_drain`` are done, or the time budget is spent. The limits, or an exception
@@ -215,7 +240,7 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
         if not isinstance(scope_key, str) or not scope_key:
             log.error("drain called without a scope ref (%s)", type(scope_key).__name__)
             return
-        _quietly(DRAIN_TASK, lambda: drain_ref(app, queue, scope_key, _node(self)))
+        _quietly(DRAIN_TASK, lambda: drain_due(app, queue, scope_key, _node(self)))
 
     @app.task(name=DRAIN_NEXT_TASK, **DRAIN_TASK_OPTIONS)  # type: ignore[untyped-decorator]
     def drain_next(self: Any) -> None:
