@@ -9,8 +9,13 @@ client.end_step("s1", rejected_without_feedback=False)    # -> {"outcome", ...}
 An error answer raises: ``StoreUnavailable`` for a 503 and ``OverLimit`` for a 429, both with ``retry_after_s``
 (the answer's Retry-After), else ``InvalidEvent`` naming the field (producers/sdk/http_door.py). The token is
 checked when the client is made (whitespace around it dropped; a ValueError that never quotes it for one a header
-cannot carry) and sent on every call, also through an httpx client given as ``client``. Calls are not retried:
-a repeated signal or D-Mail is a second one.
+cannot carry) and sent on every call, also through an httpx client given as ``client``; ``url`` may hold no user
+name or password. Calls are not retried: a repeated signal or D-Mail is a second one.
+
+``timeout_s`` (default 30 s) is each call's deadline, the whole answer included: a server that trickles it is cut
+off there (an ``httpx.TimeoutException``; a client given as ``client`` keeps its own transport, its timeouts capped
+by that deadline). A success answer that is not the route's (no JSON object, a field missing or of another kind)
+is :class:`~producers.sdk.http_door.UnexpectedAnswer`. ``with SessionClient(...) as client:`` closes it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,17 @@ from typing import Any
 
 import httpx
 
-from producers.sdk.http_door import bearer_headers, bearer_token, error_of
+from producers.sdk.deadline import Deadline, DeadlineTransport, send_within
+from producers.sdk.http_door import (
+    UnexpectedAnswer,
+    bearer_headers,
+    bearer_token,
+    check_client_url,
+    door_url,
+    error_of,
+    json_object,
+    origin,
+)
 from sessions.ids import session_id_problem
 from worker.intake.source_event import EventError, InvalidEvent
 
@@ -40,14 +55,27 @@ class SessionClient:
         client: httpx.Client | None = None,
         timeout_s: float = 30.0,
     ) -> None:
+        if not 0 < timeout_s < float("inf"):
+            raise ValueError(f"timeout_s is {timeout_s}; give the seconds a call may take in all (above 0)")
+        if client is not None:
+            check_client_url(client)
         self.headers = bearer_headers(bearer_token(token))  # per call: a given client has none of ours
-        self.http = client or httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s)
+        self.timeout_s = timeout_s
+        self.http = client or httpx.Client(
+            base_url=door_url(url), timeout=timeout_s, transport=DeadlineTransport()
+        )
+
+    def __enter__(self) -> SessionClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     last_record_error: str | None = None
     """The last call's ``Agent-Signal-Record-Error``: its change was made, but the source event recording it was
     refused (the user's quota, a full inbox; the code). Also logged as a warning."""
 
-    def _session(self, method: str, session_id: str, rest: str = "", body: Any = None) -> Any:
+    def _session(self, method: str, session_id: str, rest: str = "", body: Any = None) -> dict[str, Any]:
         """``_call`` on ``/v1/sessions/<session_id><rest>``, the id checked first: ``s1/..`` or ``.`` would be
         resolved away by the URL into another session's path."""
         if (problem := session_id_problem(session_id)) is not None:
@@ -56,14 +84,28 @@ class SessionClient:
             )
         return self._call(method, f"/v1/sessions/{session_id}{rest}", body)
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        response = self.http.request(method, path, json=body, headers=self.headers)
+    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """The route's JSON object, within the call's deadline; the SDK's error for an error answer."""
+        deadline = Deadline(self.timeout_s)
+        request = self.http.build_request(method, path, json=body, headers=self.headers)
+        with deadline.applied():
+            response = send_within(self.http, request, deadline)
         self.last_record_error = response.headers.get(RECORD_ERROR_HEADER)
         if self.last_record_error is not None:
             log.warning("%s %s: done, but its record was refused (%s)", method, path, self.last_record_error)
         if response.status_code >= 400:
             raise error_of(response)
-        return response.json()
+        return json_object(response, "a JSON object")
+
+    def _field(self, answer: dict[str, Any], name: str, kind: type[Any]) -> Any:
+        """``answer[name]`` when it is a ``kind``; else :class:`UnexpectedAnswer` (not a KeyError, not ``"None"``)."""
+        value = answer.get(name)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            got = "null" if value is None else type(value).__name__
+            raise UnexpectedAnswer(
+                f"answered {name!r} as {got}, not {kind.__name__}", origin(self.http.base_url)
+            )
+        return value
 
     # settings and context
     def configure(self, session_id: str, **settings: Any) -> dict[str, Any]:
@@ -73,10 +115,11 @@ class SessionClient:
         body: dict[str, Any] = {"messages": messages}
         if token_count is not None:
             body["tokenCount"] = token_count
-        return int(self._session("POST", session_id, "/context/messages", body)["length"])
+        return int(self._field(self._session("POST", session_id, "/context/messages", body), "length", int))
 
     def checkpoint(self, session_id: str) -> int:
-        return int(self._session("POST", session_id, "/context/checkpoint", {})["checkpointId"])
+        answer = self._session("POST", session_id, "/context/checkpoint", {})
+        return int(self._field(answer, "checkpointId", int))
 
     def context(self, session_id: str) -> dict[str, Any]:
         return dict(self._session("GET", session_id, "/context"))
@@ -86,7 +129,7 @@ class SessionClient:
         body: dict[str, Any] = {"type": signal_type}
         if payload is not None:
             body["payload"] = payload
-        return str(self._session("POST", session_id, "/signal", body)["output"])
+        return str(self._field(self._session("POST", session_id, "/signal", body), "output", str))
 
     def send_dmail(self, session_id: str, message: str, checkpoint_id: int) -> dict[str, Any]:
         return dict(
@@ -120,7 +163,7 @@ class SessionClient:
 
     def tool_after(self, session_id: str, name: str, args: Any = None, output: Any = None) -> list[str]:
         body = {"name": name, "args": args, "output": output}
-        return list(self._session("POST", session_id, "/tool", body)["injects"])
+        return list(self._field(self._session("POST", session_id, "/tool", body), "injects", list))
 
     def state(self, session_id: str) -> dict[str, Any]:
         return dict(self._session("GET", session_id, "/state"))

@@ -582,8 +582,7 @@ function route() {
   main().focus();
 }
 
-localStorage.removeItem(TOKEN_KEY); // kept without expiry by older versions: forget it
-localStorage.removeItem(OWNER_KEY); // the last user, agent and topic viewed: older versions kept them too
+[TOKEN_KEY, OWNER_KEY].forEach((key) => localStorage.removeItem(key)); // older versions kept them: forget them
 adoptFragmentToken();
 const tokenInput = $("#api-token");
 tokenInput.value = currentToken();

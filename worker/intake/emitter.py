@@ -39,13 +39,17 @@ from worker.store.events import EnqueueOutcome, EventStore, PreparedEvent, Ready
 from worker.store.safety import describe_store_error, note_store_failure
 from worker.telemetry.log_privacy import describe_error
 
-__all__ = ["AdmissionHook", "Emitter", "EventLike", "ReadyQueue", "StagedEmits"]
+__all__ = ["NOT_TEXT", "AdmissionHook", "Emitter", "EventLike", "ReadyQueue", "StagedEmits"]
 
 log = logging.getLogger(__name__)
 
 EventLike = SourceEvent | Mapping[str, Any]
 AdmissionHook = Callable[[Sequence[PreparedEvent]], Mapping[int, str]]
 """Called with a validated batch; answers ``{index: status}`` for the events it refuses (e.g. ``gated``)."""
+
+# what a field holding a lone surrogate is told (the door's words, producers/http/strict_json.py): json writes it,
+# UTF-8 cannot, so it could be neither stored nor sent
+NOT_TEXT = "holds a lone surrogate (\\ud800-\\udfff without its pair): not text"
 
 
 class ReadyQueue(Protocol):
@@ -120,21 +124,26 @@ class Emitter:
         field = f"{prefix}.payload" if prefix else "payload"
         try:
             text = payload_text(parsed.payload)  # also the stored body's payload
-            # a nan or inf (measured as Python writes it, stored as null), or a key not a str: measured as before
+            # a key not a str (nested: the Source's path writes it as json does), or a nan or an inf, refused here
+            # as the door and HttpProducer refuse it (allow_nan=False), not stored as null
             measured = (
                 text
                 if text is not None
-                else json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False)
+                else json.dumps(parsed.payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
             )
         except PayloadTooDeep as exc:
             raise InvalidEvent(
                 EventError(code="invalid_field", message=f"{field} {exc}", field=field)
             ) from None
-        except (TypeError, ValueError) as exc:  # an SDK caller's datetime, bytes or set; an int too long
+        except (
+            TypeError,
+            ValueError,
+        ) as exc:  # an SDK caller's datetime, bytes, set, nan or inf; an int too long
             raise InvalidEvent(
                 EventError(code="invalid_field", message=f"{field} must be JSON: {exc}", field=field)
             ) from None
-        size = len(measured.encode("utf-8"))
+        size = len(_utf8(measured, field))
+        _utf8(parsed.source_type, _at(prefix, "sourceType"))  # the one text field no id rule keeps to ASCII
         if size > self.settings.max_event_bytes:
             raise InvalidEvent(
                 EventError(
@@ -300,6 +309,20 @@ class StagedEmits:
             return refused[0]
         self.events.append(prepared)
         return "staged"
+
+
+def _at(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _utf8(text: str, field: str) -> bytes:
+    """``text`` as UTF-8; InvalidEvent naming ``field`` for a lone surrogate (a str UTF-8 has no form for)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidEvent(
+            EventError(code="invalid_field", message=f"{field} {NOT_TEXT}", field=field)
+        ) from None
 
 
 _RESULT_GIVEN = frozenset({"event_id", "source_id", "status"})

@@ -1,10 +1,12 @@
 """The ``enqueue`` verb: read every line (lines.py), send the events in batches of ``--batch`` (senders.py),
 print each rejection on stderr as ``line N: message (field: F)``, ``--ids`` rows on stdout, and the summary
-``{"accepted":n,"duplicate":n,"rejected":n}`` last, whatever happened. Exit 1 when a line was rejected or the
-sending stopped (the error's own code: 2 when the server could not be reached), else 0. Stopped partway by Ctrl-C
-(exit 130) or by stdout's reader going away (``--ids | head -1``, exit 141), it says on stderr the summary so far
-and the last line sent (then, after Ctrl-C, the summary on stdout as always). The target and the tenant are
-resolved before the file is read, so a wrong one is the only line."""
+``{"accepted":n,"duplicate":n,"rejected":n}`` (compact, as CONTRACT.md writes it; ``"gated":n`` added when an
+admission hook held events back) last, whatever happened. Exit 1 when a line was rejected or the sending stopped
+(the error's own code: 2 when the server could not be reached, did not answer in time or is not the API), else 0.
+A batch that got no answer (a timeout, a dropped connection, an answer not the API's) may be stored: the stop's
+line names its lines. Stopped partway by Ctrl-C (exit 130) or by stdout's reader going away (``--ids | head -1``,
+exit 141), it says on stderr the summary so far and the last line sent (then, after Ctrl-C, the summary on stdout
+as always). The target and the tenant are resolved before the file is read, so a wrong one is the only line."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from producers.cli.inputs import any_bytes
 from producers.cli.reach.target import CliError, add_target_options, resolve_target
 from producers.cli.stopped import STOPS, say_stopped, why_stopped
 
-__all__ = ["add_enqueue_command", "cmd_enqueue", "positive_int"]
+__all__ = ["add_enqueue_command", "cmd_enqueue", "positive_int", "summary_json"]
 
 DEFAULT_BATCH = 200
 
@@ -116,15 +118,29 @@ def _read_and_send(sender: DirectSender | HttpSender, args: argparse.Namespace, 
         _send_all(sender, valid, args, tally, progress)
     except CliError as exc:  # e.g. a 401, or the server went away: nothing more will pass
         progress.close()
-        print(f"agent-signal enqueue: {exc}", file=sys.stderr)
-        print(json.dumps(summary))
+        print(f"agent-signal enqueue: {exc}{_maybe_stored(exc)}", file=sys.stderr)
+        print(summary_json(summary))
         return exc.exit_code
     except STOPS:
         progress.close()
         raise
     progress.close()
-    print(json.dumps(summary))
+    print(summary_json(summary))
     return 1 if summary["rejected"] else 0
+
+
+def summary_json(summary: dict[str, int]) -> str:
+    """The summary as CONTRACT.md writes it: ``{"accepted":n,"duplicate":n,"rejected":n}``, compact."""
+    return json.dumps(summary, separators=(",", ":"))
+
+
+def _maybe_stored(exc: CliError) -> str:
+    """``; lines X-Y may be stored (…)`` for a batch that stopped on its way, naming the lines it did not settle."""
+    if not isinstance(exc, Stopped) or not exc.maybe_stored or not exc.unsettled:
+        return ""
+    first, last = exc.unsettled[0], exc.unsettled[-1]
+    lines = f"line {first}" if first == last else f"lines {first}-{last}"
+    return f"; {lines} may be stored (a rerun counts them as duplicates)"
 
 
 def _say_how_far(tally: Tally, exc: BaseException) -> None:
@@ -133,7 +149,7 @@ def _say_how_far(tally: Tally, exc: BaseException) -> None:
     where = (
         f"after line {tally.last_line}, the last line sent" if tally.last_line else "before any line was sent"
     )
-    line = f"agent-signal enqueue: {why_stopped(exc)} {where}: {json.dumps(tally.summary)}"
+    line = f"agent-signal enqueue: {why_stopped(exc)} {where}: {summary_json(tally.summary)}"
     if tally.in_flight is not None:
         first, last = tally.in_flight
         line += (
@@ -142,7 +158,7 @@ def _say_how_far(tally: Tally, exc: BaseException) -> None:
     say_stopped(line)
     if isinstance(exc, KeyboardInterrupt):
         try:
-            print(json.dumps(tally.summary), flush=True)
+            print(summary_json(tally.summary), flush=True)
         except BrokenPipeError:  # the reader went too: stderr has said it
             pass
 
@@ -196,6 +212,8 @@ def _send_all(
             sent = sender.send(chunk)
         except Stopped as exc:  # what the batch settled before it stopped is reported, then the failure
             tally.in_flight = None
+            settled = {number for number, _, _ in exc.done}
+            exc.unsettled = [number for number, _ in chunk if number not in settled]
             _report(exc.done, args, summary)
             raise
         tally.in_flight, tally.last_line = None, chunk[-1][0]

@@ -22,7 +22,16 @@ from redis.exceptions import RedisError
 
 from producers.cli.enqueue.lines import Rejection
 from producers.cli.reach.direct import direct_producer
-from producers.cli.reach.target import CliError, Target, format_http_error, http_error_message, unreachable
+from producers.cli.reach.target import (
+    HTTP_TIMEOUT_S,
+    CliError,
+    Target,
+    display_url,
+    format_http_error,
+    http_error_message,
+    unreachable,
+)
+from producers.sdk.http_door import NoAnswer, UnexpectedAnswer
 from worker.telemetry.log_privacy import describe_error
 
 if TYPE_CHECKING:
@@ -37,11 +46,13 @@ _NAMED_LINE = re.compile(r"events\[(\d+)\]\.?(.*)")
 
 
 class Stopped(CliError):
-    """The failure that stopped a batch, with what of it was settled before (``done``: stored or rejected)."""
+    """The failure that stopped a batch, with what of it was settled before (``done``: stored or rejected);
+    ``maybe_stored``: the rest of the batch was on its way and may be stored."""
 
     def __init__(self, error: CliError, done: list[Sent]) -> None:
-        super().__init__(str(error), error.exit_code)
+        super().__init__(str(error), error.exit_code, maybe_stored=error.maybe_stored)
         self.done = sorted(done, key=lambda r: r[0])
+        self.unsettled: list[int] = []  # the lines of the batch neither stored nor rejected (set by the verb)
 
 
 class DirectSender:
@@ -87,7 +98,10 @@ class HttpSender:
 
         assert target.url is not None
         self.url = target.url
-        self.http = HttpProducer(target.url, token=target.token)
+        try:
+            self.http = HttpProducer(target.url, token=target.token, timeout_s=HTTP_TIMEOUT_S)
+        except ValueError as exc:  # the URL (checked by resolve_target too); the message never quotes it
+            raise CliError(f"{target.via}: {exc}") from None
 
     def send(self, chunk: Sequence[Pending]) -> list[Sent]:
         out: list[Sent] = []
@@ -128,7 +142,12 @@ class HttpSender:
 
         try:
             return self.http.enqueue_many([event for _, event in pending])
-        except httpx.TransportError as exc:
+        except NoAnswer as exc:  # the SDK's retries are spent (a StoreUnavailable: caught first)
+            raise self._no_answer(exc) from None
+        except UnexpectedAnswer as exc:  # a 2xx that is not the door's: something else at that URL
+            message = f"{display_url(self.url)} is not the Agent Signal API: {exc.answer}"
+            raise CliError(message, maybe_stored=True) from None
+        except httpx.TransportError as exc:  # one the SDK does not retry
             raise unreachable(self.url, exc) from None
         except httpx.HTTPStatusError as exc:
             raise CliError(http_error_message(exc.response, had_token=self.http.has_token), 1) from None
@@ -143,6 +162,17 @@ class HttpSender:
             if exc.status_code == 413 or self._named_line(exc) is not None:
                 raise
             raise CliError(self._error_line(exc), 1) from None
+
+    def _no_answer(self, exc: NoAnswer) -> CliError:
+        """ "no answer … within N s" for a batch sent and timed out, else the "cannot reach" line."""
+        if exc.timed_out:
+            message = f"no answer from {display_url(self.url)} within {self.http.timeout_s:g} s"
+            return CliError(message, maybe_stored=True)
+        cause = exc.__cause__
+        if isinstance(cause, httpx.TransportError):
+            error = unreachable(self.url, cause)
+            return CliError(str(error), maybe_stored=exc.maybe_stored)
+        return CliError(str(exc), maybe_stored=exc.maybe_stored)  # pragma: no cover - NoAnswer has its cause
 
     @staticmethod
     def _named_line(exc: InvalidEvent) -> tuple[int, Rejection] | None:

@@ -4,7 +4,8 @@ Every verb that reads or changes state resolves one :class:`Target`, in this ord
 
 1. ``--url URL``, else ``AGENT_SIGNAL_URL``: the HTTP API at that URL;
 2. a running ``agent-signal run`` of this checkout (its stack file, producers/cli/reach/stack.py): its HTTP API;
-3. ``REDIS_URL``: straight to Redis, as the operator (``--tenant`` picks the tenant);
+3. ``REDIS_URL``: straight to Redis, as the operator (``--tenant`` picks the tenant); a ``--token`` (or
+   ``AGENT_SIGNAL_TOKEN``) there is refused, exit 2: it was meant for the HTTP API, whose routes check it;
 4. none of these: one line saying how to get a stack, exit 2.
 
 Verbs that exist over HTTP only (the console's: producers/cli/console/) skip step 3.
@@ -13,7 +14,8 @@ The bearer credential is ``--token``, else ``AGENT_SIGNAL_TOKEN``, else the depr
 ``AGENT_SIGNAL_API_TOKEN``; a stack with no credential configured, on loopback, needs none. Whitespace around it
 (the CR of ``"$(cat key.txt)"`` from a CRLF file) is dropped; one holding a space, a control character or
 non-ASCII is refused naming where it came from. Failures are :class:`CliError` (one line on stderr and an exit
-code, never a traceback): a URL that is not one, a bad credential and a server that cannot be reached are exit 2,
+code, never a traceback): a URL that is not one (or holds a user name or password), a bad credential, a server that
+cannot be reached and a request without an answer in time ("no answer … within N s") are exit 2,
 an HTTP error answer prints its ``message`` and ``field`` and is exit 1. Tokens are sent, never printed (nor
 the text of a failed request, which may quote its headers).
 """
@@ -31,6 +33,7 @@ import httpx
 from producers.sdk.http_door import bearer_token as sdk_bearer_token
 
 __all__ = [
+    "HTTP_TIMEOUT_S",
     "Api",
     "CliError",
     "Target",
@@ -49,11 +52,14 @@ START_HINT = "is the stack running? (make run)"
 
 
 class CliError(Exception):
-    """A one-line failure of a verb: printed as ``agent-signal VERB: MESSAGE``, exit ``exit_code``."""
+    """A one-line failure of a verb: printed as ``agent-signal VERB: MESSAGE``, exit ``exit_code``.
+    ``maybe_stored``: the request was on its way when it failed (no answer in time, a dropped connection, an answer
+    that is not the API's), so what it carried may have been acted on."""
 
-    def __init__(self, message: str, exit_code: int = 2) -> None:
+    def __init__(self, message: str, exit_code: int = 2, *, maybe_stored: bool = False) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.maybe_stored = maybe_stored
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ def resolve_target(
     an HTTP target. With ``http_only`` the target is always an HTTP API (``REDIS_URL`` is not one)."""
     found = _http_url(args, http_only)
     if found is None:
+        _refuse_token_for_redis(args)
         return Target(None)
     url, via = found
     target = Target(url, _credential(args), via)
@@ -138,6 +145,22 @@ def _http_url(args: argparse.Namespace, http_only: bool) -> tuple[str, str] | No
     )
 
 
+def _refuse_token_for_redis(args: argparse.Namespace) -> None:
+    """Straight to ``REDIS_URL`` there is no credential to check: the verb acts as the operator of ``--tenant``.
+    A ``--token`` (or ``AGENT_SIGNAL_TOKEN``) given there meant the HTTP API, whose routes hold the roles and
+    tenants: CliError (exit 2) rather than acting with rights the token does not have. (The deprecated
+    ``AGENT_SIGNAL_API_TOKEN`` is also the server's own setting, set where the operator works: not refused.)"""
+    for value, source in (
+        (getattr(args, "token", None), "--token"),
+        (_env("AGENT_SIGNAL_TOKEN"), "AGENT_SIGNAL_TOKEN"),
+    ):
+        if value and value.strip():
+            raise CliError(
+                f"{source} is for the HTTP API: give --url URL (or AGENT_SIGNAL_URL); straight to REDIS_URL "
+                f"there is no credential (the verb acts as the operator of --tenant), so drop {source} for that"
+            )
+
+
 def _credential(args: argparse.Namespace) -> str | None:
     """The bearer credential of this invocation (module doc), checked by :func:`bearer_token`."""
     for value, source in (
@@ -169,6 +192,10 @@ def checked_url(url: str, source: str) -> str:
         raise CliError(f"{source} is not a valid URL ({exc}); give http://HOST:PORT") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise CliError(f"{source} must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000")
+    if parsed.userinfo:  # not shown: it holds a password
+        raise CliError(
+            f"{source} holds a user name or password; give the credential as --token (the URL is not shown)"
+        )
     return url
 
 
@@ -241,6 +268,7 @@ class Api:
         assert target.url is not None
         self.target = target
         self.url = target.url.rstrip("/")
+        self.timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
         self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
 
@@ -263,7 +291,7 @@ class Api:
         try:
             response = self.client.request(method, path, json=body, params=params)
         except httpx.TransportError as exc:
-            raise unreachable(self.url, exc) from None
+            raise unreachable(self.url, exc, timeout_s=self.timeout_s) from None
         if response.status_code == 404 and missing_ok:
             return None
         if response.status_code >= 400:
@@ -277,6 +305,18 @@ class Api:
             ) from None
 
 
-def unreachable(url: str, exc: httpx.TransportError) -> CliError:
-    """The one-line "cannot reach" error (exit 2)."""
-    return CliError(f"cannot reach {display_url(url)} ({transport_reason(exc)}); {START_HINT}")
+# failures before any byte of the request left (the server was not reached); any other came after it was sent
+NOTHING_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+def unreachable(url: str, exc: httpx.TransportError, *, timeout_s: float | None = None) -> CliError:
+    """The one-line error (exit 2) for a request without an answer: "cannot reach" the server when nothing was
+    sent; "no answer … within N s" for a request sent and then timed out (the server is up, but slow or stuck: no
+    hint to start a stack). A request that was sent may have been acted on (``maybe_stored``)."""
+    sent = not isinstance(exc, NOTHING_SENT)
+    if sent and isinstance(exc, httpx.TimeoutException):
+        within = f" within {timeout_s:g} s" if timeout_s is not None else " in time"
+        return CliError(f"no answer from {display_url(url)}{within}", maybe_stored=True)
+    return CliError(
+        f"cannot reach {display_url(url)} ({transport_reason(exc)}); {START_HINT}", maybe_stored=sent
+    )
