@@ -135,10 +135,8 @@ class Emitter:
             raise InvalidEvent(
                 EventError(code="invalid_field", message=f"{field} {exc}", field=field)
             ) from None
-        except (
-            TypeError,
-            ValueError,
-        ) as exc:  # an SDK caller's datetime, bytes, set, nan or inf; an int too long
+        # an SDK caller's datetime, bytes, set, nan or inf; an int too long
+        except (TypeError, ValueError) as exc:
             raise InvalidEvent(
                 EventError(code="invalid_field", message=f"{field} must be JSON: {exc}", field=field)
             ) from None
