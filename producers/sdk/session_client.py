@@ -6,6 +6,10 @@ client.signal("s1", "need_approval", {"plan": "..."})    # -> the signal tool's 
 client.send_dmail("s1", "read lines 120-180 only", 3)     # -> {"isError", "output", "message", "brief"}
 client.end_step("s1", rejected_without_feedback=False)    # -> {"outcome", ...}
 
+Every session route has its call: ``configure``/``settings``, ``append``, ``checkpoint``, ``context``, ``revert``,
+``clear``, ``compact``; ``signal``, ``send_dmail``, ``end_step``; ``activate``, ``deactivate``, ``turn``, ``idle``,
+``tool_after``, ``state``, ``attention``, ``artifacts``, ``put_artifact``.
+
 An error answer raises: ``StoreUnavailable`` for a 503 and ``OverLimit`` for a 429, both with ``retry_after_s``
 (the answer's Retry-After), else ``InvalidEvent`` naming the field (producers/sdk/http_door.py). The token is
 checked when the client is made (whitespace around it dropped; a ValueError that never quotes it for one a header
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -121,8 +126,23 @@ class SessionClient:
         answer = self._session("POST", session_id, "/context/checkpoint", {})
         return int(self._field(answer, "checkpointId", int))
 
+    def settings(self, session_id: str) -> dict[str, Any]:
+        return dict(self._session("GET", session_id))
+
     def context(self, session_id: str) -> dict[str, Any]:
         return dict(self._session("GET", session_id, "/context"))
+
+    def revert(self, session_id: str, checkpoint_id: int) -> dict[str, Any]:
+        """Back to checkpoint ``checkpoint_id`` (kimi's revert_to): the context as it is then."""
+        return dict(self._session("POST", session_id, "/context/revert", {"checkpointId": checkpoint_id}))
+
+    def clear(self, session_id: str) -> dict[str, Any]:
+        """Everything goes; checkpoint ids restart at 0."""
+        return dict(self._session("POST", session_id, "/context/clear", {}))
+
+    def compact(self, session_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The context replaced by ``messages`` (a summary) after checkpoint 0."""
+        return dict(self._session("POST", session_id, "/context/compact", {"messages": messages}))
 
     # tools
     def signal(self, session_id: str, signal_type: str, payload: dict[str, Any] | None = None) -> str:
@@ -155,6 +175,9 @@ class SessionClient:
     def activate(self, session_id: str, name: str) -> dict[str, Any]:
         return dict(self._session("POST", session_id, "/functions/activate", {"name": name}))
 
+    def deactivate(self, session_id: str, name: str) -> dict[str, Any]:
+        return dict(self._session("POST", session_id, "/functions/deactivate", {"name": name}))
+
     def turn(self, session_id: str, *, user_messaged: bool) -> dict[str, Any]:
         return dict(self._session("POST", session_id, "/turn", {"userMessaged": user_messaged}))
 
@@ -167,6 +190,18 @@ class SessionClient:
 
     def state(self, session_id: str) -> dict[str, Any]:
         return dict(self._session("GET", session_id, "/state"))
+
+    def attention(self, session_id: str) -> list[dict[str, Any]]:
+        """The pausing signals whose function is still gated."""
+        return list(self._field(self._session("GET", session_id, "/attention"), "items", list))
+
+    def artifacts(self, session_id: str) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self._session("GET", session_id, "/artifacts").items()}
+
+    def put_artifact(self, session_id: str, name: str, content: str) -> dict[str, Any]:
+        """Write artifact ``name`` (the name is one path segment: ``/`` or ``..`` in it is the door's 422)."""
+        path = f"/artifacts/{quote(name, safe='')}"
+        return dict(self._session("PUT", session_id, path, {"content": content}))
 
     def close(self) -> None:
         self.http.close()

@@ -67,3 +67,65 @@ def test_the_door_rate_limit_is_over_limit_and_retried_after_its_wait(
             break
     assert 429 in statuses and statuses[-1] == 202
     patient.close()
+
+
+# every session route and the SessionClient call that speaks to it (docs/dmail.md: "the same calls over HTTP")
+SESSION_CALLS = {
+    ("PUT", "/v1/sessions/{session_id}"): "configure",
+    ("GET", "/v1/sessions/{session_id}"): "settings",
+    ("POST", "/v1/sessions/{session_id}/context/messages"): "append",
+    ("POST", "/v1/sessions/{session_id}/context/checkpoint"): "checkpoint",
+    ("POST", "/v1/sessions/{session_id}/context/revert"): "revert",
+    ("POST", "/v1/sessions/{session_id}/context/clear"): "clear",
+    ("POST", "/v1/sessions/{session_id}/context/compact"): "compact",
+    ("GET", "/v1/sessions/{session_id}/context"): "context",
+    ("POST", "/v1/sessions/{session_id}/dmail"): "send_dmail",
+    ("POST", "/v1/sessions/{session_id}/steps/end"): "end_step",
+    ("POST", "/v1/sessions/{session_id}/signal"): "signal",
+    ("POST", "/v1/sessions/{session_id}/functions/activate"): "activate",
+    ("POST", "/v1/sessions/{session_id}/functions/deactivate"): "deactivate",
+    ("POST", "/v1/sessions/{session_id}/turn"): "turn",
+    ("POST", "/v1/sessions/{session_id}/idle"): "idle",
+    ("POST", "/v1/sessions/{session_id}/tool"): "tool_after",
+    ("GET", "/v1/sessions/{session_id}/artifacts"): "artifacts",
+    ("PUT", "/v1/sessions/{session_id}/artifacts/{name}"): "put_artifact",
+    ("GET", "/v1/sessions/{session_id}/state"): "state",
+    ("GET", "/v1/sessions/{session_id}/attention"): "attention",
+}
+
+
+def test_every_session_route_has_its_session_client_call(make_settings: Any) -> None:
+    """An SDK audit found revert, clear, compact, deactivate, the settings, attention and artifacts missing from
+    SessionClient though the routes existed; a new session route without its call fails here."""
+    from fastapi.routing import APIRoute
+
+    from producers.http.app import create_web_app
+    from tests.support.routes import flat_routes
+
+    routes = {
+        (method, route.path)
+        for route in flat_routes(create_web_app(make_settings()).routes)
+        if isinstance(route, APIRoute) and route.path.startswith("/v1/sessions/{session_id}")
+        for method in route.methods
+    }
+    assert routes == set(SESSION_CALLS)
+    assert all(callable(getattr(SessionClient, name, None)) for name in SESSION_CALLS.values())
+
+
+def test_the_context_and_artifact_calls_against_the_door(make_settings: Any, start_web: Any) -> None:
+    _, url = start_web(make_settings(bootstrap_key=KEY))
+    with SessionClient(url, token=KEY) as sessions:
+        session = "sdk-calls"
+        assert sessions.configure(session, dmailEnabled=False)["dmailEnabled"] is False
+        assert sessions.settings(session)["dmailEnabled"] is False
+        sessions.append(session, [{"role": "user", "content": "one"}])
+        first = sessions.checkpoint(session)
+        sessions.append(session, [{"role": "user", "content": "two"}])
+        reverted = sessions.revert(session, first)
+        assert [m["content"] for m in reverted["messages"]] == ["one"]
+        compacted = sessions.compact(session, [{"role": "user", "content": "summary"}])
+        assert [m["content"] for m in compacted["messages"]] == ["summary"]
+        assert sessions.clear(session)["messages"] == []
+        assert sessions.put_artifact(session, "plan", "ship it") == {"name": "plan", "content": "ship it"}
+        assert sessions.artifacts(session) == {"plan": "ship it"}
+        assert sessions.attention(session) == []
