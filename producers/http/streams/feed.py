@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, TypeVar, cast
@@ -142,6 +143,7 @@ class Feed:
         tenant_max_streams: int = 0,
         queue_size: int = QUEUE_SIZE,
         subscribe_timeout_s: float = SUBSCRIBE_TIMEOUT_S,
+        eviction_interval_s: float = RETRY_AFTER_S,
     ) -> None:
         self.settings = settings
         self.max_streams = max_streams
@@ -149,11 +151,16 @@ class Feed:
         self.slots = StreamSlots(settings, tenant_max_streams)
         self.queue_size = queue_size
         self.subscribe_timeout_s = subscribe_timeout_s
+        self.eviction_interval_s = eviction_interval_s  # a tenant ends at most one other stream this often
         self.sessions = 0  # connections made (a reconnect makes one more)
         self.reconnects = 0  # sessions that ended in an error
         self._listeners: dict[str, set[Listener]] = {}
         self._per_credential: Counter[str] = Counter()
         self._per_tenant: dict[str, list[Listener]] = {}  # each tenant's counted listeners here, oldest first
+        self._evicting: set[Listener] = set()  # counted out for a newcomer not yet holding its tenant's slot
+        self._last_eviction_s: dict[
+            str, float
+        ] = {}  # when each tenant last ended another's stream (monotonic)
         self._total = 0
         self._pending: Counter[str] = Counter()  # SUBSCRIBEs sent on this connection and not yet confirmed
         self._live: dict[str, asyncio.Event] = {}  # set once Redis confirmed the channel's last SUBSCRIBE
@@ -186,10 +193,15 @@ class Feed:
         if self._stop.is_set():
             raise FeedUnavailable("the server is shutting down")
         listener = Listener(self, channel, credential_id, self.queue_size, tenant or "")
-        self._reserve(listener)
+        victim = self._reserve(listener)
         try:
             if tenant is not None and self.slots.enabled:
                 listener.slot = (tenant, await self.slots.take(tenant))
+            if (
+                victim is not None
+            ):  # only once the newcomer holds its tenant's slot: a refused one ends nobody
+                self._evict(victim, listener.tenant)
+                victim = None
             self._start()
             listeners = self._listeners.setdefault(channel, set())
             listeners.add(listener)
@@ -199,37 +211,50 @@ class Feed:
             with anyio.fail_after(self.subscribe_timeout_s):
                 await live.wait()
         except (TimeoutError, RedisError, TenantStreamsFull) as exc:
+            self._restore(victim)
             await listener.aclose()
             if isinstance(exc, TenantStreamsFull):
                 raise TooManyStreams(str(exc)) from None
             raise FeedUnavailable("the store did not confirm the subscription; retry later") from None
         except BaseException:
+            self._restore(victim)
             await listener.aclose()
             raise
         return listener
 
-    def _reserve(self, listener: Listener) -> None:
+    def _reserve(self, listener: Listener) -> Listener | None:
+        """Count ``listener`` in; at the total, the stream it is to take the place of (evicted by the caller once
+        the newcomer holds its tenant's slot; counted out here, so a newcomer racing it cannot take the place)."""
         credential_id = listener.credential_id
         if self._per_credential[credential_id] >= self.max_streams_per_credential:
             raise TooManyStreams(
                 f"this credential already holds {self.max_streams_per_credential} open streams (the limit);"
                 " close one or retry later"
             )
+        victim = None
         if self._total >= self.max_streams:
             victim = self._fair_victim(listener.tenant)
             if victim is None:
                 raise TooManyStreams(
                     f"this server already serves {self._total} streams (the limit); retry later"
                 )
-            self._evict(victim)
+            self._evicting.add(victim)
+            self._uncount(victim)
         self._total += 1
         self._per_credential[credential_id] += 1
         self._per_tenant.setdefault(listener.tenant, []).append(listener)
+        return victim
 
     def _fair_victim(self, tenant: str) -> Listener | None:
         """At the process's total: the newest stream of the tenant holding the most here, when it holds at
-        least two more than ``tenant`` (it still holds as many as ``tenant`` after giving one); else None."""
-        if not self._per_tenant:
+        least two more than ``tenant`` (it still holds as many as ``tenant`` after giving one), and ``tenant``
+        ended none within ``eviction_interval_s`` (a tenant that opens and closes streams does not end one per
+        request);
+        else None."""
+        last_s = self._last_eviction_s.get(tenant)
+        if not self._per_tenant or (
+            last_s is not None and time.monotonic() - last_s < self.eviction_interval_s
+        ):
             return None
         most = max(self._per_tenant, key=lambda name: len(self._per_tenant[name]))
         held = self._per_tenant.get(tenant, [])
@@ -237,15 +262,28 @@ class Feed:
             return None
         return self._per_tenant[most][-1]
 
-    def _evict(self, victim: Listener) -> None:
-        """Take ``victim`` out of the counts now and end its stream (its slot in its tenant's count across
-        processes is given back when the stream has ended)."""
+    def _evict(self, victim: Listener, for_tenant: str) -> None:
+        """End ``victim``'s stream, counted out by :meth:`_reserve`, for ``for_tenant``'s (its slot in its
+        tenant's count across processes is given back when the stream has ended). Nothing when it ended meanwhile."""
+        self._last_eviction_s[for_tenant] = time.monotonic()
+        if victim not in self._evicting:
+            return
+        self._evicting.discard(victim)
         victim.evicted = True
-        self._uncount(victim)
         log.info(
             "a receipts stream ended to give its place to another tenant's (the process is at its total)"
         )
         victim.offer(None)
+
+    def _restore(self, victim: Listener | None) -> None:
+        """A stream promised to a newcomer that was then refused (its tenant's slot) or failed: it goes on,
+        counted again (unless it ended meanwhile)."""
+        if victim is None or victim not in self._evicting:
+            return
+        self._evicting.discard(victim)
+        self._total += 1
+        self._per_credential[victim.credential_id] += 1
+        self._per_tenant.setdefault(victim.tenant, []).append(victim)
 
     def _uncount(self, listener: Listener) -> None:
         self._total -= 1
@@ -260,7 +298,9 @@ class Feed:
 
     async def release(self, listener: Listener) -> None:
         """Give a listener's slot back; UNSUBSCRIBE when it was its channel's last (Listener.aclose calls this)."""
-        if not listener.evicted:  # an evicted one left the counts when it was evicted
+        if listener in self._evicting:  # promised to a newcomer, and counted out then: it ended first
+            self._evicting.discard(listener)
+        elif not listener.evicted:  # an evicted one left the counts when it was evicted
             self._uncount(listener)
         if listener.slot is not None:
             with anyio.CancelScope(shield=True):

@@ -26,7 +26,7 @@ def test_at_the_total_a_tenant_with_fewer_streams_takes_the_newest_of_the_one_wi
     prefix = make_settings().key_prefix
 
     async def scenario() -> None:
-        feed = Feed(make_settings(), max_streams=4, max_streams_per_credential=10)
+        feed = Feed(make_settings(), max_streams=4, max_streams_per_credential=10, eviction_interval_s=0)
         try:
             a = [await feed.listen(f"{prefix}a{i}", "key_a", "tenant-a") for i in range(4)]
             await feed.listen(f"{prefix}b0", "key_b", "tenant-b")
@@ -49,5 +49,36 @@ def test_at_the_total_a_tenant_with_fewer_streams_takes_the_newest_of_the_one_wi
             await feed.listen(f"{prefix}b2", "key_b", "tenant-b")  # room again: no one is ended for it
         finally:
             await feed.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_newcomer_refused_its_tenants_slot_ends_nobody_and_a_tenant_ends_one_stream_per_interval(
+    make_settings: Any,
+) -> None:
+    """A review: the newest stream of the tenant holding most was ended before the newcomer took its tenant's
+    slot across processes, so a tenant at that cap, refused every time, ended another tenant's stream per request.
+    Now nobody is ended for a refused newcomer, and a tenant ends at most one stream per interval."""
+    prefix = make_settings().key_prefix
+
+    async def scenario() -> None:
+        settings = make_settings()
+        elsewhere = Feed(settings, max_streams=10, max_streams_per_credential=10, tenant_max_streams=4)
+        feed = Feed(settings, max_streams=4, max_streams_per_credential=10, tenant_max_streams=4)
+        try:
+            for i in range(4):  # B's streams, its cap, in another process
+                await elsewhere.listen(f"{prefix}b-other{i}", "key_b", "tenant-b")
+            x = [await feed.listen(f"{prefix}x{i}", "key_x", "tenant-x") for i in range(4)]
+            with pytest.raises(TooManyStreams, match="this tenant already holds"):
+                await feed.listen(f"{prefix}b0", "key_b", "tenant-b")
+            assert feed.open_streams == 4 and not any(listener.evicted for listener in x)
+            await feed.listen(f"{prefix}c0", "key_c", "tenant-c")  # X holds 4, C none: X gives its newest
+            assert x[3].evicted and not any(listener.evicted for listener in x[:3])
+            with pytest.raises(TooManyStreams, match="the limit"):  # 3 against 1, but C ended one just now
+                await feed.listen(f"{prefix}c1", "key_c", "tenant-c")
+            assert feed.open_streams == 4 and not x[2].evicted
+        finally:
+            await feed.aclose()
+            await elsewhere.aclose()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
