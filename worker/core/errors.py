@@ -107,7 +107,7 @@ class OverLimit(Exception):
             message = (
                 f"this tenant already keeps {parts[2]} events of its dedupe window (its quota is {max_events}, "
                 "AGENT_SIGNAL_TENANT_MAX_EVENTS; a large event counts once per started share of its size, "
-                "docs/settings.md); retry once older ones expire"
+                f"docs/settings.md); {_when_retained(int(parts[3]))}"
             )
             return cls("events", message, retry_after_s=int(parts[3]))
         if len(parts) == 5 and parts[1] == "userevents":
@@ -116,7 +116,7 @@ class OverLimit(Exception):
             message = (
                 f"user {who} already has {parts[3]} events of the dedupe window (the quota is "
                 f"{settings.user_max_events}, AGENT_SIGNAL_USER_MAX_EVENTS, a share of the tenant's; a large event "
-                "counts once per started share of its size, docs/settings.md); retry once older ones expire"
+                f"counts once per started share of its size, docs/settings.md); {_when_retained(int(parts[4]))}"
             )
             return cls("user_events", message, retry_after_s=int(parts[4]), field="userId")
         if len(parts) == 5 and parts[1] == "user":
@@ -136,6 +136,13 @@ class OverLimit(Exception):
         queued = parts[2] if len(parts) > 2 else "?"
         message = f"this tenant already has {queued} queued events (limit {max_queued}); retry later"
         return cls("tenant", message, retry_after_s=retry_after_s)
+
+
+def _when_retained(retry_after_s: int) -> str:
+    """What a retained-events refusal tells the caller to do: wait, or (nothing counted yet) send less."""
+    if retry_after_s:
+        return "retry once older ones expire"
+    return "this request alone is over it: send fewer or smaller events"
 
 
 class NotReplicated(RedisError):

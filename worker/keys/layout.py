@@ -56,7 +56,7 @@ def glob_escaped(text: str) -> str:
 # Key families only the engine writes; a handler's staged write to one of them is refused.
 ENGINE_FAMILIES = tuple(
     "ev: seq: inbox: sched: lease: fence: idem: chain: broker: outbox: outbox-of: apikey: "
-    "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source: applied:".split()
+    "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source: applied: retained-events:".split()
 )
 ENGINE_SINGLETONS = tuple(
     "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret pseudonym-secret "

@@ -67,6 +67,7 @@ __all__ = [
     "migrate_tenant_bytes",
     "quota_args",
     "receipt_bytes_effects",
+    "retained_counts",
     "retained_refusal",
     "retained_slot_ms",
     "retained_unit_bytes",
@@ -177,36 +178,42 @@ def add_user_bytes(
         client.hincrby(command[1], command[2], command[3])
 
 
-def retained_refusal(
-    client: Redis,
-    every: Sequence[BucketKeys],
-    adding: int,
-    max_events: int,
-    window_s: int,
-    *,
-    user: tuple[int, str] | None = None,
-) -> str | None:
-    """With scope buckets, the tenant's retained events summed over its buckets (each script counts its own),
-    ``adding`` the units of the batch (:func:`retained_units`): the OVERLIMIT reply ENQUEUE would give, or None.
-    ``user``: (its place among the batch's users, from 1; its id): that user's share instead of the tenant's."""
+def retained_counts(client: Redis, counts: Sequence[Sequence[str]], window_s: int) -> list[tuple[int, int]]:
+    """Retained-event counts kept over several hashes each (a count's buckets), read in one pipeline: each count's
+    (units in the window, seconds until its oldest slot leaves it; 0 when nothing is counted)."""
     slot_ms = retained_slot_ms(window_s)
     pipe = client.pipeline(transaction=False)
-    for k in every:
-        pipe.hgetall(k.retained_events if user is None else k.retained_user_events(user[1]))
+    for keys in counts:
+        for key in keys:
+            pipe.hgetall(key)
+    replies = iter(pipe.execute())
     now = int(time.time() * 1000)
     current = now // slot_ms
-    total, oldest = 0, None
-    for raw in pipe.execute():
-        for slot_text, n in raw.items():
-            slot = int(slot_text)
-            if current - slot <= RETAINED_SLOTS:
-                total += int(n)
-                oldest = slot if oldest is None else min(oldest, slot)
-    if total + adding <= max_events or oldest is None:
+    out: list[tuple[int, int]] = []
+    for keys in counts:
+        total, oldest = 0, None
+        for _ in keys:
+            for slot_text, n in next(replies).items():
+                slot = int(slot_text)
+                if current - slot <= RETAINED_SLOTS:
+                    total += int(n)
+                    oldest = slot if oldest is None else min(oldest, slot)
+        # nothing counted: a batch over the quota is over it alone, and waiting does not help
+        retry_s = (
+            0 if oldest is None else max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
+        )
+        out.append((total, retry_s))
+    return out
+
+
+def retained_refusal(
+    client: Redis, every: Sequence[BucketKeys], adding: int, max_events: int, window_s: int
+) -> str | None:
+    """With scope buckets, the tenant's retained events summed over its buckets (each script counts its own),
+    ``adding`` the units of the batch (:func:`retained_units`): the OVERLIMIT reply ENQUEUE would give, or None."""
+    ((total, retry_s),) = retained_counts(client, [[k.retained_events for k in every]], window_s)
+    if total + adding <= max_events:
         return None
-    retry_s = max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
-    if user is not None:
-        return f"OVERLIMIT userevents {user[0]} {total} {retry_s}"
     return f"OVERLIMIT events {total} {retry_s}"
 
 

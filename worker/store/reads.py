@@ -20,7 +20,13 @@ from worker.documents.event_body import body_of, stored_body
 from worker.documents.event_records import LIST_FIELDS, source_digest, status_record
 from worker.keys.layout import BucketKeys, Keys
 from worker.settings import Settings
-from worker.store.quotas import retained_refusal, retained_unit_bytes, retained_units, stored_bytes_refusal
+from worker.store.quotas import (
+    retained_counts,
+    retained_refusal,
+    retained_unit_bytes,
+    retained_units,
+    stored_bytes_refusal,
+)
 from worker.store.records import PreparedEvent, to_str
 
 __all__ = [
@@ -212,30 +218,28 @@ class StoreReads:
         return None
 
     def _user_events_refusal(self, k: Keys, events: Sequence[PreparedEvent]) -> str | None:
-        """Each user's share of the retained events (``user_max_events``), summed over the buckets, with the
-        batch's new events naming them: the first OVERLIMIT userevents reply, or None."""
+        """Each user's share of the retained events (``user_max_events``), summed over the buckets in one
+        pipeline, with the batch's events naming them (only new ones, asked only of a user it would refuse): the
+        first OVERLIMIT userevents reply, or None."""
         settings = self.settings
         users = self.users_of(events) if settings.user_max_events else []
         if not users:
             return None
         unit_bytes, every = retained_unit_bytes(settings), k.every_bucket()
-        fresh = self._fresh(k, events)
-        for place, user in enumerate(users, start=1):
-            adding = sum(
-                retained_units(ev.body, unit_bytes)
-                for ev, new in zip(events, fresh, strict=True)
-                if new and ev.user_id == user
-            )
-            refusal = retained_refusal(
-                self.client,
-                every,
-                adding,
-                settings.user_max_events,
-                settings.dedupe_window_s,
-                user=(place, user),
-            )
-            if refusal is not None:
-                return refusal
+        units = [retained_units(ev.body, unit_bytes) for ev in events]
+        held = retained_counts(
+            self.client,
+            [[b.retained_user_events(user) for b in every] for user in users],
+            settings.dedupe_window_s,
+        )
+        fresh: list[bool] | None = None
+        for place, (user, (total, retry_s)) in enumerate(zip(users, held, strict=True), start=1):
+            mine = [i for i, ev in enumerate(events) if ev.user_id == user]
+            if total + sum(units[i] for i in mine) <= settings.user_max_events:
+                continue
+            fresh = self._fresh(k, events) if fresh is None else fresh  # a duplicate stores nothing
+            if total + sum(units[i] for i in mine if fresh[i]) > settings.user_max_events:
+                return f"OVERLIMIT userevents {place} {total} {retry_s}"
         return None
 
     def _fresh(self, k: Keys, events: Sequence[PreparedEvent]) -> list[bool]:

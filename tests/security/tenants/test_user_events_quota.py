@@ -89,3 +89,36 @@ def test_the_refusal_names_the_user_and_the_setting() -> None:
     refusal = OverLimit.from_reply("OVERLIMIT userevents 2 7 3600", settings, ["alice", "bob"])
     assert refusal.what == "user_events" and refusal.retry_after_s == 3600 and refusal.field == "userId"
     assert "'bob'" in refusal.message and "AGENT_SIGNAL_USER_MAX_EVENTS" in refusal.message
+
+
+@pytest.mark.parametrize("buckets", [1, 4])
+def test_a_first_batch_over_the_share_is_refused_as_too_large_not_taken(
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys, buckets: int
+) -> None:
+    """A review: with nothing counted yet (a new user, or one just erased) any batch passed the share, and the
+    tenant's quota alike. Now it is refused, saying waiting will not help; a batch within it goes in."""
+    client: TestClient = app_client(
+        bootstrap_key=BOOT,
+        token_secret=SECRET,
+        auth_cache_s=0,
+        rate_limit_per_s=0,
+        tenant_max_events=8,
+        user_max_events=5,
+        scope_buckets=buckets,
+    )
+    store = CredentialStore(redis_client, keys, token_secret=SECRET)
+    record, operate = store.create("acme", "operate")
+    carol = bearer(store.mint_user_token("acme", "carol", issuer_key_id=record.id)[0])
+
+    def send(headers: dict[str, str], prefix: str, count: int) -> Any:
+        events = [_event(f"{prefix}{i}") for i in range(count)]
+        return client.post("/v1/events", json={"events": events}, headers=headers)
+
+    over = send(carol, "c", 6)
+    assert over.status_code == 429, over.text
+    message = over.json()["error"]["message"]
+    assert "AGENT_SIGNAL_USER_MAX_EVENTS" in message and "this request alone is over it" in message
+    tenant_over = send(bearer(operate), "t", 9)
+    assert tenant_over.status_code == 429 and "AGENT_SIGNAL_TENANT_MAX_EVENTS" in tenant_over.text
+    assert "this request alone is over it" in tenant_over.text
+    assert send(carol, "c", 5).status_code == 202

@@ -47,6 +47,8 @@ def test_the_tenant_pattern_and_ownership_cover_home_and_buckets_only() -> None:
     assert all(fnmatch.fnmatchcase(key, k.tenant_pattern) and k.owns(key) for key in mine)
     assert not any(fnmatch.fnmatchcase(key, k.tenant_pattern) or k.owns(key) for key in others)
     assert k.is_engine_key(k.inbox("topic:z")) and not k.is_engine_key(k.home_prefix + "memories:u")
+    # a user's share of the retained events is the engine's too: a handler's staged DEL could reset it (a review)
+    assert all(k.is_engine_key(b.retained_user_events("alice")) for b in k.every_bucket())
 
 
 def test_the_once_marker_sits_in_the_written_slot_and_names_no_user() -> None:

@@ -15,12 +15,58 @@
 -- counts (UserBytes layouts, h.user_count of them: each its key and its quota) end KEYS and ARGV.
 -- -> the events (read), one {accepted(1|0), publish(1|0)} per event (a repeat inside the batch is a
 --    duplicate); or nil and the error reply refusing the batch
+local USER_KEYS, USER_ARGS = 1, 1
+local USER_EVENTS_KEYS, USER_EVENTS_ARGS = 1, 1
+-- When a retained count over its quota frees room: the oldest counted slot's end; 0 when nothing is counted (the
+-- batch alone is over the quota: waiting does not help, a smaller batch may).
+local function retained_retry_s(oldest, now, slot_ms)
+  if oldest == nil then return 0 end
+  return math.max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
+end
+-- The tenant's retained events with the batch's new ones, checked against max (a duplicate stores nothing).
+-- -> the count's stale slots | nil, the refusal
+local function tenant_events(key, events, units, max, now, slot_ms)
+  local held, oldest, stale = retained_count(key, now, slot_ms)
+  local adding = 0
+  for i = 1, #events do adding = adding + units[i] end
+  local fresh = adding
+  if held + adding > max then  -- count only the new events
+    for i, e in ipairs(events) do
+      if e.exists then fresh = fresh - units[i] end  -- typed by admit_refusal, before any write
+    end
+  end
+  if held + fresh > max then
+    return nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retained_retry_s(oldest, now, slot_ms))
+  end
+  return stale, nil
+end
+-- The users' shares (n UserEvents layouts from KEYS[k], ARGV[a]): each user's count read and, with max above 0,
+-- checked with the batch's new events naming them. -> {user_id -> {key, stale, added = 0}} | nil, the refusal
+local function user_shares(events, units, n, k, a, max, now, slot_ms)
+  local counted = {}
+  for place = 1, n do
+    local events_key = KEYS[k]
+    local user_id = ARGV[a]
+    k, a = k + USER_EVENTS_KEYS, a + USER_EVENTS_ARGS
+    local held, oldest, stale = retained_count(events_key, now, slot_ms)
+    if max > 0 then
+      local fresh = 0
+      for i, e in ipairs(events) do
+        if e.user_id == user_id and not e.exists then fresh = fresh + units[i] end
+      end
+      if held + fresh > max then
+        local retry_s = retained_retry_s(oldest, now, slot_ms)
+        return nil, redis.error_reply('OVERLIMIT userevents ' .. place .. ' ' .. held .. ' ' .. retry_s)
+      end
+    end
+    counted[user_id] = {key = events_key, stale = stale, added = 0}
+  end
+  return counted, nil
+end
 local function enqueue(h, k0, a0)
   if wrong_type(h.scopes, 'set') or wrong_type(h.stats, 'hash') or wrong_type(h.runs_types, 'zset') then
     return nil, nil, redis.error_reply('REFUSED WRONGTYPE: the scopes set, the stats hash or the types registry')
   end
-  local USER_KEYS, USER_ARGS = 1, 1
-  local USER_EVENTS_KEYS, USER_EVENTS_ARGS = 1, 1
   local n_users, n_user_events = tonumber(h.user_count), tonumber(h.user_events_count)
   local n = (#KEYS - (k0 - 1) - n_users * USER_KEYS - n_user_events * USER_EVENTS_KEYS) / ADMISSION_KEYS
   local events, checked = {}, {}
@@ -41,41 +87,14 @@ local function enqueue(h, k0, a0)
     for i, e in ipairs(events) do units[i] = math.max(1, math.ceil(#e.body / unit_bytes)) end
   end
   if max_events > 0 and slot_ms > 0 then
-    local held, oldest
-    held, oldest, retained_stale = retained_count(h.retained, now, slot_ms)
-    local adding = 0
-    for i = 1, n do adding = adding + units[i] end
-    local fresh = adding
-    if held + adding > max_events then  -- a duplicate stores nothing: count only the new events
-      for i, e in ipairs(events) do
-        if e.exists then fresh = fresh - units[i] end  -- typed by admit_refusal, before any write
-      end
-    end
-    if held + fresh > max_events and oldest then
-      local retry_s = math.max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
-      return nil, nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retry_s)
-    end
+    local refusal
+    retained_stale, refusal = tenant_events(h.retained, events, units, max_events, now, slot_ms)
+    if refusal then return nil, nil, refusal end
   end
   -- the users' shares: their counts follow the events' layouts, before the stored-bytes counts
-  local counted_users, max_user_events = {}, tonumber(h.max_user_events)
-  local ue_k, ue_a = k0 + n * ADMISSION_KEYS, a0 + n * ADMISSION_ARGS
-  for u = 1, (slot_ms > 0 and n_user_events or 0) do
-    local k, a = ue_k + (u - 1) * USER_EVENTS_KEYS, ue_a + (u - 1) * USER_EVENTS_ARGS
-    local events_key = KEYS[k]
-    local user_id = ARGV[a]
-    local held, oldest, stale = retained_count(events_key, now, slot_ms)
-    if max_user_events > 0 and oldest then
-      local fresh = 0
-      for i, e in ipairs(events) do
-        if e.user_id == user_id and not e.exists then fresh = fresh + units[i] end
-      end
-      if held + fresh > max_user_events then
-        local retry_s = math.max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
-        return nil, nil, redis.error_reply('OVERLIMIT userevents ' .. u .. ' ' .. held .. ' ' .. retry_s)
-      end
-    end
-    counted_users[user_id] = {key = events_key, stale = stale, added = 0}
-  end
+  local counted_users, share_refusal = user_shares(events, units, slot_ms > 0 and n_user_events or 0,
+    k0 + n * ADMISSION_KEYS, a0 + n * ADMISSION_ARGS, tonumber(h.max_user_events), now, slot_ms)
+  if share_refusal then return nil, nil, share_refusal end
   local users = {}
   for u = 1, n_users do
     local k, a = #KEYS - (n_users - u + 1) * USER_KEYS + 1, #ARGV - (n_users - u + 1) * USER_ARGS + 1
