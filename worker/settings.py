@@ -100,7 +100,9 @@ class _SecretsHidden:
 class Settings(_SecretsHidden, BaseSettings):
     """Process settings. The table of environment variables: docs/settings.md."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="allow", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="allow", populate_by_name=True, hide_input_in_errors=True
+    )
 
     # --- connections (contract names, no prefix) ---
     redis_url: str | None = Field(default=None, validation_alias=_env("REDIS_URL"))
@@ -295,9 +297,11 @@ def redis_url_problem(url: str) -> str | None:
     databases = [value for name, value in parse_qsl(parts.query) if name == "db"]
     if parts.scheme != "unix" and parts.path not in ("", "/"):
         databases.append(parts.path[1:])
-    for database in databases:
-        if not database.isdigit():
-            return f"its database must be a number, as in redis://host:6379/0 (got {database[:40]!r})"
+    if any(not database.isdigit() for database in databases):  # never quoted: a password may run into it
+        return (
+            "its database (after the last /, or ?db=) must be a number, as in redis://host:6379/0; a / in the "
+            "password must be written %2F"
+        )
     return None
 
 
@@ -398,7 +402,7 @@ def _env_name(loc: tuple[int | str, ...]) -> str:
 class PluginSettings(_SecretsHidden, BaseSettings):
     """Base of a plugin's settings: ``AGENT_SIGNAL_<FIELD>`` variables; unknown keyword arguments fail."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", hide_input_in_errors=True)
 
 
 P = TypeVar("P", bound=PluginSettings)

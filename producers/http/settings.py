@@ -23,7 +23,9 @@ __all__ = ["DoorSettings", "door_settings"]
 class DoorSettings(PluginSettings):
     """The web app's section. The table of environment variables: docs/settings.md#the-door."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", populate_by_name=True, hide_input_in_errors=True
+    )
 
     # --- address ---
     port: int = Field(default=8000, validation_alias=AliasChoices("PORT", "AGENT_SIGNAL_PORT"))

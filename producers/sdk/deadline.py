@@ -14,6 +14,7 @@ write), and no option for a network backend, so :class:`DeadlineTransport` sets 
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -22,10 +23,10 @@ from typing import Any
 import httpcore
 import httpx
 
-__all__ = ["Deadline", "DeadlineTransport", "send_within"]
+__all__ = ["Deadline", "DeadlineTransport", "deadline_transport", "send_within"]
 
 # the end of the call in progress in this thread (time.monotonic()), read by DeadlineTransport's streams
-_CALL_ENDS_AT: ContextVar[float | None] = ContextVar("agent_signal_call_ends_at", default=None)
+_CALL_ENDS_AT_S: ContextVar[float | None] = ContextVar("agent_signal_call_ends_at", default=None)
 _LEAST_TIMEOUT_S = 0.001  # an attempt started with no time left still gets a timeout, not a blocking socket
 
 
@@ -34,19 +35,19 @@ class Deadline:
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
-        self.ends_at = time.monotonic() + timeout_s
+        self.ends_at_s = time.monotonic() + timeout_s
 
     def left_s(self) -> float:
-        return self.ends_at - time.monotonic()
+        return self.ends_at_s - time.monotonic()
 
     @contextmanager
     def applied(self) -> Iterator[None]:
         """While inside, :class:`DeadlineTransport` stops this thread's requests at the deadline."""
-        token = _CALL_ENDS_AT.set(self.ends_at)
+        token = _CALL_ENDS_AT_S.set(self.ends_at_s)
         try:
             yield
         finally:
-            _CALL_ENDS_AT.reset(token)
+            _CALL_ENDS_AT_S.reset(token)
 
     def attempt_timeout(self, timeout: httpx.Timeout) -> httpx.Timeout:
         """A client's ``timeout`` with each phase (connect, read, write, pool) capped by the time left."""
@@ -72,10 +73,10 @@ def send_within(client: httpx.Client, request: httpx.Request, deadline: Deadline
 
 def _capped_s(timeout_s: float | None, late: type[Exception]) -> float | None:
     """``timeout_s`` capped by the time left of the call in progress; ``late`` raised when none is left."""
-    ends_at = _CALL_ENDS_AT.get()
-    if ends_at is None:
+    ends_at_s = _CALL_ENDS_AT_S.get()
+    if ends_at_s is None:
         return timeout_s
-    left_s = ends_at - time.monotonic()
+    left_s = ends_at_s - time.monotonic()
     if left_s <= 0:
         raise late("no answer before the call's deadline")
     return left_s if timeout_s is None else min(timeout_s, left_s)
@@ -147,3 +148,12 @@ class DeadlineTransport(httpx.HTTPTransport):
             keepalive_expiry=limits.keepalive_expiry,
             network_backend=_DeadlineBackend(),
         )
+
+
+def deadline_transport() -> DeadlineTransport | None:
+    """The clients' own transport: :class:`DeadlineTransport`, or None where the environment names a proxy
+    (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``): httpx mounts its proxy transports only when it is given no
+    transport, so a given one sent every request past the proxy (a review). Through a proxy the deadline caps each
+    connect, read and write (:meth:`Deadline.attempt_timeout`), not the whole answer."""
+    proxies = urllib.request.getproxies()
+    return None if any(proxies.get(scheme) for scheme in ("http", "https", "all")) else DeadlineTransport()

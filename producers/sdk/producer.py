@@ -21,7 +21,7 @@ from opentelemetry import trace
 from pydantic import ValidationError
 from tenacity.stop import stop_base
 
-from producers.sdk.deadline import Deadline, DeadlineTransport, send_within
+from producers.sdk.deadline import Deadline, deadline_transport, send_within
 from producers.sdk.http_door import (
     NOTHING_SENT,
     NoAnswer,
@@ -253,7 +253,7 @@ class HttpProducer:
         self.max_wait_s = max_wait_s
         self.timeout_s = timeout_s
         self.client = client or httpx.Client(
-            base_url=door_url(url), timeout=timeout_s, transport=DeadlineTransport()
+            base_url=door_url(url), timeout=timeout_s, transport=deadline_transport()
         )
         self.sleep: Callable[[float], None] = time.sleep  # the wait before a retry (tests record it)
         # 0.5 s, 1, 2, 4, then 8 at most, each plus up to 0.5 s of jitter
@@ -313,8 +313,14 @@ class HttpProducer:
 
     def _no_answer(self, call: _Call, exc: httpx.TransportError) -> NoAnswer:
         where = origin(self.client.base_url)
-        timed_out = isinstance(exc, httpx.TimeoutException) and not isinstance(exc, NOTHING_SENT)
-        if timed_out and call.deadline.left_s() <= DEADLINE_SLACK_S:
+        # the deadline passed, whatever the phase (a connect the deadline cut short is no unreachable door)
+        deadline_passed = (
+            isinstance(exc, httpx.TimeoutException) and call.deadline.left_s() <= DEADLINE_SLACK_S
+        )
+        timed_out = deadline_passed or (
+            isinstance(exc, httpx.TimeoutException) and not isinstance(exc, NOTHING_SENT)
+        )
+        if deadline_passed:
             message = f"no answer from {where} within {self.timeout_s:g} s"
         elif timed_out:  # a given client's own read or write timeout, before the deadline
             message = f"no answer from {where} ({_reason(exc)})"

@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 import httpx
 
-from producers.sdk.deadline import Deadline, DeadlineTransport, send_within
+from producers.sdk.deadline import Deadline, deadline_transport, send_within
 from producers.sdk.http_door import (
     UnexpectedAnswer,
     bearer_headers,
@@ -67,7 +67,7 @@ class SessionClient:
         self.headers = bearer_headers(bearer_token(token))  # per call: a given client has none of ours
         self.timeout_s = timeout_s
         self.http = client or httpx.Client(
-            base_url=door_url(url), timeout=timeout_s, transport=DeadlineTransport()
+            base_url=door_url(url), timeout=timeout_s, transport=deadline_transport()
         )
 
     def __enter__(self) -> SessionClient:

@@ -30,6 +30,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
+from producers.sdk.http_door import NOTHING_SENT
 from producers.sdk.http_door import bearer_token as sdk_bearer_token
 
 __all__ = [
@@ -303,10 +304,6 @@ class Api:
                 f"{display_url(self.url)}{path} answered {response.status_code} without JSON; "
                 "is that the Agent Signal API?"
             ) from None
-
-
-# failures before any byte of the request left (the server was not reached); any other came after it was sent
-NOTHING_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 def unreachable(url: str, exc: httpx.TransportError, *, timeout_s: float | None = None) -> CliError:

@@ -236,3 +236,50 @@ def test_a_session_call_has_a_deadline_too(trickle: Callable[[bytes], str]) -> N
     with SessionClient(trickle(BODY_TRICKLE), timeout_s=1) as client:
         with pytest.raises(httpx.TimeoutException):
             client.context("s1")
+
+
+class _Proxy(BaseHTTPRequestHandler):
+    """A forward proxy that answers every request itself and remembers its request line."""
+
+    seen: list[str] = []
+
+    def do_POST(self) -> None:
+        _Proxy.seen.append(self.requestline)
+        length = int(self.headers.get("content-length", "0"))
+        self.rfile.read(length)
+        body = b'{"results":[{"eventId":"evt_1","sourceId":"via-proxy","status":"accepted"}]}'
+        self.send_response(202)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_environments_proxy_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review: the SDK's own transport switched httpx's environment proxies off, so callers behind a corporate
+    proxy connected straight to the door. With HTTP_PROXY set the request goes through the proxy."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Proxy.seen = []
+    try:
+        for name in (
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "NO_PROXY",
+            "https_proxy",
+            "all_proxy",
+            "no_proxy",
+            "http_proxy",
+        ):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.server_address[1]}")
+        with HttpProducer("http://door.invalid:8000", max_retries=0) as producer:
+            result = producer.enqueue({"sourceType": "test.timeline", "sourceId": "via-proxy", "payload": {}})
+        assert result.status == "accepted"
+        assert _Proxy.seen == ["POST http://door.invalid:8000/v1/events HTTP/1.1"]
+    finally:
+        server.shutdown()
+        server.server_close()

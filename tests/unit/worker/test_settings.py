@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from producers.http.settings import door_settings
 from sessions.settings import session_limit_settings
@@ -189,8 +190,12 @@ def test_a_tool_reads_the_prefixed_redis_url_before_looking_for_a_stack(
 @pytest.mark.parametrize(
     ("url", "problem"),
     [
-        ("redis://:hunter2-secret@127.0.0.1:6379/abc", "database must be a number"),
-        ("unix:///tmp/redis.sock?db=two", "database must be a number"),
+        (
+            "redis://:hunter2-secret@127.0.0.1:6379/abc",
+            "database (after the last /, or ?db=) must be a number",
+        ),
+        ("redis://:hunter2/secret@127.0.0.1:6379/0", "a / in the password must be written %2F"),
+        ("unix:///tmp/redis.sock?db=two", "must be a number"),
         ("http://127.0.0.1:6379/0", "must start with redis://"),
     ],
 )
@@ -202,6 +207,11 @@ def test_a_redis_url_whose_database_is_not_a_number_is_refused_without_its_passw
     with pytest.raises(SettingsError) as refused:
         load_settings(redis_url=url)
     message = str(refused.value)
-    assert "REDIS_URL" in message and problem in message and "hunter2" not in message
+    assert (
+        "REDIS_URL" in message and problem in message and "hunter2" not in message and "secret" not in message
+    )
+    with pytest.raises(ValidationError) as raw:  # pydantic's own report, when Settings is built directly
+        Settings(redis_url=url)
+    assert "hunter2" not in str(raw.value) and "secret@" not in str(raw.value)
     for fine in ("redis://127.0.0.1:6379/9", "rediss://h", "redis://h:6379/", "unix:///tmp/r.sock?db=1"):
         assert load_settings(redis_url=fine).redis_url == fine
