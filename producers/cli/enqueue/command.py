@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from producers.cli.enqueue.lines import Line, Rejection, read_lines
+from producers.cli.enqueue.lines import Line, Rejection, count_lines, open_lines
 from producers.cli.enqueue.senders import DirectSender, HttpSender, Pending, Sent, Stopped
 from producers.cli.inputs import any_bytes
 from producers.cli.reach.target import CliError, add_target_options, resolve_target
@@ -61,18 +62,21 @@ def add_enqueue_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 class Progress:
     """A one-line progress bar on stderr, shown only on a terminal."""
 
-    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
-        self.total = max(total, 1)
+    def __init__(self, total: int | None, stream: TextIO = sys.stderr) -> None:
+        self.total = None if total is None else max(total, 1)  # None: not known (stdin), a count alone
         self.stream = stream
         self.enabled = stream.isatty()
 
     def update(self, done: int, note: str = "") -> None:
         if not self.enabled:
             return
-        width = 30
-        filled = int(width * done / self.total)
-        bar = "#" * filled + "-" * (width - filled)
-        self.stream.write(f"\r[{bar}] {done}/{self.total} {note}")
+        if self.total is None:
+            self.stream.write(f"\r{done} lines {note}")
+        else:
+            width = 30
+            filled = int(width * min(done, self.total) / self.total)
+            bar = "#" * filled + "-" * (width - filled)
+            self.stream.write(f"\r[{bar}] {done}/{self.total} {note}")
         self.stream.flush()
 
     def close(self) -> None:
@@ -106,16 +110,16 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def _read_and_send(sender: DirectSender | HttpSender, args: argparse.Namespace, tally: Tally) -> int:
+    summary = tally.summary
     try:
-        lines = read_lines(args.file)
+        lines = open_lines(args.file)  # read as they are sent: a file of any size in bounded memory
+        shown = sys.stderr.isatty() and args.file != "-"  # a bar's total: one quick pass, when a bar is shown
+        progress = Progress(count_lines(args.file) if shown else None)
     except OSError as exc:
         print(f"agent-signal enqueue: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return 2
-    summary = tally.summary
-    valid = _report_unreadable(lines, summary)
-    progress = Progress(len(lines))
     try:
-        _send_all(sender, valid, args, tally, progress)
+        _send_all(sender, _readable(lines, args.file), args, tally, progress)
     except CliError as exc:  # e.g. a 401, or the server went away: nothing more will pass
         progress.close()
         print(f"agent-signal enqueue: {exc}{_maybe_stored(exc)}", file=sys.stderr)
@@ -127,6 +131,15 @@ def _read_and_send(sender: DirectSender | HttpSender, args: argparse.Namespace, 
     progress.close()
     print(summary_json(summary))
     return 1 if summary["rejected"] else 0
+
+
+def _readable(lines: Iterator[Line], path: str) -> Iterator[Line]:
+    """``lines``, a read that fails partway (a disk error, a file cut short under us) raised as a CliError: the
+    lines before it are sent and counted, and the summary follows."""
+    try:
+        yield from lines
+    except OSError as exc:
+        raise CliError(f"cannot read {path} past the lines sent so far: {exc.strerror or exc}") from None
 
 
 def summary_json(summary: dict[str, int]) -> str:
@@ -163,19 +176,6 @@ def _say_how_far(tally: Tally, exc: BaseException) -> None:
             pass
 
 
-def _report_unreadable(lines: list[Line], summary: dict[str, int]) -> list[Pending]:
-    """The lines that hold an event; each other one is counted and reported."""
-    valid: list[Pending] = []
-    for number, event, rejection in lines:
-        if event is None:
-            assert rejection is not None
-            summary["rejected"] += 1
-            _say_rejection(number, rejection)
-        else:
-            valid.append((number, event))
-    return valid
-
-
 def _say_rejection(number: int, rejection: Rejection | None) -> None:
     assert rejection is not None
     print(f"line {number}: {rejection.message} (field: {rejection.field or '-'})", file=sys.stderr)
@@ -197,26 +197,50 @@ def _report(sent: list[Sent], args: argparse.Namespace, summary: dict[str, int])
 
 def _send_all(
     sender: DirectSender | HttpSender,
-    valid: list[Pending],
+    lines: Iterable[Line],
     args: argparse.Namespace,
     tally: Tally,
     progress: Progress,
 ) -> None:
-    """Send ``valid`` in batches; rejections go to stderr, ``--ids`` lines to stdout, counts to the tally."""
+    """Send the events of ``lines`` in batches of ``args.batch`` as they are read; a line that holds no event is
+    counted and reported when it is met, rejections of the server go to stderr, ``--ids`` lines to stdout, counts
+    to the tally."""
+    batch: list[Pending] = []
+    handled = 0  # lines whose outcome is known: the rejected ones as they are read, the sent ones per batch
+    for number, event, rejection in lines:
+        if event is None:
+            tally.summary["rejected"] += 1
+            _say_rejection(number, rejection)
+            handled += 1
+            continue
+        batch.append((number, event))
+        if len(batch) == args.batch:
+            handled += _send_batch(sender, batch, args, tally, progress, handled)
+            batch = []
+    if batch:
+        _send_batch(sender, batch, args, tally, progress, handled)
+
+
+def _send_batch(
+    sender: DirectSender | HttpSender,
+    chunk: list[Pending],
+    args: argparse.Namespace,
+    tally: Tally,
+    progress: Progress,
+    handled: int,
+) -> int:
+    """Send one batch and report it (what it settled before a failure too); how many lines it handled."""
     summary = tally.summary
-    done = summary["rejected"]  # the lines refused before sending count as handled
-    for start in range(0, len(valid), args.batch):
-        chunk = valid[start : start + args.batch]
-        tally.in_flight = (chunk[0][0], chunk[-1][0])
-        try:
-            sent = sender.send(chunk)
-        except Stopped as exc:  # what the batch settled before it stopped is reported, then the failure
-            tally.in_flight = None
-            settled = {number for number, _, _ in exc.done}
-            exc.unsettled = [number for number, _ in chunk if number not in settled]
-            _report(exc.done, args, summary)
-            raise
-        tally.in_flight, tally.last_line = None, chunk[-1][0]
-        _report(sent, args, summary)
-        done += len(chunk)
-        progress.update(done, f"accepted={summary['accepted']} duplicate={summary['duplicate']}")
+    tally.in_flight = (chunk[0][0], chunk[-1][0])
+    try:
+        sent = sender.send(chunk)
+    except Stopped as exc:  # what the batch settled before it stopped is reported, then the failure
+        tally.in_flight = None
+        settled = {number for number, _, _ in exc.done}
+        exc.unsettled = [number for number, _ in chunk if number not in settled]
+        _report(exc.done, args, summary)
+        raise
+    tally.in_flight, tally.last_line = None, chunk[-1][0]
+    _report(sent, args, summary)
+    progress.update(handled + len(chunk), f"accepted={summary['accepted']} duplicate={summary['duplicate']}")
+    return len(chunk)

@@ -5,22 +5,26 @@ than the HTTP door takes in a batch. The checks are the door's own (producers/ht
 before anything is sent, so a line is refused alike straight to Redis and over HTTP.
 
 Lines are split as text files split them (``\\n``, ``\\r\\n`` or ``\\r``) and decoded one by one; a UTF-8 byte
-order mark before the first line is allowed.
+order mark before the first line is allowed. A file is read a MiB at a time (:func:`open_lines`): a file of any
+size in bounded memory (read whole, 50 MB of events took 496 MB).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from typing import IO, Any, NamedTuple
 
 from producers.cli.inputs import stdin_binary
 from producers.http.strict_json import NotStrictJson, loads_strict, nested_deeper_than
 
-__all__ = ["Line", "Rejection", "max_line_depth", "parse_line", "read_lines"]
+__all__ = ["Line", "Rejection", "count_lines", "max_line_depth", "open_lines", "parse_line", "read_lines"]
 
 # ``POST /v1/events`` refuses a body nested deeper than the door's MAX_JSON_DEPTH, and a batch wraps each event
 # in two levels of its own (``{"events": [...]}``): an event may nest that much less.
 BATCH_WRAPPING_DEPTH = 2
+CHUNK_BYTES = 1 << 20  # read at a time
+BREAKS = (b"\r\n", b"\n", b"\r")  # a line's end, as bytes.splitlines reads it
 
 
 class Rejection(NamedTuple):
@@ -47,16 +51,62 @@ def max_line_depth() -> int:
 
 
 def read_lines(path: str) -> list[Line]:
-    """Every non-blank line of ``path`` (``-``: stdin), in order; OSError when the file cannot be read, CliError
-    when stdin is closed."""
+    """Every non-blank line of ``path`` (``-``: stdin), in order, in a list (``run``'s short example files); OSError
+    when the file cannot be read, CliError when stdin is closed."""
+    return list(open_lines(path))
+
+
+def open_lines(path: str) -> Iterator[Line]:
+    """The non-blank lines of ``path`` (``-``: stdin), in order, read as they are asked for. The file is opened
+    here (OSError at once when it cannot be; CliError when stdin is closed) and closed when they are done."""
     if path == "-":
-        data = stdin_binary().read()
-    else:
-        with open(path, "rb") as stream:
-            data = stream.read()
-    depth = max_line_depth()
-    parsed = (parse_line(number, raw, depth) for number, raw in enumerate(data.splitlines(), start=1))
-    return [line for line in parsed if line is not None]
+        return _parsed(stdin_binary(), close=False)
+    return _parsed(open(path, "rb"), close=True)
+
+
+def count_lines(path: str) -> int:
+    """How many lines of the file at ``path`` are not blank (a progress bar's total), without parsing them."""
+    with open(path, "rb") as stream:
+        return sum(1 for raw in _raw_lines(stream) if raw.strip().removeprefix(b"\xef\xbb\xbf").strip())
+
+
+def _parsed(stream: IO[bytes], *, close: bool) -> Iterator[Line]:
+    try:
+        depth = max_line_depth()
+        for number, raw in enumerate(_raw_lines(stream), start=1):
+            line = parse_line(number, raw, depth)
+            if line is not None:
+                yield line
+    finally:
+        if close:
+            stream.close()
+
+
+def _raw_lines(stream: IO[bytes]) -> Iterator[bytes]:
+    """The lines of ``stream`` without their breaks, as ``stream.read().splitlines()`` would give them, a chunk at
+    a time: a chunk's last piece waits for the next unless it ends with LF (it may be cut, or be a CR whose LF
+    follows)."""
+    rest = bytearray()
+    read = getattr(
+        stream, "read1", stream.read
+    )  # what a pipe has, not a whole MiB: a line is sent once it came
+    while chunk := read(CHUNK_BYTES):
+        rest += chunk
+        if b"\n" not in chunk and b"\r" not in chunk:
+            continue  # one long line so far: no split (each one would copy what came before)
+        pieces = bytes(rest).splitlines(keepends=True)
+        # the last piece waits when it may go on: no break yet, or a CR whose LF may come next
+        rest = bytearray(pieces.pop() if not pieces[-1].endswith(b"\n") else b"")
+        for piece in pieces:
+            yield _without_break(piece)
+    yield from bytes(rest).splitlines()
+
+
+def _without_break(piece: bytes) -> bytes:
+    for end in BREAKS:
+        if piece.endswith(end):
+            return piece[: -len(end)]
+    return piece
 
 
 def parse_line(number: int, raw: bytes, max_depth: int) -> Line | None:

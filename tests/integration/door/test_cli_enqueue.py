@@ -222,3 +222,43 @@ class TestParseLine:
         assert parse_line(5, b"[" * 5000, 62) == Line(
             5, None, Rejection("not valid JSON (nested deeper than 62 levels)")
         )
+
+
+def test_lines_are_sent_as_they_are_read(make_settings: Any, redis_client: Any, keys: Any) -> None:
+    """An SDK audit: ``enqueue`` read its whole file before sending a line (a 50 MB file took 496 MB, a larger one
+    the machine's memory). Now it sends each batch once it is read: the first line fed through stdin is stored
+    while stdin is still open."""
+    from tests.conftest import wait_for
+
+    settings = make_settings()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "producers.cli", "enqueue", "-", "--batch", "1", "--ids"],
+        cwd="/",
+        env=settings_env(settings),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        first = {
+            "sourceType": "test.timeline",
+            "sourceId": "streamed-1",
+            "scopeKey": "topic:streamed",
+            "payload": {},
+        }
+        proc.stdin.write(json.dumps(first) + "\n")
+        proc.stdin.flush()
+        stored = json.loads(proc.stdout.readline())  # --ids: its line comes once its batch is answered
+        assert stored["sourceId"] == "streamed-1" and stored["status"] == "accepted"
+        wait_for(
+            lambda: redis_client.llen(keys.inbox("topic:streamed")) == 1, timeout_s=30, what="the first line"
+        )
+        second = {**first, "sourceId": "streamed-2"}
+        out, err = proc.communicate(json.dumps(second) + "\n", timeout=60)  # and stdin closes
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {"accepted": 2, "duplicate": 0, "rejected": 0}
