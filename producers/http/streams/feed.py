@@ -54,6 +54,7 @@ T = TypeVar("T")
 QUEUE_SIZE: Final = 256  # messages a listener may fall behind by before its oldest are dropped
 SUBSCRIBE_TIMEOUT_S: Final = 5.0  # how long listen() waits for Redis to confirm a SUBSCRIBE
 RETRY_AFTER_S: Final = 10  # Retry-After of a 429 too_many_streams (streams are long-lived)
+MAX_REMEMBERED_TENANTS: Final = 1024  # past this, tenants whose last eviction is older than the interval go
 READ_TIMEOUT_S: Final = 15.0  # the reader wakes this often when idle (redis-py's health check PINGs then)
 BACKOFF_INITIAL_S: Final = 0.1  # reconnect delay after the first failure, doubled up to the cap
 BACKOFF_CAP_S: Final = 5.0
@@ -95,6 +96,7 @@ class Listener:
         self.tenant = tenant
         self.slot: tuple[str, str] | None = None  # (tenant, member): its slot in the tenant's count
         self.evicted = False  # its place in the process's counts was given to another tenant's stream
+        self.live = False  # listen() returned it: only such a stream is ever ended for another
         self._queue: asyncio.Queue[str | Resync | None] = asyncio.Queue(maxsize=max(queue_size, 2))
         self._closed = False
 
@@ -197,10 +199,8 @@ class Feed:
         try:
             if tenant is not None and self.slots.enabled:
                 listener.slot = (tenant, await self.slots.take(tenant))
-            if (
-                victim is not None
-            ):  # only once the newcomer holds its tenant's slot: a refused one ends nobody
-                self._evict(victim, listener.tenant)
+            if victim is not None:  # once the newcomer holds its tenant's slot: a refused one ends nobody
+                self._evict(victim)
                 victim = None
             self._start()
             listeners = self._listeners.setdefault(channel, set())
@@ -211,15 +211,16 @@ class Feed:
             with anyio.fail_after(self.subscribe_timeout_s):
                 await live.wait()
         except (TimeoutError, RedisError, TenantStreamsFull) as exc:
-            self._restore(victim)
+            self._restore(victim, listener.tenant)
             await listener.aclose()
             if isinstance(exc, TenantStreamsFull):
                 raise TooManyStreams(str(exc)) from None
             raise FeedUnavailable("the store did not confirm the subscription; retry later") from None
         except BaseException:
-            self._restore(victim)
+            self._restore(victim, listener.tenant)
             await listener.aclose()
             raise
+        listener.live = True
         return listener
 
     def _reserve(self, listener: Listener) -> Listener | None:
@@ -240,6 +241,7 @@ class Feed:
                 )
             self._evicting.add(victim)
             self._uncount(victim)
+            self._promised(listener.tenant)
         self._total += 1
         self._per_credential[credential_id] += 1
         self._per_tenant.setdefault(listener.tenant, []).append(listener)
@@ -249,8 +251,8 @@ class Feed:
         """At the process's total: the newest stream of the tenant holding the most here, when it holds at
         least two more than ``tenant`` (it still holds as many as ``tenant`` after giving one), and ``tenant``
         ended none within ``eviction_interval_s`` (a tenant that opens and closes streams does not end one per
-        request);
-        else None."""
+        request); else None. Only a stream whose ``listen()`` returned is ended: a newcomer still waiting for its
+        own slot is never another's victim (a review found the count passing the total that way)."""
         last_s = self._last_eviction_s.get(tenant)
         if not self._per_tenant or (
             last_s is not None and time.monotonic() - last_s < self.eviction_interval_s
@@ -260,12 +262,23 @@ class Feed:
         held = self._per_tenant.get(tenant, [])
         if most == tenant or len(self._per_tenant[most]) < len(held) + 2:
             return None
-        return self._per_tenant[most][-1]
+        return next((listener for listener in reversed(self._per_tenant[most]) if listener.live), None)
 
-    def _evict(self, victim: Listener, for_tenant: str) -> None:
-        """End ``victim``'s stream, counted out by :meth:`_reserve`, for ``for_tenant``'s (its slot in its
-        tenant's count across processes is given back when the stream has ended). Nothing when it ended meanwhile."""
-        self._last_eviction_s[for_tenant] = time.monotonic()
+    def _promised(self, tenant: str) -> None:
+        """``tenant`` was promised a stream's place now: it ends no other within ``eviction_interval_s`` (noted at
+        the promise, so newcomers of one tenant waiting at once cannot each end one)."""
+        now_s = time.monotonic()
+        if len(self._last_eviction_s) > MAX_REMEMBERED_TENANTS:
+            self._last_eviction_s = {
+                name: at_s
+                for name, at_s in self._last_eviction_s.items()
+                if now_s - at_s < self.eviction_interval_s
+            }
+        self._last_eviction_s[tenant] = now_s
+
+    def _evict(self, victim: Listener) -> None:
+        """End ``victim``'s stream, counted out by :meth:`_reserve` (its slot in its tenant's count across
+        processes is given back when the stream has ended). Nothing when it ended meanwhile."""
         if victim not in self._evicting:
             return
         self._evicting.discard(victim)
@@ -275,10 +288,13 @@ class Feed:
         )
         victim.offer(None)
 
-    def _restore(self, victim: Listener | None) -> None:
-        """A stream promised to a newcomer that was then refused (its tenant's slot) or failed: it goes on,
-        counted again (unless it ended meanwhile)."""
-        if victim is None or victim not in self._evicting:
+    def _restore(self, victim: Listener | None, tenant: str) -> None:
+        """A stream promised to ``tenant``'s newcomer that was then refused (its tenant's slot) or failed: it goes
+        on, counted again (unless it ended meanwhile), and the tenant may be promised another."""
+        if victim is None:
+            return
+        self._last_eviction_s.pop(tenant, None)  # the promise let it: no other within the interval
+        if victim not in self._evicting:
             return
         self._evicting.discard(victim)
         self._total += 1

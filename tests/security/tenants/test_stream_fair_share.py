@@ -82,3 +82,26 @@ def test_a_newcomer_refused_its_tenants_slot_ends_nobody_and_a_tenant_ends_one_s
             await elsewhere.aclose()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_newcomers_of_one_tenant_arriving_together_end_one_stream(make_settings: Any) -> None:
+    """A review: the interval was noted when a stream ended, after the newcomer's await for its tenant's slot, so
+    newcomers of one tenant waiting at once each ended a stream. Now it is noted at the promise."""
+    prefix = make_settings().key_prefix
+
+    async def scenario() -> None:
+        feed = Feed(make_settings(), max_streams=6, max_streams_per_credential=10, tenant_max_streams=10)
+        try:
+            a = [await feed.listen(f"{prefix}a{i}", "key_a", "tenant-a") for i in range(6)]
+            results = await asyncio.gather(
+                feed.listen(f"{prefix}c0", "key_c", "tenant-c"),
+                feed.listen(f"{prefix}c1", "key_c", "tenant-c"),
+                return_exceptions=True,
+            )
+            assert sorted(type(r).__name__ for r in results) == ["Listener", "TooManyStreams"]
+            assert [listener.evicted for listener in a] == [False] * 5 + [True]
+            assert feed.open_streams == 6
+        finally:
+            await feed.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
