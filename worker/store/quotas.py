@@ -214,7 +214,7 @@ def retained_refusal(
     ((total, retry_s),) = retained_counts(client, [[k.retained_events for k in every]], window_s)
     if total + adding <= max_events:
         return None
-    return f"OVERLIMIT events {total} {retry_s}"
+    return f"OVERLIMIT events {total} {0 if adding > max_events else retry_s}"  # alone over it: waiting won't help
 
 
 class UserOverQuota(NamedTuple):

@@ -238,8 +238,10 @@ class StoreReads:
             if total + sum(units[i] for i in mine) <= settings.user_max_events:
                 continue
             fresh = self._fresh(k, events) if fresh is None else fresh  # a duplicate stores nothing
-            if total + sum(units[i] for i in mine if fresh[i]) > settings.user_max_events:
-                return f"OVERLIMIT userevents {place} {total} {retry_s}"
+            adding = sum(units[i] for i in mine if fresh[i])
+            if total + adding > settings.user_max_events:
+                alone = adding > settings.user_max_events  # waiting does not help
+                return f"OVERLIMIT userevents {place} {total} {0 if alone else retry_s}"
         return None
 
     def _fresh(self, k: Keys, events: Sequence[PreparedEvent]) -> list[bool]:

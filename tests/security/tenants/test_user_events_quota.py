@@ -122,3 +122,7 @@ def test_a_first_batch_over_the_share_is_refused_as_too_large_not_taken(
     assert tenant_over.status_code == 429 and "AGENT_SIGNAL_TENANT_MAX_EVENTS" in tenant_over.text
     assert "this request alone is over it" in tenant_over.text
     assert send(carol, "c", 5).status_code == 202
+    # with some counted now, a batch that is over the quota on its own is still told waiting will not help
+    alone = send(bearer(operate), "u", 9)
+    assert alone.status_code == 429 and "this request alone is over it" in alone.text
+    assert "retry-after" not in alone.headers

@@ -17,10 +17,10 @@
 --    duplicate); or nil and the error reply refusing the batch
 local USER_KEYS, USER_ARGS = 1, 1
 local USER_EVENTS_KEYS, USER_EVENTS_ARGS = 1, 1
--- When a retained count over its quota frees room: the oldest counted slot's end; 0 when nothing is counted (the
--- batch alone is over the quota: waiting does not help, a smaller batch may).
-local function retained_retry_s(oldest, now, slot_ms)
-  if oldest == nil then return 0 end
+-- When a retained count over its quota frees room for a batch of `fresh` units: the oldest counted slot's end; 0
+-- when the batch alone is over the quota, or nothing is counted (waiting does not help, a smaller batch may).
+local function retained_retry_s(oldest, now, slot_ms, fresh, max)
+  if oldest == nil or fresh > max then return 0 end
   return math.max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
 end
 -- The tenant's retained events with the batch's new ones, checked against max (a duplicate stores nothing).
@@ -36,7 +36,8 @@ local function tenant_events(key, events, units, max, now, slot_ms)
     end
   end
   if held + fresh > max then
-    return nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retained_retry_s(oldest, now, slot_ms))
+    local retry_s = retained_retry_s(oldest, now, slot_ms, fresh, max)
+    return nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retry_s)
   end
   return stale, nil
 end
@@ -55,7 +56,7 @@ local function user_shares(events, units, n, k, a, max, now, slot_ms)
         if e.user_id == user_id and not e.exists then fresh = fresh + units[i] end
       end
       if held + fresh > max then
-        local retry_s = retained_retry_s(oldest, now, slot_ms)
+        local retry_s = retained_retry_s(oldest, now, slot_ms, fresh, max)
         return nil, redis.error_reply('OVERLIMIT userevents ' .. place .. ' ' .. held .. ' ' .. retry_s)
       end
     end
