@@ -136,24 +136,37 @@ class _DeadlineBackend(httpcore.NetworkBackend):
 
 class DeadlineTransport(httpx.HTTPTransport):
     """httpx's transport with httpx's default pool, over :class:`_DeadlineBackend` (httpx has no option for a
-    network backend, so its pool is replaced; the exception mapping and the rest stay httpx's)."""
+    network backend, so its pool is replaced; the exception mapping and the rest stay httpx's). ``proxy``: an
+    http(s):// proxy every request goes through, over the same backend."""
 
-    def __init__(self) -> None:
+    def __init__(self, proxy: str | None = None) -> None:
         super().__init__()
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's defaults
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=_DeadlineBackend(),
+        shared: dict[str, Any] = {
+            "ssl_context": httpx.create_ssl_context(),
+            "max_connections": limits.max_connections,
+            "max_keepalive_connections": limits.max_keepalive_connections,
+            "keepalive_expiry": limits.keepalive_expiry,
+            "network_backend": _DeadlineBackend(),
+        }
+        self._pool = (
+            httpcore.ConnectionPool(**shared)
+            if proxy is None
+            else httpcore.HTTPProxy(proxy_url=proxy, **shared)
         )
 
 
-def deadline_transport() -> DeadlineTransport | None:
-    """The clients' own transport: :class:`DeadlineTransport`, or None where the environment names a proxy
-    (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``): httpx mounts its proxy transports only when it is given no
-    transport, so a given one sent every request past the proxy (a review). Through a proxy the deadline caps each
-    connect, read and write (:meth:`Deadline.attempt_timeout`), not the whole answer."""
+def deadline_transport(url: str) -> httpx.BaseTransport:
+    """The transport of a client of the door at ``url``: :class:`DeadlineTransport`, through the proxy the
+    environment names for it (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, unless ``NO_PROXY`` names its host)
+    when there is one. A client given a transport no longer reads those variables itself: a review found the
+    first version sending every request past the proxy, the next dropping the deadline wherever a proxy variable
+    was set. A SOCKS proxy goes through httpx's own transport: the deadline then caps each read, not the answer."""
+    parsed = httpx.URL(url)
     proxies = urllib.request.getproxies()
-    return None if any(proxies.get(scheme) for scheme in ("http", "https", "all")) else DeadlineTransport()
+    proxy = proxies.get(parsed.scheme) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass(parsed.host):
+        return DeadlineTransport()
+    if httpx.URL(proxy).scheme in ("http", "https"):
+        return DeadlineTransport(proxy)
+    return httpx.HTTPTransport(proxy=proxy)

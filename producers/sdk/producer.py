@@ -253,7 +253,7 @@ class HttpProducer:
         self.max_wait_s = max_wait_s
         self.timeout_s = timeout_s
         self.client = client or httpx.Client(
-            base_url=door_url(url), timeout=timeout_s, transport=deadline_transport()
+            base_url=door_url(url), timeout=timeout_s, transport=deadline_transport(door_url(url))
         )
         self.sleep: Callable[[float], None] = time.sleep  # the wait before a retry (tests record it)
         # 0.5 s, 1, 2, 4, then 8 at most, each plus up to 0.5 s of jitter

@@ -67,7 +67,7 @@ class SessionClient:
         self.headers = bearer_headers(bearer_token(token))  # per call: a given client has none of ours
         self.timeout_s = timeout_s
         self.http = client or httpx.Client(
-            base_url=door_url(url), timeout=timeout_s, transport=deadline_transport()
+            base_url=door_url(url), timeout=timeout_s, transport=deadline_transport(door_url(url))
         )
 
     def __enter__(self) -> SessionClient:

@@ -167,7 +167,7 @@ class HttpSender:
         """ "no answer … within N s" for a batch sent and timed out, else the "cannot reach" line."""
         if exc.timed_out:
             message = f"no answer from {display_url(self.url)} within {self.http.timeout_s:g} s"
-            return CliError(message, maybe_stored=True)
+            return CliError(message, maybe_stored=exc.maybe_stored)  # a connect the deadline cut sent nothing
         cause = exc.__cause__
         if isinstance(cause, httpx.TransportError):
             error = unreachable(self.url, cause)

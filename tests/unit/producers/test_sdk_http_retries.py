@@ -218,9 +218,27 @@ def trickle() -> Iterator[Callable[[bytes], str]]:
 
 @pytest.mark.timeout(60)  # before the fix the call never ended: this fails it in a minute
 @pytest.mark.parametrize("answer", [STATUS_LINE_TRICKLE, BODY_TRICKLE], ids=["headers", "body"])
-def test_a_trickling_door_is_cut_off_at_the_deadline(trickle: Callable[[bytes], str], answer: bytes) -> None:
+@pytest.mark.parametrize("proxied", [False, True], ids=["direct", "proxy-bypassed"])
+def test_a_trickling_door_is_cut_off_at_the_deadline(
+    trickle: Callable[[bytes], str], answer: bytes, proxied: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Ten bytes a second never trip httpx's read timeout: the call's deadline ends it, as NoAnswer saying it
-    timed out (the request was on its way: its events may be stored)."""
+    timed out (the request was on its way: its events may be stored). Also with a proxy variable set and the
+    door's host in NO_PROXY (a review: any proxy variable dropped the deadline)."""
+    for name in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    if proxied:
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there: a use would fail
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     with HttpProducer(trickle(answer), timeout_s=1) as producer:
         with pytest.raises(NoAnswer) as raised:
             producer.enqueue(EVENT)
