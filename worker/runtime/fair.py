@@ -169,19 +169,10 @@ class FairQueue:
         pipe = self.client.pipeline(transaction=False)
         # One ref: one call. A cluster pipeline cannot load scripts: one call each there too.
         batched = len(refs) > 1 and isinstance(pipe, Pipeline)
-        sent = []
-        for ref in refs:
-            tenant, _ = split_scope_ref(ref)
-            call = ReadyPush(
-                ring=self.keys.ready_tenants,
-                ready=self.keys.ready(tenant),
-                tickets=self.keys.drain_tickets,
-                tenant=tenant,
-                scope_ref=ref,
-                tickets_max=self.messages_max,
-                ticket_ttl_ms=self.ticket_ttl_ms,
-            )
-            sent.append(self.scripts.run(call, client=pipe if batched else None))
+        sent = [
+            self.scripts.run(self._ready_push(ref, self.messages_max), client=pipe if batched else None)
+            for ref in refs
+        ]
         if batched:
             sent = pipe.execute()
         return sum(1 for one in sent if one)
@@ -189,17 +180,21 @@ class FairQueue:
     def push_due(self, ref: str) -> None:
         """A delayed drain of ``ref`` that came due: the scope made ready in its tenant's turn, with a ticket for
         the message that now goes on as a drain_next message (taken past the cap: the message is out already)."""
+        self.scripts.run(self._ready_push(ref, TICKETS_UNCAPPED))
+
+    def _ready_push(self, ref: str, tickets_max: int) -> ReadyPush:
+        """READY_PUSH's call for ``ref``: its tenant's ready list, a ticket taken while fewer than ``tickets_max``
+        are out."""
         tenant, _ = split_scope_ref(ref)
-        call = ReadyPush(
+        return ReadyPush(
             ring=self.keys.ready_tenants,
             ready=self.keys.ready(tenant),
             tickets=self.keys.drain_tickets,
             tenant=tenant,
             scope_ref=ref,
-            tickets_max=TICKETS_UNCAPPED,
+            tickets_max=tickets_max,
             ticket_ttl_ms=self.ticket_ttl_ms,
         )
-        self.scripts.run(call)
 
     def pop_call(self) -> ReadyPop:
         """READY_POP's call (also what POP_ACQUIRE pops with: ScopeLease.acquire_ready)."""
