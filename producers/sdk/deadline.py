@@ -139,7 +139,7 @@ class DeadlineTransport(httpx.HTTPTransport):
     network backend, so its pool is replaced; the exception mapping and the rest stay httpx's). ``proxy``: an
     http(s):// proxy every request goes through, over the same backend."""
 
-    def __init__(self, proxy: str | None = None) -> None:
+    def __init__(self, proxy: httpx.Proxy | None = None) -> None:
         super().__init__()
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's defaults
         shared: dict[str, Any] = {
@@ -149,24 +149,38 @@ class DeadlineTransport(httpx.HTTPTransport):
             "keepalive_expiry": limits.keepalive_expiry,
             "network_backend": _DeadlineBackend(),
         }
-        self._pool = (
-            httpcore.ConnectionPool(**shared)
-            if proxy is None
-            else httpcore.HTTPProxy(proxy_url=proxy, **shared)
+        if proxy is None:
+            self._pool = httpcore.ConnectionPool(**shared)
+            return
+        target = proxy.url
+        self._pool = httpcore.HTTPProxy(  # as httpx's own transport makes it: the proxy's credentials too
+            proxy_url=httpcore.URL(
+                scheme=target.raw_scheme, host=target.raw_host, port=target.port, target=target.raw_path
+            ),
+            proxy_auth=proxy.raw_auth,
+            proxy_headers=proxy.headers.raw,
+            proxy_ssl_context=proxy.ssl_context,
+            **shared,
         )
 
 
 def deadline_transport(url: str) -> httpx.BaseTransport:
     """The transport of a client of the door at ``url``: :class:`DeadlineTransport`, through the proxy the
-    environment names for it (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, unless ``NO_PROXY`` names its host)
-    when there is one. A client given a transport no longer reads those variables itself: a review found the
-    first version sending every request past the proxy, the next dropping the deadline wherever a proxy variable
-    was set. A SOCKS proxy goes through httpx's own transport: the deadline then caps each read, not the answer."""
+    environment names for it (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, unless ``NO_PROXY`` names its host,
+    or its host and port) when there is one, its credentials sent as httpx sends them. A client given a transport
+    no longer reads those variables itself: reviews found the first version sending every request past the proxy,
+    the next dropping the deadline wherever a proxy variable was set, the next dropping the proxy's credentials. A
+    SOCKS proxy goes through httpx's own transport: the deadline then caps each read, not the answer."""
     parsed = httpx.URL(url)
     proxies = urllib.request.getproxies()
-    proxy = proxies.get(parsed.scheme) or proxies.get("all")
-    if not proxy or urllib.request.proxy_bypass(parsed.host):
+    given = proxies.get(parsed.scheme) or proxies.get("all")
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    if not given or urllib.request.proxy_bypass(f"{host}:{parsed.port}" if parsed.port else host):
         return DeadlineTransport()
-    if httpx.URL(proxy).scheme in ("http", "https"):
+    try:
+        proxy = httpx.Proxy(given if "://" in given else f"http://{given}")  # "proxy:3128", as httpx reads it
+    except (httpx.InvalidURL, ValueError):
+        raise ValueError("the environment's proxy variable for the door is not a URL (not shown)") from None
+    if proxy.url.scheme in ("http", "https"):
         return DeadlineTransport(proxy)
     return httpx.HTTPTransport(proxy=proxy)

@@ -57,6 +57,7 @@ NOTHING_SENT: tuple[type[httpx.TransportError], ...] = (
     httpx.ConnectError,
     httpx.ConnectTimeout,
     httpx.PoolTimeout,
+    httpx.ProxyError,  # the proxy refused the tunnel (a 407, a door it cannot reach): nothing reached the door
 )
 _SECONDS = re.compile(r"\d+(\.\d+)?")
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -112,14 +114,15 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 def _read_and_send(sender: DirectSender | HttpSender, args: argparse.Namespace, tally: Tally) -> int:
     summary = tally.summary
     try:
+        # a bar's total, when a bar is shown: one quick pass over a regular file (a pipe read twice is drained)
+        counted = sys.stderr.isatty() and args.file != "-" and stat.S_ISREG(os.stat(args.file).st_mode)
+        progress = Progress(count_lines(args.file) if counted else None)
         lines = open_lines(args.file)  # read as they are sent: a file of any size in bounded memory
-        shown = sys.stderr.isatty() and args.file != "-"  # a bar's total: one quick pass, when a bar is shown
-        progress = Progress(count_lines(args.file) if shown else None)
     except OSError as exc:
         print(f"agent-signal enqueue: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return 2
     try:
-        _send_all(sender, _readable(lines, args.file), args, tally, progress)
+        _send_all(sender, _readable(lines), args, tally, progress)
     except CliError as exc:  # e.g. a 401, or the server went away: nothing more will pass
         progress.close()
         print(f"agent-signal enqueue: {exc}{_maybe_stored(exc)}", file=sys.stderr)
@@ -133,13 +136,20 @@ def _read_and_send(sender: DirectSender | HttpSender, args: argparse.Namespace, 
     return 1 if summary["rejected"] else 0
 
 
-def _readable(lines: Iterator[Line], path: str) -> Iterator[Line]:
-    """``lines``, a read that fails partway (a disk error, a file cut short under us) raised as a CliError: the
-    lines before it are sent and counted, and the summary follows."""
+class _ReadFailed(Exception):
+    """A read of the input that failed partway (a disk error, a file cut short under us): ``cause``."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _readable(lines: Iterator[Line]) -> Iterator[Line]:
+    """``lines``, an OSError partway raised as :class:`_ReadFailed` (``_send_all`` sends what it read first)."""
     try:
         yield from lines
     except OSError as exc:
-        raise CliError(f"cannot read {path} past the lines sent so far: {exc.strerror or exc}") from None
+        raise _ReadFailed(exc) from None
 
 
 def summary_json(summary: dict[str, int]) -> str:
@@ -206,17 +216,27 @@ def _send_all(
     counted and reported when it is met, rejections of the server go to stderr, ``--ids`` lines to stdout, counts
     to the tally."""
     batch: list[Pending] = []
-    handled = 0  # lines whose outcome is known: the rejected ones as they are read, the sent ones per batch
-    for number, event, rejection in lines:
-        if event is None:
-            tally.summary["rejected"] += 1
-            _say_rejection(number, rejection)
-            handled += 1
-            continue
-        batch.append((number, event))
-        if len(batch) == args.batch:
-            handled += _send_batch(sender, batch, args, tally, progress, handled)
-            batch = []
+    handled, last_read = (
+        0,
+        0,
+    )  # lines whose outcome is known (rejected as read, sent per batch); the last read
+    try:
+        for number, event, rejection in lines:
+            last_read = number
+            if event is None:
+                tally.summary["rejected"] += 1
+                _say_rejection(number, rejection)
+                handled += 1
+                continue
+            batch.append((number, event))
+            if len(batch) == args.batch:
+                handled += _send_batch(sender, batch, args, tally, progress, handled)
+                batch = []
+    except _ReadFailed as failed:  # what was read is sent, then the failure names where the reading stopped
+        if batch:
+            _send_batch(sender, batch, args, tally, progress, handled)
+        reason = failed.cause.strerror or failed.cause
+        raise CliError(f"cannot read {args.file} after line {last_read}: {reason}") from None
     if batch:
         _send_batch(sender, batch, args, tally, progress, handled)
 

@@ -66,8 +66,10 @@ def open_lines(path: str) -> Iterator[Line]:
 
 def count_lines(path: str) -> int:
     """How many lines of the file at ``path`` are not blank (a progress bar's total), without parsing them."""
-    with open(path, "rb") as stream:
-        return sum(1 for raw in _raw_lines(stream) if raw.strip().removeprefix(b"\xef\xbb\xbf").strip())
+    with open(path, "rb") as stream:  # blank as parse_line finds it: Unicode whitespace, a byte order mark
+        return sum(
+            1 for raw in _raw_lines(stream) if raw.decode("utf-8", "replace").strip().lstrip("\ufeff").strip()
+        )
 
 
 def _parsed(stream: IO[bytes], *, close: bool) -> Iterator[Line]:

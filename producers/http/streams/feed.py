@@ -97,6 +97,7 @@ class Listener:
         self.slot: tuple[str, str] | None = None  # (tenant, member): its slot in the tenant's count
         self.evicted = False  # its place in the process's counts was given to another tenant's stream
         self.live = False  # listen() returned it: only such a stream is ever ended for another
+        self.promised_at_s: float | None = None  # when a place was promised to it (time.monotonic())
         self._queue: asyncio.Queue[str | Resync | None] = asyncio.Queue(maxsize=max(queue_size, 2))
         self._closed = False
 
@@ -211,13 +212,13 @@ class Feed:
             with anyio.fail_after(self.subscribe_timeout_s):
                 await live.wait()
         except (TimeoutError, RedisError, TenantStreamsFull) as exc:
-            self._restore(victim, listener.tenant)
+            self._restore(victim, listener)
             await listener.aclose()
             if isinstance(exc, TenantStreamsFull):
                 raise TooManyStreams(str(exc)) from None
             raise FeedUnavailable("the store did not confirm the subscription; retry later") from None
         except BaseException:
-            self._restore(victim, listener.tenant)
+            self._restore(victim, listener)
             await listener.aclose()
             raise
         listener.live = True
@@ -241,7 +242,7 @@ class Feed:
                 )
             self._evicting.add(victim)
             self._uncount(victim)
-            self._promised(listener.tenant)
+            listener.promised_at_s = self._promised(listener.tenant)
         self._total += 1
         self._per_credential[credential_id] += 1
         self._per_tenant.setdefault(listener.tenant, []).append(listener)
@@ -264,7 +265,7 @@ class Feed:
             return None
         return next((listener for listener in reversed(self._per_tenant[most]) if listener.live), None)
 
-    def _promised(self, tenant: str) -> None:
+    def _promised(self, tenant: str) -> float:
         """``tenant`` was promised a stream's place now: it ends no other within ``eviction_interval_s`` (noted at
         the promise, so newcomers of one tenant waiting at once cannot each end one)."""
         now_s = time.monotonic()
@@ -275,6 +276,7 @@ class Feed:
                 if now_s - at_s < self.eviction_interval_s
             }
         self._last_eviction_s[tenant] = now_s
+        return now_s
 
     def _evict(self, victim: Listener) -> None:
         """End ``victim``'s stream, counted out by :meth:`_reserve` (its slot in its tenant's count across
@@ -288,12 +290,14 @@ class Feed:
         )
         victim.offer(None)
 
-    def _restore(self, victim: Listener | None, tenant: str) -> None:
-        """A stream promised to ``tenant``'s newcomer that was then refused (its tenant's slot) or failed: it goes
-        on, counted again (unless it ended meanwhile), and the tenant may be promised another."""
+    def _restore(self, victim: Listener | None, newcomer: Listener) -> None:
+        """A stream promised to ``newcomer`` that was then refused (its tenant's slot) or failed: it goes on,
+        counted again (unless it ended meanwhile), and the tenant may be promised another (unless a later promise
+        of its own was noted since: that one stands)."""
         if victim is None:
             return
-        self._last_eviction_s.pop(tenant, None)  # the promise let it: no other within the interval
+        if self._last_eviction_s.get(newcomer.tenant) == newcomer.promised_at_s:
+            del self._last_eviction_s[newcomer.tenant]
         if victim not in self._evicting:
             return
         self._evicting.discard(victim)

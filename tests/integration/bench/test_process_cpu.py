@@ -42,13 +42,15 @@ def test_every_shape_is_measured_on_real_workers(monkeypatch: pytest.MonkeyPatch
         return real_workers(settings, count)
 
     monkeypatch.setattr(process_cpu, "workers", counted)
-    (measured,) = process_cpu.measure(events=20, rounds=1, processes=1)
+    # enough events that Redis's share passes a clock tick (10 ms) however the ticks fall: 20 lone events took ~4 ms
+    # of its CPU, and a clean-clone run read 0.0
+    (measured,) = process_cpu.measure(events=150, rounds=1, processes=1)
     assert started == [1]  # --processes: every shape on that many worker processes
     splits = list(measured)
     assert [(s.shape, s.events) for s in splits] == [
-        ("spread (1 event/scope)", 20),
-        ("burst (8 scopes)", 40),
-        ("no-op task", 20),
+        ("spread (1 event/scope)", 150),
+        ("burst (8 scopes)", 300),
+        ("no-op task", 150),
     ]
     assert all(s.wall_s > 0 and "cores busy" in s.row() for s in splits)
     # the right processes are read: the workers and Redis did the work (clock ticks: summed over the shapes)

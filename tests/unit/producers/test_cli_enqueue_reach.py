@@ -252,3 +252,35 @@ def test_a_console_request_timed_out_is_no_answer_not_unreachable() -> None:
         == "cannot reach http://127.0.0.1:9 (connection refused); is the stack running? (make run)"
     )
     assert not refused.maybe_stored
+
+
+def test_a_read_that_fails_partway_sends_what_was_read_and_names_the_line() -> None:
+    """A review: an OSError partway through the file lost the batch being read (up to --batch - 1 lines read and
+    never sent), and the message named no line to resume from."""
+    import argparse
+
+    from producers.cli.enqueue.command import Progress, Tally, _readable, _send_all
+    from producers.cli.enqueue.lines import Line
+    from producers.cli.reach.target import CliError
+    from worker.intake.source_event import EnqueueResult
+
+    class Sender:
+        sent: list[int] = []
+
+        def send(self, chunk: list[tuple[int, dict[str, Any]]]) -> list[Any]:
+            Sender.sent += [number for number, _ in chunk]
+            return [
+                (n, EnqueueResult(event_id=f"e{n}", source_id=f"s{n}", status="accepted"), None)
+                for n, _ in chunk
+            ]
+
+    def lines() -> Iterator[Line]:
+        for number in range(1, 8):
+            yield Line(number, {"sourceId": f"s{number}"}, None)
+        raise OSError(5, "Input/output error")
+
+    tally = Tally()
+    args = argparse.Namespace(batch=5, ids=False, file="events.jsonl")
+    with pytest.raises(CliError, match=r"cannot read events.jsonl after line 7: Input/output error"):
+        _send_all(Sender(), _readable(lines()), args, tally, Progress(None))  # type: ignore[arg-type]
+    assert Sender.sent == [1, 2, 3, 4, 5, 6, 7] and tally.summary["accepted"] == 7 and tally.last_line == 7

@@ -263,6 +263,7 @@ class _Proxy(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         _Proxy.seen.append(self.requestline)
+        _Proxy.seen.append(self.headers.get("proxy-authorization") or "")
         length = int(self.headers.get("content-length", "0"))
         self.rfile.read(length)
         body = b'{"results":[{"eventId":"evt_1","sourceId":"via-proxy","status":"accepted"}]}'
@@ -276,9 +277,16 @@ class _Proxy(BaseHTTPRequestHandler):
         pass
 
 
-def test_the_environments_proxy_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A review: the SDK's own transport switched httpx's environment proxies off, so callers behind a corporate
-    proxy connected straight to the door. With HTTP_PROXY set the request goes through the proxy."""
+@pytest.mark.parametrize(
+    ("form", "auth"),
+    [("http://{at}", ""), ("{at}", ""), ("http://user:s3cret@{at}", "Basic dXNlcjpzM2NyZXQ=")],
+    ids=["url", "no-scheme", "credentials"],
+)
+def test_the_environments_proxy_is_used(monkeypatch: pytest.MonkeyPatch, form: str, auth: str) -> None:
+    """Reviews: the SDK's own transport switched httpx's environment proxies off, so callers behind a corporate
+    proxy connected straight to the door; then its proxy dropped the proxy's credentials, and a variable without
+    a scheme (``proxy:3128``) broke the client. With HTTP_PROXY set the request goes through the proxy, as
+    httpx's own transport sends it."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     _Proxy.seen = []
@@ -293,11 +301,11 @@ def test_the_environments_proxy_is_used(monkeypatch: pytest.MonkeyPatch) -> None
             "http_proxy",
         ):
             monkeypatch.delenv(name, raising=False)
-        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setenv("HTTP_PROXY", form.format(at=f"127.0.0.1:{server.server_address[1]}"))
         with HttpProducer("http://door.invalid:8000", max_retries=0) as producer:
             result = producer.enqueue({"sourceType": "test.timeline", "sourceId": "via-proxy", "payload": {}})
         assert result.status == "accepted"
-        assert _Proxy.seen == ["POST http://door.invalid:8000/v1/events HTTP/1.1"]
+        assert _Proxy.seen == ["POST http://door.invalid:8000/v1/events HTTP/1.1", auth]
     finally:
         server.shutdown()
         server.server_close()
