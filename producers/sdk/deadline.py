@@ -175,7 +175,11 @@ def deadline_transport(url: str) -> httpx.BaseTransport:
     proxies = urllib.request.getproxies()
     given = proxies.get(parsed.scheme) or proxies.get("all")
     host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
-    if not given or urllib.request.proxy_bypass(f"{host}:{parsed.port}" if parsed.port else host):
+    # NO_PROXY may name the host and port, or the host alone (an IPv6 one without brackets: "::1")
+    if not given or any(
+        urllib.request.proxy_bypass(name)
+        for name in (f"{host}:{parsed.port}" if parsed.port else host, parsed.host)
+    ):
         return DeadlineTransport()
     try:
         proxy = httpx.Proxy(given if "://" in given else f"http://{given}")  # "proxy:3128", as httpx reads it

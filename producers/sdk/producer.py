@@ -350,7 +350,7 @@ BACKOFF_INITIAL_S = 0.5  # the first backoff, doubled each attempt, plus up to t
 BACKOFF_MAX_S = 8.0
 DEADLINE_SLACK_S = 0.05  # a timeout this close to the deadline is the deadline's (a socket's timer is coarse)
 # failures after the request may have left (NOTHING_SENT, caught first, are before): retried, the door dedupes
-RETRIED_TRANSPORT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError)
+RETRIED_TRANSPORT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 @dataclass

@@ -233,10 +233,17 @@ def _send_all(
                 handled += _send_batch(sender, batch, args, tally, progress, handled)
                 batch = []
     except _ReadFailed as failed:  # what was read is sent, then the failure names where the reading stopped
+        where = f"after line {last_read}" if last_read else "before any line was read"
+        unread = f"cannot read {args.file} {where}: {failed.cause.strerror or failed.cause}"
         if batch:
-            _send_batch(sender, batch, args, tally, progress, handled)
-        reason = failed.cause.strerror or failed.cause
-        raise CliError(f"cannot read {args.file} after line {last_read}: {reason}") from None
+            try:
+                _send_batch(sender, batch, args, tally, progress, handled)
+            except (
+                CliError
+            ) as exc:  # the send failed too: both are said (a Stopped keeps its unsettled lines)
+                exc.args = (f"{exc}; and {unread}",)
+                raise
+        raise CliError(unread) from None
     if batch:
         _send_batch(sender, batch, args, tally, progress, handled)
 

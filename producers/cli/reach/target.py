@@ -314,6 +314,10 @@ def unreachable(url: str, exc: httpx.TransportError, *, timeout_s: float | None 
     if sent and isinstance(exc, httpx.TimeoutException):
         within = f" within {timeout_s:g} s" if timeout_s is not None else " in time"
         return CliError(f"no answer from {display_url(url)}{within}", maybe_stored=True)
-    return CliError(
-        f"cannot reach {display_url(url)} ({transport_reason(exc)}); {START_HINT}", maybe_stored=sent
+    # a proxy that refused the tunnel (its credentials, its rules) is no stack to start
+    hint = (
+        "check the proxy (HTTP_PROXY, HTTPS_PROXY, NO_PROXY)"
+        if isinstance(exc, httpx.ProxyError)
+        else START_HINT
     )
+    return CliError(f"cannot reach {display_url(url)} ({transport_reason(exc)}); {hint}", maybe_stored=sent)

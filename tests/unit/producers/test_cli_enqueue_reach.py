@@ -284,3 +284,28 @@ def test_a_read_that_fails_partway_sends_what_was_read_and_names_the_line() -> N
     with pytest.raises(CliError, match=r"cannot read events.jsonl after line 7: Input/output error"):
         _send_all(Sender(), _readable(lines()), args, tally, Progress(None))  # type: ignore[arg-type]
     assert Sender.sent == [1, 2, 3, 4, 5, 6, 7] and tally.summary["accepted"] == 7 and tally.last_line == 7
+
+
+def test_a_read_that_fails_before_any_line_or_with_the_send_says_both() -> None:
+    """A review: a read error before any line said "after line 0", and one whose last batch then failed to send
+    was not said at all."""
+    import argparse
+
+    from producers.cli.enqueue.command import Progress, Tally, _readable, _send_all
+    from producers.cli.enqueue.lines import Line
+    from producers.cli.reach.target import CliError
+
+    class Refusing:
+        def send(self, chunk: list[tuple[int, dict[str, Any]]]) -> list[Any]:
+            raise CliError("cannot reach http://x (connection refused)")
+
+    def failing(count: int) -> Iterator[Line]:
+        for number in range(1, count + 1):
+            yield Line(number, {"sourceId": f"s{number}"}, None)
+        raise OSError(5, "Input/output error")
+
+    args = argparse.Namespace(batch=5, ids=False, file="f.jsonl")
+    with pytest.raises(CliError, match=r"^cannot read f.jsonl before any line was read: Input/output error$"):
+        _send_all(Refusing(), _readable(failing(0)), args, Tally(), Progress(None))  # type: ignore[arg-type]
+    with pytest.raises(CliError, match=r"connection refused\); and cannot read f.jsonl after line 3: Input"):
+        _send_all(Refusing(), _readable(failing(3)), args, Tally(), Progress(None))  # type: ignore[arg-type]

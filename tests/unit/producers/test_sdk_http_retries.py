@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
 
@@ -309,3 +310,19 @@ def test_the_environments_proxy_is_used(monkeypatch: pytest.MonkeyPatch, form: s
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("no_proxy", ["::1", "localhost,127.0.0.1,::1", "[::1]", "[::1]:8000"])
+def test_no_proxy_names_an_ipv6_door_as_httpx_reads_it(
+    monkeypatch: pytest.MonkeyPatch, no_proxy: str
+) -> None:
+    """A review: with the host passed bracketed, ``NO_PROXY=::1`` no longer matched an IPv6 door, which httpx
+    bypasses; such a door goes straight, with the deadline's transport."""
+    from producers.sdk.deadline import DeadlineTransport, deadline_transport
+
+    for name in ("HTTPS_PROXY", "ALL_PROXY", "https_proxy", "all_proxy", "http_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+    transport = deadline_transport("http://[::1]:8000")
+    assert isinstance(transport, DeadlineTransport) and isinstance(transport._pool, httpcore.ConnectionPool)
