@@ -10,6 +10,7 @@ which ends (its client reconnects and catches up). The feed itself, on a real Re
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -101,6 +102,65 @@ def test_newcomers_of_one_tenant_arriving_together_end_one_stream(make_settings:
             assert sorted(type(r).__name__ for r in results) == ["Listener", "TooManyStreams"]
             assert [listener.evicted for listener in a] == [False] * 5 + [True]
             assert feed.open_streams == 6
+        finally:
+            await feed.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+class _HeldSlots:
+    """A tenant-slots stand-in whose take for ``held`` waits until released (a Redis that stalls), and which
+    then refuses it; every other tenant's take is granted at once."""
+
+    enabled = True
+
+    def __init__(self, held: str) -> None:
+        self.held = held
+        self.release = asyncio.Event()
+        self.waiting = asyncio.Event()
+        self.count = 0
+
+    async def take(self, tenant: str) -> str:
+        self.count += 1
+        if tenant == self.held and self.count == 7:  # the first newcomer of the held tenant
+            self.waiting.set()
+            await self.release.wait()
+            from producers.http.streams.slots import TenantStreamsFull
+
+            raise TenantStreamsFull("this tenant already holds its streams (the limit)")
+        return f"m{self.count}"
+
+    async def give_back(self, tenant: str, member: str) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_a_refused_newcomer_clears_only_its_own_eviction_note(make_settings: Any) -> None:
+    """A review: a newcomer whose slot took longer than the interval, then was refused, cleared the note a later
+    promise of its tenant had made, and the tenant ended another stream at once."""
+    prefix = make_settings().key_prefix
+
+    async def scenario() -> None:
+        feed = Feed(make_settings(), max_streams=6, max_streams_per_credential=10, eviction_interval_s=0.05)
+        slots = _HeldSlots("tenant-a")
+        feed.slots = slots  # type: ignore[assignment]
+        try:
+            b = [await feed.listen(f"{prefix}b{i}", "key_b", "tenant-b") for i in range(6)]
+            first = asyncio.ensure_future(feed.listen(f"{prefix}a0", "key_a", "tenant-a"))
+            await slots.waiting.wait()  # promised B's newest, its slot stalled
+            while time.monotonic() - feed._last_eviction_s["tenant-a"] < feed.eviction_interval_s:
+                await asyncio.sleep(
+                    0.01
+                )  # the interval passes (a wait for time, not for something not to happen)
+            await feed.listen(f"{prefix}a1", "key_a", "tenant-a")  # a later promise of A's, noted
+            note = feed._last_eviction_s["tenant-a"]
+            slots.release.set()
+            with pytest.raises(TooManyStreams):
+                await first
+            assert feed._last_eviction_s.get("tenant-a") == note  # the later note stands
+            assert sum(listener.evicted for listener in b) == 1 and feed.open_streams == 6
         finally:
             await feed.aclose()
 
