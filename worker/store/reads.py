@@ -232,9 +232,13 @@ class StoreReads:
             [[b.retained_user_events(user) for b in every] for user in users],
             settings.dedupe_window_s,
         )
+        positions: dict[str, list[int]] = {}  # each user's events, in one pass over the batch
+        for i, ev in enumerate(events):
+            if ev.user_id:
+                positions.setdefault(ev.user_id, []).append(i)
         fresh: list[bool] | None = None
         for place, (user, (total, retry_s)) in enumerate(zip(users, held, strict=True), start=1):
-            mine = [i for i, ev in enumerate(events) if ev.user_id == user]
+            mine = positions[user]
             if total + sum(units[i] for i in mine) <= settings.user_max_events:
                 continue
             fresh = self._fresh(k, events) if fresh is None else fresh  # a duplicate stores nothing

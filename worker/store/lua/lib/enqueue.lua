@@ -44,17 +44,19 @@ end
 -- The users' shares (n UserEvents layouts from KEYS[k], ARGV[a]): each user's count read and, with max above 0,
 -- checked with the batch's new events naming them. -> {user_id -> {key, stale, added = 0}} | nil, the refusal
 local function user_shares(events, units, n, k, a, max, now, slot_ms)
-  local counted = {}
+  local counted, fresh_of = {}, {}
+  if max > 0 and n > 0 then  -- each user's new units, in one pass over the batch (not one per user)
+    for i, e in ipairs(events) do
+      if not e.exists then fresh_of[e.user_id] = (fresh_of[e.user_id] or 0) + units[i] end
+    end
+  end
   for place = 1, n do
     local events_key = KEYS[k]
     local user_id = ARGV[a]
     k, a = k + USER_EVENTS_KEYS, a + USER_EVENTS_ARGS
     local held, oldest, stale = retained_count(events_key, now, slot_ms)
     if max > 0 then
-      local fresh = 0
-      for i, e in ipairs(events) do
-        if e.user_id == user_id and not e.exists then fresh = fresh + units[i] end
-      end
+      local fresh = fresh_of[user_id] or 0
       if held + fresh > max then
         local retry_s = retained_retry_s(oldest, now, slot_ms, fresh, max)
         return nil, redis.error_reply('OVERLIMIT userevents ' .. place .. ' ' .. held .. ' ' .. retry_s)
