@@ -1,9 +1,10 @@
 /**
  * The request core every resource shares: URL building, the bearer header, JSON bodies, and retries.
  *
- * Retried: `429` and `503` answers, and failures before any answer (network errors), at most `maxRetries` times.
- * The wait is the answer's `Retry-After` (seconds, or an HTTP date); a `503` or a network error without one waits
- * an exponential backoff with jitter (0.25-0.5 s, 0.5-1 s, 1-2 s, … at most 8 s). A `429` without `Retry-After` is not
+ * Retried: `429` and `503` answers, a gateway's `502` and `504`, and failures before any answer (network errors),
+ * at most `maxRetries` times. The wait is the answer's `Retry-After` (seconds, or an HTTP date); a `503`, `502`,
+ * `504` or a network error without one waits an exponential backoff with jitter (0.25-0.5 s, 0.5-1 s, 1-2 s, … at
+ * most 8 s). A `429` without `Retry-After` is not
  * retried: the server sends one wherever waiting frees the limit, so its absence means waiting will not help
  * (a storage quota). A `Retry-After` over {@link MAX_RETRY_AFTER_S} is not waited for either: the error carries
  * it as `retryAfterS` for the caller to decide.
@@ -16,7 +17,9 @@
  * `requestSent: true` for the caller to decide. The same holds for a `503`: the server answers
  * `store_unavailable` when its store failed partway through a call (a redrive of ten events may have redriven
  * three), so such a call is retried on a `503` only when the answer says it was refused before any work (`busy`,
- * `too_many_connections`); any other `503` is thrown with its `retryAfterS`. A success whose body breaks off or
+ * `too_many_connections`); any other `503` is thrown with its `retryAfterS`. A `502` or `504` comes from a proxy in
+ * front of the server, which may have passed the request on before it gave up: like a network failure after
+ * sending, it is retried only where a repeat is safe, and thrown at once elsewhere. A success whose body breaks off or
  * is not JSON throws `AgentSignalError` too (`network_error` or `invalid_response`, with the status).
  *
  * An attempt whose answer has not begun within `timeoutMs` (default 30 s; `0`: none) is abandoned like a network
@@ -50,6 +53,9 @@ export interface CallOptions extends RequestOptions {
 
 /** The codes of a `503` the server answers before it acts on a request: safe to retry whatever the call. */
 const REFUSED_BEFORE_ACTING = new Set(["busy", "too_many_connections"]);
+
+/** A proxy's answers for a server that is down or too slow: the request may have reached it. */
+const GATEWAY_FAILURES = new Set([502, 504]);
 
 /** Node's codes for failures before any byte reached the server: safe to retry whatever the call. */
 const NOTHING_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_CONNECT_TIMEOUT"]);
@@ -262,7 +268,14 @@ export class Http {
           signal?.throwIfAborted(); // an abort that ended the body's read is the call's answer
           throw error;
         }
-        if (response.status === 503 && !(options.replayable ?? method === "GET")) {
+        const replayable = options.replayable ?? method === "GET";
+        if (GATEWAY_FAILURES.has(response.status) && !replayable) {
+          // the proxy may have passed the request on before it gave up: a repeat may act twice
+          const error = await errorFromResponse(response, retryAfterS);
+          signal?.throwIfAborted();
+          throw error;
+        }
+        if (response.status === 503 && !replayable) {
           // the store may have failed partway through: retried only when the server acted on nothing
           const error = await errorFromResponse(response, retryAfterS);
           signal?.throwIfAborted();
@@ -291,9 +304,9 @@ interface AttemptSignal {
 
 /** How long to wait before retrying an answer with `status`, or undefined when it is not retried. */
 function retryWaitMs(status: number, retryAfterS: number | undefined, attempt: number): number | undefined {
-  if (status !== 429 && status !== 503) return undefined;
+  if (status !== 429 && status !== 503 && !GATEWAY_FAILURES.has(status)) return undefined;
   if (retryAfterS !== undefined) return retryAfterS <= MAX_RETRY_AFTER_S ? retryAfterS * 1000 : undefined;
-  return status === 503 ? backoffMs(attempt) : undefined;
+  return status === 429 ? undefined : backoffMs(attempt);
 }
 
 /** `Retry-After` in seconds: a number of seconds, or an HTTP date; undefined when absent or unreadable. */

@@ -80,11 +80,33 @@ describe("retries", () => {
       response.end("<html>bad gateway</html>");
     });
     after(proxy.close);
-    await assert.rejects(new AgentSignal({ baseUrl: proxy.url }).dlq.list(), (error) => {
+    await assert.rejects(new AgentSignal({ baseUrl: proxy.url, maxRetries: 0 }).dlq.list(), (error) => {
       assert.deepEqual([error.status, error.code, error.field], [502, "http_502", undefined]);
       assert.match(error.message, /bad gateway/);
       return true;
     });
+  });
+
+  test("a gateway's 502 and 504 are retried for a send and a read, with Retry-After or a backoff", async () => {
+    const gateway = (status, headers) => [status, errorBody(`http_${status}`, "bad gateway"), headers];
+    const stub = await scripted([gateway(502, { "retry-after": "0" }), gateway(504, {}), [202, ACCEPTED]]);
+    assert.deepEqual(await new AgentSignal({ baseUrl: stub.url }).events.send(EVENT), ACCEPTED);
+    assert.equal(stub.requests.length, 3);
+
+    const read = await scripted([gateway(504, { "retry-after": "0" }), [200, { events: [] }]]);
+    assert.deepEqual(await new AgentSignal({ baseUrl: read.url }).events.list({}), { events: [] });
+    assert.equal(read.requests.length, 2);
+  });
+
+  test("a gateway's 502 or 504 to a call that may act twice is thrown at once", async () => {
+    for (const status of [502, 504]) {
+      const stub = await scripted([[status, errorBody(`http_${status}`, "bad gateway"), { "retry-after": "0" }]]);
+      const api = new AgentSignal({ baseUrl: stub.url, maxRetries: 3 });
+      await assert.rejects(api.dlq.redrive(["evt_1"]), (error) => error.status === status);
+      await assert.rejects(api.events.cancel("evt_1"), (error) => error.status === status);
+      await assert.rejects(api.tokens.create({ userId: "u1" }), (error) => error.status === status);
+      assert.equal(stub.requests.length, 3);
+    }
   });
 
   test("no answer at all (connection refused) is a network_error after the retries", async () => {
