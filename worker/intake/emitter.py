@@ -249,7 +249,7 @@ class Emitter:
         """Store events their chain already admitted (a follow-up journaled to its own bucket,
         worker/store/journal.py): no admission hooks and no limits, as the commit would have stored them; drains
         sent for the scopes that need one."""
-        stored = self.store.enqueue_many(prepared)
+        stored = self.store.enqueue_many(prepared, retained=False)  # as the commit admits them: uncounted
         refs = [
             scope_ref(ev.tenant, o.scope_key) for ev, o in zip(prepared, stored, strict=True) if o.schedule
         ]

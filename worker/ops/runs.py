@@ -233,10 +233,8 @@ def list_runs(store: EventStore, tenant: Keys, query: RunQuery) -> RunPage:
     found: list[dict[str, Any]] = []
     examined = 0
     while examined < MAX_EXAMINED:
-        pipe = store.client.pipeline(transaction=False)
-        for _, index in indexes:
-            store.scripts.run(RunsPage(index, max_score, after, min_score, page_size), client=pipe)
-        entries, full = _merged(indexes, pipe.execute(), page_size)
+        pages = [RunsPage(index, max_score, after, min_score, page_size) for _, index in indexes]
+        entries, full = _merged(indexes, store.scripts.run_batch(pages), page_size)
         for position, (record, (member, score, _)) in enumerate(
             zip(_records(store, entries), entries, strict=True)
         ):
@@ -310,9 +308,8 @@ def discard(
     """Discard the tenant's dead events (DISCARD: worker/store/lua/discard.lua); returns (discarded, not dead)."""
     settings = store.settings
     located = [store.locate(tenant, event_id, in_dlq=True) for event_id in event_ids]
-    pipe = store.client.pipeline(transaction=False)
-    for event_id, k in zip(event_ids, located, strict=True):
-        call = Discard(
+    calls = [
+        Discard(
             ev=k.event(event_id),
             dlq=k.dlq,
             stats=k.stats,
@@ -328,8 +325,9 @@ def discard(
             run_index_max=settings.run_index_max,
             lane_ttl_s=settings.idempotency_ttl_s,
         )
-        store.scripts.run(call, client=pipe)
-    replies = pipe.execute() if event_ids else []
+        for event_id, k in zip(event_ids, located, strict=True)
+    ]
+    replies = store.scripts.run_batch(calls)
     discarded = [e for e, ok in zip(event_ids, replies, strict=True) if int(ok) == 1]
     return discarded, [e for e, ok in zip(event_ids, replies, strict=True) if int(ok) != 1]
 

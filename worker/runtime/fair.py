@@ -47,7 +47,6 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from redis import Redis
-from redis.client import Pipeline
 from redis.exceptions import RedisError
 
 from worker.core.tenancy import split_scope_ref
@@ -166,15 +165,8 @@ class FairQueue:
 
     def _push_all(self, refs: Sequence[str]) -> int:
         """READY_PUSH each ref; how many tickets they took."""
-        pipe = self.client.pipeline(transaction=False)
-        # One ref: one call. A cluster pipeline cannot load scripts: one call each there too.
-        batched = len(refs) > 1 and isinstance(pipe, Pipeline)
-        sent = [
-            self.scripts.run(self._ready_push(ref, self.messages_max), client=pipe if batched else None)
-            for ref in refs
-        ]
-        if batched:
-            sent = pipe.execute()
+        calls = [self._ready_push(ref, self.messages_max) for ref in refs]
+        sent = self.scripts.run_batch(calls) if len(calls) > 1 else [self.scripts.run(calls[0])]
         return sum(1 for one in sent if one)
 
     def push_due(self, ref: str) -> None:

@@ -122,10 +122,13 @@ class EventStore(StoreReads):
         *,
         enforce_limits: bool = False,
         on_stored: OnStored | None = None,
+        retained: bool = True,
     ) -> list[EnqueueOutcome]:
         """Claim each event's dedupe record and append it to its scope inbox: the whole batch is one
-        ENQUEUE_BATCH script, so a store error (out of memory: refused before any write) stores none of it."""
-        return self._enqueue(events, enforce_limits, None, on_stored)[0]
+        ENQUEUE_BATCH script, so a store error (out of memory: refused before any write) stores none of it.
+        ``retained=False``: the events count toward no retained-events quota (follow-ups a chain emitted, which
+        its commit admits uncounted in its own bucket: worker/store/quotas.py)."""
+        return self._enqueue(events, enforce_limits, None, on_stored, retained)[0]
 
     def enqueue_and_push(
         self,
@@ -146,6 +149,7 @@ class EventStore(StoreReads):
         enforce_limits: bool,
         push: ReadyPush | None,
         on_stored: OnStored | None = None,
+        retained: bool = True,
     ) -> tuple[list[EnqueueOutcome], int]:
         if not events:
             return [], 0
@@ -155,7 +159,9 @@ class EventStore(StoreReads):
         k = self.tenant_keys(tenant)
         self.register_tenant(tenant)
         if k.buckets <= 1:
-            return self._enqueue_bucket(k.for_bucket(0), events, enforce_limits, push, enforce_limits)
+            return self._enqueue_bucket(
+                k.for_bucket(0), events, enforce_limits, push, enforce_limits, retained
+            )
         # Scope buckets: one script per bucket (each is whole or nothing; the batch no longer is), the tenant's
         # queue quota checked against the buckets' sum first (concurrent batches may pass it together).
         groups: dict[int, list[int]] = {}
@@ -169,7 +175,12 @@ class EventStore(StoreReads):
         try:
             for bucket, positions in groups.items():
                 done, taken = self._enqueue_bucket(
-                    k.for_bucket(bucket), [events[i] for i in positions], enforce_limits, push, False
+                    k.for_bucket(bucket),
+                    [events[i] for i in positions],
+                    enforce_limits,
+                    push,
+                    False,
+                    retained,
                 )
                 tickets += taken
                 for i, outcome in zip(positions, done, strict=True):
@@ -187,11 +198,13 @@ class EventStore(StoreReads):
         enforce_limits: bool,
         push: ReadyPush | None,
         tenant_quota: bool,
+        retained: bool,
     ) -> tuple[list[EnqueueOutcome], int]:
         users = self.users_of(events) if tenant_quota else []
         # read by the script: the home slot is the bucket's only with one bucket (else the door read them)
         checks = stored_bytes_checks(self.settings, k, users) if tenant_quota else []
         max_events, max_user_events, slot_ms, unit_bytes = quota_args(self.settings, tenant_quota)
+        slot_ms = slot_ms if retained else 0  # 0: nothing counted
         # each user's share of the retained events: counted in every bucket's script, checked in one bucket's
         counted = self.users_of(events) if slot_ms and self.settings.user_max_events else []
         fields: dict[str, Any] = dict(

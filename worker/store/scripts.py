@@ -10,6 +10,7 @@ no longer knows it (a restart, ``SCRIPT FLUSH``) gets it loaded again (``SCRIPT 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any, cast
 
 from redis import Redis
@@ -84,6 +85,26 @@ class Scripts:
         except NoScriptError:
             script.sha = plain.script_load(script.script)
             return plain.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def run_batch(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run ``calls`` in one pipeline; their replies in order (a script's error reply raised, the first one).
+
+        A plain client's pipeline loads its scripts before it sends them. A cluster's pipeline cannot (redis-py
+        leaves NOSCRIPT to the caller): a call a node did not know (never sent there, or the node restarted) is
+        run again alone, which loads it on every primary. Only that call is repeated: the others ran once."""
+        pipe = self.client.pipeline(transaction=False)
+        for call in calls:
+            self.run(call, client=pipe)
+        if self.plain or not calls:
+            return list(pipe.execute())
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        for position, (call, reply) in enumerate(zip(calls, replies, strict=True)):
+            if isinstance(reply, NoScriptError):
+                replies[position] = self.run(call)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     def send(self, call: ScriptCall) -> SentCall:
         """Send ``call``'s script now (a :attr:`plain` client's only): :class:`SentCall` reads its reply later,

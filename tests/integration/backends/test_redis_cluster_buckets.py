@@ -27,6 +27,7 @@ from tests.support.redis_cluster import RedisClusterProcesses
 from tests.support.waiting import outbox_settled
 from worker.keys.buckets import bucket_of
 from worker.keys.layout import BucketKeys, Keys
+from worker.ops.runs import RunQuery, discard, list_runs
 
 pytest_plugins = ["tests.support.cluster_fixtures"]
 pytestmark = pytest.mark.integration
@@ -120,6 +121,20 @@ def test_one_tenant_works_on_every_master(
         bucket_of(e["scopeKey"], BUCKETS) != bucket_of(e["payload"]["to"][0], BUCKETS) for e in events
     )
     assert crossing > 0
+    # the ops reads and writes that send scripts in a pipeline: a cluster's cannot load them (an audit found
+    # runs listing and DLQ discard answering 503 NoScriptError on every cluster)
+    store, tenant = producer.store, producer.keys
+    listed, cursor = [], None
+    while True:
+        page = list_runs(store, tenant, RunQuery(status="done", limit=50, cursor=cursor))
+        listed += [e["eventId"] for e in page.events]
+        if (cursor := page.cursor) is None:
+            break
+    assert len(listed) == len(set(listed)) == 144
+    assert discard(store, tenant, [r.event_id for r in results[:3]], "not dead") == (
+        [],
+        [r.event_id for r in results[:3]],
+    )
     producer.close()
 
 

@@ -27,6 +27,7 @@ from worker.ops.runs import RunQuery, list_runs
 from worker.ops.scope_control import list_scopes, pause_scope
 from worker.outbox.journal_delivery import apply_deliverer, enqueue_deliverer
 from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE
+from worker.store.quotas import retained_counts
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +40,7 @@ def _fanout(i: int, targets: list[str]) -> dict[str, Any]:
         "sourceId": f"fan-{i}",
         "scopeKey": SCOPES[i % len(SCOPES)],
         "payload": {"to": targets},
+        "userId": "fan-user",
     }
 
 
@@ -48,8 +50,10 @@ def test_fanout_applies_every_write_once(
 ) -> None:
     """24 events over 12 scopes, each emitting follow-ups to 3 other scopes: every event and follow-up ends
     done, the home counter counts 24, each follow-up's counter is 1, each scope's own counter its events.
-    With 8 buckets most of that crossed slots through the journal; with 1 none did: the same answer."""
-    settings = make_settings(scope_buckets=buckets)
+    With 8 buckets most of that crossed slots through the journal; with 1 none did: the same answer. The
+    retained-events quota and the user's share count the 24 events sent, not their follow-ups (a cluster audit:
+    with buckets, the journal's follow-ups were counted, 4 units an event here)."""
+    settings = make_settings(scope_buckets=buckets, tenant_max_events=10_000, user_max_events=10_000)
     start_worker(settings, concurrency=2)
     producer = Producer(settings)
     sent = [_fanout(i, [SCOPES[(i + d) % len(SCOPES)] for d in (1, 5, 7)]) for i in range(24)]
@@ -82,6 +86,13 @@ def test_fanout_applies_every_write_once(
     assert local == ["2"] * len(SCOPES)
     stats = producer.store.stats(producer.keys)
     assert (stats["accepted"], stats.get("dead", 0), stats.get("queued", 0)) == (24 + len(follow_ups), 0, 0)
+    every = bucketed.every_bucket()
+    counted = retained_counts(
+        redis_client,
+        [[b.retained_events for b in every], [b.retained_user_events("fan-user") for b in every]],
+        settings.dedupe_window_s,
+    )
+    assert [units for units, _ in counted] == [24, 24]
     producer.close()
 
 
