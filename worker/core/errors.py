@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from worker.settings import Settings
 
 __all__ = [
+    "EventOfAnotherUser",
     "LeaseLost",
     "NotBatchable",
     "NotReplicated",
@@ -64,6 +65,17 @@ class NotBatchable(PipelineError):
 
 class LeaseLost(PipelineError):
     """The scope lease is no longer ours (expired, or a newer holder has a higher fence)."""
+
+
+class EventOfAnotherUser(Exception):
+    """An event whose dedupe key (scope, source type, source id) already names another user's event (the
+    enqueue script's ``USERCONFLICT <eventId> <userId>``): refused whole before any write, not answered that
+    event as its duplicate (issue 26's trust rule: one user's event never suppresses another's)."""
+
+    def __init__(self, event_id: str, user_id: str) -> None:
+        super().__init__(f"event {event_id} is another user's than {user_id!r}")
+        self.event_id = event_id
+        self.user_id = user_id
 
 
 class OverLimit(Exception):

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
-from worker.core.errors import PermanentFailure
+from worker.core.errors import EventOfAnotherUser, OverLimit, PermanentFailure
 from worker.core.nodes import trusted
 from worker.core.source_types import SourceTypePolicy
 from worker.core.tenancy import DEFAULT_TENANT, scope_ref
@@ -215,7 +215,10 @@ class Emitter:
         ready = self.ready if allowed and not self.settings.wait_replicas else None
         push = ready.admission_push(store.client, keys.tenant) if ready is not None else None
 
+        stored_before: list[EnqueueOutcome] = []
+
         def partly(done: list[EnqueueOutcome], taken: int) -> None:  # scope buckets: a later bucket failed
+            stored_before.extend(o for o in done if o.status == "accepted")
             self._publish([keys.scope_ref(o.scope_key) for o in done if o.schedule], taken)
 
         try:
@@ -230,6 +233,13 @@ class Emitter:
             note_store_failure(store.client, keys.tenant_stats, exc, "enqueue")
             message = describe_store_error(exc, "the batch")
             raise StoreUnavailable(message, retry_after_s=self.settings.store_retry_after_s) from exc
+        except EventOfAnotherUser as exc:
+            raise _of_another_user(prepared, exc, len(stored_before)) from None
+        except OverLimit as exc:
+            if not stored_before:
+                raise
+            message = f"{exc.message}{_partly_stored(len(stored_before))}"
+            raise OverLimit(exc.what, message, retry_after_s=exc.retry_after_s, field=exc.field) from None
         results: list[EnqueueResult] = []
         scheduled: dict[str, None] = {}  # scope keys to drain, in first-seen order
         for index, event in enumerate(prepared):
@@ -331,3 +341,28 @@ def _result(event_id: str, source_id: str, status: str) -> EnqueueResult:
     return trusted(
         EnqueueResult, {"event_id": event_id, "source_id": source_id, "status": status}, set(_RESULT_GIVEN)
     )
+
+
+def _partly_stored(count: int) -> str:
+    """What a refusal adds when, with scope buckets, earlier buckets' scripts stored part of the batch."""
+    return (
+        f" (with scope buckets a batch is stored bucket by bucket: {count} of its events, in other buckets, were"
+        " stored before this refusal; sending the batch again answers them duplicate)"
+    )
+
+
+def _of_another_user(batch: Sequence[PreparedEvent], exc: EventOfAnotherUser, stored: int) -> InvalidEvent:
+    """The 422 for an event whose dedupe key is another user's event (named by its place in the batch)."""
+    index = next(
+        (i for i, p in enumerate(batch) if p.event_id == exc.event_id and p.user_id == exc.user_id), 0
+    )
+    event = batch[index]
+    where = "" if len(batch) == 1 else f"events[{index}]."
+    message = (
+        f"{where}userId: sourceId {event.source_id!r} of type {event.source_type!r} in scope {event.scope_key!r}"
+        " is already another user's event (a scope's source id names one event); give this user's event a"
+        " sourceId or a scopeKey of its own"
+    )
+    if stored:
+        message += _partly_stored(stored)
+    return InvalidEvent(EventError(code="user_mismatch", message=message, field=f"{where}userId"))

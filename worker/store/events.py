@@ -19,7 +19,7 @@ from redis.exceptions import MovedError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.core.clock import now_ms
-from worker.core.errors import NotReplicated, OverLimit
+from worker.core.errors import EventOfAnotherUser, NotReplicated, OverLimit
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.documents.chain_codec import encode_chain
 from worker.documents.event_records import source_digest
@@ -239,6 +239,9 @@ class EventStore(StoreReads):
         except ResponseError as exc:
             if str(exc).startswith("OVERLIMIT"):
                 raise self._over_limit(str(exc), users) from None
+            if str(exc).startswith("USERCONFLICT "):
+                _, event_id, user_id = str(exc).split(" ", 2)
+                raise EventOfAnotherUser(event_id, user_id) from None
             raise
         outcomes = [
             EnqueueOutcome(

@@ -21,6 +21,7 @@ from producers import Producer
 from tests.conftest import SettingsFactory, wait_for
 from tests.support.waiting import outbox_settled
 from worker.chain.outbox_records import OutboxRecord
+from worker.core.errors import OverLimit
 from worker.keys.buckets import bucket_of, slot_tag
 from worker.keys.layout import BucketKeys, Keys
 from worker.ops.runs import RunQuery, list_runs
@@ -304,4 +305,38 @@ def test_a_batch_whose_later_bucket_fails_still_sends_the_earlier_buckets_drains
         producer.enqueue_many(events)
     assert producer.store.stats(producer.keys).get("accepted") == 1
     assert redis_client.llen(queue) >= 1, "the stored event's drain was not sent"
+    producer.close()
+
+
+def test_a_limit_refusing_a_later_bucket_says_what_the_earlier_buckets_stored(
+    make_settings: SettingsFactory, redis_client: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster audit: with scope buckets a batch answered ``429 inbox_full`` had its other buckets' events
+    stored and run, and the answer did not say so. The refusal now counts them (a resend answers them
+    duplicate); a batch refused in its first bucket says nothing of the kind."""
+    settings = make_settings(scope_buckets=8, max_inbox_depth=1)
+    producer = Producer(settings)
+    # the door's check of the buckets' sum passes two concurrent batches together; the buckets' scripts then
+    # refuse: as if another batch had filled the inbox since
+    monkeypatch.setattr(producer.store, "limits_refusal", lambda *_: None)
+    full = "topic:inbox-full"
+    other = next(s for s in SCOPES if bucket_of(s, 8) != bucket_of(full, 8))
+    batch = [
+        {
+            "sourceType": "agent.user.message",
+            "sourceId": "first",
+            "scopeKey": other,
+            "payload": {"message": "a"},
+        },
+        {"sourceType": "agent.user.message", "sourceId": "x1", "scopeKey": full, "payload": {"message": "b"}},
+        {"sourceType": "agent.user.message", "sourceId": "x2", "scopeKey": full, "payload": {"message": "c"}},
+    ]
+    with pytest.raises(OverLimit) as refused:
+        producer.enqueue_many(batch)
+    assert "1 of its events, in other buckets, were stored" in refused.value.message
+    stored = [len(producer.store.find_by_source(producer.keys, s)) for s in ("first", "x1", "x2")]
+    assert stored == [1, 0, 0]
+    with pytest.raises(OverLimit) as alone:
+        producer.enqueue_many(batch[1:])
+    assert "bucket by bucket" not in alone.value.message
     producer.close()

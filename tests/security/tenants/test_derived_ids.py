@@ -14,6 +14,8 @@ from redis import Redis
 
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
+from tests.security.conftest import ClientFactory
+from worker.keys.buckets import bucket_of
 from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
@@ -210,3 +212,50 @@ def test_a_user_read_from_a_plugins_payload_field_follows_the_user_id_rule(door:
         assert sent.status_code == 422, (user, sent.text)
         assert sent.json()["error"]["field"] == "payload.selfIteration.userId", sent.text
         assert "allowed: letters, digits and _ . @ + = - #" in sent.json()["error"]["message"], sent.text
+
+
+@pytest.mark.parametrize("buckets", [1, 4])
+def test_one_dedupe_key_of_two_users_refuses_the_second_not_answers_it_duplicate(
+    app_client: ClientFactory, buckets: int
+) -> None:
+    """A contract audit: a key's event naming ``u2`` with the same scope, type and sourceId as ``u1``'s was
+    answered ``duplicate`` with u1's event id, and u2's event never ran. It is now a 422 naming ``userId``; the
+    same user's repeat is still a duplicate; with scope buckets a refusal after another bucket stored its part
+    says so."""
+    client = app_client(bootstrap_key=BOOT, auth_cache_s=0, rate_limit_per_s=0, scope_buckets=buckets)
+    made = client.post("/v1/keys", json={"tenant": "acme", "role": "operate"}, headers=_bearer(BOOT))
+    key = _bearer(made.json()["key"])
+
+    def event(user: str, source_id: str = "same-1", topic: str = "shared") -> dict[str, Any]:
+        return {
+            "sourceType": "agent.user.message",
+            "sourceId": source_id,
+            "userId": user,
+            "payload": {"message": "hi", "topicId": topic},
+        }
+
+    first = client.post("/v1/events", json=event("u1"), headers=key)
+    assert first.status_code == 202 and first.json()["results"][0]["status"] == "accepted"
+    again = client.post("/v1/events", json=event("u1"), headers=key)
+    assert again.json()["results"][0] == first.json()["results"][0] | {"status": "duplicate"}
+    other = client.post("/v1/events", json=event("u2"), headers=key)
+    assert other.status_code == 422, other.text
+    error = other.json()["error"]
+    assert (error["code"], error["field"]) == ("user_mismatch", "userId")
+    assert "'same-1'" in error["message"] and first.json()["results"][0]["eventId"] not in other.text
+    # in one batch: the second user's event is refused, named by its place, and nothing of the batch is kept
+    # (one bucket), or what another bucket stored is said (several)
+    fresh = next(
+        t
+        for t in (f"t{i}" for i in range(64))
+        if bucket_of(f"topic:{t}", buckets) != bucket_of("topic:b", buckets) or buckets == 1
+    )
+    batch = [event("u3", "new-1", fresh), event("u3", "pair-1", "b"), event("u4", "pair-1", "b")]
+    refused = client.post("/v1/events", json={"events": batch}, headers=key)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["field"] == "events[2].userId"
+    kept = client.get("/v1/events/new-1", headers=key)
+    if buckets == 1:
+        assert kept.status_code == 404 and "bucket by bucket" not in refused.text
+    else:
+        assert kept.status_code == 200 and "1 of its events, in other buckets, were stored" in refused.text

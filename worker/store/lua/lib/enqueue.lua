@@ -8,7 +8,9 @@
 -- stored-bytes count at its quota (a user the batch names, then the tenant's), is refused whole before any write:
 -- "OVERLIMIT inbox <scopeRef> <depth>", "OVERLIMIT tenant <queued>", "OVERLIMIT events <retained> <retryAfterS>",
 -- "OVERLIMIT userevents <n-th user> <retained> <retryAfterS>" or "OVERLIMIT user <n-th count> <bytes>
--- <retryAfterS, 0: none>" (the door answers 429; the quotas' counts are worker/store/quotas.py's).
+-- <retryAfterS, 0: none>" (the door answers 429; the quotas' counts are worker/store/quotas.py's). An event naming
+-- a user whose event key (its dedupe key) holds, or an earlier event of the batch gives, another user's event
+-- refuses the batch too: "USERCONFLICT <eventId> <userId>" (the door answers 422 user_mismatch).
 -- h: the script's header (its named keys and arguments); the events' Admission layouts start at KEYS[k0] and
 -- ARGV[a0]; then the users' retained-event counts (UserEvents layouts, h.user_events_count of them: each its
 -- key and its user), counted whenever the retained count is (h.retained_slot_ms above 0); the stored-bytes
@@ -72,11 +74,23 @@ local function enqueue(h, k0, a0)
   end
   local n_users, n_user_events = tonumber(h.user_count), tonumber(h.user_events_count)
   local n = (#KEYS - (k0 - 1) - n_users * USER_KEYS - n_user_events * USER_EVENTS_KEYS) / ADMISSION_KEYS
-  local events, checked = {}, {}
+  local events, checked, owners = {}, {}, {}
   for i = 1, n do
-    events[i] = admission(KEYS, k0 + (i - 1) * ADMISSION_KEYS, ARGV, a0 + (i - 1) * ADMISSION_ARGS)
-    local refusal = admit_refusal(events[i], checked)
+    local e = admission(KEYS, k0 + (i - 1) * ADMISSION_KEYS, ARGV, a0 + (i - 1) * ADMISSION_ARGS)
+    events[i] = e
+    local refusal = admit_refusal(e, checked)
     if refusal then return nil, nil, redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
+    -- one dedupe key, two users: the second is refused, not answered the first one's event as its duplicate
+    if e.user_id ~= '' then
+      local owner = owners[e.ev]
+      if owner == nil then
+        owner = e.exists and (redis.call('HGET', e.ev, 'userId') or '') or e.user_id
+        owners[e.ev] = owner
+      end
+      if owner ~= '' and owner ~= e.user_id then
+        return nil, nil, redis.error_reply('USERCONFLICT ' .. e.event_id .. ' ' .. e.user_id)
+      end
+    end
   end
   local max_inbox, max_queued = tonumber(h.max_inbox), tonumber(h.max_queued)
   if max_queued > 0 then
