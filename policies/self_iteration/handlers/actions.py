@@ -15,15 +15,20 @@ iteration is disabled."), so a user who turned it off after the event was admitt
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
 
 from policies.self_iteration.agent.runners import AGENT_RUN_OUTBOX, RunRequest, operation_id_for
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.handlers.completion import consume_pending_synthesis
-from worker.plugin import Action, ExecutorResult, HandlerContext, applied, failed, skipped
+from worker.plugin import Action, ExecutorResult, HandlerContext, Id, applied, failed, skipped
 
 __all__ = ["UNSAFE_MEMORY", "skill_management_handler", "user_memory_handler"]
+
+_ID: TypeAdapter[str] = TypeAdapter(Id)  # the door's id rule (worker/core/ids.py)
 
 UNSAFE_MEMORY = [
     re.compile(p, re.IGNORECASE)
@@ -42,13 +47,25 @@ def _marker(action: Action, kind: str) -> dict[str, Any]:
     p = action.payload
     marker = {
         "kind": kind,
-        "sourceId": p.get("idempotencyKey") or action.action_id,
+        "sourceId": _marker_source_id(str(p.get("idempotencyKey") or action.action_id), kind),
         "anchorMessageId": p.get("assistantMessageId"),
         "topicId": p.get("topicId"),
         "triggerMessageId": p.get("triggerMessageId") or p.get("messageId"),
         "agentId": p.get("agentId"),
     }
     return {k: v for k, v in marker.items() if v is not None}
+
+
+def _marker_source_id(key: str, kind: str) -> str:
+    """The run's ``marker.sourceId`` (every receipt id of the run starts with it, and the run's completion event
+    must pass the id rule): the idempotency key, as LobeHub builds it, when that is an id; else a digest of it.
+    A key joins the root event's source id and a message id, which the door takes as any string: a message id
+    with a space, or two long ids together, made a completion the door refused, and the run's receipts were
+    lost with only a worker log line (a contract audit)."""
+    try:
+        return str(_ID.validate_python(key))
+    except ValidationError:
+        return f"{kind}:sha256:{hashlib.sha256(key.encode()).hexdigest()[:40]}"
 
 
 def _user_id(action: Action, ctx: HandlerContext) -> str | None:

@@ -322,3 +322,21 @@ class TestEndToEnd:
         }
         assert envelope["actions"] == []
         assert stack.get("/v1/memories", params={"userId": "u1"}).json()["memories"] == []
+
+    @pytest.mark.parametrize(
+        ("user", "source_id", "message_id"),
+        [("u10", "sp1", "has space"), ("u11", "L" * 250, "L" * 250)],
+        ids=["a-message-id-with-a-space", "two-long-ids-joined"],
+    )
+    def test_a_run_whose_idempotency_key_is_no_id_still_ends_in_receipts(
+        self, stack: TestClient, user: str, source_id: str, message_id: str
+    ) -> None:
+        """A contract audit: the run's marker took ``<sourceId>:memory:<messageId>`` as it was, the id rule
+        refused the run's completion event, and the memory was written with no receipt and no dead letter."""
+        event = _message(user, source_id, "Going forward, I prefer concise answers.", messageId=message_id)
+        _done(stack, _send(stack, event))
+        (receipt,) = wait_for(
+            lambda: stack.get("/v1/receipts", params={"userId": user}).json()["receipts"],
+            what=f"{user}'s memory receipt",
+        )
+        assert receipt["kind"] == "memory" and receipt["id"].startswith("memory:sha256:")
