@@ -53,6 +53,7 @@ from typing import Any, NamedTuple
 
 from redis import Redis, WatchError
 
+from worker.keys.buckets import slot_tag
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
 from worker.settings import Settings
 
@@ -75,6 +76,7 @@ __all__ = [
     "stored_bytes_checks",
     "stored_bytes_over",
     "stored_bytes_refusal",
+    "tenants_with_user_bytes",
     "user_bytes_day",
     "user_bytes_effects",
     "user_bytes_field",
@@ -253,6 +255,18 @@ def stored_bytes_refusal(client: Redis, settings: Settings, keys: Keys, users: S
     quota (:func:`stored_bytes_checks`; scope buckets: the enqueue scripts cannot read the home slot), or None."""
     over = stored_bytes_over(client, stored_bytes_checks(settings, keys, users))
     return None if over is None else f"OVERLIMIT user {over.position} {over.used} {over.retry_s}"
+
+
+def tenants_with_user_bytes(client: Redis, prefix: str) -> set[str]:
+    """The tenants holding a user's stored-bytes count: a tenant of sessions only never enqueued an event, so
+    the set of tenants (:attr:`~worker.keys.layout.Keys.tenants`, written by an enqueue) does not name it, and
+    ``migrate bytes`` would pass it by. One SCAN of the keyspace."""
+    found: set[str] = set()
+    for key in client.scan_iter(match=f"{glob_escaped(prefix)}t:{{*}}:bytes:user:*", count=SCAN_COUNT):
+        tag = slot_tag(str(key)[len(prefix) :])  # the tenant's home slot: its name, no bucket
+        if tag and "." not in tag and "{" not in tag:
+            found.add(tag)
+    return found
 
 
 def migrate_tenant_bytes(client: Redis, keys: Keys, *, dry_run: bool = False) -> int:

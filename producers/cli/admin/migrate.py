@@ -16,7 +16,8 @@ bytes").
 (``runs:types``) existed are named in it, so the runs explorer lists those events by status and unfiltered.
 
 Each prints one JSON object ``{"<what>": {"<tenant>": n, …}, "dryRun": bool}``, and a line per tenant on stderr
-as it goes (each tenant's step scans the keyspace: on a large deployment, minutes). Idempotent.
+as it goes (each tenant's step scans the keyspace, ``runs`` once per scope bucket: on a large deployment, minutes;
+``bytes`` scans once more first, for the tenants of sessions only, which no enqueue registered). Idempotent.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from worker.ops.runs import register_indexed_types
     from worker.settings import load_settings
     from worker.store.client import redis_from_settings
-    from worker.store.quotas import migrate_tenant_bytes
+    from worker.store.quotas import migrate_tenant_bytes, tenants_with_user_bytes
     from worker.store.receipts import migrate_legacy_receipts
 
     settings, joined = join_stack(load_settings(), need_broker=False)  # it sends no task
@@ -56,7 +57,18 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     client = redis_from_settings(settings)
     try:
         base = Keys(settings.key_prefix, DEFAULT_TENANT, settings.scope_buckets)
-        tenants = sorted({DEFAULT_TENANT, *(str(t) for t in client.smembers(base.tenants))})
+        tenants = sorted(
+            {
+                DEFAULT_TENANT,
+                *(str(t) for t in client.smembers(base.tenants)),
+                # a tenant of sessions only stored bytes without an event: the set above does not name it
+                *(
+                    tenants_with_user_bytes(client, settings.key_prefix)
+                    if args.migrate_command == "bytes"
+                    else ()
+                ),
+            }
+        )
         moved: dict[str, int] = {}
         for n, tenant in enumerate(tenants, start=1):
             moved[tenant] = step(client, base.for_tenant(tenant))

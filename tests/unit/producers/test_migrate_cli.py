@@ -36,3 +36,19 @@ def test_migrate_says_each_tenant_as_it_goes(
         f"migrate {what}: tenant 2 of 3 (default): 0",
         f"migrate {what}: tenant 3 of 3 (globex): 0",
     ]
+
+
+def test_migrate_bytes_finds_a_tenant_of_sessions_only(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch, redis_client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cluster audit: a tenant that only wrote sessions never enqueued an event, so the set of tenants did not
+    name it and ``migrate bytes`` left its count at nothing. It is found by its users' byte counts now."""
+    settings = make_settings()
+    for name, value in settings_environment(settings).items():
+        monkeypatch.setenv(name, value)
+    lam = Keys(settings.key_prefix, "lambda-2", settings.scope_buckets)
+    redis_client.hset(lam.user_bytes("uL"), mapping={"d20822": 628})
+    assert main(["migrate", "bytes"]) == 0
+    out, _ = capsys.readouterr()
+    assert json.loads(out) == {"bytes": {"default": 0, "lambda-2": 628}, "dryRun": False}
+    assert redis_client.hgetall(lam.tenant_bytes) == {"d20822": "628"}
