@@ -2,7 +2,9 @@
 surface (``POST /v1/route``, ``agent-signal route``, the ``chat.request`` handler), each refusal naming its field.
 
 * ``request`` is a JSON object whose ``model``, when present, is a string (it comes back as the answer's
-  ``model``).
+  ``model``), and whose parts the facts are read from have their protocol's types: ``messages`` (``input`` for
+  ``openai-responses``, which may also be a string) an array of objects, each ``role`` a string; ``tools`` (and
+  ``functions``) an array; Anthropic's ``system`` a string or an array.
 * ``externalSignals`` holds at most :data:`MAX_EXTERNAL_SIGNALS` entries ``{"type", "name", "confidence"?,
   "value"?, "error"?}``: ``type`` and ``name`` non-blank strings, ``confidence`` a finite number from 0 to 1,
   ``value`` a finite number (an integer too large for a float is not one), ``error`` a string.
@@ -70,6 +72,38 @@ def _number_problem(key: str, value: Any) -> str | None:
     return None
 
 
+# The chat request's parts the facts are read from, by protocol: a list where a list is read (a string or a
+# number there was routed as an empty conversation, with every fact 0), and the types the parts may take.
+_LISTS: dict[str, tuple[str, ...]] = {
+    "openai-chat": ("messages", "tools", "functions"),
+    "anthropic-messages": ("messages", "tools"),
+    "openai-responses": ("tools",),
+}
+_TEXT_OR_LIST: dict[str, tuple[str, ...]] = {
+    "openai-chat": (),
+    "anthropic-messages": ("system",),
+    "openai-responses": ("input",),
+}
+
+
+def _request_problem(request: Mapping[str, Any], protocol: str) -> tuple[str, str] | None:
+    """(the field under ``request``, what is wrong) when a part the facts are read from has the wrong type."""
+    for key in _LISTS[protocol]:
+        if request.get(key) is not None and not isinstance(request[key], list):
+            return f"request.{key}", "must be an array"
+    for key in _TEXT_OR_LIST[protocol]:
+        if request.get(key) is not None and not isinstance(request[key], str | list):
+            return f"request.{key}", "must be a string or an array"
+    items_key = "input" if protocol == "openai-responses" else "messages"
+    items = request.get(items_key)
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if not isinstance(item, Mapping):
+            return f"request.{items_key}[{i}]", "must be an object"
+        if item.get("role") is not None and not isinstance(item["role"], str):
+            return f"request.{items_key}[{i}].role", "must be a string"
+    return None
+
+
 def _signal_problem(item: Any) -> tuple[str, str] | None:
     """(the key within the entry, or "" for the entry itself, and what is wrong), or None."""
     if not isinstance(item, Mapping):
@@ -85,6 +119,13 @@ def _signal_problem(item: Any) -> tuple[str, str] | None:
     return None
 
 
+def _refuse_unknown_keys(body: Mapping[str, Any], known_keys: Collection[str], prefix: str) -> None:
+    for key in body:
+        if key not in known_keys:
+            message = f"{key} is not a field of a route request (its fields: {', '.join(known_keys)})"
+            raise InvalidRouteInput(f"{prefix}{key}", message, "unknown_field")
+
+
 def validate_route_input(
     body: Any, *, prefix: str = "", known_keys: Collection[str] | None = None
 ) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
@@ -97,11 +138,7 @@ def validate_route_input(
     if not isinstance(body, Mapping):
         raise InvalidRouteInput(prefix.rstrip(".") or None, "the body must be a JSON object")
     if known_keys is not None:
-        for key in body:
-            if key not in known_keys:
-                fields = ", ".join(known_keys)
-                message = f"{key} is not a field of a route request (its fields: {fields})"
-                raise InvalidRouteInput(f"{prefix}{key}", message, "unknown_field")
+        _refuse_unknown_keys(body, known_keys, prefix)
     request = body.get("request")
     if not isinstance(request, Mapping):
         raise fail("request", "is required and must be a JSON object")
@@ -110,6 +147,8 @@ def validate_route_input(
     protocol = body.get("protocol", "openai-chat")
     if protocol not in PROTOCOLS:
         raise fail("protocol", f"must be one of {', '.join(PROTOCOLS)}")
+    if (shape := _request_problem(request, str(protocol))) is not None:
+        raise fail(*shape)
     external = body.get("externalSignals", [])
     if not isinstance(external, list):
         raise fail("externalSignals", "must be an array")

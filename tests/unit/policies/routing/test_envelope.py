@@ -33,6 +33,32 @@ def _signal(**fields: Any) -> dict[str, Any]:
         (_signal(confidence=-0.1), "externalSignals[0].confidence", "must be between 0 and 1"),
         (_signal(confidence=1.5), "externalSignals[0].confidence", "must be between 0 and 1"),
         ({"request": {"model": 5}}, "request.model", "must be a string"),
+        # a contract audit: each of these was routed as an empty conversation, every fact 0
+        ({"request": {"messages": "hi"}}, "request.messages", "must be an array"),
+        ({"request": {"messages": [1, 2]}}, "request.messages[0]", "must be an object"),
+        ({"request": {"messages": [{"role": 5}]}}, "request.messages[0].role", "must be a string"),
+        ({"request": {"messages": [], "tools": 5}}, "request.tools", "must be an array"),
+        ({"request": {"functions": {}}}, "request.functions", "must be an array"),
+        (
+            {"request": {"system": 5}, "protocol": "anthropic-messages"},
+            "request.system",
+            "must be a string or an array",
+        ),
+        (
+            {"request": {"messages": [{"role": "user"}, "x"]}, "protocol": "anthropic-messages"},
+            "request.messages[1]",
+            "must be an object",
+        ),
+        (
+            {"request": {"input": 5}, "protocol": "openai-responses"},
+            "request.input",
+            "must be a string or an array",
+        ),
+        (
+            {"request": {"input": [7]}, "protocol": "openai-responses"},
+            "request.input[0]",
+            "must be an object",
+        ),
         (
             {
                 "request": {},
@@ -49,6 +75,17 @@ def test_refusals_name_the_field(body: dict[str, Any], field: str, words: str) -
         validate_route_input(body)
     assert refused.value.field == field and refused.value.code == "invalid_field"
     assert refused.value.message.startswith(f"{field}: ") and words in refused.value.message
+
+
+def test_every_protocols_usual_shapes_are_accepted() -> None:
+    """Content of any shape, null parts, a Responses input as a string, Anthropic's system as blocks."""
+    validate_route_input(
+        {"request": {"messages": [{"role": "user", "content": [{"type": "text"}]}], "tools": None}}
+    )
+    validate_route_input({"request": {"input": "hi", "tools": []}, "protocol": "openai-responses"})
+    validate_route_input({"request": {"input": [{"type": "function_call"}]}, "protocol": "openai-responses"})
+    anthropic = {"system": [{"type": "text", "text": "s"}], "messages": [{"role": "user", "content": "hi"}]}
+    validate_route_input({"request": anthropic, "protocol": "anthropic-messages"})
 
 
 def test_the_limits_themselves_are_accepted() -> None:
