@@ -7,11 +7,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from producers.sdk.producer import Producer
+from worker.core.ids import id_problem
 from worker.documents.event_body import body_of, stored_body
 from worker.intake.source_event import EventError, InvalidEvent
+from worker.keys.layout import Keys
 from worker.ops.runs import discard
+from worker.store.reads import EVENT_ID
 
-__all__ = ["discard_events", "edited_bodies", "redrive_events"]
+__all__ = ["dead_event_ids", "discard_events", "edited_bodies", "redrive_events"]
 
 # The SourceEvent fields a stored event (the worker's Source) carries over to an edited one.
 _EVENT_FIELDS = ("sourceType", "sourceId", "scopeKey", "timestamp", "userId", "agentId", "workspaceId")
@@ -35,7 +38,10 @@ def redrive_events(
     (from :func:`edited_bodies`) replace the stored events of those ids. ``tenant``: the producer's by default.
     """
     store, keys = producer.store, producer.store.keys.for_tenant(tenant or producer.tenant)
-    ids, more, until_ms = _targets(producer, event_ids, tenant, limit, until_ms)
+    if bodies is not None:  # the edits' ids, resolved by the caller before edited_bodies read them
+        ids, more, until = list(dict.fromkeys(event_ids or ())), False, 0
+    else:
+        ids, more, until = _targets(producer, event_ids, tenant, limit, until_ms)
     redriven: list[str] = []
     not_dead: list[str] = []
     for event_id in ids:
@@ -48,7 +54,7 @@ def redrive_events(
         # have finished and released the scope since, and one skipped here left the scope for the reconcile sweep
         if publish:
             producer.fair.publish(keys.scope_ref(scope_key))
-    return {"redriven": redriven, "notDead": not_dead} | _more(more, until_ms)
+    return {"redriven": redriven, "notDead": not_dead} | _more(more, until)
 
 
 def _targets(
@@ -64,7 +70,7 @@ def _targets(
     time, the clock COMMIT dates a death by (a worker's clock ahead of the web's left events out of "all", one
     behind let a sweep take an event twice)."""
     if event_ids is not None:
-        return list(dict.fromkeys(event_ids)), False, 0
+        return list(dict.fromkeys(dead_event_ids(producer, event_ids, tenant=tenant))), False, 0
     until = until_ms if until_ms is not None else _redis_ms(producer)
     store = producer.store
     keys = store.keys.for_tenant(tenant or producer.tenant)
@@ -72,6 +78,30 @@ def _targets(
         return store.dlq_ids(keys, until_ms=until), False, until
     ids = store.dlq_ids(keys, limit + 1, until_ms=until)
     return ids[:limit], len(ids) > limit, until
+
+
+def dead_event_ids(
+    producer: Producer, given: Sequence[str], *, tenant: str | None = None, field: str = "eventIds[{}]"
+) -> list[str]:
+    """The dead events ``given`` names, in order: an event id as it is; a source id, as ``GET /v1/events/{id}``
+    reads one, the one dead event of the tenant with that source id (a source id was answered ``notDead`` while
+    its event was dead). An id that breaks the id rule is a 422 naming ``field`` (formatted with its index); a
+    source id of several dead events a 409 listing them; anything else is kept as given (``notDead``)."""
+    keys = producer.store.keys.for_tenant(tenant or producer.tenant)
+    return [_event_id_of(producer, keys, one, field.format(index)) for index, one in enumerate(given)]
+
+
+def _event_id_of(producer: Producer, keys: Keys, given: str, field: str) -> str:
+    if (problem := id_problem(given)) is not None:
+        raise InvalidEvent(EventError(code="invalid_id", message=f"{field} {problem.message}", field=field))
+    if EVENT_ID.fullmatch(given):
+        return given
+    dead = [c for c in producer.store.find_by_source(keys, given) if c.get("status") == "dead"]
+    if len(dead) > 1:
+        names = ", ".join(f"{c['eventId']} ({c.get('sourceType')} in {c.get('scopeKey')})" for c in dead)
+        message = f"{field}: source id {given!r} names several dead events: {names}; give one by its event id"
+        raise InvalidEvent(EventError(code="ambiguous_source_id", message=message, field=field), 409)
+    return str(dead[0]["eventId"]) if dead else given
 
 
 def _redis_ms(producer: Producer) -> int:

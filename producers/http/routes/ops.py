@@ -12,7 +12,7 @@ from producers.http.api_models import ErrorBody, ErrorDetail, EventStatus, body_
 from producers.http.ops_access import ops_access, ops_detail
 from producers.http.principal import Principal, principal_of, public, require, tenant_keys
 from producers.http.web_common import JsonObject, door_of, error_response, producer_of
-from producers.sdk.dead_letters import discard_events, edited_bodies, redrive_events
+from producers.sdk.dead_letters import dead_event_ids, discard_events, edited_bodies, redrive_events
 from worker.core.ids import Id
 from worker.intake.source_event import InvalidEvent
 from worker.ops.runs import BadDlqCursor, dlq_page
@@ -352,6 +352,8 @@ def post_redrive(
         if (refused := _too_many(edits, "events", batch_max)) is not None:
             return refused
         try:
+            named = dead_event_ids(producer, [e for e, _ in edits], tenant=tenant, field="events[{}].eventId")
+            edits = list(zip(named, [payload for _, payload in edits], strict=True))
             bodies = edited_bodies(producer, edits, tenant=tenant)
         except InvalidEvent as exc:
             return error_response(exc.status_code, exc.error.code, exc.error.message, exc.error.field)
@@ -360,7 +362,10 @@ def post_redrive(
     ids = _ids_or_all(body, batch_max)
     if isinstance(ids, JSONResponse):
         return ids
-    return JSONResponse(redrive_events(producer, ids, tenant=tenant, limit=batch_max, until_ms=until))
+    try:
+        return JSONResponse(redrive_events(producer, ids, tenant=tenant, limit=batch_max, until_ms=until))
+    except InvalidEvent as exc:  # an id no event could have, or a source id of several dead events
+        return error_response(exc.status_code, exc.error.code, exc.error.message, exc.error.field)
 
 
 def _edits(events: Any) -> list[tuple[str, Any]] | JSONResponse:
@@ -414,7 +419,11 @@ def post_discard(
         return ids
     tenant = principal_of(request).tenant
     producer = producer_of(request)
-    return JSONResponse(discard_events(producer, ids, reason, tenant=tenant, limit=batch_max, until_ms=until))
+    try:
+        discarded = discard_events(producer, ids, reason, tenant=tenant, limit=batch_max, until_ms=until)
+    except InvalidEvent as exc:  # an id no event could have, or a source id of several dead events
+        return error_response(exc.status_code, exc.error.code, exc.error.message, exc.error.field)
+    return JSONResponse(discarded)
 
 
 @router.get("/healthz", dependencies=[Depends(public)], response_model=Health)

@@ -170,3 +170,22 @@ def test_a_stale_entry_is_dropped_so_a_sweep_goes_on_past_it(
     last = client.post("/v1/dlq/discard", json={"all": True, "until": first["until"]}).json()
     assert (last["discarded"], last["notDead"], last.get("more")) == ([], [dead[4]], None)
     assert _dead(client) == []
+
+
+def test_a_source_id_names_its_dead_event_and_a_bad_id_is_refused(
+    dead_and_api: tuple[list[str], TestClient],
+) -> None:
+    """A contract audit: a dead event given by its source id (which ``GET /v1/events/{id}`` accepts) was
+    answered ``notDead``, and so was an id no event can have. A source id now names its one dead event (an
+    edit's too), an id breaking the id rule is a 422 naming its place, and an unknown one is still notDead."""
+    dead, client = dead_and_api
+    answer = client.post("/v1/dlq/discard", json={"eventIds": ["dlq-batch-0", "no-such-source"]})
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"discarded": [dead[0]], "notDead": ["no-such-source"]}
+    edit = client.post("/v1/dlq/redrive", json={"events": [{"eventId": "dlq-batch-1", "payload": {"n": 1}}]})
+    assert edit.status_code == 200 and edit.json()["redriven"] == [dead[1]], edit.text
+    stored = client.get(f"/v1/events/{dead[1]}").json()
+    assert stored["event"]["payload"] == {"n": 1}  # the edit was kept, not the redrive done without it
+    bad = client.post("/v1/dlq/redrive", json={"eventIds": [dead[2], "a b"]})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "eventIds[1]", bad.text
+    assert sorted(_dead(client)) == sorted(dead[2:])  # nothing was redriven by the refused request
