@@ -349,6 +349,12 @@ def _check_key_request(tenant: str, role: str, name: str) -> None:
         raise CredentialError(str(exc), "tenant") from None
     if role not in ROLES:
         raise CredentialError(f"role must be one of {', '.join(ROLES)} (got {role!r})", "role")
+    if role == "metrics" and tenant != DEFAULT_TENANT:  # it would be refused by every surface it may read
+        message = (
+            f"a metrics key reads the operations surfaces, which are the operator's: it belongs to tenant "
+            f"{DEFAULT_TENANT!r} (got {tenant!r})"
+        )
+        raise CredentialError(message, "role")
     if len(name) > MAX_NAME_CHARS or not name.isprintable():
         raise CredentialError(f"name must be at most {MAX_NAME_CHARS} printable characters", "name")
 
