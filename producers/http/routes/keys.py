@@ -19,6 +19,7 @@ from producers.http.auth import credentials_of, is_root
 from producers.http.principal import Forbidden, NotFound, Principal, require
 from producers.http.web_common import error_response
 from worker.core.ids import Id, UserId
+from worker.keys.layout import BadTenant, check_tenant
 from worker.ops.credentials import DEFAULT_TOKEN_TTL_S, MAX_TOKEN_TTL_S, CredentialError
 
 __all__ = ["router"]
@@ -115,6 +116,11 @@ def list_keys(
 ) -> JSONResponse:
     """The keys of the caller's tenant, without secrets; the root credentials list ``tenant``'s, or without it
     every tenant's (as ``agent-signal keys list`` does against the store)."""
+    if tenant is not None:
+        try:
+            check_tenant(tenant)
+        except BadTenant as exc:  # no tenant can have that name: not an empty list
+            return error_response(422, "invalid_field", f"tenant: {exc}", "tenant")
     wanted = None if tenant is None and is_root(principal) else _tenant_for(principal, tenant)
     return JSONResponse({"keys": [r.public() for r in credentials_of(request).list(wanted)]})
 

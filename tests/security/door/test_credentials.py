@@ -146,6 +146,9 @@ class TestKeysOverHttp:
         assert {k["tenant"] for k in only} == {"acme"}
         assert {k["tenant"] for k in client.get("/v1/keys", headers=bearer(acme)).json()["keys"]} == {"acme"}
         assert globex not in str(listed)
+        # a name no tenant can have is a 422 naming it, not an empty list (a contract audit)
+        bad = client.get("/v1/keys", params={"tenant": "a b"}, headers=ROOT_AUTH)
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "tenant", bad.text
 
     def test_a_bootstrap_key_read_with_its_line_end_is_the_key_without_it(self, make_settings: Any) -> None:
         """``AGENT_SIGNAL_BOOTSTRAP_KEY="$(cat key.txt)"`` of a CRLF file kept the CR: no client could send that
