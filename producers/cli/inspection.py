@@ -35,18 +35,21 @@ def _chain_ids(chain_id: str) -> list[str]:
     return [chain_id] if chain_id.startswith("chain:") else [chain_id, f"chain:{chain_id}"]
 
 
-def _find_chain(target: Target, chain_id: str, tenant: str | None) -> dict[str, Any] | None:
+def _find_chain(
+    target: Target, chain_id: str, tenant: str | None, user: str | None = None
+) -> dict[str, Any] | None:
     if target.http:
         with Api(target) as api:
+            params = {"userId": user} if user else None
             for candidate in _chain_ids(chain_id):
-                chain = api.call("GET", f"/v1/chains/{quote_id(candidate)}", missing_ok=True)
+                chain = api.call("GET", f"/v1/chains/{quote_id(candidate)}", params=params, missing_ok=True)
                 if chain is not None:
                     return dict(chain)
         return None
     producer = _producer(tenant)
     try:
         for candidate in _chain_ids(chain_id):
-            found: dict[str, Any] | None = producer.store.get_chain(producer.keys, candidate)
+            found: dict[str, Any] | None = producer.store.get_chain(producer.keys, candidate, user_id=user)
             if found is not None:
                 return found
         return None
@@ -57,7 +60,7 @@ def _find_chain(target: Target, chain_id: str, tenant: str | None) -> dict[str, 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from producers.cli.chain_view import render_chain
 
-    chain = _find_chain(resolve_target(args), args.chain_id, args.tenant)
+    chain = _find_chain(resolve_target(args), args.chain_id, args.tenant, args.user)
     if chain is None:
         print(
             f"agent-signal inspect: no chain {args.chain_id!r} (not run yet, or past retention)",
@@ -195,6 +198,9 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     p = sub.add_parser("inspect", help="a chain in five steps: source, signals, actions, results, edges")
     p.add_argument("chain_id")
     p.add_argument("--json", action="store_true", help="the stored chain document as JSON")
+    p.add_argument(
+        "--user", metavar="U", help="of a chain id several users' events share, the run of this user's event"
+    )
     add_target_options(p)
     p.set_defaults(func=cmd_inspect)
 

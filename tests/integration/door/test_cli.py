@@ -156,6 +156,17 @@ class TestOperate:
         )
         assert json.loads(_cli(settings, "inspect", "m1", "--json").stdout)["record"]["chainId"] == "chain:m1"
         assert _cli(settings, "inspect", "chain:none").returncode == 1
+        # one source id of two users' events: --user picks a user's run (a contract audit: the 409 told the
+        # caller to ask by userId, which inspect had no way to)
+        shared = '{"sourceType":"bot.message.merged","sourceId":"dup1","userId":"%s","payload":{"topicId":"%s","message":"from-%s"}}'
+        lines = [shared % (u, f"t-{u}", u) for u in ("ua", "ub")]
+        assert _cli(settings, "enqueue", str(_write(tmp_path / "d.jsonl", lines))).returncode == 0
+        for user, other in (("ua", "ub"), ("ub", "ua")):
+            wait_for(
+                lambda u=user: _cli(settings, "inspect", "dup1", "--user", u).returncode == 0, what="a run"
+            )
+            found = _cli(settings, "inspect", "dup1", "--json", "--user", user)
+            assert f"from-{user}" in found.stdout and f"from-{other}" not in found.stdout, found.stderr
 
         human = _cli(settings, "dlq", "list").stdout
         assert "to-9" in human and "attempts=1" in human
