@@ -247,6 +247,11 @@ def _rate(setting: float | None, default: float, configured: bool) -> float | No
     return rate if rate > 0 else None
 
 
+# Paths whose answer depends on no caller: the credential they carry is not looked up (a lookup reads the store,
+# and liveness that fails with Redis is a restart loop for a process that is alive: a contract audit).
+UNAUTHENTICATED_PATHS = frozenset({"/healthz"})
+
+
 def _bearer(scope: Scope) -> str | None:
     """The credential of ``Authorization: Bearer …``; raises Unauthenticated for another scheme."""
     for name, value in scope.get("headers", ()):
@@ -289,6 +294,8 @@ class AuthMiddleware:
     async def _admit(self, scope: Scope) -> JSONResponse | None:
         """None to let the request in (principal set), else the response that refuses it."""
         path: str = scope.get("path", "")
+        if path in UNAUTHENTICATED_PATHS:  # liveness reads nothing: a credential sent to it is not looked up
+            return None
         try:
             client = scope.get("client")
             principal = await self.auth.resolve(_bearer(scope), client[0] if client else None)
