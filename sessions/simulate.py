@@ -19,6 +19,7 @@ from typing import Any
 
 from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.signals import UnrecognizedSignalType
+from worker.documents.projection import MAX_ISO_MS as MAX_NOW_MS  # as an event's timestamp: below 2**53
 
 __all__ = ["SimulationError", "loads_step", "run_script"]
 
@@ -74,8 +75,8 @@ def _turn(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any])
 
 def _idle(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> dict[str, Any]:
     now = body.get("nowMs")
-    if now is not None and (isinstance(now, bool) or not isinstance(now, int)):
-        raise SimulationError("idle.nowMs: must be an integer (Unix ms)")
+    if now is not None and (isinstance(now, bool) or not isinstance(now, int) or not 0 <= now <= MAX_NOW_MS):
+        raise SimulationError(f"idle.nowMs: must be an integer (Unix ms) from 0 to {MAX_NOW_MS}")
     return machine.idle(
         rt,
         now_ms=int(now) if now is not None else int(time.time() * 1000),
@@ -87,6 +88,8 @@ def _idle(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any])
 def _set(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> None:
     if not isinstance(body.get("key"), str):
         raise SimulationError("set.key: is required")
+    if "value" not in body:  # null is a value; nothing is a mistake (it wrote null unseen)
+        raise SimulationError("set.value: is required")
     machine.set_kv(rt, body["key"], body.get("value"))
 
 

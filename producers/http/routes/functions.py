@@ -30,6 +30,7 @@ from sessions.functions import FunctionDef, load_function_dir
 from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating, guard_message
 from sessions.store import SessionFull
 from worker.core.ids import Id, id_problem
+from worker.documents.projection import MAX_ISO_MS
 
 __all__ = ["activate_locked", "function_definitions", "machine_for", "router"]
 
@@ -54,7 +55,7 @@ class TurnBody(BaseModel):
 
 class IdleBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    nowMs: int | None = Field(default=None, strict=True, ge=0)
+    nowMs: int | None = Field(default=None, strict=True, ge=0, le=MAX_ISO_MS)  # as an event's timestamp
     lastTwoOutputsIdentical: bool = Field(default=False, strict=True)
     modelAskedQuestion: bool = Field(default=False, strict=True)
 

@@ -320,3 +320,11 @@ def test_an_empty_functions_list_writes_no_function_state_where_nothing_is_locke
     answer = client.put("/v1/sessions/s-empty", json={"functions": [], "dmailEnabled": True})
     assert answer.status_code == 200 and answer.json()["dmailEnabled"] is True
     assert redis_client.exists(keys.functions_state(session_scope("s-empty"))) == 0
+
+
+def test_an_idle_now_past_the_last_iso_instant_is_refused(client: TestClient) -> None:
+    """A contract audit: ``nowMs`` 10**23 was taken; it is bounded as an event's timestamp is (below 2**53)."""
+    client.post("/v1/sessions/n1/turn", json={})
+    refused = client.post("/v1/sessions/n1/idle", json={"nowMs": 10**23})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "nowMs", refused.text
+    assert client.post("/v1/sessions/n1/idle", json={"nowMs": 1}).status_code == 200

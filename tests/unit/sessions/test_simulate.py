@@ -59,6 +59,21 @@ class TestRunScript:
             json.dumps(out, allow_nan=False)  # every output line is JSON
         assert outputs[5][0]["functions"]["approval"]["currentTurn"] == 1
 
+    def test_a_step_missing_what_the_contract_requires_is_its_lines_error(self) -> None:
+        """A contract audit: ``{"set": {"key": "k"}}`` wrote null unseen and ``{"idle": {"nowMs": -1}}`` ran
+        (the HTTP route refuses it); each is now that line's error, and the script goes on."""
+        script = [
+            '{"set": {"key": "k"}}',
+            '{"idle": {"nowMs": -1}}',
+            '{"idle": {"nowMs": 1e30}}',
+            '{"turn": {}}',
+        ]
+        errors = [error for _, error in run_script(_machine(), script)]
+        assert errors[0] == "line 1: set.value: is required"
+        assert errors[1] is not None and errors[1].startswith("line 2: idle.nowMs: must be an integer")
+        assert errors[2] is not None and errors[2].startswith("line 3: idle.nowMs")
+        assert errors[3] is None  # userMessaged is false when absent, as over HTTP
+
 
 class TestSimulateCommand:
     def test_one_json_line_per_step(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
