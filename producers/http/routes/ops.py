@@ -228,7 +228,9 @@ def get_chain(
             chain_id = str(traced[0]["eventId"])
     chain = store.get_chain(keys, chain_id, user_id=user_id)
     if chain is None:
-        return error_response(404, "not_found", f"no chain {chain_id!r} (not run yet, or past retention)")
+        return error_response(
+            404, "not_found", f"no chain {chain_id!r} (not run yet, or past retention)", "chainId"
+        )
     return JSONResponse(chain)
 
 

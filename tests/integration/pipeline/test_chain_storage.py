@@ -120,6 +120,8 @@ class TestCompactChain:
         redis_client.set(keys.chain(status["eventId"]), json.dumps(chain, separators=(",", ":")))
         again = api.get(f"/v1/chains/{status['chainId']}")
         assert again.status_code == 200 and again.json() == chain
+        missing = api.get("/v1/chains/chain:no-such-run").json()["error"]  # named as an event's 404 is
+        assert (missing["code"], missing["field"]) == ("not_found", "chainId")
 
     def test_a_chain_in_the_inputs_form_of_format_1_still_reads(
         self, api: TestClient, raw_redis: Redis, keys: BucketKeys
