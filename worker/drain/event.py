@@ -20,6 +20,7 @@ one (worker/drain/ports.py ``BatchPort``); its commit applies them.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -196,8 +197,11 @@ def publish(work: EventWork, ctx: DrainContext) -> None:
 
 
 def observe(work: EventWork, ctx: DrainContext) -> None:
-    """The chain's span (its metrics are counted with the event's: :func:`record`); a development snapshot."""
+    """The chain's span (its metrics are counted with the event's: :func:`record`); a development snapshot; a
+    warning for an event that went to the dead-letter list (an audit found none: a DLQ filled without a line)."""
     chain = work.chain
+    if work.outcome == "dead":
+        _say_dead(work)
     if work.outcome != "done" or chain is None:
         return
     ctx.telemetry.observe_chain(chain)
@@ -209,6 +213,26 @@ def observe(work: EventWork, ctx: DrainContext) -> None:
             chain.events(),
             chain.trace.started_at_ms,
         )
+
+
+_ERROR_KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,79}")
+
+
+def _say_dead(work: EventWork) -> None:
+    """One warning for an event its commit put on the dead-letter list: its id, type and attempts, and the kind
+    of its error (the code or exception class before the first ``:``), never the error's text, which may quote
+    the event (worker/telemetry/log_privacy.py)."""
+    reply = work.reply
+    if reply is None or reply.code is not CommitCode.COMMITTED:
+        return
+    head = work.error.partition(":")[0].strip()
+    kind = head if _ERROR_KIND.fullmatch(head) else "error"
+    log.warning(
+        "event dead-lettered after %d attempt(s) (%s)",
+        work.begun.attempts,
+        kind,
+        extra={"eventId": work.begun.event_id, "sourceType": work.source_type},
+    )
 
 
 EVENT_STEPS: Sequence[Step] = (begin, interpret, project)

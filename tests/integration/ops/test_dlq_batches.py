@@ -189,3 +189,15 @@ def test_a_source_id_names_its_dead_event_and_a_bad_id_is_refused(
     bad = client.post("/v1/dlq/redrive", json={"eventIds": [dead[2], "a b"]})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "eventIds[1]", bad.text
     assert sorted(_dead(client)) == sorted(dead[2:])  # nothing was redriven by the refused request
+
+
+def test_each_event_that_goes_dead_says_so_in_one_warning_without_its_error_text(
+    caplog: pytest.LogCaptureFixture, dead_and_api: tuple[list[str], TestClient]
+) -> None:
+    """A deploy audit: events went dead with no warning or error line at all (only the DLQ and metrics said so).
+    Each now logs one warning naming its id and its error's kind, not the error's text (it may quote the
+    event: ``flaky handler is broken`` here)."""
+    dead, _ = dead_and_api
+    said = [r for r in caplog.get_records("setup") if r.getMessage().startswith("event dead-lettered")]
+    assert [getattr(r, "eventId", None) for r in said] == dead
+    assert all(r.levelname == "WARNING" and "broken" not in r.getMessage() for r in said)
