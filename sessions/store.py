@@ -108,11 +108,12 @@ class SessionLimits:
             self.max_tenant_bytes,
         ]
 
-    def quota_exceeded(self, reply: Any) -> UserQuotaExceeded:
-        """A script's ``{'quota', bytes, retryAfterS, 'user'|'tenant'}`` as the error the door answers 429."""
+    def quota_exceeded(self, reply: Any, user_id: str | None = None) -> UserQuotaExceeded:
+        """A script's ``{'quota', bytes, retryAfterS, 'user'|'tenant'}`` as the error the door answers 429
+        (``user_id``: the session's user, which the script was run for)."""
         tenant = _s(reply[3]) == "tenant"
         limit = self.max_tenant_bytes if tenant else self.max_user_bytes
-        return UserQuotaExceeded(int(reply[1]), limit, int(reply[2]), tenant=tenant)
+        return UserQuotaExceeded(int(reply[1]), limit, int(reply[2]), tenant=tenant, user_id=user_id)
 
 
 MOVE_RETRIES = 200  # a script run again after its session moved to another user meanwhile (SessionStore.run)
@@ -124,7 +125,8 @@ class ContentionError(RuntimeError):
 
 class SessionFull(ValueError):
     """A write would pass one of the session's caps; nothing of it was stored. ``field`` names the request
-    field to blame (``messages``, ``messages.3.content``, ``content``) or is None; ``limit`` is the cap."""
+    field to blame (``messages``, ``messages.3.content``, ``content``; ``userId`` for a user's quota) or is
+    None; ``limit`` is the cap."""
 
     def __init__(self, field: str | None, limit: int, message: str) -> None:
         super().__init__(message)
@@ -133,18 +135,23 @@ class SessionFull(ValueError):
 
 
 class UserQuotaExceeded(SessionFull):
-    """The session's user already stores ``used`` bytes, at ``AGENT_SIGNAL_USER_MAX_BYTES`` (``tenant``: the
-    tenant's users and sessions together, at ``AGENT_SIGNAL_TENANT_MAX_BYTES``); nothing was written.
-    ``retry_after_s``: when some of it expires (0: it does not by itself). Answered 429."""
+    """The session's user (``user_id`` when known) already stores ``used`` bytes, at
+    ``AGENT_SIGNAL_USER_MAX_BYTES``: ``field`` is ``userId``, as for an event refused for its user's bytes
+    (worker/core/errors.py). ``tenant``: the tenant's users and sessions together, at
+    ``AGENT_SIGNAL_TENANT_MAX_BYTES`` (no field). Nothing was written. ``retry_after_s``: when some of it
+    expires (0: it does not by itself). Answered 429."""
 
-    def __init__(self, used: int, limit: int, retry_after_s: int, *, tenant: bool = False) -> None:
+    def __init__(
+        self, used: int, limit: int, retry_after_s: int, *, tenant: bool = False, user_id: str | None = None
+    ) -> None:
         when = "retry once some of it expires" if retry_after_s else "erase or delete some of it first"
-        who, setting = (
-            ("this tenant's users and sessions already store", "AGENT_SIGNAL_TENANT_MAX_BYTES")
-            if tenant
-            else ("this session's user already stores", "AGENT_SIGNAL_USER_MAX_BYTES")
-        )
-        super().__init__(None, limit, f"{who} {used} bytes (the quota is {limit}, {setting}); {when}")
+        if tenant:
+            who, setting = "this tenant's users and sessions already store", "AGENT_SIGNAL_TENANT_MAX_BYTES"
+        else:
+            user = f"user {user_id!r}" if user_id else "this session's user"
+            who, setting = f"{user} already stores", "AGENT_SIGNAL_USER_MAX_BYTES"
+        message = f"{who} {used} bytes (the quota is {limit}, {setting}); {when}"
+        super().__init__(None if tenant else "userId", limit, message)
         self.used = used
         self.retry_after_s = retry_after_s
 
@@ -250,19 +257,20 @@ class SessionStore:
     def run(self, script: Script, session_id: str, *args: Any) -> Any:
         """Run one session script: the session's keys, the TTL and caps, the user read with the keys, then the
         script's own arguments. A script that finds the session moved to another user meanwhile writes nothing
-        (``{'moved'}``): the keys are read again, up to ``MOVE_RETRIES`` times (then ContentionError)."""
+        (``{'moved'}``): the keys are read again, up to ``MOVE_RETRIES`` times (then ContentionError). A script
+        refused for a quota (``{'quota', …}``, nothing written) raises UserQuotaExceeded naming that user."""
         for _ in range(MOVE_RETRIES):
             keys, user = self._keys(session_id)
             reply = script(keys=keys, args=[*self.limits.script_args(), user, *args])
+            if isinstance(reply, list) and reply and reply[0] in ("quota", b"quota"):
+                raise self.limits.quota_exceeded(reply, user or None)
             if not (isinstance(reply, list) and len(reply) == 1 and _s(reply[0]) == "moved"):
                 return reply
         raise ContentionError(f"session {session_id!r} moved between users {MOVE_RETRIES} times; try again")
 
     def _admitted(self, reply: Any, field: str | None) -> int:
-        """The script's ``{'ok', value}``, or SessionFull for its ``{'full', 'records'|'bytes'}`` (its
-        UserQuotaExceeded for ``{'quota', bytes, retryAfterS}``)."""
-        if _s(reply[0]) == "quota":
-            raise self.limits.quota_exceeded(reply)
+        """The script's ``{'ok', value}``, or SessionFull for its ``{'full', 'records'|'bytes'}`` (a quota
+        reply never gets here: :meth:`run` raises it)."""
         if _s(reply[0]) != "full":
             return int(reply[1])
         if _s(reply[1]) == "records":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import ServerSentEvent
@@ -69,7 +69,9 @@ class Rollback(BaseModel):
     receipt: Receipt | None = Field(default=None, description="The receipt, with its ``rollbackStatus``.")
 
 
-class RollbackNotFound(BaseModel):
+class RollbackNotFound(ErrorBody):
+    """The error body (``not_found``), plus LobeHub's rollback status for a receipt it cannot find."""
+
     status: Literal["not_found"]
 
 
@@ -80,48 +82,88 @@ class GateState(BaseModel):
 
 Reader = Annotated[Principal, Depends(require("read", users=True))]
 Operator = Annotated[Principal, Depends(require("operate", users=True))]
+UserQuery = Annotated[
+    str,
+    Query(
+        description="The user: required with an API key; a user token's own user when absent (a user token "
+        "naming another user is answered 404)."
+    ),
+]
+AgentQuery = Annotated[str, Query(description="The agent whose skill documents to read (required).")]
 
 
 def _docs(request: Request) -> DocumentStore:
     return DocumentStore(producer_of(request).store.client, tenant_keys(request))
 
 
-@router.get("/v1/memories", response_model=MemoryList)
-def list_memories(request: Request, principal: Reader, userId: str) -> JSONResponse:
-    if not userId:
+def _user(principal: Principal, user_id: str, what: str) -> str | JSONResponse:
+    """The user a route serves: a user token's own (``userId`` may name it; another user is 404, as
+    :func:`check_user` answers everywhere), else the query's ``userId`` (absent: 422 ``missing_field``)."""
+    if principal.user_id is not None:
+        check_user(principal, user_id or principal.user_id, what)
+        return principal.user_id
+    if not user_id:
         return error_response(422, "missing_field", "userId is required", "userId")
-    check_user(principal, userId, "memories")
-    return JSONResponse({"memories": _docs(request).list_memories(userId)})
+    return user_id
+
+
+def _missing_agent() -> JSONResponse:
+    return error_response(422, "missing_field", "agentId is required", "agentId")
+
+
+@router.get("/v1/memories", response_model=MemoryList)
+def list_memories(request: Request, principal: Reader, userId: UserQuery = "") -> JSONResponse:
+    user = _user(principal, userId, "memories")
+    if isinstance(user, JSONResponse):
+        return user
+    return JSONResponse({"memories": _docs(request).list_memories(user)})
 
 
 @router.get("/v1/memories/{memory_id}", response_model=Memory)
-def get_memory(memory_id: Id, request: Request, principal: Reader, userId: str = "") -> JSONResponse:
-    check_user(principal, userId, "memory")
-    memory = _docs(request).get_memory(userId, memory_id) if userId else None
+def get_memory(memory_id: Id, request: Request, principal: Reader, userId: UserQuery = "") -> JSONResponse:
+    user = _user(principal, userId, "memory")
+    if isinstance(user, JSONResponse):
+        return user
+    memory = _docs(request).get_memory(user, memory_id)
     if memory is None:
-        return error_response(404, "not_found", f"no memory {memory_id!r} for user {userId!r}")
+        return error_response(404, "not_found", f"no memory {memory_id!r} for user {user!r}")
     return JSONResponse(memory)
 
 
 @router.get("/v1/skills", response_model=SkillList)
-def list_skills(request: Request, principal: Reader, userId: str = "", agentId: str = "") -> JSONResponse:
-    if not userId or not agentId:
-        return error_response(
-            422, "missing_field", "userId and agentId are required", "userId" if not userId else "agentId"
-        )
-    check_user(principal, userId, "skills")
-    return JSONResponse({"skills": _docs(request).list_skills(userId, agentId)})
+def list_skills(
+    request: Request, principal: Reader, agentId: AgentQuery, userId: UserQuery = ""
+) -> JSONResponse:
+    user = _user(principal, userId, "skills")
+    if isinstance(user, JSONResponse):
+        return user
+    if not agentId:
+        return _missing_agent()
+    return JSONResponse({"skills": _docs(request).list_skills(user, agentId)})
 
 
 @router.get("/v1/skills/{document_id}", response_model=SkillDocument)
 def get_skill(
-    document_id: Id, request: Request, principal: Reader, userId: str = "", agentId: str = ""
+    document_id: Id, request: Request, principal: Reader, agentId: AgentQuery, userId: UserQuery = ""
 ) -> JSONResponse:
-    check_user(principal, userId, "skill document")
-    doc = _docs(request).get_skill(userId, agentId, document_id) if userId and agentId else None
+    user = _user(principal, userId, "skill document")
+    if isinstance(user, JSONResponse):
+        return user
+    if not agentId:
+        return _missing_agent()
+    doc = _docs(request).get_skill(user, agentId, document_id)
     if doc is None:
-        return error_response(404, "not_found", f"no skill document {document_id!r}")
+        message = f"no skill document {document_id!r} of agent {agentId!r} for user {user!r}"
+        return error_response(404, "not_found", message)
     return JSONResponse(doc)
+
+
+def _no_receipt(receipt_id: str) -> JSONResponse:
+    """The rollback's 404: the error body, plus ``"status": "not_found"`` (LobeHub's rollback status for a
+    receipt it cannot find). Another user's receipt answers the same: its existence is not revealed."""
+    message = f"no receipt {receipt_id!r} (unknown, expired, or not the caller's)"
+    error = {"code": "not_found", "message": message, "field": None}
+    return JSONResponse({"error": error, "status": "not_found"}, status_code=404)
 
 
 @router.post(
@@ -130,29 +172,44 @@ def get_skill(
     responses={
         404: {
             "model": RollbackNotFound | ErrorBody,
-            "description": "No such receipt, or not the caller's (``status``); or no such path (the error body).",
-        }
+            "description": "No such receipt, or not the caller's (the error body with ``status``); or no such "
+            "path (the error body).",
+        },
+        409: {
+            "model": ErrorBody,
+            "description": "``ambiguous_receipt_id``: an API key gave no ``userId`` and several users have a "
+            "receipt with this id (``field`` is ``userId``).",
+        },
     },
 )
 def rollback_receipt(
-    receipt_id: Id, request: Request, principal: Operator, userId: str | None = None
+    receipt_id: Id,
+    request: Request,
+    principal: Operator,
+    userId: Annotated[
+        str,
+        Query(
+            description="The receipt's user: a user token's own when absent (a user token naming another user "
+            "is answered 404); an API key without it is answered when exactly one user has a receipt with this "
+            "id (409 ``ambiguous_receipt_id`` when several do)."
+        ),
+    ] = "",
 ) -> JSONResponse:
     """Undo a skill-document receipt: rolled_back | conflict | not_found | failed | unsupported (kept on the
     receipt). A receipt is one user's: a user token's own, else ``userId``'s (a key that names no user is
     answered when exactly one user has a receipt with this id; give ``userId``, it is cheaper)."""
     receipts = receipt_store(request)
-    user = principal.user_id or userId
+    if principal.user_id is not None and userId not in ("", principal.user_id):
+        return _no_receipt(receipt_id)
+    user = principal.user_id or userId or None
     if user is None:
         owners = receipts.owners_of(receipt_id)
         if len(owners) > 1:
             message = f"receipt {receipt_id!r} exists for {len(owners)} users: give userId"
             return error_response(409, "ambiguous_receipt_id", message, "userId")
         user = owners[0] if owners else None
-    if user is None or not principal.owns_user(user):
-        return JSONResponse({"status": "not_found"}, status_code=404)
-    receipt = receipts.get(user, receipt_id)
-    if receipt is None:
-        return JSONResponse({"status": "not_found"}, status_code=404)
+    if user is None or (receipt := receipts.get(user, receipt_id)) is None:
+        return _no_receipt(receipt_id)
     status = rollback_skill_receipt(_docs(request), receipt)
     updated = receipts.update_metadata(user, receipt_id, {"rollbackStatus": status})
     return JSONResponse({"status": status, "receipt": updated})
@@ -173,7 +230,7 @@ PING_S = 15  # the keep-alive comment's interval; the credential is checked at l
     },
 )
 def stream_receipts(
-    request: Request, principal: Reader, userId: str, agentId: str = "-", topicId: str = "-"
+    request: Request, principal: Reader, userId: UserQuery = "", agentId: str = "-", topicId: str = "-"
 ) -> Response:
     """Server-sent events: ``: connected`` once the subscription is live, then ``event: receipt`` with the
     receipt JSON once per new receipt (``id:`` its id, without control characters), ``event: resync`` when the
@@ -187,13 +244,13 @@ def stream_receipts(
     per credential, per process and per tenant across processes (429 ``too_many_streams`` with Retry-After,
     answered by FeedResponse when it starts). A user token streams only its own user's receipts (another
     userId answers 404)."""
-    if not userId:
-        return error_response(422, "missing_field", "userId is required", "userId")
-    check_user(principal, userId, "receipts stream")
+    user = _user(principal, userId, "receipts stream")
+    if isinstance(user, JSONResponse):
+        return user
     keys = producer_of(request).store.keys.for_tenant(principal.tenant)
     settings = settings_of(request)
     receipts = ReceiptStore(producer_of(request).store.client, keys, ttl_s=settings.receipt_retention_s)
-    wanted = ReceiptFilter(userId, _narrowing(agentId), _narrowing(topicId))
+    wanted = ReceiptFilter(user, _narrowing(agentId), _narrowing(topicId))
     events = partial(
         receipt_events,
         receipts=receipts,
@@ -203,7 +260,7 @@ def stream_receipts(
     )
     return FeedResponse(
         feed_of(request),
-        keys.receipts_feed(userId),
+        keys.receipts_feed(user),
         principal.credential_id,
         events,
         unavailable_retry_after_s=settings.store_retry_after_s,

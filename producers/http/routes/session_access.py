@@ -111,7 +111,7 @@ def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
     else the route's ``field``); over the user's storage quota, 429 ``quota_exceeded`` (Retry-After when some
     of the user's data expires)."""
     if isinstance(exc, UserQuotaExceeded):
-        response = error_response(429, "quota_exceeded", str(exc), None)
+        response = error_response(429, "quota_exceeded", str(exc), exc.field)
         if exc.retry_after_s:
             response.headers["Retry-After"] = str(exc.retry_after_s)
         return response

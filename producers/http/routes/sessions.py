@@ -6,7 +6,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic_core import PydanticCustomError
 
 from producers.http.api_models import API_ERRORS, ContextView, SessionSettings, body_route, example
 from producers.http.principal import principal_of
@@ -57,19 +58,55 @@ class SettingsBody(BaseModel):
         return value
 
 
+MessageRole = Literal["system", "user", "assistant", "tool"]
+"""kimi's (kosong's) roles; the context's own records (``_checkpoint``, ``_usage``) are not messages."""
+
+CONTENT_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string"},
+        {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"type": {"type": "string", "minLength": 1}},
+                "required": ["type"],
+            },
+        },
+        {"type": "null"},
+    ],
+    "description": "A string, a list of content parts (objects with a ``type``: ``text``, ``image_url``, …), "
+    "or null (no content: an assistant message that only calls tools).",
+}
+
+
+def _check_content(value: Any) -> Any:
+    """kimi's message content: a string, a list of content parts (objects naming their ``type``), or null
+    (kosong reads null as no content); else pydantic's ``invalid_content`` (a 422 naming the field)."""
+    if value is None or isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise PydanticCustomError(
+            "invalid_content", "must be a string, a list of content parts (objects with a type), or null"
+        )
+    for index, part in enumerate(value):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str) or not part["type"]:
+            raise PydanticCustomError(
+                "invalid_content",
+                "part {index} is not a content part (an object with a non-empty string type)",
+                {"index": index},
+            )
+    return value
+
+
 class Message(BaseModel):
+    """A context message in kimi's shape: ``{"role", "content", "tool_calls"?, "tool_call_id"?}`` (other
+    fields, such as ``name``, are kept as sent)."""
+
     model_config = ConfigDict(extra="allow")
-    role: str = Field(min_length=1, json_schema_extra={"pattern": "^[^_]"})  # the validator's rule
-    content: Any = None
+    role: MessageRole
+    content: Annotated[Any, AfterValidator(_check_content), WithJsonSchema(CONTENT_SCHEMA)]
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
-
-    @field_validator("role")
-    @classmethod
-    def _not_reserved(cls, value: str) -> str:
-        if value.startswith("_"):
-            raise ValueError("roles starting with '_' are reserved for context records")
-        return value
 
 
 MAX_TOKEN_COUNT = 10**14 - 1

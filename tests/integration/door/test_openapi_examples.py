@@ -128,3 +128,26 @@ def test_every_request_example_is_accepted_by_the_server(client: TestClient) -> 
     assert not refused, "\n".join(refused)
     assert sent.count("POST /v1/events") >= 2, sent  # one event, and a batch
     assert len(sent) >= 21, sent
+
+
+def test_self_iteration_parameters_say_who_must_give_them(client: TestClient) -> None:
+    """A ``userId`` that a user token may leave out (its own user is read) is optional and its description
+    says who must give it; ``agentId``, which every caller gives, is required; the rollback declares the 409
+    ``ambiguous_receipt_id`` it answers a key that names no user (it was undeclared)."""
+    paths = _document(client)["paths"]
+    reads = [
+        ("/v1/memories", "get"),
+        ("/v1/memories/{memory_id}", "get"),
+        ("/v1/skills", "get"),
+        ("/v1/skills/{document_id}", "get"),
+        ("/v1/receipts/stream", "get"),
+        ("/v1/receipts/{receipt_id}/rollback", "post"),
+    ]
+    for path, method in reads:
+        parameters = {p["name"]: p for p in paths[path][method]["parameters"]}
+        user = parameters["userId"]
+        assert not user.get("required") and "user token" in user.get("description", ""), (path, user)
+        if path.startswith("/v1/skills"):
+            assert parameters["agentId"]["required"] is True, (path, parameters["agentId"])
+    responses = paths["/v1/receipts/{receipt_id}/rollback"]["post"]["responses"]
+    assert "ambiguous_receipt_id" in responses["409"]["description"], responses.keys()

@@ -475,3 +475,47 @@ def test_a_dot_segment_is_not_a_session_id(client: TestClient, session_id: str) 
     answer = client.get(f"/v1/sessions/{encoded}/context")
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"]["field"] == "sessionId"
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ({"role": "wizard", "content": "x"}, "messages.1.role"),
+        ({"role": "_usage", "token_count": 3}, "messages.1.role"),
+        ({"role": "user"}, "messages.1.content"),
+        ({"role": "user", "content": 5}, "messages.1.content"),
+        ({"role": "user", "content": {"type": "text", "text": "x"}}, "messages.1.content"),
+        ({"role": "user", "content": ["x"]}, "messages.1.content"),
+        ({"role": "user", "content": [{"text": "no type"}]}, "messages.1.content"),
+    ],
+)
+def test_a_message_not_in_kimis_shape_is_refused_naming_its_field(
+    client: TestClient, message: dict[str, Any], field: str
+) -> None:
+    """An unknown role, a message without content, and content that is neither a string nor a list of content
+    parts (objects with a ``type``) were stored as sent (200): each is a 422 naming the field, and nothing of the
+    request is stored, on the append and on the compaction that takes messages too."""
+    sid = _session(client, "shape")
+    for route in ("messages", "compact"):
+        answer = client.post(f"/v1/sessions/{sid}/context/{route}", json={"messages": [U("ok"), message]})
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["field"] == field, answer.text
+    assert _context(client, sid)["messages"] == []
+
+
+def test_every_message_shape_of_kimi_is_kept(client: TestClient) -> None:
+    """kimi's roles and content: a system prompt, text parts, an assistant's tool call without content, and the
+    tool's answer."""
+    sid = _session(client, "kimi-shapes")
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}],
+        },
+        {"role": "assistant", "content": [], "tool_calls": [{"id": "c1", "type": "function"}]},
+        {"role": "tool", "content": "done", "tool_call_id": "c1"},
+        {"role": "assistant", "content": ""},
+    ]
+    assert _msg(client, sid, *messages) == len(messages)
+    assert _context(client, sid)["messages"] == messages

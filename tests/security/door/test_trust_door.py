@@ -424,8 +424,7 @@ def _grant_of(route: APIRoute) -> str | None:
 
 def test_a_metrics_key_reads_only_the_ops_surfaces(app_client: ClientFactory) -> None:
     """A ``metrics`` key (made over HTTP) reads every ops surface and /readyz's detail; every other route of
-    the route table answers it 403; a metrics key of another tenant is refused when asked for (the surfaces name
-    every tenant: it would read none of them, and was made all the same before a contract audit)."""
+    the route table answers it 403; one of another tenant, which could read none, is refused (a contract audit)."""
     client = app_client(bootstrap_key=BOOT, rate_limit_per_s=0)
     metrics = _bearer(_make_key(client, "metrics"))
     for path in OPS_SURFACES:

@@ -13,6 +13,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from redis import Redis
 
+from policies.self_iteration.records.documents import DocumentStore
 from producers.http.app import create_web_app
 from producers.http.routes.session_access import session_access
 from sessions.store import SessionLimits, SessionStore
@@ -110,6 +111,93 @@ def test_another_users_skill_receipt_cannot_be_rolled_back(
     assert undo.status_code == 404
     assert "rollbackStatus" not in (receipts.get(VICTIM, "r-skill-1") or {}).get("metadata", {})
     assert client.post("/v1/receipts/r-skill-1/rollback", headers=_bearer(creds[VICTIM])).status_code == 200
+
+
+def test_a_user_token_reads_its_own_memories_and_skills_by_id(
+    door: tuple[TestClient, dict[str, str]], redis_client: Redis, keys: BucketKeys
+) -> None:
+    """The by-id routes read user '' for a token without ``?userId=`` (404 ``no memory for user ''``): a user
+    token reads its own user's, with or without naming it; naming another user is 404, as on the list routes.
+    A key names ``userId`` and ``agentId``, else 422 ``missing_field`` naming the one it left out (a skill
+    without ``agentId`` was a 404 ``no skill document``)."""
+    client, creds = door
+    docs = DocumentStore(redis_client, keys.for_tenant(TENANT))
+    memory = docs.write_memory(VICTIM, source_id="m-1", layer="preference", title="Tea", summary="green")
+    _, skill, _ = docs.upsert_skill(VICTIM, "agt_1", title="Checklist", content="steps", source_id="s-1")
+    victim, mallory, operate = (_bearer(creds[who]) for who in (VICTIM, MALLORY, "operate"))
+    reads = [
+        (f"/v1/memories/{memory['id']}", {}, memory["id"]),
+        ("/v1/memories", {}, memory["id"]),
+        (f"/v1/skills/{skill['id']}", {"agentId": "agt_1"}, skill["id"]),
+        ("/v1/skills", {"agentId": "agt_1"}, skill["id"]),
+    ]
+    for path, query, wanted in reads:
+        for params in (query, {**query, "userId": VICTIM}):
+            own = client.get(path, params=params, headers=victim)
+            assert own.status_code == 200 and wanted in own.text, (path, params, own.text)
+        foreign = client.get(path, params={**query, "userId": VICTIM}, headers=mallory)
+        assert foreign.status_code == 404 and wanted not in foreign.text, (path, foreign.text)
+        mine = client.get(path, params=query, headers=mallory)  # mallory's own user: none of these
+        assert (mine.status_code == 404) if wanted in path else (wanted not in mine.text), (path, mine.text)
+        assert client.get(path, params={**query, "userId": VICTIM}, headers=operate).status_code == 200
+    for path, params, field in (
+        (f"/v1/memories/{memory['id']}", {}, "userId"),
+        ("/v1/memories", {}, "userId"),
+        (f"/v1/skills/{skill['id']}", {"agentId": "agt_1"}, "userId"),
+        (f"/v1/skills/{skill['id']}", {"userId": VICTIM}, "agentId"),
+        (f"/v1/skills/{skill['id']}", {"userId": VICTIM, "agentId": ""}, "agentId"),
+        ("/v1/skills", {"userId": VICTIM}, "agentId"),
+    ):
+        missing = client.get(path, params=params, headers=operate)
+        assert missing.status_code == 422, (path, params, missing.text)
+        assert missing.json()["error"]["code"] == "missing_field", missing.text
+        assert missing.json()["error"]["field"] == field, missing.text
+
+
+def test_a_receipt_the_rollback_cannot_find_is_answered_with_the_error_body(
+    door: tuple[TestClient, dict[str, str]], redis_client: Redis, keys: BucketKeys
+) -> None:
+    """The rollback's 404 was ``{"status": "not_found"}`` alone: now the error body every route answers
+    (with LobeHub's ``status`` kept beside it), the same for a receipt that does not exist and another user's.
+    A user token naming another user in ``userId`` was ignored (its own receipt was rolled back): now 404, as on
+    the other self-iteration routes."""
+    client, creds = door
+    receipts = ReceiptStore(redis_client, keys.for_tenant(TENANT), ttl_s=600)
+    for user in (VICTIM, MALLORY):
+        receipts.append(
+            {
+                "id": "r-both",
+                "kind": "skill",
+                "status": "applied",
+                "createdAt": 1,
+                "userId": user,
+                "agentId": "agt_1",
+                "topicId": "tpc_1",
+                "metadata": {
+                    "documentId": "doc-1",
+                    "historyId": "h-1",
+                    "expectedCurrentDocumentUpdatedAt": 5,
+                },
+            }
+        )
+    victim, operate = _bearer(creds[VICTIM]), _bearer(creds["operate"])
+    for path, params in (
+        ("/v1/receipts/r-none/rollback", {}),
+        ("/v1/receipts/r-both/rollback", {"userId": MALLORY}),
+    ):
+        answer = client.post(path, params=params, headers=victim)
+        assert answer.status_code == 404, answer.text
+        body = answer.json()
+        assert body["error"]["code"] == "not_found" and body["error"]["field"] is None, body
+        assert body["status"] == "not_found" and "r-" in body["error"]["message"], body
+    assert "rollbackStatus" not in (receipts.get(VICTIM, "r-both") or {}).get("metadata", {})
+    ambiguous = client.post("/v1/receipts/r-both/rollback", headers=operate)
+    assert ambiguous.status_code == 409, ambiguous.text
+    assert ambiguous.json()["error"] == {
+        "code": "ambiguous_receipt_id",
+        "message": "receipt 'r-both' exists for 2 users: give userId",
+        "field": "userId",
+    }
 
 
 def test_another_users_session_cannot_be_attached_to(door: tuple[TestClient, dict[str, str]]) -> None:

@@ -18,7 +18,7 @@ from redis import Redis
 
 from policies.self_iteration.keys import SelfIterationKeys
 from sessions.function_store import STATE_COUNTED_DAY
-from sessions.store import session_scope
+from sessions.store import SessionLimits, SessionStore, UserQuotaExceeded, session_scope
 from tests.conftest import SettingsFactory, wait_for
 from tests.security.conftest import ClientFactory
 from worker.keys.layout import BucketKeys
@@ -160,6 +160,8 @@ class TestUserBytes:
         refused = answers[5]
         assert refused.status_code == 429, refused.text
         assert refused.json()["error"]["code"] == "quota_exceeded"
+        assert refused.json()["error"]["field"] == "userId", refused.text
+        assert refused.json()["error"]["message"].startswith("user 'alice' already stores "), refused.text
         assert int(refused.headers["retry-after"]) >= 1  # session context expires with the session
         used = _stored_bytes(redis_client, keys, "acme", "alice")
         assert used >= 2000
@@ -174,6 +176,27 @@ class TestUserBytes:
         assert erased.status_code == 200, erased.text
         assert _stored_bytes(redis_client, keys, "acme", "alice") == 0
         assert client.post("/v1/events", json=_event("alice-2"), headers=alice).status_code == 202
+
+    def test_a_session_write_over_the_users_bytes_names_the_user(
+        self, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """An event over the user's bytes is refused naming ``userId`` and the user; a session write refused for
+        the same quota named neither (``field`` None, "this session's user"). Every session script's refusal
+        (append, checkpoint, compaction) now carries both; the tenant's quota names no field."""
+        store = SessionStore(redis_client, keys.for_tenant("acme"), SessionLimits(max_user_bytes=2000))
+        store.update_settings("s-ubs", {"userId": "ubs"})
+        message = [{"role": "user", "content": "x" * 450}]
+        with pytest.raises(UserQuotaExceeded) as appended:
+            for _ in range(8):
+                store.append("s-ubs", message)
+        with pytest.raises(UserQuotaExceeded) as checkpointed:
+            store.checkpoint("s-ubs", add_user_message=True)
+        with pytest.raises(UserQuotaExceeded) as compacted:
+            store.compact("s-ubs", message, add_user_message=False)
+        for refused in (appended.value, checkpointed.value, compacted.value):
+            assert refused.field == "userId", refused
+            assert str(refused).startswith("user 'ubs' already stores "), refused
+        assert UserQuotaExceeded(5, 4, 0, tenant=True).field is None
 
     def test_a_change_made_before_its_record_is_refused_is_answered_with_the_refusal_named(
         self,

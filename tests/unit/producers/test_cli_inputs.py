@@ -272,4 +272,4 @@ def test_run_replays_a_line_nested_too_deep_as_its_rejection(
     out = capsys.readouterr().out
     assert "line 1: rejected: nested deeper than 62 levels" in out
     assert "line 2: rejected:" in out
-    assert '{"accepted": 0, "duplicate": 0, "rejected": 2}' in out
+    assert '{"accepted":0,"duplicate":0,"rejected":2}' in out
