@@ -139,9 +139,7 @@ def send_dmail(store: SessionStore, session_id: str, arguments: Any) -> ToolResu
     if text != dmail.message:
         pending["text"] = text  # what step end appends; else the message itself (stored once)
     reply = store.run(store.scripts.send, session_id, json.dumps(pending), dmail.checkpoint_id, record_bytes)
-    code = _text(reply[0])
-    if code == "quota":
-        raise store.limits.quota_exceeded(reply)
+    code = _text(reply[0])  # a quota reply is raised by store.run, with the session's user
     if code == "full":
         raise _no_room(store, _text(reply[1]), dmail.checkpoint_id)
     if int(code) != 0:

@@ -98,7 +98,7 @@ class FunctionStore:
         if over is not None:
             limit = checks[over.position - 1][1]
             tenant = checks[over.position - 1][0] == self.keys.tenant_bytes
-            raise UserQuotaExceeded(over.used, limit, over.retry_s, tenant=tenant)
+            raise UserQuotaExceeded(over.used, limit, over.retry_s, tenant=tenant, user_id=user_id)
 
     def update(self, session_id: str, change: Callable[[SessionRuntime], T]) -> tuple[T, SessionRuntime]:
         """Apply ``change`` atomically; it may be called more than once (it must only touch the runtime).
