@@ -2119,8 +2119,12 @@ export interface components {
             /** @description The receipt, with its ``rollbackStatus``. */
             receipt?: components["schemas"]["Receipt"] | null;
         };
-        /** RollbackNotFound */
+        /**
+         * RollbackNotFound
+         * @description The error body (``not_found``), plus LobeHub's rollback status for a receipt it cannot find.
+         */
         RollbackNotFound: {
+            error: components["schemas"]["ErrorDetail"];
             /**
              * Status
              * @constant
@@ -4885,10 +4889,18 @@ export interface operations {
                 "application/json": {
                     /** Messages */
                     messages: ({
-                        /** Role */
-                        role: string;
-                        /** Content */
-                        content?: unknown;
+                        /**
+                         * Role
+                         * @enum {string}
+                         */
+                        role: "system" | "user" | "assistant" | "tool";
+                        /**
+                         * Content
+                         * @description A string, a list of content parts (objects with a ``type``: ``text``, ``image_url``, …), or null (no content: an assistant message that only calls tools).
+                         */
+                        content: string | {
+                            type: string;
+                        }[] | null;
                         /** Tool Calls */
                         tool_calls?: {
                             [key: string]: unknown;
@@ -5328,10 +5340,18 @@ export interface operations {
                 "application/json": {
                     /** Messages */
                     messages?: ({
-                        /** Role */
-                        role: string;
-                        /** Content */
-                        content?: unknown;
+                        /**
+                         * Role
+                         * @enum {string}
+                         */
+                        role: "system" | "user" | "assistant" | "tool";
+                        /**
+                         * Content
+                         * @description A string, a list of content parts (objects with a ``type``: ``text``, ``image_url``, …), or null (no content: an assistant message that only calls tools).
+                         */
+                        content: string | {
+                            type: string;
+                        }[] | null;
                         /** Tool Calls */
                         tool_calls?: {
                             [key: string]: unknown;
@@ -6870,8 +6890,9 @@ export interface operations {
     };
     list_memories_v1_memories_get: {
         parameters: {
-            query: {
-                userId: string;
+            query?: {
+                /** @description The user: required with an API key; a user token's own user when absent (a user token naming another user is answered 404). */
+                userId?: string;
             };
             header?: never;
             path?: never;
@@ -6960,6 +6981,7 @@ export interface operations {
     get_memory_v1_memories__memory_id__get: {
         parameters: {
             query?: {
+                /** @description The user: required with an API key; a user token's own user when absent (a user token naming another user is answered 404). */
                 userId?: string;
             };
             header?: never;
@@ -7050,9 +7072,11 @@ export interface operations {
     };
     list_skills_v1_skills_get: {
         parameters: {
-            query?: {
+            query: {
+                /** @description The agent whose skill documents to read (required). */
+                agentId: string;
+                /** @description The user: required with an API key; a user token's own user when absent (a user token naming another user is answered 404). */
                 userId?: string;
-                agentId?: string;
             };
             header?: never;
             path?: never;
@@ -7140,9 +7164,11 @@ export interface operations {
     };
     get_skill_v1_skills__document_id__get: {
         parameters: {
-            query?: {
+            query: {
+                /** @description The agent whose skill documents to read (required). */
+                agentId: string;
+                /** @description The user: required with an API key; a user token's own user when absent (a user token naming another user is answered 404). */
                 userId?: string;
-                agentId?: string;
             };
             header?: never;
             path: {
@@ -7233,7 +7259,8 @@ export interface operations {
     rollback_receipt_v1_receipts__receipt_id__rollback_post: {
         parameters: {
             query?: {
-                userId?: string | null;
+                /** @description The receipt's user: a user token's own when absent (a user token naming another user is answered 404); an API key without it is answered when exactly one user has a receipt with this id (409 ``ambiguous_receipt_id`` when several do). */
+                userId?: string;
             };
             header?: never;
             path: {
@@ -7279,13 +7306,22 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such receipt, or not the caller's (``status``); or no such path (the error body). */
+            /** @description No such receipt, or not the caller's (the error body with ``status``); or no such path (the error body). */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["RollbackNotFound"] | components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description ``ambiguous_receipt_id``: an API key gave no ``userId`` and several users have a receipt with this id (``field`` is ``userId``). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description Invalid input; ``field`` names the offending field. */
@@ -7323,8 +7359,9 @@ export interface operations {
     };
     stream_receipts_v1_receipts_stream_get: {
         parameters: {
-            query: {
-                userId: string;
+            query?: {
+                /** @description The user: required with an API key; a user token's own user when absent (a user token naming another user is answered 404). */
+                userId?: string;
                 agentId?: string;
                 topicId?: string;
             };

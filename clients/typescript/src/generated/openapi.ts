@@ -2120,8 +2120,12 @@ export interface components {
             /** @description The receipt, with its ``rollbackStatus``. */
             receipt?: components["schemas"]["Receipt"] | null;
         };
-        /** RollbackNotFound */
+        /**
+         * RollbackNotFound
+         * @description The error body (``not_found``), plus LobeHub's rollback status for a receipt it cannot find.
+         */
         RollbackNotFound: {
+            error: components["schemas"]["ErrorDetail"];
             /**
              * Status
              * @constant
@@ -4886,10 +4890,18 @@ export interface operations {
                 "application/json": {
                     /** Messages */
                     messages: ({
-                        /** Role */
-                        role: string;
-                        /** Content */
-                        content?: unknown;
+                        /**
+                         * Role
+                         * @enum {string}
+                         */
+                        role: "system" | "user" | "assistant" | "tool";
+                        /**
+                         * Content
+                         * @description A string, a list of content parts (objects with a ``type``: ``text``, ``image_url``, …), or null (no content: an assistant message that only calls tools).
+                         */
+                        content: string | {
+                            type: string;
+                        }[] | null;
                         /** Tool Calls */
                         tool_calls?: {
                             [key: string]: unknown;
@@ -5329,10 +5341,18 @@ export interface operations {
                 "application/json": {
                     /** Messages */
                     messages?: ({
-                        /** Role */
-                        role: string;
-                        /** Content */
-                        content?: unknown;
+                        /**
+                         * Role
+                         * @enum {string}
+                         */
+                        role: "system" | "user" | "assistant" | "tool";
+                        /**
+                         * Content
+                         * @description A string, a list of content parts (objects with a ``type``: ``text``, ``image_url``, …), or null (no content: an assistant message that only calls tools).
+                         */
+                        content: string | {
+                            type: string;
+                        }[] | null;
                         /** Tool Calls */
                         tool_calls?: {
                             [key: string]: unknown;
@@ -6871,8 +6891,9 @@ export interface operations {
     };
     list_memories_v1_memories_get: {
         parameters: {
-            query: {
-                userId: string;
+            query?: {
+                /** @description The user: required with an API key; a user token's own user when absent (a user token naming another user is answered 404). */
+                userId?: string;
             };
             header?: never;
             path?: never;
@@ -6961,6 +6982,7 @@ export interface operations {
     get_memory_v1_memories__memory_id__get: {
         parameters: {
             query?: {
+                /** @description The user: required with an API key; a user token's own user when absent (a user token naming another user is answered 404). */
                 userId?: string;
             };
             header?: never;
@@ -7051,9 +7073,11 @@ export interface operations {
     };
     list_skills_v1_skills_get: {
         parameters: {
-            query?: {
+            query: {
+                /** @description The agent whose skill documents to read (required). */
+                agentId: string;
+                /** @description The user: required with an API key; a user token's own user when absent (a user token naming another user is answered 404). */
                 userId?: string;
-                agentId?: string;
             };
             header?: never;
             path?: never;
@@ -7141,9 +7165,11 @@ export interface operations {
     };
     get_skill_v1_skills__document_id__get: {
         parameters: {
-            query?: {
+            query: {
+                /** @description The agent whose skill documents to read (required). */
+                agentId: string;
+                /** @description The user: required with an API key; a user token's own user when absent (a user token naming another user is answered 404). */
                 userId?: string;
-                agentId?: string;
             };
             header?: never;
             path: {
@@ -7234,7 +7260,8 @@ export interface operations {
     rollback_receipt_v1_receipts__receipt_id__rollback_post: {
         parameters: {
             query?: {
-                userId?: string | null;
+                /** @description The receipt's user: a user token's own when absent (a user token naming another user is answered 404); an API key without it is answered when exactly one user has a receipt with this id (409 ``ambiguous_receipt_id`` when several do). */
+                userId?: string;
             };
             header?: never;
             path: {
@@ -7280,13 +7307,22 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such receipt, or not the caller's (``status``); or no such path (the error body). */
+            /** @description No such receipt, or not the caller's (the error body with ``status``); or no such path (the error body). */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["RollbackNotFound"] | components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description ``ambiguous_receipt_id``: an API key gave no ``userId`` and several users have a receipt with this id (``field`` is ``userId``). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description Invalid input; ``field`` names the offending field. */
@@ -7324,8 +7360,9 @@ export interface operations {
     };
     stream_receipts_v1_receipts_stream_get: {
         parameters: {
-            query: {
-                userId: string;
+            query?: {
+                /** @description The user: required with an API key; a user token's own user when absent (a user token naming another user is answered 404). */
+                userId?: string;
                 agentId?: string;
                 topicId?: string;
             };
