@@ -2,8 +2,10 @@
 per process, so no replica counts it again.
 
 * ``agent_signal_backlog_events{queue,tenant}``: events accepted and not yet done or dead (queued, waiting for
-  a retry, or running); ``GET /v1/backlog`` answers it too, and ``eventsRunnable``, the same less the events of
-  paused scopes, which KEDA scales workers on.
+  a retry, or running); ``GET /v1/backlog`` answers it too (``eventsWaiting``).
+* ``agent_signal_backlog_paused_events{queue,tenant}``: of them, those queued in paused scopes (``eventsPaused``),
+  and ``agent_signal_backlog_runnable_events{queue,tenant}``: the backlog less those (``eventsRunnable``), which
+  KEDA scales workers on. Both from :func:`runnable_backlog`, the one ``GET /v1/backlog`` answers from.
   The broker holds one drain message per scope, not per event, so its queue length is not the backlog.
 * ``agent_signal_stuck_scopes{tenant}``: scopes with queued events, no lease and no live drain scheduled (the
   reconcile sweep re-publishes them; a non-zero value that stays is worth a look: ``GET /v1/scopes?state=stuck``).
@@ -64,7 +66,8 @@ def paused_backlog(store: EventStore, tenants: list[str]) -> dict[str, int]:
 
 def runnable_backlog(store: EventStore) -> tuple[dict[str, int], dict[str, int]]:
     """(tenant -> events waiting, tenant -> of them, in paused scopes), the second clamped to the first per
-    tenant: one tenant's count of its paused inboxes (which keeps cancelled events) never hides another's."""
+    tenant: one tenant's count of its paused inboxes (which keeps cancelled events) never hides another's. Each
+    tenant's runnable count (KEDA's ``eventsRunnable``) is the first less the second."""
     waiting = backlog(store)
     paused = paused_backlog(store, sorted(waiting))
     return waiting, {t: min(paused.get(t, 0), n) for t, n in waiting.items()}
@@ -80,10 +83,21 @@ class _StateCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         store = self.store
-        waiting = backlog(store)
+        waiting, paused = runnable_backlog(store)
         backlog_g = GaugeMetricFamily(
             "agent_signal_backlog_events",
             "Events accepted and not yet done or dead (queued, waiting for a retry, or running).",
+            labels=["queue", "tenant"],
+        )
+        paused_g = GaugeMetricFamily(
+            "agent_signal_backlog_paused_events",
+            "Of the backlog, events queued in paused scopes (GET /v1/backlog eventsPaused).",
+            labels=["queue", "tenant"],
+        )
+        runnable_g = GaugeMetricFamily(
+            "agent_signal_backlog_runnable_events",
+            "The backlog less the events of paused scopes: what workers can run (GET /v1/backlog "
+            "eventsRunnable, which KEDA scales workers on).",
             labels=["queue", "tenant"],
         )
         stuck_g = GaugeMetricFamily(
@@ -105,13 +119,15 @@ class _StateCollector:
         for tenant in sorted(waiting):
             keys = store.keys.for_tenant(tenant)
             backlog_g.add_metric([self.queue, tenant], waiting[tenant])
+            paused_g.add_metric([self.queue, tenant], paused[tenant])
+            runnable_g.add_metric([self.queue, tenant], waiting[tenant] - paused[tenant])
             # One walk of the tenant's scopes gives both: those with work, and those of them left stranded.
             states = [row["state"] for row in list_scopes(store, keys, limit=STUCK_SCAN_MAX)]
             stuck_g.add_metric([tenant], states.count("stuck"))
             dlq_g.add_metric([tenant], store.dlq_size(keys))
             active_g.add_metric([tenant], sum(state != "paused" for state in states))
             outbox_dead_g.add_metric([tenant], store.index_size(keys, _outbox_dead))
-        yield from (backlog_g, stuck_g, dlq_g, active_g, outbox_dead_g)
+        yield from (backlog_g, paused_g, runnable_g, stuck_g, dlq_g, active_g, outbox_dead_g)
         safety = current_safety(store.client, store.settings)
         if safety.persistent is not None:
             yield GaugeMetricFamily(

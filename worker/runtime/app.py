@@ -28,6 +28,7 @@ from celery import Celery
 from celery.signals import (
     task_postrun,
     task_prerun,
+    worker_init,
     worker_process_init,
     worker_process_shutdown,
     worker_ready,
@@ -40,11 +41,11 @@ from worker.drain.pipeline import Pipeline
 from worker.keys.layout import Keys
 from worker.outbox.journal_delivery import journal_deliverers
 from worker.outbox.relay import OutboxRelay
-from worker.runtime import heartbeat_file
 from worker.runtime import state as _state
 from worker.runtime.assembly import Assembly, assemble, load_plugins
 from worker.runtime.collector import settle_collector
 from worker.runtime.fair import FairQueue
+from worker.runtime.heartbeat_writer import StartupBeat, write_beat
 from worker.runtime.reconcile import reconcile, try_reconcile_lock
 from worker.runtime.tasks import publish_task, register_tasks
 from worker.settings import Settings, SettingsError, check_settings, kombu_url_for
@@ -216,7 +217,18 @@ def quorum_queue_conf(settings: Settings, broker_url: str) -> dict[str, Any]:
 
 
 def _connect_lifecycle(app: Celery, settings: Settings) -> None:
+    """The worker's signal receivers, for ``app``'s worker only. The heartbeat file starts at ``worker_init`` (the
+    main process's start, before any broker connection: worker/runtime/heartbeat_writer.py); what needs the broker
+    or the store (the worker info, the reconcile sweep, the outbox relay) starts at ``worker_ready``."""
     stop = threading.Event()
+    startup = StartupBeat(settings.heartbeat_file, settings.reconcile_interval_s)
+
+    def ours(sender: Any) -> bool:
+        return sender is None or getattr(sender, "app", app) is app
+
+    def on_init(sender: Any = None, **_: Any) -> None:
+        if ours(sender):
+            startup.start(str(getattr(sender, "hostname", "worker")))
 
     def on_process_init(**_: Any) -> None:
         _state.reset()  # never reuse the parent's sockets in a forked child
@@ -237,34 +249,50 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
         clear_context()
 
     def on_ready(sender: Any = None, **_: Any) -> None:
-        if sender is not None and getattr(sender, "app", app) is not app:
+        if not ours(sender):
             return
         hostname = str(getattr(sender, "hostname", "worker"))
         controller = getattr(sender, "controller", sender)  # worker_ready's sender is the consumer
         _announce(settings, hostname, getattr(controller, "concurrency", None))
-        thread = threading.Thread(
-            target=_sweep_forever, args=(app, settings, stop, hostname), name="reconcile", daemon=True
-        )
-        thread.start()
-        relay = threading.Thread(
-            target=_relay_forever, args=(app, settings, stop), name="outbox", daemon=True
-        )
-        relay.start()
+        started = startup.finish()  # the sweep loop beats "ready" from here
+        _start_background(app, settings, stop, hostname, started=started)
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:
+        if not ours(sender):  # another app's worker in this process
+            return
         stop.set()
+        startup.finish()
         try:
             store = EventStore(redis_from_settings(settings), settings)
             store.client.hdel(store.keys.workers, str(getattr(sender, "hostname", "worker")))
         except Exception:  # shutting down: best effort
             log.debug("could not deregister worker", exc_info=True)
 
+    worker_init.connect(on_init, weak=False)
     worker_process_init.connect(on_process_init, weak=False)
     worker_process_shutdown.connect(on_process_shutdown, weak=False)
     task_prerun.connect(on_task_prerun, weak=False)
     task_postrun.connect(on_task_postrun, weak=False)
     worker_ready.connect(on_ready, weak=False)
     worker_shutdown.connect(on_shutdown, weak=False)
+
+
+def _start_background(
+    app: Celery, settings: Settings, stop: threading.Event, hostname: str, *, started: bool
+) -> None:
+    """The main process's threads once the worker is ready: the sweep (heartbeat, reconcile) and the outbox relay.
+    ``started``: this process's heartbeat file was begun at its start (so the sweep's first beat must not clear a
+    drain flag set since)."""
+    sweep = threading.Thread(
+        target=_sweep_forever,
+        args=(app, settings, stop, hostname),
+        kwargs={"started": started},
+        name="reconcile",
+        daemon=True,
+    )
+    sweep.start()
+    relay = threading.Thread(target=_relay_forever, args=(app, settings, stop), name="outbox", daemon=True)
+    relay.start()
 
 
 def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
@@ -308,15 +336,19 @@ def _announce(settings: Settings, hostname: str, concurrency: Any) -> None:
         store.client.close()
 
 
-def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostname: str) -> None:
-    """The worker main process's background loop: heartbeat, then (if this interval is ours) reconcile."""
+def _sweep_forever(
+    app: Celery, settings: Settings, stop: threading.Event, hostname: str, *, started: bool = False
+) -> None:
+    """The worker main process's background loop once the worker is ready: heartbeat ("ready"), then (if this
+    interval is ours) reconcile. ``started``: the process's first beat was written already (at its start, by
+    worker/runtime/heartbeat_writer.py); else this loop's first beat is the process's first."""
     interval_ms = int(settings.reconcile_interval_s * 1000)
     stale_after_ms = int(settings.lease_ttl_s * 1000 * 2)
     beat_file = (
         settings.heartbeat_file
     )  # for probes that must not need Redis (worker/runtime/heartbeat_file.py)
     if beat_file:
-        _beat(beat_file, hostname, first=True)
+        _beat(beat_file, hostname, first=not started)
     # Redis down at start (a cluster client connects when made): the loop below tries again; this thread, which
     # keeps the heartbeat file, must not end here
     store: EventStore | None = None
@@ -343,9 +375,5 @@ def _sweep_forever(app: Celery, settings: Settings, stop: threading.Event, hostn
 
 
 def _beat(path: str, hostname: str, *, first: bool = False) -> None:
-    """Write this process's heartbeat file (the first beat also clears an old drain flag); never raises."""
-    beat = heartbeat_file.Beat(hostname, os.getpid(), now_ms())
-    try:
-        (heartbeat_file.start if first else heartbeat_file.write)(path, beat)
-    except OSError as exc:  # a full or read-only disk: the probe will say so by the beat's age
-        log.warning("heartbeat file not written: %s", describe_error(exc))
+    """Write this process's "ready" beat (the first beat also clears an old drain flag); never raises."""
+    write_beat(path, hostname, first=first, ready=True)

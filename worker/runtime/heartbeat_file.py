@@ -1,13 +1,17 @@
 """The worker's heartbeat on local disk, for probes that must not talk to the broker or Redis.
 
-``AGENT_SIGNAL_HEARTBEAT_FILE`` (unset: off) names the file. The worker's main process writes it when the worker
-is ready and then on every pass of its background loop (``_sweep_forever`` in worker/runtime/app.py, every
-``reconcile_interval_s``), even when Redis is down: the file says the process and its loop are alive, not that
-the store answers. Kubernetes exec probes and compose healthchecks read it with ``agent-signal probe worker``.
+``AGENT_SIGNAL_HEARTBEAT_FILE`` (unset: off) names the file. The worker's main process writes it from its start
+(Celery's ``worker_init``, before any broker connection: worker/runtime/heartbeat_writer.py) every
+``reconcile_interval_s``: until Celery says the worker is ready (``worker_ready``, sent after its first broker
+connection) the beat says ``"ready": false``; from then on the background loop (``_sweep_forever`` in
+worker/runtime/app.py) writes it with ``"ready": true``, even when Redis is down. So the file says the process and
+its loop are alive (liveness), and whether the worker has ever been able to take work (readiness); not that the
+store answers now. Kubernetes exec probes and compose healthchecks read it with ``agent-signal probe worker``.
 
-The file is one JSON object ``{"node", "pid", "atMs"}`` (``node`` is the Celery node name, which
-``agent-signal drain`` needs to address this worker). It is written atomically: a temporary file in the same
-directory, then :func:`os.replace`, so a reader sees the old beat or the new one, never half of one.
+The file is one JSON object ``{"node", "pid", "atMs", "ready"}`` (``node`` is the Celery node name, which
+``agent-signal drain`` needs to address this worker; a file without ``ready``, from an earlier release that wrote
+it only once ready, reads as ready). It is written atomically: a temporary file in the same directory, then
+:func:`os.replace`, so a reader sees the old beat or the new one, never half of one.
 
 Draining: ``agent-signal drain`` (the pod's preStop hook) creates ``<file>.draining`` beside it; from then on
 :func:`check` answers "not ready" (the worker still beats, so it stays live while it finishes its drains). The
@@ -47,14 +51,16 @@ STALE_AFTER_INTERVALS = 4
 
 @dataclass(frozen=True)
 class Beat:
-    """One heartbeat: the Celery node name, the main process's pid and the time in ms since the epoch."""
+    """One heartbeat: the Celery node name, the main process's pid, the time in ms since the epoch, and whether
+    the worker is ready (False from the process's start until its first broker connection)."""
 
     node: str
     pid: int
     at_ms: int
+    ready: bool = True
 
     def to_json(self) -> str:
-        return json.dumps({"node": self.node, "pid": self.pid, "atMs": self.at_ms})
+        return json.dumps({"node": self.node, "pid": self.pid, "atMs": self.at_ms, "ready": self.ready})
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,10 @@ def read(path: str | Path) -> Beat | None:
         return None
     try:
         data = json.loads(text)
-        return Beat(node=str(data["node"]), pid=int(data["pid"]), at_ms=int(data["atMs"]))
+        ready = data.get("ready", True) if isinstance(data, dict) else None
+        if not isinstance(ready, bool):
+            raise TypeError(f"not an object with a boolean ready: {text[:80]!r}")
+        return Beat(node=str(data["node"]), pid=int(data["pid"]), at_ms=int(data["atMs"]), ready=ready)
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"{path} is not a heartbeat file ({type(exc).__name__}: {exc})") from None
 
@@ -127,16 +136,19 @@ def remove(path: str | Path) -> None:
 
 
 def check(path: str | Path, max_age_s: float, now_s: float, *, ready: bool = True) -> Verdict:
-    """Fresh (younger than ``max_age_s`` at ``now_s``) and, for readiness (``ready``), not draining."""
+    """Fresh (younger than ``max_age_s`` at ``now_s``) and, for readiness (``ready``), a ready beat (the worker
+    has connected to its broker) and not draining. Liveness (``ready=False``) asks only for a fresh beat."""
     try:
         beat = read(path)
     except (OSError, ValueError) as exc:
         return Verdict(False, f"unreadable heartbeat: {exc}")
     if beat is None:
-        return Verdict(False, f"no heartbeat at {path} (the worker is not ready yet, or not running)")
+        return Verdict(False, f"no heartbeat at {path} (the worker is not running, or has not started yet)")
     age_s = now_s - beat.at_ms / 1000
     if age_s > max_age_s:
         return Verdict(False, f"{beat.node}: stale heartbeat, {age_s:.1f} s old (max {max_age_s:g} s)")
+    if ready and not beat.ready:
+        return Verdict(False, f"{beat.node}: alive, not ready (no broker connection yet since its start)")
     if ready and is_draining(path):
         return Verdict(False, f"{beat.node}: draining (agent-signal drain), not taking new work")
     return Verdict(True, f"{beat.node}: heartbeat {max(age_s, 0.0):.1f} s old (max {max_age_s:g} s)")

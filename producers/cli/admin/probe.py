@@ -2,7 +2,8 @@
 
 * ``probe worker [--max-age-s N] [--liveness]``: reads the heartbeat file the worker's main process writes
   (``AGENT_SIGNAL_HEARTBEAT_FILE``, worker/runtime/heartbeat_file.py); no broker, no Redis. Exit 0 when the beat is
-  fresh and, unless ``--liveness``, the worker is not draining; else 1. One line on stderr either way.
+  fresh and, unless ``--liveness``, the beat says ready (the worker has connected to its broker since it started)
+  and the worker is not draining; else 1. One line on stderr either way.
 * ``probe web [--timeout-s N]``: ``GET /readyz`` on this pod's own port over loopback. A deployment keeps its
   operations routes behind a credential (``AGENT_SIGNAL_OPS_OPEN=never``, the default), so the probe sends a bearer:
   ``AGENT_SIGNAL_TOKEN``, else the bootstrap key of its own environment (an exec probe sees the container's
@@ -94,8 +95,8 @@ def drain(path: str | None, queue: str, cancel: Cancel) -> tuple[int, str]:
         beat = heartbeat_file.read(path)
     except (OSError, ValueError) as exc:
         return 1, f"drain flag set; {exc}"
-    if beat is None:
-        return 0, "drain flag set; no heartbeat yet, so the worker is not consuming"
+    if beat is None or not beat.ready:  # not connected to its broker since its start: nothing to cancel
+        return 0, "drain flag set; the worker has not connected to its broker yet, so it is not consuming"
     replies = cancel(queue, beat.node)
     for reply in replies:
         answer = reply.get(beat.node)
@@ -174,7 +175,11 @@ def add_probe_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="oldest acceptable beat, seconds above 0, at most 604800 (7 days) (default: 4 x "
         "AGENT_SIGNAL_RECONCILE_INTERVAL_S, the beat's period)",
     )
-    w.add_argument("--liveness", action="store_true", help="a draining worker still counts as healthy")
+    w.add_argument(
+        "--liveness",
+        action="store_true",
+        help="only a fresh beat: a worker still connecting to its broker, or draining, counts as healthy",
+    )
     web = psub.add_parser("web", help="GET /readyz on this host's PORT over loopback")
     web.add_argument(
         "--timeout-s",
