@@ -39,6 +39,7 @@ from worker.plugin import (
     PluginRuntime,
     PluginTask,
     PreparedEvent,
+    RetryLater,
 )
 
 __all__ = ["plugin"]
@@ -117,6 +118,10 @@ def _run_deliverer(runtime: PluginRuntime) -> Deliverer:
             runner.dispatch(RunRequest.from_json_dict({**record.payload, "tenant": record.tenant}))
         except RunRefused as exc:  # dead at once: the relay would send the same refused request ten times
             raise PermanentFailure(str(exc), code="RUN_REFUSED") from None
+        except RunnerError as exc:
+            if exc.retry_after_s is None:
+                raise
+            raise RetryLater(str(exc), delay_s=exc.retry_after_s) from None  # the relay waits as asked
 
     return deliver
 

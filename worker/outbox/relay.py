@@ -41,13 +41,13 @@ from typing import Any
 
 from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
 from worker.core.clock import now_ms
-from worker.core.errors import PermanentFailure
+from worker.core.errors import PermanentFailure, RetryLater
 from worker.core.retry import backoff_ms
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BucketKeys, Keys, split_scope_ref
 from worker.store.calls import JournalSettle, OutboxClaim, OutboxSettle, Release, Renew
 from worker.store.events import EventStore
-from worker.telemetry.log_privacy import describe_error
+from worker.telemetry.log_privacy import describe_error, without_url_secrets
 
 __all__ = ["Attempt", "Deliverer", "OutboxRecord", "OutboxRelay", "outbox_commands", "records_of_event"]
 
@@ -77,6 +77,9 @@ class Attempt:
 # claim a new kind's records for a while (full-jitter backoff under a 60 s cap: about half an hour), a plugin removed for good
 # leaves them dead (listed, redriven once a worker knows the kind).
 UNKNOWN_KIND_ATTEMPTS = 60
+# The longest wait a deliverer's RetryLater (a receiver's Retry-After) sets before the next attempt: a receiver
+# asking for a day is tried again within the hour (its attempts still count toward the outbox's maximum).
+MAX_RETRY_LATER_MS = 60 * 60 * 1000
 
 
 def _no_deliverer(record: OutboxRecord) -> None:
@@ -167,7 +170,8 @@ class OutboxRelay:
         try:
             deliver(record)
         except Exception as exc:
-            record.last_error = f"{type(exc).__name__}: {exc}"[:500]  # in the record: erasure removes it
+            # in the record (erasure removes it), shown to readers of the outbox: a URL's secrets are not
+            record.last_error = without_url_secrets(f"{type(exc).__name__}: {exc}")[:500]
             where = {"outboxRecord": record.id, "eventId": record.event_id or None}
             error = describe_error(exc)
             unknown = grace and record.kind not in self.deliverers
@@ -178,6 +182,8 @@ class OutboxRelay:
                 return Attempt("dead")
             log.warning("outbox record failed (attempt %d): %s", record.attempts, error, extra=where)
             delay_ms = backoff_ms(record.attempts, base_ms=self.base_ms, cap_ms=self.cap_ms)
+            if isinstance(exc, RetryLater):  # the receiver said when (Retry-After): not before, within reason
+                delay_ms = max(delay_ms, min(int(exc.delay_s * 1000), MAX_RETRY_LATER_MS))
             return Attempt("retry", retry_at_ms=now_ms() + delay_ms)
         record.state, record.delivered_at, record.last_error = "delivered", now_ms(), ""
         return Attempt("delivered")

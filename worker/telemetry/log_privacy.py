@@ -40,6 +40,7 @@ __all__ = [
     "describe_error",
     "refusal_kind",
     "traceback_without_messages",
+    "without_url_secrets",
 ]
 
 HIDDEN = "(hidden)"
@@ -78,6 +79,22 @@ def describe_error(exc: BaseException) -> str:
     """``Type: message`` for the infrastructure's errors, the type alone for any other."""
     name = type(exc).__name__
     return f"{name}: {exc}" if isinstance(exc, DESCRIBED_ERRORS) else name
+
+
+# A URL's scheme, its user info (dropped), its host and path (kept), and its query or fragment (dropped).
+_URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^\s/?#'\"<>@]*@)?([^\s?#'\"<>]*)([?#][^\s'\"<>]*)?")
+
+
+def without_url_secrets(text: str) -> str:
+    """``text`` with every URL's user info, query and fragment replaced by ``…``: an HTTP client's error
+    quotes the URL it called, and a webhook URL may carry a key (``?api_key=``, ``user:password@``). What an
+    operator needs (the host and the path) is kept."""
+
+    def shown(match: re.Match[str]) -> str:
+        scheme, userinfo, rest, query = match.groups()
+        return f"{scheme}{'…@' if userinfo else ''}{rest}{'?…' if query else ''}"
+
+    return _URL.sub(shown, text)
 
 
 def traceback_without_messages(exc: BaseException) -> str:

@@ -17,8 +17,10 @@ is ``agent_signal``).
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -44,11 +46,16 @@ AGENT_RUN_OUTBOX = "agent-run"  # the outbox kind of run requests (delivered by 
 
 
 class RunnerError(RuntimeError):
-    """The run could not be handed over."""
+    """The run could not be handed over; ``retry_after_s``: when the receiver asked to be called again (its
+    ``Retry-After``), else None."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class RunRefused(RunnerError):
-    """The receiver refused the run itself (a 4xx other than 408 and 429): the outbox stops at once."""
+    """The receiver refused the run itself (a 3xx, or a 4xx other than 408 and 429): the outbox stops at once."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +160,7 @@ class WebhookRunner:
         retrying = Retrying(
             stop=stop_after_attempt(self.attempts),
             wait=wait_random_exponential(multiplier=self.base_delay_s, max=30),
-            retry=retry_if_exception(_transient),
+            retry=retry_if_exception(_retry_now),
             reraise=True,
         )
         try:
@@ -164,11 +171,13 @@ class WebhookRunner:
                     )
                     response = httpx.post(self.url, content=body, headers=signed, timeout=self.timeout_s)
                     if response.status_code >= 300:
-                        raise _HttpStatus(response.status_code)
+                        raise _HttpStatus(response.status_code, _retry_after_s(response))
         except _HttpStatus as exc:
             if not _transient(exc):  # the receiver refused the request itself: sending it again cannot help
                 raise RunRefused(f"the agent-run webhook refused the run: HTTP {exc.status_code}") from None
-            raise RunnerError(f"the agent-run webhook failed: HTTP {exc.status_code}") from None
+            asked = f" (Retry-After {exc.retry_after_s:g} s)" if exc.retry_after_s is not None else ""
+            message = f"the agent-run webhook failed: HTTP {exc.status_code}{asked}"
+            raise RunnerError(message, retry_after_s=exc.retry_after_s) from None
         except httpx.HTTPError as exc:
             raise RunnerError(
                 f"the agent-run webhook failed after {self.attempts} attempts: {type(exc).__name__}"
@@ -177,13 +186,38 @@ class WebhookRunner:
 
 
 class _HttpStatus(Exception):
-    def __init__(self, status_code: int) -> None:
+    def __init__(self, status_code: int, retry_after_s: float | None = None) -> None:
         super().__init__(f"HTTP {status_code}")
         self.status_code = status_code
+        self.retry_after_s = retry_after_s
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    """A 429's or 503's ``Retry-After`` in seconds (a number of seconds, or an HTTP date), else None."""
+    if response.status_code not in (429, 503):
+        return None
+    value = response.headers.get("retry-after", "").strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _retry_now(exc: BaseException) -> bool:
+    """Tried again at once (inside one outbox attempt): what :func:`_transient` retries, unless the receiver
+    said when (``Retry-After``): then the outbox's next attempt waits that long (worker/outbox/relay.py), where
+    three quick retries made a receiver that throttles dead in a minute or two."""
+    return _transient(exc) and not (isinstance(exc, _HttpStatus) and exc.retry_after_s is not None)
 
 
 def _transient(exc: BaseException) -> bool:
-    """Retry transport errors, 408, 429 and 5xx; another 4xx means the receiver refused the request itself."""
+    """Retry transport errors, 408, 429 and 5xx; a 3xx or another 4xx means the receiver refused the request itself
+    (a redirect is not followed: it could point the signed run anywhere)."""
     if isinstance(exc, _HttpStatus):
         return exc.status_code in (408, 429) or exc.status_code >= 500
     return isinstance(exc, httpx.HTTPError)

@@ -161,13 +161,19 @@ def test_a_failing_delivery_is_retried_then_dead_listed_and_redriven(
         start_worker(settings)
         _, base = start_web(settings)
         producer = Producer(settings)
-        event_id = _send(producer, failing.url, "n-fail")
+        # a key in the URL's query and user info: shown to any reader of the outbox, it must not be (an audit)
+        secret_url = failing.url.replace("://", "://hook:PASSWORD1@") + "?api_key=SUPERSECRET1"
+        event_id = _send(producer, secret_url, "n-fail")
         records = wait_for(lambda: _settled(producer, event_id), timeout_s=60, what="the record to die")
         assert [(r["state"], r["attempts"]) for r in records] == [("dead", 3)]
         assert sum(failing.deliveries.values()) == 3 and not failing.effects
         detail = httpx.get(f"{base}/v1/events/{event_id}").json()
         (shown,) = detail["outbox"]
         assert shown["state"] == "dead" and shown["attempts"] == 3 and "500" in shown["lastError"]
+        assert "SUPERSECRET1" not in shown["lastError"] and "PASSWORD1" not in shown["lastError"]
+        assert "/hook?…" in shown["lastError"]  # the host and path stay: what an operator needs
+        listed = httpx.get(f"{base}/v1/outbox/dead").json()["records"]
+        assert "SUPERSECRET1" not in str([r.get("lastError") for r in listed])
         dead = httpx.get(f"{base}/v1/outbox/dead").json()
         assert dead["total"] == 1 and [(r["scopeKey"], r["recordId"]) for r in dead["records"]] == [
             (SCOPE, shown["id"])

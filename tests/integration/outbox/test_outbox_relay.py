@@ -12,7 +12,7 @@ from redis import Redis
 
 from producers import Producer
 from worker.chain.context import EffectBuffer, HandlerContext
-from worker.core.errors import PermanentFailure
+from worker.core.errors import PermanentFailure, RetryLater
 from worker.intake.source_event import StoreUnavailable
 from worker.keys.layout import BucketKeys
 from worker.outbox.relay import OutboxRecord, OutboxRelay
@@ -174,6 +174,29 @@ def test_a_refused_call_is_dead_at_its_first_attempt(
     OutboxRelay(store, {"probe": refused}, max_attempts=10).run_once()
     record, dead = _dead(redis_client, keys, "probe:k1")
     assert (record.state, record.attempts) == ("dead", 1) and len(dead) == 1
+
+
+def test_a_deliverer_that_asks_to_wait_is_not_due_before_then(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A receiver's Retry-After (a deliverer's RetryLater) sets the next attempt no sooner than it asks, past
+    the backoff (10 ms here), within an hour; the attempt still counts."""
+    store = EventStore(redis_client, make_settings())
+    buffer = EffectBuffer(keys=keys)
+    _stage(keys, buffer)
+    _apply(store, buffer)
+    asked_s = {"probe": 30.0}
+
+    def throttled(record: OutboxRecord) -> None:
+        raise RetryLater("HTTP 429", delay_s=asked_s["probe"])
+
+    relay = OutboxRelay(store, {"probe": throttled}, max_attempts=10, base_ms=10, cap_ms=10)
+    before_ms = int(redis_client.time()[0]) * 1000
+    relay.run_once()
+    ((member, due_ms),) = redis_client.zrange(keys.outbox_due, 0, -1, withscores=True)
+    assert due_ms >= before_ms + 29_000, (member, due_ms - before_ms)
+    record, dead = _dead(redis_client, keys, "probe:k1")
+    assert (record.state, record.attempts, dead) == ("pending", 1, [])
 
 
 def test_one_tenants_backlog_does_not_starve_another(

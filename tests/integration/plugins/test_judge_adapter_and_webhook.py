@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from policies.self_iteration.agent.runners import RunRefused, RunRequest, WebhookRunner
+from policies.self_iteration.agent.runners import RunnerError, RunRefused, RunRequest, WebhookRunner
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.keys import SelfIterationKeys
 from policies.webhook_signing import verify_webhook
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 class Server:
-    def __init__(self, respond: Callable[[dict[str, Any], dict[str, str], bytes], tuple[int, Any]]) -> None:
+    def __init__(self, respond: Callable[[dict[str, Any], dict[str, str], bytes], tuple[Any, ...]]) -> None:
         self.requests: list[tuple[dict[str, Any], dict[str, str], bytes]] = []
         outer = self
 
@@ -35,9 +35,11 @@ class Server:
                 body = json.loads(raw or b"{}")
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 outer.requests.append((body, headers, raw))
-                status, answer = respond(body, headers, raw)
+                status, answer, *extra = respond(body, headers, raw)
                 payload = json.dumps(answer).encode()
                 self.send_response(status)
+                for name, value in (extra[0] if extra else {}).items():
+                    self.send_header(name, value)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
@@ -157,5 +159,29 @@ def test_webhook_runner_signs_and_retries() -> None:
         with pytest.raises(RunRefused, match="HTTP 400"):  # a RunnerError the outbox ends at once (dead)
             runner.dispatch(refuse)
         assert calls["n"] == before + 1
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_receiver_that_says_when_is_not_called_again_at_once(status: int) -> None:
+    """An outbox audit: a receiver answering 429 with ``Retry-After: 30`` got three posts in 1.6 s per outbox
+    attempt, and the record was dead in a minute or two. The runner stops at the first such answer and says when
+    (the outbox's next attempt waits that long: worker/outbox/relay.py); without Retry-After it retries as before."""
+    asked: list[str] = []
+
+    def respond(body: dict[str, Any], headers: dict[str, str], raw: bytes) -> tuple[Any, ...]:
+        asked.append(body["operationId"])
+        return (status, {}, {"Retry-After": "30"}) if body["operationId"] == "op-wait" else (status, {})
+
+    server = Server(respond)
+    try:
+        runner = WebhookRunner(server.url, "s3cret", attempts=3, base_delay_s=0.01)
+        with pytest.raises(RunnerError, match="Retry-After 30 s") as told:
+            runner.dispatch(RunRequest("op-wait", "memory-writer", {}, "u1", "a1", "p"))
+        assert told.value.retry_after_s == 30 and asked.count("op-wait") == 1
+        with pytest.raises(RunnerError) as plain:
+            runner.dispatch(RunRequest("op-plain", "memory-writer", {}, "u1", "a1", "p"))
+        assert plain.value.retry_after_s is None and asked.count("op-plain") == 3
     finally:
         server.close()
