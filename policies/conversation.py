@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from policies.routing import (
     MAX_EXTERNAL_SIGNALS,
@@ -28,6 +28,7 @@ from policies.routing import (
     InvalidRouteInput,
     NoDecisionsConfigured,
     ReloadingRouter,
+    request_shape_problem,
     validate_route_input,
 )
 from worker.plugin import (
@@ -112,6 +113,15 @@ class ChatRequestPayload(BaseModel):
     )
     route_result: RecordedRoute | None = Field(default=None, alias="routeResult")
     config_fingerprint: str | None = Field(default=None, alias="configFingerprint")
+
+    @model_validator(mode="after")
+    def _routable(self) -> ChatRequestPayload:
+        """The request's parts have their protocol's types, as ``validate_route_input`` checks them: the door
+        refuses what the handler would (a review found such an event admitted, then dead-lettered)."""
+        problem = request_shape_problem(self.request.model_dump(), self.protocol)
+        if problem is not None:
+            raise ValueError(f"{problem[0]} {problem[1]}")
+        return self
 
 
 class RoutingSettings(PluginSettings):

@@ -14,6 +14,7 @@ from policies.routing.envelope import (
     RECORD_FIELDS,
     ROUTE_REQUEST_FIELDS,
     InvalidRouteInput,
+    request_shape_problem,
     validate_route_input,
 )
 from policies.routing.facts import PROTOCOLS, Facts, extract_facts
@@ -35,5 +36,6 @@ __all__ = [
     "load_router",
     "load_router_text",
     "parse_router_config",
+    "request_shape_problem",
     "validate_route_input",
 ]

@@ -29,6 +29,7 @@ __all__ = [
     "ROUTE_FIELDS",
     "ROUTE_REQUEST_FIELDS",
     "InvalidRouteInput",
+    "request_shape_problem",
     "validate_route_input",
 ]
 
@@ -86,7 +87,7 @@ _TEXT_OR_LIST: dict[str, tuple[str, ...]] = {
 }
 
 
-def _request_problem(request: Mapping[str, Any], protocol: str) -> tuple[str, str] | None:
+def request_shape_problem(request: Mapping[str, Any], protocol: str) -> tuple[str, str] | None:
     """(the field under ``request``, what is wrong) when a part the facts are read from has the wrong type."""
     for key in _LISTS[protocol]:
         if request.get(key) is not None and not isinstance(request[key], list):
@@ -147,7 +148,7 @@ def validate_route_input(
     protocol = body.get("protocol", "openai-chat")
     if protocol not in PROTOCOLS:
         raise fail("protocol", f"must be one of {', '.join(PROTOCOLS)}")
-    if (shape := _request_problem(request, str(protocol))) is not None:
+    if (shape := request_shape_problem(request, str(protocol))) is not None:
         raise fail(*shape)
     external = body.get("externalSignals", [])
     if not isinstance(external, list):

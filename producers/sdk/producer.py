@@ -45,6 +45,7 @@ from worker.intake.source_event import (
     InvalidEvent,
     SourceEvent,
     StoreUnavailable,
+    as_single,
     field_error,
     with_traceparent,
 )
@@ -120,7 +121,12 @@ class Producer:
         """Enqueue one of ``tenant``'s events (the SDK's by default): ``accepted``, ``duplicate`` or an admission
         hook's status (``gated``)."""
         prepared = self.emitter.validate_many([event], tenant=tenant or self.tenant, single=True)
-        return self.enqueue_prepared(prepared)[0]
+        try:
+            return self.enqueue_prepared(prepared)[0]
+        except (
+            InvalidEvent
+        ) as exc:  # the store's refusal of it (another user's dedupe key), named as one event's
+            raise as_single(exc) from None
 
     def enqueue_many(self, events: Iterable[EventLike], *, tenant: str | None = None) -> list[EnqueueResult]:
         """Validate every event, then enqueue all of them (none when any is invalid)."""

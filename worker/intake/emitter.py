@@ -259,7 +259,7 @@ class Emitter:
         """Store events their chain already admitted (a follow-up journaled to its own bucket,
         worker/store/journal.py): no admission hooks and no limits, as the commit would have stored them; drains
         sent for the scopes that need one."""
-        stored = self.store.enqueue_many(prepared, retained=False)  # as the commit admits them: uncounted
+        stored = self._admitted(prepared)
         refs = [
             scope_ref(ev.tenant, o.scope_key) for ev, o in zip(prepared, stored, strict=True) if o.schedule
         ]
@@ -267,6 +267,31 @@ class Emitter:
         if self.counted is not None and prepared:
             self.counted([o.status for o in stored], prepared[0].tenant)
         return stored
+
+    def _admitted(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueOutcome]:
+        """:meth:`admit`'s store call, as the commit admits follow-ups: uncounted toward the retained-events
+        quota, and one whose dedupe key holds another user's event answered ``duplicate`` (the commit's admission
+        does not compare users; refused here, it held its bucket's journal up, then went dead: a review)."""
+        pending = list(enumerate(prepared))  # (place in ``prepared``, event)
+        others: set[int] = set()
+        while True:
+            try:
+                stored = self.store.enqueue_many([p for _, p in pending], retained=False) if pending else []
+                break
+            except EventOfAnotherUser as exc:
+                at = next(
+                    i
+                    for i, (_, p) in enumerate(pending)
+                    if (p.event_id, p.user_id) == (exc.event_id, exc.user_id)
+                )
+                others.add(pending.pop(at)[0])
+        outcomes = iter(stored)
+        return [
+            EnqueueOutcome(p.event_id, p.source_id, p.scope_key, "duplicate", False)
+            if i in others
+            else next(outcomes)
+            for i, p in enumerate(prepared)
+        ]
 
     def _publish(self, refs: list[str], tickets: int = 0) -> None:
         """Send the drains: of ``refs``, the scopes this enqueue made ready, and ``tickets`` drain_next messages
@@ -357,7 +382,7 @@ def _of_another_user(batch: Sequence[PreparedEvent], exc: EventOfAnotherUser, st
         (i for i, p in enumerate(batch) if p.event_id == exc.event_id and p.user_id == exc.user_id), 0
     )
     event = batch[index]
-    where = "" if len(batch) == 1 else f"events[{index}]."
+    where = f"events[{index}]."  # a request of one event (not a batch) says it without: as_single
     message = (
         f"{where}userId: sourceId {event.source_id!r} of type {event.source_type!r} in scope {event.scope_key!r}"
         " is already another user's event (a scope's source id names one event); give this user's event a"

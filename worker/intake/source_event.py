@@ -34,6 +34,7 @@ __all__ = [
     "PayloadTooDeep",
     "SourceEvent",
     "StoreUnavailable",
+    "as_single",
     "field_error",
     "field_path",
     "parse_event",
@@ -100,6 +101,18 @@ class InvalidEvent(ValueError):
         super().__init__(f"{error.field or 'request'}: {error.message}")
         self.error = error
         self.status_code = status_code
+
+
+def as_single(exc: InvalidEvent) -> InvalidEvent:
+    """``exc`` as a request of one event (not a batch) names it: without the ``events[0].`` the store's refusals
+    carry (the store does not know how the request was sent)."""
+    field, message = exc.error.field or "", exc.error.message
+    if not field.startswith("events[0]."):
+        return exc
+    error = exc.error.model_copy(
+        update={"field": field.removeprefix("events[0]."), "message": message.replace("events[0].", "", 1)}
+    )
+    return InvalidEvent(error, exc.status_code)
 
 
 class StoreUnavailable(RuntimeError):

@@ -253,9 +253,11 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
             return
         hostname = str(getattr(sender, "hostname", "worker"))
         controller = getattr(sender, "controller", sender)  # worker_ready's sender is the consumer
-        _announce(settings, hostname, getattr(controller, "concurrency", None))
         started = startup.finish()  # the sweep loop beats "ready" from here
+        # first: the background (the beat, the sweep, the relay) must start whatever the announcement meets (a
+        # cluster client that cannot connect when made left a worker "alive, not ready" for good: a review)
         _start_background(app, settings, stop, hostname, started=started)
+        _announce(settings, hostname, getattr(controller, "concurrency", None))
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:
         if not ours(sender):  # another app's worker in this process
@@ -325,9 +327,14 @@ def _relay_forever(app: Celery, settings: Settings, stop: threading.Event) -> No
 
 
 def _announce(settings: Settings, hostname: str, concurrency: Any) -> None:
-    """What this worker runs with, for the operators' view (worker/ops/workers_view.py); best effort."""
-    store = EventStore(redis_from_settings(settings), settings)
+    """What this worker runs with, for the operators' view (worker/ops/workers_view.py); best effort: nothing it
+    meets (a store down, a cluster client that cannot connect when made) is raised into Celery's ready signal."""
     info = {"concurrency": concurrency if isinstance(concurrency, int) else None, "pid": os.getpid()}
+    try:
+        store = EventStore(redis_from_settings(settings), settings)
+    except Exception as exc:
+        log.warning("worker info not written: %s", describe_error(exc))
+        return
     try:
         store.client.hset(store.keys.worker_info, hostname, json.dumps({**info, "startedAt": now_ms()}))
     except RedisError as exc:

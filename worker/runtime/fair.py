@@ -166,7 +166,10 @@ class FairQueue:
     def _push_all(self, refs: Sequence[str]) -> int:
         """READY_PUSH each ref; how many tickets they took."""
         calls = [self._ready_push(ref, self.messages_max) for ref in refs]
-        sent = self.scripts.run_batch(calls) if len(calls) > 1 else [self.scripts.run(calls[0])]
+        # One pipeline on one Redis. On a cluster one call each: redis-py resends a node's calls whose connection
+        # failed mid-read, and a READY_PUSH sent twice takes two tickets for one message (a review).
+        batched = len(calls) > 1 and self.scripts.plain
+        sent = self.scripts.run_batch(calls) if batched else [self.scripts.run(call) for call in calls]
         return sum(1 for one in sent if one)
 
     def push_due(self, ref: str) -> None:

@@ -170,6 +170,8 @@ class EventStore(StoreReads):
         refusal = self.limits_refusal(k, events) if enforce_limits else None
         if refusal is not None:
             raise self._over_limit(refusal, self.users_of(events))
+        if enforce_limits and (conflict := self._user_conflict(k, events)) is not None:
+            raise conflict  # before any bucket's script: a later bucket's refusal would follow earlier stores
         outcomes: list[EnqueueOutcome | None] = [None] * len(events)
         tickets = 0
         try:
@@ -190,6 +192,23 @@ class EventStore(StoreReads):
                 on_stored([o for o in outcomes if o is not None], tickets)
             raise
         return [o for o in outcomes if o is not None], tickets
+
+    def _user_conflict(self, k: Keys, events: Sequence[PreparedEvent]) -> EventOfAnotherUser | None:
+        """With scope buckets, the enqueue script's user check read first over every bucket (one pipeline): an
+        event naming a user whose dedupe key holds (or an earlier event of the batch gives) another user's event.
+        The scripts check again (a batch racing this one)."""
+        named = [ev for ev in events if ev.user_id]
+        if not named:
+            return None
+        pipe = self.client.pipeline(transaction=False)
+        for ev in named:
+            pipe.hmget(k.for_scope(ev.scope_key).event(ev.event_id), "state", "userId")
+        owners: dict[str, str] = {}
+        for ev, (state, stored) in zip(named, pipe.execute(), strict=True):
+            owner = owners.setdefault(ev.event_id, (stored or "") if state is not None else str(ev.user_id))
+            if owner and owner != ev.user_id:
+                return EventOfAnotherUser(ev.event_id, str(ev.user_id))
+        return None
 
     def _enqueue_bucket(
         self,

@@ -90,8 +90,10 @@ class Scripts:
         """Run ``calls`` in one pipeline; their replies in order (a script's error reply raised, the first one).
 
         A plain client's pipeline loads its scripts before it sends them. A cluster's pipeline cannot (redis-py
-        leaves NOSCRIPT to the caller): a call a node did not know (never sent there, or the node restarted) is
-        run again alone, which loads it on every primary. Only that call is repeated: the others ran once."""
+        leaves NOSCRIPT to the caller): a call a node did not know (never sent there, or the node restarted) did not
+        run, and is run again alone, which loads it on every primary. But redis-py's cluster pipeline itself sends
+        a node's calls again when that node's connection fails mid-read: on a cluster, batch only calls whose
+        repeat does no harm (reads; a discard, whose repeat answers ``notDead``)."""
         pipe = self.client.pipeline(transaction=False)
         for call in calls:
             self.run(call, client=pipe)

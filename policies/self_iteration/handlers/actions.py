@@ -29,6 +29,7 @@ from worker.plugin import Action, ExecutorResult, HandlerContext, Id, applied, f
 __all__ = ["UNSAFE_MEMORY", "skill_management_handler", "user_memory_handler"]
 
 _ID: TypeAdapter[str] = TypeAdapter(Id)  # the door's id rule (worker/core/ids.py)
+MARKER_KEPT_MAX = 128  # the longest idempotency key kept as a run's marker sourceId (LobeHub's are ~40)
 
 UNSAFE_MEMORY = [
     re.compile(p, re.IGNORECASE)
@@ -61,11 +62,15 @@ def _marker_source_id(key: str, kind: str) -> str:
     must pass the id rule): the idempotency key, as LobeHub builds it, when that is an id; else a digest of it.
     A key joins the root event's source id and a message id, which the door takes as any string: a message id
     with a space, or two long ids together, made a completion the door refused, and the run's receipts were
-    lost with only a worker log line (a contract audit)."""
+    lost with only a worker log line (a contract audit). A key over :data:`MARKER_KEPT_MAX` characters is a
+    digest too: a receipt id adds a tool call id and a kind to it, and one past the id rule could not be rolled
+    back (a review)."""
     try:
-        return str(_ID.validate_python(key))
+        if len(key) <= MARKER_KEPT_MAX:
+            return str(_ID.validate_python(key))
     except ValidationError:
-        return f"{kind}:sha256:{hashlib.sha256(key.encode()).hexdigest()[:40]}"
+        pass
+    return f"{kind}:sha256:{hashlib.sha256(key.encode()).hexdigest()[:40]}"
 
 
 def _user_id(action: Action, ctx: HandlerContext) -> str | None:

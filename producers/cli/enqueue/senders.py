@@ -36,6 +36,7 @@ from worker.telemetry.log_privacy import describe_error
 
 if TYPE_CHECKING:
     from worker.intake.source_event import EnqueueResult, InvalidEvent
+    from worker.store.records import PreparedEvent
 
 __all__ = ["DirectSender", "HttpSender", "Pending", "Sent", "Stopped"]
 
@@ -62,8 +63,7 @@ class DirectSender:
         self.producer = direct_producer(tenant)
 
     def send(self, chunk: Sequence[Pending]) -> list[Sent]:
-        from worker.core.errors import OverLimit
-        from worker.intake.source_event import InvalidEvent, StoreUnavailable
+        from worker.intake.source_event import InvalidEvent
 
         out: list[Sent] = []
         prepared, numbers = [], []
@@ -75,16 +75,37 @@ class DirectSender:
                 out.append((number, None, Rejection(exc.error.message, exc.error.field)))
         if out:
             self.producer.count_rejected(len(out))
+        while True:
+            try:
+                results = self._enqueue(prepared, out)
+                break
+            except (
+                InvalidEvent
+            ) as exc:  # one event the store refused (another user's dedupe key): the rest again
+                named = HttpSender._named_line(exc)
+                if named is None or named[0] >= len(prepared):
+                    raise Stopped(CliError(exc.error.message, 1), out) from None
+                index, rejection = named
+                prepared.pop(index)
+                out.append((numbers.pop(index), None, rejection))
+                self.producer.count_rejected(1)
+        out.extend((n, r, None) for n, r in zip(numbers, results, strict=True))
+        return sorted(out, key=lambda r: r[0])
+
+    def _enqueue(self, prepared: list[PreparedEvent], out: list[Sent]) -> list[EnqueueResult]:
+        """The batch's results; InvalidEvent for an event the store refused, Stopped for the rest."""
+        from worker.core.errors import OverLimit
+        from worker.intake.source_event import StoreUnavailable
+
         try:
-            results = self.producer.enqueue_prepared(prepared)
+            results: list[EnqueueResult] = self.producer.enqueue_prepared(prepared)
+            return results
         except StoreUnavailable as exc:  # nothing of the batch was stored; its rejections stand
             raise Stopped(CliError(f"the store is unavailable: {exc}", 1), out) from None
         except OverLimit as exc:  # the whole batch was refused, as the HTTP door's 429
             raise Stopped(CliError(f"over a limit ({exc.what}): {exc.message}", 1), out) from None
         except RedisError as exc:  # outside the enqueue script (an admission hook's read): the store failed
             raise Stopped(CliError(f"the store failed: {describe_error(exc)}", 1), out) from None
-        out.extend((n, r, None) for n, r in zip(numbers, results, strict=True))
-        return sorted(out, key=lambda r: r[0])
 
     def close(self) -> None:
         self.producer.close()

@@ -28,7 +28,7 @@ from producers.http.principal import Principal, require, tenant_keys
 from producers.http.web_common import door_of, error_response, producer_of, read_json
 from worker.core.ids import SCOPE_KEY_MAX_LENGTH, Id
 from worker.core.scope import derive_scope_key
-from worker.intake.source_event import EventError, InvalidEvent, SourceEvent
+from worker.intake.source_event import EventError, InvalidEvent, SourceEvent, as_single
 from worker.keys.layout import Keys
 from worker.ops.rate_limit import RateLimiter
 from worker.ops.runs import BadCursor, RunQuery, event_detail, find_by_source, list_runs
@@ -185,7 +185,8 @@ def post_events(
         return data
     producer, tenant = producer_of(request), principal.tenant
     try:
-        if isinstance(data, dict) and "events" in data and "sourceType" not in data:
+        batch = isinstance(data, dict) and "events" in data and "sourceType" not in data
+        if batch:
             for key in data:
                 if key != "events":  # as a single event's unknown field is: never dropped unseen
                     message = f"{key} is not a field of a batch (its one field: events)"
@@ -207,7 +208,7 @@ def post_events(
         results = producer.enqueue_prepared(prepared)
     except InvalidEvent as exc:
         producer.count_rejected(tenant=tenant)
-        error = exc.error
+        error = (exc if batch else as_single(exc)).error
         return error_response(exc.status_code, error.code, error.message, error.field)
     return JSONResponse({"results": [r.model_dump(by_alias=True) for r in results]}, status_code=202)
 

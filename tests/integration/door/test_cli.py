@@ -121,6 +121,28 @@ class TestEnqueue:
         }
         assert "line 2: payload is required (field: payload)" in result.stderr
 
+    @pytest.mark.parametrize("over_http", [False, True])
+    def test_another_users_dedupe_key_is_its_lines_rejection(
+        self, make_settings: Any, start_web: Any, tmp_path: Path, over_http: bool
+    ) -> None:
+        """A review: a line naming a second user with the first one's scope, type and sourceId (refused 422
+        user_mismatch) stopped the run with no summary (straight to Redis) or left the lines after it unsent
+        (over HTTP, a batch of one). It is that line's rejection; the others are sent."""
+        settings = make_settings(api_token="tok")
+        shared = '{"sourceType":"bot.message.merged","sourceId":"same-%s","userId":"%s","payload":{"topicId":"t1"}}'
+        path = _write(
+            tmp_path / "u.jsonl", [shared % ("a", "u1"), shared % ("a", "u2"), shared % ("b", "u2")]
+        )
+        extra = ["--url", start_web(settings)[1], "--batch", "1"] if over_http else []
+        result = _cli(settings, "enqueue", str(path), *extra)
+        assert result.returncode == 1, result.stderr
+        assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+            "accepted": 2,
+            "duplicate": 0,
+            "rejected": 1,
+        }
+        assert "line 2: " in result.stderr and "another user's event" in result.stderr, result.stderr
+
     def test_missing_file(self, make_settings: Any) -> None:
         """A missing file is a one-line error, exit 2."""
         result = _cli(make_settings(), "enqueue", "/nonexistent.jsonl")

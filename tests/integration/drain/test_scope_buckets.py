@@ -340,3 +340,23 @@ def test_a_limit_refusing_a_later_bucket_says_what_the_earlier_buckets_stored(
         producer.enqueue_many(batch[1:])
     assert "bucket by bucket" not in alone.value.message
     producer.close()
+
+
+@pytest.mark.parametrize("buckets", [1, 4])
+def test_a_journaled_follow_up_of_another_users_key_is_a_duplicate_as_the_commit_answers_it(
+    buckets: int, make_settings: SettingsFactory
+) -> None:
+    """A review: the enqueue script refuses an event whose dedupe key is another user's, and the journal's
+    follow-ups went through it: a follow-up so refused held its bucket's journal up, then went dead. It is
+    answered ``duplicate``, as the commit's own admission answers it, and the other follow-ups are stored."""
+    producer = Producer(make_settings(scope_buckets=buckets))
+    first = {"sourceType": "agent.user.message", "sourceId": "fu-1", "scopeKey": "topic:fu", "payload": {}}
+    assert producer.enqueue({**first, "userId": "u1"}).status == "accepted"
+    other = producer.validate({**first, "userId": "u2"})
+    fresh = producer.validate({**first, "sourceId": "fu-2", "userId": "u2"})
+    outcomes = producer.emitter.admit([other, fresh])
+    assert [(o.event_id, o.status) for o in outcomes] == [
+        (other.event_id, "duplicate"),
+        (fresh.event_id, "accepted"),
+    ]
+    producer.close()

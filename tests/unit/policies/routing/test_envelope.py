@@ -111,3 +111,27 @@ def test_the_prefix_names_the_payload_field() -> None:
     with pytest.raises(InvalidRouteInput) as refused:
         validate_route_input(_signal(value=HUGE), prefix="payload.")
     assert refused.value.field == "payload.externalSignals[0].value"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"request": {"messages": "hi"}},
+        {"request": {"messages": [1]}},
+        {"request": {"messages": [], "tools": 5}},
+        {"request": {"input": 5}, "protocol": "openai-responses"},
+        {"request": {"system": 5}, "protocol": "anthropic-messages"},
+    ],
+)
+def test_a_chat_request_event_of_that_shape_is_refused_at_the_door_too(body: dict[str, Any]) -> None:
+    """A review: the door's chat.request payload schema took these, and its handler then refused them: an event
+    admitted and dead-lettered. The payload schema refuses what the router refuses, naming the part."""
+    from pydantic import ValidationError
+
+    from policies.conversation import ChatRequestPayload
+
+    with pytest.raises(InvalidRouteInput) as routed:
+        validate_route_input(body)
+    with pytest.raises(ValidationError) as admitted:
+        ChatRequestPayload.model_validate(body)
+    assert str(routed.value.field) in str(admitted.value)
