@@ -46,8 +46,14 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-function showError(message) {
+// The banner shows the last call that failed (`call`: its method and path). It goes when that call succeeds again
+// (a refresh that recovers), when the next action starts (any call but a GET; a Find by id lookup), and when the
+// page changes.
+let failedCall = null;
+
+function showError(message, call = null) {
   const box = $("#error");
+  failedCall = message ? call : null;
   if (!message) { box.hidden = true; box.textContent = ""; return; }
   box.textContent = message;
   box.hidden = false;
@@ -139,25 +145,36 @@ async function readEventStream(path, signal, { open, event }) {
   }
 }
 
+// A user token reaches only its own user's data: an operator route answers it 403 with this message, and the
+// console then says once what is needed instead of that 403 (the Conversation page and Send work with one).
+const USER_TOKEN_REFUSAL = "a user token reaches only";
+const USER_TOKEN_NOTICE = "The operator pages need an API key: the token given is a user token, which reaches only its own user's conversation (receipts, memories, skills). Enter an API key under “API token”; with a user token, use the Conversation page or Send.";
+
+// The answer's status and JSON body (and Retry-After, in s); a refusal not in `allow` is shown in the banner
+// and thrown (error.status, error.retryAfterS).
 async function api(path, options = {}) {
+  const method = options.method || "GET";
+  const call = `${method} ${path.split("?")[0]}`;
+  if (method !== "GET") showError("");
   let response;
   try {
     response = await fetch(path, { ...options, headers: headers() });
   } catch (err) {
-    showError(`Cannot reach the API: ${err.message}`);
+    showError(`Cannot reach the API: ${err.message}`, call);
     throw err;
   }
   const text = await response.text();
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch { body = null; }
+  const retryAfterS = Number(response.headers.get("retry-after")) || 0;
   if (!response.ok && !(options.allow || []).includes(response.status)) {
-    const message = body && body.error ? `${body.error.message}${body.error.field ? ` (field: ${body.error.field})` : ""}` : `HTTP ${response.status}`;
-    showError(`${options.method || "GET"} ${path}: ${message}`);
-    const error = new Error(message);
-    error.status = response.status;
-    throw error;
+    const detail = body && body.error ? `${body.error.message}${body.error.field ? ` (field: ${body.error.field})` : ""}` : `HTTP ${response.status}`;
+    const userToken = response.status === 403 && String(detail).startsWith(USER_TOKEN_REFUSAL);
+    showError(userToken ? USER_TOKEN_NOTICE : `${method} ${path}: ${detail}`, call);
+    throw Object.assign(new Error(userToken ? USER_TOKEN_NOTICE : detail), { status: response.status, retryAfterS });
   }
-  return { status: response.status, body };
+  if (call === failedCall) showError("");
+  return { status: response.status, body, retryAfterS };
 }
 
 function fmtTime(ms) {
@@ -454,20 +471,9 @@ function conversationPage() {
     start();
   });
 
-  const messageTimer = setInterval(() => { loadMessages().catch(() => {}); }, 1500);
+  const messageTimer = setInterval(() => { loadMessages().catch((err) => { if ([401, 403].includes(err.status)) clearInterval(messageTimer); }); }, 1500);
   teardown.push(() => { stopped = true; clearInterval(messageTimer); stopPolling(); stopStream(); });
   start();
-}
-
-function emptyHint(owner) {
-  const example = JSON.stringify({
-    sourceType: "agent.user.message",
-    sourceId: "msg_u1",
-    userId: owner.userId || "u1",
-    agentId: owner.agentId || "agt_1",
-    payload: { agentId: owner.agentId || "agt_1", topicId: owner.topicId || "tpc_1", messageId: "msg_u1", message: "Going forward, I prefer concise answers." },
-  });
-  return el("span", {}, "Send a first event: ", el("code", {}, `curl -X POST ${location.origin}/v1/events -H 'content-type: application/json' -d '${example}'`));
 }
 
 function emptyState() {
@@ -495,10 +501,6 @@ function fmtAge(ms) {
   return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
 }
 
-function badge(status, attrs = {}) {
-  return el("span", { class: `badge ${status || "unknown"}`, ...attrs }, status || "unknown");
-}
-
 function pretty(value) {
   if (typeof value === "string") {
     try { return JSON.stringify(JSON.parse(value), null, 2); } catch { return value; }
@@ -518,18 +520,23 @@ function replaceHashQuery(params) {
 }
 
 // Calls fn now and then every `ms` until the page changes; `poke()` runs it at once (after an action).
-// A round never overlaps the previous one.
+// A round never overlaps the previous one. A round refused 401 or 403 stops it (asking again cannot help; the
+// banner says why); after a 429 the next round waits longer (its Retry-After, at least twice the last wait).
 function livePoll(fn, ms = LIVE_MS) {
   let timer = null;
   let stopped = false;
   let running = false;
+  let wait = ms;
   const tick = async () => {
     if (stopped || running) return;
     running = true;
     clearTimeout(timer);
-    try { await fn(); } catch { /* shown in the banner */ }
+    try { await fn(); wait = ms; } catch (err) { // shown in the banner
+      if (err && (err.status === 401 || err.status === 403)) stopped = true;
+      wait = err && err.status === 429 ? Math.min(Math.max(wait * 2, err.retryAfterS * 1000), 60000) : ms;
+    }
     running = false;
-    if (!stopped) timer = setTimeout(tick, ms);
+    if (!stopped) timer = setTimeout(tick, wait);
   };
   teardown.push(() => { stopped = true; clearTimeout(timer); });
   tick();
@@ -541,18 +548,6 @@ function outcomeLine(attrs = {}) {
   const node = el("p", { class: "outcome", role: "status", "aria-live": "polite", ...attrs });
   node.say = (text, kind = "ok") => { node.textContent = text; node.className = `outcome ${kind}`; };
   return node;
-}
-
-function runLink(eventId, text) {
-  return el("a", { href: `#/runs/${encodeURIComponent(eventId)}` }, text || eventId);
-}
-
-function table(headings, rows, attrs = {}) {
-  return el(
-    "div",
-    { class: "table-wrap" },
-    el("table", attrs, el("thead", {}, el("tr", {}, headings.map((h) => el("th", { scope: "col" }, h)))), el("tbody", {}, rows)),
-  );
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 // shows an id, time or name on one line cut with an ellipsis, its full value in the title, and `errorCell`
 // clamps an error to three lines, its full text in the title and shown in place on click, Enter or Space;
 // `fewLines` holds a short free text (an outcome, a reason; smaller type) to three lines, all of it in the title.
+// `table` is the plain table of the other pages (attempts, scopes, overview), without fixed column widths;
+// `badge` and `runLink` are what many cells hold (a status, a link to a run).
 "use strict";
 
 // Column kinds: app.css gives each `col.<kind>` its width; "err" has none, so it gets the free width.
@@ -43,4 +45,23 @@ function errorCell(value, attrs = {}) {
 
 function fewLines(value) {
   return el("div", { class: "few-lines", title: value }, value);
+}
+
+// A plain table (the run page's attempts, the scopes, the overview): a header row of `headings` (text, or a node
+// such as a visually hidden label) over `rows`.
+function table(headings, rows, attrs = {}) {
+  return el(
+    "div",
+    { class: "table-wrap" },
+    el("table", attrs, el("thead", {}, el("tr", {}, headings.map((h) => el("th", { scope: "col" }, h)))), el("tbody", {}, rows)),
+  );
+}
+
+// What many cells hold: a status as a coloured badge, and an event id as the link to its run's page.
+function badge(status, attrs = {}) {
+  return el("span", { class: `badge ${status || "unknown"}`, ...attrs }, status || "unknown");
+}
+
+function runLink(eventId, text) {
+  return el("a", { href: `#/runs/${encodeURIComponent(eventId)}` }, text || eventId);
 }

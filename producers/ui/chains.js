@@ -202,24 +202,29 @@ function chainsPage() {
   const out = el("div");
   main().replaceChildren(el("h2", {}, "Chain inspector"), form, out);
   async function show(query) {
-    showError("");
+    showError(""); // a lookup is a new action
     out.replaceChildren(el("p", {}, "Loading…"));
-    if (!query.startsWith("chain:")) {
-      const { status, body } = await api(`/v1/events/${encodeURIComponent(query)}`, { allow: [404, 409] });
-      if (status === 200 && body.eventId) { location.hash = `#/runs/${encodeURIComponent(body.eventId)}`; return; }
-      if (status === 409) { out.replaceChildren(candidates(query, body)); return; }
+    try {
+      if (!query.startsWith("chain:")) {
+        const { status, body } = await api(`/v1/events/${encodeURIComponent(query)}`, { allow: [404, 409] });
+        if (status === 200 && body.eventId) { location.hash = `#/runs/${encodeURIComponent(body.eventId)}`; return; }
+        if (status === 409) { out.replaceChildren(candidates(query, body)); return; }
+      }
+      const chainId = query.startsWith("chain:") ? query : `chain:${query}`;
+      const { status, body } = await api(`/v1/chains/${encodeURIComponent(chainId)}`, { allow: [404, 409] });
+      out.replaceChildren(status === 404
+        ? el("div", { class: "empty" }, `Nothing found for “${query}”: no event with that id or source id, and no chain ${chainId}. `, el("a", { href: "#/runs" }, "Browse the runs"), " to find it by status, type, scope or user.")
+        : status === 409 ? candidates(chainId, body, "Chain id") // one source id run in several scopes
+          : chainView(body));
+    } catch (err) { // refused (a 422 for what cannot be an id, a 403 …): said where the answer goes
+      out.replaceChildren(el("div", { class: "empty", "data-testid": "lookup-error" }, `Could not look up “${query}”: ${err.message}`));
     }
-    const chainId = query.startsWith("chain:") ? query : `chain:${query}`;
-    const { status, body } = await api(`/v1/chains/${encodeURIComponent(chainId)}`, { allow: [404] });
-    out.replaceChildren(status === 404
-      ? el("div", { class: "empty" }, `Nothing found for “${query}”: no event with that id or source id, and no chain ${chainId}. `, el("a", { href: "#/runs" }, "Browse the runs"), " to find it by status, type, scope or user.")
-      : chainView(body));
   }
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const q = form.elements.q.value.trim();
     replaceHashQuery({ q });
-    show(q).catch(() => {});
+    show(q);
   });
-  if (params.q) show(params.q).catch(() => {});
+  if (params.q) show(params.q);
 }

@@ -10,6 +10,10 @@
 "use strict";
 
 const DLQ_FETCH_LIMIT = 500; // GET /v1/dlq's largest page
+// A row acted on is followed with GET /v1/events/{id}: at most this many a refresh, the least recently read first
+// (hundreds each 2 s pushed the key over its rate limit); after a 429 none for its Retry-After, at least 10 s.
+const DLQ_FOLLOW_MAX = 20;
+const DLQ_FOLLOW_PAUSE_MS = 10000;
 
 function dlqTabs(current) {
   const tab = (state, label) => el("a", { href: state ? `#/dlq?state=${state}` : "#/dlq", class: "tab", "aria-current": current === state ? "page" : null }, label);
@@ -62,7 +66,9 @@ function dlqPage() {
   let cursor = null; // where the next page starts (GET /v1/dlq's cursor; null: nothing follows)
   let reading = Promise.resolve(); // reads and "Load more" take turns, so neither undoes the other
   const inTurn = (fn) => (reading = reading.then(fn, fn));
-  const tracked = new Map(); // eventId → { record, status, outcome } for rows acted on here
+  const tracked = new Map(); // eventId → { record, status, outcome, readAt } for rows acted on here
+  let following = 0; // how many rows acted on are still followed (not settled)
+  let followPausedUntil = 0; // after a 429 on a lookup
   const rows = new Map(); // eventId → the row's elements
   const selected = new Set();
   const open = new Set();
@@ -156,6 +162,7 @@ function dlqPage() {
     const have = new Set([...typeFilter.options].map((o) => o.value));
     for (const t of [...types].sort()) if (!have.has(t)) typeFilter.append(el("option", { value: t }, t));
     const followed = [...tracked.values()].filter((t) => t.status !== "dead").length;
+    const paused = Date.now() < followPausedUntil;
     const filtered = typeFilter.value || errorFilter.value.trim();
     const partial = dead.size < total; // the filters and "Select every row shown" cover the rows read only
     const matching = ids.filter((id) => statusOf(id) === "dead").length;
@@ -163,6 +170,7 @@ function dlqPage() {
       partial ? `${dead.size} of ${total} dead shown` : `${total} dead`,
       filtered ? (partial ? `${matching} of the ${dead.size} shown match` : `${matching} match`) : "",
       followed ? `${followed} acted on here` : "",
+      paused ? "status lookups paused (rate limited)" : following > DLQ_FOLLOW_MAX ? `following ${DLQ_FOLLOW_MAX} of ${following} per refresh` : "",
       `live every ${LIVE_MS / 1000} s`,
     ].filter(Boolean).join(" · ");
     more.hidden = !cursor;
@@ -211,10 +219,13 @@ function dlqPage() {
 
   const refresh = () => inTurn(async () => {
     await readDead();
-    for (const [id, t] of tracked) {
-      if (t.status === "dead" && dead.has(id)) continue;
-      if (TERMINAL.has(t.status) && t.settled) continue;
-      const { body: rec } = await api(`/v1/events/${encodeURIComponent(id)}`, { allow: [404] });
+    const pending = [...tracked].filter(([id, t]) => !(t.status === "dead" && dead.has(id)) && !(TERMINAL.has(t.status) && t.settled));
+    following = pending.length;
+    pending.sort(([, a], [, b]) => (a.readAt || 0) - (b.readAt || 0));
+    for (const [id, t] of Date.now() < followPausedUntil ? [] : pending.slice(0, DLQ_FOLLOW_MAX)) {
+      const { status, body: rec, retryAfterS } = await api(`/v1/events/${encodeURIComponent(id)}`, { allow: [404, 429] });
+      if (status === 429) { followPausedUntil = Date.now() + Math.max(retryAfterS * 1000, DLQ_FOLLOW_PAUSE_MS); break; }
+      t.readAt = Date.now();
       if (rec && rec.status) {
         t.status = rec.status;
         t.settled = TERMINAL.has(rec.status);
@@ -266,11 +277,18 @@ function dlqPage() {
       for (const id of result.discarded || []) follow(id, "discarded", `discarded${why ? `: ${why}` : ""}`, true);
       for (const id of result.notDead || []) follow(id, undefined, "not dead: nothing to discard");
       bulkOutcome.say(`Discarded: ${(result.discarded || []).length}${(result.notDead || []).length ? `; no longer dead: ${result.notDead.length}` : ""}. They are listed under Discarded.`);
+      return true;
     } catch (err) {
       bulkOutcome.say(`Discard failed: ${err.message}`, "bad");
-    } finally { setBusy(false); }
-    poll.poke();
+      return false;
+    } finally { setBusy(false); poll.poke(); }
   }
+
+  // The bulk Reason is used once: emptied after the discard it went with.
+  const dropWithReason = async (ids) => { if (await drop(ids, reason.value.trim())) reason.value = ""; };
+
+  // "all" is the tenant's whole list, whatever the filter and the selection: asked first, with the count.
+  const confirmAll = (verb) => window.confirm(`${verb} all ${total} dead events? This ignores the filter and the selection: it acts on the whole dead-letter list (as last read), not only the rows shown.`);
 
   function follow(id, status, outcome, settled = false) {
     const record = dead.get(id) || (tracked.get(id) || {}).record || { eventId: id };
@@ -298,9 +316,9 @@ function dlqPage() {
     syncBulk();
   });
   redriveSel.addEventListener("click", () => act([...selected]));
-  discardSel.addEventListener("click", () => drop([...selected], reason.value.trim()));
-  redriveAll.addEventListener("click", () => act("all"));
-  discardAll.addEventListener("click", () => drop("all", reason.value.trim()));
+  discardSel.addEventListener("click", () => dropWithReason([...selected]));
+  redriveAll.addEventListener("click", () => { if (confirmAll("Redrive")) act("all"); });
+  discardAll.addEventListener("click", () => { if (confirmAll("Discard")) dropWithReason("all"); });
   typeFilter.addEventListener("change", sync);
   errorFilter.addEventListener("input", sync);
   const poll = livePoll(refresh);

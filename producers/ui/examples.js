@@ -1,6 +1,7 @@
 // One example event per source type, for the Send page's form: the first event of each type in
 // examples/events.jsonl, copied here so the UI needs no extra route (tests/browser/test_operator.py checks that
 // the two agree; regenerate this object from the file when it changes).
+// Also `emptyHint`, the curl command an empty page (Conversation, Runs, Overview) offers for a first event.
 "use strict";
 
 const SOURCE_EXAMPLES = {
@@ -102,3 +103,15 @@ const DECLARED_SOURCE_TYPES = [
   "client.gateway.stream_start", "client.runtime.complete", "client.runtime.start", "runtime.after_step",
   "runtime.before_step", "tool.outcome.completed", "tool.outcome.failed",
 ];
+
+// The "send a first event" hint of an empty page (Conversation, Runs, Overview): a curl command with an example.
+function emptyHint(owner) {
+  const example = JSON.stringify({
+    sourceType: "agent.user.message",
+    sourceId: "msg_u1",
+    userId: owner.userId || "u1",
+    agentId: owner.agentId || "agt_1",
+    payload: { agentId: owner.agentId || "agt_1", topicId: owner.topicId || "tpc_1", messageId: "msg_u1", message: "Going forward, I prefer concise answers." },
+  });
+  return el("span", {}, "Send a first event: ", el("code", {}, `curl -X POST ${location.origin}/v1/events -H 'content-type: application/json' -d '${example}'`));
+}

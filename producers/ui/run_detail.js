@@ -321,13 +321,13 @@ function payloadEditor(eventId, payload, { redrive, discard }) {
   );
 }
 
-// A source id that names several events (409): each of them, to pick from.
-function candidates(sourceId, body) {
+// A source id (or a chain id) that names several events (409): each of them, to pick from.
+function candidates(id, body, what = "Source id") {
   const list = (body && body.candidates) || [];
   return el(
     "div",
     { class: "empty" },
-    el("p", {}, `Source id “${sourceId}” names ${list.length} events; pick one:`),
+    el("p", {}, `${what} “${id}” names ${list.length} events; pick one:`),
     el("ul", {}, list.map((c) => el("li", {}, runLink(c.eventId), ` ${c.sourceType || ""} in ${c.scopeKey || "?"} `, badge(c.status)))),
   );
 }

@@ -4,7 +4,7 @@
 "use strict";
 
 const RUNS_PAGE_SIZE = 50;
-const RUN_STATUSES = ["queued", "processing", "done", "dead", "cancelled", "discarded"];
+const RUN_STATUSES = ["queued", "processing", "done", "dead", "cancelled", "discarded", "erased"]; // worker/ops/runs.py STATUSES
 const RUN_FILTERS = ["status", "sourceType", "scopeKey", "userId", "since", "until"];
 const TIME_PRESETS = [["", "any time"], ["900000", "last 15 min"], ["3600000", "last hour"], ["86400000", "last 24 h"], ["604800000", "last 7 days"]];
 

@@ -13,6 +13,11 @@ function scopePath(scopeKey, verb) {
   return `/v1/scopes/${encodeURIComponent(scopeKey)}/${verb}`;
 }
 
+// The buttons' column: its header is read by screen readers, not shown.
+function actionsHeading() {
+  return el("span", { class: "visually-hidden" }, "Actions");
+}
+
 function scopesPage() {
   const outcome = outcomeLine({ "data-testid": "scopes-outcome" });
   const keyInput = el("input", { name: "scopeKey", required: true, placeholder: "topic:tpc_1", autocomplete: "off" });
@@ -44,10 +49,12 @@ function scopesPage() {
     workersBox,
   );
 
+  // The API says whether anything changed: a Resume of a scope that was not paused changes nothing.
   async function pauseOrResume(scopeKey, verb) {
     try {
-      await postJson(scopePath(scopeKey, verb), {});
-      outcome.say(`${verb === "pause" ? "Paused" : "Resumed"} ${scopeKey}.${verb === "pause" ? " Its events wait until it is resumed." : ""}`);
+      const { body } = await postJson(scopePath(scopeKey, verb), {});
+      if (body && body.changed === false) outcome.say(`${scopeKey} ${verb === "pause" ? "was already paused" : "was not paused"}.`, "warn");
+      else outcome.say(`${verb === "pause" ? "Paused" : "Resumed"} ${scopeKey}.${verb === "pause" ? " Its events wait until it is resumed." : ""}`);
     } catch (err) {
       outcome.say(`Could not ${verb} ${scopeKey}: ${err.message}`, "bad");
     }
@@ -123,7 +130,7 @@ function scopesPage() {
     }
     const list = [...merged.values()].sort((a, b) => (b.headAgeMs || 0) - (a.headAgeMs || 0) || a.scopeKey.localeCompare(b.scopeKey));
     scopesBox.replaceChildren(list.length
-      ? table(["Scope", "State", "Inbox depth", "Lease holder", "Head age", ""], list.map((s) => el(
+      ? table(["Scope", "State", "Inbox depth", "Lease holder", "Head age", actionsHeading()], list.map((s) => el(
         "tr",
         { "data-scope-key": s.scopeKey },
         el("td", { class: "id" }, el("a", { href: `#/runs?${qs({ scopeKey: s.scopeKey })}` }, s.scopeKey)),
@@ -132,8 +139,8 @@ function scopesPage() {
         el("td", { class: "id" }, s.leaseHolder || ""),
         el("td", {}, s.headAgeMs !== undefined && s.headAgeMs !== null ? fmtAge(s.headAgeMs) : ""),
         el("td", {}, s.paused
-          ? el("button", { type: "button", class: "secondary", onclick: () => pauseOrResume(s.scopeKey, "resume") }, "Resume")
-          : el("button", { type: "button", class: "secondary", onclick: () => pauseOrResume(s.scopeKey, "pause") }, "Pause")),
+          ? el("button", { type: "button", class: "secondary", "aria-label": `Resume ${s.scopeKey}`, onclick: () => pauseOrResume(s.scopeKey, "resume") }, "Resume")
+          : el("button", { type: "button", class: "secondary", "aria-label": `Pause ${s.scopeKey}`, onclick: () => pauseOrResume(s.scopeKey, "pause") }, "Pause")),
       )), { class: "scopes" })
       : el("div", { class: "empty" }, stateFilter.value ? `No ${stateFilter.value} scope.` : "No scope has work, and none is paused."));
   }
@@ -143,7 +150,7 @@ function scopesPage() {
     const list = [...running, ...queued];
     const now = Date.now();
     eventsBox.replaceChildren(list.length
-      ? table(["Event", "Status", "Source type", "Scope", "Waiting", ""], list.map((e) => el(
+      ? table(["Event", "Status", "Source type", "Scope", "Waiting", actionsHeading()], list.map((e) => el(
         "tr",
         { "data-event-id": e.eventId },
         el("td", {}, runLink(e.eventId)),

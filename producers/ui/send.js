@@ -99,7 +99,8 @@ function sendPage() {
     } finally { button.disabled = false; }
   });
 
-  // The sent event's status, live, until it is done or dead.
+  // The sent event's status, live, until it is done or dead, or the API refuses to say (401, 403: a user token
+  // may send its user's events but not read runs); after another failure it asks again a little later.
   function follow(sent, body) {
     const status = el("span");
     const what = sent.status === "duplicate" ? "Already sent (a duplicate): the existing run is" : `Sent ${body.sourceType} ${body.sourceId} →`;
@@ -111,9 +112,17 @@ function sendPage() {
     teardown.push(() => { stopped = true; });
     const tick = async () => {
       if (stopped) return;
-      const { body: rec } = await api(`/v1/events/${encodeURIComponent(sent.eventId)}`, { allow: [404] }).catch(() => ({ body: null }));
+      let rec = null;
+      try {
+        ({ body: rec } = await api(`/v1/events/${encodeURIComponent(sent.eventId)}`, { allow: [404] }));
+      } catch (err) {
+        if (err.status === 401 || err.status === 403) {
+          status.replaceChildren(el("span", { class: "muted", "data-testid": "sent-status" }, `not followed: reading runs is refused here (HTTP ${err.status}).`));
+          return;
+        }
+      }
       if (rec && rec.status) show(rec.status);
-      if (!rec || !TERMINAL.has(rec.status)) setTimeout(tick, 500);
+      if (!rec || !TERMINAL.has(rec.status)) setTimeout(tick, rec ? 500 : LIVE_MS);
     };
     setTimeout(tick, 300);
   }

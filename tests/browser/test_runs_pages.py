@@ -229,3 +229,54 @@ def test_pages_loaded_with_load_more_stay_through_a_refresh(
     shown = [rows.nth(i).get_attribute("data-event-id") for i in range(rows.count())]
     assert shown == sorted(sent, reverse=True)
     assert page_errors == []
+
+
+def test_the_status_filter_keeps_erased(
+    browser: Any, make_settings: Any, start_web: Any, page_errors: list[str]
+) -> None:
+    """#/runs?status=erased (the Overview links there) shows "erased" in the Status filter, and Apply keeps it (the
+    list had no such option: Apply dropped the filter without a word)."""
+    from playwright.sync_api import expect
+
+    _, stack = start_web(make_settings())
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/runs?status=erased")
+    status = page.locator('form[aria-label="Filter runs"] [name="status"]')
+    expect(status).to_have_value("erased")
+    with page.expect_request(lambda r: "/v1/events?" in r.url) as read:
+        page.get_by_role("button", name="Apply").click()
+    assert "status=erased" in read.value.url, read.value.url
+    assert "status=erased" in page.url
+    assert page_errors == []
+
+
+def test_find_by_id_shows_a_failed_lookup_in_place(
+    browser: Any, start_stack: Callable[..., str], page_errors: list[str]
+) -> None:
+    """The chain inspector never stays on "Loading…": a chain id naming two runs (409) lists them as links to
+    their pages, and an id the API refuses (422) is answered in place."""
+    from playwright.sync_api import expect
+
+    # Given one source id sent in two scopes, both run
+    stack = start_stack()
+    runs = [post(stack, message("msg_twice", "u_twice", "Hello", scope=f"topic:twice-{n}")) for n in (1, 2)]
+    for event_id in runs:
+        settled(stack, event_id, "done")
+    page = new_page(browser, page_errors)
+
+    # When its chain id is looked up, both runs are offered, each a link to its page
+    page.goto(f"{stack}/#/chains?q=chain:msg_twice")
+    main = page.locator("main")
+    for event_id in runs:
+        expect(main.get_by_role("link", name=event_id)).to_have_attribute("href", f"#/runs/{event_id}")
+    expect(main).to_contain_text("names 2")
+    expect(main).not_to_contain_text("Loading")
+
+    # When an id the API refuses is looked up, the refusal is shown where the answer goes
+    page.get_by_label("Event id, source id or chain id").fill("not an id!")
+    page.get_by_role("button", name="Inspect").click()
+    refused = page.get_by_test_id("lookup-error")
+    expect(refused).to_contain_text("“not an id!”")
+    expect(refused).to_contain_text("id")  # the API's reason
+    expect(main).not_to_contain_text("Loading")
+    assert page_errors == []

@@ -198,3 +198,54 @@ def test_scopes_past_the_first_page_are_reached_with_load_more(
     expect(page.get_by_test_id("scopes-count")).to_have_text("258 scopes")
     expect(page.get_by_role("button", name="Load more")).to_be_hidden()
     assert page_errors == []
+
+
+def test_scope_actions_say_what_changed_and_the_banner_clears(
+    browser: Any, make_settings: Any, start_web: Any, page_errors: list[str]
+) -> None:
+    """Resume on a scope that was never paused says so (it said "Resumed"), and Pause on a paused one; a row's
+    buttons are named after their scope under an "Actions" header. The error banner goes once the user acts
+    again (a refused Pause, then one that works), and once a failing refresh succeeds again."""
+    from playwright.sync_api import expect
+
+    _, stack = start_web(make_settings())
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/scopes")
+    outcome = page.get_by_test_id("scopes-outcome")
+    banner = page.locator("#error")
+    key = page.get_by_label("Scope key")
+
+    # A Resume that changed nothing, then a refused Pause: the banner says why
+    key.fill("topic:never-paused")
+    page.get_by_role("button", name="Resume", exact=True).click()
+    expect(outcome).to_have_text("topic:never-paused was not paused.")
+    key.fill("topic:bad key")
+    page.get_by_role("button", name="Pause", exact=True).click()
+    expect(outcome).to_contain_text("Could not pause topic:bad key")
+    expect(banner).to_be_visible()
+
+    # When the next Pause works, the banner is gone; a second Pause says the scope already was paused
+    key.fill("topic:calm")
+    page.get_by_role("button", name="Pause", exact=True).click()
+    expect(outcome).to_contain_text("Paused topic:calm.")
+    expect(banner).to_be_hidden()
+    page.get_by_role("button", name="Pause", exact=True).click()
+    expect(outcome).to_have_text("topic:calm was already paused.")
+
+    # The paused scope's row: its button names the scope, and the column has a (visually hidden) header
+    row = page.locator('tr[data-scope-key="topic:calm"]')
+    expect(row.get_by_role("button", name="Resume topic:calm", exact=True)).to_be_visible()
+    expect(page.get_by_test_id("scopes").get_by_role("columnheader", name="Actions")).to_have_count(1)
+    row.get_by_role("button", name="Resume topic:calm").click()
+    expect(outcome).to_have_text("Resumed topic:calm.")
+
+    # When a refresh fails, the banner says so; when the same read succeeds again, it goes
+    def unavailable(route: Any) -> None:
+        route.fulfill(
+            status=503, json={"error": {"code": "store_unavailable", "message": "the store is down"}}
+        )
+
+    page.route("**/v1/scopes?*", unavailable, times=1)
+    expect(banner).to_contain_text("the store is down")
+    expect(banner).to_be_hidden()
+    assert page_errors == []
