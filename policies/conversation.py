@@ -20,7 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from policies.routing import (
     MAX_EXTERNAL_SIGNALS,
@@ -106,22 +114,25 @@ class ChatRequestPayload(BaseModel):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    request: ChatRequest
+    # protocol first: the request's check reads it (a field validator sees the fields before its own)
     protocol: Literal["openai-chat", "anthropic-messages", "openai-responses"] = "openai-chat"
+    request: ChatRequest
     external_signals: list[ExternalSignal] = Field(
         default_factory=list, alias="externalSignals", max_length=MAX_EXTERNAL_SIGNALS
     )
     route_result: RecordedRoute | None = Field(default=None, alias="routeResult")
     config_fingerprint: str | None = Field(default=None, alias="configFingerprint")
 
-    @model_validator(mode="after")
-    def _routable(self) -> ChatRequestPayload:
+    @field_validator("request")
+    @classmethod
+    def _routable(cls, request: ChatRequest, info: ValidationInfo) -> ChatRequest:
         """The request's parts have their protocol's types, as ``validate_route_input`` checks them: the door
-        refuses what the handler would (a review found such an event admitted, then dead-lettered)."""
-        problem = request_shape_problem(self.request.model_dump(), self.protocol)
+        refuses what the handler would (a review found such an event admitted, then dead-lettered), naming
+        ``payload.request`` and, in the message, the part."""
+        problem = request_shape_problem(request.model_dump(), str(info.data.get("protocol", "openai-chat")))
         if problem is not None:
             raise ValueError(f"{problem[0]} {problem[1]}")
-        return self
+        return request
 
 
 class RoutingSettings(PluginSettings):

@@ -485,7 +485,7 @@ function emptyState() {
 // Helpers the operator pages share (runs.js, run_detail.js, chains.js, dlq.js, send.js, scopes.js, overview.js).
 
 // Statuses after which an event does not change by itself.
-const TERMINAL = new Set(["done", "dead", "cancelled", "discarded"]);
+const TERMINAL = new Set(["done", "dead", "cancelled", "discarded", "erased"]);
 const LIVE_MS = 2000; // the operator pages re-read their data every 2 s (and right after an action)
 
 function postJson(path, body, options = {}) {

@@ -101,7 +101,14 @@ function sendPage() {
 
   // The sent event's status, live, until it is done or dead, or the API refuses to say (401, 403: a user token
   // may send its user's events but not read runs); after another failure it asks again a little later.
+  let stopFollowing = () => {};
   function follow(sent, body) {
+    stopFollowing(); // one followed send at a time: the one shown
+    if (sent.status !== "accepted" && sent.status !== "duplicate") {
+      // refused by an admission hook (gated): never stored, nothing to follow
+      result.replaceChildren(el("p", { class: "outcome warn", role: "status" }, `Not stored: ${body.sourceType} ${body.sourceId} was answered ${sent.status}.`));
+      return;
+    }
     const status = el("span");
     const what = sent.status === "duplicate" ? "Already sent (a duplicate): the existing run is" : `Sent ${body.sourceType} ${body.sourceId} →`;
     const line = el("p", { class: "outcome ok", role: "status" }, `${what} `, runLink(sent.eventId), " ", status);
@@ -109,6 +116,7 @@ function sendPage() {
     const show = (s) => status.replaceChildren(badge(s, { "data-testid": "sent-status" }));
     show("queued");
     let stopped = false;
+    stopFollowing = () => { stopped = true; };
     teardown.push(() => { stopped = true; });
     const tick = async () => {
       if (stopped) return;
@@ -122,6 +130,10 @@ function sendPage() {
         }
       }
       if (rec && rec.status) show(rec.status);
+      else if (rec) { // 404: gone (erased, or past the dedupe window): nothing left to follow
+        status.replaceChildren(el("span", { class: "muted", "data-testid": "sent-status" }, "not found any more."));
+        return;
+      }
       if (!rec || !TERMINAL.has(rec.status)) setTimeout(tick, rec ? 500 : LIVE_MS);
     };
     setTimeout(tick, 300);

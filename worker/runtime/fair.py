@@ -166,8 +166,9 @@ class FairQueue:
     def _push_all(self, refs: Sequence[str]) -> int:
         """READY_PUSH each ref; how many tickets they took."""
         calls = [self._ready_push(ref, self.messages_max) for ref in refs]
-        # One pipeline on one Redis. On a cluster one call each: redis-py resends a node's calls whose connection
-        # failed mid-read, and a READY_PUSH sent twice takes two tickets for one message (a review).
+        # One pipeline on one Redis; on a cluster one call each, as before run_batch. Either way redis-py sends a
+        # call again whose reply was lost, and a READY_PUSH sent twice takes a second ticket for one message: the
+        # ticket expires unused (AGENT_SIGNAL_DRAIN_TICKET_TTL_S), as a lost message's does.
         batched = len(calls) > 1 and self.scripts.plain
         sent = self.scripts.run_batch(calls) if batched else [self.scripts.run(call) for call in calls]
         return sum(1 for one in sent if one)

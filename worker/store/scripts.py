@@ -91,9 +91,9 @@ class Scripts:
 
         A plain client's pipeline loads its scripts before it sends them. A cluster's pipeline cannot (redis-py
         leaves NOSCRIPT to the caller): a call a node did not know (never sent there, or the node restarted) did not
-        run, and is run again alone, which loads it on every primary. But redis-py's cluster pipeline itself sends
-        a node's calls again when that node's connection fails mid-read: on a cluster, batch only calls whose
-        repeat does no harm (reads; a discard, whose repeat answers ``notDead``)."""
+        run, and is run again alone, which loads it on every primary. redis-py itself sends calls again whose
+        reply was lost (a node's connection failed mid-read), on a pipeline as on a single call: a call whose
+        repeat does harm must be idempotent wherever it is sent (a repeated discard answers ``notDead``)."""
         pipe = self.client.pipeline(transaction=False)
         for call in calls:
             self.run(call, client=pipe)

@@ -127,3 +127,17 @@ def test_summary_receipt_for_review_kinds(kind: str, title: str) -> None:
         "sourceType": "agent.execution.completed",
     }
     assert len(_build("memory", [{"apiName": "writeMemory", "data": {}}])) == 1
+
+
+def test_a_runs_marker_source_id_is_its_key_up_to_128_characters_then_a_digest() -> None:
+    """The marker's sourceId starts every receipt id of the run: LobeHub's key (an id of at most 128 characters)
+    is kept; a longer one, or one breaking the id rule, is a digest (receipt ids past 256 could not be named)."""
+    from policies.self_iteration.handlers.actions import MARKER_KEPT_MAX, _marker_source_id
+
+    kept = "m" * MARKER_KEPT_MAX
+    assert _marker_source_id(kept, "memory") == kept
+    long, spaced = "m" * (MARKER_KEPT_MAX + 1), "root:memory:has space"
+    for key in (long, spaced):
+        digest = _marker_source_id(key, "memory")
+        assert digest.startswith("memory:sha256:") and len(digest) == len("memory:sha256:") + 40
+    assert _marker_source_id(long, "memory") != _marker_source_id(spaced, "memory")

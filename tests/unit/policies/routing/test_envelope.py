@@ -129,9 +129,12 @@ def test_a_chat_request_event_of_that_shape_is_refused_at_the_door_too(body: dic
     from pydantic import ValidationError
 
     from policies.conversation import ChatRequestPayload
+    from worker.intake.source_event import pydantic_error
 
     with pytest.raises(InvalidRouteInput) as routed:
         validate_route_input(body)
     with pytest.raises(ValidationError) as admitted:
         ChatRequestPayload.model_validate(body)
-    assert str(routed.value.field) in str(admitted.value)
+    error = pydantic_error(admitted.value.errors()[0], prefix="payload")  # as the door names it
+    assert error.field == "payload.request"
+    assert str(routed.value.field) in error.message
