@@ -54,7 +54,7 @@ from sessions.settings import session_limit_settings
 from sessions.store import SessionFull, SessionLimits
 from worker.core.errors import OverLimit
 from worker.core.tenancy import DEFAULT_TENANT
-from worker.intake.source_event import StoreUnavailable
+from worker.intake.source_event import InvalidEvent, StoreUnavailable
 from worker.settings import Settings
 from worker.store.safety import check_at_boot, note_store_failure, store_error_reason
 from worker.telemetry.logs import install_pseudonyms
@@ -177,6 +177,12 @@ def _install_error_handlers(app: FastAPI) -> None:
         if exc.retry_after_s > 0:
             response.headers["Retry-After"] = str(exc.retry_after_s)
         return response
+
+    @app.exception_handler(InvalidEvent)
+    async def invalid_event(_: Request, exc: InvalidEvent) -> JSONResponse:
+        """An event (or an id) a route's own rules refused, raised from below the route: its status (422, 409
+        or 413) and the error body naming the field."""
+        return error_response(exc.status_code, exc.error.code, exc.error.message, exc.error.field)
 
     @app.exception_handler(StoreUnavailable)
     async def store_unavailable(_: Request, exc: StoreUnavailable) -> JSONResponse:

@@ -14,7 +14,6 @@ from producers.http.principal import Principal, principal_of, public, require, t
 from producers.http.web_common import JsonObject, door_of, error_response, producer_of
 from producers.sdk.dead_letters import dead_event_ids, discard_events, edited_bodies, redrive_events
 from worker.core.ids import Id
-from worker.intake.source_event import InvalidEvent
 from worker.ops.runs import BadDlqCursor, dlq_page
 from worker.ops.state_metrics import runnable_backlog, state_exposition
 from worker.store.reads import EVENT_ID
@@ -353,21 +352,16 @@ def post_redrive(
             return edits
         if (refused := _too_many(edits, "events", batch_max)) is not None:
             return refused
-        try:
-            named = dead_event_ids(producer, [e for e, _ in edits], tenant=tenant, field="events[{}].eventId")
-            edits = list(zip(named, [payload for _, payload in edits], strict=True))
-            bodies = edited_bodies(producer, edits, tenant=tenant)
-        except InvalidEvent as exc:
-            return error_response(exc.status_code, exc.error.code, exc.error.message, exc.error.field)
+        # an InvalidEvent (a payload the event's rules refuse, an id no event can have) is the app's 422 or 409
+        named = dead_event_ids(producer, [e for e, _ in edits], tenant=tenant, field="events[{}].eventId")
+        edits = list(zip(named, [payload for _, payload in edits], strict=True))
+        bodies = edited_bodies(producer, edits, tenant=tenant)
         redriven = redrive_events(producer, [event_id for event_id, _ in edits], bodies=bodies, tenant=tenant)
         return JSONResponse(redriven)
     ids = _ids_or_all(body, batch_max)
     if isinstance(ids, JSONResponse):
         return ids
-    try:
-        return JSONResponse(redrive_events(producer, ids, tenant=tenant, limit=batch_max, until_ms=until))
-    except InvalidEvent as exc:  # an id no event could have, or a source id of several dead events
-        return error_response(exc.status_code, exc.error.code, exc.error.message, exc.error.field)
+    return JSONResponse(redrive_events(producer, ids, tenant=tenant, limit=batch_max, until_ms=until))
 
 
 def _edits(events: Any) -> list[tuple[str, Any]] | JSONResponse:
@@ -421,11 +415,7 @@ def post_discard(
         return ids
     tenant = principal_of(request).tenant
     producer = producer_of(request)
-    try:
-        discarded = discard_events(producer, ids, reason, tenant=tenant, limit=batch_max, until_ms=until)
-    except InvalidEvent as exc:  # an id no event could have, or a source id of several dead events
-        return error_response(exc.status_code, exc.error.code, exc.error.message, exc.error.field)
-    return JSONResponse(discarded)
+    return JSONResponse(discard_events(producer, ids, reason, tenant=tenant, limit=batch_max, until_ms=until))
 
 
 @router.get("/healthz", dependencies=[Depends(public)], response_model=Health)
