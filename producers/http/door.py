@@ -26,7 +26,10 @@ Outermost first, each one job, each answering with the one error body (``produce
    arrived, and past ``AGENT_SIGNAL_MAX_PENDING_BODIES_PER_CREDENTIAL`` or
    ``AGENT_SIGNAL_TENANT_MAX_PENDING_BODIES`` the request is answered ``429 rate_limited`` at once. Without it
    a caller with a valid key held the process's connection cap by sending request heads and no body, each
-   for ``AGENT_SIGNAL_BODY_TIMEOUT_S``.
+   for ``AGENT_SIGNAL_BODY_TIMEOUT_S``. And it bounds the bytes of bodies the process holds
+   (:class:`BodyBytes`): from a body's first byte until its request is answered (a parsed body takes up to
+   ~32x its bytes), at most ``AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT`` in all and half of it per credential;
+   past the credential's half ``429 rate_limited``, past the whole ``503 busy``, both with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ __all__ = [
     "API_CSP",
     "DOCS_CSP",
     "UNAUTHENTICATED_BYTES",
+    "BodyBytes",
     "BodyLimit",
     "HostGuard",
     "JsonContentType",
@@ -76,6 +80,7 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
 UNAUTHENTICATED_BYTES = 64 * 1024  # the most of a body read before the caller is known (contract §Trust)
 PENDING_RETRY_AFTER_S = 1  # a held body ends within AGENT_SIGNAL_BODY_TIMEOUT_S; most within milliseconds
+BODY_BYTES_RETRY_AFTER_S = 1  # held bytes are freed when their request is answered, most within milliseconds
 
 
 class SecurityHeaders:
@@ -206,6 +211,78 @@ class PendingBodies:
         return self._credentials[principal.credential_id], self._tenants[principal.tenant]
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """An answer the door gives instead of the route's: its status, error code and message, and Retry-After."""
+
+    status: int
+    code: str
+    message: str
+    retry_after_s: int | None = None  # None: waiting will not help (a body too large)
+
+
+@dataclass
+class BodyBytes:
+    """The request-body bytes this process holds, from each body's first byte until its request has been
+    answered, in all and per credential (see the module docstring, 5). A body is parsed whole and its parse
+    takes up to ~32x its bytes, so this is what bounds the memory many large bodies at once can take; the
+    caps of :class:`PendingBodies` count requests, not bytes, and only while bodies arrive. Bytes read before
+    a caller is known (at most 64 KiB a request) count toward the whole only. On the event loop's thread."""
+
+    budget: int  # AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT; 0: none
+    _total: int = 0
+    _credentials: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def per_credential(self) -> int:
+        """One credential's share: half the budget, so one caller alone never holds the whole process."""
+        return self.budget // 2
+
+    def check(self, credential: str | None, size: int) -> Refusal | None:
+        """Why ``size`` more bytes of ``credential``'s would not fit now, or None."""
+        if not self.budget or size <= 0:
+            return None
+        retry = f"retry in {BODY_BYTES_RETRY_AFTER_S}s"
+        if credential is not None and self._credentials[credential] + size > self.per_credential:
+            message = (
+                f"this credential's request bodies would take {self._credentials[credential] + size} bytes in "
+                f"this web process; one credential may hold half of AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT "
+                f"({self.per_credential}); {retry}"
+            )
+            return Refusal(429, "rate_limited", message, BODY_BYTES_RETRY_AFTER_S)
+        if self._total + size > self.budget:
+            message = (
+                f"this web process holds {self._total} bytes of request bodies, and "
+                f"AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT is {self.budget}; {retry}"
+            )
+            return Refusal(503, "busy", message, BODY_BYTES_RETRY_AFTER_S)
+        return None
+
+    def take(self, credential: str | None, size: int) -> Refusal | None:
+        """Count ``size`` more bytes of ``credential``'s (None: not known yet); else the refusal."""
+        refusal = self.check(credential, size)
+        if refusal is None and self.budget and size > 0:
+            self._total += size
+            if credential is not None:
+                self._credentials[credential] += size
+        return refusal
+
+    def give_back(self, credential: str | None, size: int) -> None:
+        if not self.budget or size <= 0:
+            return
+        self._total -= size
+        if credential is not None:
+            self._credentials[credential] -= size
+            if self._credentials[credential] <= 0:
+                del self._credentials[
+                    credential
+                ]  # a counter per caller seen would grow with every credential
+
+    def held(self, credential: str | None = None) -> int:
+        """The bytes held now, by ``credential`` or in all (tests and diagnostics)."""
+        return self._total if credential is None else self._credentials[credential]
+
+
 class BodyLimit:
     """``413 request_too_large`` for a body over ``max_bytes``: by its Content-Length before reading, or by
     counting a body without one while the route reads it (nothing is read ahead or buffered here: a request
@@ -222,11 +299,13 @@ class BodyLimit:
         max_bytes: int,
         unauthenticated_bytes: int = UNAUTHENTICATED_BYTES,
         pending: PendingBodies | None = None,
+        in_flight: BodyBytes | None = None,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.unauthenticated_bytes = min(unauthenticated_bytes, max_bytes)
         self.pending = pending
+        self.in_flight = in_flight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -247,6 +326,7 @@ class BodyLimit:
             # was handed (Starlette's ClientDisconnect, possibly inside a middleware's exception group) is moot.
         finally:
             body.give_back()
+            body.give_back_bytes()  # held until the request was answered: its parse lives that long
 
     def principal_of(self, scope: Scope) -> Principal | None:
         """The caller the auth middleware found, or None while it is not known."""
@@ -275,6 +355,8 @@ class _CountedBody:
         self.started = False  # a response has started
         self.cut = False  # answered 413 or 429, or the client left before its body ended
         self.holder: Principal | None = None  # whose pending-body slot this request holds
+        self.bytes_held = 0  # of this body, counted in the process's BodyBytes
+        self.bytes_holder: str | None = None  # the credential they are counted for (None: not known yet)
 
     async def receive(self) -> Message:
         if self.cut:
@@ -282,6 +364,13 @@ class _CountedBody:
         if self.ended:
             return await self._receive()
         if self.holder is None and not await self._hold():
+            return {"type": "http.disconnect"}
+        if (
+            self.size == 0
+            and self.bytes_held == 0
+            and (refusal := self._take_bytes(self._declared())) is not None
+        ):
+            await self._answer(refusal)  # a declared body is counted whole before it is read, or refused
             return {"type": "http.disconnect"}
         message = await self._receive()
         if message["type"] != "http.request":
@@ -292,6 +381,9 @@ class _CountedBody:
         limit = self.limit.limit_for(self.scope)
         if self.size > limit:
             await self._refuse(limit)
+            return {"type": "http.disconnect"}
+        if (refusal := self._take_bytes(self.size - self.bytes_held)) is not None:  # a body without a length
+            await self._answer(refusal)
             return {"type": "http.disconnect"}
         self.ended = not message.get("more_body", False)
         if self.ended:
@@ -307,12 +399,53 @@ class _CountedBody:
         if refusal is None:
             self.holder = principal
             return True
-        self.cut = True
-        if not self.started:
-            response = error_response(429, "rate_limited", refusal)
-            response.headers["Retry-After"] = str(PENDING_RETRY_AFTER_S)
-            await response(self.scope, self._receive, self._send)
+        await self._answer(Refusal(429, "rate_limited", refusal, PENDING_RETRY_AFTER_S))
         return False
+
+    def _credential(self) -> str | None:
+        principal = self.limit.principal_of(self.scope)
+        return principal.credential_id if principal is not None else None
+
+    def _declared(self) -> int:
+        """The body's declared Content-Length, else 0 (counted while it arrives)."""
+        declared = Headers(scope=self.scope).get("content-length")
+        return int(declared) if declared is not None and declared.isdigit() else 0
+
+    def _take_bytes(self, size: int) -> Refusal | None:
+        """Count ``size`` more bytes of this body in the process's budget; else the refusal. A declared body is
+        counted whole at its first read: counted as they arrive, many bodies begun at once would each hold a
+        part and all be refused, none finished (measured: 36 of 36 posts refused so)."""
+        in_flight = self.limit.in_flight
+        if in_flight is None or size <= 0:
+            return None
+        credential = self._credential()
+        if credential != self.bytes_holder and self.bytes_held:  # the caller became known mid-body
+            in_flight.give_back(self.bytes_holder, self.bytes_held)
+            if (refusal := in_flight.take(credential, self.bytes_held)) is not None:
+                self.bytes_held = 0
+                return refusal
+        self.bytes_holder = credential
+        refusal = in_flight.take(credential, size)
+        if refusal is None:
+            self.bytes_held += size
+        return refusal
+
+    def give_back_bytes(self) -> None:
+        """Free this body's bytes in the process's budget, once (its request was answered or ended)."""
+        if self.limit.in_flight is not None and self.bytes_held:
+            self.limit.in_flight.give_back(self.bytes_holder, self.bytes_held)
+        self.bytes_held = 0
+
+    async def _answer(self, refusal: Refusal) -> None:
+        """Cut the body and answer ``refusal`` (unless a response has started)."""
+        self.cut = True
+        self.give_back()
+        if self.started:  # pragma: no cover - every route reads its body before it answers
+            return
+        response = error_response(refusal.status, refusal.code, refusal.message)
+        if refusal.retry_after_s is not None:
+            response.headers["Retry-After"] = str(refusal.retry_after_s)
+        await response(self.scope, self._receive, self._send)
 
     def give_back(self) -> None:
         """Free the pending-body slot, once (the body arrived, was cut, or the request ended)."""
@@ -327,15 +460,11 @@ class _CountedBody:
         await self._send(message)
 
     async def _refuse(self, limit: int) -> None:
-        self.cut = True
-        self.give_back()
-        if self.started:  # pragma: no cover - every route reads its body before it answers
-            return
         known = limit == self.limit.max_bytes
         message = f"request body is over the limit of {limit} bytes" + (
             "" if known else " before authentication"
         )
-        await error_response(413, "request_too_large", message)(self.scope, self._receive, self._send)
+        await self._answer(Refusal(413, "request_too_large", message))
 
 
 def _host_name(host: str) -> str:
@@ -383,7 +512,8 @@ def install_door(app: FastAPI, settings: DoorSettings) -> None:
     docs_paths = [p for p in (app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url) if p]
     # Starlette runs the middleware added last first: innermost (the body limit) is added first.
     pending = PendingBodies(settings.max_pending_bodies_per_credential, settings.tenant_max_pending_bodies)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, pending=pending)
+    in_flight = BodyBytes(settings.max_body_bytes_in_flight)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, pending=pending, in_flight=in_flight)
     app.add_middleware(JsonContentType)
     app.add_middleware(OriginGuard, origins=settings.allowed_origins)
     app.add_middleware(HostGuard, hosts=allowed_hosts(settings))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from worker.settings import ENV_PREFIX, PluginSettings, Settings, plugin_settings
@@ -56,6 +56,10 @@ class DoorSettings(PluginSettings):
     # one web process; more -> 429 rate_limited (producers/http/door.py PendingBodies). Tenant 0: none.
     max_pending_bodies_per_credential: int = Field(default=32, ge=1)
     tenant_max_pending_bodies: int = Field(default=500, ge=0)
+    # Bytes of request bodies one web process holds at once, from a body's first byte until its request is
+    # answered (a parse takes up to ~32x); one credential at most half. Over -> 503 busy (the credential's
+    # half: 429). 0: none. At least twice max_request_bytes, so a body of the largest size fits one caller.
+    max_body_bytes_in_flight: int = Field(default=32 * 1024 * 1024, ge=0)
     # Host names served besides the loopback names and `host` (unless 0.0.0.0): DNS rebinding. "*": any.
     allowed_hosts: list[str] = Field(default_factory=list)
     # Origins allowed besides the request's own (scheme://host[:port]); a browser request from any other -> 403.
@@ -72,6 +76,16 @@ class DoorSettings(PluginSettings):
     tenant_max_streams: int = Field(
         default=500, ge=0
     )  # one tenant's open streams, all web processes (0: none)
+
+    @model_validator(mode="after")
+    def _a_largest_body_fits_one_caller(self) -> DoorSettings:
+        budget, largest = self.max_body_bytes_in_flight, self.max_request_bytes
+        if budget and budget < 2 * largest:
+            raise ValueError(
+                f"AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT ({budget}) must be 0 or at least twice "
+                f"AGENT_SIGNAL_MAX_REQUEST_BYTES ({largest}): one credential may hold half of it"
+            )
+        return self
 
     @field_validator("bootstrap_key", "api_token", mode="before")
     @classmethod
