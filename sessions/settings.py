@@ -24,6 +24,8 @@ class SessionLimitSettings(PluginSettings):
     max_session_messages: int = Field(default=10_000, ge=1)  # records in one session's context list
     max_session_bytes: int = Field(default=8 * 1024 * 1024, ge=1)  # its context records; its function state
     max_message_bytes: int = Field(default=256 * 1024, ge=1)  # one context message, D-Mail or artifact
+    # sessions one user may have (their index); a new one past it -> 429 quota_exceeded naming userId
+    max_sessions_per_user: int = Field(default=10_000, ge=1)
 
 
 def session_limit_settings(settings: Settings) -> SessionLimitSettings:

@@ -39,6 +39,7 @@ __all__ = [
     "SessionLimits",
     "SessionSettings",
     "SessionStore",
+    "TooManySessions",
     "UnknownCheckpoint",
     "UserQuotaExceeded",
     "session_keys",
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 RECORD_ROLES = ("_checkpoint", "_usage", "_system_prompt")
+# What a new session's settings hash and its user-index entry take in Redis, counted toward its user's and tenant's
+# stored bytes when a user token makes it (measured: MEMORY USAGE of a settings hash 296 B, an index entry ~24 B).
+SESSION_BYTES = 320
 SETTINGS_RETRIES = 200  # a settings write's tries while other writes keep changing the session
 INCARNATION = "incarnation"  # the settings hash's field: SessionStore.record_identity
 
@@ -84,6 +88,7 @@ class SessionLimits:
     max_message_bytes: int = 256 * 1024  # one message, D-Mail or artifact
     max_user_bytes: int = 0  # the session's user's stored data (AGENT_SIGNAL_USER_MAX_BYTES; 0: no quota)
     max_tenant_bytes: int = 0  # the tenant's stored user data (AGENT_SIGNAL_TENANT_MAX_BYTES; 0: no quota)
+    max_sessions_per_user: int = 10_000  # sessions in one user's index (AGENT_SIGNAL_MAX_SESSIONS_PER_USER)
 
     @classmethod
     def from_settings(cls, section: SessionLimitSettings, settings: Settings) -> SessionLimits:
@@ -96,6 +101,7 @@ class SessionLimits:
             max_message_bytes=section.max_message_bytes,
             max_user_bytes=settings.user_max_bytes,
             max_tenant_bytes=settings.tenant_max_bytes,
+            max_sessions_per_user=section.max_sessions_per_user,
         )
 
     def script_args(self) -> list[int]:
@@ -154,6 +160,19 @@ class UserQuotaExceeded(SessionFull):
         super().__init__(None if tenant else "userId", limit, message)
         self.used = used
         self.retry_after_s = retry_after_s
+
+
+class TooManySessions(SessionFull):
+    """The user already has ``count`` sessions, at ``AGENT_SIGNAL_MAX_SESSIONS_PER_USER``: no new one is made for
+    them until one expires or is deleted (``field`` is ``userId``). Answered 429 ``quota_exceeded``."""
+
+    def __init__(self, user_id: str, count: int, limit: int) -> None:
+        message = (
+            f"user {user_id!r} already has {count} sessions (at most {limit}, "
+            "AGENT_SIGNAL_MAX_SESSIONS_PER_USER); reuse or delete one first"
+        )
+        super().__init__("userId", limit, message)
+        self.count = count
 
 
 class UnknownCheckpoint(ValueError):
@@ -299,9 +318,48 @@ class SessionStore:
         return _settings_of(data), data[INCARNATION]
 
     def claim(self, session_id: str, user_id: str) -> bool:
-        """Make a session that does not exist yet (no key at all) ``user_id``'s; False when it exists."""
-        keys = session_keys(self.keys, session_id, user_id)
-        return bool(self.scripts.claim(keys=keys, args=[user_id, self.limits.session_ttl_s, session_id]))
+        """Make a session that does not exist yet (no key at all) ``user_id``'s; False when it exists. A user
+        with ``max_sessions_per_user`` sessions already raises :class:`TooManySessions`, one whose stored bytes
+        (or the tenant's) are at the quota :class:`UserQuotaExceeded`; nothing is written then. A new session's
+        settings and index entry count ``SESSION_BYTES`` toward both quotas until its TTL."""
+        keys = [
+            *session_keys(self.keys, session_id, user_id),
+            self.keys.tenant_bytes,
+            self.keys.user_bytes(user_id),
+        ]
+        limits = self.limits
+        args: list[str | int] = [
+            user_id,
+            limits.session_ttl_s,
+            session_id,
+            limits.max_user_bytes,
+            limits.max_tenant_bytes,
+            limits.max_sessions_per_user,
+            SESSION_BYTES,
+        ]
+        reply = self.scripts.claim(keys=keys, args=args)
+        if isinstance(reply, list) and _s(reply[0]) == "sessions" and self._forget_ended_sessions(user_id):
+            reply = self.scripts.claim(keys=keys, args=args)  # the index held sessions that had ended
+        if isinstance(reply, list) and _s(reply[0]) == "quota":
+            raise limits.quota_exceeded(reply, user_id)
+        if isinstance(reply, list) and _s(reply[0]) == "sessions":
+            raise TooManySessions(user_id, int(reply[1]), limits.max_sessions_per_user)
+        return bool(reply)
+
+    def _forget_ended_sessions(self, user_id: str) -> int:
+        """Remove from ``user_id``'s session index the sessions that ended (expired or erased: no settings);
+        how many. The index lives as long as the user's longest-lived session, so an active user's index keeps
+        every session they ever made until the cap is reached; then it is cleaned here. A session is made with
+        its settings and its index entry together, so an entry without settings is one that ended."""
+        index = self.keys.user_sessions(user_id)
+        members = [_s(m) for m in self.client.smembers(index)]
+        pipe = self.client.pipeline(transaction=False)
+        for member in members:
+            pipe.exists(self.keys.session(session_scope(member)))
+        ended = [member for member, alive in zip(members, pipe.execute(), strict=True) if not alive]
+        if ended:
+            self.client.srem(index, *ended)
+        return len(ended)
 
     def update_settings(self, session_id: str, changes: dict[str, Any]) -> SessionSettings:
         """Merge ``changes`` (camelCase keys, already validated) into the stored settings."""
@@ -328,6 +386,9 @@ class SessionStore:
                     pipe.watch(settings_key)  # type: ignore[no-untyped-call]
                     raw = pipe.hget(settings_key, "userId")
                     before = _s(raw) if raw else None
+                    user = mapping.get("userId")
+                    if user and user != before:  # the session joins the user's index: room for one more?
+                        self._check_room(pipe, user)
                     pipe.multi()
                     pipe.hset(settings_key, mapping=mapping)
                     if "userId" in mapping:  # the user's session index: erasure finds the user's sessions
@@ -341,6 +402,16 @@ class SessionStore:
                 except WatchError:  # another write touched the settings (a script's TTL refresh too): again
                     time.sleep(backoff_ms(attempt + 1, base_ms=1, cap_ms=50) / 1000)
         raise ContentionError(f"session {session_id!r} changed under us {SETTINGS_RETRIES} times; try again")
+
+    def _check_room(self, pipe: Any, user_id: str) -> None:
+        """TooManySessions when ``user_id`` already has ``max_sessions_per_user`` sessions (read under WATCH;
+        the index cleaned of ended sessions first when it is full)."""
+        cap = self.limits.max_sessions_per_user
+        count = int(pipe.scard(self.keys.user_sessions(user_id)))
+        if count >= cap and self._forget_ended_sessions(user_id):
+            count = int(pipe.scard(self.keys.user_sessions(user_id)))
+        if count >= cap:
+            raise TooManySessions(user_id, count, cap)
 
     # ---- context -----------------------------------------------------------------------------------
 

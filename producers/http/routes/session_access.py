@@ -31,7 +31,14 @@ from producers.http.web_common import error_response, parse_body, producer_of
 from sessions.function_store import FunctionStore
 from sessions.ids import SESSION_ID, SESSION_ID_RULE, session_id_problem
 from sessions.scripts import SessionScripts
-from sessions.store import SessionFull, SessionLimits, SessionStore, UserQuotaExceeded, session_scope
+from sessions.store import (
+    SessionFull,
+    SessionLimits,
+    SessionStore,
+    TooManySessions,
+    UserQuotaExceeded,
+    session_scope,
+)
 
 __all__ = ["SESSION_ID", "SESSION_ID_RULE", "SessionId", "function_store", "session_access", "session_store"]
 
@@ -108,11 +115,11 @@ session_access.__agent_signal_users__ = True  # type: ignore[attr-defined]
 
 def session_full(exc: SessionFull, field: str | None = None) -> JSONResponse:
     """A write over one of the session's caps (nothing of it was stored): 413 naming the field (the store's,
-    else the route's ``field``); over the user's storage quota, 429 ``quota_exceeded`` (Retry-After when some
-    of the user's data expires)."""
-    if isinstance(exc, UserQuotaExceeded):
+    else the route's ``field``); over the user's storage quota or sessions, 429 ``quota_exceeded`` (Retry-After
+    when some of the user's data expires)."""
+    if isinstance(exc, UserQuotaExceeded | TooManySessions):
         response = error_response(429, "quota_exceeded", str(exc), exc.field)
-        if exc.retry_after_s:
+        if isinstance(exc, UserQuotaExceeded) and exc.retry_after_s:
             response.headers["Retry-After"] = str(exc.retry_after_s)
         return response
     return error_response(413, "session_full", str(exc), exc.field or field)

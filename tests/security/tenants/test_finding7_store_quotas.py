@@ -18,7 +18,14 @@ from redis import Redis
 
 from policies.self_iteration.keys import SelfIterationKeys
 from sessions.function_store import STATE_COUNTED_DAY
-from sessions.store import SessionLimits, SessionStore, UserQuotaExceeded, session_scope
+from sessions.store import (
+    SESSION_BYTES,
+    SessionLimits,
+    SessionStore,
+    UserQuotaExceeded,
+    session_keys,
+    session_scope,
+)
 from tests.conftest import SettingsFactory, wait_for
 from tests.security.conftest import ClientFactory
 from worker.keys.layout import BucketKeys
@@ -176,6 +183,59 @@ class TestUserBytes:
         assert erased.status_code == 200, erased.text
         assert _stored_bytes(redis_client, keys, "acme", "alice") == 0
         assert client.post("/v1/events", json=_event("alice-2"), headers=alice).status_code == 202
+
+    def test_a_user_at_the_quota_or_the_session_cap_makes_no_new_session(
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """An audit: a user token over its quota still made any number of sessions (200 PUTs, none counted). Now
+        a new session counts SESSION_BYTES toward its user's quota, and is refused (429 quota_exceeded naming
+        userId, nothing claimed) when the user is at the quota or has AGENT_SIGNAL_MAX_SESSIONS_PER_USER
+        sessions; ended sessions leave the index when it is full; an operator cannot add a fourth either."""
+        client: TestClient = app_client(
+            bootstrap_key=BOOT,
+            token_secret=SECRET,
+            auth_cache_s=0,
+            user_max_bytes=2000,
+            rate_limit_per_s=0,
+            max_sessions_per_user=3,
+        )
+        store = CredentialStore(redis_client, keys, token_secret=SECRET)
+        record, secret = store.create("acme", "operate")
+        operator = bearer(secret)
+        alice, bob = (
+            bearer(store.mint_user_token("acme", u, issuer_key_id=record.id)[0]) for u in ("alice", "bob")
+        )
+        assert [client.put(f"/v1/sessions/a-{i}", json={}, headers=alice).status_code for i in range(3)] == [
+            200
+        ] * 3
+        assert _stored_bytes(redis_client, keys, "acme", "alice") == 3 * SESSION_BYTES
+        refused = client.put("/v1/sessions/a-3", json={}, headers=alice)
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "quota_exceeded", (
+            refused.text
+        )
+        assert refused.json()["error"]["field"] == "userId"
+        assert "AGENT_SIGNAL_MAX_SESSIONS_PER_USER" in refused.json()["error"]["message"]
+        assert client.get("/v1/sessions/a-3", headers=alice).status_code == 404  # not claimed
+        by_operator = client.put("/v1/sessions/op-1", json={"userId": "alice"}, headers=operator)
+        assert by_operator.status_code == 429 and "alice" in by_operator.text, by_operator.text
+        # a session that ended (its keys expired) leaves the full index: alice may make a new one
+        tenant = keys.for_tenant("acme")
+        for key in session_keys(tenant, "a-0", None):
+            redis_client.delete(key)
+        assert client.put("/v1/sessions/a-3", json={}, headers=alice).status_code == 200
+        assert redis_client.smembers(tenant.user_sessions("alice")) == {"a-1", "a-2", "a-3"}
+        # bob at his bytes quota: no new session, and nothing counted for the refused one
+        assert client.put("/v1/sessions/b-0", json={}, headers=bob).status_code == 200
+        message = {"messages": [{"role": "user", "content": "x" * 450}]}
+        while client.post("/v1/sessions/b-0/context/messages", json=message, headers=bob).status_code == 200:
+            pass
+        used = _stored_bytes(redis_client, keys, "acme", "bob")
+        refused = client.put("/v1/sessions/b-1", json={}, headers=bob)
+        assert refused.status_code == 429 and refused.json()["error"]["message"].startswith(
+            "user 'bob' already stores"
+        )
+        assert _stored_bytes(redis_client, keys, "acme", "bob") == used
+        assert client.get("/v1/sessions/b-1", headers=bob).status_code == 404
 
     def test_a_session_write_over_the_users_bytes_names_the_user(
         self, redis_client: Redis, keys: BucketKeys
