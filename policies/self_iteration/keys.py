@@ -19,8 +19,14 @@ class SelfIterationKeys:
 
     # --- the tool-outcome procedure: per scope ---
 
-    def procedure(self, scope_key: str) -> str:
-        """record id -> procedure record (JSON)."""
+    def procedure(self, scope_key: str, day: int) -> str:
+        """record id -> procedure record (JSON), those written on ``day`` (days since the epoch, UTC):
+        policies/self_iteration/records/procedures.py."""
+        return self.keys.plugin_scoped("procedure", scope_key, f"d{day}")
+
+    def procedure_undated(self, scope_key: str) -> str:
+        """The one procedure hash of a scope written before records were kept by day (erasure still reads it;
+        it expires 7 days after its last write)."""
         return self.keys.plugin_scoped("procedure", scope_key)
 
     def procedure_marker(self, scope_key: str, domain_key: str, intent: str, procedure_key: str) -> str:

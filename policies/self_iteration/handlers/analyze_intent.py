@@ -32,6 +32,7 @@ from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.handlers.procedure import should_suppress
 from policies.self_iteration.judges.rules import DomainTarget, SatisfactionVerdict
 from policies.self_iteration.keys import SelfIterationKeys
+from policies.self_iteration.records.procedures import PROCEDURE_TTL_S, stage_procedure_record
 from worker.plugin import Conclude, Dispatch, HandlerContext, Signal, Source, action_from, signal_from
 
 __all__ = ["CONFLICT_POLICIES", "domain_judge", "feedback_planner", "satisfaction_judge"]
@@ -46,7 +47,6 @@ SKILL_CANDIDATE_DELTA = 0.6
 SKILL_BUCKET_MIN_RECORDS = 2
 SKILL_BUCKET_THRESHOLD = 1.0
 SKILL_BUCKET_MAX_ITEMS = 20  # a bucket is emptied once scored; the cap bounds one that never scores
-PROCEDURE_TTL_S = 7 * 24 * 60 * 60
 CLIENT_TRIGGERS = ("client.runtime.start", "client.runtime.complete", "agent_signal")
 
 
@@ -237,9 +237,7 @@ def _observation_record(ctx: HandlerContext, signal: Signal) -> dict[str, Any]:
 def _accumulate(ctx: HandlerContext, signal: Signal) -> Dispatch | None:
     """Record the observation; at 2 records scoring >= 1 dispatch LobeHub's batch score (``maintain``)."""
     record = _observation_record(ctx, signal)
-    records_key = SelfIterationKeys(ctx.keys).procedure(ctx.scope_key)
-    ctx.effects.call("HSET", records_key, record["id"], json.dumps(record, ensure_ascii=False))
-    ctx.effects.call("EXPIRE", records_key, PROCEDURE_TTL_S)
+    stage_procedure_record(ctx, record)
     key = SelfIterationKeys(ctx.keys).skill_candidates(ctx.scope_key)
     item = json.dumps(
         {

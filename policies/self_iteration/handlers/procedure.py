@@ -22,13 +22,13 @@ from typing import Any
 
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.keys import SelfIterationKeys
+from policies.self_iteration.records.procedures import PROCEDURE_TTL_S, stage_procedure_record
 from worker.plugin import Dispatch, HandlerContext, Source, signal_from
 
 __all__ = ["REFLECTION_THRESHOLDS", "procedure_key", "should_suppress", "tool_outcome_procedure"]
 
 MAX_SOURCE_ID = 256  # the id rule of the door (worker/core/ids.py): a follow-up must pass it too
 
-PROCEDURE_TTL_S = 7 * 24 * 60 * 60
 MAX_PROCEDURE_RECEIPTS = 8
 REFLECTION_THRESHOLDS = {
     "correctionCount": 2,
@@ -119,9 +119,7 @@ def _stage_record(
     ctx: HandlerContext, record: dict[str, Any], p: dict[str, Any], source_id: str, status: str
 ) -> None:
     """The procedure record, the scope's last procedure receipts and (when allowed) the handled marker."""
-    proc_key = SelfIterationKeys(ctx.keys).procedure(ctx.scope_key)
-    ctx.effects.call("HSET", proc_key, record["id"], json.dumps(record, ensure_ascii=False))
-    ctx.effects.call("EXPIRE", proc_key, PROCEDURE_TTL_S)
+    stage_procedure_record(ctx, record)
     receipts_key = SelfIterationKeys(ctx.keys).procedure_receipts(ctx.scope_key)
     receipt = {
         "id": f"procedure-receipt:{record['id']}",

@@ -9,6 +9,7 @@ One difference in the inputs: LobeHub's planner falls back to ``signal.source.pa
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from redis import Redis
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.handlers.analyze_intent import CONFLICT_POLICIES, feedback_planner
 from policies.self_iteration.keys import SelfIterationKeys
+from policies.self_iteration.records.procedures import DAY_S, procedure_days
 from worker.chain.context import Deps, EffectBuffer, HandlerContext
 from worker.core.nodes import ChainRef, Conclude, Dispatch, Signal, SourceRef
 from worker.keys.layout import BucketKeys
@@ -79,7 +81,10 @@ class Planner:
         return result
 
     def records(self) -> list[dict[str, Any]]:
-        return [json.loads(v) for v in self.redis.hvals(SelfIterationKeys(self.keys).procedure(SCOPE))]
+        """The scope's procedure records of every day that may hold some (a test may cross midnight)."""
+        days = procedure_days(int(time.time()))
+        hashes = [self.redis.hvals(SelfIterationKeys(self.keys).procedure(SCOPE, day)) for day in days]
+        return [json.loads(v) for values in hashes for v in values]
 
     def markers(self) -> list[dict[str, Any]]:
         found = self.redis.scan_iter(
@@ -392,7 +397,9 @@ class TestAccumulation:
             "status": "handled",
         }
         plan.redis.hset(
-            SelfIterationKeys(keys).procedure(SCOPE), context_record["id"], json.dumps(context_record)
+            SelfIterationKeys(keys).procedure(SCOPE, int(time.time()) // DAY_S),
+            context_record["id"],
+            json.dumps(context_record),
         )
         assert plan(_positive("single"), now=130) is None
         assert not [m for m in plan.markers() if m["markerType"] == "accumulated"]
