@@ -198,8 +198,10 @@ def post_events(
                         code="invalid_field", message="events must be a non-empty array", field="events"
                     )
                 )
+            _no_recorded_answer(events, batch=True)
             prepared = producer.emitter.validate_many(_stamped(events, principal, batch=True), tenant=tenant)
         else:
+            _no_recorded_answer([data], batch=False)
             stamped = _stamped([data], principal, batch=False)
             prepared = producer.emitter.validate_many(stamped, tenant=tenant, single=True)
         # Valid input only takes from the tenant's quota (a rejected request stores nothing at all).
@@ -211,6 +213,26 @@ def post_events(
         error = (exc if batch else as_single(exc)).error
         return error_response(exc.status_code, error.code, error.message, error.field)
     return JSONResponse({"results": [r.model_dump(by_alias=True) for r in results]}, status_code=202)
+
+
+def _no_recorded_answer(events: list[Any], *, batch: bool) -> None:
+    """A ``chat.request`` carrying a routing answer (``routeResult``, ``configFingerprint``) is refused: only
+    ``POST /v1/route`` records one, with the decision its router made; one sent here would put a decision, a
+    rule and a config fingerprint no router produced in the event's chain (an audit)."""
+    for index, event in enumerate(events):
+        if not isinstance(event, dict) or event.get("sourceType") != "chat.request":
+            continue
+        payload = event.get("payload")
+        if not isinstance(payload, dict):
+            continue  # the parser names what is wrong with it
+        for name in ("routeResult", "configFingerprint"):
+            if name in payload:
+                where = f"events[{index}].payload.{name}" if batch else f"payload.{name}"
+                message = (
+                    f"{where} is recorded by POST /v1/route with the decision its router made; send the request "
+                    "there, or send this event without it for the worker's router to route it"
+                )
+                raise InvalidEvent(EventError(code="invalid_field", message=message, field=where))
 
 
 def _stamped(events: list[Any], principal: Principal, *, batch: bool) -> list[Any]:

@@ -1,6 +1,6 @@
 """The chat.request event POST /v1/route records, through a real worker: its chain shows the decision the caller
 was answered even when the config changed before a worker ran it; an event enqueued directly is routed by the
-worker's config; external signals emit no signal.conversation.*."""
+worker's config, and may not carry an answer of its own; external signals emit no signal.conversation.*."""
 
 from __future__ import annotations
 
@@ -61,6 +61,36 @@ def test_the_record_shows_the_answered_decision(
             },
         )
         assert direct.status_code == 202, direct.text
+        # an answer only /v1/route records: one sent here is refused, naming it (an audit recorded a made-up one)
+        forged = {**answered, "model": "gpt-ultra"}
+        for payload, field in (
+            ({"request": HI, "routeResult": forged}, "events[1].payload.routeResult"),
+            (
+                {"request": HI, "configFingerprint": "sha256:000000000000"},
+                "events[1].payload.configFingerprint",
+            ),
+        ):
+            events = [
+                {
+                    "sourceType": "chat.request",
+                    "sourceId": f"rq-forged-{n}",
+                    "scopeKey": "session:f",
+                    "payload": p,
+                }
+                for n, p in enumerate(({"request": HI}, payload))
+            ]
+            refused = client.post("/v1/events", json={"events": events})
+            assert refused.status_code == 422 and refused.json()["error"]["field"] == field, refused.text
+        single = {
+            "sourceType": "chat.request",
+            "sourceId": "rq-forged-1",
+            "payload": {"request": HI, "routeResult": forged},
+        }
+        refused = client.post("/v1/events", json=single)
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "payload.routeResult"
+        assert (
+            client.get("/v1/events/rq-forged-0").status_code == 404
+        )  # nothing of a refused batch was stored
         start_worker(settings)  # the worker reads the config only now: the edited one
         recorded, types = _decided(client, "rq-rec-1")
         assert recorded["decision"] == answered["decision"] and recorded["model"] == "small-model"
