@@ -199,6 +199,8 @@ class Settings(_SecretsHidden, BaseSettings):
     outbox_retry_base_ms: int = 500  # full-jitter backoff between deliveries
     outbox_retry_cap_ms: int = 60_000
     outbox_lease_ms: int = 60_000  # a claimed record is not claimed again for this long
+    # deliveries one worker's relay makes at once (threads); one tenant at most half of them
+    outbox_concurrency: int = Field(default=8, ge=1)
     outbox_retention_s: int = 7 * 24 * 60 * 60
 
     # --- traces ---

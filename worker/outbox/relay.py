@@ -20,7 +20,9 @@ Delivery is at least once, so every record carries its idempotency ``key`` (the 
 ``Idempotency-Key`` / ``webhook-id``) and a receiver that dedupes sees each effect once.
 
 Two claim modes share that one record lifecycle (:meth:`OutboxRelay._attempt`). **Parallel** (``outbox-due``):
-relays in several processes each claim one record at a time, as above. **Ordered** (``journal-due``, scope
+relays in several processes claim records, as above, and each delivers up to ``concurrency`` at once
+(``AGENT_SIGNAL_OUTBOX_CONCURRENCY``) on a pool of threads, a tenant at most half of them: one receiver that
+hangs until its timeout held up every tenant's calls on that worker when a relay delivered one at a time. **Ordered** (``journal-due``, scope
 buckets only): a scope's journaled writes to the tenant's home slot (a conversation line, a receipt) and its
 follow-ups for other buckets (worker/store/journal.py) must land in the order its commits made them, so one relay
 at a time holds the bucket's ``journal-lock`` (a token, PX the lease, renewed before each record) and takes the
@@ -35,7 +37,9 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,8 +109,19 @@ class OutboxRelay:
     base_ms: int = 500
     cap_ms: int = 60_000
     batch: int = 50
+    # Deliveries at once (parallel mode), on a pool of threads; 1: each in the relay's own thread, settled before
+    # run_once returns (what tests that count run_once's deliveries use). A tenant holds at most half of them.
+    concurrency: int = 1
     delivered: int = field(default=0, init=False)
     _turn: int = field(default=0, init=False)  # where the next pass's round of tenant buckets starts
+    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _in_flight: Counter[str] = field(default_factory=Counter, init=False, repr=False)  # tenant -> deliveries
+
+    @property
+    def per_tenant(self) -> int:
+        """The deliveries one tenant may have in flight at once."""
+        return max(1, self.concurrency // 2)
 
     def run_once(self) -> int:
         """Deliver up to ``batch`` records due now, each under its own claim, and (with scope buckets) up to
@@ -127,14 +142,18 @@ class OutboxRelay:
     def run_forever(self, stop: threading.Event, interval_s: float) -> None:
         """Poll every ``interval_s``; while the store fails, back off up to 5 s (one log line per failure)."""
         wait_s = interval_s
-        while not stop.wait(wait_s):
-            try:
-                while self.run_once() and not stop.is_set():
-                    pass
-                wait_s = interval_s
-            except Exception as exc:
-                log.warning("outbox relay pass failed: %s", describe_error(exc))
-                wait_s = min(max(wait_s * 2, interval_s), 5.0)
+        try:
+            while not stop.wait(wait_s):
+                try:
+                    while self.run_once() and not stop.is_set():
+                        pass
+                    wait_s = interval_s
+                except Exception as exc:
+                    log.warning("outbox relay pass failed: %s", describe_error(exc))
+                    wait_s = min(max(wait_s * 2, interval_s), 5.0)
+        finally:
+            if self._pool is not None:  # deliveries under way end on their own (their claims hold meanwhile)
+                self._pool.shutdown(wait=False)
 
     # ---- one record's lifecycle (both modes) -------------------------------------------------------
 
@@ -204,18 +223,54 @@ class OutboxRelay:
             for keys in waiting:
                 if budget <= 0:
                     break
+                if self.concurrency > 1 and not self._room_for(keys.tenant):
+                    continue  # the pool is full, or the tenant's half is taken: a later pass asks again
                 claimed = self.store.scripts.run(OutboxClaim(keys.outbox_due, self.lease_ms))
                 if not claimed:
                     continue  # nothing due there now: not asked again this pass
                 still.append(keys)
                 budget -= 1
                 member, deadline = str(claimed[0]), int(claimed[1])
-                try:
-                    done += self._deliver_claimed(keys, member, deadline)
-                except Exception:  # one bad record must not hold up the others: due again after its lease
-                    log.exception("outbox record could not be handled", extra={"outboxRecord": member})
+                if self.concurrency > 1:
+                    self._hand_to_pool(keys, member, deadline)
+                    done += 1  # claimed: run_forever's pass goes on while there are claims to make
+                    continue
+                done += self._deliver_safely(keys, member, deadline)
             waiting = still
         return done
+
+    def _deliver_safely(self, keys: BucketKeys, member: str, deadline: int) -> int:
+        try:
+            return self._deliver_claimed(keys, member, deadline)
+        except Exception:  # one bad record must not hold up the others: due again after its lease
+            log.exception("outbox record could not be handled", extra={"outboxRecord": member})
+            return 0
+
+    def _room_for(self, tenant: str) -> bool:
+        """A free slot in the pool, and the tenant below its half (parallel mode with ``concurrency`` > 1)."""
+        with self._lock:
+            return (
+                sum(self._in_flight.values()) < self.concurrency and self._in_flight[tenant] < self.per_tenant
+            )
+
+    def _hand_to_pool(self, keys: BucketKeys, member: str, deadline: int) -> None:
+        """Deliver a claimed record on the pool; its tenant's slot is held until the delivery has settled."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="outbox")
+        tenant = keys.tenant
+        with self._lock:
+            self._in_flight[tenant] += 1
+
+        def deliver() -> None:
+            try:
+                self._deliver_safely(keys, member, deadline)
+            finally:
+                with self._lock:
+                    self._in_flight[tenant] -= 1
+                    if self._in_flight[tenant] <= 0:
+                        del self._in_flight[tenant]
+
+        self._pool.submit(deliver)
 
     def _deliver_claimed(self, keys: BucketKeys, member: str, deadline: int) -> int:
         key = self._record_key(member)
@@ -234,7 +289,8 @@ class OutboxRelay:
         if attempt.verdict != "delivered":
             return 0
         if settled:
-            self.delivered += 1
+            with self._lock:
+                self.delivered += 1
         return 1
 
     def _settle(

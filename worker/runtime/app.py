@@ -309,6 +309,7 @@ def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
         lease_ms=settings.outbox_lease_ms,
         base_ms=settings.outbox_retry_base_ms,
         cap_ms=settings.outbox_retry_cap_ms,
+        concurrency=settings.outbox_concurrency,
     )
 
 

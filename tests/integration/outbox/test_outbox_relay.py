@@ -218,3 +218,49 @@ def test_one_tenants_backlog_does_not_starve_another(
     relay = OutboxRelay(store, {"probe": lambda r: delivered.append(r.tenant)}, batch=3)
     relay.run_once()
     assert "zzz" in delivered and len(delivered) == 3
+
+
+def test_a_hanging_receiver_holds_half_the_deliveries_and_another_tenant_is_delivered_meanwhile(
+    make_settings: Any, redis_client: Redis, prefix: str
+) -> None:
+    """Deliveries were one at a time per relay: a receiver that hung until its timeout held up every tenant's
+    calls on that worker. Now up to ``concurrency`` run at once, a tenant at most half of them."""
+    import threading
+
+    from tests.conftest import wait_for
+    from worker.keys.layout import Keys
+
+    store = EventStore(redis_client, make_settings())
+    for tenant, count in (("hangs", 5), ("other", 2)):
+        store.register_tenant(tenant)
+        keys = Keys(prefix).for_tenant(tenant).for_scope(SCOPE)
+        for n in range(count):
+            buffer = EffectBuffer(keys=keys)
+            _stage(keys, buffer, key=f"{tenant}-{n}")
+            _apply(store, buffer)
+    release, lock = threading.Event(), threading.Lock()
+    entered: list[str] = []
+    delivered: list[str] = []
+
+    def deliver(record: OutboxRecord) -> None:
+        with lock:
+            entered.append(record.tenant)
+        if record.tenant == "hangs":
+            assert release.wait(60), "the test never released the hanging receiver"
+        with lock:
+            delivered.append(record.tenant)
+
+    relay = OutboxRelay(store, {"probe": deliver}, concurrency=4)
+    stop = threading.Event()
+    runner = threading.Thread(target=relay.run_forever, args=(stop, 0.01), daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: delivered.count("other") == 2, timeout_s=30, what="the other tenant's calls")
+        assert entered.count("hangs") == relay.per_tenant == 2  # its half of the pool, no more
+        release.set()
+        wait_for(lambda: delivered.count("hangs") == 5, timeout_s=30, what="the hanging tenant's calls")
+    finally:
+        release.set()
+        stop.set()
+        runner.join(30)
+    assert relay.delivered == 7
