@@ -512,7 +512,7 @@ def install_door(app: FastAPI, settings: DoorSettings) -> None:
     docs_paths = [p for p in (app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url) if p]
     # Starlette runs the middleware added last first: innermost (the body limit) is added first.
     pending = PendingBodies(settings.max_pending_bodies_per_credential, settings.tenant_max_pending_bodies)
-    in_flight = BodyBytes(settings.max_body_bytes_in_flight)
+    in_flight = BodyBytes(settings.body_bytes_in_flight)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, pending=pending, in_flight=in_flight)
     app.add_middleware(JsonContentType)
     app.add_middleware(OriginGuard, origins=settings.allowed_origins)

@@ -20,6 +20,9 @@ from worker.settings import ENV_PREFIX, PluginSettings, Settings, plugin_setting
 __all__ = ["DoorSettings", "door_settings"]
 
 
+DEFAULT_BODY_BYTES_IN_FLIGHT = 32 * 1024 * 1024
+
+
 class DoorSettings(PluginSettings):
     """The web app's section. The table of environment variables: docs/settings.md#the-door."""
 
@@ -58,8 +61,9 @@ class DoorSettings(PluginSettings):
     tenant_max_pending_bodies: int = Field(default=500, ge=0)
     # Bytes of request bodies one web process holds at once, from a body's first byte until its request is
     # answered (a parse takes up to ~32x); one credential at most half. Over -> 503 busy (the credential's
-    # half: 429). 0: none. At least twice max_request_bytes, so a body of the largest size fits one caller.
-    max_body_bytes_in_flight: int = Field(default=32 * 1024 * 1024, ge=0)
+    # half: 429). 0: none. Unset: 32 MiB or twice max_request_bytes, whichever is larger; a value given is at
+    # least twice max_request_bytes, so a body of the largest size fits one caller.
+    max_body_bytes_in_flight: int | None = Field(default=None, ge=0)
     # Host names served besides the loopback names and `host` (unless 0.0.0.0): DNS rebinding. "*": any.
     allowed_hosts: list[str] = Field(default_factory=list)
     # Origins allowed besides the request's own (scheme://host[:port]); a browser request from any other -> 403.
@@ -76,6 +80,13 @@ class DoorSettings(PluginSettings):
     tenant_max_streams: int = Field(
         default=500, ge=0
     )  # one tenant's open streams, all web processes (0: none)
+
+    @property
+    def body_bytes_in_flight(self) -> int:
+        """``max_body_bytes_in_flight``, or its default: 32 MiB or twice the largest body, whichever is larger."""
+        if self.max_body_bytes_in_flight is not None:
+            return self.max_body_bytes_in_flight
+        return max(DEFAULT_BODY_BYTES_IN_FLIGHT, 2 * self.max_request_bytes)
 
     @model_validator(mode="after")
     def _a_largest_body_fits_one_caller(self) -> DoorSettings:

@@ -11,6 +11,7 @@ both with ``Retry-After``. A real web process, raw HTTP/1.1 over sockets.
 from __future__ import annotations
 
 import json
+import select
 import socket
 import urllib.error
 import urllib.request
@@ -56,7 +57,10 @@ def test_the_budget_counts_bytes_in_all_and_per_credential_and_forgets_callers_t
 def test_a_budget_under_twice_the_largest_body_is_refused_at_start() -> None:
     with pytest.raises(ValueError, match="AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT"):
         DoorSettings(max_request_bytes=1000, max_body_bytes_in_flight=1999)
-    assert DoorSettings(max_request_bytes=1000, max_body_bytes_in_flight=0).max_body_bytes_in_flight == 0
+    assert DoorSettings(max_request_bytes=1000, max_body_bytes_in_flight=0).body_bytes_in_flight == 0
+    # unset: 32 MiB, or twice a larger body limit (raising the body limit alone never fails the start)
+    assert DoorSettings(max_request_bytes=1000).body_bytes_in_flight == 32 * 1024 * 1024
+    assert DoorSettings(max_request_bytes=30 * 1024 * 1024).body_bytes_in_flight == 60 * 1024 * 1024
 
 
 def _call(url: str, bearer: str, body: bytes) -> tuple[int, dict[str, Any], str | None]:
@@ -104,6 +108,27 @@ def _probe(url: str, bearer: str, size: int) -> tuple[int, str, str | None]:
     return status, str(body.get("error", {}).get("code")), retry_after
 
 
+class Held:
+    """A request kept half-sent. A probe that reaches the server before the held request's bytes are counted is
+    counted first and the held one is refused (answered and closed): :meth:`ensure` sends it again, so a test
+    waits for the state it needs with no guess of how long the server takes."""
+
+    def __init__(self, url: str, bearer: str, declared: int | None, sent: int) -> None:
+        self.args = (url, bearer, declared, sent)
+        self.sock = _half_sent_post(*self.args)
+
+    def ensure(self) -> bool:
+        """True when it still waits; else (it was answered: refused, or its connection failed) sent again."""
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        if readable:
+            self.sock.close()
+            self.sock = _half_sent_post(*self.args)
+        return not readable
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 @pytest.mark.integration
 def test_held_body_bytes_refuse_a_credential_past_its_half_and_the_process_past_its_budget(
     make_settings: SettingsFactory, start_web: WebFactory
@@ -113,26 +138,27 @@ def test_held_body_bytes_refuse_a_credential_past_its_half_and_the_process_past_
     )
     _, url = start_web(settings)
     key_a, key_b, key_c = _key(url, "default"), _key(url, "default"), _key(url, "t-bytes")
-    held = [_half_sent_post(url, key_a, declared=None, sent=60_000)]
+    held = [Held(url, key_a, declared=None, sent=60_000)]
     try:
         # A holds 60,000 bytes of a chunked body (counted as they arrive): 50,000 more are refused
         wait_for(
-            lambda: _probe(url, key_a, 50_000) == (429, "rate_limited", "1"),
+            lambda: held[0].ensure() and _probe(url, key_a, 50_000) == (429, "rate_limited", "1"),
             timeout_s=30,
             what="429 for a credential past half the budget",
         )
-        held.append(_half_sent_post(url, key_b, declared=90_000, sent=10))
-        # B's declared 90,000 are counted whole at its first read: 150,000 held in all: C (another tenant) may not add 60,000, but a small request goes through
+        held.append(Held(url, key_b, declared=90_000, sent=10))
+        # B's declared 90,000 are counted whole at its first read: 150,000 held in all, so C (another tenant)
+        # may not add 60,000, but a small request goes through
         wait_for(
-            lambda: _probe(url, key_c, 60_000) == (503, "busy", "1"),
+            lambda: all([h.ensure() for h in held]) and _probe(url, key_c, 60_000) == (503, "busy", "1"),
             timeout_s=30,
             what="503 for the process past its budget",
         )
         assert _call(url, key_c, EVENT.encode())[0] == 202
         assert _probe(url, key_a, 30_000)[0] == 422  # A's own half still has room for 30,000
     finally:
-        for sock in held:
-            sock.close()
+        for request in held:
+            request.close()
     # the held requests ended: their bytes are given back
     wait_for(
         lambda: _probe(url, key_c, 60_000)[0] == 422 and _probe(url, key_a, 90_000)[0] == 422,

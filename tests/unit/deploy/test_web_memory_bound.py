@@ -41,7 +41,11 @@ def test_the_bodies_a_web_process_holds_fit_its_memory_limit(objects: list[Obj])
     fits one credential's half of the budget."""
     (web,) = [c for c in containers(find(objects, "Deployment", "agent-signal-web")) if c["name"] == "web"]
     body_bytes = _setting(web, "AGENT_SIGNAL_MAX_REQUEST_BYTES", "max_request_bytes")
-    budget = _setting(web, "AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT", "max_body_bytes_in_flight")
+    entry = env_of(web).get("AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT")
+    assert entry is not None, (
+        "web.yaml sets AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT: the memory limit is sized by it"
+    )
+    budget = int(entry["value"])
     assert budget > 0, "AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT=0 leaves the web container's memory unbounded"
     assert budget >= 2 * body_bytes, "a body of AGENT_SIGNAL_MAX_REQUEST_BYTES must fit half the budget"
     limit = _bytes(web["resources"]["limits"]["memory"])
