@@ -36,6 +36,7 @@ from policies.routing import (
     InvalidRouteInput,
     NoDecisionsConfigured,
     ReloadingRouter,
+    repeated_signal,
     request_shape_problem,
     validate_route_input,
 )
@@ -133,6 +134,19 @@ class ChatRequestPayload(BaseModel):
         if problem is not None:
             raise ValueError(f"{problem[0]} {problem[1]}")
         return request
+
+    @field_validator("external_signals")
+    @classmethod
+    def _each_once(cls, external: list[ExternalSignal]) -> list[ExternalSignal]:
+        """A ``type:name`` given twice is refused, as the handler refuses it (else admitted, then dead)."""
+        repeated = repeated_signal([item.model_dump() for item in external])
+        if repeated is not None:
+            later, earlier, key = repeated
+            raise ValueError(
+                f"externalSignals[{later}].name: {key} is also externalSignals[{earlier}]; each type:name may "
+                "appear once"
+            )
+        return external
 
 
 class RoutingSettings(PluginSettings):

@@ -1,11 +1,13 @@
 """The function state machine (rolebox, reference §1.3 and §1.7), as pure operations on a SessionRuntime.
 
-* ``signal``: the session ledger first (before the type guard, as later rolebox versions do), then the guard,
-  then every active function with state: ledger write, ``kv.__signal_type``; pausing signals set
-  ``evidence.paused`` and phase ``gated`` (``blocked`` also sets the 2-minute backstop), then payload capture
-  for ``observe`` specs with ``tool: signal`` and ``capture_payload_as``.
+* ``signal``: the session ledger first (before the type guard, as later rolebox versions do; a type that is not
+  a string under its JavaScript spelling), then the guard, then every active function with state: ledger
+  write, ``kv.__signal_type``; pausing signals set ``evidence.paused`` and phase ``gated`` (``blocked`` also
+  starts the 2-minute backstop, the other two end one), then payload capture for ``observe`` specs with
+  ``tool: signal`` and ``capture_payload_as``.
 * ``turn``: every function's ``currentTurn`` += 1, then gate and transitions of the active functions (gate
-  re-evaluation overwrites the phase, even a pausing signal's or ``complete``).
+  re-evaluation overwrites the phase, even a pausing signal's or ``complete``; one it leaves ``gated`` loses its
+  blocked backstop).
 * ``idle``: at most ONE continuation: skip complete; gated ones only pass when the blocked backstop expired;
   skip unmet ``requires_evidence``; ``continue_until`` true → complete; else the continuation decision.
 * ``tool_after``: observed tools, ``requires_evidence`` auto-marks, observe specs (when_args / when_output
@@ -32,6 +34,7 @@ from sessions.signals import (
     PAUSING_SIGNALS,
     UnrecognizedSignalType,
     guard_message,
+    js_string,
     json_stringify,
     record_signal,
     result_text,
@@ -57,14 +60,35 @@ def _idle_candidate(fn: FunctionDef, st: FnState, now_ms: int) -> bool:
 
 
 def _release_expired_block(st: FnState, now_ms: int) -> bool:
-    """A gated function whose ``blocked`` backstop expired becomes active again (True); else it stays gated."""
+    """A gated function whose ``blocked`` backstop expired becomes active again (True); else it stays gated.
+    Only a function that ``blocked`` gated has a backstop (:func:`_set_backstop`)."""
     timeout = st.blocked_timeout_ms if st.blocked_timeout_ms is not None else DEFAULT_BLOCKED_TIMEOUT_MS
     if st.blocked_at is not None and now_ms - st.blocked_at > timeout:
         st.phase = "active"
         st.evidence_observed["paused"] = False
-        st.blocked_at = None
+        _set_backstop(st, None)
         return True
     return False
+
+
+def _set_backstop(st: FnState, blocked_at: int | None) -> None:
+    """Start the ``blocked`` backstop at ``blocked_at`` (its timeout defaults once to 2 minutes, ``??=``), or end
+    it (None). rolebox clears it only when it fires, so a block resolved through the gate left it behind and a
+    later ``need_approval`` pause was force-released at idle (an audit, finding 2). It ends whenever the function
+    leaves ``gated`` (gate re-evaluation, the timeout) and whenever another pausing signal gates it."""
+    st.blocked_at = blocked_at
+    if blocked_at is not None and st.blocked_timeout_ms is None:
+        st.blocked_timeout_ms = DEFAULT_BLOCKED_TIMEOUT_MS
+
+
+def _record_in_session(rt: SessionRuntime, signal_type: Any, payload: Any) -> None:
+    """The session ledger's write, before the guard (later rolebox): under the type's JavaScript spelling
+    (``undefined``, ``null``, ``true``, ``1``; rolebox keys its Map by the value itself), except a value that is
+    not that string but spells one of the eight types (an array ``["answer"]``): rolebox's key would be the array,
+    which no ``signal_observed(answer)`` finds, so it is not recorded."""
+    key = js_string(signal_type)
+    if isinstance(signal_type, str) or key not in ALL_SIGNAL_TYPES:
+        rt.session_ledger[key] = payload
 
 
 def _decision(
@@ -128,10 +152,12 @@ class FunctionMachine:
 
     # ---- the signal tool ---------------------------------------------------------------------------
 
-    def signal(self, rt: SessionRuntime, signal_type: str, payload: Any = None, *, now_ms: int = 0) -> str:
-        """The ``signal`` tool; raises UnrecognizedSignalType with the guard's message."""
-        rt.session_ledger[signal_type] = payload
-        if signal_type not in ALL_SIGNAL_TYPES:
+    def signal(self, rt: SessionRuntime, signal_type: Any, payload: Any = None, *, now_ms: int = 0) -> str:
+        """The ``signal`` tool; raises UnrecognizedSignalType with the guard's message. ``signal_type`` is what
+        the call carried (:data:`~sessions.signals.UNDEFINED` when it had none): anything but one of the eight
+        strings is refused, after the session ledger recorded it under its JavaScript spelling."""
+        _record_in_session(rt, signal_type, payload)
+        if not isinstance(signal_type, str) or signal_type not in ALL_SIGNAL_TYPES:
             raise UnrecognizedSignalType(guard_message(signal_type))
         recorded = 0
         for name in list(rt.active):
@@ -144,10 +170,7 @@ class FunctionMachine:
                 st.evidence_observed["paused"] = True
                 st.phase = "gated"
                 rt.attention[name] = {"type": signal_type, "payload": payload, "since": now_ms}
-                if signal_type == "blocked":
-                    st.blocked_at = now_ms
-                    if st.blocked_timeout_ms is None:
-                        st.blocked_timeout_ms = DEFAULT_BLOCKED_TIMEOUT_MS
+                _set_backstop(st, now_ms if signal_type == "blocked" else None)
             recorded += 1
         if payload is not None and rt.active:
             for name in rt.active:
@@ -217,6 +240,8 @@ class FunctionMachine:
             if fn.gate is not None:
                 st.gate_satisfied = self.conditions.evaluate(fn.gate, env)
                 st.phase = "active" if st.gate_satisfied else "gated"
+                if st.phase != "gated":  # the gate ended the pause: its backstop goes with it
+                    _set_backstop(st, None)
             to_activate: list[str] = []
             to_deactivate: list[str] = []
             for transition in fn.transitions:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from decimal import Decimal
+from typing import Any, Final
 
 __all__ = [
     "ALL_SIGNAL_TYPES",
@@ -24,6 +25,7 @@ __all__ = [
     "SIGNAL_TYPES",
     "TERMINATING_SIGNALS",
     "TERMINATING_SIGNALS_BY_SEVERITY",
+    "UNDEFINED",
     "UnrecognizedSignalType",
     "get_hitl_signal",
     "get_terminating",
@@ -67,29 +69,71 @@ LEDGER_KEY = "__signals_observed"
 DEFAULT_BLOCKED_TIMEOUT_MS = 120_000
 
 
+class _Undefined:
+    """The type of :data:`UNDEFINED`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNDEFINED"
+
+
+# JavaScript's ``undefined``: a key the input did not have (``String(undefined)`` is ``undefined``)
+UNDEFINED: Final = _Undefined()
+
+
 class UnrecognizedSignalType(ValueError):
     """The runtime guard: raised for a type outside the eight (direct calls that bypassed the schema)."""
 
 
-def guard_message(signal_type: str) -> str:
-    """The guard's exact text."""
-    return f'Unrecognized signal type: "{signal_type}". Valid types: {", ".join(ALL_SIGNAL_TYPES)}'
+def guard_message(signal_type: Any) -> str:
+    """The guard's exact text; a type that is not a string is interpolated as JavaScript prints it."""
+    return f'Unrecognized signal type: "{js_string(signal_type)}". Valid types: {", ".join(ALL_SIGNAL_TYPES)}'
+
+
+def _js_number(value: int | float) -> str:
+    """``Number#toString()`` of a JSON number: JSON.parse reads every number as a double (an integer beyond the
+    float range is Infinity); its shortest round-trip digits (``repr``'s, as JavaScript's) placed by ECMA-262."""
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf if value > 0 else -math.inf
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    if number == 0:
+        return "0"  # -0 too
+    _, digit_tuple, exponent = Decimal(repr(abs(number))).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0")
+    point = len(digit_tuple) + int(exponent)  # the number is 0.<digits> x 10**point
+    return ("-" if number < 0 else "") + _place_point(digits, point)
+
+
+def _place_point(digits: str, point: int) -> str:
+    """ECMA-262 Number::toString for the significant ``digits`` of 0.<digits> x 10**point."""
+    k = len(digits)
+    if k <= point <= 21:
+        return digits + "0" * (point - k)
+    if 0 < point <= 21:
+        return f"{digits[:point]}.{digits[point:]}"
+    if -6 < point <= 0:
+        return "0." + "0" * -point + digits
+    exponent = point - 1
+    tail = f".{digits[1:]}" if k > 1 else ""
+    return f"{digits[0]}{tail}e{'+' if exponent >= 0 else '-'}{abs(exponent)}"
 
 
 def js_string(value: Any) -> str:
-    """JavaScript's ``String(value)`` for JSON values (used where rolebox interpolates a value)."""
+    """JavaScript's ``String(value)`` for JSON values and :data:`UNDEFINED` (where rolebox interpolates one)."""
+    if value is UNDEFINED:
+        return "undefined"
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, int | float):
+        return _js_number(value)
     if isinstance(value, str):
         return value
     if isinstance(value, list):

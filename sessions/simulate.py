@@ -3,8 +3,11 @@
 Each line of the script is one step (CONTRACT.md): ``activate``, ``deactivate``, ``signal``, ``tool``,
 ``artifact``, ``turn``, ``idle``, ``set``. Each produces exactly one JSON line
 ``{"step", "result", "functions", "artifacts"}``; ``result`` is the signal tool's text for signal steps (the
-runtime guard's message for an unknown type: the script goes on), the continuation decision for idle steps,
-else null. A step that cannot be understood is reported on stderr naming its line, and produces a line
+runtime guard's message for an unknown type, spelled as JavaScript spells it: the script goes on), the
+continuation decision for idle steps, else null. Time: a ``signal`` or ``idle`` step's ``nowMs``; a ``signal``
+without one runs at the last ``nowMs`` a step gave, else the wall clock; an ``idle`` without one at the wall
+clock (CONTRACT.md). A script that gives ``nowMs`` gives the same answer on any day (a signal step stamped the
+wall clock and could not say "2 minutes after the block": an audit, finding 4). A step that cannot be understood is reported on stderr naming its line, and produces a line
 whose ``result`` is ``{"error": ...}`` so the numbering stays aligned. A line holding ``NaN`` or ``Infinity``
 (not JSON) or nesting deeper than the decoder reads is such a step too, so every output line is JSON.
 """
@@ -15,10 +18,11 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sessions.fsm import FunctionMachine, SessionRuntime
-from sessions.signals import UnrecognizedSignalType
+from sessions.signals import UNDEFINED, UnrecognizedSignalType
 from worker.documents.projection import MAX_ISO_MS as MAX_NOW_MS  # as an event's timestamp: below 2**53
 
 __all__ = ["SimulationError", "loads_step", "run_script"]
@@ -40,60 +44,82 @@ def _activation(machine: FunctionMachine, rt: SessionRuntime, kind: str, name: A
         raise SimulationError(f"activate: unknown function {name!r}") from None
 
 
-def _signal(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> str:
+@dataclass
+class _Simulation:
+    """One script's session: the machine, its runtime, and the script's clock (the last ``nowMs`` a step gave,
+    0 before any), so that nothing but the script decides the output."""
+
+    machine: FunctionMachine
+    rt: SessionRuntime = field(default_factory=SessionRuntime)
+    now_ms: int | None = None  # the last nowMs a step gave
+
+    def tick(self, kind: str, body: Mapping[str, Any], *, wall_clock_when_absent: bool = False) -> int:
+        """The step's "now": its ``nowMs`` (checked, and from then on the script's clock); without one the
+        script's clock, or the wall clock before any step gave one (always, for ``wall_clock_when_absent``)."""
+        now = body.get("nowMs")
+        if now is not None:
+            if isinstance(now, bool) or not isinstance(now, int) or not 0 <= now <= MAX_NOW_MS:
+                raise SimulationError(f"{kind}.nowMs: must be an integer (Unix ms) from 0 to {MAX_NOW_MS}")
+            self.now_ms = now
+            return now
+        if wall_clock_when_absent or self.now_ms is None:
+            return int(time.time() * 1000)
+        return self.now_ms
+
+
+def _signal(sim: _Simulation, body: Mapping[str, Any]) -> str:
+    """The signal tool with the type as the step gave it (absent: JavaScript's undefined, for the guard)."""
     payload = body.get("payload")
     if payload is not None and not isinstance(payload, Mapping):
         raise SimulationError("signal.payload: must be an object")
+    now_ms = sim.tick("signal", body)
     try:
-        return machine.signal(
-            rt,
-            str(body.get("type")),
+        return sim.machine.signal(
+            sim.rt,
+            body.get("type", UNDEFINED),
             dict(payload) if payload is not None else None,
-            now_ms=int(time.time() * 1000),
+            now_ms=now_ms,
         )
     except UnrecognizedSignalType as exc:
         return str(exc)
 
 
-def _tool(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> None:
+def _tool(sim: _Simulation, body: Mapping[str, Any]) -> None:
     if not isinstance(body.get("name"), str):
         raise SimulationError("tool.name: is required")
-    machine.tool_after(rt, body["name"], body.get("args"), body.get("output"))
+    sim.machine.tool_after(sim.rt, body["name"], body.get("args"), body.get("output"))
 
 
-def _artifact(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> None:
+def _artifact(sim: _Simulation, body: Mapping[str, Any]) -> None:
     if not isinstance(body.get("name"), str) or not isinstance(body.get("content"), str):
         raise SimulationError("artifact: needs name and content strings")
-    rt.artifacts[body["name"]] = body["content"]
+    sim.rt.artifacts[body["name"]] = body["content"]
 
 
-def _turn(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> None:
+def _turn(sim: _Simulation, body: Mapping[str, Any]) -> None:
     if not isinstance(body.get("userMessaged", False), bool):
         raise SimulationError("turn.userMessaged: must be true or false")
-    machine.turn(rt, user_messaged=bool(body.get("userMessaged", False)))
+    sim.machine.turn(sim.rt, user_messaged=bool(body.get("userMessaged", False)))
 
 
-def _idle(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> dict[str, Any]:
-    now = body.get("nowMs")
-    if now is not None and (isinstance(now, bool) or not isinstance(now, int) or not 0 <= now <= MAX_NOW_MS):
-        raise SimulationError(f"idle.nowMs: must be an integer (Unix ms) from 0 to {MAX_NOW_MS}")
-    return machine.idle(
-        rt,
-        now_ms=int(now) if now is not None else int(time.time() * 1000),
+def _idle(sim: _Simulation, body: Mapping[str, Any]) -> dict[str, Any]:
+    return sim.machine.idle(
+        sim.rt,
+        now_ms=sim.tick("idle", body, wall_clock_when_absent=True),  # CONTRACT.md: wall clock when absent
         last_two_outputs_identical=bool(body.get("lastTwoOutputsIdentical", False)),
         model_asked_question=bool(body.get("modelAskedQuestion", False)),
     )
 
 
-def _set(machine: FunctionMachine, rt: SessionRuntime, body: Mapping[str, Any]) -> None:
+def _set(sim: _Simulation, body: Mapping[str, Any]) -> None:
     if not isinstance(body.get("key"), str):
         raise SimulationError("set.key: is required")
     if "value" not in body:  # null is a value; nothing is a mistake (it wrote null unseen)
         raise SimulationError("set.value: is required")
-    machine.set_kv(rt, body["key"], body.get("value"))
+    sim.machine.set_kv(sim.rt, body["key"], body.get("value"))
 
 
-STEPS: dict[str, Callable[[FunctionMachine, SessionRuntime, Mapping[str, Any]], Any]] = {
+STEPS: dict[str, Callable[[_Simulation, Mapping[str, Any]], Any]] = {
     "signal": _signal,
     "tool": _tool,
     "artifact": _artifact,
@@ -103,21 +129,21 @@ STEPS: dict[str, Callable[[FunctionMachine, SessionRuntime, Mapping[str, Any]], 
 }
 
 
-def _apply(machine: FunctionMachine, rt: SessionRuntime, step: Any) -> Any:
+def _apply(sim: _Simulation, step: Any) -> Any:
     if not isinstance(step, Mapping) or len(step) != 1:
         raise SimulationError(
             "a step is an object with exactly one of activate, deactivate, signal, tool, artifact, turn, idle, set"
         )
     ((kind, body),) = step.items()
     if kind in ("activate", "deactivate"):
-        _activation(machine, rt, kind, body)
+        _activation(sim.machine, sim.rt, kind, body)
         return None
     handler = STEPS.get(kind)
     if handler is None:
         raise SimulationError(f"unknown step {kind!r}")
     if not isinstance(body, Mapping):
         raise SimulationError(f"{kind}: must be an object")
-    return handler(machine, rt, body)
+    return handler(sim, body)
 
 
 def _refuse_constant(literal: str) -> Any:
@@ -145,14 +171,14 @@ def run_script(
 ) -> Iterator[tuple[dict[str, Any], str | None]]:
     """Yield (output line, error) for each non-blank script line; ``parse`` reads a line (ValueError or
     RecursionError: that line's error)."""
-    rt = SessionRuntime()
+    sim = _Simulation(machine)
     index = 0
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         error = None
         try:
-            result = _apply(machine, rt, parse(line))
+            result = _apply(sim, parse(line))
         except ValueError as exc:  # JSON errors and SimulationError
             error = f"line {number}: {exc}"
             result = {"error": str(exc)}
@@ -163,8 +189,8 @@ def run_script(
             {
                 "step": index,
                 "result": result,
-                "functions": rt.functions_view(),
-                "artifacts": dict(rt.artifacts),
+                "functions": sim.rt.functions_view(),
+                "artifacts": dict(sim.rt.artifacts),
             },
             error,
         )

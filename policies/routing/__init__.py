@@ -14,6 +14,7 @@ from policies.routing.envelope import (
     RECORD_FIELDS,
     ROUTE_REQUEST_FIELDS,
     InvalidRouteInput,
+    repeated_signal,
     request_shape_problem,
     validate_route_input,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "load_router",
     "load_router_text",
     "parse_router_config",
+    "repeated_signal",
     "request_shape_problem",
     "validate_route_input",
 ]

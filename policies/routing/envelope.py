@@ -7,7 +7,10 @@ surface (``POST /v1/route``, ``agent-signal route``, the ``chat.request`` handle
   ``functions``) an array; Anthropic's ``system`` a string or an array.
 * ``externalSignals`` holds at most :data:`MAX_EXTERNAL_SIGNALS` entries ``{"type", "name", "confidence"?,
   "value"?, "error"?}``: ``type`` and ``name`` non-blank strings, ``confidence`` a finite number from 0 to 1,
-  ``value`` a finite number (an integer too large for a float is not one), ``error`` a string.
+  ``value`` a finite number (an integer too large for a float is not one), ``error`` a string; no two with the
+  same :func:`external_key` (``type`` trimmed and lower-cased, ``name`` as given), the later one named by
+  ``externalSignals[i].name`` (two answers for one signal: one matched, one with an error, made a RouteResult
+  that contradicted itself).
 * ``known_keys``: where the surface refuses keys it does not read (a misspelt ``externalSignal`` would otherwise
   be ignored unseen), the keys it reads; ``POST /v1/route`` and the CLI pass :data:`ROUTE_REQUEST_FIELDS`.
 
@@ -18,7 +21,7 @@ Whether an external signal names a configured internal rule depends on the confi
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from policies.routing.facts import PROTOCOLS
@@ -29,6 +32,8 @@ __all__ = [
     "ROUTE_FIELDS",
     "ROUTE_REQUEST_FIELDS",
     "InvalidRouteInput",
+    "external_key",
+    "repeated_signal",
     "request_shape_problem",
     "validate_route_input",
 ]
@@ -162,4 +167,26 @@ def validate_route_input(
         if problem is not None:
             key, message = problem
             raise fail(f"externalSignals[{i}]" + (f".{key}" if key else ""), message)
+    if (repeat := repeated_signal(external)) is not None:
+        later, first, key = repeat
+        message = f"{key} is also {prefix}externalSignals[{first}]; each type:name may appear once"
+        raise fail(f"externalSignals[{later}].name", message)
     return dict(request), str(protocol), [dict(item) for item in external]
+
+
+def external_key(item: Mapping[str, Any]) -> str:
+    """The ``type:name`` an external signal is matched and published under: ``type`` trimmed and lower-cased,
+    ``name`` as given."""
+    return f"{str(item['type']).strip().lower()}:{item['name']}"
+
+
+def repeated_signal(external: Sequence[Mapping[str, Any]]) -> tuple[int, int, str] | None:
+    """(the index of the first entry whose :func:`external_key` an earlier entry has, that earlier index, the
+    key), or None when every key appears once."""
+    first_of: dict[str, int] = {}
+    for i, item in enumerate(external):
+        key = external_key(item)
+        if key in first_of:
+            return i, first_of[key], key
+        first_of[key] = i
+    return None

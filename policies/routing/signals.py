@@ -241,12 +241,18 @@ class SignalPlan:
 def merge_external(
     sig: SignalState, published: dict[str, dict[str, Any]], external: Sequence[Mapping[str, Any]]
 ) -> None:
-    """External signals count as matched unless they carry ``error``; later entries win. Each is published
-    under the key leaves match it by (``type`` trimmed and lower-cased, ``name`` as given)."""
+    """External signals count as matched unless they carry ``error``. Each is published under the key leaves
+    match it by (``type`` trimmed and lower-cased, ``name`` as given). The door refuses two entries of one key
+    (:func:`~policies.routing.envelope.validate_route_input`); a library caller's later entry replaces the
+    earlier one entirely, in what decides as in what is published."""
     for item in external:
         kind = str(item["type"]).strip().lower()
         name = str(item["name"])
         key = f"{kind}:{name}"
+        sig.matched.get(kind, set()).discard(name)
+        sig.confidences.pop(key, None)
+        sig.errors.discard(key)
+        sig.values.pop(key, None)
         entry: dict[str, Any] = {}
         if item.get("error"):
             sig.errors.add(key)

@@ -164,7 +164,19 @@ def _add_functions_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
     fsub = p.add_subparsers(dest="functions_command", required=True, metavar="SUBCOMMAND")
     f = fsub.add_parser("check", help="validate every *.md definition in DIR (exit 2, one error per line)")
     f.add_argument("directory", type=any_bytes)
-    f = fsub.add_parser("simulate", help="run definitions against STEPS.jsonl; one JSON line per step")
+    f = fsub.add_parser(
+        "simulate",
+        help="run definitions against STEPS.jsonl; one JSON line per step",
+        description=(
+            'Steps, one JSON object a line: {"activate": NAME}, {"deactivate": NAME}, '
+            '{"signal": {"type", "payload"?, "nowMs"?}}, {"tool": {"name", "args"?, "output"?}}, '
+            '{"artifact": {"name", "content"}}, {"turn": {"userMessaged"}}, {"idle": {"nowMs"?, '
+            '"lastTwoOutputsIdentical"?, "modelAskedQuestion"?}}, {"set": {"key", "value"}}. nowMs is Unix ms: when '
+            "a signal happens, and 'now' for the blocked backstop at idle; a signal without one runs at the last "
+            "nowMs a step gave (else the wall clock), an idle without one at the wall clock. "
+            "See docs/control-signals.md."
+        ),
+    )
     f.add_argument("--functions", required=True, type=any_bytes, metavar="DIR")
     f.add_argument("--script", required=True, type=any_bytes, metavar="STEPS.jsonl", help="'-' for stdin")
     p.set_defaults(func=cmd_functions)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -126,6 +127,23 @@ class TestApprovalWorkflow:
         decision = sdk.idle("flow", nowMs=3)
         assert decision["completed"] == ["approval"] and decision["continued"] is False
         assert client.get("/v1/sessions/flow/artifacts").json()["approval_request"] == '{"plan":"x"}'
+
+    def test_a_resolved_block_does_not_release_a_later_approval(self, client: TestClient) -> None:
+        """An audit (finding 2): a ``blocked`` that the gate resolved left its 2-minute backstop behind, and an idle
+        past it force-released a later ``need_approval`` (auto-continued past the human, attention item gone)."""
+        sdk = SessionClient(client=client)
+        sdk.configure("hold", functions=["approval"])
+        sdk.signal("hold", "blocked", {"on": "ci"})
+        sdk.turn("hold", user_messaged=False)  # the gate is open (no need_approval yet): the block is over
+        assert sdk.state("hold")["functions"]["approval"]["phase"] == "active"
+        sdk.signal("hold", "need_approval", {"plan": "deploy to prod"})
+        sdk.turn("hold", user_messaged=False)
+        a_day_later = int(time.time() * 1000) + 86_400_000
+        decision = sdk.idle("hold", nowMs=a_day_later)
+        assert decision["continued"] is False and decision["function"] is None
+        assert sdk.state("hold")["functions"]["approval"]["phase"] == "gated"
+        items = client.get("/v1/sessions/hold/attention").json()["items"]
+        assert [(i["type"], i["payload"]) for i in items] == [("need_approval", {"plan": "deploy to prod"})]
 
     def test_simulate_cli(self) -> None:
         """The checked-in script runs end to end: one line per step, the approval completes."""

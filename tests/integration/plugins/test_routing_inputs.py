@@ -1,6 +1,6 @@
 """What POST /v1/route and `agent-signal route` refuse, alike and naming the same fields: numbers that are not
 finite or too large for a float, confidences outside 0..1, more than 256 external signals, an external signal
-standing in for a config rule, unknown keys, a non-string request.model; and that the CLI reads strict JSON,
+standing in for a config rule or repeating another's type:name, unknown keys, a non-string request.model; and that the CLI reads strict JSON,
 writes strict JSON, keeps going past a bad line, and applies --protocol to any input that names none."""
 
 from __future__ import annotations
@@ -48,6 +48,12 @@ REFUSED = [
     (
         _body(
             '{"type": "domain", "name": "d"}, {"type": "Conversation", "name": "image_input", "confidence": 0.2}'
+        ),
+        "externalSignals[1].name",
+    ),
+    (  # the same type:name twice: its RouteResult said "not matched, error" while a decision matched on it
+        _body(
+            '{"type": "domain", "name": "x"}, {"type": "domain", "name": "x", "error": "classifier timeout"}'
         ),
         "externalSignals[1].name",
     ),

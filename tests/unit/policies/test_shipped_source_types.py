@@ -92,6 +92,11 @@ ROUTE_INPUTS: list[Any] = [
     {"request": {}, "externalSignals": [{"type": "t", "name": "n", "confidence": True}]},
     {"request": {}, "externalSignals": [{"type": "t", "name": "n", "value": "0.5"}]},
     {"request": {}, "externalSignals": [{"type": "t", "name": "n", "error": 3}]},
+    {
+        "request": {},
+        "externalSignals": [{"type": "t", "name": "n"}, {"type": " T ", "name": "n", "error": "x"}],
+    },
+    {"request": {}, "externalSignals": [{"type": "t", "name": "n"}, {"type": "t", "name": "N"}]},
 ]
 
 

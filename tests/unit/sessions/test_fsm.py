@@ -6,7 +6,7 @@ import pytest
 
 from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.functions import FunctionDef, parse_function_file
-from sessions.signals import UnrecognizedSignalType
+from sessions.signals import UNDEFINED, UnrecognizedSignalType
 
 
 def fn(text: str) -> FunctionDef:
@@ -58,6 +58,37 @@ class TestSignal:
             machine(WORKER).signal(rt, "done")
         assert "done" in rt.session_ledger
 
+    @pytest.mark.parametrize(
+        ("value", "spelled", "ledger"),
+        [
+            (UNDEFINED, "undefined", ["undefined"]),
+            (None, "null", ["null"]),
+            (True, "true", ["true"]),
+            (1.0, "1", ["1"]),
+            ({"a": 1}, "[object Object]", ["[object Object]"]),
+            (
+                ["answer"],
+                "answer",
+                [],
+            ),  # spelled like a real type: recording it would satisfy signal_observed
+        ],
+    )
+    def test_a_bogus_type_is_spelled_as_javascript_spells_it(
+        self, value: object, spelled: str, ledger: list[str]
+    ) -> None:
+        """An audit (finding 7): the guard said "None" and "True", and the session ledger kept those keys. rolebox
+        interpolates the JS value (absent: undefined) and records before the guard; an array that prints as one of
+        the eight types is refused and not recorded (rolebox's ledger keeps the array, which no lookup finds)."""
+        rt = SessionRuntime()
+        m = machine(WORKER)
+        m.activate(rt, "worker")
+        with pytest.raises(UnrecognizedSignalType) as refused:
+            m.signal(rt, value)
+        assert str(refused.value).startswith(f'Unrecognized signal type: "{spelled}". Valid types: answer, ')
+        assert list(rt.session_ledger) == ledger
+        assert "__signals_observed" not in rt.states["worker"].kv
+        assert m.idle(rt, now_ms=0)["completed"] == []  # continue_until: signal_observed(answer) is not met
+
     def test_pausing_and_blocked_backstop(self) -> None:
         """Pausing signals gate the function and set evidence.paused; blocked sets the 2-minute backstop."""
         m = machine(WORKER)
@@ -80,6 +111,54 @@ class TestSignal:
         assert decision["continued"] is True and decision["function"] == "worker"
         assert (st.phase, st.evidence_observed["paused"], st.blocked_at) == ("active", False, None)
         assert rt.attention == {}
+
+    def test_a_resolved_block_does_not_release_a_later_approval(self) -> None:
+        """An audit (finding 2): a ``blocked`` resolved through the gate left its backstop behind, and idle
+        force-released a later ``need_approval`` past the human. Leaving ``gated`` clears the backstop."""
+        m = machine(fn("name: g\ngate: user_approval\ncontinue_until: signal_observed(answer)"))
+        rt = SessionRuntime()
+        m.activate(rt, "g")
+        m.signal(rt, "blocked", now_ms=1_000)
+        m.turn(rt, user_messaged=True)  # the gate opens: the block is resolved
+        st = rt.states["g"]
+        assert (st.phase, st.blocked_at) == ("active", None)
+        m.signal(rt, "need_approval", {"plan": "deploy"}, now_ms=2_000)
+        decision = m.idle(rt, now_ms=4_000_000_000_000)
+        assert decision["continued"] is False and decision["function"] is None
+        assert (st.phase, st.evidence_observed["paused"]) == ("gated", True)
+        assert rt.attention["g"]["type"] == "need_approval"
+
+    @pytest.mark.parametrize("pause", ["need_approval", "need_clarification"])
+    def test_a_later_pause_takes_over_from_a_block(self, pause: str) -> None:
+        """A non-``blocked`` pausing signal on a blocked function ends the backstop: only the human releases it."""
+        m = machine(WORKER)
+        rt = SessionRuntime()
+        m.activate(rt, "worker")
+        m.signal(rt, "blocked", now_ms=1_000)
+        m.signal(rt, pause, now_ms=2_000)
+        st = rt.states["worker"]
+        assert (st.phase, st.blocked_at) == ("gated", None)
+        assert m.idle(rt, now_ms=4_000_000_000_000)["continued"] is False
+        assert st.phase == "gated"
+        m.signal(rt, "blocked", now_ms=5_000)  # blocked again: a fresh backstop from its own time
+        assert m.idle(rt, now_ms=125_000)["continued"] is False
+        assert m.idle(rt, now_ms=125_001)["continued"] is True and st.phase == "active"
+
+    def test_the_block_timeout_still_releases_through_a_closed_gate(self) -> None:
+        """rolebox §1.7 "gated(blocked) —timeout at idle→ active": a gate that stays closed keeps the backstop
+        (the function never left ``gated``), so ``gate: {not: signal_observed(blocked)}`` is released at idle."""
+        m = machine(
+            fn("name: s\ngate: {not: signal_observed(blocked)}\ncontinue_until: artifact_exists(done)")
+        )
+        rt = SessionRuntime()
+        m.activate(rt, "s")
+        m.signal(rt, "blocked", now_ms=1_000)
+        m.turn(rt, user_messaged=False)
+        st = rt.states["s"]
+        assert (st.phase, st.blocked_at) == ("gated", 1_000)
+        assert m.idle(rt, now_ms=121_000)["continued"] is False
+        assert m.idle(rt, now_ms=121_001)["function"] == "s"
+        assert (st.phase, st.evidence_observed["paused"], st.blocked_at) == ("active", False, None)
 
     def test_capture_payload_ignores_when_args(self) -> None:
         """The signal tool's capture writes any signal's payload (rolebox ignores on/when_args on this path)."""

@@ -9,9 +9,11 @@ import pytest
 from sessions.signals import (
     ALL_SIGNAL_TYPES,
     SIGNAL_TYPES,
+    UNDEFINED,
     get_hitl_signal,
     get_terminating,
     guard_message,
+    js_string,
     ledger_view,
     read_ledger,
     record_signal,
@@ -36,6 +38,38 @@ def test_vocabulary() -> None:
         'Unrecognized signal type: "Answer". Valid types: answer, revise_needed, escalate, need_approval, blocked, '
         "need_clarification, handoff, progress"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "spelled"),
+    [
+        (UNDEFINED, "undefined"),
+        (None, "null"),
+        (True, "true"),
+        (False, "false"),
+        (7, "7"),
+        (-0.0, "0"),
+        (1.0, "1"),
+        (0.1, "0.1"),
+        (1.5e-6, "0.0000015"),
+        (1e-7, "1e-7"),
+        (-2.5e-8, "-2.5e-8"),
+        (5e-324, "5e-324"),
+        (123456789012345680000.0, "123456789012345680000"),
+        (1e21, "1e+21"),
+        (10**21, "1e+21"),
+        (12345678901234567890, "12345678901234567000"),  # JSON.parse reads it as the nearest double
+        (10**400, "Infinity"),
+        (-(10**400), "-Infinity"),
+        (["a", None, 2.0], "a,,2"),
+        ({"k": 1}, "[object Object]"),
+    ],
+)
+def test_guard_message_spells_the_value_as_javascript_does(value: Any, spelled: str) -> None:
+    """An audit (finding 7): the guard interpolates the JS value (``String(type)``), not Python's ``str``: absent
+    is ``undefined``, null ``null``, booleans lower-case, numbers as ``Number#toString`` prints them."""
+    assert js_string(value) == spelled
+    assert guard_message(value).startswith(f'Unrecognized signal type: "{spelled}". Valid types: answer, ')
 
 
 @pytest.mark.parametrize(

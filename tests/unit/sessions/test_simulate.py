@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -73,6 +74,91 @@ class TestRunScript:
         assert errors[1] is not None and errors[1].startswith("line 2: idle.nowMs: must be an integer")
         assert errors[2] is not None and errors[2].startswith("line 3: idle.nowMs")
         assert errors[3] is None  # userMessaged is false when absent, as over HTTP
+
+
+def _worker() -> FunctionMachine:
+    definition, errors, _ = parse_function_file(
+        "---\nname: worker\ncontinue_until: signal_observed(answer)\n---\n", "worker.md"
+    )
+    assert definition is not None, errors
+    return FunctionMachine({"worker": definition}, session_id="simulation")
+
+
+def _results(script: list[str], wall_clock_s: float) -> list[Any]:
+    """Each step's result, with the wall clock stopped at ``wall_clock_s``."""
+    with mock.patch("time.time", return_value=wall_clock_s):
+        return [out["result"] for out, _ in run_script(_worker(), script)]
+
+
+class TestScriptClock:
+    def test_a_signal_step_takes_now_ms(self) -> None:
+        """An audit (finding 4): a signal step stamped the blocked backstop with the wall clock, so a script could
+        not say "2 minutes after the block". ``signal.nowMs`` is that time; the answer is the same on any day."""
+        script = [
+            '{"activate": "worker"}',
+            '{"signal": {"type": "blocked", "nowMs": 1000}}',
+            '{"idle": {"nowMs": 121000}}',
+            '{"idle": {"nowMs": 121001}}',
+        ]
+        for wall_clock_s in (1_700_000_000.0, 1_799_999_990.0):
+            results = _results(script, wall_clock_s)
+            assert (
+                results[2]["continued"] is False
+                and results[2]["reason"] == "no function needs a continuation"
+            )
+            assert results[3]["continued"] is True and results[3]["function"] == "worker"
+
+    def test_without_now_ms_a_signal_takes_the_last_one_given_and_idle_the_wall_clock(self) -> None:
+        """A signal without ``nowMs`` runs at the last ``nowMs`` a step gave (else the wall clock); an idle
+        without one at the wall clock, as CONTRACT.md says. A script that gives its times is the same any day."""
+        script = [
+            '{"activate": "worker"}',
+            '{"idle": {"nowMs": 5000}}',
+            '{"signal": {"type": "blocked"}}',  # at 5000, the script's clock
+            '{"idle": {"nowMs": 125000}}',
+            '{"idle": {"nowMs": 125001}}',
+        ]
+        for wall_clock_s in (1_700_000_000.0, 1_799_999_990.0):
+            continued = [
+                r["continued"] if isinstance(r, dict) else None for r in _results(script, wall_clock_s)
+            ]
+            assert continued == [None, True, None, False, True]  # active, then blocked at 5000 for 2 min
+        on_the_wall = ['{"activate": "worker"}', '{"signal": {"type": "blocked"}}', '{"idle": {}}']
+        assert (
+            _results(on_the_wall, 1_700_000_000.0)[2]["continued"] is False
+        )  # both at the wall clock: 0 s apart
+        late = ['{"activate": "worker"}', '{"signal": {"type": "blocked", "nowMs": 0}}', '{"idle": {}}']
+        assert _results(late, 1_700_000_000.0)[2]["continued"] is True  # idle at the wall clock, long after 0
+
+    @pytest.mark.parametrize("now", ["-1", "1e30", "true", '"5"', "1.5", "9007199254740993"])
+    def test_signal_now_ms_is_checked_like_idles(self, now: str) -> None:
+        """``signal.nowMs`` is bounded as ``idle.nowMs`` is, and a bad one is that line's error naming the field;
+        nothing is recorded for it."""
+        script = ['{"activate": "worker"}', f'{{"signal": {{"type": "answer", "nowMs": {now}}}}}']
+        outputs = list(run_script(_worker(), script))
+        error = outputs[1][1]
+        assert error is not None and error.startswith(
+            "line 2: signal.nowMs: must be an integer (Unix ms) from 0 to "
+        )
+        assert outputs[1][0]["functions"]["worker"]["ledger"] == {}
+
+
+class TestGuardInTheScript:
+    @pytest.mark.parametrize(
+        ("body", "spelled"),
+        [("{}", "undefined"), ('{"type": null}', "null"), ('{"type": true}', "true"), ('{"type": 2.0}', "2")],
+    )
+    def test_the_guard_message_spells_the_type_as_javascript(self, body: str, spelled: str) -> None:
+        """An audit (finding 7): the result said "None" and "True"; it is rolebox's message with the JS value, the
+        script goes on, and no Python spelling reaches the ledger (``signal_observed(None)`` stays false)."""
+        script = ['{"activate": "worker"}', f'{{"signal": {body}}}', '{"signal": {"type": "progress"}}']
+        outputs = list(run_script(_worker(), script))
+        assert outputs[1][1] is None
+        assert outputs[1][0]["result"] == (
+            f'Unrecognized signal type: "{spelled}". Valid types: answer, revise_needed, escalate, need_approval, '
+            "blocked, need_clarification, handoff, progress"
+        )
+        assert outputs[2][0]["functions"]["worker"]["ledger"] == {"progress": None}
 
 
 class TestSimulateCommand:

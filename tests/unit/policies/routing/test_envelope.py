@@ -59,6 +59,27 @@ def _signal(**fields: Any) -> dict[str, Any]:
             "request.input[0]",
             "must be an object",
         ),
+        # an audit (finding 5): the second entry's error was published while the first's match still decided
+        (
+            {
+                "request": {},
+                "externalSignals": [
+                    {"type": "domain", "name": "math"},
+                    {"type": "domain", "name": "physics"},
+                    {"type": "domain", "name": "math", "error": "classifier timeout"},
+                ],
+            },
+            "externalSignals[2].name",
+            "domain:math is also externalSignals[0]",
+        ),
+        (
+            {
+                "request": {},
+                "externalSignals": [{"type": "Domain", "name": "x"}, {"type": " domain ", "name": "x"}],
+            },
+            "externalSignals[1].name",
+            "domain:x is also externalSignals[0]",
+        ),
         (
             {
                 "request": {},
@@ -94,6 +115,27 @@ def test_the_limits_themselves_are_accepted() -> None:
     validate_route_input(_signal(confidence=1, value=10**300))
     many = [{"type": "d", "name": f"n{i}"} for i in range(MAX_EXTERNAL_SIGNALS)]
     assert len(validate_route_input({"request": {}, "externalSignals": many})[2]) == MAX_EXTERNAL_SIGNALS
+
+
+def test_signals_that_differ_in_name_or_type_are_not_duplicates() -> None:
+    """Names are compared as given (``Math`` is not ``math``), types as leaves match them; each may appear once."""
+    signals = [
+        {"type": "domain", "name": "math"},
+        {"type": "domain", "name": "Math"},
+        {"type": "topic", "name": "math"},
+    ]
+    assert validate_route_input({"request": {}, "externalSignals": signals})[2] == signals
+
+
+def test_a_duplicate_is_named_under_the_prefix() -> None:
+    """The chat.request handler names the payload's field for a duplicate too."""
+    body = {"request": {}, "externalSignals": [{"type": "d", "name": "n"}, {"type": "d", "name": "n"}]}
+    with pytest.raises(InvalidRouteInput) as refused:
+        validate_route_input(body, prefix="payload.")
+    assert refused.value.field == "payload.externalSignals[1].name"
+    assert refused.value.message.startswith(
+        "payload.externalSignals[1].name: d:n is also payload.externalSignals[0]"
+    )
 
 
 def test_unknown_keys_are_refused_only_where_asked() -> None:

@@ -92,3 +92,29 @@ def test_an_external_signal_is_published_under_its_lower_cased_type() -> None:
     )
     assert result["signals"]["domain:a"] == {"matched": True, "confidence": 0.3}
     assert [k for k in result["signals"] if k.lower().strip().startswith("domain")] == ["domain:a"]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "published", "decision"),
+    [
+        (
+            {},
+            {"error": "classifier timeout"},
+            {"matched": False, "confidence": 0.0, "error": "classifier timeout"},
+            None,
+        ),
+        ({"error": "classifier timeout"}, {"confidence": 0.4}, {"matched": True, "confidence": 0.4}, "both"),
+        ({"confidence": 0.9, "value": 3}, {"confidence": 0.4}, {"matched": True, "confidence": 0.4}, "both"),
+    ],
+)
+def test_a_later_entry_replaces_an_earlier_one_entirely(
+    first: dict[str, Any], second: dict[str, Any], published: dict[str, Any], decision: str | None
+) -> None:
+    """The library, without the door's duplicate check: the later entry of a type:name wins in the decision as
+    in the published signals (an audit, finding 5: the earlier match still decided while its error was
+    published), and the earlier entry's value and error do not linger."""
+    external = [{"type": "domain", "name": "b"}, {"type": "domain", "name": "a", **first}]
+    external.append({"type": "Domain", "name": "a", **second})
+    result = load_router_text(CONFIG).route(HI, "openai-chat", external)
+    assert result["signals"]["domain:a"] == published
+    assert (result["decision"] or {}).get("name") == decision
