@@ -26,7 +26,7 @@ from redis import Redis
 from worker.keys.layout import Keys
 from worker.settings import Settings
 
-__all__ = ["MIN_PSEUDONYM_SECRET_CHARS", "PREFIX", "Pseudonyms", "load_pseudonyms"]
+__all__ = ["MIN_PSEUDONYM_SECRET_CHARS", "PREFIX", "NoPseudonymSecret", "Pseudonyms", "load_pseudonyms"]
 
 PREFIX = "pn_"
 MIN_PSEUDONYM_SECRET_CHARS = 32
@@ -48,9 +48,14 @@ class Pseudonyms:
         return PREFIX + digest[:DIGEST_HEX_CHARS]
 
 
-def load_pseudonyms(client: Redis | None, settings: Settings) -> Pseudonyms:
+class NoPseudonymSecret(ValueError):
+    """No pseudonym secret is kept under this key prefix, and the caller only reads (``create=False``)."""
+
+
+def load_pseudonyms(client: Redis | None, settings: Settings, *, create: bool = True) -> Pseudonyms:
     """The deployment's pseudonyms: from the setting, else the secret kept in Redis (created once; ``client``
-    is needed then)."""
+    is needed then). ``create=False`` only reads it: none there is :class:`NoPseudonymSecret` (the operator's
+    ``pseudonym`` verb: a pseudonym of a new secret would match nothing the processes logged)."""
     configured = settings.pseudonym_secret
     if configured is not None:
         return Pseudonyms(configured.get_secret_value().encode("utf-8"))
@@ -59,8 +64,14 @@ def load_pseudonyms(client: Redis | None, settings: Settings) -> Pseudonyms:
             "no Redis to keep the pseudonym secret in, and AGENT_SIGNAL_PSEUDONYM_SECRET is unset"
         )
     key = Keys(settings.key_prefix).pseudonym_secret
-    client.set(key, secrets.token_urlsafe(48), nx=True)
+    if create:
+        client.set(key, secrets.token_urlsafe(48), nx=True)
     stored = client.get(key)
+    if stored is None and not create:
+        raise NoPseudonymSecret(
+            f"no pseudonym secret at {key!r}: no process of this deployment has run against this Redis with "
+            "this key prefix (check REDIS_URL and AGENT_SIGNAL_KEY_PREFIX, or set AGENT_SIGNAL_PSEUDONYM_SECRET)"
+        )
     text = stored.decode("utf-8") if isinstance(stored, bytes) else stored
     if not isinstance(text, str) or len(text) < MIN_PSEUDONYM_SECRET_CHARS:
         raise ValueError(f"the stored pseudonym secret ({key}) is missing or too short")

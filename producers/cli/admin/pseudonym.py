@@ -5,7 +5,8 @@ keyed hash of the deployment. To follow one user through the logs, print theirs 
 ``AGENT_SIGNAL_PSEUDONYM_SECRET``, else the secret kept in Redis (``REDIS_URL``, or the Redis and key prefix of the
 ``make run`` stack of this checkout, joined as ``agent-signal worker`` joins it: producers/cli/reach/stack.py): an
 operator's tool, like ``keys``, that needs what the deployment's processes have.
-Prints one ``<id>\\t<pseudonym>`` line per id.
+Prints one ``<id>\\t<pseudonym>`` line per id. It only reads the secret: none under that prefix is an error (exit 2),
+not a new secret whose pseudonyms would match nothing the processes logged.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import sys
 
 from producers.cli.reach.stack import join_stack
+from producers.cli.reach.target import CliError
 
 __all__ = ["add_pseudonym_command"]
 
@@ -21,7 +23,7 @@ __all__ = ["add_pseudonym_command"]
 def cmd_pseudonym(args: argparse.Namespace) -> int:
     from worker.settings import load_settings
     from worker.store.client import redis_from_settings
-    from worker.telemetry.pseudonyms import load_pseudonyms
+    from worker.telemetry.pseudonyms import NoPseudonymSecret, load_pseudonyms
 
     settings = load_settings()
     if settings.pseudonym_secret is None:  # the secret kept in Redis: the stack's, key prefix and all
@@ -32,7 +34,9 @@ def cmd_pseudonym(args: argparse.Namespace) -> int:
     try:
         if client is None and settings.pseudonym_secret is None:
             settings.require_redis_url()  # names what is missing
-        pseudonyms = load_pseudonyms(client, settings)
+        pseudonyms = load_pseudonyms(client, settings, create=False)  # a new secret would match no log line
+    except NoPseudonymSecret as exc:
+        raise CliError(str(exc)) from None
     finally:
         if client is not None:
             client.close()

@@ -123,6 +123,9 @@ class HttpSender:
             self.http = HttpProducer(target.url, token=target.token, timeout_s=HTTP_TIMEOUT_S)
         except ValueError as exc:  # the URL (checked by resolve_target too); the message never quotes it
             raise CliError(f"{target.via}: {exc}") from None
+        # sourceType -> the door's rejection of it: the answer depends on the value alone, so further lines of
+        # that type are rejected here (a file with one mistyped sourceType on every line cost one request per line)
+        self.unknown_types: dict[str, Rejection] = {}
 
     def send(self, chunk: Sequence[Pending]) -> list[Sent]:
         out: list[Sent] = []
@@ -137,13 +140,19 @@ class HttpSender:
         from worker.intake.source_event import InvalidEvent
 
         while pending:
+            pending = self._without_unknown_types(pending, out)
+            if not pending:
+                return
             try:
                 results = self._post(pending)
             except InvalidEvent as exc:
                 named = self._named_line(exc)
                 if named is not None:  # that line's rejection; the others again
                     index, rejection = named
-                    out.append((pending.pop(index)[0], None, rejection))
+                    number, event = pending.pop(index)
+                    out.append((number, None, rejection))
+                    if exc.error.code == "unknown_source_type" and isinstance(event.get("sourceType"), str):
+                        self.unknown_types[event["sourceType"]] = rejection
                 elif len(pending) > 1:  # too large as a whole: each half on its own
                     half = len(pending) // 2
                     self._send(pending[:half], out)
@@ -155,6 +164,20 @@ class HttpSender:
             else:
                 out.extend((n, r, None) for (n, _), r in zip(pending, results, strict=True))
                 return
+
+    def _without_unknown_types(self, pending: list[Pending], out: list[Sent]) -> list[Pending]:
+        """``pending`` less the lines of a sourceType the door already refused as unknown (each rejected so)."""
+        if not self.unknown_types:
+            return pending
+        kept: list[Pending] = []
+        for number, event in pending:
+            source_type = event.get("sourceType")
+            refused = self.unknown_types.get(source_type) if isinstance(source_type, str) else None
+            if refused is None:
+                kept.append((number, event))
+            else:
+                out.append((number, None, refused))
+        return kept
 
     def _post(self, pending: list[Pending]) -> list[EnqueueResult]:
         """The batch's results; InvalidEvent for a 422 or 413 the caller handles, CliError for the rest."""

@@ -48,6 +48,29 @@ def test_the_cli_prints_the_pseudonym_the_processes_log(
     settings = make_settings()
     monkeypatch.setenv("REDIS_URL", str(settings.redis_url))
     monkeypatch.setenv("AGENT_SIGNAL_KEY_PREFIX", settings.key_prefix)
+    expected = load_pseudonyms(redis_client, settings)  # a process of the deployment made the secret
     assert main(["pseudonym", "u1", "u2"]) == 0
-    expected = load_pseudonyms(redis_client, settings)
     assert capsys.readouterr().out.splitlines() == [f"u1\t{expected.of('u1')}", f"u2\t{expected.of('u2')}"]
+
+
+def test_the_cli_only_reads_the_secret_and_says_when_there_is_none(
+    make_settings: SettingsFactory,
+    redis_client: Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An audit: with a mistyped key prefix the verb made a new secret there and printed a pseudonym no log line
+    holds (a false "never appears"). It reads only: none there is exit 2 naming the key, and nothing is written."""
+    settings = make_settings()
+    load_pseudonyms(redis_client, settings)  # the deployment's own secret, under its prefix
+    typo = settings.key_prefix + "typo:"
+    monkeypatch.setenv("REDIS_URL", str(settings.redis_url))
+    monkeypatch.setenv("AGENT_SIGNAL_KEY_PREFIX", typo)
+    assert main(["pseudonym", "u1"]) == 2
+    captured = capsys.readouterr()
+    assert (
+        captured.out == ""
+        and "no pseudonym secret at" in captured.err
+        and "AGENT_SIGNAL_KEY_PREFIX" in captured.err
+    )
+    assert redis_client.exists(BucketKeys(typo).pseudonym_secret) == 0
