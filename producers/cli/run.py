@@ -25,7 +25,8 @@ from typing import Any
 
 import httpx
 
-from producers.cli.reach.stack import StackInfo, remove_stack, stack_path, write_stack
+from producers.cli.reach.stack import StackInfo, checkout_root, remove_stack, stack_path, write_stack
+from producers.cli.reach.target import CliError
 
 __all__ = ["run_stack"]
 
@@ -167,7 +168,27 @@ class _Stack:
             self.embedded.stop()
 
 
-def run_stack(*, examples: str = "examples/events.jsonl", replay: bool = True) -> int:
+DEFAULT_EXAMPLES = "examples/events.jsonl"
+
+
+def _examples_path(examples: str) -> Path | None:
+    """The file to replay: ``examples`` as given; the default also at the checkout's root (``run`` started in a
+    subdirectory). None when the default is nowhere (said, not an error); a path given that does not exist is a
+    CliError before anything starts (a mistyped one skipped the replay without a word)."""
+    path = Path(examples)
+    if path.is_file():
+        return path
+    if examples != DEFAULT_EXAMPLES:
+        raise CliError(f"--examples {examples}: no such file (--no-replay starts without replaying)")
+    at_root = checkout_root() / DEFAULT_EXAMPLES
+    if at_root.is_file():
+        return at_root
+    _say(f"no examples at {DEFAULT_EXAMPLES} here or at the checkout's root; nothing replayed")
+    return None
+
+
+def run_stack(*, examples: str = DEFAULT_EXAMPLES, replay: bool = True) -> int:
+    replayed = _examples_path(examples) if replay else None
     signals = _Signals()
     stack = _Stack()
     try:
@@ -177,8 +198,8 @@ def run_stack(*, examples: str = "examples/events.jsonl", replay: bool = True) -
             return 1
         _say(f"web app ready on {url}")
         stack.publish(url)
-        if replay and Path(examples).exists():
-            _replay(settings.model_copy(update={"redis_url": env["REDIS_URL"]}), examples)
+        if replayed is not None:
+            _replay(settings.model_copy(update={"redis_url": env["REDIS_URL"]}), str(replayed))
         _say(_where_to_look(url, stack.worker_metrics, joinable=stack.embedded is not None))
         while all(p.poll() is None for p in stack.procs):
             time.sleep(0.5)

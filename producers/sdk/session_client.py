@@ -199,9 +199,14 @@ class SessionClient:
         return {str(k): str(v) for k, v in self._session("GET", session_id, "/artifacts").items()}
 
     def put_artifact(self, session_id: str, name: str, content: str) -> dict[str, Any]:
-        """Write artifact ``name`` (the name is one path segment: ``/`` or ``..`` in it is the door's 422)."""
-        path = f"/artifacts/{quote(name, safe='')}"
-        return dict(self._session("PUT", session_id, path, {"content": content}))
+        """Write artifact ``name``, one path segment: a name with ``/`` (which no route can take) or an empty one
+        is :class:`InvalidEvent` naming ``name``, before anything is sent. ``.`` and ``..`` are sent encoded (as
+        they are, a URL reads them as "this" and "the parent" segment, and the call reached another route)."""
+        if not name or "/" in name:
+            message = "name: an artifact name is one non-empty path segment (no '/')"
+            raise InvalidEvent(EventError(code="invalid_field", message=message, field="name"))
+        segment = name.replace(".", "%2E") if name in (".", "..") else quote(name, safe="")
+        return dict(self._session("PUT", session_id, f"/artifacts/{segment}", {"content": content}))
 
     def close(self) -> None:
         self.http.close()

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from producers import HttpProducer, OverLimit, SessionClient
+from producers import HttpProducer, InvalidEvent, OverLimit, SessionClient
 
 pytestmark = pytest.mark.integration
 
@@ -129,3 +129,11 @@ def test_the_context_and_artifact_calls_against_the_door(make_settings: Any, sta
         assert sessions.put_artifact(session, "plan", "ship it") == {"name": "plan", "content": "ship it"}
         assert sessions.artifacts(session) == {"plan": "ship it"}
         assert sessions.attention(session) == []
+        # an audit: ".." reached the settings route and "." another; "a/b" a 404. Dots are names; "/" is refused
+        for name in (".", ".."):
+            assert sessions.put_artifact(session, name, "dots") == {"name": name, "content": "dots"}
+        assert sessions.artifacts(session) == {"plan": "ship it", ".": "dots", "..": "dots"}
+        for name in ("a/b", ""):
+            with pytest.raises(InvalidEvent) as refused:
+                sessions.put_artifact(session, name, "x")
+            assert refused.value.error.field == "name"

@@ -148,3 +148,24 @@ def test_pseudonym_uses_the_stack_key_prefix(
     expected = load_pseudonyms(redis_client, settings).of("u1")
     assert main(["pseudonym", "u1"]) == 0
     assert capsys.readouterr().out == f"u1\t{expected}\n"
+
+
+def test_run_finds_its_examples_from_a_subdirectory_and_refuses_a_missing_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An audit: ``run --examples`` with a mistyped path, or ``run`` started in a subdirectory, skipped the replay
+    without a word. A path given that does not exist is an error before anything starts; the default is also
+    looked for at the checkout's root, and said when it is nowhere."""
+    from producers.cli.reach.target import CliError
+    from producers.cli.run import DEFAULT_EXAMPLES, _examples_path
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    with pytest.raises(CliError, match="--examples evnets.jsonl: no such file"):
+        _examples_path("evnets.jsonl")
+    assert _examples_path(DEFAULT_EXAMPLES) is None
+    assert "nothing replayed" in capsys.readouterr().out
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "events.jsonl").write_text("{}\n")
+    assert _examples_path(DEFAULT_EXAMPLES) == tmp_path / DEFAULT_EXAMPLES
