@@ -162,7 +162,7 @@ def test_run_finds_its_examples_from_a_subdirectory_and_refuses_a_missing_file(
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "sub").mkdir()
     monkeypatch.chdir(tmp_path / "sub")
-    with pytest.raises(CliError, match="--examples evnets.jsonl: no such file"):
+    with pytest.raises(CliError, match=r"--examples evnets\.jsonl: no such file"):
         _examples_path("evnets.jsonl")
     assert _examples_path(DEFAULT_EXAMPLES) is None
     assert "nothing replayed" in capsys.readouterr().out
