@@ -75,6 +75,32 @@ def _wait_ready(url: str, procs: list[subprocess.Popen[bytes]], timeout_s: float
     return False
 
 
+def _end_with_parent() -> None:
+    """In a child before it runs: on Linux, SIGTERM it when ``run`` dies, even by SIGKILL (its web app and worker
+    outlived a ``kill -9`` and held the port and the stack's Redis); elsewhere nothing."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _port_free(host: str, port: int) -> None:
+    """CliError when the web app's address is taken (another ``make run``, or the children of one killed hard):
+    its process would answer the readiness check, and this stack would replay into it and then stop."""
+    bind = host if host not in ("", "0.0.0.0", "::", "[::]") else "0.0.0.0"
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no obstacle
+        try:
+            sock.bind((bind.strip("[]"), port))
+        except OSError as exc:
+            raise CliError(
+                f"{host or '0.0.0.0'}:{port} is in use ({exc.strerror or exc}): another `make run`, or one left "
+                "running? Stop it, or set PORT to another port"
+            ) from None
+
+
 def _client_url(host: str, port: int) -> str:
     """The URL a client on this machine uses (a wildcard bind is reached on loopback)."""
     if host in ("", "0.0.0.0", "::", "[::]"):
@@ -122,9 +148,10 @@ class _Stack:
         door = door_settings(settings)  # the web app's address; both processes check every section at boot
         self.own_broker = settings.broker_url is not None
         self.names = (settings.key_prefix, settings.queue_name)
+        _port_free(door.host, door.port)  # else another process answered our readiness check and the replay
         cli = [sys.executable, "-m", "producers.cli"]
         for argv in ([*cli, "worker", "--loglevel", "WARNING"], [*cli, "web"]):
-            self.procs.append(subprocess.Popen(argv, env=env))
+            self.procs.append(subprocess.Popen(argv, env=env, preexec_fn=_end_with_parent))
         return settings, _client_url(door.host, door.port), env
 
     def publish(self, url: str) -> None:

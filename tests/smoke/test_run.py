@@ -219,3 +219,36 @@ def test_sigterm_leaves_no_process_no_temp_directory_and_no_stack_file(start_run
     assert not _alive(redis_pid)
     assert [d for d in directories if Path(d).exists()] == []
     assert not stack.stack_file.exists()
+
+
+def test_a_taken_port_stops_run_before_it_starts_anything(start_run: Any) -> None:
+    """A newcomer's audit: with the port taken (a second `make run`), run printed "web app ready", replayed into
+    the other process, printed where to look and died. It says the port is taken, starts nothing, exits 2."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        stack = start_run("--no-replay", extra_env={"PORT": str(port)})
+        assert stack.proc.wait(timeout=60) == 2, stack.output()
+    out = stack.output()
+    assert f"127.0.0.1:{port} is in use" in out and "set PORT" in out, out
+    assert "web app ready" not in out and not stack.stack_file.exists()
+
+
+def test_sigkill_of_run_ends_its_web_app_and_worker(start_run: Any) -> None:
+    """A newcomer's audit: after `kill -9` of run, its web app and worker stayed up (parent pid 1), holding the
+    port. The children are told to stop when run dies (Linux's parent-death signal)."""
+    stack = start_run("--no-replay")
+    stack.wait_ready()
+    stack.info()
+    children = [pid for pid in _group_members(stack.proc.pid) if pid != stack.proc.pid]
+    assert children
+    stack.proc.send_signal(signal.SIGKILL)
+    stack.proc.wait(timeout=10)
+    wait_for(
+        lambda: not any(_alive(pid) for pid in children),
+        timeout_s=60,
+        what="the children of a killed run to end",
+    )
