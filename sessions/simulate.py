@@ -1,12 +1,12 @@
 """``agent-signal functions simulate``: run function definitions against a scripted session, offline.
 
-Each line of the script is one step (CONTRACT.md): ``activate``, ``deactivate``, ``signal``, ``tool``,
+Each line of the script is one step (the outside contract, docs/control-signals.md): ``activate``, ``deactivate``, ``signal``, ``tool``,
 ``artifact``, ``turn``, ``idle``, ``set``. Each produces exactly one JSON line
 ``{"step", "result", "functions", "artifacts"}``; ``result`` is the signal tool's text for signal steps (the
 runtime guard's message for an unknown type, spelled as JavaScript spells it: the script goes on), the
 continuation decision for idle steps, else null. Time: a ``signal`` or ``idle`` step's ``nowMs``; a ``signal``
 without one runs at the last ``nowMs`` a step gave, else the wall clock; an ``idle`` without one at the wall
-clock (CONTRACT.md). A script that gives ``nowMs`` gives the same answer on any day (a signal step stamped the
+clock (the outside contract). A script that gives ``nowMs`` gives the same answer on any day (a signal step stamped the
 wall clock and could not say "2 minutes after the block": an audit, finding 4). A step that cannot be understood is reported on stderr naming its line, and produces a line
 whose ``result`` is ``{"error": ...}`` so the numbering stays aligned. A line holding ``NaN`` or ``Infinity``
 (not JSON) or nesting deeper than the decoder reads is such a step too, so every output line is JSON.
@@ -105,7 +105,9 @@ def _turn(sim: _Simulation, body: Mapping[str, Any]) -> None:
 def _idle(sim: _Simulation, body: Mapping[str, Any]) -> dict[str, Any]:
     return sim.machine.idle(
         sim.rt,
-        now_ms=sim.tick("idle", body, wall_clock_when_absent=True),  # CONTRACT.md: wall clock when absent
+        now_ms=sim.tick(
+            "idle", body, wall_clock_when_absent=True
+        ),  # the outside contract: wall clock when absent
         last_two_outputs_identical=bool(body.get("lastTwoOutputsIdentical", False)),
         model_asked_question=bool(body.get("modelAskedQuestion", False)),
     )

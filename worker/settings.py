@@ -287,7 +287,10 @@ class Settings(_SecretsHidden, BaseSettings):
         if self.redis_cluster_url:
             return self.redis_cluster_url
         if not self.redis_url:
-            raise SettingsError("REDIS_URL is not set and no embedded Redis was started")
+            raise SettingsError(
+                "REDIS_URL is not set: set it to your Redis (a `make run` stack's is redisUrl in "
+                ".agent-signal/stack.json), or send through the web app (HttpProducer, --url)"
+            )
         return self.redis_url
 
 

@@ -6,6 +6,7 @@ source event on the session's scope."""
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -197,6 +198,16 @@ def _attention(runtime: SessionRuntime) -> list[dict[str, Any]]:
     return [{"function": name, **item} for name, item in runtime.attention.items()]
 
 
+def unknown_function(name: str, defined: Collection[str], field: str) -> JSONResponse:
+    """422 ``unknown_function`` naming ``field``, saying where definitions come from (and that none are loaded)."""
+    where = (
+        "no definitions are loaded: set AGENT_SIGNAL_FUNCTIONS_DIR (e.g. examples/functions)"
+        if not defined
+        else f"the definitions are those of AGENT_SIGNAL_FUNCTIONS_DIR ({len(defined)} loaded)"
+    )
+    return error_response(422, "unknown_function", f"unknown function {name!r}: {where}", field)
+
+
 def activate_locked(request: Request, session_id: str, names: list[str]) -> JSONResponse | None:
     """Session settings' ``functions``: activate them, locked (transitions cannot deactivate them); a locked
     function the list no longer names is unlocked (it stays active until a transition or a deactivate ends it),
@@ -204,12 +215,7 @@ def activate_locked(request: Request, session_id: str, names: list[str]) -> JSON
     machine = machine_for(request, session_id)
     unknown = [n for n in names if n not in machine.definitions]
     if unknown:
-        return error_response(
-            422,
-            "unknown_function",
-            f"unknown function {unknown[0]!r} (AGENT_SIGNAL_FUNCTIONS_DIR)",
-            "functions",
-        )
+        return unknown_function(unknown[0], machine.definitions, "functions")
 
     if not names and not function_store(request).load(session_id).locked:
         return None  # nothing to lock or unlock: no function state is written
@@ -272,7 +278,7 @@ def post_activate(session_id: str, request: Request, body: NameIn) -> JSONRespon
         return body
     machine = machine_for(request, session_id)
     if body.name not in machine.definitions:
-        return error_response(422, "unknown_function", f"unknown function {body.name!r}", "name")
+        return unknown_function(body.name, machine.definitions, "name")
     try:
         _, runtime = function_store(request).update(session_id, lambda rt: machine.activate(rt, body.name))
     except SessionFull as exc:
@@ -295,7 +301,7 @@ def post_deactivate(session_id: str, request: Request, body: NameIn) -> JSONResp
         body.name not in machine.definitions
         and body.name not in function_store(request).load(session_id).active
     ):
-        return error_response(422, "unknown_function", f"unknown function {body.name!r}", "name")
+        return unknown_function(body.name, machine.definitions, "name")
     _, runtime = function_store(request).update(session_id, lambda rt: machine.deactivate(rt, body.name))
     return JSONResponse(_state(runtime))
 

@@ -12,7 +12,7 @@ from pydantic_core import PydanticCustomError
 from producers.http.api_models import API_ERRORS, ContextView, SessionSettings, body_route, example
 from producers.http.principal import principal_of
 from producers.http.records import RECORDED, with_record_error
-from producers.http.routes.functions import activate_locked, function_definitions
+from producers.http.routes.functions import activate_locked, function_definitions, unknown_function
 from producers.http.routes.session_access import (
     bad_session,
     record_event,
@@ -183,10 +183,10 @@ def _settings_precheck(request: Request, session_id: str, body: SettingsBody) ->
     caller = principal_of(request)
     if caller.user_id is not None and body.userId not in (None, caller.user_id):
         return error_response(422, "forbidden_user", "userId must be this token's user or absent", "userId")
-    unknown = [name for name in body.functions or () if name not in function_definitions(request)]
+    defined = function_definitions(request)
+    unknown = [name for name in body.functions or () if name not in defined]
     if unknown:
-        message = f"unknown function {unknown[0]!r} (AGENT_SIGNAL_FUNCTIONS_DIR)"
-        return error_response(422, "unknown_function", message, "functions")
+        return unknown_function(unknown[0], defined, "functions")
     return None
 
 

@@ -323,6 +323,7 @@ def test_deactivating_a_function_nobody_defined_is_refused_as_activating_it_is(c
         assert (
             answer.json()["error"]["code"] == "unknown_function" and answer.json()["error"]["field"] == "name"
         )
+        assert "AGENT_SIGNAL_FUNCTIONS_DIR" in answer.json()["error"]["message"]
     assert (
         client.post("/v1/sessions/s-ghost/functions/activate", json={"name": "approval"}).status_code == 200
     )
@@ -346,3 +347,17 @@ def test_an_idle_now_past_the_last_iso_instant_is_refused(client: TestClient) ->
     refused = client.post("/v1/sessions/n1/idle", json={"nowMs": 10**23})
     assert refused.status_code == 422 and refused.json()["error"]["field"] == "nowMs", refused.text
     assert client.post("/v1/sessions/n1/idle", json={"nowMs": 1}).status_code == 200
+
+
+def test_with_no_definitions_loaded_an_unknown_function_says_how_to_load_them(make_settings: Any) -> None:
+    """A newcomer's audit: against `make run` (no AGENT_SIGNAL_FUNCTIONS_DIR) activate answered "unknown function
+    'approval'" and nothing more; the settings route worded it otherwise."""
+    with TestClient(create_web_app(make_settings())) as bare:
+        for path, body, field in (
+            ("/v1/sessions/s-none/functions/activate", {"name": "approval"}, "name"),
+            ("/v1/sessions/s-none", {"functions": ["approval"]}, "functions"),
+        ):
+            answer = bare.post(path, json=body) if "activate" in path else bare.put(path, json=body)
+            error = answer.json()["error"]
+            assert (answer.status_code, error["code"], error["field"]) == (422, "unknown_function", field)
+            assert "no definitions are loaded: set AGENT_SIGNAL_FUNCTIONS_DIR" in error["message"], error
