@@ -31,12 +31,26 @@ from producers.http.web_common import FieldError, InvalidBody, decode_json
 __all__ = ["run_route"]
 
 
+# What a bare chat request of each protocol carries: an object without it is no chat request (a mistyped
+# envelope, {"requets": …}, was routed as a request with no messages and answered the fallback decision)
+CONVERSATION_FIELD = {"openai-chat": "messages", "anthropic-messages": "messages", "openai-responses": "input"}
+
+
 def _envelope(data: Any, protocol: str) -> Any:
     """An envelope ``{"request", ...}`` (given ``protocol`` when it names none), or a bare chat request
-    wrapped in one; anything else is left for validation to name."""
+    wrapped in one; anything else is left for validation to name. An object that is neither (no ``request``,
+    and not the protocol's ``messages`` or ``input``) is refused naming ``request``, as the door refuses it."""
     if isinstance(data, dict) and "request" in data:
         return data if "protocol" in data else {**data, "protocol": protocol}
     if isinstance(data, dict):
+        field = CONVERSATION_FIELD.get(protocol, "messages")
+        if field not in data:
+            keys = ", ".join(sorted(map(str, data))[:5]) or "none"
+            raise InvalidRouteInput(
+                "request",
+                f'request: is required: give an envelope {{"request": …}} or a bare {protocol} request with '
+                f"{field} (this object's keys: {keys})",
+            )
         return {"request": data, "protocol": protocol}
     return data
 

@@ -154,3 +154,23 @@ def test_the_route_body_model_lists_the_checked_fields() -> None:
     from policies.routing import ROUTE_REQUEST_FIELDS
 
     assert tuple(RouteRequest.model_fields) == ROUTE_REQUEST_FIELDS
+
+
+@pytest.mark.parametrize(
+    ("body", "protocol"),
+    [
+        ('{"requets": {"messages": [{"role": "user", "content": "urgent"}]}}', "openai-chat"),
+        ("{}", "openai-chat"),
+        ('{"messages": [{"role": "user", "content": "hi"}]}', "openai-responses"),
+    ],
+)
+def test_cli_single_file_refuses_an_object_that_is_no_chat_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, protocol: str
+) -> None:
+    """A newcomer's audit: a mistyped envelope (or ``{}``) was routed as a request with no messages and answered
+    the fallback decision, exit 0; the door refuses ``{}`` naming ``request``. Now so does the CLI."""
+    path = tmp_path / "request.json"
+    path.write_text(body)
+    code, rows = _cli(tmp_path, source=str(path), protocol=protocol)
+    assert code == 1 and rows == []
+    assert capsys.readouterr().err.startswith("agent-signal route: request: is required")
