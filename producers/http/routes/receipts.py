@@ -31,7 +31,7 @@ def receipt_store(request: Request) -> ReceiptStore:
 def get_receipts(
     request: Request,
     principal: Annotated[Principal, Depends(require("read", users=True))],
-    userId: str,
+    userId: str | None = None,
     agentId: str | None = None,
     topicId: str | None = None,
     sinceCreatedAt: int | None = None,
@@ -39,11 +39,12 @@ def get_receipts(
     cursor: Annotated[str | None, Query(description="The previous page's ``cursor``.")] = None,
 ) -> JSONResponse:
     """The user's receipts, newest first: ``userId`` alone lists every agent's and topic's; ``agentId`` and
-    ``topicId`` narrow them (both: LobeHub's ``listReceipts``). A user token reads only its own user's.
-    ``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor`` comes from the previous page; ``limit``
-    is 1..50, default 20."""
+    ``topicId`` narrow them (both: LobeHub's ``listReceipts``). A user token reads only its own user's (it may
+    leave ``userId`` out, as on the stream). ``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor``
+    comes from the previous page; ``limit`` is 1..50, default 20."""
+    userId = userId or principal.user_id
     if not userId:
-        return error_response(422, "missing_field", "userId is required", "userId")
+        return error_response(422, "missing_field", "userId is required (a key reads any user's)", "userId")
     check_user(principal, userId, "receipts")
     if not 1 <= limit <= MAX_LIMIT:
         return error_response(422, "invalid_field", f"limit must be between 1 and {MAX_LIMIT}", "limit")

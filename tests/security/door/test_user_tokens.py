@@ -381,3 +381,18 @@ def test_a_user_whose_id_holds_a_slash_can_be_erased_and_ungated(
         erased = client.delete(path, headers=operate)
         assert erased.status_code == 200 and erased.json()["userId"] == user, erased.text
     assert "a secret of alice's" not in client.get("/v1/sessions/s-slash/context", headers=operate).text
+
+
+def test_a_user_token_lists_its_receipts_without_naming_its_user(
+    door: tuple[TestClient, dict[str, str]],
+) -> None:
+    """A newcomer's audit: ``GET /v1/receipts`` required ``userId`` of a user token (422) where the stream and
+    ``/v1/memories`` take the token's user. It does too now; another user's is still 404, and a key still names
+    one."""
+    client, creds = door
+    own = client.get("/v1/receipts", headers=_bearer(creds[VICTIM]))
+    assert own.status_code == 200 and own.json()["receipts"] == [], own.text
+    other = client.get("/v1/receipts", params={"userId": MALLORY}, headers=_bearer(creds[VICTIM]))
+    assert other.status_code == 404
+    keyed = client.get("/v1/receipts", headers=_bearer(creds["operate"]))
+    assert keyed.status_code == 422 and keyed.json()["error"]["field"] == "userId"
