@@ -33,7 +33,11 @@ __all__ = ["run_route"]
 
 # What a bare chat request of each protocol carries: an object without it is no chat request (a mistyped
 # envelope, {"requets": …}, was routed as a request with no messages and answered the fallback decision)
-CONVERSATION_FIELD = {"openai-chat": "messages", "anthropic-messages": "messages", "openai-responses": "input"}
+CONVERSATION_FIELD = {
+    "openai-chat": "messages",
+    "anthropic-messages": "messages",
+    "openai-responses": "input",
+}
 
 
 def _envelope(data: Any, protocol: str) -> Any:

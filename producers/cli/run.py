@@ -91,7 +91,8 @@ def _port_free(host: str, port: int) -> None:
     bind = host if host not in ("", "0.0.0.0", "::", "[::]") else "0.0.0.0"
     family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no obstacle
+        # as uvicorn binds: a port in TIME_WAIT is no obstacle
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((bind.strip("[]"), port))
         except OSError as exc:
