@@ -1,13 +1,29 @@
-"""Rendering a stored chain (``{"envelope", "record"}``) for people: the five steps, edges, dominant path."""
+"""Rendering a stored chain (``{"envelope", "record"}``) for people: the five steps, edges, dominant path. A
+document that does not read as a chain (a part missing or of another kind) is :class:`NotAChain`, never a
+KeyError: over HTTP it came from whatever answered (producers/cli/inspection.py words it as not the API's)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["render_chain"]
+__all__ = ["NotAChain", "render_chain"]
+
+
+class NotAChain(ValueError):
+    """The document is no stored chain; the message says what it lacks (``without 'signals'``)."""
 
 
 def render_chain(chain: dict[str, Any]) -> str:
+    """The chain in five steps; :class:`NotAChain` when it does not read as one."""
+    try:
+        return _render(chain)
+    except KeyError as exc:
+        raise NotAChain(f"without {exc}") from None
+    except (TypeError, AttributeError) as exc:  # a part of another kind: a string where an object belongs
+        raise NotAChain(f"of another shape ({type(exc).__name__}: {str(exc)[:100]})") from None
+
+
+def _render(chain: dict[str, Any]) -> str:
     envelope, record = chain["envelope"], chain["record"]
     src = envelope["source"]
     meta = envelope.get("metadata", {})

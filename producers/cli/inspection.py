@@ -7,16 +7,24 @@ Over the HTTP API (``--url``, ``AGENT_SIGNAL_URL`` or the ``make run`` stack of 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from producers.cli.console import add_discard_command, dead_letters
 from producers.cli.console.api import Page, act_on_pages
-from producers.cli.console.dead_letters import act_on_every_dead
+from producers.cli.console.dead_letters import act_on_every_dead, print_dead_page, print_dead_results
+from producers.cli.console.table import print_json
 from producers.cli.reach.direct import direct_producer
-from producers.cli.reach.target import Api, Target, add_target_options, quote_id, resolve_target
+from producers.cli.reach.target import (
+    Api,
+    CliError,
+    Target,
+    add_target_options,
+    not_the_api,
+    quote_id,
+    resolve_target,
+)
 
 __all__ = ["add_inspection_commands"]
 
@@ -37,37 +45,58 @@ def _chain_ids(chain_id: str) -> list[str]:
 
 def _find_chain(
     target: Target, chain_id: str, tenant: str | None, user: str | None = None
-) -> dict[str, Any] | None:
-    if target.http:
+) -> tuple[dict[str, Any], str] | None:
+    """The chain (by its id as given, then as ``chain:ID``) and the path of the request that found it (empty
+    straight to Redis); None when there is none. Over HTTP an answer without the ``envelope`` and ``record``
+    objects of a stored chain is CliError (exit 2): not the API's."""
+    if target.url is not None:
         with Api(target) as api:
             params = {"userId": user} if user else None
             for candidate in _chain_ids(chain_id):
-                chain = api.call("GET", f"/v1/chains/{quote_id(candidate)}", params=params, missing_ok=True)
-                if chain is not None:
-                    return dict(chain)
+                path = f"/v1/chains/{quote_id(candidate)}"
+                chain = api.call("GET", path, params=params, missing_ok=True)
+                if chain is None:
+                    continue
+                missing = [
+                    repr(part) for part in ("envelope", "record") if not isinstance(chain.get(part), dict)
+                ]
+                if missing:
+                    raise not_the_api(target.url, "GET", path, f"with no {' or '.join(missing)} object")
+                return chain, path
         return None
     producer = _producer(tenant)
     try:
         for candidate in _chain_ids(chain_id):
             found: dict[str, Any] | None = producer.store.get_chain(producer.keys, candidate, user_id=user)
             if found is not None:
-                return found
+                return found, ""
         return None
     finally:
         producer.close()
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from producers.cli.chain_view import render_chain
+    from producers.cli.chain_view import NotAChain, render_chain
 
-    chain = _find_chain(resolve_target(args), args.chain_id, args.tenant, args.user)
-    if chain is None:
+    target = resolve_target(args)
+    found = _find_chain(target, args.chain_id, args.tenant, args.user)
+    if found is None:
         print(
             f"agent-signal inspect: no chain {args.chain_id!r} (not run yet, or past retention)",
             file=sys.stderr,
         )
         return 1
-    print(json.dumps(chain, indent=2) if args.json else render_chain(chain))
+    chain, path = found
+    if args.json:
+        print_json(chain)
+        return 0
+    try:
+        text = render_chain(chain)
+    except NotAChain as exc:
+        if target.url is None:
+            raise CliError(f"the stored chain {args.chain_id!r} does not read as a chain: {exc}") from None
+        raise not_the_api(target.url, "GET", path, f"with a chain {exc}") from None
+    print(text)
     return 0
 
 
@@ -92,29 +121,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         print(f"agent-signal status: no event {args.event_id!r}{how}", file=sys.stderr)
         return 1
-    print(json.dumps(record, indent=2))
+    print_json(record)
     return 0
 
 
-def _print_dlq(page: dict[str, Any], as_json: bool) -> None:
-    """A page of ``GET /v1/dlq`` (or ``dlq_page``'s): JSON as it is, or a row per event and, while more follow,
-    the ``--cursor`` of the next page on stderr."""
-    events, cursor = list(page.get("events") or []), page.get("cursor")
-    if cursor:
-        print(f"more follow: --cursor {cursor}", file=sys.stderr)
-    if as_json:
-        print(json.dumps(page, indent=2))
-    elif not events and not page.get("total"):
-        print("The dead-letter list is empty.")
-    elif not events:
-        print(f"No dead events on this page ({page.get('total')} in the list).")
-    else:
-        for ev in events:
-            body = ev.get("event") or {}
-            print(
-                f"{ev['eventId']}  {body.get('sourceType')}  {body.get('sourceId')}  scope={ev.get('scopeKey')}  "
-                f"attempts={ev.get('attempts')}\n    error: {ev.get('error', '-')}"
-            )
+REDRIVE_EMPTY = "nothing to redrive: the dead-letter list is empty"
 
 
 def _dlq_http(args: argparse.Namespace, target: Target) -> int:
@@ -123,14 +134,15 @@ def _dlq_http(args: argparse.Namespace, target: Target) -> int:
             params: dict[str, Any] = {"offset": args.offset, "limit": args.limit}
             if args.cursor:
                 params["cursor"] = args.cursor
-            _print_dlq(api.call("GET", "/v1/dlq", params=params), args.json)
+            page = api.call("GET", "/v1/dlq", params=params)
+            api.objects(page, "events", "GET", "/v1/dlq")  # a page of dead events, or not the API
+            print_dead_page(page, args.json)
             return 0
         if args.all:  # a page of the list per request, the count on stderr (act_on_every_dead)
             result = act_on_every_dead(api, "/v1/dlq/redrive", "redriven")
         else:
             result = api.call("POST", "/v1/dlq/redrive", body={"eventIds": list(args.ids)})
-    print(json.dumps(result))
-    return 1 if result.get("notDead") else 0
+    return print_dead_results(result, "redriven", args.json, empty=REDRIVE_EMPTY)
 
 
 def _dlq_direct(args: argparse.Namespace) -> int:
@@ -144,18 +156,17 @@ def _dlq_direct(args: argparse.Namespace) -> int:
             page = dlq_page(
                 producer.store, producer.keys, offset=args.offset, limit=args.limit, cursor=args.cursor
             )
-            _print_dlq(page.to_json_dict(), args.json)
+            print_dead_page(page.to_json_dict(), args.json)
             return 0
         if args.all:  # as over HTTP: a page at a time, the count on stderr (act_on_pages)
             result = act_on_pages(
                 _dead_pages(producer), lambda ids: dict(redrive_events(producer, ids)), "redriven"
             )
         else:
-            result = redrive_events(producer, args.ids)
+            result = dict(redrive_events(producer, args.ids))
     finally:
         producer.close()
-    print(json.dumps(result))
-    return 1 if result["notDead"] else 0
+    return print_dead_results(result, "redriven", args.json, empty=REDRIVE_EMPTY)
 
 
 def _dead_pages(producer: Any) -> Iterator[Page]:
@@ -196,7 +207,11 @@ def _bounded(low: int, high: int) -> Callable[[str], int]:
 def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``inspect``, ``status``, ``dlq list``, ``dlq redrive`` and ``dlq discard``: looking at what the pipeline did."""
     p = sub.add_parser("inspect", help="a chain in five steps: source, signals, actions, results, edges")
-    p.add_argument("chain_id")
+    p.add_argument(
+        "chain_id",
+        metavar="CHAIN_ID",
+        help="the chain's id: chain:SOURCE_ID, or the source id alone (msg_u1 is read as chain:msg_u1)",
+    )
     p.add_argument("--json", action="store_true", help="the stored chain document as JSON")
     p.add_argument(
         "--user", metavar="U", help="of a chain id several users' events share, the run of this user's event"
@@ -212,7 +227,11 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     p = sub.add_parser("dlq", help="the dead-letter list")
     dsub = p.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
     d = dsub.add_parser("list", help="dead events with payload, attempts and last error")
-    d.add_argument("--json", action="store_true")
+    d.add_argument(
+        "--json",
+        action="store_true",
+        help='print the page as JSON ({"events":[…],"total","cursor"?}) instead of a table',
+    )
     d.add_argument(
         "--offset", type=_bounded(0, MAX_DLQ_OFFSET), default=0, help=f"0..{MAX_DLQ_OFFSET:,} (default 0)"
     )
@@ -225,11 +244,18 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     )
     add_target_options(d)
     d = dsub.add_parser("redrive", help="requeue dead events: IDs, or --all")
-    d.add_argument("ids", nargs="*")
+    d.add_argument(
+        "ids", nargs="*", metavar="ID", help="the dead events' ids (evt_…), as `dlq list` shows them"
+    )
     d.add_argument(
         "--all",
         action="store_true",
         help="every event dead now, 500 at a time (the count so far on stderr when more than one page)",
+    )
+    d.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"redriven":[…],"notDead":[…]} instead of a table',
     )
     add_target_options(d)
     p.set_defaults(func=cmd_dlq)

@@ -27,6 +27,7 @@ from producers.cli.reach.target import CliError, transport_reason
 __all__ = ["main"]
 
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a command whose reader went away
+LOGLEVEL_HELP = "the log level: DEBUG, INFO, WARNING, ERROR or CRITICAL (default INFO)"
 
 
 # ---- inspect, status, dlq ----------------------------------------------------------------------------
@@ -115,7 +116,7 @@ def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
         default=None,
         help="child processes, 1 or more (AGENT_SIGNAL_WORKER_CONCURRENCY)",
     )
-    p.add_argument("--loglevel", default="INFO")
+    p.add_argument("--loglevel", default="INFO", metavar="L", help=LOGLEVEL_HELP)
     p.add_argument(
         "celery_flags",
         nargs="*",
@@ -126,7 +127,7 @@ def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("web", help="the HTTP API on HOST:PORT (Procfile: web)")
-    p.add_argument("--loglevel", default="INFO")
+    p.add_argument("--loglevel", default="INFO", metavar="L", help=LOGLEVEL_HELP)
     p.set_defaults(func=cmd_web)
 
 
@@ -139,6 +140,7 @@ def _add_route_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "request",
         nargs="?",
         type=any_bytes,
+        metavar="REQUEST.json",
         help="REQUEST.json (a chat request or {request, protocol, externalSignals}) or -",
     )
     p.add_argument(
@@ -163,7 +165,12 @@ def _add_functions_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
     )
     fsub = p.add_subparsers(dest="functions_command", required=True, metavar="SUBCOMMAND")
     f = fsub.add_parser("check", help="validate every *.md definition in DIR (exit 2, one error per line)")
-    f.add_argument("directory", type=any_bytes)
+    f.add_argument(
+        "directory",
+        type=any_bytes,
+        metavar="DIR",
+        help="the folder of definitions (*.md), e.g. examples/functions",
+    )
     f = fsub.add_parser(
         "simulate",
         help="run definitions against STEPS.jsonl; one JSON line per step",
@@ -177,7 +184,13 @@ def _add_functions_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
             "See docs/control-signals.md."
         ),
     )
-    f.add_argument("--functions", required=True, type=any_bytes, metavar="DIR")
+    f.add_argument(
+        "--functions",
+        required=True,
+        type=any_bytes,
+        metavar="DIR",
+        help="the folder of definitions (*.md) to run, as `functions check` reads it",
+    )
     f.add_argument("--script", required=True, type=any_bytes, metavar="STEPS.jsonl", help="'-' for stdin")
     p.set_defaults(func=cmd_functions)
 
@@ -228,6 +241,7 @@ def _verb(args: argparse.Namespace) -> str:
             getattr(args, "events_command", None),
             getattr(args, "receipts_command", None),
             getattr(args, "keys_command", None),
+            getattr(args, "outbox_command", None),
             getattr(args, "probe_target", None),
             getattr(args, "migrate_command", None),
             getattr(args, "functions_command", None),

@@ -5,17 +5,24 @@ The target is resolved like every state verb (producers/cli/reach/target.py): ``
 tenant) or the root credentials (the bootstrap key; anyone on a loopback stack with no credential configured).
 
 ``create`` prints one JSON object ``{"id","tenant","role","key"}``: the secret ``key`` is shown only there (only
-its hash is stored). ``list`` prints one JSON array of keys without secrets, ``revoke`` the revoked key.
+its hash is stored). ``list`` prints one JSON array of keys without secrets, ``revoke`` the revoked key. All of them
+through the console's ``print_json`` (indented, UTF-8), as every verb's JSON.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from producers.cli.reach.target import Api, Target, add_target_options, quote_id, resolve_target
+from producers.cli.console.table import print_json
+from producers.cli.reach.target import (
+    Api,
+    Target,
+    add_target_options,
+    quote_id,
+    resolve_target,
+)
 
 __all__ = ["add_keys_command"]
 
@@ -30,25 +37,25 @@ def _store() -> Any:
     return CredentialStore(redis_from_settings(settings), Keys(settings.key_prefix))
 
 
-def _created(record: dict[str, Any]) -> str:
-    return json.dumps({k: record[k] for k in ("id", "tenant", "role", "key")})
+CREATED = ("id", "tenant", "role", "key")
 
 
 def _keys_http(args: argparse.Namespace, target: Target) -> int:
     with Api(target) as api:
         if args.keys_command == "create":
             body = {"tenant": args.tenant, "role": args.role, "name": args.name or ""}
-            print(_created(api.call("POST", "/v1/keys", body=body)))
+            created = api.call("POST", "/v1/keys", body=body, require=CREATED)
+            print_json({name: created[name] for name in CREATED})
             return 0
         if args.keys_command == "list":
             answer = api.call("GET", "/v1/keys", params={"tenant": args.tenant} if args.tenant else None)
-            print(json.dumps(answer.get("keys", [])))
+            print_json(api.objects(answer, "keys", "GET", "/v1/keys"))
             return 0
         revoked = api.call("DELETE", f"/v1/keys/{quote_id(args.id)}", missing_ok=True)
     if revoked is None:
         print(f"agent-signal keys revoke: no key {args.id!r}", file=sys.stderr)
         return 1
-    print(json.dumps(revoked))
+    print_json(revoked)
     return 0
 
 
@@ -57,16 +64,16 @@ def _keys_direct(args: argparse.Namespace) -> int:
     try:
         if args.keys_command == "create":
             record, secret = store.create(args.tenant, args.role, args.name or "", actor="cli")
-            print(_created({"id": record.id, "tenant": record.tenant, "role": record.role, "key": secret}))
+            print_json({"id": record.id, "tenant": record.tenant, "role": record.role, "key": secret})
             return 0
         if args.keys_command == "list":
-            print(json.dumps([record.public() for record in store.list(args.tenant)]))
+            print_json([record.public() for record in store.list(args.tenant)])
             return 0
         revoked = store.revoke(args.id, actor="cli")
         if revoked is None:
             print(f"agent-signal keys revoke: no key {args.id!r}", file=sys.stderr)
             return 1
-        print(json.dumps(revoked.public()))
+        print_json(revoked.public())
         return 0
     finally:
         store.client.close()
@@ -85,13 +92,18 @@ def add_keys_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     ksub = p.add_subparsers(dest="keys_command", required=True, metavar="SUBCOMMAND")
     k = ksub.add_parser("create", help='a new key; prints {"id","tenant","role","key"}')
     k.add_argument("--tenant", required=True, help="the tenant the key belongs to (e.g. default)")
-    k.add_argument("--role", required=True, choices=ROLES)
+    k.add_argument(
+        "--role",
+        required=True,
+        choices=ROLES,
+        help="what the key may do: the routes each role may call are in docs/security.md (Credentials)",
+    )
     k.add_argument("--name", default="", help="a label for people (where the key is used)")
     add_target_options(k, tenant=False)
     k = ksub.add_parser("list", help="keys without secrets, as one JSON array")
     k.add_argument("--tenant", default=None, help="only this tenant's keys")
     add_target_options(k, tenant=False)
     k = ksub.add_parser("revoke", help="revoke a key (its user tokens stop working too)")
-    k.add_argument("id", help="the key id (key_…)")
+    k.add_argument("id", metavar="ID", help="the key id (key_…), as `keys list` shows it")
     add_target_options(k, tenant=False)
     p.set_defaults(func=cmd_keys)

@@ -7,7 +7,10 @@
 * ``probe web [--timeout-s N]``: ``GET /readyz`` on this pod's own port over loopback. A deployment keeps its
   operations routes behind a credential (``AGENT_SIGNAL_OPS_OPEN=never``, the default), so the probe sends a bearer:
   ``AGENT_SIGNAL_TOKEN``, else the bootstrap key of its own environment (an exec probe sees the container's
-  environment; an httpGet probe could not read a Secret). Exit 0 on 200, else 1.
+  environment; an httpGet probe could not read a Secret). Exit 0 on 200, else 1: an error answer worded as every
+  verb words one (``HTTP 401 unauthorized: …``), a 503 with the checks that failed, and an answer that has not all
+  come within ``--timeout-s`` (the SDK's whole-answer deadline: a /readyz trickling its answer is cut off too)
+  ``no answer from URL within N s``.
 * ``drain [--timeout-s N]``: the worker's preStop hook. Sets the drain flag (readiness goes false at once),
   then asks this worker's node, named in its heartbeat file, to cancel its consumer of the task queue
   (Celery remote control through the broker), so it takes no new drain while the SIGTERM that follows lets
@@ -27,7 +30,15 @@ from typing import Any
 import httpx
 
 from producers.cli.inputs import positive_seconds, tcp_port
-from producers.cli.reach.target import CliError, bearer_token, transport_reason
+from producers.cli.reach.target import (
+    CliError,
+    bearer_token,
+    http_error_message,
+    transport_reason,
+    unreachable,
+)
+from producers.sdk.deadline import Deadline, deadline_transport, send_within
+from producers.sdk.http_door import NOTHING_SENT
 from worker.runtime import heartbeat_file
 
 __all__ = ["add_probe_commands", "drain", "probe_web", "probe_worker", "readyz_url"]
@@ -63,27 +74,48 @@ def probe_web(
     url: str, token: str | None, timeout_s: float, transport: httpx.BaseTransport | None = None
 ) -> tuple[int, str]:
     """(exit code, line) for ``GET url`` with ``token`` as the bearer (the whitespace around it dropped; one
-    holding a space or a control character is not sent, and the line says so without quoting it)."""
+    holding a space or a control character is not sent, and the line says so without quoting it), its whole
+    answer within ``timeout_s``."""
     try:
         bearer = bearer_token(token, "AGENT_SIGNAL_TOKEN or the bootstrap key") if token else None
     except CliError as exc:
         return 1, f"{url}: not probed: {exc}"
     headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+    deadline = Deadline(timeout_s)
     try:
-        with httpx.Client(timeout=timeout_s, transport=transport) as client:
-            response = client.get(url, headers=headers)
+        with httpx.Client(timeout=timeout_s, transport=transport or deadline_transport(url)) as client:
+            with deadline.applied():
+                response = send_within(client, client.build_request("GET", url, headers=headers), deadline)
     except httpx.TransportError as exc:  # transport_reason never quotes the request's headers
+        if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, NOTHING_SENT):
+            return 1, str(unreachable(url, exc, timeout_s=timeout_s))  # "no answer from URL within N s"
         return 1, f"{url}: {type(exc).__name__}: {transport_reason(exc)}"
     except httpx.HTTPError as exc:
         return 1, f"{url}: {type(exc).__name__}"
+    except ValueError as exc:  # a proxy variable that is no URL (deadline_transport; not quoted)
+        return 1, f"{url}: not probed: {exc}"
     if response.status_code == 200:
         return 0, f"{url}: ready"
+    return 1, f"{url}: {_not_ready(response)}"
+
+
+def _not_ready(response: httpx.Response) -> str:
+    """``HTTP 503: not ready (redis: error: ConnectionError, broker: ok)`` for /readyz's own answer (its checks
+    when the bearer may see them); any other answer as every verb words one (``HTTP 401 unauthorized: …``, without
+    the verbs' hint to give ``--token``: the probe has no such flag)."""
     try:
         body = response.json()
     except ValueError:
-        body = response.text[:200]
-    detail = (body.get("checks") or body.get("error")) if isinstance(body, dict) else body
-    return 1, f"{url}: {response.status_code} {detail}"
+        body = None
+    if isinstance(body, dict) and "ready" in body and "error" not in body:
+        checks = body.get("checks")
+        listed = (
+            ", ".join(f"{name}: {value}" for name, value in checks.items())
+            if isinstance(checks, dict)
+            else ""
+        )
+        return f"HTTP {response.status_code}: not ready" + (f" ({listed})" if listed else "")
+    return http_error_message(response, had_token=True)
 
 
 def drain(path: str | None, queue: str, cancel: Cancel) -> tuple[int, str]:

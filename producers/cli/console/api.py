@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from producers.cli.reach.target import Api, quote_id, resolve_target
+from producers.cli.reach.target import Api, not_the_api, objects_in, quote_id, resolve_target
 from producers.cli.stopped import STOPS, say_stopped, why_stopped
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "open_api",
     "positive_int",
     "quote_id",
+    "say_more_follow",
 ]
 
 
@@ -72,7 +73,7 @@ def collect_pages(
         if cursor is not None:
             query["cursor"] = cursor
         page = api.call("GET", path, params={k: v for k, v in query.items() if v is not None})
-        batch = list(page.get(key) or [])
+        batch = api.objects(page, key, "GET", path)
         taken = batch[: total - len(items)]
         items.extend(taken)
         # a page longer than asked for was cut: its cursor would skip what was cut, so none is given
@@ -83,6 +84,21 @@ def collect_pages(
     if cursor:
         body["cursor"] = cursor
     return body
+
+
+def _count(total: Any) -> int:
+    """A page's ``total``, 0 when it has none (or none that is a count)."""
+    return total if isinstance(total, int) and not isinstance(total, bool) else 0
+
+
+def say_more_follow(page: dict[str, Any], key: str, noun: str, order: str, limit: int) -> None:
+    """On stderr, when a listing stopped at ``--limit`` with more left (its ``cursor``), how many were shown and
+    how to see the rest: ``50 runs shown (newest first); more follow: raise --limit (now 50) to list them``."""
+    if page.get("cursor"):
+        print(
+            f"{len(page[key]):,} {noun} shown ({order}); more follow: raise --limit (now {limit:,}) to list them",
+            file=sys.stderr,
+        )
 
 
 Page = tuple[
@@ -109,7 +125,13 @@ def act_on_every_page(
         while True:
             page = api.call("GET", path, params={"limit": page_max, **({"cursor": cursor} if cursor else {})})
             cursor = page.get("cursor")
-            yield [target(item) for item in page.get(key) or []], int(page.get("total") or 0), bool(cursor)
+            try:
+                items = [target(item) for item in objects_in(page, key)]
+            except ValueError as exc:
+                raise not_the_api(api.url, "GET", path, f"with {exc}") from None
+            except KeyError as exc:  # an item without its id
+                raise not_the_api(api.url, "GET", path, f"with an item of {key!r} without {exc}") from None
+            yield items, _count(page.get("total")), bool(cursor)
             if not cursor:
                 return
 

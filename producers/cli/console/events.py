@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from producers.cli.console.api import add_http_options, open_api, quote_id
 from producers.cli.console.table import Column, print_json, print_table
@@ -20,7 +19,7 @@ COLUMNS = (
 
 def cmd_events_cancel(args: argparse.Namespace) -> int:
     with open_api(args) as api:
-        answer: dict[str, Any] = api.call("POST", f"/v1/events/{quote_id(args.id)}/cancel")
+        answer = api.call("POST", f"/v1/events/{quote_id(args.id)}/cancel")
     if args.json:
         print_json(answer)
     else:

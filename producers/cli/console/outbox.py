@@ -13,6 +13,7 @@ from producers.cli.console.api import (
     collect_pages,
     open_api,
     positive_int,
+    say_more_follow,
 )
 from producers.cli.console.table import Column, print_json, print_table, utc_ms
 from producers.cli.reach.target import Api
@@ -42,8 +43,7 @@ def cmd_outbox_dead(args: argparse.Namespace) -> int:
         print_json(page)
     else:
         print_table(page["records"], DEAD_COLUMNS, empty="no dead outbox records")
-        if page.get("cursor"):
-            print(f"more follow: raise --limit (now {args.limit})", file=sys.stderr)
+    say_more_follow(page, "records", "records", "latest first", args.limit)
     return 0
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from producers.cli.console.api import add_http_options, collect_pages, open_api, positive_int
+from producers.cli.console.api import (
+    add_http_options,
+    collect_pages,
+    open_api,
+    positive_int,
+    say_more_follow,
+)
 from producers.cli.console.table import Column, print_json, print_table, utc_ms
 
 __all__ = ["add_receipts_command"]
@@ -31,6 +37,7 @@ def cmd_receipts_list(args: argparse.Namespace) -> int:
         print_json(page)
     else:
         print_table(page["receipts"], COLUMNS, empty=f"no receipts for user {args.user}")
+    say_more_follow(page, "receipts", "receipts", "newest first", args.limit)
     return 0
 
 

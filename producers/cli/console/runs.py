@@ -4,9 +4,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from producers.cli.console.api import add_http_options, collect_pages, open_api, positive_int, quote_id
+from producers.cli.console.api import (
+    add_http_options,
+    collect_pages,
+    open_api,
+    positive_int,
+    quote_id,
+    say_more_follow,
+)
 from producers.cli.console.table import Column, print_json, print_record, print_table, utc_ms
 
 __all__ = ["add_runs_command"]
@@ -59,12 +65,13 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
         print_json(page)
     else:
         print_table(page["events"], RUN_COLUMNS, empty="no runs")
+    say_more_follow(page, "events", "runs", "newest first", args.limit)
     return 0
 
 
 def cmd_runs_show(args: argparse.Namespace) -> int:
     with open_api(args) as api:
-        run: dict[str, Any] = api.call("GET", f"/v1/events/{quote_id(args.id)}")
+        run = api.call("GET", f"/v1/events/{quote_id(args.id)}")
     if args.json:
         print_json(run)
         return 0

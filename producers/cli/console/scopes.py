@@ -4,10 +4,15 @@ pages followed up to ``--limit``; ``POST /v1/scopes/{scopeKey}/pause`` / ``resum
 from __future__ import annotations
 
 import argparse
-import sys
-from typing import Any
 
-from producers.cli.console.api import add_http_options, collect_pages, open_api, positive_int, quote_id
+from producers.cli.console.api import (
+    add_http_options,
+    collect_pages,
+    open_api,
+    positive_int,
+    quote_id,
+    say_more_follow,
+)
 from producers.cli.console.table import Column, duration_ms, print_json, print_table, utc_ms
 
 __all__ = ["add_scopes_command"]
@@ -40,19 +45,14 @@ def cmd_scopes_list(args: argparse.Namespace) -> int:
         print_json(page)
     else:
         print_table(page["scopes"], SCOPE_COLUMNS, empty="no scope with queued events or paused")
-    if page.get("cursor"):
-        print(
-            f"{len(page['scopes'])} scopes shown (by scope key); more follow {page['cursor']}: "
-            "raise --limit to list them",
-            file=sys.stderr,
-        )
+    say_more_follow(page, "scopes", "scopes", "by scope key", args.limit)
     return 0
 
 
 def cmd_scopes_control(args: argparse.Namespace) -> int:
     """``pause`` or ``resume`` (``args.scopes_command``) one scope."""
     with open_api(args) as api:
-        answer: dict[str, Any] = api.call("POST", f"/v1/scopes/{quote_id(args.scope)}/{args.scopes_command}")
+        answer = api.call("POST", f"/v1/scopes/{quote_id(args.scope)}/{args.scopes_command}")
     if args.json:
         print_json(answer)
     else:

@@ -43,7 +43,12 @@ def positive_int(text: str) -> int:
 
 def add_enqueue_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("enqueue", help="enqueue one source event per line of a JSONL file ('-' for stdin)")
-    p.add_argument("file", type=any_bytes)
+    p.add_argument(
+        "file",
+        type=any_bytes,
+        metavar="FILE.jsonl",
+        help="one source event (a JSON object) per line; '-' reads stdin",
+    )
     p.add_argument(
         "--batch",
         type=positive_int,

@@ -15,9 +15,11 @@ The bearer credential is ``--token``, else ``AGENT_SIGNAL_TOKEN``, else the depr
 (the CR of ``"$(cat key.txt)"`` from a CRLF file) is dropped; one holding a space, a control character or
 non-ASCII is refused naming where it came from. Failures are :class:`CliError` (one line on stderr and an exit
 code, never a traceback): a URL that is not one (or holds a user name or password), a bad credential, a server that
-cannot be reached and a request without an answer in time ("no answer … within N s") are exit 2,
-an HTTP error answer prints its ``message`` and ``field`` and is exit 1. Tokens are sent, never printed (nor
-the text of a failed request, which may quote its headers).
+cannot be reached, a request whose whole answer did not come within the deadline (``no answer … within N s``: the
+SDK's, producers/sdk/deadline.py, so a server trickling its answer is cut off too) and a success answer that is no
+JSON object (``… answered 200 without a JSON object; is that the Agent Signal API?``: another service at that URL,
+a proxy's page) are exit 2; an HTTP error answer prints its ``message`` and ``field`` and is exit 1. Tokens are
+sent, never printed (nor the text of a failed request, which may quote its headers).
 """
 
 from __future__ import annotations
@@ -25,12 +27,19 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-from producers.sdk.http_door import NOTHING_SENT
+from producers.sdk.deadline import Deadline, deadline_transport, send_within
+from producers.sdk.http_door import (
+    NOTHING_SENT,
+    UnexpectedAnswer,
+    json_object,
+    origin,
+    unexpected_answer,
+)
 from producers.sdk.http_door import bearer_token as sdk_bearer_token
 
 __all__ = [
@@ -43,6 +52,8 @@ __all__ = [
     "checked_url",
     "format_http_error",
     "http_error_message",
+    "not_the_api",
+    "objects_in",
     "quote_id",
     "resolve_target",
     "unreachable",
@@ -263,21 +274,54 @@ def format_http_error(status: int, code: str, message: str, field: str | None, *
 
 
 class Api:
-    """JSON over HTTP for one verb; every failure is a :class:`CliError`."""
+    """JSON over HTTP for one verb; every failure is a :class:`CliError`. Each call's whole answer must come
+    within ``timeout_s`` (default :data:`HTTP_TIMEOUT_S`, read when the Api is made): the SDK's deadline
+    (producers/sdk/deadline.py), since httpx's own timeout is per read and a server sending a byte a second never
+    trips it. A success answer must be a JSON object, as every route's is."""
 
-    def __init__(self, target: Target, *, timeout_s: float = HTTP_TIMEOUT_S) -> None:
+    def __init__(self, target: Target, *, timeout_s: float | None = None) -> None:
         assert target.url is not None
         self.target = target
         self.url = target.url.rstrip("/")
-        self.timeout_s = timeout_s
+        self.timeout_s = HTTP_TIMEOUT_S if timeout_s is None else timeout_s
         headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
-        self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        try:
+            transport = deadline_transport(self.url)
+        except ValueError as exc:  # a proxy variable that is no URL: the message does not quote it
+            raise CliError(str(exc)) from None
+        self.client = httpx.Client(
+            base_url=self.url, headers=headers, timeout=self.timeout_s, transport=transport
+        )
 
     def __enter__(self) -> Api:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.client.close()
+
+    @overload
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        missing_ok: Literal[False] = False,
+        require: tuple[str, ...] = (),
+    ) -> dict[str, Any]: ...
+
+    @overload
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        missing_ok: bool,
+        require: tuple[str, ...] = (),
+    ) -> dict[str, Any] | None: ...
 
     def call(
         self,
@@ -287,10 +331,14 @@ class Api:
         body: Any = None,
         params: dict[str, Any] | None = None,
         missing_ok: bool = False,
-    ) -> Any:
-        """The decoded answer; None for a 404 when ``missing_ok``."""
+        require: tuple[str, ...] = (),
+    ) -> dict[str, Any] | None:
+        """The answer's JSON object, holding each name of ``require``; None for a 404 when ``missing_ok``."""
+        deadline = Deadline(self.timeout_s)
+        request = self.client.build_request(method, path, json=body, params=params)
         try:
-            response = self.client.request(method, path, json=body, params=params)
+            with deadline.applied():
+                response = send_within(self.client, request, deadline)
         except httpx.TransportError as exc:
             raise unreachable(self.url, exc, timeout_s=self.timeout_s) from None
         if response.status_code == 404 and missing_ok:
@@ -298,12 +346,40 @@ class Api:
         if response.status_code >= 400:
             raise CliError(http_error_message(response, had_token=bool(self.target.token)), exit_code=1)
         try:
-            return response.json()
-        except ValueError:
-            raise CliError(
-                f"{display_url(self.url)}{path} answered {response.status_code} without JSON; "
-                "is that the Agent Signal API?"
-            ) from None
+            answer = json_object(response, "a JSON object")
+            if missing := [repr(name) for name in require if name not in answer]:
+                raise unexpected_answer(response, ", ".join(missing))
+        except UnexpectedAnswer as exc:  # another service at that URL, or a proxy's page
+            raise CliError(str(exc), maybe_stored=True) from None
+        return answer
+
+    def objects(self, answer: dict[str, Any], key: str, method: str, path: str) -> list[dict[str, Any]]:
+        """:func:`objects_in` ``answer`` (the answer to ``method path``); CliError (exit 2) naming what answered
+        when ``answer[key]`` is no list of objects."""
+        try:
+            return objects_in(answer, key)
+        except ValueError as exc:
+            raise not_the_api(self.url, method, path, f"with {exc}") from None
+
+
+def objects_in(answer: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """``answer[key]``, the list of objects a listing holds (empty when absent or null); a ValueError saying
+    ``'key' not a list of objects`` when it is anything else."""
+    items = answer.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ValueError(f"{key!r} not a list of objects")
+    return items
+
+
+def not_the_api(url: str, method: str, path: str, what: str) -> CliError:
+    """``http://host:port GET /v1/x answered 200 <what>; is that the Agent Signal API?`` (exit 2), worded as
+    the SDK words an answer without a JSON object (producers/sdk/http_door.py ``unexpected_answer``), for what a
+    ``GET``'s success (a 200) held."""
+    base = httpx.URL(url)
+    full_path = httpx.URL(url.rstrip("/") + path).path
+    return CliError(f"{origin(base)} {method} {full_path} answered 200 {what}; is that the Agent Signal API?")
 
 
 def unreachable(url: str, exc: httpx.TransportError, *, timeout_s: float | None = None) -> CliError:

@@ -190,9 +190,10 @@ class TestOperate:
             found = _cli(settings, "inspect", "dup1", "--json", "--user", user)
             assert f"from-{user}" in found.stdout and f"from-{other}" not in found.stdout, found.stderr
 
-        human = _cli(settings, "dlq", "list").stdout
-        assert "to-9" in human and "attempts=1" in human
-        redrive = _cli(settings, "dlq", "redrive", "--all")
+        header, row = (line.split("\t") for line in _cli(settings, "dlq", "list").stdout.splitlines())
+        assert header[:6] == ["EVENT ID", "DIED (UTC)", "SOURCE TYPE", "SOURCE ID", "SCOPE", "TRIES"]
+        assert (row[0], row[3], row[5]) == (events[0]["eventId"], "to-9", "1")
+        redrive = _cli(settings, "dlq", "redrive", "--all", "--json")
         assert json.loads(redrive.stdout)["redriven"] == [events[0]["eventId"]]
         status = json.loads(_cli(settings, "status", events[0]["eventId"]).stdout)
         assert status["eventId"] == events[0]["eventId"]
@@ -321,9 +322,9 @@ class TestSecondTerminal:
         text = _second_terminal("inspect", "m1", cwd=where).stdout
         assert "1. source" in text and "dominant path:" in text
         listed = _second_terminal("dlq", "list", cwd=where)
-        assert bad_id in listed.stdout and "attempts=1" in listed.stdout, listed.stderr
+        assert listed.stdout.splitlines()[1].split("\t")[0] == bad_id, listed.stderr
         redrive = _second_terminal("dlq", "redrive", bad_id, cwd=where)
-        assert json.loads(redrive.stdout)["redriven"] == [bad_id], redrive.stderr
+        assert redrive.stdout == f"EVENT ID\tRESULT\n{bad_id}\tredriven\n", redrive.stderr
         assert json.loads(_second_terminal("keys", "list", cwd=where).stdout) == []
 
     def test_status_by_source_id_is_an_answer_or_a_plain_no_event(

@@ -143,7 +143,7 @@ class TestRedriveAllDirect:
     ) -> None:
         """Straight to Redis, ``dlq redrive --all`` goes a page at a time with the count on stderr after each."""
         producer, dead = five_dead
-        assert main(["dlq", "redrive", "--all"]) == 0
+        assert main(["dlq", "redrive", "--all", "--json"]) == 0
         out, err = capsys.readouterr()
         assert sorted(json.loads(out)["redriven"]) == sorted(dead)
         assert err.splitlines() == ["redriven 2 of 5", "redriven 4 of 5", "redriven 5 of 5"]

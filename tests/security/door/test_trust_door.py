@@ -472,7 +472,7 @@ def test_a_metrics_key_from_the_cli(make_settings: SettingsFactory) -> None:
         timeout=60,
     )
     assert made.returncode == 0, made.stderr
-    key = json.loads(made.stdout.strip().splitlines()[-1])
+    key = json.loads(made.stdout)
     assert key["role"] == "metrics"
     with TestClient(create_web_app(settings)) as client:
         assert client.get("/metrics/state", headers=_bearer(key["key"])).status_code == 200

@@ -111,8 +111,16 @@ class TestRedrive:
         assert main(["dlq", "redrive", "evt_other", "--all"]) == 2
         assert _one_line(capsys) == "agent-signal dlq redrive: give event ids or --all (not both)"
         assert _status(producer, event_id) == "dead"
-        assert main(["dlq", "redrive", event_id, event_id]) == 0
+        assert main(["dlq", "redrive", event_id, event_id, "--json"]) == 0
         assert json.loads(capsys.readouterr().out) == {"redriven": [event_id], "notDead": []}
+
+    def test_a_table_as_for_discard(self, direct: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        """Straight to Redis as over HTTP: without ``--json`` a row per id, redriven or not dead (exit 1)."""
+        _, event_id = direct
+        assert main(["dlq", "redrive", event_id, "evt_other"]) == 1
+        assert capsys.readouterr().out == (
+            f"EVENT ID\tRESULT\n{event_id}\tredriven\nevt_other\tnot dead: left as it is\n"
+        )
 
 
 class TestDlqListBounds:

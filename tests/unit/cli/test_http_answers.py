@@ -1,0 +1,123 @@
+"""A 200 that is not the API's (a JSON list, a string, a proxy's HTML page, an object without what the route
+answers) is one line, exit 2, naming what answered: never a traceback, never printed as if it were the answer
+(``status`` printed ``[]`` and exit 0). producers/cli/reach/target.py ``Api.call``, producers/cli/chain_view.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from producers.cli.main import main
+from tests.unit.cli.conftest import FakeDoor
+
+NOT_THE_API = "answered 200 without a JSON object; is that the Agent Signal API?"
+
+
+def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert out == "", out
+    return err.strip()
+
+
+@pytest.mark.parametrize(
+    ("verb", "name", "request_line"),
+    [
+        (["status", "evt_x"], "status", "GET /v1/events/evt_x"),
+        (["inspect", "c1"], "inspect", "GET /v1/chains/c1"),
+        (["dlq", "list"], "dlq list", "GET /v1/dlq"),
+        (["dlq", "redrive", "--all"], "dlq redrive", "GET /v1/dlq"),
+        (["dlq", "redrive", "evt_1"], "dlq redrive", "POST /v1/dlq/redrive"),
+        (["dlq", "discard", "--all"], "dlq discard", "GET /v1/dlq"),
+        (["keys", "list"], "keys list", "GET /v1/keys"),
+        (["runs", "list"], "runs list", "GET /v1/events"),
+        (["runs", "show", "x"], "runs show", "GET /v1/events/x"),
+        (["scopes", "list"], "scopes list", "GET /v1/scopes"),
+        (["scopes", "pause", "s"], "scopes pause", "POST /v1/scopes/s/pause"),
+        (["events", "cancel", "x"], "events cancel", "POST /v1/events/x/cancel"),
+        (["receipts", "list", "--user", "u"], "receipts list", "GET /v1/receipts"),
+        (["outbox", "dead"], "outbox dead", "GET /v1/outbox/dead"),
+        (["outbox", "redrive", "--all"], "outbox redrive", "GET /v1/outbox/dead"),
+    ],
+)
+def test_a_json_list_is_not_the_api(
+    door: FakeDoor, verb: list[str], name: str, request_line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every verb over HTTP, answered ``200 []``: one line naming the request, exit 2."""
+    door.answer_everything(b"[]")
+    assert main([*verb, "--url", door.url]) == 2
+    assert _one_line(capsys) == f"agent-signal {name}: {door.url} {request_line} {NOT_THE_API}"
+
+
+@pytest.mark.parametrize("body", [b'"ok"', b"42", b"null", b"<html><body>Sign in to the proxy</body></html>"])
+def test_a_string_a_number_or_a_page_is_not_the_api(
+    door: FakeDoor, body: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``status`` answered a JSON string, number or null, or HTML: the same line, exit 2, nothing on stdout."""
+    door.answer_everything(body)
+    assert main(["status", "evt_x", "--url", door.url]) == 2
+    assert _one_line(capsys) == f"agent-signal status: {door.url} GET /v1/events/evt_x {NOT_THE_API}"
+
+
+@pytest.mark.parametrize(
+    "chain",
+    [{}, {"record": {}}, {"envelope": [], "record": {}}],
+    ids=["empty", "no-envelope", "list-envelope"],
+)
+@pytest.mark.parametrize("as_json", [False, True], ids=["steps", "json"])
+def test_inspect_needs_an_envelope_and_a_record(
+    door: FakeDoor, chain: dict[str, object], as_json: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JSON object without the ``envelope`` and ``record`` objects of a stored chain: one line naming what
+    answered, exit 2, with or without ``--json``."""
+    door.answer("GET", "/v1/chains/c1", chain)
+    assert main(["inspect", "c1", "--url", door.url, *(["--json"] if as_json else [])]) == 2
+    line = _one_line(capsys)
+    assert line.startswith(f"agent-signal inspect: {door.url} GET /v1/chains/c1 answered 200 with no ")
+    assert line.endswith(" object; is that the Agent Signal API?")
+
+
+@pytest.mark.parametrize(
+    ("chain", "what"),
+    [
+        ({"envelope": {}, "record": {}}, "without 'source'"),
+        (
+            {"envelope": {"chainId": "c1", "source": "x"}, "record": {}},
+            "of another shape (TypeError: string indices must be integers",
+        ),
+    ],
+    ids=["empty-envelope", "bad-source"],
+)
+def test_inspect_steps_need_a_chain_that_reads_as_one(
+    door: FakeDoor, chain: dict[str, object], what: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its five steps need the chain's parts: one missing or of another kind is one line saying so, exit 2
+    (``--json`` prints the document as it came)."""
+    door.answer("GET", "/v1/chains/c1", chain)
+    assert main(["inspect", "c1", "--url", door.url]) == 2
+    line = _one_line(capsys)
+    assert line.startswith(
+        f"agent-signal inspect: {door.url} GET /v1/chains/c1 answered 200 with a chain {what}"
+    )
+    assert line.endswith("; is that the Agent Signal API?")
+
+
+def test_a_listing_without_its_list_is_not_the_api(
+    door: FakeDoor, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``{"events": "x"}``: an object whose list is no list of objects is one line too, exit 2."""
+    door.answer("GET", "/v1/events", {"events": "abc"})
+    assert main(["runs", "list", "--url", door.url]) == 2
+    assert _one_line(capsys) == (
+        f"agent-signal runs list: {door.url} GET /v1/events answered 200 with 'events' not a list of objects; "
+        "is that the Agent Signal API?"
+    )
+
+
+def test_a_created_key_needs_its_fields(door: FakeDoor, capsys: pytest.CaptureFixture[str]) -> None:
+    """``keys create`` answered an object without the key's fields: one line with the answer's own status."""
+    door.answer("POST", "/v1/keys", {"id": "key_1"}, status=201)
+    assert main(["keys", "create", "--tenant", "default", "--role", "read", "--url", door.url]) == 2
+    assert _one_line(capsys) == (
+        f"agent-signal keys create: {door.url} POST /v1/keys answered 201 without 'tenant', 'role', 'key'; "
+        "is that the Agent Signal API?"
+    )
