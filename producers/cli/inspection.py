@@ -226,7 +226,10 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
 
     p = sub.add_parser("dlq", help="the dead-letter list")
     dsub = p.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
-    d = dsub.add_parser("list", help="dead events with payload, attempts and last error")
+    d = dsub.add_parser(
+        "list",
+        help="dead events: a row each (id, when it died, source, scope, tries, last error); --json adds the payloads",
+    )
     d.add_argument(
         "--json",
         action="store_true",

@@ -16,8 +16,10 @@ import sys
 from typing import Any
 
 from producers.cli.console.table import print_json
+from producers.cli.reach.stack import join_stack
 from producers.cli.reach.target import (
     Api,
+    CliError,
     Target,
     add_target_options,
     quote_id,
@@ -33,7 +35,9 @@ def _store() -> Any:
     from worker.settings import load_settings
     from worker.store.client import redis_from_settings
 
-    settings = load_settings()
+    settings, joined = join_stack(load_settings(), need_broker=False)  # REDIS_URL, else the stack's own Redis
+    if joined is not None:
+        print(f"agent-signal keys: {joined}", file=sys.stderr, flush=True)
     return CredentialStore(redis_from_settings(settings), Keys(settings.key_prefix))
 
 
@@ -80,8 +84,21 @@ def _keys_direct(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
+    if args.redis:  # straight to Redis whatever the HTTP target: the way back in once a stack needs a key
+        if args.url or args.token:
+            raise CliError("--redis goes straight to Redis: --url and --token do not apply")
+        return _keys_direct(args)
     target = resolve_target(args, tenant_is_direct=False)
     return _keys_http(args, target) if target.http else _keys_direct(args)
+
+
+def _add_redis_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--redis",
+        action="store_true",
+        help="straight to Redis (REDIS_URL, else the Redis of this checkout's `make run` stack), not its API: "
+        "an operator's way in, e.g. an admin key once the first key made the stack ask for one",
+    )
 
 
 def add_keys_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -100,10 +117,13 @@ def add_keys_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     k.add_argument("--name", default="", help="a label for people (where the key is used)")
     add_target_options(k, tenant=False)
+    _add_redis_option(k)
     k = ksub.add_parser("list", help="keys without secrets, as one JSON array")
     k.add_argument("--tenant", default=None, help="only this tenant's keys")
     add_target_options(k, tenant=False)
+    _add_redis_option(k)
     k = ksub.add_parser("revoke", help="revoke a key (its user tokens stop working too)")
     k.add_argument("id", metavar="ID", help="the key id (key_…), as `keys list` shows it")
     add_target_options(k, tenant=False)
+    _add_redis_option(k)
     p.set_defaults(func=cmd_keys)

@@ -74,6 +74,13 @@ class CliError(Exception):
         self.maybe_stored = maybe_stored
 
 
+# A local stack answers 401 to a caller without a token once any key exists there (docs/security.md).
+STACK_LOCKED_HINT = (
+    "a key was created on this stack, so it needs one now: `agent-signal keys create --tenant default --role "
+    "admin --redis` makes an admin key straight in the stack's Redis"
+)
+
+
 @dataclass(frozen=True)
 class Target:
     """The HTTP API at ``url`` (with ``token``), or Redis directly when ``url`` is None."""
@@ -344,7 +351,14 @@ class Api:
         if response.status_code == 404 and missing_ok:
             return None
         if response.status_code >= 400:
-            raise CliError(http_error_message(response, had_token=bool(self.target.token)), exit_code=1)
+            line = http_error_message(response, had_token=bool(self.target.token))
+            if (
+                response.status_code == 401
+                and not self.target.token
+                and self.target.via.startswith("the stack")
+            ):
+                line += f" ({STACK_LOCKED_HINT})"
+            raise CliError(line, exit_code=1)
         try:
             answer = json_object(response, "a JSON object")
             if missing := [repr(name) for name in require if name not in answer]:

@@ -213,8 +213,10 @@ def get_chain(
         ]
         if len(traced) > 1:
             listed = [{k: r.get(k) for k in ChainRun.model_fields} for r in traced]
+            names = ", ".join(f"{r['eventId']} (user {r.get('userId') or '-'})" for r in traced[:10])
             message = (
-                f"chain id {chain_id!r} names {len(traced)} runs: ask for one by its eventId (or userId)"
+                f"chain id {chain_id!r} names {len(traced)} runs: {names}; ask for one by its eventId, or "
+                "narrow by userId (the CLI's --user)"
             )
             return JSONResponse(
                 {

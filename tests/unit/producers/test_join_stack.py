@@ -169,3 +169,46 @@ def test_run_finds_its_examples_from_a_subdirectory_and_refuses_a_missing_file(
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "events.jsonl").write_text("{}\n")
     assert _examples_path(DEFAULT_EXAMPLES) == tmp_path / DEFAULT_EXAMPLES
+
+
+def test_once_a_stack_needs_a_key_the_cli_says_how_to_make_one_and_keys_redis_makes_it(
+    checkout_with_stack: Settings, redis_client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A newcomer's audit: the first `keys create` on a `make run` stack turned authentication on, every verb then
+    answered 401 asking for a key nobody had, and inside the checkout REDIS_URL was not used. A 401 from the
+    stack without a token names the way back; `keys create --redis` makes an admin key in the stack's Redis."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from worker.ops.credentials import CredentialStore
+
+    class Locked(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"error":{"code":"unauthorized","message":"missing bearer credential","field":null}}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Locked)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        settings = checkout_with_stack
+        stack = read_stack(Path(".agent-signal/stack.json"))
+        assert stack is not None
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        write_stack(StackInfo(**{**stack.__dict__, "url": url}), Path(".agent-signal/stack.json"))
+        assert main(["runs", "list"]) == 1
+        assert "keys create --tenant default --role admin --redis" in capsys.readouterr().err
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert main(["keys", "create", "--tenant", "default", "--role", "admin", "--redis"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    store = CredentialStore(redis_client, Keys(settings.key_prefix))
+    assert store.verify(made["key"]) is not None  # in the stack's Redis, under its prefix
