@@ -26,7 +26,7 @@ export type EventFilters = QueryOf<paths["/v1/events"]["get"]>;
 
 export type Receipt = Schemas["Receipt"];
 export type ReceiptPage = Schemas["ReceiptPage"];
-/** Query of `GET /v1/receipts`: `userId` and optionally agentId, topicId, limit, cursor, sinceCreatedAt. */
+/** Query of `GET /v1/receipts`: `userId` (a user token may leave it out) and optionally agentId, topicId, limit, cursor, sinceCreatedAt. */
 export type ReceiptQuery = QueryOf<paths["/v1/receipts"]["get"]>;
 
 export type DlqEvent = Schemas["DlqEvent"];

@@ -894,9 +894,9 @@ export interface paths {
         /**
          * Get Receipts
          * @description The user's receipts, newest first: ``userId`` alone lists every agent's and topic's; ``agentId`` and
-         *     ``topicId`` narrow them (both: LobeHub's ``listReceipts``). A user token reads only its own user's.
-         *     ``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor`` comes from the previous page; ``limit``
-         *     is 1..50, default 20.
+         *     ``topicId`` narrow them (both: LobeHub's ``listReceipts``). A user token reads only its own user's (it may
+         *     leave ``userId`` out, as on the stream). ``sinceCreatedAt`` is inclusive (clients dedupe by id); ``cursor``
+         *     comes from the previous page; ``limit`` is 1..50, default 20.
          */
         get: operations["get_receipts_v1_receipts_get"];
         put?: never;
@@ -7565,8 +7565,8 @@ export interface operations {
     };
     get_receipts_v1_receipts_get: {
         parameters: {
-            query: {
-                userId: string;
+            query?: {
+                userId?: string | null;
                 agentId?: string | null;
                 topicId?: string | null;
                 sinceCreatedAt?: number | null;
