@@ -57,6 +57,7 @@ from worker.intake.emitter import AdmissionHook
 from worker.intake.source_event import EnqueueResult
 from worker.keys.layout import Keys
 from worker.ops.erasure import UserEraser
+from worker.outbox.deadline import Deadline, deadline_transport, send_within
 from worker.runtime.plugin_model import Plugin, PluginRuntime, PluginTask
 from worker.settings import PluginSettings, Settings
 from worker.store.events import PreparedEvent
@@ -68,6 +69,7 @@ __all__ = [
     "AdmissionHook",
     "ChainRef",
     "Conclude",
+    "Deadline",
     "Deliverer",
     "Deps",
     "Dispatch",
@@ -99,11 +101,13 @@ __all__ = [
     "action_from",
     "add_user_bytes",
     "applied",
+    "deadline_transport",
     "define_action_handler",
     "define_signal_handler",
     "define_source_handler",
     "failed",
     "receipt_effects",
+    "send_within",
     "signal_from",
     "skipped",
     "user_bytes_effects",

@@ -1,6 +1,6 @@
 """The HTTP door as the SDK's clients (:class:`~producers.sdk.producer.HttpProducer`,
 :class:`~producers.sdk.session_client.SessionClient`) speak to it: the URL and the bearer credential they send,
-and the exceptions the door's answers become (a call's deadline: producers/sdk/deadline.py).
+and the exceptions the door's answers become (a call's deadline: worker/outbox/deadline.py).
 
 **URL.** :func:`door_url` refuses a base URL holding a user name or password (the TypeScript client refuses it
 too): httpx would send it as Basic auth next to the bearer credential, and every error that quotes the URL

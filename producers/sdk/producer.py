@@ -21,7 +21,6 @@ from opentelemetry import trace
 from pydantic import ValidationError
 from tenacity.stop import stop_base
 
-from producers.sdk.deadline import Deadline, deadline_transport, send_within
 from producers.sdk.http_door import (
     NOTHING_SENT,
     NoAnswer,
@@ -50,6 +49,7 @@ from worker.intake.source_event import (
     with_traceparent,
 )
 from worker.keys.layout import Keys
+from worker.outbox.deadline import Deadline, deadline_transport, send_within
 from worker.plugin import PluginRuntime
 from worker.runtime.assembly import assemble, load_plugins
 from worker.settings import Settings

@@ -30,7 +30,6 @@ from urllib.parse import quote
 
 import httpx
 
-from producers.sdk.deadline import Deadline, deadline_transport, send_within
 from producers.sdk.http_door import (
     UnexpectedAnswer,
     bearer_headers,
@@ -43,6 +42,7 @@ from producers.sdk.http_door import (
 )
 from sessions.ids import session_id_problem
 from worker.intake.source_event import EventError, InvalidEvent
+from worker.outbox.deadline import Deadline, deadline_transport, send_within
 
 __all__ = ["RECORD_ERROR_HEADER", "SessionClient"]
 

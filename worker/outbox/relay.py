@@ -37,10 +37,9 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
@@ -49,6 +48,7 @@ from worker.core.errors import PermanentFailure, RetryLater
 from worker.core.retry import backoff_ms
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BucketKeys, Keys, split_scope_ref
+from worker.outbox.delivery_pool import DeliveryPool
 from worker.store.calls import JournalSettle, OutboxClaim, OutboxSettle, Release, Renew
 from worker.store.events import EventStore
 from worker.telemetry.log_privacy import describe_error, without_url_secrets
@@ -112,16 +112,19 @@ class OutboxRelay:
     # Deliveries at once (parallel mode), on a pool of threads; 1: each in the relay's own thread, settled before
     # run_once returns (what tests that count run_once's deliveries use). A tenant holds at most half of them.
     concurrency: int = 1
+    stop_grace_s: float = 10.0  # a stop waits this long for deliveries in flight (then their claims lapse)
     delivered: int = field(default=0, init=False)
     _turn: int = field(default=0, init=False)  # where the next pass's round of tenant buckets starts
-    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    _pool: DeliveryPool = field(init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _in_flight: Counter[str] = field(default_factory=Counter, init=False, repr=False)  # tenant -> deliveries
+
+    def __post_init__(self) -> None:
+        self._pool = DeliveryPool(self.concurrency)
 
     @property
     def per_tenant(self) -> int:
         """The deliveries one tenant may have in flight at once."""
-        return max(1, self.concurrency // 2)
+        return self._pool.per_tenant
 
     def run_once(self) -> int:
         """Deliver up to ``batch`` records due now, each under its own claim, and (with scope buckets) up to
@@ -152,8 +155,8 @@ class OutboxRelay:
                     log.warning("outbox relay pass failed: %s", describe_error(exc))
                     wait_s = min(max(wait_s * 2, interval_s), 5.0)
         finally:
-            if self._pool is not None:  # deliveries under way end on their own (their claims hold meanwhile)
-                self._pool.shutdown(wait=False)
+            if not self._pool.wait_idle(self.stop_grace_s):  # their claims lapse: another relay delivers them
+                log.warning("outbox relay stopped with %d deliveries still running", self._pool.in_flight())
 
     # ---- one record's lifecycle (both modes) -------------------------------------------------------
 
@@ -223,7 +226,7 @@ class OutboxRelay:
             for keys in waiting:
                 if budget <= 0:
                     break
-                if self.concurrency > 1 and not self._room_for(keys.tenant):
+                if self.concurrency > 1 and not self._pool.room_for(keys.tenant):
                     continue  # the pool is full, or the tenant's half is taken: a later pass asks again
                 claimed = self.store.scripts.run(OutboxClaim(keys.outbox_due, self.lease_ms))
                 if not claimed:
@@ -232,8 +235,14 @@ class OutboxRelay:
                 budget -= 1
                 member, deadline = str(claimed[0]), int(claimed[1])
                 if self.concurrency > 1:
-                    self._hand_to_pool(keys, member, deadline)
-                    done += 1  # claimed: run_forever's pass goes on while there are claims to make
+                    if not self._pool.claimed_again(member, deadline):  # else: its delivery runs here already
+                        self._pool.submit(
+                            keys.tenant,
+                            member,
+                            deadline,
+                            partial(self._deliver_safely, keys, member, deadline),
+                        )
+                        done += 1  # claimed: run_forever's pass goes on while there are claims to make
                     continue
                 done += self._deliver_safely(keys, member, deadline)
             waiting = still
@@ -246,32 +255,6 @@ class OutboxRelay:
             log.exception("outbox record could not be handled", extra={"outboxRecord": member})
             return 0
 
-    def _room_for(self, tenant: str) -> bool:
-        """A free slot in the pool, and the tenant below its half (parallel mode with ``concurrency`` > 1)."""
-        with self._lock:
-            return (
-                sum(self._in_flight.values()) < self.concurrency and self._in_flight[tenant] < self.per_tenant
-            )
-
-    def _hand_to_pool(self, keys: BucketKeys, member: str, deadline: int) -> None:
-        """Deliver a claimed record on the pool; its tenant's slot is held until the delivery has settled."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="outbox")
-        tenant = keys.tenant
-        with self._lock:
-            self._in_flight[tenant] += 1
-
-        def deliver() -> None:
-            try:
-                self._deliver_safely(keys, member, deadline)
-            finally:
-                with self._lock:
-                    self._in_flight[tenant] -= 1
-                    if self._in_flight[tenant] <= 0:
-                        del self._in_flight[tenant]
-
-        self._pool.submit(deliver)
-
     def _deliver_claimed(self, keys: BucketKeys, member: str, deadline: int) -> int:
         key = self._record_key(member)
         record = self._pending(key, member.partition(SEPARATOR)[2])
@@ -280,12 +263,15 @@ class OutboxRelay:
             return 0
 
         def still_ours(counted: OutboxRecord) -> bool:
-            return self._settle(keys, key, member, deadline, counted, keep_claim=True)
+            return self._settle(
+                keys, key, member, self._pool.deadline_of(member, deadline), counted, keep_claim=True
+            )
 
         attempt = self._attempt(record, still_ours)
         if attempt.verdict == "skipped":
             return 0
-        settled = self._settle(keys, key, member, deadline, record, retry_at_ms=attempt.retry_at_ms)
+        claim = self._pool.deadline_of(member, deadline)  # claimed again by this relay meanwhile: that claim
+        settled = self._settle(keys, key, member, claim, record, retry_at_ms=attempt.retry_at_ms)
         if attempt.verdict != "delivered":
             return 0
         if settled:

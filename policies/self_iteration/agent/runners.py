@@ -29,6 +29,7 @@ import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from policies.webhook_signing import webhook_headers
+from worker.plugin import Deadline, deadline_transport, send_within
 
 __all__ = [
     "AGENT_RUN_OUTBOX",
@@ -169,7 +170,7 @@ class WebhookRunner:
                     signed = headers | webhook_headers(
                         self.secret, request.operation_id, body, previous_secrets=self.previous_secrets
                     )
-                    response = httpx.post(self.url, content=body, headers=signed, timeout=self.timeout_s)
+                    response = self._post(body, signed)
                     if response.status_code >= 300:
                         raise _HttpStatus(response.status_code, _retry_after_s(response))
         except _HttpStatus as exc:
@@ -183,6 +184,18 @@ class WebhookRunner:
                 f"the agent-run webhook failed after {self.attempts} attempts: {type(exc).__name__}"
             ) from None
         return request.operation_id
+
+    def _post(self, body: bytes, headers: dict[str, str]) -> httpx.Response:
+        """One attempt, the whole answer within ``timeout_s``: httpx's own timeout caps each read, so a receiver
+        that trickled its answer held the delivery (and its tenant's share of the relay) for as long as it liked
+        (a fault audit). A late answer is an ``httpx.TimeoutException``, retried as any transport error."""
+        deadline = Deadline(self.timeout_s)
+        with httpx.Client(transport=deadline_transport(self.url), timeout=self.timeout_s) as client:
+            request = client.build_request("POST", self.url, content=body, headers=headers)
+            with deadline.applied():
+                response = send_within(client, request, deadline)
+                response.read()
+            return response
 
 
 class _HttpStatus(Exception):

@@ -25,9 +25,8 @@ DAY_S = 24 * 60 * 60
 def stage_procedure_record(ctx: HandlerContext, record: dict[str, Any]) -> None:
     """Stage ``record`` (its ``id`` the field) in today's procedure hash of the handler's scope, that hash's
     expiry (its day's end plus the TTL) and the record's bytes counted for its ``userId`` until then."""
-    now_s = int(
-        time.time()
-    )  # Redis's clock, not the event's: a caller's timestamp never keeps a day's hash alive
+    # the worker's clock, not the event's: a caller's timestamp never keeps a day's hash alive
+    now_s = int(time.time())
     day = now_s // DAY_S
     ttl_s = (day + 1) * DAY_S + PROCEDURE_TTL_S - now_s
     key = SelfIterationKeys(ctx.keys).procedure(ctx.scope_key, day)
@@ -41,6 +40,7 @@ def stage_procedure_record(ctx: HandlerContext, record: dict[str, Any]) -> None:
 
 
 def procedure_days(now_s: int) -> range:
-    """The days whose procedure hashes may still exist at ``now_s`` (erasure reads each)."""
+    """The days whose procedure hashes may still exist at ``now_s`` (erasure reads each): one more on each side,
+    since a worker's clock may be a little ahead of or behind the eraser's around midnight."""
     today = now_s // DAY_S
-    return range(today - PROCEDURE_TTL_S // DAY_S - 1, today + 1)
+    return range(today - PROCEDURE_TTL_S // DAY_S - 2, today + 2)

@@ -37,8 +37,8 @@ from producers.cli.reach.target import (
     transport_reason,
     unreachable,
 )
-from producers.sdk.deadline import Deadline, deadline_transport, send_within
 from producers.sdk.http_door import NOTHING_SENT
+from worker.outbox.deadline import Deadline, deadline_transport, send_within
 from worker.runtime import heartbeat_file
 
 __all__ = ["add_probe_commands", "drain", "probe_web", "probe_worker", "readyz_url"]

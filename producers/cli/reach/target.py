@@ -16,7 +16,7 @@ The bearer credential is ``--token``, else ``AGENT_SIGNAL_TOKEN``, else the depr
 non-ASCII is refused naming where it came from. Failures are :class:`CliError` (one line on stderr and an exit
 code, never a traceback): a URL that is not one (or holds a user name or password), a bad credential, a server that
 cannot be reached, a request whose whole answer did not come within the deadline (``no answer … within N s``: the
-SDK's, producers/sdk/deadline.py, so a server trickling its answer is cut off too) and a success answer that is no
+SDK's, worker/outbox/deadline.py, so a server trickling its answer is cut off too) and a success answer that is no
 JSON object (``… answered 200 without a JSON object; is that the Agent Signal API?``: another service at that URL,
 a proxy's page) are exit 2; an HTTP error answer prints its ``message`` and ``field`` and is exit 1. Tokens are
 sent, never printed (nor the text of a failed request, which may quote its headers).
@@ -32,7 +32,6 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-from producers.sdk.deadline import Deadline, deadline_transport, send_within
 from producers.sdk.http_door import (
     NOTHING_SENT,
     UnexpectedAnswer,
@@ -41,6 +40,7 @@ from producers.sdk.http_door import (
     unexpected_answer,
 )
 from producers.sdk.http_door import bearer_token as sdk_bearer_token
+from worker.outbox.deadline import Deadline, deadline_transport, send_within
 
 __all__ = [
     "HTTP_TIMEOUT_S",
@@ -283,7 +283,7 @@ def format_http_error(status: int, code: str, message: str, field: str | None, *
 class Api:
     """JSON over HTTP for one verb; every failure is a :class:`CliError`. Each call's whole answer must come
     within ``timeout_s`` (default :data:`HTTP_TIMEOUT_S`, read when the Api is made): the SDK's deadline
-    (producers/sdk/deadline.py), since httpx's own timeout is per read and a server sending a byte a second never
+    (worker/outbox/deadline.py), since httpx's own timeout is per read and a server sending a byte a second never
     trips it. A success answer must be a JSON object, as every route's is."""
 
     def __init__(self, target: Target, *, timeout_s: float | None = None) -> None:

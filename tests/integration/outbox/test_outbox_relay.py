@@ -264,3 +264,96 @@ def test_a_hanging_receiver_holds_half_the_deliveries_and_another_tenant_is_deli
         stop.set()
         runner.join(30)
     assert relay.delivered == 7
+
+
+def test_a_record_claimed_again_while_its_delivery_runs_is_not_delivered_twice(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A fault audit: a receiver that trickled its answer outlasted the claim's lease, the relay's next pass
+    claimed the record again and handed it to a second thread, four times at once. The relay's own new claim now
+    goes to the delivery in flight (which settles under it), and the record is delivered once."""
+    import threading
+
+    from tests.conftest import wait_for
+
+    store = EventStore(redis_client, make_settings())
+    buffer = EffectBuffer(keys=keys)
+    _stage(keys, buffer, key="slow")
+    _apply(store, buffer)
+    release, entered = threading.Event(), threading.Semaphore(0)
+    calls: list[str] = []
+
+    def trickling(record: OutboxRecord) -> None:
+        calls.append(record.id)
+        entered.release()
+        assert release.wait(60), "the test never let the delivery end"
+
+    relay = OutboxRelay(store, {"probe": trickling}, concurrency=4, lease_ms=200)
+    relay.run_once()
+    assert entered.acquire(timeout=30)
+    claims = 0
+    while claims < 3:  # the lease lapses and the same relay claims the record again, three times
+        wait_for(lambda: relay.run_once() >= 0 and redis_client.zcard(keys.outbox_due) == 1, what="due again")
+        before = redis_client.zscore(keys.outbox_due, redis_client.zrange(keys.outbox_due, 0, 0)[0])
+        time.sleep(
+            0.3
+        )  # past the 200 ms lease: the next pass claims it again (a positive wait, not a negative)
+        relay.run_once()
+        after = redis_client.zscore(keys.outbox_due, redis_client.zrange(keys.outbox_due, 0, 0)[0])
+        claims += after != before
+    release.set()
+    wait_for(lambda: relay.delivered == 1, timeout_s=30, what="the one delivery to settle")
+    assert calls == ["probe:slow"]
+    assert redis_client.zcard(keys.outbox_due) == 0  # settled under the newest claim: nothing due again
+
+
+def test_a_stopping_relay_waits_for_its_deliveries_only_so_long(make_settings: Any) -> None:
+    """A fault audit: a worker asked to stop waited for ever on a receiver that never finished (the pool's threads
+    were joined at exit). The relay waits ``stop_grace_s`` and the process exits; the claim lapses and another
+    relay delivers the record (at least once)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, settings_env
+
+    settings = make_settings()
+    script = """
+import sys, threading
+from worker.settings import load_settings
+from worker.store.client import redis_from_settings
+from worker.store.events import EventStore
+from worker.chain.context import EffectBuffer, HandlerContext
+from worker.outbox.relay import OutboxRelay
+settings = load_settings()
+store = EventStore(redis_from_settings(settings), settings)
+keys = store.keys.for_tenant("default").for_scope("topic:stop")
+buffer = EffectBuffer(keys=keys)
+HandlerContext(scope_key="topic:stop", node_timestamp=1, keys=keys, effects=buffer).outbox("probe", {}, key="k")
+pipe = store.client.pipeline(transaction=True)
+for command in buffer.to_json_list():
+    pipe.execute_command(*command)
+pipe.execute()
+entered, stop = threading.Event(), threading.Event()
+def hang(record):
+    entered.set()
+    threading.Event().wait()
+relay = OutboxRelay(store, {"probe": hang}, concurrency=2, stop_grace_s=0.5)
+runner = threading.Thread(target=relay.run_forever, args=(stop, 0.01))
+runner.start()
+if not entered.wait(30):
+    stop.set()
+    sys.exit("the delivery never started")
+stop.set()
+runner.join(30)
+print("stopped", runner.is_alive(), flush=True)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "stopped False" in done.stdout, done.stderr[-2000:]
+    assert "deliveries still running" in done.stderr

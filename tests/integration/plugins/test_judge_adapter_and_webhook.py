@@ -185,3 +185,46 @@ def test_a_receiver_that_says_when_is_not_called_again_at_once(status: int) -> N
         assert plain.value.retry_after_s is None and asked.count("op-plain") == 3
     finally:
         server.close()
+
+
+def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_timeout() -> None:
+    """A fault audit: the runner's ``timeout`` capped each read, so a receiver sending its answer a byte at a time
+    held the delivery (and its tenant's share of the outbox relay) for as long as it liked. Each attempt's whole
+    answer is bounded now: a late one is a failed attempt, and the run a RunnerError the relay retries."""
+    stop = threading.Event()
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "1000")
+            self.end_headers()
+            while not stop.is_set():
+                try:
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                stop.wait(0.05)
+
+        def log_message(self, *_: Any) -> None:
+            return None
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        runner = WebhookRunner(
+            f"http://127.0.0.1:{httpd.server_address[1]}",
+            "s3cret",
+            attempts=2,
+            base_delay_s=0.01,
+            timeout_s=0.5,
+        )
+        # the answer never ends: only a deadline on the whole answer returns (before, this hung until the
+        # suite's timeout)
+        with pytest.raises(RunnerError, match=r"after 2 attempts: (Read)?Timeout"):
+            runner.dispatch(RunRequest("op-trickle", "memory-writer", {}, "u1", "a1", "p"))
+    finally:
+        stop.set()
+        httpd.shutdown()

@@ -102,7 +102,7 @@ def test_users_under_their_own_quota_are_held_to_the_tenants_together(
     for _ in range(3):
         assert door.write("s-a", door.users["alice"]).status_code == 200
     written = [door.write("s-b", door.users["bob"]) for _ in range(4)]
-    assert [w.status_code for w in written[:2]] == [200, 200]
+    assert written[0].status_code == 200  # (each new session counts 320 B too: SESSION_BYTES)
     refused = next(w for w in written if w.status_code != 200)
     _refused_for_the_tenant(refused)
     alice, bob = door.user_bytes("alice"), door.user_bytes("bob")

@@ -1,6 +1,6 @@
 """A server that sends its answer one byte at a time never trips a read timeout: every HTTP call of the CLI
 (the console verbs, ``status``, ``inspect``, ``dlq``, ``keys``, ``probe web``) ends at its whole-answer deadline
-with one line, ``no answer from URL within N s`` (producers/cli/reach/target.py, producers/sdk/deadline.py).
+with one line, ``no answer from URL within N s`` (producers/cli/reach/target.py, worker/outbox/deadline.py).
 
 Each verb runs as its own process with a 1 s deadline and a subprocess timeout far above it, so a verb that
 hangs fails its test rather than the run."""

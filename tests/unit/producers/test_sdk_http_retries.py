@@ -1,4 +1,4 @@
-"""HttpProducer's retries and deadline (producers/sdk/producer.py, producers/sdk/deadline.py): a request without
+"""HttpProducer's retries and deadline (producers/sdk/producer.py, worker/outbox/deadline.py): a request without
 an answer (refused, dropped, timed out) and a 502, 503 or 504 are sent again, the same body each time (the door
 dedupes it), then raised as StoreUnavailable; Retry-After is read as seconds or an HTTP date, and a missing or 0
 one waits an exponential backoff; one deadline (``timeout_s``) bounds the whole call, so a door that trickles
@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from producers import HttpProducer, OverLimit, SessionClient, StoreUnavailable
-from producers.sdk.deadline import Deadline
 from producers.sdk.http_door import NoAnswer, retry_after_s
+from worker.outbox.deadline import Deadline
 
 EVENT = {"sourceType": "test.timeline", "sourceId": "s1", "scopeKey": "topic:a", "payload": {}}
 ACCEPTED = {"results": [{"eventId": "evt_1", "sourceId": "s1", "status": "accepted"}]}
@@ -318,7 +318,7 @@ def test_no_proxy_names_an_ipv6_door_as_httpx_reads_it(
 ) -> None:
     """A review: with the host passed bracketed, ``NO_PROXY=::1`` no longer matched an IPv6 door, which httpx
     bypasses; such a door goes straight, with the deadline's transport."""
-    from producers.sdk.deadline import DeadlineTransport, deadline_transport
+    from worker.outbox.deadline import DeadlineTransport, deadline_transport
 
     for name in ("HTTPS_PROXY", "ALL_PROXY", "https_proxy", "all_proxy", "http_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)

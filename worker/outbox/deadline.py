@@ -1,4 +1,6 @@
-"""One SDK call's deadline over HTTP, its attempts and waits included (:class:`Deadline`).
+"""One outbound HTTP call's deadline, its attempts and waits included (:class:`Deadline`): the SDK's and the CLI's
+calls, and plugins' deliverers (through worker.plugin: a receiver that trickles its answer held a delivery, and its
+tenant's share of the relay, for as long as it liked).
 
 httpx's timeouts are per operation: a server that sends one byte a second never trips a read
 timeout. A :class:`Deadline` is one call's end; while it is :meth:`~Deadline.applied`, the
