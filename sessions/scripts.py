@@ -40,6 +40,7 @@ def _register(client: Redis, name: str) -> Script:
 @dataclass(frozen=True, slots=True)
 class SessionScripts:
     claim: Script
+    forget_ended: Script
     append: Script
     checkpoint: Script
     revert: Script

@@ -77,6 +77,7 @@ FIXED_HEADERS = (
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "[::]"})
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+BODILESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # a body on one of these is refused (BodyLimit)
 DEFAULT_PORTS = {"http": 80, "https": 443}
 UNAUTHENTICATED_BYTES = 64 * 1024  # the most of a body read before the caller is known (contract §Trust)
 PENDING_RETRY_AFTER_S = 1  # a held body ends within AGENT_SIGNAL_BODY_TIMEOUT_S; most within milliseconds
@@ -311,9 +312,17 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = Headers(scope=scope).get("content-length")
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             message = f"request body is {declared} bytes; the limit is {self.max_bytes}"
+            await error_response(413, "request_too_large", message)(scope, receive, send)
+            return
+        if scope["method"] in BODILESS_METHODS and (
+            declared not in (None, "0") or "transfer-encoding" in headers
+        ):
+            # no route reads one; a stream's disconnect listener would, and hold its bytes while the stream lasts
+            message = f"a {scope['method']} request takes no body"
             await error_response(413, "request_too_large", message)(scope, receive, send)
             return
         body = _CountedBody(scope, receive, send, self)

@@ -13,6 +13,7 @@ left running is a claim that lapses, and another relay delivers the record again
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections import Counter
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DeliveryPool"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,4 +94,8 @@ class DeliveryPool:
 
     def _serve(self) -> None:
         while True:
-            self._work.get()()
+            work = self._work.get()
+            try:
+                work()
+            except BaseException:
+                log.exception("an outbox delivery ended the way a thread does; this thread goes on")

@@ -93,6 +93,15 @@ def _no_deliverer(record: OutboxRecord) -> None:
     raise LookupError(f"no deliverer for outbox kind {record.kind!r} in this worker")
 
 
+def _claimed_elsewhere(record: OutboxRecord) -> None:
+    """The record's claim is another relay's now: its settle wrote nothing. (The record is a field, never the
+    message: worker/telemetry/log_privacy.py.)"""
+    log.warning(
+        "outbox record was claimed again by another relay; not settling it here",
+        extra={"outboxRecord": record.id},
+    )
+
+
 def _dead_at(record: OutboxRecord) -> str:
     """The dead index's score for a record settled now: its time when it is dead, else ''."""
     return str(now_ms()) if record.state == "dead" else ""
@@ -135,7 +144,8 @@ class OutboxRelay:
         # the journal first: its records are writes to this Redis (receipts, follow-ups), quick
         if self.store.keys.buckets > 1:
             journaled = self._ordered(every, self.batch)
-            self.delivered += journaled
+            with self._lock:
+                self.delivered += journaled
             done += journaled
         return done + self._parallel(every, self.batch)
 
@@ -262,16 +272,22 @@ class OutboxRelay:
             self.store.client.zrem(keys.outbox_due, member)
             return 0
 
-        def still_ours(counted: OutboxRecord) -> bool:
-            return self._settle(
-                keys, key, member, self._pool.deadline_of(member, deadline), counted, keep_claim=True
-            )
+        def settle(current: OutboxRecord, **how: Any) -> bool:
+            """Under the newest claim this relay holds on the record (it may have claimed it again meanwhile, and
+            between the claim and the pool hearing of it a settle under the older one fails: once more then)."""
+            claim = self._pool.deadline_of(member, deadline)
+            if self._settle(keys, key, member, claim, current, quiet=True, **how):
+                return True
+            newer = self._pool.deadline_of(member, deadline)
+            if newer != claim:
+                return self._settle(keys, key, member, newer, current, **how)
+            _claimed_elsewhere(current)
+            return False
 
-        attempt = self._attempt(record, still_ours)
+        attempt = self._attempt(record, lambda counted: settle(counted, keep_claim=True))
         if attempt.verdict == "skipped":
             return 0
-        claim = self._pool.deadline_of(member, deadline)  # claimed again by this relay meanwhile: that claim
-        settled = self._settle(keys, key, member, claim, record, retry_at_ms=attempt.retry_at_ms)
+        settled = settle(record, retry_at_ms=attempt.retry_at_ms)
         if attempt.verdict != "delivered":
             return 0
         if settled:
@@ -289,6 +305,7 @@ class OutboxRelay:
         *,
         retry_at_ms: int | None = None,
         keep_claim: bool = False,
+        quiet: bool = False,
     ) -> bool:
         """Write the record and its next due time, only while our claim (its due time) still holds; a dead record
         joins the bucket's dead index."""
@@ -304,11 +321,8 @@ class OutboxRelay:
             _dead_at(record),
         )
         reply = self.store.scripts.run(call)
-        if not int(reply):  # the record is a field, never the message: worker/telemetry/log_privacy.py
-            log.warning(
-                "outbox record was claimed again by another relay; not settling it here",
-                extra={"outboxRecord": record.id},
-            )
+        if not int(reply) and not quiet:
+            _claimed_elsewhere(record)
         return bool(int(reply))
 
     # ---- ordered: a bucket's journal, its head only, under the bucket's lock -----------------------

@@ -59,6 +59,9 @@ __all__ = ["build_pipeline", "build_relay", "build_worker", "create_app", "fair_
 
 log = logging.getLogger(__name__)
 
+OUTBOX_STOP_GRACE_S = 10.0  # a stopping worker waits this long for its outbox deliveries in flight
+RELAY_STOP_MARGIN_S = 5.0  # and this much more for the relay thread to see the stop (a pass in progress)
+
 
 def build_worker(
     settings: Settings, *, telemetry: Telemetry | None = None, app: Celery | None = None
@@ -222,6 +225,9 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
     or the store (the worker info, the reconcile sweep, the outbox relay) starts at ``worker_ready``."""
     stop = threading.Event()
     startup = StartupBeat(settings.heartbeat_file, settings.reconcile_interval_s)
+    relays: list[
+        threading.Thread
+    ] = []  # the outbox relay's thread, joined at shutdown (its deliveries' grace)
 
     def ours(sender: Any) -> bool:
         return sender is None or getattr(sender, "app", app) is app
@@ -256,7 +262,7 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
         started = startup.finish()  # the sweep loop beats "ready" from here
         # first: the background (the beat, the sweep, the relay) must start whatever the announcement meets (a
         # cluster client that cannot connect when made left a worker "alive, not ready" for good: a review)
-        _start_background(app, settings, stop, hostname, started=started)
+        relays.append(_start_background(app, settings, stop, hostname, started=started))
         _announce(settings, hostname, getattr(controller, "concurrency", None))
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:
@@ -264,6 +270,7 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
             return
         stop.set()
         startup.finish()
+        _join_relays(relays)
         try:
             store = EventStore(redis_from_settings(settings), settings)
             store.client.hdel(store.keys.workers, str(getattr(sender, "hostname", "worker")))
@@ -279,9 +286,16 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
     worker_shutdown.connect(on_shutdown, weak=False)
 
 
+def _join_relays(relays: list[threading.Thread]) -> None:
+    """Wait for the outbox relay's thread (a daemon, so nothing else waits for it: without this its deliveries'
+    grace never came, a review found), at most its grace and a margin."""
+    for relay in relays:
+        relay.join(OUTBOX_STOP_GRACE_S + RELAY_STOP_MARGIN_S)
+
+
 def _start_background(
     app: Celery, settings: Settings, stop: threading.Event, hostname: str, *, started: bool
-) -> None:
+) -> threading.Thread:
     """The main process's threads once the worker is ready: the sweep (heartbeat, reconcile) and the outbox relay.
     ``started``: this process's heartbeat file was begun at its start (so the sweep's first beat must not clear a
     drain flag set since)."""
@@ -295,6 +309,7 @@ def _start_background(
     sweep.start()
     relay = threading.Thread(target=_relay_forever, args=(app, settings, stop), name="outbox", daemon=True)
     relay.start()
+    return relay
 
 
 def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
@@ -310,6 +325,7 @@ def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
         base_ms=settings.outbox_retry_base_ms,
         cap_ms=settings.outbox_retry_cap_ms,
         concurrency=settings.outbox_concurrency,
+        stop_grace_s=OUTBOX_STOP_GRACE_S,
     )
 
 

@@ -220,8 +220,11 @@ def _no_recorded_answer(events: list[Any], *, batch: bool) -> None:
     ``POST /v1/route`` records one, with the decision its router made; one sent here would put a decision, a
     rule and a config fingerprint no router produced in the event's chain (an audit)."""
     for index, event in enumerate(events):
-        if not isinstance(event, dict) or event.get("sourceType") != "chat.request":
-            continue
+        if not isinstance(event, dict) or "chat.request" not in (
+            event.get("sourceType"),
+            event.get("source_type"),
+        ):
+            continue  # (the event model reads either spelling)
         payload = event.get("payload")
         if not isinstance(payload, dict):
             continue  # the parser names what is wrong with it

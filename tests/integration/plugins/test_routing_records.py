@@ -81,6 +81,15 @@ def test_the_record_shows_the_answered_decision(
             ]
             refused = client.post("/v1/events", json={"events": events})
             assert refused.status_code == 422 and refused.json()["error"]["field"] == field, refused.text
+        snake = {
+            "source_type": "chat.request",
+            "sourceId": "rq-forged-2",
+            "payload": {"request": HI, "routeResult": forged},
+        }
+        refused = client.post("/v1/events", json=snake)  # the model's other spelling of sourceType (a review)
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "payload.routeResult", (
+            refused.text
+        )
         single = {
             "sourceType": "chat.request",
             "sourceId": "rq-forged-1",

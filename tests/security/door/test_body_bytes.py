@@ -165,3 +165,28 @@ def test_held_body_bytes_refuse_a_credential_past_its_half_and_the_process_past_
         timeout_s=30,
         what="the bytes given back once the held requests' connections closed",
     )
+
+
+@pytest.mark.integration
+def test_a_body_on_a_get_is_refused_so_no_stream_holds_its_bytes(
+    make_settings: SettingsFactory, start_web: WebFactory
+) -> None:
+    """A review: a receipts stream sent with a body had its declared length counted (the stream's disconnect
+    listener reads the body) for as long as the stream stayed open; two credentials' streams made every write of
+    the process a 503. A GET, HEAD or OPTIONS with a body is refused before anything is read or counted."""
+    settings = make_settings(bootstrap_key=BOOT, max_request_bytes=100_000, max_body_bytes_in_flight=200_000)
+    _, url = start_web(settings)
+    key = _key(url, "default")
+    port = int(url.rsplit(":", 1)[1])
+    for length in ("Content-Length: 90000", "Transfer-Encoding: chunked"):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.settimeout(30)
+            sock.sendall(
+                f"GET /v1/receipts/stream?userId=u1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+                f"{length}\r\n\r\n".encode()
+            )
+            answer = b""
+            while b"takes no body" not in answer and (chunk := sock.recv(65536)):
+                answer += chunk  # the head and the body may come apart
+        assert answer.startswith(b"HTTP/1.1 413 ") and b"takes no body" in answer, answer
+    assert _probe(url, key, 90_000)[0] == 422  # nothing was counted: the whole half is there

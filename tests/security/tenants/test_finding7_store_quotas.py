@@ -19,6 +19,7 @@ from redis import Redis
 from policies.self_iteration.keys import SelfIterationKeys
 from sessions.function_store import STATE_COUNTED_DAY
 from sessions.store import (
+    FORGET_SAMPLE,
     SESSION_BYTES,
     SessionLimits,
     SessionStore,
@@ -236,6 +237,20 @@ class TestUserBytes:
         )
         assert _stored_bytes(redis_client, keys, "acme", "bob") == used
         assert client.get("/v1/sessions/b-1", headers=bob).status_code == 404
+
+    def test_a_full_index_is_cleaned_a_bounded_sample_at_a_time(
+        self, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """A review: each refused new session read the whole index (10,000 commands at the cap). The cleanup looks at
+        FORGET_SAMPLE entries of a full index, so an index of 300 ended sessions loses at most that many per call."""
+        tenant = keys.for_tenant("acme")
+        store = SessionStore(redis_client, tenant, SessionLimits(max_sessions_per_user=300))
+        redis_client.sadd(
+            tenant.user_sessions("ubig"), *(f"gone-{n}" for n in range(300))
+        )  # ended: no settings
+        assert store.claim("s-new", "ubig") is True  # room made by the cleanup
+        left = redis_client.scard(tenant.user_sessions("ubig"))
+        assert 300 - FORGET_SAMPLE + 1 <= left < 300, left  # a sample removed, the new one added
 
     def test_a_session_write_over_the_users_bytes_names_the_user(
         self, redis_client: Redis, keys: BucketKeys

@@ -1,0 +1,1 @@
+"""worker/outbox without Redis."""
