@@ -50,7 +50,8 @@ RECORD_ROLES = ("_checkpoint", "_usage", "_system_prompt")
 # What a new session's settings hash and its user-index entry take in Redis, counted toward its user's and tenant's
 # stored bytes when a user token makes it (measured: MEMORY USAGE of a settings hash 296 B, an index entry ~24 B).
 SESSION_BYTES = 320
-FORGET_SAMPLE = 256  # index entries a full index's cleanup looks at, per refused new session
+FORGET_CHUNK = 256  # index entries one cleanup script checks and removes
+FORGET_EVERY_S = 60  # a full index is cleaned at most this often per user
 SETTINGS_RETRIES = 200  # a settings write's tries while other writes keep changing the session
 INCARNATION = "incarnation"  # the settings hash's field: SessionStore.record_identity
 
@@ -348,18 +349,22 @@ class SessionStore:
         return bool(reply)
 
     def _forget_ended_sessions(self, user_id: str) -> int:
-        """Remove from ``user_id``'s session index the sessions that ended (expired or erased: no settings), of
-        a sample of ``FORGET_SAMPLE``; how many. The index lives as long as the user's longest-lived session, so
-        an active user's index keeps every session they ever made until the cap is reached; then each refused
-        new session cleans a sample (bounded work however large the index: a review measured 10,000 commands a
-        refused request when it read the whole index). The check and the removal are one script, so a session
-        made again meanwhile under an ended one's id stays in the index (erasure finds the user's sessions there)."""
+        """Remove from ``user_id``'s session index the sessions that ended (expired or erased: no settings); how
+        many. The index lives as long as the user's longest-lived session, so an active user's index keeps every
+        session they ever made until the cap is reached; then the whole index is cleaned, at most once every
+        ``FORGET_EVERY_S`` per user (a refused new session read the whole index each time, 10,000 commands; a
+        sample instead refused users under the cap: two reviews). Each chunk is checked and removed in one script,
+        so a session made again meanwhile under an ended one's id stays (erasure finds the user's sessions there)."""
+        if not self.client.set(self.keys.user_sessions_cleaned(user_id), "1", nx=True, ex=FORGET_EVERY_S):
+            return 0  # cleaned within the minute: what is in the index is live
         index = self.keys.user_sessions(user_id)
-        sample = sorted({_s(m) for m in self.client.srandmember(index, FORGET_SAMPLE) or []})
-        if not sample:
-            return 0
-        settings = [self.keys.session(session_scope(member)) for member in sample]
-        return int(self.scripts.forget_ended(keys=[index, *settings], args=sample))
+        members = sorted(_s(m) for m in self.client.smembers(index))
+        pipe = self.client.pipeline(transaction=False)
+        for start in range(0, len(members), FORGET_CHUNK):
+            chunk = members[start : start + FORGET_CHUNK]
+            settings = [self.keys.session(session_scope(member)) for member in chunk]
+            self.scripts.forget_ended(keys=[index, *settings], args=chunk, client=pipe)
+        return sum(int(n) for n in pipe.execute())
 
     def update_settings(self, session_id: str, changes: dict[str, Any]) -> SessionSettings:
         """Merge ``changes`` (camelCase keys, already validated) into the stored settings."""

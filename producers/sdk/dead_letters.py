@@ -116,6 +116,24 @@ def _more(more: bool, until_ms: int) -> dict[str, Any]:
     return {"more": True, "until": until_ms} if more else {}
 
 
+RECORDED_ANSWER = ("routeResult", "configFingerprint")  # what only POST /v1/route records on a chat.request
+
+
+def _keeps_recorded_answer(stored: dict[str, Any], payload: Any, index: int) -> None:
+    """A dead ``chat.request``'s edit keeps the routing answer it was recorded with, or has none; an edit that adds
+    or changes one is InvalidEvent naming it (a review: a redrive put a made-up decision in the chain, as
+    ``POST /v1/events`` no longer lets a caller do)."""
+    if stored.get("sourceType") != "chat.request" or not isinstance(payload, dict):
+        return
+    recorded = stored.get("payload")
+    before: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+    for name in RECORDED_ANSWER:
+        if name in payload and payload[name] != before.get(name):
+            field = f"events[{index}].payload.{name}"
+            message = f"{field} is recorded by POST /v1/route; an edit may keep it as it was or leave it out"
+            raise InvalidEvent(EventError(code="invalid_field", message=message, field=field))
+
+
 def edited_bodies(
     producer: Producer, edits: Sequence[tuple[str, Any]], *, tenant: str | None = None
 ) -> dict[str, str]:
@@ -133,6 +151,7 @@ def edited_bodies(
         if stored is None:
             continue
         data = {name: stored[name] for name in _EVENT_FIELDS if stored.get(name) is not None}
+        _keeps_recorded_answer(stored, payload, index)
         prepared = producer.validate({**data, "payload": payload}, prefix=f"events[{index}]", tenant=tenant)
         if (
             prepared.event_id != event_id

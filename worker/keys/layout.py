@@ -180,6 +180,10 @@ class Keys(EngineWide, LimitKeys):
         """The sessions whose settings name a user (set): erasure finds a user's sessions here."""
         return f"{self.home_prefix}sessions-of:user:{user_id}"
 
+    def user_sessions_cleaned(self, user_id: str) -> str:
+        """Set while a full index's ended sessions were removed lately (sessions/store.py: at most once a minute)."""
+        return f"{self.home_prefix}sessions-cleaned:user:{user_id}"
+
     def user_conversations(self, user_id: str) -> str:
         """One user's conversations (same members as ``conversations``): user tokens list these; erasure drops it."""
         return f"{self.home_prefix}conversations:user:{user_id}"

@@ -201,7 +201,10 @@ class OutboxRelay:
             return Attempt("skipped")
         try:
             deliver(record)
-        except Exception as exc:
+        except (
+            Exception,
+            SystemExit,
+        ) as exc:  # a deliverer's SystemExit is its failure too (else never dead)
             # in the record (erasure removes it), shown to readers of the outbox: a URL's secrets are not
             record.last_error = without_url_secrets(f"{type(exc).__name__}: {exc}")[:500]
             where = {"outboxRecord": record.id, "eventId": record.event_id or None}

@@ -33,6 +33,7 @@ from celery.signals import (
     worker_process_shutdown,
     worker_ready,
     worker_shutdown,
+    worker_shutting_down,
 )
 from redis.exceptions import RedisError
 
@@ -225,9 +226,8 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
     or the store (the worker info, the reconcile sweep, the outbox relay) starts at ``worker_ready``."""
     stop = threading.Event()
     startup = StartupBeat(settings.heartbeat_file, settings.reconcile_interval_s)
-    relays: list[
-        threading.Thread
-    ] = []  # the outbox relay's thread, joined at shutdown (its deliveries' grace)
+    relays: list[threading.Thread] = []  # the outbox relay's thread, joined at shutdown
+    relay_stop = threading.Event()  # set when the shutdown begins: the grace runs while the tasks finish
 
     def ours(sender: Any) -> bool:
         return sender is None or getattr(sender, "app", app) is app
@@ -262,13 +262,16 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
         started = startup.finish()  # the sweep loop beats "ready" from here
         # first: the background (the beat, the sweep, the relay) must start whatever the announcement meets (a
         # cluster client that cannot connect when made left a worker "alive, not ready" for good: a review)
-        relays.append(_start_background(app, settings, stop, hostname, started=started))
+        relays.append(
+            _start_background(app, settings, stop, hostname, started=started, relay_stop=relay_stop)
+        )
         _announce(settings, hostname, getattr(controller, "concurrency", None))
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:
         if not ours(sender):  # another app's worker in this process
             return
         stop.set()
+        relay_stop.set()
         startup.finish()
         _join_relays(relays)
         try:
@@ -284,6 +287,9 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
     task_postrun.connect(on_task_postrun, weak=False)
     worker_ready.connect(on_ready, weak=False)
     worker_shutdown.connect(on_shutdown, weak=False)
+    # the relay stops taking records when the shutdown begins, so its deliveries' grace overlaps the running
+    # tasks' (the join at worker_shutdown then finds it done: no time added to the stop's budget)
+    worker_shutting_down.connect(lambda **_: relay_stop.set(), weak=False)
 
 
 def _join_relays(relays: list[threading.Thread]) -> None:
@@ -294,7 +300,13 @@ def _join_relays(relays: list[threading.Thread]) -> None:
 
 
 def _start_background(
-    app: Celery, settings: Settings, stop: threading.Event, hostname: str, *, started: bool
+    app: Celery,
+    settings: Settings,
+    stop: threading.Event,
+    hostname: str,
+    *,
+    started: bool,
+    relay_stop: threading.Event | None = None,
 ) -> threading.Thread:
     """The main process's threads once the worker is ready: the sweep (heartbeat, reconcile) and the outbox relay.
     ``started``: this process's heartbeat file was begun at its start (so the sweep's first beat must not clear a
@@ -307,7 +319,9 @@ def _start_background(
         daemon=True,
     )
     sweep.start()
-    relay = threading.Thread(target=_relay_forever, args=(app, settings, stop), name="outbox", daemon=True)
+    relay = threading.Thread(
+        target=_relay_forever, args=(app, settings, relay_stop or stop), name="outbox", daemon=True
+    )
     relay.start()
     return relay
 

@@ -19,10 +19,10 @@ from redis import Redis
 from policies.self_iteration.keys import SelfIterationKeys
 from sessions.function_store import STATE_COUNTED_DAY
 from sessions.store import (
-    FORGET_SAMPLE,
     SESSION_BYTES,
     SessionLimits,
     SessionStore,
+    TooManySessions,
     UserQuotaExceeded,
     session_keys,
     session_scope,
@@ -223,6 +223,9 @@ class TestUserBytes:
         tenant = keys.for_tenant("acme")
         for key in session_keys(tenant, "a-0", None):
             redis_client.delete(key)
+        redis_client.delete(
+            tenant.user_sessions_cleaned("alice")
+        )  # a minute after the refusals cleaned the index
         assert client.put("/v1/sessions/a-3", json={}, headers=alice).status_code == 200
         assert redis_client.smembers(tenant.user_sessions("alice")) == {"a-1", "a-2", "a-3"}
         # bob at his bytes quota: no new session, and nothing counted for the refused one
@@ -238,19 +241,24 @@ class TestUserBytes:
         assert _stored_bytes(redis_client, keys, "acme", "bob") == used
         assert client.get("/v1/sessions/b-1", headers=bob).status_code == 404
 
-    def test_a_full_index_is_cleaned_a_bounded_sample_at_a_time(
+    def test_a_full_index_is_cleaned_whole_at_most_once_a_minute(
         self, redis_client: Redis, keys: BucketKeys
     ) -> None:
-        """A review: each refused new session read the whole index (10,000 commands at the cap). The cleanup looks at
-        FORGET_SAMPLE entries of a full index, so an index of 300 ended sessions loses at most that many per call."""
+        """Two reviews: a refused new session read the whole index every time (10,000 commands at the cap), and
+        then a 256-entry sample refused users under the cap. A full index is cleaned whole, at most once a
+        minute per user: within the minute a full index refuses without reading it."""
         tenant = keys.for_tenant("acme")
         store = SessionStore(redis_client, tenant, SessionLimits(max_sessions_per_user=300))
-        redis_client.sadd(
-            tenant.user_sessions("ubig"), *(f"gone-{n}" for n in range(300))
-        )  # ended: no settings
-        assert store.claim("s-new", "ubig") is True  # room made by the cleanup
-        left = redis_client.scard(tenant.user_sessions("ubig"))
-        assert 300 - FORGET_SAMPLE + 1 <= left < 300, left  # a sample removed, the new one added
+        index = tenant.user_sessions("ubig")
+        redis_client.sadd(index, *(f"gone-{n}" for n in range(299)))  # ended: no settings
+        store.claim("live-0", "ubig")  # 300 in the index, one live
+        assert store.claim("s-new", "ubig") is True  # the cleanup made room: every ended entry went
+        assert redis_client.smembers(index) == {"live-0", "s-new"}
+        redis_client.sadd(index, *(f"gone-again-{n}" for n in range(298)))
+        with pytest.raises(TooManySessions):  # cleaned within the minute: not read again
+            store.claim("s-newer", "ubig")
+        redis_client.delete(tenant.user_sessions_cleaned("ubig"))  # a minute later
+        assert store.claim("s-newer", "ubig") is True
 
     def test_a_session_write_over_the_users_bytes_names_the_user(
         self, redis_client: Redis, keys: BucketKeys
