@@ -32,6 +32,10 @@ __all__ = ["run_stack"]
 
 CHILD_STOP_S = 15.0  # a warm worker shutdown finishes the task in hand; longer than that is a wedged child
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+DEFAULT_EXAMPLES = "examples/events.jsonl"
+# The worked router config of this source tree (docs/routing.md), for a development stack that names none: without
+# one POST /v1/route answered 503 router_not_configured to a newcomer's first call (an audit).
+EXAMPLE_ROUTER = Path(__file__).resolve().parents[2] / "bench" / "data" / "router.yaml"
 
 
 def _say(text: str) -> None:
@@ -132,6 +136,11 @@ class _Stack:
         # A development stack: its metrics, backlog and API docs open without a key (docs/security.md); a
         # deployment keeps the default, never. An explicit AGENT_SIGNAL_OPS_OPEN wins.
         env.setdefault("AGENT_SIGNAL_OPS_OPEN", "always")
+        if (
+            not env.get("AGENT_SIGNAL_ROUTER_CONFIG") and EXAMPLE_ROUTER.is_file()
+        ):  # /v1/route answers at once
+            env["AGENT_SIGNAL_ROUTER_CONFIG"] = str(EXAMPLE_ROUTER)
+            _say(f"routing with {EXAMPLE_ROUTER} (set AGENT_SIGNAL_ROUTER_CONFIG for your own)")
         if not env.get("REDIS_URL") and env.get("AGENT_SIGNAL_REDIS_URL"):  # the prefixed name, read as it
             env["REDIS_URL"] = env["AGENT_SIGNAL_REDIS_URL"]
         if not env.get("REDIS_URL"):
@@ -194,9 +203,6 @@ class _Stack:
             _kill(pid, started)
         if self.embedded is not None:
             self.embedded.stop()
-
-
-DEFAULT_EXAMPLES = "examples/events.jsonl"
 
 
 def _examples_path(examples: str) -> Path | None:

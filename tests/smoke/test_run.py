@@ -173,6 +173,13 @@ def test_run_replays_examples_and_serves(start_run: Any) -> None:
     assert ".venv/bin/agent-signal" in out and "agent-signal runs list" in out
     assert "agent-signal worker " in out  # on the embedded Redis a second worker joins this stack
     assert httpx.get(f"http://127.0.0.1:{stack.port}/readyz", timeout=5).json()["ready"] is True
+    # a newcomer's audit: /v1/route answered 503 router_not_configured; the stack routes with the worked example
+    routed = httpx.post(
+        f"http://127.0.0.1:{stack.port}/v1/route",
+        json={"request": {"model": "auto", "messages": [{"role": "user", "content": "hi"}]}},
+        timeout=10,
+    )
+    assert routed.status_code == 200 and "decision" in routed.json(), routed.text
     assert stack.info()["url"] == f"http://127.0.0.1:{stack.port}"
 
     stack.proc.send_signal(signal.SIGINT)
