@@ -122,3 +122,27 @@ class TestWiring:
         finally:
             worker_shutdown.send(sender=sender)
             app.close()
+
+    def test_the_outbox_relay_stops_taking_records_when_the_shutdown_begins(
+        self, make_settings: Any, tmp_path: Path
+    ) -> None:
+        """Two reviews: the relay's daemon thread was never joined, so its deliveries' grace never came, and a join
+        at worker_shutdown would have added that grace to the stop's budget. The relay stops when the shutdown
+        begins (worker_shutting_down), its grace running while the tasks finish; worker_shutdown joins it."""
+        from celery.signals import worker_ready, worker_shutting_down
+
+        app = create_app(make_settings(heartbeat_file=str(tmp_path / "hb.json"), reconcile_interval_s=60))
+        sender = _Sender(app=app, hostname=NODE)
+        before = {t for t in threading.enumerate() if t.name == "outbox"}
+        try:
+            worker_init.send(sender=sender)
+            worker_ready.send(sender=sender)
+            relay = wait_for(
+                lambda: next((t for t in threading.enumerate() if t.name == "outbox" and t not in before), None),
+                what="the relay's thread",
+            )
+            worker_shutting_down.send(sender=NODE, sig="SIGTERM", how="Warm", exitcode=0)
+            wait_for(lambda: not relay.is_alive(), what="the relay to stop as the shutdown begins")
+        finally:
+            worker_shutdown.send(sender=sender)
+            app.close()
