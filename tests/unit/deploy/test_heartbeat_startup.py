@@ -138,7 +138,9 @@ class TestWiring:
             worker_init.send(sender=sender)
             worker_ready.send(sender=sender)
             relay = wait_for(
-                lambda: next((t for t in threading.enumerate() if t.name == "outbox" and t not in before), None),
+                lambda: next(
+                    (t for t in threading.enumerate() if t.name == "outbox" and t not in before), None
+                ),
                 what="the relay's thread",
             )
             worker_shutting_down.send(sender=NODE, sig="SIGTERM", how="Warm", exitcode=0)
