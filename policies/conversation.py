@@ -55,6 +55,7 @@ from worker.plugin import (
 )
 
 __all__ = [
+    "RECORDED_ANSWER_FIELDS",
     "ChatRequest",
     "ChatRequestPayload",
     "ExternalSignal",
@@ -96,6 +97,11 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: Annotated[str, Field(strict=True)] | None = None
+
+
+# The payload fields of a chat.request that only POST /v1/route writes (the answer it recorded): the door refuses
+# them from a caller (producers/http/routes/events.py), and an edited redrive may only keep them as they were.
+RECORDED_ANSWER_FIELDS = ("routeResult", "configFingerprint")
 
 
 class RecordedRoute(BaseModel):

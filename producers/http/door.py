@@ -427,14 +427,9 @@ class _CountedBody:
         in_flight = self.limit.in_flight
         if in_flight is None or size <= 0:
             return None
-        credential = self._credential()
-        if credential != self.bytes_holder and self.bytes_held:  # the caller became known mid-body
-            in_flight.give_back(self.bytes_holder, self.bytes_held)
-            if (refusal := in_flight.take(credential, self.bytes_held)) is not None:
-                self.bytes_held = 0
-                return refusal
-        self.bytes_holder = credential
-        refusal = in_flight.take(credential, size)
+        if not self.bytes_held:  # the caller is known before a route reads (auth answers first) and stays so
+            self.bytes_holder = self._credential()
+        refusal = in_flight.take(self.bytes_holder, size)
         if refusal is None:
             self.bytes_held += size
         return refusal

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from policies.conversation import RECORDED_ANSWER_FIELDS
 from producers.sdk.producer import Producer
 from worker.core.ids import id_problem
 from worker.documents.event_body import body_of, stored_body
@@ -116,9 +117,6 @@ def _more(more: bool, until_ms: int) -> dict[str, Any]:
     return {"more": True, "until": until_ms} if more else {}
 
 
-RECORDED_ANSWER = ("routeResult", "configFingerprint")  # what only POST /v1/route records on a chat.request
-
-
 def _keeps_recorded_answer(stored: dict[str, Any], payload: Any, index: int) -> None:
     """A dead ``chat.request``'s edit keeps the routing answer it was recorded with, or has none; an edit that adds
     or changes one is InvalidEvent naming it (a review: a redrive put a made-up decision in the chain, as
@@ -127,7 +125,7 @@ def _keeps_recorded_answer(stored: dict[str, Any], payload: Any, index: int) -> 
         return
     recorded = stored.get("payload")
     before: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
-    for name in RECORDED_ANSWER:
+    for name in RECORDED_ANSWER_FIELDS:
         if name in payload and payload[name] != before.get(name):
             field = f"events[{index}].payload.{name}"
             message = f"{field} is recorded by POST /v1/route; an edit may keep it as it was or leave it out"

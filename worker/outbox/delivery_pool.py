@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +34,7 @@ class DeliveryPool:
     _deadlines: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # member -> its claim
     _work: queue.SimpleQueue[Callable[[], None]] = field(default_factory=queue.SimpleQueue, init=False)
     _threads: list[threading.Thread] = field(default_factory=list, init=False, repr=False)
+    _lanes: dict[str, deque[Callable[[], None]]] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def per_tenant(self) -> int:
@@ -58,8 +59,12 @@ class DeliveryPool:
         with self._lock:
             return self._deadlines.get(member, claimed)
 
-    def submit(self, tenant: str, member: str, deadline: int, deliver: Callable[[], Any]) -> None:
-        """Run ``deliver`` on a pool thread; the tenant's slot and the member's claim are held until it returns."""
+    def submit(
+        self, tenant: str, member: str, deadline: int, deliver: Callable[[], Any], *, lane: str = ""
+    ) -> None:
+        """Run ``deliver`` on a pool thread; the tenant's slot and the member's claim are held until it returns.
+        Deliveries of one ``lane`` (a scope: its records in the order they were claimed, as a relay delivering one
+        at a time kept them, so a skill's update is not handed over before its creation) run one after another."""
         with self._lock:
             self._tenants[tenant] += 1
             self._deadlines[member] = deadline
@@ -81,7 +86,28 @@ class DeliveryPool:
                     self._deadlines.pop(member, None)
                     self._lock.notify_all()
 
-        self._work.put(run)
+        with self._lock:
+            waiting = self._lanes.get(lane)
+            if waiting is not None:  # a delivery of this lane runs: this one follows it, on the same thread
+                waiting.append(run)
+                return
+            self._lanes[lane] = deque()
+        self._work.put(lambda: self._run_lane(lane, run))
+
+    def _run_lane(self, lane: str, first: Callable[[], None]) -> None:
+        work: Callable[[], None] | None = first
+        while work is not None:
+            try:
+                work()
+            except (
+                BaseException
+            ):  # a deliverer's SystemExit must not end a pool thread (or its lane) for good
+                log.exception("an outbox delivery ended the way a thread does; this thread goes on")
+            with self._lock:
+                waiting = self._lanes[lane]
+                work = waiting.popleft() if waiting else None
+                if work is None:
+                    del self._lanes[lane]
 
     def in_flight(self) -> int:
         with self._lock:
@@ -94,8 +120,4 @@ class DeliveryPool:
 
     def _serve(self) -> None:
         while True:
-            work = self._work.get()
-            try:
-                work()
-            except BaseException:
-                log.exception("an outbox delivery ended the way a thread does; this thread goes on")
+            self._work.get()()  # a lane's deliveries, each guarded (_run_lane)

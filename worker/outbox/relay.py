@@ -254,6 +254,7 @@ class OutboxRelay:
                             member,
                             deadline,
                             partial(self._deliver_safely, keys, member, deadline),
+                            lane=member.partition(SEPARATOR)[0],  # its scope: a scope's records in order
                         )
                         done += 1  # claimed: run_forever's pass goes on while there are claims to make
                     continue

@@ -74,6 +74,7 @@ class CliError(Exception):
         self.maybe_stored = maybe_stored
 
 
+STACK_VIA = "the stack file"  # Target.via of the stack's URL (followed by the file's path)
 # A local stack answers 401 to a caller without a token once any key exists there (docs/security.md).
 STACK_LOCKED_HINT = (
     "a key was created on this stack, so it needs one now: `agent-signal keys create --tenant default --role "
@@ -92,6 +93,11 @@ class Target:
     @property
     def http(self) -> bool:
         return self.url is not None
+
+    @property
+    def from_stack(self) -> bool:
+        """The URL is the running ``make run`` stack's of this checkout (its stack file)."""
+        return self.via.startswith(STACK_VIA)
 
 
 def add_target_options(p: argparse.ArgumentParser, *, tenant: bool = True) -> None:
@@ -151,7 +157,7 @@ def _http_url(args: argparse.Namespace, http_only: bool) -> tuple[str, str] | No
     path = stack_path()
     stack = read_stack(path)
     if stack is not None and stack.running:
-        return stack.url, f"the stack file {path}"
+        return stack.url, f"{STACK_VIA} {path}"
     if not http_only and (_env("REDIS_URL") or _env("AGENT_SIGNAL_REDIS_URL")):
         return None
     if stack is not None:
@@ -352,11 +358,7 @@ class Api:
             return None
         if response.status_code >= 400:
             line = http_error_message(response, had_token=bool(self.target.token))
-            if (
-                response.status_code == 401
-                and not self.target.token
-                and self.target.via.startswith("the stack")
-            ):
+            if response.status_code == 401 and not self.target.token and self.target.from_stack:
                 line += f" ({STACK_LOCKED_HINT})"
             raise CliError(line, exit_code=1)
         try:

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
+from policies.conversation import RECORDED_ANSWER_FIELDS
 from producers.http.api_models import (
     AttemptRecord,
     ErrorDetail,
@@ -228,7 +229,7 @@ def _no_recorded_answer(events: list[Any], *, batch: bool) -> None:
         payload = event.get("payload")
         if not isinstance(payload, dict):
             continue  # the parser names what is wrong with it
-        for name in ("routeResult", "configFingerprint"):
+        for name in RECORDED_ANSWER_FIELDS:
             if name in payload:
                 where = f"events[{index}].payload.{name}" if batch else f"payload.{name}"
                 message = (

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.integration
 SCOPE = "topic:relay"
 
 
-def _stage(keys: BucketKeys, buffer: EffectBuffer, key: str = "k1", **kw: Any) -> str:
-    ctx = HandlerContext(scope_key=SCOPE, node_timestamp=kw.pop("ts", 1), keys=keys, effects=buffer)
+def _stage(keys: BucketKeys, buffer: EffectBuffer, key: str = "k1", scope: str = SCOPE, **kw: Any) -> str:
+    ctx = HandlerContext(scope_key=scope, node_timestamp=kw.pop("ts", 1), keys=keys, effects=buffer)
     return ctx.outbox("probe", {"n": 1}, key=key)
 
 
@@ -233,10 +233,11 @@ def test_a_hanging_receiver_holds_half_the_deliveries_and_another_tenant_is_deli
     store = EventStore(redis_client, make_settings())
     for tenant, count in (("hangs", 5), ("other", 2)):
         store.register_tenant(tenant)
-        keys = Keys(prefix).for_tenant(tenant).for_scope(SCOPE)
-        for n in range(count):
+        for n in range(count):  # each in a scope of its own: one scope's records are delivered in order
+            scope = f"topic:relay-{n}"
+            keys = Keys(prefix).for_tenant(tenant).for_scope(scope)
             buffer = EffectBuffer(keys=keys)
-            _stage(keys, buffer, key=f"{tenant}-{n}")
+            _stage(keys, buffer, key=f"{tenant}-{n}", scope=scope)
             _apply(store, buffer)
     release, lock = threading.Event(), threading.Lock()
     entered: list[str] = []

@@ -43,3 +43,16 @@ def test_a_deliverer_that_exits_leaves_its_thread_and_its_slot() -> None:
     assert pool.wait_idle(30) and pool.room_for("a")
     pool.submit("a", "m2", 100, done.set)  # the one thread still serves
     assert done.wait(30) and pool.wait_idle(30)
+
+
+def test_one_lanes_deliveries_run_in_order_and_other_lanes_alongside() -> None:
+    """A scope's records were delivered one at a time, in claim order, when the relay had one thread; on the pool
+    a skill's update could be handed over before its creation. One lane's deliveries follow each other."""
+    pool, release, order = DeliveryPool(4), threading.Event(), []
+    pool.submit("a", "m1", 100, lambda: (release.wait(30), order.append("m1")), lane="scope-1")
+    pool.submit("a", "m2", 100, lambda: order.append("m2"), lane="scope-1")
+    other = threading.Event()
+    pool.submit("b", "m3", 100, other.set, lane="scope-2")
+    assert other.wait(30) and order == []  # another lane is not held up; m2 waits behind m1
+    release.set()
+    assert pool.wait_idle(30) and order == ["m1", "m2"]
