@@ -214,32 +214,46 @@ def drain_time_s(producer: Producer, events: list[dict[str, Any]]) -> float:
     return time.perf_counter() - t0
 
 
-def latency_pair_ms(url: str, samples: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """((p50, p99) of the plain no-op task from send to its marker write, (p50, p99) of an event from enqueue
-    to done), on one idle worker process serving both, the samples alternating one by one: both see the same
-    worker and the same moments of this shared machine, whose load moves within seconds."""
+@dataclasses.dataclass(frozen=True)
+class Latencies:
+    """(p50, p99) in ms of the no-op task's send -> done and an event's enqueue -> done, with the lease at enqueue
+    off (the default) and on (``lease_at_enqueue``), on one idle worker, the samples interleaved."""
+
+    noop: tuple[float, float]
+    ours: tuple[float, float]
+    granted: tuple[float, float]
+
+
+def latencies_ms(url: str, samples: int) -> Latencies:
+    """The no-op task from send to its marker write, and an event from enqueue to done through a door with the
+    lease at enqueue off and one with it on, on one idle worker process serving all three (a worker reads a
+    message's grant whatever its own setting), the samples taken in turn: all see the same worker and the same
+    moments of this shared machine, whose load moves within seconds."""
     settings = make_settings(url)
-    producer = Producer(settings)
-    client = producer.store.client
+    doors = [Producer(settings), Producer(settings.model_copy(update={"lease_at_enqueue": True}))]
+    client = doors[0].store.client
     noop: list[float] = []
-    ours: list[float] = []
+    ours: list[list[float]] = [[], []]
     with workers(settings, 1):
-        for i, ev in enumerate(bench_events(samples, samples, "lat")):
+        events = bench_events(2 * samples, 2 * samples, "lat")
+        for i in range(samples):
             marker = f"lat-{i}"
             t0 = time.perf_counter()
-            producer.app.send_task(NOOP_TASK, args=[marker], queue=settings.queue_name)
-            wait(partial(client.exists, producer.store.keys.noop_marker(marker)), 30, interval_s=0.0005)
+            doors[0].app.send_task(NOOP_TASK, args=[marker], queue=settings.queue_name)
+            wait(partial(client.exists, doors[0].store.keys.noop_marker(marker)), 30, interval_s=0.0005)
             noop.append((time.perf_counter() - t0) * 1000)
-            t0 = time.perf_counter()
-            event_id = producer.enqueue(ev).event_id
-            wait(
-                partial(_is_done, producer, producer.store.locate(producer.keys, event_id).event(event_id)),
-                30,
-                interval_s=0.0005,
-            )
-            ours.append((time.perf_counter() - t0) * 1000)
-    producer.close()
-    return _p50_p99(noop), _p50_p99(ours)
+            for n, door in enumerate(doors):
+                t0 = time.perf_counter()
+                event_id = door.enqueue(events[2 * i + n]).event_id
+                wait(
+                    partial(_is_done, door, door.store.locate(door.keys, event_id).event(event_id)),
+                    30,
+                    interval_s=0.0005,
+                )
+                ours[n].append((time.perf_counter() - t0) * 1000)
+    for door in doors:
+        door.close()
+    return Latencies(_p50_p99(noop), _p50_p99(ours[0]), _p50_p99(ours[1]))
 
 
 def _p50_p99(values: list[float]) -> tuple[float, float]:

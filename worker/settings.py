@@ -173,6 +173,12 @@ class Settings(_SecretsHidden, BaseSettings):
     # Where the broker is the store's own Redis, drain_next messages are pushed onto its list whole (by the
     # enqueue script, or one LPUSH: worker/runtime/drain_message.py) instead of through Celery's send_task.
     push_drain_messages: bool = True
+    # ... and, when on, if the scope an enqueue makes ready is the only one ready and no message waits on that
+    # list, the enqueue script takes the scope's lease and its head for the message it pushes (the lease at
+    # enqueue; one Redis, one scope bucket, no wait_replicas: worker/drain/lease.py ``adopt``): a lone event's
+    # worker begins with them instead of a round trip. Off by default: the event reads processing from its
+    # enqueue on, and a drain begun so names no worker (docs/settings.md says what else it changes).
+    lease_at_enqueue: bool = False
     # Batch commits (worker/drain/batch.py): up to this many never-delivered head events of a scope whose chains
     # meet only batch-safe handlers run back to back and commit in one script (1: one commit per event).
     commit_batch_max: int = Field(default=16, ge=1)
@@ -292,6 +298,25 @@ class Settings(_SecretsHidden, BaseSettings):
                 ".agent-signal/stack.json), or send through the web app (HttpProducer, --url)"
             )
         return self.redis_url
+
+
+def scripts_build_scope_keys(settings: Settings) -> bool:
+    """One Redis with one scope bucket: a script may build a scope's keys from its ref (POP_ACQUIRE, a COMMIT
+    that pops the next scope, the lease at enqueue); a cluster, or scope buckets, declare every key."""
+    return settings.redis_cluster_url is None and settings.scope_buckets <= 1
+
+
+def leases_at_enqueue(settings: Settings) -> bool:
+    """The enqueue script may take a lone scope's lease for its drain_next message (``lease_at_enqueue``): where
+    it pushes the messages itself (``push_drain_messages``; the broker being this Redis is the caller's to know),
+    its scripts build scope keys, and no grant waits for replicas (one the replicas did not confirm is treated
+    as lost, and a door's enqueue is not the worker that would hear so)."""
+    return (
+        settings.lease_at_enqueue
+        and settings.push_drain_messages
+        and scripts_build_scope_keys(settings)
+        and not settings.wait_replicas
+    )
 
 
 def redis_url_problem(url: str) -> str | None:

@@ -21,6 +21,11 @@ after the holder released the scope (its inbox emptied, a hand-off) must not lea
 holder's commit (fenced, and rightly accepted) began the next head with no lease behind it; the renewer then
 called the lease lost, the drain stopped, and the next drain charged that head a lost delivery (dead with
 ``max_attempts`` 1) though nothing had failed.
+
+With the lease at enqueue (``lease_at_enqueue``, off by default) the door's enqueue script does a lone scope's
+first pop and grant itself, under a token of its own, and the drain_next message carries the reply
+(worker/runtime/drain_message.py); :meth:`ScopeLease.adopt` reads it as POP_ACQUIRE's. The message may have
+waited: a grant older than a renewal interval is renewed before its drain begins.
 """
 
 from __future__ import annotations
@@ -189,6 +194,28 @@ class ScopeLease:
             return ref, None
         tenant, scope_key = scope
         return ref, self._granted(keys.for_tenant(tenant).for_scope(scope_key), scope_key, token, reply[1])
+
+    def adopt(
+        self, keys: EngineKeys, token: str, granted_ms: int, popped: Any, *, now_ms: int
+    ) -> Popped | None:
+        """A pop the enqueue script did for a drain_next message (the lease at enqueue: ``popped`` is
+        POP_ACQUIRE's reply, taken under ``token`` at ``granted_ms``), read as :meth:`read_popped` reads one. The
+        message may have waited (every worker busy, or none running): a grant older than a renewal interval (or
+        dated ahead of this clock) is renewed before its drain begins. RENEW_SCOPE takes a lease that ran out
+        again when nobody took the scope since; else the grant is lost (``lost`` set), and the drain, which checks
+        it before every action, stops before the first: a scope erased meanwhile is never worked on."""
+        found = self.read_popped(keys, token, popped)
+        grant = None if found is None or found[1] is None else found[1][0]
+        head = None if found is None or found[1] is None else found[1][2]
+        if grant is not None and head is not None and head.code is not HeadCode.EMPTY:
+            age_ms = now_ms - granted_ms
+            if not 0 <= age_ms <= self.renew_interval_s * 1000:
+                try:
+                    self.tick(grant)
+                except BaseException:  # no drain will run this grant: the renewer must not keep it either
+                    self.stop_renewing(grant)
+                    raise
+        return found
 
     def give_back(self, keys: EngineKeys, chained: ChainedPop) -> str | None:
         """A scope a commit popped and granted that its drain will not drain (the drain raised after the

@@ -2,7 +2,9 @@
 then stamped with a fresh id per message, so that a script (ENQUEUE_PUSH) or one ``LPUSH`` can send it.
 
 A ``drain_next`` message carries no arguments: every one is the same bytes but for its task id (its ``id``,
-``root_id`` and ``correlation_id``) and its delivery tag (kombu's key for it among the unacknowledged). Celery's
+``root_id`` and ``correlation_id``), its delivery tag (kombu's key for it among the unacknowledged) and one header
+of ours, ``grant``: null, or what the enqueue script's pop found for it (the lease at enqueue,
+worker/store/lua/enqueue_push.lua; read by :func:`message_grant`). Celery's
 ``send_task`` spends ~0.45 ms of the door's time building and sending that one message (a lone event's enqueue
 took twice as long with it as without); an ``LPUSH`` of the bytes takes what a round trip takes, and inside the
 enqueue script none at all. So :func:`drain_next_template` asks Celery for the message once, on kombu's
@@ -22,6 +24,7 @@ compares a rendered message with the one ``send_task`` puts on a real Redis brok
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from dataclasses import dataclass
@@ -29,16 +32,19 @@ from typing import Any
 
 from kombu.connection import Connection
 
-from worker.store.scripts import DRAIN_MARK
+from worker.store.scripts import DRAIN_GRANT, DRAIN_MARK
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS
 
-__all__ = ["MARK", "DrainMessages", "drain_next_template"]
+__all__ = ["GRANT_HEADER", "MARK", "DrainMessages", "MessageGrant", "drain_next_template", "message_grant"]
 
 MARK = DRAIN_MARK
 """Where a template holds the message's id: letters and underscores only, so Lua's ``string.gsub`` reads it as
 itself (no pattern character) and JSON writes it as it is. The enqueue script names the same constant."""
 
 _PLAIN = re.compile(r"[A-Za-z_]+")
+GRANT_HEADER = "grant"  # the header a message's grant travels in (a task's ``request.grant``)
+
+log = logging.getLogger(__name__)
 
 
 def drain_next_template(app: Any, task: str, queue: str) -> str:
@@ -69,6 +75,7 @@ def drain_next_template(app: Any, task: str, queue: str) -> str:
     headers = raw["headers"]
     headers["parent_id"] = None  # send_task called inside a task names that task
     headers["root_id"] = MARK
+    headers[GRANT_HEADER] = DRAIN_GRANT  # a JSON string in the template, replaced whole (null or the grant)
     for name in get_global_textmap().fields:  # a span of the capture's, if tracing instruments Celery
         headers.pop(name, None)
     properties = raw["properties"]
@@ -91,8 +98,46 @@ class DrainMessages:
 
     def render(self, message_id: str) -> str:
         """The message with ``message_id`` as its task id and delivery tag."""
-        return self.template.replace(MARK, message_id)
+        return self.template.replace(MARK, message_id).replace(f'"{DRAIN_GRANT}"', "null")
 
     def fresh(self, count: int) -> list[str]:
         """``count`` messages, each with an id of its own."""
         return [self.render(str(uuid.uuid4())) for _ in range(count)]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageGrant:
+    """A drain_next message's grant (the lease at enqueue): the lease token the enqueue script took the scope's
+    lease under, when (the door's clock, ms), and what its pop found: POP_ACQUIRE's reply (false: nothing was
+    ready and the message's ticket is retired; [ref]; [ref, ACQUIRE's reply])."""
+
+    token: str
+    granted_ms: int
+    popped: Any
+
+
+def message_grant(request: Any) -> MessageGrant | None:
+    """The grant a drain_next task's message carries (its ``grant`` header, which Celery makes ``request.grant``),
+    or None: none carried, a malformed one (logged: a message the enqueue script did not write), or a message
+    delivered before. kombu's Redis transport puts back a message whose worker went away unacknowledged and marks
+    it ``redelivered``; that message's grant may be held already, by the first delivery's drain if it still runs,
+    and one lease must never have two holders: it is left to run out (a lease lost with its worker, as one
+    POP_ACQUIRE took), and the message pops as any other."""
+    raw = getattr(request, GRANT_HEADER, None)
+    if raw is None:
+        return None
+    delivery = getattr(request, "delivery_info", None) or {}
+    if getattr(request, "redelivered", False) or (isinstance(delivery, dict) and delivery.get("redelivered")):
+        return None
+    if (
+        isinstance(raw, list)
+        and len(raw) == 3
+        and isinstance(raw[0], str)
+        and raw[0]
+        and isinstance(raw[1], int)
+        and not isinstance(raw[1], bool)
+        and (raw[2] is False or (isinstance(raw[2], list) and raw[2]))
+    ):
+        return MessageGrant(raw[0], raw[1], raw[2])
+    log.warning("drain_next message with a malformed grant: popping instead")
+    return None

@@ -22,9 +22,10 @@ from worker.core.tenancy import DEFAULT_TENANT, BadTenant, split_scope_ref
 from worker.drain.lease import Acquired, ChainedPop, Popped
 from worker.drain.pipeline import DrainOutcome, Pipeline
 from worker.runtime import state as _state
+from worker.runtime.drain_message import MessageGrant, message_grant
 from worker.runtime.fair import DRAIN_NEXT_TASK, DRAIN_TASK, FairQueue
 from worker.runtime.plugin_model import Plugin, PluginTask
-from worker.settings import Settings
+from worker.settings import Settings, scripts_build_scope_keys
 from worker.store.safety import note_store_failure
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS, describe_error
 
@@ -152,7 +153,7 @@ def drain_due(app: Any, queue: str, ref: str, holder: str = "") -> int | None:
     return drain_ready(app, queue, holder)
 
 
-def drain_ready(app: Any, queue: str, holder: str = "") -> int:
+def drain_ready(app: Any, queue: str, holder: str = "", grant: MessageGrant | None = None) -> int:
     """One drain_next message: pop and drain ready scopes until none is ready (the pop retires this
     message's ticket), ``scopes_per_drain`` are done, or the time budget is spent. The limits, or an exception
     from a drain, hand the ticket on to a new message, so a ticket is not left counted without one (a store
@@ -161,7 +162,10 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
     Where POP_ACQUIRE may run (:func:`commit_pops_next`) and the message goes on after this scope, the commit
     that releases a scope also pops the next one and takes its lease (``then_pop``): a scope of one event
     costs one round trip (its COMMIT) instead of two. A scope popped so is always drained next, past the
-    limits (it is leased to this worker)."""
+    limits (it is leased to this worker).
+
+    ``grant``: the message's first pop, done by the enqueue script (the lease at enqueue, :func:`message_grant`):
+    the message begins with that scope, as with one a commit popped."""
     process = _state.get()
     pipeline, fair = process.pipeline, process.fair
     settings = pipeline.settings
@@ -172,8 +176,12 @@ def drain_ready(app: Any, queue: str, holder: str = "") -> int:
         pop = _popper(pipeline, fair, holder)
         chain = commit_pops_next(settings)
         keys = pipeline.ctx.store.keys
-        while chained is not None or (
-            drained < settings.scopes_per_drain and not (drained and time.monotonic() >= deadline)
+        if grant is not None:
+            chained = pipeline.lease.adopt(keys, grant.token, grant.granted_ms, grant.popped, now_ms=now_ms())
+            retired = chained is None  # the enqueue's pop found nothing ready: it retired the ticket
+        while not retired and (
+            chained is not None
+            or (drained < settings.scopes_per_drain and not (drained and time.monotonic() >= deadline))
         ):
             # a full store refuses the pop before it writes
             popped = chained if chained is not None else pipeline.ctx.full_wait("pop").call(pop)
@@ -215,7 +223,7 @@ def commit_pops_next(settings: Settings) -> bool:
 def one_round_trip(settings: Settings) -> bool:
     """Pop a ready scope and take its lease in one script (POP_ACQUIRE): on one Redis with one scope bucket,
     where the script may build the scope's keys itself; a cluster, or scope buckets, keep READY_POP then ACQUIRE."""
-    return settings.redis_cluster_url is None and settings.scope_buckets <= 1
+    return scripts_build_scope_keys(settings)
 
 
 def _popper(pipeline: Pipeline, fair: FairQueue, holder: str) -> Callable[[], Popped | None]:
@@ -245,7 +253,8 @@ def register_tasks(app: Any, queue: str, plugins: Sequence[Plugin] = ()) -> None
     @app.task(name=DRAIN_NEXT_TASK, **DRAIN_TASK_OPTIONS)  # type: ignore[untyped-decorator]
     def drain_next(self: Any) -> None:
         """Fair share: drain ready scopes, the tenants taking turns, many per message (worker/runtime/fair.py)."""
-        _quietly(DRAIN_NEXT_TASK, lambda: drain_ready(app, queue, _node(self)))
+        grant = message_grant(self.request)
+        _quietly(DRAIN_NEXT_TASK, lambda: drain_ready(app, queue, _node(self), grant))
 
     for plugin in plugins:
         for task in plugin.tasks:

@@ -8,6 +8,7 @@ All state lives in Redis under :class:`worker.keys.layout.Keys`; each state chan
 from __future__ import annotations
 
 import json
+import secrets
 import uuid
 from collections.abc import Sequence
 from typing import Any, TypedDict, cast
@@ -24,7 +25,7 @@ from worker.core.tenancy import DEFAULT_TENANT
 from worker.documents.chain_codec import encode_chain
 from worker.documents.event_records import source_digest
 from worker.keys.layout import BucketKeys, EngineKeys, Keys, bucket_of
-from worker.settings import Settings
+from worker.settings import Settings, leases_at_enqueue
 from worker.store.calls import (
     Admission,
     Commit,
@@ -95,6 +96,8 @@ class EventStore(StoreReads):
         self.client = client
         self.settings = settings
         self.keys = EngineKeys(settings.key_prefix, settings.scope_buckets)
+        # the lease at enqueue's TTL (ENQUEUE_PUSH), 0 where it does not apply
+        self._grant_ttl_ms = int(settings.lease_ttl_s * 1000) if leases_at_enqueue(settings) else 0
         self.scripts = Scripts.register(client)
         self._registered: set[str] = set()  # tenants this process has added to the tenants set
 
@@ -251,7 +254,17 @@ class EventStore(StoreReads):
             users=[UserBytes(key, max_bytes) for key, max_bytes in checks],
         )
         call: ScriptCall = (
-            Enqueue(**fields) if push is None else EnqueuePush(**fields, **push, drain_id=uuid.uuid4().hex)
+            Enqueue(**fields)
+            if push is None
+            else EnqueuePush(
+                **fields,
+                **push,
+                drain_id=uuid.uuid4().hex,
+                ready_prefix=self.keys.ready_prefix,
+                key_prefix=self.keys.prefix,
+                grant_token=secrets.token_hex(16),
+                grant_ttl_ms=self._grant_ttl_ms,
+            )
         )
         try:
             replies = self.durable(call)

@@ -23,13 +23,26 @@ from worker.store.calls import ScriptCall
 from worker.store.loader import Constant, LuaSource, load_script
 from worker.store.quotas import DAY_MS, KEEP, RETAINED_SLOTS
 
-__all__ = ["CONSTANTS", "DRAIN_MARK", "PUSH_CHUNK", "Scripts", "SentCall"]
+__all__ = [
+    "CONSTANTS",
+    "DRAIN_GRANT",
+    "DRAIN_MARK",
+    "GRANT_MAX_BODY_BYTES",
+    "PUSH_CHUNK",
+    "Scripts",
+    "SentCall",
+]
 
 # ENQUEUE_PUSH's drain_next messages (worker/runtime/drain_message.py): where a template holds a message's id
 # (letters and underscores: Lua's gsub reads it as itself, JSON writes it as it is), and how many go in one LPUSH
 # (Lua's unpack stops near 8,000 values).
 DRAIN_MARK = "agent_signal_drain_next_id"
 PUSH_CHUNK = 1000
+# The lease at enqueue (ENQUEUE_PUSH): the header a drain_next template holds for the grant it may carry (a JSON
+# string there, replaced whole by the grant or null), and the most bytes of event bodies a batch may hold for its
+# message to carry one (the message carries the scope's head).
+DRAIN_GRANT = "agent_signal_drain_grant"
+GRANT_MAX_BODY_BYTES = 64 * 1024
 
 # The named constants the Lua reads, from the Python that owns them (one value, both sides).
 CONSTANTS: dict[str, Constant] = {
@@ -38,6 +51,8 @@ CONSTANTS: dict[str, Constant] = {
     "RETAINED_SLOTS": RETAINED_SLOTS,
     "PUSH_CHUNK": PUSH_CHUNK,
     "DRAIN_MARK": DRAIN_MARK,
+    "DRAIN_GRANT": DRAIN_GRANT,
+    "GRANT_MAX_BODY_BYTES": GRANT_MAX_BODY_BYTES,
     "scope_keys": LuaSource(lua_scope_keys()),  # the key layout's Lua half (POP_ACQUIRE)
 }
 

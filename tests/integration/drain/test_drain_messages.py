@@ -19,7 +19,7 @@ from worker.core.tenancy import DEFAULT_TENANT
 from worker.intake.emitter import Emitter
 from worker.keys.layout import Keys
 from worker.runtime.app import broker_is_store, create_app, fair_queue
-from worker.runtime.drain_message import MARK, DrainMessages, drain_next_template
+from worker.runtime.drain_message import GRANT_HEADER, MARK, DrainMessages, drain_next_template
 from worker.runtime.fair import DRAIN_NEXT_TASK, FairQueue
 from worker.settings import Settings
 from worker.store.events import EventStore
@@ -107,7 +107,8 @@ def template(settings: Settings) -> str:
 
 def test_the_template_is_what_send_task_puts_on_the_broker(redis_client: Redis, settings: Settings) -> None:
     """Rendered with an id, the template is field for field the message the same app's send_task LPUSHes on a
-    real Redis broker for that task id, but for its delivery tag (kombu's own uuid there, the id here)."""
+    real Redis broker for that task id, but for its delivery tag (kombu's own uuid there, the id here) and our
+    ``grant`` header (null: the lease at enqueue's, which only the enqueue script fills in)."""
     app = create_app(settings)
     template = drain_next_template(app, DRAIN_NEXT_TASK, settings.queue_name)
     app.send_task(DRAIN_NEXT_TASK, args=[], queue=settings.queue_name, task_id="t-1", **HIDDEN_TASK_ARGS)
@@ -115,6 +116,7 @@ def test_the_template_is_what_send_task_puts_on_the_broker(redis_client: Redis, 
     ours = json.loads(DrainMessages(_queue_key(settings), template).render("t-1"))
     assert ours["properties"].pop("delivery_tag") == "t-1"
     assert sent["properties"].pop("delivery_tag") not in ("", "t-1")
+    assert ours["headers"].pop(GRANT_HEADER) is None and GRANT_HEADER not in sent["headers"]
     assert ours == sent
     assert (ours["headers"]["id"], ours["headers"]["root_id"], ours["properties"]["correlation_id"]) == (
         "t-1",

@@ -95,3 +95,9 @@ class EnqueuePush(Enqueue):
     # the message with DRAIN_MARK for its id (worker/runtime/drain_message.py); '': the caller sends them
     drain_message: str = arg()
     drain_id: str = arg()  # this call's: its n-th message's id is ``<drain_id>-<n>``
+    # The lease at enqueue (enqueue_push.lua): POP_ACQUIRE's arguments for the message's first pop, done here
+    # when nothing else is ready; grant_ttl_ms 0: never (Settings.lease_at_enqueue and where it applies).
+    ready_prefix: str = arg()
+    key_prefix: str = arg()
+    grant_token: str = arg()
+    grant_ttl_ms: int = arg()

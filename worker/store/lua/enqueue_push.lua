@@ -5,15 +5,22 @@
 -- Where the broker is this Redis (drain_message is not ''), the drain_next messages of the tickets taken are
 -- pushed on the broker's list here too, each with DRAIN_MARK replaced by '<drain_id>-<n>' (the message's task id
 -- and delivery tag: worker/runtime/drain_message.py), and the reply counts none left to send.
+-- The lease at enqueue (grant_ttl_ms above 0: one Redis, one scope bucket): when the scope this call made ready
+-- is the only one ready and no message waits on the broker's list, the script also does the first pop of the
+-- message it sends (POP_ACQUIRE's work, lib/pop_grant.lua, under grant_token) and the message carries what that
+-- pop found in its DRAIN_GRANT header: {grant_token, now_ms, <POP_ACQUIRE's reply>}. Its worker then drains
+-- without a round trip of its own first. Not for a batch of more than GRANT_MAX_BODY_BYTES of bodies (the
+-- message carries the head's). Every other message's header is null.
 -- -> ENQUEUE's replies (publish 0: pushed here), then the number of drain tickets taken whose messages the
 --    caller sends
--- requires: enqueue, ready_push
+-- requires: enqueue, ready_push, pop_grant
 local scopes, stats, paused, runs_active, runs_types, retained, ring, ready, tickets, drain_queue =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local now_ms, window_s, sched_ttl_ms, tenant, max_inbox, max_queued, run_index_max, max_events, retained_slot_ms,
   user_count, retained_unit_bytes, max_user_events, user_events_count, tickets_max, ticket_ttl_ms, drain_message,
-  drain_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11],
-  ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17]
+  drain_id, ready_prefix, key_prefix, grant_token, grant_ttl_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
+  ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16],
+  ARGV[17], ARGV[18], ARGV[19], ARGV[20], ARGV[21]
 if wrong_type(ring, 'list') or wrong_type(ready, 'list') or wrong_type(tickets, 'string')
   or (drain_message ~= '' and wrong_type(drain_queue, 'list')) then
   return redis.error_reply('REFUSED WRONGTYPE: the ready lists, the drain tickets or the broker queue')
@@ -23,7 +30,7 @@ local h = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_a
   max_inbox = max_inbox, max_queued = max_queued, run_index_max = run_index_max, max_events = max_events,
   retained_slot_ms = retained_slot_ms, user_count = user_count, retained_unit_bytes = retained_unit_bytes,
   max_user_events = max_user_events, user_events_count = user_events_count}
-local events, out, refusal = enqueue(h, 11, 18)
+local events, out, refusal = enqueue(h, 11, 22)
 if refusal then return refusal end
 local taken = 0
 for i, e in ipairs(events) do
@@ -33,8 +40,23 @@ for i, e in ipairs(events) do
   end
 end
 if taken > 0 and drain_message ~= '' then
+  local grant = 'null'
+  if grant_ttl_ms ~= '0' and taken == 1 and redis.call('LLEN', drain_queue) == 0 and redis.call('LLEN', ring) == 1
+    and redis.call('LLEN', ready) == 1 then
+    local bytes = 0
+    for _, e in ipairs(events) do bytes = bytes + #e.body end
+    if bytes <= GRANT_MAX_BODY_BYTES then
+      local popped = pop_grant(ring, tickets, ready_prefix, ticket_ttl_ms, key_prefix, grant_token, grant_ttl_ms,
+        now_ms, window_s)
+      -- a gsub replacement reads '%' as its escape
+      grant = string.gsub(cjson.encode({grant_token, tonumber(now_ms), popped}), '%%', '%%%%')
+    end
+  end
   local messages = {}
-  for n = 1, taken do messages[n] = (string.gsub(drain_message, DRAIN_MARK, drain_id .. '-' .. n)) end
+  for n = 1, taken do
+    local message = string.gsub(drain_message, DRAIN_MARK, drain_id .. '-' .. n)
+    messages[n] = (string.gsub(message, '"' .. DRAIN_GRANT .. '"', n == 1 and grant or 'null'))
+  end
   for first = 1, taken, PUSH_CHUNK do  -- Lua's unpack stops near 8,000 values: a chunk at a time
     redis.call('LPUSH', drain_queue, unpack(messages, first, math.min(first + PUSH_CHUNK - 1, taken)))
   end

@@ -35,13 +35,22 @@ def test_the_scripts_that_pop_declare_the_function(script: str) -> None:
 def test_a_script_declares_only_the_constants_it_names() -> None:
     renew = load_script("renew", constants=CONSTANTS)  # names none of them
     assert not [name for name in CONSTANTS if f"local {name} = " in renew]
-    enqueue = load_script("enqueue_push", constants=CONSTANTS)  # the quotas' and its push's, not scope_keys
+    enqueue = load_script("enqueue", constants=CONSTANTS)  # the quotas', not the push's nor scope_keys
     assert [name for name in CONSTANTS if f"local {name} = " in enqueue] == [
+        "DAY_MS",
+        "KEEP_FIELD",
+        "RETAINED_SLOTS",
+    ]
+    pushing = load_script("enqueue_push", constants=CONSTANTS)  # and its push's, and its grant's (a pop)
+    assert [name for name in CONSTANTS if f"local {name} = " in pushing] == [
         "DAY_MS",
         "KEEP_FIELD",
         "RETAINED_SLOTS",
         "PUSH_CHUNK",
         "DRAIN_MARK",
+        "DRAIN_GRANT",
+        "GRANT_MAX_BODY_BYTES",
+        "scope_keys",
     ]
 
 
