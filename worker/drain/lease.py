@@ -59,6 +59,11 @@ __all__ = ["Acquired", "ChainedPop", "LeaseGrant", "Popped", "ScopeLease"]
 
 log = logging.getLogger(__name__)
 
+# How far ahead of a worker's clock a door's may date a grant and the grant still be taken as fresh (a door's
+# clock ahead by any amount would otherwise cost every grant the round trip it saves): hosts' clocks under NTP
+# agree far closer, and a grant taken as fresh too long is still fenced.
+GRANT_CLOCK_SLACK_MS = 1000
+
 
 @dataclass(slots=True)
 class LeaseGrant:
@@ -199,17 +204,18 @@ class ScopeLease:
         self, keys: EngineKeys, token: str, granted_ms: int, popped: Any, *, now_ms: int
     ) -> Popped | None:
         """A pop the enqueue script did for a drain_next message (the lease at enqueue: ``popped`` is
-        POP_ACQUIRE's reply, taken under ``token`` at ``granted_ms``), read as :meth:`read_popped` reads one. The
-        message may have waited (every worker busy, or none running): a grant older than a renewal interval (or
-        dated ahead of this clock) is renewed before its drain begins. RENEW_SCOPE takes a lease that ran out
-        again when nobody took the scope since; else the grant is lost (``lost`` set), and the drain, which checks
-        it before every action, stops before the first: a scope erased meanwhile is never worked on."""
+        POP_ACQUIRE's reply, taken under ``token`` at ``granted_ms`` by the door's clock), read as
+        :meth:`read_popped` reads one. The message may have waited (every worker busy, or none running): a grant
+        older than a renewal interval, or dated more than GRANT_CLOCK_SLACK_MS ahead of this clock, is renewed
+        before its drain begins. RENEW_SCOPE takes a lease that ran out again when nobody took the scope since;
+        else the grant is lost (``lost`` set) and the drain does no action (it stops at the first; whoever took
+        the scope counts the attempt this grant began as a lost delivery)."""
         found = self.read_popped(keys, token, popped)
         grant = None if found is None or found[1] is None else found[1][0]
         head = None if found is None or found[1] is None else found[1][2]
         if grant is not None and head is not None and head.code is not HeadCode.EMPTY:
             age_ms = now_ms - granted_ms
-            if not 0 <= age_ms <= self.renew_interval_s * 1000:
+            if not -GRANT_CLOCK_SLACK_MS <= age_ms <= self.renew_interval_s * 1000:
                 try:
                     self.tick(grant)
                 except BaseException:  # no drain will run this grant: the renewer must not keep it either

@@ -18,7 +18,7 @@ from producers import Producer
 from tests.conftest import Proc, SettingsFactory, wait_for
 from worker.core.clock import now_ms
 from worker.core.tenancy import DEFAULT_TENANT
-from worker.drain.lease import LeaseGrant, ScopeLease
+from worker.drain.lease import GRANT_CLOCK_SLACK_MS, LeaseGrant, ScopeLease
 from worker.keys.layout import Keys
 from worker.runtime.drain_message import message_grant
 from worker.settings import Settings
@@ -95,12 +95,68 @@ def test_no_grant_while_a_message_waits_or_another_scope_is_ready(
     producer.close()
 
 
+@pytest.mark.parametrize("ready", ["another tenant's", "this tenant's"])
+def test_no_grant_while_another_scope_is_ready(redis_client: Redis, settings: Settings, ready: str) -> None:
+    """Fair share stays exact: with any other scope ready (another tenant's in the ring, or this tenant's on its
+    list), the lone enqueue's scope waits its turn behind it and its message carries no grant."""
+    producer = Producer(settings)
+    keys = producer.store.keys
+    tenant = "other" if ready == "another tenant's" else DEFAULT_TENANT
+    redis_client.rpush(keys.ready(tenant), f"{tenant}/topic:before")
+    redis_client.lpush(keys.ready_tenants, tenant)
+    producer.enqueue(_event("t1"))
+    assert _grants(redis_client, settings) == [None]
+    assert f"{DEFAULT_TENANT}/topic:t1" in redis_client.lrange(keys.ready(DEFAULT_TENANT), 0, -1)
+    producer.close()
+
+
+def test_no_grant_for_a_batch_of_two_events_of_one_scope(redis_client: Redis, settings: Settings) -> None:
+    """The grant is for one event alone in its scope's inbox (the message carries the head it takes)."""
+    producer = Producer(settings)
+    producer.enqueue_many([_event("b1"), {**_event("b2"), "scopeKey": "topic:b1"}])
+    assert _grants(redis_client, settings) == [None]
+    producer.close()
+
+
+def test_no_grant_when_an_earlier_event_still_waits_in_the_scope(
+    redis_client: Redis, make_settings: SettingsFactory
+) -> None:
+    """A scope whose drain marker ran out (workers down for its whole TTL) while an event waited is made ready by
+    its next event: the head the pop would take is the earlier event, which the message must not carry unseen."""
+    settings = make_settings(lease_at_enqueue=True)
+    producer = Producer(settings.model_copy(update={"lease_at_enqueue": False}))
+    producer.enqueue(_event("e1"))
+    keys = producer.store.keys
+    scope = keys.for_tenant(DEFAULT_TENANT).for_scope("topic:e1")
+    redis_client.delete(scope.scheduled("topic:e1"), keys.ready(DEFAULT_TENANT), keys.ready_tenants)
+    redis_client.delete(Keys(settings.key_prefix).broker_queue(settings.queue_name), keys.drain_tickets)
+    producer.close()
+    granting = Producer(settings)
+    granting.enqueue({**_event("e2"), "scopeKey": "topic:e1"})
+    assert _grants(redis_client, settings) == [None]
+    assert redis_client.llen(scope.inbox("topic:e1")) == 2
+    granting.close()
+
+
+def test_a_body_with_lua_escapes_travels_whole(redis_client: Redis, settings: Settings) -> None:
+    """The grant is spliced into the message with Lua's gsub, whose replacement reads '%' as an escape: a body
+    with '%', '%1', quotes, backslashes and non-ASCII reaches the message as stored."""
+    producer = Producer(settings)
+    text = 'a 100% "sure" %1 %% \\ \u2028 é ✓ done'
+    event_id = producer.enqueue(_event("p1", message=text)).event_id
+    [grant] = _grants(redis_client, settings)
+    body = grant[2][1][3]
+    stored = redis_client.hget(producer.store.locate(producer.keys, event_id).event(event_id), "event")
+    assert body == stored and json.loads(body)["payload"]["message"] == text
+    producer.close()
+
+
 @pytest.mark.parametrize("case", ["off", "large body"])
 def test_no_grant_when_off_or_for_a_large_body(
     redis_client: Redis, make_settings: SettingsFactory, case: str
 ) -> None:
-    """``lease_at_enqueue`` off (the default), or a batch of more than GRANT_MAX_BODY_BYTES of bodies (the message
-    would carry the head): the message carries none, and the scope waits on the ready list."""
+    """``lease_at_enqueue`` off (the default), or an event of more than GRANT_MAX_BODY_BYTES (the message would
+    carry it): the message carries none, and the scope waits on the ready list."""
     off = case == "off"
     producer = Producer(make_settings() if off else make_settings(lease_at_enqueue=True))
     message = "x" if off else "x" * (GRANT_MAX_BODY_BYTES + 1)
@@ -162,13 +218,14 @@ def _adopter(settings: Settings, redis_client: Redis) -> ScopeLease:
     )
 
 
-@pytest.mark.parametrize("case", ["fresh", "waited", "taken-since"])
+@pytest.mark.parametrize("case", ["fresh", "waited", "dated-ahead", "taken-since"])
 def test_a_grant_that_waited_is_renewed_before_its_drain(
     redis_client: Redis, settings: Settings, case: str
 ) -> None:
-    """A message that waited past a renewal interval: its lease may have run out. adopt renews it first (taken
-    again when nobody took the scope since; lost when somebody did, so the drain stops before its first action).
-    A fresh grant is used as it is: no round trip (its lapsed lease here stays lapsed)."""
+    """A message that waited past a renewal interval (or is dated further ahead of this clock than the slack): its
+    lease may have run out. adopt renews it first (taken again when nobody took the scope since; lost when
+    somebody did, so the drain does no action). A fresh grant is used as it is: no round trip (its lapsed lease
+    here stays lapsed)."""
     producer = Producer(settings)
     producer.enqueue(_event(f"a-{case}"))
     scope_key = f"topic:a-{case}"
@@ -179,7 +236,10 @@ def test_a_grant_that_waited_is_renewed_before_its_drain(
     redis_client.delete(scope.lease(scope_key))  # it ran out while the message waited
     if case == "taken-since":
         redis_client.incr(scope.fence(scope_key))  # another holder was granted the scope meanwhile
-    waited_ms = 0 if case == "fresh" else int(settings.lease_renew_interval_s * 1000) + 1
+    waited_ms = {
+        "fresh": -GRANT_CLOCK_SLACK_MS,  # the door's clock ahead, within the slack
+        "dated-ahead": -GRANT_CLOCK_SLACK_MS - 1,
+    }.get(case, int(settings.lease_renew_interval_s * 1000) + 1)
     lease = _adopter(settings, redis_client)
     found = lease.adopt(
         producer.store.keys, grant.token, grant.granted_ms - waited_ms, grant.popped, now_ms=grant.granted_ms
@@ -191,7 +251,7 @@ def test_a_grant_that_waited_is_renewed_before_its_drain(
     held = redis_client.get(scope.lease(scope_key))
     if case == "fresh":
         assert held is None and not leased.lost.is_set()
-    elif case == "waited":
+    elif case in ("waited", "dated-ahead"):
         assert held == grant.token and not leased.lost.is_set()
     else:
         assert held is None and leased.lost.is_set()

@@ -5,12 +5,12 @@
 -- Where the broker is this Redis (drain_message is not ''), the drain_next messages of the tickets taken are
 -- pushed on the broker's list here too, each with DRAIN_MARK replaced by '<drain_id>-<n>' (the message's task id
 -- and delivery tag: worker/runtime/drain_message.py), and the reply counts none left to send.
--- The lease at enqueue (grant_ttl_ms above 0: one Redis, one scope bucket): when the scope this call made ready
--- is the only one ready and no message waits on the broker's list, the script also does the first pop of the
--- message it sends (POP_ACQUIRE's work, lib/pop_grant.lua, under grant_token) and the message carries what that
--- pop found in its DRAIN_GRANT header: {grant_token, now_ms, <POP_ACQUIRE's reply>}. Its worker then drains
--- without a round trip of its own first. Not for a batch of more than GRANT_MAX_BODY_BYTES of bodies (the
--- message carries the head's). Every other message's header is null.
+-- The lease at enqueue (grant_ttl_ms above 0: one Redis, one scope bucket): when the call enqueued one event, the
+-- only one in its scope's inbox, of at most GRANT_MAX_BODY_BYTES (the message carries it), its scope is the only
+-- one ready and no message waits on the broker's list, the script also does the first pop of the message it
+-- sends (POP_ACQUIRE's work, lib/pop_grant.lua, under grant_token), and the message carries what that pop found
+-- in its DRAIN_GRANT header: {grant_token, now_ms, <POP_ACQUIRE's reply>}. Its worker then drains without a
+-- round trip of its own first. Every other message's header is null.
 -- -> ENQUEUE's replies (publish 0: pushed here), then the number of drain tickets taken whose messages the
 --    caller sends
 -- requires: enqueue, ready_push, pop_grant
@@ -41,16 +41,16 @@ for i, e in ipairs(events) do
 end
 if taken > 0 and drain_message ~= '' then
   local grant = 'null'
-  if grant_ttl_ms ~= '0' and taken == 1 and redis.call('LLEN', drain_queue) == 0 and redis.call('LLEN', ring) == 1
-    and redis.call('LLEN', ready) == 1 then
-    local bytes = 0
-    for _, e in ipairs(events) do bytes = bytes + #e.body end
-    if bytes <= GRANT_MAX_BODY_BYTES then
-      local popped = pop_grant(ring, tickets, ready_prefix, ticket_ttl_ms, key_prefix, grant_token, grant_ttl_ms,
-        now_ms, window_s)
-      -- a gsub replacement reads '%' as its escape
-      grant = string.gsub(cjson.encode({grant_token, tonumber(now_ms), popped}), '%%', '%%%%')
-    end
+  -- one event, its scope's only one (so the head the pop takes is this event), the only scope ready, nothing
+  -- waiting on the broker's list, a body the message may carry
+  local e = events[1]
+  if grant_ttl_ms ~= '0' and #events == 1 and #e.body <= GRANT_MAX_BODY_BYTES
+    and redis.call('LLEN', drain_queue) == 0 and redis.call('LLEN', ring) == 1
+    and redis.call('LLEN', ready) == 1 and redis.call('LLEN', e.inbox) == 1 then
+    local popped = pop_grant(ring, tickets, ready_prefix, ticket_ttl_ms, key_prefix, grant_token, grant_ttl_ms,
+      now_ms, window_s)
+    -- a gsub replacement reads '%' as its escape
+    grant = string.gsub(cjson.encode({grant_token, tonumber(now_ms), popped}), '%%', '%%%%')
   end
   local messages = {}
   for n = 1, taken do
