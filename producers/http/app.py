@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from policies.dmail import AgentToolsSettings
-from producers.http.access_log import install_access_log
+from producers.http.access_log import flat_routes, install_access_log, route_template
 from producers.http.api_models import SHARED_ERRORS
 from producers.http.auth import install_auth
 from producers.http.docs_pages import install_docs
@@ -130,7 +130,11 @@ def create_web_app(
 
 
 def _install_tracing(app: FastAPI) -> None:
-    """A SERVER span per /v1 request, continuing the caller's traceparent when it sends one."""
+    """A SERVER span per /v1 request, continuing the caller's traceparent when it sends one. Its name and
+    ``http.route`` are the route's template (``GET /v1/events/{event_id}``), as the access log's: the path as
+    sent names users, scopes and events (an erasure's own request named the erased user), and any caller could
+    mint span names with made-up paths."""
+    routes: list[Any] = []
 
     @app.middleware("http")
     async def traced(request: Request, call_next: Any) -> Any:
@@ -138,15 +142,19 @@ def _install_tracing(app: FastAPI) -> None:
         if telemetry is None or not telemetry.enabled or not request.url.path.startswith("/v1"):
             return await call_next(request)
         parent = telemetry.extract(request.headers.get("traceparent"))
-        name = f"{request.method} {request.url.path}"
         with telemetry.span(
-            name,
-            {"http.request.method": request.method, "url.path": request.url.path},
+            request.method,
+            {"http.request.method": request.method},
             parent=parent,
             kind=SpanKind.SERVER,
         ) as span:
             response = await call_next(request)
             if span is not None:
+                if not routes:
+                    routes.extend(flat_routes(request.app.router.routes))
+                template = route_template(request.scope, routes)
+                span.update_name(f"{request.method} {template}")
+                span.set_attribute("http.route", template)
                 span.set_attribute("http.response.status_code", response.status_code)
             return response
 

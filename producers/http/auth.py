@@ -219,13 +219,16 @@ class Authenticator:
             self._limiters[(rate, tenant_rate)] = limiter
         return limiter
 
-    async def rate_decision(self, principal: Principal) -> RateDecision:
-        """Charge the credential's and its tenant's buckets (one round trip, or a token held in the process)."""
+    async def rate_decision(self, principal: Principal, *, tenant_bucket: bool = True) -> RateDecision:
+        """Charge the credential's and (``tenant_bucket``) its tenant's buckets (one round trip, or a token held
+        in the process)."""
         store = self.store
         limiter = self._limiter(await self._call(lambda io: store.configured(allow_io=io)))
         if limiter is None:
             return ALLOWED
-        return await limiter.acheck(self._async_client(), principal.credential_id, principal.tenant)
+        return await limiter.acheck(
+            self._async_client(), principal.credential_id, principal.tenant, tenant_bucket=tenant_bucket
+        )
 
     def _async_client(self) -> AsyncRedis:
         loop = asyncio.get_running_loop()
@@ -303,7 +306,13 @@ class AuthMiddleware:
                 check_ops(principal, self.auth.door)
             elif principal is None and path.startswith("/v1"):
                 raise Unauthenticated("missing bearer credential (Authorization: Bearer <key or token>)")
-            decision = await self.auth.rate_decision(principal) if principal is not None else ALLOWED
+            # The operations reads (scrapes, the autoscaler's backlog) are charged to the credential alone: a tenant
+            # ingesting at its rate must not cost Prometheus its scrape, nor KEDA its backlog, at peak load.
+            decision = (
+                await self.auth.rate_decision(principal, tenant_bucket=path not in self.ops_paths)
+                if principal is not None
+                else ALLOWED
+            )
         except Unauthenticated as exc:
             return _unauthorized(str(exc))
         except Throttled as exc:

@@ -55,7 +55,7 @@ from worker.runtime.assembly import assemble, load_plugins
 from worker.settings import Settings
 from worker.store.client import redis_from_settings
 from worker.store.events import EventStore, PreparedEvent
-from worker.telemetry.recorder import DISABLED, Telemetry
+from worker.telemetry.recorder import DISABLED, Telemetry, record_error
 
 __all__ = ["HttpProducer", "Producer"]
 
@@ -172,7 +172,7 @@ class Producer:
             results = self.emitter.enqueue(carried)
         except Exception as exc:
             for p, span in zip(prepared, spans, strict=True):
-                span.record_exception(exc)
+                record_error(span, exc)
                 span.end()
                 self.telemetry.source_event(
                     status="error", source_type=p.source_type, duration_ms=0.0, tenant=tenant

@@ -77,7 +77,13 @@ class RateLimiter:
         return self.keys.for_tenant(tenant or DEFAULT_TENANT)
 
     def _call(
-        self, credential_id: str, tenant: str | None, want: int, *, whole: bool = False
+        self,
+        credential_id: str,
+        tenant: str | None,
+        want: int,
+        *,
+        whole: bool = False,
+        tenant_bucket: bool = True,
     ) -> TokenBuckets:
         k = self._keys_of(tenant)
         buckets = []
@@ -85,7 +91,7 @@ class RateLimiter:
             buckets.append(
                 Bucket(k.rate_bucket(credential_id), repr(self.rate_per_s), repr(_burst(self.rate_per_s)))
             )
-        if self.tenant_rate_per_s is not None:
+        if self.tenant_rate_per_s is not None and tenant_bucket:
             rate = self.tenant_rate_per_s
             buckets.append(Bucket(k.tenant_rate_bucket, repr(rate), repr(_burst(rate))))
         return TokenBuckets(want, "1" if whole else "0", buckets)
@@ -115,23 +121,28 @@ class RateLimiter:
         call = self._call(bucket_id, None, max(1, n), whole=True)
         return self._decision(self._sync(keys=call.keys(), args=call.args(), client=client))[1]
 
-    async def acheck(self, client: AsyncRedis, credential_id: str, tenant: str | None = None) -> RateDecision:
-        """Spend a token this process holds, else take up to :attr:`chunk` from the buckets (one round trip)."""
+    async def acheck(
+        self, client: AsyncRedis, credential_id: str, tenant: str | None = None, *, tenant_bucket: bool = True
+    ) -> RateDecision:
+        """Spend a token this process holds, else take up to :attr:`chunk` from the buckets (one round trip);
+        ``tenant_bucket`` False: the credential's bucket alone (the operations reads), whose tokens are held
+        apart (tokens taken without the tenant's bucket never pay for a request that needs it)."""
         now = time.monotonic()
-        held, deadline = self._held.get(credential_id, (0, 0.0))
+        holder = credential_id if tenant_bucket else f"{credential_id}\nops"
+        held, deadline = self._held.get(holder, (0, 0.0))
         if held > 0 and now < deadline:
-            self._held[credential_id] = (held - 1, deadline)
+            self._held[holder] = (held - 1, deadline)
             return RateDecision(True)
         if self._async is None:
             self._async = client.register_script(load_script(TokenBuckets.SCRIPT))
-        call = self._call(credential_id, tenant, self.chunk)
+        call = self._call(credential_id, tenant, self.chunk, tenant_bucket=tenant_bucket)
         granted, decision = self._decision(
             await self._async(keys=call.keys(), args=call.args(), client=client)
         )
         if granted > 1:
             if len(self._held) >= MAX_ALLOWANCES:
                 self._held.clear()
-            held, deadline = self._held.get(credential_id, (0, 0.0))
+            held, deadline = self._held.get(holder, (0, 0.0))
             held = held if time.monotonic() < deadline else 0
-            self._held[credential_id] = (held + granted - 1, time.monotonic() + ALLOWANCE_HOLD_S)
+            self._held[holder] = (held + granted - 1, time.monotonic() + ALLOWANCE_HOLD_S)
         return decision

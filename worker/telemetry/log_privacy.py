@@ -82,7 +82,8 @@ def describe_error(exc: BaseException) -> str:
 
 
 # A URL's scheme, its user info (dropped), its host and path (kept), and its query or fragment (dropped).
-_URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^\s/?#'\"<>@]*@)?([^\s?#'\"<>]*)([?#][^\s'\"<>]*)?")
+# The user info runs to the last '@' before the host (a password may hold an '@' of its own).
+_URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^\s/?#'\"<>]*@)?([^\s?#'\"<>]*)([?#][^\s'\"<>]*)?")
 
 
 def without_url_secrets(text: str) -> str:

@@ -47,7 +47,10 @@ __all__ = [
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-# OpenTelemetry's default explicit bucket bounds (ms), so an OTLP collector and a Prometheus scrape agree.
+# OpenTelemetry's default explicit bucket bounds (ms), then up to ten minutes: an event's enqueue -> done spans its
+# backlog and its retries' backoff (up to AGENT_SIGNAL_RETRY_CAP_MS, a minute by default), and a histogram whose
+# last bound was 10 s read a flat 10 s in every quantile past it. The OpenTelemetry meter is given the same bounds
+# (worker/telemetry/recorder.py), so an OTLP collector and a Prometheus scrape agree.
 BUCKETS_MS = (
     0.0,
     5.0,
@@ -64,6 +67,11 @@ BUCKETS_MS = (
     5000.0,
     7500.0,
     10000.0,
+    30000.0,
+    60000.0,
+    120000.0,
+    300000.0,
+    600000.0,
 )
 
 _S = "agent.signal."

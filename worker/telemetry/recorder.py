@@ -26,12 +26,13 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from worker.core.nodes import ExecutorResult
@@ -48,13 +49,36 @@ from worker.telemetry.instruments import INSTRUMENT_ATTRS as _INSTRUMENT_ATTRS
 from worker.telemetry.instruments import METER_NAME, TRACER_NAME, TRACER_VERSION, DescribedInstruments
 from worker.telemetry.instruments import agent_signal_attrs as _a
 from worker.telemetry.jsonl import JsonlSpanExporter
+from worker.telemetry.log_privacy import describe_error, traceback_without_messages
 from worker.telemetry.plan import EventPlan, HandlerRuns, RunIds, event_plan, runs_plan
-from worker.telemetry.process_metrics import ORIGIN_DOOR, ORIGIN_FOLLOW_UP, ProcessMetrics, process_metrics
+from worker.telemetry.process_metrics import (
+    BUCKETS_MS,
+    ORIGIN_DOOR,
+    ORIGIN_FOLLOW_UP,
+    ProcessMetrics,
+    process_metrics,
+)
 
-__all__ = ["DISABLED", "Telemetry", "configure_telemetry"]
+__all__ = ["DISABLED", "Telemetry", "configure_telemetry", "record_error"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 PLANS_MAX = 10_000  # event plans kept built (each holds a tuple the size of its chain)
+
+
+def record_error(span: Span, exc: BaseException) -> None:
+    """Mark ``span`` ERROR with ``exc`` as log lines show it: its type and frames, its message only for the
+    infrastructure's errors (worker/telemetry/log_privacy.py); OpenTelemetry's ``record_exception`` would export
+    the message, which may quote what a user sent."""
+    described = describe_error(exc)
+    span.add_event(
+        "exception",
+        {
+            "exception.type": type(exc).__name__,
+            "exception.message": described,
+            "exception.stacktrace": traceback_without_messages(exc),
+        },
+    )
+    span.set_status(Status(StatusCode.ERROR, described))
 
 
 class Telemetry(MeasurementBuffer):
@@ -141,14 +165,25 @@ class Telemetry(MeasurementBuffer):
         parent: otel_context.Context | None = None,
         kind: SpanKind = SpanKind.INTERNAL,
     ) -> Iterator[Span | None]:
-        """A span made current for the block; exceptions mark it ERROR and propagate."""
+        """A span made current for the block; exceptions mark it ERROR and propagate. The exception is recorded
+        as its type and frames, not OpenTelemetry's default of its message (a handler's error quotes what it
+        could not parse, and a span leaves the process as a log line does: worker/telemetry/log_privacy.py)."""
         if not self.tracing:
             yield None
             return
         with self.tracer.start_as_current_span(
-            name, context=parent, kind=kind, attributes=dict(attributes or {})
+            name,
+            context=parent,
+            kind=kind,
+            attributes=dict(attributes or {}),
+            record_exception=False,
+            set_status_on_exception=False,
         ) as span:
-            yield span
+            try:
+                yield span
+            except BaseException as exc:
+                record_error(span, exc)
+                raise
 
     @staticmethod
     def current_ids() -> tuple[str | None, str | None]:
@@ -379,7 +414,16 @@ def configure_telemetry(
     if readers:
         # Exemplars would tie measurements to sampled spans; the per-measurement check is not worth its cost.
         meter_provider = MeterProvider(
-            resource=resource, metric_readers=readers, exemplar_filter=AlwaysOffExemplarFilter()
+            resource=resource,
+            metric_readers=readers,
+            exemplar_filter=AlwaysOffExemplarFilter(),
+            # the Prometheus instruments' bounds (OpenTelemetry's defaults stop at 10 s)
+            views=[
+                View(
+                    instrument_type=Histogram,
+                    aggregation=ExplicitBucketHistogramAggregation(boundaries=BUCKETS_MS),
+                )
+            ],
         )
     telemetry = Telemetry(tracer_provider, meter_provider, tracing=tracing, metrics=process_metrics())
     telemetry.flush_every_s = min(1.0, settings.metrics_export_interval_ms / 1000)

@@ -222,8 +222,9 @@ def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_timeout() -> None
             timeout_s=0.5,
         )
         # the answer never ends: only a deadline on the whole answer returns (before, this hung until the
-        # suite's timeout)
-        with pytest.raises(RunnerError, match=r"after 2 attempts: (Read)?Timeout"):
+        # suite's timeout). On a loaded machine the second attempt's connect can be what the deadline cuts
+        # (ConnectTimeout): a timeout either way, never an answer and never a hang.
+        with pytest.raises(RunnerError, match=r"after 2 attempts: (Read|Connect)?Timeout"):
             runner.dispatch(RunRequest("op-trickle", "memory-writer", {}, "u1", "a1", "p"))
     finally:
         stop.set()

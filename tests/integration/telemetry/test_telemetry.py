@@ -207,8 +207,14 @@ class TestInstruments:
         # of the next head on a loaded machine, and the same drain_scope would then run the event again.
         monkeypatch.setattr("worker.drain.event.backoff_ms", lambda *args, **kwargs: 60_000)
         # the test plugin's flaky source handler raises until test:fixed is set
+        quoted = "PAYLOAD-TEXT my ssn 123-45-6789"  # the handler's error quotes it, as a parser's would
         rig.producer.enqueue(
-            {"sourceType": "test.flaky", "sourceId": "bad", "scopeKey": "topic:t3", "payload": {}}
+            {
+                "sourceType": "test.flaky",
+                "sourceId": "bad",
+                "scopeKey": "topic:t3",
+                "payload": {"errorText": quoted},
+            }
         )
         rig.pipeline.drain_scope("topic:t3")
         assert (
@@ -222,6 +228,19 @@ class TestInstruments:
             if s.name == "agent_signal.handler.run" and s.status.status_code.name == "ERROR"
         ]
         assert len(failed) == 1
+        # the exception as log lines show it: its type and frames, not its message (OpenTelemetry's default)
+        [event] = [e for e in failed[0].events if e.name == "exception"]
+        assert event.attributes is not None and event.attributes["exception.type"]
+        exported = [
+            (
+                s.name,
+                dict(s.attributes or {}),
+                s.status.description,
+                [dict(e.attributes or {}) for e in s.events],
+            )
+            for s in rig.spans.get_finished_spans()
+        ]
+        assert quoted not in repr(exported)
 
     def test_duplicate(self, rig: Rig) -> None:
         """A duplicate enqueue is counted as 'duplicate' and runs no chain."""

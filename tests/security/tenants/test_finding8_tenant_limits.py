@@ -71,6 +71,32 @@ class TestTenantRate:
         other = client.get("/v1/receipts", params={"userId": "u0"}, headers=bearer(tenant_b))
         assert other.status_code == 200, other.text
 
+    def test_the_operations_reads_are_charged_to_their_credential_alone(
+        self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """A tenant whose requests spent its bucket still gets its scrapes and its autoscaler's backlog read:
+        ``/metrics``, ``/metrics/state`` and ``/v1/backlog`` take from the credential's bucket, not the tenant's
+        (a busy single-tenant deployment lost its scrapes, and KEDA fell back to its floor at peak load)."""
+        client: TestClient = app_client(
+            bootstrap_key=BOOT,
+            token_secret=SECRET,
+            auth_cache_s=0,
+            rate_limit_per_s=100,
+            tenant_rate_limit_per_s=0.01,
+        )
+        store = CredentialStore(redis_client, keys, token_secret=SECRET)
+        reader = store.create("default", "read")[1]
+        scraper = store.create("default", "metrics")[1]
+        spent = [
+            client.get("/v1/receipts", params={"userId": "u0"}, headers=bearer(reader)) for _ in range(2)
+        ]
+        assert [r.status_code for r in spent] == [200, 429]
+        for path in ("/metrics", "/metrics/state", "/v1/backlog"):
+            answer = client.get(path, headers=bearer(scraper))
+            assert answer.status_code == 200, (path, answer.text)
+        again = client.get("/v1/receipts", params={"userId": "u0"}, headers=bearer(reader))
+        assert again.status_code == 429  # the scrapes did not refill nor charge the tenant's bucket
+
 
 # --- open streams, counted across two real web processes ------------------------------------------------
 

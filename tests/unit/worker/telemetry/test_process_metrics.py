@@ -9,14 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import generate_latest
 
 from tests.support.prom import buckets, parse, total
+from worker.settings import Settings
 from worker.telemetry.instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS
 from worker.telemetry.plan import HandlerRuns
 from worker.telemetry.process_metrics import BUCKETS_MS, LABELS, ProcessMetrics
-from worker.telemetry.recorder import Telemetry
+from worker.telemetry.recorder import Telemetry, configure_telemetry
 
 
 def _telemetry() -> tuple[Telemetry, ProcessMetrics]:
@@ -72,6 +74,36 @@ def test_histogram_buckets_are_cumulative() -> None:
     counts = [c for _, c in cumulative]
     assert counts == sorted(counts) and counts[-1] == 6
     assert dict(cumulative)[5.0] == 3 and dict(cumulative)[50.0] == 5
+
+
+def test_minutes_of_latency_land_in_buckets_of_their_own() -> None:
+    """An event's enqueue -> done spans its backlog and its retries' backoff (a minute's cap by default): past
+    10 s each minute-scale value has a finite bucket, so a quantile reads it instead of a flat 10 s; the
+    OpenTelemetry meter (OTLP) is given the same bounds."""
+    metrics = ProcessMetrics({})
+    metrics.observe("agent_signal_event_latency_ms", {"tenant": "a"}, [30_000, 120_000, 600_000])
+    cumulative = dict(
+        buckets(parse(generate_latest(metrics.registry).decode()), "agent_signal_event_latency_ms")
+    )
+    assert cumulative[10_000.0] == 0
+    assert (cumulative[30_000.0], cumulative[120_000.0], cumulative[600_000.0]) == (1, 2, 3)
+    reader = InMemoryMetricReader()
+    telemetry = configure_telemetry(
+        Settings(telemetry_enabled=True), service_name="t", metric_readers=[reader]
+    )
+    assert telemetry.meter_provider is not None
+    telemetry.meter_provider.get_meter("t").create_histogram("h_ms").record(120_000)
+    data = reader.get_metrics_data()
+    assert data is not None
+    [point] = [
+        p
+        for r in data.resource_metrics
+        for sm in r.scope_metrics
+        for m in sm.metrics
+        for p in m.data.data_points
+    ]
+    assert tuple(point.explicit_bounds) == BUCKETS_MS
+    telemetry.shutdown()
 
 
 CHILD = """
