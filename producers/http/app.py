@@ -200,7 +200,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def store_failed(request: Request, exc: RedisError) -> JSONResponse:
         """Any route whose store call failed answers 503 (never 500): Redis full, read-only or unreachable."""
         producer = getattr(request.app.state, "producer", None)
-        where = f"{request.method} {request.url.path}"
+        # the route's template, never the path as sent (it names users and scopes): a log line and a metric label
+        where = f"door {request.method} {route_template(request.scope)}"
         if producer is not None:  # off the event loop: an unreachable Redis may take its timeout to say so
             store, caller = producer.store, getattr(request.state, "principal", None)
             stats = store.keys.for_tenant(getattr(caller, "tenant", None) or DEFAULT_TENANT).tenant_stats

@@ -62,6 +62,7 @@ from worker.ops.rate_limit import RateDecision, RateLimiter
 from worker.settings import Settings, SettingsError
 from worker.store.client import async_redis_from_settings, redis_from_settings
 from worker.store.safety import store_error_reason
+from worker.telemetry.process_metrics import process_metrics
 
 __all__ = [
     "DEFAULT_RATE_LIMIT_PER_S",
@@ -294,6 +295,19 @@ class AuthMiddleware:
             return
         await self.app(scope, receive, send)
 
+    async def _rate(self, principal: Principal, ops: bool) -> RateDecision:
+        """The rate decision. The operations reads (scrapes, the autoscaler's backlog) are charged to their
+        credential alone (a tenant ingesting at its rate must not cost Prometheus its scrape, nor KEDA its
+        backlog, at peak load), and pass when the store cannot answer: a scrape during an outage is how the
+        outage shows (its credential was resolved already: the bootstrap key, or one the auth cache holds)."""
+        try:
+            return await self.auth.rate_decision(principal, tenant_bucket=not ops)
+        except RedisError:
+            if not ops:
+                raise
+            process_metrics().add("agent_signal_store_unavailable_total", {"where": "auth"})
+            return ALLOWED
+
     async def _admit(self, scope: Scope) -> JSONResponse | None:
         """None to let the request in (principal set), else the response that refuses it."""
         path: str = scope.get("path", "")
@@ -306,12 +320,8 @@ class AuthMiddleware:
                 check_ops(principal, self.auth.door)
             elif principal is None and path.startswith("/v1"):
                 raise Unauthenticated("missing bearer credential (Authorization: Bearer <key or token>)")
-            # The operations reads (scrapes, the autoscaler's backlog) are charged to the credential alone: a tenant
-            # ingesting at its rate must not cost Prometheus its scrape, nor KEDA its backlog, at peak load.
             decision = (
-                await self.auth.rate_decision(principal, tenant_bucket=path not in self.ops_paths)
-                if principal is not None
-                else ALLOWED
+                await self._rate(principal, path in self.ops_paths) if principal is not None else ALLOWED
             )
         except Unauthenticated as exc:
             return _unauthorized(str(exc))
@@ -323,6 +333,7 @@ class AuthMiddleware:
             return error_response(403, "forbidden", str(exc))
         except RedisError as exc:
             log.warning("auth: the store is unavailable (%s)", type(exc).__name__)
+            process_metrics().add("agent_signal_store_unavailable_total", {"where": "auth"})
             message = f"the store is unavailable ({store_error_reason(exc)}); retry later"
             response = error_response(503, "store_unavailable", message)
             response.headers["Retry-After"] = str(self.auth.settings.store_retry_after_s)

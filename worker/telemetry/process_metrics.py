@@ -36,6 +36,8 @@ __all__ = [
     "MULTIPROC_ENV",
     "ORIGIN_DOOR",
     "ORIGIN_FOLLOW_UP",
+    "OTHER_SOURCE_TYPE",
+    "SOURCE_TYPE_LABELS_MAX",
     "ProcessMetrics",
     "exposition",
     "label_name",
@@ -75,6 +77,10 @@ BUCKETS_MS = (
 )
 
 _S = "agent.signal."
+# The source types one process labels its series with (see ProcessMetrics._bounded); the rest are one value.
+SOURCE_TYPE_ATTRIBUTE = f"{_S}source_type"
+SOURCE_TYPE_LABELS_MAX = 256
+OTHER_SOURCE_TYPE = "(other)"
 # Instrument -> the attribute names it may carry (worker/telemetry/recorder.py's recorders). Missing ones are "".
 LABELS: dict[str, tuple[str, ...]] = {
     "agent_signal_source_occurrences_total": (f"{_S}source_type",),
@@ -139,7 +145,7 @@ ENGINE_DESCRIPTIONS = {
     ),
     "agent_signal_fence_rejected_total": "Commits refused because the lease's fence was stale.",
     "agent_signal_event_latency_ms": "Enqueue to done, per event (ms), recorded by the worker that committed it.",
-    "agent_signal_store_unavailable_total": "Store failures of this process (where: enqueue, drain, drain_next).",
+    "agent_signal_store_unavailable_total": "Store failures of this process (where: enqueue, drain, drain_next, door: a route, auth: a credential's lookup or rate).",
     "agent_signal_store_full_backoffs_total": (
         "Pauses of this process's work while Redis was full (where: acquire, pop, chain, commit, task): the work "
         "waited and went on without counting an attempt (worker/store/full.py)."
@@ -171,6 +177,7 @@ class ProcessMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self._descriptions = dict(descriptions)
         self._metrics: dict[str, Any] = {}
+        self._source_types: set[str] = set()
         self._lock = threading.Lock()
         for name in LABELS:  # declared up front: a scrape lists every family, even before its first sample
             self._metric(name)
@@ -193,13 +200,24 @@ class ProcessMetrics:
                 self._metrics[name] = metric
         return metric
 
-    @staticmethod
-    def _values(name: str, attrs: Mapping[str, Any]) -> list[str]:
+    def _values(self, name: str, attrs: Mapping[str, Any]) -> list[str]:
         allowed = LABELS[name]
         extra = set(attrs) - set(allowed)
         if extra:
             raise ValueError(f"{name} has no label for attribute(s) {sorted(extra)}")
-        return ["" if attrs.get(a) is None else str(attrs[a]) for a in allowed]
+        return ["" if attrs.get(a) is None else self._bounded(a, str(attrs[a])) for a in allowed]
+
+    def _bounded(self, attribute: str, value: str) -> str:
+        """A source type past the first SOURCE_TYPE_LABELS_MAX this process has seen is counted as
+        :data:`OTHER_SOURCE_TYPE`: with ``AGENT_SIGNAL_ALLOW_UNKNOWN_SOURCE_TYPES`` callers name the types, and a
+        series is never dropped (100 made-up types made ~4,000 series on one worker)."""
+        if attribute != SOURCE_TYPE_ATTRIBUTE or value in self._source_types:
+            return value
+        with self._lock:
+            if len(self._source_types) >= SOURCE_TYPE_LABELS_MAX:
+                return OTHER_SOURCE_TYPE
+            self._source_types.add(value)
+        return value
 
     def add(self, name: str, attrs: Mapping[str, Any], value: float = 1.0) -> None:
         self._metric(name).labels(*self._values(name, attrs)).inc(value)

@@ -182,9 +182,10 @@ def post_events(
 ) -> JSONResponse:
     """One SourceEvent, or ``{"events": [...]}``; all or nothing. The tenant is the credential's; a user
     token's events are stamped with its userId (an event naming another user is refused)."""
-    if isinstance(data, JSONResponse):
-        return data
     producer, tenant = producer_of(request), principal.tenant
+    if isinstance(data, JSONResponse):  # a body that is no JSON, or too large: its events are not known
+        producer.count_rejected(tenant=tenant)
+        return data
     try:
         batch = isinstance(data, dict) and "events" in data and "sourceType" not in data
         if batch:
@@ -210,7 +211,11 @@ def post_events(
             return refused
         results = producer.enqueue_prepared(prepared)
     except InvalidEvent as exc:
-        producer.count_rejected(tenant=tenant)
+        # all or nothing: every event of a refused batch is rejected (the CLI's door counts them so too)
+        events_sent = data.get("events") if batch and isinstance(data, dict) else None
+        producer.count_rejected(
+            len(events_sent) if isinstance(events_sent, list) and events_sent else 1, tenant=tenant
+        )
         error = (exc if batch else as_single(exc)).error
         return error_response(exc.status_code, error.code, error.message, error.field)
     return JSONResponse({"results": [r.model_dump(by_alias=True) for r in results]}, status_code=202)

@@ -110,6 +110,7 @@ class TestPostEvents:
         assert response.json()["error"]["code"] == "invalid_json"
         assert "Traceback" not in response.text
         assert _stored(redis_client, keys) == []
+        assert int(redis_client.hget(keys.stats, "rejected") or 0) == 1  # counted, its events unknown: one
 
     def test_batch_with_one_invalid_event_enqueues_nothing(
         self, client: TestClient, redis_client: Redis, keys: BucketKeys
@@ -120,6 +121,8 @@ class TestPostEvents:
         assert response.status_code == 422
         assert response.json()["error"]["field"] == "events[2].sourceId"
         assert _stored(redis_client, keys) == []
+        # all or nothing: the three are rejected, as the CLI's door counts a refused batch
+        assert int(redis_client.hget(keys.stats, "rejected") or 0) == 3
 
     def test_oversize_payload_is_413(self, client: TestClient, redis_client: Redis, keys: BucketKeys) -> None:
         """A payload over max_event_bytes gets 413 naming the payload; a body over max_request_bytes, 413 too."""
@@ -136,6 +139,7 @@ class TestPostEvents:
         assert response.status_code == 413
         assert response.json()["error"]["code"] == "request_too_large"
         assert _stored(redis_client, keys) == []
+        # the payload's event; the body over the request limit is refused by the door before any route runs
         assert int(redis_client.hget(keys.stats, "rejected") or 0) == 1
 
     def test_unknown_event_is_404(self, client: TestClient) -> None:

@@ -19,7 +19,12 @@ from celery.app.trace import LOG_FAILURE, LOG_RECEIVED
 from celery.worker.consumer.consumer import INVALID_TASK_ERROR
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from worker.telemetry.log_privacy import HIDDEN, describe_error, traceback_without_messages
+from worker.telemetry.log_privacy import (
+    HIDDEN,
+    describe_error,
+    traceback_without_messages,
+    without_url_secrets,
+)
 from worker.telemetry.logs import configure_logging, end_event, event_ids, start_event, use_pseudonyms
 from worker.telemetry.pseudonyms import Pseudonyms
 
@@ -198,3 +203,17 @@ def test_every_task_is_published_with_its_arguments_hidden() -> None:
                 if not any(isinstance(v, ast.Name) and v.id == "HIDDEN_TASK_ARGS" for v in spread):
                     missing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert missing == [] and sends >= 3  # the drain and drain_next (fair share), and plugin tasks
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("failed: https://u:p@ss@hooks.example/x?k=1 (500)", "failed: https://…@hooks.example/x?… (500)"),
+        ("redis://:pw@127.0.0.1:6379/0 refused", "redis://…@127.0.0.1:6379/0 refused"),
+        ("https://host/a@b?token=1", "https://host/a@b?…"),
+        ("see https://a.example/b", "see https://a.example/b"),
+    ],
+)
+def test_a_url_keeps_its_host_and_path_and_loses_its_secrets(text: str, shown: str) -> None:
+    """User info (up to the last '@' before the host: a password may hold one), query and fragment go."""
+    assert without_url_secrets(text) == shown

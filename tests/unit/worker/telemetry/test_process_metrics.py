@@ -17,7 +17,13 @@ from tests.support.prom import buckets, parse, total
 from worker.settings import Settings
 from worker.telemetry.instruments import INSTRUMENT_ATTRS, INSTRUMENT_DESCRIPTIONS
 from worker.telemetry.plan import HandlerRuns
-from worker.telemetry.process_metrics import BUCKETS_MS, LABELS, ProcessMetrics
+from worker.telemetry.process_metrics import (
+    BUCKETS_MS,
+    LABELS,
+    OTHER_SOURCE_TYPE,
+    SOURCE_TYPE_LABELS_MAX,
+    ProcessMetrics,
+)
 from worker.telemetry.recorder import Telemetry, configure_telemetry
 
 
@@ -173,4 +179,25 @@ def test_a_pre_aggregated_flush_exposes_what_observing_one_by_one_does(values: l
     assert texts[0] == texts[1]
     assert ("agent_signal_x_ms_count" in texts[1]) and texts[1].count("_bucket{") == len(BUCKETS_MS) + (
         0 if BUCKETS_MS[-1] == float("inf") else 1
+    )
+
+
+def test_source_types_past_the_cap_share_one_label_value() -> None:
+    """With unknown source types allowed, callers name them: past SOURCE_TYPE_LABELS_MAX a process counts the
+    rest under one value, so its series stay bounded and no count is lost."""
+    metrics = ProcessMetrics({})
+    extra = 40
+    for i in range(SOURCE_TYPE_LABELS_MAX + extra):
+        metrics.add("agent_signal_source_occurrences_total", {"agent.signal.source_type": f"made.up.{i}"})
+    samples = parse(generate_latest(metrics.registry).decode())
+    named = {
+        s.labels["agent_signal_source_type"]
+        for s in samples
+        if s.name == "agent_signal_source_occurrences_total"
+    }
+    assert len(named) == SOURCE_TYPE_LABELS_MAX + 1 and OTHER_SOURCE_TYPE in named
+    assert total(samples, "agent_signal_source_occurrences_total") == SOURCE_TYPE_LABELS_MAX + extra
+    assert (
+        total(samples, "agent_signal_source_occurrences_total", agent_signal_source_type=OTHER_SOURCE_TYPE)
+        == extra
     )
