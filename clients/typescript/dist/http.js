@@ -27,7 +27,10 @@
  * with `requestSent: true`. The caller's `signal` still bounds the whole call, waits included.
  *
  * A `baseUrl` holding a user name or password is refused: fetch refuses such a URL and its error would carry
- * the password into the message. One with a query or a fragment is refused too: every path would land inside it.
+ * the password into the message. One with a query or a fragment is refused too: every path would land inside it
+ * (the error shows it without them). A `token` that is not visible ASCII (a CR, an LF, a trailing newline) is
+ * refused without being quoted, and no error quotes the token. A body holding `NaN` or `Infinity` is refused
+ * before sending (`invalid_json`, status 0), not sent as `null`.
  */
 import { AgentSignalError, errorFromResponse } from "./errors.js";
 /** The codes of a `503` the server answers before it acts on a request: safe to retry whatever the call. */
@@ -62,14 +65,15 @@ export class Http {
             parsed = undefined;
         }
         if (parsed === undefined || (parsed.protocol !== "http:" && parsed.protocol !== "https:")) {
-            throw new TypeError(`AgentSignal: baseUrl must be an http(s) URL (got ${JSON.stringify(options.baseUrl)})`);
+            throw new TypeError(`AgentSignal: baseUrl must be an http(s) URL (got ${shownUrl(options.baseUrl)})`);
         }
         if (parsed.username || parsed.password) {
             // not echoed: it holds a password
             throw new TypeError("AgentSignal: baseUrl must not hold a user name or password; pass options.token");
         }
         if (parsed.search || parsed.hash || options.baseUrl.includes("?") || options.baseUrl.includes("#")) {
-            throw new TypeError(`AgentSignal: baseUrl must not hold a query or a fragment: every path would land inside it (got ${JSON.stringify(options.baseUrl)})`);
+            // shown without them: a query is where a key such as `?api_key=…` would sit
+            throw new TypeError(`AgentSignal: baseUrl must not hold a query or a fragment: every path would land inside it (got ${shownUrl(options.baseUrl)}, its query and fragment not shown)`);
         }
         this.baseUrl = parsed.href.replace(/\/+$/, "");
         const retries = options.maxRetries ?? 3;
@@ -82,7 +86,7 @@ export class Http {
             throw new TypeError(`AgentSignal: timeoutMs must be a number of ms from 0 to ${MAX_TIMER_MS} (got ${String(options.timeoutMs)})`);
         }
         this.timeoutMs = timeout;
-        this.#token = options.token || undefined;
+        this.#token = checkedToken(options.token);
         const given = options.fetch;
         if (given) {
             this.#fetch = given;
@@ -151,6 +155,20 @@ export class Http {
             }
         }
     }
+    /** `text` with the token blanked out: a fetch that refuses a header quotes its value in its message. */
+    #redact(text) {
+        return this.#token ? text.split(this.#token).join("[token]") : text;
+    }
+    /** True when `error`'s message, or a cause's, quotes the token: such an error is not kept as a `cause`. */
+    #quotesToken(error) {
+        for (let at = error, depth = 0; at !== undefined && depth < 4; depth += 1) {
+            const text = at instanceof Error ? `${at.message}\n${at.stack ?? ""}` : String(at);
+            if (this.#redact(text) !== text)
+                return true;
+            at = at instanceof Error ? at.cause : undefined;
+        }
+        return false;
+    }
     #attempt(signal) {
         if (this.timeoutMs === 0)
             return { signal, timedOut: () => false, answered: () => undefined, release: () => undefined };
@@ -190,7 +208,7 @@ export class Http {
         let body;
         if (options.body !== undefined) {
             headers["content-type"] = "application/json";
-            body = JSON.stringify(options.body);
+            body = encodeBody(options.body);
         }
         const url = this.url(path, options.query);
         for (let attempt = firstAttempt;; attempt += 1) {
@@ -210,8 +228,8 @@ export class Http {
                     throw new AgentSignalError({
                         status: 0,
                         code: "network_error",
-                        message: `${method} ${path} failed before any answer: ${timedOut ? `no answer within ${this.timeoutMs} ms` : describe(error)}${sent && attempt < this.maxRetries ? " (not retried: the server may have acted on it)" : ""}`,
-                        cause: error,
+                        message: `${method} ${path} failed before any answer: ${timedOut ? `no answer within ${this.timeoutMs} ms` : this.#redact(describe(error))}${sent && attempt < this.maxRetries ? " (not retried: the server may have acted on it)" : ""}`,
+                        cause: this.#quotesToken(error) ? undefined : error,
                         requestSent: sent,
                     });
                 }
@@ -279,6 +297,65 @@ export function parseRetryAfter(value, nowMs = Date.now()) {
         return undefined;
     const at = Date.parse(text);
     return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - nowMs) / 1000));
+}
+/** What a token may hold: visible ASCII, what an API key and a user token (a JWT) are made of. */
+const HEADER_TOKEN = /^[\x21-\x7e]+$/;
+/**
+ * `token` as the header carries it (undefined for none). One holding anything but visible ASCII is refused here,
+ * without quoting it: fetch would refuse the header only when sending, quoting the whole value (a secret) in
+ * its error, which would then read as a network failure and be retried. A trailing newline (a key read from a
+ * file) is refused too, not trimmed: what is sent is what was given.
+ */
+function checkedToken(token) {
+    if (!token)
+        return undefined;
+    if (typeof token !== "string")
+        throw new TypeError("AgentSignal: token must be a string");
+    if (!HEADER_TOKEN.test(token)) {
+        throw new TypeError("AgentSignal: token must be a printable header value: visible ASCII only (no CR, LF, space or other control characters; a trailing newline counts)");
+    }
+    return token;
+}
+/**
+ * A baseUrl as an error shows it: without its query or fragment, where a key such as `?api_key=…` sits, nor
+ * anything up to an `@` (a password).
+ */
+function shownUrl(text) {
+    const head = text.split(/[?#]/, 1)[0] ?? "";
+    const at = head.lastIndexOf("@");
+    return JSON.stringify(at < 0 ? head : `…${head.slice(at)}`);
+}
+/**
+ * `body` as JSON, or an `invalid_json` AgentSignalError (status 0: nothing is sent) naming the first number JSON
+ * has no form for: JSON.stringify would send `NaN`, `Infinity` and `-Infinity` as `null`, and the server refuses
+ * them with a 422, as the Python client does before sending. The field is a path in the errors' style
+ * (`payload.score`, `events[1].payload.x`); JSON.stringify's own walk finds it, so what `toJSON` makes counts.
+ */
+function encodeBody(body) {
+    const paths = new Map(); // each object and array met, by its path
+    return JSON.stringify(body, function (key, value) {
+        const path = pathOf(paths.get(this), key, Array.isArray(this));
+        const number = value instanceof Number ? value.valueOf() : value;
+        if (typeof number === "number" && !Number.isFinite(number)) {
+            throw new AgentSignalError({
+                status: 0,
+                code: "invalid_json",
+                field: path || undefined,
+                message: `${path ? `${path} is` : "the body is"} ${String(number)}, which is not JSON (numbers must be finite: no NaN or Infinity); nothing was sent`,
+            });
+        }
+        if (typeof value === "object" && value !== null)
+            paths.set(value, path);
+        return value;
+    });
+}
+/** The path of `key` in a holder found at `holder` (undefined: the wrapper JSON.stringify puts the body in). */
+function pathOf(holder, key, inArray) {
+    if (holder === undefined)
+        return "";
+    if (inArray)
+        return `${holder}[${key}]`;
+    return holder ? `${holder}.${key}` : key;
 }
 /** Exponential backoff with jitter: half of the step is fixed, half random. */
 export function backoffMs(attempt) {

@@ -10,7 +10,11 @@ import { Tokens } from "./resources/tokens.js";
 export interface AgentSignalOptions {
   /** The server's root URL, for example `http://127.0.0.1:8000`. */
   baseUrl: string;
-  /** An API key or a user token, sent as `Authorization: Bearer …` (none for a server without credentials). */
+  /**
+   * An API key or a user token, sent as `Authorization: Bearer …` (none for a server without credentials). Only
+   * visible ASCII: one with a CR, an LF (a trailing newline too), a space or another control character is a
+   * TypeError here, which does not quote it.
+   */
   token?: string | undefined;
   /** The fetch to use (default: the global one); also how tests and proxies step in. */
   fetch?: FetchLike | undefined;

@@ -4,8 +4,11 @@
  * The server answers every error as `{"error": {"code", "message", "field"}}`; those three are copied here with
  * the HTTP status and, when the server sent `Retry-After`, the seconds it asked to wait. A failure before any
  * answer (the network, DNS, a refused connection) has `status` 0 and `code` `"network_error"`, with the
- * original error as `cause`; `requestSent` then says whether the request may have reached the server. A success
- * whose body broke off is a `network_error` with its status; one whose body is not JSON an `invalid_response`. An aborted call rejects with the signal's own reason (an `AbortError`), not this.
+ * original error as `cause` (left out when it quotes the token); `requestSent` then says whether the request may
+ * have reached the server. A body the client will not send (a `NaN` or `Infinity` in it) is `invalid_json` with
+ * status 0 and the `field` it is in. A success whose body broke off is a `network_error` with its status; one
+ * whose body is not JSON an `invalid_response`. An aborted call rejects with the signal's own reason (an
+ * `AbortError`), not this.
  */
 export class AgentSignalError extends Error {
   /** The HTTP status, or 0 when no answer came. */

@@ -41,6 +41,13 @@ console.log([typeof client.events.send, typeof client.receipts.stream, typeof Ag
   const out = sh(process.execPath, ["use.mjs"], scratch);
   assert.equal(out.trim(), "function function function function");
 
+  // ESM only: CommonJS code loads it with a dynamic import, as the README says
+  writeFileSync(
+    join(scratch, "use.cjs"),
+    `import("@agent-signal/client").then(({ AgentSignal }) => console.log(typeof new AgentSignal({ baseUrl: "http://127.0.0.1:1" }).events.send));`,
+  );
+  assert.equal(sh(process.execPath, ["use.cjs"], scratch).trim(), "function");
+
   writeFileSync(
     join(scratch, "use.ts"),
     `import { AgentSignal, type IngestResults } from "@agent-signal/client";

@@ -173,6 +173,54 @@ describe("retries", () => {
     );
   });
 
+  test("a token with a CR, an LF or another character a header cannot carry is refused at construction, unquoted", () => {
+    const secret = "as_0123abcd_S3CR3TVALUE";
+    for (const bad of [`${secret}\n`, `${secret}\r\nX-Injected: 1`, `${secret}\u0000`, `\t${secret}`, `${secret} x`, `${secret}\u00e9`]) {
+      assert.throws(
+        () => new AgentSignal({ baseUrl: "http://127.0.0.1:1", token: bad }),
+        (error) =>
+          error instanceof TypeError && /token must be a printable header value/.test(error.message) && !error.message.includes("S3CR3T"),
+        JSON.stringify(bad),
+      );
+    }
+    assert.equal(new AgentSignal({ baseUrl: "http://127.0.0.1:1", token: secret }).tokenUserId, undefined); // a fine one
+  });
+
+  test("a fetch that throws over a header does not carry the token into the error, nor as its cause", async () => {
+    const secret = "as_0123abcd_S3CR3TVALUE";
+    const refusing = [
+      (_, init) => Promise.reject(new TypeError(`Headers.append: "${init.headers.authorization}" is an invalid header value.`)),
+      (_, init) => Promise.reject(new TypeError("fetch failed", { cause: new TypeError(`invalid ${init.headers.authorization}`) })),
+    ];
+    for (const fetch of refusing) {
+      const api = new AgentSignal({ baseUrl: "http://127.0.0.1:1", token: secret, fetch, maxRetries: 0 });
+      await assert.rejects(api.events.get("evt_1"), (error) => {
+        assert.equal(error.code, "network_error");
+        assert.ok(!error.message.includes("S3CR3T"), error.message);
+        for (let at = error.cause; at; at = at.cause) assert.ok(!String(at.message).includes("S3CR3T"), at.message);
+        return true;
+      });
+    }
+  });
+
+  test("NaN and Infinity are refused before sending (JSON has no form for them), naming their path", async () => {
+    const stub = await scripted([[202, ACCEPTED]]);
+    const api = new AgentSignal({ baseUrl: stub.url });
+    const refused = (field) => (error) => {
+      assert.ok(error instanceof AgentSignalError);
+      assert.deepEqual([error.status, error.code, error.field], [0, "invalid_json", field]);
+      assert.match(error.message, /NaN|Infinity/);
+      return true;
+    };
+    await assert.rejects(api.events.send({ ...EVENT, payload: { score: NaN } }), refused("payload.score"));
+    await assert.rejects(api.events.send([EVENT, { ...EVENT, sourceId: "s-2", payload: { x: -Infinity } }]), refused("events[1].payload.x"));
+    await assert.rejects(api.events.send({ ...EVENT, payload: { tags: [1, { at: Infinity }] } }), refused("payload.tags[1].at"));
+    await assert.rejects(api.dlq.redrive([{ eventId: "evt_1", payload: { n: new Number(NaN) } }]), refused("events[0].payload.n"));
+    assert.equal(stub.requests.length, 0);
+    await api.events.send({ ...EVENT, payload: { score: 1.5, at: new Date(0) } }); // finite numbers, toJSON: sent
+    assert.deepEqual(JSON.parse(stub.requests[0].body).payload, { score: 1.5, at: "1970-01-01T00:00:00.000Z" });
+  });
+
   test("an aborted call rejects with the abort, also while waiting to retry", async () => {
     const stub = await scripted([[503, errorBody("store_unavailable", "busy"), { "retry-after": "30" }]]);
     const controller = new AbortController();

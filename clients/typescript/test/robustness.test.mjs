@@ -22,7 +22,8 @@ async function stub(handle) {
 
 describe("a receipt stream's abort", () => {
   test("nothing more is yielded once the consumer aborts, though frames of the same chunk were read", async () => {
-    const server = await stub((_, response) => {
+    const server = await stub((request, response) => {
+      if (request.url.startsWith("/v1/receipts?")) return json(response, 200, { receipts: [] });
       response.writeHead(200, { "content-type": "text/event-stream" });
       response.write(": connected\n\n" + ["r1", "r2", "r3", "r4", "r5"].map((id, i) => frame(receipt(id, i + 1))).join(""));
     });
@@ -35,10 +36,12 @@ describe("a receipt stream's abort", () => {
     assert.deepEqual(ids, ["r1"]);
   });
 
-  test("nor the rest of a catch-up", async () => {
+  test("nor the rest of a catch-up", { timeout: 20_000 }, async () => {
     const listed = ["c5", "c4", "c3", "c2", "c1"].map((id, i) => receipt(id, 100 - i)); // newest first
+    let lists = 0;
     const server = await stub((request, response) => {
-      if (request.url.startsWith("/v1/receipts?")) return json(response, 200, { receipts: listed });
+      // the snapshot and the first connection's catch-up find nothing: these come with the resync
+      if (request.url.startsWith("/v1/receipts?")) return json(response, 200, { receipts: ++lists <= 2 ? [] : listed });
       response.writeHead(200, { "content-type": "text/event-stream" });
       response.write(": connected\n\nevent: resync\ndata: {}\n\n");
     });
@@ -56,7 +59,8 @@ describe("a connection gone silent", () => {
   test("past idleTimeoutMs it is replaced and caught up, like one that dropped", { timeout: 20_000 }, async () => {
     let connections = 0;
     const server = await stub((request, response) => {
-      if (request.url.startsWith("/v1/receipts?")) return json(response, 200, { receipts: [receipt("late", 2)] });
+      // "late" is written while the first connection is silent: the snapshot and its catch-up do not have it
+      if (request.url.startsWith("/v1/receipts?")) return json(response, 200, { receipts: connections < 2 ? [] : [receipt("late", 2)] });
       connections += 1;
       response.writeHead(200, { "content-type": "text/event-stream" });
       if (connections === 1) response.write(": connected\n\n" + frame(receipt("first", 1))); // then nothing, ever
@@ -72,6 +76,94 @@ describe("a connection gone silent", () => {
     assert.deepEqual(ids, ["first", "late", "second"]);
     assert.equal(connections, 2);
     assert.throws(() => new AgentSignal({ baseUrl: server.url }).receipts.stream({ userId: "u1", idleTimeoutMs: -5 }), /idleTimeoutMs/);
+  });
+});
+
+describe("a receipt stream whose server goes away for a while (a web restart)", () => {
+  /**
+   * A stub whose stream connections answer in turn as `plan` says: "open" (connected, a receipt, then the
+   * connection ends), "last" (connected, a receipt, kept open), "gone" (the socket is dropped: no answer), or a
+   * status with the server's error. Its list answers nothing to the snapshot and the first connection's
+   * catch-up, then `missed` (written while the server was gone).
+   */
+  async function restarting(plan, { errors = {} } = {}) {
+    const answers = [];
+    const server = await stub((request, response, raw) => {
+      const n = answers.length;
+      if (request.url.startsWith("/v1/receipts?")) {
+        return json(response, 200, { receipts: n > 1 ? [receipt("missed", 2)] : [] });
+      }
+      const step = plan[Math.min(n, plan.length - 1)];
+      answers.push(step);
+      if (step === "gone") return raw.socket.destroy();
+      if (typeof step === "number") return json(response, step, errors[step] ?? errorBody("store_unavailable", "restarting"), { "retry-after": "0" });
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n" + frame(receipt(step === "open" ? "before" : "after", step === "open" ? 1 : 3)));
+      if (step === "open") response.end();
+    });
+    return { server, answers };
+  }
+
+  async function drain(api, until) {
+    const controller = new AbortController();
+    const ids = [];
+    for await (const r of api.receipts.stream({ userId: "u1", signal: controller.signal })) {
+      ids.push(r.id);
+      if (r.id === until) controller.abort();
+    }
+    return ids;
+  }
+
+  test("a reconnect answered 503 (after http's own retries) is a drop: waited out, reconnected, caught up", async () => {
+    // maxRetries 2: a reconnect is three requests; two drops in a row (the end, then the 503s) are allowed
+    const { server, answers } = await restarting(["open", 503, 503, 503, "last"]);
+    const ids = await drain(new AgentSignal({ baseUrl: server.url, maxRetries: 2 }), "after");
+    assert.deepEqual(ids, ["before", "missed", "after"]);
+    assert.deepEqual(answers, ["open", 503, 503, 503, "last"]);
+  });
+
+  test("so is a reconnect that gets no answer at all (the connection dropped before any)", { timeout: 20_000 }, async () => {
+    const { server, answers } = await restarting(["open", "gone", "gone", "gone", "last"]);
+    const ids = await drain(new AgentSignal({ baseUrl: server.url, maxRetries: 2 }), "after");
+    assert.deepEqual(ids, ["before", "missed", "after"]);
+    assert.deepEqual(answers, ["open", "gone", "gone", "gone", "last"]);
+  });
+
+  test("past maxRetries drops in a row, failed reconnects included, the loop ends with stream_closed", async () => {
+    const { server, answers } = await restarting(["open", 502]);
+    const api = new AgentSignal({ baseUrl: server.url, maxRetries: 1 });
+    await assert.rejects(drain(api, "never"), (error) => {
+      assert.equal(error.code, "stream_closed");
+      assert.equal(error.cause?.status, 502); // the last reconnect's failure
+      return true;
+    });
+    assert.deepEqual(answers, ["open", 502, 502]);
+  });
+
+  test("a reconnect the server refuses (401: the user token expired) ends the loop with that error", async () => {
+    const errors = { 401: errorBody("unauthorized", "token expired") };
+    const { server, answers } = await restarting(["open", 401], { errors });
+    const api = new AgentSignal({ baseUrl: server.url, maxRetries: 3 });
+    await assert.rejects(drain(api, "never"), (error) => error.status === 401 && error.code === "unauthorized");
+    assert.deepEqual(answers, ["open", 401]);
+  });
+
+  test("a catch-up whose list the server does not answer (503) drops the connection; the next one catches up", { timeout: 20_000 }, async () => {
+    let lists = 0;
+    let streams = 0;
+    const server = await stub((request, response) => {
+      if (request.url.startsWith("/v1/receipts?")) {
+        lists += 1; // 1: the snapshot; 2 and 3: the first catch-up and its one retry; 4: the reconnect's
+        if (lists === 2 || lists === 3) return json(response, 503, errorBody("store_unavailable", "restarting"), { "retry-after": "0" });
+        return json(response, 200, { receipts: lists === 4 ? [receipt("missed", 2)] : [] });
+      }
+      streams += 1;
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n");
+    });
+    const ids = await drain(new AgentSignal({ baseUrl: server.url, maxRetries: 1 }), "missed");
+    assert.deepEqual(ids, ["missed"]);
+    assert.deepEqual([lists, streams], [4, 2]);
   });
 });
 
@@ -120,6 +212,17 @@ describe("options that cannot work", () => {
     for (const bad of ["http://h:1/api?x=1", "http://h:1/api#frag", "http://h:1/api?"]) {
       assert.throws(() => new AgentSignal({ baseUrl: bad }), /query or a fragment/, bad);
     }
+  });
+
+  test("the baseUrl's error shows it without its query or fragment (where a key may sit)", () => {
+    for (const bad of ["http://h:1/api?api_key=S3CR3T", "http://h:1/api#token=S3CR3T", "ftp://h:1/api?api_key=S3CR3T"]) {
+      assert.throws(
+        () => new AgentSignal({ baseUrl: bad }),
+        (error) => error instanceof TypeError && error.message.includes('"') && !error.message.includes("S3CR3T"),
+        bad,
+      );
+    }
+    assert.throws(() => new AgentSignal({ baseUrl: "http://h:1/api?api_key=S3CR3T" }), /got "http:\/\/h:1\/api"/);
   });
 
   test("a Retry-After that is neither seconds nor an HTTP date is unreadable, not 'now'", () => {

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 
-import { AgentSignal } from "@agent-signal/client";
+import { AgentSignal, CATCH_UP_LAG_MS } from "@agent-signal/client";
 import { SseParser } from "../dist/sse.js";
 import { errorBody, json, startStub } from "./stub.mjs";
 
@@ -50,31 +50,37 @@ function frame(response, r) {
 }
 
 describe("receipt stream against a stub", () => {
-  test("resync and a dropped connection are caught up from the list, without repeats, until abort", async () => {
-    const written = [receipt("r1", 1000)]; // what GET /v1/receipts answers (newest first)
+  test("resync and a dropped connection are caught up from the list, without repeats, until abort", { timeout: 20_000 }, async () => {
+    const written = []; // what GET /v1/receipts answers (newest first), each dated when it is written
+    const write = (id) => written[written.push(receipt(id, Date.now())) - 1];
     let first; // the first stream's response
+    let second;
+    let listed = 0;
     const stub = await startStub((request, response) => {
       const url = new URL(request.url, "http://stub");
       if (url.pathname === "/v1/receipts") {
+        listed += 1; // 1: the snapshot, 2: the first connection's catch-up, 3: the resync's, 4: the reconnect's
         json(response, 200, { receipts: [...written].reverse() });
-        if (first) {
-          written.push(receipt("r3", 3000)); // written after the catch-up read, while the connection drops
+        if (listed === 2) {
+          write("r2"); // only in the list, after the first catch-up read
+          first.write("event: resync\ndata: {}\n\n");
+        } else if (listed === 3) {
+          write("r3"); // written after the resync's catch-up read, while the connection drops
           first.end();
-          first = undefined;
+        } else if (listed === 4) {
+          frame(second, written[2]); // a repeat of r3, already caught up
+          frame(second, write("r4"));
         }
         return;
       }
+      response.sendDate = false; // our clock is the client's (the Date header's whole seconds would read as skew)
       response.writeHead(200, { "content-type": "text/event-stream" });
       response.write(": connected\n\n");
-      if (written.length === 1) {
+      if (!first) {
         first = response;
-        frame(response, written[0]);
-        written.push(receipt("r2", 2000));
-        response.write("event: resync\ndata: {}\n\n"); // r2 is only in the list
+        frame(response, write("r1"));
       } else {
-        frame(response, written[2]); // a repeat of r3, already caught up
-        written.push(receipt("r4", 4000));
-        frame(response, written[3]);
+        second = response;
       }
     });
     after(stub.close);
@@ -93,29 +99,39 @@ describe("receipt stream against a stub", () => {
     assert.equal(streams[0].headers.authorization, "Bearer t0k");
     assert.equal(streams[0].headers.accept, "text/event-stream");
     const lists = stub.requests.filter((r) => r.url.startsWith("/v1/receipts?"));
-    assert.equal(lists.length, 2);
-    assert.match(lists[0].url, /sinceCreatedAt=1000&/); // the newest seen at the resync
-    assert.match(lists[1].url, /sinceCreatedAt=2000&/); // the newest seen before the drop
+    assert.equal(lists.length, 4);
+    const since = lists.map((r) => new URL(r.url, "http://stub").searchParams.get("sinceCreatedAt"));
+    assert.ok(stub.requests.indexOf(lists[0]) < stub.requests.indexOf(streams[0])); // the snapshot, before connecting
+    assert.equal(lists[0].url, `/v1/receipts?userId=u1&agentId=a1&topicId=t1&sinceCreatedAt=${since[0]}&limit=50`);
+    assert.equal(since[1], since[0]); // the first connection's catch-up: from the snapshot's start
+    assert.equal(since[2], String(written[0].createdAt)); // the newest seen at the resync
+    assert.equal(since[3], String(written[1].createdAt)); // the newest seen before the drop
   });
 
-  test("a receipt dated before the newest one seen, committed while the stream was away, is caught up", async () => {
+  test("a receipt dated before the newest one seen, committed while the stream was away, is caught up", { timeout: 20_000 }, async () => {
     const now = Date.now();
-    const written = [receipt("b", now)]; // the newest, seen on the first connection
+    const written = [];
     let first;
+    let listed = 0;
     const stub = await startStub((request, response) => {
       const url = new URL(request.url, "http://stub");
       if (url.pathname === "/v1/receipts") {
         const since = Number(url.searchParams.get("sinceCreatedAt"));
         json(response, 200, { receipts: written.filter((r) => r.createdAt >= since).sort((x, y) => y.createdAt - x.createdAt) });
+        listed += 1;
+        if (listed === 2) {
+          // after the first connection's catch-up: an older event's receipt, committed during the gap
+          written.push(receipt("a", now - 5_000));
+          first.end();
+        }
         return;
       }
       response.writeHead(200, { "content-type": "text/event-stream" });
       response.write(": connected\n\n");
       if (!first) {
         first = response;
+        written.push(receipt("b", now)); // the newest, seen on the first connection
         frame(response, written[0]);
-        written.push(receipt("a", now - 5_000)); // an older event's receipt, committed during the gap
-        response.end();
       } else {
         written.push(receipt("c", now + 1));
         frame(response, written[2]);
@@ -132,8 +148,72 @@ describe("receipt stream against a stub", () => {
     assert.throws(() => new AgentSignal({ baseUrl: stub.url }).receipts.stream({ userId: "u1", catchUpLagMs: -1 }), TypeError);
   });
 
+  test("receipts written before the stream began are never yielded, even by a catch-up; those after, once", async () => {
+    const now = Date.now();
+    const written = [receipt("old1", now - 2_000), receipt("old2", now - 1_000)]; // there before the stream began
+    let at = now;
+    const write = (id) => written[written.push(receipt(id, (at = Math.max(at + 1, Date.now())))) - 1]; // in order
+    let connections = 0;
+    const stub = await startStub((request, response) => {
+      const url = new URL(request.url, "http://stub");
+      if (url.pathname === "/v1/receipts") {
+        const since = Number(url.searchParams.get("sinceCreatedAt"));
+        json(response, 200, { receipts: written.filter((r) => r.createdAt >= since).sort((x, y) => y.createdAt - x.createdAt) });
+        return;
+      }
+      connections += 1;
+      if (connections === 1) write("between"); // after the snapshot, before the server subscribed: only in the list
+      else write("gap"); // while the stream was away
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n");
+      if (connections === 1) {
+        frame(response, write("live"));
+        response.end(); // a drop: the reconnect's catch-up reads back over old1 and old2 again
+      } else {
+        frame(response, write("last"));
+      }
+    });
+    after(stub.close);
+    const controller = new AbortController();
+    const ids = [];
+    for await (const r of new AgentSignal({ baseUrl: stub.url }).receipts.stream({ userId: "u1", signal: controller.signal })) {
+      ids.push(r.id);
+      if (r.id === "last") controller.abort();
+    }
+    assert.deepEqual(ids, ["between", "live", "gap", "last"]);
+    const [snapshot] = stub.requests;
+    const since = Number(new URL(snapshot.url, "http://stub").searchParams.get("sinceCreatedAt"));
+    assert.equal(snapshot.url, `/v1/receipts?userId=u1&sinceCreatedAt=${since}&limit=50`); // catchUpLagMs back, first
+    assert.ok(since >= now - CATCH_UP_LAG_MS && since <= Date.now() - CATCH_UP_LAG_MS, String(since));
+  });
+
+  test("with no userId (a user token's own user) the stream and its lists leave it out; an empty one is refused", async () => {
+    const stub = await startStub((request, response) => {
+      if (request.url.startsWith("/v1/receipts?")) return json(response, 200, { receipts: [] });
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n");
+      frame(response, receipt("mine", 1));
+    });
+    after(stub.close);
+    const api = new AgentSignal({ baseUrl: stub.url });
+    for await (const r of api.receipts.stream({ agentId: "a1" })) {
+      assert.equal(r.id, "mine");
+      break;
+    }
+    assert.deepEqual(
+      stub.requests.map((r) => r.url.replace(/sinceCreatedAt=\d+/, "sinceCreatedAt=N")),
+      [
+        "/v1/receipts?agentId=a1&sinceCreatedAt=N&limit=50",
+        "/v1/receipts/stream?agentId=a1",
+        "/v1/receipts?agentId=a1&sinceCreatedAt=N&limit=50",
+      ],
+    );
+    assert.throws(() => api.receipts.stream({ userId: "" }), (error) => error instanceof TypeError && /userId/.test(error.message));
+  });
+
   test("a stream whose user is erased rejects the loop with user_erased instead of reconnecting", async () => {
-    const stub = await startStub((_, response) => {
+    const stub = await startStub((request, response) => {
+      if (request.url.startsWith("/v1/receipts?")) return json(response, 200, { receipts: [] });
       response.writeHead(200, { "content-type": "text/event-stream" });
       response.write(": connected\n\n");
       frame(response, receipt("r1", 1000));
@@ -153,8 +233,11 @@ describe("receipt stream against a stub", () => {
 
   test("a 429 too_many_streams with Retry-After is retried before the stream opens; leaving closes it", async () => {
     let closed = 0;
+    let streams = 0;
     const stub = await startStub((request, response, raw) => {
-      if (stub.requests.length === 1) {
+      if (request.url.startsWith("/v1/receipts?")) return json(response, 200, { receipts: [] });
+      streams += 1;
+      if (streams === 1) {
         json(response, 429, errorBody("too_many_streams", "too many open streams"), { "retry-after": "0" });
         return;
       }
@@ -170,12 +253,15 @@ describe("receipt stream against a stub", () => {
       break;
     }
     await stream.opened;
-    assert.equal(stub.requests.length, 2);
+    assert.equal(streams, 2);
     while (closed === 0) await new Promise((resolve) => setTimeout(resolve, 5)); // the server sees the client go
   });
 
   test("a stream the server refuses rejects the loop and `opened` with the error", async () => {
-    const stub = await startStub((_, response) => json(response, 404, errorBody("not_found", "not yours", "userId")));
+    const stub = await startStub((request, response) => {
+      if (request.url.startsWith("/v1/receipts?")) return json(response, 200, { receipts: [] });
+      json(response, 404, errorBody("not_found", "not yours", "userId"));
+    });
     after(stub.close);
     const stream = new AgentSignal({ baseUrl: stub.url }).receipts.stream({ userId: "u2" });
     await assert.rejects(
@@ -204,9 +290,13 @@ describe("receipt stream catch-up over many pages", () => {
   /** A stub whose stream sends one receipt and a resync; its list holds `total` newer ones, `perPage` a page. */
   async function backlog(total, perPage) {
     const newer = Array.from({ length: total }, (_, i) => receipt(`n${i + 1}`, 2000 + i)); // oldest first
+    let listings = 0;
     const stub = await startStub((request, response) => {
       const url = new URL(request.url, "http://stub");
       if (url.pathname === "/v1/receipts") {
+        if (!url.searchParams.has("cursor")) listings += 1;
+        // the snapshot and the first connection's catch-up find nothing: the backlog comes with the resync
+        if (listings <= 2) return json(response, 200, { receipts: [] });
         const from = Number(url.searchParams.get("cursor") ?? "0");
         const page = [...newer].reverse().slice(from, from + perPage); // newest first, as the server lists
         const body = { receipts: page };
@@ -223,7 +313,7 @@ describe("receipt stream catch-up over many pages", () => {
     return stub;
   }
 
-  test("every receipt of a long catch-up is yielded, oldest first, short pages and all", async () => {
+  test("every receipt of a long catch-up is yielded, oldest first, short pages and all", { timeout: 20_000 }, async () => {
     const stub = await backlog(60, 2); // 30 pages
     const controller = new AbortController();
     const ids = [];
@@ -235,12 +325,16 @@ describe("receipt stream catch-up over many pages", () => {
     assert.deepEqual(ids, ["r1", ...Array.from({ length: 60 }, (_, i) => `n${i + 1}`)]);
   });
 
-  test("past its page limit within the lag only (older than the newest seen), a catch-up stops without an error", async () => {
+  test("past its page limit within the lag only (older than the newest seen), a catch-up stops without an error", { timeout: 20_000 }, async () => {
     const { CATCH_UP_PAGES } = await import("../dist/resources/receipt_stream.js");
     const older = Array.from({ length: CATCH_UP_PAGES + 1 }, (_, i) => receipt(`o${i}`, 999_000 - i)); // newest first
+    let listings = 0;
     const stub = await startStub((request, response) => {
       const url = new URL(request.url, "http://stub");
       if (url.pathname === "/v1/receipts") {
+        if (!url.searchParams.has("cursor")) listings += 1;
+        // the snapshot and the first connection's catch-up find nothing: these come with the resync
+        if (listings <= 2) return json(response, 200, { receipts: [] });
         const from = Number(url.searchParams.get("cursor") ?? "0");
         const body = { receipts: older.slice(from, from + 1) };
         if (from + 1 < older.length) body.cursor = String(from + 1);
@@ -264,7 +358,30 @@ describe("receipt stream catch-up over many pages", () => {
     assert.deepEqual(ids, ["r1", ...read]);
   });
 
-  test("a catch-up past its page limit rejects the loop with catch_up_overflow rather than skip the oldest", async () => {
+  test("the snapshot before the first connection stops quietly at the page limit; the stream then opens", async () => {
+    const { CATCH_UP_PAGES } = await import("../dist/resources/receipt_stream.js");
+    const stub = await startStub((request, response) => {
+      const url = new URL(request.url, "http://stub");
+      if (url.pathname === "/v1/receipts") {
+        const from = Number(url.searchParams.get("cursor") ?? "0"); // pages without end, one old receipt each
+        return json(response, 200, { receipts: [receipt(`o${from}`, 1000 - from)], cursor: String(from + 1) });
+      }
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n");
+      frame(response, receipt("new", Date.now()));
+    });
+    after(stub.close);
+    const ids = [];
+    for await (const r of new AgentSignal({ baseUrl: stub.url }).receipts.stream({ userId: "u1" })) {
+      ids.push(r.id);
+      break;
+    }
+    assert.deepEqual(ids, ["new"]); // the first catch-up's pages are the snapshot's: nothing of them is yielded
+    const first = stub.requests.findIndex((r) => r.url.startsWith("/v1/receipts/stream"));
+    assert.equal(first, CATCH_UP_PAGES);
+  });
+
+  test("a catch-up past its page limit rejects the loop with catch_up_overflow rather than skip the oldest", { timeout: 20_000 }, async () => {
     const { CATCH_UP_PAGES } = await import("../dist/resources/receipt_stream.js");
     const stub = await backlog(CATCH_UP_PAGES + 1, 1);
     const ids = [];

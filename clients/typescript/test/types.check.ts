@@ -38,6 +38,8 @@ export async function consumer(): Promise<void> {
   const receipts = await client.receipts.list({ userId: "u1", agentId: "a1", topicId: "t1", limit: 5 });
   const controller = new AbortController();
   const stream = client.receipts.stream({ userId: "u1", agentId: "a1", signal: controller.signal });
+  const ownStream = client.receipts.stream({ topicId: "t1" }); // a user token's own user: no userId
+  void ownStream.opened;
   await stream.opened;
   for await (const receipt of stream) {
     const typed: Receipt = receipt;

@@ -7,7 +7,8 @@ export declare class Events {
      * Send one event, or several as one all-or-nothing batch (`{"events": [...]}` on the wire). One result per
      * event, in order: `status` is `accepted`, `duplicate` (its dedupe key was seen: `eventId` is the first
      * event's), or an admission check's verdict such as `gated`. Retried on 429/503 and on a lost answer (safe:
-     * the server dedupes).
+     * the server dedupes). A `NaN` or `Infinity` anywhere in it is refused before sending (`invalid_json`, its
+     * `field` the path, e.g. `events[1].payload.score`): JSON has no form for them.
      */
     send(event: SourceEvent | readonly SourceEvent[], options?: RequestOptions): Promise<IngestResults>;
     /** The event's status record with its attempts and stored event; a source id works when it names one event. */

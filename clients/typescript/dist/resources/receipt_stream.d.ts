@@ -1,14 +1,16 @@
 import { type Http } from "../http.js";
 import type { Receipt, ReceiptPage, ReceiptQuery } from "../types.js";
 export interface ReceiptStreamOptions {
-    userId: string;
+    /** Whose receipts: required with an API key; with a user token, left out means the token's user. */
+    userId?: string | undefined;
     agentId?: string | undefined;
     topicId?: string | undefined;
     /** Ends the stream (the `for await` loop finishes normally). */
     signal?: AbortSignal | undefined;
     /**
      * How far before the newest receipt seen a catch-up reads, in ms (default 10 minutes): a receipt committed
-     * while the stream was away may be dated up to this much before it and still be yielded.
+     * while the stream was away may be dated up to this much before it and still be yielded. The list before the
+     * first connection reads as far back, so that the receipts already written there are never yielded.
      */
     catchUpLagMs?: number | undefined;
     /**
@@ -28,8 +30,9 @@ export declare const CATCH_UP_PAGES = 200;
 export declare class ReceiptStream implements AsyncIterable<Receipt> {
     #private;
     /**
-     * Resolves once the server has subscribed (receipts written from then on arrive); rejects if it refused, or
-     * with `stream_ended` if the stream ended (an abort) before it opened.
+     * Resolves once the server has subscribed (receipts written from then on arrive); rejects if it refused (the
+     * first list of receipts, or the stream) or could not be reached before then, or with `stream_ended` if the
+     * stream ended (an abort) before it opened.
      */
     readonly opened: Promise<void>;
     constructor(http: Http, options: ReceiptStreamOptions, list: ReceiptLister);

@@ -14,7 +14,8 @@ export class Events {
    * Send one event, or several as one all-or-nothing batch (`{"events": [...]}` on the wire). One result per
    * event, in order: `status` is `accepted`, `duplicate` (its dedupe key was seen: `eventId` is the first
    * event's), or an admission check's verdict such as `gated`. Retried on 429/503 and on a lost answer (safe:
-   * the server dedupes).
+   * the server dedupes). A `NaN` or `Infinity` anywhere in it is refused before sending (`invalid_json`, its
+   * `field` the path, e.g. `events[1].payload.score`): JSON has no form for them.
    */
   async send(event: SourceEvent | readonly SourceEvent[], options?: RequestOptions): Promise<IngestResults> {
     const body = Array.isArray(event) ? { events: event } : event;

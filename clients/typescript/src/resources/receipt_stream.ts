@@ -1,5 +1,6 @@
 /**
- * `client.receipts.stream(...)`: `GET /v1/receipts/stream` as an `AsyncIterable<Receipt>`.
+ * `client.receipts.stream(...)`: `GET /v1/receipts/stream` as an `AsyncIterable<Receipt>` of new receipts: those
+ * written after the stream began, never one written before it.
  *
  * The server sends `: connected` once its subscription is live, `event: receipt` (the receipt's JSON, `id:` its
  * id) per new receipt, `event: resync` when this client fell behind or the server lost its store, and
@@ -9,9 +10,20 @@
  * `createdAt` is its event's time, not when it was committed: events of other scopes, retries and redrives
  * commit late, so a catch-up from the newest one seen would miss a receipt dated before it and committed while
  * the stream was away. The lag reaches back for those; one whose event is older still (a redrive hours later)
- * and committed during a gap is not caught up (list with `receipts.list` to reconcile). It ends, without an
- * error, when the options' `signal` aborts or the consumer stops iterating; with `user_erased` when the user is
- * erased (`DELETE /v1/users/{userId}`).
+ * and committed during a gap is not caught up (list with `receipts.list` to reconcile).
+ *
+ * A catch-up's reach back would also find receipts written before the stream began. So, before its first
+ * connection, the stream lists the receipts of the last `catchUpLagMs` (a snapshot, one list of at most
+ * {@link CATCH_UP_PAGES} pages) and marks them as seen without yielding them; no catch-up reads from before that
+ * snapshot's start. A receipt committed between the snapshot and the server's subscription is in neither, so the
+ * first connection is caught up too, as soon as it opens, like a reconnect.
+ *
+ * Once the stream has opened, a reconnect the server does not answer (a web process restarting: no answer, or a
+ * 5xx after http's own retries) is a drop like the connection's own, and so is a catch-up whose list it does not
+ * answer; an answer the server means (401 for an expired user token, 403, 404, 422, 429 `too_many_streams`)
+ * ends the stream with it. Before the stream first opened, any failure rejects `opened` and the loop. It ends,
+ * without an error, when the options' `signal` aborts or the consumer stops iterating; with `user_erased` when
+ * the user is erased (`DELETE /v1/users/{userId}`).
  */
 import { AgentSignalError } from "../errors.js";
 import { backoffMs, MAX_TIMER_MS, sleep, type Http } from "../http.js";
@@ -19,14 +31,16 @@ import { readSse, type SseItem } from "../sse.js";
 import type { Receipt, ReceiptPage, ReceiptQuery } from "../types.js";
 
 export interface ReceiptStreamOptions {
-  userId: string;
+  /** Whose receipts: required with an API key; with a user token, left out means the token's user. */
+  userId?: string | undefined;
   agentId?: string | undefined;
   topicId?: string | undefined;
   /** Ends the stream (the `for await` loop finishes normally). */
   signal?: AbortSignal | undefined;
   /**
    * How far before the newest receipt seen a catch-up reads, in ms (default 10 minutes): a receipt committed
-   * while the stream was away may be dated up to this much before it and still be yielded.
+   * while the stream was away may be dated up to this much before it and still be yielded. The list before the
+   * first connection reads as far back, so that the receipts already written there are never yielded.
    */
   catchUpLagMs?: number | undefined;
   /**
@@ -48,19 +62,27 @@ export type ReceiptLister = (query: ReceiptQuery, signal: AbortSignal) => Promis
 const SEEN_IDS = 20_000; // ids remembered to drop repeats: what a catch-up reads again within its lag
 // A catch-up reads every page since the newest receipt seen (newest first, so all of them before yielding the
 // oldest); past this many pages of 50 it rejects the loop with `catch_up_overflow` rather than skip the oldest.
+// The snapshot before the first connection reads at most this many pages too, then stops (best effort).
 export const CATCH_UP_PAGES = 200;
+
+/** What `#connect` answers for a reconnect that failed the way a dropped connection does. */
+const DROPPED = Symbol("dropped");
 
 export class ReceiptStream implements AsyncIterable<Receipt> {
   /**
-   * Resolves once the server has subscribed (receipts written from then on arrive); rejects if it refused, or
-   * with `stream_ended` if the stream ended (an abort) before it opened.
+   * Resolves once the server has subscribed (receipts written from then on arrive); rejects if it refused (the
+   * first list of receipts, or the stream) or could not be reached before then, or with `stream_ended` if the
+   * stream ended (an abort) before it opened.
    */
   readonly opened: Promise<void>;
   readonly #http: Http;
   readonly #options: ReceiptStreamOptions;
   readonly #list: ReceiptLister;
-  readonly #seen = new Map<string, true>();
+  readonly #seen = new Map<string, true>(); // ids yielded, or already there at the snapshot: never yielded again
   #open!: { resolve: () => void; reject: (reason: unknown) => void };
+  #everOpened = false; // a connection delivered once: from then on an unanswered reconnect is a drop
+  #outage: unknown; // the failure this connection was dropped for, when the server did not answer
+  #floorMs = 0; // where the snapshot began reading: no catch-up reads from before it
   #openedMs: number | undefined; // when the stream first opened, by the server's clock when it says
   #skewMs = 0; // the server's clock minus ours, from the stream's Date header
   #newestMs: number | undefined; // createdAt of the newest receipt yielded, never past the server's clock
@@ -69,8 +91,10 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
   #iterated = false;
 
   constructor(http: Http, options: ReceiptStreamOptions, list: ReceiptLister) {
-    if (!options || typeof options.userId !== "string" || options.userId === "") {
-      throw new TypeError("AgentSignal: receipts.stream needs a userId");
+    if (!options || typeof options !== "object") throw new TypeError("AgentSignal: receipts.stream takes an options object");
+    if (options.userId != null && (typeof options.userId !== "string" || options.userId === "")) {
+      // left out, the server takes a user token's own user; an empty one would be sent as `userId=`
+      throw new TypeError("AgentSignal: receipts.stream's userId must be a non-empty string, or left out with a user token");
     }
     const lag = options.catchUpLagMs ?? CATCH_UP_LAG_MS;
     if (!Number.isFinite(lag) || lag < 0) {
@@ -108,6 +132,7 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
     const { signal } = controller;
     const { userId } = this.#options;
     try {
+      if (!(await this.#snapshot(signal))) return;
       for (let drops = 0; ; ) {
         // this connection's own abort: the stream's, or the idle timer's (then it counts as dropped)
         const connection = new AbortController();
@@ -120,13 +145,17 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
           idle = setTimeout(() => connection.abort(new Error("the stream sent nothing for idleTimeoutMs")), this.#idleMs);
         };
         try {
+          this.#outage = undefined;
           const response = await this.#connect(connection.signal);
           if (response === undefined) return;
-          touch();
-          let caughtUp = drops === 0; // after a reconnect, read what was written while away
-          const items = readSse(response.body as ReadableStream<Uint8Array>);
+          // a reconnect the server did not answer has nothing to read: straight on to counting it as a drop
+          const items = response === DROPPED ? undefined : readSse(response.body as ReadableStream<Uint8Array>);
+          if (items) touch();
+          // every connection reads what was written before it subscribed: while away, or, for the first one,
+          // since the snapshot
+          let caughtUp = false;
           try {
-            for (;;) {
+            while (items) {
               let next: IteratorResult<SseItem, void>;
               try {
                 next = await items.next();
@@ -136,13 +165,14 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
               }
               if (next.done || signal.aborted) break;
               touch();
+              this.#everOpened = true;
               this.#open.resolve();
               if (!caughtUp) {
                 caughtUp = true;
-                drops = 0;
                 clearTimeout(idle); // a catch-up's pages are not this connection's silence
-                yield* this.#catchUp(signal);
+                if (!(yield* this.#caughtUp(signal))) break;
                 if (signal.aborted) return;
+                drops = 0; // a connection that delivered and was caught up: the drops in a row start again
                 touch();
               }
               const item = next.value;
@@ -155,16 +185,17 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
                 }
               } else if (item.kind === "event" && item.event === "resync") {
                 clearTimeout(idle);
-                yield* this.#catchUp(signal);
+                if (!(yield* this.#caughtUp(signal))) break;
                 if (signal.aborted) return;
                 touch();
               } else if (item.kind === "comment" && item.text === "user erased") {
                 // DELETE /v1/users/{userId}: nothing of theirs is left to stream, and a reconnect would hide it
-                throw new AgentSignalError({ status: 0, code: "user_erased", message: `user ${userId} was erased` });
+                const who = userId == null ? "the token's user" : `user ${userId}`;
+                throw new AgentSignalError({ status: 0, code: "user_erased", message: `${who} was erased` });
               }
             }
           } finally {
-            await items.return(undefined);
+            await items?.return(undefined);
           }
         } finally {
           clearTimeout(idle);
@@ -177,7 +208,8 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
           throw new AgentSignalError({
             status: 0,
             code: "stream_closed",
-            message: `the receipts stream closed ${drops} times in a row`,
+            message: `the receipts stream closed, or could not reconnect, ${drops} times in a row`,
+            cause: this.#outage, // the last reconnect's failure, when it failed
           });
         }
         try {
@@ -193,8 +225,38 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
     }
   }
 
-  /** The stream's response, or undefined when `signal` aborted first; the first failure rejects `opened`. */
-  async #connect(signal: AbortSignal): Promise<Response | undefined> {
+  /**
+   * Before the first connection: the receipts written since `catchUpLagMs` ago, marked as seen without being
+   * yielded and without moving the newest seen time; at most {@link CATCH_UP_PAGES} pages, then it stops (best
+   * effort). False when `signal` aborted first; a failure rejects `opened` and is thrown, as the first
+   * connection's would be.
+   */
+  async #snapshot(signal: AbortSignal): Promise<boolean> {
+    const { userId, agentId, topicId } = this.#options;
+    const sinceCreatedAt = Math.max(0, Date.now() - this.#lagMs); // by this machine's clock: the server's is not known yet
+    this.#floorMs = sinceCreatedAt;
+    try {
+      let cursor: string | undefined;
+      for (let page = 0; page < CATCH_UP_PAGES; page += 1) {
+        const answer = await this.#list({ userId, agentId, topicId, sinceCreatedAt, limit: 50, cursor }, signal);
+        for (const receipt of answer.receipts) this.#note(receipt.id);
+        if (!answer.cursor) break;
+        cursor = answer.cursor;
+      }
+      return true;
+    } catch (error) {
+      if (signal.aborted) return false;
+      this.#open.reject(error);
+      throw error;
+    }
+  }
+
+  /**
+   * The stream's response; undefined when `signal` aborted first; {@link DROPPED} when, the stream having opened
+   * before, the server did not answer (see {@link isOutage}): the loop counts that as a drop. Any other failure,
+   * and every failure before the stream first opened, rejects `opened` and is thrown.
+   */
+  async #connect(signal: AbortSignal): Promise<Response | typeof DROPPED | undefined> {
     const { userId, agentId, topicId } = this.#options;
     try {
       const response = await this.#http.send("GET", "/v1/receipts/stream", {
@@ -212,8 +274,27 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
       return response;
     } catch (error) {
       if (signal.aborted) return undefined;
+      if (this.#everOpened && isOutage(error)) {
+        this.#outage = error;
+        return DROPPED;
+      }
       this.#open.reject(error);
       throw error;
+    }
+  }
+
+  /**
+   * `#catchUp`, answering true once it was read; false when it failed the way a dropped connection does (see
+   * {@link isOutage}): the loop then drops the connection, and the next one catches up again.
+   */
+  async *#caughtUp(signal: AbortSignal): AsyncGenerator<Receipt, boolean, undefined> {
+    try {
+      yield* this.#catchUp(signal);
+      return true;
+    } catch (error) {
+      if (!isOutage(error)) throw error;
+      this.#outage = error;
+      return false;
     }
   }
 
@@ -221,7 +302,8 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
   async *#catchUp(signal: AbortSignal): AsyncGenerator<Receipt, void, undefined> {
     const { userId, agentId, topicId } = this.#options;
     const newest = this.#newestMs ?? this.#openedMs;
-    const sinceCreatedAt = newest === undefined ? undefined : Math.max(0, newest - this.#lagMs);
+    // never from before the snapshot: what was written there before the stream began is not marked as seen
+    const sinceCreatedAt = Math.max(this.#floorMs, newest === undefined ? 0 : newest - this.#lagMs);
     const found: Receipt[] = [];
     let cursor: string | undefined;
     let reached: number | undefined; // createdAt of the oldest receipt read so far
@@ -255,11 +337,10 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
     }
   }
 
-  /** False for a receipt already yielded; otherwise notes it (and its time) and answers true. */
+  /** False for a receipt already seen; otherwise notes it (and its time) and answers true. */
   #remember(receipt: Receipt): boolean {
     if (this.#seen.has(receipt.id)) return false;
-    this.#seen.set(receipt.id, true);
-    if (this.#seen.size > SEEN_IDS) this.#seen.delete(this.#seen.keys().next().value as string);
+    this.#note(receipt.id);
     if (typeof receipt.createdAt === "number") {
       // the server indexes a receipt dated ahead of its clock at that clock: a catch-up from a future date misses
       const at = Math.min(receipt.createdAt, Date.now() + this.#skewMs);
@@ -267,6 +348,22 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
     }
     return true;
   }
+
+  /** Notes `id` as seen, forgetting the oldest past {@link SEEN_IDS}. */
+  #note(id: string): void {
+    this.#seen.set(id, true);
+    if (this.#seen.size > SEEN_IDS) this.#seen.delete(this.#seen.keys().next().value as string);
+  }
+}
+
+/**
+ * A failure that says nothing about the stream itself: no answer (a web process restarting, the network away) or
+ * a 5xx left after http's own retries (a proxy with nothing behind it, a store briefly unavailable). Once the
+ * stream has opened, it is a drop: waited out and retried. A 401 (an expired user token), 403, 404, 422 or 429
+ * is the server's answer, and ends the stream.
+ */
+function isOutage(error: unknown): boolean {
+  return error instanceof AgentSignalError && (error.code === "network_error" || error.status >= 500);
 }
 
 function parseReceipt(data: string): Receipt | undefined {

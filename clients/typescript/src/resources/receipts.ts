@@ -16,12 +16,14 @@ export class Receipts {
   }
 
   /**
-   * New receipts as they are written, until `signal` aborts (the loop then ends without an error) or the
-   * consumer stops iterating. The connection opens when iteration starts; `opened` resolves once the server has
-   * subscribed. A `resync` from the server (it fell behind, or lost its store) and a dropped connection are
-   * caught up with `GET /v1/receipts`, so no receipt is missed or repeated.
+   * New receipts as they are written (never one written before the stream began), until `signal` aborts (the
+   * loop then ends without an error) or the consumer stops iterating. `userId` may be left out with a user token
+   * (the token's user), as in `list`. When iteration starts, one list of the receipts already there comes first
+   * (so that no catch-up yields them), then the connection; `opened` resolves once the server has subscribed.
+   * A `resync` from the server (it fell behind, or lost its store) and a dropped connection are caught up with
+   * `GET /v1/receipts`, so no receipt is missed or repeated.
    */
-  stream(options: ReceiptStreamOptions): ReceiptStream {
+  stream(options: ReceiptStreamOptions = {}): ReceiptStream {
     return new ReceiptStream(this.#http, options, (query, signal) => this.list(query, { signal }));
   }
 }
