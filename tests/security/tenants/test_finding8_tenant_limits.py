@@ -43,6 +43,18 @@ def _credentials(
     return made
 
 
+def _one_token_tenants(app_client: ClientFactory) -> TestClient:
+    """A web app whose credentials pass their own buckets (100/s) but whose tenants hold one token, refilled
+    every 100 s."""
+    return app_client(
+        bootstrap_key=BOOT,
+        token_secret=SECRET,
+        auth_cache_s=0,
+        rate_limit_per_s=100,
+        tenant_rate_limit_per_s=0.01,
+    )
+
+
 class TestTenantRate:
     def test_a_tenants_keys_and_user_tokens_share_one_bucket(
         self, app_client: ClientFactory, redis_client: Redis, keys: BucketKeys
@@ -50,13 +62,7 @@ class TestTenantRate:
         """Tenant A's six read keys and six user tokens, one request each, pass their own buckets (100/s) but
         not the tenant's (one token, refilled every 100 s): the first is served, the other eleven get 429
         rate_limited naming the tenant, with Retry-After. Tenant B's key is served meanwhile."""
-        client: TestClient = app_client(
-            bootstrap_key=BOOT,
-            token_secret=SECRET,
-            auth_cache_s=0,
-            rate_limit_per_s=100,
-            tenant_rate_limit_per_s=0.01,
-        )
+        client = _one_token_tenants(app_client)
         tenant_a = _credentials(redis_client, keys, "tenant-a", read_keys=6, users=6)
         (tenant_b,) = _credentials(redis_client, keys, "tenant-b", read_keys=1, users=0)
         answers = [
@@ -77,13 +83,7 @@ class TestTenantRate:
         """A tenant whose requests spent its bucket still gets its scrapes and its autoscaler's backlog read:
         ``/metrics``, ``/metrics/state`` and ``/v1/backlog`` take from the credential's bucket, not the tenant's
         (a busy single-tenant deployment lost its scrapes, and KEDA fell back to its floor at peak load)."""
-        client: TestClient = app_client(
-            bootstrap_key=BOOT,
-            token_secret=SECRET,
-            auth_cache_s=0,
-            rate_limit_per_s=100,
-            tenant_rate_limit_per_s=0.01,
-        )
+        client = _one_token_tenants(app_client)
         store = CredentialStore(redis_client, keys, token_secret=SECRET)
         reader = store.create("default", "read")[1]
         scraper = store.create("default", "metrics")[1]
