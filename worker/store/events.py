@@ -262,7 +262,7 @@ class EventStore(StoreReads):
                 drain_id=uuid.uuid4().hex,
                 ready_prefix=self.keys.ready_prefix,
                 key_prefix=self.keys.prefix,
-                grant_token=secrets.token_hex(16),
+                grant_token=secrets.token_hex(16) if self._grant_ttl_ms else "",
                 grant_ttl_ms=self._grant_ttl_ms,
             )
         )
