@@ -103,6 +103,8 @@ async def request_validation_error(_: Request, exc: RequestValidationError) -> J
     path parameter is named as the API names it (``user_id`` in ``/v1/users/{user_id}`` is ``userId``)."""
     first = dict(exc.errors()[0])
     source, *loc = tuple(first.get("loc", ()))  # the source: "query", "path", "body"
+    if source == "body" and not loc:  # the body as a whole (``[]``, ``5``, none): as every route answers it
+        return field_response(FieldError("invalid_json", "request body must be a JSON object"))
     if source == "path" and loc and isinstance(loc[0], str):
         loc[0] = _camel(loc[0])
     first["loc"] = tuple(loc)

@@ -8,7 +8,8 @@ whitespace, control characters (``\\x1f`` is our own separator inside Redis memb
 brackets and non-ASCII look-alikes: ids end up in Redis keys and members, log lines, URLs and the UI.
 
 Two forms of the same rule: :func:`id_problem` (a plain check naming the rule that failed) and :data:`Id`, a
-pydantic ``Annotated`` str for models and FastAPI query or path parameters. A payload's own ``userId``,
+pydantic ``Annotated`` str for models and FastAPI query or path parameters. A user id is never :data:`NO_USER`
+(``-``), the user the store files data of no user under (receipts, byte counts). A payload's own ``userId``,
 ``agentId``, ``workspaceId`` and ``topicId`` (which derive scope keys and conversation members) are checked by
 :func:`payload_id_errors`.
 """
@@ -25,14 +26,17 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 __all__ = [
     "ID_ALLOWED",
     "ID_MAX_LENGTH",
+    "NO_USER",
     "PAYLOAD_ID_FIELDS",
     "SCOPE_KEY_MAX_LENGTH",
     "Id",
     "IdProblem",
     "NameId",
+    "StoredUserId",
     "UserId",
     "check_id",
     "check_name_id",
+    "check_stored_user_id",
     "check_user_id",
     "id_problem",
     "payload_id_errors",
@@ -41,6 +45,10 @@ __all__ = [
 ]
 
 ID_MAX_LENGTH = 256
+# The user of data whose event named none: receipts are keyed and indexed under it and count toward no user's
+# bytes. So no user may have it as an id: that user's token would read, and its erasure delete, every receipt of
+# no user, and its own would never be counted.
+NO_USER = "-"
 ID_ALLOWED = "letters, digits and _ . : @ / + = - #"
 NAME_ID_ALLOWED = "letters, digits and _ . @ / + = - #"
 USER_ID_ALLOWED = "letters, digits and _ . @ + = - #"
@@ -52,9 +60,10 @@ PAYLOAD_SCOPE_FIELDS = ("taskId", "platform", "applicationId", "platformThreadId
 
 
 class IdProblem(NamedTuple):
-    """Which rule an id broke (``length`` or ``characters``) and a readable message."""
+    """Which rule an id broke (``length``, ``characters``, or ``reserved``: :data:`NO_USER` as a user id) and a
+    readable message."""
 
-    rule: Literal["length", "characters"]
+    rule: Literal["length", "characters", "reserved"]
     message: str
 
 
@@ -86,11 +95,20 @@ def scope_key_problem(value: str) -> IdProblem | None:
     return id_problem(value, max_length=SCOPE_KEY_MAX_LENGTH)
 
 
+def _no_user_problem(value: str) -> IdProblem | None:
+    if value == NO_USER:
+        return IdProblem("reserved", f"must not be {NO_USER!r} (it stands for no user)")
+    return None
+
+
 def user_id_problem(value: str) -> IdProblem | None:
-    """None when ``value`` is a valid user id: the name rule (no ``:``) without ``/`` either. A user token's
-    events run in its user's own scopes, a foreign one put under ``user:<id>/``; were ``/`` allowed, user
-    ``u1``'s scope ``x`` and user ``u1/x``'s own scope ``user:u1/x`` (a token's, or derived for an event a key
-    sent) would be one scope, and one user could take the other's next ``sourceId``."""
+    """None when ``value`` is a valid user id: the name rule (no ``:``) without ``/`` either, and not
+    :data:`NO_USER`. A user token's events run in its user's own scopes, a foreign one put under
+    ``user:<id>/``; were ``/`` allowed, user ``u1``'s scope ``x`` and user ``u1/x``'s own scope ``user:u1/x`` (a
+    token's, or derived for an event a key sent) would be one scope, and one user could take the other's next
+    ``sourceId``."""
+    if (reserved := _no_user_problem(value)) is not None:
+        return reserved
     problem = id_problem(value, name=True)
     if problem is not None and problem.rule == "length":
         return problem
@@ -112,6 +130,12 @@ def _valid(value: str, problem: IdProblem | None) -> str:
 def check_user_id(value: str) -> str:
     """``value`` when it is a valid user id (:func:`user_id_problem`); else ``invalid_id``."""
     return _valid(value, user_id_problem(value))
+
+
+def check_stored_user_id(value: str) -> str:
+    """``value`` when it may name a user whose stored data is erased: the name rule (a user id of before the user
+    rule may hold ``/``), never :data:`NO_USER`; else ``invalid_id``."""
+    return _valid(value, _no_user_problem(value) or id_problem(value, name=True))
 
 
 def check_id(value: str) -> str:
@@ -137,11 +161,32 @@ UserId = Annotated[
     str,
     AfterValidator(check_user_id),
     WithJsonSchema(
-        {"type": "string", "minLength": 1, "maxLength": ID_MAX_LENGTH, "pattern": "^[A-Za-z0-9_.@+=#-]+$"}
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": ID_MAX_LENGTH,
+            "pattern": "^(?!-$)[A-Za-z0-9_.@+=#-]+$",
+        }
     ),
 ]
-"""A user id: the name rule without ``/`` either (:func:`user_id_problem`). Erasure and the self-iteration
-gate take :data:`NameId`, so data stored for such a user before the rule can still be erased."""
+"""A user id: the name rule without ``/`` either, never ``-`` (:func:`user_id_problem`). Erasure takes
+:data:`StoredUserId` and the self-iteration gate :data:`NameId`, so data stored for a user with ``/`` before the
+rule can still be erased."""
+
+StoredUserId = Annotated[
+    str,
+    AfterValidator(check_stored_user_id),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": ID_MAX_LENGTH,
+            "pattern": "^(?!-$)[A-Za-z0-9_.@/+=#-]+$",
+        }
+    ),
+]
+"""A user whose stored data a route erases: the name rule (``/`` allowed, for data of before the user rule),
+never :data:`NO_USER`, whose data is that of every event without a user."""
 
 Id = Annotated[
     str,

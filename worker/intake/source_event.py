@@ -98,7 +98,8 @@ class InvalidEvent(ValueError):
     """An event (or request) was rejected; ``error`` says why and where."""
 
     def __init__(self, error: EventError, status_code: int = 422) -> None:
-        super().__init__(f"{error.field or 'request'}: {error.message}")
+        where = error.field or "request"  # a message that names its field already is not given it twice
+        super().__init__(error.message if error.message.startswith(where) else f"{where}: {error.message}")
         self.error = error
         self.status_code = status_code
 

@@ -8,7 +8,8 @@ detail said so (the event itself reads ``done``), until it expired. The record k
 listed and redriven for that long; an index entry whose record expired is dropped as a page reads it.
 
 A redrive makes the record ``pending`` again with its attempts at zero (its last error kept) and due now, in the due
-set its kind is relayed from (a bucket's journal for journal records: they run after the journal's current head),
+set its kind is relayed from (a bucket's journal for both journal kinds, ``engine.apply`` and ``engine.enqueue``,
+scored in µs as the journal is: they run after every record journaled before),
 under WATCH of the record, so a record erased or redriven meanwhile is answered ``notDead`` and nothing is written.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +28,14 @@ from worker.chain.outbox_records import SEPARATOR, OutboxRecord
 from worker.core.clock import now_ms
 from worker.keys.layout import BucketKeys, Keys, split_scope_ref
 from worker.store.events import EventStore
-from worker.store.journal import JOURNAL_APPLY
+from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE
 from worker.store.records import to_str
 
 __all__ = ["BadOutboxCursor", "DeadPage", "dead_page", "redrive_dead"]
 
 REDRIVE_TRIES = 20  # WATCH retries of one record's redrive before it is answered notDead
+# relayed from a bucket's journal, in order (worker/store/journal.py)
+JOURNAL_KINDS = (JOURNAL_APPLY, JOURNAL_ENQUEUE)
 
 
 class BadOutboxCursor(ValueError):
@@ -60,7 +64,10 @@ def _parse_cursor(cursor: str) -> tuple[float, str]:
     try:
         if not ms.isdigit() or not tail:
             raise ValueError
-        return float(ms), base64.urlsafe_b64decode(tail + "=" * (-len(tail) % 4)).decode()
+        padded = tail + "=" * (
+            -len(tail) % 4
+        )  # validate: urlsafe_b64decode skips what is not base64 (``%%%%``)
+        return float(ms), base64.b64decode(padded, altchars=b"-_", validate=True).decode()
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise BadOutboxCursor("cursor must be a page's cursor") from None
 
@@ -134,12 +141,15 @@ def _redrive_one(store: EventStore, tenant: Keys, scope_key: str, record_id: str
                     store.client.zrem(bucket.outbox_dead, member)  # gone, or not dead: not listed any more
                     return False
                 record.state, record.attempts = "pending", 0
-                due = bucket.journal_due if record.kind == JOURNAL_APPLY else bucket.outbox_due
+                journal = record.kind in JOURNAL_KINDS
                 pipe.multi()
                 pipe.set(key, record.to_json(), keepttl=True)
                 pipe.zrem(bucket.outbox_dead, member)
                 # a journal's scores are µs of the commit that staged it (worker/store/journal.py), the due set's ms
-                pipe.zadd(due, {member: now_ms() * (1000 if record.kind == JOURNAL_APPLY else 1)})
+                due, score = (
+                    (bucket.journal_due, time.time_ns() // 1000) if journal else (bucket.outbox_due, now_ms())
+                )
+                pipe.zadd(due, {member: score})
                 pipe.execute()
                 return True
             except WatchError:

@@ -31,6 +31,7 @@ from redis import Redis
 from redis.exceptions import WatchError
 
 from worker.core.clock import now_ms
+from worker.core.ids import NO_USER  # the user of a receipt whose event named none (never a user id)
 from worker.keys.layout import Keys, glob_escaped
 from worker.store.quotas import receipt_bytes_effects
 
@@ -45,7 +46,6 @@ __all__ = [
     "receipt_owner",
 ]
 
-NO_USER = "-"  # the user of a receipt whose event named none
 # Announced on a user's channel once the user is erased (DELETE /v1/users/{userId}): the user's open receipt streams
 # end. No receipt id holds a control character (the id rule), so it cannot be one.
 ERASED = "\x00erased"
@@ -75,16 +75,24 @@ def matches(receipt: Mapping[str, Any], user_id: str, agent_id: str | None, topi
 
 
 def receipt_effects(
-    keys: Keys, receipt: Mapping[str, Any], ttl_s: int, *, event_id: str | None = None
+    keys: Keys,
+    receipt: Mapping[str, Any],
+    ttl_s: int,
+    *,
+    event_id: str | None = None,
+    body_ttl_s: int | None = None,
 ) -> list[list[str | int]]:
     """The Redis commands that append ``receipt`` once for its user: SET NX with TTL, then the indexes (the
     user's, LobeHub's user/agent/topic one, and the runs': ``event_id``'s and its ``operationId``'s), then the
     announcement on the user's channel. A handler stages them with ``ctx.effects.call_once(*commands)``, so the
-    rest run only when the SET NX writes."""
+    rest run only when the SET NX writes. ``ttl_s`` is the retention: the indexes' TTL and trim; ``body_ttl_s``
+    (default ``ttl_s``) the receipt's own, which may be shorter (a migrated one keeps what it had left) but
+    never sets an index's: the indexes hold the user's other receipts too."""
     user, agent, topic = receipt_owner(receipt)
     receipt_id, created_at = str(receipt["id"]), int(receipt["createdAt"])
     body = json.dumps(dict(receipt), ensure_ascii=False, separators=(",", ":"))
-    commands: list[list[str | int]] = [["SET", keys.receipt(user, receipt_id), body, "NX", "EX", ttl_s]]
+    body_ttl = ttl_s if body_ttl_s is None else body_ttl_s
+    commands: list[list[str | int]] = [["SET", keys.receipt(user, receipt_id), body, "NX", "EX", body_ttl]]
     for index in (keys.user_receipts(user), keys.receipt_index(user, agent, topic)):
         # scored no later than this clock: a receipt dated ahead would stay indexed long after it expired
         commands += [["ZADD", index, "NX", min(created_at, now_ms()), receipt_id], ["EXPIRE", index, ttl_s]]
@@ -94,8 +102,8 @@ def receipt_effects(
         commands += [["SADD", index, receipt_id], ["EXPIRE", index, ttl_s]]
     commands.append(["PUBLISH", keys.receipts_feed(user), receipt_id])
     commands += receipt_bytes_effects(
-        keys, receipt, body, ttl_s
-    )  # the user's storage quota (worker/store/quotas.py)
+        keys, receipt, body, body_ttl
+    )  # the user's storage quota (worker/store/quotas.py), counted while the receipt lives
     return commands + receipt_index_trims(keys, receipt, ttl_s)
 
 
@@ -269,7 +277,9 @@ def _str(value: Any) -> str:
 def migrate_legacy_receipts(client: Redis, keys: Keys, *, ttl_s: int, dry_run: bool = False) -> int:
     """Move one tenant's receipts stored before receipts were keyed by user (``receipt:<id>``) to their user's
     key and indexes (``receipt:<userId>:<id>``, the user's index and the operation's), keeping each one's TTL
-    (``ttl_s`` where it has none); returns how many were (or, with ``dry_run``, would be) moved. Idempotent:
+    (``ttl_s`` where it has none). The indexes get the retention ``ttl_s`` (or the receipt's, if longer), as
+    every append gives them, never what an old receipt has left: they index the user's newer receipts too.
+    Returns how many were (or, with ``dry_run``, would be) moved. Idempotent:
     a receipt already in the new form is left alone. Run once after the upgrade (docs/operations.md)."""
     prefix = keys.receipt_prefix
     pattern = glob_escaped(prefix) + "*"
@@ -289,7 +299,8 @@ def migrate_legacy_receipts(client: Redis, keys: Keys, *, ttl_s: int, dry_run: b
         if dry_run:
             continue
         left_s = int(client.ttl(key))
-        effects = receipt_effects(keys, receipt, left_s if left_s > 0 else ttl_s)
+        body_ttl_s = left_s if left_s > 0 else ttl_s
+        effects = receipt_effects(keys, receipt, max(ttl_s, body_ttl_s), body_ttl_s=body_ttl_s)
         commands = [c for c in effects if c[0] != "PUBLISH"]  # an old receipt is not news to any stream
         if not _write_once(client, [*commands, ["DEL", key]]):
             client.delete(key)  # the user has a receipt with this id already: the legacy copy goes

@@ -83,7 +83,21 @@ def _keys_direct(args: argparse.Namespace) -> int:
         store.client.close()
 
 
+def _check_tenant_option(tenant: str | None) -> None:
+    """A ``--tenant`` that is no tenant name is a CliError naming it (exit 2) before anything is read, as in every
+    verb (producers/cli/reach/direct.py): ``keys list --tenant Acme`` printed ``[]``, as if it had no keys."""
+    from worker.core.tenancy import BadTenant, check_tenant
+
+    if tenant is None:
+        return
+    try:
+        check_tenant(tenant)
+    except BadTenant as exc:
+        raise CliError(f"--tenant: {exc}") from None
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
+    _check_tenant_option(getattr(args, "tenant", None))  # revoke has none
     if args.redis:  # straight to Redis whatever the HTTP target: the way back in once a stack needs a key
         if args.url or args.token:
             raise CliError("--redis goes straight to Redis: --url and --token do not apply")

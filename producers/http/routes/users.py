@@ -12,7 +12,7 @@ from producers.http.api_models import API_ERRORS
 from producers.http.principal import Principal, check_user, require, tenant_keys
 from producers.http.web_common import producer_of
 from sessions.store import session_scope
-from worker.core.ids import NameId
+from worker.core.ids import StoredUserId
 from worker.ops.erasure import erase_user
 from worker.store.receipts import ERASED
 
@@ -31,7 +31,7 @@ class Erasure(BaseModel):
 
 @router.delete("/v1/users/{user_id:path}", response_model=Erasure)
 def delete_user(
-    user_id: NameId,
+    user_id: StoredUserId,
     request: Request,
     principal: Annotated[Principal, Depends(require("operate", users=True))],
 ) -> JSONResponse:

@@ -82,6 +82,22 @@ def test_non_object_body_is_invalid_json(client: TestClient, method: str, path: 
     }
 
 
+@pytest.mark.parametrize("path", ["/v1/keys", "/v1/tokens"])
+@pytest.mark.parametrize("content", [b"[]", b"5", b"null", b""])
+def test_a_model_body_that_is_no_object_is_invalid_json_too(
+    client: TestClient, path: str, content: bytes
+) -> None:
+    """The routes whose body FastAPI validates (``POST /v1/keys``, ``/v1/tokens``) answered ``[]`` with
+    ``"field": null`` and a message starting ``None:``; now the same 422 invalid_json as every other route."""
+    response = _send(client, "POST", path, content)
+    assert response.status_code == 422
+    assert response.json()["error"] == {
+        "code": "invalid_json",
+        "message": "request body must be a JSON object",
+        "field": None,
+    }
+
+
 def test_events_keep_the_sdk_error_for_a_non_object(client: TestClient) -> None:
     """/v1/events takes any JSON value and lets the SDK's parser name it (as the SDK and CLI do)."""
     response = _send(client, "POST", "/v1/events", b"[1, 2]")

@@ -396,3 +396,34 @@ def test_a_user_token_lists_its_receipts_without_naming_its_user(
     assert other.status_code == 404
     keyed = client.get("/v1/receipts", headers=_bearer(creds["operate"]))
     assert keyed.status_code == 422 and keyed.json()["error"]["field"] == "userId"
+
+
+def test_the_no_user_sentinel_is_no_user_id(door: tuple[TestClient, dict[str, str]]) -> None:
+    """``-`` is the user the store files receipts of no user under: a token for user ``-`` read every one of
+    them and its erasure deleted them. No token, event, payload or session names that user, and no erasure
+    takes it (422 naming ``userId``); an event without a user is still accepted and its receipts stay."""
+    client, creds = door
+    operate = _bearer(creds["operate"])
+    producer = client.app.state.producer  # type: ignore[attr-defined]
+    keys = producer.store.keys.for_tenant(TENANT)
+    receipts = ReceiptStore(producer.store.client, keys, ttl_s=60)
+    assert receipts.append({"id": "r-anon", "kind": "memory", "createdAt": 1})  # a receipt of no user
+    refused = client.post("/v1/tokens", json={"userId": "-"}, headers=operate)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["field"] == "userId" and "no user" in refused.json()["error"]["message"]
+    store = client.app.state.auth.store  # type: ignore[attr-defined]
+    claims = {"tenant": TENANT, "sub": "-", "iat": 1, "exp": 4_000_000_000, "jti": "j2", "kid": BOOTSTRAP_ID}
+    old = jwt.encode(claims, store.signing_secret(), algorithm=ALGORITHM, headers={"kid": BOOTSTRAP_ID})
+    assert client.get("/v1/receipts", headers=_bearer(old)).status_code == 401  # minted before the rule
+    in_payload = _message(None, "dash-2")
+    in_payload["payload"]["userId"] = "-"
+    for event, field in ((_message("-", "dash-1"), "userId"), (in_payload, "payload.userId")):
+        sent = client.post("/v1/events", json=event, headers=operate)
+        assert sent.status_code == 422 and sent.json()["error"]["field"] == field, sent.text
+    named = client.put("/v1/sessions/s-dash-user", json={"userId": "-"}, headers=operate)
+    assert named.status_code == 422 and named.json()["error"]["field"] == "userId", named.text
+    erased = client.delete("/v1/users/-", headers=operate)
+    assert erased.status_code == 422 and erased.json()["error"]["field"] == "userId", erased.text
+    assert receipts.get("-", "r-anon") is not None
+    userless = client.post("/v1/events", json=_message(None, "dash-3"), headers=operate)
+    assert userless.status_code == 202, userless.text

@@ -114,6 +114,14 @@ class TestRedrive:
         assert main(["dlq", "redrive", event_id, event_id, "--json"]) == 0
         assert json.loads(capsys.readouterr().out) == {"redriven": [event_id], "notDead": []}
 
+    def test_a_bad_id_names_its_place_once(self, direct: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        """An id no event can have is one line naming its place once (it read ``eventIds[0]: eventIds[0] …``)."""
+        assert main(["dlq", "redrive", "a b"]) == 2
+        assert _one_line(capsys) == (
+            "agent-signal dlq redrive: InvalidEvent: eventIds[0] must not contain ' ' "
+            "(allowed: letters, digits and _ . : @ / + = - #)"
+        )
+
     def test_a_table_as_for_discard(self, direct: Any, capsys: pytest.CaptureFixture[str]) -> None:
         """Straight to Redis as over HTTP: without ``--json`` a row per id, redriven or not dead (exit 1)."""
         _, event_id = direct

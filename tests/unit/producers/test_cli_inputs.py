@@ -2,7 +2,7 @@
 (producers/cli/inputs.py and its callers): ``-`` with stdin closed; flags a number cannot fill (``--concurrency -1``,
 ``--timeout-s inf``, ``--max-age-s nan`` or ``0``, ``PORT=99999``); arguments that are not UTF-8 text, named by
 flag or argument (file names excepted); a ``--tenant`` that is no tenant, before any line of the file is
-reported; and what a script line that is not UTF-8 does to ``functions simulate`` (that line's error only).
+reported (and before ``keys`` reads or writes a key); and what a script line that is not UTF-8 does to ``functions simulate`` (that line's error only).
 Against real processes: Celery's own flags after ``worker --`` that its parser refuses (one line naming the flag),
 the ids ``.`` and ``..`` at a real web app (its clean 404, not the events list), and ``run``'s replay of a line
 nested too deep (that line's rejection, through ``enqueue``'s line reader; no RecursionError)."""
@@ -189,6 +189,30 @@ def test_a_bad_tenant_is_the_only_line(
     assert main(["enqueue", str(path), "--tenant", "../x"]) == 2
     assert _one_line(capsys) == (
         "agent-signal enqueue: --tenant: tenant must match ^[a-z0-9][a-z0-9_-]{0,62}$ (got '../x')"
+    )
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["keys", "list", "--tenant", "x y", "--redis"],
+        ["keys", "list", "--tenant", "Acme", "--redis"],
+        ["keys", "list", "--tenant", "Acme"],  # REDIS_URL the target: straight to Redis too
+        ["keys", "create", "--tenant", "Acme", "--role", "read", "--redis"],
+    ],
+)
+def test_keys_with_a_bad_tenant_is_one_line(
+    argv: list[str], make_settings: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``keys list --tenant Acme --redis`` printed ``[]`` and exited 0 (as if the tenant had no keys), ``keys
+    create`` named the error's type: each is the line every verb prints for such a ``--tenant``, exit 2."""
+    for name, value in settings_env(make_settings()).items():
+        monkeypatch.setenv(name, value)
+    assert main(argv) == 2
+    tenant = argv[argv.index("--tenant") + 1]
+    assert _one_line(capsys) == (
+        f"agent-signal keys {argv[1]}: --tenant: tenant must match ^[a-z0-9][a-z0-9_-]{{0,62}}$ (got {tenant!r})"
     )
     assert capsys.readouterr().out == ""
 

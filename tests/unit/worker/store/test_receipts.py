@@ -4,6 +4,7 @@ produced them, and the move of receipts stored before they were keyed by user. R
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from redis import Redis
@@ -115,3 +116,26 @@ class TestMigration:
         assert [r["id"] for r in store.list(user_id="u1")[0]] == [legacy["id"]]
         assert [r["id"] for r in store.produced_by("u1", ["op_1"])] == [legacy["id"]]
         assert migrate_legacy_receipts(redis_client, keys, ttl_s=60) == 0
+
+    def test_a_migrated_receipt_never_shortens_its_users_indexes(
+        self, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """A legacy receipt with 5 s left keeps its 5 s, but the user's index, the agent/topic index and the
+        operation index (which hold the user's newer receipts too) keep the full retention: the newer receipt is
+        still listed once the old one has gone."""
+        store = ReceiptStore(redis_client, keys, ttl_s=3600)
+        now = int(time.time() * 1000)
+        assert store.append(_receipt("new:memory", "u1", now, operationId="op_1"))
+        legacy = _receipt("old:memory", "u1", now - 3595_000, operationId="op_1")
+        redis_client.set(keys.receipt_prefix + legacy["id"], json.dumps(legacy), ex=5)
+
+        assert migrate_legacy_receipts(redis_client, keys, ttl_s=3600) == 1
+
+        assert 0 < int(redis_client.ttl(keys.receipt("u1", legacy["id"]))) <= 5
+        for index in (
+            keys.user_receipts("u1"),
+            keys.receipt_index("u1", "a1", "t1"),
+            keys.operation_receipts("u1", "op_1"),
+        ):
+            assert int(redis_client.ttl(index)) > 3000, index
+        assert [r["id"] for r in store.list(user_id="u1")[0]] == ["new:memory", "old:memory"]

@@ -1,0 +1,68 @@
+"""Dead outbox records (worker/outbox/dead.py), on a real Redis. A dead journal record redriven (``POST
+/v1/outbox/redrive``) goes back on its bucket's journal behind every record journaled before it, whichever of the
+two journal kinds it is: an ``engine.enqueue`` record (a follow-up event for another bucket) went to the unordered
+due set with a millisecond score instead, and could overtake older journal records (4 scope buckets). A listing's
+``cursor`` that no page gave is a 422 naming it: one whose tail is not base64 at all (``123:%%%%``) was read as an
+empty member and answered a page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from producers.http.app import create_web_app
+from worker.chain.outbox_records import SEPARATOR, OutboxRecord
+from worker.keys.layout import Keys
+from worker.outbox.dead import redrive_dead
+from worker.store.events import EventStore
+from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE, journaled
+
+pytestmark = pytest.mark.integration
+
+SCOPE = "topic:journal-redrive"
+
+
+def _dead(redis_client: Redis, keys: Keys, kind: str, record_id: str) -> str:
+    """A dead journal record of ``kind`` in SCOPE's bucket, listed in its dead index; its member."""
+    record = OutboxRecord(record_id, kind, record_id, {}, SCOPE, "evt_dead", 1, state="dead", attempts=10)
+    redis_client.set(keys.outbox_record(SCOPE, record_id), record.to_json(), ex=3600)
+    member = f"{keys.scope_ref(SCOPE)}{SEPARATOR}{record_id}"
+    redis_client.zadd(keys.for_scope(SCOPE).outbox_dead, {member: 1})
+    return member
+
+
+def test_both_journal_kinds_are_redriven_behind_the_journal(
+    redis_client: Redis, prefix: str, make_settings: Any
+) -> None:
+    """A dead ``engine.apply`` and a dead ``engine.enqueue`` record, redriven after a write was journaled: both
+    wait on the journal (none on the unordered due set), after that older record."""
+    store = EventStore(redis_client, make_settings(scope_buckets=4))
+    keys = Keys(prefix, buckets=4)
+    bucket = keys.for_scope(SCOPE)
+    dead = [
+        _dead(redis_client, keys, JOURNAL_APPLY, "journal:x:1"),
+        _dead(redis_client, keys, JOURNAL_ENQUEUE, "follow-up:x:2"),
+    ]
+    home = keys.plugin_home("memories", "alice")
+    for command in journaled(keys, SCOPE, "evt_1", "lane:7", [["SET", home, "older"]], 3600):
+        redis_client.execute_command(*command)
+    (older,) = redis_client.zrange(bucket.journal_due, 0, -1)
+
+    answer = redrive_dead(store, keys, [(SCOPE, "journal:x:1"), (SCOPE, "follow-up:x:2")])
+
+    assert len(answer["redriven"]) == 2 and answer["notDead"] == []
+    assert redis_client.zcard(bucket.outbox_due) == 0
+    assert redis_client.zrange(bucket.journal_due, 0, 0) == [older]
+    assert sorted(redis_client.zrange(bucket.journal_due, 1, -1)) == sorted(dead)
+
+
+@pytest.mark.parametrize("cursor", ["123:%%%%", "123:YQ%", "abc", "123:"])
+def test_a_cursor_no_page_gave_is_refused(make_settings: Any, cursor: str) -> None:
+    """``GET /v1/outbox/dead?cursor=…`` with a cursor that is not ``<ms>:<base64url member>``: 422 naming it."""
+    with TestClient(create_web_app(make_settings())) as client:
+        answer = client.get("/v1/outbox/dead", params={"cursor": cursor})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["field"] == "cursor"
