@@ -5,15 +5,18 @@ It admits LobeHub's 17 source types and checks the payloads its handlers read at
 are validated at boot. Handlers reach Redis reads, the runner and the judges through
 ``ctx.deps(SelfIterationDeps)``; their writes go through ``ctx.effects`` and ``ctx.emit``. The feature gate
 is one admission hook at the door (gated events answer ``status: "gated"`` and are not stored) and the same
-:func:`~policies.self_iteration.gate.enabled_for` check in the worker.
+:func:`~policies.self_iteration.gate.enabled_for` check in the worker. The same hook refuses (``gated``) a
+completion whose run's origin event an erasure made a tombstone, and the agent-run task and deliverer drop such a
+run (policies/self_iteration/origin.py).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies.self_iteration.agent.reference_agent import completion_event, run_reference_agent
+from policies.self_iteration.agent.reference_agent import RunDropped, completion_event, run_reference_agent
 from policies.self_iteration.agent.runners import (
     AGENT_RUN_OUTBOX,
     AGENT_RUN_TASK,
@@ -28,6 +31,7 @@ from policies.self_iteration.bundle import self_iteration_policies
 from policies.self_iteration.deps import SelfIterationDeps, SelfIterationSettings
 from policies.self_iteration.erasure import erase_user
 from policies.self_iteration.gate import GATED_SOURCE_TYPES, enabled_for
+from policies.self_iteration.origin import ORIGIN_FIELD, completion_origin, origin_erased
 from policies.self_iteration.payloads import LOBEHUB_SOURCE_TYPES, PAYLOAD_SCHEMAS
 from policies.self_iteration.records.documents import DocumentStore
 from worker.plugin import (
@@ -43,6 +47,11 @@ from worker.plugin import (
 )
 
 __all__ = ["plugin"]
+
+log = logging.getLogger(__name__)
+
+COMPLETION = "agent.execution.completed"
+GATED = "gated"  # an admission gate's verdict: answered, not stored (the door's status for a refused event)
 
 
 def _runner(settings: SelfIterationSettings, runtime: PluginRuntime) -> AgentRunner | None:
@@ -87,23 +96,37 @@ def _gate(runtime: PluginRuntime) -> AdmissionHook:
     default = runtime.settings_for(SelfIterationSettings).self_iteration_enabled
 
     def gate(events: Sequence[PreparedEvent]) -> Mapping[int, str]:
-        """Self-iteration events whose user has the feature off are answered ``gated`` and not stored."""
+        """Self-iteration events whose user has the feature off, and completions of runs whose origin event an
+        erasure made a tombstone, are answered ``gated`` and not stored."""
+        refused = _erased_origins(runtime, events)
         candidates = [
-            (i, e.user_id) for i, e in enumerate(events) if e.source_type in GATED_SOURCE_TYPES and e.user_id
+            (i, e.user_id)
+            for i, e in enumerate(events)
+            if e.source_type in GATED_SOURCE_TYPES and e.user_id and i not in refused
         ]
-        if not candidates:
-            return {}
-        refused: dict[int, str] = {}
         for tenant in {events[i].tenant for i, _ in candidates}:
             mine = [(i, u) for i, u in candidates if events[i].tenant == tenant]
             keys = runtime.keys.for_tenant(tenant)
             verdicts = enabled_for(runtime.redis, keys, default, [u for _, u in mine], strict=True)
             refused.update(
-                {index: "gated" for (index, _), enabled in zip(mine, verdicts, strict=True) if not enabled}
+                {index: GATED for (index, _), enabled in zip(mine, verdicts, strict=True) if not enabled}
             )
         return refused
 
     return gate
+
+
+def _erased_origins(runtime: PluginRuntime, events: Sequence[PreparedEvent]) -> dict[int, str]:
+    """The completions (``agent.execution.completed``) whose run's origin event is a tombstone: the run was
+    asked for before its user was erased, and its completion would bring the user back (a new event, receipts,
+    a scope). A completion that names no origin (a run asked for before runs named one) is not refused."""
+    refused: dict[int, str] = {}
+    for index, event in enumerate(events):
+        origin = completion_origin(event.body) if event.source_type == COMPLETION else None
+        if origin and origin_erased(runtime.redis, runtime.keys.for_tenant(event.tenant), origin):
+            log.info("a completion refused: its run's origin event %s was erased", origin)
+            refused[index] = GATED
+    return refused
 
 
 def _run_deliverer(runtime: PluginRuntime) -> Deliverer:
@@ -113,9 +136,17 @@ def _run_deliverer(runtime: PluginRuntime) -> Deliverer:
         runner = runtime.deps.get(SelfIterationDeps).runner
         if runner is None:
             raise RunnerError("no agent runner is configured in this process")
-        # The record's tenant is the engine's, not the handler's payload: a run cannot cross tenants.
+        # The record's tenant is the engine's, not the handler's payload: a run cannot cross tenants. The record
+        # names the event that staged it: the origin of a request of before, which does not.
+        payload = {**record.payload, "tenant": record.tenant}
+        if record.event_id and not payload.get(ORIGIN_FIELD):
+            payload[ORIGIN_FIELD] = record.event_id
+        request = RunRequest.from_json_dict(payload)
+        if _origin_erased(runtime, request):
+            _dropped(request, "not handed over")
+            return
         try:
-            runner.dispatch(RunRequest.from_json_dict({**record.payload, "tenant": record.tenant}))
+            runner.dispatch(request)
         except RunRefused as exc:  # dead at once: the relay would send the same refused request ten times
             raise PermanentFailure(str(exc), code="RUN_REFUSED") from None
         except RunnerError as exc:
@@ -127,13 +158,34 @@ def _run_deliverer(runtime: PluginRuntime) -> Deliverer:
 
 
 def _agent_run(runtime: PluginRuntime, payload: dict[str, Any]) -> None:
-    """The reference agent: do the run, then report ``agent.execution.completed`` (the app's job otherwise)."""
+    """The reference agent: do the run, then report ``agent.execution.completed`` (the app's job otherwise). A run
+    whose origin event an erasure made a tombstone is dropped (no retry): checked before it runs, right before it
+    writes, and its completion at the door (the admission hook)."""
     request = RunRequest.from_json_dict(payload)
     keys = runtime.keys.for_tenant(request.tenant)
-    self_iteration = run_reference_agent(DocumentStore(runtime.redis, keys), request)
+    if _origin_erased(runtime, request):
+        _dropped(request, "not run")
+        return
     if runtime.emitter is None:
         raise RuntimeError("the reference agent needs the engine's emitter")
+    try:
+        self_iteration = run_reference_agent(
+            DocumentStore(runtime.redis, keys), request, proceed=lambda: not _origin_erased(runtime, request)
+        )
+    except RunDropped:
+        _dropped(request, "stopped before its write")
+        return
     runtime.emitter.emit(completion_event(request, self_iteration), tenant=request.tenant)
+
+
+def _origin_erased(runtime: PluginRuntime, request: RunRequest) -> bool:
+    keys = runtime.keys.for_tenant(request.tenant)
+    return origin_erased(runtime.redis, keys, request.origin_event_id, request.scope_key)
+
+
+def _dropped(request: RunRequest, what: str) -> None:
+    """Said without the user: the origin event's id and the run's kind."""
+    log.info("agent run (%s) %s: its origin event %s was erased", request.slug, what, request.origin_event_id)
 
 
 def plugin() -> Plugin:

@@ -12,13 +12,16 @@ Every key that holds a user's data is found from the tenant and the user, by des
   their scopes. Each becomes a tombstone that keeps its id (so a replay of it is still a duplicate), status,
   attempt count and times, and loses its payload, user, scope and source ids; one that had not ended, or was
   dead, becomes ``erased``. Its chain document and outbox records go (the chain of an indexed event whose record
-  has expired too);
+  has expired too), and the idempotency lanes of the actions its chain holds (a lane outlives its event, and a
+  receipt's lane key names the user: ``receipt:<userId>:…``, even in a scope others share). A tombstone also
+  stops a run its chain asked for that is still queued or running (the self-iteration plugin reads it:
+  policies/self_iteration/origin.py);
 * the user's scopes: those of their events, of their sessions, and every scope whose ``scope-users:{scope}``
   names them (that set has no TTL, so the scopes are found after the user's events and index have expired, with
   what hangs off them for longer: fences, counters, idempotency lanes, outbox records, plugin records). A scope
   whose events were all this user's is dropped whole (inbox, lease/fence counters, idempotency lanes, plugin
-  data, procedure records, outbox…); a scope shared with other users keeps its data, loses the user's events
-  and the user's name. A session's settings decide over who sent its events: a session that names this user
+  data, procedure records, outbox…, and its entry in the tenant's fair-share ready list); a scope shared with
+  other users keeps its data, loses the user's events and the user's name. A session's settings decide over who sent its events: a session that names this user
   loses its session data (context, checkpoints, usage, D-Mail, settings, function state) even where others'
   events ran in its scope, and a session that names another user is never dropped (it may have been this
   user's before a key gave it to someone else).
@@ -33,8 +36,10 @@ after we looked keeps the scope. A scope whose lease a drain holds is left alone
 (worker/telemetry/pseudonyms.py): the audit must not keep the id, nor a hash anyone could compute from a guess.
 
 Not found once the dedupe window has passed since the user's last event: the chain documents of their events
-whose records have expired (chain retention), and their outbox records in scopes shared with other users (the
-event index that names them lives a window; docs/security.md).
+whose records have expired (chain retention), and with them the idempotency lanes of those chains' actions in
+scopes shared with other users (a lane is found through its chain), their outbox records in such scopes (the
+event index that names them lives a window), and the tombstone that stops a run still in flight
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -50,9 +55,14 @@ from typing import Any
 from redis import Redis
 
 from worker.core.clock import now_ms
+from worker.core.idempotency import idempotency_key_for
+from worker.core.nodes import Action
+from worker.documents.chain_codec import decode_chain
+from worker.documents.chain_storage import rebuilt_chain, stored_source
 from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, Keys, glob_escaped
 from worker.store.calls import (
     ErasedEvent,
+    ErasedLane,
     ErasedRecord,
     EraseHold,
     EraseScope,
@@ -351,18 +361,19 @@ def _erase_scope(
     """ERASE_SCOPE for ``scope``, a chunk of events at a time (all but the last chunk shared: the last decides
     whole or shared); True when the scope was dropped whole. A lease found gone makes the scope busy."""
     k, client = tenant.for_scope(scope), store.client
-    # a chain stored under its chain id before chains were kept per event: when this event wrote it
+    # a chain stored under its chain id before chains were kept per event: when this event wrote it (its actions'
+    # lanes go with the first chunk)
+    lanes: list[str] = []
     for e in events:
-        if e.chain_id and chain_owner(store.get_bytes(k.chain(e.chain_id))) == e.event_id:
+        raw = store.get_bytes(k.chain(e.chain_id)) if e.chain_id else None
+        if chain_owner(raw) == e.event_id:
+            lanes += _chain_lanes(tenant, scope, raw, e.event_id)
             report.removed["chains"] += int(client.delete(k.chain(e.chain_id)))
     chunks = [events[i : i + CHUNK] for i in range(0, len(events), CHUNK)] or [[]]
     for n, chunk in enumerate(chunks):
-        pipe = client.pipeline(transaction=False)
-        for e in chunk:
-            pipe.smembers(k.outbox_of_event(scope, e.event_id))
-        records = [
-            ErasedRecord(k.outbox_record(scope, _s(r)), _s(r)) for members in pipe.execute() for r in members
-        ]
+        records, chained = _chunk_reads(store, tenant, scope, chunk)
+        lanes = sorted({*lanes, *chained})
+        last = n == len(chunks) - 1
         reply = store.durable(
             EraseScope(
                 **_scope_keys(k, scope),
@@ -373,9 +384,10 @@ def _erase_scope(
                 ev_prefix=k.event_prefix,
                 now_ms=now_ms(),
                 window_s=store.settings.dedupe_window_s,
-                may_drop=int(may_drop and n == len(chunks) - 1),
+                may_drop=int(may_drop and last),
                 event_count=len(chunk),
-                last=int(n == len(chunks) - 1),
+                last=int(last),
+                lane_count=len(lanes),
                 events=[
                     ErasedEvent(
                         k.event(e.event_id),
@@ -385,20 +397,58 @@ def _erase_scope(
                     )
                     for e in chunk
                 ],
+                lanes=[ErasedLane(lane) for lane in lanes],
                 records=records,
             )
         )
         if int(reply[0]) == -1:
             holds.lose(scope, report)
             return False
+        lanes = []
         report.removed["eventPayloads"] += int(reply[1])
         report.removed["chains"] += int(reply[2])
+        report.removed["lanes"] += int(reply[3])
         report.removed["outboxRecords"] += len(records)
         holds.keep_alive(report)
     if int(reply[0]) == 1:
         report.removed["scopes"] += 1
         return True
     return False
+
+
+def _chunk_reads(
+    store: EventStore, tenant: Keys, scope: str, chunk: list[_Event]
+) -> tuple[list[ErasedRecord], list[str]]:
+    """The chunk's outbox records, and the idempotency lanes of the actions its chains hold (one round trip)."""
+    k = tenant.for_scope(scope)
+    pipe = store.client.pipeline(transaction=False)
+    for e in chunk:
+        pipe.smembers(k.outbox_of_event(scope, e.event_id))
+        pipe.execute_command("GET", k.chain(e.event_id), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+    found = pipe.execute()
+    records = [ErasedRecord(k.outbox_record(scope, _s(r)), _s(r)) for members in found[0::2] for r in members]
+    lanes = [
+        lane
+        for e, raw in zip(chunk, found[1::2], strict=True)
+        for lane in _chain_lanes(tenant, scope, raw, e.event_id)
+    ]
+    return records, lanes
+
+
+def _chain_lanes(tenant: Keys, scope: str | None, raw: bytes | None, event_id: str) -> list[str]:
+    """The idempotency lanes of the actions a stored chain holds, in ``scope`` (None: the scope its source
+    names); none when the chain is gone or does not read (it is deleted all the same)."""
+    if raw is None:
+        return []
+    try:
+        stored = decode_chain(raw)
+        scope = scope or stored_source(stored, event_id).scope_key
+        document = rebuilt_chain(stored, event_id)
+        actions = [Action.model_validate(a) for a in document["envelope"]["actions"]]
+    except (ValueError, KeyError, TypeError):
+        return []
+    k = tenant.for_scope(scope)
+    return [k.idempotency(scope, idempotency_key_for(a)) for a in actions]
 
 
 def _scope_keys(k: BucketKeys, scope: str) -> dict[str, str]:
@@ -436,6 +486,13 @@ def _drop_scope_keys(
     for due in (k.outbox_due, k.journal_due, k.outbox_dead):
         for member, _ in client.zscan_iter(due, match=glob_escaped(f"{ref}\x1f") + "*"):
             client.zrem(due, member)
+    # Its entry in the tenant's fair-share ready list (the ref names the scope, and so a user-derived scope's
+    # user): that list is tagged {fair}, another slot than the scope's keys on a Redis Cluster, so it is not
+    # ERASE_SCOPE's to touch. Left when an event was enqueued since the script ran (the inbox is back): a drain
+    # pops that entry for it. One enqueued between this read and the LREM loses its entry, and the reconcile sweep
+    # publishes its scope again (worker/runtime/reconcile.py).
+    if not client.exists(k.inbox(scope)):
+        client.lrem(k.ready(tenant.tenant), 0, ref)
     for start in range(0, len(doomed), CHUNK):
         client.delete(*doomed[start : start + CHUNK])
         holds.keep_alive(report)
@@ -446,11 +503,20 @@ def _drop_expired_chains(
     store: EventStore, tenant: Keys, events: dict[str, _Event], report: ErasureReport
 ) -> None:
     """The chains of the user's indexed events whose records have expired (a chain outlives its event's
-    record): the index names the event and its bucket."""
+    record): the index names the event and its bucket. The lanes of their actions go first (a lane outlives the
+    chain; its scope is the one the chain's source names)."""
     every = tenant.every_bucket()
-    doomed = [every[e.bucket].chain(e.event_id) for e in events.values() if not e.scope]
-    for start in range(0, len(doomed), CHUNK):
-        report.removed["chains"] += int(store.client.delete(*doomed[start : start + CHUNK]))
+    expired = [e for e in events.values() if not e.scope]
+    for start in range(0, len(expired), CHUNK):
+        doomed = [every[e.bucket].chain(e.event_id) for e in expired[start : start + CHUNK]]
+        pipe = store.client.pipeline(transaction=False)
+        for key in doomed:
+            pipe.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        raws = zip(expired[start : start + CHUNK], pipe.execute(), strict=True)
+        lanes = [lane for e, raw in raws for lane in _chain_lanes(tenant, None, raw, e.event_id)]
+        if lanes:
+            report.removed["lanes"] += int(store.client.delete(*lanes))
+        report.removed["chains"] += int(store.client.delete(*doomed))
 
 
 def _drop_sessions(store: EventStore, tenant: Keys, scopes: list[str], report: ErasureReport) -> None:

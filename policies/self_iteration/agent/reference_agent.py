@@ -7,12 +7,24 @@ documents) and reports the run as ``agent.execution.completed`` with LobeHub's `
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from policies.self_iteration.agent.runners import RunRequest
 from policies.self_iteration.records.documents import DocumentStore
 
-__all__ = ["completion_event", "run_reference_agent"]
+__all__ = ["RunDropped", "completion_event", "run_reference_agent"]
+
+Proceed = Callable[[], bool]
+
+
+class RunDropped(Exception):
+    """The run was dropped before it wrote anything (``proceed`` said no: its origin event was erased)."""
+
+
+def _always() -> bool:
+    return True
+
 
 PREFERENCE = re.compile(r"\bprefer|\blike\b|\bwant\b|偏好|喜欢|以后|今后", re.IGNORECASE)
 LEAD_IN = re.compile(r"^(?:going forward|from now on|in the future|next time)[,:]?\s*", re.IGNORECASE)
@@ -24,10 +36,12 @@ def _title(message: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _memory(store: DocumentStore, request: RunRequest) -> list[dict[str, Any]]:
+def _memory(store: DocumentStore, request: RunRequest, proceed: Proceed) -> list[dict[str, Any]]:
     message = str(request.context.get("message") or request.prompt)
     layer = "preference" if PREFERENCE.search(message) else "context"
     title = _title(message)
+    if not proceed():
+        raise RunDropped
     memory = store.write_memory(
         request.user_id,
         source_id=request.marker.get("sourceId", request.operation_id),
@@ -62,11 +76,13 @@ def _skill_title(message: str) -> str:
     return quoted.group(1).strip() if quoted else _title(message, 60)
 
 
-def _skill(store: DocumentStore, request: RunRequest) -> list[dict[str, Any]]:
+def _skill(store: DocumentStore, request: RunRequest, proceed: Proceed) -> list[dict[str, Any]]:
     message = str(request.context.get("message") or request.prompt)
     agent_id = request.agent_id or "-"
     title = str(request.context.get("skillTitle") or _skill_title(message))
     content = f"# {title}\n\nLearned from feedback: {message.strip()}\n"
+    if not proceed():
+        raise RunDropped
     api, doc, history_id = store.upsert_skill(
         request.user_id, agent_id, title=title, content=content, source_id=request.operation_id
     )
@@ -102,18 +118,21 @@ def _review(request: RunRequest) -> tuple[list[dict[str, Any]], list[dict[str, A
     return [], [idea]
 
 
-def run_reference_agent(store: DocumentStore, request: RunRequest) -> dict[str, Any]:
-    """Do the run; returns the ``selfIteration`` payload of its completion."""
+def run_reference_agent(
+    store: DocumentStore, request: RunRequest, *, proceed: Proceed = _always
+) -> dict[str, Any]:
+    """Do the run; returns the ``selfIteration`` payload of its completion (its marker echoed, with the origin
+    event). ``proceed`` is asked right before the run writes: False raises :class:`RunDropped`, nothing written."""
     mutations: list[dict[str, Any]] = []
     artifacts: list[dict[str, Any]] = []
     if request.slug == "memory-writer":
-        mutations = _memory(store, request)
+        mutations = _memory(store, request, proceed)
     elif request.slug == "skill-management":
-        mutations = _skill(store, request)
+        mutations = _skill(store, request, proceed)
     else:
         mutations, artifacts = _review(request)
     return {
-        "marker": request.marker,
+        "marker": request.echoed_marker,
         "mutations": mutations,
         "artifacts": artifacts,
         "userId": request.user_id,

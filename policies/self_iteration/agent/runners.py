@@ -1,8 +1,10 @@
 """The ``AgentRunner`` port: how an action asks for an agent run (memory writer, skill management, reviews).
 
 A run request carries LobeHub's operation marker ``{kind, sourceId, anchorMessageId?, triggerMessageId?,
-topicId?, agentId?, localDate?, reviewWindow*}``. When the run finishes, the app (or the reference runner)
-reports ``agent.execution.completed`` with the ``selfIteration`` payload; that is what produces receipts.
+topicId?, agentId?, localDate?, reviewWindow*, originEventId?}``. When the run finishes, the app (or the
+reference runner) reports ``agent.execution.completed`` with the ``selfIteration`` payload, its marker echoed;
+that is what produces receipts. ``originEventId`` (also the request's own field) is the event that asked for the
+run: once its user is erased, the door refuses a completion that names it (policies/self_iteration/origin.py).
 
 * ``TaskRunner`` publishes the request as the plugin task ``agent_signal.agent_run`` (through the engine's
   ``runtime.publish``) that the app — or our worker, with the reference agent — consumes.
@@ -28,6 +30,7 @@ from typing import Any, Protocol
 import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from policies.self_iteration.origin import ORIGIN_FIELD
 from policies.webhook_signing import webhook_headers
 from worker.plugin import Deadline, deadline_transport, send_within
 
@@ -71,12 +74,23 @@ class RunRequest:
     context: dict[str, Any] = field(default_factory=dict)
     tenant: str = "default"  # whose run: set from the outbox record, never from a handler's payload
     scope_key: str | None = None  # the scope of the event that asked for the run: its completion runs there
+    # The event that asked for the run (policies/self_iteration/origin.py): an erasure of its user makes it a
+    # tombstone, and the run is dropped. None in a request of before (it then runs as it did).
+    origin_event_id: str | None = None
+
+    @property
+    def echoed_marker(self) -> dict[str, Any]:
+        """The marker a runner echoes back in its completion: with the origin event, when the request has one
+        (the door refuses a completion whose origin is a tombstone)."""
+        if not self.origin_event_id:
+            return self.marker
+        return {**self.marker, ORIGIN_FIELD: self.origin_event_id}
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
             "operationId": self.operation_id,
             "slug": self.slug,
-            "marker": self.marker,
+            "marker": self.echoed_marker,
             "userId": self.user_id,
             "agentId": self.agent_id,
             "prompt": self.prompt,
@@ -84,6 +98,7 @@ class RunRequest:
             "context": self.context,
             "tenant": self.tenant,
             "scopeKey": self.scope_key,
+            ORIGIN_FIELD: self.origin_event_id,
             "trigger": "agent_signal",
             "suppressSignal": True,
             "approvalMode": "headless",
@@ -91,10 +106,13 @@ class RunRequest:
 
     @classmethod
     def from_json_dict(cls, d: dict[str, Any]) -> RunRequest:
+        marker = dict(d["marker"])
+        echoed = marker.pop(ORIGIN_FIELD, None)  # the marker as the handler built it, without the echo
+        origin = d.get(ORIGIN_FIELD) or echoed
         return cls(
             operation_id=d["operationId"],
             slug=d["slug"],
-            marker=dict(d["marker"]),
+            marker=marker,
             user_id=d["userId"],
             agent_id=d.get("agentId"),
             prompt=d.get("prompt", ""),
@@ -102,6 +120,7 @@ class RunRequest:
             context=dict(d.get("context") or {}),
             tenant=str(d.get("tenant") or "default"),
             scope_key=d.get("scopeKey") if isinstance(d.get("scopeKey"), str) else None,
+            origin_event_id=origin if isinstance(origin, str) and origin else None,
         )
 
 

@@ -80,6 +80,11 @@ def _user_id(action: Action, ctx: HandlerContext) -> str | None:
     return str(user) if user else None
 
 
+def _origin(ctx: HandlerContext) -> str | None:
+    """The event whose chain asks for the run (its erasure drops the run: policies/self_iteration/origin.py)."""
+    return ctx.source.event_id if ctx.source is not None else None
+
+
 def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
     if action.action_type != "action.user-memory.handle":
         return skipped(action, ctx, "Unsupported memory action.")
@@ -108,6 +113,7 @@ def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
         prompt=message,
         topic_id=action.payload.get("topicId"),
         scope_key=ctx.scope_key,
+        origin_event_id=_origin(ctx),
         context={
             "message": message,
             "feedbackHint": action.payload.get("feedbackHint"),
@@ -154,6 +160,7 @@ def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorRes
         prompt=prompt,
         topic_id=p.get("topicId"),
         scope_key=ctx.scope_key,
+        origin_event_id=_origin(ctx),
         context={"message": message, "skillActionIntent": p.get("skillActionIntent")},
     )
     ctx.outbox(AGENT_RUN_OUTBOX, request.to_json_dict(), key=request.operation_id)

@@ -70,6 +70,7 @@ def _run(
         f"Source id: {source.source_id}",
         topic_id=p.get("topicId"),
         scope_key=ctx.scope_key,
+        origin_event_id=source.event_id,
         context={"kind": kind},
     )
     # Both staged: the run request (the outbox relay hands it over) and the guard commit with the event.

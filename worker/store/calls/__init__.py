@@ -10,7 +10,14 @@ from __future__ import annotations
 from worker.store.calls.admission import Admission, Enqueue, EnqueuePush, UserBytes, UserEvents
 from worker.store.calls.commit import Apply, Commit, CommittedEvent, Lane, PeekFresh, PopNext
 from worker.store.calls.door import Bucket, Slot, StreamRenew, StreamTake, TokenBuckets
-from worker.store.calls.erasure import ErasedEvent, ErasedRecord, EraseHold, EraseScope, ForgetUserBytes
+from worker.store.calls.erasure import (
+    ErasedEvent,
+    ErasedLane,
+    ErasedRecord,
+    EraseHold,
+    EraseScope,
+    ForgetUserBytes,
+)
 from worker.store.calls.fair import PopAcquire, ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 from worker.store.calls.lease import Acquire, HandOff, Release, Renew, RenewScope
@@ -31,6 +38,7 @@ __all__ = [
     "EraseHold",
     "EraseScope",
     "ErasedEvent",
+    "ErasedLane",
     "ErasedRecord",
     "ForgetUserBytes",
     "HandOff",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 
-__all__ = ["EraseHold", "EraseScope", "ErasedEvent", "ErasedRecord", "ForgetUserBytes"]
+__all__ = ["EraseHold", "EraseScope", "ErasedEvent", "ErasedLane", "ErasedRecord", "ForgetUserBytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,15 @@ class ErasedEvent(Layout):
     chain: str = key()
     outbox_of: str = key()
     event_id: str = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class ErasedLane(Layout):
+    """An idempotency lane of an action of one of the user's events (its chain names the action): its key may
+    hold the user's id (a receipt's lane) and its value the action's result."""
+
+    LUA = "LANE"
+    lane: str = key()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +79,9 @@ class EraseScope(ScriptCall):
     may_drop: int = arg()  # 1: no session of the scope names another user
     event_count: int = arg()
     last: int = arg()  # 1: the scope's last chunk, which scans the inbox and decides whole or shared
+    lane_count: int = arg()
     events: Sequence[ErasedEvent] = group()
+    lanes: Sequence[ErasedLane] = group()
     records: Sequence[ErasedRecord] = group()
 
 

@@ -12,15 +12,17 @@
 -- entries. Shared: its events leave the inbox and the user leaves scope_users. Whole: the scope's inbox, drain
 -- marker, counters, fence, users and runs index go, and it leaves the scopes registry and the paused hash (the
 -- rest of its keys are the caller's to delete, while it still holds the lease).
--- The lanes an unfinished event kept (lib/kept_lanes.lua) are deleted.
+-- The lanes an unfinished event kept (lib/kept_lanes.lua) are deleted, and so are the lanes of the actions the
+-- caller read in the chunk's chains (the LANE group): a finished action's lane lives its own TTL, past the chain
+-- and the record, and a receipt's lane key names the user.
 -- -> {-1} the lease is not the erasure's (nothing written) | {1 whole | 0 shared, tombstones written, chains
---    deleted}
+--    deleted, lanes deleted}
 -- requires: kept_lanes
 local lease, scope_users, inbox, sched, seq, fence_key, runs_scope, scopes, paused, stats, dlq, runs_active,
   runs_dead, outbox_due, journal_due, outbox_dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
   KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
-local token, user_id, scope_key, scope_ref, ev_prefix, now_ms, window_s, may_drop, event_count, last = ARGV[1],
-  ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local token, user_id, scope_key, scope_ref, ev_prefix, now_ms, window_s, may_drop, event_count, last,
+  lane_count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
 if redis.call('GET', lease) ~= token then return {-1} end
 
 local SHARED_MARK = '*shared'  -- no user id holds '*' (worker/core/ids.py)
@@ -28,7 +30,7 @@ local DROPS = {'event', 'userId', 'scopeKey', 'sourceId', 'error', 'chainId', 'l
   'discardReason'}
 local ENDED = {done = true, cancelled = true, discarded = true, erased = true}
 local mine, order = {}, {}
-local k, a = 17, 11
+local k, a = 17, 12
 for _ = 1, tonumber(event_count) do
   local ev, chain, outbox_of = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local event_id = ARGV[a]
@@ -36,6 +38,13 @@ for _ = 1, tonumber(event_count) do
   mine[event_id] = {ev = ev, chain = chain, outbox_of = outbox_of}
   order[#order + 1] = event_id
   k, a = k + ERASED_KEYS, a + ERASED_ARGS
+end
+local lanes = 0
+for _ = 1, tonumber(lane_count) do
+  local lane = KEYS[k]
+  local LANE_KEYS, LANE_ARGS = 1, 0
+  lanes = lanes + redis.call('DEL', lane)
+  k, a = k + LANE_KEYS, a + LANE_ARGS
 end
 
 -- The inbox now (the last chunk only: one pass however many chunks): the user's events the caller did not know,
@@ -107,7 +116,7 @@ if whole then
   redis.call('DEL', inbox, sched, seq, fence_key, scope_users, runs_scope)
   redis.call('SREM', scopes, scope_ref)
   redis.call('HDEL', paused, scope_key)
-  return {1, written, chains}
+  return {1, written, chains, lanes}
 end
 if last == '1' then
   -- Shared: the inbox rebuilt in one pass without the events this erasure (any chunk) made tombstones (no body
@@ -126,4 +135,4 @@ if last == '1' then
   -- session's own user, erased later, still has the scope dropped whole
   if redis.call('SCARD', scope_users) == 0 then redis.call('SADD', scope_users, SHARED_MARK) end
 end
-return {0, written, chains}
+return {0, written, chains, lanes}
