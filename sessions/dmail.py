@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sessions.store import SessionFull, SessionStore
+from sessions.store import RECORD_ROLES, SessionFull, SessionStore
 
 __all__ = [
     "DMAIL_PREFIX",
@@ -190,7 +190,7 @@ class StepEnd:
     dmail: dict[str, Any] | None = None
     sequence: int | None = None
     checkpoint_id: int | None = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # applied: the messages it appended
     reason: str | None = None  # discarded: a DISCARD_REASONS value
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -227,6 +227,10 @@ def end_step(store: SessionStore, session_id: str, *, rejected_without_feedback:
     if outcome == "discarded":
         reason = DISCARD_REASONS[_text(reply[3])]
         return StepEnd("discarded", dmail=dmail, sequence=int(reply[2]), reason=reason)
-    checkpoint_id, first = int(reply[3]), int(reply[4])
-    tail = [r for r in store.records(session_id, first) if r.get("role") not in ("_checkpoint", "_usage")]
-    return StepEnd("applied", dmail=dmail, sequence=int(reply[2]), checkpoint_id=checkpoint_id, messages=tail)
+    # the messages the script appended, as it read them (the re-created checkpoint's CHECKPOINT message, when
+    # D-Mail is on, and the D-Mail's): an append right after it is not among them
+    appended = [json.loads(record) for record in reply[5]]
+    messages = [m for m in appended if m.get("role") not in RECORD_ROLES]
+    return StepEnd(
+        "applied", dmail=dmail, sequence=int(reply[2]), checkpoint_id=int(reply[3]), messages=messages
+    )

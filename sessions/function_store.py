@@ -34,6 +34,7 @@ from sessions.store import (
     ContentionError,
     SessionFull,
     SessionLimits,
+    SettingsChange,
     UserQuotaExceeded,
     session_keys,
     session_scope,
@@ -100,16 +101,26 @@ class FunctionStore:
             tenant = checks[over.position - 1][0] == self.keys.tenant_bytes
             raise UserQuotaExceeded(over.used, limit, over.retry_s, tenant=tenant, user_id=user_id)
 
-    def update(self, session_id: str, change: Callable[[SessionRuntime], T]) -> tuple[T, SessionRuntime]:
+    def update(
+        self,
+        session_id: str,
+        change: Callable[[SessionRuntime], T],
+        *,
+        settings: SettingsChange | None = None,
+    ) -> tuple[T, SessionRuntime]:
         """Apply ``change`` atomically; it may be called more than once (it must only touch the runtime).
 
         SessionFull (field None: the route names its own) when the document would grow past
-        ``max_session_bytes``; nothing is stored then."""
+        ``max_session_bytes``; nothing is stored then. ``settings``: a settings write committed in the same
+        transaction (a PUT's settings and the state of its ``functions``): both are written, or neither (its
+        TooManySessions, like a refusal here, writes nothing)."""
         key = self._key(session_id)
         for attempt in range(self.max_retries):
             with self.client.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(key)  # type: ignore[no-untyped-call]
+                    if settings is not None:
+                        settings.watch(pipe)
                     raw = pipe.get(key)
                     session_hash = self.keys.session(session_scope(session_id))
                     user, counted, counted_day = pipe.hmget(
@@ -136,6 +147,8 @@ class FunctionStore:
                         self._check_quota(owner)  # a recount alone is stored either way: never refused
                     pipe.multi()
                     pipe.set(key, document)
+                    if settings is not None:
+                        settings.stage(pipe)
                     if growth > 0:  # counted for the tenant, and for the session's user when it names one
                         add_user_bytes(pipe, self.keys, owner, growth, ttl_s=self.limits.session_ttl_s)
                         pipe.hset(session_hash, STATE_COUNTED, size)

@@ -288,6 +288,22 @@ def parse_function_file(
     return (None if errors else definition), errors, warnings
 
 
+def _read_definition(path: Path, errors: list[str]) -> str | None:
+    """A definition file's text (newlines read as ``read_text`` reads them), or None with its problem added to
+    ``errors``: not UTF-8 (the first bad byte and its offset), or unreadable (a directory named ``x.md``)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        errors.append(f"{path}: cannot be read: {exc.strerror or exc}")
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        errors.append(f"{path}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})")
+        return None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def load_function_dir(
     directory: str | Path, *, conditions: ConditionRegistry | None = None
 ) -> tuple[dict[str, FunctionDef], list[str]]:
@@ -301,9 +317,9 @@ def load_function_dir(
     errors: list[str] = []
     warnings: list[str] = []
     for path in sorted(root.rglob("*.md")):
-        definition, errs, warns = parse_function_file(
-            path.read_text(encoding="utf-8"), str(path), conditions=conditions
-        )
+        if (text := _read_definition(path, errors)) is None:
+            continue
+        definition, errs, warns = parse_function_file(text, str(path), conditions=conditions)
         errors.extend(errs)
         warnings.extend(warns)
         if definition is None:

@@ -11,7 +11,8 @@ session names another user by then: the caller reads again);
 a script that adds records checks the caps *before* writing anything and answers ``{'full', 'records'|'bytes'}``
 instead, so concurrent appends cannot pass a cap together. After the session's own keys come the tenant's
 ``bytes:tenant`` and, when the session names a user, that user's ``bytes:user:<userId>`` (worker/store/quotas.py):
-every record added is counted in both until the session's TTL as of the write, and a script that adds records
+every record added is counted in both until the session's TTL as of the write (and where, in ``ctxmeta``, so
+that a revert, a clear or a compaction gives back what it drops, day by day), and a script that adds records
 answers ``{'quota', bytes, retryAfterS, 'user'|'tenant'}`` (nothing written) when the user's data is already at
 ``AGENT_SIGNAL_USER_MAX_BYTES`` or the tenant's at ``AGENT_SIGNAL_TENANT_MAX_BYTES``. ``ctxmeta.bytes`` is the byte count of the context
 records, kept by every script that changes the list. Every script ends by refreshing the TTL of all of the

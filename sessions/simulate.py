@@ -35,7 +35,9 @@ class SimulationError(ValueError):
 def _activation(machine: FunctionMachine, rt: SessionRuntime, kind: str, name: Any) -> None:
     if not isinstance(name, str):
         raise SimulationError(f"{kind}: must be a function name")
-    if kind == "deactivate":
+    if kind == "deactivate":  # a name neither defined nor active is refused, as the HTTP route refuses it
+        if name not in machine.definitions and name not in rt.active:
+            raise SimulationError(f"deactivate: unknown function {name!r}")
         machine.deactivate(rt, name)
         return
     try:
@@ -97,19 +99,27 @@ def _artifact(sim: _Simulation, body: Mapping[str, Any]) -> None:
 
 
 def _turn(sim: _Simulation, body: Mapping[str, Any]) -> None:
-    if not isinstance(body.get("userMessaged", False), bool):
-        raise SimulationError("turn.userMessaged: must be true or false")
-    sim.machine.turn(sim.rt, user_messaged=bool(body.get("userMessaged", False)))
+    sim.machine.turn(sim.rt, user_messaged=_flag("turn", body, "userMessaged"))
+
+
+def _flag(kind: str, body: Mapping[str, Any], name: str) -> bool:
+    """A step's boolean field (false when absent): anything but true or false names it (``"no"`` was true)."""
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise SimulationError(f"{kind}.{name}: must be true or false")
+    return value
 
 
 def _idle(sim: _Simulation, body: Mapping[str, Any]) -> dict[str, Any]:
+    identical = _flag("idle", body, "lastTwoOutputsIdentical")
+    asked = _flag("idle", body, "modelAskedQuestion")
     return sim.machine.idle(
         sim.rt,
         now_ms=sim.tick(
             "idle", body, wall_clock_when_absent=True
         ),  # the outside contract: wall clock when absent
-        last_two_outputs_identical=bool(body.get("lastTwoOutputsIdentical", False)),
-        model_asked_question=bool(body.get("modelAskedQuestion", False)),
+        last_two_outputs_identical=identical,
+        model_asked_question=asked,
     )
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "SessionLimits",
     "SessionSettings",
     "SessionStore",
+    "SettingsChange",
     "TooManySessions",
     "UnknownCheckpoint",
     "UserQuotaExceeded",
@@ -251,6 +252,59 @@ def _settings_of(raw: Any) -> SessionSettings:
     )
 
 
+class SettingsChange:
+    """A write of a session's settings fields (``mapping``, as the hash stores them), and of a new user's session
+    index, under WATCH of the settings: two writes moving the session to different users left it in both indexes
+    when each read the user before the other wrote (and an erasure of either dropped it). :meth:`commit` makes it
+    alone; a caller writing other keys of the session in the same transaction (FunctionStore.update: a PUT's
+    settings and its functions' state, both or neither) calls :meth:`watch` under its WATCH, which reads the user
+    and raises TooManySessions when a new user has no room, and :meth:`stage` after its MULTI."""
+
+    def __init__(self, store: SessionStore, session_id: str, mapping: dict[str, str]) -> None:
+        self.store, self.session_id, self.mapping = store, session_id, mapping
+        self.settings_key = store.keys.session(session_scope(session_id))
+        self.before: str | None = None  # the session's user, read by watch
+
+    def watch(self, pipe: Any) -> None:
+        """WATCH the settings (and a new user's index: the cap is read under the same watch) and read the user."""
+        user = self.mapping.get("userId")
+        pipe.watch(self.settings_key, *([self.store.keys.user_sessions(user)] if user else []))
+        raw = pipe.hget(self.settings_key, "userId")
+        self.before = _s(raw) if raw else None
+        if user and user != self.before:  # the session joins the user's index: room for one more?
+            self.store._check_room(pipe, user)
+
+    def stage(self, pipe: Any) -> None:
+        """The writes, queued after MULTI: the fields, the user's session index, every key's TTL."""
+        keys, user = self.store.keys, self.mapping.get("userId")
+        pipe.hset(self.settings_key, mapping=self.mapping)
+        if user is not None:  # the user's session index: erasure finds the user's sessions
+            if self.before and self.before != user:
+                pipe.srem(keys.user_sessions(self.before), self.session_id)
+            pipe.sadd(keys.user_sessions(user), self.session_id)
+        for key in session_keys(keys, self.session_id, user or self.before):
+            pipe.expire(key, self.store.limits.session_ttl_s)
+
+    def commit(self) -> None:
+        """Make the write, again while other writes change the session (a script's TTL refresh too), up to
+        ``SETTINGS_RETRIES`` times (then ContentionError); nothing to write writes nothing."""
+        if not self.mapping:
+            return
+        for attempt in range(SETTINGS_RETRIES):
+            with self.store.client.pipeline(transaction=True) as pipe:
+                try:
+                    self.watch(pipe)
+                    pipe.multi()
+                    self.stage(pipe)
+                    pipe.execute()
+                    return
+                except WatchError:
+                    time.sleep(backoff_ms(attempt + 1, base_ms=1, cap_ms=50) / 1000)
+        raise ContentionError(
+            f"session {self.session_id!r} changed under us {SETTINGS_RETRIES} times; try again"
+        )
+
+
 class SessionStore:
     """All session state of one key prefix, bounded by ``limits``."""
 
@@ -366,9 +420,9 @@ class SessionStore:
             self.scripts.forget_ended(keys=[index, *settings], args=chunk, client=pipe)
         return sum(int(n) for n in pipe.execute())
 
-    def update_settings(self, session_id: str, changes: dict[str, Any]) -> SessionSettings:
-        """Merge ``changes`` (camelCase keys, already validated) into the stored settings."""
-        mapping: dict[Any, Any] = {}
+    def settings_change(self, session_id: str, changes: dict[str, Any]) -> SettingsChange:
+        """``changes`` (camelCase keys, already validated) as a write of the settings hash, not yet made."""
+        mapping: dict[str, str] = {}
         for key, value in changes.items():
             if key in ("dmailEnabled", "root"):
                 mapping[key] = "1" if value else "0"
@@ -376,38 +430,12 @@ class SessionStore:
                 mapping[key] = json.dumps(list(value))
             else:
                 mapping[key] = str(value)
-        if mapping:
-            self._write_settings(session_id, mapping)
-        return self.get_settings(session_id)
+        return SettingsChange(self, session_id, mapping)
 
-    def _write_settings(self, session_id: str, mapping: dict[Any, Any]) -> None:
-        """The settings' fields, and a new user's session index, under WATCH of the settings: two writes moving
-        the session to different users left it in both indexes when each read the user before the other wrote
-        (and an erasure of either dropped it)."""
-        settings_key = self.keys.session(session_scope(session_id))
-        for attempt in range(SETTINGS_RETRIES):
-            with self.client.pipeline(transaction=True) as pipe:
-                try:
-                    user = mapping.get("userId")  # its index too: the cap is read under the same watch
-                    watched = [settings_key, *([self.keys.user_sessions(user)] if user else [])]
-                    pipe.watch(*watched)  # type: ignore[no-untyped-call]
-                    raw = pipe.hget(settings_key, "userId")
-                    before = _s(raw) if raw else None
-                    if user and user != before:  # the session joins the user's index: room for one more?
-                        self._check_room(pipe, user)
-                    pipe.multi()
-                    pipe.hset(settings_key, mapping=mapping)
-                    if "userId" in mapping:  # the user's session index: erasure finds the user's sessions
-                        if before and before != mapping["userId"]:
-                            pipe.srem(self.keys.user_sessions(before), session_id)
-                        pipe.sadd(self.keys.user_sessions(mapping["userId"]), session_id)
-                    for key in session_keys(self.keys, session_id, mapping.get("userId", before)):
-                        pipe.expire(key, self.limits.session_ttl_s)
-                    pipe.execute()
-                    return
-                except WatchError:  # another write touched the settings (a script's TTL refresh too): again
-                    time.sleep(backoff_ms(attempt + 1, base_ms=1, cap_ms=50) / 1000)
-        raise ContentionError(f"session {session_id!r} changed under us {SETTINGS_RETRIES} times; try again")
+    def update_settings(self, session_id: str, changes: dict[str, Any]) -> SessionSettings:
+        """Merge ``changes`` (camelCase keys, already validated) into the stored settings."""
+        self.settings_change(session_id, changes).commit()
+        return self.get_settings(session_id)
 
     def _check_room(self, pipe: Any, user_id: str) -> None:
         """TooManySessions when ``user_id`` already has ``max_sessions_per_user`` sessions (read under WATCH;

@@ -12,6 +12,7 @@ if compact == '1' then
   local over = quota_full()
   if over then return done(over) end
 end
+take_back(stored_bytes())  -- what the cleared records counted is given back
 redis.call('DEL', ctx, ckpt, usage)
 redis.call('HSET', meta, 'next', 0, 'messages', 0, 'tokenCount', 0, 'bytes', 0)
 if compact == '1' then

@@ -6,7 +6,7 @@
 -- tenant's count, and from the user's while the session's user is still the one it was counted for (its text,
 -- once applied, is counted as a context record).
 -- -> {'none'} | {'discarded', dmailJson, seq, 'rejected'|'checkpoint'|'full'}
---    | {'applied', dmailJson, seq, checkpointId, firstNewPosition}
+--    | {'applied', dmailJson, seq, checkpointId, firstNewPosition, the records it appended}
 -- requires: session, dmail_room
 local rejected_without_feedback, root, add_checkpoint_message, dmail_prefix = ARGV[7], ARGV[8], ARGV[9],
   ARGV[10]
@@ -39,4 +39,5 @@ local first = redis.call('LLEN', ctx)
 checkpoint(add_checkpoint_message)
 push(record)
 redis.call('HINCRBY', meta, 'messages', 1)
-return done({'applied', pending, redis.call('HINCRBY', meta, 'events', 1), id, first})
+local appended = redis.call('LRANGE', ctx, first, -1)  -- read here: a later append is not among them
+return done({'applied', pending, redis.call('HINCRBY', meta, 'events', 1), id, first, appended})

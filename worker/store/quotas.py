@@ -28,9 +28,10 @@ code that writes them: ``keep`` for data without an expiry, ``d<day>`` (the day 
 epoch) for data that expires, so a day's bytes stop counting once it has passed (:data:`USER_BYTES_FN`).
 Erasure deletes the hash. A conversation's count follows its trimmed list (a trimmed message is subtracted);
 skills and memories count their JSON; receipts and session context count the bytes written, until their TTL as
-of the write (a session that a later write keeps alive stops counting its older bytes after one TTL; a
-reverted or cleared context still counts until then; the function state is counted again as new by the first
-write after its first count's day). The door refuses a user's events and context writes once
+of the write (a session that a later write keeps alive stops counting its older bytes after one TTL; what a
+revert, a clear, a compaction or an applied D-Mail drops from a context is given back in the days it was
+counted in, as long as the session's user is the one it was counted for (sessions/lua/lib/session.lua); the
+function state is counted again as new by the first write after its first count's day). The door refuses a user's events and context writes once
 the user is at or over the quota; a write in progress (a run the worker already has) is not refused, so a user
 can end somewhat over it. Retry-After is the end of the earliest counted day when something expires, else
 there is none (only erasure, or deleting memories and skills, frees the rest).
@@ -53,6 +54,7 @@ from typing import Any, NamedTuple
 
 from redis import Redis, WatchError
 
+from worker.core.ids import NO_USER
 from worker.keys.buckets import slot_tag
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
 from worker.settings import Settings
@@ -157,7 +159,7 @@ def user_bytes_effects(
         return []
     field = user_bytes_field(ttl_s)
     tenant = ["HINCRBY", keys.tenant_bytes, field, n_bytes]
-    if not user_id or user_id == "-":
+    if not user_id or user_id == NO_USER:  # data of no user (a user id is never NO_USER)
         return [tenant]
     return [["HINCRBY", keys.user_bytes(user_id), field, n_bytes], tenant]
 

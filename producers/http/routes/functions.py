@@ -29,7 +29,7 @@ from producers.http.web_common import error_response, producer_of
 from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.functions import FunctionDef, load_function_dir
 from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating, guard_message
-from sessions.store import SessionFull
+from sessions.store import SessionFull, SettingsChange
 from worker.core.ids import Id, id_problem
 from worker.documents.projection import MAX_ISO_MS
 
@@ -198,6 +198,10 @@ def _attention(runtime: SessionRuntime) -> list[dict[str, Any]]:
     return [{"function": name, **item} for name, item in runtime.attention.items()]
 
 
+class FunctionLocked(Exception):
+    """A deactivate of a function the session's settings lock (raised in the transaction: nothing written)."""
+
+
 def unknown_function(name: str, defined: Collection[str], field: str) -> JSONResponse:
     """422 ``unknown_function`` naming ``field``, saying where definitions come from (and that none are loaded)."""
     where = (
@@ -208,24 +212,32 @@ def unknown_function(name: str, defined: Collection[str], field: str) -> JSONRes
     return error_response(422, "unknown_function", f"unknown function {name!r}: {where}", field)
 
 
-def activate_locked(request: Request, session_id: str, names: list[str]) -> JSONResponse | None:
+def activate_locked(
+    request: Request, session_id: str, names: list[str], settings: SettingsChange
+) -> JSONResponse | None:
     """Session settings' ``functions``: activate them, locked (transitions cannot deactivate them); a locked
     function the list no longer names is unlocked (it stays active until a transition or a deactivate ends it),
-    so the settings answer the locked set as it is."""
+    so the settings answer the locked set as it is. A function already active is only locked: its state, and the
+    turn it was activated at (``turn_count``), stay. ``settings`` is written in the same transaction, so a refused
+    PUT (the user's sessions or bytes at their quota, contention) changes neither."""
     machine = machine_for(request, session_id)
     unknown = [n for n in names if n not in machine.definitions]
     if unknown:
         return unknown_function(unknown[0], machine.definitions, "functions")
 
     if not names and not function_store(request).load(session_id).locked:
-        return None  # nothing to lock or unlock: no function state is written
+        settings.commit()  # nothing to lock or unlock: no function state is written
+        return None
 
     def change(rt: SessionRuntime) -> None:
         rt.locked[:] = [name for name in rt.locked if name in names]
         for name in names:
-            machine.activate(rt, name, locked=True)
+            if name not in rt.active:
+                machine.activate(rt, name, locked=True)
+            elif name not in rt.locked:
+                rt.locked.append(name)
 
-    function_store(request).update(session_id, change)
+    function_store(request).update(session_id, change, settings=settings)
     return None
 
 
@@ -293,7 +305,8 @@ def post_activate(session_id: str, request: Request, body: NameIn) -> JSONRespon
 )
 def post_deactivate(session_id: str, request: Request, body: NameIn) -> JSONResponse:
     """Ends a function (its state and ledger stay); a name that is neither defined nor active is a 422, as for
-    activate (a function active from a definition since removed can still be ended)."""
+    activate (a function active from a definition since removed can still be ended), and one the session's
+    settings keep active (``functions``: locked) a 409 ``function_locked``: the settings would say otherwise."""
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
@@ -302,7 +315,20 @@ def post_deactivate(session_id: str, request: Request, body: NameIn) -> JSONResp
         and body.name not in function_store(request).load(session_id).active
     ):
         return unknown_function(body.name, machine.definitions, "name")
-    _, runtime = function_store(request).update(session_id, lambda rt: machine.deactivate(rt, body.name))
+
+    def change(rt: SessionRuntime) -> None:
+        if body.name in rt.locked:  # read in the transaction: nothing is written
+            raise FunctionLocked(body.name)
+        machine.deactivate(rt, body.name)
+
+    try:
+        _, runtime = function_store(request).update(session_id, change)
+    except FunctionLocked:
+        message = (
+            f"function {body.name!r} is locked by the session's settings: "
+            "remove it from functions with PUT first"
+        )
+        return error_response(409, "function_locked", message, "name")
     return JSONResponse(_state(runtime))
 
 

@@ -159,7 +159,12 @@ class DMailResult(BaseModel):
 class StepEndResult(BaseModel):
     outcome: Literal["applied", "discarded", "none"]
     checkpointId: int | None = Field(default=None, description="When applied: the checkpoint reverted to.")
-    messages: list[dict[str, Any]] | None = Field(default=None, description="When applied: the context.")
+    messages: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="When applied: the messages the step end appended, read in the same atomic step: the "
+        "re-created checkpoint's CHECKPOINT message (when the session has D-Mail on) and the D-Mail's user "
+        "message. What the context kept before them is unchanged: GET /v1/sessions/{id}/context reads it all.",
+    )
 
 
 async def dmail_arguments(session_id: str, request: Request) -> Any:
@@ -218,13 +223,17 @@ def put_session(session_id: str, request: Request, body: SettingsIn) -> JSONResp
     caller = principal_of(request)
     if caller.user_id is not None:  # its own user (_settings_precheck refused another)
         changes["userId"] = caller.user_id
-    if body.functions is not None:
+    store = session_store(request)
+    settings = store.settings_change(session_id, changes)
+    if body.functions is None:
+        settings.commit()
+    else:  # the functions' state and the settings in one transaction: a refusal changes neither
         try:
-            if (problem := activate_locked(request, session_id, body.functions)) is not None:
+            if (problem := activate_locked(request, session_id, body.functions, settings)) is not None:
                 return problem
         except SessionFull as exc:
             return session_full(exc, "functions")
-    return JSONResponse(session_store(request).update_settings(session_id, changes).to_json_dict())
+    return JSONResponse(store.get_settings(session_id).to_json_dict())
 
 
 @router.get("/v1/sessions/{session_id}", response_model=SessionSettings)

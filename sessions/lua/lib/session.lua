@@ -53,10 +53,68 @@ local function stored_bytes()
   if n then return tonumber(n) end
   return count_bytes()  -- a session stored before the counter existed
 end
+-- Where the context's records were counted, so that the bytes a revert, a clear or a compaction drops are given
+-- back in the days they count in: meta's 'u:<day field>' holds the bytes counted that day in the count of the
+-- user meta's 'countedFor' names ('' for none), 't:<day field>' those counted in the tenant's.
+local function count_record(n)
+  local user = ubytes or ''
+  if (redis.call('HGET', meta, 'countedFor') or '') ~= user then
+    -- the session moved to another user: what was counted before stays in that user's count and the tenant's
+    -- until its days end (as a pending D-Mail's bytes do; an erasure of that user takes it out of the tenant's)
+    local moved = {}
+    for _, field in ipairs(redis.call('HKEYS', meta)) do
+      local prefix = string.sub(field, 1, 2)
+      if prefix == 'u:' or prefix == 't:' then moved[#moved + 1] = field end
+    end
+    forget_fields(meta, moved)
+    redis.call('HSET', meta, 'countedFor', user)
+  end
+  if ubytes then redis.call('HINCRBY', meta, 'u:' .. uday, n) end
+  redis.call('HINCRBY', meta, 't:' .. uday, n)
+end
+-- the days meta counted under prefix ('u:' or 't:') that still count, latest first: {field, bytes}; the ended
+-- ones are forgotten (their bytes count no longer)
+local function counted_days(prefix)
+  local today = math.floor(now_ms / DAY_MS)
+  local days, ended = {}, {}
+  local raw = redis.call('HGETALL', meta)
+  for i = 1, #raw, 2 do
+    if string.sub(raw[i], 1, #prefix) == prefix then
+      local field = string.sub(raw[i], #prefix + 1)
+      local day = tonumber(string.sub(field, 2))
+      if day == nil or day < today then ended[#ended + 1] = raw[i]
+      else days[#days + 1] = {day = day, field = field, bytes = tonumber(raw[i + 1]) or 0} end
+    end
+  end
+  forget_fields(meta, ended)
+  table.sort(days, function(a, b) return a.day > b.day end)
+  return days
+end
+-- take n dropped bytes back from counts (the user's or the tenant's stored bytes), the latest counted day first
+-- (a revert drops the latest records), each day by no more than the session counted in it, and none below zero
+local function take_back_from(prefix, counts, n)
+  for _, counted in ipairs(counted_days(prefix)) do
+    if n <= 0 then return end
+    local take = math.min(counted.bytes, n)
+    n = n - take
+    if take == counted.bytes then redis.call('HDEL', meta, prefix .. counted.field)
+    else redis.call('HINCRBY', meta, prefix .. counted.field, -take) end
+    local held = tonumber(redis.call('HGET', counts, counted.field) or '0')
+    if held > 0 then redis.call('HINCRBY', counts, counted.field, -math.min(held, take)) end
+  end
+end
+-- give the n bytes of dropped records back to the user's count and the tenant's, when the session's user is
+-- still the one they were counted for (else they stay in both until their days end: count_record)
+local function take_back(n)
+  if n <= 0 or (redis.call('HGET', meta, 'countedFor') or '') ~= (ubytes or '') then return end
+  if ubytes then take_back_from('u:', ubytes, n) end
+  take_back_from('t:', tbytes, n)
+end
 local function push(record)
   redis.call('RPUSH', ctx, record)
   redis.call('HINCRBY', meta, 'bytes', #record)
   count_stored(#record)
+  count_record(#record)
 end
 local function room(records, bytes, base_records, base_bytes)
   if base_records + records > max_records then return 'records' end
@@ -103,12 +161,15 @@ local function revert(id)
   local at = {}
   for part in string.gmatch(redis.call('HGET', ckpt, id), '[^:]+') do at[#at + 1] = tonumber(part) end
   local pos, msgs, bytes = at[1], at[2], at[3]
+  local before = stored_bytes()
   if pos == 0 then redis.call('DEL', ctx) else redis.call('LTRIM', ctx, 0, pos - 1) end
+  bytes = bytes or count_bytes()
+  take_back(before - bytes)
   for k = id, n - 1 do redis.call('HDEL', ckpt, k) end
   redis.call('ZREMRANGEBYSCORE', usage, pos, '+inf')
   local last = redis.call('ZRANGE', usage, -1, -1)
   local tokens = 0
   if last[1] then tokens = tonumber(string.sub(last[1], string.find(last[1], ':', 1, true) + 1)) end
-  redis.call('HSET', meta, 'next', id, 'messages', msgs, 'tokenCount', tokens, 'bytes', bytes or count_bytes())
+  redis.call('HSET', meta, 'next', id, 'messages', msgs, 'tokenCount', tokens, 'bytes', bytes)
   return true
 end

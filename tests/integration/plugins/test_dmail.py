@@ -302,6 +302,33 @@ class TestStepEnd:
         # the mailbox is free again
         assert _dmail(client, sid, {"message": "again", "checkpoint_id": 0})["isError"] is False
 
+    def test_the_messages_answered_are_those_the_step_end_appended(
+        self, client: TestClient, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The answer read the context's tail after the script had run, so a message appended in between was
+        answered as part of what the D-Mail applied (and the schema called the list "the context"). The script
+        now returns the records it appended, and the schema says so."""
+        from sessions.store import SessionStore
+
+        sid = _session(client)
+        _turn_with_two_steps(client, sid)
+        _dmail(client, sid, {"message": "redo", "checkpoint_id": 1})
+        real_run = SessionStore.run
+
+        def run_then_append(self: SessionStore, script: Any, session_id: str, *args: Any) -> Any:
+            reply = real_run(self, script, session_id, *args)
+            if script is self.scripts.step_end:  # another writer, right after the step end
+                self.append(session_id, [U("meanwhile")])
+            return reply
+
+        monkeypatch.setattr(SessionStore, "run", run_then_append)
+        result = _end(client, sid)
+        assert result["outcome"] == "applied" and len(result["messages"]) == 2, result
+        assert result["messages"][0] == CK(1) and result["messages"][1]["content"].endswith("redo</system>")
+        assert _context(client, sid)["messages"][-1] == U("meanwhile")
+        schema = client.get("/openapi.json").json()["components"]["schemas"]["StepEndResult"]
+        assert "the messages the step end appended" in schema["properties"]["messages"]["description"]
+
     def test_target_own_step_checkpoint_drops_this_step(self, client: TestClient) -> None:
         """A D-Mail to the checkpoint that opened the current step only drops this step's messages."""
         sid = _session(client)

@@ -361,3 +361,82 @@ def test_with_no_definitions_loaded_an_unknown_function_says_how_to_load_them(ma
             error = answer.json()["error"]
             assert (answer.status_code, error["code"], error["field"]) == (422, "unknown_function", field)
             assert "no definitions are loaded: set AGENT_SIGNAL_FUNCTIONS_DIR" in error["message"], error
+
+
+def test_a_refused_put_activates_and_locks_nothing(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PUT refused for its user's sessions (429) or for contention (503) had already activated and locked its
+    ``functions``; the settings and the functions' state are now one transaction, so a refusal changes neither."""
+    from sessions import store as store_module
+    from sessions.function_store import FunctionStore
+    from sessions.store import SettingsChange
+
+    settings = make_settings(functions_dir=str(FUNCTIONS), max_sessions_per_user=1)
+    with TestClient(create_web_app(settings)) as c:
+        assert c.put("/v1/sessions/s-a", json={"userId": "ux"}).status_code == 200
+        body = {"userId": "ux", "functions": ["approval"], "dmailEnabled": True}
+        refused = c.put("/v1/sessions/s-b", json=body)
+        assert refused.status_code == 429 and refused.json()["error"]["field"] == "userId", refused.text
+        assert redis_client.exists(keys.functions_state(session_scope("s-b"))) == 0
+        assert redis_client.exists(keys.session(session_scope("s-b"))) == 0
+
+        assert c.put("/v1/sessions/s-c", json={"root": True}).status_code == 200
+        real_update, real_watch = FunctionStore.update, SettingsChange.watch
+
+        def few_tries(self: FunctionStore, *args: Any, **kwargs: Any) -> Any:
+            self.max_retries = 3
+            return real_update(self, *args, **kwargs)
+
+        def touched(self: SettingsChange, pipe: Any) -> None:
+            real_watch(self, pipe)
+            self.store.client.expire(self.settings_key, 600)  # another write, inside every try
+
+        monkeypatch.setattr(store_module, "SETTINGS_RETRIES", 3)
+        monkeypatch.setattr(FunctionStore, "update", few_tries)
+        monkeypatch.setattr(SettingsChange, "watch", touched)
+        busy = c.put("/v1/sessions/s-c", json={"functions": ["approval"], "dmailEnabled": True})
+        assert busy.status_code == 503 and busy.json()["error"]["code"] == "busy", busy.text
+        assert redis_client.exists(keys.functions_state(session_scope("s-c"))) == 0
+        monkeypatch.undo()
+        assert c.get("/v1/sessions/s-c").json()["dmailEnabled"] is False
+
+
+def test_sending_the_same_functions_again_keeps_their_activation_turn(
+    make_settings: Any, tmp_path: Any
+) -> None:
+    """Re-sending a session's ``functions`` (with another setting changed) re-activated each function, so
+    ``turn_count(2)`` restarted and never finished while a client kept sending its settings. A function already
+    active is now only locked: one activated with POST is locked by the PUT without a restart too."""
+    (tmp_path / "t.md").write_text(
+        "---\nname: timed\ndescription: finishes after two turns\ncontinue_until: turn_count(2)\n---\n"
+    )
+    with TestClient(create_web_app(make_settings(functions_dir=str(tmp_path)))) as c:
+        assert c.put("/v1/sessions/s-t1", json={"functions": ["timed"]}).status_code == 200
+        assert c.post("/v1/sessions/s-t2/functions/activate", json={"name": "timed"}).status_code == 200
+        for session in ("s-t1", "s-t2"):
+            for _ in range(2):
+                assert c.post(f"/v1/sessions/{session}/turn", json={"userMessaged": False}).status_code == 200
+            again = c.put(f"/v1/sessions/{session}", json={"dmailEnabled": True, "functions": ["timed"]})
+            assert again.json()["functions"] == ["timed"], again.text
+            decision = c.post(f"/v1/sessions/{session}/idle", json={}).json()
+            assert decision["completed"] == ["timed"], (session, decision)
+
+
+def test_deactivating_a_locked_function_is_refused_naming_it(
+    client: TestClient, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A deactivate of a function the settings lock left the settings saying it is kept active (and it stayed
+    locked): now a 409 ``function_locked`` naming ``name``, nothing changed; once a PUT drops it, it ends."""
+    assert client.put("/v1/sessions/s-l", json={"functions": ["approval"]}).status_code == 200
+    state_key = keys.functions_state(session_scope("s-l"))
+    before = redis_client.get(state_key)
+    refused = client.post("/v1/sessions/s-l/functions/deactivate", json={"name": "approval"})
+    assert refused.status_code == 409, refused.text
+    error = refused.json()["error"]
+    assert (error["code"], error["field"]) == ("function_locked", "name")
+    assert "'approval'" in error["message"] and "remove it from functions with PUT first" in error["message"]
+    assert redis_client.get(state_key) == before
+    assert client.put("/v1/sessions/s-l", json={"functions": []}).json()["functions"] == []
+    ended = client.post("/v1/sessions/s-l/functions/deactivate", json={"name": "approval"})
+    assert ended.status_code == 200 and ended.json()["active"] == [], ended.text

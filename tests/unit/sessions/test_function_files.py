@@ -77,3 +77,24 @@ def test_structure_errors_and_warnings(tmp_path: Path) -> None:
         f"{tmp_path}/c.md: continue_until: unknown condition 'made_up(x)' (always false)"
         in info.value.warnings
     )
+
+
+def test_a_file_not_in_utf8_or_a_directory_named_md_is_an_error_naming_it(tmp_path: Path) -> None:
+    """A definition file that was not UTF-8 (or a directory named ``x.md``) stopped the web app and ``functions
+    check|simulate`` with a bare UnicodeDecodeError naming no file; now each is an error line naming its path,
+    beside the other files' errors, and a good file with CRLF line ends still loads."""
+    (tmp_path / "a.md").write_bytes(b'---\nname: a\ndescription: "\xff"\n---\n')
+    (tmp_path / "x.md").mkdir()
+    (tmp_path / "b.md").write_text("no front matter\n")
+    (tmp_path / "ok.md").write_bytes(b"---\r\nname: ok\r\n---\r\nbody\r\n")
+    with pytest.raises(FunctionLoadError) as info:
+        load_function_dir(tmp_path)
+    errors = info.value.errors
+    assert f"{tmp_path}/a.md: not UTF-8 (byte 0xff at offset 26)" in errors
+    assert any(e.startswith(f"{tmp_path}/x.md: cannot be read: ") for e in errors), errors
+    assert any(e.startswith(f"{tmp_path}/b.md: ") for e in errors), errors
+    assert len(errors) == 3, errors
+    for bad in ("a.md", "b.md"):
+        (tmp_path / bad).unlink()
+    (tmp_path / "x.md").rmdir()
+    assert load_function_dir(tmp_path)[0]["ok"].body.strip() == "body"

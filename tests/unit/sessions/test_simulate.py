@@ -75,6 +75,28 @@ class TestRunScript:
         assert errors[2] is not None and errors[2].startswith("line 3: idle.nowMs")
         assert errors[3] is None  # userMessaged is false when absent, as over HTTP
 
+    def test_an_unknown_deactivate_and_a_flag_that_is_not_boolean_are_their_lines_error(self) -> None:
+        """An audit: ``{"deactivate": "nosuch"}`` passed silently and ``"lastTwoOutputsIdentical": "no"`` was read
+        as true (any non-empty string was); each is now that line's error naming the field, as over HTTP, and a
+        defined function that is not active still deactivates quietly."""
+        script = [
+            '{"activate": "approval"}',
+            '{"deactivate": "nosuch"}',
+            '{"idle": {"nowMs": 1, "lastTwoOutputsIdentical": "no"}}',
+            '{"idle": {"nowMs": 1, "modelAskedQuestion": 1}}',
+            '{"idle": {"nowMs": 1, "lastTwoOutputsIdentical": false}}',
+            '{"deactivate": "approval"}',
+            '{"deactivate": "approval"}',
+        ]
+        outputs = list(run_script(_machine(), script))
+        errors = [error for _, error in outputs]
+        assert errors[1] == "line 2: deactivate: unknown function 'nosuch'"
+        assert errors[2] == "line 3: idle.lastTwoOutputsIdentical: must be true or false"
+        assert errors[3] == "line 4: idle.modelAskedQuestion: must be true or false"
+        assert errors[0] is None and errors[4:] == [None, None, None], errors
+        assert outputs[2][0]["result"] == {"error": "idle.lastTwoOutputsIdentical: must be true or false"}
+        assert outputs[5][0]["functions"]["approval"]["active"] is False
+
 
 def _worker() -> FunctionMachine:
     definition, errors, _ = parse_function_file(

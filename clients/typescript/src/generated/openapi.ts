@@ -604,7 +604,8 @@ export interface paths {
         /**
          * Post Deactivate
          * @description Ends a function (its state and ledger stay); a name that is neither defined nor active is a 422, as for
-         *     activate (a function active from a definition since removed can still be ended).
+         *     activate (a function active from a definition since removed can still be ended), and one the session's
+         *     settings keep active (``functions``: locked) a 409 ``function_locked``: the settings would say otherwise.
          */
         post: operations["post_deactivate_v1_sessions__session_id__functions_deactivate_post"];
         delete?: never;
@@ -2364,7 +2365,7 @@ export interface components {
             checkpointId?: number | null;
             /**
              * Messages
-             * @description When applied: the context.
+             * @description When applied: the messages the step end appended, read in the same atomic step: the re-created checkpoint's CHECKPOINT message (when the session has D-Mail on) and the D-Mail's user message. What the context kept before them is unchanged: GET /v1/sessions/{id}/context reads it all.
              */
             messages?: {
                 [key: string]: unknown;
