@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # that runs dry takes queued tests from a busy one, so the slow tests at the end do not leave one process idle.
 TEST_WORKERS ?= 4
 
-.PHONY: run test test-buckets test-fast lint typecheck imports check bench chaos clean help chromium screenshots lock
+.PHONY: run test test-buckets test-cpu test-fast lint typecheck imports check bench chaos clean help chromium screenshots lock
 
 help:
 	@echo "make run           start Redis (embedded unless REDIS_URL is set), a worker and the web app; replay examples"
@@ -73,6 +73,14 @@ test:
 # their own bucket counts (8 in test_redis_cluster_buckets.py), on a cluster and RabbitMQ.
 test-buckets: $(STAMP)
 	AGENT_SIGNAL_SCOPE_BUCKETS=4 $(BIN)/python -m pytest -n $(TEST_WORKERS) -m buckets --ignore=tests/integration/backends
+
+# The whole suite with each test's CPU counted, its own and its child processes' (tests/support/cpu_per_test.py):
+# a table per file, most CPU first, to keep make test within its budget (docs/decisions.md, "make test within ten
+# minutes").
+test-cpu: $(STAMP) chromium
+	@rm -f .cpu-report.jsonl; CPU_REPORT=$(CURDIR)/.cpu-report.jsonl $(BIN)/python -m pytest -n $(TEST_WORKERS) \
+		--dist worksteal -q -p tests.support.cpu_per_test; status=$$?; \
+	$(BIN)/python -m tests.support.cpu_per_test .cpu-report.jsonl; exit $$status
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
