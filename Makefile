@@ -15,6 +15,7 @@ help:
 	@echo "make test          set up .venv, make check, then the whole suite; prints how long it took"
 	@echo "make test-fast     the unit tests only (tests/unit), one process"
 	@echo "make test-buckets  the tests marked buckets, with 4 scope buckets per tenant (make test runs them too)"
+	@echo "make test-cpu      the whole suite with each test's CPU counted (its own and its child processes'), then a table per file"
 	@echo "make check         lint, typecheck and imports together (make test runs them first)"
 	@echo "make lint          ruff check of the code, tests and benchmarks"
 	@echo "make typecheck     mypy --strict"
