@@ -55,6 +55,10 @@ FORGET_CHUNK = 256  # index entries one cleanup script checks and removes
 FORGET_EVERY_S = 60  # a full index is cleaned at most this often per user
 SETTINGS_RETRIES = 200  # a settings write's tries while other writes keep changing the session
 INCARNATION = "incarnation"  # the settings hash's field: SessionStore.record_identity
+# ctxmeta's ``countedFor`` (and a pending D-Mail's ``countedIn``) once the session moved to another user, or its user
+# was erased (worker/store/lua/forget_user_bytes.lua): never a key name nor '' (no user), so the next write forgets
+# the per-day bookkeeping and nothing is taken back meanwhile (sessions/lua/lib/session.lua); it names no user.
+MOVED = "moved"
 
 
 def session_scope(session_id: str) -> str:
@@ -258,32 +262,64 @@ class SettingsChange:
     when each read the user before the other wrote (and an erasure of either dropped it). :meth:`commit` makes it
     alone; a caller writing other keys of the session in the same transaction (FunctionStore.update: a PUT's
     settings and its functions' state, both or neither) calls :meth:`watch` under its WATCH, which reads the user
-    and raises TooManySessions when a new user has no room, and :meth:`stage` after its MULTI."""
+    and raises TooManySessions when a new user has no room, and :meth:`stage` after its MULTI.
+
+    A session moved from one user to another keeps no key name of the first (which holds their id, and which their
+    erasure, finding the session no longer theirs, would not touch): ctxmeta's ``countedFor`` and its pending
+    D-Mail's ``countedIn`` become :data:`MOVED` in the same transaction."""
 
     def __init__(self, store: SessionStore, session_id: str, mapping: dict[str, str]) -> None:
         self.store, self.session_id, self.mapping = store, session_id, mapping
-        self.settings_key = store.keys.session(session_scope(session_id))
+        self.scope = session_scope(session_id)
+        self.settings_key = store.keys.session(self.scope)
         self.before: str | None = None  # the session's user, read by watch
+        self.pending: str | None = None  # its pending D-Mail, read by watch when it moves from a user
+
+    @property
+    def moved(self) -> bool:
+        """The write moves the session from one user to another (known once :meth:`watch` has read the user)."""
+        user = self.mapping.get("userId")
+        return bool(user and self.before and user != self.before)
 
     def watch(self, pipe: Any) -> None:
-        """WATCH the settings (and a new user's index: the cap is read under the same watch) and read the user."""
+        """WATCH the settings (and a new user's index: the cap is read under the same watch) and read the user;
+        the pending D-Mail too when the session moves from a user."""
         user = self.mapping.get("userId")
         pipe.watch(self.settings_key, *([self.store.keys.user_sessions(user)] if user else []))
         raw = pipe.hget(self.settings_key, "userId")
         self.before = _s(raw) if raw else None
         if user and user != self.before:  # the session joins the user's index: room for one more?
             self.store._check_room(pipe, user)
+        if self.moved:
+            pipe.watch(self.store.keys.dmail(self.scope))
+            pending = pipe.get(self.store.keys.dmail(self.scope))
+            self.pending = _s(pending) if pending else None
 
     def stage(self, pipe: Any) -> None:
-        """The writes, queued after MULTI: the fields, the user's session index, every key's TTL."""
+        """The writes, queued after MULTI: the fields, the user's session index, what counted for a previous user,
+        every key's TTL."""
         keys, user = self.store.keys, self.mapping.get("userId")
         pipe.hset(self.settings_key, mapping=self.mapping)
         if user is not None:  # the user's session index: erasure finds the user's sessions
             if self.before and self.before != user:
                 pipe.srem(keys.user_sessions(self.before), self.session_id)
             pipe.sadd(keys.user_sessions(user), self.session_id)
+        if self.moved:
+            self._forget_counted_for(pipe)
         for key in session_keys(keys, self.session_id, user or self.before):
             pipe.expire(key, self.store.limits.session_ttl_s)
+
+    def _forget_counted_for(self, pipe: Any) -> None:
+        """The previous user's count, named in ctxmeta and in the pending D-Mail, becomes :data:`MOVED`: what it
+        counted stays in that user's count and the tenant's until its days end (an erasure of that user takes it
+        out of the tenant's), and nothing of it is taken back from the new user's (sessions/lua/lib/session.lua)."""
+        keys = self.store.keys
+        pipe.hset(keys.context_meta(self.scope), "countedFor", MOVED)
+        mail = json.loads(self.pending) if self.pending else None
+        if isinstance(mail, dict) and mail.get("countedIn") not in (None, MOVED):
+            mail["countedIn"] = MOVED
+            encoded = json.dumps(mail, ensure_ascii=False, separators=(",", ":"))
+            pipe.set(keys.dmail(self.scope), encoded, keepttl=True)
 
     def commit(self) -> None:
         """Make the write, again while other writes change the session (a script's TTL refresh too), up to

@@ -2,7 +2,8 @@
 -- needs of it, in its own JSON so that it leaves with it: ``at``, the serial of the checkpoint it goes back to
 -- (step end discards it if that checkpoint is gone, even if its id was made again since by a clear or a
 -- compaction), and where its bytes were counted until the session's TTL (``countedIn``, the session's user's
--- count, ``tenantIn``, the tenant's, and ``countedDay``: step end takes them back from the user's count when it is
+-- count, 'moved' once the session moved to another user or its user was erased: sessions/store.py MOVED;
+-- ``tenantIn``, the tenant's, and ``countedDay``: step end takes them back from the user's count when it is
 -- still the session's user's, and from the tenant's). After kimi's
 -- checks, a D-Mail that, applied, would take the context past its caps is refused: ``record_bytes`` is the size
 -- of the user message step end appends (sessions/dmail.py applied_record_bytes), measured against the context as

@@ -15,7 +15,8 @@ if not pending then return done({'none'}) end
 redis.call('DEL', dmail)
 local mail = cjson.decode(pending)
 -- the tenant's count is taken back with the user's, or alone for a mail of no user: a mail whose session moved
--- to another user stays in both until its day ends (an erasure of its user takes it out of the tenant's then)
+-- to another user, or whose user was erased, says countedIn 'moved' (sessions/store.py MOVED) and stays in both
+-- until its day ends (an erasure of its user takes it out of the tenant's, once)
 local taken_back = mail.countedIn == nil
 if ubytes and mail.countedIn == ubytes and redis.call('HEXISTS', ubytes, mail.countedDay) == 1 then
   redis.call('HINCRBY', ubytes, mail.countedDay, -#pending)

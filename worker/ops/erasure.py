@@ -45,13 +45,16 @@ event index that names them lives a window), and the tombstone that stops a run 
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import zstandard
 from redis import Redis
 
 from worker.core.clock import now_ms
@@ -67,6 +70,7 @@ from worker.store.calls import (
     EraseHold,
     EraseScope,
     ForgetUserBytes,
+    ForgottenSession,
     Release,
     Renew,
 )
@@ -83,6 +87,13 @@ HOLDER = "erasure"  # the holder a scope's lease names while an erasure holds it
 # them between steps, and one step (a SCAN of a large keyspace) may take a while. A crashed erasure holds its
 # scopes this long at most; a drain that finds one held comes back when it ends.
 HOLD_MIN_S = 10.0
+# What reading a stored chain raises when it does not read: its codec's ValueError (zlib's and zstd's errors become
+# one: worker/documents/chain_codec.py; named too, should one get through), json's RecursionError (nested too deep),
+# and the rebuild's when the parts are not the shapes it reads. Such a chain names no lane; the erasure goes on.
+_CODEC_ERRORS = (zlib.error, zstandard.ZstdError)
+_UNREADABLE = (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError, *_CODEC_ERRORS)
+UNREADABLE_LOG = "erasure: a stored chain does not read (%s); its lanes are not known"  # its kind: no user
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -150,7 +161,8 @@ def erase_user(
                 _drop_scope_keys(store, tenant, scope, tagged.get(scope, ()), holds, report)
         _drop_expired_chains(store, tenant, events, report)
         holds.keep_alive(report)
-        _drop_user_keyed(store, tenant, user_id, report)  # under the leases: no action of the user writes now
+        # under the leases: no action of the user writes now
+        _drop_user_keyed(store, tenant, user_id, report, session_scope)
         _drop_sessions(store, tenant, [scope for scope in owned if scope not in whole], report)
         for erase in erasers:  # what the plugins store of the user (their families, their rules)
             holds.keep_alive(report)
@@ -360,15 +372,16 @@ def _erase_scope(
 ) -> bool:
     """ERASE_SCOPE for ``scope``, a chunk of events at a time (all but the last chunk shared: the last decides
     whole or shared); True when the scope was dropped whole. A lease found gone makes the scope busy."""
-    k, client = tenant.for_scope(scope), store.client
-    # a chain stored under its chain id before chains were kept per event: when this event wrote it (its actions'
-    # lanes go with the first chunk)
+    k = tenant.for_scope(scope)
+    # a chain stored under its chain id before chains were kept per event: when this event wrote it, the script
+    # deletes it with the event (a lease lost keeps it, and its actions' lanes, which go with the first chunk)
     lanes: list[str] = []
+    legacy: dict[str, str] = {}
     for e in events:
         raw = store.get_bytes(k.chain(e.chain_id)) if e.chain_id else None
-        if chain_owner(raw) == e.event_id:
+        if _chain_owner(raw) == e.event_id:
             lanes += _chain_lanes(tenant, scope, raw, e.event_id)
-            report.removed["chains"] += int(client.delete(k.chain(e.chain_id)))
+            legacy[e.event_id] = k.chain(e.chain_id)
     chunks = [events[i : i + CHUNK] for i in range(0, len(events), CHUNK)] or [[]]
     for n, chunk in enumerate(chunks):
         records, chained = _chunk_reads(store, tenant, scope, chunk)
@@ -393,6 +406,7 @@ def _erase_scope(
                         k.event(e.event_id),
                         k.chain(e.event_id),
                         k.outbox_of_event(scope, e.event_id),
+                        legacy.get(e.event_id, k.chain(e.event_id)),
                         e.event_id,
                     )
                     for e in chunk
@@ -435,6 +449,15 @@ def _chunk_reads(
     return records, lanes
 
 
+def _chain_owner(raw: bytes | None) -> str | None:
+    """The event that wrote a stored chain (:func:`chain_owner`); None when it does not read, however it fails."""
+    try:
+        return chain_owner(raw)
+    except _UNREADABLE as exc:
+        log.warning(UNREADABLE_LOG, type(exc).__name__)
+        return None
+
+
 def _chain_lanes(tenant: Keys, scope: str | None, raw: bytes | None, event_id: str) -> list[str]:
     """The idempotency lanes of the actions a stored chain holds, in ``scope`` (None: the scope its source
     names); none when the chain is gone or does not read (it is deleted all the same)."""
@@ -445,7 +468,8 @@ def _chain_lanes(tenant: Keys, scope: str | None, raw: bytes | None, event_id: s
         scope = scope or stored_source(stored, event_id).scope_key
         document = rebuilt_chain(stored, event_id)
         actions = [Action.model_validate(a) for a in document["envelope"]["actions"]]
-    except (ValueError, KeyError, TypeError):
+    except _UNREADABLE as exc:
+        log.warning(UNREADABLE_LOG, type(exc).__name__)
         return []
     k = tenant.for_scope(scope)
     return [k.idempotency(scope, idempotency_key_for(a)) for a in actions]
@@ -535,7 +559,9 @@ def _drop_sessions(store: EventStore, tenant: Keys, scopes: list[str], report: E
         report.removed["scopeKeys"] += int(store.client.delete(*doomed))
 
 
-def _drop_user_keyed(store: EventStore, tenant: Keys, user_id: str, report: ErasureReport) -> None:
+def _drop_user_keyed(
+    store: EventStore, tenant: Keys, user_id: str, report: ErasureReport, session_scope: Callable[[str], str]
+) -> None:
     """The engine's user-keyed families: receipts, conversations, the stored-bytes count, rate buckets."""
     k, client = tenant, store.client
     # Receipts: every one the user has is in the user's own index; the per-agent/topic and per-run indexes
@@ -556,8 +582,11 @@ def _drop_user_keyed(store: EventStore, tenant: Keys, user_id: str, report: Eras
         report.removed["conversations"] += int(client.delete(k.conversation(user, agent, topic)))
         client.zrem(k.conversations, member)
     client.delete(k.user_conversations(user_id))
-    # the storage quota's count: nothing of the user is left to count, and the tenant's no longer holds it
-    store.scripts.run(ForgetUserBytes(k.user_bytes(user_id), k.tenant_bytes))
+    # the storage quota's count: nothing of the user is left to count, and the tenant's no longer holds it; nor
+    # does what the user's sessions (their index, read now) would give back: one may outlive this erasure
+    scopes = [session_scope(_s(s)) for s in client.smembers(k.user_sessions(user_id))]
+    sessions = [ForgottenSession(k.context_meta(scope), k.dmail(scope)) for scope in scopes]
+    store.scripts.run(ForgetUserBytes(k.user_bytes(user_id), k.tenant_bytes, sessions))
     for bucket in k.every_bucket():  # and their share of the retained events starts again (one slot each)
         client.delete(bucket.retained_user_events(user_id))
     # A user token's rate bucket is named "<issuer>:<userId>" (engine-wide, short-lived): drop it now.

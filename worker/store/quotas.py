@@ -30,19 +30,22 @@ Erasure deletes the hash. A conversation's count follows its trimmed list (a tri
 skills and memories count their JSON; receipts and session context count the bytes written, until their TTL as
 of the write (a session that a later write keeps alive stops counting its older bytes after one TTL; what a
 revert, a clear, a compaction or an applied D-Mail drops from a context is given back in the days it was
-counted in, as long as the session's user is the one it was counted for (sessions/lua/lib/session.lua); the
-function state is counted again as new by the first write after its first count's day). The door refuses a user's events and context writes once
-the user is at or over the quota; a write in progress (a run the worker already has) is not refused, so a user
-can end somewhat over it. Retry-After is the end of the earliest counted day when something expires, else
-there is none (only erasure, or deleting memories and skills, frees the rest).
+counted in, as long as the session's user is the one it was counted for and has not been erased since
+(sessions/lua/lib/session.lua); the function state is counted again as new by the first write after its first
+count's day). The door refuses a user's events and context writes once the user is at or over the quota; a
+write in progress (a run the worker already has) is not refused, so a user can end somewhat over it.
+Retry-After is the end of the earliest counted day when something expires, else there is none (only erasure, or
+deleting memories and skills, frees the rest).
 
 **A tenant's bytes.** ``bytes:tenant`` (a hash of the same fields) counts whatever a user's count does, written
 beside it (:func:`user_bytes_effects` stages both, the session scripts write both), and what sessions and
 receipts that name no user store, which counts toward no user: so a tenant that mints tokens for many users, or
 writes sessions of no user, still stops at its quota. Erasing a user takes their count out of the tenant's, day
-by day, none below zero (FORGET_USER_BYTES). The door checks it wherever it checks a user's: every event and
-session write of the tenant that grows what is stored is refused at it. ``agent-signal migrate bytes`` raises it to
-the users' counts of an earlier release (:func:`migrate_tenant_bytes`).
+by day, none below zero, and in the same script marks their sessions so that none gives those bytes back to the
+tenant's count a second time (FORGET_USER_BYTES: one may outlive the erasure, its scope busy). The door checks
+it wherever it checks a user's: every event and session write of the tenant that grows what is stored is refused
+at it. ``agent-signal migrate bytes`` raises it to the users' counts of an earlier release
+(:func:`migrate_tenant_bytes`).
 """
 
 from __future__ import annotations

@@ -217,9 +217,11 @@ def activate_locked(
 ) -> JSONResponse | None:
     """Session settings' ``functions``: activate them, locked (transitions cannot deactivate them); a locked
     function the list no longer names is unlocked (it stays active until a transition or a deactivate ends it),
-    so the settings answer the locked set as it is. A function already active is only locked: its state, and the
-    turn it was activated at (``turn_count``), stay. ``settings`` is written in the same transaction, so a refused
-    PUT (the user's sessions or bytes at their quota, contention) changes neither."""
+    so the settings answer the locked set as it is. A function already active whose state is current is only
+    locked: its state, and the turn it was activated at (``turn_count``), stay; one with no state, or a state of
+    another ``state_schema_version`` than its definition's, is activated again (the state made anew, as an activate
+    makes it). ``settings`` is written in the same transaction, so a refused PUT (the user's sessions or bytes at
+    their quota, contention) changes neither."""
     machine = machine_for(request, session_id)
     unknown = [n for n in names if n not in machine.definitions]
     if unknown:
@@ -229,10 +231,14 @@ def activate_locked(
         settings.commit()  # nothing to lock or unlock: no function state is written
         return None
 
+    def current(rt: SessionRuntime, name: str) -> bool:
+        state = rt.states.get(name)
+        return state is not None and state.schema_version == machine.definitions[name].state_schema_version
+
     def change(rt: SessionRuntime) -> None:
         rt.locked[:] = [name for name in rt.locked if name in names]
         for name in names:
-            if name not in rt.active:
+            if name not in rt.active or not current(rt, name):
                 machine.activate(rt, name, locked=True)
             elif name not in rt.locked:
                 rt.locked.append(name)

@@ -55,12 +55,16 @@ local function stored_bytes()
 end
 -- Where the context's records were counted, so that the bytes a revert, a clear or a compaction drops are given
 -- back in the days they count in: meta's 'u:<day field>' holds the bytes counted that day in the count of the
--- user meta's 'countedFor' names ('' for none), 't:<day field>' those counted in the tenant's.
+-- user meta's 'countedFor' names ('' for none), 't:<day field>' those counted in the tenant's. 'countedFor' is
+-- 'moved' (sessions/store.py MOVED: no key name, so it names no user) once a settings write moved the session to
+-- another user, or once an erasure of its user took that user's count out of the tenant's (FORGET_USER_BYTES):
+-- nothing is taken back then (take_back), and the next record forgets the days.
 local function count_record(n)
   local user = ubytes or ''
   if (redis.call('HGET', meta, 'countedFor') or '') ~= user then
     -- the session moved to another user: what was counted before stays in that user's count and the tenant's
-    -- until its days end (as a pending D-Mail's bytes do; an erasure of that user takes it out of the tenant's)
+    -- until its days end (as a pending D-Mail's bytes do); an erasure of that user takes it out of the tenant's,
+    -- and the session's user was erased: it is out of the tenant's already. Either way it is never taken back.
     local moved = {}
     for _, field in ipairs(redis.call('HKEYS', meta)) do
       local prefix = string.sub(field, 1, 2)
@@ -104,7 +108,8 @@ local function take_back_from(prefix, counts, n)
   end
 end
 -- give the n bytes of dropped records back to the user's count and the tenant's, when the session's user is
--- still the one they were counted for (else they stay in both until their days end: count_record)
+-- still the one they were counted for (else they stay in both until their days end, or an erasure took them out
+-- of the tenant's: count_record)
 local function take_back(n)
   if n <= 0 or (redis.call('HGET', meta, 'countedFor') or '') ~= (ubytes or '') then return end
   if ubytes then take_back_from('u:', ubytes, n) end

@@ -423,6 +423,36 @@ def test_sending_the_same_functions_again_keeps_their_activation_turn(
             assert decision["completed"] == ["timed"], (session, decision)
 
 
+def test_sending_functions_again_after_their_definition_changed_makes_their_state_anew(
+    make_settings: Any, tmp_path: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """Re-sent ``functions`` only locked a function already active, so a state kept from a definition whose
+    ``state_schema_version`` has changed since was never made anew (activate was the only place that did): a
+    re-send now activates such a function again, its state that of the new version (turns counted from 0)."""
+    definition = tmp_path / "t.md"
+
+    def define(version: int) -> None:
+        definition.write_text(
+            "---\nname: timed\ndescription: finishes after two turns\ncontinue_until: turn_count(2)\n"
+            f"state_schema_version: {version}\n---\n"
+        )
+
+    def state() -> dict[str, Any]:
+        stored = json.loads(redis_client.get(keys.functions_state(session_scope("s-v"))) or "{}")
+        return dict(stored["states"]["timed"])
+
+    define(1)
+    with TestClient(create_web_app(make_settings(functions_dir=str(tmp_path)))) as c:
+        assert c.put("/v1/sessions/s-v", json={"functions": ["timed"]}).status_code == 200
+        assert c.post("/v1/sessions/s-v/turn", json={"userMessaged": False}).status_code == 200
+    assert (state()["schemaVersion"], state()["currentTurn"]) == (1, 1)
+    define(2)  # a new release of the definitions: a new app reads them
+    with TestClient(create_web_app(make_settings(functions_dir=str(tmp_path)))) as c:
+        again = c.put("/v1/sessions/s-v", json={"dmailEnabled": True, "functions": ["timed"]})
+        assert again.json()["functions"] == ["timed"], again.text
+    assert (state()["schemaVersion"], state()["currentTurn"]) == (2, 0)
+
+
 def test_deactivating_a_locked_function_is_refused_naming_it(
     client: TestClient, redis_client: Redis, keys: BucketKeys
 ) -> None:

@@ -6,6 +6,7 @@ runs."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from producers import Producer
 from sessions.store import session_scope
 from tests.conftest import wait_for
 from tests.security.data.test_erasure import _dump, _mentions
+from worker.core.nodes import Action
+from worker.documents.chain_codec import encode_chain
 from worker.keys.layout import BucketKeys
 from worker.ops.scope_control import pause_scope, resume_scope
 
@@ -134,4 +137,56 @@ def test_another_users_event_enqueued_mid_erasure_keeps_the_scope_and_runs(
     resume_scope(producer.store, k, scope, producer.fair.publish)
     wait_for(lambda: redis_client.get(theirs_counter) == "1", timeout_s=30, what="the other user's event")
     assert int(producer.store.stats(k)["queued"]) == 0
+    producer.close()
+
+
+def test_a_chain_stored_under_its_chain_id_stays_for_the_next_erasure_when_the_lease_is_lost(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain of before chains were kept per event (stored under its chain id) was deleted before ERASE_SCOPE
+    ran; when the script found the lease gone (a drain took it), nothing else was written, the scope was busy, and
+    the next erasure no longer found the lanes that chain named. The script now deletes it with the event: a lost
+    lease keeps both, and the next erasure takes them."""
+    producer = Producer(make_settings())
+    k, scope = producer.keys, "topic:legacy-chain"
+    b = k.for_scope(scope)
+    event_id = _counter(
+        producer, "l1", scope, f"{k.home_prefix}test:c-legacy", userId=GONE, payload={"note": SECRET}
+    )
+    source_id = redis_client.hget(b.event(event_id), "sourceId")
+    chain_key, lane = b.chain(f"chain:{source_id}"), b.idempotency(scope, "act-legacy")
+    action = {
+        "actionId": "act-legacy",
+        "actionType": "action.test",
+        "signal": {"signalId": "sig-legacy", "signalType": "signal.test"},
+        "source": {"sourceId": source_id, "sourceType": "test.counter"},
+        "chain": {"chainId": f"chain:{source_id}", "rootSourceId": source_id},
+        "timestamp": 0,
+        "payload": {"note": SECRET},
+    }
+    Action.model_validate(action)
+    document = {"envelope": {"metadata": {"eventId": event_id}, "actions": [action]}}
+    redis_client.set(chain_key, encode_chain(json.dumps(document).encode()), ex=600)
+    redis_client.set(lane, SECRET, ex=600)
+    looked = erasure._classify
+
+    def classify_then_lose_the_lease(*args: Any, **kwargs: Any) -> Any:
+        redis_client.set(
+            b.lease(scope), "a-drain|took-it", px=600_000
+        )  # as if the erasure paused past its TTL
+        return looked(*args, **kwargs)
+
+    monkeypatch.setattr(erasure, "_classify", classify_then_lose_the_lease)
+    lost = erasure.erase_user(producer.store, k, GONE, session_scope=session_scope, erasers=producer.erasers)
+    assert lost.busy_scopes == [scope]
+    assert redis_client.exists(chain_key, lane) == 2
+
+    monkeypatch.undo()
+    redis_client.delete(b.lease(scope))
+    report = erasure.erase_user(
+        producer.store, k, GONE, session_scope=session_scope, erasers=producer.erasers
+    )
+    assert report.busy_scopes == [] and report.removed["lanes"] >= 1
+    assert redis_client.exists(chain_key, lane) == 0
+    assert _mentions(_dump(redis_client, keys), GONE, SECRET) == []
     producer.close()

@@ -224,7 +224,7 @@ def test_erasing_a_user_counted_before_the_tenant_leaves_no_negative_count(
     acme = keys.for_tenant("acme")
     redis_client.hset(acme.user_bytes("old"), mapping={"keep": 900, "d30000": 50})
     redis_client.hset(acme.tenant_bytes, mapping={"keep": 300, "d30000": 80})
-    held = Scripts(redis_client).run(ForgetUserBytes(acme.user_bytes("old"), acme.tenant_bytes))
+    held = Scripts(redis_client).run(ForgetUserBytes(acme.user_bytes("old"), acme.tenant_bytes, sessions=()))
     assert int(held) == 950
     assert redis_client.hgetall(acme.tenant_bytes) == {"d30000": "30"}
     assert redis_client.exists(acme.user_bytes("old")) == 0

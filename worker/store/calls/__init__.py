@@ -17,6 +17,7 @@ from worker.store.calls.erasure import (
     EraseHold,
     EraseScope,
     ForgetUserBytes,
+    ForgottenSession,
 )
 from worker.store.calls.fair import PopAcquire, ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
@@ -41,6 +42,7 @@ __all__ = [
     "ErasedLane",
     "ErasedRecord",
     "ForgetUserBytes",
+    "ForgottenSession",
     "HandOff",
     "JournalApply",
     "JournalSettle",

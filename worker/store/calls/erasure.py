@@ -1,6 +1,6 @@
 """Erasure's scripts (worker/ops/erasure.py): ERASE_HOLD takes a scope's lease for the erasure, ERASE_SCOPE erases
 one user from one scope under it (RENEW and RELEASE keep and give back the lease, as a drain's); FORGET_USER_BYTES
-takes the user's stored-bytes count out of the tenant's."""
+takes the user's stored-bytes count out of the tenant's, and out of what their sessions would give back."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from dataclasses import dataclass
 
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 
-__all__ = ["EraseHold", "EraseScope", "ErasedEvent", "ErasedLane", "ErasedRecord", "ForgetUserBytes"]
+__all__ = [
+    "EraseHold",
+    "EraseScope",
+    "ErasedEvent",
+    "ErasedLane",
+    "ErasedRecord",
+    "ForgetUserBytes",
+    "ForgottenSession",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,12 +31,15 @@ class EraseHold(ScriptCall):
 
 @dataclass(frozen=True, slots=True)
 class ErasedEvent(Layout):
-    """One of the user's events in the scope: its record, its chain and its outbox index."""
+    """One of the user's events in the scope: its record, its chain and its outbox index; and the chain it stored
+    under its chain id before chains were kept per event (``legacy_chain``; ``chain`` again when it stored none):
+    deleted by the script, so an erasure that lost the lease keeps it, and the lanes it names, for the next one."""
 
     LUA = "ERASED"
     ev: str = key()
     chain: str = key()
     outbox_of: str = key()
+    legacy_chain: str = key()
     event_id: str = arg()
 
 
@@ -86,7 +97,18 @@ class EraseScope(ScriptCall):
 
 
 @dataclass(frozen=True, slots=True)
+class ForgottenSession(Layout):
+    """One of the user's sessions (their session index names it): its context's bookkeeping (ctxmeta, whose
+    ``countedFor`` may name the user's count) and its pending D-Mail (whose ``countedIn`` may)."""
+
+    LUA = "SESSION"
+    meta: str = key()
+    dmail: str = key()
+
+
+@dataclass(frozen=True, slots=True)
 class ForgetUserBytes(ScriptCall):
     SCRIPT = "forget_user_bytes"
     user_bytes: str = key()
     tenant_bytes: str = key()
+    sessions: Sequence[ForgottenSession] = group()

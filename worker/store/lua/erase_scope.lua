@@ -8,8 +8,10 @@
 -- enqueued since it looked) becomes a tombstone: its payload, user, scope and source ids, errors and attempts go,
 -- erasedAt is set. One that had not ended (queued, processing) or was dead becomes 'erased': out of the tenant's
 -- queued count, the active or dead index and the DLQ, kept for the dedupe window (it is never redriven,
--- discarded or run). Its chain and its outbox index go, and its outbox records (the RECORD group) with their due
--- entries. Shared: its events leave the inbox and the user leaves scope_users. Whole: the scope's inbox, drain
+-- discarded or run). Its chain (and the one it stored under its chain id before chains were kept per event, which
+-- the caller found: legacy_chain, the event's own chain key when there is none) and its outbox index go, and its
+-- outbox records (the RECORD group) with their due entries. Shared: its events leave the inbox and the user
+-- leaves scope_users. Whole: the scope's inbox, drain
 -- marker, counters, fence, users and runs index go, and it leaves the scopes registry and the paused hash (the
 -- rest of its keys are the caller's to delete, while it still holds the lease).
 -- The lanes an unfinished event kept (lib/kept_lanes.lua) are deleted, and so are the lanes of the actions the
@@ -32,10 +34,11 @@ local ENDED = {done = true, cancelled = true, discarded = true, erased = true}
 local mine, order = {}, {}
 local k, a = 17, 12
 for _ = 1, tonumber(event_count) do
-  local ev, chain, outbox_of = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+  local ev, chain, outbox_of, legacy_chain = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local event_id = ARGV[a]
-  local ERASED_KEYS, ERASED_ARGS = 3, 1
+  local ERASED_KEYS, ERASED_ARGS = 4, 1
   mine[event_id] = {ev = ev, chain = chain, outbox_of = outbox_of}
+  if legacy_chain ~= chain then mine[event_id].legacy = legacy_chain end
   order[#order + 1] = event_id
   k, a = k + ERASED_KEYS, a + ERASED_ARGS
 end
@@ -71,9 +74,10 @@ end
 -- -> 1 when a record was made a tombstone (0: none, or it is not the user's: its id came again, for someone
 -- else, after the user's record expired), and the chains deleted.
 local function tombstone(id, e)
+  local legacy = e.legacy and redis.call('DEL', e.legacy) or 0  -- the caller read that this event wrote it
   local rec = redis.call('HMGET', e.ev, 'state', 'userId', 'erasedAt')
   local state = rec[1]
-  if state and rec[2] ~= user_id and not rec[3] then return 0, 0 end
+  if state and rec[2] ~= user_id and not rec[3] then return 0, legacy end
   if state then
     release_lanes(e.ev, nil)
     redis.call('HDEL', e.ev, unpack(DROPS))
@@ -93,7 +97,7 @@ local function tombstone(id, e)
     end
   end
   if e.outbox_of then redis.call('DEL', e.outbox_of) end
-  return state and 1 or 0, e.chain and redis.call('DEL', e.chain) or 0
+  return state and 1 or 0, legacy + (e.chain and redis.call('DEL', e.chain) or 0)
 end
 local written, chains = 0, 0
 for _, id in ipairs(order) do
