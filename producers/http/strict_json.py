@@ -27,8 +27,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
 from typing import Any, NamedTuple
+
+from worker.intake.json_paths import dotted, first_path
 
 __all__ = ["DepthScan", "NotStrictJson", "loads_strict", "nested_deeper_than", "scan_depth"]
 
@@ -109,9 +110,9 @@ def loads_strict(raw: bytes) -> Any:
     except _NonFinite as exc:
         raise _non_finite(text, str(exc)) from None
     if _LONE_SURROGATE_ESCAPE.search(text) is not None:
-        path = _first_path(data, lambda v: isinstance(v, str) and _LONE_SURROGATE.search(v) is not None)
+        path = first_path(data, lambda v: isinstance(v, str) and _LONE_SURROGATE.search(v) is not None)
         if path is not None:
-            field = _dotted(path)
+            field = dotted(path)
             where = f"{field} holds" if field else "the body is"
             raise NotStrictJson(
                 f"{where} a lone surrogate (\\ud800-\\udfff without its pair): not text", field
@@ -125,8 +126,8 @@ _MARK = object()
 def _non_finite(text: str, literal: str) -> NotStrictJson:
     """The error for the first non-finite number, its path found by decoding again with a marker."""
     marker = json.JSONDecoder(parse_constant=lambda _: _MARK, parse_float=_float_or_mark)
-    path = _first_path(marker.decode(text), lambda v: v is _MARK)
-    field = _dotted(path) if path is not None else None
+    path = first_path(marker.decode(text), lambda v: v is _MARK)
+    field = dotted(path) if path is not None else None
     where = f"{field} is" if field else "the body holds"
     return NotStrictJson(f"{where} {literal[:40]}: JSON numbers must be finite (no NaN or Infinity)", field)
 
@@ -134,30 +135,3 @@ def _non_finite(text: str, literal: str) -> NotStrictJson:
 def _float_or_mark(text: str) -> Any:
     value = float(text)
     return _MARK if math.isinf(value) else value
-
-
-def _first_path(data: Any, bad: Callable[[Any], bool]) -> list[str | int] | None:
-    """The path of the first value (or object key) in document order for which ``bad`` holds; iterative (the
-    depth was checked, but no recursion is needed)."""
-    stack: list[tuple[list[str | int], Any]] = [([], data)]
-    while stack:
-        path, value = stack.pop()
-        if bad(value):
-            return path
-        children: list[tuple[list[str | int], Any]] = []
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if bad(key):
-                    return [*path, key]
-                children.append(([*path, key], item))
-        elif isinstance(value, list):
-            children = [([*path, index], item) for index, item in enumerate(value)]
-        stack.extend(reversed(children))
-    return None
-
-
-def _dotted(path: list[str | int]) -> str | None:
-    """``["payload", "tags", 2]`` → ``payload.tags.2`` (the body rule's field paths); a lone surrogate in a key
-    is shown escaped."""
-    shown = (str(part).encode("utf-8", "backslashreplace").decode("utf-8") for part in path)
-    return ".".join(shown) or None

@@ -38,6 +38,7 @@ from worker.chain.context import Deps
 from worker.core.errors import OverLimit
 from worker.core.tenancy import DEFAULT_TENANT, check_tenant
 from worker.intake.emitter import NOT_TEXT, EventLike
+from worker.intake.json_paths import unencodable
 from worker.intake.source_event import (
     EnqueueResult,
     EventError,
@@ -429,14 +430,16 @@ def _encoded(body: Any, events: Sequence[dict[str, Any]], *, single: bool) -> by
         problem = NOT_TEXT
     except (TypeError, ValueError, RecursionError) as exc:
         problem = f"must be JSON: {exc}"
-    field = _unencodable_field(events, single=single)
-    raise InvalidEvent(
-        EventError(code="invalid_field", message=f"{field or 'the event'} {problem}", field=field)
-    )
+    field, message = _unencodable_field(events, single=single, problem=problem)
+    raise InvalidEvent(EventError(code="invalid_field", message=message, field=field))
 
 
-def _unencodable_field(events: Sequence[dict[str, Any]], *, single: bool) -> str | None:
-    """The first top-level field of ``events`` that JSON has no form for (``events[i].`` before it in a batch)."""
+def _unencodable_field(
+    events: Sequence[dict[str, Any]], *, single: bool, problem: str
+) -> tuple[str | None, str]:
+    """(field, message) for the first value of ``events`` that JSON has no form for, by its path where one value
+    is to blame (``payload.score``; ``events[i].`` before it in a batch), as the door and the direct Producer
+    name it; else the top-level field, or none."""
     for i, event in enumerate(events):
         for key, value in event.items():
             try:
@@ -444,8 +447,9 @@ def _unencodable_field(events: Sequence[dict[str, Any]], *, single: bool) -> str
                     "utf-8"
                 )  # as the body is written
             except (TypeError, ValueError, RecursionError):
-                return str(key) if single else f"events[{i}].{key}"
-    return None
+                top = str(key) if single else f"events[{i}].{key}"
+                return unencodable(value, top) or (top, f"{top} {problem}")
+    return None, f"the event {problem}"
 
 
 def _as_json(event: object, *, prefix: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from worker.core.errors import EventOfAnotherUser, OverLimit, PermanentFailure
 from worker.core.nodes import trusted
 from worker.core.source_types import SourceTypePolicy
 from worker.core.tenancy import DEFAULT_TENANT, scope_ref
+from worker.intake.json_paths import NOT_TEXT, unencodable
 from worker.intake.source_event import (
     EnqueueResult,
     EventError,
@@ -49,7 +50,6 @@ AdmissionHook = Callable[[Sequence[PreparedEvent]], Mapping[int, str]]
 
 # what a field holding a lone surrogate is told (the door's words, producers/http/strict_json.py): json writes it,
 # UTF-8 cannot, so it could be neither stored nor sent
-NOT_TEXT = "holds a lone surrogate (\\ud800-\\udfff without its pair): not text"
 
 
 class ReadyQueue(Protocol):
@@ -135,12 +135,16 @@ class Emitter:
             raise InvalidEvent(
                 EventError(code="invalid_field", message=f"{field} {exc}", field=field)
             ) from None
-        # an SDK caller's datetime, bytes, set, nan or inf; an int too long
+        # an SDK caller's datetime, bytes, set, nan or inf; an int too long: named by its path where one value is
+        # to blame (payload.score), as the door names a body's
         except (TypeError, ValueError) as exc:
-            raise InvalidEvent(
-                EventError(code="invalid_field", message=f"{field} must be JSON: {exc}", field=field)
-            ) from None
-        size = len(_utf8(measured, field))
+            at, message = unencodable(parsed.payload, field) or (field, f"{field} must be JSON: {exc}")
+            raise InvalidEvent(EventError(code="invalid_field", message=message, field=at)) from None
+        try:
+            size = len(measured.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate, named by its path as the door names a body's
+            at, message = unencodable(parsed.payload, field) or (field, f"{field} {NOT_TEXT}")
+            raise InvalidEvent(EventError(code="invalid_field", message=message, field=at)) from None
         _utf8(parsed.source_type, _at(prefix, "sourceType"))  # the one text field no id rule keeps to ASCII
         if size > self.settings.max_event_bytes:
             raise InvalidEvent(

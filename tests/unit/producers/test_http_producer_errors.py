@@ -143,11 +143,11 @@ def test_the_waits_add_up_to_at_most_max_wait_s() -> None:
 
 
 def test_a_lone_surrogate_is_invalid_event_naming_its_field() -> None:
-    """A string JSON writes but UTF-8 cannot (a lone surrogate) names its field, as the door would."""
+    """A string JSON writes but UTF-8 cannot (a lone surrogate) names its field's path, as the door does."""
     door = Door(httpx.Response(202, json=ACCEPTED))
     with pytest.raises(InvalidEvent) as refused:
         door.producer().enqueue({**EVENT, "payload": {"text": "\ud800"}})
-    assert refused.value.error.field == "payload" and door.sent == []
+    assert refused.value.error.field == "payload.text" and door.sent == []
 
 
 @pytest.mark.parametrize(
@@ -156,8 +156,8 @@ def test_a_lone_surrogate_is_invalid_event_naming_its_field() -> None:
     ids=["datetime", "bytes", "set", "nan", "inf"],
 )
 def test_a_payload_json_cannot_carry_is_invalid_event_naming_it(value: object) -> None:
-    """A datetime, bytes, a set, a nan or an inf in a payload is InvalidEvent naming ``payload``
-    (``events[i].payload`` in a batch), as the direct Producer names it; nothing is sent."""
+    """A datetime, bytes, a set, a nan or an inf in a payload is InvalidEvent naming its path ``payload.at``
+    (``events[i].payload.at`` in a batch), as the direct Producer and the door name it; nothing is sent."""
     door = Door(httpx.Response(202, json=ACCEPTED))
     producer = door.producer()
     bad = {**EVENT, "sourceId": "s2", "payload": {"at": value}}
@@ -165,8 +165,9 @@ def test_a_payload_json_cannot_carry_is_invalid_event_naming_it(value: object) -
         producer.enqueue(bad)
     with pytest.raises(InvalidEvent) as batch:
         producer.enqueue_many([EVENT, bad])
-    assert (single.value.error.field, batch.value.error.field) == ("payload", "events[1].payload")
-    assert single.value.error.code == "invalid_field" and "must be JSON" in single.value.error.message
+    assert (single.value.error.field, batch.value.error.field) == ("payload.at", "events[1].payload.at")
+    said = "JSON numbers must be finite" if isinstance(value, float) else "must be JSON"
+    assert single.value.error.code == "invalid_field" and said in single.value.error.message
     assert door.sent == []
 
 

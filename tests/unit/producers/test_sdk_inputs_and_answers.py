@@ -55,19 +55,27 @@ def _http_error(events: list[Any], *, single: bool = False) -> InvalidEvent:
 
 class TestDirectProducerIsStrict:
     @pytest.mark.parametrize(
-        "payload",
-        [{"score": math.nan}, {"deep": [1, -math.inf]}, {"text": "a\ud800b"}, {"\udc00": 1}],
+        ("payload", "path"),
+        [
+            ({"score": math.nan}, "score"),
+            ({"deep": [1, -math.inf]}, "deep.1"),
+            ({"text": "a\ud800b"}, "text"),
+            ({"\udc00": 1}, "\\udc00"),
+        ],
         ids=["nan", "-inf nested", "lone surrogate", "surrogate key"],
     )
-    def test_a_payload_json_has_no_form_for_is_refused_naming_it(self, payload: dict[str, Any]) -> None:
-        """Refused as HttpProducer refuses it, the same code, field and message (single and in a batch)."""
+    def test_a_payload_json_has_no_form_for_is_refused_naming_it(
+        self, payload: dict[str, Any], path: str
+    ) -> None:
+        """Refused as HttpProducer refuses it, the same code, field (its path, as the door names it) and message,
+        single and in a batch."""
         bad = {**EVENT, "sourceId": "s2", "payload": payload}
         for events, single, field in (([bad], True, "payload"), ([EVENT, bad], False, "events[1].payload")):
             direct, http = _direct_error(events, single=single), _http_error(events, single=single)
-            assert (direct.error.code, direct.error.field) == ("invalid_field", field)
+            assert (direct.error.code, direct.error.field) == ("invalid_field", f"{field}.{path}")
             assert direct.error == http.error
         if isinstance(next(iter(payload.values())), str) or "\udc00" in payload:
-            assert direct.error.message == f"events[1].payload {NOT_TEXT}"
+            assert direct.error.message == f"events[1].payload.{path} {NOT_TEXT}"
 
     def test_a_source_type_with_a_lone_surrogate_is_refused_by_name(self) -> None:
         """Where unknown source types are allowed, a surrogate in one is an InvalidEvent, not UnicodeEncodeError."""
@@ -82,7 +90,7 @@ class TestDirectProducerIsStrict:
             prepared = producer.validate(EVENT)
             with pytest.raises(InvalidEvent) as refused:
                 producer.enqueue_many([EVENT, {**EVENT, "sourceId": "s2", "payload": {"x": math.nan}}])
-            assert refused.value.error.field == "events[1].payload"
+            assert refused.value.error.field == "events[1].payload.x"
             assert producer.status(prepared.event_id) is None
             closed: list[bool] = []
             producer.store.client.close = lambda: closed.append(True)  # type: ignore[method-assign]

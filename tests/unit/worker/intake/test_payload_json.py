@@ -4,6 +4,7 @@ a 422 naming the payload, before anything is stored: not a TypeError from deep i
 from __future__ import annotations
 
 import datetime
+import math
 from typing import Any
 
 import pytest
@@ -38,14 +39,41 @@ def test_a_payload_json_cannot_hold_is_refused_by_name(value: Any) -> None:
     with pytest.raises(InvalidEvent) as refused:
         emitter.validate_many([good, bad])
     error = refused.value.error
-    assert (error.code, error.field, refused.value.status_code) == ("invalid_field", "events[1].payload", 422)
     if isinstance(value, dict):  # the loop: found by its depth before json.dumps would recurse into it
+        assert (error.code, error.field) == ("invalid_field", "events[1].payload")
         assert (
             error.message
             == f"events[1].payload nests deeper than {MAX_PAYLOAD_DEPTH} levels (or contains itself)"
         )
-    else:
-        assert error.message.startswith("events[1].payload must be JSON: ")
+    else:  # named by its path, as the door names a body's
+        assert (error.code, error.field, refused.value.status_code) == (
+            "invalid_field",
+            "events[1].payload.v",
+            422,
+        )
+        assert error.message.startswith("events[1].payload.v must be JSON: ")
+
+
+@pytest.mark.parametrize(
+    ("payload", "field", "literal"),
+    [
+        ({"score": math.nan}, "payload.score", "NaN"),
+        ({"deep": {"x": [1, -math.inf]}}, "payload.deep.x.1", "-Infinity"),
+        ({"ok": [1.5], "t": ({"a": math.inf},)}, "payload.t.0.a", "Infinity"),
+    ],
+)
+def test_a_number_json_has_no_form_for_is_named_by_its_path(
+    payload: dict[str, Any], field: str, literal: str
+) -> None:
+    """A nan or an inf is refused naming its path and quoting it as the door does (payload.deep.x.1)."""
+    good = {"sourceType": "t.x", "sourceId": "a", "scopeKey": "s"}
+    with pytest.raises(InvalidEvent) as refused:
+        _emitter().validate({**good, "payload": payload})
+    assert refused.value.error.field == field
+    assert (
+        refused.value.error.message
+        == f"{field} is {literal}: JSON numbers must be finite (no NaN or Infinity)"
+    )
 
 
 def _nested(depth: int) -> dict[str, Any]:
