@@ -13,13 +13,14 @@ dedupe window has passed is gone, tombstone or not: the run then proceeds (docs/
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
 
 from worker.plugin import Keys
 
-__all__ = ["ERASED_AT", "ORIGIN_FIELD", "completion_origin", "origin_erased"]
+__all__ = ["ERASED_AT", "ORIGIN_FIELD", "completion_origin", "origin_erased", "origins_erased"]
 
 ORIGIN_FIELD = "originEventId"  # the request's field, and the marker's
 ERASED_AT = "erasedAt"  # the tombstone's field in an event's record (ERASE_SCOPE sets it)
@@ -31,11 +32,21 @@ def origin_erased(redis: Redis, keys: Keys, event_id: str | None, scope_key: str
     record has expired."""
     if not event_id:
         return False
-    buckets = [keys.for_scope(scope_key)] if scope_key else keys.every_bucket()
+    return origins_erased(redis, [(keys, event_id, scope_key)])[0]
+
+
+def origins_erased(redis: Redis, origins: Sequence[tuple[Keys, str, str | None]]) -> list[bool]:
+    """:func:`origin_erased` of each ``(keys, event_id, scope_key)``, all in one round trip (a batch's
+    completions at the door)."""
     pipe = redis.pipeline(transaction=False)
-    for bucket in buckets:
-        pipe.hexists(bucket.event(event_id), ERASED_AT)
-    return any(pipe.execute())
+    counts: list[int] = []
+    for keys, event_id, scope_key in origins:
+        buckets = [keys.for_scope(scope_key)] if scope_key else keys.every_bucket()
+        for bucket in buckets:
+            pipe.hexists(bucket.event(event_id), ERASED_AT)
+        counts.append(len(buckets))
+    found = iter(pipe.execute() if origins else [])
+    return [any([next(found) for _ in range(count)]) for count in counts]
 
 
 def completion_origin(body: str) -> str | None:

@@ -31,7 +31,7 @@ from policies.self_iteration.bundle import self_iteration_policies
 from policies.self_iteration.deps import SelfIterationDeps, SelfIterationSettings
 from policies.self_iteration.erasure import erase_user
 from policies.self_iteration.gate import GATED_SOURCE_TYPES, enabled_for
-from policies.self_iteration.origin import ORIGIN_FIELD, completion_origin, origin_erased
+from policies.self_iteration.origin import ORIGIN_FIELD, completion_origin, origin_erased, origins_erased
 from policies.self_iteration.payloads import LOBEHUB_SOURCE_TYPES, PAYLOAD_SCHEMAS
 from policies.self_iteration.records.documents import DocumentStore
 from worker.plugin import (
@@ -120,10 +120,15 @@ def _erased_origins(runtime: PluginRuntime, events: Sequence[PreparedEvent]) -> 
     """The completions (``agent.execution.completed``) whose run's origin event is a tombstone: the run was
     asked for before its user was erased, and its completion would bring the user back (a new event, receipts,
     a scope). A completion that names no origin (a run asked for before runs named one) is not refused."""
+    named = [
+        (index, event.tenant, origin)
+        for index, event in enumerate(events)
+        if event.source_type == COMPLETION and (origin := completion_origin(event.body))
+    ]
+    checks = [(runtime.keys.for_tenant(tenant), origin, None) for _, tenant, origin in named]
     refused: dict[int, str] = {}
-    for index, event in enumerate(events):
-        origin = completion_origin(event.body) if event.source_type == COMPLETION else None
-        if origin and origin_erased(runtime.redis, runtime.keys.for_tenant(event.tenant), origin):
+    for (index, _, origin), erased in zip(named, origins_erased(runtime.redis, checks), strict=True):
+        if erased:
             log.info("a completion refused: its run's origin event %s was erased", origin)
             refused[index] = GATED
     return refused

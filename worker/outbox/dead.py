@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,7 @@ from worker.chain.outbox_records import SEPARATOR, OutboxRecord
 from worker.core.clock import now_ms
 from worker.keys.layout import BucketKeys, Keys, split_scope_ref
 from worker.store.events import EventStore
-from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE
+from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE, journal_score_us
 from worker.store.records import to_str
 
 __all__ = ["BadOutboxCursor", "DeadPage", "dead_page", "redrive_dead"]
@@ -64,9 +63,8 @@ def _parse_cursor(cursor: str) -> tuple[float, str]:
     try:
         if not ms.isdigit() or not tail:
             raise ValueError
-        padded = tail + "=" * (
-            -len(tail) % 4
-        )  # validate: urlsafe_b64decode skips what is not base64 (``%%%%``)
+        padded = tail + "=" * (-len(tail) % 4)
+        # validate: urlsafe_b64decode skips what is not base64 (``%%%%``)
         return float(ms), base64.b64decode(padded, altchars=b"-_", validate=True).decode()
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise BadOutboxCursor("cursor must be a page's cursor") from None
@@ -147,7 +145,7 @@ def _redrive_one(store: EventStore, tenant: Keys, scope_key: str, record_id: str
                 pipe.zrem(bucket.outbox_dead, member)
                 # a journal's scores are µs of the commit that staged it (worker/store/journal.py), the due set's ms
                 due, score = (
-                    (bucket.journal_due, time.time_ns() // 1000) if journal else (bucket.outbox_due, now_ms())
+                    (bucket.journal_due, journal_score_us()) if journal else (bucket.outbox_due, now_ms())
                 )
                 pipe.zadd(due, {member: score})
                 pipe.execute()

@@ -36,6 +36,7 @@ __all__ = [
     "JOURNAL_APPLY",
     "JOURNAL_ENQUEUE",
     "journal_followups",
+    "journal_score_us",
     "journaled",
 ]
 
@@ -45,7 +46,7 @@ JOURNAL_ENQUEUE = "engine.enqueue"
 Command = list[str]
 
 
-def _now_us() -> int:
+def journal_score_us() -> int:
     """The journal's order: when the commit staged the record (µs; a scope's commits are serialized by its
     lease, so its records are in commit order, by the committing workers' clocks)."""
     return time.time_ns() // 1000
@@ -120,7 +121,8 @@ def _staged(
         tenant=bucket.tenant,
     )
     return [
-        [str(a) for a in c] for c in outbox_commands(bucket, record, retention_s, journal_score_us=_now_us())
+        [str(a) for a in c]
+        for c in outbox_commands(bucket, record, retention_s, journal_score_us=journal_score_us())
     ]
 
 
