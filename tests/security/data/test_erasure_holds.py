@@ -136,6 +136,10 @@ def test_another_users_event_enqueued_mid_erasure_keeps_the_scope_and_runs(
     assert _mentions(_dump(redis_client, keys), GONE, SECRET) == []
     resume_scope(producer.store, k, scope, producer.fair.publish)
     wait_for(lambda: redis_client.get(theirs_counter) == "1", timeout_s=30, what="the other user's event")
+    # the effect commits before the event does (its applied signal runs between): the count moves at the latter
+    wait_for(
+        lambda: (producer.status(late["id"]) or {}).get("status") == "done", what="the late event's commit"
+    )
     assert int(producer.store.stats(k)["queued"]) == 0
     producer.close()
 
