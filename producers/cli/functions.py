@@ -70,8 +70,7 @@ def _step_parser() -> Callable[[str], Any]:
     """A script line read as the HTTP door reads a body (producers/http/strict_json.py): ValueError naming the
     field for ``NaN``, ``Infinity`` or a lone surrogate, or for nesting deeper than the door takes, and for
     bytes that are not UTF-8 (as ``enqueue`` names them); so every output line is JSON that can be written."""
-    from producers.http.strict_json import loads_strict, nested_deeper_than
-    from producers.http.web_common import MAX_JSON_DEPTH
+    from producers.http.strict_json import MAX_JSON_DEPTH, loads_strict, nested_deeper_than
 
     def parse(line: str) -> Any:
         raw = line.encode("utf-8", "surrogateescape")

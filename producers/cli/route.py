@@ -1,6 +1,6 @@
 """``agent-signal route``: RouteResults from the command line, for one request, a batch, or a config check.
 
-Input is read as the HTTP door reads a body (producers/http/web_common.py ``decode_json``: strict JSON, so
+Input is read as the HTTP door reads a body (producers/http/strict_json.py ``decode_json``: strict JSON, so
 ``NaN``, ``Infinity``, numbers beyond the float range and lone surrogates are refused, and nesting is bounded),
 checked by the same :func:`~policies.routing.validate_route_input` as ``POST /v1/route`` (unknown keys,
 ``request.model``, external signals), so both refuse the same inputs naming the same fields. ``--protocol``
@@ -26,7 +26,7 @@ from policies.routing import (
     validate_route_input,
 )
 from producers.cli.inputs import stdin_binary
-from producers.http.web_common import FieldError, InvalidBody, decode_json
+from producers.http.strict_json import FieldError, InvalidBody, decode_json
 
 __all__ = ["run_route"]
 

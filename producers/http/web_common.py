@@ -1,5 +1,6 @@
 """Pieces every HTTP router shares: the one error body, the one JSON-body reader, the one mapper from a
-pydantic error to ``{code, message, field}``, and reaching the app's producer and settings.
+pydantic error to ``{code, message, field}`` (the decoder itself is
+producers/http/strict_json.py's ``decode_json``), and reaching the app's producer and settings.
 
 Routes that touch Redis, the broker, files or the router are plain ``def`` (FastAPI runs them in its
 threadpool, off the event loop). A ``def`` route cannot ``await request.body()``, so the body is read on the
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 from fastapi import Depends, Request
@@ -24,7 +25,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from producers.http.settings import DoorSettings
-from producers.http.strict_json import NotStrictJson, loads_strict, nested_deeper_than
+from producers.http.strict_json import (
+    FieldError,
+    InvalidBody,
+    NotStrictBody,
+    decode_json,
+    nested_deeper_than,
+)
 from worker.intake.source_event import field_path
 from worker.intake.source_event import pydantic_error as intake_pydantic_error
 from worker.settings import Settings
@@ -56,29 +63,6 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 OFF_LOOP_BYTES = 64 * 1024  # bodies larger than this are decoded and validated in the threadpool
-
-MAX_JSON_DEPTH = 64  # arrays and objects inside each other; chat requests and events use about ten
-
-
-class FieldError(NamedTuple):
-    """What is wrong with a request: ``code``, a readable ``message``, and the ``field`` (a path) or None."""
-
-    code: str
-    message: str
-    field: str | None = None
-
-
-class InvalidBody(ValueError):
-    """The body is not JSON (or not an object where one is required); ``detail`` is the decoder's reason."""
-
-    def __init__(self, error: FieldError, detail: str) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.detail = detail
-
-
-class NotStrictBody(InvalidBody):
-    """The body is JSON to Python but not to RFC 8259: ``NaN``, ``Infinity`` or a lone surrogate (always 422)."""
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
@@ -114,27 +98,6 @@ async def request_validation_error(_: Request, exc: RequestValidationError) -> J
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def decode_json(raw: bytes, *, require_object: bool = True) -> Any:
-    """The decoded body (an empty body is ``{}``), or raise InvalidBody (code ``invalid_json``); nesting
-    deeper than ``MAX_JSON_DEPTH`` is refused before decoding (the decoder recurses, and would fail with a
-    RecursionError at about a thousand levels), and ``NaN``, ``Infinity`` and lone surrogates after it, naming
-    their field (producers/http/strict_json.py: all of it linear in the body)."""
-    if nested_deeper_than(raw, MAX_JSON_DEPTH):
-        detail = f"nested deeper than {MAX_JSON_DEPTH} levels"
-        raise InvalidBody(FieldError("invalid_json", f"request body is {detail}"), detail)
-    try:
-        data = loads_strict(raw or b"{}")
-    except NotStrictJson as exc:
-        raise NotStrictBody(FieldError("invalid_json", str(exc), exc.field), str(exc)) from None
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        error = FieldError("invalid_json", f"request body is not valid JSON: {exc}")
-        raise InvalidBody(error, str(exc)) from None
-    if require_object and not isinstance(data, dict):
-        error = FieldError("invalid_json", "request body must be a JSON object")
-        raise InvalidBody(error, "must be a JSON object")
-    return data
 
 
 async def read_json(request: Request, *, require_object: bool = True, max_bytes: int | None = None) -> Any:

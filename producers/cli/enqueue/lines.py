@@ -45,7 +45,7 @@ class Line(NamedTuple):
 def max_line_depth() -> int:
     """How deep one line may nest: what the HTTP door takes in a batch (imported here, when a file is read: the
     door's module brings the web framework, which the CLI does not load to start)."""
-    from producers.http.web_common import MAX_JSON_DEPTH
+    from producers.http.strict_json import MAX_JSON_DEPTH
 
     return MAX_JSON_DEPTH - BATCH_WRAPPING_DEPTH
 

@@ -22,7 +22,7 @@ from starlette.types import Message, Scope
 from producers.http.app import create_web_app
 from producers.http.door import API_CSP, DOCS_CSP
 from producers.http.routes.routing import RECORD_ERROR_HEADER
-from producers.http.web_common import MAX_JSON_DEPTH, decode_json
+from producers.http.strict_json import MAX_JSON_DEPTH, decode_json
 from tests.conftest import ROOT, Proc, SettingsFactory
 from tests.security.conftest import ClientFactory
 from worker.core.ids import id_problem

@@ -28,7 +28,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from producers.http.app import create_web_app
 from producers.http.settings import door_settings
-from producers.http.web_common import MAX_JSON_DEPTH
+from producers.http.strict_json import MAX_JSON_DEPTH
 from tests.conftest import ROOT, Proc, SettingsFactory, settings_env, wait_for
 from tests.security.conftest import ClientFactory
 from tests.support.private_redis import private_redis
