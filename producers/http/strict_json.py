@@ -42,6 +42,7 @@ __all__ = [
     "InvalidBody",
     "NotStrictBody",
     "NotStrictJson",
+    "body_field",
     "decode_json",
     "loads_strict",
     "nested_deeper_than",
@@ -127,12 +128,21 @@ def loads_strict(raw: bytes) -> Any:
     if _LONE_SURROGATE_ESCAPE.search(text) is not None:
         path = first_path(data, lambda v: isinstance(v, str) and _LONE_SURROGATE.search(v) is not None)
         if path is not None:
-            field = dotted(path)
+            field = body_field(path)
             where = f"{field} holds" if field else "the body is"
             raise NotStrictJson(
                 f"{where} a lone surrogate (\\ud800-\\udfff without its pair): not text", field
             )
     return data
+
+
+def body_field(path: list[str | int]) -> str | None:
+    """A body's field path as the door names it: dotted (``messages.0.content``), except a batch's event,
+    which is ``events[i]`` as in every other answer about a batch (``events[1].payload.score``, as the SDK says)."""
+    if len(path) >= 2 and path[0] == "events" and isinstance(path[1], int):
+        rest = dotted(path[2:])
+        return f"events[{path[1]}]" + (f".{rest}" if rest else "")
+    return dotted(path)
 
 
 _MARK = object()
@@ -142,7 +152,7 @@ def _non_finite(text: str, literal: str) -> NotStrictJson:
     """The error for the first non-finite number, its path found by decoding again with a marker."""
     marker = json.JSONDecoder(parse_constant=lambda _: _MARK, parse_float=_float_or_mark)
     path = first_path(marker.decode(text), lambda v: v is _MARK)
-    field = dotted(path) if path is not None else None
+    field = body_field(path) if path is not None else None
     where = f"{field} is" if field else "the body holds"
     return NotStrictJson(f"{where} {literal[:40]}: JSON numbers must be finite (no NaN or Infinity)", field)
 

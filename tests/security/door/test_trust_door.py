@@ -119,7 +119,7 @@ def test_lone_surrogates_nan_and_infinity_are_422(
         (
             "/v1/events",
             '{"events":[EVENT]}'.replace("EVENT", single.replace("VALUE", raw_value)),
-            "events.0.payload.score",
+            "events[0].payload.score",
         ),
         (
             "/v1/sessions/s1/context/messages",
