@@ -359,13 +359,18 @@ def _rule_node(raw: Any, where: str, errors: list[str], declared: Declared) -> R
     name = str(raw.get("name") or "")
     if node_type and (problem := _undeclared(str(node_type), name, declared)) is not None:
         errors.append(f"{where}: {problem}")
+    operator = str(raw.get("operator") or "")
+    if not str(node_type) and not name and not operator and not conditions:
+        # vLLM's RuleNode.IsEmpty: no type, name, operator or conditions (a label, a predicate or on_error alone
+        # do not count), so ``{conditions: []}`` is an omitted root too
+        return RuleNode(empty=True)
     return RuleNode(
         type=str(node_type).strip(),
         name=name,
         label=str(raw.get("label") or ""),
         predicate=parsed_predicate,
         on_error=str(raw.get("on_error") or ""),
-        operator=str(raw.get("operator") or ""),
+        operator=operator,
         conditions=tuple(
             _rule_node(c, f"{where}.conditions[{j}]", errors, declared) for j, c in enumerate(conditions)
         ),

@@ -308,11 +308,20 @@ class TestTrees:
         assert self._decide({"operator": "NOT", "conditions": [_leaf("a", "x"), _leaf("b", "y")]}, []) is None
 
     def test_catch_alls(self) -> None:
-        """Omitted rules and an empty AND match with confidence 0 and no rules; an empty OR never matches."""
-        for rules in (None, {"operator": "AND", "conditions": []}):
+        """Omitted rules and an empty AND match with confidence 0 and no rules; an empty OR never matches. A
+        root with no type, name, operator or conditions is omitted, whatever else it holds (vLLM's IsEmpty)."""
+        omitted: list[dict[str, Any] | None] = [
+            None,
+            {},
+            {"conditions": []},
+            {"operator": ""},
+            {"operator": "", "conditions": [], "label": "x", "on_error": "match"},
+        ]
+        for rules in [*omitted, {"operator": "AND", "conditions": []}]:
             d = self._decide(rules, [])
             assert d is not None and d["confidence"] == 0.0 and d["matchedRules"] == []
         assert self._decide({"operator": "OR", "conditions": []}, []) is None
+        assert self._decide({"name": "x", "conditions": []}, []) is None  # a name: an OR of nothing
 
     def test_leaf_confidence_and_exact_names(self) -> None:
         """A leaf takes the signal's confidence (0 kept, absent = 1.0); names match exactly; unknown types never."""
