@@ -110,12 +110,23 @@ def in_time_order(lines: list[Any]) -> list[dict[str, Any]]:
     return sorted(messages, key=created_at)
 
 
+def _message_id(source: Source) -> str:
+    """A user message's id, as LobeHub's ``agent.user.message`` renderer reads it: ``messageId`` →
+    ``userMessageId`` → the source id; an empty or non-string id is absent (the self-iteration judge reads the
+    same: policies/self_iteration/handlers/analyze_intent.py, ``_user_message_id``)."""
+    for key in ("messageId", "userMessageId"):
+        value = source.payload.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return source.source_id
+
+
 def _user_message(source: Source, ctx: HandlerContext) -> None:
     owner = _owner(source)
     message = source.payload.get("message")
     if owner is None or not isinstance(message, str) or source.payload.get("trigger") == "agent_signal":
         return None
-    message_id = str(source.payload.get("messageId") or source.source_id)
+    message_id = _message_id(source)
     _append(ctx, owner, {"id": message_id, "role": "user", "content": message, "createdAt": source.timestamp})
     return None
 

@@ -92,6 +92,7 @@ class UserMessagePayload(_Payload):
     message: str | None = None
     prompt: str | None = None
     message_id: str | None = None
+    user_message_id: str | None = None
     trigger: str | None = None
     trigger_message_id: str | None = None
     anchor_message_id: str | None = None

@@ -31,8 +31,10 @@ __all__ = ["UNSAFE_MEMORY", "skill_management_handler", "user_memory_handler"]
 _ID: TypeAdapter[str] = TypeAdapter(Id)  # the door's id rule (worker/core/ids.py)
 MARKER_KEPT_MAX = 128  # the longest idempotency key kept as a run's marker sourceId (LobeHub's are ~40)
 
+# LobeHub's JS regexes (/\bmaybe\b/i …): JS's \b and /i know only ASCII word characters and letters, so
+# re.ASCII: "我maybe更喜欢" has a word boundary before "maybe" (Python's Unicode \b saw none: a defect audit).
 UNSAFE_MEMORY = [
-    re.compile(p, re.IGNORECASE)
+    re.compile(p, re.IGNORECASE | re.ASCII)
     for p in (
         r"\bprobably\b",
         r"\bmaybe\b",

@@ -64,6 +64,18 @@ def _diagnostic(ctx: HandlerContext, stage: str, source_id: str, exc: Exception)
     ctx.effects.call("LTRIM", SelfIterationKeys(ctx.keys).diagnostics, 0, 999)
 
 
+def _user_message_id(source: Source) -> str:
+    """The feedback's message id, as LobeHub's ``agent.user.message`` renderer reads it: ``messageId`` →
+    ``userMessageId`` → the source id (a hydrated completion's ``<assistant>:completion:<user>`` carries the user
+    message as ``userMessageId``). An empty or non-string id is absent. policies/conversation_log.py reads the same."""
+    p = source.payload
+    for key in ("messageId", "userMessageId"):
+        value = p.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return source.source_id
+
+
 def satisfaction_judge(source: Source, ctx: HandlerContext) -> Dispatch | Conclude | None:
     """``agent.user.message:feedback-satisfaction-judge`` → ``signal.feedback.satisfaction``."""
     p = source.payload
@@ -87,7 +99,7 @@ def satisfaction_judge(source: Source, ctx: HandlerContext) -> Dispatch | Conclu
         "confidence": verdict.confidence,
         "evidence": verdict.evidence,
         "message": message,
-        "messageId": str(p.get("messageId") or source.source_id),
+        "messageId": _user_message_id(source),
         "reason": verdict.reason,
         "result": verdict.result,
         "sourceHints": {k: p[k] for k in ("documentPayload", "intents", "memoryPayload") if k in p},

@@ -38,11 +38,15 @@ WAITING_REASONS = ("waiting_for_async_tool", "waiting_for_human")
 
 
 def completion_fanout(source: Source, ctx: HandlerContext) -> Dispatch | Conclude | None:
-    """``agent.execution.completed:completion-fanout``: needs agentId, operationId, selfIteration and a user."""
+    """``agent.execution.completed:completion-fanout``: needs agentId, operationId, selfIteration and a user. The
+    operation id is LobeHub's renderer's ``String(payload.operationId ?? sourceId)``: only a missing (or null) one
+    falls back to the source id; an empty one still skips (LobeHub's ``!operationId``)."""
     p = source.payload
     self_iteration = p.get("selfIteration")
     agent_id = p.get("agentId") or source.agent_id
     operation_id = p.get("operationId")
+    if operation_id is None:
+        operation_id = source.source_id
     if not agent_id or not operation_id or not isinstance(self_iteration, dict):
         return None
     if not source.user_id:  # a receipt is one user's: never pool anonymous runs under a shared user id

@@ -18,16 +18,25 @@ OWNER = ("u1", "a1", "t1")
 MEMBER = "\x1f".join(OWNER)
 
 
-def _user_message(redis_client: Redis, keys: BucketKeys, message_id: str, created_at: int) -> None:
-    """Process one agent.user.message event and apply its staged writes."""
+def _user_message(
+    redis_client: Redis,
+    keys: BucketKeys,
+    message_id: str,
+    created_at: int,
+    *,
+    source_id: str | None = None,
+    id_field: str = "messageId",
+) -> None:
+    """Process one agent.user.message event (its id in ``id_field``) and apply its staged writes."""
     handlers = {h.listen[0]: h for p in plugin().policies for h in p.handlers}  # type: ignore[union-attr]
+    source_id = source_id or message_id
     source = Source(
-        source_id=message_id,
+        source_id=source_id,
         source_type="agent.user.message",
         scope_key="topic:t1",
         timestamp=created_at,
-        payload={"message": f"text of {message_id}", "messageId": message_id, "topicId": "t1"},
-        chain=ChainRef(chain_id=f"chain:{message_id}", root_source_id=message_id),
+        payload={"message": f"text of {message_id}", id_field: message_id, "topicId": "t1"},
+        chain=ChainRef(chain_id=f"chain:{source_id}", root_source_id=source_id),
         user_id="u1",
         agent_id="a1",
     )
@@ -78,3 +87,11 @@ def test_a_message_logged_again_late_beyond_the_tail_is_not_logged_twice(
         _user_message(redis_client, keys, f"m{i}", 2000 + i)
     _user_message(redis_client, keys, "m-first", 1000)
     assert [m for m, _ in _log(redis_client, keys)].count("m-first") == 1
+
+
+def test_a_user_message_is_logged_under_its_user_message_id(redis_client: Redis, keys: BucketKeys) -> None:
+    """LobeHub's renderer reads ``messageId`` → ``userMessageId`` → the source id: a hydrated completion
+    (``<assistant>:completion:<user>``) names its user message ``userMessageId``, and is logged under it."""
+    source_id = "asst_9:completion:msg_u1"
+    _user_message(redis_client, keys, "msg_u1", 1000, source_id=source_id, id_field="userMessageId")
+    assert _log(redis_client, keys) == [("msg_u1", 1000)]
