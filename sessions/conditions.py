@@ -3,8 +3,10 @@
 
 ``Condition = str | {"all": [Condition]} | {"any": [Condition]} | {"not": Condition}``; ``None`` is false;
 an object is checked for ``all``, then ``any``, then ``not``; anything else is false. A string is a named
-call ``name(arg)`` (grammar ``^([a-z][a-z0-9_]*)\\(([^)]*)\\)$``, the argument trimmed) or a bare name
-(argument ``""``); an unknown name is false. The nine built-ins are registered on every
+call ``name(arg)`` (grammar ``^([a-z][a-z0-9_]*)\\(([^)]*)\\)$`` as JavaScript reads it: ``$`` is the very end,
+so ``"f(x)\\n"`` is no call; the argument trimmed of JavaScript's whitespace) or a bare name (argument ``""``);
+anything else is looked up whole, and an unknown name is false. ``turn_count(n)`` reads ``n`` as JavaScript's
+``Number(n || "0")`` does (:func:`js_to_number`). The nine built-ins are registered on every
 :class:`ConditionRegistry`; ``register`` adds (or, with a warning, replaces) one.
 """
 
@@ -26,13 +28,24 @@ __all__ = [
     "ConditionRegistry",
     "FnStateView",
     "evaluate_condition",
+    "js_to_number",
     "parse_call",
     "plan_file",
     "plan_name_problem",
 ]
 
 log = logging.getLogger(__name__)
-CALL = re.compile(r"^([a-z][a-z0-9_]*)\(([^)]*)\)$")
+CALL = re.compile(r"([a-z][a-z0-9_]*)\(([^)]*)\)")  # fullmatch: Python's "$" would pass a final "\n"
+# String.prototype.trim's and StringToNumber's whitespace: WhiteSpace (tab, VT, FF, BOM, the Zs spaces) and
+# LineTerminator. Python's str.strip also takes \x1c-\x1f and \x85 and keeps the BOM.
+JS_WHITESPACE = (
+    "\t\v\f\ufeff \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u202f\u205f\u3000\n\r\u2028\u2029"
+)
+# StringToNumber's literals (fullmatch): ASCII digits only, no separators; non-decimal ones take no sign
+_DECIMAL = re.compile(r"[+-]?(?:Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)")
+_RADIX = {"x": 16, "o": 8, "b": 2}
+_NON_DECIMAL = re.compile(r"0(?:[xX][0-9a-fA-F]+|[oO][0-7]+|[bB][01]+)")
 UNCHECKED = "- [ ]"
 
 
@@ -63,10 +76,25 @@ ConditionFn = Callable[[str, CondEnv], bool]
 
 def parse_call(text: str) -> tuple[str, str]:
     """(name, argument). A string that is not ``name(arg)`` is looked up whole, with argument ``""``."""
-    match = CALL.match(text)
+    match = CALL.fullmatch(text)
     if match is None:
         return text, ""
-    return match.group(1), match.group(2).strip()
+    return match.group(1), match.group(2).strip(JS_WHITESPACE)
+
+
+def js_to_number(text: str) -> float:
+    """JavaScript's ``Number(text)`` (ECMAScript StringToNumber): trimmed of JavaScript's whitespace, empty is 0;
+    ``0x``/``0o``/``0b`` integers, decimals with an optional exponent, ``Infinity`` with an optional sign; anything
+    else is NaN (``1_0``, ``١٢``, ``-0x10``, ``inf``: Python's ``float`` took the first two and refused hex)."""
+    trimmed = text.strip(JS_WHITESPACE)
+    if not trimmed:
+        return 0.0
+    if _NON_DECIMAL.fullmatch(trimmed):
+        try:
+            return float(int(trimmed[2:], _RADIX[trimmed[1].lower()]))
+        except OverflowError:
+            return math.inf
+    return float(trimmed) if _DECIMAL.fullmatch(trimmed) else math.nan
 
 
 def _plan_todos_complete(_: str, env: CondEnv) -> bool:
@@ -85,13 +113,8 @@ def _signal_observed(arg: str, env: CondEnv) -> bool:
 
 
 def _turn_count(arg: str, env: CondEnv) -> bool:
-    try:
-        wanted = float(arg) if arg.strip() else 0.0
-    except ValueError:
-        return False  # Number("abc") is NaN: every comparison is false
-    if math.isnan(wanted):
-        return False
-    return env.state.current_turn - env.state.activated_at_turn >= wanted
+    """``currentTurn - activatedAtTurn >= Number(n || "0")``; a NaN bound is false, as every comparison with it."""
+    return env.state.current_turn - env.state.activated_at_turn >= js_to_number(arg or "0")
 
 
 def _state_eq(arg: str, env: CondEnv) -> bool:

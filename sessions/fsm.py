@@ -10,8 +10,10 @@
   blocked backstop).
 * ``idle``: at most ONE continuation: skip complete; gated ones only pass when the blocked backstop expired;
   skip unmet ``requires_evidence``; ``continue_until`` true → complete; else the continuation decision.
-* ``tool_after``: observed tools, ``requires_evidence`` auto-marks, observe specs (when_args / when_output
-  filters, set_evidence, capture_payload_as, sync_todos, inject).
+* ``tool_after``: observed tools, ``requires_evidence`` auto-marks, observe specs whose ``tool`` equals the tool
+  (one without ``tool`` never fires) with when_args / when_output filters, set_evidence, capture_payload_as,
+  sync_todos, inject. Captured payloads and ``when_args`` comparisons are ``JSON.stringify`` text
+  (:func:`~sessions.signals.json_stringify`).
 
 Nothing here does I/O: the Redis store and the simulator both drive these functions. The state they change,
 ``FnState`` and ``SessionRuntime``, is defined in sessions/runtime.py and importable from here.
@@ -44,7 +46,9 @@ __all__ = ["FnState", "FunctionMachine", "SessionRuntime"]
 
 
 def _args_match(expected: Mapping[str, Any], args: Mapping[str, Any]) -> list[bool]:
-    return [json_stringify(args.get(k)) == json_stringify(v) for k, v in expected.items()]
+    """Per key of ``expected``: ``JSON.stringify(args[k]) === JSON.stringify(v)``. A key the args lack is
+    ``undefined``, which no value's JSON equals (not even ``null``'s)."""
+    return [k in args and json_stringify(args[k]) == json_stringify(v) for k, v in expected.items()]
 
 
 def _idle_candidate(fn: FunctionDef, st: FnState, now_ms: int) -> bool:
@@ -201,8 +205,8 @@ class FunctionMachine:
                 )
                 if not gated and tag == tool:
                     st.evidence_observed[tag] = True
-            for spec in fn.observe:
-                if spec.on != "tool_after" or (spec.tool and spec.tool != tool):
+            for spec in fn.observe:  # ``spec.tool`` must equal the tool: a spec without one never fires
+                if spec.on != "tool_after" or spec.tool != tool:
                     continue
                 if self._passes_filters(spec.when_output, spec.when_args, args, output):
                     injects.extend(_apply_spec(rt, st, spec, tool, args_map))
@@ -333,7 +337,7 @@ def _apply_spec(
 ) -> list[str]:
     if spec.set_evidence:
         st.evidence_observed[spec.set_evidence] = True
-    if spec.capture_payload_as and args.get("payload") is not None:
+    if spec.capture_payload_as and "payload" in args:  # defined: a null payload is captured as "null"
         rt.artifacts[spec.capture_payload_as] = json_stringify(args["payload"])
     if spec.sync_todos and tool == "todowrite":
         rendered = _render_todos(args.get("todos"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final
@@ -141,9 +142,51 @@ def js_string(value: Any) -> str:
     return "[object Object]"
 
 
+# Number#toString's spellings that JSON.stringify writes as null
+_NON_FINITE: Final = frozenset({"NaN", "Infinity", "-Infinity"})
+_ARRAY_INDEX: Final = re.compile(r"0|[1-9][0-9]*")  # (fullmatch) a key a JavaScript object orders first
+_MAX_ARRAY_INDEX: Final = 2**32 - 2
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
 def json_stringify(value: Any) -> str:
-    """``JSON.stringify`` (compact, non-ASCII kept)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """``JSON.stringify`` of a JSON value: compact, non-ASCII kept, numbers as ``Number#toString`` prints them
+    (``2``, ``1e-7``, ``1e+21``; ``json.dumps`` wrote ``2.0`` and ``1e-07``: an audit, finding 1), a non-finite
+    number as ``null``, a lone surrogate escaped, an object's array-index keys first in ascending order (as a
+    JavaScript object holds them); :data:`UNDEFINED` is left out of an object and ``null`` in an array."""
+    if value is None or value is UNDEFINED:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        text = _js_number(value)
+        return "null" if text in _NON_FINITE else text
+    if isinstance(value, str):
+        return _quote(value)
+    if isinstance(value, Mapping):
+        members = [(js_string(k), v) for k, v in value.items() if v is not UNDEFINED]
+        return "{" + ",".join(f"{_quote(k)}:{json_stringify(v)}" for k, v in _js_key_order(members)) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(json_stringify(v) for v in value) + "]"
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+def _quote(text: str) -> str:
+    """A JSON string as JSON.stringify writes it: ``"``, ``\\`` and controls escaped (``json.dumps`` escapes the
+    same ones the same way), every other character kept but a lone surrogate (``\\udxxx``)."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
+
+
+def _js_key_order(members: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """A JavaScript object's own key order: array indices ascending, then the other keys as inserted."""
+    indexed = sorted((m for m in members if _is_array_index(m[0])), key=lambda m: int(m[0]))
+    return indexed + [m for m in members if not _is_array_index(m[0])]
+
+
+def _is_array_index(key: str) -> bool:
+    """A canonical array index (``"0"``, ``"17"``; not ``"01"``, ``"-1"`` or 2**32 - 1 and above)."""
+    return _ARRAY_INDEX.fullmatch(key) is not None and int(key) <= _MAX_ARRAY_INDEX
 
 
 def read_ledger(kv: Mapping[str, Any]) -> dict[str, Any]:

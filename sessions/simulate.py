@@ -9,7 +9,8 @@ without one runs at the last ``nowMs`` a step gave, else the wall clock; an ``id
 clock (the outside contract). A script that gives ``nowMs`` gives the same answer on any day (a signal step stamped the
 wall clock and could not say "2 minutes after the block": an audit, finding 4). A step that cannot be understood is reported on stderr naming its line, and produces a line
 whose ``result`` is ``{"error": ...}`` so the numbering stays aligned. A line holding ``NaN`` or ``Infinity``
-(not JSON) or nesting deeper than the decoder reads is such a step too, so every output line is JSON.
+(not JSON) or nesting deeper than the decoder reads is such a step too, so every output line is JSON; so is a
+blank line (input line i is output line i).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class _Simulation:
 def _signal(sim: _Simulation, body: Mapping[str, Any]) -> str:
     """The signal tool with the type as the step gave it (absent: JavaScript's undefined, for the guard)."""
     payload = body.get("payload")
-    if payload is not None and not isinstance(payload, Mapping):
+    if "payload" in body and not isinstance(payload, Mapping):  # null too: an object or absent, as over HTTP
         raise SimulationError("signal.payload: must be an object")
     now_ms = sim.tick("signal", body)
     try:
@@ -178,18 +179,22 @@ def loads_step(line: str) -> Any:
     return _STRICT.decode(line)
 
 
+BLANK_LINE = "a blank line is no step: each line is one JSON object"
+
+
 def run_script(
     machine: FunctionMachine, lines: Iterable[str], *, parse: Callable[[str], Any] = loads_step
 ) -> Iterator[tuple[dict[str, Any], str | None]]:
-    """Yield (output line, error) for each non-blank script line; ``parse`` reads a line (ValueError or
+    """Yield (output line, error) for each script line, a blank one too (its error: line i is output i, as the
+    outside contract says; skipping it shifted every later step's number); ``parse`` reads a line (ValueError or
     RecursionError: that line's error)."""
     sim = _Simulation(machine)
-    index = 0
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for index, line in enumerate(lines):
+        number = index + 1
         error = None
         try:
+            if not line.strip():
+                raise SimulationError(BLANK_LINE)
             result = _apply(sim, parse(line))
         except ValueError as exc:  # JSON errors and SimulationError
             error = f"line {number}: {exc}"
@@ -206,4 +211,3 @@ def run_script(
             },
             error,
         )
-        index += 1

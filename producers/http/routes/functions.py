@@ -39,9 +39,15 @@ router = APIRouter(dependencies=[Depends(session_access)], responses=API_ERRORS,
 
 
 class SignalBody(BaseModel):
+    # The tool's arguments: ``payload`` is an object or absent (``z.record(...).optional()``); ``null`` is a 422
+    # naming it, as an array is (it was recorded as no payload). Its schema says so: an object, not required.
     model_config = ConfigDict(extra="forbid")
     type: str = Field(strict=True, json_schema_extra={"enum": list[JsonValue](sorted(ALL_SIGNAL_TYPES))})
-    payload: dict[str, Any] | None = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+    def given_payload(self) -> dict[str, Any] | None:
+        """The payload, or None when the body had none (``{}`` is a payload)."""
+        return self.payload if "payload" in self.model_fields_set else None
 
 
 class NameBody(BaseModel):
@@ -270,8 +276,10 @@ def post_signal(session_id: str, request: Request, body: SignalIn) -> JSONRespon
     machine = machine_for(request, session_id)
     now = int(time.time() * 1000)
 
+    given = body.given_payload()
+
     def change(rt: SessionRuntime) -> tuple[str, int, list[str]]:
-        output = machine.signal(rt, body.type, body.payload, now_ms=now)
+        output = machine.signal(rt, body.type, given, now_ms=now)
         rt.seq += 1
         return output, rt.seq, list(rt.active)
 
@@ -280,8 +288,8 @@ def post_signal(session_id: str, request: Request, body: SignalIn) -> JSONRespon
     except SessionFull as exc:
         return session_full(exc, "payload")
     payload: dict[str, Any] = {"type": body.type, "output": output, "functions": active}
-    if body.payload is not None:
-        payload["payload"] = body.payload
+    if given is not None:
+        payload["payload"] = given
     failure = record_event(request, session_id, "agent.signal.emitted", f"signal:{session_id}:{seq}", payload)
     return with_record_error(JSONResponse({"output": output}), failure)
 

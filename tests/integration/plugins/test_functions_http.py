@@ -52,6 +52,25 @@ class TestSignalTool:
         with pytest.raises(InvalidEvent):
             sdk.configure("s1", functions=["ghost"])
 
+    def test_a_null_payload_is_refused_as_an_array_is(self, client: TestClient) -> None:
+        """An audit (finding 5): ``"payload": null`` was answered 200 and recorded; the tool's schema takes an
+        object or nothing, so it is the same 422 as ``[1]``, naming ``payload``, and nothing is recorded. An
+        absent payload and ``{}`` are still payloads' absence and an empty payload."""
+        SessionClient(client=client).configure("sx1", functions=["approval"])
+        array = client.post("/v1/sessions/sx1/signal", json={"type": "answer", "payload": [1]})
+        null = client.post("/v1/sessions/sx1/signal", json={"type": "answer", "payload": None})
+        assert null.status_code == array.status_code == 422
+        assert null.json()["error"]["field"] == "payload"
+        assert null.json()["error"]["code"] == array.json()["error"]["code"]
+        assert client.get("/v1/sessions/sx1/state").json()["sessionLedger"] == {}
+        assert client.post("/v1/sessions/sx1/signal", json={"type": "progress"}).status_code == 200
+        assert (
+            client.post("/v1/sessions/sx1/signal", json={"type": "answer", "payload": {}}).status_code == 200
+        )
+        state = client.get("/v1/sessions/sx1/state").json()
+        assert state["sessionLedger"] == {"progress": None, "answer": {}}
+        assert state["functions"]["approval"]["ledger"] == {"progress": None, "answer": {}}
+
     def test_concurrent_signals_lose_nothing(self, client: TestClient) -> None:
         """20 concurrent signals on one session: every one is applied (ledger has every type, 20 recorded calls)."""
         sdk = SessionClient(client=client)

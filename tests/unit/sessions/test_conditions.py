@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sessions.conditions import CondEnv, ConditionRegistry, parse_call
+from sessions.conditions import CondEnv, ConditionRegistry, js_to_number, parse_call
 from sessions.fsm import FnState
 
 
@@ -108,3 +109,74 @@ def test_register_custom_condition(caplog: pytest.LogCaptureFixture) -> None:
     assert "already registered" in caplog.text
     assert registry.evaluate("user_approval", _env())
     assert not REG.evaluate("kv_has(x)", _env(FnState(kv={"x": 1})))  # registries are independent
+
+
+@pytest.mark.parametrize(
+    "text", ["signal_observed(answer)\n", "artifact_exists(a)\n", "artifact_exists(a)\r\n"]
+)
+def test_a_call_with_a_trailing_line_break_is_no_call(text: str) -> None:
+    """An audit (finding 2): the grammar ends in ``$``, which in JavaScript is the very end (Python's passes a
+    final ``\\n``): rolebox looks the whole string up, finds no such name, and the condition is false."""
+    assert parse_call(text) == (text, "")
+    env = _env(FnState(kv={"__signals_observed": {"answer": None}}), artifacts={"a": "x"})
+    assert not REG.evaluate(text, env)
+    assert REG.evaluate(text.rstrip(), env)
+
+
+def test_the_argument_is_trimmed_of_javascript_whitespace() -> None:
+    """``trim()`` takes the BOM and no-break spaces, and leaves the separators Python's ``strip`` also takes."""
+    assert parse_call("artifact_exists(\ufeff\u00a0\u3000 plan\u2029\t)") == ("artifact_exists", "plan")
+    assert parse_call("artifact_exists(\x1cplan\x85)") == ("artifact_exists", "\x1cplan\x85")
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [
+        ("", 0.0),
+        (" \t\n\ufeff\u00a0", 0.0),
+        ("16", 16.0),
+        (" 16 ", 16.0),
+        ("0x10", 16.0),
+        ("0X1f", 31.0),
+        ("0o17", 15.0),
+        ("0b11", 3.0),
+        ("1e1", 10.0),
+        ("+.5", 0.5),
+        ("5.", 5.0),
+        ("-2.5E-1", -0.25),
+        ("Infinity", math.inf),
+        ("+Infinity", math.inf),
+        ("-Infinity", -math.inf),
+        ("0x" + "f" * 300, math.inf),
+        ("1_0", math.nan),
+        ("١٢", math.nan),  # Arabic-Indic digits
+        ("１２", math.nan),  # fullwidth digits
+        ("-0x10", math.nan),
+        ("0x", math.nan),
+        ("0b12", math.nan),
+        ("inf", math.nan),
+        ("nan", math.nan),
+        ("infinity", math.nan),
+        ("1e", math.nan),
+        (".", math.nan),
+        ("1 2", math.nan),
+        ("\x1c5", math.nan),  # not JavaScript whitespace
+        ("abc", math.nan),
+    ],
+)
+def test_js_to_number_is_ecmascript_string_to_number(text: str, number: float) -> None:
+    """``Number(text)``: JavaScript's whitespace trimmed, empty 0, 0x/0o/0b, decimals, signed Infinity, else NaN."""
+    got = js_to_number(text)
+    assert (math.isnan(got) and math.isnan(number)) or got == number
+
+
+@pytest.mark.parametrize(
+    ("arg", "holds"),
+    [("0x10", True), ("0b11", True), ("0x15", False), ("1_0", False), ("١٢", False), ("-Infinity", True)],
+)
+def test_turn_count_reads_its_bound_as_javascript_number(arg: str, holds: bool) -> None:
+    """An audit (finding 3): after 20 turns ``turn_count(0x10)`` held in rolebox but not here, and
+    ``turn_count(1_0)`` / ``turn_count(١٢)`` held here though ``Number`` makes them NaN (false)."""
+    st = FnState()
+    st.current_turn = 20
+    assert REG.evaluate(f"turn_count({arg})", _env(st)) is holds

@@ -372,3 +372,67 @@ class TestToolAfter:
         rt.states["worker"].kv["__signals_observed"] = ["progress"]
         m.tool_after(rt, "signal", {"type": "answer"})
         assert rt.states["worker"].kv["__signals_observed"] == ["progress", "answer"]
+
+
+class TestJavaScriptFidelity:
+    def test_captured_payloads_are_json_stringify_text(self) -> None:
+        """An audit (finding 1): a captured payload read ``{"score":2.0,"small":1e-07}``; rolebox writes
+        ``JSON.stringify(payload)``, so the tool's capture and the observe path's both read ``2`` and ``1e-7``."""
+        capture = fn("name: cap\nobserve:\n  - {on: tool_after, tool: signal, capture_payload_as: cap}")
+        m = machine(capture)
+        rt = SessionRuntime()
+        m.activate(rt, "cap")
+        m.signal(rt, "answer", {"score": 2.0, "small": 1e-7})
+        assert rt.artifacts == {"cap": '{"score":2,"small":1e-7}'}
+        m.tool_after(rt, "signal", {"type": "answer", "payload": {"big": 1e21, "n": [1.0]}})
+        assert rt.artifacts["cap"] == rt.artifacts["__signal_payload"] == '{"big":1e+21,"n":[1]}'
+
+    def test_when_args_match_compares_json_stringify_text(self) -> None:
+        """An audit (finding 1): ``match: {score: 1.0}`` did not match the args ``{"score": 1}`` (``1.0`` against
+        ``1``); in rolebox both are ``1``. A key the args lack is ``undefined``, which matches not even null."""
+        graded = fn(
+            "name: g\nobserve:\n"
+            "  - {on: tool_after, tool: grade, when_args: {match: {score: 1.0}}, set_evidence: graded}\n"
+            "  - {on: tool_after, tool: note, when_args: {match: {tag: null}}, set_evidence: tagged}"
+        )
+        m = machine(graded)
+        rt = SessionRuntime()
+        m.activate(rt, "g")
+        m.tool_after(rt, "note", {})
+        assert rt.states["g"].evidence_observed == {}
+        m.tool_after(rt, "grade", {"score": 1})
+        m.tool_after(rt, "note", {"tag": None})
+        assert rt.states["g"].evidence_observed == {"graded": True, "tagged": True}
+
+    def test_a_spec_without_a_tool_never_fires(self) -> None:
+        """An audit (finding 4): a ``tool_after`` spec with no ``tool`` fired on every tool; rolebox requires
+        ``spec.tool === tool``, which ``undefined`` never is."""
+        m = machine(fn("name: any\nobserve:\n  - {on: tool_after, set_evidence: seen, inject: hi}"))
+        rt = SessionRuntime()
+        m.activate(rt, "any")
+        assert m.tool_after(rt, "bash", {}, "x") == []
+        assert rt.states["any"].evidence_observed == {}
+
+    def test_capture_payload_as_takes_a_defined_null(self) -> None:
+        """The observe path captures ``args.payload`` when it is defined: a null payload is written as ``null``;
+        args without one capture nothing."""
+        m = machine(fn("name: cap\nobserve:\n  - {on: tool_after, tool: signal, capture_payload_as: cap}"))
+        rt = SessionRuntime()
+        m.activate(rt, "cap")
+        m.tool_after(rt, "signal", {"type": "answer"})
+        assert "cap" not in rt.artifacts
+        m.tool_after(rt, "signal", {"type": "answer", "payload": None})
+        assert rt.artifacts["cap"] == "null"
+
+    def test_a_continue_until_ending_in_a_line_break_never_holds(self) -> None:
+        """An audit (finding 2): YAML's ``|`` keeps a final newline, and ``signal_observed(answer)\\n`` completed
+        the function here; in rolebox it is no call (an unknown name, false), so the idle sends a continuation."""
+        literal = fn("name: lit\ncontinue_until: |\n  signal_observed(answer)\ncontinue_max: 2")
+        assert literal.continue_until == "signal_observed(answer)\n"
+        m = machine(literal)
+        rt = SessionRuntime()
+        m.activate(rt, "lit")
+        m.signal(rt, "answer")
+        decision = m.idle(rt, now_ms=0)
+        assert decision["completed"] == [] and decision["continued"] is True
+        assert rt.states["lit"].phase == "active"

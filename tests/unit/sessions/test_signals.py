@@ -14,6 +14,7 @@ from sessions.signals import (
     get_terminating,
     guard_message,
     js_string,
+    json_stringify,
     ledger_view,
     read_ledger,
     record_signal,
@@ -70,6 +71,26 @@ def test_guard_message_spells_the_value_as_javascript_does(value: Any, spelled: 
     is ``undefined``, null ``null``, booleans lower-case, numbers as ``Number#toString`` prints them."""
     assert js_string(value) == spelled
     assert guard_message(value).startswith(f'Unrecognized signal type: "{spelled}". Valid types: answer, ')
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ({"score": 2.0, "small": 1e-7}, '{"score":2,"small":1e-7}'),
+        ([1.0, -0.0, 0.5, 1e21, 1.5e-6, 10**21, 123e-20], "[1,0,0.5,1e+21,0.0000015,1e+21,1.23e-18]"),
+        ([float("nan"), float("inf"), 10**400], "[null,null,null]"),  # not finite: null
+        ({"a": [True, False, None]}, '{"a":[true,false,null]}'),
+        ({"é": "ü ☃"}, '{"é":"ü ☃"}'),  # non-ASCII kept, no spaces
+        ('"\\\b\f\n\r\t\x01\x1f\x7f\u2028', '"\\"\\\\\\b\\f\\n\\r\\t\\u0001\\u001f\x7f\u2028"'),
+        ("a\ud800b", '"a\\ud800b"'),  # a lone surrogate is escaped (well-formed JSON.stringify)
+        ({"b": 1, "2": 2, "a": 3, "1": 4, "01": 5, "-1": 6}, '{"1":4,"2":2,"b":1,"a":3,"01":5,"-1":6}'),
+        ({"k": UNDEFINED, "n": 1}, '{"n":1}'),
+    ],
+)
+def test_json_stringify_writes_what_javascript_writes(value: Any, text: str) -> None:
+    """An audit (finding 1): ``json.dumps`` wrote ``2.0`` and ``1e-07`` where ``JSON.stringify`` writes ``2`` and
+    ``1e-7``; numbers are ``Number#toString``'s, array-index keys come first, as in a JavaScript object."""
+    assert json_stringify(value) == text
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 from producers.cli.main import main
 from sessions.fsm import FunctionMachine
 from sessions.functions import parse_function_file
-from sessions.simulate import run_script
+from sessions.simulate import BLANK_LINE, run_script
 from tests.conftest import ROOT
 
 FUNCTIONS = ROOT / "examples" / "functions"
@@ -96,6 +96,34 @@ class TestRunScript:
         assert errors[0] is None and errors[4:] == [None, None, None], errors
         assert outputs[2][0]["result"] == {"error": "idle.lastTwoOutputsIdentical: must be true or false"}
         assert outputs[5][0]["functions"]["approval"]["active"] is False
+
+    def test_a_blank_line_is_its_own_error_so_line_i_is_output_i(self) -> None:
+        """An audit (finding 6): a blank line printed nothing, so every later step's number was one less than its
+        line's; stdout carries exactly one object per input line (the outside contract), a blank line's an error."""
+        script = ['{"activate": "approval"}', "", "   ", '{"turn": {"userMessaged": false}}']
+        outputs = list(run_script(_machine(), script))
+        assert [out["step"] for out, _ in outputs] == [0, 1, 2, 3]
+        assert [error for _, error in outputs] == [
+            None,
+            f"line 2: {BLANK_LINE}",
+            f"line 3: {BLANK_LINE}",
+            None,
+        ]
+        assert outputs[1][0]["result"] == {"error": BLANK_LINE}
+        assert outputs[3][0]["functions"]["approval"]["currentTurn"] == 1
+
+    def test_a_null_payload_is_its_lines_error(self) -> None:
+        """``payload`` is an object or absent, as over HTTP (a 422 there): null is that line's error, nothing
+        recorded; an absent payload records null."""
+        script = [
+            '{"activate": "approval"}',
+            '{"signal": {"type": "answer", "payload": null}}',
+            '{"signal": {"type": "progress"}}',
+        ]
+        outputs = list(run_script(_machine(), script))
+        assert outputs[1][1] == "line 2: signal.payload: must be an object"
+        assert outputs[2][1] is None
+        assert outputs[2][0]["functions"]["approval"]["ledger"] == {"progress": None}
 
 
 def _worker() -> FunctionMachine:
@@ -197,3 +225,17 @@ class TestSimulateCommand:
         assert err.splitlines()[0].startswith("line 2: signal.payload.x is NaN")
         assert "line 4: nested deeper than 64 levels" in err and "line 5:" in err
         assert "Traceback" not in err
+
+    def test_a_blank_line_gets_its_output_line(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Three input lines, the middle one blank (CRLF endings too), print three JSON lines numbered 0-2; the
+        blank one is named on stderr and the command exits 1."""
+        script = tmp_path / "steps.jsonl"
+        script.write_bytes(b'{"activate": "approval"}\r\n\r\n{"turn": {"userMessaged": false}}\r\n')
+        assert main(["functions", "simulate", "--functions", str(FUNCTIONS), "--script", str(script)]) == 1
+        out, err = capsys.readouterr()
+        rows = [_strict(line) for line in out.splitlines()]
+        assert [row["step"] for row in rows] == [0, 1, 2]
+        assert rows[1]["result"] == {"error": BLANK_LINE}
+        assert err.splitlines() == [f"line 2: {BLANK_LINE}"]

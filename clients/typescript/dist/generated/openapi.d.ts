@@ -5815,7 +5815,7 @@ export interface operations {
                     /** Payload */
                     payload?: {
                         [key: string]: unknown;
-                    } | null;
+                    };
                 };
             };
         };

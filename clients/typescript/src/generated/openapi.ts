@@ -5816,7 +5816,7 @@ export interface operations {
                     /** Payload */
                     payload?: {
                         [key: string]: unknown;
-                    } | null;
+                    };
                 };
             };
         };
