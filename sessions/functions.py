@@ -165,6 +165,10 @@ def _observe(
             return None
     if raw.get("when") is not None:
         _check_condition(raw["when"], f"{where}.when", errors, warnings, known)
+    if on == "tool_after" and raw.get("tool") is None:
+        warnings.append(
+            f"{where}: on tool_after without tool never fires (rolebox matches spec.tool === tool)"
+        )
     return ObserveSpec(
         on=str(on),
         tool=raw.get("tool"),

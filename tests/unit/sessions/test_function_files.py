@@ -98,3 +98,17 @@ def test_a_file_not_in_utf8_or_a_directory_named_md_is_an_error_naming_it(tmp_pa
         (tmp_path / bad).unlink()
     (tmp_path / "x.md").rmdir()
     assert load_function_dir(tmp_path)[0]["ok"].body.strip() == "body"
+
+
+def test_an_observe_spec_on_tool_after_without_tool_warns_that_it_never_fires() -> None:
+    """rolebox fires a tool_after spec only when ``spec.tool === tool``: one without ``tool`` never fires, which
+    ``functions check`` says; a spec with a tool, and one on another event, do not warn."""
+    front = (
+        "name: f\nobserve:\n  - {on: tool_after, set_evidence: seen}\n"
+        "  - {on: tool_after, tool: bash, set_evidence: ran}\n"
+    )
+    definition, errors, warnings = parse_function_file(f"---\n{front}---\nbody\n", "f.md")
+    assert definition is not None and errors == []
+    assert warnings == [
+        "f.md: observe[0]: on tool_after without tool never fires (rolebox matches spec.tool === tool)"
+    ]
