@@ -16,8 +16,9 @@ the settings involved. Why each one matters:
 * ``task_soft_time_limit_s < task_time_limit_s < visibility_timeout_s``: the Redis transport redelivers any
   message not acked within the visibility timeout, so a task that may still be running then would be
   executed twice (celery docs, Redis caveats).
-* ``retry_cap_ms`` and the reconcile interval ``< visibility_timeout_s``: retries are countdown messages, and a
-  countdown longer than the visibility timeout is restored "again, and again in a loop" (celery#2481).
+* ``retry_cap_ms < visibility_timeout_s``: retries are countdown messages, and a countdown longer than the
+  visibility timeout is restored "again, and again in a loop" (celery#2481). (The reconcile sweep publishes its
+  drains at once, with no countdown, so its interval is bounded only above 0.)
 * ``lease_renew_interval_s <= lease_ttl_s / 3``: one missed renewal must not lose the lease.
 """
 
@@ -28,11 +29,12 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_origin
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as SourceError  # a source's own: a list setting that is not JSON
 
 __all__ = [
     "PluginSettings",
@@ -124,8 +126,8 @@ class Settings(_SecretsHidden, BaseSettings):
     queue_name: str = "agent-signal"
 
     # --- ingress ---
-    max_event_bytes: int = 256 * 1024  # one event's serialized payload; larger -> 413
-    max_batch_events: int = 1000
+    max_event_bytes: int = Field(default=256 * 1024, ge=1)  # one event's serialized payload; larger -> 413
+    max_batch_events: int = Field(default=1000, ge=1)
     allow_unknown_source_types: bool = False
     extra_source_types: list[str] = Field(default_factory=list)
 
@@ -135,13 +137,13 @@ class Settings(_SecretsHidden, BaseSettings):
     store_retry_after_s: int = Field(default=5, ge=1)  # Retry-After of a 503 store_unavailable
 
     # --- dedupe ---
-    dedupe_window_s: int = 24 * 60 * 60
+    dedupe_window_s: int = Field(default=24 * 60 * 60, ge=1)
     run_index_max: int = Field(default=10_000, ge=0)  # events kept per runs-explorer index (0: window only)
 
     # --- scope lease ---
-    lease_ttl_s: float = 30.0
-    lease_renew_interval_s: float = 10.0
-    max_events_per_drain: int = 200
+    lease_ttl_s: float = Field(default=30.0, gt=0)
+    lease_renew_interval_s: float = Field(default=10.0, gt=0)
+    max_events_per_drain: int = Field(default=200, ge=1)
     max_inbox_depth: int = Field(default=10_000, ge=0)  # one scope's queued events; past it -> 429 (0: none)
     tenant_max_queued: int = Field(
         default=500_000, ge=0
@@ -187,12 +189,12 @@ class Settings(_SecretsHidden, BaseSettings):
     drain_ahead: bool = True
 
     # --- retries and dead letters ---
-    max_attempts: int = 5
-    retry_base_ms: int = 1000
-    retry_cap_ms: int = 60_000
+    max_attempts: int = Field(default=5, ge=1)
+    retry_base_ms: int = Field(default=1000, ge=1)
+    retry_cap_ms: int = Field(default=60_000, ge=1)
 
     # --- idempotency ---
-    idempotency_ttl_s: int = 7 * 24 * 60 * 60
+    idempotency_ttl_s: int = Field(default=7 * 24 * 60 * 60, ge=1)
 
     # How chains and idempotency lanes are written (worker/documents/chain_codec.py): zstd frames, or the deflate
     # forms a version before them reads, for the first phase of a rolling upgrade (docs/operations.md). Every
@@ -200,18 +202,19 @@ class Settings(_SecretsHidden, BaseSettings):
     stored_form: Literal["zstd", "deflate"] = "zstd"
 
     # --- outbox (outbound calls staged by handlers, delivered by the relay in each worker) ---
-    outbox_poll_interval_s: float = 0.2  # how often the relay looks for due records
-    outbox_max_attempts: int = 10  # deliveries before a record is dead (kept, visible in the run detail)
-    outbox_retry_base_ms: int = 500  # full-jitter backoff between deliveries
-    outbox_retry_cap_ms: int = 60_000
-    outbox_lease_ms: int = 60_000  # a claimed record is not claimed again for this long
+    outbox_poll_interval_s: float = Field(default=0.2, gt=0)  # how often the relay looks for due records
+    # deliveries before a record is dead (kept, visible in the run detail)
+    outbox_max_attempts: int = Field(default=10, ge=1)
+    outbox_retry_base_ms: int = Field(default=500, ge=1)  # full-jitter backoff between deliveries
+    outbox_retry_cap_ms: int = Field(default=60_000, ge=1)
+    outbox_lease_ms: int = Field(default=60_000, ge=1)  # a claimed record is not claimed again for this long
     # deliveries one worker's relay makes at once (threads); one tenant at most half of them
     outbox_concurrency: int = Field(default=8, ge=1)
-    outbox_retention_s: int = 7 * 24 * 60 * 60
+    outbox_retention_s: int = Field(default=7 * 24 * 60 * 60, ge=1)
 
     # --- traces ---
-    chain_retention_s: int = 3 * 24 * 60 * 60
-    receipt_retention_s: int = 3 * 24 * 60 * 60  # LobeHub receiptTtlSeconds
+    chain_retention_s: int = Field(default=3 * 24 * 60 * 60, ge=1)
+    receipt_retention_s: int = Field(default=3 * 24 * 60 * 60, ge=1)  # LobeHub receiptTtlSeconds
 
     # Durability across a failover: each admission and each commit waits (Redis WAIT) until this many replicas
     # have it, else it is not acknowledged (503 at the door; the worker leaves the event for a later drain).
@@ -222,11 +225,11 @@ class Settings(_SecretsHidden, BaseSettings):
     scope_buckets: int = Field(default=1, ge=1, le=256)
 
     # --- celery timing ---
-    task_soft_time_limit_s: int = 300
-    task_time_limit_s: int = 330
-    visibility_timeout_s: int = 3600
-    reconcile_interval_s: float = 15.0
-    worker_concurrency: int = 2
+    task_soft_time_limit_s: int = Field(default=300, ge=1)
+    task_time_limit_s: int = Field(default=330, ge=1)
+    visibility_timeout_s: int = Field(default=3600, ge=1)
+    reconcile_interval_s: float = Field(default=15.0, gt=0)  # 0 or less: an idle worker spun on Redis
+    worker_concurrency: int = Field(default=2, ge=1)
     # Celery task events (task-received/started/succeeded/failed on the broker's event channel), which Flower
     # and `celery events` need to see tasks. Off by default (Celery's own default): they cost a quarter of the
     # throughput of one-event scopes (make bench). The worker still sends its heartbeats, so Flower sees the
@@ -244,7 +247,7 @@ class Settings(_SecretsHidden, BaseSettings):
     trace_redis_commands: bool = False  # opentelemetry-instrumentation-redis: a span per Redis command
     trace_file: str | None = None  # append finished spans as JSON lines (development, tests)
     # OTLP's export interval; buffered measurements reach the process's metrics every min(1 s, this).
-    metrics_export_interval_ms: int = 5000
+    metrics_export_interval_ms: int = Field(default=5000, ge=1)
     # A worker's own Prometheus port (its prefork children's metrics, summed; 0: none). k8s sets 9808.
     worker_metrics_port: int = Field(default=0, ge=0, le=65535)
     # Where it listens: loopback unless a deployment opens it (k8s: the pod's IP, behind a NetworkPolicy that
@@ -276,6 +279,15 @@ class Settings(_SecretsHidden, BaseSettings):
             raise ValueError(problem)
         return value
 
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_url_transport(cls, value: str | None) -> str | None:
+        """A scheme kombu has no transport for (``bogus://``): the worker died on a KeyError and the web app
+        started, then failed every publish; refused at load, naming the scheme (never the URL)."""
+        if value and (problem := broker_url_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
     def effective_broker_url(self) -> str:
         """The broker URL: ``BROKER_URL``, else the Redis URL in kombu's spelling."""
         if self.broker_url:
@@ -293,9 +305,9 @@ class Settings(_SecretsHidden, BaseSettings):
         if self.redis_cluster_url:
             return self.redis_cluster_url
         if not self.redis_url:
-            raise SettingsError(
-                "REDIS_URL is not set: set it to your Redis (a `make run` stack's is redisUrl in "
-                ".agent-signal/stack.json), or send through the web app (HttpProducer, --url)"
+            raise SettingsError(  # every caller's words: the worker, the web app, migrate, an SDK producer
+                "REDIS_URL is not set and no embedded Redis was started: set REDIS_URL to your Redis (a "
+                "`make run` stack's is redisUrl in .agent-signal/stack.json)"
             )
         return self.redis_url
 
@@ -335,6 +347,23 @@ def redis_url_problem(url: str) -> str | None:
     return None
 
 
+URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def broker_url_problem(url: str) -> str | None:
+    """What is wrong with a broker URL's scheme (kombu has no transport of that name), or None; it names the
+    scheme alone, never the rest of the URL, which may hold a password."""
+    from kombu.transport import TRANSPORT_ALIASES  # here, not at import: the CLI starts without the engine
+
+    scheme, found, _ = url.partition("://")
+    if not found or not URL_SCHEME.fullmatch(scheme):
+        return "not a URL with a scheme, e.g. amqp://host// or redis://host:6379/0"
+    if scheme.partition("+")[0] not in TRANSPORT_ALIASES:  # kombu's own reading: redis+socket is redis
+        known = ", ".join(sorted({name.lower() for name in TRANSPORT_ALIASES}))
+        return f"unknown scheme {scheme!r} (one of {known})"
+    return None
+
+
 def kombu_url_for(redis_url: str) -> str:
     """Spell a redis-py URL the way kombu wants it (``unix://`` becomes ``redis+socket://``)."""
     if redis_url.startswith("unix://"):
@@ -348,45 +377,37 @@ def kombu_url_for(redis_url: str) -> str:
 
 
 def check_settings(settings: Settings) -> None:
-    """Refuse settings that would make Celery run a task twice or lose a lease; name the culprits."""
+    """Refuse settings that would make Celery run a task twice or lose a lease; name the culprits by the
+    environment variables that set them. (Each value's own range is its ``Field`` bound, checked at load.)"""
+    s, named = settings, _named_value
     problems: list[str] = []
-    if not settings.task_soft_time_limit_s < settings.task_time_limit_s:
+    if not s.task_soft_time_limit_s < s.task_time_limit_s:
+        problems.append(f"{named(s, 'task_soft_time_limit_s')} must be < {named(s, 'task_time_limit_s')}")
+    if not s.task_time_limit_s < s.visibility_timeout_s:
+        problems.append(f"{named(s, 'task_time_limit_s')} must be < {named(s, 'visibility_timeout_s')}")
+    if not s.retry_cap_ms / 1000 < s.visibility_timeout_s:
+        problems.append(f"{named(s, 'retry_cap_ms')} must be < {named(s, 'visibility_timeout_s')} in seconds")
+    if not s.lease_renew_interval_s <= s.lease_ttl_s / 3:
         problems.append(
-            f"task_soft_time_limit_s ({settings.task_soft_time_limit_s}) must be < "
-            f"task_time_limit_s ({settings.task_time_limit_s})"
+            f"{named(s, 'lease_renew_interval_s')} must be <= "
+            f"{_env_name(('lease_ttl_s',))} / 3 ({s.lease_ttl_s / 3:g})"
         )
-    if not settings.task_time_limit_s < settings.visibility_timeout_s:
-        problems.append(
-            f"task_time_limit_s ({settings.task_time_limit_s}) must be < "
-            f"visibility_timeout_s ({settings.visibility_timeout_s})"
-        )
-    if not settings.retry_cap_ms / 1000 < settings.visibility_timeout_s:
-        problems.append(
-            f"retry_cap_ms ({settings.retry_cap_ms}) must be < visibility_timeout_s "
-            f"({settings.visibility_timeout_s}) in seconds"
-        )
-    if not settings.lease_renew_interval_s <= settings.lease_ttl_s / 3:
-        problems.append(
-            f"lease_renew_interval_s ({settings.lease_renew_interval_s}) must be <= "
-            f"lease_ttl_s / 3 ({settings.lease_ttl_s / 3:g})"
-        )
-    if not settings.lease_ttl_s < settings.visibility_timeout_s:
-        problems.append(
-            f"lease_ttl_s ({settings.lease_ttl_s}) must be < visibility_timeout_s ({settings.visibility_timeout_s})"
-        )
-    if settings.retry_base_ms <= 0 or settings.retry_cap_ms < settings.retry_base_ms:
-        problems.append(
-            f"retry_base_ms ({settings.retry_base_ms}) must be > 0 and <= retry_cap_ms ({settings.retry_cap_ms})"
-        )
-    if settings.max_attempts < 1:
-        problems.append(f"max_attempts ({settings.max_attempts}) must be >= 1")
-    secret = settings.pseudonym_secret
+    if not s.lease_ttl_s < s.visibility_timeout_s:
+        problems.append(f"{named(s, 'lease_ttl_s')} must be < {named(s, 'visibility_timeout_s')}")
+    if s.retry_cap_ms < s.retry_base_ms:
+        problems.append(f"{named(s, 'retry_base_ms')} must be <= {named(s, 'retry_cap_ms')}")
+    secret = s.pseudonym_secret
     if (
         secret is not None and len(secret.get_secret_value()) < 32
     ):  # worker/telemetry/pseudonyms.py; never the value
         problems.append("AGENT_SIGNAL_PSEUDONYM_SECRET must be at least 32 characters")
     if problems:
         raise SettingsError("refusing to start: " + "; ".join(problems))
+
+
+def _named_value(settings: Settings, field: str) -> str:
+    """``AGENT_SIGNAL_X (value)``: a setting as the operator wrote it, for a refusal."""
+    return f"{_env_name((field,))} ({getattr(settings, field)})"
 
 
 CONTRACT_ENV_NAMES = {
@@ -415,18 +436,53 @@ def load_settings(**overrides: object) -> Settings:
     """Read the environment (plus explicit overrides) and check the invariants."""
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
-    except ValidationError as exc:  # one line naming the variable, not pydantic's report
-        problems = "; ".join(f"{_env_name(e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise SettingsError(f"refusing to start: {problems}") from None
+    except (ValidationError, SourceError) as exc:  # one line naming the variable, not pydantic's report
+        raise SettingsError(f"refusing to start: {_problems(exc, Settings)}") from None
     check_settings(settings)
     return settings
 
 
+def _problems(exc: ValidationError | SourceError, model: type[BaseSettings]) -> str:
+    """Each bad value as ``VARIABLE: what is wrong``. pydantic-settings' own error (a list setting that is not
+    JSON: ``AGENT_SIGNAL_ALLOWED_HOSTS=example.com``) names only the field, in its text."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{_env_name(e['loc'])}: {_message(e['msg'])}" if e["loc"] else _message(e["msg"])
+            for e in exc.errors()
+        )
+    field = re.search(r'field "([^"]+)"', str(exc))
+    if field is None:
+        return str(exc)
+    info = model.model_fields.get(field[1])
+    listed = info is not None and get_origin(info.annotation) in (list, set, tuple)
+    shape = "a JSON list (e.g. '[\"a\"]')" if listed else "JSON"
+    return f"{_env_name((field[1],))}: not {shape}"
+
+
+def _message(msg: str) -> str:
+    """pydantic's message without the "Value error, " its validators' own messages begin with."""
+    return msg.removeprefix("Value error, ")
+
+
+# Read bare or with the prefix; the bare name wins when both are set (pydantic-settings reports the bare one).
+BARE_ENV_NAMES = ("REDIS_URL", "BROKER_URL", "REDIS_CLUSTER_URL", "PORT")
+
+
 def _env_name(loc: tuple[int | str, ...]) -> str:
-    name = str(loc[0]) if loc else "?"
-    if name.upper() in ("REDIS_URL", "BROKER_URL", "PORT") or name.startswith(ENV_PREFIX):
-        return name.upper()
-    return CONTRACT_ENV_NAMES.get(name, f"{ENV_PREFIX}{name.upper()}")
+    """The environment variable of an error's field (a field name, or the alias pydantic reports)."""
+    name = str(loc[0]).upper() if loc else "?"
+    if name in BARE_ENV_NAMES:
+        return _name_in_environment(name)
+    if name.startswith(ENV_PREFIX):
+        return name
+    return CONTRACT_ENV_NAMES.get(name.lower(), f"{ENV_PREFIX}{name}")
+
+
+def _name_in_environment(bare: str) -> str:
+    """``bare`` (``PORT``), or ``AGENT_SIGNAL_PORT`` when only that one is set: the name the operator wrote."""
+    present = {name.upper() for name in os.environ}
+    prefixed = f"{ENV_PREFIX}{bare}"
+    return prefixed if prefixed in present and bare not in present else bare
 
 
 class PluginSettings(_SecretsHidden, BaseSettings):
@@ -444,11 +500,8 @@ def plugin_settings(model: type[P], settings: Settings) -> P:
     mine = {name: value for name, value in extras.items() if name in model.model_fields}
     try:
         return model(**mine)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{_env_name(e['loc'])}: {e['msg']}" if e["loc"] else str(e["msg"]) for e in exc.errors()
-        )
-        raise SettingsError(f"refusing to start: {model.__name__}: {problems}") from None
+    except (ValidationError, SourceError) as exc:
+        raise SettingsError(f"refusing to start: {model.__name__}: {_problems(exc, model)}") from None
 
 
 def env_names(model: type[BaseSettings]) -> set[str]:

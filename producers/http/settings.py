@@ -51,7 +51,7 @@ class DoorSettings(PluginSettings):
     ops_open: Literal["always", "never"] = "never"  # ops surfaces without a credential (make run: always)
 
     # --- requests and connections (producers/http/door.py, connections.py) ---
-    max_request_bytes: int = 8 * 1024 * 1024  # one HTTP request body; larger -> 413
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1)  # one HTTP request body; larger -> 413
     max_connections: int = Field(default=2000, ge=1)  # per web process, else 503
     header_timeout_s: float = Field(default=10.0, gt=0)  # a request's head must arrive within this, else 408
     body_timeout_s: float = Field(default=60.0, gt=0)  # its body within this of the head, else closed

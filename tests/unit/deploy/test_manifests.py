@@ -105,10 +105,16 @@ def _expand(value: str) -> str:
     return re.sub(r"\$\(([A-Z_]+)\)", lambda m: {"POD_IP": "10.1.2.3"}.get(m[1], "secret"), value)
 
 
+# A secret's stand-in shaped like the value docs/operations.md puts in it (a broker URL's scheme is checked at load).
+SECRET_STAND_INS = {"BROKER_URL": "amqp://agent-signal:secret@agent-signal-rabbitmq:5672//"}
+
+
 def _literal_env(container: Obj) -> dict[str, str]:
     """The container's environment, secrets and field references replaced by stand-ins."""
     return {
-        name: _expand(entry["value"]) if "value" in entry else "stand-in-secret-0123456789"
+        name: _expand(entry["value"])
+        if "value" in entry
+        else SECRET_STAND_INS.get(name, "stand-in-secret-0123456789")
         for name, entry in env_of(container).items()
     }
 

@@ -29,15 +29,31 @@ def test_defaults_are_consistent() -> None:
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
-        ({"task_soft_time_limit_s": 400}, "task_soft_time_limit_s (400) must be < task_time_limit_s (330)"),
-        ({"task_time_limit_s": 4000}, "task_time_limit_s (4000) must be < visibility_timeout_s (3600)"),
-        ({"retry_cap_ms": 4_000_000}, "retry_cap_ms (4000000) must be < visibility_timeout_s"),
-        ({"lease_renew_interval_s": 11}, "lease_renew_interval_s (11.0) must be <= lease_ttl_s / 3 (10)"),
-        ({"max_attempts": 0}, "max_attempts (0) must be >= 1"),
+        (
+            {"task_soft_time_limit_s": 400},
+            "AGENT_SIGNAL_TASK_SOFT_TIME_LIMIT_S (400) must be < AGENT_SIGNAL_TASK_TIME_LIMIT_S (330)",
+        ),
+        (
+            {"task_time_limit_s": 4000},
+            "AGENT_SIGNAL_TASK_TIME_LIMIT_S (4000) must be < AGENT_SIGNAL_VISIBILITY_TIMEOUT_S (3600)",
+        ),
+        (
+            {"retry_cap_ms": 4_000_000},
+            "AGENT_SIGNAL_RETRY_CAP_MS (4000000) must be < AGENT_SIGNAL_VISIBILITY_TIMEOUT_S",
+        ),
+        (
+            {"lease_renew_interval_s": 11},
+            "AGENT_SIGNAL_LEASE_RENEW_INTERVAL_S (11.0) must be <= AGENT_SIGNAL_LEASE_TTL_S / 3 (10)",
+        ),
+        (
+            {"retry_base_ms": 2000, "retry_cap_ms": 1000},
+            "AGENT_SIGNAL_RETRY_BASE_MS (2000) must be <= AGENT_SIGNAL_RETRY_CAP_MS (1000)",
+        ),
     ],
 )
 def test_refuses_and_names_the_settings(overrides: dict[str, float], named: str) -> None:
-    """Each broken inequality is refused with a message naming the settings and values."""
+    """Each broken inequality is refused with a message naming the environment variables and values (an
+    audit: ``lease_ttl_s`` and ``task_time_limit_s`` named fields no operator sets)."""
     with pytest.raises(SettingsError) as info:
         check_settings(Settings(redis_url="redis://x", **overrides))  # type: ignore[arg-type]
     assert named in str(info.value)
