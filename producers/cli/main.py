@@ -27,7 +27,29 @@ from producers.cli.reach.target import CliError, transport_reason
 __all__ = ["main"]
 
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a command whose reader went away
-LOGLEVEL_HELP = "the log level: DEBUG, INFO, WARNING, ERROR or CRITICAL (default INFO)"
+LOGLEVEL_HELP = "the log level: DEBUG, INFO, WARNING, ERROR or CRITICAL, in any case (default INFO)"
+# --loglevel's names (any case) → the name passed on: those both the stdlib's logging and Celery's --loglevel take,
+# and the stdlib's WARN, which the web took (Celery does not: it becomes WARNING).
+LOG_LEVELS = {
+    "DEBUG": "DEBUG",
+    "INFO": "INFO",
+    "WARNING": "WARNING",
+    "WARN": "WARNING",
+    "ERROR": "ERROR",
+    "CRITICAL": "CRITICAL",
+    "FATAL": "FATAL",
+}
+
+
+def log_level(text: str) -> str:
+    """argparse's type for ``--loglevel``: a level's name in any case, upper-cased (else a usage error naming the
+    flag, exit 2, where a ValueError from logging's setLevel used to end the command)."""
+    level = LOG_LEVELS.get(text.upper())
+    if level is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a log level: give DEBUG, INFO, WARNING, ERROR or CRITICAL"
+        )
+    return level
 
 
 # ---- inspect, status, dlq ----------------------------------------------------------------------------
@@ -116,7 +138,7 @@ def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
         default=None,
         help="child processes, 1 or more (AGENT_SIGNAL_WORKER_CONCURRENCY)",
     )
-    p.add_argument("--loglevel", default="INFO", metavar="L", help=LOGLEVEL_HELP)
+    p.add_argument("--loglevel", type=log_level, default="INFO", metavar="L", help=LOGLEVEL_HELP)
     p.add_argument(
         "celery_flags",
         nargs="*",
@@ -127,7 +149,7 @@ def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("web", help="the HTTP API on HOST:PORT (Procfile: web)")
-    p.add_argument("--loglevel", default="INFO", metavar="L", help=LOGLEVEL_HELP)
+    p.add_argument("--loglevel", type=log_level, default="INFO", metavar="L", help=LOGLEVEL_HELP)
     p.set_defaults(func=cmd_web)
 
 

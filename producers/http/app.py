@@ -5,8 +5,10 @@ read once here and kept on ``app.state`` (``door``, ``session_limits``).
 Every error answers ``{"error": {"code", "message", "field"}}`` (``field`` null when no one field is at fault), never a stack trace;
 a store failure (Redis full, read-only or unreachable) is ``503 store_unavailable`` with ``Retry-After``.
 Credentials, principals and rate limits: producers/http/auth.py (docs/security.md).
-The producer (Redis and broker connections) opens at startup, not at import; startup first checks the Redis
-configuration (worker/store/safety.py) and refuses an evicting policy.
+The producer (Redis and broker connections) opens at startup, not at import; startup first makes the boot checks
+(:func:`check_boot`): the Redis configuration (worker/store/safety.py: an evicting policy is refused) and the function
+definitions. ``agent-signal web`` makes them before uvicorn starts, so that a refusal is one line and no traceback
+(producers/http/serve.py), and hands their result to the app, whose startup then does not make them again.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -49,46 +52,67 @@ from producers.http.streams.feed import Feed
 from producers.http.web_common import error_response, request_validation_error
 from producers.sdk.producer import Producer
 from sessions.function_store import ContentionError
-from sessions.functions import load_function_dir
+from sessions.functions import FunctionDef, load_function_dir
 from sessions.settings import session_limit_settings
 from sessions.store import SessionFull, SessionLimits
 from worker.core.errors import OverLimit
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.intake.source_event import InvalidEvent, StoreUnavailable
-from worker.settings import Settings
-from worker.store.safety import check_at_boot, note_store_failure, store_error_reason
+from worker.settings import Settings, plugin_settings
+from worker.store.safety import StoreSafety, check_at_boot, note_store_failure, store_error_reason
 from worker.telemetry.logs import install_pseudonyms
 from worker.telemetry.recorder import configure_telemetry
 
-__all__ = ["create_web_app"]
+__all__ = ["BootChecks", "check_boot", "create_web_app"]
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class BootChecks:
+    """What the boot checks found (:func:`check_boot`): the store's verdict and the function definitions by name."""
+
+    store_safety: StoreSafety
+    function_defs: dict[str, FunctionDef]
+
+
+def check_boot(settings: Settings) -> BootChecks:
+    """The checks that stop the web app at startup, in one place for ``agent-signal web`` and the app's startup:
+    an evicting Redis raises UnsafeStore (naming the policy and the fix), a broken function definition under
+    ``AGENT_SIGNAL_FUNCTIONS_DIR`` FunctionLoadError (naming the file and the field). Also reads the pseudonym
+    key this process's log lines name users by (worker/telemetry/logs.py)."""
+    from worker.store.client import redis_from_settings
+
+    client = redis_from_settings(settings)
+    try:
+        store_safety = check_at_boot(client, settings, component="web")
+        install_pseudonyms(client, settings)
+    finally:
+        client.close()
+    functions_dir = plugin_settings(AgentToolsSettings, settings).functions_dir
+    return BootChecks(store_safety, load_function_dir(functions_dir)[0] if functions_dir else {})
+
+
 def create_web_app(
-    settings: Settings, *, producer: Producer | None = None, door: DoorSettings | None = None
+    settings: Settings,
+    *,
+    producer: Producer | None = None,
+    door: DoorSettings | None = None,
+    boot: BootChecks | None = None,
 ) -> FastAPI:
     """The ASGI app for ``settings``; pass ``producer`` to share one (tests, embedding). ``door`` defaults to
-    the door's section of the environment and of ``settings``' extras."""
+    the door's section of the environment and of ``settings``' extras. ``boot``: the result of
+    :func:`check_boot` made before (``agent-signal web``); without it the app's startup makes the checks."""
     door = door or door_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = settings
-        from worker.store.client import redis_from_settings
-
-        # An evicting Redis stops the app here (UnsafeStore names the policy and the fix); see store_safety.
-        boot_client = redis_from_settings(settings)
-        try:
-            app.state.store_safety = check_at_boot(boot_client, settings, component="web")
-            install_pseudonyms(boot_client, settings)  # how this process's log lines name users
-        finally:
-            boot_client.close()
+        checked = boot or check_boot(settings)
+        app.state.store_safety = checked.store_safety
+        app.state.function_defs = checked.function_defs
         app.state.telemetry = configure_telemetry(settings, service_name="agent-signal-web")
         app.state.producer = producer or Producer(settings, telemetry=app.state.telemetry)
-        # Function definitions are checked at startup: a broken file stops the app with the file and field.
-        functions_dir = app.state.producer.runtime.settings_for(AgentToolsSettings).functions_dir
-        app.state.function_defs = load_function_dir(functions_dir)[0] if functions_dir else {}
         app.state.feed = Feed.from_settings(settings, door)  # one Redis subscriber for every receipts stream
         yield
         await app.state.feed.aclose()

@@ -2,16 +2,24 @@
 
 Secure by default: on a non-loopback ``AGENT_SIGNAL_HOST`` without any credential configured (no
 ``AGENT_SIGNAL_BOOTSTRAP_KEY``, no key created) the command stops before serving, with one line naming the
-fix; the app's lifespan checks the same for other ASGI servers (producers/http/auth.py). Connections are capped and
+fix; the app's lifespan checks the same for other ASGI servers (producers/http/auth.py). The app's boot checks
+(producers/http/app.py ``check_boot``: an evicting Redis, a broken function definition) are made here too, before
+uvicorn starts, so that a refusal is one line (exit 2) and not uvicorn's traceback of a failed startup; the app is
+handed their result and does not make them again. Connections are capped and
 a request's head and body have deadlines (producers/http/connections.py: uvicorn's own settings have neither).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from producers.http.settings import DoorSettings, door_settings
 from worker.runtime.assembly import load_plugins
-from worker.settings import Settings
+from worker.settings import Settings, SettingsError
 from worker.telemetry.logs import configure_logging
+
+if TYPE_CHECKING:
+    from producers.http.app import BootChecks
 
 __all__ = ["serve_web"]
 
@@ -27,8 +35,9 @@ def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
     load_plugins(settings)  # unknown settings and broken plugins stop here, as one line, before serving
     door = door_settings(settings)
     check_credentials(settings, door)
+    boot = run_boot_checks(settings)
     uvicorn.run(
-        create_web_app(settings, door=door),
+        create_web_app(settings, door=door, boot=boot),
         host=door.host,
         port=door.port,
         http=door_protocol(ConnectionLimits.from_settings(door)),
@@ -51,3 +60,18 @@ def check_credentials(settings: Settings, door: DoorSettings) -> None:
         check_can_serve(door, store)
     finally:
         client.close()
+
+
+def run_boot_checks(settings: Settings) -> BootChecks:
+    """The app's boot checks (producers/http/app.py ``check_boot``), made before serving: an evicting Redis is its
+    UnsafeStore (a SettingsError naming the policy and the fix), broken function definitions a SettingsError naming
+    ``AGENT_SIGNAL_FUNCTIONS_DIR`` and each problem (``<file>: <field>: <problem>``)."""
+    from producers.http.app import check_boot
+    from sessions.functions import FunctionLoadError
+
+    try:
+        return check_boot(settings)
+    except FunctionLoadError as exc:
+        raise SettingsError(
+            "refusing to start: AGENT_SIGNAL_FUNCTIONS_DIR: " + "; ".join(exc.errors or [str(exc)])
+        ) from None

@@ -65,22 +65,26 @@ def collect_pages(
     api: Api, path: str, params: dict[str, Any], *, key: str, total: int, page_max: int
 ) -> dict[str, Any]:
     """Up to ``total`` items of a cursor-paged listing (``{key: [...], "cursor"?}``), following the cursor; the
-    answer has the same shape, with the cursor of the next item when more are left."""
+    answer is the API's first page (its other fields, such as ``total``, as they came) with every page's items
+    under ``key`` and the cursor of the next item when more are left."""
     items: list[Any] = []
     cursor: str | None = None
+    first: dict[str, Any] | None = None
     while True:
         query = {**params, "limit": min(page_max, total - len(items))}
         if cursor is not None:
             query["cursor"] = cursor
         page = api.call("GET", path, params={k: v for k, v in query.items() if v is not None})
         batch = api.objects(page, key, "GET", path)
+        first = page if first is None else first
         taken = batch[: total - len(items)]
         items.extend(taken)
         # a page longer than asked for was cut: its cursor would skip what was cut, so none is given
         previous, cursor = cursor, page.get("cursor") if len(taken) == len(batch) else None
         if not cursor or cursor == previous or len(items) >= total:  # the end, or a cursor that stands still
             break
-    body: dict[str, Any] = {key: items}
+    body: dict[str, Any] = {name: value for name, value in (first or {}).items() if name != "cursor"}
+    body[key] = items
     if cursor:
         body["cursor"] = cursor
     return body

@@ -207,7 +207,7 @@ def _report(sent: list[Sent], args: argparse.Namespace, summary: dict[str, int])
             _say_rejection(number, rejection)
         elif args.ids:
             line = {"line": number, "eventId": result.event_id, "sourceId": result.source_id}
-            print(json.dumps({**line, "status": result.status}), flush=True)
+            print(json.dumps({**line, "status": result.status}, separators=(",", ":")), flush=True)
 
 
 def _send_all(

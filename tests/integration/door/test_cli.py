@@ -91,7 +91,8 @@ class TestEnqueue:
     def test_ids_print_one_line_per_event_before_the_summary(
         self, make_settings: Any, tmp_path: Path
     ) -> None:
-        """--ids prints {"line","eventId","sourceId","status"} per enqueued line, in line order, then the summary."""
+        """--ids prints {"line","eventId","sourceId","status"} per enqueued line, in line order, then the summary;
+        each compact, as the summary is (docs/cli.md: they printed with spaces after ``:`` and ``,``)."""
         settings = make_settings()
         path = _write(tmp_path / "e.jsonl", [GOOD % "i1", "{bad", GOOD % "i2", GOOD % "i1"])
         lines = _cli(settings, "enqueue", str(path), "--ids").stdout.strip().splitlines()
@@ -103,6 +104,7 @@ class TestEnqueue:
         ]
         assert rows[0]["eventId"].startswith("evt_") and rows[2]["eventId"] == rows[0]["eventId"]
         assert rows[-1] == {"accepted": 2, "duplicate": 1, "rejected": 1}
+        assert lines == [json.dumps(row, separators=(",", ":")) for row in rows]
 
     def test_over_http(self, make_settings: Any, start_web: Any, tmp_path: Path) -> None:
         """--url sends through POST /v1/events; a bad line is rejected alone, with its line and field."""

@@ -10,7 +10,6 @@ content of Flower's HTTP API, bounded.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -156,7 +155,8 @@ def test_worker_flags_pass_through_and_celery_tools_find_the_worker(
 ) -> None:
     """``agent-signal worker -- --concurrency 3 -n NAME@%h`` starts a worker with those flags;
     ``celery -A worker.runtime.celery_app inspect`` finds it with the environment's settings, or, with REDIS_URL unset,
-    through the running ``make run`` stack file; with neither it fails naming REDIS_URL."""
+    through the running ``make run`` stack file (its Redis, key prefix and queue); with neither it fails in one line
+    naming REDIS_URL."""
     settings = make_settings()
     env = settings_env(settings)
     name = f"flags-{uuid.uuid4().hex[:8]}"
@@ -179,15 +179,29 @@ def test_worker_flags_pass_through_and_celery_tools_find_the_worker(
     assert stats.returncode == 0, stats.stderr
     assert json.loads(stats.stdout)[hostname]["pool"]["max-concurrency"] == 3
 
-    without_url = {k: v for k, v in env.items() if k not in ("REDIS_URL", "BROKER_URL")}
+    # a second terminal: no Redis, prefix or queue of its own; the stack file names the worker's (a make run stack
+    # with AGENT_SIGNAL_KEY_PREFIX and AGENT_SIGNAL_QUEUE_NAME set), whose `run` process is alive
+    own = ("REDIS_URL", "BROKER_URL", "AGENT_SIGNAL_KEY_PREFIX", "AGENT_SIGNAL_QUEUE_NAME")
+    without_url = {k: v for k, v in env.items() if k not in own}
     stack_dir = tmp_path / "checkout"
     (stack_dir / ".agent-signal").mkdir(parents=True)
-    stack = {"version": 1, "pid": os.getpid(), "url": "http://127.0.0.1:1", "redisUrl": settings.redis_url}
+    run = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "run"], stdin=subprocess.PIPE
+    )
+    request.addfinalizer(lambda: run.communicate(timeout=10))  # its stdin closed: it ends
+    stack = {
+        "version": 1,
+        "pid": run.pid,
+        "url": "http://127.0.0.1:1",
+        "redisUrl": settings.redis_url,
+        "keyPrefix": settings.key_prefix,
+        "queueName": settings.queue_name,
+    }
     (stack_dir / ".agent-signal" / "stack.json").write_text(json.dumps(stack))
     ping = _celery(["inspect", "ping", "--timeout", "10", "-d", hostname], without_url, stack_dir)
     assert ping.returncode == 0 and "pong" in ping.stdout, ping.stdout + ping.stderr
 
     (tmp_path / "elsewhere").mkdir()
     lost = _celery(["inspect", "ping"], without_url, tmp_path / "elsewhere")
-    assert lost.returncode != 0
-    assert "REDIS_URL is not set" in lost.stderr, lost.stderr
+    assert lost.returncode == 2
+    assert "REDIS_URL is not set" in lost.stderr and "Traceback" not in lost.stderr, lost.stderr

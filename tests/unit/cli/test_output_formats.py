@@ -137,6 +137,31 @@ class TestMoreFollow:
         assert capsys.readouterr().err == ""
 
 
+class TestListingJson:
+    @pytest.mark.parametrize(
+        ("verb", "path", "page"),
+        [
+            (["scopes", "list"], "/v1/scopes", {"scopes": [{"scopeKey": "s1", "state": "busy"}], "total": 7}),
+            (["outbox", "dead"], "/v1/outbox/dead", {"records": [], "total": 0}),
+            (["runs", "list"], "/v1/events", {"events": [{"eventId": "evt_1"}]}),
+        ],
+        ids=["scopes list", "outbox dead", "runs list"],
+    )
+    def test_json_is_the_apis_page(
+        self,
+        door: FakeDoor,
+        verb: list[str],
+        path: str,
+        page: dict[str, object],
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """``--json`` prints the API's JSON (docs/cli.md): an audit found ``scopes list`` and ``outbox dead`` dropped
+        the page's ``total``, printing only the items and the cursor."""
+        door.answer("GET", path, page)
+        assert main([*verb, "--json", "--url", door.url]) == 0
+        assert json.loads(capsys.readouterr().out) == page
+
+
 class TestProbeWebErrors:
     URL = "http://127.0.0.1:8000/readyz"
 

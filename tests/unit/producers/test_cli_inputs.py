@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from producers.cli import run
-from producers.cli.main import main
+from producers.cli.main import build_parser, main
 from producers.cli.reach.target import quote_id
 from tests.conftest import ROOT, settings_env
 
@@ -121,6 +121,36 @@ class TestNumbers:
         assert _one_line(capsys) == "agent-signal web: PORT is 99999: a TCP port is 1..65535"
         assert main(["probe", "web"]) == 2
         assert _one_line(capsys) == "agent-signal probe web: PORT is 99999: a TCP port is 1..65535"
+
+
+class TestLogLevel:
+    @pytest.mark.parametrize("verb", ["worker", "web"])
+    def test_a_bad_level_is_a_usage_error_naming_the_flag(
+        self, verb: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """An audit: ``--loglevel BOGUS`` ended the command with ``ValueError: Unknown level: 'BOGUS'`` from logging,
+        no usage line and no flag named. Now argparse's usage error names ``--loglevel`` and the levels."""
+        assert _usage_error([verb, "--loglevel", "BOGUS"], capsys) == (
+            f"agent-signal {verb}: error: argument --loglevel: 'BOGUS' is not a log level: "
+            "give DEBUG, INFO, WARNING, ERROR or CRITICAL"
+        )
+
+    @pytest.mark.parametrize(
+        ("given", "passed_on"),
+        [
+            ("debug", "DEBUG"),
+            ("Info", "INFO"),
+            ("warn", "WARNING"),
+            ("fatal", "FATAL"),
+            ("CRITICAL", "CRITICAL"),
+        ],
+    )
+    def test_the_levels_taken_before_are_taken_in_any_case(self, given: str, passed_on: str) -> None:
+        """What logging and Celery took (any case; WARN, FATAL) is still taken, passed on upper-cased; INFO by default."""
+        parser = build_parser()
+        for verb in ("worker", "web"):
+            assert parser.parse_args([verb, "--loglevel", given]).loglevel == passed_on
+            assert parser.parse_args([verb]).loglevel == "INFO"
 
 
 class TestArgumentsNotText:
