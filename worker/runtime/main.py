@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import structlog
 
 from worker.runtime.app import create_app
-from worker.settings import Settings
+from worker.settings import Settings, SettingsError
 from worker.store.client import redis_from_settings
 from worker.store.safety import check_at_boot
 from worker.telemetry.logs import configure_logging, install_pseudonyms
@@ -54,7 +54,12 @@ def run_worker(
     settings.require_redis_url()
     # Metric files of this worker's processes; set before any metric exists (the children inherit it).
     owned_dir = None if settings.metrics_dir else tempfile.mkdtemp(prefix="agent-signal-metrics-")
-    use_multiprocess_dir(settings.metrics_dir or str(owned_dir))
+    try:
+        use_multiprocess_dir(settings.metrics_dir or str(owned_dir))
+    except OSError as exc:  # one line naming the setting, not a traceback
+        raise SettingsError(
+            f"refusing to start: AGENT_SIGNAL_METRICS_DIR ({settings.metrics_dir}): {exc.strerror or exc}"
+        ) from None
     app = create_app(settings)
     client = redis_from_settings(settings)
     try:  # an evicting Redis stops the worker here (UnsafeStore names the policy and the fix)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
@@ -269,12 +268,15 @@ def process_metrics() -> ProcessMetrics:
 
 
 def use_multiprocess_dir(path: str | os.PathLike[str]) -> Path:
-    """Make ``path`` this process tree's metrics directory, emptied first (files of an earlier run would be
-    summed in). Call before anything imports prometheus_client: the worker's main process, before forking."""
+    """Make ``path`` this process tree's metrics directory, made if missing and emptied of metric files first
+    (files of an earlier run would be summed in): only prometheus_client's ``*.db`` files are removed, never the
+    directory or anything else an operator keeps there. Call before anything imports prometheus_client: the
+    worker's main process, before forking. OSError when it cannot be made or written."""
     directory = Path(path)
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True, mode=0o700)
+    directory.mkdir(parents=True, mode=0o700, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        if stale.is_file():
+            stale.unlink()
     os.environ[MULTIPROC_ENV] = str(directory)
     return directory
 

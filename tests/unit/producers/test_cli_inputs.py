@@ -115,12 +115,13 @@ class TestNumbers:
     def test_a_port_out_of_range_names_port(
         self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        """``PORT=99999 agent-signal web`` (and ``probe web``): one line naming PORT, exit 2, no OverflowError."""
+        """``PORT=99999 agent-signal web`` (and ``probe web``, ``run``): one line naming PORT, exit 2, no
+        OverflowError (``run`` met one binding its free-port check)."""
         monkeypatch.setenv("PORT", "99999")
-        assert main(["web"]) == 2
-        assert _one_line(capsys) == "agent-signal web: PORT is 99999: a TCP port is 1..65535"
-        assert main(["probe", "web"]) == 2
-        assert _one_line(capsys) == "agent-signal probe web: PORT is 99999: a TCP port is 1..65535"
+        refusal = "SettingsError: refusing to start: DoorSettings: PORT: Input should be less than or equal to 65535"
+        for argv in (["web"], ["probe", "web"], ["run"]):
+            assert main(argv) == 2
+            assert _one_line(capsys) == f"agent-signal {' '.join(argv)}: {refusal}"
 
 
 class TestLogLevel:

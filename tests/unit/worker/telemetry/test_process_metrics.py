@@ -201,3 +201,34 @@ def test_source_types_past_the_cap_share_one_label_value() -> None:
         total(samples, "agent_signal_source_occurrences_total", agent_signal_source_type=OTHER_SOURCE_TYPE)
         == extra
     )
+
+
+def test_the_metrics_directory_is_emptied_of_metric_files_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker empties its metrics directory of an earlier run's ``*.db`` files; an operator's own files there,
+    and the directory itself, stay (it was removed whole: AGENT_SIGNAL_METRICS_DIR=$HOME would have lost $HOME)."""
+    from worker.telemetry.process_metrics import MULTIPROC_ENV, use_multiprocess_dir
+
+    monkeypatch.delenv(MULTIPROC_ENV, raising=False)
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    (directory / "counter_123.db").write_bytes(b"old")
+    (directory / "notes.txt").write_text("keep")
+    assert use_multiprocess_dir(directory) == directory
+    assert sorted(p.name for p in directory.iterdir()) == ["notes.txt"]
+    assert use_multiprocess_dir(tmp_path / "new" / "dir").is_dir()  # made when missing
+
+
+def test_a_metrics_directory_that_cannot_be_made_is_a_refusal_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``AGENT_SIGNAL_METRICS_DIR=/proc/xx agent-signal worker`` ended in a FileNotFoundError traceback."""
+    from worker.runtime.main import run_worker
+    from worker.settings import SettingsError
+    from worker.telemetry.process_metrics import MULTIPROC_ENV
+
+    monkeypatch.setenv(MULTIPROC_ENV, os.environ.get(MULTIPROC_ENV, ""))  # restored after the test
+    settings = Settings(redis_url="redis://127.0.0.1:1/0", metrics_dir="/proc/agent-signal-none/x")
+    with pytest.raises(SettingsError, match=r"refusing to start: AGENT_SIGNAL_METRICS_DIR \(/proc/"):
+        run_worker(settings)
