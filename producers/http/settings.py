@@ -31,7 +31,9 @@ class DoorSettings(PluginSettings):
     )
 
     # --- address ---
-    port: int = Field(default=8000, ge=1, le=65535, validation_alias=AliasChoices("PORT", "AGENT_SIGNAL_PORT"))
+    port: int = Field(
+        default=8000, ge=1, le=65535, validation_alias=AliasChoices("PORT", "AGENT_SIGNAL_PORT")
+    )
     host: str = "127.0.0.1"
 
     # --- credentials (worker/ops/credentials.py, producers/http/auth.py; docs/security.md) ---

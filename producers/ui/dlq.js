@@ -215,7 +215,7 @@ function dlqPage() {
       wanted = dead.size;
       sync();
     } finally { more.disabled = false; }
-  }));
+  }).catch(() => {})); // shown in the banner
 
   const refresh = () => inTurn(async () => {
     await readDead();

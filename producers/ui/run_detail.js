@@ -276,7 +276,12 @@ function runDetailPage(eventId) {
     if (status !== 200) { neighboursBox.replaceChildren(el("p", { class: "muted" }, "Unavailable.")); return; }
     const list = [...body.events].sort((a, b) => (a.enqueuedAt || 0) - (b.enqueuedAt || 0));
     const i = list.findIndex((e) => e.eventId === eventId);
-    const around = i < 0 ? [] : list.slice(Math.max(0, i - 2), i + 3);
+    if (i < 0) { // the list is the scope's latest 200 runs: an older run is not in it
+      const older = `#/runs?${qs({ scopeKey: rec.scopeKey, until: rec.enqueuedAt })}`;
+      neighboursBox.replaceChildren(el("p", { class: "muted" }, list.length ? `Not among the scope's latest ${list.length} runs. ` : "Not in its scope's list of runs. ", rec.enqueuedAt ? el("a", { href: older }, "The scope's runs up to this one") : null));
+      return;
+    }
+    const around = list.slice(Math.max(0, i - 2), i + 3);
     neighboursBox.replaceChildren(around.length > 1
       ? el("ol", { class: "neighbours" }, around.map((e) => el("li", { class: e.eventId === eventId ? "current" : "" }, e.eventId === eventId ? el("strong", {}, "this run") : runLink(e.eventId), " ", badge(e.status), ` ${e.sourceType || ""} · ${fmtTime(e.enqueuedAt)}`)))
       : el("p", { class: "muted" }, "It is the only run of its scope."));

@@ -140,7 +140,7 @@ function runsPage(sub) {
       depth = oldest([...rows.values()]);
       render();
     } finally { more.disabled = false; }
-  }));
+  }).catch(() => {})); // shown in the banner
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();

@@ -117,7 +117,7 @@ function scopesPage() {
       if (scopes.length) depth = scopes[scopes.length - 1].scopeKey;
       renderScopes();
     } finally { moreScopes.disabled = false; }
-  }));
+  }).catch(() => {})); // shown in the banner
 
   function renderScopes() {
     moreScopes.hidden = !cursor;

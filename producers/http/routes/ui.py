@@ -29,6 +29,7 @@ UI_FILES = {
     "app.css": "text/css",
     "examples.js": "text/javascript",
     "cells.js": "text/javascript",
+    "conversation.js": "text/javascript",
     "runs.js": "text/javascript",
     "run_detail.js": "text/javascript",
     "chains.js": "text/javascript",
