@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import tempfile
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
@@ -268,17 +270,24 @@ def process_metrics() -> ProcessMetrics:
 
 
 def use_multiprocess_dir(path: str | os.PathLike[str]) -> Path:
-    """Make ``path`` this process tree's metrics directory, made if missing and emptied of metric files first
-    (files of an earlier run would be summed in): only prometheus_client's ``*.db`` files are removed, never the
-    directory or anything else an operator keeps there. Call before anything imports prometheus_client: the
-    worker's main process, before forking. OSError when it cannot be made or written."""
+    """Make ``path`` this process tree's metrics directory, made if missing (mode 0700) and emptied of metric files
+    first (files of an earlier run would be summed in): only the files prometheus_client names
+    (``counter_<pid>.db``, ``gauge_livesum_<pid>.db``, ...) are removed, never the directory or anything else an
+    operator keeps there. Call before anything imports prometheus_client: the worker's main process, before
+    forking. OSError when it cannot be made or written (a file is created and removed to know)."""
     directory = Path(path)
     directory.mkdir(parents=True, mode=0o700, exist_ok=True)
-    for stale in directory.glob("*.db"):
-        if stale.is_file():
+    for stale in directory.iterdir():
+        if _METRIC_FILE.fullmatch(stale.name) and stale.is_file():
             stale.unlink()
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".agent-signal-probe-"):
+        pass  # writable, or OSError now rather than at the first metric
     os.environ[MULTIPROC_ENV] = str(directory)
     return directory
+
+
+# prometheus_client's multiprocess files: ``<type>_<pid>.db`` (values.py: counter, gauge_<mode>, histogram, summary)
+_METRIC_FILE = re.compile(r"(counter|histogram|summary|gauge_[a-z]+)_\d+\.db")
 
 
 def _registry() -> Any:

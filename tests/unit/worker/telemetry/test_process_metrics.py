@@ -206,17 +206,25 @@ def test_source_types_past_the_cap_share_one_label_value() -> None:
 def test_the_metrics_directory_is_emptied_of_metric_files_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A worker empties its metrics directory of an earlier run's ``*.db`` files; an operator's own files there,
-    and the directory itself, stay (it was removed whole: AGENT_SIGNAL_METRICS_DIR=$HOME would have lost $HOME)."""
+    """A worker empties its metrics directory of an earlier run's metric files (prometheus_client's names only);
+    an operator's own files there, a SQLite ``app.db`` too, and the directory itself stay (it was removed whole:
+    AGENT_SIGNAL_METRICS_DIR=$HOME would have lost $HOME)."""
     from worker.telemetry.process_metrics import MULTIPROC_ENV, use_multiprocess_dir
 
     monkeypatch.delenv(MULTIPROC_ENV, raising=False)
     directory = tmp_path / "metrics"
     directory.mkdir()
-    (directory / "counter_123.db").write_bytes(b"old")
-    (directory / "notes.txt").write_text("keep")
+    for metric_file in ("counter_123.db", "gauge_livesum_9.db", "histogram_77.db"):
+        (directory / metric_file).write_bytes(b"old")
+    for own in ("notes.txt", "app.db", "celerybeat-schedule.db", "counter_x.db"):
+        (directory / own).write_text("keep")
     assert use_multiprocess_dir(directory) == directory
-    assert sorted(p.name for p in directory.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "app.db",
+        "celerybeat-schedule.db",
+        "counter_x.db",
+        "notes.txt",
+    ]
     assert use_multiprocess_dir(tmp_path / "new" / "dir").is_dir()  # made when missing
 
 
