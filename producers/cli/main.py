@@ -27,7 +27,9 @@ from producers.cli.reach.target import CliError, transport_reason
 __all__ = ["main"]
 
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a command whose reader went away
-LOGLEVEL_HELP = "the log level: DEBUG, INFO, WARNING (WARN), ERROR or CRITICAL (FATAL), in any case (default INFO)"
+LOGLEVEL_HELP = (
+    "the log level: DEBUG, INFO, WARNING (WARN), ERROR or CRITICAL (FATAL), in any case (default INFO)"
+)
 # --loglevel's names (any case) → the name passed on: those both the stdlib's logging and Celery's --loglevel take,
 # and the stdlib's WARN, which the web took (Celery does not: it becomes WARNING).
 LOG_LEVELS = {
