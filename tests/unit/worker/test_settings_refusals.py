@@ -1,5 +1,6 @@
 """Values refused at load, each naming the environment variable the operator set: a number out of its range,
-a list that is not JSON, a broker URL kombu has no transport for, and the message when no Redis is configured."""
+a list that is not JSON, a broker URL kombu has no transport for, and the message when no Redis is configured;
+unknown ``AGENT_SIGNAL_*`` names, Kubernetes' service-link variables excepted inside Kubernetes only."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pydantic_settings import BaseSettings
 
 from producers.http.settings import DoorSettings, door_settings
 from sessions.settings import SessionLimitSettings, session_limit_settings
-from worker.settings import Settings, SettingsError, load_settings
+from worker.runtime.assembly import section_models
+from worker.settings import Settings, SettingsError, check_environment, env_names, load_settings
 
 # Read by the CLI's own check before anything listens ("PORT is 99999: a TCP port is 1..65535", exit 2).
 CHECKED_ELSEWHERE = {"port"}
@@ -187,3 +189,91 @@ def test_no_redis_says_so_for_every_caller() -> None:
     message = str(refused.value)
     assert message.startswith("REDIS_URL is not set and no embedded Redis was started: set REDIS_URL")
     assert "web app" not in message and "--url" not in message
+
+
+# What kubelet injected into every pod of the namespace for the Services agent-signal-web (port 8000, named
+# http), agent-signal-redis (6379) and agent-signal-rabbitmq (5672): the pods refused to start on them.
+SERVICE_LINKS = {
+    "AGENT_SIGNAL_WEB_SERVICE_HOST": "10.96.12.34",
+    "AGENT_SIGNAL_WEB_SERVICE_PORT": "8000",
+    "AGENT_SIGNAL_WEB_SERVICE_PORT_HTTP": "8000",
+    "AGENT_SIGNAL_WEB_PORT": "tcp://10.96.12.34:8000",
+    "AGENT_SIGNAL_WEB_PORT_8000_TCP": "tcp://10.96.12.34:8000",
+    "AGENT_SIGNAL_WEB_PORT_8000_TCP_PROTO": "tcp",
+    "AGENT_SIGNAL_WEB_PORT_8000_TCP_PORT": "8000",
+    "AGENT_SIGNAL_WEB_PORT_8000_TCP_ADDR": "10.96.12.34",
+    "AGENT_SIGNAL_REDIS_SERVICE_HOST": "10.96.0.7",
+    "AGENT_SIGNAL_REDIS_SERVICE_PORT": "6379",
+    "AGENT_SIGNAL_REDIS_PORT": "tcp://10.96.0.7:6379",
+    "AGENT_SIGNAL_REDIS_PORT_6379_TCP": "tcp://10.96.0.7:6379",
+    "AGENT_SIGNAL_REDIS_PORT_6379_TCP_PROTO": "tcp",
+    "AGENT_SIGNAL_REDIS_PORT_6379_TCP_PORT": "6379",
+    "AGENT_SIGNAL_REDIS_PORT_6379_TCP_ADDR": "10.96.0.7",
+    "AGENT_SIGNAL_RABBITMQ_SERVICE_HOST": "fd00::5",
+    "AGENT_SIGNAL_RABBITMQ_SERVICE_PORT": "5672",
+    "AGENT_SIGNAL_RABBITMQ_PORT": "tcp://[fd00::5]:5672",
+    "AGENT_SIGNAL_RABBITMQ_PORT_5672_TCP": "tcp://[fd00::5]:5672",
+    "AGENT_SIGNAL_RABBITMQ_PORT_5672_TCP_PROTO": "tcp",
+    "AGENT_SIGNAL_RABBITMQ_PORT_5672_TCP_PORT": "5672",
+    "AGENT_SIGNAL_RABBITMQ_PORT_5672_TCP_ADDR": "fd00::5",
+}
+IN_KUBERNETES = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+
+
+def _check(environ: dict[str, str]) -> None:
+    check_environment(Settings(), section_models(), environ=environ)
+
+
+class TestServiceLinks:
+    def test_a_services_links_pass_inside_kubernetes(self) -> None:
+        """Every pod created after the Services refused to start ("unknown setting AGENT_SIGNAL_WEB_PORT; did
+        you mean AGENT_SIGNAL_PORT?"): inside Kubernetes those variables are kubelet's, not settings."""
+        _check(IN_KUBERNETES | SERVICE_LINKS)
+
+    @pytest.mark.parametrize("name", sorted(SERVICE_LINKS))
+    def test_the_same_names_are_refused_outside_kubernetes(self, name: str) -> None:
+        """Without KUBERNETES_SERVICE_HOST nothing injects them: each is an operator's typo, refused."""
+        with pytest.raises(SettingsError, match=rf"unknown setting {name}\b"):
+            _check(SERVICE_LINKS)
+
+    def test_outside_kubernetes_a_typo_keeps_its_hint(self) -> None:
+        with pytest.raises(
+            SettingsError, match=r"unknown setting AGENT_SIGNAL_WEB_PORT; did you mean AGENT_SIGNAL_PORT\?"
+        ):
+            _check({"AGENT_SIGNAL_WEB_PORT": "8000"})
+
+    @pytest.mark.parametrize(
+        ("name", "value"),
+        [
+            ("AGENT_SIGNAL_WEB_PORT", "8000"),  # a link's _PORT is tcp://ip:port
+            ("AGENT_SIGNAL_WORKER_METRICS_PORTT", "9808"),
+            ("AGENT_SIGNAL_METRICS_PORT", "9808"),  # no AGENT_SIGNAL_METRICS_SERVICE_HOST
+            ("AGENT_SIGNAL_METRICS_SERVICE_PORT", "9808"),  # nor here
+            ("AGENT_SIGNAL_WEB_SERVICE_PORT_HTTP", "http"),
+            ("AGENT_SIGNAL_WEB_PORT_8000_TCP", "tcp://10.96.12.34:8001"),  # port differs from the name's
+            ("AGENT_SIGNAL_WEB_PORT_8000_TCP_PROTO", "udp"),
+            ("AGENT_SIGNAL_WEB_PORT_8000_TCP_ADDR", "agent-signal-web"),
+            ("AGENT_SIGNAL_WEB_PORT_8000_TCP_PORT", "80"),
+            ("agent_signal_web_port", "tcp://10.96.12.34:8000"),  # kubelet's names are upper case
+        ],
+    )
+    def test_a_typo_inside_kubernetes_not_shaped_like_a_link_is_refused(self, name: str, value: str) -> None:
+        """Inside Kubernetes, next to real links, a name of a link's form is skipped only with a link's value
+        and its Service's _SERVICE_HOST and _SERVICE_PORT set: a misspelt setting is still refused."""
+        environ = IN_KUBERNETES | {k: v for k, v in SERVICE_LINKS.items() if k.upper() != name.upper()}
+        with pytest.raises(SettingsError, match=rf"unknown setting {name}\b"):
+            _check(environ | {name: value})
+
+    def test_a_real_setting_is_still_read_and_validated(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A real setting is never skipped as a link: AGENT_SIGNAL_PORT (a link's form for a Service named
+        agent-signal) with a link's value fails its own validation, and every real name stays known."""
+        known = set(env_names(Settings)).union(*(env_names(m) for m in section_models()))
+        link_shaped = {name: "tcp://10.96.0.9:8000" for name in known if name.startswith("AGENT_SIGNAL_")}
+        _check(IN_KUBERNETES | SERVICE_LINKS | link_shaped)  # no name is unknown: the link check never ran
+        for name, value in IN_KUBERNETES.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("AGENT_SIGNAL_SERVICE_HOST", "10.96.0.9")
+        monkeypatch.setenv("AGENT_SIGNAL_SERVICE_PORT", "8000")
+        monkeypatch.setenv("AGENT_SIGNAL_PORT", "tcp://10.96.0.9:8000")
+        with pytest.raises(SettingsError, match=r"AGENT_SIGNAL_PORT: .*integer"):
+            _load_every_section()
