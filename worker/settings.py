@@ -25,7 +25,6 @@ the settings involved. Why each one matters:
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import json
 import os
 import re
@@ -36,6 +35,8 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError  # a source's own: a list setting that is not JSON
+
+from worker.core.service_links import is_service_link
 
 __all__ = [
     "PluginSettings",
@@ -522,80 +523,13 @@ def _closest(name: str, known: Iterable[str]) -> str:
     return f"; did you mean {match[0]}?" if match else ""
 
 
-# Kubernetes' service-link variables (enableServiceLinks, on by default): for each Service with a cluster IP,
-# kubelet sets <SVC>_SERVICE_HOST (the IP), <SVC>_SERVICE_PORT and <SVC>_SERVICE_PORT_<PORT NAME> (numbers) and
-# Docker-links-style <SVC>_PORT and <SVC>_PORT_<n>_<PROTO> (proto://ip:n), ..._PROTO, ..._PORT and ..._ADDR, SVC
-# being the Service's name upper-cased with dashes as underscores: agent-signal-web → AGENT_SIGNAL_WEB_*.
-_LINK_PROTO = "(?P<proto>TCP|UDP|SCTP)"
-_SERVICE_LINK_FORMS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern), value)
-    for pattern, value in (
-        (r"(?P<svc>[A-Z0-9_]+)_SERVICE_HOST", "ip"),
-        (r"(?P<svc>[A-Z0-9_]+)_SERVICE_PORT(?:_[A-Z0-9_]+)?", "number"),
-        (r"(?P<svc>[A-Z0-9_]+)_PORT", "url"),
-        (rf"(?P<svc>[A-Z0-9_]+)_PORT_(?P<n>[0-9]+)_{_LINK_PROTO}", "url"),
-        (rf"(?P<svc>[A-Z0-9_]+)_PORT_(?P<n>[0-9]+)_{_LINK_PROTO}_PROTO", "proto"),
-        (rf"(?P<svc>[A-Z0-9_]+)_PORT_(?P<n>[0-9]+)_{_LINK_PROTO}_PORT", "n"),
-        (rf"(?P<svc>[A-Z0-9_]+)_PORT_(?P<n>[0-9]+)_{_LINK_PROTO}_ADDR", "ip"),
-    )
-)
-
-
-def _is_ip(value: str | None) -> bool:
-    try:
-        ipaddress.ip_address(value or "")
-    except ValueError:
-        return False
-    return True
-
-
-def _is_port_url(value: str, proto: str | None, port: str | None) -> bool:
-    """``tcp://10.0.0.1:8000`` (``tcp://[fd00::1]:8000``): a service link's ``proto://ip:port``."""
-    scheme, sep, rest = value.partition("://")
-    host, _, number = rest.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    return (
-        bool(sep)
-        and scheme in ("tcp", "udp", "sctp")
-        and (proto is None or scheme == proto.lower())
-        and number.isdigit()
-        and (port is None or number == port)
-        and _is_ip(host)
-    )
-
-
-def _is_service_link(name: str, env: Mapping[str, str]) -> bool:
-    """Whether ``name`` is a variable kubelet set for a Service: only inside Kubernetes, in one of the
-    service-link forms, with a service link's value, and its Service's ``_SERVICE_HOST`` (an IP) and
-    ``_SERVICE_PORT`` (a number) set too. A misspelt setting fails one of these and is still refused."""
-    if not env.get("KUBERNETES_SERVICE_HOST"):
-        return False
-    value = env[name]
-    for pattern, shape in _SERVICE_LINK_FORMS:
-        match = pattern.fullmatch(name)
-        if match is None:
-            continue
-        groups = match.groupdict()
-        svc, proto, port = groups["svc"], groups.get("proto"), groups.get("n")
-        shaped = {
-            "ip": _is_ip(value),
-            "number": value.isdigit(),
-            "url": _is_port_url(value, proto, port),
-            "proto": proto is not None and value == proto.lower(),
-            "n": value == port,
-        }[shape]
-        if shaped and _is_ip(env.get(f"{svc}_SERVICE_HOST")) and env.get(f"{svc}_SERVICE_PORT", "").isdigit():
-            return True
-    return False
-
-
 def check_environment(
     settings: Settings,
     models: Iterable[type[BaseSettings]],
     environ: Mapping[str, str] | None = None,
 ) -> None:
     """Refuse ``AGENT_SIGNAL_*`` variables and keyword extras that no loaded settings model declares (Kubernetes'
-    service-link variables of a Service named ``agent-signal-…`` excepted: :func:`_is_service_link`)."""
+    service-link variables of a Service named ``agent-signal-…`` excepted: :func:`is_service_link`)."""
     models = [Settings, *models]
     known = set(OTHER_ENV_NAMES).union(*(env_names(m) for m in models))
     env = os.environ if environ is None else environ
@@ -605,7 +539,7 @@ def check_environment(
         for name in sorted(env)
         if name.upper().startswith(ENV_PREFIX)
         and name.upper() not in known
-        and not _is_service_link(name, env)
+        and not is_service_link(name, env)
     ]
     fields = set().union(*(m.model_fields for m in models))
     problems += [

@@ -16,10 +16,9 @@ Any other exception raised by a handler is treated as transient (retried with ba
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from redis.exceptions import RedisError
-
-from worker.settings import Settings
 
 __all__ = [
     "EventOfAnotherUser",
@@ -29,6 +28,7 @@ __all__ = [
     "OverLimit",
     "PermanentFailure",
     "PipelineError",
+    "QuotaSettings",
     "RetryLater",
     "SkipEvent",
 ]
@@ -78,6 +78,26 @@ class EventOfAnotherUser(Exception):
         self.user_id = user_id
 
 
+class QuotaSettings(Protocol):
+    """The limits :meth:`OverLimit.from_reply` names (worker/settings.py ``Settings`` has them; the core reads
+    them through this protocol, so it imports nothing above it)."""
+
+    @property
+    def max_inbox_depth(self) -> int: ...
+    @property
+    def tenant_max_queued(self) -> int: ...
+    @property
+    def store_retry_after_s(self) -> int: ...
+    @property
+    def tenant_max_events(self) -> int: ...
+    @property
+    def tenant_max_bytes(self) -> int: ...
+    @property
+    def user_max_bytes(self) -> int: ...
+    @property
+    def user_max_events(self) -> int: ...
+
+
 class OverLimit(Exception):
     """An admission limit refused a whole batch before anything was stored (the door answers 429).
 
@@ -96,7 +116,7 @@ class OverLimit(Exception):
         self.field = field
 
     @classmethod
-    def from_reply(cls, reply: str, settings: Settings, users: Sequence[str] = ()) -> OverLimit:
+    def from_reply(cls, reply: str, settings: QuotaSettings, users: Sequence[str] = ()) -> OverLimit:
         """From the script's ``OVERLIMIT inbox <scopeRef> <depth>`` / ``OVERLIMIT tenant <queued>`` /
         ``OVERLIMIT events <retained> <retryAfterS>`` / ``OVERLIMIT userevents <n-th user> <retained> <retryAfterS>``
         / ``OVERLIMIT user <n-th count> <bytes> <retryAfterS>`` (the counts are each of ``users``' when
