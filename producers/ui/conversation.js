@@ -29,11 +29,23 @@ function timing(name, ms) {
 const POLL_INITIAL_MS = timing("pollInitialMs", 3000);
 const POLL_MAX_MS = timing("pollMaxMs", 60000);
 // The live stream reconnects after 1 s, 2 s, 4 s … at most 30 s (longer when the server's Retry-After says so),
-// for as long as the page is open, and the page is Live again once it opens. After this many attempts in a row
-// that never opened, the status calls the stream unavailable. 401, 403 and 404 end the retries (polling goes on).
+// for as long as the page is open, and the page is Live again once it opens. An attempt counts as failed also
+// when the stream opened and ended before it brought an event or stayed open STREAM_STABLE_MS (a proxy that
+// closes streaming responses must not cause a reconnect, and a catch-up, every second). After this many failed
+// attempts in a row, the status calls the stream unavailable. 401, 403 and 404 end the retries (polling goes
+// on), and so does an ending the server announces as final (STREAM_FINAL_COMMENTS).
 const STREAM_RETRY_INITIAL_MS = timing("streamRetryInitialMs", 1000);
 const STREAM_RETRY_MAX_MS = timing("streamRetryMaxMs", 30000);
+const STREAM_STABLE_MS = timing("streamStableMs", 30000);
 const STREAM_QUIET_FAILURES = 5;
+// The server sends a `: keep-alive` comment every 15 s (PING_S, producers/http/routes/self_iteration.py): a
+// stream that brought nothing at all (not even that) for 2.5 times as long is taken for dead (a NAT timeout, a
+// laptop that slept) and reopened. Also the wait for the stream's headers.
+const STREAM_IDLE_MS = timing("streamIdleMs", 37500);
+// The comments the server ends a stream with when reopening it cannot help (producers/http/streams/receipts.py).
+const STREAM_FINAL_COMMENTS = ["credential no longer valid", "user erased"];
+// Each wait is stretched by a random 0.5 to 1.5: tabs that lost the server together do not retry in lockstep.
+const jitter = (ms) => ms * (0.5 + Math.random());
 // A catch-up (the stream (re)opened, a `resync`, a poll) re-lists the receipts created since this long before
 // the newest one seen, skipping ids already shown: a receipt's createdAt is its event's time, not its commit's,
 // so one committed late (a paused scope, a retry, a redrive) is dated before receipts already shown. As the
@@ -41,15 +53,17 @@ const STREAM_QUIET_FAILURES = 5;
 const RECEIPT_CATCH_UP_LAG_MS = 10 * 60000;
 const RECEIPT_PAGE_SIZE = 50; // GET /v1/receipts's largest page
 const RECEIPT_MAX_PAGES = 40; // a listing follows the cursor for at most 2,000 receipts
+const RECEIPTS_KEPT = 2000; // the page keeps the newest this many receipts (a stream brings more for ever)
 const REFUSALS = [401, 403, 404];
 
 // ---------------------------------------------------------------------------------------------------------
 // Server-sent events over fetch() (EventSource cannot send an Authorization header).
 
 // A parser for a text/event-stream body: feed it text as it arrives; it calls onEvent(type, data, id) once per
-// complete event (the SSE rules: lines end in \r\n, \n or \r; a blank line ends an event; ":" starts a comment;
-// the value after "field:" loses one leading space; several data lines are joined with \n).
-function sseParser(onEvent) {
+// complete event and onComment(text) per comment line (the SSE rules: lines end in \r\n, \n or \r; a blank line
+// ends an event; ":" starts a comment; the value after "field:" loses one leading space; several data lines are
+// joined with \n).
+function sseParser(onEvent, onComment) {
   let buffer = "";
   let type = "";
   let data = [];
@@ -60,7 +74,7 @@ function sseParser(onEvent) {
       type = ""; data = [];
       return;
     }
-    if (text.startsWith(":")) return;
+    if (text.startsWith(":")) { onComment(text.slice(1).trim()); return; }
     const colon = text.indexOf(":");
     const field = colon === -1 ? text : text.slice(0, colon);
     let value = colon === -1 ? "" : text.slice(colon + 1);
@@ -77,36 +91,70 @@ function sseParser(onEvent) {
   };
 }
 
-// Reads one stream until it ends; rejects with error.status, error.code and error.retryAfterS when it is refused.
-async function readEventStream(path, signal, { open, event }) {
-  const response = await fetch(path, { headers: { ...headers(), accept: "text/event-stream" }, signal, cache: "no-store" });
-  const type = response.headers.get("content-type") || "";
-  if (!response.ok || !response.body || !type.startsWith("text/event-stream")) {
-    const error = new Error(`stream answered HTTP ${response.status}`);
-    error.status = response.status;
-    error.retryAfterS = Number(response.headers.get("retry-after")) || 0;
-    try { error.code = ((await response.json()).error || {}).code || ""; } catch { error.code = ""; }
+// Reads one stream until it ends; rejects with error.status, error.code and error.retryAfterS when it is refused,
+// and with error.stalled when neither the headers nor, later, any bytes (a keep-alive comment will do) came for
+// idleMs: the connection is then aborted.
+async function readEventStream(path, signal, { open, event, comment, idleMs }) {
+  const connection = new AbortController();
+  const abort = () => connection.abort();
+  signal.addEventListener("abort", abort);
+  let stalled = false;
+  let watchdog = null;
+  const alive = () => {
+    clearTimeout(watchdog);
+    watchdog = setTimeout(() => { stalled = true; connection.abort(); }, idleMs);
+  };
+  try {
+    alive();
+    const response = await fetch(path, { headers: { ...headers(), accept: "text/event-stream" }, signal: connection.signal, cache: "no-store" });
+    const type = response.headers.get("content-type") || "";
+    if (!response.ok || !response.body || !type.startsWith("text/event-stream")) {
+      const error = new Error(`stream answered HTTP ${response.status}`);
+      error.status = response.status;
+      error.retryAfterS = Number(response.headers.get("retry-after")) || 0;
+      try { error.code = ((await response.json()).error || {}).code || ""; } catch { error.code = ""; }
+      throw error;
+    }
+    alive();
+    open();
+    const parse = sseParser(event, comment);
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      alive();
+      parse(decoder.decode(value, { stream: true }));
+    }
+  } catch (err) {
+    if (!stalled || signal.aborted) throw err;
+    const error = new Error("stream went quiet");
+    error.stalled = true;
     throw error;
-  }
-  open();
-  const parse = sseParser(event);
-  const reader = response.body.getReader();
-  const decoder = new TextDecoder();
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    parse(decoder.decode(value, { stream: true }));
+  } finally {
+    clearTimeout(watchdog);
+    signal.removeEventListener("abort", abort);
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // Receipts and messages
 
-function anchorFor(receipt, messages) {
-  const byId = new Map(messages.map((m) => [m.id, m]));
+// The messages by id, and each message's first assistant reply by the message's id: built once per render.
+function messageIndex(messages) {
+  const byId = new Map();
+  const replyTo = new Map();
+  for (const m of messages) {
+    byId.set(m.id, m);
+    if (m.role === "assistant" && !replyTo.has(m.parentId)) replyTo.set(m.parentId, m);
+  }
+  return { byId, replyTo };
+}
+
+function anchorFor(receipt, { byId, replyTo }) {
   if (receipt.anchorMessageId) return byId.has(receipt.anchorMessageId) ? receipt.anchorMessageId : null;
   if (receipt.triggerMessageId) {
-    const reply = messages.find((m) => m.role === "assistant" && m.parentId === receipt.triggerMessageId);
+    const reply = replyTo.get(receipt.triggerMessageId);
     if (reply) return reply.id;
     return byId.has(receipt.triggerMessageId) ? receipt.triggerMessageId : null;
   }
@@ -189,8 +237,9 @@ function renderConversation(list, owner, state) {
     return;
   }
   const receiptsByAnchor = new Map();
+  const index = messageIndex(state.messages);
   for (const r of [...state.receipts.values()].sort((a, b) => a.createdAt - b.createdAt)) {
-    const anchor = anchorFor(r, state.messages);
+    const anchor = anchorFor(r, index);
     if (!anchor) continue;
     if (!receiptsByAnchor.has(anchor)) receiptsByAnchor.set(anchor, []);
     receiptsByAnchor.get(anchor).push(r);
@@ -276,12 +325,13 @@ function conversationPage() {
     state.receipts = new Map();
     live.textContent = "";
     progress.textContent = "";
-    feed = receiptFeed(owner, state, { live, progress });
+    const mine = receiptFeed(owner, state, { live, progress });
+    feed = mine;
     state.render();
     if (!owner.userId) return;
     sessionStorage.setItem(OWNER_KEY, JSON.stringify(owner)); // the tab's only, like the token
     try { await loadMessages(); } catch { /* shown in the banner */ }
-    feed.start();
+    if (feed === mine) mine.start(); // not when another conversation was chosen meanwhile
   }
 
   form.addEventListener("submit", (event) => {
@@ -304,10 +354,11 @@ function receiptFeed(owner, state, ui) {
   let stopped = false;
   let complete = false; // the whole list was read once; until then every listing reads it all
   let newest = 0; // createdAt of the newest receipt seen, never ahead of this machine's clock
+  let floor = -Infinity; // once RECEIPTS_KEPT are kept: createdAt of the oldest kept; older ones are not taken
   let reading = null; // the listing under way; one asked for meanwhile runs once after it (`again`)
   let again = false;
   let refusal = ""; // why the API refused the listing (polling stopped)
-  let stream = null; // { controller, timer, open, failures } while the page streams or waits to reconnect
+  let stream = null; // { controller, timer, open, failures, … } while the page streams or waits to reconnect
   let streamNote = "";
   let polling = false;
   let pollRound = 0; // a tick of an older polling round does not reschedule itself
@@ -327,9 +378,15 @@ function receiptFeed(owner, state, ui) {
     let changed = false;
     for (const r of receipts) {
       const before = state.receipts.get(r.id);
+      if (!before && r.createdAt < floor && state.receipts.size >= RECEIPTS_KEPT) continue; // dropped already
       if (!before) news += 1;
       if (!before || JSON.stringify(before) !== JSON.stringify(r)) { state.receipts.set(r.id, r); changed = true; }
       if (typeof r.createdAt === "number") newest = Math.max(newest, Math.min(r.createdAt, Date.now()));
+    }
+    if (state.receipts.size > RECEIPTS_KEPT) { // the oldest go, shown or not
+      const kept = [...state.receipts.values()].sort((a, b) => b.createdAt - a.createdAt);
+      for (const r of kept.slice(RECEIPTS_KEPT)) state.receipts.delete(r.id);
+      floor = kept[RECEIPTS_KEPT - 1].createdAt;
     }
     if (changed) state.render();
     return news;
@@ -403,7 +460,8 @@ function receiptFeed(owner, state, ui) {
       }
       if (stopped || round !== pollRound) return;
       empty = news ? 0 : empty + 1;
-      pollWait = Math.max(retryAfterMs, Math.min(POLL_INITIAL_MS * 2 ** Math.max(empty - 1, 0), POLL_MAX_MS));
+      const backoff = Math.min(POLL_INITIAL_MS * 2 ** Math.max(empty - 1, 0), POLL_MAX_MS);
+      pollWait = Math.max(retryAfterMs, jitter(Math.max(retryAfterMs, backoff)));
       say();
       pollTimer = setTimeout(tick, pollWait);
     };
@@ -412,48 +470,56 @@ function receiptFeed(owner, state, ui) {
     tick();
   }
 
-  function onStreamEvent(type, data) {
-    if (stopped) return;
-    if (type === "receipt") keep([JSON.parse(data)]);
-    else if (type === "resync") refresh().catch(() => {}); // the server dropped some announcements: catch up
-  }
 
   // The live stream: fetch() with the Authorization header, reconnecting with backoff for as long as the page is
   // open; polling covers the gaps.
   function startStream() {
     stopStream();
     if (!window.fetch || !window.ReadableStream || !window.TextDecoder) { streamNote = "Live updates need a newer browser"; startPolling(); return; }
-    const current = { controller: new AbortController(), timer: null, open: false, failures: 0 };
+    const current = { controller: new AbortController(), timer: null, open: false, openedAt: 0, failures: 0, final: "" };
     stream = current;
+    const event = (type, data) => {
+      if (stopped) return;
+      current.failures = 0; // the stream works: the next interruption retries after the shortest wait again
+      if (type === "receipt") keep([JSON.parse(data)]);
+      else if (type === "resync") refresh().catch(() => {}); // the server dropped some announcements: catch up
+    };
+    const comment = (text) => { if (STREAM_FINAL_COMMENTS.includes(text)) current.final = text; };
     const connect = async () => {
       let failure = {};
       try {
         await readEventStream(`/v1/receipts/stream?${qs(owner)}`, current.controller.signal, {
           open: () => {
             current.open = true;
-            current.failures = 0;
+            current.openedAt = Date.now();
             stopPolling();
             say();
             refresh().catch(() => {}); // whatever arrived while the stream was down (or before it began)
           },
-          event: onStreamEvent,
+          event,
+          comment,
+          idleMs: STREAM_IDLE_MS,
         });
       } catch (err) {
         if (current.controller.signal.aborted) return;
         failure = err;
       }
       if (stopped || stream !== current) return;
+      if (current.open && Date.now() - current.openedAt >= STREAM_STABLE_MS) current.failures = 0;
       current.open = false;
-      if (REFUSALS.includes(failure.status)) { // retrying cannot help: polling only
-        streamNote = `Live stream refused (HTTP ${failure.status})`;
+      if (REFUSALS.includes(failure.status) || current.final) { // retrying cannot help: polling only
+        streamNote = current.final ? `Live stream ended (${current.final})` : `Live stream refused (HTTP ${failure.status})`;
         startPolling();
         return;
       }
       current.failures += 1;
-      const delay = Math.max((failure.retryAfterS || 0) * 1000, Math.min(STREAM_RETRY_INITIAL_MS * 2 ** (current.failures - 1), STREAM_RETRY_MAX_MS));
+      const retryAfterMs = (failure.retryAfterS || 0) * 1000;
+      const backoff = Math.min(STREAM_RETRY_INITIAL_MS * 2 ** (current.failures - 1), STREAM_RETRY_MAX_MS);
+      const delay = Math.max(retryAfterMs, jitter(Math.max(retryAfterMs, backoff)));
       const retry = `retrying in ${seconds(delay)}`;
       if (failure.status === 429) streamNote = `Live stream refused: too many live streams open${failure.code ? ` (${failure.code})` : ""}; ${retry}`;
       else if (current.failures > STREAM_QUIET_FAILURES) streamNote = `Live stream unavailable; ${retry}`;
+      else if (failure.stalled) streamNote = `Live stream went quiet; ${retry}`;
       else streamNote = `Live stream interrupted; ${retry}`;
       current.timer = setTimeout(connect, delay);
       startPolling(); // keeps its backoff when already polling

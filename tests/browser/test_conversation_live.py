@@ -4,9 +4,11 @@ shown and more than a page of them; after a long outage the page keeps polling a
 Live again once the stream opens; a page left behind puts nothing in the banner; refusals of "Open" and "Load
 more" are no unhandled rejections; a malformed address and a long unbroken word break nothing.
 
-The live stream is steered with ``page.route`` (a stream that opens and ends at once, a 429, a refused
-connection), and the page's retry and polling timings are shortened through ``window.agentSignalTimings``
-(producers/ui/conversation.js), so nothing here waits for real backoffs."""
+The live stream is steered with ``page.route`` (a stream that opens and ends at once, one that ends with a
+final comment, a 429, a refused connection), and the page's retry, polling and idle timings are shortened
+through ``window.agentSignalTimings`` (producers/ui/conversation.js), so nothing here waits for real backoffs:
+streams that end at once are retried with a growing wait, a final ending is not retried, and a stream that
+goes quiet (no keep-alive) is reopened."""
 
 from __future__ import annotations
 
@@ -27,6 +29,10 @@ pytestmark = pytest.mark.integration
 OWNER = {"userId": "u1", "agentId": "agt_1"}
 STREAM = "**/v1/receipts/stream*"
 FAST = "window.agentSignalTimings = {streamRetryInitialMs: 100, streamRetryMaxMs: 300, pollInitialMs: 100, pollMaxMs: 300};"
+# the stream's backoff as the page has it (30 s at most), from 100 ms
+BACKOFF = "window.agentSignalTimings = {streamRetryInitialMs: 100, pollInitialMs: 100, pollMaxMs: 300};"
+# a stream that brings nothing for 1 s (the real one sends its keep-alive every 15 s) is taken for dead
+QUIET = "window.agentSignalTimings = {streamIdleMs: 1000, streamRetryInitialMs: 100, streamRetryMaxMs: 300};"
 
 
 def _message(topic: str, message_id: str, text: str) -> dict[str, Any]:
@@ -108,6 +114,7 @@ def test_receipts_written_while_the_stream_was_away_all_show(
     post_batch(url, [_memory_written(topic, "msg_l1", f"first{i}", now - 5000 + i) for i in range(52)])
     # The stream opens and ends at once, for ever: the page catches up at each reopening (and polls between).
     page = new_page(browser, page_errors)
+    page.add_init_script(FAST)  # such a stream is retried with a growing wait: shortened here
     page.route(
         STREAM,
         lambda route: route.fulfill(status=200, content_type="text/event-stream", body=": connected\n\n"),
@@ -139,6 +146,65 @@ def _until(page: Any, done: Callable[[], bool], what: str, timeout_s: float = 20
         page.wait_for_timeout(50)
 
 
+def _requests(page: Any, part: str, event: str = "request") -> list[str]:
+    """The URLs of the page's requests (or of those that failed: ``event="requestfailed"``) with ``part``."""
+    urls: list[str] = []
+    page.on(event, lambda request: urls.append(request.url) if part in request.url else None)
+    return urls
+
+
+def _short_streams_back_off(browser: Any, url: str, page_errors: list[str]) -> None:
+    """A stream that opens and ends at once (a proxy that closes streaming responses) is retried with a growing
+    wait, not every 100 ms; one the server ends as final (``: credential no longer valid``) is not retried.
+    The page polls on in both cases."""
+    from playwright.sync_api import expect
+
+    page = new_page(browser, page_errors)
+    page.add_init_script(BACKOFF)
+    final = ": credential no longer valid\n\n"
+    page.route(
+        STREAM,
+        lambda route: route.fulfill(
+            status=200,
+            content_type="text/event-stream",
+            body=": connected\n\n" + (final if "tpc_final" in route.request.url else ""),
+        ),
+    )
+    streams = _requests(page, "/v1/receipts/stream")
+    lists = _requests(page, "/v1/receipts?")
+    status = page.get_by_test_id("live-status")
+    page.goto(f"{url}/#/conversation?userId=u1&agentId=agt_1&topicId=tpc_short")
+    # the 6th short stream in a row (after at most 4.65 s of waits); the old page reset its backoff when a
+    # stream opened, so it retried every 100 ms and never said this
+    expect(status).to_contain_text("Live stream unavailable", timeout=20_000)
+    opened, polled = len(streams), len(lists)
+    _until(page, lambda: len(lists) >= polled + 6, "the page to poll on")  # the next wait is 1.6 s or more
+    assert len(streams) <= opened + 1
+
+    page.goto(f"{url}/#/conversation?userId=u1&agentId=agt_1&topicId=tpc_final")
+    expect(status).to_contain_text("Live stream ended (credential no longer valid); polling every")
+    polled = len(lists)
+    _until(page, lambda: len(lists) >= polled + 6, "the page to poll on")
+    assert len([u for u in streams if "tpc_final" in u]) == 1
+    page.close()
+
+
+def _quiet_stream_is_reopened(browser: Any, url: str, topic: str, page_errors: list[str]) -> None:
+    """A stream that opened and then brings nothing, not even a keep-alive (here the real one between its
+    keep-alives, the page's idle limit shortened to 1 s), is aborted and reopened: a dead connection (a NAT
+    timeout, a laptop that slept) does not stay "Live" for ever."""
+    from playwright.sync_api import expect
+
+    page = new_page(browser, page_errors)
+    page.add_init_script(QUIET)
+    streams = _requests(page, "/v1/receipts/stream")
+    aborted = _requests(page, "/v1/receipts/stream", "requestfailed")
+    page.goto(f"{url}/#/conversation?userId=u1&agentId=agt_1&topicId={topic}")
+    expect(page.get_by_test_id("live-status")).to_have_text("Live")
+    _until(page, lambda: len(aborted) >= 2 and len(streams) >= 3, "the quiet stream to be reopened")
+    page.close()
+
+
 def _refused(route: Any, status: int = 503, code: str = "store_unavailable") -> None:
     body = {"error": {"code": code, "message": f"refused by the test ({code})", "field": None}}
     route.fulfill(
@@ -150,7 +216,8 @@ def test_after_a_long_outage_the_page_keeps_polling_and_is_live_again(
     browser: Any, start_stack: Callable[..., str], page_errors: list[str]
 ) -> None:
     """A stream refused (429, then no connection) many times in a row: the status says why, the page polls and
-    retries the stream on, and once the stream opens it is Live and shows new receipts."""
+    retries the stream on, and once the stream opens it is Live and shows new receipts. Then (other pages):
+    short streams back off, a final ending is not retried, a quiet stream is reopened."""
     from playwright.sync_api import expect
 
     url = start_stack()
@@ -188,6 +255,8 @@ def test_after_a_long_outage_the_page_keeps_polling_and_is_live_again(
     expect(status).to_have_text("Live")
     post(url, _memory_written(topic, "msg_o1", "after", int(time.time() * 1000)))
     page.wait_for_selector('[data-receipt-id="msg_o1:memory:after:writeMemory:0:memory"]')
+    _short_streams_back_off(browser, url, page_errors)
+    _quiet_stream_is_reopened(browser, url, topic, page_errors)
     assert page_errors == []
 
 
