@@ -15,11 +15,13 @@ from redis import Redis
 from producers import Producer
 from tests.conftest import wait_for
 from tests.support.handler_runs import handler_runs
+from worker.drain.event import EventWork
 from worker.drain.pipeline import Pipeline
 from worker.keys.layout import BucketKeys
 from worker.ops.scope_control import cancel_event
 from worker.runtime.app import build_pipeline
 from worker.store.records import Begun
+from worker.store.replies import CancelCode
 from worker.telemetry.recorder import configure_telemetry
 
 pytestmark = pytest.mark.integration
@@ -125,6 +127,42 @@ def test_an_event_cancelled_while_its_walk_runs_ahead_is_cancelled_and_the_rest_
     # it walked once, ahead (dropped); the one after it in that look-ahead walked ahead, was dropped when the run
     # ended at the cancelled event, and walked again; every walk before it was kept
     assert walks[: gone + 2] == [1] * gone + [1, 2], walks
+    producer.close()
+
+
+def test_a_cancel_asked_while_the_runs_head_is_processing_wins_at_its_commit(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """The first run's head is cancelled after its walk (it is processing: the cancel is only asked) and before
+    its COMMIT: the commit ends it cancelled, its lane not applied, and goes on with the rest of the run, every
+    other event done once, in order, none walked again."""
+    settings = make_settings(commit_batch_max=RUN)
+    producer = Producer(settings)
+    n = 2 * RUN
+    ids = [r.event_id for r in producer.enqueue_many(_events(keys, n))]
+    pipeline = build_pipeline(settings)
+    original = pipeline._speculate
+    lanes: list[str] = []
+
+    def speculate_then_cancel_head(grant: Any, events: list[Begun]) -> list[EventWork] | None:
+        works = original(grant, events)
+        if not lanes and works:
+            assert [w.begun.event_id for w in works] == ids[:RUN]
+            lanes.extend(lane.key for lane in works[0].lanes or ())
+            asked = cancel_event(producer.store, producer.keys, ids[0])
+            assert (asked.code, asked.state) == (CancelCode.REQUESTED, "processing")
+        return works
+
+    pipeline._speculate = speculate_then_cancel_head  # type: ignore[method-assign]
+    _drain(pipeline, producer, ids)
+    assert len(lanes) == 1  # its action ran, its lane waiting for the commit
+    assert [(producer.status(e) or {}).get("status") for e in ids] == ["cancelled"] + ["done"] * (n - 1)
+    assert not redis_client.exists(lanes[0])
+    assert redis_client.lrange(f"{keys.bucket_prefix}test:batch-order", 0, -1) == [
+        f"a-{i}" for i in range(1, n)
+    ]
+    assert redis_client.get(f"{keys.bucket_prefix}test:batch-counter") == str(n - 1)
+    assert _walks(redis_client, keys, n) == [1] * n
     producer.close()
 
 
