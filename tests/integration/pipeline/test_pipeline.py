@@ -273,6 +273,33 @@ class TestDeadLetters:
         producer.close()
 
 
+class TestLeaseRenewal:
+    def test_an_action_longer_than_the_lease_keeps_its_scope_while_another_worker_is_free(
+        self, make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
+    ) -> None:
+        """An action lasting four lease TTLs, a second worker idle all along: the renewer keeps the lease, so
+        nobody takes the scope. Without renewals the lease runs out, the idle worker's sweeper re-publishes the
+        scope, it takes it and charges the event a lost delivery, and the first holder's write is refused."""
+        settings = make_settings(lease_ttl_s=1.0, lease_renew_interval_s=0.25)
+        start_worker(settings, wait=False)  # the two boot side by side; both are up before the event
+        start_worker(settings, wait=False)
+        wait_for(lambda: redis_client.hlen(keys.workers) == 2, timeout_s=60, what="both workers to register")
+        producer = Producer(settings)
+        counter = f"{keys.bucket_prefix}test:renewed-counter"
+        ev = producer.enqueue(
+            _event("test.counter", "renewed-1", "topic:renewed", counterKey=counter, sleepMs=4000)
+        )
+        wait_for(
+            lambda: _status(producer, ev.event_id) in ("done", "dead"), timeout_s=60, what="the event to end"
+        )
+        record = producer.status(ev.event_id)
+        assert record is not None and (record["status"], record["attempts"]) == ("done", 1), record
+        assert int(redis_client.get(f"{keys.bucket_prefix}test:attempts:renewed-1") or 0) == 1
+        assert redis_client.get(counter) == "1"
+        assert producer.store.stats(producer.keys).get("fenceRejected", 0) == 0
+        producer.close()
+
+
 @pytest.mark.buckets
 class TestFencing:
     def test_paused_holder_cannot_commit_after_takeover(
