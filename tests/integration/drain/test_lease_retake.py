@@ -15,6 +15,8 @@ from producers import Producer
 from worker.core.clock import now_ms
 from worker.drain.lease import LeaseGrant
 from worker.runtime.app import build_pipeline
+from worker.store.calls import PeekFresh
+from worker.store.records import begun_list
 from worker.store.replies import RenewCode
 from worker.telemetry.recorder import DISABLED
 
@@ -79,5 +81,66 @@ def test_a_renewal_landing_after_the_release_does_not_lease_the_scope_again(
     producer.enqueue(_event("r3"))
     second = pipeline.drain_scope(SCOPE)
     assert (second.processed, second.next) == (1, "idle"), second  # not "busy" for a whole TTL
+    producer.close()
+    pipeline.store.client.close()
+
+
+def test_a_renewal_landing_after_a_release_that_left_events_queued_does_not_lease_the_scope_again(
+    make_settings: Any, redis_client: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn's hand-off (max_events_per_drain) releases the scope with the next event queued at its head: a late
+    renewer tick finds a head, but not one it began, and answers GONE; the next drain is not kept waiting."""
+    settings = make_settings(max_events_per_drain=1)
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    late: list[RenewCode] = []
+    stop = pipeline.lease.stop_renewing
+
+    def tick_then_stop(grant: LeaseGrant | None = None) -> None:
+        if grant is not None:  # the renewer read the grant before the release and ticks after it
+            late.append(pipeline.lease.tick(grant))
+        stop(grant)
+
+    monkeypatch.setattr(pipeline.lease, "stop_renewing", tick_then_stop)
+    producer.enqueue(_event("h1"))
+    behind = producer.enqueue(_event("h2")).event_id
+    first = pipeline.drain_scope(SCOPE)
+    k = producer.keys.for_scope(SCOPE)
+    assert (first.processed, first.next) == (1, "again"), first
+    assert redis_client.lrange(k.inbox(SCOPE), 0, -1) == [behind]  # released with an event queued at its head
+    assert late == [RenewCode.GONE]
+    assert not redis_client.exists(k.lease(SCOPE))
+    monkeypatch.undo()
+    second = pipeline.drain_scope(SCOPE)
+    assert (second.processed, second.next) == (1, "again"), second  # not "busy" for a whole TTL
+    assert redis_client.llen(k.inbox(SCOPE)) == 0
+    producer.close()
+    pipeline.store.client.close()
+
+
+def test_a_peek_under_a_stale_fence_returns_nothing(make_settings: Any, redis_client: Redis) -> None:
+    """PEEK_FRESH lists the events behind the head only for the fence that holds the scope: a drain whose lease
+    ran out and whose scope was granted again (the fence moved, the same event still at the head) peeks nothing."""
+    settings = make_settings()
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    ids = [producer.enqueue(_event(f"p{n}")).event_id for n in range(3)]
+    old, _, head = pipeline.lease.acquire(producer.keys, SCOPE, now_ms=now_ms())
+    assert old is not None and head is not None and head.begun is not None
+    pipeline.lease.stop_renewing(old)  # this test ticks by hand
+    k = old.keys
+
+    def peek(fence: int) -> list[str]:
+        call = PeekFresh(k.inbox(SCOPE), k.fence(SCOPE), fence, k.event_prefix, now_ms(), ids[0], 2)
+        return [b.event_id for b in begun_list(pipeline.store.scripts.run(call))]
+
+    assert peek(old.fence) == ids[1:]
+    redis_client.delete(k.lease(SCOPE))  # it ran out while the holder was paused
+    new, _, again = pipeline.lease.acquire(producer.keys, SCOPE, now_ms=now_ms())
+    assert new is not None and again is not None and again.begun is not None
+    pipeline.lease.stop_renewing(new)
+    assert again.begun.event_id == ids[0] and new.fence != old.fence  # the same head, a new fence
+    assert peek(old.fence) == []
+    assert peek(new.fence) == ids[1:]
     producer.close()
     pipeline.store.client.close()

@@ -24,7 +24,7 @@ from producers import Producer
 from tests.conftest import wait_for
 from tests.support.waiting import relay_for
 from worker.drain.pipeline import Pipeline
-from worker.keys.layout import BucketKeys
+from worker.keys.layout import BucketKeys, Keys
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
 
@@ -125,8 +125,15 @@ def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_s
     producer.close()
 
 
+def _family(tenant_keys: Keys, key: str) -> str:
+    """The family of one of the tenant's keys: the word after its slot's prefix (``procedure`` in
+    ``<prefix>t:{default}:procedure:{topic:t}:d20000``)."""
+    assert tenant_keys.owns(key), key
+    return key.split("}:", 1)[1].split(":", 1)[0]
+
+
 def test_dead_tool_outcome_leaves_no_procedure_state(
-    make_settings: Any, redis_client: Redis, keys: BucketKeys
+    make_settings: Any, redis_client: Redis, tenant_keys: Keys
 ) -> None:
     """A tool outcome that can never be processed is dead-lettered and nothing the procedure staged remains. The
     activity plugin's schema refuses it at the door; it reaches the worker through a door whose plugins lack
@@ -155,11 +162,26 @@ def test_dead_tool_outcome_leaves_no_procedure_state(
     result = producer.enqueue(event)
     final = _drain_until_final(pipeline, producer, "topic:tpc_t", result.event_id)
     assert final["status"] == "dead" and "INVALID_TOOL_OUTCOME" in final["error"]
-    leftovers = [
-        k
-        for pattern in ("procedure*", "self-reflection-accumulator*", "diagnostics")
-        for k in redis_client.scan_iter(match=f"{keys.prefix}{pattern}")
-    ]
+    # The procedure's families, named by the plugin's own key builder (a scope's keys sit in its bucket, the
+    # diagnostics in the home slot); every key of the tenant is scanned and sorted by family.
+    mine = SelfIterationKeys(tenant_keys)
+    scope = "topic:tpc_t"
+    procedure_families = {
+        _family(tenant_keys, key)
+        for key in (
+            mine.procedure(scope, 0),
+            mine.procedure_undated(scope),
+            mine.procedure_marker(scope, "memory:user-preference", "explicit_persistence", "p"),
+            mine.procedure_receipts(scope),
+            mine.reflection_accumulator(scope, "topic", "tpc_t"),
+            mine.diagnostics,
+        )
+    }
+    stored = {
+        key: _family(tenant_keys, key) for key in redis_client.scan_iter(match=tenant_keys.tenant_pattern)
+    }
+    assert "ev" in stored.values(), "the scan sees the tenant's keys (the dead event's hash among them)"
+    leftovers = sorted(key for key, family in stored.items() if family in procedure_families)
     assert leftovers == []
     producer.close()
 

@@ -19,8 +19,11 @@ from tests.conftest import wait_for
 from tests.security.data.test_erasure import _dump, _mentions
 from worker.core.nodes import Action
 from worker.documents.chain_codec import encode_chain
-from worker.keys.layout import BucketKeys
+from worker.drain.pipeline import DrainOutcome
+from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys
 from worker.ops.scope_control import pause_scope, resume_scope
+from worker.runtime.app import build_pipeline
+from worker.telemetry.recorder import DISABLED
 
 pytestmark = [pytest.mark.integration]
 
@@ -64,14 +67,17 @@ def test_a_drain_that_starts_mid_erasure_cannot_apply_the_erased_users_event(
     )
     running = f"{k.home_prefix}test:inaction:m1"
     looked = erasure._classify
+    # A drain in this process, started while the erasure is mid-way: it runs the user's event unless the erasure
+    # holds the scope (the worker, sent the resumed scope's drain, may try too; this one always does).
+    mid_way = build_pipeline(settings, telemetry=DISABLED)
+    tried: list[DrainOutcome] = []
+    held_by: list[str] = []
 
     def classify_then_resume(*args: Any, **kwargs: Any) -> Any:
         out = looked(*args, **kwargs)
         resume_scope(producer.store, k, scope, producer.fair.publish)
-        try:  # the drain starts the user's event unless the erasure holds the scope
-            wait_for(lambda: redis_client.exists(running), timeout_s=3, what="the event to start")
-        except AssertionError:
-            pass
+        held_by.append(str(redis_client.get(k.for_scope(scope).lease(scope)) or ""))
+        tried.append(mid_way.drain_scope(scope, holder="mid-erasure"))
         return out
 
     monkeypatch.setattr(erasure, "_classify", classify_then_resume)
@@ -79,6 +85,10 @@ def test_a_drain_that_starts_mid_erasure_cannot_apply_the_erased_users_event(
         producer.store, k, GONE, session_scope=session_scope, erasers=producer.erasers
     )
     assert report.busy_scopes == []
+    # the drain tried and was refused: the scope's lease was the erasure's, and the drain ran nothing
+    assert [held.split(HOLDER_SEPARATOR)[0] for held in held_by] == [erasure.HOLDER]
+    assert [(t.processed, t.next) for t in tried] == [(0, "busy")]
+    assert not redis_client.exists(running)
     wait_for(
         lambda: redis_client.get(theirs_counter) == "1", timeout_s=30, what="the scope to drain after it"
     )
@@ -95,6 +105,7 @@ def test_a_drain_that_starts_mid_erasure_cannot_apply_the_erased_users_event(
     assert _mentions(_dump(redis_client, keys), GONE, SECRET) == []
     assert int(producer.store.stats(k)["queued"]) == 0
     producer.close()
+    mid_way.store.client.close()
 
 
 def test_another_users_event_enqueued_mid_erasure_keeps_the_scope_and_runs(
