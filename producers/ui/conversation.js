@@ -408,7 +408,7 @@ function receiptFeed(owner, state, ui) {
         read += body.receipts.length;
         cursor = body.cursor;
         if (!cursor) break;
-        ui.progress.textContent = `Reading receipts… ${read} so far.`;
+        if (whole) ui.progress.textContent = `Reading receipts… ${read} so far.`; // a catch-up reads quietly
       }
     } catch (err) {
       if (!stopped) ui.progress.textContent = "";

@@ -134,6 +134,7 @@ def test_receipts_written_while_the_stream_was_away_all_show(
     _all_shown(page, url, topic, 104)
     assert "msg_l1:memory:late:writeMemory:0:memory" in _shown(page)
     assert len(opened) > 1  # shown after a reopening, not by the page's first read
+    # a catch-up reads quietly: only the first, whole read shows its progress (and clears it)
     assert page.get_by_test_id("receipts-progress").inner_text() == ""
     assert page_errors == []
 
@@ -217,7 +218,8 @@ def test_after_a_long_outage_the_page_keeps_polling_and_is_live_again(
 ) -> None:
     """A stream refused (429, then no connection) many times in a row: the status says why, the page polls and
     retries the stream on, and once the stream opens it is Live and shows new receipts. Then (other pages):
-    short streams back off, a final ending is not retried, a quiet stream is reopened."""
+    short streams back off, a final ending is not retried, a quiet stream is reopened; and pages left, refused
+    calls, odd addresses and long words break nothing."""
     from playwright.sync_api import expect
 
     url = start_stack()
@@ -258,6 +260,8 @@ def test_after_a_long_outage_the_page_keeps_polling_and_is_live_again(
     _short_streams_back_off(browser, url, page_errors)
     _quiet_stream_is_reopened(browser, url, topic, page_errors)
     assert page_errors == []
+    # and on the same stack (one stack less for the suite's budget): pages left, refusals, odd addresses
+    _pages_left_refusals_odd_addresses_and_long_words_break_nothing(browser, url, page_errors)
 
 
 def _load_more_refused(page: Any, url: str, route_name: str, path: str, first_page: dict[str, Any]) -> None:
@@ -296,8 +300,8 @@ def _next_messages_read(page: Any) -> None:
         pass
 
 
-def test_pages_left_refusals_odd_addresses_and_long_words_break_nothing(
-    browser: Any, start_stack: Callable[..., str], page_errors: list[str]
+def _pages_left_refusals_odd_addresses_and_long_words_break_nothing(
+    browser: Any, url: str, page_errors: list[str]
 ) -> None:
     """A long unbroken word keeps the page's width; a refused Open and Load more are no unhandled rejections; a
     malformed address opens a page; a page left behind puts no error in the banner (its calls are aborted); a
@@ -305,7 +309,6 @@ def test_pages_left_refusals_odd_addresses_and_long_words_break_nothing(
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import expect
 
-    url = start_stack()
     topic = "tpc_wide"
     post(url, _message(topic, "msg_w1", f"Look: {'x' * 5000}"))
     wide = post(url, _memory_written(topic, "msg_w1", "wide", int(time.time() * 1000), summary="y" * 3000))
