@@ -229,6 +229,18 @@ def wait_for(
 
 
 @pytest.fixture
+def run_pid() -> Iterator[int]:
+    """A live process (a stand-in for a `make run` stack's pid in its stack file) whose command line ends in ``run``, as ``agent-signal run``'s does."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "run"], stdin=subprocess.PIPE
+    )
+    yield proc.pid
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
 def start_worker(tmp_path: Path, redis_client: Redis, keys: BucketKeys) -> Iterator[Callable[..., Proc]]:
     """Factory: start a real ``agent-signal worker`` process; waits until it has registered."""
     procs: list[Proc] = []

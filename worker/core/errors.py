@@ -82,20 +82,13 @@ class QuotaSettings(Protocol):
     """The limits :meth:`OverLimit.from_reply` names (worker/settings.py ``Settings`` has them; the core reads
     them through this protocol, so it imports nothing above it)."""
 
-    @property
-    def max_inbox_depth(self) -> int: ...
-    @property
-    def tenant_max_queued(self) -> int: ...
-    @property
-    def store_retry_after_s(self) -> int: ...
-    @property
-    def tenant_max_events(self) -> int: ...
-    @property
-    def tenant_max_bytes(self) -> int: ...
-    @property
-    def user_max_bytes(self) -> int: ...
-    @property
-    def user_max_events(self) -> int: ...
+    max_inbox_depth: int
+    tenant_max_queued: int
+    store_retry_after_s: int
+    tenant_max_events: int
+    tenant_max_bytes: int
+    user_max_bytes: int
+    user_max_events: int
 
 
 class OverLimit(Exception):

@@ -14,6 +14,7 @@ from redis import Redis
 from producers import Producer
 from worker.core.clock import now_ms
 from worker.drain.lease import LeaseGrant
+from worker.drain.pipeline import Pipeline
 from worker.runtime.app import build_pipeline
 from worker.store.calls import PeekFresh
 from worker.store.records import begun_list
@@ -57,21 +58,28 @@ def test_a_lease_that_ran_out_under_a_begun_head_is_taken_again(
     pipeline.store.client.close()
 
 
+def _late_ticks(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> list[RenewCode]:
+    """What a renewer's tick answers when it read the grant before the release and ticks after it: each release
+    (``stop_renewing``) runs one such tick first; the answers are appended to the list returned."""
+    late: list[RenewCode] = []
+    stop = pipeline.lease.stop_renewing
+
+    def tick_then_stop(grant: LeaseGrant | None = None) -> None:
+        if grant is not None:
+            late.append(pipeline.lease.tick(grant))
+        stop(grant)
+
+    monkeypatch.setattr(pipeline.lease, "stop_renewing", tick_then_stop)
+    return late
+
+
 def test_a_renewal_landing_after_the_release_does_not_lease_the_scope_again(
     make_settings: Any, redis_client: Redis, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = make_settings()
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
-    late: list[RenewCode] = []
-    stop = pipeline.lease.stop_renewing
-
-    def tick_then_stop(grant: LeaseGrant | None = None) -> None:
-        if grant is not None:  # the renewer read the grant before the release and ticks after it
-            late.append(pipeline.lease.tick(grant))
-        stop(grant)
-
-    monkeypatch.setattr(pipeline.lease, "stop_renewing", tick_then_stop)
+    late = _late_ticks(pipeline, monkeypatch)
     producer.enqueue(_event("r2"))
     with caplog.at_level(logging.WARNING, logger="worker.drain.lease"):
         first = pipeline.drain_scope(SCOPE)
@@ -93,15 +101,7 @@ def test_a_renewal_landing_after_a_release_that_left_events_queued_does_not_leas
     settings = make_settings(max_events_per_drain=1)
     producer = Producer(settings)
     pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
-    late: list[RenewCode] = []
-    stop = pipeline.lease.stop_renewing
-
-    def tick_then_stop(grant: LeaseGrant | None = None) -> None:
-        if grant is not None:  # the renewer read the grant before the release and ticks after it
-            late.append(pipeline.lease.tick(grant))
-        stop(grant)
-
-    monkeypatch.setattr(pipeline.lease, "stop_renewing", tick_then_stop)
+    late = _late_ticks(pipeline, monkeypatch)
     producer.enqueue(_event("h1"))
     behind = producer.enqueue(_event("h2")).event_id
     first = pipeline.drain_scope(SCOPE)

@@ -151,7 +151,12 @@ def _celery(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Compl
 
 
 def test_worker_flags_pass_through_and_celery_tools_find_the_worker(
-    make_settings: Any, redis_client: Any, keys: Any, tmp_path: Path, request: pytest.FixtureRequest
+    make_settings: Any,
+    redis_client: Any,
+    keys: Any,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    run_pid: int,
 ) -> None:
     """``agent-signal worker -- --concurrency 3 -n NAME@%h`` starts a worker with those flags;
     ``celery -A worker.runtime.celery_app inspect`` finds it with the environment's settings, or, with REDIS_URL unset,
@@ -185,13 +190,9 @@ def test_worker_flags_pass_through_and_celery_tools_find_the_worker(
     without_url = {k: v for k, v in env.items() if k not in own}
     stack_dir = tmp_path / "checkout"
     (stack_dir / ".agent-signal").mkdir(parents=True)
-    run = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()", "run"], stdin=subprocess.PIPE
-    )
-    request.addfinalizer(lambda: run.communicate(timeout=10))  # its stdin closed: it ends
     stack = {
         "version": 1,
-        "pid": run.pid,
+        "pid": run_pid,
         "url": "http://127.0.0.1:1",
         "redisUrl": settings.redis_url,
         "keyPrefix": settings.key_prefix,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +28,6 @@ def no_redis_here(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in NAMES:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(f"AGENT_SIGNAL_{name}", raising=False)
-
-
-@pytest.fixture
-def run_pid() -> Iterator[int]:
-    """A live process whose command line ends in ``run``, as ``agent-signal run``'s does."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()", "run"], stdin=subprocess.PIPE
-    )
-    yield proc.pid
-    assert proc.stdin is not None
-    proc.stdin.close()
-    proc.wait(timeout=10)
 
 
 def _stack(tmp_path: Path, pid: int, **fields: object) -> Path:

@@ -6,9 +6,6 @@ can be built from end the tool with one line, exit 2, not Celery's traceback of 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,18 +24,6 @@ def second_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in NAMES:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(f"AGENT_SIGNAL_{name}", raising=False)
-
-
-@pytest.fixture
-def run_pid() -> Iterator[int]:
-    """A live process whose command line ends in ``run``, as ``agent-signal run``'s does."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()", "run"], stdin=subprocess.PIPE
-    )
-    yield proc.pid
-    assert proc.stdin is not None
-    proc.stdin.close()
-    proc.wait(timeout=10)
 
 
 def _checkout(root: Path, info: StackInfo) -> Path:
