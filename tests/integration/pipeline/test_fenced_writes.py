@@ -24,7 +24,7 @@ from producers import Producer
 from tests.conftest import wait_for
 from tests.support.waiting import relay_for
 from worker.drain.pipeline import Pipeline
-from worker.keys.layout import BucketKeys, Keys
+from worker.keys.layout import Keys
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
 
@@ -194,7 +194,7 @@ def test_sigkill_between_a_signal_handlers_write_and_the_commit_leaves_no_trace(
     start_worker(settings)
     producer = Producer(settings)
     scope = "topic:ledger-kill"
-    ctx_keys = BucketKeys(settings.key_prefix)
+    ctx_keys = Keys(settings.key_prefix, buckets=settings.scope_buckets)  # the scope's bucket, at any count
     accepted = producer.enqueue(
         {"sourceType": "ledger.entry", "sourceId": "l1", "scopeKey": scope, "payload": {"sleepMs": 30_000}}
     )
