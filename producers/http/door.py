@@ -28,8 +28,10 @@ Outermost first, each one job, each answering with the one error body (``produce
    a caller with a valid key held the process's connection cap by sending request heads and no body, each
    for ``AGENT_SIGNAL_BODY_TIMEOUT_S``. And it bounds the bytes of bodies the process holds
    (:class:`BodyBytes`): from a body's first byte until its request is answered (a parsed body takes up to
-   ~32x its bytes), at most ``AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT`` in all and half of it per credential;
-   past the credential's half ``429 rate_limited``, past the whole ``503 busy``, both with ``Retry-After``.
+   ~32x its bytes), at most ``AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT`` in all, half of it per credential and
+   half of it per tenant (all of a tenant's credentials and user tokens together: a tenant with many tokens
+   still leaves the other half to the other tenants); past the credential's or the tenant's half
+   ``429 rate_limited``, past the whole ``503 busy``, all with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -225,22 +227,30 @@ class Refusal:
 @dataclass
 class BodyBytes:
     """The request-body bytes this process holds, from each body's first byte until its request has been
-    answered, in all and per credential (see the module docstring, 5). A body is parsed whole and its parse
-    takes up to ~32x its bytes, so this is what bounds the memory many large bodies at once can take; the
-    caps of :class:`PendingBodies` count requests, not bytes, and only while bodies arrive. Bytes read before
-    a caller is known (at most 64 KiB a request) count toward the whole only. On the event loop's thread."""
+    answered, in all, per credential and per tenant (see the module docstring, 5). A body is parsed whole and
+    its parse takes up to ~32x its bytes, so this is what bounds the memory many large bodies at once can take;
+    the caps of :class:`PendingBodies` count requests, not bytes, and only while bodies arrive. Bytes read
+    before a caller is known (at most 64 KiB a request) count toward the whole only. On the event loop's
+    thread."""
 
     budget: int  # AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT; 0: none
     _total: int = 0
     _credentials: Counter[str] = field(default_factory=Counter)
+    _tenants: Counter[str] = field(default_factory=Counter)
 
     @property
     def per_credential(self) -> int:
         """One credential's share: half the budget, so one caller alone never holds the whole process."""
         return self.budget // 2
 
-    def check(self, credential: str | None, size: int) -> Refusal | None:
-        """Why ``size`` more bytes of ``credential``'s would not fit now, or None."""
+    @property
+    def per_tenant(self) -> int:
+        """One tenant's share (its credentials and user tokens together): half the budget, so a tenant's many
+        tokens never hold the whole process either."""
+        return self.budget // 2
+
+    def check(self, credential: str | None, size: int, *, tenant: str | None = None) -> Refusal | None:
+        """Why ``size`` more bytes of ``credential``'s (of ``tenant``) would not fit now, or None."""
         if not self.budget or size <= 0:
             return None
         retry = f"retry in {BODY_BYTES_RETRY_AFTER_S}s"
@@ -251,6 +261,13 @@ class BodyBytes:
                 f"({self.per_credential}); {retry}"
             )
             return Refusal(429, "rate_limited", message, BODY_BYTES_RETRY_AFTER_S)
+        if tenant is not None and self._tenants[tenant] + size > self.per_tenant:
+            message = (
+                f"this tenant's request bodies would take {self._tenants[tenant] + size} bytes in this web "
+                f"process; one tenant (its credentials and user tokens together) may hold half of "
+                f"AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT ({self.per_tenant}); {retry}"
+            )
+            return Refusal(429, "rate_limited", message, BODY_BYTES_RETRY_AFTER_S)
         if self._total + size > self.budget:
             message = (
                 f"this web process holds {self._total} bytes of request bodies, and "
@@ -259,29 +276,33 @@ class BodyBytes:
             return Refusal(503, "busy", message, BODY_BYTES_RETRY_AFTER_S)
         return None
 
-    def take(self, credential: str | None, size: int) -> Refusal | None:
-        """Count ``size`` more bytes of ``credential``'s (None: not known yet); else the refusal."""
-        refusal = self.check(credential, size)
+    def take(self, credential: str | None, size: int, *, tenant: str | None = None) -> Refusal | None:
+        """Count ``size`` more bytes of ``credential``'s and ``tenant``'s (None: not known yet); else the
+        refusal."""
+        refusal = self.check(credential, size, tenant=tenant)
         if refusal is None and self.budget and size > 0:
             self._total += size
-            if credential is not None:
-                self._credentials[credential] += size
+            for counts, name in ((self._credentials, credential), (self._tenants, tenant)):
+                if name is not None:
+                    counts[name] += size
         return refusal
 
-    def give_back(self, credential: str | None, size: int) -> None:
+    def give_back(self, credential: str | None, size: int, *, tenant: str | None = None) -> None:
         if not self.budget or size <= 0:
             return
         self._total -= size
-        if credential is not None:
-            self._credentials[credential] -= size
-            if self._credentials[credential] <= 0:
-                del self._credentials[
-                    credential
-                ]  # a counter per caller seen would grow with every credential
+        for counts, name in ((self._credentials, credential), (self._tenants, tenant)):
+            if name is not None:
+                counts[name] -= size
+                if counts[name] <= 0:
+                    del counts[name]  # a counter per caller seen would grow with every credential ever used
 
-    def held(self, credential: str | None = None) -> int:
-        """The bytes held now, by ``credential`` or in all (tests and diagnostics)."""
-        return self._total if credential is None else self._credentials[credential]
+    def held(self, credential: str | None = None, *, tenant: str | None = None) -> int:
+        """The bytes held now: by ``credential``, by ``tenant``, or (neither given) in all (tests and
+        diagnostics)."""
+        if credential is not None:
+            return self._credentials[credential]
+        return self._tenants[tenant] if tenant is not None else self._total
 
 
 class BodyLimit:
@@ -365,7 +386,7 @@ class _CountedBody:
         self.cut = False  # answered 413 or 429, or the client left before its body ended
         self.holder: Principal | None = None  # whose pending-body slot this request holds
         self.bytes_held = 0  # of this body, counted in the process's BodyBytes
-        self.bytes_holder: str | None = None  # the credential they are counted for (None: not known yet)
+        self.bytes_holder: Principal | None = None  # the caller they are counted for (None: not known yet)
 
     async def receive(self) -> Message:
         if self.cut:
@@ -411,10 +432,6 @@ class _CountedBody:
         await self._answer(Refusal(429, "rate_limited", refusal, PENDING_RETRY_AFTER_S))
         return False
 
-    def _credential(self) -> str | None:
-        principal = self.limit.principal_of(self.scope)
-        return principal.credential_id if principal is not None else None
-
     def _declared(self) -> int:
         """The body's declared Content-Length, else 0 (counted while it arrives)."""
         declared = Headers(scope=self.scope).get("content-length")
@@ -428,8 +445,9 @@ class _CountedBody:
         if in_flight is None or size <= 0:
             return None
         if not self.bytes_held:  # the caller is known before a route reads (auth answers first) and stays so
-            self.bytes_holder = self._credential()
-        refusal = in_flight.take(self.bytes_holder, size)
+            self.bytes_holder = self.limit.principal_of(self.scope)
+        credential, tenant = self._bytes_holders()
+        refusal = in_flight.take(credential, size, tenant=tenant)
         if refusal is None:
             self.bytes_held += size
         return refusal
@@ -437,8 +455,14 @@ class _CountedBody:
     def give_back_bytes(self) -> None:
         """Free this body's bytes in the process's budget, once (its request was answered or ended)."""
         if self.limit.in_flight is not None and self.bytes_held:
-            self.limit.in_flight.give_back(self.bytes_holder, self.bytes_held)
+            credential, tenant = self._bytes_holders()
+            self.limit.in_flight.give_back(credential, self.bytes_held, tenant=tenant)
         self.bytes_held = 0
+
+    def _bytes_holders(self) -> tuple[str | None, str | None]:
+        """The credential and the tenant this body's bytes are counted for (None, None: not known yet)."""
+        holder = self.bytes_holder
+        return (holder.credential_id, holder.tenant) if holder is not None else (None, None)
 
     async def _answer(self, refusal: Refusal) -> None:
         """Cut the body and answer ``refusal`` (unless a response has started)."""

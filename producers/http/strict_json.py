@@ -14,7 +14,9 @@ check cut strings out with an escape-aware expression that rescanned to the end 
 unterminated string, quadratic in the body (issue 26, finding 1).
 
 **Numbers and text.** ``json`` accepts ``NaN``, ``Infinity``, ``-Infinity`` and turns ``1e999`` into infinity;
-none of them is JSON (RFC 8259) and the stored event would not round-trip. A ``\\ud800`` escape decodes to a
+none of them is JSON (RFC 8259) and the stored event would not round-trip. An integer of more digits than the
+interpreter converts (``sys.get_int_max_str_digits()``, 4300: the conversion is quadratic) is refused as too long,
+naming its field; the decoder's own error would name Python's setting instead. A ``\\ud800`` escape decodes to a
 lone surrogate, which cannot be encoded as UTF-8, so storing it failed with a 500. Both are refused as
 :class:`NotStrictJson` naming the field (a dotted path, ``payload.score``). Raw bytes are decoded strictly
 (``json.loads`` would let UTF-8-encoded surrogates through with ``surrogatepass``), so a lone surrogate can
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from typing import Any, NamedTuple
 
 from worker.intake.json_paths import dotted, first_path
@@ -91,8 +94,8 @@ def nested_deeper_than(raw: bytes, limit: int) -> bool:
 
 
 class NotStrictJson(ValueError):
-    """``NaN``, ``Infinity``, a float overflow or a lone surrogate; ``field`` is its dotted path (None: the body
-    itself)."""
+    """``NaN``, ``Infinity``, a float overflow, an integer too long or a lone surrogate; ``field`` is its dotted
+    path (None: the body itself)."""
 
     def __init__(self, message: str, field: str | None) -> None:
         super().__init__(message)
@@ -119,12 +122,16 @@ _STRICT = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_
 
 def loads_strict(raw: bytes) -> Any:
     """``raw`` decoded (UTF-8, or UTF-16/32 as ``json.loads`` detects them); ValueError when it is not JSON,
-    :class:`NotStrictJson` for a non-finite number or a lone surrogate."""
+    :class:`NotStrictJson` for a non-finite number, an integer too long or a lone surrogate."""
     text = raw.decode(json.detect_encoding(raw))  # strict: no surrogatepass, unlike json.loads
     try:
         data = _STRICT.decode(text)
     except _NonFinite as exc:
         raise _non_finite(text, str(exc)) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # not the syntax: int() refused a number's digits (its one other error)
+        raise _too_long(text) from None
     if _LONE_SURROGATE_ESCAPE.search(text) is not None:
         path = first_path(data, lambda v: isinstance(v, str) and _LONE_SURROGATE.search(v) is not None)
         if path is not None:
@@ -162,6 +169,23 @@ def _float_or_mark(text: str) -> Any:
     return _MARK if math.isinf(value) else value
 
 
+def _too_long(text: str) -> NotStrictJson:
+    """The error for the first integer too long to convert, its path found by decoding again with a marker."""
+    marker = json.JSONDecoder(parse_int=_int_or_mark)
+    path = first_path(marker.decode(text), lambda v: v is _MARK)
+    field = body_field(path) if path is not None else None
+    where = f"{field} is" if field else "the body holds"
+    limit = sys.get_int_max_str_digits()
+    return NotStrictJson(f"{where} a number too long: integers may have at most {limit} digits", field)
+
+
+def _int_or_mark(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        return _MARK
+
+
 MAX_JSON_DEPTH = 64  # arrays and objects inside each other; chat requests and events use about ten
 
 
@@ -183,14 +207,15 @@ class InvalidBody(ValueError):
 
 
 class NotStrictBody(InvalidBody):
-    """The body is JSON to Python but not to RFC 8259: ``NaN``, ``Infinity`` or a lone surrogate (always 422)."""
+    """The body is JSON to Python but not to RFC 8259: ``NaN``, ``Infinity`` or a lone surrogate; or an integer too
+    long to read (always 422)."""
 
 
 def decode_json(raw: bytes, *, require_object: bool = True) -> Any:
     """The decoded body (an empty body is ``{}``), or raise InvalidBody (code ``invalid_json``); nesting
     deeper than ``MAX_JSON_DEPTH`` is refused before decoding (the decoder recurses, and would fail with a
-    RecursionError at about a thousand levels), and ``NaN``, ``Infinity`` and lone surrogates after it, naming
-    their field (producers/http/strict_json.py: all of it linear in the body)."""
+    RecursionError at about a thousand levels), and ``NaN``, ``Infinity``, integers too long and lone surrogates
+    after it, naming their field (producers/http/strict_json.py: all of it linear in the body)."""
     if nested_deeper_than(raw, MAX_JSON_DEPTH):
         detail = f"nested deeper than {MAX_JSON_DEPTH} levels"
         raise InvalidBody(FieldError("invalid_json", f"request body is {detail}"), detail)

@@ -10,11 +10,16 @@ and nothing else, and hand the route either the decoded value or the 422 to answ
 Body rules, for every route: an empty body reads as ``{}``; malformed JSON, or a non-object where an object
 is required, is ``422 invalid_json`` with ``field: null``; a pydantic error is a 422 naming the first
 offending field as a dotted path (``messages.0.role``) under an optional prefix (``events[3].sourceId``).
+
+A route that declares its body as a FastAPI body parameter (its model then appears by reference in
+``/openapi.json``, as the TypeScript client's types expect) belongs to a router with
+``route_class=StrictJsonRoute``: FastAPI then decodes the body with the same decoder (:class:`StrictJsonRequest`),
+and its refusals are the same 422s instead of FastAPI's ``400 There was an error parsing the body``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -22,7 +27,10 @@ import anyio
 from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
 
 from producers.http.settings import DoorSettings
 from producers.http.strict_json import (
@@ -44,6 +52,9 @@ __all__ = [
     "InvalidBody",
     "JsonObject",
     "NotStrictBody",
+    "RefusedBody",
+    "StrictJsonRequest",
+    "StrictJsonRoute",
     "decode_json",
     "door_of",
     "error_response",
@@ -151,6 +162,45 @@ async def json_object(request: Request) -> dict[str, Any] | JSONResponse:
 
 JsonObject = Annotated[dict[str, Any] | JSONResponse, Depends(json_object)]
 """A route parameter: the body as a JSON object, or the 422 response to return as is."""
+
+
+class RefusedBody(HTTPException):
+    """A body :func:`decode_json` refused, raised out of FastAPI's body parsing: FastAPI passes an HTTPException
+    through as it is (any other error there becomes its ``400 There was an error parsing the body``), and
+    :class:`StrictJsonRoute` answers it as the door's 422."""
+
+    def __init__(self, error: FieldError) -> None:
+        super().__init__(422, error.message)
+        self.error = error
+
+
+class StrictJsonRequest(Request):
+    """A request whose ``json()`` (what FastAPI decodes a body parameter with) is :func:`decode_json`."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            raw = await self.body()
+            try:
+                self._json = await _off_loop(raw, partial(decode_json, raw, require_object=False))
+            except InvalidBody as exc:
+                raise RefusedBody(exc.error) from None
+        return self._json
+
+
+class StrictJsonRoute(APIRoute):
+    """A route whose FastAPI body parameter is decoded by :class:`StrictJsonRequest`, its refusals answered
+    :func:`field_response` (see the module docstring); its OpenAPI document is FastAPI's own."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict_handler(request: Request) -> Response:
+            try:
+                return await handler(StrictJsonRequest(request.scope, request.receive))
+            except RefusedBody as exc:
+                return field_response(exc.error)
+
+        return strict_handler
 
 
 def producer_of(request: Request) -> Producer:

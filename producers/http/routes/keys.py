@@ -17,14 +17,16 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from producers.http.api_models import API_ERRORS, BODY_ERRORS, example
 from producers.http.auth import credentials_of, is_root
 from producers.http.principal import Forbidden, NotFound, Principal, require
-from producers.http.web_common import error_response
+from producers.http.web_common import StrictJsonRoute, error_response
 from worker.core.ids import Id, UserId
 from worker.keys.layout import BadTenant, check_tenant
 from worker.ops.credentials import DEFAULT_TOKEN_TTL_S, MAX_TOKEN_TTL_S, CredentialError
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["credentials"], responses=API_ERRORS)
+# Bodies are decoded by the door's decoder (too deep, NaN, a number too long: 422 invalid_json), while FastAPI's body
+# parameters keep KeyRequest and TokenRequest in the OpenAPI document (the TypeScript client's types name them).
+router = APIRouter(tags=["credentials"], responses=API_ERRORS, route_class=StrictJsonRoute)
 
 
 class KeyRequest(BaseModel):

@@ -2,8 +2,8 @@
 
 Before: the caps counted requests, not bytes, and only while bodies arrived; at the defaults (8 MiB bodies) one
 credential's concurrent posts made a process parse gigabytes (a parse takes up to ~32x a body's bytes). Now the
-bytes of bodies a process holds, from the first byte until the request is answered, are counted in all and per
-credential (producers/http/door.py ``BodyBytes``): past the credential's half of
+bytes of bodies a process holds, from the first byte until the request is answered, are counted in all, per
+credential and per tenant (producers/http/door.py ``BodyBytes``): past the credential's half of
 ``AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT`` a request is answered ``429 rate_limited``, past the whole ``503 busy``,
 both with ``Retry-After``. A real web process, raw HTTP/1.1 over sockets.
 """
@@ -137,7 +137,7 @@ def test_held_body_bytes_refuse_a_credential_past_its_half_and_the_process_past_
         bootstrap_key=BOOT, max_request_bytes=100_000, max_body_bytes_in_flight=200_000, body_timeout_s=120
     )
     _, url = start_web(settings)
-    key_a, key_b, key_c = _key(url, "default"), _key(url, "default"), _key(url, "t-bytes")
+    key_a, key_b, key_c = _key(url, "default"), _key(url, "t-bytes-b"), _key(url, "t-bytes")
     held = [Held(url, key_a, declared=None, sent=60_000)]
     try:
         # A holds 60,000 bytes of a chunked body (counted as they arrive): 50,000 more are refused
