@@ -8,7 +8,8 @@ must be visible while the event is still running, so tests can observe ordering 
 
 * ``test.counter``: source → signal → action whose *effect* increments ``payload.counterKey`` (staged, so it
   is exactly-once); before returning, the action records its pid under ``test:inaction:<sourceId>`` and
-  sleeps ``payload.sleepMs`` so a test can SIGKILL or SIGSTOP it mid-action.
+  sleeps ``payload.sleepMs`` so a test can SIGKILL or SIGSTOP it mid-action (with ``payload.sleepAttempts``, on
+  its first that many attempts only: a test that kills the first attempt need not wait out the redelivery's).
   When ``test:sleep-after:<sourceId>`` holds a number of ms, the handler of the built-in
   ``signal.action.applied`` signal records its pid under ``test:afteraction:<sourceId>`` and sleeps that
   long: the effect is committed, the event is not.
@@ -114,9 +115,10 @@ def _counter_plan(signal: Signal, ctx: HandlerContext) -> Dispatch:
 def _counter_apply(action: Action, ctx: HandlerContext) -> ExecutorResult:
     redis = ctx.deps(Probe).redis
     # the attempt is counted before the pid is shown: a test that kills on seeing the pid finds it counted
-    redis.incr(_test_key(ctx, f"attempts:{action.source.source_id}"))
+    attempt = int(redis.incr(_test_key(ctx, f"attempts:{action.source.source_id}")))
     redis.set(_test_key(ctx, f"inaction:{action.source.source_id}"), os.getpid())
-    time.sleep(int(action.payload.get("sleepMs", 0)) / 1000)
+    if attempt <= int(action.payload.get("sleepAttempts", attempt)):
+        time.sleep(int(action.payload.get("sleepMs", 0)) / 1000)
     ctx.effects.incr(str(action.payload["counterKey"]))
     return applied(action, ctx, detail="incremented")
 

@@ -138,6 +138,8 @@ class TestFullRedis:
                 ready = client.get("/readyz").json()
                 http = HttpProducer("http://testserver")
                 http.client = client
+                waits: list[float] = []
+                http.sleep = waits.append  # the retries' waits, recorded instead of slept
                 with pytest.raises(StoreUnavailable, match="nothing of it was stored") as raised:
                     http.enqueue_many(batch)
             assert answer.status_code == 503 and answer.headers["retry-after"] == "5"
@@ -145,6 +147,7 @@ class TestFullRedis:
             assert error["code"] == "store_unavailable" and error["field"] is None
             assert "nothing of it was stored" in error["message"]
             assert raised.value.retry_after_s == 5
+            assert waits == [5, 5]  # Retry-After honoured until the waits would pass max_wait_s (10 s)
             assert ready["ready"] is True and ready["checks"]["memory"].startswith("full: ")
             client_ = Redis.from_url(url, decode_responses=True)
             assert client_.exists(*[keys.event(i) for i in ids]) == 0
@@ -162,7 +165,10 @@ class TestFullRedis:
     ) -> None:
         """The drain task on a full Redis logs 'store unavailable' and returns; the event runs once there is room."""
         with private_redis(tmp_path, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction") as url:
-            settings = make_settings(redis_url=url, telemetry_enabled=False)
+            # the full-store wait's budget is a quarter of the soft limit (worker/drain/context.py): 1 s here
+            settings = make_settings(
+                redis_url=url, telemetry_enabled=False, task_soft_time_limit_s=4, task_time_limit_s=5
+            )
             producer = Producer(settings)  # its create_app installs the in-process pipeline factory
             event = producer.enqueue(_event("drain-1", "topic:a"))
             drain = producer.app.tasks[DRAIN_TASK]

@@ -104,7 +104,7 @@ def test_sigkill_in_the_middle_of_a_multi_scope_drain(
     settings = make_settings(drain_messages_max=1, scopes_per_drain=100)
     producer = Producer(settings)
     events = _counter_events(keys, 30)
-    events[9]["payload"]["sleepMs"] = 3000
+    events[9]["payload"].update(sleepMs=3000, sleepAttempts=1)  # its redelivery is not killed: no sleep
     results = producer.enqueue_many(events)
     assert redis_client.llen(keys.broker_queue(settings.queue_name)) == 1
     start_worker(settings)

@@ -151,7 +151,7 @@ class TestCrashes:
         counter = f"{keys.bucket_prefix}test:kill-counter"
         producer = Producer(settings)
         first = producer.enqueue(
-            _event("test.counter", "kill-1", "topic:kill", counterKey=counter, sleepMs=1500)
+            _event("test.counter", "kill-1", "topic:kill", counterKey=counter, sleepMs=1500, sleepAttempts=1)
         )
         marker = f"{keys.bucket_prefix}test:inaction:kill-1"
         pid = int(wait_for(lambda: redis_client.get(marker), what="the action to start"))
@@ -309,9 +309,12 @@ class TestFencing:
         counter = f"{keys.bucket_prefix}test:fence-counter"
         producer = Producer(settings)
         first = start_worker(settings)  # concurrency 1: one pool process, which runs tasks one at a time
-        # the action sleeps 3 s after its marker: the SIGSTOP below must land inside it on a loaded machine
+        # the action sleeps 3 s after its marker: the SIGSTOP below must land inside it on a loaded machine (the
+        # takeover's attempt does not sleep)
         ev = producer.enqueue(
-            _event("test.counter", "fence-1", "topic:fence", counterKey=counter, sleepMs=3000)
+            _event(
+                "test.counter", "fence-1", "topic:fence", counterKey=counter, sleepMs=3000, sleepAttempts=1
+            )
         )
         marker = f"{keys.bucket_prefix}test:inaction:fence-1"
         paused = int(wait_for(lambda: redis_client.get(marker), what="the action"))

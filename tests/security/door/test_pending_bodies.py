@@ -10,6 +10,7 @@ credential and per tenant (producers/http/door.py ``PendingBodies``), and a call
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import urllib.error
@@ -93,13 +94,21 @@ def _held_post(port: int, bearer: str) -> socket.socket:
 
 
 def _first_answer(socks: list[socket.socket]) -> bytes:
-    """The first answer any of ``socks`` gets, read until its connection closes (30 s at most: a hang fails)."""
+    """The first answer any of ``socks`` gets, read until it is whole (30 s at most: a hang fails); not until its
+    connection closes, which uvicorn leaves open for its keep-alive (5 s) after a refusal."""
     readable, _, _ = select.select(socks, [], [], 30)
     assert readable, "no request was answered"
     data = b""
-    while chunk := readable[0].recv(65536):
+    while not _whole(data) and (chunk := readable[0].recv(65536)):
         data += chunk
     return data
+
+
+def _whole(answer: bytes) -> bool:
+    """Whether ``answer`` holds a head and all the body its Content-Length announces."""
+    head, end, body = answer.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length: *(\d+)", head)
+    return bool(end) and length is not None and len(body) >= int(length.group(1))
 
 
 @pytest.mark.integration

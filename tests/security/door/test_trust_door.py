@@ -278,7 +278,7 @@ def test_a_request_head_or_body_that_does_not_arrive_in_time_is_cut_off(
     """A head that never completes gets 408 and the connection closes; so does a head trickled a byte at a time
     (bytes do not extend the deadline); a connection that sends nothing is closed; a body that stops coming
     is cut off. uvicorn alone held all four open forever."""
-    _, url = start_web(make_settings(bootstrap_key=BOOT, header_timeout_s=1, body_timeout_s=2))
+    _, url = start_web(make_settings(bootstrap_key=BOOT, header_timeout_s=0.5, body_timeout_s=0.5))
     port = _port(url)
     with _connect(port) as sock:
         sock.sendall(b"POST /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n")
@@ -290,7 +290,7 @@ def test_a_request_head_or_body_that_does_not_arrive_in_time_is_cut_off(
         sent = 0
         head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 1000
         try:
-            while not select.select([sock], [], [], 0.2)[0] and sent < len(head):
+            while not select.select([sock], [], [], 0.05)[0] and sent < len(head):
                 sock.sendall(head[sent : sent + 1])
                 sent += 1
             answer = _read_all(sock)
