@@ -20,6 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis import Redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
 from worker.settings import SettingsError
 
 __all__ = ["EmbeddedRedis", "pid_alive", "start_embedded_redis"]
@@ -64,8 +68,13 @@ class EmbeddedRedis:
 
     def stop(self) -> None:
         """End the server and remove its temporary directories; safe to call twice."""
-        try:
-            self.server.shutdown(nosave=True)
+        try:  # not through ``self.server``: its client retries a command whose connection closed (SHUTDOWN's
+            # does, by design) ten times with a backoff, 3-4 s in all, before it gives up
+            once = Redis(unix_socket_path=self.socket_path, retry=Retry(NoBackoff(), 0))
+            try:
+                once.shutdown(nosave=True)
+            finally:
+                once.close()
         except Exception:  # already gone, or refusing: the signals below end it
             pass
         _end_process(self.pid)
