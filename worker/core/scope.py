@@ -4,6 +4,12 @@ Derived when the producer gives none, in LobeHub's order (``getSourceEventScopeK
 ``topic:<topicId>`` → ``task:<taskId>`` → ``bot:<platform>:<applicationId>:<platformThreadId>`` (all three
 required) → ``agent:<agentId>:user:<userId>`` → ``user:<userId>`` → ``fallback:global``.
 ``agentId``/``userId`` are read from the payload first, then from the event's envelope fields.
+
+A user's own scopes (:func:`is_own_scope`) are ``user:<id>``, ``agent:<agentId>:user:<id>`` and every scope under
+``user:<id>/``. A user token's events run in them (the door), and so do the follow-ups a chain of an event in its
+user's own scope emits (the drain's ``StagedEmits``): :func:`own_scope_key` puts any other scope under
+``user:<id>/``, so one user's events never reach another's scope, inbox or dedupe identities. (No user id holds
+``:`` or ``/``, worker/core/ids.py, so ``user:<id>/…`` is never another user's own scope.)
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["derive_scope_key"]
+__all__ = ["derive_scope_key", "is_own_scope", "own_scope_key"]
 
 
 def _text(value: Any) -> str | None:
@@ -44,3 +50,19 @@ def derive_scope_key(
     if user:
         return f"user:{user}"
     return "fallback:global"
+
+
+def is_own_scope(scope_key: str, user_id: str) -> bool:
+    """Whether ``scope_key`` is one of ``user_id``'s own scopes: ``user:<id>``, ``agent:<a>:user:<id>``, or one
+    under ``user:<id>/`` (where :func:`own_scope_key` puts the others)."""
+    own = f"user:{user_id}"
+    return (
+        scope_key == own
+        or scope_key.startswith(f"{own}/")
+        or (scope_key.startswith("agent:") and scope_key.endswith(f":{own}"))
+    )
+
+
+def own_scope_key(scope_key: str, user_id: str) -> str:
+    """``scope_key`` when it is one of ``user_id``'s own scopes, else the same scope under ``user:<id>/``."""
+    return scope_key if is_own_scope(scope_key, user_id) else f"user:{user_id}/{scope_key}"

@@ -153,6 +153,8 @@ def interpret(work: EventWork, ctx: DrainContext) -> None:
     else:
         port = CancellablePort(ctx.store, grant.keys, grant.scope_key, grant.fence, grant.lost, event_id)
         work.marked_lanes = port.marked  # filled as the chain runs
+    # an event in its user's own scope (a user token's) keeps its follow-ups in that user's own scopes
+    work.followups.confine(grant.scope_key, work.source.user_id)
     try:
         work.trace = run_chain(work.source, ctx.registry, port, scope=work.scope, telemetry=ctx.telemetry)
     except NotBatchable:  # pure so far (batch-safe handlers only): run it again on its own

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 
 from worker.core.errors import EventOfAnotherUser, OverLimit, PermanentFailure
 from worker.core.nodes import trusted
+from worker.core.scope import derive_scope_key, is_own_scope, own_scope_key
 from worker.core.source_types import SourceTypePolicy
 from worker.core.tenancy import DEFAULT_TENANT, scope_ref
 from worker.intake.json_paths import NOT_TEXT, unencodable
@@ -114,11 +115,17 @@ class Emitter:
         # duplicate: origin follow_up); the door's Producer counts its own, so its emitter leaves this None.
         self.counted: Callable[[Sequence[str], str], None] | None = None
 
-    def validate(self, event: EventLike, *, tenant: str = DEFAULT_TENANT, prefix: str = "") -> PreparedEvent:
+    def validate(
+        self, event: EventLike, *, tenant: str = DEFAULT_TENANT, prefix: str = "", own_user: str | None = None
+    ) -> PreparedEvent:
         """Validate and prepare one of ``tenant``'s events (its id, keys and scope ref are that tenant's), or
-        raise InvalidEvent naming the field."""
+        raise InvalidEvent naming the field. ``own_user``: the user in whose own scopes the event must run (a
+        follow-up of a chain in that user's own scope, :class:`StagedEmits`): a scope it names or derives
+        outside them is put under ``user:<id>/``, as the door does for a user token's event."""
         data = event.model_dump(by_alias=True, exclude_none=True) if isinstance(event, SourceEvent) else event
         parsed = parse_event(data, self.types, prefix=prefix)
+        if own_user is not None:
+            parsed = _in_own_scope(parsed, own_user)
         self.check_payload(parsed.source_type, parsed.payload, prefix=prefix)
         user = resolve_user(parsed, self.user_fields.get(parsed.source_type, ()), prefix=prefix)
         field = f"{prefix}.payload" if prefix else "payload"
@@ -327,18 +334,30 @@ class Emitter:
 
 
 class StagedEmits:
-    """The follow-up events of one chain: validated and admitted when emitted, stored by the fenced commit."""
+    """The follow-up events of one chain: validated and admitted when emitted, stored by the fenced commit.
+
+    A chain whose event runs in its user's own scope (a user token's event: the door put it there) keeps its
+    follow-ups in that user's own scopes (:meth:`confine`), else a token could reach another user's scope through
+    its chain: a follow-up deriving ``topic:<topicId>`` would run in that topic beside the other user's events,
+    past the door's inbox and quota checks. The follow-ups of other events (an API key's) keep their scopes."""
 
     def __init__(self, emitter: Emitter | None, tenant: str) -> None:
         self.emitter = emitter
         self.tenant = tenant  # the chain's: its follow-ups are its tenant's events
+        # the user in whose own scopes its follow-ups run (confine), or None: each runs where it names or derives
+        self.own_user: str | None = None
         self.events: list[PreparedEvent] = []
+
+    def confine(self, scope_key: str, user_id: str | None) -> None:
+        """The chain's event runs in ``scope_key`` for ``user_id``: when that is one of the user's own scopes,
+        every follow-up runs in one of them too (:func:`~worker.core.scope.own_scope_key`)."""
+        self.own_user = user_id if user_id and is_own_scope(scope_key, user_id) else None
 
     def __call__(self, event: Mapping[str, Any]) -> str:
         if self.emitter is None:
             raise RuntimeError("this pipeline has no emitter: follow-up events cannot be staged")
         try:
-            prepared = self.emitter.validate(event, tenant=self.tenant)
+            prepared = self.emitter.validate(event, tenant=self.tenant, own_user=self.own_user)
         except InvalidEvent as exc:  # a follow-up that can never be stored: retrying will not fix it
             raise PermanentFailure(f"follow-up event rejected: {exc}", code="INVALID_FOLLOWUP") from None
         refused = self.emitter.verdicts([prepared])
@@ -346,6 +365,12 @@ class StagedEmits:
             return refused[0]
         self.events.append(prepared)
         return "staged"
+
+
+def _in_own_scope(event: SourceEvent, user_id: str) -> SourceEvent:
+    """``event`` with the scope it names, or derives as :func:`prepare` would, in ``user_id``'s own scopes."""
+    scope = event.scope_key or derive_scope_key(event.payload, user_id=event.user_id, agent_id=event.agent_id)
+    return event.model_copy(update={"scope_key": own_scope_key(scope, user_id)})
 
 
 def _at(prefix: str, name: str) -> str:

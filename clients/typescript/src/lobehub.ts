@@ -75,7 +75,11 @@ function scopeUsed(input: AgentSignalSourceEventInput, context: AgentSignalEnque
   }
   const payload = { ...input.payload, userId: user }; // the server stamps the token's user on the payload
   const scope = input.scopeKey || resolveSourceScopeKey(payload, user, context.agentId);
-  const own = scope === `user:${user}` || (scope.startsWith("agent:") && scope.endsWith(`:user:${user}`));
+  // worker/core/scope.py `own_scope_key`: `user:<id>`, `agent:<a>:user:<id>` and `user:<id>/…` are the user's own
+  const own =
+    scope === `user:${user}` ||
+    scope.startsWith(`user:${user}/`) ||
+    (scope.startsWith("agent:") && scope.endsWith(`:user:${user}`));
   return own ? scope : `user:${user}/${scope}`;
 }
 

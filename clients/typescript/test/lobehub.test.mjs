@@ -106,6 +106,7 @@ describe("enqueueAgentSignalSourceEvent's scopeKey, against a stub", () => {
     assert.equal(new AgentSignal({ baseUrl: stub.url, token: user }).tokenUserId, "u1");
     assert.equal(await send(user, { payload: { topicId: "t1" } }), "user:u1/topic:t1");
     assert.equal(await send(user, { payload: {}, scopeKey: "custom:1" }), "user:u1/custom:1");
+    assert.equal(await send(user, { payload: {}, scopeKey: "user:u1/custom:1" }), "user:u1/custom:1");
     assert.equal(await send(user, { payload: {} }, { agentId: "a1" }), "agent:a1:user:u1");
     assert.equal(await send(user, { payload: {} }), "user:u1");
     assert.equal(await send("as_0123_key", { payload: { topicId: 42 } }), "topic:42");

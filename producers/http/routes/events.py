@@ -28,7 +28,7 @@ from producers.http.api_models import (
 from producers.http.principal import Principal, require, tenant_keys
 from producers.http.web_common import door_of, error_response, producer_of, read_json
 from worker.core.ids import SCOPE_KEY_MAX_LENGTH, Id
-from worker.core.scope import derive_scope_key
+from worker.core.scope import derive_scope_key, own_scope_key
 from worker.intake.source_event import EventError, InvalidEvent, SourceEvent, as_single
 from worker.keys.layout import Keys
 from worker.ops.rate_limit import RateLimiter
@@ -273,8 +273,10 @@ def _stamped(events: list[Any], principal: Principal, *, batch: bool) -> list[An
 
 def _own_scope(event: dict[str, Any], user_id: str) -> dict[str, Any]:
     """A user token's event runs in its user's own scope: one it names or derives (``topic:…``) that is not the
-    user's (``user:<id>``, ``agent:<a>:user:<id>``) is put under ``user:<id>/``. So another user's scope, inbox
-    and dedupe identities are out of reach (no squatting their next sourceId, no filling their inbox)."""
+    user's (``user:<id>``, ``agent:<a>:user:<id>``, ``user:<id>/…``) is put under ``user:<id>/``
+    (:func:`~worker.core.scope.own_scope_key`, the rule its chain's follow-ups keep to as well). So another
+    user's scope, inbox and dedupe identities are out of reach (no squatting their next sourceId, no filling
+    their inbox)."""
     given = event.get("scopeKey")
     payload = event.get("payload")
     if given is not None and not isinstance(given, str):
@@ -282,9 +284,7 @@ def _own_scope(event: dict[str, Any], user_id: str) -> dict[str, Any]:
     scope = given or derive_scope_key(
         payload if isinstance(payload, dict) else {}, user_id=user_id, agent_id=_text(event.get("agentId"))
     )
-    if scope == f"user:{user_id}" or (scope.startswith("agent:") and scope.endswith(f":user:{user_id}")):
-        return {**event, "scopeKey": scope}
-    return {**event, "scopeKey": f"user:{user_id}/{scope}"}
+    return {**event, "scopeKey": own_scope_key(scope, user_id)}
 
 
 def _text(value: Any) -> str | None:
