@@ -33,6 +33,7 @@ from producers.http.api_models import SHARED_ERRORS
 from producers.http.auth import install_auth
 from producers.http.docs_pages import install_docs
 from producers.http.door import install_door
+from producers.http.read_memo import ReadMemo
 from producers.http.records import OVER_LIMIT_CODES
 from producers.http.routes.events import router as events_router
 from producers.http.routes.functions import router as functions_router
@@ -129,6 +130,9 @@ def create_web_app(
         swagger_ui_oauth2_redirect_url=None,
     )
     app.state.door = door
+    app.state.overview_memo = (
+        ReadMemo()
+    )  # GET /v1/overview's runs count per tenant (producers/http/read_memo.py)
     app.state.session_limits = SessionLimits.from_settings(session_limit_settings(settings), settings)
     install_docs(app)  # /docs, /redoc, /docs-assets/*; before install_auth and install_door read its paths
     # Routers declaring no error answers of their own get the shared ones (their own win): the OpenAPI document.

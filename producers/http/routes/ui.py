@@ -13,7 +13,8 @@ from pydantic import BaseModel, Field
 
 from policies.conversation_log import in_time_order
 from producers.http.api_models import API_ERRORS
-from producers.http.principal import Principal, check_user, public, require, tenant_keys
+from producers.http.principal import Principal, check_user, principal_of, public, require, tenant_keys
+from producers.http.read_memo import ReadMemo
 from producers.http.web_common import error_response, producer_of
 from worker.keys.layout import Keys
 from worker.ops.runs import every_index, source_types, window_start_ms
@@ -174,8 +175,12 @@ def overview(request: Request, caller: Annotated[Principal, Depends(require("rea
     store = producer.store
     client = store.client
     now_min = int(time.time() // 60)
-    # the store's runs, not this process's telemetry
-    by_type = _runs_by_type(client, keys, window_start_ms(store.settings))
+    # the store's runs, not this process's telemetry; read once at a time per tenant and kept in proportion to
+    # its cost (a tenant at its quota takes a second of Redis per read: producers/http/read_memo.py)
+    memo: ReadMemo[dict[str, dict[str, float]]] = request.app.state.overview_memo
+    by_type = memo.get(
+        principal_of(request).tenant, lambda: _runs_by_type(client, keys, window_start_ms(store.settings))
+    )
     points: dict[int, dict[str, float]] = {}
     for bucket in keys.every_bucket():  # with scope buckets, each bucket's series, summed
         stale = []

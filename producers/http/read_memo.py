@@ -1,0 +1,56 @@
+"""A costly read, reused for a while in proportion to its cost, one at a time per tenant.
+
+``GET /v1/overview`` counts a tenant's runs by reading every run the indexes hold: about 60-100 ms per 10,000
+runs, so at the retained-events quota (500,000) a second or more of Redis per call, which a read key at its rate
+limit could ask for a hundred times a second and starve every other tenant. A :class:`ReadMemo` keeps each
+tenant's last result for ``DUTY`` times as long as it took to read (``MAX_KEEP_S`` at most), and a caller that
+asks while another call of the same tenant reads waits for that read and takes its result. So one process spends
+at most about 1/(1 + ``DUTY``) of its time on one tenant's read, whatever the callers do, while a small tenant's
+read (a few ms) is kept for a fraction of a second and its counts stay current.
+Per process, on the route's worker thread; written by hand (no cache library bounds a memo by its own cost:
+docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+__all__ = ["DUTY", "MAX_KEEP_S", "ReadMemo"]
+
+T = TypeVar("T")
+DUTY = (
+    20  # a result is kept 20x as long as its read took: at most ~5% of a process's time on one tenant's read
+)
+MAX_KEEP_S = 30.0  # never older than this
+
+
+@dataclass
+class _Entry(Generic[T]):
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    value: T | None = None
+    fresh_until_s: float = 0.0
+
+
+class ReadMemo(Generic[T]):
+    """``get(tenant, read)``: ``read()``'s result, or the tenant's last one while it is fresh."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._entries: dict[str, _Entry[T]] = {}
+        self._guard = threading.Lock()
+
+    def get(self, tenant: str, read: Callable[[], T]) -> T:
+        with self._guard:
+            entry = self._entries.setdefault(tenant, _Entry())
+        with entry.lock:  # one read per tenant at a time: the others wait for it and take its result
+            if entry.value is not None and self._clock() < entry.fresh_until_s:
+                return entry.value
+            started_s = self._clock()
+            value = read()
+            took_s = self._clock() - started_s
+            entry.value, entry.fresh_until_s = value, self._clock() + min(took_s * DUTY, MAX_KEEP_S)
+            return value
