@@ -130,9 +130,8 @@ def create_web_app(
         swagger_ui_oauth2_redirect_url=None,
     )
     app.state.door = door
-    app.state.overview_memo = (
-        ReadMemo()
-    )  # GET /v1/overview's runs count per tenant (producers/http/read_memo.py)
+    # GET /v1/overview's runs count per tenant (producers/http/read_memo.py)
+    app.state.overview_memo = ReadMemo()
     app.state.session_limits = SessionLimits.from_settings(session_limit_settings(settings), settings)
     install_docs(app)  # /docs, /redoc, /docs-assets/*; before install_auth and install_door read its paths
     # Routers declaring no error answers of their own get the shared ones (their own win): the OpenAPI document.
