@@ -8,7 +8,8 @@ the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/o
 * No credential configured at all (no bootstrap key, no key ever created): every caller is
   :data:`LOCAL_PRINCIPAL` (admin of ``default``), and the app refuses to start on a non-loopback host.
 * Credentials configured: a ``/v1`` request without a credential is 401 at the door (defence in depth: the
-  route guards say the same), an unknown, revoked, expired or malformed credential is 401 everywhere.
+  route guards say the same), an unknown, revoked, expired or malformed credential is 401 everywhere, and so is a
+  user token issued before its user was erased (its message says so).
 * Operations surfaces (``/metrics``, ``/metrics/state``, ``/v1/backlog``, the OpenAPI document and the docs
   pages) follow ``AGENT_SIGNAL_OPS_OPEN`` (producers/http/ops_access.py).
 * Over the rate: 429 ``rate_limited`` with ``Retry-After``. A request is charged to its credential's bucket
@@ -16,8 +17,9 @@ the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/o
   tenant's keys and the user tokens they minted together) in one script; the message says whose was empty.
 
 Redis work on the hot path is one async round trip (both rate buckets, a chunk of tokens at a time); verified
-keys, the "configured" state and the token secret are cached in the process (``AGENT_SIGNAL_AUTH_CACHE_S``),
-and a cache miss is read in the threadpool, never on the event loop.
+keys, erased users' token floors (worker/ops/credentials.py), the "configured" state and the token secret are
+cached in the process (``AGENT_SIGNAL_AUTH_CACHE_S``), and a cache miss is read in the threadpool, never on the
+event loop.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from worker.ops.credentials import (
     MIN_TOKEN_SECRET_CHARS,
     CredentialStore,
     NeedsIO,
+    UserErased,
 )
 from worker.ops.rate_limit import RateDecision, RateLimiter
 from worker.settings import Settings, SettingsError
@@ -201,7 +204,11 @@ class Authenticator:
                 raise Unauthenticated("unrecognised credential")
             return Principal(tenant=record.tenant, role=record.role, credential_id=record.id)
         if bearer.count(".") == 2:
-            token = await self._lookup(lambda io: store.verify_user_token(bearer, allow_io=io), client)
+            try:
+                token = await self._lookup(lambda io: store.check_user_token(bearer, allow_io=io), client)
+            except UserErased as exc:  # refused as any credential that does not verify, saying why
+                self.throttle.failed(client)
+                raise Unauthenticated(str(exc)) from None
             if token is not None:
                 return Principal(token.tenant, "user", f"{token.issuer}:{token.user_id}", token.user_id)
         self.throttle.failed(client)

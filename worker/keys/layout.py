@@ -56,11 +56,12 @@ def glob_escaped(text: str) -> str:
 # Key families only the engine writes; a handler's staged write to one of them is refused.
 ENGINE_FAMILIES = tuple(
     "ev: seq: inbox: sched: lease: fence: idem: chain: broker: outbox: outbox-of: apikey: "
-    "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source: applied: retained-events:".split()
+    "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source: applied: retained-events: "
+    "tokens-from:".split()
 )
 ENGINE_SINGLETONS = tuple(
     "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret pseudonym-secret "
-    "ready-tenants worker-info journal-due journal-lock open-streams retained-events outbox-dead".split()
+    "ready-tenants worker-info journal-due journal-lock open-streams retained-events outbox-dead erasure-lock".split()
 )
 
 
@@ -81,6 +82,18 @@ class Keys(EngineWide, LimitKeys):
     def audit(self) -> str:
         """The tenant's audit trail (stream): key changes, erasures, discards."""
         return f"{self.home_prefix}audit"
+
+    @property
+    def erasure_lock(self) -> str:
+        """The tenant's running erasure (string: the erasure's token, with a TTL it renews): one at a time per
+        tenant (worker/ops/erasure_holds.py); a crashed erasure's lock expires."""
+        return f"{self.home_prefix}erasure-lock"
+
+    def user_tokens_from(self, user_ref: str) -> str:
+        """An erased user's token floor (string: ms on the Redis clock; TTL the longest token lifetime): their
+        user tokens issued before it are refused (worker/ops/credentials.py). ``user_ref`` is a keyed digest of
+        the user id, never the id: an erasure leaves no key that names the user."""
+        return f"{self.home_prefix}tokens-from:{user_ref}"
 
     def inbox(self, scope_key: str) -> str:
         return f"{self.scope_prefix(scope_key)}inbox:{{{scope_key}}}"

@@ -11,10 +11,20 @@ back off by revoking the last key. Creating and revoking a key appends to the te
 **The bootstrap key** (``AGENT_SIGNAL_BOOTSTRAP_KEY``, or the deprecated ``AGENT_SIGNAL_API_TOKEN``) is an
 ``admin`` key of tenant ``default`` with the id ``bootstrap``, compared in constant time; it is never stored.
 
-**User tokens** are JWTs (HS256, PyJWT): claims ``tenant``, ``sub`` (the userId), ``iat``, ``exp``, ``jti`` and
-``kid`` (the issuing key's id, also in the header). A token is valid while its issuer is: a revoked key's
-tokens stop working (within the cache window). The signing secret is ``AGENT_SIGNAL_TOKEN_SECRET`` when set,
-else one random secret created in Redis with ``SET NX`` (``Keys.token_secret``) so every web replica shares it.
+**User tokens** are JWTs (HS256, PyJWT): claims ``tenant``, ``sub`` (the userId), ``iat``, ``exp``, ``jti``,
+``kid`` (the issuing key's id, also in the header) and ``iatMs`` (the issue time in ms; ``iat`` and ``exp`` are
+on the same clock: the Redis server's, which every replica shares). A token is valid while its issuer is: a
+revoked key's tokens stop working (within the cache window). The signing secret is ``AGENT_SIGNAL_TOKEN_SECRET``
+when set, else one random secret created in Redis with ``SET NX`` (``Keys.token_secret``) so every web replica
+shares it.
+
+**Erasing a user ends their tokens** (:meth:`CredentialStore.end_user_tokens`, called once the erasure is done):
+the user's floor (``Keys.user_tokens_from``, ms on the Redis clock) refuses every token of that user issued before
+it (:class:`UserErased`), so a token that erased its own user can do nothing more, and the app mints a new one. The
+floor lives :data:`ERASED_TOKENS_TTL_S`, past the end of every token issued before it, and its key names the user
+by a keyed digest (:meth:`CredentialStore.user_ref`), never the id. Verification reads it through the same
+in-process cache as keys (``cache_s``): one GET per user and cache window, not per request; the process that
+erased the user knows it at once, the others within the window.
 
 Verification may read Redis. Pass ``allow_io=False`` (the web's event loop does) to get :class:`NeedsIO` instead
 of a blocking call when the answer is not in the in-process cache; then call again off the loop.
@@ -41,6 +51,7 @@ from worker.keys.layout import DEFAULT_TENANT, BadTenant, Keys, check_tenant
 __all__ = [
     "BOOTSTRAP_ID",
     "DEFAULT_TOKEN_TTL_S",
+    "ERASED_TOKENS_TTL_S",
     "LOCAL_ID",
     "MAX_TOKEN_TTL_S",
     "ROLES",
@@ -48,6 +59,7 @@ __all__ = [
     "CredentialStore",
     "KeyRecord",
     "NeedsIO",
+    "UserErased",
     "UserToken",
     "hash_secret",
     "key_id_of",
@@ -60,6 +72,10 @@ BOOTSTRAP_ID = "bootstrap"  # the bootstrap key's credential id (and the kid of 
 LOCAL_ID = "local"  # the credential id of the caller when no credential is configured (loopback only)
 DEFAULT_TOKEN_TTL_S = 3600
 MAX_TOKEN_TTL_S = 86400
+# An erased user's token floor outlives every token issued before it: the longest lifetime a mint allows, plus a
+# margin for a verifying replica whose clock (exp is checked on it) runs behind the Redis server's.
+ERASED_TOKENS_TTL_S = MAX_TOKEN_TTL_S + 600
+USER_REF_CONTEXT = b"agent-signal user-tokens-from\x00"  # the digest of a floor's key is for this use alone
 MIN_BOOTSTRAP_KEY_CHARS = 16
 MIN_TOKEN_SECRET_CHARS = 32  # HS256 wants a key of at least 256 bits (RFC 7518 §3.2)
 AUDIT_MAXLEN = 10_000  # audit entries kept per tenant (XADD MAXLEN ~)
@@ -79,6 +95,13 @@ class CredentialError(ValueError):
 
 class NeedsIO(Exception):
     """Raised with ``allow_io=False`` when the answer needs Redis: call again where blocking is allowed."""
+
+
+class UserErased(Exception):
+    """A user token whose signature, expiry and issuer are valid, issued before its user was erased."""
+
+    def __init__(self) -> None:
+        super().__init__("this token's user was erased after it was issued; mint a new token")
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +181,8 @@ class CredentialStore:
         self.cache_s = cache_s
         self._signing_secret = token_secret or None
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+        # erased users' token floors: (tenant, user) -> (trusted until, floor in ms or None)
+        self._floors: dict[tuple[str, str], tuple[float, int | None]] = {}
         self._configured_until = 0.0  # "no key stored" is trusted until then; True is latched
         self._configured = self.bootstrap_key is not None
 
@@ -276,11 +301,13 @@ class CredentialStore:
         if problem is not None:
             raise CredentialError(f"userId {problem.message}", "userId")
         check_tenant(tenant)
-        issued = int(time.time())
+        issued_ms = self.server_ms()  # the clock an erasure's floor is read on (end_user_tokens)
+        issued = issued_ms // 1000
         claims = {
             "tenant": tenant,
             "sub": user_id,
             "iat": issued,
+            "iatMs": issued_ms,
             "exp": issued + ttl_s,
             "jti": uuid.uuid4().hex,
             "kid": issuer_key_id,
@@ -289,7 +316,16 @@ class CredentialStore:
         return token, (issued + ttl_s) * 1000
 
     def verify_user_token(self, token: str, *, allow_io: bool = True) -> UserToken | None:
-        """The token's user when its signature, expiry and issuer are all valid, else None."""
+        """The token's user when its signature, expiry and issuer are all valid and its user was not erased
+        since it was issued, else None (:meth:`check_user_token` says when it is the erasure)."""
+        try:
+            return self.check_user_token(token, allow_io=allow_io)
+        except UserErased:
+            return None
+
+    def check_user_token(self, token: str, *, allow_io: bool = True) -> UserToken | None:
+        """:meth:`verify_user_token`, raising :class:`UserErased` for a valid token issued before its user's
+        erasure (:meth:`end_user_tokens`)."""
         if self._signing_secret is None and not allow_io:
             raise NeedsIO("token secret")
         try:
@@ -310,7 +346,49 @@ class CredentialStore:
             return None
         if not self._issuer_valid(issuer, tenant, allow_io=allow_io):
             return None
+        floor_ms = self._tokens_floor(tenant, user_id, allow_io=allow_io)
+        if floor_ms is not None and _issued_ms(claims) < floor_ms:
+            raise UserErased
         return UserToken(tenant, user_id, issuer, int(claims["exp"]) * 1000, claims["jti"])
+
+    def end_user_tokens(self, tenant: str, user_id: str) -> int:
+        """Refuse every token of ``user_id`` of ``tenant`` issued before now (an erasure of the user is done):
+        stores the user's floor (ms, the Redis clock) for :data:`ERASED_TOKENS_TTL_S`; returns it. This process
+        knows it at once; the others within their cache window."""
+        floor_ms = self.server_ms()
+        key = self.keys.for_tenant(tenant).user_tokens_from(self.user_ref(user_id))
+        self.client.set(key, floor_ms, ex=ERASED_TOKENS_TTL_S)
+        self._remember_floor((tenant, user_id), floor_ms)
+        return floor_ms
+
+    def user_ref(self, user_id: str) -> str:
+        """How a floor's key names the user: a digest keyed with the signing secret (a new secret voids the old
+        tokens, and with them the floors): the key never holds the id, nor a hash of a guess of it."""
+        message = USER_REF_CONTEXT + user_id.encode("utf-8", "surrogatepass")
+        return hmac.new(self.signing_secret().encode(), message, hashlib.sha256).hexdigest()[:32]
+
+    def server_ms(self) -> int:
+        """The Redis server's time in ms (every replica reads the same clock)."""
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def _tokens_floor(self, tenant: str, user_id: str, *, allow_io: bool) -> int | None:
+        """The user's floor (None: not erased within a token's lifetime), through the cache."""
+        cached = self._floors.get((tenant, user_id))
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        if not allow_io:
+            raise NeedsIO("token floor")
+        raw = self.client.get(self.keys.for_tenant(tenant).user_tokens_from(self.user_ref(user_id)))
+        floor_ms = int(raw) if isinstance(raw, (str, bytes)) and raw.isdigit() else None
+        self._remember_floor((tenant, user_id), floor_ms)
+        return floor_ms
+
+    def _remember_floor(self, user: tuple[str, str], floor_ms: int | None) -> None:
+        if self.cache_s > 0:
+            if len(self._floors) >= CACHE_MAX_ENTRIES:
+                self._floors.clear()
+            self._floors[user] = (time.monotonic() + self.cache_s, floor_ms)
 
     def _issuer_valid(self, issuer: str, tenant: str, *, allow_io: bool) -> bool:
         if issuer == BOOTSTRAP_ID:
@@ -340,6 +418,15 @@ class CredentialStore:
     def _audit(self, tenant: str, action: str, key_id: str, **fields: str) -> None:
         entry: dict[Any, Any] = {"action": action, "keyId": key_id, "at": str(_now_ms()), **fields}
         self.client.xadd(self.keys.for_tenant(tenant).audit, entry, maxlen=AUDIT_MAXLEN, approximate=True)
+
+
+def _issued_ms(claims: Mapping[str, Any]) -> int:
+    """When a token was issued, in ms: ``iatMs``; a token minted before that claim, ``iat`` (whole seconds)."""
+    for name, scale in (("iatMs", 1), ("iat", 1000)):
+        value = claims.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return int(value * scale)
+    return 0
 
 
 def _check_key_request(tenant: str, role: str, name: str) -> None:

@@ -26,11 +26,12 @@ Every key that holds a user's data is found from the tenant and the user, by des
   events ran in its scope, and a session that names another user is never dropped (it may have been this
   user's before a key gave it to someone else).
 
-Each scope is erased under its lease, taken with the erasure's own token (ERASE_HOLD: a new fencing number, so a
-drain whose lease ran out earlier cannot write after us) and held until the scope's part and the plugins' parts
-are done: no drain starts there meanwhile. Whole or shared is decided at the write (ERASE_SCOPE, one script that
-tombstones the scope's events of the user and drops or keeps the scope): an event of another user enqueued
-after we looked keeps the scope. A scope whose lease a drain holds is left alone and reported in
+One erasure runs at a time per tenant (its lock, worker/ops/erasure_holds.py: a second one meanwhile raises
+:class:`ErasureRunning`). Each scope is erased under its lease, taken with the erasure's own token (ERASE_HOLD: a
+new fencing number, so a drain whose lease ran out earlier cannot write after us) and held until the scope's part
+and the plugins' parts are done: no drain starts there meanwhile. Whole or shared is decided at the write
+(ERASE_SCOPE, one script that tombstones the scope's events of the user and drops or keeps the scope): an event of
+another user enqueued after we looked keeps the scope. A scope whose lease a drain holds is left alone and reported in
 ``busyScopes``: an event of it is running. Erasure is idempotent, so the caller repeats it until
 ``busyScopes`` is 0. Each run is audited in the tenant's audit stream under the user's pseudonym, a keyed hash
 (worker/telemetry/pseudonyms.py): the audit must not keep the id, nor a hash anyone could compute from a guess.
@@ -46,11 +47,9 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
-import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,31 +61,24 @@ from worker.core.idempotency import idempotency_key_for
 from worker.core.nodes import Action
 from worker.documents.chain_codec import decode_chain
 from worker.documents.chain_storage import rebuilt_chain, stored_source
-from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, Keys, glob_escaped
+from worker.keys.layout import BucketKeys, Keys, glob_escaped
+from worker.ops.erasure_holds import HOLDER, ErasureHolds, ErasureRunning
 from worker.store.calls import (
     ErasedEvent,
     ErasedLane,
     ErasedRecord,
-    EraseHold,
     EraseScope,
     ForgetUserBytes,
     ForgottenSession,
-    Release,
-    Renew,
 )
 from worker.store.events import EventStore
 from worker.store.reads import chain_owner
 from worker.telemetry.pseudonyms import load_pseudonyms
 
-__all__ = ["ErasureReport", "UserEraser", "erase_user"]
+__all__ = ["HOLDER", "ErasureReport", "ErasureRunning", "UserEraser", "erase_user"]
 
 SCAN_COUNT = 500
 CHUNK = 500  # events per ERASE_SCOPE call, keys per DEL, ids per pipelined read
-HOLDER = "erasure"  # the holder a scope's lease names while an erasure holds it (scopes list, workers view)
-# The erasure's leases live at least this long between renewals (a drain's lease TTL when longer): it renews
-# them between steps, and one step (a SCAN of a large keyspace) may take a while. A crashed erasure holds its
-# scopes this long at most; a drain that finds one held comes back when it ends.
-HOLD_MIN_S = 10.0
 # What reading a stored chain raises when it does not read: its codec's ValueError (zlib's and zstd's errors become
 # one: worker/documents/chain_codec.py; named too, should one get through), json's RecursionError (nested too deep),
 # and the rebuild's when the parts are not the shapes it reads. Such a chain names no lane; the erasure goes on.
@@ -141,17 +133,47 @@ def erase_user(
     audit_maxlen: int = 10_000,
 ) -> ErasureReport:
     """Erase ``user_id`` in ``tenant`` (see the module docstring), with each loaded plugin's ``erasers``;
-    returns what was removed."""
+    returns what was removed. One erasure runs at a time per tenant: raises :class:`ErasureRunning` while another
+    holds the tenant's lock (worker/ops/erasure_holds.py)."""
     report = ErasureReport(user_id)
+    holds = ErasureHolds(store, tenant, report.busy_scopes)
+    holds.lock()
+    try:
+        _erase(store, tenant, user_id, holds, report, session_scope, erasers)
+        store.client.xadd(
+            tenant.audit,
+            {
+                "action": "erase-user",
+                "user": load_pseudonyms(store.client, store.settings).of(user_id),
+                "at": str(now_ms()),
+                "removed": json.dumps(report.to_json_dict()["removed"]),
+            },
+            maxlen=audit_maxlen,
+            approximate=True,
+        )
+    finally:
+        holds.unlock()
+    return report
+
+
+def _erase(
+    store: EventStore,
+    tenant: Keys,
+    user_id: str,
+    holds: ErasureHolds,
+    report: ErasureReport,
+    session_scope: Callable[[str], str],
+    erasers: Sequence[UserEraser],
+) -> None:
+    """The erasure itself, under the tenant's lock: the engine's part under the scopes' leases, then the plugins'."""
     events = _user_events(store, tenant, user_id)
     sessions = sorted(_s(x) for x in store.client.smembers(tenant.user_sessions(user_id)))
     scopes = {e.scope for e in events.values() if e.scope} | {session_scope(s) for s in sessions}
-    scopes |= _scopes_naming(store, tenant, user_id)
-    holds = _Holds(store, tenant)
+    scopes |= _scopes_naming(store, tenant, user_id, holds)
     try:
-        holds.take(scopes, report)
+        holds.take(scopes)
         _queued_events(store, tenant, user_id, holds.held, events)
-        tagged = _tagged_keys(store, tenant, holds, report)
+        tagged = _tagged_keys(store, tenant, holds)
         owned, may_drop = _classify(store, tenant, user_id, holds.held)
         whole: list[str] = []
         for scope in list(holds.held):
@@ -160,75 +182,30 @@ def erase_user(
                 whole.append(scope)
                 _drop_scope_keys(store, tenant, scope, tagged.get(scope, ()), holds, report)
         _drop_expired_chains(store, tenant, events, report)
-        holds.keep_alive(report)
+        holds.keep_alive()
         # under the leases: no action of the user writes now
-        _drop_user_keyed(store, tenant, user_id, report, session_scope)
+        _drop_user_keyed(store, tenant, user_id, report, session_scope, holds)
         _drop_sessions(store, tenant, [scope for scope in owned if scope not in whole], report)
         for erase in erasers:  # what the plugins store of the user (their families, their rules)
-            holds.keep_alive(report)
+            holds.keep_alive()
             report.removed.update(erase(store.client, tenant, user_id, frozenset(holds.held)))
     finally:
         holds.release()
     if not report.busy_scopes:
         indexes = [k.user_events(user_id) for k in tenant.every_bucket()]
         store.client.delete(*indexes, tenant.user_sessions(user_id))
-    store.client.xadd(
-        tenant.audit,
-        {
-            "action": "erase-user",
-            "user": load_pseudonyms(store.client, store.settings).of(user_id),
-            "at": str(now_ms()),
-            "removed": json.dumps(report.to_json_dict()["removed"]),
-        },
-        maxlen=audit_maxlen,
-        approximate=True,
-    )
-    return report
 
 
-class _Holds:
-    """The scope leases an erasure holds (ERASE_HOLD with its own token), renewed while it works
-    (:meth:`keep_alive`, token-checked) and released when it is done (token-checked)."""
-
-    def __init__(self, store: EventStore, tenant: Keys) -> None:
-        self.store, self.tenant = store, tenant
-        self.token = f"{HOLDER}{HOLDER_SEPARATOR}{secrets.token_hex(12)}"
-        self.ttl_ms = int(max(store.settings.lease_ttl_s, HOLD_MIN_S) * 1000)
-        self.held: list[str] = []
-        self._renewed = time.monotonic()
-
-    def lease(self, scope: str) -> str:
-        return self.tenant.for_scope(scope).lease(scope)
-
-    def take(self, scopes: Iterable[str], report: ErasureReport) -> None:
-        """Hold each scope's lease; one a drain (or another erasure) holds is busy."""
-        for scope in sorted(scopes):
-            k = self.tenant.for_scope(scope)
-            reply = self.store.durable(EraseHold(k.lease(scope), k.fence(scope), self.token, self.ttl_ms))
-            if int(reply[0]) == 1:
-                self.held.append(scope)
-            else:
-                report.busy_scopes.append(scope)
-            self.keep_alive(report)
-
-    def keep_alive(self, report: ErasureReport) -> None:
-        """Renew the leases held when a third of their TTL has passed since the last renewal; one found gone (we
-        were paused past its TTL) is busy: someone may hold it now."""
-        if time.monotonic() - self._renewed < self.ttl_ms / 3000:
+def _scan(store: EventStore, match: str, holds: ErasureHolds) -> Iterator[str]:
+    """The keys matching ``match`` (one SCAN walk of the keyspace: MATCH filters, it does not bound the walk),
+    the lock and the leases kept alive at every step of it."""
+    cursor = 0
+    while True:
+        cursor, found = store.client.scan(cursor, match=match, count=SCAN_COUNT)
+        yield from (_s(raw) for raw in found)
+        holds.keep_alive()
+        if not cursor:
             return
-        self._renewed = time.monotonic()
-        for scope in list(self.held):
-            if not int(self.store.scripts.run(Renew(self.lease(scope), self.token, self.ttl_ms))):
-                self.lose(scope, report)
-
-    def lose(self, scope: str, report: ErasureReport) -> None:
-        self.held.remove(scope)
-        report.busy_scopes.append(scope)
-
-    def release(self) -> None:
-        for scope in self.held:
-            self.store.scripts.run(Release(self.lease(scope), self.token))
-        self.held = []
 
 
 def _user_events(store: EventStore, tenant: Keys, user_id: str) -> dict[str, _Event]:
@@ -270,14 +247,13 @@ def _records(store: EventStore, every: list[BucketKeys], ids: list[tuple[str, in
     return out
 
 
-def _scopes_naming(store: EventStore, tenant: Keys, user_id: str) -> set[str]:
+def _scopes_naming(store: EventStore, tenant: Keys, user_id: str, holds: ErasureHolds) -> set[str]:
     """Every scope whose users (``scope-users:{scope}``, no TTL) name the user: one SCAN of that family per
     bucket."""
     candidates: list[tuple[str, str]] = []
     for k in tenant.every_bucket():
         start = k.scope_users_prefix
-        for raw in store.client.scan_iter(match=glob_escaped(start) + "*", count=SCAN_COUNT):
-            key = _s(raw)
+        for key in _scan(store, glob_escaped(start) + "*", holds):
             if key.endswith("}"):
                 candidates.append((key, key[len(start) : -1]))
     found: set[str] = set()
@@ -317,21 +293,16 @@ def _scope_tag(key: str) -> str | None:
     return key[i + 1 : j] if j > i else None
 
 
-def _tagged_keys(
-    store: EventStore, tenant: Keys, holds: _Holds, report: ErasureReport
-) -> dict[str, list[str]]:
+def _tagged_keys(store: EventStore, tenant: Keys, holds: ErasureHolds) -> dict[str, list[str]]:
     """Every key of the held scopes (one SCAN over the tenant), by scope; the leases kept alive meanwhile."""
     wanted = set(holds.held)
     out: dict[str, list[str]] = {}
     if not wanted:
         return out
-    for n, raw in enumerate(store.client.scan_iter(match=tenant.tenant_pattern, count=SCAN_COUNT)):
-        key = _s(raw)
+    for key in _scan(store, tenant.tenant_pattern, holds):
         scope = _scope_tag(key)
         if scope in wanted:
             out.setdefault(scope, []).append(key)
-        if n % SCAN_COUNT == 0:
-            holds.keep_alive(report)
     return out
 
 
@@ -367,7 +338,7 @@ def _erase_scope(
     scope: str,
     events: list[_Event],
     may_drop: bool,
-    holds: _Holds,
+    holds: ErasureHolds,
     report: ErasureReport,
 ) -> bool:
     """ERASE_SCOPE for ``scope``, a chunk of events at a time (all but the last chunk shared: the last decides
@@ -416,14 +387,14 @@ def _erase_scope(
             )
         )
         if int(reply[0]) == -1:
-            holds.lose(scope, report)
+            holds.lose(scope)
             return False
         lanes = []
         report.removed["eventPayloads"] += int(reply[1])
         report.removed["chains"] += int(reply[2])
         report.removed["lanes"] += int(reply[3])
         report.removed["outboxRecords"] += len(records)
-        holds.keep_alive(report)
+        holds.keep_alive()
     if int(reply[0]) == 1:
         report.removed["scopes"] += 1
         return True
@@ -498,7 +469,12 @@ def _scope_keys(k: BucketKeys, scope: str) -> dict[str, str]:
 
 
 def _drop_scope_keys(
-    store: EventStore, tenant: Keys, scope: str, tagged: Iterable[str], holds: _Holds, report: ErasureReport
+    store: EventStore,
+    tenant: Keys,
+    scope: str,
+    tagged: Iterable[str],
+    holds: ErasureHolds,
+    report: ErasureReport,
 ) -> None:
     """The rest of a scope ERASE_SCOPE dropped whole (lanes, outbox records, plugin data…, as one SCAN found
     them), deleted while the erasure still holds its lease (nothing else writes them then); the keys the script
@@ -519,7 +495,7 @@ def _drop_scope_keys(
         client.lrem(k.ready(tenant.tenant), 0, ref)
     for start in range(0, len(doomed), CHUNK):
         client.delete(*doomed[start : start + CHUNK])
-        holds.keep_alive(report)
+        holds.keep_alive()
     report.removed["scopeKeys"] += len(doomed)
 
 
@@ -560,9 +536,16 @@ def _drop_sessions(store: EventStore, tenant: Keys, scopes: list[str], report: E
 
 
 def _drop_user_keyed(
-    store: EventStore, tenant: Keys, user_id: str, report: ErasureReport, session_scope: Callable[[str], str]
+    store: EventStore,
+    tenant: Keys,
+    user_id: str,
+    report: ErasureReport,
+    session_scope: Callable[[str], str],
+    holds: ErasureHolds,
 ) -> None:
-    """The engine's user-keyed families: receipts, conversations, the stored-bytes count, rate buckets."""
+    """The engine's user-keyed families: receipts, conversations, the stored-bytes count, the user's share of the
+    retained events. Not the rate buckets of the user's tokens (``ratelimit:{<tenant>}:<issuer>:<userId>``): they
+    hold no data beyond the id in their name and expire once idle, and an erasure must never reset a rate."""
     k, client = tenant, store.client
     # Receipts: every one the user has is in the user's own index; the per-agent/topic and per-run indexes
     # are the keys under it.
@@ -571,10 +554,10 @@ def _drop_user_keyed(
         report.removed["receipts"] += int(
             client.delete(*[k.receipt(user_id, i) for i in ids[start : start + 500]])
         )
-    for index in client.scan_iter(match=glob_escaped(k.user_receipts(user_id)) + ":*", count=SCAN_COUNT):
+    for index in _scan(store, glob_escaped(k.user_receipts(user_id)) + ":*", holds):
         client.delete(index)
     client.delete(k.user_receipts(user_id))
-    for key in client.scan_iter(match=glob_escaped(k.receipt(user_id, "")) + "*", count=SCAN_COUNT):
+    for key in _scan(store, glob_escaped(k.receipt(user_id, "")) + "*", holds):
         report.removed["receipts"] += int(client.delete(key))  # one its indexes no longer name
     owners = [_s(m) for m in client.zrange(k.user_conversations(user_id), 0, -1)]
     for member in owners:
@@ -589,8 +572,3 @@ def _drop_user_keyed(
     store.scripts.run(ForgetUserBytes(k.user_bytes(user_id), k.tenant_bytes, sessions))
     for bucket in k.every_bucket():  # and their share of the retained events starts again (one slot each)
         client.delete(bucket.retained_user_events(user_id))
-    # A user token's rate bucket is named "<issuer>:<userId>" (engine-wide, short-lived): drop it now.
-    for key in client.scan_iter(
-        match=glob_escaped(k.rate_bucket("")) + "*:" + glob_escaped(user_id), count=SCAN_COUNT
-    ):
-        client.delete(key)

@@ -80,13 +80,14 @@ async def receipt_events(
                 item = await listener.get(credential.wait_s())
             except TimeoutError:
                 item = ""  # nothing arrived: time for the credential's check
+            if item == ERASED:  # the user was erased (DELETE /v1/users/{userId}): nothing of theirs is left
+                # before the credential's check: the erasure ends the user's tokens too, and the stream says why
+                yield ERASED_FRAME
+                return
             if not await credential.still_valid():
                 yield ENDED
                 return
             if item is None:
-                return
-            if item == ERASED:  # the user was erased (DELETE /v1/users/{userId}): nothing of theirs is left
-                yield ERASED_FRAME
                 return
             if isinstance(item, Resync):
                 yield RESYNC_FRAME

@@ -92,9 +92,9 @@ def test_a_user_tokens_stream_ends_when_the_token_expires(web: httpx.Client) -> 
 
 
 def test_a_users_stream_ends_when_the_user_is_erased(web: httpx.Client) -> None:
-    """Erasure revokes no token, but the user's open streams end (``: user erased``): nothing of the user is left
-    for them to show, and a stream that went on would show what is written after the erasure as if nothing had
-    happened."""
+    """The user's open streams end (``: user erased``): nothing of the user is left for them to show, and a stream
+    that went on would show what is written after the erasure as if nothing had happened. The erasure also ends
+    the user's tokens issued before it (tests/security/data/test_erasure_ends_tokens.py)."""
     operator = _key(web, "operate")
     token = _token(web, operator)
 

@@ -183,6 +183,9 @@ class TestUserBytes:
         erased = client.delete("/v1/users/alice", headers=operator)
         assert erased.status_code == 200, erased.text
         assert _stored_bytes(redis_client, keys, "acme", "alice") == 0
+        # her token issued before the erasure is refused: a new one sends
+        minted = client.post("/v1/tokens", json={"userId": "alice"}, headers=operator)
+        alice = {"Authorization": f"Bearer {minted.json()['token']}"}
         assert client.post("/v1/events", json=_event("alice-2"), headers=alice).status_code == 202
 
     def test_a_user_at_the_quota_or_the_session_cap_makes_no_new_session(

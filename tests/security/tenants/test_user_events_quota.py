@@ -78,9 +78,12 @@ def test_a_user_past_their_share_is_refused_and_the_tenants_other_callers_are_no
     # a key's events naming alice count toward her share too
     named = client.post("/v1/events", json=_event("op-alice", userId="alice"), headers=bearer(operate))
     assert named.status_code == 429 and "AGENT_SIGNAL_USER_MAX_EVENTS" in named.text
-    # erasing alice starts her share again
+    # erasing alice starts her share again (her tokens issued before it are refused: the app mints a new one)
     erased = client.delete("/v1/users/alice", headers=bearer(operate))
     assert erased.status_code == 200, erased.text
+    assert send(alice, "al-after").status_code == 401
+    minted = client.post("/v1/tokens", json={"userId": "alice"}, headers=bearer(operate))
+    alice = bearer(minted.json()["token"])
     assert send(alice, "al-after").status_code == 202
 
 

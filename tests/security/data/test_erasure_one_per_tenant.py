@@ -1,0 +1,101 @@
+"""One erasure at a time per tenant (worker/ops/erasure_holds.py), on a real ``agent-signal web`` over HTTP.
+
+An audit: 20 concurrent self-erasures each walked the whole keyspace several times (200,000 keys in Redis),
+another tenant's ``GET /v1/receipts`` went from 12 ms to 1.8 s p50 and the web process's connection pool ran dry
+(503 ``store_unavailable``). Now a tenant's erasure holds the tenant's lock (with a TTL it renews: a crashed
+erasure's lock expires), a second ``DELETE /v1/users/…`` of the tenant meanwhile is 429 ``rate_limited`` with
+``Retry-After``, and another tenant's erasure runs.
+
+The web process loads :func:`gate` as a plugin: its eraser holds an erasure of a user named ``slow-…`` until the
+test lets it go (it marks that it is waiting, then blocks on a list), so "while one runs" is a state, not a race.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from redis import Redis
+
+from tests.conftest import wait_for
+from worker.keys.layout import Keys
+from worker.plugin import Plugin
+
+pytestmark = pytest.mark.integration
+
+BOOT = "bootstrap-key-for-one-erasure-per-tenant-0123456789"
+GATE_S = 60  # how long the gate holds an erasure at most (the test lets it go long before)
+
+
+def _gate_keys(keys: Keys, user_id: str) -> tuple[str, str]:
+    """(set while the erasure of ``user_id`` waits at the gate, the list that lets it go)."""
+    return keys.plugin_home("gate", "waiting", user_id), keys.plugin_home("gate", "go", user_id)
+
+
+def _hold_slow_users(client: Any, keys: Keys, user_id: str, scopes: frozenset[str]) -> Mapping[str, int]:
+    """The gate's part of an erasure: a ``slow-…`` user's waits until the test pushes onto its list."""
+    if user_id.startswith("slow-"):
+        waiting, go = _gate_keys(keys, user_id)
+        client.set(waiting, "1")
+        client.blpop([go], timeout=GATE_S)
+        client.delete(waiting)
+    return {}
+
+
+def gate() -> Plugin:
+    """The test's plugin: only an eraser (loaded by name, ``AGENT_SIGNAL_PLUGINS``)."""
+    return Plugin("erasure-gate", erase_user=_hold_slow_users)
+
+
+def _bearer(credential: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {credential}"}
+
+
+@pytest.fixture
+def http(make_settings: Any, start_web: Any) -> Iterator[httpx.Client]:
+    plugins = ["tests.support.policies:bundle", f"{__name__}:gate"]
+    _, url = start_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=0, plugins=plugins))
+    with httpx.Client(base_url=url, timeout=GATE_S + 30) as client:
+        yield client
+
+
+def _operator(http: httpx.Client, tenant: str) -> dict[str, str]:
+    made = http.post("/v1/keys", json={"tenant": tenant, "role": "operate"}, headers=_bearer(BOOT))
+    assert made.status_code == 201, made.text
+    return _bearer(made.json()["key"])
+
+
+def test_a_second_erasure_of_a_tenant_is_refused_while_one_runs_and_another_tenants_runs(
+    http: httpx.Client, redis_client: Redis, prefix: str
+) -> None:
+    """While acme's erasure of slow-1 waits at the gate: acme's erasure of bob is 429 ``rate_limited`` with
+    ``Retry-After`` and a message naming the running erasure, beta's erasure of bob is 200, and acme's lock has
+    a TTL (a crashed erasure's lock expires). Once slow-1's is done, acme's erasure of bob runs."""
+    acme, beta = _operator(http, "acme"), _operator(http, "beta")
+    keys = Keys(prefix).for_tenant("acme")
+    waiting, go = _gate_keys(keys, "slow-1")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(http.delete, "/v1/users/slow-1", headers=acme)
+        try:
+            wait_for(lambda: redis_client.exists(waiting) or first.done(), what="the erasure at the gate")
+            assert not first.done(), first.result().text
+
+            second = http.delete("/v1/users/bob", headers=acme)
+            assert second.status_code == 429, second.text
+            error = second.json()["error"]
+            assert error["code"] == "rate_limited" and "erasure of this tenant is running" in error["message"]
+            assert int(second.headers["retry-after"]) >= 1
+            assert 0 < redis_client.pttl(keys.erasure_lock)
+
+            other = http.delete("/v1/users/bob", headers=beta)
+            assert other.status_code == 200 and other.json()["userId"] == "bob", other.text
+        finally:
+            redis_client.rpush(go, "go")
+        done = first.result()
+    assert done.status_code == 200 and done.json()["userId"] == "slow-1", done.text
+    assert not redis_client.exists(keys.erasure_lock)
+    after = http.delete("/v1/users/bob", headers=acme)
+    assert after.status_code == 200, after.text
