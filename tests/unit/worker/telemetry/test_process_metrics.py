@@ -211,7 +211,10 @@ def test_the_metrics_directory_is_emptied_of_metric_files_only(
     AGENT_SIGNAL_METRICS_DIR=$HOME would have lost $HOME)."""
     from worker.telemetry.process_metrics import MULTIPROC_ENV, use_multiprocess_dir
 
-    monkeypatch.delenv(MULTIPROC_ENV, raising=False)
+    # set, so that it is restored (removed) afterwards: use_multiprocess_dir sets it, and left set it turned every
+    # later /metrics of this pytest process into the multiprocess files' frozen sums (delenv of an absent
+    # variable records nothing to restore)
+    monkeypatch.setenv(MULTIPROC_ENV, "")
     directory = tmp_path / "metrics"
     directory.mkdir()
     for metric_file in ("counter_123.db", "gauge_livesum_9.db", "histogram_77.db"):
