@@ -1,14 +1,15 @@
-"""A costly read, reused for a while in proportion to its cost, one at a time per tenant.
+"""A costly read, reused for a while in proportion to its cost, one at a time per tenant, per web process.
 
 ``GET /v1/overview`` counts a tenant's runs by reading every run the indexes hold: about 60-100 ms per 10,000
-runs, so at the retained-events quota (500,000) a second or more of Redis per call, which a read key at its rate
+runs, so at the retained-events quota (500,000) several seconds of Redis per call, which a read key at its rate
 limit could ask for a hundred times a second and starve every other tenant. A :class:`ReadMemo` keeps each
-tenant's last result for ``DUTY`` times as long as it took to read (``MAX_KEEP_S`` at most), and a caller that
-asks while another call of the same tenant reads waits for that read and takes its result. So one process spends
-at most about 1/(1 + ``DUTY``) of its time on one tenant's read, whatever the callers do, while a small tenant's
-read (a few ms) is kept for a fraction of a second and its counts stay current.
-Per process, on the route's worker thread; written by hand (no cache library bounds a memo by its own cost:
-docs/decisions.md).
+tenant's last result for ``DUTY`` times as long as it took to read (``MAX_KEEP_S`` at most), and while one call
+reads a tenant again, the others are answered its last result at once (only a tenant's first read makes callers
+wait, for it). So one process spends at most about 1/(1 + ``DUTY``) of its time on one tenant's read (reads up to
+``MAX_KEEP_S / DUTY`` long), whatever the callers do, and holds at most one thread per tenant in it; a small
+tenant's read (a few ms) is kept for a fraction of a second and its counts stay current. Each web process keeps
+its own: Redis reads a tenant's runs at most once per keep per replica.
+Written by hand (no cache library keeps an entry in proportion to its cost: docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ T = TypeVar("T")
 DUTY = (
     20  # a result is kept 20x as long as its read took: at most ~5% of a process's time on one tenant's read
 )
-MAX_KEEP_S = 30.0  # never older than this
+MAX_KEEP_S = 300.0  # never older than this (a read of 15 s or more)
 
 
 @dataclass
@@ -36,7 +37,7 @@ class _Entry(Generic[T]):
 
 
 class ReadMemo(Generic[T]):
-    """``get(tenant, read)``: ``read()``'s result, or the tenant's last one while it is fresh."""
+    """``get(tenant, read)``: ``read()``'s result, or the tenant's last one while it is fresh or being read."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -46,11 +47,21 @@ class ReadMemo(Generic[T]):
     def get(self, tenant: str, read: Callable[[], T]) -> T:
         with self._guard:
             entry = self._entries.setdefault(tenant, _Entry())
-        with entry.lock:  # one read per tenant at a time: the others wait for it and take its result
+        last = entry.value
+        if last is not None and self._clock() < entry.fresh_until_s:
+            return last
+        # one read per tenant at a time: with a last result, the others take it rather than wait
+        if last is None:
+            entry.lock.acquire()
+        elif not entry.lock.acquire(blocking=False):
+            return last
+        try:
             if entry.value is not None and self._clock() < entry.fresh_until_s:
-                return entry.value
+                return entry.value  # read by the caller this one waited for
             started_s = self._clock()
             value = read()
             took_s = self._clock() - started_s
             entry.value, entry.fresh_until_s = value, self._clock() + min(took_s * DUTY, MAX_KEEP_S)
             return value
+        finally:
+            entry.lock.release()

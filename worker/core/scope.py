@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["derive_scope_key", "is_own_scope", "own_scope_key"]
+__all__ = ["confined_scope_key", "derive_scope_key", "is_own_scope", "own_scope_key"]
 
 
 def _text(value: Any) -> str | None:
@@ -66,3 +66,17 @@ def is_own_scope(scope_key: str, user_id: str) -> bool:
 def own_scope_key(scope_key: str, user_id: str) -> str:
     """``scope_key`` when it is one of ``user_id``'s own scopes, else the same scope under ``user:<id>/``."""
     return scope_key if is_own_scope(scope_key, user_id) else f"user:{user_id}/{scope_key}"
+
+
+def confined_scope_key(
+    given: str | None,
+    payload: Mapping[str, Any],
+    *,
+    own_user: str,
+    user_id: str | None,
+    agent_id: str | None,
+) -> str:
+    """The scope an event runs in when it must stay in ``own_user``'s own scopes (a user token's at the door, a
+    follow-up of its chain in the drain): the one it names, else the one derived from its payload (with its
+    ``user_id`` and ``agent_id``), under ``user:<own_user>/`` unless it is one of the user's own already."""
+    return own_scope_key(given or derive_scope_key(payload, user_id=user_id, agent_id=agent_id), own_user)

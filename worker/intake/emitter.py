@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 
 from worker.core.errors import EventOfAnotherUser, OverLimit, PermanentFailure
 from worker.core.nodes import trusted
-from worker.core.scope import derive_scope_key, is_own_scope, own_scope_key
+from worker.core.scope import confined_scope_key, is_own_scope
 from worker.core.source_types import SourceTypePolicy
 from worker.core.tenancy import DEFAULT_TENANT, scope_ref
 from worker.intake.json_paths import NOT_TEXT, unencodable
@@ -344,14 +344,21 @@ class StagedEmits:
     def __init__(self, emitter: Emitter | None, tenant: str) -> None:
         self.emitter = emitter
         self.tenant = tenant  # the chain's: its follow-ups are its tenant's events
-        # the user in whose own scopes its follow-ups run (confine), or None: each runs where it names or derives
-        self.own_user: str | None = None
+        # the chain's event's scope and user (confine): whether its follow-ups are confined is decided at the
+        # first follow-up (most chains emit none, and this is on every drained event's path)
+        self._chain: tuple[str, str | None] = ("", None)
         self.events: list[PreparedEvent] = []
 
     def confine(self, scope_key: str, user_id: str | None) -> None:
         """The chain's event runs in ``scope_key`` for ``user_id``: when that is one of the user's own scopes,
         every follow-up runs in one of them too (:func:`~worker.core.scope.own_scope_key`)."""
-        self.own_user = user_id if user_id and is_own_scope(scope_key, user_id) else None
+        self._chain = (scope_key, user_id)
+
+    @property
+    def own_user(self) -> str | None:
+        """The user in whose own scopes the follow-ups run, or None: each runs where it names or derives."""
+        scope_key, user_id = self._chain
+        return user_id if user_id and is_own_scope(scope_key, user_id) else None
 
     def __call__(self, event: Mapping[str, Any]) -> str:
         if self.emitter is None:
@@ -369,8 +376,10 @@ class StagedEmits:
 
 def _in_own_scope(event: SourceEvent, user_id: str) -> SourceEvent:
     """``event`` with the scope it names, or derives as :func:`prepare` would, in ``user_id``'s own scopes."""
-    scope = event.scope_key or derive_scope_key(event.payload, user_id=event.user_id, agent_id=event.agent_id)
-    return event.model_copy(update={"scope_key": own_scope_key(scope, user_id)})
+    scope = confined_scope_key(
+        event.scope_key, event.payload, own_user=user_id, user_id=event.user_id, agent_id=event.agent_id
+    )
+    return event.model_copy(update={"scope_key": scope})
 
 
 def _at(prefix: str, name: str) -> str:

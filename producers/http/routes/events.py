@@ -28,7 +28,7 @@ from producers.http.api_models import (
 from producers.http.principal import Principal, require, tenant_keys
 from producers.http.web_common import door_of, error_response, producer_of, read_json
 from worker.core.ids import SCOPE_KEY_MAX_LENGTH, Id
-from worker.core.scope import derive_scope_key, own_scope_key
+from worker.core.scope import confined_scope_key
 from worker.intake.source_event import EventError, InvalidEvent, SourceEvent, as_single
 from worker.keys.layout import Keys
 from worker.ops.rate_limit import RateLimiter
@@ -281,10 +281,14 @@ def _own_scope(event: dict[str, Any], user_id: str) -> dict[str, Any]:
     payload = event.get("payload")
     if given is not None and not isinstance(given, str):
         return event  # the parser names what is wrong with it
-    scope = given or derive_scope_key(
-        payload if isinstance(payload, dict) else {}, user_id=user_id, agent_id=_text(event.get("agentId"))
+    scope = confined_scope_key(
+        given,
+        payload if isinstance(payload, dict) else {},
+        own_user=user_id,
+        user_id=user_id,
+        agent_id=_text(event.get("agentId")),
     )
-    return {**event, "scopeKey": own_scope_key(scope, user_id)}
+    return {**event, "scopeKey": scope}
 
 
 def _text(value: Any) -> str | None:
