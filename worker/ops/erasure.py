@@ -71,6 +71,7 @@ from worker.store.calls import (
     ForgetUserBytes,
     ForgottenSession,
 )
+from worker.store.client import is_cluster
 from worker.store.events import EventStore
 from worker.store.reads import chain_owner
 from worker.telemetry.pseudonyms import load_pseudonyms
@@ -197,15 +198,25 @@ def _erase(
 
 
 def _scan(store: EventStore, match: str, holds: ErasureHolds) -> Iterator[str]:
-    """The keys matching ``match`` (one SCAN walk of the keyspace: MATCH filters, it does not bound the walk),
-    the lock and the leases kept alive at every step of it."""
-    cursor = 0
-    while True:
-        cursor, found = store.client.scan(cursor, match=match, count=SCAN_COUNT)
-        yield from (_s(raw) for raw in found)
-        holds.keep_alive()
-        if not cursor:
-            return
+    """The keys matching ``match``: one SCAN walk of the keyspace (MATCH filters, it does not bound the walk), of
+    each primary in turn on a Redis Cluster (its SCAN answers a cursor per node). The lock and the leases are kept
+    alive at every page, not at every key found (so not ``scan_iter``): a page may hold none, and a walk that finds
+    little is as long."""
+    client = store.client
+    cluster: Any = client if is_cluster(client) else None  # a RedisCluster: its SCAN targets nodes
+    nodes: list[Any] = [None] if cluster is None else cluster.get_primaries()
+    for node in nodes:
+        cursor = 0
+        while True:
+            if cluster is None:
+                cursor, found = client.scan(cursor, match=match, count=SCAN_COUNT)
+            else:
+                cursors, found = cluster.scan(cursor, match=match, count=SCAN_COUNT, target_nodes=node)
+                cursor = cursors[node.name]
+            yield from (_s(raw) for raw in found)
+            holds.keep_alive()
+            if not cursor:
+                break
 
 
 def _user_events(store: EventStore, tenant: Keys, user_id: str) -> dict[str, _Event]:

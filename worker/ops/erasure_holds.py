@@ -58,14 +58,18 @@ class ErasureHolds:
         self._renewed = time.monotonic()
 
     def lock(self) -> None:
-        """Take the tenant's erasure lock; raises :class:`ErasureRunning` when another erasure holds it."""
+        """Take the tenant's erasure lock; raises :class:`ErasureRunning` when another erasure holds it. A lock
+        released between the SET and the read of its TTL (-2: no key) is asked for once more."""
         client = self.store.client
-        if client.set(self.tenant.erasure_lock, self.token, nx=True, px=self.ttl_ms):
-            self.locked = True
-            self._renewed = time.monotonic()
-            return
-        # what the holder has left (-2: released meanwhile; -1, no TTL, is never written): a whole second at least
-        left_ms = int(client.pttl(self.tenant.erasure_lock))
+        for _ in range(2):
+            if client.set(self.tenant.erasure_lock, self.token, nx=True, px=self.ttl_ms):
+                self.locked = True
+                self._renewed = time.monotonic()
+                return
+            # what the holder has left (-1, no TTL, is never written; -2 again: 1 s): a whole second at least
+            left_ms = int(client.pttl(self.tenant.erasure_lock))
+            if left_ms != -2:
+                break
         raise ErasureRunning(max(1, math.ceil(left_ms / 1000)))
 
     def lease(self, scope: str) -> str:

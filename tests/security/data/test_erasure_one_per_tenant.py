@@ -8,10 +8,13 @@ erasure's lock expires), a second ``DELETE /v1/users/…`` of the tenant meanwhi
 
 The web process loads :func:`gate` as a plugin: its eraser holds an erasure of a user named ``slow-…`` until the
 test lets it go (it marks that it is waiting, then blocks on a list), so "while one runs" is a state, not a race.
+The lock itself (:class:`ErasureHolds`) is then taken on its own: a lock released between a refused ``SET NX`` and
+the read of its TTL, and a long walk of the keyspace that finds nothing while the erasure holds it.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,7 +25,11 @@ from redis import Redis
 
 from tests.conftest import wait_for
 from worker.keys.layout import Keys
+from worker.ops import erasure
+from worker.ops.erasure_holds import ErasureHolds
 from worker.plugin import Plugin
+from worker.store.client import redis_from_settings
+from worker.store.events import EventStore
 
 pytestmark = pytest.mark.integration
 
@@ -99,3 +106,60 @@ def test_a_second_erasure_of_a_tenant_is_refused_while_one_runs_and_another_tena
     assert not redis_client.exists(keys.erasure_lock)
     after = http.delete("/v1/users/bob", headers=acme)
     assert after.status_code == 200, after.text
+
+
+@pytest.fixture
+def store(make_settings: Any) -> Iterator[EventStore]:
+    settings = make_settings()
+    store = EventStore(redis_from_settings(settings), settings)
+    yield store
+    store.client.close()
+
+
+def test_a_lock_released_between_a_refused_set_and_its_ttl_read_is_taken(
+    store: EventStore, redis_client: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another erasure's lock refuses the ``SET NX`` and is released before the lock's TTL is read (-2: no key):
+    that was a 429 with no erasure running. The ``SET`` is asked once more, and the lock is this erasure's."""
+    keys = Keys(prefix).for_tenant("acme")
+    redis_client.set(keys.erasure_lock, "erasure|another", px=60_000)
+    pttl = store.client.pttl
+
+    def released_first(name: str) -> Any:
+        redis_client.delete(name)  # the other erasure ends between our SET and this read
+        return pttl(name)
+
+    monkeypatch.setattr(store.client, "pttl", released_first)
+    holds = ErasureHolds(store, keys, [])
+    holds.lock()
+    assert holds.locked and redis_client.get(keys.erasure_lock) == holds.token
+    holds.unlock()
+    assert not redis_client.exists(keys.erasure_lock)
+
+
+def test_a_long_walk_that_finds_nothing_keeps_the_lock(
+    store: EventStore, redis_client: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first SCAN pages of a walk slowed so that they take several lock TTLs, and MATCH finds no key: the
+    lock is renewed as the walk goes (at every page, not at every key found) and is still the erasure's."""
+    keys = Keys(prefix).for_tenant("acme")
+    redis_client.mset({f"{prefix}filler:{n}": "x" for n in range(200)})  # some pages to walk
+    holds = ErasureHolds(store, keys, [])
+    holds.ttl_ms = 300  # renewed every 100 ms
+    holds.lock()
+    scan, slowed = store.client.scan, [8]
+
+    def slow_scan(*args: Any, **kwargs: Any) -> Any:
+        if slowed[0]:
+            slowed[0] -= 1
+            time.sleep(0.15)
+        return scan(*args, **kwargs)
+
+    monkeypatch.setattr(store.client, "scan", slow_scan)
+    monkeypatch.setattr(erasure, "SCAN_COUNT", 10)
+    try:
+        assert list(erasure._scan(store, f"{prefix}nothing-matches:*", holds)) == []
+        assert slowed == [0], "the walk must outlast the lock's TTL"
+        assert holds.locked and redis_client.get(keys.erasure_lock) == holds.token
+    finally:
+        holds.unlock()

@@ -1,0 +1,121 @@
+"""Erasure (``DELETE /v1/users/{userId}``) on a real three-master Redis Cluster, one tenant spread over it by scope
+buckets (``AGENT_SIGNAL_SCOPE_BUCKETS=8``). A SCAN there is one cursor per node: an erasure that walked the keyspace
+with a single cursor passed the cluster's reply (a dict of cursors) back as the cursor and failed, so every
+``DELETE /v1/users/…`` on a cluster was a 503 ``store_unavailable`` (``DataError``). It walks each primary to its
+end now, and renews its lock at every page of the walk as it does on a single Redis (a page may hold no matching
+key: renewing at each key found is not enough)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from producers.http.app import create_web_app
+from tests.conftest import SettingsFactory
+from tests.integration.backends.test_redis_cluster import cluster_settings
+from tests.integration.backends.test_redis_cluster import (
+    redis_client as redis_client,
+)  # the cluster as the store client
+from tests.security.data.test_erasure import _dump, _mentions
+from tests.support.redis_cluster import RedisClusterProcesses
+from worker.keys.layout import BucketKeys, Keys
+from worker.ops import erasure
+from worker.ops.erasure_holds import ErasureHolds
+from worker.store.client import redis_from_settings
+from worker.store.events import EventStore
+
+pytest_plugins = ["tests.support.cluster_fixtures"]
+pytestmark = pytest.mark.integration
+
+BUCKETS = 8
+GONE, KEPT = "u-cluster-gone", "u-cluster-kept"
+MARK = {GONE: "zebra-quartz", KEPT: "otter-basalt"}
+
+
+@pytest.fixture
+def make_settings(
+    redis_url: str, prefix: str, redis_cluster: RedisClusterProcesses, rabbitmq_url: str
+) -> SettingsFactory:
+    """The cluster (state, 8 scope buckets per tenant) and the private RabbitMQ vhost (broker)."""
+    return cluster_settings(redis_url, prefix, redis_cluster, rabbitmq_url, scope_buckets=BUCKETS)
+
+
+@pytest.fixture
+def web(make_settings: SettingsFactory) -> Iterator[TestClient]:
+    with TestClient(create_web_app(make_settings())) as client:
+        yield client
+
+
+def _populate(web: TestClient, user: str) -> None:
+    """Events of the user queued in six topics (no worker runs them), and a session naming the user, with context."""
+    for n in range(6):
+        event = {
+            "sourceType": "test.counter",
+            "sourceId": f"{user}-{n}",
+            "scopeKey": f"topic:{user}-{n}",
+            "userId": user,
+            "payload": {"counterKey": f"c-{n}", "note": MARK[user]},
+        }
+        sent = web.post("/v1/events", json=event)
+        assert sent.status_code == 202 and sent.json()["results"][0]["status"] == "accepted", sent.text
+    session = f"sess-{user}"
+    assert web.put(f"/v1/sessions/{session}", json={"userId": user}).status_code == 200
+    body = {"messages": [{"role": "user", "content": f"my {MARK[user]} secret"}], "tokenCount": 7}
+    assert web.post(f"/v1/sessions/{session}/context/messages", json=body).status_code == 200
+
+
+def test_erasing_a_user_on_a_cluster_leaves_nothing_of_them_and_everything_of_others(
+    web: TestClient, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """The user's events (spread over the tenant's buckets, so over every master) and session go, the other
+    user's stay, and the answer is 200 with no busy scope (it was 503, ``DataError``, on every cluster)."""
+    _populate(web, GONE)
+    _populate(web, KEPT)
+    before = _dump(redis_client, keys)
+    assert _mentions(before, GONE, MARK[GONE]), "the test must start with the user's data present"
+    kept_before = sorted(_mentions(before, KEPT, MARK[KEPT]))
+
+    answer = web.delete(f"/v1/users/{GONE}")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["busyScopes"] == 0 and answer.json()["removed"]["eventPayloads"] == 6, answer.text
+
+    after = _dump(redis_client, keys)
+    assert _mentions(after, GONE, MARK[GONE]) == []
+    assert sorted(_mentions(after, KEPT, MARK[KEPT])) == kept_before
+    assert web.get(f"/v1/sessions/sess-{KEPT}/context").json()["messages"]
+
+
+def test_a_long_walk_of_a_cluster_that_finds_nothing_keeps_the_erasures_lock(
+    make_settings: SettingsFactory, redis_client: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each node's SCAN pages slowed so that walking them takes several lock TTLs, and MATCH finds no key: the
+    lock is renewed as the walk goes (at every page, not at every key found) and is still the erasure's."""
+    settings = make_settings()
+    store = EventStore(redis_from_settings(settings), settings)
+    tenant = Keys(settings.key_prefix, buckets=BUCKETS)
+    for n in range(300):  # some pages to walk on each node
+        redis_client.set(f"{settings.key_prefix}filler:{{f{n}}}", "x")
+    holds = ErasureHolds(store, tenant, [])
+    holds.ttl_ms = 300  # renewed every 100 ms
+    holds.lock()
+    scan = store.client.scan
+
+    def slow_scan(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.05)
+        return scan(*args, **kwargs)
+
+    monkeypatch.setattr(store.client, "scan", slow_scan)
+    monkeypatch.setattr(erasure, "SCAN_COUNT", 10)
+    started = time.monotonic()
+    try:
+        assert list(erasure._scan(store, f"{settings.key_prefix}nothing-matches:*", holds)) == []
+        assert time.monotonic() - started > 3 * holds.ttl_ms / 1000, "the walk must outlast the lock's TTL"
+        assert holds.locked and redis_client.get(tenant.erasure_lock) == holds.token
+    finally:
+        holds.unlock()
+        store.client.close()
