@@ -16,7 +16,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies.self_iteration.agent.reference_agent import RunDropped, completion_event, run_reference_agent
+from policies.self_iteration.agent.reference_agent import (
+    RunDropped,
+    completion_event,
+    completion_probe,
+    run_reference_agent,
+)
 from policies.self_iteration.agent.runners import (
     AGENT_RUN_OUTBOX,
     AGENT_RUN_TASK,
@@ -150,6 +155,7 @@ def _run_deliverer(runtime: PluginRuntime) -> Deliverer:
         if _origin_erased(runtime, request):
             _dropped(request, "not handed over")
             return
+        _check_completion(runtime, request)
         try:
             runner.dispatch(request)
         except RunRefused as exc:  # dead at once: the relay would send the same refused request ten times
@@ -180,7 +186,25 @@ def _agent_run(runtime: PluginRuntime, payload: dict[str, Any]) -> None:
     except RunDropped:
         _dropped(request, "stopped before its write")
         return
-    runtime.emitter.emit(completion_event(request, self_iteration), tenant=request.tenant)
+    runtime.emitter.emit(
+        completion_event(request, self_iteration), tenant=request.tenant, scope_key=request.scope_key
+    )
+
+
+def _check_completion(runtime: PluginRuntime, request: RunRequest) -> None:
+    """Before the reference agent is handed a run: raise PermanentFailure (the record is dead at once, listed by
+    ``GET /v1/outbox/dead``) when the emitter would refuse the run's completion. The run would write its memory and
+    lose its receipts, the task's failure logged and nothing else (a fuzzing audit): a request no completion can
+    come of is not run. Another runner's completion is the app's own (checked at the door when it posts it)."""
+    if runtime.emitter is None or runtime.settings_for(SelfIterationSettings).agent_runner != "reference":
+        return
+    try:
+        runtime.emitter.validate(
+            completion_probe(request), tenant=request.tenant, scope_key=request.scope_key
+        )
+    except ValueError as exc:  # InvalidEvent: it names the field
+        message = f"the run's completion would be refused, so it was not run: {exc}"
+        raise PermanentFailure(message, code="RUN_COMPLETION_REFUSED") from None
 
 
 def _origin_erased(runtime: PluginRuntime, request: RunRequest) -> bool:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
 from worker.core.errors import EventOfAnotherUser, OverLimit, PermanentFailure
+from worker.core.ids import scope_key_problem
 from worker.core.nodes import trusted
 from worker.core.scope import confined_scope_key, is_own_scope
 from worker.core.source_types import SourceTypePolicy
@@ -116,14 +117,25 @@ class Emitter:
         self.counted: Callable[[Sequence[str], str], None] | None = None
 
     def validate(
-        self, event: EventLike, *, tenant: str = DEFAULT_TENANT, prefix: str = "", own_user: str | None = None
+        self,
+        event: EventLike,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        prefix: str = "",
+        own_user: str | None = None,
+        scope_key: str | None = None,
     ) -> PreparedEvent:
         """Validate and prepare one of ``tenant``'s events (its id, keys and scope ref are that tenant's), or
         raise InvalidEvent naming the field. ``own_user``: the user in whose own scopes the event must run (a
         follow-up of a chain in that user's own scope, :class:`StagedEmits`): a scope it names or derives
-        outside them is put under ``user:<id>/``, as the door does for a user token's event."""
+        outside them is put under ``user:<id>/``, as the door does for a user token's event. ``scope_key``: the
+        scope the engine resolved for it (a plugin task's event that runs where the event that asked for it ran):
+        held to the scope-key rule, not to a producer's ``scopeKey`` id rule, since a derived or confined scope
+        may be longer (``topic:`` + a 256-character topic id; :data:`~worker.core.ids.SCOPE_KEY_MAX_LENGTH`)."""
         data = event.model_dump(by_alias=True, exclude_none=True) if isinstance(event, SourceEvent) else event
         parsed = parse_event(data, self.types, prefix=prefix)
+        if scope_key is not None:
+            parsed = _in_scope(parsed, scope_key, _at(prefix, "scopeKey"))
         if own_user is not None:
             parsed = _in_own_scope(parsed, own_user)
         self.check_payload(parsed.source_type, parsed.payload, prefix=prefix)
@@ -328,9 +340,12 @@ class Emitter:
                 extra={"scopeRef": refs[0]} if refs else None,
             )
 
-    def emit(self, event: EventLike, *, tenant: str = DEFAULT_TENANT) -> EnqueueResult:
-        """Validate and enqueue one of ``tenant``'s events now (plugin tasks outside a chain)."""
-        return self.enqueue([self.validate(event, tenant=tenant)])[0]
+    def emit(
+        self, event: EventLike, *, tenant: str = DEFAULT_TENANT, scope_key: str | None = None
+    ) -> EnqueueResult:
+        """Validate and enqueue one of ``tenant``'s events now (plugin tasks outside a chain); ``scope_key``: as
+        :meth:`validate` takes it."""
+        return self.enqueue([self.validate(event, tenant=tenant, scope_key=scope_key)])[0]
 
 
 class StagedEmits:
@@ -380,6 +395,13 @@ def _in_own_scope(event: SourceEvent, user_id: str) -> SourceEvent:
         event.scope_key, event.payload, own_user=user_id, user_id=event.user_id, agent_id=event.agent_id
     )
     return event.model_copy(update={"scope_key": scope})
+
+
+def _in_scope(event: SourceEvent, scope_key: str, field: str) -> SourceEvent:
+    """``event`` in the engine-resolved ``scope_key``, or InvalidEvent naming ``field`` when no scope could be."""
+    if (problem := scope_key_problem(scope_key)) is not None:
+        raise InvalidEvent(EventError(code="invalid_id", message=f"{field} {problem.message}", field=field))
+    return event.model_copy(update={"scope_key": scope_key})
 
 
 def _at(prefix: str, name: str) -> str:

@@ -13,7 +13,13 @@ from typing import Any
 from policies.self_iteration.agent.runners import RunRequest
 from policies.self_iteration.records.documents import DocumentStore
 
-__all__ = ["RunDropped", "completion_event", "run_reference_agent"]
+__all__ = [
+    "REPORTED_SUMMARY_MAX",
+    "RunDropped",
+    "completion_event",
+    "completion_probe",
+    "run_reference_agent",
+]
 
 Proceed = Callable[[], bool]
 
@@ -30,10 +36,19 @@ PREFERENCE = re.compile(r"\bprefer|\blike\b|\bwant\b|偏好|喜欢|以后|今后
 LEAD_IN = re.compile(r"^(?:going forward|from now on|in the future|next time)[,:]?\s*", re.IGNORECASE)
 
 
+# The memory's summary as the completion reports it (the memory itself keeps all of it): the feedback it comes from
+# may be nearly as large as an event may be, and the completion carries more than the summary.
+REPORTED_SUMMARY_MAX = 2000
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _title(message: str, limit: int = 80) -> str:
     text = LEAD_IN.sub("", message.strip())
     text = text[:1].upper() + text[1:] if text else "Memory saved"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return _shortened(text, limit)
 
 
 def _memory(store: DocumentStore, request: RunRequest, proceed: Proceed) -> list[dict[str, Any]]:
@@ -53,7 +68,7 @@ def _memory(store: DocumentStore, request: RunRequest, proceed: Proceed) -> list
         "id": memory["id"],
         "memoryId": memory["id"],
         "memoryLayer": layer,
-        "summary": memory["summary"],
+        "summary": _shortened(str(memory["summary"]), REPORTED_SUMMARY_MAX),
         "title": title,
         "type": "memory",
     }
@@ -140,7 +155,11 @@ def run_reference_agent(
 
 
 def completion_event(request: RunRequest, self_iteration: dict[str, Any]) -> dict[str, Any]:
-    """The ``agent.execution.completed`` source event of a finished run (LobeHub's CompletionLifecycle)."""
+    """The ``agent.execution.completed`` source event of a finished run (LobeHub's CompletionLifecycle). It names no
+    ``scopeKey``: it runs where the run was asked for, ``request.scope_key`` (never another user's scope), which the
+    task gives the emitter beside it (``emit(..., scope_key=...)``): a scope the engine derived or confined may be
+    longer than the id rule a producer's ``scopeKey`` keeps to (``topic:`` and a 256-character topic id), and a
+    completion that named it was refused after the run had written (a fuzzing audit)."""
     marker = request.marker
     payload: dict[str, Any] = {
         "agentId": request.agent_id,
@@ -160,8 +179,37 @@ def completion_event(request: RunRequest, self_iteration: dict[str, Any]) -> dic
         "userId": request.user_id,
         "payload": {k: v for k, v in payload.items() if v is not None},
     }
-    if request.scope_key:  # where the run was asked for: never another user's scope
-        event["scopeKey"] = request.scope_key
     if request.agent_id:
         event["agentId"] = request.agent_id
     return event
+
+
+def completion_probe(request: RunRequest) -> dict[str, Any]:
+    """The largest completion the reference agent can report for ``request``, without running it: its memory
+    mutation with a summary of :data:`REPORTED_SUMMARY_MAX` characters (a skill's and a review's are smaller).
+    What the emitter refuses of it, it would refuse of the run's own completion, after the run had written."""
+    summary = "m" * REPORTED_SUMMARY_MAX
+    target = {
+        "id": "mem",
+        "memoryId": "mem",
+        "memoryLayer": "preference",
+        "summary": summary,
+        "title": summary[:80],
+    }
+    data = {
+        "kind": "mutation",
+        "target": target,
+        "resourceId": "mem",
+        "status": "applied",
+        "summary": summary[:80],
+    }
+    mutation = {"apiName": "writeMemory", "kind": "mutation", "data": data}
+    return completion_event(
+        request,
+        {
+            "marker": request.echoed_marker,
+            "mutations": [mutation],
+            "artifacts": [],
+            "userId": request.user_id,
+        },
+    )

@@ -80,11 +80,14 @@ class RunRequest:
 
     @property
     def echoed_marker(self) -> dict[str, Any]:
-        """The marker a runner echoes back in its completion: with the origin event, when the request has one
-        (the door refuses a completion whose origin is a tombstone)."""
+        """The marker a runner echoes back in its completion: its non-empty fields (LobeHub's
+        ``readAgentSignalMarker`` keeps no empty string: a feedback's ``topicId: ""`` made a marker whose completion
+        the id rule refused, after the run had written), with the origin event when the request has one (the door
+        refuses a completion whose origin is a tombstone)."""
+        marker = {k: v for k, v in self.marker.items() if v not in (None, "")}
         if not self.origin_event_id:
-            return self.marker
-        return {**self.marker, ORIGIN_FIELD: self.origin_event_id}
+            return marker
+        return {**marker, ORIGIN_FIELD: self.origin_event_id}
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
