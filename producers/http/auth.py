@@ -17,9 +17,9 @@ the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/o
   tenant's keys and the user tokens they minted together) in one script; the message says whose was empty.
 
 Redis work on the hot path is one async round trip (both rate buckets, a chunk of tokens at a time); verified
-keys, erased users' token floors (worker/ops/credentials.py), the "configured" state and the token secret are
-cached in the process (``AGENT_SIGNAL_AUTH_CACHE_S``), and a cache miss is read in the threadpool, never on the
-event loop.
+keys, each tenant's erased users' token floors (one hash per tenant, looked up in the process:
+worker/ops/credentials.py), the "configured" state and the token secret are cached in the process
+(``AGENT_SIGNAL_AUTH_CACHE_S``), and a cache miss is read in the threadpool, never on the event loop.
 """
 
 from __future__ import annotations

@@ -56,12 +56,12 @@ def glob_escaped(text: str) -> str:
 # Key families only the engine writes; a handler's staged write to one of them is refused.
 ENGINE_FAMILIES = tuple(
     "ev: seq: inbox: sched: lease: fence: idem: chain: broker: outbox: outbox-of: apikey: "
-    "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source: applied: retained-events: "
-    "tokens-from:".split()
+    "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source: applied: retained-events:".split()
 )
 ENGINE_SINGLETONS = tuple(
     "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret pseudonym-secret "
-    "ready-tenants worker-info journal-due journal-lock open-streams retained-events outbox-dead erasure-lock".split()
+    "ready-tenants worker-info journal-due journal-lock open-streams retained-events outbox-dead erasure-lock "
+    "tokens-from".split()
 )
 
 
@@ -89,11 +89,12 @@ class Keys(EngineWide, LimitKeys):
         tenant (worker/ops/erasure_holds.py); a crashed erasure's lock expires."""
         return f"{self.home_prefix}erasure-lock"
 
-    def user_tokens_from(self, user_ref: str) -> str:
-        """An erased user's token floor (string: ms on the Redis clock; TTL the longest token lifetime): their
-        user tokens issued before it are refused (worker/ops/credentials.py). ``user_ref`` is a keyed digest of
-        the user id, never the id: an erasure leaves no key that names the user."""
-        return f"{self.home_prefix}tokens-from:{user_ref}"
+    @property
+    def tokens_from(self) -> str:
+        """The tenant's erased users' token floors (hash: a keyed digest of the user id, never the id → ms on the
+        Redis clock; TTL the longest token lifetime, set again at each erasure): a user's tokens issued before
+        their floor are refused (worker/ops/credentials.py)."""
+        return f"{self.home_prefix}tokens-from"
 
     def inbox(self, scope_key: str) -> str:
         return f"{self.scope_prefix(scope_key)}inbox:{{{scope_key}}}"

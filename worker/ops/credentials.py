@@ -18,13 +18,15 @@ revoked key's tokens stop working (within the cache window). The signing secret 
 when set, else one random secret created in Redis with ``SET NX`` (``Keys.token_secret``) so every web replica
 shares it.
 
-**Erasing a user ends their tokens** (:meth:`CredentialStore.end_user_tokens`, called once the erasure is done):
-the user's floor (``Keys.user_tokens_from``, ms on the Redis clock) refuses every token of that user issued before
-it (:class:`UserErased`), so a token that erased its own user can do nothing more, and the app mints a new one. The
-floor lives :data:`ERASED_TOKENS_TTL_S`, past the end of every token issued before it, and its key names the user
-by a keyed digest (:meth:`CredentialStore.user_ref`), never the id. Verification reads it through the same
-in-process cache as keys (``cache_s``): one GET per user and cache window, not per request; the process that
-erased the user knows it at once, the others within the window.
+**Erasing a user ends their tokens** (:meth:`CredentialStore.end_user_tokens`, called as the erasure starts): the
+user's floor (ms on the Redis clock) refuses every token of that user issued before it (:class:`UserErased`), so a
+token that erased its own user can do nothing more, and the app mints a new one. A tenant's floors are one hash
+(``Keys.tokens_from``: a keyed digest of the user, :meth:`CredentialStore.user_ref`, never the id → the floor),
+whose TTL each erasure sets again to :data:`ERASED_TOKENS_TTL_S` (past the end of every token issued before it)
+and whose fields older than that it prunes. Verification reads the whole hash once per tenant and cache window
+(``cache_s``, the keys' cache) and looks users up in it in the process: a tenant with no erasure within a day
+costs one read per window and nothing per user. The process that erased the user knows it at once (no refresh
+that read the hash before the write lowers a floor this process wrote), the others within the window.
 
 Verification may read Redis. Pass ``allow_io=False`` (the web's event loop does) to get :class:`NeedsIO` instead
 of a blocking call when the answer is not in the in-process cache; then call again off the loop.
@@ -36,6 +38,7 @@ import hashlib
 import hmac
 import re
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -43,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
-from redis import Redis
+from redis import Redis, WatchError
 
 from worker.core.ids import IdProblem, user_id_problem
 from worker.keys.layout import DEFAULT_TENANT, BadTenant, Keys, check_tenant
@@ -181,8 +184,11 @@ class CredentialStore:
         self.cache_s = cache_s
         self._signing_secret = token_secret or None
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
-        # erased users' token floors: (tenant, user) -> (trusted until, floor in ms or None)
-        self._floors: dict[tuple[str, str], tuple[float, int | None]] = {}
+        # erased users' token floors, each tenant's hash read whole: tenant -> (trusted until, user ref -> ms)
+        self._floors: dict[str, tuple[float, dict[str, int]]] = {}
+        # the floors this process wrote: tenant -> user ref -> (ms, kept until (monotonic)); see _cache_floors
+        self._written: dict[str, dict[str, tuple[int, float]]] = {}
+        self._floors_lock = threading.Lock()
         self._configured_until = 0.0  # "no key stored" is trusted until then; True is latched
         self._configured = self.bootstrap_key is not None
 
@@ -352,13 +358,30 @@ class CredentialStore:
         return UserToken(tenant, user_id, issuer, int(claims["exp"]) * 1000, claims["jti"])
 
     def end_user_tokens(self, tenant: str, user_id: str) -> int:
-        """Refuse every token of ``user_id`` of ``tenant`` issued before now (an erasure of the user is done):
-        stores the user's floor (ms, the Redis clock) for :data:`ERASED_TOKENS_TTL_S`; returns it. This process
-        knows it at once; the others within their cache window."""
-        floor_ms = self.server_ms()
-        key = self.keys.for_tenant(tenant).user_tokens_from(self.user_ref(user_id))
-        self.client.set(key, floor_ms, ex=ERASED_TOKENS_TTL_S)
-        self._remember_floor((tenant, user_id), floor_ms)
+        """Refuse every token of ``user_id`` of ``tenant`` issued before now (the user's erasure starts): writes the
+        user's floor into the tenant's hash, one ms past the Redis clock's now (a token minted in this very ms is
+        issued before it too), sets the hash's TTL to :data:`ERASED_TOKENS_TTL_S` again and prunes the floors older
+        than that; returns the floor. This process knows it at once; the others within their cache window."""
+        floor_ms = self.server_ms() + 1
+        ref = self.user_ref(user_id)
+        key = self.keys.for_tenant(tenant).tokens_from
+        with self.client.pipeline(transaction=True) as pipe:
+            while True:  # WATCH: a floor another erasure writes meanwhile is never pruned by us
+                try:
+                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    stored = _floors_of(pipe.hgetall(key))
+                    floor_ms = max(floor_ms, stored.get(ref, 0))
+                    stale = [r for r, ms in stored.items() if ms < floor_ms - ERASED_TOKENS_TTL_S * 1000]
+                    pipe.multi()
+                    if stale:
+                        pipe.hdel(key, *stale)
+                    pipe.hset(key, ref, floor_ms)
+                    pipe.expire(key, ERASED_TOKENS_TTL_S)
+                    pipe.execute()
+                    break
+                except WatchError:
+                    continue
+        self._remember_written(tenant, ref, floor_ms)
         return floor_ms
 
     def user_ref(self, user_id: str) -> str:
@@ -373,22 +396,46 @@ class CredentialStore:
         return int(seconds) * 1000 + int(micros) // 1000
 
     def _tokens_floor(self, tenant: str, user_id: str, *, allow_io: bool) -> int | None:
-        """The user's floor (None: not erased within a token's lifetime), through the cache."""
-        cached = self._floors.get((tenant, user_id))
+        """The user's floor (None: not erased within a token's lifetime), looked up in the tenant's floors."""
+        floors = self._tenant_floors(tenant, allow_io=allow_io)
+        return floors.get(self.user_ref(user_id)) if floors else None  # none: no digest to compute
+
+    def _tenant_floors(self, tenant: str, *, allow_io: bool) -> dict[str, int]:
+        """The tenant's floors by user ref, through the cache: one HGETALL per tenant and cache window."""
+        cached = self._floors.get(tenant)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
         if not allow_io:
-            raise NeedsIO("token floor")
-        raw = self.client.get(self.keys.for_tenant(tenant).user_tokens_from(self.user_ref(user_id)))
-        floor_ms = int(raw) if isinstance(raw, (str, bytes)) and raw.isdigit() else None
-        self._remember_floor((tenant, user_id), floor_ms)
-        return floor_ms
+            raise NeedsIO("token floors")
+        return self._cache_floors(tenant, self._read_floors(tenant))
 
-    def _remember_floor(self, user: tuple[str, str], floor_ms: int | None) -> None:
-        if self.cache_s > 0:
-            if len(self._floors) >= CACHE_MAX_ENTRIES:
-                self._floors.clear()
-            self._floors[user] = (time.monotonic() + self.cache_s, floor_ms)
+    def _read_floors(self, tenant: str) -> dict[str, int]:
+        return _floors_of(self.client.hgetall(self.keys.for_tenant(tenant).tokens_from))
+
+    def _cache_floors(self, tenant: str, read: dict[str, int]) -> dict[str, int]:
+        """Cache what a refresh read, each floor this process wrote (within a token's lifetime) kept at least as
+        high: a refresh that read the hash before :meth:`end_user_tokens` wrote it, and stores after, must not make
+        this process forget the floor for a window. Under the lock that :meth:`_remember_written` takes."""
+        now = time.monotonic()
+        with self._floors_lock:
+            floors = _at_least(read, self._written.get(tenant, {}), now)
+            if self.cache_s > 0:
+                if len(self._floors) >= CACHE_MAX_ENTRIES:
+                    self._floors.clear()
+                self._floors[tenant] = (now + self.cache_s, floors)
+        return floors
+
+    def _remember_written(self, tenant: str, ref: str, floor_ms: int) -> None:
+        """Keep a floor this process wrote (a token's lifetime, the floors older than that forgotten) and raise
+        the tenant's cached floors to it."""
+        now = time.monotonic()
+        with self._floors_lock:
+            written = {r: w for r, w in self._written.get(tenant, {}).items() if w[1] > now}
+            written[ref] = (max(floor_ms, written.get(ref, (0, 0.0))[0]), now + ERASED_TOKENS_TTL_S)
+            self._written[tenant] = written
+            cached = self._floors.get(tenant)
+            if cached is not None:
+                self._floors[tenant] = (cached[0], _at_least(cached[1], written, now))
 
     def _issuer_valid(self, issuer: str, tenant: str, *, allow_io: bool) -> bool:
         if issuer == BOOTSTRAP_ID:
@@ -427,6 +474,22 @@ def _issued_ms(claims: Mapping[str, Any]) -> int:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return int(value * scale)
     return 0
+
+
+def _floors_of(raw: Mapping[Any, Any]) -> dict[str, int]:
+    """A tenant's floors hash as read (user ref -> ms); a value that is not a whole number is no floor."""
+    return {_text(ref): int(_text(ms)) for ref, ms in raw.items() if _text(ms).isdigit()}
+
+
+def _at_least(
+    floors: Mapping[str, int], written: Mapping[str, tuple[int, float]], now: float
+) -> dict[str, int]:
+    """``floors`` with each floor of ``written`` still kept at ``now`` where it is higher (or absent)."""
+    out = dict(floors)
+    for ref, (floor_ms, until) in written.items():
+        if until > now and out.get(ref, 0) < floor_ms:
+            out[ref] = floor_ms
+    return out
 
 
 def _check_key_request(tenant: str, role: str, name: str) -> None:

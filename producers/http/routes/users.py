@@ -1,17 +1,22 @@
 """``DELETE /v1/users/{userId}``: erase everything the caller's tenant stores about one user (worker/ops/erasure.py).
 
-Once the erasure is done the user's open streams end (``: user erased``) and every token of the user issued before
-it is refused (worker/ops/credentials.py, ``end_user_tokens``): a token that erases its own user does nothing
-after that, so one end user cannot loop "erase myself, send again" to start their share of the tenant's events
-over. One erasure runs at a time per tenant: another meanwhile is 429 ``rate_limited`` with ``Retry-After``."""
+As the erasure starts, every token of the user issued before it is refused (worker/ops/credentials.py,
+``end_user_tokens``) and the user's open streams end (``: user erased``): a token that erases its own user does
+nothing more, during the erasure or after it, so one end user cannot loop "erase myself, send again" to start
+their share of the tenant's events over, nor write behind the erasure with it. One erasure runs at a time per
+tenant: another meanwhile is 429 ``rate_limited`` with ``Retry-After``. erase_user takes that lock, after the tokens
+have ended; so that a refused erasure does not end them, a lock seen held is answered 429 before they end (only an
+erasure of the tenant that starts between that look and the lock ends them without running)."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from redis import Redis
 
 from producers.http.api_models import API_ERRORS
 from producers.http.auth import credentials_of
@@ -19,6 +24,7 @@ from producers.http.principal import Principal, check_user, require, tenant_keys
 from producers.http.web_common import error_response, producer_of
 from sessions.store import session_scope
 from worker.core.ids import StoredUserId
+from worker.keys.layout import Keys
 from worker.ops.erasure import ErasureRunning, erase_user
 from worker.store.receipts import ERASED
 
@@ -43,13 +49,18 @@ def delete_user(
 ) -> JSONResponse:
     """Erase the user (idempotent): ``{"userId", "removed": {kind: n}, "busyScopes": n}``. A scope with an
     event running right now is left for the next call (``busyScopes`` > 0: call again); the answer is 200
-    either way. A user token may erase its own user only, and is refused afterwards (as is every token of the
-    user issued before the erasure): the app mints a new one. While another erasure of the tenant runs: 429
-    ``rate_limited`` with ``Retry-After``."""
+    either way. A user token may erase its own user only, and is refused from the erasure's start on (as is every
+    token of the user issued before it), even when ``busyScopes`` > 0: the app calls again with an operate key or
+    a new token. While another erasure of the tenant runs: 429 ``rate_limited`` with ``Retry-After``, and the
+    asking token stays valid."""
     check_user(principal, user_id, "user")
     producer = producer_of(request)
     keys = tenant_keys(request)
+    client = producer.store.client
     try:
+        _refuse_while_running(client, keys)
+        credentials_of(request).end_user_tokens(principal.tenant, user_id)  # first: nothing writes behind us
+        client.publish(keys.receipts_feed(user_id), ERASED)  # the old tokens' streams say why they end
         report = erase_user(
             producer.store, keys, user_id, session_scope=session_scope, erasers=producer.erasers
         )
@@ -57,6 +68,13 @@ def delete_user(
         response = error_response(429, "rate_limited", str(exc))
         response.headers["Retry-After"] = str(exc.retry_after_s)
         return response
-    producer.store.client.publish(keys.receipts_feed(user_id), ERASED)  # the user's open streams end
-    credentials_of(request).end_user_tokens(principal.tenant, user_id)  # then the user's tokens do
+    client.publish(keys.receipts_feed(user_id), ERASED)  # and so do the streams opened meanwhile
     return JSONResponse(report.to_json_dict())
+
+
+def _refuse_while_running(client: Redis, keys: Keys) -> None:
+    """Raise :class:`ErasureRunning` when the tenant's erasure lock is held now (a look, not the lock: erase_user
+    takes it), so a refused erasure does not end the user's tokens."""
+    left_ms = int(client.pttl(keys.erasure_lock))
+    if left_ms != -2:  # -2: no lock
+        raise ErasureRunning(max(1, math.ceil(left_ms / 1000)))

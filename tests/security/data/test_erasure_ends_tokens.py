@@ -7,11 +7,18 @@ tenant's count kept the events as tombstones) until the tenant's ``AGENT_SIGNAL_
 every other user of the tenant was refused 429 ``quota_exceeded``; the erasure also deleted the token's rate
 bucket, so "erase myself, then read" escaped ``AGENT_SIGNAL_RATE_LIMIT_PER_S``. Now a token of the user issued
 before the erasure is refused afterwards (401, saying the user was erased; the app mints a new one, which works),
-and an erasure leaves the rate buckets alone."""
+and an erasure leaves the rate buckets alone.
+
+A review then found the tokens ended only once the erasure was done: the erasing token kept writing while it ran
+(behind the erasure), and a Redis error in ending them left the erasure done and the token alive. They now end as
+the erasure starts (an erasure held at a gate, :func:`gate`, shows it), and an erasure refused 429 because another
+of the tenant runs ends no token."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +26,15 @@ import httpx
 import pytest
 from redis import Redis
 
+from tests.conftest import wait_for
 from worker.keys.layout import Keys
+from worker.plugin import Plugin
 
 pytestmark = pytest.mark.integration
 
 BOOT = "bootstrap-key-for-erasure-ends-tokens-0123456789"
 READ_TIMEOUT_S = 10.0  # under the 15 s keep-alive: a stream that does not end times out
+GATE_S = 60  # how long the gate holds an erasure at most (the tests let it go long before)
 
 
 def _bearer(credential: str) -> dict[str, str]:
@@ -71,6 +81,51 @@ def door(make_settings: Any, start_worker: Any, start_web: Any) -> Iterator[Door
     start_worker(settings)
     _, url = start_web(settings)
     yield from _door(url)
+
+
+def _gate_keys(keys: Keys, user_id: str) -> tuple[str, str]:
+    """(set while the erasure of ``user_id`` waits at the gate, the list that lets it go)."""
+    return keys.plugin_home("gate", "waiting", user_id), keys.plugin_home("gate", "go", user_id)
+
+
+def _hold_slow_users(client: Any, keys: Keys, user_id: str, scopes: frozenset[str]) -> Mapping[str, int]:
+    """The gate's part of an erasure: a ``slow-…`` user's waits until the test pushes onto its list."""
+    if user_id.startswith("slow-"):
+        waiting, go = _gate_keys(keys, user_id)
+        client.set(waiting, "1")
+        client.blpop([go], timeout=GATE_S)
+        client.delete(waiting)
+    return {}
+
+
+def gate() -> Plugin:
+    """The tests' plugin: only an eraser that holds a ``slow-…`` user's erasure (loaded by name)."""
+    return Plugin("erasure-gate", erase_user=_hold_slow_users)
+
+
+@pytest.fixture
+def gated_door(make_settings: Any, start_web: Any) -> Iterator[Door]:
+    """A web process whose erasures of ``slow-…`` users wait at :func:`gate` until the test lets them go."""
+    plugins = ["tests.support.policies:bundle", f"{__name__}:gate"]
+    _, url = start_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=0, plugins=plugins))
+    yield from _door(url)
+
+
+@contextmanager
+def _held_erasure(
+    door: Door, redis_client: Redis, prefix: str, user: str
+) -> Iterator[Future[httpx.Response]]:
+    """The operator's erasure of ``user`` (a ``slow-…`` one) started and waiting at the gate; let go on exit."""
+    waiting, go = _gate_keys(Keys(prefix).for_tenant("acme"), user)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        erasure = pool.submit(door.http.delete, f"/v1/users/{user}", headers=door.operator())
+        try:
+            wait_for(lambda: redis_client.exists(waiting) or erasure.done(), what="the erasure at the gate")
+            assert not erasure.done(), erasure.result().text
+            yield erasure
+        finally:
+            redis_client.rpush(go, "go")
+        assert erasure.result().status_code == 200, erasure.result().text
 
 
 @pytest.fixture
@@ -148,9 +203,48 @@ def test_an_erasure_leaves_the_users_rate_bucket_alone(
     alice = door.token("alice")
     assert door.http.get("/v1/receipts", headers=alice).status_code == 200
     bucket = Keys(prefix).for_tenant("acme").rate_bucket(f"{door.keys['acme']['id']}:alice")
+    # kept from expiring while the erasure runs (an idle bucket expires in ~1.3 s at this rate, which would read
+    # as the erasure's deletion on a loaded machine): only a deletion empties it now
+    assert redis_client.persist(bucket), "the test must start with the user's bucket charged"
     before = redis_client.hgetall(bucket)
-    assert before, "the test must start with the user's bucket charged"
 
     erased = door.http.delete("/v1/users/alice", headers=door.operator())
     assert erased.status_code == 200, erased.text
     assert redis_client.hgetall(bucket) == before
+
+
+def test_the_users_old_tokens_and_streams_end_as_the_erasure_starts(
+    gated_door: Door, redis_client: Redis, prefix: str
+) -> None:
+    """While the erasure waits at the gate: the user's stream opened before it has ended with ``: user erased``
+    and the user's old token is refused (it wrote behind the erasure until it was done); a token minted since the
+    erasure started works, during it and after it."""
+    door = gated_door
+    old = door.token("slow-1")
+    with door.http.stream("GET", "/v1/receipts/stream", headers=old) as stream:
+        assert stream.status_code == 200, stream.read()
+        lines = stream.iter_lines()
+        assert next(lines) == ": connected"
+        with _held_erasure(door, redis_client, prefix, "slow-1"):
+            assert [line for line in lines if line] == [": user erased"]
+            _refused_as_erased(door.send(old, "behind-the-erasure"))
+            minted_meanwhile = door.token("slow-1")
+            assert door.http.get("/v1/receipts", headers=minted_meanwhile).status_code == 200
+    _refused_as_erased(door.http.get("/v1/receipts", headers=old))
+    assert door.http.get("/v1/receipts", headers=minted_meanwhile).status_code == 200
+
+
+def test_an_erasure_refused_while_another_of_the_tenant_runs_ends_no_token(
+    gated_door: Door, redis_client: Redis, prefix: str
+) -> None:
+    """A self-erasure answered 429 (another erasure of the tenant runs) leaves the asking token valid; once the
+    other is done, the same token's erasure runs and ends it."""
+    door = gated_door
+    bob = door.token("bob")
+    with _held_erasure(door, redis_client, prefix, "slow-1"):
+        refused = door.http.delete("/v1/users/bob", headers=bob)
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited", refused.text
+        assert int(refused.headers["retry-after"]) >= 1
+        assert door.http.get("/v1/receipts", headers=bob).status_code == 200
+    assert door.http.delete("/v1/users/bob", headers=bob).status_code == 200
+    _refused_as_erased(door.http.get("/v1/receipts", headers=bob))
