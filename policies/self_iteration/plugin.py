@@ -146,9 +146,12 @@ def _run_deliverer(runtime: PluginRuntime) -> Deliverer:
         runner = runtime.deps.get(SelfIterationDeps).runner
         if runner is None:
             raise RunnerError("no agent runner is configured in this process")
-        # The record's tenant is the engine's, not the handler's payload: a run cannot cross tenants. The record
-        # names the event that staged it: the origin of a request of before, which does not.
+        # The record's tenant and scope are the engine's, not the handler's payload: a run cannot cross tenants,
+        # and its completion runs in the scope of the event that staged it (a request of before carries none). The
+        # record names that event too: the origin of a request of before, which does not.
         payload = {**record.payload, "tenant": record.tenant}
+        if record.scope_key:
+            payload["scopeKey"] = record.scope_key
         if record.event_id and not payload.get(ORIGIN_FIELD):
             payload[ORIGIN_FIELD] = record.event_id
         request = RunRequest.from_json_dict(payload)

@@ -184,11 +184,16 @@ def completion_event(request: RunRequest, self_iteration: dict[str, Any]) -> dic
     return event
 
 
+WIDEST_JSON_CHAR = "\x01"  # json.dumps writes it as \u0001: 6 bytes for one character
+
+
 def completion_probe(request: RunRequest) -> dict[str, Any]:
     """The largest completion the reference agent can report for ``request``, without running it: its memory
     mutation with a summary of :data:`REPORTED_SUMMARY_MAX` characters (a skill's and a review's are smaller).
-    What the emitter refuses of it, it would refuse of the run's own completion, after the run had written."""
-    summary = "m" * REPORTED_SUMMARY_MAX
+    What the emitter refuses of it, it would refuse of the run's own completion, after the run had written. The
+    emitter counts the bytes of its JSON, and the summary is cut by characters: each filler character is one JSON
+    writes in 6 bytes (``\\u0001``, more than any other: an emoji is 4), so no text of that length is larger."""
+    summary = WIDEST_JSON_CHAR * REPORTED_SUMMARY_MAX
     target = {
         "id": "mem",
         "memoryId": "mem",

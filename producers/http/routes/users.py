@@ -2,8 +2,9 @@
 
 As the erasure starts, every token of the user issued before it is refused (worker/ops/credentials.py,
 ``end_user_tokens``) and the user's open streams end (``: user erased``): a token that erases its own user does
-nothing more, during the erasure or after it, so one end user cannot loop "erase myself, send again" to start
-their share of the tenant's events over, nor write behind the erasure with it. One erasure runs at a time per
+nothing more on this web process from then on, nor on the other replicas once their cached floors are refreshed
+(within ``AGENT_SIGNAL_AUTH_CACHE_S``), so one end user cannot loop "erase myself, send again" to start their share
+of the tenant's events over, nor write behind the erasure with it past that window. One erasure runs at a time per
 tenant: another meanwhile is 429 ``rate_limited`` with ``Retry-After``. erase_user takes that lock, after the tokens
 have ended; so that a refused erasure does not end them, a lock seen held is answered 429 before they end (only an
 erasure of the tenant that starts between that look and the lock ends them without running)."""
@@ -50,8 +51,9 @@ def delete_user(
     """Erase the user (idempotent): ``{"userId", "removed": {kind: n}, "busyScopes": n}``. A scope with an
     event running right now is left for the next call (``busyScopes`` > 0: call again); the answer is 200
     either way. A user token may erase its own user only, and is refused from the erasure's start on (as is every
-    token of the user issued before it), even when ``busyScopes`` > 0: the app calls again with an operate key or
-    a new token. While another erasure of the tenant runs: 429 ``rate_limited`` with ``Retry-After``, and the
+    token of the user issued before it: by this web process at once, by the others within
+    ``AGENT_SIGNAL_AUTH_CACHE_S``), even when ``busyScopes`` > 0: the app calls again with an operate key or a new
+    token. While another erasure of the tenant runs: 429 ``rate_limited`` with ``Retry-After``, and the
     asking token stays valid."""
     check_user(principal, user_id, "user")
     producer = producer_of(request)

@@ -5,12 +5,17 @@ is drained, and the run request it staged is run by the plugin's own ``agent_sig
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 import policies.self_iteration.plugin as self_iteration
-from policies.self_iteration.agent.reference_agent import completion_event
+from policies.self_iteration.agent.reference_agent import (
+    REPORTED_SUMMARY_MAX,
+    completion_event,
+    completion_probe,
+)
 from policies.self_iteration.agent.runners import AGENT_RUN_OUTBOX, AGENT_RUN_TASK, RunRequest
 from policies.self_iteration.deps import SelfIterationDeps
 from worker.chain.outbox_records import OutboxRecord
@@ -179,3 +184,47 @@ class TestARunNoCompletionCanComeOf:
             deliver(record)
         assert refused.value.code == "RUN_COMPLETION_REFUSED" and "payload is" in str(refused.value)
         assert runner.requests == []
+
+    def test_runs_in_the_records_scope_not_the_payloads(self, make_settings: Any) -> None:
+        """The scope a run completes in is the outbox record's (the scope of the event that staged it), as its
+        tenant is: a request whose payload names another scope (a handler's, or one of before without any) is
+        handed over with the record's."""
+        runtime = _runtime(build_pipeline(make_settings(), telemetry=DISABLED))
+        runner = Capturing()
+        runtime.deps.add(SelfIterationDeps(redis=runtime.redis, enabled_by_default=True, runner=runner))
+        request = RunRequest(
+            "agent-signal-memory-0123456789abcdef", "memory-writer", {"kind": "memory"}, "u1", "a1", PREFER
+        )
+        payload = {**request.to_json_dict(), "scopeKey": "topic:someone-elses"}
+        record = OutboxRecord(
+            id="agent-run:y",
+            kind=AGENT_RUN_OUTBOX,
+            key="y",
+            payload=payload,
+            scope_key="user:u1/topic:t",
+            event_id="",
+            created_at=0,
+        )
+        self_iteration.plugin().deliverers[AGENT_RUN_OUTBOX](runtime)(record)
+        assert [r.scope_key for r in runner.requests] == ["user:u1/topic:t"]
+
+
+@pytest.mark.parametrize("char", ["a", "é", "😀", "\u2028", '"', "\x01"])
+def test_the_probe_is_no_smaller_than_a_completion_of_any_text(char: str) -> None:
+    """The pre-check's completion is at least as large, in the emitter's JSON bytes, as the run's own with a
+    summary and title of the same lengths in any character: a run of emoji or control characters (4 and 6 bytes
+    each) passed a probe filled with ASCII and was refused after the run wrote its memory."""
+    request = RunRequest(
+        "agent-signal-memory-0123456789abcdef", "memory-writer", {"kind": "memory"}, "u1", "a1", ""
+    )
+    probe = completion_probe(request)
+    real = json.loads(json.dumps(probe))
+    data = real["payload"]["selfIteration"]["mutations"][0]["data"]
+    data["target"]["summary"] = char * REPORTED_SUMMARY_MAX
+    data["target"]["title"] = data["summary"] = char * 80
+    assert _json_bytes(probe["payload"]) >= _json_bytes(real["payload"])
+
+
+def _json_bytes(payload: dict[str, Any]) -> int:
+    """A payload's size as the emitter counts it (worker/intake/source_event.py)."""
+    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))

@@ -143,16 +143,18 @@ def test_a_long_walk_that_finds_nothing_keeps_the_lock(
     """The first SCAN pages of a walk slowed so that they take several lock TTLs, and MATCH finds no key: the
     lock is renewed as the walk goes (at every page, not at every key found) and is still the erasure's."""
     keys = Keys(prefix).for_tenant("acme")
-    redis_client.mset({f"{prefix}filler:{n}": "x" for n in range(200)})  # some pages to walk
+    redis_client.mset({f"{prefix}filler:{n}": "x" for n in range(400)})  # 40 pages to walk, at least
     holds = ErasureHolds(store, keys, [])
-    holds.ttl_ms = 300  # renewed every 100 ms
+    holds.ttl_ms = (
+        600  # renewed every 200 ms: a page may stall 350 ms more than it is slowed before it lapses
+    )
     holds.lock()
-    scan, slowed = store.client.scan, [8]
+    scan, slowed = store.client.scan, [30]  # 30 pages of 50 ms: the walk takes 2.5 TTLs
 
     def slow_scan(*args: Any, **kwargs: Any) -> Any:
         if slowed[0]:
             slowed[0] -= 1
-            time.sleep(0.15)
+            time.sleep(0.05)
         return scan(*args, **kwargs)
 
     monkeypatch.setattr(store.client, "scan", slow_scan)

@@ -95,3 +95,38 @@ def test_while_a_tenant_is_read_again_its_callers_get_the_last_result_at_once() 
     reads.go.set()
     refresher.join(30)
     assert answers == [2] and reads.done == [1, 2]
+
+
+def test_a_failed_read_is_not_read_again_by_the_callers_that_waited_for_it() -> None:
+    """A tenant's first read failing after 1 s: the callers that waited for it get its error, and so does anyone
+    within DUTY times that, without a read each (ten callers made ten reads in a row, one after the other)."""
+    clock = Clock()
+    memo, tries = ReadMemo[int](clock), []
+    started, go = threading.Event(), threading.Event()
+
+    def failing() -> int:
+        tries.append(1)
+        started.set()
+        assert go.wait(30)
+        clock.now_s += 1.0
+        raise ConnectionError("Redis went away")
+
+    errors: list[str] = []
+
+    def call() -> None:
+        try:
+            memo.get("t1", failing)
+        except ConnectionError as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    threads[0].start()
+    assert started.wait(30)
+    for thread in threads[1:]:
+        thread.start()
+    go.set()
+    for thread in threads:
+        thread.join(30)
+    assert errors == ["Redis went away"] * 4 and tries == [1]
+    clock.now_s += DUTY * 1.0 + 0.01  # past its window: read again
+    assert memo.get("t1", lambda: 7) == 7

@@ -1044,8 +1044,9 @@ export interface paths {
          * @description Erase the user (idempotent): ``{"userId", "removed": {kind: n}, "busyScopes": n}``. A scope with an
          *     event running right now is left for the next call (``busyScopes`` > 0: call again); the answer is 200
          *     either way. A user token may erase its own user only, and is refused from the erasure's start on (as is every
-         *     token of the user issued before it), even when ``busyScopes`` > 0: the app calls again with an operate key or
-         *     a new token. While another erasure of the tenant runs: 429 ``rate_limited`` with ``Retry-After``, and the
+         *     token of the user issued before it: by this web process at once, by the others within
+         *     ``AGENT_SIGNAL_AUTH_CACHE_S``), even when ``busyScopes`` > 0: the app calls again with an operate key or a new
+         *     token. While another erasure of the tenant runs: 429 ``rate_limited`` with ``Retry-After``, and the
          *     asking token stays valid.
          */
         delete: operations["delete_user_v1_users__user_id__delete"];

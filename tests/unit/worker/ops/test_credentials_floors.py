@@ -5,15 +5,30 @@ in each cache window left the event loop for a GET (and the cache, dropped whole
 verification that read the floor before this process wrote it could cache the absent floor after, so the process
 that erased the user forgot it for a window; and a token minted in the floor's own ms passed. Now a tenant's floors
 are one hash read once per cache window, a refresh never lowers a floor this process wrote, and the floor is one
-ms past the Redis clock's now."""
+ms past the Redis clock's now.
+
+A second review: the hash grows with every user id erased (random ids, a bulk erasure), and read whole (HGETALL)
+at 200,000 fields it cost every web process half a second per window; and the erasure's WATCH loop had no bound.
+Now a hash past FLOORS_READ_WHOLE_MAX_FIELDS is never read whole (each user's field alone, per window), and the
+floor's write gives up after FLOOR_WRITE_ATTEMPTS raced tries (503 store_unavailable)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from redis import Redis
 
+from worker.intake.source_event import StoreUnavailable
 from worker.keys.layout import Keys
-from worker.ops.credentials import ERASED_TOKENS_TTL_S, CredentialStore, NeedsIO, UserErased
+from worker.ops.credentials import (
+    ERASED_TOKENS_TTL_S,
+    FLOOR_WRITE_ATTEMPTS,
+    FLOORS_READ_WHOLE_MAX_FIELDS,
+    CredentialStore,
+    NeedsIO,
+    UserErased,
+)
 
 BOOT = "bootstrap-key-for-token-floors-0123456789"
 SECRET = "token-secret-for-token-floors-0123456789abcdef"
@@ -153,3 +168,108 @@ def test_the_floors_hash_is_the_engines_and_names_no_user(redis_client: Redis, p
     assert tenant.is_engine_key(tenant.tokens_from)
     _store(redis_client, prefix).end_user_tokens(TENANT, "alice")
     assert "alice" not in "".join(redis_client.hkeys(tenant.tokens_from))
+
+
+def _fill_floors(redis_client: Redis, prefix: str, count: int) -> None:
+    """``count`` other users' floors, young (an erasure prunes none of them)."""
+    seconds, _ = redis_client.time()
+    redis_client.hset(_floors_key(prefix), mapping={f"ref-{n}": int(seconds) * 1000 for n in range(count)})
+
+
+def _count_hgetall(redis_client: Redis, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys the client reads whole from now on (a thin wrapper of its HGETALL)."""
+    calls: list[str] = []
+    real = redis_client.hgetall
+
+    def hgetall(name: str) -> Any:
+        calls.append(name)
+        return real(name)
+
+    monkeypatch.setattr(redis_client, "hgetall", hgetall)
+    return calls
+
+
+def test_a_tenant_with_too_many_floors_to_read_whole_reads_each_users_field_alone(
+    redis_client: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past FLOORS_READ_WHOLE_MAX_FIELDS floors the hash is never read whole: an erased user's old token is still
+    refused (its field read alone, once per window: then on the event loop), another user's passes. Before, every
+    web process read every field once per window (200,000 fields: 0.5 s)."""
+    _fill_floors(redis_client, prefix, FLOORS_READ_WHOLE_MAX_FIELDS + 1)
+    other_process = _store(redis_client, prefix)
+    erased_token, _ = other_process.mint_user_token(TENANT, "erased")
+    kept_token, _ = other_process.mint_user_token(TENANT, "kept")
+    other_process.end_user_tokens(TENANT, "erased")
+    store = _store(redis_client, prefix)
+    whole_reads = _count_hgetall(redis_client, monkeypatch)
+
+    with pytest.raises(UserErased):
+        store.check_user_token(erased_token)
+    assert store.check_user_token(kept_token) is not None
+    with pytest.raises(UserErased):
+        store.check_user_token(erased_token, allow_io=False)  # this user's field, cached for the window
+    assert store.check_user_token(kept_token, allow_io=False) is not None
+    assert whole_reads == []
+
+
+def test_a_tenant_with_few_floors_is_still_read_whole_once_per_window(
+    redis_client: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Up to FLOORS_READ_WHOLE_MAX_FIELDS floors the hash is read whole once per window, and every user of the
+    tenant is then looked up in the process (no read per user): the old path, kept for the common sizes."""
+    _fill_floors(redis_client, prefix, FLOORS_READ_WHOLE_MAX_FIELDS - 1)
+    other_process = _store(redis_client, prefix)
+    erased_token, _ = other_process.mint_user_token(TENANT, "erased")
+    other_process.end_user_tokens(TENANT, "erased")
+    store = _store(redis_client, prefix)
+    tokens = [store.mint_user_token(TENANT, f"user-{n}")[0] for n in range(5)]
+    whole_reads = _count_hgetall(redis_client, monkeypatch)
+
+    with pytest.raises(UserErased):
+        store.check_user_token(erased_token)
+    assert all(store.check_user_token(t, allow_io=False) is not None for t in tokens)
+    assert whole_reads == [_floors_key(prefix)]
+
+
+def test_a_users_field_read_before_this_process_erased_them_does_not_lower_its_floor(
+    redis_client: Redis, prefix: str
+) -> None:
+    """Past FLOORS_READ_WHOLE_MAX_FIELDS floors too, the process that erased the user refuses the old token at once:
+    the user's field cached (absent) before the erasure is raised to the floor this process wrote."""
+    _fill_floors(redis_client, prefix, FLOORS_READ_WHOLE_MAX_FIELDS + 1)
+    store = _store(redis_client, prefix)
+    token, _ = store.mint_user_token(TENANT, "alice")
+    assert store.check_user_token(token) is not None  # caches alice's field: absent
+
+    store.end_user_tokens(TENANT, "alice")
+    with pytest.raises(UserErased):
+        store.check_user_token(token, allow_io=False)
+
+
+def test_a_floor_write_raced_on_every_attempt_gives_up_as_store_unavailable(
+    redis_client: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another write to the tenant's floors between each WATCH and its EXEC (a real race, every time): the erasure
+    stops after FLOOR_WRITE_ATTEMPTS tries with the error the door answers 503 store_unavailable, naming what failed.
+    Before, it looped for as long as the races lasted."""
+    store = _store(redis_client, prefix)
+    key, attempts = _floors_key(prefix), []
+    real_pipeline = redis_client.pipeline
+
+    def racing_pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = real_pipeline(*args, **kwargs)
+        real_execute = pipe.execute
+
+        def execute(*a: Any, **k: Any) -> Any:
+            attempts.append(1)
+            redis_client.hset(key, f"racer-{len(attempts)}", 1)  # another connection writes the watched key
+            return real_execute(*a, **k)
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
+
+    monkeypatch.setattr(redis_client, "pipeline", racing_pipeline)
+    with pytest.raises(StoreUnavailable, match="token floor was not written"):
+        store.end_user_tokens(TENANT, "alice")
+    assert len(attempts) == FLOOR_WRITE_ATTEMPTS
+    assert redis_client.hget(key, store.user_ref("alice")) is None
