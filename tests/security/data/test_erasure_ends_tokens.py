@@ -11,12 +11,12 @@ and an erasure leaves the rate buckets alone.
 
 A review then found the tokens ended only once the erasure was done: the erasing token kept writing while it ran
 (behind the erasure), and a Redis error in ending them left the erasure done and the token alive. They now end as
-the erasure starts (an erasure held at a gate, :func:`gate`, shows it), and an erasure refused 429 because another
+the erasure starts (an erasure held at a gate, tests/plugins/erasure_gate.py, shows it), and an erasure refused 429 because another
 of the tenant runs ends no token."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,14 +27,14 @@ import pytest
 from redis import Redis
 
 from tests.conftest import wait_for
+from tests.plugins.erasure_gate import PLUGIN as GATE_PLUGIN
+from tests.plugins.erasure_gate import gate_keys
 from worker.keys.layout import Keys
-from worker.plugin import Plugin
 
 pytestmark = pytest.mark.integration
 
 BOOT = "bootstrap-key-for-erasure-ends-tokens-0123456789"
 READ_TIMEOUT_S = 10.0  # under the 15 s keep-alive: a stream that does not end times out
-GATE_S = 60  # how long the gate holds an erasure at most (the tests let it go long before)
 
 
 def _bearer(credential: str) -> dict[str, str]:
@@ -83,30 +83,11 @@ def door(make_settings: Any, start_worker: Any, start_web: Any) -> Iterator[Door
     yield from _door(url)
 
 
-def _gate_keys(keys: Keys, user_id: str) -> tuple[str, str]:
-    """(set while the erasure of ``user_id`` waits at the gate, the list that lets it go)."""
-    return keys.plugin_home("gate", "waiting", user_id), keys.plugin_home("gate", "go", user_id)
-
-
-def _hold_slow_users(client: Any, keys: Keys, user_id: str, scopes: frozenset[str]) -> Mapping[str, int]:
-    """The gate's part of an erasure: a ``slow-…`` user's waits until the test pushes onto its list."""
-    if user_id.startswith("slow-"):
-        waiting, go = _gate_keys(keys, user_id)
-        client.set(waiting, "1")
-        client.blpop([go], timeout=GATE_S)
-        client.delete(waiting)
-    return {}
-
-
-def gate() -> Plugin:
-    """The tests' plugin: only an eraser that holds a ``slow-…`` user's erasure (loaded by name)."""
-    return Plugin("erasure-gate", erase_user=_hold_slow_users)
-
-
 @pytest.fixture
 def gated_door(make_settings: Any, start_web: Any) -> Iterator[Door]:
-    """A web process whose erasures of ``slow-…`` users wait at :func:`gate` until the test lets them go."""
-    plugins = ["tests.support.policies:bundle", f"{__name__}:gate"]
+    """A web process whose erasures of ``slow-…`` users wait at the gate (tests/plugins/erasure_gate.py) until
+    the test lets them go."""
+    plugins = ["tests.support.policies:bundle", GATE_PLUGIN]
     _, url = start_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=0, plugins=plugins))
     yield from _door(url)
 
@@ -116,7 +97,7 @@ def _held_erasure(
     door: Door, redis_client: Redis, prefix: str, user: str
 ) -> Iterator[Future[httpx.Response]]:
     """The operator's erasure of ``user`` (a ``slow-…`` one) started and waiting at the gate; let go on exit."""
-    waiting, go = _gate_keys(Keys(prefix).for_tenant("acme"), user)
+    waiting, go = gate_keys(Keys(prefix).for_tenant("acme"), user)
     with ThreadPoolExecutor(max_workers=1) as pool:
         erasure = pool.submit(door.http.delete, f"/v1/users/{user}", headers=door.operator())
         try:

@@ -6,7 +6,7 @@ another tenant's ``GET /v1/receipts`` went from 12 ms to 1.8 s p50 and the web p
 erasure's lock expires), a second ``DELETE /v1/users/…`` of the tenant meanwhile is 429 ``rate_limited`` with
 ``Retry-After``, and another tenant's erasure runs.
 
-The web process loads :func:`gate` as a plugin: its eraser holds an erasure of a user named ``slow-…`` until the
+The web process loads :func:`~tests.plugins.erasure_gate.gate` as a plugin: its eraser holds an erasure of a user named ``slow-…`` until the
 test lets it go (it marks that it is waiting, then blocks on a list), so "while one runs" is a state, not a race.
 The lock itself (:class:`ErasureHolds`) is then taken on its own: a lock released between a refused ``SET NX`` and
 the read of its TTL, and a long walk of the keyspace that finds nothing while the erasure holds it.
@@ -15,7 +15,7 @@ the read of its TTL, and a long walk of the keyspace that finds nothing while th
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,37 +24,17 @@ import pytest
 from redis import Redis
 
 from tests.conftest import wait_for
+from tests.plugins.erasure_gate import GATE_S, gate_keys
+from tests.plugins.erasure_gate import PLUGIN as GATE_PLUGIN
 from worker.keys.layout import Keys
 from worker.ops import erasure
 from worker.ops.erasure_holds import ErasureHolds
-from worker.plugin import Plugin
 from worker.store.client import redis_from_settings
 from worker.store.events import EventStore
 
 pytestmark = pytest.mark.integration
 
 BOOT = "bootstrap-key-for-one-erasure-per-tenant-0123456789"
-GATE_S = 60  # how long the gate holds an erasure at most (the test lets it go long before)
-
-
-def _gate_keys(keys: Keys, user_id: str) -> tuple[str, str]:
-    """(set while the erasure of ``user_id`` waits at the gate, the list that lets it go)."""
-    return keys.plugin_home("gate", "waiting", user_id), keys.plugin_home("gate", "go", user_id)
-
-
-def _hold_slow_users(client: Any, keys: Keys, user_id: str, scopes: frozenset[str]) -> Mapping[str, int]:
-    """The gate's part of an erasure: a ``slow-…`` user's waits until the test pushes onto its list."""
-    if user_id.startswith("slow-"):
-        waiting, go = _gate_keys(keys, user_id)
-        client.set(waiting, "1")
-        client.blpop([go], timeout=GATE_S)
-        client.delete(waiting)
-    return {}
-
-
-def gate() -> Plugin:
-    """The test's plugin: only an eraser (loaded by name, ``AGENT_SIGNAL_PLUGINS``)."""
-    return Plugin("erasure-gate", erase_user=_hold_slow_users)
 
 
 def _bearer(credential: str) -> dict[str, str]:
@@ -63,7 +43,7 @@ def _bearer(credential: str) -> dict[str, str]:
 
 @pytest.fixture
 def http(make_settings: Any, start_web: Any) -> Iterator[httpx.Client]:
-    plugins = ["tests.support.policies:bundle", f"{__name__}:gate"]
+    plugins = ["tests.support.policies:bundle", GATE_PLUGIN]
     _, url = start_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=0, plugins=plugins))
     with httpx.Client(base_url=url, timeout=GATE_S + 30) as client:
         yield client
@@ -83,7 +63,7 @@ def test_a_second_erasure_of_a_tenant_is_refused_while_one_runs_and_another_tena
     a TTL (a crashed erasure's lock expires). Once slow-1's is done, acme's erasure of bob runs."""
     acme, beta = _operator(http, "acme"), _operator(http, "beta")
     keys = Keys(prefix).for_tenant("acme")
-    waiting, go = _gate_keys(keys, "slow-1")
+    waiting, go = gate_keys(keys, "slow-1")
     with ThreadPoolExecutor(max_workers=1) as pool:
         first = pool.submit(http.delete, "/v1/users/slow-1", headers=acme)
         try:
