@@ -254,20 +254,23 @@ class BodyBytes:
         if not self.budget or size <= 0:
             return None
         retry = f"retry in {BODY_BYTES_RETRY_AFTER_S}s"
-        if credential is not None and self._credentials[credential] + size > self.per_credential:
-            message = (
-                f"this credential's request bodies would take {self._credentials[credential] + size} bytes in "
-                f"this web process; one credential may hold half of AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT "
-                f"({self.per_credential}); {retry}"
-            )
-            return Refusal(429, "rate_limited", message, BODY_BYTES_RETRY_AFTER_S)
-        if tenant is not None and self._tenants[tenant] + size > self.per_tenant:
-            message = (
-                f"this tenant's request bodies would take {self._tenants[tenant] + size} bytes in this web "
-                f"process; one tenant (its credentials and user tokens together) may hold half of "
-                f"AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT ({self.per_tenant}); {retry}"
-            )
-            return Refusal(429, "rate_limited", message, BODY_BYTES_RETRY_AFTER_S)
+        shares = (
+            ("credential", "one credential", credential, self._credentials, self.per_credential),
+            (
+                "tenant",
+                "one tenant (its credentials and user tokens together)",
+                tenant,
+                self._tenants,
+                self.per_tenant,
+            ),
+        )
+        for what, who, name, counts, share in shares:
+            if name is not None and counts[name] + size > share:
+                message = (
+                    f"this {what}'s request bodies would take {counts[name] + size} bytes in this web process; "
+                    f"{who} may hold half of AGENT_SIGNAL_MAX_BODY_BYTES_IN_FLIGHT ({share}); {retry}"
+                )
+                return Refusal(429, "rate_limited", message, BODY_BYTES_RETRY_AFTER_S)
         if self._total + size > self.budget:
             message = (
                 f"this web process holds {self._total} bytes of request bodies, and "

@@ -63,9 +63,12 @@ def test_a_budget_under_twice_the_largest_body_is_refused_at_start() -> None:
     assert DoorSettings(max_request_bytes=30 * 1024 * 1024).body_bytes_in_flight == 60 * 1024 * 1024
 
 
-def _call(url: str, bearer: str, body: bytes) -> tuple[int, dict[str, Any], str | None]:
+def post(
+    url: str, bearer: str, body: bytes, path: str = "/v1/events"
+) -> tuple[int, dict[str, Any], str | None]:
+    """POST ``body`` with ``bearer``: (status, JSON answer, Retry-After)."""
     request = urllib.request.Request(
-        url + "/v1/events",
+        url + path,
         method="POST",
         data=body,
         headers={"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"},
@@ -104,7 +107,7 @@ def _half_sent_post(url: str, bearer: str, declared: int | None, sent: int) -> s
 
 def _probe(url: str, bearer: str, size: int) -> tuple[int, str, str | None]:
     """A body of ``size`` bytes that is no JSON: 422 when it is read (nothing is stored), else the refusal."""
-    status, body, retry_after = _call(url, bearer, b"[" * size)
+    status, body, retry_after = post(url, bearer, b"[" * size)
     return status, str(body.get("error", {}).get("code")), retry_after
 
 
@@ -154,7 +157,7 @@ def test_held_body_bytes_refuse_a_credential_past_its_half_and_the_process_past_
             timeout_s=30,
             what="503 for the process past its budget",
         )
-        assert _call(url, key_c, EVENT.encode())[0] == 202
+        assert post(url, key_c, EVENT.encode())[0] == 202
         assert _probe(url, key_a, 30_000)[0] == 422  # A's own half still has room for 30,000
     finally:
         for request in held:

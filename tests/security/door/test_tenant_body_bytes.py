@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import select
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +20,7 @@ import pytest
 
 from producers.http.door import BodyBytes
 from tests.conftest import Proc, SettingsFactory, wait_for
-from tests.security.door.test_body_bytes import Held
+from tests.security.door.test_body_bytes import Held, post
 from worker.settings import Settings
 
 BOOT = "bootstrap-key-for-tenant-body-bytes-0123456789"
@@ -56,23 +54,9 @@ class TestTheBudget:
         assert budget.held() == 0 and not budget._tenants and not budget._credentials
 
 
-def _post(url: str, path: str, bearer: str, body: bytes) -> Answer:
-    request = urllib.request.Request(
-        url + path,
-        method="POST",
-        data=body,
-        headers={"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return answer.status, json.loads(answer.read() or b"{}"), None
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}"), err.headers.get("Retry-After")
-
-
 def _probe(url: str, bearer: str, size: int) -> Answer:
     """A body of ``size`` bytes that is no JSON: 422 when it is read (nothing is stored), else the refusal."""
-    return _post(url, "/v1/events", bearer, b"[" * size)
+    return post(url, bearer, b"[" * size)
 
 
 def _refused_for_the_tenant(answer: Answer, share: int) -> bool:
@@ -85,7 +69,7 @@ def _refused_for_the_tenant(answer: Answer, share: int) -> bool:
 
 
 def _credential(url: str, path: str, bearer: str, fields: dict[str, Any], secret: str) -> str:
-    status, body, _ = _post(url, path, bearer, json.dumps(fields).encode())
+    status, body, _ = post(url, bearer, json.dumps(fields).encode(), path=path)
     assert status in (200, 201), body
     return str(body[secret])
 
@@ -121,7 +105,7 @@ def test_two_user_tokens_of_one_tenant_leave_the_other_half_to_other_tenants(
             assert readable and grab.sock.recv(65536).startswith(b"HTTP/1.1 429 ")
         finally:
             grab.close()
-        assert _post(url, "/v1/events", key_b, json.dumps(EVENT).encode())[0] == 202
+        assert post(url, key_b, json.dumps(EVENT).encode())[0] == 202
         assert _probe(url, key_b, share)[0] == 422  # B's largest body is read (no JSON: nothing stored)
         assert held.ensure()  # A's share was held throughout: its request still waits for its body
     finally:
