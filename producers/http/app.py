@@ -4,7 +4,7 @@ read once here and kept on ``app.state`` (``door``, ``session_limits``).
 
 Every error answers ``{"error": {"code", "message", "field"}}`` (``field`` null when no one field is at fault), never a stack trace;
 a store failure (Redis full, read-only or unreachable) is ``503 store_unavailable`` with ``Retry-After``.
-Credentials, principals and rate limits: producers/http/auth.py (docs/security.md).
+Credentials, principals and rate limits: producers/http/access/auth.py (docs/security.md).
 The producer (Redis and broker connections) opens at startup, not at import; startup first makes the boot checks
 (:func:`check_boot`): the Redis configuration (worker/store/safety.py: an evicting policy is refused) and the function
 definitions. ``agent-signal web`` makes them before uvicorn starts, so that a refusal is one line and no traceback
@@ -28,9 +28,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from policies.dmail import AgentToolsSettings
+from producers.http.access.auth import install_auth
 from producers.http.access_log import flat_routes, install_access_log, route_template
 from producers.http.api_models import SHARED_ERRORS
-from producers.http.auth import install_auth
 from producers.http.docs_pages import install_docs
 from producers.http.door import install_door
 from producers.http.read_memo import ReadMemo
@@ -147,7 +147,7 @@ def create_web_app(
     app.include_router(ui_router)
     app.include_router(keys_router)
     app.include_router(users_router)
-    # producers/http/auth.py: principal per request, 401/403/404, rate limits
+    # producers/http/access/auth.py: principal per request, 401/403/404, rate limits
     install_auth(app, settings, door)
     _install_tracing(app)
     _install_error_handlers(app)

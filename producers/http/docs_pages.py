@@ -5,14 +5,14 @@ major versions FastAPI loads from jsdelivr; versions, checksums and licences in 
 ``install_docs(app)`` expects an app built with ``docs_url=None, redoc_url=None`` (FastAPI's CDN pages off)
 and registers:
 
-* ``/docs`` and ``/redoc``: the pages, behind :func:`producers.http.ops_access.ops_access` (open per
+* ``/docs`` and ``/redoc``: the pages, behind :func:`producers.http.access.ops.ops_access` (open per
   ``AGENT_SIGNAL_OPS_OPEN``, else a ``read`` key), like ``/openapi.json`` which they load.
 * ``/docs-assets/{name}``: the vendored files, public (they are the same for everybody and hold no data), so
   the pages work whenever they are reachable.
 * ``/favicon.ico``: the same icon (PNG), public, for browsers that ask for it on their own.
 
 It then sets ``app.docs_url`` and ``app.redoc_url`` to the pages' paths: the auth middleware's operations paths
-and the door's docs Content-Security-Policy (producers/http/auth.py, producers/http/door.py) read those attributes.
+and the door's docs Content-Security-Policy (producers/http/access/auth.py, producers/http/door.py) read those attributes.
 FastAPI registers its own pages only in its constructor, so setting them afterwards adds no route.
 """
 
@@ -24,8 +24,8 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from producers.http.ops_access import ops_access
-from producers.http.principal import public
+from producers.http.access.ops import ops_access
+from producers.http.access.principal import public
 from producers.http.web_common import error_response
 
 __all__ = ["ASSETS", "ASSETS_DIR", "ASSETS_PATH", "DOCS_PATH", "FAVICON_PATH", "REDOC_PATH", "install_docs"]

@@ -45,7 +45,7 @@ from fastapi import FastAPI
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from producers.http.principal import Principal
+from producers.http.access.principal import Principal
 from producers.http.settings import DoorSettings
 from producers.http.web_common import error_response
 

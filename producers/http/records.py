@@ -12,7 +12,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from producers.http.principal import principal_of
+from producers.http.access.principal import principal_of
 from producers.http.web_common import producer_of
 from worker.core.errors import OverLimit
 from worker.intake.source_event import InvalidEvent, StoreUnavailable

@@ -2,7 +2,7 @@
 
 Secure by default: on a non-loopback ``AGENT_SIGNAL_HOST`` without any credential configured (no
 ``AGENT_SIGNAL_BOOTSTRAP_KEY``, no key created) the command stops before serving, with one line naming the
-fix; the app's lifespan checks the same for other ASGI servers (producers/http/auth.py). The app's boot checks
+fix; the app's lifespan checks the same for other ASGI servers (producers/http/access/auth.py). The app's boot checks
 (producers/http/app.py ``check_boot``: an evicting Redis, a broken function definition) are made here too, before
 uvicorn starts, so that a refusal is one line (exit 2) and not uvicorn's traceback of a failed startup; the app is
 handed their result and does not make them again. Connections are capped and
@@ -49,7 +49,7 @@ def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
 
 def check_credentials(settings: Settings, door: DoorSettings) -> None:
     """Raise SettingsError when the web app must not serve with these settings (see the module doc)."""
-    from producers.http.auth import bootstrap_key_of, check_can_serve
+    from producers.http.access.auth import bootstrap_key_of, check_can_serve
     from worker.keys.layout import Keys
     from worker.ops.credentials import CredentialStore
     from worker.store.client import redis_from_settings

@@ -36,7 +36,7 @@ class DoorSettings(PluginSettings):
     )
     host: str = "127.0.0.1"
 
-    # --- credentials (worker/ops/credentials.py, producers/http/auth.py; docs/security.md) ---
+    # --- credentials (worker/ops/credentials.py, producers/http/access/auth.py; docs/security.md) ---
     bootstrap_key: SecretStr | None = None  # admin key of tenant "default" (>= 16 characters)
     api_token: str | None = Field(default=None, validation_alias=AliasChoices("AGENT_SIGNAL_API_TOKEN"))
     # ^ deprecated alias of bootstrap_key (used only when AGENT_SIGNAL_BOOTSTRAP_KEY is unset)
@@ -49,7 +49,7 @@ class DoorSettings(PluginSettings):
     auth_failures_per_s: float = Field(default=1.0, ge=0)  # failed auths refilled per client address; 0: off
     auth_failure_burst: int = Field(
         default=20, ge=1
-    )  # failed auths before 429 (producers/http/auth_throttle.py)
+    )  # failed auths before 429 (producers/http/access/throttle.py)
     ops_open: Literal["always", "never"] = "never"  # ops surfaces without a credential (make run: always)
 
     # --- requests and connections (producers/http/door.py, connections.py) ---

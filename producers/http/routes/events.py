@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
 from policies.conversation import RECORDED_ANSWER_FIELDS
+from producers.http.access.principal import Principal, require, tenant_keys
 from producers.http.api_models import (
     AttemptRecord,
     ErrorDetail,
@@ -25,7 +26,6 @@ from producers.http.api_models import (
     body_route,
     example,
 )
-from producers.http.principal import Principal, require, tenant_keys
 from producers.http.web_common import door_of, error_response, producer_of, read_json
 from worker.core.ids import SCOPE_KEY_MAX_LENGTH, Id
 from worker.core.scope import confined_scope_key

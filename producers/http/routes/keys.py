@@ -14,9 +14,9 @@ from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from producers.http.access.auth import credentials_of, is_root
+from producers.http.access.principal import Forbidden, NotFound, Principal, require
 from producers.http.api_models import API_ERRORS, BODY_ERRORS, example
-from producers.http.auth import credentials_of, is_root
-from producers.http.principal import Forbidden, NotFound, Principal, require
 from producers.http.web_common import StrictJsonRoute, error_response
 from worker.core.ids import Id, UserId
 from worker.keys.layout import BadTenant, check_tenant

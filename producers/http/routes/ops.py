@@ -8,9 +8,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from producers.http.access.ops import ops_access, ops_detail
+from producers.http.access.principal import Principal, principal_of, public, require, tenant_keys
 from producers.http.api_models import ErrorBody, ErrorDetail, EventStatus, body_route, example
-from producers.http.ops_access import ops_access, ops_detail
-from producers.http.principal import Principal, principal_of, public, require, tenant_keys
 from producers.http.web_common import JsonObject, door_of, error_response, producer_of
 from producers.sdk.dead_letters import dead_event_ids, discard_events, edited_bodies, redrive_events
 from worker.core.ids import Id

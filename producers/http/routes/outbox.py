@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from producers.http.access.principal import Principal, require, tenant_keys
 from producers.http.api_models import body_route, example
-from producers.http.principal import Principal, require, tenant_keys
 from producers.http.web_common import JsonObject, error_response, producer_of
 from worker.core.ids import ID_MAX_LENGTH, SCOPE_KEY_MAX_LENGTH, scope_key_problem
 from worker.outbox.dead import BadOutboxCursor, dead_page, redrive_dead

@@ -9,8 +9,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
+from producers.http.access.principal import Principal, check_user, require, tenant_keys
 from producers.http.api_models import API_ERRORS, ReceiptPage
-from producers.http.principal import Principal, check_user, require, tenant_keys
 from producers.http.web_common import error_response, producer_of, settings_of
 from worker.store.receipts import ReceiptStore
 

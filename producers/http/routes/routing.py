@@ -31,8 +31,8 @@ from policies.routing import (
     ReloadingRouter,
     validate_route_input,
 )
+from producers.http.access.principal import Principal, require
 from producers.http.api_models import API_ERRORS, RouteResult, body_route, example
-from producers.http.principal import Principal, require
 from producers.http.records import RECORD_ERROR_DOC, RECORD_ERROR_HEADER, enqueue_record, with_record_error
 from producers.http.web_common import JsonObject, error_response, producer_of
 from worker.core.ids import ID_MAX_LENGTH, Id, IdProblem, NameId, UserId, id_problem, user_id_problem

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from producers.http.principal import Principal, require, tenant_keys
+from producers.http.access.principal import Principal, require, tenant_keys
 from producers.http.web_common import error_response, producer_of
 from worker.core.ids import SCOPE_KEY_MAX_LENGTH, scope_key_problem
 from worker.ops.scope_control import TooManyPaused, pause_scope, resume_scope, scope_page

@@ -15,8 +15,8 @@ from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.gate import set_override
 from policies.self_iteration.records.documents import DocumentStore
 from policies.self_iteration.records.rollback import rollback_skill_receipt
+from producers.http.access.principal import LOCAL_PRINCIPAL, Principal, check_user, require, tenant_keys
 from producers.http.api_models import API_ERRORS, ErrorBody, Receipt, body_route, error_responses, example
-from producers.http.principal import LOCAL_PRINCIPAL, Principal, check_user, require, tenant_keys
 from producers.http.routes.receipts import receipt_store
 from producers.http.streams.credential import stream_credential
 from producers.http.streams.receipts import ReceiptFilter, receipt_events

@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 
-from producers.http.principal import Forbidden, Grant, NotFound, Principal, principal_of, tenant_keys
+from producers.http.access.principal import Forbidden, Grant, NotFound, Principal, principal_of, tenant_keys
 from producers.http.records import enqueue_record, refused
 from producers.http.web_common import error_response, parse_body, producer_of
 from sessions.function_store import FunctionStore

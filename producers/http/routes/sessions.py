@@ -9,8 +9,8 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic_core import PydanticCustomError
 
+from producers.http.access.principal import principal_of
 from producers.http.api_models import API_ERRORS, ContextView, SessionSettings, body_route, example
-from producers.http.principal import principal_of
 from producers.http.records import RECORDED, with_record_error
 from producers.http.routes.functions import activate_locked, function_definitions, unknown_function
 from producers.http.routes.session_access import (

@@ -12,8 +12,8 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from policies.conversation_log import in_time_order
+from producers.http.access.principal import Principal, check_user, principal_of, public, require, tenant_keys
 from producers.http.api_models import API_ERRORS
-from producers.http.principal import Principal, check_user, principal_of, public, require, tenant_keys
 from producers.http.read_memo import ReadMemo
 from producers.http.web_common import error_response, producer_of
 from worker.keys.layout import Keys

@@ -19,9 +19,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from redis import Redis
 
+from producers.http.access.auth import credentials_of
+from producers.http.access.principal import Principal, check_user, require, tenant_keys
 from producers.http.api_models import API_ERRORS
-from producers.http.auth import credentials_of
-from producers.http.principal import Principal, check_user, require, tenant_keys
 from producers.http.web_common import error_response, producer_of
 from sessions.store import session_scope
 from worker.core.ids import StoredUserId

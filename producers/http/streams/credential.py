@@ -1,8 +1,8 @@
 """A stream's credential, checked again while the stream is open.
 
-The auth middleware (producers/http/auth.py) verifies a request's credential once, when it arrives; a receipts
+The auth middleware (producers/http/access/auth.py) verifies a request's credential once, when it arrives; a receipts
 stream lasts hours. So the stream re-resolves its bearer with the middleware's own cached lookup
-(:meth:`~producers.http.auth.Authenticator.resolve`) every :func:`recheck_interval_s` (the auth cache window,
+(:meth:`~producers.http.access.auth.Authenticator.resolve`) every :func:`recheck_interval_s` (the auth cache window,
 ``AGENT_SIGNAL_AUTH_CACHE_S``, at least :data:`RECHECK_MIN_S` and at most the keep-alive interval), and the
 stream ends when the bearer no longer resolves to the principal that opened it (a revoked key, a token whose
 issuing key was revoked, credentials configured since a local stream opened). A user token's stream also ends
@@ -19,9 +19,9 @@ from typing import Final
 from fastapi import Request
 from redis.exceptions import RedisError
 
-from producers.http.auth import Authenticator
-from producers.http.auth_throttle import Throttled
-from producers.http.principal import Principal, Unauthenticated
+from producers.http.access.auth import Authenticator
+from producers.http.access.principal import Principal, Unauthenticated
+from producers.http.access.throttle import Throttled
 
 __all__ = ["RECHECK_MIN_S", "UNVERIFIED_MAX_S", "StreamCredential", "recheck_interval_s", "stream_credential"]
 

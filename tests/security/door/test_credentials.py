@@ -22,9 +22,9 @@ from fastapi.testclient import TestClient
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
+from producers.http.access.auth import is_loopback
+from producers.http.access.principal import Principal, require
 from producers.http.app import create_web_app
-from producers.http.auth import is_loopback
-from producers.http.principal import Principal, require
 from tests.conftest import ROOT, SettingsFactory, settings_env
 from worker.keys.layout import BucketKeys
 from worker.ops.credentials import CredentialStore, hash_secret

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from producers.http.access.principal import Principal
 from producers.http.door import PendingBodies
-from producers.http.principal import Principal
 from tests.conftest import Proc, SettingsFactory, wait_for
 from worker.settings import Settings
 

@@ -3,9 +3,9 @@ user only as the field the log's privacy processor turns into a pseudonym."""
 
 from __future__ import annotations
 
+from producers.http.access.principal import Principal
 from producers.http.access_log import NO_ROUTE, access_fields, flat_routes, route_template
 from producers.http.app import create_web_app
-from producers.http.principal import Principal
 from worker.settings import Settings
 
 

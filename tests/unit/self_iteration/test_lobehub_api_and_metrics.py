@@ -16,7 +16,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from redis import Redis
 
-from producers.http.principal import LOCAL_PRINCIPAL
+from producers.http.access.principal import LOCAL_PRINCIPAL
 from producers.http.routes.receipts import router
 from worker.keys.layout import BucketKeys
 from worker.store.receipts import ReceiptStore

@@ -1,7 +1,7 @@
 """The front door's authentication: ``install_auth(app, settings, door)``.
 
 A pure ASGI middleware resolves ``Authorization: Bearer …`` once per request into a
-:class:`~producers.http.principal.Principal` on ``request.state.principal`` (``scope["state"]``) and charges the
+:class:`~producers.http.access.principal.Principal` on ``request.state.principal`` (``scope["state"]``) and charges the
 credential's rate bucket; routes declare what they need with ``Depends(require(GRANT))``. What a bearer may be:
 the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/ops/credentials.py.
 
@@ -11,7 +11,7 @@ the bootstrap key, an API key (``as_…``) or a user token (a JWT); see worker/o
   route guards say the same), an unknown, revoked, expired or malformed credential is 401 everywhere, and so is a
   user token issued before its user was erased (its message says so).
 * Operations surfaces (``/metrics``, ``/metrics/state``, ``/v1/backlog``, the OpenAPI document and the docs
-  pages) follow ``AGENT_SIGNAL_OPS_OPEN`` (producers/http/ops_access.py).
+  pages) follow ``AGENT_SIGNAL_OPS_OPEN`` (producers/http/access/ops.py).
 * Over the rate: 429 ``rate_limited`` with ``Retry-After``. A request is charged to its credential's bucket
   (``AGENT_SIGNAL_RATE_LIMIT_PER_S``) and its tenant's (``AGENT_SIGNAL_TENANT_RATE_LIMIT_PER_S``: all the
   tenant's keys and the user tokens they minted together) in one script; the message says whose was empty.
@@ -39,9 +39,8 @@ from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from producers.http.auth_throttle import FailedAuthThrottle, Throttled
-from producers.http.ops_access import OPS_ROUTES, check_ops
-from producers.http.principal import (
+from producers.http.access.ops import OPS_ROUTES, check_ops
+from producers.http.access.principal import (
     LOCAL_PRINCIPAL,
     ROLES,
     Forbidden,
@@ -49,6 +48,7 @@ from producers.http.principal import (
     Principal,
     Unauthenticated,
 )
+from producers.http.access.throttle import FailedAuthThrottle, Throttled
 from producers.http.settings import DoorSettings
 from producers.http.web_common import error_response
 from worker.keys.layout import Keys
@@ -182,7 +182,7 @@ class Authenticator:
 
     async def _lookup(self, fn: Callable[[bool], T], client: str | None) -> T:
         """:meth:`_call` for a bearer's verification: a lookup (cache miss) first passes the client address's
-        failed-authentication throttle (producers/http/auth_throttle.py), which raises Throttled."""
+        failed-authentication throttle (producers/http/access/throttle.py), which raises Throttled."""
         try:
             return fn(False)
         except NeedsIO:

@@ -8,7 +8,7 @@ bind address or a caller's address: behind a reverse proxy on the same host ever
 removed ``loopback`` value opened them to the internet that way). ``/readyz`` answers anyone ``{"ready"}`` and
 its status code (Kubernetes probes carry no credential); its ``checks`` go only to a caller that may read these.
 
-The auth middleware (producers/http/auth.py) applies :func:`check_ops` to :data:`OPS_ROUTES` and the docs paths
+The auth middleware (producers/http/access/auth.py) applies :func:`check_ops` to :data:`OPS_ROUTES` and the docs paths
 before routing; the routes declare :func:`ops_access` (or :func:`ops_detail`) as well.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from producers.http.principal import Forbidden, Principal, Unauthenticated
+from producers.http.access.principal import Forbidden, Principal, Unauthenticated
 from producers.http.settings import DoorSettings
 from worker.keys.layout import DEFAULT_TENANT
 

@@ -1,6 +1,6 @@
 """Who is calling: the :class:`Principal` a request's credential resolved to, and the route guard.
 
-The auth middleware (``producers/http/auth.py``) resolves the ``Authorization: Bearer …`` credential once per
+The auth middleware (``producers/http/access/auth.py``) resolves the ``Authorization: Bearer …`` credential once per
 request and leaves a Principal on ``request.state.principal``; every route declares what it needs with
 ``Depends(require(GRANT))`` (the security walk in ``tests/security`` fails a route that declares nothing).
 
@@ -17,7 +17,7 @@ grant       who
 
 A ``metrics`` key holds none of them: it reads only the operations surfaces (``/metrics``,
 ``/metrics/state``, ``/v1/backlog``, the OpenAPI document and the docs pages, ``/readyz``'s detail; see
-producers/http/ops_access.py), and every other route answers it 403.
+producers/http/access/ops.py), and every other route answers it 403.
 
 A route that serves user-owned data (receipts, memories, skills, conversations, sessions) also calls
 :meth:`Principal.owns_user` / :func:`user_of` so that a user token reaches only its own user.
@@ -59,7 +59,7 @@ GRANTS: dict[Role, frozenset[Grant]] = {
     "read": frozenset({"read"}),
     "operate": frozenset({"ingest", "read", "operate"}),
     "admin": frozenset({"ingest", "read", "operate", "admin"}),
-    "metrics": frozenset(),  # the operations surfaces only (producers/http/ops_access.py)
+    "metrics": frozenset(),  # the operations surfaces only (producers/http/access/ops.py)
     "user": frozenset({"ingest", "read", "operate"}),
 }
 
