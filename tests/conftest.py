@@ -214,8 +214,14 @@ def worker_argv(concurrency: int, loglevel: str = "INFO") -> list[str]:
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.05, what: str = ""
+    predicate: Callable[[], Any],
+    timeout_s: float = 30.0,
+    interval_s: float = 0.05,
+    what: str = "",
+    explain: Callable[[], str] | None = None,
 ) -> Any:
+    """``predicate``'s first truthy value, asked every ``interval_s``; past ``timeout_s`` an AssertionError naming
+    ``what`` and, when given, what ``explain`` says then (a worker's log, a record: what a rare CI failure needs)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
@@ -224,7 +230,8 @@ def wait_for(
         time.sleep(interval_s)
     value = predicate()
     if not value:
-        raise AssertionError(f"timed out after {timeout_s}s waiting for {what or predicate}")
+        detail = f"\n{explain()}" if explain is not None else ""
+        raise AssertionError(f"timed out after {timeout_s}s waiting for {what or predicate}{detail}")
     return value
 
 

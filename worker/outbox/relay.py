@@ -137,7 +137,8 @@ class OutboxRelay:
 
     def run_once(self) -> int:
         """Deliver up to ``batch`` records due now, each under its own claim, and (with scope buckets) up to
-        ``batch`` journal records in order; returns how many were delivered."""
+        ``batch`` journal records in order; returns how many were delivered (with ``concurrency`` above 1, how
+        many were claimed: the pool delivers them after this returns)."""
         # the default tenant always: its records may predate the tenants set (an upgrade), as migrate assumes
         every = [k for t in sorted({*self.store.known_tenants(), DEFAULT_TENANT}) for k in self._buckets(t)]
         done = 0

@@ -191,7 +191,7 @@ def test_sigkill_between_a_signal_handlers_write_and_the_commit_leaves_no_trace(
 ) -> None:
     """The worker dies after the signal handler staged its write: the redelivered event writes it once."""
     settings = make_settings(plugins=["tests.plugins.ledger:plugin"], extra_source_types=["ledger.entry"])
-    start_worker(settings)
+    worker = start_worker(settings)
     producer = Producer(settings)
     scope = "topic:ledger-kill"
     ctx_keys = Keys(settings.key_prefix, buckets=settings.scope_buckets)  # the scope's bucket, at any count
@@ -203,7 +203,13 @@ def test_sigkill_between_a_signal_handlers_write_and_the_commit_leaves_no_trace(
         "nothing is written before the commit"
     )
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: producer.status(accepted.event_id)["status"] == "done", timeout_s=60, what="recovery")
+    wait_for(
+        lambda: producer.status(accepted.event_id)["status"] == "done",
+        timeout_s=60,
+        what="recovery",
+        # once in CI this wait ran out, and nothing said which way recovery stalled: the record and the log do
+        explain=lambda: f"record: {producer.status(accepted.event_id)}\nworker log:\n{worker.log()[-6000:]}",
+    )
     record = producer.status(accepted.event_id)
     assert record is not None and record["attempts"] == 2
     assert redis_client.hgetall(ctx_keys.plugin(scope, "ledger")) == {
