@@ -12,9 +12,23 @@ The SDK lives in ``producers/sdk/``, the HTTP app in ``producers/http/``, the CL
 the browser UI's files in ``producers/ui/``.
 """
 
-from producers.sdk import HttpProducer, NoAnswer, Producer, SessionClient, UnexpectedAnswer
-from worker.core.errors import OverLimit
-from worker.intake.source_event import EnqueueResult, EventError, InvalidEvent, SourceEvent, StoreUnavailable
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from producers.sdk.http_door import NoAnswer, UnexpectedAnswer
+    from producers.sdk.producer import HttpProducer, Producer
+    from producers.sdk.session_client import SessionClient
+    from worker.core.errors import OverLimit
+    from worker.intake.source_event import (
+        EnqueueResult,
+        EventError,
+        InvalidEvent,
+        SourceEvent,
+        StoreUnavailable,
+    )
 
 __all__ = [
     "EnqueueResult",
@@ -29,3 +43,33 @@ __all__ = [
     "StoreUnavailable",
     "UnexpectedAnswer",
 ]
+
+# Each name's module, imported when the name is first asked for (PEP 562): ``python -m producers.cli`` imports
+# this package first, and a CLI command, the web process or a worker paid for the SDK, Redis and the event models
+# whether it used them or not (docs/decisions.md, "Processes start lighter").
+_HOMES = {
+    "EnqueueResult": "worker.intake.source_event",
+    "EventError": "worker.intake.source_event",
+    "HttpProducer": "producers.sdk.producer",
+    "InvalidEvent": "worker.intake.source_event",
+    "NoAnswer": "producers.sdk.http_door",
+    "OverLimit": "worker.core.errors",
+    "Producer": "producers.sdk.producer",
+    "SessionClient": "producers.sdk.session_client",
+    "SourceEvent": "worker.intake.source_event",
+    "StoreUnavailable": "worker.intake.source_event",
+    "UnexpectedAnswer": "producers.sdk.http_door",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # asked once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

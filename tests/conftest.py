@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -365,6 +366,62 @@ def _web_up(proc: Proc, url: str) -> str | bool:
 
 
 WEB_PORT_TRIES = 3
+
+
+@dataclass
+class ServedWeb:
+    """The web app served by uvicorn on a thread of the test process (:func:`serve_web`)."""
+
+    server: Any  # uvicorn.Server
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture
+def serve_web() -> Iterator[Callable[..., tuple[ServedWeb, str]]]:
+    """Factory: the web app of ``settings`` served over real HTTP by uvicorn, on a thread of this process and a
+    socket bound here first (no port race); returns (server, base URL). For tests that need a URL and not the
+    ``agent-signal web`` process (its log, its pid, its signals: :func:`start_web`): a web process's start is
+    about 2 s of CPU, and the suite started 92 of them (docs/decisions.md, "Processes start lighter")."""
+    import uvicorn
+
+    from producers.http.app import create_web_app
+    from producers.http.connections import ConnectionLimits, door_protocol
+    from producers.http.serve import run_boot_checks
+    from producers.http.settings import door_settings
+
+    served: list[ServedWeb] = []
+
+    def serve(settings: Settings) -> tuple[ServedWeb, str]:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+        settings = settings.model_copy(update={"port": port})
+        door = door_settings(settings)
+        app = create_web_app(settings, door=door, boot=run_boot_checks(settings))
+        config = uvicorn.Config(
+            app,
+            http=door_protocol(ConnectionLimits.from_settings(door)),
+            log_level="warning",
+            access_log=False,
+        )
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="web")
+        thread.start()
+        web = ServedWeb(server, thread)
+        served.append(web)
+        wait_for(lambda: server.started or not thread.is_alive(), timeout_s=60, what="the web app")
+        if not server.started:
+            raise AssertionError("the web app did not start (its error is in the test's log)")
+        return web, f"http://127.0.0.1:{port}"
+
+    yield serve
+    for web in served:
+        web.stop()
 
 
 @pytest.fixture

@@ -1,7 +1,31 @@
 """The Python SDK: Producer (straight to Redis and the broker), HttpProducer (over HTTP), SessionClient (agent runtimes), and the dead-letter operations the CLI and the HTTP API share."""
 
-from producers.sdk.http_door import NoAnswer, UnexpectedAnswer
-from producers.sdk.producer import HttpProducer, Producer
-from producers.sdk.session_client import SessionClient
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from producers.sdk.http_door import NoAnswer, UnexpectedAnswer
+    from producers.sdk.producer import HttpProducer, Producer
+    from producers.sdk.session_client import SessionClient
 
 __all__ = ["HttpProducer", "NoAnswer", "Producer", "SessionClient", "UnexpectedAnswer"]
+
+# imported when first asked for, as producers/__init__.py does: the CLI's HTTP commands import one module of here
+_HOMES = {
+    "HttpProducer": "producers.sdk.producer",
+    "NoAnswer": "producers.sdk.http_door",
+    "Producer": "producers.sdk.producer",
+    "SessionClient": "producers.sdk.session_client",
+    "UnexpectedAnswer": "producers.sdk.http_door",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # asked once
+    return value

@@ -1,5 +1,5 @@
 """Fixtures of the browser tests: one Chromium per module (tests/support/browser.py), the page-error log a test
-asserts empty, and a real worker plus web app."""
+asserts empty, and a real worker plus the web app (served on a thread: tests/conftest.py serve_web)."""
 
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ def page_errors() -> list[str]:
 
 
 @pytest.fixture
-def start_stack(make_settings: Any, start_worker: Any, start_web: Any) -> Callable[..., str]:
+def start_stack(make_settings: Any, start_worker: Any, serve_web: Any) -> Callable[..., str]:
     """Factory: a real worker and web app on settings ``overrides``; returns the web app's URL."""
 
     def start(**overrides: Any) -> str:
         settings = make_settings(**overrides)
         start_worker(settings)
-        _, url = start_web(settings)
+        _, url = serve_web(settings)
         return str(url)
 
     return start

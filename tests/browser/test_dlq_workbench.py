@@ -171,7 +171,7 @@ def _bury(redis_client: Any, tenant_keys: Keys, count: int) -> list[str]:
 def test_the_workbench_pages_through_every_dead_event(
     browser: Any,
     make_settings: Any,
-    start_web: Any,
+    serve_web: Any,
     redis_client: Any,
     tenant_keys: Keys,
     page_errors: list[str],
@@ -182,7 +182,7 @@ def test_the_workbench_pages_through_every_dead_event(
 
     # Given 3,010 dead events
     buried = _bury(redis_client, tenant_keys, 3010)
-    _, stack = start_web(make_settings())
+    _, stack = serve_web(make_settings())
     page = new_page(browser, page_errors)
     page.goto(f"{stack}/#/dlq")
     rows = page.locator("table.dlq tbody tr[data-event-id]")
@@ -228,7 +228,7 @@ def test_the_workbench_pages_through_every_dead_event(
 def test_a_dead_outbound_call_is_listed_and_sent_again(
     browser: Any,
     make_settings: Any,
-    start_web: Any,
+    serve_web: Any,
     redis_client: Any,
     keys: Any,
     tmp_path: Path,
@@ -244,7 +244,7 @@ def test_a_dead_outbound_call_is_listed_and_sent_again(
 
     # Given a webhook that failed its one attempt
     settings = make_settings(outbox_max_attempts=1)
-    _, url = start_web(settings)
+    _, url = serve_web(settings)
     buffer = EffectBuffer(keys=keys)
     HandlerContext(scope_key="topic:hooks", node_timestamp=1, keys=keys, effects=buffer).outbox(
         "hook", {}, key="k1"
@@ -277,7 +277,7 @@ def test_a_dead_outbound_call_is_listed_and_sent_again(
 def test_discard_all_goes_on_until_the_list_is_empty(
     browser: Any,
     make_settings: Any,
-    start_web: Any,
+    serve_web: Any,
     redis_client: Any,
     tenant_keys: Keys,
     page_errors: list[str],
@@ -287,7 +287,7 @@ def test_discard_all_goes_on_until_the_list_is_empty(
     from playwright.sync_api import expect
 
     buried = _bury(redis_client, tenant_keys, 5)
-    _, stack = start_web(make_settings(dlq_batch_max=2))
+    _, stack = serve_web(make_settings(dlq_batch_max=2))
     page = new_page(browser, page_errors)
     page.goto(f"{stack}/#/dlq")
     expect(page.locator("table.dlq tbody tr[data-event-id]")).to_have_count(5)
@@ -305,7 +305,7 @@ def test_discard_all_goes_on_until_the_list_is_empty(
 def test_redrive_all_and_discard_all_ask_first_naming_the_whole_list(
     browser: Any,
     make_settings: Any,
-    start_web: Any,
+    serve_web: Any,
     redis_client: Any,
     tenant_keys: Keys,
     page_errors: list[str],
@@ -317,7 +317,7 @@ def test_redrive_all_and_discard_all_ask_first_naming_the_whole_list(
 
     # Given 4 dead events, and a filter that shows none of them
     buried = _bury(redis_client, tenant_keys, 4)
-    _, stack = start_web(make_settings())
+    _, stack = serve_web(make_settings())
     page = new_page(browser, page_errors)
     writes: list[str] = []
     page.on("request", lambda r: writes.append(r.url) if r.method == "POST" else None)
@@ -363,7 +363,7 @@ def test_redrive_all_and_discard_all_ask_first_naming_the_whole_list(
 def test_the_bulk_reason_is_cleared_after_a_discard(
     browser: Any,
     make_settings: Any,
-    start_web: Any,
+    serve_web: Any,
     redis_client: Any,
     tenant_keys: Keys,
     page_errors: list[str],
@@ -373,7 +373,7 @@ def test_the_bulk_reason_is_cleared_after_a_discard(
     from playwright.sync_api import expect
 
     first, second, _ = _bury(redis_client, tenant_keys, 3)
-    _, stack = start_web(make_settings())
+    _, stack = serve_web(make_settings())
     page = new_page(browser, page_errors)
     page.goto(f"{stack}/#/dlq")
     expect(page.locator("table.dlq tbody tr[data-event-id]")).to_have_count(3)
@@ -411,7 +411,7 @@ def _lookups_per_refresh(page: Any, requests: list[str], refreshes: int) -> list
 def test_rows_acted_on_are_followed_a_few_at_a_time(
     browser: Any,
     make_settings: Any,
-    start_web: Any,
+    serve_web: Any,
     redis_client: Any,
     tenant_keys: Keys,
     page_errors: list[str],
@@ -422,7 +422,7 @@ def test_rows_acted_on_are_followed_a_few_at_a_time(
     from playwright.sync_api import expect
 
     _bury(redis_client, tenant_keys, 60)
-    _, stack = start_web(make_settings())
+    _, stack = serve_web(make_settings())
     page = new_page(browser, page_errors)
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url) if r.method == "GET" else None)

@@ -193,7 +193,7 @@ def _first_runs_page(url: str) -> bool:
 
 
 def test_pages_loaded_with_load_more_stay_through_a_refresh(
-    browser: Any, make_settings: Any, start_web: Any, page_errors: list[str]
+    browser: Any, make_settings: Any, serve_web: Any, page_errors: list[str]
 ) -> None:
     """150 queued runs of one scope share one enqueue time (one request). With 50 a page, "Load more" shows 100
     rows, and they are still 100 after the page's 2 s refresh; the next "Load more" brings the third page: every
@@ -201,7 +201,7 @@ def test_pages_loaded_with_load_more_stay_through_a_refresh(
     from playwright.sync_api import expect
 
     # Given 150 queued runs of one scope with one enqueue time (the web app alone: nothing runs them)
-    _, stack = start_web(make_settings())
+    _, stack = serve_web(make_settings())
     sent = post_batch(
         stack, [message(f"msg_tie{i}", "u_tie", f"Tie {i}", scope="topic:tie") for i in range(150)]
     )
@@ -232,13 +232,13 @@ def test_pages_loaded_with_load_more_stay_through_a_refresh(
 
 
 def test_the_status_filter_keeps_erased(
-    browser: Any, make_settings: Any, start_web: Any, page_errors: list[str]
+    browser: Any, make_settings: Any, serve_web: Any, page_errors: list[str]
 ) -> None:
     """#/runs?status=erased (the Overview links there) shows "erased" in the Status filter, and Apply keeps it (the
     list had no such option: Apply dropped the filter without a word)."""
     from playwright.sync_api import expect
 
-    _, stack = start_web(make_settings())
+    _, stack = serve_web(make_settings())
     page = new_page(browser, page_errors)
     page.goto(f"{stack}/#/runs?status=erased")
     status = page.locator('form[aria-label="Filter runs"] [name="status"]')

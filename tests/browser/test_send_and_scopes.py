@@ -164,14 +164,14 @@ def _first_scopes_page(url: str) -> bool:
 
 
 def test_scopes_past_the_first_page_are_reached_with_load_more(
-    browser: Any, make_settings: Any, start_web: Any, page_errors: list[str]
+    browser: Any, make_settings: Any, serve_web: Any, page_errors: list[str]
 ) -> None:
     """258 scopes with queued events: the page shows the first 200 and says so ("200 of 258"); "Load more"
     brings the other 58, the last scope of the alphabet among them, and they stay through the 2 s refresh."""
     from playwright.sync_api import expect
 
     # Given 258 scopes with a queued event each (the web app alone: nothing runs them)
-    _, stack = start_web(make_settings())
+    _, stack = serve_web(make_settings())
     scopes = [f"topic:many-{n:03d}" for n in range(258)]
     post_batch(stack, [message(f"msg_many{n}", "u_many", "Queued", scope=s) for n, s in enumerate(scopes)])
     page = new_page(browser, page_errors)
@@ -201,14 +201,14 @@ def test_scopes_past_the_first_page_are_reached_with_load_more(
 
 
 def test_scope_actions_say_what_changed_and_the_banner_clears(
-    browser: Any, make_settings: Any, start_web: Any, page_errors: list[str]
+    browser: Any, make_settings: Any, serve_web: Any, page_errors: list[str]
 ) -> None:
     """Resume on a scope that was never paused says so (it said "Resumed"), and Pause on a paused one; a row's
     buttons are named after their scope under an "Actions" header. The error banner goes once the user acts
     again (a refused Pause, then one that works), and once a failing refresh succeeds again."""
     from playwright.sync_api import expect
 
-    _, stack = start_web(make_settings())
+    _, stack = serve_web(make_settings())
     page = new_page(browser, page_errors)
     page.goto(f"{stack}/#/scopes")
     outcome = page.get_by_test_id("scopes-outcome")

@@ -20,10 +20,10 @@ SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
 @pytest.fixture
-def stack(make_settings: Any, start_worker: Any, start_web: Any) -> str:
+def stack(make_settings: Any, start_worker: Any, serve_web: Any) -> str:
     settings = make_settings(max_attempts=1)
     start_worker(settings)
-    _, url = start_web(settings)
+    _, url = serve_web(settings)
     return str(url)
 
 
@@ -155,11 +155,11 @@ def _conversation_at_phone_width(browser: Any, stack: str, tmp_path: Path) -> No
 
 
 def test_the_conversation_page_keeps_its_user_for_the_tab_only(
-    browser: Any, make_settings: Any, start_web: Any
+    browser: Any, make_settings: Any, serve_web: Any
 ) -> None:
     """The user, agent and topic last viewed are kept in sessionStorage (the tab's life, as the token is), never
     in localStorage, where the next person at a shared browser found them; an older version's entry is removed."""
-    _, url = start_web(make_settings())
+    _, url = serve_web(make_settings())
     page = browser.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))

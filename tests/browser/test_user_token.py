@@ -32,11 +32,11 @@ def _user_token(url: str, user: str) -> str:
 
 
 def test_a_user_token_is_told_the_operator_pages_need_a_key(
-    browser: Any, make_settings: Any, start_web: Any, page_errors: list[str]
+    browser: Any, make_settings: Any, serve_web: Any, page_errors: list[str]
 ) -> None:
     from playwright.sync_api import expect
 
-    _, url = start_web(make_settings(bootstrap_key=BOOT, auth_cache_s=0))
+    _, url = serve_web(make_settings(bootstrap_key=BOOT, auth_cache_s=0))
     token = _user_token(url, "u1")
     page = new_page(browser, page_errors)
     banner = page.locator("#error")

@@ -26,9 +26,9 @@ def _event(source_id: str) -> dict[str, Any]:
     return {"sourceType": "test.timeline", "sourceId": source_id, "scopeKey": "topic:sdk", "payload": {}}
 
 
-def test_a_token_with_a_trailing_newline_is_sent_without_it(make_settings: Any, start_web: Any) -> None:
+def test_a_token_with_a_trailing_newline_is_sent_without_it(make_settings: Any, serve_web: Any) -> None:
     """``token=KEY + "\\r\\n"`` (a key read from a CRLF file) reaches the door as ``Bearer KEY``, for both clients."""
-    _, url = start_web(make_settings(bootstrap_key=KEY))
+    _, url = serve_web(make_settings(bootstrap_key=KEY))
     producer = HttpProducer(url, token=KEY + "\r\n")
     assert producer.enqueue(_event("crlf-1")).status == "accepted"
     producer.close()
@@ -37,9 +37,9 @@ def test_a_token_with_a_trailing_newline_is_sent_without_it(make_settings: Any, 
     sessions.close()
 
 
-def test_a_session_client_given_a_client_still_sends_its_token(make_settings: Any, start_web: Any) -> None:
+def test_a_session_client_given_a_client_still_sends_its_token(make_settings: Any, serve_web: Any) -> None:
     """``SessionClient(url, token=T, client=c)`` authenticates with T (the token was dropped: a 401)."""
-    _, url = start_web(make_settings(bootstrap_key=KEY))
+    _, url = serve_web(make_settings(bootstrap_key=KEY))
     with httpx.Client(base_url=url) as own:
         sessions = SessionClient(url, token=KEY, client=own)
         assert sessions.configure("sdk-own-client", dmailEnabled=True)["dmailEnabled"] is True
@@ -47,11 +47,11 @@ def test_a_session_client_given_a_client_still_sends_its_token(make_settings: An
 
 
 def test_the_door_rate_limit_is_over_limit_and_retried_after_its_wait(
-    make_settings: Any, start_web: Any
+    make_settings: Any, serve_web: Any
 ) -> None:
     """Over the credential's rate the door answers 429 ``rate_limited``: ``OverLimit`` with the answer's
     Retry-After without retries; with ``max_retries`` the call waits that long and is accepted."""
-    _, url = start_web(make_settings(bootstrap_key=KEY, rate_limit_per_s=1))
+    _, url = serve_web(make_settings(bootstrap_key=KEY, rate_limit_per_s=1))
     once = HttpProducer(url, token=KEY, max_retries=0)
     with pytest.raises(OverLimit) as refused:
         for n in range(TRIES):
@@ -112,8 +112,8 @@ def test_every_session_route_has_its_session_client_call(make_settings: Any) -> 
     assert all(callable(getattr(SessionClient, name, None)) for name in SESSION_CALLS.values())
 
 
-def test_the_context_and_artifact_calls_against_the_door(make_settings: Any, start_web: Any) -> None:
-    _, url = start_web(make_settings(bootstrap_key=KEY))
+def test_the_context_and_artifact_calls_against_the_door(make_settings: Any, serve_web: Any) -> None:
+    _, url = serve_web(make_settings(bootstrap_key=KEY))
     with SessionClient(url, token=KEY) as sessions:
         session = "sdk-calls"
         assert sessions.configure(session, dmailEnabled=False)["dmailEnabled"] is False

@@ -106,10 +106,10 @@ class TestEnqueue:
         assert rows[-1] == {"accepted": 2, "duplicate": 1, "rejected": 1}
         assert lines == [json.dumps(row, separators=(",", ":")) for row in rows]
 
-    def test_over_http(self, make_settings: Any, start_web: Any, tmp_path: Path) -> None:
+    def test_over_http(self, make_settings: Any, serve_web: Any, tmp_path: Path) -> None:
         """--url sends through POST /v1/events; a bad line is rejected alone, with its line and field."""
         settings = make_settings(api_token="tok")
-        _, url = start_web(settings)
+        _, url = serve_web(settings)
         path = _write(
             tmp_path / "e.jsonl",
             [GOOD % "h1", '{"sourceType":"bot.message.merged","sourceId":"h2"}', GOOD % "h3", GOOD % "h1"],
@@ -125,7 +125,7 @@ class TestEnqueue:
 
     @pytest.mark.parametrize("over_http", [False, True])
     def test_another_users_dedupe_key_is_its_lines_rejection(
-        self, make_settings: Any, start_web: Any, tmp_path: Path, over_http: bool
+        self, make_settings: Any, serve_web: Any, tmp_path: Path, over_http: bool
     ) -> None:
         """A review: a line naming a second user with the first one's scope, type and sourceId (refused 422
         user_mismatch) stopped the run with no summary (straight to Redis) or left the lines after it unsent
@@ -135,7 +135,7 @@ class TestEnqueue:
         path = _write(
             tmp_path / "u.jsonl", [shared % ("a", "u1"), shared % ("a", "u2"), shared % ("b", "u2")]
         )
-        extra = ["--url", start_web(settings)[1], "--batch", "1"] if over_http else []
+        extra = ["--url", serve_web(settings)[1], "--batch", "1"] if over_http else []
         result = _cli(settings, "enqueue", str(path), *extra)
         assert result.returncode == 1, result.stderr
         assert json.loads(result.stdout.strip().splitlines()[-1]) == {
@@ -379,12 +379,12 @@ class TestSecondTerminal:
 
 class TestAuthOverHttp:
     def test_url_and_token_with_a_bootstrap_key(
-        self, make_settings: Any, start_web: Any, checkout: Path, tmp_path: Path
+        self, make_settings: Any, serve_web: Any, checkout: Path, tmp_path: Path
     ) -> None:
         """With auth on, --url/--token (or AGENT_SIGNAL_URL/AGENT_SIGNAL_TOKEN) work; no token or a wrong one is
         one line with 401; the token is never printed."""
         key = "as_bootstrap_" + "k" * 24
-        _, url = start_web(make_settings(bootstrap_key=key))
+        _, url = serve_web(make_settings(bootstrap_key=key))
         path = _write(tmp_path / "e.jsonl", [GOOD % "a1"])
         sent = _second_terminal("enqueue", str(path), "--ids", "--url", url, "--token", key, cwd=checkout)
         assert sent.returncode == 0, sent.stderr

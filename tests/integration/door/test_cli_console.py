@@ -105,17 +105,17 @@ def _status(url: str, event_id: str) -> str:
 
 
 @pytest.fixture
-def stack(make_settings: Any, start_web: Any, start_worker: Any) -> str:
+def stack(make_settings: Any, serve_web: Any, start_worker: Any) -> str:
     """A worker and the web app on the test's prefix (one attempt per event); the web URL."""
     settings = make_settings(max_attempts=1)
     start_worker(settings)
-    return str(start_web(settings)[1])
+    return str(serve_web(settings)[1])
 
 
 @pytest.fixture
-def web(make_settings: Any, start_web: Any) -> str:
+def web(make_settings: Any, serve_web: Any) -> str:
     """The web app alone: what is sent stays queued."""
-    return str(start_web(make_settings())[1])
+    return str(serve_web(make_settings())[1])
 
 
 class TestRuns:
@@ -289,10 +289,10 @@ class TestReceipts:
 
 
 class TestAuth:
-    def test_token_and_its_absence(self, make_settings: Any, start_web: Any) -> None:
+    def test_token_and_its_absence(self, make_settings: Any, serve_web: Any) -> None:
         """With auth on, --token is sent (never printed); without it, one line with 401 and how to give one."""
         key = "as_bootstrap_" + "k" * 24
-        _, url = start_web(make_settings(bootstrap_key=key))
+        _, url = serve_web(make_settings(bootstrap_key=key))
         denied = cli(url, "scopes", "list")
         assert denied.returncode == 1
         assert "HTTP 401" in _one_line(denied) and "--token" in denied.stderr

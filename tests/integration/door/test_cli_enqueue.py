@@ -46,12 +46,12 @@ def _summary(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
 
 
 @pytest.fixture(params=["redis", "http"])
-def enqueue(request: pytest.FixtureRequest, make_settings: Any, start_web: Any) -> Run:
+def enqueue(request: pytest.FixtureRequest, make_settings: Any, serve_web: Any) -> Run:
     """``agent-signal enqueue FILE [ARGS]``: straight to Redis, or with ``--url`` to a real web process."""
     settings = make_settings(api_token="tok")
     if request.param == "redis":
         return lambda path, *args: _cli(settings, "enqueue", str(path), *args)
-    _, url = start_web(settings)
+    _, url = serve_web(settings)
     return lambda path, *args: _cli(settings, "enqueue", str(path), "--url", url, *args)
 
 
@@ -147,12 +147,12 @@ class TestBatchOption:
 
 class TestTooLargeOverHttp:
     def test_a_batch_over_the_body_limit_is_split(
-        self, make_settings: Any, start_web: Any, tmp_path: Path
+        self, make_settings: Any, serve_web: Any, tmp_path: Path
     ) -> None:
         """A batch whose body the server refuses (413) is halved until it fits; a single event still too large
         is rejected naming its line with the server's message; everything else is accepted."""
         settings = make_settings(api_token="tok", max_request_bytes=4096)
-        _, url = start_web(settings)
+        _, url = serve_web(settings)
         filler = '"message":"%s"' % ("x" * 300)
         lines = [EVENT % (f"big{i}", filler) for i in range(30)]
         lines.insert(7, EVENT % ("huge", '"message":"%s"' % ("y" * 5000)))
@@ -171,12 +171,12 @@ class TestTooLargeOverHttp:
 
 class TestLimits:
     def test_a_limit_stops_the_run_with_one_line_and_the_summary(
-        self, make_settings: Any, start_web: Any, tmp_path: Path
+        self, make_settings: Any, serve_web: Any, tmp_path: Path
     ) -> None:
         """A scope's inbox limit refuses its third event: one line naming the limit and the summary of what was
         sent, exit 1, straight to Redis as over HTTP (its 429)."""
         settings = make_settings(api_token="tok", max_inbox_depth=2)
-        url = start_web(settings)[1]
+        url = serve_web(settings)[1]
         for topic, extra, said in (
             ("direct", [], "over a limit (inbox)"),
             ("http", ["--url", url], "HTTP 429 inbox_full"),
@@ -193,12 +193,12 @@ class TestLimits:
             )
 
     def test_a_batch_stopped_by_a_limit_still_reports_its_rejected_line(
-        self, make_settings: Any, start_web: Any, tmp_path: Path
+        self, make_settings: Any, serve_web: Any, tmp_path: Path
     ) -> None:
         """A batch with an invalid line that a limit then stops: the line's rejection is printed and counted
         before the limit's line (it was lost with the batch's other outcomes), on both paths."""
         settings = make_settings(api_token="tok", max_inbox_depth=2)
-        url = start_web(settings)[1]
+        url = serve_web(settings)[1]
         for topic, extra in (("direct2", []), ("http2", ["--url", url])):
             path = tmp_path / f"{topic}.jsonl"
             event = '{"sourceType":"bot.message.merged","sourceId":"%s","payload":{"topicId":"%s"}}'
@@ -278,7 +278,7 @@ def test_a_source_type_the_door_refused_is_rejected_here_for_its_other_lines(
     requests, 20 s). The door's answer depends on the type alone, so once it refuses a type as unknown the CLI
     rejects that type's other lines itself, with the same message; the good lines are sent."""
     settings = make_settings(api_token="tok")
-    web, url = start_web(settings)
+    web, url = start_web(settings)  # the process: its access log counts the requests
     typo = '{"sourceType":"app.typo","sourceId":"t%d","payload":{}}'
     lines = [typo % n if n % 30 else GOOD % f"ok{n}" for n in range(300)]
     path = tmp_path / "typo.jsonl"

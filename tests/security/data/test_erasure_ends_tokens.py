@@ -75,20 +75,20 @@ def _door(url: str) -> Iterator[Door]:
 
 
 @pytest.fixture
-def door(make_settings: Any, start_worker: Any, start_web: Any) -> Iterator[Door]:
+def door(make_settings: Any, start_worker: Any, serve_web: Any) -> Iterator[Door]:
     """The audit's quotas: 20 retained events per tenant, 5 per user; no per-credential rate."""
     settings = make_settings(bootstrap_key=BOOT, tenant_max_events=20, user_max_events=5, rate_limit_per_s=0)
     start_worker(settings)
-    _, url = start_web(settings)
+    _, url = serve_web(settings)
     yield from _door(url)
 
 
 @pytest.fixture
-def gated_door(make_settings: Any, start_web: Any) -> Iterator[Door]:
+def gated_door(make_settings: Any, serve_web: Any) -> Iterator[Door]:
     """A web process whose erasures of ``slow-…`` users wait at the gate (tests/plugins/erasure_gate.py) until
     the test lets them go."""
     plugins = ["tests.support.policies:bundle", GATE_PLUGIN]
-    _, url = start_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=0, plugins=plugins))
+    _, url = serve_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=0, plugins=plugins))
     yield from _door(url)
 
 
@@ -110,9 +110,9 @@ def _held_erasure(
 
 
 @pytest.fixture
-def rated_door(make_settings: Any, start_web: Any) -> Iterator[Door]:
+def rated_door(make_settings: Any, serve_web: Any) -> Iterator[Door]:
     """The audit's rate: 3 requests a second per credential."""
-    _, url = start_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=3))
+    _, url = serve_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=3))
     yield from _door(url)
 
 

@@ -3,7 +3,7 @@ regression test per finding, named after it.
 
 Apps are built by ``create_web_app`` on a real Redis under the test's own key prefix; what depends on the
 server (connection caps, header and body deadlines, what is read before authentication) runs a real web process
-(``start_web``) and talks raw HTTP/1.1 to it over sockets.
+(``serve_web``) and talks raw HTTP/1.1 to it over sockets.
 """
 
 from __future__ import annotations
@@ -252,11 +252,11 @@ def _port(url: str) -> int:
 
 
 def test_unauthenticated_chunked_bodies_are_answered_while_still_sent(
-    make_settings: SettingsFactory, start_web: WebFactory
+    make_settings: SettingsFactory, serve_web: WebFactory
 ) -> None:
     """64 held connections each sending a chunked body without a credential: each is answered 401 at once,
     long before its body could end (the server read each one up to 8 MiB first)."""
-    _, url = start_web(make_settings(bootstrap_key=BOOT))
+    _, url = serve_web(make_settings(bootstrap_key=BOOT))
     chunk = b"[" + b"0," * 8191 + b"0]"
     socks = [_connect(_port(url)) for _ in range(64)]
     try:
@@ -273,12 +273,12 @@ def test_unauthenticated_chunked_bodies_are_answered_while_still_sent(
 
 
 def test_a_request_head_or_body_that_does_not_arrive_in_time_is_cut_off(
-    make_settings: SettingsFactory, start_web: WebFactory
+    make_settings: SettingsFactory, serve_web: WebFactory
 ) -> None:
     """A head that never completes gets 408 and the connection closes; so does a head trickled a byte at a time
     (bytes do not extend the deadline); a connection that sends nothing is closed; a body that stops coming
     is cut off. uvicorn alone held all four open forever."""
-    _, url = start_web(make_settings(bootstrap_key=BOOT, header_timeout_s=0.5, body_timeout_s=0.5))
+    _, url = serve_web(make_settings(bootstrap_key=BOOT, header_timeout_s=0.5, body_timeout_s=0.5))
     port = _port(url)
     with _connect(port) as sock:
         sock.sendall(b"POST /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n")
@@ -304,11 +304,11 @@ def test_a_request_head_or_body_that_does_not_arrive_in_time_is_cut_off(
 
 
 def test_connections_over_the_cap_are_refused_and_the_process_keeps_answering(
-    make_settings: SettingsFactory, start_web: WebFactory
+    make_settings: SettingsFactory, serve_web: WebFactory
 ) -> None:
     """With the cap held by idle connections, the next one is answered 503 too_many_connections and closed at
     once (no file handle kept for it); once they go, /healthz answers again."""
-    _, url = start_web(make_settings(max_connections=20, header_timeout_s=60))
+    _, url = serve_web(make_settings(max_connections=20, header_timeout_s=60))
     port = _port(url)
     idle = [_connect(port) for _ in range(20)]
     try:
@@ -572,13 +572,13 @@ def test_a_session_is_claimed_only_after_its_id_is_checked(
 
 
 def test_the_ui_keeps_a_typed_key_for_the_tab_only(
-    make_settings: SettingsFactory, start_web: WebFactory
+    make_settings: SettingsFactory, serve_web: WebFactory
 ) -> None:
     """A key typed into the UI is kept in sessionStorage (the tab's life), never in localStorage (no expiry),
     and API calls carry it; a key an older version left in localStorage is removed when the page loads."""
     from tests.support.browser import chromium
 
-    _, url = start_web(make_settings(bootstrap_key=BOOT))
+    _, url = serve_web(make_settings(bootstrap_key=BOOT))
     with chromium() as browser:
         page = browser.new_page()
         errors: list[str] = []

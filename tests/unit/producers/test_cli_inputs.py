@@ -303,10 +303,10 @@ def test_a_celery_flag_refused_is_one_line(make_settings: Any, flags: list[str],
 
 @pytest.mark.integration
 @pytest.mark.parametrize("dots", [".", ".."])
-def test_a_dot_id_is_an_id(make_settings: Any, start_web: Any, dots: str) -> None:
+def test_a_dot_id_is_an_id(make_settings: Any, serve_web: Any, dots: str) -> None:
     """``status .`` and ``runs show ..`` ask the web app for that id (a 404), never for ``/v1/events`` (the list)."""
     settings = make_settings()
-    _, url = start_web(settings)
+    _, url = serve_web(settings)
     status = _cli(settings, "status", dots, "--url", url)
     assert (status.returncode, status.stdout) == (1, ""), status.stdout
     assert status.stderr.strip() == f"agent-signal status: no event {dots!r}"
