@@ -1,11 +1,10 @@
 """The Python SDK: Producer (straight to Redis and the broker), HttpProducer (over HTTP), SessionClient (agent runtimes), and the dead-letter operations the CLI and the HTTP API share."""
 
-from __future__ import annotations
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from producers.sdk.http_door import NoAnswer, UnexpectedAnswer
     from producers.sdk.producer import HttpProducer, Producer
     from producers.sdk.session_client import SessionClient
@@ -22,10 +21,10 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
+    value = getattr(_importlib.import_module(home), name)
     globals()[name] = value  # asked once
     return value
