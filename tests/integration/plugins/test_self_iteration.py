@@ -300,12 +300,12 @@ class TestReplayAndGate:
         assert stack.put("/v1/features/self-iteration/u1", json={"enabled": None}).json()["enabled"] is True
 
     def test_receipts_stream(
-        self, make_settings: Any, start_worker: Any, start_web: Any, redis_client: Redis, keys: BucketKeys
+        self, make_settings: Any, start_worker: Any, serve_web: Any, redis_client: Redis, keys: BucketKeys
     ) -> None:
         """GET /v1/receipts/stream pushes a new receipt once, without polling."""
         settings = make_settings()
         start_worker(settings)
-        _, url = start_web(settings)
+        _, url = serve_web(settings)
         received: list[dict[str, Any]] = []
         subscribed = threading.Event()
 

@@ -42,9 +42,9 @@ def _bearer(credential: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def http(make_settings: Any, start_web: Any) -> Iterator[httpx.Client]:
+def http(make_settings: Any, serve_web: Any) -> Iterator[httpx.Client]:
     plugins = ["tests.support.policies:bundle", GATE_PLUGIN]
-    _, url = start_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=0, plugins=plugins))
+    _, url = serve_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=0, plugins=plugins))
     with httpx.Client(base_url=url, timeout=GATE_S + 30) as client:
         yield client
 

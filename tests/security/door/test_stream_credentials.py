@@ -27,9 +27,9 @@ def _bearer(credential: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def web(make_settings: Any, start_web: Any) -> Iterator[httpx.Client]:
-    """A web process with credentials (the default 2 s auth cache) and a client with a read timeout."""
-    _, url = start_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=0))
+def web(make_settings: Any, serve_web: Any) -> Iterator[httpx.Client]:
+    """The web app with credentials (the default 2 s auth cache) and a client with a read timeout."""
+    _, url = serve_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=0))
     with httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=READ_TIMEOUT_S)) as client:
         yield client
 
