@@ -231,9 +231,17 @@ def wait_for(
         time.sleep(interval_s)
     value = predicate()
     if not value:
-        detail = f"\n{explain()}" if explain is not None else ""
+        detail = f"\n{_explained(explain)}" if explain is not None else ""
         raise AssertionError(f"timed out after {timeout_s}s waiting for {what or predicate}{detail}")
     return value
+
+
+def _explained(explain: Callable[[], str]) -> str:
+    """What ``explain`` says, or why it could not say it (a Redis that is down): never instead of the timeout."""
+    try:
+        return explain()
+    except Exception as exc:  # the timeout is the failure; what explains it is best effort
+        return f"(no explanation: {type(exc).__name__}: {exc})"
 
 
 @pytest.fixture
@@ -376,8 +384,11 @@ class ServedWeb:
     thread: threading.Thread
 
     def stop(self) -> None:
+        """Ask uvicorn to exit and wait for its thread: its graceful shutdown is bounded (``serve_web``), since
+        off the main thread no signal reaches sse-starlette and an open receipts stream was waited on for ever."""
         self.server.should_exit = True
         self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the web app's thread did not end within 30 s of its stop"
 
 
 @pytest.fixture
@@ -397,25 +408,31 @@ def serve_web() -> Iterator[Callable[..., tuple[ServedWeb, str]]]:
 
     def serve(settings: Settings) -> tuple[ServedWeb, str]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-        settings = settings.model_copy(update={"port": port})
-        door = door_settings(settings)
-        app = create_web_app(settings, door=door, boot=run_boot_checks(settings))
-        config = uvicorn.Config(
-            app,
-            http=door_protocol(ConnectionLimits.from_settings(door)),
-            log_level="warning",
-            access_log=False,
-        )
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="web")
-        thread.start()
-        web = ServedWeb(server, thread)
-        served.append(web)
-        wait_for(lambda: server.started or not thread.is_alive(), timeout_s=60, what="the web app")
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+            settings = settings.model_copy(update={"port": port})
+            door = door_settings(settings)
+            app = create_web_app(settings, door=door, boot=run_boot_checks(settings))
+            config = uvicorn.Config(
+                app,
+                http=door_protocol(ConnectionLimits.from_settings(door)),
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=2,  # an open stream ends with the server (ServedWeb.stop)
+            )
+            server = uvicorn.Server(config)
+            thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="web")
+            thread.start()
+            web = ServedWeb(server, thread)
+            served.append(web)
+            wait_for(lambda: server.started or not thread.is_alive(), timeout_s=60, what="the web app")
+        except BaseException:
+            sock.close()
+            raise
         if not server.started:
+            sock.close()  # uvicorn's failed startup exits without closing the socket it was given
             raise AssertionError("the web app did not start (its error is in the test's log)")
         return web, f"http://127.0.0.1:{port}"
 

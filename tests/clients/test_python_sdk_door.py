@@ -1,4 +1,4 @@
-"""The Python SDK's HTTP clients (``HttpProducer``, ``SessionClient``) against a real ``agent-signal web``.
+"""The Python SDK's HTTP clients (``HttpProducer``, ``SessionClient``) against the web app served over real HTTP (``serve_web``).
 
 * The credential: a key read from a CRLF file (``"$(cat key.txt)"``) is sent without its newline instead of
   failing with httpx's "Illegal header value b'Bearer <the key>\\r\\n'"; a ``SessionClient`` given its own httpx

@@ -47,7 +47,7 @@ def _summary(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
 
 @pytest.fixture(params=["redis", "http"])
 def enqueue(request: pytest.FixtureRequest, make_settings: Any, serve_web: Any) -> Run:
-    """``agent-signal enqueue FILE [ARGS]``: straight to Redis, or with ``--url`` to a real web process."""
+    """``agent-signal enqueue FILE [ARGS]``: straight to Redis, or with ``--url`` to the web app served over HTTP."""
     settings = make_settings(api_token="tok")
     if request.param == "redis":
         return lambda path, *args: _cli(settings, "enqueue", str(path), *args)

@@ -85,7 +85,7 @@ def door(make_settings: Any, start_worker: Any, serve_web: Any) -> Iterator[Door
 
 @pytest.fixture
 def gated_door(make_settings: Any, serve_web: Any) -> Iterator[Door]:
-    """A web process whose erasures of ``slow-…`` users wait at the gate (tests/plugins/erasure_gate.py) until
+    """The web app (served over HTTP) whose erasures of ``slow-…`` users wait at the gate (tests/plugins/erasure_gate.py) until
     the test lets them go."""
     plugins = ["tests.support.policies:bundle", GATE_PLUGIN]
     _, url = serve_web(make_settings(bootstrap_key=BOOT, rate_limit_per_s=0, plugins=plugins))

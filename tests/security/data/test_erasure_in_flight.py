@@ -13,13 +13,14 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 import policies.self_iteration.plugin as self_iteration
-from policies.self_iteration.agent.runners import AGENT_RUN_TASK, RunRequest
+from policies.self_iteration.agent.runners import AGENT_RUN_OUTBOX, AGENT_RUN_TASK, RunRequest
 from policies.self_iteration.records.documents import DocumentStore
 from producers import Producer
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
 from tests.security.data.test_erasure import _dump, _mentions
 from worker.keys.layout import BucketKeys, Keys
+from worker.outbox.relay import records_of_event
 from worker.runtime.app import build_pipeline, build_relay
 from worker.runtime.plugin_model import PluginRuntime
 from worker.telemetry.recorder import DISABLED
@@ -87,10 +88,12 @@ def test_an_agent_run_queued_before_the_erasure_brings_nothing_of_the_user_back(
     settings = make_settings(outbox_concurrency=1)
     producer = Producer(settings)
     with TestClient(create_web_app(settings)) as client:
-        _send(client, _message(GONE, "m1", f"Going forward, I prefer {MARK[GONE]} answers.", "tz"))
+        origin = _send(client, _message(GONE, "m1", f"Going forward, I prefer {MARK[GONE]} answers.", "tz"))
         build_pipeline(settings, telemetry=DISABLED, app=producer.app).drain_scope("topic:tz")
         # the run request is in the broker (with scope buckets a journaled effect is delivered beside it)
         assert build_relay(settings, producer.app).run_once() >= 1
+        outbox = records_of_event(producer.keys, producer.store, "topic:tz", origin["eventId"])
+        assert [r["state"] for r in outbox if r["kind"] == AGENT_RUN_OUTBOX] == ["delivered"]
         _erase(client, GONE)
         assert _memories(client, GONE) == []
 

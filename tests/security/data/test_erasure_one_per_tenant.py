@@ -1,4 +1,4 @@
-"""One erasure at a time per tenant (worker/ops/erasure_holds.py), on a real ``agent-signal web`` over HTTP.
+"""One erasure at a time per tenant (worker/ops/erasure_holds.py), served over real HTTP (``serve_web``).
 
 An audit: 20 concurrent self-erasures each walked the whole keyspace several times (200,000 keys in Redis),
 another tenant's ``GET /v1/receipts`` went from 12 ms to 1.8 s p50 and the web process's connection pool ran dry

@@ -3,7 +3,7 @@ re-checks its bearer with the auth middleware's cached lookup and ends, after a 
 comment, once its key is revoked, once the key that minted its user token is revoked, and when its token expires;
 and after ``: user erased`` once its user is erased.
 
-A real ``agent-signal web`` process and httpx with a read timeout shorter than the keep-alive interval: a stream
+The web app served over real HTTP (``serve_web``) and httpx with a read timeout shorter than the keep-alive interval: a stream
 that kept going would fail the test with ReadTimeout instead of hanging it."""
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 regression test per finding, named after it.
 
 Apps are built by ``create_web_app`` on a real Redis under the test's own key prefix; what depends on the
-server (connection caps, header and body deadlines, what is read before authentication) runs a real web process
-(``serve_web``) and talks raw HTTP/1.1 to it over sockets.
+server (connection caps, header and body deadlines, what is read before authentication) serves the app over real
+HTTP with uvicorn and the door's connection limits (``serve_web``, on a thread) and talks raw HTTP/1.1 to it over
+sockets.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from starlette.types import Message, Receive, Scope, Send
 from producers.http.app import create_web_app
 from producers.http.settings import door_settings
 from producers.http.strict_json import MAX_JSON_DEPTH
-from tests.conftest import ROOT, Proc, SettingsFactory, settings_env, wait_for
+from tests.conftest import ROOT, ServedWeb, SettingsFactory, settings_env, wait_for
 from tests.security.conftest import ClientFactory
 from tests.support.private_redis import private_redis
 from tests.support.routes import flat_routes
@@ -40,7 +41,7 @@ from worker.settings import Settings, SettingsError, load_settings
 pytestmark = pytest.mark.integration
 
 BOOT = "bootstrap-key-for-the-door-0123456789"
-WebFactory = Callable[[Settings], tuple[Proc, str]]
+WebFactory = Callable[[Settings], tuple[ServedWeb, str]]
 EVENT: dict[str, Any] = {
     "sourceType": "agent.user.message",
     "sourceId": "msg_door_1",
