@@ -2,9 +2,8 @@
 regression test per finding, named after it.
 
 Apps are built by ``create_web_app`` on a real Redis under the test's own key prefix; what depends on the
-server (connection caps, header and body deadlines, what is read before authentication) serves the app over real
-HTTP with uvicorn and the door's connection limits (``serve_web``, on a thread) and talks raw HTTP/1.1 to it over
-sockets.
+server (connection caps, header and body deadlines, what is read before authentication) serves it with uvicorn
+and the door's limits (``serve_web``) and talks raw HTTP/1.1 to it over sockets.
 """
 
 from __future__ import annotations
