@@ -85,14 +85,16 @@ def test_the_chain_of_an_indexed_event_whose_record_has_expired_is_erased(
 ) -> None:
     """A chain outlives its event's record (chain retention against the window): the user's index, kept alive
     by a later event, still names the event, and erasure deletes its chain from there."""
-    settings = make_settings(dedupe_window_s=4)
+    # the second event is sent with 2 s left of the first's record and keeps the index 6 s: the check after the
+    # first record expires has 4 s to spare (with a 4 s window it had 2, and a loaded CI machine once missed it)
+    settings = make_settings(dedupe_window_s=6)
     start_worker(settings)
     producer = Producer(settings)
     k, scope = producer.keys, "topic:chained"
     first = _send(producer, "test.counter", "c1", scope, counterKey=f"{k.home_prefix}test:c-chain")
     wait_for(lambda: _status(producer, first) == "done", what="the first event")
     b = k.for_scope(scope)
-    wait_for(lambda: redis_client.ttl(b.event(first)) <= 2, timeout_s=10, what="half the window")
+    wait_for(lambda: redis_client.ttl(b.event(first)) <= 2, timeout_s=10, what="2 s left of the first record")
     second = _send(producer, "test.counter", "c2", scope, counterKey=f"{k.home_prefix}test:c-chain")
     wait_for(lambda: not redis_client.exists(b.event(first)), timeout_s=10, what="the first record to expire")
     assert redis_client.exists(b.user_events(GONE)) and redis_client.exists(b.chain(first))
