@@ -8,6 +8,9 @@ Delivery settings, and why (see docs/decisions.md):
   instead of acked (Celery acks on WorkerLostError otherwise, celery#1628). Requeues are not counted by the
   broker, so the event record counts deliveries itself and dead-letters a crash-looping event.
 * ``worker_prefetch_multiplier=1``: a worker does not hoard drain messages other workers could run.
+* ``worker_proc_alive_timeout`` of :data:`PROC_ALIVE_TIMEOUT_S`: Celery kills a new pool child that has not said
+  it is up within 4 s, and forks another. On a starved machine each replacement of a killed child missed the
+  4 s, was killed in turn, and the worker drained nothing again (a helper reproduced it; docs/decisions.md).
 * ``visibility_timeout`` > hard limit > soft limit (checked by worker.settings.check_settings).
 * ``global_keyprefix`` on a Redis broker: the broker's keys live under our prefix too, so a test run (or two
   deployments on one Redis) never touches anybody else's keys.
@@ -61,6 +64,9 @@ __all__ = ["build_pipeline", "build_relay", "build_worker", "create_app", "fair_
 log = logging.getLogger(__name__)
 
 OUTBOX_STOP_GRACE_S = 10.0  # a stopping worker waits this long for its outbox deliveries in flight
+PROC_ALIVE_TIMEOUT_S = (
+    60.0  # a pool child's start may take this long before Celery kills it (module docstring)
+)
 RELAY_STOP_MARGIN_S = 5.0  # and this much more for the relay thread to see the stop (a pass in progress)
 
 
@@ -172,6 +178,7 @@ def create_app(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         task_acks_on_failure_or_timeout=True,
         worker_prefetch_multiplier=1,
+        worker_proc_alive_timeout=PROC_ALIVE_TIMEOUT_S,
         task_soft_time_limit=settings.task_soft_time_limit_s,
         task_time_limit=settings.task_time_limit_s,
         broker_transport_options=transport_options,
