@@ -52,6 +52,10 @@ STATE_COUNTED = "stateCounted"
 STATE_COUNTED_DAY = "stateCountedDay"
 
 
+class _QuotaUnread(Exception):
+    """An update that would grow a session whose owner's quota this update has not read yet (FunctionStore.update)."""
+
+
 class FunctionStore:
     def __init__(
         self, client: Redis, keys: Keys, *, max_retries: int = 200, limits: SessionLimits | None = None
@@ -115,7 +119,9 @@ class FunctionStore:
         transaction (a PUT's settings and the state of its ``functions``): both are written, or neither (its
         TooManySessions, like a refusal here, writes nothing)."""
         key = self._key(session_id)
+        quota_read: set[str | None] = set()  # the owners whose quota was read (outside the WATCH: below)
         for attempt in range(self.max_retries):
+            unread: list[str | None] = []
             with self.client.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(key)  # type: ignore[no-untyped-call]
@@ -143,8 +149,12 @@ class FunctionStore:
                     # session older than it) what is stored now
                     growth = size - (0 if lapsed else max(int(counted or 0), len(before or b"")))
                     owner = user.decode("utf-8") if isinstance(user, bytes) else user
-                    if growth > 0 and size > len(before or b""):
-                        self._check_quota(owner)  # a recount alone is stored either way: never refused
+                    if growth > 0 and size > len(before or b"") and owner not in quota_read:
+                        # a recount alone is stored either way: never refused. The quota is read on another
+                        # connection, so not while this one is held: 20 signals at once on a pool of 20 each held
+                        # their WATCH and waited for a second, and all of them failed PoolExhausted after 5 s
+                        unread.append(owner)
+                        raise _QuotaUnread
                     pipe.multi()
                     pipe.set(key, document)
                     if settings is not None:
@@ -160,8 +170,14 @@ class FunctionStore:
                         pipe.expire(session_key, self.limits.session_ttl_s)
                     pipe.execute()
                     return result, runtime
+                except _QuotaUnread:
+                    pipe.reset()  # the connection goes back to the pool before the quota is read
                 except WatchError:
+                    pipe.reset()  # the backoff holds no connection
                     time.sleep(backoff_ms(attempt + 1, base_ms=1, cap_ms=50) / 1000)  # the one backoff
+            for owner in unread:
+                self._check_quota(owner)  # UserQuotaExceeded; else the next attempt writes
+                quota_read.add(owner)
         raise ContentionError(f"session {session_id!r} changed under us {self.max_retries} times; try again")
 
     def put_artifact(self, session_id: str, name: str, content: str) -> SessionRuntime:
