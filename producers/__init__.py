@@ -12,9 +12,9 @@ The SDK lives in ``producers/sdk/``, the HTTP app in ``producers/http/``, the CL
 the browser UI's files in ``producers/ui/``.
 """
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
+
+from producers.lazy_names import install as _install
 
 if _TYPE_CHECKING:
     from producers.sdk.http_door import NoAnswer, UnexpectedAnswer
@@ -43,10 +43,9 @@ __all__ = [
     "UnexpectedAnswer",
 ]
 
-# Each name's module, imported when the name is first asked for (PEP 562): ``python -m producers.cli`` imports
-# this package first, and every CLI command and worker imported the SDK's modules (the Redis producer, the
-# session client) whether it used them or not: about 0.1 s of CPU each (docs/decisions.md, "Processes start
-# lighter").
+# Each name's module, imported when the name is first asked for (producers/lazy_names.py): every CLI command
+# and worker imported the SDK's modules (the Redis producer, the session client) whether it used them or not,
+# about 0.1 s of CPU each.
 _HOMES = {
     "EnqueueResult": "worker.intake.source_event",
     "EventError": "worker.intake.source_event",
@@ -62,20 +61,4 @@ _HOMES = {
 }
 
 
-def _lazy(name: str) -> _Any:
-    """The module's ``__getattr__`` (PEP 562): a name of ``_HOMES`` imported when first asked for."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(home), name)
-    globals()[name] = value  # asked once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
-
-# Set by name, not defined as ``def __getattr__``: mypy reads a module-level __getattr__ as "any name exists" and
-# then let ``from producers import HttpProduer`` pass; this way it checks every name against the imports above.
-globals()["__getattr__"] = _lazy
+_install(globals(), _HOMES)

@@ -1,8 +1,8 @@
 """The Python SDK: Producer (straight to Redis and the broker), HttpProducer (over HTTP), SessionClient (agent runtimes), and the dead-letter operations the CLI and the HTTP API share."""
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
+
+from producers.lazy_names import install as _install
 
 if _TYPE_CHECKING:
     from producers.sdk.http_door import NoAnswer, UnexpectedAnswer
@@ -21,20 +21,4 @@ _HOMES = {
 }
 
 
-def _lazy(name: str) -> _Any:
-    """The module's ``__getattr__`` (PEP 562): a name of ``_HOMES`` imported when first asked for."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(home), name)
-    globals()[name] = value  # asked once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
-
-# Set by name, not defined as ``def __getattr__``: mypy reads a module-level __getattr__ as "any name exists" and
-# then let ``from producers import HttpProduer`` pass; this way it checks every name against the imports above.
-globals()["__getattr__"] = _lazy
+_install(globals(), _HOMES)
