@@ -41,7 +41,7 @@ from sessions.store import (
 )
 from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys
-from worker.store.quotas import DAY_MS, add_user_bytes, stored_bytes_over, user_bytes_day
+from worker.store.quotas import DAY_MS, add_user_bytes, bytes_over, user_bytes_day
 
 __all__ = ["ContentionError", "FunctionStore"]
 
@@ -50,10 +50,6 @@ T = TypeVar("T")
 # whose end drops the first of those counts (after it, the document is counted again as new)
 STATE_COUNTED = "stateCounted"
 STATE_COUNTED_DAY = "stateCountedDay"
-
-
-class _QuotaUnread(Exception):
-    """An update that would grow a session whose owner's quota this update has not read yet (FunctionStore.update)."""
 
 
 class FunctionStore:
@@ -93,13 +89,15 @@ class FunctionStore:
                 )
                 raise SessionFull(None, limit, message)
 
-    def _check_quota(self, user_id: str | None) -> None:
+    def _check_quota(self, reader: Redis, user_id: str | None) -> None:
         """UserQuotaExceeded when ``user_id`` (None: no user) already stores ``max_user_bytes`` or more, or the
         tenant ``max_tenant_bytes`` (0: no quota)."""
         checks = [(self.keys.user_bytes(user_id), self.limits.max_user_bytes)] if user_id else []
         checks = [*checks, (self.keys.tenant_bytes, self.limits.max_tenant_bytes)]
         checks = [(key, limit) for key, limit in checks if limit > 0]
-        over = stored_bytes_over(self.client, checks) if checks else None
+        over = (
+            bytes_over([reader.hgetall(key) for key, _ in checks], [q for _, q in checks]) if checks else None
+        )
         if over is not None:
             limit = checks[over.position - 1][1]
             tenant = checks[over.position - 1][0] == self.keys.tenant_bytes
@@ -119,9 +117,7 @@ class FunctionStore:
         transaction (a PUT's settings and the state of its ``functions``): both are written, or neither (its
         TooManySessions, like a refusal here, writes nothing)."""
         key = self._key(session_id)
-        quota_read: set[str | None] = set()  # the owners whose quota was read (outside the WATCH: below)
         for attempt in range(self.max_retries):
-            unread: list[str | None] = []
             with self.client.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(key)  # type: ignore[no-untyped-call]
@@ -149,12 +145,11 @@ class FunctionStore:
                     # session older than it) what is stored now
                     growth = size - (0 if lapsed else max(int(counted or 0), len(before or b"")))
                     owner = user.decode("utf-8") if isinstance(user, bytes) else user
-                    if growth > 0 and size > len(before or b"") and owner not in quota_read:
-                        # a recount alone is stored either way: never refused. The quota is read on another
-                        # connection, so not while this one is held: 20 signals at once on a pool of 20 each held
-                        # their WATCH and waited for a second, and all of them failed PoolExhausted after 5 s
-                        unread.append(owner)
-                        raise _QuotaUnread
+                    if growth > 0 and size > len(before or b""):
+                        # a recount alone is stored either way: never refused. Read on the connection this
+                        # WATCH holds (the counts share the session's home slot): read on another, 20 signals at
+                        # once on a pool of 20 each held one and waited for a second, and all failed PoolExhausted
+                        self._check_quota(pipe, owner)
                     pipe.multi()
                     pipe.set(key, document)
                     if settings is not None:
@@ -170,14 +165,9 @@ class FunctionStore:
                         pipe.expire(session_key, self.limits.session_ttl_s)
                     pipe.execute()
                     return result, runtime
-                except _QuotaUnread:
-                    pipe.reset()  # the connection goes back to the pool before the quota is read
                 except WatchError:
                     pipe.reset()  # the backoff holds no connection
                     time.sleep(backoff_ms(attempt + 1, base_ms=1, cap_ms=50) / 1000)  # the one backoff
-            for owner in unread:
-                self._check_quota(owner)  # UserQuotaExceeded; else the next attempt writes
-                quota_read.add(owner)
         raise ContentionError(f"session {session_id!r} changed under us {self.max_retries} times; try again")
 
     def put_artifact(self, session_id: str, name: str, content: str) -> SessionRuntime:

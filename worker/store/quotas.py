@@ -70,6 +70,7 @@ __all__ = [
     "SCAN_COUNT",
     "UserOverQuota",
     "add_user_bytes",
+    "bytes_over",
     "migrate_tenant_bytes",
     "quota_args",
     "receipt_bytes_effects",
@@ -239,9 +240,15 @@ def stored_bytes_over(client: Redis, checks: Sequence[tuple[str, int]]) -> UserO
     pipe = client.pipeline(transaction=False)
     for key, _ in checks:
         pipe.hgetall(key)
+    return bytes_over(pipe.execute(), [max_bytes for _, max_bytes in checks])
+
+
+def bytes_over(counts: Sequence[Mapping[Any, Any]], quotas: Sequence[int]) -> UserOverQuota | None:
+    """The first of ``counts`` (stored-bytes hashes as read, in order) at or over its quota, or None: for a
+    caller that read them itself (a WATCH transaction, on the connection it holds: sessions/function_store.py)."""
     now = int(time.time() * 1000)
     today = now // DAY_MS
-    for index, (raw, (_, max_bytes)) in enumerate(zip(pipe.execute(), checks, strict=True), start=1):
+    for index, (raw, max_bytes) in enumerate(zip(counts, quotas, strict=True), start=1):
         total, earliest = 0, None
         for field, n in raw.items():
             if field == KEEP:
