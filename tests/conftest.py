@@ -248,8 +248,14 @@ def _explained(explain: Callable[[], str]) -> str:
 def run_pid() -> Iterator[int]:
     """A live process (a stand-in for a `make run` stack's pid in its stack file) whose command line ends in ``run``, as ``agent-signal run``'s does."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()", "run"], stdin=subprocess.PIPE
+        [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()", "run"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
+    # Popen returns when the child's exec has begun, before the kernel has set its argument pages: a
+    # /proc/<pid>/cmdline read then is empty, and the stack reads as not running (a CI failure). The line
+    # the child prints says its exec has finished.
+    assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
     yield proc.pid
     assert proc.stdin is not None
     proc.stdin.close()
