@@ -175,13 +175,13 @@ def _agent_run(runtime: PluginRuntime, payload: dict[str, Any]) -> None:
     """The reference agent: do the run, then report ``agent.execution.completed`` (the app's job otherwise). A run
     whose origin event an erasure made a tombstone is dropped (no retry): checked before it runs, right before it
     writes, and its completion at the door (the admission hook)."""
-    request = RunRequest.from_json_dict(payload)
+    request = _run_request(payload)
     keys = runtime.keys.for_tenant(request.tenant)
     if _origin_erased(runtime, request):
         _dropped(request, "not run")
         return
-    if runtime.emitter is None:
-        raise RuntimeError("the reference agent needs the engine's emitter")
+    if runtime.emitter is None:  # no other attempt changes that
+        raise PermanentFailure("the reference agent needs the engine's emitter", code="NO_EMITTER")
     try:
         self_iteration = run_reference_agent(
             DocumentStore(runtime.redis, keys), request, proceed=lambda: not _origin_erased(runtime, request)
@@ -192,6 +192,33 @@ def _agent_run(runtime: PluginRuntime, payload: dict[str, Any]) -> None:
     runtime.emitter.emit(
         completion_event(request, self_iteration), tenant=request.tenant, scope_key=request.scope_key
     )
+
+
+def _run_request(payload: dict[str, Any]) -> RunRequest:
+    """The task's request; one that is not a run request is a PermanentFailure (no attempt reads it otherwise)."""
+    try:
+        return RunRequest.from_json_dict(payload)
+    except (KeyError, TypeError, ValueError) as exc:
+        message = f"the task's payload is not a run request ({type(exc).__name__})"
+        raise PermanentFailure(message, code="BAD_RUN_REQUEST") from None
+
+
+def _run_dead(runtime: PluginRuntime, payload: dict[str, Any], error: str) -> None:
+    """A run that failed every attempt: the outbox record that asked for it is settled ``dead`` with the run's error,
+    so ``GET /v1/outbox/dead`` lists it and ``POST /v1/outbox/redrive`` hands the run over again (a redrive of a
+    run whose origin was erased meanwhile is dropped again, not run). A request of before names no scope, and a
+    record gone (its retention, an erasure) cannot be listed: a log line says so."""
+    request = _run_request(payload)
+    listed = request.scope_key is not None and runtime.fail_record(
+        request.tenant, request.scope_key, AGENT_RUN_OUTBOX, request.operation_id, error
+    )
+    if listed:
+        log.warning("agent run (%s) failed for good; its outbox record is dead: %s", request.slug, error)
+    else:
+        log.error(
+            "agent run (%s) failed for good, and no delivered outbox record of it is left to list",
+            request.slug,
+        )
 
 
 def _check_completion(runtime: PluginRuntime, request: RunRequest) -> None:
@@ -227,7 +254,7 @@ def plugin() -> Plugin:
         policies=self_iteration_policies(),
         settings=SelfIterationSettings,
         services=_deps,
-        tasks=[PluginTask(AGENT_RUN_TASK, _agent_run)],
+        tasks=[PluginTask(AGENT_RUN_TASK, _agent_run, dead=_run_dead)],
         admission=_gate,
         deliverers={AGENT_RUN_OUTBOX: _run_deliverer},
         # LobeHub compatibility: all 17 of its source types, and the payloads its handlers read

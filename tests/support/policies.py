@@ -30,7 +30,9 @@ must be visible while the event is still running, so tests can observe ordering 
   The first records ``test:two-step-started:<sourceId>``, waits (up to 60 s) for ``test:two-step-go:<sourceId>``,
   and stages ``test:two-step-first:<sourceId>`` += 1; the second stages ``test:two-step-second:<sourceId>`` += 1.
 * the plugin task ``test.explode``: counts its runs under ``test:exploded``, then raises an error that quotes
-  ``payload.text`` (as a task whose input fails to parse does).
+  ``payload.text`` (as a task whose input fails to parse does); ``test.refuse`` counts its runs under
+  ``test:refused`` and raises PermanentFailure. After their last attempt, their dead hook appends
+  ``{"task", "text", "error"}`` to ``test:task-dead``.
 * ``test.fanout``: the source handler stages ``test:fanout-home`` += 1 (the tenant's home slot) and its scope's
   own ``fanout-local`` (``ctx.key``) += 1, and emits one ``test.counter`` follow-up to each scope of
   ``payload.to`` (source id ``<sourceId>:<scope>``, counter ``test:fanout:<sourceId>:<scope>``): with scope
@@ -52,6 +54,7 @@ from worker.plugin import (
     Dispatch,
     ExecutorResult,
     HandlerContext,
+    PermanentFailure,
     Plugin,
     PluginRuntime,
     PluginTask,
@@ -260,16 +263,36 @@ def bundle() -> Plugin:
         services=_probe,
         source_types=SOURCE_TYPES,
         payload_schemas={"test.flaky": FlakyPayload},
-        tasks=[PluginTask(EXPLODE_TASK, _explode)],
+        tasks=[
+            PluginTask(EXPLODE_TASK, _explode, dead=_task_dead),
+            PluginTask(REFUSE_TASK, _refuse, dead=_task_dead),
+        ],
     )
 
 
 EXPLODE_TASK = "test.explode"
 
 
+REFUSE_TASK = "test.refuse"
+
+
+def _home(runtime: PluginRuntime, name: str) -> str:
+    return f"{runtime.keys.for_tenant('default').home_prefix}test:{name}"
+
+
 def _explode(runtime: PluginRuntime, payload: dict[str, object]) -> None:
-    runtime.redis.incr(f"{runtime.keys.for_tenant('default').home_prefix}test:exploded")
+    runtime.redis.incr(_home(runtime, "exploded"))
     raise RuntimeError(f"cannot handle {payload.get('text')!r}")
+
+
+def _refuse(runtime: PluginRuntime, payload: dict[str, object]) -> None:
+    runtime.redis.incr(_home(runtime, "refused"))
+    raise PermanentFailure("no attempt will take this", code="TEST_REFUSED")
+
+
+def _task_dead(runtime: PluginRuntime, payload: dict[str, object], error: str) -> None:
+    entry = {"task": payload.get("task"), "text": payload.get("text"), "error": error}
+    runtime.redis.rpush(_home(runtime, "task-dead"), json.dumps(entry))
 
 
 def _policies() -> list[Policy]:

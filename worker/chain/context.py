@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from worker.chain.outbox_records import OutboxRecord, outbox_commands
+from worker.chain.outbox_records import OutboxRecord, outbox_commands, record_id
 from worker.core.clock import now_ms
 from worker.core.errors import PermanentFailure
 from worker.core.idempotency import effect_key
@@ -239,7 +239,7 @@ class HandlerContext:
             raise PermanentFailure("ctx.outbox needs key= outside an action handler", code="INVALID_EFFECT")
         event_id = self.source.event_id if self.source is not None and self.source.event_id else ""
         record = OutboxRecord(
-            id=f"{kind}:{idem}",
+            id=record_id(kind, idem),
             kind=kind,
             key=idem,
             payload=dict(payload),

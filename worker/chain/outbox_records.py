@@ -11,10 +11,15 @@ from typing import Any, Literal
 
 from worker.keys.layout import Keys
 
-__all__ = ["SEPARATOR", "Deliverer", "OutboxRecord", "OutboxState", "outbox_commands"]
+__all__ = ["SEPARATOR", "Deliverer", "OutboxRecord", "OutboxState", "outbox_commands", "record_id"]
 
 SEPARATOR = "\x1f"
 OutboxState = Literal["pending", "delivered", "dead"]
+
+
+def record_id(kind: str, key: str) -> str:
+    """The id of the record ``ctx.outbox(kind, …, key=key)`` stages: one per kind and idempotency key."""
+    return f"{kind}:{key}"
 
 
 @dataclass(slots=True)

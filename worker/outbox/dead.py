@@ -11,6 +11,10 @@ A redrive makes the record ``pending`` again with its attempts at zero (its last
 set its kind is relayed from (a bucket's journal for both journal kinds, ``engine.apply`` and ``engine.enqueue``,
 scored in µs as the journal is: they run after every record journaled before),
 under WATCH of the record, so a record erased or redriven meanwhile is answered ``notDead`` and nothing is written.
+
+A record can also die after its delivery: its deliverer handed the work on (a plugin task, the agent run), and that
+work failed every attempt. :func:`fail_delivered` settles such a ``delivered`` record ``dead`` with the work's error
+and lists it, so the failure is listed, redriven and erased as a failed delivery is.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from redis import Redis
 from redis.exceptions import WatchError
 
 from worker.chain.outbox_records import SEPARATOR, OutboxRecord
@@ -30,7 +35,7 @@ from worker.store.events import EventStore
 from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE, journal_score_us
 from worker.store.records import to_str
 
-__all__ = ["BadOutboxCursor", "DeadPage", "dead_page", "redrive_dead"]
+__all__ = ["BadOutboxCursor", "DeadPage", "dead_page", "fail_delivered", "redrive_dead"]
 
 REDRIVE_TRIES = 20  # WATCH retries of one record's redrive before it is answered notDead
 # relayed from a bucket's journal, in order (worker/store/journal.py)
@@ -148,6 +153,34 @@ def _redrive_one(store: EventStore, tenant: Keys, scope_key: str, record_id: str
                     (bucket.journal_due, journal_score_us()) if journal else (bucket.outbox_due, now_ms())
                 )
                 pipe.zadd(due, {member: score})
+                pipe.execute()
+                return True
+            except WatchError:
+                continue
+    return False
+
+
+def fail_delivered(client: Redis, tenant: Keys, scope_key: str, record_id: str, error: str) -> bool:
+    """Settle the tenant's ``delivered`` record ``record_id`` (of ``scope_key``) ``dead`` with ``error`` as its last
+    error, and list it in its bucket's dead index, under WATCH of the record: True when it was delivered and is dead
+    now; False when it is gone (expired, erased), or pending or dead already (a redrive or another failure came
+    first), and nothing is written."""
+    bucket = tenant.for_scope(scope_key)
+    key = tenant.outbox_record(scope_key, record_id)
+    member = f"{tenant.scope_ref(scope_key)}{SEPARATOR}{record_id}"
+    for _ in range(REDRIVE_TRIES):
+        with client.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)  # type: ignore[no-untyped-call]
+                raw = pipe.get(key)
+                record = None if raw is None else OutboxRecord.from_json(raw)
+                if record is None or record.state != "delivered":
+                    pipe.unwatch()
+                    return False
+                record.state, record.last_error = "dead", error
+                pipe.multi()
+                pipe.set(key, record.to_json(), keepttl=True)
+                pipe.zadd(bucket.outbox_dead, {member: now_ms()})
                 pipe.execute()
                 return True
             except WatchError:

@@ -13,11 +13,12 @@ from redis import Redis
 
 from worker import settings as _settings
 from worker.chain.context import Deps
-from worker.chain.outbox_records import Deliverer
+from worker.chain.outbox_records import Deliverer, record_id
 from worker.chain.registry import Policy
 from worker.intake.emitter import AdmissionHook, Emitter
 from worker.keys.layout import EngineKeys
 from worker.ops.erasure import UserEraser
+from worker.outbox.dead import fail_delivered
 from worker.settings import PluginSettings, Settings
 from worker.store.receipts import ReceiptStore
 
@@ -45,6 +46,14 @@ class PluginRuntime:
         """The plugin's validated settings."""
         return _settings.plugin_settings(model, self.settings)
 
+    def fail_record(self, tenant: str, scope_key: str, kind: str, key: str, error: str) -> bool:
+        """Settle the outbox record a handler of ``tenant`` staged with ``ctx.outbox(kind, …, key=key)`` in
+        ``scope_key`` ``dead`` after its delivery: the work its deliverer handed on (a plugin task) failed for good.
+        ``GET /v1/outbox/dead`` lists it with ``error`` and ``POST /v1/outbox/redrive`` delivers it again. True when
+        it was ``delivered`` and is dead now; False when it is gone (retention, erasure), pending or dead already."""
+        keys = self.keys.for_tenant(tenant)
+        return fail_delivered(self.redis, keys, scope_key, record_id(kind, key), error)
+
     def receipts(self, tenant: str) -> ReceiptStore:
         """``tenant``'s receipts (append-once by id, indexed by user, agent and topic)."""
         return ReceiptStore(self.redis, self.keys.for_tenant(tenant), ttl_s=self.settings.receipt_retention_s)
@@ -52,10 +61,23 @@ class PluginRuntime:
 
 @dataclass(frozen=True, slots=True)
 class PluginTask:
-    """A Celery task owned by a plugin: ``run(runtime, payload)``; delivered at least once (acks late)."""
+    """A Celery task owned by a plugin: ``run(runtime, payload)``; delivered at least once (acks late).
+
+    A run that raises is tried again after a full-jitter backoff (``AGENT_SIGNAL_RETRY_BASE_MS`` /
+    ``AGENT_SIGNAL_RETRY_CAP_MS``, as an event's retries), ``max_attempts`` runs in all (None:
+    ``AGENT_SIGNAL_MAX_ATTEMPTS``); one that raises PermanentFailure is not tried again. After the last,
+    ``dead(runtime, payload, error)`` puts the work where it is listed and redriven (the agent run:
+    :meth:`PluginRuntime.fail_record` settles the outbox record that asked for it ``dead``); without it, or when
+    it raises, the failure is logged and the message acked (worker/runtime/tasks.py)."""
 
     name: str
     run: Callable[[PluginRuntime, dict[str, Any]], None]
+    max_attempts: int | None = None
+    dead: Callable[[PluginRuntime, dict[str, Any], str], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ValueError(f"plugin task {self.name}: max_attempts must be at least 1")
 
 
 PoliciesSpec = Sequence[Policy] | Callable[[PluginRuntime], Sequence[Policy]]

@@ -18,13 +18,15 @@ from celery.exceptions import SoftTimeLimitExceeded, TaskPredicate
 from redis.exceptions import RedisError
 
 from worker.core.clock import now_ms
+from worker.core.errors import PermanentFailure
+from worker.core.retry import backoff_ms
 from worker.core.tenancy import DEFAULT_TENANT, BadTenant, split_scope_ref
 from worker.drain.lease import Acquired, ChainedPop, Popped
 from worker.drain.pipeline import DrainOutcome, Pipeline
 from worker.runtime import state as _state
 from worker.runtime.drain_message import MessageGrant, message_grant
 from worker.runtime.fair import DRAIN_NEXT_TASK, DRAIN_TASK, FairQueue
-from worker.runtime.plugin_model import Plugin, PluginTask
+from worker.runtime.plugin_model import Plugin, PluginRuntime, PluginTask
 from worker.settings import Settings, scripts_build_scope_keys
 from worker.store.safety import note_store_failure
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS, describe_error
@@ -59,7 +61,12 @@ def publish_task(app: Any, name: str, payload: dict[str, Any], *, queue: str) ->
 
 class TaskFailed(Exception):
     """A task's own exception, told to Celery without its message (its message may quote the task's payload:
-    worker/telemetry/log_privacy.py); the exception itself is logged first, frames and type only."""
+    worker/telemetry/log_privacy.py); the exception itself is logged first, frames and type only. ``permanent``:
+    it was a PermanentFailure, which no other attempt changes."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 def _quietly(name: str, call: Callable[[], object]) -> None:
@@ -70,23 +77,63 @@ def _quietly(name: str, call: Callable[[], object]) -> None:
         raise
     except Exception as exc:
         log.error("task %s failed: %s", name, describe_error(exc), exc_info=exc)
-        raise TaskFailed(f"{name} failed: {describe_error(exc)}") from None
+        permanent = isinstance(exc, PermanentFailure)
+        raise TaskFailed(f"{name} failed: {describe_error(exc)}", permanent=permanent) from None
 
 
 def _register_plugin_task(app: Any, task: PluginTask) -> None:
-    def run(payload: dict[str, Any]) -> None:
+    """``task`` as a Celery task of its name: tried again with backoff, then handed to its dead hook (PluginTask)."""
+
+    def run(self: Any, payload: dict[str, Any]) -> None:
         if not isinstance(payload, dict):
             log.error("task %s called without a JSON object (%s)", task.name, type(payload).__name__)
             return
         process = _state.get()
         pipeline, runtime = process.pipeline, process.runtime
-        # At least once anyway: a run that met a full store runs again after a pause (worker/store/full.py).
-        _quietly(task.name, lambda: pipeline.ctx.full_wait("task").call(lambda: task.run(runtime, payload)))
+        try:
+            # At least once anyway: a run that met a full store runs again after a pause (worker/store/full.py).
+            _quietly(
+                task.name, lambda: pipeline.ctx.full_wait("task").call(lambda: task.run(runtime, payload))
+            )
+        except TaskFailed as failed:
+            settings = runtime.settings
+            attempt = int(self.request.retries or 0) + 1
+            if not failed.permanent and attempt < (task.max_attempts or settings.max_attempts):
+                delay_ms = backoff_ms(attempt, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms)
+                # a message of its own, due after the backoff (this one is acked); its arguments hidden as publish_task's
+                raise self.retry(exc=failed, countdown=delay_ms / 1000, **HIDDEN_TASK_ARGS) from None
+            _bury(task, runtime, payload, failed, attempt)
+            raise
 
     run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
-    app.task(name=task.name, shared=False, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(
-        run
-    )
+    app.task(
+        name=task.name,
+        bind=True,
+        shared=False,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+        max_retries=None,  # the attempts are counted here, against the PluginTask's
+    )(run)
+
+
+def _bury(
+    task: PluginTask, runtime: PluginRuntime, payload: dict[str, Any], failed: TaskFailed, tried: int
+) -> None:
+    """The last attempt of ``task`` failed: its dead hook lists the work; without one, or when it fails, a log line."""
+    error = f"{failed} (after {tried} attempt{'' if tried == 1 else 's'})"
+    if task.dead is None:
+        log.error("task %s failed for good, after %d attempt(s); it names no dead list", task.name, tried)
+        return
+    try:
+        task.dead(runtime, payload, error)
+    except Exception as exc:
+        log.error(
+            "task %s failed for good; its dead hook failed too: %s",
+            task.name,
+            describe_error(exc),
+            exc_info=exc,
+        )
 
 
 def _node(task: Any) -> str:

@@ -133,8 +133,9 @@ def _failing_tasks(settings: Settings, redis_client: Redis, keys: BucketKeys) ->
     app = create_app(settings)
     publish_task(app, EXPLODE_TASK, {"text": f"{MARK} from the engine"}, queue=settings.queue_name)
     app.send_task(EXPLODE_TASK, args=[{"text": f"{MARK} from outside"}], queue=settings.queue_name)
+    # each is tried max_attempts times, then its dead hook lists it (the retries' log lines are checked too)
     wait_for(
-        lambda: redis_client.get(f"{keys.home_prefix}test:exploded") == "2", what="both failing tasks to run"
+        lambda: redis_client.llen(f"{keys.home_prefix}test:task-dead") == 2, what="both failing tasks to die"
     )
 
 

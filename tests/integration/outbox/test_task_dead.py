@@ -1,0 +1,112 @@
+"""Plugin tasks that keep failing end in a dead list, on a real worker (worker/runtime/tasks.py, PluginTask).
+
+Before, a plugin task that raised was logged and acked: the reference agent's run of a memory request that failed
+once was lost, its outbox record reading ``delivered`` and no receipt ever coming. Now a task is tried again with
+backoff, ``max_attempts`` runs in all (one when it raises PermanentFailure), and then handed to its dead hook; the
+agent run's hook settles the outbox record that asked for it ``dead`` (``GET /v1/outbox/dead``), and a redrive
+hands the run over again."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from policies.self_iteration.keys import SelfIterationKeys
+from producers.http.app import create_web_app
+from tests.conftest import wait_for
+from tests.support.policies import EXPLODE_TASK, REFUSE_TASK
+from worker.keys.layout import BucketKeys, Keys
+from worker.runtime.app import create_app
+from worker.runtime.tasks import publish_task
+from worker.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+TRIES = 3  # AGENT_SIGNAL_MAX_ATTEMPTS of these tests (tests/conftest.py FAST)
+SCOPE = "topic:tpc_dead"
+
+
+@pytest.fixture
+def settings(make_settings: Any) -> Settings:
+    return make_settings(max_attempts=TRIES)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def client(settings: Settings, start_worker: Any) -> Iterator[TestClient]:
+    start_worker(settings)
+    with TestClient(create_web_app(settings)) as http:
+        yield http
+
+
+def _preference(source_id: str) -> dict[str, Any]:
+    """A memory request of u1 in SCOPE (its run writes a memory, and its completion a receipt)."""
+    return {
+        "sourceType": "agent.user.message",
+        "sourceId": source_id,
+        "userId": "u1",
+        "agentId": "agt_1",
+        "payload": {
+            "agentId": "agt_1",
+            "topicId": "tpc_dead",
+            "messageId": source_id,
+            "message": "Going forward, I prefer tables.",
+        },
+    }
+
+
+def _dead(client: TestClient) -> list[dict[str, Any]]:
+    return list(client.get("/v1/outbox/dead").json()["records"])
+
+
+def _receipts(client: TestClient) -> list[dict[str, Any]]:
+    owner = {"userId": "u1", "agentId": "agt_1", "topicId": "tpc_dead"}
+    return list(client.get("/v1/receipts", params=owner).json()["receipts"])
+
+
+def test_a_run_that_fails_every_attempt_is_listed_dead_and_redriven(
+    client: TestClient, redis_client: Redis, tenant_keys: Keys
+) -> None:
+    """The user's memories key holds a value of another type, so every memory write of the run is refused: the run
+    is tried TRIES times, and its outbox record, ``delivered`` when the task was published, is listed dead with the
+    run's error (type only: it may quote data). Once the key is repaired, a redrive runs it and its receipt comes."""
+    memories = SelfIterationKeys(tenant_keys).memories("u1")
+    redis_client.set(memories, "not a hash")
+    sent = client.post("/v1/events", json=_preference("msg_dead"))
+    assert sent.status_code == 202, sent.text
+
+    (record,) = wait_for(lambda: _dead(client), what="the failed run's record in the outbox's dead list")
+    assert (record["kind"], record["scopeKey"], record["state"]) == ("agent-run", SCOPE, "dead")
+    assert record["lastError"] == f"agent_signal.agent_run failed: ResponseError (after {TRIES} attempts)"
+    assert _receipts(client) == []
+
+    redis_client.delete(memories)
+    named = {"scopeKey": record["scopeKey"], "recordId": record["recordId"]}
+    redriven = client.post("/v1/outbox/redrive", json={"records": [named]})
+    assert redriven.json() == {"redriven": [named], "notDead": []}, redriven.text
+
+    (receipt,) = wait_for(lambda: _receipts(client), what="the redriven run's receipt")
+    assert receipt["id"].startswith("msg_dead:memory:msg_dead:writeMemory")
+    assert _dead(client) == [] and redis_client.hlen(memories) == 1
+
+
+def test_a_failing_task_is_tried_max_attempts_times_and_a_refused_one_once(
+    settings: Settings, start_worker: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """``test.explode`` raises every time: TRIES runs, then its dead hook. ``test.refuse`` raises PermanentFailure:
+    one run, then its dead hook (no attempt would change it)."""
+    start_worker(settings)
+    app = create_app(settings)
+    publish_task(app, EXPLODE_TASK, {"task": "explode", "text": "x"}, queue=settings.queue_name)
+    publish_task(app, REFUSE_TASK, {"task": "refuse", "text": "r"}, queue=settings.queue_name)
+    dead_list = f"{keys.home_prefix}test:task-dead"
+    wait_for(lambda: redis_client.llen(dead_list) == 2, what="both tasks' dead hooks")
+    died = {entry["task"]: entry for entry in map(json.loads, redis_client.lrange(dead_list, 0, -1))}
+    assert died["explode"]["error"] == f"{EXPLODE_TASK} failed: RuntimeError (after {TRIES} attempts)"
+    assert died["refuse"]["error"] == f"{REFUSE_TASK} failed: PermanentFailure (after 1 attempt)"
+    assert redis_client.get(f"{keys.home_prefix}test:exploded") == str(TRIES)
+    assert redis_client.get(f"{keys.home_prefix}test:refused") == "1"
