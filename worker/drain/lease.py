@@ -38,7 +38,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.core.clock import now_ms as clock_ms
 from worker.core.tenancy import BadTenant, split_scope_ref
 from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, EngineKeys, Keys
 from worker.store.calls import (
@@ -311,9 +310,10 @@ class ScopeLease:
             if grant is None or self._current is grant:
                 self._current = None
 
-    def hand_off(self, grant: LeaseGrant, *, marker_px: int = 0) -> bool:
+    def hand_off(self, grant: LeaseGrant, *, marker_px: int = 0, ttl_ms: int = 0) -> bool:
         """Token-checked release that keeps the scope scheduled (with ``marker_px``, its drain marker set to
-        expire that far ahead, while the lease was ours); False when another holder owns the lease."""
+        expire that far ahead, while the lease was ours, holding ``ttl_ms``: the schedule TTL the wait is added
+        to); False when another holder owns the lease."""
         k, scope = grant.keys, grant.scope_key
-        call = HandOff(k.lease(scope), k.scheduled(scope), grant.token, marker_px, clock_ms())
+        call = HandOff(k.lease(scope), k.scheduled(scope), grant.token, marker_px, ttl_ms)
         return ReleaseCode(int(self.scripts.run(call))) is ReleaseCode.RELEASED

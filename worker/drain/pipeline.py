@@ -325,7 +325,7 @@ class Pipeline:
         one more drain per sweep for a scope that only waits."""
         wait_ms = min(wait_ms, self.settings.retry_cap_ms)
         marker_px = self.store.schedule_ttl_ms + wait_ms if wait_ms > 0 else 0
-        if not self.lease.hand_off(grant, marker_px=marker_px):
+        if not self.lease.hand_off(grant, marker_px=marker_px, ttl_ms=self.store.schedule_ttl_ms):
             return DrainOutcome(processed, "lost")
         return DrainOutcome(processed, "again", delay_s=wait_ms / 1000)
 

@@ -83,7 +83,6 @@ def resume_scope(store: EventStore, tenant: Keys, scope_key: str, publish: Any) 
             sched=k.scheduled(scope_key),
             scope_key=scope_key,
             scope_ref=k.scope_ref(scope_key),
-            now_ms=now_ms(),
             sched_ttl_ms=store.schedule_ttl_ms,
         )
     )
@@ -161,17 +160,20 @@ def _scope_rows(store: EventStore, k: Keys) -> list[dict[str, Any]]:
     for scope in scopes:
         pipe.llen(k.inbox(scope))
         pipe.get(k.lease(scope))
-        pipe.pttl(k.scheduled(scope))  # its age on Redis's clock (every writer sets it PX schedule_ttl_ms)
+        pipe.pttl(
+            k.scheduled(scope)
+        )  # its age on Redis's clock: its value (the TTL it was set with) less this
+        pipe.get(k.scheduled(scope))
         pipe.lindex(k.inbox(scope), 0)
     replies = pipe.execute()
-    rows = [(scope, *replies[i * 4 : i * 4 + 4]) for i, scope in enumerate(scopes)]
+    rows = [(scope, *replies[i * 5 : i * 5 + 5]) for i, scope in enumerate(scopes)]
     heads = _heads(store, k, [(scope, str(head)) for scope, *_, head in rows if head is not None])
     now, ttl_ms = now_ms(), int(store.settings.lease_ttl_s * 1000)
     out: list[dict[str, Any]] = []
-    for scope, depth, holder, sched_ttl_ms, head in rows:
+    for scope, depth, holder, sched_ttl_ms, marker, head in rows:
         enqueued_at, not_before = heads.get(str(head), (None, 0)) if head is not None else (None, 0)
         # the marker's age by its PTTL, not by the time in it (the writer's clock: a web replica's may run ahead)
-        age_ms = store.marker_age_ms(int(sched_ttl_ms))
+        age_ms = store.marker_age_ms(int(sched_ttl_ms), marker)
         stale = age_ms is None or (age_ms > ttl_ms and not_before <= now)
         found: ScopeState
         if scope in paused:

@@ -7,17 +7,17 @@ the only drain message; a broker that lost a message. Every worker process's mai
 ``reconcile_interval_s`` and one of them wins the interval's lock. A duplicate drain is harmless: it finds
 the lease held or the inbox empty.
 
-A marker's age is read from its remaining PTTL (every writer sets it with ``PX`` of
-:attr:`EventStore.schedule_ttl_ms`), so it is measured by the Redis server's clock alone: the time in its
-value comes from whichever process wrote it (a web replica whose clock runs ahead dates it in the future),
-and comparing that with ours would delay the repair of a lost drain by the skew.
+A marker's age is its value less its remaining PTTL (every writer sets it with ``PX`` of its
+:attr:`EventStore.schedule_ttl_ms` and writes that TTL as its value), so it is measured by the Redis server's
+clock alone, whichever process wrote it: a time in it would come from the writer's clock (a web replica whose
+clock runs ahead would date it in the future), and our own TTL in place of the writer's would misread a marker
+of a door with a longer visibility timeout as young for the difference, each delaying the repair of a lost drain.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from worker.core.clock import now_ms
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BadTenant, Keys, split_scope_ref
 from worker.store.events import EventStore
@@ -35,7 +35,6 @@ def reconcile(
     FairQueue.publish_stranded); returns their scope refs."""
     client = store.client
     published: list[str] = []
-    now = now_ms()
     scopes: list[tuple[str, Keys, str]] = []
     for ref in store.active_scope_refs():
         try:
@@ -52,13 +51,14 @@ def reconcile(
             pipe.llen(keys.inbox(scope_key))
             pipe.exists(keys.lease(scope_key))
             pipe.pttl(keys.scheduled(scope_key))
+            pipe.get(keys.scheduled(scope_key))
         replies = pipe.execute()
         stranded = []
         for i, (ref, keys, scope_key) in enumerate(chunk):
-            depth, leased, marker_ttl_ms = replies[3 * i : 3 * i + 3]
+            depth, leased, marker_pttl_ms, marker = replies[4 * i : 4 * i + 4]
             if depth == 0 or leased:
                 continue
-            age_ms = store.marker_age_ms(int(marker_ttl_ms))
+            age_ms = store.marker_age_ms(int(marker_pttl_ms), marker)
             if age_ms is not None and age_ms < stale_after_ms:  # a drain was scheduled this recently
                 continue
             stranded.append((ref, keys, scope_key))
@@ -66,7 +66,7 @@ def reconcile(
             continue
         pipe = client.pipeline(transaction=False)
         for _, keys, scope_key in stranded:
-            pipe.set(keys.scheduled(scope_key), now, px=store.schedule_ttl_ms)
+            pipe.set(keys.scheduled(scope_key), store.schedule_ttl_ms, px=store.schedule_ttl_ms)
         pipe.execute()
         refs = [ref for ref, _, _ in stranded]
         publish(refs)

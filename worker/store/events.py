@@ -87,6 +87,18 @@ def _str(value: Any) -> str:
     return to_str(value)
 
 
+# A drain marker's value at most this is the TTL its writer set (ms: three years); above, a time in ms (before).
+MARKER_TTL_MAX_MS = 10**11
+
+
+def marker_ttl_ms(value: object, default_ms: int) -> int:
+    """The full TTL a drain marker was set with: its value (every writer writes its schedule TTL), or
+    ``default_ms`` for a value that is none (a marker of before held its writer's time)."""
+    text = to_str(value) if isinstance(value, str | bytes) else ""
+    ttl_ms = int(text) if text.isdigit() else 0
+    return ttl_ms if 0 < ttl_ms <= MARKER_TTL_MAX_MS else default_ms
+
+
 class EventStore(StoreReads):
     """Redis-backed events, inboxes and dead letters of every tenant under one key prefix: one per process. The
     tenant is a value each call carries (its key builder, or its events' ``tenant``); ``keys`` is the layout
@@ -110,12 +122,17 @@ class EventStore(StoreReads):
         # A scheduled-drain marker outlives any queued drain message, so a lost publish self-heals.
         return int(self.settings.visibility_timeout_s * 1000)
 
-    def marker_age_ms(self, marker_pttl_ms: int) -> int | None:
-        """How long ago a scope's drain marker was set, from its PTTL (every writer sets it ``PX``
-        :attr:`schedule_ttl_ms`, a hand-off for a wait that plus the wait): Redis's clock alone, not the writer's,
-        whose time is in its value. Negative while a marked wait lasts. None when there is none (-2) or it has no
-        expiry (-1): its age is unknown."""
-        return self.schedule_ttl_ms - marker_pttl_ms if marker_pttl_ms > 0 else None
+    def marker_age_ms(self, marker_pttl_ms: int, marker_value: object = None) -> int | None:
+        """How long ago a scope's drain marker was set, from its PTTL and its value: every writer sets it ``PX``
+        its own :attr:`schedule_ttl_ms` (a hand-off for a wait: that plus the wait) and writes that TTL as its
+        value, so the age is the value less the PTTL, on Redis's clock alone, whatever the writer's visibility
+        timeout (a door configured with a longer one than this worker's wrote markers that read as young for the
+        difference, and a lost drain waited that long for its repair). Negative while a marked wait lasts. A value
+        that is no TTL (a marker of before, which held the writer's time) is aged by this process's TTL. None when
+        there is none (-2) or it has no expiry (-1): its age is unknown."""
+        if marker_pttl_ms <= 0:
+            return None
+        return marker_ttl_ms(marker_value, self.schedule_ttl_ms) - marker_pttl_ms
 
     # ---- producers -------------------------------------------------------------------------------
 

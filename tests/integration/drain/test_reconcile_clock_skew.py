@@ -1,6 +1,8 @@
-"""The reconcile sweep ages a scope's scheduled-drain marker by the Redis server's clock (its remaining PTTL), not
-by the time in its value: a marker written by a web replica whose clock runs 10 minutes ahead does not delay the
-repair of a lost drain. A marker's age is set through its PTTL, so no test sleeps or reads the wall clock."""
+"""The reconcile sweep ages a scope's scheduled-drain marker by the Redis server's clock (the TTL it was set with,
+its value, less its remaining PTTL), not by a time the writer read: a marker written by a web replica whose clock
+runs 10 minutes ahead does not delay the repair of a lost drain, nor does one written by a door whose visibility
+timeout is longer than the workers'. A marker's age is set through its PTTL, so no test sleeps or reads the wall
+clock."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from worker.keys.layout import BucketKeys
 from worker.ops.scope_control import list_scopes
 from worker.runtime.reconcile import reconcile
 from worker.settings import Settings
+from worker.store.events import marker_ttl_ms
 
 pytestmark = pytest.mark.integration
 
@@ -72,9 +75,8 @@ def test_a_marker_dated_in_the_future_does_not_delay_the_repair(
 ) -> None:
     """A marker written 10 minutes ahead that has been there past stale_after gets its scope a drain now."""
     marker = _enqueue(producer, keys, skew_ms=SKEW_MS)
-    assert (
-        int(redis_client.get(marker) or 0) > now_ms()
-    )  # the value is in the future, as the replica wrote it
+    # its value is the TTL it was set with, not the replica's time (a marker of before held that: aged by PTTL too)
+    assert redis_client.get(marker) == str(producer.store.schedule_ttl_ms)
     _age(redis_client, marker, producer, STALE_AFTER_MS + 1)
     assert _sweep(producer) == [f"default/{SCOPE}"]
 
@@ -112,3 +114,41 @@ def test_the_scope_listing_ages_the_marker_the_same_way(
     assert [s["state"] for s in list_scopes(producer.store, producer.keys)] == ["waiting"]
     _age(redis_client, marker, producer, lease_ms + 1)
     assert [s["state"] for s in list_scopes(producer.store, producer.keys)] == ["stuck"]
+
+
+def test_a_marker_of_a_door_with_a_longer_visibility_timeout_is_aged_by_its_own_ttl(
+    producer: Producer, make_settings: SettingsFactory, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A door whose visibility timeout is twice the workers' sets its markers ``PX`` twice as long. Aged by the
+    worker's TTL, such a marker read as scheduled in the future for the difference (an hour with the defaults), and
+    a lost drain waited that long for its repair; aged by the TTL it holds, it is repaired after stale_after. The
+    scope listing reads it the same way."""
+    longer_s = 2 * producer.settings.visibility_timeout_s
+    door = Producer(make_settings(fair_share=False, push_drain_messages=False, visibility_timeout_s=longer_s))
+    try:
+        marker = _enqueue(door, keys, skew_ms=0)
+        assert redis_client.get(marker) == str(door.store.schedule_ttl_ms)
+        _age(redis_client, marker, door, STALE_AFTER_MS // 2)
+        assert _sweep(producer) == []
+        _age(redis_client, marker, door, int(producer.settings.lease_ttl_s * 1000) + 1)
+        assert [s["state"] for s in list_scopes(producer.store, producer.keys)] == ["stuck"]
+        _age(redis_client, marker, door, STALE_AFTER_MS + 1)
+        assert _sweep(producer) == [f"default/{SCOPE}"]
+    finally:
+        door.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "ttl_ms"),
+    [
+        ("7200000", 7_200_000),
+        ("1764000000000", 3_600_000),
+        ("0", 3_600_000),
+        ("x", 3_600_000),
+        (None, 3_600_000),
+    ],
+    ids=["a TTL", "a time of before", "zero", "not a number", "none"],
+)
+def test_the_ttl_a_marker_was_set_with(value: str | None, ttl_ms: int) -> None:
+    """Its value when that is a TTL; this process's TTL for a marker of before (the writer's time) or no number."""
+    assert marker_ttl_ms(value, 3_600_000) == ttl_ms

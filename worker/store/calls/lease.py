@@ -63,7 +63,7 @@ class HandOff(ScriptCall):
     sched: str = key()
     token: str = arg()
     marker_px: int = arg()
-    now_ms: int = arg()
+    ttl_ms: int = arg()  # the marker's value: the writer's schedule TTL, the wait not counted
 
 
 @dataclass(frozen=True, slots=True)

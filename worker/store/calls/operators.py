@@ -92,7 +92,6 @@ class Resume(ScriptCall):
     sched: str = key()
     scope_key: str = arg()
     scope_ref: str = arg()
-    now_ms: int = arg()
     sched_ttl_ms: int = arg()
 
 

@@ -34,5 +34,5 @@ redis.call('HINCRBY', stats, 'redriven', 1)
 redis.call('HINCRBY', stats, 'queued', 1)
 if redis.call('HEXISTS', paused, scope_key) == 1 then return {1, 0} end
 redis.call('SADD', scopes, scope_ref)
-if redis.call('SET', sched, now_ms, 'NX', 'PX', sched_ttl_ms) then return {1, 1} end
+if redis.call('SET', sched, sched_ttl_ms, 'NX', 'PX', sched_ttl_ms) then return {1, 1} end
 return {1, 0}

@@ -127,7 +127,7 @@ local function admit(e, at)
     return {1, 0}
   end
   redis.call('SADD', at.scopes, e.scope_ref)
-  local scheduled = redis.call('SET', e.sched, at.now, 'NX', 'PX', at.sched_ttl)
+  local scheduled = redis.call('SET', e.sched, at.sched_ttl, 'NX', 'PX', at.sched_ttl)
   if batch then batch.sched[e.sched] = true end
   if scheduled then return {1, 1} end
   return {1, 0}
