@@ -260,6 +260,7 @@ def run_pid() -> Iterator[int]:
     assert proc.stdin is not None
     proc.stdin.close()
     proc.wait(timeout=10)
+    proc.stdout.close()
 
 
 @pytest.fixture

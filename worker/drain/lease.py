@@ -314,6 +314,8 @@ class ScopeLease:
         """Token-checked release that keeps the scope scheduled (with ``marker_px``, its drain marker set to
         expire that far ahead, while the lease was ours, holding ``ttl_ms``: the schedule TTL the wait is added
         to); False when another holder owns the lease."""
+        if marker_px and ttl_ms <= 0:
+            raise ValueError("a hand-off's drain marker needs the schedule TTL it holds (ttl_ms)")
         k, scope = grant.keys, grant.scope_key
         call = HandOff(k.lease(scope), k.scheduled(scope), grant.token, marker_px, ttl_ms)
         return ReleaseCode(int(self.scripts.run(call))) is ReleaseCode.RELEASED

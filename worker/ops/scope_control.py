@@ -160,9 +160,8 @@ def _scope_rows(store: EventStore, k: Keys) -> list[dict[str, Any]]:
     for scope in scopes:
         pipe.llen(k.inbox(scope))
         pipe.get(k.lease(scope))
-        pipe.pttl(
-            k.scheduled(scope)
-        )  # its age on Redis's clock: its value (the TTL it was set with) less this
+        # the marker's age on Redis's clock: its value (the TTL it was set with) less its PTTL
+        pipe.pttl(k.scheduled(scope))
         pipe.get(k.scheduled(scope))
         pipe.lindex(k.inbox(scope), 0)
     replies = pipe.execute()

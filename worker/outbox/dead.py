@@ -13,8 +13,9 @@ scored in µs as the journal is: they run after every record journaled before),
 under WATCH of the record, so a record erased or redriven meanwhile is answered ``notDead`` and nothing is written.
 
 A record can also die after its delivery: its deliverer handed the work on (a plugin task, the agent run), and that
-work failed every attempt. :func:`fail_delivered` settles such a ``delivered`` record ``dead`` with the work's error
-and lists it, so the failure is listed, redriven and erased as a failed delivery is.
+work failed every attempt. :func:`fail_delivered` settles such a record ``dead`` with the work's error (``delivered``,
+or still claimed by the relay that handed it on) and lists it, so the failure is listed, redriven and erased as a
+failed delivery is.
 """
 
 from __future__ import annotations
@@ -161,25 +162,33 @@ def _redrive_one(store: EventStore, tenant: Keys, scope_key: str, record_id: str
 
 
 def fail_delivered(client: Redis, tenant: Keys, scope_key: str, record_id: str, error: str) -> bool:
-    """Settle the tenant's ``delivered`` record ``record_id`` (of ``scope_key``) ``dead`` with ``error`` as its last
-    error, and list it in its bucket's dead index, under WATCH of the record: True when it was delivered and is dead
-    now; False when it is gone (expired, erased), or pending or dead already (a redrive or another failure came
-    first), and nothing is written."""
+    """Settle the tenant's record ``record_id`` (of ``scope_key``) ``dead`` with ``error`` as its last error after
+    its delivery, and list it in its bucket's dead index, under WATCH of the record: True when it
+    is dead now. A ``delivered`` record, or a ``pending`` one a relay holds a claim on (its due time ahead: the
+    deliverer handed the work on, and the relay has not yet written ``delivered``; it leaves the due set, so that
+    relay's settle writes nothing). False, writing nothing, when it is gone (expired, erased), dead already, or
+    pending unclaimed (a retry or a redrive will deliver it again)."""
     bucket = tenant.for_scope(scope_key)
     key = tenant.outbox_record(scope_key, record_id)
     member = f"{tenant.scope_ref(scope_key)}{SEPARATOR}{record_id}"
     for _ in range(REDRIVE_TRIES):
         with client.pipeline(transaction=True) as pipe:
             try:
+                # the record alone: a claim or settle writes it too, and the due set is every delivery's hot key
                 pipe.watch(key)  # type: ignore[no-untyped-call]
                 raw = pipe.get(key)
                 record = None if raw is None else OutboxRecord.from_json(raw)
-                if record is None or record.state != "delivered":
+                due = pipe.zscore(bucket.outbox_due, member)
+                claimed = (
+                    record is not None and record.state == "pending" and due is not None and due > now_ms()
+                )
+                if record is None or not (record.state == "delivered" or claimed):
                     pipe.unwatch()
                     return False
                 record.state, record.last_error = "dead", error
                 pipe.multi()
                 pipe.set(key, record.to_json(), keepttl=True)
+                pipe.zrem(bucket.outbox_due, member)
                 pipe.zadd(bucket.outbox_dead, {member: now_ms()})
                 pipe.execute()
                 return True

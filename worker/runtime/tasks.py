@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from celery.exceptions import SoftTimeLimitExceeded, TaskPredicate
+from celery.exceptions import Reject, SoftTimeLimitExceeded, TaskPredicate
 from redis.exceptions import RedisError
 
 from worker.core.clock import now_ms
@@ -82,7 +82,13 @@ def _quietly(name: str, call: Callable[[], object]) -> None:
 
 
 def _register_plugin_task(app: Any, task: PluginTask) -> None:
-    """``task`` as a Celery task of its name: tried again with backoff, then handed to its dead hook (PluginTask)."""
+    """``task`` as a Celery task of its name: tried again with backoff, then handed to its dead hook (PluginTask).
+
+    An attempt fails on an exception or the soft time limit. A retry is a message of its own, due after the
+    backoff (this one is acked), its arguments hidden as :func:`publish_task`'s; one that cannot be sent (Celery
+    would reject this message, and it would be gone) buries the work now. Not counted: a child killed mid-run
+    (the hard time limit, a crash) has its message delivered again as the same attempt
+    (``reject_on_worker_lost``)."""
 
     def run(self: Any, payload: dict[str, Any]) -> None:
         if not isinstance(payload, dict):
@@ -90,20 +96,30 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
             return
         process = _state.get()
         pipeline, runtime = process.pipeline, process.runtime
-        try:
-            # At least once anyway: a run that met a full store runs again after a pause (worker/store/full.py).
-            _quietly(
-                task.name, lambda: pipeline.ctx.full_wait("task").call(lambda: task.run(runtime, payload))
-            )
-        except TaskFailed as failed:
-            settings = runtime.settings
-            attempt = int(self.request.retries or 0) + 1
-            if not failed.permanent and attempt < (task.max_attempts or settings.max_attempts):
-                delay_ms = backoff_ms(attempt, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms)
-                # a message of its own, due after the backoff (this one is acked); its arguments hidden as publish_task's
-                raise self.retry(exc=failed, countdown=delay_ms / 1000, **HIDDEN_TASK_ARGS) from None
-            _bury(task, runtime, payload, failed, attempt)
-            raise
+        settings = runtime.settings
+        attempt = int(self.request.retries or 0) + 1
+        last = attempt >= (task.max_attempts or settings.max_attempts)
+        # At least once anyway: a run that met a full store runs again after a pause (worker/store/full.py).
+        failed = _plugin_attempt(
+            task.name,
+            lambda: pipeline.ctx.full_wait("task").call(lambda: task.run(runtime, payload)),
+            last=last,
+        )
+        if failed is None:
+            return
+        if not (failed.permanent or last):
+            delay_ms = backoff_ms(attempt, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms)
+            try:
+                retry = self.retry(exc=failed, countdown=delay_ms / 1000, throw=False, **HIDDEN_TASK_ARGS)
+            except Reject as refused:
+                log.error(
+                    "task %s: its retry could not be sent: %s", task.name, describe_error(refused.reason)
+                )
+                failed = TaskFailed(f"{failed}; its retry could not be sent", permanent=True)
+            else:
+                raise retry
+        _bury(task, runtime, payload, failed, attempt)
+        raise failed
 
     run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
     app.task(
@@ -115,6 +131,23 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
         ignore_result=True,
         max_retries=None,  # the attempts are counted here, against the PluginTask's
     )(run)
+
+
+def _plugin_attempt(name: str, call: Callable[[], object], *, last: bool) -> TaskFailed | None:
+    """One attempt of a plugin task: None when it ran, else its failure (an exception, or the soft time limit) as
+    :class:`TaskFailed`, logged (frames and type only) as an error when no attempt follows, else as a warning. A
+    PermanentFailure keeps its code, which says what failed and quotes nothing."""
+    try:
+        call()
+    except TaskPredicate:
+        raise
+    except Exception as exc:
+        permanent = isinstance(exc, PermanentFailure)
+        what = describe_error(exc) + (f" {exc.code}" if isinstance(exc, PermanentFailure) else "")
+        level = logging.ERROR if last or permanent else logging.WARNING
+        log.log(level, "task %s failed: %s", name, what, exc_info=exc)
+        return TaskFailed(f"{name} failed: {what}", permanent=permanent)
+    return None
 
 
 def _bury(

@@ -95,7 +95,7 @@ def marker_ttl_ms(value: object, default_ms: int) -> int:
     """The full TTL a drain marker was set with: its value (every writer writes its schedule TTL), or
     ``default_ms`` for a value that is none (a marker of before held its writer's time)."""
     text = to_str(value) if isinstance(value, str | bytes) else ""
-    ttl_ms = int(text) if text.isdigit() else 0
+    ttl_ms = int(text) if text.isascii() and text.isdigit() else 0
     return ttl_ms if 0 < ttl_ms <= MARKER_TTL_MAX_MS else default_ms
 
 

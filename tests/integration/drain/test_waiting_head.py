@@ -104,10 +104,12 @@ def test_a_drain_that_lost_its_lease_sets_no_wait_marker(
     pipeline.lease.stop_renewing(grant)
     marker = producer.keys.scheduled(SCOPE)
     redis_client.delete(grant.keys.lease(SCOPE), marker)
-    assert pipeline.lease.hand_off(grant, marker_px=600_000) is True  # released (it had expired)
+    assert (
+        pipeline.lease.hand_off(grant, marker_px=600_000, ttl_ms=60_000) is True
+    )  # released (it had expired)
     assert not redis_client.exists(marker)
     again, _, _ = pipeline.lease.acquire(producer.keys, SCOPE, now_ms=now_ms())
     assert again is not None
-    assert pipeline.lease.hand_off(again, marker_px=600_000) is True
+    assert pipeline.lease.hand_off(again, marker_px=600_000, ttl_ms=60_000) is True
     assert redis_client.pttl(marker) > producer.store.schedule_ttl_ms  # under its own lease: set
     pipeline.store.client.close()

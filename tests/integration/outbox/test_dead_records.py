@@ -15,8 +15,11 @@ from redis import Redis
 
 from producers.http.app import create_web_app
 from worker.chain.outbox_records import SEPARATOR, OutboxRecord
+from worker.core.clock import now_ms
 from worker.keys.layout import Keys
-from worker.outbox.dead import redrive_dead
+from worker.outbox.dead import fail_delivered, redrive_dead
+from worker.settings import Settings
+from worker.store.calls import OutboxSettle
 from worker.store.events import EventStore
 from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE, journaled
 
@@ -66,3 +69,61 @@ def test_a_cursor_no_page_gave_is_refused(make_settings: Any, cursor: str) -> No
         answer = client.get("/v1/outbox/dead", params={"cursor": cursor})
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"]["field"] == "cursor"
+
+
+def _record(redis_client: Redis, keys: Keys, state: str, due_ms: int | None) -> tuple[str, str]:
+    """An ``agent-run`` record of SCOPE in ``state``, in the due set at ``due_ms`` (None: not there); its key and
+    member."""
+    record = OutboxRecord("agent-run:op1", "agent-run", "op1", {}, SCOPE, "evt_1", 1, state=state, attempts=1)  # type: ignore[arg-type]
+    key = keys.outbox_record(SCOPE, record.id)
+    redis_client.set(key, record.to_json(), ex=3600)
+    member = f"{keys.scope_ref(SCOPE)}{SEPARATOR}{record.id}"
+    if due_ms is not None:
+        redis_client.zadd(keys.for_scope(SCOPE).outbox_due, {member: due_ms})
+    return key, member
+
+
+@pytest.mark.parametrize(
+    ("state", "due_in_ms", "settled"),
+    [
+        ("delivered", None, True),
+        ("pending", 60_000, True),  # claimed: the relay handed the work on and has not written delivered yet
+        ("pending", -1, False),  # waiting for a retry or a redrive's delivery: it will be delivered again
+        ("dead", None, False),
+    ],
+    ids=["delivered", "claimed", "unclaimed", "dead"],
+)
+def test_a_record_whose_work_failed_after_its_delivery(
+    redis_client: Redis, prefix: str, state: str, due_in_ms: int | None, settled: bool
+) -> None:
+    """``fail_delivered``: a delivered record, or one still claimed by the relay that handed its work on (a run that
+    failed at once could come back before the relay wrote ``delivered``, and was lost), is settled dead and listed,
+    and the claim is gone, so that relay's settle writes nothing; any other writes nothing."""
+    keys = Keys(prefix)
+    bucket = keys.for_scope(SCOPE)
+    deadline = None if due_in_ms is None else now_ms() + due_in_ms
+    key, member = _record(redis_client, keys, state, deadline)
+    before = redis_client.get(key)
+
+    assert fail_delivered(redis_client, keys, SCOPE, "agent-run:op1", "the run failed") is settled
+
+    if not settled:
+        assert redis_client.get(key) == before and redis_client.zscore(bucket.outbox_dead, member) is None
+        return
+    record = OutboxRecord.from_json(redis_client.get(key) or "")
+    assert (record.state, record.last_error) == ("dead", "the run failed")
+    assert redis_client.zscore(bucket.outbox_dead, member) is not None
+    assert redis_client.zscore(bucket.outbox_due, member) is None
+    if deadline is not None:  # the relay's settle as delivered, under its claim: refused
+        delivered = OutboxRecord.from_json(before or "")
+        delivered.state = "delivered"
+        call = OutboxSettle(
+            bucket.outbox_due, key, bucket.outbox_dead, member, deadline, delivered.to_json(), "", ""
+        )
+        assert EventStore(redis_client, Settings(key_prefix=prefix)).scripts.run(call) == 0
+        assert OutboxRecord.from_json(redis_client.get(key) or "").state == "dead"
+
+
+def test_a_record_gone_is_not_settled(redis_client: Redis, prefix: str) -> None:
+    """An expired or erased record: nothing to list (the caller logs it)."""
+    assert fail_delivered(redis_client, Keys(prefix), SCOPE, "agent-run:gone", "the run failed") is False

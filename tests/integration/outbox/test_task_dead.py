@@ -103,10 +103,11 @@ def test_a_failing_task_is_tried_max_attempts_times_and_a_refused_one_once(
     app = create_app(settings)
     publish_task(app, EXPLODE_TASK, {"task": "explode", "text": "x"}, queue=settings.queue_name)
     publish_task(app, REFUSE_TASK, {"task": "refuse", "text": "r"}, queue=settings.queue_name)
+    app.close()
     dead_list = f"{keys.home_prefix}test:task-dead"
     wait_for(lambda: redis_client.llen(dead_list) == 2, what="both tasks' dead hooks")
     died = {entry["task"]: entry for entry in map(json.loads, redis_client.lrange(dead_list, 0, -1))}
     assert died["explode"]["error"] == f"{EXPLODE_TASK} failed: RuntimeError (after {TRIES} attempts)"
-    assert died["refuse"]["error"] == f"{REFUSE_TASK} failed: PermanentFailure (after 1 attempt)"
+    assert died["refuse"]["error"] == f"{REFUSE_TASK} failed: PermanentFailure TEST_REFUSED (after 1 attempt)"
     assert redis_client.get(f"{keys.home_prefix}test:exploded") == str(TRIES)
     assert redis_client.get(f"{keys.home_prefix}test:refused") == "1"

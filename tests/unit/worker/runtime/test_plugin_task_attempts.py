@@ -1,0 +1,131 @@
+"""A plugin task's attempts (worker/runtime/tasks.py), its Celery task run in this process with ``retry`` in the
+test's hands: what the retry and the dead hook are given. The whole path, with a real worker and broker, is
+tests/integration/outbox/test_task_dead.py; these are the cases a worker cannot be made to meet on demand: a
+retry whose message cannot be sent (Celery then rejects the message, and it was gone with no dead hook), the soft
+time limit (it was re-raised, acked, and the work lost), and a PermanentFailure's code in the stored error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from billiard.exceptions import SoftTimeLimitExceeded
+from celery import Celery
+from celery.exceptions import Reject, Retry
+
+from worker.core.errors import PermanentFailure
+from worker.runtime import state
+from worker.runtime.plugin_model import Plugin, PluginRuntime, PluginTask
+from worker.runtime.tasks import TaskFailed, register_tasks
+from worker.settings import Settings
+
+NAME = "tests.attempts"
+TRIES = 3
+
+
+class _NoFullStore:
+    def call(self, run: Callable[[], object]) -> object:
+        return run()
+
+
+@pytest.fixture(autouse=True)
+def worker_process() -> Iterator[None]:
+    """The process a task's wrapper reads: a pipeline whose full-store wait just runs, and the settings' attempts."""
+    settings = Settings(max_attempts=TRIES, retry_base_ms=1, retry_cap_ms=2)
+    pipeline: Any = SimpleNamespace(ctx=SimpleNamespace(full_wait=lambda _what: _NoFullStore()))
+    runtime: Any = SimpleNamespace(settings=settings)
+    with state.installed(lambda: state.WorkerProcess(pipeline, None, runtime)):  # type: ignore[arg-type]
+        yield
+
+
+def _task(body: Callable[[], None], buried: list[str]) -> Any:
+    """The Celery task of a PluginTask running ``body``, whose dead hook appends its error to ``buried``."""
+
+    def run(_runtime: PluginRuntime, _payload: dict[str, Any]) -> None:
+        body()
+
+    def dead(_runtime: PluginRuntime, _payload: dict[str, Any], error: str) -> None:
+        buried.append(error)
+
+    app = Celery("attempts", set_as_current=False)
+    register_tasks(app, "q", [Plugin("tests", tasks=[PluginTask(NAME, run, dead=dead)])])
+    return app.tasks[NAME]
+
+
+def _attempt(task: Any, attempt: int) -> None:
+    """Run ``task`` as its ``attempt``-th delivery."""
+    task.push_request(retries=attempt - 1)
+    try:
+        task.run({"text": "x"})
+    finally:
+        task.pop_request()
+
+
+def _fails() -> None:
+    raise RuntimeError("cannot handle x")
+
+
+def test_a_failed_attempt_before_the_last_is_retried_after_a_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    buried: list[str] = []
+    task = _task(_fails, buried)
+    asked: list[dict[str, Any]] = []
+
+    def retry(**options: Any) -> Retry:
+        asked.append(options)
+        return Retry()
+
+    monkeypatch.setattr(task, "retry", retry)
+    with pytest.raises(Retry):
+        _attempt(task, 1)
+    (options,) = asked
+    assert (
+        0 <= options["countdown"] <= 0.001 and options["argsrepr"] == "(hidden)" and options["throw"] is False
+    )
+    assert buried == []
+
+
+def test_a_retry_that_cannot_be_sent_buries_the_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Celery raises Reject(requeue=False) when the retry's message is refused (a broker at maxmemory): the message
+    is deleted, so the dead hook is called now."""
+    buried: list[str] = []
+    task = _task(_fails, buried)
+
+    def retry(**_options: Any) -> Retry:
+        raise Reject(OSError("OOM command not allowed"), requeue=False)
+
+    monkeypatch.setattr(task, "retry", retry)
+    with pytest.raises(TaskFailed):
+        _attempt(task, 1)
+    assert buried == [f"{NAME} failed: RuntimeError; its retry could not be sent (after 1 attempt)"]
+
+
+def test_the_soft_time_limit_is_a_failed_attempt() -> None:
+    buried: list[str] = []
+
+    def slow() -> None:
+        raise SoftTimeLimitExceeded()
+
+    with pytest.raises(TaskFailed):
+        _attempt(_task(slow, buried), TRIES)
+    assert buried == [f"{NAME} failed: SoftTimeLimitExceeded (after {TRIES} attempts)"]
+
+
+def test_a_permanent_failure_is_not_tried_again_and_keeps_its_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    buried: list[str] = []
+
+    def refused() -> None:
+        raise PermanentFailure("no attempt changes this", code="NO_EMITTER")
+
+    task = _task(refused, buried)
+    monkeypatch.setattr(task, "retry", lambda **_options: pytest.fail("a permanent failure was retried"))
+    with pytest.raises(TaskFailed):
+        _attempt(task, 1)
+    assert buried == [f"{NAME} failed: PermanentFailure NO_EMITTER (after 1 attempt)"]
+
+
+def test_a_run_that_succeeds_is_not_buried() -> None:
+    buried: list[str] = []
+    _attempt(_task(lambda: None, buried), TRIES)
+    assert buried == []
