@@ -16,8 +16,10 @@ the settings involved. Why each one matters:
 * ``task_soft_time_limit_s < task_time_limit_s < visibility_timeout_s``: the Redis transport redelivers any
   message not acked within the visibility timeout, so a task that may still be running then would be
   executed twice (celery docs, Redis caveats).
-* ``retry_cap_ms < visibility_timeout_s``: retries are countdown messages, and a countdown longer than the
-  visibility timeout is restored "again, and again in a loop" (celery#2481). (The reconcile sweep publishes its
+* ``retry_cap_ms`` (in seconds) ``+ task_time_limit_s < visibility_timeout_s``: retries are countdown messages,
+  held unacked by the worker from their delivery through the countdown and the run, so a countdown longer than the
+  visibility timeout is restored "again, and again in a loop" (celery#2481), and one that with its run outlasts
+  it is run twice. (The reconcile sweep publishes its
   drains at once, with no countdown, so its interval is bounded only above 0.)
 * ``lease_renew_interval_s <= lease_ttl_s / 3``: one missed renewal must not lose the lease.
 """
@@ -387,8 +389,11 @@ def check_settings(settings: Settings) -> None:
         problems.append(f"{named(s, 'task_soft_time_limit_s')} must be < {named(s, 'task_time_limit_s')}")
     if not s.task_time_limit_s < s.visibility_timeout_s:
         problems.append(f"{named(s, 'task_time_limit_s')} must be < {named(s, 'visibility_timeout_s')}")
-    if not s.retry_cap_ms / 1000 < s.visibility_timeout_s:
-        problems.append(f"{named(s, 'retry_cap_ms')} must be < {named(s, 'visibility_timeout_s')} in seconds")
+    if not s.retry_cap_ms / 1000 + s.task_time_limit_s < s.visibility_timeout_s:
+        problems.append(
+            f"{named(s, 'retry_cap_ms')} in seconds plus {named(s, 'task_time_limit_s')} must be < "
+            f"{named(s, 'visibility_timeout_s')}"
+        )
     if not s.lease_renew_interval_s <= s.lease_ttl_s / 3:
         problems.append(
             f"{named(s, 'lease_renew_interval_s')} must be <= "

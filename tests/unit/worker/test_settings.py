@@ -39,7 +39,13 @@ def test_defaults_are_consistent() -> None:
         ),
         (
             {"retry_cap_ms": 4_000_000},
-            "AGENT_SIGNAL_RETRY_CAP_MS (4000000) must be < AGENT_SIGNAL_VISIBILITY_TIMEOUT_S",
+            "AGENT_SIGNAL_RETRY_CAP_MS (4000000) in seconds plus AGENT_SIGNAL_TASK_TIME_LIMIT_S (330) must be < "
+            "AGENT_SIGNAL_VISIBILITY_TIMEOUT_S",
+        ),
+        (  # each below the visibility timeout, but a retry's countdown and its run together outlast it
+            {"retry_cap_ms": 3_400_000},
+            "AGENT_SIGNAL_RETRY_CAP_MS (3400000) in seconds plus AGENT_SIGNAL_TASK_TIME_LIMIT_S (330) must be < "
+            "AGENT_SIGNAL_VISIBILITY_TIMEOUT_S (3600)",
         ),
         (
             {"lease_renew_interval_s": 11},
