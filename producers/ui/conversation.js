@@ -220,7 +220,7 @@ async function undo(receipt, state) {
   try {
     const { body } = await api(`/v1/receipts/${encodeURIComponent(receipt.id)}/rollback?${qs({ userId: receipt.userId })}`, { method: "POST", allow: [404] });
     state.undo.set(receipt.id, body.status);
-    if (body.receipt) state.receipts.set(receipt.id, body.receipt);
+    if (body.receipt && state.receipts.has(receipt.id)) state.receipts.set(receipt.id, body.receipt); // not one the cap dropped meanwhile
   } catch {
     state.undo.set(receipt.id, "failed");
   }
@@ -373,7 +373,11 @@ function receiptFeed(owner, state, ui) {
     else ui.live.textContent = `${streamNote || "Connecting"}; polling every ${seconds(pollWait)}.`;
   }
 
-  function keep(receipts) {
+  // Take `receipts` in, and draw the list again when that changed it; with `quiet`, only note that it changed
+  // (`drawn` false): a whole read draws after its first page and at its end, not after each of its 40 pages (it
+  // drew some 41,000 cards to show 2,000).
+  let drawn = true;
+  function keep(receipts, quiet = false) {
     let news = 0;
     let changed = false;
     for (const r of receipts) {
@@ -385,10 +389,11 @@ function receiptFeed(owner, state, ui) {
     }
     if (state.receipts.size > RECEIPTS_KEPT) { // the oldest go, shown or not
       const kept = [...state.receipts.values()].sort((a, b) => b.createdAt - a.createdAt);
-      for (const r of kept.slice(RECEIPTS_KEPT)) state.receipts.delete(r.id);
+      for (const r of kept.slice(RECEIPTS_KEPT)) { state.receipts.delete(r.id); state.undo.delete(r.id); }
       floor = kept[RECEIPTS_KEPT - 1].createdAt;
     }
-    if (changed) state.render();
+    if (changed && quiet) drawn = false;
+    else if (changed || !drawn) { state.render(); drawn = true; }
     return news;
   }
 
@@ -404,16 +409,17 @@ function receiptFeed(owner, state, ui) {
       for (let page = 0; page < RECEIPT_MAX_PAGES; page += 1) {
         const { body } = await api(`/v1/receipts?${qs({ ...owner, limit: RECEIPT_PAGE_SIZE, sinceCreatedAt: since, cursor })}`);
         if (stopped) return 0;
-        news += keep(body.receipts);
+        news += keep(body.receipts, whole && page > 0); // a whole read draws its first page, then all at its end
         read += body.receipts.length;
         cursor = body.cursor;
         if (!cursor) break;
         if (whole) ui.progress.textContent = `Reading receipts… ${read} so far.`; // a catch-up reads quietly
       }
     } catch (err) {
-      if (!stopped) ui.progress.textContent = "";
+      if (!stopped) { ui.progress.textContent = ""; keep([]); } // what the pages read so far is drawn
       throw err;
     }
+    keep([]); // draws what the quiet pages read
     ui.progress.textContent = cursor && whole ? `Showing the newest ${read} receipts (the older ones are not read).` : "";
     complete = true;
     return news;
