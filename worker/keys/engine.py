@@ -83,6 +83,11 @@ class EngineWide:
         """Set by the benchmark's no-op task when it is given a marker (its latency baseline)."""
         return f"{self.prefix}noop:{name}"
 
+    def task_attempts(self, task_id: str) -> str:
+        """The runs of one plugin task message (its id, kept by Celery's retries and by a redelivery after its
+        worker was lost): worker/runtime/tasks.py counts them here."""
+        return f"{self.prefix}task-attempts:{task_id}"
+
     @property
     def reconcile_lock(self) -> str:
         return f"{self.prefix}reconcile-lock"

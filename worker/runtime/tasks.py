@@ -86,9 +86,11 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
 
     An attempt fails on an exception or the soft time limit. A retry is a message of its own, due after the
     backoff (this one is acked), its arguments hidden as :func:`publish_task`'s; one that cannot be sent (Celery
-    would reject this message, and it would be gone) buries the work now. Not counted: a child killed mid-run
-    (the hard time limit, a crash) has its message delivered again as the same attempt
-    (``reject_on_worker_lost``)."""
+    would reject this message, and it would be gone) buries the work now. Runs are counted in Redis by the
+    message's task id (:func:`_count_run`), which Celery's retries keep and so does a redelivery after the child
+    was killed mid-run (the hard time limit, the kernel's OOM killer; ``reject_on_worker_lost``): a run killed
+    every time counted nothing before and was delivered again for ever; now a delivery past the last attempt
+    buries the work without running it."""
 
     def run(self: Any, payload: dict[str, Any]) -> None:
         if not isinstance(payload, dict):
@@ -97,8 +99,14 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
         process = _state.get()
         pipeline, runtime = process.pipeline, process.runtime
         settings = runtime.settings
-        attempt = int(self.request.retries or 0) + 1
-        last = attempt >= (task.max_attempts or settings.max_attempts)
+        attempt = _count_run(pipeline, self.request)
+        most = task.max_attempts or settings.max_attempts
+        if attempt > most:  # the last attempt's child was killed mid-run
+            lost = TaskFailed(f"{task.name} failed: its worker was lost mid-run", permanent=True)
+            log.error("task %s: its worker was lost in its last attempt", task.name)
+            _bury(task, runtime, payload, lost, most)
+            return
+        last = attempt >= most
         # At least once anyway: a run that met a full store runs again after a pause (worker/store/full.py).
         failed = _plugin_attempt(
             task.name,
@@ -131,6 +139,28 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
         ignore_result=True,
         max_retries=None,  # the attempts are counted here, against the PluginTask's
     )(run)
+
+
+TASK_ATTEMPTS_TTL_S = 7 * 24 * 3600  # a message's run count outlives any retry chain (and its redeliveries)
+
+
+def _count_run(pipeline: Pipeline, request: Any) -> int:
+    """This run's number among the runs of its message (1 for the first): counted by its task id in Redis; by
+    Celery's retries when it has no id (called directly) or the store cannot count (one warning line)."""
+    retries = int(getattr(request, "retries", 0) or 0)
+    task_id = getattr(request, "id", None)
+    if not isinstance(task_id, str) or not task_id:
+        return retries + 1
+    key = pipeline.keys.task_attempts(task_id)
+    try:
+        with pipeline.store.client.pipeline(transaction=True) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, TASK_ATTEMPTS_TTL_S)
+            counted = int(pipe.execute()[0])
+    except RedisError as exc:
+        log.warning("a plugin task's run could not be counted: %s", describe_error(exc))
+        return retries + 1
+    return max(counted, retries + 1)
 
 
 def _plugin_attempt(name: str, call: Callable[[], object], *, last: bool) -> TaskFailed | None:

@@ -14,8 +14,10 @@ import pytest
 from billiard.exceptions import SoftTimeLimitExceeded
 from celery import Celery
 from celery.exceptions import Reject, Retry
+from redis import Redis
 
 from worker.core.errors import PermanentFailure
+from worker.keys.layout import EngineKeys
 from worker.runtime import state
 from worker.runtime.plugin_model import Plugin, PluginRuntime, PluginTask
 from worker.runtime.tasks import TaskFailed, register_tasks
@@ -31,10 +33,15 @@ class _NoFullStore:
 
 
 @pytest.fixture(autouse=True)
-def worker_process() -> Iterator[None]:
-    """The process a task's wrapper reads: a pipeline whose full-store wait just runs, and the settings' attempts."""
+def worker_process(redis_client: Redis, prefix: str) -> Iterator[None]:
+    """The process a task's wrapper reads: a pipeline whose full-store wait just runs, whose store counts runs in
+    the test's Redis, and the settings' attempts."""
     settings = Settings(max_attempts=TRIES, retry_base_ms=1, retry_cap_ms=2)
-    pipeline: Any = SimpleNamespace(ctx=SimpleNamespace(full_wait=lambda _what: _NoFullStore()))
+    pipeline: Any = SimpleNamespace(
+        ctx=SimpleNamespace(full_wait=lambda _what: _NoFullStore()),
+        keys=EngineKeys(prefix),
+        store=SimpleNamespace(client=redis_client),
+    )
     runtime: Any = SimpleNamespace(settings=settings)
     with state.installed(lambda: state.WorkerProcess(pipeline, None, runtime)):  # type: ignore[arg-type]
         yield
@@ -54,9 +61,9 @@ def _task(body: Callable[[], None], buried: list[str]) -> Any:
     return app.tasks[NAME]
 
 
-def _attempt(task: Any, attempt: int) -> None:
-    """Run ``task`` as its ``attempt``-th delivery."""
-    task.push_request(retries=attempt - 1)
+def _attempt(task: Any, attempt: int, task_id: str | None = None) -> None:
+    """Run ``task`` as its ``attempt``-th delivery by Celery's count (``task_id``: its message's id)."""
+    task.push_request(retries=attempt - 1, id=task_id)
     try:
         task.run({"text": "x"})
     finally:
@@ -129,3 +136,33 @@ def test_a_run_that_succeeds_is_not_buried() -> None:
     buried: list[str] = []
     _attempt(_task(lambda: None, buried), TRIES)
     assert buried == []
+
+
+def test_runs_are_counted_by_the_message_whatever_celery_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A redelivery after the child was killed mid-run (the hard time limit, the OOM killer) comes with Celery's
+    retry count unchanged: the runs are counted by the message's id, so the third delivery of a message Celery counts
+    as a first attempt is the last one, and is buried instead of retried."""
+    buried: list[str] = []
+    task = _task(_fails, buried)
+    monkeypatch.setattr(task, "retry", lambda **_options: Retry())
+    for _ in range(TRIES - 1):
+        with pytest.raises(Retry):
+            _attempt(task, 1, task_id="msg-1")
+    with pytest.raises(TaskFailed):
+        _attempt(task, 1, task_id="msg-1")
+    assert buried == [f"{NAME} failed: RuntimeError (after {TRIES} attempts)"]
+
+
+def test_a_delivery_past_the_last_attempt_buries_the_work_without_running_it(
+    redis_client: Redis, prefix: str
+) -> None:
+    """The last attempt's child was killed mid-run, and its message comes again: the work is buried, not run (it
+    was delivered again for ever, never counted)."""
+    buried: list[str] = []
+    ran: list[int] = []
+    redis_client.set(
+        EngineKeys(prefix).task_attempts("msg-2"), TRIES
+    )  # TRIES runs began; the last was killed
+    _attempt(_task(lambda: ran.append(1), buried), 1, task_id="msg-2")
+    assert ran == []
+    assert buried == [f"{NAME} failed: its worker was lost mid-run (after {TRIES} attempts)"]
