@@ -4,13 +4,15 @@
   (``AGENT_SIGNAL_HEARTBEAT_FILE``, worker/runtime/heartbeat_file.py); no broker, no Redis. Exit 0 when the beat is
   fresh and, unless ``--liveness``, the beat says ready (the worker has connected to its broker since it started)
   and the worker is not draining; else 1. One line on stderr either way.
-* ``probe web [--timeout-s N]``: ``GET /readyz`` on this pod's own port over loopback. A deployment keeps its
+* ``probe web [--timeout-s N] [--without-broker]``: ``GET /readyz`` on this pod's own port over loopback. A deployment keeps its
   operations routes behind a credential (``AGENT_SIGNAL_OPS_OPEN=never``, the default), so the probe sends a bearer:
   ``AGENT_SIGNAL_TOKEN``, else the bootstrap key of its own environment (an exec probe sees the container's
   environment; an httpGet probe could not read a Secret). Exit 0 on 200, else 1: an error answer worded as every
   verb words one (``HTTP 401 unauthorized: …``), a 503 with the checks that failed, and an answer that has not all
   come within ``--timeout-s`` (the SDK's whole-answer deadline: a /readyz trickling its answer is cut off too)
-  ``no answer from URL within N s``.
+  ``no answer from URL within N s``. ``--without-broker`` (a deployment's readiness probe): a 503 whose checks
+  fail on the broker alone is exit 0, since the door stores events while the broker is away and the reconcile
+  sweep sends their drains once it is back; one broker restart took every web pod out of its Service.
 * ``drain [--timeout-s N]``: the worker's preStop hook. Sets the drain flag (readiness goes false at once),
   then asks this worker's node, named in its heartbeat file, to cancel its consumer of the task queue
   (Celery remote control through the broker), so it takes no new drain while the SIGTERM that follows lets
@@ -71,11 +73,17 @@ def readyz_url(host: str, port: int) -> str:
 
 
 def probe_web(
-    url: str, token: str | None, timeout_s: float, transport: httpx.BaseTransport | None = None
+    url: str,
+    token: str | None,
+    timeout_s: float,
+    transport: httpx.BaseTransport | None = None,
+    *,
+    without_broker: bool = False,
 ) -> tuple[int, str]:
     """(exit code, line) for ``GET url`` with ``token`` as the bearer (the whitespace around it dropped; one
     holding a space or a control character is not sent, and the line says so without quoting it), its whole
-    answer within ``timeout_s``."""
+    answer within ``timeout_s``. ``without_broker``: a 503 whose checks name the broker alone is ready (the door
+    stores events while the broker is away, and the reconcile sweep sends their drains once it is back)."""
     try:
         bearer = bearer_token(token, "AGENT_SIGNAL_TOKEN or the bootstrap key") if token else None
     except CliError as exc:
@@ -96,7 +104,22 @@ def probe_web(
         return 1, f"{url}: not probed: {exc}"
     if response.status_code == 200:
         return 0, f"{url}: ready"
+    if without_broker and _failed_checks(response) == ["broker"]:
+        return 0, f"{url}: ready without the broker ({_not_ready(response)}): events are stored meanwhile"
     return 1, f"{url}: {_not_ready(response)}"
+
+
+def _failed_checks(response: httpx.Response) -> list[str] | None:
+    """The checks a 503 of /readyz names as failed; None when the answer shows none (no credential, or no /readyz
+    answer at all)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    checks = body.get("checks") if isinstance(body, dict) and response.status_code == 503 else None
+    if not isinstance(checks, dict):
+        return None
+    return sorted(str(name) for name, value in checks.items() if str(value).startswith("error"))
 
 
 def _not_ready(response: httpx.Response) -> str:
@@ -181,7 +204,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
         door = door_settings(settings)
         port = tcp_port(door.port)
-        code, line = probe_web(readyz_url(door.host, port), _token(door), args.timeout_s)
+        code, line = probe_web(
+            readyz_url(door.host, port), _token(door), args.timeout_s, without_broker=args.without_broker
+        )
     _say(line)
     return code
 
@@ -218,6 +243,12 @@ def add_probe_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         type=positive_seconds(TIMEOUT_MAX_S),
         default=3.0,
         help=f"seconds to wait for the answer, above 0 and at most {TIMEOUT_MAX_S:g} (default 3)",
+    )
+    web.add_argument(
+        "--without-broker",
+        action="store_true",
+        help="ready when only the broker is unreachable: the door stores events meanwhile (needs the checks: "
+        "AGENT_SIGNAL_TOKEN or the bootstrap key)",
     )
     p.set_defaults(func=cmd_probe)
 

@@ -165,11 +165,12 @@ class TestListingJson:
 class TestProbeWebErrors:
     URL = "http://127.0.0.1:8000/readyz"
 
-    def _probe(self, status: int, body: object) -> tuple[int, str]:
+    def _probe(self, status: int, body: object, *, without_broker: bool = False) -> tuple[int, str]:
         def handler(request: httpx.Request) -> httpx.Response:
             return httpx.Response(status, json=body)
 
-        return probe_web(self.URL, None, 1.0, transport=httpx.MockTransport(handler))
+        transport = httpx.MockTransport(handler)
+        return probe_web(self.URL, None, 1.0, transport=transport, without_broker=without_broker)
 
     def test_an_error_answer_is_worded_as_every_verb_words_it(self) -> None:
         """A 401's ``{"error": {...}}``: ``HTTP 401 unauthorized: message``, not a Python dict (and no hint to
@@ -188,3 +189,25 @@ class TestProbeWebErrors:
             f"{self.URL}: HTTP 503: not ready (redis: error: ConnectionError, broker: ok)",
         )
         assert self._probe(503, {"ready": False}) == (1, f"{self.URL}: HTTP 503: not ready")
+
+    def test_without_the_broker_only_the_broker_may_fail(self) -> None:
+        """``probe web --without-broker`` (the Kubernetes readiness probe): a 503 whose checks fail on the broker
+        alone is ready (the door stores events meanwhile); Redis failing, a store check failing, or no checks to
+        read (no credential) is not."""
+        broker_away = {"ready": False, "checks": {"redis": "ok", "broker": "error: OperationalError"}}
+        assert self._probe(503, broker_away, without_broker=True) == (
+            0,
+            f"{self.URL}: ready without the broker (HTTP 503: not ready (redis: ok, broker: error: "
+            "OperationalError)): events are stored meanwhile",
+        )
+        assert self._probe(503, broker_away)[0] == 1  # the flag is what allows it
+        both = {
+            "ready": False,
+            "checks": {"redis": "error: ConnectionError", "broker": "error: OperationalError"},
+        }
+        evicting = {
+            "ready": False,
+            "checks": {"redis": "ok", "broker": "error: X", "eviction": "error: allkeys-lru"},
+        }
+        for body in (both, evicting, {"ready": False}):
+            assert self._probe(503, body, without_broker=True)[0] == 1, body

@@ -206,7 +206,7 @@ class TestPods:
         """Every ``agent-signal …`` a probe or hook runs parses with the CLI's own parser."""
         commands = [c for obj in objects for c in _exec_commands(obj) if c[0] == "agent-signal"]
         assert ["agent-signal", "drain"] in commands
-        assert ["agent-signal", "probe", "web"] in commands
+        assert ["agent-signal", "probe", "web", "--without-broker"] in commands
         for command in commands:
             build_parser().parse_args(
                 command[1:]
@@ -371,6 +371,16 @@ class TestStores:
         assert len(rabbit) == (overlay == "rabbitmq-broker")
         for statefulset in rabbit:
             assert statefulset["spec"]["volumeClaimTemplates"]
+
+
+    def test_claimed_volumes_change_group_once(self, objects: list[Obj]) -> None:
+        """A StatefulSet with an ``fsGroup`` sets ``fsGroupChangePolicy: OnRootMismatch``: with the default
+        (``Always``) each mount made every file of the volume group-readable, RabbitMQ's Erlang cookie among them,
+        which Erlang then refuses (the broker crash-looped on its second start)."""
+        for statefulset in (o for o in objects if o["kind"] == "StatefulSet"):
+            context = statefulset["spec"]["template"]["spec"].get("securityContext", {})
+            if "fsGroup" in context:
+                assert context.get("fsGroupChangePolicy") == "OnRootMismatch", statefulset["metadata"]["name"]
 
 
 class TestNightlyReview:
