@@ -32,12 +32,19 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal, TypeVar, get_origin
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError  # a source's own: a list setting that is not JSON
 
+from worker.core.redis_urls import (
+    broker_url_problem,
+    kombu_options_for,
+    kombu_url_for,
+    redis_url_option_problem,
+    redis_url_problem,
+)
 from worker.core.service_links import is_service_link
 
 __all__ = [
@@ -47,6 +54,8 @@ __all__ = [
     "check_environment",
     "check_settings",
     "env_names",
+    "kombu_options_for",
+    "kombu_url_for",
     "load_settings",
     "plugin_settings",
     "settings_environment",
@@ -283,6 +292,15 @@ class Settings(_SecretsHidden, BaseSettings):
             raise ValueError(problem)
         return value
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_options(cls, value: str | None) -> str | None:
+        """An option redis-py has no such name for (``?socket_timout=5``): every command that opened the store
+        died on a TypeError's traceback; refused, naming the option (never the URL)."""
+        if value and (problem := redis_url_option_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
     @field_validator("broker_url")
     @classmethod
     def _broker_url_transport(cls, value: str | None) -> str | None:
@@ -333,51 +351,6 @@ def leases_at_enqueue(settings: Settings) -> bool:
         and scripts_build_scope_keys(settings)
         and not settings.wait_replicas
     )
-
-
-def redis_url_problem(url: str) -> str | None:
-    """What is wrong with a Redis URL's scheme or database, or None (the rest is redis-py's to read)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        return f"must start with redis://, rediss:// or unix:// (got {parts.scheme or 'no scheme'!r})"
-    databases = [value for name, value in parse_qsl(parts.query) if name == "db"]
-    if parts.scheme != "unix" and parts.path not in ("", "/"):
-        databases.append(parts.path[1:])
-    if any(not database.isdigit() for database in databases):  # never quoted: a password may run into it
-        return (
-            "its database (after the last /, or ?db=) must be a number, as in redis://host:6379/0; a / in the "
-            "password must be written %2F"
-        )
-    return None
-
-
-URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
-
-
-def broker_url_problem(url: str) -> str | None:
-    """What is wrong with a broker URL's scheme (kombu has no transport of that name), or None; it names the
-    scheme alone, never the rest of the URL, which may hold a password."""
-    from kombu.transport import TRANSPORT_ALIASES  # here, not at import: the CLI starts without the engine
-
-    scheme, found, _ = url.partition("://")
-    if not found or not URL_SCHEME.fullmatch(scheme):
-        return "not a URL with a scheme, e.g. amqp://host// or redis://host:6379/0"
-    if scheme.partition("+")[0] not in TRANSPORT_ALIASES:  # kombu's own reading: redis+socket is redis
-        known = ", ".join(sorted({name.lower() for name in TRANSPORT_ALIASES}))
-        return f"unknown scheme {scheme!r} (one of {known})"
-    return None
-
-
-def kombu_url_for(redis_url: str) -> str:
-    """Spell a redis-py URL the way kombu wants it (``unix://`` becomes ``redis+socket://``)."""
-    if redis_url.startswith("unix://"):
-        path, _, query = redis_url[len("unix://") :].partition("?")
-        db = ""
-        for part in query.split("&"):
-            if part.startswith("db="):
-                db = part[3:]
-        return f"redis+socket://{path}" + (f"?virtual_host={db}" if db else "")
-    return redis_url
 
 
 def check_settings(settings: Settings) -> None:

@@ -41,6 +41,7 @@ from celery.signals import (
 from redis.exceptions import RedisError
 
 from worker.core.clock import now_ms
+from worker.core.redis_urls import kombu_options_for, kombu_url_for
 from worker.drain.pipeline import Pipeline
 from worker.keys.layout import Keys
 from worker.outbox.journal_delivery import journal_deliverers
@@ -52,7 +53,7 @@ from worker.runtime.fair import FairQueue
 from worker.runtime.heartbeat_writer import StartupBeat, write_beat
 from worker.runtime.reconcile import reconcile, try_reconcile_lock
 from worker.runtime.tasks import publish_task, register_tasks
-from worker.settings import Settings, SettingsError, check_settings, kombu_url_for
+from worker.settings import Settings, SettingsError, check_settings
 from worker.store.client import redis_from_settings
 from worker.store.events import EventStore
 from worker.telemetry.log_privacy import describe_error
@@ -168,6 +169,8 @@ def create_app(settings: Settings) -> Celery:
     transport_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
     if _is_redis_broker(broker_url):
         transport_options["global_keyprefix"] = Keys(settings.key_prefix).broker_prefix
+    if not settings.broker_url and settings.redis_url:  # the store's Redis: its URL's options (kombu_url_for)
+        transport_options.update(kombu_options_for(settings.redis_url))
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],

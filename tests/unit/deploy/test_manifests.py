@@ -373,16 +373,6 @@ class TestStores:
             assert statefulset["spec"]["volumeClaimTemplates"]
 
 
-    def test_claimed_volumes_change_group_once(self, objects: list[Obj]) -> None:
-        """A StatefulSet with an ``fsGroup`` sets ``fsGroupChangePolicy: OnRootMismatch``: with the default
-        (``Always``) each mount made every file of the volume group-readable, RabbitMQ's Erlang cookie among them,
-        which Erlang then refuses (the broker crash-looped on its second start)."""
-        for statefulset in (o for o in objects if o["kind"] == "StatefulSet"):
-            context = statefulset["spec"]["template"]["spec"].get("securityContext", {})
-            if "fsGroup" in context:
-                assert context.get("fsGroupChangePolicy") == "OnRootMismatch", statefulset["metadata"]["name"]
-
-
 class TestNightlyReview:
     def _script(self, objects: list[Obj], tmp_path: Path) -> Path:
         cron = find(objects, "CronJob", "agent-signal-nightly-review")

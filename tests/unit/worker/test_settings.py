@@ -15,6 +15,7 @@ from worker.settings import (
     SettingsError,
     check_environment,
     check_settings,
+    kombu_options_for,
     kombu_url_for,
     load_settings,
     settings_environment,
@@ -74,6 +75,47 @@ def test_broker_url_follows_redis_url() -> None:
         Settings(redis_url="redis://h", broker_url="amqp://g:g@h//").effective_broker_url()
         == "amqp://g:g@h//"
     )
+
+
+@pytest.mark.parametrize(
+    ("redis_url", "broker_url", "options"),
+    [
+        (
+            "redis://:p@h:6379/0?socket_timeout=5&health_check_interval=3",
+            "redis://:p@h:6379/0",
+            {"socket_timeout": 5.0, "health_check_interval": 3},
+        ),
+        ("redis://h:6379/1?db=3", "redis://h:6379/3", {}),  # redis-py reads ?db= first
+        (
+            "rediss://h:6380/0?ssl_cert_reqs=required&socket_timeout=2",
+            "rediss://h:6380/0?ssl_cert_reqs=required",
+            {"socket_timeout": 2.0},
+        ),
+        (
+            "unix:///tmp/r.sock?db=2&socket_timeout=1",
+            "redis+socket:///tmp/r.sock?virtual_host=2",
+            {"socket_timeout": 1.0},
+        ),
+    ],
+)
+def test_a_redis_urls_options_reach_kombu_as_transport_options(
+    redis_url: str, broker_url: str, options: dict[str, object]
+) -> None:
+    """kombu's Connection refuses redis-py's options in its URL (a TypeError at the first connection: the broker
+    of a store URL with ``?socket_timeout=5`` never connected); they become transport options."""
+    assert (kombu_url_for(redis_url), kombu_options_for(redis_url)) == (broker_url, options)
+
+
+def test_a_redis_url_option_redis_py_does_not_know_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``?socket_timout=5``: every command that opened the store died on a TypeError's traceback."""
+    monkeypatch.setenv("REDIS_URL", "redis://:secret@h:6379/0?socket_timout=5")
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert "REDIS_URL" in str(info.value) and "'socket_timout'" in str(info.value)
+    assert "secret" not in str(info.value)
+    assert Settings(redis_url="rediss://h:6380/0?ssl_cert_reqs=required&socket_timeout=2").redis_url
 
 
 def test_reads_contract_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
