@@ -221,6 +221,12 @@ def checked_url(url: str, source: str) -> str:
         raise CliError(
             f"{source} holds a user name or password; give the credential as --token (the URL is not shown)"
         )
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:  # httpx parses 99999; sockets refuse it
+        raise CliError(f"{source} has port {parsed.port}: a port is 1 to 65535")
+    if parsed.query or parsed.fragment:
+        raise CliError(
+            f"{source} is the API's base URL, http://HOST:PORT[/PATH], without ?query or #fragment"
+        )
     return url
 
 
@@ -274,6 +280,15 @@ def http_error_message(response: httpx.Response, *, had_token: bool) -> str:
     else:
         message = " ".join(response.text.split())[:200] or response.reason_phrase
     return format_http_error(response.status_code, code, message, field, had_token=had_token)
+
+
+def _api_shaped(response: httpx.Response) -> bool:
+    """An error answer as the API (FastAPI) words one: a JSON object with ``error`` (or FastAPI's ``detail``)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and ("error" in body or "detail" in body)
 
 
 def format_http_error(status: int, code: str, message: str, field: str | None, *, had_token: bool) -> str:
@@ -354,6 +369,11 @@ class Api:
                 response = send_within(self.client, request, deadline)
         except httpx.TransportError as exc:
             raise unreachable(self.url, exc, timeout_s=self.timeout_s) from None
+        if response.status_code == 404 and not _api_shaped(response):  # a page of another server, not ours
+            raise CliError(
+                f"{origin(httpx.URL(self.url))} {method} {response.request.url.path} answered HTTP 404 without the "
+                "API's error object; is that the Agent Signal API?"
+            )
         if response.status_code == 404 and missing_ok:
             return None
         if response.status_code >= 400:

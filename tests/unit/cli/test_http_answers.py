@@ -121,3 +121,38 @@ def test_a_created_key_needs_its_fields(door: FakeDoor, capsys: pytest.CaptureFi
         f"agent-signal keys create: {door.url} POST /v1/keys answered 201 without 'tenant', 'role', 'key'; "
         "is that the Agent Signal API?"
     )
+
+
+@pytest.mark.parametrize(("verb", "name"), [(["status", "evt_x"], "status"), (["runs", "list"], "runs list")])
+def test_a_404_page_of_another_server_is_not_a_missing_record(
+    door: FakeDoor, verb: list[str], name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CLI pointed at another service (``python -m http.server``) said ``no event 'evt_x'``, exit 1, a wrong
+    answer; or printed the page's HTML as the error. A 404 without the API's error object is not the API: exit 2."""
+    from tests.unit.cli.conftest import Answer
+
+    door.default = Answer(404, b"<html><body>Nothing matches the given URI</body></html>", "text/html")
+    assert main([*verb, "--url", door.url]) == 2
+    line = _one_line(capsys)
+    assert line.startswith(f"agent-signal {name}: {door.url} GET /v1/events")
+    assert line.endswith("answered HTTP 404 without the API's error object; is that the Agent Signal API?")
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://127.0.0.1:99999", "--url has port 99999: a port is 1 to 65535"),
+        ("http://127.0.0.1:0", "--url has port 0: a port is 1 to 65535"),
+        (
+            "http://127.0.0.1:8000/?x=1",
+            "--url is the API's base URL, http://HOST:PORT[/PATH], without ?query",
+        ),
+    ],
+)
+def test_a_url_no_request_can_go_to_is_refused_naming_the_flag(
+    url: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A port past 65535 was a raw ``ValueError: Port out of range``; port 0 was "cannot reach" without its port;
+    a query was dropped without a word."""
+    assert main(["runs", "list", "--url", url]) == 2
+    assert _one_line(capsys).startswith(f"agent-signal runs list: {says}")
