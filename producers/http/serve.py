@@ -11,6 +11,8 @@ a request's head and body have deadlines (producers/http/connections.py: uvicorn
 
 from __future__ import annotations
 
+import errno
+import socket
 from typing import TYPE_CHECKING
 
 from producers.http.settings import DoorSettings, door_settings
@@ -30,21 +32,56 @@ def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
     from producers.http.app import create_web_app
     from producers.http.connections import ConnectionLimits, door_protocol
 
-    configure_logging(env=settings.env, level=loglevel, fmt=settings.log_format)
     settings.require_redis_url()
-    load_plugins(settings)  # unknown settings and broken plugins stop here, as one line, before serving
     door = door_settings(settings)
-    check_credentials(settings, door)
-    boot = run_boot_checks(settings)
-    uvicorn.run(
-        create_web_app(settings, door=door, boot=boot),
-        host=door.host,
-        port=door.port,
-        http=door_protocol(ConnectionLimits.from_settings(door)),
-        log_level="warning",
-        access_log=False,  # ours: producers/http/access_log.py
-    )
+    sock = bound_socket(door.host, door.port)
+    try:
+        configure_logging(env=settings.env, level=loglevel, fmt=settings.log_format)
+        load_plugins(settings)  # unknown settings and broken plugins stop here, as one line, before serving
+        check_credentials(settings, door)
+        boot = run_boot_checks(settings)
+        config = uvicorn.Config(
+            create_web_app(settings, door=door, boot=boot),
+            http=door_protocol(ConnectionLimits.from_settings(door)),
+            log_level="warning",
+            access_log=False,  # ours: producers/http/access_log.py
+        )
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
     return 0
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port``, bound before the boot checks: a port in use, or a host that is no
+    address of this machine, is a SettingsError naming ``PORT`` or ``AGENT_SIGNAL_HOST`` (exit 2), not uvicorn's
+    log line and exit 3 after every check had run."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise SettingsError(
+            f"AGENT_SIGNAL_HOST {host!r} is no address to listen on ({exc.strerror})"
+        ) from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(address)
+        sock.listen(2048)  # uvicorn's backlog
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise SettingsError(
+                f"PORT {port} on {host} is in use: stop what listens there, or set PORT"
+            ) from None
+        raise SettingsError(
+            f"cannot listen on AGENT_SIGNAL_HOST {host!r}, PORT {port}: {exc.strerror}"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def check_credentials(settings: Settings, door: DoorSettings) -> None:

@@ -2,7 +2,7 @@
 evicting Redis, or function definitions that do not load, stop it with one line and exit 2, as ``agent-signal
 worker`` stops (an audit: uvicorn printed an 80-line traceback of a failed startup, exit 3). The app it serves is
 handed their result and does not make them again; an app built otherwise (an ASGI server, the tests) still makes
-them at startup. ``web`` runs in this process, uvicorn.run replaced by a startup and shutdown of the app."""
+them at startup. ``web`` runs in this process, its uvicorn server's run replaced by a startup and shutdown of the app."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import producers.http.app as web_app
 from producers.cli.main import main
 from producers.http.app import create_web_app
 from sessions.functions import FunctionLoadError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
 from tests.support.private_redis import private_redis
 from worker.settings import Settings, settings_environment
 
@@ -30,18 +30,20 @@ Web = Callable[[Settings], int]
 
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> list[FastAPI]:
-    """The apps ``agent-signal web`` handed to uvicorn.run, each started and stopped instead of served; logging
-    is left as the test's (the command would configure it for the process)."""
+    """The apps ``agent-signal web`` handed to uvicorn's server, each started and stopped instead of served;
+    logging is left as the test's (the command would configure it for the process)."""
     import uvicorn
 
     apps: list[FastAPI] = []
 
-    def run(app: FastAPI, **_: Any) -> None:
+    def run(server: uvicorn.Server, **_: Any) -> None:
+        app = server.config.app
+        assert isinstance(app, FastAPI)
         apps.append(app)
         with TestClient(app):
             pass
 
-    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     monkeypatch.setattr("producers.http.serve.configure_logging", lambda **_: None)
     return apps
 
@@ -55,6 +57,7 @@ def web(monkeypatch: pytest.MonkeyPatch, served: list[FastAPI]) -> Web:
             n for n in os.environ if n.startswith("AGENT_SIGNAL_") or n in ("REDIS_URL", "BROKER_URL")
         ]:
             monkeypatch.delenv(name)
+        settings = settings.model_copy(update={"port": free_port()})  # the command binds it before its checks
         for name, value in settings_environment(settings).items():
             monkeypatch.setenv(name, value)
         return main(["web"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,25 @@ class TestNumbers:
         for argv in (["web"], ["probe", "web"], ["run"]):
             assert main(argv) == 2
             assert _one_line(capsys) == f"agent-signal {' '.join(argv)}: {refusal}"
+
+    def test_a_port_in_use_or_a_host_not_here_names_the_setting(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], redis_url: str
+    ) -> None:
+        """An audit: ``agent-signal web`` on a port in use printed uvicorn's ``[Errno 98] … address already in use``
+        and exited 3, after every boot check; a host that is no address here, ``Name or service not known``. Now
+        the socket is bound first: one line naming PORT or AGENT_SIGNAL_HOST, exit 2."""
+        monkeypatch.setenv("REDIS_URL", redis_url)
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            monkeypatch.setenv("PORT", str(taken.getsockname()[1]))
+            assert main(["web"]) == 2
+            assert _one_line(capsys).endswith(
+                f"PORT {taken.getsockname()[1]} on 127.0.0.1 is in use: stop what listens there, or set PORT"
+            )
+        monkeypatch.setenv("AGENT_SIGNAL_HOST", "999.1.1.1")
+        assert main(["web"]) == 2
+        assert "AGENT_SIGNAL_HOST '999.1.1.1' is no address to listen on" in _one_line(capsys)
 
 
 class TestLogLevel:
