@@ -19,12 +19,20 @@ from typing import Any, BinaryIO
 
 from producers.cli.reach.target import CliError
 
-__all__ = ["any_bytes", "check_text_arguments", "positive_seconds", "stdin_binary", "tcp_port"]
+__all__ = ["an_id", "any_bytes", "check_text_arguments", "positive_seconds", "stdin_binary", "tcp_port"]
 
 
 def any_bytes(text: str) -> str:
     """argparse's type for a value taken as given, whatever its bytes: a file name, or Celery's own flags passed
     on to it (:func:`check_text_arguments` skips these)."""
+    return text
+
+
+def an_id(text: str) -> str:
+    """An id argument: not empty nor blank (``keys revoke ''`` asked for ``DELETE /v1/keys/``, which answered a
+    redirect, and the line said "is that the Agent Signal API?"); argparse names the argument."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an id must not be empty")
     return text
 
 

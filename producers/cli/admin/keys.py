@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from producers.cli.console.table import print_json
+from producers.cli.inputs import an_id
 from producers.cli.reach.stack import join_stack
 from producers.cli.reach.target import (
     Api,
@@ -137,7 +138,7 @@ def add_keys_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_target_options(k, tenant=False)
     _add_redis_option(k)
     k = ksub.add_parser("revoke", help="revoke a key (its user tokens stop working too)")
-    k.add_argument("id", metavar="ID", help="the key id (key_…), as `keys list` shows it")
+    k.add_argument("id", metavar="ID", type=an_id, help="the key id (key_…), as `keys list` shows it")
     add_target_options(k, tenant=False)
     _add_redis_option(k)
     p.set_defaults(func=cmd_keys)

@@ -101,11 +101,12 @@ class DirectSender:
             results: list[EnqueueResult] = self.producer.enqueue_prepared(prepared)
             return results
         except StoreUnavailable as exc:  # nothing of the batch was stored; its rejections stand
-            raise Stopped(CliError(f"the store is unavailable: {exc}", 1), out) from None
+            # exit 2 as every verb that cannot reach its target: no line is to blame (exit 1 is a rejected line)
+            raise Stopped(CliError(f"the store is unavailable: {exc}", 2), out) from None
         except OverLimit as exc:  # the whole batch was refused, as the HTTP door's 429
             raise Stopped(CliError(f"over a limit ({exc.what}): {exc.message}", 1), out) from None
         except RedisError as exc:  # outside the enqueue script (an admission hook's read): the store failed
-            raise Stopped(CliError(f"the store failed: {describe_error(exc)}", 1), out) from None
+            raise Stopped(CliError(f"the store failed: {describe_error(exc)}", 2), out) from None
 
     def close(self) -> None:
         self.producer.close()

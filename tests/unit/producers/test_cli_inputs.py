@@ -95,6 +95,8 @@ class TestNumbers:
                 "argument --timeout-s: 1e300 is not a number of seconds",
             ),
             (["drain", "--timeout-s", "-1"], "argument --timeout-s: -1 is not a number of seconds"),
+            (["keys", "revoke", ""], "argument ID: an id must not be empty"),  # was DELETE /v1/keys/: a 307
+            (["keys", "revoke", " "], "argument ID: an id must not be empty"),
             (
                 ["probe", "worker", "--max-age-s", "nan"],
                 "argument --max-age-s: nan is not a number of seconds",
@@ -348,3 +350,20 @@ def test_run_replays_a_line_nested_too_deep_as_its_rejection(
     assert "line 1: rejected: nested deeper than 62 levels" in out
     assert "line 2: rejected:" in out
     assert '{"accepted":0,"duplicate":0,"rejected":2}' in out
+
+
+def test_enqueue_into_a_store_it_cannot_reach_is_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No line is to blame for a store that cannot be reached: exit 2, as every verb that cannot reach its target,
+    not 1 (a rejected line); the summary still comes last."""
+    from tests.conftest import free_port
+
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    path = tmp_path / "one.jsonl"
+    path.write_text(
+        '{"sourceType": "agent.user.message", "sourceId": "m1", "scopeKey": "topic:t", "payload": {}}\n'
+    )
+    assert main(["enqueue", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert "the store is unavailable" in err and out.strip().startswith('{"accepted":0')
