@@ -88,11 +88,20 @@ def run_route(
     if protocol not in PROTOCOLS:
         print(f"agent-signal route: --protocol must be one of {', '.join(PROTOCOLS)}", file=sys.stderr)
         return 2
+    given = [name for name, value in (("REQUEST", source), ("--batch", batch)) if value is not None]
+    if len(given) > 1 or (check and given):  # one of them was dropped without a word
+        what = " and ".join(given)
+        print(f"agent-signal route: {what}: give one input, or --check alone", file=sys.stderr)
+        return 2
     try:
         router = load_router(config)
     except ConfigError as exc:
+        # --check's errors are its output (stdout, one per line); otherwise stdout holds RouteResults alone
         for error in exc.errors:
-            print(error, file=out)
+            if check:
+                print(error, file=out)
+            else:
+                print(f"agent-signal route: {error}", file=sys.stderr)
         return 2
     if check:
         cfg = router.config

@@ -174,3 +174,26 @@ def test_cli_single_file_refuses_an_object_that_is_no_chat_request(
     code, rows = _cli(tmp_path, source=str(path), protocol=protocol)
     assert code == 1 and rows == []
     assert capsys.readouterr().err.startswith("agent-signal route: request: is required")
+
+
+def test_cli_refuses_two_inputs_and_keeps_stdout_for_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An audit: REQUEST with --batch routed the batch and dropped REQUEST without a word, --check with a REQUEST
+    ignored it, and a config that could not be read was printed on stdout, among the RouteResults. Now two inputs
+    are exit 2 naming them, and a config's errors go to stderr (on stdout only for --check, which prints them)."""
+    request = tmp_path / "req.json"
+    request.write_text(json.dumps({"request": HI}))
+    assert run_route(str(CONFIG), str(request), batch=str(request), check=False, protocol="openai-chat") == 2
+    assert run_route(str(CONFIG), str(request), batch=None, check=True, protocol="openai-chat") == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        "agent-signal route: REQUEST and --batch: give one input, or --check alone",
+        "agent-signal route: REQUEST: give one input, or --check alone",
+    ]
+    missing = str(tmp_path / "nope.yaml")
+    assert run_route(missing, str(request), batch=None, check=False, protocol="openai-chat") == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"agent-signal route: cannot read {missing}")
+    assert run_route(missing, None, batch=None, check=True, protocol="openai-chat") == 2
+    assert capsys.readouterr().out.startswith(f"cannot read {missing}")
