@@ -5,6 +5,7 @@ writes strict JSON, keeps going past a bad line, and applies --protocol to any i
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,5 +196,6 @@ def test_cli_refuses_two_inputs_and_keeps_stdout_for_results(
     assert run_route(missing, str(request), batch=None, check=False, protocol="openai-chat") == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"agent-signal route: cannot read {missing}")
-    assert run_route(missing, None, batch=None, check=True, protocol="openai-chat") == 2
-    assert capsys.readouterr().out.startswith(f"cannot read {missing}")
+    checked = io.StringIO()  # run_route's default stdout is the one of its import
+    assert run_route(missing, None, batch=None, check=True, protocol="openai-chat", out=checked) == 2
+    assert checked.getvalue().startswith(f"cannot read {missing}")
