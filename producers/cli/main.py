@@ -119,7 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_probe_commands(sub)
     add_migrate_command(sub)
     add_pseudonym_command(sub)
+    _describe_from_help(parser)
     return parser
+
+
+def _describe_from_help(parser: argparse.ArgumentParser) -> None:
+    """A command's own ``--help`` says what it does: each subcommand without a description gets its line of the
+    command list (``agent-signal web --help`` said only its usage and options)."""
+    for action in parser._actions:  # argparse keeps the subcommands' help lines on the subparsers action
+        if isinstance(action, argparse._SubParsersAction):
+            for listed in action._choices_actions:
+                command = action.choices[listed.dest]
+                if command.description is None and listed.help:
+                    command.description = listed.help
+                _describe_from_help(command)
 
 
 def _add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
