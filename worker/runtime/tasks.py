@@ -40,8 +40,9 @@ __all__ = [
 ]
 
 NOOP_TASK = "agent_signal.noop"
-# Both drain tasks: acked after they ran (a killed child's message is redelivered), registered on this app
-# only (another Celery app built in the same process must not replay them), the task itself passed in.
+# Both drain tasks and the plugins' tasks: acked after they ran (a killed child's message is redelivered),
+# registered on this app only (another Celery app built in the same process must not replay them), the task
+# itself passed in.
 DRAIN_TASK_OPTIONS: dict[str, Any] = {
     "shared": False,
     "bind": True,
@@ -130,15 +131,8 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
         raise failed
 
     run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
-    app.task(
-        name=task.name,
-        bind=True,
-        shared=False,
-        acks_late=True,
-        reject_on_worker_lost=True,
-        ignore_result=True,
-        max_retries=None,  # the attempts are counted here, against the PluginTask's
-    )(run)
+    # the drain tasks' options (acked after the run, this app's own); the attempts are counted here (_count_run)
+    app.task(name=task.name, max_retries=None, **DRAIN_TASK_OPTIONS)(run)
 
 
 TASK_ATTEMPTS_TTL_S = 7 * 24 * 3600  # a message's run count outlives any retry chain (and its redeliveries)
