@@ -75,7 +75,7 @@ class ConnectionLimits:
 
 
 def door_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
-    """The protocol class to give ``uvicorn.run(http=...)``: uvicorn's h11 protocol with ``limits``."""
+    """The protocol class to give ``uvicorn.Config(http=...)``: uvicorn's h11 protocol with ``limits``."""
 
     class LimitedH11(DoorProtocol):
         connection_limits = limits

@@ -34,7 +34,7 @@ def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
 
     settings.require_redis_url()
     door = door_settings(settings)
-    sock = bound_socket(door.host, door.port)
+    sockets = bound_sockets(door.host, door.port)
     try:
         configure_logging(env=settings.env, level=loglevel, fmt=settings.log_format)
         load_plugins(settings)  # unknown settings and broken plugins stop here, as one line, before serving
@@ -46,33 +46,41 @@ def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
             log_level="warning",
             access_log=False,  # ours: producers/http/access_log.py
         )
-        uvicorn.Server(config).run(sockets=[sock])
+        uvicorn.Server(config).run(sockets=sockets)
     finally:
-        sock.close()
+        for sock in sockets:
+            sock.close()
     return 0
 
 
-def bound_socket(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host``:``port``, bound before the boot checks: a port in use, or a host that is no
+def bound_sockets(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on ``host``:``port``, bound before the boot checks: a port in use, or a host that is no
     address of this machine, is a SettingsError naming ``PORT`` or ``AGENT_SIGNAL_HOST`` (exit 2), not uvicorn's
-    log line and exit 3 after every check had run."""
+    log line and exit 3 after every check had run. As asyncio binds for uvicorn: every address the host resolves
+    to (``localhost`` may be ``::1`` and ``127.0.0.1``), ``""`` every interface, and an IPv6 socket IPv6 only."""
+    name = host.strip("[]") or None  # "" and "[::]" are every interface (producers/http/door.py)
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
+        found = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise SettingsError(
             f"AGENT_SIGNAL_HOST {host!r} is no address to listen on ({exc.strerror})"
         ) from None
-    sock = socket.socket(family, kind, proto)
+    sockets: list[socket.socket] = []
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        sock.bind(address)
-        sock.listen(2048)  # uvicorn's backlog
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # a family this machine lacks (IPv6 off): skipped, as asyncio skips it
+                continue
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(2048)  # uvicorn's backlog
     except OSError as exc:
-        sock.close()
+        for sock in sockets:
+            sock.close()
         if exc.errno == errno.EADDRINUSE:
             raise SettingsError(
                 f"PORT {port} on {host} is in use: stop what listens there, or set PORT"
@@ -80,8 +88,7 @@ def bound_socket(host: str, port: int) -> socket.socket:
         raise SettingsError(
             f"cannot listen on AGENT_SIGNAL_HOST {host!r}, PORT {port}: {exc.strerror}"
         ) from None
-    sock.set_inheritable(True)
-    return sock
+    return sockets
 
 
 def check_credentials(settings: Settings, door: DoorSettings) -> None:

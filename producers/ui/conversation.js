@@ -219,10 +219,10 @@ async function undo(receipt, state) {
   state.render();
   try {
     const { body } = await api(`/v1/receipts/${encodeURIComponent(receipt.id)}/rollback?${qs({ userId: receipt.userId })}`, { method: "POST", allow: [404] });
-    state.undo.set(receipt.id, body.status);
+    if (state.receipts.has(receipt.id)) state.undo.set(receipt.id, body.status); // not for one the cap dropped
     if (body.receipt && state.receipts.has(receipt.id)) state.receipts.set(receipt.id, body.receipt); // not one the cap dropped meanwhile
   } catch {
-    state.undo.set(receipt.id, "failed");
+    if (state.receipts.has(receipt.id)) state.undo.set(receipt.id, "failed");
   }
   state.render();
 }

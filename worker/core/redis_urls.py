@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 __all__ = [
     "KOMBU_REDIS_OPTIONS",
@@ -55,10 +55,18 @@ def redis_url_option_problem(url: str) -> str | None:
         init = vars(klass).get("__init__")
         if init is not None:
             known |= set(inspect.signature(init).parameters) - {"self", "args", "kwargs"}
-    unknown = sorted({name for name, _ in parse_qsl(urlsplit(url).query)} - known)
+    query = urlsplit(url).query
+    unknown = sorted({name for name, _ in parse_qsl(query)} - known)
     if not unknown:
         return None
+    if "@" in query or not OPTION_NAME.fullmatch(
+        unknown[0]
+    ):  # a password's ? read as the query: never quoted
+        return "its query (after ?) holds an option redis-py does not know; a ? in the password must be written %3F"
     return f"redis-py knows no option {unknown[0]!r} (in the URL's query after ?), e.g. socket_timeout=5"
+
+
+OPTION_NAME = re.compile(r"[a-z_]{1,40}")
 
 
 URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
@@ -81,6 +89,7 @@ def broker_url_problem(url: str) -> str | None:
 # The redis-py options of a Redis URL's query that kombu's Redis transport reads as transport options (kombu's
 # Connection refuses them in its URL: a TypeError on the first connection, for a broker that is the store's Redis).
 KOMBU_REDIS_OPTIONS = (
+    "client_name",
     "socket_timeout",
     "socket_connect_timeout",
     "socket_keepalive",
@@ -97,16 +106,23 @@ def _split_query(redis_url: str) -> tuple[str, list[tuple[str, str]]]:
 
 def kombu_url_for(redis_url: str) -> str:
     """Spell a redis-py URL the way kombu wants it: ``unix://`` becomes ``redis+socket://`` (its ``db`` the
-    virtual host), a ``?db=`` the path's database, and the query keeps only kombu's ``ssl_*`` options (the others
-    are :func:`kombu_options_for`'s)."""
+    virtual host), a ``?db=`` the path's database, a ``?username=``/``?password=`` the URL's user part (kombu
+    would log in without them), and the query keeps only kombu's ``ssl_*`` options (the others are
+    :func:`kombu_options_for`'s)."""
     base, query = _split_query(redis_url)
-    db = next((value for name, value in query if name == "db"), "")
+    named = dict(query)
+    db = named.get("db", "")
     kept = urlencode([(name, value) for name, value in query if name.startswith("ssl_")])
     if base.startswith("unix://"):
         return f"redis+socket://{base[len('unix://') :]}" + (f"?virtual_host={db}" if db else "")
+    parts = urlsplit(base)
     if db:  # redis-py reads ?db= before the path's
-        base = urlunsplit(urlsplit(base)._replace(path=f"/{db}"))
-    return base + (f"?{kept}" if kept else "")
+        parts = parts._replace(path=f"/{db}")
+    if ("username" in named or "password" in named) and "@" not in parts.netloc:
+        user = quote(named.get("username", ""), safe="")
+        secret = f":{quote(named['password'], safe='')}" if "password" in named else ""
+        parts = parts._replace(netloc=f"{user}{secret}@{parts.netloc}")
+    return urlunsplit(parts) + (f"?{kept}" if kept else "")
 
 
 def kombu_options_for(redis_url: str) -> dict[str, Any]:

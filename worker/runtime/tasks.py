@@ -106,6 +106,7 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
             lost = TaskFailed(f"{task.name} failed: its worker was lost mid-run", permanent=True)
             log.error("task %s: its worker was lost in its last attempt", task.name)
             _bury(task, runtime, payload, lost, most)
+            _forget_runs(pipeline, self.request)
             return
         last = attempt >= most
         # At least once anyway: a run that met a full store runs again after a pause (worker/store/full.py).
@@ -115,6 +116,7 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
             last=last,
         )
         if failed is None:
+            _forget_runs(pipeline, self.request)  # done: a redelivery (its ack lost) runs it again, from 1
             return
         if not (failed.permanent or last):
             delay_ms = backoff_ms(attempt, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms)
@@ -128,6 +130,7 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
             else:
                 raise retry
         _bury(task, runtime, payload, failed, attempt)
+        _forget_runs(pipeline, self.request)
         raise failed
 
     run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
@@ -135,7 +138,9 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
     app.task(name=task.name, max_retries=None, **DRAIN_TASK_OPTIONS)(run)
 
 
-TASK_ATTEMPTS_TTL_S = 7 * 24 * 3600  # a message's run count outlives any retry chain (and its redeliveries)
+# A message's run count outlives its retry chain: attempts x (the retry cap + the hard limit), and a redelivery
+# after a lost worker waits out the visibility timeout (an hour by default) each time. Deleted when it ends.
+TASK_ATTEMPTS_TTL_S = 24 * 3600
 
 
 def _count_run(pipeline: Pipeline, request: Any) -> int:
@@ -155,6 +160,16 @@ def _count_run(pipeline: Pipeline, request: Any) -> int:
         log.warning("a plugin task's run could not be counted: %s", describe_error(exc))
         return retries + 1
     return max(counted, retries + 1)
+
+
+def _forget_runs(pipeline: Pipeline, request: Any) -> None:
+    """The message's work ended (done or buried): its run count goes (a count left behind would only expire)."""
+    task_id = getattr(request, "id", None)
+    if isinstance(task_id, str) and task_id:
+        try:
+            pipeline.store.client.delete(pipeline.keys.task_attempts(task_id))
+        except RedisError as exc:
+            log.warning("a plugin task's run count could not be deleted: %s", describe_error(exc))
 
 
 def _plugin_attempt(name: str, call: Callable[[], object], *, last: bool) -> TaskFailed | None:

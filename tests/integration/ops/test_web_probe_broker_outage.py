@@ -1,7 +1,7 @@
 """A web pod whose broker is away (a RabbitMQ restart): ``/readyz`` says so (503, ``broker: error``), and the
 readiness probe of the manifests, ``agent-signal probe web --without-broker``, keeps the pod ready, since the door
-stores events meanwhile and the reconcile sweep sends their drains once the broker is back; a store that is away
-is still not ready. A deploy audit: the probe read /readyz alone, so one broker restart took every web pod out of
+stores events meanwhile and the reconcile sweep sends their drains once the broker is back (a store that is away,
+or a store check that fails, is still not ready: tests/unit/cli/test_output_formats.py). A deploy audit: the probe read /readyz alone, so one broker restart took every web pod out of
 its Service, ingest, the console and KEDA's backlog read with them. A real door served over HTTP, its broker a
 port nothing listens on."""
 

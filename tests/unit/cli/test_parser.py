@@ -84,5 +84,7 @@ class TestHelp:
 def test_every_command_says_what_it_does_in_its_own_help() -> None:
     """An audit: ``agent-signal web --help`` (and run, worker, enqueue, route, inspect, status, drain, pseudonym)
     said only its usage and options; each parser below the top one has a description now."""
-    silent = [" ".join(words) for words, parser in _parsers(build_parser()) if words and not parser.description]
+    silent = [
+        " ".join(words) for words, parser in _parsers(build_parser()) if words and not parser.description
+    ]
     assert silent == []

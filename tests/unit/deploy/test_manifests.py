@@ -206,7 +206,7 @@ class TestPods:
         """Every ``agent-signal …`` a probe or hook runs parses with the CLI's own parser."""
         commands = [c for obj in objects for c in _exec_commands(obj) if c[0] == "agent-signal"]
         assert ["agent-signal", "drain"] in commands
-        assert ["agent-signal", "probe", "web", "--without-broker"] in commands
+        assert ["agent-signal", "probe", "web", "--without-broker", "--timeout-s", "4"] in commands
         for command in commands:
             build_parser().parse_args(
                 command[1:]

@@ -141,9 +141,9 @@ class TestNumbers:
             assert _one_line(capsys).endswith(
                 f"PORT {taken.getsockname()[1]} on 127.0.0.1 is in use: stop what listens there, or set PORT"
             )
-        monkeypatch.setenv("AGENT_SIGNAL_HOST", "999.1.1.1")
+        monkeypatch.setenv("AGENT_SIGNAL_HOST", "192.0.2.1")  # TEST-NET-1: an address, not this machine's
         assert main(["web"]) == 2
-        assert "AGENT_SIGNAL_HOST '999.1.1.1' is no address to listen on" in _one_line(capsys)
+        assert "cannot listen on AGENT_SIGNAL_HOST '192.0.2.1'" in _one_line(capsys)
 
 
 class TestLogLevel:
@@ -367,3 +367,21 @@ def test_enqueue_into_a_store_it_cannot_reach_is_exit_2(
     assert main(["enqueue", str(path)]) == 2
     out, err = capsys.readouterr()
     assert "the store is unavailable" in err and out.strip().startswith('{"accepted":0')
+
+
+@pytest.mark.parametrize("host", ["", "0.0.0.0", "localhost", "127.0.0.1"])
+def test_the_hosts_uvicorn_took_are_bound(host: str) -> None:
+    """A review: ``AGENT_SIGNAL_HOST=""`` (every interface, as asyncio reads it for uvicorn) was refused as no
+    address, and a name bound its first address only; each address the host resolves to is bound now."""
+    from producers.http.serve import bound_sockets
+    from tests.conftest import free_port
+
+    port = free_port()
+    sockets = bound_sockets(host, port)
+    try:
+        assert sockets and {sock.getsockname()[1] for sock in sockets} == {port}
+        if host == "":
+            assert "0.0.0.0" in {sock.getsockname()[0] for sock in sockets}
+    finally:
+        for sock in sockets:
+            sock.close()

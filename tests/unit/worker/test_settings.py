@@ -91,6 +91,11 @@ def test_broker_url_follows_redis_url() -> None:
             "rediss://h:6380/0?ssl_cert_reqs=required",
             {"socket_timeout": 2.0},
         ),
+        (  # the store would log in and the broker not (NOAUTH at the first publish)
+            "redis://h:6379/0?username=u&password=s%2Fx&client_name=w",
+            "redis://u:s%2Fx@h:6379/0",
+            {"client_name": "w"},
+        ),
         (
             "unix:///tmp/r.sock?db=2&socket_timeout=1",
             "redis+socket:///tmp/r.sock?virtual_host=2",
@@ -115,6 +120,12 @@ def test_a_redis_url_option_redis_py_does_not_know_is_refused_by_name(
         load_settings()
     assert "REDIS_URL" in str(info.value) and "'socket_timout'" in str(info.value)
     assert "secret" not in str(info.value)
+    monkeypatch.setenv(
+        "REDIS_URL", "redis://:Zq8?Xk3=Vb@h:6379/0"
+    )  # a ? in the password: its tail is the query
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert "written %3F" in str(info.value) and "Xk3" not in str(info.value) and "Vb" not in str(info.value)
     assert Settings(redis_url="rediss://h:6380/0?ssl_cert_reqs=required&socket_timeout=2").redis_url
 
 

@@ -166,3 +166,17 @@ def test_a_delivery_past_the_last_attempt_buries_the_work_without_running_it(
     _attempt(_task(lambda: ran.append(1), buried), 1, task_id="msg-2")
     assert ran == []
     assert buried == [f"{NAME} failed: its worker was lost mid-run (after {TRIES} attempts)"]
+
+
+def test_the_run_count_goes_when_the_work_ends(redis_client: Redis, prefix: str) -> None:
+    """A review: every message left its count for 7 days in a store that evicts nothing, and a message whose last,
+    successful run lost its ack came back past the last attempt and was buried as failed. The count is deleted
+    once the work is done or buried: a redelivery after success runs again (at least once), from 1."""
+    count = EngineKeys(prefix).task_attempts
+    redis_client.set(count("msg-3"), 1)
+    _attempt(_task(lambda: None, []), 2, task_id="msg-3")
+    assert redis_client.exists(count("msg-3")) == 0
+    buried: list[str] = []
+    with pytest.raises(TaskFailed):
+        _attempt(_task(_fails, buried), TRIES, task_id="msg-4")
+    assert len(buried) == 1 and redis_client.exists(count("msg-4")) == 0
