@@ -256,8 +256,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     except Exception as exc:  # a clear one-line error, never a stack trace, for operator mistakes
+        from redis.exceptions import ConnectionError as RedisUnreachable
+        from redis.exceptions import TimeoutError as RedisTimeout
+
         from worker.settings import SettingsError
 
+        if isinstance(exc, RedisUnreachable | RedisTimeout):  # its text names host and port, never a password
+            print(f"agent-signal {verb}: cannot reach the store (REDIS_URL): {exc}", file=sys.stderr)
+            return 2
         if isinstance(exc, SettingsError | ValueError | ConnectionError | OSError | httpx.InvalidURL) or type(
             exc
         ).__module__.startswith("redis"):

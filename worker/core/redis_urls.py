@@ -24,6 +24,8 @@ def redis_url_problem(url: str) -> str | None:
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss", "unix"):
         return f"must start with redis://, rediss:// or unix:// (got {parts.scheme or 'no scheme'!r})"
+    if "@" in parts.query or "@" in parts.fragment:  # the password's tail read as the query: never quoted
+        return "its password holds a ? or a #, which must be written %3F or %23"
     databases = [value for name, value in parse_qsl(parts.query) if name == "db"]
     if parts.scheme != "unix" and parts.path not in ("", "/"):
         databases.append(parts.path[1:])
@@ -32,6 +34,12 @@ def redis_url_problem(url: str) -> str | None:
             "its database (after the last /, or ?db=) must be a number, as in redis://host:6379/0; a / in the "
             "password must be written %2F"
         )
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if parts.scheme != "unix" and (port == 0 or (port is not None and not 1 <= port <= 65535)):
+        return "its port (after the host's :) must be a number 1 to 65535, as in redis://host:6379/0"
     return None
 
 

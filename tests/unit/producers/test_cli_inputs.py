@@ -385,3 +385,17 @@ def test_the_hosts_uvicorn_took_are_bound(host: str) -> None:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def test_a_store_that_cannot_be_reached_names_redis_url(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CLI audit: a verb straight to Redis said ``ConnectionError: Error 111 …`` without naming the setting."""
+    from tests.conftest import free_port
+
+    port = free_port()
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{port}/0")
+    assert main(["status", "evt_x"]) == 2
+    assert _one_line(capsys).startswith(
+        f"agent-signal status: cannot reach the store (REDIS_URL): Error 111 connecting to 127.0.0.1:{port}"
+    )
