@@ -27,6 +27,9 @@ def run_check(directory: str) -> int:
         return 2
     for line in warnings:
         print(f"warning: {line}", file=sys.stderr)
+    if not defs:  # a mistyped folder passed: "ok (0 functions: )"
+        print(f"{directory}: no *.md definition found", file=sys.stderr)
+        return 2
     print(f"{directory}: ok ({len(defs)} functions: {', '.join(sorted(defs))})", file=sys.stderr)
     return 0
 

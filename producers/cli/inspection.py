@@ -151,11 +151,14 @@ def _dlq_direct(args: argparse.Namespace) -> int:
     producer = _producer(args.tenant)
     try:
         if args.dlq_command == "list":
-            from worker.ops.runs import dlq_page
+            from worker.ops.runs import BadDlqCursor, dlq_page
 
-            page = dlq_page(
-                producer.store, producer.keys, offset=args.offset, limit=args.limit, cursor=args.cursor
-            )
+            try:
+                page = dlq_page(
+                    producer.store, producer.keys, offset=args.offset, limit=args.limit, cursor=args.cursor
+                )
+            except BadDlqCursor as exc:  # as over HTTP, where the 422 names the field
+                raise CliError(f"--cursor: {exc}") from None
             print_dead_page(page.to_json_dict(), args.json)
             return 0
         if args.all:  # as over HTTP: a page at a time, the count on stderr (act_on_pages)

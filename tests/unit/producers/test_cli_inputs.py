@@ -399,3 +399,14 @@ def test_a_store_that_cannot_be_reached_names_redis_url(
     assert _one_line(capsys).startswith(
         f"agent-signal status: cannot reach the store (REDIS_URL): Error 111 connecting to 127.0.0.1:{port}"
     )
+
+
+def test_a_dlq_cursor_no_page_gave_names_the_flag_on_the_direct_path(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], redis_url: str, prefix: str
+) -> None:
+    """A CLI audit: straight to Redis, ``dlq list --cursor garbage`` said ``BadDlqCursor: …``; over HTTP the 422
+    names the field."""
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("AGENT_SIGNAL_KEY_PREFIX", prefix)
+    assert main(["dlq", "list", "--cursor", "garbage"]) == 2
+    assert _one_line(capsys).startswith("agent-signal dlq list: --cursor: cursor must be a page's cursor")

@@ -112,3 +112,13 @@ def test_an_observe_spec_on_tool_after_without_tool_warns_that_it_never_fires() 
     assert warnings == [
         "f.md: observe[0]: on tool_after without tool never fires (rolebox matches spec.tool === tool)"
     ]
+
+
+def test_check_of_a_folder_without_definitions_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CLI audit: ``functions check`` of an empty (or mistyped) folder said ``ok (0 functions: )``, exit 0."""
+    from producers.cli.functions import run_check
+
+    assert run_check(str(tmp_path)) == 2
+    assert capsys.readouterr().err.strip() == f"{tmp_path}: no *.md definition found"
