@@ -26,15 +26,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis import Redis
 from redis.exceptions import WatchError
 
 from worker.chain.outbox_records import SEPARATOR, OutboxRecord
 from worker.core.clock import now_ms
 from worker.keys.layout import BucketKeys, Keys, split_scope_ref
+from worker.store.calls import OutboxFail
 from worker.store.events import EventStore
 from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE, journal_score_us
 from worker.store.records import to_str
+from worker.store.scripts import Scripts
 
 __all__ = ["BadOutboxCursor", "DeadPage", "dead_page", "fail_delivered", "redrive_dead"]
 
@@ -161,10 +162,10 @@ def _redrive_one(store: EventStore, tenant: Keys, scope_key: str, record_id: str
     return False
 
 
-def fail_delivered(client: Redis, tenant: Keys, scope_key: str, record_id: str, error: str) -> bool:
+def fail_delivered(scripts: Scripts, tenant: Keys, scope_key: str, record_id: str, error: str) -> bool:
     """Settle the tenant's record ``record_id`` (of ``scope_key``) ``dead`` with ``error`` as its last error after
-    its delivery, and list it in its bucket's dead index, under WATCH of the record: True when it
-    is dead now. A ``delivered`` record, or a ``pending`` one a relay holds a claim on (its due time ahead: the
+    its delivery, and list it in its bucket's dead index (OUTBOX_FAIL, while the record is as read here): True when
+    it is dead now. A ``delivered`` record, or a ``pending`` one a relay holds a claim on, by Redis's clock (the
     deliverer handed the work on, and the relay has not yet written ``delivered``; it leaves the due set, so that
     relay's settle writes nothing). False, writing nothing, when it is gone (expired, erased), dead already, or
     pending unclaimed (a retry or a redrive will deliver it again)."""
@@ -172,26 +173,16 @@ def fail_delivered(client: Redis, tenant: Keys, scope_key: str, record_id: str, 
     key = tenant.outbox_record(scope_key, record_id)
     member = f"{tenant.scope_ref(scope_key)}{SEPARATOR}{record_id}"
     for _ in range(REDRIVE_TRIES):
-        with client.pipeline(transaction=True) as pipe:
-            try:
-                # the record alone: a claim or settle writes it too, and the due set is every delivery's hot key
-                pipe.watch(key)  # type: ignore[no-untyped-call]
-                raw = pipe.get(key)
-                record = None if raw is None else OutboxRecord.from_json(raw)
-                due = pipe.zscore(bucket.outbox_due, member)
-                claimed = (
-                    record is not None and record.state == "pending" and due is not None and due > now_ms()
-                )
-                if record is None or not (record.state == "delivered" or claimed):
-                    pipe.unwatch()
-                    return False
-                record.state, record.last_error = "dead", error
-                pipe.multi()
-                pipe.set(key, record.to_json(), keepttl=True)
-                pipe.zrem(bucket.outbox_due, member)
-                pipe.zadd(bucket.outbox_dead, {member: now_ms()})
-                pipe.execute()
-                return True
-            except WatchError:
-                continue
+        raw = scripts.client.get(key)
+        record = None if raw is None else OutboxRecord.from_json(raw)
+        if record is None or record.state not in ("delivered", "pending"):
+            return False
+        claimed = int(record.state == "pending")
+        record.state, record.last_error = "dead", error
+        call = OutboxFail(
+            bucket.outbox_due, key, bucket.outbox_dead, member, to_str(raw), record.to_json(), claimed
+        )
+        settled = int(scripts.run(call))
+        if settled >= 0:
+            return settled == 1
     return False

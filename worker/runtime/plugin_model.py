@@ -21,6 +21,7 @@ from worker.ops.erasure import UserEraser
 from worker.outbox.dead import fail_delivered
 from worker.settings import PluginSettings, Settings
 from worker.store.receipts import ReceiptStore
+from worker.store.scripts import Scripts
 
 __all__ = ["Plugin", "PluginRuntime", "PluginTask", "PoliciesSpec"]
 
@@ -52,7 +53,7 @@ class PluginRuntime:
         ``GET /v1/outbox/dead`` lists it with ``error`` and ``POST /v1/outbox/redrive`` delivers it again. True when
         it was ``delivered`` and is dead now; False when it is gone (retention, erasure), pending or dead already."""
         keys = self.keys.for_tenant(tenant)
-        return fail_delivered(self.redis, keys, scope_key, record_id(kind, key), error)
+        return fail_delivered(Scripts.register(self.redis), keys, scope_key, record_id(kind, key), error)
 
     def receipts(self, tenant: str) -> ReceiptStore:
         """``tenant``'s receipts (append-once by id, indexed by user, agent and topic)."""

@@ -22,6 +22,7 @@ from worker.settings import Settings
 from worker.store.calls import OutboxSettle
 from worker.store.events import EventStore
 from worker.store.journal import JOURNAL_APPLY, JOURNAL_ENQUEUE, journaled
+from worker.store.scripts import Scripts
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +106,10 @@ def test_a_record_whose_work_failed_after_its_delivery(
     key, member = _record(redis_client, keys, state, deadline)
     before = redis_client.get(key)
 
-    assert fail_delivered(redis_client, keys, SCOPE, "agent-run:op1", "the run failed") is settled
+    assert (
+        fail_delivered(Scripts.register(redis_client), keys, SCOPE, "agent-run:op1", "the run failed")
+        is settled
+    )
 
     if not settled:
         assert redis_client.get(key) == before and redis_client.zscore(bucket.outbox_dead, member) is None
@@ -126,4 +130,9 @@ def test_a_record_whose_work_failed_after_its_delivery(
 
 def test_a_record_gone_is_not_settled(redis_client: Redis, prefix: str) -> None:
     """An expired or erased record: nothing to list (the caller logs it)."""
-    assert fail_delivered(redis_client, Keys(prefix), SCOPE, "agent-run:gone", "the run failed") is False
+    assert (
+        fail_delivered(
+            Scripts.register(redis_client), Keys(prefix), SCOPE, "agent-run:gone", "the run failed"
+        )
+        is False
+    )

@@ -23,7 +23,14 @@ from worker.store.calls.fair import PopAcquire, ReadyPop, ReadyPush, TicketForce
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 from worker.store.calls.lease import Acquire, HandOff, Release, Renew, RenewScope
 from worker.store.calls.operators import Cancel, Discard, Redrive, ReindexLate, Resume, RunsPage
-from worker.store.calls.outbox import JournalApply, JournalSettle, OutboxClaim, OutboxSettle, Touched
+from worker.store.calls.outbox import (
+    JournalApply,
+    JournalSettle,
+    OutboxClaim,
+    OutboxFail,
+    OutboxSettle,
+    Touched,
+)
 
 __all__ = [
     "Acquire",
@@ -49,6 +56,7 @@ __all__ = [
     "Lane",
     "Layout",
     "OutboxClaim",
+    "OutboxFail",
     "OutboxSettle",
     "PeekFresh",
     "PopAcquire",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 
-__all__ = ["JournalApply", "JournalSettle", "OutboxClaim", "OutboxSettle", "Touched"]
+__all__ = ["JournalApply", "JournalSettle", "OutboxClaim", "OutboxFail", "OutboxSettle", "Touched"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,18 @@ class OutboxSettle(ScriptCall):
     record_json: str = arg()
     next_due: str = arg()
     dead_at: str = arg()  # '': not dead
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxFail(ScriptCall):
+    SCRIPT = "outbox_fail"
+    due: str = key()
+    record: str = key()
+    dead: str = key()
+    member: str = arg()
+    record_was: str = arg()
+    record_json: str = arg()
+    claimed: int = arg()  # 1: a pending record, settled only under a relay's claim
 
 
 @dataclass(frozen=True, slots=True)
