@@ -16,7 +16,8 @@ __all__ = ["run_check", "run_simulate"]
 
 
 def run_check(directory: str) -> int:
-    """Exit 0 (warnings on stderr), or 2 with one ``<file>: <field>: <problem>`` line per error."""
+    """Exit 0 (warnings on stderr), or 2 with one ``<file>: <field>: <problem>`` line per error, or one line
+    saying the folder holds no definition (a mistyped folder passed as "ok, 0 functions")."""
     try:
         defs, warnings = load_function_dir(directory)
     except FunctionLoadError as exc:
@@ -28,7 +29,7 @@ def run_check(directory: str) -> int:
     for line in warnings:
         print(f"warning: {line}", file=sys.stderr)
     if not defs:  # a mistyped folder passed: "ok (0 functions: )"
-        print(f"{directory}: no *.md definition found", file=sys.stderr)
+        print(f"{directory}: no *.md definition found")  # an error line, as the others
         return 2
     print(f"{directory}: ok ({len(defs)} functions: {', '.join(sorted(defs))})", file=sys.stderr)
     return 0

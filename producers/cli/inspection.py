@@ -157,8 +157,8 @@ def _dlq_direct(args: argparse.Namespace) -> int:
                 page = dlq_page(
                     producer.store, producer.keys, offset=args.offset, limit=args.limit, cursor=args.cursor
                 )
-            except BadDlqCursor as exc:  # as over HTTP, where the 422 names the field
-                raise CliError(f"--cursor: {exc}") from None
+            except BadDlqCursor:  # as over HTTP, where the 422 names the field
+                raise CliError("--cursor must be a cursor a page printed (<ms>:<eventId>)") from None
             print_dead_page(page.to_json_dict(), args.json)
             return 0
         if args.all:  # as over HTTP: a page at a time, the count on stderr (act_on_pages)

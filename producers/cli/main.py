@@ -256,13 +256,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     except Exception as exc:  # a clear one-line error, never a stack trace, for operator mistakes
-        from redis.exceptions import ConnectionError as RedisUnreachable
-        from redis.exceptions import TimeoutError as RedisTimeout
+        from redis import exceptions as redis_errors
 
         from worker.settings import SettingsError
 
-        if isinstance(exc, RedisUnreachable | RedisTimeout):  # its text names host and port, never a password
-            print(f"agent-signal {verb}: cannot reach the store (REDIS_URL): {exc}", file=sys.stderr)
+        # redis-py's texts name the host and port, or the server's refusal, never a password
+        if type(exc) in (redis_errors.ConnectionError, redis_errors.TimeoutError):  # not its subclasses
+            print(f"agent-signal {verb}: cannot reach the store: {exc}; check REDIS_URL", file=sys.stderr)
+            return 2
+        if isinstance(exc, redis_errors.AuthenticationError):
+            print(
+                f"agent-signal {verb}: the store refused the login: {exc}; check REDIS_URL", file=sys.stderr
+            )
             return 2
         if isinstance(exc, SettingsError | ValueError | ConnectionError | OSError | httpx.InvalidURL) or type(
             exc

@@ -24,8 +24,13 @@ def redis_url_problem(url: str) -> str | None:
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss", "unix"):
         return f"must start with redis://, rediss:// or unix:// (got {parts.scheme or 'no scheme'!r})"
-    if "@" in parts.query or "@" in parts.fragment:  # the password's tail read as the query: never quoted
-        return "its password holds a ? or a #, which must be written %3F or %23"
+    encode = "a / in the password must be written %2F, a ? %3F, a # %23"  # none of the URL is ever quoted
+    if "@" in parts.fragment or (parts.scheme != "unix" and not parts.hostname):
+        return f"its host is missing (redis://host:6379/0); {encode}"  # the password's tail read as query
+    if (
+        parts.scheme == "unix" and "@" in parts.path
+    ):  # redis-py would read the socket path from the password on
+        return "a / in the password must be written %2F (unix://:password@/path/to/redis.sock)"
     databases = [value for name, value in parse_qsl(parts.query) if name == "db"]
     if parts.scheme != "unix" and parts.path not in ("", "/"):
         databases.append(parts.path[1:])
@@ -39,7 +44,9 @@ def redis_url_problem(url: str) -> str | None:
     except ValueError:
         port = 0
     if parts.scheme != "unix" and (port == 0 or (port is not None and not 1 <= port <= 65535)):
-        return "its port (after the host's :) must be a number 1 to 65535, as in redis://host:6379/0"
+        return (
+            f"its port (after the host's :) must be a number 1 to 65535, as in redis://host:6379/0; {encode}"
+        )
     return None
 
 

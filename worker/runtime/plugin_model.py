@@ -51,7 +51,8 @@ class PluginRuntime:
         """Settle the outbox record a handler of ``tenant`` staged with ``ctx.outbox(kind, …, key=key)`` in
         ``scope_key`` ``dead`` after its delivery: the work its deliverer handed on (a plugin task) failed for good.
         ``GET /v1/outbox/dead`` lists it with ``error`` and ``POST /v1/outbox/redrive`` delivers it again. True when
-        it was ``delivered`` and is dead now; False when it is gone (retention, erasure), pending or dead already."""
+        it is dead now (it was ``delivered``, or still claimed by the relay that handed it on); False when it is gone
+        (retention, erasure), dead already, or pending unclaimed (it will be delivered again)."""
         keys = self.keys.for_tenant(tenant)
         return fail_delivered(Scripts.register(self.redis), keys, scope_key, record_id(kind, key), error)
 

@@ -396,9 +396,11 @@ def test_a_store_that_cannot_be_reached_names_redis_url(
     port = free_port()
     monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{port}/0")
     assert main(["status", "evt_x"]) == 2
-    assert _one_line(capsys).startswith(
-        f"agent-signal status: cannot reach the store (REDIS_URL): Error 111 connecting to 127.0.0.1:{port}"
+    line = _one_line(capsys)
+    assert line.startswith("agent-signal status: cannot reach the store: ") and line.endswith(
+        "; check REDIS_URL"
     )
+    assert f"127.0.0.1:{port}" in line
 
 
 def test_a_dlq_cursor_no_page_gave_names_the_flag_on_the_direct_path(
@@ -409,4 +411,7 @@ def test_a_dlq_cursor_no_page_gave_names_the_flag_on_the_direct_path(
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("AGENT_SIGNAL_KEY_PREFIX", prefix)
     assert main(["dlq", "list", "--cursor", "garbage"]) == 2
-    assert _one_line(capsys).startswith("agent-signal dlq list: --cursor: cursor must be a page's cursor")
+    assert (
+        _one_line(capsys)
+        == "agent-signal dlq list: --cursor must be a cursor a page printed (<ms>:<eventId>)"
+    )

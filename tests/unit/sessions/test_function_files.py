@@ -121,4 +121,4 @@ def test_check_of_a_folder_without_definitions_fails(
     from producers.cli.functions import run_check
 
     assert run_check(str(tmp_path)) == 2
-    assert capsys.readouterr().err.strip() == f"{tmp_path}: no *.md definition found"
+    assert capsys.readouterr().out.strip() == f"{tmp_path}: no *.md definition found"

@@ -126,6 +126,14 @@ def test_a_redis_url_option_redis_py_does_not_know_is_refused_by_name(
     with pytest.raises(SettingsError) as info:
         load_settings()
     assert "%3F" in str(info.value) and "Xk3" not in str(info.value) and "Vb" not in str(info.value)
+    for url in ("redis://h:6379/0?password=p@ss&username=svc@corp", "unix:///tmp/r.sock?password=a@b"):
+        assert Settings(redis_url=url).redis_url == url  # an @ in a password given by ?password= is fine
+    monkeypatch.setenv(
+        "REDIS_URL", "unix://:se/cret@/tmp/nope.sock"
+    )  # redis-py read the socket path from /cret@
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert "%2F" in str(info.value) and "cret" not in str(info.value)
     assert Settings(redis_url="rediss://h:6380/0?ssl_cert_reqs=required&socket_timeout=2").redis_url
 
 
