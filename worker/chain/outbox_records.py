@@ -11,10 +11,23 @@ from typing import Any, Literal
 
 from worker.keys.layout import Keys
 
-__all__ = ["SEPARATOR", "Deliverer", "OutboxRecord", "OutboxState", "outbox_commands", "record_id"]
+__all__ = [
+    "SEPARATOR",
+    "Deliverer",
+    "OutboxRecord",
+    "OutboxState",
+    "outbox_commands",
+    "outbox_member",
+    "record_id",
+]
 
 SEPARATOR = "\x1f"
 OutboxState = Literal["pending", "delivered", "dead"]
+
+
+def outbox_member(keys: Keys, scope_key: str, record_id: str) -> str:
+    """A record's member of its bucket's due, journal and dead sets: ``<tenant>/<scopeKey>\x1f<recordId>``."""
+    return f"{keys.scope_ref(scope_key)}{SEPARATOR}{record_id}"
 
 
 def record_id(kind: str, key: str) -> str:
@@ -91,7 +104,7 @@ def outbox_commands(
     """The staged writes that put ``record`` in the outbox once (a second staging changes nothing), in the
     slot of its scope's bucket; with ``journal_score_us``, on the bucket's journal (applied in that order)."""
     keys = keys.for_scope(record.scope_key)
-    member = f"{keys.scope_ref(record.scope_key)}{SEPARATOR}{record.id}"
+    member = outbox_member(keys, record.scope_key, record.id)
     index = keys.outbox_of_event(record.scope_key, record.event_id or "-")
     return [
         ["SET", keys.outbox_record(record.scope_key, record.id), record.to_json(), "NX", "EX", retention_s],

@@ -28,7 +28,7 @@ from typing import Any
 
 from redis.exceptions import WatchError
 
-from worker.chain.outbox_records import SEPARATOR, OutboxRecord
+from worker.chain.outbox_records import SEPARATOR, OutboxRecord, outbox_member
 from worker.core.clock import now_ms
 from worker.keys.layout import BucketKeys, Keys, split_scope_ref
 from worker.store.calls import OutboxFail
@@ -131,10 +131,17 @@ def _members(store: EventStore, bucket: BucketKeys) -> list[str]:
     return [to_str(m) for m in store.client.zrange(bucket.outbox_dead, 0, -1)]
 
 
+def _located(tenant: Keys, scope_key: str, record_id: str) -> tuple[BucketKeys, str, str]:
+    """(its bucket's keys, its key, its member of the bucket's sets) of the tenant's record ``record_id``."""
+    return (
+        tenant.for_scope(scope_key),
+        tenant.outbox_record(scope_key, record_id),
+        outbox_member(tenant, scope_key, record_id),
+    )
+
+
 def _redrive_one(store: EventStore, tenant: Keys, scope_key: str, record_id: str) -> bool:
-    bucket = tenant.for_scope(scope_key)
-    key = tenant.outbox_record(scope_key, record_id)
-    member = f"{tenant.scope_ref(scope_key)}{SEPARATOR}{record_id}"
+    bucket, key, member = _located(tenant, scope_key, record_id)
     for _ in range(REDRIVE_TRIES):
         with store.client.pipeline(transaction=True) as pipe:
             try:
@@ -169,9 +176,7 @@ def fail_delivered(scripts: Scripts, tenant: Keys, scope_key: str, record_id: st
     deliverer handed the work on, and the relay has not yet written ``delivered``; it leaves the due set, so that
     relay's settle writes nothing). False, writing nothing, when it is gone (expired, erased), dead already, or
     pending unclaimed (a retry or a redrive will deliver it again)."""
-    bucket = tenant.for_scope(scope_key)
-    key = tenant.outbox_record(scope_key, record_id)
-    member = f"{tenant.scope_ref(scope_key)}{SEPARATOR}{record_id}"
+    bucket, key, member = _located(tenant, scope_key, record_id)
     for _ in range(REDRIVE_TRIES):
         raw = scripts.client.get(key)
         record = None if raw is None else OutboxRecord.from_json(raw)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord
+from worker.chain.outbox_records import Deliverer, OutboxRecord, outbox_member
 from worker.intake.emitter import Emitter
 from worker.store.calls import JournalApply, Touched
 from worker.store.events import EventStore
@@ -22,9 +22,7 @@ def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
         commands: list[Command] = record.payload["commands"]
         keys = store.keys.for_tenant(record.tenant)
         # the scope too: two scopes' lanes may share an idempotency key (their records are each scope's own)
-        marker = keys.applied_marker(
-            commands[0][1], f"{keys.scope_ref(record.scope_key)}{SEPARATOR}{record.id}"
-        )
+        marker = keys.applied_marker(commands[0][1], outbox_member(keys, record.scope_key, record.id))
         touched = list(dict.fromkeys(c[1] for c in commands if c[0].upper() not in ("PUBLISH", "THEN")))
         # durable: with AGENT_SIGNAL_WAIT_REPLICAS, delivered only once a replica has the writes
         call = JournalApply(marker, marker_ttl_s, json.dumps(commands), [Touched(key) for key in touched])

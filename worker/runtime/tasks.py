@@ -78,8 +78,7 @@ def _quietly(name: str, call: Callable[[], object]) -> None:
         raise
     except Exception as exc:
         log.error("task %s failed: %s", name, describe_error(exc), exc_info=exc)
-        permanent = isinstance(exc, PermanentFailure)
-        raise TaskFailed(f"{name} failed: {describe_error(exc)}", permanent=permanent) from None
+        raise TaskFailed(f"{name} failed: {describe_error(exc)}") from None
 
 
 def _register_plugin_task(app: Any, task: PluginTask) -> None:
