@@ -19,7 +19,8 @@ Running it (the bench does this, :func:`bench.peer_bench.peer_workers`)::
         python -m bench.peer_app worker --concurrency 1 --pool prefork
 
 :func:`main` reads the two variables and hands the rest of the command line to ``celery worker``
-(``app.worker_main``, the same entry our own worker uses). The Redis is both the broker and the tasks' store. Importing this module reads no environment and
+(``app.worker_main``, the entry a Celery user calls; ours runs the same ``worker`` command without importing the rest of
+Celery's command group, which changes its start, not its work). The Redis is both the broker and the tasks' store. Importing this module reads no environment and
 opens no connection; :func:`create_peer_app` builds the app (connecting no signal), each worker child opens
 its own Redis client on its first task, and :func:`main` alone adds the bench's readiness announcement. Every key, the broker's included (``global_keyprefix``), is under the prefix, so the
 bench deletes them by prefix afterwards.

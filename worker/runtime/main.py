@@ -19,6 +19,11 @@ The Celery command line we build, and why each flag:
 
 ``extra_argv`` (``agent-signal worker -- <celery worker flags>``) is appended last, so a flag given there
 wins over ours (``--concurrency 3``, ``-n w1@%h``, ``--without-heartbeat``, ``-O fair``...).
+
+The command line goes to Celery's ``worker`` command itself (:func:`start_celery_worker`), not through
+``app.worker_main``: that imports the whole ``celery`` command group first, every subcommand and each installed
+plugin's (Flower's Tornado app, ``click_repl`` with ``prompt_toolkit``), about a fifth of a second of a worker's
+start that its process never uses (docs/decisions.md, "make test within ten minutes, a third time").
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -38,7 +44,10 @@ from worker.store.safety import check_at_boot
 from worker.telemetry.logs import configure_logging, install_pseudonyms
 from worker.telemetry.process_metrics import serve, use_multiprocess_dir
 
-__all__ = ["celery_worker_argv", "run_worker"]
+if TYPE_CHECKING:
+    from celery import Celery
+
+__all__ = ["celery_worker_argv", "run_worker", "start_celery_worker"]
 
 
 def run_worker(
@@ -90,7 +99,7 @@ def run_worker(
             ) from None
     argv = celery_worker_argv(settings, concurrency=concurrency, loglevel=loglevel, extra_argv=extra_argv)
     try:
-        app.worker_main(argv)
+        start_celery_worker(app, argv)
     finally:
         if owned_dir is not None:
             shutil.rmtree(owned_dir, ignore_errors=True)
@@ -123,3 +132,23 @@ def celery_worker_argv(
     if settings.task_events:
         argv.append("--task-events")
     return [*argv, *extra_argv]
+
+
+def start_celery_worker(app: Celery, argv: Sequence[str]) -> None:
+    """Run ``celery worker`` with ``argv`` (from :func:`celery_worker_argv`, ``worker`` first) on ``app``: what
+    ``app.worker_main(argv)`` does, with only the ``worker`` command imported. The context object is the one the
+    ``celery`` group would build (no ``--workdir``, not quiet; ``NO_COLOR`` read as its ``--no-color`` reads
+    it); a bad flag raises Celery's ClickException, as under ``worker_main``."""
+    from celery.bin.base import CLIContext
+    from celery.bin.worker import worker as worker_command
+    from click import BOOL, BadParameter
+
+    if not argv or argv[0] != "worker":
+        raise ValueError("the argv of a Celery worker starts with 'worker'")
+    try:
+        no_color = bool(BOOL.convert(os.environ.get("NO_COLOR") or "false", None, None))
+    except BadParameter:
+        no_color = False
+    context = CLIContext(app=app, no_color=no_color, workdir=None, quiet=False)
+    # non-standalone, click returns the worker's exit code (ctx.exit) rather than raising: worker_main dropped it
+    worker_command.main(args=list(argv[1:]), prog_name="celery worker", obj=context, standalone_mode=False)

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from producers import Producer
 from tests.conftest import ROOT, free_port, settings_env, wait_for
 
 pytestmark = pytest.mark.integration
@@ -43,6 +44,17 @@ def _cli(
 def _write(path: Path, lines: list[str]) -> Path:
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _settle(producer: Producer, wanted: dict[str, str]) -> None:
+    """Wait until each event id has its status (``done``, ``dead``), read from the store."""
+
+    def statuses() -> dict[str, str]:
+        return {e: str((producer.status(e) or {}).get("status")) for e in wanted}
+
+    wait_for(
+        lambda: statuses() == wanted, timeout_s=60, what=f"statuses {wanted}", explain=lambda: str(statuses())
+    )
 
 
 GOOD = '{"sourceType":"bot.message.merged","sourceId":"%s","payload":{"topicId":"t1","message":"hi"}}'
@@ -160,35 +172,46 @@ class TestOperate:
         """A processed chain prints in five steps; a dead event is listed and can be redriven."""
         settings = make_settings(max_attempts=1)
         start_worker(settings)
-        result = _cli(settings, "enqueue", str(_write(tmp_path / "e.jsonl", [GOOD % "m1", BAD])))
+        result = _cli(settings, "enqueue", "--ids", str(_write(tmp_path / "e.jsonl", [GOOD % "m1", BAD])))
         assert result.returncode == 0, result.stderr
-
-        def dead_listed() -> Any:
-            out = _cli(settings, "dlq", "list", "--json")
-            return json.loads(out.stdout)["events"] if out.returncode == 0 else None
-
-        events = wait_for(dead_listed, timeout_s=60, what="the dead letter")
-        assert events[0]["event"]["sourceId"] == "to-9"
-        assert "flaky handler is broken: bad input" in events[0]["error"]
-        wait_for(lambda: _cli(settings, "inspect", "chain:m1").returncode == 0, what="the chain")
-        text = _cli(settings, "inspect", "chain:m1").stdout
-        for heading in ("1. source", "2. signals", "3. actions", "4. results", "5. edges", "dominant path:"):
-            assert heading in text
-        assert (
-            "bot.message.merged -> signal.message.received -> signal.action.applied -> action.activity.record"
-            in text
-        )
-        assert json.loads(_cli(settings, "inspect", "m1", "--json").stdout)["record"]["chainId"] == "chain:m1"
-        assert _cli(settings, "inspect", "chain:none").returncode == 1
-        # one source id of two users' events: --user picks a user's run (a contract audit: the 409 told the
-        # caller to ask by userId, which inspect had no way to)
-        shared = '{"sourceType":"bot.message.merged","sourceId":"dup1","userId":"%s","payload":{"topicId":"%s","message":"from-%s"}}'
-        lines = [shared % (u, f"t-{u}", u) for u in ("ua", "ub")]
-        assert _cli(settings, "enqueue", str(_write(tmp_path / "d.jsonl", lines))).returncode == 0
-        for user, other in (("ua", "ub"), ("ub", "ua")):
-            wait_for(
-                lambda u=user: _cli(settings, "inspect", "dup1", "--user", u).returncode == 0, what="a run"
+        # the worker's progress is read from the store in this process: a CLI run per poll cost most of this
+        # test's CPU (a process start each), and each command below is then run once, on a settled store
+        good_id, bad_id = (json.loads(line)["eventId"] for line in result.stdout.splitlines()[:2])
+        producer = Producer(settings)
+        try:
+            _settle(producer, {good_id: "done", bad_id: "dead"})
+            events = json.loads(_cli(settings, "dlq", "list", "--json").stdout)["events"]
+            assert events[0]["eventId"] == bad_id and events[0]["event"]["sourceId"] == "to-9"
+            assert "flaky handler is broken: bad input" in events[0]["error"]
+            text = _cli(settings, "inspect", "chain:m1").stdout
+            for heading in (
+                "1. source",
+                "2. signals",
+                "3. actions",
+                "4. results",
+                "5. edges",
+                "dominant path:",
+            ):
+                assert heading in text
+            assert (
+                "bot.message.merged -> signal.message.received -> signal.action.applied -> action.activity.record"
+                in text
             )
+            assert (
+                json.loads(_cli(settings, "inspect", "m1", "--json").stdout)["record"]["chainId"]
+                == "chain:m1"
+            )
+            assert _cli(settings, "inspect", "chain:none").returncode == 1
+            # one source id of two users' events: --user picks a user's run (a contract audit: the 409 told the
+            # caller to ask by userId, which inspect had no way to)
+            shared = '{"sourceType":"bot.message.merged","sourceId":"dup1","userId":"%s","payload":{"topicId":"%s","message":"from-%s"}}'
+            lines = [shared % (u, f"t-{u}", u) for u in ("ua", "ub")]
+            sent = _cli(settings, "enqueue", "--ids", str(_write(tmp_path / "d.jsonl", lines)))
+            assert sent.returncode == 0, sent.stderr
+            _settle(producer, {json.loads(line)["eventId"]: "done" for line in sent.stdout.splitlines()[:2]})
+        finally:
+            producer.close()
+        for user, other in (("ua", "ub"), ("ub", "ua")):
             found = _cli(settings, "inspect", "dup1", "--json", "--user", user)
             assert f"from-{user}" in found.stdout and f"from-{other}" not in found.stdout, found.stderr
 
