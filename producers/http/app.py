@@ -30,7 +30,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from policies.dmail import AgentToolsSettings
 from producers.http.access.auth import install_auth
 from producers.http.access_log import flat_routes, install_access_log, route_template
-from producers.http.api_models import SHARED_ERRORS
 from producers.http.docs_pages import install_docs
 from producers.http.door import install_door
 from producers.http.read_memo import ReadMemo
@@ -134,19 +133,26 @@ def create_web_app(
     app.state.overview_memo = ReadMemo()
     app.state.session_limits = SessionLimits.from_settings(session_limit_settings(settings), settings)
     install_docs(app)  # /docs, /redoc, /docs-assets/*; before install_auth and install_door read its paths
-    # Routers declaring no error answers of their own get the shared ones (their own win): the OpenAPI document.
-    app.include_router(events_router, responses=SHARED_ERRORS)
-    app.include_router(ops_router, responses=SHARED_ERRORS)
-    app.include_router(outbox_router, responses=SHARED_ERRORS)
-    app.include_router(scopes_router, responses=SHARED_ERRORS)
-    app.include_router(routing_router)
-    app.include_router(sessions_router)
-    app.include_router(functions_router)
-    app.include_router(self_iteration_router)
-    app.include_router(receipts_router)
-    app.include_router(ui_router)
-    app.include_router(keys_router)
-    app.include_router(users_router)
+    # The routers' own routes, added as they are: include_router would wrap each in a per-app copy whose
+    # parameters and models FastAPI builds again on the app's first request, ~0.1 s of CPU per app (a test
+    # suite builds hundreds). The routes hold nothing of an app (everything per app is read from
+    # request.app.state), so every app of a process shares them; routers without error answers of their own
+    # declare the shared ones (api_models.SHARED_ERRORS) where they are made.
+    for router in (
+        events_router,
+        ops_router,
+        outbox_router,
+        scopes_router,
+        routing_router,
+        sessions_router,
+        functions_router,
+        self_iteration_router,
+        receipts_router,
+        ui_router,
+        keys_router,
+        users_router,
+    ):
+        app.router.routes.extend(router.routes)
     # producers/http/access/auth.py: principal per request, 401/403/404, rate limits
     install_auth(app, settings, door)
     _install_tracing(app)

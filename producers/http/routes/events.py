@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from policies.conversation import RECORDED_ANSWER_FIELDS
 from producers.http.access.principal import Principal, require, tenant_keys
 from producers.http.api_models import (
+    SHARED_ERRORS,
     AttemptRecord,
     ErrorDetail,
     EventState,
@@ -41,7 +42,7 @@ from worker.store.replies import CancelCode
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["events"])
+router = APIRouter(tags=["events"], responses=SHARED_ERRORS)  # the shared error answers (OpenAPI)
 
 
 class EventBatch(BaseModel):

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from producers.http.access.ops import ops_access, ops_detail
 from producers.http.access.principal import Principal, principal_of, public, require, tenant_keys
-from producers.http.api_models import ErrorBody, ErrorDetail, EventStatus, body_route, example
+from producers.http.api_models import SHARED_ERRORS, ErrorBody, ErrorDetail, EventStatus, body_route, example
 from producers.http.web_common import JsonObject, door_of, error_response, producer_of
 from producers.sdk.dead_letters import dead_event_ids, discard_events, edited_bodies, redrive_events
 from worker.core.ids import Id
@@ -22,7 +22,7 @@ from worker.telemetry.process_metrics import CONTENT_TYPE, exposition
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], responses=SHARED_ERRORS)  # the shared error answers (OpenAPI)
 
 MAX_DLQ_OFFSET = 1_000_000
 MAX_DLQ_LIMIT = 500

@@ -9,14 +9,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from producers.http.access.principal import Principal, require, tenant_keys
-from producers.http.api_models import body_route, example
+from producers.http.api_models import SHARED_ERRORS, body_route, example
 from producers.http.web_common import JsonObject, error_response, producer_of
 from worker.core.ids import ID_MAX_LENGTH, SCOPE_KEY_MAX_LENGTH, scope_key_problem
 from worker.outbox.dead import BadOutboxCursor, dead_page, redrive_dead
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], responses=SHARED_ERRORS)  # the shared error answers (OpenAPI)
 
 MAX_DEAD_LIMIT = 500
 MAX_REDRIVE_RECORDS = 500

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from producers.http.access.principal import Principal, require, tenant_keys
+from producers.http.api_models import SHARED_ERRORS
 from producers.http.web_common import error_response, producer_of
 from worker.core.ids import SCOPE_KEY_MAX_LENGTH, scope_key_problem
 from worker.ops.scope_control import TooManyPaused, pause_scope, resume_scope, scope_page
@@ -18,7 +19,7 @@ from worker.ops.scope_control import TooManyPaused, pause_scope, resume_scope, s
 __all__ = ["router"]
 
 
-router = APIRouter(tags=["scopes"])
+router = APIRouter(tags=["scopes"], responses=SHARED_ERRORS)  # the shared error answers (OpenAPI)
 
 ScopeState = Literal["busy", "waiting", "stuck", "paused"]
 
