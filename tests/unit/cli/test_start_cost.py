@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.conftest import ROOT, SettingsFactory, settings_env
+
 # the CLI's modules every command's parser loads, and the ones `route`, `check`/`simulate` and `enqueue` load to run
 MODULES = (
     "producers.cli.main",
@@ -33,3 +35,43 @@ def test_a_cli_command_does_not_import_the_web_framework() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"{name} []" for name in MODULES], result.stdout
+
+
+def test_a_worker_start_imports_celerys_worker_command_alone(make_settings: SettingsFactory) -> None:
+    """``agent-signal worker`` runs Celery's ``worker`` command without ``app.worker_main``, which imports the
+    whole ``celery`` command group first: every subcommand and each installed plugin's (Flower's Tornado app,
+    ``click_repl`` with ``prompt_toolkit``), about 0.3 s of CPU a worker start never uses. ``agent-signal worker
+    -- --help`` goes the whole way (settings, the store's boot checks, the app) to Celery's own help, which
+    shows the flags given after ``--`` reach its command; ``-X importtime`` lists what the process imported."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "producers.cli", "worker", "--", "--help"],
+        cwd=ROOT,
+        env=settings_env(make_settings()),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Usage: celery worker [OPTIONS]" in result.stdout and "--concurrency" in result.stdout, (
+        result.stdout
+    )
+    imported = {
+        line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "import time:" in line
+    }
+    assert "worker.runtime.main" in imported and "celery.bin.worker" in imported
+    assert not imported & {"celery.bin.celery", "flower", "tornado.web", "click_repl", "prompt_toolkit"}
+
+
+def test_every_web_app_of_a_process_shares_the_routers_routes() -> None:
+    """``create_web_app`` adds the routers' own routes: ``include_router`` made a per-app copy whose parameters
+    and models FastAPI built again on each app's first request (~0.1 s of CPU per app)."""
+    from producers.http.app import create_web_app
+    from worker.settings import Settings
+
+    settings = Settings(redis_url="redis://unused")
+    first, second = create_web_app(settings), create_web_app(settings)
+    api = [route for route in first.router.routes if getattr(route, "path", "").startswith("/v1/")]
+    assert len(api) > 40
+    again = {id(route) for route in second.router.routes}
+    assert all(id(route) in again for route in api)
