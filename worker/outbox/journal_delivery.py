@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+from redis.exceptions import ResponseError
+
 from worker.chain.outbox_records import Deliverer, OutboxRecord, outbox_member
+from worker.core.errors import PermanentFailure
 from worker.intake.emitter import Emitter
 from worker.store.calls import JournalApply, Touched
 from worker.store.events import EventStore
@@ -15,8 +18,16 @@ from worker.store.records import PreparedEvent
 __all__ = ["apply_deliverer", "enqueue_deliverer", "journal_deliverers"]
 
 
+# JOURNAL_APPLY's answers that no retry changes: a command that failed midway (its marker keeps why, so every
+# later delivery fails the same way) or commands refused before any was written (a disallowed command, a key of
+# another type). Retried, such a head held up its bucket's whole journal through every backoff (an audit).
+FINAL_ANSWERS = {"PARTIAL": "JOURNAL_PARTIAL", "REFUSED": "JOURNAL_REFUSED"}
+
+
 def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
-    """Delivers ``engine.apply`` records: JOURNAL_APPLY in the records' slot (raises to be retried)."""
+    """Delivers ``engine.apply`` records: JOURNAL_APPLY in the records' slot. A store error raises to be retried;
+    an answer no retry changes (:data:`FINAL_ANSWERS`) raises :class:`PermanentFailure`: the record is dead at
+    once and the journal goes on to the next one."""
 
     def deliver(record: OutboxRecord) -> None:
         commands: list[Command] = record.payload["commands"]
@@ -26,7 +37,13 @@ def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
         touched = list(dict.fromkeys(c[1] for c in commands if c[0].upper() not in ("PUBLISH", "THEN")))
         # durable: with AGENT_SIGNAL_WAIT_REPLICAS, delivered only once a replica has the writes
         call = JournalApply(marker, marker_ttl_s, json.dumps(commands), [Touched(key) for key in touched])
-        store.durable(call)
+        try:
+            store.durable(call)
+        except ResponseError as exc:
+            code = FINAL_ANSWERS.get(str(exc).split(" ", 1)[0])
+            if code is None:
+                raise
+            raise PermanentFailure(str(exc), code=code) from exc
 
     return deliver
 

@@ -51,6 +51,7 @@ from worker.keys.layout import BucketKeys, Keys, split_scope_ref
 from worker.outbox.delivery_pool import DeliveryPool
 from worker.store.calls import JournalSettle, OutboxClaim, OutboxSettle, Release, Renew
 from worker.store.events import EventStore
+from worker.store.journal import journal_score_us
 from worker.telemetry.log_privacy import describe_error, without_url_secrets
 
 __all__ = ["Attempt", "Deliverer", "OutboxRecord", "OutboxRelay", "outbox_commands", "records_of_event"]
@@ -176,6 +177,16 @@ class OutboxRelay:
         tenant, scope_key = split_scope_ref(ref)
         return self.store.keys.for_tenant(tenant).outbox_record(scope_key, record_id)
 
+    def _drop_due(self, due: str, key: str, member: str, score: Callable[[], int]) -> None:
+        """Take the due entry of a record read as not pending (gone, delivered or dead). A redrive between that
+        read and this ZREM made it pending and added an entry of its own, which the ZREM took: then it is put
+        back as the redrive put it (due now; at the journal's tail), else the redrive answered "redriven" for a
+        record no set held any more (an audit)."""
+        self.store.client.zrem(due, member)
+        raw = self.store.client.get(key)
+        if raw is not None and OutboxRecord.from_json(raw).state == "pending":
+            self.store.client.zadd(due, {member: score()}, nx=True)
+
     def _pending(self, key: str, record_id: str) -> OutboxRecord | None:
         """The record at ``key`` while it waits to be delivered (None: expired, or settled already)."""
         raw = self.store.client.get(key)
@@ -274,7 +285,7 @@ class OutboxRelay:
         key = self._record_key(member)
         record = self._pending(key, member.partition(SEPARATOR)[2])
         if record is None:
-            self.store.client.zrem(keys.outbox_due, member)
+            self._drop_due(keys.outbox_due, key, member, now_ms)
             return 0
 
         def settle(current: OutboxRecord, **how: Any) -> bool:
@@ -392,11 +403,12 @@ class OutboxRelay:
     def _journal_head(self, keys: BucketKeys, token: str, member: str) -> tuple[str, int]:
         """One attempt at the journal's head, under the lock ``token``: ``applied``, ``next`` (gone or dead: the
         head after it comes next), ``hold`` (it failed: retried at the returned time, holding the lock so nothing
-        overtakes it) or ``stop`` (another relay holds the lock now, or no deliverer here knows the kind)."""
+        overtakes it) or ``stop`` (another relay holds the lock now). A kind no deliverer here knows is retried
+        like any failure, and is dead after the outbox's attempts (no grace in a journal)."""
         key = self._record_key(member)
         record = self._pending(key, member.partition(SEPARATOR)[2])
         if record is None:  # expired, or settled by a relay that stalled
-            self.store.client.zrem(keys.journal_due, member)
+            self._drop_due(keys.journal_due, key, member, journal_score_us)
             return "next", 0
         written = 1
 

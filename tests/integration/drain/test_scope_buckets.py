@@ -21,7 +21,7 @@ from producers import Producer
 from tests.conftest import SettingsFactory, wait_for
 from tests.support.waiting import outbox_settled
 from worker.chain.outbox_records import OutboxRecord
-from worker.core.errors import OverLimit
+from worker.core.errors import OverLimit, PermanentFailure
 from worker.keys.buckets import bucket_of, slot_tag
 from worker.keys.layout import BucketKeys, Keys
 from worker.ops.runs import RunQuery, list_runs
@@ -125,22 +125,25 @@ def test_a_journal_record_delivered_twice_applies_once(
         id="journal:e2:commit:default",
         payload={"commands": [["INCR", f"{home}j:a"], ["HSET", f"{home}j:c", "f", "v"]]},
     )
-    with pytest.raises(Exception, match="WRONGTYPE"):
+    with pytest.raises(PermanentFailure, match=r"REFUSED .*WRONGTYPE") as refused:  # no retry changes it
         deliver(bad)
+    assert refused.value.code == "JOURNAL_REFUSED"
     assert redis_client.get(f"{home}j:a") == "1", "a refused record wrote part of itself"
     # The same record id staged by another scope (two scopes' lanes can share an idempotency key) applies too.
     deliver(replace(record, scope_key="topic:other"))
     assert redis_client.get(f"{home}j:a") == "2"
     # A command that fails midway (INCR of a non-number passes the type check): what came before it stays,
-    # and every later delivery fails too, so the record ends dead instead of being taken as delivered.
+    # and every later delivery fails too, so the record ends dead at once (a PermanentFailure: retried, it held up
+    # the bucket's journal through every backoff) instead of being taken as delivered.
     broken = replace(
         record,
         id="journal:e3:commit:default",
         payload={"commands": [["INCR", f"{home}j:a"], ["INCR", f"{home}j:c"]]},
     )
     for _ in range(2):
-        with pytest.raises(Exception, match="PARTIAL"):
+        with pytest.raises(PermanentFailure, match="PARTIAL") as partial:
             deliver(broken)
+        assert partial.value.code == "JOURNAL_PARTIAL"
     assert redis_client.get(f"{home}j:a") == "3"
     prepared = producer.emitter.validate(
         {

@@ -18,6 +18,7 @@ from worker.chain.outbox_records import SEPARATOR, OutboxRecord
 from worker.core.clock import now_ms
 from worker.keys.layout import Keys
 from worker.outbox.dead import fail_delivered, redrive_dead
+from worker.outbox.relay import OutboxRelay
 from worker.settings import Settings
 from worker.store.calls import OutboxSettle
 from worker.store.events import EventStore
@@ -136,3 +137,48 @@ def test_a_record_gone_is_not_settled(redis_client: Redis, prefix: str) -> None:
         )
         is False
     )
+
+
+@pytest.mark.parametrize("buckets", [1, 4])
+def test_a_redrive_between_the_relays_read_and_its_zrem_is_kept(
+    redis_client: Redis, prefix: str, make_settings: Any, buckets: int
+) -> None:
+    """A dead record's key staged again puts its member back on the due set (SET NX keeps the dead record, ZADD NX
+    adds the member); the relay that claims it reads it dead and drops the entry. A redrive landing between that
+    read and the ZREM made the record pending and added its own entry, which the ZREM took: the record was
+    pending in no set (not due, not dead) until it expired, though the redrive answered "redriven" (an audit).
+    The interleaving is forced: the redrive runs inside the relay's read. With 4 buckets the journal's head takes
+    the same path (an ``engine.apply`` record)."""
+    store = EventStore(redis_client, make_settings(scope_buckets=buckets))
+    keys = Keys(prefix, buckets=buckets)
+    bucket = keys.for_scope(SCOPE)
+    journal = buckets > 1
+    kind, record_id = (JOURNAL_APPLY, "journal:r:1") if journal else ("probe", "probe:k")
+    member = _dead(redis_client, keys, kind, record_id)
+    due = bucket.journal_due if journal else bucket.outbox_due
+    redis_client.zadd(due, {member: 1})  # staged again: the dead record's member is due once more
+    record_key = keys.outbox_record(SCOPE, record_id)
+    client, redriven = store.client, []
+
+    class RedriveDuringTheRead:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(client, name)
+
+        def get(self, key: str) -> Any:
+            raw = client.get(key)
+            if key == record_key and not redriven:
+                redriven.append(redrive_dead(store, keys, [(SCOPE, record_id)]))
+            return raw
+
+    delivered: list[str] = []
+    relay = OutboxRelay(store, {kind: lambda record: delivered.append(record.id)})
+    store.client = RedriveDuringTheRead()  # type: ignore[assignment]
+    try:
+        relay.run_once()
+    finally:
+        store.client = client  # type: ignore[assignment]
+    assert redriven and redriven[0]["redriven"], redriven
+    relay.run_once()  # the entry put back may already have been claimed by the pass that put it back
+    assert delivered == [record_id], "redriven, yet in no set"
+    assert OutboxRecord.from_json(redis_client.get(record_key) or "").state == "delivered"
+    assert redis_client.zscore(due, member) is None

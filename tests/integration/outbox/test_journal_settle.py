@@ -12,6 +12,7 @@ import pytest
 from redis import Redis
 
 from worker.keys.layout import Keys
+from worker.outbox.journal_delivery import apply_deliverer
 from worker.outbox.relay import OutboxRecord, OutboxRelay
 from worker.store.events import EventStore
 from worker.store.journal import JOURNAL_APPLY, journaled
@@ -66,3 +67,33 @@ def test_the_attempt_is_counted_before_the_delivery_and_a_lost_lock_writes_nothi
     assert seen == [1]
     assert stored.state == "pending" and stored.attempts == 1  # the other relay settles it, not us
     assert 0 < redis_client.ttl(record_key)
+
+
+def test_a_command_that_fails_midway_is_dead_at_once_and_the_journal_goes_on(
+    redis_client: Redis, prefix: str, make_settings: Any
+) -> None:
+    """JOURNAL_APPLY's PARTIAL (a command failed after the ones before it were applied) is final: its marker
+    keeps the answer, so a retry can only fail again. It was retried as a store error, ten attempts with the
+    journal lock held through each backoff, and every later write of the bucket's journal waited behind it."""
+    store = EventStore(redis_client, make_settings(scope_buckets=4))
+    keys = Keys(prefix, buckets=4)
+    home, behind = keys.plugin_home("memories", "alice"), keys.plugin_home("memories", "bob")
+    redis_client.set(home, "not a number")
+    for event_id, commands in (
+        ("evt_1", [["SET", behind, "x"], ["INCR", home]]),
+        ("evt_2", [["SET", behind, "y"]]),
+    ):
+        for command in journaled(keys, SCOPE, event_id, f"lane:{event_id}", commands, 3600):
+            redis_client.execute_command(*command)
+    bucket = keys.for_scope(SCOPE)
+    first, second = (str(m) for m in redis_client.zrange(bucket.journal_due, 0, -1))
+    relay = OutboxRelay(store, {JOURNAL_APPLY: apply_deliverer(store, 3600)})
+    relay.run_once()
+    dead = OutboxRecord.from_json(redis_client.get(relay._record_key(first)) or "")
+    assert (dead.state, dead.attempts) == ("dead", 1)
+    assert dead.last_error.startswith("PermanentFailure: PARTIAL command 2"), dead.last_error
+    assert redis_client.zscore(bucket.outbox_dead, first) is not None  # listed, and can be redriven
+    # the record behind it was applied in the same pass: nothing waited behind the dead one
+    applied = OutboxRecord.from_json(redis_client.get(relay._record_key(second)) or "")
+    assert applied.state == "delivered" and redis_client.get(behind) == "y"
+    assert redis_client.zcard(bucket.journal_due) == 0
