@@ -258,3 +258,57 @@ def test_a_session_made_again_after_an_erasure_records_its_tool_calls(make_setti
         assert len(first) == 1 and len(second) == 2, (first, second)
         (new,) = set(second) - set(first)
         assert second[new]["userId"] == "alice" and second[new]["sourceId"] != ""
+
+
+def test_an_event_and_a_session_of_the_user_arriving_meanwhile_stay_findable(make_settings: Any) -> None:
+    """The erasure ended by deleting the user's event and session indexes whole: an event an API key sent for the
+    user while it ran (in a scope the erasure had not taken) lost its index entry, so no later erasure found its
+    record or its chain, and a session claimed meanwhile the same (an audit). Only what was erased leaves the
+    indexes now, and erasing again reaches the rest. The interleaving is forced by a plugin eraser, which runs
+    inside the erasure."""
+    from producers import Producer
+    from sessions.store import session_scope
+    from worker.ops.erasure import erase_user
+
+    producer = Producer(make_settings(extra_source_types=["test.noop"]))
+
+    def event(source_id: str, scope: str) -> dict[str, Any]:
+        return {
+            "sourceType": "test.noop",
+            "sourceId": source_id,
+            "scopeKey": scope,
+            "userId": GONE,
+            "payload": {},
+        }
+
+    before = producer.enqueue(event("before", "topic:before")).event_id
+    during: list[str] = []
+
+    def meanwhile(client: Any, tenant: Keys, user_id: str, scopes: frozenset[str]) -> dict[str, int]:
+        during.append(producer.enqueue(event("during", "topic:during")).event_id)
+        client.sadd(tenant.user_sessions(user_id), "s-during")
+        return {}
+
+    def erase(*more: Any) -> None:
+        report = erase_user(
+            producer.store,
+            producer.keys,
+            GONE,
+            session_scope=session_scope,
+            erasers=[*producer.erasers, *more],
+        )
+        assert not report.busy_scopes
+
+    try:
+        erase(meanwhile)
+        client, tenant = producer.store.client, producer.keys
+        assert client.zscore(tenant.for_scope("topic:before").user_events(GONE), before) is None
+        assert client.zscore(tenant.for_scope("topic:during").user_events(GONE), during[0]) is not None
+        assert client.sismember(tenant.user_sessions(GONE), "s-during")
+        assert producer.status(during[0])["status"] == "queued"  # type: ignore[index]
+        erase()
+        assert producer.status(during[0])["status"] == "erased"  # type: ignore[index]
+        assert not client.exists(tenant.user_sessions(GONE))
+        assert not any(client.exists(k.user_events(GONE)) for k in tenant.every_bucket())
+    finally:
+        producer.close()
