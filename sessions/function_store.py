@@ -33,6 +33,7 @@ from sessions.fsm import SessionRuntime
 from sessions.store import (
     ContentionError,
     SessionFull,
+    SessionGone,
     SessionLimits,
     SettingsChange,
     UserQuotaExceeded,
@@ -116,15 +117,17 @@ class FunctionStore:
         ``max_session_bytes``; nothing is stored then. ``settings``: a settings write committed in the same
         transaction (a PUT's settings and the state of its ``functions``): both are written, or neither (its
         TooManySessions, like a refusal here, writes nothing)."""
-        key = self._key(session_id)
+        key, session_hash = self._key(session_id), self.keys.session(session_scope(session_id))
+        seen_owner = False
         for attempt in range(self.max_retries):
             with self.client.pipeline(transaction=True) as pipe:
                 try:
-                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    # the settings too: an erasure deleting them (and the user they name) fails the write, which
+                    # would else store the state with no owner, where no later erasure of the user finds it
+                    pipe.watch(key, session_hash)  # type: ignore[no-untyped-call]
                     if settings is not None:
                         settings.watch(pipe)
                     raw = pipe.get(key)
-                    session_hash = self.keys.session(session_scope(session_id))
                     user, counted, counted_day = pipe.hmget(
                         session_hash, ["userId", STATE_COUNTED, STATE_COUNTED_DAY]
                     )
@@ -145,6 +148,9 @@ class FunctionStore:
                     # session older than it) what is stored now
                     growth = size - (0 if lapsed else max(int(counted or 0), len(before or b"")))
                     owner = user.decode("utf-8") if isinstance(user, bytes) else user
+                    if seen_owner and not owner and settings is None:  # it named a user: erased meanwhile
+                        raise SessionGone(session_id)
+                    seen_owner = seen_owner or bool(owner)
                     if growth > 0 and size > len(before or b""):
                         # a recount alone is stored either way: never refused. Read on the connection this
                         # WATCH holds (the counts share the session's home slot): read on another, 20 signals at

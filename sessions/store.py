@@ -136,6 +136,17 @@ class ContentionError(RuntimeError):
     """The session stayed too busy to apply a change (after many retries): 503, retry."""
 
 
+class SessionGone(LookupError):
+    """The session's settings, which named its user, went away while a write to it ran: the user was erased (or the
+    session expired). Nothing of the write is stored: it would have had no owner, out of every later erasure's
+    reach (an audit). Answered 404."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"session {session_id!r} is gone (erased or expired) while this request ran; nothing was stored"
+        )
+
+
 class SessionFull(ValueError):
     """A write would pass one of the session's caps; nothing of it was stored. ``field`` names the request
     field to blame (``messages``, ``messages.3.content``, ``content``; ``userId`` for a user's quota) or is
@@ -368,10 +379,15 @@ class SessionStore:
     def run(self, script: Script, session_id: str, *args: Any) -> Any:
         """Run one session script: the session's keys, the TTL and caps, the user read with the keys, then the
         script's own arguments. A script that finds the session moved to another user meanwhile writes nothing
-        (``{'moved'}``): the keys are read again, up to ``MOVE_RETRIES`` times (then ContentionError). A script
+        (``{'moved'}``): the keys are read again, up to ``MOVE_RETRIES`` times (then ContentionError); when they
+        no longer name any user, the session was erased meanwhile (SessionGone). A script
         refused for a quota (``{'quota', …}``, nothing written) raises UserQuotaExceeded naming that user."""
+        owner = ""
         for _ in range(MOVE_RETRIES):
             keys, user = self._keys(session_id)
+            if owner and not user:  # it named a user, and no longer names any: erased meanwhile
+                raise SessionGone(session_id)
+            owner = owner or user
             reply = script(keys=keys, args=[*self.limits.script_args(), user, *args])
             if isinstance(reply, list) and reply and reply[0] in ("quota", b"quota"):
                 raise self.limits.quota_exceeded(reply, user or None)

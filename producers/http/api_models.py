@@ -88,7 +88,7 @@ API_ERRORS = error_responses(400, 401, 403, 404, 422, 429, 503)
 BODY_ERRORS = error_responses(413, 415)
 """What the door answers to a body it refuses, before the route runs."""
 SHARED_ERRORS = {**API_ERRORS, **BODY_ERRORS}
-"""Both, for a router declaring none of its own (producers/http/app.py adds them where it includes it)."""
+"""Both, for a router declaring none of its own (events, ops, outbox and scopes declare them where they are made)."""
 
 
 # ---- declaring a body the route reads itself -----------------------------------------------------------

@@ -54,7 +54,7 @@ from producers.sdk.producer import Producer
 from sessions.function_store import ContentionError
 from sessions.functions import FunctionDef, load_function_dir
 from sessions.settings import session_limit_settings
-from sessions.store import SessionFull, SessionLimits
+from sessions.store import SessionFull, SessionGone, SessionLimits
 from worker.core.errors import OverLimit
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.intake.source_event import InvalidEvent, StoreUnavailable
@@ -204,6 +204,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         """A session write over one of its caps, or over the user's storage quota, on a route that did not
         answer it itself (activating a function, a session's settings): 413 or 429, never a 500."""
         return session_full(exc)
+
+    @app.exception_handler(SessionGone)
+    async def session_gone(_: Request, exc: SessionGone) -> JSONResponse:
+        """The session's user was erased (or the session expired) while a write to it ran: nothing stored."""
+        return error_response(404, "session_gone", str(exc))
 
     @app.exception_handler(ContentionError)
     async def contended(_: Request, exc: ContentionError) -> JSONResponse:

@@ -91,3 +91,57 @@ def test_a_session_that_outlives_its_users_erasure_takes_nothing_from_the_tenant
     assert again.status_code == 200 and again.json()["busyScopes"] == 0, again.text
     assert door.counts("alice", "bob") == (0, bob_count, bob_count)
     assert _mentions(_dump(redis_client, keys), "alice") == []
+
+
+def test_a_session_write_the_erasure_overtakes_stores_nothing(
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A context append and an artifact write in flight when their user is erased: the append's first read named
+    the user, the erasure then deleted the session, and its retry (the script answered ``moved``) read no user
+    and wrote the message with no owner; the artifact write's retry the same. No later erasure could find either
+    (an audit). Now each answers 404 ``session_gone`` and stores nothing. The erasure is run inside the write, at
+    the point where each had read the user."""
+    from sessions.function_store import FunctionStore
+    from sessions.store import SessionStore
+    from worker.ops.erasure import erase_user
+
+    gone = "u-erased-mid-write"
+    client = app_client()
+    producer = client.app.state.producer  # type: ignore[attr-defined]
+
+    def erase() -> None:
+        report = erase_user(
+            producer.store, producer.keys, gone, session_scope=session_scope, erasers=producer.erasers
+        )
+        assert not report.busy_scopes
+
+    real_keys, keys_fired = SessionStore._keys, []
+
+    def keys_then_erase(self: SessionStore, session_id: str) -> tuple[list[str], str]:
+        out = real_keys(self, session_id)
+        if session_id == "s-append" and not keys_fired:
+            keys_fired.append(1)
+            erase()
+        return out
+
+    assert client.put("/v1/sessions/s-append", json={"userId": gone}).status_code == 200
+    monkeypatch.setattr(SessionStore, "_keys", keys_then_erase)  # the user read: the erasure comes now
+    answer = client.post(
+        "/v1/sessions/s-append/context/messages",
+        json={"messages": [{"role": "user", "content": "BRAVO-mid"}]},
+    )
+    assert (answer.status_code, answer.json()["error"]["code"]) == (404, "session_gone"), answer.text
+    real_check = FunctionStore._check_artifacts
+    fired: list[int] = []
+
+    def artifact_then_erase(self: FunctionStore, *args: object) -> None:
+        real_check(self, *args)  # type: ignore[arg-type]
+        if not fired:
+            fired.append(1)
+            erase()
+
+    assert client.put("/v1/sessions/s-artifact", json={"userId": gone}).status_code == 200
+    monkeypatch.setattr(FunctionStore, "_check_artifacts", artifact_then_erase)
+    answer = client.put("/v1/sessions/s-artifact/artifacts/plan", json={"content": "CHARLIE-mid"})
+    assert (answer.status_code, answer.json()["error"]["code"]) == (404, "session_gone"), answer.text
+    assert _mentions(_dump(redis_client, keys), "BRAVO-mid", "CHARLIE-mid", gone) == []
