@@ -32,7 +32,8 @@ must be visible while the event is still running, so tests can observe ordering 
 * the plugin task ``test.explode``: counts its runs under ``test:exploded``, then raises an error that quotes
   ``payload.text`` (as a task whose input fails to parse does); ``test.refuse`` counts its runs under
   ``test:refused`` and raises PermanentFailure. After their last attempt, their dead hook appends
-  ``{"task", "text", "error"}`` to ``test:task-dead``.
+  ``{"task", "text", "error"}`` to ``test:task-dead``; while ``test:dead-hook-fails`` is above zero, it takes
+  one off and raises instead (a store that is down).
 * ``test.fanout``: the source handler stages ``test:fanout-home`` += 1 (the tenant's home slot) and its scope's
   own ``fanout-local`` (``ctx.key``) += 1, and emits one ``test.counter`` follow-up to each scope of
   ``payload.to`` (source id ``<sourceId>:<scope>``, counter ``test:fanout:<sourceId>:<scope>``): with scope
@@ -291,6 +292,8 @@ def _refuse(runtime: PluginRuntime, payload: dict[str, object]) -> None:
 
 
 def _task_dead(runtime: PluginRuntime, payload: dict[str, object], error: str) -> None:
+    if runtime.redis.decr(_home(runtime, "dead-hook-fails")) >= 0:  # a test set how many burials fail first
+        raise ConnectionError("the dead list's store is unreachable")
     entry = {"task": payload.get("task"), "text": payload.get("text"), "error": error}
     runtime.redis.rpush(_home(runtime, "task-dead"), json.dumps(entry))
 

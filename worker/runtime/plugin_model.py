@@ -69,8 +69,9 @@ class PluginTask:
     ``AGENT_SIGNAL_RETRY_CAP_MS``, as an event's retries), ``max_attempts`` runs in all (None:
     ``AGENT_SIGNAL_MAX_ATTEMPTS``); one that raises PermanentFailure is not tried again. After the last,
     ``dead(runtime, payload, error)`` puts the work where it is listed and redriven (the agent run:
-    :meth:`PluginRuntime.fail_record` settles the outbox record that asked for it ``dead``); without it, or when
-    it raises, the failure is logged and the message acked (worker/runtime/tasks.py)."""
+    :meth:`PluginRuntime.fail_record` settles the outbox record that asked for it ``dead``); one that raises is
+    called again after the backoff, up to ``max_attempts`` more times, the work not run again; without a hook, or
+    past those, the failure is logged and the message acked (worker/runtime/tasks.py)."""
 
     name: str
     run: Callable[[PluginRuntime, dict[str, Any]], None]

@@ -92,20 +92,24 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
     every time counted nothing before and was delivered again for ever; now a delivery past the last attempt
     buries the work without running it."""
 
-    def run(self: Any, payload: dict[str, Any]) -> None:
+    def run(self: Any, payload: dict[str, Any], burial: str | None = None) -> None:
         if not isinstance(payload, dict):
             log.error("task %s called without a JSON object (%s)", task.name, type(payload).__name__)
             return
         process = _state.get()
         pipeline, runtime = process.pipeline, process.runtime
         settings = runtime.settings
-        attempt = _count_run(pipeline, self.request)
         most = task.max_attempts or settings.max_attempts
+        if isinstance(
+            burial, str
+        ):  # the work failed for good and its dead hook failed: only the burial again
+            _bury_or_retry(self, task, runtime, pipeline, payload, burial, most)
+            return
+        attempt = _count_run(pipeline, self.request)
         if attempt > most:  # the last attempt's child was killed mid-run
-            lost = TaskFailed(f"{task.name} failed: its worker was lost mid-run", permanent=True)
             log.error("task %s: its worker was lost in its last attempt", task.name)
-            _bury(task, runtime, payload, lost, most)
-            _forget_runs(pipeline, self.request)
+            lost = f"{task.name} failed: its worker was lost mid-run"
+            _bury_or_retry(self, task, runtime, pipeline, payload, _tried(lost, most), most)
             return
         last = attempt >= most
         # At least once anyway: a run that met a full store runs again after a pause (worker/store/full.py).
@@ -128,8 +132,7 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
                 failed = TaskFailed(f"{failed}; its retry could not be sent", permanent=True)
             else:
                 raise retry
-        _bury(task, runtime, payload, failed, attempt)
-        _forget_runs(pipeline, self.request)
+        _bury_or_retry(self, task, runtime, pipeline, payload, _tried(str(failed), attempt), most)
         raise failed
 
     run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
@@ -188,14 +191,52 @@ def _plugin_attempt(name: str, call: Callable[[], object], *, last: bool) -> Tas
     return None
 
 
-def _bury(
-    task: PluginTask, runtime: PluginRuntime, payload: dict[str, Any], failed: TaskFailed, tried: int
+def _tried(failed: str, tried: int) -> str:
+    """The error a dead hook is given: the failure and the attempts it took."""
+    return f"{failed} (after {tried} attempt{'' if tried == 1 else 's'})"
+
+
+def _bury_or_retry(
+    task_call: Any,
+    task: PluginTask,
+    runtime: PluginRuntime,
+    pipeline: Pipeline,
+    payload: dict[str, Any],
+    error: str,
+    most: int,
 ) -> None:
-    """The last attempt of ``task`` failed: its dead hook lists the work; without one, or when it fails, a log line."""
-    error = f"{failed} (after {tried} attempt{'' if tried == 1 else 's'})"
-    if task.dead is None:
-        log.error("task %s failed for good, after %d attempt(s); it names no dead list", task.name, tried)
+    """The work of ``task`` failed for good: its dead hook lists it (its run count goes). When the hook fails (the
+    store it writes to is down: likely why the work failed), the burial is tried again after the backoff, as a
+    retry of the message carrying ``error`` that runs nothing else, up to ``most`` more times; it was logged and
+    the message acked, and the work, listed nowhere, was lost (an audit). Without a hook, a log line."""
+    if _bury(task, runtime, payload, error):
+        _forget_runs(pipeline, task_call.request)
         return
+    tries = _count_run(pipeline, task_call.request)  # the runs, then the burials
+    if tries >= 2 * most + 1:
+        log.error("task %s: its dead hook failed %d times; the work is not listed", task.name, most)
+        _forget_runs(pipeline, task_call.request)
+        return
+    settings = runtime.settings
+    delay_ms = backoff_ms(tries - most, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms)
+    try:
+        retry = task_call.retry(
+            kwargs={"burial": error}, countdown=delay_ms / 1000, throw=False, **HIDDEN_TASK_ARGS
+        )
+    except Reject as refused:
+        log.error(
+            "task %s: its burial could not be sent again: %s", task.name, describe_error(refused.reason)
+        )
+        return
+    raise retry
+
+
+def _bury(task: PluginTask, runtime: PluginRuntime, payload: dict[str, Any], error: str) -> bool:
+    """The dead hook of ``task`` given the work and its ``error``: False when it raised (logged), else True (also
+    without a hook: a log line is all there is)."""
+    if task.dead is None:
+        log.error("task %s failed for good, and names no dead list: %s", task.name, error)
+        return True
     try:
         task.dead(runtime, payload, error)
     except Exception as exc:
@@ -205,6 +246,8 @@ def _bury(
             describe_error(exc),
             exc_info=exc,
         )
+        return False
+    return True
 
 
 def _node(task: Any) -> str:

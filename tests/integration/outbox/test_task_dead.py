@@ -111,3 +111,22 @@ def test_a_failing_task_is_tried_max_attempts_times_and_a_refused_one_once(
     assert died["refuse"]["error"] == f"{REFUSE_TASK} failed: PermanentFailure TEST_REFUSED (after 1 attempt)"
     assert redis_client.get(f"{keys.home_prefix}test:exploded") == str(TRIES)
     assert redis_client.get(f"{keys.home_prefix}test:refused") == "1"
+
+
+def test_a_dead_hook_that_fails_is_tried_again_and_the_work_is_not_run_again(
+    settings: Settings, start_worker: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """The dead hook fails twice (the store it writes to is down, as it likely was when the work failed): the work
+    was logged and acked, listed nowhere. Now the burial alone is tried again after the backoff, with the first
+    failure's error, and the task's own run is not repeated."""
+    failing = f"{keys.home_prefix}test:dead-hook-fails"
+    redis_client.set(failing, 2)
+    start_worker(settings)
+    app = create_app(settings)
+    publish_task(app, EXPLODE_TASK, {"task": "explode", "text": "x"}, queue=settings.queue_name)
+    app.close()
+    dead_list = f"{keys.home_prefix}test:task-dead"
+    (entry,) = wait_for(lambda: redis_client.lrange(dead_list, 0, -1), timeout_s=60, what="the third burial")
+    assert json.loads(entry)["error"] == f"{EXPLODE_TASK} failed: RuntimeError (after {TRIES} attempts)"
+    assert redis_client.get(failing) == "-1"  # two failed burials, then the one that listed it
+    assert redis_client.get(f"{keys.home_prefix}test:exploded") == str(TRIES)
