@@ -412,18 +412,32 @@ class SessionStore:
     def get_settings(self, session_id: str) -> SessionSettings:
         return _settings_of(self.client.hgetall(self.keys.session(session_scope(session_id))))
 
-    def record_identity(self, session_id: str) -> tuple[SessionSettings, str]:
+    def record_identity(self, session_id: str) -> tuple[SessionSettings, str] | None:
         """The settings, and the token the session keeps for its life (its incarnation, made at the first ask, in
         its settings hash), in one round trip: the source ids of its records carry the token, so a session made
         again under the same id (after an erasure, or expiry) does not meet its earlier life's records in the
-        dedupe window. Of two racing first asks, one token wins."""
+        dedupe window. Of two racing first asks, one token wins. None when none of the session's keys is left:
+        asked right after a change, the session was erased since (or expired), and the token would make its
+        settings again, and the record go without its user, out of every later erasure's reach (an audit)."""
         key = self.keys.session(session_scope(session_id))
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hsetnx(key, INCARNATION, secrets.token_hex(4))
-        pipe.expire(key, self.limits.session_ttl_s)  # a write just refreshed every key of the session
-        pipe.hgetall(key)
-        data = {_s(k): _s(v) for k, v in pipe.execute()[2].items()}
-        return _settings_of(data), data[INCARNATION]
+        own = session_keys(self.keys, session_id, None)  # one slot: checked under WATCH with the writes
+        for _ in range(MOVE_RETRIES):
+            with self.client.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(*own)  # type: ignore[no-untyped-call]
+                    if not pipe.exists(*own):
+                        return None
+                    pipe.multi()
+                    pipe.hsetnx(key, INCARNATION, secrets.token_hex(4))
+                    pipe.expire(
+                        key, self.limits.session_ttl_s
+                    )  # a write just refreshed every key of the session
+                    pipe.hgetall(key)
+                    data = {_s(k): _s(v) for k, v in pipe.execute()[2].items()}
+                    return _settings_of(data), data[INCARNATION]
+                except WatchError:
+                    continue
+        raise ContentionError(f"session {session_id!r} changed under us {MOVE_RETRIES} times; try again")
 
     def claim(self, session_id: str, user_id: str) -> bool:
         """Make a session that does not exist yet (no key at all) ``user_id``'s; False when it exists. A user

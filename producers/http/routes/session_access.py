@@ -32,6 +32,7 @@ from sessions.function_store import FunctionStore
 from sessions.ids import SESSION_ID, SESSION_ID_RULE, session_id_problem
 from sessions.scripts import SessionScripts
 from sessions.store import (
+    ContentionError,
     SessionFull,
     SessionLimits,
     SessionStore,
@@ -169,10 +170,12 @@ def record_event(
     (producers/http/records.py). ``source_id`` (``<kind>:<session>:<seq>``) gets the session's incarnation
     before its sequence: the sequence starts again with a session made again under the same id."""
     try:
-        store = session_store(request)
-        settings, incarnation = store.record_identity(session_id)
-    except RedisError as exc:  # the change is made: a store failing now is the record's, not the answer's
+        identity = session_store(request).record_identity(session_id)
+    except (RedisError, ContentionError) as exc:  # the change is made: a store failing now is the record's
         return refused(request, source_type, "store_unavailable", f" ({type(exc).__name__})")
+    if identity is None:  # erased since the change (which the erasure took too): no record without its user
+        return refused(request, source_type, "session_gone", "")
+    settings, incarnation = identity
     head, _, seq = source_id.rpartition(":")
     event: dict[str, Any] = {
         "sourceType": source_type,

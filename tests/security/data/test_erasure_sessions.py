@@ -145,3 +145,37 @@ def test_a_session_write_the_erasure_overtakes_stores_nothing(
     answer = client.put("/v1/sessions/s-artifact/artifacts/plan", json={"content": "CHARLIE-mid"})
     assert (answer.status_code, answer.json()["error"]["code"]) == (404, "session_gone"), answer.text
     assert _mentions(_dump(redis_client, keys), "BRAVO-mid", "CHARLIE-mid", gone) == []
+
+
+def test_a_tool_calls_record_after_the_erasure_is_not_stored(
+    app_client: ClientFactory, redis_client: Redis, keys: BucketKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A D-Mail sent, then its user erased before the call's record was made: asking for the session's token
+    (HSETNX) made its settings again, without the user, and the record (the D-Mail's text) was enqueued with no
+    userId, out of every later erasure's reach (an audit). Now the record is refused, ``session_gone``."""
+    from sessions.store import SessionStore
+    from worker.ops.erasure import erase_user
+
+    gone = "u-erased-before-the-record"
+    client = app_client()
+    producer = client.app.state.producer  # type: ignore[attr-defined]
+    assert client.put("/v1/sessions/s-dmail", json={"userId": gone, "dmailEnabled": True}).status_code == 200
+    assert client.post("/v1/sessions/s-dmail/context/checkpoint", json={}).status_code == 200
+    real = SessionStore.record_identity
+
+    def erased_first(self: SessionStore, session_id: str) -> object:
+        report = erase_user(
+            producer.store, producer.keys, gone, session_scope=session_scope, erasers=producer.erasers
+        )
+        assert not report.busy_scopes
+        return real(self, session_id)
+
+    monkeypatch.setattr(SessionStore, "record_identity", erased_first)
+    answer = client.post(
+        "/v1/sessions/s-dmail/dmail", json={"message": "DELTA-mid go back", "checkpoint_id": 0}
+    )
+    assert answer.headers.get("Agent-Signal-Record-Error") == "session_gone", (
+        answer.status_code,
+        answer.text,
+    )
+    assert _mentions(_dump(redis_client, keys), "DELTA-mid", gone) == []
