@@ -63,6 +63,8 @@ from worker.documents.chain_codec import decode_chain
 from worker.documents.chain_storage import rebuilt_chain, stored_source
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
 from worker.ops.erasure_holds import HOLDER, ErasureHolds, ErasureRunning
+from worker.ops.erasure_index import CHUNK, UserEvent, forget_indexed, queued_events, user_events
+from worker.ops.erasure_index import text as _s
 from worker.store.calls import (
     ErasedEvent,
     ErasedLane,
@@ -79,7 +81,6 @@ from worker.telemetry.pseudonyms import load_pseudonyms
 __all__ = ["HOLDER", "ErasureReport", "ErasureRunning", "UserEraser", "erase_user"]
 
 SCAN_COUNT = 500
-CHUNK = 500  # events per ERASE_SCOPE call, keys per DEL, ids per pipelined read
 # What reading a stored chain raises when it does not read: its codec's ValueError (zlib's and zstd's errors become
 # one: worker/documents/chain_codec.py; named too, should one get through), json's RecursionError (nested too deep),
 # and the rebuild's when the parts are not the shapes it reads. Such a chain names no lane; the erasure goes on.
@@ -108,20 +109,6 @@ UserEraser = Callable[[Redis, Keys, str, frozenset[str]], Mapping[str, int]]
 scopes of the user's events and sessions (not busy; the erasure still holds their leases), delete what the
 plugin stores of that user and return the counts by kind (they join the report's ``removed``). It runs after the
 engine's part; it must be idempotent."""
-
-
-@dataclass(slots=True)
-class _Event:
-    """One of the user's events: its bucket, scope ('' when its record has expired) and chain id."""
-
-    event_id: str
-    bucket: int
-    scope: str = ""
-    chain_id: str = ""
-
-
-def _s(value: Any) -> str:
-    return value if isinstance(value, str) else value.decode("utf-8")
 
 
 def erase_user(
@@ -167,13 +154,14 @@ def _erase(
     erasers: Sequence[UserEraser],
 ) -> None:
     """The erasure itself, under the tenant's lock: the engine's part under the scopes' leases, then the plugins'."""
-    events = _user_events(store, tenant, user_id)
+    indexed: list[tuple[str, int]] = []  # the index entries as read now: each leaves the index at the end
+    events = user_events(store, tenant, user_id, indexed)
     sessions = sorted(_s(x) for x in store.client.smembers(tenant.user_sessions(user_id)))
     scopes = {e.scope for e in events.values() if e.scope} | {session_scope(s) for s in sessions}
     scopes |= _scopes_naming(store, tenant, user_id, holds)
     try:
         holds.take(scopes)
-        _queued_events(store, tenant, user_id, holds.held, events)
+        queued_events(store, tenant, user_id, holds.held, events)
         tagged = _tagged_keys(store, tenant, holds)
         owned, may_drop = _classify(store, tenant, user_id, holds.held)
         whole: list[str] = []
@@ -193,23 +181,8 @@ def _erase(
     finally:
         holds.release()
     if not report.busy_scopes:
-        _forget_indexed(store, tenant, user_id, events, sessions)
-
-
-def _forget_indexed(
-    store: EventStore, tenant: Keys, user_id: str, events: dict[str, _Event], sessions: list[str]
-) -> None:
-    """Take the erased events and sessions out of the user's indexes, and only those: the indexes were deleted
-    whole, so an event or a session of the user admitted while the erasure ran (an API key may still send them)
-    lost its entry, and no later erasure could find its record or its chain (an audit)."""
-    every, pipe = tenant.every_bucket(), store.client.pipeline(transaction=False)
-    for b, index in enumerate(every):
-        ids = [e.event_id for e in events.values() if e.bucket == b]
-        for start in range(0, len(ids), CHUNK):
-            pipe.zrem(index.user_events(user_id), *ids[start : start + CHUNK])
-    for start in range(0, len(sessions), CHUNK):
-        pipe.srem(tenant.user_sessions(user_id), *sessions[start : start + CHUNK])
-    pipe.execute()
+        erased = {*indexed, *((e.event_id, e.bucket) for e in events.values())}
+        forget_indexed(store, tenant, user_id, erased, sessions)
 
 
 def _scan(store: EventStore, match: str, holds: ErasureHolds) -> Iterator[str]:
@@ -234,45 +207,6 @@ def _scan(store: EventStore, match: str, holds: ErasureHolds) -> Iterator[str]:
                 break
 
 
-def _user_events(store: EventStore, tenant: Keys, user_id: str) -> dict[str, _Event]:
-    """The user's events by id: those of the user's index in each bucket (one whose record has expired is kept
-    without a scope: its chain may outlive it) and the user's dead ones (the DLQ keeps them past the index)."""
-    every = tenant.every_bucket()
-    pipe = store.client.pipeline(transaction=False)
-    for k in every:
-        pipe.zrange(k.user_events(user_id), 0, -1)
-        pipe.zrange(k.dlq, 0, -1)
-    found = pipe.execute()
-    indexed = [(_s(x), b) for b in range(len(every)) for x in found[2 * b]]
-    dead = [(_s(x), b) for b in range(len(every)) for x in found[2 * b + 1]]
-    out: dict[str, _Event] = {}
-    both = [*indexed, *dead]
-    for n, ((event_id, b), fields) in enumerate(zip(both, _records(store, every, both), strict=True)):
-        scope, chain, owner, state, source_id = fields
-        if state is None:
-            if n < len(indexed):
-                out.setdefault(event_id, _Event(event_id, b))
-        elif owner is not None and _s(owner) == user_id:  # not someone else's dead event, nor a tombstone
-            out[event_id] = _Event(event_id, b, _s(scope) if scope else "", _chain_id(chain, source_id))
-    return out
-
-
-def _chain_id(chain: Any, source_id: Any) -> str:
-    """An event's chain id as its record gives it (chainId only when not ``chain:<sourceId>``)."""
-    return _s(chain) if chain else (f"chain:{_s(source_id)}" if source_id else "")
-
-
-def _records(store: EventStore, every: list[BucketKeys], ids: list[tuple[str, int]]) -> list[list[Any]]:
-    """Each event's (scopeKey, chainId, userId, state, sourceId), read in pipelined chunks."""
-    out: list[list[Any]] = []
-    for start in range(0, len(ids), CHUNK):
-        pipe = store.client.pipeline(transaction=False)
-        for event_id, b in ids[start : start + CHUNK]:
-            pipe.hmget(every[b].event(event_id), "scopeKey", "chainId", "userId", "state", "sourceId")
-        out += pipe.execute()
-    return out
-
-
 def _scopes_naming(store: EventStore, tenant: Keys, user_id: str, holds: ErasureHolds) -> set[str]:
     """Every scope whose users (``scope-users:{scope}``, no TTL) name the user: one SCAN of that family per
     bucket."""
@@ -290,25 +224,6 @@ def _scopes_naming(store: EventStore, tenant: Keys, user_id: str, holds: Erasure
             pipe.sismember(key, user_id)
         found |= {scope for (_, scope), named in zip(chunk, pipe.execute(), strict=True) if named}
     return found
-
-
-def _queued_events(
-    store: EventStore, tenant: Keys, user_id: str, scopes: list[str], events: dict[str, _Event]
-) -> None:
-    """Add the user's events waiting in these scopes' inboxes (their records outlive the index while they wait;
-    read under the leases, so none of them runs now)."""
-    pipe = store.client.pipeline(transaction=False)
-    for scope in scopes:
-        pipe.lrange(tenant.for_scope(scope).inbox(scope), 0, -1)
-    every = tenant.every_bucket()
-    for scope, ids in zip(scopes, pipe.execute(), strict=True):
-        b = tenant.for_scope(scope).bucket
-        fresh = [(i, b) for i in (_s(x) for x in ids) if i not in events]
-        for (event_id, _), (_, chain, owner, _, source_id) in zip(
-            fresh, _records(store, every, fresh), strict=True
-        ):
-            if owner is not None and _s(owner) == user_id:
-                events[event_id] = _Event(event_id, b, scope, _chain_id(chain, source_id))
 
 
 def _scope_tag(key: str) -> str | None:
@@ -344,7 +259,7 @@ def _classify(store: EventStore, tenant: Keys, user_id: str, scopes: list[str]) 
     return owned, may_drop
 
 
-def _claim(events: dict[str, _Event], tenant: Keys, scope: str, tagged: Iterable[str]) -> list[_Event]:
+def _claim(events: dict[str, UserEvent], tenant: Keys, scope: str, tagged: Iterable[str]) -> list[UserEvent]:
     """The user's events of ``scope``: those whose record names it, and expired ones whose outbox index is one
     of its keys (their record is gone, the index is not)."""
     k = tenant.for_scope(scope)
@@ -362,7 +277,7 @@ def _erase_scope(
     tenant: Keys,
     user_id: str,
     scope: str,
-    events: list[_Event],
+    events: list[UserEvent],
     may_drop: bool,
     holds: ErasureHolds,
     report: ErasureReport,
@@ -428,7 +343,7 @@ def _erase_scope(
 
 
 def _chunk_reads(
-    store: EventStore, tenant: Keys, scope: str, chunk: list[_Event]
+    store: EventStore, tenant: Keys, scope: str, chunk: list[UserEvent]
 ) -> tuple[list[ErasedRecord], list[str]]:
     """The chunk's outbox records, and the idempotency lanes of the actions its chains hold (one round trip)."""
     k = tenant.for_scope(scope)
@@ -526,7 +441,7 @@ def _drop_scope_keys(
 
 
 def _drop_expired_chains(
-    store: EventStore, tenant: Keys, events: dict[str, _Event], report: ErasureReport
+    store: EventStore, tenant: Keys, events: dict[str, UserEvent], report: ErasureReport
 ) -> None:
     """The chains of the user's indexed events whose records have expired (a chain outlives its event's
     record): the index names the event and its bucket. The lanes of their actions go first (a lane outlives the

@@ -4,6 +4,7 @@ JOURNAL_APPLY in the records' slot, ``engine.enqueue`` admits a follow-up event 
 from __future__ import annotations
 
 import json
+import re
 
 from redis.exceptions import ResponseError
 
@@ -22,6 +23,9 @@ __all__ = ["apply_deliverer", "enqueue_deliverer", "journal_deliverers"]
 # later delivery fails the same way) or commands refused before any was written (a disallowed command, a key of
 # another type). Retried, such a head held up its bucket's whole journal through every backoff (an audit).
 FINAL_ANSWERS = {"PARTIAL": "JOURNAL_PARTIAL", "REFUSED": "JOURNAL_REFUSED"}
+# the answer's word, alone or as redis-py words it for a pipeline (AGENT_SIGNAL_WAIT_REPLICAS runs the script in
+# one, with WAIT): "Command # 1 (EVALSHA …) of pipeline caused error: PARTIAL …"
+FINAL_ANSWER = re.compile(r"(?:^|of pipeline caused error: )(PARTIAL|REFUSED) ")
 
 
 def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
@@ -40,10 +44,10 @@ def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
         try:
             store.durable(call)
         except ResponseError as exc:
-            code = FINAL_ANSWERS.get(str(exc).split(" ", 1)[0])
-            if code is None:
+            final = FINAL_ANSWER.search(str(exc))
+            if final is None:
                 raise
-            raise PermanentFailure(str(exc), code=code) from exc
+            raise PermanentFailure(str(exc), code=FINAL_ANSWERS[final.group(1)]) from exc
 
     return deliver
 

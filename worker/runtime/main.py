@@ -137,18 +137,14 @@ def celery_worker_argv(
 def start_celery_worker(app: Celery, argv: Sequence[str]) -> None:
     """Run ``celery worker`` with ``argv`` (from :func:`celery_worker_argv`, ``worker`` first) on ``app``: what
     ``app.worker_main(argv)`` does, with only the ``worker`` command imported. The context object is the one the
-    ``celery`` group would build (no ``--workdir``, not quiet; ``NO_COLOR`` read as its ``--no-color`` reads
-    it); a bad flag raises Celery's ClickException, as under ``worker_main``."""
+    ``celery`` group would build (no ``--workdir``, not quiet; colour off when ``NO_COLOR`` is set to anything,
+    as no-color.org asks); a bad flag raises Celery's ClickException, as under ``worker_main``."""
     from celery.bin.base import CLIContext
     from celery.bin.worker import worker as worker_command
-    from click import BOOL, BadParameter
 
     if not argv or argv[0] != "worker":
         raise ValueError("the argv of a Celery worker starts with 'worker'")
-    try:
-        no_color = bool(BOOL.convert(os.environ.get("NO_COLOR") or "false", None, None))
-    except BadParameter:
-        no_color = False
-    context = CLIContext(app=app, no_color=no_color, workdir=None, quiet=False)
-    # non-standalone, click returns the worker's exit code (ctx.exit) rather than raising: worker_main dropped it
+    context = CLIContext(app=app, no_color=bool(os.environ.get("NO_COLOR")), workdir=None, quiet=False)
+    # non-standalone, click returns the worker's exit code (its ctx.exit) instead of raising; worker_main dropped
+    # it, and so does this: the process's exit is decided by run_worker, as before
     worker_command.main(args=list(argv[1:]), prog_name="celery worker", obj=context, standalone_mode=False)

@@ -92,7 +92,7 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
     every time counted nothing before and was delivered again for ever; now a delivery past the last attempt
     buries the work without running it."""
 
-    def run(self: Any, payload: dict[str, Any], burial: str | None = None) -> None:
+    def run(self: Any, payload: dict[str, Any], burial: str | None = None, burials: int = 1) -> None:
         if not isinstance(payload, dict):
             log.error("task %s called without a JSON object (%s)", task.name, type(payload).__name__)
             return
@@ -100,10 +100,8 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
         pipeline, runtime = process.pipeline, process.runtime
         settings = runtime.settings
         most = task.max_attempts or settings.max_attempts
-        if isinstance(
-            burial, str
-        ):  # the work failed for good and its dead hook failed: only the burial again
-            _bury_or_retry(self, task, runtime, pipeline, payload, burial, most)
+        if isinstance(burial, str):  # it failed for good, and so did its dead hook: the burial alone, again
+            _bury_or_retry(self, task, runtime, pipeline, payload, burial, most, burials)
             return
         attempt = _count_run(pipeline, self.request)
         if attempt > most:  # the last attempt's child was killed mid-run
@@ -204,24 +202,28 @@ def _bury_or_retry(
     payload: dict[str, Any],
     error: str,
     most: int,
+    burials: int = 1,
 ) -> None:
     """The work of ``task`` failed for good: its dead hook lists it (its run count goes). When the hook fails (the
     store it writes to is down: likely why the work failed), the burial is tried again after the backoff, as a
-    retry of the message carrying ``error`` that runs nothing else, up to ``most`` more times; it was logged and
-    the message acked, and the work, listed nowhere, was lost (an audit). Without a hook, a log line."""
+    retry of the message carrying ``error`` and the burial's number that runs nothing else, ``most`` more times
+    at most; it was logged and the message acked, and the work, listed nowhere, was lost (an audit). Without a
+    hook, a log line."""
     if _bury(task, runtime, payload, error):
         _forget_runs(pipeline, task_call.request)
         return
-    tries = _count_run(pipeline, task_call.request)  # the runs, then the burials
-    if tries >= 2 * most + 1:
-        log.error("task %s: its dead hook failed %d times; the work is not listed", task.name, most)
+    if burials > most:
+        log.error("task %s: its dead hook failed %d times; the work is not listed", task.name, burials)
         _forget_runs(pipeline, task_call.request)
         return
     settings = runtime.settings
-    delay_ms = backoff_ms(tries - most, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms)
+    delay_ms = backoff_ms(burials, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms)
     try:
         retry = task_call.retry(
-            kwargs={"burial": error}, countdown=delay_ms / 1000, throw=False, **HIDDEN_TASK_ARGS
+            kwargs={"burial": error, "burials": burials + 1},
+            countdown=delay_ms / 1000,
+            throw=False,
+            **HIDDEN_TASK_ARGS,
         )
     except Reject as refused:
         log.error(

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
+from worker.core.errors import PermanentFailure
 from worker.keys.layout import Keys
 from worker.outbox.journal_delivery import apply_deliverer
 from worker.outbox.relay import OutboxRecord, OutboxRelay
@@ -97,3 +98,25 @@ def test_a_command_that_fails_midway_is_dead_at_once_and_the_journal_goes_on(
     applied = OutboxRecord.from_json(redis_client.get(relay._record_key(second)) or "")
     assert applied.state == "delivered" and redis_client.get(behind) == "y"
     assert redis_client.zcard(bucket.journal_due) == 0
+
+
+def test_a_partial_answer_is_final_with_wait_replicas_too(
+    redis_client: Redis, prefix: str, make_settings: Any
+) -> None:
+    """With AGENT_SIGNAL_WAIT_REPLICAS the script runs in a pipeline with its WAIT, and redis-py words its error
+    "Command # 1 (EVALSHA …) of pipeline caused error: PARTIAL …": read by its first word, the answer was not
+    recognised and the record was retried as before (a review)."""
+    store = EventStore(
+        redis_client, make_settings(scope_buckets=4, wait_replicas=1, wait_replicas_timeout_ms=10)
+    )
+    keys = Keys(prefix, buckets=4)
+    home = keys.plugin_home("memories", "alice")
+    redis_client.set(home, "not a number")
+    for command in journaled(keys, SCOPE, "evt_w", "lane:w", [["INCR", home]], 3600):
+        redis_client.execute_command(*command)
+    member = str(redis_client.zrange(keys.for_scope(SCOPE).journal_due, 0, 0)[0])
+    relay = OutboxRelay(store, {JOURNAL_APPLY: apply_deliverer(store, 3600)})
+    record = OutboxRecord.from_json(redis_client.get(relay._record_key(member)) or "")
+    with pytest.raises(PermanentFailure, match="of pipeline caused error: PARTIAL") as partial:
+        apply_deliverer(store, 3600)(record)
+    assert partial.value.code == "JOURNAL_PARTIAL"

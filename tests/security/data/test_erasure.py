@@ -312,3 +312,41 @@ def test_an_event_and_a_session_of_the_user_arriving_meanwhile_stay_findable(mak
         assert not any(client.exists(k.user_events(GONE)) for k in tenant.every_bucket())
     finally:
         producer.close()
+
+
+def test_an_erasure_that_met_a_busy_scope_and_is_called_again_leaves_no_index(make_settings: Any) -> None:
+    """An erasure that met a busy scope tombstones the rest and keeps the user's index; called again once the
+    scope is free, it finished the busy scope's events but took out only the events it found the user's, and a
+    tombstone names nobody: the index (its key naming the user) stayed a day with the first run's ids (a
+    review). Every entry the erasure read leaves the index now."""
+    from producers import Producer
+    from sessions.store import session_scope
+    from worker.ops.erasure import erase_user
+
+    producer = Producer(make_settings(extra_source_types=["test.noop"]))
+    tenant, client = producer.keys, producer.store.client
+    for scope in ("topic:free", "topic:busy"):
+        event = {
+            "sourceType": "test.noop",
+            "sourceId": scope,
+            "scopeKey": scope,
+            "userId": GONE,
+            "payload": {},
+        }
+        producer.enqueue(event)
+    busy = tenant.for_scope("topic:busy").lease("topic:busy")
+    client.set(busy, "a-drain|holds-it", px=600_000)
+
+    def erase() -> list[str]:
+        report = erase_user(
+            producer.store, tenant, GONE, session_scope=session_scope, erasers=producer.erasers
+        )
+        return list(report.busy_scopes)
+
+    try:
+        assert erase() == ["topic:busy"]
+        client.delete(busy)
+        assert erase() == []
+        assert not any(client.exists(k.user_events(GONE)) for k in tenant.every_bucket())
+    finally:
+        producer.close()
