@@ -116,23 +116,31 @@ def test_a_failing_task_is_tried_max_attempts_times_and_a_refused_one_once(
 def test_a_dead_hook_that_fails_is_tried_again_and_the_work_is_not_run_again(
     settings: Settings, start_worker: Any, redis_client: Redis, keys: BucketKeys
 ) -> None:
-    """The dead hook fails four times between the two tasks (the store it writes to is down, as it likely was when
+    """The dead hook fails three times between the two tasks (the store it writes to is down, as it likely was when
     the work failed): the work was logged and acked, listed nowhere. Now the burial alone is tried again after
     the backoff, with the first failure's error, and neither task's own run is repeated. ``test.refuse`` fails
     for good at its first attempt, before its last (a first version of the retry computed its backoff from the
     attempts left, below 1 there, and crashed: a review)."""
     failing = f"{keys.home_prefix}test:dead-hook-fails"
-    redis_client.set(failing, 4)  # at most TRIES + 1 burials per task: four failures cannot exhaust either
-    start_worker(settings)
+    # a task has TRIES + 1 burials: three failures, however they fall between the two, leave each one that lists
+    redis_client.set(failing, TRIES)
+    worker = start_worker(settings)
     app = create_app(settings)
     publish_task(app, EXPLODE_TASK, {"task": "explode", "text": "x"}, queue=settings.queue_name)
     publish_task(app, REFUSE_TASK, {"task": "refuse", "text": "r"}, queue=settings.queue_name)
     app.close()
     dead_list = f"{keys.home_prefix}test:task-dead"
-    wait_for(lambda: redis_client.llen(dead_list) == 2, timeout_s=60, what="both tasks' burials")
+    wait_for(
+        lambda: redis_client.llen(dead_list) == 2,
+        timeout_s=60,
+        what="both tasks' burials",
+        explain=worker.log,
+    )
     died = {entry["task"]: entry for entry in map(json.loads, redis_client.lrange(dead_list, 0, -1))}
     assert died["explode"]["error"] == f"{EXPLODE_TASK} failed: RuntimeError (after {TRIES} attempts)"
     assert died["refuse"]["error"] == f"{REFUSE_TASK} failed: PermanentFailure TEST_REFUSED (after 1 attempt)"
-    assert redis_client.get(failing) == "-2"  # four failed burials, then the two that listed the work
+    assert redis_client.get(failing) == str(
+        TRIES - 5
+    )  # three failed burials, then the two that listed the work
     assert redis_client.get(f"{keys.home_prefix}test:exploded") == str(TRIES)
     assert redis_client.get(f"{keys.home_prefix}test:refused") == "1"
