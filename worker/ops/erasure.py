@@ -513,3 +513,6 @@ def _drop_user_keyed(
     store.scripts.run(ForgetUserBytes(k.user_bytes(user_id), k.tenant_bytes, sessions))
     for bucket in k.every_bucket():  # and their share of the retained events starts again (one slot each)
         client.delete(bucket.retained_user_events(user_id))
+    client.delete(
+        k.user_sessions_cleaned(user_id)
+    )  # a minute's mark: only the id in its name, which goes too

@@ -318,7 +318,8 @@ def test_an_erasure_that_met_a_busy_scope_and_is_called_again_leaves_no_index(ma
     """An erasure that met a busy scope tombstones the rest and keeps the user's index; called again once the
     scope is free, it finished the busy scope's events but took out only the events it found the user's, and a
     tombstone names nobody: the index (its key naming the user) stayed a day with the first run's ids (a
-    review). Every entry the erasure read leaves the index now."""
+    review). Every entry the erasure read leaves the index now; and the session index's cleaning mark, which lives
+    a minute with the user's id in its name, goes too (an audit)."""
     from producers import Producer
     from sessions.store import session_scope
     from worker.ops.erasure import erase_user
@@ -336,6 +337,9 @@ def test_an_erasure_that_met_a_busy_scope_and_is_called_again_leaves_no_index(ma
         producer.enqueue(event)
     busy = tenant.for_scope("topic:busy").lease("topic:busy")
     client.set(busy, "a-drain|holds-it", px=600_000)
+    client.set(
+        tenant.user_sessions_cleaned(GONE), "1", ex=60
+    )  # the session index's cleaning mark names the user
 
     def erase() -> list[str]:
         report = erase_user(
@@ -348,5 +352,6 @@ def test_an_erasure_that_met_a_busy_scope_and_is_called_again_leaves_no_index(ma
         client.delete(busy)
         assert erase() == []
         assert not any(client.exists(k.user_events(GONE)) for k in tenant.every_bucket())
+        assert not client.exists(tenant.user_sessions_cleaned(GONE))
     finally:
         producer.close()
