@@ -429,9 +429,8 @@ class SessionStore:
                         return None
                     pipe.multi()
                     pipe.hsetnx(key, INCARNATION, secrets.token_hex(4))
-                    pipe.expire(
-                        key, self.limits.session_ttl_s
-                    )  # a write just refreshed every key of the session
+                    # a write just refreshed every key of the session
+                    pipe.expire(key, self.limits.session_ttl_s)
                     pipe.hgetall(key)
                     data = {_s(k): _s(v) for k, v in pipe.execute()[2].items()}
                     return _settings_of(data), data[INCARNATION]

@@ -63,8 +63,7 @@ from worker.documents.chain_codec import decode_chain
 from worker.documents.chain_storage import rebuilt_chain, stored_source
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
 from worker.ops.erasure_holds import HOLDER, ErasureHolds, ErasureRunning
-from worker.ops.erasure_index import CHUNK, UserEvent, forget_indexed, queued_events, user_events
-from worker.ops.erasure_index import text as _s
+from worker.ops.erasure_index import CHUNK, UserEvent, forget_indexed, queued_events, text, user_events
 from worker.store.calls import (
     ErasedEvent,
     ErasedLane,
@@ -154,9 +153,8 @@ def _erase(
     erasers: Sequence[UserEraser],
 ) -> None:
     """The erasure itself, under the tenant's lock: the engine's part under the scopes' leases, then the plugins'."""
-    indexed: list[tuple[str, int]] = []  # the index entries as read now: each leaves the index at the end
-    events = user_events(store, tenant, user_id, indexed)
-    sessions = sorted(_s(x) for x in store.client.smembers(tenant.user_sessions(user_id)))
+    events, indexed = user_events(store, tenant, user_id)  # each entry read leaves the index at the end
+    sessions = sorted(text(x) for x in store.client.smembers(tenant.user_sessions(user_id)))
     scopes = {e.scope for e in events.values() if e.scope} | {session_scope(s) for s in sessions}
     scopes |= _scopes_naming(store, tenant, user_id, holds)
     try:
@@ -201,7 +199,7 @@ def _scan(store: EventStore, match: str, holds: ErasureHolds) -> Iterator[str]:
             else:
                 cursors, found = cluster.scan(cursor, match=match, count=SCAN_COUNT, target_nodes=node)
                 cursor = cursors[node.name]
-            yield from (_s(raw) for raw in found)
+            yield from (text(raw) for raw in found)
             holds.keep_alive()
             if not cursor:
                 break
@@ -253,7 +251,7 @@ def _classify(store: EventStore, tenant: Keys, user_id: str, scopes: list[str]) 
     pipe = store.client.pipeline(transaction=False)
     for scope in scopes:
         pipe.hget(tenant.session(scope), "userId")
-    owners = [None if o is None else _s(o) for o in pipe.execute()]
+    owners = [None if o is None else text(o) for o in pipe.execute()]
     owned = [scope for scope, owner in zip(scopes, owners, strict=True) if owner == user_id]
     may_drop = {scope for scope, owner in zip(scopes, owners, strict=True) if owner in (None, user_id)}
     return owned, may_drop
@@ -352,7 +350,9 @@ def _chunk_reads(
         pipe.smembers(k.outbox_of_event(scope, e.event_id))
         pipe.execute_command("GET", k.chain(e.event_id), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
     found = pipe.execute()
-    records = [ErasedRecord(k.outbox_record(scope, _s(r)), _s(r)) for members in found[0::2] for r in members]
+    records = [
+        ErasedRecord(k.outbox_record(scope, text(r)), text(r)) for members in found[0::2] for r in members
+    ]
     lanes = [
         lane
         for e, raw in zip(chunk, found[1::2], strict=True)
@@ -490,7 +490,7 @@ def _drop_user_keyed(
     k, client = tenant, store.client
     # Receipts: every one the user has is in the user's own index; the per-agent/topic and per-run indexes
     # are the keys under it.
-    ids = [_s(x) for x in client.zrange(k.user_receipts(user_id), 0, -1)]
+    ids = [text(x) for x in client.zrange(k.user_receipts(user_id), 0, -1)]
     for start in range(0, len(ids), 500):
         report.removed["receipts"] += int(
             client.delete(*[k.receipt(user_id, i) for i in ids[start : start + 500]])
@@ -500,7 +500,7 @@ def _drop_user_keyed(
     client.delete(k.user_receipts(user_id))
     for key in _scan(store, glob_escaped(k.receipt(user_id, "")) + "*", holds):
         report.removed["receipts"] += int(client.delete(key))  # one its indexes no longer name
-    owners = [_s(m) for m in client.zrange(k.user_conversations(user_id), 0, -1)]
+    owners = [text(m) for m in client.zrange(k.user_conversations(user_id), 0, -1)]
     for member in owners:
         user, agent, topic = [*member.split("\x1f"), "", "", ""][:3]
         report.removed["conversations"] += int(client.delete(k.conversation(user, agent, topic)))
@@ -508,11 +508,10 @@ def _drop_user_keyed(
     client.delete(k.user_conversations(user_id))
     # the storage quota's count: nothing of the user is left to count, and the tenant's no longer holds it; nor
     # does what the user's sessions (their index, read now) would give back: one may outlive this erasure
-    scopes = [session_scope(_s(s)) for s in client.smembers(k.user_sessions(user_id))]
+    scopes = [session_scope(text(s)) for s in client.smembers(k.user_sessions(user_id))]
     sessions = [ForgottenSession(k.context_meta(scope), k.dmail(scope)) for scope in scopes]
     store.scripts.run(ForgetUserBytes(k.user_bytes(user_id), k.tenant_bytes, sessions))
     for bucket in k.every_bucket():  # and their share of the retained events starts again (one slot each)
         client.delete(bucket.retained_user_events(user_id))
-    client.delete(
-        k.user_sessions_cleaned(user_id)
-    )  # a minute's mark: only the id in its name, which goes too
+    # the session index's cleaning mark: a minute, only the id in its name, which goes too
+    client.delete(k.user_sessions_cleaned(user_id))

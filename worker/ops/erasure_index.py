@@ -32,11 +32,11 @@ class UserEvent:
 
 
 def user_events(
-    store: EventStore, tenant: Keys, user_id: str, read: list[tuple[str, int]]
-) -> dict[str, UserEvent]:
+    store: EventStore, tenant: Keys, user_id: str
+) -> tuple[dict[str, UserEvent], list[tuple[str, int]]]:
     """The user's events by id: those of the user's index in each bucket (one whose record has expired is kept
-    without a scope: its chain may outlive it) and the user's dead ones (the DLQ keeps them past the index);
-    ``read`` gets every index entry read, (event id, bucket)."""
+    without a scope: its chain may outlive it) and the user's dead ones (the DLQ keeps them past the index); and
+    every index entry read, (event id, bucket), tombstones of an earlier erasure included."""
     every = tenant.every_bucket()
     pipe = store.client.pipeline(transaction=False)
     for k in every:
@@ -44,7 +44,6 @@ def user_events(
         pipe.zrange(k.dlq, 0, -1)
     found = pipe.execute()
     indexed = [(text(x), b) for b in range(len(every)) for x in found[2 * b]]
-    read += indexed
     dead = [(text(x), b) for b in range(len(every)) for x in found[2 * b + 1]]
     out: dict[str, UserEvent] = {}
     both = [*indexed, *dead]
@@ -55,7 +54,7 @@ def user_events(
                 out.setdefault(event_id, UserEvent(event_id, b))
         elif owner is not None and text(owner) == user_id:  # not someone else's dead event, nor a tombstone
             out[event_id] = UserEvent(event_id, b, text(scope) if scope else "", _chain_id(chain, source_id))
-    return out
+    return out, indexed
 
 
 def _chain_id(chain: Any, source_id: Any) -> str:

@@ -120,16 +120,10 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
             _forget_runs(pipeline, self.request)  # done: a redelivery (its ack lost) runs it again, from 1
             return
         if not (failed.permanent or last):
-            delay_ms = backoff_ms(attempt, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms)
-            try:
-                retry = self.retry(exc=failed, countdown=delay_ms / 1000, throw=False, **HIDDEN_TASK_ARGS)
-            except Reject as refused:
-                log.error(
-                    "task %s: its retry could not be sent: %s", task.name, describe_error(refused.reason)
-                )
-                failed = TaskFailed(f"{failed}; its retry could not be sent", permanent=True)
-            else:
+            retry = _retry_later(self, task.name, "retry", attempt, settings, exc=failed)
+            if retry is not None:
                 raise retry
+            failed = TaskFailed(f"{failed}; its retry could not be sent", permanent=True)
         _bury_or_retry(self, task, runtime, pipeline, payload, _tried(str(failed), attempt), most)
         raise failed
 
@@ -216,21 +210,28 @@ def _bury_or_retry(
         log.error("task %s: its dead hook failed %d times; the work is not listed", task.name, burials)
         _forget_runs(pipeline, task_call.request)
         return
-    settings = runtime.settings
-    delay_ms = backoff_ms(burials, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms)
+    retry = _retry_later(
+        task_call,
+        task.name,
+        "burial",
+        burials,
+        runtime.settings,
+        kwargs={"burial": error, "burials": burials + 1},
+    )
+    if retry is not None:
+        raise retry
+
+
+def _retry_later(task_call: Any, name: str, what: str, nth: int, settings: Settings, **how: Any) -> Any:
+    """A retry of this message (``how``: Celery's ``retry`` arguments), due after the ``nth`` backoff, its
+    arguments hidden as :func:`publish_task`'s: the Retry to raise, or None when it could not be sent (Celery
+    would reject this message, and it would be gone; logged)."""
+    delay_ms = backoff_ms(nth, base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms)
     try:
-        retry = task_call.retry(
-            kwargs={"burial": error, "burials": burials + 1},
-            countdown=delay_ms / 1000,
-            throw=False,
-            **HIDDEN_TASK_ARGS,
-        )
+        return task_call.retry(countdown=delay_ms / 1000, throw=False, **HIDDEN_TASK_ARGS, **how)
     except Reject as refused:
-        log.error(
-            "task %s: its burial could not be sent again: %s", task.name, describe_error(refused.reason)
-        )
-        return
-    raise retry
+        log.error("task %s: its %s could not be sent: %s", name, what, describe_error(refused.reason))
+        return None
 
 
 def _bury(task: PluginTask, runtime: PluginRuntime, payload: dict[str, Any], error: str) -> bool:
