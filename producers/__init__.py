@@ -21,13 +21,8 @@ if _TYPE_CHECKING:
     from producers.sdk.producer import HttpProducer, Producer
     from producers.sdk.session_client import SessionClient
     from worker.core.errors import OverLimit
-    from worker.intake.source_event import (
-        EnqueueResult,
-        EventError,
-        InvalidEvent,
-        SourceEvent,
-        StoreUnavailable,
-    )
+    from worker.intake.refusals import EventError, InvalidEvent, StoreUnavailable
+    from worker.intake.source_event import EnqueueResult, SourceEvent
 
 __all__ = [
     "EnqueueResult",
@@ -48,15 +43,15 @@ __all__ = [
 # about 0.1 s of CPU each.
 _HOMES = {
     "EnqueueResult": "worker.intake.source_event",
-    "EventError": "worker.intake.source_event",
+    "EventError": "worker.intake.refusals",
     "HttpProducer": "producers.sdk.producer",
-    "InvalidEvent": "worker.intake.source_event",
+    "InvalidEvent": "worker.intake.refusals",
     "NoAnswer": "producers.sdk.http_door",
     "OverLimit": "worker.core.errors",
     "Producer": "producers.sdk.producer",
     "SessionClient": "producers.sdk.session_client",
     "SourceEvent": "worker.intake.source_event",
-    "StoreUnavailable": "worker.intake.source_event",
+    "StoreUnavailable": "worker.intake.refusals",
     "UnexpectedAnswer": "producers.sdk.http_door",
 }
 

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from worker.core.errors import OverLimit
-from worker.intake.source_event import EventError, InvalidEvent, StoreUnavailable
+from worker.intake.refusals import EventError, InvalidEvent, StoreUnavailable
 
 __all__ = [
     "DEFAULT_RETRY_AFTER_S",

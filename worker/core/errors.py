@@ -18,13 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from redis.exceptions import RedisError
-
 __all__ = [
     "EventOfAnotherUser",
     "LeaseLost",
     "NotBatchable",
-    "NotReplicated",
     "OverLimit",
     "PermanentFailure",
     "PipelineError",
@@ -168,13 +165,3 @@ def _when_retained(retry_after_s: int) -> str:
     if retry_after_s:
         return "retry once older ones expire"
     return "this request alone is over it: send fewer or smaller events"
-
-
-class NotReplicated(RedisError):
-    """A write the primary applied but fewer replicas than ``AGENT_SIGNAL_WAIT_REPLICAS`` confirmed in time
-    (Redis ``WAIT``): it is not acknowledged, since a failover now could lose it. Retrying is safe (events are
-    deduplicated; a commit that did replicate is found done)."""
-
-    def __init__(self, wanted: int, acked: int, timeout_ms: int) -> None:
-        super().__init__(f"{acked} of {wanted} replica(s) confirmed the write within {timeout_ms} ms")
-        self.wanted, self.acked = wanted, acked

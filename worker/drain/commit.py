@@ -27,7 +27,7 @@ from functools import partial
 from redis.exceptions import RedisError
 
 from worker.chain.context import EffectBuffer
-from worker.core.errors import NotReplicated
+from worker.core.replication import NotReplicated
 from worker.documents.chain_codec import StoredForm
 from worker.drain.context import DrainContext
 from worker.drain.event import EventWork, after_commit, record

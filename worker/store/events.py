@@ -20,7 +20,8 @@ from redis.exceptions import MovedError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.core.clock import now_ms
-from worker.core.errors import EventOfAnotherUser, NotReplicated, OverLimit
+from worker.core.errors import EventOfAnotherUser, OverLimit
+from worker.core.replication import NotReplicated
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.documents.chain_codec import encode_chain
 from worker.documents.event_records import source_digest

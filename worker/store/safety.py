@@ -35,7 +35,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from worker.core.errors import NotReplicated
+from worker.core.replication import NotReplicated
 from worker.settings import Settings, SettingsError
 from worker.store.client import PoolExhausted
 from worker.telemetry.log_privacy import describe_error

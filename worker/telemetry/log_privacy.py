@@ -28,7 +28,7 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
-from worker.core.errors import NotReplicated
+from worker.core.replication import NotReplicated
 from worker.telemetry.pseudonyms import Pseudonyms
 
 __all__ = [

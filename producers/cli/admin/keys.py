@@ -26,6 +26,7 @@ from producers.cli.reach.target import (
     quote_id,
     resolve_target,
 )
+from worker.ops.roles import ROLES
 
 __all__ = ["add_keys_command"]
 
@@ -118,8 +119,6 @@ def _add_redis_option(p: argparse.ArgumentParser) -> None:
 
 def add_keys_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``keys create``, ``keys list`` and ``keys revoke``."""
-    from worker.ops.credentials import ROLES
-
     p = sub.add_parser("keys", help="API keys: create (the secret is shown once), list, revoke")
     ksub = p.add_subparsers(dest="keys_command", required=True, metavar="SUBCOMMAND")
     k = ksub.add_parser("create", help='a new key; prints {"id","tenant","role","key"}')

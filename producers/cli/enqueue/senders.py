@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from redis.exceptions import RedisError
 
 from producers.cli.enqueue.lines import Rejection
 from producers.cli.reach.direct import direct_producer
@@ -32,7 +31,6 @@ from producers.cli.reach.target import (
     unreachable,
 )
 from producers.sdk.http_door import NoAnswer, UnexpectedAnswer
-from worker.telemetry.log_privacy import describe_error
 
 if TYPE_CHECKING:
     from worker.intake.source_event import EnqueueResult, InvalidEvent
@@ -94,8 +92,11 @@ class DirectSender:
 
     def _enqueue(self, prepared: list[PreparedEvent], out: list[Sent]) -> list[EnqueueResult]:
         """The batch's results; InvalidEvent for an event the store refused, Stopped for the rest."""
+        from redis.exceptions import RedisError
+
         from worker.core.errors import OverLimit
         from worker.intake.source_event import StoreUnavailable
+        from worker.telemetry.log_privacy import describe_error
 
         try:
             results: list[EnqueueResult] = self.producer.enqueue_prepared(prepared)

@@ -42,7 +42,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from producers.http.access.ops import OPS_ROUTES, check_ops
 from producers.http.access.principal import (
     LOCAL_PRINCIPAL,
-    ROLES,
     Forbidden,
     NotFound,
     Principal,
@@ -62,6 +61,7 @@ from worker.ops.credentials import (
     UserErased,
 )
 from worker.ops.rate_limit import RateDecision, RateLimiter
+from worker.ops.roles import ROLES
 from worker.settings import Settings, SettingsError
 from worker.store.client import async_redis_from_settings, redis_from_settings
 from worker.store.safety import store_error_reason

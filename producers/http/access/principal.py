@@ -33,6 +33,7 @@ from fastapi import Request
 
 from producers.http.web_common import producer_of
 from worker.keys.layout import Keys
+from worker.ops.roles import KeyRole
 
 __all__ = [
     "GRANTS",
@@ -50,9 +51,8 @@ __all__ = [
     "tenant_keys",
 ]
 
-Role = Literal["ingest", "read", "operate", "admin", "metrics", "user"]
+Role = Literal[KeyRole, "user"]  # a user token's role is "user"; a key holds one of ROLES
 Grant = Literal["ingest", "read", "operate", "admin"]
-ROLES: tuple[Role, ...] = ("ingest", "read", "operate", "admin", "metrics")
 
 GRANTS: dict[Role, frozenset[Grant]] = {
     "ingest": frozenset({"ingest"}),

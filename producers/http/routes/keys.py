@@ -8,7 +8,7 @@ token holds no ``admin`` grant and cannot mint tokens.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse
@@ -21,6 +21,7 @@ from producers.http.web_common import StrictJsonRoute, error_response
 from worker.core.ids import Id, UserId
 from worker.keys.layout import BadTenant, check_tenant
 from worker.ops.credentials import DEFAULT_TOKEN_TTL_S, MAX_TOKEN_TTL_S, CredentialError
+from worker.ops.roles import KeyRole
 
 __all__ = ["router"]
 
@@ -35,7 +36,7 @@ class KeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tenant: str | None = Field(default=None, min_length=1)  # absent: the caller's; "" is not a tenant
-    role: Literal["ingest", "read", "operate", "admin", "metrics"]
+    role: KeyRole
     name: str = Field(default="", max_length=100)
 
 

@@ -1,13 +1,15 @@
-"""What a CLI command imports before it runs: not the web framework. Every ``agent-signal`` call starts a
-Python process whose start is mostly imports; FastAPI's (its OpenAPI models above all) was about 165 ms of a
-command's 1.1 s, for commands that never serve a request. Only ``agent-signal web`` and ``run`` need it."""
+"""What a CLI command imports before it runs: not the web framework, and for a verb over HTTP not the engine.
+Every ``agent-signal`` call starts a Python process whose start is mostly imports; FastAPI's (its OpenAPI models
+above all) was about 165 ms of a command's 1.1 s, for commands that never serve a request. Only ``agent-signal
+web`` and ``run`` need it. redis, the settings' models, the event model and the store were another ~0.45 s of CPU
+of every console verb, which sends one HTTP request."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from tests.conftest import ROOT, SettingsFactory, settings_env
+from tests.conftest import ROOT, SettingsFactory, free_port, settings_env
 
 # the CLI's modules every command's parser loads, and the ones `route`, `check`/`simulate` and `enqueue` load to run
 MODULES = (
@@ -37,6 +39,38 @@ def test_a_cli_command_does_not_import_the_web_framework() -> None:
     assert result.stdout.splitlines() == [f"{name} []" for name in MODULES], result.stdout
 
 
+def _imported(stderr: str) -> set[str]:
+    """The modules ``python -X importtime`` says the process imported."""
+    return {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if "import time:" in line}
+
+
+# what a verb over HTTP never needs: the Redis client, the settings' models, the event model, the engine's store
+ENGINE = {
+    "redis",
+    "pydantic_settings",
+    "worker.settings",
+    "worker.intake.source_event",
+    "worker.store.events",
+}
+
+
+def test_a_console_verb_over_http_does_not_import_the_engine() -> None:
+    """Each verb runs to its request (a port nobody listens on: exit 2, "cannot reach"), so the imports its
+    command function makes count too, not only the parser's."""
+    url = f"http://127.0.0.1:{free_port()}"
+    for verb in (["runs", "list"], ["keys", "list"], ["inspect", "evt"], ["outbox", "dead"]):
+        result = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "producers.cli", *verb, "--url", url],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 2 and "cannot reach" in result.stderr, (verb, result.stderr[-2000:])
+        assert not _imported(result.stderr) & ENGINE, (verb, sorted(_imported(result.stderr) & ENGINE))
+
+
 def test_a_worker_start_imports_celerys_worker_command_alone(make_settings: SettingsFactory) -> None:
     """``agent-signal worker`` runs Celery's ``worker`` command without ``app.worker_main``, which imports the
     whole ``celery`` command group first: every subcommand and each installed plugin's (Flower's Tornado app,
@@ -56,9 +90,7 @@ def test_a_worker_start_imports_celerys_worker_command_alone(make_settings: Sett
     assert "Usage: celery worker [OPTIONS]" in result.stdout and "--concurrency" in result.stdout, (
         result.stdout
     )
-    imported = {
-        line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "import time:" in line
-    }
+    imported = _imported(result.stderr)
     assert "worker.runtime.main" in imported and "celery.bin.worker" in imported
     assert not imported & {"celery.bin.celery", "flower", "tornado.web", "click_repl", "prompt_toolkit"}
 
