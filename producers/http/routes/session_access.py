@@ -167,7 +167,10 @@ def record_event(
 ) -> str | None:
     """Every tool call that changes the session is also a source event on the session's scope. Called after the
     change: None, or the code of the record's refusal for the answer's ``Agent-Signal-Record-Error``
-    (producers/http/records.py). ``source_id`` (``<kind>:<session>:<seq>``) gets the session's incarnation
+    (producers/http/records.py): ``session_gone`` when the session was erased since the change, or (a user
+    token's) erased and claimed by another user, whose id the record would carry. A key's change has no user
+    to compare: a session a key changed, erased and claimed again in the moment before its record carries the
+    new owner's id. ``source_id`` (``<kind>:<session>:<seq>``) gets the session's incarnation
     before its sequence: the sequence starts again with a session made again under the same id."""
     try:
         identity = session_store(request).record_identity(session_id)
@@ -176,6 +179,10 @@ def record_event(
     if identity is None:  # erased since the change (which the erasure took too): no record without its user
         return refused(request, source_type, "session_gone", "")
     settings, incarnation = identity
+    caller = principal_of(request).user_id
+    if caller is not None and settings.user_id != caller:  # erased since, and the id claimed by another user:
+        # the change was the caller's, not theirs (record_identity gave their session its token: harmless)
+        return refused(request, source_type, "session_gone", "")
     head, _, seq = source_id.rpartition(":")
     event: dict[str, Any] = {
         "sourceType": source_type,

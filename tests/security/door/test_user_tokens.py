@@ -16,7 +16,8 @@ from redis import Redis
 from policies.self_iteration.records.documents import DocumentStore
 from producers.http.app import create_web_app
 from producers.http.routes.session_access import session_access
-from sessions.store import SessionLimits, SessionStore
+from sessions.store import SessionLimits, SessionStore, session_keys
+from tests.security.data.test_erasure import _dump, _mentions
 from tests.support.routes import flat_routes
 from worker.keys.layout import BucketKeys
 from worker.ops.credentials import ALGORITHM, BOOTSTRAP_ID
@@ -231,6 +232,36 @@ def test_a_user_token_cannot_take_over_a_session_a_key_created(
     answer = client.get("/v1/sessions/s-keyed/context", headers=mallory)
     assert answer.status_code == 404 and "platform-only" not in answer.text
     assert client.get("/v1/sessions/s-keyed", headers=operate).json().get("userId") is None
+
+
+def test_a_record_never_carries_the_user_who_claimed_the_id_after_an_erasure(
+    door: tuple[TestClient, dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    redis_client: Redis,
+    keys: BucketKeys,
+) -> None:
+    """The victim's D-Mail is sent; before its record is made, the victim's session is erased and mallory claims
+    the id. The record would have gone out under mallory's userId with the victim's text (the session's keys
+    existed again, which is all the record checked): it is refused, ``session_gone``, and nothing is stored."""
+    client, creds = door
+    victim = _bearer(creds[VICTIM])
+    assert client.put("/v1/sessions/s-taken", json={"dmailEnabled": True}, headers=victim).status_code == 200
+    assert client.post("/v1/sessions/s-taken/context/checkpoint", json={}, headers=victim).status_code == 200
+    real = SessionStore.record_identity
+
+    def erased_and_claimed_first(self: SessionStore, session_id: str) -> object:
+        self.client.delete(*session_keys(self.keys, session_id, VICTIM))
+        assert self.claim(session_id, MALLORY)
+        return real(self, session_id)
+
+    monkeypatch.setattr(SessionStore, "record_identity", erased_and_claimed_first)
+    dmail = {"message": "ECHO-victims-plan", "checkpoint_id": 0}
+    answer = client.post("/v1/sessions/s-taken/dmail", json=dmail, headers=victim)
+    assert answer.headers.get("Agent-Signal-Record-Error") == "session_gone", (
+        answer.status_code,
+        answer.text,
+    )
+    assert _mentions(_dump(redis_client, keys), "ECHO-victims-plan") == []
 
 
 @pytest.mark.parametrize(
