@@ -15,6 +15,7 @@ from producers.cli.console import add_discard_command, dead_letters
 from producers.cli.console.api import Page, act_on_pages
 from producers.cli.console.dead_letters import act_on_every_dead, print_dead_page, print_dead_results
 from producers.cli.console.table import print_json
+from producers.cli.inputs import an_id
 from producers.cli.reach.direct import direct_producer
 from producers.cli.reach.target import (
     Api,
@@ -81,8 +82,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     target = resolve_target(args)
     found = _find_chain(target, args.chain_id, args.tenant, args.user)
     if found is None:
+        of_user = f" of user {args.user!r}" if args.user else ""  # the chain may be another user's
         print(
-            f"agent-signal inspect: no chain {args.chain_id!r} (not run yet, or past retention)",
+            f"agent-signal inspect: no chain {args.chain_id!r}{of_user} (not run yet, or past retention)",
             file=sys.stderr,
         )
         return 1
@@ -212,18 +214,22 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     p = sub.add_parser("inspect", help="a chain in five steps: source, signals, actions, results, edges")
     p.add_argument(
         "chain_id",
+        type=an_id,
         metavar="CHAIN_ID",
         help="the chain's id: chain:SOURCE_ID, or the source id alone (msg_u1 is read as chain:msg_u1)",
     )
     p.add_argument("--json", action="store_true", help="the stored chain document as JSON")
     p.add_argument(
-        "--user", metavar="U", help="of a chain id several users' events share, the run of this user's event"
+        "--user",
+        type=an_id,
+        metavar="U",
+        help="of a chain id several users' events share, the run of this user's event",
     )
     add_target_options(p)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("status", help="an event's status record (event id, or source id over HTTP)")
-    p.add_argument("event_id", metavar="ID", help="evt_… or, over HTTP, the event's sourceId")
+    p.add_argument("event_id", type=an_id, metavar="ID", help="evt_… or, over HTTP, the event's sourceId")
     add_target_options(p)
     p.set_defaults(func=cmd_status)
 

@@ -232,9 +232,29 @@ def _add_functions_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
     p.set_defaults(func=cmd_functions)
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args``, except that an argument no parser knows is refused by the verb's own parser: its
+    usage line lists the verb's flags, where the top level's said only ``COMMAND ...`` (``runs list --bogus``)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        given = sys.argv[1:] if argv is None else list(argv)
+        _verb_parser(parser, given).error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
+def _verb_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the verb ``argv`` names (``runs list`` → the ``list`` parser under ``runs``)."""
+    current = parser
+    for token in argv:
+        groups = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if groups and token in groups[0].choices:
+            current = groups[0].choices[token]
+    return current
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     verb = _verb(args)
     try:
         check_text_arguments(parser, args)  # bytes that are not UTF-8: one line naming the flag or argument

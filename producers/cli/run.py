@@ -336,9 +336,11 @@ def _replay(settings: Any, path: str) -> None:
             if event is None:
                 raise ValueError(rejection.message if rejection else "not an event")
             result = producer.enqueue(event)
-        except (InvalidEvent, ValueError) as exc:
+        except (InvalidEvent, ValueError) as exc:  # worded as enqueue words a rejection
             summary["rejected"] += 1
-            _say(f"  line {number}: rejected: {exc}")
+            field = exc.error.field if isinstance(exc, InvalidEvent) else None
+            message = exc.error.message if isinstance(exc, InvalidEvent) else str(exc)
+            _say(f"  line {number}: rejected: {message}" + (f" (field: {field})" if field else ""))
             continue
         events.append(event)
         summary[result.status] = summary.get(result.status, 0) + 1
@@ -360,7 +362,9 @@ def _replay(settings: Any, path: str) -> None:
             line += f"\n             error: {record['error']}"
         _say(line)
     keys = producer.keys
-    _say(f"  dead letters: {producer.store.dlq_size(keys)}   counters: {producer.store.stats(keys)}")
+    counters = json.dumps(producer.store.stats(keys), separators=(",", ":"))
+    _say(f"  dead letters: {producer.store.dlq_size(keys)}")
+    _say(f"  the tenant's counters (the handlers' follow-up events and earlier runs included): {counters}")
     _print_receipts(producer, events)
     producer.close()
 

@@ -46,12 +46,26 @@ def _store() -> Any:
 CREATED = ("id", "tenant", "role", "key")
 
 
+def _first_key_note(role: str) -> str:
+    """What a stack's first key changes, said on stderr when a key was made without a credential: every call
+    needs one from now on (README: make an admin key first; a non-admin one cannot make more)."""
+    note = "agent-signal keys create: the stack's first key: every call needs a credential now (--token KEY)"
+    if role == "admin":
+        return note
+    return (
+        f"{note}; a {role} key cannot make more: `agent-signal keys create --tenant default --role admin --redis` "
+        "makes an admin key straight in the stack's Redis"
+    )
+
+
 def _keys_http(args: argparse.Namespace, target: Target) -> int:
     with Api(target) as api:
         if args.keys_command == "create":
             body = {"tenant": args.tenant, "role": args.role, "name": args.name or ""}
             created = api.call("POST", "/v1/keys", body=body, require=CREATED)
             print_json({name: created[name] for name in CREATED})
+            if not target.token:  # made without a credential: the stack had none, and needs one from now on
+                print(_first_key_note(args.role), file=sys.stderr)
             return 0
         if args.keys_command == "list":
             answer = api.call("GET", "/v1/keys", params={"tenant": args.tenant} if args.tenant else None)

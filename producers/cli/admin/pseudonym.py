@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from producers.cli.inputs import an_id
 from producers.cli.reach.stack import join_stack
 from producers.cli.reach.target import CliError
 
@@ -47,5 +48,7 @@ def cmd_pseudonym(args: argparse.Namespace) -> int:
 
 def add_pseudonym_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("pseudonym", help="print how logs and the audit trail name each id (a keyed hash)")
-    p.add_argument("ids", nargs="+", metavar="ID", help="user ids (or scope keys, source or chain ids)")
+    p.add_argument(
+        "ids", nargs="+", type=an_id, metavar="ID", help="user ids (or scope keys, source or chain ids)"
+    )
     p.set_defaults(func=cmd_pseudonym)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from producers.cli.reach.target import Api, not_the_api, objects_in, quote_id, resolve_target
+from producers.cli.reach.target import Api, given_value, not_the_api, objects_in, quote_id, resolve_target
 from producers.cli.stopped import STOPS, say_stopped, why_stopped
 
 __all__ = [
@@ -35,11 +35,13 @@ def add_http_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--url",
         default=None,
+        type=given_value("--url"),
         help="the HTTP API (default: AGENT_SIGNAL_URL, else the stack `make run` started in this checkout)",
     )
     p.add_argument(
         "--token",
         default=None,
+        type=given_value("--token"),
         help="bearer API key or token (default: AGENT_SIGNAL_TOKEN, else the deprecated AGENT_SIGNAL_API_TOKEN); never printed",
     )
     p.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
@@ -99,8 +101,10 @@ def say_more_follow(page: dict[str, Any], key: str, noun: str, order: str, limit
     """On stderr, when a listing stopped at ``--limit`` with more left (its ``cursor``), how many were shown and
     how to see the rest: ``50 runs shown (newest first); more follow: raise --limit (now 50) to list them``."""
     if page.get("cursor"):
+        shown = len(page[key])
+        noun = noun.removesuffix("s") if shown == 1 else noun  # the nouns given are plurals: runs, receipts…
         print(
-            f"{len(page[key]):,} {noun} shown ({order}); more follow: raise --limit (now {limit:,}) to list them",
+            f"{shown:,} {noun} shown ({order}); more follow: raise --limit (now {limit:,}) to list them",
             file=sys.stderr,
         )
 

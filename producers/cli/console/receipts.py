@@ -13,6 +13,7 @@ from producers.cli.console.api import (
     say_more_follow,
 )
 from producers.cli.console.table import Column, print_json, print_table, utc_ms
+from producers.cli.inputs import an_id
 
 __all__ = ["add_receipts_command"]
 
@@ -46,9 +47,9 @@ def add_receipts_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p = sub.add_parser("receipts", help="what the pipeline did for a user (memories, skills, reviews)")
     rsub = p.add_subparsers(dest="receipts_command", required=True, metavar="SUBCOMMAND")
     r = rsub.add_parser("list", help="one user's receipts, newest first")
-    r.add_argument("--user", required=True, metavar="U", help="the user (required)")
-    r.add_argument("--agent", metavar="A", help="only this agent's")
-    r.add_argument("--topic", metavar="T", help="only this topic's")
+    r.add_argument("--user", required=True, type=an_id, metavar="U", help="the user (required)")
+    r.add_argument("--agent", type=an_id, metavar="A", help="only this agent's")
+    r.add_argument("--topic", type=an_id, metavar="T", help="only this topic's")
     r.add_argument("--limit", type=positive_int, default=20, metavar="N", help="receipts in all (default 20)")
     add_http_options(r)
     r.set_defaults(func=cmd_receipts_list)

@@ -14,6 +14,7 @@ from producers.cli.console.api import (
     say_more_follow,
 )
 from producers.cli.console.table import Column, print_json, print_record, print_table, utc_ms
+from producers.cli.inputs import an_id
 
 __all__ = ["add_runs_command"]
 
@@ -94,12 +95,12 @@ def add_runs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--status", help="queued, processing, done, dead, cancelled, discarded or erased (the API checks it)"
     )
     r.add_argument("--source-type", metavar="T", help="only this source type")
-    r.add_argument("--scope", metavar="K", help="only this scope key")
-    r.add_argument("--user", metavar="U", help="only this user's events")
+    r.add_argument("--scope", type=an_id, metavar="K", help="only this scope key")
+    r.add_argument("--user", type=an_id, metavar="U", help="only this user's events")
     r.add_argument("--limit", type=positive_int, default=50, metavar="N", help="events in all (default 50)")
     add_http_options(r)
     r.set_defaults(func=cmd_runs_list)
     r = rsub.add_parser("show", help="one event: its status, its attempts (with errors), its receipts")
-    r.add_argument("id", metavar="ID", help="evt_… or a source id that names one event")
+    r.add_argument("id", type=an_id, metavar="ID", help="evt_… or a source id that names one event")
     add_http_options(r)
     r.set_defaults(func=cmd_runs_show)

@@ -1,5 +1,5 @@
 """The ``enqueue`` verb: read every line (lines.py), send the events in batches of ``--batch`` (senders.py),
-print each rejection on stderr as ``line N: message (field: F)``, ``--ids`` rows on stdout, and the summary
+print each rejection on stderr as ``line N: message (field: F)`` (no field when the line as a whole is refused), ``--ids`` rows on stdout, and the summary
 ``{"accepted":n,"duplicate":n,"rejected":n}`` (compact, as CONTRACT.md writes it; ``"gated":n`` added when an
 admission hook held events back) last, whatever happened. Exit 1 when a line was rejected or the sending stopped
 (the error's own code: 2 when the server could not be reached, did not answer in time or is not the API), else 0.
@@ -193,7 +193,8 @@ def _say_how_far(tally: Tally, exc: BaseException) -> None:
 
 def _say_rejection(number: int, rejection: Rejection | None) -> None:
     assert rejection is not None
-    print(f"line {number}: {rejection.message} (field: {rejection.field or '-'})", file=sys.stderr)
+    where = f" (field: {rejection.field})" if rejection.field else ""  # no field: the line as a whole
+    print(f"line {number}: {rejection.message}{where}", file=sys.stderr)
 
 
 def _report(sent: list[Sent], args: argparse.Namespace, summary: dict[str, int]) -> None:

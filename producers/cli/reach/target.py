@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -51,6 +52,7 @@ __all__ = [
     "bearer_token",
     "checked_url",
     "format_http_error",
+    "given_value",
     "http_error_message",
     "not_the_api",
     "objects_in",
@@ -105,12 +107,14 @@ def add_target_options(p: argparse.ArgumentParser, *, tenant: bool = True) -> No
     p.add_argument(
         "--url",
         default=None,
+        type=given_value("--url"),
         help="the HTTP API (default: AGENT_SIGNAL_URL, else the stack `make run` started in this checkout, "
         "else straight to REDIS_URL)",
     )
     p.add_argument(
         "--token",
         default=None,
+        type=given_value("--token"),
         help="bearer API key or token (default: AGENT_SIGNAL_TOKEN, else the deprecated AGENT_SIGNAL_API_TOKEN); "
         "never printed",
     )
@@ -121,6 +125,18 @@ def add_target_options(p: argparse.ArgumentParser, *, tenant: bool = True) -> No
             help="the tenant to use when talking to Redis directly (default: default); over HTTP the "
             "credential decides",
         )
+
+
+def given_value(flag: str) -> Callable[[str], str]:
+    """argparse's type for a flag that has a default when left out: given empty or blank, it is refused (exit 2)
+    rather than read as left out, which sent ``--url ''`` to the stack and ``--token ''`` with no credential."""
+
+    def check(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"empty; leave {flag} out for its default")
+        return text
+
+    return check
 
 
 def _env(name: str) -> str | None:
@@ -282,6 +298,16 @@ def http_error_message(response: httpx.Response, *, had_token: bool) -> str:
     return format_http_error(response.status_code, code, message, field, had_token=had_token)
 
 
+def _error_code(response: httpx.Response) -> str | None:
+    """The ``error.code`` of an answer's JSON body, if it has one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("code")) if isinstance(error, dict) else None
+
+
 def _api_shaped(response: httpx.Response) -> bool:
     """An error answer as the API (FastAPI) words one: a JSON object with ``error`` (or FastAPI's ``detail``)."""
     try:
@@ -373,6 +399,12 @@ class Api:
             raise CliError(
                 f"{origin(httpx.URL(self.url))} {method} {response.request.url.path} answered HTTP 404 without the "
                 "API's error object; is that the Agent Signal API?"
+            )
+        if response.status_code in (404, 405) and _error_code(response) == f"http_{response.status_code}":
+            raise CliError(  # the API answered, but has no such route: a base URL with a path, or an older server
+                f"{origin(httpx.URL(self.url))} {method} {response.request.url.path} answered HTTP "
+                f"{response.status_code}: the API has no such route; give its base URL (http://HOST:PORT), "
+                "and a server as new as this CLI"
             )
         if response.status_code == 404 and missing_ok:
             return None

@@ -175,7 +175,8 @@ def _event(body: dict[str, Any], payload: dict[str, Any]) -> dict[str, object]:
     (``routeResult``, which the handler emits instead of routing again with whatever config the worker has by
     then) and the fingerprint of the config that answered (``configFingerprint``)."""
     request_id = body.get("requestId")
-    source_id = request_id if isinstance(request_id, str) and request_id else f"route:{uuid.uuid4().hex}"
+    given = request_id if isinstance(request_id, str) and request_id else None
+    source_id = given or f"route:{uuid.uuid4().hex}"
     if payload.get("configFingerprint") is None:
         payload = {k: v for k, v in payload.items() if k != "configFingerprint"}
     event: dict[str, object] = {"sourceType": "chat.request", "sourceId": source_id, "payload": payload}
@@ -183,7 +184,7 @@ def _event(body: dict[str, Any], payload: dict[str, Any]) -> dict[str, object]:
         if isinstance(body.get(key), str) and body[key]:
             event[key] = body[key]
     if "scopeKey" not in event:  # routing calls do not need to queue behind each other
-        scope = f"route:{source_id}"
+        scope = f"route:{source_id}" if given else source_id  # a made-up id is route:<uuid> already
         too_long = len(scope) > ID_MAX_LENGTH
         event["scopeKey"] = f"route:{hashlib.sha256(source_id.encode()).hexdigest()}" if too_long else scope
     return event

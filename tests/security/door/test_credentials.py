@@ -25,7 +25,7 @@ from redis.asyncio import Redis as AsyncRedis
 from producers.http.access.auth import is_loopback
 from producers.http.access.principal import Principal, require
 from producers.http.app import create_web_app
-from tests.conftest import ROOT, SettingsFactory, settings_env
+from tests.conftest import ROOT, SettingsFactory, free_port, settings_env
 from worker.keys.layout import BucketKeys
 from worker.ops.credentials import CredentialStore, hash_secret
 from worker.ops.rate_limit import RateLimiter
@@ -350,7 +350,7 @@ class TestRateLimit:
 class TestSecureByDefault:
     def test_refuses_a_public_host_without_credentials(self, make_settings: SettingsFactory) -> None:
         """On 0.0.0.0 with no credential, the app's startup and `agent-signal web` refuse, naming the key."""
-        settings = make_settings(host="0.0.0.0")
+        settings = make_settings(host="0.0.0.0", port=free_port())  # the command binds it before its checks
         with pytest.raises(SettingsError, match="AGENT_SIGNAL_BOOTSTRAP_KEY"):
             with TestClient(create_web_app(settings)):
                 pass

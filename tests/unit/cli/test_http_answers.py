@@ -156,3 +156,78 @@ def test_a_url_no_request_can_go_to_is_refused_naming_the_flag(
     a query was dropped without a word."""
     assert main(["runs", "list", "--url", url]) == 2
     assert _one_line(capsys).startswith(f"agent-signal runs list: {says}")
+
+
+@pytest.mark.parametrize("status", [404, 405])
+def test_a_route_the_api_does_not_have_says_so(
+    door: FakeDoor, status: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The API's own answer to a path it has no route for (``--url http://host:8000/docs``, or an older server):
+    it said ``HTTP 404 http_404: Not Found``, or for ``status`` that the event does not exist. Now one line naming
+    the request and what to check, exit 2."""
+    from tests.unit.cli.conftest import Answer
+
+    body = b'{"error": {"code": "http_%d", "message": "Not Found"}}' % status
+    door.default = Answer(status, body, "application/json")
+    for verb, name in ((["status", "evt_x"], "status"), (["runs", "list"], "runs list")):
+        assert main([*verb, "--url", door.url]) == 2
+        line = _one_line(capsys)
+        assert line.startswith(f"agent-signal {name}: {door.url} GET /v1/events"), line
+        assert line.endswith(
+            f"answered HTTP {status}: the API has no such route; give its base URL (http://HOST:PORT), "
+            "and a server as new as this CLI"
+        ), line
+
+
+def test_a_missing_record_is_still_not_found(door: FakeDoor, capsys: pytest.CaptureFixture[str]) -> None:
+    """A route's own 404 (``not_found``) is the record's absence, as before: exit 1."""
+    door.answer(
+        "GET", "/v1/events/evt_x", {"error": {"code": "not_found", "message": "no event"}}, status=404
+    )
+    assert main(["status", "evt_x", "--url", door.url]) == 1
+    assert "no event 'evt_x'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["runs", "list", "--url", ""],
+        ["runs", "list", "--token", " "],
+        ["status", "evt_x", "--url", ""],
+        ["runs", "list", "--user", ""],
+        ["receipts", "list", "--user", ""],
+        ["inspect", "c1", "--user", ""],
+        ["pseudonym", ""],
+    ],
+)
+def test_an_empty_value_is_refused_not_read_as_left_out(
+    verb: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--url ''`` went to the stack, ``--token ''`` sent no credential, ``--user ''`` listed every user's and
+    ``pseudonym ''`` printed one: each is a usage error now, naming the argument (exit 2, argparse's)."""
+    with pytest.raises(SystemExit) as stopped:
+        main(verb)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "must not be empty" in err or "empty; leave" in err, err
+
+
+@pytest.mark.parametrize(
+    ("token", "role", "note"), [(None, "read", True), (None, "admin", True), ("k", "read", False)]
+)
+def test_the_first_key_says_the_stack_needs_one_now(
+    door: FakeDoor,
+    token: str | None,
+    role: str,
+    note: bool,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A key made without a credential is the stack's first: stderr says every call needs one now, and a key
+    that is not admin says how to make one that can make more (a read key locked a user out, no word said)."""
+    created = {"id": "key_1", "tenant": "default", "role": role, "key": "as_x"}
+    door.answer("POST", "/v1/keys", created, status=201)
+    args = ["keys", "create", "--tenant", "default", "--role", role, "--url", door.url]
+    assert main([*args, *(["--token", token] if token else [])]) == 0
+    err = capsys.readouterr().err
+    assert ("the stack's first key: every call needs a credential now" in err) is note, err
+    assert ("--role admin --redis" in err) is (note and role != "admin"), err

@@ -102,15 +102,15 @@ class TestMoreFollow:
     @pytest.mark.parametrize(
         ("verb", "path", "key", "noun"),
         [
-            (["runs", "list"], "/v1/events", "events", "runs shown (newest first)"),
+            (["runs", "list"], "/v1/events", "events", "run shown (newest first)"),
             (
                 ["receipts", "list", "--user", "u1"],
                 "/v1/receipts",
                 "receipts",
-                "receipts shown (newest first)",
+                "receipt shown (newest first)",
             ),
-            (["scopes", "list"], "/v1/scopes", "scopes", "scopes shown (by scope key)"),
-            (["outbox", "dead"], "/v1/outbox/dead", "records", "records shown (latest first)"),
+            (["scopes", "list"], "/v1/scopes", "scopes", "scope shown (by scope key)"),
+            (["outbox", "dead"], "/v1/outbox/dead", "records", "record shown (latest first)"),
         ],
     )
     @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
@@ -124,11 +124,19 @@ class TestMoreFollow:
         as_json: bool,
         capsys: pytest.CaptureFixture[str],
     ) -> None:
-        """``--limit 1`` of a list with more: the one item, and stderr says more follow and how to see them."""
+        """``--limit 1`` of a list with more: the one item, and stderr says more follow and how to see them (in
+        the singular: one run shown)."""
         door.answer("GET", path, {key: [{"eventId": "evt_1", "scopeKey": "s1"}], "cursor": "c1"})
         assert main([*verb, "--limit", "1", "--url", door.url, *(["--json"] if as_json else [])]) == 0
         err = capsys.readouterr().err
         assert err == f"1 {noun}; more follow: raise --limit (now 1) to list them\n"
+
+    def test_more_than_one_shown_is_plural(self, door: FakeDoor, capsys: pytest.CaptureFixture[str]) -> None:
+        door.answer(
+            "GET", "/v1/events", {"events": [{"eventId": "evt_1"}, {"eventId": "evt_2"}], "cursor": "c"}
+        )
+        assert main(["runs", "list", "--limit", "2", "--url", door.url]) == 0
+        assert capsys.readouterr().err.startswith("2 runs shown (newest first); more follow")
 
     def test_nothing_more_says_nothing(self, door: FakeDoor, capsys: pytest.CaptureFixture[str]) -> None:
         """The last page (no cursor): stderr stays empty."""
