@@ -83,8 +83,11 @@ def _keys_direct(args: argparse.Namespace) -> int:
     store = _store()
     try:
         if args.keys_command == "create":
+            first = not store.configured()
             record, secret = store.create(args.tenant, args.role, args.name or "", actor="cli")
             print_json({"id": record.id, "tenant": record.tenant, "role": record.role, "key": secret})
+            if first:
+                print(_first_key_note(args.role), file=sys.stderr)
             return 0
         if args.keys_command == "list":
             print_json([record.public() for record in store.list(args.tenant)])

@@ -102,9 +102,13 @@ class TestKeysFromTheCli:
         key = json.loads(created.stdout)
         assert set(key) == {"id", "tenant", "role", "key"}
         assert (key["tenant"], key["role"]) == ("acme", "read") and key["key"].startswith("as_")
+        # the deployment's first key: from now on every call needs one, and a read key cannot make more
+        assert "the stack's first key" in created.stderr and "--role admin --redis" in created.stderr
+        again = cli(settings, "keys", "create", "--tenant", "acme", "--role", "admin")
+        assert again.returncode == 0 and again.stderr == "", again.stderr
         listed = cli(settings, "keys", "list", "--tenant", "acme")
         assert listed.returncode == 0, listed.stderr
-        (entry,) = json.loads(listed.stdout)
+        entry, _ = sorted(json.loads(listed.stdout), key=lambda k: k["id"] != key["id"])
         assert entry["id"] == key["id"] and entry["name"] == "ci"
         assert key["key"] not in listed.stdout and "hash" not in entry
         client = open_app()
