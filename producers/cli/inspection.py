@@ -257,7 +257,11 @@ def add_inspection_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     add_target_options(d)
     d = dsub.add_parser("redrive", help="requeue dead events: IDs, or --all")
     d.add_argument(
-        "ids", nargs="*", metavar="ID", help="the dead events' ids (evt_…), as `dlq list` shows them"
+        "ids",
+        nargs="*",
+        type=an_id,
+        metavar="ID",
+        help="the dead events' ids (evt_…), as `dlq list` shows them",
     )
     d.add_argument(
         "--all",

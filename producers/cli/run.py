@@ -323,7 +323,7 @@ def _replay(settings: Any, path: str) -> None:
     is not UTF-8, not strict JSON or nested too deep is that line's rejection), then say what became of them."""
     from producers.cli.enqueue.lines import read_lines
     from producers.sdk.producer import Producer
-    from worker.intake.source_event import InvalidEvent
+    from worker.intake.source_event import EventError, InvalidEvent
 
     producer = Producer(settings)
     lines = read_lines(path)
@@ -333,14 +333,17 @@ def _replay(settings: Any, path: str) -> None:
     events: list[dict[str, Any]] = []
     for number, event, rejection in lines:
         try:
-            if event is None:
-                raise ValueError(rejection.message if rejection else "not an event")
+            if event is None:  # refused as it was read: not UTF-8, not strict JSON, nested too deep
+                message, field = (rejection.message, rejection.field) if rejection else ("not an event", None)
+                raise InvalidEvent(EventError(code="invalid_json", message=message, field=field))
             result = producer.enqueue(event)
         except (InvalidEvent, ValueError) as exc:  # worded as enqueue words a rejection
             summary["rejected"] += 1
-            field = exc.error.field if isinstance(exc, InvalidEvent) else None
-            message = exc.error.message if isinstance(exc, InvalidEvent) else str(exc)
-            _say(f"  line {number}: rejected: {message}" + (f" (field: {field})" if field else ""))
+            error = (
+                exc.error if isinstance(exc, InvalidEvent) else EventError(code="invalid", message=str(exc))
+            )
+            where = f" (field: {error.field})" if error.field else ""
+            _say(f"  line {number}: rejected: {error.message}{where}")
             continue
         events.append(event)
         summary[result.status] = summary.get(result.status, 0) + 1

@@ -46,15 +46,15 @@ def _store() -> Any:
 CREATED = ("id", "tenant", "role", "key")
 
 
-def _first_key_note(role: str) -> str:
+def _first_key_note(role: str, tenant: str) -> str:
     """What a stack's first key changes, said on stderr when a key was made without a credential: every call
     needs one from now on (README: make an admin key first; a non-admin one cannot make more)."""
     note = "agent-signal keys create: the stack's first key: every call needs a credential now (--token KEY)"
     if role == "admin":
         return note
     return (
-        f"{note}; a {role} key cannot make more: `agent-signal keys create --tenant default --role admin --redis` "
-        "makes an admin key straight in the stack's Redis"
+        f"{note}; a {role} key cannot make more: `agent-signal keys create --tenant {tenant} --role admin --redis` "
+        "makes an admin key of its tenant straight in the stack's Redis"
     )
 
 
@@ -65,13 +65,16 @@ def _keys_http(args: argparse.Namespace, target: Target) -> int:
             created = api.call("POST", "/v1/keys", body=body, require=CREATED)
             print_json({name: created[name] for name in CREATED})
             if not target.token:  # made without a credential: the stack had none, and needs one from now on
-                print(_first_key_note(args.role), file=sys.stderr)
+                print(_first_key_note(args.role, args.tenant), file=sys.stderr)
             return 0
         if args.keys_command == "list":
             answer = api.call("GET", "/v1/keys", params={"tenant": args.tenant} if args.tenant else None)
             print_json(api.objects(answer, "keys", "GET", "/v1/keys"))
             return 0
-        revoked = api.call("DELETE", f"/v1/keys/{quote_id(args.id)}", missing_ok=True)
+        # a key id is key_<hex>: one with a slash names no key (and no route: the server would answer http_404)
+        revoked = (
+            None if "/" in args.id else api.call("DELETE", f"/v1/keys/{quote_id(args.id)}", missing_ok=True)
+        )
     if revoked is None:
         print(f"agent-signal keys revoke: no key {args.id!r}", file=sys.stderr)
         return 1
@@ -87,7 +90,7 @@ def _keys_direct(args: argparse.Namespace) -> int:
             record, secret = store.create(args.tenant, args.role, args.name or "", actor="cli")
             print_json({"id": record.id, "tenant": record.tenant, "role": record.role, "key": secret})
             if first:
-                print(_first_key_note(args.role), file=sys.stderr)
+                print(_first_key_note(args.role, args.tenant), file=sys.stderr)
             return 0
         if args.keys_command == "list":
             print_json([record.public() for record in store.list(args.tenant)])

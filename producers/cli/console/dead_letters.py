@@ -15,6 +15,7 @@ from typing import Any
 
 from producers.cli.console.api import act_on_every_page, add_http_options, open_api
 from producers.cli.console.table import Column, print_json, print_table, utc_ms
+from producers.cli.inputs import an_id
 from producers.cli.reach.target import Api
 
 __all__ = ["act_on_every_dead", "add_discard_command", "print_dead_page", "print_dead_results"]
@@ -102,7 +103,11 @@ def add_discard_command(dsub: argparse._SubParsersAction[argparse.ArgumentParser
     """``dlq discard ID…|--all [--reason R]`` under ``dlq``."""
     d = dsub.add_parser("discard", help="drop dead events for good (kept as audit records): IDs, or --all")
     d.add_argument(
-        "ids", nargs="*", metavar="ID", help="the dead events' ids (evt_…), as `dlq list` shows them"
+        "ids",
+        nargs="*",
+        type=an_id,
+        metavar="ID",
+        help="the dead events' ids (evt_…), as `dlq list` shows them",
     )
     d.add_argument(
         "--all",

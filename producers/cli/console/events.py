@@ -7,6 +7,7 @@ import argparse
 
 from producers.cli.console.api import add_http_options, open_api, quote_id
 from producers.cli.console.table import Column, print_json, print_table
+from producers.cli.inputs import an_id
 
 __all__ = ["add_events_command"]
 
@@ -32,6 +33,6 @@ def add_events_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p = sub.add_parser("events", help="act on one event")
     esub = p.add_subparsers(dest="events_command", required=True, metavar="SUBCOMMAND")
     e = esub.add_parser("cancel", help="cancel a queued or running event (its status becomes cancelled)")
-    e.add_argument("id", metavar="ID", help="evt_… or a source id that names one event")
+    e.add_argument("id", type=an_id, metavar="ID", help="evt_… or a source id that names one event")
     add_http_options(e)
     e.set_defaults(func=cmd_events_cancel)

@@ -16,6 +16,7 @@ from producers.cli.console.api import (
     say_more_follow,
 )
 from producers.cli.console.table import Column, print_json, print_table, utc_ms
+from producers.cli.inputs import an_id
 from producers.cli.reach.target import Api
 
 __all__ = ["add_outbox_command"]
@@ -101,10 +102,18 @@ def add_outbox_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     d.set_defaults(func=cmd_outbox_dead)
     r = osub.add_parser("redrive", help="send dead outbox records again: SCOPE RECORD_ID, or --all")
     r.add_argument(
-        "scope", nargs="?", metavar="SCOPE", help="the record's scope key (as `outbox dead` lists it)"
+        "scope",
+        nargs="?",
+        type=an_id,
+        metavar="SCOPE",
+        help="the record's scope key (as `outbox dead` lists it)",
     )
     r.add_argument(
-        "record_id", nargs="?", metavar="RECORD_ID", help="the record's id (as `outbox dead` lists it)"
+        "record_id",
+        nargs="?",
+        type=an_id,
+        metavar="RECORD_ID",
+        help="the record's id (as `outbox dead` lists it)",
     )
     r.add_argument(
         "--all",

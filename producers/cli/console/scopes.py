@@ -14,6 +14,7 @@ from producers.cli.console.api import (
     say_more_follow,
 )
 from producers.cli.console.table import Column, duration_ms, print_json, print_table, utc_ms
+from producers.cli.inputs import an_id
 
 __all__ = ["add_scopes_command"]
 
@@ -82,6 +83,6 @@ def add_scopes_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         ("resume", "run a paused scope's queued events again, in order"),
     ):
         s = ssub.add_parser(verb, help=text)
-        s.add_argument("scope", metavar="SCOPE", help="the scope key, e.g. topic:t1")
+        s.add_argument("scope", type=an_id, metavar="SCOPE", help="the scope key, e.g. topic:t1")
         add_http_options(s)
         s.set_defaults(func=cmd_scopes_control)

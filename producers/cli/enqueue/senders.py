@@ -26,8 +26,10 @@ from producers.cli.reach.target import (
     CliError,
     Target,
     display_url,
+    error_code,
     format_http_error,
     http_error_message,
+    no_such_route,
     unreachable,
 )
 from producers.sdk.http_door import NoAnswer, UnexpectedAnswer
@@ -195,7 +197,11 @@ class HttpSender:
             raise CliError(message, maybe_stored=True) from None
         except httpx.TransportError as exc:  # one the SDK does not retry
             raise unreachable(self.url, exc) from None
-        except httpx.HTTPStatusError as exc:
+        except httpx.HTTPStatusError as exc:  # a status the SDK has no type for: 404, 405, 500…
+            response = exc.response
+            path, code = response.request.url.path, error_code(response)
+            if (no_route := no_such_route(self.url, "POST", path, response.status_code, code)) is not None:
+                raise no_route from None
             raise CliError(http_error_message(exc.response, had_token=self.http.has_token), 1) from None
         except StoreUnavailable as exc:
             raise CliError(f"the server's store is unavailable: {exc}; retry later", 1) from None

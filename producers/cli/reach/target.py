@@ -51,9 +51,11 @@ __all__ = [
     "add_target_options",
     "bearer_token",
     "checked_url",
+    "error_code",
     "format_http_error",
     "given_value",
     "http_error_message",
+    "no_such_route",
     "not_the_api",
     "objects_in",
     "quote_id",
@@ -298,7 +300,19 @@ def http_error_message(response: httpx.Response, *, had_token: bool) -> str:
     return format_http_error(response.status_code, code, message, field, had_token=had_token)
 
 
-def _error_code(response: httpx.Response) -> str | None:
+def no_such_route(url: str, method: str, path: str, status: int, code: str | None) -> CliError | None:
+    """The line (exit 2) for the API's own 404 or 405 answer (``code``) to a route it does not have (its app words
+    those ``http_404``/``http_405``; every route's own not-found is ``not_found``): a base URL with a path, or a
+    server older than the CLI. None for any other answer."""
+    if status not in (404, 405) or code != f"http_{status}":
+        return None
+    return CliError(
+        f"{origin(httpx.URL(url))} {method} {path} answered HTTP {status}: the API has no such route; give its "
+        "base URL (http://HOST:PORT), and a server as new as this CLI"
+    )
+
+
+def error_code(response: httpx.Response) -> str | None:
     """The ``error.code`` of an answer's JSON body, if it has one."""
     try:
         body = response.json()
@@ -400,12 +414,9 @@ class Api:
                 f"{origin(httpx.URL(self.url))} {method} {response.request.url.path} answered HTTP 404 without the "
                 "API's error object; is that the Agent Signal API?"
             )
-        if response.status_code in (404, 405) and _error_code(response) == f"http_{response.status_code}":
-            raise CliError(  # the API answered, but has no such route: a base URL with a path, or an older server
-                f"{origin(httpx.URL(self.url))} {method} {response.request.url.path} answered HTTP "
-                f"{response.status_code}: the API has no such route; give its base URL (http://HOST:PORT), "
-                "and a server as new as this CLI"
-            )
+        status, path = response.status_code, response.request.url.path
+        if (no_route := no_such_route(self.url, method, path, status, error_code(response))) is not None:
+            raise no_route
         if response.status_code == 404 and missing_ok:
             return None
         if response.status_code >= 400:

@@ -4,6 +4,8 @@ answers) is one line, exit 2, naming what answered: never a traceback, never pri
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from producers.cli.main import main
@@ -179,6 +181,28 @@ def test_a_route_the_api_does_not_have_says_so(
         ), line
 
 
+def test_enqueue_over_http_says_the_same_of_a_missing_route(
+    door: FakeDoor, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``enqueue`` sends through the SDK, not the console's client: its no-such-route line is the same, exit 2."""
+    from tests.unit.cli.conftest import Answer
+
+    door.default = Answer(404, b'{"error": {"code": "http_404", "message": "Not Found"}}', "application/json")
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"sourceType": "app.ping", "sourceId": "p1", "payload": {}}\n')
+    assert main(["enqueue", str(events), "--url", door.url]) == 2
+    err = capsys.readouterr().err
+    assert f"{door.url} POST /v1/events answered HTTP 404: the API has no such route" in err, err
+
+
+def test_a_key_id_with_a_slash_is_no_key(door: FakeDoor, capsys: pytest.CaptureFixture[str]) -> None:
+    """Key ids are ``key_<hex>``: one with a slash names no key (the route takes none, so the server's answer
+    would be its no-such-route 404), as before: exit 1, and nothing is sent."""
+    assert main(["keys", "revoke", "key_a/b", "--url", door.url]) == 1
+    assert "no key 'key_a/b'" in capsys.readouterr().err
+    assert door.seen == []
+
+
 def test_a_missing_record_is_still_not_found(door: FakeDoor, capsys: pytest.CaptureFixture[str]) -> None:
     """A route's own 404 (``not_found``) is the record's absence, as before: exit 1."""
     door.answer(
@@ -198,6 +222,11 @@ def test_a_missing_record_is_still_not_found(door: FakeDoor, capsys: pytest.Capt
         ["receipts", "list", "--user", ""],
         ["inspect", "c1", "--user", ""],
         ["pseudonym", ""],
+        ["events", "cancel", ""],
+        ["scopes", "pause", " "],
+        ["outbox", "redrive", "topic:t1", ""],
+        ["dlq", "redrive", "evt_1", ""],
+        ["dlq", "discard", ""],
     ],
 )
 def test_an_empty_value_is_refused_not_read_as_left_out(
