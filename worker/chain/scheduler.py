@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from time import perf_counter  # a name, not an attribute lookup: twice per handler run with metrics on
 from typing import Any
@@ -260,6 +261,8 @@ def _note_terminal(
 def _run_handler(node: Node, handler: HandlerDef, ctx: HandlerContext, trace: ChainTrace) -> list[Node]:
     result = handler.handle(node, ctx)
     if isinstance(result, Dispatch):
+        if len(result.actions) > 1:
+            _check_distinct_actions(handler, result.actions)
         return [*result.signals, *result.actions]
     if isinstance(result, Wait | Schedule | Conclude):
         if trace.terminal is None:
@@ -268,6 +271,23 @@ def _run_handler(node: Node, handler: HandlerDef, ctx: HandlerContext, trace: Ch
     if result:  # LobeHub reads a falsy answer as nothing (`return cond and Dispatch(…)`)
         raise _wrong_result(handler, result, "a Dispatch, Wait, Schedule, Conclude or None")
     return []
+
+
+def _check_distinct_actions(handler: HandlerDef, actions: Sequence[Action]) -> None:
+    """Two actions of one dispatch under one idempotency key (the action id, ``<signalId>:action:<name>``, unless
+    the payload names a key) with different payloads: the second would replay the first's result and never run,
+    and the trace would show both applied. The event dies saying so (``INVALID_RESULT``). The same action twice
+    (same key, same payload) stays what idempotency makes it: one run."""
+    first_of: dict[str, Action] = {}
+    for action in actions:
+        first = first_of.setdefault(idempotency_key_for(action), action)
+        if first is not action and first.payload != action.payload:
+            raise PermanentFailure(
+                f"{handler.id} dispatched two actions under the idempotency key {idempotency_key_for(action)!r} "
+                "with different payloads: the second would replay the first and never run; give each its own "
+                "name (action_from's name) or its own payload.idempotencyKey",
+                code="INVALID_RESULT",
+            )
 
 
 def _wrong_result(handler: HandlerDef, result: object, wanted: str) -> PermanentFailure:
@@ -305,6 +325,8 @@ def _run_action(
                 raise _wrong_result(
                     handler, raw, "an ExecutorResult, a Dispatch, a Wait, Schedule or Conclude, or None"
                 )
+            if isinstance(raw, Dispatch) and len(raw.actions) > 1:
+                _check_distinct_actions(handler, raw.actions)
             return [*raw.signals, *raw.actions] if isinstance(raw, Dispatch) else []
         result = _stamp_attempt(raw, ctx, started_ms)
         if result.status == "applied" and not port.commit(action, key, result, ctx.effects):

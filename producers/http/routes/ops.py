@@ -214,9 +214,9 @@ def get_chain(
         if len(traced) > 1:
             listed = [{k: r.get(k) for k in ChainRun.model_fields} for r in traced]
             names = ", ".join(f"{r['eventId']} (user {r.get('userId') or '-'})" for r in traced[:10])
+            narrow = "" if user_id else ", or narrow by userId (the CLI's --user)"  # given: it did not narrow
             message = (
-                f"chain id {chain_id!r} names {len(traced)} runs: {names}; ask for one by its eventId, or "
-                "narrow by userId (the CLI's --user)"
+                f"chain id {chain_id!r} names {len(traced)} runs: {names}; ask for one by its eventId{narrow}"
             )
             return JSONResponse(
                 {
@@ -229,8 +229,14 @@ def get_chain(
             chain_id = str(traced[0]["eventId"])
     chain = store.get_chain(keys, chain_id, user_id=user_id)
     if chain is None:
+        # a source id alone is no chain id: LobeHub's is chain:<sourceId> (the CLI's inspect adds the prefix)
+        hint = (
+            ""
+            if EVENT_ID.fullmatch(chain_id) or chain_id.startswith("chain:")
+            else f"; did you mean chain:{chain_id}?"
+        )
         return error_response(
-            404, "not_found", f"no chain {chain_id!r} (not run yet, or past retention)", "chainId"
+            404, "not_found", f"no chain {chain_id!r} (not run yet, or past retention){hint}", "chainId"
         )
     return JSONResponse(chain)
 

@@ -203,6 +203,8 @@ def test_finding_5_one_users_event_never_overwrites_another_users_run_trace(door
     assert {c["eventId"] for c in both.json()["candidates"]} == {mine, theirs}
     message = both.json()["error"]["message"]  # what the CLI prints: the runs, and how to pick one
     assert mine in message and theirs in message and "--user" in message
+    bare = door.client.get("/v1/chains/msg_trace", headers=door.creds["acme"])  # the source id alone
+    assert bare.status_code == 404 and "did you mean chain:msg_trace?" in bare.json()["error"]["message"]
 
 
 def test_a_user_read_from_a_plugins_payload_field_follows_the_user_id_rule(door: Door) -> None:

@@ -160,3 +160,52 @@ def test_the_checks_run_when_the_plugins_load(
     with pytest.raises(PluginLoadError, match=r"'action\.user-memory\.handle' has two handlers"):
         load_plugins(make_settings(plugins=["second_pay_plugin:plugin"]), check_env=False)
     sys.modules.pop("second_pay_plugin", None)
+
+
+def _twice(first: dict[str, Any], second: dict[str, Any], name_2: str = "charge") -> Registry:
+    """A source handler that dispatches two actions (the second named ``name_2``) of one type, and its handler."""
+
+    def plan(s: Source, ctx: HandlerContext) -> Dispatch:
+        sig = signal_from(s, "order", "signal.order", {}, ctx.now())
+        return Dispatch(
+            signals=[sig],
+            actions=[
+                action_from(sig, "charge", "action.charge", first, ctx.now()),
+                action_from(sig, name_2, "action.charge", second, ctx.now()),
+            ],
+        )
+
+    def charge(a: Action, ctx: HandlerContext) -> Any:
+        from worker.chain.results import applied
+
+        ctx.effects.call("RPUSH", "agent-signal:t:{default}:charged", str(a.payload["item"]))
+        return applied(a, ctx, "charged")
+
+    return Registry.from_policies(
+        [
+            Policy(
+                "p",
+                [
+                    define_source_handler("agent.user.message", "plan", plan),
+                    define_action_handler("action.charge", "charge", charge),
+                ],
+            )
+        ]
+    )
+
+
+def test_two_actions_under_one_key_with_different_payloads_end_the_event_saying_so() -> None:
+    """A walk dispatched two actions of one name (so one id, the idempotency key) for two items: the second
+    replayed the first's result, never ran, and the trace showed both applied. Now the event dies at once."""
+    with pytest.raises(PermanentFailure, match=r"plan dispatched two actions under the idempotency key") as e:
+        run_chain(_source(), _twice({"item": 1}, {"item": 2}), MemoryPort())
+    assert e.value.code == "INVALID_RESULT"
+
+
+def test_actions_that_differ_by_name_or_key_each_run_and_the_same_one_twice_runs_once() -> None:
+    port = MemoryPort()
+    run_chain(_source("m1"), _twice({"item": 1}, {"item": 2}, name_2="charge-2"), port)
+    keyed = _twice({"item": 3, "idempotencyKey": "k3"}, {"item": 4, "idempotencyKey": "k4"})
+    run_chain(_source("m2"), keyed, port)
+    run_chain(_source("m3"), _twice({"item": 5}, {"item": 5}), port)  # the same action twice: idempotent
+    assert [effect[2:] for effect in port.effects] == [["1"], ["2"], ["3"], ["4"], ["5"]]
