@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 import httpx
 import tenacity
@@ -284,6 +285,36 @@ class HttpProducer:
             return []
         return self._post(_encoded({"events": items}, items, single=False), count=len(items))
 
+    def status(self, event_id: str) -> dict[str, Any] | None:
+        """The event's status record, as the direct :meth:`Producer.status` (``GET /v1/events/{eventId}``: its
+        status, attempts, receipts…), or None when the tenant has no such event. A source id that names one event
+        answers it too (two users' answer 409: :class:`InvalidEvent`). One attempt within ``timeout_s`` (a read
+        is safe to ask again); its errors are the enqueue's: :class:`NoAnswer`, :class:`InvalidEvent` (401, 403),
+        :class:`OverLimit`, :class:`StoreUnavailable`, :class:`UnexpectedAnswer` for a success that is no JSON
+        object or a 404 that is not the door's, else httpx's ``HTTPStatusError``."""
+        call = _Call(b"", 0, Deadline(self.timeout_s))
+        path = f"/v1/events/{quote(event_id, safe='')}"
+        request = self.client.build_request("GET", path, headers=self.headers)
+        try:
+            with call.deadline.applied():
+                response = send_within(self.client, request, call.deadline)
+        except httpx.TransportError as exc:
+            raise self._no_answer(call, exc) from exc
+        if (
+            response.status_code == 404
+        ):  # the door's not_found, else a page of another server, or no such route
+            if _door_code(response) == "not_found":
+                return None
+            raise unexpected_answer(response, "the door's error object")
+        if response.is_success:
+            record = json_object(response, "an event's status record")
+            if "status" not in record:
+                raise unexpected_answer(response, "'status'")
+            return record
+        if response.status_code not in (*TYPED_ANSWERS, 409):
+            response.raise_for_status()
+        raise error_of(response)
+
     def _post(self, body: bytes, *, count: int) -> list[EnqueueResult]:
         """The door's results for ``body`` (``count`` events), retried as the class doc says; else its error."""
         call = _Call(body, count, Deadline(self.timeout_s))
@@ -347,6 +378,15 @@ class HttpProducer:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _door_code(response: httpx.Response) -> str | None:
+    """The ``error.code`` of the door's error answer, or None for an answer that is not one."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return None
+    return str(error.get("code")) if isinstance(error, dict) else None
 
 
 # the error statuses HttpProducer raises as the SDK's exceptions (producers/sdk/http_door.py); others are httpx's

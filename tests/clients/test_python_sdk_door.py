@@ -137,3 +137,23 @@ def test_the_context_and_artifact_calls_against_the_door(make_settings: Any, ser
             with pytest.raises(InvalidEvent) as refused:
                 sessions.put_artifact(session, name, "x")
             assert refused.value.error.field == "name"
+
+
+def test_http_producer_reads_an_events_status_as_the_direct_producer_does(
+    make_settings: Any, serve_web: Any
+) -> None:
+    """``HttpProducer.status``: the status record by event id or by source id, None for an event the tenant does
+    not have, and the credential's refusal as the enqueue's (``InvalidEvent``, 401). The direct ``Producer`` had
+    it; over HTTP an app had to write its own GET (a plugin developer's walk)."""
+    settings = make_settings(bootstrap_key=KEY)
+    _, url = serve_web(settings)
+    with HttpProducer(url, token=KEY) as producer:
+        sent = producer.enqueue(_event("status-1"))
+        by_id = producer.status(sent.event_id)
+        assert by_id is not None and by_id["eventId"] == sent.event_id and by_id["status"] == "queued"
+        by_source = producer.status("status-1")
+        assert by_source is not None and by_source["eventId"] == sent.event_id
+        assert producer.status("evt_" + "0" * 26) is None and producer.status("no-such-source") is None
+    with HttpProducer(url, token="as_wrong_" + "x" * 24) as stranger, pytest.raises(InvalidEvent) as refused:
+        stranger.status(sent.event_id)
+    assert refused.value.status_code == 401

@@ -194,3 +194,31 @@ def test_whitespace_around_a_token_is_dropped(token: str) -> None:
     door.producer(token=" \n").enqueue(EVENT)
     headers: Sequence[str | None] = [r.headers.get("authorization") for r in door.sent]
     assert headers == [f"Bearer {SECRET}", None]
+
+
+@pytest.mark.parametrize(
+    ("answer", "raised"),
+    [
+        (httpx.Response(404, text="<html>Nothing matches the given URI</html>"), "UnexpectedAnswer"),
+        (httpx.Response(404, json=_error("http_404", "Not Found")), "UnexpectedAnswer"),  # no such route
+        (httpx.Response(200, json={"eventId": "evt_1"}), "UnexpectedAnswer"),  # no status: not the door's
+        (httpx.Response(409, json=_error("ambiguous_source_id", "two", "eventId")), "InvalidEvent"),
+        (httpx.Response(503, json=_error("store_unavailable")), "StoreUnavailable"),
+    ],
+)
+def test_status_over_http_reads_only_the_doors_answers(answer: httpx.Response, raised: str) -> None:
+    """``status`` answers None only for the door's own ``not_found``: another server's 404, or the door's for a
+    route it lacks, is not "no such event"; a 409 and a 503 are the SDK's exceptions, once (a read, no retry)."""
+    door = Door(answer)
+    with pytest.raises(Exception) as e:
+        door.producer().status("s1")
+    assert type(e.value).__name__ == raised
+    assert len(door.sent) == 1 and door.sent[0].url.path == "/v1/events/s1"
+
+
+def test_status_of_an_event_the_door_does_not_have_is_none() -> None:
+    door = Door(httpx.Response(404, json=_error("not_found", "no event 'evt_x'", "eventId")))
+    assert door.producer().status("evt_x") is None
+    ok = Door(httpx.Response(200, json={"eventId": "evt_1", "status": "done"}))
+    assert ok.producer().status("a/b") == {"eventId": "evt_1", "status": "done"}
+    assert ok.sent[0].url.raw_path == b"/v1/events/a%2Fb"  # an id's slash stays in the id
