@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from producers.lazy_names import install as _install
 
 if _TYPE_CHECKING:
-    from producers.sdk.http_door import NoAnswer, UnexpectedAnswer
+    from producers.sdk.http_door import CredentialRefused, NoAnswer, UnexpectedAnswer
     from producers.sdk.producer import HttpProducer, Producer
     from producers.sdk.session_client import SessionClient
     from worker.core.errors import OverLimit
@@ -25,6 +25,7 @@ if _TYPE_CHECKING:
     from worker.intake.source_event import EnqueueResult, SourceEvent
 
 __all__ = [
+    "CredentialRefused",
     "EnqueueResult",
     "EventError",
     "HttpProducer",
@@ -42,6 +43,7 @@ __all__ = [
 # and worker imported the SDK's modules (the Redis producer, the session client) whether it used them or not,
 # about 0.1 s of CPU each.
 _HOMES = {
+    "CredentialRefused": "producers.sdk.http_door",
     "EnqueueResult": "worker.intake.source_event",
     "EventError": "worker.intake.refusals",
     "HttpProducer": "producers.sdk.producer",

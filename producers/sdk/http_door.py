@@ -15,8 +15,8 @@ carry is a ValueError naming where it came from and never quoting it. The CLI's 
 (producers/cli/reach/target.py).
 
 **Answers.** An error answer becomes the SDK's exception (:func:`error_of`): a 503, and a gateway's 502 or 504,
-are :class:`StoreUnavailable`, a 429 :class:`OverLimit` (as the direct Producer raises a limit), any other
-:class:`InvalidEvent` naming the field; Retry-After is read in seconds or as an HTTP date (:func:`retry_after_s`).
+are :class:`StoreUnavailable`, a 429 :class:`OverLimit` (as the direct Producer raises a limit), a 401 or 403
+:class:`CredentialRefused` (an :class:`InvalidEvent`), any other :class:`InvalidEvent` naming the field; Retry-After is read in seconds or as an HTTP date (:func:`retry_after_s`).
 A success answer that is not what the route answers (no JSON object, a field missing) is
 :class:`UnexpectedAnswer`; no answer at all, once the retries are spent, is :class:`NoAnswer`.
 """
@@ -37,6 +37,7 @@ from worker.intake.refusals import EventError, InvalidEvent, StoreUnavailable
 __all__ = [
     "DEFAULT_RETRY_AFTER_S",
     "NOTHING_SENT",
+    "CredentialRefused",
     "NoAnswer",
     "UnexpectedAnswer",
     "bearer_headers",
@@ -60,6 +61,13 @@ NOTHING_SENT: tuple[type[httpx.TransportError], ...] = (
     httpx.ProxyError,  # the proxy refused the tunnel (a 407, a door it cannot reach): nothing reached the door
 )
 _SECONDS = re.compile(r"\d+(\.\d+)?")
+
+
+class CredentialRefused(InvalidEvent):
+    """The door refused the call's credential (401: unknown, revoked or expired) or its role (403), not an event
+    of it: every later call fails the same way until the credential changes. An :class:`InvalidEvent`, as before
+    it had a type of its own, so catch it first where ``except InvalidEvent`` skips the event at fault (after a
+    key rotation that would skip every event)."""
 
 
 class NoAnswer(StoreUnavailable):
@@ -172,6 +180,8 @@ def error_of(response: httpx.Response) -> Exception:
         return StoreUnavailable(message, retry_after_s=DEFAULT_RETRY_AFTER_S if wait_s is None else wait_s)
     if response.status_code == 429:
         return OverLimit(error.code, error.message, retry_after_s=wait_s or 0, field=error.field)
+    if response.status_code in (401, 403):
+        return CredentialRefused(error, status_code=response.status_code)
     return InvalidEvent(error, status_code=response.status_code)
 
 

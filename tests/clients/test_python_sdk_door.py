@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from producers import HttpProducer, InvalidEvent, OverLimit, SessionClient
+from producers import CredentialRefused, HttpProducer, InvalidEvent, OverLimit, SessionClient
 
 pytestmark = pytest.mark.integration
 
@@ -156,4 +156,4 @@ def test_http_producer_reads_an_events_status_as_the_direct_producer_does(
         assert producer.status("evt_" + "0" * 26) is None and producer.status("no-such-source") is None
     with HttpProducer(url, token="as_wrong_" + "x" * 24) as stranger, pytest.raises(InvalidEvent) as refused:
         stranger.status(sent.event_id)
-    assert refused.value.status_code == 401
+    assert refused.value.status_code == 401 and isinstance(refused.value, CredentialRefused)

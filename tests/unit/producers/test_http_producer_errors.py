@@ -222,3 +222,19 @@ def test_status_of_an_event_the_door_does_not_have_is_none() -> None:
     ok = Door(httpx.Response(200, json={"eventId": "evt_1", "status": "done"}))
     assert ok.producer().status("a/b") == {"eventId": "evt_1", "status": "done"}
     assert ok.sent[0].url.raw_path == b"/v1/events/a%2Fb"  # an id's slash stays in the id
+
+
+@pytest.mark.parametrize(("status", "code"), [(401, "unauthorized"), (403, "forbidden")])
+def test_a_refused_credential_has_a_type_of_its_own(status: int, code: str) -> None:
+    """A 401 or 403 is no event's fault: ``CredentialRefused``, still an ``InvalidEvent`` (what it was), so an app
+    that skips the event at fault on ``InvalidEvent`` can catch this one first instead of skipping them all."""
+    from producers import CredentialRefused
+
+    door = Door(httpx.Response(status, json=_error(code, "unknown, revoked or expired credential")))
+    with pytest.raises(CredentialRefused) as refused:
+        door.producer().enqueue(EVENT)
+    assert isinstance(refused.value, InvalidEvent) and refused.value.status_code == status
+    bad_event = Door(httpx.Response(422, json=_error("invalid_field", "no", "payload")))
+    with pytest.raises(InvalidEvent) as invalid:
+        bad_event.producer().enqueue(EVENT)
+    assert not isinstance(invalid.value, CredentialRefused)
