@@ -9,7 +9,8 @@ per process, so no replica counts it again.
   The broker holds one drain message per scope, not per event, so its queue length is not the backlog.
 * ``agent_signal_stuck_scopes{tenant}``: scopes with queued events, no lease and no live drain scheduled (the
   reconcile sweep re-publishes them; a non-zero value that stays is worth a look: ``GET /v1/scopes?state=stuck``).
-* ``agent_signal_dlq_size{tenant}``, ``agent_signal_active_scopes{tenant}``,
+* ``agent_signal_dlq_size{tenant}``, ``agent_signal_active_scopes{tenant}`` (scopes with queued events, not
+  paused: a paused scope leaves the registry it counts until resumed),
   ``agent_signal_outbox_dead{tenant}`` (outbound calls that failed every attempt: ``GET /v1/outbox/dead``), and the
   store's safety gauges.
 """
@@ -109,7 +110,9 @@ class _StateCollector:
             "agent_signal_dlq_size", "Events in the dead-letter list.", labels=["tenant"]
         )
         active_g = GaugeMetricFamily(
-            "agent_signal_active_scopes", "Scopes with queued events.", labels=["tenant"]
+            "agent_signal_active_scopes",
+            "Scopes with queued events, paused ones not counted (their events: agent_signal_backlog_paused_events).",
+            labels=["tenant"],
         )
         outbox_dead_g = GaugeMetricFamily(
             "agent_signal_outbox_dead",

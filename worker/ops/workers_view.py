@@ -11,12 +11,15 @@ import json
 from collections import Counter
 from typing import Any
 
-from worker.keys.layout import HOLDER_SEPARATOR, Keys
+from worker.keys.layout import HOLDER_SEPARATOR, EngineKeys, Keys
 from worker.store.events import EventStore
 
-__all__ = ["MAX_SCOPES", "workers_seen"]
+__all__ = ["FORGET_SILENT_AFTER_MS", "MAX_SCOPES", "forget_silent_workers", "workers_seen"]
 
 MAX_SCOPES = 1000
+FORGET_SILENT_AFTER_MS = (
+    3_600_000  # an hour without a beat: a worker killed without its shutdown hook (SIGKILL)
+)
 
 
 def _text(value: Any) -> str:
@@ -44,6 +47,25 @@ def workers_seen(store: EventStore, keys: Keys) -> list[dict[str, Any]]:
             row["concurrency"] = concurrency
         out.append(row)
     return out
+
+
+def forget_silent_workers(store: EventStore, keys: EngineKeys, now_ms: int) -> list[str]:
+    """Drop the workers whose last beat is older than :data:`FORGET_SILENT_AFTER_MS` from ``workers`` and
+    ``worker-info``, and name them: a worker that ends cleanly removes its own entry, one killed (SIGKILL, a
+    node lost) stayed listed for good. A live worker's next beat lists it again. Run by the one sweeper of an
+    interval (worker/runtime/app.py)."""
+    client = store.client
+    silent = [
+        _text(name)
+        for name, at in client.hgetall(keys.workers).items()
+        if now_ms - int(at) > FORGET_SILENT_AFTER_MS
+    ]
+    if silent:
+        pipe = client.pipeline(transaction=False)
+        pipe.hdel(keys.workers, *silent)
+        pipe.hdel(keys.worker_info, *silent)
+        pipe.execute()
+    return silent
 
 
 def _json(raw: Any) -> dict[str, Any]:

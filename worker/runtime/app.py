@@ -44,6 +44,7 @@ from worker.core.clock import now_ms
 from worker.core.redis_urls import kombu_options_for, kombu_url_for
 from worker.drain.pipeline import Pipeline
 from worker.keys.layout import Keys
+from worker.ops.workers_view import forget_silent_workers
 from worker.outbox.journal_delivery import journal_deliverers
 from worker.outbox.relay import OutboxRelay
 from worker.runtime import state as _state
@@ -282,8 +283,8 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
             return
         stop.set()
         relay_stop.set()
-        startup.finish()
         _join_relays(relays)
+        startup.end()  # the heartbeat file goes: a clean end leaves no live worker for `probe worker` to pass
         try:
             store = EventStore(redis_from_settings(settings), settings)
             store.client.hdel(store.keys.workers, str(getattr(sender, "hostname", "worker")))
@@ -416,6 +417,8 @@ def _sweep_forever(
             if try_reconcile_lock(store, interval_ms):
                 fair = fair if fair is not None else fair_queue(settings, store, app)
                 published = reconcile(store, fair.publish_stranded, stale_after_ms=stale_after_ms)
+                if gone := forget_silent_workers(store, store.keys, now_ms()):
+                    log.info("forgot %d worker(s) silent for over an hour: %s", len(gone), ", ".join(gone))
                 if published:
                     log.warning("reconcile: re-published drains for %d stranded scope(s)", len(published))
         except Exception:

@@ -66,6 +66,13 @@ class StartupBeat:
         self._thread.join(timeout=self.interval_s)
         return True
 
+    def end(self) -> None:
+        """A clean shutdown: stop beating and remove the file, so that ``probe worker`` no longer passes on the
+        last beat's freshness (the drain flag stays, for the next process's start to clear)."""
+        self.finish()
+        if self.path is not None:
+            heartbeat_file.remove(self.path)
+
     def _beat_until_done(self, path: str, hostname: str) -> None:
         while not self._done.wait(self.interval_s):
             write_beat(path, hostname, ready=False)

@@ -261,7 +261,7 @@ class StoreReads:
         return sorted({ev.user_id for ev in events if ev.user_id})
 
     def active_scopes(self, k: Keys) -> list[str]:
-        """``k``'s tenant's scopes with queued work (bare scope keys)."""
+        """``k``'s tenant's scopes with queued work, paused ones not among them (bare scope keys)."""
         mine = k.scope_ref("")
         return sorted(ref[len(mine) :] for ref in self.scope_refs_of(k) if ref.startswith(mine))
 

@@ -163,10 +163,13 @@ def drain(path: str | None, queue: str, cancel: Cancel) -> tuple[int, str]:
 
 
 def _celery_cancel(settings: Any, timeout_s: float) -> Cancel:
-    def cancel(queue: str, node: str) -> list[dict[str, Any]]:
-        from worker.runtime.app import create_app
+    """The broker call ``drain`` makes, its app made now: settings that name no broker (no ``REDIS_URL``) raise
+    here, before ``drain`` sets its flag, so the worker is left as it was rather than unready but consuming."""
+    from worker.runtime.app import create_app
 
-        app = create_app(settings)
+    app = create_app(settings)
+
+    def cancel(queue: str, node: str) -> list[dict[str, Any]]:
         try:
             replies = app.control.cancel_consumer(queue, destination=[node], reply=True, timeout=timeout_s)
             return list(replies or [])
@@ -212,9 +215,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
+    from producers.cli.reach.stack import join_stack
     from worker.settings import load_settings
 
-    settings = load_settings()
+    settings, _ = join_stack(load_settings())  # as `worker` does: on the make run stack of this checkout too
     code, line = drain(settings.heartbeat_file, settings.queue_name, _celery_cancel(settings, args.timeout_s))
     _say(line)
     return code

@@ -66,7 +66,7 @@ def get_scopes(
     ] = None,
 ) -> JSONResponse:
     """The tenant's scopes with queued events, and its paused ones, by scope key: ``scopeKey``, ``state``,
-    ``inboxDepth``, ``paused``, ``leaseHolder`` (the lease's token) while one holds it, ``headAgeMs`` while one
+    ``inboxDepth``, ``paused``, ``leaseHolder`` (the worker holding the lease: its node name) while one holds it, ``headAgeMs`` while one
     waits. ``cursor`` is set when more scopes follow the page (pass it back to continue); ``total`` counts them
     all."""
     page = scope_page(

@@ -39,3 +39,22 @@ def test_a_held_drain_names_its_worker(
         )
         seen = {w["name"]: w for w in client.get("/v1/overview").json()["workers"]}
         assert seen[worker.hostname_hint]["inFlight"] == 0
+
+
+def test_a_worker_silent_for_over_an_hour_is_forgotten(make_settings: Any, redis_client: Redis) -> None:
+    """A worker killed without its shutdown hook (SIGKILL) stayed in ``workers`` for good, one more "silent" row
+    per crashed pod; the sweeper now drops one silent for over an hour (and its info), and keeps the rest."""
+    from worker.ops.workers_view import FORGET_SILENT_AFTER_MS, forget_silent_workers
+    from worker.store.events import EventStore
+
+    store = EventStore(redis_client, make_settings())
+    engine = store.keys
+    now = 10_000_000_000
+    redis_client.hset(
+        engine.workers, mapping={"gone@a": now - FORGET_SILENT_AFTER_MS - 1, "live@b": now - 1000}
+    )
+    redis_client.hset(engine.worker_info, mapping={"gone@a": "{}", "live@b": "{}"})
+    assert forget_silent_workers(store, engine, now) == ["gone@a"]
+    assert set(redis_client.hkeys(engine.workers)) == {"live@b"}
+    assert set(redis_client.hkeys(engine.worker_info)) == {"live@b"}
+    assert forget_silent_workers(store, engine, now) == []

@@ -41,3 +41,23 @@ def test_drain_cancels_the_consumer_of_a_running_worker(
     finally:
         app.close()
     assert active.get(beat.node) == []
+    worker.stop()  # SIGTERM: the warm shutdown ends its heartbeat file (a probe passed on it for up to 60 s)
+    assert hb.read(path) is None and hb.is_draining(path)  # the flag waits for the next process's start
+    assert probe_worker(str(path), 60, time.time(), liveness=True)[0] == 1
+
+
+def test_drain_without_a_broker_leaves_the_worker_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No ``REDIS_URL`` and no stack to join: ``drain`` set its flag, then failed to reach the broker, leaving a
+    worker its probe called unready while it kept consuming. Now it stops before the flag, exit 2."""
+    from producers.cli.main import main
+
+    path = tmp_path / "heartbeat.json"
+    for name in ("REDIS_URL", "AGENT_SIGNAL_REDIS_URL", "BROKER_URL", "REDIS_CLUSTER_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AGENT_SIGNAL_HEARTBEAT_FILE", str(path))
+    monkeypatch.chdir(tmp_path)  # no stack file of a running `make run` here
+    assert main(["drain"]) == 2
+    assert "REDIS_URL is not set" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no drain flag beside the heartbeat file
