@@ -93,16 +93,18 @@ def resume_scope(store: EventStore, tenant: Keys, scope_key: str, publish: Any) 
 
 @dataclass(frozen=True, slots=True)
 class CancelResult:
-    """What a cancel found (:class:`~worker.store.replies.CancelCode`) and the event's state now."""
+    """What a cancel found (:class:`~worker.store.replies.CancelCode`), the event's state now, and whether this
+    cancel made it ``cancelled`` (a queued event; not one cancelled already, nor a running one's request)."""
 
     code: CancelCode
     state: str
+    now: bool = False
 
 
 def cancel_event(store: EventStore, tenant: Keys, event_id: str) -> CancelResult:
     """Cancel one of the tenant's events (CANCEL: worker/store/lua/cancel.lua)."""
     k = store.locate(tenant, event_id)
-    code, state = store.scripts.run(
+    reply = store.scripts.run(
         Cancel(
             ev=k.event(event_id),
             stats=k.stats,
@@ -115,7 +117,7 @@ def cancel_event(store: EventStore, tenant: Keys, event_id: str) -> CancelResult
             lane_ttl_s=store.settings.idempotency_ttl_s,
         )
     )
-    return CancelResult(CancelCode(int(code)), str(state))
+    return CancelResult(CancelCode(int(reply[0])), str(reply[1]), len(reply) > 2)
 
 
 @dataclass(frozen=True, slots=True)

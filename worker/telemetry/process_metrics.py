@@ -140,9 +140,9 @@ ORIGIN_FOLLOW_UP = "follow_up"  # what the service enqueued itself: follow-ups a
 ENGINE_DESCRIPTIONS = {
     "agent_signal_events_total": (
         "Source events by outcome, counted by the process that decided it: accepted, duplicate and rejected "
-        "at the door (origin door); accepted and duplicate follow-ups the service enqueued itself, a chain's "
+        "at the door (origin door), and cancelled there for a queued event; accepted and duplicate follow-ups the service enqueued itself, a chain's "
         "ctx.emit or a plugin task's emitter (origin follow_up, counted by the worker); done, dead, retried and "
-        "cancelled by the worker that committed them (no origin)."
+        "cancelled (a running event's cancel) by the worker that committed them (no origin)."
     ),
     "agent_signal_fence_rejected_total": "Commits refused because the lease's fence was stale.",
     "agent_signal_event_latency_ms": "Enqueue to done, per event (ms), recorded by the worker that committed it.",

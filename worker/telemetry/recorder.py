@@ -301,6 +301,14 @@ class Telemetry(MeasurementBuffer):
             attrs = {"tenant": tenant, "status": "rejected", "origin": ORIGIN_DOOR}
             self._add("agent_signal_events_total", attrs, count)
 
+    def cancelled_queued(self, *, tenant: str) -> None:
+        """A queued event cancelled by an operator's call: it never reaches a worker, which counts the cancels
+        that land while an event runs, so the process that made the call counts it (origin door)."""
+        if self.enabled:
+            self._add(
+                "agent_signal_events_total", {"tenant": tenant, "status": "cancelled", "origin": ORIGIN_DOOR}
+            )
+
     def terminal(self, *, node_kind: str, node_type: str, status: str, reason: str) -> None:
         if not self.enabled:
             return

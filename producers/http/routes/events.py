@@ -411,6 +411,8 @@ def post_cancel(
     if isinstance(found, JSONResponse):
         return found
     result = cancel_event(store, keys, found)
+    if result.now:  # a queued event: no worker commits it, so no worker counts it
+        producer_of(request).telemetry.cancelled_queued(tenant=keys.tenant)
     if result.code is CancelCode.UNKNOWN:
         return error_response(404, "not_found", f"no event {event_id!r}", "eventId")
     if result.code is CancelCode.FINAL:

@@ -185,3 +185,22 @@ def test_one_tenants_paused_inboxes_never_hide_anothers_runnable_events(
     redis_client.hset(alpha.stats, "queued", 2)  # two of them queued after all: counted as paused
     assert runnable_backlog(store)[1]["alpha"] == 2
     producer.close()
+
+
+def test_a_queued_events_cancel_is_counted_once_by_the_door(api: TestClient) -> None:
+    """``agent_signal_events_total{status="cancelled"}`` counted only the cancels a worker commits (a running
+    event's): a queued event's never reaches a worker. The web process that cancels it counts it (origin door),
+    once: a second cancel of the same event finds it cancelled already."""
+    from tests.support.prom import parse, total
+
+    def counted() -> float:
+        samples = parse(api.get("/metrics").text)
+        return total(samples, "agent_signal_events_total", status="cancelled", origin="door")
+
+    scope = "topic:cancel-counted"
+    assert api.post(f"/v1/scopes/{scope}/pause").status_code == 200  # its events stay queued
+    queued = _send(api, "test.counter", "counted-1", scope, counterKey="unused")
+    before = counted()
+    for _ in range(2):
+        assert api.post(f"/v1/events/{queued}/cancel").json()["status"] == "cancelled"
+    assert counted() == before + 1

@@ -1,8 +1,8 @@
 -- CANCEL an event. Queued (or waiting for a retry): it is cancelled now and never runs (the drain pops it).
 -- Processing: cancelRequested is set; the worker stops before its next action and COMMIT makes it cancelled with
 -- none of its chain's staged writes (a dead worker's head is cancelled by the next take_head).
--- -> {CancelCode.CANCELLED, 'cancelled'} | {CancelCode.REQUESTED, 'processing'} | {CancelCode.FINAL, state}
---    | {CancelCode.UNKNOWN, ''}
+-- -> {CancelCode.CANCELLED, 'cancelled', 1} (cancelled by this call) | {CancelCode.CANCELLED, 'cancelled'}
+--    (already) | {CancelCode.REQUESTED, 'processing'} | {CancelCode.FINAL, state} | {CancelCode.UNKNOWN, ''}
 -- requires: index, pending, history
 local ev, stats, runs_active, runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local event_id, now_ms, window_s, run_index_max, lane_ttl_s = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -14,7 +14,7 @@ if state == 'queued' then
   mark_cancelled(ev, event_id, now_ms, ix)
   hflush_all()
   index_trim(now_ms, window_s)
-  return {CancelCode.CANCELLED, 'cancelled'}
+  return {CancelCode.CANCELLED, 'cancelled', 1}
 end
 if state == 'processing' then
   redis.call('HSETNX', ev, 'cancelRequested', now_ms)
