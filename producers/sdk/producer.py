@@ -293,7 +293,9 @@ class HttpProducer:
         :class:`OverLimit`, :class:`StoreUnavailable`, :class:`UnexpectedAnswer` for a success that is no JSON
         object or a 404 that is not the door's, else httpx's ``HTTPStatusError``."""
         call = _Call(b"", 0, Deadline(self.timeout_s))
-        path = f"/v1/events/{quote(event_id, safe='')}"
+        # "." and ".." are ids too, which a URL would read as its own path segments (SessionClient's artifacts too)
+        segment = event_id.replace(".", "%2E") if event_id in (".", "..") else quote(event_id, safe="")
+        path = f"/v1/events/{segment}"
         request = self.client.build_request("GET", path, headers=self.headers)
         try:
             with call.deadline.applied():

@@ -51,14 +51,15 @@ def workers_seen(store: EventStore, keys: Keys) -> list[dict[str, Any]]:
 
 def forget_silent_workers(store: EventStore, keys: EngineKeys, now_ms: int) -> list[str]:
     """Drop the workers whose last beat is older than :data:`FORGET_SILENT_AFTER_MS` from ``workers`` and
-    ``worker-info``, and name them: a worker that ends cleanly removes its own entry, one killed (SIGKILL, a
-    node lost) stayed listed for good. A live worker's next beat lists it again. Run by the one sweeper of an
-    interval (worker/runtime/app.py)."""
+    ``worker-info``, and name them: a worker that ends cleanly removes its own entries, one killed (SIGKILL, a
+    node lost) stayed listed for good. A live worker cut off that long (a partition) is listed again by its
+    next beat, without its concurrency until it restarts (its info is written once, when it is ready). A beat
+    that is no number counts as silent. Run by the one sweeper of an interval (worker/runtime/app.py)."""
     client = store.client
     silent = [
         _text(name)
         for name, at in client.hgetall(keys.workers).items()
-        if now_ms - int(at) > FORGET_SILENT_AFTER_MS
+        if now_ms - _ms(at) > FORGET_SILENT_AFTER_MS
     ]
     if silent:
         pipe = client.pipeline(transaction=False)
@@ -66,6 +67,14 @@ def forget_silent_workers(store: EventStore, keys: EngineKeys, now_ms: int) -> l
         pipe.hdel(keys.worker_info, *silent)
         pipe.execute()
     return silent
+
+
+def _ms(raw: Any) -> int:
+    """A beat's time (ms), 0 (long ago) for a value that is no number."""
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _json(raw: Any) -> dict[str, Any]:

@@ -287,7 +287,9 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
         startup.end()  # the heartbeat file goes: a clean end leaves no live worker for `probe worker` to pass
         try:
             store = EventStore(redis_from_settings(settings), settings)
-            store.client.hdel(store.keys.workers, str(getattr(sender, "hostname", "worker")))
+            name = str(getattr(sender, "hostname", "worker"))
+            store.client.hdel(store.keys.workers, name)
+            store.client.hdel(store.keys.worker_info, name)  # each rollout's pods left theirs for good
         except Exception:  # shutting down: best effort
             log.debug("could not deregister worker", exc_info=True)
 

@@ -67,6 +67,7 @@ def completion_fanout(source: Source, ctx: HandlerContext) -> Dispatch | Conclud
         # The event's user (the door made selfIteration.userId agree with it), never the payload's own.
         user_id=source.user_id,
     )
+    receipts = _first_of_each_id(receipts)
     if not receipts:
         return None
     signal = signal_from(
@@ -87,6 +88,16 @@ def completion_fanout(source: Source, ctx: HandlerContext) -> Dispatch | Conclud
         for i, r in enumerate(receipts)
     ]
     return Dispatch(signals=[signal], actions=actions)
+
+
+def _first_of_each_id(receipts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One receipt per id, the first: a receipt is appended once per id (``<sourceId>:<toolCallId>:<kind>``), so
+    a second one under it (a tool call retried, skipped then applied) was never stored; as two actions under one
+    idempotency key with different payloads it would now end the whole completion ``INVALID_RESULT``."""
+    first: dict[str, dict[str, Any]] = {}
+    for receipt in receipts:
+        first.setdefault(str(receipt["id"]), receipt)
+    return list(first.values())
 
 
 def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:

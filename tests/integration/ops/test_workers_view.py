@@ -50,11 +50,10 @@ def test_a_worker_silent_for_over_an_hour_is_forgotten(make_settings: Any, redis
     store = EventStore(redis_client, make_settings())
     engine = store.keys
     now = 10_000_000_000
-    redis_client.hset(
-        engine.workers, mapping={"gone@a": now - FORGET_SILENT_AFTER_MS - 1, "live@b": now - 1000}
-    )
+    beats = {"gone@a": now - FORGET_SILENT_AFTER_MS - 1, "live@b": now - 1000, "junk@c": "not a time"}
+    redis_client.hset(engine.workers, mapping=beats)
     redis_client.hset(engine.worker_info, mapping={"gone@a": "{}", "live@b": "{}"})
-    assert forget_silent_workers(store, engine, now) == ["gone@a"]
+    assert sorted(forget_silent_workers(store, engine, now)) == ["gone@a", "junk@c"]
     assert set(redis_client.hkeys(engine.workers)) == {"live@b"}
     assert set(redis_client.hkeys(engine.worker_info)) == {"live@b"}
     assert forget_silent_workers(store, engine, now) == []

@@ -10,17 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis import Redis
 
 from producers.cli.admin.probe import _celery_cancel, drain, probe_worker
 from tests.conftest import wait_for
 from worker.runtime import heartbeat_file as hb
 from worker.runtime.app import create_app
+from worker.store.events import EventStore
 
 pytestmark = pytest.mark.integration
 
 
 def test_drain_cancels_the_consumer_of_a_running_worker(
-    make_settings: Any, start_worker: Any, tmp_path: Path
+    make_settings: Any, start_worker: Any, tmp_path: Path, redis_client: Redis
 ) -> None:
     """The worker beats into its file; drain is answered by its node; readiness fails, liveness holds."""
     path = tmp_path / "hb" / "heartbeat.json"
@@ -42,6 +44,9 @@ def test_drain_cancels_the_consumer_of_a_running_worker(
         app.close()
     assert active.get(beat.node) == []
     worker.stop()  # SIGTERM: the warm shutdown ends its heartbeat file (a probe passed on it for up to 60 s)
+    engine = EventStore(redis_client, settings).keys  # and its entries in the operators' view of workers
+    assert not redis_client.hexists(engine.workers, beat.node)
+    assert not redis_client.hexists(engine.worker_info, beat.node)
     assert hb.read(path) is None and hb.is_draining(path)  # the flag waits for the next process's start
     assert probe_worker(str(path), 60, time.time(), liveness=True)[0] == 1
 

@@ -222,6 +222,9 @@ def test_status_of_an_event_the_door_does_not_have_is_none() -> None:
     ok = Door(httpx.Response(200, json={"eventId": "evt_1", "status": "done"}))
     assert ok.producer().status("a/b") == {"eventId": "evt_1", "status": "done"}
     assert ok.sent[0].url.raw_path == b"/v1/events/a%2Fb"  # an id's slash stays in the id
+    for dots in (".", ".."):  # ids too, not the URL's own "this" and "parent" segments
+        ok.producer().status(dots)
+        assert ok.sent[-1].url.raw_path == b"/v1/events/" + dots.replace(".", "%2E").encode()
 
 
 @pytest.mark.parametrize(("status", "code"), [(401, "unauthorized"), (403, "forbidden")])

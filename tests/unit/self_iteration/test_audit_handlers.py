@@ -176,6 +176,41 @@ class TestNoSharedAnonymousUser:
         assert isinstance(dispatch, Dispatch)
         assert [a.payload["receipt"]["userId"] for a in dispatch.actions] == ["u1"]
 
+    def test_a_retried_tool_call_gives_one_receipt_the_first(self, h: Harness) -> None:
+        """Two mutations of one tool call (retried: skipped, then applied) make two receipts of one id; only the
+        first was ever stored (append-once), and as two actions under one key with different payloads the whole
+        completion would end INVALID_RESULT, every other receipt with it. The first of each id is dispatched."""
+        mutations = [
+            {
+                "apiName": "writeMemory",
+                "toolCallId": "call_1",
+                "data": {"status": "skipped", "summary": "first"},
+            },
+            {
+                "apiName": "writeMemory",
+                "toolCallId": "call_1",
+                "data": {"status": "applied", "summary": "again"},
+            },
+            {
+                "apiName": "writeMemory",
+                "toolCallId": "call_2",
+                "data": {"status": "applied", "summary": "other"},
+            },
+        ]
+        payload = {
+            "agentId": "agt_1",
+            "operationId": "op_2",
+            "topicId": "tpc_1",
+            "selfIteration": {"marker": {"kind": "memory", "sourceId": "s2"}, "mutations": mutations},
+        }
+        dispatch = completion_fanout(
+            _source("op_2:complete", "agent.execution.completed", "u1", **payload), h.ctx("u1")
+        )
+        assert isinstance(dispatch, Dispatch)
+        receipts = [a.payload["receipt"] for a in dispatch.actions]
+        assert len({r["id"] for r in receipts}) == len(receipts) == 2
+        assert "first" in json.dumps(receipts[0]) and "again" not in json.dumps(receipts)
+
 
 def _completion(user: str | None, trigger: str = "msg_park") -> Source:
     return _source(
