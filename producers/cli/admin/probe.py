@@ -179,6 +179,17 @@ def _celery_cancel(settings: Any, timeout_s: float) -> Cancel:
     return cancel
 
 
+def _stack_readyz() -> str | None:
+    """Without ``PORT`` (a pod always sets it), the ``/readyz`` of the ``make run`` stack of this checkout when
+    one runs: it asked port 8000 there, whatever port the stack took."""
+    if os.environ.get("PORT") or os.environ.get("AGENT_SIGNAL_PORT"):
+        return None
+    from producers.cli.reach.stack import read_stack
+
+    stack = read_stack()
+    return f"{stack.url.rstrip('/')}/readyz" if stack is not None and stack.running else None
+
+
 def _token(door: Any) -> str | None:
     """``AGENT_SIGNAL_TOKEN``, else the bootstrap key (or its deprecated alias) of this environment."""
     token = os.environ.get("AGENT_SIGNAL_TOKEN")
@@ -206,10 +217,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         from producers.http.settings import door_settings
 
         door = door_settings(settings)
-        port = tcp_port(door.port)
-        code, line = probe_web(
-            readyz_url(door.host, port), _token(door), args.timeout_s, without_broker=args.without_broker
-        )
+        url = _stack_readyz() or readyz_url(door.host, tcp_port(door.port))
+        code, line = probe_web(url, _token(door), args.timeout_s, without_broker=args.without_broker)
     _say(line)
     return code
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +166,6 @@ def test_once_a_stack_needs_a_key_the_cli_says_how_to_make_one_and_keys_redis_ma
     """A newcomer's audit: the first `keys create` on a `make run` stack turned authentication on, every verb then
     answered 401 asking for a key nobody had, and inside the checkout REDIS_URL was not used. A 401 from the
     stack without a token names the way back; `keys create --redis` makes an admin key in the stack's Redis."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from worker.ops.credentials import CredentialStore
 
@@ -199,3 +199,38 @@ def test_once_a_stack_needs_a_key_the_cli_says_how_to_make_one_and_keys_redis_ma
     made = json.loads(capsys.readouterr().out)
     store = CredentialStore(redis_client, Keys(settings.key_prefix))
     assert store.verify(made["key"]) is not None  # in the stack's Redis, under its prefix
+
+
+def test_probe_web_without_a_port_asks_the_stack_of_this_checkout(
+    checkout_with_stack: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without ``PORT`` (a pod always sets it) ``probe web`` asked port 8000, whatever port the stack took (a
+    walk's stack on 18766 read "connection refused"); it asks the stack's own ``/readyz`` now."""
+
+    class Ready(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"status":"ok","checks":{}}'
+            self.send_response(200 if self.path == "/readyz" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    for name in ("PORT", "AGENT_SIGNAL_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ready)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        stack = read_stack(Path(".agent-signal/stack.json"))
+        assert stack is not None
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        write_stack(StackInfo(**{**stack.__dict__, "url": url}), Path(".agent-signal/stack.json"))
+        assert main(["probe", "web", "--without-broker"]) == 0, capsys.readouterr().err
+        assert f"{url}/readyz" in capsys.readouterr().err
+    finally:
+        server.shutdown()
+        server.server_close()
