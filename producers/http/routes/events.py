@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 from redis.exceptions import RedisError
 
 from policies.conversation import RECORDED_ANSWER_FIELDS
@@ -255,6 +256,7 @@ def _stamped(events: list[Any], principal: Principal, *, batch: bool) -> list[An
             out.append(event)  # the parser names what is wrong with it
             continue
         where = f"events[{index}]." if batch else ""
+        event = _camel_names(event)
         payload = event.get("payload")
         for field, given in (("userId", event.get("userId")), ("payload.userId", _get(payload, "userId"))):
             if given is not None and given != principal.user_id:
@@ -270,6 +272,21 @@ def _stamped(events: list[Any], principal: Principal, *, batch: bool) -> list[An
             stamped["payload"] = {**payload, "userId": principal.user_id}
         out.append(_own_scope(stamped, principal.user_id))
     return out
+
+
+# a SourceEvent's fields under their Python names, which the door takes too: user_id -> userId, scope_key -> …
+PYTHON_NAMES = {name: to_camel(name) for name in SourceEvent.model_fields if "_" in name}
+
+
+def _camel_names(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with each field given under its Python name (``user_id``, ``scope_key``) under its JSON name,
+    so that a user token's checks and stamps read the field the event gives: ``user_id`` naming another user
+    was a 422 ``unknown_field`` once the stamp added ``userId`` beside it, not the ``forbidden_user`` it is. A
+    field given under both names is left for the parser to refuse."""
+    given = {name for name in event if name in PYTHON_NAMES and PYTHON_NAMES[name] not in event}
+    if not given:
+        return event
+    return {(PYTHON_NAMES[name] if name in given else name): value for name, value in event.items()}
 
 
 def _own_scope(event: dict[str, Any], user_id: str) -> dict[str, Any]:

@@ -458,3 +458,24 @@ def test_the_no_user_sentinel_is_no_user_id(door: tuple[TestClient, dict[str, st
     assert receipts.get("-", "r-anon") is not None
     userless = client.post("/v1/events", json=_message(None, "dash-3"), headers=operate)
     assert userless.status_code == 202, userless.text
+
+
+def test_a_token_reads_the_python_field_names_as_the_json_ones(
+    door: tuple[TestClient, dict[str, str]],
+) -> None:
+    """The door takes ``user_id`` and ``scope_key`` as ``userId`` and ``scopeKey``; a user token's event that used
+    them was a 422 ``unknown_field`` (its stamp added ``userId`` beside ``user_id``). Its own user is accepted
+    now, another user is ``forbidden_user`` as under the JSON name, and ``scope_key`` is kept to its scopes."""
+    client, creds = door
+    victim = _bearer(creds[VICTIM])
+    own = {"sourceType": "agent.user.message", "sourceId": "snake-1", "payload": {"message": "hi"}}
+    answer = client.post(
+        "/v1/events", json={**own, "user_id": VICTIM, "scope_key": "topic:t1"}, headers=victim
+    )
+    assert answer.status_code == 202, answer.text
+    event_id = answer.json()["results"][0]["eventId"]
+    stored = client.get(f"/v1/events/{event_id}", headers=_bearer(creds["operate"])).json()
+    assert stored["event"]["userId"] == VICTIM and stored["event"]["scopeKey"].startswith(f"user:{VICTIM}/")
+    other = client.post("/v1/events", json={**own, "sourceId": "snake-2", "user_id": MALLORY}, headers=victim)
+    assert (other.status_code, other.json()["error"]["code"]) == (422, "forbidden_user"), other.text
+    assert other.json()["error"]["field"] == "userId"
