@@ -395,3 +395,15 @@ describe("receipt stream catch-up over many pages", () => {
     assert.deepEqual(ids, ["r1"]);
   });
 });
+
+describe("receipt stream, not iterated", () => {
+  test("an abort before anyone iterates rejects `opened` with stream_ended instead of leaving it pending", { timeout: 5_000 }, async () => {
+    const api = new AgentSignal({ baseUrl: "http://127.0.0.1:9" }); // never reached: nothing connects
+    const controller = new AbortController();
+    const stream = api.receipts.stream({ userId: "u1", signal: controller.signal });
+    controller.abort();
+    await assert.rejects(stream.opened, (error) => error.code === "stream_ended");
+    const already = api.receipts.stream({ userId: "u1", signal: AbortSignal.abort() });
+    await assert.rejects(already.opened, (error) => error.code === "stream_ended");
+  });
+});

@@ -43,7 +43,8 @@ export class ReceiptStream {
     /**
      * Resolves once the server has subscribed (receipts written from then on arrive); rejects if it refused (the
      * first list of receipts, or the stream) or could not be reached before then, or with `stream_ended` if the
-     * stream ended (an abort) before it opened.
+     * stream ended (an abort) before it opened, iterated or not. The stream connects when it is iterated: start the
+     * `for await` (in a task of its own) before awaiting this, as the README's first example does.
      */
     opened;
     #http;
@@ -84,6 +85,15 @@ export class ReceiptStream {
             this.#open = { resolve, reject };
         });
         this.opened.catch(() => undefined); // awaiting it is optional: no unhandled rejection when nobody does
+        // aborted before anyone iterates: `opened` settles too (it waited for an iteration that will not come)
+        const ended = () => {
+            if (!this.#iterated)
+                this.#open.reject(new AgentSignalError({ status: 0, code: "stream_ended", message: "the stream ended" }));
+        };
+        if (options.signal?.aborted)
+            ended();
+        else
+            options.signal?.addEventListener("abort", ended, { once: true });
     }
     [Symbol.asyncIterator]() {
         if (this.#iterated)
