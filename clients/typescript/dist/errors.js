@@ -26,12 +26,6 @@ export class AgentSignalError extends Error {
      * resolve), true when the server may have acted on the request though its answer was lost.
      */
     requestSent;
-    /**
-     * For a `dlq.redrive`/`dlq.discard` of `{all: true}` that failed after earlier requests of its sweep acted:
-     * what they did (`redriven` or `discarded`, `notDead`) and the sweep's `until`, to go on from (send
-     * `{all: true}` again; the events already done are no longer dead).
-     */
-    partial;
     constructor(init) {
         super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
         this.name = "AgentSignalError";

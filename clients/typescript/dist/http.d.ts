@@ -55,7 +55,10 @@ export declare function backoffMs(attempt: number): number;
 /** Resolves after `ms`; rejects with the signal's reason as soon as it aborts. */
 export declare function sleep(ms: number, signal?: AbortSignal): Promise<void>;
 export declare function isAbortError(error: unknown): boolean;
-/** True when `error` (fetch's, or its `cause`) says no byte reached the server (Node's connection codes). */
+/**
+ * True when `error` (fetch's, or its `cause`) says no byte reached the server: Node's connection codes, or
+ * undici's `bad port` (a port the Fetch standard blocks, such as 1 or 6667, refused before any connection).
+ */
 export declare function nothingSent(error: unknown): boolean;
 /**
  * A path segment: ids may hold `/`, `:`, `#`, `+` and the like, all percent-encoded. An id of `.` or `..` is

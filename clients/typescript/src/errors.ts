@@ -31,7 +31,7 @@ export class AgentSignalError extends Error {
    * what they did (`redriven` or `discarded`, `notDead`) and the sweep's `until`, to go on from (send
    * `{all: true}` again; the events already done are no longer dead).
    */
-  partial?: { redriven?: string[]; discarded?: string[]; notDead?: string[]; until?: number };
+  declare partial?: { redriven?: string[]; discarded?: string[]; notDead?: string[]; until?: number };
 
   constructor(init: {
     status: number;

@@ -431,11 +431,15 @@ export function isAbortError(error: unknown): boolean {
   return error instanceof Error && (error.name === "AbortError" || error.name === "TimeoutError");
 }
 
-/** True when `error` (fetch's, or its `cause`) says no byte reached the server (Node's connection codes). */
+/**
+ * True when `error` (fetch's, or its `cause`) says no byte reached the server: Node's connection codes, or
+ * undici's `bad port` (a port the Fetch standard blocks, such as 1 or 6667, refused before any connection).
+ */
 export function nothingSent(error: unknown): boolean {
   for (let at: unknown = error, depth = 0; at instanceof Error && depth < 4; depth += 1) {
     const code = (at as { code?: unknown }).code;
     if (typeof code === "string" && NOTHING_SENT.has(code)) return true;
+    if (at.message === "bad port") return true;
     at = (at as { cause?: unknown }).cause;
   }
   return false;

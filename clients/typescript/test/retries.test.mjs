@@ -334,6 +334,17 @@ describe("a lost answer, and an answer that cannot be used", () => {
     assert.equal(attempts, 2);
   });
 
+  test("a port the Fetch standard blocks is refused before sending: retried, and requestSent false", async () => {
+    let attempts = 0;
+    const counting = (input, init) => {
+      attempts += 1;
+      return fetch(input, init);
+    };
+    const api = new AgentSignal({ baseUrl: "http://127.0.0.1:1", maxRetries: 1, fetch: counting });
+    await assert.rejects(api.dlq.redrive(["evt_1"]), (error) => error.code === "network_error" && error.requestSent === false);
+    assert.equal(attempts, 2); // a POST is retried only when nothing reached the server
+  });
+
   test("a success whose body is not JSON is an invalid_response with its status, not a SyntaxError", async () => {
     const stub = await startStub((_, response) => {
       response.writeHead(200, { "content-type": "text/html" });
