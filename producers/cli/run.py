@@ -321,9 +321,9 @@ def _kill(pid: int, started: int) -> None:
 def _replay(settings: Any, path: str) -> None:
     """Enqueue the examples, each line read as ``enqueue`` reads it (producers/cli/enqueue/lines.py: a line that
     is not UTF-8, not strict JSON or nested too deep is that line's rejection), then say what became of them."""
-    from producers.cli.enqueue.lines import read_lines
+    from producers.cli.enqueue.lines import Rejection, read_lines
     from producers.sdk.producer import Producer
-    from worker.intake.source_event import EventError, InvalidEvent
+    from worker.intake.source_event import InvalidEvent
 
     producer = Producer(settings)
     lines = read_lines(path)
@@ -331,19 +331,17 @@ def _replay(settings: Any, path: str) -> None:
     ids: list[tuple[str, str]] = []
     summary = {"accepted": 0, "duplicate": 0, "rejected": 0}
     events: list[dict[str, Any]] = []
-    for number, event, rejection in lines:
-        try:
-            if event is None:  # refused as it was read: not UTF-8, not strict JSON, nested too deep
-                message, field = (rejection.message, rejection.field) if rejection else ("not an event", None)
-                raise InvalidEvent(EventError(code="invalid_json", message=message, field=field))
-            result = producer.enqueue(event)
-        except (InvalidEvent, ValueError) as exc:  # worded as enqueue words a rejection
+    for number, event, rejection in lines:  # a line refused as it was read has its rejection already
+        if event is not None:
+            try:
+                result = producer.enqueue(event)
+            except InvalidEvent as exc:
+                rejection = Rejection(exc.error.message, exc.error.field)
+            except ValueError as exc:
+                rejection = Rejection(str(exc))
+        if event is None or rejection is not None:
             summary["rejected"] += 1
-            error = (
-                exc.error if isinstance(exc, InvalidEvent) else EventError(code="invalid", message=str(exc))
-            )
-            where = f" (field: {error.field})" if error.field else ""
-            _say(f"  line {number}: rejected: {error.message}{where}")
+            _say(f"  line {number}: rejected: {(rejection or Rejection('not an event')).described()}")
             continue
         events.append(event)
         summary[result.status] = summary.get(result.status, 0) + 1

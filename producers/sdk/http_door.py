@@ -44,6 +44,7 @@ __all__ = [
     "bearer_token",
     "check_client_url",
     "door_url",
+    "error_code",
     "error_of",
     "json_object",
     "origin",
@@ -183,6 +184,16 @@ def error_of(response: httpx.Response) -> Exception:
     if response.status_code in (401, 403):
         return CredentialRefused(error, status_code=response.status_code)
     return InvalidEvent(error, status_code=response.status_code)
+
+
+def error_code(response: httpx.Response) -> str | None:
+    """The ``error.code`` of an answer's JSON body (the door's error object), if it has one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("code")) if isinstance(error, dict) else None
 
 
 def json_object(response: httpx.Response, expected: str) -> dict[str, Any]:

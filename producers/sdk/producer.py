@@ -29,6 +29,7 @@ from producers.sdk.http_door import (
     bearer_token,
     check_client_url,
     door_url,
+    error_code,
     error_of,
     json_object,
     origin,
@@ -305,7 +306,7 @@ class HttpProducer:
         if (
             response.status_code == 404
         ):  # the door's not_found, else a page of another server, or no such route
-            if _door_code(response) == "not_found":
+            if error_code(response) == "not_found":
                 return None
             raise unexpected_answer(response, "the door's error object")
         if response.is_success:
@@ -380,15 +381,6 @@ class HttpProducer:
 
     def close(self) -> None:
         self.client.close()
-
-
-def _door_code(response: httpx.Response) -> str | None:
-    """The ``error.code`` of the door's error answer, or None for an answer that is not one."""
-    try:
-        error = response.json().get("error")
-    except (ValueError, AttributeError):
-        return None
-    return str(error.get("code")) if isinstance(error, dict) else None
 
 
 # the error statuses HttpProducer raises as the SDK's exceptions (producers/sdk/http_door.py); others are httpx's

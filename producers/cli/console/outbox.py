@@ -50,13 +50,12 @@ def cmd_outbox_dead(args: argparse.Namespace) -> int:
 
 def cmd_outbox_redrive(args: argparse.Namespace) -> int:
     if args.all == bool(args.scope) or (args.scope and not args.record_id):
-        problem = (
-            "SCOPE without its RECORD_ID"
-            if args.scope and not args.all and not args.record_id
-            else "both --all and SCOPE"
-            if args.all
-            else "no record"
-        )
+        if args.all and args.scope:
+            problem = "both --all and SCOPE"
+        elif args.scope:
+            problem = "SCOPE without its RECORD_ID"
+        else:
+            problem = "no record"
         print(
             f"agent-signal outbox redrive: {problem}: give --all, or SCOPE and RECORD_ID (not both)",
             file=sys.stderr,

@@ -193,8 +193,7 @@ def _say_how_far(tally: Tally, exc: BaseException) -> None:
 
 def _say_rejection(number: int, rejection: Rejection | None) -> None:
     assert rejection is not None
-    where = f" (field: {rejection.field})" if rejection.field else ""  # no field: the line as a whole
-    print(f"line {number}: {rejection.message}{where}", file=sys.stderr)
+    print(f"line {number}: {rejection.described()}", file=sys.stderr)
 
 
 def _report(sent: list[Sent], args: argparse.Namespace, summary: dict[str, int]) -> None:

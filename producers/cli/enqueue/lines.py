@@ -33,6 +33,10 @@ class Rejection(NamedTuple):
     message: str
     field: str | None = None
 
+    def described(self) -> str:
+        """``message (field: F)``, the field only when one is to blame."""
+        return f"{self.message} (field: {self.field})" if self.field else self.message
+
 
 class Line(NamedTuple):
     """A non-blank line: its number (from 1) and its event, or its rejection."""

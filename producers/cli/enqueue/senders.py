@@ -26,13 +26,12 @@ from producers.cli.reach.target import (
     CliError,
     Target,
     display_url,
-    error_code,
     format_http_error,
     http_error_message,
     no_such_route,
     unreachable,
 )
-from producers.sdk.http_door import NoAnswer, UnexpectedAnswer
+from producers.sdk.http_door import NoAnswer, UnexpectedAnswer, error_code
 
 if TYPE_CHECKING:
     from worker.intake.source_event import EnqueueResult, InvalidEvent

@@ -36,6 +36,7 @@ import httpx
 from producers.sdk.http_door import (
     NOTHING_SENT,
     UnexpectedAnswer,
+    error_code,
     json_object,
     origin,
     unexpected_answer,
@@ -51,7 +52,6 @@ __all__ = [
     "add_target_options",
     "bearer_token",
     "checked_url",
-    "error_code",
     "format_http_error",
     "given_value",
     "http_error_message",
@@ -310,16 +310,6 @@ def no_such_route(url: str, method: str, path: str, status: int, code: str | Non
         f"{origin(httpx.URL(url))} {method} {path} answered HTTP {status}: the API has no such route; give its "
         "base URL (http://HOST:PORT), and a server as new as this CLI"
     )
-
-
-def error_code(response: httpx.Response) -> str | None:
-    """The ``error.code`` of an answer's JSON body, if it has one."""
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    error = body.get("error") if isinstance(body, dict) else None
-    return str(error.get("code")) if isinstance(error, dict) else None
 
 
 def _api_shaped(response: httpx.Response) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -89,17 +90,25 @@ class _DoorServer(ThreadingHTTPServer):
         self.door = door
 
 
-@pytest.fixture
-def door() -> Iterator[FakeDoor]:
-    fake = FakeDoor()
+@contextmanager
+def serving(fake: FakeDoor) -> Iterator[FakeDoor]:
+    """``fake`` answering on a loopback port of its own (its ``url``) until the block ends."""
     server = _DoorServer(fake)
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield fake
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def door() -> Iterator[FakeDoor]:
+    with serving(FakeDoor()) as fake:
+        yield fake
 
 
 class _TrickleHandler(BaseHTTPRequestHandler):

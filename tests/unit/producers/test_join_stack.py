@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 
 from producers.cli.main import main
 from producers.cli.reach.stack import StackInfo, join_stack, read_stack, write_stack
+from tests.unit.cli.conftest import Answer, FakeDoor, serving
 from worker.keys.layout import Keys
 from worker.settings import Settings, SettingsError
 from worker.telemetry.pseudonyms import load_pseudonyms
@@ -169,32 +168,14 @@ def test_once_a_stack_needs_a_key_the_cli_says_how_to_make_one_and_keys_redis_ma
 
     from worker.ops.credentials import CredentialStore
 
-    class Locked(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b'{"error":{"code":"unauthorized","message":"missing bearer credential","field":null}}'
-            self.send_response(401)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Locked)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    locked = FakeDoor(default=Answer(401, _error("unauthorized", "missing bearer credential")))
+    with serving(locked):
         settings = checkout_with_stack
         stack = read_stack(Path(".agent-signal/stack.json"))
         assert stack is not None
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        write_stack(StackInfo(**{**stack.__dict__, "url": url}), Path(".agent-signal/stack.json"))
+        write_stack(StackInfo(**{**stack.__dict__, "url": locked.url}), Path(".agent-signal/stack.json"))
         assert main(["runs", "list"]) == 1
         assert "keys create --tenant default --role admin --redis" in capsys.readouterr().err
-    finally:
-        server.shutdown()
-        server.server_close()
     assert main(["keys", "create", "--tenant", "default", "--role", "admin", "--redis"]) == 0
     made = json.loads(capsys.readouterr().out)
     store = CredentialStore(redis_client, Keys(settings.key_prefix))
@@ -207,30 +188,17 @@ def test_probe_web_without_a_port_asks_the_stack_of_this_checkout(
     """Without ``PORT`` (a pod always sets it) ``probe web`` asked port 8000, whatever port the stack took (a
     walk's stack on 18766 read "connection refused"); it asks the stack's own ``/readyz`` now."""
 
-    class Ready(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b'{"status":"ok","checks":{}}'
-            self.send_response(200 if self.path == "/readyz" else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
     for name in ("PORT", "AGENT_SIGNAL_PORT"):
         monkeypatch.delenv(name, raising=False)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Ready)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    ready = FakeDoor()
+    ready.answer("GET", "/readyz", {"status": "ok", "checks": {}})
+    with serving(ready):
         stack = read_stack(Path(".agent-signal/stack.json"))
         assert stack is not None
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        write_stack(StackInfo(**{**stack.__dict__, "url": url}), Path(".agent-signal/stack.json"))
+        write_stack(StackInfo(**{**stack.__dict__, "url": ready.url}), Path(".agent-signal/stack.json"))
         assert main(["probe", "web", "--without-broker"]) == 0, capsys.readouterr().err
-        assert f"{url}/readyz" in capsys.readouterr().err
-    finally:
-        server.shutdown()
-        server.server_close()
+        assert f"{ready.url}/readyz" in capsys.readouterr().err
+
+
+def _error(code: str, message: str) -> bytes:
+    return json.dumps({"error": {"code": code, "message": message, "field": None}}).encode()
