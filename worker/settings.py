@@ -223,6 +223,8 @@ class Settings(_SecretsHidden, BaseSettings):
     outbox_lease_ms: int = Field(default=60_000, ge=1)  # a claimed record is not claimed again for this long
     # deliveries one worker's relay makes at once (threads); one tenant at most half of them
     outbox_concurrency: int = Field(default=8, ge=1)
+    # how long the relay waits on one call of a plugin's deliverer before the attempt fails (worker/outbox/bounded.py)
+    outbox_delivery_timeout_s: float = Field(default=60.0, gt=0)
     outbox_retention_s: int = Field(default=7 * 24 * 60 * 60, ge=1)
 
     # --- traces ---

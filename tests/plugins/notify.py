@@ -1,6 +1,7 @@
 """A plugin with an external effect, written as a user would (it imports only ``worker.plugin``): the
 action of a ``notify.send`` event stages a webhook in the outbox; the plugin's deliverer POSTs it with the
-record's key as ``Idempotency-Key``. With ``payload.sleepMs`` the action (first attempt only) records its pid
+record's key as ``Idempotency-Key`` (with ``payload.unbounded``, with no timeout: a receiver that never answers
+holds the call until the relay's delivery timeout). With ``payload.sleepMs`` the action (first attempt only) records its pid
 under ``ctx.key("probe")`` and sleeps, so a test can pause or partition the worker mid-action.
 """
 
@@ -61,7 +62,8 @@ def _post(action: Action, ctx: HandlerContext) -> ExecutorResult:
     if sleep_ms and ctx.attempt == 1:
         ctx.deps(NotifyProbe).redis.set(ctx.key("probe"), os.getpid())
         time.sleep(sleep_ms / 1000)
-    ctx.outbox(OUTBOX_KIND, {"url": action.payload["url"], "text": action.payload.get("text", "")})
+    staged = {"url": action.payload["url"], "text": action.payload.get("text", "")}
+    ctx.outbox(OUTBOX_KIND, {**staged, "unbounded": bool(action.payload.get("unbounded"))})
     return applied(action, ctx, detail="webhook staged")
 
 
@@ -69,7 +71,11 @@ def _deliverer(runtime: PluginRuntime) -> Deliverer:
     def deliver(record: OutboxRecord) -> None:
         body = {"text": record.payload.get("text", "")}
         headers = {"Idempotency-Key": record.key}
-        httpx.post(str(record.payload["url"]), json=body, headers=headers, timeout=5).raise_for_status()
+        # unbounded: a deliverer that forgot its timeout
+        timeout_s = None if record.payload.get("unbounded") else 5
+        httpx.post(
+            str(record.payload["url"]), json=body, headers=headers, timeout=timeout_s
+        ).raise_for_status()
 
     return deliver
 

@@ -45,6 +45,7 @@ from worker.core.redis_urls import kombu_options_for, kombu_url_for
 from worker.drain.pipeline import Pipeline
 from worker.keys.layout import Keys
 from worker.ops.workers_view import forget_silent_workers
+from worker.outbox.bounded import bounded
 from worker.outbox.journal_delivery import journal_deliverers
 from worker.outbox.relay import OutboxRelay
 from worker.runtime import state as _state
@@ -344,9 +345,12 @@ def build_relay(settings: Settings, app: Celery) -> OutboxRelay:
     store = EventStore(redis_from_settings(settings), settings)
     assembly = _assemble(settings, store, app, fair_queue(settings, store, app))
     journal = journal_deliverers(store, assembly.emitter, settings.outbox_retention_s)
+    # the plugins' calls are bounded here; the journal's are Redis calls, bounded by the client's timeouts
+    timeout_s = settings.outbox_delivery_timeout_s
+    plugins = {kind: bounded(deliver, timeout_s) for kind, deliver in assembly.deliverers.items()}
     return OutboxRelay(
         store,
-        {**assembly.deliverers, **journal},
+        {**plugins, **journal},
         max_attempts=settings.outbox_max_attempts,
         lease_ms=settings.outbox_lease_ms,
         base_ms=settings.outbox_retry_base_ms,

@@ -35,10 +35,13 @@ SCOPE = "topic:notify"
 class Receiver:
     """A webhook receiver that dedupes on Idempotency-Key: counts deliveries and effects per key."""
 
-    def __init__(self, *, fail: bool = False) -> None:
+    def __init__(self, *, fail: bool = False, hang: bool = False) -> None:
         self.deliveries: Counter[str] = Counter()
         self.effects: Counter[str] = Counter()
         self.fail = fail
+        self.released = threading.Event()  # with ``hang``: no answer until it is set
+        if not hang:
+            self.released.set()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,6 +49,7 @@ class Receiver:
                 key = self.headers.get("Idempotency-Key", "")
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 receiver.deliveries[key] += 1
+                receiver.released.wait()
                 if not receiver.fail and receiver.effects[key] == 0:
                     receiver.effects[key] += 1
                 self.send_response(500 if receiver.fail else 200)
@@ -70,11 +74,11 @@ def _settings(make_settings: Any, **overrides: Any) -> Any:
     return make_settings(plugins=PLUGINS, extra_source_types=["notify.send"], **overrides)
 
 
-def _send(producer: Producer, url: str, source_id: str, **payload: Any) -> str:
+def _send(producer: Producer, url: str, source_id: str, scope: str = SCOPE, **payload: Any) -> str:
     event = {
         "sourceType": "notify.send",
         "sourceId": source_id,
-        "scopeKey": SCOPE,
+        "scopeKey": scope,
         "payload": {"url": url, **payload},
     }
     return producer.enqueue(event).event_id
@@ -86,6 +90,12 @@ def _settled(producer: Producer, event_id: str) -> list[dict[str, Any]]:
     if not records or producer.store.client.zcard(producer.keys.for_bucket(0).outbox_due):
         return []
     return [] if any(r["state"] == "pending" for r in records) else records
+
+
+def _final(producer: Producer, event_id: str, scope: str = SCOPE) -> list[dict[str, Any]]:
+    """The event's outbox records once none of them is pending (others may be)."""
+    records = records_of_event(producer.keys, producer.store, scope, event_id)
+    return records if records and all(r["state"] != "pending" for r in records) else []
 
 
 def test_a_paused_lease_holder_causes_no_second_effect(
@@ -227,3 +237,34 @@ def test_one_source_id_in_two_tenants_and_for_two_users_makes_three_effects(
     assert dict(receiver.effects) == dict.fromkeys(keys, 1)
     for producer in (acme, globex):
         producer.close()
+
+
+def test_a_deliverer_that_never_returns_fails_its_attempt_and_the_relay_goes_on(
+    make_settings: Any, start_worker: Any, receiver: Receiver
+) -> None:
+    """A plugin's deliverer with no timeout, at a receiver that never answers, held its relay thread for good:
+    with one delivery at a time, no other record of any tenant was delivered by that worker again, and the
+    record read ``pending`` with nothing listed. The relay now waits on a call at most
+    ``outbox_delivery_timeout_s``: the attempt fails (here the last: dead, naming the timeout) and the next
+    record is delivered."""
+    hanging = Receiver(hang=True)
+    try:
+        settings = _settings(
+            make_settings, outbox_concurrency=1, outbox_max_attempts=1, outbox_delivery_timeout_s=1.0
+        )
+        start_worker(settings)
+        producer = Producer(settings)
+        stuck = _send(producer, hanging.url, "n-hang", unbounded=True)
+        wait_for(lambda: sum(hanging.deliveries.values()) == 1, timeout_s=60, what="the call that hangs")
+        after = _send(producer, receiver.url, "n-after", scope="topic:notify-after")
+        delivered = wait_for(
+            lambda: _final(producer, after, "topic:notify-after"), timeout_s=60, what="the next delivery"
+        )
+        assert [r["state"] for r in delivered] == ["delivered"] and sum(receiver.effects.values()) == 1
+        (dead,) = wait_for(lambda: _final(producer, stuck), timeout_s=60, what="the hung record to die")
+        assert dead["state"] == "dead" and dead["attempts"] == 1
+        assert "DeliveryTimedOut" in dead["lastError"] and "test-webhook" in dead["lastError"]
+        producer.close()
+    finally:
+        hanging.released.set()
+        hanging.server.shutdown()
