@@ -5,6 +5,7 @@ import { Events } from "./resources/events.js";
 import { Outbox } from "./resources/outbox.js";
 import { Receipts } from "./resources/receipts.js";
 import { Scopes } from "./resources/scopes.js";
+import { Sessions } from "./resources/sessions.js";
 import { Tokens } from "./resources/tokens.js";
 export interface AgentSignalOptions {
     /** The server's root URL, for example `http://127.0.0.1:8000`. */
@@ -32,6 +33,7 @@ export declare class AgentSignal {
     readonly outbox: Outbox;
     readonly scopes: Scopes;
     readonly tokens: Tokens;
+    readonly sessions: Sessions;
     /**
      * The user a user token (from `tokens.create`) acts for, read from the token itself (its `sub`); undefined for
      * an API key or no token. The server stamps that user on every event and keeps them in the user's own scopes.

@@ -5,6 +5,7 @@ import { Events } from "./resources/events.js";
 import { Outbox } from "./resources/outbox.js";
 import { Receipts } from "./resources/receipts.js";
 import { Scopes } from "./resources/scopes.js";
+import { Sessions } from "./resources/sessions.js";
 import { Tokens } from "./resources/tokens.js";
 export class AgentSignal {
     events;
@@ -13,6 +14,7 @@ export class AgentSignal {
     outbox;
     scopes;
     tokens;
+    sessions;
     /**
      * The user a user token (from `tokens.create`) acts for, read from the token itself (its `sub`); undefined for
      * an API key or no token. The server stamps that user on every event and keeps them in the user's own scopes.
@@ -27,6 +29,7 @@ export class AgentSignal {
         this.outbox = new Outbox(http);
         this.scopes = new Scopes(http);
         this.tokens = new Tokens(http);
+        this.sessions = new Sessions(http);
     }
 }
 /** The `sub` of a user token (a JWT whose claims name a `tenant`), undefined for anything else. Not verified: the

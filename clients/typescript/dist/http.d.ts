@@ -13,6 +13,8 @@ export interface CallOptions extends RequestOptions {
      * retried (default: true for GET, false for anything else).
      */
     replayable?: boolean;
+    /** Called with the headers of the successful answer, before its body is returned. */
+    onHeaders?: ((headers: Headers) => void) | undefined;
 }
 /** The longest `Retry-After` the client waits by itself, in seconds. */
 export declare const MAX_RETRY_AFTER_S = 60;

@@ -11,9 +11,11 @@
  *
  * A network failure may come after the server acted (the answer was lost), so it is retried only where a repeat
  * answers what the first call would have: reads, and sends (the server dedupes them; what the lost attempt stored
- * answers `duplicate`). Other calls (cancel, pause, resume, redrive, discard, minting a token: a repeat would
- * answer `changed: false` or `notDead`, or mint a second token) are retried only when nothing reached the
- * server (the connection was refused, or the name did not resolve); otherwise the `network_error` is thrown with
+ * answers `duplicate`), and calls marked `replayable` (a session's settings: see each
+ * resource). Other calls (cancel, pause, resume, redrive, discard, minting a token, a session call that acts anew:
+ * a repeat would answer `changed: false` or `notDead`, mint a second token, or append or signal twice) are
+ * retried only when nothing reached the server (the connection was refused, or the name did not resolve);
+ * otherwise the `network_error` is thrown with
  * `requestSent: true` for the caller to decide. The same holds for a `503`: the server answers
  * `store_unavailable` when its store failed partway through a call (a redrive of ten events may have redriven
  * three), so such a call is retried on a `503` only when the answer says it was refused before any work (`busy`,
@@ -140,8 +142,9 @@ export class Http {
                 });
             }
             release();
+            let answer;
             try {
-                return JSON.parse(text);
+                answer = JSON.parse(text);
             }
             catch (error) {
                 const excerpt = text.trim().slice(0, 200);
@@ -153,6 +156,8 @@ export class Http {
                     cause: error,
                 });
             }
+            options.onHeaders?.(response.headers);
+            return answer;
         }
     }
     /** `text` with the token blanked out: a fetch that refuses a header quotes its value in its message. */

@@ -5,6 +5,7 @@ import { Events } from "./resources/events.js";
 import { Outbox } from "./resources/outbox.js";
 import { Receipts } from "./resources/receipts.js";
 import { Scopes } from "./resources/scopes.js";
+import { Sessions } from "./resources/sessions.js";
 import { Tokens } from "./resources/tokens.js";
 
 export interface AgentSignalOptions {
@@ -34,6 +35,7 @@ export class AgentSignal {
   readonly outbox: Outbox;
   readonly scopes: Scopes;
   readonly tokens: Tokens;
+  readonly sessions: Sessions;
   /**
    * The user a user token (from `tokens.create`) acts for, read from the token itself (its `sub`); undefined for
    * an API key or no token. The server stamps that user on every event and keeps them in the user's own scopes.
@@ -49,6 +51,7 @@ export class AgentSignal {
     this.outbox = new Outbox(http);
     this.scopes = new Scopes(http);
     this.tokens = new Tokens(http);
+    this.sessions = new Sessions(http);
   }
 }
 

@@ -18,6 +18,7 @@ export type { AllDeadRecords, Outbox } from "./resources/outbox.js";
 export { CATCH_UP_LAG_MS, IDLE_TIMEOUT_MS, type ReceiptStream, type ReceiptStreamOptions } from "./resources/receipt_stream.js";
 export type { Receipts } from "./resources/receipts.js";
 export type { ScopeListOptions, Scopes } from "./resources/scopes.js";
+export type { AppendOptions, Sessions } from "./resources/sessions.js";
 export type { TokenCreate, Tokens } from "./resources/tokens.js";
 export type * from "./types.js";
 export type { components, operations, paths } from "./generated/openapi.js";

@@ -8,6 +8,7 @@ import type { components, paths } from "./generated/openapi.js";
 type Schemas = components["schemas"];
 type JsonBody<T> = T extends { requestBody?: infer B } ? NonNullable<B> extends { content: { "application/json": infer J } } ? J : never : never;
 type QueryOf<T> = T extends { parameters: { query?: infer Q } } ? NonNullable<Q> : never;
+type OkBody<T> = T extends { responses: { 200: { content: { "application/json": infer J } } } } ? J : never;
 
 /** What `POST /v1/events` takes: one event, or a batch. */
 type SendBody = JsonBody<paths["/v1/events"]["post"]>;
@@ -53,6 +54,56 @@ export type ScopeControl = Schemas["ScopeControl"];
 
 export type MintedToken = Schemas["MintedToken"];
 export type TokenRequest = Schemas["TokenRequest"];
+
+/** What `PUT /v1/sessions/{id}` takes: the settings to change (merged into the session's). */
+export type SessionSettingsChange = JsonBody<paths["/v1/sessions/{session_id}"]["put"]>;
+export type SessionSettings = Schemas["SessionSettings"];
+type WireMessage = JsonBody<paths["/v1/sessions/{session_id}/context/messages"]["post"]>["messages"][number];
+/**
+ * A content part: an object naming its `type` (`{type: "text", text}`, `{type: "image_url", image_url}`, …). The
+ * server's schema declares only `type` and lets the other fields through, which its generated type does not
+ * say (a closed object): opened here.
+ */
+export type ContentPart = Extract<WireMessage["content"], readonly unknown[]>[number] & { [key: string]: unknown };
+/**
+ * A context message in kimi's shape: `{role, content, tool_calls?, tool_call_id?}`; `content` a string, a list
+ * of content parts, or null (an assistant message that only calls tools); other fields (`name`, `id`) are kept.
+ */
+export type ContextMessage = Pick<WireMessage, "role" | "tool_calls" | "tool_call_id"> & {
+  content: string | ContentPart[] | null;
+  [key: string]: unknown;
+};
+export type ContextLength = Schemas["ContextLength"];
+export type ContextView = Schemas["ContextView"];
+export type CheckpointCreated = Schemas["CheckpointCreated"];
+/** The SendDMail tool's arguments, as the model gives them: `{message, checkpoint_id}`. */
+export type DMailArguments = JsonBody<paths["/v1/sessions/{session_id}/dmail"]["post"]>;
+export type DMailResult = Schemas["DMailResult"];
+export type StepEnd = JsonBody<paths["/v1/sessions/{session_id}/steps/end"]["post"]>;
+export type StepEndResult = Schemas["StepEndResult"];
+/** The `signal` tool's types (`answer`, `blocked`, `need_approval`, …). */
+export type SignalType = JsonBody<paths["/v1/sessions/{session_id}/signal"]["post"]>["type"];
+export type SignalOutput = Schemas["SignalOutput"];
+export type FunctionView = Schemas["FunctionView"];
+export type FunctionsState = Schemas["FunctionsState"];
+export type Turn = JsonBody<paths["/v1/sessions/{session_id}/turn"]["post"]>;
+/** The end of an assistant turn: `nowMs?`, `lastTwoOutputsIdentical?`, `modelAskedQuestion?`. */
+export type IdleInput = JsonBody<paths["/v1/sessions/{session_id}/idle"]["post"]>;
+export type IdleDecision = Schemas["IdleDecision"];
+/** A finished tool call: `{name, args?, output?}`. */
+export type ToolCallDone = JsonBody<paths["/v1/sessions/{session_id}/tool"]["post"]>;
+export type Injects = Schemas["Injects"];
+export type AttentionItem = Schemas["AttentionItem"];
+export type AttentionList = Schemas["AttentionList"];
+/** A session's artifacts, name to content. */
+export type Artifacts = OkBody<paths["/v1/sessions/{session_id}/artifacts"]["get"]>;
+export type Artifact = Schemas["Artifact"];
+/**
+ * The answer of a call that also records its change as a source event (`signal`, `sendDMail`, `endStep`):
+ * `recordError` is set (the server's `Agent-Signal-Record-Error`) when the change was made but its record was
+ * refused (`quota_exceeded`, `inbox_full`, `store_unavailable`, `session_gone`, …); absent otherwise.
+ */
+export type Recorded<T> = T & { recordError?: string };
 
 /** Every error answer: `{"error": {"code", "message", "field"}}`. */
 export type ErrorBody = Schemas["ErrorBody"];

@@ -4,11 +4,16 @@ import {
   AgentSignal,
   AgentSignalError,
   enqueueAgentSignalSourceEvent,
+  type ContextMessage,
+  type ContextView,
   type EventStatus,
+  type FunctionsState,
   type IngestResults,
   type QueuedAgentSignalEmissionResult,
   type Receipt,
   type ScopeState,
+  type SessionSettings,
+  type SignalType,
   type SourceEvent,
 } from "@agent-signal/client";
 
@@ -60,6 +65,52 @@ export async function consumer(): Promise<void> {
   // @ts-expect-error userId is required
   await client.tokens.create({ ttlS: 600 });
 
+  // sessions: settings, the context store, D-Mail, the signal tool and the function runtime
+  const settings: SessionSettings = await client.sessions.configure("s1", { dmailEnabled: true, functions: ["approval"] });
+  const locked: string[] = (await client.sessions.settings("s1")).functions;
+  // @ts-expect-error dmailEnabled is a boolean
+  await client.sessions.configure("s1", { dmailEnabled: "yes" });
+  const messages: ContextMessage[] = [
+    { role: "user", content: "Draft the release notes." },
+    { role: "assistant", content: null, tool_calls: [{ id: "call_1" }] },
+    { role: "tool", content: [{ type: "text", text: "done" }], tool_call_id: "call_1" },
+  ];
+  const length: number = (await client.sessions.append("s1", messages, { tokenCount: 42 })).length;
+  // @ts-expect-error not a role
+  await client.sessions.append("s1", [{ role: "robot", content: "hi" }]);
+  // @ts-expect-error a content part names its type
+  await client.sessions.append("s1", [{ role: "user", content: [{ text: "hi" }] }]);
+  const checkpointId: number = (await client.sessions.checkpoint("s1")).checkpointId;
+  const view: ContextView = await client.sessions.revert("s1", checkpointId);
+  // @ts-expect-error a checkpoint id is a number
+  await client.sessions.revert("s1", "0");
+  const counts: [number, number] = [view.nCheckpoints, (await client.sessions.context("s1")).tokenCount];
+  await client.sessions.compact("s1", [{ role: "user", content: "Summary." }]);
+  await client.sessions.clear("s1");
+  const dmail = await client.sessions.sendDMail("s1", { message: "use staging", checkpoint_id: 0 });
+  const dmailParts: [boolean, string, string | undefined] = [dmail.isError, dmail.brief, dmail.recordError];
+  // @ts-expect-error the tool's argument is checkpoint_id (kimi's), not checkpointId
+  await client.sessions.sendDMail("s1", { message: "use staging", checkpointId: 0 });
+  const ended = await client.sessions.endStep("s1", { rejectedWithoutFeedback: false });
+  const outcome: "applied" | "discarded" | "none" = ended.outcome;
+  const type: SignalType = "need_approval";
+  const signalled = await client.sessions.signal("s1", type, { plan: "ship" });
+  const output: string = signalled.output;
+  const recordError: string | undefined = signalled.recordError;
+  // @ts-expect-error not a signal type
+  await client.sessions.signal("s1", "explode");
+  const functions: FunctionsState = await client.sessions.activate("s1", "escalation");
+  await client.sessions.deactivate("s1", "escalation");
+  const turn: number | undefined = (await client.sessions.turn("s1", { userMessaged: true })).functions["approval"]?.currentTurn;
+  const decision = await client.sessions.idle("s1", { nowMs: 1_700_000_000_000, modelAskedQuestion: false });
+  const continued: boolean = decision.continued;
+  const injects: string[] = (await client.sessions.toolAfter("s1", { name: "signal", args: { type: "answer" } })).injects;
+  // @ts-expect-error a tool call names its tool
+  await client.sessions.toolAfter("s1", { args: {} });
+  const attention: string[] = (await client.sessions.attention("s1")).items.map((item) => item.function);
+  const artifacts: Record<string, string> = await client.sessions.artifacts("s1");
+  const artifact: { name: string; content: string } = await client.sessions.putArtifact("s1", "plan", "ship");
+
   const queued: QueuedAgentSignalEmissionResult = await enqueueAgentSignalSourceEvent(
     { sourceType: "agent.user.message", sourceId: "m3", payload: { topicId: "t1" }, scopeKey: undefined },
     { client, userId: "u1", agentId: "a1" },
@@ -80,4 +131,6 @@ export async function consumer(): Promise<void> {
     }
   }
   void [status, cursor, requested, receipts, discarded, scopes, minted, accepted];
+  void [settings, locked, length, counts, dmailParts, outcome, output, recordError, functions, turn, continued, injects];
+  void [attention, artifacts, artifact];
 }
