@@ -2,6 +2,7 @@
 import { Http } from "./http.js";
 import { Dlq } from "./resources/dlq.js";
 import { Events } from "./resources/events.js";
+import { Memories } from "./resources/memories.js";
 import { Outbox } from "./resources/outbox.js";
 import { Receipts } from "./resources/receipts.js";
 import { Scopes } from "./resources/scopes.js";
@@ -15,6 +16,7 @@ export class AgentSignal {
     scopes;
     tokens;
     sessions;
+    memories;
     /**
      * The user a user token (from `tokens.create`) acts for, read from the token itself (its `sub`); undefined for
      * an API key or no token. The server stamps that user on every event and keeps them in the user's own scopes.
@@ -30,6 +32,7 @@ export class AgentSignal {
         this.scopes = new Scopes(http);
         this.tokens = new Tokens(http);
         this.sessions = new Sessions(http);
+        this.memories = new Memories(http);
     }
 }
 /** The `sub` of a user token (a JWT whose claims name a `tenant`), undefined for anything else. Not verified: the

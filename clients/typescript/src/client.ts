@@ -2,6 +2,7 @@
 import { Http, type FetchLike } from "./http.js";
 import { Dlq } from "./resources/dlq.js";
 import { Events } from "./resources/events.js";
+import { Memories } from "./resources/memories.js";
 import { Outbox } from "./resources/outbox.js";
 import { Receipts } from "./resources/receipts.js";
 import { Scopes } from "./resources/scopes.js";
@@ -36,6 +37,7 @@ export class AgentSignal {
   readonly scopes: Scopes;
   readonly tokens: Tokens;
   readonly sessions: Sessions;
+  readonly memories: Memories;
   /**
    * The user a user token (from `tokens.create`) acts for, read from the token itself (its `sub`); undefined for
    * an API key or no token. The server stamps that user on every event and keeps them in the user's own scopes.
@@ -52,6 +54,7 @@ export class AgentSignal {
     this.scopes = new Scopes(http);
     this.tokens = new Tokens(http);
     this.sessions = new Sessions(http);
+    this.memories = new Memories(http);
   }
 }
 

@@ -11,7 +11,7 @@
  *
  * A network failure may come after the server acted (the answer was lost), so it is retried only where a repeat
  * answers what the first call would have: reads, and sends (the server dedupes them; what the lost attempt stored
- * answers `duplicate`), and calls marked `replayable` (a session's settings: see each
+ * answers `duplicate`), and calls marked `replayable` (a session's settings, a receipt's rollback: see each
  * resource). Other calls (cancel, pause, resume, redrive, discard, minting a token, a session call that acts anew:
  * a repeat would answer `changed: false` or `notDead`, mint a second token, or append or signal twice) are
  * retried only when nothing reached the server (the connection was refused, or the name did not resolve);

@@ -14,6 +14,7 @@ export {
 } from "./lobehub.js";
 export type { AllDead, Dlq, EveryDeadOptions } from "./resources/dlq.js";
 export type { EventIterator, Events } from "./resources/events.js";
+export type { Memories } from "./resources/memories.js";
 export type { AllDeadRecords, Outbox } from "./resources/outbox.js";
 export { CATCH_UP_LAG_MS, IDLE_TIMEOUT_MS, type ReceiptStream, type ReceiptStreamOptions } from "./resources/receipt_stream.js";
 export type { Receipts } from "./resources/receipts.js";

@@ -105,5 +105,16 @@ export type Artifact = Schemas["Artifact"];
  */
 export type Recorded<T> = T & { recordError?: string };
 
+export type Memory = Schemas["Memory"];
+export type MemoryList = Schemas["MemoryList"];
+/** `userId`: required with an API key; a user token's own user when absent. */
+export type MemoryQuery = QueryOf<paths["/v1/memories"]["get"]>;
+
+export type Rollback = Schemas["Rollback"];
+export type RollbackStatus = Rollback["status"];
+/** The rollback's 404 body: the error, plus `status: "not_found"` (in `AgentSignalError.body`). */
+export type RollbackNotFound = Schemas["RollbackNotFound"];
+export type RollbackQuery = QueryOf<paths["/v1/receipts/{receipt_id}/rollback"]["post"]>;
+
 /** Every error answer: `{"error": {"code", "message", "field"}}`. */
 export type ErrorBody = Schemas["ErrorBody"];

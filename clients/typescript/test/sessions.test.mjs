@@ -1,4 +1,4 @@
-// Sessions against a local stub server: paths, encoding, bodies, errors, the
+// Sessions, memories and receipt rollback against a local stub server: paths, encoding, bodies, errors, the
 // record-error header, and which calls are sent again (no stack needed).
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
@@ -165,6 +165,30 @@ describe("sessions: request shape", () => {
   });
 });
 
+describe("memories and rollback: request shape", () => {
+  test("list, get and rollback: paths encoded, userId in the query, rollback without a body", async () => {
+    const stub = await echoing();
+    const api = new AgentSignal({ baseUrl: stub.url });
+    await api.memories.list({ userId: "u 1" });
+    await api.memories.list();
+    await api.memories.get("mem_ab:c", { userId: "u1" });
+    await api.memories.get("mem_1");
+    await api.receipts.rollback("msg_1:skill:a/b", { userId: "u1" });
+    await api.receipts.rollback("r-1");
+    assert.deepEqual(shown(stub), [
+      "GET /v1/memories?userId=u+1",
+      "GET /v1/memories",
+      "GET /v1/memories/mem_ab%3Ac?userId=u1",
+      "GET /v1/memories/mem_1",
+      "POST /v1/receipts/msg_1%3Askill%3Aa%2Fb/rollback?userId=u1",
+      "POST /v1/receipts/r-1/rollback",
+    ]);
+    await assert.rejects(api.memories.get(".."), TypeError);
+    await assert.rejects(api.receipts.rollback(""), TypeError);
+    assert.equal(stub.requests.length, 6);
+  });
+});
+
 describe("sessions: answers and errors", () => {
   test("the answer is the server's JSON; recordError is added only when the server names a record's refusal", async () => {
     const stub = await echoing({
@@ -208,6 +232,23 @@ describe("sessions: answers and errors", () => {
     await fails(api.sessions.state("other"), [404, "not_found", undefined]);
     assert.equal(stub.requests.length, 6); // none of them retried
   });
+
+  test("a rollback of no receipt is 404 not_found, its body carrying LobeHub's status; 409 ambiguous_receipt_id names userId", async () => {
+    const missing = { error: { code: "not_found", message: "no receipt 'r-x'", field: null }, status: "not_found" };
+    const stub = await echoing({
+      "POST /v1/receipts/r-x/rollback": [404, missing],
+      "POST /v1/receipts/r-both/rollback": [409, errorBody("ambiguous_receipt_id", "exists for 2 users: give userId", "userId")],
+      "GET /v1/memories": [422, errorBody("missing_field", "userId is required", "userId")],
+    });
+    const api = new AgentSignal({ baseUrl: stub.url });
+    await assert.rejects(api.receipts.rollback("r-x"), (error) => {
+      assert.deepEqual([error.status, error.code], [404, "not_found"]);
+      assert.equal(error.body.status, "not_found");
+      return true;
+    });
+    await assert.rejects(api.receipts.rollback("r-both"), (error) => error.status === 409 && error.field === "userId");
+    await assert.rejects(api.memories.list(), (error) => error.code === "missing_field" && error.field === "userId");
+  });
 });
 
 describe("sessions: retries", () => {
@@ -245,7 +286,7 @@ describe("sessions: retries", () => {
     }
   });
 
-  test("a lost answer: the reads and the replayable calls are sent again; the others throw requestSent", async () => {
+  test("a lost answer: the reads, the replayable calls and rollback are sent again; the others throw requestSent", async () => {
     const stub = await answerLost();
     const api = new AgentSignal({ baseUrl: stub.url, maxRetries: 1 });
     const reads = [
@@ -254,6 +295,9 @@ describe("sessions: retries", () => {
       () => api.sessions.state("s1"),
       () => api.sessions.attention("s1"),
       () => api.sessions.artifacts("s1"),
+      () => api.memories.list({ userId: "u1" }),
+      () => api.memories.get("mem_1", { userId: "u1" }),
+      () => api.receipts.rollback("r-1", { userId: "u1" }),
     ];
     const calls = [...reads.map((call) => ({ call, replayable: true })), ...sessionCalls(api)];
     let expected = 0;

@@ -9,8 +9,10 @@ import {
   type EventStatus,
   type FunctionsState,
   type IngestResults,
+  type Memory,
   type QueuedAgentSignalEmissionResult,
   type Receipt,
+  type RollbackStatus,
   type ScopeState,
   type SessionSettings,
   type SignalType,
@@ -111,6 +113,13 @@ export async function consumer(): Promise<void> {
   const artifacts: Record<string, string> = await client.sessions.artifacts("s1");
   const artifact: { name: string; content: string } = await client.sessions.putArtifact("s1", "plan", "ship");
 
+  // memories and rollback
+  const memories: Memory[] = (await client.memories.list({ userId: "u1" })).memories;
+  const memory: Memory = await client.memories.get("mem_1", { userId: "u1" });
+  const undone: RollbackStatus = (await client.receipts.rollback("r-1", { userId: "u1" })).status;
+  // @ts-expect-error a memory id is a string
+  await client.memories.get(1);
+
   const queued: QueuedAgentSignalEmissionResult = await enqueueAgentSignalSourceEvent(
     { sourceType: "agent.user.message", sourceId: "m3", payload: { topicId: "t1" }, scopeKey: undefined },
     { client, userId: "u1", agentId: "a1" },
@@ -132,5 +141,5 @@ export async function consumer(): Promise<void> {
   }
   void [status, cursor, requested, receipts, discarded, scopes, minted, accepted];
   void [settings, locked, length, counts, dmailParts, outcome, output, recordError, functions, turn, continued, injects];
-  void [attention, artifacts, artifact];
+  void [attention, artifacts, artifact, memories, memory, undone];
 }

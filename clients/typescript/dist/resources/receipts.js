@@ -1,3 +1,5 @@
+/** `client.receipts`: list a user's receipts, stream new ones live over server-sent events, and undo a skill update. */
+import { segment } from "../http.js";
 import { ReceiptStream } from "./receipt_stream.js";
 export class Receipts {
     #http;
@@ -18,5 +20,22 @@ export class Receipts {
      */
     stream(options = {}) {
         return new ReceiptStream(this.#http, options, (query, signal) => this.list(query, { signal }));
+    }
+    /**
+     * Undo the skill update a receipt records (LobeHub's receipt rollback) → `{status, receipt}`: `rolled_back`
+     * (the document's previous version restored), `conflict` (the document changed since), `failed`, or
+     * `unsupported` (not a skill update); the status is kept on the receipt (`metadata.rollbackStatus`). The
+     * receipt is a user token's own user's, else `userId`'s; a key without `userId` is answered when one user has
+     * a receipt with this id (else `409 ambiguous_receipt_id`, `field: "userId"`). No such receipt, or not the
+     * caller's: `404 not_found`, with `status: "not_found"` in the error's `body`. Needs the `operate` grant (an
+     * operate or admin key, or a user token). Retried after a lost answer: the server answers a repeated undo
+     * `rolled_back` again and changes nothing.
+     */
+    async rollback(receiptId, query = {}, options) {
+        return this.#http.json("POST", `/v1/receipts/${segment(receiptId)}/rollback`, {
+            query: { ...query },
+            signal: options?.signal,
+            replayable: true,
+        });
     }
 }

@@ -1,0 +1,18 @@
+/**
+ * `client.memories`: the memories self-iteration wrote for a user (the reference runner's store,
+ * docs/self-iteration.md), newest first, and one by id. The server has no route that changes or deletes one:
+ * `DELETE /v1/users/{userId}` (an operator's erasure) is what removes them.
+ */
+import { type Http, type RequestOptions } from "../http.js";
+import type { Memory, MemoryList, MemoryQuery } from "../types.js";
+export declare class Memories {
+    #private;
+    constructor(http: Http);
+    /**
+     * A user's memories, newest first. `userId` is required with an API key (`422 missing_field` without it); a
+     * user token reads its own user's (it may leave `userId` out; another user's answers 404).
+     */
+    list(query?: MemoryQuery, options?: RequestOptions): Promise<MemoryList>;
+    /** One memory of the user (`userId` as for `list`); an unknown id, or another user's, is `404 not_found`. */
+    get(memoryId: string, query?: MemoryQuery, options?: RequestOptions): Promise<Memory>;
+}
