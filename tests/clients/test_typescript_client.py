@@ -120,7 +120,11 @@ def test_npm_test_passes_against_a_live_stack(
     """``npm test`` in clients/typescript: its checks, then node's test runner against a started stack."""
     _, npm = _tools()
     _npm_ci(npm)
-    settings = make_settings(bootstrap_key=BOOT, rate_limit_per_s=0, auth_cache_s=0)
+    # the function definitions the session tests activate (approval, escalation); `make run` loads none
+    functions_dir = str(ROOT / "examples" / "functions")
+    settings = make_settings(
+        bootstrap_key=BOOT, rate_limit_per_s=0, auth_cache_s=0, functions_dir=functions_dir
+    )
     start_worker(settings)
     web, url = start_web(settings)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SIGNAL_")}
