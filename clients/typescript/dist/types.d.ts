@@ -71,13 +71,10 @@ export type SessionSettingsChange = JsonBody<paths["/v1/sessions/{session_id}"][
 export type SessionSettings = Schemas["SessionSettings"];
 type WireMessage = JsonBody<paths["/v1/sessions/{session_id}/context/messages"]["post"]>["messages"][number];
 /**
- * A content part: an object naming its `type` (`{type: "text", text}`, `{type: "image_url", image_url}`, …). The
- * server's schema declares only `type` and lets the other fields through, which its generated type does not
- * say (a closed object): opened here.
+ * A content part: an object naming its `type` (`{type: "text", text}`, `{type: "image_url", image_url}`, …), its
+ * other fields open (the server's schema says so: `additionalProperties`).
  */
-export type ContentPart = Extract<WireMessage["content"], readonly unknown[]>[number] & {
-    [key: string]: unknown;
-};
+export type ContentPart = Extract<WireMessage["content"], readonly unknown[]>[number];
 /**
  * A context message in kimi's shape: `{role, content, tool_calls?, tool_call_id?}`; `content` a string, a list
  * of content parts, or null (an assistant message that only calls tools); other fields (`name`, `id`) are kept.

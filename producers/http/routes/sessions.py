@@ -70,6 +70,7 @@ CONTENT_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "properties": {"type": {"type": "string", "minLength": 1}},
                 "required": ["type"],
+                "additionalProperties": True,  # a part's own fields (``text``, ``image_url``…), typed clients too
             },
         },
         {"type": "null"},

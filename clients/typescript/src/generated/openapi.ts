@@ -4904,9 +4904,11 @@ export interface operations {
                          * Content
                          * @description A string, a list of content parts (objects with a ``type``: ``text``, ``image_url``, …), or null (no content: an assistant message that only calls tools).
                          */
-                        content: string | {
+                        content: string | ({
                             type: string;
-                        }[] | null;
+                        } & {
+                            [key: string]: unknown;
+                        })[] | null;
                         /** Tool Calls */
                         tool_calls?: {
                             [key: string]: unknown;
@@ -5355,9 +5357,11 @@ export interface operations {
                          * Content
                          * @description A string, a list of content parts (objects with a ``type``: ``text``, ``image_url``, …), or null (no content: an assistant message that only calls tools).
                          */
-                        content: string | {
+                        content: string | ({
                             type: string;
-                        }[] | null;
+                        } & {
+                            [key: string]: unknown;
+                        })[] | null;
                         /** Tool Calls */
                         tool_calls?: {
                             [key: string]: unknown;
