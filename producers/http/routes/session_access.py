@@ -148,7 +148,7 @@ def session_body(
     (:func:`claim_pending`), so a request the route refuses claims nothing. (FastAPI runs this before it checks
     the route's own path parameters: a PUT route with more of them checks them in its ``precheck``.)"""
 
-    async def checked_session_body(session_id: str, request: Request) -> B | JSONResponse:
+    async def checked_session_body(session_id: SessionId, request: Request) -> B | JSONResponse:
         if (bad := bad_session(session_id)) is not None:
             return bad
         body = await parse_body(request, model)

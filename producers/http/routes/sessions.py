@@ -14,6 +14,7 @@ from producers.http.api_models import API_ERRORS, ContextView, SessionSettings, 
 from producers.http.records import RECORDED, with_record_error
 from producers.http.routes.functions import activate_locked, function_definitions, unknown_function
 from producers.http.routes.session_access import (
+    SessionId,
     bad_session,
     record_event,
     session_access,
@@ -168,7 +169,7 @@ class StepEndResult(BaseModel):
     )
 
 
-async def dmail_arguments(session_id: str, request: Request) -> Any:
+async def dmail_arguments(session_id: SessionId, request: Request) -> Any:
     """A FastAPI dependency: the SendDMail arguments (any JSON value), or the response to answer instead:
     422 for a bad session id, kimi's ToolError ("Error parsing JSON arguments") for a body that is not JSON, and
     the door's 422 for one that is not strict JSON (NaN, Infinity, a lone surrogate: nothing may store those)."""

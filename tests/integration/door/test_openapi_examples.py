@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator
 
 from producers.http.app import create_web_app
+from producers.http.routes.session_access import SESSION_ID
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -151,3 +152,22 @@ def test_self_iteration_parameters_say_who_must_give_them(client: TestClient) ->
             assert parameters["agentId"]["required"] is True, (path, parameters["agentId"])
     responses = paths["/v1/receipts/{receipt_id}/rollback"]["post"]["responses"]
     assert "ambiguous_receipt_id" in responses["409"]["description"], responses.keys()
+
+
+def test_every_session_route_publishes_the_session_id_rule(client: TestClient) -> None:
+    """The door checks a session id on every session route, but the routes with a body declared it a plain
+    string in the document (their dependency's ``session_id: str``): a typed client read the rule off the GET
+    routes only. Each ``session_id`` path parameter now carries the pattern, and a caller it refuses is told so."""
+    spec = _document(client)
+    published = {
+        (method, path): parameter["schema"].get("pattern")
+        for path, operations in spec["paths"].items()
+        for method, operation in operations.items()
+        for parameter in operation.get("parameters", [])
+        if parameter["name"] == "session_id"
+    }
+    assert len(published) >= 20 and {p for p in published.values()} == {SESSION_ID.pattern}, published
+    refused = client.post(
+        "/v1/sessions/bad%20id/dmail", json={"message": "x", "checkpoint_id": 0}, headers=ADMIN
+    )
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "sessionId"
