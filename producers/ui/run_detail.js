@@ -62,7 +62,8 @@ function attemptsTable(rec) {
         { "data-attempt": a.attempt },
         el("td", {}, String(a.attempt)),
         el("td", {}, fmtTime(a.startedAt)),
-        el("td", {}, a.finishedAt ? fmtTime(a.finishedAt) : "running"),
+        // no end: still running, or lost with its worker (it never finished)
+        el("td", {}, a.finishedAt ? fmtTime(a.finishedAt) : a.status === "running" ? "running" : "—"),
         el("td", {}, a.finishedAt && a.startedAt ? fmtAge(a.finishedAt - a.startedAt) : ""),
         el("td", {}, badge(a.status)),
         el("td", { class: "err" }, a.error || ""),

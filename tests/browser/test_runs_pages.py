@@ -280,3 +280,43 @@ def test_find_by_id_shows_a_failed_lookup_in_place(
     expect(refused).to_contain_text("id")  # the API's reason
     expect(main).not_to_contain_text("Loading")
     assert page_errors == []
+
+
+def test_an_attempt_lost_with_its_worker_is_not_shown_running(
+    browser: Any,
+    make_settings: Any,
+    serve_web: Any,
+    redis_client: Any,
+    tenant_keys: Any,
+    page_errors: list[str],
+) -> None:
+    """An attempt whose worker died has no end; its row said Finished "running" beside the status "lost" (an
+    upgrade walk, after a killed worker's event was taken over). It reads "—" now; one still running says so."""
+    from playwright.sync_api import expect
+
+    # Given a dead event whose first attempt was lost with its worker and whose second failed
+    started_ms = 1_700_000_000_000
+    history = [
+        {"attempt": 1, "run": 0, "startedAt": started_ms, "status": "lost"},
+        {"attempt": 2, "run": 0, "startedAt": started_ms + 70_000, "status": "failed", "error": "broken"}
+        | {"finishedAt": started_ms + 70_050},
+    ]
+    record = {"state": "dead", "scopeKey": "topic:lost", "sourceType": "test.flaky", "sourceId": "lost-1"}
+    record |= {"attempts": 2, "error": "broken", "enqueuedAt": started_ms, "deadAt": started_ms + 70_050}
+    event_id = "evt_" + "1" * 24
+    redis_client.hset(
+        tenant_keys.for_scope("topic:lost").event(event_id), mapping=record | {"history": json.dumps(history)}
+    )
+    _, stack = serve_web(make_settings())
+    page = new_page(browser, page_errors)
+
+    # When its run page has drawn
+    page.goto(f"{stack}/#/runs/{event_id}")
+    rows = page.locator('[data-testid="attempts"] tbody tr')
+    expect(rows).to_have_count(2)
+
+    # Then the lost attempt has no end, and is not said to be running
+    expect(rows.nth(0).locator("td").nth(2)).to_have_text("—")
+    expect(rows.nth(0)).to_contain_text("lost")
+    expect(rows.nth(1).locator("td").nth(2)).not_to_have_text(re.compile("running|—"))
+    assert page_errors == []
