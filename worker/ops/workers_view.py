@@ -51,22 +51,27 @@ def workers_seen(store: EventStore, keys: Keys) -> list[dict[str, Any]]:
 
 def forget_silent_workers(store: EventStore, keys: EngineKeys, now_ms: int) -> list[str]:
     """Drop the workers whose last beat is older than :data:`FORGET_SILENT_AFTER_MS` from ``workers`` and
-    ``worker-info``, and name them: a worker that ends cleanly removes its own entries, one killed (SIGKILL, a
+    ``worker-info`` (and an info entry with no beat, written longer ago than that), and name them: a worker that ends cleanly removes its own entries, one killed (SIGKILL, a
     node lost) stayed listed for good. A live worker cut off that long (a partition) is listed again by its
     next beat, without its concurrency until it restarts (its info is written once, when it is ready). A beat
     that is no number counts as silent. Run by the one sweeper of an interval (worker/runtime/app.py)."""
     client = store.client
-    silent = [
-        _text(name)
-        for name, at in client.hgetall(keys.workers).items()
-        if now_ms - _ms(at) > FORGET_SILENT_AFTER_MS
+    beats = {_text(name): at for name, at in client.hgetall(keys.workers).items()}
+    silent = [name for name, at in beats.items() if now_ms - _ms(at) > FORGET_SILENT_AFTER_MS]
+    # info with no beat, written over an hour ago: a release before 2026-12-07 removed only the beat on a clean
+    # shutdown (an upgrade walk found them). One written since its worker last beat is its start: kept.
+    orphans = [
+        name
+        for name, raw in ((_text(n), v) for n, v in client.hgetall(keys.worker_info).items())
+        if name not in beats and now_ms - _ms(_json(raw).get("startedAt")) > FORGET_SILENT_AFTER_MS
     ]
-    if silent:
+    if silent or orphans:
         pipe = client.pipeline(transaction=False)
-        pipe.hdel(keys.workers, *silent)
-        pipe.hdel(keys.worker_info, *silent)
+        if silent:
+            pipe.hdel(keys.workers, *silent)
+        pipe.hdel(keys.worker_info, *silent, *orphans)
         pipe.execute()
-    return silent
+    return silent + orphans
 
 
 def _ms(raw: Any) -> int:

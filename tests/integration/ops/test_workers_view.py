@@ -3,6 +3,7 @@ it holds right now (a lease token names its worker), as ``GET /v1/scopes`` and `
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -52,8 +53,12 @@ def test_a_worker_silent_for_over_an_hour_is_forgotten(make_settings: Any, redis
     now = 10_000_000_000
     beats = {"gone@a": now - FORGET_SILENT_AFTER_MS - 1, "live@b": now - 1000, "junk@c": "not a time"}
     redis_client.hset(engine.workers, mapping=beats)
-    redis_client.hset(engine.worker_info, mapping={"gone@a": "{}", "live@b": "{}"})
-    assert sorted(forget_silent_workers(store, engine, now)) == ["gone@a", "junk@c"]
+    # an older release's clean shutdown left its info without a beat; a worker just ready may not have beaten yet
+    old_info = json.dumps({"startedAt": now - FORGET_SILENT_AFTER_MS - 1})
+    new_info = json.dumps({"startedAt": now - 1000})
+    info = {"gone@a": "{}", "live@b": "{}", "stopped@d": old_info, "starting@e": new_info}
+    redis_client.hset(engine.worker_info, mapping=info)
+    assert sorted(forget_silent_workers(store, engine, now)) == ["gone@a", "junk@c", "stopped@d"]
     assert set(redis_client.hkeys(engine.workers)) == {"live@b"}
-    assert set(redis_client.hkeys(engine.worker_info)) == {"live@b"}
+    assert set(redis_client.hkeys(engine.worker_info)) == {"live@b", "starting@e"}
     assert forget_silent_workers(store, engine, now) == []
