@@ -62,9 +62,10 @@ __all__ = [
 ]
 
 ENV_PREFIX = "AGENT_SIGNAL_"
-# Names no settings model reads: the CLI's (AGENT_SIGNAL_URL, AGENT_SIGNAL_TOKEN), so a deployment that sets
+# Names no settings model reads: the CLI's (AGENT_SIGNAL_URL, AGENT_SIGNAL_TOKEN) and the image's revision
+# (AGENT_SIGNAL_REVISION, which `agent-signal --version` prints), so a deployment that sets
 # them is not refused at boot.
-OTHER_ENV_NAMES = frozenset({"AGENT_SIGNAL_URL", "AGENT_SIGNAL_TOKEN"})
+OTHER_ENV_NAMES = frozenset({"AGENT_SIGNAL_URL", "AGENT_SIGNAL_TOKEN", "AGENT_SIGNAL_REVISION"})
 
 
 class SettingsError(ValueError):

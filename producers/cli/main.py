@@ -23,6 +23,7 @@ from producers.cli.inputs import any_bytes, check_text_arguments, tcp_port
 from producers.cli.inspection import add_inspection_commands
 from producers.cli.reach.direct import stack_settings
 from producers.cli.reach.target import CliError, transport_reason
+from producers.cli.version import VersionAction
 
 __all__ = ["main"]
 
@@ -107,6 +108,9 @@ def cmd_functions(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-signal", description="Agent Signal: out-of-band control signals."
+    )
+    parser.add_argument(
+        "--version", action=VersionAction, help="print the version and the code's revision, and exit"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_process_commands(sub)

@@ -4,9 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import re
+import subprocess
 from collections.abc import Iterator
 
+import pytest
+
 from producers.cli.main import _verb, build_parser
+from tests.conftest import ROOT
 
 
 def _parsers(
@@ -88,3 +93,28 @@ def test_every_command_says_what_it_does_in_its_own_help() -> None:
         " ".join(words) for words, parser in _parsers(build_parser()) if words and not parser.description
     ]
     assert silent == []
+
+
+def test_version_names_the_code_an_operator_runs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--version`` exits 0 with the package's version and the revision: the image's ``AGENT_SIGNAL_REVISION``
+    (which the settings check does not refuse), else this checkout's commit; the upgrade notes name commits, and
+    the version alone (0.1.0 since the start) told an operator nothing (an upgrade walk)."""
+    from producers.cli.version import version_text
+    from worker.settings import OTHER_ENV_NAMES
+
+    monkeypatch.setenv("AGENT_SIGNAL_REVISION", "commit 1a2b3c4 of 2026-12-07")
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == "agent-signal 0.1.0 (commit 1a2b3c4 of 2026-12-07)\n"
+    assert "AGENT_SIGNAL_REVISION" in OTHER_ENV_NAMES
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "-1", "--format=%h"], capture_output=True, text=True
+    )
+    if (ROOT / ".git").exists() and head.returncode == 0:
+        assert re.fullmatch(
+            rf"agent-signal 0\.1\.0 \(commit {head.stdout.strip()} of \d{{4}}-\d\d-\d\d( \+ changes)?\)",
+            version_text({}),
+        )

