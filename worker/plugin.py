@@ -8,7 +8,9 @@ A :class:`Plugin` is one object that owns everything the engine does for one con
 * ``services``: a function of the runtime that returns its typed dependencies object; handlers get it back
   with ``ctx.deps(ThatClass)``;
 * ``tasks``: its Celery tasks, as plain functions of ``(runtime, payload)``; ``runtime.publish`` sends one;
-* ``admission``: its checks at the door, a function of the runtime returning an :data:`AdmissionHook`;
+* ``admission``: its checks at the door, a function of the runtime returning an :data:`AdmissionHook` (an event
+  it refuses answered with a status, one it admits only while another event is no tombstone with
+  :class:`UnlessErased`, checked by the enqueue script itself);
 * ``source_types``: the source types its handlers listen to, admitted at the door;
 * ``payload_schemas``: ``{source_type: pydantic model}``, the payload its handlers require: checked at the door
   (a 422 naming ``payload.<field>``), for follow-up events, and for a redrive's edited payload, so an event its
@@ -53,7 +55,7 @@ from worker.core.nodes import (
     action_from,
     signal_from,
 )
-from worker.intake.emitter import AdmissionHook
+from worker.intake.emitter import AdmissionHook, UnlessErased
 from worker.intake.source_event import EnqueueResult
 from worker.keys.layout import Keys
 from worker.ops.erasure import UserEraser
@@ -96,6 +98,7 @@ __all__ = [
     "SignalRef",
     "SkipEvent",
     "Source",
+    "UnlessErased",
     "UserEraser",
     "Wait",
     "action_from",

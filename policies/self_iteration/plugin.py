@@ -49,6 +49,7 @@ from worker.plugin import (
     PluginTask,
     PreparedEvent,
     RetryLater,
+    UnlessErased,
 )
 
 __all__ = ["plugin"]
@@ -100,10 +101,13 @@ def _deps(runtime: PluginRuntime) -> SelfIterationDeps:
 def _gate(runtime: PluginRuntime) -> AdmissionHook:
     default = runtime.settings_for(SelfIterationSettings).self_iteration_enabled
 
-    def gate(events: Sequence[PreparedEvent]) -> Mapping[int, str]:
+    def gate(events: Sequence[PreparedEvent]) -> Mapping[int, str | UnlessErased]:
         """Self-iteration events whose user has the feature off, and completions of runs whose origin event an
-        erasure made a tombstone, are answered ``gated`` and not stored."""
-        refused = _erased_origins(runtime, events)
+        erasure made a tombstone, are answered ``gated`` and not stored; any other completion naming its origin is
+        admitted only while that origin is still no tombstone when the enqueue script writes it (UnlessErased:
+        an erasure between this look and the write brought the user back, a scale walk found)."""
+        answers: dict[int, str | UnlessErased] = {}
+        refused = _erased_origins(runtime, events, answers)
         candidates = [
             (i, e.user_id)
             for i, e in enumerate(events)
@@ -116,15 +120,18 @@ def _gate(runtime: PluginRuntime) -> AdmissionHook:
             refused.update(
                 {index: GATED for (index, _), enabled in zip(mine, verdicts, strict=True) if not enabled}
             )
-        return refused
+        return {**answers, **refused}
 
     return gate
 
 
-def _erased_origins(runtime: PluginRuntime, events: Sequence[PreparedEvent]) -> dict[int, str]:
+def _erased_origins(
+    runtime: PluginRuntime, events: Sequence[PreparedEvent], guards: dict[int, str | UnlessErased]
+) -> dict[int, str]:
     """The completions (``agent.execution.completed``) whose run's origin event is a tombstone: the run was
     asked for before its user was erased, and its completion would bring the user back (a new event, receipts,
-    a scope). A completion that names no origin (a run asked for before runs named one) is not refused."""
+    a scope). A completion that names no origin (a run asked for before runs named one) is not refused. Each
+    other one that names its origin gets its guard in ``guards``."""
     named = [
         (index, event.tenant, origin)
         for index, event in enumerate(events)
@@ -136,6 +143,8 @@ def _erased_origins(runtime: PluginRuntime, events: Sequence[PreparedEvent]) -> 
         if erased:
             log.info("a completion refused: its run's origin event %s was erased", origin)
             refused[index] = GATED
+        else:
+            guards[index] = UnlessErased(origin, GATED)
     return refused
 
 

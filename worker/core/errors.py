@@ -20,6 +20,7 @@ from typing import Protocol
 
 __all__ = [
     "EventOfAnotherUser",
+    "GuardErased",
     "LeaseLost",
     "NotBatchable",
     "OverLimit",
@@ -62,6 +63,15 @@ class NotBatchable(PipelineError):
 
 class LeaseLost(PipelineError):
     """The scope lease is no longer ours (expired, or a newer holder has a higher fence)."""
+
+
+class GuardErased(Exception):
+    """An event admitted only while another event is no tombstone (``PreparedEvent.unless_erased``), whose guard an
+    erasure reached before the enqueue script ran (``ERASED <position>``): the batch was refused before any write."""
+
+    def __init__(self, event_id: str) -> None:
+        super().__init__(f"event {event_id}'s guard was erased")
+        self.event_id = event_id
 
 
 class EventOfAnotherUser(Exception):

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
-from worker.core.errors import EventOfAnotherUser, OverLimit, PermanentFailure
+from worker.core.errors import EventOfAnotherUser, GuardErased, OverLimit, PermanentFailure
 from worker.core.ids import scope_key_problem
 from worker.core.nodes import trusted
 from worker.core.scope import confined_scope_key, is_own_scope
@@ -37,18 +38,35 @@ from worker.intake.source_event import (
     pydantic_error,
     resolve_user,
 )
+from worker.keys.layout import Keys
 from worker.settings import Settings
 from worker.store.events import EnqueueOutcome, EventStore, PreparedEvent, ReadyPush
 from worker.store.safety import describe_store_error, note_store_failure
 from worker.telemetry.log_privacy import describe_error
 
-__all__ = ["NOT_TEXT", "AdmissionHook", "Emitter", "EventLike", "ReadyQueue", "StagedEmits"]
+__all__ = ["NOT_TEXT", "AdmissionHook", "Emitter", "EventLike", "ReadyQueue", "StagedEmits", "UnlessErased"]
 
 log = logging.getLogger(__name__)
 
 EventLike = SourceEvent | Mapping[str, Any]
-AdmissionHook = Callable[[Sequence[PreparedEvent]], Mapping[int, str]]
-"""Called with a validated batch; answers ``{index: status}`` for the events it refuses (e.g. ``gated``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnlessErased:
+    """An admission hook's answer for an event it admits on one condition: while the tenant's event ``event_id``
+    (looked up in the admitted event's scope bucket: with one bucket, the default, wherever it is) is no tombstone.
+    The enqueue script checks it with the write, so an erasure cannot slip between the hook's own look and the
+    store; once one made it a tombstone, the event is answered ``status`` and not stored, and the rest of its
+    batch is stored. (Events admitted by a chain's commit, follow-ups, are not checked: they run under their
+    scope's lease, which an erasure takes too.)"""
+
+    event_id: str
+    status: str = "gated"
+
+
+AdmissionHook = Callable[[Sequence[PreparedEvent]], Mapping[int, str | UnlessErased]]
+"""Called with a validated batch; answers ``{index: status}`` for the events it refuses (e.g. ``gated``), or
+``{index: UnlessErased(event_id)}`` for one it admits only while another event is no tombstone."""
 
 # what a field holding a lone surrogate is told (the door's words, producers/http/strict_json.py): json writes it,
 # UTF-8 cannot, so it could be neither stored nor sent
@@ -207,17 +225,27 @@ class Emitter:
         ]
 
     def verdicts(self, prepared: Sequence[PreparedEvent]) -> dict[int, str]:
-        """What the admission hooks refuse: ``{index: status}`` (the first hook to refuse an event wins). A
-        status that is not a non-empty str is a plugin's bug, raised here, before anything is stored."""
+        """What the admission hooks refuse: ``{index: status}`` (the first hook to refuse an event wins)."""
+        return self.answers(prepared)[0]
+
+    def answers(self, prepared: Sequence[PreparedEvent]) -> tuple[dict[int, str], dict[int, UnlessErased]]:
+        """The admission hooks' answers: the events they refuse (``{index: status}``, the first refusal wins) and
+        those admitted on a condition (``{index: UnlessErased}``, the first one wins; a refusal beats it). An
+        answer that is neither a non-empty str nor an UnlessErased with one is a plugin's bug, raised here,
+        before anything is stored."""
         refused: dict[int, str] = {}
+        guarded: dict[int, UnlessErased] = {}
         for hook in self.admission:
-            for index, status in hook(prepared).items():
-                if not isinstance(status, str) or not status:
+            for index, answer in hook(prepared).items():
+                if isinstance(answer, UnlessErased) and answer.event_id and answer.status:
+                    guarded.setdefault(index, answer)
+                elif isinstance(answer, str) and answer:
+                    refused.setdefault(index, answer)
+                else:
                     raise TypeError(
-                        f"admission hook {hook!r} answered {status!r} for event {index}: not a status"
+                        f"admission hook {hook!r} answered {answer!r} for event {index}: not a status"
                     )
-                refused.setdefault(index, status)
-        return refused
+        return refused, {i: g for i, g in guarded.items() if i not in refused}
 
     def enqueue(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
         """Admit, claim and append each event, then publish one drain per scope that needs one; a store error
@@ -227,10 +255,30 @@ class Emitter:
             return []
         keys = self.store.keys.for_tenant(prepared[0].tenant)
         try:
-            refused = self.verdicts(prepared)
+            refused, guarded = self.answers(prepared)
         except RedisError as exc:  # a hook could not read the store (the self-iteration gate): nothing stored
             message = describe_store_error(exc, "the batch")
             raise StoreUnavailable(message, retry_after_s=self.settings.store_retry_after_s) from exc
+        batch = prepared
+        if guarded:
+            batch = [
+                replace(p, unless_erased=guarded[i].event_id) if i in guarded else p
+                for i, p in enumerate(prepared)
+            ]
+        while True:
+            try:
+                return self._store(batch, refused, keys)
+            except GuardErased as exc:  # nothing stored: the event answered as its hook asked, the rest again
+                tripped = [i for i in guarded if batch[i].event_id == exc.event_id and i not in refused]
+                if not tripped:  # not one of this batch's guards: never loop on it
+                    raise StoreUnavailable(str(exc), retry_after_s=self.settings.store_retry_after_s) from exc
+                refused.update({i: guarded[i].status for i in tripped})  # a repeat of it in the batch too
+                log.info("an event refused at the write: the event its admission named was erased")
+
+    def _store(
+        self, prepared: Sequence[PreparedEvent], refused: Mapping[int, str], keys: Keys
+    ) -> list[EnqueueResult]:
+        """:meth:`enqueue`'s store call for the events no hook refused. GuardErased: nothing was stored."""
         allowed = [p for i, p in enumerate(prepared) if i not in refused]
         store, limits = self.store, self.enforce_limits
         # Not while writes wait for replicas: a WAIT that fails after the script would leave its tickets taken
@@ -258,6 +306,13 @@ class Emitter:
             raise StoreUnavailable(message, retry_after_s=self.settings.store_retry_after_s) from exc
         except EventOfAnotherUser as exc:
             raise _of_another_user(prepared, exc, len(stored_before)) from None
+        except GuardErased as exc:
+            if not stored_before:
+                raise
+            message = (
+                f"an event's admission named an event erased meanwhile{_partly_stored(len(stored_before))}"
+            )
+            raise StoreUnavailable(message, retry_after_s=self.settings.store_retry_after_s) from exc
         except OverLimit as exc:
             if not stored_before:
                 raise

@@ -11,6 +11,7 @@ import json
 import secrets
 import uuid
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, TypedDict, cast
 
 from redis import Redis
@@ -20,7 +21,7 @@ from redis.exceptions import MovedError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.core.clock import now_ms
-from worker.core.errors import EventOfAnotherUser, OverLimit
+from worker.core.errors import EventOfAnotherUser, GuardErased, OverLimit
 from worker.core.replication import NotReplicated
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.documents.chain_codec import encode_chain
@@ -33,6 +34,7 @@ from worker.store.calls import (
     CommittedEvent,
     Enqueue,
     EnqueuePush,
+    Guard,
     PopNext,
     Redrive,
     ReindexLate,
@@ -247,6 +249,15 @@ class EventStore(StoreReads):
         slot_ms = slot_ms if retained else 0  # 0: nothing counted
         # each user's share of the retained events: counted in every bucket's script, checked in one bucket's
         counted = self.users_of(events) if slot_ms and self.settings.user_max_events else []
+        guards = (
+            [
+                Guard(k.for_scope(ev.scope_key).event(ev.unless_erased), position)
+                for position, ev in enumerate(events, 1)
+                if ev.unless_erased
+            ]
+            if self._guarded(events)
+            else []
+        )
         fields: dict[str, Any] = dict(
             scopes=k.scopes,
             stats=k.stats,
@@ -267,9 +278,11 @@ class EventStore(StoreReads):
             retained_unit_bytes=unit_bytes,
             max_user_events=max_user_events,
             user_events_count=len(counted),
+            guard_count=len(guards),
             events=[self._admission(k, ev) for ev in events],
             user_events=[UserEvents(k.retained_user_events(user), user) for user in counted],
             users=[UserBytes(key, max_bytes) for key, max_bytes in checks],
+            guards=guards,
         )
         call: ScriptCall = (
             Enqueue(**fields)
@@ -292,6 +305,8 @@ class EventStore(StoreReads):
             if str(exc).startswith("USERCONFLICT "):
                 _, event_id, user_id = str(exc).split(" ", 2)
                 raise EventOfAnotherUser(event_id, user_id) from None
+            if str(exc).startswith("ERASED "):
+                raise GuardErased(events[int(str(exc).split(" ", 2)[1]) - 1].event_id) from None
             raise
         outcomes = [
             EnqueueOutcome(
@@ -300,6 +315,11 @@ class EventStore(StoreReads):
             for ev, (ok, publish) in zip(events, replies[: len(events)], strict=True)
         ]
         return outcomes, int(replies[len(events)]) if push is not None else 0
+
+    @staticmethod
+    def _guarded(events: Sequence[PreparedEvent]) -> bool:
+        """Whether any event of the batch is admitted on a guard (rare: a run's completion), in one C-level pass."""
+        return any(map(attrgetter("unless_erased"), events))
 
     def _over_limit(self, reply: str, users: Sequence[str] = ()) -> OverLimit:
         return OverLimit.from_reply(reply, self.settings, users)

@@ -45,6 +45,9 @@ class PreparedEvent:
     source_type: str = ""
     user_id: str | None = None
     tenant: str = "default"
+    # another event's id, in this one's scope bucket: admitted only while that one is no tombstone (the enqueue
+    # script checks it, so an erasure cannot slip between an admission hook's look and the write: UnlessErased)
+    unless_erased: str = ""
 
 
 @record

@@ -168,6 +168,35 @@ def test_the_door_refuses_a_completion_whose_run_began_with_an_erased_event(make
         assert client.get("/v1/events", params={"userId": GONE}).json()["events"] == []
 
 
+def test_an_erasure_between_the_gates_look_and_the_write_is_seen_at_the_write(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scale walk: an erasure answered ``busyScopes: 0`` and the user's content came back, a completion admitted
+    1 ms after its origin became a tombstone (its receipt, payload and index entry). The gate looked at the origin
+    in its own round trip; the erasure landed between that look and the enqueue script. The gate now admits a
+    completion only while its origin is no tombstone at the write (UnlessErased, checked by the script): here the
+    erasure lands right after the look, and the completion is answered ``gated`` and not stored, the rest of its
+    batch stored."""
+    look = self_iteration.origins_erased
+
+    def looked_then_erased(redis: Redis, checks: list[tuple[Keys, str, str | None]]) -> list[bool]:
+        answers = look(redis, checks)  # the origin stands when the gate looks
+        for keys, origin, _ in checks:  # and the erasure makes it a tombstone before the write
+            redis.hset(keys.for_bucket(0).event(origin), "erasedAt", "1")
+        return answers
+
+    with TestClient(create_web_app(make_settings())) as client:
+        origin = _send(client, _message(GONE, "m-race", f"I prefer {MARK[GONE]}.", "tr"))["eventId"]
+        monkeypatch.setattr(self_iteration, "origins_erased", looked_then_erased)
+        batch = [_completion(GONE, "c-race", origin), _message(KEPT, "k-race", "Thanks.", "tk")]
+        answer = client.post("/v1/events", json={"events": batch})
+        assert answer.status_code == 202, answer.text
+        completion, other = answer.json()["results"]
+        assert (completion["status"], other["status"]) == ("gated", "accepted")
+        assert client.get(f"/v1/events/{completion['eventId']}").status_code == 404
+        assert client.get(f"/v1/events/{other['eventId']}").status_code == 200
+
+
 def test_a_run_request_of_before_still_reads_and_names_its_origin_once_it_has_one() -> None:
     """A request staged before runs named their origin reads as before (no origin: it runs as it did); one with
     an origin carries it as its own field and in the marker a runner echoes, and reads back the same."""

@@ -7,7 +7,7 @@ documents the layout (field names are the Lua locals'): each script's file opens
 
 from __future__ import annotations
 
-from worker.store.calls.admission import Admission, Enqueue, EnqueuePush, UserBytes, UserEvents
+from worker.store.calls.admission import Admission, Enqueue, EnqueuePush, Guard, UserBytes, UserEvents
 from worker.store.calls.commit import Apply, Commit, CommittedEvent, Lane, PeekFresh, PopNext
 from worker.store.calls.door import Bucket, Slot, StreamRenew, StreamTake, TokenBuckets
 from worker.store.calls.erasure import (
@@ -50,6 +50,7 @@ __all__ = [
     "ErasedRecord",
     "ForgetUserBytes",
     "ForgottenSession",
+    "Guard",
     "HandOff",
     "JournalApply",
     "JournalSettle",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from worker.core.record import record
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 
-__all__ = ["Admission", "Enqueue", "EnqueuePush", "UserBytes", "UserEvents"]
+__all__ = ["Admission", "Enqueue", "EnqueuePush", "Guard", "UserBytes", "UserEvents"]
 
 
 @record
@@ -54,6 +54,16 @@ class UserEvents(Layout):
 
 
 @dataclass(frozen=True, slots=True)
+class Guard(Layout):
+    """An event of the batch admitted only while ``origin`` (another event's record, in the same scope bucket) is
+    no tombstone: the batch is refused ``ERASED <position>`` (numbered from 1) before any write when it is."""
+
+    LUA = "GUARD"
+    origin: str = key()
+    position: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
 class Enqueue(ScriptCall):
     SCRIPT = "enqueue"
     scopes: str = key()
@@ -75,9 +85,11 @@ class Enqueue(ScriptCall):
     retained_unit_bytes: int = arg()  # an event counts one per started unit of its stored form (quotas.py)
     max_user_events: int = arg()  # a user's share of the retained events, checked when above 0
     user_events_count: int = arg()
+    guard_count: int = arg()
     events: Sequence[Admission] = group()
     user_events: Sequence[UserEvents] = group()
     users: Sequence[UserBytes] = group()
+    guards: Sequence[Guard] = group()  # last: the script finds them from the end
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,10 @@
 local scopes, stats, paused, runs_active, runs_types, retained, ring, ready, tickets, drain_queue =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local now_ms, window_s, sched_ttl_ms, tenant, max_inbox, max_queued, run_index_max, max_events, retained_slot_ms,
-  user_count, retained_unit_bytes, max_user_events, user_events_count, tickets_max, ticket_ttl_ms, drain_message,
-  drain_id, ready_prefix, key_prefix, grant_token, grant_ttl_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
-  ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16],
-  ARGV[17], ARGV[18], ARGV[19], ARGV[20], ARGV[21]
+  user_count, retained_unit_bytes, max_user_events, user_events_count, guard_count, tickets_max, ticket_ttl_ms,
+  drain_message, drain_id, ready_prefix, key_prefix, grant_token, grant_ttl_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4],
+  ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15],
+  ARGV[16], ARGV[17], ARGV[18], ARGV[19], ARGV[20], ARGV[21], ARGV[22]
 if wrong_type(ring, 'list') or wrong_type(ready, 'list') or wrong_type(tickets, 'string')
   or (drain_message ~= '' and wrong_type(drain_queue, 'list')) then
   return redis.error_reply('REFUSED WRONGTYPE: the ready lists, the drain tickets or the broker queue')
@@ -29,8 +29,8 @@ local h = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_a
   retained = retained, now_ms = now_ms, window_s = window_s, sched_ttl_ms = sched_ttl_ms, tenant = tenant,
   max_inbox = max_inbox, max_queued = max_queued, run_index_max = run_index_max, max_events = max_events,
   retained_slot_ms = retained_slot_ms, user_count = user_count, retained_unit_bytes = retained_unit_bytes,
-  max_user_events = max_user_events, user_events_count = user_events_count}
-local events, out, refusal = enqueue(h, 11, 22)
+  max_user_events = max_user_events, user_events_count = user_events_count, guard_count = guard_count}
+local events, out, refusal = enqueue(h, 11, 23)
 if refusal then return refusal end
 local taken = 0
 for i, e in ipairs(events) do

@@ -14,11 +14,30 @@
 -- h: the script's header (its named keys and arguments); the events' Admission layouts start at KEYS[k0] and
 -- ARGV[a0]; then the users' retained-event counts (UserEvents layouts, h.user_events_count of them: each its
 -- key and its user), counted whenever the retained count is (h.retained_slot_ms above 0); the stored-bytes
--- counts (UserBytes layouts, h.user_count of them: each its key and its quota) end KEYS and ARGV.
+-- counts (UserBytes layouts, h.user_count of them: each its key and its quota); the guards (Guard layouts,
+-- h.guard_count of them: each an event's record and the place in the batch of the event it guards) end KEYS and ARGV.
+-- A guarded event is admitted only while that record is no tombstone (its erasedAt unset): else the batch is
+-- refused before any write, "ERASED <position>" (the first such event, numbered from 1; the door then answers it
+-- as its admission hook asked and sends the rest again). A run's completion so cannot bring back a user whose
+-- erasure reached the run's origin between the hook's look and this script (a scale walk's erasure race).
 -- -> the events (read), one {accepted(1|0), publish(1|0)} per event (a repeat inside the batch is a
 --    duplicate); or nil and the error reply refusing the batch
 local USER_KEYS, USER_ARGS = 1, 1
 local USER_EVENTS_KEYS, USER_EVENTS_ARGS = 1, 1
+local GUARD_KEYS, GUARD_ARGS = 1, 1
+-- The first of the g guards (the last g layouts of KEYS and ARGV) whose record is a tombstone. -> nil | the refusal
+local function guard_refusal(g)
+  local k, a = #KEYS - g * GUARD_KEYS + 1, #ARGV - g * GUARD_ARGS + 1
+  for _ = 1, g do
+    local origin = KEYS[k]
+    local position = ARGV[a]
+    if redis.call('TYPE', origin).ok == 'hash' and redis.call('HEXISTS', origin, 'erasedAt') == 1 then
+      return redis.error_reply('ERASED ' .. position)
+    end
+    k, a = k + GUARD_KEYS, a + GUARD_ARGS
+  end
+  return nil
+end
 -- When a retained count over its quota frees room for a batch of `fresh` units: the oldest counted slot's end; 0
 -- when the batch alone is over the quota, or nothing is counted (waiting does not help, a smaller batch may).
 local function retained_retry_s(oldest, now, slot_ms, fresh, max)
@@ -72,8 +91,14 @@ local function enqueue(h, k0, a0)
   if wrong_type(h.scopes, 'set') or wrong_type(h.stats, 'hash') or wrong_type(h.runs_types, 'zset') then
     return nil, nil, redis.error_reply('REFUSED WRONGTYPE: the scopes set, the stats hash or the types registry')
   end
-  local n_users, n_user_events = tonumber(h.user_count), tonumber(h.user_events_count)
-  local n = (#KEYS - (k0 - 1) - n_users * USER_KEYS - n_user_events * USER_EVENTS_KEYS) / ADMISSION_KEYS
+  local n_users, n_user_events, n_guards = tonumber(h.user_count), tonumber(h.user_events_count),
+    tonumber(h.guard_count)
+  if n_guards > 0 then
+    local refusal = guard_refusal(n_guards)
+    if refusal then return nil, nil, refusal end
+  end
+  local keys_end, args_end = #KEYS - n_guards * GUARD_KEYS, #ARGV - n_guards * GUARD_ARGS  -- before the guards
+  local n = (keys_end - (k0 - 1) - n_users * USER_KEYS - n_user_events * USER_EVENTS_KEYS) / ADMISSION_KEYS
   local events, checked, owners = {}, {}, {}
   for i = 1, n do
     local e = admission(KEYS, k0 + (i - 1) * ADMISSION_KEYS, ARGV, a0 + (i - 1) * ADMISSION_ARGS)
@@ -114,7 +139,7 @@ local function enqueue(h, k0, a0)
   if share_refusal then return nil, nil, share_refusal end
   local users = {}
   for u = 1, n_users do
-    local k, a = #KEYS - (n_users - u + 1) * USER_KEYS + 1, #ARGV - (n_users - u + 1) * USER_ARGS + 1
+    local k, a = keys_end - (n_users - u + 1) * USER_KEYS + 1, args_end - (n_users - u + 1) * USER_ARGS + 1
     local bytes_key = KEYS[k]
     local max_bytes = ARGV[a]
     users[u] = bytes_key
