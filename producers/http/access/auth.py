@@ -35,7 +35,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -261,6 +261,9 @@ def _rate(setting: float | None, default: float, configured: bool) -> float | No
 # Paths whose answer depends on no caller: the credential they carry is not looked up (a lookup reads the store,
 # and liveness that fails with Redis is a restart loop for a process that is alive: a contract audit).
 UNAUTHENTICATED_PATHS = frozenset({"/healthz"})
+# Readiness answers the store's state itself (its checks: a full store is a warning, one down is not ready), so
+# a rate bucket the store cannot charge does not answer for it.
+READINESS_PATH = "/readyz"
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -302,15 +305,21 @@ class AuthMiddleware:
             return
         await self.app(scope, receive, send)
 
-    async def _rate(self, principal: Principal, ops: bool) -> RateDecision:
+    async def _rate(self, principal: Principal, ops: bool, path: str) -> RateDecision:
         """The rate decision. The operations reads (scrapes, the autoscaler's backlog) are charged to their
         credential alone (a tenant ingesting at its rate must not cost Prometheus its scrape, nor KEDA its
         backlog, at peak load), and pass when the store cannot answer: a scrape during an outage is how the
-        outage shows (its credential was resolved already: the bootstrap key, or one the auth cache holds)."""
+        outage shows (its credential was resolved already: the bootstrap key, or one the auth cache holds).
+        Readiness passes too (it answers the store's state itself), and so does every request when the store is
+        full (``noeviction`` refuses the bucket's write): a full store answered every authenticated route 503,
+        so the reads that show the operator why and the writes that free memory (a discard, an erasure) were
+        refused, and the probe took every web pod out of its Service (a resource walk). Such a request is not
+        charged; what it writes the full store refuses on its own."""
         try:
             return await self.auth.rate_decision(principal, tenant_bucket=not ops)
-        except RedisError:
-            if not ops:
+        except RedisError as exc:
+            full = isinstance(exc, OutOfMemoryError)
+            if not (ops or full or path == READINESS_PATH):
                 raise
             process_metrics().add("agent_signal_store_unavailable_total", {"where": "auth"})
             return ALLOWED
@@ -328,7 +337,9 @@ class AuthMiddleware:
             elif principal is None and path.startswith("/v1"):
                 raise Unauthenticated("missing bearer credential (Authorization: Bearer <key or token>)")
             decision = (
-                await self._rate(principal, path in self.ops_paths) if principal is not None else ALLOWED
+                await self._rate(principal, path in self.ops_paths, path)
+                if principal is not None
+                else ALLOWED
             )
         except Unauthenticated as exc:
             return _unauthorized(str(exc))
