@@ -224,8 +224,9 @@ class Settings(_SecretsHidden, BaseSettings):
     outbox_lease_ms: int = Field(default=60_000, ge=1)  # a claimed record is not claimed again for this long
     # deliveries one worker's relay makes at once (threads); one tenant at most half of them
     outbox_concurrency: int = Field(default=8, ge=1)
-    # how long the relay waits on one call of a plugin's deliverer before the attempt fails (worker/outbox/bounded.py)
-    outbox_delivery_timeout_s: float = Field(default=60.0, gt=0)
+    # how long the relay waits on one call of a plugin's deliverer before the attempt fails (worker/outbox/bounded.py):
+    # below the claim's lease, so the failure is settled under the claim that made it
+    outbox_delivery_timeout_s: float = Field(default=45.0, gt=0)
     outbox_retention_s: int = Field(default=7 * 24 * 60 * 60, ge=1)
 
     # --- traces ---
@@ -377,6 +378,11 @@ def check_settings(settings: Settings) -> None:
         )
     if not s.lease_ttl_s < s.visibility_timeout_s:
         problems.append(f"{named(s, 'lease_ttl_s')} must be < {named(s, 'visibility_timeout_s')}")
+    if not s.outbox_delivery_timeout_s * 1000 < s.outbox_lease_ms:
+        problems.append(
+            f"{named(s, 'outbox_delivery_timeout_s')} in ms must be < {named(s, 'outbox_lease_ms')} (a call given "
+            "up on after its claim lapsed may be delivered again by another relay at once, without backoff)"
+        )
     if s.retry_cap_ms < s.retry_base_ms:
         problems.append(f"{named(s, 'retry_base_ms')} must be <= {named(s, 'retry_cap_ms')}")
     secret = s.pseudonym_secret

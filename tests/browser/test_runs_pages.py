@@ -291,7 +291,7 @@ def test_an_attempt_lost_with_its_worker_is_not_shown_running(
     page_errors: list[str],
 ) -> None:
     """An attempt whose worker died has no end; its row said Finished "running" beside the status "lost" (an
-    upgrade walk, after a killed worker's event was taken over). It reads "—" now; one still running says so."""
+    upgrade walk, after a killed worker's event was taken over). It reads "—" now; a finished one its time."""
     from playwright.sync_api import expect
 
     # Given a dead event whose first attempt was lost with its worker and whose second failed

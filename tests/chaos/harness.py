@@ -55,6 +55,7 @@ CHAOS_SETTINGS: dict[str, Any] = {
     # A relay killed mid-delivery leaves its claim for outbox_lease_ms: keep that (and the backoff) short.
     "outbox_poll_interval_s": 0.1,
     "outbox_lease_ms": 3000,
+    "outbox_delivery_timeout_s": 2.0,  # below the lease (check_settings)
     "outbox_retry_base_ms": 50,
     "outbox_retry_cap_ms": 500,
 }

@@ -68,6 +68,7 @@ class RateLimiter:
         self.tenant_rate_per_s = tenant_rate_per_s
         self.chunk = max(1, min(MAX_CHUNK, int(min(rates) / 10)))
         self._held: dict[str, tuple[int, float]] = {}  # credential -> (tokens held, monotonic deadline)
+        self._local: dict[str, tuple[float, float]] = {}  # bucket -> (tokens, monotonic time): :meth:`local`
         self._sync: Any = (
             None  # redis-py Script objects: they keep the SHA and load the script again on NOSCRIPT
         )
@@ -104,6 +105,32 @@ class RateLimiter:
         if self.rate_per_s is None or refused == 2:
             by = "tenant"
         return 0, RateDecision(False, max(1, math.ceil(wait_ms / 1000)), by)
+
+    def local(
+        self, credential_id: str, tenant: str | None = None, *, tenant_bucket: bool = True
+    ) -> RateDecision:
+        """One token from buckets kept in this process alone, at the shared buckets' rates: what charges a
+        request while those cannot be charged (a full store refuses their write; before, such a request was
+        refused 503, or let through uncharged, a review). Each process allows the rate on its own meanwhile."""
+        now = time.monotonic()
+        buckets: list[tuple[str, float, Literal["credential", "tenant"]]] = []
+        if self.rate_per_s is not None:
+            buckets.append((f"credential\n{credential_id}", self.rate_per_s, "credential"))
+        if self.tenant_rate_per_s is not None and tenant_bucket:
+            buckets.append((f"tenant\n{tenant or DEFAULT_TENANT}", self.tenant_rate_per_s, "tenant"))
+        if len(self._local) >= MAX_ALLOWANCES:
+            self._local.clear()
+        levels = []
+        for name, rate, by in buckets:
+            burst = _burst(rate)
+            tokens, at = self._local.get(name, (burst, now))
+            tokens = min(burst, tokens + (now - at) * rate)
+            if tokens < 1:
+                return RateDecision(False, max(1, math.ceil((1 - tokens) / rate)), by)
+            levels.append((name, tokens))
+        for name, tokens in levels:
+            self._local[name] = (tokens - 1, now)
+        return RateDecision(True)
 
     def check(self, client: Redis, credential_id: str, tenant: str | None = None) -> RateDecision:
         """Take one token from the shared buckets (no tokens held in the process)."""

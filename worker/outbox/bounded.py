@@ -9,7 +9,9 @@ raises :class:`DeliveryTimedOut` and is settled as any failure is (retried with 
 ``outbox_max_attempts``, listed by ``GET /v1/outbox/dead``), and the relay goes on. The late call is left to end
 on its own (a Python thread cannot be stopped); whatever it answers then is dropped. It may still reach its
 receiver, as a delivery slower than the claim always could: the retry carries the same ``record.key``, so a
-receiver that dedupes sees the effect once.
+receiver that dedupes sees the effect once. Each late call holds its thread and connection until it ends, so a
+kind's deliverer has at most :data:`MAX_LATE_CALLS` of them: past that, an attempt fails at once without
+starting another (a receiver that never answers cost a thread and a socket per attempt for good, a review).
 
 Written by hand: ``concurrent.futures`` joins its threads at interpreter exit, so a worker asked to stop waited
 on the very call this gives up on (as :mod:`worker.outbox.delivery_pool` notes); a daemon thread per call does
@@ -23,9 +25,11 @@ import threading
 
 from worker.chain.outbox_records import Deliverer, OutboxRecord
 
-__all__ = ["DeliveryTimedOut", "bounded"]
+__all__ = ["MAX_LATE_CALLS", "DeliveryTimedOut", "bounded"]
 
 log = logging.getLogger(__name__)
+
+MAX_LATE_CALLS = 16  # a kind's calls still running past their timeout; more: an attempt fails without a call
 
 
 class DeliveryTimedOut(Exception):
@@ -34,8 +38,16 @@ class DeliveryTimedOut(Exception):
 
 def bounded(deliverer: Deliverer, timeout_s: float) -> Deliverer:
     """``deliverer`` run on a daemon thread of its own and waited for at most ``timeout_s``."""
+    late = [0]  # this kind's calls abandoned and still running (under ``counting``)
+    counting = threading.Lock()
 
     def deliver(record: OutboxRecord) -> None:
+        with counting:
+            if late[0] >= MAX_LATE_CALLS:
+                raise DeliveryTimedOut(
+                    f"the {record.kind!r} deliverer has {late[0]} calls still running past their timeout "
+                    f"({timeout_s:g} s, AGENT_SIGNAL_OUTBOX_DELIVERY_TIMEOUT_S): not called again until one ends"
+                )
         outcome: list[BaseException | None] = []
         finished, abandoned, lock = threading.Event(), threading.Event(), threading.Lock()
 
@@ -49,8 +61,10 @@ def bounded(deliverer: Deliverer, timeout_s: float) -> Deliverer:
                 outcome.append(None)
             with lock:
                 finished.set()
-                late = abandoned.is_set()
-            if late:
+                was_abandoned = abandoned.is_set()
+            if was_abandoned:
+                with counting:
+                    late[0] -= 1
                 log.warning(
                     "an outbox delivery returned after its attempt had timed out; its answer is dropped",
                     extra={"outboxRecord": record.id, "outboxKind": record.kind},
@@ -61,6 +75,8 @@ def bounded(deliverer: Deliverer, timeout_s: float) -> Deliverer:
             with lock:
                 if not finished.is_set():  # it may have ended between the wait and the lock
                     abandoned.set()
+                    with counting:
+                        late[0] += 1
                     raise DeliveryTimedOut(
                         f"the {record.kind!r} deliverer did not return within {timeout_s:g} s "
                         "(AGENT_SIGNAL_OUTBOX_DELIVERY_TIMEOUT_S)"

@@ -8,6 +8,7 @@ All state lives in Redis under :class:`worker.keys.layout.Keys`; each state chan
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import uuid
 from collections.abc import Sequence
@@ -72,6 +73,12 @@ __all__ = [
     "RunReply",
     "staged_error",
 ]
+
+
+# How redis-py words an error of a pipeline's command: the script's own refusal (OVERLIMIT, USERCONFLICT,
+# ERASED…) follows it; with WAIT_REPLICAS every admission and commit runs in one, and the refusals were read
+# as store failures (a review: a quota's 429 and a user conflict's 422 answered 503).
+PIPELINE_ERROR = re.compile(r"^Command # \d+ \(.*?\) of pipeline caused error: ", re.DOTALL)
 
 
 class ReadyPush(TypedDict):
@@ -249,15 +256,7 @@ class EventStore(StoreReads):
         slot_ms = slot_ms if retained else 0  # 0: nothing counted
         # each user's share of the retained events: counted in every bucket's script, checked in one bucket's
         counted = self.users_of(events) if slot_ms and self.settings.user_max_events else []
-        guards = (
-            [
-                Guard(k.for_scope(ev.scope_key).event(ev.unless_erased), position)
-                for position, ev in enumerate(events, 1)
-                if ev.unless_erased
-            ]
-            if self._guarded(events)
-            else []
-        )
+        guards = _guards(k, events)
         fields: dict[str, Any] = dict(
             scopes=k.scopes,
             stats=k.stats,
@@ -315,11 +314,6 @@ class EventStore(StoreReads):
             for ev, (ok, publish) in zip(events, replies[: len(events)], strict=True)
         ]
         return outcomes, int(replies[len(events)]) if push is not None else 0
-
-    @staticmethod
-    def _guarded(events: Sequence[PreparedEvent]) -> bool:
-        """Whether any event of the batch is admitted on a guard (rare: a run's completion), in one C-level pass."""
-        return any(map(attrgetter("unless_erased"), events))
 
     def _over_limit(self, reply: str, users: Sequence[str] = ()) -> OverLimit:
         return OverLimit.from_reply(reply, self.settings, users)
@@ -383,6 +377,9 @@ class EventStore(StoreReads):
             )
             if cluster is not None and stale:
                 cluster.nodes_manager.initialize()
+            words = PIPELINE_ERROR.sub("", str(exc), count=1)
+            if not stale and words != str(exc):  # the script's own refusal, worded as it is without WAIT
+                raise type(exc)(words) from exc
             raise
         if int(acked) < wanted:
             raise NotReplicated(wanted, int(acked), timeout_ms)
@@ -567,3 +564,15 @@ class EventStore(StoreReads):
             user_id=user_id,
         )
         return bool(self.scripts.run(call))
+
+
+def _guards(k: BucketKeys, events: Sequence[PreparedEvent]) -> list[Guard]:
+    """The batch's guards: each event admitted only while another is no tombstone (``unless_erased``), by its place
+    in the batch. The common batch has none, found in one C-level pass."""
+    if not any(map(attrgetter("unless_erased"), events)):
+        return []
+    return [
+        Guard(k.for_scope(ev.scope_key).event(ev.unless_erased), position)
+        for position, ev in enumerate(events, 1)
+        if ev.unless_erased
+    ]

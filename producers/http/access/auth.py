@@ -234,9 +234,14 @@ class Authenticator:
         limiter = self._limiter(await self._call(lambda io: store.configured(allow_io=io)))
         if limiter is None:
             return ALLOWED
-        return await limiter.acheck(
-            self._async_client(), principal.credential_id, principal.tenant, tenant_bucket=tenant_bucket
-        )
+        try:
+            return await limiter.acheck(
+                self._async_client(), principal.credential_id, principal.tenant, tenant_bucket=tenant_bucket
+            )
+        except (
+            OutOfMemoryError
+        ):  # a full store refuses the buckets' write: this process's own buckets charge it
+            return limiter.local(principal.credential_id, principal.tenant, tenant_bucket=tenant_bucket)
 
     def _async_client(self) -> AsyncRedis:
         loop = asyncio.get_running_loop()
@@ -310,16 +315,14 @@ class AuthMiddleware:
         credential alone (a tenant ingesting at its rate must not cost Prometheus its scrape, nor KEDA its
         backlog, at peak load), and pass when the store cannot answer: a scrape during an outage is how the
         outage shows (its credential was resolved already: the bootstrap key, or one the auth cache holds).
-        Readiness passes too (it answers the store's state itself), and so does every request when the store is
-        full (``noeviction`` refuses the bucket's write): a full store answered every authenticated route 503,
-        so the reads that show the operator why and the writes that free memory (a discard, an erasure) were
-        refused, and the probe took every web pod out of its Service (a resource walk). Such a request is not
-        charged; what it writes the full store refuses on its own."""
+        Readiness passes too (it answers the store's state itself). A full store (``noeviction`` refuses the
+        buckets' write) charges no shared bucket: :meth:`Authenticator.rate_decision` charges this process's
+        own instead, since a 503 there took every web pod out of its Service and refused the reads that show an
+        operator why and the writes that free memory (a resource walk)."""
         try:
             return await self.auth.rate_decision(principal, tenant_bucket=not ops)
-        except RedisError as exc:
-            full = isinstance(exc, OutOfMemoryError)
-            if not (ops or full or path == READINESS_PATH):
+        except RedisError:
+            if not (ops or path == READINESS_PATH):
                 raise
             process_metrics().add("agent_signal_store_unavailable_total", {"where": "auth"})
             return ALLOWED

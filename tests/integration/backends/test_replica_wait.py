@@ -20,6 +20,9 @@ from producers import Producer
 from tests.conftest import free_port, wait_for
 from tests.support.private_redis import private_redis
 from worker.intake.emitter import StoreUnavailable
+from worker.intake.refusals import InvalidEvent
+from worker.keys.layout import Keys
+from worker.plugin import UnlessErased
 from worker.runtime.app import build_pipeline
 from worker.settings import Settings
 
@@ -137,4 +140,29 @@ def test_a_write_no_replica_confirms_is_not_acknowledged(tmp_path: Path, make_se
                 producer.enqueue(_event(0))
         finally:
             os.kill(replica_pid, signal.SIGCONT)
+        producer.close()
+
+
+def test_a_scripts_refusal_reads_the_same_under_wait(tmp_path: Path, make_settings: Any) -> None:
+    """With WAIT 1 the enqueue script runs in a pipeline, and redis-py words its refusals "Command # 1 (EVALSHA …)
+    of pipeline caused error: USERCONFLICT …": a user conflict (422 user_mismatch) and a guard an erasure reached
+    (the event answered as its hook asked) were read as store failures, a 503 (a review). They read as without WAIT."""
+    with _primary_and_replica(tmp_path) as (primary, _):
+        producer = Producer(_settings(make_settings, primary, wait=1))
+        mine = {**_event(0), "sourceId": "shared", "userId": "u-one"}
+        assert producer.enqueue(mine).status == "accepted"
+        with pytest.raises(InvalidEvent) as refused:
+            producer.enqueue({**mine, "userId": "u-two"})
+        assert refused.value.error.code == "user_mismatch"
+        origin = producer.enqueue({**_event(1), "sourceId": "origin"}).event_id
+        keys = Keys(producer.settings.key_prefix).for_scope(SCOPES[1])
+        client = Redis.from_url(primary, decode_responses=True)
+
+        def hook(events: Any) -> dict[int, str | UnlessErased]:
+            client.hset(keys.event(origin), "erasedAt", "1")  # after the look, before the write
+            return {0: UnlessErased(origin, "gone")}
+
+        producer.emitter.admission = (hook,)
+        assert producer.enqueue({**_event(1), "sourceId": "guarded"}).status == "gone"
+        client.close()
         producer.close()

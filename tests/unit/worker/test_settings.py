@@ -56,6 +56,10 @@ def test_defaults_are_consistent() -> None:
             {"retry_base_ms": 2000, "retry_cap_ms": 1000},
             "AGENT_SIGNAL_RETRY_BASE_MS (2000) must be <= AGENT_SIGNAL_RETRY_CAP_MS (1000)",
         ),
+        (  # a call given up on after its claim lapsed: another relay may send it again at once (a review)
+            {"outbox_delivery_timeout_s": 60.0},
+            "AGENT_SIGNAL_OUTBOX_DELIVERY_TIMEOUT_S (60.0) in ms must be < AGENT_SIGNAL_OUTBOX_LEASE_MS (60000)",
+        ),
     ],
 )
 def test_refuses_and_names_the_settings(overrides: dict[str, float], named: str) -> None:

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+import worker.outbox.bounded as bounded_module
 from tests.conftest import wait_for
 from worker.chain.outbox_records import OutboxRecord
 from worker.outbox.bounded import DeliveryTimedOut, bounded
@@ -51,3 +52,29 @@ def test_a_call_past_the_timeout_fails_and_its_late_answer_is_dropped(
         release.set()
         wait_for(lambda: "its answer is dropped" in caplog.text, what="the late answer's warning")
     assert caplog.records[-1].__dict__["outboxRecord"] == "r1"
+
+
+def test_a_kind_holds_at_most_its_late_calls_then_fails_without_calling(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each late call keeps its thread and connection until it ends: past MAX_LATE_CALLS of one kind, an attempt
+    fails at once and starts none (a receiver that never answers cost one of each per attempt for good)."""
+    monkeypatch.setattr(bounded_module, "MAX_LATE_CALLS", 2)
+    release, calls = threading.Event(), []
+
+    def deliver(record: OutboxRecord) -> None:
+        calls.append(record.id)
+        release.wait()
+
+    hung = bounded(deliver, 0.05)
+    for _ in range(2):
+        with pytest.raises(DeliveryTimedOut, match="did not return"):
+            hung(_record())
+    with pytest.raises(DeliveryTimedOut, match="2 calls still running past their timeout"):
+        hung(_record())
+    assert len(calls) == 2  # the third attempt called nothing
+    with caplog.at_level(logging.WARNING, logger="worker.outbox.bounded"):
+        release.set()
+        wait_for(lambda: caplog.text.count("its answer is dropped") == 2, what="both late calls to end")
+    hung(_record())  # room again: called, and it returns at once now
+    assert len(calls) == 3
