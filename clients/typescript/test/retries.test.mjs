@@ -3,22 +3,10 @@ import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 
 import { AgentSignal, AgentSignalError } from "@agent-signal/client";
-import { errorBody, json, startStub } from "./stub.mjs";
+import { errorBody, json, scripted, startStub } from "./stub.mjs";
 
 const EVENT = { sourceType: "agent.user.message", sourceId: "s-1", payload: { message: "hi" } };
 const ACCEPTED = { results: [{ eventId: "evt_1", sourceId: "s-1", status: "accepted" }] };
-
-/** A stub answering the listed `[status, body, headers]` in turn (the last one again after that). */
-async function scripted(answers) {
-  let n = 0;
-  const stub = await startStub((_, response) => {
-    const [status, body, headers] = answers[Math.min(n, answers.length - 1)];
-    n += 1;
-    json(response, status, body, headers);
-  });
-  after(stub.close);
-  return stub;
-}
 
 describe("retries", () => {
   test("503 with Retry-After twice, then 202: the send succeeds, waiting as asked, with the same body", async () => {

@@ -4,25 +4,13 @@ import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 
 import { AgentSignal, AgentSignalError } from "@agent-signal/client";
-import { errorBody, json, startStub } from "./stub.mjs";
+import { errorBody, json, scripted, startStub } from "./stub.mjs";
 
 /** A stub answering `{}` to everything, or what `answers` maps "METHOD path" (no query) to. */
 async function echoing(answers = {}) {
   const stub = await startStub((request, response) => {
     const key = `${request.method} ${request.url.split("?")[0]}`;
     const [status, body, headers] = answers[key] ?? [200, {}];
-    json(response, status, body, headers);
-  });
-  after(stub.close);
-  return stub;
-}
-
-/** A stub answering the listed `[status, body, headers]` in turn (the last one again after that). */
-async function scripted(answers) {
-  let n = 0;
-  const stub = await startStub((_, response) => {
-    const [status, body, headers] = answers[Math.min(n, answers.length - 1)];
-    n += 1;
     json(response, status, body, headers);
   });
   after(stub.close);

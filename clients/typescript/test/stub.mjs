@@ -1,5 +1,6 @@
 // A local HTTP server for the tests that need answers a real stack does not give on demand (503s, closed streams).
 import { createServer } from "node:http";
+import { after } from "node:test";
 
 /**
  * Starts a server on 127.0.0.1 whose `handle(request, body, response)` answers each request; `requests` records
@@ -42,4 +43,16 @@ export function json(response, status, body, headers = {}) {
 
 export function errorBody(code, message, field = null) {
   return { error: { code, message, field } };
+}
+
+/** A stub answering the listed `[status, body, headers]` in turn (the last one again after that), closed after the test file. */
+export async function scripted(answers) {
+  let n = 0;
+  const stub = await startStub((_, response) => {
+    const [status, body, headers] = answers[Math.min(n, answers.length - 1)];
+    n += 1;
+    json(response, status, body, headers);
+  });
+  after(stub.close);
+  return stub;
 }
