@@ -106,46 +106,41 @@ def _gate(runtime: PluginRuntime) -> AdmissionHook:
         erasure made a tombstone, are answered ``gated`` and not stored; any other completion naming its origin is
         admitted only while that origin is still no tombstone when the enqueue script writes it (UnlessErased:
         an erasure between this look and the write brought the user back, a scale walk found)."""
-        answers: dict[int, str | UnlessErased] = {}
-        refused = _erased_origins(runtime, events, answers)
+        answers = _origin_answers(runtime, events)
         candidates = [
             (i, e.user_id)
             for i, e in enumerate(events)
-            if e.source_type in GATED_SOURCE_TYPES and e.user_id and i not in refused
+            if e.source_type in GATED_SOURCE_TYPES and e.user_id and not isinstance(answers.get(i), str)
         ]
         for tenant in {events[i].tenant for i, _ in candidates}:
             mine = [(i, u) for i, u in candidates if events[i].tenant == tenant]
             keys = runtime.keys.for_tenant(tenant)
             verdicts = enabled_for(runtime.redis, keys, default, [u for _, u in mine], strict=True)
-            refused.update(
+            answers.update(
                 {index: GATED for (index, _), enabled in zip(mine, verdicts, strict=True) if not enabled}
             )
-        return {**answers, **refused}
+        return answers
 
     return gate
 
 
-def _erased_origins(
-    runtime: PluginRuntime, events: Sequence[PreparedEvent], guards: dict[int, str | UnlessErased]
-) -> dict[int, str]:
-    """The completions (``agent.execution.completed``) whose run's origin event is a tombstone: the run was
-    asked for before its user was erased, and its completion would bring the user back (a new event, receipts,
-    a scope). A completion that names no origin (a run asked for before runs named one) is not refused. Each
-    other one that names its origin gets its guard in ``guards``."""
+def _origin_answers(runtime: PluginRuntime, events: Sequence[PreparedEvent]) -> dict[int, str | UnlessErased]:
+    """The gate's answer for each completion (``agent.execution.completed``) that names its run's origin event:
+    ``gated`` when the origin is a tombstone (the run was asked for before its user was erased, and its
+    completion would bring the user back: a new event, receipts, a scope), else admitted only while it stays no
+    tombstone (UnlessErased). A completion that names no origin (a run asked for before runs named one) gets none."""
     named = [
         (index, event.tenant, origin)
         for index, event in enumerate(events)
         if event.source_type == COMPLETION and (origin := completion_origin(event.body))
     ]
     checks = [(runtime.keys.for_tenant(tenant), origin, None) for _, tenant, origin in named]
-    refused: dict[int, str] = {}
+    answers: dict[int, str | UnlessErased] = {}
     for (index, _, origin), erased in zip(named, origins_erased(runtime.redis, checks), strict=True):
         if erased:
             log.info("a completion refused: its run's origin event %s was erased", origin)
-            refused[index] = GATED
-        else:
-            guards[index] = UnlessErased(origin, GATED)
-    return refused
+        answers[index] = GATED if erased else UnlessErased(origin, GATED)
+    return answers
 
 
 def _run_deliverer(runtime: PluginRuntime) -> Deliverer:

@@ -23,9 +23,9 @@ __all__ = ["apply_deliverer", "enqueue_deliverer", "journal_deliverers"]
 # later delivery fails the same way) or commands refused before any was written (a disallowed command, a key of
 # another type). Retried, such a head held up its bucket's whole journal through every backoff (an audit).
 FINAL_ANSWERS = {"PARTIAL": "JOURNAL_PARTIAL", "REFUSED": "JOURNAL_REFUSED"}
-# the answer's word, alone or as redis-py words it for a pipeline (AGENT_SIGNAL_WAIT_REPLICAS runs the script in
-# one, with WAIT): "Command # 1 (EVALSHA …) of pipeline caused error: PARTIAL …"
-FINAL_ANSWER = re.compile(r"(?:^|of pipeline caused error: )(PARTIAL|REFUSED) ")
+# the answer's first word (EventStore.durable gives a script's refusal in its own words with
+# AGENT_SIGNAL_WAIT_REPLICAS too, where redis-py words it for the pipeline that runs it with WAIT)
+FINAL_ANSWER = re.compile(r"^(PARTIAL|REFUSED) ")
 
 
 def apply_deliverer(store: EventStore, marker_ttl_s: int) -> Deliverer:
