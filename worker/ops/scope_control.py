@@ -22,11 +22,12 @@ from typing import Any, Literal
 
 from worker.core.clock import now_ms
 from worker.keys.layout import HOLDER_SEPARATOR, Keys
-from worker.store.calls import Cancel, Resume
+from worker.store.calls import Cancel, Resume, ScopeProbe, ScopeStates
 from worker.store.events import EventStore
 from worker.store.replies import CancelCode
 
 __all__ = [
+    "PROBE_CHUNK",
     "SCOPE_STATES",
     "CancelResult",
     "ScopePage",
@@ -40,6 +41,8 @@ __all__ = [
 
 ScopeState = Literal["busy", "waiting", "stuck", "paused"]
 SCOPE_STATES: tuple[ScopeState, ...] = ("busy", "waiting", "stuck", "paused")
+# scopes per SCOPE_STATES call: ~1.2 ms of Redis's time each (12 µs a scope, measured), so none holds it long
+PROBE_CHUNK = 100
 
 
 class TooManyPaused(Exception):
@@ -151,35 +154,40 @@ def scope_page(
 
 
 def _scope_rows(store: EventStore, k: Keys) -> list[dict[str, Any]]:
-    """Every scope of ``k``'s tenant with queued events, and its paused ones, with its state, by scope key."""
-    client = store.client
-    pipe = client.pipeline(transaction=False)
-    for bucket in k.every_bucket():
-        pipe.hgetall(bucket.runs("paused"))
+    """Every scope of ``k``'s tenant with queued events, and its paused ones, with its state, by scope key. Each
+    bucket's scopes are read by SCOPE_STATES, :data:`PROBE_CHUNK` at a time, the chunks in one pipeline: a
+    pipeline of five reads per scope and one per head cost ~0.4 s of this process's CPU for 6,000 scopes."""
+    pipe = store.client.pipeline(transaction=False)
+    for keys in k.every_bucket():
+        pipe.hgetall(keys.runs("paused"))
     paused = {str(s): int(at) for reply in pipe.execute() for s, at in reply.items()}
     scopes = sorted(set(store.active_scopes(k)) | set(paused))
-    pipe = client.pipeline(transaction=False)
+    by_bucket: dict[int, list[str]] = {}
     for scope in scopes:
-        pipe.llen(k.inbox(scope))
-        pipe.get(k.lease(scope))
-        # the marker's age on Redis's clock: its value (the TTL it was set with) less its PTTL
-        pipe.pttl(k.scheduled(scope))
-        pipe.get(k.scheduled(scope))
-        pipe.lindex(k.inbox(scope), 0)
-    replies = pipe.execute()
-    rows = [(scope, *replies[i * 5 : i * 5 + 5]) for i, scope in enumerate(scopes)]
-    heads = _heads(store, k, [(scope, str(head)) for scope, *_, head in rows if head is not None])
+        by_bucket.setdefault(k.for_scope(scope).bucket, []).append(scope)
+    order: list[str] = []
+    calls: list[ScopeStates] = []
+    for bucket, members in by_bucket.items():
+        prefix = k.for_bucket(bucket).event_prefix
+        for i in range(0, len(members), PROBE_CHUNK):
+            chunk = members[i : i + PROBE_CHUNK]
+            order += chunk
+            probes = [ScopeProbe(k.inbox(s), k.lease(s), k.scheduled(s)) for s in chunk]
+            calls.append(ScopeStates(ev_prefix=prefix, probes=probes))
+    values = [value for reply in store.scripts.run_batch(calls) for value in reply]
+    read = {scope: values[i * 6 : i * 6 + 6] for i, scope in enumerate(order)}
     now, ttl_ms = now_ms(), int(store.settings.lease_ttl_s * 1000)
     out: list[dict[str, Any]] = []
-    for scope, depth, holder, sched_ttl_ms, marker, head in rows:
-        enqueued_at, not_before = heads.get(str(head), (None, 0)) if head is not None else (None, 0)
+    for scope in scopes:
+        depth, holder, sched_ttl_ms, marker, enqueued, not_before_ms = read[scope]
+        not_before = int(float(not_before_ms or 0)) if enqueued else 0
         # the marker's age by its PTTL, not by the time in it (the writer's clock: a web replica's may run ahead)
-        age_ms = store.marker_age_ms(int(sched_ttl_ms), marker)
+        age_ms = store.marker_age_ms(int(sched_ttl_ms), marker or None)
         stale = age_ms is None or (age_ms > ttl_ms and not_before <= now)
         found: ScopeState
         if scope in paused:
             found = "paused"
-        elif holder is not None:
+        elif holder:
             found = "busy"
         elif int(depth) == 0:
             continue  # drained since it was listed
@@ -191,23 +199,11 @@ def _scope_rows(store: EventStore, k: Keys) -> list[dict[str, Any]]:
             "inboxDepth": int(depth),
             "paused": scope in paused,
         }
-        if holder is not None:
+        if holder:
             row["leaseHolder"] = str(holder).rpartition(HOLDER_SEPARATOR)[0] or str(holder)  # the worker
-        if enqueued_at is not None:
-            row["headAgeMs"] = max(now - enqueued_at, 0)
+        if enqueued:
+            row["headAgeMs"] = max(now - int(enqueued), 0)
         if scope in paused:
             row["pausedAt"] = paused[scope]
         out.append(row)
-    return out
-
-
-def _heads(store: EventStore, k: Keys, heads: list[tuple[str, str]]) -> dict[str, tuple[int, int]]:
-    """event id -> (enqueuedAt, notBefore) of the scopes' head events (``heads``: (scope, event id) pairs)."""
-    pipe = store.client.pipeline(transaction=False)
-    for scope, event_id in heads:
-        pipe.hmget(k.for_scope(scope).event(event_id), ["enqueuedAt", "notBefore"])
-    out: dict[str, tuple[int, int]] = {}
-    for (_, event_id), (enqueued, not_before) in zip(heads, pipe.execute(), strict=True):
-        if enqueued is not None:
-            out[event_id] = (int(enqueued), int(float(not_before or 0)))
     return out

@@ -116,6 +116,23 @@ def test_the_scope_listing_ages_the_marker_the_same_way(
     assert [s["state"] for s in list_scopes(producer.store, producer.keys)] == ["stuck"]
 
 
+def test_the_scope_listing_reads_its_heads_record_a_retry_time_and_an_age(
+    producer: Producer, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """SCOPE_STATES reads the head's record beside the scope's keys: a head waiting for its retry time
+    (``notBefore`` ahead) keeps an old marker's scope ``waiting``; once that time has passed it is ``stuck``; its
+    ``headAgeMs`` is counted from the record's ``enqueuedAt``."""
+    marker = _enqueue(producer, keys, skew_ms=0)
+    head = redis_client.lindex(producer.keys.inbox(SCOPE), 0)
+    record = producer.keys.for_scope(SCOPE).event(str(head))
+    redis_client.hset(record, mapping={"notBefore": now_ms() + 600_000, "enqueuedAt": now_ms() - 5_000})
+    _age(redis_client, marker, producer, int(producer.settings.lease_ttl_s * 1000) + 1)
+    [row] = list_scopes(producer.store, producer.keys)
+    assert row["state"] == "waiting" and row["headAgeMs"] >= 5_000, row
+    redis_client.hset(record, "notBefore", now_ms() - 1)
+    assert [s["state"] for s in list_scopes(producer.store, producer.keys)] == ["stuck"]
+
+
 def test_a_marker_of_a_door_with_a_longer_visibility_timeout_is_aged_by_its_own_ttl(
     producer: Producer, make_settings: SettingsFactory, redis_client: Redis, keys: BucketKeys
 ) -> None:

@@ -22,7 +22,16 @@ from worker.store.calls.erasure import (
 from worker.store.calls.fair import PopAcquire, ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 from worker.store.calls.lease import Acquire, HandOff, Release, Renew, RenewScope
-from worker.store.calls.operators import Cancel, Discard, Redrive, ReindexLate, Resume, RunsPage
+from worker.store.calls.operators import (
+    Cancel,
+    Discard,
+    Redrive,
+    ReindexLate,
+    Resume,
+    RunsPage,
+    ScopeProbe,
+    ScopeStates,
+)
 from worker.store.calls.outbox import (
     JournalApply,
     JournalSettle,
@@ -71,6 +80,8 @@ __all__ = [
     "RenewScope",
     "Resume",
     "RunsPage",
+    "ScopeProbe",
+    "ScopeStates",
     "ScriptCall",
     "Slot",
     "StreamRenew",

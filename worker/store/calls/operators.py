@@ -1,13 +1,23 @@
-"""The operators' scripts: redrive, discard, cancel, resume, and the runs explorer's page; and what a commit leaves
-to a late path: an event that ended past the window indexed again (REINDEX_LATE)."""
+"""The operators' scripts: redrive, discard, cancel, resume, the runs explorer's page and the scope listing's
+reads; and what a commit leaves to a late path: an event that ended past the window indexed again (REINDEX_LATE)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from worker.store.calls.layout import ScriptCall, arg, key
+from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
 
-__all__ = ["Cancel", "Discard", "Redrive", "ReindexLate", "Resume", "RunsPage"]
+__all__ = [
+    "Cancel",
+    "Discard",
+    "Redrive",
+    "ReindexLate",
+    "Resume",
+    "RunsPage",
+    "ScopeProbe",
+    "ScopeStates",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +113,22 @@ class RunsPage(ScriptCall):
     after: str = arg()
     min_score: str = arg()
     count: int = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeProbe(Layout):
+    """A scope the listing reads: its inbox, its lease and its drain marker (one bucket's keys, one slot)."""
+
+    LUA = "PROBE"
+    inbox: str = key()
+    lease: str = key()
+    scheduled: str = key()
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeStates(ScriptCall):
+    """What ``GET /v1/scopes`` shows of each of one bucket's scopes, one round trip for a chunk of them."""
+
+    SCRIPT = "scope_states"
+    ev_prefix: str = arg()
+    probes: Sequence[ScopeProbe] = group()
