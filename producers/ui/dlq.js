@@ -26,6 +26,11 @@ function eventOf(record) {
   return event && typeof event === "object" ? event : { sourceType: record.sourceType, sourceId: record.sourceId, payload: record.payload };
 }
 
+// GET /v1/dlq's order: the latest death first, then event id, descending. True when a comes after b.
+function listedAfter(a, b) {
+  return (a.deadAt || 0) !== (b.deadAt || 0) ? (a.deadAt || 0) < (b.deadAt || 0) : String(a.eventId) < String(b.eventId);
+}
+
 function dlqPage() {
   if (hashParams().state === "discarded") { discardedPage(); return; }
   if (hashParams().state === "outbox") { outboxDeadPage(); return; }
@@ -188,17 +193,24 @@ function dlqPage() {
     selectAll.checked = selectable.length > 0 && selectable.every((id) => selected.has(id));
   }
 
-  // The list's first ``wanted`` entries, a page at a time, each after the last one's cursor.
-  async function readDead() {
+  // The list's first ``wanted`` entries, a page at a time, each after the last one's cursor; unless ``deep`` is
+  // false, then the first page alone, the entries below it kept as last read (and the cursor after them).
+  async function readDead(deep = true) {
     const read = new Map();
     let after = null;
     let first = true;
     while (first || (after && read.size < wanted)) {
-      first = false;
       const { body } = await api(`/v1/dlq?${qs({ limit: DLQ_FETCH_LIMIT, cursor: after })}`);
       for (const e of body.events) read.set(e.eventId, e);
       total = body.total;
       after = body.cursor || null;
+      const edge = body.events[body.events.length - 1];
+      if (first && !deep && after && edge && dead.size > read.size) {
+        for (const e of dead.values()) if (!read.has(e.eventId) && listedAfter(e, edge)) read.set(e.eventId, e);
+        dead = read;
+        return;
+      }
+      first = false;
     }
     dead = read;
     cursor = after;
@@ -217,8 +229,9 @@ function dlqPage() {
     } finally { more.disabled = false; }
   }).catch(() => {})); // shown in the banner
 
+  let refreshes = 0;
   const refresh = () => inTurn(async () => {
-    await readDead();
+    await readDead(refreshes++ % LIVE_DEEP_EVERY === 0);
     const pending = [...tracked].filter(([id, t]) => !(t.status === "dead" && dead.has(id)) && !(TERMINAL.has(t.status) && t.settled));
     following = pending.length;
     pending.sort(([, a], [, b]) => (a.readAt || 0) - (b.readAt || 0));

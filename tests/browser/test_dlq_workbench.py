@@ -210,8 +210,16 @@ def test_the_workbench_pages_through_every_dead_event(
     assert f"cursor={died_ms}%3A{buried[499]}" in more.value.url, more.value.url
     expect(rows).to_have_count(1000)
     expect(count).to_contain_text("1000 of 3010 dead shown")
+    reads: list[str] = []
+    page.on("request", lambda r: reads.append(r.url) if "/v1/dlq?" in r.url else None)
     after_a_refresh(page, _first_dlq_page)
+    with page.expect_request(lambda r: _first_dlq_page(r.url), timeout=30_000):
+        pass
     assert rows.count() == 1000
+    # from one refresh's first read to the third's, two refreshes ended: they read the second page at most once
+    # (each fifth refresh reads every page shown; each did before)
+    firsts = [i for i, u in enumerate(reads) if _first_dlq_page(u)]
+    assert sum("cursor=" in u for u in reads[firsts[0] : firsts[2]]) <= 1, reads
 
     # Then "Load more" reaches the last one, and the count says the list is whole
     # (a page waits for the refresh in progress, which re-reads every row shown: slow on a busy machine)

@@ -29,6 +29,8 @@ from tests.browser.pages import (
 
 pytestmark = pytest.mark.integration
 
+LIVE_MS = 2_000  # producers/ui/app.js: how often a live page refreshes
+
 
 def test_find_a_run_by_filter_and_open_it(
     browser: Any, start_stack: Callable[..., str], tmp_path: Path, page_errors: list[str]
@@ -228,6 +230,64 @@ def test_pages_loaded_with_load_more_stay_through_a_refresh(
     after_a_refresh(page, _first_runs_page)
     shown = [rows.nth(i).get_attribute("data-event-id") for i in range(rows.count())]
     assert shown == sorted(sent, reverse=True)
+    assert page_errors == []
+
+
+def test_a_refresh_reads_the_pages_below_the_first_each_fifth_time_and_nothing_while_hidden(
+    browser: Any, make_settings: Any, serve_web: Any, page_errors: list[str]
+) -> None:
+    """With two pages loaded, a refresh reads the first page, and the second only each fifth refresh (it read every
+    loaded page each 2 s); a hidden tab reads nothing, and reads at once when shown again. The page's timers run
+    on Playwright's clock, paused: each refresh is one ``run_for`` of the 2 s, and each is waited for by the count
+    the page keeps of its ended refreshes, so what did not happen is read from the requests sent before the next
+    refresh that did."""
+    from playwright.sync_api import expect
+
+    # Given 120 queued runs of one scope, shown 50 a page, with the second page loaded
+    _, stack = serve_web(make_settings())
+    post_batch(
+        stack, [message(f"msg_deep{i}", "u_deep", f"Deep {i}", scope="topic:deep") for i in range(120)]
+    )
+    page = new_page(browser, page_errors)
+    start_ms = int(time.time() * 1000)
+    page.clock.install(time=start_ms)
+    page.clock.pause_at(start_ms + 1_000)
+    reads: list[str] = []
+    page.on("request", lambda r: reads.append(r.url))
+    page.goto(f"{stack}/#/runs?scopeKey=topic:deep&limit=50")
+    rows, live = page.locator("table.runs tbody tr"), page.get_by_test_id("runs-live")
+    expect(live).to_have_attribute("data-refreshes", "1")
+    expect(rows).to_have_count(50)
+    page.get_by_role("button", name="Load more").click()
+    expect(rows).to_have_count(100)
+
+    # When the page refreshes five times
+    since = len(reads)
+    for ended in range(2, 7):
+        page.clock.run_for(LIVE_MS)
+        expect(live).to_have_attribute("data-refreshes", str(ended))
+
+    # Then it read the first page five times and the second once, and both pages are still shown
+    window = [u for u in reads[since:] if "/v1/events?" in u]
+    assert sum(_first_runs_page(u) for u in window) == 5 and sum("cursor=" in u for u in window) == 1, window
+    expect(rows).to_have_count(100)
+
+    # When the tab is hidden for three refreshes' time, then shown
+    since = len(reads)
+    visibility = "h => { Object.defineProperty(document, 'hidden', {value: h, configurable: true}); "
+    visibility += "document.dispatchEvent(new Event('visibilitychange')); }"
+    page.evaluate(visibility, True)
+    page.clock.run_for(
+        3 * LIVE_MS
+    )  # a tick would have sent its read before this returns, so before this one:
+    page.evaluate("() => fetch('/healthz')")
+    hidden = reads[since:]
+    page.evaluate(visibility, False)
+    expect(live).to_have_attribute("data-refreshes", "7")
+
+    # Then nothing was read while it was hidden, and the page read its list when shown
+    assert [u for u in hidden if "/healthz" not in u] == [], hidden
+    assert any(_first_runs_page(u) for u in reads[since + len(hidden) :]), reads[since:]
     assert page_errors == []
 
 
