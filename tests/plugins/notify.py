@@ -1,5 +1,5 @@
 """A plugin with an external effect, written as a user would (it imports only ``worker.plugin``): the
-action of a ``notify.send`` event stages a webhook in the outbox; the plugin's deliverer POSTs it with the
+action of a ``notify.send`` event (or a ``notify.ping`` one: the same signal and action) stages a webhook in the outbox; the plugin's deliverer POSTs it with the
 record's key as ``Idempotency-Key`` (with ``payload.unbounded``, with no timeout: a receiver that never answers
 holds the call until the relay's delivery timeout). With ``payload.sleepMs`` the action (first attempt only) records its pid
 under ``ctx.key("probe")`` and sleeps, so a test can pause or partition the worker mid-action.
@@ -35,6 +35,9 @@ from worker.plugin import (
 )
 
 SOURCE_TYPE = "notify.send"
+PING_TYPE = (
+    "notify.ping"  # a second source type with the same signal and action (its events may share sourceIds)
+)
 OUTBOX_KIND = "test-webhook"
 
 
@@ -86,6 +89,7 @@ def plugin() -> Plugin:
         "notify",
         [
             define_source_handler(SOURCE_TYPE, "notify.send:signal", _on_send),
+            define_source_handler(PING_TYPE, "notify.ping:signal", _on_send),
             define_signal_handler("signal.notify.send", "notify.send:plan", _plan),
             define_action_handler("action.notify.post", "notify.post:stage", _post),
         ],

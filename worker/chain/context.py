@@ -15,9 +15,11 @@ Every Redis write a handler makes is *staged* and fenced:
 Staged commands are checked when staged (:data:`STAGEABLE` commands on the deployment's own, non-engine
 keys) and again by the script (the key's type) before anything is written.
 
-A handler whose effect lives outside Redis (HTTP, a database) performs it itself and gets at-least-once
-semantics, bounded by the idempotency lane (marked only after ``applied``); it should pass
-``ctx.idempotency_key`` on to that system.
+A handler whose effect lives outside Redis (HTTP, a database) stages it with :meth:`HandlerContext.outbox`: the
+relay delivers it after the commit, at least once, with a key the receiver dedupes on (docs/plugins.md). One that
+calls the other system itself, inside the handler, holds the scope's drain for the call's length and gets
+at-least-once semantics bounded only by the idempotency lane (marked after ``applied``): a crash between the call
+and the commit calls it again.
 """
 
 from __future__ import annotations
@@ -225,16 +227,16 @@ class HandlerContext:
 
     def outbox(self, kind: str, payload: Mapping[str, Any], *, key: str | None = None) -> str:
         """Stage an outbound call (delivered by the relay, at least once, with ``key`` passed on as its
-        idempotency key; default: the action's idempotency key hashed with the tenant and the source's user,
-        :func:`~worker.core.idempotency.effect_key`, so one source id in two tenants or for two users never
-        makes one key). Committed with this handler's writes, so a refused commit leaves none. Returns the
+        idempotency key; default: the action's idempotency key hashed with the tenant, the source's user and the
+        scope, :func:`~worker.core.idempotency.effect_key`, so one source id in two tenants, for two users or in
+        two scopes never makes one key). Committed with this handler's writes, so a refused commit leaves none. Returns the
         record id."""
 
         if key:
             idem = key
         elif self.idempotency_key:
             user = self.source.user_id if self.source is not None else None
-            idem = effect_key(self.keys.tenant, user, self.idempotency_key)
+            idem = effect_key(self.keys.tenant, user, self.scope_key, self.idempotency_key)
         else:
             raise PermanentFailure("ctx.outbox needs key= outside an action handler", code="INVALID_EFFECT")
         event_id = self.source.event_id if self.source is not None and self.source.event_id else ""

@@ -22,6 +22,7 @@ import threading
 
 from worker.chain.context import EffectBuffer
 from worker.core.errors import LeaseLost, PermanentFailure, PipelineError
+from worker.core.idempotency import lane_action_id
 from worker.core.nodes import Action, ExecutorResult
 from worker.core.record import record
 from worker.documents.chain_codec import StoredForm
@@ -79,14 +80,24 @@ class CancellablePort:
         self.marked: dict[str, None] = {}
 
     def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
+        """The lane's result (None: not applied yet), and the cancel flag, in one round trip. An action keyed by
+        default is looked up under its key of before too (:func:`~worker.core.idempotency.lane_action_id`): an
+        event whose action applied before an upgrade and that runs again after it (a retry, a redrive) must
+        find that lane, not apply the action a second time."""
+        lanes = [self.keys.idempotency(self.scope_key, idempotency_key)]
+        if (before := lane_action_id(action)) != idempotency_key:
+            lanes.append(self.keys.idempotency(self.scope_key, before))
         pipe = self.store.client.pipeline(transaction=False)
-        pipe.execute_command("GET", self.keys.idempotency(self.scope_key, idempotency_key), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
         pipe.hexists(self.keys.event(self.event_id), "cancelRequested")
-        raw, cancelled = pipe.execute()
+        for lane in lanes:
+            pipe.execute_command("GET", lane, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        cancelled, *found = pipe.execute()
         self._cancelled = bool(cancelled)
-        if raw is not None:
-            self.marked[self.keys.idempotency(self.scope_key, idempotency_key)] = None
-        return lane_result(raw, idempotency_key)
+        for lane, raw in zip(lanes, found, strict=True):
+            if raw is not None:
+                self.marked[lane] = None
+                return lane_result(raw, lane_action_id(action))
+        return None
 
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
@@ -106,7 +117,7 @@ class CancellablePort:
                 lane=self.keys.idempotency(self.scope_key, idempotency_key),
                 fence_key=self.keys.fence(self.scope_key),
                 fence=self.fence,
-                result_json=encode_lane(lane_json(result, idempotency_key), settings.stored_form),
+                result_json=encode_lane(lane_json(result, lane_action_id(action)), settings.stored_form),
                 lane_ttl_s=settings.idempotency_ttl_s,
                 effects_json=json.dumps(commands),
             )
@@ -169,7 +180,7 @@ class BatchPort:
         key = self.keys.idempotency(self.scope_key, idempotency_key)
         for lane in self.lanes:
             if lane.key == key:
-                return lane_result(lane.result_json.encode("utf-8"), idempotency_key)
+                return lane_result(lane.result_json.encode("utf-8"), lane_action_id(action))
         return None
 
     def commit(
@@ -181,7 +192,7 @@ class BatchPort:
         self.lanes.append(
             BatchLane(
                 key=self.keys.idempotency(self.scope_key, idempotency_key),
-                result_json=lane_json(result, idempotency_key),
+                result_json=lane_json(result, lane_action_id(action)),
                 effects_json=json.dumps(commands),
             )
         )

@@ -71,7 +71,7 @@ def receiver() -> Iterator[Receiver]:
 
 
 def _settings(make_settings: Any, **overrides: Any) -> Any:
-    return make_settings(plugins=PLUGINS, extra_source_types=["notify.send"], **overrides)
+    return make_settings(plugins=PLUGINS, extra_source_types=["notify.send", "notify.ping"], **overrides)
 
 
 def _send(producer: Producer, url: str, source_id: str, scope: str = SCOPE, **payload: Any) -> str:
@@ -237,6 +237,34 @@ def test_one_source_id_in_two_tenants_and_for_two_users_makes_three_effects(
     assert dict(receiver.effects) == dict.fromkeys(keys, 1)
     for producer in (acme, globex):
         producer.close()
+
+
+def test_one_source_id_in_two_scopes_and_under_two_source_types_makes_three_effects(
+    make_settings: Any, start_worker: Any, receiver: Receiver
+) -> None:
+    """Three events the door tells apart (``scopeKey``, ``sourceType``, ``sourceId``) with one ``sourceId``: the
+    default outbox key left out the scope, so the events of two scopes posted one key for two bodies; and an
+    action's lane left out the source type, so in one scope the second type's action read the first's lane as
+    its own and never ran (``applied`` with the first one's detail, no record). Each now runs, with its own key."""
+    settings = _settings(make_settings)
+    start_worker(settings)
+    producer = Producer(settings)
+    sent = []
+    for source_type, scope in (
+        ("notify.send", "topic:n-a"),
+        ("notify.send", "topic:n-b"),
+        ("notify.ping", "topic:n-a"),
+    ):
+        event = {"sourceType": source_type, "sourceId": "msg_same", "scopeKey": scope}
+        sent.append((scope, producer.enqueue({**event, "payload": {"url": receiver.url}}).event_id))
+    records = [
+        wait_for(partial(_final, producer, event_id, scope), timeout_s=60, what="a delivery")
+        for scope, event_id in sent
+    ]
+    assert [[r["state"] for r in found] for found in records] == [["delivered"]] * 3
+    keys = {found[0]["key"] for found in records}
+    assert len(keys) == 3 and dict(receiver.effects) == dict.fromkeys(keys, 1)
+    producer.close()
 
 
 def test_a_deliverer_that_never_returns_fails_its_attempt_and_the_relay_goes_on(

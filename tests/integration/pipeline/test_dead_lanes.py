@@ -93,6 +93,31 @@ def test_a_redrive_after_the_lane_ttl_charges_once_however_long_it_waits(
     pipeline.store.client.close()
 
 
+def test_a_lane_written_under_its_key_of_before_an_upgrade_is_still_replayed(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """A lane's default key names the event's source type now (``<sourceType>:<actionId>``); a dead event whose
+    charge applied before the upgrade holds its lane under the key of before (the action id alone). Redriven after
+    the upgrade, its charge is found there and replayed, not charged again."""
+    settings, producer, pipeline, event_id = _dead_order(make_settings, "order-upgraded")
+    b = producer.keys.for_scope(SCOPE)
+    charged, fixed = b.plugin(SCOPE, "charged"), b.plugin(SCOPE, "shipping-fixed")
+    (lane,) = _lanes(redis_client, settings.key_prefix)
+    marker = ":charge.order:"
+    assert marker in lane  # the default key: the source type, then the action id
+    before = lane.replace(marker, ":", 1)
+    redis_client.rename(lane, before)
+    redis_client.set(fixed, "1")
+    assert redrive_events(producer, [event_id])["redriven"] == [event_id]
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert (producer.status(event_id) or {})["status"] == "done"
+    assert redis_client.get(charged) == "1"  # replayed from the lane of before
+    after = [lane for lane in _lanes(redis_client, settings.key_prefix) if lane != before]
+    assert len(after) == 1 and after[0].endswith(":action:ship") and marker in after[0]  # shipping's, now
+    producer.close()
+    pipeline.store.client.close()
+
+
 def test_a_last_attempt_that_fails_before_any_action_keeps_the_earlier_attempts_lanes(
     make_settings: Any, redis_client: Redis
 ) -> None:
