@@ -111,6 +111,7 @@ def receipt_action_handler(action: Action, ctx: HandlerContext) -> ExecutorResul
     source = ctx.source
     if source is not None and source.user_id:  # a receipt is its event's user's, whatever a payload says
         receipt["userId"] = source.user_id
+    receipt.setdefault("userId", None)  # an event of no user, and a payload that names none: no user's
     event_id = source.event_id if source is not None else None
     # the indexes, count and announcement only when the SET NX writes: an id the user has already adds nothing
     ctx.effects.call_once(*receipt_effects(ctx.keys, receipt, ctx.deps(ReceiptDeps).ttl_s, event_id=event_id))

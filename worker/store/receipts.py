@@ -39,8 +39,10 @@ __all__ = [
     "ERASED",
     "NO_USER",
     "ReceiptStore",
+    "ReceiptWithoutUser",
     "matches",
     "migrate_legacy_receipts",
+    "receipt_commands",
     "receipt_effects",
     "receipt_index_trims",
     "receipt_owner",
@@ -74,7 +76,31 @@ def matches(receipt: Mapping[str, Any], user_id: str, agent_id: str | None, topi
     return user == user_id and agent_id in (None, agent) and topic_id in (None, topic)
 
 
+class ReceiptWithoutUser(ValueError):
+    """A plugin's receipt that does not say whose it is (no ``userId`` key)."""
+
+
 def receipt_effects(
+    keys: Keys,
+    receipt: Mapping[str, Any],
+    ttl_s: int,
+    *,
+    event_id: str | None = None,
+    body_ttl_s: int | None = None,
+) -> list[list[str | int]]:
+    """:func:`receipt_commands` for a plugin's handler, which must say whose the receipt is: its ``userId`` key is
+    the event's user (``ctx.source.user_id``), or None for an event that names none. A receipt without the key
+    was filed under no user: listed for nobody, and kept by the erasure of the user it was about. Raises
+    :class:`ReceiptWithoutUser` (the event fails, naming it)."""
+    if "userId" not in receipt:
+        raise ReceiptWithoutUser(
+            f"receipt {receipt.get('id')!r} has no userId: set receipt['userId'] = ctx.source.user_id "
+            "(None when the event names no user) so that its user lists it and their erasure removes it"
+        )
+    return receipt_commands(keys, receipt, ttl_s, event_id=event_id, body_ttl_s=body_ttl_s)
+
+
+def receipt_commands(
     keys: Keys,
     receipt: Mapping[str, Any],
     ttl_s: int,
@@ -147,7 +173,7 @@ class ReceiptStore:
     def append(self, receipt: Mapping[str, Any], *, event_id: str | None = None) -> bool:
         """Append once, trimming the indexes of expired members; False, and nothing written, when the user
         already has a receipt with this id."""
-        commands = receipt_effects(self.keys, receipt, self.ttl_s, event_id=event_id)
+        commands = receipt_commands(self.keys, receipt, self.ttl_s, event_id=event_id)
         return _write_once(self.client, commands)
 
     def get(self, user_id: str, receipt_id: str) -> dict[str, Any] | None:
@@ -300,7 +326,7 @@ def migrate_legacy_receipts(client: Redis, keys: Keys, *, ttl_s: int, dry_run: b
             continue
         left_s = int(client.ttl(key))
         body_ttl_s = left_s if left_s > 0 else ttl_s
-        effects = receipt_effects(keys, receipt, max(ttl_s, body_ttl_s), body_ttl_s=body_ttl_s)
+        effects = receipt_commands(keys, receipt, max(ttl_s, body_ttl_s), body_ttl_s=body_ttl_s)
         commands = [c for c in effects if c[0] != "PUBLISH"]  # an old receipt is not news to any stream
         if not _write_once(client, [*commands, ["DEL", key]]):
             client.delete(key)  # the user has a receipt with this id already: the legacy copy goes

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from redis import Redis
 
 from worker.keys.layout import BucketKeys
@@ -68,3 +69,21 @@ class TestIndexTrim:
         assert store.append(_receipt("recent", now - 60_000))
         assert store.append(_receipt("ahead", now + 365 * 24 * 3600 * 1000))
         assert sorted(redis_client.zrange(keys.user_receipts("carol"), 0, -1)) == ["ahead", "recent"]
+
+
+class TestOwner:
+    def test_a_plugins_receipt_must_say_whose_it_is(self, keys: BucketKeys) -> None:
+        """A receipt staged without a ``userId`` key was filed under no user (``-``): its user's listing never
+        showed it and their erasure left it. ``receipt_effects`` (plugin API) refuses it, naming the fix; an
+        explicit None (an event that names no user) is filed under no user, as before."""
+        from worker.store.receipts import NO_USER, ReceiptWithoutUser, receipt_effects
+
+        mine = {"id": "esc-1", "kind": "escalation", "createdAt": 1000}
+        with pytest.raises(
+            ReceiptWithoutUser, match=r"receipt 'esc-1' has no userId: set receipt\['userId'\]"
+        ):
+            receipt_effects(keys, mine, 60)
+        nobodys = receipt_effects(keys, {**mine, "userId": None}, 60)
+        assert nobodys[0][:2] == ["SET", keys.receipt(NO_USER, "esc-1")]
+        carols = receipt_effects(keys, {**mine, "userId": "carol"}, 60)
+        assert carols[0][:2] == ["SET", keys.receipt("carol", "esc-1")]
