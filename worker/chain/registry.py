@@ -54,11 +54,17 @@ def _define(
     if not types:
         raise ValueError(f"define_{kind}_handler({id!r}) listens to no type")
     try:  # every event would fail the same way, retried to the DLQ: say so at load instead
-        inspect.signature(handle, follow_wrapped=False).bind(None, None)
-    except TypeError as exc:
-        raise TypeError(f"define_{kind}_handler({id!r}): its function must take (node, ctx): {exc}") from None
+        signature = inspect.signature(handle, follow_wrapped=False)
     except ValueError:
-        pass  # a builtin without a signature: taken on trust
+        signature = None  # a builtin without a signature: taken on trust
+    try:
+        if signature is not None:
+            signature.bind(None, None)
+    except TypeError:
+        name = getattr(handle, "__name__", repr(handle))
+        raise TypeError(
+            f"define_{kind}_handler({id!r}): its function must take (node, ctx); {name}{signature} does not"
+        ) from None
     return HandlerDef(kind=kind, listen=types, id=id, handle=handle, batch_safe=batch_safe)
 
 

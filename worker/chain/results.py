@@ -89,7 +89,10 @@ def failed(
     retriable: bool = False,
     retry_after_ms: int | None = None,
 ) -> ExecutorResult:
-    """The effect did not happen; the lane stays unmarked. ``retriable`` is reported (LobeHub never sets it)."""
+    """The effect did not happen; the lane stays unmarked, and the writes and outbox calls the handler staged are
+    dropped. The event goes on (and ends done): ``retriable`` and ``retry_after_ms`` are reported in the result,
+    as LobeHub's are, and retry nothing. To have the event tried again, raise (``RetryLater``, or any exception:
+    the backoff); ``PermanentFailure`` sends it to the dead-letter list."""
     return ExecutorResult(
         action_id=action.action_id,
         status="failed",

@@ -23,6 +23,7 @@ A ``max_nodes`` budget stops runaway fan-out (LobeHub has none).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -56,6 +57,10 @@ from worker.telemetry.recorder import DISABLED, Telemetry
 __all__ = ["ChainScope", "ChainTrace", "run_chain"]
 
 DEFAULT_MAX_NODES = 500
+log = logging.getLogger(__name__)
+# Action types dispatched with no handler, said once per process each: such an action is in the chain and runs
+# nothing (LobeHub's too), which a typo in a type, or the plugin that handles it left out, looks like.
+_UNHANDLED: set[str] = set()
 
 
 @dataclass(slots=True)
@@ -162,7 +167,15 @@ def run_chain(
         elif isinstance(node, Action):
             trace.actions.append(node)
         kind, node_type, _ = _kind_and_type(node)
-        for handler in registry.match(kind, node_type):
+        handlers = registry.match(kind, node_type)
+        if not handlers and kind == "action" and node_type not in _UNHANDLED:
+            _UNHANDLED.add(node_type)
+            log.warning(
+                "action type %r has no handler: its actions are kept in their chains and run nothing (a typo in "
+                "the type, or the plugin that handles it is not loaded)",
+                node_type,
+            )
+        for handler in handlers:
             if scope.batch and not handler.batch_safe:
                 raise NotBatchable(f"{handler.id} is not batch-safe")
             ctx = scope.context(source, node)

@@ -14,7 +14,7 @@ import difflib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -126,10 +126,14 @@ def load_plugins(settings: Settings, *, check_env: bool = True) -> list[Plugin]:
     """The shipped plugins, then ``AGENT_SIGNAL_PLUGINS``, in order; their settings and the sections'
     validated at boot."""
     plugins = [_import(spec) for spec in [*settings.shipped_plugins, *settings.plugins]]
+    specs = [*settings.shipped_plugins, *settings.plugins]
     names = [p.name for p in plugins]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise PluginLoadError(f"plugins loaded twice: {', '.join(duplicates)}")
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        given = [spec for spec, plugin in zip(specs, plugins, strict=True) if plugin.name == name]
+        raise PluginLoadError(
+            f"two plugins are named {name!r} ({', '.join(given)}): a plugin's name is its own (its settings "
+            "section, its tasks' names); rename one, or leave one out (a shipped one: AGENT_SIGNAL_SHIPPED_PLUGINS)"
+        )
     models = [*section_models(), *(p.settings for p in plugins if p.settings is not None)]
     if check_env:
         check_environment(settings, models)
@@ -185,10 +189,36 @@ def assemble(
     runtime = replace(base, emitter=emitter, deps=deps)
     for plugin in plugins:
         if plugin.services is not None:
-            deps.add(plugin.services(runtime))
+            deps.add(_built(plugin, "services", plugin.services, runtime))
     registry = plugin_registry(plugins, runtime)
     check_source_handlers(registry, source_types, settings)
     tasks = [task for p in plugins for task in p.tasks]
-    deliverers = {kind: build(runtime) for p in plugins for kind, build in p.deliverers.items()}
+    deliverers = {
+        kind: _deliverer(p, kind, _built(p, f"deliverers[{kind!r}]", build, runtime))
+        for p in plugins
+        for kind, build in p.deliverers.items()
+    }
     erasers = [p.erase_user for p in plugins if p.erase_user is not None]
     return Assembly(plugins, runtime, emitter, deps, registry, tasks, deliverers, erasers)
+
+
+def _built(plugin: Plugin, what: str, factory: Callable[[PluginRuntime], Any], runtime: PluginRuntime) -> Any:
+    """``factory(runtime)``; what it raises becomes a PluginLoadError naming the plugin and the field (it was a
+    traceback of the web server's start)."""
+    try:
+        return factory(runtime)
+    except Exception as exc:
+        raise PluginLoadError(
+            f"plugin {plugin.name!r}: {what}(runtime) raised {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _deliverer(plugin: Plugin, kind: str, built: Any) -> Deliverer:
+    """A deliverer factory's product, which must be callable (a deliver function given where its factory belongs
+    returns None, and every record of the kind died of "'NoneType' object is not callable")."""
+    if not callable(built):
+        raise PluginLoadError(
+            f"plugin {plugin.name!r}: deliverers[{kind!r}](runtime) returned {built!r}, not a deliver(record) "
+            "function: deliverers maps a kind to a factory, runtime -> deliver(record)"
+        )
+    return cast(Deliverer, built)

@@ -4,6 +4,7 @@ import that module, never this one (worker/runtime/assembly.py loads and assembl
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -104,12 +105,41 @@ class Plugin:
     erase_user: UserEraser | None = None
 
     def __post_init__(self) -> None:
+        """What can be checked of the fields before anything runs (each wrong one failed only when used: every
+        event of a type, every erasure, every delivery); the plugin loader names the plugin with it."""
         for name in ("source_types",):
             if isinstance(
                 getattr(self, name), str
             ):  # a str is a sequence of letters: "a.b" would admit "a", "."
                 raise TypeError(f"Plugin({self.name!r}): {name} is a list of types, not one string")
+        for source_type, model in dict(self.payload_schemas).items():
+            if not (isinstance(model, type) and issubclass(model, _BaseModel)):
+                raise TypeError(
+                    f"Plugin({self.name!r}): payload_schemas[{source_type!r}] must be a pydantic model class "
+                    f"(a BaseModel subclass), not {model!r}"
+                )
+        if self.erase_user is not None:
+            _check_takes(
+                self.erase_user, 4, f"Plugin({self.name!r}): erase_user", "(redis, keys, user_id, scopes)"
+            )
+        for kind, factory in dict(self.deliverers).items():
+            _check_takes(factory, 1, f"Plugin({self.name!r}): deliverers[{kind!r}]", "(runtime), a factory")
 
     def build_policies(self, runtime: PluginRuntime) -> list[Policy]:
         """The plugin's policies for this process."""
         return list(self.policies(runtime) if callable(self.policies) else self.policies)
+
+
+def _check_takes(function: object, count: int, what: str, shape: str) -> None:
+    """A TypeError naming ``what`` unless ``function`` can be called with ``count`` positional arguments."""
+    if not callable(function):
+        raise TypeError(f"{what} must be a function taking {shape}, not {function!r}")
+    try:
+        signature = inspect.signature(function)
+    except ValueError:  # a builtin without a signature: taken on trust
+        return
+    try:
+        signature.bind(*([None] * count))
+    except TypeError:
+        name = getattr(function, "__name__", repr(function))
+        raise TypeError(f"{what} must take {shape}; {name}{signature} does not") from None

@@ -59,9 +59,97 @@ def test_a_handler_function_of_the_wrong_shape_is_refused_when_defined() -> None
         return None
 
     with pytest.raises(
-        TypeError, match=r"define_source_handler\('h'\): its function must take \(node, ctx\)"
+        TypeError,
+        match=r"define_source_handler\('h'\): its function must take \(node, ctx\); one_argument\(node"
+        r": 'Any'\) -> 'None' does not",
     ):
         define_source_handler("x.event", "h", one_argument)  # type: ignore[arg-type]
+
+
+class _Payload:
+    """Not a pydantic model: a plain class given as a payload schema."""
+
+
+def _deliver(record: Any) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("fields", "refused"),
+    [
+        ({"payload_schemas": {"t.x": _Payload}}, r"payload_schemas\['t\.x'\] must be a pydantic model class"),
+        (
+            {"payload_schemas": {"t.x": {"a": "str"}}},
+            r"payload_schemas\['t\.x'\] must be a pydantic model class",
+        ),
+        (
+            {"erase_user": lambda user_id: {}},
+            r"erase_user must take \(redis, keys, user_id, scopes\); <lambda>",
+        ),
+        (
+            {"deliverers": {"k": "nope"}},
+            r"deliverers\['k'\] must be a function taking \(runtime\), a factory",
+        ),
+    ],
+    ids=["a plain class", "a dict", "erase_user of one argument", "a deliverer that is no function"],
+)
+def test_plugin_fields_that_would_fail_only_when_used_are_refused_when_made(
+    fields: dict[str, Any], refused: str
+) -> None:
+    """Each passed the plugin's load and failed later, each time it was used: every event of the type a 500 at
+    the door, every erasure a 500 after the engine's part, every record of the kind dead."""
+    with pytest.raises(TypeError, match=r"Plugin\('p'\): " + refused):
+        Plugin(name="p", **fields)
+
+
+def test_a_deliver_function_given_where_its_factory_belongs_is_refused_at_assembly(
+    make_settings: Any, keys: Any
+) -> None:
+    """``deliverers={kind: deliver}``: the engine called ``deliver(runtime)`` and kept its None, and every record
+    of the kind died of "'NoneType' object is not callable", naming neither. A factory's error names the plugin
+    too."""
+    from redis import Redis
+
+    from worker.runtime.assembly import assemble
+    from worker.store.events import EventStore
+
+    settings = make_settings()
+    store = EventStore(Redis.from_url(settings.redis_url, decode_responses=True), settings)
+
+    def failing(runtime: Any) -> Any:
+        raise RuntimeError("no endpoint configured")
+
+    cases = [
+        (
+            Plugin(name="p", deliverers={"k": _deliver}),
+            r"plugin 'p': deliverers\['k'\]\(runtime\) returned None",
+        ),
+        (
+            Plugin(name="p", services=failing),
+            r"plugin 'p': services\(runtime\) raised RuntimeError: no endpoint",
+        ),
+    ]
+    for plugin, refused in cases:
+        with pytest.raises(PluginLoadError, match=refused):
+            assemble([plugin], settings, store, publish_drain=lambda ref: None)
+    store.client.close()
+
+
+def test_two_plugins_of_one_name_are_named_with_their_specs(
+    make_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said "plugins loaded twice: activity" for a plugin of the user's named like a shipped one."""
+    from worker.runtime.assembly import load_plugins
+
+    (tmp_path / "namesake_plugin.py").write_text(
+        "from worker.plugin import Plugin\ndef plugin():\n    return Plugin(name='activity')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(
+        PluginLoadError, match=r"two plugins are named 'activity' \(.*namesake_plugin:plugin\)"
+    ):
+        load_plugins(make_settings(plugins=["namesake_plugin:plugin"]), check_env=False)
+    sys.modules.pop("namesake_plugin", None)
 
 
 def test_a_factory_that_fails_names_the_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,3 +297,26 @@ def test_actions_that_differ_by_name_or_key_each_run_and_the_same_one_twice_runs
     run_chain(_source("m2"), keyed, port)
     run_chain(_source("m3"), _twice({"item": 5}, {"item": 5}), port)  # the same action twice: idempotent
     assert [effect[2:] for effect in port.effects] == [["1"], ["2"], ["3"], ["4"], ["5"]]
+
+
+def test_an_action_type_no_handler_takes_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A misspelt action type ran nothing and said nothing (the event done, its chain with no result). The
+    first one of a type is logged as a warning, naming it; later ones are not (it would be once per event)."""
+
+    def plan(s: Source, ctx: HandlerContext) -> Dispatch:
+        sig = signal_from(s, "esc", "signal.esc", {}, ctx.now())
+        return Dispatch(
+            signals=[sig], actions=[action_from(sig, "notify", "action.esc.notfy", {}, ctx.now())]
+        )
+
+    registry = Registry.from_policies(
+        [Policy("p", [define_source_handler("agent.user.message", "src", plan)])]
+    )
+    with caplog.at_level("WARNING", logger="worker.chain.scheduler"):
+        run_chain(_source("n1"), registry, MemoryPort())
+        run_chain(_source("n2"), registry, MemoryPort())
+    said = [r.getMessage() for r in caplog.records if "has no handler" in r.getMessage()]
+    assert said == [
+        "action type 'action.esc.notfy' has no handler: its actions are kept in their chains and run nothing "
+        "(a typo in the type, or the plugin that handles it is not loaded)"
+    ]
