@@ -84,7 +84,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if found is None:
         of_user = f" of user {args.user!r}" if args.user else ""  # the chain may be another user's
         print(
-            f"agent-signal inspect: no chain {args.chain_id!r}{of_user} (not run yet, or past retention)",
+            f"agent-signal inspect: no chain {args.chain_id!r}{of_user} (not run yet, past retention, or its run "
+            "failed: a failed run keeps no chain, and `agent-signal runs show EVENT_ID` has its error)",
             file=sys.stderr,
         )
         return 1

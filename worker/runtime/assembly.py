@@ -50,6 +50,11 @@ def _import(spec: str) -> Plugin:
         produced = factory() if callable(factory) and not isinstance(factory, Plugin) else factory
     except PluginLoadError:
         raise
+    except ModuleNotFoundError as exc:
+        hint = ""
+        if exc.name is not None and module_name.split(".")[0] == exc.name.split(".")[0]:
+            hint = " (install its package, or put its folder on PYTHONPATH: the current directory is not searched)"
+        raise PluginLoadError(f"plugin {spec!r}: ModuleNotFoundError: {exc}{hint}") from exc
     except Exception as exc:  # its import or its factory failed: name the plugin, not only the exception
         raise PluginLoadError(f"plugin {spec!r}: {type(exc).__name__}: {exc}") from exc
     if isinstance(produced, Plugin):

@@ -236,7 +236,11 @@ def get_chain(
             else f"; did you mean chain:{chain_id}?"
         )
         return error_response(
-            404, "not_found", f"no chain {chain_id!r} (not run yet, or past retention){hint}", "chainId"
+            404,
+            "not_found",
+            f"no chain {chain_id!r} (not run yet, past retention, or its run failed: a failed run keeps "
+            f"no chain, and GET /v1/events/{{eventId}} has its error){hint}",
+            "chainId",
         )
     return JSONResponse(chain)
 

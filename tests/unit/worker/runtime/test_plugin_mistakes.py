@@ -320,3 +320,9 @@ def test_an_action_type_no_handler_takes_is_said_once(caplog: pytest.LogCaptureF
         "action type 'action.esc.notfy' has no handler: its actions are kept in their chains and run nothing "
         "(a typo in the type, or the plugin that handles it is not loaded)"
     ]
+
+
+def test_a_plugin_module_not_found_says_where_python_looks() -> None:
+    """``No module named 'myplugins'`` alone: the launcher does not put the current directory on sys.path."""
+    with pytest.raises(PluginLoadError, match=r"No module named 'no_such_plugins'.*on PYTHONPATH"):
+        _import("no_such_plugins.escalation:plugin")
