@@ -23,3 +23,10 @@ class SourceTypePolicy:
 
     def accepts(self, source_type: str) -> bool:
         return self.allow_unknown or source_type in self.known
+
+    def nearest(self, source_type: str) -> str | None:
+        """The known type ``source_type`` is most likely a typo of, or None (for a refusal's message)."""
+        import difflib  # only on a refusal
+
+        near = difflib.get_close_matches(source_type, sorted(self.known), n=1)
+        return near[0] if near else None

@@ -136,11 +136,13 @@ def parse_event(data: Any, types: SourceTypePolicy, *, prefix: str = "") -> Sour
         raise InvalidEvent(field_error(exc, prefix)) from None
     if not types.accepts(event.source_type):
         field = field_path(("sourceType",), prefix) or "sourceType"
+        near = types.nearest(event.source_type)
+        hint = f"did you mean {near!r}? or " if near else ""
         raise InvalidEvent(
             EventError(
                 code="unknown_source_type",
-                message=f"{field}: unknown source type {event.source_type!r} "
-                "(a loaded plugin declares it, or list it in AGENT_SIGNAL_EXTRA_SOURCE_TYPES, or set AGENT_SIGNAL_ALLOW_UNKNOWN_SOURCE_TYPES=true)",
+                message=f"{field}: unknown source type {event.source_type!r} ({hint}a loaded plugin declares "
+                "it, or list it in AGENT_SIGNAL_EXTRA_SOURCE_TYPES, or set AGENT_SIGNAL_ALLOW_UNKNOWN_SOURCE_TYPES=true)",
                 field=field,
             )
         )

@@ -31,3 +31,19 @@ def test_no_shipped_source_type_is_named_in_the_engine() -> None:
         for match in pattern.finditer(path.read_text(encoding="utf-8"))
     ]
     assert found == []
+
+
+def test_a_refused_type_is_answered_with_the_nearest_declared_one() -> None:
+    """The load-time check said "did you mean"; the door did not: ``app.ticket.mesage`` got no hint."""
+    import pytest
+
+    from worker.intake.source_event import InvalidEvent, parse_event
+
+    policy = SourceTypePolicy(extra=["app.ticket.message", "app.ticket.note"])
+    event = {"sourceType": "app.ticket.mesage", "sourceId": "m1", "payload": {}}
+    with pytest.raises(InvalidEvent) as refused:
+        parse_event(event, policy)
+    assert "unknown source type 'app.ticket.mesage' (did you mean 'app.ticket.message'? or" in str(
+        refused.value
+    )
+    assert policy.nearest("zzz") is None
