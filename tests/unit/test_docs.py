@@ -174,3 +174,27 @@ def test_make_help_lists_every_target() -> None:
     listed = set(re.findall(r'^\t@echo "make ([\w-]+)', text, re.M))
     missing = [target for target in phony.group(1).split() if target not in listed]
     assert not missing, f"targets make help does not list: {missing}"
+
+
+def test_the_python_samples_are_lint_clean() -> None:
+    """Each ```python block of README.md and docs/*.md compiles, and has no unused import or undefined name
+    (ruff's F rules): a plugin author copies the sample in plugins.md, which imported six names it never used."""
+    import subprocess
+    import sys
+
+    samples = [
+        (path, block)
+        for path in [README, *sorted((ROOT / "docs").glob("*.md"))]
+        for block in re.findall(r"^```python\n(.*?)^```", _text(path), re.M | re.S)
+    ]
+    assert samples, "no python sample found"
+    for path, block in samples:
+        compile(block, str(path), "exec")
+        found = subprocess.run(
+            [sys.executable, "-m", "ruff", "check", "--select", "F", "--stdin-filename", "sample.py", "-"],
+            input=block,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert found.returncode == 0, f"{path.relative_to(ROOT)}:\n{found.stdout}"
