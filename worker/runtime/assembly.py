@@ -61,7 +61,13 @@ def _import(spec: str) -> Plugin:
         return produced
     if isinstance(produced, list) and all(isinstance(p, Policy) for p in produced):
         return Plugin(name=spec, policies=produced)
-    raise PluginLoadError(f"plugin {spec!r} must return a Plugin or a list of Policy")
+    if produced is factory:  # not called: neither a function nor a Plugin
+        raise PluginLoadError(
+            f"plugin {spec!r}: {attr} is a {type(factory).__name__}, not a Plugin nor a function that returns one"
+        )
+    raise PluginLoadError(
+        f"plugin {spec!r} must return a Plugin or a list of Policy (it returned a {type(produced).__name__})"
+    )
 
 
 def plugin_registry(plugins: Sequence[Plugin], runtime: PluginRuntime) -> Registry:

@@ -326,3 +326,20 @@ def test_a_plugin_module_not_found_says_where_python_looks() -> None:
     """``No module named 'myplugins'`` alone: the launcher does not put the current directory on sys.path."""
     with pytest.raises(PluginLoadError, match=r"No module named 'no_such_plugins'.*on PYTHONPATH"):
         _import("no_such_plugins.escalation:plugin")
+
+
+def test_a_plugin_spec_naming_no_function_says_what_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``module:TICKET_MESSAGE`` (a string) was refused as "must return a Plugin", though nothing was called."""
+    (tmp_path / "named_constant_plugin.py").write_text(
+        "TICKET_MESSAGE = 'app.ticket.message'\ndef nothing():\n    return None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginLoadError, match=r"TICKET_MESSAGE is a str, not a Plugin nor a function"):
+        _import("named_constant_plugin:TICKET_MESSAGE")
+    with pytest.raises(
+        PluginLoadError, match=r"must return a Plugin or a list of Policy \(it returned a NoneType\)"
+    ):
+        _import("named_constant_plugin:nothing")
+    sys.modules.pop("named_constant_plugin", None)
