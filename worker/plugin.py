@@ -64,7 +64,7 @@ from worker.runtime.plugin_model import Plugin, PluginRuntime, PluginTask
 from worker.settings import PluginSettings, Settings
 from worker.store.events import PreparedEvent
 from worker.store.quotas import add_user_bytes, user_bytes_effects
-from worker.store.receipts import ReceiptStore, receipt_effects
+from worker.store.receipts import ReceiptStore, ReceiptWithoutUser, receipt_effects
 
 __all__ = [
     "Action",
@@ -91,6 +91,7 @@ __all__ = [
     "Policy",
     "PreparedEvent",
     "ReceiptStore",
+    "ReceiptWithoutUser",
     "RetryLater",
     "Schedule",
     "Settings",

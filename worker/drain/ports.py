@@ -68,36 +68,44 @@ class CancellablePort:
         fence: int,
         lost: threading.Event,
         event_id: str,
+        attempt: int = 1,
     ) -> None:
         self.store = store
         self.keys = keys
         self.scope_key = scope_key
         self.fence = fence
         self.event_id = event_id  # what a journaled write is indexed under (erasure finds it by the event)
+        self.attempt = attempt  # a later attempt may follow one that applied actions before an upgrade
         self._lost = lost  # set by the lease renewer
         self._cancelled = False
         # the lanes this run found marked or marked itself: kept as long as the event, should it die
         self.marked: dict[str, None] = {}
 
     def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
-        """The lane's result (None: not applied yet), and the cancel flag, in one round trip. An action keyed by
-        default is looked up under its key of before too (:func:`~worker.core.idempotency.lane_action_id`): an
-        event whose action applied before an upgrade and that runs again after it (a retry, a redrive) must
-        find that lane, not apply the action a second time."""
-        lanes = [self.keys.idempotency(self.scope_key, idempotency_key)]
-        if (before := lane_action_id(action)) != idempotency_key:
-            lanes.append(self.keys.idempotency(self.scope_key, before))
+        """The lane's result (None: not applied yet), and the cancel flag, in one round trip.
+
+        An action keyed by default had another key before 0315f09 (:func:`~worker.core.idempotency.lane_action_id`,
+        without the source type), which an event of another source type with the same ``sourceId`` shares. It is
+        read only for an event that may itself have applied the action under it: a later attempt (a retry after
+        the upgrade) or one whose kept lanes (the hash's ``lanes``: a redriven dead event's) name it. So a retried
+        or redriven event does not apply the action twice, and a first run never takes another event's lane."""
+        lane = self.keys.idempotency(self.scope_key, idempotency_key)
+        before = lane_action_id(action)
+        older = self.keys.idempotency(self.scope_key, before) if before != idempotency_key else None
         pipe = self.store.client.pipeline(transaction=False)
-        pipe.hexists(self.keys.event(self.event_id), "cancelRequested")
-        for lane in lanes:
-            pipe.execute_command("GET", lane, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
-        cancelled, *found = pipe.execute()
-        self._cancelled = bool(cancelled)
-        for lane, raw in zip(lanes, found, strict=True):
-            if raw is not None:
-                self.marked[lane] = None
-                return lane_result(raw, lane_action_id(action))
-        return None
+        pipe.hmget(self.keys.event(self.event_id), ["cancelRequested", "lanes"])
+        pipe.execute_command("GET", lane, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        if older is not None:
+            pipe.execute_command("GET", older, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        (cancelled, kept), raw, *found_older = pipe.execute()
+        self._cancelled = cancelled is not None
+        if raw is None and found_older and found_older[0] is not None and older is not None:
+            if self.attempt > 1 or older in json.loads(kept or "[]"):
+                lane, raw = older, found_older[0]
+        if raw is None:
+            return None
+        self.marked[lane] = None
+        return lane_result(raw, before)
 
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer

@@ -31,6 +31,7 @@ from redis import Redis
 from redis.exceptions import WatchError
 
 from worker.core.clock import now_ms
+from worker.core.errors import PermanentFailure
 from worker.core.ids import NO_USER  # the user of a receipt whose event named none (never a user id)
 from worker.keys.layout import Keys, glob_escaped
 from worker.store.quotas import receipt_bytes_effects
@@ -76,8 +77,12 @@ def matches(receipt: Mapping[str, Any], user_id: str, agent_id: str | None, topi
     return user == user_id and agent_id in (None, agent) and topic_id in (None, topic)
 
 
-class ReceiptWithoutUser(ValueError):
-    """A plugin's receipt that does not say whose it is (no ``userId`` key)."""
+class ReceiptWithoutUser(PermanentFailure):
+    """A plugin's receipt that does not say whose it is (no ``userId`` key): its event is dead at once
+    (``INVALID_EFFECT``), as for other staged writes refused, since every attempt would fail the same way."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="INVALID_EFFECT")
 
 
 def receipt_effects(

@@ -76,13 +76,15 @@ class TestOwner:
         """A receipt staged without a ``userId`` key was filed under no user (``-``): its user's listing never
         showed it and their erasure left it. ``receipt_effects`` (plugin API) refuses it, naming the fix; an
         explicit None (an event that names no user) is filed under no user, as before."""
+        from worker.core.errors import PermanentFailure
         from worker.store.receipts import NO_USER, ReceiptWithoutUser, receipt_effects
 
         mine = {"id": "esc-1", "kind": "escalation", "createdAt": 1000}
         with pytest.raises(
             ReceiptWithoutUser, match=r"receipt 'esc-1' has no userId: set receipt\['userId'\]"
-        ):
+        ) as refused:
             receipt_effects(keys, mine, 60)
+        assert isinstance(refused.value, PermanentFailure) and refused.value.code == "INVALID_EFFECT"
         nobodys = receipt_effects(keys, {**mine, "userId": None}, 60)
         assert nobodys[0][:2] == ["SET", keys.receipt(NO_USER, "esc-1")]
         carols = receipt_effects(keys, {**mine, "userId": "carol"}, 60)
