@@ -166,29 +166,36 @@ function replaceHashQuery(params) {
 // A round never overlaps the previous one. A round refused 401 or 403 stops it (asking again cannot help; the
 // banner says why); after a 429 the next round waits longer (its Retry-After, at least twice the last wait).
 // fn every ``ms`` (one call at a time; longer after a 429, stopped by a 401 or 403), not while the tab is hidden:
-// a tab in the background reads nothing, and one brought back reads at once.
+// a tab in the background reads nothing, and one brought back reads at once (or when a 429's wait ends).
+// ``poke()`` (after an action) calls fn(true) at once: a list re-reads every page it shows then.
 function livePoll(fn, ms = LIVE_MS) {
   let timer = null;
   let stopped = false;
   let running = false;
   let wait = ms;
-  const tick = async () => {
+  let due = 0; // when the next call is due (Date.now()'s ms)
+  const tick = async (poked = false) => {
     if (stopped || running) return;
     clearTimeout(timer);
     if (document.hidden) { timer = null; return; } // visibilitychange ticks again
     running = true;
-    try { await fn(); wait = ms; } catch (err) { // shown in the banner
+    try { await fn(poked); wait = ms; } catch (err) { // shown in the banner
       if (err && (err.status === 401 || err.status === 403)) stopped = true;
       wait = err && err.status === 429 ? Math.min(Math.max(wait * 2, err.retryAfterS * 1000), 60000) : ms;
     }
     running = false;
+    due = Date.now() + wait;
     if (!stopped) timer = setTimeout(tick, wait);
   };
-  const shown = () => { if (!document.hidden) tick(); };
+  const shown = () => {
+    if (document.hidden || stopped || running) return;
+    const left = due - Date.now();
+    if (wait > ms && left > 0) { clearTimeout(timer); timer = setTimeout(tick, left); } else tick();
+  };
   document.addEventListener("visibilitychange", shown);
   teardown.push(() => { stopped = true; clearTimeout(timer); document.removeEventListener("visibilitychange", shown); });
   tick();
-  return { poke: () => { if (!running) tick(); } };
+  return { poke: () => { if (!running) tick(true); } };
 }
 
 // A line that says what the last action did (screen readers hear it too).

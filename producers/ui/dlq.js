@@ -230,8 +230,8 @@ function dlqPage() {
   }).catch(() => {})); // shown in the banner
 
   let refreshes = 0;
-  const refresh = () => inTurn(async () => {
-    await readDead(refreshes++ % LIVE_DEEP_EVERY === 0);
+  const refresh = (poked) => inTurn(async () => {
+    await readDead(refreshes++ % LIVE_DEEP_EVERY === 0 || poked === true); // every page after an action
     const pending = [...tracked].filter(([id, t]) => !(t.status === "dead" && dead.has(id)) && !(TERMINAL.has(t.status) && t.settled));
     following = pending.length;
     pending.sort(([, a], [, b]) => (a.readAt || 0) - (b.readAt || 0));

@@ -111,8 +111,8 @@ function runsPage(sub) {
   // changed ones are replaced, and runs that no longer match (a status filter) leave. Between the deep reads,
   // the first page only: the rows below it stay as last read, and so does the cursor after them.
   let refreshes = 0;
-  const refresh = () => inTurn(async () => {
-    const deep = refreshes++ % LIVE_DEEP_EVERY === 0;
+  const refresh = (poked) => inTurn(async () => {
+    const deep = refreshes++ % LIVE_DEEP_EVERY === 0 || poked === true;
     let { body } = await api(`/v1/events?${query({})}`);
     const read = new Map(body.events.map((e) => [e.eventId, e]));
     let last = oldest(body.events);

@@ -272,6 +272,15 @@ def test_a_refresh_reads_the_pages_below_the_first_each_fifth_time_and_nothing_w
     assert sum(_first_runs_page(u) for u in window) == 5 and sum("cursor=" in u for u in window) == 1, window
     expect(rows).to_have_count(100)
 
+    # When a run arrives, a refresh that reads the first page only shows it on top, and keeps the rows below
+    newest = post(stack, message("msg_deep_new", "u_deep", "Deep, newest", scope="topic:deep"))
+    since = len(reads)
+    page.clock.run_for(LIVE_MS)
+    expect(live).to_have_attribute("data-refreshes", "7")
+    assert not any("cursor=" in u for u in reads[since:]), reads[since:]
+    expect(rows).to_have_count(101)
+    assert rows.first.get_attribute("data-event-id") == newest
+
     # When the tab is hidden for three refreshes' time, then shown
     since = len(reads)
     visibility = "h => { Object.defineProperty(document, 'hidden', {value: h, configurable: true}); "
@@ -283,7 +292,7 @@ def test_a_refresh_reads_the_pages_below_the_first_each_fifth_time_and_nothing_w
     page.evaluate("() => fetch('/healthz')")
     hidden = reads[since:]
     page.evaluate(visibility, False)
-    expect(live).to_have_attribute("data-refreshes", "7")
+    expect(live).to_have_attribute("data-refreshes", "8")
 
     # Then nothing was read while it was hidden, and the page read its list when shown
     assert [u for u in hidden if "/healthz" not in u] == [], hidden

@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 # Action types dispatched with no handler, said once per process each: such an action is in the chain and runs
 # nothing (LobeHub's too), which a typo in a type, or the plugin that handles it left out, looks like.
 _UNHANDLED: set[str] = set()
+UNHANDLED_MAX = 256  # types said per process (a plugin that makes action types from data would grow it)
 
 
 @dataclass(slots=True)
@@ -168,7 +169,12 @@ def run_chain(
             trace.actions.append(node)
         kind, node_type, _ = _kind_and_type(node)
         handlers = registry.match(kind, node_type)
-        if not handlers and kind == "action" and node_type not in _UNHANDLED:
+        if (
+            not handlers
+            and kind == "action"
+            and node_type not in _UNHANDLED
+            and len(_UNHANDLED) < UNHANDLED_MAX
+        ):
             _UNHANDLED.add(node_type)
             log.warning(
                 "action type %r has no handler: its actions are kept in their chains and run nothing (a typo in "
