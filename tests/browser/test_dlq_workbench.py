@@ -465,3 +465,39 @@ def test_rows_acted_on_are_followed_a_few_at_a_time(
     assert _lookups_per_refresh(page, requests, 2) == [0, 0]
     assert len(refused) == 1, refused
     assert page_errors == []
+
+
+def test_an_action_reads_every_page_shown_at_once(
+    browser: Any,
+    make_settings: Any,
+    serve_web: Any,
+    redis_client: Any,
+    tenant_keys: Keys,
+    page_errors: list[str],
+) -> None:
+    """With two pages shown, a refresh reads the second only each fifth time; the refresh an action runs reads it
+    at once (rows acted on below the first page stayed counted for up to 10 s). The page's timers run on
+    Playwright's clock, paused: no refresh runs but the first and the action's."""
+    import time
+
+    from playwright.sync_api import expect
+
+    # Given 600 dead events, both pages shown
+    buried = _bury(redis_client, tenant_keys, 600)
+    _, stack = serve_web(make_settings())
+    page = new_page(browser, page_errors)
+    start_ms = int(time.time() * 1000)
+    page.clock.install(time=start_ms)
+    page.clock.pause_at(start_ms + 1_000)
+    page.goto(f"{stack}/#/dlq")
+    rows = page.locator("table.dlq tbody tr[data-event-id]")
+    expect(rows).to_have_count(500)
+    page.get_by_role("button", name="Load more").click()
+    expect(rows).to_have_count(600)
+
+    # When a row of the second page is discarded, then its refresh reads the second page
+    page.get_by_label(f"Select {buried[-1]}").check()
+    with page.expect_request(lambda r: "/v1/dlq?" in r.url and "cursor=" in r.url, timeout=30_000):
+        page.get_by_role("button", name="Discard selected (1)").click()
+    expect(page.get_by_test_id("dlq-outcome")).to_contain_text("Discarded: 1")
+    assert page_errors == []
