@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import threading
 from typing import Any
 
@@ -49,7 +50,7 @@ from worker.outbox.bounded import bounded
 from worker.outbox.journal_delivery import journal_deliverers
 from worker.outbox.relay import OutboxRelay
 from worker.runtime import state as _state
-from worker.runtime.assembly import Assembly, assemble, load_plugins
+from worker.runtime.assembly import Assembly, PluginLoadError, assemble, load_plugins
 from worker.runtime.collector import settle_collector
 from worker.runtime.fair import FairQueue
 from worker.runtime.heartbeat_writer import StartupBeat, write_beat
@@ -232,6 +233,19 @@ def quorum_queue_conf(settings: Settings, broker_url: str) -> dict[str, Any]:
     }
 
 
+def _build_child_state() -> None:
+    """A pool child's state (worker/runtime/state.py). A plugin's services or deliverer factory that cannot be
+    built (a PluginLoadError of worker/runtime/assembly.py) would fail every task of the child the same way: the
+    worker stops, as it does when a plugin does not load (its boot check), rather than run with no pipeline or
+    no relay."""
+    try:
+        _state.get()
+    except PluginLoadError as exc:
+        log.critical("worker: the plugins cannot be built, so the worker stops: %s", exc)
+        os.kill(os.getppid(), signal.SIGTERM)  # the pool's parent: a warm shutdown of the whole worker
+        raise
+
+
 def _connect_lifecycle(app: Celery, settings: Settings) -> None:
     """The worker's signal receivers, for ``app``'s worker only. The heartbeat file starts at ``worker_init`` (the
     main process's start, before any broker connection: worker/runtime/heartbeat_writer.py); what needs the broker
@@ -253,7 +267,7 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
         # The child keeps the level its parent was started with (``agent-signal worker --loglevel``).
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
         configure_logging(env=settings.env, level=level, fmt=settings.log_format)
-        _state.get()  # telemetry and instrumentation start inside the child, before its first task
+        _build_child_state()  # telemetry and instrumentation start inside the child, before its first task
         settle_collector()  # what was just built is never walked by the cyclic collector again
 
     def on_process_shutdown(**_: Any) -> None:
