@@ -215,9 +215,13 @@ def assemble(
 
 def _built(plugin: Plugin, what: str, factory: Callable[[PluginRuntime], Any], runtime: PluginRuntime) -> Any:
     """``factory(runtime)``; what it raises becomes a PluginLoadError naming the plugin and the field (it was a
-    traceback of the web server's start)."""
+    traceback of the web server's start), but for the store's or the network's errors: those are no plugin's
+    mistake, and a worker's child builds its state again on its next task (worker/runtime/app.py stops the
+    worker on a PluginLoadError)."""
     try:
         return factory(runtime)
+    except (RedisError, OSError):
+        raise
     except Exception as exc:
         raise PluginLoadError(
             f"plugin {plugin.name!r}: {what}(runtime) raised {type(exc).__name__}: {exc}"

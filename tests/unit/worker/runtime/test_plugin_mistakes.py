@@ -109,6 +109,7 @@ def test_a_deliver_function_given_where_its_factory_belongs_is_refused_at_assemb
     of the kind died of "'NoneType' object is not callable", naming neither. A factory's error names the plugin
     too."""
     from redis import Redis
+    from redis.exceptions import ConnectionError as RedisConnectionError
 
     from worker.runtime.assembly import assemble
     from worker.store.events import EventStore
@@ -132,6 +133,13 @@ def test_a_deliver_function_given_where_its_factory_belongs_is_refused_at_assemb
     for plugin, refused in cases:
         with pytest.raises(PluginLoadError, match=refused):
             assemble([plugin], settings, store, publish_drain=lambda ref: None)
+
+    def store_down(runtime: Any) -> Any:
+        raise RedisConnectionError("the store is away")
+
+    # the store's error is no plugin's mistake: not a PluginLoadError, which stops a worker (worker/runtime/app.py)
+    with pytest.raises(RedisConnectionError):
+        assemble([Plugin(name="p", services=store_down)], settings, store, publish_drain=lambda ref: None)
     store.client.close()
 
 
