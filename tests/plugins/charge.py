@@ -30,7 +30,6 @@ from worker.plugin import (
 )
 
 SOURCE_TYPE = "charge.order"
-REFUND_TYPE = "charge.refund"  # planned as an order is: an event of it may share an order's sourceId
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +73,7 @@ def _ship_unless_told(action: Action, ctx: HandlerContext) -> ExecutorResult:
 
 
 def plugin() -> Plugin:
-    """The charge plugin (it declares ``charge.refund``; the test admits ``charge.order`` with
-    AGENT_SIGNAL_EXTRA_SOURCE_TYPES)."""
+    """The charge plugin (no ``source_types``: the test admits them with AGENT_SIGNAL_EXTRA_SOURCE_TYPES)."""
 
     def probe(runtime: PluginRuntime) -> ShippingProbe:
         return ShippingProbe(runtime.redis)
@@ -84,13 +82,11 @@ def plugin() -> Plugin:
         "charge",
         [
             define_source_handler(SOURCE_TYPE, "charge.order:plan", _on_order),
-            define_source_handler(REFUND_TYPE, "charge.refund:plan", _on_order),  # the same actions
             define_action_handler("action.charge.charge", "charge.charge:apply", _charge),
             define_action_handler("action.charge.ship", "charge.ship:apply", _ship),
         ],
     )
-    # charge.order is admitted by each test (AGENT_SIGNAL_EXTRA_SOURCE_TYPES); charge.refund by the plugin itself
-    return Plugin("charge", policies=[policy], services=probe, source_types=[REFUND_TYPE])
+    return Plugin("charge", policies=[policy], services=probe)
 
 
 def batch_plugin() -> Plugin:

@@ -2,10 +2,8 @@
 
 LobeHub keys lanes ``action-idempotency::<idempotencyKey>`` within the scope, and uses the planner's
 ``payload.idempotencyKey`` (``<rootSourceId>:memory:<messageId>``). We do the same, and fall back to the
-action's deterministic id (``<sourceId>:signal:…:action:…``) after its source type, so that *every* action is
-idempotent per (event, action), not only those whose planner remembered to set a key: an event is one
-``(scopeKey, sourceType, sourceId)`` (the door's dedupe), so two events of one scope with one ``sourceId`` and
-two source types are two events, and the second one's action is not the first one's repeat. Lanes live in Redis on every path
+action's deterministic id (``<sourceId>:signal:…:action:…``) so that *every* action is idempotent per
+(event, action), not only those whose planner remembered to set a key. Lanes live in Redis on every path
 (LobeHub's immediate path keeps them in a per-emission map); see ``worker.drain.ports.CancellablePort``.
 """
 
@@ -15,14 +13,7 @@ import hashlib
 
 from worker.core.nodes import Action
 
-__all__ = [
-    "EFFECT_KEY_PREFIX",
-    "LANE_PREFIX",
-    "effect_key",
-    "idempotency_key_for",
-    "lane_action_id",
-    "lane_name",
-]
+__all__ = ["EFFECT_KEY_PREFIX", "LANE_PREFIX", "effect_key", "idempotency_key_for", "lane_name"]
 
 EFFECT_KEY_PREFIX = "as-effect-"
 
@@ -30,19 +21,7 @@ LANE_PREFIX = "action-idempotency"
 
 
 def idempotency_key_for(action: Action) -> str:
-    """``payload.idempotencyKey`` when it is a non-empty string, else ``<sourceType>:<actionId>``."""
-    key = action.payload.get("idempotencyKey")
-    if isinstance(key, str) and key:
-        return key
-    return f"{action.source.source_type}:{action.action_id}"
-
-
-def lane_action_id(action: Action) -> str:
-    """The action id a lane of ``action`` leaves out of the result it stores (worker/documents/lane_codec.py): the
-    planner's ``idempotencyKey`` when it set one (left out only when the action's id is that key), else the
-    action's own id. It is also the key the lanes had before the default key named the source type: a lane
-    written under it before an upgrade is still read (worker/drain/ports.py) and erased (worker/ops/erasure.py)
-    for as long as lanes live (``AGENT_SIGNAL_IDEMPOTENCY_TTL_S``)."""
+    """``payload.idempotencyKey`` when it is a non-empty string, else the action id."""
     key = action.payload.get("idempotencyKey")
     if isinstance(key, str) and key:
         return key
@@ -56,9 +35,9 @@ def lane_name(key: str) -> str:
 
 def effect_key(tenant: str, user_id: str | None, scope_key: str, key: str) -> str:
     """The key an outbound call carries by default (``ctx.outbox`` without ``key=``): the action's idempotency key
-    is ``<sourceType>:<sourceId>:signal:…`` or a payload's ``idempotencyKey``, the same in every tenant, for every
-    user and in every scope, so a receiver that dedupes on it would drop one tenant's (or user's, or scope's)
-    effect as another's repeat (CONTRACT §Trust; a lane, like the door's dedupe, is a scope's). Hashed with the
-    tenant, the user and the scope it is distinct per each, and still the same on every redelivery."""
+    is ``<sourceId>:signal:…`` or a payload's ``idempotencyKey``, the same in every tenant, for every user and in
+    every scope, so a receiver that dedupes on it would drop one tenant's (or user's, or scope's) effect as
+    another's repeat (CONTRACT §Trust; a lane, like the door's dedupe, is a scope's). Hashed with the tenant, the
+    user and the scope it is distinct per each, and still the same on every redelivery."""
     material = "\x1f".join((tenant, user_id or "", scope_key, key)).encode()
     return EFFECT_KEY_PREFIX + hashlib.sha256(material).hexdigest()[:32]

@@ -151,9 +151,7 @@ def interpret(work: EventWork, ctx: DrainContext) -> None:
             fence=grant.fence,
         )
     else:
-        port = CancellablePort(
-            ctx.store, grant.keys, grant.scope_key, grant.fence, grant.lost, event_id, work.begun.attempts
-        )
+        port = CancellablePort(ctx.store, grant.keys, grant.scope_key, grant.fence, grant.lost, event_id)
         work.marked_lanes = port.marked  # filled as the chain runs
     # an event in its user's own scope (a user token's) keeps its follow-ups in that user's own scopes
     work.followups.confine(grant.scope_key, work.source.user_id)

@@ -22,7 +22,6 @@ import threading
 
 from worker.chain.context import EffectBuffer
 from worker.core.errors import LeaseLost, PermanentFailure, PipelineError
-from worker.core.idempotency import lane_action_id
 from worker.core.nodes import Action, ExecutorResult
 from worker.core.record import record
 from worker.documents.chain_codec import StoredForm
@@ -68,44 +67,26 @@ class CancellablePort:
         fence: int,
         lost: threading.Event,
         event_id: str,
-        attempt: int = 1,
     ) -> None:
         self.store = store
         self.keys = keys
         self.scope_key = scope_key
         self.fence = fence
         self.event_id = event_id  # what a journaled write is indexed under (erasure finds it by the event)
-        self.attempt = attempt  # a later attempt may follow one that applied actions before an upgrade
         self._lost = lost  # set by the lease renewer
         self._cancelled = False
         # the lanes this run found marked or marked itself: kept as long as the event, should it die
         self.marked: dict[str, None] = {}
 
     def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
-        """The lane's result (None: not applied yet), and the cancel flag, in one round trip.
-
-        An action keyed by default had another key before 0315f09 (:func:`~worker.core.idempotency.lane_action_id`,
-        without the source type), which an event of another source type with the same ``sourceId`` shares. It is
-        read only for an event that may itself have applied the action under it: a later attempt (a retry after
-        the upgrade) or one whose kept lanes (the hash's ``lanes``: a redriven dead event's) name it. So a retried
-        or redriven event does not apply the action twice, and a first run never takes another event's lane."""
-        lane = self.keys.idempotency(self.scope_key, idempotency_key)
-        before = lane_action_id(action)
-        older = self.keys.idempotency(self.scope_key, before) if before != idempotency_key else None
         pipe = self.store.client.pipeline(transaction=False)
-        pipe.hmget(self.keys.event(self.event_id), ["cancelRequested", "lanes"])
-        pipe.execute_command("GET", lane, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
-        if older is not None:
-            pipe.execute_command("GET", older, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
-        (cancelled, kept), raw, *found_older = pipe.execute()
-        self._cancelled = cancelled is not None
-        if raw is None and found_older and found_older[0] is not None and older is not None:
-            if self.attempt > 1 or older in json.loads(kept or "[]"):
-                lane, raw = older, found_older[0]
-        if raw is None:
-            return None
-        self.marked[lane] = None
-        return lane_result(raw, before)
+        pipe.execute_command("GET", self.keys.idempotency(self.scope_key, idempotency_key), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        pipe.hexists(self.keys.event(self.event_id), "cancelRequested")
+        raw, cancelled = pipe.execute()
+        self._cancelled = bool(cancelled)
+        if raw is not None:
+            self.marked[self.keys.idempotency(self.scope_key, idempotency_key)] = None
+        return lane_result(raw, idempotency_key)
 
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
@@ -125,7 +106,7 @@ class CancellablePort:
                 lane=self.keys.idempotency(self.scope_key, idempotency_key),
                 fence_key=self.keys.fence(self.scope_key),
                 fence=self.fence,
-                result_json=encode_lane(lane_json(result, lane_action_id(action)), settings.stored_form),
+                result_json=encode_lane(lane_json(result, idempotency_key), settings.stored_form),
                 lane_ttl_s=settings.idempotency_ttl_s,
                 effects_json=json.dumps(commands),
             )
@@ -188,7 +169,7 @@ class BatchPort:
         key = self.keys.idempotency(self.scope_key, idempotency_key)
         for lane in self.lanes:
             if lane.key == key:
-                return lane_result(lane.result_json.encode("utf-8"), lane_action_id(action))
+                return lane_result(lane.result_json.encode("utf-8"), idempotency_key)
         return None
 
     def commit(
@@ -200,7 +181,7 @@ class BatchPort:
         self.lanes.append(
             BatchLane(
                 key=self.keys.idempotency(self.scope_key, idempotency_key),
-                result_json=lane_json(result, lane_action_id(action)),
+                result_json=lane_json(result, idempotency_key),
                 effects_json=json.dumps(commands),
             )
         )

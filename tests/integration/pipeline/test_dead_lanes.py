@@ -7,7 +7,6 @@ keeps them as they are; the event's end gives them their TTL back (done, cancell
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -94,58 +93,6 @@ def test_a_redrive_after_the_lane_ttl_charges_once_however_long_it_waits(
     pipeline.store.client.close()
 
 
-def test_a_lane_written_under_its_key_of_before_an_upgrade_is_still_replayed(
-    make_settings: Any, redis_client: Redis
-) -> None:
-    """A lane's default key names the event's source type now (``<sourceType>:<actionId>``); a dead event whose
-    charge applied before the upgrade holds its lane under the key of before (the action id alone). Redriven after
-    the upgrade, its charge is found there and replayed, not charged again."""
-    settings, producer, pipeline, event_id = _dead_order(make_settings, "order-upgraded")
-    b = producer.keys.for_scope(SCOPE)
-    charged, fixed = b.plugin(SCOPE, "charged"), b.plugin(SCOPE, "shipping-fixed")
-    (lane,) = _lanes(redis_client, settings.key_prefix)
-    marker = ":charge.order:"
-    assert marker in lane  # the default key: the source type, then the action id
-    before = lane.replace(marker, ":", 1)
-    redis_client.rename(
-        lane, before
-    )  # as a worker of before wrote it, and listed it in the dead event's hash:
-    redis_client.hset(b.event(event_id), "lanes", json.dumps([before]))
-    redis_client.set(fixed, "1")
-    assert redrive_events(producer, [event_id])["redriven"] == [event_id]
-    assert pipeline.drain_scope(SCOPE).next == "idle"
-    assert (producer.status(event_id) or {})["status"] == "done"
-    assert redis_client.get(charged) == "1"  # replayed from the lane of before
-    after = [lane for lane in _lanes(redis_client, settings.key_prefix) if lane != before]
-    assert len(after) == 1 and after[0].endswith(":action:ship") and marker in after[0]  # shipping's, now
-    producer.close()
-    pipeline.store.client.close()
-
-
-def test_a_lane_of_before_is_not_taken_by_another_events_first_run(
-    make_settings: Any, redis_client: Redis
-) -> None:
-    """The key of before is the one two source types with one ``sourceId`` shared: a first run of an event of the
-    other type (charge.refund here, the same action ids) must not replay it, even while the lane lives on (kept
-    without a TTL by a dead event); it runs its own action."""
-    settings, producer, pipeline, event_id = _dead_order(make_settings, "order-shared")
-    b = producer.keys.for_scope(SCOPE)
-    charged = b.plugin(SCOPE, "charged")
-    (lane,) = _lanes(redis_client, settings.key_prefix)
-    before = lane.replace(":charge.order:", ":", 1)
-    redis_client.rename(lane, before)
-    redis_client.hset(b.event(event_id), "lanes", json.dumps([before]))
-    sibling = {**_order("order-shared"), "sourceType": "charge.refund"}
-    sibling_id = producer.enqueue(sibling).event_id
-    assert pipeline.drain_scope(SCOPE).next == "idle"
-    assert (producer.status(sibling_id) or {})[
-        "status"
-    ] == "dead"  # its own shipping failed, after its charge
-    assert redis_client.get(charged) == "2"  # its own charge ran, not the dead order's replayed
-    producer.close()
-    pipeline.store.client.close()
-
-
 def test_a_last_attempt_that_fails_before_any_action_keeps_the_earlier_attempts_lanes(
     make_settings: Any, redis_client: Redis
 ) -> None:
@@ -192,32 +139,6 @@ def test_an_erased_dead_event_takes_its_lanes_with_it(make_settings: Any, redis_
     assert len(_lanes(redis_client, settings.key_prefix)) == 1
     erase_user(producer.store, producer.keys, "u_gone", session_scope=session_scope)
     assert _lanes(redis_client, settings.key_prefix) == []
-    producer.close()
-    pipeline.store.client.close()
-
-
-def test_an_erasure_deletes_a_done_events_lane_of_before_in_a_scope_another_user_keeps(
-    make_settings: Any, redis_client: Redis
-) -> None:
-    """A done event's lane under its key of before 0315f09 (no source type; not in the event's hash, which lists
-    only an unfinished event's lanes), in a scope another user's event keeps: the erasure finds it through the
-    event's chain, by that key too."""
-    settings = make_settings(plugins=["tests.plugins.charge:plugin"], extra_source_types=["charge.order"])
-    producer = Producer(settings)
-    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
-    b = producer.keys.for_scope(SCOPE)
-    redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
-    done_id = producer.enqueue({**_order("order-gone"), "userId": "u_gone"}).event_id
-    assert pipeline.drain_scope(SCOPE).next == "idle"
-    assert (producer.status(done_id) or {})["status"] == "done"
-    lanes = [lane for lane in _lanes(redis_client, settings.key_prefix) if ":order-gone:" in lane]
-    assert len(lanes) == 2  # the charge's and the shipping's
-    before = [lane.replace(":charge.order:", ":", 1) for lane in lanes]
-    for lane, old in zip(lanes, before, strict=True):
-        redis_client.rename(lane, old)
-    producer.enqueue({**_order("order-kept"), "userId": "u_kept"})  # queued: the scope is kept
-    report = erase_user(producer.store, producer.keys, "u_gone", session_scope=session_scope)
-    assert report.busy_scopes == [] and redis_client.exists(*before) == 0
     producer.close()
     pipeline.store.client.close()
 
