@@ -50,7 +50,7 @@ from worker.outbox.bounded import bounded
 from worker.outbox.journal_delivery import journal_deliverers
 from worker.outbox.relay import OutboxRelay
 from worker.runtime import state as _state
-from worker.runtime.assembly import Assembly, PluginLoadError, assemble, load_plugins
+from worker.runtime.assembly import Assembly, PluginShapeError, assemble, load_plugins
 from worker.runtime.collector import settle_collector
 from worker.runtime.fair import FairQueue
 from worker.runtime.heartbeat_writer import StartupBeat, write_beat
@@ -233,16 +233,17 @@ def quorum_queue_conf(settings: Settings, broker_url: str) -> dict[str, Any]:
     }
 
 
-def _build_child_state() -> None:
-    """A pool child's state (worker/runtime/state.py). A plugin's services or deliverer factory that cannot be
-    built (a PluginLoadError of worker/runtime/assembly.py) would fail every task of the child the same way: the
-    worker stops, as it does when a plugin does not load (its boot check), rather than run with no pipeline or
-    no relay."""
+def _build_child_state(worker_pid: int) -> None:
+    """A pool child's state (worker/runtime/state.py). A plugin part that can never work (a PluginShapeError of
+    worker/runtime/assembly.py: a deliverer factory that returns no function) would fail every task of the
+    child the same way: the worker (``worker_pid``, its main process; the child itself with ``--pool solo``)
+    stops, as it does when a plugin does not load (its boot check), rather than run with no relay. Other errors
+    are left to the child, which builds its state again on its next task (a store away is no plugin's fault)."""
     try:
         _state.get()
-    except PluginLoadError as exc:
-        log.critical("worker: the plugins cannot be built, so the worker stops: %s", exc)
-        os.kill(os.getppid(), signal.SIGTERM)  # the pool's parent: a warm shutdown of the whole worker
+    except PluginShapeError as exc:
+        log.critical("worker: %s cannot work, so the worker stops (see docs/plugins.md)", exc.where)
+        os.kill(worker_pid, signal.SIGTERM)  # a warm shutdown of the whole worker
         raise
 
 
@@ -254,6 +255,7 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
     startup = StartupBeat(settings.heartbeat_file, settings.reconcile_interval_s)
     relays: list[threading.Thread] = []  # the outbox relay's thread, joined at shutdown
     relay_stop = threading.Event()  # set when the shutdown begins: the grace runs while the tasks finish
+    worker_pid = os.getpid()  # the worker's main process, whose pool children fork from it
 
     def ours(sender: Any) -> bool:
         return sender is None or getattr(sender, "app", app) is app
@@ -267,7 +269,9 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
         # The child keeps the level its parent was started with (``agent-signal worker --loglevel``).
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
         configure_logging(env=settings.env, level=level, fmt=settings.log_format)
-        _build_child_state()  # telemetry and instrumentation start inside the child, before its first task
+        _build_child_state(
+            worker_pid
+        )  # telemetry and instrumentation start in the child, before its first task
         settle_collector()  # what was just built is never walked by the cyclic collector again
 
     def on_process_shutdown(**_: Any) -> None:

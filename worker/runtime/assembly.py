@@ -228,12 +228,22 @@ def _built(plugin: Plugin, what: str, factory: Callable[[PluginRuntime], Any], r
         ) from exc
 
 
+class PluginShapeError(PluginLoadError):
+    """A plugin's part that can never work, found when it is built (a worker's pool child builds them): the
+    worker stops (worker/runtime/app.py). ``where`` names the plugin and the field, and nothing of the input."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where} {problem}")
+        self.where = where
+
+
 def _deliverer(plugin: Plugin, kind: str, built: Any) -> Deliverer:
     """A deliverer factory's product, which must be callable (a deliver function given where its factory belongs
     returns None, and every record of the kind died of "'NoneType' object is not callable")."""
     if not callable(built):
-        raise PluginLoadError(
-            f"plugin {plugin.name!r}: deliverers[{kind!r}](runtime) returned {built!r}, not a deliver(record) "
-            "function: deliverers maps a kind to a factory, runtime -> deliver(record)"
+        raise PluginShapeError(
+            f"plugin {plugin.name!r}: deliverers[{kind!r}](runtime)",
+            f"returned a {type(built).__name__}, not a deliver(record) function: deliverers maps a kind to a "
+            "factory, runtime -> deliver(record)",
         )
     return cast(Deliverer, built)

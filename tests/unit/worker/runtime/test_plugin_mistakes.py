@@ -123,7 +123,7 @@ def test_a_deliver_function_given_where_its_factory_belongs_is_refused_at_assemb
     cases = [
         (
             Plugin(name="p", deliverers={"k": _deliver}),
-            r"plugin 'p': deliverers\['k'\]\(runtime\) returned None",
+            r"plugin 'p': deliverers\['k'\]\(runtime\) returned a NoneType, not a deliver",
         ),
         (
             Plugin(name="p", services=failing),
