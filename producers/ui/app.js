@@ -174,6 +174,7 @@ function livePoll(fn, ms = LIVE_MS) {
   let running = false;
   let wait = ms;
   let due = 0; // when the next call is due (Date.now()'s ms)
+  let pokedMeanwhile = false; // a poke while a call ran: it runs, poked, once that call ends
   const tick = async (poked = false) => {
     if (stopped || running) return;
     clearTimeout(timer);
@@ -184,8 +185,10 @@ function livePoll(fn, ms = LIVE_MS) {
       wait = err && err.status === 429 ? Math.min(Math.max(wait * 2, err.retryAfterS * 1000), 60000) : ms;
     }
     running = false;
-    due = Date.now() + wait;
-    if (!stopped) timer = setTimeout(tick, wait);
+    const again = pokedMeanwhile && !stopped;
+    pokedMeanwhile = false;
+    due = Date.now() + (again ? 0 : wait);
+    if (!stopped) timer = again ? setTimeout(() => tick(true), 0) : setTimeout(tick, wait);
   };
   const shown = () => {
     if (document.hidden || stopped || running) return;
@@ -195,7 +198,7 @@ function livePoll(fn, ms = LIVE_MS) {
   document.addEventListener("visibilitychange", shown);
   teardown.push(() => { stopped = true; clearTimeout(timer); document.removeEventListener("visibilitychange", shown); });
   tick();
-  return { poke: () => { if (!running) tick(true); } };
+  return { poke: () => { if (running) pokedMeanwhile = true; else tick(true); } };
 }
 
 // A line that says what the last action did (screen readers hear it too).
