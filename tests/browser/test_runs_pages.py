@@ -300,6 +300,57 @@ def test_a_refresh_reads_the_pages_below_the_first_each_fifth_time_and_nothing_w
     assert page_errors == []
 
 
+def test_a_tab_shown_during_a_429s_wait_waits_it_out(
+    browser: Any, make_settings: Any, serve_web: Any, page_errors: list[str]
+) -> None:
+    """A refresh answered 429 with Retry-After waits that long; a tab hidden and shown meanwhile read at once,
+    ignoring it. On Playwright's paused clock: the 429's wait is 30 s of the page's time, which passes only by
+    ``run_for``; nothing read between the showing and a marker request sent after it is what did not happen."""
+    from playwright.sync_api import expect
+
+    _, stack = serve_web(make_settings())
+    page = new_page(browser, page_errors)
+    start_ms = int(time.time() * 1000)
+    page.clock.install(time=start_ms)
+    page.clock.pause_at(start_ms + 1_000)
+    refuse = {"on": False}
+
+    def answer(route: Any) -> None:
+        if refuse["on"]:
+            route.fulfill(status=429, headers={"Retry-After": "30"}, json={"error": {"code": "rate_limited",
+                          "message": "slow down, says the test"}})  # fmt: skip
+        else:
+            route.continue_()
+
+    page.route("**/v1/events?*", answer)
+    reads: list[str] = []
+    page.on("request", lambda r: reads.append(r.url))
+    page.goto(f"{stack}/#/runs")
+    live = page.get_by_test_id("runs-live")
+    expect(live).to_have_attribute("data-refreshes", "1")
+
+    # Given a refresh refused 429 with Retry-After: 30
+    refuse["on"] = True
+    page.clock.run_for(LIVE_MS)
+    expect(page.locator("#error")).to_contain_text("slow down, says the test")
+
+    # When the tab is hidden, then shown within those 30 s
+    since = len(reads)
+    visibility = "h => { Object.defineProperty(document, 'hidden', {value: h, configurable: true}); "
+    visibility += "document.dispatchEvent(new Event('visibilitychange')); }"
+    page.evaluate(visibility, True)
+    page.evaluate(visibility, False)
+    page.evaluate("() => fetch('/healthz')")
+    shown = reads[since:]
+
+    # Then it read nothing at the showing, and reads once the wait is over
+    assert [u for u in shown if "/healthz" not in u] == [], shown
+    refuse["on"] = False
+    page.clock.run_for(30_000)
+    expect(live).to_have_attribute("data-refreshes", "3")  # counted as each begins: the refused one was the second
+    assert page_errors == []
+
+
 def test_the_status_filter_keeps_erased(
     browser: Any, make_settings: Any, serve_web: Any, page_errors: list[str]
 ) -> None:
