@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,10 @@ __all__ = [
     "flaky",
     "message",
     "new_page",
+    "pause_clock",
     "post",
     "post_batch",
+    "set_hidden",
     "settled",
     "shot",
     "status_in",
@@ -51,6 +54,23 @@ def new_page(browser: Any, errors: list[str], width: int = 1280, height: int = 9
         lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None,
     )
     return page
+
+
+def pause_clock(page: Any) -> None:
+    """The page's timers (and Date) on Playwright's clock, paused: before ``goto``, so a live page's refreshes run
+    only by ``page.clock.run_for`` (its first, at load, runs at once)."""
+    start_ms = int(time.time() * 1000)
+    page.clock.install(time=start_ms)
+    page.clock.pause_at(start_ms + 1_000)
+
+
+def set_hidden(page: Any, hidden: bool) -> None:
+    """The page's tab hidden or shown, as the browser says it: ``document.hidden`` and a visibilitychange."""
+    page.evaluate(
+        "h => { Object.defineProperty(document, 'hidden', {value: h, configurable: true}); "
+        "document.dispatchEvent(new Event('visibilitychange')); }",
+        hidden,
+    )
 
 
 def shot(page: Any, tmp_path: Path, name: str) -> None:

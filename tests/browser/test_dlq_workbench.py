@@ -17,6 +17,7 @@ from tests.browser.pages import (
     event_record,
     flaky,
     new_page,
+    pause_clock,
     post,
     settled,
     shot,
@@ -478,7 +479,6 @@ def test_an_action_reads_every_page_shown_at_once(
     """With two pages shown, a refresh reads the second only each fifth time; the refresh an action runs reads it
     at once (rows acted on below the first page stayed counted for up to 10 s). The page's timers run on
     Playwright's clock, paused: no refresh runs but the first and the action's."""
-    import time
 
     from playwright.sync_api import expect
 
@@ -486,9 +486,7 @@ def test_an_action_reads_every_page_shown_at_once(
     buried = _bury(redis_client, tenant_keys, 600)
     _, stack = serve_web(make_settings())
     page = new_page(browser, page_errors)
-    start_ms = int(time.time() * 1000)
-    page.clock.install(time=start_ms)
-    page.clock.pause_at(start_ms + 1_000)
+    pause_clock(page)
     page.goto(f"{stack}/#/dlq")
     rows = page.locator("table.dlq tbody tr[data-event-id]")
     expect(rows).to_have_count(500)

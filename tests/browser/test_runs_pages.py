@@ -20,8 +20,10 @@ from tests.browser.pages import (
     flaky,
     message,
     new_page,
+    pause_clock,
     post,
     post_batch,
+    set_hidden,
     settled,
     shot,
     status_in,
@@ -249,9 +251,7 @@ def test_a_refresh_reads_the_pages_below_the_first_each_fifth_time_and_nothing_w
         stack, [message(f"msg_deep{i}", "u_deep", f"Deep {i}", scope="topic:deep") for i in range(120)]
     )
     page = new_page(browser, page_errors)
-    start_ms = int(time.time() * 1000)
-    page.clock.install(time=start_ms)
-    page.clock.pause_at(start_ms + 1_000)
+    pause_clock(page)
     reads: list[str] = []
     page.on("request", lambda r: reads.append(r.url))
     page.goto(f"{stack}/#/runs?scopeKey=topic:deep&limit=50")
@@ -283,15 +283,13 @@ def test_a_refresh_reads_the_pages_below_the_first_each_fifth_time_and_nothing_w
 
     # When the tab is hidden for three refreshes' time, then shown
     since = len(reads)
-    visibility = "h => { Object.defineProperty(document, 'hidden', {value: h, configurable: true}); "
-    visibility += "document.dispatchEvent(new Event('visibilitychange')); }"
-    page.evaluate(visibility, True)
+    set_hidden(page, True)
     page.clock.run_for(
         3 * LIVE_MS
     )  # a tick would have sent its read before this returns, so before this one:
     page.evaluate("() => fetch('/healthz')")
     hidden = reads[since:]
-    page.evaluate(visibility, False)
+    set_hidden(page, False)
     expect(live).to_have_attribute("data-refreshes", "8")
 
     # Then nothing was read while it was hidden, and the page read its list when shown
@@ -310,9 +308,7 @@ def test_a_tab_shown_during_a_429s_wait_waits_it_out(
 
     _, stack = serve_web(make_settings())
     page = new_page(browser, page_errors)
-    start_ms = int(time.time() * 1000)
-    page.clock.install(time=start_ms)
-    page.clock.pause_at(start_ms + 1_000)
+    pause_clock(page)
     refuse = {"on": False}
 
     def answer(route: Any) -> None:
@@ -336,10 +332,8 @@ def test_a_tab_shown_during_a_429s_wait_waits_it_out(
 
     # When the tab is hidden, then shown within those 30 s
     since = len(reads)
-    visibility = "h => { Object.defineProperty(document, 'hidden', {value: h, configurable: true}); "
-    visibility += "document.dispatchEvent(new Event('visibilitychange')); }"
-    page.evaluate(visibility, True)
-    page.evaluate(visibility, False)
+    set_hidden(page, True)
+    set_hidden(page, False)
     page.evaluate("() => fetch('/healthz')")
     shown = reads[since:]
 
@@ -347,7 +341,9 @@ def test_a_tab_shown_during_a_429s_wait_waits_it_out(
     assert [u for u in shown if "/healthz" not in u] == [], shown
     refuse["on"] = False
     page.clock.run_for(30_000)
-    expect(live).to_have_attribute("data-refreshes", "3")  # counted as each begins: the refused one was the second
+    expect(live).to_have_attribute(
+        "data-refreshes", "3"
+    )  # counted as each begins: the refused one was the second
     assert page_errors == []
 
 

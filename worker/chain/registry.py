@@ -22,6 +22,7 @@ __all__ = [
     "HandlerDef",
     "Policy",
     "Registry",
+    "check_takes",
     "define_action_handler",
     "define_signal_handler",
     "define_source_handler",
@@ -45,6 +46,23 @@ class HandlerDef:
     batch_safe: bool = False
 
 
+def check_takes(function: object, count: int, what: str, shape: str) -> None:
+    """A TypeError naming ``what`` unless ``function`` can be called with ``count`` positional arguments (its
+    own signature, not a wrapped one's: a decorator's ``*args`` takes them); ``shape`` says what it should take.
+    A builtin without a signature is taken on trust."""
+    if not callable(function):
+        raise TypeError(f"{what} must be a function taking {shape}, not {function!r}")
+    try:
+        signature = inspect.signature(function, follow_wrapped=False)
+    except ValueError:
+        return
+    try:
+        signature.bind(*([None] * count))
+    except TypeError:
+        name = getattr(function, "__name__", repr(function))
+        raise TypeError(f"{what} must take {shape}; {name}{signature} does not") from None
+
+
 def _define(
     kind: HandlerKind, listen: str | Iterable[str], id: str, handle: HandlerFn | None, batch_safe: bool
 ) -> HandlerDef:
@@ -53,18 +71,8 @@ def _define(
     types = (listen,) if isinstance(listen, str) else tuple(listen)
     if not types:
         raise ValueError(f"define_{kind}_handler({id!r}) listens to no type")
-    try:  # every event would fail the same way, retried to the DLQ: say so at load instead
-        signature = inspect.signature(handle, follow_wrapped=False)
-    except ValueError:
-        signature = None  # a builtin without a signature: taken on trust
-    try:
-        if signature is not None:
-            signature.bind(None, None)
-    except TypeError:
-        name = getattr(handle, "__name__", repr(handle))
-        raise TypeError(
-            f"define_{kind}_handler({id!r}): its function must take (node, ctx); {name}{signature} does not"
-        ) from None
+    # every event would fail the same way, retried to the DLQ: say so at load instead
+    check_takes(handle, 2, f"define_{kind}_handler({id!r}): its function", "(node, ctx)")
     return HandlerDef(kind=kind, listen=types, id=id, handle=handle, batch_safe=batch_safe)
 
 

@@ -269,9 +269,8 @@ def _connect_lifecycle(app: Celery, settings: Settings) -> None:
         # The child keeps the level its parent was started with (``agent-signal worker --loglevel``).
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
         configure_logging(env=settings.env, level=level, fmt=settings.log_format)
-        _build_child_state(
-            worker_pid
-        )  # telemetry and instrumentation start in the child, before its first task
+        # telemetry and instrumentation start inside the child, before its first task
+        _build_child_state(worker_pid)
         settle_collector()  # what was just built is never walked by the cyclic collector again
 
     def on_process_shutdown(**_: Any) -> None:

@@ -4,7 +4,6 @@ import that module, never this one (worker/runtime/assembly.py loads and assembl
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -15,7 +14,7 @@ from redis import Redis
 from worker import settings as _settings
 from worker.chain.context import Deps
 from worker.chain.outbox_records import Deliverer, record_id
-from worker.chain.registry import Policy
+from worker.chain.registry import Policy, check_takes
 from worker.intake.emitter import AdmissionHook, Emitter
 from worker.keys.layout import EngineKeys
 from worker.ops.erasure import UserEraser
@@ -119,27 +118,12 @@ class Plugin:
                     f"(a BaseModel subclass), not {model!r}"
                 )
         if self.erase_user is not None:
-            _check_takes(
+            check_takes(
                 self.erase_user, 4, f"Plugin({self.name!r}): erase_user", "(redis, keys, user_id, scopes)"
             )
         for kind, factory in dict(self.deliverers).items():
-            _check_takes(factory, 1, f"Plugin({self.name!r}): deliverers[{kind!r}]", "(runtime), a factory")
+            check_takes(factory, 1, f"Plugin({self.name!r}): deliverers[{kind!r}]", "(runtime), a factory")
 
     def build_policies(self, runtime: PluginRuntime) -> list[Policy]:
         """The plugin's policies for this process."""
         return list(self.policies(runtime) if callable(self.policies) else self.policies)
-
-
-def _check_takes(function: object, count: int, what: str, shape: str) -> None:
-    """A TypeError naming ``what`` unless ``function`` can be called with ``count`` positional arguments."""
-    if not callable(function):
-        raise TypeError(f"{what} must be a function taking {shape}, not {function!r}")
-    try:
-        signature = inspect.signature(function)
-    except ValueError:  # a builtin without a signature: taken on trust
-        return
-    try:
-        signature.bind(*([None] * count))
-    except TypeError:
-        name = getattr(function, "__name__", repr(function))
-        raise TypeError(f"{what} must take {shape}; {name}{signature} does not") from None
