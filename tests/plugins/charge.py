@@ -30,6 +30,7 @@ from worker.plugin import (
 )
 
 SOURCE_TYPE = "charge.order"
+REFUND_TYPE = "charge.refund"  # planned as an order is: an event of it may share an order's sourceId
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,8 @@ def _ship_unless_told(action: Action, ctx: HandlerContext) -> ExecutorResult:
 
 
 def plugin() -> Plugin:
-    """The charge plugin (no ``source_types``: the test admits them with AGENT_SIGNAL_EXTRA_SOURCE_TYPES)."""
+    """The charge plugin (it declares ``charge.refund``; each test admits ``charge.order`` with
+    AGENT_SIGNAL_EXTRA_SOURCE_TYPES)."""
 
     def probe(runtime: PluginRuntime) -> ShippingProbe:
         return ShippingProbe(runtime.redis)
@@ -82,11 +84,12 @@ def plugin() -> Plugin:
         "charge",
         [
             define_source_handler(SOURCE_TYPE, "charge.order:plan", _on_order),
+            define_source_handler(REFUND_TYPE, "charge.refund:plan", _on_order),  # the same actions
             define_action_handler("action.charge.charge", "charge.charge:apply", _charge),
             define_action_handler("action.charge.ship", "charge.ship:apply", _ship),
         ],
     )
-    return Plugin("charge", policies=[policy], services=probe)
+    return Plugin("charge", policies=[policy], services=probe, source_types=[REFUND_TYPE])
 
 
 def batch_plugin() -> Plugin:

@@ -116,6 +116,9 @@ class ChainScope:
     outbox_retention_s: int = 7 * 24 * 60 * 60
     batch: bool = False  # run for a batch commit: a handler that is not batch-safe raises NotBatchable
     runs: HandlerRuns = field(default_factory=HandlerRuns)  # what ran, for the event's metrics
+    # its actions' default lane keys name the source type (worker/core/idempotency.py): False only for an event
+    # a worker of before began
+    typed_lanes: bool = True
 
     def __post_init__(self) -> None:
         if self.effects.keys is None:
@@ -136,7 +139,9 @@ class ChainScope:
             source=source,
             outbox_retention_s=self.outbox_retention_s,
         )
-        if not action and self.emit is not None:
+        if isinstance(node, Action):
+            ctx.idempotency_key = idempotency_key_for(node, typed=self.typed_lanes)
+        elif self.emit is not None:
             ctx.emitter = self.emit
         return ctx
 
@@ -321,7 +326,7 @@ def _wrong_result(handler: HandlerDef, result: object, wanted: str) -> Permanent
 def _run_action(
     action: Action, handler: HandlerDef, ctx: HandlerContext, port: ActionPort, trace: ChainTrace
 ) -> list[Node]:
-    key = idempotency_key_for(action)
+    key = ctx.idempotency_key or idempotency_key_for(action)  # set by ChainScope.context
     ctx.idempotency_key = key
     result = port.lookup(action, key)
     if result is None:

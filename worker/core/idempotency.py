@@ -5,6 +5,16 @@ LobeHub keys lanes ``action-idempotency::<idempotencyKey>`` within the scope, an
 action's deterministic id (``<sourceId>:signal:…:action:…``) so that *every* action is idempotent per
 (event, action), not only those whose planner remembered to set a key. Lanes live in Redis on every path
 (LobeHub's immediate path keeps them in a per-emission map); see ``worker.drain.ports.CancellablePort``.
+
+An event is one ``(scopeKey, sourceType, sourceId)`` (the door's dedupe), and an action id names the ``sourceId``
+only, so two events of one scope with one ``sourceId`` and two source types dispatch actions of one id: under
+that key alone the second one's action read the first one's lane as its own and never ran. An event's *typed*
+lanes put its source type before the action id (``<sourceType>:<actionId>``). Which events are typed is decided
+once per event, when it is first begun (worker/store/lua/lib/take_head.lua, its ``typedLanes`` mark): every
+event delivered for the first time since the mark is; one that a worker of before began (a later attempt, a
+redrive of a dead one) keeps the keys that worker wrote, so its next run finds what it applied and never applies
+it again. A planner's ``payload.idempotencyKey`` is used as it is, typed or not: it is the plugin's own choice of
+what is one effect, across events too.
 """
 
 from __future__ import annotations
@@ -13,19 +23,40 @@ import hashlib
 
 from worker.core.nodes import Action
 
-__all__ = ["EFFECT_KEY_PREFIX", "LANE_PREFIX", "effect_key", "idempotency_key_for", "lane_name"]
+__all__ = [
+    "EFFECT_KEY_PREFIX",
+    "LANE_PREFIX",
+    "TYPED_LANES_FIELD",
+    "effect_key",
+    "idempotency_key_for",
+    "lane_action_id",
+    "lane_name",
+]
 
 EFFECT_KEY_PREFIX = "as-effect-"
 
 LANE_PREFIX = "action-idempotency"
 
+# an event hash's mark: its lanes are typed (worker/store/lua/lib/take_head.lua)
+TYPED_LANES_FIELD = "typedLanes"
 
-def idempotency_key_for(action: Action) -> str:
-    """``payload.idempotencyKey`` when it is a non-empty string, else the action id."""
+
+def idempotency_key_for(action: Action, *, typed: bool = True) -> str:
+    """``payload.idempotencyKey`` when it is a non-empty string, else ``<sourceType>:<actionId>`` (``typed``, an
+    event first begun since the mark: the docstring above) or the action id (an event a worker of before began)."""
     key = action.payload.get("idempotencyKey")
     if isinstance(key, str) and key:
         return key
+    if typed:
+        return f"{action.source.source_type}:{action.action_id}"
     return action.action_id
+
+
+def lane_action_id(action: Action) -> str:
+    """The action id a lane's stored result leaves out (worker/documents/lane_codec.py) and a reader puts back: the
+    planner's ``idempotencyKey`` when it set one (left out only when the action's own id is that key), else the
+    action's id. The same for typed and untyped lanes, so a lane reads the same under either key."""
+    return idempotency_key_for(action, typed=False)
 
 
 def lane_name(key: str) -> str:
@@ -35,8 +66,8 @@ def lane_name(key: str) -> str:
 
 def effect_key(tenant: str, user_id: str | None, scope_key: str, key: str) -> str:
     """The key an outbound call carries by default (``ctx.outbox`` without ``key=``): the action's idempotency key
-    is ``<sourceId>:signal:…`` or a payload's ``idempotencyKey``, the same in every tenant, for every user and in
-    every scope, so a receiver that dedupes on it would drop one tenant's (or user's, or scope's) effect as
+    is ``<sourceType>:<sourceId>:signal:…`` (typed), ``<sourceId>:signal:…`` or a payload's ``idempotencyKey``, the
+    same in every tenant, for every user and in every scope, so a receiver that dedupes on it would drop one tenant's (or user's, or scope's) effect as
     another's repeat (CONTRACT §Trust; a lane, like the door's dedupe, is a scope's). Hashed with the tenant, the
     user and the scope it is distinct per each, and still the same on every redelivery."""
     material = "\x1f".join((tenant, user_id or "", scope_key, key)).encode()

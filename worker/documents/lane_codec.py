@@ -12,9 +12,10 @@ The dictionaries are frozen for the same reason as the chain's (a lane must deco
 retained; a unit test pins their digests). A value that starts with ``{`` is a lane written before (plain JSON)
 and still reads. Readers fetch the bytes undecoded (``NEVER_DECODE``) and call :func:`decode_lane`.
 
-Since issue 29 the stored JSON leaves out the result's ``actionId`` when it is the lane's idempotency key (an
-action keyed by its own id, the default: the key already names it), and :func:`lane_result` puts it back from
-the key it looked up (a lane written by another action under a shared key keeps its own id): a bench lane
+Since issue 29 the stored JSON leaves out the result's ``actionId`` when the lane's key implies it
+(:func:`~worker.core.idempotency.lane_action_id`: an action keyed by default, by its own id with or without its
+event's source type before it, or one whose id is the planner's key), and :func:`lane_result` puts it back from
+what the reader's action implies (a lane written by another action under a shared key keeps its own id): a bench lane
 stores 60 bytes instead of 94, a 64-byte allocation instead of 112. A lane written before (with its
 ``actionId``) reads as it was."""
 
@@ -72,19 +73,19 @@ def decode_lane(raw: bytes | str) -> str | bytes:
     return inflate_json(raw, _LANE_DICTIONARIES, "idempotency lane")
 
 
-def lane_json(result: ExecutorResult, idempotency_key: str) -> str:
-    """The JSON a lane under ``idempotency_key`` stores for ``result`` (its ``actionId`` left out when it is the
-    key)."""
-    left_out = {"action_id"} if result.action_id == idempotency_key else None
+def lane_json(result: ExecutorResult, implied_action_id: str) -> str:
+    """The JSON a lane stores for ``result`` (its ``actionId`` left out when it is the one the lane's action
+    implies, :func:`~worker.core.idempotency.lane_action_id`)."""
+    left_out = {"action_id"} if result.action_id == implied_action_id else None
     return result.model_dump_json(by_alias=True, exclude_none=True, exclude=left_out)
 
 
-def lane_result(raw: bytes | None, idempotency_key: str) -> ExecutorResult | None:
-    """The applied action's result stored in the lane of ``idempotency_key`` (``raw``: its stored value), or
-    None when there is none."""
+def lane_result(raw: bytes | None, implied_action_id: str) -> ExecutorResult | None:
+    """The applied action's result stored in a lane (``raw``: its stored value; its ``actionId``, when left out,
+    is the one the reader's action implies), or None when there is none."""
     if raw is None:
         return None
     data = json.loads(decode_lane(raw))
     if isinstance(data, dict):
-        data.setdefault("actionId", idempotency_key)
+        data.setdefault("actionId", implied_action_id)
     return ExecutorResult.model_validate(data)

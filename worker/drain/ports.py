@@ -22,6 +22,7 @@ import threading
 
 from worker.chain.context import EffectBuffer
 from worker.core.errors import LeaseLost, PermanentFailure, PipelineError
+from worker.core.idempotency import lane_action_id
 from worker.core.nodes import Action, ExecutorResult
 from worker.core.record import record
 from worker.documents.chain_codec import StoredForm
@@ -86,7 +87,7 @@ class CancellablePort:
         self._cancelled = bool(cancelled)
         if raw is not None:
             self.marked[self.keys.idempotency(self.scope_key, idempotency_key)] = None
-        return lane_result(raw, idempotency_key)
+        return lane_result(raw, lane_action_id(action))
 
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
@@ -106,7 +107,7 @@ class CancellablePort:
                 lane=self.keys.idempotency(self.scope_key, idempotency_key),
                 fence_key=self.keys.fence(self.scope_key),
                 fence=self.fence,
-                result_json=encode_lane(lane_json(result, idempotency_key), settings.stored_form),
+                result_json=encode_lane(lane_json(result, lane_action_id(action)), settings.stored_form),
                 lane_ttl_s=settings.idempotency_ttl_s,
                 effects_json=json.dumps(commands),
             )
@@ -169,7 +170,7 @@ class BatchPort:
         key = self.keys.idempotency(self.scope_key, idempotency_key)
         for lane in self.lanes:
             if lane.key == key:
-                return lane_result(lane.result_json.encode("utf-8"), idempotency_key)
+                return lane_result(lane.result_json.encode("utf-8"), lane_action_id(action))
         return None
 
     def commit(
@@ -181,7 +182,7 @@ class BatchPort:
         self.lanes.append(
             BatchLane(
                 key=self.keys.idempotency(self.scope_key, idempotency_key),
-                result_json=lane_json(result, idempotency_key),
+                result_json=lane_json(result, lane_action_id(action)),
                 effects_json=json.dumps(commands),
             )
         )

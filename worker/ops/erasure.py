@@ -57,7 +57,7 @@ import zstandard
 from redis import Redis
 
 from worker.core.clock import now_ms
-from worker.core.idempotency import idempotency_key_for
+from worker.core.idempotency import TYPED_LANES_FIELD, idempotency_key_for
 from worker.core.nodes import Action
 from worker.documents.chain_codec import decode_chain
 from worker.documents.chain_storage import rebuilt_chain, stored_source
@@ -349,16 +349,26 @@ def _chunk_reads(
     for e in chunk:
         pipe.smembers(k.outbox_of_event(scope, e.event_id))
         pipe.execute_command("GET", k.chain(e.event_id), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        pipe.hmget(k.event(e.event_id), "state", TYPED_LANES_FIELD)
     found = pipe.execute()
     records = [
-        ErasedRecord(k.outbox_record(scope, text(r)), text(r)) for members in found[0::2] for r in members
+        ErasedRecord(k.outbox_record(scope, text(r)), text(r)) for members in found[0::3] for r in members
     ]
     lanes = [
         lane
-        for e, raw in zip(chunk, found[1::2], strict=True)
-        for lane in _chain_lanes(tenant, scope, raw, e.event_id)
+        for e, raw, typed in zip(chunk, found[1::3], found[2::3], strict=True)
+        for lane in _chain_lanes(tenant, scope, raw, e.event_id, typed=_typed(typed))
     ]
     return records, lanes
+
+
+def _typed(fields: list[Any]) -> bool | None:
+    """Whether an event's lanes are typed, from its hash's ``state`` and ``typedLanes``
+    (:func:`~worker.core.idempotency.idempotency_key_for`): None when the hash is gone (both keys are tried)."""
+    state, mark = fields
+    if state is None:
+        return None
+    return mark is not None
 
 
 def _chain_owner(raw: bytes | None) -> str | None:
@@ -370,9 +380,12 @@ def _chain_owner(raw: bytes | None) -> str | None:
         return None
 
 
-def _chain_lanes(tenant: Keys, scope: str | None, raw: bytes | None, event_id: str) -> list[str]:
+def _chain_lanes(
+    tenant: Keys, scope: str | None, raw: bytes | None, event_id: str, *, typed: bool | None = None
+) -> list[str]:
     """The idempotency lanes of the actions a stored chain holds, in ``scope`` (None: the scope its source
-    names); none when the chain is gone or does not read (it is deleted all the same)."""
+    names); none when the chain is gone or does not read (it is deleted all the same). ``typed``: the event's
+    mark (its hash's ``typedLanes``), None when its hash is gone: then both keys, typed and of before."""
     if raw is None:
         return []
     try:
@@ -384,7 +397,10 @@ def _chain_lanes(tenant: Keys, scope: str | None, raw: bytes | None, event_id: s
         log.warning(UNREADABLE_LOG, type(exc).__name__)
         return []
     k = tenant.for_scope(scope)
-    return [k.idempotency(scope, idempotency_key_for(a)) for a in actions]
+    kinds = (True, False) if typed is None else (typed,)
+    return sorted(
+        {k.idempotency(scope, idempotency_key_for(a, typed=kind)) for a in actions for kind in kinds}
+    )
 
 
 def _scope_keys(k: BucketKeys, scope: str) -> dict[str, str]:

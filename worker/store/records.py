@@ -152,6 +152,9 @@ class Begun:
     last_error: str
     source_type: str = ""
     source_id: str = ""
+    # its actions' default lane keys name its source type: an event first begun since the mark
+    # (worker/store/lua/lib/take_head.lua; worker/core/idempotency.py)
+    typed_lanes: bool = False
 
     def source_json(self, scope_key: str) -> str:
         """The whole Source JSON: the stored body with the identity its hash holds."""
@@ -189,6 +192,7 @@ class Head:
                     last_error=to_str(reply[5]),
                     source_type=to_str(reply[6]) if len(reply) > 7 else "",
                     source_id=to_str(reply[7]) if len(reply) > 7 else "",
+                    typed_lanes=len(reply) > 8 and to_str(reply[8]) == "1",
                 ),
                 behind=behind,
             )
@@ -198,10 +202,11 @@ class Head:
 
 
 def begun_list(flat: Any) -> list[Begun]:
-    """PEEK_FRESH's fresh events (never delivered: their first attempt) as :class:`Begun` records."""
+    """PEEK_FRESH's fresh events (never delivered: their first attempt) as :class:`Begun` records; each is begun
+    by the commit before it, which marks it ``typedLanes`` (a first delivery), so its lanes are typed."""
     items = [to_str(x) for x in flat] if isinstance(flat, list) else []
     return [
-        Begun(items[i], items[i + 1], 1, "queued", "", items[i + 2], items[i + 3])
+        Begun(items[i], items[i + 1], 1, "queued", "", items[i + 2], items[i + 3], typed_lanes=True)
         for i in range(0, len(items) - 3, 4)
     ]
 

@@ -7,6 +7,7 @@ keeps them as they are; the event's end gives them their TTL back (done, cancell
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -93,6 +94,143 @@ def test_a_redrive_after_the_lane_ttl_charges_once_however_long_it_waits(
     pipeline.store.client.close()
 
 
+def _as_begun_before_the_mark(
+    client: Redis, event_key: str, lanes: list[str], *, kept: bool = True
+) -> list[str]:
+    """What a worker from before typed lanes (worker/core/idempotency.py) leaves: its lanes under the action id
+    alone (listed in the event's hash when ``kept``: a retry or a death keeps them there), no ``typedLanes``."""
+    before = [lane.replace(":charge.order:", ":", 1) for lane in lanes]
+    for lane, old in zip(lanes, before, strict=True):
+        assert lane != old  # typed: the source type before the action id
+        client.rename(lane, old)
+    client.hdel(event_key, "typedLanes", "lanes")
+    if kept:
+        client.hset(event_key, "lanes", json.dumps(before))
+    return before
+
+
+def test_an_event_first_begun_is_marked_and_its_lanes_typed(make_settings: Any, redis_client: Redis) -> None:
+    settings, producer, pipeline, event_id = _dead_order(make_settings, "order-typed")
+    (lane,) = _lanes(redis_client, settings.key_prefix)
+    assert lane.endswith(":charge.order:order-typed:signal:order:action:charge")
+    assert redis_client.hget(producer.keys.for_scope(SCOPE).event(event_id), "typedLanes") == "1"
+    producer.close()
+    pipeline.store.client.close()
+
+
+def test_a_dead_event_a_worker_of_before_began_replays_its_lanes_when_redriven(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """An order that died under a worker from before typed lanes, its charge applied under the action id alone;
+    redriven after the upgrade (not a first delivery: it stays untyped), its charge is found there and replayed,
+    not charged again, and its shipping's lane is written under the same kind of key."""
+    settings, producer, pipeline, event_id = _dead_order(make_settings, "order-upgraded")
+    b = producer.keys.for_scope(SCOPE)
+    charged, fixed = b.plugin(SCOPE, "charged"), b.plugin(SCOPE, "shipping-fixed")
+    (before,) = _as_begun_before_the_mark(
+        redis_client, b.event(event_id), _lanes(redis_client, settings.key_prefix)
+    )
+    redis_client.set(fixed, "1")
+    assert redrive_events(producer, [event_id])["redriven"] == [event_id]
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert (producer.status(event_id) or {})["status"] == "done"
+    assert redis_client.get(charged) == "1"  # replayed from the lane of before
+    assert sorted(_lanes(redis_client, settings.key_prefix)) == sorted(
+        [before, before.replace(":charge", ":ship")]
+    )
+    assert redis_client.hget(b.event(event_id), "typedLanes") is None
+    producer.close()
+    pipeline.store.client.close()
+
+
+def test_a_lost_delivery_of_a_worker_of_before_replays_its_lane(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """A worker from before ran an order's first attempt, applied its charge and died before its commit (the
+    event left processing, its lane listed nowhere): the new worker's attempt 2 finds the lane by the event's key
+    of before, and does not charge again."""
+    settings = make_settings(
+        plugins=["tests.plugins.charge:plugin"],
+        extra_source_types=["charge.order"],
+        max_attempts=3,
+        retry_base_ms=20_000,  # its retry waits: the drain returns after attempt 1
+        retry_cap_ms=20_000,
+    )
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    b = producer.keys.for_scope(SCOPE)
+    charged, fixed = b.plugin(SCOPE, "charged"), b.plugin(SCOPE, "shipping-fixed")
+    event_id = producer.enqueue(_order("order-lost")).event_id
+    pipeline.drain_scope(SCOPE)  # attempt 1: charged, shipping down: a retry
+    assert (producer.status(event_id) or {})["attempts"] == 1 and redis_client.get(charged) == "1"
+    _as_begun_before_the_mark(
+        redis_client, b.event(event_id), _lanes(redis_client, settings.key_prefix), kept=False
+    )
+    redis_client.hset(b.event(event_id), "state", "processing")  # its worker died mid-attempt
+    redis_client.hdel(b.event(event_id), "notBefore")
+    redis_client.set(fixed, "1")
+    wait_for(
+        lambda: (
+            pipeline.drain_scope(SCOPE).next == "idle"
+            and (producer.status(event_id) or {})["status"] == "done"
+        ),
+        timeout_s=30,
+        what="the order's next attempt",
+    )
+    assert redis_client.get(charged) == "1"
+    producer.close()
+    pipeline.store.client.close()
+
+
+def test_another_source_types_first_run_does_not_take_a_lane_of_before(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """The key of before is the one two source types with one ``sourceId`` shared: an event of the other type
+    (charge.refund here: the same action ids), delivered for the first time, must not replay it, even while the
+    lane lives on (kept without a TTL by a dead event); it runs its own action."""
+    settings, producer, pipeline, event_id = _dead_order(make_settings, "order-shared")
+    b = producer.keys.for_scope(SCOPE)
+    _as_begun_before_the_mark(redis_client, b.event(event_id), _lanes(redis_client, settings.key_prefix))
+    sibling_id = producer.enqueue({**_order("order-shared"), "sourceType": "charge.refund"}).event_id
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert (producer.status(sibling_id) or {})[
+        "status"
+    ] == "dead"  # its own shipping failed, after its charge
+    assert redis_client.get(b.plugin(SCOPE, "charged")) == "2"  # its own charge ran
+    producer.close()
+    pipeline.store.client.close()
+
+
+def test_a_redriven_head_of_before_on_the_batch_path_replays_its_lane(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """Batch-safe handlers: an order that died under a worker from before (its charge's lane under the key of
+    before), redriven with a fresh order behind it. Its run's port stages every action without reading lanes; the
+    run's COMMIT must check the lane under the event's own key, find it, and send the event back to run alone,
+    where the charge replays: two orders, two charges."""
+    settings = make_settings(
+        plugins=["tests.plugins.charge:batch_plugin"],
+        extra_source_types=["charge.order"],
+        max_attempts=2,  # runs of several need more than one
+        commit_batch_max=16,
+    )
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    b = producer.keys.for_scope(SCOPE)
+    charged = b.plugin(SCOPE, "charged")
+    old_id = producer.enqueue(_order("order-old", shippingDown=True)).event_id
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert (producer.status(old_id) or {})["status"] == "dead" and redis_client.get(charged) == "1"
+    _as_begun_before_the_mark(redis_client, b.event(old_id), _lanes(redis_client, settings.key_prefix))
+    assert redrive_events(producer, [old_id])["redriven"] == [old_id]
+    new_id = producer.enqueue(_order("order-new")).event_id
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert [(producer.status(e) or {})["status"] for e in (old_id, new_id)] == ["dead", "done"]
+    assert redis_client.get(charged) == "2"  # the old order's charge replayed, the new one's applied
+    producer.close()
+    pipeline.store.client.close()
+
+
 def test_a_last_attempt_that_fails_before_any_action_keeps_the_earlier_attempts_lanes(
     make_settings: Any, redis_client: Redis
 ) -> None:
@@ -139,6 +277,56 @@ def test_an_erased_dead_event_takes_its_lanes_with_it(make_settings: Any, redis_
     assert len(_lanes(redis_client, settings.key_prefix)) == 1
     erase_user(producer.store, producer.keys, "u_gone", session_scope=session_scope)
     assert _lanes(redis_client, settings.key_prefix) == []
+    producer.close()
+    pipeline.store.client.close()
+
+
+def _charge_pipeline(make_settings: Any) -> tuple[Any, Any, Any]:
+    settings = make_settings(
+        plugins=["tests.plugins.charge:plugin"], extra_source_types=["charge.order"], max_attempts=1
+    )
+    producer = Producer(settings)
+    return settings, producer, build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+
+
+def test_an_erasure_deletes_a_done_events_lanes_of_before(make_settings: Any, redis_client: Redis) -> None:
+    """A done order whose lanes a worker from before wrote (under the action id alone; a done event's hash lists
+    none), in a scope another user keeps: the erasure finds them through its chain, by the keys of before."""
+    settings, producer, pipeline = _charge_pipeline(make_settings)
+    b = producer.keys.for_scope(SCOPE)
+    redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
+    done_id = producer.enqueue({**_order("order-gone"), "userId": "u_gone"}).event_id
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    lanes = _lanes(redis_client, settings.key_prefix)
+    before = _as_begun_before_the_mark(redis_client, b.event(done_id), lanes, kept=False)
+    producer.enqueue({**_order("order-kept"), "userId": "u_kept"})  # queued: the scope is kept
+    assert erase_user(producer.store, producer.keys, "u_gone", session_scope=session_scope).busy_scopes == []
+    assert len(before) == 2 and redis_client.exists(*before) == 0
+    producer.close()
+    pipeline.store.client.close()
+
+
+def test_an_erasure_leaves_another_events_lane_of_before_under_the_same_key(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """A dead order whose charge a worker from before marked under the action id alone (kept for its redrive), and
+    a done refund of the same ``sourceId`` (typed lanes) of another user, in one scope: erasing the refund's user
+    deletes its typed lanes and leaves the order's lane, whose key is the refund's key of before. Deleted, the
+    order's redrive would charge it again."""
+    settings, producer, pipeline, dead_id = _dead_order(make_settings, "order-same", user_id="u_old")
+    b = producer.keys.for_scope(SCOPE)
+    lanes = _lanes(redis_client, settings.key_prefix)
+    (before,) = _as_begun_before_the_mark(redis_client, b.event(dead_id), lanes)
+    redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
+    refund = {**_order("order-same"), "sourceType": "charge.refund", "userId": "u_new"}
+    refund_id = producer.enqueue(refund).event_id
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert (producer.status(refund_id) or {})["status"] == "done"
+    typed = [lane for lane in _lanes(redis_client, settings.key_prefix) if lane != before]
+    assert len(typed) == 2 and all(":charge.refund:order-same:" in lane for lane in typed)
+    producer.enqueue({**_order("order-kept"), "userId": "u_kept"})  # queued: the scope is kept
+    assert erase_user(producer.store, producer.keys, "u_new", session_scope=session_scope).busy_scopes == []
+    assert redis_client.exists(*typed) == 0 and redis_client.exists(before) == 1
     producer.close()
     pipeline.store.client.close()
 

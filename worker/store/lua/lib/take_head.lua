@@ -6,8 +6,13 @@
 -- head's id is only known inside the script). ix: {paused, stats, active, cancelled} (paused nil: no pause
 -- check). -> {HeadCode.EMPTY} | {HeadCode.PAUSED} (a head waits in a paused scope: nothing taken, nothing popped)
 -- | {HeadCode.WAITS, id, notBefore} (the head waits for its retry time) | {HeadCode.TAKEN, id, eventJson, attempts,
--- prevState, lastError, sourceType, sourceId} (state -> processing, an attempt record started; eventJson is
--- worker/documents/event_body.py's form).
+-- prevState, lastError, sourceType, sourceId, typedLanes} (state -> processing, an attempt record started;
+-- eventJson is worker/documents/event_body.py's form; typedLanes '1' or '': below).
+--
+-- typedLanes: an event first begun here (never delivered, never redriven) is marked so, for good: its actions'
+-- default lane keys name its source type (worker/core/idempotency.py). An event begun before by a worker of
+-- before the mark (a later attempt, or a redrive of a dead one) is not: its lanes keep the keys that worker wrote,
+-- so a run here finds what it applied.
 local FINAL = {done = true, dead = true, cancelled = true, discarded = true, erased = true}
 -- The heads this script took, by event key, until their commit: the event is the head, processing, under our
 -- fence and not cancelled (nothing else runs between) -> {enqueued, history, not_before, error, lanes}, so a run's commit
@@ -34,7 +39,7 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
     local ek = ev_prefix .. id
     hflush(ek)
     local rec = redis.call('HMGET', ek, 'state', 'event', 'notBefore', 'error', 'cancelRequested', 'history',
-      'redrives', 'sourceType', 'sourceId', 'attempts', 'enqueuedAt', 'lanes')
+      'redrives', 'sourceType', 'sourceId', 'attempts', 'enqueuedAt', 'lanes', 'typedLanes')
     if not rec[2] or FINAL[rec[1]] then
       redis.call('LPOP', inbox)
       -- a record gone (expired while it waited, before records waiting had no TTL): out of the active index too,
@@ -49,10 +54,19 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
       if nb > 0 and nb > tonumber(now) then return {HeadCode.WAITS, id, rec[3]} end
       local attempts = (rec[10] and rec[10] ~= '0' and tonumber(rec[10]) or 0) + 1
       -- the start: in the history; numbers as their digits (fence: the caller's, a string)
-      hset_later(ek, 'attempts', string.format('%d', attempts), 'state', 'processing', 'fence', fence)
+      local typed = rec[13]
+      if typed then
+        hset_later(ek, 'attempts', string.format('%d', attempts), 'state', 'processing', 'fence', fence)
+      elseif attempts == 1 and not rec[7] then  -- its first delivery
+        typed = '1'
+        hset_later(ek, 'attempts', '1', 'state', 'processing', 'fence', fence, 'typedLanes', typed)
+      else
+        typed = ''
+        hset_later(ek, 'attempts', string.format('%d', attempts), 'state', 'processing', 'fence', fence)
+      end
       local h = history_start(ek, rec[6], attempts, now, rec[7] and tonumber(rec[7]) or 0)
       taken[ek] = {enqueued = rec[11], history = h, not_before = rec[3], error = rec[4], lanes = rec[12]}
-      return {HeadCode.TAKEN, id, rec[2], attempts, rec[1], rec[4] or '', rec[8] or '', rec[9] or ''}
+      return {HeadCode.TAKEN, id, rec[2], attempts, rec[1], rec[4] or '', rec[8] or '', rec[9] or '', typed}
     end
   end
   return {HeadCode.WAITS, '', now}
