@@ -127,12 +127,15 @@ class RunRequest:
         )
 
 
-def operation_id_for(kind: str, source_id: str, *, tenant: str, user_id: str) -> str:
+def operation_id_for(kind: str, source_id: str, *, tenant: str, user_id: str, scope_key: str = "") -> str:
     """Deterministic (LobeHub uses a nanoid), so a redelivered action asks for the same run, and distinct per
     tenant and user: it is the ``webhook-id``/``Idempotency-Key`` a receiver dedupes on and the completion's
-    source id, so two tenants' (or two users') runs of one source id must never share it."""
-    material = "\x1f".join((tenant, user_id, kind, source_id)).encode()
-    return f"agent-signal-{kind}-" + hashlib.sha256(material).hexdigest()[:16]
+    source id, so two tenants' (or two users') runs of one source id must never share it. An action's run passes
+    its scope and its idempotency key as ``source_id`` (typed: it names the event's source type), so the runs
+    of two events of one user with one ``sourceId`` in two scopes, or under two source types, are two runs too;
+    a review's (one per user and guard key, whichever scope asks) passes no scope."""
+    parts = (tenant, user_id, kind, source_id, scope_key) if scope_key else (tenant, user_id, kind, source_id)
+    return f"agent-signal-{kind}-" + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
 
 class AgentRunner(Protocol):

@@ -59,6 +59,14 @@ def _marker(action: Action, kind: str) -> dict[str, Any]:
     return {k: v for k, v in marker.items() if v is not None}
 
 
+def _operation_id(kind: str, marker: dict[str, Any], ctx: HandlerContext, user_id: str) -> str:
+    """The run's operation id: its tenant's, its user's and its scope's, from the action's idempotency key
+    (``ctx.idempotency_key``: the planner's key, else the action id after its event's source type), so a run of
+    one ``sourceId`` in another scope or under another source type is another run, not a repeat a receiver drops."""
+    key = ctx.idempotency_key or str(marker["sourceId"])
+    return operation_id_for(kind, key, tenant=ctx.tenant, user_id=user_id, scope_key=ctx.scope_key)
+
+
 def _marker_source_id(key: str, kind: str) -> str:
     """The run's ``marker.sourceId`` (every receipt id of the run starts with it, and the run's completion event
     must pass the id rule): the idempotency key, as LobeHub builds it, when that is an id; else a digest of it.
@@ -107,7 +115,7 @@ def user_memory_handler(action: Action, ctx: HandlerContext) -> ExecutorResult:
     if not agent_id:
         return skipped(action, ctx, "Missing agentId for memory action.")
     request = RunRequest(
-        operation_id=operation_id_for("memory", marker["sourceId"], tenant=ctx.tenant, user_id=user_id),
+        operation_id=_operation_id("memory", marker, ctx, user_id),
         slug="memory-writer",
         marker=marker,
         user_id=user_id,
@@ -154,7 +162,7 @@ def skill_management_handler(action: Action, ctx: HandlerContext) -> ExecutorRes
         ]
     )
     request = RunRequest(
-        operation_id=operation_id_for("skill", marker["sourceId"], tenant=ctx.tenant, user_id=user_id),
+        operation_id=_operation_id("skill", marker, ctx, user_id),
         slug="skill-management",
         marker=marker,
         user_id=user_id,

@@ -380,6 +380,41 @@ def test_a_failed_hand_over_is_retried_by_the_outbox_and_the_action_applies_once
     producer.close()
 
 
+def test_one_source_id_in_two_scopes_asks_for_two_runs(make_settings: Any) -> None:
+    """One user's messages with one ``sourceId`` in two topics (two scopes): each memory action applies in its
+    own scope, and its run's operation id (the ``Idempotency-Key`` the hand-over carries) hashed the tenant, the
+    user and the source id only, so both asked for one run and a receiver that dedupes ran one. Two runs now."""
+    from dataclasses import replace
+
+    from policies.self_iteration.deps import SelfIterationDeps
+    from producers import Producer
+    from tests.support.waiting import relay_for
+    from worker.runtime.app import build_pipeline
+    from worker.telemetry.recorder import DISABLED
+
+    class Runner:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def dispatch(self, request: Any) -> str:
+            self.calls.append(request.operation_id)
+            return str(request.operation_id)
+
+    settings = make_settings()
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED)
+    runner = Runner()
+    pipeline.deps.add(replace(pipeline.deps.get(SelfIterationDeps), runner=runner))
+    for topic in ("tpc_1", "tpc_2"):
+        event = _user_message("msg_same", "Going forward, I prefer tables.", topicId=topic)
+        producer.enqueue({**event, "scopeKey": f"topic:{topic}"})
+        pipeline.drain_scope(f"topic:{topic}")
+    relay = relay_for(pipeline, settings)
+    wait_for(lambda: relay.run_once() or len(runner.calls) >= 2, what="both hand-overs")
+    assert len(set(runner.calls)) == 2, runner.calls
+    producer.close()
+
+
 def _tool_outcome(source_id: str, status: str, **payload: Any) -> dict[str, Any]:
     return {
         "sourceType": "tool.outcome.failed" if status == "failed" else "tool.outcome.completed",
