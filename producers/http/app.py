@@ -61,7 +61,7 @@ from worker.intake.source_event import InvalidEvent, StoreUnavailable
 from worker.settings import Settings, plugin_settings
 from worker.store.safety import StoreSafety, check_at_boot, note_store_failure, store_error_reason
 from worker.telemetry.logs import install_pseudonyms
-from worker.telemetry.recorder import configure_telemetry
+from worker.telemetry.recorder import Telemetry, configure_telemetry
 
 __all__ = ["BootChecks", "check_boot", "create_web_app"]
 
@@ -99,8 +99,11 @@ def create_web_app(
     producer: Producer | None = None,
     door: DoorSettings | None = None,
     boot: BootChecks | None = None,
+    telemetry: Telemetry | None = None,
 ) -> FastAPI:
-    """The ASGI app for ``settings``; pass ``producer`` to share one (tests, embedding). ``door`` defaults to
+    """The ASGI app for ``settings``; pass ``producer`` to share one (tests, embedding; ``agent-signal web``
+    builds it before serving, so a plugin that fails to load is one line, not a failed startup's traceback), and
+    ``telemetry`` with it when the producer was given one (the caller shuts it down). ``door`` defaults to
     the door's section of the environment and of ``settings``' extras. ``boot``: the result of
     :func:`check_boot` made before (``agent-signal web``); without it the app's startup makes the checks."""
     door = door or door_settings(settings)
@@ -111,14 +114,15 @@ def create_web_app(
         checked = boot or check_boot(settings)
         app.state.store_safety = checked.store_safety
         app.state.function_defs = checked.function_defs
-        app.state.telemetry = configure_telemetry(settings, service_name="agent-signal-web")
+        app.state.telemetry = telemetry or configure_telemetry(settings, service_name="agent-signal-web")
         app.state.producer = producer or Producer(settings, telemetry=app.state.telemetry)
         app.state.feed = Feed.from_settings(settings, door)  # one Redis subscriber for every receipts stream
         yield
         await app.state.feed.aclose()
         if producer is None:
             app.state.producer.close()
-        app.state.telemetry.shutdown()
+        if telemetry is None:
+            app.state.telemetry.shutdown()
 
     app = FastAPI(
         title="Agent Signal",

@@ -27,11 +27,6 @@ __all__ = ["serve_web"]
 
 
 def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
-    import uvicorn
-
-    from producers.http.app import create_web_app
-    from producers.http.connections import ConnectionLimits, door_protocol
-
     settings.require_redis_url()
     door = door_settings(settings)
     sockets = bound_sockets(door.host, door.port)
@@ -40,17 +35,39 @@ def serve_web(settings: Settings, *, loglevel: str = "INFO") -> int:
         load_plugins(settings)  # unknown settings and broken plugins stop here, as one line, before serving
         check_credentials(settings, door)
         boot = run_boot_checks(settings)
-        config = uvicorn.Config(
-            create_web_app(settings, door=door, boot=boot),
-            http=door_protocol(ConnectionLimits.from_settings(door)),
-            log_level="warning",
-            access_log=False,  # ours: producers/http/access_log.py
-        )
-        uvicorn.Server(config).run(sockets=sockets)
+        _serve(settings, door, boot, sockets)
     finally:
         for sock in sockets:
             sock.close()
     return 0
+
+
+def _serve(settings: Settings, door: DoorSettings, boot: BootChecks, sockets: list[socket.socket]) -> None:
+    """Build the app's producer (its plugins' services: a factory that raises is a PluginLoadError here, one
+    line, not uvicorn's traceback of a failed startup) and serve until stopped."""
+    import uvicorn
+
+    from producers.http.app import create_web_app
+    from producers.http.connections import ConnectionLimits, door_protocol
+    from producers.sdk.producer import Producer
+    from worker.telemetry.recorder import configure_telemetry
+
+    telemetry = configure_telemetry(settings, service_name="agent-signal-web")
+    try:
+        producer = Producer(settings, telemetry=telemetry)
+        try:
+            app = create_web_app(settings, producer=producer, door=door, boot=boot, telemetry=telemetry)
+            config = uvicorn.Config(
+                app,
+                http=door_protocol(ConnectionLimits.from_settings(door)),
+                log_level="warning",
+                access_log=False,  # ours: producers/http/access_log.py
+            )
+            uvicorn.Server(config).run(sockets=sockets)
+        finally:
+            producer.close()
+    finally:
+        telemetry.shutdown()
 
 
 def bound_sockets(host: str, port: int) -> list[socket.socket]:

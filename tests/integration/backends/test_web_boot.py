@@ -104,6 +104,21 @@ def test_function_definitions_that_do_not_load_are_one_line(
         pass
 
 
+def test_a_plugin_services_factory_that_raises_is_one_line(
+    make_settings: Any, web: Web, served: list[FastAPI], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The app's producer builds the plugins' services; built at the app's startup, a factory that raised was
+    uvicorn's traceback of a failed startup (its last line the PluginLoadError). ``web`` builds it before
+    serving now: one line naming the plugin and the field, exit 2, nothing served."""
+    settings = make_settings(plugins=["tests.plugins.broken_services:plugin"], telemetry_enabled=False)
+    assert web(settings) == 2
+    assert _one_line(capsys) == (
+        "agent-signal web: PluginLoadError: plugin 'broken-services': services(runtime) raised RuntimeError: "
+        "the ledger database is down"
+    )
+    assert served == []
+
+
 def test_the_checks_are_made_once(
     make_settings: Any, web: Web, served: list[FastAPI], monkeypatch: pytest.MonkeyPatch
 ) -> None:
