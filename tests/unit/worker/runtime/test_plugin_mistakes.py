@@ -333,6 +333,32 @@ def test_an_action_type_no_handler_takes_is_said_once(caplog: pytest.LogCaptureF
     ]
 
 
+def test_the_unhandled_types_said_are_capped(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin that makes action types from data would grow the set of types said for good: it holds at most
+    UNHANDLED_MAX, and a type past it runs nothing and is not said."""
+    from worker.chain import scheduler
+
+    types = [f"action.gen.t{i}" for i in range(3)]
+
+    def plan(s: Source, ctx: HandlerContext) -> Dispatch:
+        sig = signal_from(s, "gen", "signal.gen", {}, ctx.now())
+        actions = [action_from(sig, f"a{i}", t, {}, ctx.now()) for i, t in enumerate(types)]
+        return Dispatch(signals=[sig], actions=actions)
+
+    registry = Registry.from_policies(
+        [Policy("p", [define_source_handler("agent.user.message", "src", plan)])]
+    )
+    monkeypatch.setattr(scheduler, "_UNHANDLED", set())
+    monkeypatch.setattr(scheduler, "UNHANDLED_MAX", 2)
+    with caplog.at_level("WARNING", logger="worker.chain.scheduler"):
+        trace = run_chain(_source("g1"), registry, MemoryPort())
+    said = [r.getMessage().split("'")[1] for r in caplog.records if "has no handler" in r.getMessage()]
+    assert said == types[:2] and scheduler._UNHANDLED == set(types[:2])
+    assert [a.action_type for a in trace.actions] == types and trace.results == []
+
+
 def test_a_plugin_module_not_found_says_where_python_looks() -> None:
     """``No module named 'myplugins'`` alone: the launcher does not put the current directory on sys.path."""
     with pytest.raises(PluginLoadError, match=r"No module named 'no_such_plugins'.*on PYTHONPATH"):
