@@ -289,8 +289,8 @@ def _erase_scope(
     legacy: dict[str, str] = {}
     for e in events:
         raw = store.get_bytes(k.chain(e.chain_id)) if e.chain_id else None
-        if _chain_owner(raw) == e.event_id:
-            lanes += _chain_lanes(tenant, scope, raw, e.event_id)
+        if _chain_owner(raw) == e.event_id:  # an event of before typed lanes
+            lanes += _chain_lanes(tenant, scope, raw, e.event_id, typed=False)[0]
             legacy[e.event_id] = k.chain(e.chain_id)
     chunks = [events[i : i + CHUNK] for i in range(0, len(events), CHUNK)] or [[]]
     for n, chunk in enumerate(chunks):
@@ -354,17 +354,18 @@ def _chunk_reads(
     records = [
         ErasedRecord(k.outbox_record(scope, text(r)), text(r)) for members in found[0::3] for r in members
     ]
-    lanes = [
-        lane
-        for e, raw, typed in zip(chunk, found[1::3], found[2::3], strict=True)
-        for lane in _chain_lanes(tenant, scope, raw, e.event_id, typed=_typed(typed))
-    ]
-    return records, lanes
+    lanes: list[str] = []
+    maybe: list[str] = []
+    for e, raw, typed in zip(chunk, found[1::3], found[2::3], strict=True):
+        sure, before = _chain_lanes(tenant, scope, raw, e.event_id, typed=_typed(typed))
+        lanes += sure
+        maybe += before
+    return records, lanes + _unkept(store, maybe)
 
 
 def _typed(fields: list[Any]) -> bool | None:
     """Whether an event's lanes are typed, from its hash's ``state`` and ``typedLanes``
-    (:func:`~worker.core.idempotency.idempotency_key_for`): None when the hash is gone (both keys are tried)."""
+    (:func:`~worker.core.idempotency.idempotency_key_for`): None when the hash is gone (:func:`_chain_lanes`)."""
     state, mark = fields
     if state is None:
         return None
@@ -382,12 +383,15 @@ def _chain_owner(raw: bytes | None) -> str | None:
 
 def _chain_lanes(
     tenant: Keys, scope: str | None, raw: bytes | None, event_id: str, *, typed: bool | None = None
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
     """The idempotency lanes of the actions a stored chain holds, in ``scope`` (None: the scope its source
     names); none when the chain is gone or does not read (it is deleted all the same). ``typed``: the event's
-    mark (its hash's ``typedLanes``), None when its hash is gone: then both keys, typed and of before."""
+    mark (its hash's ``typedLanes``). Returns the keys its lanes are under, and, when its hash is gone (``typed``
+    None: a done event past the dedupe window), its keys of before too, which it may have used (a worker from
+    before ran it) or another event of its scope, sourceId and another source type may hold: those are deleted
+    only while they have a TTL (:func:`_unkept`)."""
     if raw is None:
-        return []
+        return [], []
     try:
         stored = decode_chain(raw)
         scope = scope or stored_source(stored, event_id).scope_key
@@ -395,12 +399,24 @@ def _chain_lanes(
         actions = [Action.model_validate(a) for a in document["envelope"]["actions"]]
     except _UNREADABLE as exc:
         log.warning(UNREADABLE_LOG, type(exc).__name__)
-        return []
+        return [], []
     k = tenant.for_scope(scope)
-    kinds = (True, False) if typed is None else (typed,)
-    return sorted(
-        {k.idempotency(scope, idempotency_key_for(a, typed=kind)) for a in actions for kind in kinds}
-    )
+    sure = {k.idempotency(scope, idempotency_key_for(a, typed=typed is not False)) for a in actions}
+    if typed is not None:
+        return sorted(sure), []
+    return sorted(sure), sorted({k.idempotency(scope, idempotency_key_for(a, typed=False)) for a in actions})
+
+
+def _unkept(store: EventStore, lanes: list[str]) -> list[str]:
+    """The lanes of ``lanes`` that have a TTL. One without is kept by an unfinished event (retrying, or dead
+    until its redrive: worker/store/lua/lib/kept_lanes.lua), never by a done one, whose end gave its lanes their
+    TTL back: such a lane under a key of before is another event's, and deleting it would apply its action again."""
+    if not lanes:
+        return []
+    pipe = store.client.pipeline(transaction=False)
+    for lane in lanes:
+        pipe.pttl(lane)
+    return [lane for lane, ttl_ms in zip(lanes, pipe.execute(), strict=True) if int(ttl_ms) > 0]
 
 
 def _scope_keys(k: BucketKeys, scope: str) -> dict[str, str]:
@@ -470,7 +486,10 @@ def _drop_expired_chains(
         for key in doomed:
             pipe.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
         raws = zip(expired[start : start + CHUNK], pipe.execute(), strict=True)
-        lanes = [lane for e, raw in raws for lane in _chain_lanes(tenant, None, raw, e.event_id)]
+        found = [_chain_lanes(tenant, None, raw, e.event_id) for e, raw in raws]
+        lanes = [lane for sure, _ in found for lane in sure] + _unkept(
+            store, [x for _, b in found for x in b]
+        )
         if lanes:
             report.removed["lanes"] += int(store.client.delete(*lanes))
         report.removed["chains"] += int(store.client.delete(*doomed))

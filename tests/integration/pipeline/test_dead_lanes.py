@@ -40,8 +40,7 @@ def _dead_order(
         plugins=["tests.plugins.charge:plugin"],
         extra_source_types=["charge.order"],
         max_attempts=1,
-        idempotency_ttl_s=LANE_TTL_S,
-        **settings,
+        **({"idempotency_ttl_s": LANE_TTL_S} | settings),
     )
     producer = Producer(made)
     pipeline = build_pipeline(made, telemetry=DISABLED, app=producer.app)
@@ -289,9 +288,13 @@ def _charge_pipeline(make_settings: Any) -> tuple[Any, Any, Any]:
     return settings, producer, build_pipeline(settings, telemetry=DISABLED, app=producer.app)
 
 
-def test_an_erasure_deletes_a_done_events_lanes_of_before(make_settings: Any, redis_client: Redis) -> None:
+@pytest.mark.parametrize("hash_gone", [False, True])
+def test_an_erasure_deletes_a_done_events_lanes_of_before(
+    make_settings: Any, redis_client: Redis, hash_gone: bool
+) -> None:
     """A done order whose lanes a worker from before wrote (under the action id alone; a done event's hash lists
-    none), in a scope another user keeps: the erasure finds them through its chain, by the keys of before."""
+    none), in a scope another user keeps: the erasure finds them through its chain, by the keys of before; also
+    once its hash has expired (past the dedupe window; its chain outlives it), when no mark says which keys."""
     settings, producer, pipeline = _charge_pipeline(make_settings)
     b = producer.keys.for_scope(SCOPE)
     redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
@@ -299,6 +302,8 @@ def test_an_erasure_deletes_a_done_events_lanes_of_before(make_settings: Any, re
     assert pipeline.drain_scope(SCOPE).next == "idle"
     lanes = _lanes(redis_client, settings.key_prefix)
     before = _as_begun_before_the_mark(redis_client, b.event(done_id), lanes, kept=False)
+    if hash_gone:
+        redis_client.delete(b.event(done_id))
     producer.enqueue({**_order("order-kept"), "userId": "u_kept"})  # queued: the scope is kept
     assert erase_user(producer.store, producer.keys, "u_gone", session_scope=session_scope).busy_scopes == []
     assert len(before) == 2 and redis_client.exists(*before) == 0
@@ -306,14 +311,18 @@ def test_an_erasure_deletes_a_done_events_lanes_of_before(make_settings: Any, re
     pipeline.store.client.close()
 
 
+@pytest.mark.parametrize("hash_gone", [False, True])
 def test_an_erasure_leaves_another_events_lane_of_before_under_the_same_key(
-    make_settings: Any, redis_client: Redis
+    make_settings: Any, redis_client: Redis, hash_gone: bool
 ) -> None:
     """A dead order whose charge a worker from before marked under the action id alone (kept for its redrive), and
     a done refund of the same ``sourceId`` (typed lanes) of another user, in one scope: erasing the refund's user
     deletes its typed lanes and leaves the order's lane, whose key is the refund's key of before. Deleted, the
-    order's redrive would charge it again."""
-    settings, producer, pipeline, dead_id = _dead_order(make_settings, "order-same", user_id="u_old")
+    order's redrive would charge it again. Also once the refund's hash has expired (no mark: its keys of before
+    are tried, and a lane kept without a TTL is never a done event's)."""
+    settings, producer, pipeline, dead_id = _dead_order(
+        make_settings, "order-same", user_id="u_old", idempotency_ttl_s=3600
+    )
     b = producer.keys.for_scope(SCOPE)
     lanes = _lanes(redis_client, settings.key_prefix)
     (before,) = _as_begun_before_the_mark(redis_client, b.event(dead_id), lanes)
@@ -324,6 +333,9 @@ def test_an_erasure_leaves_another_events_lane_of_before_under_the_same_key(
     assert (producer.status(refund_id) or {})["status"] == "done"
     typed = [lane for lane in _lanes(redis_client, settings.key_prefix) if lane != before]
     assert len(typed) == 2 and all(":charge.refund:order-same:" in lane for lane in typed)
+    assert all(redis_client.ttl(lane) > 60 for lane in typed)  # gone below by the erasure, not by their TTL
+    if hash_gone:
+        redis_client.delete(b.event(refund_id))
     producer.enqueue({**_order("order-kept"), "userId": "u_kept"})  # queued: the scope is kept
     assert erase_user(producer.store, producer.keys, "u_new", session_scope=session_scope).busy_scopes == []
     assert redis_client.exists(*typed) == 0 and redis_client.exists(before) == 1
