@@ -61,6 +61,8 @@ def _charge(action: Action, ctx: HandlerContext) -> ExecutorResult:
 
 def _ship(action: Action, ctx: HandlerContext) -> ExecutorResult:
     if not ctx.deps(ShippingProbe).redis.exists(ctx.key("shipping-fixed")):
+        if ctx.source is not None and ctx.source.payload.get("workerDies"):
+            raise SystemExit("the worker died mid-event")  # no commit: as a killed worker leaves it
         raise RuntimeError("shipping is down")
     return applied(action, ctx, detail="shipped")
 

@@ -106,9 +106,9 @@ class CancellablePort:
             Apply(
                 lane=self.keys.idempotency(self.scope_key, idempotency_key),
                 fence_key=self.keys.fence(self.scope_key),
+                event=self.keys.event(self.event_id),
                 fence=self.fence,
                 result_json=encode_lane(lane_json(result, lane_action_id(action)), settings.stored_form),
-                lane_ttl_s=settings.idempotency_ttl_s,
                 effects_json=json.dumps(commands),
             )
         )

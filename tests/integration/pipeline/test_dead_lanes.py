@@ -230,6 +230,43 @@ def test_a_redriven_head_of_before_on_the_batch_path_replays_its_lane(
     pipeline.store.client.close()
 
 
+def test_a_worker_lost_on_the_last_attempt_keeps_the_lanes_it_applied(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """max_attempts 1: the charge applies (APPLY), then the worker dies before the event's commit. Its next drain
+    finds it used up and commits it dead ("worker lost") without running it, so no run said which lanes it had
+    marked: the charge's lane kept its TTL, and a redrive after it charged again. APPLY lists and keeps each lane
+    as it marks it now."""
+    settings = make_settings(
+        plugins=["tests.plugins.charge:plugin"],
+        extra_source_types=["charge.order"],
+        max_attempts=1,
+        idempotency_ttl_s=LANE_TTL_S,
+    )
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    b = producer.keys.for_scope(SCOPE)
+    charged, fixed = b.plugin(SCOPE, "charged"), b.plugin(SCOPE, "shipping-fixed")
+    event_id = producer.enqueue(_order("order-lost", workerDies=True)).event_id
+    with pytest.raises(SystemExit):
+        pipeline.drain_scope(SCOPE)
+    redis_client.delete(b.lease(SCOPE))  # its lease runs out
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    record = producer.status(event_id) or {}
+    assert record["status"] == "dead" and "worker lost" in record["error"]
+    (lane,) = _lanes(redis_client, settings.key_prefix)
+    _past_the_lane_ttl(redis_client)
+    assert redis_client.ttl(lane) == -1  # kept while the event is dead
+    redis_client.set(fixed, "1")
+    assert redrive_events(producer, [event_id])["redriven"] == [event_id]
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert (producer.status(event_id) or {})["status"] == "done"
+    assert redis_client.get(charged) == "1"  # replayed, not charged again
+    assert 0 < redis_client.ttl(lane) <= LANE_TTL_S and redis_client.hget(b.event(event_id), "lanes") is None
+    producer.close()
+    pipeline.store.client.close()
+
+
 def test_a_last_attempt_that_fails_before_any_action_keeps_the_earlier_attempts_lanes(
     make_settings: Any, redis_client: Redis
 ) -> None:

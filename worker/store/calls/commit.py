@@ -100,9 +100,9 @@ class Apply(ScriptCall):
     SCRIPT = "apply"
     lane: str = key()
     fence_key: str = key()
+    event: str = key()  # its hash lists the lane (kept until the event ends: worker/store/lua/apply.lua)
     fence: int = arg()
     result_json: bytes | str = arg()
-    lane_ttl_s: int = arg()
     effects_json: str = arg()
 
 

@@ -1,10 +1,13 @@
--- APPLY: an action's staged writes and its idempotency mark, once, while our fence is current.
+-- APPLY: an action's staged writes and its idempotency mark, once, while our fence is current. The lane is listed
+-- in its event's hash at once and kept without a TTL (lib/kept_lanes.lua) until the event ends: a worker lost
+-- after this, on the event's last attempt, leaves it dead with no run to say which lanes it marked, and a
+-- redrive after the lane's TTL applied the action again.
 -- -> {ApplyCode.APPLIED} | {ApplyCode.ALREADY} (the lane was marked: nothing done) | {ApplyCode.STALE_FENCE}
 --    (nothing done) | {ApplyCode.REFUSED, index, reason} (a staged command refused or failed, see staged.lua;
 --    the lane stays unmarked)
--- requires: staged
-local lane, fence_key = KEYS[1], KEYS[2]
-local fence, result_json, lane_ttl_s, effects_json = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+-- requires: staged, kept_lanes
+local lane, fence_key, ev = KEYS[1], KEYS[2], KEYS[3]
+local fence, result_json, effects_json = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('EXISTS', lane) == 1 then return {ApplyCode.ALREADY} end
 if redis.call('GET', fence_key) ~= fence then return {ApplyCode.STALE_FENCE} end
 local staged = cjson.decode(effects_json)
@@ -12,5 +15,6 @@ local refused = check_staged(staged)
 if refused then return {ApplyCode.REFUSED, refused[1], refused[2]} end
 local broken = apply_staged(staged)
 if broken then return {ApplyCode.REFUSED, broken[1], broken[2]} end
-redis.call('SET', lane, result_json, 'EX', lane_ttl_s)
+redis.call('SET', lane, result_json)
+keep_lanes(ev, redis.call('HGET', ev, 'lanes'), cjson.encode({lane}))
 return {ApplyCode.APPLIED}

@@ -2,8 +2,9 @@
 -- slot). A lane expires after AGENT_SIGNAL_IDEMPOTENCY_TTL_S; an event that retries, dies (a dead event never
 -- expires) or is redriven may run again later than that, and a run after its lanes had gone applied every action
 -- again. So COMMIT records, for a retry or a death, the lanes its run found or marked, and they lose their TTL;
--- the event's end gives it back (done, cancelled, discarded) or, for an erasure, deletes them. A redrive keeps
--- them as they are: its run replays them however long it waits.
+-- APPLY records each lane it marks at once (a worker lost before its commit, on the event's last attempt, leaves
+-- it dead with no run to say which); the event's end gives them their TTL back (done, cancelled, discarded) or,
+-- for an erasure, deletes them. A redrive keeps them as they are: its run replays them however long it waits.
 local function lanes_of(json)
   if not json or json == '' then return {} end
   return cjson.decode(json)
