@@ -34,8 +34,8 @@ def test_a_chain_that_does_not_read_names_no_lane_nor_writer_and_the_erasure_goe
     (only ValueError, KeyError and TypeError were caught): each now reads as no lane and no writer, logged by its
     kind alone."""
     with caplog.at_level(logging.WARNING, logger="worker.ops.erasure"):
-        assert _chain_lanes(TENANT, "topic:x", raw, "evt_1") == []
-        assert _chain_lanes(TENANT, None, raw, "evt_1") == []
+        assert _chain_lanes(TENANT, "topic:x", raw, "evt_1") == ([], [])
+        assert _chain_lanes(TENANT, None, raw, "evt_1") == ([], [])
         assert _chain_owner(raw) is None
     assert caplog.records, "the erasure says it could not read the chain"
     assert all(USER not in record.getMessage() for record in caplog.records)
