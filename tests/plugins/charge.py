@@ -44,6 +44,10 @@ def _on_order(source: Source, ctx: HandlerContext) -> Dispatch:
     failing_from = source.payload.get("planFailsFromAttempt")
     if isinstance(failing_from, int) and ctx.attempt >= failing_from:
         raise RuntimeError("the order planner is down")  # before any action: this attempt looks no lane up
+    if source.payload.get(
+        "stageRefusedWrite"
+    ):  # an INCR of the ledger hash: its commit refuses it, WRONGTYPE
+        ctx.effects.call("INCR", ctx.key("ledger"))
     signal = signal_from(source, "order", "signal.charge.order", {}, ctx.now())
     return Dispatch(
         signals=[signal],

@@ -267,6 +267,53 @@ def test_a_worker_lost_on_the_last_attempt_keeps_the_lanes_it_applied(
     pipeline.store.client.close()
 
 
+@pytest.mark.parametrize("stop", ["partial", "refused"])
+def test_a_worker_lost_after_a_run_that_stopped_keeps_the_lanes_it_marked(
+    make_settings: Any, redis_client: Redis, monkeypatch: pytest.MonkeyPatch, stop: str
+) -> None:
+    """A run of two: its COMMIT marks the first order's lanes, then stops, and the worker dies before committing
+    that order dead on its own: PARTIAL (the shipping's staged HINCRBY fails midway: the charge's lane marked) or
+    REFUSED (both lanes marked, then the order's own staged INCR of the ledger hash refused). The lanes kept
+    their TTL, listed nowhere, and the next run after it charged again; the COMMIT that stops keeps them now."""
+    from worker.drain import commit as drain_commit
+
+    settings = make_settings(
+        plugins=["tests.plugins.charge:batch_plugin"],
+        extra_source_types=["charge.order"],
+        max_attempts=2,  # runs of several need more than one
+        commit_batch_max=16,
+        idempotency_ttl_s=LANE_TTL_S,
+    )
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    b = producer.keys.for_scope(SCOPE)
+    ledger, charged = b.plugin(SCOPE, "ledger"), b.plugin(SCOPE, "charged")
+    first = producer.enqueue(_order("order-a", stageRefusedWrite=stop == "refused")).event_id
+    producer.enqueue(_order("order-b"))
+    redis_client.hset(ledger, "shipped", "not a number" if stop == "partial" else "0")
+
+    def worker_dies(*_: Any, **__: Any) -> Any:
+        raise SystemExit("the worker died between the PARTIAL commit and the dead one")
+
+    monkeypatch.setattr(drain_commit, "commit_dead", worker_dies)
+    with pytest.raises(SystemExit):
+        pipeline.drain_scope(SCOPE)
+    monkeypatch.undo()
+    lanes = _lanes(redis_client, settings.key_prefix)  # order-a's charge (and shipping, when refused)
+    assert len(lanes) == (1 if stop == "partial" else 2) and all(":order-a:" in lane for lane in lanes)
+    assert all(redis_client.ttl(lane) == -1 for lane in lanes)
+    assert all(lane in str(redis_client.hget(b.event(first), "lanes")) for lane in lanes)
+    assert pause_scope(producer.store, producer.keys, SCOPE)
+    redis_client.delete(b.lease(SCOPE))  # its lease runs out
+    _past_the_lane_ttl(redis_client)
+    redis_client.hset(ledger, "shipped", "0")
+    assert resume_scope(producer.store, producer.keys, SCOPE, lambda ref: None)
+    wait_for(lambda: pipeline.drain_scope(SCOPE).next == "idle", timeout_s=30, what="the scope to drain")
+    assert redis_client.get(charged) == "2"  # each order once
+    producer.close()
+    pipeline.store.client.close()
+
+
 def test_a_last_attempt_that_fails_before_any_action_keeps_the_earlier_attempts_lanes(
     make_settings: Any, redis_client: Redis
 ) -> None:

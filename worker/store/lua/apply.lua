@@ -16,5 +16,5 @@ if refused then return {ApplyCode.REFUSED, refused[1], refused[2]} end
 local broken = apply_staged(staged)
 if broken then return {ApplyCode.REFUSED, broken[1], broken[2]} end
 redis.call('SET', lane, result_json)
-keep_lanes(event, redis.call('HGET', event, 'lanes'), cjson.encode({lane}))
+list_lane(event, lane)
 return {ApplyCode.APPLIED}

@@ -194,6 +194,16 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
   return reply
 end
 
+-- The first `n` lanes of `lanes`, marked by this script for an event it leaves unfinished (PARTIAL, REFUSED:
+-- the caller commits it dead next), listed and kept now: a worker lost before that commit would leave them with
+-- their TTL and listed nowhere, and a later run after the TTL would apply them again (lib/kept_lanes.lua).
+local function keep_marked(ev, known, lanes, n)
+  if n == 0 then return end
+  local marked = {}
+  for j = 1, n do marked[j] = lanes[j].lane end
+  keep_lanes(ev, known.lanes, cjson.encode(marked))
+end
+
 -- The lanes of an event that is our head, under our fence, not cancelled: nil applied, or why not (a code,
 -- and for PARTIAL its index and reason).
 local function apply_lanes(ev, event_id, lanes)
@@ -207,9 +217,12 @@ local function apply_lanes(ev, event_id, lanes)
     end
     seen[l.lane] = true
   end
-  for _, l in ipairs(lanes) do
+  for i, l in ipairs(lanes) do
     local broken = apply_staged(l.effects)
-    if broken then return {CommitCode.PARTIAL, broken[1], broken[2]} end
+    if broken then
+      keep_marked(ev, known, lanes, i - 1)
+      return {CommitCode.PARTIAL, broken[1], broken[2]}
+    end
     redis.call('SET', l.lane, l.result_json, 'EX', lane_ttl_s)
   end
   return nil
@@ -250,6 +263,7 @@ local function run()
     if stopped then return {stopped[1], out, {}, stopped[2], stopped[3]} end
     local reply = commit_event(ev, chain, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on,
       effects_json, followups_json, kept_lanes_json)
+    if reply[1] == CommitCode.REFUSED then keep_marked(ev, taken[ev], lanes, #lanes) end  -- applied above
     out[#out + 1] = reply
     if reply[1] ~= CommitCode.COMMITTED then return {reply[1], out, {}} end
   end

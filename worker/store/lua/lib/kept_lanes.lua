@@ -28,6 +28,16 @@ local function keep_lanes(ev, before, added)
   for _, lane in ipairs(lanes) do redis.call('PERSIST', lane) end
   redis.call('HSET', ev, 'lanes', cjson.encode(lanes))
 end
+-- One lane an APPLY just marked without a TTL, added to its event's list (those listed before were kept when
+-- listed: nothing to PERSIST again).
+local function list_lane(ev, lane)
+  local lanes = lanes_of(redis.call('HGET', ev, 'lanes'))
+  for _, listed in ipairs(lanes) do
+    if listed == lane then return end
+  end
+  lanes[#lanes + 1] = lane
+  redis.call('HSET', ev, 'lanes', cjson.encode(lanes))
+end
 -- An ended event's lanes (`kept`: the hash's field as read, or nil to read it) get `ttl_s` back, or are deleted
 -- (ttl_s nil: an erasure); the hash forgets them.
 local function release_lanes(ev, ttl_s, kept)
