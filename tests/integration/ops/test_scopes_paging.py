@@ -74,6 +74,32 @@ def test_a_filtered_list_pages_with_its_own_total(api: TestClient) -> None:
     assert _get(api, cursor=SCOPES[-1]) == {"scopes": [], "total": 258}
 
 
+def test_a_page_of_every_state_reads_its_own_scopes_only(
+    api: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``state`` a page reads the states of the scopes it shows (a chunk at a time), not of every scope
+    listed: a tenant of 100,000 scopes read them all on every refresh of the console's first page. ``total``
+    counts the scopes listed, and a scope drained since it was listed is skipped, its place taken by the next."""
+    from worker.ops import scope_control
+
+    _send_one_per_scope(api, SCOPES)
+    producer = api.app.state.producer  # type: ignore[attr-defined]
+    drained = SCOPES[1]
+    producer.store.client.delete(producer.keys.for_scope(drained).inbox(drained))  # still listed, inbox empty
+    probed: list[int] = []
+    run_batch = producer.store.scripts.run_batch
+
+    def counted(calls: list[Any]) -> list[Any]:
+        probed.extend(len(c.probes) for c in calls if isinstance(c, scope_control.ScopeStates))
+        return list(run_batch(calls))
+
+    monkeypatch.setattr(producer.store.scripts, "run_batch", counted)
+    page = _get(api, limit=3)
+    assert [s["scopeKey"] for s in page["scopes"]] == [SCOPES[0], *SCOPES[2:4]]
+    assert page["cursor"] == SCOPES[3] and page["total"] == 258 - 1
+    assert 0 < sum(probed) <= scope_control.PROBE_CHUNK  # one chunk, not 258 scopes
+
+
 def test_a_scope_key_longer_than_an_id_is_a_cursor_too(api: TestClient) -> None:
     """A derived scope key (``topic:`` and a 256-character topicId) past an id's 256 characters ended a page,
     and its cursor was a 422: the scopes after it were unreachable again."""
