@@ -61,10 +61,21 @@ def run_worker(
     ``extra_argv`` are ``celery worker`` flags added after ours."""
     configure_logging(env=settings.env, level=loglevel, fmt=settings.log_format)
     settings.require_redis_url()
-    # Metric files of this worker's processes; set before any metric exists (the children inherit it).
+    # Metric files of this worker's processes; set before any metric exists (the children inherit it). A directory
+    # of its own is removed however it ends but a kill: a refusal at boot too.
     owned_dir = None if settings.metrics_dir else tempfile.mkdtemp(prefix="agent-signal-metrics-")
     try:
-        use_multiprocess_dir(settings.metrics_dir or str(owned_dir))
+        return _run(settings, settings.metrics_dir or str(owned_dir), concurrency, loglevel, extra_argv)
+    finally:
+        if owned_dir is not None:
+            shutil.rmtree(owned_dir, ignore_errors=True)
+
+
+def _run(
+    settings: Settings, metrics_dir: str, concurrency: int | None, loglevel: str, extra_argv: Sequence[str]
+) -> int:
+    try:
+        use_multiprocess_dir(metrics_dir)
     except OSError as exc:  # one line naming the setting, not a traceback
         raise SettingsError(
             f"refusing to start: AGENT_SIGNAL_METRICS_DIR ({settings.metrics_dir}): {exc.strerror or exc}"
@@ -97,12 +108,9 @@ def run_worker(
             raise SystemExit(
                 f"AGENT_SIGNAL_WORKER_METRICS_PORT={settings.worker_metrics_port}: cannot listen ({exc.strerror})"
             ) from None
-    argv = celery_worker_argv(settings, concurrency=concurrency, loglevel=loglevel, extra_argv=extra_argv)
-    try:
-        start_celery_worker(app, argv)
-    finally:
-        if owned_dir is not None:
-            shutil.rmtree(owned_dir, ignore_errors=True)
+    start_celery_worker(
+        app, celery_worker_argv(settings, concurrency=concurrency, loglevel=loglevel, extra_argv=extra_argv)
+    )
     return 0
 
 

@@ -46,7 +46,10 @@ def _fill(url: str) -> None:
 
 class TestEviction:
     def test_evicting_policy_refuses_web_and_worker(self, tmp_path: Path, make_settings: Any) -> None:
-        """An allkeys-lru Redis stops the web app and the worker at boot, naming the policy and the fix."""
+        """An allkeys-lru Redis stops the web app and the worker at boot, naming the policy and the fix; the worker
+        leaves no metrics directory of its own behind (its temporary directory is this test's)."""
+        scratch = tmp_path / "tmp"
+        scratch.mkdir()
         with private_redis(tmp_path, "--maxmemory-policy", "allkeys-lru") as url:
             settings = make_settings(redis_url=url, telemetry_enabled=False)
             with pytest.raises(UnsafeStore, match=r"maxmemory-policy is allkeys-lru.*noeviction"):
@@ -55,13 +58,14 @@ class TestEviction:
             worker = subprocess.run(
                 [sys.executable, "-m", "producers.cli", "worker"],
                 cwd=ROOT,
-                env=settings_env(settings),
+                env={**settings_env(settings), "TMPDIR": str(scratch)},
                 capture_output=True,
                 text=True,
                 timeout=120,
             )
         assert worker.returncode == 2, worker.stderr
         assert "allkeys-lru" in worker.stderr and "AGENT_SIGNAL_ALLOW_EVICTING_REDIS" in worker.stderr
+        assert list(scratch.iterdir()) == []
 
     def test_override_starts_with_an_error_line(
         self, tmp_path: Path, make_settings: Any, caplog: pytest.LogCaptureFixture
