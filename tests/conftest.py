@@ -270,17 +270,15 @@ def start_worker(tmp_path: Path, redis_client: Redis, keys: BucketKeys) -> Itera
 
     def start(settings: Settings, *, concurrency: int = 1, wait: bool = True, loglevel: str = "INFO") -> Proc:
         log_path = tmp_path / f"worker-{len(procs)}.log"
-        if (
-            settings.metrics_dir is None
-        ):  # its own directory is removed when it stops: the teardown's kill does not
-            metrics = tmp_path / f"worker-{len(procs)}-metrics"
-            metrics.mkdir()
-            settings = settings.model_copy(update={"metrics_dir": str(metrics)})
+        # its temporary files (its metrics directory, billiard's pymp-*) under the test's: the teardown's kill
+        # leaves them where pytest removes them, not in /tmp
+        scratch = tmp_path / f"worker-{len(procs)}-tmp"
+        scratch.mkdir()
         before = set(redis_client.hkeys(keys.workers))
         popen = subprocess.Popen(
             worker_argv(concurrency, loglevel),
             cwd=ROOT,
-            env=settings_env(settings),
+            env={**settings_env(settings), "TMPDIR": str(scratch)},
             stdout=log_path.open("wb"),
             stderr=subprocess.STDOUT,
         )

@@ -171,12 +171,11 @@ class ChaosRun:
         if self.receiver is not None:
             env[RECEIVER_ENV] = self.receiver.url
         name = f"w{len(self.workers)}"
-        if (
-            "AGENT_SIGNAL_METRICS_DIR" not in env
-        ):  # in the run's directory: a killed worker removes none of its own
-            metrics = self.directory / f"metrics-{name}"
-            metrics.mkdir()
-            env["AGENT_SIGNAL_METRICS_DIR"] = str(metrics)
+        scratch = (
+            self.directory / f"tmp-{name}"
+        )  # its temporary files: a killed worker removes none of its own
+        scratch.mkdir()
+        env["TMPDIR"] = str(scratch)
         log_path = self.directory / f"worker-{name}.log"
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
