@@ -127,7 +127,8 @@ def cancel_event(store: EventStore, tenant: Keys, event_id: str) -> CancelResult
 @dataclass(frozen=True, slots=True)
 class ScopePage:
     """One page of a tenant's scopes in a state, by scope key: ``cursor`` (the last row's scope key) when more
-    follow it, and ``total``, the scopes in that state on every page."""
+    follow it, and ``total``, the scopes in that state on every page (in every state: the scopes listed, see
+    :func:`scope_page`)."""
 
     scopes: list[dict[str, Any]]
     cursor: str | None
