@@ -51,6 +51,17 @@ def _dead_order(
     return made, producer, pipeline, event_id
 
 
+def _charge_pipeline(make_settings: Any, factory: str = "plugin", **overrides: Any) -> tuple[Any, Any, Any]:
+    """Settings of the charge plugin (``factory``: ``plugin`` or ``batch_plugin``), a producer and a pipeline."""
+    settings = make_settings(
+        plugins=[f"tests.plugins.charge:{factory}"],
+        extra_source_types=["charge.order"],
+        **({"max_attempts": 1} | overrides),
+    )
+    producer = Producer(settings)
+    return settings, producer, build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+
+
 def _lanes(client: Redis, prefix: str) -> list[str]:
     return sorted(str(k) for k in client.scan_iter(match=f"{prefix}*idem:*", count=1000))
 
@@ -237,14 +248,7 @@ def test_a_worker_lost_on_the_last_attempt_keeps_the_lanes_it_applied(
     finds it used up and commits it dead ("worker lost") without running it, so no run said which lanes it had
     marked: the charge's lane kept its TTL, and a redrive after it charged again. APPLY lists and keeps each lane
     as it marks it now."""
-    settings = make_settings(
-        plugins=["tests.plugins.charge:plugin"],
-        extra_source_types=["charge.order"],
-        max_attempts=1,
-        idempotency_ttl_s=LANE_TTL_S,
-    )
-    producer = Producer(settings)
-    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    settings, producer, pipeline = _charge_pipeline(make_settings, idempotency_ttl_s=LANE_TTL_S)
     b = producer.keys.for_scope(SCOPE)
     charged, fixed = b.plugin(SCOPE, "charged"), b.plugin(SCOPE, "shipping-fixed")
     event_id = producer.enqueue(_order("order-lost", workerDies=True)).event_id
@@ -277,15 +281,13 @@ def test_a_worker_lost_after_a_run_that_stopped_keeps_the_lanes_it_marked(
     their TTL, listed nowhere, and the next run after it charged again; the COMMIT that stops keeps them now."""
     from worker.drain import commit as drain_commit
 
-    settings = make_settings(
-        plugins=["tests.plugins.charge:batch_plugin"],
-        extra_source_types=["charge.order"],
+    settings, producer, pipeline = _charge_pipeline(
+        make_settings,
+        "batch_plugin",
         max_attempts=2,  # runs of several need more than one
         commit_batch_max=16,
         idempotency_ttl_s=LANE_TTL_S,
     )
-    producer = Producer(settings)
-    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
     b = producer.keys.for_scope(SCOPE)
     ledger, charged = b.plugin(SCOPE, "ledger"), b.plugin(SCOPE, "charged")
     first = producer.enqueue(_order("order-a", stageRefusedWrite=stop == "refused")).event_id
@@ -362,14 +364,6 @@ def test_an_erased_dead_event_takes_its_lanes_with_it(make_settings: Any, redis_
     assert _lanes(redis_client, settings.key_prefix) == []
     producer.close()
     pipeline.store.client.close()
-
-
-def _charge_pipeline(make_settings: Any) -> tuple[Any, Any, Any]:
-    settings = make_settings(
-        plugins=["tests.plugins.charge:plugin"], extra_source_types=["charge.order"], max_attempts=1
-    )
-    producer = Producer(settings)
-    return settings, producer, build_pipeline(settings, telemetry=DISABLED, app=producer.app)
 
 
 @pytest.mark.parametrize("hash_gone", [False, True])
