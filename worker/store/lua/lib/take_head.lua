@@ -54,15 +54,11 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
       if nb > 0 and nb > tonumber(now) then return {HeadCode.WAITS, id, rec[3]} end
       local attempts = (rec[10] and rec[10] ~= '0' and tonumber(rec[10]) or 0) + 1
       -- the start: in the history; numbers as their digits (fence: the caller's, a string)
-      local typed = rec[13]
-      if typed then
-        hset_later(ek, 'attempts', string.format('%d', attempts), 'state', 'processing', 'fence', fence)
-      elseif attempts == 1 and not rec[7] then  -- its first delivery
+      hset_later(ek, 'attempts', string.format('%d', attempts), 'state', 'processing', 'fence', fence)
+      local typed = rec[13] or ''
+      if typed == '' and attempts == 1 and not rec[7] then  -- its first delivery: marked (the same HSET)
         typed = '1'
-        hset_later(ek, 'attempts', '1', 'state', 'processing', 'fence', fence, 'typedLanes', typed)
-      else
-        typed = ''
-        hset_later(ek, 'attempts', string.format('%d', attempts), 'state', 'processing', 'fence', fence)
+        hset_later(ek, 'typedLanes', typed)
       end
       local h = history_start(ek, rec[6], attempts, now, rec[7] and tonumber(rec[7]) or 0)
       taken[ek] = {enqueued = rec[11], history = h, not_before = rec[3], error = rec[4], lanes = rec[12]}
