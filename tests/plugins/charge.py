@@ -1,6 +1,7 @@
 """A plugin kept outside the packages: an order is charged (an action that applies), then shipped (an action
 that raises until the key ``ctx.key("shipping-fixed")`` exists), so the event dies with its charge applied. With
-``payload.planFailsFromAttempt: n`` its source handler raises from attempt n on, before any action.
+``payload.planFailsFromAttempt: n`` its source handler raises from attempt n on, before any action; with
+``payload.chargeKey`` the charge's ``payload.idempotencyKey`` is that key (orders that share one share a lane).
 
 Source type ``charge.order`` (admitted through ``AGENT_SIGNAL_EXTRA_SOURCE_TYPES``); the charge stages
 ``INCR <ctx.key("charged")>``.
@@ -49,10 +50,12 @@ def _on_order(source: Source, ctx: HandlerContext) -> Dispatch:
     ):  # an INCR of the ledger hash: its commit refuses it, WRONGTYPE
         ctx.effects.call("INCR", ctx.key("ledger"))
     signal = signal_from(source, "order", "signal.charge.order", {}, ctx.now())
+    charge_key = source.payload.get("chargeKey")
+    charge = {"idempotencyKey": charge_key} if isinstance(charge_key, str) else {}
     return Dispatch(
         signals=[signal],
         actions=[
-            action_from(signal, "charge", "action.charge.charge", {}, ctx.now()),
+            action_from(signal, "charge", "action.charge.charge", charge, ctx.now()),
             action_from(signal, "ship", "action.charge.ship", {}, ctx.now()),
         ],
     )

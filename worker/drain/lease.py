@@ -143,6 +143,7 @@ class ScopeLease:
                 stats=k.stats,
                 runs_active=k.runs("status", "active"),
                 runs_cancelled=k.runs("status", "cancelled"),
+                lane_holders=k.lane_holders,
                 token=token,
                 ttl_ms=self.ttl_ms,
                 ev_prefix=k.event_prefix,

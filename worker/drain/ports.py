@@ -107,6 +107,7 @@ class CancellablePort:
                 lane=self.keys.idempotency(self.scope_key, idempotency_key),
                 fence_key=self.keys.fence(self.scope_key),
                 event=self.keys.event(self.event_id),
+                lane_holders=self.keys.lane_holders,
                 fence=self.fence,
                 result_json=encode_lane(lane_json(result, lane_action_id(action)), settings.stored_form),
                 effects_json=json.dumps(commands),

@@ -61,7 +61,7 @@ ENGINE_FAMILIES = tuple(
 ENGINE_SINGLETONS = tuple(
     "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret pseudonym-secret "
     "ready-tenants worker-info journal-due journal-lock open-streams retained-events outbox-dead erasure-lock "
-    "tokens-from".split()
+    "tokens-from lane-holders".split()
 )
 
 
@@ -375,6 +375,12 @@ class BucketKeys(Keys):
     @property
     def stats(self) -> str:
         return f"{self.bucket_prefix}stats"
+
+    @property
+    def lane_holders(self) -> str:
+        """The bucket's count of the unfinished events that keep each idempotency lane (hash: lane key -> count;
+        worker/store/lua/lib/kept_lanes.lua): a lane two events keep gets its TTL back when the last one ends."""
+        return f"{self.bucket_prefix}lane-holders"
 
     @property
     def retained_events(self) -> str:

@@ -43,6 +43,7 @@ def lua_key_templates() -> dict[str, str]:
         "stats": k.stats,
         "runs_active": k.runs("status", "active"),
         "runs_cancelled": k.runs("status", "cancelled"),
+        "lane_holders": k.lane_holders,
         "ev_prefix": k.event_prefix,
     }
 

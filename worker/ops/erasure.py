@@ -410,7 +410,8 @@ def _chain_lanes(
 def _unkept(store: EventStore, lanes: list[str]) -> list[str]:
     """The lanes of ``lanes`` that have a TTL. One without is kept by an unfinished event (retrying, or dead
     until its redrive: worker/store/lua/lib/kept_lanes.lua), never by a done one, whose end gave its lanes their
-    TTL back: such a lane under a key of before is another event's, and deleting it would apply its action again."""
+    TTL back unless another held it: such a lane (under a key of before, or a key two events share) is another
+    event's, and deleting it would apply its action again."""
     if not lanes:
         return []
     pipe = store.client.pipeline(transaction=False)
@@ -438,6 +439,7 @@ def _scope_keys(k: BucketKeys, scope: str) -> dict[str, str]:
         "outbox_due": k.outbox_due,
         "journal_due": k.journal_due,
         "outbox_dead": k.outbox_dead,
+        "lane_holders": k.lane_holders,
     }
 
 
@@ -487,9 +489,9 @@ def _drop_expired_chains(
             pipe.execute_command("GET", key, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
         raws = zip(expired[start : start + CHUNK], pipe.execute(), strict=True)
         found = [_chain_lanes(tenant, None, raw, e.event_id) for e, raw in raws]
-        lanes = [lane for sure, _ in found for lane in sure] + _unkept(
-            store, [x for _, b in found for x in b]
-        )
+        # a lane without a TTL, either key, is kept by another, unfinished event (a payload.idempotencyKey they
+        # share: worker/store/lua/lib/kept_lanes.lua): its redrive would apply it again
+        lanes = _unkept(store, [lane for sure, maybe in found for lane in (*sure, *maybe)])
         if lanes:
             report.removed["lanes"] += int(store.client.delete(*lanes))
         report.removed["chains"] += int(store.client.delete(*doomed))

@@ -317,6 +317,7 @@ def discard(
             runs_discarded=k.runs("status", "discarded"),
             runs_discarded_at=k.runs("discarded-at"),
             audit=k.bucket_audit,
+            lane_holders=k.lane_holders,
             event_id=event_id,
             reason=reason,
             now_ms=now_ms(),

@@ -114,6 +114,7 @@ def cancel_event(store: EventStore, tenant: Keys, event_id: str) -> CancelResult
             stats=k.stats,
             runs_active=k.runs("status", "active"),
             runs_cancelled=k.runs("status", "cancelled"),
+            lane_holders=k.lane_holders,
             event_id=event_id,
             now_ms=now_ms(),
             window_s=store.settings.dedupe_window_s,

@@ -437,6 +437,7 @@ class EventStore(StoreReads):
             runs_types=b.runs("types"),
             runs_dead=b.runs("status", "dead"),
             runs_cancelled=b.runs("status", "cancelled"),
+            lane_holders=b.lane_holders,
             fence=fence,
             now_ms=now_ms(),
             window_s=settings.dedupe_window_s,

@@ -80,6 +80,7 @@ class EraseScope(ScriptCall):
     outbox_due: str = key()
     journal_due: str = key()
     outbox_dead: str = key()
+    lane_holders: str = key()
     token: str = arg()
     user_id: str = arg()
     scope_key: str = arg()

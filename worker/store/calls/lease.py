@@ -22,6 +22,7 @@ class Acquire(ScriptCall):
     stats: str = key()
     runs_active: str = key()
     runs_cancelled: str = key()
+    lane_holders: str = key()
     token: str = arg()
     ttl_ms: int = arg()
     ev_prefix: str = arg()

@@ -6,7 +6,7 @@
 --    (nothing done) | {ApplyCode.REFUSED, index, reason} (a staged command refused or failed, see staged.lua;
 --    the lane stays unmarked)
 -- requires: staged, kept_lanes
-local lane, fence_key, event = KEYS[1], KEYS[2], KEYS[3]
+local lane, fence_key, event, lane_holders = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local fence, result_json, effects_json = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('EXISTS', lane) == 1 then return {ApplyCode.ALREADY} end
 if redis.call('GET', fence_key) ~= fence then return {ApplyCode.STALE_FENCE} end
@@ -16,5 +16,5 @@ if refused then return {ApplyCode.REFUSED, refused[1], refused[2]} end
 local broken = apply_staged(staged)
 if broken then return {ApplyCode.REFUSED, broken[1], broken[2]} end
 redis.call('SET', lane, result_json)
-list_lane(event, lane)
+list_lane(event, lane_holders, lane)
 return {ApplyCode.APPLIED}

@@ -4,13 +4,13 @@
 -- -> {CancelCode.CANCELLED, 'cancelled', 1} (cancelled by this call) | {CancelCode.CANCELLED, 'cancelled'}
 --    (already) | {CancelCode.REQUESTED, 'processing'} | {CancelCode.FINAL, state} | {CancelCode.UNKNOWN, ''}
 -- requires: index, pending, history
-local ev, stats, runs_active, runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ev, stats, runs_active, runs_cancelled, lane_holders = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local event_id, now_ms, window_s, run_index_max, lane_ttl_s = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local state = redis.call('HGET', ev, 'state')
 if not state then return {CancelCode.UNKNOWN, ''} end
 if state == 'queued' then
   local ix = {stats = stats, active = runs_active, cancelled = runs_cancelled, max = tonumber(run_index_max),
-    window = window_s, lane_ttl = lane_ttl_s}
+    window = window_s, lane_ttl = lane_ttl_s, holders = lane_holders}
   mark_cancelled(ev, event_id, now_ms, ix)
   hflush_all()
   index_trim(now_ms, window_s)

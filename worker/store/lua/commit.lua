@@ -32,8 +32,8 @@
 -- message's ticket is retired) | {ref} (not a scope ref) | {ref, <ACQUIRE's reply>}.
 -- requires: counts, index, pending, kept_lanes, history, take_head, admit, staged, peek, pop_grant, clock
 local inbox, fence_key, dlq, stats, lease, sched, scopes, series, paused, runs_active, runs_types, runs_dead,
-  runs_cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
-  KEYS[11], KEYS[12], KEYS[13]
+  runs_cancelled, lane_holders = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
+  KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, scope_ref, ev_prefix, lane_ttl_s,
   peek_count, peek_skip, pop_next, lease_ttl_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7],
   ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
@@ -41,7 +41,7 @@ local fence, now_ms, window_s, sched_ttl_ms, run_index_max, chain_ttl_s, token, 
 local now, window, imax = tonumber(now_ms), tonumber(window_s), tonumber(run_index_max)
 local body_moves = tonumber(chain_ttl_s) >= window  -- a done event's chain outlives its hash
 local ix = {paused = paused, stats = stats, active = runs_active, cancelled = runs_cancelled, max = imax,
-  window = window_s, lane_ttl = lane_ttl_s}
+  window = window_s, lane_ttl = lane_ttl_s, holders = lane_holders}
 local LANE_KEYS, LANE_ARGS = 1, 2
 local at = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_active, runs_types = runs_types,
   now = now_ms, window = window_s, sched_ttl = sched_ttl_ms, max = imax}
@@ -128,7 +128,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
   local latency = -1
   local accepted, duplicate = 0, 0  -- its follow-ups admitted (counted as admitted by origin: follow_up)
   if outcome == 'retry' then
-    keep_lanes(ev, known.lanes, kept_lanes_json)  -- its next run replays them, however late it comes (lib/kept_lanes.lua)
+    keep_lanes(ev, lane_holders, known.lanes, kept_lanes_json)  -- its next run replays them, however late it comes (lib/kept_lanes.lua)
     hset_later(ev, 'state', 'queued', 'error', error_text, 'notBefore', not_before)
     count(stats, 'retried', 1)
     history_end(ev, now, 'failed', error_text, known.history)
@@ -155,7 +155,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
       if known.not_before then drop[#drop + 1] = 'notBefore' end
       -- a success clears the current error (a redriven event's old one stays in its attempts history)
       if known.error then drop[#drop + 1] = 'error' end
-      if known.lanes then release_lanes(ev, lane_ttl_s, known.lanes) end  -- it retried, or was redriven
+      if known.lanes then release_lanes(ev, lane_holders, lane_ttl_s, known.lanes) end  -- it retried, or was redriven
       if #drop > 0 then hdel(ev, unpack(drop)) end
       redis.call('EXPIRE', ev, window_s)
       count(stats, 'done', 1)
@@ -171,7 +171,7 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
       local died = string.format('%d', redis_now_ms())
       hset_later(ev, 'state', 'dead', 'error', error_text, 'deadAt', died)
       redis.call('PERSIST', ev)
-      keep_lanes(ev, known.lanes, kept_lanes_json)  -- as long as it is dead: a redrive replays them
+      keep_lanes(ev, lane_holders, known.lanes, kept_lanes_json)  -- as long as it is dead: a redrive replays them
       redis.call('ZADD', dlq, died, event_id)
       count(stats, 'dead', 1)
       -- the dead index is not trimmed by the window: a dead event never expires, and the DLQ bounds it
@@ -201,7 +201,7 @@ local function keep_marked(ev, known, lanes, n)
   if n == 0 then return end
   local marked = {}
   for j = 1, n do marked[j] = lanes[j].lane end
-  keep_lanes(ev, known.lanes, cjson.encode(marked))
+  keep_lanes(ev, lane_holders, known.lanes, cjson.encode(marked))
 end
 
 -- The lanes of an event that is our head, under our fence, not cancelled: nil applied, or why not (a code,
@@ -229,7 +229,7 @@ local function apply_lanes(ev, event_id, lanes)
 end
 
 -- The next scope's pop (before the events: the layout's group order), when asked.
-local k0, a0 = 14, 15
+local k0, a0 = 15, 15
 local pop = nil
 if pop_next == '1' then
   local k, a = k0, a0

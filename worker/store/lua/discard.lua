@@ -5,8 +5,8 @@
 -- it there). Its lanes, kept while it was dead (lib/kept_lanes.lua), have their TTL again.
 -- -> 1 discarded | 0 not dead (nothing done)
 -- requires: index, kept_lanes
-local ev, dlq, stats, runs_dead, runs_discarded, runs_discarded_at, audit =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local ev, dlq, stats, runs_dead, runs_discarded, runs_discarded_at, audit, lane_holders =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local event_id, reason, now_ms, window_s, audit_max_len, run_index_max, lane_ttl_s =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local state = redis.call('HGET', ev, 'state')
@@ -15,7 +15,7 @@ if not state then  -- a stale DLQ entry (its record is gone): dropped with its d
   redis.call('ZREM', runs_dead, event_id)
 end
 if state ~= 'dead' then return 0 end
-release_lanes(ev, lane_ttl_s)
+release_lanes(ev, lane_holders, lane_ttl_s)
 local now, max = tonumber(now_ms), tonumber(run_index_max)
 redis.call('HSET', ev, 'state', 'discarded', 'discardedAt', now_ms, 'discardReason', reason)
 redis.call('EXPIRE', ev, window_s)

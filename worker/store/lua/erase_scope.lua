@@ -14,15 +14,16 @@
 -- leaves scope_users. Whole: the scope's inbox, drain
 -- marker, counters, fence, users and runs index go, and it leaves the scopes registry and the paused hash (the
 -- rest of its keys are the caller's to delete, while it still holds the lease).
--- The lanes an unfinished event kept (lib/kept_lanes.lua) are deleted, and so are the lanes of the actions the
--- caller read in the chunk's chains (the LANE group): a finished action's lane lives its own TTL, past the chain
--- and the record, and a receipt's lane key names the user.
+-- The lanes an unfinished event kept (lib/kept_lanes.lua) are deleted unless another unfinished event keeps them
+-- too, and so are the lanes of the actions the caller read in the chunk's chains (the LANE group) that have a TTL:
+-- a finished action's lane lives its own TTL, past the chain and the record, and a receipt's lane key names the
+-- user; one without is an unfinished event's.
 -- -> {-1} the lease is not the erasure's (nothing written) | {1 whole | 0 shared, tombstones written, chains
 --    deleted, lanes deleted}
 -- requires: kept_lanes
 local lease, scope_users, inbox, sched, seq, fence_key, runs_scope, scopes, paused, stats, dlq, runs_active,
-  runs_dead, outbox_due, journal_due, outbox_dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
-  KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+  runs_dead, outbox_due, journal_due, outbox_dead, lane_holders = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
+  KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local token, user_id, scope_key, scope_ref, ev_prefix, now_ms, window_s, may_drop, event_count, last,
   lane_count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
 if redis.call('GET', lease) ~= token then return {-1} end
@@ -32,7 +33,7 @@ local DROPS = {'event', 'userId', 'scopeKey', 'sourceId', 'error', 'chainId', 'l
   'discardReason'}
 local ENDED = {done = true, cancelled = true, discarded = true, erased = true}
 local mine, order = {}, {}
-local k, a = 17, 12
+local k, a = 18, 12
 for _ = 1, tonumber(event_count) do
   local ev, chain, outbox_of, legacy_chain = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local event_id = ARGV[a]
@@ -46,7 +47,9 @@ local lanes = 0
 for _ = 1, tonumber(lane_count) do
   local lane = KEYS[k]
   local LANE_KEYS, LANE_ARGS = 1, 0
-  lanes = lanes + redis.call('DEL', lane)
+  -- one without a TTL is kept by an unfinished event: the user's own (its tombstone below lets go of it) or
+  -- another's, whose redrive would apply it again
+  if redis.call('PTTL', lane) ~= -1 then lanes = lanes + redis.call('DEL', lane) end
   k, a = k + LANE_KEYS, a + LANE_ARGS
 end
 
@@ -79,7 +82,7 @@ local function tombstone(id, e)
   local state = rec[1]
   if state and rec[2] ~= user_id and not rec[3] then return 0, legacy end
   if state then
-    release_lanes(e.ev, nil)
+    lanes = lanes + release_lanes(e.ev, lane_holders, nil)
     redis.call('HDEL', e.ev, unpack(DROPS))
     redis.call('HSET', e.ev, 'erasedAt', now_ms)
     if not ENDED[state] then

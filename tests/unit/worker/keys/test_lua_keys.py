@@ -81,6 +81,7 @@ def test_lua_half_builds_the_python_keys(redis_client: Redis, prefix: str, tenan
         k.stats,
         k.runs("status", "active"),
         k.runs("status", "cancelled"),
+        k.lane_holders,
         k.event_prefix,
     ]
     assert FIELDS == [
@@ -93,6 +94,7 @@ def test_lua_half_builds_the_python_keys(redis_client: Redis, prefix: str, tenan
         "stats",
         "runs_active",
         "runs_cancelled",
+        "lane_holders",
         "ev_prefix",
     ]
     assert _lua_keys(redis_client, prefix, tenant, scope) == want

@@ -4,7 +4,7 @@
 -- clock in ms, above any number an earlier incarnation of this scope's fence handed out, so a holder paused
 -- across an erasure can never match it. When the inbox is empty, or the scope is paused, the lease is released
 -- again in the same script. k: {lease, fence, inbox, sched, scopes, paused, stats, runs_active, runs_cancelled,
--- ev_prefix}; window_s: how long a head found cancelled is kept (the dedupe window).
+-- lane_holders, ev_prefix}; window_s: how long a head found cancelled is kept (the dedupe window).
 -- -> {0, pttl} held by someone else | {fence, <take_head reply>, inbox length} granted (the length counts the
 --    head: a run looks behind it only when more wait)
 local function acquire(k, token, ttl_ms, now_ms, scope_ref, window_s)
@@ -17,7 +17,7 @@ local function acquire(k, token, ttl_ms, now_ms, scope_ref, window_s)
     redis.call('SET', k.fence, fence)
   end
   local ix = {paused = k.paused, stats = k.stats, active = k.runs_active, cancelled = k.runs_cancelled,
-    window = window_s}
+    holders = k.lane_holders, window = window_s}
   local head = take_or_release(k.inbox, k.lease, k.sched, k.scopes, token, scope_ref, k.ev_prefix, now_ms,
     string.format('%d', fence), ix)
   hflush_all()

@@ -50,7 +50,7 @@ local function history_end(ek, now, status, err, raw)
   if err and err ~= '' then last['error'] = string.sub(err, 1, 1000) end
   hset_later(ek, 'history', h)
 end
--- ix: {stats, active, cancelled, max?}: the event never runs (again); it leaves the tenant's queued count. known:
+-- ix: {stats, active, cancelled, holders, max?}: the event never runs (again); it leaves the tenant's queued count. known:
 -- what the caller read of the event ({enqueued, history, not_before}), or nil.
 local function mark_cancelled(ek, id, now, ix, known)
   known = known or {}
@@ -67,5 +67,5 @@ local function mark_cancelled(ek, id, now, ix, known)
   history_end(ek, now, 'cancelled', '', known.history)
   -- lanes it kept (it retried, or was redriven): the TTL back (a commit's and an operator's cancel: a lane's; a
   -- head found cancelled by a lease grant, whose script has none: the window's, as the cancelled record's)
-  release_lanes(ek, ix.lane_ttl or ix.window, known.lanes)
+  release_lanes(ek, ix.holders, ix.lane_ttl or ix.window, known.lanes)
 end

@@ -5,46 +5,70 @@
 -- APPLY records each lane it marks at once (a worker lost before its commit, on the event's last attempt, leaves
 -- it dead with no run to say which); the event's end gives them their TTL back (done, cancelled, discarded) or,
 -- for an erasure, deletes them. A redrive keeps them as they are: its run replays them however long it waits.
+--
+-- Holders: two unfinished events may list one lane (a `payload.idempotencyKey` they share: the second finds the
+-- first's lane and keeps it too), and the lane must outlive both. The bucket's `lane-holders` hash (`holders`:
+-- lane key -> how many unfinished events list it) counts them; an event's end gives a lane its TTL back, or
+-- deletes it, only when it was the last holder. A lane listed before the count existed reads as no holder (its
+-- end does what it did before), and a lane found kept without a TTL by nobody counted is taken for one such holder
+-- of before (counted, so the one of before does not end it under the other). Two of before count as one.
 local function lanes_of(json)
   if not json or json == '' then return {} end
   return cjson.decode(json)
 end
--- The lanes of `before` (the hash's field) and `added` (JSON), each once, in order; and whether any is new.
+-- The lanes of `before` (the hash's field) and `added` (JSON), each once, in order; and those that are new.
 local function merged_lanes(before, added)
-  local out, seen = {}, {}
+  local out, seen, new = {}, {}, {}
   for _, lane in ipairs(lanes_of(before)) do
     if not seen[lane] then seen[lane] = true; out[#out + 1] = lane end
   end
-  local grew = false
   for _, lane in ipairs(lanes_of(added)) do
-    if not seen[lane] then seen[lane] = true; out[#out + 1] = lane; grew = true end
+    if not seen[lane] then seen[lane] = true; out[#out + 1] = lane; new[#new + 1] = lane end
   end
-  return out, grew
+  return out, new
+end
+-- One more holder of `lane` (its TTL about to be taken away, or never given: `fresh`, an APPLY's own new mark).
+-- A lane with a TTL, or none, is kept by nobody (a holder takes the TTL away, and only the last one's end gives it
+-- back): a count found for it is stale (left by a release from before the count) and starts again at one.
+local function hold(holders, lane, fresh)
+  if fresh or redis.call('PTTL', lane) ~= -1 then
+    redis.call('HSET', holders, lane, 1)
+  elseif redis.call('HINCRBY', holders, lane, 1) == 1 then
+    redis.call('HINCRBY', holders, lane, 1)  -- kept without a TTL by nobody counted: an event of before the count
+  end
 end
 -- Record `added` beside the event's lanes (`before`: the hash's field as read) and take their TTL away.
-local function keep_lanes(ev, before, added)
-  local lanes, grew = merged_lanes(before, added)
-  if not grew then return end
+local function keep_lanes(ev, holders, before, added)
+  local lanes, new = merged_lanes(before, added)
+  if #new == 0 then return end
+  for _, lane in ipairs(new) do hold(holders, lane, false) end
   for _, lane in ipairs(lanes) do redis.call('PERSIST', lane) end
   redis.call('HSET', ev, 'lanes', cjson.encode(lanes))
 end
 -- One lane an APPLY just marked without a TTL, added to its event's list (those listed before were kept when
 -- listed: nothing to PERSIST again).
-local function list_lane(ev, lane)
+local function list_lane(ev, holders, lane)
   local lanes = lanes_of(redis.call('HGET', ev, 'lanes'))
   for _, listed in ipairs(lanes) do
     if listed == lane then return end
   end
   lanes[#lanes + 1] = lane
+  hold(holders, lane, true)
   redis.call('HSET', ev, 'lanes', cjson.encode(lanes))
 end
 -- An ended event's lanes (`kept`: the hash's field as read, or nil to read it) get `ttl_s` back, or are deleted
--- (ttl_s nil: an erasure); the hash forgets them.
-local function release_lanes(ev, ttl_s, kept)
+-- (ttl_s nil: an erasure), each when no other unfinished event holds it; the hash forgets them.
+-- -> the lanes deleted
+local function release_lanes(ev, holders, ttl_s, kept)
   if kept == nil then kept = redis.call('HGET', ev, 'lanes') end
-  if not kept then return end
+  if not kept then return 0 end
+  local deleted = 0
   for _, lane in ipairs(lanes_of(kept)) do
-    if ttl_s then redis.call('EXPIRE', lane, ttl_s) else redis.call('DEL', lane) end
+    if redis.call('HINCRBY', holders, lane, -1) <= 0 then
+      redis.call('HDEL', holders, lane)
+      if ttl_s then redis.call('EXPIRE', lane, ttl_s) else deleted = deleted + redis.call('DEL', lane) end
+    end
   end
   redis.call('HDEL', ev, 'lanes')
+  return deleted
 end

@@ -1,0 +1,196 @@
+"""A lane two unfinished events keep outlives both (worker/store/lua/lib/kept_lanes.lua, its holders).
+
+Two orders share their charge's ``payload.idempotencyKey``: the first charges and dies, the second finds the
+charge's lane (replayed, not charged) and dies too, so both keep the lane without a TTL for their redrives. When
+the first of them to end (done, discarded, cancelled, erased) gave the lane its TTL back, or deleted it, the
+other's redrive after the TTL charged the order again. The bucket's ``lane-holders`` hash counts the events that
+keep each lane, and only the last one's end lets it go. Real Redis; the lanes' TTL is a second, and the tests
+wait on Redis's clock past it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from producers.sdk.dead_letters import discard_events, redrive_events
+from sessions.store import session_scope
+from tests.integration.pipeline.test_dead_lanes import (
+    LANE_TTL_S,
+    SCOPE,
+    _charge_pipeline,
+    _lanes,
+    _order,
+    _past_the_lane_ttl,
+)
+from worker.ops.erasure import erase_user
+from worker.ops.scope_control import cancel_event, pause_scope, resume_scope
+
+pytestmark = pytest.mark.integration
+
+CHARGE_KEY = "order-group-7:charge"
+
+
+class TwoDeadOrders:
+    """Two orders sharing their charge's key, both dead, the charge applied once: ``first`` charged, ``second``
+    found the lane and replayed it. ``first_done``: the first shipped (done), so only the second keeps the lane
+    (the lane's TTL is an hour then: the second must find it). ``first_of_before``: the first kept the lane before
+    the count existed."""
+
+    def __init__(
+        self,
+        make_settings: Any,
+        redis_client: Redis,
+        users: tuple[str, str] | None = None,
+        *,
+        first_of_before: bool = False,
+        first_done: bool = False,
+    ) -> None:
+        self.redis = redis_client
+        self.lane_ttl_s = 3600 if first_done else LANE_TTL_S
+        self.settings, self.producer, self.pipeline = _charge_pipeline(
+            make_settings, idempotency_ttl_s=self.lane_ttl_s
+        )
+        self.b = self.producer.keys.for_scope(SCOPE)
+        ids = [self._order(0, users, shipped=first_done)]
+        (self.lane,) = [lane for lane in _lanes(redis_client, self.settings.key_prefix) if CHARGE_KEY in lane]
+        if first_of_before:
+            assert self.holders() == 1
+            redis_client.hdel(self.b.lane_holders, self.lane)  # as a worker of before the count left it
+        ids.append(self._order(1, users, shipped=False))
+        self.first, self.second = ids
+        assert self.charged() == 1 and redis_client.ttl(self.lane) == -1
+        # of before: the second found the lane kept, by nobody counted, and counted that holder too
+        assert self.holders() == (1 if first_done else 2)
+
+    def _order(self, n: int, users: tuple[str, str] | None, *, shipped: bool) -> str:
+        if shipped:
+            self.fix_shipping()
+        user = users[n] if users else None
+        event = _order(f"order-{n}", chargeKey=CHARGE_KEY) | ({"userId": user} if user else {})
+        event_id = self.producer.enqueue(event).event_id
+        assert self.pipeline.drain_scope(SCOPE).next == "idle"
+        assert self.status(event_id) == ("done" if shipped else "dead")
+        self.redis.delete(self.b.plugin(SCOPE, "shipping-fixed"))
+        return event_id
+
+    def status(self, event_id: str) -> str:
+        return str((self.producer.status(event_id) or {"status": "unknown"})["status"])
+
+    def charged(self) -> int:
+        return int(self.redis.get(self.b.plugin(SCOPE, "charged")) or 0)
+
+    def holders(self) -> int | None:
+        count = self.redis.hget(self.b.lane_holders, self.lane)
+        return None if count is None else int(count)
+
+    def fix_shipping(self) -> None:
+        self.redis.set(self.b.plugin(SCOPE, "shipping-fixed"), "1")
+
+    def run_to_done(self, event_id: str) -> None:
+        assert redrive_events(self.producer, [event_id])["redriven"] == [event_id]
+        assert self.pipeline.drain_scope(SCOPE).next == "idle"
+        assert self.status(event_id) == "done"
+
+    def the_other_redriven_past_the_ttl_charges_nothing(self, event_id: str) -> None:
+        """The lane kept for ``event_id`` however long it waits: its redrive replays the charge."""
+        assert self.redis.ttl(self.lane) == -1 and self.holders() == 1
+        self.fix_shipping()
+        _past_the_lane_ttl(self.redis)
+        self.run_to_done(event_id)
+        assert self.charged() == 1
+        assert 0 < self.redis.ttl(self.lane) <= self.lane_ttl_s  # the last holder's end gave it its TTL back
+        assert self.holders() is None
+
+    def close(self) -> None:
+        self.producer.close()
+        self.pipeline.store.client.close()
+
+
+def test_the_second_to_die_done_first_leaves_the_lane_to_the_first(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    orders = TwoDeadOrders(make_settings, redis_client)
+    orders.fix_shipping()
+    orders.run_to_done(orders.second)
+    orders.the_other_redriven_past_the_ttl_charges_nothing(orders.first)
+    orders.close()
+
+
+def test_a_discard_leaves_the_lane_to_the_other(make_settings: Any, redis_client: Redis) -> None:
+    orders = TwoDeadOrders(make_settings, redis_client)
+    assert discard_events(orders.producer, [orders.first], "given up")["discarded"] == [orders.first]
+    orders.the_other_redriven_past_the_ttl_charges_nothing(orders.second)
+    orders.close()
+
+
+@pytest.mark.parametrize("by", ["operator", "found at its take"])
+def test_a_cancel_leaves_the_lane_to_the_other(make_settings: Any, redis_client: Redis, by: str) -> None:
+    """Redriven into a paused scope, the first is cancelled there: by an operator's CANCEL (queued), or found
+    asked when the lease's grant takes it (a cancel asked while it ran, its worker gone)."""
+    orders = TwoDeadOrders(make_settings, redis_client)
+    store, keys = orders.producer.store, orders.producer.keys
+    assert pause_scope(store, keys, SCOPE)
+    assert redrive_events(orders.producer, [orders.first])["redriven"] == [orders.first]
+    if by == "operator":
+        assert cancel_event(store, keys, orders.first).now
+    else:
+        redis_client.hset(orders.b.event(orders.first), "cancelRequested", "1")
+    assert resume_scope(store, keys, SCOPE, lambda ref: None)
+    assert orders.pipeline.drain_scope(SCOPE).next == "idle"
+    assert orders.status(orders.first) == "cancelled"
+    orders.the_other_redriven_past_the_ttl_charges_nothing(orders.second)
+    orders.close()
+
+
+@pytest.mark.parametrize("first", ["dead", "done", "done, its hash expired"])
+def test_an_erasure_leaves_the_lane_to_another_users_event(
+    make_settings: Any, redis_client: Redis, first: str
+) -> None:
+    """The first order's user is erased, and the lane is left to the second order, of another user: the first
+    order dead (the lane its event keeps), or done (the lane its chain names, which the erasure deletes by name:
+    in its scope's script, or once its hash has expired, by the chains of the user's expired events)."""
+    first_done = first != "dead"
+    orders = TwoDeadOrders(make_settings, redis_client, users=("u_gone", "u_kept"), first_done=first_done)
+    if first == "done, its hash expired":
+        redis_client.delete(orders.b.event(orders.first))
+    report = erase_user(orders.producer.store, orders.producer.keys, "u_gone", session_scope=session_scope)
+    assert report.busy_scopes == []
+    assert orders.status(orders.first) == {"dead": "erased", "done": "done"}.get(first, "unknown")
+    orders.the_other_redriven_past_the_ttl_charges_nothing(orders.second)
+    orders.close()
+
+
+@pytest.mark.parametrize("first_of_before", [False, True])
+def test_the_first_to_end_done_leaves_the_lane_to_the_other(
+    make_settings: Any, redis_client: Redis, first_of_before: bool
+) -> None:
+    """Also when the first kept the lane before the count existed (no field): the second, finding it kept without
+    a TTL by nobody counted, counts that holder too, so the first's end does not let go of it."""
+    orders = TwoDeadOrders(make_settings, redis_client, first_of_before=first_of_before)
+    orders.fix_shipping()
+    orders.run_to_done(orders.first)
+    orders.the_other_redriven_past_the_ttl_charges_nothing(orders.second)
+    orders.close()
+
+
+def test_a_count_left_over_for_a_lane_nobody_keeps_starts_again(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """A release from before the count left one (the lane gone, or given its TTL back): the next event to keep
+    the lane counts itself alone, and its end gives the lane its TTL back."""
+    _, producer, pipeline = _charge_pipeline(make_settings, idempotency_ttl_s=LANE_TTL_S)
+    b = producer.keys.for_scope(SCOPE)
+    event_id = producer.enqueue(_order("order-once", chargeKey=CHARGE_KEY)).event_id
+    lane = b.idempotency(SCOPE, CHARGE_KEY)
+    redis_client.hset(b.lane_holders, lane, 3)  # stale: the lane does not exist
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert (producer.status(event_id) or {})["status"] == "dead"
+    assert redis_client.hget(b.lane_holders, lane) == "1" and redis_client.ttl(lane) == -1
+    redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
+    assert redrive_events(producer, [event_id])["redriven"] == [event_id]
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert 0 < redis_client.ttl(lane) <= LANE_TTL_S and redis_client.hget(b.lane_holders, lane) is None
+    producer.close()
+    pipeline.store.client.close()
