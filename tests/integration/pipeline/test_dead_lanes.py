@@ -472,5 +472,13 @@ def test_a_run_whose_commit_stops_partway_keeps_the_dead_events_marked_lanes(
         for lane in _lanes(redis_client, settings.key_prefix)
     }
     assert lanes == {"order-a": -1, "order-b": -1}, lanes  # each order's charge: kept; no shipping marked
+    # a lane never marked (the failing shipping's) is neither listed nor counted: it keeps nothing, and a holder
+    # counted for it would let go of the lane another event's APPLY marks there later (tests/…/test_shared_lanes.py)
+    b = producer.keys.for_scope(SCOPE)
+    listed = [
+        lane for e in (first, second) for lane in json.loads(str(redis_client.hget(b.event(e), "lanes")))
+    ]
+    assert sorted(listed) == _lanes(redis_client, settings.key_prefix)
+    assert redis_client.hgetall(b.lane_holders) == dict.fromkeys(listed, "1")
     producer.close()
     pipeline.store.client.close()

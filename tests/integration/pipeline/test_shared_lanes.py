@@ -9,6 +9,7 @@ wait on Redis's clock past it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -94,7 +95,8 @@ class TwoDeadOrders:
         assert self.status(event_id) == "done"
 
     def the_other_redriven_past_the_ttl_charges_nothing(self, event_id: str) -> None:
-        """The lane kept for ``event_id`` however long it waits: its redrive replays the charge."""
+        """The lane kept for ``event_id`` however long it waits: its redrive replays the charge. (Kept without a
+        TTL is what decides: with ``first_done`` the TTL is an hour, and the wait past a second proves nothing.)"""
         assert self.redis.ttl(self.lane) == -1 and self.holders() == 1
         self.fix_shipping()
         _past_the_lane_ttl(self.redis)
@@ -108,28 +110,42 @@ class TwoDeadOrders:
         self.pipeline.store.client.close()
 
 
+@pytest.fixture
+def two_orders(make_settings: Any, redis_client: Redis) -> Iterator[Callable[..., TwoDeadOrders]]:
+    """``TwoDeadOrders`` of the test's settings, closed at its end however it ends."""
+    made: list[TwoDeadOrders] = []
+
+    def make(users: tuple[str, str] | None = None, **options: bool) -> TwoDeadOrders:
+        made.append(TwoDeadOrders(make_settings, redis_client, users, **options))
+        return made[-1]
+
+    yield make
+    for orders in made:
+        orders.close()
+
+
 def test_the_second_to_die_done_first_leaves_the_lane_to_the_first(
-    make_settings: Any, redis_client: Redis
+    two_orders: Callable[..., TwoDeadOrders],
 ) -> None:
-    orders = TwoDeadOrders(make_settings, redis_client)
+    orders = two_orders()
     orders.fix_shipping()
     orders.run_to_done(orders.second)
     orders.the_other_redriven_past_the_ttl_charges_nothing(orders.first)
-    orders.close()
 
 
-def test_a_discard_leaves_the_lane_to_the_other(make_settings: Any, redis_client: Redis) -> None:
-    orders = TwoDeadOrders(make_settings, redis_client)
+def test_a_discard_leaves_the_lane_to_the_other(two_orders: Callable[..., TwoDeadOrders]) -> None:
+    orders = two_orders()
     assert discard_events(orders.producer, [orders.first], "given up")["discarded"] == [orders.first]
     orders.the_other_redriven_past_the_ttl_charges_nothing(orders.second)
-    orders.close()
 
 
 @pytest.mark.parametrize("by", ["operator", "found at its take"])
-def test_a_cancel_leaves_the_lane_to_the_other(make_settings: Any, redis_client: Redis, by: str) -> None:
+def test_a_cancel_leaves_the_lane_to_the_other(
+    two_orders: Callable[..., TwoDeadOrders], redis_client: Redis, by: str
+) -> None:
     """Redriven into a paused scope, the first is cancelled there: by an operator's CANCEL (queued), or found
     asked when the lease's grant takes it (a cancel asked while it ran, its worker gone)."""
-    orders = TwoDeadOrders(make_settings, redis_client)
+    orders = two_orders()
     store, keys = orders.producer.store, orders.producer.keys
     assert pause_scope(store, keys, SCOPE)
     assert redrive_events(orders.producer, [orders.first])["redriven"] == [orders.first]
@@ -141,38 +157,35 @@ def test_a_cancel_leaves_the_lane_to_the_other(make_settings: Any, redis_client:
     assert orders.pipeline.drain_scope(SCOPE).next == "idle"
     assert orders.status(orders.first) == "cancelled"
     orders.the_other_redriven_past_the_ttl_charges_nothing(orders.second)
-    orders.close()
 
 
 @pytest.mark.parametrize("first", ["dead", "done", "done, its hash expired"])
 def test_an_erasure_leaves_the_lane_to_another_users_event(
-    make_settings: Any, redis_client: Redis, first: str
+    two_orders: Callable[..., TwoDeadOrders], redis_client: Redis, first: str
 ) -> None:
     """The first order's user is erased, and the lane is left to the second order, of another user: the first
     order dead (the lane its event keeps), or done (the lane its chain names, which the erasure deletes by name:
     in its scope's script, or once its hash has expired, by the chains of the user's expired events)."""
     first_done = first != "dead"
-    orders = TwoDeadOrders(make_settings, redis_client, users=("u_gone", "u_kept"), first_done=first_done)
+    orders = two_orders(users=("u_gone", "u_kept"), first_done=first_done)
     if first == "done, its hash expired":
         redis_client.delete(orders.b.event(orders.first))
     report = erase_user(orders.producer.store, orders.producer.keys, "u_gone", session_scope=session_scope)
     assert report.busy_scopes == []
     assert orders.status(orders.first) == {"dead": "erased", "done": "done"}.get(first, "unknown")
     orders.the_other_redriven_past_the_ttl_charges_nothing(orders.second)
-    orders.close()
 
 
 @pytest.mark.parametrize("first_of_before", [False, True])
 def test_the_first_to_end_done_leaves_the_lane_to_the_other(
-    make_settings: Any, redis_client: Redis, first_of_before: bool
+    two_orders: Callable[..., TwoDeadOrders], first_of_before: bool
 ) -> None:
     """Also when the first kept the lane before the count existed (no field): the second, finding it kept without
     a TTL by nobody counted, counts that holder too, so the first's end does not let go of it."""
-    orders = TwoDeadOrders(make_settings, redis_client, first_of_before=first_of_before)
+    orders = two_orders(first_of_before=first_of_before)
     orders.fix_shipping()
     orders.run_to_done(orders.first)
     orders.the_other_redriven_past_the_ttl_charges_nothing(orders.second)
-    orders.close()
 
 
 def test_a_count_left_over_for_a_lane_nobody_keeps_starts_again(
@@ -194,3 +207,12 @@ def test_a_count_left_over_for_a_lane_nobody_keeps_starts_again(
     assert 0 < redis_client.ttl(lane) <= LANE_TTL_S and redis_client.hget(b.lane_holders, lane) is None
     producer.close()
     pipeline.store.client.close()
+
+
+def test_an_erasure_of_both_holders_user_deletes_the_lane(
+    two_orders: Callable[..., TwoDeadOrders], redis_client: Redis
+) -> None:
+    """Both orders the erased user's: the second tombstone lets go of the lane, which goes with its count."""
+    orders = two_orders(("u_gone", "u_gone"))
+    erase_user(orders.producer.store, orders.producer.keys, "u_gone", session_scope=session_scope)
+    assert redis_client.exists(orders.lane) == 0 and orders.holders() is None

@@ -16,32 +16,36 @@ local function lanes_of(json)
   if not json or json == '' then return {} end
   return cjson.decode(json)
 end
--- The lanes of `before` (the hash's field) and `added` (JSON), each once, in order; and those that are new.
-local function merged_lanes(before, added)
-  local out, seen, new = {}, {}, {}
-  for _, lane in ipairs(lanes_of(before)) do
-    if not seen[lane] then seen[lane] = true; out[#out + 1] = lane end
-  end
-  for _, lane in ipairs(lanes_of(added)) do
-    if not seen[lane] then seen[lane] = true; out[#out + 1] = lane; new[#new + 1] = lane end
-  end
-  return out, new
-end
--- One more holder of `lane` (its TTL about to be taken away, or never given: `fresh`, an APPLY's own new mark).
--- A lane with a TTL, or none, is kept by nobody (a holder takes the TTL away, and only the last one's end gives it
--- back): a count found for it is stale (left by a release from before the count) and starts again at one.
-local function hold(holders, lane, fresh)
-  if fresh or redis.call('PTTL', lane) ~= -1 then
+-- One more holder of `lane`, whose PTTL is `pttl_ms` (-1 for an APPLY's own new mark: `fresh`). A lane with a
+-- TTL is kept by nobody (a holder takes the TTL away, and only the last one's end gives it back), and so is one
+-- an APPLY just marked (it was not there): a count found for it is stale (left by a release from before the
+-- count) and starts again at one.
+local function hold(holders, lane, pttl_ms, fresh)
+  if fresh or pttl_ms ~= -1 then
     redis.call('HSET', holders, lane, 1)
   elseif redis.call('HINCRBY', holders, lane, 1) == 1 then
     redis.call('HINCRBY', holders, lane, 1)  -- kept without a TTL by nobody counted: an event of before the count
   end
 end
--- Record `added` beside the event's lanes (`before`: the hash's field as read) and take their TTL away.
+-- Record `added` beside the event's lanes (`before`: the hash's field as read) and take their TTL away. A lane of
+-- `added` that is not there is left out: it keeps nothing (a lane after a run's failing one was never marked; one
+-- found may have expired since), and listed it would count a holder of no lane, whose end would let go of the lane
+-- an APPLY of another event marks there later while that event still keeps it.
 local function keep_lanes(ev, holders, before, added)
-  local lanes, new = merged_lanes(before, added)
-  if #new == 0 then return end
-  for _, lane in ipairs(new) do hold(holders, lane, false) end
+  local lanes, seen, grew = lanes_of(before), {}, false
+  for _, lane in ipairs(lanes) do seen[lane] = true end
+  for _, lane in ipairs(lanes_of(added)) do
+    if not seen[lane] then
+      seen[lane] = true
+      local pttl_ms = redis.call('PTTL', lane)
+      if pttl_ms ~= -2 then
+        hold(holders, lane, pttl_ms, false)
+        lanes[#lanes + 1] = lane
+        grew = true
+      end
+    end
+  end
+  if not grew then return end
   for _, lane in ipairs(lanes) do redis.call('PERSIST', lane) end
   redis.call('HSET', ev, 'lanes', cjson.encode(lanes))
 end
@@ -53,7 +57,7 @@ local function list_lane(ev, holders, lane)
     if listed == lane then return end
   end
   lanes[#lanes + 1] = lane
-  hold(holders, lane, true)
+  hold(holders, lane, -1, true)
   redis.call('HSET', ev, 'lanes', cjson.encode(lanes))
 end
 -- An ended event's lanes (`kept`: the hash's field as read, or nil to read it) get `ttl_s` back, or are deleted
