@@ -169,20 +169,7 @@ def nodes_of(nodes: dict[str, Any], event_id: str | None = None) -> NodeArgs:
     meta = dict(nodes.get("metadata") or {})
     if event_id is not None and "eventId" not in meta:
         meta = {"eventId": event_id, **meta}
-    source_json = dict(nodes["source"])
-    if "eventId" not in source_json and "eventId" in meta:
-        source_json["eventId"] = meta["eventId"]
-    if "chain" not in source_json:
-        source_json["chain"] = {
-            "chainId": f"chain:{source_json['sourceId']}",
-            "rootSourceId": source_json["sourceId"],
-        }
-    source = Source.model_validate(source_json)
-    actions = []
-    for a in nodes["actions"]:
-        signal_id = a["signal"]["signalId"]
-        parents = {"parentNodeId": signal_id, "parentSignalId": signal_id}
-        actions.append(Action.model_validate(_full_node(a, source, parents)))
+    source, actions = source_and_actions_of(nodes, meta)
     results = []
     for i, r in enumerate(nodes["results"]):
         results.append(
@@ -198,3 +185,23 @@ def nodes_of(nodes: dict[str, Any], event_id: str | None = None) -> NodeArgs:
         else:
             signals.append(Signal.model_validate(_full_node(s, source, {"parentNodeId": source.source_id})))
     return source, signals, actions, results, meta
+
+
+def source_and_actions_of(nodes: dict[str, Any], meta: dict[str, Any]) -> tuple[Source, list[Action]]:
+    """The source and actions of a stored ``nodes`` object, its signals and results left unread (erasure asks
+    this of each of a user's chains: the lanes are the actions'); ``meta``: its metadata, the event id put back."""
+    source_json = dict(nodes["source"])
+    if "eventId" not in source_json and "eventId" in meta:
+        source_json["eventId"] = meta["eventId"]
+    if "chain" not in source_json:
+        source_json["chain"] = {
+            "chainId": f"chain:{source_json['sourceId']}",
+            "rootSourceId": source_json["sourceId"],
+        }
+    source = Source.model_validate(source_json)
+    actions = []
+    for a in nodes["actions"]:
+        signal_id = a["signal"]["signalId"]
+        parents = {"parentNodeId": signal_id, "parentSignalId": signal_id}
+        actions.append(Action.model_validate(_full_node(a, source, parents)))
+    return source, actions

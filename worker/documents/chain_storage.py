@@ -25,10 +25,10 @@ from __future__ import annotations
 from typing import Any
 
 from worker.core.nodes import Action, ExecutorResult, Signal, Source
-from worker.documents.chain_nodes import NodeArgs, nodes_json, nodes_of
+from worker.documents.chain_nodes import NodeArgs, nodes_json, nodes_of, source_and_actions_of
 from worker.documents.projection import project_chain
 
-__all__ = ["rebuilt_chain", "stored_event_id", "stored_inputs_json", "stored_source"]
+__all__ = ["rebuilt_chain", "stored_actions", "stored_event_id", "stored_inputs_json", "stored_source"]
 
 
 # What a commit stores: the ``nodes`` form (:mod:`worker.documents.chain_nodes`).
@@ -78,6 +78,26 @@ def stored_source(stored: dict[str, Any], event_id: str | None = None) -> Source
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"stored chain inputs do not rebuild: {exc}") from None
     raise ValueError("a whole chain document of before: its source is not kept apart")
+
+
+def stored_actions(stored: dict[str, Any], event_id: str | None = None) -> tuple[Source | None, list[Action]]:
+    """The source (None for a whole document of before, which keeps none apart) and the actions of a stored chain,
+    without projecting it again or reading its signals and results (erasure asks this of each chain of a user);
+    ValueError when the stored form is not a chain's."""
+    try:
+        if "nodes" in stored:
+            meta = dict(stored["nodes"].get("metadata") or {})
+            if event_id is not None and "eventId" not in meta:
+                meta["eventId"] = event_id
+            return source_and_actions_of(stored["nodes"], meta)
+        if "inputs" in stored:
+            inputs = stored["inputs"]
+            return Source.model_validate(inputs["source"]), [
+                Action.model_validate(a) for a in inputs["actions"]
+            ]
+        return None, [Action.model_validate(a) for a in stored["envelope"]["actions"]]
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ValueError(f"stored chain inputs do not rebuild: {exc}") from None
 
 
 def _inputs_of(inputs: dict[str, Any]) -> NodeArgs:

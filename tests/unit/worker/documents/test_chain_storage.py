@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.chain_forms import inputs_json
 from worker.core.nodes import Action, ExecutorResult, Signal, Source
-from worker.documents.chain_storage import rebuilt_chain, stored_event_id, stored_inputs_json
+from worker.documents.chain_storage import rebuilt_chain, stored_actions, stored_event_id, stored_inputs_json
 from worker.documents.projection import project_chain
 
 T0 = 1_796_000_000_000
@@ -165,6 +165,27 @@ def test_a_chain_stored_in_the_inputs_form_still_reads(case: str, follow_up: boo
     assert json.dumps(json.loads(direct), separators=(",", ":"), ensure_ascii=False) == text
     assert "edges" not in text and "handlerRuns" not in text and '"record"' not in text
     assert json.dumps(rebuilt_chain(json.loads(text))) == json.dumps(projection)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("form", ["nodes", "inputs", "whole"])
+def test_the_actions_read_without_projecting_are_the_documents(case: str, form: str) -> None:
+    """Erasure reads a chain's source and actions (its lanes) without projecting it: the same actions, in the same
+    order, as the rebuilt document's envelope, in each stored form; the source as the projection's."""
+    args, kwargs = chain_args(case, follow_up=False)
+    projection = project_chain(*args, **kwargs)
+    event_id = kwargs["metadata"]["eventId"]
+    stored = {
+        "nodes": json.loads(stored_inputs_json(*args, **kwargs)),
+        "inputs": stored_chain(projection),
+        "whole": projection,
+    }[form]
+    source, actions = stored_actions(stored, event_id)
+    want = [Action.model_validate(a) for a in rebuilt_chain(stored, event_id)["envelope"]["actions"]]
+    assert actions == want and len(want) == len(args[2])
+    assert source == (None if form == "whole" else args[0])
+    with pytest.raises(ValueError, match="stored chain inputs do not rebuild"):
+        stored_actions({"nodes": {"source": {"sourceId": "s"}}})
 
 
 def test_a_whole_document_of_before_reads_as_it_is() -> None:
