@@ -360,7 +360,7 @@ class Emitter:
                 at = next(
                     i
                     for i, (_, p) in enumerate(pending)
-                    if (p.event_id, p.user_id) == (exc.event_id, exc.user_id)
+                    if (p.event_id, p.user_id or "") == (exc.event_id, exc.user_id)
                 )
                 others.add(pending.pop(at)[0])
         outcomes = iter(stored)
@@ -494,13 +494,14 @@ def _partly_stored(count: int) -> str:
 def _of_another_user(batch: Sequence[PreparedEvent], exc: EventOfAnotherUser, stored: int) -> InvalidEvent:
     """The 422 for an event whose dedupe key is another user's event (named by its place in the batch)."""
     index = next(
-        (i for i, p in enumerate(batch) if p.event_id == exc.event_id and p.user_id == exc.user_id), 0
+        (i for i, p in enumerate(batch) if p.event_id == exc.event_id and (p.user_id or "") == exc.user_id), 0
     )
     event = batch[index]
     where = f"events[{index}]."  # a request of one event (not a batch) says it without: as_single
+    owner = "another user's event, or one that names no user" if event.user_id else "a user's event"
     message = (
         f"{where}userId: sourceId {event.source_id!r} of type {event.source_type!r} in scope {event.scope_key!r}"
-        " is already another user's event (a scope's source id names one event); give this user's event a"
+        f" is already {owner} (a scope's source id names one event, of one user or of none); give this event a"
         " sourceId or a scopeKey of its own"
     )
     if stored:

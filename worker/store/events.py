@@ -225,19 +225,20 @@ class EventStore(StoreReads):
 
     def _user_conflict(self, k: Keys, events: Sequence[PreparedEvent]) -> EventOfAnotherUser | None:
         """With scope buckets, the enqueue script's user check read first over every bucket (one pipeline): an
-        event naming a user whose dedupe key holds (or an earlier event of the batch gives) another user's event.
-        The scripts check again (a batch racing this one)."""
-        named = [ev for ev in events if ev.user_id]
-        if not named:
-            return None
+        event whose dedupe key holds (or an earlier event of the batch gives) an event of another owner, another
+        user or none (an erased event's tombstone names nobody: a replay is its duplicate). The scripts check
+        again (a batch racing this one)."""
         pipe = self.client.pipeline(transaction=False)
-        for ev in named:
-            pipe.hmget(k.for_scope(ev.scope_key).event(ev.event_id), "state", "userId")
+        for ev in events:
+            pipe.hmget(k.for_scope(ev.scope_key).event(ev.event_id), "state", "userId", "erasedAt")
         owners: dict[str, str] = {}
-        for ev, (state, stored) in zip(named, pipe.execute(), strict=True):
-            owner = owners.setdefault(ev.event_id, (stored or "") if state is not None else str(ev.user_id))
-            if owner and owner != ev.user_id:
-                return EventOfAnotherUser(ev.event_id, str(ev.user_id))
+        for ev, (state, stored, erased) in zip(events, pipe.execute(), strict=True):
+            user = ev.user_id or ""
+            owner = owners.setdefault(
+                ev.event_id, (stored or "") if state is not None and not erased else user
+            )
+            if owner != user:
+                return EventOfAnotherUser(ev.event_id, user)
         return None
 
     def _enqueue_bucket(
@@ -302,8 +303,8 @@ class EventStore(StoreReads):
             if str(exc).startswith("OVERLIMIT"):
                 raise self._over_limit(str(exc), users) from None
             if str(exc).startswith("USERCONFLICT "):
-                _, event_id, user_id = str(exc).split(" ", 2)
-                raise EventOfAnotherUser(event_id, user_id) from None
+                _, event_id, *user = str(exc).split(" ", 2)  # no user: nothing after the id
+                raise EventOfAnotherUser(event_id, user[0] if user else "") from None
             if str(exc).startswith("ERASED "):
                 raise GuardErased(events[int(str(exc).split(" ", 2)[1]) - 1].event_id) from None
             raise

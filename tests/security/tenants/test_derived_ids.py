@@ -262,3 +262,43 @@ def test_one_dedupe_key_of_two_users_refuses_the_second_not_answers_it_duplicate
     # a batch of one is a batch: named by its place, as the CLI reads it
     alone = client.post("/v1/events", json={"events": [event("u5")]}, headers=key)
     assert alone.status_code == 422 and alone.json()["error"]["field"] == "events[0].userId", alone.text
+
+
+@pytest.mark.parametrize("buckets", [1, 4])
+@pytest.mark.parametrize("first_user", [None, "u1"])
+def test_an_event_of_no_user_and_one_of_a_user_never_share_a_dedupe_key(
+    app_client: ClientFactory, buckets: int, first_user: str | None
+) -> None:
+    """A walk: an event naming no user, then one naming u1 with the same scope, type and sourceId, was answered
+    ``duplicate`` (the check compared two users only), and u1's event never ran; the other way round too. The
+    second is a 422 naming ``userId`` now, each side's repeat still a duplicate, and an erased user's tombstone
+    (it names nobody) still answers a replay ``duplicate``."""
+    client = app_client(bootstrap_key=BOOT, auth_cache_s=0, rate_limit_per_s=0, scope_buckets=buckets)
+    made = client.post("/v1/keys", json={"tenant": "acme", "role": "operate"}, headers=_bearer(BOOT))
+    key = _bearer(made.json()["key"])
+
+    def event(user: str | None) -> dict[str, Any]:
+        named = {"userId": user} if user else {}
+        return (
+            {"sourceType": "agent.user.message", "sourceId": "same-2", "scopeKey": "topic:shared"}
+            | named
+            | {"payload": {"message": "hi"}}
+        )
+
+    second_user = None if first_user else "u1"
+    first = client.post("/v1/events", json=event(first_user), headers=key)
+    assert first.status_code == 202 and first.json()["results"][0]["status"] == "accepted", first.text
+    again = client.post("/v1/events", json=event(first_user), headers=key)
+    assert again.json()["results"][0]["status"] == "duplicate", again.text
+    other = client.post("/v1/events", json=event(second_user), headers=key)
+    assert other.status_code == 422, other.text
+    error = other.json()["error"]
+    assert (error["code"], error["field"]) == ("user_mismatch", "userId"), other.text
+    owner = "a user's event" if first_user else "another user's event, or one that names no user"
+    assert owner in error["message"], error["message"]
+    if first_user:  # erased: the tombstone names nobody, and a replay of either kind is its duplicate
+        erased = client.delete(f"/v1/users/{first_user}", headers=key)
+        assert erased.status_code == 200, erased.text
+        for user in (first_user, None):
+            replay = client.post("/v1/events", json=event(user), headers=key)
+            assert replay.json()["results"][0]["status"] == "duplicate", replay.text

@@ -105,16 +105,19 @@ local function enqueue(h, k0, a0)
     events[i] = e
     local refusal = admit_refusal(e, checked)
     if refusal then return nil, nil, redis.error_reply('REFUSED WRONGTYPE: ' .. refusal) end
-    -- one dedupe key, two users: the second is refused, not answered the first one's event as its duplicate
-    if e.user_id ~= '' then
-      local owner = owners[e.ev]
-      if owner == nil then
-        owner = e.exists and (redis.call('HGET', e.ev, 'userId') or '') or e.user_id
-        owners[e.ev] = owner
+    -- one dedupe key, two owners (two users, or a user and none): the second is refused, not answered the first
+    -- one's event as its duplicate. An erased event's tombstone names nobody: a replay is its duplicate.
+    local owner = owners[e.ev]
+    if owner == nil then
+      owner = e.user_id
+      if e.exists then
+        local rec = redis.call('HMGET', e.ev, 'userId', 'erasedAt')
+        if not rec[2] then owner = rec[1] or '' end
       end
-      if owner ~= '' and owner ~= e.user_id then
-        return nil, nil, redis.error_reply('USERCONFLICT ' .. e.event_id .. ' ' .. e.user_id)
-      end
+      owners[e.ev] = owner
+    end
+    if owner ~= e.user_id then
+      return nil, nil, redis.error_reply('USERCONFLICT ' .. e.event_id .. ' ' .. e.user_id)
     end
   end
   local max_inbox, max_queued = tonumber(h.max_inbox), tonumber(h.max_queued)
