@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from worker.plugin import Keys
 
-__all__ = ["SelfIterationKeys"]
+__all__ = ["SelfIterationKeys", "skill_intent_field", "skill_intent_field_of_before"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +29,21 @@ class SelfIterationKeys:
         it expires 7 days after its last write)."""
         return self.keys.plugin_scoped("procedure", scope_key)
 
-    def procedure_marker(self, scope_key: str, domain_key: str, intent: str, procedure_key: str) -> str:
-        """A ``handled`` marker: one key (LobeHub double-prefixes it, quirk 10)."""
+    def procedure_marker(
+        self, scope_key: str, domain_key: str, intent: str, procedure_key: str, user_id: str | None
+    ) -> str:
+        """A marker (``handled`` or ``accumulated``): one key (LobeHub double-prefixes it, quirk 10), one user's
+        (``u=<userId>`` first: a user id holds no ``:``). A scope may be two users' and a procedure key names a
+        message id, a tool call id or a source id a producer chose: under the scope alone one user's tool outcome
+        suppressed another user's memory write (a derived-id walk)."""
+        return self.keys.plugin_scoped(
+            "procedure-marker", scope_key, f"u={user_id or ''}", domain_key, intent, procedure_key
+        )
+
+    def procedure_marker_of_before(
+        self, scope_key: str, domain_key: str, intent: str, procedure_key: str
+    ) -> str:
+        """A marker written before markers were one user's (read, never written: it lives 7 days)."""
         return self.keys.plugin_scoped("procedure-marker", scope_key, domain_key, intent, procedure_key)
 
     def procedure_receipts(self, scope_key: str) -> str:
@@ -42,7 +55,7 @@ class SelfIterationKeys:
         return self.keys.plugin_scoped("self-reflection-accumulator", scope_key, scope_type, scope_id)
 
     def skill_intents(self, scope_key: str) -> str:
-        """LobeHub's skill-intent records of a scope (parked skill candidates)."""
+        """LobeHub's skill-intent records of a scope (parked skill candidates), under :func:`skill_intent_field`."""
         return self.keys.plugin_scoped("skill-intent", scope_key)
 
     def skill_candidates(self, scope_key: str) -> str:
@@ -80,3 +93,15 @@ class SelfIterationKeys:
     def overrides(self) -> str:
         """userId -> "1" | "0": per-user override of the self-iteration feature gate."""
         return self.keys.plugin_home("features", "self-iteration")
+
+
+def skill_intent_field(message_id: str, user_id: str | None) -> str:
+    """The field of a parked skill candidate in :meth:`SelfIterationKeys.skill_intents`: its user's (first: a user
+    id holds no ``:``; none for an event of no user) and the feedback message's id. Under the message id alone,
+    another user's message naming the same ``messageId`` overwrote the candidate (a derived-id walk)."""
+    return f"skill-intent-record:{user_id or ''}:{message_id}"
+
+
+def skill_intent_field_of_before(message_id: str) -> str:
+    """The field a candidate was parked under before fields were one user's (read, never written)."""
+    return f"skill-intent-record:{message_id}"

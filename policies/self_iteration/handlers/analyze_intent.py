@@ -31,7 +31,7 @@ from typing import Any
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.handlers.procedure import should_suppress
 from policies.self_iteration.judges.rules import DomainTarget, SatisfactionVerdict
-from policies.self_iteration.keys import SelfIterationKeys
+from policies.self_iteration.keys import SelfIterationKeys, skill_intent_field
 from policies.self_iteration.records.procedures import PROCEDURE_TTL_S, stage_procedure_record
 from worker.plugin import Conclude, Dispatch, HandlerContext, Signal, Source, action_from, signal_from
 
@@ -222,9 +222,8 @@ def _write_intent_record(ctx: HandlerContext, signal: Signal, pending: bool) -> 
             if v is not None
         }
     key = SelfIterationKeys(ctx.keys).skill_intents(ctx.scope_key)
-    ctx.effects.call(
-        "HSET", key, f"skill-intent-record:{p['messageId']}", json.dumps(record, ensure_ascii=False)
-    )
+    field = skill_intent_field(str(p["messageId"]), record.get("userId"))
+    ctx.effects.call("HSET", key, field, json.dumps(record, ensure_ascii=False))
     ctx.effects.call("EXPIRE", key, PROCEDURE_TTL_S)
 
 
@@ -308,7 +307,10 @@ def _mark_accumulated(ctx: HandlerContext, signal: Signal, scored_id: str, recor
         "sourceId": signal.source.source_id,
         "expiresAt": int(time.time() * 1000) + PROCEDURE_TTL_S * 1000,
     }
-    key = SelfIterationKeys(ctx.keys).procedure_marker(ctx.scope_key, "skill", "implicit_positive", proc)
+    user = ctx.source.user_id if ctx.source is not None else None
+    key = SelfIterationKeys(ctx.keys).procedure_marker(
+        ctx.scope_key, "skill", "implicit_positive", proc, user
+    )
     ctx.effects.call("SET", key, json.dumps(marker), "EX", PROCEDURE_TTL_S)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from policies.dmail import RECEIPT_ACTION
 from policies.self_iteration.deps import SelfIterationDeps
-from policies.self_iteration.keys import SelfIterationKeys
+from policies.self_iteration.keys import SelfIterationKeys, skill_intent_field, skill_intent_field_of_before
 from policies.self_iteration.records.receipts import build_self_iteration_receipts
 from worker.plugin import (
     Action,
@@ -112,10 +112,7 @@ def skill_synthesis(source: Source, ctx: HandlerContext) -> Dispatch | None:
     user_message = p.get("triggerMessageId")
     if not assistant or not user_message or not p.get("topicId"):
         return None
-    field = f"skill-intent-record:{user_message}"
-    intents_key = SelfIterationKeys(ctx.keys).skill_intents(ctx.scope_key)
-    raw = deps.redis.hget(intents_key, field)
-    record = json.loads(raw) if raw else None
+    field, record = _parked(ctx, str(user_message), source.user_id)
     if not record or not record.get("pendingSynthesis"):
         return None
     if record.get("userId") != source.user_id:
@@ -173,14 +170,23 @@ def _foreign_candidate(ctx: HandlerContext, source: Source, field: str) -> None:
     ctx.effects.call("LTRIM", diagnostics, 0, 999)
 
 
+def _parked(ctx: HandlerContext, user_message: str, user_id: str) -> tuple[str, dict[str, Any] | None]:
+    """``user_id``'s candidate parked for ``user_message`` (its field, and the record or None): under the user's
+    field, else under the field of before fields were one user's (which may hold another user's)."""
+    key = SelfIterationKeys(ctx.keys).skill_intents(ctx.scope_key)
+    fields = [skill_intent_field(user_message, user_id), skill_intent_field_of_before(user_message)]
+    for field, raw in zip(fields, ctx.deps(SelfIterationDeps).redis.hmget(key, fields), strict=True):
+        if raw:
+            return field, json.loads(raw)
+    return fields[0], None
+
+
 def consume_pending_synthesis(ctx: HandlerContext, user_message: str, user_id: str) -> None:
     """Stage the removal of ``user_id``'s parked candidate's ``pendingSynthesis`` (applied with the action's
     lane); another user's candidate stays."""
-    key = SelfIterationKeys(ctx.keys).skill_intents(ctx.scope_key)
-    field = f"skill-intent-record:{user_message}"
-    raw = ctx.deps(SelfIterationDeps).redis.hget(key, field)
-    record = json.loads(raw) if raw else None
+    field, record = _parked(ctx, user_message, user_id)
     if not record or "pendingSynthesis" not in record or record.get("userId") != user_id:
         return
     record.pop("pendingSynthesis")
+    key = SelfIterationKeys(ctx.keys).skill_intents(ctx.scope_key)
     ctx.effects.call("HSET", key, field, json.dumps(record, ensure_ascii=False))

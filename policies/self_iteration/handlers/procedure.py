@@ -53,9 +53,12 @@ def procedure_key(payload: dict[str, Any], source_id: str) -> str:
 
 
 def should_suppress(ctx: HandlerContext, *, domain_key: str, candidates: list[str], proc: str) -> bool:
-    """An active ``handled`` marker for any candidate intent class suppresses the planned action."""
-    keys = [
-        SelfIterationKeys(ctx.keys).procedure_marker(ctx.scope_key, domain_key, i, proc) for i in candidates
+    """An active ``handled`` marker of the event's user for any candidate intent class suppresses the planned
+    action (a marker of before markers were one user's too, for the 7 days it lives)."""
+    k = SelfIterationKeys(ctx.keys)
+    user = ctx.source.user_id if ctx.source is not None else None
+    keys = [k.procedure_marker(ctx.scope_key, domain_key, i, proc, user) for i in candidates] + [
+        k.procedure_marker_of_before(ctx.scope_key, domain_key, i, proc) for i in candidates
     ]
     markers = ctx.deps(SelfIterationDeps).redis.mget(keys)
     return any(raw and json.loads(raw).get("markerType") == "handled" for raw in markers)
@@ -140,7 +143,8 @@ def _stage_record(
         "procedureKey": proc,
         "expiresAt": int(time.time() * 1000) + PROCEDURE_TTL_S * 1000,
     }
-    key = SelfIterationKeys(ctx.keys).procedure_marker(ctx.scope_key, domain_key, intent, proc)
+    user = ctx.source.user_id if ctx.source is not None else None
+    key = SelfIterationKeys(ctx.keys).procedure_marker(ctx.scope_key, domain_key, intent, proc, user)
     ctx.effects.call("SET", key, json.dumps(marker), "EX", PROCEDURE_TTL_S)
 
 

@@ -52,11 +52,14 @@ class OnceBrokenReads:
         self.real, self.field, self.n, self.seen = real, field, n, 0
 
     def hget(self, key: str, field: str) -> Any:
-        if field == self.field:
+        return self.hmget(key, [field])[0]
+
+    def hmget(self, key: str, fields: list[str]) -> Any:
+        if self.field in fields:
             self.seen += 1
             if self.seen == self.n:
                 raise ConnectionError("Redis went away for a moment")
-        return self.real.hget(key, field)
+        return self.real.hmget(key, fields)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
@@ -80,7 +83,7 @@ def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_s
     runner = RecordingRunner()
     deps = pipeline.deps.get(SelfIterationDeps)
     # Reads of the parked record: 1 the completion's synthesis, 2 the action's consume (broken once), 3, 4 retry.
-    flaky = OnceBrokenReads(deps.redis, "skill-intent-record:msg_p1", n=2)
+    flaky = OnceBrokenReads(deps.redis, "skill-intent-record:u1:msg_p1", n=2)
     pipeline.deps.add(replace(deps, runner=runner, redis=flaky))
     parked = producer.enqueue(
         {
@@ -98,7 +101,7 @@ def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_s
     )
     assert _drain_until_final(pipeline, producer, "topic:tpc_p", parked.event_id)["status"] == "done"
     intents = SelfIterationKeys(producer.keys).skill_intents("topic:tpc_p")
-    record = json.loads(producer.store.client.hget(intents, "skill-intent-record:msg_p1") or "{}")
+    record = json.loads(producer.store.client.hget(intents, "skill-intent-record:u1:msg_p1") or "{}")
     assert "pendingSynthesis" in record, "the skill candidate should be parked until the run completes"
     completed = producer.enqueue(
         {
@@ -117,7 +120,7 @@ def test_failed_skill_action_then_retry_synthesizes_the_parked_skill_once(make_s
     final = _drain_until_final(pipeline, producer, "topic:tpc_p", completed.event_id)
     assert final["status"] == "done" and final["attempts"] == 2, final
     assert flaky.seen >= 3, "the action's first attempt failed and the retry planned it again"
-    consumed = json.loads(producer.store.client.hget(intents, "skill-intent-record:msg_p1") or "{}")
+    consumed = json.loads(producer.store.client.hget(intents, "skill-intent-record:u1:msg_p1") or "{}")
     assert "pendingSynthesis" not in consumed and consumed["feedbackMessageId"] == "msg_p1"
     relay = relay_for(pipeline, settings)
     wait_for(lambda: relay.run_once() == 0 and len(runner.handed_over) >= 1, what="the hand-over")
@@ -171,7 +174,7 @@ def test_dead_tool_outcome_leaves_no_procedure_state(
         for key in (
             mine.procedure(scope, 0),
             mine.procedure_undated(scope),
-            mine.procedure_marker(scope, "memory:user-preference", "explicit_persistence", "p"),
+            mine.procedure_marker(scope, "memory:user-preference", "explicit_persistence", "p", "u1"),
             mine.procedure_receipts(scope),
             mine.reflection_accumulator(scope, "topic", "tpc_t"),
             mine.diagnostics,

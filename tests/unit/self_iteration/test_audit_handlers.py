@@ -32,7 +32,7 @@ from policies.self_iteration.judges.openai_compatible import (
     OpenAISatisfactionJudge,
 )
 from policies.self_iteration.judges.rules import SatisfactionVerdict
-from policies.self_iteration.keys import SelfIterationKeys
+from policies.self_iteration.keys import SelfIterationKeys, skill_intent_field, skill_intent_field_of_before
 from worker.chain.context import Deps, EffectBuffer, HandlerContext
 from worker.core.nodes import (
     Action,
@@ -245,13 +245,36 @@ class TestParkedCandidateOwner:
         )
 
     def test_the_candidate_names_its_user(self, h: Harness, parked: None) -> None:
-        raw = h.redis.hget(SelfIterationKeys(h.keys).skill_intents(SCOPE), "skill-intent-record:msg_park")
+        raw = h.redis.hget(SelfIterationKeys(h.keys).skill_intents(SCOPE), "skill-intent-record:u1:msg_park")
         assert json.loads(raw or "{}")["userId"] == "u1"
 
     @pytest.mark.parametrize("other", ["u2", None])
-    def test_another_users_completion_leaves_it_parked_with_a_diagnostic(
+    def test_another_users_completion_leaves_it_parked(
         self, h: Harness, parked: None, other: str | None
     ) -> None:
+        """The candidate is under its user's field: another user's completion does not find it (a derived-id
+        walk: another user's message of the same ``messageId`` overwrote it under the message id alone)."""
+        assert h.run(skill_synthesis, _completion(other), h.ctx(other)) is None
+        assert h.diagnostics() == []
+        ctx = h.ctx(other or "u2")
+        consume_pending_synthesis(ctx, "msg_park", other or "u2")
+        assert not ctx.effects  # the other user's skill action would not consume it either
+        # Its own user's completion still finds it.
+        dispatch = h.run(skill_synthesis, _completion("u1"), h.ctx("u1"))
+        assert isinstance(dispatch, Dispatch)
+        (action,) = dispatch.actions
+        assert "SECRET" in action.payload["message"] and action.payload["pendingSynthesisOf"] == "msg_park"
+
+    @pytest.mark.parametrize("other", ["u2", None])
+    def test_a_candidate_of_before_is_left_parked_with_a_diagnostic(
+        self, h: Harness, parked: None, other: str | None
+    ) -> None:
+        """Parked before fields were one user's (under the message id alone): another user's completion finds
+        it there, leaves it and says so; its own user's completion still consumes it."""
+        intents = SelfIterationKeys(h.keys).skill_intents(SCOPE)
+        raw = h.redis.hget(intents, skill_intent_field("msg_park", "u1"))
+        h.redis.hdel(intents, skill_intent_field("msg_park", "u1"))
+        h.redis.hset(intents, skill_intent_field_of_before("msg_park"), raw or "")
         assert h.run(skill_synthesis, _completion(other), h.ctx(other)) is None
         if other is not None:
             (entry,) = h.diagnostics()

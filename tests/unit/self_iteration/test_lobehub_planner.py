@@ -17,7 +17,7 @@ from redis import Redis
 
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.handlers.analyze_intent import CONFLICT_POLICIES, feedback_planner
-from policies.self_iteration.keys import SelfIterationKeys
+from policies.self_iteration.keys import SelfIterationKeys, skill_intent_field
 from policies.self_iteration.records.procedures import DAY_S, procedure_days
 from worker.chain.context import Deps, EffectBuffer, HandlerContext
 from worker.core.nodes import ChainRef, Conclude, Dispatch, Signal, SourceRef
@@ -88,13 +88,13 @@ class Planner:
 
     def markers(self) -> list[dict[str, Any]]:
         found = self.redis.scan_iter(
-            match=SelfIterationKeys(self.keys).procedure_marker(SCOPE, "*", "*", "*")
+            match=SelfIterationKeys(self.keys).procedure_marker(SCOPE, "*", "*", "*", "*")
         )
         return [json.loads(self.redis.get(k) or "{}") for k in found]
 
     def intent_record(self, message_id: str) -> dict[str, Any]:
         raw = self.redis.hget(
-            SelfIterationKeys(self.keys).skill_intents(SCOPE), f"skill-intent-record:{message_id}"
+            SelfIterationKeys(self.keys).skill_intents(SCOPE), skill_intent_field(message_id, None)
         )
         return dict(json.loads(raw or "{}"))
 
@@ -411,7 +411,7 @@ class TestSuppression:
     def test_handled_marker_suppresses_memory_action(self, plan: Planner, keys: BucketKeys) -> None:
         """feedbackAction.test.ts, 'suppresses memory action when marker reader reports handled same-source procedure'."""
         marker_key = SelfIterationKeys(keys).procedure_marker(
-            SCOPE, "memory:user-preference", "explicit_persistence", "message:msg_1"
+            SCOPE, "memory:user-preference", "explicit_persistence", "message:msg_1", None
         )
         plan.redis.set(marker_key, json.dumps({"markerType": "handled"}))
         signal = _signal(

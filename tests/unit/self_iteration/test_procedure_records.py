@@ -12,7 +12,7 @@ from typing import Any
 from redis import Redis
 
 from policies.self_iteration.deps import SelfIterationDeps
-from policies.self_iteration.handlers.procedure import tool_outcome_procedure
+from policies.self_iteration.handlers.procedure import should_suppress, tool_outcome_procedure
 from policies.self_iteration.keys import SelfIterationKeys
 from policies.self_iteration.records.procedures import DAY_S, PROCEDURE_TTL_S, procedure_days
 from worker.chain.context import Deps, EffectBuffer, HandlerContext
@@ -23,10 +23,10 @@ from worker.store.quotas import DAY_MS
 SCOPE = "topic:tpc-procedures"
 
 
-def _outcome(n: int, user: str) -> Source:
+def _outcome(n: int, user: str, source_type: str = "tool.outcome.completed") -> Source:
     return Source(
         source_id=f"tool-{n}",
-        source_type="tool.outcome.completed",
+        source_type=source_type,
         scope_key=SCOPE,
         timestamp=1,  # an event's own time: the records' day is the store's, not the caller's
         payload={"domainKey": "skill", "outcome": {"status": "succeeded"}, "tool": {"identifier": "notes"}},
@@ -62,7 +62,12 @@ def test_records_go_to_todays_hash_which_expires_after_its_day_as_their_bytes_st
     written = {day: records for day, records in holding.items() if records}
     assert list(written) in ([before // DAY_S], [before // DAY_S, before // DAY_S + 1])  # midnight between
     records = {f: v for r in written.values() for f, v in r.items()}
-    assert sorted(records) == [f"procedure-record:tool-{n}" for n in range(5)]
+    assert sorted(json.loads(v)["id"] for v in records.values()) == [
+        f"procedure-record:tool-{n}" for n in range(5)
+    ]
+    assert sorted(records) == [
+        f"procedure-record:tool-{n}\x1fbob\x1ftool.outcome.completed" for n in range(5)
+    ]
     (day, *_) = written
     ttl_s = redis_client.ttl(k.procedure(SCOPE, day))
     expires_s = (day + 1) * DAY_S + PROCEDURE_TTL_S  # the day's end plus the TTL, whenever it was written
@@ -77,3 +82,63 @@ def test_records_go_to_todays_hash_which_expires_after_its_day_as_their_bytes_st
         [f"d{(expires_s - 1) * 1000 // DAY_MS}"],
     ), counted
     assert all(json.loads(v)["userId"] == "bob" for v in records.values())
+
+
+def test_two_users_and_two_source_types_of_one_source_id_keep_a_record_each(
+    redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A derived-id walk: alice's completed tool outcome ``tc_1`` and bob's failed one of the same ``sourceId``
+    in one shared scope wrote one field, ``procedure-record:tc_1``, and bob's record replaced alice's (her bytes
+    still counted for it). Each keeps its own now, under LobeHub's id."""
+    _run(redis_client, keys, _outcome(1, "alice"))
+    _run(redis_client, keys, _outcome(1, "bob", "tool.outcome.failed"))
+    _run(redis_client, keys, _outcome(1, "bob"))  # the same user, the other source type: a third event
+    k = SelfIterationKeys(keys)
+    records = [
+        json.loads(v)
+        for day in procedure_days(int(time.time()))
+        for v in redis_client.hvals(k.procedure(SCOPE, day))
+    ]
+    assert sorted(r["userId"] for r in records) == ["alice", "bob", "bob"]
+    assert {r["id"] for r in records} == {"procedure-record:tool-1"}
+
+
+def _context(keys: BucketKeys, redis: Redis, user: str) -> HandlerContext:
+    return HandlerContext(
+        scope_key=SCOPE,
+        node_timestamp=1,
+        effects=EffectBuffer(keys=keys),
+        keys=keys,
+        deps_of=Deps({SelfIterationDeps: SelfIterationDeps(redis, True, None)}),
+        source=_outcome(9, user),
+    )
+
+
+def test_a_users_handled_marker_suppresses_that_users_write_only(
+    redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A derived-id walk: alice's tool outcome carrying ``messageId: msg_bob_2`` marked the scope's procedure
+    ``message:msg_bob_2`` handled, and bob's memory write for his own message ``msg_bob_2`` was suppressed. A
+    marker is its user's now; one written before markers were (no user in its key) still suppresses, as before,
+    for the 7 days it lives."""
+    outcome = _outcome(2, "alice")
+    outcome = outcome.model_copy(
+        update={
+            "payload": {
+                "domainKey": "memory:user-preference",
+                "intentClass": "explicit_persistence",
+                "messageId": "msg_bob_2",
+                "outcome": {"status": "succeeded"},
+            }
+        }
+    )
+    _run(redis_client, keys, outcome)
+    asked = {"domain_key": "memory:user-preference", "candidates": ["explicit_persistence"]}
+    proc = "message:msg_bob_2"
+    assert should_suppress(_context(keys, redis_client, "alice"), proc=proc, **asked)
+    assert not should_suppress(_context(keys, redis_client, "bob"), proc=proc, **asked)
+    before = SelfIterationKeys(keys).procedure_marker_of_before(
+        SCOPE, "memory:user-preference", "explicit_persistence", proc
+    )
+    redis_client.set(before, json.dumps({"markerType": "handled"}))
+    assert should_suppress(_context(keys, redis_client, "bob"), proc=proc, **asked)
