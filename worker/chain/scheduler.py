@@ -34,7 +34,7 @@ from typing import Any
 from worker.chain.context import ActionPort, Deps, EffectBuffer, Emit, HandlerContext
 from worker.chain.registry import HandlerDef, HandlerKind, Registry
 from worker.core.errors import NotBatchable, PermanentFailure
-from worker.core.idempotency import idempotency_key_for
+from worker.core.idempotency import LANE_FORM, idempotency_key_for
 from worker.core.nodes import (
     Action,
     Attempt,
@@ -116,9 +116,9 @@ class ChainScope:
     outbox_retention_s: int = 7 * 24 * 60 * 60
     batch: bool = False  # run for a batch commit: a handler that is not batch-safe raises NotBatchable
     runs: HandlerRuns = field(default_factory=HandlerRuns)  # what ran, for the event's metrics
-    # its actions' default lane keys name the source type (worker/core/idempotency.py): False only for an event
-    # a worker of before began
-    typed_lanes: bool = True
+    # the form of its actions' lane keys (worker/core/idempotency.py): the event's mark, older only for an event a
+    # worker of before began
+    lane_form: int = LANE_FORM
 
     def __post_init__(self) -> None:
         if self.effects.keys is None:
@@ -140,7 +140,7 @@ class ChainScope:
             outbox_retention_s=self.outbox_retention_s,
         )
         if isinstance(node, Action):
-            ctx.idempotency_key = idempotency_key_for(node, typed=self.typed_lanes)
+            ctx.idempotency_key = idempotency_key_for(node, form=self.lane_form, user_id=source.user_id)
         elif self.emit is not None:
             ctx.emitter = self.emit
         return ctx

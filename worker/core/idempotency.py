@@ -13,8 +13,15 @@ lanes put its source type before the action id (``<sourceType>:<actionId>``). Wh
 once per event, when it is first begun (worker/store/lua/lib/take_head.lua, its ``typedLanes`` mark): every
 event delivered for the first time since the mark is; one that a worker of before began (a later attempt, a
 redrive of a dead one) keeps the keys that worker wrote, so its next run finds what it applied and never applies
-it again. A planner's ``payload.idempotencyKey`` is used as it is, typed or not: it is the plugin's own choice of
-what is one effect, across events too.
+it again. A planner's ``payload.idempotencyKey`` is the plugin's own choice of what is one effect, across events
+too, but one user's: a scope may be two users' (a topic they share), and under the key alone one user's event
+took a lane another user's event then replayed as its own, its action never run (a derived-id walk). So the
+mark says which *form* an event's keys take (:data:`LANE_FORM`, the form new events get):
+
+* 0 (no mark, an event a worker of before typed lanes began): the action id, or the payload's key as it is;
+* 1 (``typedLanes`` ``1``): ``<sourceType>:<actionId>``, or the payload's key as it is;
+* 2 (``typedLanes`` ``2``): ``<sourceType>:<actionId>``, or ``u=<userId>:<key>`` (``u=:<key>`` for an event of no
+  user; a user id holds no ``:``, and a source type no ``=``, so no key of one shape is one of another).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from worker.core.nodes import Action
 
 __all__ = [
     "EFFECT_KEY_PREFIX",
+    "LANE_FORM",
     "LANE_PREFIX",
     "TYPED_LANES_FIELD",
     "effect_key",
@@ -37,17 +45,18 @@ EFFECT_KEY_PREFIX = "as-effect-"
 
 LANE_PREFIX = "action-idempotency"
 
-# an event hash's mark: its lanes are typed (worker/store/lua/lib/take_head.lua)
+# an event hash's mark: the form of its lanes' keys (worker/store/lua/lib/take_head.lua writes LANE_FORM)
 TYPED_LANES_FIELD = "typedLanes"
+LANE_FORM = 2  # the form an event first begun now is marked with (the docstring above)
 
 
-def idempotency_key_for(action: Action, *, typed: bool = True) -> str:
-    """``payload.idempotencyKey`` when it is a non-empty string, else ``<sourceType>:<actionId>`` (``typed``, an
-    event first begun since the mark: the docstring above) or the action id (an event a worker of before began)."""
+def idempotency_key_for(action: Action, *, form: int = LANE_FORM, user_id: str | None = None) -> str:
+    """The key of ``action``'s lane in the key ``form`` of its event (the docstring above), whose user is
+    ``user_id``: from ``payload.idempotencyKey`` when it is a non-empty string, else from the action's id."""
     key = action.payload.get("idempotencyKey")
     if isinstance(key, str) and key:
-        return key
-    if typed:
+        return f"u={user_id or ''}:{key}" if form >= 2 else key
+    if form >= 1:
         return f"{action.source.source_type}:{action.action_id}"
     return action.action_id
 
@@ -55,8 +64,8 @@ def idempotency_key_for(action: Action, *, typed: bool = True) -> str:
 def lane_action_id(action: Action) -> str:
     """The action id a lane's stored result leaves out (worker/documents/lane_codec.py) and a reader puts back: the
     planner's ``idempotencyKey`` when it set one (left out only when the action's own id is that key), else the
-    action's id. The same for typed and untyped lanes, so a lane reads the same under either key."""
-    return idempotency_key_for(action, typed=False)
+    action's id. The same in every form, so a lane reads the same under any key."""
+    return idempotency_key_for(action, form=0)
 
 
 def lane_name(key: str) -> str:

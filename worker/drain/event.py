@@ -299,7 +299,7 @@ def _walk(ctx: DrainContext, grant: LeaseGrant, begun: Begun, *, batch: bool) ->
         deps=ctx.deps,
         outbox_retention_s=ctx.settings.outbox_retention_s,
         batch=batch,
-        typed_lanes=begun.typed_lanes,
+        lane_form=begun.lane_form,
     )
     work = EventWork(
         grant,

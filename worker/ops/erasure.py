@@ -57,7 +57,7 @@ import zstandard
 from redis import Redis
 
 from worker.core.clock import now_ms
-from worker.core.idempotency import TYPED_LANES_FIELD, idempotency_key_for
+from worker.core.idempotency import LANE_FORM, TYPED_LANES_FIELD, idempotency_key_for
 from worker.documents.chain_codec import decode_chain
 from worker.documents.chain_storage import stored_actions
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
@@ -288,7 +288,7 @@ def _erase_scope(
     legacy: dict[str, str] = {}
     for e, raw in _legacy_chains(store, k, events):
         if _chain_owner(raw) == e.event_id:  # an event of before typed lanes
-            lanes += _chain_lanes(tenant, scope, raw, e.event_id, typed=False)[0]
+            lanes += _chain_lanes(tenant, scope, raw, e.event_id, form=0)[0]
             legacy[e.event_id] = k.chain(e.chain_id)
     chunks = [events[i : i + CHUNK] for i in range(0, len(events), CHUNK)] or [[]]
     for n, chunk in enumerate(chunks):
@@ -368,20 +368,20 @@ def _chunk_reads(
     ]
     lanes: list[str] = []
     maybe: list[str] = []
-    for e, raw, typed in zip(chunk, found[1::3], found[2::3], strict=True):
-        sure, before = _chain_lanes(tenant, scope, raw, e.event_id, typed=_typed(typed))
+    for e, raw, fields in zip(chunk, found[1::3], found[2::3], strict=True):
+        sure, before = _chain_lanes(tenant, scope, raw, e.event_id, form=_lane_form(fields))
         lanes += sure
         maybe += before
     return records, lanes + _unkept(store, maybe)
 
 
-def _typed(fields: list[Any]) -> bool | None:
-    """Whether an event's lanes are typed, from its hash's ``state`` and ``typedLanes``
+def _lane_form(fields: list[Any]) -> int | None:
+    """The form of an event's lane keys, from its hash's ``state`` and ``typedLanes`` mark
     (:func:`~worker.core.idempotency.idempotency_key_for`): None when the hash is gone (:func:`_chain_lanes`)."""
     state, mark = fields
     if state is None:
         return None
-    return mark is not None
+    return int(text(mark)) if mark is not None and text(mark).isdigit() else 0
 
 
 def _chain_owner(raw: bytes | None) -> str | None:
@@ -394,14 +394,14 @@ def _chain_owner(raw: bytes | None) -> str | None:
 
 
 def _chain_lanes(
-    tenant: Keys, scope: str | None, raw: bytes | None, event_id: str, *, typed: bool | None = None
+    tenant: Keys, scope: str | None, raw: bytes | None, event_id: str, *, form: int | None = None
 ) -> tuple[list[str], list[str]]:
     """The idempotency lanes of the actions a stored chain holds, in ``scope`` (None: the scope its source
-    names); none when the chain is gone or does not read (it is deleted all the same). ``typed``: the event's
-    mark (its hash's ``typedLanes``). Returns the keys its lanes are under, and, when its hash is gone (``typed``
-    None: a done event past the dedupe window), its keys of before too, which it may have used (a worker from
-    before ran it) or another event of its scope, sourceId and another source type may hold: those are deleted
-    only while they have a TTL (:func:`_unkept`)."""
+    names); none when the chain is gone or does not read (it is deleted all the same). ``form``: the form of the
+    event's lane keys, its hash's mark. Returns the keys its lanes are under, and, when its hash is gone (``form``
+    None: a done event past the dedupe window), its keys of the older forms too, which it may have used (a worker
+    from before ran it) or another event may hold (of its scope and sourceId and another source type, or of its
+    payload key and another user): those are deleted only while they have a TTL (:func:`_unkept`)."""
     if raw is None:
         return [], []
     try:
@@ -414,10 +414,15 @@ def _chain_lanes(
         log.warning(UNREADABLE_LOG, type(exc).__name__)
         return [], []
     k = tenant.for_scope(scope)
-    sure = {k.idempotency(scope, idempotency_key_for(a, typed=typed is not False)) for a in actions}
-    if typed is not None:
-        return sorted(sure), []
-    return sorted(sure), sorted({k.idempotency(scope, idempotency_key_for(a, typed=False)) for a in actions})
+    user = source.user_id if source is not None else None
+
+    def lanes_of(in_form: int) -> set[str]:
+        return {k.idempotency(scope, idempotency_key_for(a, form=in_form, user_id=user)) for a in actions}
+
+    if form is not None:
+        return sorted(lanes_of(form)), []
+    sure = lanes_of(LANE_FORM)
+    return sorted(sure), sorted(set.union(*(lanes_of(older) for older in range(LANE_FORM))) - sure)
 
 
 def _unkept(store: EventStore, lanes: list[str]) -> list[str]:

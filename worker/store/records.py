@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from worker.chain.context import EffectBuffer
+from worker.core.idempotency import LANE_FORM
 from worker.core.record import record
 from worker.documents.event_body import full_body
 from worker.store.calls import Lane
@@ -152,9 +153,9 @@ class Begun:
     last_error: str
     source_type: str = ""
     source_id: str = ""
-    # its actions' default lane keys name its source type: an event first begun since the mark
-    # (worker/store/lua/lib/take_head.lua; worker/core/idempotency.py)
-    typed_lanes: bool = False
+    # the form of its actions' lane keys, its mark (worker/store/lua/lib/take_head.lua; worker/core/idempotency.py):
+    # 0 for an event a worker of before typed lanes began
+    lane_form: int = 0
 
     def source_json(self, scope_key: str) -> str:
         """The whole Source JSON: the stored body with the identity its hash holds."""
@@ -192,7 +193,7 @@ class Head:
                     last_error=to_str(reply[5]),
                     source_type=to_str(reply[6]) if len(reply) > 7 else "",
                     source_id=to_str(reply[7]) if len(reply) > 7 else "",
-                    typed_lanes=len(reply) > 8 and to_str(reply[8]) == "1",
+                    lane_form=int(to_str(reply[8]) or 0) if len(reply) > 8 else 0,
                 ),
                 behind=behind,
             )
@@ -203,10 +204,10 @@ class Head:
 
 def begun_list(flat: Any) -> list[Begun]:
     """PEEK_FRESH's fresh events (never delivered: their first attempt) as :class:`Begun` records; each is begun
-    by the commit before it, which marks it ``typedLanes`` (a first delivery), so its lanes are typed."""
+    by the commit before it, which marks it ``typedLanes`` (a first delivery): its lanes take today's form."""
     items = [to_str(x) for x in flat] if isinstance(flat, list) else []
     return [
-        Begun(items[i], items[i + 1], 1, "queued", "", items[i + 2], items[i + 3], typed_lanes=True)
+        Begun(items[i], items[i + 1], 1, "queued", "", items[i + 2], items[i + 3], lane_form=LANE_FORM)
         for i in range(0, len(items) - 3, 4)
     ]
 

@@ -18,6 +18,7 @@ from redis.client import Pipeline
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
+from worker.core.idempotency import LANE_FORM
 from worker.keys.lua_half import lua_scope_keys
 from worker.store.calls import ScriptCall
 from worker.store.loader import Constant, LuaSource, load_script
@@ -53,6 +54,7 @@ CONSTANTS: dict[str, Constant] = {
     "DRAIN_MARK": DRAIN_MARK,
     "DRAIN_GRANT": DRAIN_GRANT,
     "GRANT_MAX_BODY_BYTES": GRANT_MAX_BODY_BYTES,
+    "LANE_FORM": str(LANE_FORM),  # the mark of an event first begun (a string: the hash's field, the reply's)
     "scope_keys": LuaSource(lua_scope_keys()),  # the key layout's Lua half (POP_ACQUIRE)
 }
 

@@ -123,7 +123,7 @@ def test_an_event_first_begun_is_marked_and_its_lanes_typed(make_settings: Any, 
     settings, producer, pipeline, event_id = _dead_order(make_settings, "order-typed")
     (lane,) = _lanes(redis_client, settings.key_prefix)
     assert lane.endswith(":charge.order:order-typed:signal:order:action:charge")
-    assert redis_client.hget(producer.keys.for_scope(SCOPE).event(event_id), "typedLanes") == "1"
+    assert redis_client.hget(producer.keys.for_scope(SCOPE).event(event_id), "typedLanes") == "2"
     producer.close()
     pipeline.store.client.close()
 

@@ -25,6 +25,7 @@ from tests.integration.pipeline.test_dead_lanes import (
     _order,
     _past_the_lane_ttl,
 )
+from worker.core.idempotency import TYPED_LANES_FIELD
 from worker.ops.erasure import erase_user
 from worker.ops.scope_control import cancel_event, pause_scope, resume_scope
 
@@ -37,7 +38,9 @@ class TwoDeadOrders:
     """Two orders sharing their charge's key, both dead, the charge applied once: ``first`` charged, ``second``
     found the lane and replayed it. ``first_done``: the first shipped (done), so only the second keeps the lane
     (the lane's TTL is an hour then: the second must find it). ``first_of_before``: the first kept the lane before
-    the count existed."""
+    the count existed. With ``users``, two users' orders share the lane only in the key form of before (a payload
+    key was every user's of the scope; it is one user's now: test_a_payload_key_is_one_users), so both are begun
+    in that form."""
 
     def __init__(
         self,
@@ -71,6 +74,10 @@ class TwoDeadOrders:
         user = users[n] if users else None
         event = _order(f"order-{n}", chargeKey=CHARGE_KEY) | ({"userId": user} if user else {})
         event_id = self.producer.enqueue(event).event_id
+        if (
+            users
+        ):  # begun in the key form of before (worker/core/idempotency.py), as a worker of before marked it
+            self.redis.hset(self.b.event(event_id), TYPED_LANES_FIELD, "1")
         assert self.pipeline.drain_scope(SCOPE).next == "idle"
         assert self.status(event_id) == ("done" if shipped else "dead")
         self.redis.delete(self.b.plugin(SCOPE, "shipping-fixed"))
@@ -196,7 +203,7 @@ def test_a_count_left_over_for_a_lane_nobody_keeps_starts_again(
     _, producer, pipeline = _charge_pipeline(make_settings, idempotency_ttl_s=LANE_TTL_S)
     b = producer.keys.for_scope(SCOPE)
     event_id = producer.enqueue(_order("order-once", chargeKey=CHARGE_KEY)).event_id
-    lane = b.idempotency(SCOPE, CHARGE_KEY)
+    lane = b.idempotency(SCOPE, f"u=:{CHARGE_KEY}")  # an event of no user
     redis_client.hset(b.lane_holders, lane, 3)  # stale: the lane does not exist
     assert pipeline.drain_scope(SCOPE).next == "idle"
     assert (producer.status(event_id) or {})["status"] == "dead"
@@ -216,3 +223,67 @@ def test_an_erasure_of_both_holders_user_deletes_the_lane(
     orders = two_orders(("u_gone", "u_gone"))
     erase_user(orders.producer.store, orders.producer.keys, "u_gone", session_scope=session_scope)
     assert redis_client.exists(orders.lane) == 0 and orders.holders() is None
+
+
+def test_a_payload_key_is_one_users(make_settings: Any, redis_client: Redis) -> None:
+    """A derived-id walk: two users' events in one scope whose actions share a ``payload.idempotencyKey`` took one
+    lane, and the second user's action replayed the first's result and never ran. A payload key is one user's
+    lane now (``u=<userId>:<key>``): alice's and bob's orders both charge, alice's second order with the key
+    replays her first (the plugin's key dedupes across her events, as LobeHub's does)."""
+    _, producer, pipeline = _charge_pipeline(make_settings)
+    b = producer.keys.for_scope(SCOPE)
+    redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
+    for n, user in enumerate(("alice", "bob", "alice")):
+        event_id = producer.enqueue(_order(f"order-{n}", chargeKey=CHARGE_KEY) | {"userId": user}).event_id
+        assert pipeline.drain_scope(SCOPE).next == "idle"
+        assert (producer.status(event_id) or {})["status"] == "done"
+    assert redis_client.get(b.plugin(SCOPE, "charged")) == "2"
+    assert (
+        redis_client.exists(
+            b.idempotency(SCOPE, f"u=alice:{CHARGE_KEY}"), b.idempotency(SCOPE, f"u=bob:{CHARGE_KEY}")
+        )
+        == 2
+    )
+    producer.close()
+    pipeline.store.client.close()
+
+
+def test_an_event_begun_in_the_form_of_before_keeps_its_keys(make_settings: Any, redis_client: Redis) -> None:
+    """An event a worker of before marked (form 1: a payload key as it is) runs here under that key: it finds what
+    that worker applied, and another user's later event, of today's form, does not."""
+    _, producer, pipeline = _charge_pipeline(make_settings)
+    b = producer.keys.for_scope(SCOPE)
+    redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
+    before = producer.enqueue(_order("order-b", chargeKey=CHARGE_KEY) | {"userId": "alice"}).event_id
+    redis_client.hset(b.event(before), TYPED_LANES_FIELD, "1")
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert redis_client.exists(b.idempotency(SCOPE, CHARGE_KEY)) == 1
+    assert redis_client.hget(b.event(before), TYPED_LANES_FIELD) == "1"  # kept: never marked again
+    producer.enqueue(_order("order-n", chargeKey=CHARGE_KEY) | {"userId": "bob"})
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert redis_client.get(b.plugin(SCOPE, "charged")) == "2"
+    producer.close()
+    pipeline.store.client.close()
+
+
+@pytest.mark.parametrize("hash_gone", [False, True])
+def test_an_erasure_deletes_a_users_payload_key_lane(
+    make_settings: Any, redis_client: Redis, hash_gone: bool
+) -> None:
+    """The erasure names a done event's lanes in its key form, its user's payload key included, also once its
+    hash has expired (the chain's source names the user); another user's lane of the same key stays."""
+    _, producer, pipeline = _charge_pipeline(make_settings, idempotency_ttl_s=3600)
+    b = producer.keys.for_scope(SCOPE)
+    redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
+    gone = producer.enqueue(_order("order-g", chargeKey=CHARGE_KEY) | {"userId": "u_gone"}).event_id
+    producer.enqueue(_order("order-k", chargeKey=CHARGE_KEY) | {"userId": "u_kept"})
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    mine, theirs = (b.idempotency(SCOPE, f"u={u}:{CHARGE_KEY}") for u in ("u_gone", "u_kept"))
+    assert redis_client.exists(mine, theirs) == 2
+    if hash_gone:
+        redis_client.delete(b.event(gone))
+    producer.enqueue(_order("order-q", chargeKey="other") | {"userId": "u_kept"})  # queued: the scope is kept
+    erase_user(producer.store, producer.keys, "u_gone", session_scope=session_scope)
+    assert redis_client.exists(mine) == 0 and redis_client.exists(theirs) == 1
+    producer.close()
+    pipeline.store.client.close()

@@ -368,7 +368,9 @@ def test_a_failed_hand_over_is_retried_by_the_outbox_and_the_action_applies_once
     assert record is not None and record["status"] == "done"
     chain = producer.store.get_chain(producer.keys, "chain:msg_f1")
     assert chain is not None and chain["envelope"]["results"][-1]["status"] == "applied"
-    lane = producer.keys.for_bucket(0).idempotency("topic:tpc_1", "msg_f1:memory:msg_f1")
+    lane = producer.keys.for_bucket(0).idempotency(
+        "topic:tpc_1", "u=u1:msg_f1:memory:msg_f1"
+    )  # the user's (LANE_FORM 2)
     assert producer.store.client.exists(lane) == 1
     relay = relay_for(pipeline, settings)
     wait_for(lambda: relay.run_once() or len(runner.calls) >= 2, what="the relay's retry")

@@ -7,12 +7,12 @@
 -- check). -> {HeadCode.EMPTY} | {HeadCode.PAUSED} (a head waits in a paused scope: nothing taken, nothing popped)
 -- | {HeadCode.WAITS, id, notBefore} (the head waits for its retry time) | {HeadCode.TAKEN, id, eventJson, attempts,
 -- prevState, lastError, sourceType, sourceId, typedLanes} (state -> processing, an attempt record started;
--- eventJson is worker/documents/event_body.py's form; typedLanes '1' or '': below).
+-- eventJson is worker/documents/event_body.py's form; typedLanes a form's digit or '': below).
 --
--- typedLanes: an event first begun here (never delivered, never redriven) is marked so, for good: its actions'
--- default lane keys name its source type (worker/core/idempotency.py). An event begun before by a worker of
--- before the mark (a later attempt, or a redrive of a dead one) is not: its lanes keep the keys that worker wrote,
--- so a run here finds what it applied.
+-- typedLanes: an event first begun here (never delivered, never redriven) is marked with LANE_FORM, for good: the
+-- form of its actions' lane keys (worker/core/idempotency.py). An event begun before by a worker of before this
+-- form (a later attempt, or a redrive of a dead one) keeps its mark, or none: its lanes keep the keys that worker
+-- wrote, so a run here finds what it applied.
 local FINAL = {done = true, dead = true, cancelled = true, discarded = true, erased = true}
 -- The heads this script took, by event key, until their commit: the event is the head, processing, under our
 -- fence and not cancelled (nothing else runs between) -> {enqueued, history, not_before, error, lanes}, so a run's commit
@@ -57,7 +57,7 @@ local function take_head(inbox, ev_prefix, now, fence, ix, scope)
       hset_later(ek, 'attempts', string.format('%d', attempts), 'state', 'processing', 'fence', fence)
       local typed = rec[13] or ''
       if typed == '' and attempts == 1 and not rec[7] then  -- its first delivery: marked (the same HSET)
-        typed = '1'
+        typed = LANE_FORM
         hset_later(ek, 'typedLanes', typed)
       end
       local h = history_start(ek, rec[6], attempts, now, rec[7] and tonumber(rec[7]) or 0)
