@@ -6,9 +6,10 @@ Settings come from the environment (docs/settings.md). Logs go to stderr; machin
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import httpx
 
@@ -256,10 +257,36 @@ def _verb_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpar
     return current
 
 
+# The variables a verb over HTTP reads itself (worker/settings.py OTHER_ENV_NAMES has them too); the settings'
+# own names are checked by every process that loads them, which such a verb does not.
+CLI_ENV_NAMES = ("AGENT_SIGNAL_URL", "AGENT_SIGNAL_TOKEN")
+
+
+def misspelled_cli_names(environ: Mapping[str, str]) -> list[str]:
+    """A line per variable that is one of :data:`CLI_ENV_NAMES` misspelled (``AGENT_SIGNAL_TOKN``) while the name
+    itself is unset: the verb would go on without it, and its 401 would not say why."""
+    lines = []
+    for name in CLI_ENV_NAMES:
+        if name in environ:
+            continue
+        close = [
+            given
+            for given in environ
+            if given.upper().startswith("AGENT_SIGNAL_")
+            and given != name
+            and difflib.SequenceMatcher(None, given.upper(), name).ratio()
+            >= 0.92  # one letter off; not API_TOKEN (0.9)
+        ]
+        lines += [f"{given} is set, {name} is not: did you mean {name}?" for given in sorted(close)]
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
     verb = _verb(args)
+    for line in misspelled_cli_names(os.environ):
+        print(f"agent-signal {verb}: warning: {line}", file=sys.stderr)
     try:
         check_text_arguments(parser, args)  # bytes that are not UTF-8: one line naming the flag or argument
         code = int(args.func(args))

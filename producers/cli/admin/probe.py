@@ -46,6 +46,7 @@ from worker.runtime import heartbeat_file
 __all__ = ["add_probe_commands", "drain", "probe_web", "probe_worker", "readyz_url"]
 
 Cancel = Callable[[str, str], list[dict[str, Any]]]  # (queue, node) -> Celery's control replies
+Reach = Callable[[], str | None]  # None: the broker answers; else why not, in one line
 
 # The flags' bounds (producers/cli/inputs.py positive_seconds: finite and above 0 as well). An hour outlasts any
 # probe or preStop hook; beyond a few days (``inf`` above all) a timeout overflows the clock arithmetic below it.
@@ -141,10 +142,14 @@ def _not_ready(response: httpx.Response) -> str:
     return http_error_message(response, had_token=True)
 
 
-def drain(path: str | None, queue: str, cancel: Cancel) -> tuple[int, str]:
-    """Set the drain flag beside the heartbeat file ``path``, then ``cancel(queue, node)`` for its node."""
+def drain(path: str | None, queue: str, cancel: Cancel, reach: Reach = lambda: None) -> tuple[int, str]:
+    """Set the drain flag beside the heartbeat file ``path``, then ``cancel(queue, node)`` for its node. A broker
+    that does not answer (``reach``) is exit 2 before the flag: a worker is never left unready and consuming."""
     if not path:
         return 1, "AGENT_SIGNAL_HEARTBEAT_FILE is not set: nothing names this pod's worker"
+    unreachable = reach()
+    if unreachable is not None:
+        return 2, f"the broker did not answer ({unreachable}); the drain flag is not set (check BROKER_URL)"
     heartbeat_file.mark_draining(path)
     try:
         beat = heartbeat_file.read(path)
@@ -162,21 +167,39 @@ def drain(path: str | None, queue: str, cancel: Cancel) -> tuple[int, str]:
     return 1, f"drain flag set; {beat.node} did not confirm cancelling its consumer of {queue!r}"
 
 
-def _celery_cancel(settings: Any, timeout_s: float) -> Cancel:
-    """The broker call ``drain`` makes, its app made now: settings that name no broker (no ``REDIS_URL``) raise
-    here, before ``drain`` sets its flag, so the worker is left as it was rather than unready but consuming."""
+def _celery_control(settings: Any, timeout_s: float) -> tuple[Cancel, Reach]:
+    """The broker calls ``drain`` makes, their app made now: settings that name no broker (no ``REDIS_URL``) raise
+    here, before ``drain`` sets its flag, so the worker is left as it was rather than unready but consuming; a
+    broker that does not answer is found by ``reach``, before the flag too. A broker lost between the two is the
+    node's error line (the flag stays: its worker reads unready, as one whose broker went away)."""
+    from kombu.exceptions import OperationalError
+
     from worker.runtime.app import create_app
+    from worker.telemetry.log_privacy import describe_error
 
     app = create_app(settings)
+
+    def reach() -> str | None:
+        try:
+            with app.connection_for_write() as connection:
+                connection.ensure_connection(
+                    max_retries=1, interval_start=0, interval_step=0, timeout=timeout_s
+                )
+        except (OperationalError, OSError) as exc:
+            app.close()
+            return describe_error(exc)
+        return None
 
     def cancel(queue: str, node: str) -> list[dict[str, Any]]:
         try:
             replies = app.control.cancel_consumer(queue, destination=[node], reply=True, timeout=timeout_s)
             return list(replies or [])
+        except (OperationalError, OSError) as exc:
+            return [{node: {"error": f"the broker did not answer ({describe_error(exc)})"}}]
         finally:
             app.close()
 
-    return cancel
+    return cancel, reach
 
 
 def _stack_readyz() -> str | None:
@@ -228,7 +251,8 @@ def cmd_drain(args: argparse.Namespace) -> int:
     from worker.settings import load_settings
 
     settings, _ = join_stack(load_settings())  # as `worker` does: on the make run stack of this checkout too
-    code, line = drain(settings.heartbeat_file, settings.queue_name, _celery_cancel(settings, args.timeout_s))
+    cancel, reach = _celery_control(settings, args.timeout_s)
+    code, line = drain(settings.heartbeat_file, settings.queue_name, cancel, reach)
     _say(line)
     return code
 

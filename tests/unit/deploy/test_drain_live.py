@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from producers.cli.admin.probe import _celery_cancel, drain, probe_worker
+from producers.cli.admin.probe import _celery_control, drain, probe_worker
 from tests.conftest import wait_for
 from worker.runtime import heartbeat_file as hb
 from worker.runtime.app import create_app
@@ -32,7 +32,7 @@ def test_drain_cancels_the_consumer_of_a_running_worker(
     assert beat.node == worker.hostname_hint
     assert probe_worker(str(path), 60, time.time())[0] == 0
 
-    code, line = drain(str(path), settings.queue_name, _celery_cancel(settings, 10.0))
+    code, line = drain(str(path), settings.queue_name, *_celery_control(settings, 10.0))
     assert code == 0, line
     assert f"no longer consuming from {settings.queue_name}" in line
     assert probe_worker(str(path), 60, time.time())[0] == 1
@@ -65,4 +65,28 @@ def test_drain_without_a_broker_leaves_the_worker_as_it_was(
     monkeypatch.chdir(tmp_path)  # no stack file of a running `make run` here
     assert main(["drain"]) == 2
     assert "REDIS_URL is not set" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no drain flag beside the heartbeat file
+
+
+def test_drain_with_a_broker_that_does_not_answer_leaves_the_worker_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A walk: with ``BROKER_URL`` naming a port nobody listens on, ``drain`` set its flag and then printed kombu's
+    traceback (exit 1), a worker left unready while it consumed. It is one line naming ``BROKER_URL`` now, exit
+    2, and no flag."""
+    import socket
+
+    from producers.cli.main import main
+
+    with socket.socket() as probe:  # a port free now: nothing answers there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = tmp_path / "heartbeat.json"
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/0")
+    monkeypatch.setenv("BROKER_URL", f"redis://127.0.0.1:{port}/0")
+    monkeypatch.setenv("AGENT_SIGNAL_HEARTBEAT_FILE", str(path))
+    monkeypatch.chdir(tmp_path)
+    assert main(["drain", "--timeout-s", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "the broker did not answer" in err and "BROKER_URL" in err and "Traceback" not in err, err
     assert list(tmp_path.iterdir()) == []  # no drain flag beside the heartbeat file

@@ -6,6 +6,7 @@ went away."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -266,3 +267,26 @@ class TestBrokenPipe:
         proc.stdout.close()
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=60) == SIGPIPE_EXIT and err == ""
+
+
+def test_a_misspelled_cli_variable_is_named_and_no_setting_is_taken_for_one(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A walk: ``AGENT_SIGNAL_TOKN=<key> agent-signal runs list`` sent no bearer and its 401 did not say why (a verb
+    over HTTP loads no settings, so nothing refused the unknown name). Each verb now says which name it meant; no
+    name the settings document is taken for a misspelling."""
+    from producers.cli.main import misspelled_cli_names
+
+    assert misspelled_cli_names({"AGENT_SIGNAL_TOKN": "k"}) == [
+        "AGENT_SIGNAL_TOKN is set, AGENT_SIGNAL_TOKEN is not: did you mean AGENT_SIGNAL_TOKEN?"
+    ]
+    assert misspelled_cli_names({"AGENT_SIGNAL_TOKN": "k", "AGENT_SIGNAL_TOKEN": "k"}) == []
+    documented = set(re.findall(r"AGENT_SIGNAL_[A-Z0-9_]+", (ROOT / "docs" / "settings.md").read_text()))
+    assert len(documented) > 100
+    assert (
+        misspelled_cli_names(dict.fromkeys(documented - {"AGENT_SIGNAL_URL", "AGENT_SIGNAL_TOKEN"}, "x"))
+        == []
+    )
+    monkeypatch.setenv("AGENT_SIGNAL_URI", "http://127.0.0.1:1")
+    main(["runs", "list", "--url", "http://127.0.0.1:1"])
+    assert "did you mean AGENT_SIGNAL_URL?" in capsys.readouterr().err
