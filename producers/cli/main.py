@@ -323,7 +323,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, SettingsError | ValueError | ConnectionError | OSError | httpx.InvalidURL) or type(
             exc
         ).__module__.startswith("redis"):
-            print(f"agent-signal {verb}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            # what redis-py says of a URL it could not use names no variable: say which one holds it
+            said = str(exc)
+            if any(words in said for words in ("DB index", "connection URL", "Redis URL")):
+                said = said.rstrip(".") + "; check REDIS_URL"
+            print(f"agent-signal {verb}: {type(exc).__name__}: {said}", file=sys.stderr)
             return 2
         raise
 

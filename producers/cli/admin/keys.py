@@ -83,11 +83,16 @@ def _keys_http(args: argparse.Namespace, target: Target) -> int:
 
 
 def _keys_direct(args: argparse.Namespace) -> int:
+    from worker.ops.credentials import CredentialError
+
     store = _store()
     try:
         if args.keys_command == "create":
             first = not store.configured()
-            record, secret = store.create(args.tenant, args.role, args.name or "", actor="cli")
+            try:
+                record, secret = store.create(args.tenant, args.role, args.name or "", actor="cli")
+            except CredentialError as exc:  # the flag at fault, as every verb names it (not the class)
+                raise CliError(f"--{exc.field}: {exc}" if exc.field else str(exc)) from None
             print_json({"id": record.id, "tenant": record.tenant, "role": record.role, "key": secret})
             if first:
                 print(_first_key_note(args.role, args.tenant), file=sys.stderr)

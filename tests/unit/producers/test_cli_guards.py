@@ -290,3 +290,19 @@ def test_a_misspelled_cli_variable_is_named_and_no_setting_is_taken_for_one(
     monkeypatch.setenv("AGENT_SIGNAL_URI", "http://127.0.0.1:1")
     main(["runs", "list", "--url", "http://127.0.0.1:1"])
     assert "did you mean AGENT_SIGNAL_URL?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:6379/99", "redis://127.0.0.1:6379/0?socket_timeout=abc"], ids=["db", "option"]
+)
+def test_a_redis_url_redis_py_cannot_use_is_named(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A walk: a database index past the server's, or an option redis-py cannot read, said only redis-py's words
+    (``DB index is out of range``), naming no variable. The line names REDIS_URL now, exit 2."""
+    monkeypatch.setenv("REDIS_URL", url)
+    for name in ("AGENT_SIGNAL_URL", "AGENT_SIGNAL_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["status", "evt_x"]) == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("; check REDIS_URL") and "Traceback" not in err, err

@@ -270,6 +270,21 @@ def test_keys_with_a_bad_tenant_is_one_line(
     assert capsys.readouterr().out == ""
 
 
+def test_keys_create_with_a_name_too_long_names_the_flag(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A walk: ``keys create --name <500 characters> --redis`` printed ``CredentialError: name must be …``, the
+    exception's class and not the flag. It is the flag now, exit 2, and no key made."""
+    for name, value in settings_env(make_settings()).items():
+        monkeypatch.setenv(name, value)
+    argv = ["keys", "create", "--tenant", "acme", "--role", "read", "--name", "x" * 500, "--redis"]
+    assert main(argv) == 2
+    assert (
+        _one_line(capsys) == "agent-signal keys create: --name: name must be at most 100 printable characters"
+    )
+    assert capsys.readouterr().out == ""
+
+
 def test_a_script_line_not_utf8_is_that_lines_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
