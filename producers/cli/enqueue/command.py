@@ -196,13 +196,19 @@ def _say_rejection(number: int, rejection: Rejection | None) -> None:
     print(f"line {number}: {rejection.described()}", file=sys.stderr)
 
 
-def _report(sent: list[Sent], args: argparse.Namespace, summary: dict[str, int]) -> None:
+def _report(
+    sent: list[Sent], args: argparse.Namespace, summary: dict[str, int], held: list[Sent] | None = None
+) -> None:
     """Each line's outcome: a count to ``summary`` (all of them first, so that an interruption while printing
-    leaves the counts whole), then a rejection to stderr, an ``--ids`` line to stdout."""
+    leaves the counts whole), then a rejection to stderr, an ``--ids`` line to stdout, in line order with the
+    lines ``held`` (read and refused before the batch went, counted then; emptied here)."""
     for _, result, _ in sent:
         status = "rejected" if result is None else result.status
         summary[status] = summary.get(status, 0) + 1
-    for number, result, rejection in sent:
+    ordered = sorted([*sent, *(held or [])], key=lambda one: one[0])
+    if held:
+        held.clear()
+    for number, result, rejection in ordered:
         if result is None:
             _say_rejection(number, rejection)
         elif args.ids:
@@ -218,9 +224,10 @@ def _send_all(
     progress: Progress,
 ) -> None:
     """Send the events of ``lines`` in batches of ``args.batch`` as they are read; a line that holds no event is
-    counted and reported when it is met, rejections of the server go to stderr, ``--ids`` lines to stdout, counts
-    to the tally."""
+    counted when it is met and reported with the batch around it (stderr in line order), rejections of the server
+    go to stderr, ``--ids`` lines to stdout, counts to the tally."""
     batch: list[Pending] = []
+    held: list[Sent] = []  # lines refused as read, said with the batch around them: the output in line order
     handled, last_read = (
         0,
         0,
@@ -230,27 +237,32 @@ def _send_all(
             last_read = number
             if event is None:
                 tally.summary["rejected"] += 1
-                _say_rejection(number, rejection)
+                held.append((number, None, rejection))
                 handled += 1
                 continue
             batch.append((number, event))
             if len(batch) == args.batch:
-                handled += _send_batch(sender, batch, args, tally, progress, handled)
+                handled += _send_batch(sender, batch, args, tally, progress, handled, held)
                 batch = []
     except _ReadFailed as failed:  # what was read is sent, then the failure names where the reading stopped
         where = f"after line {last_read}" if last_read else "before any line was read"
         unread = f"cannot read {args.file} {where}: {failed.cause.strerror or failed.cause}"
         if batch:
             try:
-                _send_batch(sender, batch, args, tally, progress, handled)
+                _send_batch(sender, batch, args, tally, progress, handled, held)
             except (
                 CliError
             ) as exc:  # the send failed too: both are said (a Stopped keeps its unsettled lines)
                 exc.args = (f"{exc}; and {unread}",)
                 raise
+        _report([], args, tally.summary, held)
         raise CliError(unread) from None
+    except BaseException:  # stopped (Ctrl-C, a failed send): the lines refused as read are said all the same
+        _report([], args, tally.summary, held)
+        raise
     if batch:
-        _send_batch(sender, batch, args, tally, progress, handled)
+        _send_batch(sender, batch, args, tally, progress, handled, held)
+    _report([], args, tally.summary, held)  # refused lines after the last batch
 
 
 def _send_batch(
@@ -260,8 +272,10 @@ def _send_batch(
     tally: Tally,
     progress: Progress,
     handled: int,
+    held: list[Sent],
 ) -> int:
-    """Send one batch and report it (what it settled before a failure too); how many lines it handled."""
+    """Send one batch and report it with the lines ``held`` (what it settled before a failure too); how many lines
+    it handled."""
     summary = tally.summary
     tally.in_flight = (chunk[0][0], chunk[-1][0])
     try:
@@ -270,9 +284,9 @@ def _send_batch(
         tally.in_flight = None
         settled = {number for number, _, _ in exc.done}
         exc.unsettled = [number for number, _ in chunk if number not in settled]
-        _report(exc.done, args, summary)
+        _report(exc.done, args, summary, held)
         raise
     tally.in_flight, tally.last_line = None, chunk[-1][0]
-    _report(sent, args, summary)
+    _report(sent, args, summary, held)
     progress.update(handled + len(chunk), f"accepted={summary['accepted']} duplicate={summary['duplicate']}")
     return len(chunk)

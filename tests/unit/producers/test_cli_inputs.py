@@ -430,3 +430,24 @@ def test_a_dlq_cursor_no_page_gave_names_the_flag_on_the_direct_path(
         _one_line(capsys)
         == "agent-signal dlq list: --cursor must be a cursor a page printed (<ms>:<eventId>)"
     )
+
+
+def test_enqueue_says_its_rejections_in_line_order(
+    tmp_path: Path, make_settings: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A walk: a file whose first line the store refused (an unknown source type) and whose next two were no JSON
+    printed lines 2, 3, then 1: lines refused as read went out at once, the batch's after it was sent. They are
+    said with the batch around them now, in line order."""
+    for name, value in settings_env(make_settings()).items():
+        monkeypatch.setenv(name, value)
+    event = '{"sourceType": "%s", "sourceId": "m%d", "scopeKey": "topic:t", "payload": {}}'
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(
+        "\n".join([event % ("no.such.type", 1), "{not json", "[1,", event % ("agent.user.message", 4), "}"])
+        + "\n"
+    )
+    assert main(["enqueue", str(path)]) == 1
+    out, err = capsys.readouterr()
+    numbers = [int(line.split(":")[0].split()[1]) for line in err.splitlines() if line.startswith("line ")]
+    assert numbers == [1, 2, 3, 5], err
+    assert json.loads(out.strip().splitlines()[-1])["accepted"] == 1
