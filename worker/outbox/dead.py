@@ -91,7 +91,7 @@ def _dead_index(bucket: BucketKeys) -> str:
 def dead_page(store: EventStore, tenant: Keys, *, limit: int = 50, cursor: str | None = None) -> DeadPage:
     """The tenant's dead outbox records, latest death first, after ``cursor`` (a page's); each as the run detail
     shows it, with its ``scopeKey``, ``recordId`` and ``deadAt``. Entries whose record expired are dropped."""
-    before = None if cursor is None else _parse_cursor(cursor)
+    before = None if not cursor else _parse_cursor(cursor)  # empty: no cursor, as every list reads it
     entries = store.newest_of(tenant, _dead_index, 0, limit + 1, before=before)
     shown = entries[:limit]
     following = _cursor(shown[-1][1], shown[-1][0]) if len(entries) > limit else None

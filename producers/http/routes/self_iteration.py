@@ -126,7 +126,7 @@ def get_memory(memory_id: Id, request: Request, principal: Reader, userId: UserQ
         return user
     memory = _docs(request).get_memory(user, memory_id)
     if memory is None:
-        return error_response(404, "not_found", f"no memory {memory_id!r} for user {user!r}")
+        return error_response(404, "not_found", f"user {user!r} has no memory {memory_id!r}", "memoryId")
     return JSONResponse(memory)
 
 
