@@ -3,8 +3,9 @@
 Its user data: memories, skill documents (each document's version history with them) and what each skill run
 did, the feature override, review guards naming the user, the judge diagnostics that quote the user's messages,
 and, in each of the user's scopes, the records that carry the user's feedback: parked skill candidates
-(``skill-intent:{scope}``, with ``pendingSynthesis.message``), procedure records (``procedure:{scope}``) and the
-skill-candidate bucket (``skill-candidates:{scope}``). A scope that only this user's events ran in is gone
+(``skill-intent:{scope}``, with ``pendingSynthesis.message``), procedure records (``procedure:{scope}``), the
+skill-candidate bucket (``skill-candidates:{scope}``) and the user's procedure markers
+(``procedure-marker:{scope}:u=<userId>:…``). A scope that only this user's events ran in is gone
 already (the engine dropped it whole); in one other users share, a record or a diagnostic goes when its
 ``userId`` is this user, matched exactly. One written before records named their user goes only when its scope
 was this user's alone (the engine dropped it: no ``scope-users`` set is left for it), and a diagnostic
@@ -60,6 +61,7 @@ def erase_user(client: Any, keys: Keys, user_id: str, scopes: frozenset[str]) ->
             removed["reviewGuards"] += int(client.delete(key))
     alone = _alone(client, keys, scopes)
     removed["scopeRecords"] += _drop_scope_records(client, k, user_id, scopes)
+    removed["procedureMarkers"] += _drop_markers(client, keys, k, user_id, scopes)
     removed["diagnostics"] += _drop_diagnostics(client, k.diagnostics, user_id, alone)
     return removed
 
@@ -98,6 +100,28 @@ def _drop_scope_records(client: Any, k: SelfIterationKeys, user_id: str, scopes:
         for item in {raw for raw in client.lrange(bucket, 0, -1) if _user_of(raw) == user_id}:
             removed += int(client.lrem(bucket, 0, item))
     return removed
+
+
+def _drop_markers(client: Any, keys: Keys, k: SelfIterationKeys, user_id: str, scopes: frozenset[str]) -> int:
+    """The user's procedure markers in ``scopes`` (their keys name the user; a marker names a message or tool
+    call id): one walk per bucket of the scopes, each key checked against a scope's exact prefix (a scope key
+    may hold what the pattern's ``*`` spans)."""
+    starts = {k.procedure_markers_of(scope, user_id) for scope in scopes}
+    if not starts:
+        return 0
+    removed = 0
+    for prefix in sorted({keys.scope_prefix(scope) for scope in scopes}):
+        pattern = _glob_escape(prefix) + "procedure-marker:{*}:" + _glob_escape(f"u={user_id}") + ":*"
+        doomed = [
+            key for key in map(_s, client.scan_iter(match=pattern, count=SCAN_COUNT)) if _starts(key, starts)
+        ]
+        if doomed:
+            removed += int(client.delete(*doomed))
+    return removed
+
+
+def _starts(key: str, starts: set[str]) -> bool:
+    return any(key.startswith(start) for start in starts)
 
 
 def _drop_diagnostics(client: Any, key: str, user_id: str, alone: frozenset[str]) -> int:

@@ -40,6 +40,10 @@ class SelfIterationKeys:
             "procedure-marker", scope_key, f"u={user_id or ''}", domain_key, intent, procedure_key
         )
 
+    def procedure_markers_of(self, scope_key: str, user_id: str) -> str:
+        """What every marker of ``user_id`` in the scope starts with (erasure deletes them)."""
+        return self.keys.plugin_scoped("procedure-marker", scope_key, f"u={user_id}") + ":"
+
     def procedure_marker_of_before(
         self, scope_key: str, domain_key: str, intent: str, procedure_key: str
     ) -> str:

@@ -169,8 +169,11 @@ class Deps:
 class ActionPort(Protocol):
     """How the scheduler reaches idempotency storage and the lease; Redis-backed in the worker."""
 
-    def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
-        """The stored result of an already-applied action with this key, else None."""
+    def lookup(
+        self, action: Action, idempotency_key: str, aliases: Sequence[str] = ()
+    ) -> ExecutorResult | None:
+        """The stored result of an already-applied action with this key (else under one of ``aliases``: the key's
+        other form, worker/core/idempotency.py), else None."""
 
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
@@ -200,6 +203,8 @@ class HandlerContext:
     attempt: int = 1
     max_attempts: int = 1
     idempotency_key: str | None = None
+    # the keys of the other form the action's lane may be under (worker/core/idempotency.py): read, never written
+    idempotency_aliases: tuple[str, ...] = ()
     effects: EffectBuffer = field(default_factory=EffectBuffer)
     keys: BucketKeys = field(default_factory=BucketKeys)
     deps_of: Deps = field(default_factory=Deps)

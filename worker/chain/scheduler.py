@@ -34,7 +34,7 @@ from typing import Any
 from worker.chain.context import ActionPort, Deps, EffectBuffer, Emit, HandlerContext
 from worker.chain.registry import HandlerDef, HandlerKind, Registry
 from worker.core.errors import NotBatchable, PermanentFailure
-from worker.core.idempotency import LANE_FORM, idempotency_key_for
+from worker.core.idempotency import LANE_FORM, idempotency_aliases, idempotency_key_for
 from worker.core.nodes import (
     Action,
     Attempt,
@@ -141,6 +141,7 @@ class ChainScope:
         )
         if isinstance(node, Action):
             ctx.idempotency_key = idempotency_key_for(node, form=self.lane_form, user_id=source.user_id)
+            ctx.idempotency_aliases = idempotency_aliases(node, form=self.lane_form, user_id=source.user_id)
         elif self.emit is not None:
             ctx.emitter = self.emit
         return ctx
@@ -328,7 +329,7 @@ def _run_action(
 ) -> list[Node]:
     key = ctx.idempotency_key or idempotency_key_for(action)  # set by ChainScope.context
     ctx.idempotency_key = key
-    result = port.lookup(action, key)
+    result = port.lookup(action, key, ctx.idempotency_aliases)
     if result is None:
         port.ensure_live()
         started_ms = int(time.time() * 1000)
@@ -355,7 +356,7 @@ def _run_action(
         result = _stamp_attempt(raw, ctx, started_ms)
         if result.status == "applied" and not port.commit(action, key, result, ctx.effects):
             # Someone else applied it under this key between our lookup and our commit: use theirs.
-            result = port.lookup(action, key) or result
+            result = port.lookup(action, key, ctx.idempotency_aliases) or result
     trace.results.append(result)
     return [result_signal(action, result, int(time.time() * 1000))]
 

@@ -22,6 +22,12 @@ mark says which *form* an event's keys take (:data:`LANE_FORM`, the form new eve
 * 1 (``typedLanes`` ``1``): ``<sourceType>:<actionId>``, or the payload's key as it is;
 * 2 (``typedLanes`` ``2``): ``<sourceType>:<actionId>``, or ``u=<userId>:<key>`` (``u=:<key>`` for an event of no
   user; a user id holds no ``:``, and a source type no ``=``, so no key of one shape is one of another).
+
+A payload key dedupes across one user's events, so an event of one form must find what an event of the other
+applied under the same key (an order of before and one of after the upgrade sharing a charge key would charge
+twice): a lookup reads the key's other form too (:func:`idempotency_aliases`), and replays a lane found there.
+Such a lane under the bare key may be another user's (the fault form 2 closes): it is read only where an event
+of before wrote it, for as long as lanes of before live.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ __all__ = [
     "LANE_PREFIX",
     "TYPED_LANES_FIELD",
     "effect_key",
+    "idempotency_aliases",
     "idempotency_key_for",
     "lane_action_id",
     "lane_name",
@@ -59,6 +66,17 @@ def idempotency_key_for(action: Action, *, form: int = LANE_FORM, user_id: str |
     if form >= 1:
         return f"{action.source.source_type}:{action.action_id}"
     return action.action_id
+
+
+def idempotency_aliases(
+    action: Action, *, form: int = LANE_FORM, user_id: str | None = None
+) -> tuple[str, ...]:
+    """The other key a payload key's lane may be under, the one of the other form (module docstring); none for an
+    action without a payload key (its key is the same in forms 1 and 2, and an untyped one is its event's own)."""
+    key = action.payload.get("idempotencyKey")
+    if not isinstance(key, str) or not key:
+        return ()
+    return (key,) if form >= 2 else (f"u={user_id or ''}:{key}",)
 
 
 def lane_action_id(action: Action) -> str:

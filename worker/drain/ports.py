@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 
 from worker.chain.context import EffectBuffer
 from worker.core.errors import LeaseLost, PermanentFailure, PipelineError
@@ -79,15 +80,23 @@ class CancellablePort:
         # the lanes this run found marked or marked itself: kept as long as the event, should it die
         self.marked: dict[str, None] = {}
 
-    def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
+    def lookup(
+        self, action: Action, idempotency_key: str, aliases: Sequence[str] = ()
+    ) -> ExecutorResult | None:
+        """The lane under the key, else under an alias (the key's other form), and the cancel flag: one round
+        trip. A lane found is marked (kept with the event, should it die), whichever key it is under."""
+        lanes = [self.keys.idempotency(self.scope_key, key) for key in (idempotency_key, *aliases)]
         pipe = self.store.client.pipeline(transaction=False)
-        pipe.execute_command("GET", self.keys.idempotency(self.scope_key, idempotency_key), NEVER_DECODE=[])  # type: ignore[no-untyped-call]
+        for lane in lanes:
+            pipe.execute_command("GET", lane, NEVER_DECODE=[])  # type: ignore[no-untyped-call]
         pipe.hexists(self.keys.event(self.event_id), "cancelRequested")
-        raw, cancelled = pipe.execute()
+        *raws, cancelled = pipe.execute()
         self._cancelled = bool(cancelled)
-        if raw is not None:
-            self.marked[self.keys.idempotency(self.scope_key, idempotency_key)] = None
-        return lane_result(raw, lane_action_id(action))
+        for lane, raw in zip(lanes, raws, strict=True):
+            if raw is not None:
+                self.marked[lane] = None
+                return lane_result(raw, lane_action_id(action))
+        return None
 
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
@@ -137,10 +146,11 @@ class BatchLane:
     key: str
     result_json: str
     effects_json: str
+    alias: str = ""  # the lane's key in its other form: COMMIT finds the lane taken when that exists
 
     def layout(self, form: StoredForm) -> Lane:
         """The lane as COMMIT takes it (its result in the lane's stored ``form``)."""
-        return Lane(self.key, encode_lane(self.result_json, form), self.effects_json)
+        return Lane(self.key, encode_lane(self.result_json, form), self.effects_json, self.alias)
 
 
 class BatchPort:
@@ -164,11 +174,20 @@ class BatchPort:
         self.scope_key = scope_key
         self._lost = lost
         self.lanes = lanes
+        self._aliases: dict[
+            str, str
+        ] = {}  # lane -> its key in the other form, from the lookup before its commit
 
-    def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
+    def lookup(
+        self, action: Action, idempotency_key: str, aliases: Sequence[str] = ()
+    ) -> ExecutorResult | None:
         """Never delivered before, so nothing of this event is applied yet, except an earlier action of this
-        same chain under the same key: its result is replayed, as the slow path's lookup would."""
+        same chain under the same key: its result is replayed, as the slow path's lookup would. Another event may
+        have applied it under the key's other form (``aliases``: a payload key): COMMIT checks that lane with this
+        one, and finds it taken (the event then runs alone, and its lookup replays it)."""
         key = self.keys.idempotency(self.scope_key, idempotency_key)
+        if aliases:
+            self._aliases[key] = self.keys.idempotency(self.scope_key, aliases[0])
         for lane in self.lanes:
             if lane.key == key:
                 return lane_result(lane.result_json.encode("utf-8"), lane_action_id(action))
@@ -180,11 +199,13 @@ class BatchPort:
         commands = _commands(
             self.keys, self.scope_key, self.event_id, idempotency_key, self.fence, effects, self.retention_s
         )
+        key = self.keys.idempotency(self.scope_key, idempotency_key)
         self.lanes.append(
             BatchLane(
-                key=self.keys.idempotency(self.scope_key, idempotency_key),
+                key=key,
                 result_json=lane_json(result, lane_action_id(action)),
                 effects_json=json.dumps(commands),
+                alias=self._aliases.get(key, ""),
             )
         )
         return True

@@ -54,10 +54,12 @@ def procedure_key(payload: dict[str, Any], source_id: str) -> str:
 
 def should_suppress(ctx: HandlerContext, *, domain_key: str, candidates: list[str], proc: str) -> bool:
     """An active ``handled`` marker of the event's user for any candidate intent class suppresses the planned
-    action (a marker of before markers were one user's too, for the 7 days it lives)."""
+    action; so does one of an event of no user (a tool outcome an ingest key sent for nobody in particular, as
+    before markers were one user's) and one of before markers were (for the 7 days it lives)."""
     k = SelfIterationKeys(ctx.keys)
     user = ctx.source.user_id if ctx.source is not None else None
-    keys = [k.procedure_marker(ctx.scope_key, domain_key, i, proc, user) for i in candidates] + [
+    owners = [user, None] if user else [None]
+    keys = [k.procedure_marker(ctx.scope_key, domain_key, i, proc, u) for u in owners for i in candidates] + [
         k.procedure_marker_of_before(ctx.scope_key, domain_key, i, proc) for i in candidates
     ]
     markers = ctx.deps(SelfIterationDeps).redis.mget(keys)

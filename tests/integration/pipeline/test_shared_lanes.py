@@ -249,8 +249,10 @@ def test_a_payload_key_is_one_users(make_settings: Any, redis_client: Redis) -> 
 
 
 def test_an_event_begun_in_the_form_of_before_keeps_its_keys(make_settings: Any, redis_client: Redis) -> None:
-    """An event a worker of before marked (form 1: a payload key as it is) runs here under that key: it finds what
-    that worker applied, and another user's later event, of today's form, does not."""
+    """An event a worker of before marked (form 1: a payload key as it is) runs here under that key, and keeps its
+    mark. Its lane, under the bare key, is read by a later event of today's form as the key's other form, of
+    whichever user: bob's order replays alice's charge, as before the upgrade (the price of one user's events of
+    both forms applying a key once, docs/operations.md "Payload keys per user"), until lanes of before expire."""
     _, producer, pipeline = _charge_pipeline(make_settings)
     b = producer.keys.for_scope(SCOPE)
     redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
@@ -261,7 +263,8 @@ def test_an_event_begun_in_the_form_of_before_keeps_its_keys(make_settings: Any,
     assert redis_client.hget(b.event(before), TYPED_LANES_FIELD) == "1"  # kept: never marked again
     producer.enqueue(_order("order-n", chargeKey=CHARGE_KEY) | {"userId": "bob"})
     assert pipeline.drain_scope(SCOPE).next == "idle"
-    assert redis_client.get(b.plugin(SCOPE, "charged")) == "2"
+    assert redis_client.get(b.plugin(SCOPE, "charged")) == "1"
+    assert redis_client.exists(b.idempotency(SCOPE, f"u=bob:{CHARGE_KEY}")) == 0  # replayed, nothing marked
     producer.close()
     pipeline.store.client.close()
 
@@ -285,5 +288,34 @@ def test_an_erasure_deletes_a_users_payload_key_lane(
     producer.enqueue(_order("order-q", chargeKey="other") | {"userId": "u_kept"})  # queued: the scope is kept
     erase_user(producer.store, producer.keys, "u_gone", session_scope=session_scope)
     assert redis_client.exists(mine) == 0 and redis_client.exists(theirs) == 1
+    producer.close()
+    pipeline.store.client.close()
+
+
+@pytest.mark.parametrize("factory", ["plugin", "batch_plugin"])
+@pytest.mark.parametrize("first_form", ["1", "2"])
+def test_one_users_payload_key_dedupes_across_the_two_forms(
+    make_settings: Any, redis_client: Redis, factory: str, first_form: str
+) -> None:
+    """A review: alice's order begun in the form of before (its lane under the bare key) and her order of today's
+    form (``u=alice:<key>``) sharing a charge key charged twice, for as long as lanes of before live. A lookup reads
+    the key's other form too: either order after the other replays the charge (the batch path runs such an event
+    alone, where Redis is read)."""
+    _, producer, pipeline = _charge_pipeline(make_settings, factory, max_attempts=2, commit_batch_max=16)
+    b = producer.keys.for_scope(SCOPE)
+    redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
+    order = _order("order-a", chargeKey=CHARGE_KEY) | {"userId": "alice"}
+    first = producer.enqueue(order).event_id
+    if first_form == "1":
+        redis_client.hset(b.event(first), TYPED_LANES_FIELD, "1")
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    second = producer.enqueue(order | {"sourceId": "order-b"}).event_id
+    if first_form == "2":
+        redis_client.hset(b.event(second), TYPED_LANES_FIELD, "1")
+    # with the second, in one run on the batch path: an order of another key (charged once more)
+    other = producer.enqueue(_order("order-c", chargeKey="another") | {"userId": "alice"}).event_id
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert [(producer.status(e) or {})["status"] for e in (first, second, other)] == ["done"] * 3
+    assert redis_client.get(b.plugin(SCOPE, "charged")) == "2"
     producer.close()
     pipeline.store.client.close()

@@ -106,6 +106,7 @@ class Scope:
             f"tool-{user}",
             "tool.outcome.completed",
             domainKey="skill",
+            intentClass="tool_command",  # a handled marker too, its key the user's
             outcome={"status": "succeeded"},
             tool={"identifier": "notes", "apiName": "write", "args": f"SECRET-{user}"},
         )
@@ -151,8 +152,16 @@ def test_erasing_one_user_of_a_shared_scope_drops_their_records_there_and_keeps_
     ]
     assert users == ["u1", "u2"]
 
+    markers = {
+        u: [str(m) for m in redis_client.scan_iter(match=scope.k.procedure_markers_of(SHARED, u) + "*")]
+        for u in ("u1", "u2")
+    }
+    assert len(markers["u1"]) == 1 and len(markers["u2"]) == 1  # each tool outcome's handled marker
+
     removed = erase_user(redis_client, keys, "u1", frozenset({SHARED}))
 
+    assert redis_client.exists(*markers["u1"]) == 0 and redis_client.exists(*markers["u2"]) == 1  # a review
+    assert removed["procedureMarkers"] == 1
     assert scope.holding("SECRET-u1") == []
     assert scope.holding("SECRET-u2") == before
     left = [json.loads(x) for x in redis_client.lrange(scope.k.skill_candidates(SHARED), 0, -1)]

@@ -137,6 +137,14 @@ def test_a_users_handled_marker_suppresses_that_users_write_only(
     proc = "message:msg_bob_2"
     assert should_suppress(_context(keys, redis_client, "alice"), proc=proc, **asked)
     assert not should_suppress(_context(keys, redis_client, "bob"), proc=proc, **asked)
+    # a marker of an event of no user suppresses every user's (a review: as before markers were one user's)
+    nobody = SelfIterationKeys(keys).procedure_marker(
+        SCOPE, "memory:user-preference", "explicit_persistence", proc, None
+    )
+    redis_client.set(nobody, json.dumps({"markerType": "handled"}))
+    assert should_suppress(_context(keys, redis_client, "bob"), proc=proc, **asked)
+    redis_client.delete(nobody)
+    assert not should_suppress(_context(keys, redis_client, "bob"), proc=proc, **asked)
     before = SelfIterationKeys(keys).procedure_marker_of_before(
         SCOPE, "memory:user-preference", "explicit_persistence", proc
     )

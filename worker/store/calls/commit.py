@@ -13,12 +13,14 @@ __all__ = ["Apply", "Commit", "CommittedEvent", "Lane", "PeekFresh", "PopNext"]
 
 @record
 class Lane(Layout):
-    """An action a run applied: its idempotency lane, its stored result and its staged writes."""
+    """An action a run applied: its idempotency lane, its stored result and its staged writes; ``lane_alias``: the
+    lane's key in its other form ('' for none: worker/core/idempotency.py), which COMMIT finds taken as the lane."""
 
     LUA = "LANE"
     lane: str = key()
     result_json: bytes | str = arg()
     lane_effects_json: str = arg()
+    lane_alias: str = arg()
 
 
 @record

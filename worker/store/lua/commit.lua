@@ -42,7 +42,7 @@ local now, window, imax = tonumber(now_ms), tonumber(window_s), tonumber(run_ind
 local body_moves = tonumber(chain_ttl_s) >= window  -- a done event's chain outlives its hash
 local ix = {paused = paused, stats = stats, active = runs_active, cancelled = runs_cancelled, max = imax,
   window = window_s, lane_ttl = lane_ttl_s, holders = lane_holders}
-local LANE_KEYS, LANE_ARGS = 1, 2
+local LANE_KEYS, LANE_ARGS = 1, 3
 local at = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_active, runs_types = runs_types,
   now = now_ms, window = window_s, sched_ttl = sched_ttl_ms, max = imax}
 
@@ -212,7 +212,9 @@ local function apply_lanes(ev, event_id, lanes)
   if not known or not fence_ok() or known.cancel then return nil end
   local seen = {}
   for _, l in ipairs(lanes) do
-    if seen[l.lane] or redis.call('EXISTS', l.lane) == 1 or check_staged(l.effects) then
+    -- an alias: the lane's key in its other form (a payload key, worker/core/idempotency.py), in the same slot
+    local aliased = l.alias ~= '' and redis.call('EXISTS', l.alias) == 1
+    if seen[l.lane] or redis.call('EXISTS', l.lane) == 1 or aliased or check_staged(l.effects) then
       return {CommitCode.LANE_TAKEN}
     end
     seen[l.lane] = true
@@ -253,8 +255,8 @@ local function run()
     local lanes = {}
     for j = 1, (lane_count == '0' and 0 or tonumber(lane_count)) do
       local lane = KEYS[k]
-      local result_json, lane_effects_json = ARGV[a], ARGV[a + 1]
-      lanes[j] = {lane = lane, result_json = result_json, effects = list_of(lane_effects_json)}
+      local result_json, lane_effects_json, lane_alias = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+      lanes[j] = {lane = lane, result_json = result_json, effects = list_of(lane_effects_json), alias = lane_alias}
       k, a = k + LANE_KEYS, a + LANE_ARGS
     end
     -- after the first: the event must be the head the commit before it took (then it is processing)

@@ -3,6 +3,7 @@ port is covered by tests/integration)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -40,8 +41,10 @@ class MemoryPort:
         self.effects: list[list[Any]] = []
         self.live = True
 
-    def lookup(self, action: Action, idempotency_key: str) -> ExecutorResult | None:
-        return self.lanes.get(idempotency_key)
+    def lookup(
+        self, action: Action, idempotency_key: str, aliases: Sequence[str] = ()
+    ) -> ExecutorResult | None:
+        return next((self.lanes[k] for k in (idempotency_key, *aliases) if k in self.lanes), None)
 
     def commit(
         self, action: Action, idempotency_key: str, result: ExecutorResult, effects: EffectBuffer
