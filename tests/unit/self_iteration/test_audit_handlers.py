@@ -256,14 +256,7 @@ class TestParkedCandidateOwner:
         walk: another user's message of the same ``messageId`` overwrote it under the message id alone)."""
         assert h.run(skill_synthesis, _completion(other), h.ctx(other)) is None
         assert h.diagnostics() == []
-        ctx = h.ctx(other or "u2")
-        consume_pending_synthesis(ctx, "msg_park", other or "u2")
-        assert not ctx.effects  # the other user's skill action would not consume it either
-        # Its own user's completion still finds it.
-        dispatch = h.run(skill_synthesis, _completion("u1"), h.ctx("u1"))
-        assert isinstance(dispatch, Dispatch)
-        (action,) = dispatch.actions
-        assert "SECRET" in action.payload["message"] and action.payload["pendingSynthesisOf"] == "msg_park"
+        _left_to_its_own_user(h, other)
 
     @pytest.mark.parametrize("other", ["u2", None])
     def test_a_candidate_of_before_is_left_parked_with_a_diagnostic(
@@ -284,14 +277,18 @@ class TestParkedCandidateOwner:
                 "u2",
             )
             assert "SECRET" not in json.dumps(entry)
-        ctx = h.ctx(other or "u2")
-        consume_pending_synthesis(ctx, "msg_park", other or "u2")
-        assert not ctx.effects  # the other user's skill action would not consume it either
-        # Its own user's completion still finds it.
-        dispatch = h.run(skill_synthesis, _completion("u1"), h.ctx("u1"))
-        assert isinstance(dispatch, Dispatch)
-        (action,) = dispatch.actions
-        assert "SECRET" in action.payload["message"] and action.payload["pendingSynthesisOf"] == "msg_park"
+        _left_to_its_own_user(h, other)
+
+
+def _left_to_its_own_user(h: Harness, other: str | None) -> None:
+    """The other user's skill action does not consume u1's parked candidate; u1's own completion still finds it."""
+    ctx = h.ctx(other or "u2")
+    consume_pending_synthesis(ctx, "msg_park", other or "u2")
+    assert not ctx.effects
+    dispatch = h.run(skill_synthesis, _completion("u1"), h.ctx("u1"))
+    assert isinstance(dispatch, Dispatch)
+    (action,) = dispatch.actions
+    assert "SECRET" in action.payload["message"] and action.payload["pendingSynthesisOf"] == "msg_park"
 
 
 def _positive(n: int) -> Signal:
