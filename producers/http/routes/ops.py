@@ -238,8 +238,8 @@ def get_chain(
         return error_response(
             404,
             "not_found",
-            f"no chain {chain_id!r} (not run yet, past retention, or its run failed: a failed run keeps "
-            f"no chain, and GET /v1/events/{{eventId}} has its error){hint}",
+            f"no chain {chain_id!r}{f' of user {user_id!r}' if user_id else ''} (not run yet, past retention, or "
+            f"its run failed: a failed run keeps no chain, and GET /v1/events/{{eventId}} has its error){hint}",
             "chainId",
         )
     return JSONResponse(chain)

@@ -124,8 +124,20 @@ def list_conversations(
 def conversation_messages(
     request: Request, principal: Reader, userId: str = "", agentId: str = "", topicId: str = ""
 ) -> JSONResponse:
-    if not (userId and agentId and topicId):
-        return error_response(422, "missing_field", "userId, agentId and topicId are required", "userId")
+    missing = next(
+        (
+            name
+            for name, value in (("userId", userId), ("agentId", agentId), ("topicId", topicId))
+            if not value
+        ),
+        None,
+    )
+    if (
+        missing is not None
+    ):  # named: the first of the three the query left out (a walk: it named userId always)
+        return error_response(
+            422, "missing_field", f"{missing} is required (userId, agentId and topicId)", missing
+        )
     check_user(principal, userId, "conversation")
     client = producer_of(request).store.client
     raw = client.lrange(tenant_keys(request).conversation(userId, agentId, topicId), 0, -1)

@@ -185,3 +185,20 @@ def test_a_full_function_state_is_a_413_on_every_route(make_settings: Any) -> No
             assert answer.json()["error"]["field"] == ("name" if "activate" in path else "functions"), (
                 answer.text
             )
+
+
+@pytest.mark.parametrize(
+    "query, missing",
+    [
+        ({"agentId": "a", "topicId": "t"}, "userId"),
+        ({"userId": "u1", "topicId": "t"}, "agentId"),
+        ({"userId": "u1", "agentId": "a"}, "topicId"),
+    ],
+)
+def test_a_conversation_read_names_the_field_it_lacks(
+    client: TestClient, query: dict[str, str], missing: str
+) -> None:
+    """A walk: ``GET /v1/conversations/messages?userId=u1`` named ``userId`` when ``agentId`` was the one missing."""
+    answer = client.get("/v1/conversations/messages", params=query)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["field"] == missing
