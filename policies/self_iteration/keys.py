@@ -36,9 +36,7 @@ class SelfIterationKeys:
         (``u=<userId>`` first: a user id holds no ``:``). A scope may be two users' and a procedure key names a
         message id, a tool call id or a source id a producer chose: under the scope alone one user's tool outcome
         suppressed another user's memory write (a derived-id walk)."""
-        return self.keys.plugin_scoped(
-            "procedure-marker", scope_key, f"u={user_id or ''}", domain_key, intent, procedure_key
-        )
+        return f"{self.procedure_markers_of(scope_key, user_id or '')}{domain_key}:{intent}:{procedure_key}"
 
     def procedure_markers_of(self, scope_key: str, user_id: str) -> str:
         """What every marker of ``user_id`` in the scope starts with (erasure deletes them)."""

@@ -45,6 +45,7 @@ __all__ = [
     "idempotency_aliases",
     "idempotency_key_for",
     "lane_action_id",
+    "lane_form_of",
     "lane_name",
 ]
 
@@ -55,6 +56,12 @@ LANE_PREFIX = "action-idempotency"
 # an event hash's mark: the form of its lanes' keys (worker/store/lua/lib/take_head.lua writes LANE_FORM)
 TYPED_LANES_FIELD = "typedLanes"
 LANE_FORM = 2  # the form an event first begun now is marked with (the docstring above)
+
+
+def lane_form_of(mark: str | None) -> int:
+    """The key form an event's ``typedLanes`` mark names (the hash's field, or take_head's reply): 0 for none, or
+    for anything that is no form's digit."""
+    return int(mark) if mark and mark.isdigit() else 0
 
 
 def idempotency_key_for(action: Action, *, form: int = LANE_FORM, user_id: str | None = None) -> str:

@@ -57,7 +57,7 @@ import zstandard
 from redis import Redis
 
 from worker.core.clock import now_ms
-from worker.core.idempotency import LANE_FORM, TYPED_LANES_FIELD, idempotency_key_for
+from worker.core.idempotency import LANE_FORM, TYPED_LANES_FIELD, idempotency_key_for, lane_form_of
 from worker.documents.chain_codec import decode_chain
 from worker.documents.chain_storage import stored_actions
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
@@ -381,7 +381,7 @@ def _lane_form(fields: list[Any]) -> int | None:
     state, mark = fields
     if state is None:
         return None
-    return int(text(mark)) if mark is not None and text(mark).isdigit() else 0
+    return lane_form_of(None if mark is None else text(mark))
 
 
 def _chain_owner(raw: bytes | None) -> str | None:

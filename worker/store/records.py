@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from worker.chain.context import EffectBuffer
-from worker.core.idempotency import LANE_FORM
+from worker.core.idempotency import LANE_FORM, lane_form_of
 from worker.core.record import record
 from worker.documents.event_body import full_body
 from worker.store.calls import Lane
@@ -193,7 +193,7 @@ class Head:
                     last_error=to_str(reply[5]),
                     source_type=to_str(reply[6]) if len(reply) > 7 else "",
                     source_id=to_str(reply[7]) if len(reply) > 7 else "",
-                    lane_form=int(to_str(reply[8]) or 0) if len(reply) > 8 else 0,
+                    lane_form=lane_form_of(to_str(reply[8])) if len(reply) > 8 else 0,
                 ),
                 behind=behind,
             )
