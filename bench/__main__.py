@@ -1,4 +1,5 @@
-"""``make bench``: runs every benchmark and prints a table of ratios against same-run baselines.
+"""``make bench``: runs every benchmark and prints a table of ratios against same-run baselines (each ratio the
+median of its rounds' ratios, each round's baseline beside what it divides).
 
 Sections (``--only``/``--skip`` pick them): ``pipeline`` (no-op baseline, burst and spread with telemetry on
 and off, latency, round trips, RSS), ``peer`` (the same burst and spread on the one-task-per-event Celery app a
@@ -16,6 +17,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 from bench import (
@@ -43,44 +45,61 @@ class Report:
         self.times_s: dict[str, float] = {}
 
 
-def pipeline_medians(url: str, args: argparse.Namespace) -> tuple[float, float, float, float, float, int]:
-    """(no-op tasks/s, burst, burst telemetry off, spread, spread telemetry off events/s), medians, and the peak
-    RSS (KiB).
+@dataclass(frozen=True)
+class PipelineRounds:
+    """Each round's figure per shape (events or tasks per second), in round order, and the peak RSS (KiB)."""
+
+    noop: list[float]
+    burst: list[float]
+    burst_off: list[float]
+    spread: list[float]
+    spread_off: list[float]
+    rss_kib: int
+
+
+def paired_ratio(values: list[float], baselines: list[float]) -> float:
+    """The median of each round's ratio to the baseline measured in the same round: a drift of the machine between
+    rounds (this one is shared) falls on both sides of a ratio, where a ratio of the two medians can pair one
+    round's figure with another round's baseline."""
+    return statistics.median(v / b for v, b in zip(values, baselines, strict=True))
+
+
+def paired_cost_pct(on: list[float], off: list[float]) -> float:
+    """Telemetry's cost, in percent of the rate with it off: the median of each round's on/off pair."""
+    return statistics.median((o - n) / o * 100 for n, o in zip(on, off, strict=True))
+
+
+def pipeline_rounds(url: str, args: argparse.Namespace) -> PipelineRounds:
+    """The no-op baseline, burst and spread with telemetry on and off, ``args.rounds`` times.
 
     Every round measures the no-op baseline too, then each shape with telemetry on and off, the order of the two
     swapped every other round (a bench audit found "on" always first, so a drift within a round fell on one
-    side), and each figure is the median of its rounds: this machine is shared and one run can differ from the
-    next by a third, so a baseline measured once, minutes before the rows it divides, would carry that moment
-    into every ratio."""
-    noop_runs: list[float] = []
-    burst_runs: list[float] = []
-    burst_off_runs: list[float] = []
-    spread_runs: list[float] = []
-    spread_off_runs: list[float] = []
+    side). The rows read rates as the medians of the rounds and ratios as the medians of each round's ratio
+    (:func:`paired_ratio`): this machine is shared and one run can differ from the next by a third, so a baseline
+    measured once, minutes before the rows it divides, would carry that moment into every ratio."""
+    found = PipelineRounds([], [], [], [], [], 0)
     rss = 0
     burst = partial(pipeline_bench.pipeline_rate, url, args.events, scopes=pipeline_bench.BURST_SCOPES)
     spread = partial(pipeline_bench.pipeline_rate, url, args.events // 2, scopes=args.events // 2)
     for round_index in range(args.rounds):
-        noop_runs.append(pipeline_bench.noop_rate(url, args.events))
+        found.noop.append(pipeline_bench.noop_rate(url, args.events))
         on_first = round_index % 2 == 0
         for on in (True, False) if on_first else (False, True):
             rate, peak = burst() if on else burst(telemetry_enabled=False)
-            (burst_runs if on else burst_off_runs).append(rate)
+            (found.burst if on else found.burst_off).append(rate)
             rss = max(rss, peak)
         for on in (True, False) if on_first else (False, True):
-            (spread_runs if on else spread_off_runs).append(
+            (found.spread if on else found.spread_off).append(
                 (spread() if on else spread(telemetry_enabled=False))[0]
             )
-    all_runs = (noop_runs, burst_runs, burst_off_runs, spread_runs, spread_off_runs)
-    medians = [statistics.median(runs) for runs in all_runs]
-    return medians[0], medians[1], medians[2], medians[3], medians[4], rss
+    return PipelineRounds(found.noop, found.burst, found.burst_off, found.spread, found.spread_off, rss)
 
 
-def workers_only_medians(url: str, args: argparse.Namespace) -> tuple[float, float, float]:
-    """(no-op tasks/s, burst, spread events/s) with the sending and the enqueue left out: each side's queue filled
-    before the clock starts (:func:`pipeline_bench.prefilled_noop_rate`), medians of alternating rounds. The goal
-    rows time both end to end; the no-op's one ``send_task`` per task is slower than our batched enqueue, so part
-    of their ratios is the cheaper door, and these rows show the workers alone."""
+def workers_only_rounds(url: str, args: argparse.Namespace) -> tuple[list[float], list[float], list[float]]:
+    """(no-op tasks/s, burst, spread events/s) per round, with the sending and the enqueue left out: each side's
+    queue filled before the clock starts (:func:`pipeline_bench.prefilled_noop_rate`), rounds alternating. The
+    goal rows time both end to end; the no-op's one ``send_task`` per task is slower than our batched enqueue, so
+    part of their ratios is the cheaper door, and these rows show the workers alone."""
     noop_runs: list[float] = []
     burst_runs: list[float] = []
     spread_runs: list[float] = []
@@ -90,7 +109,7 @@ def workers_only_medians(url: str, args: argparse.Namespace) -> tuple[float, flo
             pipeline_bench.prefilled_pipeline_rate(url, args.events, pipeline_bench.BURST_SCOPES)
         )
         spread_runs.append(pipeline_bench.prefilled_pipeline_rate(url, args.events // 2, args.events // 2))
-    return statistics.median(noop_runs), statistics.median(burst_runs), statistics.median(spread_runs)
+    return noop_runs, burst_runs, spread_runs
 
 
 BURST_GOAL, SPREAD_GOAL, P99_GOAL, TELEMETRY_GOAL_PCT = 5.0, 2.0, 1.2, 5.0  # issue 29, against the no-op task
@@ -100,13 +119,25 @@ def _verdict(ok: bool) -> str:
     return "holds" if ok else "MISSED"
 
 
-def _telemetry_note(on: float, off: float) -> str:
-    cost = (off - on) / off * 100
+def _telemetry_note(on: list[float], off: list[float]) -> str:
+    cost = paired_cost_pct(on, off)
     return f"telemetry costs {cost:+.1f}% (goal <= {TELEMETRY_GOAL_PCT:.0f}%): {_verdict(cost <= TELEMETRY_GOAL_PCT)}"
 
 
 def pipeline_section(url: str, args: argparse.Namespace, out: Report) -> None:
-    noop, burst, burst_off, spread, spread_off, rss = pipeline_medians(url, args)
+    rounds = pipeline_rounds(url, args)
+    noop, burst, burst_off, spread, spread_off = (
+        statistics.median(runs)
+        for runs in (rounds.noop, rounds.burst, rounds.burst_off, rounds.spread, rounds.spread_off)
+    )
+    burst_x, burst_off_x = (
+        paired_ratio(rounds.burst, rounds.noop),
+        paired_ratio(rounds.burst_off, rounds.noop),
+    )
+    spread_x, spread_off_x = (
+        paired_ratio(rounds.spread, rounds.noop),
+        paired_ratio(rounds.spread_off, rounds.noop),
+    )
     enq_rt, work_rt = pipeline_bench.round_trips_per_event(url, 1000, scopes=10)
     out.figures.update(
         noop_tasks_per_s=noop,
@@ -114,54 +145,60 @@ def pipeline_section(url: str, args: argparse.Namespace, out: Report) -> None:
         pipeline_burst_telemetry_off_events_per_s=burst_off,
         pipeline_spread_events_per_s=spread,
         pipeline_spread_telemetry_off_events_per_s=spread_off,
+        pipeline_burst_ratio=burst_x,
+        pipeline_spread_ratio=spread_x,
+        telemetry_cost_burst_pct=paired_cost_pct(rounds.burst, rounds.burst_off),
+        telemetry_cost_spread_pct=paired_cost_pct(rounds.spread, rounds.spread_off),
         enqueue_round_trips_per_event=enq_rt,
         worker_round_trips_per_event=work_rt,
-        worker_peak_rss_mib=rss / 1024,
+        worker_peak_rss_mib=rounds.rss_kib / 1024,
     )
     out.rows += [
         (
             "plain Celery no-op task",
             f"{noop:,.0f} tasks/s",
             "1.00x",
-            "baseline, median of the rounds; end to end: one send_task per task, timed (ours: enqueue_many)",
+            "baseline, measured in every round; end to end: one send_task per task, timed (ours: enqueue_many)",
         ),
         (
             "pipeline, burst (8 scopes)",
             f"{burst:,.0f} events/s",
-            f"{burst / noop:.2f}x",
-            f"goal >= {BURST_GOAL:.0f}x (issue 29): {_verdict(burst / noop >= BURST_GOAL)}",
+            f"{burst_x:.2f}x",
+            f"goal >= {BURST_GOAL:.0f}x (issue 29): {_verdict(burst_x >= BURST_GOAL)}",
         ),
         (
             "pipeline, burst, telemetry off",
             f"{burst_off:,.0f} events/s",
-            f"{burst_off / noop:.2f}x",
-            _telemetry_note(burst, burst_off),
+            f"{burst_off_x:.2f}x",
+            _telemetry_note(rounds.burst, rounds.burst_off),
         ),
         (
             "pipeline, spread (1 event/scope)",
             f"{spread:,.0f} events/s",
-            f"{spread / noop:.2f}x",
-            f"goal >= {SPREAD_GOAL:.0f}x (issue 29): {_verdict(spread / noop >= SPREAD_GOAL)}",
+            f"{spread_x:.2f}x",
+            f"goal >= {SPREAD_GOAL:.0f}x (issue 29): {_verdict(spread_x >= SPREAD_GOAL)}",
         ),
         (
             "pipeline, spread, telemetry off",
             f"{spread_off:,.0f} events/s",
-            f"{spread_off / noop:.2f}x",
-            _telemetry_note(spread, spread_off),
+            f"{spread_off_x:.2f}x",
+            _telemetry_note(rounds.spread, rounds.spread_off),
         ),
     ]
     out.rows += workers_only_rows(url, args, out)
     out.rows += [
         ("Redis round trips / event (worker)", f"{work_rt:.2f}", "", "goal <= 6"),
         ("Redis round trips / event (enqueue)", f"{enq_rt:.3f}", "", "batched enqueue_many"),
-        ("worker peak RSS (one child)", f"{rss / 1024:.0f} MiB", "", ""),
+        ("worker peak RSS (one child)", f"{rounds.rss_kib / 1024:.0f} MiB", "", ""),
     ]
     out.rows += latency_rows(url, out)
 
 
 def workers_only_rows(url: str, args: argparse.Namespace, out: Report) -> list[Row]:
     """The throughput rows again with each side's queue filled first: what the workers alone do."""
-    noop, burst, spread = workers_only_medians(url, args)
+    noop_runs, burst_runs, spread_runs = workers_only_rounds(url, args)
+    noop, burst, spread = (statistics.median(runs) for runs in (noop_runs, burst_runs, spread_runs))
+    burst_x, spread_x = paired_ratio(burst_runs, noop_runs), paired_ratio(spread_runs, noop_runs)
     out.figures.update(
         noop_workers_only_tasks_per_s=noop,
         pipeline_burst_workers_only_events_per_s=burst,
@@ -177,13 +214,13 @@ def workers_only_rows(url: str, args: argparse.Namespace, out: Report) -> list[R
         (
             "pipeline, burst, queue filled first",
             f"{burst:,.0f} events/s",
-            f"{burst / noop:.2f}x",
+            f"{burst_x:.2f}x",
             "the workers alone (the enqueue done before the clock starts); no goal of its own",
         ),
         (
             "pipeline, spread, queue filled first",
             f"{spread:,.0f} events/s",
-            f"{spread / noop:.2f}x",
+            f"{spread_x:.2f}x",
             "the same, one event per scope",
         ),
     ]
