@@ -166,6 +166,22 @@ def test_every_route_is_documented() -> None:
     assert not missing, f"routes the docs never name: {missing}"
 
 
+def test_every_engine_key_family_is_in_the_key_table() -> None:
+    """docs/keys.md names every family and singleton the engine writes (a walk of a live Redis found
+    ``worker-info`` there and not in the table, which README says lists every key)."""
+    from worker.keys.layout import ENGINE_FAMILIES, ENGINE_SINGLETONS
+
+    table = (ROOT / "docs" / "keys.md").read_text(encoding="utf-8")
+    missing = [
+        name
+        for name in (*ENGINE_FAMILIES, *ENGINE_SINGLETONS)
+        if not re.search(
+            r"(?<![\w-])" + re.escape(name) + ("" if name.endswith(":") else r"(?![\w-])"), table
+        )
+    ]
+    assert not missing, f"docs/keys.md does not name: {missing}"
+
+
 def test_make_help_lists_every_target() -> None:
     """``make help`` names each ``.PHONY`` target (as ``make <target>`` at the start of one of its lines)."""
     text = _text(ROOT / "Makefile")

@@ -32,6 +32,9 @@ __all__ = ["add_keys_command"]
 
 
 def _store() -> Any:
+    """The credential store of the Redis this verb goes to, with the bootstrap key the environment sets here (a
+    pod's ``AGENT_SIGNAL_BOOTSTRAP_KEY``): with one, no key made here is the deployment's first."""
+    from producers.http.settings import door_settings
     from worker.keys.layout import Keys
     from worker.ops.credentials import CredentialStore
     from worker.settings import load_settings
@@ -40,21 +43,28 @@ def _store() -> Any:
     settings, joined = join_stack(load_settings(), need_broker=False)  # REDIS_URL, else the stack's own Redis
     if joined is not None:
         print(f"agent-signal keys: {joined}", file=sys.stderr, flush=True)
-    return CredentialStore(redis_from_settings(settings), Keys(settings.key_prefix))
+    door = door_settings(settings)
+    bootstrap = door.bootstrap_key.get_secret_value() if door.bootstrap_key is not None else door.api_token
+    return CredentialStore(redis_from_settings(settings), Keys(settings.key_prefix), bootstrap_key=bootstrap)
 
 
 CREATED = ("id", "tenant", "role", "key")
 
 
 def _first_key_note(role: str, tenant: str) -> str:
-    """What a stack's first key changes, said on stderr when a key was made without a credential: every call
-    needs one from now on (README: make an admin key first; a non-admin one cannot make more)."""
-    note = "agent-signal keys create: the stack's first key: every call needs a credential now (--token KEY)"
+    """What a deployment's first key changes, said on stderr when a key was made where no credential existed (no
+    key, no bootstrap key): every call needs one from now on (README: make an admin key first; a key that is not
+    admin cannot make more)."""
+    note = (
+        "agent-signal keys create: the deployment's first key: every call needs a credential now (--token KEY)"
+    )
     if role == "admin":
         return note
+    article = "an" if role[:1] in "aeiou" else "a"
     return (
-        f"{note}; a {role} key cannot make more: `agent-signal keys create --tenant {tenant} --role admin --redis` "
-        "makes an admin key of its tenant straight in the stack's Redis"
+        f"{note}; {article} {role} key cannot make more: `agent-signal keys create --tenant {tenant} --role admin "
+        "--redis` makes an admin key of its tenant straight in Redis (REDIS_URL, else this checkout's make run "
+        "stack)"
     )
 
 

@@ -92,6 +92,18 @@ def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 class TestKeysFromTheCli:
+    def test_a_key_made_where_the_bootstrap_key_is_set_is_not_the_first(
+        self, make_settings: SettingsFactory
+    ) -> None:
+        """A pod's `keys create` (its REDIS_URL and AGENT_SIGNAL_BOOTSTRAP_KEY set, no key stored yet) said that it
+        made the deployment's first key and that every call needs a credential now: the bootstrap key had asked
+        for one all along. It says nothing now."""
+        settings = make_settings(bootstrap_key=BOOT, auth_cache_s=0)
+        created = cli(settings, "keys", "create", "--tenant", "default", "--role", "metrics", "--name", "keda")
+        assert created.returncode == 0, created.stderr
+        assert json.loads(created.stdout)["role"] == "metrics"
+        assert "first key" not in created.stderr, created.stderr
+
     def test_create_list_revoke(
         self, make_settings: SettingsFactory, open_app: Callable[..., TestClient]
     ) -> None:
@@ -103,7 +115,7 @@ class TestKeysFromTheCli:
         assert set(key) == {"id", "tenant", "role", "key"}
         assert (key["tenant"], key["role"]) == ("acme", "read") and key["key"].startswith("as_")
         # the deployment's first key: from now on every call needs one, and a read key cannot make more
-        assert "the stack's first key" in created.stderr and "--role admin --redis" in created.stderr
+        assert "the deployment's first key" in created.stderr and "--role admin --redis" in created.stderr
         again = cli(settings, "keys", "create", "--tenant", "acme", "--role", "admin")
         assert again.returncode == 0 and again.stderr == "", again.stderr
         listed = cli(settings, "keys", "list", "--tenant", "acme")

@@ -258,5 +258,5 @@ def test_the_first_key_says_the_stack_needs_one_now(
     args = ["keys", "create", "--tenant", "default", "--role", role, "--url", door.url]
     assert main([*args, *(["--token", token] if token else [])]) == 0
     err = capsys.readouterr().err
-    assert ("the stack's first key: every call needs a credential now" in err) is note, err
+    assert ("the deployment's first key: every call needs a credential now" in err) is note, err
     assert ("--role admin --redis" in err) is (note and role != "admin"), err
