@@ -27,12 +27,16 @@ A payload key dedupes across one user's events, so an event of one form must fin
 applied under the same key (an order of before and one of after the upgrade sharing a charge key would charge
 twice): a lookup reads the key's other form too (:func:`idempotency_aliases`), and replays a lane found there.
 Such a lane under the bare key may be another user's (the fault form 2 closes): it is read only where an event
-of before wrote it, for as long as lanes of before live.
+of before wrote it, for as long as lanes of before live. A bare key that starts as a form-2 key does
+(``u=<user>:``) is never read as the other form: it is that user's lane of the rest of the key, and a producer
+can choose such a key (an upgrade walk made alice's order replay bob's charge with the key ``u=bob:<his key>``).
+An event of before whose own bare key has that shape still shares that user's lane, until events of before end.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 
 from worker.core.nodes import Action
 
@@ -44,6 +48,7 @@ __all__ = [
     "effect_key",
     "idempotency_aliases",
     "idempotency_key_for",
+    "is_user_form",
     "lane_action_id",
     "lane_form_of",
     "lane_name",
@@ -56,6 +61,7 @@ LANE_PREFIX = "action-idempotency"
 # an event hash's mark: the form of its lanes' keys (worker/store/lua/lib/take_head.lua writes LANE_FORM)
 TYPED_LANES_FIELD = "typedLanes"
 LANE_FORM = 2  # the form an event first begun now is marked with (the docstring above)
+_USER_FORM = re.compile(r"u=[^:]*:")  # a form-2 payload key's start: a user id holds no ``:``
 
 
 def lane_form_of(mark: str | None) -> int:
@@ -83,7 +89,17 @@ def idempotency_aliases(
     key = action.payload.get("idempotencyKey")
     if not isinstance(key, str) or not key:
         return ()
-    return (key,) if form >= 2 else (f"u={user_id or ''}:{key}",)
+    if form < 2:
+        return (f"u={user_id or ''}:{key}",)
+    # a bare key of today's shape (``u=bob:K``) is also the lane of bob's key ``K`` (an upgrade walk: alice's event
+    # with that key replayed bob's charge): the producer chose it, so it is not read as a lane of before
+    return () if is_user_form(key) else (key,)
+
+
+def is_user_form(key: str) -> bool:
+    """True when a payload key starts as a form-2 key does (``u=<user>:``): as a bare key of before it would be
+    that user's lane (:func:`idempotency_aliases`)."""
+    return _USER_FORM.match(key) is not None
 
 
 def lane_action_id(action: Action) -> str:

@@ -57,7 +57,13 @@ import zstandard
 from redis import Redis
 
 from worker.core.clock import now_ms
-from worker.core.idempotency import LANE_FORM, TYPED_LANES_FIELD, idempotency_key_for, lane_form_of
+from worker.core.idempotency import (
+    LANE_FORM,
+    TYPED_LANES_FIELD,
+    idempotency_key_for,
+    is_user_form,
+    lane_form_of,
+)
 from worker.documents.chain_codec import decode_chain
 from worker.documents.chain_storage import stored_actions
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
@@ -419,10 +425,17 @@ def _chain_lanes(
     def lanes_of(in_form: int) -> set[str]:
         return {k.idempotency(scope, idempotency_key_for(a, form=in_form, user_id=user)) for a in actions}
 
+    def bare_lanes_of(in_form: int) -> set[str]:  # but a bare key that is a user's lane of today (u=<user>:…)
+        return {
+            k.idempotency(scope, idempotency_key_for(a, form=in_form, user_id=user))
+            for a in actions
+            if not is_user_form(str(a.payload.get("idempotencyKey") or ""))
+        }
+
     if form is not None:
         return sorted(lanes_of(form)), []
     sure = lanes_of(LANE_FORM)
-    return sorted(sure), sorted(set.union(*(lanes_of(older) for older in range(LANE_FORM))) - sure)
+    return sorted(sure), sorted(set.union(*(bare_lanes_of(older) for older in range(LANE_FORM))) - sure)
 
 
 def _unkept(store: EventStore, lanes: list[str]) -> list[str]:

@@ -55,9 +55,7 @@ def _first_key_note(role: str, tenant: str) -> str:
     """What a deployment's first key changes, said on stderr when a key was made where no credential existed (no
     key, no bootstrap key): every call needs one from now on (README: make an admin key first; a key that is not
     admin cannot make more)."""
-    note = (
-        "agent-signal keys create: the deployment's first key: every call needs a credential now (--token KEY)"
-    )
+    note = "agent-signal keys create: the deployment's first key: every call needs a credential now (--token KEY)"
     if role == "admin":
         return note
     article = "an" if role[:1] in "aeiou" else "a"

@@ -319,3 +319,46 @@ def test_one_users_payload_key_dedupes_across_the_two_forms(
     assert redis_client.get(b.plugin(SCOPE, "charged")) == "2"
     producer.close()
     pipeline.store.client.close()
+
+
+@pytest.mark.parametrize("factory", ["plugin", "batch_plugin"])
+def test_a_payload_key_shaped_as_another_users_lane_is_not_its_alias(
+    make_settings: Any, redis_client: Redis, factory: str
+) -> None:
+    """An upgrade walk: alice's order whose charge key was ``u=bob:<bob's key>`` looked up that bare key as its key's
+    other form, found bob's lane of today's form there, and replayed bob's charge (his action id in her chain). A
+    bare key of that shape is no alias: alice is charged, under her own lane."""
+    _, producer, pipeline = _charge_pipeline(make_settings, factory, commit_batch_max=16)
+    b = producer.keys.for_scope(SCOPE)
+    redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
+    producer.enqueue(_order("order-bob", chargeKey=CHARGE_KEY) | {"userId": "bob"})
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    shaped = f"u=bob:{CHARGE_KEY}"
+    alice = producer.enqueue(_order("order-alice", chargeKey=shaped) | {"userId": "alice"}).event_id
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    assert (producer.status(alice) or {})["status"] == "done"
+    assert redis_client.get(b.plugin(SCOPE, "charged")) == "2"
+    assert redis_client.exists(b.idempotency(SCOPE, f"u=alice:{shaped}")) == 1
+    producer.close()
+    pipeline.store.client.close()
+
+
+def test_an_erasure_leaves_the_lane_a_shaped_key_names(make_settings: Any, redis_client: Redis) -> None:
+    """Erasing alice, whose order's hash is gone, deleted her key's lanes of the older forms too while they had a
+    TTL: her key ``u=bob:<bob's key>`` as it is, bob's done lane, so bob's resend would charge again. Such a key
+    is left to its TTL; alice's own lane goes."""
+    _, producer, pipeline = _charge_pipeline(make_settings, idempotency_ttl_s=3600)
+    b = producer.keys.for_scope(SCOPE)
+    redis_client.set(b.plugin(SCOPE, "shipping-fixed"), "1")
+    producer.enqueue(_order("order-bob", chargeKey=CHARGE_KEY) | {"userId": "bob"})
+    shaped = f"u=bob:{CHARGE_KEY}"
+    alice = producer.enqueue(_order("order-alice", chargeKey=shaped) | {"userId": "alice"}).event_id
+    assert pipeline.drain_scope(SCOPE).next == "idle"
+    bobs, hers = b.idempotency(SCOPE, shaped), b.idempotency(SCOPE, f"u=alice:{shaped}")
+    assert redis_client.exists(bobs, hers) == 2
+    redis_client.delete(b.event(alice))
+    producer.enqueue(_order("order-q", chargeKey="other") | {"userId": "bob"})  # queued: the scope is kept
+    erase_user(producer.store, producer.keys, "alice", session_scope=session_scope)
+    assert redis_client.exists(hers) == 0 and redis_client.exists(bobs) == 1
+    producer.close()
+    pipeline.store.client.close()

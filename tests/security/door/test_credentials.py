@@ -99,7 +99,9 @@ class TestKeysFromTheCli:
         made the deployment's first key and that every call needs a credential now: the bootstrap key had asked
         for one all along. It says nothing now."""
         settings = make_settings(bootstrap_key=BOOT, auth_cache_s=0)
-        created = cli(settings, "keys", "create", "--tenant", "default", "--role", "metrics", "--name", "keda")
+        created = cli(
+            settings, "keys", "create", "--tenant", "default", "--role", "metrics", "--name", "keda"
+        )
         assert created.returncode == 0, created.stderr
         assert json.loads(created.stdout)["role"] == "metrics"
         assert "first key" not in created.stderr, created.stderr
