@@ -172,6 +172,9 @@ class Settings(_SecretsHidden, BaseSettings):
     # Scopes one tenant may hold paused at once (a pause mark has no TTL, and the scope listing reads every one);
     # past it, a pause -> 429 quota_exceeded until a scope is resumed (0: none).
     tenant_max_paused_scopes: int = Field(default=10_000, ge=0)
+    # API keys one tenant holds not revoked (worker/ops/key_index.py): one tenant's admin made 20,000, each kept
+    # for good; past it, a key create -> 429 quota_exceeded until one is revoked (0: none).
+    tenant_max_keys: int = Field(default=1_000, ge=0)
     user_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     # Every user's stored bytes together, and what sessions and receipts that name no user store (0: none): a
     # tenant minting tokens for many users, or writing user-less sessions, fills at most this much of Redis.

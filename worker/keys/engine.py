@@ -42,8 +42,21 @@ class EngineWide:
 
     @property
     def api_keys(self) -> str:
-        """Set of every API key id (``keys list``)."""
+        """Set of every API key id (``keys list`` of every tenant; "credentials are configured")."""
         return f"{self.prefix}{{credentials}}:apikeys"
+
+    def api_keys_of(self, tenant: str) -> str:
+        """Set of one tenant's API key ids, revoked ones too (its ``keys list``; worker/ops/key_index.py)."""
+        return f"{self.prefix}{{credentials}}:apikeys-of:{tenant}"
+
+    def active_api_keys_of(self, tenant: str) -> str:
+        """Set of one tenant's API key ids not revoked (``AGENT_SIGNAL_TENANT_MAX_KEYS`` counts them)."""
+        return f"{self.prefix}{{credentials}}:apikeys-active-of:{tenant}"
+
+    @property
+    def api_keys_indexed(self) -> str:
+        """Mark (string): the keys created before the tenant indexes were added to them (worker/ops/key_index.py)."""
+        return f"{self.prefix}{{credentials}}:apikeys-indexed"
 
     @property
     def token_secret(self) -> str:

@@ -54,6 +54,7 @@ from redis import Redis, WatchError
 from worker.core.ids import IdProblem, user_id_problem
 from worker.intake.refusals import StoreUnavailable
 from worker.keys.layout import DEFAULT_TENANT, BadTenant, Keys, check_tenant
+from worker.ops.key_index import room_left, stage_create, stage_revoke, tenant_key_ids
 from worker.ops.roles import ROLES
 
 __all__ = [
@@ -187,8 +188,10 @@ class CredentialStore:
         bootstrap_key: str | None = None,
         token_secret: str | None = None,
         cache_s: float = 0.0,
+        tenant_max_keys: int = 0,
     ) -> None:
         self.client = client
+        self.tenant_max_keys = tenant_max_keys  # active keys per tenant (0: none; worker/ops/key_index.py)
         self.keys = keys
         self.bootstrap_key = bootstrap_key or None
         self.cache_s = cache_s
@@ -215,20 +218,16 @@ class CredentialStore:
         record = KeyRecord(key_id, tenant, role, name, _now_ms(), secret_hash=hash_secret(secret))
         # The audit entry first: it lives in the tenant's slot, the key in {credentials}, so they cannot share a
         # transaction on a cluster; a crash between the two leaves an entry for a key never made, never the reverse.
+        room_left(self.client, self.keys, tenant, self.tenant_max_keys)  # refused before anything is written
         self._audit(tenant, "key.create", key_id, role=role, name=name, actor=actor)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hset(
-            self.keys.api_key(key_id),
-            mapping={
-                "tenant": tenant,
-                "role": role,
-                "name": name,
-                "hash": record.secret_hash,
-                "createdAt": record.created_at_ms,
-            },
-        )
-        pipe.sadd(self.keys.api_keys, key_id)
-        pipe.execute()
+        stored: dict[str, str | int] = {
+            "tenant": tenant,
+            "role": role,
+            "name": name,
+            "hash": record.secret_hash,
+            "createdAt": record.created_at_ms,
+        }
+        stage_create(self.client, self.keys, tenant, key_id, stored, self.tenant_max_keys)
         self._configured = True
         return record, secret
 
@@ -248,8 +247,12 @@ class CredentialStore:
         return record
 
     def list(self, tenant: str | None = None) -> list[KeyRecord]:
-        """Every stored key (of ``tenant`` when given), oldest first, without secrets."""
-        ids = sorted(_text(i) for i in self.client.smembers(self.keys.api_keys))
+        """Every stored key (of ``tenant`` when given: its own index, worker/ops/key_index.py), oldest first,
+        without secrets."""
+        if tenant is None:
+            ids = sorted(_text(i) for i in self.client.smembers(self.keys.api_keys))
+        else:
+            ids = tenant_key_ids(self.client, self.keys, tenant)
         pipe = self.client.pipeline(transaction=False)
         for key_id in ids:
             pipe.hgetall(self.keys.api_key(key_id))
@@ -268,6 +271,7 @@ class CredentialStore:
             pipe = self.client.pipeline(transaction=True)
             pipe.hsetnx(self.keys.api_key(key_id), "revokedAt", str(at))
             pipe.hdel(self.keys.api_key(key_id), "hash")
+            stage_revoke(pipe, self.keys, record.tenant, key_id)
             pipe.execute()
         self._cache.pop(key_id, None)
         return self.read(key_id)

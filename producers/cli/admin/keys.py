@@ -45,7 +45,12 @@ def _store() -> Any:
         print(f"agent-signal keys: {joined}", file=sys.stderr, flush=True)
     door = door_settings(settings)
     bootstrap = door.bootstrap_key.get_secret_value() if door.bootstrap_key is not None else door.api_token
-    return CredentialStore(redis_from_settings(settings), Keys(settings.key_prefix), bootstrap_key=bootstrap)
+    return CredentialStore(
+        redis_from_settings(settings),
+        Keys(settings.key_prefix),
+        bootstrap_key=bootstrap,
+        tenant_max_keys=settings.tenant_max_keys,
+    )
 
 
 CREATED = ("id", "tenant", "role", "key")
@@ -92,6 +97,7 @@ def _keys_http(args: argparse.Namespace, target: Target) -> int:
 
 def _keys_direct(args: argparse.Namespace) -> int:
     from worker.ops.credentials import CredentialError
+    from worker.ops.key_index import TooManyKeys
 
     store = _store()
     try:
@@ -99,7 +105,10 @@ def _keys_direct(args: argparse.Namespace) -> int:
             first = not store.configured()
             try:
                 record, secret = store.create(args.tenant, args.role, args.name or "", actor="cli")
-            except CredentialError as exc:  # the flag at fault, as every verb names it (not the class)
+            except (
+                CredentialError,
+                TooManyKeys,
+            ) as exc:  # the flag at fault, as every verb names it (not the class)
                 raise CliError(f"--{exc.field}: {exc}" if exc.field else str(exc)) from None
             print_json({"id": record.id, "tenant": record.tenant, "role": record.role, "key": secret})
             if first:

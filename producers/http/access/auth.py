@@ -170,6 +170,7 @@ class Authenticator:
                 bootstrap_key=bootstrap_key_of(self.door),
                 token_secret=token_secret.get_secret_value() if token_secret is not None else None,
                 cache_s=self.door.auth_cache_s,
+                tenant_max_keys=self.settings.tenant_max_keys,
             )
         return self._store
 

@@ -1,0 +1,93 @@
+"""A tenant's API keys: listed from its own index, and at most ``AGENT_SIGNAL_TENANT_MAX_KEYS`` of them active
+(worker/ops/key_index.py). A hostile-caller walk: one tenant's admin made 20,000 keys, kept for good, and another
+tenant's key listing read all of them to find its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from producers.http.app import create_web_app
+from tests.conftest import SettingsFactory
+from worker.keys.layout import BucketKeys
+from worker.ops.credentials import CredentialStore
+
+BOOT = "bootstrap-key-for-tests-0123456789"
+ROOT_AUTH = {"Authorization": f"Bearer {BOOT}"}
+
+
+@pytest.fixture
+def open_app(make_settings: SettingsFactory) -> Iterator[Callable[..., TestClient]]:
+    clients: list[TestClient] = []
+
+    def start(**overrides: Any) -> TestClient:
+        client = TestClient(create_web_app(make_settings(bootstrap_key=BOOT, auth_cache_s=0, **overrides)))
+        clients.append(client)
+        return client.__enter__()
+
+    yield start
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+def _create(client: TestClient, tenant: str, auth: dict[str, str] = ROOT_AUTH) -> Any:
+    return client.post("/v1/keys", json={"tenant": tenant, "role": "read", "name": "n"}, headers=auth)
+
+
+def test_a_tenant_at_its_key_limit_is_refused_until_it_revokes_one(
+    open_app: Callable[..., TestClient],
+) -> None:
+    """The third active key of a tenant allowed two is 429 quota_exceeded naming ``tenant`` (and the setting);
+    another tenant is not held; a revoke makes room, and a revoked key is still listed."""
+    client = open_app(tenant_max_keys=2)
+    first, second = (_create(client, "acme").json() for _ in range(2))
+    refused = _create(client, "acme")
+    assert refused.status_code == 429, refused.text
+    error = refused.json()["error"]
+    assert (error["code"], error["field"]) == ("quota_exceeded", "tenant")
+    assert "AGENT_SIGNAL_TENANT_MAX_KEYS" in error["message"]
+    assert _create(client, "globex").status_code == 201
+    assert client.delete(f"/v1/keys/{first['id']}", headers=ROOT_AUTH).status_code == 200
+    assert _create(client, "acme").status_code == 201
+    listed = client.get("/v1/keys?tenant=acme", headers=ROOT_AUTH).json()["keys"]
+    assert len(listed) == 3 and {first["id"], second["id"]} <= {k["id"] for k in listed}
+
+
+def test_a_listing_reads_its_tenants_index_only(
+    open_app: Callable[..., TestClient], redis_client: Redis, keys: BucketKeys
+) -> None:
+    """acme's listing reads acme's set: a key of globex's whose id the global set holds is never read for it (its
+    record made unreadable here would fail a listing that reads every key)."""
+    client = open_app()
+    mine = _create(client, "acme").json()
+    theirs = _create(client, "globex").json()
+    redis_client.delete(keys.api_key(theirs["id"]))
+    redis_client.set(keys.api_key(theirs["id"]), "not a hash")  # WRONGTYPE for whoever reads it
+    listed = client.get("/v1/keys?tenant=acme", headers=ROOT_AUTH)
+    assert listed.status_code == 200, listed.text
+    assert [k["id"] for k in listed.json()["keys"]] == [mine["id"]]
+
+
+def test_keys_made_before_the_index_are_indexed_once(redis_client: Redis, keys: BucketKeys) -> None:
+    """Keys stored before the tenant indexes (only the global set and their records) are listed by tenant and
+    counted toward the limit, revoked ones listed and not counted."""
+    store = CredentialStore(redis_client, keys)
+    made = [
+        store.create("acme", "read")[0],
+        store.create("acme", "ingest")[0],
+        store.create("globex", "read")[0],
+    ]
+    store.revoke(made[1].id)
+    for tenant in ("acme", "globex"):
+        redis_client.delete(keys.api_keys_of(tenant), keys.active_api_keys_of(tenant))
+    redis_client.delete(keys.api_keys_indexed)
+    later = CredentialStore(redis_client, keys, tenant_max_keys=2)
+    assert [r.id for r in later.list("acme")] == [made[0].id, made[1].id]
+    assert redis_client.smembers(keys.active_api_keys_of("acme")) == {made[0].id}
+    later.create("acme", "read")
+    with pytest.raises(ValueError, match="AGENT_SIGNAL_TENANT_MAX_KEYS"):
+        later.create("acme", "read")
