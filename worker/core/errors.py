@@ -118,7 +118,7 @@ class OverLimit(Exception):
     @classmethod
     def from_reply(cls, reply: str, settings: QuotaSettings, users: Sequence[str] = ()) -> OverLimit:
         """From the script's ``OVERLIMIT inbox <scopeRef> <depth>`` / ``OVERLIMIT tenant <queued>`` /
-        ``OVERLIMIT events <retained> <retryAfterS>`` / ``OVERLIMIT userevents <n-th user> <retained> <retryAfterS>``
+        ``OVERLIMIT events <retained> <retryAfterS> [<dead>]`` / ``OVERLIMIT userevents <n-th user> <retained> <retryAfterS>``
         / ``OVERLIMIT user <n-th count> <bytes> <retryAfterS>`` (the counts are each of ``users``' when
         ``user_max_bytes`` is on, then the tenant's: worker/store/quotas.py ``stored_bytes_checks``; the users are
         the batch's, sorted, for both)."""
@@ -135,11 +135,18 @@ class OverLimit(Exception):
                 f"scope {scope!r} already holds {parts[-1]} queued events (limit {max_inbox}); retry later"
             )
             return cls("inbox", message, retry_after_s=retry_after_s)
-        if len(parts) == 4 and parts[1] == "events":
+        if len(parts) in (4, 5) and parts[1] == "events":
+            dead = int(parts[4]) if len(parts) == 5 else 0
+            held = (
+                f"{parts[2]} events: of its dedupe window, and {dead} dead ones older, which count until they are "
+                "redriven or discarded (GET /v1/dlq)"
+                if dead
+                else f"{parts[2]} events of its dedupe window"
+            )
             message = (
-                f"this tenant already keeps {parts[2]} events of its dedupe window (its quota is {max_events}, "
-                "AGENT_SIGNAL_TENANT_MAX_EVENTS; a large event counts once per started share of its size, "
-                f"docs/settings.md); {_when_retained(int(parts[3]))}"
+                f"this tenant already keeps {held} (its quota is {max_events}, AGENT_SIGNAL_TENANT_MAX_EVENTS; a "
+                "large event counts once per started share of its size, docs/settings.md); "
+                f"{_when_retained(int(parts[3]), dead)}"
             )
             return cls("events", message, retry_after_s=int(parts[3]))
         if len(parts) == 5 and parts[1] == "userevents":
@@ -170,8 +177,11 @@ class OverLimit(Exception):
         return cls("tenant", message, retry_after_s=retry_after_s)
 
 
-def _when_retained(retry_after_s: int) -> str:
-    """What a retained-events refusal tells the caller to do: wait, or (nothing counted yet) send less."""
+def _when_retained(retry_after_s: int, dead: int = 0) -> str:
+    """What a retained-events refusal tells the caller to do: wait, make room among the dead, or (nothing counted
+    yet) send less."""
     if retry_after_s:
         return "retry once older ones expire"
+    if dead:
+        return "waiting frees no room while the dead keep it: redrive or discard some first"
     return "this request alone is over it: send fewer or smaller events"

@@ -265,6 +265,7 @@ class EventStore(StoreReads):
             runs_active=k.runs("status", "active"),
             runs_types=k.runs("types"),
             retained=k.retained_events,
+            dlq=k.dlq,
             now_ms=now_ms(),
             window_s=self.settings.dedupe_window_s,
             sched_ttl_ms=self.schedule_ttl_ms,

@@ -12,8 +12,13 @@ quota assumed, and one tenant filled the shipped Redis for everyone). Each bucke
 counts the units its admissions accepted per time slot of a 24th of the window (:func:`retained_slot_ms`); the slots of
 the last window and one slot more are summed (:data:`RETAINED_FN`). The enqueue script checks the sum against
 the quota and adds its accepted events, in the same script. A refusal's Retry-After is when the oldest counted
-slot drops out. Not counted: follow-up events a chain emits (admitted by the worker's commit), dead events
-past their window, and what an erasure or a discard frees before the window ends.
+slot drops out. Not counted: follow-up events a chain emits (admitted by the worker's commit), and what an
+erasure or a discard frees before the window ends. A dead event is kept until it is redriven or discarded, past
+its window too, so the tenant's dead events that died before the window count too, one each whatever their size
+(``ZCOUNT`` of each bucket's dead-letter list by death time, in the same script): a hostile-caller walk filled the
+dead-letter list with 2,900 poisoned events a window, each let in again once its window had passed, and Redis grew
+without end. An event that died within the window was admitted within it or just before, so it is counted once
+(by its admission) or, for a moment, not at all.
 
 **A user's share of them.** The events naming a user count, alike, in the bucket's
 ``retained-events:user:<userId>`` hash too (``AGENT_SIGNAL_USER_MAX_EVENTS``, checked in the same script; with
@@ -186,16 +191,22 @@ def add_user_bytes(
         client.hincrby(command[1], command[2], command[3])
 
 
-def retained_counts(client: Redis, counts: Sequence[Sequence[str]], window_s: int) -> list[tuple[int, int]]:
+def retained_counts(
+    client: Redis, counts: Sequence[Sequence[str]], window_s: int, *, dlqs: Sequence[str] = ()
+) -> list[tuple[int, int]]:
     """Retained-event counts kept over several hashes each (a count's buckets), read in one pipeline: each count's
-    (units in the window, seconds until its oldest slot leaves it; 0 when nothing is counted)."""
+    (units in the window, seconds until its oldest slot leaves it; 0 when nothing is counted). With ``dlqs``, the
+    same pipeline counts their dead events that died before the window, one more pair last:
+    (that count, 0)."""
     slot_ms = retained_slot_ms(window_s)
     pipe = client.pipeline(transaction=False)
     for keys in counts:
         for key in keys:
             pipe.hgetall(key)
-    replies = iter(pipe.execute())
     now = int(time.time() * 1000)
+    for key in dlqs:
+        pipe.zcount(key, "-inf", f"({now - window_s * 1000}")
+    replies = iter(pipe.execute())
     current = now // slot_ms
     out: list[tuple[int, int]] = []
     for keys in counts:
@@ -211,18 +222,25 @@ def retained_counts(client: Redis, counts: Sequence[Sequence[str]], window_s: in
             0 if oldest is None else max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
         )
         out.append((total, retry_s))
+    if dlqs:
+        out.append((sum(int(n) for n in replies), 0))
     return out
 
 
 def retained_refusal(
     client: Redis, every: Sequence[BucketKeys], adding: int, max_events: int, window_s: int
 ) -> str | None:
-    """With scope buckets, the tenant's retained events summed over its buckets (each script counts its own),
-    ``adding`` the units of the batch (:func:`retained_units`): the OVERLIMIT reply ENQUEUE would give, or None."""
-    ((total, retry_s),) = retained_counts(client, [[k.retained_events for k in every]], window_s)
-    if total + adding <= max_events:
+    """With scope buckets, the tenant's retained events summed over its buckets (each script counts its own), its
+    dead events past the window with them (one each: a dead event never expires, and the retained count, kept per
+    admission slot, no longer counts it; ENQUEUE does the same), ``adding`` the units of the batch
+    (:func:`retained_units`): the OVERLIMIT reply ENQUEUE would give, or None."""
+    (total, retry_s), (dead, _) = retained_counts(
+        client, [[k.retained_events for k in every]], window_s, dlqs=[k.dlq for k in every]
+    )
+    if total + dead + adding <= max_events:
         return None
-    return f"OVERLIMIT events {total} {0 if adding > max_events else retry_s}"  # alone over it: waiting won't help
+    # alone over it, or beside the dead: waiting won't help
+    return f"OVERLIMIT events {total + dead} {0 if dead + adding > max_events else retry_s} {dead}"
 
 
 class UserOverQuota(NamedTuple):

@@ -72,6 +72,7 @@ class Enqueue(ScriptCall):
     runs_active: str = key()
     runs_types: str = key()
     retained: str = key()
+    dlq: str = key()  # its dead events past the window count toward the retained quota too (quotas.py)
     now_ms: int = arg()
     window_s: int = arg()
     sched_ttl_ms: int = arg()

@@ -14,8 +14,8 @@
 -- -> ENQUEUE's replies (publish 0: pushed here), then the number of drain tickets taken whose messages the
 --    caller sends
 -- requires: enqueue, ready_push, pop_grant
-local scopes, stats, paused, runs_active, runs_types, retained, ring, ready, tickets, drain_queue =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local scopes, stats, paused, runs_active, runs_types, retained, dlq, ring, ready, tickets, drain_queue =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local now_ms, window_s, sched_ttl_ms, tenant, max_inbox, max_queued, run_index_max, max_events, retained_slot_ms,
   user_count, retained_unit_bytes, max_user_events, user_events_count, guard_count, tickets_max, ticket_ttl_ms,
   drain_message, drain_id, ready_prefix, key_prefix, grant_token, grant_ttl_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4],
@@ -26,11 +26,11 @@ if wrong_type(ring, 'list') or wrong_type(ready, 'list') or wrong_type(tickets, 
   return redis.error_reply('REFUSED WRONGTYPE: the ready lists, the drain tickets or the broker queue')
 end
 local h = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_active, runs_types = runs_types,
-  retained = retained, now_ms = now_ms, window_s = window_s, sched_ttl_ms = sched_ttl_ms, tenant = tenant,
+  retained = retained, dlq = dlq, now_ms = now_ms, window_s = window_s, sched_ttl_ms = sched_ttl_ms, tenant = tenant,
   max_inbox = max_inbox, max_queued = max_queued, run_index_max = run_index_max, max_events = max_events,
   retained_slot_ms = retained_slot_ms, user_count = user_count, retained_unit_bytes = retained_unit_bytes,
   max_user_events = max_user_events, user_events_count = user_events_count, guard_count = guard_count}
-local events, out, refusal = enqueue(h, 11, 23)
+local events, out, refusal = enqueue(h, 12, 23)
 if refusal then return refusal end
 local taken = 0
 for i, e in ipairs(events) do

@@ -6,7 +6,8 @@
 -- its new events: a duplicate stores nothing; each counted once per started retained_unit_bytes of its stored
 -- form, worker/store/quotas.py), a user's retained events past max_user_events (the new events naming them), or a
 -- stored-bytes count at its quota (a user the batch names, then the tenant's), is refused whole before any write:
--- "OVERLIMIT inbox <scopeRef> <depth>", "OVERLIMIT tenant <queued>", "OVERLIMIT events <retained> <retryAfterS>",
+-- "OVERLIMIT inbox <scopeRef> <depth>", "OVERLIMIT tenant <queued>",
+-- "OVERLIMIT events <retained (the dead past the window included)> <retryAfterS> <dead>",
 -- "OVERLIMIT userevents <n-th user> <retained> <retryAfterS>" or "OVERLIMIT user <n-th count> <bytes>
 -- <retryAfterS, 0: none>" (the door answers 429; the quotas' counts are worker/store/quotas.py's). An event naming
 -- a user whose event key (its dedupe key) holds, or an earlier event of the batch gives, another user's event
@@ -44,10 +45,13 @@ local function retained_retry_s(oldest, now, slot_ms, fresh, max)
   if oldest == nil or fresh > max then return 0 end
   return math.max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
 end
--- The tenant's retained events with the batch's new ones, checked against max (a duplicate stores nothing).
+-- The tenant's retained events with the batch's new ones, checked against max (a duplicate stores nothing); its
+-- dead events past the window count too, one each (a dead event never expires: worker/store/quotas.py).
 -- -> the count's stale slots | nil, the refusal
-local function tenant_events(key, events, units, max, now, slot_ms)
+local function tenant_events(key, dlq, events, units, max, now, slot_ms, window_ms)
   local held, oldest, stale = retained_count(key, now, slot_ms)
+  local dead = redis.call('ZCOUNT', dlq, '-inf', '(' .. (now - window_ms))
+  held = held + dead
   local adding = 0
   for i = 1, #events do adding = adding + units[i] end
   local fresh = adding
@@ -56,9 +60,9 @@ local function tenant_events(key, events, units, max, now, slot_ms)
       if e.exists then fresh = fresh - units[i] end  -- typed by admit_refusal, before any write
     end
   end
-  if held + fresh > max then
-    local retry_s = retained_retry_s(oldest, now, slot_ms, fresh, max)
-    return nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retry_s)
+  if held + fresh > max then  -- waiting frees nothing the dead hold: a redrive or discard does
+    local retry_s = dead + fresh > max and 0 or retained_retry_s(oldest, now, slot_ms, fresh, max)
+    return nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retry_s .. ' ' .. dead)
   end
   return stale, nil
 end
@@ -88,7 +92,8 @@ local function user_shares(events, units, n, k, a, max, now, slot_ms)
   return counted, nil
 end
 local function enqueue(h, k0, a0)
-  if wrong_type(h.scopes, 'set') or wrong_type(h.stats, 'hash') or wrong_type(h.runs_types, 'zset') then
+  if wrong_type(h.scopes, 'set') or wrong_type(h.stats, 'hash') or wrong_type(h.runs_types, 'zset')
+    or wrong_type(h.dlq, 'zset') then
     return nil, nil, redis.error_reply('REFUSED WRONGTYPE: the scopes set, the stats hash or the types registry')
   end
   local n_users, n_user_events, n_guards = tonumber(h.user_count), tonumber(h.user_events_count),
@@ -133,7 +138,8 @@ local function enqueue(h, k0, a0)
   end
   if max_events > 0 and slot_ms > 0 then
     local refusal
-    retained_stale, refusal = tenant_events(h.retained, events, units, max_events, now, slot_ms)
+    retained_stale, refusal = tenant_events(h.retained, h.dlq, events, units, max_events, now, slot_ms,
+      tonumber(h.window_s) * 1000)
     if refusal then return nil, nil, refusal end
   end
   -- the users' shares: their counts follow the events' layouts, before the stored-bytes counts

@@ -1,0 +1,60 @@
+"""Dead events count toward their tenant's retained events once their window has passed
+(``AGENT_SIGNAL_TENANT_MAX_EVENTS``, worker/store/quotas.py). A hostile-caller walk: a dead event is kept until it is
+redriven or discarded, and the retained count, kept per admission slot, let a tenant in again each window while its
+poisoned events piled up in the dead-letter list: 2,900 more a window, Redis growing without end. Real Redis, the
+real web app, dead events made by a real drain; their window's passing is the one thing written by hand here (the
+admissions' counts dropped, the deaths dated a window back)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from producers import Producer
+from producers.http.app import create_web_app
+from tests.support.dead_events import dead_by_drain
+from worker.runtime.app import build_pipeline
+from worker.telemetry.recorder import DISABLED
+
+pytestmark = [pytest.mark.integration, pytest.mark.buckets]
+
+
+def _event(source_id: str) -> dict[str, Any]:
+    return {
+        "sourceType": "test.timeline",
+        "sourceId": source_id,
+        "scopeKey": f"topic:{source_id}",
+        "payload": {},
+    }
+
+
+def _window_passes(producer: Producer, client: Redis, window_s: int) -> None:
+    for k in producer.keys.every_bucket():
+        client.delete(k.retained_events)
+        for event_id, died in client.zrange(k.dlq, 0, -1, withscores=True):
+            client.zadd(k.dlq, {event_id: died - window_s * 1000 - 1000})
+
+
+def test_dead_events_past_their_window_hold_room_until_discarded(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    settings = make_settings(max_attempts=1, tenant_max_events=5)
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    dead = dead_by_drain(producer, pipeline, "dead-quota", 3)
+    _window_passes(producer, redis_client, settings.dedupe_window_s)
+    with TestClient(create_web_app(settings)) as api:
+        room = api.post("/v1/events", json={"events": [_event("fresh-0"), _event("fresh-1")]})
+        assert room.status_code == 202, room.text
+        over = api.post("/v1/events", json=_event("fresh-2"))
+        assert over.status_code == 429, over.text
+        error = over.json()["error"]
+        assert error["code"] == "quota_exceeded" and "3 dead ones" in error["message"], error
+        assert "redriven or discarded" in error["message"] and int(over.headers["retry-after"]) >= 1
+        assert api.post("/v1/dlq/discard", json={"eventIds": [dead[0]]}).status_code == 200
+        assert api.post("/v1/events", json=_event("fresh-2")).status_code == 202
+    producer.close()
+    pipeline.store.client.close()
