@@ -1,5 +1,6 @@
-"""What one web process's connections may hold: a cap on open connections, and deadlines for a request's head
-and body (``AGENT_SIGNAL_MAX_CONNECTIONS``, ``AGENT_SIGNAL_HEADER_TIMEOUT_S``, ``AGENT_SIGNAL_BODY_TIMEOUT_S``).
+"""What one web process's connections may hold: a cap on open connections, one client address's share of them,
+and deadlines for a request's head and body (``AGENT_SIGNAL_MAX_CONNECTIONS``,
+``AGENT_SIGNAL_MAX_CONNECTIONS_PER_CLIENT``, ``AGENT_SIGNAL_HEADER_TIMEOUT_S``, ``AGENT_SIGNAL_BODY_TIMEOUT_S``).
 
 uvicorn has neither deadline: ``timeout_keep_alive`` runs only between requests and is cancelled by the first
 byte a client sends, so a client that trickles a request's head, or never sends one, holds its connection (and
@@ -12,6 +13,12 @@ installed) with the smallest sound thing (docs/decisions.md "Connection deadline
 * **Cap.** A connection accepted while ``max_connections`` are open is answered ``503 too_many_connections``
   (``Retry-After: 1``) and closed at once: the process never holds more connections, or file handles for
   them, than the cap. The cap is lowered to what the process's file-handle limit leaves room for.
+* **A client's share.** A connection from an address that holds ``max_connections_per_client`` open already is
+  answered ``429 too_many_connections`` (``Retry-After: 1``) and closed: a hostile-caller walk held 2,100 idle
+  sockets from one address (each closed at its head deadline and opened again at once), and 70% of another
+  tenant's new connections got the 503. The address is the TCP peer's (no header is read before the cap, and
+  behind a proxy every client is the proxy's address: raise the share there, or 0 turns it off); a Unix socket's
+  clients share none.
 * **Head deadline.** A request's head (request line and headers) must be complete ``header_timeout_s`` after
   the connection opened or the previous answer was sent; else the connection closes, with ``408
   request_timeout`` when part of a head had come. The deadline is absolute: bytes trickling in do not extend
@@ -55,6 +62,7 @@ class ConnectionLimits:
     max_connections: int
     header_timeout_s: float
     body_timeout_s: float
+    max_connections_per_client: int = 0  # 0: none
 
     @classmethod
     def from_settings(cls, settings: DoorSettings) -> ConnectionLimits:
@@ -71,7 +79,9 @@ class ConnectionLimits:
                 max(room, 1),
             )
             cap = max(room, 1)
-        return cls(cap, settings.header_timeout_s, settings.body_timeout_s)
+        return cls(
+            cap, settings.header_timeout_s, settings.body_timeout_s, settings.max_connections_per_client
+        )
 
 
 def door_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
@@ -79,6 +89,7 @@ def door_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
 
     class LimitedH11(DoorProtocol):
         connection_limits = limits
+        open_by_client: ClassVar[dict[str, int]] = {}  # this server's (each class is one server's)
 
     return LimitedH11
 
@@ -87,8 +98,12 @@ class DoorProtocol(H11Protocol):
     """uvicorn's h11 protocol with a connection cap and head and body deadlines (see the module docstring)."""
 
     connection_limits: ClassVar[ConnectionLimits]
+    open_by_client: ClassVar[
+        dict[str, int]
+    ]  # open connections per client address (only those under the share)
     _deadline: asyncio.TimerHandle | None = None
     _phase: Phase | None = None
+    _client: str | None = None  # the address this connection counts for
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         over_cap = len(self.connections) >= self.connection_limits.max_connections
@@ -97,6 +112,20 @@ class DoorProtocol(H11Protocol):
             message = "this server holds as many connections as it may; retry in a second"
             _answer(transport, 503, "Service Unavailable", "too_many_connections", message, retry_after_s=1)
             return
+        share = self.connection_limits.max_connections_per_client
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if share and isinstance(peer, tuple) and peer else None
+        if address is not None:
+            held = self.open_by_client.get(address, 0)
+            if held >= share:
+                message = (
+                    f"this client address holds {held} connections, as many as one may "
+                    "(AGENT_SIGNAL_MAX_CONNECTIONS_PER_CLIENT); reuse them, or retry in a second"
+                )
+                _answer(transport, 429, "Too Many Requests", "too_many_connections", message, retry_after_s=1)
+                return
+            self.open_by_client[address] = held + 1
+            self._client = address
         self._follow()
 
     def data_received(self, data: bytes) -> None:
@@ -109,6 +138,13 @@ class DoorProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._set_phase(None)
+        if self._client is not None:
+            left = self.open_by_client.get(self._client, 1) - 1
+            if left > 0:
+                self.open_by_client[self._client] = left
+            else:
+                self.open_by_client.pop(self._client, None)
+            self._client = None
         super().connection_lost(exc)
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
