@@ -44,6 +44,9 @@ PUSH_CHUNK = 1000
 # message to carry one (the message carries the scope's head).
 DRAIN_GRANT = "agent_signal_drain_grant"
 GRANT_MAX_BODY_BYTES = 64 * 1024
+# The Overview's series (the bucket's ``series`` hash: "<minute>:done", "<minute>:latency_ms"): the minutes it shows.
+# COMMIT trims the minutes before them and keeps the hash alive past them (commit.lua ``series_flush``).
+SERIES_MINUTES = 60
 
 # The named constants the Lua reads, from the Python that owns them (one value, both sides).
 CONSTANTS: dict[str, Constant] = {
@@ -54,6 +57,7 @@ CONSTANTS: dict[str, Constant] = {
     "DRAIN_MARK": DRAIN_MARK,
     "DRAIN_GRANT": DRAIN_GRANT,
     "GRANT_MAX_BODY_BYTES": GRANT_MAX_BODY_BYTES,
+    "SERIES_MINUTES": SERIES_MINUTES,
     "LANE_FORM": str(LANE_FORM),  # the mark of an event first begun (a string: the hash's field, the reply's)
     "scope_keys": LuaSource(lua_scope_keys()),  # the key layout's Lua half (POP_ACQUIRE)
 }

@@ -19,6 +19,7 @@ from producers.http.web_common import error_response, producer_of
 from worker.keys.layout import Keys
 from worker.ops.runs import every_index, source_types, window_start_ms
 from worker.ops.workers_view import workers_seen
+from worker.store.scripts import SERIES_MINUTES
 
 __all__ = ["UI_DIR", "router"]
 
@@ -200,7 +201,7 @@ def overview(request: Request, caller: Annotated[Principal, Depends(require("rea
             field = str(raw_field if isinstance(raw_field, str) else raw_field.decode())
             minute_text, _, kind = field.partition(":")
             minute = int(minute_text)
-            if minute < now_min - 60:
+            if minute < now_min - SERIES_MINUTES:
                 stale.append(field)
                 continue
             point = points.setdefault(minute, {})
@@ -208,7 +209,7 @@ def overview(request: Request, caller: Annotated[Principal, Depends(require("rea
         if stale:
             client.hdel(bucket.series, *stale)
     series = []
-    for minute in range(now_min - 59, now_min + 1):
+    for minute in range(now_min - SERIES_MINUTES + 1, now_min + 1):
         p = points.get(minute, {})
         done = p.get("done", 0.0)
         series.append(
