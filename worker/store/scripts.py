@@ -47,6 +47,10 @@ GRANT_MAX_BODY_BYTES = 64 * 1024
 # The Overview's series (the bucket's ``series`` hash: "<minute>:done", "<minute>:latency_ms"): the minutes it shows.
 # COMMIT trims the minutes before them and keeps the hash alive past them (commit.lua ``series_flush``).
 SERIES_MINUTES = 60
+# A scope's fence (``fence:{scope}``) expires this long after its last grant (lib/acquire.lua): a soak walk counted
+# one fence, sequence and users set per scope ever seen, kept for good. A lease lives seconds and a drain minutes,
+# so no holder outlives it; a grant after it starts again at Redis's clock, above every number handed out before.
+FENCE_IDLE_S = 7 * 86_400
 
 # The named constants the Lua reads, from the Python that owns them (one value, both sides).
 CONSTANTS: dict[str, Constant] = {
@@ -58,6 +62,7 @@ CONSTANTS: dict[str, Constant] = {
     "DRAIN_GRANT": DRAIN_GRANT,
     "GRANT_MAX_BODY_BYTES": GRANT_MAX_BODY_BYTES,
     "SERIES_MINUTES": SERIES_MINUTES,
+    "FENCE_IDLE_S": FENCE_IDLE_S,
     "LANE_FORM": str(LANE_FORM),  # the mark of an event first begun (a string: the hash's field, the reply's)
     "scope_keys": LuaSource(lua_scope_keys()),  # the key layout's Lua half (POP_ACQUIRE)
 }

@@ -50,6 +50,7 @@ def test_a_script_declares_only_the_constants_it_names() -> None:
         "DRAIN_MARK",
         "DRAIN_GRANT",
         "GRANT_MAX_BODY_BYTES",
+        "FENCE_IDLE_S",
         "LANE_FORM",
         "scope_keys",
     ]

@@ -1,8 +1,8 @@
 -- requires: take_head, pending, clock
 -- Granting a scope lease, issuing the next fencing number, and taking the head event (ACQUIRE, POP_ACQUIRE).
--- Fencing numbers are compared for equality by every fenced write; a new (or erased) fence starts at Redis's
--- clock in ms, above any number an earlier incarnation of this scope's fence handed out, so a holder paused
--- across an erasure can never match it. When the inbox is empty, or the scope is paused, the lease is released
+-- Fencing numbers are compared for equality by every fenced write; a new (or erased, or expired: FENCE_IDLE_S
+-- after its last grant) fence starts at Redis's clock in ms, above any number an earlier incarnation of this
+-- scope's fence handed out, so a holder paused across an erasure can never match it. When the inbox is empty, or the scope is paused, the lease is released
 -- again in the same script. k: {lease, fence, inbox, sched, scopes, paused, stats, runs_active, runs_cancelled,
 -- lane_holders, ev_prefix}; window_s: how long a head found cancelled is kept (the dedupe window).
 -- -> {0, pttl} held by someone else | {fence, <take_head reply>, inbox length} granted (the length counts the
@@ -14,7 +14,9 @@ local function acquire(k, token, ttl_ms, now_ms, scope_ref, window_s)
   local fence = redis.call('INCR', k.fence)
   if fence == 1 then
     fence = redis_now_ms()
-    redis.call('SET', k.fence, fence)
+    redis.call('SET', k.fence, fence, 'EX', FENCE_IDLE_S)
+  else
+    redis.call('EXPIRE', k.fence, FENCE_IDLE_S)  -- an idle scope's fence goes (FENCE_IDLE_S, worker/store/scripts.py)
   end
   local ix = {paused = k.paused, stats = k.stats, active = k.runs_active, cancelled = k.runs_cancelled,
     holders = k.lane_holders, window = window_s}
