@@ -16,8 +16,7 @@ from redis import Redis
 from producers import Producer
 from producers.http.app import create_web_app
 from tests.support.dead_events import dead_by_drain
-from worker.runtime.app import build_pipeline
-from worker.telemetry.recorder import DISABLED
+from tests.support.drains import producer_and_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
@@ -42,19 +41,16 @@ def test_dead_events_past_their_window_hold_room_until_discarded(
     make_settings: Any, redis_client: Redis
 ) -> None:
     settings = make_settings(max_attempts=1, tenant_max_events=5)
-    producer = Producer(settings)
-    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
-    dead = dead_by_drain(producer, pipeline, "dead-quota", 3)
-    _window_passes(producer, redis_client, settings.dedupe_window_s)
-    with TestClient(create_web_app(settings)) as api:
-        room = api.post("/v1/events", json={"events": [_event("fresh-0"), _event("fresh-1")]})
-        assert room.status_code == 202, room.text
-        over = api.post("/v1/events", json=_event("fresh-2"))
-        assert over.status_code == 429, over.text
-        error = over.json()["error"]
-        assert error["code"] == "quota_exceeded" and "3 dead ones" in error["message"], error
-        assert "redriven or discarded" in error["message"] and int(over.headers["retry-after"]) >= 1
-        assert api.post("/v1/dlq/discard", json={"eventIds": [dead[0]]}).status_code == 200
-        assert api.post("/v1/events", json=_event("fresh-2")).status_code == 202
-    producer.close()
-    pipeline.store.client.close()
+    with producer_and_pipeline(settings) as (producer, pipeline):
+        dead = dead_by_drain(producer, pipeline, "dead-quota", 3)
+        _window_passes(producer, redis_client, settings.dedupe_window_s)
+        with TestClient(create_web_app(settings)) as api:
+            room = api.post("/v1/events", json={"events": [_event("fresh-0"), _event("fresh-1")]})
+            assert room.status_code == 202, room.text
+            over = api.post("/v1/events", json=_event("fresh-2"))
+            assert over.status_code == 429, over.text
+            error = over.json()["error"]
+            assert error["code"] == "quota_exceeded" and "3 dead ones" in error["message"], error
+            assert "redriven or discarded" in error["message"] and int(over.headers["retry-after"]) >= 1
+            assert api.post("/v1/dlq/discard", json={"eventIds": [dead[0]]}).status_code == 200
+            assert api.post("/v1/events", json=_event("fresh-2")).status_code == 202

@@ -9,10 +9,8 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from producers import Producer
-from worker.runtime.app import build_pipeline
+from tests.support.drains import producer_and_pipeline
 from worker.store.scripts import FENCE_IDLE_S
-from worker.telemetry.recorder import DISABLED
 
 pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
@@ -22,21 +20,17 @@ SCOPE = "topic:fence-idle"
 def test_a_fence_expires_when_idle_and_starts_again_above_its_last_number(
     make_settings: Any, redis_client: Redis
 ) -> None:
-    settings = make_settings()
-    producer = Producer(settings)
-    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
-    fence = producer.keys.for_scope(SCOPE).fence(SCOPE)
-    for n in range(2):  # the first grant makes the fence, the second moves it on: each sets its TTL again
-        producer.enqueue(
-            {"sourceType": "test.timeline", "sourceId": f"s{n}", "scopeKey": SCOPE, "payload": {}}
-        )
+    with producer_and_pipeline(make_settings()) as (producer, pipeline):
+        fence = producer.keys.for_scope(SCOPE).fence(SCOPE)
+        for n in range(2):  # the first grant makes the fence, the second moves it on: each sets its TTL again
+            producer.enqueue(
+                {"sourceType": "test.timeline", "sourceId": f"s{n}", "scopeKey": SCOPE, "payload": {}}
+            )
+            assert pipeline.drain_scope(SCOPE).next == "idle"
+            assert 100 < redis_client.ttl(fence) <= FENCE_IDLE_S  # set, or set again by the second grant
+            redis_client.expire(fence, 100)
+        last = int(redis_client.get(fence) or 0)
+        redis_client.delete(fence)  # as its TTL would
+        producer.enqueue({"sourceType": "test.timeline", "sourceId": "s2", "scopeKey": SCOPE, "payload": {}})
         assert pipeline.drain_scope(SCOPE).next == "idle"
-        assert 100 < redis_client.ttl(fence) <= FENCE_IDLE_S  # set, or set again by the second grant
-        redis_client.expire(fence, 100)
-    last = int(redis_client.get(fence) or 0)
-    redis_client.delete(fence)  # as its TTL would
-    producer.enqueue({"sourceType": "test.timeline", "sourceId": "s2", "scopeKey": SCOPE, "payload": {}})
-    assert pipeline.drain_scope(SCOPE).next == "idle"
-    assert int(redis_client.get(fence) or 0) > last and redis_client.ttl(fence) > 0
-    producer.close()
-    pipeline.store.client.close()
+        assert int(redis_client.get(fence) or 0) > last and redis_client.ttl(fence) > 0

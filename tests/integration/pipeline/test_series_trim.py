@@ -9,10 +9,8 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from producers import Producer
-from worker.runtime.app import build_pipeline
+from tests.support.drains import producer_and_pipeline
 from worker.store.scripts import SERIES_MINUTES
-from worker.telemetry.recorder import DISABLED
 
 pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
@@ -22,22 +20,19 @@ SCOPE = "topic:series"
 def test_a_commit_drops_the_minutes_before_the_overviews_hour(
     make_settings: Any, redis_client: Redis
 ) -> None:
-    settings = make_settings()
-    producer = Producer(settings)
-    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
-    series = producer.keys.for_scope(SCOPE).series
-    seconds, _ = redis_client.time()
-    minute = int(seconds) // 60
-    old, shown = minute - SERIES_MINUTES - 20, minute - 10
-    redis_client.hset(series, mapping={f"{old}:done": 5, f"{old}:latency_ms": 50, f"{shown}:done": 2})
-    producer.enqueue({"sourceType": "test.timeline", "sourceId": "s1", "scopeKey": SCOPE, "payload": {}})
-    assert pipeline.drain_scope(SCOPE).next == "idle"
-    fields = redis_client.hgetall(series)
-    assert f"{old}:done" not in fields and f"{old}:latency_ms" not in fields, fields
-    assert fields[f"{shown}:done"] == "2"
-    assert (
-        sum(int(v) for f, v in fields.items() if f.endswith(":done") and int(f.split(":")[0]) >= minute) == 1
-    )
-    assert 0 < redis_client.ttl(series) <= (SERIES_MINUTES + 2) * 60
-    producer.close()
-    pipeline.store.client.close()
+    with producer_and_pipeline(make_settings()) as (producer, pipeline):
+        series = producer.keys.for_scope(SCOPE).series
+        seconds, _ = redis_client.time()
+        minute = int(seconds) // 60
+        old, shown = minute - SERIES_MINUTES - 20, minute - 10
+        redis_client.hset(series, mapping={f"{old}:done": 5, f"{old}:latency_ms": 50, f"{shown}:done": 2})
+        producer.enqueue({"sourceType": "test.timeline", "sourceId": "s1", "scopeKey": SCOPE, "payload": {}})
+        assert pipeline.drain_scope(SCOPE).next == "idle"
+        fields = redis_client.hgetall(series)
+        assert f"{old}:done" not in fields and f"{old}:latency_ms" not in fields, fields
+        assert fields[f"{shown}:done"] == "2"
+        assert (
+            sum(int(v) for f, v in fields.items() if f.endswith(":done") and int(f.split(":")[0]) >= minute)
+            == 1
+        )
+        assert 0 < redis_client.ttl(series) <= (SERIES_MINUTES + 2) * 60

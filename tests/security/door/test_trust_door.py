@@ -320,12 +320,16 @@ def test_connections_over_the_cap_are_refused_and_the_process_keeps_answering(
         for sock in idle:
             sock.close()
 
-    def healthy() -> bool:
-        with _connect(port) as sock:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            return _status(_read_all(sock)) == 200
+    wait_for(
+        lambda: _healthy(_connect(port)), timeout_s=30, what="/healthz after the idle connections closed"
+    )
 
-    wait_for(healthy, timeout_s=30, what="/healthz after the idle connections closed")
+
+def _healthy(sock: socket.socket) -> bool:
+    """``GET /healthz`` on a fresh connection (closed after): True when it answers 200."""
+    with sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        return _status(_read_all(sock)) == 200
 
 
 def test_one_client_address_holds_at_most_its_share_of_the_connections(
@@ -342,19 +346,15 @@ def test_one_client_address_holds_at_most_its_share_of_the_connections(
             answer = _read_all(sock)
         assert _status(answer) == 429 and b"too_many_connections" in answer, answer
         assert b"AGENT_SIGNAL_MAX_CONNECTIONS_PER_CLIENT" in answer and b"retry-after: 1" in answer.lower()
-        with socket.create_connection(
-            ("127.0.0.1", port), timeout=30, source_address=("127.0.0.2", 0)
-        ) as other:
-            other.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            assert _status(_read_all(other)) == 200
+        assert _healthy(
+            socket.create_connection(("127.0.0.1", port), timeout=30, source_address=("127.0.0.2", 0))
+        )
         idle.pop().close()
-
-        def let_in() -> bool:
-            with _connect(port) as sock:
-                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-                return _status(_read_all(sock)) == 200
-
-        wait_for(let_in, timeout_s=30, what="a connection from 127.0.0.1 once one of its five closed")
+        wait_for(
+            lambda: _healthy(_connect(port)),
+            timeout_s=30,
+            what="127.0.0.1 let in once one of its five closed",
+        )
     finally:
         for sock in idle:
             sock.close()
