@@ -138,18 +138,24 @@ class DoorProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._set_phase(None)
-        if self._client is not None:
-            left = self.open_by_client.get(self._client, 1) - 1
-            if left > 0:
-                self.open_by_client[self._client] = left
-            else:
-                self.open_by_client.pop(self._client, None)
-            self._client = None
+        self._release_client()
         super().connection_lost(exc)
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
         self._set_phase(None)  # the connection is the WebSocket protocol's from here on
+        self._release_client()  # and its loss is that protocol's: counted no more (a review: the count leaked)
         super().handle_websocket_upgrade(event)
+
+    def _release_client(self) -> None:
+        """This connection no longer counts toward its address's share (once, whichever way it ends here)."""
+        if self._client is None:
+            return
+        left = self.open_by_client.get(self._client, 1) - 1
+        if left > 0:
+            self.open_by_client[self._client] = left
+        else:
+            self.open_by_client.pop(self._client, None)
+        self._client = None
 
     def _follow(self) -> None:
         """Arm the deadline of what the client owes now: a head (h11 IDLE), a body (SEND_BODY), or nothing."""

@@ -138,8 +138,8 @@ class OverLimit(Exception):
         if len(parts) in (4, 5) and parts[1] == "events":
             dead = int(parts[4]) if len(parts) == 5 else 0
             held = (
-                f"{parts[2]} events: of its dedupe window, and {dead} dead ones older, which count until they are "
-                "redriven or discarded (GET /v1/dlq)"
+                f"{parts[2]} events: {int(parts[2]) - dead} of its dedupe window, and {dead} dead ones older, which "
+                "count until they are redriven or discarded (GET /v1/dlq)"
                 if dead
                 else f"{parts[2]} events of its dedupe window"
             )

@@ -7,11 +7,14 @@ tenant, revoked ones too), and a tenant holds at most ``tenant_max_keys`` keys n
 (``Keys.active_api_keys_of``; a revoke takes its key out): one more is refused, :class:`TooManyKeys`, which the door
 answers ``429 quota_exceeded`` naming ``tenant``.
 
-Keys made before the indexes are added to them once, by the first listing or creation that finds the mark
-(``Keys.api_keys_indexed``) missing: every key's tenant and ``revokedAt`` read in one pipeline, each id added to
-its sets, then the mark set. Adding is ``SADD``, so a key made meanwhile (which adds itself) is added twice
-harmlessly, and a key revoked meanwhile (which takes itself out of its active set first) may be counted active
-until the next revoke of it: an overcount of one key, never a key listed under another tenant.
+**Keys the index does not know** (made before it, or by code of before during an upgrade: a record and the global
+set only) are found by count: every create here adds one to ``Keys.api_keys_indexed`` in the transaction that adds
+its id to the global set, so the mark equals the global set's size while only this code made keys. A listing or
+creation that finds them apart indexes every key again (each id's tenant and ``revokedAt`` read in one pipeline,
+added to its sets with ``SADD``, so an id indexed twice is harmless), then sets the mark to the count it read.
+A key revoked while that runs could be added to its active set after its revoke took it out: the keys added as
+active are read again after the write, and a revoked one is taken out (a revoke that lands after that read takes
+it out itself).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from redis import Redis, WatchError
 
+from worker.intake.refusals import StoreUnavailable
 from worker.keys.layout import Keys
 
 __all__ = [
@@ -34,7 +38,7 @@ __all__ = [
 ]
 
 ROOM_ATTEMPTS = (
-    5  # WATCH transactions a create tries, each raced by another create of the tenant, before it gives up
+    20  # WATCH transactions a create tries, each raced by another create of the tenant, before it gives up
 )
 
 
@@ -55,22 +59,36 @@ def _text(value: object) -> str:
 
 
 def ensure_indexed(client: Redis, keys: Keys) -> None:
-    """Add the keys made before the tenant indexes to them, once (the module docstring)."""
-    if client.exists(keys.api_keys_indexed):
+    """Index every key again when some are not (the module docstring): one round trip when all are."""
+    check = client.pipeline(transaction=False)
+    check.scard(keys.api_keys)
+    check.get(keys.api_keys_indexed)
+    stored, indexed = check.execute()
+    if indexed is not None and int(indexed) == int(stored):
         return
     ids = sorted(_text(i) for i in client.smembers(keys.api_keys))
     read = client.pipeline(transaction=False)
     for key_id in ids:
         read.hmget(keys.api_key(key_id), "tenant", "revokedAt")
     write = client.pipeline(transaction=False)
+    active: list[tuple[str, str]] = []
     for key_id, (tenant, revoked) in zip(ids, read.execute(), strict=True):
         if tenant is None:
             continue
         write.sadd(keys.api_keys_of(_text(tenant)), key_id)
         if revoked is None:
             write.sadd(keys.active_api_keys_of(_text(tenant)), key_id)
-    write.set(keys.api_keys_indexed, "1")
+            active.append((_text(tenant), key_id))
+    write.set(keys.api_keys_indexed, len(ids))
     write.execute()
+    again = client.pipeline(transaction=False)
+    for _, key_id in active:
+        again.hexists(keys.api_key(key_id), "revokedAt")
+    fix = client.pipeline(transaction=False)
+    for (tenant, key_id), revoked in zip(active, again.execute(), strict=True):
+        if revoked:
+            fix.srem(keys.active_api_keys_of(tenant), key_id)
+    fix.execute()
 
 
 def tenant_key_ids(client: Redis, keys: Keys, tenant: str) -> list[str]:
@@ -79,41 +97,41 @@ def tenant_key_ids(client: Redis, keys: Keys, tenant: str) -> list[str]:
     return sorted(_text(i) for i in client.smembers(keys.api_keys_of(tenant)))
 
 
+def room_left(client: Redis, keys: Keys, tenant: str, limit: int) -> None:
+    """Raise :class:`TooManyKeys` when the tenant is at its limit already (before anything is written or audited)."""
+    ensure_indexed(client, keys)
+    if limit and int(client.scard(keys.active_api_keys_of(tenant))) >= limit:
+        raise TooManyKeys(tenant, limit)
+
+
 def stage_create(
     client: Redis, keys: Keys, tenant: str, key_id: str, record: Mapping[str, str | int], limit: int
 ) -> None:
     """Write a new key's record and index it, in one transaction; with a ``limit``, only while the tenant holds
     fewer active keys (raises :class:`TooManyKeys`), checked under WATCH so that racing creates cannot both take
-    the last room (after :data:`ROOM_ATTEMPTS` races in a row, the last try checks without it: a tenant that busy
-    may end a few keys over)."""
-    ensure_indexed(client, keys)
+    the last room. After :data:`ROOM_ATTEMPTS` races lost in a row nothing is written: StoreUnavailable (retry)."""
     active = keys.active_api_keys_of(tenant)
+    fields: dict[Any, Any] = dict(record)
     with client.pipeline(transaction=True) as pipe:
-        for attempt in range(ROOM_ATTEMPTS):
-            watched = limit > 0 and attempt < ROOM_ATTEMPTS - 1  # the last try checks without a watch
+        for _ in range(ROOM_ATTEMPTS):
             try:
-                if watched:
+                if limit:
                     pipe.watch(active)  # type: ignore[no-untyped-call]
-                if limit and int((pipe if watched else client).scard(active)) >= limit:
-                    raise TooManyKeys(tenant, limit)
+                    if int(pipe.scard(active)) >= limit:
+                        raise TooManyKeys(tenant, limit)
                 pipe.multi()
-                fields: dict[Any, Any] = dict(record)
                 pipe.hset(keys.api_key(key_id), mapping=fields)
                 pipe.sadd(keys.api_keys, key_id)
                 pipe.sadd(keys.api_keys_of(tenant), key_id)
                 pipe.sadd(active, key_id)
+                pipe.incr(keys.api_keys_indexed)
                 pipe.execute()
                 return
             except WatchError:
                 pipe.reset()
-
-
-def room_left(client: Redis, keys: Keys, tenant: str, limit: int) -> None:
-    """Raise :class:`TooManyKeys` when the tenant is at its limit already (before anything is written or audited)."""
-    if limit:
-        ensure_indexed(client, keys)
-        if int(client.scard(keys.active_api_keys_of(tenant))) >= limit:
-            raise TooManyKeys(tenant, limit)
+    raise StoreUnavailable(
+        f"tenant {tenant!r} is creating many keys at once: no key was made, retry", retry_after_s=1
+    )
 
 
 def stage_revoke(pipe: Any, keys: Keys, tenant: str, key_id: str) -> None:

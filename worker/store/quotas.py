@@ -17,8 +17,9 @@ erasure or a discard frees before the window ends. A dead event is kept until it
 its window too, so the tenant's dead events that died before the window count too, one each whatever their size
 (``ZCOUNT`` of each bucket's dead-letter list by death time, in the same script): a hostile-caller walk filled the
 dead-letter list with 2,900 poisoned events a window, each let in again once its window had passed, and Redis grew
-without end. An event that died within the window was admitted within it or just before, so it is counted once
-(by its admission) or, for a moment, not at all.
+without end. Those counted died before the oldest slot the admissions are counted in began, so were admitted
+before it: none is counted twice; one that died since, admitted earlier, is not counted until its death is that
+old.
 
 **A user's share of them.** The events naming a user count, alike, in the bucket's
 ``retained-events:user:<userId>`` hash too (``AGENT_SIGNAL_USER_MAX_EVENTS``, checked in the same script; with
@@ -196,7 +197,7 @@ def retained_counts(
 ) -> list[tuple[int, int]]:
     """Retained-event counts kept over several hashes each (a count's buckets), read in one pipeline: each count's
     (units in the window, seconds until its oldest slot leaves it; 0 when nothing is counted). With ``dlqs``, the
-    same pipeline counts their dead events that died before the window, one more pair last:
+    same pipeline counts their dead events that died before the oldest slot counted began, one more pair last:
     (that count, 0)."""
     slot_ms = retained_slot_ms(window_s)
     pipe = client.pipeline(transaction=False)
@@ -204,10 +205,12 @@ def retained_counts(
         for key in keys:
             pipe.hgetall(key)
     now = int(time.time() * 1000)
-    for key in dlqs:
-        pipe.zcount(key, "-inf", f"({now - window_s * 1000}")
-    replies = iter(pipe.execute())
     current = now // slot_ms
+    for (
+        key
+    ) in dlqs:  # died before the oldest slot counted began: admitted before it too (ENQUEUE does the same)
+        pipe.zcount(key, "-inf", f"({(current - RETAINED_SLOTS) * slot_ms}")
+    replies = iter(pipe.execute())
     out: list[tuple[int, int]] = []
     for keys in counts:
         total, oldest = 0, None

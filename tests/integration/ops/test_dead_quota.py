@@ -3,7 +3,7 @@
 redriven or discarded, and the retained count, kept per admission slot, let a tenant in again each window while its
 poisoned events piled up in the dead-letter list: 2,900 more a window, Redis growing without end. Real Redis, the
 real web app, dead events made by a real drain; their window's passing is the one thing written by hand here (the
-admissions' counts dropped, the deaths dated a window back)."""
+admissions' counts dropped, the deaths dated a window and two of its slots back)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from producers import Producer
 from producers.http.app import create_web_app
 from tests.support.dead_events import dead_by_drain
 from tests.support.drains import producer_and_pipeline
+from worker.store.quotas import RETAINED_SLOTS, retained_slot_ms
 
 pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
@@ -34,7 +35,7 @@ def _window_passes(producer: Producer, client: Redis, window_s: int) -> None:
     for k in producer.keys.every_bucket():
         client.delete(k.retained_events)
         for event_id, died in client.zrange(k.dlq, 0, -1, withscores=True):
-            client.zadd(k.dlq, {event_id: died - window_s * 1000 - 1000})
+            client.zadd(k.dlq, {event_id: died - window_s * 1000 - 2 * retained_slot_ms(window_s)})
 
 
 def test_dead_events_past_their_window_hold_room_until_discarded(
@@ -54,3 +55,27 @@ def test_dead_events_past_their_window_hold_room_until_discarded(
             assert "redriven or discarded" in error["message"] and int(over.headers["retry-after"]) >= 1
             assert api.post("/v1/dlq/discard", json={"eventIds": [dead[0]]}).status_code == 200
             assert api.post("/v1/events", json=_event("fresh-2")).status_code == 202
+
+
+def test_a_dead_event_whose_admission_is_still_counted_is_not_counted_twice(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """A review: a death just past the window, in the slot the admission count still keeps, counted the event
+    twice. Dead events count only once their death is before the oldest slot counted began."""
+    settings = make_settings(max_attempts=1, tenant_max_events=5)
+    with producer_and_pipeline(settings) as (producer, pipeline):
+        dead_by_drain(producer, pipeline, "dead-once", 3)
+        slot_ms = retained_slot_ms(settings.dedupe_window_s)
+        seconds, micros = redis_client.time()
+        now = int(seconds) * 1000 + int(micros) // 1000
+        counted_from = (now // slot_ms - RETAINED_SLOTS) * slot_ms
+        for (
+            k
+        ) in producer.keys.every_bucket():  # the deaths inside the oldest counted slot, the admissions kept
+            for event_id, _ in redis_client.zrange(k.dlq, 0, -1, withscores=True):
+                redis_client.zadd(k.dlq, {event_id: counted_from + 1})
+        with TestClient(create_web_app(settings)) as api:
+            room = api.post("/v1/events", json={"events": [_event("once-0"), _event("once-1")]})
+            assert room.status_code == 202, room.text
+            over = api.post("/v1/events", json=_event("once-2"))
+            assert over.status_code == 429 and "dead ones" not in over.json()["error"]["message"], over.text

@@ -91,3 +91,46 @@ def test_keys_made_before_the_index_are_indexed_once(redis_client: Redis, keys: 
     later.create("acme", "read")
     with pytest.raises(ValueError, match="AGENT_SIGNAL_TENANT_MAX_KEYS"):
         later.create("acme", "read")
+
+
+def test_a_key_made_by_code_of_before_after_the_index_is_listed(
+    redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A review: during an upgrade, code of before makes a key as it did (its record and the global set only) after
+    the index was built; the tenant's listing missed it, and its cap did not count it, while it authenticated. The
+    mark counts the keys indexed, so a key it does not count has the index built again."""
+    store = CredentialStore(redis_client, keys, tenant_max_keys=2)
+    made = store.create("acme", "read")[0]
+    assert [r.id for r in store.list("acme")] == [made.id]
+    redis_client.hset(
+        keys.api_key("key_0123456789abcdef"), mapping={"tenant": "acme", "role": "read", "name": ""}
+    )
+    redis_client.sadd(keys.api_keys, "key_0123456789abcdef")  # as code of before did
+    assert {r.id for r in store.list("acme")} == {made.id, "key_0123456789abcdef"}
+    with pytest.raises(ValueError, match="AGENT_SIGNAL_TENANT_MAX_KEYS"):
+        store.create("acme", "read")
+
+
+def test_a_create_that_loses_the_last_room_to_a_racer_is_refused(
+    redis_client: Redis, keys: BucketKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: racing creates ended over the limit (the last try checked without a watch). Here another create
+    takes the last room between this one's check and its write: this one's transaction fails its WATCH, checks
+    again, and is refused; one key is active."""
+    from redis.client import Pipeline
+
+    store, racer = CredentialStore(redis_client, keys, tenant_max_keys=1), CredentialStore(redis_client, keys)
+    store.list("acme")
+    original = Pipeline.multi
+    raced: list[str] = []
+
+    def multi(self: Pipeline) -> None:
+        if not raced:  # once: the racer's create lands after our check, before our write
+            raced.append("")  # the racer's own transaction runs as it is
+            raced[0] = racer.create("acme", "read")[0].id
+        original(self)
+
+    monkeypatch.setattr(Pipeline, "multi", multi)
+    with pytest.raises(ValueError, match="AGENT_SIGNAL_TENANT_MAX_KEYS"):
+        store.create("acme", "read")
+    assert redis_client.smembers(keys.active_api_keys_of("acme")) == set(raced)

@@ -81,23 +81,22 @@ local function minute_fields(t)
   return minute_names
 end
 -- The run's done events and their latency, written to the series once, after the run. The minute's first write
--- in this bucket also drops the fields of the SERIES_MINUTES + 2 minutes before the ones the Overview shows and
--- sets the hash to expire SERIES_MINUTES + 2 minutes on: a soak walk saw an unread tenant's series gain two
--- fields a minute for good (only the Overview trimmed it). A field is gone within three hours either way.
+-- in this bucket also drops every field of a minute before the SERIES_MINUTES the Overview shows (HKEYS of at
+-- most a couple of hours of fields, once a minute) and sets the hash to expire SERIES_MINUTES + 2 minutes on: a
+-- soak walk saw an unread tenant's series gain two fields a minute for good (only the Overview trimmed it).
 local series_done, series_latency = 0, 0
 local function series_flush()
   if series_done == 0 then return end
   local done = redis.call('HINCRBY', series, minute_names[1], string.format('%d', series_done))
   redis.call('HINCRBY', series, minute_names[2], string.format('%d', series_latency))
   if done ~= series_done then return end
-  local old, keep = {}, SERIES_MINUTES + 2
-  for minute = minute_seen - SERIES_MINUTES - 1 - keep, minute_seen - SERIES_MINUTES - 1 do
-    local digits = string.format('%d', minute)
-    old[#old + 1] = digits .. ':done'
-    old[#old + 1] = digits .. ':latency_ms'
+  local old, first = {}, minute_seen - SERIES_MINUTES
+  for _, field in ipairs(redis.call('HKEYS', series)) do
+    local minute = tonumber(string.match(field, '^(%d+):'))
+    if minute == nil or minute < first then old[#old + 1] = field end
   end
-  redis.call('HDEL', series, unpack(old))
-  redis.call('EXPIRE', series, keep * 60)
+  for i = 1, #old, 1000 do redis.call('HDEL', series, unpack(old, i, math.min(i + 999, #old))) end
+  redis.call('EXPIRE', series, (SERIES_MINUTES + 2) * 60)
 end
 
 local fence_held = false  -- our fence was found in this script (nothing in it can change the fence)

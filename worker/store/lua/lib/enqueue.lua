@@ -46,11 +46,13 @@ local function retained_retry_s(oldest, now, slot_ms, fresh, max)
   return math.max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
 end
 -- The tenant's retained events with the batch's new ones, checked against max (a duplicate stores nothing); its
--- dead events past the window count too, one each (a dead event never expires: worker/store/quotas.py).
+-- dead events that died before the oldest slot counted count too, one each (a dead event never expires, and one
+-- that died before that slot began was admitted before it: worker/store/quotas.py).
 -- -> the count's stale slots | nil, the refusal
-local function tenant_events(key, dlq, events, units, max, now, slot_ms, window_ms)
+local function tenant_events(key, dlq, events, units, max, now, slot_ms)
   local held, oldest, stale = retained_count(key, now, slot_ms)
-  local dead = redis.call('ZCOUNT', dlq, '-inf', '(' .. (now - window_ms))
+  local counted_from = (math.floor(now / slot_ms) - RETAINED_SLOTS) * slot_ms
+  local dead = redis.call('ZCOUNT', dlq, '-inf', '(' .. string.format('%d', counted_from))
   held = held + dead
   local adding = 0
   for i = 1, #events do adding = adding + units[i] end
@@ -138,8 +140,7 @@ local function enqueue(h, k0, a0)
   end
   if max_events > 0 and slot_ms > 0 then
     local refusal
-    retained_stale, refusal = tenant_events(h.retained, h.dlq, events, units, max_events, now, slot_ms,
-      tonumber(h.window_s) * 1000)
+    retained_stale, refusal = tenant_events(h.retained, h.dlq, events, units, max_events, now, slot_ms)
     if refusal then return nil, nil, refusal end
   end
   -- the users' shares: their counts follow the events' layouts, before the stored-bytes counts
