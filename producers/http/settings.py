@@ -56,8 +56,10 @@ class DoorSettings(PluginSettings):
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1)  # one HTTP request body; larger -> 413
     max_connections: int = Field(default=2000, ge=1)  # per web process, else 503
     # One client address's share of them (0: none), else 429: one client holding 2,100 idle sockets had 70% of
-    # another tenant's new connections refused. Behind a proxy or a NAT every client is its address: raise it.
-    max_connections_per_client: int = Field(default=500, ge=0)
+    # another tenant's new connections refused. Half the connections by default, so one backend holding a
+    # process's every receipt stream (AGENT_SIGNAL_MAX_STREAMS) for its users still fits. Behind a proxy or a NAT
+    # every client is its address: raise it.
+    max_connections_per_client: int = Field(default=1000, ge=0)
     header_timeout_s: float = Field(default=10.0, gt=0)  # a request's head must arrive within this, else 408
     body_timeout_s: float = Field(default=60.0, gt=0)  # its body within this of the head, else closed
     # Requests whose body the process waits for (a route began to read it), per credential and per tenant, in

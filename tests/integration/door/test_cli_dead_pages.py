@@ -15,7 +15,7 @@ from producers import Producer
 from producers.cli.console import dead_letters
 from producers.cli.reach.target import Api, Target
 from producers.http.app import create_web_app
-from tests.support.dead_events import dead_by_drain
+from tests.support.drains import dead_by_drain
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
 

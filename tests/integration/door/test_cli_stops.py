@@ -26,7 +26,7 @@ from producers.cli.console import dead_letters
 from producers.cli.main import SIGPIPE_EXIT, main
 from producers.sdk import dead_letters as sdk_dead_letters
 from tests.conftest import settings_env
-from tests.support.dead_events import dead_by_drain
+from tests.support.drains import dead_by_drain
 from worker.runtime.app import build_pipeline
 from worker.settings import settings_environment
 from worker.telemetry.recorder import DISABLED

@@ -15,8 +15,7 @@ from redis import Redis
 
 from producers import Producer
 from producers.http.app import create_web_app
-from tests.support.dead_events import dead_by_drain
-from tests.support.drains import producer_and_pipeline
+from tests.support.drains import dead_by_drain, producer_and_pipeline
 from worker.store.quotas import RETAINED_SLOTS, retained_slot_ms
 
 pytestmark = [pytest.mark.integration, pytest.mark.buckets]

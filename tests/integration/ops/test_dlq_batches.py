@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 import worker.store.events as store_events
 from producers import Producer
 from producers.http.app import create_web_app
-from tests.support.dead_events import dead_by_drain
+from tests.support.drains import dead_by_drain
 from worker.core.clock import now_ms
 from worker.runtime.app import build_pipeline
 from worker.telemetry.recorder import DISABLED
