@@ -5,8 +5,9 @@ so the id is read from the secret and verifying is one ``HGETALL`` (cached), nev
 secret is stored (hash ``Keys.api_key(id)``: tenant, role, name, hash, createdAt, revokedAt), compared with
 :func:`hmac.compare_digest`. The secrets carry 256 random bits, so a slow password hash (bcrypt, argon2) would
 add latency to every request and no resistance to guessing (docs/decisions.md "Credentials"). A revoked key
-keeps its record (without the hash) and its id in ``Keys.api_keys``, so "credentials are configured" never turns
-back off by revoking the last key. Creating and revoking a key appends to the tenant's audit stream.
+keeps its record (without the hash) for ``REVOKED_KEY_KEEP_S`` (30 days: listed as revoked, then gone from its
+tenant's listing) and its id in ``Keys.api_keys`` for good, so "credentials are configured" never turns back off
+by revoking the last key. Creating and revoking a key appends to the tenant's audit stream.
 
 **The bootstrap key** (``AGENT_SIGNAL_BOOTSTRAP_KEY``, or the deprecated ``AGENT_SIGNAL_API_TOKEN``) is an
 ``admin`` key of tenant ``default`` with the id ``bootstrap``, compared in constant time; it is never stored.
@@ -54,7 +55,7 @@ from redis import Redis, WatchError
 from worker.core.ids import IdProblem, user_id_problem
 from worker.intake.refusals import StoreUnavailable
 from worker.keys.layout import DEFAULT_TENANT, BadTenant, Keys, check_tenant
-from worker.ops.key_index import room_left, stage_create, stage_revoke, tenant_key_ids
+from worker.ops.key_index import forget_expired, room_left, stage_create, stage_revoke, tenant_key_ids
 from worker.ops.roles import ROLES
 
 __all__ = [
@@ -257,6 +258,10 @@ class CredentialStore:
         for key_id in ids:
             pipe.hgetall(self.keys.api_key(key_id))
         records = [_record(key_id, fields) for key_id, fields in zip(ids, pipe.execute(), strict=True)]
+        if tenant is not None:  # revoked keys whose record expired: out of the tenant's index too
+            forget_expired(
+                self.client, self.keys, tenant, [i for i, r in zip(ids, records, strict=True) if r is None]
+            )
         found = [r for r in records if r is not None and (tenant is None or r.tenant == tenant)]
         return sorted(found, key=lambda r: (r.created_at_ms, r.id))
 
@@ -271,7 +276,7 @@ class CredentialStore:
             pipe = self.client.pipeline(transaction=True)
             pipe.hsetnx(self.keys.api_key(key_id), "revokedAt", str(at))
             pipe.hdel(self.keys.api_key(key_id), "hash")
-            stage_revoke(pipe, self.keys, record.tenant, key_id)
+            stage_revoke(pipe, self.keys, record.tenant, key_id)  # its record expires (REVOKED_KEY_KEEP_S)
             pipe.execute()
         self._cache.pop(key_id, None)
         return self.read(key_id)

@@ -28,18 +28,23 @@ from worker.intake.refusals import StoreUnavailable
 from worker.keys.layout import Keys
 
 __all__ = [
+    "REVOKED_KEY_KEEP_S",
     "ROOM_ATTEMPTS",
     "TooManyKeys",
     "ensure_indexed",
+    "forget_expired",
     "room_left",
     "stage_create",
     "stage_revoke",
     "tenant_key_ids",
 ]
 
-ROOM_ATTEMPTS = (
-    20  # WATCH transactions a create tries, each raced by another create of the tenant, before it gives up
-)
+# A revoked key's record (no secret hash: its tenant, role, name and times) is kept this long, then expires; its id
+# stays in the global set (a few dozen bytes), which says "credentials are configured" (worker/ops/credentials.py).
+# A walk saw one tenant make keys without end; a create-and-revoke loop kept ~720 B a pair for good before.
+REVOKED_KEY_KEEP_S = 30 * 86_400
+# WATCH transactions a create tries, each raced by another create of the tenant, before it gives up
+ROOM_ATTEMPTS = 20
 
 
 class TooManyKeys(ValueError):
@@ -135,5 +140,16 @@ def stage_create(
 
 
 def stage_revoke(pipe: Any, keys: Keys, tenant: str, key_id: str) -> None:
-    """A revoke's part, in its transaction: the key no longer counts toward its tenant's active keys."""
+    """A revoke's part, in its transaction: the key no longer counts toward its tenant's active keys, and its record
+    expires after :data:`REVOKED_KEY_KEEP_S`."""
     pipe.srem(keys.active_api_keys_of(tenant), key_id)
+    pipe.expire(keys.api_key(key_id), REVOKED_KEY_KEEP_S)
+
+
+def forget_expired(client: Redis, keys: Keys, tenant: str, key_ids: list[str]) -> None:
+    """Take ids whose record is gone (revoked and expired) out of the tenant's index; the global set keeps them."""
+    if key_ids:
+        pipe = client.pipeline(transaction=True)
+        pipe.srem(keys.api_keys_of(tenant), *key_ids)
+        pipe.srem(keys.active_api_keys_of(tenant), *key_ids)
+        pipe.execute()

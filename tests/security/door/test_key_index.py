@@ -134,3 +134,25 @@ def test_a_create_that_loses_the_last_room_to_a_racer_is_refused(
     with pytest.raises(ValueError, match="AGENT_SIGNAL_TENANT_MAX_KEYS"):
         store.create("acme", "read")
     assert redis_client.smembers(keys.active_api_keys_of("acme")) == set(raced)
+
+
+def test_a_revoked_keys_record_expires_and_leaves_its_tenants_listing(
+    redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A create-and-revoke loop kept ~720 B a pair for good: a revoked key's record now expires after
+    REVOKED_KEY_KEEP_S (listed as revoked until then), and the next listing takes its id out of the tenant's index;
+    the global set keeps the id, so credentials stay configured."""
+    from worker.ops.key_index import REVOKED_KEY_KEEP_S
+
+    store = CredentialStore(redis_client, keys)
+    kept, revoked = store.create("acme", "read")[0], store.create("acme", "read")[0]
+    store.revoke(revoked.id)
+    assert 0 < redis_client.ttl(keys.api_key(revoked.id)) <= REVOKED_KEY_KEEP_S
+    assert redis_client.ttl(keys.api_key(kept.id)) == -1
+    assert {r.id for r in store.list("acme")} == {kept.id, revoked.id}
+    redis_client.delete(keys.api_key(revoked.id))  # as its TTL would
+    assert [r.id for r in store.list("acme")] == [kept.id]
+    assert redis_client.smembers(keys.api_keys_of("acme")) == {kept.id}
+    store.revoke(kept.id)
+    redis_client.delete(keys.api_key(kept.id))
+    assert CredentialStore(redis_client, keys).configured()
