@@ -90,7 +90,7 @@ def idempotency_aliases(
     if not isinstance(key, str) or not key:
         return ()
     if form < 2:
-        return (f"u={user_id or ''}:{key}",)
+        return (idempotency_key_for(action, form=LANE_FORM, user_id=user_id),)
     # a bare key of today's shape (``u=bob:K``) is also the lane of bob's key ``K`` (an upgrade walk: alice's event
     # with that key replayed bob's charge): the producer chose it, so it is not read as a lane of before
     return () if is_user_form(key) else (key,)

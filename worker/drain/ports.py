@@ -174,9 +174,8 @@ class BatchPort:
         self.scope_key = scope_key
         self._lost = lost
         self.lanes = lanes
-        self._aliases: dict[
-            str, str
-        ] = {}  # lane -> its key in the other form, from the lookup before its commit
+        # lane -> its key in the other form, from the lookup before its commit
+        self._aliases: dict[str, str] = {}
 
     def lookup(
         self, action: Action, idempotency_key: str, aliases: Sequence[str] = ()

@@ -422,20 +422,18 @@ def _chain_lanes(
     k = tenant.for_scope(scope)
     user = source.user_id if source is not None else None
 
-    def lanes_of(in_form: int) -> set[str]:
-        return {k.idempotency(scope, idempotency_key_for(a, form=in_form, user_id=user)) for a in actions}
-
-    def bare_lanes_of(in_form: int) -> set[str]:  # but a bare key that is a user's lane of today (u=<user>:…)
+    def lanes_of(in_form: int, *, guessed: bool = False) -> set[str]:
+        # a guessed older form leaves out a bare payload key shaped as a user's lane of today (u=<user>:…): theirs
         return {
             k.idempotency(scope, idempotency_key_for(a, form=in_form, user_id=user))
             for a in actions
-            if not is_user_form(str(a.payload.get("idempotencyKey") or ""))
+            if not (guessed and is_user_form(str(a.payload.get("idempotencyKey") or "")))
         }
 
     if form is not None:
         return sorted(lanes_of(form)), []
     sure = lanes_of(LANE_FORM)
-    return sorted(sure), sorted(set.union(*(bare_lanes_of(older) for older in range(LANE_FORM))) - sure)
+    return sorted(sure), sorted(set.union(*(lanes_of(old, guessed=True) for old in range(LANE_FORM))) - sure)
 
 
 def _unkept(store: EventStore, lanes: list[str]) -> list[str]:

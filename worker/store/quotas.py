@@ -206,9 +206,8 @@ def retained_counts(
             pipe.hgetall(key)
     now = int(time.time() * 1000)
     current = now // slot_ms
-    for (
-        key
-    ) in dlqs:  # died before the oldest slot counted began: admitted before it too (ENQUEUE does the same)
+    # died before the oldest slot counted began: admitted before it too (ENQUEUE does the same)
+    for key in dlqs:
         pipe.zcount(key, "-inf", f"({(current - RETAINED_SLOTS) * slot_ms}")
     replies = iter(pipe.execute())
     out: list[tuple[int, int]] = []

@@ -105,10 +105,8 @@ def _keys_direct(args: argparse.Namespace) -> int:
             first = not store.configured()
             try:
                 record, secret = store.create(args.tenant, args.role, args.name or "", actor="cli")
-            except (
-                CredentialError,
-                TooManyKeys,
-            ) as exc:  # the flag at fault, as every verb names it (not the class)
+            # the flag at fault, as every verb names it (not the class)
+            except (CredentialError, TooManyKeys) as exc:
                 raise CliError(f"--{exc.field}: {exc}" if exc.field else str(exc)) from None
             print_json({"id": record.id, "tenant": record.tenant, "role": record.role, "key": secret})
             if first:

@@ -125,20 +125,12 @@ def list_conversations(
 def conversation_messages(
     request: Request, principal: Reader, userId: str = "", agentId: str = "", topicId: str = ""
 ) -> JSONResponse:
-    missing = next(
-        (
-            name
-            for name, value in (("userId", userId), ("agentId", agentId), ("topicId", topicId))
-            if not value
-        ),
-        None,
-    )
-    if (
-        missing is not None
-    ):  # named: the first of the three the query left out (a walk: it named userId always)
-        return error_response(
-            422, "missing_field", f"{missing} is required (userId, agentId and topicId)", missing
-        )
+    # named: the first of the three the query left out (a walk: it named userId always)
+    for name, value in (("userId", userId), ("agentId", agentId), ("topicId", topicId)):
+        if not value:
+            return error_response(
+                422, "missing_field", f"{name} is required (userId, agentId and topicId)", name
+            )
     check_user(principal, userId, "conversation")
     client = producer_of(request).store.client
     raw = client.lrange(tenant_keys(request).conversation(userId, agentId, topicId), 0, -1)

@@ -20,10 +20,8 @@ def test_connections_over_the_cap_are_refused_and_the_process_keeps_answering(
     once (no file handle kept for it); once they go, /healthz answers again."""
     _, url = serve_web(make_settings(max_connections=20, header_timeout_s=60))
     port = _port(url)
-    idle = [_connect(port) for _ in range(20)]
+    idle, answer = _one_past(port, 20)
     try:
-        with _connect(port) as sock:
-            answer = _read_all(sock)
         assert _status(answer) == 503 and b"too_many_connections" in answer, answer
         assert b"retry-after: 1" in answer.lower()
     finally:
@@ -33,6 +31,13 @@ def test_connections_over_the_cap_are_refused_and_the_process_keeps_answering(
     wait_for(
         lambda: _healthy(_connect(port)), timeout_s=30, what="/healthz after the idle connections closed"
     )
+
+
+def _one_past(port: int, held: int) -> tuple[list[socket.socket], bytes]:
+    """``held`` idle connections from 127.0.0.1 (left open for the caller to close), and the answer to one more."""
+    idle = [_connect(port) for _ in range(held)]
+    with _connect(port) as sock:
+        return idle, _read_all(sock)
 
 
 def _healthy(sock: socket.socket) -> bool:
@@ -50,10 +55,8 @@ def test_one_client_address_holds_at_most_its_share_of_the_connections(
     address (127.0.0.2) still gets in and is answered; when one of the five closes, 127.0.0.1 gets in again."""
     _, url = serve_web(make_settings(max_connections=20, max_connections_per_client=5, header_timeout_s=60))
     port = _port(url)
-    idle = [_connect(port) for _ in range(5)]
+    idle, answer = _one_past(port, 5)
     try:
-        with _connect(port) as sock:
-            answer = _read_all(sock)
         assert _status(answer) == 429 and b"too_many_connections" in answer, answer
         assert b"AGENT_SIGNAL_MAX_CONNECTIONS_PER_CLIENT" in answer and b"retry-after: 1" in answer.lower()
         assert _healthy(
