@@ -11,7 +11,7 @@ import pytest
 from producers import Producer
 from sessions.store import session_scope
 from worker.ops import erasure
-from worker.ops.scope_control import pause_scope
+from worker.ops.scope_control import list_scopes, pause_scope
 
 pytestmark = pytest.mark.integration
 
@@ -55,4 +55,27 @@ def test_a_session_owners_scope_is_dropped_whole_once_both_users_are_erased(make
     assert client.smembers(k.scope_users(scope)) == {"*shared"}  # kept: the session names bob
     report = erasure.erase_user(producer.store, keys, "bob", session_scope=session_scope)
     assert report.removed["scopes"] == 1 and not client.exists(k.scope_users(scope), k.inbox(scope))
+    producer.close()
+
+
+def test_an_operators_pause_outlives_an_erasure_that_drops_its_scope_whole(make_settings: Any) -> None:
+    """A paused scope whose only events were the erased user's is dropped whole, and stays paused: the next
+    event there waits. A paused scope whose key holds the user's id loses its pause with it (the paused hash
+    names the key). An operator race walk found the pause lifted, and the next event run."""
+    producer = Producer(make_settings())
+    keys = producer.keys
+    theirs = "user:zed/inbox"
+    for scope in (SCOPE, theirs):
+        assert pause_scope(producer.store, keys, scope)
+        event = {
+            "sourceType": "test.counter",
+            "sourceId": f"pause-{scope}",
+            "scopeKey": scope,
+            "userId": "zed",
+        }
+        producer.enqueue({**event, "payload": {}})
+    report = erasure.erase_user(producer.store, keys, "zed", session_scope=session_scope)
+    assert report.busy_scopes == [] and report.removed["scopes"] == 2
+    paused = {row["scopeKey"] for row in list_scopes(producer.store, keys, "paused")}
+    assert paused == {SCOPE}
     producer.close()

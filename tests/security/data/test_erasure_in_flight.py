@@ -271,3 +271,37 @@ def test_a_scope_dropped_whole_leaves_the_tenants_ready_list(
         _erase(client, GONE)
         assert redis_client.lrange(ready, 0, -1) == []
         assert _mentions(_dump(redis_client, keys), GONE, MARK[GONE]) == []
+
+
+def test_a_cancelled_events_lanes_go_with_its_users_erasure(
+    make_settings: Any, start_worker: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A cancel stops the user's event after its first action, in a scope another user's event keeps shared: the
+    action's lane gets its TTL back, and a cancelled event stores no chain, where the erasure finds a done
+    event's lanes. The event now names its ended lanes for the erasure (an operator race walk found them kept a
+    week after the erasure, each key naming the user's source id); the other user's lane stays."""
+    settings = make_settings()
+    start_worker(settings, concurrency=1)
+    scope, sid = "topic:cancelled-lanes", f"{GONE}-cancelled"
+    started = f"{keys.bucket_prefix}test:two-step-started:{sid}"
+    with TestClient(create_web_app(settings)) as client:
+        ids = {}
+        for user in (GONE, KEPT):  # the other user's event waits behind: the scope is shared
+            event = {"sourceType": "test.two-step", "sourceId": f"{user}-cancelled", "scopeKey": scope}
+            ids[user] = _send(client, {**event, "userId": user, "payload": {}})["eventId"]
+        wait_for(lambda: redis_client.exists(started), what="the erased user's first action")
+        assert client.post(f"/v1/events/{ids[GONE]}/cancel").json()["cancelRequested"] is True
+        for user in (GONE, KEPT):
+            redis_client.set(f"{keys.bucket_prefix}test:two-step-go:{user}-cancelled", "1")
+        for user, status in ((GONE, "cancelled"), (KEPT, "done")):
+            wait_for(
+                lambda u=user, s=status: client.get(f"/v1/events/{ids[u]}").json()["status"] == s, what=status
+            )
+        before = _dump(redis_client, keys)
+        assert [k for k in _mentions(before, GONE) if ":idem:{" in k], (
+            "the test must start with the user's lane"
+        )
+
+        _erase(client, GONE)
+        after = _dump(redis_client, keys)
+        assert [k for k in _mentions(after, GONE) if ":idem:{" in k] == []

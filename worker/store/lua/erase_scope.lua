@@ -12,12 +12,14 @@
 -- the caller found: legacy_chain, the event's own chain key when there is none) and its outbox index go, and its
 -- outbox records (the RECORD group) with their due entries. Shared: its events leave the inbox and the user
 -- leaves scope_users. Whole: the scope's inbox, drain
--- marker, counters, fence, users and runs index go, and it leaves the scopes registry and the paused hash (the
--- rest of its keys are the caller's to delete, while it still holds the lease).
+-- marker, counters, fence, users and runs index go, and it leaves the scopes registry (the rest of its keys are the
+-- caller's to delete, while it still holds the lease); an operator's pause on it stays, unless its key contains
+-- the user's id (the paused hash holds the key: it would keep the id).
 -- The lanes an unfinished event kept (lib/kept_lanes.lua) are deleted unless another unfinished event keeps them
--- too, and so are the lanes of the actions the caller read in the chunk's chains (the LANE group) that have a TTL:
--- a finished action's lane lives its own TTL, past the chain and the record, and a receipt's lane key names the
--- user; one without is an unfinished event's.
+-- too; so are those an ended event named (endedLanes: a cancelled or discarded event stores no chain) and the
+-- lanes of the actions the caller read in the chunk's chains (the LANE group), each when it has a TTL: a finished
+-- action's lane lives its own TTL, past the chain and the record, and a receipt's lane key names the user; one
+-- without is an unfinished event's.
 -- -> {-1} the lease is not the erasure's (nothing written) | {1 whole | 0 shared, tombstones written, chains
 --    deleted, lanes deleted}
 -- requires: kept_lanes
@@ -30,7 +32,7 @@ if redis.call('GET', lease) ~= token then return {-1} end
 
 local SHARED_MARK = '*shared'  -- no user id holds '*' (worker/core/ids.py)
 local DROPS = {'event', 'userId', 'scopeKey', 'sourceId', 'error', 'chainId', 'lastError', 'history',
-  'discardReason'}
+  'discardReason', 'endedLanes'}
 local ENDED = {done = true, cancelled = true, discarded = true, erased = true}
 local mine, order = {}, {}
 local k, a = 18, 12
@@ -82,7 +84,7 @@ local function tombstone(id, e)
   local state = rec[1]
   if state and rec[2] ~= user_id and not rec[3] then return 0, legacy end
   if state then
-    lanes = lanes + release_lanes(e.ev, lane_holders, nil)
+    lanes = lanes + release_lanes(e.ev, lane_holders, nil) + erase_ended_lanes(e.ev)
     redis.call('HDEL', e.ev, unpack(DROPS))
     redis.call('HSET', e.ev, 'erasedAt', now_ms)
     if not ENDED[state] then
@@ -122,7 +124,9 @@ end
 if whole then
   redis.call('DEL', inbox, sched, seq, fence_key, scope_users, runs_scope)
   redis.call('SREM', scopes, scope_ref)
-  redis.call('HDEL', paused, scope_key)
+  -- an operator's pause stays (a scope may be paused for reasons of its own, before any event), unless the key,
+  -- which the paused hash names, holds the user's id
+  if string.find(scope_key, user_id, 1, true) then redis.call('HDEL', paused, scope_key) end
   return {1, written, chains, lanes}
 end
 if last == '1' then
