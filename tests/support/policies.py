@@ -29,6 +29,7 @@ must be visible while the event is still running, so tests can observe ordering 
 * ``test.two-step``: the source handler stages ``test:two-step-chain:<sourceId>`` += 1 and dispatches two actions.
   The first records ``test:two-step-started:<sourceId>``, waits (up to 60 s) for ``test:two-step-go:<sourceId>``,
   and stages ``test:two-step-first:<sourceId>`` += 1; the second stages ``test:two-step-second:<sourceId>`` += 1.
+  With ``payload.firstOnly`` the first action is the only one.
 * the plugin task ``test.explode``: counts its runs under ``test:exploded``, then raises an error that quotes
   ``payload.text`` (as a task whose input fails to parse does); ``test.refuse`` counts its runs under
   ``test:refused`` and raises PermanentFailure. After their last attempt, their dead hook appends
@@ -206,6 +207,8 @@ def _two_step_source(source: Source, ctx: HandlerContext) -> Dispatch:
     ctx.effects.incr(_test_key(ctx, f"two-step-chain:{source.source_id}"))
     sig = signal_from(source, "two-step", "signal.test.two-step", {}, ctx.now())
     first = action_from(sig, "first", "action.test.two-step-first", {}, ctx.now())
+    if source.payload.get("firstOnly"):
+        return Dispatch(signals=[sig], actions=[first])
     return Dispatch(
         signals=[sig],
         actions=[first, action_from(sig, "second", "action.test.two-step-second", {}, ctx.now())],

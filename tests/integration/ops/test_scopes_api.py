@@ -143,6 +143,25 @@ def test_a_running_event_stops_before_its_next_action(
     assert [e["eventId"] for e in listed] == [running]
 
 
+def test_a_cancel_during_the_last_action_leaves_the_event_done(
+    api: TestClient, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """Cancelled while its only action runs, an event has no next action to stop before: it ends ``done``, its
+    chain and its source handler's staged write committed with the action's effect. An operator race walk found
+    such an event ``cancelled`` with every action applied, no chain, and the staged write dropped."""
+    running = _send(api, "test.two-step", "last-1", "topic:cancel-last", firstOnly=True)
+    wait_for(lambda: redis_client.exists(_test_key(keys, "two-step-started:last-1")), what="the action")
+    answer = api.post(f"/v1/events/{running}/cancel")
+    assert answer.json() == {"eventId": running, "status": "processing", "cancelRequested": True}
+    redis_client.set(_test_key(keys, "two-step-go:last-1"), "1")
+
+    record = _until(api, running, "done")
+    assert [a["status"] for a in record["attemptsHistory"]] == ["succeeded"]
+    assert api.get(f"/v1/chains/{running}").status_code == 200
+    for written in ("two-step-first:last-1", "two-step-chain:last-1"):  # journaled with scope buckets
+        wait_for(lambda w=written: redis_client.get(_test_key(keys, w)) == "1", what=written)
+
+
 def test_a_tenant_at_its_paused_scopes_limit_is_refused_one_more(make_settings: Any) -> None:
     """A pause mark has no TTL and any scope key may be paused, events or not: an audit wrote 50,000 marks and
     ``GET /v1/scopes?limit=1`` then took seconds, stalling the web process. Past the limit a pause is a 429

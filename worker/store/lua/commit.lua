@@ -5,7 +5,9 @@
 -- it as the next head); the lanes of the actions its chain ran, when it has any (a run whose actions waited for
 -- the commit instead of applying one by one), are applied first while it is the head, our fence holds and no
 -- cancel was asked for it; then its outcome: done, dead (to the DLQ), back to queued for a retry, or cancelled
--- (asked, or found: a cancel requested while it ran turns any outcome into cancelled). Only a 'done' commit
+-- (asked, or found: a cancel requested while it ran turns its outcome into cancelled, but for an event that ran
+-- every action already, one by one, and is done: nothing was left to stop, its effects and chain stay and it
+-- ends done). Only a 'done' commit
 -- applies what the chain's source and signal handlers staged (effects_json, a JSON list of command lists) and
 -- admits the follow-up events they emitted (followups_json, a JSON list of Admission layouts, keys then
 -- arguments): a retried, dead or cancelled event leaves no trace of them. With go_on '1' the same round trip
@@ -122,7 +124,7 @@ end
 -- One event's outcome (its lanes already applied): the reply as the header says. Its hash's writes go through
 -- lib/pending.lua (one HSET with the take_head's fields when the event was taken in this script).
 local function commit_event(ev, chain, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on,
-    effects_json, followups_json, kept_lanes_json)
+    effects_json, followups_json, kept_lanes_json, lanes_here)
   if not fence_ok() then
     redis.call('HINCRBY', stats, 'fenceRejected', 1)
     return {CommitCode.STALE_FENCE}
@@ -130,7 +132,8 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
   local known = known_of(ev, event_id)
   if not known then return {CommitCode.NOT_HEAD} end
   taken[ev] = nil
-  if known.cancel then outcome = 'cancelled' end
+  -- a done event whose lanes are not here applied each action as it ran: the cancel came after its last one
+  if known.cancel and (outcome ~= 'done' or lanes_here) then outcome = 'cancelled' end
   local followups = {}
   if outcome == 'done' then
     local refusal
@@ -281,7 +284,7 @@ local function run()
     local stopped = apply_lanes(ev, event_id, lanes)
     if stopped then return {stopped[1], out, {}, stopped[2], stopped[3]} end
     local reply = commit_event(ev, chain, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on,
-      effects_json, followups_json, kept_lanes_json)
+      effects_json, followups_json, kept_lanes_json, #lanes > 0)
     if reply[1] == CommitCode.REFUSED then keep_marked(ev, taken[ev], lanes, #lanes) end  -- applied above
     out[#out + 1] = reply
     if reply[1] ~= CommitCode.COMMITTED then return {reply[1], out, {}} end
