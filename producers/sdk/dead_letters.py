@@ -12,6 +12,7 @@ from worker.core.ids import id_problem
 from worker.documents.event_body import body_of, stored_body
 from worker.intake.source_event import EventError, InvalidEvent
 from worker.keys.layout import Keys
+from worker.ops.audit import CLI_ACTOR, audit
 from worker.ops.runs import discard
 from worker.store.reads import EVENT_ID
 
@@ -29,6 +30,7 @@ def redrive_events(
     tenant: str | None = None,
     limit: int | None = None,
     until_ms: int | None = None,
+    actor: str = CLI_ACTOR,
 ) -> dict[str, Any]:
     """Requeue the given dead events (all of them when ``event_ids`` is None, or the ``limit`` longest dead,
     the answer then saying ``"more": true`` when others remain; an id given twice counts once), each at its
@@ -37,6 +39,7 @@ def redrive_events(
     The event keeps its id and dedupe record; its attempts restart at 0; actions it already applied stay
     applied (their idempotency lanes are untouched), so a redrive can only finish what failed. ``bodies``
     (from :func:`edited_bodies`) replace the stored events of those ids. ``tenant``: the producer's by default.
+    Each event redriven is audited with ``actor`` (worker/ops/audit.py), and whether its payload was edited.
     """
     store, keys = producer.store, producer.store.keys.for_tenant(tenant or producer.tenant)
     if bodies is not None:  # the edits' ids, resolved by the caller before edited_bodies read them
@@ -51,6 +54,14 @@ def redrive_events(
             not_dead.append(event_id)
             continue
         redriven.append(event_id)
+        audit(
+            store.client,
+            keys,
+            "redrive",
+            actor,
+            eventId=event_id,
+            edited="1" if event_id in (bodies or {}) else "0",
+        )
         # every time the script set the scope's drain marker: a drain sent for an earlier event of this loop may
         # have finished and released the scope since, and one skipped here left the scope for the reconcile sweep
         if publish:
@@ -173,10 +184,11 @@ def discard_events(
     tenant: str | None = None,
     limit: int | None = None,
     until_ms: int | None = None,
+    actor: str = CLI_ACTOR,
 ) -> dict[str, Any]:
     """Discard the given dead events (all of them when ``event_ids`` is None, or the ``limit`` longest dead with
     ``"more": true`` when others remain), each kept as an audit record."""
     store, keys = producer.store, producer.store.keys.for_tenant(tenant or producer.tenant)
     ids, more, until_ms = _targets(producer, event_ids, tenant, limit, until_ms)
-    discarded, not_dead = discard(store, keys, ids, reason)
+    discarded, not_dead = discard(store, keys, ids, reason, actor=actor)
     return {"discarded": discarded, "notDead": not_dead} | _more(more, until_ms)

@@ -55,6 +55,7 @@ from redis import Redis, WatchError
 from worker.core.ids import IdProblem, user_id_problem
 from worker.intake.refusals import StoreUnavailable
 from worker.keys.layout import DEFAULT_TENANT, BadTenant, Keys, check_tenant
+from worker.ops.audit import audit
 from worker.ops.key_index import forget_expired, room_left, stage_create, stage_revoke, tenant_key_ids
 from worker.ops.roles import ROLES
 
@@ -93,7 +94,6 @@ FLOOR_WRITE_ATTEMPTS = 5  # WATCH transactions an erasure's floor write tries, e
 USER_REF_CONTEXT = b"agent-signal user-tokens-from\x00"  # the digest of a floor's key is for this use alone
 MIN_BOOTSTRAP_KEY_CHARS = 16
 MIN_TOKEN_SECRET_CHARS = 32  # HS256 wants a key of at least 256 bits (RFC 7518 §3.2)
-AUDIT_MAXLEN = 10_000  # audit entries kept per tenant (XADD MAXLEN ~)
 CACHE_MAX_ENTRIES = 10_000  # the in-process cache is dropped whole past this (random ids cannot grow it)
 MAX_NAME_CHARS = 100
 ALGORITHM = "HS256"
@@ -271,13 +271,14 @@ class CredentialStore:
         if record is None:
             return None
         if record.active:
-            at = _now_ms()
-            self._audit(record.tenant, "key.revoke", key_id, role=record.role, actor=actor)
             pipe = self.client.pipeline(transaction=True)
-            pipe.hsetnx(self.keys.api_key(key_id), "revokedAt", str(at))
+            pipe.hsetnx(self.keys.api_key(key_id), "revokedAt", str(_now_ms()))
             pipe.hdel(self.keys.api_key(key_id), "hash")
             stage_revoke(pipe, self.keys, record.tenant, key_id)  # its record expires (REVOKED_KEY_KEEP_S)
-            pipe.execute()
+            revoked_now = pipe.execute()[0]
+            # audited once, by the revoke that set revokedAt: racing revokes all saw the key active
+            if revoked_now:
+                self._audit(record.tenant, "key.revoke", key_id, role=record.role, actor=actor)
         self._cache.pop(key_id, None)
         return self.read(key_id)
 
@@ -515,9 +516,8 @@ class CredentialStore:
         self._cache.pop(key_id, None)
         return _record(key_id, self.client.hgetall(self.keys.api_key(key_id)))
 
-    def _audit(self, tenant: str, action: str, key_id: str, **fields: str) -> None:
-        entry: dict[Any, Any] = {"action": action, "keyId": key_id, "at": str(_now_ms()), **fields}
-        self.client.xadd(self.keys.for_tenant(tenant).audit, entry, maxlen=AUDIT_MAXLEN, approximate=True)
+    def _audit(self, tenant: str, action: str, key_id: str, *, actor: str, **fields: str) -> None:
+        audit(self.client, self.keys.for_tenant(tenant), action, actor, keyId=key_id, **fields)
 
 
 def _issued_ms(claims: Mapping[str, Any]) -> int:

@@ -33,8 +33,9 @@ and the plugins' parts are done: no drain starts there meanwhile. Whole or share
 (ERASE_SCOPE, one script that tombstones the scope's events of the user and drops or keeps the scope): an event of
 another user enqueued after we looked keeps the scope. A scope whose lease a drain holds is left alone and reported in
 ``busyScopes``: an event of it is running. Erasure is idempotent, so the caller repeats it until
-``busyScopes`` is 0. Each run is audited in the tenant's audit stream under the user's pseudonym, a keyed hash
-(worker/telemetry/pseudonyms.py): the audit must not keep the id, nor a hash anyone could compute from a guess.
+``busyScopes`` is 0. Each run is audited in the tenant's audit stream, with its actor, under the user's pseudonym, a
+keyed hash (worker/telemetry/pseudonyms.py): the audit must not keep the id, nor a hash anyone could compute from a
+guess.
 
 Not found once the dedupe window has passed since the user's last event: the chain documents of their events
 whose records have expired (chain retention), and with them the idempotency lanes of those chains' actions in
@@ -67,6 +68,7 @@ from worker.core.idempotency import (
 from worker.documents.chain_codec import decode_chain
 from worker.documents.chain_storage import stored_actions
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
+from worker.ops.audit import CLI_ACTOR, audit
 from worker.ops.erasure_holds import HOLDER, ErasureHolds, ErasureRunning
 from worker.ops.erasure_index import CHUNK, UserEvent, forget_indexed, queued_events, text, user_events
 from worker.store.calls import (
@@ -122,7 +124,7 @@ def erase_user(
     *,
     session_scope: Callable[[str], str],
     erasers: Sequence[UserEraser] = (),
-    audit_maxlen: int = 10_000,
+    actor: str = CLI_ACTOR,
 ) -> ErasureReport:
     """Erase ``user_id`` in ``tenant`` (see the module docstring), with each loaded plugin's ``erasers``;
     returns what was removed. One erasure runs at a time per tenant: raises :class:`ErasureRunning` while another
@@ -132,16 +134,13 @@ def erase_user(
     holds.lock()
     try:
         _erase(store, tenant, user_id, holds, report, session_scope, erasers)
-        store.client.xadd(
-            tenant.audit,
-            {
-                "action": "erase-user",
-                "user": load_pseudonyms(store.client, store.settings).of(user_id),
-                "at": str(now_ms()),
-                "removed": json.dumps(report.to_json_dict()["removed"]),
-            },
-            maxlen=audit_maxlen,
-            approximate=True,
+        audit(
+            store.client,
+            tenant,
+            "erase-user",
+            actor,
+            user=load_pseudonyms(store.client, store.settings).of(user_id),
+            removed=json.dumps(report.to_json_dict()["removed"]),
         )
     finally:
         holds.unlock()

@@ -35,6 +35,7 @@ from worker.core.clock import now_ms
 from worker.documents.event_body import body_of
 from worker.documents.event_records import status_record
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
+from worker.ops.audit import AUDIT_MAXLEN, CLI_ACTOR
 from worker.settings import Settings
 from worker.store.calls import Discard, RunsPage
 from worker.store.events import EventStore
@@ -139,7 +140,6 @@ def window_start_ms(settings: Settings) -> int:
 
 
 MAX_EXAMINED = 2000
-AUDIT_MAXLEN = 10_000
 
 
 class BadCursor(ValueError):
@@ -303,9 +303,10 @@ def find_by_source(store: EventStore, tenant: Keys, source_id: str) -> list[dict
 
 
 def discard(
-    store: EventStore, tenant: Keys, event_ids: Sequence[str], reason: str
+    store: EventStore, tenant: Keys, event_ids: Sequence[str], reason: str, *, actor: str = CLI_ACTOR
 ) -> tuple[list[str], list[str]]:
-    """Discard the tenant's dead events (DISCARD: worker/store/lua/discard.lua); returns (discarded, not dead)."""
+    """Discard the tenant's dead events (DISCARD: worker/store/lua/discard.lua), each audited with ``actor``
+    (worker/ops/audit.py); returns (discarded, not dead)."""
     settings = store.settings
     located = [store.locate(tenant, event_id, in_dlq=True) for event_id in event_ids]
     calls = [
@@ -325,6 +326,7 @@ def discard(
             audit_max_len=AUDIT_MAXLEN,
             run_index_max=settings.run_index_max,
             lane_ttl_s=settings.idempotency_ttl_s,
+            actor=actor,
         )
         for event_id, k in zip(event_ids, located, strict=True)
     ]

@@ -23,9 +23,11 @@ from typing import Any, Literal
 
 from worker.core.clock import now_ms
 from worker.keys.layout import HOLDER_SEPARATOR, Keys
+from worker.ops.audit import CLI_ACTOR, audit
 from worker.store.calls import Cancel, Resume, ScopeProbe, ScopeStates
 from worker.store.events import EventStore
 from worker.store.replies import CancelCode
+from worker.telemetry.pseudonyms import load_pseudonyms
 
 __all__ = [
     "PROBE_CHUNK",
@@ -57,10 +59,11 @@ class TooManyPaused(Exception):
         self.paused, self.limit = paused, limit
 
 
-def pause_scope(store: EventStore, tenant: Keys, scope_key: str) -> bool:
+def pause_scope(store: EventStore, tenant: Keys, scope_key: str, *, actor: str = CLI_ACTOR) -> bool:
     """Pause the tenant's scope; False when it already was. TooManyPaused when the tenant is at its limit of
     paused scopes (a mark has no TTL: any scope key may be paused, with or without events, and the scope listing
-    reads every mark). Two pauses racing at the limit may both pass: the limit bounds the marks, not exactly."""
+    reads every mark). Two pauses racing at the limit may both pass: the limit bounds the marks, not exactly. A
+    pause that took is audited with ``actor`` (worker/ops/audit.py)."""
     paused = tenant.for_scope(scope_key).runs("paused")
     limit = store.settings.tenant_max_paused_scopes
     if limit:
@@ -72,12 +75,17 @@ def pause_scope(store: EventStore, tenant: Keys, scope_key: str) -> bool:
         held = sum(int(n) for n in counts)
         if not already and held >= limit:
             raise TooManyPaused(held, limit)
-    return bool(store.client.hsetnx(paused, scope_key, now_ms()))
+    changed = bool(store.client.hsetnx(paused, scope_key, now_ms()))
+    if changed:
+        _audit_scope(store, tenant, "scope.pause", actor, scope_key)
+    return changed
 
 
-def resume_scope(store: EventStore, tenant: Keys, scope_key: str, publish: Any) -> bool:
+def resume_scope(
+    store: EventStore, tenant: Keys, scope_key: str, publish: Any, *, actor: str = CLI_ACTOR
+) -> bool:
     """Resume the tenant's scope and, when it has queued events and no drain scheduled, ``publish(scopeRef)``
-    one; False when it was not paused."""
+    one; False when it was not paused (a resume that took is audited with ``actor``)."""
     k = tenant.for_scope(scope_key)
     was, schedule = store.scripts.run(
         Resume(
@@ -92,7 +100,15 @@ def resume_scope(store: EventStore, tenant: Keys, scope_key: str, publish: Any) 
     )
     if int(schedule):
         publish(k.scope_ref(scope_key))
+    if int(was):
+        _audit_scope(store, tenant, "scope.resume", actor, scope_key)
     return bool(int(was))
+
+
+def _audit_scope(store: EventStore, tenant: Keys, action: str, actor: str, scope_key: str) -> None:
+    """The audit entry of a scope's pause or resume: its key as a pseudonym (a scope key may name a user)."""
+    scope = load_pseudonyms(store.client, store.settings).of(scope_key)
+    audit(store.client, tenant, action, actor, scope=scope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +121,9 @@ class CancelResult:
     now: bool = False
 
 
-def cancel_event(store: EventStore, tenant: Keys, event_id: str) -> CancelResult:
-    """Cancel one of the tenant's events (CANCEL: worker/store/lua/cancel.lua)."""
+def cancel_event(store: EventStore, tenant: Keys, event_id: str, *, actor: str = CLI_ACTOR) -> CancelResult:
+    """Cancel one of the tenant's events (CANCEL: worker/store/lua/cancel.lua); a cancel that took (the event
+    cancelled, or its cancel requested) is audited with ``actor``."""
     k = store.locate(tenant, event_id)
     reply = store.scripts.run(
         Cancel(
@@ -122,7 +139,10 @@ def cancel_event(store: EventStore, tenant: Keys, event_id: str) -> CancelResult
             lane_ttl_s=store.settings.idempotency_ttl_s,
         )
     )
-    return CancelResult(CancelCode(int(reply[0])), str(reply[1]), len(reply) > 2)
+    result = CancelResult(CancelCode(int(reply[0])), str(reply[1]), len(reply) > 2)
+    if result.now or result.code is CancelCode.REQUESTED:
+        audit(store.client, tenant, "event.cancel", actor, eventId=event_id, state=result.state)
+    return result
 
 
 @dataclass(frozen=True, slots=True)

@@ -419,15 +419,16 @@ def get_event(
 
 @router.post("/v1/events/{event_id:path}/cancel", response_model=Cancelled, responses=_CONFLICT)
 def post_cancel(
-    event_id: Id, request: Request, _: Annotated[Principal, Depends(require("operate"))]
+    event_id: Id, request: Request, principal: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:
     """A queued event is cancelled now and never runs; a running one stops before its next action and is
-    committed ``cancelled`` with none of its chain's staged writes (``status`` stays processing until then)."""
+    committed ``cancelled`` with none of its chain's staged writes (``status`` stays processing until then); one
+    already in its last action has no next action to stop before, and ends ``done``."""
     store, keys = producer_of(request).store, tenant_keys(request)
     found = resolve_event(store, keys, event_id)
     if isinstance(found, JSONResponse):
         return found
-    result = cancel_event(store, keys, found)
+    result = cancel_event(store, keys, found, actor=principal.credential_id)
     if result.now:  # a queued event: no worker commits it, so no worker counts it
         producer_of(request).telemetry.cancelled_queued(tenant=keys.tenant)
     if result.code is CancelCode.UNKNOWN:

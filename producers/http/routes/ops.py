@@ -356,7 +356,8 @@ def post_redrive(
         return refused
     if isinstance(until := _until(body), JSONResponse):
         return until
-    producer, tenant = producer_of(request), principal_of(request).tenant
+    producer, principal = producer_of(request), principal_of(request)
+    tenant, actor = principal.tenant, principal.credential_id
     batch_max = door_of(request).dlq_batch_max
     if "events" in body:
         edits = _edits(body["events"])
@@ -368,12 +369,13 @@ def post_redrive(
         named = dead_event_ids(producer, [e for e, _ in edits], tenant=tenant, field="events[{}].eventId")
         edits = list(zip(named, [payload for _, payload in edits], strict=True))
         bodies = edited_bodies(producer, edits, tenant=tenant)
-        redriven = redrive_events(producer, [event_id for event_id, _ in edits], bodies=bodies, tenant=tenant)
-        return JSONResponse(redriven)
+        edited = [event_id for event_id, _ in edits]
+        return JSONResponse(redrive_events(producer, edited, bodies=bodies, tenant=tenant, actor=actor))
     ids = _ids_or_all(body, batch_max)
     if isinstance(ids, JSONResponse):
         return ids
-    return JSONResponse(redrive_events(producer, ids, tenant=tenant, limit=batch_max, until_ms=until))
+    answer = redrive_events(producer, ids, tenant=tenant, limit=batch_max, until_ms=until, actor=actor)
+    return JSONResponse(answer)
 
 
 def _edits(events: Any) -> list[tuple[str, Any]] | JSONResponse:
@@ -425,9 +427,17 @@ def post_discard(
     ids = _ids_or_all(body, batch_max)
     if isinstance(ids, JSONResponse):
         return ids
-    tenant = principal_of(request).tenant
-    producer = producer_of(request)
-    return JSONResponse(discard_events(producer, ids, reason, tenant=tenant, limit=batch_max, until_ms=until))
+    principal, producer = principal_of(request), producer_of(request)
+    answer = discard_events(
+        producer,
+        ids,
+        reason,
+        tenant=principal.tenant,
+        limit=batch_max,
+        until_ms=until,
+        actor=principal.credential_id,
+    )
+    return JSONResponse(answer)
 
 
 @router.get("/healthz", dependencies=[Depends(public)], response_model=Health)

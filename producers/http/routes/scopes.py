@@ -89,13 +89,14 @@ def _checked(scope_key: str) -> JSONResponse | None:
 
 @router.post("/v1/scopes/{scope_key:path}/pause", response_model=ScopeControl)
 def post_pause(
-    scope_key: str, request: Request, _: Annotated[Principal, Depends(require("operate"))]
+    scope_key: str, request: Request, principal: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:
     """Its events wait in its inbox (the one in flight finishes) until it is resumed; other scopes run on."""
     if (refused := _checked(scope_key)) is not None:
         return refused
     try:
-        changed = pause_scope(producer_of(request).store, tenant_keys(request), scope_key)
+        store, keys = producer_of(request).store, tenant_keys(request)
+        changed = pause_scope(store, keys, scope_key, actor=principal.credential_id)
     except TooManyPaused as exc:
         return error_response(429, "quota_exceeded", str(exc), "scopeKey")
     return JSONResponse({"scopeKey": scope_key, "paused": True, "changed": changed})
@@ -103,11 +104,12 @@ def post_pause(
 
 @router.post("/v1/scopes/{scope_key:path}/resume", response_model=ScopeControl)
 def post_resume(
-    scope_key: str, request: Request, _: Annotated[Principal, Depends(require("operate"))]
+    scope_key: str, request: Request, principal: Annotated[Principal, Depends(require("operate"))]
 ) -> JSONResponse:
     """Its queued events run again, in order: its drain is re-published through the fair queue."""
     if (refused := _checked(scope_key)) is not None:
         return refused
     producer = producer_of(request)
-    changed = resume_scope(producer.store, tenant_keys(request), scope_key, producer.fair.publish)
+    keys, actor = tenant_keys(request), principal.credential_id
+    changed = resume_scope(producer.store, keys, scope_key, producer.fair.publish, actor=actor)
     return JSONResponse({"scopeKey": scope_key, "paused": False, "changed": changed})

@@ -64,7 +64,12 @@ def delete_user(
         credentials_of(request).end_user_tokens(principal.tenant, user_id)  # first: nothing writes behind us
         client.publish(keys.receipts_feed(user_id), ERASED)  # the old tokens' streams say why they end
         report = erase_user(
-            producer.store, keys, user_id, session_scope=session_scope, erasers=producer.erasers
+            producer.store,
+            keys,
+            user_id,
+            session_scope=session_scope,
+            erasers=producer.erasers,
+            actor=principal.credential_id,
         )
     except ErasureRunning as exc:
         response = error_response(429, "rate_limited", str(exc))

@@ -178,7 +178,7 @@ def test_discard_keeps_an_audit_record_listed_as_discarded(
     api: TestClient, redis_client: Redis, tenant_keys: Keys
 ) -> None:
     """Discarded dead events leave the DLQ, keep status, reason and time, and are listed by state=discarded;
-    the audit trail names the event and the time only."""
+    the audit trail names the event, the actor (no credential configured: ``local``) and the time only."""
     dead = _send(api, *(_event("test.flaky", f"discard-{i}", "topic:discard") for i in range(2)))
     for event_id in dead:
         _final(api, event_id, "dead")
@@ -198,7 +198,7 @@ def test_discard_keeps_an_audit_record_listed_as_discarded(
     ).bucket_audit  # a discard's script runs in the scope's bucket
     audit = [fields for _, fields in redis_client.xrange(trail) if fields.get("action") == "discard"]
     # the reason stays on the event (erasure reaches it there), never in the append-only audit trail
-    assert audit == [{"action": "discard", "eventId": dead[0], "at": str(listed["at"])}]
+    assert audit == [{"action": "discard", "actor": "local", "eventId": dead[0], "at": str(listed["at"])}]
     assert api.post("/v1/dlq/discard", json={"all": True}).json() == {"discarded": [dead[1]], "notDead": []}
     assert api.get("/v1/dlq").json()["total"] == 0
     assert api.post("/v1/dlq/redrive", json={"eventIds": [dead[0]]}).json()["notDead"] == [dead[0]]

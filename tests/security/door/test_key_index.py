@@ -4,7 +4,9 @@ tenant's key listing read all of them to find its own."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -156,3 +158,27 @@ def test_a_revoked_keys_record_expires_and_leaves_its_tenants_listing(
     store.revoke(kept.id)
     redis_client.delete(keys.api_key(kept.id))
     assert CredentialStore(redis_client, keys).configured()
+
+
+def test_racing_revokes_of_one_key_audit_it_once(redis_client: Redis, keys: BucketKeys) -> None:
+    """Three revokes that each read the key active before any of them wrote: one ``key.revoke`` entry, by the
+    revoke that set ``revokedAt`` (an operator race walk found two entries for one key)."""
+    store = CredentialStore(redis_client, keys)
+    record, _ = store.create("acme", "read")
+    racers = 3
+    barrier = threading.Barrier(racers)
+    read = store.read
+
+    def read_then_wait(key_id: str) -> Any:
+        found = read(key_id)
+        barrier.wait(
+            timeout=30
+        )  # every racer has read before any goes on (each reads twice: before and after)
+        return found
+
+    store.read = read_then_wait  # type: ignore[method-assign]
+    with ThreadPoolExecutor(racers) as pool:
+        answers = list(pool.map(lambda actor: store.revoke(record.id, actor=actor), ["a", "b", "c"]))
+    assert all(answer is not None and not answer.active for answer in answers)
+    audit = redis_client.xrange(keys.for_tenant("acme").audit) or []
+    assert [fields["action"] for _, fields in audit] == ["key.create", "key.revoke"]

@@ -61,6 +61,7 @@ class Discard(ScriptCall):
     audit_max_len: int = arg()
     run_index_max: int = arg()
     lane_ttl_s: int = arg()
+    actor: str = arg()
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,8 @@ export interface paths {
         /**
          * Post Cancel
          * @description A queued event is cancelled now and never runs; a running one stops before its next action and is
-         *     committed ``cancelled`` with none of its chain's staged writes (``status`` stays processing until then).
+         *     committed ``cancelled`` with none of its chain's staged writes (``status`` stays processing until then); one
+         *     already in its last action has no next action to stop before, and ends ``done``.
          */
         post: operations["post_cancel_v1_events__event_id__cancel_post"];
         delete?: never;

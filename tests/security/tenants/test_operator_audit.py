@@ -1,0 +1,71 @@
+"""The tenant's audit stream names who did each operator action, once per change (worker/ops/audit.py): pause,
+resume, cancel, redrive, discard and erasure, besides the key changes. An operator race walk found discards and
+erasures audited with no actor, and pauses, resumes, cancels and redrives not audited at all. A scope key is kept
+as its pseudonym: it may name a user."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from producers.http.app import create_web_app
+from tests.support.drains import dead_by_drain, producer_and_pipeline
+from worker.keys.layout import BucketKeys
+
+pytestmark = [pytest.mark.integration]
+
+BOOT = "bootstrap-key-for-audit-tests-0123456789"
+
+
+def test_each_operator_action_is_audited_once_with_its_actor(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    settings = make_settings(bootstrap_key=BOOT, auth_cache_s=0, max_attempts=1)
+    boot = {"Authorization": f"Bearer {BOOT}"}
+    scope = "user:audited-bob/inbox"
+    with (
+        producer_and_pipeline(settings) as (producer, pipeline),
+        TestClient(create_web_app(settings)) as client,
+    ):
+        made = client.post("/v1/keys", json={"tenant": "default", "role": "operate"}, headers=boot).json()
+        operator = {"Authorization": f"Bearer {made['key']}"}
+        redriven, discarded = dead_by_drain(producer, pipeline, "audited", 2)
+        for verb in ("pause", "pause", "resume", "resume"):  # the second finds the change made: no entry
+            assert client.post(f"/v1/scopes/{scope}/{verb}", headers=operator).status_code == 200
+        queued = client.post(
+            "/v1/events",
+            json={
+                "sourceType": "test.counter",
+                "sourceId": "q",
+                "scopeKey": "topic:audited-q",
+                "payload": {},
+            },
+            headers=boot,
+        ).json()["results"][0]["eventId"]
+        assert client.post(f"/v1/events/{queued}/cancel", headers=operator).json()["status"] == "cancelled"
+        assert (
+            client.post("/v1/dlq/redrive", json={"eventIds": [redriven]}, headers=operator).status_code == 200
+        )
+        answer = client.post(
+            "/v1/dlq/discard", json={"eventIds": [discarded], "reason": "r"}, headers=operator
+        )
+        assert answer.json()["discarded"] == [discarded]
+        assert client.delete("/v1/users/audited-bob", headers=operator).status_code == 200
+
+    entries = [fields for _, fields in redis_client.xrange(keys.for_tenant("default").audit) or []]
+    assert [(e["action"], e["actor"]) for e in entries] == [
+        ("key.create", "bootstrap"),
+        *((action, made["id"]) for action in ("scope.pause", "scope.resume", "event.cancel", "redrive")),
+        ("discard", made["id"]),
+        ("erase-user", made["id"]),
+    ]
+    by_action = {e["action"]: e for e in entries}
+    assert by_action["event.cancel"]["eventId"] == queued
+    assert (by_action["redrive"]["eventId"], by_action["redrive"]["edited"]) == (redriven, "0")
+    assert by_action["discard"]["eventId"] == discarded
+    assert by_action["scope.pause"]["scope"].startswith("pn_")
+    assert "audited-bob" not in json.dumps(entries)  # the scope key and the user, as pseudonyms only
