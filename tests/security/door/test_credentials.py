@@ -358,6 +358,22 @@ class TestRateLimit:
         assert limiter.chunk == 5
         assert 50 <= allowed <= 50 + math.ceil(50 * elapsed_s) + limiter.chunk
 
+    def test_requests_at_once_within_the_burst_all_pass(self, redis_url: str, keys: BucketKeys) -> None:
+        """50 requests of one credential at once against a burst of 100: each that found no tokens held took a
+        chunk from Redis, so the bucket ran dry with most of its tokens held in this process, and the requests
+        Redis refused were answered 429 (a TypeScript walk: 28 of 50). A refused one now spends a held token."""
+        limiter = RateLimiter(keys, 100.0)  # burst 100, chunks of 10
+
+        async def at_once() -> int:
+            client = AsyncRedis.from_url(redis_url, decode_responses=True)
+            try:
+                decisions = await asyncio.gather(*(limiter.acheck(client, "key_y") for _ in range(50)))
+                return sum(d.allowed for d in decisions)
+            finally:
+                await client.aclose()
+
+        assert asyncio.run(at_once()) == 50
+
     def test_without_credentials_there_is_no_default_limit(self, make_settings: SettingsFactory) -> None:
         """Local single-tenant use (no credential configured) is not rate limited unless the setting says so."""
         with TestClient(with_whoami(create_web_app(make_settings()))) as client:
