@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from policies.dmail import AgentToolsSettings
-from producers.http.api_models import API_ERRORS, body_route, example
+from producers.http.api_models import API_ERRORS, ErrorBody, body_route, example
 from producers.http.records import RECORDED, with_record_error
 from producers.http.routes.session_access import (
     bad_session,
@@ -312,10 +312,19 @@ def post_activate(session_id: str, request: Request, body: NameIn) -> JSONRespon
     return JSONResponse(_state(runtime))
 
 
+_LOCKED: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorBody, "description": "``function_locked``: the session's settings keep it active."}
+}
+
+
 @router.post(
     "/v1/sessions/{session_id}/functions/deactivate",
     response_model=FunctionsState,
-    **body_route(NameBody, examples={"escalation": example("A function by name", {"name": "escalation"})}),
+    **body_route(
+        NameBody,
+        responses=_LOCKED,
+        examples={"escalation": example("A function by name", {"name": "escalation"})},
+    ),
 )
 def post_deactivate(session_id: str, request: Request, body: NameIn) -> JSONResponse:
     """Ends a function (its state and ledger stay); a name that is neither defined nor active is a 422, as for

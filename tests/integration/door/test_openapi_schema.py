@@ -225,6 +225,10 @@ def _session(tour: Tour) -> None:
     tour.call(f"PUT {at}/artifacts/{{name}}", {"content": "ship"}, path={**path, "name": "approved_plan"})
     tour.call(f"POST {at}/functions/activate", {"name": "escalation"}, path=path)
     tour.call(f"POST {at}/functions/deactivate", {"name": "escalation"}, path=path)
+    # the settings keep it active: 409 function_locked, undeclared until a TypeScript walk met it
+    assert tour.call(f"POST {at}/functions/deactivate", {"name": "approval"}, path=path)["error"]["code"] == (
+        "function_locked"
+    )
     tour.call(f"POST {at}/idle", {}, path=path)
     for label in (f"GET {at}", f"GET {at}/context", f"GET {at}/state", f"GET {at}/artifacts"):
         tour.call(label, path=path)

@@ -6104,6 +6104,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description ``function_locked``: the session's settings keep it active. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is over ``AGENT_SIGNAL_MAX_REQUEST_BYTES``, or over one of a session's caps. */
             413: {
                 headers: {
