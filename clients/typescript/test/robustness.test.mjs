@@ -82,9 +82,9 @@ describe("a connection gone silent", () => {
 describe("a receipt stream whose server goes away for a while (a web restart)", () => {
   /**
    * A stub whose stream connections answer in turn as `plan` says: "open" (connected, a receipt, then the
-   * connection ends), "last" (connected, a receipt, kept open), "gone" (the socket is dropped: no answer), or a
-   * status with the server's error. Its list answers nothing to the snapshot and the first connection's
-   * catch-up, then `missed` (written while the server was gone).
+   * connection ends), "last" (connected, a receipt, kept open), "gone" (the socket is dropped: no answer), a
+   * status with the server's error, or `[status, code, headers]`. Its list answers nothing to the snapshot and the
+   * first connection's catch-up, then `missed` (written while the server was gone).
    */
   async function restarting(plan, { errors = {} } = {}) {
     const answers = [];
@@ -97,6 +97,7 @@ describe("a receipt stream whose server goes away for a while (a web restart)", 
       answers.push(step);
       if (step === "gone") return raw.socket.destroy();
       if (typeof step === "number") return json(response, step, errors[step] ?? errorBody("store_unavailable", "restarting"), { "retry-after": "0" });
+      if (Array.isArray(step)) return json(response, step[0], errorBody(step[1], "refused"), step[2]);
       response.writeHead(200, { "content-type": "text/event-stream" });
       response.write(": connected\n\n" + frame(receipt(step === "open" ? "before" : "after", step === "open" ? 1 : 3)));
       if (step === "open") response.end();
@@ -140,6 +141,26 @@ describe("a receipt stream whose server goes away for a while (a web restart)", 
     assert.deepEqual(answers, ["open", 502, 502]);
   });
 
+  test("a reconnect still answered 429 with Retry-After after http's retries is a drop, waited out at least that long", { timeout: 20_000 }, async () => {
+    // a user's streams all reconnecting at once after a web restart: the limit frees within the Retry-After
+    const limited = (retryAfter) => [429, "rate_limited", { "retry-after": retryAfter }];
+    const plan = ["open", limited("0"), limited("0"), limited("2"), "last"]; // maxRetries 2: a reconnect is three requests
+    const { server, answers } = await restarting(plan);
+    const ids = await drain(new AgentSignal({ baseUrl: server.url, maxRetries: 2 }), "after");
+    assert.deepEqual(ids, ["before", "missed", "after"]);
+    assert.deepEqual(answers, plan);
+    const streams = server.requests.filter((r) => r.url.startsWith("/v1/receipts/stream"));
+    const waited = streams[4].at - streams[3].at;
+    assert.ok(waited >= 1990, `reconnected ${waited} ms after a Retry-After of 2 s`);
+  });
+
+  test("a reconnect answered 429 without Retry-After (a quota: waiting will not help) ends the loop", async () => {
+    const { server, answers } = await restarting(["open", [429, "quota_exceeded", {}]]);
+    const api = new AgentSignal({ baseUrl: server.url, maxRetries: 3 });
+    await assert.rejects(drain(api, "never"), (error) => error.status === 429 && error.code === "quota_exceeded");
+    assert.equal(answers.length, 2);
+  });
+
   test("a reconnect the server refuses (401: the user token expired) ends the loop with that error", async () => {
     const errors = { 401: errorBody("unauthorized", "token expired") };
     const { server, answers } = await restarting(["open", 401], { errors });
@@ -148,23 +169,25 @@ describe("a receipt stream whose server goes away for a while (a web restart)", 
     assert.deepEqual(answers, ["open", 401]);
   });
 
-  test("a catch-up whose list the server does not answer (503) drops the connection; the next one catches up", { timeout: 20_000 }, async () => {
-    let lists = 0;
-    let streams = 0;
-    const server = await stub((request, response) => {
-      if (request.url.startsWith("/v1/receipts?")) {
-        lists += 1; // 1: the snapshot; 2 and 3: the first catch-up and its one retry; 4: the reconnect's
-        if (lists === 2 || lists === 3) return json(response, 503, errorBody("store_unavailable", "restarting"), { "retry-after": "0" });
-        return json(response, 200, { receipts: lists === 4 ? [receipt("missed", 2)] : [] });
-      }
-      streams += 1;
-      response.writeHead(200, { "content-type": "text/event-stream" });
-      response.write(": connected\n\n");
+  for (const [status, code] of [[503, "store_unavailable"], [429, "rate_limited"]]) {
+    test(`a catch-up whose list is answered ${status} ${code} drops the connection; the next one catches up`, { timeout: 20_000 }, async () => {
+      let lists = 0;
+      let streams = 0;
+      const server = await stub((request, response) => {
+        if (request.url.startsWith("/v1/receipts?")) {
+          lists += 1; // 1: the snapshot; 2 and 3: the first catch-up and its one retry; 4: the reconnect's
+          if (lists === 2 || lists === 3) return json(response, status, errorBody(code, "restarting"), { "retry-after": "0" });
+          return json(response, 200, { receipts: lists === 4 ? [receipt("missed", 2)] : [] });
+        }
+        streams += 1;
+        response.writeHead(200, { "content-type": "text/event-stream" });
+        response.write(": connected\n\n");
+      });
+      const ids = await drain(new AgentSignal({ baseUrl: server.url, maxRetries: 1 }), "missed");
+      assert.deepEqual(ids, ["missed"]);
+      assert.deepEqual([lists, streams], [4, 2]);
     });
-    const ids = await drain(new AgentSignal({ baseUrl: server.url, maxRetries: 1 }), "missed");
-    assert.deepEqual(ids, ["missed"]);
-    assert.deepEqual([lists, streams], [4, 2]);
-  });
+  }
 });
 
 describe("an attempt that never answers", () => {

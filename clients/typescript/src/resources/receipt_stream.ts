@@ -19,8 +19,10 @@
  * first connection is caught up too, as soon as it opens, like a reconnect.
  *
  * Once the stream has opened, a reconnect the server does not answer (a web process restarting: no answer, or a
- * 5xx after http's own retries) is a drop like the connection's own, and so is a catch-up whose list it does not
- * answer; an answer the server means (401 for an expired user token, 403, 404, 422, 429 `too_many_streams`)
+ * 5xx after http's own retries) is a drop like the connection's own, and so is a 429 that carries a Retry-After
+ * (`rate_limited`, `too_many_streams`, …: many streams reconnecting at once after a restart), and a catch-up
+ * whose list fails either way; the wait before the next reconnect is then at least the Retry-After. An answer the
+ * server means (401 for an expired user token, 403, 404, 422, a 429 without Retry-After such as `quota_exceeded`)
  * ends the stream with it. Before the stream first opened, any failure rejects `opened` and the loop. It ends,
  * without an error, when the options' `signal` aborts or the consumer stops iterating; with `user_erased` when
  * the user is erased (`DELETE /v1/users/{userId}`).
@@ -220,7 +222,7 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
           });
         }
         try {
-          await sleep(backoffMs(drops - 1), signal);
+          await sleep(this.#reconnectWaitMs(drops), signal);
         } catch {
           return;
         }
@@ -230,6 +232,16 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
       controller.abort();
       this.#open.reject(new AgentSignalError({ status: 0, code: "stream_ended", message: "the stream ended" }));
     }
+  }
+
+  /**
+   * How long to wait after the `drops`th drop in a row: the backoff, or the failure's Retry-After when that is
+   * longer (a 429 `rate_limited` says when the limit frees; reconnecting sooner would only be refused again).
+   */
+  #reconnectWaitMs(drops: number): number {
+    const outage = this.#outage;
+    const askedMs = outage instanceof AgentSignalError && outage.retryAfterS !== undefined ? outage.retryAfterS * 1000 : 0;
+    return Math.min(MAX_TIMER_MS, Math.max(backoffMs(drops - 1), askedMs));
   }
 
   /**
@@ -260,7 +272,7 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
 
   /**
    * The stream's response; undefined when `signal` aborted first; {@link DROPPED} when, the stream having opened
-   * before, the server did not answer (see {@link isOutage}): the loop counts that as a drop. Any other failure,
+   * before, the server did not answer or asked to wait (see {@link isTemporary}): the loop counts that as a drop. Any other failure,
    * and every failure before the stream first opened, rejects `opened` and is thrown.
    */
   async #connect(signal: AbortSignal): Promise<Response | typeof DROPPED | undefined> {
@@ -281,7 +293,7 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
       return response;
     } catch (error) {
       if (signal.aborted) return undefined;
-      if (this.#everOpened && isOutage(error)) {
+      if (this.#everOpened && isTemporary(error)) {
         this.#outage = error;
         return DROPPED;
       }
@@ -292,14 +304,14 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
 
   /**
    * `#catchUp`, answering true once it was read; false when it failed the way a dropped connection does (see
-   * {@link isOutage}): the loop then drops the connection, and the next one catches up again.
+   * {@link isTemporary}): the loop then drops the connection, and the next one catches up again.
    */
   async *#caughtUp(signal: AbortSignal): AsyncGenerator<Receipt, boolean, undefined> {
     try {
       yield* this.#catchUp(signal);
       return true;
     } catch (error) {
-      if (!isOutage(error)) throw error;
+      if (!isTemporary(error)) throw error;
       this.#outage = error;
       return false;
     }
@@ -364,13 +376,18 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
 }
 
 /**
- * A failure that says nothing about the stream itself: no answer (a web process restarting, the network away) or
- * a 5xx left after http's own retries (a proxy with nothing behind it, a store briefly unavailable). Once the
- * stream has opened, it is a drop: waited out and retried. A 401 (an expired user token), 403, 404, 422 or 429
- * is the server's answer, and ends the stream.
+ * A failure that says nothing about the stream itself: no answer (a web process restarting, the network away), a
+ * 5xx left after http's own retries (a proxy with nothing behind it, a store briefly unavailable), or a 429 with a
+ * Retry-After (`rate_limited`, `tenant_rate_limited`, `too_many_streams`, `too_many_connections`): the server
+ * sends one only where waiting frees the limit, as when every stream of a user reconnects at once after a
+ * restart. Once the stream has opened, it is a drop: waited out and retried. A 401 (an expired user token), 403,
+ * 404, 422 or a 429 without Retry-After (`quota_exceeded`: waiting will not help) is the server's answer, and
+ * ends the stream.
  */
-function isOutage(error: unknown): boolean {
-  return error instanceof AgentSignalError && (error.code === "network_error" || error.status >= 500);
+function isTemporary(error: unknown): boolean {
+  if (!(error instanceof AgentSignalError)) return false;
+  if (error.status === 429) return error.retryAfterS !== undefined;
+  return error.code === "network_error" || error.status >= 500;
 }
 
 function parseReceipt(data: string): Receipt | undefined {
