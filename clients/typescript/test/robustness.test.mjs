@@ -260,6 +260,27 @@ describe("options that cannot work", () => {
 });
 
 describe("the caller's signal", () => {
+  test("receipt streams sharing one signal leave no listener on it once they end, by a break or by the server", async () => {
+    const server = await stub((request, response) => {
+      if (request.url.startsWith("/v1/receipts?")) return json(response, 200, { receipts: [] });
+      if (request.url.includes("userId=refused")) return json(response, 403, errorBody("forbidden", "not yours"));
+      response.writeHead(200, { "content-type": "text/event-stream" });
+      response.write(": connected\n\n" + frame(receipt("r1", 1)));
+      if (request.url.includes("userId=erased")) response.end(": user erased\n\n");
+    });
+    const api = new AgentSignal({ baseUrl: server.url });
+    const shared = new AbortController().signal; // one app-wide signal, as a server passes to every stream
+    for (let i = 0; i < 4; i += 1) {
+      for await (const _ of api.receipts.stream({ userId: "u1", signal: shared })) break;
+    }
+    for (const userId of ["refused", "erased"]) {
+      await assert.rejects(async () => {
+        for await (const _ of api.receipts.stream({ userId, signal: shared }));
+      });
+    }
+    assert.equal(getEventListeners(shared, "abort").length, 0);
+  });
+
   test("ends an error answer whose body stalls, and no call leaves a listener on it", { timeout: 20_000 }, async () => {
     const server = await stub((request, response) => {
       if (request.url.startsWith("/v1/events/stall")) {

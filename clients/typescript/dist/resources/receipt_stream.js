@@ -63,6 +63,7 @@ export class ReceiptStream {
     #lagMs;
     #idleMs;
     #iterated = false;
+    #unlisten = () => undefined; // takes the constructor's listener off the caller's signal
     constructor(http, options, list) {
         if (!options || typeof options !== "object")
             throw new TypeError("AgentSignal: receipts.stream takes an options object");
@@ -89,18 +90,24 @@ export class ReceiptStream {
         this.opened.catch(() => undefined); // awaiting it is optional: no unhandled rejection when nobody does
         // aborted before anyone iterates: `opened` settles too (it waited for an iteration that will not come)
         const ended = () => {
-            if (!this.#iterated)
-                this.#open.reject(new AgentSignalError({ status: 0, code: "stream_ended", message: "the stream ended" }));
+            this.#open.reject(new AgentSignalError({ status: 0, code: "stream_ended", message: "the stream ended" }));
         };
-        if (options.signal?.aborted)
+        const { signal } = options;
+        if (signal?.aborted)
             ended();
-        else
-            options.signal?.addEventListener("abort", ended, { once: true });
+        else if (signal) {
+            signal.addEventListener("abort", ended, { once: true });
+            this.#unlisten = () => signal.removeEventListener("abort", ended);
+        }
     }
     [Symbol.asyncIterator]() {
         if (this.#iterated)
             throw new TypeError("AgentSignal: a receipt stream can be iterated once");
         this.#iterated = true;
+        // From here the loop settles `opened` itself (and ends on the signal through its own listener, removed when
+        // it ends). Left on a signal the app shares among many streams, the constructor's listener would hold each
+        // ended stream (its seen ids) for as long as the signal lives, and Node warns past ten listeners.
+        this.#unlisten();
         return this.#run();
     }
     async *#run() {
