@@ -46,7 +46,9 @@ export class ReceiptStream {
      * Resolves once the server has subscribed (receipts written from then on arrive); rejects if it refused (the
      * first list of receipts, or the stream) or could not be reached before then, or with `stream_ended` if the
      * stream ended (an abort) before it opened, iterated or not. The stream connects when it is iterated: start the
-     * `for await` (in a task of its own) before awaiting this, as the README's first example does.
+     * `for await` (in a task of its own) before awaiting this, as the README's first example does, and give that
+     * task's promise a handler: a refusal rejects the loop together with this, and an unhandled rejection ends a
+     * Node process.
      */
     opened;
     #http;
