@@ -48,6 +48,10 @@ export declare class AgentSignalError extends Error {
         requestSent?: boolean | undefined;
     });
 }
-/** The error for a non-2xx `response` (its body is read here). */
-export declare function errorFromResponse(response: Response, retryAfterS: number | undefined): Promise<AgentSignalError>;
+/**
+ * The error for a non-2xx `response` (its body is read here). A body that is not the server's error shape (a
+ * proxy's page) is quoted through `redact`, in the message's excerpt and as `body`: such a page may echo the
+ * request's `Authorization` header, and the error is made to be logged.
+ */
+export declare function errorFromResponse(response: Response, retryAfterS: number | undefined, redact?: (text: string) => string): Promise<AgentSignalError>;
 export declare function isRecord(value: unknown): value is Record<string, unknown>;

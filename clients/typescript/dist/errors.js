@@ -41,8 +41,12 @@ export class AgentSignalError extends Error {
             this.requestSent = init.requestSent;
     }
 }
-/** The error for a non-2xx `response` (its body is read here). */
-export async function errorFromResponse(response, retryAfterS) {
+/**
+ * The error for a non-2xx `response` (its body is read here). A body that is not the server's error shape (a
+ * proxy's page) is quoted through `redact`, in the message's excerpt and as `body`: such a page may echo the
+ * request's `Authorization` header, and the error is made to be logged.
+ */
+export async function errorFromResponse(response, retryAfterS, redact = (text) => text) {
     const text = await response.text().catch(() => "");
     let body;
     try {
@@ -63,14 +67,24 @@ export async function errorFromResponse(response, retryAfterS) {
         });
     }
     // Not the server's error shape (a proxy's page, an empty body): keep the status and a short excerpt.
-    const excerpt = text.trim().slice(0, 200);
+    const shown = redact(text);
+    const excerpt = shown.trim().slice(0, 200);
     return new AgentSignalError({
         status: response.status,
         code: `http_${response.status}`,
         message: `HTTP ${response.status}${response.statusText ? ` ${response.statusText}` : ""}${excerpt ? `: ${excerpt}` : ""}`,
         retryAfterS,
-        body: body ?? (text || undefined),
+        body: shown === text ? (body ?? (text || undefined)) : decoded(shown),
     });
+}
+/** `text` decoded as JSON, else `text` itself (undefined when empty). */
+function decoded(text) {
+    try {
+        return text ? JSON.parse(text) ?? text : undefined;
+    }
+    catch {
+        return text;
+    }
 }
 export function isRecord(value) {
     return typeof value === "object" && value !== null && !Array.isArray(value);

@@ -136,8 +136,8 @@ export class Http {
                 throw new AgentSignalError({
                     status: response.status,
                     code: "network_error",
-                    message: `${method} ${path} answered ${response.status} but its body broke off: ${describe(error)}`,
-                    cause: error,
+                    message: `${method} ${path} answered ${response.status} but its body broke off: ${this.#redact(describe(error))}`,
+                    cause: this.#quotesToken(error) ? undefined : error,
                     requestSent: true,
                 });
             }
@@ -147,22 +147,32 @@ export class Http {
                 answer = JSON.parse(text);
             }
             catch (error) {
-                const excerpt = text.trim().slice(0, 200);
+                // not the server's answer (a proxy's page, a captive portal): one may echo the Authorization header
+                const shown = this.#redact(text);
+                const excerpt = shown.trim().slice(0, 200);
                 throw new AgentSignalError({
                     status: response.status,
                     code: "invalid_response",
                     message: `${method} ${path} answered ${response.status} with a body that is not JSON${excerpt ? `: ${excerpt}` : " (empty)"}`,
-                    body: text || undefined,
-                    cause: error,
+                    body: shown || undefined,
+                    // JSON.parse's message quotes the text where it failed, which may be the start of the token
+                    cause: shown === text ? error : parseFailure(shown),
                 });
             }
             options.onHeaders?.(response.headers);
             return answer;
         }
     }
-    /** `text` with the token blanked out: a fetch that refuses a header quotes its value in its message. */
+    /**
+     * `text` with the token blanked out: a fetch that refuses a header quotes its value in its message, and a
+     * proxy's page may echo the request's headers.
+     */
     #redact(text) {
         return this.#token ? text.split(this.#token).join("[token]") : text;
+    }
+    /** {@link errorFromResponse}, a proxy's page quoted without the token. */
+    #errorFrom(response, retryAfterS) {
+        return errorFromResponse(response, retryAfterS, (text) => this.#redact(text));
     }
     /** True when `error`'s message, or a cause's, quotes the token: such an error is not kept as a `cause`. */
     #quotesToken(error) {
@@ -251,20 +261,20 @@ export class Http {
             // an error's body is read whole (or cancelled) while the caller's signal can still end a read that stalls
             try {
                 if (waitMs === undefined || attempt >= this.maxRetries) {
-                    const error = await errorFromResponse(response, retryAfterS);
+                    const error = await this.#errorFrom(response, retryAfterS);
                     signal?.throwIfAborted(); // an abort that ended the body's read is the call's answer
                     throw error;
                 }
                 const replayable = options.replayable ?? method === "GET";
                 if (GATEWAY_FAILURES.has(response.status) && !replayable) {
                     // the proxy may have passed the request on before it gave up: a repeat may act twice
-                    const error = await errorFromResponse(response, retryAfterS);
+                    const error = await this.#errorFrom(response, retryAfterS);
                     signal?.throwIfAborted();
                     throw error;
                 }
                 if (response.status === 503 && !replayable) {
                     // the store may have failed partway through: retried only when the server acted on nothing
-                    const error = await errorFromResponse(response, retryAfterS);
+                    const error = await this.#errorFrom(response, retryAfterS);
                     signal?.throwIfAborted();
                     if (!REFUSED_BEFORE_ACTING.has(error.code))
                         throw error;
@@ -402,6 +412,16 @@ export function nothingSent(error) {
         at = at.cause;
     }
     return false;
+}
+/** The error JSON.parse throws for `text` (undefined if it parses). */
+function parseFailure(text) {
+    try {
+        JSON.parse(text);
+        return undefined;
+    }
+    catch (error) {
+        return error;
+    }
 }
 function describe(error) {
     if (error instanceof Error) {

@@ -191,6 +191,43 @@ describe("retries", () => {
     }
   });
 
+  test("a proxy's page that echoes the Authorization header does not carry the token into the error", async () => {
+    const secret = "as_0123abcd_S3CR3TVALUE";
+    const stub = await startStub((request, response) => {
+      const sent = request.headers.authorization;
+      if (request.url.endsWith("/html")) {
+        response.writeHead(502, { "content-type": "text/html" });
+        return response.end(`<html>bad gateway; you sent Authorization: ${sent}</html>`);
+      }
+      if (request.url.endsWith("/json")) return json(response, 502, { detail: "bad gateway", headers: { authorization: sent } });
+      response.writeHead(200, { "content-type": "text/plain" }); // a success that is not JSON, the token first
+      response.end(`${sent.slice("Bearer ".length)} is what you sent`);
+    });
+    after(stub.close);
+    const api = new AgentSignal({ baseUrl: stub.url, token: secret, maxRetries: 0 });
+    for (const [path, code] of [["html", "http_502"], ["json", "http_502"], ["plain", "invalid_response"]]) {
+      await assert.rejects(api.events.get(path), (error) => {
+        assert.equal(error.code, code);
+        // JSON.parse's message (the cause's) quotes the start of the text it failed on: not even part of the token
+        const seen = JSON.stringify([error.message, error.body, error.cause?.message]);
+        assert.ok(!seen.includes("as_0123"), seen);
+        assert.ok(seen.includes("[token]"), seen);
+        return true;
+      }, path);
+    }
+    await assert.rejects(api.events.get("json"), (error) => error.body.headers.authorization === "Bearer [token]");
+
+    // a body that breaks off with an error quoting the token (a runtime that echoes the request)
+    const breaking = async () =>
+      new Response(new ReadableStream({ start: (c) => c.error(new Error(`reset; request had Bearer ${secret}`)) }), { status: 200 });
+    const broken = new AgentSignal({ baseUrl: stub.url, token: secret, fetch: breaking, maxRetries: 0 });
+    await assert.rejects(broken.events.cancel("evt_1"), (error) => {
+      assert.equal(error.code, "network_error");
+      assert.ok(!error.message.includes("S3CR3T") && error.cause === undefined, error.message);
+      return true;
+    });
+  });
+
   test("NaN and Infinity are refused before sending (JSON has no form for them), naming their path", async () => {
     const stub = await scripted([[202, ACCEPTED]]);
     const api = new AgentSignal({ baseUrl: stub.url });
