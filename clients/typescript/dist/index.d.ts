@@ -10,7 +10,7 @@ export type { AllDead, Dlq, EveryDeadOptions } from "./resources/dlq.js";
 export type { EventIterator, Events } from "./resources/events.js";
 export type { Memories } from "./resources/memories.js";
 export type { AllDeadRecords, Outbox } from "./resources/outbox.js";
-export { CATCH_UP_LAG_MS, IDLE_TIMEOUT_MS, type ReceiptStream, type ReceiptStreamOptions } from "./resources/receipt_stream.js";
+export { CATCH_UP_LAG_MS, IDLE_TIMEOUT_MS, RECONNECT_FOR_MS, type ReceiptStream, type ReceiptStreamOptions } from "./resources/receipt_stream.js";
 export type { Receipts } from "./resources/receipts.js";
 export type { ScopeListOptions, Scopes } from "./resources/scopes.js";
 export type { AppendOptions, Sessions } from "./resources/sessions.js";

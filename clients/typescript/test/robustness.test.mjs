@@ -105,10 +105,10 @@ describe("a receipt stream whose server goes away for a while (a web restart)", 
     return { server, answers };
   }
 
-  async function drain(api, until) {
+  async function drain(api, until, options = {}) {
     const controller = new AbortController();
     const ids = [];
-    for await (const r of api.receipts.stream({ userId: "u1", signal: controller.signal })) {
+    for await (const r of api.receipts.stream({ userId: "u1", signal: controller.signal, ...options })) {
       ids.push(r.id);
       if (r.id === until) controller.abort();
     }
@@ -130,15 +130,43 @@ describe("a receipt stream whose server goes away for a while (a web restart)", 
     assert.deepEqual(answers, ["open", "gone", "gone", "gone", "last"]);
   });
 
-  test("past maxRetries drops in a row, failed reconnects included, the loop ends with stream_closed", async () => {
+  test("past maxRetries drops in a row, failed reconnects included, the loop ends with stream_closed (reconnectForMs 0)", async () => {
     const { server, answers } = await restarting(["open", 502]);
     const api = new AgentSignal({ baseUrl: server.url, maxRetries: 1 });
-    await assert.rejects(drain(api, "never"), (error) => {
+    await assert.rejects(drain(api, "never", { reconnectForMs: 0 }), (error) => {
       assert.equal(error.code, "stream_closed");
+      assert.match(error.message, /after 2 drops in a row over \d+\.\d s$/);
       assert.equal(error.cause?.status, 502); // the last reconnect's failure
       return true;
     });
     assert.deepEqual(answers, ["open", 502, 502]);
+
+    const once = await restarting(["open"]);
+    const noRetries = new AgentSignal({ baseUrl: once.server.url, maxRetries: 0 });
+    await assert.rejects(drain(noRetries, "never", { reconnectForMs: 0 }), (error) => {
+      assert.match(error.message, /after 1 drop in a row over 0\.\d s$/);
+      return error.code === "stream_closed" && error.cause === undefined; // the connection ended: no failure
+    });
+  });
+
+  test("drops past maxRetries go on being reconnected for reconnectForMs, then end the loop", { timeout: 20_000 }, async () => {
+    // a 500 is not retried by http: each reconnect is one request, one drop
+    const { server, answers } = await restarting(["open", 500]);
+    const api = new AgentSignal({ baseUrl: server.url, maxRetries: 1 });
+    let rowMs = 0;
+    await assert.rejects(drain(api, "never", { reconnectForMs: 900 }), (error) => {
+      assert.equal(error.code, "stream_closed");
+      const [, drops, over] = /after (\d+) drops in a row over (\d+\.\d) s$/.exec(error.message) ?? [];
+      assert.ok(Number(drops) >= 3, error.message); // more than maxRetries + 1
+      rowMs = Number(over) * 1000;
+      return true;
+    });
+    // the first drop (the connection's end), then reconnects after 0.25-0.5 s, 0.5-1 s, 1-2 s: past 0.9 s by the 4th
+    assert.ok(answers.length >= 3 && answers.length <= 4, String(answers));
+    assert.ok(rowMs >= 900, String(rowMs));
+    for (const bad of [-1, Number.NaN, 2 ** 31]) {
+      assert.throws(() => api.receipts.stream({ userId: "u1", reconnectForMs: bad }), (error) => error instanceof TypeError && /reconnectForMs/.test(error.message));
+    }
   });
 
   test("a reconnect still answered 429 with Retry-After after http's retries is a drop, waited out at least that long", { timeout: 20_000 }, async () => {

@@ -47,6 +47,10 @@ export async function consumer(): Promise<void> {
   const stream = client.receipts.stream({ userId: "u1", agentId: "a1", signal: controller.signal });
   const ownStream = client.receipts.stream({ topicId: "t1" }); // a user token's own user: no userId
   void ownStream.opened;
+  const patient = client.receipts.stream({ userId: "u1", idleTimeoutMs: 0, reconnectForMs: 300_000 }); // a long outage
+  void patient.opened;
+  // @ts-expect-error a number of ms
+  client.receipts.stream({ userId: "u1", reconnectForMs: "1m" });
   await stream.opened;
   for await (const receipt of stream) {
     const typed: Receipt = receipt;

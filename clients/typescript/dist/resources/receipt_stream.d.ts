@@ -19,11 +19,21 @@ export interface ReceiptStreamOptions {
      * connection (a NAT or a mobile network that dropped it silently) would otherwise wait for ever. `0`: never.
      */
     idleTimeoutMs?: number | undefined;
+    /**
+     * How long, in ms, the stream goes on reconnecting through drops in a row (default 60 s: a web rollout). It
+     * ends with `stream_closed` only when it has dropped more than the client's `maxRetries` times in a row and
+     * this long has passed since the first drop of that row; a stream that ended cannot resume (a new one yields
+     * only the receipts written after it opens), so the receipts of a longer outage would be lost. The wait
+     * between reconnects grows with the backoff, up to its cap (8 s). `0`: the `maxRetries` drops alone end it.
+     */
+    reconnectForMs?: number | undefined;
 }
 /** The default {@link ReceiptStreamOptions.catchUpLagMs}. */
 export declare const CATCH_UP_LAG_MS = 600000;
 /** The default {@link ReceiptStreamOptions.idleTimeoutMs}. */
 export declare const IDLE_TIMEOUT_MS = 45000;
+/** The default {@link ReceiptStreamOptions.reconnectForMs}. */
+export declare const RECONNECT_FOR_MS = 60000;
 /** `receipts.list` with a signal: how the stream catches up. */
 export type ReceiptLister = (query: ReceiptQuery, signal: AbortSignal) => Promise<ReceiptPage>;
 export declare const CATCH_UP_PAGES = 200;

@@ -4,8 +4,8 @@
  *
  * The server sends `: connected` once its subscription is live, `event: receipt` (the receipt's JSON, `id:` its
  * id) per new receipt, `event: resync` when this client fell behind or the server lost its store, and
- * `: keep-alive` comments. A resync, and a connection that drops (then reconnects, at most `maxRetries` times in
- * a row), are caught up by listing the receipts created since `catchUpLagMs` before the newest one seen
+ * `: keep-alive` comments. A resync, and a connection that drops (then reconnects, for as long as
+ * `reconnectForMs` and `maxRetries` allow), are caught up by listing the receipts created since `catchUpLagMs` before the newest one seen
  * (`sinceCreatedAt`, inclusive; ids already yielded are skipped), so the iterable repeats no receipt. A receipt's
  * `createdAt` is its event's time, not when it was committed: events of other scopes, retries and redrives
  * commit late, so a catch-up from the newest one seen would miss a receipt dated before it and committed while
@@ -23,7 +23,10 @@
  * (`rate_limited`, `too_many_streams`, …: many streams reconnecting at once after a restart), and a catch-up
  * whose list fails either way; the wait before the next reconnect is then at least the Retry-After. An answer the
  * server means (401 for an expired user token, 403, 404, 422, a 429 without Retry-After such as `quota_exceeded`)
- * ends the stream with it. Before the stream first opened, any failure rejects `opened` and the loop. It ends,
+ * ends the stream with it. Drops end it (`stream_closed`) only when there were more than `maxRetries` in a row
+ * and `reconnectForMs` has passed since the first of them: a web rollout takes longer than http's few retries,
+ * and an ended stream cannot resume (a new one yields only what is written after it opens). Before the stream
+ * first opened, any failure rejects `opened` and the loop. It ends,
  * without an error, when the options' `signal` aborts or the consumer stops iterating; with `user_erased` when
  * the user is erased (`DELETE /v1/users/{userId}`).
  */
@@ -34,6 +37,8 @@ import { readSse } from "../sse.js";
 export const CATCH_UP_LAG_MS = 600_000;
 /** The default {@link ReceiptStreamOptions.idleTimeoutMs}. */
 export const IDLE_TIMEOUT_MS = 45_000;
+/** The default {@link ReceiptStreamOptions.reconnectForMs}. */
+export const RECONNECT_FOR_MS = 60_000;
 const SEEN_IDS = 20_000; // ids remembered to drop repeats: what a catch-up reads again within its lag
 // A catch-up reads every page since the newest receipt seen (newest first, so all of them before yielding the
 // oldest); past this many pages of 50 it rejects the loop with `catch_up_overflow` rather than skip the oldest.
@@ -64,6 +69,7 @@ export class ReceiptStream {
     #newestMs; // createdAt of the newest receipt yielded, never past the server's clock
     #lagMs;
     #idleMs;
+    #reconnectForMs;
     #iterated = false;
     #unlisten = () => undefined; // takes the constructor's listener off the caller's signal
     constructor(http, options, list) {
@@ -78,11 +84,8 @@ export class ReceiptStream {
             throw new TypeError(`AgentSignal: catchUpLagMs must be a number of ms >= 0 (got ${String(options.catchUpLagMs)})`);
         }
         this.#lagMs = lag;
-        const idle = options.idleTimeoutMs ?? IDLE_TIMEOUT_MS;
-        if (!Number.isFinite(idle) || idle < 0 || idle > MAX_TIMER_MS) {
-            throw new TypeError(`AgentSignal: idleTimeoutMs must be a number of ms from 0 to ${MAX_TIMER_MS} (got ${String(options.idleTimeoutMs)})`);
-        }
-        this.#idleMs = idle;
+        this.#idleMs = checkedMs("idleTimeoutMs", options.idleTimeoutMs, IDLE_TIMEOUT_MS);
+        this.#reconnectForMs = checkedMs("reconnectForMs", options.reconnectForMs, RECONNECT_FOR_MS);
         this.#http = http;
         this.#options = options;
         this.#list = list;
@@ -125,7 +128,7 @@ export class ReceiptStream {
         try {
             if (!(await this.#snapshot(signal)))
                 return;
-            for (let drops = 0;;) {
+            for (let drops = 0, rowStartMs = 0;;) {
                 // this connection's own abort: the stream's, or the idle timer's (then it counts as dropped)
                 const connection = new AbortController();
                 const onStreamAbort = () => connection.abort(signal.reason);
@@ -211,11 +214,14 @@ export class ReceiptStream {
                 if (signal.aborted)
                     return;
                 drops += 1;
-                if (drops > this.#http.maxRetries) {
+                if (drops === 1)
+                    rowStartMs = Date.now();
+                const rowMs = Date.now() - rowStartMs;
+                if (drops > this.#http.maxRetries && rowMs >= this.#reconnectForMs) {
                     throw new AgentSignalError({
                         status: 0,
                         code: "stream_closed",
-                        message: `the receipts stream closed, or could not reconnect, ${drops} times in a row`,
+                        message: `the receipts stream closed, or could not reconnect, after ${drops} ${drops === 1 ? "drop" : "drops"} in a row over ${seconds(rowMs)} s`,
                         cause: this.#outage, // the last reconnect's failure, when it failed
                     });
                 }
@@ -400,6 +406,18 @@ function isTemporary(error) {
     if (error.status === 429)
         return error.retryAfterS !== undefined;
     return error.code === "network_error" || error.status >= 500;
+}
+/** `value` (or `fallback` when left out) as a number of ms a timer can hold; else a TypeError naming `name`. */
+function checkedMs(name, value, fallback) {
+    const ms = value ?? fallback;
+    if (!Number.isFinite(ms) || ms < 0 || ms > MAX_TIMER_MS) {
+        throw new TypeError(`AgentSignal: ${name} must be a number of ms from 0 to ${MAX_TIMER_MS} (got ${String(value)})`);
+    }
+    return ms;
+}
+/** `ms` in seconds as a message shows them: tenths under 10 s (`0.4`), whole ones above (`61`). */
+function seconds(ms) {
+    return (ms / 1000).toFixed(ms < 10_000 ? 1 : 0);
 }
 function parseReceipt(data) {
     try {

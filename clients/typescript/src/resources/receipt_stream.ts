@@ -4,8 +4,8 @@
  *
  * The server sends `: connected` once its subscription is live, `event: receipt` (the receipt's JSON, `id:` its
  * id) per new receipt, `event: resync` when this client fell behind or the server lost its store, and
- * `: keep-alive` comments. A resync, and a connection that drops (then reconnects, at most `maxRetries` times in
- * a row), are caught up by listing the receipts created since `catchUpLagMs` before the newest one seen
+ * `: keep-alive` comments. A resync, and a connection that drops (then reconnects, for as long as
+ * `reconnectForMs` and `maxRetries` allow), are caught up by listing the receipts created since `catchUpLagMs` before the newest one seen
  * (`sinceCreatedAt`, inclusive; ids already yielded are skipped), so the iterable repeats no receipt. A receipt's
  * `createdAt` is its event's time, not when it was committed: events of other scopes, retries and redrives
  * commit late, so a catch-up from the newest one seen would miss a receipt dated before it and committed while
@@ -23,7 +23,10 @@
  * (`rate_limited`, `too_many_streams`, …: many streams reconnecting at once after a restart), and a catch-up
  * whose list fails either way; the wait before the next reconnect is then at least the Retry-After. An answer the
  * server means (401 for an expired user token, 403, 404, 422, a 429 without Retry-After such as `quota_exceeded`)
- * ends the stream with it. Before the stream first opened, any failure rejects `opened` and the loop. It ends,
+ * ends the stream with it. Drops end it (`stream_closed`) only when there were more than `maxRetries` in a row
+ * and `reconnectForMs` has passed since the first of them: a web rollout takes longer than http's few retries,
+ * and an ended stream cannot resume (a new one yields only what is written after it opens). Before the stream
+ * first opened, any failure rejects `opened` and the loop. It ends,
  * without an error, when the options' `signal` aborts or the consumer stops iterating; with `user_erased` when
  * the user is erased (`DELETE /v1/users/{userId}`).
  */
@@ -51,12 +54,22 @@ export interface ReceiptStreamOptions {
    * connection (a NAT or a mobile network that dropped it silently) would otherwise wait for ever. `0`: never.
    */
   idleTimeoutMs?: number | undefined;
+  /**
+   * How long, in ms, the stream goes on reconnecting through drops in a row (default 60 s: a web rollout). It
+   * ends with `stream_closed` only when it has dropped more than the client's `maxRetries` times in a row and
+   * this long has passed since the first drop of that row; a stream that ended cannot resume (a new one yields
+   * only the receipts written after it opens), so the receipts of a longer outage would be lost. The wait
+   * between reconnects grows with the backoff, up to its cap (8 s). `0`: the `maxRetries` drops alone end it.
+   */
+  reconnectForMs?: number | undefined;
 }
 
 /** The default {@link ReceiptStreamOptions.catchUpLagMs}. */
 export const CATCH_UP_LAG_MS = 600_000;
 /** The default {@link ReceiptStreamOptions.idleTimeoutMs}. */
 export const IDLE_TIMEOUT_MS = 45_000;
+/** The default {@link ReceiptStreamOptions.reconnectForMs}. */
+export const RECONNECT_FOR_MS = 60_000;
 
 /** `receipts.list` with a signal: how the stream catches up. */
 export type ReceiptLister = (query: ReceiptQuery, signal: AbortSignal) => Promise<ReceiptPage>;
@@ -93,6 +106,7 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
   #newestMs: number | undefined; // createdAt of the newest receipt yielded, never past the server's clock
   readonly #lagMs: number;
   readonly #idleMs: number;
+  readonly #reconnectForMs: number;
   #iterated = false;
   #unlisten: () => void = () => undefined; // takes the constructor's listener off the caller's signal
 
@@ -107,13 +121,8 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
       throw new TypeError(`AgentSignal: catchUpLagMs must be a number of ms >= 0 (got ${String(options.catchUpLagMs)})`);
     }
     this.#lagMs = lag;
-    const idle = options.idleTimeoutMs ?? IDLE_TIMEOUT_MS;
-    if (!Number.isFinite(idle) || idle < 0 || idle > MAX_TIMER_MS) {
-      throw new TypeError(
-        `AgentSignal: idleTimeoutMs must be a number of ms from 0 to ${MAX_TIMER_MS} (got ${String(options.idleTimeoutMs)})`,
-      );
-    }
-    this.#idleMs = idle;
+    this.#idleMs = checkedMs("idleTimeoutMs", options.idleTimeoutMs, IDLE_TIMEOUT_MS);
+    this.#reconnectForMs = checkedMs("reconnectForMs", options.reconnectForMs, RECONNECT_FOR_MS);
     this.#http = http;
     this.#options = options;
     this.#list = list;
@@ -153,7 +162,7 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
     const { userId } = this.#options;
     try {
       if (!(await this.#snapshot(signal))) return;
-      for (let drops = 0; ; ) {
+      for (let drops = 0, rowStartMs = 0; ; ) {
         // this connection's own abort: the stream's, or the idle timer's (then it counts as dropped)
         const connection = new AbortController();
         const onStreamAbort = (): void => connection.abort(signal.reason);
@@ -224,11 +233,13 @@ export class ReceiptStream implements AsyncIterable<Receipt> {
         }
         if (signal.aborted) return;
         drops += 1;
-        if (drops > this.#http.maxRetries) {
+        if (drops === 1) rowStartMs = Date.now();
+        const rowMs = Date.now() - rowStartMs;
+        if (drops > this.#http.maxRetries && rowMs >= this.#reconnectForMs) {
           throw new AgentSignalError({
             status: 0,
             code: "stream_closed",
-            message: `the receipts stream closed, or could not reconnect, ${drops} times in a row`,
+            message: `the receipts stream closed, or could not reconnect, after ${drops} ${drops === 1 ? "drop" : "drops"} in a row over ${seconds(rowMs)} s`,
             cause: this.#outage, // the last reconnect's failure, when it failed
           });
         }
@@ -399,6 +410,20 @@ function isTemporary(error: unknown): boolean {
   if (!(error instanceof AgentSignalError)) return false;
   if (error.status === 429) return error.retryAfterS !== undefined;
   return error.code === "network_error" || error.status >= 500;
+}
+
+/** `value` (or `fallback` when left out) as a number of ms a timer can hold; else a TypeError naming `name`. */
+function checkedMs(name: string, value: number | undefined, fallback: number): number {
+  const ms = value ?? fallback;
+  if (!Number.isFinite(ms) || ms < 0 || ms > MAX_TIMER_MS) {
+    throw new TypeError(`AgentSignal: ${name} must be a number of ms from 0 to ${MAX_TIMER_MS} (got ${String(value)})`);
+  }
+  return ms;
+}
+
+/** `ms` in seconds as a message shows them: tenths under 10 s (`0.4`), whole ones above (`61`). */
+function seconds(ms: number): string {
+  return (ms / 1000).toFixed(ms < 10_000 ? 1 : 0);
 }
 
 function parseReceipt(data: string): Receipt | undefined {
