@@ -2,9 +2,9 @@
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 
-import { AgentSignal, enqueueAgentSignalSourceEvent } from "@agent-signal/client";
+import { AgentSignal, AgentSignalError, enqueueAgentSignalSourceEvent } from "@agent-signal/client";
 import { json, startStub } from "./stub.mjs";
-import { client, live, RUN } from "./support.mjs";
+import { client, live, RUN, skipLive } from "./support.mjs";
 
 describe("enqueueAgentSignalSourceEvent", live, () => {
   const api = client();
@@ -58,7 +58,7 @@ describe("enqueueAgentSignalSourceEvent", live, () => {
 describe("enqueueAgentSignalSourceEvent with a user token, and whole-number ids", live, () => {
   const api = client();
 
-  test("the answer's scopeKey is the one the server stored", async () => {
+  test("the answer's scopeKey is the one the server stored", async (t) => {
     const user = `lh-tok-${RUN}`;
     const { token } = await api.tokens.create({ userId: user, ttlS: 600 });
     const mine = client({ token });
@@ -78,10 +78,19 @@ describe("enqueueAgentSignalSourceEvent with a user token, and whole-number ids"
     }
     // a whole number reads as its digits (test.flaky, of the test plugin the stacks load, types no payload id;
     // failTimes 0: it never fails)
-    const numeric = await enqueueAgentSignalSourceEvent(
-      { sourceType: "test.flaky", sourceId: `lh-num-${RUN}`, payload: { taskId: 7, failTimes: 0 } },
-      { client: api, userId: `lh-num-${RUN}` },
-    );
+    let numeric;
+    try {
+      numeric = await enqueueAgentSignalSourceEvent(
+        { sourceType: "test.flaky", sourceId: `lh-num-${RUN}`, payload: { taskId: 7, failTimes: 0 } },
+        { client: api, userId: `lh-num-${RUN}` },
+      );
+    } catch (error) {
+      if (error instanceof AgentSignalError && error.code === "unknown_source_type") {
+        skipLive(t, "this stack does not load the test plugin (tests.support.policies), so test.flaky's whole-number id cannot be sent");
+        return;
+      }
+      throw error;
+    }
     assert.equal(numeric.scopeKey, "task:7");
     assert.equal((await api.events.get(numeric.eventId)).scopeKey, "task:7");
   });
