@@ -4,9 +4,9 @@
  * Retried: `429` and `503` answers, a gateway's `502` and `504`, and failures before any answer (network errors),
  * at most `maxRetries` times. The wait is the answer's `Retry-After` (seconds, or an HTTP date); a `503`, `502`,
  * `504` or a network error without one waits an exponential backoff with jitter (0.25-0.5 s, 0.5-1 s, 1-2 s, … at
- * most 8 s). A `429` without `Retry-After` is not
- * retried: the server sends one wherever waiting frees the limit, so its absence means waiting will not help
- * (a storage quota). A `Retry-After` over {@link MAX_RETRY_AFTER_S} is not waited for either: the error carries
+ * most 8 s), and so does an answer whose `Retry-After` is 0 or a date already past. A `429` without
+ * `Retry-After` is not retried: the server sends one wherever waiting frees the limit, so its absence means
+ * waiting will not help (a storage quota). A `Retry-After` over {@link MAX_RETRY_AFTER_S} is not waited for either: the error carries
  * it as `retryAfterS` for the caller to decide.
  *
  * A network failure may come after the server acted (the answer was lost), so it is retried only where a repeat
@@ -342,8 +342,11 @@ interface AttemptSignal {
 /** How long to wait before retrying an answer with `status`, or undefined when it is not retried. */
 function retryWaitMs(status: number, retryAfterS: number | undefined, attempt: number): number | undefined {
   if (status !== 429 && status !== 503 && !GATEWAY_FAILURES.has(status)) return undefined;
-  if (retryAfterS !== undefined) return retryAfterS <= MAX_RETRY_AFTER_S ? retryAfterS * 1000 : undefined;
-  return status === 429 ? undefined : backoffMs(attempt);
+  if (retryAfterS === undefined) return status === 429 ? undefined : backoffMs(attempt);
+  if (retryAfterS > MAX_RETRY_AFTER_S) return undefined;
+  // `Retry-After: 0` (or a date already past, read as 0) would send every retry at once, as fast as the server
+  // answers (and all of a user's streams together): such a wait is the backoff instead
+  return retryAfterS > 0 ? retryAfterS * 1000 : backoffMs(attempt);
 }
 
 /** `Retry-After` in seconds: a number of seconds, or an HTTP date; undefined when absent or unreadable. */

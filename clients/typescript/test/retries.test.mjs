@@ -52,6 +52,16 @@ describe("retries", () => {
     assert.equal(quota.requests.length, 1);
   });
 
+  test("Retry-After: 0, or a date already past, waits the backoff instead of retrying at once", async () => {
+    const now = [503, errorBody("store_unavailable", "the store is busy"), { "retry-after": "0" }];
+    const past = [429, errorBody("rate_limited", "slow down"), { "retry-after": "Wed, 21 Oct 2015 07:28:00 GMT" }];
+    const stub = await scripted([now, past, [202, ACCEPTED]]);
+    assert.deepEqual(await new AgentSignal({ baseUrl: stub.url }).events.send(EVENT), ACCEPTED);
+    const [a, b, c] = stub.requests.map((r) => r.at);
+    // the backoff's first steps: 0.25-0.5 s, then 0.5-1 s
+    assert.ok(b - a >= 240 && c - b >= 490, `gaps ${b - a} ms and ${c - b} ms`);
+  });
+
   test("a Retry-After over 60 s is not waited for: the error carries it", async () => {
     const stub = await scripted([[429, errorBody("too_many_streams", "too many"), { "retry-after": "120" }]]);
     await assert.rejects(new AgentSignal({ baseUrl: stub.url }).scopes.list(), (error) => error.retryAfterS === 120);
