@@ -20,7 +20,10 @@ export interface AgentSignalSourceEventInput {
   sourceId: string;
   payload: Record<string, unknown>;
   scopeKey?: string | undefined;
-  /** Unix milliseconds (default: now, as in LobeHub). */
+  /**
+   * Epoch milliseconds, an integer (default: now, `Date.now()`, as in LobeHub): seconds are taken as milliseconds
+   * (a date in January 1970), and a fraction is refused (`422 invalid_field`).
+   */
   timestamp?: number | undefined;
 }
 

@@ -12,7 +12,11 @@ type OkBody<T> = T extends { responses: { 200: { content: { "application/json": 
 
 /** What `POST /v1/events` takes: one event, or a batch. */
 type SendBody = JsonBody<paths["/v1/events"]["post"]>;
-/** One source event as a producer sends it (`scopeKey` and `timestamp` are filled in by the server when absent). */
+/**
+ * One source event as a producer sends it (`scopeKey` and `timestamp` are filled in by the server when absent).
+ * `timestamp` is epoch milliseconds, an integer (`Date.now()`): seconds are taken as milliseconds (a date in
+ * January 1970), and a fraction is refused (`422 invalid_field`).
+ */
 export type SourceEvent = Exclude<SendBody, { events: unknown }>;
 
 export type IngestResult = Schemas["IngestResult"];
