@@ -35,7 +35,7 @@ from worker.core.clock import now_ms
 from worker.documents.event_body import body_of
 from worker.documents.event_records import status_record
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
-from worker.ops.audit import AUDIT_MAXLEN, CLI_ACTOR
+from worker.ops.audit import AUDIT_MAXLEN, CLI_ACTOR, log_audit
 from worker.settings import Settings
 from worker.store.calls import Discard, RunsPage
 from worker.store.events import EventStore
@@ -332,6 +332,8 @@ def discard(
     ]
     replies = store.scripts.run_batch(calls)
     discarded = [e for e, ok in zip(event_ids, replies, strict=True) if int(ok) == 1]
+    for event_id in discarded:  # the script wrote each entry to its bucket's stream
+        log_audit(tenant.tenant, "discard", actor, eventId=event_id)
     return discarded, [e for e, ok in zip(event_ids, replies, strict=True) if int(ok) != 1]
 
 

@@ -143,3 +143,91 @@ def test_a_superseded_holders_batch_commit_applies_none_of_its_lanes(
     assert producer.store.stats(producer.keys).get("fenceRejected", 0) == 1
     assert [(producer.status(e) or {}).get("status") for e in ids] == ["processing"] + ["queued"] * 3
     producer.close()
+
+
+def _redis_ms(client: Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_a_fence_rewound_by_a_restore_is_never_handed_out_again(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A store restored from a backup has a scope's fence back where it was, while a drain begun after the backup
+    still carries the next number: the next grant must not hand that number out again (a restore walk saw the
+    old drain's write accepted, out of order). Each grant takes Redis's clock when the count is below it; so does
+    an erasure's hold."""
+    settings = make_settings(**LEASE)
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED)
+    scope = "topic:restored-fence"
+    k = producer.keys.for_scope(scope)
+    for n in range(2):
+        producer.enqueue(
+            {"sourceType": "test.counter", "sourceId": f"rf-{n}", "scopeKey": scope, "payload": {}}
+        )
+    first, _, _ = pipeline.lease.acquire(producer.keys, scope, now_ms=_redis_ms(redis_client))
+    assert first is not None
+    pipeline.lease.stop_renewing()
+    redis_client.set(k.fence(scope), first.fence - 1)  # the backup's number, taken before this grant
+    redis_client.delete(k.lease(scope))  # the backup had no lease
+    while _redis_ms(redis_client) <= first.fence:  # a restore takes longer than a millisecond
+        pass
+    second, _, _ = pipeline.lease.acquire(producer.keys, scope, now_ms=_redis_ms(redis_client))
+    assert second is not None and second.fence > first.fence
+    pipeline.lease.stop_renewing()
+    redis_client.set(k.fence(scope), first.fence - 1)
+    redis_client.delete(k.lease(scope))
+    while _redis_ms(redis_client) <= second.fence:
+        pass
+    held, fence = pipeline.store.durable(EraseHold(k.lease(scope), k.fence(scope), TAKER, 30_000))
+    assert int(held) == 1 and int(fence) > second.fence
+    _let_go(pipeline, producer.keys, scope)
+    producer.close()
+
+
+def test_an_apply_for_an_event_not_begun_under_its_fence_is_refused(
+    make_settings: Any, redis_client: Redis, keys: BucketKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain runs the scope's second event under the fence it took with the first; the store is restored from
+    a backup taken while the first ran, so the fence is still the drain's but the second event is queued again
+    there. Its action's APPLY is refused (an APPLY checked only the fence, and the second event's effect landed
+    ahead of the first's rerun); nothing is applied."""
+    settings = make_settings(commit_batch_max=1, **LEASE)
+    scope = "topic:restored-apply"
+    counter = f"{keys.bucket_prefix}test:restored-apply-counter"
+    producer = Producer(settings)
+    pipeline = build_pipeline(settings, telemetry=DISABLED)
+    ids = [
+        producer.enqueue(
+            {
+                "sourceType": "test.counter",
+                "sourceId": f"ra-{n}",
+                "scopeKey": scope,
+                "payload": {"counterKey": counter},
+            }
+        ).event_id
+        for n in range(2)
+    ]
+    original = CancellablePort.commit
+    refused: list[str] = []
+
+    def commit_after_restore(port: CancellablePort, action: Any, key: str, result: Any, effects: Any) -> bool:
+        if port.event_id == ids[1]:  # as the backup has it: queued, never begun
+            event = producer.keys.for_scope(scope).event(ids[1])
+            redis_client.hset(event, "state", "queued")
+            redis_client.hdel(event, "fence")
+        try:
+            return original(port, action, key, result, effects)
+        except LeaseLost as exc:
+            refused.append(str(exc))
+            raise
+
+    monkeypatch.setattr(CancellablePort, "commit", commit_after_restore)
+    try:
+        assert pipeline.drain_scope(scope).next == "lost"
+    finally:
+        pipeline.lease.stop_renewing()
+    assert len(refused) == 1 and "is stale" in refused[0], refused
+    assert redis_client.get(counter) == "1"  # the first event's, not the second's
+    producer.close()

@@ -6,6 +6,7 @@ as its pseudonym: it may name a user."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -22,8 +23,10 @@ BOOT = "bootstrap-key-for-audit-tests-0123456789"
 
 
 def test_each_operator_action_is_audited_once_with_its_actor(
-    make_settings: Any, redis_client: Redis, keys: BucketKeys
+    make_settings: Any, redis_client: Redis, keys: BucketKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Each entry is logged too: a store restored from a backup takes back its stream (a restore walk)."""
+    caplog.set_level(logging.INFO, logger="worker.ops.audit")
     settings = make_settings(bootstrap_key=BOOT, auth_cache_s=0, max_attempts=1)
     boot = {"Authorization": f"Bearer {BOOT}"}
     scope = "user:audited-bob/inbox"
@@ -69,3 +72,5 @@ def test_each_operator_action_is_audited_once_with_its_actor(
     assert by_action["discard"]["eventId"] == discarded
     assert by_action["scope.pause"]["scope"].startswith("pn_")
     assert "audited-bob" not in json.dumps(entries)  # the scope key and the user, as pseudonyms only
+    logged = [r.audit for r in caplog.records if r.name == "worker.ops.audit"]  # type: ignore[attr-defined]
+    assert logged == [{k: v for k, v in e.items() if k != "at"} for e in entries]

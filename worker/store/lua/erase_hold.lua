@@ -4,10 +4,17 @@
 -- before (a holder paused past its TTL) can no longer commit, apply a lane or stage anything in the scope. A scope
 -- without a fence has had no grant to fence out: none is made (ACQUIRE starts one at Redis's clock).
 -- -> {0, pttl} held by someone else (a drain runs there, or another erasure) | {1, fence (0: none)} held
+-- requires: clock
 local lease, fence_key = KEYS[1], KEYS[2]
 local token, ttl_ms = ARGV[1], ARGV[2]
 if not redis.call('SET', lease, token, 'NX', 'PX', ttl_ms) then
   return {0, redis.call('PTTL', lease)}
 end
 if redis.call('EXISTS', fence_key) == 0 then return {1, 0} end
-return {1, redis.call('INCR', fence_key)}
+-- as a grant (lib/acquire.lua): never a number below Redis's clock, which a restored store may hand out again
+local fence, clock = redis.call('INCR', fence_key), redis_now_ms()
+if fence < clock then
+  fence = clock
+  redis.call('SET', fence_key, fence, 'KEEPTTL')
+end
+return {1, fence}
