@@ -29,7 +29,8 @@ must be visible while the event is still running, so tests can observe ordering 
 * ``test.two-step``: the source handler stages ``test:two-step-chain:<sourceId>`` += 1 and dispatches two actions.
   The first records ``test:two-step-started:<sourceId>``, waits (up to 60 s) for ``test:two-step-go:<sourceId>``,
   and stages ``test:two-step-first:<sourceId>`` += 1; the second stages ``test:two-step-second:<sourceId>`` += 1.
-  With ``payload.firstOnly`` the first action is the only one.
+  With ``payload.firstOnly`` the first action is the only one; with ``payload.sourceOnly`` there is none, and the
+  source handler itself records ``two-step-started`` and waits for ``two-step-go`` before it stages its write.
 * the plugin task ``test.explode``: counts its runs under ``test:exploded``, then raises an error that quotes
   ``payload.text`` (as a task whose input fails to parse does); ``test.refuse`` counts its runs under
   ``test:refused`` and raises PermanentFailure. After their last attempt, their dead hook appends
@@ -204,8 +205,12 @@ def _failing_action(action: Action, ctx: HandlerContext) -> ExecutorResult:
 
 
 def _two_step_source(source: Source, ctx: HandlerContext) -> Dispatch:
+    if source.payload.get("sourceOnly"):
+        _wait_for_go(ctx, source.source_id)
     ctx.effects.incr(_test_key(ctx, f"two-step-chain:{source.source_id}"))
     sig = signal_from(source, "two-step", "signal.test.two-step", {}, ctx.now())
+    if source.payload.get("sourceOnly"):
+        return Dispatch(signals=[sig])
     first = action_from(sig, "first", "action.test.two-step-first", {}, ctx.now())
     if source.payload.get("firstOnly"):
         return Dispatch(signals=[sig], actions=[first])
@@ -215,12 +220,17 @@ def _two_step_source(source: Source, ctx: HandlerContext) -> Dispatch:
     )
 
 
-def _two_step_first(action: Action, ctx: HandlerContext) -> ExecutorResult:
-    redis, source_id = ctx.deps(Probe).redis, action.source.source_id
+def _wait_for_go(ctx: HandlerContext, source_id: str) -> None:
+    redis = ctx.deps(Probe).redis
     redis.set(_test_key(ctx, f"two-step-started:{source_id}"), os.getpid())
     deadline = time.monotonic() + 60
     while not redis.exists(_test_key(ctx, f"two-step-go:{source_id}")) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def _two_step_first(action: Action, ctx: HandlerContext) -> ExecutorResult:
+    source_id = action.source.source_id
+    _wait_for_go(ctx, source_id)
     ctx.effects.incr(_test_key(ctx, f"two-step-first:{source_id}"))
     return applied(action, ctx, detail="first")
 

@@ -162,6 +162,21 @@ def test_a_cancel_during_the_last_action_leaves_the_event_done(
         wait_for(lambda w=written: redis_client.get(_test_key(keys, w)) == "1", what=written)
 
 
+def test_a_cancel_of_an_event_with_no_action_stops_it(
+    api: TestClient, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """Cancelled while its source handler runs, an event that dispatches no action is cancelled: nothing of its
+    chain is committed (a review: the rule for an event in its last action let this one end done)."""
+    running = _send(api, "test.two-step", "none-1", "topic:cancel-none", sourceOnly=True)
+    wait_for(
+        lambda: redis_client.exists(_test_key(keys, "two-step-started:none-1")), what="the source handler"
+    )
+    assert api.post(f"/v1/events/{running}/cancel").json()["cancelRequested"] is True
+    redis_client.set(_test_key(keys, "two-step-go:none-1"), "1")
+    _until(api, running, "cancelled")
+    assert redis_client.get(_test_key(keys, "two-step-chain:none-1")) is None
+
+
 def test_a_tenant_at_its_paused_scopes_limit_is_refused_one_more(make_settings: Any) -> None:
     """A pause mark has no TTL and any scope key may be paused, events or not: an audit wrote 50,000 marks and
     ``GET /v1/scopes?limit=1`` then took seconds, stalling the web process. Past the limit a pause is a 429

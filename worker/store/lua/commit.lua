@@ -5,9 +5,9 @@
 -- it as the next head); the lanes of the actions its chain ran, when it has any (a run whose actions waited for
 -- the commit instead of applying one by one), are applied first while it is the head, our fence holds and no
 -- cancel was asked for it; then its outcome: done, dead (to the DLQ), back to queued for a retry, or cancelled
--- (asked, or found: a cancel requested while it ran turns its outcome into cancelled, but for an event that ran
--- every action already, one by one, and is done: nothing was left to stop, its effects and chain stay and it
--- ends done). Only a 'done' commit
+-- (asked, or found: a cancel requested while it ran turns its outcome into cancelled, but for an event that
+-- applied its actions one by one and is done: the cancel came during its last action, nothing was left to stop,
+-- and it ends done, its chain, staged writes and follow-ups with it). Only a 'done' commit
 -- applies what the chain's source and signal handlers staged (effects_json, a JSON list of command lists) and
 -- admits the follow-up events they emitted (followups_json, a JSON list of Admission layouts, keys then
 -- arguments): a retried, dead or cancelled event leaves no trace of them. With go_on '1' the same round trip
@@ -132,8 +132,9 @@ local function commit_event(ev, chain, event_id, outcome, error_text, not_before
   local known = known_of(ev, event_id)
   if not known then return {CommitCode.NOT_HEAD} end
   taken[ev] = nil
-  -- a done event whose lanes are not here applied each action as it ran: the cancel came after its last one
-  if known.cancel and (outcome ~= 'done' or lanes_here) then outcome = 'cancelled' end
+  -- A done event whose lanes are not here applied each action as it ran (APPLY listed them: `lanes`), so the
+  -- cancel came during its last one. One that applied none (no action, or the cancel came before any) stops.
+  if known.cancel and (outcome ~= 'done' or lanes_here or not known.lanes) then outcome = 'cancelled' end
   local followups = {}
   if outcome == 'done' then
     local refusal
