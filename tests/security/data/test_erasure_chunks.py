@@ -60,12 +60,12 @@ def test_a_session_owners_scope_is_dropped_whole_once_both_users_are_erased(make
 
 def test_an_operators_pause_outlives_an_erasure_that_drops_its_scope_whole(make_settings: Any) -> None:
     """A paused scope whose only events were the erased user's is dropped whole, and stays paused: the next
-    event there waits. A paused scope whose key holds the user's id loses its pause with it (the paused hash
-    names the key). An operator race walk found the pause lifted, and the next event run."""
+    event there waits. A paused scope whose key names the user (the id as a whole part of it) loses its pause
+    with it: the paused hash holds the key. An operator race walk found the pause lifted, and the next event run."""
     producer = Producer(make_settings())
     keys = producer.keys
-    theirs = "user:zed/inbox"
-    for scope in (SCOPE, theirs):
+    theirs, a_word = "user:zed/inbox", "topic:zed-freeze"  # the id inside a word names nobody
+    for scope in (SCOPE, theirs, a_word):
         assert pause_scope(producer.store, keys, scope)
         event = {
             "sourceType": "test.counter",
@@ -75,7 +75,7 @@ def test_an_operators_pause_outlives_an_erasure_that_drops_its_scope_whole(make_
         }
         producer.enqueue({**event, "payload": {}})
     report = erasure.erase_user(producer.store, keys, "zed", session_scope=session_scope)
-    assert report.busy_scopes == [] and report.removed["scopes"] == 2
+    assert report.busy_scopes == [] and report.removed["scopes"] == 3
     paused = {row["scopeKey"] for row in list_scopes(producer.store, keys, "paused")}
-    assert paused == {SCOPE}
+    assert paused == {SCOPE, a_word}
     producer.close()

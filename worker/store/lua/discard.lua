@@ -15,7 +15,7 @@ if not state then  -- a stale DLQ entry (its record is gone): dropped with its d
   redis.call('ZREM', runs_dead, event_id)
 end
 if state ~= 'dead' then return 0 end
-release_lanes(ev, lane_holders, lane_ttl_s)
+release_lanes(ev, lane_holders, lane_ttl_s, nil, true)  -- named for an erasure: no chain does
 local now, max = tonumber(now_ms), tonumber(run_index_max)
 redis.call('HSET', ev, 'state', 'discarded', 'discardedAt', now_ms, 'discardReason', reason)
 redis.call('EXPIRE', ev, window_s)

@@ -13,8 +13,10 @@
 -- outbox records (the RECORD group) with their due entries. Shared: its events leave the inbox and the user
 -- leaves scope_users. Whole: the scope's inbox, drain
 -- marker, counters, fence, users and runs index go, and it leaves the scopes registry (the rest of its keys are the
--- caller's to delete, while it still holds the lease); an operator's pause on it stays, unless its key contains
--- the user's id (the paused hash holds the key: it would keep the id).
+-- caller's to delete, while it still holds the lease); an operator's pause on it stays, unless its key names the
+-- user (the paused hash holds the key: it would keep the id): the id as a whole part of it, between its ends,
+-- ':' and '/' (user:<id>, user:<id>/inbox, agent:a:user:<id>), not inside a word (a review: erasing user `ops`
+-- lifted the pause on topic:maintenance-ops-freeze).
 -- The lanes an unfinished event kept (lib/kept_lanes.lua) are deleted unless another unfinished event keeps them
 -- too; so are those an ended event named (endedLanes: a cancelled or discarded event stores no chain) and the
 -- lanes of the actions the caller read in the chunk's chains (the LANE group), each when it has a TTL: a finished
@@ -31,6 +33,19 @@ local token, user_id, scope_key, scope_ref, ev_prefix, now_ms, window_s, may_dro
 if redis.call('GET', lease) ~= token then return {-1} end
 
 local SHARED_MARK = '*shared'  -- no user id holds '*' (worker/core/ids.py)
+local PART_ENDS = {[''] = true, [':'] = true, ['/'] = true}
+-- Whether `key` holds `id` as a whole part: each end of an occurrence at the key's end, ':' or '/'.
+local function names_user(key, id)
+  local from = 1
+  while true do
+    local first, last = string.find(key, id, from, true)
+    if not first then return false end
+    if PART_ENDS[string.sub(key, first - 1, first - 1)] and PART_ENDS[string.sub(key, last + 1, last + 1)] then
+      return true
+    end
+    from = first + 1
+  end
+end
 local DROPS = {'event', 'userId', 'scopeKey', 'sourceId', 'error', 'chainId', 'lastError', 'history',
   'discardReason', 'endedLanes'}
 local ENDED = {done = true, cancelled = true, discarded = true, erased = true}
@@ -125,8 +140,8 @@ if whole then
   redis.call('DEL', inbox, sched, seq, fence_key, scope_users, runs_scope)
   redis.call('SREM', scopes, scope_ref)
   -- an operator's pause stays (a scope may be paused for reasons of its own, before any event), unless the key,
-  -- which the paused hash names, holds the user's id
-  if string.find(scope_key, user_id, 1, true) then redis.call('HDEL', paused, scope_key) end
+  -- which the paused hash names, names the user
+  if names_user(scope_key, user_id) then redis.call('HDEL', paused, scope_key) end
   return {1, written, chains, lanes}
 end
 if last == '1' then

@@ -67,5 +67,5 @@ local function mark_cancelled(ek, id, now, ix, known)
   history_end(ek, now, 'cancelled', '', known.history)
   -- lanes it kept (it retried, or was redriven): the TTL back (a commit's and an operator's cancel: a lane's; a
   -- head found cancelled by a lease grant, whose script has none: the window's, as the cancelled record's)
-  release_lanes(ek, ix.holders, ix.lane_ttl or ix.window, known.lanes)
+  release_lanes(ek, ix.holders, ix.lane_ttl or ix.window, known.lanes, true)  -- named for an erasure: no chain does
 end

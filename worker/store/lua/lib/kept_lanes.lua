@@ -61,12 +61,13 @@ local function list_lane(ev, holders, lane)
   redis.call('HSET', ev, 'lanes', cjson.encode(lanes))
 end
 -- An ended event's lanes (`kept`: the hash's field as read, or nil to read it) get `ttl_s` back, or are deleted
--- (ttl_s nil: an erasure), each when no other unfinished event holds it. The hash forgets them as kept; given
--- their TTL, they stay named in its `endedLanes` for an erasure (erase_ended_lanes): an event that ends
+-- (ttl_s nil: an erasure), each when no other unfinished event holds it. The hash forgets them as kept; with
+-- `remember`, they stay named in its `endedLanes` for an erasure (erase_ended_lanes): an event that ends
 -- cancelled or discarded stores no chain, where the erasure finds a done event's lanes, and a lane key names its
--- source id (an operator race walk found them kept a week after the user's erasure).
+-- source id (an operator race walk found them kept a week after the user's erasure). A done event's are not
+-- (its chain names them: a review measured the field at +40% of a done event's hash).
 -- -> the lanes deleted
-local function release_lanes(ev, holders, ttl_s, kept)
+local function release_lanes(ev, holders, ttl_s, kept, remember)
   if kept == nil then kept = redis.call('HGET', ev, 'lanes') end
   if not kept then return 0 end
   local deleted = 0
@@ -77,11 +78,12 @@ local function release_lanes(ev, holders, ttl_s, kept)
     end
   end
   redis.call('HDEL', ev, 'lanes')
-  if ttl_s then redis.call('HSET', ev, 'endedLanes', kept) end
+  if remember then redis.call('HSET', ev, 'endedLanes', kept) end
   return deleted
 end
 -- An erased event's ended lanes (release_lanes): deleted, but any an unfinished event keeps (no TTL), as the
--- erasure's lanes read from chains are. -> the lanes deleted
+-- erasure's lanes read from chains are. Keys read from the hash, not declared, as release_lanes's: a lane is in
+-- its event's slot (both in the scope's bucket, worker/keys/buckets.py). -> the lanes deleted
 local function erase_ended_lanes(ev)
   local deleted = 0
   for _, lane in ipairs(lanes_of(redis.call('HGET', ev, 'endedLanes'))) do
