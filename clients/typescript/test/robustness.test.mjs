@@ -189,6 +189,13 @@ describe("a receipt stream whose server goes away for a while (a web restart)", 
     assert.equal(answers.length, 2);
   });
 
+  test("a reconnect answered 429 with a Retry-After past a minute ends the loop rather than sleep unseen", async () => {
+    const { server, answers } = await restarting(["open", [429, "rate_limited", { "retry-after": "3600" }]]);
+    const api = new AgentSignal({ baseUrl: server.url, maxRetries: 3 });
+    await assert.rejects(drain(api, "never"), (error) => error.status === 429 && error.retryAfterS === 3600);
+    assert.equal(answers.length, 2);
+  });
+
   test("a reconnect the server refuses (401: the user token expired) ends the loop with that error", async () => {
     const errors = { 401: errorBody("unauthorized", "token expired") };
     const { server, answers } = await restarting(["open", 401], { errors });

@@ -31,7 +31,7 @@
  * the user is erased (`DELETE /v1/users/{userId}`).
  */
 import { AgentSignalError } from "../errors.js";
-import { backoffMs, MAX_TIMER_MS, sleep } from "../http.js";
+import { backoffMs, MAX_RETRY_AFTER_S, MAX_TIMER_MS, sleep } from "../http.js";
 import { readSse } from "../sse.js";
 /** The default {@link ReceiptStreamOptions.catchUpLagMs}. */
 export const CATCH_UP_LAG_MS = 600_000;
@@ -397,14 +397,15 @@ export class ReceiptStream {
  * Retry-After (`rate_limited`, `tenant_rate_limited`, `too_many_streams`, `too_many_connections`): the server
  * sends one only where waiting frees the limit, as when every stream of a user reconnects at once after a
  * restart. Once the stream has opened, it is a drop: waited out and retried. A 401 (an expired user token), 403,
- * 404, 422 or a 429 without Retry-After (`quota_exceeded`: waiting will not help) is the server's answer, and
- * ends the stream.
+ * 404, 422 or a 429 without Retry-After (`quota_exceeded`: waiting will not help), or with one past
+ * {@link MAX_RETRY_AFTER_S} (http does not wait that long either: the stream would sleep unseen), is the server's
+ * answer, and ends the stream.
  */
 function isTemporary(error) {
     if (!(error instanceof AgentSignalError))
         return false;
     if (error.status === 429)
-        return error.retryAfterS !== undefined;
+        return error.retryAfterS !== undefined && error.retryAfterS <= MAX_RETRY_AFTER_S;
     return error.code === "network_error" || error.status >= 500;
 }
 /** `value` (or `fallback` when left out) as a number of ms a timer can hold; else a TypeError naming `name`. */
