@@ -12,7 +12,7 @@ from worker.core.ids import id_problem
 from worker.documents.event_body import body_of, stored_body
 from worker.intake.source_event import EventError, InvalidEvent
 from worker.keys.layout import Keys
-from worker.ops.audit import CLI_ACTOR, audit
+from worker.ops.audit import CLI_ACTOR, audit_each
 from worker.ops.runs import discard
 from worker.store.reads import EVENT_ID
 
@@ -54,18 +54,13 @@ def redrive_events(
             not_dead.append(event_id)
             continue
         redriven.append(event_id)
-        audit(
-            store.client,
-            keys,
-            "redrive",
-            actor,
-            eventId=event_id,
-            edited="1" if event_id in (bodies or {}) else "0",
-        )
         # every time the script set the scope's drain marker: a drain sent for an earlier event of this loop may
         # have finished and released the scope since, and one skipped here left the scope for the reconcile sweep
         if publish:
             producer.fair.publish(keys.scope_ref(scope_key))
+    edited = bodies or {}
+    entries = [{"eventId": e, "edited": "1" if e in edited else "0"} for e in redriven]
+    audit_each(store.client, keys, "ops", "redrive", actor, entries)  # one round trip
     return {"redriven": redriven, "notDead": not_dead} | _more(more, until)
 
 

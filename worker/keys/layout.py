@@ -59,7 +59,8 @@ ENGINE_FAMILIES = tuple(
     "ratelimit: events-of: ready: scope-users: sessions-of: runs: by-source: applied: retained-events:".split()
 )
 ENGINE_SINGLETONS = tuple(
-    "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit token-secret pseudonym-secret "
+    "scopes dlq stats workers reconcile-lock series outbox-due tenants apikeys audit ops-audit token-secret "
+    "pseudonym-secret "
     "ready-tenants worker-info journal-due journal-lock open-streams retained-events outbox-dead erasure-lock "
     "tokens-from lane-holders".split()
 )
@@ -80,8 +81,14 @@ class Keys(EngineWide, LimitKeys):
 
     @property
     def audit(self) -> str:
-        """The tenant's audit trail (stream): key changes, erasures, discards."""
+        """The tenant's audit trail (stream): key changes and erasures."""
         return f"{self.home_prefix}audit"
+
+    @property
+    def ops_audit(self) -> str:
+        """The tenant's trail of operations (stream): pauses, resumes, cancels, redrives; its own, so that a
+        flood of them never pushes a key change or an erasure out of :attr:`audit` (a review)."""
+        return f"{self.home_prefix}ops-audit"
 
     @property
     def erasure_lock(self) -> str:
@@ -301,8 +308,9 @@ class BucketKeys(Keys):
 
     @property
     def bucket_audit(self) -> str:
-        """The bucket's audit stream (discards: their script runs in the bucket's slot; one bucket: ``audit``)."""
-        return f"{self.bucket_prefix}audit"
+        """The bucket's trail of operations (discards: their script runs in the bucket's slot; one bucket:
+        ``ops-audit``)."""
+        return f"{self.bucket_prefix}ops-audit"
 
     @property
     def event_prefix(self) -> str:

@@ -517,7 +517,7 @@ class CredentialStore:
         return _record(key_id, self.client.hgetall(self.keys.api_key(key_id)))
 
     def _audit(self, tenant: str, action: str, key_id: str, *, actor: str, **fields: str) -> None:
-        audit(self.client, self.keys.for_tenant(tenant), action, actor, keyId=key_id, **fields)
+        audit(self.client, self.keys.for_tenant(tenant), "audit", action, actor, keyId=key_id, **fields)
 
 
 def _issued_ms(claims: Mapping[str, Any]) -> int:

@@ -137,6 +137,7 @@ def erase_user(
         audit(
             store.client,
             tenant,
+            "audit",
             "erase-user",
             actor,
             user=load_pseudonyms(store.client, store.settings).of(user_id),

@@ -108,17 +108,23 @@ def resume_scope(
 def _audit_scope(store: EventStore, tenant: Keys, action: str, actor: str, scope_key: str) -> None:
     """The audit entry of a scope's pause or resume: its key as a pseudonym (a scope key may name a user)."""
     scope = load_pseudonyms(store.client, store.settings).of(scope_key)
-    audit(store.client, tenant, action, actor, scope=scope)
+    audit(store.client, tenant, "ops", action, actor, scope=scope)
 
 
 @dataclass(frozen=True, slots=True)
 class CancelResult:
     """What a cancel found (:class:`~worker.store.replies.CancelCode`), the event's state now, and whether this
-    cancel made it ``cancelled`` (a queued event; not one cancelled already, nor a running one's request)."""
+    call changed it (``changed``: cancelled it, or asked a running one to stop; not a cancel found done or asked
+    already)."""
 
     code: CancelCode
     state: str
-    now: bool = False
+    changed: bool = False
+
+    @property
+    def now(self) -> bool:
+        """This call cancelled the event (a queued one; not one cancelled already, nor a running one's request)."""
+        return self.changed and self.code is CancelCode.CANCELLED
 
 
 def cancel_event(store: EventStore, tenant: Keys, event_id: str, *, actor: str = CLI_ACTOR) -> CancelResult:
@@ -140,8 +146,8 @@ def cancel_event(store: EventStore, tenant: Keys, event_id: str, *, actor: str =
         )
     )
     result = CancelResult(CancelCode(int(reply[0])), str(reply[1]), len(reply) > 2)
-    if result.now or result.code is CancelCode.REQUESTED:
-        audit(store.client, tenant, "event.cancel", actor, eventId=event_id, state=result.state)
+    if result.changed:
+        audit(store.client, tenant, "ops", "event.cancel", actor, eventId=event_id, state=result.state)
     return result
 
 

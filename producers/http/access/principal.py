@@ -92,6 +92,15 @@ class Principal:
     def is_user(self) -> bool:
         return self.role == "user"
 
+    @property
+    def actor(self) -> str:
+        """Who the audit and the access log name: the credential id; for a user token (id ``<issuer>:<userId>``)
+        ``user-token:<issuer>``, without the user's id, which an erasure must not leave in the append-only
+        audit stream (a review: a user's own erasure named them there)."""
+        if self.user_id is None:
+            return self.credential_id
+        return "user-token:" + self.credential_id.removesuffix(f":{self.user_id}")
+
     def owns_user(self, user_id: str | None) -> bool:
         """A key reaches every user of its tenant; a user token only its own."""
         return self.user_id is None or user_id == self.user_id

@@ -428,7 +428,7 @@ def post_cancel(
     found = resolve_event(store, keys, event_id)
     if isinstance(found, JSONResponse):
         return found
-    result = cancel_event(store, keys, found, actor=principal.credential_id)
+    result = cancel_event(store, keys, found, actor=principal.actor)
     if result.now:  # a queued event: no worker commits it, so no worker counts it
         producer_of(request).telemetry.cancelled_queued(tenant=keys.tenant)
     if result.code is CancelCode.UNKNOWN:

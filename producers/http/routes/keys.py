@@ -103,9 +103,7 @@ def create_key(
 ) -> JSONResponse:
     tenant = _tenant_for(principal, body.tenant)
     try:
-        record, secret = credentials_of(request).create(
-            tenant, body.role, body.name, actor=principal.credential_id
-        )
+        record, secret = credentials_of(request).create(tenant, body.role, body.name, actor=principal.actor)
     except TooManyKeys as exc:  # AGENT_SIGNAL_TENANT_MAX_KEYS: room again once a key is revoked
         return error_response(429, "quota_exceeded", str(exc), exc.field)
     except CredentialError as exc:
@@ -140,7 +138,7 @@ def revoke_key(
     record = store.read(key_id) if key_id.startswith("key_") else None
     if record is None or (record.tenant != principal.tenant and not is_root(principal)):
         raise NotFound(f"no key {key_id!r}")
-    revoked = store.revoke(key_id, actor=principal.credential_id)
+    revoked = store.revoke(key_id, actor=principal.actor)
     assert revoked is not None  # it existed a moment ago, and keys are never deleted
     return JSONResponse(revoked.public())
 
@@ -163,7 +161,7 @@ def mint_token(
         raise Forbidden("a user token cannot mint tokens; use an operate or admin key")
     try:
         token, expires_at = credentials_of(request).mint_user_token(
-            principal.tenant, body.user_id, body.ttl_s, principal.credential_id
+            principal.tenant, body.user_id, body.ttl_s, principal.actor
         )
     except CredentialError as exc:
         return error_response(422, "invalid_field", str(exc), exc.field)

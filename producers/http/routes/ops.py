@@ -357,7 +357,7 @@ def post_redrive(
     if isinstance(until := _until(body), JSONResponse):
         return until
     producer, principal = producer_of(request), principal_of(request)
-    tenant, actor = principal.tenant, principal.credential_id
+    tenant, actor = principal.tenant, principal.actor
     batch_max = door_of(request).dlq_batch_max
     if "events" in body:
         edits = _edits(body["events"])
@@ -435,7 +435,7 @@ def post_discard(
         tenant=principal.tenant,
         limit=batch_max,
         until_ms=until,
-        actor=principal.credential_id,
+        actor=principal.actor,
     )
     return JSONResponse(answer)
 

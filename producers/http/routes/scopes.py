@@ -96,7 +96,7 @@ def post_pause(
         return refused
     try:
         store, keys = producer_of(request).store, tenant_keys(request)
-        changed = pause_scope(store, keys, scope_key, actor=principal.credential_id)
+        changed = pause_scope(store, keys, scope_key, actor=principal.actor)
     except TooManyPaused as exc:
         return error_response(429, "quota_exceeded", str(exc), "scopeKey")
     return JSONResponse({"scopeKey": scope_key, "paused": True, "changed": changed})
@@ -110,6 +110,6 @@ def post_resume(
     if (refused := _checked(scope_key)) is not None:
         return refused
     producer = producer_of(request)
-    keys, actor = tenant_keys(request), principal.credential_id
+    keys, actor = tenant_keys(request), principal.actor
     changed = resume_scope(producer.store, keys, scope_key, producer.fair.publish, actor=actor)
     return JSONResponse({"scopeKey": scope_key, "paused": False, "changed": changed})

@@ -69,7 +69,7 @@ def delete_user(
             user_id,
             session_scope=session_scope,
             erasers=producer.erasers,
-            actor=principal.credential_id,
+            actor=principal.actor,
         )
     except ErasureRunning as exc:
         response = error_response(429, "rate_limited", str(exc))

@@ -17,7 +17,7 @@ def test_one_bucket_keeps_every_key_where_it_was() -> None:
     assert (k.home_prefix, b.bucket_prefix, k.scope_prefix("topic:a")) == ("p:t:{acme}:",) * 3
     assert b == k.for_bucket(0) and k.every_bucket() == [b]
     assert k.inbox("topic:a") == "p:t:{acme}:inbox:{topic:a}" and b.dlq == "p:t:{acme}:dlq"
-    assert b.bucket_audit == k.audit
+    assert b.bucket_audit == k.ops_audit
 
 
 def test_a_scope_and_its_bucket_s_indexes_share_a_slot_and_user_data_stays_home() -> None:
