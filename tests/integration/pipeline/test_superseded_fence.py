@@ -7,6 +7,7 @@ stopped, as a paused holder's is) and an erasure takes the scope, which moves th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -42,6 +43,26 @@ def _take_over(pipeline: Pipeline, keys: Keys, scope: str) -> int:
     return int(fence)
 
 
+def _refusals_after(
+    monkeypatch: pytest.MonkeyPatch, before: Callable[[CancellablePort, str], None]
+) -> list[str]:
+    """Each action's APPLY (``CancellablePort.commit``) runs after ``before(port, idempotency key)``; the list
+    returned fills with the refusals (LeaseLost) it meets."""
+    original = CancellablePort.commit
+    refused: list[str] = []
+
+    def commit(port: CancellablePort, action: Any, key: str, result: Any, effects: Any) -> bool:
+        before(port, key)
+        try:
+            return original(port, action, key, result, effects)
+        except LeaseLost as exc:
+            refused.append(str(exc))
+            raise
+
+    monkeypatch.setattr(CancellablePort, "commit", commit)
+    return refused
+
+
 def _let_go(pipeline: Pipeline, keys: Keys, scope: str) -> None:
     pipeline.store.scripts.run(Release(keys.for_scope(scope).lease(scope), TAKER))
 
@@ -65,24 +86,15 @@ def test_a_superseded_holders_apply_is_refused_before_its_lane_exists(
             "payload": {"counterKey": counter},
         }
     ).event_id
-    original = CancellablePort.commit
     lanes: list[str] = []
-    refused: list[str] = []
 
-    def commit_after_takeover(
-        port: CancellablePort, action: Any, key: str, result: Any, effects: Any
-    ) -> bool:
+    def take_over(port: CancellablePort, key: str) -> None:
         lane = port.keys.idempotency(port.scope_key, key)
         assert not redis_client.exists(lane)  # nobody marked it: only the fence can refuse this write
         lanes.append(lane)
         assert _take_over(pipeline, producer.keys, scope) > port.fence
-        try:
-            return original(port, action, key, result, effects)
-        except LeaseLost as exc:
-            refused.append(str(exc))
-            raise
 
-    monkeypatch.setattr(CancellablePort, "commit", commit_after_takeover)
+    refused = _refusals_after(monkeypatch, take_over)
     try:
         assert pipeline.drain_scope(scope).next == "lost"
     finally:
@@ -209,21 +221,14 @@ def test_an_apply_for_an_event_not_begun_under_its_fence_is_refused(
         ).event_id
         for n in range(2)
     ]
-    original = CancellablePort.commit
-    refused: list[str] = []
 
-    def commit_after_restore(port: CancellablePort, action: Any, key: str, result: Any, effects: Any) -> bool:
+    def restore(port: CancellablePort, key: str) -> None:
         if port.event_id == ids[1]:  # as the backup has it: queued, never begun
             event = producer.keys.for_scope(scope).event(ids[1])
             redis_client.hset(event, "state", "queued")
             redis_client.hdel(event, "fence")
-        try:
-            return original(port, action, key, result, effects)
-        except LeaseLost as exc:
-            refused.append(str(exc))
-            raise
 
-    monkeypatch.setattr(CancellablePort, "commit", commit_after_restore)
+    refused = _refusals_after(monkeypatch, restore)
     try:
         assert pipeline.drain_scope(scope).next == "lost"
     finally:
