@@ -154,11 +154,8 @@ class RateLimiter:
         """Spend a token this process holds, else take up to :attr:`chunk` from the buckets (one round trip);
         ``tenant_bucket`` False: the credential's bucket alone (the operations reads), whose tokens are held
         apart (tokens taken without the tenant's bucket never pay for a request that needs it)."""
-        now = time.monotonic()
         holder = credential_id if tenant_bucket else f"{credential_id}\nops"
-        held, deadline = self._held.get(holder, (0, 0.0))
-        if held > 0 and now < deadline:
-            self._held[holder] = (held - 1, deadline)
+        if self._spend_held(holder):
             return RateDecision(True)
         if self._async is None:
             self._async = client.register_script(load_script(TokenBuckets.SCRIPT))
@@ -176,8 +173,14 @@ class RateLimiter:
             # Concurrent requests of this credential each took a chunk while this one waited: the bucket may be
             # empty because this process holds its tokens. Spend one of those (a TypeScript walk: 50 requests
             # at once against a burst of 100 had 28 refused, the tokens they needed held here).
-            held, deadline = self._held.get(holder, (0, 0.0))
-            if held > 0 and time.monotonic() < deadline:
-                self._held[holder] = (held - 1, deadline)
+            if self._spend_held(holder):
                 return RateDecision(True)
         return decision
+
+    def _spend_held(self, holder: str) -> bool:
+        """Spend one of the tokens this process holds for ``holder`` while they are fresh; False when none."""
+        held, deadline = self._held.get(holder, (0, 0.0))
+        if held > 0 and time.monotonic() < deadline:
+            self._held[holder] = (held - 1, deadline)
+            return True
+        return False
