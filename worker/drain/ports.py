@@ -124,7 +124,8 @@ class CancellablePort:
         )
         code = ApplyCode(int(reply[0]))
         if code is ApplyCode.STALE_FENCE:
-            self.store.client.hincrby(self.keys.stats, "fenceRejected", 1)
+            if self.store.client.exists(self.keys.stats):  # a deleted tenant's counters stay gone
+                self.store.client.hincrby(self.keys.stats, "fenceRejected", 1)
             raise LeaseLost(f"scope {self.scope_key}: fence {self.fence} is stale; effect not applied")
         if code is ApplyCode.REFUSED:
             raise PermanentFailure(f"action {action.action_id}: {staged_error(reply)}", code="INVALID_EFFECT")

@@ -26,6 +26,7 @@ __all__ = [
     "TenantSlots",
     "bucket_of",
     "bucket_prefixes",
+    "glob_escaped",
     "home_prefix",
     "slot_tag",
 ]
@@ -60,6 +61,11 @@ def slot_tag(key: str) -> str:
         if end > start + 1:
             return key[start + 1 : end]
     return key
+
+
+def glob_escaped(text: str) -> str:
+    """``text`` as a literal in a SCAN MATCH pattern (a key prefix: append ``*``)."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
 @dataclass(frozen=True, slots=True)

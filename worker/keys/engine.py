@@ -58,6 +58,20 @@ class EngineWide:
         """Mark (string): the keys created before the tenant indexes were added to them (worker/ops/key_index.py)."""
         return f"{self.prefix}{{credentials}}:apikeys-indexed"
 
+    def tenant_deletion(self, tenant: str) -> str:
+        """A tenant being deleted (hash: startedAt, actor, revokedAt, the walk's cursors and counts): while it exists
+        no key of the tenant is made (worker/ops/tenant_deletion.py); gone once the deletion is done."""
+        return f"{self.prefix}{{credentials}}:tenant-deletion:{tenant}"
+
+    def tenant_deletion_lock(self, tenant: str) -> str:
+        """One deletion call of a tenant at a time (string: its token, PX)."""
+        return f"{self.prefix}{{credentials}}:tenant-deletion-lock:{tenant}"
+
+    @property
+    def tenant_deletions(self) -> str:
+        """The audit of deleted tenants (stream): the tenant's own trails go with it."""
+        return f"{self.prefix}{{credentials}}:tenant-deletions"
+
     @property
     def token_secret(self) -> str:
         """The user-token signing secret (string, SET NX once) unless AGENT_SIGNAL_TOKEN_SECRET is set."""

@@ -26,7 +26,7 @@ from worker.core.tenancy import (
     scope_ref,
     split_scope_ref,
 )
-from worker.keys.buckets import bucket_of
+from worker.keys.buckets import bucket_of, glob_escaped
 from worker.keys.engine import EngineWide
 from worker.keys.limits import LimitKeys
 
@@ -46,11 +46,6 @@ __all__ = [
 ]
 
 HOLDER_SEPARATOR = "|"  # a lease token is "<worker node name>|<random>" (operators see who holds a scope)
-
-
-def glob_escaped(text: str) -> str:
-    """``text`` as a literal in a SCAN MATCH pattern (a key prefix: append ``*``)."""
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
 # Key families only the engine writes; a handler's staged write to one of them is refused.

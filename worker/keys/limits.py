@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.keys.buckets import TenantSlots
+from worker.keys.buckets import TenantSlots, glob_escaped
 
 __all__ = ["LimitKeys"]
 
@@ -18,6 +18,11 @@ class LimitKeys(TenantSlots):
     def rate_bucket(self, credential_id: str) -> str:
         """A credential of this tenant: its token bucket (hash {tokens, at}), expiring when idle."""
         return f"{self.prefix}ratelimit:{{{self.tenant}}}:{credential_id}"
+
+    @property
+    def rate_pattern(self) -> str:
+        """A SCAN pattern for the tenant's rate buckets: its own and every credential's (a tenant's deletion)."""
+        return f"{glob_escaped(f'{self.prefix}ratelimit:{{{self.tenant}}}')}*"
 
     @property
     def tenant_rate_bucket(self) -> str:

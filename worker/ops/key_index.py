@@ -30,6 +30,7 @@ from worker.keys.layout import Keys
 __all__ = [
     "REVOKED_KEY_KEEP_S",
     "ROOM_ATTEMPTS",
+    "TenantBeingDeleted",
     "TooManyKeys",
     "ensure_indexed",
     "forget_expired",
@@ -56,6 +57,18 @@ class TooManyKeys(ValueError):
         super().__init__(
             f"tenant {tenant!r} holds {limit} keys that are not revoked, as many as AGENT_SIGNAL_TENANT_MAX_KEYS "
             "allows: revoke one first"
+        )
+
+
+class TenantBeingDeleted(ValueError):
+    """The tenant is being deleted (worker/ops/tenant_deletion.py): no key of it is made until that is done."""
+
+    field = "tenant"
+
+    def __init__(self, tenant: str) -> None:
+        super().__init__(
+            f"tenant {tenant!r} is being deleted: no key of it is made until the deletion is done (then the name "
+            "starts again from nothing)"
         )
 
 
@@ -103,7 +116,10 @@ def tenant_key_ids(client: Redis, keys: Keys, tenant: str) -> list[str]:
 
 
 def room_left(client: Redis, keys: Keys, tenant: str, limit: int) -> None:
-    """Raise :class:`TooManyKeys` when the tenant is at its limit already (before anything is written or audited)."""
+    """Raise :class:`TooManyKeys` when the tenant is at its limit already, :class:`TenantBeingDeleted` while it is
+    being deleted (before anything is written or audited)."""
+    if client.exists(keys.tenant_deletion(tenant)):
+        raise TenantBeingDeleted(tenant)
     ensure_indexed(client, keys)
     if limit and int(client.scard(keys.active_api_keys_of(tenant))) >= limit:
         raise TooManyKeys(tenant, limit)
@@ -114,16 +130,19 @@ def stage_create(
 ) -> None:
     """Write a new key's record and index it, in one transaction; with a ``limit``, only while the tenant holds
     fewer active keys (raises :class:`TooManyKeys`), checked under WATCH so that racing creates cannot both take
-    the last room. After :data:`ROOM_ATTEMPTS` races lost in a row nothing is written: StoreUnavailable (retry)."""
-    active = keys.active_api_keys_of(tenant)
+    the last room; never while the tenant is being deleted (:class:`TenantBeingDeleted`, watched too: a create
+    racing the deletion's mark lands before it, and is revoked by it, or is refused). After :data:`ROOM_ATTEMPTS`
+    races lost in a row nothing is written: StoreUnavailable (retry)."""
+    active, deleting = keys.active_api_keys_of(tenant), keys.tenant_deletion(tenant)
     fields: dict[Any, Any] = dict(record)
     with client.pipeline(transaction=True) as pipe:
         for _ in range(ROOM_ATTEMPTS):
             try:
-                if limit:
-                    pipe.watch(active)  # type: ignore[no-untyped-call]
-                    if int(pipe.scard(active)) >= limit:
-                        raise TooManyKeys(tenant, limit)
+                pipe.watch(*((active, deleting) if limit else (deleting,)))  # type: ignore[no-untyped-call]
+                if pipe.exists(deleting):
+                    raise TenantBeingDeleted(tenant)
+                if limit and int(pipe.scard(active)) >= limit:
+                    raise TooManyKeys(tenant, limit)
                 pipe.multi()
                 pipe.hset(keys.api_key(key_id), mapping=fields)
                 pipe.sadd(keys.api_keys, key_id)

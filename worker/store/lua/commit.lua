@@ -126,7 +126,8 @@ end
 local function commit_event(ev, chain, event_id, outcome, error_text, not_before, chain_json, chain_id, go_on,
     effects_json, followups_json, kept_lanes_json, lanes_here)
   if not fence_ok() then
-    redis.call('HINCRBY', stats, 'fenceRejected', 1)
+    -- counted where the bucket's counters are (a deleted tenant's are gone: its late drain leaves nothing)
+    if redis.call('EXISTS', stats) == 1 then redis.call('HINCRBY', stats, 'fenceRejected', 1) end
     return {CommitCode.STALE_FENCE}
   end
   local known = known_of(ev, event_id)

@@ -1,0 +1,320 @@
+"""Deleting a tenant: everything it stores, its API keys and with them its users' tokens (``DELETE
+/v1/tenants/{tenant}``, ``agent-signal tenants delete``).
+
+A platform that offboards a customer needs every trace of it gone, not only its users one by one. Every key a
+tenant's data lives under matches one SCAN pattern (``Keys.tenant_pattern``: its home slot and its scope
+buckets), so the deletion is a walk of the keyspace (each primary in turn on a cluster) that unlinks what it
+finds, after three steps that stop new writes:
+
+1. **A marker** (``Keys.tenant_deletion``, in the ``{credentials}`` slot) says the tenant is being deleted: while it
+   exists no key of the tenant is made (:meth:`CredentialStore.create` refuses, checked under WATCH with the
+   create's write, so a create racing the marker either lands before it, and is revoked next, or is refused).
+2. **Its keys are revoked** (each audited as ``key.revoke`` by the deletion's actor, in the trail that goes with
+   it, and logged): no credential of the tenant authenticates once every web process's cache window has passed,
+   and the user tokens its keys issued die with them (a token is valid while its issuer is). The bootstrap key
+   acts for tenant ``default``, which is therefore never deleted here: its users are erased one by one.
+3. **Its scopes leave fair share** (its ready list, its place in the ring): no drain_next message pops one again.
+
+Then the walk. A drain under way in one of its scopes loses its lease, fence, inbox and event: its renewal finds
+them gone and its commit is refused (worker/store/lua/commit.lua checks the lease), so nothing is applied after
+the walk passed; what a request authenticated just before the revoke writes, or a request authenticated just before the revoke writes, is found by
+the next pass. The deletion is **done** when one whole pass found nothing and began at least ``settle_ms`` after
+the last revoke: the web's auth cache window plus its body timeout (a request authenticated before the revoke
+may still be reading its body), which the caller passes. Then the tenant's key records and indexes go too (their
+ids stay in the global set that says "credentials are configured"), the marker goes, and one entry is added to
+the engine-wide ``Keys.tenant_deletions`` stream (the tenant's own audit trails are gone with it): who, when,
+how many keys revoked and Redis keys removed. The tenant's name may then be used again, from nothing.
+
+Each call works for at most ``budget_s`` and keeps its place (the walk's cursors, its counts) in the marker, so a
+tenant of millions of keys is deleted by calls that each answer within an HTTP request's time: the caller repeats
+until ``state`` is ``done`` (the CLI does, showing progress). One call at a time per tenant
+(``Keys.tenant_deletion_lock``): another meanwhile raises :class:`DeletionRunning`. Calling again after ``done``
+is harmless: a tenant with nothing stored is done at once (after the settle window its first call starts).
+
+Left as they are: the name in the engine-wide ``tenants`` set (a process that registered it once does not add it
+again, and the reconcile sweep walks that set: a tenant name used again must be found); rate buckets of its user
+tokens (they expire when idle, within a refill); what a process holds in memory (its metric series labelled with
+the tenant, until it restarts); broker messages already published (a drain_next message finds no scope of it; an
+agent run's message finds its origin gone); and backups of the store, which are the operator's to age out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from redis import Redis
+
+from worker.core.tenancy import DEFAULT_TENANT, check_tenant
+from worker.keys.layout import Keys
+from worker.ops.audit import AUDIT_MAXLEN, log_audit
+from worker.ops.credentials import CredentialError, CredentialStore
+from worker.ops.key_index import tenant_key_ids
+from worker.store.client import is_cluster
+
+__all__ = [
+    "DEFAULT_BUDGET_S",
+    "DeletionProgress",
+    "DeletionRunning",
+    "delete_tenant",
+]
+
+SCAN_COUNT = 1_000  # keys a SCAN page looks at
+UNLINK_BATCH = 500  # keys unlinked per round trip
+DEFAULT_BUDGET_S = 10.0  # how long one call walks before it answers "running" (an HTTP request's share)
+LOCK_MARGIN_S = 30.0  # the call lock outlives the budget by this (a call that crashed frees it then)
+log = logging.getLogger(__name__)
+
+State = Literal["running", "done"]
+
+
+class DeletionRunning(Exception):
+    """Another call is deleting this tenant: try again in ``retry_after_s`` (whole seconds, ≥ 1)."""
+
+    def __init__(self, tenant: str, retry_after_s: int) -> None:
+        super().__init__(
+            f"a deletion of tenant {tenant!r} is running in another call; retry in {retry_after_s}s"
+        )
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionProgress:
+    """Where a tenant's deletion stands after one call."""
+
+    tenant: str
+    state: State
+    started_at_ms: int
+    keys_revoked: int  # by this call
+    removed: int  # Redis keys unlinked by this call
+    removed_total: int  # by every call of this deletion
+    retry_after_s: int  # when to call again (0 once done)
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "state": self.state,
+            "startedAt": self.started_at_ms,
+            "keysRevoked": self.keys_revoked,
+            "removed": self.removed,
+            "removedTotal": self.removed_total,
+            "retryAfterS": self.retry_after_s,
+        }
+
+
+def delete_tenant(
+    client: Redis,
+    keys: Keys,
+    credentials: CredentialStore,
+    tenant: str,
+    *,
+    actor: str,
+    settle_ms: int,
+    budget_s: float = DEFAULT_BUDGET_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> DeletionProgress:
+    """One call of ``tenant``'s deletion (the module docstring): mark, revoke, leave fair share, then walk for at most
+    ``budget_s``. Raises :class:`CredentialError` naming ``tenant`` for a bad name or ``default``, and
+    :class:`DeletionRunning` while another call holds the tenant."""
+    check_tenant(tenant)
+    if tenant == DEFAULT_TENANT:
+        raise CredentialError(
+            "tenant 'default' is the bootstrap key's and cannot be deleted: erase its users (DELETE /v1/users/{userId})",
+            "tenant",
+        )
+    lock, token = keys.tenant_deletion_lock(tenant), secrets.token_hex(12)
+    if not client.set(lock, token, nx=True, px=int((budget_s + LOCK_MARGIN_S) * 1000)):
+        raise DeletionRunning(tenant, max(1, -(-int(client.pttl(lock)) // 1000)))
+    try:
+        return _one_call(client, keys, credentials, tenant, actor, settle_ms, clock() + budget_s, clock)
+    finally:
+        if client.get(lock) == token:
+            client.delete(lock)
+
+
+def _one_call(
+    client: Redis,
+    keys: Keys,
+    credentials: CredentialStore,
+    tenant: str,
+    actor: str,
+    settle_ms: int,
+    deadline: float,
+    clock: Callable[[], float],
+) -> DeletionProgress:
+    marker = keys.tenant_deletion(tenant)
+    now_ms = credentials.server_ms()
+    begin = client.pipeline(transaction=True)
+    begin.hsetnx(marker, "startedAt", now_ms)
+    begin.hsetnx(marker, "actor", actor)
+    begin.execute()
+    revoked, revoked_at_ms = _revoke_all(
+        credentials, keys, tenant, actor
+    )  # every call: a create before the marker
+    client.hset(marker, "revokedAt", revoked_at_ms)
+    fair = client.pipeline(transaction=True)  # one {fair} slot
+    fair.lrem(keys.ready_tenants, 0, tenant)
+    fair.delete(keys.ready(tenant))
+    fair.execute()
+    state = _walk_state(client.hgetall(marker))
+    tenant_keys = keys.for_tenant(tenant)
+    removed = 0
+    while True:
+        if state.cursors is None:  # a new pass
+            state.cursors, state.pass_started_ms, state.pass_found = {}, credentials.server_ms(), 0
+        finished, found = _walk(client, tenant_keys.tenant_pattern, state.cursors, deadline, clock)
+        removed += found
+        state.pass_found += found
+        state.removed_total += found
+        if not finished:
+            _save(client, marker, state)
+            return state.progress(tenant, revoked, removed, retry_after_s=1)
+        if state.pass_found == 0 and state.pass_started_ms >= state.revoked_at_ms + settle_ms:
+            _finish(client, keys, tenant, actor, state, credentials.server_ms())
+            return DeletionProgress(
+                tenant, "done", state.started_at_ms, revoked, removed, state.removed_total, 0
+            )
+        state.cursors = None
+        if state.pass_found == 0:  # nothing left, but a request let in before the revoke may still write
+            _save(client, marker, state)
+            wait_ms = state.revoked_at_ms + settle_ms - credentials.server_ms()
+            return state.progress(tenant, revoked, removed, retry_after_s=max(1, -(-wait_ms // 1000)))
+        if clock() >= deadline:
+            _save(client, marker, state)
+            return state.progress(tenant, revoked, removed, retry_after_s=1)
+
+
+@dataclass(slots=True)
+class _WalkState:
+    started_at_ms: int
+    started_by: str  # the actor of the deletion's first call (who asked for it)
+    revoked_at_ms: int
+    cursors: dict[str, int] | None  # by node ("" on one Redis); None: no pass under way
+    pass_started_ms: int
+    pass_found: int
+    removed_total: int
+
+    def progress(self, tenant: str, revoked: int, removed: int, *, retry_after_s: int) -> DeletionProgress:
+        return DeletionProgress(
+            tenant, "running", self.started_at_ms, revoked, removed, self.removed_total, retry_after_s
+        )
+
+
+def _walk_state(raw: dict[Any, Any]) -> _WalkState:
+    cursors = raw.get("cursors")
+    return _WalkState(
+        started_at_ms=int(raw["startedAt"]),
+        started_by=str(raw["actor"]),
+        revoked_at_ms=int(raw["revokedAt"]),
+        cursors=None if cursors is None else {str(k): int(v) for k, v in json.loads(cursors).items()},
+        pass_started_ms=int(raw.get("passStartedAt", 0)),
+        pass_found=int(raw.get("passFound", 0)),
+        removed_total=int(raw.get("removed", 0)),
+    )
+
+
+def _save(client: Redis, marker: str, state: _WalkState) -> None:
+    fields: dict[Any, Any] = {
+        "passStartedAt": state.pass_started_ms,
+        "passFound": state.pass_found,
+        "removed": state.removed_total,
+    }
+    pipe = client.pipeline(transaction=True)
+    if state.cursors is None:
+        pipe.hdel(marker, "cursors")
+    else:
+        fields["cursors"] = json.dumps(state.cursors)
+    pipe.hset(marker, mapping=fields)
+    pipe.execute()
+
+
+def _revoke_all(credentials: CredentialStore, keys: Keys, tenant: str, actor: str) -> tuple[int, int]:
+    """Revoke every key of ``tenant`` not revoked yet: (how many this call revoked, the latest revoke of any key of
+    the tenant in ms, 0 for none: a key revoked just before the deletion began counts too)."""
+    revoked, latest_ms = 0, 0
+    for key_id in tenant_key_ids(
+        credentials.client, keys, tenant
+    ):  # indexes keys made by code of before first
+        record = credentials.read(key_id)
+        if record is not None and record.active:
+            record = credentials.revoke(key_id, actor=actor)
+            revoked += 1
+        if record is not None and record.revoked_at_ms is not None:
+            latest_ms = max(latest_ms, record.revoked_at_ms)
+    return revoked, latest_ms
+
+
+def _walk(
+    client: Redis, pattern: str, cursors: dict[str, int], deadline: float, clock: Callable[[], float]
+) -> tuple[bool, int]:
+    """Go on with the pass from ``cursors`` (updated in place) until it ends or the deadline: (ended, unlinked)."""
+    cluster: Any = client if is_cluster(client) else None
+    nodes: list[Any] = [None] if cluster is None else cluster.get_primaries()
+    removed = 0
+    for node in nodes:
+        name = "" if node is None else str(node.name)
+        cursor = cursors.get(name, 0)
+        if cursor == -1:  # this node's part of the pass is over
+            continue
+        while True:
+            if cluster is None:
+                cursor, found = client.scan(cursor, match=pattern, count=SCAN_COUNT)
+            else:
+                answers, found = cluster.scan(cursor, match=pattern, count=SCAN_COUNT, target_nodes=node)
+                cursor = answers[node.name]
+            removed += _unlink(client, [str(k) for k in found])
+            cursors[name] = int(cursor) if cursor else -1
+            if not cursor:
+                break
+            if clock() >= deadline:
+                return False, removed
+    return True, removed
+
+
+def _unlink(client: Redis, found: list[str]) -> int:
+    removed = 0
+    for start in range(0, len(found), UNLINK_BATCH):
+        pipe = client.pipeline(transaction=False)  # a cluster's pipeline sends each key to its node
+        for key in found[start : start + UNLINK_BATCH]:
+            pipe.unlink(key)
+        removed += sum(int(n) for n in pipe.execute())
+    return removed
+
+
+def _finish(client: Redis, keys: Keys, tenant: str, actor: str, state: _WalkState, now_ms: int) -> None:
+    """The tenant's key records and indexes, its rate buckets and the marker go; the deletion is audited."""
+    ids = sorted(str(i) for i in client.smembers(keys.api_keys_of(tenant)))
+    pipe = client.pipeline(transaction=False)  # one {credentials} slot
+    for key_id in ids:
+        pipe.unlink(keys.api_key(key_id))
+    pipe.unlink(keys.api_keys_of(tenant), keys.active_api_keys_of(tenant))
+    pipe.execute()
+    cursors: dict[
+        str, int
+    ] = {}  # the rate buckets (its own, its keys', its user tokens'): idle ones expire anyway
+    _walk(client, keys.for_tenant(tenant).rate_pattern, cursors, float("inf"), time.monotonic)
+    entry: dict[Any, Any] = {
+        "action": "tenant.delete",
+        "actor": state.started_by,
+        "endedBy": actor,
+        "at": str(now_ms),
+        "tenant": tenant,
+        "startedAt": str(state.started_at_ms),
+        "keys": str(len(ids)),
+        "removed": str(state.removed_total),
+    }
+    client.xadd(keys.tenant_deletions, entry, maxlen=AUDIT_MAXLEN, approximate=True)
+    client.delete(keys.tenant_deletion(tenant))
+    log_audit(
+        tenant,
+        "tenant.delete",
+        actor,
+        startedAt=entry["startedAt"],
+        keys=entry["keys"],
+        removed=entry["removed"],
+    )
