@@ -17,6 +17,7 @@ from producers.cli.admin.keys import add_keys_command
 from producers.cli.admin.migrate import add_migrate_command
 from producers.cli.admin.probe import add_probe_commands
 from producers.cli.admin.pseudonym import add_pseudonym_command
+from producers.cli.admin.tenants import add_tenants_command
 from producers.cli.console import add_console_commands
 from producers.cli.console.api import positive_int
 from producers.cli.enqueue import add_enqueue_command
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspection_commands(sub)
     add_console_commands(sub)
     add_keys_command(sub)
+    add_tenants_command(sub)
     add_probe_commands(sub)
     add_migrate_command(sub)
     add_pseudonym_command(sub)
@@ -344,6 +346,7 @@ def _verb(args: argparse.Namespace) -> str:
             getattr(args, "events_command", None),
             getattr(args, "receipts_command", None),
             getattr(args, "keys_command", None),
+            getattr(args, "tenants_command", None),
             getattr(args, "outbox_command", None),
             getattr(args, "probe_target", None),
             getattr(args, "migrate_command", None),

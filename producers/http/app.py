@@ -45,6 +45,7 @@ from producers.http.routes.scopes import router as scopes_router
 from producers.http.routes.self_iteration import router as self_iteration_router
 from producers.http.routes.session_access import session_full
 from producers.http.routes.sessions import router as sessions_router
+from producers.http.routes.tenants import router as tenants_router
 from producers.http.routes.ui import router as ui_router
 from producers.http.routes.users import router as users_router
 from producers.http.settings import DoorSettings, door_settings
@@ -155,6 +156,7 @@ def create_web_app(
         ui_router,
         keys_router,
         users_router,
+        tenants_router,
     ):
         app.router.routes.extend(router.routes)
     # producers/http/access/auth.py: principal per request, 401/403/404, rate limits

@@ -21,6 +21,7 @@ __all__ = ["DoorSettings", "door_settings"]
 
 
 DEFAULT_BODY_BYTES_IN_FLIGHT = 32 * 1024 * 1024
+REVOKE_SETTLE_MARGIN_S = 10.0
 
 
 class DoorSettings(PluginSettings):
@@ -94,6 +95,13 @@ class DoorSettings(PluginSettings):
         if self.max_body_bytes_in_flight is not None:
             return self.max_body_bytes_in_flight
         return max(DEFAULT_BODY_BYTES_IN_FLIGHT, 2 * self.max_request_bytes)
+
+    @property
+    def revoke_settle_ms(self) -> int:
+        """How long after a key's revoke a request it authenticated may still write: every process's auth cache
+        window, then the body that request may still be reading, then a margin for its store call (a tenant's
+        deletion waits this out: worker/ops/tenant_deletion.py)."""
+        return int((self.auth_cache_s + self.body_timeout_s + REVOKE_SETTLE_MARGIN_S) * 1000)
 
     @model_validator(mode="after")
     def _a_largest_body_fits_one_caller(self) -> DoorSettings:

@@ -97,7 +97,7 @@ def _keys_http(args: argparse.Namespace, target: Target) -> int:
 
 def _keys_direct(args: argparse.Namespace) -> int:
     from worker.ops.credentials import CredentialError
-    from worker.ops.key_index import TooManyKeys
+    from worker.ops.key_index import TenantBeingDeleted, TooManyKeys
 
     store = _store()
     try:
@@ -106,7 +106,7 @@ def _keys_direct(args: argparse.Namespace) -> int:
             try:
                 record, secret = store.create(args.tenant, args.role, args.name or "", actor="cli")
             # the flag at fault, as every verb names it (not the class)
-            except (CredentialError, TooManyKeys) as exc:
+            except (CredentialError, TooManyKeys, TenantBeingDeleted) as exc:
                 raise CliError(f"--{exc.field}: {exc}" if exc.field else str(exc)) from None
             print_json({"id": record.id, "tenant": record.tenant, "role": record.role, "key": secret})
             if first:

@@ -21,7 +21,7 @@ from producers.http.web_common import StrictJsonRoute, error_response
 from worker.core.ids import Id, UserId
 from worker.keys.layout import BadTenant, check_tenant
 from worker.ops.credentials import DEFAULT_TOKEN_TTL_S, MAX_TOKEN_TTL_S, CredentialError
-from worker.ops.key_index import TooManyKeys
+from worker.ops.key_index import TenantBeingDeleted, TooManyKeys
 from worker.ops.roles import KeyRole
 
 __all__ = ["router"]
@@ -106,6 +106,8 @@ def create_key(
         record, secret = credentials_of(request).create(tenant, body.role, body.name, actor=principal.actor)
     except TooManyKeys as exc:  # AGENT_SIGNAL_TENANT_MAX_KEYS: room again once a key is revoked
         return error_response(429, "quota_exceeded", str(exc), exc.field)
+    except TenantBeingDeleted as exc:  # DELETE /v1/tenants/{tenant} under way
+        return error_response(409, "tenant_being_deleted", str(exc), exc.field)
     except CredentialError as exc:
         return error_response(422, "invalid_field", str(exc), exc.field)
     created = CreatedKey(id=record.id, tenant=record.tenant, role=record.role, key=secret, name=record.name)

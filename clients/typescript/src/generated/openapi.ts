@@ -1057,6 +1057,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tenants/{tenant}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete Tenant Route
+         * @description Delete ``tenant``: its keys are revoked (with its user tokens), then everything it stores is removed.
+         *     Idempotent and resumable: repeat while ``state`` is ``running``, after ``Retry-After``. The deletion is done
+         *     once a pass over the store found nothing, at least the auth cache window plus the body timeout after the last
+         *     revoke (a request let in before it may still write). Meanwhile no key of the tenant can be made (409
+         *     ``tenant_being_deleted``); once done, the name starts again from nothing. Root credentials only (403 for a
+         *     tenant's admin key); ``default`` cannot be deleted (422 naming ``tenant``); another call deleting the same
+         *     tenant meanwhile: 429 ``rate_limited`` with ``Retry-After``.
+         */
+        delete: operations["delete_tenant_route_v1_tenants__tenant__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2375,6 +2401,45 @@ export interface components {
             messages?: {
                 [key: string]: unknown;
             }[] | null;
+        };
+        /**
+         * TenantDeletion
+         * @description Where a tenant's deletion stands after this call.
+         */
+        TenantDeletion: {
+            /** Tenant */
+            tenant: string;
+            /**
+             * State
+             * @description ``running``: call again after ``retryAfterS``.
+             * @enum {string}
+             */
+            state: "running" | "done";
+            /**
+             * Startedat
+             * @description Unix milliseconds: the deletion's first call.
+             */
+            startedAt: number;
+            /**
+             * Keysrevoked
+             * @description API keys of the tenant this call revoked.
+             */
+            keysRevoked: number;
+            /**
+             * Removed
+             * @description Redis keys this call removed.
+             */
+            removed: number;
+            /**
+             * Removedtotal
+             * @description Redis keys removed by every call of this deletion.
+             */
+            removedTotal: number;
+            /**
+             * Retryafters
+             * @description Seconds before calling again (0 once done); also ``Retry-After``.
+             */
+            retryAfterS: number;
         };
         /**
          * TokenRequest
@@ -8359,6 +8424,95 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Erasure"];
+                };
+            };
+            /** @description The Host header is not one this server answers for (``bad_host``). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No credential, or an unknown, revoked, expired or malformed one. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The credential lacks the grant the route needs, or the Origin is refused. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found, or not the caller's (another tenant's or another user's): never its data. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input; ``field`` names the offending field. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the credential's rate, a stream cap, or an inbox or queue limit. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The store (or the broker, or the router) is unavailable or busy. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_tenant_route_v1_tenants__tenant__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantDeletion"];
                 };
             };
             /** @description The Host header is not one this server answers for (``bad_host``). */
