@@ -292,7 +292,8 @@ def _finish(client: Redis, keys: Keys, tenant: str, actor: str, state: _WalkStat
     pipe = client.pipeline(transaction=False)  # one {credentials} slot
     for key_id in ids:
         pipe.unlink(keys.api_key(key_id))
-    pipe.unlink(keys.api_keys_of(tenant), keys.active_api_keys_of(tenant))
+    pipe.unlink(keys.api_keys_of(tenant))  # one key a command: a cluster's pipeline takes no multi-key UNLINK
+    pipe.unlink(keys.active_api_keys_of(tenant))
     pipe.execute()
     cursors: dict[
         str, int

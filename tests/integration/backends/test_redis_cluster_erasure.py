@@ -119,3 +119,41 @@ def test_a_long_walk_of_a_cluster_that_finds_nothing_keeps_the_erasures_lock(
     finally:
         holds.unlock()
         store.client.close()
+
+
+def test_deleting_a_tenant_on_a_cluster_walks_every_master(
+    make_settings: SettingsFactory, redis_client: Redis, keys: BucketKeys, prefix: str
+) -> None:
+    """A tenant whose scopes spread over the three masters (8 buckets) is deleted whole by the route and a call
+    after the settle window (worker/ops/tenant_deletion.py walks each primary with its own cursor); another
+    tenant's keys are as they were."""
+    from worker.ops.credentials import CredentialStore
+    from worker.ops.tenant_deletion import delete_tenant
+
+    boot = {"Authorization": "Bearer bootstrap-key-for-cluster-tenant-deletion"}
+    with TestClient(create_web_app(make_settings(bootstrap_key=boot["Authorization"][7:]))) as web:
+        for tenant in ("acme", "beta"):
+            made = web.post("/v1/keys", json={"tenant": tenant, "role": "admin"}, headers=boot)
+            auth = {"Authorization": f"Bearer {made.json()['key']}"}
+            for n in range(12):
+                event = {
+                    "sourceType": "test.counter",
+                    "sourceId": f"{tenant}-{n}",
+                    "scopeKey": f"topic:{tenant}-{n}",
+                    "userId": f"{tenant}-user",
+                    "payload": {"counterKey": f"c-{n}", "note": f"{tenant}-mark"},
+                }
+                assert web.post("/v1/events", json=event, headers=auth).status_code == 202
+        tenants = Keys(prefix, buckets=BUCKETS)
+        gone = sorted(redis_client.scan_iter(match=tenants.for_tenant("acme").tenant_pattern))
+        assert len({redis_client.get_node_from_key(k).name for k in gone}) == 3, "acme must span every master"
+        beta_before = _dump(redis_client, keys)
+        beta_before = [(k, v) for k, v in beta_before if "{beta" in k]
+        first = web.delete("/v1/tenants/acme", headers=boot)
+        assert first.status_code == 200 and first.json()["removed"] == len(gone), first.text
+    store = CredentialStore(redis_client, tenants)
+    done = delete_tenant(redis_client, tenants, store, "acme", actor="test", settle_ms=0)
+    assert done.state == "done"
+    after = _dump(redis_client, keys)
+    assert _mentions(after, "acme-mark", "acme-user", "{acme") == []
+    assert [(k, v) for k, v in after if "{beta" in k] == beta_before
