@@ -126,6 +126,7 @@ def _populate(world: World, key_ids: dict[str, str]) -> World:
         "key_id": key_ids[f"{TENANT_A}:read"],
         "name": "notes",
         "scope_key": f"topic:{TOPIC}",
+        "tenant": TENANT_A,  # DELETE /v1/tenants/{tenant}: root only, so every caller here is refused
     }
     return world
 

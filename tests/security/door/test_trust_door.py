@@ -357,6 +357,7 @@ PATH_VALUES = {
     "key_id": "key_0123456789abcdef",
     "name": "notes",
     "scope_key": "topic:tpc_1",
+    "tenant": "tenant-x",
 }
 
 
