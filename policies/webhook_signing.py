@@ -33,6 +33,8 @@ from datetime import UTC, datetime
 
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from worker.plugin import now_ms
+
 __all__ = [
     "DEFAULT_TOLERANCE_S",
     "WebhookRejected",
@@ -89,7 +91,7 @@ def webhook_headers(
     """The three Standard Webhooks headers for one delivery attempt of ``body`` (``timestamp_s``: now), signed
     with ``secret`` and then with each of ``previous_secrets`` (a rotation under way; a repeat of ``secret`` is
     signed once)."""
-    stamp = int(time.time()) if timestamp_s is None else timestamp_s
+    stamp = now_ms() // 1000 if timestamp_s is None else timestamp_s
     when = datetime.fromtimestamp(stamp, tz=UTC)
     text = body.decode()
     signatures: list[str] = []

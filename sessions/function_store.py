@@ -40,6 +40,7 @@ from sessions.store import (
     session_keys,
     session_scope,
 )
+from worker.core.clock import now_ms
 from worker.core.retry import backoff_ms
 from worker.keys.layout import Keys
 from worker.store.quotas import DAY_MS, add_user_bytes, bytes_over, user_bytes_day
@@ -141,7 +142,7 @@ class FunctionStore:
                     before = raw.encode("utf-8") if isinstance(raw, str) else raw
                     self._check_size(document, before)
                     size = len(document.encode("utf-8"))
-                    today = int(time.time() * 1000) // DAY_MS
+                    today = now_ms() // DAY_MS
                     # a mark without its day was made before the day was kept: when its count ends is unknown
                     lapsed = counted is not None and (counted_day is None or int(counted_day) < today)
                     # counted so far: nothing once the first count lapsed, else the high-water mark, or (a

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.signals import UNDEFINED, UnrecognizedSignalType
+from worker.core.clock import now_ms
 from worker.documents.projection import MAX_ISO_MS as MAX_NOW_MS  # as an event's timestamp: below 2**53
 
 __all__ = ["SimulationError", "loads_step", "run_script"]
@@ -66,7 +66,7 @@ class _Simulation:
             self.now_ms = now
             return now
         if wall_clock_when_absent or self.now_ms is None:
-            return int(time.time() * 1000)
+            return now_ms()
         return self.now_ms
 
 

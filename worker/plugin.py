@@ -39,6 +39,7 @@ from worker.chain.context import Deps, EffectBuffer, HandlerContext, MissingDepe
 from worker.chain.outbox_records import Deliverer, OutboxRecord
 from worker.chain.registry import Policy, define_action_handler, define_signal_handler, define_source_handler
 from worker.chain.results import applied, failed, skipped
+from worker.core.clock import now_ms
 from worker.core.errors import PermanentFailure, RetryLater, SkipEvent
 from worker.core.ids import Id
 from worker.core.nodes import (
@@ -110,6 +111,7 @@ __all__ = [
     "define_signal_handler",
     "define_source_handler",
     "failed",
+    "now_ms",
     "receipt_effects",
     "send_within",
     "signal_from",

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from policies.self_iteration.keys import SelfIterationKeys
 from policies.self_iteration.records.procedures import procedure_days
-from worker.plugin import Keys
+from worker.plugin import Keys, now_ms
 
 __all__ = ["erase_user"]
 
@@ -90,7 +89,7 @@ def _drop_scope_records(client: Any, k: SelfIterationKeys, user_id: str, scopes:
     """The user's parked skill candidates, procedure records and skill-candidate items in ``scopes``."""
     removed = 0
     for scope in sorted(scopes):
-        days = procedure_days(int(time.time()))
+        days = procedure_days(now_ms() // 1000)
         procedures = [k.procedure_undated(scope), *(k.procedure(scope, day) for day in days)]
         for key in (k.skill_intents(scope), *procedures):
             fields = [f for f, raw in client.hgetall(key).items() if _user_of(raw) == user_id]

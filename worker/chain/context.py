@@ -252,7 +252,7 @@ class HandlerContext:
             payload=dict(payload),
             scope_key=self.scope_key,
             event_id=event_id or "",
-            created_at=now_ms(),  # the worker's clock: a producer's timestamp must not postpone a delivery
+            created_at=now_ms(),  # the service's clock (Redis's): a producer's timestamp must not postpone a delivery
             tenant=self.keys.tenant,
         )
         self.effects._stage_outbox(record.id, outbox_commands(self.keys, record, self.outbox_retention_s))

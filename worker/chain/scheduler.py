@@ -24,7 +24,6 @@ A ``max_nodes`` budget stops runaway fan-out (LobeHub has none).
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from typing import Any
 
 from worker.chain.context import ActionPort, Deps, EffectBuffer, Emit, HandlerContext
 from worker.chain.registry import HandlerDef, HandlerKind, Registry
+from worker.core.clock import now_ms
 from worker.core.errors import NotBatchable, PermanentFailure
 from worker.core.idempotency import LANE_FORM, idempotency_aliases, idempotency_key_for
 from worker.core.nodes import (
@@ -158,7 +158,7 @@ def run_chain(
 ) -> ChainTrace:
     """Run every handler reachable from ``source``; see the module docstring for the algorithm."""
     scope = scope or ChainScope()
-    trace = ChainTrace(source=source, started_at_ms=int(time.time() * 1000))
+    trace = ChainTrace(source=source, started_at_ms=now_ms())
     started = perf_counter()
     queue: deque[Node] = deque([source])
     seen = 0
@@ -332,7 +332,7 @@ def _run_action(
     result = port.lookup(action, key, ctx.idempotency_aliases)
     if result is None:
         port.ensure_live()
-        started_ms = int(time.time() * 1000)
+        started_ms = now_ms()
         raw = handler.handle(action, ctx)
         if not isinstance(raw, ExecutorResult):
             # An action handler that returns nothing (or a dispatch) is recorded like LobeHub's
@@ -358,7 +358,7 @@ def _run_action(
             # Someone else applied it under this key between our lookup and our commit: use theirs.
             result = port.lookup(action, key, ctx.idempotency_aliases) or result
     trace.results.append(result)
-    return [result_signal(action, result, int(time.time() * 1000))]
+    return [result_signal(action, result, now_ms())]
 
 
 _ATTEMPT_STATUS: dict[str, AttemptStatus] = {"applied": "succeeded", "skipped": "skipped", "failed": "failed"}
@@ -370,7 +370,7 @@ def _stamp_attempt(result: ExecutorResult, ctx: HandlerContext, started_ms: int)
         "current": ctx.attempt,
         "max": ctx.max_attempts,
         "started_at": result.attempt.started_at or started_ms,
-        "completed_at": result.attempt.completed_at or int(time.time() * 1000),
+        "completed_at": result.attempt.completed_at or now_ms(),
         "status": status,
     }
     attempt = trusted(Attempt, values, set(values))  # the engine's own ints and a known status

@@ -11,13 +11,13 @@ v2; an invalid event never reaches Redis. :func:`field_error` is the one mapper 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from worker.core.clock import now_ms as clock_now_ms
 from worker.core.dedupe import dedupe_key, event_id_for
 from worker.core.ids import Id, NameId, UserId, payload_id_errors, user_id_problem
 from worker.core.nodes import ChainRef, Source
@@ -255,7 +255,7 @@ def prepare(
     )
     key = dedupe_key(scope_key, event.source_type, event.source_id)
     event_id = event_id_for(key, tenant)
-    timestamp = event.timestamp if event.timestamp is not None else (now_ms or int(time.time() * 1000))
+    timestamp = event.timestamp if event.timestamp is not None else (now_ms or clock_now_ms())
     if payload_json is None:
         payload_json = payload_text(event.payload)
     if payload_json is not None:  # without what the event's hash holds (worker/documents/event_body.py)

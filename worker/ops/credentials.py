@@ -52,6 +52,7 @@ from typing import Any
 import jwt
 from redis import Redis, WatchError
 
+from worker.core.clock import now_ms
 from worker.core.ids import IdProblem, user_id_problem
 from worker.intake.refusals import StoreUnavailable
 from worker.keys.layout import DEFAULT_TENANT, BadTenant, Keys, check_tenant
@@ -172,7 +173,7 @@ def hash_secret(secret: str) -> str:
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return now_ms()
 
 
 class CredentialStore:
@@ -361,11 +362,18 @@ class CredentialStore:
                 token,
                 self.signing_secret(),
                 algorithms=[ALGORITHM],
-                # iat comes from the minting replica's clock: one ahead of ours must not void the token (exp,
-                # from the same clock, stays strict on ours)
-                options={"require": ["exp", "iat", "sub", "jti", "tenant", "kid"], "verify_iat": False},
+                # iat and exp are on Redis's clock (mint_user_token): exp is checked below on the service's clock
+                # (worker/core/clock.py), which PyJWT's check on this host's would not be (a host 45 s ahead refused
+                # a token it had just minted for 30 s: a clock walk)
+                options={
+                    "require": ["exp", "iat", "sub", "jti", "tenant", "kid"],
+                    "verify_iat": False,
+                    "verify_exp": False,
+                },
             )
         except jwt.InvalidTokenError:
+            return None
+        if not isinstance(claims["exp"], int) or claims["exp"] * 1000 <= now_ms():
             return None
         tenant, user_id, issuer = claims["tenant"], claims["sub"], claims["kid"]
         if not all(isinstance(v, str) for v in (tenant, user_id, issuer, claims["jti"])):

@@ -20,6 +20,7 @@ from redis.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from worker.settings import Settings
+from worker.store.clock_sync import keep_in_sync
 from worker.store.packer import hiredis_packer_kwargs
 
 __all__ = ["PoolExhausted", "async_redis_from_settings", "is_cluster", "redis_from_settings"]
@@ -72,7 +73,9 @@ def is_cluster(client: object) -> bool:
 
 
 def redis_from_settings(settings: Settings) -> Redis:
-    """A client for the state store; connects lazily. Its pool holds at most ``redis_max_connections``."""
+    """A client for the state store; connects lazily. Its pool holds at most ``redis_max_connections``. The
+    process's first one also puts its clock on Redis's (worker/store/clock_sync.py)."""
+    keep_in_sync(settings)
     if settings.redis_cluster_url:
         cluster = RedisCluster.from_url(
             settings.redis_cluster_url,
@@ -102,6 +105,7 @@ def redis_from_settings(settings: Settings) -> Redis:
 def async_redis_from_settings(settings: Settings, *, pubsub: bool = False) -> AsyncRedis:
     """An asyncio client (decoded strings, bounded connect time); connects lazily. ``pubsub``: a client of one
     node, for SUBSCRIBE (on a cluster, any node hears every PUBLISH)."""
+    keep_in_sync(settings)
     if settings.redis_cluster_url and not pubsub:
         cluster = AsyncRedisCluster.from_url(
             settings.redis_cluster_url, decode_responses=True, socket_connect_timeout=5

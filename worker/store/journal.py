@@ -22,12 +22,11 @@ commit's own instant. With one bucket every key of a tenant is in one slot and n
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from worker.chain.outbox_records import OutboxRecord, outbox_commands
-from worker.core.clock import now_ms
+from worker.core.clock import now_ms, now_us
 from worker.keys.buckets import slot_tag
 from worker.keys.layout import BucketKeys, Keys
 from worker.store.records import PreparedEvent
@@ -48,8 +47,8 @@ Command = list[str]
 
 def journal_score_us() -> int:
     """The journal's order: when the commit staged the record (µs; a scope's commits are serialized by its
-    lease, so its records are in commit order, by the committing workers' clocks)."""
-    return time.time_ns() // 1000
+    lease, so its records are in commit order, by the service's clock: Redis's, worker/core/clock.py)."""
+    return now_us()
 
 
 def _split(bucket: BucketKeys, commands: Sequence[Command]) -> tuple[list[Command], dict[str, list[Command]]]:

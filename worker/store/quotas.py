@@ -57,12 +57,12 @@ at it. ``agent-signal migrate bytes`` raises it to the users' counts of an earli
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from redis import Redis, WatchError
 
+from worker.core.clock import now_ms as clock_now_ms
 from worker.core.ids import NO_USER
 from worker.keys.buckets import slot_tag
 from worker.keys.layout import BucketKeys, Keys, glob_escaped
@@ -151,7 +151,7 @@ def stored_bytes_checks(settings: Settings, keys: Keys, users: Sequence[str]) ->
 
 def user_bytes_day(ttl_s: int, now_ms: int | None = None) -> int:
     """The day (since the epoch) whose end stops counting data that expires ``ttl_s`` from now."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock_now_ms() if now_ms is None else now_ms
     return (now + ttl_s * 1000) // DAY_MS
 
 
@@ -204,7 +204,7 @@ def retained_counts(
     for keys in counts:
         for key in keys:
             pipe.hgetall(key)
-    now = int(time.time() * 1000)
+    now = clock_now_ms()
     current = now // slot_ms
     # died before the oldest slot counted began: admitted before it too (ENQUEUE does the same)
     for key in dlqs:
@@ -266,7 +266,7 @@ def stored_bytes_over(client: Redis, checks: Sequence[tuple[str, int]]) -> UserO
 def bytes_over(counts: Sequence[Mapping[Any, Any]], quotas: Sequence[int]) -> UserOverQuota | None:
     """The first of ``counts`` (stored-bytes hashes as read, in order) at or over its quota, or None: for a
     caller that read them itself (a WATCH transaction, on the connection it holds: sessions/function_store.py)."""
-    now = int(time.time() * 1000)
+    now = clock_now_ms()
     today = now // DAY_MS
     for index, (raw, max_bytes) in enumerate(zip(counts, quotas, strict=True), start=1):
         total, earliest = 0, None

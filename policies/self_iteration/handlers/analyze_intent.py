@@ -25,7 +25,6 @@ A skill-intent record names the ``userId`` of its feedback, so only that user's 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from policies.self_iteration.deps import SelfIterationDeps
@@ -33,7 +32,7 @@ from policies.self_iteration.handlers.procedure import should_suppress
 from policies.self_iteration.judges.rules import DomainTarget, SatisfactionVerdict
 from policies.self_iteration.keys import SelfIterationKeys, skill_intent_field
 from policies.self_iteration.records.procedures import PROCEDURE_TTL_S, stage_procedure_record
-from worker.plugin import Conclude, Dispatch, HandlerContext, Signal, Source, action_from, signal_from
+from worker.plugin import Conclude, Dispatch, HandlerContext, Signal, Source, action_from, now_ms, signal_from
 
 __all__ = ["CONFLICT_POLICIES", "domain_judge", "feedback_planner", "satisfaction_judge"]
 
@@ -58,7 +57,7 @@ def _diagnostic(ctx: HandlerContext, stage: str, source_id: str, exc: Exception)
         "scopeKey": ctx.scope_key,
         "userId": ctx.source.user_id if ctx.source is not None else None,  # erasure matches it exactly
         "error": str(exc)[:480],
-        "at": int(time.time() * 1000),
+        "at": now_ms(),
     }
     ctx.effects.call("LPUSH", SelfIterationKeys(ctx.keys).diagnostics, json.dumps(entry, ensure_ascii=False))
     ctx.effects.call("LTRIM", SelfIterationKeys(ctx.keys).diagnostics, 0, 999)
@@ -254,7 +253,7 @@ def _accumulate(ctx: HandlerContext, signal: Signal) -> Dispatch | None:
         {
             "recordId": record["id"],
             "score": SKILL_CANDIDATE_DELTA,
-            "at": int(time.time() * 1000),
+            "at": now_ms(),
             "userId": record["userId"],  # erasure drops the user's items of a shared scope
         }
     )
@@ -305,7 +304,7 @@ def _mark_accumulated(ctx: HandlerContext, signal: Signal, scored_id: str, recor
         "recordId": record_id,
         "signalId": scored_id,
         "sourceId": signal.source.source_id,
-        "expiresAt": int(time.time() * 1000) + PROCEDURE_TTL_S * 1000,
+        "expiresAt": now_ms() + PROCEDURE_TTL_S * 1000,
     }
     user = ctx.source.user_id if ctx.source is not None else None
     key = SelfIterationKeys(ctx.keys).procedure_marker(

@@ -13,7 +13,6 @@ completion with no user writes no receipt (the chain concludes ``no userId: rece
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from policies.dmail import RECEIPT_ACTION
@@ -29,6 +28,7 @@ from worker.plugin import (
     SignalRef,
     Source,
     action_from,
+    now_ms,
     signal_from,
 )
 
@@ -163,7 +163,7 @@ def _foreign_candidate(ctx: HandlerContext, source: Source, field: str) -> None:
         "scopeKey": ctx.scope_key,
         "userId": source.user_id,
         "error": f"{field} was parked by another user: not consumed",
-        "at": int(time.time() * 1000),
+        "at": now_ms(),
     }
     diagnostics = SelfIterationKeys(ctx.keys).diagnostics
     ctx.effects.call("LPUSH", diagnostics, json.dumps(entry, ensure_ascii=False))

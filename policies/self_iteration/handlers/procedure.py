@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from typing import Any
 
 from policies.self_iteration.deps import SelfIterationDeps
 from policies.self_iteration.keys import SelfIterationKeys
 from policies.self_iteration.records.procedures import PROCEDURE_TTL_S, stage_procedure_record
-from worker.plugin import Dispatch, HandlerContext, Source, signal_from
+from worker.plugin import Dispatch, HandlerContext, Source, now_ms, signal_from
 
 __all__ = ["REFLECTION_THRESHOLDS", "procedure_key", "should_suppress", "tool_outcome_procedure"]
 
@@ -143,7 +142,7 @@ def _stage_record(
         "domainKey": domain_key,
         "intentClass": intent,
         "procedureKey": proc,
-        "expiresAt": int(time.time() * 1000) + PROCEDURE_TTL_S * 1000,
+        "expiresAt": now_ms() + PROCEDURE_TTL_S * 1000,
     }
     user = ctx.source.user_id if ctx.source is not None else None
     key = SelfIterationKeys(ctx.keys).procedure_marker(ctx.scope_key, domain_key, intent, proc, user)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -18,7 +17,7 @@ from redis.client import Pipeline
 from redis.exceptions import RedisError, WatchError
 
 from policies.self_iteration.keys import SelfIterationKeys
-from worker.plugin import Keys, add_user_bytes
+from worker.plugin import Keys, add_user_bytes, now_ms
 
 __all__ = ["DocumentStore", "RollbackStatus"]
 
@@ -61,7 +60,7 @@ class DocumentStore:
             "title": title,
             "summary": summary,
             "sourceId": source_id,
-            "createdAt": int(time.time() * 1000),
+            "createdAt": now_ms(),
         }
         stored = json.dumps(memory, ensure_ascii=False)
         if self.client.hsetnx(self.si.memories(user_id), memory["id"], stored):
@@ -119,7 +118,7 @@ class DocumentStore:
         user_id, agent_id = owner
         key = self.si.skills(user_id, agent_id)
         existing = _find(pipe.hvals(key), title)
-        now = int(time.time() * 1000)
+        now = now_ms()
         history_id: str | None = None
         if existing is None:
             api = "createSkillIfAbsent"
@@ -197,7 +196,7 @@ class DocumentStore:
                 return "not_found"
             # Newer than the version it replaces, even within one millisecond: else that version's receipt (a
             # retry of this undo) would still find "its" updatedAt and restore once more.
-            updated_at = max(int(time.time() * 1000), int(current["updatedAt"]) + 1)
+            updated_at = max(now_ms(), int(current["updatedAt"]) + 1)
             restored = {**json.loads(old), "updatedAt": updated_at, "restoredFrom": history_id}
             stored = json.dumps(restored, ensure_ascii=False)
             pipe.multi()

@@ -10,11 +10,10 @@ by every write held every record a busy scope ever had (an audit: 600 tool outco
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from policies.self_iteration.keys import SelfIterationKeys
-from worker.plugin import HandlerContext, user_bytes_effects
+from worker.plugin import HandlerContext, now_ms, user_bytes_effects
 
 __all__ = ["DAY_S", "PROCEDURE_TTL_S", "procedure_days", "procedure_field", "stage_procedure_record"]
 
@@ -35,7 +34,7 @@ def stage_procedure_record(ctx: HandlerContext, record: dict[str, Any]) -> None:
     """Stage ``record`` (under :func:`procedure_field`) in today's procedure hash of the handler's scope, that
     hash's expiry (its day's end plus the TTL) and the record's bytes counted for its ``userId`` until then."""
     # the worker's clock, not the event's: a caller's timestamp never keeps a day's hash alive
-    now_s = int(time.time())
+    now_s = now_ms() // 1000
     day = now_s // DAY_S
     ttl_s = (day + 1) * DAY_S + PROCEDURE_TTL_S - now_s
     key = SelfIterationKeys(ctx.keys).procedure(ctx.scope_key, day)

@@ -5,7 +5,6 @@ source event on the session's scope."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,6 +29,7 @@ from sessions.fsm import FunctionMachine, SessionRuntime
 from sessions.functions import FunctionDef, load_function_dir
 from sessions.signals import ALL_SIGNAL_TYPES, get_hitl_signal, get_terminating, guard_message
 from sessions.store import SessionFull, SettingsChange
+from worker.core.clock import now_ms as clock_now_ms
 from worker.core.ids import Id, id_problem
 from worker.documents.projection import MAX_ISO_MS
 
@@ -274,7 +274,7 @@ def post_signal(session_id: str, request: Request, body: SignalIn) -> JSONRespon
     if body.type not in ALL_SIGNAL_TYPES:
         return error_response(422, "invalid_field", guard_message(body.type), "type")
     machine = machine_for(request, session_id)
-    now = int(time.time() * 1000)
+    now = clock_now_ms()
 
     given = body.given_payload()
 
@@ -384,7 +384,7 @@ def post_idle(session_id: str, request: Request, body: IdleIn) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     machine = machine_for(request, session_id)
-    now = body.nowMs if body.nowMs is not None else int(time.time() * 1000)
+    now = body.nowMs if body.nowMs is not None else clock_now_ms()
     decision, _ = function_store(request).update(
         session_id,
         lambda rt: machine.idle(

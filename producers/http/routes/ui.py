@@ -3,7 +3,6 @@ overview. Also serves the UI itself (``/`` and ``/ui/*``, vendored files only: n
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +15,7 @@ from producers.http.access.principal import Principal, check_user, principal_of,
 from producers.http.api_models import API_ERRORS
 from producers.http.read_memo import ReadMemo
 from producers.http.web_common import error_response, producer_of
+from worker.core.clock import now_ms
 from worker.keys.layout import Keys
 from worker.ops.runs import every_index, source_types, window_start_ms
 from worker.ops.workers_view import workers_seen
@@ -179,7 +179,7 @@ def overview(request: Request, caller: Annotated[Principal, Depends(require("rea
     producer, keys = producer_of(request), tenant_keys(request)
     store = producer.store
     client = store.client
-    now_min = int(time.time() // 60)
+    now_min = now_ms() // 60_000
     # the store's runs, not this process's telemetry; read once at a time per tenant and kept in proportion to
     # its cost (a tenant at its quota takes a second of Redis per read: producers/http/read_memo.py)
     memo: ReadMemo[dict[str, dict[str, float]]] = request.app.state.overview_memo

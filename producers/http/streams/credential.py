@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from producers.http.access.auth import Authenticator
 from producers.http.access.principal import Principal, Unauthenticated
 from producers.http.access.throttle import Throttled
+from worker.core.clock import now_ms
 
 __all__ = ["RECHECK_MIN_S", "UNVERIFIED_MAX_S", "StreamCredential", "recheck_interval_s", "stream_credential"]
 
@@ -62,12 +63,12 @@ class StreamCredential:
         """Seconds until the next check is due (or the token expires, when sooner)."""
         wait = self._due - time.monotonic()
         if self.expires_at_ms is not None:
-            wait = min(wait, (self.expires_at_ms - time.time() * 1000) / 1000)
+            wait = min(wait, (self.expires_at_ms - now_ms()) / 1000)
         return max(wait, 0.0)
 
     async def still_valid(self) -> bool:
         """False once the credential has failed a check or expired; a check runs only when it is due."""
-        if self.expires_at_ms is not None and time.time() * 1000 >= self.expires_at_ms:
+        if self.expires_at_ms is not None and now_ms() >= self.expires_at_ms:
             return False
         now = time.monotonic()
         if now < self._due:

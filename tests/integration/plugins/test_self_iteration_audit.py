@@ -113,7 +113,7 @@ class TestRetriedUndo:
         """The restored version is newer than the one it replaced even when the clock has not moved: else
         the retry found "its" updatedAt again and restored a second time."""
         doc, history_id = _replaced(store)
-        monkeypatch.setattr(documents.time, "time", lambda: doc["updatedAt"] / 1000)
+        monkeypatch.setattr(documents, "now_ms", lambda: doc["updatedAt"])
         receipt = _receipt(doc, history_id, doc["updatedAt"])
         assert rollback_skill_receipt(store, receipt) == "rolled_back"
         restored = store.get_skill("u1", "agt_1", doc["id"])

@@ -1,5 +1,6 @@
 """A user token minted on a web replica whose clock runs ahead is accepted on the others: its ``iat`` (the minting
-clock's) is not checked against the verifier's clock, while its ``exp`` still is. Real Redis, own key prefix."""
+clock's) is not checked against the verifier's clock, while its ``exp`` still is (on the service's clock: Redis's).
+Real Redis, own key prefix."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def test_a_token_minted_by_a_replica_ahead_is_accepted(
 
 
 def test_an_expired_token_is_still_refused_whatever_its_iat(redis_client: Redis, keys: BucketKeys) -> None:
-    """exp stays strict on the verifier's clock: a token past its exp is refused even with an iat ahead."""
+    """exp stays strict on the service's clock (worker/core/clock.py): a token past its exp is refused even with an
+    iat ahead."""
     now_s = int(time.time())
     claims = {
         "tenant": "default",
