@@ -8,7 +8,7 @@ token holds no ``admin`` grant and cannot mint tokens.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse
@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from producers.http.access.auth import credentials_of, is_root
 from producers.http.access.principal import Forbidden, NotFound, Principal, require
-from producers.http.api_models import API_ERRORS, BODY_ERRORS, example
+from producers.http.api_models import API_ERRORS, BODY_ERRORS, ErrorBody, example
 from producers.http.web_common import StrictJsonRoute, error_response
 from worker.core.ids import Id, UserId
 from worker.keys.layout import BadTenant, check_tenant
@@ -88,7 +88,17 @@ def _tenant_for(principal: Principal, tenant: str | None) -> str:
     return wanted
 
 
-@router.post("/v1/keys", status_code=201, response_model=CreatedKey, responses=BODY_ERRORS)
+_BEING_DELETED: dict[int | str, dict[str, Any]] = {
+    409: {
+        "model": ErrorBody,
+        "description": "``tenant_being_deleted``: ``DELETE /v1/tenants/{tenant}`` is under way.",
+    }
+}
+
+
+@router.post(
+    "/v1/keys", status_code=201, response_model=CreatedKey, responses={**BODY_ERRORS, **_BEING_DELETED}
+)
 def create_key(
     request: Request,
     body: Annotated[

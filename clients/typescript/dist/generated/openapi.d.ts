@@ -8156,6 +8156,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description ``tenant_being_deleted``: ``DELETE /v1/tenants/{tenant}`` is under way. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is over ``AGENT_SIGNAL_MAX_REQUEST_BYTES``, or over one of a session's caps. */
             413: {
                 headers: {
