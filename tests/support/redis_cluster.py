@@ -205,6 +205,69 @@ class RedisClusterProcesses:
                 return node
         raise LookupError(f"no running replica of {master.address}")
 
+    # -- growth ------------------------------------------------------------------------------------------
+
+    def add_master(self) -> NodeProcess:
+        """Start one more node, introduce it (CLUSTER MEET) and wait until every node sees it as a master with
+        no slot; ``stop()`` stops it too. Clients made before do not know it (their view is older)."""
+        port, bus_port = free_ports(2)
+        assert self.directory is not None
+        node = NodeProcess(port, bus_port, self.directory / f"node-{port}")
+        self.nodes.append(node)
+        node.spawn(*self._config())
+        self._wait(functools.partial(self._ping_problems, node), f"{node.address} to answer PING")
+        self.masters()[0].admin().execute_command("CLUSTER", "MEET", HOST, port, bus_port)
+
+        def known(other: NodeProcess) -> list[str]:
+            line = other.view().get(port)
+            return [] if line is not None and "master" in line.flags else [f"does not see {node.address} yet"]
+
+        def informed(other: NodeProcess) -> list[str]:
+            info = cluster_info(other)
+            if info.get("cluster_state") == "ok" and info.get("cluster_slots_ok") == str(SLOTS):
+                return []
+            return [f"cluster_state:{info.get('cluster_state')} slots_ok:{info.get('cluster_slots_ok')}"]
+
+        self._wait(lambda: self._each_live(known), f"every node to know {node.address}")
+        self._wait(
+            functools.partial(informed, node), f"{node.address} to learn every slot's owner and say ok"
+        )
+        return node
+
+    def move_slot(self, slot: int, target: NodeProcess, *, finish: bool = True) -> int:
+        """Move ``slot``'s keys to ``target`` the way ``redis-cli --cluster reshard`` does (IMPORTING,
+        MIGRATING, MIGRATE); with ``finish`` give it the slot on every master, else leave it half-moved (open).
+        Returns how many keys moved."""
+        source = next(m for m in self.masters() if any(a <= slot <= b for a, b in self.slots_of(m)))
+        target_id, source_id = target.cluster("MYID"), source.cluster("MYID")
+        target.admin().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        source.admin().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        moved = 0
+        while keys := source.admin().execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            source.admin().execute_command(
+                "MIGRATE", HOST, target.port, "", 0, 5000, "REPLACE", "KEYS", *keys
+            )
+            moved += len(keys)
+        if finish:
+            self.assign_slot(slot, target)
+        return moved
+
+    def assign_slot(self, slot: int, owner: NodeProcess) -> None:
+        """``CLUSTER SETSLOT slot NODE owner`` on the owner, then on every other master (what reshard ends with)."""
+        owner_id = owner.cluster("MYID")
+        for node in [owner, *(m for m in self._live() if m is not owner and m.role() == "master")]:
+            node.admin().execute_command("CLUSTER", "SETSLOT", slot, "NODE", owner_id)
+
+        def sees_owner(node: NodeProcess) -> list[str]:
+            slots = node.view()[owner.port].slots
+            return (
+                []
+                if any(a <= slot <= b for a, b in slots)
+                else [f"does not see slot {slot} at {owner.address}"]
+            )
+
+        self._wait(lambda: self._each_live(sees_owner), f"every node to see slot {slot} at {owner.address}")
+
     # -- failure -----------------------------------------------------------------------------------------
 
     def kill_master(self, master: NodeProcess | int, signal: Signals = SIGKILL) -> NodeProcess:

@@ -5,25 +5,33 @@ script touches is in one tenant's slot (``worker/keys/layout.py``), so the same 
 engine uses the command surface both clients share; the cluster client is typed as ``Redis`` for that reason.
 Receipt streams subscribe through one node (classic pub/sub reaches every node of a cluster). The Celery
 broker is never the cluster (``BROKER_URL``: RabbitMQ or a plain Redis).
+
+Both cluster clients are redis-py's with one override (:class:`_Cluster`, :class:`_AsyncCluster`): an ASK
+redirect to a node the client has not seen yet (a master added after it loaded its view) makes redis-py raise
+``AttributeError`` on ``None`` (redis/redis-py#4015; the fix, PR #4214, is unreleased). The command is then
+retried once after a topology refresh, and a second failure is :class:`SlotMoving`, a store error (503 at the
+door) instead of a 500. Nothing was sent to the unknown node, so the retry cannot apply a command twice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from redis import BlockingConnectionPool, Redis
 from redis.asyncio import BlockingConnectionPool as AsyncBlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.connection import Connection
+from redis.exceptions import ClusterError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from worker.settings import Settings
 from worker.store.clock_sync import keep_in_sync
 from worker.store.packer import hiredis_packer_kwargs
 
-__all__ = ["PoolExhausted", "async_redis_from_settings", "is_cluster", "redis_from_settings"]
+__all__ = ["PoolExhausted", "SlotMoving", "async_redis_from_settings", "is_cluster", "redis_from_settings"]
 
 
 class PoolExhausted(RedisConnectionError):
@@ -68,6 +76,78 @@ class _AsyncBoundedPool(AsyncBlockingConnectionPool):
             raise exhausted from None
 
 
+class SlotMoving(ClusterError):
+    """A key's slot is moving to a Redis node this client cannot reach by its view of the cluster, even after
+    a refresh (a master added and given no slot yet): nothing was sent to that node; retry later."""
+
+
+def _unknown_node(exc: AttributeError) -> bool:
+    """redis-py#4015: the ASK target was looked up in the client's node cache, found missing (None), and used
+    (the sync client then fails again recording a metric for that None, hence the context too)."""
+    return any(
+        isinstance(error, AttributeError)
+        and error.obj is None
+        and error.name in {"execute_command", "redis_connection"}
+        for error in (exc, exc.__context__)
+    )
+
+
+def _slot_moving() -> SlotMoving:
+    return SlotMoving("a slot is moving to a Redis node this client does not know yet (redis-py#4015)")
+
+
+def _refreshing(call: Callable[..., Any], cluster: RedisCluster) -> Callable[..., Any]:
+    """``call`` (a cluster's execute_command), retried once after a topology refresh on redis-py#4015."""
+
+    def execute(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except AttributeError as exc:
+            if not _unknown_node(exc):
+                raise
+            cluster.nodes_manager.initialize()
+        try:
+            return call(*args, **kwargs)
+        except AttributeError as exc:
+            if not _unknown_node(exc):
+                raise
+            raise _slot_moving() from exc
+
+    return execute
+
+
+class _Cluster(RedisCluster):
+    """redis-py's cluster client, surviving an ASK to a node added after it loaded its view (module docstring).
+    Its pipelines retry a redirected command through ``parent_execute_command``: that is wrapped too."""
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        return _refreshing(super().execute_command, self)(*args, **kwargs)
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        pipe: ClusterPipeline = super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
+        pipe.parent_execute_command = _refreshing(pipe.parent_execute_command, self)
+        return pipe
+
+
+class _AsyncCluster(AsyncRedisCluster):
+    """The asyncio twin of :class:`_Cluster`; its pipelines retry redirected commands through this client's
+    ``execute_command``, so they are covered by it."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            if not _unknown_node(exc):
+                raise
+            await self.nodes_manager.initialize()
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            if not _unknown_node(exc):
+                raise
+            raise _slot_moving() from exc
+
+
 def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster | AsyncRedisCluster)
 
@@ -77,7 +157,7 @@ def redis_from_settings(settings: Settings) -> Redis:
     process's first one also puts its clock on Redis's (worker/store/clock_sync.py)."""
     keep_in_sync(settings)
     if settings.redis_cluster_url:
-        cluster = RedisCluster.from_url(
+        cluster = _Cluster.from_url(
             settings.redis_cluster_url,
             decode_responses=True,
             socket_timeout=10,
@@ -107,7 +187,7 @@ def async_redis_from_settings(settings: Settings, *, pubsub: bool = False) -> As
     node, for SUBSCRIBE (on a cluster, any node hears every PUBLISH)."""
     keep_in_sync(settings)
     if settings.redis_cluster_url and not pubsub:
-        cluster = AsyncRedisCluster.from_url(
+        cluster = _AsyncCluster.from_url(
             settings.redis_cluster_url, decode_responses=True, socket_connect_timeout=5
         )
         return cast(AsyncRedis, cluster)

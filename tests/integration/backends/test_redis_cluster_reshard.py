@@ -1,0 +1,148 @@
+"""Adding a master to a real Redis Cluster and moving hash slots to it while clients hold an older view.
+
+redis-py raises ``AttributeError`` on an ASK redirect to a node its client has not seen (redis/redis-py#4015):
+the door answered ``500 internal`` and the workers' relay failed. Our clients (worker/store/client.py) refresh
+their view and retry once, and a node still unknown is a store error: 503 with Retry-After at the door.
+
+One cluster serves the module and grows in it: the tests run in file order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis.crc import key_slot
+
+from producers import Producer
+from producers.http.app import create_web_app
+from tests.conftest import SettingsFactory
+from tests.support.redis_cluster import RedisClusterProcesses, hash_tag_in
+from worker.settings import Settings
+from worker.store.client import SlotMoving, async_redis_from_settings, redis_from_settings
+
+pytest_plugins = ["tests.support.cluster_fixtures"]
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster_settings(make_settings: SettingsFactory, redis_cluster: RedisClusterProcesses) -> SettingsFactory:
+    """The test's settings with the cluster as the state store (the broker stays the test's plain Redis)."""
+
+    broker_url = make_settings().effective_broker_url()
+
+    def make(**overrides: Any) -> Any:
+        return make_settings(redis_cluster_url=redis_cluster.url, broker_url=broker_url, **overrides)
+
+    return make
+
+
+def _event(source_id: str) -> dict[str, Any]:
+    return {"sourceType": "test.timeline", "sourceId": source_id, "scopeKey": "topic:reshard", "payload": {}}
+
+
+def _home_slot(redis_cluster: RedisClusterProcesses, settings: Settings) -> int:
+    """The slot of the default tenant's keys (one scope bucket): its events, inboxes and stats."""
+    slot = key_slot(Producer(settings).keys.tenant_stats.encode())
+    assert redis_cluster.client().cluster_countkeysinslot(slot) > 0
+    return slot
+
+
+@pytest.fixture
+def settings(cluster_settings: SettingsFactory) -> Settings:
+    return cluster_settings()
+
+
+@pytest.fixture
+def web(settings: Settings) -> Iterator[TestClient]:
+    """The door on the cluster, its clients' views loaded by one accepted event."""
+    with TestClient(create_web_app(settings, producer=Producer(settings))) as client:
+        assert client.post("/v1/events", json={"events": [_event("before")]}).status_code == 202
+        yield client
+
+
+def test_tenant_slot_moving_to_an_unseen_master_answers_503_then_202(
+    redis_cluster: RedisClusterProcesses, web: TestClient, settings: Settings
+) -> None:
+    """A master added after the door loaded its view gets the tenant's home slot: half-way (ASK to a node
+    with no slot yet, so a refresh cannot find it) the door answers 503 with Retry-After, not 500; once the
+    slot is the new master's, it accepts again."""
+    slot = _home_slot(redis_cluster, settings)
+    new = redis_cluster.add_master()
+
+    assert redis_cluster.move_slot(slot, new, finish=False) > 0
+    moving = web.post("/v1/events", json={"events": [_event("moving")]})
+    assert moving.status_code == 503, moving.text
+    assert moving.headers["retry-after"] == "5"
+    assert moving.json()["error"]["code"] == "store_unavailable"
+
+    redis_cluster.assign_slot(slot, new)
+    assert web.post("/v1/events", json={"events": [_event("moved")]}).status_code == 202
+
+
+def test_clients_follow_an_ask_to_a_master_they_have_not_seen(
+    redis_cluster: RedisClusterProcesses, cluster_settings: SettingsFactory
+) -> None:
+    """Clients (sync, its pipelines, asyncio) made before a master joined follow an ASK to it once it owns a
+    slot elsewhere (what ``rebalance`` leads to): one refresh of their view finds it, the command runs."""
+    settings = cluster_settings()
+    client, tag = redis_from_settings(settings), hash_tag_in([(0, 16383)], stem="reshard")
+    key = f"{settings.key_prefix}{tag}:k"
+    client.set(key, "v")
+
+    async def scenario() -> list[Any]:
+        aclient = async_redis_from_settings(settings)
+        try:
+            await aclient.get(key)  # its view loaded, as the door's is
+            new = redis_cluster.add_master()
+            empty = next(s for s in range(16384) if s != key_slot(key.encode()) and _empty(redis_cluster, s))
+            redis_cluster.assign_slot(empty, new)
+            assert redis_cluster.move_slot(key_slot(key.encode()), new, finish=False) == 1
+            with client.pipeline(transaction=False) as pipe:
+                pipe.get(key)
+                piped = pipe.execute()
+            return [client.get(key), piped, await aclient.get(key)]
+        finally:
+            await aclient.aclose()
+
+    assert asyncio.run(scenario()) == ["v", ["v"], "v"]
+    client.close()
+
+
+def test_slot_moving_to_a_master_with_no_slot_is_a_store_error(
+    redis_cluster: RedisClusterProcesses, cluster_settings: SettingsFactory
+) -> None:
+    """An ASK to a node that owns no slot yet cannot be found by a refresh: :class:`SlotMoving`, a store
+    error, from the sync and the asyncio client."""
+    settings = cluster_settings()
+    client, tag = redis_from_settings(settings), hash_tag_in([(0, 16383)], stem="reshard-empty")
+    key = f"{settings.key_prefix}{tag}:k"
+    client.set(key, "v")
+    new = redis_cluster.add_master()
+
+    redis_cluster.move_slot(key_slot(key.encode()), new, finish=False)
+    with pytest.raises(SlotMoving):
+        client.get(key)
+
+    async def read() -> Any:
+        aclient = async_redis_from_settings(settings)
+        try:
+            return await aclient.get(key)
+        finally:
+            await aclient.aclose()
+
+    with pytest.raises(SlotMoving):
+        asyncio.run(read())
+    redis_cluster.assign_slot(key_slot(key.encode()), new)
+    assert client.get(key) == "v"
+    client.close()
+
+
+def _empty(redis_cluster: RedisClusterProcesses, slot: int) -> bool:
+    owner = next(
+        m for m in redis_cluster.masters() if any(a <= slot <= b for a, b in redis_cluster.slots_of(m))
+    )
+    return int(owner.admin().execute_command("CLUSTER", "COUNTKEYSINSLOT", slot)) == 0
