@@ -11,6 +11,10 @@
   ``memory`` entry on ``/readyz`` (still 200); ``agent_signal_store_memory_ratio`` is always exported when a
   ``maxmemory`` is set. At 100% a ``noeviction`` Redis refuses writes: the door answers 503, workers back off
   until there is room (worker/store/full.py), and the entry reads ``full: …``.
+* **Open slots** (Redis Cluster): a slot MIGRATING/IMPORTING refuses its tenant (503) while its keys are split.
+  A ``cluster`` entry on ``/readyz`` names it: a warning while its keys keep moving, an error (503) once the
+  move has stood still for ``OPEN_SLOT_STALL_S`` (left half-done: ``redis-cli --cluster fix``). See
+  worker/store/open_slots.py.
 * **CONFIG disabled** (renamed on managed Redis): said once in the log; eviction and persistence are skipped,
   never refused. The memory ratio then comes from ``INFO memory``.
 
@@ -23,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -38,6 +43,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from worker.core.replication import NotReplicated
 from worker.settings import Settings, SettingsError
 from worker.store.client import PoolExhausted
+from worker.store.open_slots import OpenSlot, read_open_slots
 from worker.telemetry.log_privacy import describe_error
 from worker.telemetry.process_metrics import process_metrics
 
@@ -62,6 +68,9 @@ EVICTION_FIX = (
     "or set AGENT_SIGNAL_ALLOW_EVICTING_REDIS=true to accept that a full Redis deletes events"
 )
 NO_PERSISTENCE = "none: a Redis restart forgets every event"
+OPEN_SLOT_STALL_S = (
+    30.0  # a slot open this long with no key moved is a move left half-done, not one under way
+)
 
 
 class UnsafeStore(SettingsError):
@@ -77,6 +86,7 @@ class StoreConfig:
     save: str | None
     maxmemory: int
     used_memory: int
+    open_slots: tuple[OpenSlot, ...] = ()  # a Redis Cluster's slots left MIGRATING/IMPORTING
 
     @property
     def persistent(self) -> bool | None:
@@ -103,12 +113,17 @@ class StoreSafety:
 
 def read_store_config(client: Redis) -> StoreConfig:
     """``CONFIG GET`` the four settings and ``INFO memory``, in one round trip. A disabled (renamed or
-    forbidden) CONFIG gives None fields; a connection error is raised. On a Redis Cluster every primary is
-    read and the least safe answer wins (an evicting node, a node without persistence, the fullest node)."""
-    primaries = getattr(client, "get_primaries", None)
-    if primaries is not None:
-        return _least_safe([_read_node(node.redis_connection) for node in primaries()])
-    return _read_node(client)
+    forbidden) CONFIG gives None fields; a connection error is raised. On a Redis Cluster the client's view is
+    refreshed first (a master added since it loaded would be missed), every primary is read and the least
+    safe answer wins (an evicting node, a node without persistence, the fullest node), and open slots are
+    listed."""
+    cluster: Any = client
+    if getattr(cluster, "get_primaries", None) is None:
+        return _read_node(client)
+    cluster.nodes_manager.initialize()
+    primaries = cluster.get_primaries()
+    config = _least_safe([_read_node(cluster.get_redis_connection(node)) for node in primaries])
+    return replace(config, open_slots=read_open_slots(cluster, primaries))
 
 
 def _least_safe(configs: list[StoreConfig]) -> StoreConfig:
@@ -175,6 +190,7 @@ def assess(config: StoreConfig, settings: Settings) -> StoreSafety:
             "turn on appendonly yes (or save points)"
         )
         checks["persistence"] = NO_PERSISTENCE
+    _assess_open_slots(config.open_slots, checks, errors, warnings)
     ratio = config.memory_ratio
     if ratio is not None and ratio >= 1:
         checks["memory"] = (
@@ -189,6 +205,29 @@ def assess(config: StoreConfig, settings: Settings) -> StoreSafety:
         )
         warnings.append(f"Redis memory {checks['memory']}")
     return StoreSafety(refusal, tuple(errors), tuple(warnings), checks, config.persistent, ratio)
+
+
+def _assess_open_slots(
+    open_slots: tuple[OpenSlot, ...], checks: dict[str, str], errors: list[str], warnings: list[str]
+) -> None:
+    """A ``cluster`` entry naming every open slot: an error once its move stood still ``OPEN_SLOT_STALL_S``."""
+    entries = []
+    for slot in open_slots:
+        fix = f"run `redis-cli --cluster fix {slot.source}` (or finish the reshard)"
+        if slot.still_s >= OPEN_SLOT_STALL_S:
+            entries.append(
+                f"error: {slot.describe()} with no key moved for {slot.still_s:.0f} s: a move left half-done; "
+                f"its tenant's requests are refused (503) until you {fix}"
+            )
+            errors.append(f"Redis Cluster {entries[-1][7:]}")
+        else:
+            entries.append(
+                f"moving: {slot.describe()}: its tenant's requests are refused (503) until the move ends; "
+                f"if no reshard is running, {fix}"
+            )
+            warnings.append(f"Redis Cluster {entries[-1][8:]}")
+    if entries:
+        checks["cluster"] = "; ".join(sorted(entries))  # errors first: "error: …" sorts before "moving: …"
 
 
 def check_at_boot(client: Redis, settings: Settings, *, component: str) -> StoreSafety:

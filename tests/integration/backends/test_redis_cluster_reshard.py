@@ -22,6 +22,7 @@ from producers.http.app import create_web_app
 from tests.conftest import SettingsFactory
 from tests.support.redis_cluster import RedisClusterProcesses, hash_tag_in
 from worker.settings import Settings
+from worker.store import safety
 from worker.store.client import SlotMoving, async_redis_from_settings, redis_from_settings
 
 pytest_plugins = ["tests.support.cluster_fixtures"]
@@ -109,6 +110,7 @@ def test_clients_follow_an_ask_to_a_master_they_have_not_seen(
             await aclient.aclose()
 
     assert asyncio.run(scenario()) == ["v", ["v"], "v"]
+    redis_cluster.assign_slot(key_slot(key.encode()), redis_cluster.nodes[-1])  # the move, finished
     client.close()
 
 
@@ -146,3 +148,52 @@ def _empty(redis_cluster: RedisClusterProcesses, slot: int) -> bool:
         m for m in redis_cluster.masters() if any(a <= slot <= b for a, b in redis_cluster.slots_of(m))
     )
     return int(owner.admin().execute_command("CLUSTER", "COUNTKEYSINSLOT", slot)) == 0
+
+
+def test_readyz_reads_a_master_added_after_the_door_started(
+    redis_cluster: RedisClusterProcesses, web: TestClient
+) -> None:
+    """``/readyz`` refreshes the door's view before reading each primary's configuration: an evicting policy on
+    a master that joined after the door loaded its view fails it."""
+    new = redis_cluster.add_master()
+    empty = next(s for s in range(16384) if _empty(redis_cluster, s))
+    redis_cluster.assign_slot(empty, new)
+    new.admin().config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        ready = web.get("/readyz")
+    finally:
+        new.admin().config_set("maxmemory-policy", "noeviction")
+
+    assert ready.status_code == 503, ready.text
+    assert ready.json()["checks"]["eviction"].startswith("error: allkeys-lru")
+    assert web.get("/readyz").status_code == 200
+
+
+def test_readyz_names_a_slot_left_open_and_the_fix(
+    redis_cluster: RedisClusterProcesses, web: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot set MIGRATING/IMPORTING by hand is a ``cluster`` warning while it may still be moving, and an
+    error (503) once it stood still past ``OPEN_SLOT_STALL_S``, naming the slot and ``redis-cli --cluster
+    fix``; closed again, the entry is gone."""
+    source, target = redis_cluster.masters()[:2]
+    slot = redis_cluster.slots_of(source)[0][0]
+    target.admin().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.cluster("MYID"))
+    source.admin().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.cluster("MYID"))
+    try:
+        moving = web.get("/readyz")
+        monkeypatch.setattr(safety, "OPEN_SLOT_STALL_S", 0.0)
+        stalled = web.get("/readyz")
+    finally:
+        for node in (source, target):
+            node.admin().execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+
+    assert moving.status_code == 200, moving.text
+    assert moving.json()["checks"]["cluster"].startswith(f"moving: slot {slot} is open (migrating from ")
+    assert stalled.status_code == 503, stalled.text
+    entry = stalled.json()["checks"]["cluster"]
+    assert entry.startswith(
+        f"error: slot {slot} is open (migrating from {source.address} to {target.address}"
+    )
+    assert f"redis-cli --cluster fix {source.address}" in entry
+    closed = web.get("/readyz")
+    assert closed.status_code == 200 and "cluster" not in closed.json()["checks"]
