@@ -10,12 +10,14 @@ its tenant's turn and goes on as ``agent_signal.drain_next`` (worker/runtime/fai
 from __future__ import annotations
 
 import logging
+import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery.exceptions import Reject, SoftTimeLimitExceeded, TaskPredicate
-from redis.exceptions import RedisError
+from redis.exceptions import AskError, ClusterError, RedisError, TryAgainError
 
 from worker.core.clock import now_ms
 from worker.core.errors import PermanentFailure
@@ -51,6 +53,12 @@ DRAIN_TASK_OPTIONS: dict[str, Any] = {
     "ignore_result": True,
 }
 NOOP_MARKER_TTL_S = 60
+# A drain refused because its scope's slot is moving between Redis Cluster nodes (TRYAGAIN, ASK/MOVED or redis-py's
+# "TTL exhausted", CLUSTERDOWN) is published again after 1-2 s, this many times in a row at most per scope and
+# process; then, as for any store error, the reconcile sweep publishes it (30-75 s) so a long move costs no
+# worker a failed drain every second. Two drains of a scope never run at once: the lease fences them.
+SLOT_MOVING_RETRIES = 10
+SLOT_MOVING_DELAY_S = (1.0, 2.0)
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +291,10 @@ def drain_ref(
     except RedisError as exc:  # full or unreachable: one line; the reconcile sweep re-publishes the drain
         tenant = split_scope_ref(ref)[0]  # parsed already (by the drain, or where it was popped)
         note_store_failure(pipeline.store.client, pipeline.keys.for_tenant(tenant).tenant_stats, exc, "drain")
+        if _slot_moving(exc) and _moving_retries.next(ref) <= SLOT_MOVING_RETRIES:
+            process.fair.publish(ref, countdown_s=random.uniform(*SLOT_MOVING_DELAY_S))
         return None
+    _moving_retries.forget(ref)
     republish = process.fair.publish
     if outcome.next in ("again", "busy"):
         republish(ref, countdown_s=outcome.delay_s)
@@ -292,6 +303,41 @@ def drain_ref(
         # it; if nobody does, this follow-up will, once the holder's lease has run out.
         republish(ref, countdown_s=1.0)
     return outcome
+
+
+def _slot_moving(exc: RedisError) -> bool:
+    """A Redis Cluster error that ends when a slot move does: TRYAGAIN (the keys a script needs are split
+    between two nodes), a redirect followed too often, CLUSTERDOWN, redis-py's "TTL exhausted" and our
+    SlotMoving (all ClusterError)."""
+    return isinstance(exc, ClusterError | TryAgainError | AskError)
+
+
+class _MovingRetries:
+    """How many drains of each scope in a row this process published again because its slot was moving."""
+
+    def __init__(self, most_scopes: int = 10_000) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._most_scopes = most_scopes
+
+    def next(self, ref: str) -> int:
+        """Count one more for ``ref`` (forgotten past the cap: the sweep has it); returns its number."""
+        with self._lock:
+            if len(self._counts) >= self._most_scopes and ref not in self._counts:
+                self._counts.clear()  # bounded memory; at worst a scope gets a few more quick retries
+            count = self._counts.get(ref, 0) + 1
+            if count > SLOT_MOVING_RETRIES:
+                self._counts.pop(ref, None)
+            else:
+                self._counts[ref] = count
+            return count
+
+    def forget(self, ref: str) -> None:
+        with self._lock:
+            self._counts.pop(ref, None)
+
+
+_moving_retries = _MovingRetries()
 
 
 def drain_due(app: Any, queue: str, ref: str, holder: str = "") -> int | None:

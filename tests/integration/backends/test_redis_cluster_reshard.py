@@ -3,6 +3,8 @@
 redis-py raises ``AttributeError`` on an ASK redirect to a node its client has not seen (redis/redis-py#4015):
 the door answered ``500 internal`` and the workers' relay failed. Our clients (worker/store/client.py) refresh
 their view and retry once, and a node still unknown is a store error: 503 with Retry-After at the door.
+``/readyz`` refreshes the view before reading the primaries and names a slot left open; a drain refused while
+its scope's slot moves is published again after 1-2 s instead of waiting for the reconcile sweep.
 
 One cluster serves the module and grows in it: the tests run in file order.
 """
@@ -19,7 +21,7 @@ from redis.crc import key_slot
 
 from producers import Producer
 from producers.http.app import create_web_app
-from tests.conftest import SettingsFactory
+from tests.conftest import SettingsFactory, wait_for
 from tests.support.redis_cluster import RedisClusterProcesses, hash_tag_in
 from worker.settings import Settings
 from worker.store import safety
@@ -197,3 +199,45 @@ def test_readyz_names_a_slot_left_open_and_the_fix(
     assert f"redis-cli --cluster fix {source.address}" in entry
     closed = web.get("/readyz")
     assert closed.status_code == 200 and "cluster" not in closed.json()["checks"]
+
+
+@pytest.mark.timeout(120)
+def test_drains_refused_while_the_tenant_slot_moves_run_seconds_after_it_ends(
+    redis_cluster: RedisClusterProcesses, cluster_settings: SettingsFactory, start_worker: Any
+) -> None:
+    """A worker starting while the tenant's home slot is half-moved (its keys split: TRYAGAIN) has its drains
+    refused; they are published again after 1-2 s, so the events are done seconds after the move ends, not
+    at the reconcile sweep (two minutes away here)."""
+    settings = cluster_settings(reconcile_interval_s=120.0)
+    producer = Producer(settings)
+    events = [_event(f"moving-{i}") | {"scopeKey": f"topic:moving-{i % 4}"} for i in range(8)]
+    assert [r.status for r in producer.enqueue_many(events)] == ["accepted"] * 8
+    slot = _home_slot(redis_cluster, settings)
+    target = next(m for m in redis_cluster.masters() if not _owns(redis_cluster, m, slot))
+    source = next(m for m in redis_cluster.masters() if _owns(redis_cluster, m, slot))
+    _migrate_some(source, target, slot)
+
+    worker = start_worker(settings, wait=False)
+    wait_for(lambda: "store unavailable: drain" in worker.log(), timeout_s=60, what="a refused drain")
+    redis_cluster.move_slot(slot, target)  # the rest of the keys, then the slot: the move ends
+
+    wait_for(
+        lambda: producer.store.stats(producer.keys).get("done", 0) == 8,
+        timeout_s=20,
+        what="the 8 events done soon after the move",
+    )
+
+
+def _owns(redis_cluster: RedisClusterProcesses, master: Any, slot: int) -> bool:
+    return any(a <= slot <= b for a, b in redis_cluster.slots_of(master))
+
+
+def _migrate_some(source: Any, target: Any, slot: int) -> None:
+    """Open ``slot`` from ``source`` to ``target`` and move one key of it: the rest stay, so a script over the
+    slot's keys finds them split (TRYAGAIN)."""
+    target.admin().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.cluster("MYID"))
+    source.admin().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.cluster("MYID"))
+    keys = source.admin().execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+    source.admin().execute_command(
+        "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "REPLACE", "KEYS", *keys[::2]
+    )
