@@ -31,18 +31,20 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import (
+    ClusterError,
     OutOfMemoryError,
     ReadOnlyError,
     RedisError,
     ResponseError,
+    TryAgainError,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.core.replication import NotReplicated
 from worker.settings import Settings, SettingsError
-from worker.store.client import PoolExhausted
+from worker.store.client import PoolExhausted, SlotMoving
 from worker.store.open_slots import OpenSlot, read_open_slots
 from worker.telemetry.log_privacy import describe_error
 from worker.telemetry.process_metrics import process_metrics
@@ -57,6 +59,7 @@ __all__ = [
     "describe_store_error",
     "note_store_failure",
     "read_store_config",
+    "slot_moving",
     "store_error_reason",
     "store_refused",
 ]
@@ -279,7 +282,18 @@ def store_error_reason(exc: RedisError) -> str:
         return "busy: every connection of this process to it was in use"
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return f"unreachable ({type(exc).__name__})"
+    if slot_moving(exc):
+        return "the tenant's slot is moving between Redis nodes"
     return f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
+def slot_moving(exc: RedisError) -> bool:
+    """A Redis Cluster slot is being moved (``redis-cli --cluster reshard``, ``rebalance``) or was left half-moved:
+    TRYAGAIN (a script's keys are split between the two nodes), redis-py's "TTL exhausted" after redirect upon
+    redirect, or :class:`SlotMoving` (an ASK to a node the client cannot find)."""
+    return isinstance(exc, TryAgainError | SlotMoving) or (
+        isinstance(exc, ClusterError) and str(exc).startswith("TTL exhausted")
+    )
 
 
 def describe_store_error(exc: RedisError, what: str = "the batch") -> str:

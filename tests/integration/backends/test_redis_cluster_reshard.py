@@ -81,6 +81,7 @@ def test_tenant_slot_moving_to_an_unseen_master_answers_503_then_202(
     assert moving.status_code == 503, moving.text
     assert moving.headers["retry-after"] == "5"
     assert moving.json()["error"]["code"] == "store_unavailable"
+    assert "the tenant's slot is moving between Redis nodes" in moving.json()["error"]["message"]
 
     redis_cluster.assign_slot(slot, new)
     assert web.post("/v1/events", json={"events": [_event("moved")]}).status_code == 202

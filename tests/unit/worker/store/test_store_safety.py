@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from redis.exceptions import ClusterDownError, ClusterError, OutOfMemoryError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.settings import Settings
@@ -18,6 +18,7 @@ from worker.store.safety import (
     assess,
     describe_store_error,
     note_store_failure,
+    store_error_reason,
     store_refused,
 )
 
@@ -136,3 +137,20 @@ def test_failure_count_is_carried_until_redis_takes_it(
     assert client.counted == [2]
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("store unavailable: ")]
     assert lines[0] == "store unavailable: drain topic:a: OutOfMemoryError: OOM" and len(lines) == 2
+
+
+def test_a_moving_cluster_slot_is_named_as_such() -> None:
+    """TRYAGAIN, redis-py's "TTL exhausted" and SlotMoving read as a slot moving between nodes, not as redis-py's
+    words; a cluster that is down keeps its own."""
+    from worker.store.client import SlotMoving
+
+    moving = "the tenant's slot is moving between Redis nodes"
+    for exc in (
+        TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),
+        ClusterError("TTL exhausted."),
+        SlotMoving("a slot is moving"),
+    ):
+        assert store_error_reason(exc) == moving
+    assert store_error_reason(ClusterDownError("CLUSTERDOWN The cluster is down")).startswith(
+        "ClusterDownError"
+    )
