@@ -12,8 +12,8 @@
   ``maxmemory`` is set. At 100% a ``noeviction`` Redis refuses writes: the door answers 503, workers back off
   until there is room (worker/store/full.py), and the entry reads ``full: …``.
 * **Open slots** (Redis Cluster): a slot MIGRATING/IMPORTING refuses its tenant (503) while its keys are split.
-  A ``cluster`` entry on ``/readyz`` names it: a warning while its keys keep moving, an error (503) once the
-  move has stood still for ``OPEN_SLOT_STALL_S`` (left half-done: ``redis-cli --cluster fix``). See
+  A ``cluster`` entry on ``/readyz`` names it (still 200): ``moving`` while its keys keep moving, ``stalled``
+  once the move has stood still for ``OPEN_SLOT_STALL_S`` (left half-done: ``redis-cli --cluster fix``). See
   worker/store/open_slots.py.
 * **CONFIG disabled** (renamed on managed Redis): said once in the log; eviction and persistence are skipped,
   never refused. The memory ratio then comes from ``INFO memory``.
@@ -193,7 +193,7 @@ def assess(config: StoreConfig, settings: Settings) -> StoreSafety:
             "turn on appendonly yes (or save points)"
         )
         checks["persistence"] = NO_PERSISTENCE
-    _assess_open_slots(config.open_slots, checks, errors, warnings)
+    _assess_open_slots(config.open_slots, checks, warnings)
     ratio = config.memory_ratio
     if ratio is not None and ratio >= 1:
         checks["memory"] = (
@@ -210,27 +210,26 @@ def assess(config: StoreConfig, settings: Settings) -> StoreSafety:
     return StoreSafety(refusal, tuple(errors), tuple(warnings), checks, config.persistent, ratio)
 
 
-def _assess_open_slots(
-    open_slots: tuple[OpenSlot, ...], checks: dict[str, str], errors: list[str], warnings: list[str]
-) -> None:
-    """A ``cluster`` entry naming every open slot: an error once its move stood still ``OPEN_SLOT_STALL_S``."""
+def _assess_open_slots(open_slots: tuple[OpenSlot, ...], checks: dict[str, str], warnings: list[str]) -> None:
+    """A ``cluster`` entry naming every open slot, ``stalled`` once its move stood still ``OPEN_SLOT_STALL_S``.
+    A warning, never a readiness failure: an open slot refuses one tenant, and every web process would report it
+    at once, so a load balancer routing by ``/readyz`` would refuse every tenant."""
     entries = []
     for slot in open_slots:
         fix = f"run `redis-cli --cluster fix {slot.source}` (or finish the reshard)"
         if slot.still_s >= OPEN_SLOT_STALL_S:
             entries.append(
-                f"error: {slot.describe()} with no key moved for {slot.still_s:.0f} s: a move left half-done; "
+                f"stalled: {slot.describe()} with no key moved for {slot.still_s:.0f} s: a move left half-done; "
                 f"its tenant's requests are refused (503) until you {fix}"
             )
-            errors.append(f"Redis Cluster {entries[-1][7:]}")
         else:
             entries.append(
                 f"moving: {slot.describe()}: its tenant's requests are refused (503) until the move ends; "
                 f"if no reshard is running, {fix}"
             )
-            warnings.append(f"Redis Cluster {entries[-1][8:]}")
+        warnings.append(f"Redis Cluster {entries[-1].split(': ', 1)[1]}")
     if entries:
-        checks["cluster"] = "; ".join(sorted(entries))  # errors first: "error: …" sorts before "moving: …"
+        checks["cluster"] = "; ".join(sorted(entries))  # moving before stalled
 
 
 def check_at_boot(client: Redis, settings: Settings, *, component: str) -> StoreSafety:

@@ -178,9 +178,10 @@ def test_readyz_reads_a_master_added_after_the_door_started(
 def test_readyz_names_a_slot_left_open_and_the_fix(
     redis_cluster: RedisClusterProcesses, web: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A slot set MIGRATING/IMPORTING by hand is a ``cluster`` warning while it may still be moving, and an
-    error (503) once it stood still past ``OPEN_SLOT_STALL_S``, naming the slot and ``redis-cli --cluster
-    fix``; closed again, the entry is gone."""
+    """A slot set MIGRATING/IMPORTING by hand is a ``cluster`` warning while it may still be moving, and
+    ``stalled`` once it stood still past ``OPEN_SLOT_STALL_S``, naming the slot and ``redis-cli --cluster fix``;
+    closed again, the entry is gone. Still 200: every web process would see it, and one tenant's slot must not
+    take every tenant's door out of a load balancer."""
     source, target = redis_cluster.masters()[:2]
     slot = redis_cluster.slots_of(source)[0][0]
     target.admin().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.cluster("MYID"))
@@ -195,10 +196,10 @@ def test_readyz_names_a_slot_left_open_and_the_fix(
 
     assert moving.status_code == 200, moving.text
     assert moving.json()["checks"]["cluster"].startswith(f"moving: slot {slot} is open (migrating from ")
-    assert stalled.status_code == 503, stalled.text
+    assert stalled.status_code == 200, stalled.text
     entry = stalled.json()["checks"]["cluster"]
     assert entry.startswith(
-        f"error: slot {slot} is open (migrating from {source.address} to {target.address}"
+        f"stalled: slot {slot} is open (migrating from {source.address} to {target.address}"
     )
     assert f"redis-cli --cluster fix {source.address}" in entry
     closed = web.get("/readyz")
