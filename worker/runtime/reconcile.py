@@ -16,14 +16,20 @@ of a door with a longer visibility timeout as young for the difference, each del
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
+
+from redis.exceptions import RedisError
 
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BadTenant, Keys, split_scope_ref
 from worker.store.events import EventStore
+from worker.store.safety import store_error_reason
 
 __all__ = ["reconcile"]
 
+
+log = logging.getLogger(__name__)
 
 SWEEP_BATCH = 500  # scopes read per round trip (a backlog of 50,000 queued scopes is 100 round trips)
 
@@ -31,19 +37,33 @@ SWEEP_BATCH = 500  # scopes read per round trip (a backlog of 50,000 queued scop
 def reconcile(
     store: EventStore, publish: Callable[[Sequence[str]], None], *, stale_after_ms: int
 ) -> list[str]:
-    """Publish drains for the stranded scopes of every tenant (``publish`` takes them all at once:
-    FairQueue.publish_stranded); returns their scope refs."""
+    """Publish drains for the stranded scopes of every tenant (``publish`` takes a batch at once:
+    FairQueue.publish_stranded); returns their scope refs. Tenant by tenant: a store error in one (its slot
+    moving between Redis Cluster nodes, its node down) skips that tenant this sweep, not the others (a reshard
+    walk saw one moving slot fail the whole sweep)."""
+    published: list[str] = []
+    for tenant in sorted({*store.known_tenants(), DEFAULT_TENANT}):
+        try:
+            published += _reconcile_tenant(store, store.keys.for_tenant(tenant), publish, stale_after_ms)
+        except RedisError as exc:
+            log.warning("reconcile sweep: tenant %s skipped: %s", tenant, store_error_reason(exc))
+    return published
+
+
+def _reconcile_tenant(
+    store: EventStore, tenant: Keys, publish: Callable[[Sequence[str]], None], stale_after_ms: int
+) -> list[str]:
     client = store.client
     published: list[str] = []
     scopes: list[tuple[str, Keys, str]] = []
-    for ref in store.active_scope_refs():
+    for ref in store.scope_refs_of(tenant):
         try:
-            tenant, scope_key = split_scope_ref(ref)
+            ref_tenant, scope_key = split_scope_ref(ref)
         except BadTenant:  # a member from before tenants, or foreign: it names no scope we can drain
-            for k in store.keys.for_tenant(DEFAULT_TENANT).every_bucket():
+            for k in tenant.every_bucket():
                 client.srem(k.scopes, ref)
             continue
-        scopes.append((ref, store.keys.for_tenant(tenant), scope_key))
+        scopes.append((ref, store.keys.for_tenant(ref_tenant), scope_key))
     for start in range(0, len(scopes), SWEEP_BATCH):
         chunk = scopes[start : start + SWEEP_BATCH]
         pipe = client.pipeline(transaction=False)

@@ -169,3 +169,29 @@ def test_a_marker_of_a_door_with_a_longer_visibility_timeout_is_aged_by_its_own_
 def test_the_ttl_a_marker_was_set_with(value: str | None, ttl_ms: int) -> None:
     """Its value when that is a TTL; this process's TTL for a marker of before (the writer's time) or no number."""
     assert marker_ttl_ms(value, 3_600_000) == ttl_ms
+
+
+def test_a_tenant_the_store_refuses_is_skipped_and_the_others_are_swept(
+    producer: Producer, redis_client: Redis, keys: BucketKeys, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store error reading one tenant (its slot moving between Redis Cluster nodes, as a reshard walk saw: the
+    sweep of every tenant failed) skips that tenant this sweep, logged, and the others' stranded scopes get their
+    drains."""
+    from redis.exceptions import TryAgainError
+
+    marker = _enqueue(producer, keys, skew_ms=0)
+    _age(redis_client, marker, producer, STALE_AFTER_MS + 1)
+    real = producer.store.scope_refs_of
+    redis_client.sadd(producer.keys.tenants, "moving")
+
+    def refs_of(tenant_keys: object) -> list[str]:
+        if getattr(tenant_keys, "tenant", None) == "moving":
+            raise TryAgainError("Multiple keys request during rehashing of slot")
+        return real(tenant_keys)  # type: ignore[arg-type]
+
+    with mock.patch.object(producer.store, "scope_refs_of", refs_of):
+        assert _sweep(producer) == [f"default/{SCOPE}"]
+    assert (
+        "reconcile sweep: tenant moving skipped: the tenant's slot is moving between Redis nodes"
+        in caplog.text
+    )
