@@ -37,10 +37,13 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outbox_commands
 from worker.core.clock import now_ms
@@ -52,11 +55,13 @@ from worker.outbox.delivery_pool import DeliveryPool
 from worker.store.calls import JournalSettle, OutboxClaim, OutboxSettle, Release, Renew
 from worker.store.events import EventStore
 from worker.store.journal import journal_score_us
+from worker.store.safety import store_error_reason
 from worker.telemetry.log_privacy import describe_error, without_url_secrets
 
 __all__ = ["Attempt", "Deliverer", "OutboxRecord", "OutboxRelay", "outbox_commands", "records_of_event"]
 
 log = logging.getLogger(__name__)
+SKIP_LOG_EVERY_S = 60.0  # a tenant's refused buckets are logged this often at most
 
 
 def records_of_event(keys: Keys, store: EventStore, scope_key: str, event_id: str) -> list[dict[str, Any]]:
@@ -127,6 +132,7 @@ class OutboxRelay:
     _turn: int = field(default=0, init=False)  # where the next pass's round of tenant buckets starts
     _pool: DeliveryPool = field(init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _skip_logged: dict[str, float] = field(default_factory=dict, init=False, repr=False)  # tenant -> next log
 
     def __post_init__(self) -> None:
         self._pool = DeliveryPool(self.concurrency)
@@ -253,7 +259,11 @@ class OutboxRelay:
                     break
                 if self.concurrency > 1 and not self._pool.room_for(keys.tenant):
                     continue  # the pool is full, or the tenant's half is taken: a later pass asks again
-                claimed = self.store.scripts.run(OutboxClaim(keys.outbox_due, self.lease_ms))
+                try:
+                    claimed = self.store.scripts.run(OutboxClaim(keys.outbox_due, self.lease_ms))
+                except RedisError as exc:  # this bucket's slot moving, its node down: the other tenants go on
+                    self._skipped(keys, exc)
+                    continue
                 if not claimed:
                     continue  # nothing due there now: not asked again this pass
                 still.append(keys)
@@ -366,13 +376,31 @@ class OutboxRelay:
         pipe = self.store.client.pipeline(transaction=False)
         for keys in every:
             pipe.zcard(keys.journal_due)
-        waiting = [keys for keys, n in zip(every, pipe.execute(), strict=True) if int(n)]
+        counts = pipe.execute(raise_on_error=False)  # a bucket whose slot is moving answers its error alone
+        waiting = []
+        for keys, n in zip(every, counts, strict=True):
+            if isinstance(n, RedisError):
+                self._skipped(keys, n)
+            elif int(n):
+                waiting.append(keys)
         done = 0
         for keys in waiting:
             if done >= budget:
                 break
-            done += self._journal(keys, budget - done)
+            try:
+                done += self._journal(keys, budget - done)
+            except RedisError as exc:
+                self._skipped(keys, exc)
         return done
+
+    def _skipped(self, keys: BucketKeys, exc: RedisError) -> None:
+        """A bucket the store refused this pass (its slot moving between cluster nodes, its node down): the pass
+        goes on with the others (a reshard walk saw one tenant's moving slot stop every tenant's deliveries).
+        Logged once a minute per tenant."""
+        now = time.monotonic()
+        if self._skip_logged.get(keys.tenant, 0.0) <= now:
+            self._skip_logged[keys.tenant] = now + SKIP_LOG_EVERY_S
+            log.warning("outbox relay: tenant %s skipped: %s", keys.tenant, store_error_reason(exc))
 
     def _journal(self, keys: BucketKeys, budget: int) -> int:
         """Apply up to ``budget`` due records of ``keys``' bucket in order; returns how many were applied."""

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from producers.http.app import create_web_app
-from worker.chain.outbox_records import SEPARATOR, OutboxRecord
+from worker.chain.outbox_records import SEPARATOR, OutboxRecord, outbox_commands
 from worker.core.clock import now_ms
 from worker.keys.layout import Keys
 from worker.outbox.dead import fail_delivered, redrive_dead
@@ -191,3 +191,36 @@ def test_a_redrive_between_the_relays_read_and_its_zrem_is_kept(
     assert delivered == [record_id], "redriven, yet in no set"
     assert OutboxRecord.from_json(redis_client.get(record_key) or "").state == "delivered"
     assert redis_client.zscore(due, member) is None
+
+
+def test_a_tenant_the_store_refuses_is_skipped_and_the_others_are_delivered(
+    redis_client: Redis, prefix: str, make_settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reshard walk: one tenant's slot moving failed every relay pass (TRYAGAIN on its claim), so no tenant's
+    calls went out until the move ended. The refused bucket is skipped and logged; the other tenant's call goes."""
+    from redis.exceptions import TryAgainError
+
+    from worker.store.calls import OutboxClaim as Claim
+
+    store = EventStore(redis_client, make_settings())
+    for tenant in ("moving", "steady"):
+        redis_client.sadd(store.keys.tenants, tenant)
+        keys = Keys(prefix).for_tenant(tenant)
+        record = OutboxRecord(f"{tenant}:1", "probe", f"{tenant}:1", {}, SCOPE, "evt_1", now_ms())
+        for command in outbox_commands(keys, record, 3600):
+            redis_client.execute_command(*command)
+    moving_due = Keys(prefix).for_tenant("moving").for_scope(SCOPE).outbox_due
+    run = store.scripts.run
+
+    def refusing(call: Any) -> Any:
+        if isinstance(call, Claim) and call.due == moving_due:
+            raise TryAgainError("Multiple keys request during rehashing of slot")
+        return run(call)
+
+    delivered: list[str] = []
+    store.scripts.run = refusing  # type: ignore[method-assign]
+    OutboxRelay(store, {"probe": lambda record: delivered.append(record.id)}).run_once()
+    assert delivered == ["steady:1"]
+    assert (
+        "outbox relay: tenant moving skipped: the tenant's slot is moving between Redis nodes" in caplog.text
+    )
