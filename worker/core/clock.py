@@ -3,42 +3,80 @@
 Scripts take their time from the Redis server (``redis_now_ms()``), and the processes used their host's wall clock:
 a walk with one host 45 s ahead found retries held 45 s behind another worker's clock, outbox calls first due
 10 minutes late, fresh user tokens refused and receipts missing from their own ``sinceCreatedAt``. So a process
-reads its host's clock corrected by the offset to Redis's that worker/store/clock_sync.py measures (``TIME``), at
-its first client and every minute after. A host within :data:`OFFSET_DEADBAND_MS` of Redis keeps offset 0: a
-healthy fleet reads its own clock exactly as before, and a re-measure that moves by a round trip's jitter changes
-nothing. No I/O here: the offset is set from outside.
+whose host clock is off Redis's reads Redis's: worker/store/clock_sync.py measures ``TIME`` at the process's first
+client and every minute after, and :func:`set_measured` keeps Redis's time as an offset to this process's
+*monotonic* clock, which no step of the host's wall clock moves (an offset to the wall clock would turn an NTP step
+of the host into a skew until the next measure). A host within :data:`OFFSET_DEADBAND_MS` of Redis reads its own
+wall clock, exactly as before: a healthy fleet stamps what it did. No I/O here: the measures are given from outside.
 """
 
 from __future__ import annotations
 
 import time
 
-__all__ = ["OFFSET_DEADBAND_MS", "clock_offset_ms", "now_ms", "now_us", "set_clock_offset_ms"]
+__all__ = [
+    "JITTER_MS",
+    "OFFSET_DEADBAND_MS",
+    "clock_offset_ms",
+    "host_ms",
+    "now_ms",
+    "now_us",
+    "on_own_clock",
+    "set_measured",
+]
 
-OFFSET_DEADBAND_MS = 50  # a host's clock this close to Redis's is left as it is
+OFFSET_DEADBAND_MS = 50  # a host's wall clock this close to Redis's is read as it is
+JITTER_MS = 20  # a re-measure this close to the offset in use keeps it (no step of a round trip's noise)
 
-_offset_ms = 0
+_mono_offset_us: int | None = (
+    None  # Redis's clock minus this process's monotonic one; None: the host's is right
+)
 
 
 def now_ms() -> int:
     """Now on the service's clock (Redis's), in Unix milliseconds."""
-    return int(time.time() * 1000) + _offset_ms
+    offset = _mono_offset_us
+    if offset is None:
+        return int(time.time() * 1000)
+    return (time.monotonic_ns() // 1000 + offset) // 1000
 
 
 def now_us() -> int:
     """Now on the service's clock, in Unix microseconds."""
-    return time.time_ns() // 1000 + _offset_ms * 1000
+    offset = _mono_offset_us
+    if offset is None:
+        return time.time_ns() // 1000
+    return time.monotonic_ns() // 1000 + offset
+
+
+def host_ms() -> int:
+    """This host's own wall clock, for what only this host reads (a heartbeat file's age, read by a probe that
+    may not reach Redis)."""
+    return int(time.time() * 1000)
+
+
+def on_own_clock() -> bool:
+    """Whether this process reads its host's wall clock (it is within the dead band of Redis's, or not measured)."""
+    return _mono_offset_us is None
 
 
 def clock_offset_ms() -> int:
-    """What this process adds to its host's clock (0 when within the dead band)."""
-    return _offset_ms
+    """How far the service's clock is from this host's wall clock now (0 on its own clock)."""
+    return 0 if _mono_offset_us is None else now_ms() - host_ms()
 
 
-def set_clock_offset_ms(measured_ms: int) -> int:
-    """Take a measured offset (Redis's clock minus the host's), unless it is within :data:`OFFSET_DEADBAND_MS` of the
-    one in use: returns the offset in use after it."""
-    global _offset_ms
-    if abs(measured_ms - _offset_ms) >= OFFSET_DEADBAND_MS:
-        _offset_ms = 0 if abs(measured_ms) < OFFSET_DEADBAND_MS else measured_ms
-    return _offset_ms
+def set_measured(redis_us: int, wall_us: int, mono_us: int) -> int:
+    """Take one measure (Redis's clock, this host's wall and monotonic clocks, each in µs at the same instant): the
+    host's wall clock within :data:`OFFSET_DEADBAND_MS` of Redis's is read as it is, else Redis's through the
+    monotonic clock (kept when within :data:`JITTER_MS` of the offset in use). Returns the wall clock's offset
+    in ms (Redis minus host)."""
+    global _mono_offset_us
+    wall_offset_ms = round((redis_us - wall_us) / 1000)
+    if abs(wall_offset_ms) < OFFSET_DEADBAND_MS:
+        _mono_offset_us = None
+    else:
+        measured = redis_us - mono_us
+        current = _mono_offset_us
+        if current is None or abs(measured - current) >= JITTER_MS * 1000:
+            _mono_offset_us = measured
+    return wall_offset_ms

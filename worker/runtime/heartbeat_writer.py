@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 
-from worker.core.clock import now_ms
+from worker.core.clock import host_ms
 from worker.runtime import heartbeat_file
 from worker.telemetry.log_privacy import describe_error
 
@@ -28,7 +28,9 @@ log = logging.getLogger(__name__)
 def write_beat(path: str, hostname: str, *, first: bool = False, ready: bool = True) -> None:
     """Write this process's beat into ``path`` (``first``: the process's first, which also clears a drain flag an
     earlier process left); never raises."""
-    beat = heartbeat_file.Beat(hostname, os.getpid(), now_ms(), ready=ready)
+    # the host's own clock: the probe reading this file runs on this host and reads it (a review: a beat on Redis's
+    # clock read 90 s old when fresh on a host 90 s ahead, and the kubelet restarted the worker in a loop)
+    beat = heartbeat_file.Beat(hostname, os.getpid(), host_ms(), ready=ready)
     try:
         (heartbeat_file.start if first else heartbeat_file.write)(path, beat)
     except OSError as exc:  # a full or read-only disk: the probe will say so by the beat's age

@@ -1,10 +1,14 @@
-"""Each process keeps its clock on Redis's (worker/core/clock.py): the offset measured with ``TIME`` when the
-process makes its first store client (:func:`keep_in_sync`, called by the client factories) and every
-:data:`RESYNC_S` after, on a daemon thread of each process (a forked pool child starts its own). The first measure
-is made at once with a short timeout, so a one-shot CLI verb writes on Redis's clock too; a Redis not reachable
-then leaves the offset as it is, and the thread tries again (no thread under ``AGENT_SIGNAL_ENV=test``: a test that
-freezes ``time.time`` would set every later test's offset). A host more than :data:`WARN_OFFSET_MS` off is logged
-(its clock is wrong: fix NTP; the service works on Redis's meanwhile).
+"""Each process keeps its clock on Redis's (worker/core/clock.py): one ``TIME`` when the process makes its first
+store client (:func:`keep_in_sync`, called by the client factories) and every :data:`RESYNC_S` after, on a daemon
+thread of each process (a forked child, a Celery pool child or an app forked after its first client, starts its
+own at its next client). The first measure is made at once with a short timeout, so a one-shot CLI verb writes on
+Redis's clock too; a Redis not reachable then leaves the clock as it is (logged once at WARNING), and the thread
+tries again. No thread under ``AGENT_SIGNAL_ENV=test``: a test that freezes ``time.time`` would set every later
+test's clock. A host more than :data:`WARN_OFFSET_MS` off is logged (its clock is wrong: fix NTP; the service works
+on Redis's meanwhile).
+
+On a Redis Cluster the measure is of the node ``REDIS_CLUSTER_URL`` names: each script reads the clock of the
+primary its slot is on, so the cluster's hosts must agree (NTP), as they must for a failover anyway.
 
 Hand-written: a dozen lines around one ``TIME`` call; NTP clients sync a host, not a process to a server's clock.
 """
@@ -18,10 +22,10 @@ import time
 
 from redis import Redis, RedisError
 
-from worker.core.clock import clock_offset_ms, set_clock_offset_ms
+from worker.core.clock import set_measured
 from worker.settings import Settings
 
-__all__ = ["RESYNC_S", "WARN_OFFSET_MS", "keep_in_sync", "measure_offset_ms"]
+__all__ = ["RESYNC_S", "WARN_OFFSET_MS", "keep_in_sync", "measure"]
 
 RESYNC_S = 60.0
 WARN_OFFSET_MS = 1_000
@@ -29,15 +33,17 @@ MEASURE_TIMEOUT_S = 1.0
 log = logging.getLogger(__name__)
 
 _started_in: int | None = None  # the pid whose thread runs (a forked child starts its own)
+_unread_logged = False  # a Redis whose clock could not be read is logged once per process
 _lock = threading.Lock()
 
 
-def measure_offset_ms(client: Redis) -> int:
-    """Redis's clock minus this host's, in ms, read at the middle of one ``TIME`` round trip."""
-    before = time.time()
+def measure(client: Redis) -> tuple[int, int, int]:
+    """(Redis's clock, this host's wall clock, its monotonic clock), in µs, the host's read at the middle of one
+    ``TIME`` round trip."""
+    wall0, mono0 = time.time_ns(), time.monotonic_ns()
     seconds, micros = client.time()
-    after = time.time()
-    return round(int(seconds) * 1000 + int(micros) / 1000 - (before + after) * 500)
+    wall1, mono1 = time.time_ns(), time.monotonic_ns()
+    return int(seconds) * 1_000_000 + int(micros), (wall0 + wall1) // 2000, (mono0 + mono1) // 2000
 
 
 def keep_in_sync(settings: Settings) -> None:
@@ -48,7 +54,7 @@ def keep_in_sync(settings: Settings) -> None:
             return
         _started_in = os.getpid()
     _sync_once(settings)
-    if settings.env != "test":  # a test freezing time.time must not set another test's offset a minute on
+    if settings.env != "test":
         threading.Thread(target=_loop, args=(settings,), name="clock-sync", daemon=True).start()
 
 
@@ -59,25 +65,27 @@ def _loop(settings: Settings) -> None:
 
 
 def _sync_once(settings: Settings) -> None:
+    global _unread_logged
     client = _short_client(settings)
     try:
-        offset = set_clock_offset_ms(measure_offset_ms(client))
-    except (RedisError, OSError):
-        log.debug("clock: Redis's clock not read; the offset stays %d ms", clock_offset_ms(), exc_info=True)
+        offset_ms = set_measured(*measure(client))
+    except (RedisError, OSError) as exc:
+        if not _unread_logged:
+            _unread_logged = True
+            log.warning("clock: the Redis server's clock was not read (%s); trying again", type(exc).__name__)
         return
     finally:
         client.close()
-    if abs(offset) >= WARN_OFFSET_MS:
+    if abs(offset_ms) >= WARN_OFFSET_MS:
         log.warning(
             "clock: this host's clock is %d ms off the Redis server's; the service uses Redis's. Sync the hosts' "
             "clocks (NTP): see docs/operations.md, Clocks",
-            -offset,
-            extra={"clockOffsetMs": offset},
+            -offset_ms,
+            extra={"clockOffsetMs": offset_ms},
         )
 
 
 def _short_client(settings: Settings) -> Redis:
-    """A client of its own for one ``TIME`` (a node of the cluster is enough: its clock is what its scripts read)."""
+    """A client of its own for one ``TIME``, with a short timeout."""
     url = settings.redis_cluster_url or settings.require_redis_url()
-    timeout = MEASURE_TIMEOUT_S
-    return Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    return Redis.from_url(url, socket_timeout=MEASURE_TIMEOUT_S, socket_connect_timeout=MEASURE_TIMEOUT_S)

@@ -35,12 +35,12 @@ def ahead(monkeypatch: pytest.MonkeyPatch, make_settings: Any) -> Iterator[None]
     real, real_ns = time.time, time.time_ns
     monkeypatch.setattr(time, "time", lambda: real() + AHEAD_MS / 1000)
     monkeypatch.setattr(time, "time_ns", lambda: real_ns() + AHEAD_MS * 10**6)
-    before = clock.clock_offset_ms()
+    before = clock._mono_offset_us
     clock_sync._sync_once(make_settings())
     try:
         yield
     finally:
-        clock._offset_ms = before
+        clock._mono_offset_us = before
 
 
 def test_the_measured_offset_puts_the_host_on_redis_clock(ahead: None, redis_client: Redis) -> None:

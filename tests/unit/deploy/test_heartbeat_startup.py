@@ -162,3 +162,26 @@ def test_a_pool_child_has_a_minute_to_say_it_is_up() -> None:
     app = create_app(Settings(redis_url="redis://127.0.0.1:6379/0", queue_name="q-alive"))
     assert app.conf.worker_proc_alive_timeout == PROC_ALIVE_TIMEOUT_S == 60.0
     assert DEFAULTS["worker_proc_alive_timeout"] < PROC_ALIVE_TIMEOUT_S
+
+
+def test_a_beat_is_dated_by_the_hosts_clock_when_the_service_reads_redis(tmp_path: Path) -> None:
+    """A process whose host is 90 s off Redis reads Redis's clock (worker/core/clock.py); its heartbeat file is read
+    on this host by a probe that may not reach Redis, so the beat keeps the host's clock: a review found a fresh beat
+    read 90 s old, and the kubelet would have restarted the worker in a loop."""
+    import time
+
+    from producers.cli.admin.probe import probe_worker
+    from worker.core import clock
+    from worker.runtime.heartbeat_writer import write_beat
+
+    path = str(tmp_path / "beat.json")
+    host_us = time.time_ns() // 1000
+    before = clock._mono_offset_us
+    clock.set_measured(host_us - 90_000_000, host_us, time.monotonic_ns() // 1000)  # the host 90 s ahead
+    try:
+        assert not clock.on_own_clock()
+        write_beat(path, "w1@host", first=True)
+    finally:
+        clock._mono_offset_us = before
+    code, line = probe_worker(path, 60, time.time(), liveness=True)
+    assert code == 0, line

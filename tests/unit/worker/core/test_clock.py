@@ -1,5 +1,5 @@
-"""The service's clock (worker/core/clock.py): a host's clock plus the offset measured to Redis's, left at 0 within
-the dead band so that a healthy host reads its own clock exactly and a round trip's jitter changes nothing."""
+"""The service's clock (worker/core/clock.py): Redis's, kept as an offset to the monotonic clock when the host's wall
+clock is off it, and the host's own wall clock, exactly, when it is within the dead band."""
 
 from __future__ import annotations
 
@@ -9,31 +9,62 @@ import pytest
 
 from worker.core import clock
 
+S = 1_000_000  # µs
+
 
 @pytest.fixture(autouse=True)
 def _offset_back() -> Iterator[None]:
-    before = clock.clock_offset_ms()
+    before = clock._mono_offset_us
     yield
-    clock._offset_ms = before
+    clock._mono_offset_us = before
 
 
-def test_an_offset_within_the_dead_band_is_not_taken() -> None:
-    clock._offset_ms = 0
-    assert clock.set_clock_offset_ms(clock.OFFSET_DEADBAND_MS - 1) == 0
-    assert clock.set_clock_offset_ms(-(clock.OFFSET_DEADBAND_MS - 1)) == 0
+@pytest.fixture
+def host(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The host's clocks, in µs, set by the test."""
+    now = {"wall": 1_000_045 * S, "mono": 500 * S}
+    monkeypatch.setattr(clock.time, "time", lambda: now["wall"] / S)
+    monkeypatch.setattr(clock.time, "time_ns", lambda: now["wall"] * 1000)
+    monkeypatch.setattr(clock.time, "monotonic_ns", lambda: now["mono"] * 1000)
+    return now
 
 
-def test_a_host_off_by_more_reads_redis_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A host 45 s ahead: its offset is taken, and now_ms/now_us read the host's clock minus 45 s."""
-    clock._offset_ms = 0
-    monkeypatch.setattr(clock.time, "time", lambda: 1_000_045.0)
-    monkeypatch.setattr(clock.time, "time_ns", lambda: 1_000_045 * 10**9)
-    assert clock.set_clock_offset_ms(-45_000) == -45_000
-    assert (clock.now_ms(), clock.now_us()) == (1_000_000_000, 1_000_000_000_000)
+def test_a_host_within_the_dead_band_reads_its_own_wall_clock(host: dict[str, int]) -> None:
+    clock._mono_offset_us = None
+    offset = clock.set_measured(
+        host["wall"] + (clock.OFFSET_DEADBAND_MS - 1) * 1000, host["wall"], host["mono"]
+    )
+    assert offset == clock.OFFSET_DEADBAND_MS - 1 and clock.on_own_clock()
+    assert clock.now_ms() == host["wall"] // 1000
 
 
-def test_a_re_measure_within_jitter_keeps_the_offset_and_a_healed_host_goes_back_to_zero() -> None:
-    clock._offset_ms = 0
-    clock.set_clock_offset_ms(-45_000)
-    assert clock.set_clock_offset_ms(-45_020) == -45_000  # one round trip's jitter: no step of 20 ms
-    assert clock.set_clock_offset_ms(-3) == 0  # NTP fixed the host
+def test_a_host_45_s_ahead_reads_redis_time_and_a_later_step_of_its_wall_clock_changes_nothing(
+    host: dict[str, int],
+) -> None:
+    """A review: an offset to the wall clock turned the host's NTP step back into a 45 s skew until the next
+    measure. Kept against the monotonic clock, the step moves nothing."""
+    redis = 1_000_000 * S
+    assert clock.set_measured(redis, host["wall"], host["mono"]) == -45_000
+    assert (clock.now_ms(), clock.now_us()) == (redis // 1000, redis)
+    host["wall"] -= 45 * S  # NTP steps the host back to the right time
+    host["wall"] += 2 * S  # two seconds pass
+    host["mono"] += 2 * S
+    assert clock.now_ms() == (redis + 2 * S) // 1000
+    assert clock.clock_offset_ms() == 0  # the host's wall clock agrees with Redis's now
+
+
+def test_a_re_measure_within_jitter_keeps_the_offset(host: dict[str, int]) -> None:
+    redis = 1_000_000 * S
+    clock.set_measured(redis, host["wall"], host["mono"])
+    kept = clock._mono_offset_us
+    clock.set_measured(redis + (clock.JITTER_MS - 1) * 1000, host["wall"], host["mono"])
+    assert clock._mono_offset_us == kept  # no step of a round trip's noise
+    clock.set_measured(redis + 5 * S, host["wall"], host["mono"])  # Redis's clock moved (a failover)
+    assert clock.now_ms() == (redis + 5 * S) // 1000
+
+
+def test_a_healed_host_goes_back_to_its_own_clock(host: dict[str, int]) -> None:
+    clock.set_measured(1_000_000 * S, host["wall"], host["mono"])
+    assert not clock.on_own_clock()
+    clock.set_measured(host["wall"] + 3000, host["wall"], host["mono"])
+    assert clock.on_own_clock() and clock.now_ms() == host["wall"] // 1000
