@@ -56,7 +56,7 @@ from sessions.function_store import ContentionError
 from sessions.functions import FunctionDef, load_function_dir
 from sessions.settings import session_limit_settings
 from sessions.store import SessionFull, SessionGone, SessionLimits
-from worker.core.errors import OverLimit
+from worker.core.errors import OverLimit, TenantDeleted
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.intake.source_event import InvalidEvent, StoreUnavailable
 from worker.settings import Settings, plugin_settings
@@ -229,6 +229,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         if exc.retry_after_s > 0:
             response.headers["Retry-After"] = str(exc.retry_after_s)
         return response
+
+    @app.exception_handler(TenantDeleted)
+    async def tenant_deleted(_: Request, exc: TenantDeleted) -> JSONResponse:
+        """An admission for a tenant deleted since its caller was let in (its keys revoked meanwhile)."""
+        return error_response(410, "tenant_deleted", str(exc), exc.field)
 
     @app.exception_handler(InvalidEvent)
     async def invalid_event(_: Request, exc: InvalidEvent) -> JSONResponse:

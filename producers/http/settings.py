@@ -17,7 +17,7 @@ from pydantic_settings import SettingsConfigDict
 
 from worker.settings import ENV_PREFIX, PluginSettings, Settings, plugin_settings
 
-__all__ = ["DoorSettings", "door_settings"]
+__all__ = ["DoorSettings", "deletion_settle_ms", "door_settings"]
 
 
 DEFAULT_BODY_BYTES_IN_FLIGHT = 32 * 1024 * 1024
@@ -128,6 +128,15 @@ class DoorSettings(PluginSettings):
                 "'loopback' was removed (behind a proxy every caller is loopback): use always or never"
             )
         return value
+
+
+def deletion_settle_ms(settings: Settings, door: DoorSettings) -> int:
+    """How long a tenant's deletion waits after its last revoke before a pass that finds nothing ends it
+    (worker/ops/tenant_deletion.py): a request let in before the revoke (:attr:`DoorSettings.revoke_settle_ms`),
+    and work begun before the tenant's tombstone was seen: a drain under its lease, a relay under its claim."""
+    margin_ms = int(REVOKE_SETTLE_MARGIN_S * 1000)
+    engine_ms = max(int(settings.lease_ttl_s * 1000), settings.outbox_lease_ms) + margin_ms
+    return max(door.revoke_settle_ms, engine_ms)
 
 
 def door_settings(settings: Settings) -> DoorSettings:

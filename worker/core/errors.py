@@ -29,6 +29,7 @@ __all__ = [
     "QuotaSettings",
     "RetryLater",
     "SkipEvent",
+    "TenantDeleted",
 ]
 
 
@@ -96,6 +97,19 @@ class QuotaSettings(Protocol):
     tenant_max_bytes: int
     user_max_bytes: int
     user_max_events: int
+
+
+class TenantDeleted(Exception):
+    """An admission for a tenant that was deleted (worker/ops/tenant_deletion.py): nothing is stored for it until a
+    key is made for its name again (the door answers 410 ``tenant_deleted`` naming ``tenant``)."""
+
+    field = "tenant"
+
+    def __init__(self, tenant: str) -> None:
+        super().__init__(
+            f"tenant {tenant!r} was deleted: nothing is stored for it until a key is made for it again"
+        )
+        self.tenant = tenant
 
 
 class OverLimit(Exception):

@@ -68,6 +68,12 @@ class EngineWide:
         return f"{self.prefix}{{credentials}}:tenant-deletion-lock:{tenant}"
 
     @property
+    def tenants_deleted(self) -> str:
+        """Tenants deleted, or being deleted (hash: tenant -> the deletion's start, ms): background work of one is
+        dropped (worker/store/deleted_tenants.py); a key made for the name again takes it out."""
+        return f"{self.prefix}{{credentials}}:tenants-deleted"
+
+    @property
     def tenant_deletions(self) -> str:
         """The audit of deleted tenants (stream): the tenant's own trails go with it."""
         return f"{self.prefix}{{credentials}}:tenant-deletions"

@@ -20,9 +20,21 @@ class LimitKeys(TenantSlots):
         return f"{self.prefix}ratelimit:{{{self.tenant}}}:{credential_id}"
 
     @property
-    def rate_pattern(self) -> str:
-        """A SCAN pattern for the tenant's rate buckets: its own and every credential's (a tenant's deletion)."""
-        return f"{glob_escaped(f'{self.prefix}ratelimit:{{{self.tenant}}}')}*"
+    def deletion_pattern(self) -> str:
+        """A SCAN pattern matching every key of the tenant (its slots and its rate buckets), and more: a key is
+        the tenant's when :meth:`stored_by_tenant` says so (a tenant's deletion walks the keyspace once)."""
+        return f"{glob_escaped(self.prefix)}*{{{self.tenant}[}}.]*"
+
+    def stored_by_tenant(self, key: str) -> bool:
+        """Whether ``key`` is one of the tenant's: its home slot, any of its buckets (whatever their count), its
+        rate buckets (its own and its credentials')."""
+        return key.startswith(
+            (
+                f"{self.prefix}t:{{{self.tenant}}}",
+                f"{self.prefix}t:{{{self.tenant}.",
+                f"{self.prefix}ratelimit:{{{self.tenant}}}",
+            )
+        )
 
     @property
     def tenant_rate_bucket(self) -> str:

@@ -149,6 +149,9 @@ def stage_create(
                 pipe.sadd(keys.api_keys_of(tenant), key_id)
                 pipe.sadd(active, key_id)
                 pipe.incr(keys.api_keys_indexed)
+                pipe.hdel(
+                    keys.tenants_deleted, tenant
+                )  # a deleted tenant's name, used again: its own from now
                 pipe.execute()
                 return
             except WatchError:

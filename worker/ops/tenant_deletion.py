@@ -4,7 +4,7 @@
 A platform that offboards a customer needs every trace of it gone, not only its users one by one. Every key a
 tenant's data lives under matches one SCAN pattern (``Keys.tenant_pattern``: its home slot and its scope
 buckets), so the deletion is a walk of the keyspace (each primary in turn on a cluster) that unlinks what it
-finds, after three steps that stop new writes:
+finds, after four steps that stop new writes:
 
 1. **A marker** (``Keys.tenant_deletion``, in the ``{credentials}`` slot) says the tenant is being deleted: while it
    exists no key of the tenant is made (:meth:`CredentialStore.create` refuses, checked under WATCH with the
@@ -15,15 +15,23 @@ finds, after three steps that stop new writes:
    acts for tenant ``default``, which is therefore never deleted here: its users are erased one by one.
 3. **Its scopes leave fair share** (its ready list, its place in the ring): no drain_next message pops one again.
 
+4. **It is tombstoned** (``Keys.tenants_deleted``, kept after the deletion): work already on its way for it (a
+   drain message on the broker, a plugin task such as an agent run, a journal or outbox record, the reconcile
+   sweep's finds, a plugin's admission) is dropped where it starts (worker/store/deleted_tenants.py), within a
+   couple of seconds of the first call; a deletion waits while an erasure of one of its users runs.
+
 Then the walk. A drain under way in one of its scopes loses its lease, fence, inbox and event: its renewal finds
 them gone and its commit is refused (worker/store/lua/commit.lua checks the lease), so nothing is applied after
-the walk passed; what a request authenticated just before the revoke writes, or a request authenticated just before the revoke writes, is found by
-the next pass. The deletion is **done** when one whole pass found nothing and began at least ``settle_ms`` after
-the last revoke: the web's auth cache window plus its body timeout (a request authenticated before the revoke
-may still be reading its body), which the caller passes. Then the tenant's key records and indexes go too (their
-ids stay in the global set that says "credentials are configured"), the marker goes, and one entry is added to
-the engine-wide ``Keys.tenant_deletions`` stream (the tenant's own audit trails are gone with it): who, when,
-how many keys revoked and Redis keys removed. The tenant's name may then be used again, from nothing.
+the walk passed; what a request authenticated just before the revoke writes is found by the next pass. The
+deletion is **done** when one whole pass found nothing and began at least ``settle_ms`` after the last revoke (and
+3 s after the first call: every process has read the tombstone by then):
+the caller's door settings (the auth cache window plus the body timeout: a request authenticated before the revoke
+may still be reading its body) and the engine's (a lease's TTL, an outbox claim's lease: work begun before the
+tombstone was seen). Then the tenant's key records and indexes go too (their ids stay in the global set that says
+"credentials are configured"), the marker goes, and one entry is added to the engine-wide
+``Keys.tenant_deletions`` stream (the tenant's own audit trails are gone with it): who, when, how many keys
+revoked and Redis keys removed. The tenant's name may then be used again, from nothing: a key made for it takes
+it out of the tombstones.
 
 Each call works for at most ``budget_s`` and keeps its place (the walk's cursors, its counts) in the marker, so a
 tenant of millions of keys is deleted by calls that each answer within an HTTP request's time: the caller repeats
@@ -32,10 +40,9 @@ until ``state`` is ``done`` (the CLI does, showing progress). One call at a time
 is harmless: a tenant with nothing stored is done at once (after the settle window its first call starts).
 
 Left as they are: the name in the engine-wide ``tenants`` set (a process that registered it once does not add it
-again, and the reconcile sweep walks that set: a tenant name used again must be found); rate buckets of its user
-tokens (they expire when idle, within a refill); what a process holds in memory (its metric series labelled with
-the tenant, until it restarts); broker messages already published (a drain_next message finds no scope of it; an
-agent run's message finds its origin gone); and backups of the store, which are the operator's to age out.
+again, and the reconcile sweep walks that set: a tenant name used again must be found) and in the tombstones;
+what a process holds in memory (its metric series labelled with the tenant, until it restarts); and backups of
+the store, which are the operator's to age out.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ from worker.ops.audit import AUDIT_MAXLEN, log_audit
 from worker.ops.credentials import CredentialError, CredentialStore
 from worker.ops.key_index import tenant_key_ids
 from worker.store.client import is_cluster
+from worker.store.deleted_tenants import REFRESH_S
 
 __all__ = [
     "DEFAULT_BUDGET_S",
@@ -67,6 +75,8 @@ __all__ = [
 SCAN_COUNT = 1_000  # keys a SCAN page looks at
 UNLINK_BATCH = 500  # keys unlinked per round trip
 DEFAULT_BUDGET_S = 10.0  # how long one call walks before it answers "running" (an HTTP request's share)
+# every process has read the tombstone this long after the first call (its cache refreshes every REFRESH_S)
+TOMBSTONE_SEEN_MS = int((REFRESH_S + 1) * 1000)
 LOCK_MARGIN_S = 30.0  # the call lock outlives the budget by this (a call that crashed frees it then)
 log = logging.getLogger(__name__)
 
@@ -74,12 +84,13 @@ State = Literal["running", "done"]
 
 
 class DeletionRunning(Exception):
-    """Another call is deleting this tenant: try again in ``retry_after_s`` (whole seconds, ≥ 1)."""
+    """Another call is deleting this tenant, or one of its users is being erased: try again in ``retry_after_s``
+    (whole seconds, ≥ 1)."""
 
-    def __init__(self, tenant: str, retry_after_s: int) -> None:
-        super().__init__(
-            f"a deletion of tenant {tenant!r} is running in another call; retry in {retry_after_s}s"
-        )
+    def __init__(
+        self, tenant: str, retry_after_s: int, what: str = "a deletion of it is running in another call"
+    ) -> None:
+        super().__init__(f"tenant {tenant!r}: {what}; retry in {retry_after_s}s")
         self.retry_after_s = retry_after_s
 
 
@@ -149,9 +160,14 @@ def _one_call(
 ) -> DeletionProgress:
     marker = keys.tenant_deletion(tenant)
     now_ms = credentials.server_ms()
-    begin = client.pipeline(transaction=True)
+    if (
+        erasing_ms := int(client.pttl(keys.for_tenant(tenant).erasure_lock))
+    ) > 0:  # its last write would follow
+        raise DeletionRunning(tenant, -(-erasing_ms // 1000), "an erasure of one of its users is running")
+    begin = client.pipeline(transaction=True)  # one {credentials} slot
     begin.hsetnx(marker, "startedAt", now_ms)
     begin.hsetnx(marker, "actor", actor)
+    begin.hsetnx(keys.tenants_deleted, tenant, now_ms)  # its work on the way is dropped from now on
     begin.execute()
     revoked, revoked_at_ms = _revoke_all(
         credentials, keys, tenant, actor
@@ -167,14 +183,15 @@ def _one_call(
     while True:
         if state.cursors is None:  # a new pass
             state.cursors, state.pass_started_ms, state.pass_found = {}, credentials.server_ms(), 0
-        finished, found = _walk(client, tenant_keys.tenant_pattern, state.cursors, deadline, clock)
+        finished, found = _walk(client, tenant_keys, state.cursors, deadline, clock)
         removed += found
         state.pass_found += found
         state.removed_total += found
         if not finished:
             _save(client, marker, state)
             return state.progress(tenant, revoked, removed, retry_after_s=1)
-        if state.pass_found == 0 and state.pass_started_ms >= state.revoked_at_ms + settle_ms:
+        settled_ms = max(state.revoked_at_ms + settle_ms, state.started_at_ms + TOMBSTONE_SEEN_MS)
+        if state.pass_found == 0 and state.pass_started_ms >= settled_ms:
             _finish(client, keys, tenant, actor, state, credentials.server_ms())
             return DeletionProgress(
                 tenant, "done", state.started_at_ms, revoked, removed, state.removed_total, 0
@@ -182,7 +199,7 @@ def _one_call(
         state.cursors = None
         if state.pass_found == 0:  # nothing left, but a request let in before the revoke may still write
             _save(client, marker, state)
-            wait_ms = state.revoked_at_ms + settle_ms - credentials.server_ms()
+            wait_ms = settled_ms - credentials.server_ms()
             return state.progress(tenant, revoked, removed, retry_after_s=max(1, -(-wait_ms // 1000)))
         if clock() >= deadline:
             _save(client, marker, state)
@@ -250,9 +267,12 @@ def _revoke_all(credentials: CredentialStore, keys: Keys, tenant: str, actor: st
 
 
 def _walk(
-    client: Redis, pattern: str, cursors: dict[str, int], deadline: float, clock: Callable[[], float]
+    client: Redis, tenant: Keys, cursors: dict[str, int], deadline: float, clock: Callable[[], float]
 ) -> tuple[bool, int]:
-    """Go on with the pass from ``cursors`` (updated in place) until it ends or the deadline: (ended, unlinked)."""
+    """Go on with the pass from ``cursors`` (updated in place) until it ends or the deadline: (ended, unlinked).
+    One pattern finds the tenant's slots and its rate buckets; a key it matches that is another's (a scope key
+    of another tenant that holds ``{<tenant>}``) is left."""
+    pattern = tenant.deletion_pattern
     cluster: Any = client if is_cluster(client) else None
     nodes: list[Any] = [None] if cluster is None else cluster.get_primaries()
     removed = 0
@@ -267,7 +287,7 @@ def _walk(
             else:
                 answers, found = cluster.scan(cursor, match=pattern, count=SCAN_COUNT, target_nodes=node)
                 cursor = answers[node.name]
-            removed += _unlink(client, [str(k) for k in found])
+            removed += _unlink(client, [str(k) for k in found if tenant.stored_by_tenant(str(k))])
             cursors[name] = int(cursor) if cursor else -1
             if not cursor:
                 break
@@ -287,7 +307,8 @@ def _unlink(client: Redis, found: list[str]) -> int:
 
 
 def _finish(client: Redis, keys: Keys, tenant: str, actor: str, state: _WalkState, now_ms: int) -> None:
-    """The tenant's key records and indexes, its rate buckets and the marker go; the deletion is audited."""
+    """The tenant's key records and indexes and the marker go (its rate buckets went with the walk); the deletion
+    is audited. Its name stays in ``Keys.tenants_deleted``."""
     ids = sorted(str(i) for i in client.smembers(keys.api_keys_of(tenant)))
     pipe = client.pipeline(transaction=False)  # one {credentials} slot
     for key_id in ids:
@@ -295,10 +316,6 @@ def _finish(client: Redis, keys: Keys, tenant: str, actor: str, state: _WalkStat
     pipe.unlink(keys.api_keys_of(tenant))  # one key a command: a cluster's pipeline takes no multi-key UNLINK
     pipe.unlink(keys.active_api_keys_of(tenant))
     pipe.execute()
-    cursors: dict[
-        str, int
-    ] = {}  # the rate buckets (its own, its keys', its user tokens'): idle ones expire anyway
-    _walk(client, keys.for_tenant(tenant).rate_pattern, cursors, float("inf"), time.monotonic)
     entry: dict[Any, Any] = {
         "action": "tenant.delete",
         "actor": state.started_by,

@@ -147,7 +147,11 @@ class OutboxRelay:
         ``batch`` journal records in order; returns how many were delivered (with ``concurrency`` above 1, how
         many were claimed: the pool delivers them after this returns)."""
         # the default tenant always: its records may predate the tenants set (an upgrade), as migrate assumes
-        every = [k for t in sorted({*self.store.known_tenants(), DEFAULT_TENANT}) for k in self._buckets(t)]
+        tenants = {*self.store.known_tenants(), DEFAULT_TENANT}
+        deleted = (
+            self.store.deleted_tenants.deleted
+        )  # their records are not delivered, nor their journal applied
+        every = [k for t in sorted(tenants) if not deleted(t) for k in self._buckets(t)]
         done = 0
         # the journal first: its records are writes to this Redis (receipts, follow-ups), quick
         if self.store.keys.buckets > 1:

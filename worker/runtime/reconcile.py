@@ -43,6 +43,8 @@ def reconcile(
     walk saw one moving slot fail the whole sweep)."""
     published: list[str] = []
     for tenant in sorted({*store.known_tenants(), DEFAULT_TENANT}):
+        if store.deleted_tenants.deleted(tenant):  # its scopes are not made ready again
+            continue
         try:
             published += _reconcile_tenant(store, store.keys.for_tenant(tenant), publish, stale_after_ms)
         except RedisError as exc:

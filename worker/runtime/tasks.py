@@ -108,6 +108,12 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
         pipeline, runtime = process.pipeline, process.runtime
         settings = runtime.settings
         most = task.max_attempts or settings.max_attempts
+        tenant = payload.get("tenant")
+        if isinstance(tenant, str) and pipeline.store.deleted_tenants.deleted(
+            tenant
+        ):  # an agent run queued before
+            log.info("task %s of a deleted tenant dropped", task.name, extra={"tenant": tenant})
+            return
         if isinstance(burial, str):  # it failed for good, and so did its dead hook: the burial alone, again
             _bury_or_retry(self, task, runtime, pipeline, payload, burial, most, burials)
             return
@@ -281,6 +287,8 @@ def drain_ref(
     the scope pops the next one (drain_ready). None when the drain failed (logged and counted here)."""
     process = _state.get()
     pipeline = process.pipeline
+    if acquired is None and _of_a_deleted_tenant(pipeline, ref):  # a message on the broker from before it
+        return None
     try:
         outcome = pipeline.ctx.full_wait("acquire").call(
             lambda: pipeline.drain(ref, holder=holder, acquired=acquired, then_pop=then_pop)
@@ -303,6 +311,19 @@ def drain_ref(
         # it; if nobody does, this follow-up will, once the holder's lease has run out.
         republish(ref, countdown_s=1.0)
     return outcome
+
+
+def _of_a_deleted_tenant(pipeline: Pipeline, ref: str) -> bool:
+    """Whether ``ref``'s tenant was deleted (worker/store/deleted_tenants.py): its drain is dropped, with no lease
+    taken (a grant would write the scope's fence back, 7 days of a key naming a scope of it)."""
+    try:
+        tenant = split_scope_ref(ref)[0]
+    except BadTenant:
+        return False  # the drain says so
+    if not pipeline.store.deleted_tenants.deleted(tenant):
+        return False
+    log.info("drain of a deleted tenant's scope dropped", extra={"tenant": tenant})
+    return True
 
 
 def _slot_moving(exc: RedisError) -> bool:
@@ -354,6 +375,8 @@ def drain_due(app: Any, queue: str, ref: str, holder: str = "") -> int | None:
         tenant = split_scope_ref(ref)[0]
     except BadTenant:
         log.error("drain of a malformed scope ref dropped", extra={"scopeRef": ref})
+        return None
+    if _of_a_deleted_tenant(pipeline, ref):  # a retry's delayed drain from before it: not made ready again
         return None
     try:
         pipeline.ctx.full_wait("push").call(lambda: process.fair.push_due(ref))

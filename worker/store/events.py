@@ -22,7 +22,7 @@ from redis.exceptions import MovedError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.core.clock import now_ms
-from worker.core.errors import EventOfAnotherUser, GuardErased, OverLimit
+from worker.core.errors import EventOfAnotherUser, GuardErased, OverLimit, TenantDeleted
 from worker.core.replication import NotReplicated
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.documents.chain_codec import encode_chain
@@ -44,6 +44,7 @@ from worker.store.calls import (
     UserEvents,
 )
 from worker.store.client import is_cluster
+from worker.store.deleted_tenants import DeletedTenants
 from worker.store.journal import journal_followups, journaled
 from worker.store.quotas import quota_args, stored_bytes_checks
 from worker.store.reads import StoreReads
@@ -122,6 +123,7 @@ class EventStore(StoreReads):
         self._grant_ttl_ms = int(settings.lease_ttl_s * 1000) if leases_at_enqueue(settings) else 0
         self.scripts = Scripts.register(client)
         self._registered: set[str] = set()  # tenants this process has added to the tenants set
+        self.deleted_tenants = DeletedTenants(client, self.keys)  # checked by each admission and each drain
 
     def tenant_keys(self, tenant: str) -> Keys:
         """``tenant``'s key builder (checked: a tenant name is a key part)."""
@@ -186,6 +188,10 @@ class EventStore(StoreReads):
         tenant = events[0].tenant
         if any(ev.tenant != tenant for ev in events):
             raise ValueError("one enqueue holds one tenant's events")
+        if self.deleted_tenants.deleted(
+            tenant
+        ):  # a plugin's admission, a producer of its own (the door refused)
+            raise TenantDeleted(tenant)
         k = self.tenant_keys(tenant)
         self.register_tenant(tenant)
         if k.buckets <= 1:

@@ -18,7 +18,7 @@ from typing import Any
 
 from producers.cli.console.table import print_json
 from producers.cli.reach.stack import join_stack
-from producers.cli.reach.target import Api, CliError, add_target_options, resolve_target
+from producers.cli.reach.target import Api, Busy, CliError, add_target_options, resolve_target
 
 __all__ = ["add_tenants_command"]
 
@@ -47,7 +47,16 @@ def _until_done(
     (the whole run's, not the last call's)."""
     revoked = removed = 0
     while True:
-        answer = call()
+        try:
+            answer = call()
+        except Busy as busy:  # another call holds the tenant (or an erasure of one of its users runs)
+            print(
+                f"agent-signal tenants delete: {busy}; again in {busy.retry_after_s}s",
+                file=sys.stderr,
+                flush=True,
+            )
+            sleep(max(1, busy.retry_after_s))
+            continue
         _progress(answer)
         revoked, removed = revoked + int(answer["keysRevoked"]), removed + int(answer["removed"])
         if answer["state"] == "done":
@@ -66,7 +75,7 @@ def _delete_http(args: argparse.Namespace) -> int:
 
 
 def _delete_direct(args: argparse.Namespace) -> int:
-    from producers.http.settings import door_settings
+    from producers.http.settings import deletion_settle_ms, door_settings
     from worker.keys.layout import Keys
     from worker.ops.credentials import CredentialError, CredentialStore
     from worker.ops.tenant_deletion import DeletionRunning, delete_tenant
@@ -84,12 +93,12 @@ def _delete_direct(args: argparse.Namespace) -> int:
     def one_call() -> dict[str, Any]:
         try:
             progress = delete_tenant(
-                client, keys, store, args.tenant, actor="cli", settle_ms=door.revoke_settle_ms
+                client, keys, store, args.tenant, actor="cli", settle_ms=deletion_settle_ms(settings, door)
             )
         except CredentialError as exc:
             raise CliError(f"TENANT: {exc}") from None
         except DeletionRunning as exc:
-            raise CliError(str(exc), exit_code=1) from None
+            raise Busy(str(exc), exc.retry_after_s) from None
         return progress.public()
 
     try:

@@ -47,6 +47,7 @@ from worker.outbox.deadline import Deadline, deadline_transport, send_within
 __all__ = [
     "HTTP_TIMEOUT_S",
     "Api",
+    "Busy",
     "CliError",
     "Target",
     "add_target_options",
@@ -76,6 +77,15 @@ class CliError(Exception):
         super().__init__(message)
         self.exit_code = exit_code
         self.maybe_stored = maybe_stored
+
+
+class Busy(CliError):
+    """A 429: the server asks to be called again in ``retry_after_s`` (its ``Retry-After``; 1 when it gives none).
+    Exit 1 for a verb that does not wait for it."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message, exit_code=1)
+        self.retry_after_s = retry_after_s
 
 
 STACK_VIA = "the stack file"  # Target.via of the stack's URL (followed by the file's path)
@@ -413,6 +423,9 @@ class Api:
             line = http_error_message(response, had_token=bool(self.target.token))
             if response.status_code == 401 and not self.target.token and self.target.from_stack:
                 line += f" ({STACK_LOCKED_HINT})"
+            if response.status_code == 429:
+                wait = response.headers.get("retry-after", "")
+                raise Busy(line, int(wait) if wait.isdigit() else 1)
             raise CliError(line, exit_code=1)
         try:
             answer = json_object(response, "a JSON object")

@@ -6,6 +6,7 @@ and values are as they were."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,9 +17,11 @@ from redis import Redis
 
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
+from tests.support.policies import REFUSE_TASK
+from worker.core.errors import TenantDeleted
 from worker.keys.layout import BucketKeys, Keys
 from worker.ops.credentials import CredentialError, CredentialStore
-from worker.ops.tenant_deletion import DeletionRunning, delete_tenant
+from worker.ops.tenant_deletion import DeletionProgress, DeletionRunning, delete_tenant
 
 pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
@@ -37,6 +40,18 @@ def stack(make_settings: Any, start_worker: Any) -> Iterator[TestClient]:
     start_worker(settings)
     with TestClient(create_web_app(settings)) as client:
         yield client
+
+
+def until_done(client: Redis, keys: Keys, tenant: str, *, settle_ms: int = 0) -> DeletionProgress:
+    """Calls of the deletion until it is done (at least 3 s after its first: every process has read its
+    tombstone), waiting what each says; the last answer with ``removed`` and ``keys_revoked`` summed."""
+    store, revoked, removed = CredentialStore(client, keys), 0, 0
+    while True:
+        step = delete_tenant(client, keys, store, tenant, actor="test", settle_ms=settle_ms)
+        revoked, removed = revoked + step.keys_revoked, removed + step.removed
+        if step.state == "done":
+            return dataclasses.replace(step, keys_revoked=revoked, removed=removed)
+        time.sleep(step.retry_after_s)
 
 
 def _admin(client: TestClient, tenant: str) -> dict[str, str]:
@@ -151,8 +166,7 @@ def test_deleting_a_tenant_leaves_nothing_of_it_and_everything_of_another(
     )
 
     # the settle window waited out (as a later call would): a pass that finds nothing ends it
-    store = CredentialStore(redis_client, keys)
-    done = delete_tenant(redis_client, keys, store, GONE, actor="test", settle_ms=0)
+    done = until_done(redis_client, keys, GONE)
     assert (done.state, done.keys_revoked, done.removed) == ("done", 0, 0), done
     assert done.removed_total == answer["removedTotal"]
     assert not redis_client.exists(keys.tenant_deletion(GONE))
@@ -174,6 +188,8 @@ def test_deleting_a_tenant_leaves_nothing_of_it_and_everything_of_another(
     assert stack.get("/v1/receipts", params={"userId": f"{KEPT}-user"}, headers=auth[KEPT]).json()["receipts"]
     again = _admin(stack, GONE)
     assert stack.get("/v1/events", headers=again).json()["events"] == []
+    assert not redis_client.hexists(keys.tenants_deleted, GONE)  # the key made for it took it out
+    _populate(stack, GONE, again)  # its events are taken again
 
 
 def test_the_deletion_waits_out_the_settle_window_and_runs_one_call_at_a_time(
@@ -199,10 +215,10 @@ def test_the_deletion_waits_out_the_settle_window_and_runs_one_call_at_a_time(
     with pytest.raises(CredentialError) as default:
         delete_tenant(redis_client, keys, store, "default", actor="test", settle_ms=0)
     assert default.value.field == "tenant"
-    done = delete_tenant(redis_client, keys, store, "gamma", actor="test", settle_ms=0)
+    done = until_done(redis_client, keys, "gamma")
     assert (done.state, done.removed_total) == ("done", 3)
-    never = delete_tenant(redis_client, keys, store, "never-was", actor="test", settle_ms=3_600_000)
-    assert (never.state, never.removed_total) == ("done", 0)  # nothing was ever revoked: nothing to wait for
+    never = until_done(redis_client, keys, "never-was", settle_ms=3_600_000)
+    assert (never.state, never.removed_total) == ("done", 0)  # nothing was ever revoked: no settle to wait
 
 
 def test_drains_under_way_in_a_deleted_tenant_write_nothing_after_it(
@@ -233,14 +249,21 @@ def test_drains_under_way_in_a_deleted_tenant_write_nothing_after_it(
             {"sourceType": "test.fanout", "sourceId": f"c{i}", "scopeKey": f"topic:s{i % 30}", "payload": {}}
             for i in range(300)
         )
-        store = CredentialStore(redis_client, keys)
         # a short settle window: a journal record a relay claimed before the deletion lands within it
-        while (
-            step := delete_tenant(redis_client, keys, store, "delta", actor="t", settle_ms=2_000)
-        ).state != "done":
-            time.sleep(step.retry_after_s)
+        step = until_done(redis_client, keys, "delta", settle_ms=2_000)
         assert step.removed_total > 300  # the queued events, their inboxes and indexes, the held one's
         redis_client.set(go, "1")  # the gate opens: the handler returns, its drain commits
+        # work queued for it before: a retry's delayed drain, a plugin task naming it (an agent run's kind), and
+        # an admission of its own (a plugin's, a producer's), each dropped or refused
+        queue = settings.queue_name
+        producer.app.send_task("agent_signal.drain", args=["delta/topic:s1"], queue=queue)
+        for tenant in ("delta", "omega"):
+            producer.app.send_task(REFUSE_TASK, args=[{"tenant": tenant, "text": tenant}], queue=queue)
+        producer.store.deleted_tenants._until = 0.0  # its cache refreshed, as it is every 2 s
+        with pytest.raises(TenantDeleted):
+            delta.enqueue(
+                {"sourceType": "test.fanout", "sourceId": "late", "scopeKey": "topic:late", "payload": {}}
+            )
         last = other.enqueue(
             {"sourceType": "test.fanout", "sourceId": "after", "scopeKey": "topic:after", "payload": {}}
         )
@@ -248,10 +271,13 @@ def test_drains_under_way_in_a_deleted_tenant_write_nothing_after_it(
             lambda: (status := other.status(last.event_id)) is not None and status["status"] == "done",
             what="another tenant's event",
         )
+        refused = Keys(prefix).for_tenant("default").home_prefix + "test:refused"
+        wait_for(lambda: redis_client.get(refused) == "1", what="omega's task, sent after delta's")
     finally:
         producer.close()
     redis_client.delete(go)  # the test's own gate
     assert _dump(redis_client, gone.tenant_pattern) == {}
+    assert redis_client.get(refused) == "1"  # delta's task, one child before omega's, never ran
 
 
 def test_the_cli_asks_for_yes_then_deletes_straight_in_redis(

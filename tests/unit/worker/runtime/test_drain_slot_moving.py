@@ -16,6 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from worker.keys.layout import EngineKeys
 from worker.runtime import state, tasks
 from worker.store.client import SlotMoving
+from worker.store.deleted_tenants import DeletedTenants
 
 REF = "acme/topic:a"
 
@@ -43,7 +44,9 @@ def drains(redis_client: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch) ->
     pipeline: Any = SimpleNamespace(
         ctx=SimpleNamespace(full_wait=lambda _what: run),
         keys=EngineKeys(prefix),
-        store=SimpleNamespace(client=redis_client),
+        store=SimpleNamespace(
+            client=redis_client, deleted_tenants=DeletedTenants(redis_client, EngineKeys(prefix))
+        ),
     )
     fair: Any = SimpleNamespace(publish=lambda ref, countdown_s: run.published.append((ref, countdown_s)))
     with state.installed(lambda: state.WorkerProcess(pipeline, fair, None)):  # type: ignore[arg-type]
