@@ -55,13 +55,20 @@ def _openapi_url(request: Request) -> str:
     return _root(request) + str(request.app.openapi_url or "/openapi.json")
 
 
+def _with_lang(page: HTMLResponse) -> HTMLResponse:
+    """FastAPI's page with ``<html lang="en">``: its bare ``<html>`` names no language, so a screen reader
+    guesses how to pronounce it (WCAG 3.1.1)."""
+    html = bytes(page.body).decode().replace("<html>", '<html lang="en">', 1)
+    return HTMLResponse(html, status_code=page.status_code)
+
+
 def install_docs(app: FastAPI) -> None:
     """Register ``/docs``, ``/redoc`` and ``/docs-assets/{name}`` on ``app`` (see the module docstring)."""
 
     @app.get(DOCS_PATH, include_in_schema=False, dependencies=[Depends(ops_access)])
     def swagger_ui(request: Request) -> HTMLResponse:
         assets = _root(request) + ASSETS_PATH
-        return get_swagger_ui_html(
+        page = get_swagger_ui_html(
             openapi_url=_openapi_url(request),
             title=f"{app.title} - Swagger UI",
             swagger_js_url=f"{assets}/swagger-ui-bundle.js",
@@ -70,17 +77,19 @@ def install_docs(app: FastAPI) -> None:
             oauth2_redirect_url=None,
             swagger_ui_parameters=SWAGGER_PARAMETERS,
         )
+        return _with_lang(page)
 
     @app.get(REDOC_PATH, include_in_schema=False, dependencies=[Depends(ops_access)])
     def redoc(request: Request) -> HTMLResponse:
         assets = _root(request) + ASSETS_PATH
-        return get_redoc_html(
+        page = get_redoc_html(
             openapi_url=_openapi_url(request),
             title=f"{app.title} - ReDoc",
             redoc_js_url=f"{assets}/redoc.standalone.js",
             redoc_favicon_url=f"{assets}/favicon.png",
             with_google_fonts=False,
         )
+        return _with_lang(page)
 
     @app.get(ASSETS_PATH + "/{name}", include_in_schema=False, dependencies=[Depends(public)])
     def docs_asset(name: str) -> Response:
