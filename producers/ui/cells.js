@@ -7,11 +7,17 @@
 // `badge` and `runLink` are what many cells hold (a status, a link to a run).
 "use strict";
 
+// A box that scrolls sideways when its content is wider (a table, the chart, a payload): a keyboard reaches it
+// (Tab) and scrolls it with the arrow keys, and a screen reader names it `name`.
+function scrollBox(kind, name, ...children) {
+  return el("div", { class: kind, tabindex: "0", role: "region", "aria-label": name }, children);
+}
+
 // Column kinds: app.css gives each `col.<kind>` its width; "err" has none, so it gets the free width.
-function listTable(columns, rows, attrs = {}) {
-  return el(
-    "div",
-    { class: "table-wrap" },
+function listTable(columns, rows, attrs, name) {
+  return scrollBox(
+    "table-wrap",
+    name,
     el(
       "table",
       attrs,
@@ -48,11 +54,11 @@ function fewLines(value) {
 }
 
 // A plain table (the run page's attempts, the scopes, the overview): a header row of `headings` (text, or a node
-// such as a visually hidden label) over `rows`.
-function table(headings, rows, attrs = {}) {
-  return el(
-    "div",
-    { class: "table-wrap" },
+// such as a visually hidden label) over `rows`, in a scrolling box named `name`.
+function table(headings, rows, attrs, name) {
+  return scrollBox(
+    "table-wrap",
+    name,
     el("table", attrs, el("thead", {}, el("tr", {}, headings.map((h) => el("th", { scope: "col" }, h)))), el("tbody", {}, rows)),
   );
 }

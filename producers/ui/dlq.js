@@ -60,7 +60,7 @@ function dlqPage() {
     el("div", { class: "bar", role: "search", "aria-label": "Filter dead letters" }, el("label", {}, "Source type", typeFilter), el("label", {}, "Error contains", errorFilter), count),
     el("div", { class: "bar" }, redriveSel, el("label", {}, "Reason", reason), discardSel, redriveAll, discardAll),
     bulkOutcome,
-    el("div", { class: "table-wrap" }, tableEl),
+    scrollBox("table-wrap", "Dead letters", tableEl),
     empty,
     el("div", { class: "pager" }, more),
   );
@@ -364,7 +364,7 @@ function discardedPage() {
           el("td", { "data-testid": "discard-reason" }, fewLines(e.reason || "(no reason given)")),
           clipCell(fmtTime(e.at || e.discardedAt)),
         );
-      }), { class: "discarded list" })
+      }), { class: "discarded list" }, "Discarded events")
       : el("div", { class: "empty" }, "Nothing was discarded. A discarded event keeps an audit record here: who knows why it was dropped, and when."));
   });
 }
@@ -406,7 +406,7 @@ function outboxDeadPage() {
         errorCell(r.lastError),
         clipCell(fmtTime(r.deadAt)),
         el("td", { class: "row-actions" }, el("button", { type: "button", class: "secondary", onclick: () => send({ records: [{ scopeKey: r.scopeKey, recordId: r.recordId }] }) }, "Send again")),
-      )), { class: "outbox-dead list" })
+      )), { class: "outbox-dead list" }, "Dead outbound calls")
       : el("div", { class: "empty" }, "No outbound call is dead. A webhook or an agent run that fails every attempt lands here, and can be sent again."));
   });
 }

@@ -97,16 +97,16 @@ function overviewPage() {
           el("td", {}, el("a", { href: `#/runs?${qs({ sourceType: t })}` }, t)),
           statuses.map((st) => el("td", { class: "num-cell" }, counts[st] ? el("a", { href: `#/runs?${qs({ sourceType: t, status: st })}` }, String(counts[st])) : "")),
           el("td", { class: "num-cell" }, String(Object.values(counts).reduce((a, b) => a + b, 0))),
-        )), { class: "by-type" })
+        )), { class: "by-type" }, "Events by source type and status")
         : el("div", { class: "empty" }, "No events yet. ", emptyHint({})),
       el("h3", {}, "Queues"),
-      table(["Queue", "Events waiting or running", "Scopes with work"], (body.queues || []).map((q) => el("tr", {}, el("td", {}, q.name), el("td", {}, String(q.eventsWaiting)), el("td", {}, String(q.activeScopes))))),
+      table(["Queue", "Events waiting or running", "Scopes with work"], (body.queues || []).map((q) => el("tr", {}, el("td", {}, q.name), el("td", {}, String(q.eventsWaiting)), el("td", {}, String(q.activeScopes)))), {}, "Queues"),
       el("h3", {}, "Workers"),
       (body.workers || []).length
         ? el("ul", {}, body.workers.map((w) => el("li", {}, `${w.name} · heartbeat ${fmtAge(Date.now() - w.lastSeenAt)} ago`)))
         : el("p", {}, "No worker has reported yet."),
       el("h3", {}, "Last hour"),
-      el("div", { class: "chart" }, lineChart(body.series || [])),
+      scrollBox("chart", "Last hour chart", lineChart(body.series || [])),
     );
   }, 10000);
 }

@@ -70,6 +70,7 @@ function attemptsTable(rec) {
       ),
     ),
     { "data-testid": "attempts" },
+    "Attempts",
   );
 }
 
@@ -242,7 +243,7 @@ function runDetailPage(eventId) {
       return;
     }
     if (!editable) {
-      payloadBox.replaceChildren(el("pre", { "data-testid": "payload" }, pretty(known.payload)));
+      payloadBox.replaceChildren(el("pre", { "data-testid": "payload", tabindex: "0", role: "region", "aria-label": "Payload" }, pretty(known.payload)));
       return;
     }
     payloadBox.replaceChildren(payloadEditor(eventId, known.payload, {
@@ -255,7 +256,7 @@ function runDetailPage(eventId) {
     const calls = rec.outbox || [];
     outboxBox.replaceChildren(calls.length
       ? table(["Kind", "Key", "State", "Attempts", "Created", "Delivered", "Last error"], calls.map((o) =>
-        el("tr", {}, el("td", {}, o.kind), el("td", { class: "id" }, o.key), el("td", {}, badge(o.state)), el("td", {}, String(o.attempts ?? 0)), el("td", {}, fmtTime(o.createdAt)), el("td", {}, fmtTime(o.deliveredAt)), el("td", { class: "err" }, o.lastError || ""))))
+        el("tr", {}, el("td", {}, o.kind), el("td", { class: "id" }, o.key), el("td", {}, badge(o.state)), el("td", {}, String(o.attempts ?? 0)), el("td", {}, fmtTime(o.createdAt)), el("td", {}, fmtTime(o.deliveredAt)), el("td", { class: "err" }, o.lastError || ""))), {}, "Outbound calls")
       : el("p", { class: "muted" }, "No outbound calls."));
   }
 

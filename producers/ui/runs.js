@@ -103,6 +103,7 @@ function runsPage(sub) {
           ),
         ),
         { class: "runs list" },
+        "Runs",
       ),
     );
   }

@@ -141,7 +141,7 @@ function scopesPage() {
         el("td", {}, s.paused
           ? el("button", { type: "button", class: "secondary", "aria-label": `Resume ${s.scopeKey}`, onclick: () => pauseOrResume(s.scopeKey, "resume") }, "Resume")
           : el("button", { type: "button", class: "secondary", "aria-label": `Pause ${s.scopeKey}`, onclick: () => pauseOrResume(s.scopeKey, "pause") }, "Pause")),
-      )), { class: "scopes" })
+      )), { class: "scopes" }, "Scopes")
       : el("div", { class: "empty" }, stateFilter.value ? `No ${stateFilter.value} scope.` : "No scope has work, and none is paused."));
   }
 
@@ -159,7 +159,7 @@ function scopesPage() {
         el("td", { class: "id" }, e.scopeKey || ""),
         el("td", {}, e.enqueuedAt ? fmtAge(now - e.enqueuedAt) : ""),
         el("td", {}, el("button", { type: "button", class: "danger", "aria-label": `Cancel ${e.eventId}`, onclick: () => cancel(e.eventId) }, "Cancel")),
-      )))
+      )), {}, "Queued and running events")
       : el("div", { class: "empty" }, "Nothing is queued or running."));
   }
 
@@ -178,7 +178,7 @@ function scopesPage() {
           el("td", {}, w.concurrency !== undefined ? String(w.concurrency) : "—"),
           el("td", {}, w.inFlight !== undefined ? String(w.inFlight) : "—"),
         );
-      }))
+      }), {}, "Workers")
       : el("div", { class: "empty" }, "No worker has reported. Start one with `agent-signal worker`."));
   }
 
