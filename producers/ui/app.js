@@ -41,6 +41,7 @@ function showError(message, call = null) {
   const box = $("#error");
   failedCall = message ? call : null;
   if (!message) { box.hidden = true; box.textContent = ""; return; }
+  if (!box.hidden && box.textContent === message) return; // an alert rewritten is announced again: once is enough
   box.textContent = message;
   box.hidden = false;
 }
