@@ -291,7 +291,8 @@ function conversationPage() {
   api("/v1/conversations").then(({ body }) => {
     const select = known.querySelector("select");
     for (const c of body.conversations) {
-      select.append(el("option", { value: JSON.stringify(c) }, `${c.userId} / ${c.agentId} / ${c.topicId}`));
+      const name = `${c.userId} / ${c.agentId} / ${c.topicId}`;
+      select.append(el("option", { value: JSON.stringify(c), title: name }, name));
     }
     select.addEventListener("change", () => {
       if (!select.value) return;
