@@ -240,7 +240,17 @@ function route() {
     else a.removeAttribute("aria-current");
   }
   PAGES[page](rest.map(decodePart).join("/"));
-  main().focus();
+  announcePage();
+}
+
+// Each page has a title of its own (tabs and history entries tell pages apart), and focus goes to its heading,
+// so a screen reader says which page opened.
+function announcePage() {
+  const heading = $("h2", main());
+  if (!heading) { document.title = "Agent Signal"; main().focus(); return; }
+  document.title = `${heading.textContent} — Agent Signal`;
+  heading.tabIndex = -1;
+  heading.focus();
 }
 
 [TOKEN_KEY, OWNER_KEY].forEach((key) => localStorage.removeItem(key)); // older versions kept them: forget them
@@ -259,3 +269,5 @@ window.addEventListener("hashchange", () => {
   route();
 });
 route();
+  const dialog = $("#doc-dialog");
+  if (dialog.open) dialog.close(); // a document opened on the page left does not stay over the next one
