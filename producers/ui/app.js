@@ -202,6 +202,53 @@ function livePoll(fn, ms = LIVE_MS) {
   return { poke: () => { if (running) pokedMeanwhile = true; else tick(true); } };
 }
 
+// Keyboard focus kept across a redraw: a live page that rebuilds a box (a table each refresh, the conversation on
+// each receipt) calls keepFocus(box, rebuild). The control focused in the box before is found again in the new
+// content by its row (the nearest element with one of ROW_KEYS) and its name, then by its place in that row (a
+// Pause button that became Resume), and focused, with an input's caret where it was; when its row is gone, the
+// box's scrolling region (the table) takes focus.
+const ROW_KEYS = ["data-receipt-id", "data-message-id", "data-scope-key", "data-event-id", "data-source-type", "data-worker"];
+const ROW_SELECTOR = ROW_KEYS.map((attr) => `[${attr}]`).join(",");
+
+function controlName(node) {
+  return node.getAttribute("data-testid") || node.getAttribute("aria-label") || node.getAttribute("href") || node.textContent;
+}
+
+function rowOf(node, box) {
+  const row = node.closest(ROW_SELECTOR);
+  if (!row || !box.contains(row)) return null;
+  const attr = ROW_KEYS.find((a) => row.hasAttribute(a));
+  return `[${attr}="${CSS.escape(row.getAttribute(attr))}"]`;
+}
+
+function focusMark(box) {
+  const node = document.activeElement;
+  if (!node || node === box || !box.contains(node)) return null;
+  const row = rowOf(node, box);
+  const scope = row ? box.querySelector(row) : box;
+  const same = [...scope.querySelectorAll(node.tagName)];
+  const named = same.filter((n) => controlName(n) === controlName(node));
+  const caret = typeof node.selectionStart === "number" ? [node.selectionStart, node.selectionEnd] : null;
+  return { node, row, tag: node.tagName, name: controlName(node), nth: named.indexOf(node), place: same.indexOf(node), caret };
+}
+
+function refocus(box, mark) {
+  const scope = mark.row ? box.querySelector(mark.row) : box;
+  const same = scope ? [...scope.querySelectorAll(mark.tag)] : [];
+  const named = same.filter((n) => controlName(n) === mark.name);
+  const inRow = mark.row ? same[mark.place] : null;
+  const target = named[mark.nth] || named[0] || inRow || box.querySelector('[tabindex="0"]');
+  if (!target) return;
+  target.focus();
+  if (mark.caret && typeof target.setSelectionRange === "function") target.setSelectionRange(...mark.caret);
+}
+
+function keepFocus(box, rebuild) {
+  const mark = focusMark(box);
+  rebuild();
+  if (mark && !mark.node.isConnected) refocus(box, mark);
+}
+
 // A line that says what the last action did (screen readers hear it too).
 function outcomeLine(attrs = {}) {
   const node = el("p", { class: "outcome", role: "status", "aria-live": "polite", ...attrs });
@@ -239,6 +286,8 @@ function route() {
     if (a.dataset.page === page) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
+  const dialog = $("#doc-dialog");
+  if (dialog.open) dialog.close(); // a document opened on the page left does not stay over the next one
   PAGES[page](rest.map(decodePart).join("/"));
   announcePage();
 }
@@ -269,5 +318,3 @@ window.addEventListener("hashchange", () => {
   route();
 });
 route();
-  const dialog = $("#doc-dialog");
-  if (dialog.open) dialog.close(); // a document opened on the page left does not stay over the next one

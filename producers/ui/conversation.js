@@ -174,8 +174,9 @@ function receiptCard(receipt, owner, state) {
   const undoable = meta.documentId && meta.historyId && (rollback === "available" || UNDO_LABELS[rollback]);
   if (undoable) {
     const label = rollback === "available" ? "Undo" : UNDO_LABELS[rollback] || rollback;
-    const button = el("button", { type: "button", "data-testid": "undo", "aria-label": `Undo ${receipt.title}`, disabled: rollback !== "available" }, label);
-    button.addEventListener("click", () => undo(receipt, state));
+    // aria-disabled, not disabled: the button keeps keyboard focus while the rollback runs and after it
+    const button = el("button", { type: "button", "data-testid": "undo", "aria-label": `${label} ${receipt.title}`, "aria-disabled": rollback !== "available" && "true" }, label);
+    if (rollback === "available") button.addEventListener("click", () => undo(receipt, state));
     actions.append(button);
   }
   return el(
@@ -217,6 +218,7 @@ async function undo(receipt, state) {
   if (state.undo.get(receipt.id) === "pending") return; // double clicks are ignored while pending
   state.undo.set(receipt.id, "pending");
   state.render();
+  state.announce(`${UNDO_LABELS.pending}: ${receipt.title}`);
   try {
     const { body } = await api(`/v1/receipts/${encodeURIComponent(receipt.id)}/rollback?${qs({ userId: receipt.userId })}`, { method: "POST", allow: [404] });
     if (state.receipts.has(receipt.id)) state.undo.set(receipt.id, body.status); // not for one the cap dropped
@@ -225,6 +227,8 @@ async function undo(receipt, state) {
     if (state.receipts.has(receipt.id)) state.undo.set(receipt.id, "failed");
   }
   state.render();
+  const outcome = state.undo.get(receipt.id);
+  if (outcome) state.announce(`${UNDO_LABELS[outcome] || outcome}: ${receipt.title}`);
 }
 
 function renderConversation(list, owner, state) {
@@ -244,7 +248,7 @@ function renderConversation(list, owner, state) {
     if (!receiptsByAnchor.has(anchor)) receiptsByAnchor.set(anchor, []);
     receiptsByAnchor.get(anchor).push(r);
   }
-  list.replaceChildren(
+  keepFocus(list, () => list.replaceChildren(
     ...state.messages.map((m) =>
       el(
         "article",
@@ -254,7 +258,7 @@ function renderConversation(list, owner, state) {
         receiptsByAnchor.has(m.id) ? el("div", { class: "receipts" }, receiptsByAnchor.get(m.id).map((r) => receiptCard(r, owner, state))) : null,
       ),
     ),
-  );
+  ));
 }
 
 function emptyState() {
@@ -272,7 +276,7 @@ function conversationPage() {
     agentId: params.get("agentId") || saved.agentId || "",
     topicId: params.get("topicId") || saved.topicId || "",
   };
-  const state = { messages: [], receipts: new Map(), undo: new Map(), render: () => {} };
+  const state = { messages: [], receipts: new Map(), undo: new Map(), render: () => {}, announce: () => {} };
   const form = el(
     "form",
     { class: "bar", "aria-label": "Choose a conversation" },
@@ -284,9 +288,12 @@ function conversationPage() {
   const known = el("label", {}, "Recent conversations", el("select", { "aria-label": "Recent conversations" }, el("option", { value: "" }, "—")));
   const live = el("span", { class: "live", "aria-live": "polite", "data-testid": "live-status" });
   const progress = el("span", { class: "receipts-progress", "data-testid": "receipts-progress" });
-  const list = el("div", { class: "messages", "aria-live": "polite" });
-  main().replaceChildren(el("h2", {}, "Conversation"), form, el("div", { class: "bar" }, known, live, progress), list);
+  // The list is redrawn as receipts come and go; a screen reader hears only what is new, here, in a sentence.
+  const list = el("div", { class: "messages" });
+  const news = el("p", { class: "visually-hidden", role: "status", "data-testid": "conversation-news" });
+  main().replaceChildren(el("h2", {}, "Conversation"), form, el("div", { class: "bar" }, known, live, progress), news, list);
   state.render = () => renderConversation(list, owner, state);
+  state.announce = (text) => { news.textContent = text; };
 
   api("/v1/conversations").then(({ body }) => {
     const select = known.querySelector("select");
@@ -379,12 +386,12 @@ function receiptFeed(owner, state, ui) {
   // drew some 41,000 cards to show 2,000).
   let drawn = true;
   function keep(receipts, quiet = false) {
-    let news = 0;
+    const fresh = [];
     let changed = false;
     for (const r of receipts) {
       const before = state.receipts.get(r.id);
       if (!before && r.createdAt < floor && state.receipts.size >= RECEIPTS_KEPT) continue; // dropped already
-      if (!before) news += 1;
+      if (!before) fresh.push(r);
       if (!before || JSON.stringify(before) !== JSON.stringify(r)) { state.receipts.set(r.id, r); changed = true; }
       if (typeof r.createdAt === "number") newest = Math.max(newest, Math.min(r.createdAt, Date.now()));
     }
@@ -395,7 +402,8 @@ function receiptFeed(owner, state, ui) {
     }
     if (changed && quiet) drawn = false;
     else if (changed || !drawn) { state.render(); drawn = true; }
-    return news;
+    if (complete && fresh.length) state.announce(fresh.length === 1 ? `New receipt: ${fresh[0].title}` : `${fresh.length} new receipts`);
+    return fresh.length;
   }
 
   // One listing, following the cursor: the whole list (also while it is empty, which is cheap), or a catch-up

@@ -71,7 +71,7 @@ function overviewPage() {
     const statuses = [...new Set([...OVERVIEW_STATUSES, ...types.flatMap(([, st]) => Object.keys(st))])].filter((st) => types.some(([, c]) => c[st]));
     // The run cards add up the table below (the same runs index); the door's counters come from the stats hash.
     const total = (st) => types.reduce((sum, [, c]) => sum + (c[st] || 0), 0);
-    holder.replaceChildren(
+    keepFocus(holder, () => holder.replaceChildren(
       el(
         "div",
         { class: "cards", "data-testid": "run-cards" },
@@ -107,6 +107,6 @@ function overviewPage() {
         : el("p", {}, "No worker has reported yet."),
       el("h3", {}, "Last hour"),
       scrollBox("chart", "Last hour chart", lineChart(body.series || [])),
-    );
+    ));
   }, 10000);
 }

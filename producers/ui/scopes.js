@@ -129,7 +129,7 @@ function scopesPage() {
       merged.set(s.scopeKey, { ...s, states });
     }
     const list = [...merged.values()].sort((a, b) => (b.headAgeMs || 0) - (a.headAgeMs || 0) || a.scopeKey.localeCompare(b.scopeKey));
-    scopesBox.replaceChildren(list.length
+    keepFocus(scopesBox, () => scopesBox.replaceChildren(list.length
       ? table(["Scope", "State", "Inbox depth", "Lease holder", "Head age", actionsHeading()], list.map((s) => el(
         "tr",
         { "data-scope-key": s.scopeKey },
@@ -142,14 +142,14 @@ function scopesPage() {
           ? el("button", { type: "button", class: "secondary", "aria-label": `Resume ${s.scopeKey}`, onclick: () => pauseOrResume(s.scopeKey, "resume") }, "Resume")
           : el("button", { type: "button", class: "secondary", "aria-label": `Pause ${s.scopeKey}`, onclick: () => pauseOrResume(s.scopeKey, "pause") }, "Pause")),
       )), { class: "scopes" }, "Scopes")
-      : el("div", { class: "empty" }, stateFilter.value ? `No ${stateFilter.value} scope.` : "No scope has work, and none is paused."));
+      : el("div", { class: "empty" }, stateFilter.value ? `No ${stateFilter.value} scope.` : "No scope has work, and none is paused.")));
   }
 
   async function loadEvents() {
     const [queued, running] = await Promise.all(["queued", "processing"].map((status) => api(`/v1/events?${qs({ status, limit: 50 })}`).then(({ body }) => body.events)));
     const list = [...running, ...queued];
     const now = Date.now();
-    eventsBox.replaceChildren(list.length
+    keepFocus(eventsBox, () => eventsBox.replaceChildren(list.length
       ? table(["Event", "Status", "Source type", "Scope", "Waiting", actionsHeading()], list.map((e) => el(
         "tr",
         { "data-event-id": e.eventId },
@@ -160,14 +160,14 @@ function scopesPage() {
         el("td", {}, e.enqueuedAt ? fmtAge(now - e.enqueuedAt) : ""),
         el("td", {}, el("button", { type: "button", class: "danger", "aria-label": `Cancel ${e.eventId}`, onclick: () => cancel(e.eventId) }, "Cancel")),
       )), {}, "Queued and running events")
-      : el("div", { class: "empty" }, "Nothing is queued or running."));
+      : el("div", { class: "empty" }, "Nothing is queued or running.")));
   }
 
   async function loadWorkers() {
     const { body } = await api("/v1/overview");
     const now = Date.now();
     const workers = body.workers || [];
-    workersBox.replaceChildren(workers.length
+    keepFocus(workersBox, () => workersBox.replaceChildren(workers.length
       ? table(["Worker", "Heartbeat", "Concurrency", "In-flight drains"], workers.map((w) => {
         const age = now - (w.lastSeenAt || 0);
         return el(
@@ -179,7 +179,7 @@ function scopesPage() {
           el("td", {}, w.inFlight !== undefined ? String(w.inFlight) : "—"),
         );
       }), {}, "Workers")
-      : el("div", { class: "empty" }, "No worker has reported. Start one with `agent-signal worker`."));
+      : el("div", { class: "empty" }, "No worker has reported. Start one with `agent-signal worker`.")));
   }
 
   const poll = livePoll(async () => {
