@@ -213,11 +213,11 @@ function chainsPage() {
       const chainId = query.startsWith("chain:") ? query : `chain:${query}`;
       const { status, body } = await api(`/v1/chains/${encodeURIComponent(chainId)}`, { allow: [404, 409] });
       out.replaceChildren(status === 404
-        ? el("div", { class: "empty" }, `Nothing found for “${query}”: no event with that id or source id, and no chain ${chainId}. `, el("a", { href: "#/runs" }, "Browse the runs"), " to find it by status, type, scope or user.")
+        ? el("div", { class: "empty" }, "Nothing found for “", el("bdi", {}, query), "”: no event with that id or source id, and no chain ", el("bdi", {}, chainId), ". ", el("a", { href: "#/runs" }, "Browse the runs"), " to find it by status, type, scope or user.")
         : status === 409 ? candidates(chainId, body, "Chain id") // one source id run in several scopes
           : chainView(body));
     } catch (err) { // refused (a 422 for what cannot be an id, a 403 …): said where the answer goes
-      out.replaceChildren(el("div", { class: "empty", "data-testid": "lookup-error" }, `Could not look up “${query}”: ${err.message}`));
+      out.replaceChildren(el("div", { class: "empty", "data-testid": "lookup-error" }, "Could not look up “", el("bdi", {}, query), "”: ", el("bdi", {}, err.message)));
     }
   }
   form.addEventListener("submit", (event) => {
