@@ -1,7 +1,8 @@
 // Cells of the list tables (Runs, Dead letters), which keep every row a few lines tall at any width (issue 28):
 // `listTable` fixes each column's width with a <colgroup> (the Error column takes what is left), `clipCell`
 // shows an id, time or name on one line cut with an ellipsis, its full value in the title, and `errorCell`
-// clamps an error to three lines, its full text in the title and shown in place on click, Enter or Space;
+// clamps an error to three lines, shown in full in place on click, Enter or Space (its title and accessible name
+// are its first CLAMP_NAME_CHARS characters);
 // `fewLines` holds a short free text (an outcome, a reason; smaller type) to three lines, all of it in the title.
 // `table` is the plain table of the other pages (attempts, scopes, overview), without fixed column widths;
 // `badge` and `runLink` are what many cells hold (a status, a link to a run).
@@ -34,8 +35,13 @@ function clipCell(value, attrs = {}, content = undefined) {
   return el("td", { ...attrs, class: kind, title: text || null }, content === undefined ? text : content);
 }
 
+// A long error is named by its start (a screen reader does not read 10,000 characters at each Tab); all of it
+// shows in place when expanded.
+const CLAMP_NAME_CHARS = 200;
+
 function clampBox(value, attrs = {}) {
-  const box = el("div", { ...attrs, class: "clamp", title: value, tabindex: "0", role: "button", "aria-expanded": "false" }, value);
+  const name = value.length > CLAMP_NAME_CHARS ? `${value.slice(0, CLAMP_NAME_CHARS)}…` : null;
+  const box = el("div", { ...attrs, class: "clamp", title: name || value, "aria-label": name, tabindex: "0", role: "button", "aria-expanded": "false" }, value);
   const toggle = () => box.setAttribute("aria-expanded", String(box.getAttribute("aria-expanded") !== "true"));
   box.addEventListener("click", () => { if (!String(window.getSelection() || "")) toggle(); }); // selecting text is not a click
   box.addEventListener("keydown", (event) => {

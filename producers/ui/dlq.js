@@ -42,7 +42,7 @@ function dlqPage() {
   const discardSel = el("button", { type: "button", class: "danger" }, "Discard selected");
   const redriveAll = el("button", { type: "button", class: "secondary" }, "Redrive all");
   const discardAll = el("button", { type: "button", class: "secondary danger" }, "Discard all");
-  const bulkOutcome = outcomeLine({ "data-testid": "dlq-outcome" });
+  const bulkOutcome = outcomeLine({ "data-testid": "dlq-outcome", tabindex: "-1" });
   const count = el("span", { class: "live", "data-testid": "dlq-count" });
   const more = el("button", { type: "button", class: "secondary", hidden: true }, "Load more");
   const tbody = el("tbody");
@@ -132,6 +132,10 @@ function dlqPage() {
           ? el("p", { class: "muted" }, "No payload stored (erased with its user's data).")
           : payloadEditor(id, event.payload, { redrive: (payload) => act([id], payload), discard: (why) => drop([id], why) }));
       }
+    });
+    // Escape in the open editor closes it, and focus goes back to its Payload button
+    detail.addEventListener("keydown", (event) => {
+      if (event.key === "Escape" && open.has(id)) { toggle.click(); toggle.focus(); }
     });
     redrive.addEventListener("click", () => act([id]));
     return { tr, detail, check, status, outcome, redrive };
@@ -315,8 +319,12 @@ function dlqPage() {
     sync();
   }
 
+  // A bulk button pressed is disabled while it works (and after, with nothing selected): focus goes to the line
+  // that says what it did, not to <body>.
   function setBusy(busy) {
-    for (const b of [redriveSel, discardSel, redriveAll, discardAll]) b.disabled = busy;
+    const buttons = [redriveSel, discardSel, redriveAll, discardAll];
+    if (busy && buttons.includes(document.activeElement)) bulkOutcome.focus();
+    for (const b of buttons) b.disabled = busy;
     if (!busy) syncBulk();
   }
 

@@ -69,6 +69,12 @@ def test_a_dead_event_is_edited_and_redriven_to_done(
     editor.fill('{"note": ')
     expect(detail.locator(".check")).to_contain_text("Not valid")
     expect(detail.get_by_role("button", name="Redrive with this payload")).to_be_disabled()
+    # Escape closes the editor (walk finding 13), focus back on its button; reopened, the edit is still there
+    editor.press("Escape")
+    expect(detail).to_be_hidden()
+    expect(row.get_by_role("button", name=f"Payload of {dead}")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(editor).to_have_value('{"note": ')
     editor.fill('{"note": "edited in the workbench"}')
     shot(page, tmp_path, "dlq")
     redis_client.set(f"{keys.bucket_prefix}test:fixed", "1")
@@ -498,4 +504,34 @@ def test_an_action_reads_every_page_shown_at_once(
     with page.expect_request(lambda r: "/v1/dlq?" in r.url and "cursor=" in r.url, timeout=30_000):
         page.get_by_role("button", name="Discard selected (1)").click()
     expect(page.get_by_test_id("dlq-outcome")).to_contain_text("Discarded: 1")
+    assert page_errors == []
+
+
+def test_a_long_error_is_named_briefly_and_a_bulk_discard_keeps_focus(
+    browser: Any,
+    make_settings: Any,
+    serve_web: Any,
+    redis_client: Any,
+    tenant_keys: Keys,
+    page_errors: list[str],
+) -> None:
+    """Walk findings 9 and 13: a 10,000-character error's cell is named by its first 200 characters (all of it
+    shows when expanded), and "Discard selected" pressed from the keyboard leaves focus on the outcome line."""
+    from playwright.sync_api import expect
+
+    first, _ = _bury(redis_client, tenant_keys, 2)
+    error = "RuntimeError: " + "A" * 10_000
+    redis_client.hset(tenant_keys.for_scope("topic:buried").event(first), "error", error)
+    _, stack = serve_web(make_settings())
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/dlq")
+    cell = page.locator(f'tr[data-event-id="{first}"] .clamp')
+    expect(cell).to_have_attribute("aria-label", error[:200] + "…")
+    cell.press("Enter")
+    expect(cell).to_have_text(error)
+
+    page.get_by_label(f"Select {first}").check()
+    page.get_by_role("button", name="Discard selected (1)").press("Enter")
+    expect(page.get_by_test_id("dlq-outcome")).to_contain_text("Discarded: 1")
+    expect(page.get_by_test_id("dlq-outcome")).to_be_focused()
     assert page_errors == []
