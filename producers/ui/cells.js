@@ -35,14 +35,21 @@ function clipCell(value, attrs = {}, content = undefined) {
   return el("td", { ...attrs, class: kind, title: text || null }, content === undefined ? text : content);
 }
 
-// A long error is named by its start (a screen reader does not read 10,000 characters at each Tab); all of it
-// shows in place when expanded.
+// A long error is named by its start (a screen reader does not read 10,000 characters at each Tab): while it is
+// clamped, what assistive technology reads is a visually hidden brief (the whole text is aria-hidden); expanded,
+// the whole text. An aria-label would not contain the text shown (axe label-content-name-mismatch).
 const CLAMP_NAME_CHARS = 200;
 
 function clampBox(value, attrs = {}) {
-  const name = value.length > CLAMP_NAME_CHARS ? `${value.slice(0, CLAMP_NAME_CHARS)}…` : null;
-  const box = el("div", { ...attrs, class: "clamp", title: name || value, "aria-label": name, tabindex: "0", role: "button", "aria-expanded": "false" }, value);
-  const toggle = () => box.setAttribute("aria-expanded", String(box.getAttribute("aria-expanded") !== "true"));
+  const brief = value.length > CLAMP_NAME_CHARS ? `${value.slice(0, CLAMP_NAME_CHARS)}…` : "";
+  const said = brief ? el("span", { class: "visually-hidden" }, brief) : null;
+  const whole = el("span", { "aria-hidden": brief ? "true" : null }, value);
+  const box = el("div", { ...attrs, class: "clamp", title: brief || value, tabindex: "0", role: "button", "aria-expanded": "false" }, said, whole);
+  const toggle = () => {
+    const open = box.getAttribute("aria-expanded") !== "true";
+    box.setAttribute("aria-expanded", String(open));
+    if (said) { said.hidden = open; whole.setAttribute("aria-hidden", String(!open)); }
+  };
   box.addEventListener("click", () => { if (!String(window.getSelection() || "")) toggle(); }); // selecting text is not a click
   box.addEventListener("keydown", (event) => {
     if (event.key === "Enter" || event.key === " ") { event.preventDefault(); toggle(); }
