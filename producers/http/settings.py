@@ -10,14 +10,17 @@ handed here by :func:`door_settings` (tests, embedding).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from worker.settings import ENV_PREFIX, PluginSettings, Settings, plugin_settings
 
-__all__ = ["DoorSettings", "deletion_settle_ms", "door_settings"]
+if TYPE_CHECKING:
+    from worker.ops.tenant_deletion import Settle
+
+__all__ = ["DoorSettings", "deletion_settle", "door_settings"]
 
 
 DEFAULT_BODY_BYTES_IN_FLIGHT = 32 * 1024 * 1024
@@ -130,13 +133,18 @@ class DoorSettings(PluginSettings):
         return value
 
 
-def deletion_settle_ms(settings: Settings, door: DoorSettings) -> int:
-    """How long a tenant's deletion waits after its last revoke before a pass that finds nothing ends it
-    (worker/ops/tenant_deletion.py): a request let in before the revoke (:attr:`DoorSettings.revoke_settle_ms`),
-    and work begun before the tenant's tombstone was seen: a drain under its lease, a relay under its claim."""
+def deletion_settle(settings: Settings, door: DoorSettings) -> Settle:
+    """How long a tenant's deletion waits (worker/ops/tenant_deletion.py): after its last revoke, for a request let
+    in before it (:attr:`DoorSettings.revoke_settle_ms`); after its first call, for work begun before its tombstone
+    was read (a drain under its lease, a relay under its claim, a plugin task within its hard time limit); after its
+    end, before its name is used again (a message redelivered after the visibility timeout)."""
+    from worker.ops.tenant_deletion import Settle  # the engine's, loaded by the verbs that delete only
+
     margin_ms = int(REVOKE_SETTLE_MARGIN_S * 1000)
-    engine_ms = max(int(settings.lease_ttl_s * 1000), settings.outbox_lease_ms) + margin_ms
-    return max(door.revoke_settle_ms, engine_ms)
+    running_ms = max(
+        int(settings.lease_ttl_s * 1000), settings.outbox_lease_ms, settings.task_time_limit_s * 1000
+    )
+    return Settle(door.revoke_settle_ms, running_ms + margin_ms, settings.visibility_timeout_s * 1000)
 
 
 def door_settings(settings: Settings) -> DoorSettings:

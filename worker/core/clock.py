@@ -16,6 +16,7 @@ import time
 
 __all__ = [
     "JITTER_MS",
+    "OFFSET_BACK_MS",
     "OFFSET_DEADBAND_MS",
     "clock_offset_ms",
     "host_ms",
@@ -26,6 +27,7 @@ __all__ = [
 ]
 
 OFFSET_DEADBAND_MS = 50  # a host's wall clock this close to Redis's is read as it is
+OFFSET_BACK_MS = 25  # once on Redis's clock, a host goes back to its own only this close (no flapping at 50)
 JITTER_MS = 20  # a re-measure this close to the offset in use keeps it (no step of a round trip's noise)
 
 _mono_offset_us: int | None = (
@@ -72,7 +74,8 @@ def set_measured(redis_us: int, wall_us: int, mono_us: int) -> int:
     in ms (Redis minus host)."""
     global _mono_offset_us
     wall_offset_ms = round((redis_us - wall_us) / 1000)
-    if abs(wall_offset_ms) < OFFSET_DEADBAND_MS:
+    band = OFFSET_DEADBAND_MS if _mono_offset_us is None else OFFSET_BACK_MS
+    if abs(wall_offset_ms) < band:
         _mono_offset_us = None
     else:
         measured = redis_us - mono_us

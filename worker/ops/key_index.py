@@ -20,6 +20,7 @@ it out itself).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from redis import Redis, WatchError
@@ -61,15 +62,30 @@ class TooManyKeys(ValueError):
 
 
 class TenantBeingDeleted(ValueError):
-    """The tenant is being deleted (worker/ops/tenant_deletion.py): no key of it is made until that is done."""
+    """The tenant is being deleted (worker/ops/tenant_deletion.py), or was deleted less than an hour ago: no key of
+    it is made until then (a message of before, redelivered, could still arrive and run in the new tenant)."""
 
     field = "tenant"
 
-    def __init__(self, tenant: str) -> None:
-        super().__init__(
-            f"tenant {tenant!r} is being deleted: no key of it is made until the deletion is done (then the name "
-            "starts again from nothing)"
-        )
+    def __init__(self, tenant: str, reusable_at_ms: int | None = None) -> None:
+        if reusable_at_ms is None:
+            message = f"tenant {tenant!r} is being deleted: no key of it is made until the deletion is done"
+        else:
+            at = datetime.fromtimestamp(reusable_at_ms / 1000, UTC).isoformat(timespec="seconds")
+            message = (
+                f"tenant {tenant!r} was deleted; its name can be used again from {at} (work queued for it before "
+                "could still arrive until then)"
+            )
+        super().__init__(message)
+
+
+def _resting_until(client: Any, keys: Keys, tenant: str) -> int | None:
+    """When a deleted tenant's name may be used again, if that is still to come (Redis's clock)."""
+    raw = client.hget(keys.tenants_deleted, tenant)
+    if raw is None:
+        return None
+    seconds, micros = client.time()
+    return int(raw) if int(raw) > int(seconds) * 1000 + int(micros) // 1000 else None
 
 
 def _text(value: object) -> str:
@@ -120,6 +136,8 @@ def room_left(client: Redis, keys: Keys, tenant: str, limit: int) -> None:
     being deleted (before anything is written or audited)."""
     if client.exists(keys.tenant_deletion(tenant)):
         raise TenantBeingDeleted(tenant)
+    if (resting := _resting_until(client, keys, tenant)) is not None:
+        raise TenantBeingDeleted(tenant, resting)
     ensure_indexed(client, keys)
     if limit and int(client.scard(keys.active_api_keys_of(tenant))) >= limit:
         raise TooManyKeys(tenant, limit)
@@ -133,14 +151,21 @@ def stage_create(
     the last room; never while the tenant is being deleted (:class:`TenantBeingDeleted`, watched too: a create
     racing the deletion's mark lands before it, and is revoked by it, or is refused). After :data:`ROOM_ATTEMPTS`
     races lost in a row nothing is written: StoreUnavailable (retry)."""
-    active, deleting = keys.active_api_keys_of(tenant), keys.tenant_deletion(tenant)
+    active, deleting, tombstones = (
+        keys.active_api_keys_of(tenant),
+        keys.tenant_deletion(tenant),
+        keys.tenants_deleted,
+    )
     fields: dict[Any, Any] = dict(record)
     with client.pipeline(transaction=True) as pipe:
         for _ in range(ROOM_ATTEMPTS):
             try:
-                pipe.watch(*((active, deleting) if limit else (deleting,)))  # type: ignore[no-untyped-call]
+                watched = (active, deleting, tombstones) if limit else (deleting, tombstones)
+                pipe.watch(*watched)  # type: ignore[no-untyped-call]
                 if pipe.exists(deleting):
                     raise TenantBeingDeleted(tenant)
+                if (resting := _resting_until(pipe, keys, tenant)) is not None:
+                    raise TenantBeingDeleted(tenant, resting)
                 if limit and int(pipe.scard(active)) >= limit:
                     raise TooManyKeys(tenant, limit)
                 pipe.multi()

@@ -69,6 +69,7 @@ __all__ = [
     "DEFAULT_BUDGET_S",
     "DeletionProgress",
     "DeletionRunning",
+    "Settle",
     "delete_tenant",
 ]
 
@@ -92,6 +93,19 @@ class DeletionRunning(Exception):
     ) -> None:
         super().__init__(f"tenant {tenant!r}: {what}; retry in {retry_after_s}s")
         self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """How long a deletion waits (the module docstring), given by its caller's settings: ``after_revoke_ms`` from
+    the tenant's last revoke (a request let in before it may still write), ``after_start_ms`` from its first call
+    (work begun before its tombstone was read: a drain under its lease, a relay under its claim, a plugin task
+    within its time limit), and ``reuse_after_ms`` from its end until a key can be made for the name again (a
+    message of before, redelivered, can still arrive: it would run in the new tenant)."""
+
+    after_revoke_ms: int = 0
+    after_start_ms: int = 0
+    reuse_after_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +139,7 @@ def delete_tenant(
     tenant: str,
     *,
     actor: str,
-    settle_ms: int,
+    settle: Settle,
     budget_s: float = DEFAULT_BUDGET_S,
     clock: Callable[[], float] = time.monotonic,
 ) -> DeletionProgress:
@@ -142,7 +156,7 @@ def delete_tenant(
     if not client.set(lock, token, nx=True, px=int((budget_s + LOCK_MARGIN_S) * 1000)):
         raise DeletionRunning(tenant, max(1, -(-int(client.pttl(lock)) // 1000)))
     try:
-        return _one_call(client, keys, credentials, tenant, actor, settle_ms, clock() + budget_s, clock)
+        return _one_call(client, keys, credentials, tenant, actor, settle, clock() + budget_s, clock)
     finally:
         if client.get(lock) == token:
             client.delete(lock)
@@ -154,7 +168,7 @@ def _one_call(
     credentials: CredentialStore,
     tenant: str,
     actor: str,
-    settle_ms: int,
+    settle: Settle,
     deadline: float,
     clock: Callable[[], float],
 ) -> DeletionProgress:
@@ -190,9 +204,13 @@ def _one_call(
         if not finished:
             _save(client, marker, state)
             return state.progress(tenant, revoked, removed, retry_after_s=1)
-        settled_ms = max(state.revoked_at_ms + settle_ms, state.started_at_ms + TOMBSTONE_SEEN_MS)
-        if state.pass_found == 0 and state.pass_started_ms >= settled_ms:
-            _finish(client, keys, tenant, actor, state, credentials.server_ms())
+        settled_ms = max(
+            state.revoked_at_ms + settle.after_revoke_ms,
+            state.started_at_ms + max(settle.after_start_ms, TOMBSTONE_SEEN_MS),
+        )
+        erasing = int(client.pttl(tenant_keys.erasure_lock)) > 0  # began during this call: wait it out
+        if state.pass_found == 0 and state.pass_started_ms >= settled_ms and not erasing:
+            _finish(client, keys, tenant, actor, state, credentials.server_ms(), settle.reuse_after_ms)
             return DeletionProgress(
                 tenant, "done", state.started_at_ms, revoked, removed, state.removed_total, 0
             )
@@ -287,7 +305,12 @@ def _walk(
             else:
                 answers, found = cluster.scan(cursor, match=pattern, count=SCAN_COUNT, target_nodes=node)
                 cursor = answers[node.name]
-            removed += _unlink(client, [str(k) for k in found if tenant.stored_by_tenant(str(k))])
+            # the erasure lock is left to expire: while an erasure holds it, calls wait (a review: the walk took it,
+            # and the erasure's last write followed the deletion's end)
+            mine = [
+                str(k) for k in found if tenant.stored_by_tenant(str(k)) and str(k) != tenant.erasure_lock
+            ]
+            removed += _unlink(client, mine)
             cursors[name] = int(cursor) if cursor else -1
             if not cursor:
                 break
@@ -306,7 +329,9 @@ def _unlink(client: Redis, found: list[str]) -> int:
     return removed
 
 
-def _finish(client: Redis, keys: Keys, tenant: str, actor: str, state: _WalkState, now_ms: int) -> None:
+def _finish(
+    client: Redis, keys: Keys, tenant: str, actor: str, state: _WalkState, now_ms: int, reuse_after_ms: int
+) -> None:
     """The tenant's key records and indexes and the marker go (its rate buckets went with the walk); the deletion
     is audited. Its name stays in ``Keys.tenants_deleted``."""
     ids = sorted(str(i) for i in client.smembers(keys.api_keys_of(tenant)))
@@ -327,7 +352,10 @@ def _finish(client: Redis, keys: Keys, tenant: str, actor: str, state: _WalkStat
         "removed": str(state.removed_total),
     }
     client.xadd(keys.tenant_deletions, entry, maxlen=AUDIT_MAXLEN, approximate=True)
-    client.delete(keys.tenant_deletion(tenant))
+    ended = client.pipeline(transaction=True)  # one {credentials} slot
+    ended.delete(keys.tenant_deletion(tenant))
+    ended.hset(keys.tenants_deleted, tenant, now_ms + reuse_after_ms)  # the name may be used again from then
+    ended.execute()
     log_audit(
         tenant,
         "tenant.delete",

@@ -41,20 +41,21 @@ def reconcile(
     FairQueue.publish_stranded); returns their scope refs. Tenant by tenant: a store error in one (its slot
     moving between Redis Cluster nodes, its node down) skips that tenant this sweep, not the others (a reshard
     walk saw one moving slot fail the whole sweep)."""
-    published: list[str] = []
+    stranded: list[str] = []
     for tenant in sorted({*store.known_tenants(), DEFAULT_TENANT}):
         if store.deleted_tenants.deleted(tenant):  # its scopes are not made ready again
             continue
         try:
-            published += _reconcile_tenant(store, store.keys.for_tenant(tenant), publish, stale_after_ms)
+            stranded += _stranded_of(store, store.keys.for_tenant(tenant), stale_after_ms)
         except RedisError as exc:
             log.warning("reconcile sweep: tenant %s skipped: %s", tenant, store_error_reason(exc))
-    return published
+    if stranded:  # all at once: each publish may send one drain_next message past the cap (fair.py)
+        publish(stranded)
+    return stranded
 
 
-def _reconcile_tenant(
-    store: EventStore, tenant: Keys, publish: Callable[[Sequence[str]], None], stale_after_ms: int
-) -> list[str]:
+def _stranded_of(store: EventStore, tenant: Keys, stale_after_ms: int) -> list[str]:
+    """The tenant's stranded scope refs, each given a fresh drain marker (its drain is published by the caller)."""
     client = store.client
     published: list[str] = []
     scopes: list[tuple[str, Keys, str]] = []
@@ -90,9 +91,7 @@ def _reconcile_tenant(
         for _, keys, scope_key in stranded:
             pipe.set(keys.scheduled(scope_key), store.schedule_ttl_ms, px=store.schedule_ttl_ms)
         pipe.execute()
-        refs = [ref for ref, _, _ in stranded]
-        publish(refs)
-        published += refs
+        published += [ref for ref, _, _ in stranded]
     return published
 
 

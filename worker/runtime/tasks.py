@@ -287,8 +287,10 @@ def drain_ref(
     the scope pops the next one (drain_ready). None when the drain failed (logged and counted here)."""
     process = _state.get()
     pipeline = process.pipeline
-    if acquired is None and _of_a_deleted_tenant(pipeline, ref):  # a message on the broker from before it
-        return None
+    if _of_a_deleted_tenant(pipeline, ref):  # a message on the broker from before it, a ref popped before the
+        return (
+            None  # deletion took the tenant's ready list: a lease the pop took runs out (the walk takes it)
+        )
     try:
         outcome = pipeline.ctx.full_wait("acquire").call(
             lambda: pipeline.drain(ref, holder=holder, acquired=acquired, then_pop=then_pop)
@@ -314,8 +316,8 @@ def drain_ref(
 
 
 def _of_a_deleted_tenant(pipeline: Pipeline, ref: str) -> bool:
-    """Whether ``ref``'s tenant was deleted (worker/store/deleted_tenants.py): its drain is dropped, with no lease
-    taken (a grant would write the scope's fence back, 7 days of a key naming a scope of it)."""
+    """Whether ``ref``'s tenant was deleted (worker/store/deleted_tenants.py): its drain is dropped (a grant would
+    write the scope's fence back, 7 days of a key naming a scope of it)."""
     try:
         tenant = split_scope_ref(ref)[0]
     except BadTenant:

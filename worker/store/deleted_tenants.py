@@ -5,15 +5,17 @@ reconcile sweep finds, an admission by a plugin) is dropped instead of writing t
 
 The set is ``Keys.tenants_deleted`` (written by the deletion's first call, kept after it is done, taken out by a key
 made for the name again), read whole at most every :data:`REFRESH_S` per process: one ``HKEYS`` of a few names, so
-the checks on the hot path (each admission, each drain) are a set lookup.
+the check of a live tenant (each admission, each drain) is a set lookup. A name found there is confirmed with one
+``HEXISTS`` before its work is dropped (a review: a name used again was refused, and its drains dropped, by a cache
+up to 2 s old). A store error never drops work: the last answer stands, and a name it cannot confirm is taken as
+not deleted (its work then meets the store's error, and is retried, as it would have been).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 
-from redis import Redis
+from redis import Redis, RedisError
 
 from worker.keys.engine import EngineWide
 
@@ -23,21 +25,26 @@ REFRESH_S = 2.0
 
 
 class DeletedTenants:
-    """``deleted(tenant)``, read through a cache of :data:`REFRESH_S` (a store error propagates: the work that
-    asked would have met it too)."""
+    """``deleted(tenant)``: the cached set for a live tenant, confirmed in the store for a deleted one."""
 
     def __init__(self, client: Redis, keys: EngineWide, refresh_s: float = REFRESH_S) -> None:
         self.client, self.key, self.refresh_s = client, keys.tenants_deleted, refresh_s
         self._names: frozenset[str] = frozenset()
         self._until = 0.0
-        self._lock = threading.Lock()
 
     def deleted(self, tenant: str) -> bool:
         if time.monotonic() >= self._until:
             self._refresh()
-        return tenant in self._names
+        if tenant not in self._names:
+            return False
+        try:
+            return bool(self.client.hexists(self.key, tenant))
+        except RedisError:
+            return False
 
     def _refresh(self) -> None:
-        names = frozenset(str(n) for n in self.client.hkeys(self.key))
-        with self._lock:
-            self._names, self._until = names, time.monotonic() + self.refresh_s
+        self._until = time.monotonic() + self.refresh_s
+        try:
+            self._names = frozenset(str(n) for n in self.client.hkeys(self.key))
+        except RedisError:
+            pass  # the last answer stands until the next refresh

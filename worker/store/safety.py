@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,6 +36,7 @@ from redis.exceptions import (
     ClusterError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
     ResponseError,
     TryAgainError,
@@ -71,6 +73,7 @@ EVICTION_FIX = (
     "or set AGENT_SIGNAL_ALLOW_EVICTING_REDIS=true to accept that a full Redis deletes events"
 )
 NO_PERSISTENCE = "none: a Redis restart forgets every event"
+VIEW_REFRESH_S = 10.0
 OPEN_SLOT_STALL_S = (
     30.0  # a slot open this long with no key moved is a move left half-done, not one under way
 )
@@ -123,10 +126,22 @@ def read_store_config(client: Redis) -> StoreConfig:
     cluster: Any = client
     if getattr(cluster, "get_primaries", None) is None:
         return _read_node(client)
-    cluster.nodes_manager.initialize()
+    _refresh_view(cluster)
     primaries = cluster.get_primaries()
     config = _least_safe([_read_node(cluster.get_redis_connection(node)) for node in primaries])
     return replace(config, open_slots=read_open_slots(cluster, primaries))
+
+
+_refreshed: dict[int, float] = {}  # cluster client id -> when its view was last refreshed here (monotonic)
+
+
+def _refresh_view(cluster: Any) -> None:
+    """Load the cluster's view again, at most every :data:`VIEW_REFRESH_S` per client (every replica's probes read
+    ``/readyz`` every few seconds: a review counted a ``CLUSTER SLOTS`` per probe)."""
+    now = time.monotonic()
+    if now - _refreshed.get(id(cluster), float("-inf")) >= VIEW_REFRESH_S:
+        _refreshed[id(cluster)] = now
+        cluster.nodes_manager.initialize()
 
 
 def _least_safe(configs: list[StoreConfig]) -> StoreConfig:
@@ -260,7 +275,7 @@ def current_safety(client: Redis, settings: Settings) -> StoreSafety:
     """The live verdict for ``/readyz`` and ``/metrics`` (an empty one when Redis cannot be read)."""
     try:
         return assess(read_store_config(client), settings)
-    except RedisError:
+    except (RedisError, RedisClusterException):  # a slot no master serves is not a RedisError (a review: 500)
         return StoreSafety()
 
 

@@ -75,7 +75,7 @@ def _delete_http(args: argparse.Namespace) -> int:
 
 
 def _delete_direct(args: argparse.Namespace) -> int:
-    from producers.http.settings import deletion_settle_ms, door_settings
+    from producers.http.settings import deletion_settle, door_settings
     from worker.keys.layout import Keys
     from worker.ops.credentials import CredentialError, CredentialStore
     from worker.ops.tenant_deletion import DeletionRunning, delete_tenant
@@ -93,7 +93,7 @@ def _delete_direct(args: argparse.Namespace) -> int:
     def one_call() -> dict[str, Any]:
         try:
             progress = delete_tenant(
-                client, keys, store, args.tenant, actor="cli", settle_ms=deletion_settle_ms(settings, door)
+                client, keys, store, args.tenant, actor="cli", settle=deletion_settle(settings, door)
             )
         except CredentialError as exc:
             raise CliError(f"TENANT: {exc}") from None

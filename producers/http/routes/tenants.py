@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from producers.http.access.auth import credentials_of, is_root
 from producers.http.access.principal import Forbidden, Principal, require
 from producers.http.api_models import API_ERRORS
-from producers.http.settings import deletion_settle_ms
+from producers.http.settings import deletion_settle
 from producers.http.web_common import door_of, error_response, settings_of
 from worker.keys.layout import BadTenant
 from worker.ops.credentials import CredentialError
@@ -63,7 +63,7 @@ def delete_tenant_route(
             store,
             tenant,
             actor=principal.actor,
-            settle_ms=deletion_settle_ms(settings_of(request), door_of(request)),
+            settle=deletion_settle(settings_of(request), door_of(request)),
             budget_s=CALL_BUDGET_S,
         )
     except BadTenant as exc:

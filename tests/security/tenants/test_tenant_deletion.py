@@ -21,13 +21,14 @@ from tests.support.policies import REFUSE_TASK
 from worker.core.errors import TenantDeleted
 from worker.keys.layout import BucketKeys, Keys
 from worker.ops.credentials import CredentialError, CredentialStore
-from worker.ops.tenant_deletion import DeletionProgress, DeletionRunning, delete_tenant
+from worker.ops.tenant_deletion import DeletionProgress, DeletionRunning, Settle, delete_tenant
 
 pytestmark = [pytest.mark.integration, pytest.mark.buckets]
 
 BOOT = "bootstrap-key-for-tenant-deletion-0123456789"
 GONE, KEPT = "acme", "beta"
 MARK = {GONE: "zebra-quartz", KEPT: "otter-basalt"}  # the content each tenant's user sends
+HOUR = Settle(after_revoke_ms=3_600_000)  # requests let in before the revoke may write for an hour
 
 
 def _bearer(credential: str) -> dict[str, str]:
@@ -42,12 +43,12 @@ def stack(make_settings: Any, start_worker: Any) -> Iterator[TestClient]:
         yield client
 
 
-def until_done(client: Redis, keys: Keys, tenant: str, *, settle_ms: int = 0) -> DeletionProgress:
+def until_done(client: Redis, keys: Keys, tenant: str, *, settle: Settle | None = None) -> DeletionProgress:
     """Calls of the deletion until it is done (at least 3 s after its first: every process has read its
     tombstone), waiting what each says; the last answer with ``removed`` and ``keys_revoked`` summed."""
     store, revoked, removed = CredentialStore(client, keys), 0, 0
     while True:
-        step = delete_tenant(client, keys, store, tenant, actor="test", settle_ms=settle_ms)
+        step = delete_tenant(client, keys, store, tenant, actor="test", settle=settle or Settle())
         revoked, removed = revoked + step.keys_revoked, removed + step.removed
         if step.state == "done":
             return dataclasses.replace(step, keys_revoked=revoked, removed=removed)
@@ -201,23 +202,23 @@ def test_the_deletion_waits_out_the_settle_window_and_runs_one_call_at_a_time(
     store = CredentialStore(redis_client, keys)
     store.create("gamma", "ingest")
     redis_client.set(keys.for_tenant("gamma").plugin_home("note"), "x")
-    early = delete_tenant(redis_client, keys, store, "gamma", actor="test", settle_ms=3_600_000)
+    early = delete_tenant(redis_client, keys, store, "gamma", actor="test", settle=HOUR)
     assert (early.state, early.keys_revoked, early.removed) == ("running", 1, 2)  # the note, the key's audit
     assert early.retry_after_s > 3_500
     redis_client.set(keys.for_tenant("gamma").plugin_home("late"), "y")  # a request let in before the revoke
-    later = delete_tenant(redis_client, keys, store, "gamma", actor="test", settle_ms=3_600_000)
+    later = delete_tenant(redis_client, keys, store, "gamma", actor="test", settle=HOUR)
     assert (later.state, later.removed, later.removed_total) == ("running", 1, 3)
     redis_client.set(keys.tenant_deletion_lock("gamma"), "another call", px=5_000)
     with pytest.raises(DeletionRunning) as running:
-        delete_tenant(redis_client, keys, store, "gamma", actor="test", settle_ms=0)
+        delete_tenant(redis_client, keys, store, "gamma", actor="test", settle=Settle())
     assert 1 <= running.value.retry_after_s <= 5
     redis_client.delete(keys.tenant_deletion_lock("gamma"))
     with pytest.raises(CredentialError) as default:
-        delete_tenant(redis_client, keys, store, "default", actor="test", settle_ms=0)
+        delete_tenant(redis_client, keys, store, "default", actor="test", settle=Settle())
     assert default.value.field == "tenant"
     done = until_done(redis_client, keys, "gamma")
     assert (done.state, done.removed_total) == ("done", 3)
-    never = until_done(redis_client, keys, "never-was", settle_ms=3_600_000)
+    never = until_done(redis_client, keys, "never-was", settle=HOUR)
     assert (never.state, never.removed_total) == ("done", 0)  # nothing was ever revoked: no settle to wait
 
 
@@ -250,7 +251,7 @@ def test_drains_under_way_in_a_deleted_tenant_write_nothing_after_it(
             for i in range(300)
         )
         # a short settle window: a journal record a relay claimed before the deletion lands within it
-        step = until_done(redis_client, keys, "delta", settle_ms=2_000)
+        step = until_done(redis_client, keys, "delta", settle=Settle(after_start_ms=2_000))
         assert step.removed_total > 300  # the queued events, their inboxes and indexes, the held one's
         redis_client.set(go, "1")  # the gate opens: the handler returns, its drain commits
         # work queued for it before: a retry's delayed drain, a plugin task naming it (an agent run's kind), and

@@ -68,3 +68,14 @@ def test_a_healed_host_goes_back_to_its_own_clock(host: dict[str, int]) -> None:
     assert not clock.on_own_clock()
     clock.set_measured(host["wall"] + 3000, host["wall"], host["mono"])
     assert clock.on_own_clock() and clock.now_ms() == host["wall"] // 1000
+
+
+def test_a_host_near_the_band_does_not_flap(host: dict[str, int]) -> None:
+    """A review: measures of 49 then 51 then 49 ms stepped the clock by -51 and +51 ms. In at 50, out below 25."""
+    clock._mono_offset_us = None
+    clock.set_measured(host["wall"] + 51_000, host["wall"], host["mono"])
+    assert not clock.on_own_clock()
+    clock.set_measured(host["wall"] + 49_000, host["wall"], host["mono"])
+    assert not clock.on_own_clock()
+    clock.set_measured(host["wall"] + (clock.OFFSET_BACK_MS - 1) * 1000, host["wall"], host["mono"])
+    assert clock.on_own_clock()
