@@ -294,7 +294,14 @@ def test_the_cli_asks_for_yes_then_deletes_straight_in_redis(
 
     note = Keys(prefix).for_tenant("epsilon").plugin_home("note")
     redis_client.set(note, "x")
-    env = settings_env(make_settings())
+    # the engine's waits short: a drain's lease, a relay's claim, a plugin task's time limit (the deletion waits them out)
+    quick = {
+        "task_soft_time_limit_s": 1,
+        "task_time_limit_s": 2,
+        "outbox_delivery_timeout_s": 1,
+        "outbox_lease_ms": 2000,
+    }
+    env = settings_env(make_settings(**quick))
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "producers.cli", "tenants", "delete", *args]
@@ -318,3 +325,37 @@ def test_the_cli_asks_for_yes_then_deletes_straight_in_redis(
     }
     assert "agent-signal tenants delete epsilon: done: 1 Redis key removed" in done.stderr
     assert not redis_client.exists(note)
+
+
+def test_an_erasure_let_in_before_keeps_its_lock_and_holds_the_end_and_the_name_rests(
+    redis_client: Redis, prefix: str
+) -> None:
+    """A review: an erasure that took its tenant's lock during a deletion call lost it to the walk, and its last
+    write came after done. The walk leaves the lock (it expires on its own), the deletion is not done while it is
+    held, and a call meanwhile answers DeletionRunning. Once done, the name rests: a key made for it is refused
+    until ``reuse_after_ms`` has passed (a message of before could still run in the new tenant)."""
+    from worker.ops.key_index import TenantBeingDeleted
+
+    keys = Keys(prefix)
+    store, lock = CredentialStore(redis_client, keys), keys.for_tenant("zeta").erasure_lock
+    redis_client.set(keys.for_tenant("zeta").plugin_home("note"), "x")
+
+    reads = []
+
+    def erasure_starts() -> float:
+        """The call's clock: its first read sets the deadline, the next is in the walk, when an erasure takes
+        the lock (after the call looked for it)."""
+        reads.append(1)
+        if len(reads) == 2:
+            redis_client.set(lock, "erasure|1", px=60_000, nx=True)
+        return time.monotonic()
+
+    first = delete_tenant(redis_client, keys, store, "zeta", actor="t", settle=Settle(), clock=erasure_starts)
+    assert first.state == "running" and redis_client.pttl(lock) > 0, first  # not done, the lock not walked
+    with pytest.raises(DeletionRunning, match="an erasure of one of its users is running"):
+        delete_tenant(redis_client, keys, store, "zeta", actor="t", settle=Settle())
+    redis_client.delete(lock)  # the erasure ends
+    done = until_done(redis_client, keys, "zeta", settle=Settle(reuse_after_ms=3_600_000))
+    assert done.state == "done"
+    with pytest.raises(TenantBeingDeleted, match="its name can be used again from"):
+        store.create("zeta", "admin")
