@@ -1072,10 +1072,12 @@ export interface paths {
          * @description Delete ``tenant``: its keys are revoked (with its user tokens), then everything it stores is removed.
          *     Idempotent and resumable: repeat while ``state`` is ``running``, after ``Retry-After``. The deletion is done
          *     once a pass over the store found nothing, at least the auth cache window plus the body timeout after the last
-         *     revoke (a request let in before it may still write). Meanwhile no key of the tenant can be made (409
-         *     ``tenant_being_deleted``); once done, the name starts again from nothing. Root credentials only (403 for a
-         *     tenant's admin key); ``default`` cannot be deleted (422 naming ``tenant``); another call deleting the same
-         *     tenant meanwhile: 429 ``rate_limited`` with ``Retry-After``.
+         *     revoke (a request let in before it may still write) and the engine's longest lease or task time limit after
+         *     the first call (work begun before). Meanwhile no key of the tenant can be made (409 ``tenant_being_deleted``),
+         *     nor for an hour after it ended (a message of before could still arrive); then the name starts again from
+         *     nothing. Root credentials only (403 for a tenant's admin key); ``default`` cannot be deleted (422 naming
+         *     ``tenant``); another call deleting the same tenant, or an erasure of one of its users, meanwhile: 429
+         *     ``rate_limited`` with ``Retry-After``.
          */
         delete: operations["delete_tenant_route_v1_tenants__tenant__delete"];
         options?: never;
