@@ -121,8 +121,10 @@ def test_a_message_drains_lone_events_one_round_trip_each(rig: Rig) -> None:
     rig.client.trips.clear()
     assert rig.drain_next() == 4
     # POP_ACQUIRE for the first scope, then one COMMIT per scope: each commit popped and took the next, and the
-    # last one found nothing ready and retired the message's ticket (no READY_POP of its own, no hand-on)
-    assert rig.client.trips == ["EVALSHA"] * 5
+    # last one found nothing ready and retired the message's ticket (no READY_POP of its own, no hand-on). The
+    # process reads the deleted tenants (HKEYS) at most every 2 s, not per event (worker/store/deleted_tenants.py)
+    assert [trip for trip in rig.client.trips if trip != "HKEYS"] == ["EVALSHA"] * 5
+    assert rig.client.trips.count("HKEYS") <= 1
     assert _states(rig, [(scope, eid) for (_, scope), eid in zip(pairs, ids, strict=True)]) == ["done"] * 4
     assert rig.client.get(rig.store.keys.drain_tickets) == "1"
     for _, scope in pairs:  # every lease was released by its commit
