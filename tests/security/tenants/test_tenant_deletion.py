@@ -7,6 +7,7 @@ and values are as they were."""
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from redis import Redis
 
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
+from tests.security.data.test_erasure import _dump as dump_keyspace
 from tests.support.policies import REFUSE_TASK
 from worker.core.errors import TenantDeleted
 from worker.keys.layout import BucketKeys, Keys
@@ -97,26 +99,11 @@ def _settled(client: TestClient, redis_client: Redis, tenant: Keys, auth: dict[s
     return "memory" in kinds and "skill" in kinds and idle
 
 
-def _dump(redis_client: Redis, pattern: str) -> dict[str, str]:
-    """Every key matching ``pattern`` with its whole value (raw bytes for strings: chains are compressed)."""
-    out = {}
-    for key in redis_client.scan_iter(match=pattern, count=1000):
-        kind = redis_client.type(key)
-        value: Any
-        if kind == "string":
-            value = redis_client.execute_command("GET", key, NEVER_DECODE=[])
-        elif kind == "hash":
-            value = redis_client.hgetall(key)
-        elif kind == "list":
-            value = redis_client.lrange(key, 0, -1)
-        elif kind == "set":
-            value = sorted(redis_client.smembers(key))
-        elif kind == "zset":
-            value = redis_client.zrange(key, 0, -1, withscores=True)
-        else:
-            value = redis_client.xrange(key) if kind == "stream" else kind
-        out[str(key)] = repr(value)
-    return out
+def _dump(redis_client: Redis, prefix: str, pattern: str) -> dict[str, str]:
+    """Every key under ``prefix`` matching ``pattern`` (a SCAN pattern: ``[}.]`` reads the same in fnmatch) with its
+    whole value as text, as the erasure test reads the keyspace (chains and lanes decoded)."""
+    every = dump_keyspace(redis_client, BucketKeys(prefix))
+    return {k: v for k, v in every if fnmatch.fnmatchcase(k, pattern)}
 
 
 def test_deleting_a_tenant_leaves_nothing_of_it_and_everything_of_another(
@@ -135,12 +122,14 @@ def test_deleting_a_tenant_leaves_nothing_of_it_and_everything_of_another(
             timeout_s=90,
             what=f"{tenant.tenant}'s memories, skills and receipts",
         )
-    everything = _dump(redis_client, BucketKeys(prefix).all_pattern)
+    everything = _dump(redis_client, prefix, BucketKeys(prefix).all_pattern)
     assert any(MARK[GONE] in value for value in everything.values()), (
         "the test must start with its content stored"
     )
-    assert _dump(redis_client, gone.tenant_pattern), "the test must start with the tenant's keys stored"
-    kept_before = _dump(redis_client, kept.tenant_pattern)
+    assert _dump(redis_client, prefix, gone.tenant_pattern), (
+        "the test must start with the tenant's keys stored"
+    )
+    kept_before = _dump(redis_client, prefix, kept.tenant_pattern)
 
     # only the operator's root credentials delete a tenant; default is the bootstrap key's own
     refused = stack.delete(f"/v1/tenants/{GONE}", headers=auth[GONE])
@@ -156,7 +145,7 @@ def test_deleting_a_tenant_leaves_nothing_of_it_and_everything_of_another(
     # its key was revoked just now: requests it let in may still write for the settle window
     assert (answer["state"], answer["keysRevoked"]) == ("running", 1), answer
     assert answer["removed"] > 0 and int(first.headers["retry-after"]) == answer["retryAfterS"] >= 1
-    assert _dump(redis_client, gone.tenant_pattern) == {}
+    assert _dump(redis_client, prefix, gone.tenant_pattern) == {}
     for credential in (auth[GONE], token):
         assert stack.get("/v1/events", headers=credential).status_code == 401
     creating = stack.post("/v1/keys", json={"tenant": GONE, "role": "ingest"}, headers=_bearer(BOOT))
@@ -172,10 +161,10 @@ def test_deleting_a_tenant_leaves_nothing_of_it_and_everything_of_another(
     assert done.removed_total == answer["removedTotal"]
     assert not redis_client.exists(keys.tenant_deletion(GONE))
     assert not redis_client.exists(keys.api_keys_of(GONE), keys.active_api_keys_of(GONE))
-    after = _dump(redis_client, BucketKeys(prefix).all_pattern)
+    after = _dump(redis_client, prefix, BucketKeys(prefix).all_pattern)
     assert [k for k, v in after.items() if MARK[GONE] in v or f"{GONE}-user" in v] == []
     assert [k for k in after if f"{{{GONE}" in k] == []  # the tenant's slots, its rate buckets
-    assert _dump(redis_client, kept.tenant_pattern) == kept_before
+    assert _dump(redis_client, prefix, kept.tenant_pattern) == kept_before
     [(_, entry)] = redis_client.xrange(keys.tenant_deletions)
     assert (entry["action"], entry["tenant"], entry["actor"], entry["endedBy"]) == (
         "tenant.delete",
@@ -277,7 +266,7 @@ def test_drains_under_way_in_a_deleted_tenant_write_nothing_after_it(
     finally:
         producer.close()
     redis_client.delete(go)  # the test's own gate
-    assert _dump(redis_client, gone.tenant_pattern) == {}
+    assert _dump(redis_client, prefix, gone.tenant_pattern) == {}
     assert redis_client.get(refused) == "1"  # delta's task, one child before omega's, never ran
 
 
