@@ -145,7 +145,7 @@ class Settings(_SecretsHidden, BaseSettings):
     allow_unknown_source_types: bool = False
     extra_source_types: list[str] = Field(default_factory=list)
 
-    # --- the store's safety (worker/store/safety.py) ---
+    # --- the store's safety (worker/store/server/safety.py) ---
     allow_evicting_redis: bool = False  # accept a maxmemory-policy other than noeviction (events may be lost)
     redis_memory_warn_ratio: float = Field(default=0.9, gt=0, le=1)  # used/maxmemory shown on /readyz at this
     store_retry_after_s: int = Field(default=5, ge=1)  # Retry-After of a 503 store_unavailable

@@ -6,7 +6,7 @@ Every error answers ``{"error": {"code", "message", "field"}}`` (``field`` null 
 a store failure (Redis full, read-only or unreachable) is ``503 store_unavailable`` with ``Retry-After``.
 Credentials, principals and rate limits: producers/http/access/auth.py (docs/security.md).
 The producer (Redis and broker connections) opens at startup, not at import; startup first makes the boot checks
-(:func:`check_boot`): the Redis configuration (worker/store/safety.py: an evicting policy is refused) and the function
+(:func:`check_boot`): the Redis configuration (worker/store/server/safety.py: an evicting policy is refused) and the function
 definitions. ``agent-signal web`` makes them before uvicorn starts, so that a refusal is one line and no traceback
 (producers/http/serve.py), and hands their result to the app, whose startup then does not make them again.
 """
@@ -60,7 +60,7 @@ from worker.core.errors import OverLimit, TenantDeleted
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.intake.source_event import InvalidEvent, StoreUnavailable
 from worker.settings import Settings, plugin_settings
-from worker.store.safety import StoreSafety, check_at_boot, note_store_failure, store_error_reason
+from worker.store.server.safety import StoreSafety, check_at_boot, note_store_failure, store_error_reason
 from worker.telemetry.logs import install_pseudonyms
 from worker.telemetry.recorder import Telemetry, configure_telemetry
 
@@ -82,7 +82,7 @@ def check_boot(settings: Settings) -> BootChecks:
     an evicting Redis raises UnsafeStore (naming the policy and the fix), a broken function definition under
     ``AGENT_SIGNAL_FUNCTIONS_DIR`` FunctionLoadError (naming the file and the field). Also reads the pseudonym
     key this process's log lines name users by (worker/telemetry/logs.py)."""
-    from worker.store.client import redis_from_settings
+    from worker.store.server.client import redis_from_settings
 
     client = redis_from_settings(settings)
     try:

@@ -113,7 +113,7 @@ def check_credentials(settings: Settings, door: DoorSettings) -> None:
     from producers.http.access.auth import bootstrap_key_of, check_can_serve
     from worker.keys.layout import Keys
     from worker.ops.credentials import CredentialStore
-    from worker.store.client import redis_from_settings
+    from worker.store.server.client import redis_from_settings
 
     client = redis_from_settings(settings)
     try:

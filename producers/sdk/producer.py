@@ -56,8 +56,8 @@ from worker.outbox.deadline import Deadline, deadline_transport, send_within
 from worker.plugin import PluginRuntime
 from worker.runtime.assembly import assemble, load_plugins
 from worker.settings import Settings
-from worker.store.client import redis_from_settings
 from worker.store.events import EventStore, PreparedEvent
+from worker.store.server.client import redis_from_settings
 from worker.telemetry.recorder import DISABLED, Telemetry, record_error
 
 __all__ = ["HttpProducer", "Producer"]

@@ -3,7 +3,7 @@
 Scripts take their time from the Redis server (``redis_now_ms()``), and the processes used their host's wall clock:
 a walk with one host 45 s ahead found retries held 45 s behind another worker's clock, outbox calls first due
 10 minutes late, fresh user tokens refused and receipts missing from their own ``sinceCreatedAt``. So a process
-whose host clock is off Redis's reads Redis's: worker/store/clock_sync.py measures ``TIME`` at the process's first
+whose host clock is off Redis's reads Redis's: worker/store/server/clock_sync.py measures ``TIME`` at the process's first
 client and every minute after, and :func:`set_measured` keeps Redis's time as an offset to this process's
 *monotonic* clock, which no step of the host's wall clock moves (an offset to the wall clock would turn an NTP step
 of the host into a skew until the next measure). A host within :data:`OFFSET_DEADBAND_MS` of Redis reads its own

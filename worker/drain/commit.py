@@ -14,7 +14,7 @@ What each reply code means here (worker/store/replies.py ``CommitCode``):
 * ``STALE_FENCE`` / ``NOT_HEAD``: the scope is not ours any more (a stale fence marks the lease lost).
 
 A store error leaves the run uncommitted at its inbox head (the next drain after the lease runs out takes it,
-counting an attempt); a full store is waited out first (the same commit again, worker/store/full.py).
+counting an attempt); a full store is waited out first (the same commit again, worker/store/server/full.py).
 """
 
 from __future__ import annotations

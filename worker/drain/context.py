@@ -13,7 +13,7 @@ from worker.chain.registry import Registry
 from worker.intake.emitter import Emitter
 from worker.settings import Settings
 from worker.store.events import EventStore
-from worker.store.full import FullStoreWait
+from worker.store.server.full import FullStoreWait
 from worker.telemetry.recorder import Telemetry
 
 __all__ = ["DrainContext"]
@@ -34,5 +34,5 @@ class DrainContext:
     unbatchable: set[str] = field(default_factory=set)
 
     def full_wait(self, where: str, lost: threading.Event | None = None) -> FullStoreWait:
-        """How this process waits out a full store (worker/store/full.py): a quarter of a task's soft limit."""
+        """How this process waits out a full store (worker/store/server/full.py): a quarter of a task's soft limit."""
         return FullStoreWait(where, budget_s=self.settings.task_soft_time_limit_s / 4, lost=lost)

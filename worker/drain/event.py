@@ -39,9 +39,9 @@ from worker.drain.context import DrainContext
 from worker.drain.lease import LeaseGrant
 from worker.drain.ports import BatchLane, BatchPort, CancellablePort, EventCancelled
 from worker.intake.emitter import StagedEmits
-from worker.store.full import StoreFullAgain, is_store_full
 from worker.store.records import Begun, CommitReply
 from worker.store.replies import CommitCode
+from worker.store.server.full import StoreFullAgain, is_store_full
 from worker.telemetry.log_privacy import describe_error
 from worker.telemetry.logs import end_event, event_ids, start_event
 from worker.telemetry.plan import HandlerRuns

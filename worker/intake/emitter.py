@@ -41,7 +41,7 @@ from worker.intake.source_event import (
 from worker.keys.layout import Keys
 from worker.settings import Settings
 from worker.store.events import EnqueueOutcome, EventStore, PreparedEvent, ReadyPush
-from worker.store.safety import describe_store_error, note_store_failure
+from worker.store.server.safety import describe_store_error, note_store_failure
 from worker.telemetry.log_privacy import describe_error
 
 __all__ = ["NOT_TEXT", "AdmissionHook", "Emitter", "EventLike", "ReadyQueue", "StagedEmits", "UnlessErased"]
@@ -249,7 +249,7 @@ class Emitter:
 
     def enqueue(self, prepared: Sequence[PreparedEvent]) -> list[EnqueueResult]:
         """Admit, claim and append each event, then publish one drain per scope that needs one; a store error
-        raises :class:`StoreUnavailable` (worded by :func:`worker.store.safety.describe_store_error`). One
+        raises :class:`StoreUnavailable` (worded by :func:`worker.store.server.safety.describe_store_error`). One
         tenant's events (the batch of one request)."""
         if not prepared:
             return []

@@ -172,10 +172,6 @@ def hash_secret(secret: str) -> str:
     return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()
 
 
-def _now_ms() -> int:
-    return now_ms()
-
-
 class CredentialStore:
     """API keys, the bootstrap key and user tokens over one Redis client.
 
@@ -217,7 +213,7 @@ class CredentialStore:
         hex_id = secrets.token_hex(8)
         key_id = f"{KEY_ID_PREFIX}{hex_id}"
         secret = f"{SECRET_PREFIX}{hex_id}_{secrets.token_urlsafe(32)}"
-        record = KeyRecord(key_id, tenant, role, name, _now_ms(), secret_hash=hash_secret(secret))
+        record = KeyRecord(key_id, tenant, role, name, now_ms(), secret_hash=hash_secret(secret))
         # The audit entry first: it lives in the tenant's slot, the key in {credentials}, so they cannot share a
         # transaction on a cluster; a crash between the two leaves an entry for a key never made, never the reverse.
         room_left(self.client, self.keys, tenant, self.tenant_max_keys)  # refused before anything is written
@@ -273,7 +269,7 @@ class CredentialStore:
             return None
         if record.active:
             pipe = self.client.pipeline(transaction=True)
-            pipe.hsetnx(self.keys.api_key(key_id), "revokedAt", str(_now_ms()))
+            pipe.hsetnx(self.keys.api_key(key_id), "revokedAt", str(now_ms()))
             pipe.hdel(self.keys.api_key(key_id), "hash")
             stage_revoke(pipe, self.keys, record.tenant, key_id)  # its record expires (REVOKED_KEY_KEEP_S)
             revoked_now = pipe.execute()[0]

@@ -79,9 +79,9 @@ from worker.store.calls import (
     ForgetUserBytes,
     ForgottenSession,
 )
-from worker.store.client import is_cluster
 from worker.store.events import EventStore
 from worker.store.reads import chain_owner
+from worker.store.server.client import is_cluster
 from worker.telemetry.pseudonyms import load_pseudonyms
 
 __all__ = ["HOLDER", "ErasureReport", "ErasureRunning", "UserEraser", "erase_user"]

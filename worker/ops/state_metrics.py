@@ -24,7 +24,7 @@ from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BucketKeys
 from worker.ops.scope_control import list_scopes
 from worker.store.events import EventStore
-from worker.store.safety import current_safety
+from worker.store.server.safety import current_safety
 
 __all__ = ["backlog", "paused_backlog", "runnable_backlog", "state_exposition"]
 

@@ -62,8 +62,8 @@ from worker.keys.layout import Keys
 from worker.ops.audit import AUDIT_MAXLEN, log_audit
 from worker.ops.credentials import CredentialError, CredentialStore
 from worker.ops.key_index import tenant_key_ids
-from worker.store.client import is_cluster
 from worker.store.deleted_tenants import REFRESH_S
+from worker.store.server.client import is_cluster
 
 __all__ = [
     "DEFAULT_BUDGET_S",

@@ -55,7 +55,7 @@ from worker.outbox.delivery_pool import DeliveryPool
 from worker.store.calls import JournalSettle, OutboxClaim, OutboxSettle, Release, Renew
 from worker.store.events import EventStore
 from worker.store.journal import journal_score_us
-from worker.store.safety import store_error_reason
+from worker.store.server.safety import store_error_reason
 from worker.telemetry.log_privacy import describe_error, without_url_secrets
 
 __all__ = ["Attempt", "Deliverer", "OutboxRecord", "OutboxRelay", "outbox_commands", "records_of_event"]

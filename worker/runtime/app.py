@@ -57,8 +57,8 @@ from worker.runtime.heartbeat_writer import StartupBeat, write_beat
 from worker.runtime.reconcile import reconcile, try_reconcile_lock
 from worker.runtime.tasks import publish_task, register_tasks
 from worker.settings import Settings, SettingsError, check_settings
-from worker.store.client import redis_from_settings
 from worker.store.events import EventStore
+from worker.store.server.client import redis_from_settings
 from worker.telemetry.log_privacy import describe_error
 from worker.telemetry.logs import bind_event, clear_context, configure_logging
 from worker.telemetry.recorder import Telemetry, configure_telemetry
@@ -193,7 +193,7 @@ def create_app(settings: Settings) -> Celery:
         task_create_missing_queues=True,
         broker_connection_retry_on_startup=True,
         # A broker error reply (an OOM refusing an ack when the broker is a full Redis) reconnects the consumer
-        # instead of ending the worker ("Unrecoverable error"): a full store pauses work (worker/store/full.py).
+        # instead of ending the worker ("Unrecoverable error"): a full store pauses work (worker/store/server/full.py).
         broker_channel_error_retry=True,
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,

@@ -53,9 +53,9 @@ from worker.core.tenancy import split_scope_ref
 from worker.keys.engine import EngineWide
 from worker.runtime.drain_message import DrainMessages, drain_next_template
 from worker.store.calls import ReadyPop, ReadyPush, TicketForce, TicketReturn
-from worker.store.client import is_cluster
 from worker.store.events import ReadyPush as ReadyPushFields
 from worker.store.scripts import Scripts
+from worker.store.server.client import is_cluster
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS, describe_error
 
 __all__ = ["DRAIN_NEXT_TASK", "DRAIN_TASK", "FairQueue"]

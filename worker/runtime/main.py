@@ -39,8 +39,8 @@ import structlog
 
 from worker.runtime.app import create_app
 from worker.settings import Settings, SettingsError
-from worker.store.client import redis_from_settings
-from worker.store.safety import check_at_boot
+from worker.store.server.client import redis_from_settings
+from worker.store.server.safety import check_at_boot
 from worker.telemetry.logs import configure_logging, install_pseudonyms
 from worker.telemetry.process_metrics import serve, use_multiprocess_dir
 

@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BadTenant, Keys, split_scope_ref
 from worker.store.events import EventStore
-from worker.store.safety import store_error_reason
+from worker.store.server.safety import store_error_reason
 
 __all__ = ["reconcile"]
 

@@ -30,7 +30,7 @@ from worker.runtime.drain_message import MessageGrant, message_grant
 from worker.runtime.fair import DRAIN_NEXT_TASK, DRAIN_TASK, FairQueue
 from worker.runtime.plugin_model import Plugin, PluginRuntime, PluginTask
 from worker.settings import Settings, scripts_build_scope_keys
-from worker.store.safety import note_store_failure
+from worker.store.server.safety import note_store_failure
 from worker.telemetry.log_privacy import HIDDEN_TASK_ARGS, describe_error
 
 __all__ = [
@@ -124,7 +124,7 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
             _bury_or_retry(self, task, runtime, pipeline, payload, _tried(lost, most), most)
             return
         last = attempt >= most
-        # At least once anyway: a run that met a full store runs again after a pause (worker/store/full.py).
+        # At least once anyway: a run that met a full store runs again after a pause (worker/store/server/full.py).
         failed = _plugin_attempt(
             task.name,
             lambda: pipeline.ctx.full_wait("task").call(lambda: task.run(runtime, payload)),

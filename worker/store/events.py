@@ -43,7 +43,6 @@ from worker.store.calls import (
     UserBytes,
     UserEvents,
 )
-from worker.store.client import is_cluster
 from worker.store.deleted_tenants import DeletedTenants
 from worker.store.journal import journal_followups, journaled
 from worker.store.quotas import quota_args, stored_bytes_checks
@@ -61,6 +60,7 @@ from worker.store.records import (
     to_str,
 )
 from worker.store.scripts import Scripts, SentCall
+from worker.store.server.client import is_cluster
 
 __all__ = [
     "Begun",

@@ -149,7 +149,7 @@ ENGINE_DESCRIPTIONS = {
     "agent_signal_store_unavailable_total": "Store failures of this process (where: enqueue, drain, drain_next, door: a route, auth: a credential's lookup or rate).",
     "agent_signal_store_full_backoffs_total": (
         "Pauses of this process's work while Redis was full (where: acquire, pop, chain, commit, task): the work "
-        "waited and went on without counting an attempt (worker/store/full.py)."
+        "waited and went on without counting an attempt (worker/store/server/full.py)."
     ),
 }
 

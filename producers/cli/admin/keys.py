@@ -38,7 +38,7 @@ def _store() -> Any:
     from worker.keys.layout import Keys
     from worker.ops.credentials import CredentialStore
     from worker.settings import load_settings
-    from worker.store.client import redis_from_settings
+    from worker.store.server.client import redis_from_settings
 
     settings, joined = join_stack(load_settings(), need_broker=False)  # REDIS_URL, else the stack's own Redis
     if joined is not None:

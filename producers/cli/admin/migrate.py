@@ -36,9 +36,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from worker.keys.layout import DEFAULT_TENANT, Keys
     from worker.ops.runs import register_indexed_types
     from worker.settings import load_settings
-    from worker.store.client import redis_from_settings
     from worker.store.quotas import migrate_tenant_bytes, tenants_with_user_bytes
     from worker.store.receipts import migrate_legacy_receipts
+    from worker.store.server.client import redis_from_settings
 
     settings, joined = join_stack(load_settings(), need_broker=False)  # it sends no task
     if joined is not None:

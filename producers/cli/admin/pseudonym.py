@@ -23,7 +23,7 @@ __all__ = ["add_pseudonym_command"]
 
 def cmd_pseudonym(args: argparse.Namespace) -> int:
     from worker.settings import load_settings
-    from worker.store.client import redis_from_settings
+    from worker.store.server.client import redis_from_settings
     from worker.telemetry.pseudonyms import NoPseudonymSecret, load_pseudonyms
 
     settings = load_settings()

@@ -80,7 +80,7 @@ def _delete_direct(args: argparse.Namespace) -> int:
     from worker.ops.credentials import CredentialError, CredentialStore
     from worker.ops.tenant_deletion import DeletionRunning, delete_tenant
     from worker.settings import load_settings
-    from worker.store.client import redis_from_settings
+    from worker.store.server.client import redis_from_settings
 
     settings, joined = join_stack(load_settings(), need_broker=False)
     if joined is not None:

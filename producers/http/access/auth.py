@@ -63,8 +63,8 @@ from worker.ops.credentials import (
 from worker.ops.rate_limit import RateDecision, RateLimiter
 from worker.ops.roles import ROLES
 from worker.settings import Settings, SettingsError
-from worker.store.client import async_redis_from_settings, redis_from_settings
-from worker.store.safety import store_error_reason
+from worker.store.server.client import async_redis_from_settings, redis_from_settings
+from worker.store.server.safety import store_error_reason
 from worker.telemetry.process_metrics import process_metrics
 
 __all__ = [

@@ -17,7 +17,7 @@ from worker.core.ids import Id
 from worker.ops.runs import BadDlqCursor, dlq_page
 from worker.ops.state_metrics import runnable_backlog, state_exposition
 from worker.store.reads import EVENT_ID
-from worker.store.safety import current_safety
+from worker.store.server.safety import current_safety
 from worker.telemetry.process_metrics import CONTENT_TYPE, exposition
 
 __all__ = ["router"]

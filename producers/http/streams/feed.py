@@ -43,7 +43,7 @@ from redis.exceptions import RedisError
 from producers.http.settings import DoorSettings
 from producers.http.streams.slots import StreamSlots, TenantStreamsFull
 from worker.settings import Settings
-from worker.store.client import async_redis_from_settings
+from worker.store.server.client import async_redis_from_settings
 from worker.telemetry.log_privacy import describe_error
 
 __all__ = ["RESYNC", "Feed", "FeedUnavailable", "Listener", "TooManyStreams"]

@@ -28,8 +28,8 @@ from redis.asyncio import Redis as AsyncRedis
 from worker.keys.layout import Keys
 from worker.settings import Settings
 from worker.store.calls import Slot, StreamRenew, StreamTake
-from worker.store.client import async_redis_from_settings
 from worker.store.loader import load_script
+from worker.store.server.client import async_redis_from_settings
 
 __all__ = ["StreamSlots", "TenantStreamsFull"]
 

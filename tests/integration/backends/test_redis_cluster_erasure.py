@@ -26,8 +26,8 @@ from tests.support.redis_cluster import RedisClusterProcesses
 from worker.keys.layout import BucketKeys, Keys
 from worker.ops import erasure
 from worker.ops.erasure_holds import ErasureHolds
-from worker.store.client import redis_from_settings
 from worker.store.events import EventStore
+from worker.store.server.client import redis_from_settings
 
 pytest_plugins = ["tests.support.cluster_fixtures"]
 pytestmark = pytest.mark.integration

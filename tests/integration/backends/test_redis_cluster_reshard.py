@@ -1,7 +1,7 @@
 """Adding a master to a real Redis Cluster and moving hash slots to it while clients hold an older view.
 
 redis-py raises ``AttributeError`` on an ASK redirect to a node its client has not seen (redis/redis-py#4015):
-the door answered ``500 internal`` and the workers' relay failed. Our clients (worker/store/client.py) refresh
+the door answered ``500 internal`` and the workers' relay failed. Our clients (worker/store/server/client.py) refresh
 their view and retry once, and a node still unknown is a store error: 503 with Retry-After at the door.
 ``/readyz`` refreshes the view before reading the primaries and names a slot left open; a drain refused while
 its scope's slot moves is published again after 1-2 s instead of waiting for the reconcile sweep.
@@ -24,8 +24,8 @@ from producers.http.app import create_web_app
 from tests.conftest import SettingsFactory, wait_for
 from tests.support.redis_cluster import RedisClusterProcesses, hash_tag_in
 from worker.settings import Settings
-from worker.store import safety
-from worker.store.client import SlotMoving, async_redis_from_settings, redis_from_settings
+from worker.store.server import safety
+from worker.store.server.client import SlotMoving, async_redis_from_settings, redis_from_settings
 
 pytest_plugins = ["tests.support.cluster_fixtures"]
 pytestmark = pytest.mark.integration

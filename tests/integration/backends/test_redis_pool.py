@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from worker.store.client import PoolExhausted, redis_from_settings
-from worker.store.safety import describe_store_error, note_store_failure, store_error_reason
+from worker.store.server.client import PoolExhausted, redis_from_settings
+from worker.store.server.safety import describe_store_error, note_store_failure, store_error_reason
 
 
 def test_a_thread_past_the_cap_waits_for_a_free_connection(make_settings: Any) -> None:

@@ -23,7 +23,7 @@ from tests.support.private_redis import private_redis
 from tests.support.prom import parse, total
 from worker.keys.layout import BucketKeys
 from worker.runtime.tasks import DRAIN_TASK
-from worker.store.safety import NO_PERSISTENCE, UnsafeStore
+from worker.store.server.safety import NO_PERSISTENCE, UnsafeStore
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """A process on a host whose clock is 45 s ahead of the Redis server's works on Redis's (worker/core/clock.py,
-worker/store/clock_sync.py). A clock walk with libfaketime found, on such a host: a retry's ``notBefore`` 45 s
+worker/store/server/clock_sync.py). A clock walk with libfaketime found, on such a host: a retry's ``notBefore`` 45 s
 late for every other worker (its scope held behind it), outbox calls first due late by the skew, a user token
 refused the moment it was minted, and ``enqueuedAt`` and receipts dated in the future. Here the host's clock is
 moved in-process (``time.time``), Redis's is real; each check fails with the offset left at 0."""
@@ -17,7 +17,7 @@ from tests.support.drains import producer_and_pipeline
 from worker.core import clock
 from worker.keys.layout import BucketKeys, Keys
 from worker.ops.credentials import CredentialStore
-from worker.store import clock_sync
+from worker.store.server import clock_sync
 
 pytestmark = pytest.mark.integration
 

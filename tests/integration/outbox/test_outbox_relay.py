@@ -329,7 +329,7 @@ def test_a_stopping_relay_waits_for_its_deliveries_only_so_long(make_settings: A
     script = """
 import sys, threading
 from worker.settings import load_settings
-from worker.store.client import redis_from_settings
+from worker.store.server.client import redis_from_settings
 from worker.store.events import EventStore
 from worker.chain.context import EffectBuffer, HandlerContext
 from worker.outbox.relay import OutboxRelay

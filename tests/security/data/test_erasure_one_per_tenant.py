@@ -29,8 +29,8 @@ from tests.plugins.erasure_gate import PLUGIN as GATE_PLUGIN
 from worker.keys.layout import Keys
 from worker.ops import erasure
 from worker.ops.erasure_holds import ErasureHolds
-from worker.store.client import redis_from_settings
 from worker.store.events import EventStore
+from worker.store.server.client import redis_from_settings
 
 pytestmark = pytest.mark.integration
 

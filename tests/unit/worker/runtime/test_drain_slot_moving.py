@@ -15,8 +15,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from worker.keys.layout import EngineKeys
 from worker.runtime import state, tasks
-from worker.store.client import SlotMoving
 from worker.store.deleted_tenants import DeletedTenants
+from worker.store.server.client import SlotMoving
 
 REF = "acme/topic:a"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.store.open_slots import parse_open_slots
+from worker.store.server.open_slots import parse_open_slots
 
 NODES = """\
 aaa 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460 [11304->-bbb] [42-<-ccc]

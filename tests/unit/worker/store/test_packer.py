@@ -1,4 +1,4 @@
-"""The command packer (worker/store/packer.py) puts redis-py's bytes on the wire for every argument type, takes
+"""The command packer (worker/store/server/packer.py) puts redis-py's bytes on the wire for every argument type, takes
 hiredis's path for the engine's own arguments, refuses what redis-py refuses with redis-py's error, and is what
 the state store's pool hands its connections unless the URL asks for another encoding."""
 
@@ -13,9 +13,9 @@ from redis.connection import PythonRespSerializer
 from redis.exceptions import DataError
 
 from worker.settings import Settings
-from worker.store import packer
-from worker.store.client import redis_from_settings
-from worker.store.packer import HiredisPacker
+from worker.store.server import packer
+from worker.store.server.client import redis_from_settings
+from worker.store.server.packer import HiredisPacker
 
 
 class _Level(enum.IntEnum):

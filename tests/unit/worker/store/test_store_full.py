@@ -1,4 +1,4 @@
-"""worker/store/full.py: which errors mean a full store, and how the wait backs off and ends."""
+"""worker/store/server/full.py: which errors mean a full store, and how the wait backs off and ends."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError, ResponseError
 
-from worker.store import full as store_full
-from worker.store.full import FullStoreWait, is_store_full
+from worker.store.server import full as store_full
+from worker.store.server.full import FullStoreWait, is_store_full
 
 
 @pytest.fixture(autouse=True)

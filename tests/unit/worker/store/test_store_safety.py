@@ -1,4 +1,4 @@
-"""The store-safety decision (worker/store/safety.py) without a server: eviction, persistence, memory,
+"""The store-safety decision (worker/store/server/safety.py) without a server: eviction, persistence, memory,
 a disabled CONFIG, and how store errors are worded and counted."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.settings import Settings
-from worker.store import safety as store_safety
-from worker.store.safety import (
+from worker.store.server import safety as store_safety
+from worker.store.server.safety import (
     NO_PERSISTENCE,
     StoreConfig,
     assess,
@@ -142,7 +142,7 @@ def test_failure_count_is_carried_until_redis_takes_it(
 def test_a_moving_cluster_slot_is_named_as_such() -> None:
     """TRYAGAIN, redis-py's "TTL exhausted" and SlotMoving read as a slot moving between nodes, not as redis-py's
     words; a cluster that is down keeps its own."""
-    from worker.store.client import SlotMoving
+    from worker.store.server.client import SlotMoving
 
     moving = "the tenant's slot is moving between Redis nodes"
     for exc in (

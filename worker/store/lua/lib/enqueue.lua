@@ -182,7 +182,7 @@ local function enqueue(h, k0, a0)
       if user then user.added = user.added + units[i] end
     end
   end
-  -- after the first write: forgetting first would let a script on a full store write (worker/store/full.py)
+  -- after the first write: forgetting first would let a script on a full store write (worker/store/server/full.py)
   if slot_ms > 0 and accepted > 0 then retained_add(h.retained, now, slot_ms, accepted, retained_stale) end
   for _, user in pairs(counted_users) do
     if user.added > 0 then retained_add(user.key, now, slot_ms, user.added, user.stale) end

@@ -2,7 +2,7 @@
 -- them). retained_count(key, now, slot_ms) -> events counted, the oldest counted slot (nil: none), the slots past
 -- the window (to forget). retained_add(key, now, slot_ms, n, stale) counts n more in the current slot and deletes
 -- the slot that just left the window and stale: after the add, so a script on a full store is still refused at
--- its first write (a delete before it would let the rest through; worker/store/full.py).
+-- its first write (a delete before it would let the rest through; worker/store/server/full.py).
 local function retained_count(key, now, slot_ms)
   local current = math.floor(now / slot_ms)
   local raw = redis.call('HGETALL', key)

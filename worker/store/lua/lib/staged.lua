@@ -2,7 +2,7 @@
 -- applied with pcall. check_staged -> nil | {index, reason}: a command outside the allow-list or a key of another
 -- type than the command needs; apply_staged -> nil | {index, error}: a runtime error such as HINCRBY on a
 -- non-integer field (the commands before it stay applied, the caller commits nothing else). A full store is not
--- a broken write: the same call again raises its OOM error and ends the script (worker/store/full.py).
+-- a broken write: the same call again raises its OOM error and ends the script (worker/store/server/full.py).
 -- {'THEN', n} is no Redis command: right after a SET ... NX (or a SETNX), it makes the n commands after it run only
 -- when that one wrote (a receipt's indexes, count and announcement follow its SET NX: an id its user already has
 -- adds nothing).

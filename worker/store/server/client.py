@@ -28,8 +28,8 @@ from redis.exceptions import ClusterError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from worker.settings import Settings
-from worker.store.clock_sync import keep_in_sync
-from worker.store.packer import hiredis_packer_kwargs
+from worker.store.server.clock_sync import keep_in_sync
+from worker.store.server.packer import hiredis_packer_kwargs
 
 __all__ = ["PoolExhausted", "SlotMoving", "async_redis_from_settings", "is_cluster", "redis_from_settings"]
 
@@ -154,7 +154,7 @@ def is_cluster(client: object) -> bool:
 
 def redis_from_settings(settings: Settings) -> Redis:
     """A client for the state store; connects lazily. Its pool holds at most ``redis_max_connections``. The
-    process's first one also puts its clock on Redis's (worker/store/clock_sync.py)."""
+    process's first one also puts its clock on Redis's (worker/store/server/clock_sync.py)."""
     keep_in_sync(settings)
     if settings.redis_cluster_url:
         cluster = _Cluster.from_url(
@@ -177,7 +177,7 @@ def redis_from_settings(settings: Settings) -> Redis:
         socket_connect_timeout=5,
         health_check_interval=30,
         retry_on_timeout=True,
-        **hiredis_packer_kwargs(url),  # the arguments packed by hiredis alone (worker/store/packer.py)
+        **hiredis_packer_kwargs(url),  # the arguments packed by hiredis alone (worker/store/server/packer.py)
     )
     return Redis.from_pool(pool)  # the client owns the pool: close() disconnects it
 

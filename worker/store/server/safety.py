@@ -10,11 +10,11 @@
 * **Memory.** ``used_memory / maxmemory`` at or above ``AGENT_SIGNAL_REDIS_MEMORY_WARN_RATIO`` shows as a
   ``memory`` entry on ``/readyz`` (still 200); ``agent_signal_store_memory_ratio`` is always exported when a
   ``maxmemory`` is set. At 100% a ``noeviction`` Redis refuses writes: the door answers 503, workers back off
-  until there is room (worker/store/full.py), and the entry reads ``full: …``.
+  until there is room (worker/store/server/full.py), and the entry reads ``full: …``.
 * **Open slots** (Redis Cluster): a slot MIGRATING/IMPORTING refuses its tenant (503) while its keys are split.
   A ``cluster`` entry on ``/readyz`` names it (still 200): ``moving`` while its keys keep moving, ``stalled``
   once the move has stood still for ``OPEN_SLOT_STALL_S`` (left half-done: ``redis-cli --cluster fix``). See
-  worker/store/open_slots.py.
+  worker/store/server/open_slots.py.
 * **CONFIG disabled** (renamed on managed Redis): said once in the log; eviction and persistence are skipped,
   never refused. The memory ratio then comes from ``INFO memory``.
 
@@ -46,8 +46,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.core.replication import NotReplicated
 from worker.settings import Settings, SettingsError
-from worker.store.client import PoolExhausted, SlotMoving
-from worker.store.open_slots import OpenSlot, read_open_slots
+from worker.store.server.client import PoolExhausted, SlotMoving
+from worker.store.server.open_slots import OpenSlot, read_open_slots
 from worker.telemetry.log_privacy import describe_error
 from worker.telemetry.process_metrics import process_metrics
 

@@ -8,7 +8,7 @@ operator runs ``redis-cli --cluster fix``. A master shows its own open slots in 
 
 A slot being moved right now looks the same, so :func:`read_open_slots` also says how long the source's key
 count of the slot has not changed as this process saw it (``still_s``): a move under way keeps lowering it,
-a move left half-done does not. worker/store/safety.py turns that into a ``cluster`` entry on ``/readyz``.
+a move left half-done does not. worker/store/server/safety.py turns that into a ``cluster`` entry on ``/readyz``.
 """
 
 from __future__ import annotations
