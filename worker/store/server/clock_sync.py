@@ -30,6 +30,7 @@ __all__ = ["RESYNC_S", "WARN_OFFSET_MS", "keep_in_sync", "measure"]
 RESYNC_S = 60.0
 WARN_OFFSET_MS = 1_000
 MEASURE_TIMEOUT_S = 1.0
+SAMPLES = 3  # TIME round trips per measure; the shortest is kept
 log = logging.getLogger(__name__)
 
 _started_in: int | None = None  # the pid whose thread runs (a forked child starts its own)
@@ -37,13 +38,22 @@ _unread_logged = False  # a Redis whose clock could not be read is logged once p
 _lock = threading.Lock()
 
 
-def measure(client: Redis) -> tuple[int, int, int]:
-    """(Redis's clock, this host's wall clock, its monotonic clock), in µs, the host's read at the middle of one
-    ``TIME`` round trip."""
-    wall0, mono0 = time.time_ns(), time.monotonic_ns()
-    seconds, micros = client.time()
-    wall1, mono1 = time.time_ns(), time.monotonic_ns()
-    return int(seconds) * 1_000_000 + int(micros), (wall0 + wall1) // 2000, (mono0 + mono1) // 2000
+def measure(client: Redis, samples: int = SAMPLES) -> tuple[int, int, int, int]:
+    """(Redis's clock, this host's wall clock, its monotonic clock, the uncertainty), in µs: the host's read at the
+    middle of the shortest of ``samples`` ``TIME`` round trips, give or take half of it. The connection is made
+    first (a ``PING``): a round trip that also connects is long and lopsided."""
+    client.ping()
+    best: tuple[int, int, int, int] | None = None
+    for _ in range(samples):
+        wall0, mono0 = time.time_ns(), time.monotonic_ns()
+        seconds, micros = client.time()
+        wall1, mono1 = time.time_ns(), time.monotonic_ns()
+        half_rtt_us = (mono1 - mono0) // 2000
+        if best is None or half_rtt_us < best[3]:
+            redis_us = int(seconds) * 1_000_000 + int(micros)
+            best = redis_us, (wall0 + wall1) // 2000, (mono0 + mono1) // 2000, half_rtt_us
+    assert best is not None, "samples must be at least 1"
+    return best
 
 
 def keep_in_sync(settings: Settings) -> None:
@@ -68,7 +78,8 @@ def _sync_once(settings: Settings) -> None:
     global _unread_logged
     client = _short_client(settings)
     try:
-        offset_ms = set_measured(*measure(client))
+        redis_us, wall_us, mono_us, uncertainty_us = measure(client)
+        offset_ms = set_measured(redis_us, wall_us, mono_us, uncertainty_us=uncertainty_us)
     except (RedisError, OSError) as exc:
         if not _unread_logged:
             _unread_logged = True

@@ -79,3 +79,62 @@ def test_a_host_near_the_band_does_not_flap(host: dict[str, int]) -> None:
     assert not clock.on_own_clock()
     clock.set_measured(host["wall"] + (clock.OFFSET_BACK_MS - 1) * 1000, host["wall"], host["mono"])
     assert clock.on_own_clock()
+
+
+def test_a_slow_round_trip_does_not_move_a_host_on_redis_clock(host: dict[str, int]) -> None:
+    """CI: a first ``TIME`` that waited 120 ms for its connection read a host on the same clock as Redis as 60 ms
+    off, and its process stamped times 60 ms ahead of its workers (an event "finished before it was enqueued")."""
+    clock._mono_offset_us = None
+    offset = clock.set_measured(host["wall"] + 60_000, host["wall"], host["mono"], uncertainty_us=60_000)
+    assert offset == 60 and clock.on_own_clock()
+    # the same reading, precise, is a host off by 60 ms
+    clock.set_measured(host["wall"] + 60_000, host["wall"], host["mono"], uncertainty_us=500)
+    assert not clock.on_own_clock()
+
+
+def test_on_redis_clock_an_imprecise_measure_neither_returns_nor_moves_it(host: dict[str, int]) -> None:
+    redis = 1_000_000 * S
+    clock.set_measured(redis, host["wall"], host["mono"])
+    kept = clock._mono_offset_us
+    # a wall reading inside the back band, but only give or take 40 ms: not proof the host healed
+    host["wall"] -= 45 * S  # NTP stepped the host back
+    clock.set_measured(host["wall"] + 10_000, host["wall"], host["mono"], uncertainty_us=40_000)
+    assert not clock.on_own_clock() and clock._mono_offset_us == kept
+    # Redis's clock read 50 ms later than the offset says, give or take 40 ms: within jitter + uncertainty
+    clock.set_measured(redis + 50_000, host["wall"], host["mono"], uncertainty_us=40_000)
+    assert clock._mono_offset_us == kept
+    clock.set_measured(redis + 50_000, host["wall"], host["mono"], uncertainty_us=1_000)  # the same, precise
+    assert clock._mono_offset_us == kept + 50_000
+
+
+class _SlowFirstClient:
+    """A Redis client on the host's clock whose PING connects slowly and whose TIME round trips take the given
+    times (µs): Redis reads its clock at the start of each trip, the least favourable reading."""
+
+    def __init__(self, host: dict[str, int], trips_us: list[int]) -> None:
+        self.host, self.trips_us, self.pinged = host, trips_us, False
+
+    def ping(self) -> bool:
+        self.host["wall"] += 120_000
+        self.host["mono"] += 120_000
+        self.pinged = True
+        return True
+
+    def time(self) -> tuple[int, int]:
+        assert self.pinged, "TIME before the connection was made"
+        at = self.host["wall"]
+        trip = self.trips_us.pop(0)
+        self.host["wall"] += trip
+        self.host["mono"] += trip
+        return at // S, at % S
+
+
+def test_measure_connects_first_and_keeps_the_shortest_round_trip(host: dict[str, int]) -> None:
+    from worker.store.server.clock_sync import measure
+
+    client = _SlowFirstClient(host, [90_000, 2_000, 30_000])
+    redis_us, wall_us, mono_us, uncertainty_us = measure(client)  # type: ignore[arg-type]
+    assert uncertainty_us == 1_000 and wall_us - redis_us == 1_000 and not client.trips_us
+    clock._mono_offset_us = None
+    assert clock.set_measured(redis_us, wall_us, mono_us, uncertainty_us=uncertainty_us) == -1
+    assert clock.on_own_clock()
