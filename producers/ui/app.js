@@ -94,6 +94,7 @@ async function api(path, options = {}) {
   try {
     response = await fetch(path, { ...options, headers: headers(), signal });
     text = await response.text();
+    noteServerClock(response);
   } catch (err) {
     if (signal.aborted) return never();
     showError(`Cannot reach the API: ${err.message}`, call);
@@ -111,6 +112,27 @@ async function api(path, options = {}) {
   }
   if (call === failedCall) showError("");
   return { status: response.status, body, retryAfterS };
+}
+
+// The server's clock against this browser's, read from each answer's Date header (whole seconds): an age ("heartbeat
+// 3 s ago", "waiting 2 min") is the server's now minus a stored time, and a laptop minutes off showed every worker
+// "silent" (ahead) or every wait as 0 ms (behind). Kept at 0 unless the two differ by more than SKEW_IN_MS (the
+// header's second, and the answer's trip, are noise), and back to 0 only within SKEW_OUT_MS (no flapping).
+const SKEW_IN_MS = 3000;
+const SKEW_OUT_MS = 1500;
+let serverSkewMs = 0;
+
+function noteServerClock(response) {
+  const date = Date.parse(response.headers.get("date") || "");
+  if (Number.isNaN(date)) return;
+  const skew = date + 500 - Date.now(); // the header's second, at its middle
+  const band = serverSkewMs === 0 ? SKEW_IN_MS : SKEW_OUT_MS;
+  serverSkewMs = Math.abs(skew) > band ? skew : 0;
+}
+
+// Now on the server's clock (ms): what every age and "since" the pages compute starts from.
+function serverNow() {
+  return Date.now() + serverSkewMs;
 }
 
 function fmtTime(ms) {
@@ -139,7 +161,7 @@ function postJson(path, body, options = {}) {
 function fmtAge(ms) {
   if (ms === undefined || ms === null || Number.isNaN(ms)) return "";
   const s = Math.max(0, ms) / 1000;
-  if (s < 1) return `${Math.round(ms)} ms`;
+  if (s < 1) return `${Math.round(s * 1000)} ms`;
   if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
   return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;

@@ -393,7 +393,7 @@ function receiptFeed(owner, state, ui) {
       if (!before && r.createdAt < floor && state.receipts.size >= RECEIPTS_KEPT) continue; // dropped already
       if (!before) fresh.push(r);
       if (!before || JSON.stringify(before) !== JSON.stringify(r)) { state.receipts.set(r.id, r); changed = true; }
-      if (typeof r.createdAt === "number") newest = Math.max(newest, Math.min(r.createdAt, Date.now()));
+      if (typeof r.createdAt === "number") newest = Math.max(newest, Math.min(r.createdAt, serverNow()));
     }
     if (state.receipts.size > RECEIPTS_KEPT) { // the oldest go, shown or not
       const kept = [...state.receipts.values()].sort((a, b) => b.createdAt - a.createdAt);

@@ -48,7 +48,7 @@ function runsPage(sub) {
   );
   form.elements.preset.addEventListener("change", () => {
     const span = Number(form.elements.preset.value);
-    form.elements.since.value = span ? localInputValue(Date.now() - span) : "";
+    form.elements.since.value = span ? localInputValue(serverNow() - span) : "";
     form.elements.until.value = "";
   });
   const live = el("span", { class: "live", "aria-live": "off", "data-testid": "runs-live" });

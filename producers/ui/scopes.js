@@ -148,7 +148,7 @@ function scopesPage() {
   async function loadEvents() {
     const [queued, running] = await Promise.all(["queued", "processing"].map((status) => api(`/v1/events?${qs({ status, limit: 50 })}`).then(({ body }) => body.events)));
     const list = [...running, ...queued];
-    const now = Date.now();
+    const now = serverNow();
     keepFocus(eventsBox, () => eventsBox.replaceChildren(list.length
       ? table(["Event", "Status", "Source type", "Scope", "Waiting", actionsHeading()], list.map((e) => el(
         "tr",
@@ -165,7 +165,7 @@ function scopesPage() {
 
   async function loadWorkers() {
     const { body } = await api("/v1/overview");
-    const now = Date.now();
+    const now = serverNow();
     const workers = body.workers || [];
     keepFocus(workersBox, () => workersBox.replaceChildren(workers.length
       ? table(["Worker", "Heartbeat", "Concurrency", "In-flight drains"], workers.map((w) => {

@@ -156,6 +156,27 @@ def test_pause_a_scope_its_events_wait_then_resume(
     assert page_errors == []
 
 
+def test_ages_are_on_the_servers_clock_when_the_browsers_is_ahead(
+    browser: Any, start_stack: Callable[..., str], page_errors: list[str]
+) -> None:
+    """A laptop ten minutes ahead showed every live worker "silent" (its heartbeat ten minutes old by the browser's
+    clock). Ages start from the server's now (its answers' Date header); one a second or so under 0 (the header's
+    whole second) reads 0 ms, not "-341 ms"."""
+    import time
+
+    from playwright.sync_api import expect
+
+    stack = start_stack()
+    page = new_page(browser, page_errors)
+    page.clock.install(time=time.time() + 600)  # Unix seconds (Playwright's Python); runs on from there
+    page.goto(f"{stack}/#/scopes")
+    workers = page.get_by_test_id("workers")
+    expect(workers.locator("tbody tr")).to_have_count(1)
+    expect(workers).to_contain_text("alive")
+    assert re.search(r"alive (\d+ ms|\d+(\.\d)? s) ago", workers.inner_text()), workers.inner_text()
+    assert page_errors == []
+
+
 # Where the graph and its box are against the viewport; what sticks out, to say why when it does.
 
 
