@@ -59,7 +59,8 @@ def new_page(browser: Any, errors: list[str], width: int = 1280, height: int = 9
 def pause_clock(page: Any) -> None:
     """The page's timers (and Date) on Playwright's clock, paused: before ``goto``, so a live page's refreshes run
     only by ``page.clock.run_for`` (its first, at load, runs at once)."""
-    start_s = time.time()  # Playwright's Python reads a number as Unix seconds (ms put the page in the year 57,000)
+    # Playwright's Python reads a number as Unix seconds (ms put the page in the year 57,000)
+    start_s = time.time()
     page.clock.install(time=start_s)
     page.clock.pause_at(start_s + 1)
 
