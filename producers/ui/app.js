@@ -221,7 +221,8 @@ function livePoll(fn, ms = LIVE_MS) {
   document.addEventListener("visibilitychange", shown);
   teardown.push(() => { stopped = true; clearTimeout(timer); document.removeEventListener("visibilitychange", shown); });
   tick();
-  return { poke: () => { if (running) pokedMeanwhile = true; else tick(true); } };
+  // stop(): what the page shows will not change by asking again (an id the API refuses)
+  return { poke: () => { if (running) pokedMeanwhile = true; else tick(true); }, stop: () => { stopped = true; clearTimeout(timer); } };
 }
 
 // Keyboard focus kept across a redraw: a live page that rebuilds a box (a table each refresh, the conversation on

@@ -146,7 +146,13 @@ function runDetailPage(eventId) {
   const poll = livePoll(refresh);
 
   async function refresh() {
-    const { status, body } = await api(`/v1/events/${encodeURIComponent(eventId)}`, { allow: [404, 409] });
+    const { status, body } = await api(`/v1/events/${encodeURIComponent(eventId)}`, { allow: [404, 409, 422] });
+    if (status === 422) { // not an id the API takes: asking every 2 s cannot change that
+      const reason = body && body.error ? body.error.message : "refused";
+      head.replaceChildren(el("div", { class: "empty", "data-testid": "lookup-error" }, `“${eventId}” is not a run id: ${reason}. `, el("a", { href: "#/runs" }, "Back to the runs")));
+      poll.stop();
+      return;
+    }
     if (status === 404) {
       head.replaceChildren(el("div", { class: "empty" }, `No event “${eventId}”: unknown, or older than the dedupe window. `, el("a", { href: "#/runs" }, "Back to the runs")));
       return;

@@ -398,6 +398,30 @@ def test_find_by_id_shows_a_failed_lookup_in_place(
     assert page_errors == []
 
 
+def test_a_run_id_the_api_refuses_is_answered_once_and_not_asked_again(
+    browser: Any, make_settings: Any, serve_web: Any, page_errors: list[str]
+) -> None:
+    """A run page for an id the API refuses (422) said so in the banner and asked again every 2 s for as long as
+    it stayed open. It says so in place and stops. On Playwright's paused clock: a refresh would have sent its
+    read before the marker request that follows three refreshes' time."""
+    from playwright.sync_api import expect
+
+    _, stack = serve_web(make_settings())
+    page = new_page(browser, page_errors)
+    pause_clock(page)
+    reads: list[str] = []
+    page.on("request", lambda r: reads.append(r.url))
+    page.goto(f"{stack}/#/runs/not%20an%20id!")
+    refused = page.get_by_test_id("lookup-error")
+    expect(refused).to_contain_text("“not an id!” is not a run id")
+    since = len(reads)
+    page.clock.run_for(3 * LIVE_MS)
+    page.evaluate("() => fetch('/healthz')")
+    expect(page.locator("main")).not_to_contain_text("Loading")
+    assert [u for u in reads[since:] if "/healthz" not in u] == [], reads[since:]
+    assert page_errors == []
+
+
 def test_an_attempt_lost_with_its_worker_is_not_shown_running(
     browser: Any,
     make_settings: Any,
