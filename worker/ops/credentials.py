@@ -96,6 +96,12 @@ USER_REF_CONTEXT = b"agent-signal user-tokens-from\x00"  # the digest of a floor
 MIN_BOOTSTRAP_KEY_CHARS = 16
 MIN_TOKEN_SECRET_CHARS = 32  # HS256 wants a key of at least 256 bits (RFC 7518 §3.2)
 CACHE_MAX_ENTRIES = 10_000  # the in-process cache is dropped whole past this (random ids cannot grow it)
+# A key found revoked, or gone, is refused from the process's cache this long whatever ``cache_s`` is: a revoke is
+# final and a key id (random) is never made again, so the refusal cannot go stale. A deleted tenant's clients that
+# go on sending its keys then cost one lookup a key a minute, not one per cache window (a walk: at one every 2 s,
+# three keys' lookups spent their address's failed-authentication budget, and every other tenant behind the same
+# address was refused 429 whenever its own key's cache entry ran out; producers/http/access/throttle.py).
+REFUSED_CACHE_S = 60.0
 MAX_NAME_CHARS = 100
 ALGORITHM = "HS256"
 _SECRET_SHAPE = re.compile(r"^as_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$")
@@ -238,10 +244,11 @@ class CredentialStore:
         if not allow_io:
             raise NeedsIO(key_id)
         record = _record(key_id, self.client.hgetall(self.keys.api_key(key_id)))
-        if self.cache_s > 0:
+        trusted_s = self.cache_s if record is not None and record.active else REFUSED_CACHE_S
+        if trusted_s > 0:
             if len(self._cache) >= CACHE_MAX_ENTRIES:
                 self._cache.clear()
-            self._cache[key_id] = (now + self.cache_s, record)
+            self._cache[key_id] = (now + trusted_s, record)
         return record
 
     def list(self, tenant: str | None = None) -> list[KeyRecord]:

@@ -181,14 +181,15 @@ class Authenticator:
         except NeedsIO:
             return await run_in_threadpool(fn, True)
 
-    async def _lookup(self, fn: Callable[[bool], T], client: str | None) -> T:
-        """:meth:`_call` for a bearer's verification: a lookup (cache miss) first passes the client address's
-        failed-authentication throttle (producers/http/access/throttle.py), which raises Throttled."""
+    async def _lookup(self, fn: Callable[[bool], T], client: str | None) -> tuple[T, bool]:
+        """:meth:`_call` for a bearer's verification, and whether it looked in Redis: a lookup (cache miss) first
+        passes the client address's failed-authentication throttle (producers/http/access/throttle.py), which
+        raises Throttled."""
         try:
-            return fn(False)
+            return fn(False), False
         except NeedsIO:
             self.throttle.check(client)
-            return await run_in_threadpool(fn, True)
+            return await run_in_threadpool(fn, True), True
 
     async def resolve(self, bearer: str | None, client: str | None = None) -> Principal | None:
         """The caller; None when no credential was given and credentials are configured.
@@ -199,20 +200,27 @@ class Authenticator:
         if bearer is None:
             configured = await self._call(lambda io: store.configured(allow_io=io))
             return None if configured else LOCAL_PRINCIPAL
-        record = await self._lookup(lambda io: store.verify(bearer, allow_io=io), client)
+        record, looked = await self._lookup(lambda io: store.verify(bearer, allow_io=io), client)
         if record is not None:
             if record.role not in ROLES:  # written by hand into Redis, not by CredentialStore.create
                 raise Unauthenticated("unrecognised credential")
             return Principal(tenant=record.tenant, role=record.role, credential_id=record.id)
         if bearer.count(".") == 2:
             try:
-                token = await self._lookup(lambda io: store.check_user_token(bearer, allow_io=io), client)
+                token, looked_too = await self._lookup(
+                    lambda io: store.check_user_token(bearer, allow_io=io), client
+                )
             except UserErased as exc:  # refused as any credential that does not verify, saying why
                 self.throttle.failed(client)
                 raise Unauthenticated(str(exc)) from None
             if token is not None:
                 return Principal(token.tenant, "user", f"{token.issuer}:{token.user_id}", token.user_id)
-        self.throttle.failed(client)
+            looked = looked or looked_too
+        # a refusal the cache answered cost no lookup and spends nothing of the address's budget: a deleted tenant's
+        # clients sending its revoked keys on (refused from the cache, worker/ops/credentials.py) no longer lock out
+        # every other tenant behind the same address (a walk of tenant deletion)
+        if looked:
+            self.throttle.failed(client)
         raise Unauthenticated("unknown, revoked or expired credential")
 
     def _limiter(self, configured: bool) -> RateLimiter | None:
