@@ -63,6 +63,11 @@ class EngineWide:
         no key of the tenant is made (worker/ops/tenant_deletion.py); gone once the deletion is done."""
         return f"{self.prefix}{{credentials}}:tenant-deletion:{tenant}"
 
+    def tenant_deleted(self, tenant: str) -> str:
+        """A tenant's deletion once done (hash: startedAt, removed): a call after it answers it again instead of
+        starting another (worker/ops/tenant_deletion.py); a key made for the name again takes it out."""
+        return f"{self.prefix}{{credentials}}:tenant-deleted:{tenant}"
+
     def tenant_deletion_lock(self, tenant: str) -> str:
         """One deletion call of a tenant at a time (string: its token, PX)."""
         return f"{self.prefix}{{credentials}}:tenant-deletion-lock:{tenant}"

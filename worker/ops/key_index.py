@@ -177,6 +177,7 @@ def stage_create(
                 pipe.hdel(
                     keys.tenants_deleted, tenant
                 )  # a deleted tenant's name, used again: its own from now
+                pipe.delete(keys.tenant_deleted(tenant))  # and a deletion of it starts over
                 pipe.execute()
                 return
             except WatchError:

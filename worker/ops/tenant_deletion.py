@@ -36,8 +36,9 @@ it out of the tombstones.
 Each call works for at most ``budget_s`` and keeps its place (the walk's cursors, its counts) in the marker, so a
 tenant of millions of keys is deleted by calls that each answer within an HTTP request's time: the caller repeats
 until ``state`` is ``done`` (the CLI does, showing progress). One call at a time per tenant
-(``Keys.tenant_deletion_lock``): another meanwhile raises :class:`DeletionRunning`. Calling again after ``done``
-is harmless: a tenant with nothing stored is done at once (after the settle window its first call starts).
+(``Keys.tenant_deletion_lock``): another meanwhile raises :class:`DeletionRunning`, whose wait is at most the
+holder's budget. Calling again after ``done`` answers that deletion again (``Keys.tenant_deleted``), without
+starting another, until a key is made for the name.
 
 Left as they are: the name in the engine-wide ``tenants`` set (a process that registered it once does not add it
 again, and the reconcile sweep walks that set: a tenant name used again must be found) and in the tombstones;
@@ -154,7 +155,10 @@ def delete_tenant(
         )
     lock, token = keys.tenant_deletion_lock(tenant), secrets.token_hex(12)
     if not client.set(lock, token, nx=True, px=int((budget_s + LOCK_MARGIN_S) * 1000)):
-        raise DeletionRunning(tenant, max(1, -(-int(client.pttl(lock)) // 1000)))
+        # the call holding it answers within its budget (the lock's margin is for a call that crashed: a walk's
+        # second CLI waited 39 s for a call that had ended 2 s after it was refused)
+        left_ms = min(int(client.pttl(lock)), int(budget_s * 1000))
+        raise DeletionRunning(tenant, max(1, -(-left_ms // 1000)))
     try:
         return _one_call(client, keys, credentials, tenant, actor, settle, clock() + budget_s, clock)
     finally:
@@ -173,6 +177,8 @@ def _one_call(
     clock: Callable[[], float],
 ) -> DeletionProgress:
     marker = keys.tenant_deletion(tenant)
+    if (ended := _done_before(client, keys, tenant)) is not None:
+        return ended
     now_ms = credentials.server_ms()
     if (
         erasing_ms := int(client.pttl(keys.for_tenant(tenant).erasure_lock))
@@ -222,6 +228,20 @@ def _one_call(
         if clock() >= deadline:
             _save(client, marker, state)
             return state.progress(tenant, revoked, removed, retry_after_s=1)
+
+
+def _done_before(client: Redis, keys: Keys, tenant: str) -> DeletionProgress | None:
+    """The tenant's deletion already done, answered as it ended, or None. A walk: a second CLI's call just after
+    another ended the deletion began one more, which revoked nothing, waited the whole settle window again (key
+    creation refused meanwhile), pushed the name's rest back and was audited a second time; a third CLI's did it
+    again. Nothing of the tenant can have been written since (its tombstone refuses admissions and drops its
+    work), and a key made for the name takes this record out, so a deletion after that starts over."""
+    if client.exists(keys.tenant_deletion(tenant)):
+        return None
+    done = client.hgetall(keys.tenant_deleted(tenant))
+    if not done:
+        return None
+    return DeletionProgress(tenant, "done", int(done["startedAt"]), 0, 0, int(done["removed"]), 0)
 
 
 @dataclass(slots=True)
@@ -354,6 +374,10 @@ def _finish(
     client.xadd(keys.tenant_deletions, entry, maxlen=AUDIT_MAXLEN, approximate=True)
     ended = client.pipeline(transaction=True)  # one {credentials} slot
     ended.delete(keys.tenant_deletion(tenant))
+    ended.hset(
+        keys.tenant_deleted(tenant),
+        mapping={"startedAt": state.started_at_ms, "removed": state.removed_total},
+    )
     ended.hset(keys.tenants_deleted, tenant, now_ms + reuse_after_ms)  # the name may be used again from then
     ended.execute()
     log_audit(

@@ -348,3 +348,33 @@ def test_an_erasure_let_in_before_keeps_its_lock_and_holds_the_end_and_the_name_
     assert done.state == "done"
     with pytest.raises(TenantBeingDeleted, match="its name can be used again from"):
         store.create("zeta", "admin")
+
+
+def test_a_call_after_done_answers_that_deletion_and_a_busy_call_waits_at_most_a_budget(
+    redis_client: Redis, prefix: str
+) -> None:
+    """A walk: two CLIs deleting one tenant; the first ended it, the second's next call began another deletion,
+    which revoked nothing, waited the settle window again with key creation refused, and was audited twice. A call
+    after done now answers that deletion again (its start, its count) and changes nothing, until a key is made for
+    the name: then a deletion starts over. And a call refused while another runs waits at most that call's
+    budget, not the lock's crash margin (the walk's second CLI waited 39 s for a call that had ended)."""
+    keys = Keys(prefix)
+    store = CredentialStore(redis_client, keys)
+    store.create("eta", "ingest")
+    redis_client.set(keys.for_tenant("eta").plugin_home("note"), "x")
+    redis_client.set(keys.tenant_deletion_lock("eta"), "another call", px=40_000)
+    with pytest.raises(DeletionRunning) as running:
+        delete_tenant(redis_client, keys, store, "eta", actor="t", settle=Settle(), budget_s=2.0)
+    assert running.value.retry_after_s == 2
+    redis_client.delete(keys.tenant_deletion_lock("eta"))
+    done = until_done(redis_client, keys, "eta")
+    again = delete_tenant(
+        redis_client, keys, store, "eta", actor="second", settle=Settle(after_start_ms=3_600_000)
+    )
+    assert again == dataclasses.replace(done, keys_revoked=0, removed=0)
+    assert not redis_client.exists(keys.tenant_deletion("eta"))  # no deletion began
+    assert len(redis_client.xrange(keys.tenant_deletions)) == 1  # and none was audited again
+    store.create("eta", "ingest")  # the name used again (no rest asked): its own from now
+    assert not redis_client.exists(keys.tenant_deleted("eta"))
+    anew = delete_tenant(redis_client, keys, store, "eta", actor="t", settle=Settle())
+    assert (anew.state, anew.keys_revoked) == ("running", 1) and anew.started_at_ms > done.started_at_ms
