@@ -504,8 +504,12 @@ class EventStore(StoreReads):
             self._registered.add(tenant)
 
     def known_tenants(self) -> list[str]:
-        """Every tenant that has enqueued an event (metrics label each tenant's counters)."""
-        return sorted(_str(x) for x in self.client.smembers(self.keys.tenants))
+        """Every tenant that has enqueued an event and has not been deleted since (metrics label each tenant's
+        counters). A deleted tenant's name stays in the set (a name used again must be found), but a walk found it
+        reported at zero on ``/metrics/state`` and ``/v1/backlog`` for good, one series set per tenant ever
+        offboarded; a key made for the name again brings it back."""
+        names = (_str(x) for x in self.client.smembers(self.keys.tenants))
+        return sorted(t for t in names if not self.deleted_tenants.deleted(t))
 
     def active_scope_refs(self) -> list[str]:
         """Every tenant's scopes with queued work, as scope refs ``<tenant>/<scopeKey>`` (each tenant's own

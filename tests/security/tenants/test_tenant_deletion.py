@@ -174,12 +174,17 @@ def test_deleting_a_tenant_leaves_nothing_of_it_and_everything_of_another(
     )
     assert entry["removed"] == str(done.removed_total) and entry["keys"] == "1"
 
+    # the state metrics no longer report it (a walk: at zero, for good), the other tenant's they do
+    state = stack.get("/metrics/state", headers=_bearer(BOOT))
+    assert state.status_code == 200 and f'tenant="{KEPT}"' in state.text, state.text
+    assert f'tenant="{GONE}"' not in state.text
     # the other tenant works on; the deleted name starts again from nothing
     assert stack.get("/v1/receipts", params={"userId": f"{KEPT}-user"}, headers=auth[KEPT]).json()["receipts"]
     again = _admin(stack, GONE)
     assert stack.get("/v1/events", headers=again).json()["events"] == []
     assert not redis_client.hexists(keys.tenants_deleted, GONE)  # the key made for it took it out
     _populate(stack, GONE, again)  # its events are taken again
+    assert f'tenant="{GONE}"' in stack.get("/metrics/state", headers=_bearer(BOOT)).text
 
 
 def test_the_deletion_waits_out_the_settle_window_and_runs_one_call_at_a_time(
