@@ -280,6 +280,7 @@ def bundle() -> Plugin:
         tasks=[
             PluginTask(EXPLODE_TASK, _explode, dead=_task_dead),
             PluginTask(REFUSE_TASK, _refuse, dead=_task_dead),
+            PluginTask(WHOSE_TASK, _whose, dead=_task_dead),
         ],
     )
 
@@ -288,6 +289,9 @@ EXPLODE_TASK = "test.explode"
 
 
 REFUSE_TASK = "test.refuse"
+
+
+WHOSE_TASK = "test.whose"
 
 
 def _home(runtime: PluginRuntime, name: str) -> str:
@@ -302,6 +306,14 @@ def _explode(runtime: PluginRuntime, payload: dict[str, object]) -> None:
 def _refuse(runtime: PluginRuntime, payload: dict[str, object]) -> None:
     runtime.redis.incr(_home(runtime, "refused"))
     raise PermanentFailure("no attempt will take this", code="TEST_REFUSED")
+
+
+def _whose(runtime: PluginRuntime, payload: dict[str, object]) -> None:
+    """Notes whose work each run is (worker.core.tenancy.work_tenant: from the message), failing the first run."""
+    from worker.core.tenancy import work_tenant
+
+    if runtime.redis.rpush(_home(runtime, "whose"), work_tenant() or "-") < 2:
+        raise RuntimeError("the first run fails")
 
 
 def _task_dead(runtime: PluginRuntime, payload: dict[str, object], error: str) -> None:

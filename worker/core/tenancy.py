@@ -4,14 +4,30 @@ A tenant is the unit of isolation (one agent platform or workspace). Its name co
 credential, never from a request body, and is part of every key it owns (``worker/keys/layout.py``). The engine names a
 tenant's scope by a *scope ref*, ``<tenant>/<scopeKey>``: drain tasks carry it, and the engine-wide registries
 (``scopes``, ``outbox-due``) hold it, so one worker fleet serves every tenant.
+
+:func:`working_for` says whose work the code inside it does (a deliverer handed one tenant's outbox record, a
+plugin task of one tenant): a plugin task published there carries the tenant in its message, so the task of a
+tenant deleted meanwhile is dropped although its payload does not name it (worker/runtime/tasks.py).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 
-__all__ = ["DEFAULT_TENANT", "TENANT_PATTERN", "BadTenant", "check_tenant", "scope_ref", "split_scope_ref"]
+__all__ = [
+    "DEFAULT_TENANT",
+    "TENANT_PATTERN",
+    "BadTenant",
+    "check_tenant",
+    "scope_ref",
+    "split_scope_ref",
+    "work_tenant",
+    "working_for",
+]
 
 TENANT_MAX_LEN = 63
 TENANT_PATTERN = re.compile(rf"^[a-z0-9][a-z0-9_-]{{0,{TENANT_MAX_LEN - 1}}}$")
@@ -50,3 +66,21 @@ def split_scope_ref(ref: str) -> tuple[str, str]:
     if not sep or not scope_key:
         raise BadTenant(f"not a scope ref (<tenant>/<scopeKey>): {ref!r}")
     return check_tenant(tenant), scope_key
+
+
+_WORK_TENANT: ContextVar[str | None] = ContextVar("agent_signal_work_tenant", default=None)
+
+
+@contextmanager
+def working_for(tenant: str | None) -> Iterator[None]:
+    """The code inside does ``tenant``'s work (None: nobody's in particular)."""
+    token = _WORK_TENANT.set(tenant)
+    try:
+        yield
+    finally:
+        _WORK_TENANT.reset(token)
+
+
+def work_tenant() -> str | None:
+    """The tenant whose work this is (:func:`working_for`), or None."""
+    return _WORK_TENANT.get()

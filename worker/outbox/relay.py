@@ -49,7 +49,7 @@ from worker.chain.outbox_records import SEPARATOR, Deliverer, OutboxRecord, outb
 from worker.core.clock import now_ms
 from worker.core.errors import PermanentFailure, RetryLater
 from worker.core.retry import backoff_ms
-from worker.core.tenancy import DEFAULT_TENANT
+from worker.core.tenancy import DEFAULT_TENANT, working_for
 from worker.keys.layout import BucketKeys, Keys, split_scope_ref
 from worker.outbox.delivery_pool import DeliveryPool
 from worker.store.calls import JournalSettle, OutboxClaim, OutboxSettle, Release, Renew
@@ -222,7 +222,10 @@ class OutboxRelay:
         if before is not None and not before(record):
             return Attempt("skipped")
         try:
-            deliver(record)
+            with working_for(
+                record.tenant
+            ):  # a plugin task it publishes carries the tenant (deleted: dropped)
+                deliver(record)
         except (
             Exception,
             SystemExit,

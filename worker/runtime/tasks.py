@@ -22,7 +22,7 @@ from redis.exceptions import AskError, ClusterError, RedisError, TryAgainError
 from worker.core.clock import now_ms
 from worker.core.errors import PermanentFailure
 from worker.core.retry import backoff_ms
-from worker.core.tenancy import DEFAULT_TENANT, BadTenant, split_scope_ref
+from worker.core.tenancy import DEFAULT_TENANT, BadTenant, split_scope_ref, work_tenant, working_for
 from worker.drain.lease import Acquired, ChainedPop, Popped
 from worker.drain.pipeline import DrainOutcome, Pipeline
 from worker.runtime import state as _state
@@ -63,9 +63,27 @@ SLOT_MOVING_DELAY_S = (1.0, 2.0)
 log = logging.getLogger(__name__)
 
 
+# The message header naming the tenant whose work a plugin task is (worker.core.tenancy.working_for, where it was
+# published): a task of a tenant deleted meanwhile is dropped though its payload does not say ``"tenant"``. A
+# header, not an argument: a worker of an older version ignores it (an unknown keyword would fail the task).
+TENANT_HEADER = "agent_signal_tenant"
+
+
 def publish_task(app: Any, name: str, payload: dict[str, Any], *, queue: str) -> None:
-    """Send one plugin task (its payload is one JSON object, never shown: worker/telemetry/log_privacy.py)."""
-    app.send_task(name, args=[payload], queue=queue, **HIDDEN_TASK_ARGS)
+    """Send one plugin task (its payload is one JSON object, never shown: worker/telemetry/log_privacy.py), with
+    the tenant whose work is being done here, when there is one, in :data:`TENANT_HEADER`."""
+    tenant = work_tenant()
+    headers = {TENANT_HEADER: tenant} if tenant is not None else None
+    app.send_task(name, args=[payload], queue=queue, headers=headers, **HIDDEN_TASK_ARGS)
+
+
+def _task_tenant(payload: dict[str, Any], request: Any) -> str | None:
+    """Whose work a plugin task is: its payload's ``"tenant"``, else its message's :data:`TENANT_HEADER`."""
+    named = payload.get("tenant")
+    if isinstance(named, str):
+        return named
+    header = getattr(request, TENANT_HEADER, None)
+    return header if isinstance(header, str) else None
 
 
 class TaskFailed(Exception):
@@ -106,44 +124,59 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
             return
         process = _state.get()
         pipeline, runtime = process.pipeline, process.runtime
-        settings = runtime.settings
-        most = task.max_attempts or settings.max_attempts
-        tenant = payload.get("tenant")
-        if isinstance(tenant, str) and pipeline.store.deleted_tenants.deleted(
+        tenant = _task_tenant(payload, self.request)
+        if tenant is not None and pipeline.store.deleted_tenants.deleted(
             tenant
         ):  # an agent run queued before
             log.info("task %s of a deleted tenant dropped", task.name, extra={"tenant": tenant})
             return
-        if isinstance(burial, str):  # it failed for good, and so did its dead hook: the burial alone, again
-            _bury_or_retry(self, task, runtime, pipeline, payload, burial, most, burials)
-            return
-        attempt = _count_run(pipeline, self.request)
-        if attempt > most:  # the last attempt's child was killed mid-run
-            log.error("task %s: its worker was lost in its last attempt", task.name)
-            lost = f"{task.name} failed: its worker was lost mid-run"
-            _bury_or_retry(self, task, runtime, pipeline, payload, _tried(lost, most), most)
-            return
-        last = attempt >= most
-        # At least once anyway: a run that met a full store runs again after a pause (worker/store/server/full.py).
-        failed = _plugin_attempt(
-            task.name,
-            lambda: pipeline.ctx.full_wait("task").call(lambda: task.run(runtime, payload)),
-            last=last,
-        )
-        if failed is None:
-            _forget_runs(pipeline, self.request)  # done: a redelivery (its ack lost) runs it again, from 1
-            return
-        if not (failed.permanent or last):
-            retry = _retry_later(self, task.name, "retry", attempt, settings, exc=failed)
-            if retry is not None:
-                raise retry
-            failed = TaskFailed(f"{failed}; its retry could not be sent", permanent=True)
-        _bury_or_retry(self, task, runtime, pipeline, payload, _tried(str(failed), attempt), most)
-        raise failed
+        with working_for(tenant):  # a task it publishes is the same tenant's work
+            _run_plugin_task(self, task, pipeline, runtime, payload, burial, burials)
 
     run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
     # the drain tasks' options (acked after the run, this app's own); the attempts are counted here (_count_run)
     app.task(name=task.name, max_retries=None, **DRAIN_TASK_OPTIONS)(run)
+
+
+def _run_plugin_task(
+    self: Any,
+    task: PluginTask,
+    pipeline: Pipeline,
+    runtime: PluginRuntime,
+    payload: dict[str, Any],
+    burial: str | None,
+    burials: int,
+) -> None:
+    """One delivery of ``task``'s message (``self``, the bound Celery task): a burial again, or a counted run,
+    then its retry or its burial (:func:`_register_plugin_task`)."""
+    settings = runtime.settings
+    most = task.max_attempts or settings.max_attempts
+    if isinstance(burial, str):  # it failed for good, and so did its dead hook: the burial alone, again
+        _bury_or_retry(self, task, runtime, pipeline, payload, burial, most, burials)
+        return
+    attempt = _count_run(pipeline, self.request)
+    if attempt > most:  # the last attempt's child was killed mid-run
+        log.error("task %s: its worker was lost in its last attempt", task.name)
+        lost = f"{task.name} failed: its worker was lost mid-run"
+        _bury_or_retry(self, task, runtime, pipeline, payload, _tried(lost, most), most)
+        return
+    last = attempt >= most
+    # At least once anyway: a run that met a full store runs again after a pause (worker/store/server/full.py).
+    failed = _plugin_attempt(
+        task.name,
+        lambda: pipeline.ctx.full_wait("task").call(lambda: task.run(runtime, payload)),
+        last=last,
+    )
+    if failed is None:
+        _forget_runs(pipeline, self.request)  # done: a redelivery (its ack lost) runs it again, from 1
+        return
+    if not (failed.permanent or last):
+        retry = _retry_later(self, task.name, "retry", attempt, settings, exc=failed)
+        if retry is not None:
+            raise retry
+        failed = TaskFailed(f"{failed}; its retry could not be sent", permanent=True)
+    _bury_or_retry(self, task, runtime, pipeline, payload, _tried(str(failed), attempt), most)
+    raise failed
 
 
 # A message's run count outlives its retry chain: attempts x (the retry cap + the hard limit), and a redelivery

@@ -19,7 +19,8 @@ from redis import Redis
 from policies.self_iteration.keys import SelfIterationKeys
 from producers.http.app import create_web_app
 from tests.conftest import wait_for
-from tests.support.policies import EXPLODE_TASK, REFUSE_TASK
+from tests.support.policies import EXPLODE_TASK, REFUSE_TASK, WHOSE_TASK
+from worker.core.tenancy import working_for
 from worker.keys.layout import BucketKeys, Keys
 from worker.runtime.app import create_app
 from worker.runtime.tasks import publish_task
@@ -144,3 +145,19 @@ def test_a_dead_hook_that_fails_is_tried_again_and_the_work_is_not_run_again(
     )  # three failed burials, then the two that listed the work
     assert redis_client.get(f"{keys.home_prefix}test:exploded") == str(TRIES)
     assert redis_client.get(f"{keys.home_prefix}test:refused") == "1"
+
+
+def test_a_task_published_for_a_tenant_names_it_in_each_run_and_retry(
+    settings: Settings, start_worker: Any, redis_client: Redis, keys: BucketKeys
+) -> None:
+    """A task published where one tenant's work is done (a deliverer given that tenant's outbox record) carries the
+    tenant in its message, and so does its retry (Celery copies the message's headers to it): a task of a tenant
+    deleted meanwhile is dropped though its payload does not name it (tests/security/tenants)."""
+    start_worker(settings)
+    app = create_app(settings)
+    with working_for("delta"):
+        publish_task(app, WHOSE_TASK, {"text": "no tenant in here"}, queue=settings.queue_name)
+    app.close()
+    whose = f"{keys.home_prefix}test:whose"
+    wait_for(lambda: redis_client.llen(whose) == 2, what="the task's run and its retry")
+    assert redis_client.lrange(whose, 0, -1) == ["delta", "delta"]
