@@ -13,6 +13,7 @@ class NotReplicated(RedisError):
     (Redis ``WAIT``): it is not acknowledged, since a failover now could lose it. Retrying is safe (events are
     deduplicated; a commit that did replicate is found done)."""
 
-    def __init__(self, wanted: int, acked: int, timeout_ms: int) -> None:
+    def __init__(self, wanted: int, acked: int, timeout_ms: int, reply: object = None) -> None:
         super().__init__(f"{acked} of {wanted} replica(s) confirmed the write within {timeout_ms} ms")
         self.wanted, self.acked = wanted, acked
+        self.reply = reply  # the script's own reply, applied on the primary (a grant's, to give it back)

@@ -38,6 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import RedisError
+
+from worker.core.replication import NotReplicated
 from worker.core.tenancy import BadTenant, split_scope_ref
 from worker.keys.layout import HOLDER_SEPARATOR, BucketKeys, EngineKeys, Keys
 from worker.store.calls import (
@@ -49,6 +52,7 @@ from worker.store.calls import (
     Release,
     RenewScope,
     ScriptCall,
+    UnconfirmedGrant,
 )
 from worker.store.records import Head
 from worker.store.replies import HeadCode, ReleaseCode, RenewCode
@@ -132,27 +136,50 @@ class ScopeLease:
         node name) prefixes the lease token, so operators see who holds a scope (``holder|random``)."""
         token = self._token(holder)
         k = keys.for_scope(scope_key)  # with scope buckets: the scope's bucket's indexes
-        reply = self.run(
-            Acquire(
-                lease=k.lease(scope_key),
-                fence_key=k.fence(scope_key),
-                inbox=k.inbox(scope_key),
-                sched=k.scheduled(scope_key),
-                scopes=k.scopes,
-                paused=k.runs("paused"),
-                stats=k.stats,
-                runs_active=k.runs("status", "active"),
-                runs_cancelled=k.runs("status", "cancelled"),
-                lane_holders=k.lane_holders,
-                token=token,
-                ttl_ms=self.ttl_ms,
-                ev_prefix=k.event_prefix,
-                now_ms=now_ms,
-                scope_ref=k.scope_ref(scope_key),
-                window_s=self.window_s,
-            )
+        call = Acquire(
+            lease=k.lease(scope_key),
+            fence_key=k.fence(scope_key),
+            inbox=k.inbox(scope_key),
+            sched=k.scheduled(scope_key),
+            scopes=k.scopes,
+            paused=k.runs("paused"),
+            stats=k.stats,
+            runs_active=k.runs("status", "active"),
+            runs_cancelled=k.runs("status", "cancelled"),
+            lane_holders=k.lane_holders,
+            token=token,
+            ttl_ms=self.ttl_ms,
+            ev_prefix=k.event_prefix,
+            now_ms=now_ms,
+            scope_ref=k.scope_ref(scope_key),
+            window_s=self.window_s,
         )
+        try:
+            reply = self.run(call)
+        except NotReplicated as exc:  # not used: given back, so that its attempt does not count
+            self._give_back_unconfirmed(k, scope_key, token, exc.reply)
+            raise
         return self._granted(k, scope_key, token, reply)
+
+    def _give_back_unconfirmed(self, k: BucketKeys, scope_key: str, token: str, reply: Any) -> None:
+        """A grant the replicas did not confirm, given back (UNCONFIRMED_GRANT): while a promoted primary has no
+        replica, every drain of its slots is refused so, and each would count a delivery of its head (a healthy
+        event dead after ``MAX_ATTEMPTS`` of them, a failover walk). Best effort: a failure leaves the grant to
+        run out, as before."""
+        if not isinstance(reply, list) or not reply or int(reply[0]) == 0:
+            return
+        head = Head.parse(reply[1:-1])
+        lease = k.lease(scope_key)
+        call: ScriptCall = Release(lease, token)
+        if head.begun is not None:
+            begun = head.begun
+            call = UnconfirmedGrant(
+                lease, k.event(begun.event_id), token, int(reply[0]), begun.attempts, begun.previous_state
+            )
+        try:
+            self.scripts.run(call)
+        except RedisError as exc:
+            log.warning("an unconfirmed grant of a scope was not given back (%s): it runs out", exc)
 
     def acquire_ready(
         self, keys: EngineKeys, ready: ReadyPop, *, now_ms: int, holder: str = ""

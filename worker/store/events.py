@@ -390,7 +390,7 @@ class EventStore(StoreReads):
                 raise type(exc)(words) from exc
             raise
         if int(acked) < wanted:
-            raise NotReplicated(wanted, int(acked), timeout_ms)
+            raise NotReplicated(wanted, int(acked), timeout_ms, reply)
         return reply
 
     def commit_run(self, call: Commit) -> RunReply:

@@ -21,7 +21,7 @@ from worker.store.calls.erasure import (
 )
 from worker.store.calls.fair import PopAcquire, ReadyPop, ReadyPush, TicketForce, TicketReturn
 from worker.store.calls.layout import Layout, ScriptCall, arg, group, key
-from worker.store.calls.lease import Acquire, HandOff, Release, Renew, RenewScope
+from worker.store.calls.lease import Acquire, HandOff, Release, Renew, RenewScope, UnconfirmedGrant
 from worker.store.calls.operators import (
     Cancel,
     Discard,
@@ -90,6 +90,7 @@ __all__ = [
     "TicketReturn",
     "TokenBuckets",
     "Touched",
+    "UnconfirmedGrant",
     "UserBytes",
     "UserEvents",
     "arg",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from worker.store.calls.layout import ScriptCall, arg, key
 
-__all__ = ["Acquire", "HandOff", "Release", "Renew", "RenewScope"]
+__all__ = ["Acquire", "HandOff", "Release", "Renew", "RenewScope", "UnconfirmedGrant"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +72,17 @@ class Release(ScriptCall):
     SCRIPT = "release"
     lease: str = key()
     token: str = arg()
+
+
+@dataclass(frozen=True, slots=True)
+class UnconfirmedGrant(ScriptCall):
+    """A grant its replicas did not confirm (``AGENT_SIGNAL_WAIT_REPLICAS``), given back: its lease released
+    (token-checked) and the attempt it began on its head uncounted while nobody was granted the scope since."""
+
+    SCRIPT = "unconfirmed_grant"
+    lease: str = key()
+    event: str = key()
+    token: str = arg()
+    fence: int = arg()
+    attempts: int = arg()
+    previous_state: str = arg()
