@@ -149,19 +149,8 @@ class OverLimit(Exception):
                 f"scope {scope!r} already holds {parts[-1]} queued events (limit {max_inbox}); retry later"
             )
             return cls("inbox", message, retry_after_s=retry_after_s)
-        if len(parts) in (4, 5) and parts[1] == "events":
-            dead = int(parts[4]) if len(parts) == 5 else 0
-            held = (
-                f"{parts[2]} events: {int(parts[2]) - dead} of its dedupe window, and {dead} dead ones older, which "
-                "count until they are redriven or discarded (GET /v1/dlq)"
-                if dead
-                else f"{parts[2]} events of its dedupe window"
-            )
-            message = (
-                f"this tenant already keeps {held} (its quota is {max_events}, AGENT_SIGNAL_TENANT_MAX_EVENTS; a "
-                "large event counts once per started share of its size, docs/settings.md); "
-                f"{_when_retained(int(parts[3]), dead)}"
-            )
+        if len(parts) in (4, 5, 6) and parts[1] == "events":
+            message = _retained_message(parts, max_events)
             return cls("events", message, retry_after_s=int(parts[3]))
         if len(parts) == 5 and parts[1] == "userevents":
             place = int(parts[2]) - 1
@@ -191,11 +180,36 @@ class OverLimit(Exception):
         return cls("tenant", message, retry_after_s=retry_after_s)
 
 
-def _when_retained(retry_after_s: int, dead: int = 0) -> str:
+def _retained_message(parts: Sequence[str], max_events: int) -> str:
+    """``OVERLIMIT events <retained> <retryAfterS> [<dead> [<waiting>]]`` in words: what the tenant keeps (its
+    window's, its dead past the window, its backlog past the window) and what to do."""
+    dead = int(parts[4]) if len(parts) > 4 else 0
+    waiting = int(parts[5]) if len(parts) > 5 else 0
+    older = [
+        *(
+            [f"{dead} dead ones, which count until they are redriven or discarded (GET /v1/dlq)"]
+            if dead
+            else []
+        ),
+        *([f"{waiting} still queued or running, which count until workers finish them"] if waiting else []),
+    ]
+    held = (
+        f"{parts[2]} events: {int(parts[2]) - dead - waiting} of its dedupe window, and older: {'; '.join(older)}"
+        if older
+        else f"{parts[2]} events of its dedupe window"
+    )
+    return (
+        f"this tenant already keeps {held} (its quota is {max_events}, AGENT_SIGNAL_TENANT_MAX_EVENTS; a "
+        "large event counts once per started share of its size, docs/settings.md); "
+        f"{_when_retained(int(parts[3]), dead, waiting)}"
+    )
+
+
+def _when_retained(retry_after_s: int, dead: int = 0, waiting: int = 0) -> str:
     """What a retained-events refusal tells the caller to do: wait, make room among the dead, or (nothing counted
     yet) send less."""
     if retry_after_s:
-        return "retry once older ones expire"
+        return "retry once workers finish some of them" if waiting else "retry once older ones expire"
     if dead:
         return "waiting frees no room while the dead keep it: redrive or discard some first"
     return "this request alone is over it: send fewer or smaller events"

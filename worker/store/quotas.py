@@ -193,12 +193,18 @@ def add_user_bytes(
 
 
 def retained_counts(
-    client: Redis, counts: Sequence[Sequence[str]], window_s: int, *, dlqs: Sequence[str] = ()
+    client: Redis,
+    counts: Sequence[Sequence[str]],
+    window_s: int,
+    *,
+    dlqs: Sequence[str] = (),
+    actives: Sequence[str] = (),
 ) -> list[tuple[int, int]]:
     """Retained-event counts kept over several hashes each (a count's buckets), read in one pipeline: each count's
     (units in the window, seconds until its oldest slot leaves it; 0 when nothing is counted). With ``dlqs``, the
     same pipeline counts their dead events that died before the oldest slot counted began, one more pair last:
-    (that count, 0)."""
+    (that count, 0); with ``actives`` (the buckets' indexes of queued and running events, scored by admission), the
+    events still waiting that were admitted before it, one more pair after that."""
     slot_ms = retained_slot_ms(window_s)
     pipe = client.pipeline(transaction=False)
     for keys in counts:
@@ -207,7 +213,7 @@ def retained_counts(
     now = clock_now_ms()
     current = now // slot_ms
     # died before the oldest slot counted began: admitted before it too (ENQUEUE does the same)
-    for key in dlqs:
+    for key in (*dlqs, *actives):
         pipe.zcount(key, "-inf", f"({(current - RETAINED_SLOTS) * slot_ms}")
     replies = iter(pipe.execute())
     out: list[tuple[int, int]] = []
@@ -224,8 +230,11 @@ def retained_counts(
             0 if oldest is None else max(1, math.ceil(((oldest + RETAINED_SLOTS + 1) * slot_ms - now) / 1000))
         )
         out.append((total, retry_s))
+    rest = [int(n) for n in replies]
     if dlqs:
-        out.append((sum(int(n) for n in replies), 0))
+        out.append((sum(rest[: len(dlqs)]), 0))
+    if actives:
+        out.append((sum(rest[len(dlqs) :]), 0))
     return out
 
 
@@ -234,15 +243,23 @@ def retained_refusal(
 ) -> str | None:
     """With scope buckets, the tenant's retained events summed over its buckets (each script counts its own), its
     dead events past the window with them (one each: a dead event never expires, and the retained count, kept per
-    admission slot, no longer counts it; ENQUEUE does the same), ``adding`` the units of the batch
-    (:func:`retained_units`): the OVERLIMIT reply ENQUEUE would give, or None."""
-    (total, retry_s), (dead, _) = retained_counts(
-        client, [[k.retained_events for k in every]], window_s, dlqs=[k.dlq for k in every]
+    admission slot, no longer counts it; ENQUEUE does the same) and its events still queued or running that were
+    admitted before the window (one each: a backlog outliving its window is still stored), ``adding`` the units of
+    the batch (:func:`retained_units`): the OVERLIMIT reply ENQUEUE would give, or None."""
+    (total, retry_s), (dead, _), (waiting, _) = retained_counts(
+        client,
+        [[k.retained_events for k in every]],
+        window_s,
+        dlqs=[k.dlq for k in every],
+        actives=[k.runs("status", "active") for k in every],
     )
-    if total + dead + adding <= max_events:
+    if total + dead + waiting + adding <= max_events:
         return None
-    # alone over it, or beside the dead: waiting won't help
-    return f"OVERLIMIT events {total + dead} {0 if dead + adding > max_events else retry_s} {dead}"
+    if dead + adding > max_events:  # alone over it, or beside the dead: waiting won't help
+        retry_s = 0
+    elif not retry_s and waiting:  # nothing of the window to expire: room comes as workers drain the backlog
+        retry_s = max(1, math.ceil(retained_slot_ms(window_s) / 1000))
+    return f"OVERLIMIT events {total + dead + waiting} {retry_s} {dead} {waiting}"
 
 
 class UserOverQuota(NamedTuple):

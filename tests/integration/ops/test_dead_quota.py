@@ -78,3 +78,36 @@ def test_a_dead_event_whose_admission_is_still_counted_is_not_counted_twice(
             assert room.status_code == 202, room.text
             over = api.post("/v1/events", json=_event("once-2"))
             assert over.status_code == 429 and "dead ones" not in over.json()["error"]["message"], over.text
+
+
+def test_a_backlog_past_its_window_holds_room_until_workers_finish_it(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """A walk with every worker down: the retained count is kept per admission slot, so once the window had passed
+    the tenant was let in again while its queued events (which keep no TTL) all stayed, and a loud tenant's backlog
+    filled a 256 MB Redis (60,148 events) under a quota sized for a fifth of it; every tenant was then refused 503.
+    Events still queued or running that were admitted before the window now count, one each, until a drain ends
+    them."""
+    settings = make_settings(tenant_max_events=5)
+    with producer_and_pipeline(settings) as (producer, pipeline):
+        for i in range(3):
+            producer.enqueue(_event(f"waiting-{i}"))
+        window_ms = settings.dedupe_window_s * 1000 + 2 * retained_slot_ms(settings.dedupe_window_s)
+        for k in producer.keys.every_bucket():  # the window passes while no worker runs
+            redis_client.delete(k.retained_events)
+            active = k.runs("status", "active")
+            for event_id, admitted in redis_client.zrange(active, 0, -1, withscores=True):
+                redis_client.zadd(active, {event_id: admitted - window_ms})
+        with TestClient(create_web_app(settings)) as api:
+            room = api.post("/v1/events", json={"events": [_event("late-0"), _event("late-1")]})
+            assert room.status_code == 202, room.text
+            over = api.post("/v1/events", json=_event("late-2"))
+            assert over.status_code == 429, over.text
+            error = over.json()["error"]
+            assert error["code"] == "quota_exceeded" and "3 still queued or running" in error["message"], (
+                error
+            )
+            assert int(over.headers["retry-after"]) >= 1
+            for i in range(3):  # a worker comes back and finishes them
+                assert pipeline.drain_scope(f"topic:waiting-{i}").next == "idle"
+            assert api.post("/v1/events", json=_event("late-2")).status_code == 202

@@ -7,7 +7,7 @@
 -- form, worker/store/quotas.py), a user's retained events past max_user_events (the new events naming them), or a
 -- stored-bytes count at its quota (a user the batch names, then the tenant's), is refused whole before any write:
 -- "OVERLIMIT inbox <scopeRef> <depth>", "OVERLIMIT tenant <queued>",
--- "OVERLIMIT events <retained (the dead past the window included)> <retryAfterS> <dead>",
+-- "OVERLIMIT events <retained (the dead and the waiting past the window included)> <retryAfterS> <dead> <waiting>",
 -- "OVERLIMIT userevents <n-th user> <retained> <retryAfterS>" or "OVERLIMIT user <n-th count> <bytes>
 -- <retryAfterS, 0: none>" (the door answers 429; the quotas' counts are worker/store/quotas.py's). An event naming
 -- a user whose event key (its dedupe key) holds, or an earlier event of the batch gives, another user's event
@@ -47,13 +47,16 @@ local function retained_retry_s(oldest, now, slot_ms, fresh, max)
 end
 -- The tenant's retained events with the batch's new ones, checked against max (a duplicate stores nothing); its
 -- dead events that died before the oldest slot counted count too, one each (a dead event never expires, and one
--- that died before that slot began was admitted before it: worker/store/quotas.py).
+-- that died before that slot began was admitted before it: worker/store/quotas.py), and so do its events still
+-- queued or running that were admitted before that slot (active: scored by admission; a backlog that outlives the
+-- window, every worker down, is still in Redis).
 -- -> the count's stale slots | nil, the refusal
-local function tenant_events(key, dlq, events, units, max, now, slot_ms)
+local function tenant_events(key, dlq, active, events, units, max, now, slot_ms)
   local held, oldest, stale = retained_count(key, now, slot_ms)
-  local counted_from = (math.floor(now / slot_ms) - RETAINED_SLOTS) * slot_ms
-  local dead = redis.call('ZCOUNT', dlq, '-inf', '(' .. string.format('%d', counted_from))
-  held = held + dead
+  local before = '(' .. string.format('%d', (math.floor(now / slot_ms) - RETAINED_SLOTS) * slot_ms)
+  local dead = redis.call('ZCOUNT', dlq, '-inf', before)
+  local waiting = redis.call('ZCOUNT', active, '-inf', before)
+  held = held + dead + waiting
   local adding = 0
   for i = 1, #events do adding = adding + units[i] end
   local fresh = adding
@@ -64,7 +67,9 @@ local function tenant_events(key, dlq, events, units, max, now, slot_ms)
   end
   if held + fresh > max then  -- waiting frees nothing the dead hold: a redrive or discard does
     local retry_s = dead + fresh > max and 0 or retained_retry_s(oldest, now, slot_ms, fresh, max)
-    return nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retry_s .. ' ' .. dead)
+    -- nothing of the window left to expire, the backlog alone over it: room comes as workers drain it
+    if retry_s == 0 and waiting > 0 and dead + fresh <= max then retry_s = math.max(1, math.ceil(slot_ms / 1000)) end
+    return nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retry_s .. ' ' .. dead .. ' ' .. waiting)
   end
   return stale, nil
 end
@@ -140,7 +145,8 @@ local function enqueue(h, k0, a0)
   end
   if max_events > 0 and slot_ms > 0 then
     local refusal
-    retained_stale, refusal = tenant_events(h.retained, h.dlq, events, units, max_events, now, slot_ms)
+    retained_stale, refusal = tenant_events(h.retained, h.dlq, h.runs_active, events, units, max_events, now,
+      slot_ms)
     if refusal then return nil, nil, refusal end
   end
   -- the users' shares: their counts follow the events' layouts, before the stored-bytes counts
