@@ -104,7 +104,7 @@ function overviewPage() {
       el("h3", {}, "Workers"),
       (body.workers || []).length
         ? el("ul", {}, body.workers.map((w) => el("li", {}, `${w.name} · heartbeat ${fmtAge(serverNow() - w.lastSeenAt)} ago`)))
-        : el("p", {}, "No worker has reported yet."),
+        : el("p", {}, "No worker is running: accepted events wait until one starts (agent-signal worker)."),
       el("h3", {}, "Last hour"),
       scrollBox("chart", "Last hour chart", lineChart(body.series || [])),
     ));

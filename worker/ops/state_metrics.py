@@ -9,6 +9,12 @@ per process, so no replica counts it again.
   The broker holds one drain message per scope, not per event, so its queue length is not the backlog.
 * ``agent_signal_stuck_scopes{tenant}``: scopes with queued events, no lease and no live drain scheduled (the
   reconcile sweep re-publishes them; a non-zero value that stays is worth a look: ``GET /v1/scopes?state=stuck``).
+* ``agent_signal_backlog_oldest_seconds{tenant}``: how long the oldest event at the head of a scope that is not
+  paused has waited (0: none waits). With every worker down it grows by a second a second: the alert that says
+  nothing drains (a walk stopped every worker for minutes and /readyz, the backlog and the console's cards said
+  only "more").
+* ``agent_signal_workers``: worker processes whose heartbeat (written every ``AGENT_SIGNAL_RECONCILE_INTERVAL_S``)
+  is at most four intervals old, as ``agent-signal probe worker`` reads its file; a clean stop removes its beat.
 * ``agent_signal_dlq_size{tenant}``, ``agent_signal_active_scopes{tenant}`` (scopes with queued events, not
   paused: a paused scope leaves the registry it counts until resumed),
   ``agent_signal_outbox_dead{tenant}`` (outbound calls that failed every attempt: ``GET /v1/outbox/dead``), and the
@@ -20,15 +26,27 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from worker.core.clock import now_ms
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BucketKeys
 from worker.ops.scope_control import list_scopes
 from worker.store.events import EventStore
 from worker.store.server.safety import current_safety
 
-__all__ = ["backlog", "paused_backlog", "runnable_backlog", "state_exposition"]
+__all__ = ["backlog", "live_workers", "paused_backlog", "runnable_backlog", "state_exposition"]
 
 STUCK_SCAN_MAX = 100_000  # scopes per tenant looked at for the stuck gauge at one scrape
+FRESH_BEATS = (
+    4  # a worker's heartbeat counts while at most this many reconcile intervals old (the probe's default)
+)
+
+
+def live_workers(store: EventStore) -> int:
+    """Worker processes whose heartbeat in ``workers`` is at most :data:`FRESH_BEATS` reconcile intervals old."""
+    stale_ms = FRESH_BEATS * store.settings.reconcile_interval_s * 1000
+    now = now_ms()
+    beats = store.client.hvals(store.keys.workers)
+    return sum(1 for at in beats if str(at).isdigit() and now - int(at) <= stale_ms)
 
 
 def backlog(store: EventStore) -> dict[str, int]:
@@ -119,18 +137,31 @@ class _StateCollector:
             "Outbound calls that failed every attempt (GET /v1/outbox/dead), kept for the outbox retention.",
             labels=["tenant"],
         )
+        oldest_g = GaugeMetricFamily(
+            "agent_signal_backlog_oldest_seconds",
+            "How long the oldest event at the head of a scope not paused has waited (0: none waits).",
+            labels=["tenant"],
+        )
         for tenant in sorted(waiting):
             keys = store.keys.for_tenant(tenant)
             backlog_g.add_metric([self.queue, tenant], waiting[tenant])
             paused_g.add_metric([self.queue, tenant], paused[tenant])
             runnable_g.add_metric([self.queue, tenant], waiting[tenant] - paused[tenant])
             # One walk of the tenant's scopes gives both: those with work, and those of them left stranded.
-            states = [row["state"] for row in list_scopes(store, keys, limit=STUCK_SCAN_MAX)]
+            rows = list_scopes(store, keys, limit=STUCK_SCAN_MAX)
+            states = [row["state"] for row in rows]
             stuck_g.add_metric([tenant], states.count("stuck"))
+            ages = [row.get("headAgeMs", 0) for row in rows if row["state"] != "paused"]
+            oldest_g.add_metric([tenant], max(ages, default=0) / 1000)
             dlq_g.add_metric([tenant], store.dlq_size(keys))
             active_g.add_metric([tenant], sum(state != "paused" for state in states))
             outbox_dead_g.add_metric([tenant], store.index_size(keys, _outbox_dead))
-        yield from (backlog_g, paused_g, runnable_g, stuck_g, dlq_g, active_g, outbox_dead_g)
+        yield from (backlog_g, paused_g, runnable_g, stuck_g, dlq_g, active_g, outbox_dead_g, oldest_g)
+        yield GaugeMetricFamily(
+            "agent_signal_workers",
+            "Worker processes with a fresh heartbeat (at most four reconcile intervals old).",
+            value=live_workers(store),
+        )
         safety = current_safety(store.client, store.settings)
         if safety.persistent is not None:
             yield GaugeMetricFamily(
