@@ -57,6 +57,7 @@ from worker.store.calls import (
 from worker.store.records import Head
 from worker.store.replies import HeadCode, ReleaseCode, RenewCode
 from worker.store.scripts import Scripts
+from worker.telemetry.log_privacy import describe_error
 
 __all__ = ["Acquired", "ChainedPop", "LeaseGrant", "Popped", "ScopeLease"]
 
@@ -179,7 +180,9 @@ class ScopeLease:
         try:
             self.scripts.run(call)
         except RedisError as exc:
-            log.warning("an unconfirmed grant of a scope was not given back (%s): it runs out", exc)
+            log.warning(
+                "an unconfirmed grant of a scope was not given back (%s): it runs out", describe_error(exc)
+            )
 
     def acquire_ready(
         self, keys: EngineKeys, ready: ReadyPop, *, now_ms: int, holder: str = ""
@@ -200,7 +203,21 @@ class ScopeLease:
             now_ms,
             self.window_s,
         )
-        return self.read_popped(keys, token, self.run(call))
+        try:
+            reply = self.run(call)
+        except (
+            NotReplicated
+        ) as exc:  # as acquire's: the scope it popped given back (the sweep makes it ready again)
+            popped = exc.reply
+            if (
+                isinstance(popped, list)
+                and len(popped) >= 2
+                and (scope := _popped_scope(popped)[1]) is not None
+            ):
+                k = keys.for_tenant(scope[0]).for_scope(scope[1])
+                self._give_back_unconfirmed(k, scope[1], token, popped[1])
+            raise
+        return self.read_popped(keys, token, reply)
 
     def pop_next(self, keys: EngineKeys, ready: ReadyPop, *, holder: str = "") -> ChainedPop:
         """What COMMIT needs to do POP_ACQUIRE's work once it released its scope (one Redis, one scope bucket):

@@ -19,12 +19,14 @@ from redis import Redis
 from producers import Producer
 from tests.conftest import free_port, wait_for
 from tests.support.private_redis import private_redis
+from worker.core.clock import now_ms
 from worker.core.replication import NotReplicated
 from worker.intake.emitter import StoreUnavailable
 from worker.intake.refusals import InvalidEvent
 from worker.keys.layout import Keys
 from worker.plugin import UnlessErased
 from worker.runtime.app import build_pipeline
+from worker.runtime.fair import FairQueue
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -144,32 +146,47 @@ def test_a_write_no_replica_confirms_is_not_acknowledged(tmp_path: Path, make_se
         producer.close()
 
 
+@pytest.mark.parametrize("path", ["acquire", "pop_acquire"])
 def test_a_grant_no_replica_confirms_is_given_back_and_counts_no_delivery(
-    tmp_path: Path, make_settings: Any
+    tmp_path: Path, make_settings: Any, path: str
 ) -> None:
     """A failover walk: while a promoted primary had no replica, WAIT 1 refused every grant, yet each refused grant
     kept its lease until it ran out and counted a delivery of its scope's head, so a healthy event went dead
-    ("worker lost while processing") after MAX_ATTEMPTS drains. The grant is given back now: its lease released at
-    once and its attempt uncounted, and once a replica confirms again the event runs as its first delivery."""
+    ("worker lost while processing") after MAX_ATTEMPTS drains. The grant is given back now, by both ways a drain
+    takes a lease (ACQUIRE; POP_ACQUIRE, one Redis's default, which a review found left out): its lease released at
+    once, its attempt uncounted and the history entry it began dropped; once a replica confirms again the event
+    runs as its first delivery."""
     with _primary_and_replica(tmp_path) as (primary, replica):
         settings = _settings(make_settings, primary, wait=1, timeout_ms=200)
         producer = Producer(settings)
         pipeline = build_pipeline(settings)
         event_id = producer.enqueue(_event(0)).event_id
-        keys = producer.keys.for_bucket(0)
+        engine, keys = producer.keys, producer.keys.for_bucket(0)
         client = Redis.from_url(primary, decode_responses=True)
+        fair = FairQueue(client, engine, None, "unused")
+
+        def drain() -> None:
+            if path == "acquire":
+                pipeline.drain_scope(SCOPES[0])
+                return
+            client.rpush(engine.ready("default"), f"default/{SCOPES[0]}")  # what the sweep would do
+            client.rpush(engine.ready_tenants, "default")
+            pipeline.lease.acquire_ready(engine, fair.pop_call(), now_ms=now_ms())
+
         replica_pid = _pid(replica)
         os.kill(replica_pid, signal.SIGSTOP)
         try:
             for _ in range(settings.max_attempts + 1):
                 with pytest.raises(NotReplicated):
-                    pipeline.drain_scope(SCOPES[0])
+                    drain()
                 assert client.get(keys.lease(SCOPES[0])) is None, "the refused grant kept its lease"
-                assert client.hmget(keys.event(event_id), "state", "attempts") == ["queued", "0"]
+                record = client.hmget(keys.event(event_id), "state", "attempts", "history")
+                assert record == ["queued", "0", None], "the refused grant counted an attempt"
         finally:
             os.kill(replica_pid, signal.SIGCONT)
         pipeline.drain_scope(SCOPES[0])
         assert client.hmget(keys.event(event_id), "state", "attempts") == ["done", "1"]
+        assert str(client.hget(keys.event(event_id), "history")).isdigit()  # one first attempt that succeeded
         client.close()
         producer.close()
 
