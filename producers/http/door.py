@@ -48,10 +48,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from producers.http.access.principal import Principal
 from producers.http.settings import DoorSettings
 from producers.http.web_common import error_response
+from worker.core.clock import now_ms
 
 __all__ = [
     "API_CSP",
     "DOCS_CSP",
+    "SERVER_TIME_HEADER",
     "UNAUTHENTICATED_BYTES",
     "BodyBytes",
     "BodyLimit",
@@ -86,8 +88,13 @@ PENDING_RETRY_AFTER_S = 1  # a held body ends within AGENT_SIGNAL_BODY_TIMEOUT_S
 BODY_BYTES_RETRY_AFTER_S = 1  # held bytes are freed when their request is answered, most within milliseconds
 
 
+# The service's clock (Redis's, worker/core/clock.py) at each answer, in Unix ms: the console's ages start from it
+# (a browser, or the web host's Date header, may be off by minutes).
+SERVER_TIME_HEADER = "x-server-time-ms"
+
+
 class SecurityHeaders:
-    """Add the security headers to every response that does not set them itself."""
+    """Add the security headers to every response that does not set them itself, and :data:`SERVER_TIME_HEADER`."""
 
     def __init__(self, app: ASGIApp, *, docs_paths: Collection[str] = ()) -> None:
         self.app = app
@@ -105,6 +112,7 @@ class SecurityHeaders:
                 for name, value in (("content-security-policy", csp), *FIXED_HEADERS):
                     if name not in headers:
                         headers[name] = value
+                headers[SERVER_TIME_HEADER] = str(now_ms())
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

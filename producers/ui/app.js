@@ -93,8 +93,8 @@ async function api(path, options = {}) {
   let text;
   try {
     response = await fetch(path, { ...options, headers: headers(), signal });
+    noteServerClock(response); // as soon as its headers are in: reading the body would add its time
     text = await response.text();
-    noteServerClock(response);
   } catch (err) {
     if (signal.aborted) return never();
     showError(`Cannot reach the API: ${err.message}`, call);
@@ -114,18 +114,20 @@ async function api(path, options = {}) {
   return { status: response.status, body, retryAfterS };
 }
 
-// The server's clock against this browser's, read from each answer's Date header (whole seconds): an age ("heartbeat
-// 3 s ago", "waiting 2 min") is the server's now minus a stored time, and a laptop minutes off showed every worker
+// The service's clock against this browser's, read from each answer's x-server-time-ms (the service's clock,
+// Redis's: docs/operations.md, Clocks; else its Date header, the web host's, in whole seconds): an age ("heartbeat
+// 3 s ago", "waiting 2 min") is the service's now minus a stored time, and a laptop minutes off showed every worker
 // "silent" (ahead) or every wait as 0 ms (behind). Kept at 0 unless the two differ by more than SKEW_IN_MS (the
-// header's second, and the answer's trip, are noise), and back to 0 only within SKEW_OUT_MS (no flapping).
+// answer's trip, and a Date's second, are noise), and back to 0 only within SKEW_OUT_MS (no flapping).
 const SKEW_IN_MS = 3000;
 const SKEW_OUT_MS = 1500;
 let serverSkewMs = 0;
 
 function noteServerClock(response) {
-  const date = Date.parse(response.headers.get("date") || "");
+  const stamped = Number(response.headers.get("x-server-time-ms"));
+  const date = stamped > 0 ? stamped : Date.parse(response.headers.get("date") || "") + 500; // a Date's second, at its middle
   if (Number.isNaN(date)) return;
-  const skew = date + 500 - Date.now(); // the header's second, at its middle
+  const skew = date - Date.now();
   const band = serverSkewMs === 0 ? SKEW_IN_MS : SKEW_OUT_MS;
   serverSkewMs = Math.abs(skew) > band ? skew : 0;
 }
@@ -161,7 +163,7 @@ function postJson(path, body, options = {}) {
 function fmtAge(ms) {
   if (ms === undefined || ms === null || Number.isNaN(ms)) return "";
   const s = Math.max(0, ms) / 1000;
-  if (s < 1) return `${Math.round(s * 1000)} ms`;
+  if (s < 1) return `${Math.round(ms)} ms`; // a duration under 0 says the clocks that stamped it disagree
   if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
   return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;

@@ -103,7 +103,7 @@ function overviewPage() {
       table(["Queue", "Events waiting or running", "Scopes with work"], (body.queues || []).map((q) => el("tr", {}, el("td", {}, q.name), el("td", {}, String(q.eventsWaiting)), el("td", {}, String(q.activeScopes)))), {}, "Queues"),
       el("h3", {}, "Workers"),
       (body.workers || []).length
-        ? el("ul", {}, body.workers.map((w) => el("li", {}, `${w.name} · heartbeat ${fmtAge(serverNow() - w.lastSeenAt)} ago`)))
+        ? el("ul", {}, body.workers.map((w) => el("li", {}, `${w.name} · heartbeat ${fmtAge(Math.max(0, serverNow() - w.lastSeenAt))} ago`)))
         : el("p", {}, "No worker is running: accepted events wait until one starts (agent-signal worker)."),
       el("h3", {}, "Last hour"),
       scrollBox("chart", "Last hour chart", lineChart(body.series || [])),

@@ -157,7 +157,7 @@ function scopesPage() {
         el("td", {}, badge(e.status, { "data-testid": "run-status" })),
         el("td", {}, e.sourceType || ""),
         el("td", { class: "id" }, e.scopeKey || ""),
-        el("td", {}, e.enqueuedAt ? fmtAge(now - e.enqueuedAt) : ""),
+        el("td", {}, e.enqueuedAt ? fmtAge(Math.max(0, now - e.enqueuedAt)) : ""),
         el("td", {}, el("button", { type: "button", class: "danger", "aria-label": `Cancel ${e.eventId}`, onclick: () => cancel(e.eventId) }, "Cancel")),
       )), {}, "Queued and running events")
       : el("div", { class: "empty" }, "Nothing is queued or running.")));
@@ -169,7 +169,7 @@ function scopesPage() {
     const workers = body.workers || [];
     keepFocus(workersBox, () => workersBox.replaceChildren(workers.length
       ? table(["Worker", "Heartbeat", "Concurrency", "In-flight drains"], workers.map((w) => {
-        const age = now - (w.lastSeenAt || 0);
+        const age = Math.max(0, now - (w.lastSeenAt || 0)); // ago: a heartbeat a moment ahead is now
         return el(
           "tr",
           { "data-worker": w.name },

@@ -160,8 +160,7 @@ def test_ages_are_on_the_servers_clock_when_the_browsers_is_ahead(
     browser: Any, start_stack: Callable[..., str], page_errors: list[str]
 ) -> None:
     """A laptop ten minutes ahead showed every live worker "silent" (its heartbeat ten minutes old by the browser's
-    clock). Ages start from the server's now (its answers' Date header); one a second or so under 0 (the header's
-    whole second) reads 0 ms, not "-341 ms"."""
+    clock). Ages start from the service's now (its answers' x-server-time-ms); one a moment under 0 reads 0 ms."""
     import time
 
     from playwright.sync_api import expect
