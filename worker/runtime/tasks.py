@@ -77,13 +77,11 @@ def publish_task(app: Any, name: str, payload: dict[str, Any], *, queue: str) ->
     app.send_task(name, args=[payload], queue=queue, headers=headers, **HIDDEN_TASK_ARGS)
 
 
-def _task_tenant(payload: dict[str, Any], request: Any) -> str | None:
-    """Whose work a plugin task is: its payload's ``"tenant"``, else its message's :data:`TENANT_HEADER`."""
-    named = payload.get("tenant")
-    if isinstance(named, str):
-        return named
-    header = getattr(request, TENANT_HEADER, None)
-    return header if isinstance(header, str) else None
+def _task_tenants(payload: dict[str, Any], request: Any) -> list[str]:
+    """Whose work a plugin task is: its message's :data:`TENANT_HEADER` (set by the engine) first, then its
+    payload's ``"tenant"`` (set by the plugin) when it names another: the task is dropped if either is deleted."""
+    named = [getattr(request, TENANT_HEADER, None), payload.get("tenant")]
+    return list(dict.fromkeys(t for t in named if isinstance(t, str)))
 
 
 class TaskFailed(Exception):
@@ -124,13 +122,13 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
             return
         process = _state.get()
         pipeline, runtime = process.pipeline, process.runtime
-        tenant = _task_tenant(payload, self.request)
-        if tenant is not None and pipeline.store.deleted_tenants.deleted(
-            tenant
-        ):  # an agent run queued before
-            log.info("task %s of a deleted tenant dropped", task.name, extra={"tenant": tenant})
+        tenants = _task_tenants(payload, self.request)
+        if gone := [
+            t for t in tenants if pipeline.store.deleted_tenants.deleted(t)
+        ]:  # an agent run queued before
+            log.info("task %s of a deleted tenant dropped", task.name, extra={"tenant": gone[0]})
             return
-        with working_for(tenant):  # a task it publishes is the same tenant's work
+        with working_for(tenants[0] if tenants else None):  # a task it publishes is the same tenant's work
             _run_plugin_task(self, task, pipeline, runtime, payload, burial, burials)
 
     run.__name__ = task.name.rpartition(".")[2].replace("-", "_")
