@@ -96,11 +96,9 @@ USER_REF_CONTEXT = b"agent-signal user-tokens-from\x00"  # the digest of a floor
 MIN_BOOTSTRAP_KEY_CHARS = 16
 MIN_TOKEN_SECRET_CHARS = 32  # HS256 wants a key of at least 256 bits (RFC 7518 §3.2)
 CACHE_MAX_ENTRIES = 10_000  # the in-process cache is dropped whole past this (random ids cannot grow it)
-# A key found revoked, or gone, is refused from the process's cache this long whatever ``cache_s`` is: a revoke is
-# final and a key id (random) is never made again, so the refusal cannot go stale. A deleted tenant's clients that
-# go on sending its keys then cost one lookup a key a minute, not one per cache window (a walk: at one every 2 s,
-# three keys' lookups spent their address's failed-authentication budget, and every other tenant behind the same
-# address was refused 429 whenever its own key's cache entry ran out; producers/http/access/throttle.py).
+# A key found revoked, or gone, is refused from the process's cache this long whatever ``cache_s`` is (a revoke is
+# final, a random key id never made again): a deleted tenant's clients sending its keys on cost a lookup a key a
+# minute, and no longer spend the failed-authentication budget of every tenant behind their address (a walk).
 REFUSED_CACHE_S = 60.0
 MAX_NAME_CHARS = 100
 ALGORITHM = "HS256"
@@ -201,6 +199,9 @@ class CredentialStore:
         self.cache_s = cache_s
         self._signing_secret = token_secret or None
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+        self._refused: dict[
+            str, tuple[float, KeyRecord | None]
+        ] = {}  # apart: a flood of them clears no valid key
         # erased users' token floors, each tenant's hash read whole: tenant -> (trusted until, user ref -> ms), or
         # (trusted until, None) when it is too large to read whole; then (tenant, user ref) -> (until, ms or None)
         self._floors: dict[str, tuple[float, dict[str, int] | None]] = {}
@@ -238,17 +239,19 @@ class CredentialStore:
     def get(self, key_id: str, *, allow_io: bool = True) -> KeyRecord | None:
         """The stored record of ``key_id`` (revoked ones too), through the cache."""
         now = time.monotonic()
-        cached = self._cache.get(key_id)
+        cached = self._cache.get(key_id) or self._refused.get(key_id)
         if cached is not None and cached[0] > now:
             return cached[1]
         if not allow_io:
             raise NeedsIO(key_id)
         record = _record(key_id, self.client.hgetall(self.keys.api_key(key_id)))
-        trusted_s = self.cache_s if record is not None and record.active else REFUSED_CACHE_S
-        if trusted_s > 0:
-            if len(self._cache) >= CACHE_MAX_ENTRIES:
-                self._cache.clear()
-            self._cache[key_id] = (now + trusted_s, record)
+        active = record is not None and record.active
+        if (trusted_s := self.cache_s if active else REFUSED_CACHE_S) > 0:
+            kept, other = (self._cache, self._refused) if active else (self._refused, self._cache)
+            if len(kept) >= CACHE_MAX_ENTRIES:
+                kept.clear()
+            kept[key_id] = (now + trusted_s, record)
+            other.pop(key_id, None)
         return record
 
     def list(self, tenant: str | None = None) -> list[KeyRecord]:
@@ -283,7 +286,6 @@ class CredentialStore:
             # audited once, by the revoke that set revokedAt: racing revokes all saw the key active
             if revoked_now:
                 self._audit(record.tenant, "key.revoke", key_id, role=record.role, actor=actor)
-        self._cache.pop(key_id, None)
         return self.read(key_id)
 
     def verify(self, secret: str, *, allow_io: bool = True) -> KeyRecord | None:
@@ -525,6 +527,7 @@ class CredentialStore:
     def read(self, key_id: str) -> KeyRecord | None:
         """The stored record of ``key_id``, bypassing (and dropping) the cache entry."""
         self._cache.pop(key_id, None)
+        self._refused.pop(key_id, None)
         return _record(key_id, self.client.hgetall(self.keys.api_key(key_id)))
 
     def _audit(self, tenant: str, action: str, key_id: str, *, actor: str, **fields: str) -> None:
