@@ -64,8 +64,8 @@ class EngineWide:
         return f"{self.prefix}{{credentials}}:tenant-deletion:{tenant}"
 
     def tenant_deleted(self, tenant: str) -> str:
-        """A tenant's deletion once done (hash: startedAt, removed): a call after it answers it again instead of
-        starting another (worker/ops/tenant_deletion.py); a key made for the name again takes it out."""
+        """A tenant's deletion once done (hash: startedAt, removed; 10 minutes): a call meanwhile answers it again
+        instead of starting another (worker/ops/tenant_deletion.py); a key made for the name again takes it out."""
         return f"{self.prefix}{{credentials}}:tenant-deleted:{tenant}"
 
     def tenant_deletion_lock(self, tenant: str) -> str:

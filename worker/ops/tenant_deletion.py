@@ -37,8 +37,9 @@ Each call works for at most ``budget_s`` and keeps its place (the walk's cursors
 tenant of millions of keys is deleted by calls that each answer within an HTTP request's time: the caller repeats
 until ``state`` is ``done`` (the CLI does, showing progress). One call at a time per tenant
 (``Keys.tenant_deletion_lock``): another meanwhile raises :class:`DeletionRunning`, whose wait is at most the
-holder's budget. Calling again after ``done`` answers that deletion again (``Keys.tenant_deleted``), without
-starting another, until a key is made for the name.
+holder's budget. Calling again within :data:`DONE_ANSWERED_S` of ``done`` answers that deletion again
+(``Keys.tenant_deleted``), without starting another (a key made for the name ends that too); later, a call sweeps
+again.
 
 Left as they are: the name in the engine-wide ``tenants`` set (a process that registered it once does not add it
 again, and the reconcile sweep walks that set: a tenant name used again must be found) and in the tombstones;
@@ -80,6 +81,9 @@ DEFAULT_BUDGET_S = 10.0  # how long one call walks before it answers "running" (
 # every process has read the tombstone this long after the first call (its cache refreshes every REFRESH_S)
 TOMBSTONE_SEEN_MS = int((REFRESH_S + 1) * 1000)
 LOCK_MARGIN_S = 30.0  # the call lock outlives the budget by this (a call that crashed frees it then)
+# A done deletion is answered again this long (two CLIs, or a CLI and a retried request, end one deletion once);
+# a call after that sweeps again (a restore, or a task published outside any tenant's work, may have written since).
+DONE_ANSWERED_S = 600
 log = logging.getLogger(__name__)
 
 State = Literal["running", "done"]
@@ -157,7 +161,7 @@ def delete_tenant(
     if not client.set(lock, token, nx=True, px=int((budget_s + LOCK_MARGIN_S) * 1000)):
         # the call holding it answers within its budget (the lock's margin is for a call that crashed: a walk's
         # second CLI waited 39 s for a call that had ended 2 s after it was refused)
-        left_ms = min(int(client.pttl(lock)), int(budget_s * 1000))
+        left_ms = int(client.pttl(lock)) - int(LOCK_MARGIN_S * 1000)  # the holder's budget left
         raise DeletionRunning(tenant, max(1, -(-left_ms // 1000)))
     try:
         return _one_call(client, keys, credentials, tenant, actor, settle, clock() + budget_s, clock)
@@ -378,6 +382,7 @@ def _finish(
         keys.tenant_deleted(tenant),
         mapping={"startedAt": state.started_at_ms, "removed": state.removed_total},
     )
+    ended.expire(keys.tenant_deleted(tenant), DONE_ANSWERED_S)
     ended.hset(keys.tenants_deleted, tenant, now_ms + reuse_after_ms)  # the name may be used again from then
     ended.execute()
     log_audit(

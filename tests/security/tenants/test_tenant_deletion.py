@@ -24,7 +24,13 @@ from worker.core.errors import TenantDeleted
 from worker.core.tenancy import working_for
 from worker.keys.layout import BucketKeys, Keys
 from worker.ops.credentials import CredentialError, CredentialStore
-from worker.ops.tenant_deletion import DeletionProgress, DeletionRunning, Settle, delete_tenant
+from worker.ops.tenant_deletion import (
+    DONE_ANSWERED_S,
+    DeletionProgress,
+    DeletionRunning,
+    Settle,
+    delete_tenant,
+)
 from worker.runtime.tasks import publish_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.buckets]
@@ -364,17 +370,17 @@ def test_a_call_after_done_answers_that_deletion_and_a_busy_call_waits_at_most_a
 ) -> None:
     """A walk: two CLIs deleting one tenant; the first ended it, the second's next call began another deletion,
     which revoked nothing, waited the settle window again with key creation refused, and was audited twice. A call
-    after done now answers that deletion again (its start, its count) and changes nothing, until a key is made for
-    the name: then a deletion starts over. And a call refused while another runs waits at most that call's
+    after done now answers that deletion again (its start, its count) and changes nothing, for ten minutes or until
+    a key is made for the name: then a deletion starts over. And a call refused while another runs waits at most that call's
     budget, not the lock's crash margin (the walk's second CLI waited 39 s for a call that had ended)."""
     keys = Keys(prefix)
     store = CredentialStore(redis_client, keys)
     store.create("eta", "ingest")
     redis_client.set(keys.for_tenant("eta").plugin_home("note"), "x")
-    redis_client.set(keys.tenant_deletion_lock("eta"), "another call", px=40_000)
+    redis_client.set(keys.tenant_deletion_lock("eta"), "another call", px=40_000)  # a 10 s budget's lock
     with pytest.raises(DeletionRunning) as running:
         delete_tenant(redis_client, keys, store, "eta", actor="t", settle=Settle(), budget_s=2.0)
-    assert running.value.retry_after_s == 2
+    assert running.value.retry_after_s == 10  # what that call has left of its budget, not its crash margin
     redis_client.delete(keys.tenant_deletion_lock("eta"))
     done = until_done(redis_client, keys, "eta")
     again = delete_tenant(
@@ -383,6 +389,7 @@ def test_a_call_after_done_answers_that_deletion_and_a_busy_call_waits_at_most_a
     assert again == dataclasses.replace(done, keys_revoked=0, removed=0)
     assert not redis_client.exists(keys.tenant_deletion("eta"))  # no deletion began
     assert len(redis_client.xrange(keys.tenant_deletions)) == 1  # and none was audited again
+    assert 0 < redis_client.ttl(keys.tenant_deleted("eta")) <= DONE_ANSWERED_S  # later, a call sweeps again
     store.create("eta", "ingest")  # the name used again (no rest asked): its own from now
     assert not redis_client.exists(keys.tenant_deleted("eta"))
     anew = delete_tenant(redis_client, keys, store, "eta", actor="t", settle=Settle())
