@@ -21,6 +21,7 @@ takes a batch's worth at once (the tenant's events/s quota).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass
@@ -69,6 +70,8 @@ class RateLimiter:
         self.chunk = max(1, min(MAX_CHUNK, int(min(rates) / 10)))
         self._held: dict[str, tuple[int, float]] = {}  # credential -> (tokens held, monotonic deadline)
         self._local: dict[str, tuple[float, float]] = {}  # bucket -> (tokens, monotonic time): :meth:`local`
+        # credential -> its round trips of :meth:`acheck` in flight (each done once its reply has been read)
+        self._in_flight: dict[str, set[asyncio.Future[None]]] = {}
         self._sync: Any = (
             None  # redis-py Script objects: they keep the SHA and load the script again on NOSCRIPT
         )
@@ -160,22 +163,45 @@ class RateLimiter:
         if self._async is None:
             self._async = client.register_script(load_script(TokenBuckets.SCRIPT))
         call = self._call(credential_id, tenant, self.chunk, tenant_bucket=tenant_bucket)
-        granted, decision = self._decision(
-            await self._async(keys=call.keys(), args=call.args(), client=client)
-        )
-        if granted > 1:
-            if len(self._held) >= MAX_ALLOWANCES:
-                self._held.clear()
-            held, deadline = self._held.get(holder, (0, 0.0))
-            held = held if time.monotonic() < deadline else 0
-            self._held[holder] = (held + granted - 1, time.monotonic() + ALLOWANCE_HOLD_S)
-        elif not decision.allowed:
+        asked = asyncio.get_running_loop().create_future()
+        in_flight = self._in_flight.setdefault(holder, set())
+        in_flight.add(asked)
+        try:
+            granted, decision = self._decision(
+                await self._async(keys=call.keys(), args=call.args(), client=client)
+            )
+            if granted > 1:
+                self._hold(holder, granted - 1)
+        finally:
+            in_flight.discard(asked)
+            if not in_flight and self._in_flight.get(holder) is in_flight:
+                del self._in_flight[holder]
+            asked.set_result(None)
+        if not decision.allowed:
             # Concurrent requests of this credential each took a chunk while this one waited: the bucket may be
             # empty because this process holds its tokens. Spend one of those (a TypeScript walk: 50 requests
-            # at once against a burst of 100 had 28 refused, the tokens they needed held here).
+            # at once against a burst of 100 had 28 refused, the tokens they needed held here). Their replies
+            # may not have been read yet: each is on its own connection, and a loaded event loop may read a refusal
+            # Redis sent last before grants it sent first (under load: 10 of 50 allowed). Wait for those replies.
+            await self._replies_in_flight(holder)
             if self._spend_held(holder):
                 return RateDecision(True)
         return decision
+
+    def _hold(self, holder: str, tokens: int) -> None:
+        """Keep ``tokens`` taken from the buckets for ``holder``'s next requests, for :data:`ALLOWANCE_HOLD_S`."""
+        if len(self._held) >= MAX_ALLOWANCES:
+            self._held.clear()
+        held, deadline = self._held.get(holder, (0, 0.0))
+        held = held if time.monotonic() < deadline else 0
+        self._held[holder] = (held + tokens, time.monotonic() + ALLOWANCE_HOLD_S)
+
+    async def _replies_in_flight(self, holder: str) -> None:
+        """Wait until every round trip of ``holder`` in flight now (on this event loop) has been read."""
+        loop = asyncio.get_running_loop()
+        pending = [f for f in self._in_flight.get(holder, ()) if f.get_loop() is loop]
+        if pending:
+            await asyncio.wait(pending)
 
     def _spend_held(self, holder: str) -> bool:
         """Spend one of the tokens this process holds for ``holder`` while they are fresh; False when none."""
