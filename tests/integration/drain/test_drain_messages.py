@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,8 +14,7 @@ from celery.signals import before_task_publish
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from tests.conftest import Proc, SettingsFactory, wait_for
-from tests.support.waiting import wait_final
+from tests.conftest import SettingsFactory
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.intake.emitter import Emitter
 from worker.keys.layout import Keys
@@ -327,37 +325,3 @@ def test_only_a_broker_on_the_stores_redis_is_written_by_us(
     assert not pushes(redis_cluster_url="redis://h:7000", broker_url="amqp://g:g@h//")
     monkeypatch.setenv("CELERY_BROKER_URL", "amqp://g:g@rabbit//")  # Celery prefers it to the app's broker
     assert not pushes(redis_url="redis://h:1/2")
-
-
-def test_while_no_worker_consumes_no_message_past_the_cap_is_added(
-    redis_client: Redis, settings: Settings, template: str, start_worker: Callable[..., Proc]
-) -> None:
-    """Every worker down: the ticket count expires (its TTL is the lease's, 30 s), and the door took tickets again
-    for each scope made ready after that, up to the cap each time, so the broker's list grew for as long as the
-    outage lasted (a walk's three minutes with a new scope a second: 135 messages under a cap of 64, about 1 KB
-    each). Now no ticket is taken while the cap's worth of messages wait unconsumed on the list; when a real
-    worker comes back, the messages waiting drain every ready scope."""
-    store = EventStore(redis_client, settings)
-    emitter = _emitter(store, _pushing_fair(store, template))  # a cap of 5
-    event_ids: list[tuple[str, str]] = []
-    for round_ in range(4):
-        redis_client.delete(store.keys.drain_tickets)  # the count's expiry while no worker ran
-        events = [
-            {
-                "sourceType": "bot.message.merged",
-                "sourceId": f"o{round_}-{i}",
-                "scopeKey": f"topic:o{round_}-{i}",
-            }
-            for i in range(5)
-        ]
-        results = emitter.enqueue([emitter.validate({**e, "payload": {}}) for e in events])
-        assert [r.status for r in results] == ["accepted"] * 5
-        event_ids += [(r.event_id, e["scopeKey"]) for r, e in zip(results, events, strict=True)]
-    assert len(_messages(redis_client, settings)) == 5  # was 20: five more at each expiry
-    assert redis_client.llen(store.keys.ready(DEFAULT_TENANT)) == 20
-    start_worker(settings)
-    keys = store.keys.for_tenant(DEFAULT_TENANT)
-    for event_id, scope in event_ids:
-        assert wait_final(redis_client, keys.for_scope(scope), event_id) == "done"
-    # the other four find the lists empty and retire their tickets
-    wait_for(lambda: redis_client.llen(_queue_key(settings)) == 0, what="the messages left to be taken")

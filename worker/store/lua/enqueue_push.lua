@@ -33,11 +33,9 @@ local h = {scopes = scopes, stats = stats, paused = paused, runs_active = runs_a
 local events, out, refusal = enqueue(h, 12, 23)
 if refusal then return refusal end
 local taken = 0
--- where the messages go on this Redis's broker list, none is added while the cap's worth wait there (lib/ready_push)
-local waiting = drain_message ~= '' and drain_queue or nil
 for i, e in ipairs(events) do
   if out[i][1] == 1 and out[i][2] == 1 then
-    taken = taken + ready_push(ring, ready, tickets, tenant, e.scope_ref, tickets_max, ticket_ttl_ms, waiting)
+    taken = taken + ready_push(ring, ready, tickets, tenant, e.scope_ref, tickets_max, ticket_ttl_ms)
     out[i][2] = 0
   end
 end
