@@ -162,8 +162,9 @@ function postJson(path, body, options = {}) {
 
 function fmtAge(ms) {
   if (ms === undefined || ms === null || Number.isNaN(ms)) return "";
+  if (ms < 0) return `-${fmtAge(-ms)}`; // a duration under 0: the clocks that stamped it disagree
   const s = Math.max(0, ms) / 1000;
-  if (s < 1) return `${Math.round(ms)} ms`; // a duration under 0 says the clocks that stamped it disagree
+  if (s < 1) return `${Math.round(ms)} ms`;
   if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
   return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;

@@ -102,11 +102,23 @@ function overviewPage() {
       el("h3", {}, "Queues"),
       table(["Queue", "Events waiting or running", "Scopes with work"], (body.queues || []).map((q) => el("tr", {}, el("td", {}, q.name), el("td", {}, String(q.eventsWaiting)), el("td", {}, String(q.activeScopes)))), {}, "Queues"),
       el("h3", {}, "Workers"),
-      (body.workers || []).length
-        ? el("ul", {}, body.workers.map((w) => el("li", {}, `${w.name} · heartbeat ${fmtAge(Math.max(0, serverNow() - w.lastSeenAt))} ago`)))
-        : el("p", {}, "No worker is running: accepted events wait until one starts (agent-signal worker)."),
+      ...workerLines(body.workers || []),
       el("h3", {}, "Last hour"),
       scrollBox("chart", "Last hour chart", lineChart(body.series || [])),
     ));
   }, 10000);
+}
+
+// The Overview's workers: each with its heartbeat's age, "silent" past WORKER_SILENT_MS (scopes.js), and "No worker
+// is running" when none has beaten since: a worker killed (SIGKILL, a lost node) stays listed until a live worker's
+// sweep forgets it, an hour later, and said nothing of it being gone.
+function workerLines(workers) {
+  const ageOf = (w) => Math.max(0, serverNow() - (w.lastSeenAt || 0));
+  const none = workers.some((w) => ageOf(w) <= WORKER_SILENT_MS)
+    ? []
+    : [el("p", { "data-testid": "no-worker" }, "No worker is running: accepted events wait until one starts (agent-signal worker).")];
+  const listed = workers.length
+    ? [el("ul", {}, workers.map((w) => el("li", {}, `${w.name} · ${ageOf(w) > WORKER_SILENT_MS ? "silent · " : ""}heartbeat ${fmtAge(ageOf(w))} ago`)))]
+    : [];
+  return [...none, ...listed];
 }

@@ -176,6 +176,31 @@ def test_ages_are_on_the_servers_clock_when_the_browsers_is_ahead(
     assert page_errors == []
 
 
+def test_the_overview_says_no_worker_runs_when_every_heartbeat_is_old(
+    browser: Any,
+    make_settings: Any,
+    serve_web: Any,
+    tenant_keys: Any,
+    redis_client: Any,
+    page_errors: list[str],
+) -> None:
+    """A worker killed (SIGKILL, a lost node) stays listed until a live worker's sweep forgets it an hour later:
+    the Overview listed it with its heartbeat's age and never said no worker ran (a review of a walk that stopped
+    every worker). It is marked silent, and the page says no worker is running."""
+    import time
+
+    from playwright.sync_api import expect
+
+    ten_minutes_ago_ms = int(time.time() * 1000) - 600_000
+    redis_client.hset(tenant_keys.workers, "killed@node", ten_minutes_ago_ms)
+    _, stack = serve_web(make_settings())
+    page = new_page(browser, page_errors)
+    page.goto(f"{stack}/#/overview")
+    expect(page.get_by_test_id("no-worker")).to_contain_text("No worker is running")
+    expect(page.locator("main")).to_contain_text("killed@node · silent · heartbeat 10 min")
+    assert page_errors == []
+
+
 # Where the graph and its box are against the viewport; what sticks out, to say why when it does.
 
 

@@ -132,7 +132,7 @@ class OverLimit(Exception):
     @classmethod
     def from_reply(cls, reply: str, settings: QuotaSettings, users: Sequence[str] = ()) -> OverLimit:
         """From the script's ``OVERLIMIT inbox <scopeRef> <depth>`` / ``OVERLIMIT tenant <queued>`` /
-        ``OVERLIMIT events <retained> <retryAfterS> [<dead>]`` / ``OVERLIMIT userevents <n-th user> <retained> <retryAfterS>``
+        ``OVERLIMIT events <retained> <retryAfterS> [<dead> [<waiting>]]`` / ``OVERLIMIT userevents <n-th user> <retained> <retryAfterS>``
         / ``OVERLIMIT user <n-th count> <bytes> <retryAfterS>`` (the counts are each of ``users``' when
         ``user_max_bytes`` is on, then the tenant's: worker/store/quotas.py ``stored_bytes_checks``; the users are
         the batch's, sorted, for both)."""
@@ -191,7 +191,14 @@ def _retained_message(parts: Sequence[str], max_events: int) -> str:
             if dead
             else []
         ),
-        *([f"{waiting} still queued or running, which count until workers finish them"] if waiting else []),
+        *(
+            [
+                f"{waiting} still queued or running, which count until workers finish them (or, in a paused "
+                "scope, until it is resumed or they are cancelled)"
+            ]
+            if waiting
+            else []
+        ),
     ]
     held = (
         f"{parts[2]} events: {int(parts[2]) - dead - waiting} of its dedupe window, and older: {'; '.join(older)}"

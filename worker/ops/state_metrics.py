@@ -9,8 +9,8 @@ per process, so no replica counts it again.
   The broker holds one drain message per scope, not per event, so its queue length is not the backlog.
 * ``agent_signal_stuck_scopes{tenant}``: scopes with queued events, no lease and no live drain scheduled (the
   reconcile sweep re-publishes them; a non-zero value that stays is worth a look: ``GET /v1/scopes?state=stuck``).
-* ``agent_signal_backlog_oldest_seconds{tenant}``: how long the oldest event at the head of a scope that is not
-  paused has waited (0: none waits). With every worker down it grows by a second a second: the alert that says
+* ``agent_signal_backlog_oldest_seconds{tenant}``: how long the oldest event at the head of a scope waiting for a
+  drain (not paused, not running) has waited since its first enqueue (0: none waits). With every worker down it grows by a second a second: the alert that says
   nothing drains (a walk stopped every worker for minutes and /readyz, the backlog and the console's cards said
   only "more").
 * ``agent_signal_workers``: worker processes whose heartbeat (written every ``AGENT_SIGNAL_RECONCILE_INTERVAL_S``)
@@ -139,7 +139,7 @@ class _StateCollector:
         )
         oldest_g = GaugeMetricFamily(
             "agent_signal_backlog_oldest_seconds",
-            "How long the oldest event at the head of a scope not paused has waited (0: none waits).",
+            "How long the oldest head of a scope waiting for a drain has waited since its enqueue (0: none waits).",
             labels=["tenant"],
         )
         for tenant in sorted(waiting):
@@ -151,7 +151,9 @@ class _StateCollector:
             rows = list_scopes(store, keys, limit=STUCK_SCAN_MAX)
             states = [row["state"] for row in rows]
             stuck_g.add_metric([tenant], states.count("stuck"))
-            ages = [row.get("headAgeMs", 0) for row in rows if row["state"] != "paused"]
+            # waiting for a drain (not paused, not running): a head held by its retry's backoff, or redriven (its
+            # enqueuedAt kept), reads its age since its first enqueue (docs/operations.md, Every worker down)
+            ages = [row.get("headAgeMs", 0) for row in rows if row["state"] in ("waiting", "stuck")]
             oldest_g.add_metric([tenant], max(ages, default=0) / 1000)
             dlq_g.add_metric([tenant], store.dlq_size(keys))
             active_g.add_metric([tenant], sum(state != "paused" for state in states))

@@ -69,6 +69,7 @@ from worker.keys.layout import BucketKeys, Keys, glob_escaped
 from worker.settings import Settings
 
 __all__ = [
+    "BACKLOG_RETRY_S",
     "DAY_MS",
     "KEEP",
     "RETAINED_SLOTS",
@@ -96,6 +97,9 @@ __all__ = [
 
 DAY_MS = 24 * 60 * 60 * 1000
 RETAINED_SLOTS = 24  # a window is counted in this many slots (and one more, the current one)
+# A retained-events refusal a backlog past the window holds (every worker down): room comes as workers drain it,
+# not when the oldest counted slot leaves the window (up to a day away), so the caller asks again this soon.
+BACKLOG_RETRY_S = 30
 KEEP = "keep"
 SCAN_COUNT = 500  # keys a migration's SCAN asks for per call
 
@@ -257,8 +261,8 @@ def retained_refusal(
         return None
     if dead + adding > max_events:  # alone over it, or beside the dead: waiting won't help
         retry_s = 0
-    elif not retry_s and waiting:  # nothing of the window to expire: room comes as workers drain the backlog
-        retry_s = max(1, math.ceil(retained_slot_ms(window_s) / 1000))
+    elif waiting and not 0 < retry_s <= BACKLOG_RETRY_S:  # room comes as workers drain the backlog
+        retry_s = BACKLOG_RETRY_S
     return f"OVERLIMIT events {total + dead + waiting} {retry_s} {dead} {waiting}"
 
 

@@ -22,7 +22,7 @@ from worker.core.idempotency import LANE_FORM
 from worker.keys.lua_half import lua_scope_keys
 from worker.store.calls import ScriptCall
 from worker.store.loader import Constant, LuaSource, load_script
-from worker.store.quotas import DAY_MS, KEEP, RETAINED_SLOTS
+from worker.store.quotas import BACKLOG_RETRY_S, DAY_MS, KEEP, RETAINED_SLOTS
 
 __all__ = [
     "CONSTANTS",
@@ -57,6 +57,7 @@ CONSTANTS: dict[str, Constant] = {
     "DAY_MS": DAY_MS,
     "KEEP_FIELD": KEEP,
     "RETAINED_SLOTS": RETAINED_SLOTS,
+    "BACKLOG_RETRY_S": BACKLOG_RETRY_S,
     "PUSH_CHUNK": PUSH_CHUNK,
     "DRAIN_MARK": DRAIN_MARK,
     "DRAIN_GRANT": DRAIN_GRANT,

@@ -153,9 +153,9 @@ def test_a_grant_no_replica_confirms_is_given_back_and_counts_no_delivery(
     """A failover walk: while a promoted primary had no replica, WAIT 1 refused every grant, yet each refused grant
     kept its lease until it ran out and counted a delivery of its scope's head, so a healthy event went dead
     ("worker lost while processing") after MAX_ATTEMPTS drains. The grant is given back now, by both ways a drain
-    takes a lease (ACQUIRE; POP_ACQUIRE, one Redis's default, which a review found left out): its lease released at
-    once, its attempt uncounted and the history entry it began dropped; once a replica confirms again the event
-    runs as its first delivery."""
+    asks for a lease (ACQUIRE; POP_ACQUIRE, one Redis's default, which a review found left out; a commit's chained
+    pop refused so is not, and runs out): its lease released at once, its attempt uncounted and the history entry
+    it began dropped; once a replica confirms again the event runs as its first delivery."""
     with _primary_and_replica(tmp_path) as (primary, replica):
         settings = _settings(make_settings, primary, wait=1, timeout_ms=200)
         producer = Producer(settings)

@@ -25,6 +25,7 @@ from producers.http.routes.routing import RECORD_ERROR_HEADER
 from producers.http.strict_json import MAX_JSON_DEPTH, decode_json
 from tests.conftest import ROOT, Proc, SettingsFactory
 from tests.security.conftest import ClientFactory
+from worker.core.clock import now_ms
 from worker.core.ids import id_problem
 from worker.keys.layout import BucketKeys
 from worker.settings import Settings
@@ -220,6 +221,15 @@ class TestContentTypeAndOrigin:
 
 
 class TestHeaders:
+    def test_every_answer_carries_the_services_clock(self, app_client: ClientFactory) -> None:
+        """x-server-time-ms: the service's clock (now_ms, Redis's) at the answer, which the console's ages start
+        from; an error's answer too (the console's ages were the browser's clock, then the web host's Date)."""
+        client = app_client()
+        for path in ("/v1/conversations", "/v1/events/nope", "/ui/app.js"):
+            before = now_ms()
+            stamped = int(client.get(path).headers["x-server-time-ms"])
+            assert before <= stamped <= now_ms(), path
+
     def test_ui_sends_csp_and_frame_headers(self, app_client: ClientFactory) -> None:
         """The UI, its files, API answers and errors carry CSP (frame-ancestors 'none'), X-Frame-Options,
         nosniff and no-referrer; the docs page has its own CSP; the UI has nothing inline for CSP to block."""

@@ -67,8 +67,10 @@ local function tenant_events(key, dlq, active, events, units, max, now, slot_ms)
   end
   if held + fresh > max then  -- waiting frees nothing the dead hold: a redrive or discard does
     local retry_s = dead + fresh > max and 0 or retained_retry_s(oldest, now, slot_ms, fresh, max)
-    -- nothing of the window left to expire, the backlog alone over it: room comes as workers drain it
-    if retry_s == 0 and waiting > 0 and dead + fresh <= max then retry_s = math.max(1, math.ceil(slot_ms / 1000)) end
+    -- a backlog past the window: room comes as workers drain it, not when the oldest slot leaves (up to a day)
+    if waiting > 0 and dead + fresh <= max and (retry_s == 0 or retry_s > BACKLOG_RETRY_S) then
+      retry_s = BACKLOG_RETRY_S
+    end
     return nil, redis.error_reply('OVERLIMIT events ' .. held .. ' ' .. retry_s .. ' ' .. dead .. ' ' .. waiting)
   end
   return stale, nil
