@@ -40,12 +40,14 @@ def test_a_script_declares_only_the_constants_it_names() -> None:
         "DAY_MS",
         "KEEP_FIELD",
         "RETAINED_SLOTS",
+        "BACKLOG_RETRY_S",
     ]
     pushing = load_script("enqueue_push", constants=CONSTANTS)  # and its push's, and its grant's (a pop)
     assert [name for name in CONSTANTS if f"local {name} = " in pushing] == [
         "DAY_MS",
         "KEEP_FIELD",
         "RETAINED_SLOTS",
+        "BACKLOG_RETRY_S",
         "PUSH_CHUNK",
         "DRAIN_MARK",
         "DRAIN_GRANT",
