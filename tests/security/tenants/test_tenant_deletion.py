@@ -33,7 +33,8 @@ from worker.ops.tenant_deletion import (
 )
 from worker.runtime.tasks import publish_task
 
-pytestmark = [pytest.mark.integration, pytest.mark.buckets]
+# the store-path tests run with 1 and with 4 scope buckets (marked); the CLI's and the call rules' once
+pytestmark = [pytest.mark.integration]
 
 BOOT = "bootstrap-key-for-tenant-deletion-0123456789"
 GONE, KEPT = "acme", "beta"
@@ -114,6 +115,7 @@ def _dump(redis_client: Redis, prefix: str, pattern: str) -> dict[str, str]:
     return {k: v for k, v in every if fnmatch.fnmatchcase(k, pattern)}
 
 
+@pytest.mark.buckets
 def test_deleting_a_tenant_leaves_nothing_of_it_and_everything_of_another(
     stack: TestClient, redis_client: Redis, prefix: str, scope_buckets: int
 ) -> None:
@@ -224,6 +226,7 @@ def test_the_deletion_waits_out_the_settle_window_and_runs_one_call_at_a_time(
     assert (never.state, never.removed_total) == ("done", 0)  # nothing was ever revoked: no settle to wait
 
 
+@pytest.mark.buckets
 def test_drains_under_way_in_a_deleted_tenant_write_nothing_after_it(
     make_settings: Any, start_worker: Any, redis_client: Redis, prefix: str, scope_buckets: int
 ) -> None:
