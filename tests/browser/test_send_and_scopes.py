@@ -157,7 +157,12 @@ def test_pause_a_scope_its_events_wait_then_resume(
 
 
 def test_ages_are_on_the_servers_clock_when_the_browsers_is_ahead(
-    browser: Any, start_stack: Callable[..., str], page_errors: list[str]
+    browser: Any,
+    make_settings: Any,
+    serve_web: Any,
+    tenant_keys: Any,
+    redis_client: Any,
+    page_errors: list[str],
 ) -> None:
     """A laptop ten minutes ahead showed every live worker "silent" (its heartbeat ten minutes old by the browser's
     clock). Ages start from the service's now (its answers' x-server-time-ms); one a moment under 0 reads 0 ms."""
@@ -165,7 +170,10 @@ def test_ages_are_on_the_servers_clock_when_the_browsers_is_ahead(
 
     from playwright.sync_api import expect
 
-    stack = start_stack()
+    from worker.core.clock import now_ms
+
+    redis_client.hset(tenant_keys.workers, "fresh@node", now_ms())  # a heartbeat just written
+    _, stack = serve_web(make_settings())
     page = new_page(browser, page_errors)
     page.clock.install(time=time.time() + 600)  # Unix seconds (Playwright's Python); runs on from there
     page.goto(f"{stack}/#/scopes")
