@@ -185,21 +185,14 @@ def _retained_message(parts: Sequence[str], max_events: int) -> str:
     window's, its dead past the window, its backlog past the window) and what to do."""
     dead = int(parts[4]) if len(parts) > 4 else 0
     waiting = int(parts[5]) if len(parts) > 5 else 0
-    older = [
-        *(
-            [f"{dead} dead ones, which count until they are redriven or discarded (GET /v1/dlq)"]
-            if dead
-            else []
-        ),
-        *(
-            [
-                f"{waiting} still queued or running, which count until workers finish them (or, in a paused "
-                "scope, until it is resumed or they are cancelled)"
-            ]
-            if waiting
-            else []
-        ),
-    ]
+    older = []
+    if dead:
+        older.append(f"{dead} dead ones, which count until they are redriven or discarded (GET /v1/dlq)")
+    if waiting:
+        older.append(
+            f"{waiting} still queued or running, which count until workers finish them (or, in a paused scope, "
+            "until it is resumed or they are cancelled)"
+        )
     held = (
         f"{parts[2]} events: {int(parts[2]) - dead - waiting} of its dedupe window, and older: {'; '.join(older)}"
         if older

@@ -184,6 +184,13 @@ class ScopeLease:
                 "an unconfirmed grant of a scope was not given back (%s): it runs out", describe_error(exc)
             )
 
+    def _give_back_popped(self, keys: EngineKeys, token: str, popped: Any) -> None:
+        """:meth:`_give_back_unconfirmed` for POP_ACQUIRE's reply ``[ref, ACQUIRE's reply]`` (nothing popped: no-op)."""
+        if not isinstance(popped, list) or len(popped) < 2 or (scope := _popped_scope(popped)[1]) is None:
+            return
+        tenant, scope_key = scope
+        self._give_back_unconfirmed(keys.for_tenant(tenant).for_scope(scope_key), scope_key, token, popped[1])
+
     def acquire_ready(
         self, keys: EngineKeys, ready: ReadyPop, *, now_ms: int, holder: str = ""
     ) -> Popped | None:
@@ -205,17 +212,8 @@ class ScopeLease:
         )
         try:
             reply = self.run(call)
-        except (
-            NotReplicated
-        ) as exc:  # as acquire's: the scope it popped given back (the sweep makes it ready again)
-            popped = exc.reply
-            if (
-                isinstance(popped, list)
-                and len(popped) >= 2
-                and (scope := _popped_scope(popped)[1]) is not None
-            ):
-                k = keys.for_tenant(scope[0]).for_scope(scope[1])
-                self._give_back_unconfirmed(k, scope[1], token, popped[1])
+        except NotReplicated as exc:
+            self._give_back_popped(keys, token, exc.reply)  # as acquire's (the sweep readies the scope again)
             raise
         return self.read_popped(keys, token, reply)
 

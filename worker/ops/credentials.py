@@ -199,9 +199,8 @@ class CredentialStore:
         self.cache_s = cache_s
         self._signing_secret = token_secret or None
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
-        self._refused: dict[
-            str, tuple[float, KeyRecord | None]
-        ] = {}  # apart: a flood of them clears no valid key
+        # revoked or gone keys, apart: a flood of random ids clears only these, never a valid key's entry
+        self._refused: dict[str, tuple[float, KeyRecord | None]] = {}
         # erased users' token floors, each tenant's hash read whole: tenant -> (trusted until, user ref -> ms), or
         # (trusted until, None) when it is too large to read whole; then (tenant, user ref) -> (until, ms or None)
         self._floors: dict[str, tuple[float, dict[str, int] | None]] = {}

@@ -123,9 +123,8 @@ def _register_plugin_task(app: Any, task: PluginTask) -> None:
         process = _state.get()
         pipeline, runtime = process.pipeline, process.runtime
         tenants = _task_tenants(payload, self.request)
-        if gone := [
-            t for t in tenants if pipeline.store.deleted_tenants.deleted(t)
-        ]:  # an agent run queued before
+        # an agent run queued before its tenant was deleted: dropped unrun
+        if gone := [t for t in tenants if pipeline.store.deleted_tenants.deleted(t)]:
             log.info("task %s of a deleted tenant dropped", task.name, extra={"tenant": gone[0]})
             return
         with working_for(tenants[0] if tenants else None):  # a task it publishes is the same tenant's work
