@@ -109,16 +109,16 @@ function overviewPage() {
   }, 10000);
 }
 
-// The Overview's workers: each with its heartbeat's age, "silent" past WORKER_SILENT_MS (scopes.js), and "No worker
-// is running" when none has beaten since: a worker killed (SIGKILL, a lost node) stays listed until a live worker's
+// The Overview's workers: each with its heartbeat's age, "silent" when the service says it is not alive (the rule of
+// the agent_signal_workers gauge), and "No worker is running" when none is: a worker killed (SIGKILL, a lost node) stays listed until a live worker's
 // sweep forgets it, an hour later, and said nothing of it being gone.
 function workerLines(workers) {
   const ageOf = (w) => Math.max(0, serverNow() - (w.lastSeenAt || 0));
-  const none = workers.some((w) => ageOf(w) <= WORKER_SILENT_MS)
+  const none = workers.some((w) => w.alive)
     ? []
     : [el("p", { "data-testid": "no-worker" }, "No worker is running: accepted events wait until one starts (agent-signal worker).")];
   const listed = workers.length
-    ? [el("ul", {}, workers.map((w) => el("li", {}, `${w.name} · ${ageOf(w) > WORKER_SILENT_MS ? "silent · " : ""}heartbeat ${fmtAge(ageOf(w))} ago`)))]
+    ? [el("ul", {}, workers.map((w) => el("li", {}, `${w.name} · ${w.alive ? "" : "silent · "}heartbeat ${fmtAge(ageOf(w))} ago`)))]
     : [];
   return [...none, ...listed];
 }

@@ -5,7 +5,6 @@
 "use strict";
 
 const SCOPE_STATES = ["busy", "waiting", "stuck", "paused"];
-const WORKER_SILENT_MS = 60000; // a worker whose heartbeat is older than this is shown as silent
 const SCOPES_PAGE_SIZE = 200; // GET /v1/scopes's default page
 const SCOPES_MAX_PAGE = 1000; // and its largest
 
@@ -174,7 +173,7 @@ function scopesPage() {
           "tr",
           { "data-worker": w.name },
           el("td", { class: "id" }, w.name),
-          el("td", {}, badge(age > WORKER_SILENT_MS ? "silent" : "alive"), ` ${fmtAge(age)} ago`),
+          el("td", {}, badge(w.alive ? "alive" : "silent"), ` ${fmtAge(age)} ago`),
           el("td", {}, w.concurrency !== undefined ? String(w.concurrency) : "—"),
           el("td", {}, w.inFlight !== undefined ? String(w.inFlight) : "—"),
         );

@@ -30,23 +30,19 @@ from worker.core.clock import now_ms
 from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BucketKeys
 from worker.ops.scope_control import list_scopes
+from worker.ops.workers_view import is_alive
 from worker.store.events import EventStore
 from worker.store.server.safety import current_safety
 
 __all__ = ["backlog", "live_workers", "paused_backlog", "runnable_backlog", "state_exposition"]
 
 STUCK_SCAN_MAX = 100_000  # scopes per tenant looked at for the stuck gauge at one scrape
-FRESH_BEATS = (
-    4  # a worker's heartbeat counts while at most this many reconcile intervals old (the probe's default)
-)
 
 
 def live_workers(store: EventStore) -> int:
-    """Worker processes whose heartbeat in ``workers`` is at most :data:`FRESH_BEATS` reconcile intervals old."""
-    stale_ms = FRESH_BEATS * store.settings.reconcile_interval_s * 1000
+    """Worker processes whose heartbeat in ``workers`` is fresh (:func:`worker.ops.workers_view.is_alive`)."""
     now = now_ms()
-    beats = store.client.hvals(store.keys.workers)
-    return sum(1 for at in beats if str(at).isdigit() and now - int(at) <= stale_ms)
+    return sum(1 for at in store.client.hvals(store.keys.workers) if is_alive(at, now, store.settings))
 
 
 def backlog(store: EventStore) -> dict[str, int]:

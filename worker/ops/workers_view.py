@@ -3,7 +3,9 @@
 Each worker's main process writes its heartbeat (``workers``: node -> ms) and, once ready, what it runs with
 (``worker-info``: node -> JSON ``{"concurrency", "pid", "startedAt"}``). A drain's lease token starts with the
 node name of the worker holding it (``worker/drain/lease.py``), so the in-flight drains of a worker are the leases of
-the tenant's active scopes that name it (at most ``MAX_SCOPES`` looked at per call)."""
+the tenant's active scopes that name it (at most ``MAX_SCOPES`` looked at per call). One rule says whether a worker
+is alive (:func:`is_alive`): the console's rows, the ``agent_signal_workers`` gauge and ``agent-signal probe
+worker``'s default all count a heartbeat while it is at most :data:`FRESH_BEATS` reconcile intervals old."""
 
 from __future__ import annotations
 
@@ -11,15 +13,32 @@ import json
 from collections import Counter
 from typing import Any
 
+from worker.core.clock import now_ms
 from worker.keys.layout import HOLDER_SEPARATOR, EngineKeys, Keys
+from worker.settings import Settings
 from worker.store.events import EventStore
 
-__all__ = ["FORGET_SILENT_AFTER_MS", "MAX_SCOPES", "forget_silent_workers", "workers_seen"]
+__all__ = [
+    "FORGET_SILENT_AFTER_MS",
+    "FRESH_BEATS",
+    "MAX_SCOPES",
+    "forget_silent_workers",
+    "is_alive",
+    "workers_seen",
+]
 
 MAX_SCOPES = 1000
 FORGET_SILENT_AFTER_MS = (
     3_600_000  # an hour without a beat: a worker killed without its shutdown hook (SIGKILL)
 )
+# a worker's heartbeat (written every reconcile interval) counts while at most this many intervals old
+FRESH_BEATS = 4
+
+
+def is_alive(beat_ms: Any, now: int, settings: Settings) -> bool:
+    """Whether a heartbeat read from ``workers`` is fresh: at most :data:`FRESH_BEATS` reconcile intervals before
+    ``now`` (a beat a moment ahead of it counts; one that is no number does not)."""
+    return now - _ms(beat_ms) <= FRESH_BEATS * settings.reconcile_interval_s * 1000
 
 
 def _text(value: Any) -> str:
@@ -27,10 +46,10 @@ def _text(value: Any) -> str:
 
 
 def workers_seen(store: EventStore, keys: Keys) -> list[dict[str, Any]]:
-    """``[{"name", "lastSeenAt", "concurrency"?, "inFlight"}]`` sorted by name; ``inFlight`` counts the scopes of
-    ``keys``' tenant each holds."""
+    """``[{"name", "lastSeenAt", "alive", "concurrency"?, "inFlight"}]`` sorted by name; ``inFlight`` counts the
+    scopes of ``keys``' tenant each holds, ``alive`` is :func:`is_alive` on the server's clock."""
     client = store.client
-    beats = {_text(k): int(v) for k, v in client.hgetall(keys.workers).items()}
+    beats = {_text(k): _ms(v) for k, v in client.hgetall(keys.workers).items()}
     info = {_text(k): _json(v) for k, v in client.hgetall(keys.worker_info).items()}
     scopes = store.active_scopes(keys)[:MAX_SCOPES]
     pipe = client.pipeline(transaction=False)
@@ -40,8 +59,14 @@ def workers_seen(store: EventStore, keys: Keys) -> list[dict[str, Any]]:
         _text(token).rpartition(HOLDER_SEPARATOR)[0] for token in (pipe.execute() if scopes else []) if token
     )
     out = []
+    now = now_ms()
     for name, at in sorted(beats.items()):
-        row: dict[str, Any] = {"name": name, "lastSeenAt": at, "inFlight": holders.get(name, 0)}
+        row: dict[str, Any] = {
+            "name": name,
+            "lastSeenAt": at,
+            "alive": is_alive(at, now, store.settings),
+            "inFlight": holders.get(name, 0),
+        }
         concurrency = info.get(name, {}).get("concurrency")
         if isinstance(concurrency, int):
             row["concurrency"] = concurrency

@@ -45,7 +45,8 @@ __all__ = [
 ]
 
 DRAIN_SUFFIX = ".draining"
-# A beat older than this many loop intervals is stale: one late pass (a slow reconcile) is not a death.
+# A beat older than this many loop intervals is stale: one late pass (a slow reconcile) is not a death. The same
+# count as the store's heartbeats (worker.ops.workers_view.FRESH_BEATS: the gauge and the console), a test holds.
 STALE_AFTER_INTERVALS = 4
 
 

@@ -69,6 +69,10 @@ class QueueDepth(BaseModel):
 class WorkerSeen(BaseModel):
     name: str
     lastSeenAt: int = Field(description="Unix milliseconds.")
+    alive: bool = Field(
+        description="Its heartbeat is at most four reconcile intervals old on the service's clock: the rule of the "
+        "agent_signal_workers gauge. A worker killed without its shutdown hook stays listed, not alive, for an hour."
+    )
     inFlight: int = Field(description="Drains of this tenant's scopes the worker holds now.")
     concurrency: int | None = Field(default=None, description="Child processes (when the worker said).")
 

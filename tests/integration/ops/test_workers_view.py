@@ -62,3 +62,26 @@ def test_a_worker_silent_for_over_an_hour_is_forgotten(make_settings: Any, redis
     assert set(redis_client.hkeys(engine.workers)) == {"live@b"}
     assert set(redis_client.hkeys(engine.worker_info)) == {"live@b", "starting@e"}
     assert forget_silent_workers(store, engine, now) == []
+
+
+def test_overview_says_which_workers_are_alive_by_the_gauges_rule(
+    make_settings: Any, redis_client: Redis
+) -> None:
+    """The console marked a worker silent after 60 s while the ``agent_signal_workers`` gauge counted it for four
+    reconcile intervals: one rule now, on the service's clock. A beat that is no number is listed, not alive (it
+    made ``/v1/overview`` answer 500)."""
+    from worker.core.clock import now_ms
+    from worker.ops.state_metrics import live_workers
+    from worker.store.events import EventStore
+
+    settings = make_settings(reconcile_interval_s=30.0)  # four intervals: 120 s, past the console's old 60 s
+    store = EventStore(redis_client, settings)
+    now = now_ms()
+    beats = {"fresh@a": now - 1000, "quiet@b": now - 90_000, "gone@c": now - 130_000, "junk@d": "not a time"}
+    redis_client.hset(store.keys.workers, mapping=beats)
+    with TestClient(create_web_app(settings)) as client:
+        answer = client.get("/v1/overview")
+    assert answer.status_code == 200, answer.text
+    alive = {w["name"]: w["alive"] for w in answer.json()["workers"]}
+    assert alive == {"fresh@a": True, "quiet@b": True, "gone@c": False, "junk@d": False}
+    assert live_workers(store) == 2

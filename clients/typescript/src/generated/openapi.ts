@@ -2466,6 +2466,11 @@ export interface components {
              */
             lastSeenAt: number;
             /**
+             * Alive
+             * @description Its heartbeat is at most four reconcile intervals old on the service's clock: the rule of the agent_signal_workers gauge. A worker killed without its shutdown hook stays listed, not alive, for an hour.
+             */
+            alive: boolean;
+            /**
              * Inflight
              * @description Drains of this tenant's scopes the worker holds now.
              */
