@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -183,6 +184,8 @@ def _reply_settled(
         reply = ctx.full_wait("commit", works[0].grant.lost).call(attempt)
     except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
         log.warning("commit not confirmed by replicas (%s)", describe_error(exc))
+        if then_pop is not None:  # what it popped is not drained: the drain gives it back
+            then_pop.unconfirmed = _popped_of(exc.reply)
         return _lost(works)
     except RedisError as exc:
         log.warning(
@@ -192,6 +195,14 @@ def _reply_settled(
     if then_pop is not None and reply.popped is not None:
         then_pop.reply = reply.popped
     return _settle(ctx, works, reply, go_on=go_on, peek=peek, peek_skip=peek_skip, then_pop=then_pop)
+
+
+def _popped_of(reply: Any) -> list[Any] | None:
+    """The chained pop in a COMMIT reply the replicas did not confirm (None: none, or a reply that is not one)."""
+    try:
+        return RunReply.parse(reply).popped
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 def _lost(works: Sequence[EventWork]) -> RunCommitted:

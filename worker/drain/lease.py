@@ -94,6 +94,9 @@ class ChainedPop:
 
     call: PopNext
     reply: list[Any] | None = None
+    # the pop of a commit the replicas did not confirm (AGENT_SIGNAL_WAIT_REPLICAS): applied on the primary, not
+    # used, given back by the drain (ScopeLease.give_back_unconfirmed_pop)
+    unconfirmed: list[Any] | None = None
 
 
 def _popped_scope(reply: Any) -> tuple[str, tuple[str, str] | None]:
@@ -184,8 +187,9 @@ class ScopeLease:
                 "an unconfirmed grant of a scope was not given back (%s): it runs out", describe_error(exc)
             )
 
-    def _give_back_popped(self, keys: EngineKeys, token: str, popped: Any) -> None:
-        """:meth:`_give_back_unconfirmed` for POP_ACQUIRE's reply ``[ref, ACQUIRE's reply]`` (nothing popped: no-op)."""
+    def give_back_unconfirmed_pop(self, keys: EngineKeys, token: str, popped: Any) -> None:
+        """:meth:`_give_back_unconfirmed` for POP_ACQUIRE's reply ``[ref, ACQUIRE's reply]`` (nothing popped:
+        no-op), or a commit's chained pop of that shape. The ref is not published again: the sweep readies it."""
         if not isinstance(popped, list) or len(popped) < 2 or (scope := _popped_scope(popped)[1]) is None:
             return
         tenant, scope_key = scope
@@ -213,7 +217,9 @@ class ScopeLease:
         try:
             reply = self.run(call)
         except NotReplicated as exc:
-            self._give_back_popped(keys, token, exc.reply)  # as acquire's (the sweep readies the scope again)
+            self.give_back_unconfirmed_pop(
+                keys, token, exc.reply
+            )  # as acquire's (the sweep readies the scope again)
             raise
         return self.read_popped(keys, token, reply)
 

@@ -153,7 +153,7 @@ def test_a_grant_no_replica_confirms_is_given_back_and_counts_no_delivery(
     kept its lease until it ran out and counted a delivery of its scope's head, so a healthy event went dead
     ("worker lost while processing") after MAX_ATTEMPTS drains. The grant is given back now, by both ways a drain
     asks for a lease (ACQUIRE; POP_ACQUIRE, one Redis's default, which a review found left out; a commit's chained
-    pop refused so is not, and runs out): its lease released at once, its attempt uncounted and the history entry
+    pop: the next test): its lease released at once, its attempt uncounted and the history entry
     it began dropped; once a replica confirms again the event runs as its first delivery."""
     with _primary_and_replica(tmp_path) as (primary, replica):
         settings = _settings(make_settings, primary, wait=1, timeout_ms=200)
@@ -186,6 +186,42 @@ def test_a_grant_no_replica_confirms_is_given_back_and_counts_no_delivery(
         pipeline.drain_scope(SCOPES[0])
         assert client.hmget(keys.event(event_id), "state", "attempts") == ["done", "1"]
         assert str(client.hget(keys.event(event_id), "history")).isdigit()  # one first attempt that succeeded
+        client.close()
+        producer.close()
+
+
+def test_a_commits_chained_pop_no_replica_confirms_is_given_back(tmp_path: Path, make_settings: Any) -> None:
+    """A drain_next message's commit that releases its scope pops and takes the next ready one in the same script.
+    When no replica confirmed that commit, the scope it popped kept its lease until it ran out and counted a
+    delivery of a head that never ran (left open by the session that gave the other grants back). It is given back
+    as theirs are: lease released, attempt uncounted; once a replica confirms again its event runs as a first
+    delivery."""
+    with _primary_and_replica(tmp_path) as (primary, replica):
+        settings = _settings(make_settings, primary, wait=1, timeout_ms=200)
+        producer = Producer(settings)
+        pipeline = build_pipeline(settings)
+        first, second = (producer.enqueue(_event(i)).event_id for i in range(2))  # topic:wait-a, then -b
+        engine, keys = producer.keys, producer.keys.for_bucket(0)
+        client = Redis.from_url(primary, decode_responses=True)
+        fair = FairQueue(client, engine, None, "unused")
+        popped = pipeline.lease.acquire_ready(
+            engine, fair.pop_call(), now_ms=now_ms()
+        )  # confirmed: replica up
+        assert popped is not None and popped[0] == f"default/{SCOPES[0]}"
+        replica_pid = _pid(replica)
+        os.kill(replica_pid, signal.SIGSTOP)
+        try:
+            then_pop = pipeline.lease.pop_next(engine, fair.pop_call())
+            outcome = pipeline.drain(popped[0], acquired=popped[1], then_pop=then_pop)
+            assert outcome.popped is None and then_pop.unconfirmed is None
+            assert client.get(keys.lease(SCOPES[1])) is None, "the refused chained pop kept its lease"
+            record = client.hmget(keys.event(second), "state", "attempts", "history")
+            assert record == ["queued", "0", None], "the refused chained pop counted an attempt"
+        finally:
+            os.kill(replica_pid, signal.SIGCONT)
+        assert client.hget(keys.event(first), "state") == "done"  # applied on the primary, and kept
+        pipeline.drain_scope(SCOPES[1])
+        assert client.hmget(keys.event(second), "state", "attempts") == ["done", "1"]
         client.close()
         producer.close()
 
