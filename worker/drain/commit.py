@@ -184,8 +184,10 @@ def _reply_settled(
         reply = ctx.full_wait("commit", works[0].grant.lost).call(attempt)
     except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
         log.warning("commit not confirmed by replicas (%s)", describe_error(exc))
-        if then_pop is not None:  # what it popped is not drained: the drain gives it back
-            then_pop.unconfirmed = _popped_of(exc.reply)
+        run = _parsed(exc.reply)
+        works[0].grant.unconfirmed_commit = run  # the drain gives its grant back
+        if then_pop is not None and run is not None:  # and what it popped, which it does not drain either
+            then_pop.unconfirmed = run.popped
         return _lost(works)
     except RedisError as exc:
         log.warning(
@@ -197,10 +199,10 @@ def _reply_settled(
     return _settle(ctx, works, reply, go_on=go_on, peek=peek, peek_skip=peek_skip, then_pop=then_pop)
 
 
-def _popped_of(reply: Any) -> list[Any] | None:
-    """The chained pop in a COMMIT reply the replicas did not confirm (None: none, or a reply that is not one)."""
+def _parsed(reply: Any) -> RunReply | None:
+    """A COMMIT reply the replicas did not confirm, read (None: not a reply of COMMIT's shape)."""
     try:
-        return RunReply.parse(reply).popped
+        return RunReply.parse(reply)
     except (TypeError, ValueError, IndexError):
         return None
 

@@ -54,8 +54,8 @@ from worker.store.calls import (
     ScriptCall,
     UnconfirmedGrant,
 )
-from worker.store.records import Head
-from worker.store.replies import HeadCode, ReleaseCode, RenewCode
+from worker.store.records import Head, RunReply
+from worker.store.replies import CommitCode, HeadCode, ReleaseCode, RenewCode
 from worker.store.scripts import Scripts
 from worker.telemetry.log_privacy import describe_error
 
@@ -79,6 +79,9 @@ class LeaseGrant:
     token: str
     fence: int
     lost: threading.Event = field(default_factory=threading.Event)
+    # a commit under this grant the replicas did not confirm (AGENT_SIGNAL_WAIT_REPLICAS): its reply on the
+    # primary, for the drain to give the grant back (ScopeLease.give_back_unconfirmed_commit)
+    unconfirmed_commit: RunReply | None = None
 
 
 Acquired = tuple[LeaseGrant | None, int, Head | None]  # (grant, ms the holder still has, head): see acquire
@@ -185,6 +188,32 @@ class ScopeLease:
         except RedisError as exc:
             log.warning(
                 "an unconfirmed grant of a scope was not given back (%s): it runs out", describe_error(exc)
+            )
+
+    def give_back_unconfirmed_commit(self, grant: LeaseGrant) -> None:
+        """The grant of a drain whose commit the replicas did not confirm (``grant.unconfirmed_commit``), given
+        back: its lease released (token-checked; a commit that released the scope left nothing to release) and,
+        when the commit went on to the scope's next head, that head's attempt uncounted (UNCONFIRMED_GRANT). It
+        ran out before, and the next drain counted a delivery of a head no chain ran. A run only partly
+        committed keeps its refused head's attempt: that chain ran. Best effort, as the other give-backs."""
+        run, grant.unconfirmed_commit = grant.unconfirmed_commit, None
+        if run is None:
+            return
+        grant.lost.set()  # the renewer leaves it alone from here
+        lease = grant.keys.lease(grant.scope_key)
+        last = run.replies[-1] if run.code is CommitCode.COMMITTED and run.replies else None
+        begun = None if last is None or last.head is None else last.head.begun
+        call: ScriptCall = Release(lease, grant.token)
+        if begun is not None:
+            event = grant.keys.event(begun.event_id)
+            call = UnconfirmedGrant(
+                lease, event, grant.token, grant.fence, begun.attempts, begun.previous_state
+            )
+        try:
+            self.scripts.run(call)
+        except RedisError as exc:
+            log.warning(
+                "an unconfirmed commit's grant was not given back (%s): it runs out", describe_error(exc)
             )
 
     def give_back_unconfirmed_pop(self, keys: EngineKeys, token: str, popped: Any) -> None:

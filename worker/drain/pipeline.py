@@ -183,6 +183,8 @@ class Pipeline:
             raise
         finally:
             self.lease.stop_renewing(grant)
+            if grant.unconfirmed_commit is not None:
+                self.lease.give_back_unconfirmed_commit(grant)
         if then_pop is not None and then_pop.unconfirmed:
             self._give_back_unconfirmed(then_pop)
         if then_pop is None or then_pop.reply is None:

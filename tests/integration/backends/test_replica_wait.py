@@ -226,6 +226,45 @@ def test_a_commits_chained_pop_no_replica_confirms_is_given_back(tmp_path: Path,
         producer.close()
 
 
+def test_a_commit_no_replica_confirms_gives_its_grant_and_next_head_back(
+    tmp_path: Path, make_settings: Any
+) -> None:
+    """A commit the replicas did not confirm stops its drain; when it went on to its scope's next head, the drain's
+    lease was kept until it ran out and that head's attempt counted, a delivery no chain made. The grant is given
+    back now: lease released, the next head's attempt uncounted."""
+    with _primary_and_replica(tmp_path) as (primary, replica):
+        settings = make_settings(
+            redis_url=primary,
+            telemetry_enabled=False,
+            wait_replicas=1,
+            wait_replicas_timeout_ms=200,
+            commit_batch_max=1,  # one event per commit: the first commit goes on to the second event
+        )
+        producer = Producer(settings)
+        pipeline = build_pipeline(settings)
+        first, second = (producer.enqueue(_event(i)).event_id for i in (0, len(SCOPES)))  # both topic:wait-a
+        keys = producer.keys.for_bucket(0)
+        client = Redis.from_url(primary, decode_responses=True)
+        acquired = pipeline.lease.acquire(producer.keys, SCOPES[0], now_ms=now_ms())  # confirmed: replica up
+        assert acquired[0] is not None
+        replica_pid = _pid(replica)
+        os.kill(replica_pid, signal.SIGSTOP)
+        try:
+            assert pipeline.drain(f"default/{SCOPES[0]}", acquired=acquired).next == "lost"
+            assert client.get(keys.lease(SCOPES[0])) is None, "the unconfirmed commit's grant kept its lease"
+            assert client.hget(keys.event(first), "state") == "done"  # applied on the primary, and kept
+            record = client.hmget(keys.event(second), "state", "attempts", "history")
+            assert record == ["queued", "0", None], (
+                "the head the unconfirmed commit went on to counted an attempt"
+            )
+        finally:
+            os.kill(replica_pid, signal.SIGCONT)
+        pipeline.drain_scope(SCOPES[0])
+        assert client.hmget(keys.event(second), "state", "attempts") == ["done", "1"]
+        client.close()
+        producer.close()
+
+
 def test_a_scripts_refusal_reads_the_same_under_wait(tmp_path: Path, make_settings: Any) -> None:
     """With WAIT 1 the enqueue script runs in a pipeline, and redis-py words its refusals "Command # 1 (EVALSHA …)
     of pipeline caused error: USERCONFLICT …": a user conflict (422 user_mismatch) and a guard an erasure reached
