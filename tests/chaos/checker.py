@@ -4,9 +4,11 @@ order violations, fence rejections and stale commits, lost or doubled outbox eff
 from __future__ import annotations
 
 import itertools
+import json
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -60,6 +62,7 @@ def check_history(
     *,
     poisoned: Collection[str] = (),
     receipts: Receipts | None = None,
+    dump_dir: Path | None = None,
 ) -> History:
     """Audit the history of the ``accepted`` events on the run's Redis (and, given ``receipts``, their effects).
 
@@ -85,7 +88,7 @@ def check_history(
     rejected, batched = redis.hmget(keys.stats, "fenceRejected", "batchedEvents")
     found.fence_rejections, found.batched = int(rejected or 0), int(batched or 0)
     if receipts is not None:
-        _check_effects(redis, keys, accepted, states, receipts, found)
+        _check_effects(redis, keys, accepted, states, receipts, found, dump_dir)
     return found
 
 
@@ -144,6 +147,7 @@ def _check_effects(
     states: dict[str, str | None],
     receipts: Receipts,
     found: History,
+    dump_dir: Path | None = None,
 ) -> None:
     """Invariant 8: one effect per event at the deduping receiver, however often it was delivered. The
     event's outbox records are read as its run detail reads them (``records_of_event``), not by layout."""
@@ -155,6 +159,10 @@ def _check_effects(
             found.effects_twice += 1
             found.problems.append(f"effect applied {n} times under key {key}")
     found.deliveries = sum(receipts.deliveries.values())
+    if dump_dir is not None:  # diagnostics: every request whose sid is no accepted event's, or that failed
+        sids = {sid for sid, _, _ in accepted.values()}
+        odd = [e for e in receipts.log if e.get("error") or e.get("sid") not in sids]
+        (dump_dir / "receiver-anomalies.json").write_text(json.dumps(odd, indent=1))
     for event_id, (sid, scope, _) in accepted.items():
         if states[sid] == "done":
             records = [str(r.get("state")) for r in records_of_event(keys, store, scope, event_id)]
@@ -163,9 +171,67 @@ def _check_effects(
                 found.problems.append(
                     f"effect lost {sid}: records {records or 'none'}, effects {effects[sid]}"
                 )
+                if dump_dir is not None:
+                    _dump_lost(redis, keys, event_id, sid, scope, receipts, dump_dir)
         if effects[sid] > 1:
             found.effects_twice += 1
             found.problems.append(f"effect applied {effects[sid]} times for {sid}")
+
+
+def _event_hash(redis: Redis, keys: BucketKeys, event_id: str) -> Any:
+    try:
+        return redis.hgetall(keys.event(event_id))
+    except Exception as exc:  # a binary field (decode_responses)
+        return f"unreadable: {exc!r}"
+
+
+def _dump_lost(
+    redis: Redis,
+    keys: BucketKeys,
+    event_id: str,
+    sid: str,
+    scope: str,
+    receipts: Receipts,
+    dump_dir: Path,
+) -> None:
+    """Diagnostics for an event whose effect the checker found lost: its outbox records as stored, every
+    receiver request whose key is one of them or whose body names its sid, the event hash, and the worker log
+    lines that mention the event or its records."""
+    scoped = keys.for_scope(scope) if hasattr(keys, "for_scope") else keys
+    index = scoped.outbox_of_event(scope, event_id)
+    ids = sorted(str(i) for i in redis.smembers(index))
+    raw = {i: redis.get(scoped.outbox_record(scope, i)) for i in ids}
+    record_keys = set()
+    for value in raw.values():
+        if value is not None:
+            record_keys.add(json.loads(value).get("key"))
+    members = [f"{scoped.scope_ref(scope)}\x1f{i}" for i in ids]
+    due = {m: redis.zscore(scoped.outbox_due, m) for m in members}
+    dead = {m: redis.zscore(scoped.outbox_dead, m) for m in members}
+    related = [e for e in receipts.log if e.get("key") in record_keys or e.get("sid") == sid]
+    same_keys = {
+        k: (receipts.deliveries.get(k), receipts.effects.get(k), receipts.sid_of.get(k)) for k in record_keys
+    }
+    needles = [event_id, sid, *ids, *record_keys]
+    lines: dict[str, list[str]] = {}
+    for log in sorted(dump_dir.glob("worker-*.log")):
+        hits = [
+            line for line in log.read_text(errors="replace").splitlines() if any(n in line for n in needles)
+        ]
+        lines[log.name] = hits[-200:]
+    dump = {
+        "eventId": event_id,
+        "sid": sid,
+        "scope": scope,
+        "event": _event_hash(redis, keys, event_id),
+        "index": index,
+        "records": raw,
+        "due": due,
+        "dead": dead,
+        "receiver": {"byKey": same_keys, "related": related},
+        "workerLogLines": lines,
+    }
+    (dump_dir / f"effect-lost-{sid}.json").write_text(json.dumps(dump, indent=1, default=str))
 
 
 @dataclass

@@ -89,7 +89,13 @@ class ChaosRun:
 
     def __init__(self, name: str, **overrides: Any) -> None:
         self.name = name
-        self.directory = Path(tempfile.mkdtemp(prefix=f"agent-signal-chaos-{name}-"))
+        # diagnostics: CHAOS_DIAG_DIR keeps each run's directory (worker logs, receiver log, dumps) there
+        self.diag_dir = os.environ.get("CHAOS_DIAG_DIR")
+        if self.diag_dir:
+            Path(self.diag_dir).mkdir(parents=True, exist_ok=True)
+        self.directory = Path(
+            tempfile.mkdtemp(prefix=f"agent-signal-chaos-{name}-", dir=self.diag_dir or None)
+        )
         self.redis_server = RedisServer(self.directory)
         self.prefix = f"chaos-{name}:"
         self.overrides = overrides
@@ -355,8 +361,30 @@ class ChaosRun:
         for worker in self.workers:
             worker.stop()
         receipts = self.receiver.receipts() if self.receiver is not None else Receipts()
-        history = check_history(self.admin, self.prefix, self.accepted, poisoned=poisoned, receipts=receipts)
+        dump_dir = self.directory if self.diag_dir else None
+        if dump_dir is not None:
+            with (dump_dir / "receiver.jsonl").open("w") as out:
+                for entry in receipts.log:
+                    out.write(json.dumps(entry) + "\n")
+        history = check_history(
+            self.admin, self.prefix, self.accepted, poisoned=poisoned, receipts=receipts, dump_dir=dump_dir
+        )
         row = Row(self.name, history, time.monotonic() - self.started)
+        if dump_dir is not None:
+            self.keep = True
+            (dump_dir / "row.json").write_text(
+                json.dumps(
+                    {
+                        "ok": row.ok,
+                        "events": history.events,
+                        "deliveries": history.deliveries,
+                        "effectsLost": history.effects_lost,
+                        "effectsTwice": history.effects_twice,
+                        "problems": history.problems,
+                    },
+                    indent=1,
+                )
+            )
         if not finished:
             row.expectations.append(
                 f"not every event was final after {timeout_s:g}s (logs: {self.directory})"

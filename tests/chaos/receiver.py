@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +19,8 @@ class Receipts:
     deliveries: dict[str, int] = field(default_factory=dict)
     effects: dict[str, int] = field(default_factory=dict)
     sid_of: dict[str, str] = field(default_factory=dict)
+    # diagnostics: every request in arrival order (key, sid, time, response, Content-Length, bytes read, peer)
+    log: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Receiver:
@@ -31,13 +34,31 @@ class Receiver:
         self._deliveries: Counter[str] = Counter()
         self._effects: Counter[str] = Counter()
         self._sid_of: dict[str, str] = {}
+        self._log: list[dict[str, Any]] = []
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 key = self.headers.get("Idempotency-Key", "")
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                receiver._receive(key, str(body.get("sid", "")))
+                length = int(self.headers.get("Content-Length", 0))
+                entry: dict[str, Any] = {
+                    "key": key,
+                    "t": time.time(),
+                    "length": length,
+                    "peer": f"{self.client_address[0]}:{self.client_address[1]}",
+                }
+                try:
+                    raw = self.rfile.read(length)
+                    entry["read"] = len(raw)
+                    entry["raw"] = raw[:200].decode(errors="replace")
+                    body = json.loads(raw or b"{}")
+                except Exception as exc:
+                    entry["error"] = f"{type(exc).__name__}: {exc}"
+                    receiver._note(entry)
+                    raise
+                entry["sid"] = str(body.get("sid", ""))
+                entry["status"] = 200 if key else 400
+                receiver._receive(key, str(body.get("sid", "")), entry)
                 self.send_response(200 if key else 400)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -51,16 +72,26 @@ class Receiver:
         self._thread = threading.Thread(target=self.server.serve_forever, name="receiver", daemon=True)
         self._thread.start()
 
-    def _receive(self, key: str, sid: str) -> None:
+    def _note(self, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self._log.append(entry)
+
+    def _receive(self, key: str, sid: str, entry: dict[str, Any] | None = None) -> None:
         with self._lock:
             self._deliveries[key] += 1
-            if key and self._effects[key] == 0:
+            applied = bool(key and self._effects[key] == 0)
+            if applied:
                 self._effects[key] = 1
                 self._sid_of[key] = sid
+            if entry is not None:
+                entry["applied"] = applied
+                self._log.append(entry)
 
     def receipts(self) -> Receipts:
         with self._lock:
-            return Receipts(dict(self._deliveries), dict(self._effects), dict(self._sid_of))
+            return Receipts(
+                dict(self._deliveries), dict(self._effects), dict(self._sid_of), [dict(e) for e in self._log]
+            )
 
     def close(self) -> None:
         self.server.shutdown()

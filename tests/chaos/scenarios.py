@@ -157,7 +157,11 @@ def worker_kill(*, long: bool) -> Row:
         victims: list[tuple[int, dict[str, Any]]] = []
 
         def kill_worker(pid: int) -> None:
-            next(w for w in run.live_workers() if pid in w.children()).kill_all()
+            worker = next(w for w in run.live_workers() if pid in w.children())
+            if run.diag_dir:  # diagnostics: when each whole worker was killed
+                with (run.directory / "kills.txt").open("a") as out:
+                    out.write(f"{time.time():.6f} kill {worker.name} master={worker.pid} busy-child={pid}\n")
+            worker.kill_all()
 
         for _ in range(3 if long else 1):
             pid, record = _kill_mid_action(
