@@ -186,6 +186,7 @@ def _hook_deliverer(runtime: PluginRuntime) -> Deliverer:
     the receiver is unset or answers an error)."""
     url = os.environ.get(RECEIVER_ENV, "")
     client = httpx.Client(timeout=5)  # one per relay: a client per call costs more than the call
+    _widen_header_body_gap(float(os.environ.get(BODY_GAP_ENV, "0") or 0))
 
     def deliver(record: OutboxRecord) -> None:
         if not url:
@@ -194,6 +195,26 @@ def _hook_deliverer(runtime: PluginRuntime) -> Deliverer:
         client.post(url, json=body, headers={"Idempotency-Key": record.key}).raise_for_status()
 
     return deliver
+
+
+BODY_GAP_ENV = "CHAOS_DIAG_BODY_GAP_MS"  # diagnostics only: see _widen_header_body_gap
+
+
+def _widen_header_body_gap(gap_ms: float) -> None:
+    """Diagnostics only (``CHAOS_DIAG_BODY_GAP_MS``): sleep between a POST's header write and its body write
+    (httpcore writes them apart), so a worker-kill more often lands between the two, as it rarely does on a
+    loaded machine; the engine is untouched."""
+    if gap_ms <= 0:
+        return
+    import httpcore._sync.http11 as http11
+
+    send_body = http11.HTTP11Connection._send_request_body
+
+    def gap_then_body(self: object, request: object) -> None:
+        time.sleep(gap_ms / 1000)
+        send_body(self, request)  # type: ignore[arg-type]
+
+    http11.HTTP11Connection._send_request_body = gap_then_body  # type: ignore[method-assign]
 
 
 def _probe(runtime: PluginRuntime) -> HistoryProbe:
