@@ -378,6 +378,7 @@ class ChaosRun:
                         "ok": row.ok,
                         "events": history.events,
                         "deliveries": history.deliveries,
+                        "incomplete": receipts.incomplete,
                         "effectsLost": history.effects_lost,
                         "effectsTwice": history.effects_twice,
                         "problems": history.problems,

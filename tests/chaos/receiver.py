@@ -1,5 +1,12 @@
 """The workload's external-effect receiver: an HTTP server in the battery's own process (no fault touches
-it) that counts deliveries per ``Idempotency-Key`` and applies each key's effect once."""
+it) that counts deliveries per ``Idempotency-Key`` and applies each key's effect once.
+
+A request counts only when it arrived whole: a worker SIGKILLed mid-POST (worker-kill kills the master, whose
+relay delivers) can leave its headers on the wire without its body (httpcore writes them apart), and its
+connection then ends at EOF. Read as ``{}``, that request once applied the key's effect under no source id, and
+the relay's redelivery of the same record (the claim lapsed) was then a repeat: the checker reported the event's
+effect lost (``delivered``, no effect, one more delivery than events). A real receiver never acts on a request
+it did not get whole, and the sender, which had no answer, sends it again."""
 
 from __future__ import annotations
 
@@ -21,13 +28,16 @@ class Receipts:
     sid_of: dict[str, str] = field(default_factory=dict)
     # diagnostics: every request in arrival order (key, sid, time, response, Content-Length, bytes read, peer)
     log: list[dict[str, Any]] = field(default_factory=list)
+    # requests whose sender went away before the body arrived whole: no delivery, no effect
+    incomplete: int = 0
 
 
 class Receiver:
     """The workload's outside world: an HTTP endpoint that dedupes on ``Idempotency-Key``.
 
-    Every POST counts as a delivery; the first one of a key applies the effect (counted per key, with the
-    source id from the body). A second effect of one event can only show up under a second key."""
+    Every whole POST counts as a delivery; the first one of a key that names its source id (the body's ``sid``)
+    applies the effect (counted per key, with that source id). A second effect of one event can only show up
+    under a second key. A request cut short (module docstring) is neither."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -35,6 +45,7 @@ class Receiver:
         self._effects: Counter[str] = Counter()
         self._sid_of: dict[str, str] = {}
         self._log: list[dict[str, Any]] = []
+        self._incomplete = 0
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -49,17 +60,24 @@ class Receiver:
                 }
                 try:
                     raw = self.rfile.read(length)
-                    entry["read"] = len(raw)
-                    entry["raw"] = raw[:200].decode(errors="replace")
-                    body = json.loads(raw or b"{}")
-                except Exception as exc:
+                except OSError as exc:  # reset mid-body: cut short too
+                    raw, entry["error"] = b"", f"{type(exc).__name__}: {exc}"
+                entry["read"] = len(raw)
+                entry["raw"] = raw[:200].decode(errors="replace")
+                if len(raw) < length:  # the sender went away mid-request: nothing arrived, nothing to answer
+                    receiver._cut_short(entry)
+                    self.close_connection = True
+                    return
+                try:
+                    body = json.loads(raw) if raw else {}
+                except ValueError as exc:
                     entry["error"] = f"{type(exc).__name__}: {exc}"
-                    receiver._note(entry)
-                    raise
-                entry["sid"] = str(body.get("sid", ""))
-                entry["status"] = 200 if key else 400
-                receiver._receive(key, str(body.get("sid", "")), entry)
-                self.send_response(200 if key else 400)
+                    body = {}
+                sid = body.get("sid") if isinstance(body, dict) else None
+                whole = bool(key) and isinstance(sid, str) and bool(sid)
+                entry["sid"], entry["status"] = str(sid or ""), 200 if whole else 400
+                receiver._receive(key, str(sid or ""), entry, apply=whole)
+                self.send_response(200 if whole else 400)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -72,14 +90,18 @@ class Receiver:
         self._thread = threading.Thread(target=self.server.serve_forever, name="receiver", daemon=True)
         self._thread.start()
 
-    def _note(self, entry: dict[str, Any]) -> None:
+    def _cut_short(self, entry: dict[str, Any]) -> None:
         with self._lock:
+            self._incomplete += 1
+            entry["incomplete"], entry["applied"] = True, False
             self._log.append(entry)
 
-    def _receive(self, key: str, sid: str, entry: dict[str, Any] | None = None) -> None:
+    def _receive(
+        self, key: str, sid: str, entry: dict[str, Any] | None = None, *, apply: bool = True
+    ) -> None:
         with self._lock:
             self._deliveries[key] += 1
-            applied = bool(key and self._effects[key] == 0)
+            applied = bool(apply and key and self._effects[key] == 0)
             if applied:
                 self._effects[key] = 1
                 self._sid_of[key] = sid
@@ -90,7 +112,11 @@ class Receiver:
     def receipts(self) -> Receipts:
         with self._lock:
             return Receipts(
-                dict(self._deliveries), dict(self._effects), dict(self._sid_of), [dict(e) for e in self._log]
+                dict(self._deliveries),
+                dict(self._effects),
+                dict(self._sid_of),
+                [dict(e) for e in self._log],
+                self._incomplete,
             )
 
     def close(self) -> None:

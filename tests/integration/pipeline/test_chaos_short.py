@@ -6,19 +6,23 @@ processes; ``make chaos`` runs the long variants of all nine scenarios (``python
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
 
 import pytest
 from redis import Redis
 
 from tests.chaos.checker import Row, check_history
-from tests.chaos.history_plugin import HistoryKeys
-from tests.chaos.processes import RedisServer
-from tests.chaos.receiver import Receipts
+from tests.chaos.history_plugin import RECEIVER_ENV, HistoryKeys, _hook_deliverer
+from tests.chaos.processes import ROOT, RedisServer, wait_until
+from tests.chaos.receiver import Receipts, Receiver
 from tests.chaos.scenarios import child_kill, paused_holder, redis_restart
 from worker.keys.layout import BucketKeys
 from worker.outbox.relay import OutboxRecord, outbox_commands
@@ -118,3 +122,52 @@ def test_checker_counts_what_it_is_shown(private_redis: Redis) -> None:
     assert (found.dead, found.expected_dead, found.dead_mismatch) == (1, 1, 2)  # e4 dead, s-5 not
     assert (found.effects_lost, found.effects_twice, found.deliveries) == (1, 1, 5)  # s-2 lost, s-1 twice
     assert not found.ok
+
+
+# A relay's delivery, SIGKILLed between its request's header write and its body write (httpcore writes them apart).
+_CUT_AFTER_HEADERS = """
+import os, signal
+import httpcore._sync.http11 as http11
+from tests.chaos.history_plugin import _hook_deliverer
+from worker.chain.outbox_records import OutboxRecord
+
+def die(self, request):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+http11.HTTP11Connection._send_request_body = die
+_hook_deliverer(None)(OutboxRecord("chaos-hook:k-s-0", "chaos-hook", "k-s-0", {"sid": "s-0"}, "topic:a", "e0", 0))
+"""
+
+
+def test_a_delivery_cut_before_its_body_is_no_effect(
+    private_redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """worker-kill SIGKILLs a worker's master, where its outbox relay delivers; a kill between a POST's headers and
+    its body leaves the receiver reading EOF where the body should be. That request is no delivery and no effect:
+    the relay's redelivery of the record (its claim lapsed) applies it. Read as ``{}``, it applied the key's effect
+    under no source id, the redelivery was a repeat, and the checker reported the event's effect lost
+    (``delivered``, no effect, one delivery more than events: the unexplained worker-kill row)."""
+    receiver = Receiver()
+    monkeypatch.setenv(RECEIVER_ENV, receiver.url)
+    try:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        child = subprocess.run([sys.executable, "-c", _CUT_AFTER_HEADERS], env=env, cwd=ROOT, timeout=60)
+        assert child.returncode == -signal.SIGKILL
+        wait_until(lambda: receiver.receipts().log, 10, "the receiver to read the cut request")
+        record = OutboxRecord("chaos-hook:k-s-0", "chaos-hook", "k-s-0", {"sid": "s-0"}, "topic:a", "e0", 0)
+        _hook_deliverer(cast(Any, None))(record)  # the redelivery, whole
+        receipts = receiver.receipts()
+    finally:
+        receiver.close()
+    keys = BucketKeys("cut:")
+    history = HistoryKeys(keys.bucket_prefix)
+    private_redis.hset(keys.event("e0"), mapping={"state": "done", "fence": "1"})
+    private_redis.hset(history.applied, "s-0", 1)
+    private_redis.hset(history.committed, "s-0", 1)
+    record.state = "delivered"
+    for command in outbox_commands(keys, record, 600):  # stored as the engine stores it once delivered
+        private_redis.execute_command(*command)  # type: ignore[no-untyped-call]
+    found = check_history(private_redis, "cut:", {"e0": ("s-0", "topic:a", 0)}, receipts=receipts)
+    assert (found.effects_lost, found.effects_twice, found.deliveries) == (0, 0, 1), found.problems
+    assert receipts.sid_of == {"k-s-0": "s-0"}
+    assert receipts.incomplete == 1
