@@ -270,6 +270,11 @@ def start_worker(tmp_path: Path, redis_client: Redis, keys: BucketKeys) -> Itera
 
     def start(settings: Settings, *, concurrency: int = 1, wait: bool = True, loglevel: str = "INFO") -> Proc:
         log_path = tmp_path / f"worker-{len(procs)}.log"
+        # TEST_WORKER_LOG_DIR: the log kept there instead, where pytest's tmp_path does not prune it (a loop that
+        # hunts a rare failure: tests/support/recovery_state.py)
+        if keep := os.environ.get("TEST_WORKER_LOG_DIR"):
+            log_path = Path(keep) / f"{tmp_path.name}-worker-{len(procs)}.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
         # its temporary files (its metrics directory, billiard's pymp-*) under the test's: the teardown's kill
         # leaves them where pytest removes them, not in /tmp
         scratch = tmp_path / f"worker-{len(procs)}-tmp"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
+from tests.support.recovery_state import KEEP_DIR_ENV, StateSampler, describe, recovery_state
 from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
@@ -107,14 +110,43 @@ def test_sigkill_in_the_middle_of_a_multi_scope_drain(
     events[9]["payload"].update(sleepMs=3000, sleepAttempts=1)  # its redelivery is not killed: no sleep
     results = producer.enqueue_many(events)
     assert redis_client.llen(keys.broker_queue(settings.queue_name)) == 1
-    start_worker(settings)
+    worker = start_worker(settings)
     marker = f"{keys.bucket_prefix}test:inaction:sd-9"
     pid = int(wait_for(lambda: redis_client.get(marker), timeout_s=60, what="the 10th scope's action"))
     done_before_kill = sum(1 for r in results if (producer.status(r.event_id) or {}).get("status") == "done")
     assert done_before_kill == 9, "the first nine scopes are drained by the same message, in order"
-    os.kill(pid, signal.SIGKILL)
     ids = [r.event_id for r in results]
-    wait_for(lambda: _all_done(producer, ids), timeout_s=90, what="recovery of all 30 scopes")
+
+    # Where a recovery that timed out stalled (it did once, in make test, with nothing kept to say why): each
+    # scope's record, lease, marker and inbox, the ready list, the tickets, the broker, the worker's log.
+    def state() -> dict[str, Any]:
+        def attempts(scope: str) -> dict[str, Any]:
+            i = scope.rsplit("-", 1)[1]
+            key = f"{keys.bucket_prefix}test:attempts:sd-{i}"
+            return {"counter": redis_client.get(_counter(keys, int(i))), "actions": redis_client.get(key)}
+
+        scopes = [(f"topic:sd-{i}", event_id) for i, event_id in enumerate(ids)]
+        return recovery_state(redis_client, keys, settings.queue_name, producer, scopes, attempts)
+
+    # a loop hunting the rare failure (TEST_WORKER_LOG_DIR): the state sampled from the kill on, the timings kept
+    kept = os.environ.get(KEEP_DIR_ENV)
+    run = Path(kept) / worker.log_path.stem.removesuffix("-worker-0") if kept else None
+    sampler = StateSampler(run.with_suffix(".state.jsonl") if run else None, state)
+    killed, killed_at = time.monotonic(), time.time()
+    os.kill(pid, signal.SIGKILL)
+    sampler.start()
+    try:
+        wait_for(
+            lambda: _all_done(producer, ids),
+            timeout_s=90,
+            what="recovery of all 30 scopes",
+            explain=lambda: f"{describe(state())}\nworker log (its end):\n{worker.log()[-20_000:]}",
+        )
+    finally:
+        sampler.end()
+        if run is not None:
+            timing = {"recovery_s": round(time.monotonic() - killed, 2), "killed_at": killed_at}
+            run.with_suffix(".timing").write_text(json.dumps(timing) + "\n")
     assert [redis_client.get(_counter(keys, i)) for i in range(30)] == ["1"] * 30
     attempts = [int(redis_client.get(f"{keys.bucket_prefix}test:attempts:sd-{i}") or 0) for i in range(30)]
     assert attempts == [1] * 9 + [2] + [1] * 20
