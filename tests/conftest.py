@@ -271,9 +271,11 @@ def start_worker(tmp_path: Path, redis_client: Redis, keys: BucketKeys) -> Itera
     def start(settings: Settings, *, concurrency: int = 1, wait: bool = True, loglevel: str = "INFO") -> Proc:
         log_path = tmp_path / f"worker-{len(procs)}.log"
         # TEST_WORKER_LOG_DIR: the log kept there instead, where pytest's tmp_path does not prune it (a loop that
-        # hunts a rare failure: tests/support/recovery_state.py)
+        # hunts a rare failure: tests/support/drains.py), named apart per run and per xdist process (pytest cuts
+        # tmp_path's name to 30 characters, so two tests and two runs of one test would share a file)
         if keep := os.environ.get("TEST_WORKER_LOG_DIR"):
-            log_path = Path(keep) / f"{tmp_path.name}-worker-{len(procs)}.log"
+            run = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{tmp_path.name}"
+            log_path = Path(keep) / f"{run}-worker-{len(procs)}.log"
             log_path.parent.mkdir(parents=True, exist_ok=True)
         # its temporary files (its metrics directory, billiard's pymp-*) under the test's: the teardown's kill
         # leaves them where pytest removes them, not in /tmp

@@ -14,7 +14,9 @@ What each reply code means here (worker/store/replies.py ``CommitCode``):
 * ``STALE_FENCE`` / ``NOT_HEAD``: the scope is not ours any more (a stale fence marks the lease lost).
 
 A store error leaves the run uncommitted at its inbox head (the next drain after the lease runs out takes it,
-counting an attempt); a full store is waited out first (the same commit again, worker/store/server/full.py).
+counting an attempt); a full store is waited out first (the same commit again, worker/store/server/full.py). A
+commit the replicas did not confirm (``AGENT_SIGNAL_WAIT_REPLICAS``) was applied on the primary: the drain stops
+and gives its grant back (``LeaseGrant.unconfirmed_commit``; the next head it began uncounted).
 """
 
 from __future__ import annotations
@@ -184,10 +186,7 @@ def _reply_settled(
         reply = ctx.full_wait("commit", works[0].grant.lost).call(attempt)
     except NotReplicated as exc:  # applied on the primary; a failover now would undo it: do not go on
         log.warning("commit not confirmed by replicas (%s)", describe_error(exc))
-        run = _parsed(exc.reply)
-        works[0].grant.unconfirmed_commit = run  # the drain gives its grant back
-        if then_pop is not None and run is not None:  # and what it popped, which it does not drain either
-            then_pop.unconfirmed = run.popped
+        works[0].grant.unconfirmed_commit = _parsed(exc.reply)  # the drain gives its grant back
         return _lost(works)
     except RedisError as exc:
         log.warning(

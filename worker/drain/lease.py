@@ -97,9 +97,6 @@ class ChainedPop:
 
     call: PopNext
     reply: list[Any] | None = None
-    # the pop of a commit the replicas did not confirm (AGENT_SIGNAL_WAIT_REPLICAS): applied on the primary, not
-    # used, given back by the drain (ScopeLease.give_back_unconfirmed_pop)
-    unconfirmed: list[Any] | None = None
 
 
 def _popped_scope(reply: Any) -> tuple[str, tuple[str, str] | None]:
@@ -194,14 +191,20 @@ class ScopeLease:
         """The grant of a drain whose commit the replicas did not confirm (``grant.unconfirmed_commit``), given
         back: its lease released (token-checked; a commit that released the scope left nothing to release) and,
         when the commit went on to the scope's next head, that head's attempt uncounted (UNCONFIRMED_GRANT). It
-        ran out before, and the next drain counted a delivery of a head no chain ran. A run only partly
-        committed keeps its refused head's attempt: that chain ran. Best effort, as the other give-backs."""
+        ran out before, and the next drain counted a delivery of a head no chain ran. That head is the last
+        committed event's, when the run committed every event it tried or ended before one that was no longer
+        the head (ENDED: cancelled, erased); a run stopped at an event it could not commit (REFUSED, LANE_TAKEN,
+        PARTIAL, ...) keeps that event's attempt, whose chain ran, and its lease is only released. Best effort, as
+        the other give-backs; a renewer tick already in flight can take a lease only released back (the head is
+        still ours): it then runs out, as before. Never under a commit that popped a next scope: a drain_next
+        message's commit pops only where nothing waits for replicas (``commit_pops_next``)."""
         run, grant.unconfirmed_commit = grant.unconfirmed_commit, None
         if run is None:
             return
-        grant.lost.set()  # the renewer leaves it alone from here
+        grant.lost.set()  # a renewer tick not yet begun leaves it alone
         lease = grant.keys.lease(grant.scope_key)
-        last = run.replies[-1] if run.code is CommitCode.COMMITTED and run.replies else None
+        ran_all = run.code in (CommitCode.COMMITTED, CommitCode.ENDED) and run.replies
+        last = run.replies[-1] if ran_all and run.replies[-1].code is CommitCode.COMMITTED else None
         begun = None if last is None or last.head is None else last.head.begun
         call: ScriptCall = Release(lease, grant.token)
         if begun is not None:
@@ -216,9 +219,8 @@ class ScopeLease:
                 "an unconfirmed commit's grant was not given back (%s): it runs out", describe_error(exc)
             )
 
-    def give_back_unconfirmed_pop(self, keys: EngineKeys, token: str, popped: Any) -> None:
-        """:meth:`_give_back_unconfirmed` for POP_ACQUIRE's reply ``[ref, ACQUIRE's reply]`` (nothing popped:
-        no-op), or a commit's chained pop of that shape. The ref is not published again: the sweep readies it."""
+    def _give_back_popped(self, keys: EngineKeys, token: str, popped: Any) -> None:
+        """:meth:`_give_back_unconfirmed` for POP_ACQUIRE's reply ``[ref, ACQUIRE's reply]`` (nothing popped: no-op)."""
         if not isinstance(popped, list) or len(popped) < 2 or (scope := _popped_scope(popped)[1]) is None:
             return
         tenant, scope_key = scope
@@ -246,9 +248,7 @@ class ScopeLease:
         try:
             reply = self.run(call)
         except NotReplicated as exc:
-            self.give_back_unconfirmed_pop(
-                keys, token, exc.reply
-            )  # as acquire's (the sweep readies the scope again)
+            self._give_back_popped(keys, token, exc.reply)  # as acquire's (the sweep readies the scope again)
             raise
         return self.read_popped(keys, token, reply)
 

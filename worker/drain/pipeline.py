@@ -185,8 +185,6 @@ class Pipeline:
             self.lease.stop_renewing(grant)
             if grant.unconfirmed_commit is not None:
                 self.lease.give_back_unconfirmed_commit(grant)
-        if then_pop is not None and then_pop.unconfirmed:
-            self._give_back_unconfirmed(then_pop)
         if then_pop is None or then_pop.reply is None:
             return outcome
         # read after this scope's renewal stopped: the renewer keeps the popped scope's grant from here
@@ -208,16 +206,6 @@ class Pipeline:
                 self.ctx.publish(ref)
         except Exception as exc:  # the lease runs out and the reconcile sweep publishes the scope
             log.warning("a popped scope was not given back (%s)", describe_error(exc))
-
-    def _give_back_unconfirmed(self, chained: ChainedPop) -> None:
-        """The scope a commit popped and granted that its replicas did not confirm: its lease released and the
-        attempt it began uncounted, as a refused POP_ACQUIRE's (else it ran out, and counted a delivery of a
-        head that never ran: a healthy event dead after MAX_ATTEMPTS drains while a primary had no replica)."""
-        popped, chained.unconfirmed = chained.unconfirmed, None
-        try:
-            self.lease.give_back_unconfirmed_pop(self.keys, chained.call.pop_token, popped)
-        except Exception as exc:  # the lease runs out and the reconcile sweep publishes the scope
-            log.warning("an unconfirmed popped scope was not given back (%s)", describe_error(exc))
 
     def _drain_heads(self, grant: LeaseGrant, head: Head, then_pop: ChainedPop | None = None) -> DrainOutcome:
         """The drain's loop (see the module docstring): runs, their commits, until the scope is idle or handed

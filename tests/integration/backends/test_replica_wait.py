@@ -24,6 +24,7 @@ from worker.core.replication import NotReplicated
 from worker.intake.emitter import StoreUnavailable
 from worker.intake.refusals import InvalidEvent
 from worker.keys.layout import Keys
+from worker.ops.scope_control import cancel_event
 from worker.plugin import UnlessErased
 from worker.runtime.app import build_pipeline
 from worker.runtime.fair import FairQueue
@@ -152,8 +153,8 @@ def test_a_grant_no_replica_confirms_is_given_back_and_counts_no_delivery(
     """A failover walk: while a promoted primary had no replica, WAIT 1 refused every grant, yet each refused grant
     kept its lease until it ran out and counted a delivery of its scope's head, so a healthy event went dead
     ("worker lost while processing") after MAX_ATTEMPTS drains. The grant is given back now, by both ways a drain
-    asks for a lease (ACQUIRE; POP_ACQUIRE, one Redis's default, which a review found left out; a commit's chained
-    pop: the next test): its lease released at once, its attempt uncounted and the history entry
+    asks for a lease (ACQUIRE; POP_ACQUIRE, one Redis's default, which a review found left out; a commit that
+    pops the next scope never runs under WAIT, ``commit_pops_next``): its lease released at once, its attempt uncounted and the history entry
     it began dropped; once a replica confirms again the event runs as its first delivery."""
     with _primary_and_replica(tmp_path) as (primary, replica):
         settings = _settings(make_settings, primary, wait=1, timeout_ms=200)
@@ -186,42 +187,6 @@ def test_a_grant_no_replica_confirms_is_given_back_and_counts_no_delivery(
         pipeline.drain_scope(SCOPES[0])
         assert client.hmget(keys.event(event_id), "state", "attempts") == ["done", "1"]
         assert str(client.hget(keys.event(event_id), "history")).isdigit()  # one first attempt that succeeded
-        client.close()
-        producer.close()
-
-
-def test_a_commits_chained_pop_no_replica_confirms_is_given_back(tmp_path: Path, make_settings: Any) -> None:
-    """A drain_next message's commit that releases its scope pops and takes the next ready one in the same script.
-    When no replica confirmed that commit, the scope it popped kept its lease until it ran out and counted a
-    delivery of a head that never ran (left open by the session that gave the other grants back). It is given back
-    as theirs are: lease released, attempt uncounted; once a replica confirms again its event runs as a first
-    delivery."""
-    with _primary_and_replica(tmp_path) as (primary, replica):
-        settings = _settings(make_settings, primary, wait=1, timeout_ms=200)
-        producer = Producer(settings)
-        pipeline = build_pipeline(settings)
-        first, second = (producer.enqueue(_event(i)).event_id for i in range(2))  # topic:wait-a, then -b
-        engine, keys = producer.keys, producer.keys.for_bucket(0)
-        client = Redis.from_url(primary, decode_responses=True)
-        fair = FairQueue(client, engine, None, "unused")
-        popped = pipeline.lease.acquire_ready(
-            engine, fair.pop_call(), now_ms=now_ms()
-        )  # confirmed: replica up
-        assert popped is not None and popped[0] == f"default/{SCOPES[0]}"
-        replica_pid = _pid(replica)
-        os.kill(replica_pid, signal.SIGSTOP)
-        try:
-            then_pop = pipeline.lease.pop_next(engine, fair.pop_call())
-            outcome = pipeline.drain(popped[0], acquired=popped[1], then_pop=then_pop)
-            assert outcome.popped is None and then_pop.unconfirmed is None
-            assert client.get(keys.lease(SCOPES[1])) is None, "the refused chained pop kept its lease"
-            record = client.hmget(keys.event(second), "state", "attempts", "history")
-            assert record == ["queued", "0", None], "the refused chained pop counted an attempt"
-        finally:
-            os.kill(replica_pid, signal.SIGCONT)
-        assert client.hget(keys.event(first), "state") == "done"  # applied on the primary, and kept
-        pipeline.drain_scope(SCOPES[1])
-        assert client.hmget(keys.event(second), "state", "attempts") == ["done", "1"]
         client.close()
         producer.close()
 
@@ -261,6 +226,84 @@ def test_a_commit_no_replica_confirms_gives_its_grant_and_next_head_back(
             os.kill(replica_pid, signal.SIGCONT)
         pipeline.drain_scope(SCOPES[0])
         assert client.hmget(keys.event(second), "state", "attempts") == ["done", "1"]
+        client.close()
+        producer.close()
+
+
+def test_an_unconfirmed_commit_that_took_no_next_head_releases_its_lease(
+    tmp_path: Path, make_settings: Any
+) -> None:
+    """A commit that does not go on (the drain's last event: ``max_events_per_drain``) keeps its lease for the
+    hand-off; refused by WAIT, the drain stopped there and the lease ran out. It is released now, and the event
+    behind, never begun, runs as a first delivery."""
+    with _primary_and_replica(tmp_path) as (primary, replica):
+        settings = make_settings(
+            redis_url=primary,
+            telemetry_enabled=False,
+            wait_replicas=1,
+            wait_replicas_timeout_ms=200,
+            max_events_per_drain=1,
+        )
+        producer = Producer(settings)
+        pipeline = build_pipeline(settings)
+        first, second = (producer.enqueue(_event(i)).event_id for i in (0, len(SCOPES)))  # both topic:wait-a
+        keys = producer.keys.for_bucket(0)
+        client = Redis.from_url(primary, decode_responses=True)
+        acquired = pipeline.lease.acquire(producer.keys, SCOPES[0], now_ms=now_ms())  # confirmed: replica up
+        replica_pid = _pid(replica)
+        os.kill(replica_pid, signal.SIGSTOP)
+        try:
+            assert pipeline.drain(f"default/{SCOPES[0]}", acquired=acquired).next == "lost"
+            assert client.get(keys.lease(SCOPES[0])) is None, "the unconfirmed commit's grant kept its lease"
+            assert client.hget(keys.event(first), "state") == "done"
+            assert client.hmget(keys.event(second), "state", "attempts") == ["queued", "0"]
+        finally:
+            os.kill(replica_pid, signal.SIGCONT)
+        client.close()
+        producer.close()
+
+
+def test_an_unconfirmed_run_that_ended_early_uncounts_the_head_it_went_on_to(
+    tmp_path: Path, make_settings: Any
+) -> None:
+    """A run [e1, e2] whose e2 was cancelled while its chain ran: e1's commit skips e2 and begins e3, a head no chain
+    of this run ran, and the run ends early (ENDED). Refused by WAIT, e3's attempt is uncounted as after a run that
+    committed all it tried (a review found ENDED left out: e3 then read attempt 2 after its first real run)."""
+    with _primary_and_replica(tmp_path) as (primary, replica):
+        settings = make_settings(
+            redis_url=primary,
+            telemetry_enabled=False,
+            wait_replicas=1,
+            wait_replicas_timeout_ms=200,
+            commit_batch_max=2,
+        )
+        producer = Producer(settings)
+        pipeline = build_pipeline(settings)
+        ids = [producer.enqueue(_event(i)).event_id for i in (0, 3, 6)]  # all topic:wait-a
+        keys = producer.keys.for_bucket(0)
+        client = Redis.from_url(primary, decode_responses=True)
+        acquired = pipeline.lease.acquire(producer.keys, SCOPES[0], now_ms=now_ms())  # confirmed: replica up
+        replica_pid = _pid(replica)
+        speculate, ran = pipeline._speculate, []
+
+        def cancel_the_second_then_stop_the_replica(grant: Any, events: Any) -> Any:
+            works = speculate(grant, events)
+            ran.append([w.begun.event_id for w in works or []])
+            assert cancel_event(producer.store, producer.keys, ids[1]).now
+            os.kill(replica_pid, signal.SIGSTOP)
+            return works
+
+        pipeline._speculate = cancel_the_second_then_stop_the_replica  # type: ignore[method-assign]
+        try:
+            assert pipeline.drain(f"default/{SCOPES[0]}", acquired=acquired).next == "lost"
+            assert ran == [ids[:2]], "one run of the first two events"
+            assert client.get(keys.lease(SCOPES[0])) is None
+            assert client.hmget(keys.event(ids[2]), "state", "attempts", "history") == ["queued", "0", None]
+        finally:
+            os.kill(replica_pid, signal.SIGCONT)
+        pipeline._speculate = speculate  # type: ignore[method-assign]
+        pipeline.drain_scope(SCOPES[0])
+        assert client.hmget(keys.event(ids[2]), "state", "attempts") == ["done", "1"]
         client.close()
         producer.close()
 

@@ -16,7 +16,7 @@ from redis import Redis
 
 from producers import Producer
 from tests.conftest import wait_for
-from tests.support.recovery_state import KEEP_DIR_ENV, StateSampler, describe, recovery_state
+from tests.support.drains import KEEP_DIR_ENV, StateSampler, describe, recovery_state
 from worker.keys.layout import BucketKeys
 
 pytestmark = pytest.mark.integration
