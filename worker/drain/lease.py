@@ -191,13 +191,15 @@ class ScopeLease:
         """The grant of a drain whose commit the replicas did not confirm (``grant.unconfirmed_commit``), given
         back: its lease released (token-checked; a commit that released the scope left nothing to release) and,
         when the commit went on to the scope's next head, that head's attempt uncounted (UNCONFIRMED_GRANT). It
-        ran out before, and the next drain counted a delivery of a head no chain ran. That head is the last
-        committed event's, when the run committed every event it tried or ended before one that was no longer
-        the head (ENDED: cancelled, erased); a run stopped at an event it could not commit (REFUSED, LANE_TAKEN,
-        PARTIAL, ...) keeps that event's attempt, whose chain ran, and its lease is only released. Best effort, as
-        the other give-backs; a renewer tick already in flight can take a lease only released back (the head is
-        still ours): it then runs out, as before. Never under a commit that popped a next scope: a drain_next
-        message's commit pops only where nothing waits for replicas (``commit_pops_next``)."""
+        ran out before, and the next drain counted a delivery of a head no committed chain ran. That head is the
+        last committed event's, when the run committed every event it tried or ended before one that was no longer
+        the head (ENDED: cancelled, erased): this commit began it, and a chain of this drain ran it at most as a
+        batch's speculation, which writes nothing before its own commit, so it is left as a dropped speculation
+        leaves it. A run stopped at an event it could not commit (REFUSED, LANE_TAKEN, PARTIAL, ...) keeps that
+        event's attempt and its lease is only released (LANE_TAKEN's event could be uncounted too; not done).
+        Best effort, as the other give-backs; a renewer tick already in flight can take a lease only released
+        back (the head is still ours): it then runs out, as before. Never under a commit that popped a next
+        scope: a drain_next message's commit pops only where nothing waits for replicas (``commit_pops_next``)."""
         run, grant.unconfirmed_commit = grant.unconfirmed_commit, None
         if run is None:
             return

@@ -150,12 +150,13 @@ def test_a_write_no_replica_confirms_is_not_acknowledged(tmp_path: Path, make_se
 def test_a_grant_no_replica_confirms_is_given_back_and_counts_no_delivery(
     tmp_path: Path, make_settings: Any
 ) -> None:
-    """A failover walk: while a promoted primary had no replica, WAIT 1 refused every grant, yet each refused grant
-    kept its lease until it ran out and counted a delivery of its scope's head, so a healthy event went dead
-    ("worker lost while processing") after MAX_ATTEMPTS drains. The grant is given back now, by both ways a drain
-    asks for a lease (ACQUIRE; POP_ACQUIRE, one Redis's default, which a review found left out; a commit that
-    pops the next scope never runs under WAIT, ``commit_pops_next``): its lease released at once, its attempt uncounted and the history entry
-    it began dropped; once a replica confirms again the event runs as its first delivery."""
+    """A failover walk: while a promoted primary had no replica, WAIT 1 refused every grant, yet each refused
+    grant kept its lease until it ran out and counted a delivery of its scope's head, so a healthy event went
+    dead ("worker lost while processing") after MAX_ATTEMPTS drains. The grant is given back now, by both ways
+    a drain asks for a lease (ACQUIRE; POP_ACQUIRE, one Redis's default, which a review found left out; a
+    commit that pops the next scope never runs under WAIT, ``commit_pops_next``): its lease released at once,
+    its attempt uncounted and the history entry it began dropped; once a replica confirms again the event runs
+    as its first delivery."""
     with _primary_and_replica(tmp_path) as (primary, replica):
         settings = _settings(make_settings, primary, wait=1, timeout_ms=200)
         producer = Producer(settings)
@@ -235,7 +236,7 @@ def test_an_unconfirmed_commit_that_took_no_next_head_releases_its_lease(
 ) -> None:
     """A commit that does not go on (the drain's last event: ``max_events_per_drain``) keeps its lease for the
     hand-off; refused by WAIT, the drain stopped there and the lease ran out. It is released now, and the event
-    behind, never begun, runs as a first delivery."""
+    behind stays queued, never begun."""
     with _primary_and_replica(tmp_path) as (primary, replica):
         settings = make_settings(
             redis_url=primary,
@@ -266,9 +267,11 @@ def test_an_unconfirmed_commit_that_took_no_next_head_releases_its_lease(
 def test_an_unconfirmed_run_that_ended_early_uncounts_the_head_it_went_on_to(
     tmp_path: Path, make_settings: Any
 ) -> None:
-    """A run [e1, e2] whose e2 was cancelled while its chain ran: e1's commit skips e2 and begins e3, a head no chain
-    of this run ran, and the run ends early (ENDED). Refused by WAIT, e3's attempt is uncounted as after a run that
-    committed all it tried (a review found ENDED left out: e3 then read attempt 2 after its first real run)."""
+    """A run [e1, e2] whose e2 was cancelled while its chain ran: e1's commit skips e2 and begins e3, a head no
+    chain of this run ran, and the run ends early (ENDED). Refused by WAIT, e3's attempt is uncounted as after
+    a run that committed all it tried (a review found ENDED left out: e3 then read attempt 2 after its first
+    real run). e3's chain did not run here (a run of two); with three, it would have run as a speculation,
+    which commits nothing on its own."""
     with _primary_and_replica(tmp_path) as (primary, replica):
         settings = make_settings(
             redis_url=primary,
