@@ -172,8 +172,10 @@ def test_ages_are_on_the_servers_clock_when_the_browsers_is_ahead(
 
     from worker.core.clock import now_ms
 
-    redis_client.hset(tenant_keys.workers, "fresh@node", now_ms())  # a heartbeat just written
-    _, stack = serve_web(make_settings())
+    redis_client.hset(tenant_keys.workers, "fresh@node", now_ms())  # a heartbeat just written, once
+    # alive while at most four reconcile intervals old: the suite's 0.5 s interval gave 2 s, less than a loaded
+    # machine took to load the page (a worker beats every interval; this one beat once)
+    _, stack = serve_web(make_settings(reconcile_interval_s=15.0))
     page = new_page(browser, page_errors)
     page.clock.install(time=time.time() + 600)  # Unix seconds (Playwright's Python); runs on from there
     page.goto(f"{stack}/#/scopes")
