@@ -71,12 +71,16 @@ def _fail_over(primary: str, replica: str) -> Redis:
     return promoted
 
 
-def _settings(make_settings: Any, url: str, wait: int, *, timeout_ms: int = 5_000) -> Settings:
+def _settings(make_settings: Any, url: str, wait: int, *, timeout_ms: int = 5_000, **more: Any) -> Settings:
     """WAIT's timeout is long where a replica must confirm (a loaded machine's replica may take longer than a
     second; WAIT returns as soon as it confirms), yet under the store client's 10 s socket timeout (a read that
     times out is retried, so a WAIT as long would race it), and short only where the replica is stopped."""
     settings: Settings = make_settings(
-        redis_url=url, telemetry_enabled=False, wait_replicas=wait, wait_replicas_timeout_ms=timeout_ms
+        redis_url=url,
+        telemetry_enabled=False,
+        wait_replicas=wait,
+        wait_replicas_timeout_ms=timeout_ms,
+        **more,
     )
     return settings
 
@@ -199,13 +203,8 @@ def test_a_commit_no_replica_confirms_gives_its_grant_and_next_head_back(
     lease was kept until it ran out and that head's attempt counted, a delivery no chain made. The grant is given
     back now: lease released, the next head's attempt uncounted."""
     with _primary_and_replica(tmp_path) as (primary, replica):
-        settings = make_settings(
-            redis_url=primary,
-            telemetry_enabled=False,
-            wait_replicas=1,
-            wait_replicas_timeout_ms=200,
-            commit_batch_max=1,  # one event per commit: the first commit goes on to the second event
-        )
+        # one event per commit: the first commit goes on to the second event
+        settings = _settings(make_settings, primary, wait=1, timeout_ms=200, commit_batch_max=1)
         producer = Producer(settings)
         pipeline = build_pipeline(settings)
         first, second = (producer.enqueue(_event(i)).event_id for i in (0, len(SCOPES)))  # both topic:wait-a
@@ -238,13 +237,7 @@ def test_an_unconfirmed_commit_that_took_no_next_head_releases_its_lease(
     hand-off; refused by WAIT, the drain stopped there and the lease ran out. It is released now, and the event
     behind stays queued, never begun."""
     with _primary_and_replica(tmp_path) as (primary, replica):
-        settings = make_settings(
-            redis_url=primary,
-            telemetry_enabled=False,
-            wait_replicas=1,
-            wait_replicas_timeout_ms=200,
-            max_events_per_drain=1,
-        )
+        settings = _settings(make_settings, primary, wait=1, timeout_ms=200, max_events_per_drain=1)
         producer = Producer(settings)
         pipeline = build_pipeline(settings)
         first, second = (producer.enqueue(_event(i)).event_id for i in (0, len(SCOPES)))  # both topic:wait-a
@@ -273,13 +266,7 @@ def test_an_unconfirmed_run_that_ended_early_uncounts_the_head_it_went_on_to(
     real run). e3's chain did not run here (a run of two); with three, it would have run as a speculation,
     which commits nothing on its own."""
     with _primary_and_replica(tmp_path) as (primary, replica):
-        settings = make_settings(
-            redis_url=primary,
-            telemetry_enabled=False,
-            wait_replicas=1,
-            wait_replicas_timeout_ms=200,
-            commit_batch_max=2,
-        )
+        settings = _settings(make_settings, primary, wait=1, timeout_ms=200, commit_batch_max=2)
         producer = Producer(settings)
         pipeline = build_pipeline(settings)
         ids = [producer.enqueue(_event(i)).event_id for i in (0, 3, 6)]  # all topic:wait-a
