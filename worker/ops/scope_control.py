@@ -9,9 +9,9 @@
   trip as each action's idempotency lookup and raises :class:`EventCancelled` before the next action runs, and
   COMMIT turns the event ``cancelled`` without its chain's staged writes or follow-ups (actions already applied
   stay applied: they committed with their own lanes).
-* **Scopes by state**: ``busy`` (lease held), ``paused``, ``stuck`` (queued, no lease, and no scheduled drain,
-  or a drain marker older than the lease TTL while the head is not waiting for a retry time), ``waiting``
-  (queued, no lease, otherwise). They are listed in scope-key order, a page at a time (:func:`scope_page`): a
+* **Scopes by state**: ``busy`` (lease held), ``paused``, ``stuck`` (queued, no lease, not on its tenant's
+  fair-share ready list, and no scheduled drain, or a drain marker older than the lease TTL while the head is not
+  waiting for a retry time), ``waiting`` (queued, no lease, otherwise). They are listed in scope-key order, a page at a time (:func:`scope_page`): a
   page's ``cursor`` is its last scope key, and the next page starts after it.
 """
 
@@ -231,12 +231,17 @@ def _scope_rows(
     read = {scope: values[i * 6 : i * 6 + 6] for i, scope in enumerate(order)}
     now, ttl_ms = now_ms(), int(store.settings.lease_ttl_s * 1000)
     out: list[dict[str, Any]] = []
+    ready: set[str] | None = None  # the tenant's ready list, read once a scope looks stuck
     for scope in scopes:
         depth, holder, sched_ttl_ms, marker, enqueued, not_before_ms = read[scope]
         not_before = int(float(not_before_ms or 0)) if enqueued else 0
         # the marker's age by its PTTL, not by the time in it (the writer's clock: a web replica's may run ahead)
         age_ms = store.marker_age_ms(int(sched_ttl_ms), marker or None)
         stale = age_ms is None or (age_ms > ttl_ms and not_before <= now)
+        if stale and store.settings.fair_share and not holder and int(depth) and scope not in paused:
+            # on its ready list it waits its turn behind a backlog: a drain_next message will pop it
+            ready = ready if ready is not None else store.ready_refs(k)
+            stale = k.scope_ref(scope) not in ready
         found: ScopeState
         if scope in paused:
             found = "paused"

@@ -41,6 +41,7 @@ __all__ = [
 
 CHAIN_ID_PREFIX = "chain:"  # LobeHub's chain id of a root event: chain:<sourceId>
 EVENT_ID = re.compile(r"evt_[0-9a-f]{24}")  # worker/core/dedupe.py event_id_for
+READY_READ_BATCH = 5_000  # refs of a ready list read per LRANGE (a list of 50,000 is ten reads)
 
 
 def str_dict(raw: Any) -> dict[str, str]:
@@ -271,6 +272,20 @@ class StoreReads:
         for b in keys.every_bucket():
             pipe.smembers(b.scopes)
         return [to_str(x) for members in pipe.execute() for x in members]
+
+    def ready_refs(self, k: Keys) -> set[str]:
+        """The scope refs waiting in ``k``'s tenant's fair-share ready list (worker/runtime/fair.py): each will be
+        popped by a drain_next message. Read :data:`READY_READ_BATCH` at a time, so a long list never answers
+        in one reply; pops at its head meanwhile shift the rest, so a ref can be missed (never one named that
+        is not there): a caller treats a missed ref as not waiting, which is what it did before it asked."""
+        found: set[str] = set()
+        start = 0
+        while True:
+            batch = self.client.lrange(k.ready(k.tenant), start, start + READY_READ_BATCH - 1)
+            found.update(to_str(ref) for ref in batch)
+            if len(batch) < READY_READ_BATCH:
+                return found
+            start += READY_READ_BATCH
 
     def newest_of(
         self,

@@ -58,7 +58,7 @@ def _enqueue(producer: Producer, keys: BucketKeys, *, skew_ms: int) -> str:
 def _sweep(producer: Producer) -> list[str]:
     sent: list[str] = []
 
-    def publish(refs: Sequence[str]) -> None:
+    def publish(refs: Sequence[str], *, waiting: int) -> None:
         sent.extend(refs)
 
     assert reconcile(producer.store, publish, stale_after_ms=STALE_AFTER_MS) == sent

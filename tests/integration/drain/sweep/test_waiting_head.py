@@ -42,7 +42,7 @@ def producer(settings: Settings) -> Iterator[Producer]:
 def _sweep(producer: Producer) -> list[str]:
     sent: list[str] = []
 
-    def publish(refs: Sequence[str]) -> None:
+    def publish(refs: Sequence[str], *, waiting: int) -> None:
         sent.extend(refs)
 
     reconcile(producer.store, publish, stale_after_ms=0)  # any marker not covering a wait is stale

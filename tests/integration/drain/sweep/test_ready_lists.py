@@ -1,0 +1,138 @@
+"""The reconcile sweep and fair share's ready lists (worker/runtime/reconcile.py): a scope waiting its turn on its
+tenant's ready list is not stranded, however old its drain marker. The sweep leaves it there, once, instead of
+pushing another ref of it at every sweep, and sends one drain_next message past the cap, so a list whose messages
+the broker lost is still popped. The scope listing calls such a scope ``waiting``, not ``stuck``. A real Redis,
+the real Celery app's publish and, where a scope must drain, a real worker process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from redis import Redis
+
+from producers import Producer
+from tests.conftest import Proc, SettingsFactory, wait_for
+from worker.keys.layout import Keys
+from worker.ops.scope_control import list_scopes
+from worker.runtime.app import create_app, fair_queue
+from worker.runtime.fair import FairQueue
+from worker.runtime.reconcile import reconcile
+from worker.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+STALE_AFTER_MS = 4_000  # the worker's own: twice the tests' lease TTL of 2 s
+SCOPES = [f"topic:backlog-{i}" for i in range(3)]
+
+
+@pytest.fixture
+def settings(make_settings: SettingsFactory) -> Settings:
+    # drains published by send_task: no lease taken at enqueue, so every scope waits on the ready list
+    return make_settings(push_drain_messages=False)
+
+
+@pytest.fixture
+def producer(settings: Settings) -> Iterator[Producer]:
+    made = Producer(settings)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def fair(settings: Settings, producer: Producer) -> FairQueue:
+    return fair_queue(settings, producer.store, create_app(settings))
+
+
+def _backlog(producer: Producer, redis_client: Redis) -> list[str]:
+    """One event in each of SCOPES, their drain messages lost with the broker (the ticket count left as it was),
+    their markers older than the sweep's staleness: as under a backlog no worker reached. Their event ids."""
+    ids = [
+        producer.enqueue(
+            {
+                "sourceType": "test.counter",
+                "sourceId": scope,
+                "scopeKey": scope,
+                "payload": {"counterKey": f"{producer.keys.home_prefix}test:c"},
+            }
+        ).event_id
+        for scope in SCOPES
+    ]
+    queue = Keys(producer.settings.key_prefix).broker_queue(producer.settings.queue_name)
+    assert redis_client.llen(queue) > 0
+    redis_client.delete(queue)
+    for scope in SCOPES:
+        aged = redis_client.pexpire(
+            producer.keys.scheduled(scope), producer.store.schedule_ttl_ms - STALE_AFTER_MS - 1
+        )
+        assert aged, scope
+    return ids
+
+
+def _ready(redis_client: Redis, producer: Producer) -> list[str]:
+    return [str(ref) for ref in redis_client.lrange(producer.keys.ready(producer.keys.tenant), 0, -1)]
+
+
+def _messages(redis_client: Redis, settings: Settings) -> int:
+    return int(redis_client.llen(Keys(settings.key_prefix).broker_queue(settings.queue_name)))
+
+
+def test_waiting_scopes_stay_once_on_their_list_and_get_one_message(
+    producer: Producer, fair: FairQueue, redis_client: Redis, settings: Settings
+) -> None:
+    """Three stale scopes on the ready list: three sweeps push none of them again (before, each sweep pushed all
+    three: nine refs after three sweeps) and each sends one message, past the ticket count the lost messages left."""
+    _backlog(producer, redis_client)
+    refs = [producer.keys.scope_ref(scope) for scope in SCOPES]
+    assert sorted(_ready(redis_client, producer)) == sorted(refs)
+    for sweep in range(1, 4):
+        assert reconcile(producer.store, fair.publish_stranded, stale_after_ms=STALE_AFTER_MS) == []
+        assert sorted(_ready(redis_client, producer)) == sorted(refs)
+        assert _messages(redis_client, settings) == sweep
+
+
+def test_a_scope_off_its_list_is_pushed_and_one_waiting_on_it_is_not(
+    producer: Producer, fair: FairQueue, redis_client: Redis, settings: Settings
+) -> None:
+    """A scope whose ref left the list with no drain to show for it (a producer that died before pushing it) is
+    stranded: the sweep pushes it, once, and leaves the two still waiting where they are."""
+    _backlog(producer, redis_client)
+    lost = producer.keys.scope_ref(SCOPES[0])
+    assert redis_client.lrem(producer.keys.ready(producer.keys.tenant), 0, lost) == 1
+    assert reconcile(producer.store, fair.publish_stranded, stale_after_ms=STALE_AFTER_MS) == [lost]
+    assert sorted(_ready(redis_client, producer)) == sorted(producer.keys.scope_ref(s) for s in SCOPES)
+    assert _messages(redis_client, settings) == 1
+    # its fresh marker keeps it from the next sweep; the others still wait
+    assert reconcile(producer.store, fair.publish_stranded, stale_after_ms=STALE_AFTER_MS) == []
+    assert len(_ready(redis_client, producer)) == len(SCOPES)
+
+
+def test_the_listing_calls_a_scope_on_its_list_waiting_and_one_off_it_stuck(
+    producer: Producer, redis_client: Redis
+) -> None:
+    """``GET /v1/scopes?state=stuck`` and the ``agent_signal_stuck_scopes`` gauge (both list_scopes): an old marker
+    on a scope that waits its turn on the ready list is a backlog, not a scope nothing will drain."""
+    _backlog(producer, redis_client)
+    assert {row["state"] for row in list_scopes(producer.store, producer.keys)} == {"waiting"}
+    redis_client.lrem(producer.keys.ready(producer.keys.tenant), 0, producer.keys.scope_ref(SCOPES[0]))
+    states = {row["scopeKey"]: row["state"] for row in list_scopes(producer.store, producer.keys)}
+    assert states == {SCOPES[0]: "stuck", SCOPES[1]: "waiting", SCOPES[2]: "waiting"}
+
+
+def test_a_worker_drains_a_list_whose_messages_were_lost(
+    producer: Producer,
+    redis_client: Redis,
+    settings: Settings,
+    start_worker: Callable[..., Proc],
+) -> None:
+    """No message is left for the waiting scopes and the ticket count still says some are out: a worker's own
+    sweep sends the message that pops them, and every event is done."""
+    ids = _backlog(producer, redis_client)
+    start_worker(settings)
+    for event_id in ids:
+        wait_for(
+            lambda event_id=event_id: (producer.status(event_id) or {}).get("status") == "done",
+            timeout_s=60,
+            what=f"{event_id} to be done",
+        )
+    assert _ready(redis_client, producer) == []
