@@ -275,6 +275,19 @@ function keepFocus(box, rebuild) {
   if (mark && !mark.node.isConnected) refocus(box, mark);
 }
 
+// A modal dialog opened from a live page: on closing, the browser gives focus back to the control that opened it,
+// but a redraw meanwhile (a receipt arrived) may have replaced that control, and focus then fell to <body>. The
+// same control of the same row is focused instead, unless the page was left meanwhile (its new page keeps focus).
+function showModalFrom(dialog) {
+  const box = $("#main");
+  const mark = focusMark(box);
+  const page = location.hash;
+  dialog.addEventListener("close", () => {
+    if (mark && !mark.node.isConnected && location.hash === page) refocus(box, mark);
+  }, { once: true });
+  dialog.showModal();
+}
+
 // A line that says what the last action did (screen readers hear it too).
 function outcomeLine(attrs = {}) {
   const node = el("p", { class: "outcome", role: "status", "aria-live": "polite", ...attrs });

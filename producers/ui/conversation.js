@@ -211,7 +211,7 @@ async function openDocument(receipt, owner) {
   const { body } = await api(path);
   $("#doc-title").textContent = body.title || receipt.title;
   $("#doc-body").textContent = body.content || body.summary || JSON.stringify(body, null, 2);
-  $("#doc-dialog").showModal();
+  showModalFrom($("#doc-dialog"));
 }
 
 async function undo(receipt, state) {

@@ -86,7 +86,8 @@ def test_conversation_keeps_focus_and_announces_only_what_is_new(
 ) -> None:
     """Walk findings 2 and 3: the message list is no live region; a new receipt is announced in one short
     sentence and leaves focus on the Open button it was on; Enter on Undo keeps focus on that button, announces
-    the outcome, and the button's name says the outcome, not "Undo". Leaving the page closes an open document
+    the outcome, and the button's name says the outcome, not "Undo". A document's dialog gives focus back to its
+    Open button when it closes, though the list was redrawn meanwhile. Leaving the page closes an open document
     (finding 7)."""
     from playwright.sync_api import expect
 
@@ -121,6 +122,20 @@ def test_conversation_keeps_focus_and_announces_only_what_is_new(
     )
     assert (undo.get_attribute("aria-label") or "").startswith("Reverted ")
     assert news.inner_text().startswith("Reverted: ")
+
+    # a document's dialog gives focus back to its Open button, though a receipt redrew the list while it was open
+    opener.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#doc-dialog")).to_be_visible()
+    _redrawn(
+        page,
+        '[data-message-id="msg_s1"] .receipt button',
+        lambda: post(url, _skill_message("msg_s3", 'Update the skill "Release checklist": also sign the tag.')),
+    )
+    page.keyboard.press("Escape")
+    expect(page.locator("#doc-dialog")).to_be_hidden()
+    page.wait_for_function("() => document.activeElement !== document.body")
+    assert opener.evaluate("n => n === document.activeElement")
 
     # walk finding 7: a document left open does not stay over the next page
     opener.click()
