@@ -130,17 +130,33 @@ def test_conversation_keeps_focus_and_announces_only_what_is_new(
     _redrawn(
         page,
         '[data-message-id="msg_s1"] .receipt button',
-        lambda: post(url, _skill_message("msg_s3", 'Update the skill "Release checklist": also sign the tag.')),
+        lambda: post(
+            url, _skill_message("msg_s3", 'Update the skill "Release checklist": also sign the tag.')
+        ),
     )
     page.keyboard.press("Escape")
     expect(page.locator("#doc-dialog")).to_be_hidden()
     page.wait_for_function("() => document.activeElement !== document.body")
     assert opener.evaluate("n => n === document.activeElement")
 
-    # walk finding 7: a document left open does not stay over the next page
+    # walk finding 7: a document left open does not stay over the next page, and its Open button, redrawn while
+    # it was open, does not take focus from that page's heading once the dialog's close has run
     opener.click()
     expect(page.locator("#doc-dialog")).to_be_visible()
+    _redrawn(
+        page,
+        '[data-message-id="msg_s1"] .receipt button',
+        lambda: post(
+            url, _skill_message("msg_s4", 'Update the skill "Release checklist": also push the tag.')
+        ),
+    )
+    page.evaluate(
+        "() => { window.docClosed = false; document.querySelector('#doc-dialog')"
+        ".addEventListener('close', () => { window.docClosed = true; }, { once: true }); }"
+    )
     page.evaluate("() => { location.hash = '#/dlq'; }")
     page.locator("main h2").filter(has_text="Dead letters").wait_for()
     expect(page.locator("#doc-dialog")).to_be_hidden()
+    page.wait_for_function("() => window.docClosed === true")  # after the page's own close handler
+    assert page.evaluate("() => document.activeElement === document.querySelector('main h2')")
     assert page_errors == []

@@ -9,10 +9,11 @@
   trip as each action's idempotency lookup and raises :class:`EventCancelled` before the next action runs, and
   COMMIT turns the event ``cancelled`` without its chain's staged writes or follow-ups (actions already applied
   stay applied: they committed with their own lanes).
-* **Scopes by state**: ``busy`` (lease held), ``paused``, ``stuck`` (queued, no lease, not on its tenant's
-  fair-share ready list, and no scheduled drain, or a drain marker older than the lease TTL while the head is not
-  waiting for a retry time), ``waiting`` (queued, no lease, otherwise). They are listed in scope-key order, a page at a time (:func:`scope_page`): a
-  page's ``cursor`` is its last scope key, and the next page starts after it.
+* **Scopes by state**: ``busy`` (lease held), ``paused``, ``stuck`` (queued, no lease, not waiting on its
+  tenant's fair-share ready list, and no scheduled drain, or a drain marker older than the lease TTL while the
+  head is not waiting for a retry time), ``waiting`` (queued, no lease, otherwise). They are listed in scope-key
+  order, a page at a time (:func:`scope_page`): a page's ``cursor`` is its last scope key, and the next page
+  starts after it.
 """
 
 from __future__ import annotations
@@ -180,8 +181,9 @@ def scope_page(
     its release takes out of the list, counted until it is: the page itself skips it)."""
     paused = _paused(store, k)
     scopes = sorted(set(store.active_scopes(k)) | set(paused))
+    ready = _ReadyList(store, k)
     if state is not None:
-        rows = [row for row in _scope_rows(store, k, scopes, paused) if row["state"] == state]
+        rows = [row for row in _scope_rows(store, k, scopes, paused, ready) if row["state"] == state]
         following = [row for row in rows if after is None or row["scopeKey"] > after]
         page = following[:limit]
         cursor = str(page[-1]["scopeKey"]) if len(following) > limit else None
@@ -191,7 +193,7 @@ def scope_page(
     while len(page) < limit and end < len(scopes):
         chunk = scopes[end : end + max(PROBE_CHUNK, limit - len(page))]
         end += len(chunk)
-        rows = _scope_rows(store, k, chunk, paused)
+        rows = _scope_rows(store, k, chunk, paused, ready)
         drained += len(chunk) - len(rows)
         page += rows
     more = len(page) > limit or end < len(scopes)
@@ -208,8 +210,23 @@ def _paused(store: EventStore, k: Keys) -> dict[str, int]:
     return {str(s): int(at) for reply in pipe.execute() for s, at in reply.items()}
 
 
+class _ReadyList:
+    """The tenant's ready list (StoreReads.ready_refs), read once a page finds a scope that looks stuck."""
+
+    def __init__(self, store: EventStore, k: Keys) -> None:
+        self.store, self.k = store, k
+        self._refs: set[str] | None = None
+
+    def waiting(self, scope: str) -> bool:
+        if not self.store.settings.fair_share:
+            return False
+        if self._refs is None:
+            self._refs = self.store.ready_refs(self.k)
+        return self.k.scope_ref(scope) in self._refs
+
+
 def _scope_rows(
-    store: EventStore, k: Keys, scopes: list[str], paused: dict[str, int]
+    store: EventStore, k: Keys, scopes: list[str], paused: dict[str, int], ready: _ReadyList
 ) -> list[dict[str, Any]]:
     """The rows of ``scopes`` (``k``'s tenant's, by scope key) with their state, but those drained since they were
     listed. Each bucket's scopes are read by SCOPE_STATES, :data:`PROBE_CHUNK` at a time, the chunks in one
@@ -231,17 +248,15 @@ def _scope_rows(
     read = {scope: values[i * 6 : i * 6 + 6] for i, scope in enumerate(order)}
     now, ttl_ms = now_ms(), int(store.settings.lease_ttl_s * 1000)
     out: list[dict[str, Any]] = []
-    ready: set[str] | None = None  # the tenant's ready list, read once a scope looks stuck
     for scope in scopes:
         depth, holder, sched_ttl_ms, marker, enqueued, not_before_ms = read[scope]
         not_before = int(float(not_before_ms or 0)) if enqueued else 0
         # the marker's age by its PTTL, not by the time in it (the writer's clock: a web replica's may run ahead)
         age_ms = store.marker_age_ms(int(sched_ttl_ms), marker or None)
         stale = age_ms is None or (age_ms > ttl_ms and not_before <= now)
-        if stale and store.settings.fair_share and not holder and int(depth) and scope not in paused:
+        if stale and not holder and int(depth) and scope not in paused:
             # on its ready list it waits its turn behind a backlog: a drain_next message will pop it
-            ready = ready if ready is not None else store.ready_refs(k)
-            stale = k.scope_ref(scope) not in ready
+            stale = not ready.waiting(scope)
         found: ScopeState
         if scope in paused:
             found = "paused"

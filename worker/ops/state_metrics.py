@@ -7,8 +7,9 @@ per process, so no replica counts it again.
   and ``agent_signal_backlog_runnable_events{queue,tenant}``: the backlog less those (``eventsRunnable``), which
   KEDA scales workers on. Both from :func:`runnable_backlog`, the one ``GET /v1/backlog`` answers from.
   The broker holds one drain message per scope, not per event, so its queue length is not the backlog.
-* ``agent_signal_stuck_scopes{tenant}``: scopes with queued events, no lease and no live drain scheduled (the
-  reconcile sweep re-publishes them; a non-zero value that stays is worth a look: ``GET /v1/scopes?state=stuck``).
+* ``agent_signal_stuck_scopes{tenant}``: scopes with queued events, no lease, not waiting on their tenant's ready
+  list and no live drain scheduled: what nothing would drain (the reconcile sweep re-publishes them; a non-zero
+  value that stays is worth a look: ``GET /v1/scopes?state=stuck``). A backlog waiting its turn is not counted.
 * ``agent_signal_backlog_oldest_seconds{tenant}``: how long the oldest event at the head of a scope waiting for a
   drain (not paused, not running) has waited since its first enqueue (0: none waits). With every worker down it grows by a second a second: the alert that says
   nothing drains (a walk stopped every worker for minutes and /readyz, the backlog and the console's cards said
@@ -117,7 +118,7 @@ class _StateCollector:
         )
         stuck_g = GaugeMetricFamily(
             "agent_signal_stuck_scopes",
-            "Scopes with queued events, no lease and no live drain scheduled.",
+            "Scopes with queued events, no lease, not on a ready list and no live drain scheduled.",
             labels=["tenant"],
         )
         dlq_g = GaugeMetricFamily(

@@ -22,9 +22,10 @@ messages the broker lost cannot keep it high under steady traffic), never goes b
 give their tickets back, and a drain_next task that fails hands its ticket on. Too many messages is harmless
 (one finds the lists empty and retires); too few is healed by the expiry and by the reconcile sweep
 (worker/runtime/reconcile.py), which re-publishes any scope with work, no recent drain and no place on a ready
-list, and sends at least one message for them and for the scopes it found waiting on a list, past the cap if need
-be. A hot scope cannot starve cold ones: it drains at most ``max_events_per_drain`` events per turn, then hands off
-to the back of its tenant's ready list, behind every scope that became ready meanwhile.
+list, takes a ticket under the cap for each scope it found waiting on a list as a push of it would, and sends at
+least one message past the cap when none was free. A hot scope cannot starve cold ones: it drains at most
+``max_events_per_drain`` events per turn, then hands off to the back of its tenant's ready list, behind every
+scope that became ready meanwhile.
 
 Where the broker is the store's own Redis, a drain_next message is pushed onto the broker's list whole: by the
 enqueue script in the same script that takes its ticket, or by one ``LPUSH`` (worker/runtime/drain_message.py);
@@ -151,19 +152,22 @@ class FairQueue:
             self._send_next(count)
 
     def publish_stranded(self, refs: Sequence[str], *, waiting: int = 0) -> None:
-        """The reconcile sweep's publish: the scopes made ready, and one more message than the cap allows
-        when the tickets gave none (a count left high by lost messages heals in one sweep, not one expiry).
-        ``waiting``: scopes the sweep left on their ready lists past its staleness; with no ref to push, they
-        get that one message (the list they wait on may have lost its messages with a broker)."""
+        """The reconcile sweep's publish: the scopes made ready (each taking a ticket under the cap, as any
+        push), a ticket under the cap for each of the ``waiting`` scopes it left on their ready lists (their
+        messages lost with a broker, or a count expired: the lists get as many messages as a push of them
+        would have sent), and one message past the cap when none of them got a ticket (a count left high by
+        lost messages heals in one sweep, not one expiry)."""
         if not refs and not waiting:
             return
         if not self.enabled:
             self.publish_many(refs)
             return
         count = self._push_all(refs) if refs else 0
-        if count == 0:
-            self.scripts.run(TicketForce(self.keys.drain_tickets, self.ticket_ttl_ms))
-            count = 1
+        if waiting or count == 0:
+            call = TicketForce(
+                self.keys.drain_tickets, self.ticket_ttl_ms, waiting, self.messages_max, int(count == 0)
+            )
+            count += int(self.scripts.run(call))
         self._send_next(count)
 
     def _push_all(self, refs: Sequence[str]) -> int:

@@ -7,11 +7,12 @@ the only drain message; a broker that lost a message. Every worker process's mai
 ``reconcile_interval_s`` and one of them wins the interval's lock. A duplicate drain is harmless: it finds
 the lease held or the inbox empty.
 
-A scope still on its tenant's fair-share ready list is not stranded: it waits its turn (under a backlog, longer
-than the sweep's staleness), and a drain_next message will pop it. Pushing it again put one more ref of it on
-the list at every sweep (a kill test's list held 71 to 83 refs for 30 scopes), each a pop and a lease taken for
-nothing. The sweep leaves such scopes where they are and sends one drain_next message past the cap instead, so a
-list whose messages the broker lost is still popped (FairQueue.publish_stranded).
+A scope still on its tenant's fair-share ready list (its tenant on the ring) is not stranded: it waits its turn
+(under a backlog, longer than the sweep's staleness), and a drain_next message will pop it. Pushing it again put
+one more ref of it on the list once per stale period (a kill test's list held 71 to 83 refs for 30 scopes), each
+a pop and a lease asked for nothing. The sweep leaves such scopes where they are and takes a ticket under the cap
+for each, as a push of them would, and one past the cap when none is free, so a list whose messages the broker
+lost gets as many messages as before (FairQueue.publish_stranded).
 
 A marker's age is its value less its remaining PTTL (every writer sets it with ``PX`` of its
 :attr:`EventStore.schedule_ttl_ms` and writes that TTL as its value), so it is measured by the Redis server's
@@ -43,8 +44,8 @@ SWEEP_BATCH = 500  # scopes read per round trip (a backlog of 50,000 queued scop
 
 
 class StrandedPublish(Protocol):
-    """How the sweep publishes (FairQueue.publish_stranded): drains for ``refs``, and at least one drain_next
-    message when ``waiting`` scopes wait on ready lists past the staleness."""
+    """How the sweep publishes (FairQueue.publish_stranded): drains for ``refs``, and drain_next messages for
+    ``waiting`` scopes left on their ready lists past the staleness (at least one)."""
 
     def __call__(self, refs: Sequence[str], *, waiting: int) -> None: ...
 
@@ -74,24 +75,18 @@ def reconcile(store: EventStore, publish: StrandedPublish, *, stale_after_ms: in
         waiting += found.waiting
     if waiting:
         log.info(
-            "reconcile: %d scope(s) waited their turn past %d ms, left on their ready lists",
-            waiting,
-            stale_after_ms,
+            "reconcile: %d scope(s) waiting past %d ms, left on their ready lists", waiting, stale_after_ms
         )
-    if (
-        stranded or waiting
-    ):  # all at once: each publish may send one drain_next message past the cap (fair.py)
+    if stranded or waiting:  # at once: each publish may send one drain_next message past the cap (fair.py)
         publish(stranded, waiting=waiting)
     return stranded
 
 
 def _stranded_of(store: EventStore, tenant: Keys, stale_after_ms: int) -> _Found:
-    """The tenant's stranded scope refs, each given a fresh drain marker (its drain is published by the caller),
-    and how many stale scopes wait on its ready list (fair share: read only when a scope looks stranded)."""
+    """The tenant's stranded scope refs (their drains published by the caller) and how many stale scopes wait on
+    its ready list (fair share: read once, only when a scope looks stranded); each of them given a fresh drain
+    marker."""
     client = store.client
-    published: list[str] = []
-    waiting = 0
-    ready: set[str] | None = None
     scopes: list[tuple[str, Keys, str]] = []
     for ref in store.scope_refs_of(tenant):
         try:
@@ -101,6 +96,7 @@ def _stranded_of(store: EventStore, tenant: Keys, stale_after_ms: int) -> _Found
                 client.srem(k.scopes, ref)
             continue
         scopes.append((ref, store.keys.for_tenant(ref_tenant), scope_key))
+    stale: list[tuple[str, Keys, str]] = []
     for start in range(0, len(scopes), SWEEP_BATCH):
         chunk = scopes[start : start + SWEEP_BATCH]
         pipe = client.pipeline(transaction=False)
@@ -110,7 +106,6 @@ def _stranded_of(store: EventStore, tenant: Keys, stale_after_ms: int) -> _Found
             pipe.pttl(keys.scheduled(scope_key))
             pipe.get(keys.scheduled(scope_key))
         replies = pipe.execute()
-        stranded = []
         for i, (ref, keys, scope_key) in enumerate(chunk):
             depth, leased, marker_pttl_ms, marker = replies[4 * i : 4 * i + 4]
             if depth == 0 or leased:
@@ -118,20 +113,33 @@ def _stranded_of(store: EventStore, tenant: Keys, stale_after_ms: int) -> _Found
             age_ms = store.marker_age_ms(int(marker_pttl_ms), marker)
             if age_ms is not None and age_ms < stale_after_ms:  # a drain was scheduled this recently
                 continue
-            stranded.append((ref, keys, scope_key))
-        if stranded and store.settings.fair_share:
-            # read after the scopes' state: a ref pushed since is waiting too; one popped since is pushed again
-            ready = ready if ready is not None else store.ready_refs(tenant)
-            waiting += sum(1 for ref, _, _ in stranded if ref in ready)
-            stranded = [one for one in stranded if one[0] not in ready]
-        if not stranded:
-            continue
+            stale.append((ref, keys, scope_key))
+    # Read after every scope's state: a ref pushed since is waiting too, and one popped since (POP_ACQUIRE takes
+    # its lease in the same script) is pushed again, a duplicate at worst.
+    ready = _ready_refs(store, tenant) if stale and store.settings.fair_share else set()
+    # every one gets a fresh marker, the waiting too: the sweep sends their messages now, and looks again after
+    # the staleness, not at every sweep (as a scope pushed again)
+    for start in range(0, len(stale), SWEEP_BATCH):
         pipe = client.pipeline(transaction=False)
-        for _, keys, scope_key in stranded:
+        for _, keys, scope_key in stale[start : start + SWEEP_BATCH]:
             pipe.set(keys.scheduled(scope_key), store.schedule_ttl_ms, px=store.schedule_ttl_ms)
         pipe.execute()
-        published += [ref for ref, _, _ in stranded]
-    return _Found(published, waiting)
+    stranded = [ref for ref, _, _ in stale if ref not in ready]
+    return _Found(stranded, len(stale) - len(stranded))
+
+
+def _ready_refs(store: EventStore, tenant: Keys) -> set[str]:
+    """The tenant's ready list (StoreReads.ready_refs); none when it cannot be read (the ``{fair}`` slot moving or
+    down): its stale scopes are then pushed again, as before the list was read."""
+    try:
+        return store.ready_refs(tenant)
+    except RedisError as exc:
+        log.warning(
+            "reconcile sweep: the ready lists could not be read (%s): tenant %s's stale scopes are pushed again",
+            store_error_reason(exc),
+            tenant.tenant,
+        )
+        return set()
 
 
 def try_reconcile_lock(store: EventStore, interval_ms: int) -> bool:

@@ -274,10 +274,14 @@ class StoreReads:
         return [to_str(x) for members in pipe.execute() for x in members]
 
     def ready_refs(self, k: Keys) -> set[str]:
-        """The scope refs waiting in ``k``'s tenant's fair-share ready list (worker/runtime/fair.py): each will be
-        popped by a drain_next message. Read :data:`READY_READ_BATCH` at a time, so a long list never answers
-        in one reply; pops at its head meanwhile shift the rest, so a ref can be missed (never one named that
-        is not there): a caller treats a missed ref as not waiting, which is what it did before it asked."""
+        """The scope refs waiting in ``k``'s tenant's fair-share ready list (worker/runtime/fair.py) for a
+        drain_next message to pop them: none while the tenant is not on the ring of tenants with ready scopes,
+        since no pop reaches its list then (every push puts it there; an operator's ``DEL`` or a lost key could
+        take it off). Read :data:`READY_READ_BATCH` refs at a time, so a long list never answers in one reply;
+        pops at its head meanwhile shift the rest, so a ref can be missed (never one named that is not there):
+        a caller treats a missed ref as not waiting, which is what it did before it asked."""
+        if self.client.lpos(k.ready_tenants, k.tenant) is None:
+            return set()
         found: set[str] = set()
         start = 0
         while True:

@@ -56,6 +56,11 @@ class TicketReturn(ScriptCall):
 
 @dataclass(frozen=True, slots=True)
 class TicketForce(ScriptCall):
+    """Up to ``wanted`` tickets under ``tickets_max``, and at least ``at_least`` past it: the sweep's messages."""
+
     SCRIPT = "ticket_force"
     tickets: str = key()
     ticket_ttl_ms: int = arg()
+    wanted: int = arg()
+    tickets_max: int = arg()
+    at_least: int = arg()

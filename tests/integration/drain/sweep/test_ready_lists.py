@@ -1,7 +1,8 @@
 """The reconcile sweep and fair share's ready lists (worker/runtime/reconcile.py): a scope waiting its turn on its
 tenant's ready list is not stranded, however old its drain marker. The sweep leaves it there, once, instead of
-pushing another ref of it at every sweep, and sends one drain_next message past the cap, so a list whose messages
-the broker lost is still popped. The scope listing calls such a scope ``waiting``, not ``stuck``. A real Redis,
+pushing another ref of it once per stale period, and takes a ticket for it as a push would (one past the cap when
+none is free), so a list whose messages the broker lost is popped as widely as before. The scope listing calls
+such a scope ``waiting``, not ``stuck``; a list whose tenant is off the ring waits for nothing. A real Redis,
 the real Celery app's publish and, where a scope must drain, a real worker process."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from worker.runtime.app import create_app, fair_queue
 from worker.runtime.fair import FairQueue
 from worker.runtime.reconcile import reconcile
 from worker.settings import Settings
+from worker.store.reads import READY_READ_BATCH
 
 pytestmark = pytest.mark.integration
 
@@ -61,11 +63,7 @@ def _backlog(producer: Producer, redis_client: Redis) -> list[str]:
     queue = Keys(producer.settings.key_prefix).broker_queue(producer.settings.queue_name)
     assert redis_client.llen(queue) > 0
     redis_client.delete(queue)
-    for scope in SCOPES:
-        aged = redis_client.pexpire(
-            producer.keys.scheduled(scope), producer.store.schedule_ttl_ms - STALE_AFTER_MS - 1
-        )
-        assert aged, scope
+    _age(producer, redis_client)
     return ids
 
 
@@ -77,34 +75,73 @@ def _messages(redis_client: Redis, settings: Settings) -> int:
     return int(redis_client.llen(Keys(settings.key_prefix).broker_queue(settings.queue_name)))
 
 
-def test_waiting_scopes_stay_once_on_their_list_and_get_one_message(
+def _sweep(producer: Producer, fair: FairQueue) -> list[str]:
+    return reconcile(producer.store, fair.publish_stranded, stale_after_ms=STALE_AFTER_MS)
+
+
+def _age(producer: Producer, redis_client: Redis) -> None:
+    for scope in SCOPES:
+        assert redis_client.pexpire(
+            producer.keys.scheduled(scope), producer.store.schedule_ttl_ms - STALE_AFTER_MS - 1
+        )
+
+
+def test_waiting_scopes_stay_once_on_their_list_and_get_a_pushs_messages(
     producer: Producer, fair: FairQueue, redis_client: Redis, settings: Settings
 ) -> None:
-    """Three stale scopes on the ready list: three sweeps push none of them again (before, each sweep pushed all
-    three: nine refs after three sweeps) and each sends one message, past the ticket count the lost messages left."""
+    """Three stale scopes on the ready list, their messages lost and the ticket count gone with them: the sweep
+    pushes none of them again (before, it pushed all three: six refs) and sends three messages, as pushing them
+    would have. Their markers are fresh after it, so the next sweep leaves them alone; once they are stale again
+    with the count at its cap (messages counted that the broker lost), it sends one message past the cap."""
     _backlog(producer, redis_client)
-    refs = [producer.keys.scope_ref(scope) for scope in SCOPES]
-    assert sorted(_ready(redis_client, producer)) == sorted(refs)
-    for sweep in range(1, 4):
-        assert reconcile(producer.store, fair.publish_stranded, stale_after_ms=STALE_AFTER_MS) == []
-        assert sorted(_ready(redis_client, producer)) == sorted(refs)
-        assert _messages(redis_client, settings) == sweep
+    redis_client.delete(producer.keys.drain_tickets)
+    refs = sorted(producer.keys.scope_ref(scope) for scope in SCOPES)
+    assert sorted(_ready(redis_client, producer)) == refs
+    assert _sweep(producer, fair) == []
+    assert sorted(_ready(redis_client, producer)) == refs
+    assert _messages(redis_client, settings) == len(SCOPES)
+    assert _sweep(producer, fair) == []
+    assert _messages(redis_client, settings) == len(SCOPES)  # fresh markers: nothing more sent
+
+    redis_client.set(producer.keys.drain_tickets, settings.drain_messages_max, px=60_000)
+    redis_client.delete(Keys(settings.key_prefix).broker_queue(settings.queue_name))
+    _age(producer, redis_client)
+    assert _sweep(producer, fair) == []
+    assert sorted(_ready(redis_client, producer)) == refs
+    assert _messages(redis_client, settings) == 1
+    assert int(redis_client.get(producer.keys.drain_tickets) or 0) == settings.drain_messages_max + 1
 
 
 def test_a_scope_off_its_list_is_pushed_and_one_waiting_on_it_is_not(
     producer: Producer, fair: FairQueue, redis_client: Redis, settings: Settings
 ) -> None:
     """A scope whose ref left the list with no drain to show for it (a producer that died before pushing it) is
-    stranded: the sweep pushes it, once, and leaves the two still waiting where they are."""
+    stranded: the sweep pushes it, once, and leaves the two still waiting where they are; each of the three gets
+    a message (no ticket was out)."""
     _backlog(producer, redis_client)
+    redis_client.delete(producer.keys.drain_tickets)
     lost = producer.keys.scope_ref(SCOPES[0])
     assert redis_client.lrem(producer.keys.ready(producer.keys.tenant), 0, lost) == 1
-    assert reconcile(producer.store, fair.publish_stranded, stale_after_ms=STALE_AFTER_MS) == [lost]
+    assert _sweep(producer, fair) == [lost]
     assert sorted(_ready(redis_client, producer)) == sorted(producer.keys.scope_ref(s) for s in SCOPES)
-    assert _messages(redis_client, settings) == 1
-    # its fresh marker keeps it from the next sweep; the others still wait
-    assert reconcile(producer.store, fair.publish_stranded, stale_after_ms=STALE_AFTER_MS) == []
+    assert _messages(redis_client, settings) == len(SCOPES)
+    assert _sweep(producer, fair) == []  # fresh markers
     assert len(_ready(redis_client, producer)) == len(SCOPES)
+
+
+def test_a_list_whose_tenant_left_the_ring_is_not_waiting(
+    producer: Producer, fair: FairQueue, redis_client: Redis
+) -> None:
+    """A list no pop reaches (its tenant off the ring of tenants with ready scopes: an operator's DEL, a lost key)
+    waits for nothing: the listing calls its scopes stuck, and the sweep pushes them, which puts the tenant back
+    on the ring, where a pop finds them."""
+    _backlog(producer, redis_client)
+    ring = producer.keys.ready_tenants
+    assert redis_client.lrem(ring, 0, producer.keys.tenant) == 1
+    assert {row["state"] for row in list_scopes(producer.store, producer.keys)} == {"stuck"}
+    assert sorted(_sweep(producer, fair)) == sorted(producer.keys.scope_ref(s) for s in SCOPES)
+    assert redis_client.lpos(ring, producer.keys.tenant) is not None
+    assert fair.pop() is not None
 
 
 def test_the_listing_calls_a_scope_on_its_list_waiting_and_one_off_it_stuck(
@@ -117,6 +154,20 @@ def test_the_listing_calls_a_scope_on_its_list_waiting_and_one_off_it_stuck(
     redis_client.lrem(producer.keys.ready(producer.keys.tenant), 0, producer.keys.scope_ref(SCOPES[0]))
     states = {row["scopeKey"]: row["state"] for row in list_scopes(producer.store, producer.keys)}
     assert states == {SCOPES[0]: "stuck", SCOPES[1]: "waiting", SCOPES[2]: "waiting"}
+
+
+def test_a_long_list_is_read_whole_in_batches(producer: Producer, redis_client: Redis) -> None:
+    """StoreReads.ready_refs reads READY_READ_BATCH refs at a time: a list of two and a half batches is read
+    whole, and a tenant off the ring has none waiting."""
+    keys = producer.keys
+    count = READY_READ_BATCH * 5 // 2
+    refs = [keys.scope_ref(f"topic:long-{i}") for i in range(count)]
+    for start in range(0, count, 1_000):
+        redis_client.rpush(keys.ready(keys.tenant), *refs[start : start + 1_000])
+    redis_client.lpush(keys.ready_tenants, keys.tenant)
+    assert producer.store.ready_refs(keys) == set(refs)
+    redis_client.lrem(keys.ready_tenants, 0, keys.tenant)
+    assert producer.store.ready_refs(keys) == set()
 
 
 def test_a_worker_drains_a_list_whose_messages_were_lost(
