@@ -27,6 +27,18 @@ def _redrawn(page: Any, selector: str, trigger: Callable[[], None] = lambda: Non
     )
 
 
+def _redrawn_under_the_document(page: Any, url: str, message_id: str, change: str) -> None:
+    """Once the document's dialog is open, a new message's receipt redraws the list (msg_s1's Open button too)."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("#doc-dialog")).to_be_visible()
+
+    def send() -> None:
+        post(url, _skill_message(message_id, f'Update the skill "Release checklist": {change}'))
+
+    _redrawn(page, '[data-message-id="msg_s1"] .receipt button', send)
+
+
 def _focused(page: Any) -> list[str]:
     return list(page.evaluate(FOCUSED))
 
@@ -126,14 +138,7 @@ def test_conversation_keeps_focus_and_announces_only_what_is_new(
     # a document's dialog gives focus back to its Open button, though a receipt redrew the list while it was open
     opener.focus()
     page.keyboard.press("Enter")
-    expect(page.locator("#doc-dialog")).to_be_visible()
-    _redrawn(
-        page,
-        '[data-message-id="msg_s1"] .receipt button',
-        lambda: post(
-            url, _skill_message("msg_s3", 'Update the skill "Release checklist": also sign the tag.')
-        ),
-    )
+    _redrawn_under_the_document(page, url, "msg_s3", "also sign the tag.")
     page.keyboard.press("Escape")
     expect(page.locator("#doc-dialog")).to_be_hidden()
     page.wait_for_function("() => document.activeElement !== document.body")
@@ -142,14 +147,7 @@ def test_conversation_keeps_focus_and_announces_only_what_is_new(
     # walk finding 7: a document left open does not stay over the next page, and its Open button, redrawn while
     # it was open, does not take focus from that page's heading once the dialog's close has run
     opener.click()
-    expect(page.locator("#doc-dialog")).to_be_visible()
-    _redrawn(
-        page,
-        '[data-message-id="msg_s1"] .receipt button',
-        lambda: post(
-            url, _skill_message("msg_s4", 'Update the skill "Release checklist": also push the tag.')
-        ),
-    )
+    _redrawn_under_the_document(page, url, "msg_s4", "also push the tag.")
     page.evaluate(
         "() => { window.docClosed = false; document.querySelector('#doc-dialog')"
         ".addEventListener('close', () => { window.docClosed = true; }, { once: true }); }"
