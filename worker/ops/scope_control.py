@@ -18,9 +18,12 @@
 
 from __future__ import annotations
 
+import logging
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from redis.exceptions import RedisError
 
 from worker.core.clock import now_ms
 from worker.keys.layout import HOLDER_SEPARATOR, Keys
@@ -28,6 +31,7 @@ from worker.ops.audit import CLI_ACTOR, audit
 from worker.store.calls import Cancel, Resume, ScopeProbe, ScopeStates
 from worker.store.events import EventStore
 from worker.store.replies import CancelCode
+from worker.telemetry.log_privacy import describe_error
 from worker.telemetry.pseudonyms import load_pseudonyms
 
 __all__ = [
@@ -42,6 +46,8 @@ __all__ = [
     "resume_scope",
     "scope_page",
 ]
+
+log = logging.getLogger(__name__)
 
 ScopeState = Literal["busy", "waiting", "stuck", "paused"]
 SCOPE_STATES: tuple[ScopeState, ...] = ("busy", "waiting", "stuck", "paused")
@@ -221,7 +227,11 @@ class _ReadyList:
         if not self.store.settings.fair_share:
             return False
         if self._refs is None:
-            self._refs = self.store.ready_refs(self.k)
+            try:
+                self._refs = self.store.ready_refs(self.k)
+            except RedisError as exc:  # the {fair} slot moving or down: the tenant's own scopes still list
+                log.warning("scope listing: the ready lists could not be read (%s)", describe_error(exc))
+                self._refs = set()
         return self.k.scope_ref(scope) in self._refs
 
 

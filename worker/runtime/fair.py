@@ -155,8 +155,8 @@ class FairQueue:
         """The reconcile sweep's publish: the scopes made ready (each taking a ticket under the cap, as any
         push), a ticket under the cap for each of the ``waiting`` scopes it left on their ready lists (their
         messages lost with a broker, or a count expired: the lists get as many messages as a push of them
-        would have sent), and one message past the cap when none of them got a ticket (a count left high by
-        lost messages heals in one sweep, not one expiry)."""
+        would have sent), and at least one message in all, past the cap if need be (a count left high by lost
+        messages heals in one sweep, not one expiry)."""
         if not refs and not waiting:
             return
         if not self.enabled:
@@ -167,7 +167,13 @@ class FairQueue:
             call = TicketForce(
                 self.keys.drain_tickets, self.ticket_ttl_ms, waiting, self.messages_max, int(count == 0)
             )
-            count += int(self.scripts.run(call))
+            try:
+                count += int(self.scripts.run(call))
+            except RedisError as exc:
+                if count == 0:
+                    raise
+                # the pushed refs' tickets are taken: their messages go out still (the next sweep tries again)
+                log.warning("the sweep's extra drain tickets were not taken (%s)", describe_error(exc))
         self._send_next(count)
 
     def _push_all(self, refs: Sequence[str]) -> int:

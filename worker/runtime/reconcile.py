@@ -34,6 +34,7 @@ from worker.core.tenancy import DEFAULT_TENANT
 from worker.keys.layout import BadTenant, Keys, split_scope_ref
 from worker.store.events import EventStore
 from worker.store.server.safety import store_error_reason
+from worker.telemetry.log_privacy import describe_error
 
 __all__ = ["StrandedPublish", "reconcile"]
 
@@ -114,29 +115,30 @@ def _stranded_of(store: EventStore, tenant: Keys, stale_after_ms: int) -> _Found
             if age_ms is not None and age_ms < stale_after_ms:  # a drain was scheduled this recently
                 continue
             stale.append((ref, keys, scope_key))
-    # Read after every scope's state: a ref pushed since is waiting too, and one popped since (POP_ACQUIRE takes
-    # its lease in the same script) is pushed again, a duplicate at worst.
-    ready = _ready_refs(store, tenant) if stale and store.settings.fair_share else set()
-    # every one gets a fresh marker, the waiting too: the sweep sends their messages now, and looks again after
-    # the staleness, not at every sweep (as a scope pushed again)
+    # Every one gets a fresh marker, the waiting too: the sweep sends their messages now, and looks again after
+    # the staleness, not at every sweep (as at a scope pushed again). Written before the list is read: a scope
+    # popped and released after the read deletes its marker (its next event then schedules its drain); one
+    # released before it is on no list, so it is pushed, a duplicate at worst.
     for start in range(0, len(stale), SWEEP_BATCH):
         pipe = client.pipeline(transaction=False)
         for _, keys, scope_key in stale[start : start + SWEEP_BATCH]:
             pipe.set(keys.scheduled(scope_key), store.schedule_ttl_ms, px=store.schedule_ttl_ms)
         pipe.execute()
+    ready = _ready_refs(store, tenant) if stale and store.settings.fair_share else set()
     stranded = [ref for ref, _, _ in stale if ref not in ready]
     return _Found(stranded, len(stale) - len(stranded))
 
 
 def _ready_refs(store: EventStore, tenant: Keys) -> set[str]:
     """The tenant's ready list (StoreReads.ready_refs); none when it cannot be read (the ``{fair}`` slot moving or
-    down): its stale scopes are then pushed again, as before the list was read."""
+    down): its stale scopes are then pushed again, as before the list was read (which fails too while the slot is
+    down: the next sweep tries again)."""
     try:
         return store.ready_refs(tenant)
     except RedisError as exc:
         log.warning(
             "reconcile sweep: the ready lists could not be read (%s): tenant %s's stale scopes are pushed again",
-            store_error_reason(exc),
+            describe_error(exc),
             tenant.tenant,
         )
         return set()

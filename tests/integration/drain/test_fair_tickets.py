@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from worker.keys.layout import BucketKeys
 from worker.runtime.fair import DRAIN_NEXT_TASK, FairQueue
+from worker.store.calls import TicketForce
+from worker.store.scripts import Scripts
 
 pytestmark = pytest.mark.integration
 
@@ -90,3 +93,55 @@ def test_a_count_expires_after_the_last_ticket_taken(redis_client: Redis, keys: 
     assert fair.pop() is not None
     ttl_ms = int(redis_client.pttl(keys.drain_tickets))
     assert 0 < ttl_ms <= 5_000, f"the count was kept alive: {ttl_ms} ms left"
+
+
+@pytest.mark.parametrize(
+    ("before", "wanted", "at_least", "taken", "after"),
+    [
+        (None, 3, 0, 3, 3),  # no count: one ticket per waiting scope
+        (None, 0, 1, 1, 1),  # no count and none waiting: the one the sweep always sends
+        ("60", 10, 0, 4, 64),  # up to the cap
+        ("60", 10, 1, 4, 64),  # ``at_least`` is a floor on all taken, not one more
+        ("64", 3, 0, 0, 64),  # at the cap and nothing forced: nothing taken
+        ("64", 3, 1, 1, 65),  # at the cap: one past it
+        ("-4", 2, 0, 2, 2),  # a count below zero reads as zero
+    ],
+)
+def test_ticket_force_takes_a_ticket_per_waiting_scope_under_the_cap(
+    redis_client: Redis,
+    keys: BucketKeys,
+    before: str | None,
+    wanted: int,
+    at_least: int,
+    taken: int,
+    after: int,
+) -> None:
+    """TICKET_FORCE, the sweep's tickets for scopes waiting on their lists: as many as a push of them would take
+    (cap 64), and at least ``at_least`` in all, past the cap if need be."""
+    if before is not None:
+        redis_client.set(keys.drain_tickets, before, px=5_000)
+    call = TicketForce(keys.drain_tickets, 60_000, wanted, 64, at_least)
+    assert int(Scripts(redis_client).run(call)) == taken
+    assert int(redis_client.get(keys.drain_tickets) or 0) == after
+    if taken:  # a ticket taken gives the count the ticket TTL again
+        assert int(redis_client.pttl(keys.drain_tickets)) > 5_000
+
+
+def test_a_failed_ticket_force_still_sends_the_pushed_refs_messages(
+    redis_client: Redis, keys: BucketKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep pushed a stranded ref (its ticket taken), then TICKET_FORCE for two waiting scopes failed (a
+    connection cut): the pushed ref's message is sent still, so no ticket is counted without its message."""
+    broker = Broker()
+    fair = _queue(redis_client, keys, broker)
+    run = fair.scripts.run
+
+    def cut_at_the_force(call: Any, **options: Any) -> Any:
+        if isinstance(call, TicketForce):
+            raise RedisConnectionError("connection cut")
+        return run(call, **options)
+
+    monkeypatch.setattr(fair.scripts, "run", cut_at_the_force)
+    fair.publish_stranded(["t1/topic:stranded"], waiting=2)
+    assert broker.sent == [DRAIN_NEXT_TASK]
+    assert redis_client.get(keys.drain_tickets) == "1"

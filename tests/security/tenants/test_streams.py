@@ -226,6 +226,9 @@ def test_receipt_streams_do_not_exhaust_the_pool(
     counts = asyncio.run(_while_500_streams_are_open(url, redis_client, keys, measure))
     print(f"\nbaseline {baseline}; with {STREAMS} streams {counts}; subscriptions {subscriptions}")
     bounded = {name: n for name, n in counts.items() if name.startswith(("named", "tcp"))}
+    # A loaded machine may confirm one channel's SUBSCRIBE late (its waiting streams refused together); more
+    # than one channel's worth refused is a feed that loses confirmations, not load.
+    assert counts["opens refused 503, then retried"] <= STREAMS // USERS, counts
     assert all(n < MAX_REDIS_CLIENTS for n in bounded.values()), (baseline, counts)
     # No subscriber before the first stream; then one, on the 25 users' channels, while 500 streams are open
     # and after 30 requests.

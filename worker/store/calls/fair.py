@@ -56,7 +56,8 @@ class TicketReturn(ScriptCall):
 
 @dataclass(frozen=True, slots=True)
 class TicketForce(ScriptCall):
-    """Up to ``wanted`` tickets under ``tickets_max``, and at least ``at_least`` past it: the sweep's messages."""
+    """Up to ``wanted`` tickets under ``tickets_max``, and at least ``at_least`` in all, past the cap if need be:
+    the sweep's messages."""
 
     SCRIPT = "ticket_force"
     tickets: str = key()

@@ -16,11 +16,12 @@ from producers import Producer
 from tests.conftest import Proc, SettingsFactory, wait_for
 from worker.keys.layout import Keys
 from worker.ops.scope_control import list_scopes
-from worker.runtime.app import create_app, fair_queue
+from worker.runtime.app import build_pipeline, create_app, fair_queue
 from worker.runtime.fair import FairQueue
 from worker.runtime.reconcile import reconcile
 from worker.settings import Settings
 from worker.store.reads import READY_READ_BATCH
+from worker.telemetry.recorder import DISABLED
 
 pytestmark = pytest.mark.integration
 
@@ -168,6 +169,46 @@ def test_a_long_list_is_read_whole_in_batches(producer: Producer, redis_client: 
     assert producer.store.ready_refs(keys) == set(refs)
     redis_client.lrem(keys.ready_tenants, 0, keys.tenant)
     assert producer.store.ready_refs(keys) == set()
+
+
+def test_a_waiting_scope_drained_during_the_sweep_keeps_no_marker(
+    producer: Producer,
+    fair: FairQueue,
+    redis_client: Redis,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sweep gives its waiting scopes fresh markers. Right as it reads the list, a drain pops the first one,
+    runs its one event and releases it, deleting its marker: the sweep must not write that marker back after
+    (its next event's ENQUEUE would find it and schedule no drain, so the scope would wait for the marker to go
+    stale). The markers are written before the list is read; the drain is the real pipeline's, in process."""
+    _backlog(producer, redis_client)
+    pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
+    first = producer.keys.scope_ref(SCOPES[0])
+    read = producer.store.ready_refs
+
+    def read_while_a_drain_releases_the_first(k: Keys) -> set[str]:
+        found = read(k)
+        assert fair.pop() == first
+        assert pipeline.drain(first).next == "idle"
+        return found
+
+    monkeypatch.setattr(producer.store, "ready_refs", read_while_a_drain_releases_the_first)
+    try:
+        assert _sweep(producer, fair) == []
+    finally:
+        monkeypatch.undo()
+        pipeline.store.client.close()
+    assert not redis_client.exists(producer.keys.scheduled(SCOPES[0]))
+    producer.enqueue(
+        {
+            "sourceType": "test.counter",
+            "sourceId": f"{SCOPES[0]}-next",
+            "scopeKey": SCOPES[0],
+            "payload": {"counterKey": f"{producer.keys.home_prefix}test:c"},
+        }
+    )
+    assert first in _ready(redis_client, producer)  # its next event made it ready
 
 
 def test_a_worker_drains_a_list_whose_messages_were_lost(
