@@ -22,8 +22,8 @@ messages the broker lost cannot keep it high under steady traffic), never goes b
 give their tickets back, and a drain_next task that fails hands its ticket on. Too many messages is harmless
 (one finds the lists empty and retires); too few is healed by the expiry and by the reconcile sweep
 (worker/runtime/reconcile.py), which re-publishes any scope with work, no recent drain and no place on a ready
-list, takes a ticket under the cap for each scope it found waiting on a list as a push of it would, and sends at
-least one message past the cap when none was free. A hot scope cannot starve cold ones: it drains at most
+list, takes tickets so that one is out for each scope it found waiting on a list (at most the cap), and sends at
+least one message, past the cap when none was free. A hot scope cannot starve cold ones: it drains at most
 ``max_events_per_drain`` events per turn, then hands off to the back of its tenant's ready list, behind every
 scope that became ready meanwhile.
 
@@ -153,10 +153,10 @@ class FairQueue:
 
     def publish_stranded(self, refs: Sequence[str], *, waiting: int = 0) -> None:
         """The reconcile sweep's publish: the scopes made ready (each taking a ticket under the cap, as any
-        push), a ticket under the cap for each of the ``waiting`` scopes it left on their ready lists (their
-        messages lost with a broker, or a count expired: the lists get as many messages as a push of them
-        would have sent), and at least one message in all, past the cap if need be (a count left high by lost
-        messages heals in one sweep, not one expiry)."""
+        push), enough tickets that one is out for each of the ``waiting`` scopes it left on their ready lists (at
+        most the cap: their messages lost with a broker, or a count expired, the lists get as many messages as a
+        push of them would have sent), and at least one message in all, past the cap if need be (a count left
+        high by lost messages heals in one sweep, not one expiry)."""
         if not refs and not waiting:
             return
         if not self.enabled:
@@ -164,8 +164,10 @@ class FairQueue:
             return
         count = self._push_all(refs) if refs else 0
         if waiting or count == 0:
+            # one out for each ref pushed and each scope waiting (at most the cap), at least one sent
+            wanted = count + waiting
             call = TicketForce(
-                self.keys.drain_tickets, self.ticket_ttl_ms, waiting, self.messages_max, int(count == 0)
+                self.keys.drain_tickets, self.ticket_ttl_ms, wanted, self.messages_max, int(count == 0)
             )
             try:
                 count += int(self.scripts.run(call))
@@ -182,9 +184,16 @@ class FairQueue:
         # One pipeline on one Redis; on a cluster one call each, as before run_batch. Either way redis-py sends a
         # call again whose reply was lost, and a READY_PUSH sent twice takes a second ticket for one message: the
         # ticket expires unused (AGENT_SIGNAL_DRAIN_TICKET_TTL_S), as a lost message's does.
-        batched = len(calls) > 1 and self.scripts.plain
-        sent = self.scripts.run_batch(calls) if batched else [self.scripts.run(call) for call in calls]
-        return sum(1 for one in sent if one)
+        if len(calls) > 1 and self.scripts.plain:
+            return sum(1 for one in self.scripts.run_batch(calls) if one)
+        taken = 0
+        for call in calls:
+            try:
+                taken += 1 if self.scripts.run(call) else 0
+            except Exception:
+                self._send_next(taken)  # the refs pushed before it have their tickets: their messages go out
+                raise
+        return taken
 
     def push_due(self, ref: str) -> None:
         """A delayed drain of ``ref`` that came due: the scope made ready in its tenant's turn, with a ticket for

@@ -10,9 +10,11 @@ the lease held or the inbox empty.
 A scope still on its tenant's fair-share ready list (its tenant on the ring) is not stranded: it waits its turn
 (under a backlog, longer than the sweep's staleness), and a drain_next message will pop it. Pushing it again put
 one more ref of it on the list once per stale period (a kill test's list held 71 to 83 refs for 30 scopes), each
-a pop and a lease asked for nothing. The sweep leaves such scopes where they are and takes a ticket under the cap
-for each, as a push of them would, and one past the cap when none is free, so a list whose messages the broker
-lost gets as many messages as before (FairQueue.publish_stranded).
+a pop and a lease asked for nothing. The sweep leaves such scopes where they are, with their stale markers (so
+each sweep looks again, and pushes one whose ref has left the list with no drain to show for it), and makes sure
+a message is out for each (at most the cap) and at least one is sent, past the cap if need be: a list whose
+messages the broker lost gets as many as before, and a long backlog one more per sweep
+(FairQueue.publish_stranded).
 
 A marker's age is its value less its remaining PTTL (every writer sets it with ``PX`` of its
 :attr:`EventStore.schedule_ttl_ms` and writes that TTL as its value), so it is measured by the Redis server's
@@ -84,9 +86,8 @@ def reconcile(store: EventStore, publish: StrandedPublish, *, stale_after_ms: in
 
 
 def _stranded_of(store: EventStore, tenant: Keys, stale_after_ms: int) -> _Found:
-    """The tenant's stranded scope refs (their drains published by the caller) and how many stale scopes wait on
-    its ready list (fair share: read once, only when a scope looks stranded); each of them given a fresh drain
-    marker."""
+    """The tenant's stranded scope refs, each given a fresh drain marker (their drains published by the caller),
+    and how many stale scopes wait on its ready list (fair share: read once, only when a scope looks stranded)."""
     client = store.client
     scopes: list[tuple[str, Keys, str]] = []
     for ref in store.scope_refs_of(tenant):
@@ -115,18 +116,18 @@ def _stranded_of(store: EventStore, tenant: Keys, stale_after_ms: int) -> _Found
             if age_ms is not None and age_ms < stale_after_ms:  # a drain was scheduled this recently
                 continue
             stale.append((ref, keys, scope_key))
-    # Every one gets a fresh marker, the waiting too: the sweep sends their messages now, and looks again after
-    # the staleness, not at every sweep (as at a scope pushed again). Written before the list is read: a scope
-    # popped and released after the read deletes its marker (its next event then schedules its drain); one
-    # released before it is on no list, so it is pushed, a duplicate at worst.
-    for start in range(0, len(stale), SWEEP_BATCH):
+    # Read after every scope's state: a ref pushed since is waiting too. Only the stranded get a fresh marker: a
+    # waiting scope keeps its stale one, so the next sweep looks at it again, and pushes it if its ref has left
+    # the list with no drain to show for it (a popper killed before its lease, a pop whose reply was lost). A
+    # stranded scope released between the read and its marker is pushed, a duplicate at worst.
+    ready = _ready_refs(store, tenant) if stale and store.settings.fair_share else set()
+    stranded = [one for one in stale if one[0] not in ready]
+    for start in range(0, len(stranded), SWEEP_BATCH):
         pipe = client.pipeline(transaction=False)
-        for _, keys, scope_key in stale[start : start + SWEEP_BATCH]:
+        for _, keys, scope_key in stranded[start : start + SWEEP_BATCH]:
             pipe.set(keys.scheduled(scope_key), store.schedule_ttl_ms, px=store.schedule_ttl_ms)
         pipe.execute()
-    ready = _ready_refs(store, tenant) if stale and store.settings.fair_share else set()
-    stranded = [ref for ref, _, _ in stale if ref not in ready]
-    return _Found(stranded, len(stale) - len(stranded))
+    return _Found([ref for ref, _, _ in stranded], len(stale) - len(stranded))
 
 
 def _ready_refs(store: EventStore, tenant: Keys) -> set[str]:

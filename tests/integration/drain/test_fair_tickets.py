@@ -100,8 +100,10 @@ def test_a_count_expires_after_the_last_ticket_taken(redis_client: Redis, keys: 
     [
         (None, 3, 0, 3, 3),  # no count: one ticket per waiting scope
         (None, 0, 1, 1, 1),  # no count and none waiting: the one the sweep always sends
-        ("60", 10, 0, 4, 64),  # up to the cap
-        ("60", 10, 1, 4, 64),  # ``at_least`` is a floor on all taken, not one more
+        ("2", 5, 0, 3, 5),  # enough that one is out per waiting scope
+        (None, 80, 0, 64, 64),  # at most the cap
+        ("60", 10, 0, 0, 60),  # as many out already: nothing taken
+        ("60", 10, 1, 1, 61),  # ``at_least`` is taken whatever the count
         ("64", 3, 0, 0, 64),  # at the cap and nothing forced: nothing taken
         ("64", 3, 1, 1, 65),  # at the cap: one past it
         ("-4", 2, 0, 2, 2),  # a count below zero reads as zero
@@ -116,8 +118,8 @@ def test_ticket_force_takes_a_ticket_per_waiting_scope_under_the_cap(
     taken: int,
     after: int,
 ) -> None:
-    """TICKET_FORCE, the sweep's tickets for scopes waiting on their lists: as many as a push of them would take
-    (cap 64), and at least ``at_least`` in all, past the cap if need be."""
+    """TICKET_FORCE, the sweep's tickets for scopes waiting on their lists: enough that one is out per waiting
+    scope (at most the cap, 64), and at least ``at_least`` taken, past the cap if need be."""
     if before is not None:
         redis_client.set(keys.drain_tickets, before, px=5_000)
     call = TicketForce(keys.drain_tickets, 60_000, wanted, 64, at_least)
@@ -145,3 +147,28 @@ def test_a_failed_ticket_force_still_sends_the_pushed_refs_messages(
     fair.publish_stranded(["t1/topic:stranded"], waiting=2)
     assert broker.sent == [DRAIN_NEXT_TASK]
     assert redis_client.get(keys.drain_tickets) == "1"
+
+
+def test_a_push_failing_partway_sends_the_messages_of_the_pushes_before_it(
+    redis_client: Redis, keys: BucketKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One READY_PUSH a call (a Redis Cluster's way): the second of three fails, so the first, which took its
+    ticket, has its message sent before the error goes on (no ticket counted without its message)."""
+    broker = Broker()
+    fair = _queue(redis_client, keys, broker)
+    monkeypatch.setattr(fair.scripts, "plain", False)
+    run = fair.scripts.run
+    calls: list[Any] = []
+
+    def cut_at_the_second(call: Any, **options: Any) -> Any:
+        calls.append(call)
+        if len(calls) == 2:
+            raise RedisConnectionError("connection cut")
+        return run(call, **options)
+
+    monkeypatch.setattr(fair.scripts, "run", cut_at_the_second)
+    with pytest.raises(RedisConnectionError):
+        fair.publish_many(_refs(3))
+    assert broker.sent == [DRAIN_NEXT_TASK]
+    assert redis_client.get(keys.drain_tickets) == "1"
+    assert redis_client.llen(keys.ready("t1")) == 1

@@ -56,8 +56,8 @@ class TicketReturn(ScriptCall):
 
 @dataclass(frozen=True, slots=True)
 class TicketForce(ScriptCall):
-    """Up to ``wanted`` tickets under ``tickets_max``, and at least ``at_least`` in all, past the cap if need be:
-    the sweep's messages."""
+    """Enough tickets that ``wanted`` are out (at most ``tickets_max``), and at least ``at_least`` taken, past the
+    cap if need be: the sweep's messages."""
 
     SCRIPT = "ticket_force"
     tickets: str = key()

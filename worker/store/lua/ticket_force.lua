@@ -1,10 +1,11 @@
--- TICKET_FORCE: the reconcile sweep's own messages (worker/runtime/fair.py publish_stranded). Up to `wanted` tickets
--- while fewer than `tickets_max` are out, as READY_PUSH takes one per ref, for scopes the sweep found waiting on
--- their ready lists; and at least `at_least` in all, past the cap if need be: a count inflated by lost messages
--- must not keep the scopes waiting for its expiry. -> the number of tickets taken (that many messages to send)
+-- TICKET_FORCE: the reconcile sweep's own messages (worker/runtime/fair.py publish_stranded). Enough tickets that
+-- `wanted` are out in all (at most `tickets_max`), for scopes the sweep found waiting on their ready lists: their
+-- messages lost with a broker, or the count expired, they get as many as a push of them would have taken; and at
+-- least `at_least` taken whatever the count, past the cap if need be: a count inflated by lost messages must not
+-- keep the scopes waiting for its expiry. -> the number of tickets taken (that many drain_next messages to send)
 local tickets = KEYS[1]
 local ticket_ttl_ms, wanted, tickets_max, at_least = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local out = math.max(tonumber(redis.call('GET', tickets) or '0'), 0)
-local take = math.max(math.min(tonumber(wanted), tonumber(tickets_max) - out), tonumber(at_least), 0)
+local take = math.max(math.min(tonumber(wanted), tonumber(tickets_max)) - out, tonumber(at_least), 0)
 if take > 0 then redis.call('SET', tickets, string.format('%d', out + take), 'PX', ticket_ttl_ms) end
 return take

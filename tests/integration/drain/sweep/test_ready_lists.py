@@ -92,8 +92,9 @@ def test_waiting_scopes_stay_once_on_their_list_and_get_a_pushs_messages(
 ) -> None:
     """Three stale scopes on the ready list, their messages lost and the ticket count gone with them: the sweep
     pushes none of them again (before, it pushed all three: six refs) and sends three messages, as pushing them
-    would have. Their markers are fresh after it, so the next sweep leaves them alone; once they are stale again
-    with the count at its cap (messages counted that the broker lost), it sends one message past the cap."""
+    would have. They keep their stale markers, so the next sweep looks again: three are counted out now, so it
+    sends the one message a sweep always sends; with the count at its cap (messages counted that the broker
+    lost) that one goes past the cap."""
     _backlog(producer, redis_client)
     redis_client.delete(producer.keys.drain_tickets)
     refs = sorted(producer.keys.scope_ref(scope) for scope in SCOPES)
@@ -102,11 +103,10 @@ def test_waiting_scopes_stay_once_on_their_list_and_get_a_pushs_messages(
     assert sorted(_ready(redis_client, producer)) == refs
     assert _messages(redis_client, settings) == len(SCOPES)
     assert _sweep(producer, fair) == []
-    assert _messages(redis_client, settings) == len(SCOPES)  # fresh markers: nothing more sent
+    assert _messages(redis_client, settings) == len(SCOPES) + 1
 
     redis_client.set(producer.keys.drain_tickets, settings.drain_messages_max, px=60_000)
     redis_client.delete(Keys(settings.key_prefix).broker_queue(settings.queue_name))
-    _age(producer, redis_client)
     assert _sweep(producer, fair) == []
     assert sorted(_ready(redis_client, producer)) == refs
     assert _messages(redis_client, settings) == 1
@@ -126,8 +126,23 @@ def test_a_scope_off_its_list_is_pushed_and_one_waiting_on_it_is_not(
     assert _sweep(producer, fair) == [lost]
     assert sorted(_ready(redis_client, producer)) == sorted(producer.keys.scope_ref(s) for s in SCOPES)
     assert _messages(redis_client, settings) == len(SCOPES)
-    assert _sweep(producer, fair) == []  # fresh markers
+    assert _sweep(producer, fair) == []  # its fresh marker; the two still wait
     assert len(_ready(redis_client, producer)) == len(SCOPES)
+
+
+def test_a_waiting_scope_whose_ref_is_lost_after_the_sweep_is_pushed_at_the_next(
+    producer: Producer, fair: FairQueue, redis_client: Redis
+) -> None:
+    """A sweep leaves the three waiting; then a pop takes the first one's ref and loses it (a popper killed before
+    its lease, a pop whose reply was lost): no drain, no lease, no release. The waiting kept their stale markers,
+    so the next sweep finds that scope on no list and pushes it (a fresh marker on it would have hidden it from
+    every sweep for the staleness, and from its own next event's enqueue)."""
+    _backlog(producer, redis_client)
+    assert _sweep(producer, fair) == []
+    lost = fair.pop()
+    assert lost in {producer.keys.scope_ref(scope) for scope in SCOPES}
+    assert _sweep(producer, fair) == [lost]
+    assert sorted(_ready(redis_client, producer)) == sorted(producer.keys.scope_ref(s) for s in SCOPES)
 
 
 def test_a_list_whose_tenant_left_the_ring_is_not_waiting(
