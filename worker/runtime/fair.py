@@ -156,7 +156,8 @@ class FairQueue:
         push), enough tickets that one is out for each of the ``waiting`` scopes it left on their ready lists (at
         most the cap: their messages lost with a broker, or a count expired, the lists get as many messages as a
         push of them would have sent), and at least one message in all, past the cap if need be (a count left
-        high by lost messages heals in one sweep, not one expiry)."""
+        high by lost messages gets one message a sweep until it expires, a ticket TTL after its last ticket
+        taken for a push or a waiting scope: the forced ones do not renew it)."""
         if not refs and not waiting:
             return
         if not self.enabled:
@@ -191,7 +192,14 @@ class FairQueue:
             try:
                 taken += 1 if self.scripts.run(call) else 0
             except Exception:
-                self._send_next(taken)  # the refs pushed before it have their tickets: their messages go out
+                try:
+                    self._send_next(
+                        taken
+                    )  # the refs pushed before it have their tickets: their messages go out
+                except Exception as send_exc:  # the push's error goes on, not the broker's
+                    log.warning(
+                        "drain_next messages of a partial push not sent (%s)", describe_error(send_exc)
+                    )
                 raise
         return taken
 

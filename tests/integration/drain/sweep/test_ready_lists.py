@@ -1,7 +1,7 @@
 """The reconcile sweep and fair share's ready lists (worker/runtime/reconcile.py): a scope waiting its turn on its
 tenant's ready list is not stranded, however old its drain marker. The sweep leaves it there, once, instead of
-pushing another ref of it once per stale period, and takes a ticket for it as a push would (one past the cap when
-none is free), so a list whose messages the broker lost is popped as widely as before. The scope listing calls
+pushing another ref of it once per stale period, and makes sure a ticket is out for it as a push would (at most
+the cap; at least one message sent), so a list whose messages the broker lost is popped as widely as before. The scope listing calls
 such a scope ``waiting``, not ``stuck``; a list whose tenant is off the ring waits for nothing. A real Redis,
 the real Celery app's publish and, where a scope must drain, a real worker process."""
 
@@ -193,10 +193,10 @@ def test_a_waiting_scope_drained_during_the_sweep_keeps_no_marker(
     settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The sweep gives its waiting scopes fresh markers. Right as it reads the list, a drain pops the first one,
-    runs its one event and releases it, deleting its marker: the sweep must not write that marker back after
-    (its next event's ENQUEUE would find it and schedule no drain, so the scope would wait for the marker to go
-    stale). The markers are written before the list is read; the drain is the real pipeline's, in process."""
+    """Right as the sweep reads the list, a drain pops the first waiting scope, runs its one event and releases it,
+    deleting its marker: the sweep must not write that marker back after (its next event's ENQUEUE would find it
+    and schedule no drain, so the scope would wait for the marker to go stale). A waiting scope gets no marker
+    from the sweep; the drain is the real pipeline's, in process."""
     _backlog(producer, redis_client)
     pipeline = build_pipeline(settings, telemetry=DISABLED, app=producer.app)
     first = producer.keys.scope_ref(SCOPES[0])
