@@ -224,8 +224,6 @@ class _ReadyList:
         self._refs: set[str] | None = None
 
     def waiting(self, scope: str) -> bool:
-        if not self.store.settings.fair_share:
-            return False
         if self._refs is None:
             try:
                 self._refs = self.store.ready_refs(self.k)

@@ -188,20 +188,21 @@ class FairQueue:
         if len(calls) > 1 and self.scripts.plain:
             return sum(1 for one in self.scripts.run_batch(calls) if one)
         taken = 0
-        for call in calls:
-            try:
+        try:
+            for call in calls:
                 taken += 1 if self.scripts.run(call) else 0
-            except Exception:
-                try:
-                    self._send_next(
-                        taken
-                    )  # the refs pushed before it have their tickets: their messages go out
-                except Exception as send_exc:  # the push's error goes on, not the broker's
-                    log.warning(
-                        "drain_next messages of a partial push not sent (%s)", describe_error(send_exc)
-                    )
-                raise
+        except Exception:
+            self._send_taken(taken)  # the refs pushed before it have their tickets: their messages go out
+            raise
         return taken
+
+    def _send_taken(self, count: int) -> None:
+        """:meth:`_send_next` for tickets taken before an error, which goes on: a failed send is logged, not
+        raised in its place."""
+        try:
+            self._send_next(count)
+        except Exception as exc:
+            log.warning("drain_next messages of a partial push not sent (%s)", describe_error(exc))
 
     def push_due(self, ref: str) -> None:
         """A delayed drain of ``ref`` that came due: the scope made ready in its tenant's turn, with a ticket for

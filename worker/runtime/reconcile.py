@@ -120,7 +120,7 @@ def _stranded_of(store: EventStore, tenant: Keys, stale_after_ms: int) -> _Found
     # waiting scope keeps its stale one, so the next sweep looks at it again, and pushes it if its ref has left
     # the list with no drain to show for it (a popper killed before its lease, a pop whose reply was lost). A
     # stranded scope released between the read and its marker is pushed, a duplicate at worst.
-    ready = _ready_refs(store, tenant) if stale and store.settings.fair_share else set()
+    ready = _ready_refs(store, tenant) if stale else set()
     stranded = [one for one in stale if one[0] not in ready]
     for start in range(0, len(stranded), SWEEP_BATCH):
         pipe = client.pipeline(transaction=False)

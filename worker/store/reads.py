@@ -279,8 +279,9 @@ class StoreReads:
         since no pop reaches its list then (every push puts it there; an operator's ``DEL`` or a lost key could
         take it off). Read :data:`READY_READ_BATCH` refs at a time, so a long list never answers in one reply;
         pops at its head meanwhile shift the rest, so a ref can be missed (never one named that is not there):
-        a caller treats a missed ref as not waiting, which is what it did before it asked."""
-        if self.client.lpos(k.ready_tenants, k.tenant) is None:
+        a caller treats a missed ref as not waiting, which is what it did before it asked. With fair share off
+        no message pops a list: none."""
+        if not self.settings.fair_share or self.client.lpos(k.ready_tenants, k.tenant) is None:
             return set()
         found: set[str] = set()
         start = 0
